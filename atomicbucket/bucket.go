@@ -1,0 +1,150 @@
+package atomicbucket
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/cpu"
+)
+
+// Bucket is a single token bucket, for a global limit. Its methods are safe for
+// concurrent use and never block, except Wait. Build one with NewBucket; the zero
+// Bucket has no rule and is not usable.
+//
+// Each check reads the clock once (Now) and its At form takes the time instead,
+// in ns since the package epoch. Costs at the limits: cost 0 is allowed while the
+// bucket is not in debt from reservations and takes nothing; a negative cost, or
+// one above the burst, is denied with RetryAfter Never and changes nothing.
+type Bucket struct {
+	_      cpu.CacheLinePad // tat is written by every check: keep it off the line of whatever precedes the Bucket
+	tat    atomic.Int64     // theoretical arrival time in the rule's units (token slots since anchor for interval rules)
+	anchor int64            // interval rules: the grid anchor in ns since epoch (the bucket's creation, or the rule's aligned anchor)
+	rule   Rule
+	_      cpu.CacheLinePad // and off the line of whatever follows it
+}
+
+// NewBucket returns a bucket for rule r, created now: it starts with the rule's
+// initial tokens and, for an anchored interval rule, its grid starts now.
+func NewBucket(r Rule) *Bucket { return NewBucketAt(r, Now()) }
+
+// NewBucketAt is NewBucket with the creation time given, in ns since the epoch.
+func NewBucketAt(r Rule, now int64) *Bucket {
+	b := &Bucket{rule: r}
+	now = clampNow(now)
+	b.anchor = r.newAnchor(now)
+	b.tat.Store(r.units(now, b.anchor) + r.debt)
+	return b
+}
+
+// newAnchor is the grid anchor of a bucket created at now.
+func (r *Rule) newAnchor(now int64) int64 {
+	if r.mode == modeAligned {
+		return r.anchor
+	}
+	return now
+}
+
+// Rule returns the bucket's rule.
+func (b *Bucket) Rule() *Rule { return &b.rule }
+
+// Allow reports whether a request of cost 1 is allowed now, taking a token if so.
+func (b *Bucket) Allow() bool { return b.AllowAt(Now()) }
+
+// AllowAt is Allow at time now (ns since the epoch).
+func (b *Bucket) AllowAt(now int64) bool {
+	nowU := b.rule.units(clampNow(now), b.anchor)
+	_, ok := advance(&b.tat, nowU, b.rule.emit, nowU+b.rule.tau)
+	return ok
+}
+
+// AllowN checks a request of the given cost now and takes its tokens if allowed.
+func (b *Bucket) AllowN(cost int64) Decision { return b.AllowNAt(Now(), cost) }
+
+// AllowNAt is AllowN at time now.
+func (b *Bucket) AllowNAt(now, cost int64) Decision {
+	now = clampNow(now)
+	nowU := b.rule.units(now, b.anchor)
+	if cost < 0 || cost > b.rule.burst {
+		return b.rule.outOfRange(b.tat.Load(), now, nowU, b.anchor)
+	}
+	inc := cost * b.rule.emit
+	tat, ok := advance(&b.tat, nowU, inc, nowU+b.rule.tau)
+	return b.rule.decide(ok, tat, inc, now, nowU, b.anchor)
+}
+
+// Peek is what AllowN(cost) would decide now, without taking anything.
+func (b *Bucket) Peek(cost int64) Decision { return b.PeekAt(Now(), cost) }
+
+// PeekAt is Peek at time now.
+func (b *Bucket) PeekAt(now, cost int64) Decision {
+	now = clampNow(now)
+	return b.rule.peek(b.tat.Load(), now, b.anchor, cost)
+}
+
+// peek decides a request of cost against a bucket whose word holds tat, without
+// changing it.
+func (r *Rule) peek(tat, now, anchor, cost int64) Decision {
+	nowU := r.units(now, anchor)
+	if cost < 0 || cost > r.burst {
+		return r.outOfRange(tat, now, nowU, anchor)
+	}
+	inc := cost * r.emit
+	after := max(tat, nowU) + inc
+	if after-nowU > r.tau {
+		return r.decide(false, tat, inc, now, nowU, anchor)
+	}
+	return r.decide(true, after, inc, now, nowU, anchor)
+}
+
+// outOfRange is the decision for a cost that can never be allowed.
+func (r *Rule) outOfRange(tat, now, nowU, anchor int64) Decision {
+	d := r.decide(true, max(tat, 0), 0, now, nowU, anchor)
+	d.Allowed, d.RetryAfter = false, Never
+	return d
+}
+
+// Refund gives cost tokens back now, never filling the bucket beyond its burst.
+// A tier that took tokens from this bucket and was then denied by a later rule
+// uses it to undo the take. A cost outside [0, burst] gives nothing back.
+func (b *Bucket) Refund(cost int64) { b.RefundAt(Now(), cost) }
+
+// RefundAt is Refund at time now.
+func (b *Bucket) RefundAt(now, cost int64) {
+	if cost <= 0 || cost > b.rule.burst {
+		return
+	}
+	giveBack(&b.tat, b.rule.units(clampNow(now), b.anchor), cost*b.rule.emit)
+}
+
+// Reserve takes cost tokens now if the request can be served within maxWait,
+// possibly ahead of time: the returned Reservation says how long to wait before
+// acting, and can be cancelled before then to give the tokens back. maxWait
+// beyond MaxWait is treated as MaxWait. A refused reservation changes nothing.
+func (b *Bucket) Reserve(cost int64, maxWait time.Duration) Reservation {
+	return b.ReserveAt(Now(), cost, maxWait)
+}
+
+// ReserveAt is Reserve at time now.
+func (b *Bucket) ReserveAt(now, cost int64, maxWait time.Duration) Reservation {
+	res, _ := b.rule.reserve(&b.tat, clampNow(now), b.anchor, cost, maxWait) // a Bucket is never dead
+	return res
+}
+
+// Wait blocks until a request of cost may proceed, taking its tokens, or until
+// ctx is done. It fails at once, taking nothing, when the cost exceeds the burst
+// or cannot be served before ctx's deadline; a context cancelled during the wait
+// gives the tokens back. Every error it returns for a context wraps ctx's error
+// or context.DeadlineExceeded.
+func (b *Bucket) Wait(ctx context.Context, cost int64) error {
+	if err := ctx.Err(); err != nil {
+		return waitError(cost, err)
+	}
+	now := Now()
+	maxWait, err := waitBudget(ctx, now, cost)
+	if err != nil {
+		return err
+	}
+	res := b.ReserveAt(now, cost, maxWait)
+	return res.wait(ctx, cost, maxWait)
+}

@@ -1,0 +1,120 @@
+package atomicbucket
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// Reservation is tokens taken, possibly ahead of time, by Reserve. It belongs to
+// the goroutine that made it: Cancel must not be called from two goroutines.
+type Reservation struct {
+	// OK reports whether the tokens were taken. When false nothing changed and
+	// the other fields are zero, except RetryAfter.
+	OK bool
+	// Delay is how long after the reserving call's time the holder may act.
+	Delay time.Duration
+	// RetryAfter is, for a refused reservation, the wait after which the same
+	// request would be allowed at once (Never when its cost exceeds the burst).
+	RetryAfter time.Duration
+
+	at     int64         // ns since epoch at which the holder may act
+	inc    int64         // the units taken
+	word   *atomic.Int64 // the bucket the units came from; nil once cancelled
+	rule   *Rule
+	anchor int64
+}
+
+// At is the time, in ns since the epoch, at which the holder may act.
+func (r *Reservation) At() int64 { return r.at }
+
+// Cancel gives the reserved tokens back if the holder has not reached its time
+// to act (now < At) and reports whether it did. Once the time to act has come the
+// tokens count as used and Cancel does nothing; a second Cancel does nothing.
+func (r *Reservation) Cancel() bool { return r.CancelAt(Now()) }
+
+// CancelAt is Cancel at time now.
+func (r *Reservation) CancelAt(now int64) bool {
+	if !r.OK || r.word == nil || now >= r.at {
+		return false
+	}
+	now = clampNow(now)
+	giveBack(r.word, r.rule.units(now, r.anchor), r.inc)
+	r.word = nil
+	return true
+}
+
+// reserve takes cost at now from the word w if it can be served within maxWait.
+// alive is false when w is a dead (swept) table bucket: nothing was done and the
+// caller looks the key up again.
+func (r *Rule) reserve(w *atomic.Int64, now, anchor, cost int64, maxWait time.Duration) (res Reservation, alive bool) {
+	nowU := r.units(now, anchor)
+	if cost < 0 || cost > r.burst {
+		return Reservation{RetryAfter: Never}, true
+	}
+	maxWait = min(max(maxWait, 0), MaxWait)
+	inc := cost * r.emit
+	laterU := r.units(now+int64(maxWait), anchor)
+	tat, ok := advance(w, nowU, inc, laterU+r.tau)
+	if tat < 0 {
+		return Reservation{}, false
+	}
+	if !ok {
+		return Reservation{RetryAfter: r.waitFor(max(tat, nowU)+inc-r.tau, now, nowU, anchor)}, true
+	}
+	delay := r.waitFor(tat-r.tau, now, nowU, anchor)
+	return Reservation{OK: true, Delay: delay, at: now + int64(delay), inc: inc, word: w, rule: r, anchor: anchor}, true
+}
+
+// ErrCostExceedsBurst is returned by Wait for a cost that no wait can serve.
+var ErrCostExceedsBurst = errors.New("atomicbucket: cost exceeds the burst or is negative")
+
+// epochTime is a time.Time at or just after epoch (it is read after it), so
+// epochTime.Add(now) is never earlier than the instant now stands for and a
+// deadline measured from it is never overestimated.
+var epochTime = time.Now()
+
+// waitBudget is how long Wait may wait: until ctx's deadline, or MaxWait.
+func waitBudget(ctx context.Context, now, cost int64) (time.Duration, error) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return MaxWait, nil
+	}
+	left := dl.Sub(epochTime.Add(time.Duration(now)))
+	if left < 0 {
+		return 0, waitError(cost, context.DeadlineExceeded)
+	}
+	return left, nil
+}
+
+func waitError(cost int64, err error) error {
+	return fmt.Errorf("atomicbucket: wait for %d tokens: %w", cost, err)
+}
+
+// wait sleeps until the reservation's time to act or until ctx is done, in which
+// case it cancels the reservation.
+func (r *Reservation) wait(ctx context.Context, cost int64, maxWait time.Duration) error {
+	if !r.OK {
+		if r.RetryAfter == Never {
+			return fmt.Errorf("%w: %d tokens", ErrCostExceedsBurst, cost)
+		}
+		if _, has := ctx.Deadline(); has && r.RetryAfter > maxWait {
+			return fmt.Errorf("atomicbucket: %v needed, beyond the context's deadline: %w", r.RetryAfter, context.DeadlineExceeded)
+		}
+		return fmt.Errorf("atomicbucket: %v needed, beyond MaxWait (%v)", r.RetryAfter, MaxWait)
+	}
+	if r.Delay == 0 {
+		return nil
+	}
+	t := time.NewTimer(r.Delay)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		r.Cancel()
+		return waitError(cost, ctx.Err())
+	}
+}

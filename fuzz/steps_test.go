@@ -1,0 +1,261 @@
+package fuzz
+
+import (
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+)
+
+type opKind uint8
+
+const (
+	opAllow   opKind = iota // Allow (cost 1): compares want.Allowed
+	opAllowN                // AllowN(cost)
+	opPeek                  // Peek(cost)
+	opRefund                // Refund(cost)
+	opReserve               // Reserve(cost, wait): compares wantRes
+	opCancel                // Cancel(reservation id): compares wantN (1 = cancelled)
+	opSweep                 // Sweep: compares wantN (buckets removed)
+	opLen                   // Len: compares wantN
+)
+
+// step is one operation at a time (relative to the case's base) and what every
+// implementation must answer.
+type step struct {
+	at      time.Duration
+	op      opKind
+	key     string
+	cost    int64
+	wait    time.Duration // opReserve: the maximum wait
+	id      int           // opCancel: the reservation, by the order reservations were made
+	want    Decision
+	wantRes Reservation // OK, Delay, RetryAfter
+	wantN   int
+}
+
+func ok(remaining int64, reset time.Duration) Decision {
+	return Decision{Allowed: true, Remaining: remaining, Reset: reset}
+}
+
+func no(remaining int64, retry, reset time.Duration) Decision {
+	return Decision{Remaining: remaining, RetryAfter: retry, Reset: reset}
+}
+
+const (
+	ms    = time.Millisecond
+	sec   = time.Second
+	never = atomicbucket.Never
+)
+
+// stepCase is a rule and a sequence of steps.
+type stepCase struct {
+	name   string
+	cfg    config
+	keyed  bool // uses several keys, a cap or sweeps: not for a single Bucket
+	aligns bool // times are relative to a boundary of the rule's aligned grid
+	steps  []step
+}
+
+func perSecond(tokens, burst int64) atomicbucket.Limit {
+	return atomicbucket.Limit{Tokens: tokens, Period: sec, Burst: burst}
+}
+
+var stepCases = []stepCase{
+	{name: "greedy 10/s burst 5", cfg: config{limit: perSecond(10, 5)}, steps: []step{
+		{at: 0, op: opAllowN, cost: 1, want: ok(4, 100*ms)},
+		{at: 0, op: opAllowN, cost: 1, want: ok(3, 200*ms)},
+		{at: 0, op: opAllowN, cost: 1, want: ok(2, 300*ms)},
+		{at: 0, op: opAllowN, cost: 1, want: ok(1, 400*ms)},
+		{at: 0, op: opAllowN, cost: 1, want: ok(0, 500*ms)},
+		{at: 0, op: opAllowN, cost: 1, want: no(0, 100*ms, 500*ms)},
+		{at: 250 * ms, op: opAllowN, cost: 1, want: ok(1, 350*ms)},
+		{at: 250 * ms, op: opAllowN, cost: 2, want: no(1, 50*ms, 350*ms)},
+		{at: 250 * ms, op: opPeek, cost: 5, want: no(1, 350*ms, 350*ms)},
+		{at: 250 * ms, op: opPeek, cost: 1, want: ok(0, 450*ms)},
+		{at: 250 * ms, op: opAllowN, cost: 6, want: no(1, never, 350*ms)},
+		{at: 250 * ms, op: opAllowN, cost: -1, want: no(1, never, 350*ms)},
+		{at: 250 * ms, op: opAllowN, cost: 0, want: ok(1, 350*ms)},
+		{at: 1 * sec, op: opAllow, want: ok(0, 0)},
+		{at: 1 * sec, op: opAllowN, cost: 1, want: ok(3, 200*ms)},
+	}},
+	{name: "interval 5 per 10s burst 20", cfg: config{limit: atomicbucket.Limit{Tokens: 5, Period: 10 * sec, Burst: 20, Refill: atomicbucket.Interval}}, steps: []step{
+		{at: 0, op: opAllowN, cost: 5, want: ok(15, 10*sec)},
+		{at: 10 * sec, op: opPeek, cost: 0, want: ok(20, 0)},
+		{at: 15 * sec, op: opAllowN, cost: 18, want: ok(2, 35*sec)},
+		{at: 20 * sec, op: opAllowN, cost: 8, want: no(7, 10*sec, 30*sec)},
+		{at: 30*sec - 1, op: opAllowN, cost: 7, want: ok(0, 30*sec+1)},
+		{at: 30 * sec, op: opPeek, cost: 5, want: ok(0, 40*sec)},
+		{at: 35 * sec, op: opAllowN, cost: 6, want: no(5, 5*sec, 25*sec)},
+	}},
+	{name: "initial 1 of burst 2 at 1/s", cfg: config{limit: atomicbucket.Limit{Tokens: 1, Period: sec, Burst: 2, Initial: 1, InitialSet: true}}, steps: []step{
+		{at: 0, op: opAllowN, cost: 1, want: ok(0, 2*sec)},
+		{at: 500 * ms, op: opAllowN, cost: 1, want: no(0, 500*ms, 1500*ms)},
+		{at: 2 * sec, op: opAllowN, cost: 1, want: ok(1, 1*sec)},
+		{at: 2 * sec, op: opAllowN, cost: 1, want: ok(0, 2*sec)},
+		{at: 2 * sec, op: opAllowN, cost: 1, want: no(0, 1*sec, 2*sec)},
+	}},
+	{name: "reservations at 1/s burst 1", cfg: config{limit: perSecond(1, 1)}, steps: []step{
+		{at: 0, op: opAllowN, cost: 1, want: ok(0, 1*sec)},
+		{at: 0, op: opReserve, cost: 1, wait: 2 * sec, wantRes: Reservation{OK: true, Delay: 1 * sec}},
+		{at: 0, op: opReserve, cost: 1, wait: 1500 * ms, wantRes: Reservation{RetryAfter: 2 * sec}},
+		{at: 0, op: opReserve, cost: 2, wait: time.Hour, wantRes: Reservation{RetryAfter: never}},
+		{at: 0, op: opAllowN, cost: 0, want: no(0, 1*sec, 2*sec)},
+		{at: 500 * ms, op: opCancel, id: 0, wantN: 1},
+		{at: 500 * ms, op: opCancel, id: 0, wantN: 0},
+		{at: 500 * ms, op: opAllowN, cost: 1, want: no(0, 500*ms, 500*ms)},
+		{at: 1 * sec, op: opReserve, cost: 1, wait: 0, wantRes: Reservation{OK: true}},
+		{at: 1 * sec, op: opCancel, id: 3, wantN: 0},
+		{at: 1 * sec, op: opReserve, cost: 1, wait: 48 * time.Hour, wantRes: Reservation{OK: true, Delay: 1 * sec}},
+	}},
+	{name: "refunds at 10/s burst 5", cfg: config{limit: perSecond(10, 5)}, steps: []step{
+		{at: 0, op: opAllowN, cost: 5, want: ok(0, 500*ms)},
+		{at: 0, op: opRefund, cost: 3},
+		{at: 0, op: opAllowN, cost: 3, want: ok(0, 500*ms)},
+		{at: 0, op: opRefund, cost: 10},
+		{at: 0, op: opRefund, cost: -2},
+		{at: 0, op: opPeek, cost: 1, want: no(0, 100*ms, 500*ms)},
+		{at: 0, op: opRefund, cost: 5},
+		{at: 0, op: opAllowN, cost: 5, want: ok(0, 500*ms)},
+		{at: 10 * ms, op: opRefund, cost: 1},
+		{at: 10 * ms, op: opAllowN, cost: 1, want: ok(0, 490*ms)},
+	}},
+	{name: "10 per 13s (golang/go#34861)", cfg: config{limit: atomicbucket.Limit{Tokens: 10, Period: 13 * sec, Burst: 1}}, steps: []step{
+		{at: 0, op: opAllowN, cost: 1, want: ok(0, 1300*ms)},
+		{at: 1300*ms - 1, op: opAllowN, cost: 1, want: no(0, 1, 1)},
+		{at: 1300 * ms, op: opAllowN, cost: 1, want: ok(0, 1300*ms)},
+		{at: 2600 * ms, op: opAllowN, cost: 1, want: ok(0, 1300*ms)},
+		{at: 13 * sec, op: opAllowN, cost: 1, want: ok(0, 1300*ms)},
+	}},
+	{name: "aligned 1 per minute", aligns: true, cfg: config{limit: atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 1, Refill: atomicbucket.Interval, Aligned: true}}, steps: []step{
+		{at: 59 * sec, op: opAllowN, cost: 1, want: ok(0, 1*sec)},
+		{at: 59*sec + 500*ms, op: opAllowN, cost: 1, want: no(0, 500*ms, 500*ms)},
+		{at: 60 * sec, op: opAllowN, cost: 1, want: ok(0, 60*sec)},
+	}},
+	{name: "anchored 1 per minute", cfg: config{limit: atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 1, Refill: atomicbucket.Interval}}, steps: []step{
+		{at: 59 * sec, op: opAllowN, cost: 1, want: ok(0, 60*sec)},
+		{at: 119 * sec, op: opAllowN, cost: 1, want: ok(0, 60*sec)},
+		{at: 178 * sec, op: opAllowN, cost: 1, want: no(0, 1*sec, 1*sec)},
+	}},
+	{name: "sweep removes buckets full for the grace", keyed: true, cfg: config{limit: perSecond(1, 2)}, steps: []step{
+		{at: 0, op: opAllowN, key: "a", cost: 1, want: ok(1, 1*sec)},
+		{at: 0, op: opAllowN, key: "b", cost: 2, want: ok(0, 2*sec)},
+		{at: 0, op: opLen, wantN: 2},
+		{at: 2 * sec, op: opSweep, wantN: 1},
+		{at: 2 * sec, op: opLen, wantN: 1},
+		{at: 3 * sec, op: opSweep, wantN: 1},
+		{at: 3 * sec, op: opLen, wantN: 0},
+		{at: 3 * sec, op: opAllowN, key: "a", cost: 1, want: ok(1, 1*sec)},
+		{at: 3 * sec, op: opAllowN, key: "c", cost: 0, want: ok(2, 0)},
+		{at: 3500 * ms, op: opSweep, wantN: 0},
+		{at: 4500 * ms, op: opSweep, wantN: 1},
+		{at: 4500 * ms, op: opPeek, key: "a", cost: 2, want: ok(0, 2*sec)},
+	}},
+	{name: "a swept key with initial tokens is a new key", keyed: true, cfg: config{limit: atomicbucket.Limit{Tokens: 1, Period: sec, Burst: 2, InitialSet: true}}, steps: []step{
+		{at: 0, op: opAllowN, key: "a", cost: 0, want: ok(0, 2*sec)},
+		{at: 3 * sec, op: opSweep, wantN: 1},
+		{at: 3 * sec, op: opAllowN, key: "a", cost: 1, want: no(0, 1*sec, 2*sec)},
+	}},
+	{name: "interval sweep waits for the grace after the anchor", keyed: true, cfg: config{limit: atomicbucket.Limit{Tokens: 2, Period: 10 * sec, Burst: 2, Refill: atomicbucket.Interval}}, steps: []step{
+		{at: 0, op: opAllowN, key: "a", cost: 0, want: ok(2, 0)},
+		{at: 500 * ms, op: opSweep, wantN: 0},
+		{at: 1 * sec, op: opAllowN, key: "b", cost: 1, want: ok(1, 10*sec)}, // b's grid starts at its first use
+		{at: 10 * sec, op: opSweep, wantN: 1},
+		{at: 11 * sec, op: opSweep, wantN: 0}, // b filled at 11s
+		{at: 12 * sec, op: opSweep, wantN: 1},
+	}},
+	{name: "cap 1 denies new keys", keyed: true, cfg: config{limit: perSecond(1, 2), opts: atomicbucket.TableOptions{MaxKeys: 1}}, steps: []step{
+		{at: 0, op: opAllowN, key: "a", cost: 1, want: ok(1, 1*sec)},
+		{at: 0, op: opAllowN, key: "b", cost: 1, want: Decision{RetryAfter: atomicbucket.SweepGrace}},
+		{at: 0, op: opAllow, key: "b", want: Decision{}},
+		{at: 0, op: opReserve, key: "b", cost: 1, wantRes: Reservation{RetryAfter: atomicbucket.SweepGrace}},
+		{at: 0, op: opPeek, key: "b", cost: 1, want: ok(1, 1*sec)},
+		{at: 0, op: opLen, wantN: 1},
+		{at: 3 * sec, op: opSweep, wantN: 1},
+		{at: 3 * sec, op: opAllowN, key: "b", cost: 1, want: ok(1, 1*sec)},
+		{at: 3 * sec, op: opLen, wantN: 1},
+	}},
+	{name: "cap 1 allows new keys untracked", keyed: true, cfg: config{limit: perSecond(1, 2), opts: atomicbucket.TableOptions{MaxKeys: 1, AtCap: atomicbucket.AllowAtCap}}, steps: []step{
+		{at: 0, op: opAllowN, key: "a", cost: 1, want: ok(1, 1*sec)},
+		{at: 0, op: opAllowN, key: "b", cost: 2, want: ok(0, 2*sec)},
+		{at: 0, op: opAllowN, key: "b", cost: 2, want: ok(0, 2*sec)},
+		{at: 0, op: opAllowN, key: "b", cost: 3, want: no(2, never, 0)},
+		{at: 0, op: opAllow, key: "b", want: ok(0, 0)},
+		{at: 0, op: opLen, wantN: 1},
+	}},
+}
+
+// base is where a case's times start: an hour after the epoch, moved to a grid
+// boundary for aligned rules.
+func base(tb testing.TB, c stepCase) int64 {
+	b := int64(time.Hour)
+	if c.aligns {
+		r := c.cfg.rule(tb)
+		p := int64(c.cfg.limit.Period)
+		a := r.GridAnchor()
+		b = a + (b-a+p-1)/p*p
+	}
+	return b
+}
+
+// runSteps applies c's steps to im and reports every answer that differs.
+func runSteps(t *testing.T, c stepCase, im impl) {
+	t0 := base(t, c)
+	for i, s := range c.steps {
+		at := t0 + int64(s.at)
+		switch s.op {
+		case opAllow:
+			if got := im.Allow(s.key, at); got != s.want.Allowed {
+				t.Errorf("step %d: Allow(%q) at %v = %v, want %v", i, s.key, s.at, got, s.want.Allowed)
+			}
+		case opAllowN, opPeek:
+			var got Decision
+			name := "AllowN"
+			if s.op == opAllowN {
+				got = im.AllowN(s.key, at, s.cost)
+			} else {
+				name, got = "Peek", im.Peek(s.key, at, s.cost)
+			}
+			if got != s.want {
+				t.Errorf("step %d: %s(%q, %d) at %v = %s, want %s", i, name, s.key, s.cost, s.at, describe(got), describe(s.want))
+			}
+		case opRefund:
+			im.Refund(s.key, at, s.cost)
+		case opReserve:
+			got := im.Reserve(s.key, at, s.cost, s.wait)
+			if got.OK != s.wantRes.OK || got.Delay != s.wantRes.Delay || got.RetryAfter != s.wantRes.RetryAfter {
+				t.Errorf("step %d: Reserve(%q, %d, %v) at %v = {ok=%v delay=%v retry=%v}, want {ok=%v delay=%v retry=%v}",
+					i, s.key, s.cost, s.wait, s.at, got.OK, got.Delay, got.RetryAfter, s.wantRes.OK, s.wantRes.Delay, s.wantRes.RetryAfter)
+			}
+		case opCancel:
+			if got := im.Cancel(s.id, at); got != (s.wantN == 1) {
+				t.Errorf("step %d: Cancel(#%d) at %v = %v, want %v", i, s.id, s.at, got, s.wantN == 1)
+			}
+		case opSweep:
+			if got := im.Sweep(at); got != s.wantN {
+				t.Errorf("step %d: Sweep at %v removed %d, want %d", i, s.at, got, s.wantN)
+			}
+		case opLen:
+			if got := im.Len(); got != s.wantN {
+				t.Errorf("step %d: Len at %v = %d, want %d", i, s.at, got, s.wantN)
+			}
+		}
+	}
+}
+
+// TestSteps runs the one table of steps against the reference and every
+// optimised implementation.
+func TestSteps(t *testing.T) {
+	for _, c := range stepCases {
+		t.Run(c.name, func(t *testing.T) {
+			ims := impls(t, c.cfg, !c.keyed)
+			for _, name := range implNames {
+				im, ok := ims[name]
+				if !ok {
+					continue
+				}
+				t.Run("impl="+name, func(t *testing.T) { runSteps(t, c, im) })
+			}
+		})
+	}
+}

@@ -1,0 +1,8 @@
+module github.com/limitgen/limitgen
+
+go 1.26.0
+
+require (
+	github.com/puzpuzpuz/xsync/v3 v3.5.1
+	golang.org/x/sys v0.49.0
+)
