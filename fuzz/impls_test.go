@@ -74,7 +74,7 @@ func (b *bucketImpl) get(t int64) *atomicbucket.Bucket {
 	return b.b
 }
 func (b *bucketImpl) AllowN(_ string, t, cost int64) Decision { return b.get(t).AllowNAt(t, cost) }
-func (b *bucketImpl) Allow(_ string, t int64) bool              { return b.get(t).AllowAt(t) }
+func (b *bucketImpl) Allow(_ string, t int64) bool            { return b.get(t).AllowAt(t) }
 func (b *bucketImpl) Peek(_ string, t, cost int64) Decision {
 	if b.b == nil { // the reference does not create on Peek either
 		return atomicbucket.NewBucketAt(b.rule, t).PeekAt(t, cost)
@@ -105,10 +105,12 @@ type tableImpl[K comparable] struct {
 	rs  reservations
 }
 
-func (m *tableImpl[K]) AllowN(k string, t, cost int64) Decision { return m.t.AllowNAt(m.key(k), t, cost) }
-func (m *tableImpl[K]) Allow(k string, t int64) bool            { return m.t.AllowAt(m.key(k), t) }
-func (m *tableImpl[K]) Peek(k string, t, cost int64) Decision   { return m.t.PeekAt(m.key(k), t, cost) }
-func (m *tableImpl[K]) Refund(k string, t, cost int64)          { m.t.RefundAt(m.key(k), t, cost) }
+func (m *tableImpl[K]) AllowN(k string, t, cost int64) Decision {
+	return m.t.AllowNAt(m.key(k), t, cost)
+}
+func (m *tableImpl[K]) Allow(k string, t int64) bool          { return m.t.AllowAt(m.key(k), t) }
+func (m *tableImpl[K]) Peek(k string, t, cost int64) Decision { return m.t.PeekAt(m.key(k), t, cost) }
+func (m *tableImpl[K]) Refund(k string, t, cost int64)        { m.t.RefundAt(m.key(k), t, cost) }
 func (m *tableImpl[K]) Reserve(k string, t, cost int64, maxWait time.Duration) Reservation {
 	return m.rs.add(k, cost, m.t.ReserveAt(m.key(k), t, cost, maxWait))
 }
