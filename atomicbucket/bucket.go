@@ -33,9 +33,12 @@ func NewBucketAt(r Rule, now int64) *Bucket {
 	b := &Bucket{rule: r}
 	now = clampNow(now)
 	b.anchor = r.newAnchor(now)
-	b.tat.Store(r.units(now, b.anchor) + r.debt)
+	b.tat.Store(r.fresh(now))
 	return b
 }
+
+// fresh is the TAT of a bucket created at now: its initial tokens.
+func (r *Rule) fresh(now int64) int64 { return r.units(now, r.newAnchor(now)) + r.debt }
 
 // newAnchor is the grid anchor of a bucket created at now.
 func (r *Rule) newAnchor(now int64) int64 {

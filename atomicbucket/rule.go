@@ -171,7 +171,7 @@ func greedyFits(l Limit, scale int64) (emit int64, ok bool) {
 	return emit, fits(
 		[2]int64{int64(MaxUptime), scale},
 		[2]int64{int64(MaxWait), scale},
-		[2]int64{2*l.Burst + 2, emit},
+		[2]int64{2*l.Burst + 1, emit},
 	) && fits([2]int64{l.Burst, emit}, [2]int64{2, emit})
 }
 

@@ -106,7 +106,7 @@ func (t *Table[K]) create(key K, now int64) *slot {
 	}
 	s, loaded := t.m.LoadOrCompute(key, func() *slot {
 		s := &slot{anchor: t.rule.newAnchor(now)}
-		s.tat.Store(t.rule.units(now, s.anchor) + t.rule.debt)
+		s.tat.Store(t.rule.fresh(now))
 		return s
 	})
 	if loaded {
@@ -168,7 +168,7 @@ func (t *Table[K]) AllowNAt(key K, now, cost int64) Decision {
 // capDecision decides a request for a new key at the cap.
 func (t *Table[K]) capDecision(now, cost int64) Decision {
 	if t.atCap == AllowAtCap {
-		return t.rule.peek(t.rule.units(now, now)+t.rule.debt, now, t.rule.newAnchor(now), cost)
+		return t.rule.peek(t.rule.fresh(now), now, t.rule.newAnchor(now), cost)
 	}
 	return Decision{RetryAfter: SweepGrace}
 }
@@ -186,8 +186,7 @@ func (t *Table[K]) PeekAt(key K, now, cost int64) Decision {
 		}
 	}
 	// A key with no bucket (or a swept one) would get a new bucket.
-	anchor := t.rule.newAnchor(now)
-	return t.rule.peek(t.rule.units(now, anchor)+t.rule.debt, now, anchor, cost)
+	return t.rule.peek(t.rule.fresh(now), now, t.rule.newAnchor(now), cost)
 }
 
 // Refund gives cost tokens back to key's bucket now, never filling it beyond its

@@ -40,6 +40,11 @@ func (c config) rule(tb testing.TB) atomicbucket.Rule {
 type refImpl struct {
 	*Reference
 	res []Reservation
+	// The reference's last answers, which the other implementations are compared to.
+	lastAllow    bool
+	lastDecision Decision
+	lastRes      Reservation
+	lastN        int
 }
 
 func (r *refImpl) Allow(key string, t int64) bool { return r.AllowN(key, t, 1).Allowed }

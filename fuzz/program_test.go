@@ -1,0 +1,306 @@
+package fuzz
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/big"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+)
+
+// program is a decoded fuzz input: a rule, table options and operations.
+type program struct {
+	cfg    config
+	single bool // one key, no cap, no sweeps: a single Bucket runs it too
+	ops    []fuzzOp
+}
+
+type fuzzOp struct {
+	kind opKind
+	key  string
+	cost int64
+	dt   int64         // ns to advance before the operation (never negative)
+	wait time.Duration // opReserve
+	pick byte          // opCancel: which reservation
+}
+
+// reader hands out the fuzz input a byte at a time, zeros once it is used up.
+type reader struct{ b []byte }
+
+func (r *reader) byte() byte {
+	if len(r.b) == 0 {
+		return 0
+	}
+	v := r.b[0]
+	r.b = r.b[1:]
+	return v
+}
+
+func (r *reader) u16() uint16 { return binary.LittleEndian.Uint16([]byte{r.byte(), r.byte()}) }
+
+var (
+	fuzzPeriods = []time.Duration{1, time.Microsecond, time.Millisecond, 7 * time.Millisecond, 100 * time.Millisecond,
+		time.Second, 13 * time.Second, time.Minute, time.Hour, 24 * time.Hour}
+	// fuzzTokens mixes counts that divide the periods (exact units) with primes
+	// that do not (scale = the prime, beyond the budget for the larger ones).
+	fuzzTokens = []int64{1, 2, 3, 7, 10, 13, 31, 97, 1000, 997, 65537, 1000003}
+	fuzzKeys   = []string{"a", "b", "c", "d"}
+)
+
+// decode turns fuzz bytes into a program; false when the rule is invalid (which
+// NewRule must say with an error, not a panic).
+func decode(data []byte) (program, bool) {
+	r := &reader{b: data}
+	flags := r.byte()
+	var p program
+	l := &p.cfg.limit
+	switch flags % 3 {
+	case 1:
+		l.Refill = atomicbucket.Interval
+	case 2:
+		l.Refill, l.Aligned = atomicbucket.Interval, true
+	}
+	p.single = flags&8 != 0
+	l.Period = fuzzPeriods[int(r.byte())%len(fuzzPeriods)]
+	switch t := r.byte(); t % 4 {
+	case 0:
+		l.Tokens = 1 + int64(r.byte()%10)
+	case 1:
+		l.Tokens = 1 + int64(r.u16()%1000)
+	case 2:
+		l.Tokens = fuzzTokens[int(r.byte())%len(fuzzTokens)]
+	default:
+		l.Tokens = 1 + int64(r.byte())
+	}
+	if b := r.byte(); b&0x80 != 0 {
+		l.Burst = 1 + int64(r.u16())
+	} else {
+		l.Burst = 1 + int64(b%32)
+	}
+	if flags&4 != 0 {
+		l.Initial, l.InitialSet = int64(r.byte())%(l.Burst+1), true
+	}
+	if !p.single {
+		switch (flags >> 4) % 4 {
+		case 1:
+			p.cfg.opts.MaxKeys = 1
+		case 2:
+			p.cfg.opts.MaxKeys = 2
+		case 3:
+			p.cfg.opts.MaxKeys, p.cfg.opts.AtCap = 1, atomicbucket.AllowAtCap
+		}
+	}
+	if _, err := atomicbucket.NewRule(*l); err != nil {
+		return p, false
+	}
+	// Time steps are drawn relative to one token's worth of time.
+	emitNs := max(int64(l.Period)/l.Tokens, 1)
+	for len(r.b) > 0 && len(p.ops) < 400 {
+		op := fuzzOp{kind: opKind(r.byte() % 8), key: fuzzKeys[r.byte()%4]}
+		if p.single {
+			op.key = ""
+		}
+		switch v := r.byte(); {
+		case v == 255:
+			op.dt = int64(365 * 24 * time.Hour) // a long idle gap
+		case v >= 240:
+			op.dt = int64(v - 240) // a few ns
+		default:
+			op.dt = int64(v) * emitNs / 16
+		}
+		switch c := r.byte(); {
+		case c%16 == 15:
+			op.cost = -1
+		case c%16 == 14:
+			op.cost = l.Burst + 1 + int64(c>>4)
+		default:
+			op.cost = int64(c) % (min(l.Burst, 8) + 1)
+		}
+		switch op.kind {
+		case opAllow:
+			op.cost = 1
+		case opReserve:
+			op.wait = time.Duration(int64(r.byte()) * emitNs / 4)
+		case opCancel:
+			op.pick = r.byte()
+		case opSweep:
+			if p.single {
+				op.kind = opLen
+			}
+		case opLen:
+			op.kind = opAllowN // Len is compared after every operation anyway
+		}
+		p.ops = append(p.ops, op)
+	}
+	return p, true
+}
+
+func (p program) String() string {
+	return fmt.Sprintf("limit=%+v opts=%+v single=%v ops=%d", p.cfg.limit, p.cfg.opts, p.single, len(p.ops))
+}
+
+// maxFuzzTime keeps fuzz times well inside MaxUptime, where buckets stop refilling.
+const maxFuzzTime = int64(atomicbucket.MaxUptime / 2)
+
+// admission is a cost admitted at a time (a reservation counts at its time to act
+// unless it is cancelled before then).
+type admission struct {
+	at, cost  int64
+	res       int // reservation id, or -1
+	cancelled bool
+}
+
+// runDifferential applies p to the reference and every implementation and
+// returns the first difference; for rules whose numbers are not exactly
+// representable it checks the admission envelope instead.
+func runDifferential(p program, ims map[string]impl, exact bool) error {
+	ref := ims["reference"]
+	t := int64(time.Hour)
+	nres := 0
+	refunded := false // a refund says a request's tokens were not used: no envelope then
+	admitted := map[string]map[string][]admission{} // impl → key → admissions
+	for name := range ims {
+		admitted[name] = map[string][]admission{}
+	}
+	for i, op := range p.ops {
+		t = min(t+op.dt, maxFuzzTime)
+		where := func(name string) string {
+			return fmt.Sprintf("op %d (%v key=%q cost=%d wait=%v) at %d, impl %s", i, op.kind, op.key, op.cost, op.wait, t, name)
+		}
+		for _, name := range implNames {
+			im := ims[name]
+			if im == nil {
+				continue
+			}
+			switch op.kind {
+			case opAllow:
+				got := im.Allow(op.key, t)
+				if got {
+					admitted[name][op.key] = append(admitted[name][op.key], admission{at: t, cost: 1, res: -1})
+				}
+				if exact && name != "reference" && got != ims["reference"].(*refImpl).lastAllow {
+					return fmt.Errorf("%s: Allow = %v, reference %v", where(name), got, !got)
+				}
+				if name == "reference" {
+					ref.(*refImpl).lastAllow = got
+				}
+			case opAllowN, opPeek:
+				var got Decision
+				if op.kind == opAllowN {
+					got = im.AllowN(op.key, t, op.cost)
+					if got.Allowed && op.cost > 0 {
+						admitted[name][op.key] = append(admitted[name][op.key], admission{at: t, cost: op.cost, res: -1})
+					}
+				} else {
+					got = im.Peek(op.key, t, op.cost)
+				}
+				if name == "reference" {
+					ref.(*refImpl).lastDecision = got
+				} else if exact && got != ref.(*refImpl).lastDecision {
+					return fmt.Errorf("%s: %s, reference %s", where(name), describe(got), describe(ref.(*refImpl).lastDecision))
+				}
+			case opRefund:
+				if !exact {
+					continue // the envelope counts admissions only
+				}
+				refunded = true
+				im.Refund(op.key, t, op.cost)
+			case opReserve:
+				got := im.Reserve(op.key, t, op.cost, op.wait)
+				if got.OK && op.cost > 0 {
+					admitted[name][op.key] = append(admitted[name][op.key], admission{at: got.At, cost: op.cost, res: nres})
+				}
+				if name == "reference" {
+					ref.(*refImpl).lastRes = got
+				} else if w := ref.(*refImpl).lastRes; exact && (got.OK != w.OK || got.Delay != w.Delay || got.RetryAfter != w.RetryAfter || got.At != w.At) {
+					return fmt.Errorf("%s: reservation {ok=%v delay=%v retry=%v at=%d}, reference {ok=%v delay=%v retry=%v at=%d}",
+						where(name), got.OK, got.Delay, got.RetryAfter, got.At, w.OK, w.Delay, w.RetryAfter, w.At)
+				}
+			case opCancel:
+				if !exact || nres == 0 {
+					continue
+				}
+				id := int(op.pick) % nres
+				got := im.Cancel(id, t)
+				if got {
+					for _, adm := range admitted[name] {
+						for k := range adm {
+							if adm[k].res == id {
+								adm[k].cancelled = true
+							}
+						}
+					}
+				}
+				if name == "reference" {
+					ref.(*refImpl).lastAllow = got
+				} else if got != ref.(*refImpl).lastAllow {
+					return fmt.Errorf("%s: Cancel(#%d) = %v, reference %v", where(name), int(op.pick)%nres, got, !got)
+				}
+			case opSweep:
+				got := im.Sweep(t)
+				if name == "reference" {
+					ref.(*refImpl).lastN = got
+				} else if exact && got != ref.(*refImpl).lastN {
+					return fmt.Errorf("%s: Sweep removed %d, reference %d", where(name), got, ref.(*refImpl).lastN)
+				}
+			}
+			if exact && name != "reference" && !p.single && im.Len() != ref.Len() {
+				return fmt.Errorf("%s: Len %d, reference %d", where(name), im.Len(), ref.Len())
+			}
+		}
+		if op.kind == opReserve {
+			nres++
+		}
+	}
+	if refunded || p.cfg.opts.MaxKeys > 0 && p.cfg.opts.AtCap == atomicbucket.AllowAtCap {
+		return nil // keys beyond the cap are admitted untracked, by the caller's choice: no envelope
+	}
+	for name, keys := range admitted {
+		for key, adm := range keys {
+			if err := checkEnvelope(p.cfg.limit, adm); err != nil {
+				return fmt.Errorf("impl %s key %q: %w", name, key, err)
+			}
+		}
+	}
+	return nil
+}
+
+// checkEnvelope checks that in every window [t_i, t_j] the admitted cost is at
+// most b + r·Δ (greedy), or b + Tokens·(boundaries the window can hold) for
+// interval refill, where boundaries ≤ ⌊Δ/P⌋ + 1.
+func checkEnvelope(l atomicbucket.Limit, adm []admission) error {
+	var sorted []admission
+	for _, a := range adm {
+		if !a.cancelled {
+			sorted = append(sorted, a)
+		}
+	}
+	for i := 1; i < len(sorted); i++ { // insertion sort: reservations can act out of order
+		for j := i; j > 0 && sorted[j].at < sorted[j-1].at; j-- {
+			sorted[j], sorted[j-1] = sorted[j-1], sorted[j]
+		}
+	}
+	P := big.NewInt(int64(l.Period))
+	for i := range sorted {
+		sum := int64(0)
+		for j := i; j < len(sorted); j++ {
+			sum += sorted[j].cost
+			d := sorted[j].at - sorted[i].at
+			// greedy: sum·P ≤ b·P + n·Δ; interval: sum ≤ b + n·(⌊Δ/P⌋ + 1)
+			if l.Refill == atomicbucket.Interval {
+				if sum > l.Burst+l.Tokens*(d/int64(l.Period)+1) {
+					return fmt.Errorf("admitted %d in a window of %dns from %d: more than burst %d + %d per boundary", sum, d, sorted[i].at, l.Burst, l.Tokens)
+				}
+				continue
+			}
+			lhs := new(big.Int).Mul(big.NewInt(sum), P)
+			rhs := new(big.Int).Mul(big.NewInt(l.Burst), P)
+			rhs.Add(rhs, new(big.Int).Mul(big.NewInt(l.Tokens), big.NewInt(d)))
+			if lhs.Cmp(rhs) > 0 {
+				return fmt.Errorf("admitted %d in a window of %dns from %d: more than burst %d + %d/%v·Δ", sum, d, sorted[i].at, l.Burst, l.Tokens, l.Period)
+			}
+		}
+	}
+	return nil
+}
