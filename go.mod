@@ -6,3 +6,5 @@ require (
 	github.com/puzpuzpuz/xsync/v3 v3.5.1
 	golang.org/x/sys v0.49.0
 )
+
+require github.com/anishathalye/porcupine v1.3.1 // indirect

@@ -96,8 +96,7 @@ func (t *Table[K]) lookup(key K, now int64) *slot {
 
 // create is lookup's slow path, kept out of line so the hit path stays small.
 func (t *Table[K]) create(key K, now int64) *slot {
-	if n := t.keys.Add(1); t.maxKeys > 0 && n > t.maxKeys {
-		t.keys.Add(-1)
+	if !t.claimKey() {
 		if s, ok := t.m.Load(key); ok { // created meanwhile by another goroutine
 			return s
 		}
@@ -113,6 +112,24 @@ func (t *Table[K]) create(key K, now int64) *slot {
 		t.keys.Add(-1)
 	}
 	return s
+}
+
+// claimKey counts one more key, unless that would pass the cap. The count never
+// exceeds the cap, even for a moment, so Len is a true bound on the map's size.
+func (t *Table[K]) claimKey() bool {
+	if t.maxKeys <= 0 {
+		t.keys.Add(1)
+		return true
+	}
+	for {
+		n := t.keys.Load()
+		if n >= t.maxKeys {
+			return false
+		}
+		if t.keys.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
 }
 
 // retry yields after a check found a dead slot: the sweep that killed it is

@@ -2,6 +2,7 @@ package fuzz
 
 import (
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -55,15 +56,25 @@ func (r *refImpl) Reserve(key string, t, cost int64, maxWait time.Duration) Rese
 }
 func (r *refImpl) Cancel(id int, t int64) bool { return r.Reference.Cancel(&r.res[id], t) }
 
-// reservations keeps an implementation's reservations for Cancel.
-type reservations []atomicbucket.Reservation
+// reservations keeps an implementation's reservations for Cancel; safe for
+// concurrent use, as the concurrency tests reserve from many goroutines.
+type reservations struct {
+	mu   sync.Mutex
+	list []atomicbucket.Reservation
+}
 
 func (rs *reservations) add(key string, cost int64, r atomicbucket.Reservation) Reservation {
-	*rs = append(*rs, r)
+	rs.mu.Lock()
+	rs.list = append(rs.list, r)
+	rs.mu.Unlock()
 	return Reservation{OK: r.OK, Delay: r.Delay, RetryAfter: r.RetryAfter, Key: key, Cost: cost, At: r.At()}
 }
 
-func (rs reservations) cancel(id int, t int64) bool { return rs[id].CancelAt(t) }
+func (rs *reservations) cancel(id int, t int64) bool {
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	return rs.list[id].CancelAt(t)
+}
 
 // bucketImpl is a single Bucket, created at its first operation. It has one key.
 type bucketImpl struct {

@@ -357,3 +357,36 @@ func (r *Reference) Len() int {
 	defer r.mu.Unlock()
 	return len(r.keys)
 }
+
+// Clone returns an independent copy of the reference (for models that branch).
+func (r *Reference) Clone() *Reference {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := &Reference{p: r.p, rate: r.rate, keys: make(map[string]*state, len(r.keys))}
+	for k, s := range r.keys {
+		c.keys[k] = r.clone(s)
+	}
+	return c
+}
+
+// Equal reports whether two references hold the same buckets.
+func (r *Reference) Equal(o *Reference) bool {
+	if r == o {
+		return true
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(r.keys) != len(o.keys) {
+		return false
+	}
+	for k, s := range r.keys {
+		t := o.keys[k]
+		if t == nil || s.tokens.Cmp(t.tokens) != 0 || s.last != t.last || s.anchor != t.anchor ||
+			(s.fullSince == nil) != (t.fullSince == nil) || s.fullSince != nil && s.fullSince.Cmp(t.fullSince) != 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,315 @@
+package fuzz
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/limitgen/limitgen/atomicbucket"
+)
+
+// linInput is one operation of a concurrent history.
+type linInput struct {
+	kind opKind // opAllowN, opPeek, opRefund or opReserve
+	key  string
+	t    int64
+	cost int64
+}
+
+// linOutput is what the implementation answered.
+type linOutput struct {
+	d   Decision
+	res Reservation
+}
+
+// referenceModel checks histories against the reference: each step clones the
+// state, applies the operation and compares the answer.
+func referenceModel(p Params) porcupine.Model {
+	return porcupine.Model{
+		Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
+			byKey := map[string][]porcupine.Operation{}
+			var keys []string
+			for _, op := range h {
+				k := op.Input.(linInput).key
+				if _, ok := byKey[k]; !ok {
+					keys = append(keys, k)
+				}
+				byKey[k] = append(byKey[k], op)
+			}
+			out := make([][]porcupine.Operation, 0, len(keys))
+			for _, k := range keys {
+				out = append(out, byKey[k])
+			}
+			return out
+		},
+		Init: func() any { return NewReference(p) },
+		Step: func(state, input, output any) (bool, any) {
+			in, out := input.(linInput), output.(linOutput)
+			r := state.(*Reference).Clone()
+			switch in.kind {
+			case opAllowN:
+				return r.AllowN(in.key, in.t, in.cost) == out.d, r
+			case opPeek:
+				return r.Peek(in.key, in.t, in.cost) == out.d, r
+			case opRefund:
+				r.Refund(in.key, in.t, in.cost)
+				return true, r
+			case opReserve:
+				w := r.Reserve(in.key, in.t, in.cost, time.Second)
+				return w.OK == out.res.OK && w.Delay == out.res.Delay && w.RetryAfter == out.res.RetryAfter, r
+			}
+			return false, r
+		},
+		Equal: func(a, b any) bool { return a.(*Reference).Equal(b.(*Reference)) },
+		DescribeOperation: func(input, output any) string {
+			in, out := input.(linInput), output.(linOutput)
+			return fmt.Sprintf("%v key=%q t=%d cost=%d -> %s %+v", in.kind, in.key, in.t, in.cost, describe(out.d), out.res)
+		},
+	}
+}
+
+// runRounds drives workers goroutines through rounds of operations on im. In each
+// round time is fixed; between rounds it advances (a barrier orders the rounds).
+// A sweeper, when sweep is set, sweeps continuously at the round's time.
+func runRounds(t *testing.T, im impl, keys []string, workers, rounds, perRound int, step func(*rand.Rand) int64, sweep bool) []porcupine.Operation {
+	var (
+		clock   atomic.Int64 // orders call and return events
+		now     atomic.Int64
+		mu      sync.Mutex
+		history []porcupine.Operation
+	)
+	now.Store(int64(time.Hour))
+	stop := make(chan struct{})
+	var sweeps sync.WaitGroup
+	if sweep {
+		sweeps.Add(1)
+		go func() {
+			defer sweeps.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					im.Sweep(now.Load())
+				}
+			}
+		}()
+	}
+	rng := rand.New(rand.NewPCG(uint64(workers), uint64(rounds)))
+	for range rounds {
+		var wg sync.WaitGroup
+		for w := range workers {
+			seed := rng.Uint64()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				r := rand.New(rand.NewPCG(seed, 7))
+				local := make([]porcupine.Operation, 0, perRound)
+				for range perRound {
+					in := linInput{kind: []opKind{opAllowN, opAllowN, opAllowN, opPeek, opRefund, opReserve}[r.IntN(6)],
+						key: keys[r.IntN(len(keys))], t: now.Load(), cost: int64(r.IntN(3))}
+					call := clock.Add(1)
+					var out linOutput
+					switch in.kind {
+					case opAllowN:
+						out.d = im.AllowN(in.key, in.t, in.cost)
+					case opPeek:
+						out.d = im.Peek(in.key, in.t, in.cost)
+					case opRefund:
+						im.Refund(in.key, in.t, in.cost)
+					case opReserve:
+						out.res = im.Reserve(in.key, in.t, in.cost, time.Second)
+						out.res.Key, out.res.Cost, out.res.At = "", 0, 0
+					}
+					local = append(local, porcupine.Operation{ClientId: w, Input: in, Call: call, Output: out, Return: clock.Add(1)})
+				}
+				mu.Lock()
+				history = append(history, local...)
+				mu.Unlock()
+			}()
+		}
+		wg.Wait()
+		now.Add(step(rng))
+	}
+	close(stop)
+	sweeps.Wait()
+	return history
+}
+
+// TestLinearizable checks histories of concurrent operations on a Bucket and on
+// tables (with a concurrent sweeper) for linearizability against the reference.
+// A sweep at the rule's initial = burst is unobservable, so the model ignores it:
+// a history that needs it to be observable (a lost consumption) fails.
+func TestLinearizable(t *testing.T) {
+	l := atomicbucket.Limit{Tokens: 100, Period: time.Second, Burst: 3} // a token per 10ms
+	cfg := config{limit: l}
+	r := cfg.rule(t)
+	// Steps: mostly within a token's time, sometimes past the sweep grace.
+	step := func(rng *rand.Rand) int64 {
+		if rng.IntN(4) == 0 {
+			return int64(atomicbucket.SweepGrace) + int64(rng.IntN(int(50*time.Millisecond)))
+		}
+		return int64(rng.IntN(int(25 * time.Millisecond)))
+	}
+	rounds := 60
+	if testing.Short() {
+		rounds = 20
+	}
+	for _, c := range []struct {
+		name  string
+		im    impl
+		keys  []string
+		sweep bool
+	}{
+		{"bucket", &bucketImpl{rule: r}, []string{""}, false},
+		{"table=string", &tableImpl[string]{t: atomicbucket.NewTable[string](r, atomicbucket.TableOptions{}), key: func(s string) string { return s }}, []string{"a", "b"}, true},
+		{"table=int64", &tableImpl[int64]{t: atomicbucket.NewTable[int64](r, atomicbucket.TableOptions{}), key: intKey}, []string{"a", "b", "c"}, true},
+	} {
+		t.Run("impl="+c.name, func(t *testing.T) {
+			if c.name == "bucket" {
+				c.im.(*bucketImpl).b = atomicbucket.NewBucketAt(r, int64(time.Hour))
+			}
+			h := runRounds(t, c.im, c.keys, 4, rounds, 6, step, c.sweep)
+			res := porcupine.CheckOperationsTimeout(referenceModel(ParamsOf(&r, 0, 0)), h, 60*time.Second)
+			if res != porcupine.Ok {
+				t.Fatalf("history of %d operations is %v against the reference", len(h), res)
+			}
+			if tb, ok := c.im.(*tableImpl[string]); ok && tb.t.Evictions() == 0 {
+				t.Fatal("the sweeper never removed a bucket: the test did not exercise eviction")
+			}
+		})
+	}
+}
+
+// TestContentionEnvelope: many goroutines on one bucket or key, on the real clock,
+// never admit more than burst + rate·elapsed (golang/go#71360).
+func TestContentionEnvelope(t *testing.T) {
+	l := atomicbucket.Limit{Tokens: 10_000, Period: time.Second, Burst: 50}
+	r := atomicbucket.MustRule(l)
+	b := atomicbucket.NewBucket(r)
+	tb := atomicbucket.NewTable[int](r, atomicbucket.TableOptions{})
+	for name, allow := range map[string]func() bool{
+		"bucket": b.Allow,
+		"table":  func() bool { return tb.Allow(7) },
+	} {
+		t.Run("impl="+name, func(t *testing.T) {
+			var admitted atomic.Int64
+			start := atomicbucket.Now()
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for atomicbucket.Now()-start < int64(100*time.Millisecond) {
+						if allow() {
+							admitted.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			elapsed := atomicbucket.Now() - start
+			limit := l.Burst + l.Tokens*elapsed/int64(l.Period)
+			if got := admitted.Load(); got > limit || got < l.Burst {
+				t.Fatalf("admitted %d in %v: want between the burst %d and burst + rate·elapsed = %d", got, time.Duration(elapsed), l.Burst, limit)
+			}
+		})
+	}
+}
+
+// TestKeyCapUnderFlood: a flood of distinct keys from many goroutines never
+// makes a capped table hold more than its cap.
+func TestKeyCapUnderFlood(t *testing.T) {
+	r := atomicbucket.MustRule(atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 1})
+	for _, atCap := range []atomicbucket.AtCap{atomicbucket.DenyAtCap, atomicbucket.AllowAtCap} {
+		tb := atomicbucket.NewTable[int](r, atomicbucket.TableOptions{MaxKeys: 100, AtCap: atCap})
+		var wg sync.WaitGroup
+		var maxSeen, allowedBeyond atomic.Int64
+		for g := range 8 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 5000 {
+					ok := tb.Allow(g*1_000_000 + i)
+					if n := tb.Len(); n > maxSeen.Load() {
+						maxSeen.Store(n)
+					}
+					if ok && i >= 100 {
+						allowedBeyond.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if tb.Len() != 100 || maxSeen.Load() > 100 {
+			t.Fatalf("at cap %v: Len %d, most seen %d, want exactly the cap 100", atCap, tb.Len(), maxSeen.Load())
+		}
+		if hits := tb.AtCapHits(); hits != 8*5000-100 {
+			t.Fatalf("at cap %v: %d requests met the cap, want %d", atCap, hits, 8*5000-100)
+		}
+		if atCap == atomicbucket.DenyAtCap && allowedBeyond.Load() > 100 {
+			t.Fatalf("DenyAtCap allowed %d new keys beyond the cap", allowedBeyond.Load())
+		}
+	}
+}
+
+// TestSweepLosesNothing races checks against a sweeper on buckets that are
+// always eligible for removal when a round starts. Time is frozen within a
+// round, so a round can admit at most the burst; a consumption recorded in a
+// bucket the sweep removed (and then recreated full) would admit more.
+func TestSweepLosesNothing(t *testing.T) {
+	const burst, workers = 2, 4
+	r := atomicbucket.MustRule(atomicbucket.Limit{Tokens: 1, Period: time.Millisecond, Burst: burst})
+	tb := atomicbucket.NewTable[int](r, atomicbucket.TableOptions{})
+	rounds := 20000 // a lost consumption shows in about one run in two at 3000 rounds
+	if testing.Short() {
+		rounds = 3000
+	}
+	var now atomic.Int64
+	now.Store(int64(time.Hour))
+	stop := make(chan struct{})
+	var sweeper sync.WaitGroup
+	sweeper.Add(1)
+	go func() {
+		defer sweeper.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				tb.SweepAt(now.Load())
+			}
+		}
+	}()
+	for round := range rounds {
+		at := now.Add(int64(atomicbucket.SweepGrace) + int64(time.Millisecond)) // every bucket full for the grace
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range burst {
+					if tb.AllowNAt(round%3, at, 1).Allowed {
+						admitted.Add(1)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if n := admitted.Load(); n > burst {
+			close(stop)
+			t.Fatalf("round %d admitted %d with time frozen, want at most the burst %d: a sweep lost a consumption", round, n, burst)
+		}
+	}
+	close(stop)
+	sweeper.Wait()
+	if tb.Evictions() < int64(rounds)/10 {
+		t.Fatalf("only %d evictions in %d rounds: the race was not exercised", tb.Evictions(), rounds)
+	}
+	t.Logf("%d rounds, %d evictions", rounds, tb.Evictions())
+}
