@@ -158,7 +158,7 @@ func runDifferential(p program, ims map[string]impl, exact bool) error {
 	ref := ims["reference"]
 	t := int64(time.Hour)
 	nres := 0
-	refunded := false // a refund says a request's tokens were not used: no envelope then
+	refunded := false                               // a refund says a request's tokens were not used: no envelope then
 	admitted := map[string]map[string][]admission{} // impl → key → admissions
 	for name := range ims {
 		admitted[name] = map[string][]admission{}
@@ -287,12 +287,20 @@ func checkEnvelope(l atomicbucket.Limit, adm []admission) error {
 		for j := i; j < len(sorted); j++ {
 			sum += sorted[j].cost
 			d := sorted[j].at - sorted[i].at
-			// greedy: sum·P ≤ b·P + n·Δ; interval: sum ≤ b + n·(⌊Δ/P⌋ + 1)
+			// greedy: sum·P ≤ b·P + n·Δ; interval: sum ≤ b + n·(⌊Δ/P⌋ + 1), with act
+			// times on the grid (no rounding)
 			if l.Refill == atomicbucket.Interval {
 				if sum > l.Burst+l.Tokens*(d/int64(l.Period)+1) {
 					return fmt.Errorf("admitted %d in a window of %dns from %d: more than burst %d + %d per boundary", sum, d, sorted[i].at, l.Burst, l.Tokens)
 				}
 				continue
+			}
+			// A reservation's act time is its exact time rounded up to a whole ns, each
+			// on its own, so two acts can stand closer than their exact spacing by less
+			// than 1ns: a window ending at one gets that 1ns. Immediate admissions happen
+			// at whole-ns clock readings and get no slack.
+			if sorted[i].res >= 0 || sorted[j].res >= 0 {
+				d++
 			}
 			lhs := new(big.Int).Mul(big.NewInt(sum), P)
 			rhs := new(big.Int).Mul(big.NewInt(l.Burst), P)
