@@ -1,0 +1,51 @@
+# limitgen — the commands a contributor runs. `make test` is what CI runs.
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+
+GO        ?= go
+FUZZTIME  ?= 10m          # per target, for `make fuzz`
+SMOKEFUZZ ?= 15s          # per target, inside `make test`
+BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
+BENCHTIME ?= 0.5s
+FUZZ_TARGETS := FuzzDifferential FuzzRule
+
+.PHONY: test check unit fuzz-smoke fuzz bench bench-smoke
+
+## test: everything CI checks — formatting, vet, tidy modules, all tests with -race
+## (including the committed fuzz corpora), a short run of each fuzz target, and
+## a smoke run of the benchmarks.
+test: check unit fuzz-smoke bench-smoke
+
+check:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) mod tidy -diff
+	cd bench && $(GO) vet ./... && $(GO) mod tidy -diff
+
+unit:
+	$(GO) test -race -count=1 ./...
+
+fuzz-smoke:
+	for t in $(FUZZ_TARGETS); do \
+	  $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(SMOKEFUZZ) -fuzzminimizetime 5s ./fuzz; \
+	done
+
+bench-smoke:
+	cd bench && $(GO) test -run '^$$' -bench 'Single|Keyed/keys=1e\+03' -benchtime 200x ./...
+
+## fuzz: run each fuzz target for FUZZTIME (default 10 minutes).
+fuzz:
+	for t in $(FUZZ_TARGETS); do \
+	  $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s ./fuzz; \
+	done
+
+## bench: BENCHRUNS interleaved runs of every benchmark (each run goes through
+## every implementation once, so drift affects all alike), then a benchstat table
+## with one column per implementation.
+bench:
+	mkdir -p bench/results
+	: > bench/results/bench.txt
+	cd bench && for i in $$(seq $(BENCHRUNS)); do \
+	  $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count 1 ./... | tee -a results/bench.txt; \
+	done
+	cd bench && $(GO) tool benchstat -col /impl results/bench.txt | tee results/benchstat.txt

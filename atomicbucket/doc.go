@@ -1,0 +1,63 @@
+// Package atomicbucket is limitgen's runtime: lock-free token buckets, each held
+// in one atomic int64 and updated by compare-and-swap, alone (Bucket, for global
+// limits) or keyed in a concurrent map (Table, for per-user or per-endpoint
+// limits). It knows nothing of YAML or HTTP; generated limiters call it with
+// their numbers folded in as constants.
+//
+// # Semantics
+//
+// A bucket holds at most Burst tokens and regains them at Tokens per Period,
+// continuously (Greedy) or Tokens at a time at each boundary of a grid of the
+// Period (Interval: anchored at each bucket's first use, or at wall-clock
+// multiples of the Period when Aligned). A request of cost c is allowed iff c is
+// at most the tokens held at that moment; an allowed request takes c tokens, a
+// denied one changes nothing. A new bucket is full unless the Limit sets Initial.
+//
+// Each bucket is one word, its theoretical arrival time (GCRA): a request is
+// allowed iff max(TAT, now) + c·T − now ≤ Burst·T, where T is one token's worth
+// of time; then TAT ← max(TAT, now) + c·T. A full bucket has TAT ≤ now, so the
+// zero word is a full bucket and removing a full bucket from a table loses
+// nothing.
+//
+// # Exactness
+//
+// NewRule picks units in which the rule's numbers are whole: 1/k ns for greedy
+// rules, with k the least integer that makes T whole, and token slots of the
+// grid for interval rules. When those units fit 64 bits for MaxUptime (ten
+// years) of process uptime, every decision, remaining count, retry-after and
+// reset equals the exact rational reference (package fuzz) to the nanosecond.
+// A greedy rate whose exact unit does not fit is rounded so that each token
+// costs slightly more time: it never admits more than Burst + r·Δ in any window
+// Δ, and NewRule refuses it unless the admitted rate is within MaxRelativeError
+// (1e-6) of the written one. With one 64-bit word and ten years of range, k is
+// at most about 29, so such rounded rates meet 1e-6 only up to roughly 29,000
+// tokens per second; faster rates must be exactly representable (any rate whose
+// token count divides the period in nanoseconds times a small k, such as
+// 1,000,000/s or 3/s). NewRule says which and why.
+//
+// # Time
+//
+// The clock is the runtime's monotonic clock (Now), read once per check; every
+// check has an At form that takes the time instead. A time earlier than one a
+// bucket has already seen creates no tokens: GCRA evaluates it as given, which
+// can only be stricter. Times are clamped to [0, MaxUptime]; past MaxUptime
+// buckets stop refilling rather than overflow.
+//
+// # Limits
+//
+//   - cost 0 is allowed while the bucket is not in debt from reservations, and
+//     takes nothing;
+//   - a negative cost, or one above Burst, is denied with RetryAfter Never and
+//     changes nothing;
+//   - rate 0, burst 0, and numbers that cannot fit are refused by NewRule;
+//   - reservations run at most MaxWait ahead.
+//
+// # Tables
+//
+// A Table creates a key's bucket on first use (one map insertion) and Sweep
+// removes buckets that have been full for SweepGrace; a swept key comes back
+// as a new key. A table may cap its number of keys: at the cap a new key is
+// denied (DenyAtCap) or decided against a fresh bucket that is not stored
+// (AllowAtCap); Len, Evictions and AtCapHits make this observable. Checks on
+// existing keys never lock and never allocate.
+package atomicbucket

@@ -1,0 +1,158 @@
+package bench
+
+import (
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/puzpuzpuz/xsync/v3"
+	"golang.org/x/time/rate"
+)
+
+// allowAll is the keyed rate: high enough that every request is admitted, so
+// the benchmark measures the lookup and the bucket update.
+var allowAll = singleCase{"allow", 1_000_000, time.Second, 1_000_000}
+
+// keySet returns n distinct keys shaped like user IDs and a visiting order that
+// strides through them (not sequential, so caches do not flatter large tables).
+func keySet(n int) (keys []string, order []int32) {
+	keys = make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user-%08d", i)
+	}
+	order = make([]int32, n)
+	const stride = 7919 // prime, coprime to the powers of ten used for n
+	for i := range order {
+		order[i] = int32(i * stride % n)
+	}
+	return keys, order
+}
+
+// xrateMap is x/time/rate limiters in an xsync map: the usual way to key it.
+type xrateMap struct {
+	m     *xsync.MapOf[string, *rate.Limiter]
+	limit rate.Limit
+	burst int
+}
+
+func (x *xrateMap) Allow(key string) bool {
+	l, ok := x.m.Load(key)
+	if !ok {
+		l, _ = x.m.LoadOrCompute(key, func() *rate.Limiter { return rate.NewLimiter(x.limit, x.burst) })
+	}
+	return l.Allow()
+}
+
+// heapInUse is the live heap after a full collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// keyedImpls builds each keyed implementation: it returns the check function.
+var keyedImpls = []struct {
+	name string
+	make func(b *testing.B, n int) func(string) bool
+}{
+	{"limitgen", func(b *testing.B, n int) func(string) bool {
+		r, err := atomicbucket.NewRule(atomicbucket.Limit{Tokens: allowAll.tokens, Period: allowAll.period, Burst: allowAll.burst})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return atomicbucket.NewTable[string](r, atomicbucket.TableOptions{}).Allow
+	}},
+	{"xrate-xsync", func(b *testing.B, n int) func(string) bool {
+		x := &xrateMap{m: xsync.NewMapOf[string, *rate.Limiter](), limit: rate.Limit(allowAll.perSecond()), burst: int(allowAll.burst)}
+		return x.Allow
+	}},
+	{"sethvargo", func(b *testing.B, n int) func(string) bool {
+		take, stop := newSethvargo(b, allowAll)
+		b.Cleanup(stop)
+		return take
+	}},
+	{"throttled", func(b *testing.B, n int) func(string) bool {
+		return newThrottled(b, allowAll, 0)
+	}},
+}
+
+// populated is a keyed implementation holding every key of its set.
+type populated struct {
+	allow       func(string) bool
+	keys        []string
+	order       []int32
+	bytesPerKey float64 // live heap per key after populating (key strings excluded)
+}
+
+// tables caches populated implementations by name and size, so that the
+// benchmark functions, which testing calls once per b.N probe, build each once.
+var tables = map[string]*populated{}
+
+// table returns im holding n keys, building it on first use. The key strings are
+// allocated before the heap is measured and are shared, not copied, so B/key
+// counts what the implementation itself holds per key.
+func table(b *testing.B, name string, make func(*testing.B, int) func(string) bool, n int) *populated {
+	id := fmt.Sprintf("%s/%d", name, n)
+	if p, ok := tables[id]; ok {
+		return p
+	}
+	keys, order := keySet(n)
+	before := heapInUse()
+	allow := make(b, n)
+	for _, k := range keys {
+		allow(k)
+	}
+	p := &populated{allow: allow, keys: keys, order: order, bytesPerKey: float64(heapInUse()-before) / float64(n)}
+	tables[id] = p
+	return p
+}
+
+// BenchmarkKeyed checks keys spread over a table of n keys from one goroutine.
+// Every key exists before timing starts; at 1e6 keys it also reports the live
+// heap bytes per key (B/key).
+func BenchmarkKeyed(b *testing.B) {
+	for _, n := range []int{1_000, 1_000_000} {
+		for _, im := range keyedImpls {
+			b.Run(fmt.Sprintf("keys=%.0e/impl=%s", float64(n), im.name), func(b *testing.B) {
+				p := table(b, im.name, im.make, n)
+				i := 0
+				for b.Loop() {
+					sinkBool = p.allow(p.keys[p.order[i]])
+					if i++; i == n {
+						i = 0
+					}
+				}
+				if n >= 1_000_000 {
+					b.ReportMetric(p.bytesPerKey, "B/key")
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkKeyedParallel is BenchmarkKeyed from every core at once.
+func BenchmarkKeyedParallel(b *testing.B) {
+	for _, n := range []int{1_000, 1_000_000} {
+		for _, im := range keyedImpls {
+			b.Run(fmt.Sprintf("keys=%.0e/impl=%s", float64(n), im.name), func(b *testing.B) {
+				p := table(b, im.name, im.make, n)
+				var start atomic.Int64
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					i := int(start.Add(int64(n/4+1)) % int64(n)) // each goroutine starts elsewhere
+					for pb.Next() {
+						p.allow(p.keys[p.order[i]])
+						if i++; i == n {
+							i = 0
+						}
+					}
+				})
+			})
+		}
+	}
+}
