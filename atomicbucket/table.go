@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/puzpuzpuz/xsync/v3"
 	"golang.org/x/sys/cpu"
@@ -103,15 +104,33 @@ func (t *Table[K]) create(key K, now int64) *slot {
 		t.atCapHits.Add(1)
 		return nil
 	}
-	s, loaded := t.m.LoadOrCompute(key, func() *slot {
-		s := &slot{anchor: t.rule.newAnchor(now)}
-		s.tat.Store(t.rule.fresh(now))
-		return s
-	})
+	s, k := newSlot(key)
+	s.anchor = t.rule.newAnchor(now)
+	s.tat.Store(t.rule.fresh(now))
+	got, loaded := t.m.LoadOrStore(k, s)
 	if loaded {
 		t.keys.Add(-1)
 	}
-	return s
+	return got
+}
+
+// slotSize is the bytes a slot takes at the front of a co-allocated block.
+const slotSize = int(unsafe.Sizeof(slot{}))
+
+// newSlot allocates a bucket for key. For a non-empty string key it copies the
+// key's bytes into the same allocation, right after the slot, and returns the
+// key pointing at that copy: the map's key comparison on a lookup then brings
+// the bucket's cache line in with it (one memory miss fewer per check on large
+// tables), and the table never keeps a caller's larger buffer alive through a
+// substring key. The block holds no pointers, so the collector does not scan it.
+func newSlot[K comparable](key K) (*slot, K) {
+	ks, ok := any(key).(string)
+	if !ok || len(ks) == 0 {
+		return new(slot), key
+	}
+	buf := make([]byte, slotSize+len(ks)) // 8-byte aligned: it is at least 16 bytes
+	copy(buf[slotSize:], ks)
+	return (*slot)(unsafe.Pointer(&buf[0])), any(unsafe.String(&buf[slotSize], len(ks))).(K)
 }
 
 // claimKey counts one more key, unless that would pass the cap. The count never
@@ -144,9 +163,11 @@ func (t *Table[K]) Allow(key K) bool { return t.AllowAt(key, Now()) }
 func (t *Table[K]) AllowAt(key K, now int64) bool {
 	now = clampNow(now)
 	for {
-		s := t.lookup(key, now)
-		if s == nil {
-			return t.atCap == AllowAtCap && t.rule.debt+t.rule.emit <= t.rule.tau
+		s, ok := t.m.Load(key) // the hit path, inline: lookup is a call frame more
+		if !ok {
+			if s = t.create(key, now); s == nil {
+				return t.atCap == AllowAtCap && t.rule.debt+t.rule.emit <= t.rule.tau
+			}
 		}
 		nowU := t.rule.units(now, s.anchor)
 		tat, ok := advance(&s.tat, nowU, t.rule.emit, nowU+t.rule.tau)
