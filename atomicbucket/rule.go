@@ -168,11 +168,12 @@ func greedyFits(l Limit, scale int64) (emit int64, ok bool) {
 		return 0, false
 	}
 	emit = e.Int64()
+	// Terms are multiplied in math/big: 2·Burst alone can overflow an int64.
 	return emit, fits(
 		[2]int64{int64(MaxUptime), scale},
 		[2]int64{int64(MaxWait), scale},
-		[2]int64{2*l.Burst + 1, emit},
-	) && fits([2]int64{l.Burst, emit}, [2]int64{2, emit})
+		[2]int64{l.Burst, emit}, [2]int64{l.Burst, emit}, [2]int64{1, emit},
+	)
 }
 
 func newGreedyRule(l Limit, initial int64) (Rule, error) {
@@ -233,8 +234,10 @@ func newIntervalRule(l Limit, initial int64) (Rule, error) {
 	// Token slots: now ≤ periodsUp·Tokens; the TAT runs at most Burst + MaxWait ahead,
 	// plus one more increment ≤ Burst. Converting a slot back to ns multiplies
 	// (TAT + Burst)/Tokens + 1 periods by the period.
+	// (2·Burst)/Tokens + 1 ≤ 2·(Burst/Tokens) + 2, kept as separate terms so that
+	// nothing is multiplied outside math/big.
 	slotsOK := fits([2]int64{periodsUp + periodsAhead, l.Tokens}, [2]int64{3, l.Burst})
-	nsOK := fits([2]int64{periodsUp + periodsAhead + 3, p}, [2]int64{(2*l.Burst)/l.Tokens + 1, p})
+	nsOK := fits([2]int64{periodsUp + periodsAhead + 5, p}, [2]int64{l.Burst / l.Tokens, p}, [2]int64{l.Burst / l.Tokens, p})
 	if !slotsOK || !nsOK {
 		return Rule{}, invalid("interval rate %d per %v with burst %d does not fit 64-bit fixed point for %v of uptime; use fewer tokens per period or a smaller burst",
 			l.Tokens, l.Period, l.Burst, MaxUptime)

@@ -25,6 +25,9 @@ func TestNewRuleRejects(t *testing.T) {
 		{"tiny rate, huge burst", Limit{Tokens: 1, Period: 100 * 365 * 24 * time.Hour, Burst: 1 << 40}, "does not fit 64-bit fixed point"},
 		{"huge interval", Limit{Tokens: 1 << 40, Period: 1, Burst: 1, Refill: Interval}, "does not fit"},
 		{"inexact fast rate", Limit{Tokens: 999_999, Period: time.Second, Burst: 10}, "cannot be held exactly"},
+		// Found by FuzzRule: 2·Burst overflowed before reaching math/big, and the rule was accepted.
+		{"burst near MaxInt64", Limit{Tokens: 1<<63 - 3, Period: 1<<63 - 3, Burst: 1<<63 - 3}, "does not fit"},
+		{"interval burst near MaxInt64", Limit{Tokens: 1, Period: time.Second, Burst: 1<<63 - 3, Refill: Interval}, "does not fit"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
