@@ -30,8 +30,10 @@ fuzz-smoke:
 	  $(GO) test -run '^$$' -fuzz "^$$t\$$" -fuzztime $(SMOKEFUZZ) -fuzzminimizetime 5s ./fuzz; \
 	done
 
+# Every benchmark a few hundred times: it proves they build, set up and admit
+# (each keyed table checks that it admits before timing), not how fast they are.
 bench-smoke:
-	cd bench && $(GO) test -run '^$$' -bench 'Single|Keyed/keys=1e\+03' -benchtime 200x ./...
+	cd bench && $(GO) test -run '^$$' -bench . -benchtime 200x ./...
 
 ## fuzz: run each fuzz target for FUZZTIME (default 10 minutes).
 fuzz:
