@@ -85,17 +85,11 @@ func (t *Table[K]) Evictions() int64 { return t.evictions.Load() }
 // AtCapHits is the number of requests for new keys that met the key cap.
 func (t *Table[K]) AtCapHits() int64 { return t.atCapHits.Load() }
 
-// lookup returns key's bucket, creating it at now if needed; nil when the key is
-// new and the table is at its cap. The returned slot may be dead by the time the
-// caller uses it: callers retry then.
-func (t *Table[K]) lookup(key K, now int64) *slot {
-	if s, ok := t.m.Load(key); ok {
-		return s
-	}
-	return t.create(key, now)
-}
-
-// create is lookup's slow path, kept out of line so the hit path stays small.
+// create makes key's bucket at now, or returns the one another goroutine just
+// made; nil when the key is new and the table is at its cap. It is the slow path
+// of every check, which looks the key up with the map's Load inline (a helper
+// doing both would be a call frame more: two calls exceed the inliner's budget).
+// A slot a check gets may be dead by the time it is used: checks retry then.
 func (t *Table[K]) create(key K, now int64) *slot {
 	if !t.claimKey() {
 		if s, ok := t.m.Load(key); ok { // created meanwhile by another goroutine
@@ -163,7 +157,7 @@ func (t *Table[K]) Allow(key K) bool { return t.AllowAt(key, Now()) }
 func (t *Table[K]) AllowAt(key K, now int64) bool {
 	now = clampNow(now)
 	for {
-		s, ok := t.m.Load(key) // the hit path, inline: lookup is a call frame more
+		s, ok := t.m.Load(key)
 		if !ok {
 			if s = t.create(key, now); s == nil {
 				return t.atCap == AllowAtCap && t.rule.debt+t.rule.emit <= t.rule.tau
@@ -186,9 +180,11 @@ func (t *Table[K]) AllowN(key K, cost int64) Decision { return t.AllowNAt(key, N
 func (t *Table[K]) AllowNAt(key K, now, cost int64) Decision {
 	now = clampNow(now)
 	for {
-		s := t.lookup(key, now)
-		if s == nil {
-			return t.capDecision(now, cost)
+		s, ok := t.m.Load(key)
+		if !ok {
+			if s = t.create(key, now); s == nil {
+				return t.capDecision(now, cost)
+			}
 		}
 		nowU := t.rule.units(now, s.anchor)
 		if cost < 0 || cost > t.rule.burst {
@@ -251,7 +247,10 @@ func (t *Table[K]) Reserve(key K, cost int64, maxWait time.Duration) Reservation
 func (t *Table[K]) ReserveAt(key K, now, cost int64, maxWait time.Duration) Reservation {
 	now = clampNow(now)
 	for {
-		s := t.lookup(key, now)
+		s, ok := t.m.Load(key)
+		if !ok {
+			s = t.create(key, now)
+		}
 		if s == nil {
 			d := t.capDecision(now, cost)
 			// Untracked keys cannot hold tokens for later: only an immediate admission.

@@ -1,0 +1,69 @@
+package atomicbucket
+
+import (
+	"testing"
+	"time"
+)
+
+// TestSweepTombstone plays, step by step, the interleaving that could lose a
+// consumption: a check loads a key's bucket, a sweep removes that bucket, and
+// only then does the check try to consume from the pointer it holds. The check
+// must find the tombstone, change nothing, and (through the public path) land in
+// a new bucket that the table holds.
+func TestSweepTombstone(t *testing.T) {
+	r := mustRule(t, Limit{Tokens: 1, Period: time.Second, Burst: 2})
+	tb := NewTable[string](r, TableOptions{})
+	t0 := hour
+	tb.AllowNAt("k", t0, 0) // creates a full bucket
+	stale, ok := tb.m.Load("k")
+	if !ok {
+		t.Fatal("bucket not created")
+	}
+	later := t0 + int64(SweepGrace) + int64(time.Second)
+	if n := tb.SweepAt(later); n != 1 {
+		t.Fatalf("sweep removed %d buckets, want 1", n)
+	}
+	if tat := stale.tat.Load(); tat != dead {
+		t.Fatalf("a removed bucket's word is %d, want the tombstone %d", tat, dead)
+	}
+	// The stale check consumes through the pointer it loaded before the sweep.
+	nowU := r.units(later, stale.anchor)
+	if tat, ok := advance(&stale.tat, nowU, r.emit, nowU+r.tau); ok || tat >= 0 {
+		t.Fatalf("consumption from a removed bucket: advance = (%d, %v), want the tombstone and false", tat, ok)
+	}
+	giveBack(&stale.tat, nowU, r.emit)
+	if stale.tat.Load() != dead {
+		t.Fatal("a refund revived a removed bucket")
+	}
+	// Through the public path the check lands in a new, tracked bucket.
+	if d := tb.AllowNAt("k", later, 2); !d.Allowed || tb.Len() != 1 {
+		t.Fatalf("after the sweep: %+v with %d keys, want the burst from a new bucket", d, tb.Len())
+	}
+	if fresh, _ := tb.m.Load("k"); fresh == stale {
+		t.Fatal("the table still holds the removed bucket")
+	}
+	if d := tb.AllowNAt("k", later, 1); d.Allowed {
+		t.Fatalf("the new bucket did not record the consumption: %+v", d)
+	}
+}
+
+// TestSweepKeepsBusyBuckets: a bucket that is not full, or has been full for
+// less than SweepGrace, stays.
+func TestSweepKeepsBusyBuckets(t *testing.T) {
+	r := mustRule(t, Limit{Tokens: 1, Period: time.Second, Burst: 2})
+	tb := NewTable[int](r, TableOptions{})
+	tb.AllowNAt(1, hour, 2)                                    // full again at +2s
+	tb.AllowNAt(2, hour, 0)                                    // full since hour
+	if n := tb.SweepAt(hour + int64(SweepGrace) - 1); n != 0 { // 2 has been full for less than the grace
+		t.Fatalf("swept %d, want 0", n)
+	}
+	if n := tb.SweepAt(hour + int64(SweepGrace)); n != 1 { // 2 goes, 1 is not full
+		t.Fatalf("swept %d, want 1", n)
+	}
+	if n := tb.SweepAt(hour + 2*int64(time.Second) + int64(SweepGrace)); n != 1 { // 1 goes
+		t.Fatalf("swept %d, want 1", n)
+	}
+	if tb.Len() != 0 || tb.Evictions() != 2 {
+		t.Fatalf("Len %d, Evictions %d; want 0 and 2", tb.Len(), tb.Evictions())
+	}
+}
