@@ -38,6 +38,12 @@ var epoch = nanotime()
 // steps of the wall clock (NTP, an operator) do not move any grid.
 var wallAtEpoch = time.Now().UnixNano()
 
+// epochTime is a time.Time read just after epoch (it is declared after it, in
+// the same file, so it is initialised after it), so epochTime.Add(now) is never
+// earlier than the instant now stands for, and a context deadline measured from
+// it is never overestimated (Wait).
+var epochTime = time.Now()
+
 // Now returns the monotonic time in nanoseconds since the package epoch. It is the
 // only clock the package reads; every clock-reading check calls it exactly once.
 func Now() int64 { return nanotime() - epoch }

@@ -213,4 +213,11 @@ func TestWait(t *testing.T) {
 	if err := tb.Wait(ctx, "k", 5); !errors.Is(err, ErrCostExceedsBurst) {
 		t.Fatalf("table Wait(cost > burst) = %v", err)
 	}
+	capped := NewTable[string](r, TableOptions{MaxKeys: 1})
+	if err := capped.Wait(ctx, "a", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := capped.Wait(ctx, "b", 1); !errors.Is(err, ErrAtCap) {
+		t.Fatalf("Wait for a new key at the cap = %v, want ErrAtCap", err)
+	}
 }

@@ -71,10 +71,9 @@ func (r *Rule) reserve(w *atomic.Int64, now, anchor, cost int64, maxWait time.Du
 // ErrCostExceedsBurst is returned by Wait for a cost that no wait can serve.
 var ErrCostExceedsBurst = errors.New("atomicbucket: cost exceeds the burst or is negative")
 
-// epochTime is a time.Time at or just after epoch (it is read after it), so
-// epochTime.Add(now) is never earlier than the instant now stands for and a
-// deadline measured from it is never overestimated.
-var epochTime = time.Now()
+// ErrAtCap is returned by Table.Wait for a new key when the table is at its key
+// cap and denies new keys (DenyAtCap).
+var ErrAtCap = errors.New("atomicbucket: new key refused: the table is at its key cap")
 
 // waitBudget is how long Wait may wait: until ctx's deadline, or MaxWait.
 func waitBudget(ctx context.Context, now, cost int64) (time.Duration, error) {
@@ -103,7 +102,10 @@ func (r *Reservation) wait(ctx context.Context, cost int64, maxWait time.Duratio
 		if _, has := ctx.Deadline(); has && r.RetryAfter > maxWait {
 			return fmt.Errorf("atomicbucket: %v needed, beyond the context's deadline: %w", r.RetryAfter, context.DeadlineExceeded)
 		}
-		return fmt.Errorf("atomicbucket: %v needed, beyond MaxWait (%v)", r.RetryAfter, MaxWait)
+		if r.RetryAfter > maxWait {
+			return fmt.Errorf("atomicbucket: %v needed, beyond MaxWait (%v)", r.RetryAfter, MaxWait)
+		}
+		return ErrAtCap // refused with a wait it could afford: only a table at its key cap does that
 	}
 	if r.Delay == 0 {
 		return nil

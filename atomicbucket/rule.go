@@ -33,7 +33,8 @@ func (r Refill) String() string {
 }
 
 // Limit is a rate limit as a person writes it: Tokens per Period, bursts of up to
-// Burst. NewRule turns it into a Rule, the form buckets use.
+// Burst. NewRule turns it into a Rule, the form buckets use. The zero Limit is
+// invalid (a rate of 0 never refills): NewRule says so.
 type Limit struct {
 	Tokens  int64         // tokens added per Period; at least 1
 	Period  time.Duration // at least 1ns

@@ -103,7 +103,8 @@ func (r *Rule) decide(ok bool, tat, inc, now, nowU, anchor int64) Decision {
 	return d
 }
 
-// Decision is the outcome of a check, returned by value.
+// Decision is the outcome of a check, returned by value (32 bytes, no pointers).
+// The zero Decision is a denial that says nothing more.
 type Decision struct {
 	// RetryAfter is 0 when allowed; when denied, the least wait after which the
 	// same request would be allowed with no other traffic, or Never when its cost
