@@ -7,4 +7,4 @@ require (
 	golang.org/x/sys v0.49.0
 )
 
-require github.com/anishathalye/porcupine v1.3.1 // indirect
+require github.com/anishathalye/porcupine v1.3.1
