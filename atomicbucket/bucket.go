@@ -140,14 +140,7 @@ func (b *Bucket) ReserveAt(now, cost int64, maxWait time.Duration) Reservation {
 // gives the tokens back. Every error it returns for a context wraps ctx's error
 // or context.DeadlineExceeded.
 func (b *Bucket) Wait(ctx context.Context, cost int64) error {
-	if err := ctx.Err(); err != nil {
-		return waitError(cost, err)
-	}
-	now := Now()
-	maxWait, err := waitBudget(ctx, now, cost)
-	if err != nil {
-		return err
-	}
-	res := b.ReserveAt(now, cost, maxWait)
-	return res.wait(ctx, cost, maxWait)
+	return waitOn(ctx, cost, func(now int64, maxWait time.Duration) Reservation {
+		return b.ReserveAt(now, cost, maxWait)
+	})
 }

@@ -75,6 +75,22 @@ var ErrCostExceedsBurst = errors.New("atomicbucket: cost exceeds the burst or is
 // cap and denies new keys (DenyAtCap).
 var ErrAtCap = errors.New("atomicbucket: new key refused: the table is at its key cap")
 
+// waitOn is Wait for any bucket: reserve takes the tokens at now if they can be
+// had within maxWait. It reads the clock once. The closure does not escape, so it
+// costs no allocation (TestZeroAllocs).
+func waitOn(ctx context.Context, cost int64, reserve func(now int64, maxWait time.Duration) Reservation) error {
+	if err := ctx.Err(); err != nil {
+		return waitError(cost, err)
+	}
+	now := Now()
+	maxWait, err := waitBudget(ctx, now, cost)
+	if err != nil {
+		return err
+	}
+	res := reserve(now, maxWait)
+	return res.wait(ctx, cost, maxWait)
+}
+
 // waitBudget is how long Wait may wait: until ctx's deadline, or MaxWait.
 func waitBudget(ctx context.Context, now, cost int64) (time.Duration, error) {
 	dl, ok := ctx.Deadline()

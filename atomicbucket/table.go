@@ -266,16 +266,9 @@ func (t *Table[K]) ReserveAt(key K, now, cost int64, maxWait time.Duration) Rese
 // Wait blocks until a request of cost for key may proceed, or ctx is done; see
 // Bucket.Wait.
 func (t *Table[K]) Wait(ctx context.Context, key K, cost int64) error {
-	if err := ctx.Err(); err != nil {
-		return waitError(cost, err)
-	}
-	now := Now()
-	maxWait, err := waitBudget(ctx, now, cost)
-	if err != nil {
-		return err
-	}
-	res := t.ReserveAt(key, now, cost, maxWait)
-	return res.wait(ctx, cost, maxWait)
+	return waitOn(ctx, cost, func(now int64, maxWait time.Duration) Reservation {
+		return t.ReserveAt(key, now, cost, maxWait)
+	})
 }
 
 // Sweep removes the buckets that have been full for at least SweepGrace and
