@@ -87,14 +87,14 @@ func runRounds(t *testing.T, im impl, keys []string, workers, rounds, perRound i
 	rng := rand.New(rand.NewPCG(uint64(workers), uint64(rounds)))
 	for range rounds {
 		var wg sync.WaitGroup
-		start := make(chan struct{}) // releases the round's workers and its sweeper together
-		stopSweeping := sweepWhile(start, func() { im.Sweep(now.Load()) }, sweep)
+		start := make(chan struct{}) // starts the round: its sweeper, then its workers
+		ready, stopSweeping := sweepWhile(start, func() { im.Sweep(now.Load()) }, sweep)
 		for w := range workers {
 			seed := rng.Uint64()
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				<-start
+				<-ready
 				r := rand.New(rand.NewPCG(seed, 7))
 				local := make([]porcupine.Operation, 0, perRound)
 				for range perRound {
@@ -128,19 +128,23 @@ func runRounds(t *testing.T, im impl, keys []string, workers, rounds, perRound i
 	return history
 }
 
-// sweepWhile starts, when on, a goroutine that waits for start and then sweeps
-// over and over until the returned function is called: at least once per round
-// however loaded the machine is, and continuously while the round's checks run,
-// so that sweeps and checks overlap.
-func sweepWhile(start <-chan struct{}, sweep func(), on bool) (stop func()) {
+// sweepWhile starts, when on, a goroutine that waits for start, sweeps once,
+// closes ready (which releases the round's checks), and then sweeps over and over
+// until stop is called. The first sweep comes before the checks, so a round that
+// follows a step past the grace always removes the buckets that were full,
+// however the scheduler orders goroutines (without it, a run in twenty under
+// -race had no removal at all); the later sweeps overlap the checks.
+func sweepWhile(start <-chan struct{}, sweep func(), on bool) (ready <-chan struct{}, stop func()) {
 	if !on {
-		return func() {}
+		return start, func() {}
 	}
 	var done atomic.Bool
-	finished := make(chan struct{})
+	finished, first := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(finished)
 		<-start
+		sweep()
+		close(first)
 		for {
 			sweep()
 			if done.Load() {
@@ -149,7 +153,7 @@ func sweepWhile(start <-chan struct{}, sweep func(), on bool) (stop func()) {
 			runtime.Gosched()
 		}
 	}()
-	return func() {
+	return first, func() {
 		done.Store(true)
 		<-finished
 	}
