@@ -12,7 +12,11 @@ BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
 BENCHTIME ?= 0.5s
 FUZZ_TARGETS := FuzzDifferential FuzzRule
 
-.PHONY: test check unit fuzz-smoke fuzz bench bench-smoke
+.PHONY: test check unit fuzz-smoke fuzz bench bench-smoke generate
+
+## generate: regenerate generated/ from policy.yaml.
+generate:
+	$(GO) generate ./...
 
 ## test: everything CI checks — formatting, vet, tidy modules, all tests with -race
 ## (including the committed fuzz corpora), a short run of each fuzz target, and
@@ -20,6 +24,7 @@ FUZZ_TARGETS := FuzzDifferential FuzzRule
 test: check unit fuzz-smoke bench-smoke
 
 check:
+	$(GO) run ./gen -check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
@@ -44,7 +49,7 @@ fuzz:
 ## bench: BENCHRUNS interleaved runs of every benchmark (each run goes through
 ## every implementation once, so drift affects all alike), then a benchstat table
 ## with one column per implementation.
-bench:
+bench: generate
 	mkdir -p bench/results
 	: > bench/results/bench.txt
 	cd bench && for i in $$(seq $(BENCHRUNS)); do \

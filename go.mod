@@ -7,4 +7,8 @@ require (
 	golang.org/x/sys v0.49.0
 )
 
-require github.com/anishathalye/porcupine v1.3.1
+require (
+	github.com/anishathalye/porcupine v1.3.1
+	github.com/dave/jennifer v1.7.1
+	go.yaml.in/yaml/v3 v3.0.4
+)

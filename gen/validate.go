@@ -1,0 +1,465 @@
+package main
+
+import (
+	"fmt"
+	"go/token"
+	"math/big"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"go.yaml.in/yaml/v3"
+)
+
+var (
+	identRe   = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*$`)
+	pkgRe     = regexp.MustCompile(`^[a-z][a-z0-9]*$`)
+	keyTypes  = []string{"string", "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64", "none"}
+	unitNames = map[string]time.Duration{
+		"ns": time.Nanosecond, "us": time.Microsecond, "µs": time.Microsecond, "ms": time.Millisecond,
+		"s": time.Second, "sec": time.Second, "second": time.Second,
+		"m": time.Minute, "min": time.Minute, "minute": time.Minute,
+		"h": time.Hour, "hr": time.Hour, "hour": time.Hour,
+		"d": 24 * time.Hour, "day": 24 * time.Hour,
+	}
+)
+
+// validate checks the parsed policy's meaning and builds the model. Every
+// problem is collected in p.diags.
+func (p *parser) validate(doc *policyDoc) *model {
+	m := &model{source: p.file}
+	if doc.pkg == nil {
+		p.errorf(doc.node, "missing field package: the Go package name to generate, such as package: limits")
+	} else if v := doc.pkg.Value; !pkgRe.MatchString(v) || token.IsKeyword(v) {
+		p.errorf(doc.pkg, "package %q is not a Go package name; use lower-case letters and digits, such as limits", v)
+	} else {
+		m.pkg = v
+	}
+	m.plans = p.plans(doc.plans)
+	if len(doc.rules) == 0 {
+		p.errorf(doc.node, "no rules: a policy needs at least one rule under rules:")
+	}
+	seen := map[string]*yaml.Node{}
+	for _, rd := range doc.rules {
+		r, ok := p.rule(rd, m.plans)
+		if !ok {
+			continue
+		}
+		if prev, dup := seen[r.goName]; dup {
+			p.errorf(rd.fields["name"], "rule %q becomes Go name %s, as does the rule at line %d; rename one", r.name, r.goName, prev.Line)
+			continue
+		}
+		seen[r.goName] = rd.fields["name"]
+		m.rules = append(m.rules, r)
+	}
+	for _, td := range doc.tiers {
+		if t, ok := p.tier(td, m, seen); ok {
+			m.tiers = append(m.tiers, t)
+		}
+	}
+	return m
+}
+
+func (p *parser) plans(n *yaml.Node) []plan {
+	if n == nil {
+		return nil
+	}
+	var out []plan
+	for _, item := range p.sequence(n, "plans") {
+		name := item.Value
+		if !identRe.MatchString(name) {
+			p.errorf(item, "plan %q is not a name; use letters, digits and underscores, starting with a letter", name)
+			continue
+		}
+		if slices.ContainsFunc(out, func(q plan) bool { return q.name == name }) {
+			p.errorf(item, "plan %q listed twice", name)
+			continue
+		}
+		out = append(out, plan{name: name, goName: "Plan" + camel(name)})
+	}
+	return out
+}
+
+// camel turns per_user or perUser into PerUser.
+func camel(s string) string {
+	var b strings.Builder
+	up := true
+	for _, r := range s {
+		if r == '_' {
+			up = true
+			continue
+		}
+		if up {
+			r = unicode.ToUpper(r)
+			up = false
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// goName checks a rule or tier name and returns its exported Go identifier.
+func (p *parser) goName(n *yaml.Node, what string) (string, bool) {
+	if n == nil {
+		return "", false
+	}
+	name := n.Value
+	switch {
+	case !identRe.MatchString(name):
+		p.errorf(n, "%s name %q is not an identifier; use letters, digits and underscores, starting with a letter", what, name)
+	case token.IsKeyword(name):
+		p.errorf(n, "%s name %q is a Go keyword; choose another name", what, name)
+	case camel(name) == "Plan":
+		p.errorf(n, "%s name %q is reserved for the generated Plan type; choose another name", what, name)
+	default:
+		return camel(name), true
+	}
+	return "", false
+}
+
+func (p *parser) rule(rd *ruleDoc, plans []plan) (rule, bool) {
+	var r rule
+	nameNode := rd.fields["name"]
+	if nameNode == nil {
+		p.errorf(rd.node, "a rule needs a name, such as name: PerUser")
+		return r, false
+	}
+	var ok bool
+	if r.goName, ok = p.goName(nameNode, "rule"); !ok {
+		return r, false
+	}
+	r.name = nameNode.Value
+	what := fmt.Sprintf("rule %q", r.name)
+	valid := true
+	bad := func(n *yaml.Node, format string, args ...any) {
+		p.errorf(n, what+": "+format, args...)
+		valid = false
+	}
+
+	r.keyType = "none"
+	if n := rd.fields["key"]; n != nil {
+		if !slices.Contains(keyTypes, n.Value) {
+			if s := didYouMean(n.Value, keyTypes); s != "" {
+				bad(n, "key type %q is not supported; did you mean %q? (string, an integer type, or none)", n.Value, s)
+			} else {
+				bad(n, "key type %q is not supported; use string, an integer type such as int64, or none for a global limit", n.Value)
+			}
+		}
+		r.keyType = n.Value
+	}
+	if r.keyType == "none" {
+		r.keyType = ""
+	}
+
+	base, baseOK := p.limit(rd.fields, rd.keys, rd.node, what, nil)
+	valid = valid && baseOK
+	r.cost = base.cost
+
+	if n := rd.fields["max_keys"]; n != nil {
+		v, ok := p.int(n, what, "max_keys", 1)
+		switch {
+		case !ok:
+			valid = false
+		case r.keyType == "":
+			bad(n, "max_keys needs keys: a rule without key: is one global bucket")
+		default:
+			r.maxKeys = v
+		}
+	}
+	if n := rd.fields["at_cap"]; n != nil {
+		switch {
+		case n.Value != "deny" && n.Value != "allow":
+			bad(n, "at_cap %q: use deny (refuse new keys at the cap) or allow (admit them untracked)", n.Value)
+		case rd.fields["max_keys"] == nil:
+			bad(n, "at_cap applies only with max_keys")
+		default:
+			r.allowCap = n.Value == "allow"
+		}
+	}
+
+	switch {
+	case len(rd.plans) > 0 && len(plans) == 0:
+		bad(rd.fields["plans"], "plans given, but the policy declares none; list them at the top: plans: [free, pro]")
+	case len(rd.plans) == 0:
+		// No numbers of its own per plan: one bucket set shared by every plan (a
+		// global limit stays global whatever the caller's plan).
+		r.limits = []limit{base}
+	default:
+		r.planned = true
+		r.limits = make([]limit, len(plans))
+		for i := range r.limits {
+			r.limits[i] = base
+		}
+		names := make([]string, len(plans))
+		for i, pl := range plans {
+			names[i] = pl.name
+		}
+		given := map[string]bool{}
+		for _, pd := range rd.plans {
+			i := slices.Index(names, pd.name.Value)
+			if i < 0 {
+				msg := fmt.Sprintf("plan %q is not declared under plans: (%s)", pd.name.Value, strings.Join(names, ", "))
+				if s := didYouMean(pd.name.Value, names); s != "" {
+					msg += fmt.Sprintf("; did you mean %q?", s)
+				}
+				bad(pd.name, "%s", msg)
+				continue
+			}
+			if given[pd.name.Value] {
+				bad(pd.name, "plan %q given twice", pd.name.Value)
+				continue
+			}
+			given[pd.name.Value] = true
+			l, ok := p.limit(pd.fields, pd.keys, pd.name, what+" plan "+strconv.Quote(pd.name.Value), &base)
+			valid = valid && ok
+			r.limits[i] = l
+		}
+	}
+	if !valid {
+		return r, false
+	}
+	r.doc = ruleDoc_(r, plans)
+	return r, true
+}
+
+// limit reads rate, burst, refill, aligned, initial and cost from fields. With
+// base set (a plan's override), missing fields take the base's values and the
+// refill fields are not allowed.
+func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what string, base *limit) (limit, bool) {
+	var l limit
+	if base != nil {
+		l = *base
+	}
+	ok := true
+	bad := func(n *yaml.Node, format string, args ...any) {
+		p.errorf(n, what+": "+format, args...)
+		ok = false
+	}
+	if base == nil {
+		if n := fields["refill"]; n != nil {
+			switch n.Value {
+			case "greedy":
+			case "interval":
+				l.interval = true
+			default:
+				bad(n, "refill %q: use greedy (continuous) or interval (tokens at each period boundary)", n.Value)
+			}
+		}
+		if n := fields["aligned"]; n != nil {
+			v, err := strconv.ParseBool(n.Value)
+			switch {
+			case err != nil:
+				bad(n, "aligned %q: use true or false", n.Value)
+			case v && !l.interval:
+				bad(n, "aligned applies to interval refill only; add refill: interval")
+			default:
+				l.aligned = v
+			}
+		}
+	}
+
+	var rateNodes []string
+	for _, f := range []string{"rate", "tokens_per_second", "rps"} {
+		if fields[f] != nil {
+			rateNodes = append(rateNodes, f)
+		}
+	}
+	switch {
+	case len(rateNodes) > 1:
+		bad(keys[rateNodes[1]], "give the rate once: %s and %s both set it", rateNodes[0], rateNodes[1])
+	case len(rateNodes) == 1:
+		n := fields[rateNodes[0]]
+		var err error
+		if rateNodes[0] == "rate" {
+			l.tokens, l.periodNs, err = parseRate(n.Value, l.interval)
+		} else {
+			l.tokens, l.periodNs, err = parsePerSecond(n.Value, l.interval)
+		}
+		if err != nil {
+			bad(n, "%v", err)
+		}
+	case base == nil:
+		bad(at, "no rate: add rate: such as rate: 100/s, rate: 5 per 10s or tokens_per_second: 100")
+	}
+
+	if n := fields["burst"]; n != nil {
+		if v, good := p.int(n, what, "burst", 1); good {
+			l.burst = v
+		} else {
+			ok = false
+		}
+	} else if base == nil {
+		bad(at, "no burst: add burst:, the most tokens the bucket holds (at least 1)")
+	}
+	if base == nil {
+		l.cost = 1
+	}
+	if n := fields["cost"]; n != nil {
+		if v, good := p.int(n, what, "cost", 1); good {
+			l.cost = v
+		} else {
+			ok = false
+		}
+	}
+	if n := fields["initial"]; n != nil {
+		if v, good := p.int(n, what, "initial", 0); good {
+			l.initial, l.initialSet = v, true
+		} else {
+			ok = false
+		}
+	}
+	if !ok {
+		return l, false
+	}
+	if l.burst > 0 && l.cost > l.burst {
+		n := fields["cost"]
+		if n == nil {
+			n = fields["burst"]
+		}
+		bad(n, "burst %d is below the cost %d of one request, which could never pass; raise burst to at least %d", l.burst, l.cost, l.cost)
+		return l, false
+	}
+	if l.initialSet && l.initial > l.burst {
+		bad(fields["initial"], "initial %d exceeds burst %d; initial must be between 0 and the burst", l.initial, l.burst)
+		return l, false
+	}
+	if _, err := atomicbucket.NewRule(l.atomic()); err != nil {
+		n := fields["rate"]
+		if n == nil {
+			n = at
+		}
+		bad(n, "%s", strings.TrimPrefix(strings.TrimPrefix(err.Error(), atomicbucket.ErrInvalidLimit.Error()), ": "))
+		return l, false
+	}
+	return l, true
+}
+
+// atomic is the limit as the runtime takes it.
+func (l limit) atomic() atomicbucket.Limit {
+	refill := atomicbucket.Greedy
+	if l.interval {
+		refill = atomicbucket.Interval
+	}
+	return atomicbucket.Limit{Tokens: l.tokens, Period: time.Duration(l.periodNs), Burst: l.burst,
+		Refill: refill, Aligned: l.aligned, Initial: l.initial, InitialSet: l.initialSet}
+}
+
+func (p *parser) int(n *yaml.Node, what, field string, least int64) (int64, bool) {
+	v, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 10, 64)
+	switch {
+	case err != nil || n.Kind != yaml.ScalarNode:
+		p.errorf(n, "%s: %s %q is not a whole number", what, field, n.Value)
+	case v < least && field == "burst":
+		p.errorf(n, "%s: burst %d admits nothing; burst must be at least 1", what, v)
+	case v < least:
+		p.errorf(n, "%s: %s %d must be at least %d", what, field, v, least)
+	default:
+		return v, true
+	}
+	return 0, false
+}
+
+// parseRate reads "100/s", "1000/min", "2/h", "5/10s", "5 per 10s", "10 per second"
+// or "0.5/s" into whole tokens per whole nanoseconds.
+func parseRate(s string, interval bool) (tokens, periodNs int64, err error) {
+	s = strings.TrimSpace(s)
+	var num, per string
+	if i := strings.Index(s, "/"); i >= 0 {
+		num, per = s[:i], s[i+1:]
+	} else if i := strings.Index(s, " per "); i >= 0 {
+		num, per = s[:i], s[i+len(" per "):]
+	} else {
+		return 0, 0, fmt.Errorf("rate %q is not a rate; write it as 100/s, 1000/min, 2/h or 5 per 10s", s)
+	}
+	num, per = strings.TrimSpace(num), strings.TrimSpace(per)
+	d, ok := unitNames[per]
+	if !ok {
+		pd, perr := time.ParseDuration(per)
+		if perr != nil || pd <= 0 {
+			return 0, 0, fmt.Errorf("rate %q: %q is not a period; use s, min, h, d or a duration such as 10s", s, per)
+		}
+		d = pd
+	}
+	return wholeRate(s, num, int64(d), interval)
+}
+
+// parsePerSecond reads a tokens_per_second or rps value.
+func parsePerSecond(s string, interval bool) (int64, int64, error) {
+	return wholeRate(s, strings.TrimSpace(s), int64(time.Second), interval)
+}
+
+// wholeRate turns a decimal count per period into whole tokens per whole ns:
+// 0.5 per 1s becomes 1 per 2s. Interval refill keeps its period, so its count
+// must be whole.
+func wholeRate(s, num string, periodNs int64, interval bool) (int64, int64, error) {
+	r, ok := new(big.Rat).SetString(num)
+	if !ok || strings.ContainsAny(num, "eE/") {
+		return 0, 0, fmt.Errorf("rate %q: %q is not a number of tokens", s, num)
+	}
+	if r.Sign() <= 0 {
+		return 0, 0, fmt.Errorf("rate %q admits nothing: a rate of 0 never refills; give a positive rate", s)
+	}
+	if interval && !r.IsInt() {
+		return 0, 0, fmt.Errorf("rate %q: interval refill adds whole tokens at each period; %s per period is not whole, write the rate over a longer period", s, num)
+	}
+	per := new(big.Int).Mul(r.Denom(), big.NewInt(periodNs))
+	if !r.Num().IsInt64() || !per.IsInt64() {
+		return 0, 0, fmt.Errorf("rate %q does not fit: the tokens or the period is too large", s)
+	}
+	return r.Num().Int64(), per.Int64(), nil
+}
+
+func (p *parser) tier(td *tierDoc, m *model, rules map[string]*yaml.Node) (tier, bool) {
+	var t tier
+	var ok bool
+	if t.goName, ok = p.goName(td.fields["name"], "tier"); !ok {
+		if td.fields["name"] == nil {
+			p.errorf(td.node, "a tier needs a name, such as name: API")
+		}
+		return t, false
+	}
+	t.name = td.fields["name"].Value
+	if _, clash := rules[t.goName]; clash {
+		p.errorf(td.fields["name"], "tier %q becomes Go name %s, which a rule already has; rename one", t.name, t.goName)
+		return t, false
+	}
+	list := td.fields["rules"]
+	if list == nil {
+		p.errorf(td.node, "tier %q: no rules; list the rules a request must pass together, such as rules: [PerUser, Global]", t.name)
+		return t, false
+	}
+	names := make([]string, len(m.rules))
+	for i, r := range m.rules {
+		names[i] = r.name
+	}
+	valid := true
+	for _, n := range p.sequence(list, "a tier's rules") {
+		i := slices.Index(names, n.Value)
+		switch {
+		case i < 0:
+			msg := fmt.Sprintf("tier %q: no rule named %q", t.name, n.Value)
+			if s := didYouMean(n.Value, names); s != "" {
+				msg += fmt.Sprintf("; did you mean %q?", s)
+			}
+			p.errorf(n, "%s", msg)
+			valid = false
+		case slices.Contains(t.rules, i):
+			p.errorf(n, "tier %q names rule %q twice; a request passes each rule once", t.name, n.Value)
+			valid = false
+		default:
+			t.rules = append(t.rules, i)
+		}
+	}
+	if !valid || len(t.rules) == 0 {
+		if valid {
+			p.errorf(list, "tier %q: no rules; list at least one", t.name)
+		}
+		return t, false
+	}
+	t.doc = tierDoc_(t, m)
+	return t, true
+}
