@@ -79,7 +79,7 @@ func emitPlans(m *model) jen.Code {
 		Comment("numPlans is the number of plans.").Line().
 		Const().Id("numPlans").Op("=").Lit(len(m.plans)).Line().Line().
 		Comment("ErrUnknownPlan is returned by Wait for a Plan value outside the constants.").Line().
-		Var().Id("ErrUnknownPlan").Op("=").Qual("errors", "New").Call(jen.Lit(m.pkg+": unknown plan"))
+		Var().Id("ErrUnknownPlan").Op("=").Qual("errors", "New").Call(jen.Lit(m.pkg + ": unknown plan"))
 }
 
 // lowerFirst turns PerUser into perUser.
@@ -240,7 +240,7 @@ func emitRule(m *model, r rule) jen.Code {
 			costs[i] = lit(l.cost)
 		}
 		g.Line().Comment(fmt.Sprintf("%sCost is each plan's default cost for %s.", lowerFirst(r.goName), r.goName)).Line()
-		g.Var().Id(lowerFirst(r.goName)+"Cost").Op("=").Index(jen.Id("numPlans")).Int64().Values(costs...).Line()
+		g.Var().Id(lowerFirst(r.goName) + "Cost").Op("=").Index(jen.Id("numPlans")).Int64().Values(costs...).Line()
 	}
 
 	for _, mt := range r.methods() {
@@ -394,6 +394,6 @@ func emitTier(m *model, t tier) jen.Code {
 		body = append(body, jen.If(jen.Op("!").Add(d.Clone()).Dot("Allowed")).Block(undo...))
 	}
 	body = append(body, jen.Return(jen.Id("TierDecision").Values(jen.Dict{jen.Id("Decision"): jen.Id(fmt.Sprintf("d%d", len(t.rules)-1))})))
-	g.Func().Id(t.goName+"At").Params(append(params, jen.Id("now").Int64())...).Id("TierDecision").Block(body...).Line()
+	g.Func().Id(t.goName + "At").Params(append(params, jen.Id("now").Int64())...).Id("TierDecision").Block(body...).Line()
 	return g
 }

@@ -17,14 +17,14 @@ type plan struct {
 }
 
 type rule struct {
-	name     string // as written in the policy
-	goName   string // exported Go identifier
-	keyType  string // Go type of the key; "" for a global (single-bucket) rule
-	planned  bool   // the rule has its own numbers per plan, and a bucket set per plan
+	name     string  // as written in the policy
+	goName   string  // exported Go identifier
+	keyType  string  // Go type of the key; "" for a global (single-bucket) rule
+	planned  bool    // the rule has its own numbers per plan, and a bucket set per plan
 	limits   []limit // one, or one per plan (in the order of model.plans) when planned
-	cost     int64 // default cost of Allow
-	maxKeys  int64 // 0: no cap
-	allowCap bool  // at the cap: allow untracked (else deny)
+	cost     int64   // default cost of Allow
+	maxKeys  int64   // 0: no cap
+	allowCap bool    // at the cap: allow untracked (else deny)
 	doc      string
 }
 
