@@ -195,14 +195,14 @@ func newGreedyRule(l Limit, initial int64) (Rule, error) {
 			}
 		}
 		if lo < 1 {
-			return Rule{}, invalid("rate %d per %v with burst %d does not fit 64-bit fixed point for %v of uptime; use a smaller burst or a faster rate",
-				l.Tokens, l.Period, l.Burst, MaxUptime)
+			return Rule{}, invalid("rate %d per %v with burst %d does not fit 64-bit fixed point for ten years of uptime; use a smaller burst or a faster rate",
+				l.Tokens, l.Period, l.Burst)
 		}
 		scale = lo
 		emit, _ = greedyFits(l, scale)
 		if e := relativeError(l, scale, emit); e > MaxRelativeError {
-			return Rule{}, invalid("rate %d per %v cannot be held exactly in 64-bit fixed point (best unit 1/%d ns errs by %.2g > %g); use a token count that divides %d·%d",
-				l.Tokens, l.Period, scale, e, MaxRelativeError, int64(l.Period), scale)
+			return Rule{}, invalid("rate %d per %v cannot be held in 64-bit fixed point within %g (the closest is off by %.2g); use a rate whose time per token is a whole number of nanoseconds, such as %d per %v, or a slower one",
+				l.Tokens, l.Period, MaxRelativeError, e, nearestExact(l), l.Period)
 		}
 	}
 	return Rule{
@@ -216,6 +216,19 @@ func newGreedyRule(l Limit, initial int64) (Rule, error) {
 		exact:    exact,
 		limit:    l,
 	}, nil
+}
+
+// nearestExact is the token count closest to l.Tokens (not above it) whose time
+// per token over l.Period is a whole number of nanoseconds: a divisor of the
+// period. It is only a suggestion for error messages.
+func nearestExact(l Limit) int64 {
+	p := int64(l.Period)
+	for n := min(l.Tokens, p); n > 1; n-- {
+		if p%n == 0 {
+			return n
+		}
+	}
+	return 1
 }
 
 // relativeError is how much lower the admitted rate is than the written one:
@@ -240,8 +253,8 @@ func newIntervalRule(l Limit, initial int64) (Rule, error) {
 	slotsOK := fits([2]int64{periodsUp + periodsAhead, l.Tokens}, [2]int64{3, l.Burst})
 	nsOK := fits([2]int64{periodsUp + periodsAhead + 5, p}, [2]int64{l.Burst / l.Tokens, p}, [2]int64{l.Burst / l.Tokens, p})
 	if !slotsOK || !nsOK {
-		return Rule{}, invalid("interval rate %d per %v with burst %d does not fit 64-bit fixed point for %v of uptime; use fewer tokens per period or a smaller burst",
-			l.Tokens, l.Period, l.Burst, MaxUptime)
+		return Rule{}, invalid("interval rate %d per %v with burst %d does not fit 64-bit fixed point for ten years of uptime; use fewer tokens per period or a smaller burst",
+			l.Tokens, l.Period, l.Burst)
 	}
 	r := Rule{
 		emit:     1,

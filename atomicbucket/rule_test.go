@@ -24,7 +24,7 @@ func TestNewRuleRejects(t *testing.T) {
 		// golang/go#71154: a tiny rate must not overflow; with a huge burst it cannot fit.
 		{"tiny rate, huge burst", Limit{Tokens: 1, Period: 100 * 365 * 24 * time.Hour, Burst: 1 << 40}, "does not fit 64-bit fixed point"},
 		{"huge interval", Limit{Tokens: 1 << 40, Period: 1, Burst: 1, Refill: Interval}, "does not fit"},
-		{"inexact fast rate", Limit{Tokens: 999_999, Period: time.Second, Burst: 10}, "cannot be held exactly"},
+		{"inexact fast rate", Limit{Tokens: 999_999, Period: time.Second, Burst: 10}, "such as 800000 per 1s"},
 		// Found by FuzzRule: 2·Burst overflowed before reaching math/big, and the rule was accepted.
 		{"burst near MaxInt64", Limit{Tokens: 1<<63 - 3, Period: 1<<63 - 3, Burst: 1<<63 - 3}, "does not fit"},
 		{"interval burst near MaxInt64", Limit{Tokens: 1, Period: time.Second, Burst: 1<<63 - 3, Refill: Interval}, "does not fit"},
