@@ -8,6 +8,7 @@
 package fuzz
 
 import (
+	"fmt"
 	"math/big"
 	"sync"
 	"time"
@@ -389,4 +390,43 @@ func (r *Reference) Equal(o *Reference) bool {
 		}
 	}
 	return true
+}
+
+// Admission is a cost admitted for a key at a time.
+type Admission struct {
+	Key      string
+	At, Cost int64
+}
+
+// CheckEnvelope checks, key by key, that in every window [a, b] between two
+// admissions the admitted cost is at most Burst + rate·(b − a) for greedy
+// refill, or Burst + Tokens·(⌊(b − a)/Period⌋ + 1) for interval refill: what no
+// rule may exceed, exact or not.
+func CheckEnvelope(l atomicbucket.Limit, adm []Admission) error {
+	byKey := map[string][]Admission{}
+	for _, a := range adm {
+		byKey[a.Key] = append(byKey[a.Key], a)
+	}
+	P := big.NewInt(int64(l.Period))
+	for key, list := range byKey {
+		for i := range list {
+			sum := int64(0)
+			for j := i; j < len(list); j++ {
+				sum += list[j].Cost
+				d := list[j].At - list[i].At
+				if l.Refill == atomicbucket.Interval {
+					if sum > l.Burst+l.Tokens*(d/int64(l.Period)+1) {
+						return fmt.Errorf("key %q: %d admitted in %dns", key, sum, d)
+					}
+					continue
+				}
+				lhs := new(big.Int).Mul(big.NewInt(sum), P)
+				rhs := new(big.Int).Add(new(big.Int).Mul(big.NewInt(l.Burst), P), new(big.Int).Mul(big.NewInt(l.Tokens), big.NewInt(d)))
+				if lhs.Cmp(rhs) > 0 {
+					return fmt.Errorf("key %q: %d admitted in %dns, more than burst %d + %d per %v", key, sum, d, l.Burst, l.Tokens, l.Period)
+				}
+			}
+		}
+	}
+	return nil
 }

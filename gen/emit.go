@@ -118,10 +118,11 @@ func limitLit(l limit) jen.Code {
 	return rt("MustRule").Call(rt("Limit").Values(d))
 }
 
-// newStore builds one bucket set for a limit.
+// newStore builds one bucket set for a limit. A global rule's bucket is created
+// at now (its initial tokens and its interval grid start then).
 func newStore(r rule, l limit) jen.Code {
 	if r.keyType == "" {
-		return rt("NewBucket").Call(limitLit(l))
+		return rt("NewBucketAt").Call(limitLit(l), jen.Id("now"))
 	}
 	opts := jen.Dict{}
 	if r.maxKeys > 0 {
@@ -231,9 +232,33 @@ func emitRule(m *model, r rule) jen.Code {
 		field = jen.Id("s").Op("*").Add(store(r))
 		init = newStore(r, r.limits[0])
 	}
-	g.Var().Id(r.goName).Op("=").Op("&").Id(typ).Values(jen.Dict{jen.Id("s"): init}).Line().Line()
+	ctor := "new" + typ
+	if r.keyType == "" {
+		g.Var().Id(r.goName).Op("=").Id(ctor).Call(rt("Now").Call()).Line().Line()
+		g.Comment(fmt.Sprintf("%s returns %s's buckets, created at now (ns since the atomicbucket epoch).", ctor, r.goName)).Line()
+		g.Func().Id(ctor).Params(jen.Id("now").Int64()).Op("*").Id(typ).Block(
+			jen.Return(jen.Op("&").Id(typ).Values(jen.Dict{jen.Id("s"): init}))).Line().Line()
+	} else {
+		g.Var().Id(r.goName).Op("=").Id(ctor).Call().Line().Line()
+		g.Comment(fmt.Sprintf("%s returns %s's (empty) tables.", ctor, r.goName)).Line()
+		g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
+			jen.Return(jen.Op("&").Id(typ).Values(jen.Dict{jen.Id("s"): init}))).Line().Line()
+	}
 	g.Comment(fmt.Sprintf("%s is the type of %s. Its methods are safe for concurrent use.", typ, r.goName)).Line()
 	g.Type().Id(typ).Struct(field).Line()
+	// Rule: the runtime numbers behind the limiter.
+	ruleParams, target := []jen.Code{}, jen.Id("l").Dot("s")
+	if r.planned {
+		ruleParams = append(ruleParams, jen.Id("plan").Id("Plan"))
+		target = jen.Id("l").Dot("s").Index(jen.Id("plan"))
+	}
+	g.Line().Comment("Rule returns the runtime rule behind the limiter (its units, exactness and limits).").Line()
+	ruleBody := []jen.Code{}
+	if r.planned {
+		ruleBody = append(ruleBody, jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(jen.Nil())))
+	}
+	ruleBody = append(ruleBody, jen.Return(target.Dot("Rule").Call()))
+	g.Func().Params(recv).Id("Rule").Params(ruleParams...).Op("*").Add(rt("Rule")).Block(ruleBody...).Line()
 	if r.planned && r.costDiffers() {
 		costs := make([]jen.Code, len(r.limits))
 		for i, l := range r.limits {

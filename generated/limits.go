@@ -34,39 +34,52 @@ var ErrUnknownPlan = errors.New("limits: unknown plan")
 // plan 100 requests per second per key, in bursts of up to 500; on the enterprise plan 1000
 // requests per second per key, in bursts of up to 2000. It tracks at most 1000000 keys and beyond
 // that denies new keys.
-var PerUser = &PerUserLimiter{s: [numPlans]*atomicbucket.Table[string]{
-	PlanEnterprise: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-		Burst:  2000,
-		Period: 1000000000,
-		Refill: atomicbucket.Greedy,
-		Tokens: 1000,
-	}), atomicbucket.TableOptions{
-		AtCap:   atomicbucket.DenyAtCap,
-		MaxKeys: 1000000,
-	}),
-	PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-		Burst:  50,
-		Period: 1000000000,
-		Refill: atomicbucket.Greedy,
-		Tokens: 10,
-	}), atomicbucket.TableOptions{
-		AtCap:   atomicbucket.DenyAtCap,
-		MaxKeys: 1000000,
-	}),
-	PlanPro: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-		Burst:  500,
-		Period: 1000000000,
-		Refill: atomicbucket.Greedy,
-		Tokens: 100,
-	}), atomicbucket.TableOptions{
-		AtCap:   atomicbucket.DenyAtCap,
-		MaxKeys: 1000000,
-	}),
-}}
+var PerUser = newPerUserLimiter()
+
+// newPerUserLimiter returns PerUser's (empty) tables.
+func newPerUserLimiter() *PerUserLimiter {
+	return &PerUserLimiter{s: [numPlans]*atomicbucket.Table[string]{
+		PlanEnterprise: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
+			Burst:  2000,
+			Period: 1000000000,
+			Refill: atomicbucket.Greedy,
+			Tokens: 1000,
+		}), atomicbucket.TableOptions{
+			AtCap:   atomicbucket.DenyAtCap,
+			MaxKeys: 1000000,
+		}),
+		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
+			Burst:  50,
+			Period: 1000000000,
+			Refill: atomicbucket.Greedy,
+			Tokens: 10,
+		}), atomicbucket.TableOptions{
+			AtCap:   atomicbucket.DenyAtCap,
+			MaxKeys: 1000000,
+		}),
+		PlanPro: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
+			Burst:  500,
+			Period: 1000000000,
+			Refill: atomicbucket.Greedy,
+			Tokens: 100,
+		}), atomicbucket.TableOptions{
+			AtCap:   atomicbucket.DenyAtCap,
+			MaxKeys: 1000000,
+		}),
+	}}
+}
 
 // PerUserLimiter is the type of PerUser. Its methods are safe for concurrent use.
 type PerUserLimiter struct {
 	s [numPlans]*atomicbucket.Table[string]
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *PerUserLimiter) Rule(plan Plan) *atomicbucket.Rule {
+	if plan >= numPlans {
+		return nil
+	}
+	return l.s[plan].Rule()
 }
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
@@ -190,16 +203,26 @@ func (l *PerUserLimiter) RunSweeper(ctx context.Context, interval time.Duration)
 }
 
 // PerEndpoint allows 1000 requests per minute per key, in bursts of up to 200.
-var PerEndpoint = &PerEndpointLimiter{s: atomicbucket.NewTable[int64](atomicbucket.MustRule(atomicbucket.Limit{
-	Burst:  200,
-	Period: 60000000000,
-	Refill: atomicbucket.Greedy,
-	Tokens: 1000,
-}), atomicbucket.TableOptions{})}
+var PerEndpoint = newPerEndpointLimiter()
+
+// newPerEndpointLimiter returns PerEndpoint's (empty) tables.
+func newPerEndpointLimiter() *PerEndpointLimiter {
+	return &PerEndpointLimiter{s: atomicbucket.NewTable[int64](atomicbucket.MustRule(atomicbucket.Limit{
+		Burst:  200,
+		Period: 60000000000,
+		Refill: atomicbucket.Greedy,
+		Tokens: 1000,
+	}), atomicbucket.TableOptions{})}
+}
 
 // PerEndpointLimiter is the type of PerEndpoint. Its methods are safe for concurrent use.
 type PerEndpointLimiter struct {
 	s *atomicbucket.Table[int64]
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *PerEndpointLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
 }
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
@@ -283,18 +306,28 @@ func (l *PerEndpointLimiter) RunSweeper(ctx context.Context, interval time.Durat
 
 // Login allows 5 requests every 10s per key, added 5 at a time at each 10s boundary from the
 // bucket's first use, in bursts of up to 5; a new bucket starts with 3.
-var Login = &LoginLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-	Burst:      5,
-	Initial:    3,
-	InitialSet: true,
-	Period:     10000000000,
-	Refill:     atomicbucket.Interval,
-	Tokens:     5,
-}), atomicbucket.TableOptions{})}
+var Login = newLoginLimiter()
+
+// newLoginLimiter returns Login's (empty) tables.
+func newLoginLimiter() *LoginLimiter {
+	return &LoginLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
+		Burst:      5,
+		Initial:    3,
+		InitialSet: true,
+		Period:     10000000000,
+		Refill:     atomicbucket.Interval,
+		Tokens:     5,
+	}), atomicbucket.TableOptions{})}
+}
 
 // LoginLimiter is the type of Login. Its methods are safe for concurrent use.
 type LoginLimiter struct {
 	s *atomicbucket.Table[string]
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *LoginLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
 }
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
@@ -378,17 +411,27 @@ func (l *LoginLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
 
 // DailyExport allows 100 requests per day per key, added 100 at a time at each 24h0m0s boundary
 // aligned to the wall clock, in bursts of up to 100.
-var DailyExport = &DailyExportLimiter{s: atomicbucket.NewTable[uint64](atomicbucket.MustRule(atomicbucket.Limit{
-	Aligned: true,
-	Burst:   100,
-	Period:  86400000000000,
-	Refill:  atomicbucket.Interval,
-	Tokens:  100,
-}), atomicbucket.TableOptions{})}
+var DailyExport = newDailyExportLimiter()
+
+// newDailyExportLimiter returns DailyExport's (empty) tables.
+func newDailyExportLimiter() *DailyExportLimiter {
+	return &DailyExportLimiter{s: atomicbucket.NewTable[uint64](atomicbucket.MustRule(atomicbucket.Limit{
+		Aligned: true,
+		Burst:   100,
+		Period:  86400000000000,
+		Refill:  atomicbucket.Interval,
+		Tokens:  100,
+	}), atomicbucket.TableOptions{})}
+}
 
 // DailyExportLimiter is the type of DailyExport. Its methods are safe for concurrent use.
 type DailyExportLimiter struct {
 	s *atomicbucket.Table[uint64]
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *DailyExportLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
 }
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
@@ -473,19 +516,29 @@ func (l *DailyExportLimiter) RunSweeper(ctx context.Context, interval time.Durat
 // Upload allows 100 tokens per second per key, in bursts of up to 1000; a request costs 10 tokens
 // unless told otherwise. It tracks at most 100000 keys and beyond that admits new keys without
 // tracking them.
-var Upload = &UploadLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-	Burst:  1000,
-	Period: 1000000000,
-	Refill: atomicbucket.Greedy,
-	Tokens: 100,
-}), atomicbucket.TableOptions{
-	AtCap:   atomicbucket.AllowAtCap,
-	MaxKeys: 100000,
-})}
+var Upload = newUploadLimiter()
+
+// newUploadLimiter returns Upload's (empty) tables.
+func newUploadLimiter() *UploadLimiter {
+	return &UploadLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
+		Burst:  1000,
+		Period: 1000000000,
+		Refill: atomicbucket.Greedy,
+		Tokens: 100,
+	}), atomicbucket.TableOptions{
+		AtCap:   atomicbucket.AllowAtCap,
+		MaxKeys: 100000,
+	})}
+}
 
 // UploadLimiter is the type of Upload. Its methods are safe for concurrent use.
 type UploadLimiter struct {
 	s *atomicbucket.Table[string]
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *UploadLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
 }
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
@@ -568,16 +621,26 @@ func (l *UploadLimiter) RunSweeper(ctx context.Context, interval time.Duration) 
 }
 
 // Global allows 2000 requests per second in total, in bursts of up to 4000.
-var Global = &GlobalLimiter{s: atomicbucket.NewBucket(atomicbucket.MustRule(atomicbucket.Limit{
-	Burst:  4000,
-	Period: 1000000000,
-	Refill: atomicbucket.Greedy,
-	Tokens: 2000,
-}))}
+var Global = newGlobalLimiter(atomicbucket.Now())
+
+// newGlobalLimiter returns Global's buckets, created at now (ns since the atomicbucket epoch).
+func newGlobalLimiter(now int64) *GlobalLimiter {
+	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustRule(atomicbucket.Limit{
+		Burst:  4000,
+		Period: 1000000000,
+		Refill: atomicbucket.Greedy,
+		Tokens: 2000,
+	}), now)}
+}
 
 // GlobalLimiter is the type of Global. Its methods are safe for concurrent use.
 type GlobalLimiter struct {
 	s *atomicbucket.Bucket
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *GlobalLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
 }
 
 // Allow reports whether a request is allowed now, taking its tokens if so.

@@ -1,0 +1,299 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"text/template"
+)
+
+// TestGeneratedPackagesRun generates every policy in testdata/valid (and the
+// repository's policy.yaml) into its own package of a scratch module, together
+// with a test written from the model: each rule (each plan of it) and each tier
+// is driven through a seeded sequence of requests at explicit times and compared,
+// decision for decision, with the exact reference of package fuzz (tiers with
+// the reference composed all-or-nothing). One `go test ./...` builds and runs
+// them all.
+func TestGeneratedPackagesRun(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies, _ := filepath.Glob("testdata/valid/*.yaml")
+	policies = append(policies, "../policy.yaml")
+	if len(policies) < 20 {
+		t.Fatalf("%d valid policies, want at least 20", len(policies))
+	}
+	mod := t.TempDir()
+	gomod := fmt.Sprintf("module gentest\n\ngo 1.26.0\n\nrequire github.com/limitgen/limitgen v0.0.0-00010101000000-000000000000\n\nreplace github.com/limitgen/limitgen => %s\n", root)
+	must(t, os.WriteFile(filepath.Join(mod, "go.mod"), []byte(gomod), 0o644))
+	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
+	must(t, err)
+	must(t, os.WriteFile(filepath.Join(mod, "go.sum"), sum, 0o644))
+
+	for i, path := range policies {
+		raw, err := os.ReadFile(path)
+		must(t, err)
+		m, err := compile(filepath.Base(path), raw)
+		if err != nil {
+			t.Fatalf("%s: %v", path, err)
+		}
+		src, err := render(m)
+		must(t, err)
+		dir := filepath.Join(mod, fmt.Sprintf("p%02d", i))
+		must(t, os.MkdirAll(dir, 0o755))
+		must(t, os.WriteFile(filepath.Join(dir, m.pkg+".go"), src, 0o644))
+		var harness bytes.Buffer
+		if err := harnessTmpl.Execute(&harness, harnessData(m)); err != nil {
+			t.Fatal(err)
+		}
+		must(t, os.WriteFile(filepath.Join(dir, "harness_test.go"), harness.Bytes(), 0o644))
+	}
+	cmd := exec.Command("go", "test", "-count=1", "./...")
+	cmd.Dir = mod
+	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("go test in the generated module: %v\n%s", err, out)
+	}
+	passed := 0
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, "ok ") {
+			passed++
+		}
+	}
+	if passed != len(policies) {
+		t.Fatalf("%d of %d generated packages passed:\n%s", passed, len(policies), out)
+	}
+	t.Logf("%d generated packages built and matched the reference:\n%s", len(policies), out)
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The harness's view of the model.
+type hRule struct {
+	GoName, KeyType string
+	Keyed, Planned  bool
+	Plans           []hPlan // one entry ("", no plan) for rules without plans
+	MaxKeys         int64
+	AllowCap        bool
+}
+
+type hPlan struct {
+	Const string // PlanPro, or "" for a rule without plans
+	Burst int64
+	Emit  int64 // ns per token, at least 1
+	Cost  int64 // default cost
+}
+
+type hTier struct {
+	GoName  string
+	Planned bool
+	Rules   []hRule
+}
+
+type hModel struct {
+	Pkg   string
+	Plans []string
+	Rules []hRule
+	Tiers []hTier
+}
+
+func harnessData(m *model) hModel {
+	h := hModel{Pkg: m.pkg}
+	for _, p := range m.plans {
+		h.Plans = append(h.Plans, p.goName)
+	}
+	conv := func(r rule) hRule {
+		hr := hRule{GoName: r.goName, KeyType: r.keyType, Keyed: r.keyType != "", Planned: r.planned, MaxKeys: r.maxKeys, AllowCap: r.allowCap}
+		for i, l := range r.limits {
+			p := hPlan{Burst: l.burst, Emit: max(l.periodNs/l.tokens, 1), Cost: l.cost}
+			if r.planned {
+				p.Const = m.plans[i].goName
+			}
+			hr.Plans = append(hr.Plans, p)
+		}
+		return hr
+	}
+	for _, r := range m.rules {
+		h.Rules = append(h.Rules, conv(r))
+	}
+	for _, t := range m.tiers {
+		ht := hTier{GoName: t.goName}
+		for _, ri := range t.rules {
+			hr := conv(m.rules[ri])
+			ht.Planned = ht.Planned || hr.Planned
+			ht.Rules = append(ht.Rules, hr)
+		}
+		h.Tiers = append(h.Tiers, ht)
+	}
+	return h
+}
+
+var harnessTmpl = template.Must(template.New("harness").Funcs(template.FuncMap{
+	"key": func(r hRule) string { // the generated method's key argument, from k
+		switch {
+		case !r.Keyed:
+			return ""
+		case r.KeyType == "string":
+			return `"k"+strconv.Itoa(k), `
+		default:
+			return r.KeyType + "(k), "
+		}
+	},
+	"refKey": func(r hRule) string { // the reference's key for the same k
+		switch {
+		case !r.Keyed:
+			return `""`
+		case r.KeyType == "string":
+			return `"k"+strconv.Itoa(k)`
+		default:
+			return "strconv.Itoa(k)"
+		}
+	},
+	"plan": func(p hPlan) string {
+		if p.Const == "" {
+			return ""
+		}
+		return p.Const + ", "
+	},
+	"make": func(r hRule) string {
+		if r.Keyed {
+			return "new" + r.GoName + "Limiter()"
+		}
+		return "new" + r.GoName + "Limiter(t0)"
+	},
+	"atCap": func(r hRule) string {
+		if r.AllowCap {
+			return "atomicbucket.AllowAtCap"
+		}
+		return "atomicbucket.DenyAtCap"
+	},
+}).Parse(`package {{.Pkg}}
+
+import (
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/fuzz"
+)
+
+var _ = strconv.Itoa
+
+const t0 = int64(time.Hour)
+
+// costs draws a cost: mostly small, sometimes the burst, 0, or out of range.
+func costs(rng *rand.Rand, burst int64) int64 {
+	return []int64{0, 1, 1, 1, 2, 3, burst, burst + 1, -1}[rng.IntN(9)]
+}
+
+func TestRulesMatchReference(t *testing.T) {
+{{- range $r := .Rules}}{{range $p := .Plans}}
+	t.Run("{{$r.GoName}}{{$p.Const}}", func(t *testing.T) {
+		l := {{make $r}}
+		rule := l.Rule({{if $p.Const}}{{$p.Const}}{{end}})
+		ref := fuzz.NewReference(fuzz.ParamsOf(rule, {{$r.MaxKeys}}, {{atCap $r}}))
+		{{- if not $r.Keyed}}
+		ref.AllowN("", t0, 0) // the global bucket exists from t0, as the limiter's does
+		{{- end}}
+		exact := rule.Exact()
+		var admitted []fuzz.Admission // for rules held only approximately: the envelope
+		rng := rand.New(rand.NewPCG(1, 2))
+		now := t0
+		for i := range 400 {
+			now += rng.Int64N(min(2*{{$p.Emit}}+1, int64(atomicbucket.MaxUptime)/1000)) // stay inside MaxUptime, where time stops
+			k := rng.IntN(4)
+			_ = k
+			if !exact { // the contract is the envelope: record what is admitted
+				cost := costs(rng, {{$p.Burst}})
+				if l.AllowNAt({{plan $p}}{{key $r}}now, cost).Allowed && cost > 0 {
+					admitted = append(admitted, fuzz.Admission{Key: {{refKey $r}}, At: now, Cost: cost})
+				}
+				continue
+			}
+			if i%5 == 4 { // the default cost, through Allow
+				got, want := l.AllowAt({{plan $p}}{{key $r}}now), ref.AllowN({{refKey $r}}, now, {{$p.Cost}}).Allowed
+				if got != want {
+					t.Fatalf("step %d: Allow = %v, reference %v", i, got, want)
+				}
+				continue
+			}
+			cost := costs(rng, {{$p.Burst}})
+			if got, want := l.PeekAt({{plan $p}}{{key $r}}now, cost), ref.Peek({{refKey $r}}, now, cost); got != want {
+				t.Fatalf("step %d: PeekAt(cost %d) = %+v, reference %+v", i, cost, got, want)
+			}
+			if got, want := l.AllowNAt({{plan $p}}{{key $r}}now, cost), ref.AllowN({{refKey $r}}, now, cost); got != want {
+				t.Fatalf("step %d: AllowNAt(cost %d) = %+v, reference %+v", i, cost, got, want)
+			}
+		}
+		if !exact {
+			if e := rule.RelativeError(); e <= 0 || e > atomicbucket.MaxRelativeError {
+				t.Fatalf("an inexact rule reports relative error %g", e)
+			}
+			if err := fuzz.CheckEnvelope(rule.Limit(), admitted); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+{{- end}}{{end}}
+}
+
+func TestTiersMatchReference(t *testing.T) {
+{{- range $t := .Tiers}}{{range $pi, $pc := $.Plans}}{{if or $t.Planned (eq $pi 0)}}
+	t.Run("{{$t.GoName}}{{if $t.Planned}}{{$pc}}{{end}}", func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(3, 4))
+		{{- range $i, $r := $t.Rules}}
+		{{$r.GoName}} = {{make $r}}
+		{{- end}}
+		refs := []*fuzz.Reference{
+			{{- range $i, $r := $t.Rules}}
+			fuzz.NewReference(fuzz.ParamsOf({{$r.GoName}}.Rule({{if $r.Planned}}{{$pc}}{{end}}), {{$r.MaxKeys}}, {{atCap $r}})),
+			{{- end}}
+		}
+		{{- range $i, $r := $t.Rules}}{{if not $r.Keyed}}
+		refs[{{$i}}].AllowN("", t0, 0) // the global bucket exists from t0
+		{{- end}}{{end}}
+		names := []string{ {{- range $t.Rules}}"{{.GoName}}", {{end -}} }
+		now := t0
+		for i := range 300 {
+			now += rng.Int64N(int64(20 * time.Millisecond))
+			k := rng.IntN(3)
+			_ = k
+			got := {{$t.GoName}}At({{if $t.Planned}}{{$pc}}, {{end}}{{range $t.Rules}}{{key .}}{{end}}now)
+			keys := []string{ {{- range $t.Rules}}{{refKey .}}, {{end -}} }
+			costs := []int64{ {{- range $t.Rules}}{{with index .Plans 0}}{{.Cost}}{{end}}, {{end -}} }
+			{{- range $i, $r := $t.Rules}}{{if $r.Planned}}
+			costs[{{$i}}] = []int64{ {{- range $r.Plans}}{{.Cost}}, {{end -}} }[{{$pi}}]
+			{{- end}}{{end}}
+			var want atomicbucket.Decision
+			deniedBy := ""
+			for j, ref := range refs {
+				want = ref.AllowN(keys[j], now, costs[j])
+				if !want.Allowed {
+					for back := j - 1; back >= 0; back-- {
+						refs[back].Refund(keys[back], now, costs[back])
+					}
+					deniedBy = names[j]
+					break
+				}
+			}
+			if got.Decision != want || got.DeniedBy != deniedBy {
+				t.Fatalf("step %d: %+v denied by %q, reference %+v denied by %q", i, got.Decision, got.DeniedBy, want, deniedBy)
+			}
+		}
+	})
+{{- end}}{{end}}{{end}}
+}
+`))
