@@ -12,7 +12,7 @@ BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
 BENCHTIME ?= 0.5s
 FUZZ_TARGETS := FuzzDifferential FuzzRule
 
-.PHONY: test check unit fuzz-smoke fuzz bench bench-smoke generate
+.PHONY: test check unit examples fuzz-smoke fuzz bench bench-smoke generate
 
 ## generate: regenerate generated/ from policy.yaml.
 generate:
@@ -21,7 +21,7 @@ generate:
 ## test: everything CI checks — formatting, vet, tidy modules, all tests with -race
 ## (including the committed fuzz corpora), a short run of each fuzz target, and
 ## a smoke run of the benchmarks.
-test: check unit fuzz-smoke bench-smoke
+test: check unit examples fuzz-smoke bench-smoke
 
 check:
 	$(GO) run ./gen -check
@@ -32,6 +32,12 @@ check:
 
 unit:
 	$(GO) test -race -count=1 ./...
+
+# The example user module: generate through its go.mod tool line, fail if that
+# changes the checked-in package, then vet and test it.
+examples:
+	cd examples/quickstart && $(GO) generate ./... && git diff --exit-code -- . && \
+	  $(GO) mod tidy -diff && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 fuzz-smoke:
 	fuzz/run.sh FuzzDifferential $(SMOKE_FuzzDifferential)

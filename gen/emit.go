@@ -358,8 +358,8 @@ func emitKeyedExtras(r rule, recv jen.Code) jen.Code {
 
 func emitTierDecision() jen.Code {
 	return jen.Line().
-		Comment("TierDecision is the outcome of a tier: the decision of the rule that denied, or").Line().
-		Comment("of the last rule when every rule allowed.").Line().
+		Comment("TierDecision is the outcome of a tier: the decision of the rule that denied, or,").Line().
+		Comment("when every rule allowed, of the most constraining one (the fewest tokens remaining).").Line().
 		Type().Id("TierDecision").Struct(
 		rt("Decision"),
 		jen.Id("DeniedBy").String().Comment("the rule that denied; empty when allowed"),
@@ -418,7 +418,14 @@ func emitTier(m *model, t tier) jen.Code {
 			jen.Id("Decision"): d.Clone(), jen.Id("DeniedBy"): jen.Lit(r.goName)})))
 		body = append(body, jen.If(jen.Op("!").Add(d.Clone()).Dot("Allowed")).Block(undo...))
 	}
-	body = append(body, jen.Return(jen.Id("TierDecision").Values(jen.Dict{jen.Id("Decision"): jen.Id(fmt.Sprintf("d%d", len(t.rules)-1))})))
+	// Every rule allowed: report the most constraining one (the fewest remaining;
+	// the earliest on a tie), which is what rate-limit headers should show.
+	body = append(body, jen.Id("most").Op(":=").Id("d0"))
+	for i := 1; i < len(t.rules); i++ {
+		d := jen.Id(fmt.Sprintf("d%d", i))
+		body = append(body, jen.If(d.Clone().Dot("Remaining").Op("<").Id("most").Dot("Remaining")).Block(jen.Id("most").Op("=").Add(d.Clone())))
+	}
+	body = append(body, jen.Return(jen.Id("TierDecision").Values(jen.Dict{jen.Id("Decision"): jen.Id("most")})))
 	g.Func().Id(t.goName + "At").Params(append(params, jen.Id("now").Int64())...).Id("TierDecision").Block(body...).Line()
 	return g
 }

@@ -698,8 +698,8 @@ func (l *GlobalLimiter) RefundAt(now int64, cost int64) {
 	l.s.RefundAt(now, cost)
 }
 
-// TierDecision is the outcome of a tier: the decision of the rule that denied, or
-// of the last rule when every rule allowed.
+// TierDecision is the outcome of a tier: the decision of the rule that denied, or,
+// when every rule allowed, of the most constraining one (the fewest tokens remaining).
 type TierDecision struct {
 	atomicbucket.Decision
 	DeniedBy string // the rule that denied; empty when allowed
@@ -737,5 +737,12 @@ func APIAt(plan Plan, perUserKey string, perEndpointKey int64, now int64) TierDe
 			DeniedBy: "Global",
 		}
 	}
-	return TierDecision{Decision: d2}
+	most := d0
+	if d1.Remaining < most.Remaining {
+		most = d1
+	}
+	if d2.Remaining < most.Remaining {
+		most = d2
+	}
+	return TierDecision{Decision: most}
 }

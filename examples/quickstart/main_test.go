@@ -1,0 +1,30 @@
+package main
+
+import (
+	"fmt"
+	"net/http/httptest"
+
+	"example.com/quickstart/limits"
+)
+
+// A free user gets a burst of 10, then 429s; a pro user is not affected.
+func Example() {
+	for i := range 12 {
+		w := httptest.NewRecorder()
+		handle(w, limits.PlanFree, "alice")
+		if i >= 9 {
+			fmt.Println(w.Code, w.Header().Get("Retry-After"), w.Body.String())
+		}
+	}
+	w := httptest.NewRecorder()
+	handle(w, limits.PlanPro, "alice")
+	fmt.Print(w.Code, " ", w.Body.String())
+	// Output:
+	// 200  ok, 0 left
+	//
+	// 429 1 rate limited by PerUser
+	//
+	// 429 1 rate limited by PerUser
+	//
+	// 200 ok, 99 left
+}
