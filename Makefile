@@ -8,6 +8,7 @@ FUZZTIME  ?= 10m          # per target, for `make fuzz`
 # a duration budget can end in go1.26's coordinator deadline race (golang/go#75804).
 SMOKE_FuzzDifferential ?= 150000x
 SMOKE_FuzzRule         ?= 300000x
+SMOKE_FuzzPolicy       ?= 100000x
 BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
 BENCHTIME ?= 0.5s
 FUZZ_TARGETS := FuzzDifferential FuzzRule
@@ -42,6 +43,7 @@ examples:
 fuzz-smoke:
 	fuzz/run.sh FuzzDifferential $(SMOKE_FuzzDifferential)
 	fuzz/run.sh FuzzRule $(SMOKE_FuzzRule)
+	fuzz/run.sh FuzzPolicy $(SMOKE_FuzzPolicy) ./gen
 
 # Every benchmark a few hundred times: it proves they build, set up and admit
 # (each keyed table checks that it admits before timing), not how fast they are.
@@ -51,6 +53,7 @@ bench-smoke:
 ## fuzz: run each fuzz target for FUZZTIME (default 10 minutes).
 fuzz:
 	for t in $(FUZZ_TARGETS); do fuzz/run.sh $$t $(FUZZTIME); done
+	fuzz/run.sh FuzzPolicy $(FUZZTIME) ./gen
 
 ## bench: BENCHRUNS interleaved runs of every benchmark (each run goes through
 ## every implementation once, so drift affects all alike), then a benchstat table

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# fuzz/run.sh TARGET BUDGET — runs one fuzz target of package ./fuzz for BUDGET
-# (a duration such as 10m, or an execution count such as 200000x).
+# fuzz/run.sh TARGET BUDGET [PACKAGE] — runs one fuzz target of PACKAGE (./fuzz
+# by default) for BUDGET (a duration such as 10m, or a count such as 200000x).
 #
 # It fails on a real finding: a reproducer written under testdata/fuzz/TARGET, or
 # any other failure. It does not fail on one thing: go1.26's fuzz coordinator can
@@ -8,13 +8,13 @@
 # worker is mid-call (golang/go#75804, fixed in Go 1.27). That message with no
 # reproducer written found nothing, and is reported as such.
 set -uo pipefail
-target=$1 budget=$2
+target=$1 budget=$2 pkg=${3:-./fuzz}
 cd "$(dirname "$0")/.."
-dir=fuzz/testdata/fuzz/$target
+dir=$pkg/testdata/fuzz/$target
 before=$(ls "$dir" 2>/dev/null | sort)
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-go test -run '^$' -fuzz "^${target}\$" -fuzztime "$budget" -fuzzminimizetime 10s ./fuzz 2>&1 | tee "$log"
+go test -run '^$' -fuzz "^${target}\$" -fuzztime "$budget" -fuzzminimizetime 10s "$pkg" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 [ "$status" -eq 0 ] && exit 0
 after=$(ls "$dir" 2>/dev/null | sort)
