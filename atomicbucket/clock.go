@@ -51,3 +51,11 @@ func Now() int64 { return nanotime() - epoch }
 // MaxUptime is how long a process may run before the fixed-point constants of a
 // Rule could overflow: every Rule that NewRule accepts is checked against it.
 const MaxUptime = 10 * 366 * 24 * time.Hour
+
+// FromWall converts a wall-clock time (Unix nanoseconds) into this package's
+// time (ns since the epoch), by the offset between the two clocks read at
+// package initialisation. The result is negative for times before the epoch.
+// Aligned interval grids fall on wall-clock multiples of their period in this
+// time, so replaying a log of wall-clock times through FromWall (plus, to stay
+// positive, any multiple of the periods) keeps the grids where they were.
+func FromWall(unixNano int64) int64 { return unixNano - wallAtEpoch }

@@ -4,10 +4,13 @@
 //
 //	go run github.com/limitgen/limitgen/gen -policy policy.yaml -out generated
 //	go run github.com/limitgen/limitgen/gen -policy policy.yaml -out generated -check
+//	go run github.com/limitgen/limitgen/gen simulate -policy policy.yaml -rule API -plan free < requests.csv
 //
 // With -check it writes nothing and exits 1, showing a diff, when the files in
 // -out are not what the policy generates. On any error in the policy it reports
-// every problem as file:line:col and writes nothing.
+// every problem as file:line:col and writes nothing. simulate replays a request
+// log through a rule or tier and prints what the policy would have decided (see
+// simulate.go).
 package main
 
 import (
@@ -26,6 +29,9 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "simulate" {
+		return simulate(args[1:], os.Stdin, stdout, stderr)
+	}
 	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	policy := fs.String("policy", "policy.yaml", "the policy file")
