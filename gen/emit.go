@@ -63,7 +63,7 @@ func emitPlans(m *model) jen.Code {
 	consts := make([]jen.Code, len(m.plans))
 	names := make([]string, len(m.plans))
 	for i, p := range m.plans {
-		c := jen.Id(p.goName)
+		c := jen.Comment(fmt.Sprintf("%s selects the numbers of the %s plan.", p.goName, p.name)).Line().Id(p.goName)
 		if i == 0 {
 			c = c.Id("Plan").Op("=").Iota()
 		}

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"text/template"
@@ -25,7 +27,11 @@ func TestGeneratedPackagesRun(t *testing.T) {
 	}
 	policies, _ := filepath.Glob("testdata/valid/*.yaml")
 	policies = append(policies, "../policy.yaml")
-	if len(policies) < 20 {
+	// A sample of what the front end accepts beyond the hand-written policies:
+	// every FuzzPolicy corpus input it accepts, and seeded random valid policies.
+	fuzzed := append(acceptedFuzzInputs(t), randomPolicies(t, 12)...)
+	policies = append(policies, fuzzed...)
+	if len(policies)-len(fuzzed) < 20 {
 		t.Fatalf("%d valid policies, want at least 20", len(policies))
 	}
 	mod := t.TempDir()
@@ -70,6 +76,135 @@ func TestGeneratedPackagesRun(t *testing.T) {
 		t.Fatalf("%d of %d generated packages passed:\n%s", passed, len(policies), out)
 	}
 	t.Logf("%d generated packages built and matched the reference:\n%s", len(policies), out)
+}
+
+// acceptedFuzzInputs writes each FuzzPolicy corpus input the generator accepts
+// (renamed to a package of its own) to a temporary policy file.
+func acceptedFuzzInputs(t *testing.T) []string {
+	files, _ := filepath.Glob("testdata/fuzz/FuzzPolicy/*")
+	dir := t.TempDir()
+	var out []string
+	for i, f := range files {
+		raw, err := os.ReadFile(f)
+		must(t, err)
+		src, ok := corpusBytes(raw)
+		if !ok {
+			continue
+		}
+		m, err := compile("fuzz.yaml", src)
+		if err != nil {
+			continue
+		}
+		m.pkg = fmt.Sprintf("fuzzed%d", i)
+		path := filepath.Join(dir, fmt.Sprintf("fuzzed%d.yaml", i))
+		// Re-serialise only the package line: the rest of the input stays as found.
+		must(t, os.WriteFile(path, renamePackage(src, m.pkg), 0o644))
+		if _, err := compile("fuzz.yaml", renamePackage(src, m.pkg)); err != nil {
+			continue // the rename changed its meaning (a package line inside a flow mapping, say)
+		}
+		out = append(out, path)
+	}
+	return out
+}
+
+// randomPolicies writes n seeded random policies that the generator accepts,
+// mixing every feature: key types, rate spellings, refill modes, initial tokens,
+// costs, key caps, plans and tiers.
+func randomPolicies(t *testing.T, n int) []string {
+	rng := rand.New(rand.NewPCG(11, 13))
+	pick := func(s ...string) string { return s[rng.IntN(len(s))] }
+	dir := t.TempDir()
+	var out []string
+	for tries := 0; len(out) < n && tries < 50*n; tries++ {
+		var b strings.Builder
+		fmt.Fprintf(&b, "package: rnd%d\n", len(out))
+		plans := rng.IntN(2) == 0
+		if plans {
+			b.WriteString("plans: [free, pro]\n")
+		}
+		b.WriteString("rules:\n")
+		nrules := 1 + rng.IntN(4)
+		var names []string
+		for i := range nrules {
+			name := fmt.Sprintf("R%d", i)
+			names = append(names, name)
+			burst := 1 + rng.IntN(20)
+			fmt.Fprintf(&b, "  - name: %s\n", name)
+			if k := pick("", "string", "int64", "uint32", "int"); k != "" {
+				fmt.Fprintf(&b, "    key: %s\n", k)
+				if rng.IntN(3) == 0 {
+					fmt.Fprintf(&b, "    max_keys: %d\n    at_cap: %s\n", 1+rng.IntN(3), pick("deny", "allow"))
+				}
+			}
+			interval := rng.IntN(3) == 0
+			switch rng.IntN(3) {
+			case 0:
+				fmt.Fprintf(&b, "    rate: %d/%s\n", 1+rng.IntN(50), pick("s", "min", "h", "100ms"))
+			case 1:
+				fmt.Fprintf(&b, "    rate: %d per %s\n", 1+rng.IntN(50), pick("10s", "1m30s", "second", "250ms"))
+			default:
+				fmt.Fprintf(&b, "    rps: %d\n", 1+rng.IntN(1000))
+			}
+			if interval {
+				b.WriteString("    refill: interval\n")
+				if rng.IntN(2) == 0 {
+					b.WriteString("    aligned: true\n")
+				}
+			}
+			fmt.Fprintf(&b, "    burst: %d\n", burst)
+			if rng.IntN(3) == 0 {
+				fmt.Fprintf(&b, "    initial: %d\n", rng.IntN(burst+1))
+			}
+			if rng.IntN(4) == 0 {
+				fmt.Fprintf(&b, "    cost: %d\n", 1+rng.IntN(burst))
+			}
+			if plans && rng.IntN(2) == 0 {
+				fmt.Fprintf(&b, "    plans:\n      pro: {rate: %d/s, burst: %d}\n", 1+rng.IntN(100), burst+rng.IntN(10))
+			}
+		}
+		if rng.IntN(2) == 0 {
+			fmt.Fprintf(&b, "tiers:\n  - {name: T, rules: [%s]}\n", strings.Join(names, ", "))
+		}
+		src := []byte(b.String())
+		if _, err := compile("random.yaml", src); err != nil {
+			continue // a draw the generator refuses (a cost above a plan's burst, say)
+		}
+		path := filepath.Join(dir, fmt.Sprintf("random%d.yaml", len(out)))
+		must(t, os.WriteFile(path, src, 0o644))
+		out = append(out, path)
+	}
+	if len(out) < n {
+		t.Fatalf("only %d of %d random policies were valid", len(out), n)
+	}
+	return out
+}
+
+// corpusBytes decodes a Go fuzz corpus file holding one []byte value.
+func corpusBytes(raw []byte) ([]byte, bool) {
+	lines := strings.SplitN(string(raw), "\n", 3)
+	if len(lines) < 2 || !strings.HasPrefix(lines[0], "go test fuzz v1") {
+		return nil, false
+	}
+	lit, ok := strings.CutPrefix(strings.TrimSpace(lines[1]), "[]byte(")
+	if !ok {
+		return nil, false
+	}
+	s, err := strconv.Unquote(strings.TrimSuffix(lit, ")"))
+	if err != nil {
+		return nil, false
+	}
+	return []byte(s), true
+}
+
+// renamePackage replaces the value of a top-level "package:" line.
+func renamePackage(src []byte, pkg string) []byte {
+	lines := strings.Split(string(src), "\n")
+	for i, l := range lines {
+		if strings.HasPrefix(l, "package:") {
+			lines[i] = "package: " + pkg
+		}
+	}
+	return []byte(strings.Join(lines, "\n"))
 }
 
 func must(t *testing.T, err error) {
@@ -266,6 +401,12 @@ func TestTiersMatchReference(t *testing.T) {
 		refs[{{$i}}].AllowN("", t0, 0) // the global bucket exists from t0
 		{{- end}}{{end}}
 		names := []string{ {{- range $t.Rules}}"{{.GoName}}", {{end -}} }
+		rules := []*atomicbucket.Rule{ {{- range $t.Rules}}{{.GoName}}.Rule({{if .Planned}}{{$pc}}{{end}}), {{end -}} }
+		exact := true
+		for _, r := range rules {
+			exact = exact && r.Exact()
+		}
+		admitted := make([][]fuzz.Admission, len(rules)) // for tiers with a rule held only approximately
 		now := t0
 		for i := range 300 {
 			now += rng.Int64N(int64(20 * time.Millisecond))
@@ -292,8 +433,23 @@ func TestTiersMatchReference(t *testing.T) {
 					break
 				}
 			}
+			if !exact { // the contract is the envelope of every rule
+				if got.Allowed {
+					for j := range rules {
+						if costs[j] > 0 {
+							admitted[j] = append(admitted[j], fuzz.Admission{Key: keys[j], At: now, Cost: costs[j]})
+						}
+					}
+				}
+				continue
+			}
 			if got.Decision != want || got.DeniedBy != deniedBy {
 				t.Fatalf("step %d: %+v denied by %q, reference %+v denied by %q", i, got.Decision, got.DeniedBy, want, deniedBy)
+			}
+		}
+		for j, r := range rules {
+			if err := fuzz.CheckEnvelope(r.Limit(), admitted[j]); err != nil {
+				t.Fatalf("rule %s: %v", names[j], err)
 			}
 		}
 	})

@@ -19,7 +19,9 @@ const _ = atomicbucket.GeneratedAPIVersion1
 type Plan uint8
 
 const (
+	// PlanFree selects the numbers of the free plan.
 	PlanFree Plan = iota
+	// PlanPro selects the numbers of the pro plan.
 	PlanPro
 )
 
