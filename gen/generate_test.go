@@ -123,7 +123,7 @@ tiers:
 		"// PerUser allows on the free plan 10 requests per second per key, in bursts of up to 50; on the pro\n// plan 100 requests per second per key, in bursts of up to 500.",
 		"// Endpoint allows 5 requests every 10s per key, added 5 at a time at each 10s boundary from the\n// bucket's first use, in bursts of up to 5; a new bucket starts with 3.",
 		"// Global allows 2000 tokens per second in total, in bursts of up to 4000; a request costs 2 tokens\n// unless told otherwise.",
-		"PlanFree Plan = iota\n\tPlanPro",
+		"// PlanFree selects the numbers of the free plan.\n\tPlanFree Plan = iota\n\t// PlanPro selects the numbers of the pro plan.\n\tPlanPro\n)",
 		"\tif plan >= numPlans {\n\t\treturn false\n\t}\n\treturn l.s[plan].Allow(key)",
 		"Burst:      5,\n\tInitial:    3,\n\tInitialSet: true,\n\tPeriod:     10000000000,\n\tRefill:     atomicbucket.Interval,\n\tTokens:     5,",
 		"func (l *GlobalLimiter) Allow() bool {\n\treturn l.s.AllowN(2).Allowed\n}",
