@@ -3,7 +3,6 @@ package fuzz
 import (
 	"encoding/binary"
 	"fmt"
-	"math/big"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -266,49 +265,14 @@ func runDifferential(p program, ims map[string]impl, exact bool) error {
 	return nil
 }
 
-// checkEnvelope checks that in every window [t_i, t_j] the admitted cost is at
-// most b + r·Δ (greedy), or b + Tokens·(boundaries the window can hold) for
-// interval refill, where boundaries ≤ ⌊Δ/P⌋ + 1.
+// checkEnvelope checks one key's admissions, less the cancelled reservations,
+// against the envelope (fuzz.CheckEnvelope).
 func checkEnvelope(l atomicbucket.Limit, adm []admission) error {
-	var sorted []admission
+	var list []Admission
 	for _, a := range adm {
 		if !a.cancelled {
-			sorted = append(sorted, a)
+			list = append(list, Admission{At: a.at, Cost: a.cost, Rounded: a.res >= 0})
 		}
 	}
-	for i := 1; i < len(sorted); i++ { // insertion sort: reservations can act out of order
-		for j := i; j > 0 && sorted[j].at < sorted[j-1].at; j-- {
-			sorted[j], sorted[j-1] = sorted[j-1], sorted[j]
-		}
-	}
-	P := big.NewInt(int64(l.Period))
-	for i := range sorted {
-		sum := int64(0)
-		for j := i; j < len(sorted); j++ {
-			sum += sorted[j].cost
-			d := sorted[j].at - sorted[i].at
-			// greedy: sum·P ≤ b·P + n·Δ; interval: sum ≤ b + n·(⌊Δ/P⌋ + 1), with act
-			// times on the grid (no rounding)
-			if l.Refill == atomicbucket.Interval {
-				if sum > l.Burst+l.Tokens*(d/int64(l.Period)+1) {
-					return fmt.Errorf("admitted %d in a window of %dns from %d: more than burst %d + %d per boundary", sum, d, sorted[i].at, l.Burst, l.Tokens)
-				}
-				continue
-			}
-			// A reservation's act time is its exact time rounded up to a whole ns, each
-			// on its own, so two acts can stand closer than their exact spacing by less
-			// than 1ns: a window ending at one gets that 1ns. Immediate admissions happen
-			// at whole-ns clock readings and get no slack.
-			if sorted[i].res >= 0 || sorted[j].res >= 0 {
-				d++
-			}
-			lhs := new(big.Int).Mul(big.NewInt(sum), P)
-			rhs := new(big.Int).Mul(big.NewInt(l.Burst), P)
-			rhs.Add(rhs, new(big.Int).Mul(big.NewInt(l.Tokens), big.NewInt(d)))
-			if lhs.Cmp(rhs) > 0 {
-				return fmt.Errorf("admitted %d in a window of %dns from %d: more than burst %d + %d/%v·Δ", sum, d, sorted[i].at, l.Burst, l.Tokens, l.Period)
-			}
-		}
-	}
-	return nil
+	return CheckEnvelope(l, list)
 }

@@ -8,8 +8,10 @@
 package fuzz
 
 import (
+	"cmp"
 	"fmt"
 	"math/big"
+	"slices"
 	"sync"
 	"time"
 
@@ -396,6 +398,11 @@ func (r *Reference) Equal(o *Reference) bool {
 type Admission struct {
 	Key      string
 	At, Cost int64
+	// Rounded marks a reservation's time to act: its exact time rounded up to a
+	// whole ns, each on its own, so two of them can stand closer than their exact
+	// spacing by less than 1ns. A window ending at one gets that 1ns. Admissions
+	// at clock readings (whole ns already) get no slack.
+	Rounded bool
 }
 
 // CheckEnvelope checks, key by key, that in every window [a, b] between two
@@ -409,11 +416,15 @@ func CheckEnvelope(l atomicbucket.Limit, adm []Admission) error {
 	}
 	P := big.NewInt(int64(l.Period))
 	for key, list := range byKey {
+		slices.SortStableFunc(list, func(a, b Admission) int { return cmp.Compare(a.At, b.At) })
 		for i := range list {
 			sum := int64(0)
 			for j := i; j < len(list); j++ {
 				sum += list[j].Cost
 				d := list[j].At - list[i].At
+				if l.Refill != atomicbucket.Interval && (list[i].Rounded || list[j].Rounded) {
+					d++
+				}
 				if l.Refill == atomicbucket.Interval {
 					if sum > l.Burst+l.Tokens*(d/int64(l.Period)+1) {
 						return fmt.Errorf("key %q: %d admitted in %dns", key, sum, d)

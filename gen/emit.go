@@ -345,7 +345,14 @@ func emitKeyedExtras(r rule, recv jen.Code) jen.Code {
 		g.Func().Params(recv).Id("Len").Params().Int64().Block(jen.Return(jen.Id("l").Dot("s").Dot("Len").Call())).Line().Line()
 	}
 	g.Comment("RunSweeper calls Sweep every interval until ctx is done. Run it in its own goroutine.").Line()
-	g.Func().Params(recv).Id("RunSweeper").Params(jen.Id("ctx").Qual("context", "Context"), jen.Id("interval").Qual("time", "Duration")).Block(
+	params := []jen.Code{jen.Id("ctx").Qual("context", "Context"), jen.Id("interval").Qual("time", "Duration")}
+	if !r.planned {
+		g.Func().Params(recv).Id("RunSweeper").Params(params...).Block(
+			jen.Id("l").Dot("s").Dot("RunSweeper").Call(jen.Id("ctx"), jen.Id("interval"))).Line()
+		return g
+	}
+	// One ticker sweeps every plan's table.
+	g.Func().Params(recv).Id("RunSweeper").Params(params...).Block(
 		jen.Id("tk").Op(":=").Qual("time", "NewTicker").Call(jen.Id("interval")),
 		jen.Defer().Id("tk").Dot("Stop").Call(),
 		jen.For().Block(jen.Select().Block(

@@ -295,16 +295,7 @@ func (l *PerEndpointLimiter) Len() int64 {
 
 // RunSweeper calls Sweep every interval until ctx is done. Run it in its own goroutine.
 func (l *PerEndpointLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	tk := time.NewTicker(interval)
-	defer tk.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tk.C:
-			l.Sweep()
-		}
-	}
+	l.s.RunSweeper(ctx, interval)
 }
 
 // Login allows 5 requests every 10s per key, added 5 at a time at each 10s boundary from the
@@ -400,16 +391,7 @@ func (l *LoginLimiter) Len() int64 {
 
 // RunSweeper calls Sweep every interval until ctx is done. Run it in its own goroutine.
 func (l *LoginLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	tk := time.NewTicker(interval)
-	defer tk.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tk.C:
-			l.Sweep()
-		}
-	}
+	l.s.RunSweeper(ctx, interval)
 }
 
 // DailyExport allows 100 requests per day per key, added 100 at a time at each 24h0m0s boundary
@@ -504,16 +486,7 @@ func (l *DailyExportLimiter) Len() int64 {
 
 // RunSweeper calls Sweep every interval until ctx is done. Run it in its own goroutine.
 func (l *DailyExportLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	tk := time.NewTicker(interval)
-	defer tk.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tk.C:
-			l.Sweep()
-		}
-	}
+	l.s.RunSweeper(ctx, interval)
 }
 
 // Upload allows 100 tokens per second per key, in bursts of up to 1000; a request costs 10 tokens
@@ -611,16 +584,7 @@ func (l *UploadLimiter) Len() int64 {
 
 // RunSweeper calls Sweep every interval until ctx is done. Run it in its own goroutine.
 func (l *UploadLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	tk := time.NewTicker(interval)
-	defer tk.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tk.C:
-			l.Sweep()
-		}
-	}
+	l.s.RunSweeper(ctx, interval)
 }
 
 // Global allows 2000 requests per second in total, in bursts of up to 4000.
