@@ -28,3 +28,17 @@ func Example() {
 	//
 	// 200 ok, 99 left
 }
+
+// The calls the README shows: one rule at its default cost, one with a cost on
+// a plan, and a tier that takes every rule's tokens or none.
+func Example_calls() {
+	ok := limits.Global.Allow()
+	d2 := limits.PerUser.AllowN(limits.PlanPro, "carol", 3)
+	fmt.Println(ok, d2.Allowed, d2.Remaining)
+
+	d := limits.Request(limits.PlanFree, "dave")
+	fmt.Println(d.Allowed, d.Remaining, d.DeniedBy == "")
+	// Output:
+	// true true 97
+	// true 9 true
+}
