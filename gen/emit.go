@@ -118,11 +118,21 @@ func limitLit(l limit) jen.Code {
 	return rt("MustRule").Call(rt("Limit").Values(d))
 }
 
+// ruleOf is the runtime rule for a limit; for a folded rule, checked against
+// the constants the checks use.
+func ruleOf(r rule, l limit) jen.Code {
+	if !r.folded() {
+		return limitLit(l)
+	}
+	p := lowerFirst(r.goName)
+	return rt("MustUnits").Call(limitLit(l), jen.Id(p+"Scale"), jen.Id(p+"Emit"), jen.Id(p+"Tau"))
+}
+
 // newStore builds one bucket set for a limit. A global rule's bucket is created
 // at now (its initial tokens and its interval grid start then).
 func newStore(r rule, l limit) jen.Code {
 	if r.keyType == "" {
-		return rt("NewBucketAt").Call(limitLit(l), jen.Id("now"))
+		return rt("NewBucketAt").Call(ruleOf(r, l), jen.Id("now"))
 	}
 	opts := jen.Dict{}
 	if r.maxKeys > 0 {
@@ -133,7 +143,7 @@ func newStore(r rule, l limit) jen.Code {
 			opts[jen.Id("AtCap")] = rt("DenyAtCap")
 		}
 	}
-	return rt("NewTable").Types(jen.Id(r.keyType)).Call(limitLit(l), rt("TableOptions").Values(opts))
+	return rt("NewTable").Types(jen.Id(r.keyType)).Call(ruleOf(r, l), rt("TableOptions").Values(opts))
 }
 
 // method describes one generated method and the runtime call behind it.
@@ -161,7 +171,19 @@ func (r rule) methods() []method {
 		doc: "reports whether a request is allowed now, taking its tokens if so."}
 	allowAt := method{name: "AllowAt", call: "AllowAt", params: []jen.Code{nowP}, args: []jen.Code{now}, results: jen.Bool(), onBadPlan: jen.False(),
 		doc: "is Allow at time now (ns since the atomicbucket epoch)."}
-	if r.limits[0].cost != 1 || r.planned && r.costDiffers() {
+	switch {
+	case r.folded():
+		// The units are constants: the runtime's check takes them as arguments and,
+		// for a single bucket, inlines, so the compiler folds them in.
+		p := lowerFirst(r.goName)
+		inc := jen.Id(p + "Emit").Op("*").Add(lit(r.limits[0].cost))
+		if r.limits[0].cost == 1 {
+			inc = jen.Id(p + "Emit")
+		}
+		consts := []jen.Code{jen.Id(p + "Scale"), inc, jen.Id(p + "Tau")}
+		allow.call, allow.args = "AllowGreedyAt", append([]jen.Code{rt("Now").Call()}, consts...)
+		allowAt.call, allowAt.args = "AllowGreedyAt", append([]jen.Code{now}, consts...)
+	case r.limits[0].cost != 1 || r.planned && r.costDiffers():
 		// The default cost is not 1: go through AllowN with the rule's cost.
 		allow.call, allow.args, allow.suffix = "AllowN", []jen.Code{r.costExpr()}, jen.Dot("Allowed")
 		allowAt.call, allowAt.args, allowAt.suffix = "AllowNAt", []jen.Code{now, r.costExpr()}, jen.Dot("Allowed")
@@ -194,6 +216,10 @@ func (r rule) methods() []method {
 			doc: "is Refund at time now."},
 	}
 }
+
+// folded reports whether the rule's checks get its fixed-point units as
+// constants: a greedy rule with one set of numbers.
+func (r rule) folded() bool { return !r.planned && r.limits[0].greedy }
 
 // costDiffers reports whether a planned rule's plans have different default costs.
 func (r rule) costDiffers() bool {
@@ -243,6 +269,17 @@ func emitRule(m *model, r rule) jen.Code {
 		g.Comment(fmt.Sprintf("%s returns %s's (empty) tables.", ctor, r.goName)).Line()
 		g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
 			jen.Return(jen.Op("&").Id(typ).Values(jen.Dict{jen.Id("s"): init}))).Line().Line()
+	}
+	if r.folded() {
+		p, l := lowerFirst(r.goName), r.limits[0]
+		g.Add(comment(fmt.Sprintf("%s's fixed-point units, computed when generating and checked against the runtime when "+
+			"the package initialises: time counts in 1/%sScale ns, a token is worth %sEmit units, and a bucket may run %sTau "+
+			"units (the burst) ahead of now.", r.goName, p, p, p)))
+		g.Const().Defs(
+			jen.Id(p+"Scale").Op("=").Add(lit(l.scale)),
+			jen.Id(p+"Emit").Op("=").Add(lit(l.emit)),
+			jen.Id(p+"Tau").Op("=").Add(lit(l.tau)),
+		).Line().Line()
 	}
 	g.Comment(fmt.Sprintf("%s is the type of %s. Its methods are safe for concurrent use.", typ, r.goName)).Line()
 	g.Type().Id(typ).Struct(field).Line()

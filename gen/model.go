@@ -39,6 +39,12 @@ type limit struct {
 	interval   bool
 	aligned    bool
 	cost       int64 // the default cost under this limit
+
+	// The fixed-point units NewRule computes for a greedy limit (see
+	// atomicbucket.Rule.Units), emitted as constants; greedy is false for
+	// interval limits, which have none.
+	scale, emit, tau int64
+	greedy           bool
 }
 
 type tier struct {

@@ -327,7 +327,8 @@ func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what s
 		bad(fields["initial"], "initial %d exceeds burst %d; initial must be between 0 and the burst", l.initial, l.burst)
 		return l, false
 	}
-	if _, err := atomicbucket.NewRule(l.atomic()); err != nil {
+	rt, err := atomicbucket.NewRule(l.atomic())
+	if err != nil {
 		n := fields["rate"]
 		if n == nil {
 			n = at
@@ -335,6 +336,7 @@ func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what s
 		bad(n, "%s", strings.TrimPrefix(strings.TrimPrefix(err.Error(), atomicbucket.ErrInvalidLimit.Error()), ": "))
 		return l, false
 	}
+	l.scale, l.emit, l.tau, l.greedy = rt.Units()
 	return l, true
 }
 

@@ -210,13 +210,22 @@ var PerEndpoint = newPerEndpointLimiter()
 
 // newPerEndpointLimiter returns PerEndpoint's (empty) tables.
 func newPerEndpointLimiter() *PerEndpointLimiter {
-	return &PerEndpointLimiter{s: atomicbucket.NewTable[int64](atomicbucket.MustRule(atomicbucket.Limit{
+	return &PerEndpointLimiter{s: atomicbucket.NewTable[int64](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Burst:  200,
 		Period: 60000000000,
 		Refill: atomicbucket.Greedy,
 		Tokens: 1000,
-	}), atomicbucket.TableOptions{})}
+	}), perEndpointScale, perEndpointEmit, perEndpointTau), atomicbucket.TableOptions{})}
 }
+
+// PerEndpoint's fixed-point units, computed when generating and checked against the runtime when
+// the package initialises: time counts in 1/perEndpointScale ns, a token is worth perEndpointEmit
+// units, and a bucket may run perEndpointTau units (the burst) ahead of now.
+const (
+	perEndpointScale = 1
+	perEndpointEmit  = 60000000
+	perEndpointTau   = 12000000000
+)
 
 // PerEndpointLimiter is the type of PerEndpoint. Its methods are safe for concurrent use.
 type PerEndpointLimiter struct {
@@ -230,7 +239,7 @@ func (l *PerEndpointLimiter) Rule() *atomicbucket.Rule {
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
 func (l *PerEndpointLimiter) Allow(key int64) bool {
-	return l.s.Allow(key)
+	return l.s.AllowGreedyAt(key, atomicbucket.Now(), perEndpointScale, perEndpointEmit, perEndpointTau)
 }
 
 // AllowN checks a request of the given cost now, taking its tokens if allowed.
@@ -240,7 +249,7 @@ func (l *PerEndpointLimiter) AllowN(key int64, cost int64) atomicbucket.Decision
 
 // AllowAt is Allow at time now (ns since the atomicbucket epoch).
 func (l *PerEndpointLimiter) AllowAt(key int64, now int64) bool {
-	return l.s.AllowAt(key, now)
+	return l.s.AllowGreedyAt(key, now, perEndpointScale, perEndpointEmit, perEndpointTau)
 }
 
 // AllowNAt is AllowN at time now.
@@ -496,16 +505,25 @@ var Upload = newUploadLimiter()
 
 // newUploadLimiter returns Upload's (empty) tables.
 func newUploadLimiter() *UploadLimiter {
-	return &UploadLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
+	return &UploadLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Burst:  1000,
 		Period: 1000000000,
 		Refill: atomicbucket.Greedy,
 		Tokens: 100,
-	}), atomicbucket.TableOptions{
+	}), uploadScale, uploadEmit, uploadTau), atomicbucket.TableOptions{
 		AtCap:   atomicbucket.AllowAtCap,
 		MaxKeys: 100000,
 	})}
 }
+
+// Upload's fixed-point units, computed when generating and checked against the runtime when the
+// package initialises: time counts in 1/uploadScale ns, a token is worth uploadEmit units, and a
+// bucket may run uploadTau units (the burst) ahead of now.
+const (
+	uploadScale = 1
+	uploadEmit  = 10000000
+	uploadTau   = 10000000000
+)
 
 // UploadLimiter is the type of Upload. Its methods are safe for concurrent use.
 type UploadLimiter struct {
@@ -519,7 +537,7 @@ func (l *UploadLimiter) Rule() *atomicbucket.Rule {
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
 func (l *UploadLimiter) Allow(key string) bool {
-	return l.s.AllowN(key, 10).Allowed
+	return l.s.AllowGreedyAt(key, atomicbucket.Now(), uploadScale, uploadEmit*10, uploadTau)
 }
 
 // AllowN checks a request of the given cost now, taking its tokens if allowed.
@@ -529,7 +547,7 @@ func (l *UploadLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
 
 // AllowAt is Allow at time now (ns since the atomicbucket epoch).
 func (l *UploadLimiter) AllowAt(key string, now int64) bool {
-	return l.s.AllowNAt(key, now, 10).Allowed
+	return l.s.AllowGreedyAt(key, now, uploadScale, uploadEmit*10, uploadTau)
 }
 
 // AllowNAt is AllowN at time now.
@@ -592,13 +610,22 @@ var Global = newGlobalLimiter(atomicbucket.Now())
 
 // newGlobalLimiter returns Global's buckets, created at now (ns since the atomicbucket epoch).
 func newGlobalLimiter(now int64) *GlobalLimiter {
-	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustRule(atomicbucket.Limit{
+	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Burst:  4000,
 		Period: 1000000000,
 		Refill: atomicbucket.Greedy,
 		Tokens: 2000,
-	}), now)}
+	}), globalScale, globalEmit, globalTau), now)}
 }
+
+// Global's fixed-point units, computed when generating and checked against the runtime when the
+// package initialises: time counts in 1/globalScale ns, a token is worth globalEmit units, and a
+// bucket may run globalTau units (the burst) ahead of now.
+const (
+	globalScale = 1
+	globalEmit  = 500000
+	globalTau   = 2000000000
+)
 
 // GlobalLimiter is the type of Global. Its methods are safe for concurrent use.
 type GlobalLimiter struct {
@@ -612,7 +639,7 @@ func (l *GlobalLimiter) Rule() *atomicbucket.Rule {
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
 func (l *GlobalLimiter) Allow() bool {
-	return l.s.Allow()
+	return l.s.AllowGreedyAt(atomicbucket.Now(), globalScale, globalEmit, globalTau)
 }
 
 // AllowN checks a request of the given cost now, taking its tokens if allowed.
@@ -622,7 +649,7 @@ func (l *GlobalLimiter) AllowN(cost int64) atomicbucket.Decision {
 
 // AllowAt is Allow at time now (ns since the atomicbucket epoch).
 func (l *GlobalLimiter) AllowAt(now int64) bool {
-	return l.s.AllowAt(now)
+	return l.s.AllowGreedyAt(now, globalScale, globalEmit, globalTau)
 }
 
 // AllowNAt is AllowN at time now.

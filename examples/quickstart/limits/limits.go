@@ -198,13 +198,22 @@ var Global = newGlobalLimiter(atomicbucket.Now())
 
 // newGlobalLimiter returns Global's buckets, created at now (ns since the atomicbucket epoch).
 func newGlobalLimiter(now int64) *GlobalLimiter {
-	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustRule(atomicbucket.Limit{
+	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Burst:  2000,
 		Period: 1000000000,
 		Refill: atomicbucket.Greedy,
 		Tokens: 1000,
-	}), now)}
+	}), globalScale, globalEmit, globalTau), now)}
 }
+
+// Global's fixed-point units, computed when generating and checked against the runtime when the
+// package initialises: time counts in 1/globalScale ns, a token is worth globalEmit units, and a
+// bucket may run globalTau units (the burst) ahead of now.
+const (
+	globalScale = 1
+	globalEmit  = 1000000
+	globalTau   = 2000000000
+)
 
 // GlobalLimiter is the type of Global. Its methods are safe for concurrent use.
 type GlobalLimiter struct {
@@ -218,7 +227,7 @@ func (l *GlobalLimiter) Rule() *atomicbucket.Rule {
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
 func (l *GlobalLimiter) Allow() bool {
-	return l.s.Allow()
+	return l.s.AllowGreedyAt(atomicbucket.Now(), globalScale, globalEmit, globalTau)
 }
 
 // AllowN checks a request of the given cost now, taking its tokens if allowed.
@@ -228,7 +237,7 @@ func (l *GlobalLimiter) AllowN(cost int64) atomicbucket.Decision {
 
 // AllowAt is Allow at time now (ns since the atomicbucket epoch).
 func (l *GlobalLimiter) AllowAt(now int64) bool {
-	return l.s.AllowAt(now)
+	return l.s.AllowGreedyAt(now, globalScale, globalEmit, globalTau)
 }
 
 // AllowNAt is AllowN at time now.
