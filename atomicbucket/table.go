@@ -322,6 +322,12 @@ func (r *Rule) fullBy(tat, t, anchor int64) bool {
 // RunSweeper calls Sweep every interval until ctx is done. Run it in its own
 // goroutine.
 func (t *Table[K]) RunSweeper(ctx context.Context, interval time.Duration) {
+	RunEvery(ctx, interval, func() { t.Sweep() })
+}
+
+// RunEvery calls f every interval until ctx is done; generated limiters use it
+// to sweep the tables of every plan together. Run it in its own goroutine.
+func RunEvery(ctx context.Context, interval time.Duration, f func()) {
 	tk := time.NewTicker(interval)
 	defer tk.Stop()
 	for {
@@ -329,7 +335,7 @@ func (t *Table[K]) RunSweeper(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-tk.C:
-			t.Sweep()
+			f()
 		}
 	}
 }

@@ -390,12 +390,7 @@ func emitKeyedExtras(r rule, recv jen.Code) jen.Code {
 	}
 	// One ticker sweeps every plan's table.
 	g.Func().Params(recv).Id("RunSweeper").Params(params...).Block(
-		jen.Id("tk").Op(":=").Qual("time", "NewTicker").Call(jen.Id("interval")),
-		jen.Defer().Id("tk").Dot("Stop").Call(),
-		jen.For().Block(jen.Select().Block(
-			jen.Case(jen.Op("<-").Id("ctx").Dot("Done").Call()).Block(jen.Return()),
-			jen.Case(jen.Op("<-").Id("tk").Dot("C")).Block(jen.Id("l").Dot("Sweep").Call()),
-		)),
+		rt("RunEvery").Call(jen.Id("ctx"), jen.Id("interval"), jen.Func().Params().Block(jen.Id("l").Dot("Sweep").Call())),
 	).Line()
 	return g
 }

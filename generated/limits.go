@@ -193,16 +193,9 @@ func (l *PerUserLimiter) Len() int64 {
 
 // RunSweeper calls Sweep every interval until ctx is done. Run it in its own goroutine.
 func (l *PerUserLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	tk := time.NewTicker(interval)
-	defer tk.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tk.C:
-			l.Sweep()
-		}
-	}
+	atomicbucket.RunEvery(ctx, interval, func() {
+		l.Sweep()
+	})
 }
 
 // PerEndpoint allows 1000 requests per minute per key, in bursts of up to 200.
