@@ -135,20 +135,23 @@ func TestZeroAllocs(t *testing.T) {
 	tb.Allow("key")
 	ti.Allow(42)
 	ctx := context.Background()
+	scale, emit, tau, _ := r.Units() // what generated code passes as constants
 	for name, f := range map[string]func(){
-		"Bucket.Allow":       func() { b.Allow() },
-		"Bucket.AllowN":      func() { b.AllowN(2) },
-		"Bucket.Peek":        func() { b.Peek(1) },
-		"Bucket.Reserve":     func() { res := b.Reserve(1, 0); res.Cancel() },
-		"Bucket.Refund":      func() { b.Refund(1) },
-		"Bucket.Wait":        func() { _ = b.Wait(ctx, 1) },
-		"Table.Allow":        func() { tb.Allow("key") },
-		"Table.AllowN":       func() { tb.AllowN("key", 2) },
-		"Table.Peek":         func() { tb.Peek("key", 1) },
-		"Table.Reserve":      func() { tb.Reserve("key", 1, 0) },
-		"Table.Refund":       func() { tb.Refund("key", 1) },
-		"Table[int64].Allow": func() { ti.Allow(42) },
-		"Table.Wait":         func() { _ = tb.Wait(ctx, "key", 1) },
+		"Bucket.Allow":                          func() { b.Allow() },
+		"Bucket.AllowN":                         func() { b.AllowN(2) },
+		"Bucket.Peek":                           func() { b.Peek(1) },
+		"Bucket.Reserve":                        func() { res := b.Reserve(1, 0); res.Cancel() },
+		"Bucket.Refund":                         func() { b.Refund(1) },
+		"Bucket.Wait":                           func() { _ = b.Wait(ctx, 1) },
+		"Table.Allow":                           func() { tb.Allow("key") },
+		"Table.AllowN":                          func() { tb.AllowN("key", 2) },
+		"Table.Peek":                            func() { tb.Peek("key", 1) },
+		"Table.Reserve":                         func() { tb.Reserve("key", 1, 0) },
+		"Table.Refund":                          func() { tb.Refund("key", 1) },
+		"Table[int64].Allow":                    func() { ti.Allow(42) },
+		"Table.Wait":                            func() { _ = tb.Wait(ctx, "key", 1) },
+		"Bucket.AllowGreedyAt (generated code)": func() { b.AllowGreedyAt(Now(), scale, emit, tau) },
+		"Table.AllowGreedyAt (generated code)":  func() { tb.AllowGreedyAt("key", Now(), scale, emit, tau) },
 	} {
 		if n := testing.AllocsPerRun(1000, f); n != 0 {
 			t.Errorf("%s: %v allocs per call, want 0", name, n)
