@@ -12,8 +12,7 @@ import (
 // concurrent use and never block, except Wait. Build one with NewBucket; the zero
 // Bucket has no rule and is not usable.
 //
-// Each check reads the clock once (Now) and its At form takes the time instead,
-// in ns since the package epoch. Costs at the limits: cost 0 is allowed while the
+// Each check reads the clock once (Now) and its At form takes the Time instead. Costs at the limits: cost 0 is allowed while the
 // bucket is not in debt from reservations and takes nothing; a negative cost, or
 // one above the burst, is denied with RetryAfter Never and changes nothing.
 type Bucket struct {
@@ -28,25 +27,25 @@ type Bucket struct {
 // initial tokens and, for an anchored interval rule, its grid starts now.
 func NewBucket(r Rule) *Bucket { return NewBucketAt(r, Now()) }
 
-// NewBucketAt is NewBucket with the creation time given, in ns since the epoch.
-func NewBucketAt(r Rule, now int64) *Bucket {
+// NewBucketAt is NewBucket with the creation time given. An anchored interval
+// rule's grid starts then.
+func NewBucketAt(r Rule, now Time) *Bucket {
 	b := &Bucket{rule: r}
-	now = clampNow(now)
-	b.anchor = r.newAnchor(now)
-	b.tat.Store(r.fresh(now))
+	n := clampNow(now)
+	b.anchor = 0
+	switch r.mode {
+	case modeAligned:
+		b.anchor = r.anchor
+	case modeAnchored:
+		b.anchor = n
+	}
+	b.tat.Store(r.fresh(n, b.anchor))
 	return b
 }
 
-// fresh is the TAT of a bucket created at now: its initial tokens.
-func (r *Rule) fresh(now int64) int64 { return r.units(now, r.newAnchor(now)) + r.debt }
-
-// newAnchor is the grid anchor of a bucket created at now.
-func (r *Rule) newAnchor(now int64) int64 {
-	if r.mode == modeAligned {
-		return r.anchor
-	}
-	return now
-}
+// fresh is the TAT of a bucket created at now (ns) on a grid anchored at anchor:
+// its initial tokens.
+func (r *Rule) fresh(now, anchor int64) int64 { return r.units(now, anchor) + r.debt }
 
 // Rule returns the bucket's rule.
 func (b *Bucket) Rule() *Rule { return &b.rule }
@@ -54,8 +53,8 @@ func (b *Bucket) Rule() *Rule { return &b.rule }
 // Allow reports whether a request of cost 1 is allowed now, taking a token if so.
 func (b *Bucket) Allow() bool { return b.AllowAt(Now()) }
 
-// AllowAt is Allow at time now (ns since the epoch).
-func (b *Bucket) AllowAt(now int64) bool {
+// AllowAt is Allow at time now.
+func (b *Bucket) AllowAt(now Time) bool {
 	nowU := b.rule.units(clampNow(now), b.anchor)
 	_, ok := advance(&b.tat, nowU, b.rule.emit, nowU+b.rule.tau)
 	return ok
@@ -65,24 +64,23 @@ func (b *Bucket) AllowAt(now int64) bool {
 func (b *Bucket) AllowN(cost int64) Decision { return b.AllowNAt(Now(), cost) }
 
 // AllowNAt is AllowN at time now.
-func (b *Bucket) AllowNAt(now, cost int64) Decision {
-	now = clampNow(now)
-	nowU := b.rule.units(now, b.anchor)
+func (b *Bucket) AllowNAt(now Time, cost int64) Decision {
+	n := clampNow(now)
+	nowU := b.rule.units(n, b.anchor)
 	if cost < 0 || cost > b.rule.burst {
-		return b.rule.outOfRange(b.tat.Load(), now, nowU, b.anchor)
+		return b.rule.outOfRange(b.tat.Load(), n, nowU, b.anchor)
 	}
 	inc := cost * b.rule.emit
 	tat, ok := advance(&b.tat, nowU, inc, nowU+b.rule.tau)
-	return b.rule.decide(ok, tat, inc, now, nowU, b.anchor)
+	return b.rule.decide(ok, tat, inc, n, nowU, b.anchor)
 }
 
 // Peek is what AllowN(cost) would decide now, without taking anything.
 func (b *Bucket) Peek(cost int64) Decision { return b.PeekAt(Now(), cost) }
 
 // PeekAt is Peek at time now.
-func (b *Bucket) PeekAt(now, cost int64) Decision {
-	now = clampNow(now)
-	return b.rule.peek(b.tat.Load(), now, b.anchor, cost)
+func (b *Bucket) PeekAt(now Time, cost int64) Decision {
+	return b.rule.peek(b.tat.Load(), clampNow(now), b.anchor, cost)
 }
 
 // peek decides a request of cost against a bucket whose word holds tat, without
@@ -113,7 +111,7 @@ func (r *Rule) outOfRange(tat, now, nowU, anchor int64) Decision {
 func (b *Bucket) Refund(cost int64) { b.RefundAt(Now(), cost) }
 
 // RefundAt is Refund at time now.
-func (b *Bucket) RefundAt(now, cost int64) {
+func (b *Bucket) RefundAt(now Time, cost int64) {
 	if cost <= 0 || cost > b.rule.burst {
 		return
 	}
@@ -129,7 +127,7 @@ func (b *Bucket) Reserve(cost int64, maxWait time.Duration) Reservation {
 }
 
 // ReserveAt is Reserve at time now.
-func (b *Bucket) ReserveAt(now, cost int64, maxWait time.Duration) Reservation {
+func (b *Bucket) ReserveAt(now Time, cost int64, maxWait time.Duration) Reservation {
 	res, _ := b.rule.reserve(&b.tat, clampNow(now), b.anchor, cost, maxWait) // a Bucket is never dead
 	return res
 }
@@ -140,7 +138,7 @@ func (b *Bucket) ReserveAt(now, cost int64, maxWait time.Duration) Reservation {
 // gives the tokens back. Every error it returns for a context wraps ctx's error
 // or context.DeadlineExceeded.
 func (b *Bucket) Wait(ctx context.Context, cost int64) error {
-	return waitOn(ctx, cost, func(now int64, maxWait time.Duration) Reservation {
+	return waitOn(ctx, cost, func(now Time, maxWait time.Duration) Reservation {
 		return b.ReserveAt(now, cost, maxWait)
 	})
 }

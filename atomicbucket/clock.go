@@ -44,9 +44,31 @@ var wallAtEpoch = time.Now().UnixNano()
 // it is never overestimated (Wait).
 var epochTime = time.Now()
 
-// Now returns the monotonic time in nanoseconds since the package epoch. It is the
-// only clock the package reads; every clock-reading check calls it exactly once.
-func Now() int64 { return nanotime() - epoch }
+// Time is an instant on the package's monotonic clock: nanoseconds since the
+// package epoch (when the package was initialised). Every check's At form takes
+// one, so a time cannot be passed where a cost is expected. Get one from Now,
+// FromTime (a time.Time, by its monotonic reading when it has one) or FromWall
+// (Unix nanoseconds, for replaying logs); times before the epoch are negative
+// and checks treat them as the epoch.
+type Time int64
+
+// Now returns the current Time. It is the only clock the package reads; every
+// clock-reading check calls it exactly once.
+func Now() Time { return Time(nanotime() - epoch) }
+
+// FromTime converts t to a Time. When t carries a monotonic reading (as
+// time.Now's results do) the conversion uses it, so wall-clock steps do not
+// move it; otherwise it goes through the wall clock, like FromWall.
+func FromTime(t time.Time) Time { return Time(t.Sub(epochTime)) }
+
+// Add returns t+d.
+func (t Time) Add(d time.Duration) Time { return t + Time(d) }
+
+// Sub returns the duration t−u.
+func (t Time) Sub(u Time) time.Duration { return time.Duration(t - u) }
+
+// Time returns t as a time.Time (with a monotonic reading).
+func (t Time) Time() time.Time { return epochTime.Add(time.Duration(t)) }
 
 // MaxUptime is how long a process may run before the fixed-point constants of a
 // Rule could overflow: every Rule that NewRule accepts is checked against it.
@@ -58,4 +80,4 @@ const MaxUptime = 10 * 366 * 24 * time.Hour
 // Aligned interval grids fall on wall-clock multiples of their period in this
 // time, so replaying a log of wall-clock times through FromWall (plus, to stay
 // positive, any multiple of the periods) keeps the grids where they were.
-func FromWall(unixNano int64) int64 { return unixNano - wallAtEpoch }
+func FromWall(unixNano int64) Time { return Time(unixNano - wallAtEpoch) }

@@ -13,11 +13,15 @@
 // at most the tokens held at that moment; an allowed request takes c tokens, a
 // denied one changes nothing. A new bucket is full unless the Limit sets Initial.
 //
-// Each bucket is one word, its theoretical arrival time (GCRA): a request is
-// allowed iff max(TAT, now) + c·T − now ≤ Burst·T, where T is one token's worth
-// of time; then TAT ← max(TAT, now) + c·T. A full bucket has TAT ≤ now, so the
-// zero word is a full bucket and removing a full bucket from a table loses
-// nothing.
+// Each bucket is one word, its theoretical arrival time (TAT) in the sense of
+// the Generic Cell Rate Algorithm (GCRA; ITU-T I.371, and
+// https://en.wikipedia.org/wiki/Generic_cell_rate_algorithm): the time at which
+// the bucket would be full again if nothing more were taken. With T the time one
+// token is worth (the emission interval, Period/Tokens) and τ = Burst·T (the
+// tolerance), a request of cost c is allowed iff max(TAT, now) + c·T − now ≤ τ;
+// then TAT ← max(TAT, now) + c·T. A full bucket has TAT ≤ now, so the zero word
+// is a full bucket and removing a full bucket from a table loses nothing. The
+// code calls T emit, τ tau, and counts both in the rule's fixed-point units.
 //
 // # Exactness
 //
@@ -38,10 +42,12 @@
 // # Time
 //
 // The clock is the runtime's monotonic clock (Now), read once per check; every
-// check has an At form that takes the time instead. A time earlier than one a
-// bucket has already seen creates no tokens: GCRA evaluates it as given, which
-// can only be stricter. Times are clamped to [0, MaxUptime]; past MaxUptime
-// buckets stop refilling rather than overflow.
+// check has an At form that takes a Time instead. Times may come out of order:
+// each check is judged at its own time against every admission recorded so far,
+// and only admissions and refunds are recorded (a check that takes nothing
+// leaves no trace), so an earlier-stamped check never sees tokens that accrued
+// after its stamp. Times are clamped to [0, MaxUptime]; past MaxUptime buckets
+// stop refilling rather than overflow.
 //
 // # Limits
 //
@@ -54,10 +60,13 @@
 //
 // # Tables
 //
-// A Table creates a key's bucket on first use (one map insertion) and Sweep
-// removes buckets that have been full for SweepGrace; a swept key comes back
-// as a new key. A table may cap its number of keys: at the cap a new key is
-// denied (DenyAtCap) or decided against a fresh bucket that is not stored
+// A Table creates a key's bucket on the key's first check that takes tokens (one
+// map insertion) and keeps itself: buckets full for SweepGrace are reclaimed
+// when a new key meets the key cap, and by a sweep the table runs when new keys
+// double it; Sweep and RunSweeper only return memory sooner. Reclaiming loses
+// nothing, because an interval grid is placed by its key (phase.go), not by the
+// key's first use. At the cap with nothing to reclaim, a new key is denied
+// (DenyAtCap) or decided against a fresh bucket that is not stored
 // (AllowAtCap); Len, Evictions and AtCapHits make this observable. Checks on
 // existing keys never lock and never allocate.
 package atomicbucket

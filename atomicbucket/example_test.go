@@ -15,10 +15,10 @@ func ExampleBucket() {
 	}
 	b := atomicbucket.NewBucketAt(rule, 0)
 	for i := range 6 {
-		d := b.AllowNAt(0, 1) // explicit time: ns since the package epoch
+		d := b.AllowNAt(0, 1) // explicit time: the package epoch
 		fmt.Printf("request %d: allowed=%v remaining=%d retry-after=%v\n", i+1, d.Allowed, d.Remaining, d.RetryAfter)
 	}
-	fmt.Println("250ms later:", b.AllowNAt(int64(250*time.Millisecond), 2).Allowed)
+	fmt.Println("250ms later:", b.AllowNAt(atomicbucket.Time(0).Add(250*time.Millisecond), 2).Allowed)
 	// Output:
 	// request 1: allowed=true remaining=4 retry-after=0s
 	// request 2: allowed=true remaining=3 retry-after=0s
@@ -36,7 +36,7 @@ func ExampleTable() {
 	d := users.AllowNAt(42, 0, 5)
 	fmt.Println(d.Allowed, d.Remaining, d.Reset)
 	fmt.Println("users tracked:", users.Len())
-	fmt.Println("swept a minute later:", users.SweepAt(int64(time.Minute)))
+	fmt.Println("swept a minute later:", users.SweepAt(atomicbucket.Time(0).Add(time.Minute)))
 	// Output:
 	// true 15 3s
 	// users tracked: 1
@@ -47,8 +47,8 @@ func ExampleTable() {
 func ExampleLimit_interval() {
 	rule := atomicbucket.MustRule(atomicbucket.Limit{Tokens: 5, Period: 10 * time.Second, Burst: 20, Refill: atomicbucket.Interval})
 	b := atomicbucket.NewBucketAt(rule, 0)
-	fmt.Println(b.AllowNAt(int64(15*time.Second), 18))
-	fmt.Println(b.AllowNAt(int64(20*time.Second), 8))
+	fmt.Println(b.AllowNAt(atomicbucket.Time(0).Add(15*time.Second), 18))
+	fmt.Println(b.AllowNAt(atomicbucket.Time(0).Add(20*time.Second), 8))
 	// Output:
 	// {0s 35s 2 true}
 	// {10s 30s 7 false}

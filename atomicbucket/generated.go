@@ -35,7 +35,7 @@ func MustUnits(r Rule, scale, emit, tau int64) Rule {
 // AllowGreedyAt is AllowAt (any cost: inc is cost·emit) for a greedy rule whose
 // units are passed as constants; they must be the bucket's rule's (MustUnits).
 // It inlines into generated code.
-func (b *Bucket) AllowGreedyAt(now, scale, inc, tau int64) bool {
+func (b *Bucket) AllowGreedyAt(now Time, scale, inc, tau int64) bool {
 	nowU := clampNow(now) * scale
 	_, ok := advance(&b.tat, nowU, inc, nowU+tau)
 	return ok
@@ -43,16 +43,18 @@ func (b *Bucket) AllowGreedyAt(now, scale, inc, tau int64) bool {
 
 // AllowGreedyAt is AllowAt (any cost: inc is cost·emit) for a greedy rule whose
 // units are passed as constants; they must be the table's rule's (MustUnits).
-func (t *Table[K]) AllowGreedyAt(key K, now, scale, inc, tau int64) bool {
-	now = clampNow(now)
+//
+// Keep in step with Table.AllowAt, whose loop this is with the units as arguments.
+func (t *Table[K]) AllowGreedyAt(key K, now Time, scale, inc, tau int64) bool {
+	n := clampNow(now)
 	for {
 		s, ok := t.m.Load(key)
 		if !ok {
-			if s = t.create(key, now); s == nil {
+			if s, _ = t.create(key, n); s == nil {
 				return t.atCap == AllowAtCap && t.rule.debt+inc <= tau
 			}
 		}
-		nowU := now * scale
+		nowU := n * scale
 		tat, ok := advance(&s.tat, nowU, inc, nowU+tau)
 		if tat >= 0 {
 			return ok

@@ -16,7 +16,7 @@ func mustRule(t *testing.T, l Limit) Rule {
 	return r
 }
 
-const hour = int64(time.Hour)
+const hour = Time(time.Hour)
 
 // TestTimeBackwards: a time earlier than one already seen creates no tokens
 // (golang/go#56287). GCRA evaluates a stale now as is, which is stricter: the
@@ -25,11 +25,11 @@ func TestTimeBackwards(t *testing.T) {
 	r := mustRule(t, Limit{Tokens: 1, Period: time.Second, Burst: 1})
 	b, control := NewBucketAt(r, hour), NewBucketAt(r, hour)
 	for _, x := range []*Bucket{b, control} {
-		if !x.AllowAt(hour + 10*int64(time.Second)) {
+		if !x.AllowAt(hour + 10*Time(time.Second)) {
 			t.Fatal("first request denied")
 		}
 	}
-	for _, back := range []int64{hour + 5*int64(time.Second), hour, 0, -hour} {
+	for _, back := range []Time{hour + 5*Time(time.Second), hour, 0, -hour} {
 		if d := b.AllowNAt(back, 1); d.Allowed {
 			t.Fatalf("request at an earlier time %d allowed: %+v", back, d)
 		}
@@ -37,7 +37,7 @@ func TestTimeBackwards(t *testing.T) {
 			t.Fatalf("an earlier time shows %d tokens, want 0", d.Remaining)
 		}
 	}
-	for _, at := range []int64{10*int64(time.Second) + 500*int64(time.Millisecond), 11 * int64(time.Second), 11*int64(time.Second) + 1} {
+	for _, at := range []Time{10*Time(time.Second) + 500*Time(time.Millisecond), 11 * Time(time.Second), 11*Time(time.Second) + 1} {
 		got, want := b.AllowNAt(hour+at, 1), control.AllowNAt(hour+at, 1)
 		if got != want {
 			t.Fatalf("at +%v after going backwards: %+v, a bucket that never saw it: %+v", time.Duration(at), got, want)
@@ -57,13 +57,13 @@ func TestHugeIdleGap(t *testing.T) {
 		r := mustRule(t, l)
 		b := NewBucketAt(r, 0)
 		b.AllowNAt(0, l.Burst)
-		for _, at := range []int64{int64(MaxUptime) - 1, int64(MaxUptime), int64(MaxUptime) + hour, 1<<63 - 1} {
+		for _, at := range []Time{Time(MaxUptime) - 1, Time(MaxUptime), Time(MaxUptime) + hour, 1<<63 - 1} {
 			d := b.PeekAt(at, l.Burst)
 			if full := b.PeekAt(at, 0); !d.Allowed || d.Remaining != 0 || full.Reset != 0 || full.Remaining != l.Burst {
 				t.Fatalf("%v: after idling to %d, Peek(burst) = %+v, want allowed with 0 left", r.String(), at, d)
 			}
 		}
-		if d := b.AllowNAt(int64(MaxUptime), l.Burst); !d.Allowed {
+		if d := b.AllowNAt(Time(MaxUptime), l.Burst); !d.Allowed {
 			t.Fatalf("%v: burst at MaxUptime denied: %+v", r.String(), d)
 		}
 		// Past MaxUptime time stops: no more refill, so no overflow and no over-admission.
@@ -117,7 +117,7 @@ func TestDeniedChangesNothing(t *testing.T) {
 	b.AllowNAt(hour, 3)
 	before := b.tat.Load()
 	for i := range 100 {
-		at := hour + int64(i)*int64(time.Millisecond)
+		at := hour + Time(i)*Time(time.Millisecond)
 		if b.AllowNAt(at, 2).Allowed || b.AllowAt(at) || b.ReserveAt(at, 3, time.Second).OK {
 			t.Fatalf("allowed at +%dms", i)
 		}

@@ -20,15 +20,16 @@ type Reservation struct {
 	// request would be allowed at once (Never when its cost exceeds the burst).
 	RetryAfter time.Duration
 
-	at     int64         // ns since epoch at which the holder may act
+	at     Time          // when the holder may act
 	inc    int64         // the units taken
 	word   *atomic.Int64 // the bucket the units came from; nil once cancelled
 	rule   *Rule
 	anchor int64
+	owner  *reclaimer // the table of a keyed bucket, told when a cancel fills it; nil for a Bucket
 }
 
-// At is the time, in ns since the epoch, at which the holder may act.
-func (r *Reservation) At() int64 { return r.at }
+// At is the time at which the holder may act.
+func (r *Reservation) At() Time { return r.at }
 
 // Cancel gives the reserved tokens back if the holder has not reached its time
 // to act (now < At) and reports whether it did. Once the time to act has come the
@@ -36,14 +37,25 @@ func (r *Reservation) At() int64 { return r.at }
 func (r *Reservation) Cancel() bool { return r.CancelAt(Now()) }
 
 // CancelAt is Cancel at time now.
-func (r *Reservation) CancelAt(now int64) bool {
+func (r *Reservation) CancelAt(now Time) bool {
 	if !r.OK || r.word == nil || now >= r.at {
 		return false
 	}
-	now = clampNow(now)
-	giveBack(r.word, r.rule.units(now, r.anchor), r.inc)
+	giveBack(r.word, r.rule.units(clampNow(now), r.anchor), r.inc)
+	if r.owner != nil {
+		r.owner.filled(r.rule, r.word.Load(), r.anchor)
+	}
 	r.word = nil
 	return true
+}
+
+// immediate is the reservation that holds no tokens for later: d's admission at
+// now, or its refusal.
+func immediate(d Decision, now Time) Reservation {
+	if !d.Allowed {
+		return Reservation{RetryAfter: d.RetryAfter}
+	}
+	return Reservation{OK: true, at: now}
 }
 
 // reserve takes cost at now from the word w if it can be served within maxWait.
@@ -65,7 +77,7 @@ func (r *Rule) reserve(w *atomic.Int64, now, anchor, cost int64, maxWait time.Du
 		return Reservation{RetryAfter: r.waitFor(max(tat, nowU)+inc-r.tau, now, nowU, anchor)}, true
 	}
 	delay := r.waitFor(tat-r.tau, now, nowU, anchor)
-	return Reservation{OK: true, Delay: delay, at: now + int64(delay), inc: inc, word: w, rule: r, anchor: anchor}, true
+	return Reservation{OK: true, Delay: delay, at: Time(now).Add(delay), inc: inc, word: w, rule: r, anchor: anchor}, true
 }
 
 // ErrCostExceedsBurst is returned by Wait for a cost that no wait can serve.
@@ -78,7 +90,7 @@ var ErrAtCap = errors.New("atomicbucket: new key refused: the table is at its ke
 // waitOn is Wait for any bucket: reserve takes the tokens at now if they can be
 // had within maxWait. It reads the clock once. The closure does not escape, so it
 // costs no allocation (TestZeroAllocs).
-func waitOn(ctx context.Context, cost int64, reserve func(now int64, maxWait time.Duration) Reservation) error {
+func waitOn(ctx context.Context, cost int64, reserve func(now Time, maxWait time.Duration) Reservation) error {
 	if err := ctx.Err(); err != nil {
 		return waitError(cost, err)
 	}
@@ -92,12 +104,12 @@ func waitOn(ctx context.Context, cost int64, reserve func(now int64, maxWait tim
 }
 
 // waitBudget is how long Wait may wait: until ctx's deadline, or MaxWait.
-func waitBudget(ctx context.Context, now, cost int64) (time.Duration, error) {
+func waitBudget(ctx context.Context, now Time, cost int64) (time.Duration, error) {
 	dl, ok := ctx.Deadline()
 	if !ok {
 		return MaxWait, nil
 	}
-	left := dl.Sub(epochTime.Add(time.Duration(now)))
+	left := dl.Sub(now.Time())
 	if left < 0 {
 		return 0, waitError(cost, context.DeadlineExceeded)
 	}

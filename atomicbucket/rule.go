@@ -268,14 +268,16 @@ func newIntervalRule(l Limit, initial int64) (Rule, error) {
 		exact:    true,
 		limit:    l,
 	}
+	// The boundary at or before epoch of the wall-clock grid (wall-clock time ≡ 0
+	// mod period): aligned buckets use it, and keyed anchored buckets place their
+	// grids relative to it (phase.go).
+	phase := wallAtEpoch % p
+	if phase < 0 {
+		phase += p
+	}
+	r.anchor = -phase
 	if l.Aligned {
 		r.mode = modeAligned
-		// The boundary at or before epoch: wall-clock time ≡ 0 (mod period).
-		phase := wallAtEpoch % p
-		if phase < 0 {
-			phase += p
-		}
-		r.anchor = -phase
 	}
 	return r, nil
 }
@@ -298,7 +300,12 @@ func (r *Rule) RelativeError() float64 {
 
 // GridAnchor is, for an aligned interval rule, the grid boundary at or before the
 // package epoch, in ns since the epoch (≤ 0); 0 for other rules.
-func (r *Rule) GridAnchor() int64 { return r.anchor }
+func (r *Rule) GridAnchor() int64 {
+	if r.mode != modeAligned {
+		return 0
+	}
+	return r.anchor
+}
 
 // Burst returns the bucket capacity.
 func (r *Rule) Burst() int64 { return r.burst }

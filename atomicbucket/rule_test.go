@@ -102,7 +102,7 @@ func TestRuleBudget(t *testing.T) {
 			continue
 		}
 		b := NewBucketAt(r, 0)
-		end := int64(MaxUptime)
+		end := Time(MaxUptime)
 		// Run the bucket to the end of its budget: take the burst ahead by the
 		// longest reservation, then check decisions still make sense.
 		res := b.ReserveAt(end, l.Burst, MaxWait)

@@ -2,6 +2,8 @@ package atomicbucket
 
 import (
 	"context"
+	"hash/maphash"
+	"math"
 	"runtime"
 	"sync/atomic"
 	"time"
@@ -11,13 +13,15 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// AtCap is what a table does with a request for a new key when it already holds
-// its maximum number of keys.
+// AtCap is what a table does with a request for a new key when it holds its
+// maximum number of keys and none of them can be reclaimed.
 type AtCap uint8
 
 const (
 	// DenyAtCap denies requests for new keys at the cap (fail closed). The
-	// Decision's RetryAfter is SweepGrace, a hint: a sweep may free room.
+	// Decision's RetryAfter is the wait until the table can reclaim a bucket
+	// (one has been full for SweepGrace), plus, when the rule's new buckets hold
+	// fewer tokens than the cost, the wait for a new bucket to gather them.
 	DenyAtCap AtCap = iota
 	// AllowAtCap decides a request for a new key against a fresh bucket that is
 	// not stored (fail open): a key beyond the cap is limited per request only,
@@ -31,10 +35,21 @@ const (
 // its clock reading is more than SweepGrace stale when it lands.
 const SweepGrace = time.Second
 
+// AutoSweepMin is the number of keys below which a table never sweeps by
+// itself. Above it, a table sweeps when a new key takes it past twice the keys
+// it held after its last sweep, so that sweeping costs O(1) per new key,
+// amortised, and the memory of keys that went idle comes back without the
+// caller running a sweeper.
+const AutoSweepMin = 4096
+
+// DefaultSweepInterval is the interval RunSweeper and RunEvery use when given
+// one that is not positive.
+const DefaultSweepInterval = time.Minute
+
 // TableOptions configures a Table. The zero value is a table without a key cap.
 type TableOptions struct {
 	MaxKeys int64 // the most keys tracked at once; 0 or less means no cap
-	AtCap   AtCap // what happens to a new key at the cap
+	AtCap   AtCap // what happens to a new key at the cap when nothing can be reclaimed
 	Presize int   // the number of keys to size the map for at creation
 }
 
@@ -42,26 +57,67 @@ type TableOptions struct {
 // cold, so bytes per key matter more than false sharing.
 type slot struct {
 	tat    atomic.Int64 // theoretical arrival time in the rule's units; dead (−1) once swept
-	anchor int64        // interval rules: the grid anchor in ns since epoch (the key's first use, or the rule's aligned anchor)
+	anchor int64        // interval rules: the grid anchor in ns since epoch, placed by the key (phase.go)
 }
 
-// Table is a set of token buckets, one per key, created on a key's first use
-// and removed by Sweep once full for SweepGrace. Its methods are safe for
-// concurrent use; checks on existing keys take no lock (a new key takes the
-// map's bucket lock once). Build one with NewTable; the zero Table is not usable.
+// reclaimer is what a table knows about reclaiming its buckets; reservations
+// of its keys hold a pointer to it, to report cancellations that fill a bucket.
+type reclaimer struct {
+	// next is a lower bound on the earliest time (ns since the epoch) at which
+	// one of the table's buckets can be reclaimed (has been full for
+	// SweepGrace); math.MaxInt64 when the table is empty. Checks that take
+	// tokens only move that time later, so they leave it alone (the hot path
+	// never writes it); creation, refunds and cancellations, which can make it
+	// earlier, lower it; a sweep sets it exactly.
+	next atomic.Int64
+	// sweeping is held by the one goroutine sweeping the table.
+	sweeping atomic.Bool
+	// sweepAt is the number of keys above which a new key sweeps the table.
+	sweepAt atomic.Int64
+}
+
+// filled lowers next to the time a bucket holding tat becomes reclaimable.
+func (c *reclaimer) filled(r *Rule, tat, anchor int64) {
+	if tat < 0 {
+		return // dead: swept meanwhile
+	}
+	at := r.fullAt(tat, anchor) + int64(SweepGrace)
+	for {
+		old := c.next.Load()
+		if at >= old || c.next.CompareAndSwap(old, at) {
+			return
+		}
+	}
+}
+
+// Table is a set of token buckets, one per key, created on a key's first
+// check that takes tokens. Its methods are safe for concurrent use; checks on
+// existing keys take no lock and never allocate (a new key takes the map's
+// bucket lock once).
 //
-// Removing a full bucket loses nothing: a key that comes back gets a fresh
-// bucket, which is full, or holds the rule's initial tokens when those are
-// fewer (a swept key is then a new key, which never admits more).
+// A table keeps itself: a bucket full for SweepGrace is reclaimed when a new
+// key meets the key cap, and by a sweep the table runs by itself when new keys
+// have doubled it (beyond AutoSweepMin keys); Sweep and RunSweeper only return
+// memory sooner. Reclaiming loses nothing: a full bucket holds nothing a fresh
+// one would not (interval grids are placed by the key, not by its first use),
+// so a key that comes back gets exactly the bucket it would have had — except
+// under a rule whose new buckets start with fewer tokens than the burst
+// (Limit.Initial), where a reclaimed key is a new key again and starts with
+// those (stricter, never looser).
+//
+// Build one with NewTable; the zero Table is not usable.
 type Table[K comparable] struct {
-	m         *xsync.MapOf[K, *slot]
-	rule      Rule
-	maxKeys   int64
-	atCap     AtCap
-	_         cpu.CacheLinePad // the counters below change on key creation and removal only
-	keys      atomic.Int64     // keys held (or being created), ≤ maxKeys when capped
-	evictions atomic.Int64     // buckets removed by sweeps
-	atCapHits atomic.Int64     // new-key requests that met the cap
+	m       *xsync.MapOf[K, *slot]
+	rule    Rule
+	maxKeys int64
+	atCap   AtCap
+	seed    maphash.Seed // places the grids of keys that are neither strings nor integers
+	_       cpu.CacheLinePad
+	// The counters below change on key creation and removal only.
+	keys      atomic.Int64 // keys held (or being created), ≤ maxKeys when capped
+	evictions atomic.Int64 // buckets removed by sweeps
+	atCapHits atomic.Int64 // new-key requests that met the cap with nothing to reclaim
+	reclaim   reclaimer
 }
 
 // NewTable returns an empty table of buckets for rule r.
@@ -70,7 +126,10 @@ func NewTable[K comparable](r Rule, o TableOptions) *Table[K] {
 	if o.Presize > 0 {
 		opts = append(opts, xsync.WithPresize(o.Presize))
 	}
-	return &Table[K]{m: xsync.NewMapOf[K, *slot](opts...), rule: r, maxKeys: o.MaxKeys, atCap: o.AtCap}
+	t := &Table[K]{m: xsync.NewMapOf[K, *slot](opts...), rule: r, maxKeys: o.MaxKeys, atCap: o.AtCap, seed: maphash.MakeSeed()}
+	t.reclaim.next.Store(math.MaxInt64)
+	t.reclaim.sweepAt.Store(AutoSweepMin)
+	return t
 }
 
 // Rule returns the table's rule.
@@ -79,33 +138,77 @@ func (t *Table[K]) Rule() *Rule { return &t.rule }
 // Len is the number of keys tracked.
 func (t *Table[K]) Len() int64 { return t.keys.Load() }
 
-// Evictions is the number of buckets removed by sweeps so far.
+// Evictions is the number of buckets removed by sweeps so far, whatever ran
+// them (the cap, the table itself, Sweep).
 func (t *Table[K]) Evictions() int64 { return t.evictions.Load() }
 
-// AtCapHits is the number of requests for new keys that met the key cap.
+// AtCapHits is the number of requests for new keys that met the key cap when
+// no bucket could be reclaimed.
 func (t *Table[K]) AtCapHits() int64 { return t.atCapHits.Load() }
 
-// create makes key's bucket at now, or returns the one another goroutine just
-// made; nil when the key is new and the table is at its cap. It is the slow path
-// of every check, which looks the key up with the map's Load inline (a helper
-// doing both would be a call frame more: two calls exceed the inliner's budget).
-// A slot a check gets may be dead by the time it is used: checks retry then.
-func (t *Table[K]) create(key K, now int64) *slot {
-	if !t.claimKey() {
+// create makes key's bucket at now (ns), or returns the one another goroutine
+// just made; nil when the key is new and the table is at its cap with nothing
+// to reclaim, with the time (ns) from which one can be. It is the slow path of every check that takes tokens, which looks
+// the key up with the map's Load inline (a helper doing both would be a call
+// frame more: two calls exceed the inliner's budget). A slot a check gets may
+// be dead by the time it is used: checks retry then.
+func (t *Table[K]) create(key K, now int64) (*slot, int64) {
+	for !t.claimKey() {
 		if s, ok := t.m.Load(key); ok { // created meanwhile by another goroutine
-			return s
+			return s, 0
 		}
-		t.atCapHits.Add(1)
-		return nil
+		freed, next := t.reclaimAt(now)
+		switch {
+		case freed:
+		case next == math.MaxInt64:
+			// At the cap with no bucket noted: the keys counted are being
+			// created (or removed) right now; look again once they are.
+			runtime.Gosched()
+		default:
+			t.atCapHits.Add(1)
+			return nil, next
+		}
 	}
 	s, k := newSlot(key)
-	s.anchor = t.rule.newAnchor(now)
-	s.tat.Store(t.rule.fresh(now))
+	s.anchor = t.rule.anchorFor(keyHash(key, t.seed))
+	tat := t.rule.fresh(now, s.anchor)
+	s.tat.Store(tat)
 	got, loaded := t.m.LoadOrStore(k, s)
 	if loaded {
 		t.keys.Add(-1)
+		return got, 0
 	}
-	return got
+	t.reclaim.filled(&t.rule, tat, s.anchor)
+	if n := t.keys.Load(); n > t.reclaim.sweepAt.Load() && t.reclaim.sweeping.CompareAndSwap(false, true) {
+		t.sweepHeld(now)
+	}
+	return got, 0
+}
+
+// reclaimAt sweeps the table at now (ns) if one of its buckets may be
+// reclaimable by then, and reports whether the sweep freed a key; when it did
+// not, next is the time (ns, after now) from which one may be. A sweep under way
+// in another goroutine is waited for: it is what would free one, and while it
+// runs reclaim.next is not yet known.
+func (t *Table[K]) reclaimAt(now int64) (freed bool, next int64) {
+	for {
+		if t.reclaim.sweeping.Load() {
+			runtime.Gosched()
+			continue
+		}
+		next = t.reclaim.next.Load()
+		if t.reclaim.sweeping.Load() {
+			continue // a sweep began before the load: next may be its "never"
+		}
+		if now < next {
+			return false, next
+		}
+		if t.reclaim.sweeping.CompareAndSwap(false, true) {
+			if t.sweepHeld(now) > 0 {
+				return true, 0
+			}
+		}
+	}
 }
 
 // slotSize is the bytes a slot takes at the front of a co-allocated block.
@@ -153,17 +256,17 @@ func retry() { runtime.Gosched() }
 // token if so.
 func (t *Table[K]) Allow(key K) bool { return t.AllowAt(key, Now()) }
 
-// AllowAt is Allow at time now (ns since the epoch).
-func (t *Table[K]) AllowAt(key K, now int64) bool {
-	now = clampNow(now)
+// AllowAt is Allow at time now.
+func (t *Table[K]) AllowAt(key K, now Time) bool {
+	n := clampNow(now)
 	for {
 		s, ok := t.m.Load(key)
 		if !ok {
-			if s = t.create(key, now); s == nil {
+			if s, _ = t.create(key, n); s == nil {
 				return t.atCap == AllowAtCap && t.rule.debt+t.rule.emit <= t.rule.tau
 			}
 		}
-		nowU := t.rule.units(now, s.anchor)
+		nowU := t.rule.units(n, s.anchor)
 		tat, ok := advance(&s.tat, nowU, t.rule.emit, nowU+t.rule.tau)
 		if tat >= 0 {
 			return ok
@@ -173,38 +276,58 @@ func (t *Table[K]) AllowAt(key K, now int64) bool {
 }
 
 // AllowN checks a request of the given cost for key now, taking its tokens if
-// allowed. Costs at the limits behave as for Bucket.AllowN.
+// allowed. Costs at the limits behave as for Bucket.AllowN; a check on a key
+// without a bucket that can take nothing (cost 0, or a cost outside [0, burst])
+// is answered as Peek would and creates no bucket.
 func (t *Table[K]) AllowN(key K, cost int64) Decision { return t.AllowNAt(key, Now(), cost) }
 
 // AllowNAt is AllowN at time now.
-func (t *Table[K]) AllowNAt(key K, now, cost int64) Decision {
-	now = clampNow(now)
+func (t *Table[K]) AllowNAt(key K, now Time, cost int64) Decision {
+	n := clampNow(now)
 	for {
 		s, ok := t.m.Load(key)
 		if !ok {
-			if s = t.create(key, now); s == nil {
-				return t.capDecision(now, cost)
+			if cost <= 0 || cost > t.rule.burst {
+				return t.absent(key, n, cost)
+			}
+			var next int64
+			if s, next = t.create(key, n); s == nil {
+				return t.capDecision(key, n, next, cost)
 			}
 		}
-		nowU := t.rule.units(now, s.anchor)
+		nowU := t.rule.units(n, s.anchor)
 		if cost < 0 || cost > t.rule.burst {
-			return t.rule.outOfRange(s.tat.Load(), now, nowU, s.anchor)
+			return t.rule.outOfRange(s.tat.Load(), n, nowU, s.anchor)
 		}
 		inc := cost * t.rule.emit
 		tat, ok := advance(&s.tat, nowU, inc, nowU+t.rule.tau)
 		if tat >= 0 {
-			return t.rule.decide(ok, tat, inc, now, nowU, s.anchor)
+			return t.rule.decide(ok, tat, inc, n, nowU, s.anchor)
 		}
 		retry()
 	}
 }
 
-// capDecision decides a request for a new key at the cap.
-func (t *Table[K]) capDecision(now, cost int64) Decision {
+// absent decides a request of cost against the fresh bucket key would get at
+// now (ns), without making it.
+func (t *Table[K]) absent(key K, now, cost int64) Decision {
+	anchor := t.rule.anchorFor(keyHash(key, t.seed))
+	return t.rule.peek(t.rule.fresh(now, anchor), now, anchor, cost)
+}
+
+// capDecision decides a request for a new key at the cap with nothing to
+// reclaim before next (ns): against an untracked fresh bucket (AllowAtCap), or
+// denied with the wait until a bucket can be reclaimed and the new one would
+// admit the cost.
+func (t *Table[K]) capDecision(key K, now, next, cost int64) Decision {
 	if t.atCap == AllowAtCap {
-		return t.rule.peek(t.rule.fresh(now), now, t.rule.newAnchor(now), cost)
+		return t.absent(key, now, cost)
 	}
-	return Decision{RetryAfter: SweepGrace}
+	wait := time.Duration(next - now) // > 0: nothing was reclaimable at now
+	if d := t.absent(key, now, cost); !d.Allowed {
+		wait += d.RetryAfter // a new bucket holds fewer tokens than the cost
+	}
+	return Decision{RetryAfter: wait}
 }
 
 // Peek is what AllowN(key, cost) would decide now, without taking anything or
@@ -212,15 +335,15 @@ func (t *Table[K]) capDecision(now, cost int64) Decision {
 func (t *Table[K]) Peek(key K, cost int64) Decision { return t.PeekAt(key, Now(), cost) }
 
 // PeekAt is Peek at time now.
-func (t *Table[K]) PeekAt(key K, now, cost int64) Decision {
-	now = clampNow(now)
+func (t *Table[K]) PeekAt(key K, now Time, cost int64) Decision {
+	n := clampNow(now)
 	if s, ok := t.m.Load(key); ok {
 		if tat := s.tat.Load(); tat >= 0 {
-			return t.rule.peek(tat, now, s.anchor, cost)
+			return t.rule.peek(tat, n, s.anchor, cost)
 		}
 	}
 	// A key with no bucket (or a swept one) would get a new bucket.
-	return t.rule.peek(t.rule.fresh(now), now, t.rule.newAnchor(now), cost)
+	return t.absent(key, n, cost)
 }
 
 // Refund gives cost tokens back to key's bucket now, never filling it beyond its
@@ -228,12 +351,13 @@ func (t *Table[K]) PeekAt(key K, now, cost int64) Decision {
 func (t *Table[K]) Refund(key K, cost int64) { t.RefundAt(key, Now(), cost) }
 
 // RefundAt is Refund at time now.
-func (t *Table[K]) RefundAt(key K, now, cost int64) {
+func (t *Table[K]) RefundAt(key K, now Time, cost int64) {
 	if cost <= 0 || cost > t.rule.burst {
 		return
 	}
 	if s, ok := t.m.Load(key); ok {
 		giveBack(&s.tat, t.rule.units(clampNow(now), s.anchor), cost*t.rule.emit)
+		t.reclaim.filled(&t.rule, s.tat.Load(), s.anchor)
 	}
 }
 
@@ -244,19 +368,22 @@ func (t *Table[K]) Reserve(key K, cost int64, maxWait time.Duration) Reservation
 }
 
 // ReserveAt is Reserve at time now.
-func (t *Table[K]) ReserveAt(key K, now, cost int64, maxWait time.Duration) Reservation {
-	now = clampNow(now)
+func (t *Table[K]) ReserveAt(key K, now Time, cost int64, maxWait time.Duration) Reservation {
+	n := clampNow(now)
 	for {
 		s, ok := t.m.Load(key)
 		if !ok {
-			s = t.create(key, now)
+			if cost <= 0 || cost > t.rule.burst {
+				return immediate(t.absent(key, n, cost), now) // takes nothing: no bucket made
+			}
+			var next int64
+			if s, next = t.create(key, n); s == nil {
+				// Untracked keys cannot hold tokens for later: only an immediate admission.
+				return immediate(t.capDecision(key, n, next, cost), now)
+			}
 		}
-		if s == nil {
-			d := t.capDecision(now, cost)
-			// Untracked keys cannot hold tokens for later: only an immediate admission.
-			return Reservation{OK: d.Allowed, RetryAfter: d.RetryAfter, at: now}
-		}
-		if res, alive := t.rule.reserve(&s.tat, now, s.anchor, cost, maxWait); alive {
+		if res, alive := t.rule.reserve(&s.tat, n, s.anchor, cost, maxWait); alive {
+			res.owner = &t.reclaim
 			return res
 		}
 		retry()
@@ -266,16 +393,26 @@ func (t *Table[K]) ReserveAt(key K, now, cost int64, maxWait time.Duration) Rese
 // Wait blocks until a request of cost for key may proceed, or ctx is done; see
 // Bucket.Wait.
 func (t *Table[K]) Wait(ctx context.Context, key K, cost int64) error {
-	return waitOn(ctx, cost, func(now int64, maxWait time.Duration) Reservation {
+	return waitOn(ctx, cost, func(now Time, maxWait time.Duration) Reservation {
 		return t.ReserveAt(key, now, cost, maxWait)
 	})
 }
 
 // Sweep removes the buckets that have been full for at least SweepGrace and
-// returns how many it removed. Run it periodically (RunSweeper) to bound memory.
+// returns how many it removed. A table sweeps itself when it needs to (see
+// Table); calling Sweep, or RunSweeper, returns the memory of idle keys sooner.
 func (t *Table[K]) Sweep() int { return t.SweepAt(Now()) }
 
-// SweepAt is Sweep at time now.
+// SweepAt is Sweep at time now. Sweeps of one table run one at a time.
+func (t *Table[K]) SweepAt(now Time) int {
+	for !t.reclaim.sweeping.CompareAndSwap(false, true) {
+		runtime.Gosched()
+	}
+	return t.sweepHeld(clampNow(now))
+}
+
+// sweepHeld is a sweep at now (ns) by the goroutine holding reclaim.sweeping,
+// which it releases.
 //
 // Why no consumption is lost: a bucket is removed only by compare-and-swapping
 // the full TAT the sweep read into the dead word, under the map's lock for that
@@ -285,12 +422,22 @@ func (t *Table[K]) Sweep() int { return t.SweepAt(Now()) }
 // it, and looks the key up again, finding the key gone (or a new bucket). Since
 // the word is the bucket's whole state, a value that returns to the one the
 // sweep read (consume, then refund) is the same state, and removing it is right.
-func (t *Table[K]) SweepAt(now int64) int {
-	now = clampNow(now)
+//
+// The sweep also sets reclaim.next: it starts from "never" and lowers it to each
+// surviving bucket's reclaim time; a bucket created or filled by a refund while
+// the sweep runs lowers it itself.
+func (t *Table[K]) sweepHeld(now int64) int {
+	defer t.reclaim.sweeping.Store(false)
 	graced := max(now-int64(SweepGrace), 0)
 	removed := 0
+	t.reclaim.next.Store(math.MaxInt64)
 	t.m.Range(func(key K, s *slot) bool {
-		if tat := s.tat.Load(); tat < 0 || !t.rule.fullBy(tat, graced, s.anchor) {
+		tat := s.tat.Load()
+		if tat < 0 {
+			return true
+		}
+		if !t.rule.fullBy(tat, graced, s.anchor) {
+			t.reclaim.filled(&t.rule, tat, s.anchor)
 			return true
 		}
 		t.m.Compute(key, func(cur *slot, loaded bool) (*slot, bool) {
@@ -299,7 +446,8 @@ func (t *Table[K]) SweepAt(now int64) int {
 			}
 			tat := s.tat.Load()
 			if !t.rule.fullBy(tat, graced, s.anchor) || !s.tat.CompareAndSwap(tat, dead) {
-				return cur, false // in use again
+				t.reclaim.filled(&t.rule, s.tat.Load(), s.anchor) // in use again
+				return cur, false
 			}
 			removed++
 			return nil, true
@@ -310,24 +458,30 @@ func (t *Table[K]) SweepAt(now int64) int {
 		t.keys.Add(int64(-removed))
 		t.evictions.Add(int64(removed))
 	}
+	t.reclaim.sweepAt.Store(max(2*t.keys.Load(), AutoSweepMin))
 	return removed
 }
 
-// fullBy reports whether a bucket holding tat was full at time t (ns). Before an
-// interval bucket's anchor it did not exist, so it was not full then.
+// fullBy reports whether a bucket holding tat was full at time t (ns).
 func (r *Rule) fullBy(tat, t, anchor int64) bool {
-	return t >= anchor && tat <= r.units(t, anchor)
+	return tat <= r.units(t, anchor)
 }
 
-// RunSweeper calls Sweep every interval until ctx is done. Run it in its own
-// goroutine.
+// RunSweeper calls Sweep every interval (DefaultSweepInterval when interval is
+// not positive) until ctx is done. Run it in its own goroutine. It is not
+// needed to bound memory or free capped keys (a table does that itself); it
+// returns the memory of idle keys during quiet periods, when no new keys come.
 func (t *Table[K]) RunSweeper(ctx context.Context, interval time.Duration) {
 	RunEvery(ctx, interval, func() { t.Sweep() })
 }
 
-// RunEvery calls f every interval until ctx is done; generated limiters use it
-// to sweep the tables of every plan together. Run it in its own goroutine.
+// RunEvery calls f every interval (DefaultSweepInterval when interval is not
+// positive) until ctx is done; generated limiters use it to sweep the tables of
+// every plan together. Run it in its own goroutine.
 func RunEvery(ctx context.Context, interval time.Duration, f func()) {
+	if interval <= 0 {
+		interval = DefaultSweepInterval
+	}
 	tk := time.NewTicker(interval)
 	defer tk.Stop()
 	for {

@@ -14,12 +14,12 @@ func TestSweepTombstone(t *testing.T) {
 	r := mustRule(t, Limit{Tokens: 1, Period: time.Second, Burst: 2})
 	tb := NewTable[string](r, TableOptions{})
 	t0 := hour
-	tb.AllowNAt("k", t0, 0) // creates a full bucket
+	tb.AllowNAt("k", t0-Time(time.Second), 1) // creates a bucket, full again at t0
 	stale, ok := tb.m.Load("k")
 	if !ok {
 		t.Fatal("bucket not created")
 	}
-	later := t0 + int64(SweepGrace) + int64(time.Second)
+	later := t0 + Time(SweepGrace) + Time(time.Second)
 	if n := tb.SweepAt(later); n != 1 {
 		t.Fatalf("sweep removed %d buckets, want 1", n)
 	}
@@ -27,7 +27,7 @@ func TestSweepTombstone(t *testing.T) {
 		t.Fatalf("a removed bucket's word is %d, want the tombstone %d", tat, dead)
 	}
 	// The stale check consumes through the pointer it loaded before the sweep.
-	nowU := r.units(later, stale.anchor)
+	nowU := r.units(int64(later), stale.anchor)
 	if tat, ok := advance(&stale.tat, nowU, r.emit, nowU+r.tau); ok || tat >= 0 {
 		t.Fatalf("consumption from a removed bucket: advance = (%d, %v), want the tombstone and false", tat, ok)
 	}
@@ -52,15 +52,15 @@ func TestSweepTombstone(t *testing.T) {
 func TestSweepKeepsBusyBuckets(t *testing.T) {
 	r := mustRule(t, Limit{Tokens: 1, Period: time.Second, Burst: 2})
 	tb := NewTable[int](r, TableOptions{})
-	tb.AllowNAt(1, hour, 2)                                    // full again at +2s
-	tb.AllowNAt(2, hour, 0)                                    // full since hour
-	if n := tb.SweepAt(hour + int64(SweepGrace) - 1); n != 0 { // 2 has been full for less than the grace
+	tb.AllowNAt(1, hour, 2)                                   // full again at +2s
+	tb.AllowNAt(2, hour-Time(time.Second), 1)                 // full since hour
+	if n := tb.SweepAt(hour + Time(SweepGrace) - 1); n != 0 { // 2 has been full for less than the grace
 		t.Fatalf("swept %d, want 0", n)
 	}
-	if n := tb.SweepAt(hour + int64(SweepGrace)); n != 1 { // 2 goes, 1 is not full
+	if n := tb.SweepAt(hour + Time(SweepGrace)); n != 1 { // 2 goes, 1 is not full
 		t.Fatalf("swept %d, want 1", n)
 	}
-	if n := tb.SweepAt(hour + 2*int64(time.Second) + int64(SweepGrace)); n != 1 { // 1 goes
+	if n := tb.SweepAt(hour + 2*Time(time.Second) + Time(SweepGrace)); n != 1 { // 1 goes
 		t.Fatalf("swept %d, want 1", n)
 	}
 	if tb.Len() != 0 || tb.Evictions() != 2 {

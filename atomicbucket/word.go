@@ -2,6 +2,7 @@ package atomicbucket
 
 import (
 	"math"
+	"strconv"
 	"sync/atomic"
 	"time"
 )
@@ -62,8 +63,8 @@ func giveBack(w *atomic.Int64, now, inc int64) {
 // clampNow maps a time in ns since the epoch into [0, MaxUptime]: times before
 // the epoch are the epoch, and time stops at MaxUptime, after which buckets no
 // longer refill (they deny rather than overflow).
-func clampNow(now int64) int64 {
-	return min(max(now, 0), int64(MaxUptime))
+func clampNow(now Time) int64 {
+	return min(max(int64(now), 0), int64(MaxUptime))
 }
 
 // units converts now (ns since epoch, clamped) into the rule's units for a bucket
@@ -91,6 +92,15 @@ func (r *Rule) waitFor(target, now, nowU, anchor int64) time.Duration {
 	return time.Duration(anchor + periods*r.period - now)
 }
 
+// fullAt is the first time (ns) at which a bucket whose word holds tat is
+// full, with no other traffic: now, or earlier, when it already is.
+func (r *Rule) fullAt(tat, anchor int64) int64 {
+	if r.mode == modeGreedy {
+		return (tat + r.scale - 1) / r.scale
+	}
+	return anchor + (tat+r.tokens-1)/r.tokens*r.period
+}
+
 // decide builds the Decision for a request of cost units inc (already checked to
 // be in range) at now (ns) / nowU (units); tat is advance's result.
 func (r *Rule) decide(ok bool, tat, inc, now, nowU, anchor int64) Decision {
@@ -105,6 +115,10 @@ func (r *Rule) decide(ok bool, tat, inc, now, nowU, anchor int64) Decision {
 
 // Decision is the outcome of a check, returned by value (32 bytes, no pointers).
 // The zero Decision is a denial that says nothing more.
+//
+// For an HTTP answer, RetryAfterHeader gives the Retry-After value; a denial
+// whose RetryAfter is Never cannot be fixed by waiting (the cost exceeds the
+// burst) and gets no Retry-After.
 type Decision struct {
 	// RetryAfter is 0 when allowed; when denied, the least wait after which the
 	// same request would be allowed with no other traffic, or Never when its cost
@@ -117,4 +131,19 @@ type Decision struct {
 	Remaining int64
 	// Allowed reports whether the request was admitted (and its tokens taken).
 	Allowed bool
+}
+
+// RetryAfterHeader returns the value of an HTTP Retry-After header (RFC 9110,
+// delay-seconds) for a denied decision: RetryAfter in whole seconds, rounded up
+// so that a client that waits that long is not denied again for want of a
+// fraction of a second. ok is false when the decision allowed the request, or
+// when RetryAfter is Never: no wait can help a request whose cost exceeds the
+// burst, so no Retry-After should be sent (answer it as a request that must
+// change, not one that must wait).
+func (d Decision) RetryAfterHeader() (value string, ok bool) {
+	if d.Allowed || d.RetryAfter == Never || d.RetryAfter < 0 {
+		return "", false
+	}
+	secs := (d.RetryAfter + time.Second - 1) / time.Second
+	return strconv.FormatInt(int64(secs), 10), true
 }

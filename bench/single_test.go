@@ -35,7 +35,7 @@ func (c singleCase) perSecond() float64 { return float64(c.tokens) / c.period.Se
 // floor is the least a lock-free check can cost: one clock read, one atomic
 // load and one compare-and-swap.
 func floor(w *atomic.Int64) bool {
-	now := atomicbucket.Now()
+	now := int64(atomicbucket.Now())
 	old := w.Load()
 	return w.CompareAndSwap(old, max(old, now)+1)
 }

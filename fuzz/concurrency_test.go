@@ -190,7 +190,7 @@ func TestLinearizable(t *testing.T) {
 	} {
 		t.Run("impl="+c.name, func(t *testing.T) {
 			if c.name == "bucket" {
-				c.im.(*bucketImpl).b = atomicbucket.NewBucketAt(r, int64(time.Hour))
+				c.im.(*bucketImpl).b = atomicbucket.NewBucketAt(r, atomicbucket.Time(time.Hour))
 			}
 			h := runRounds(t, c.im, c.keys, 4, rounds, 6, step, c.sweep)
 			res := porcupine.CheckOperationsTimeout(referenceModel(ParamsOf(&r, 0, 0)), h, 60*time.Second)
@@ -223,7 +223,7 @@ func TestContentionEnvelope(t *testing.T) {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
-					for atomicbucket.Now()-start < int64(100*time.Millisecond) {
+					for atomicbucket.Now().Sub(start) < 100*time.Millisecond {
 						if allow() {
 							admitted.Add(1)
 						}
@@ -231,19 +231,20 @@ func TestContentionEnvelope(t *testing.T) {
 				}()
 			}
 			wg.Wait()
-			elapsed := atomicbucket.Now() - start
-			limit := l.Burst + l.Tokens*elapsed/int64(l.Period)
+			elapsed := atomicbucket.Now().Sub(start)
+			limit := l.Burst + l.Tokens*int64(elapsed)/int64(l.Period)
 			if got := admitted.Load(); got > limit || got < l.Burst {
-				t.Fatalf("admitted %d in %v: want between the burst %d and burst + rate·elapsed = %d", got, time.Duration(elapsed), l.Burst, limit)
+				t.Fatalf("admitted %d in %v: want between the burst %d and burst + rate·elapsed = %d", got, elapsed, l.Burst, limit)
 			}
 		})
 	}
 }
 
 // TestKeyCapUnderFlood: a flood of distinct keys from many goroutines never
-// makes a capped table hold more than its cap.
+// makes a capped table hold more than its cap. The rule is slow enough that no
+// bucket becomes reclaimable during the test.
 func TestKeyCapUnderFlood(t *testing.T) {
-	r := atomicbucket.MustRule(atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 1})
+	r := atomicbucket.MustRule(atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 1})
 	for _, atCap := range []atomicbucket.AtCap{atomicbucket.DenyAtCap, atomicbucket.AllowAtCap} {
 		tb := atomicbucket.NewTable[int](r, atomicbucket.TableOptions{MaxKeys: 100, AtCap: atCap})
 		var wg sync.WaitGroup
@@ -276,6 +277,44 @@ func TestKeyCapUnderFlood(t *testing.T) {
 	}
 }
 
+// TestCapReclaimUnderFlood: goroutines flood a capped table with new keys at
+// explicit times far enough apart that every earlier key is reclaimable. The
+// table must reclaim (new keys keep being admitted), and its count must never
+// pass the cap while sweeps, creations and reclaims race.
+func TestCapReclaimUnderFlood(t *testing.T) {
+	r := atomicbucket.MustRule(atomicbucket.Limit{Tokens: 1, Period: time.Millisecond, Burst: 1})
+	const capKeys, workers, perWorker = 50, 8, 2000
+	tb := atomicbucket.NewTable[int](r, atomicbucket.TableOptions{MaxKeys: capKeys})
+	var clock atomic.Int64
+	clock.Store(int64(time.Hour))
+	var maxSeen, admitted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range perWorker {
+				// Each request moves time on by more than the grace plus a token.
+				at := atomicbucket.Time(clock.Add(int64(atomicbucket.SweepGrace) + int64(2*time.Millisecond)))
+				if tb.AllowAt(g*1_000_000+i, at) {
+					admitted.Add(1)
+				}
+				if n := tb.Len(); n > maxSeen.Load() {
+					maxSeen.Store(n)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if maxSeen.Load() > capKeys || tb.Len() > capKeys {
+		t.Fatalf("Len reached %d (now %d) with a cap of %d", maxSeen.Load(), tb.Len(), capKeys)
+	}
+	if tb.Evictions() == 0 || admitted.Load() <= capKeys {
+		t.Fatalf("%d evictions, %d new keys admitted: the table did not reclaim at its cap", tb.Evictions(), admitted.Load())
+	}
+	t.Logf("%d of %d new keys admitted, %d evictions, %d at-cap denials", admitted.Load(), workers*perWorker, tb.Evictions(), tb.AtCapHits())
+}
+
 // TestSweepLosesNothing races checks against a sweeper on buckets that are
 // always eligible for removal when a round starts. Time is frozen within a
 // round, so a round can admit at most the burst; a consumption recorded in a
@@ -304,7 +343,7 @@ func TestSweepLosesNothing(t *testing.T) {
 			case <-stop:
 				return
 			default:
-				tb.SweepAt(now.Load())
+				tb.SweepAt(atomicbucket.Time(now.Load()))
 				sweeps.Add(1)
 			}
 		}
@@ -322,7 +361,7 @@ func TestSweepLosesNothing(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				for range burst {
-					if tb.AllowNAt(round%3, at, 1).Allowed {
+					if tb.AllowNAt(round%3, atomicbucket.Time(at), 1).Allowed {
 						admitted.Add(1)
 					}
 				}

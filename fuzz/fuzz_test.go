@@ -20,7 +20,7 @@ func FuzzDifferential(f *testing.F) {
 			return
 		}
 		r := p.cfg.rule(t)
-		if err := runDifferential(p, impls(t, p.cfg, p.single), r.Exact()); err != nil {
+		if err := runGroups(p, impls(t, p.cfg, p.single), r.Exact()); err != nil {
 			t.Fatalf("%v\n%v", p, err)
 		}
 	})
@@ -71,7 +71,7 @@ func TestDifferentialRandom(t *testing.T) {
 		if !r.Exact() {
 			inexact++
 		}
-		if err := runDifferential(p, impls(t, p.cfg, p.single), r.Exact()); err != nil {
+		if err := runGroups(p, impls(t, p.cfg, p.single), r.Exact()); err != nil {
 			t.Fatalf("program %d: %v\n%v", i, p, err)
 		}
 		ran++

@@ -2,6 +2,7 @@ package fuzz
 
 import (
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -67,13 +68,13 @@ func (rs *reservations) add(key string, cost int64, r atomicbucket.Reservation) 
 	rs.mu.Lock()
 	rs.list = append(rs.list, r)
 	rs.mu.Unlock()
-	return Reservation{OK: r.OK, Delay: r.Delay, RetryAfter: r.RetryAfter, Key: key, Cost: cost, At: r.At()}
+	return Reservation{OK: r.OK, Delay: r.Delay, RetryAfter: r.RetryAfter, Key: key, Cost: cost, At: int64(r.At())}
 }
 
 func (rs *reservations) cancel(id int, t int64) bool {
 	rs.mu.Lock()
 	defer rs.mu.Unlock()
-	return rs.list[id].CancelAt(t)
+	return rs.list[id].CancelAt(atomicbucket.Time(t))
 }
 
 // bucketImpl is a single Bucket, created at its first operation. It has one key.
@@ -83,27 +84,40 @@ type bucketImpl struct {
 	rs   reservations
 }
 
-func (b *bucketImpl) get(t int64) *atomicbucket.Bucket {
+// get returns the bucket, creating it at t if the operation could take tokens:
+// the reference creates a bucket only for those.
+func (b *bucketImpl) get(t, cost int64) *atomicbucket.Bucket {
 	if b.b == nil {
-		b.b = atomicbucket.NewBucketAt(b.rule, t)
+		fresh := atomicbucket.NewBucketAt(b.rule, atomicbucket.Time(t))
+		if cost < 1 || cost > b.rule.Burst() {
+			return fresh
+		}
+		b.b = fresh
 	}
 	return b.b
 }
-func (b *bucketImpl) AllowN(_ string, t, cost int64) Decision { return b.get(t).AllowNAt(t, cost) }
-func (b *bucketImpl) Allow(_ string, t int64) bool            { return b.get(t).AllowAt(t) }
+func (b *bucketImpl) AllowN(_ string, t, cost int64) Decision {
+	return b.get(t, cost).AllowNAt(atomicbucket.Time(t), cost)
+}
+func (b *bucketImpl) Allow(_ string, t int64) bool { return b.get(t, 1).AllowAt(atomicbucket.Time(t)) }
 func (b *bucketImpl) Peek(_ string, t, cost int64) Decision {
-	if b.b == nil { // the reference does not create on Peek either
-		return atomicbucket.NewBucketAt(b.rule, t).PeekAt(t, cost)
-	}
-	return b.b.PeekAt(t, cost)
+	return b.get(t, 0).PeekAt(atomicbucket.Time(t), cost)
 }
 func (b *bucketImpl) Refund(_ string, t, cost int64) {
 	if b.b != nil {
-		b.b.RefundAt(t, cost)
+		b.b.RefundAt(atomicbucket.Time(t), cost)
 	}
 }
 func (b *bucketImpl) Reserve(key string, t, cost int64, maxWait time.Duration) Reservation {
-	return b.rs.add(key, cost, b.get(t).ReserveAt(t, cost, maxWait))
+	tracked := b.b != nil
+	res := b.get(t, cost).ReserveAt(atomicbucket.Time(t), cost, maxWait)
+	got := b.rs.add(key, cost, res)
+	if !tracked && b.b == nil {
+		// Answered from a bucket that was not kept (it took nothing): there is
+		// nothing to cancel, as for a table key without a bucket.
+		b.rs.list[len(b.rs.list)-1] = atomicbucket.Reservation{}
+	}
+	return got
 }
 func (b *bucketImpl) Cancel(id int, t int64) bool { return b.rs.cancel(id, t) }
 func (b *bucketImpl) Sweep(int64) int             { return 0 }
@@ -122,20 +136,31 @@ type tableImpl[K comparable] struct {
 }
 
 func (m *tableImpl[K]) AllowN(k string, t, cost int64) Decision {
-	return m.t.AllowNAt(m.key(k), t, cost)
+	return m.t.AllowNAt(m.key(k), atomicbucket.Time(t), cost)
 }
-func (m *tableImpl[K]) Allow(k string, t int64) bool          { return m.t.AllowAt(m.key(k), t) }
-func (m *tableImpl[K]) Peek(k string, t, cost int64) Decision { return m.t.PeekAt(m.key(k), t, cost) }
-func (m *tableImpl[K]) Refund(k string, t, cost int64)        { m.t.RefundAt(m.key(k), t, cost) }
+func (m *tableImpl[K]) Allow(k string, t int64) bool {
+	return m.t.AllowAt(m.key(k), atomicbucket.Time(t))
+}
+func (m *tableImpl[K]) Peek(k string, t, cost int64) Decision {
+	return m.t.PeekAt(m.key(k), atomicbucket.Time(t), cost)
+}
+func (m *tableImpl[K]) Refund(k string, t, cost int64) {
+	m.t.RefundAt(m.key(k), atomicbucket.Time(t), cost)
+}
 func (m *tableImpl[K]) Reserve(k string, t, cost int64, maxWait time.Duration) Reservation {
-	return m.rs.add(k, cost, m.t.ReserveAt(m.key(k), t, cost, maxWait))
+	return m.rs.add(k, cost, m.t.ReserveAt(m.key(k), atomicbucket.Time(t), cost, maxWait))
 }
 func (m *tableImpl[K]) Cancel(id int, t int64) bool { return m.rs.cancel(id, t) }
-func (m *tableImpl[K]) Sweep(t int64) int           { return m.t.SweepAt(t) }
+func (m *tableImpl[K]) Sweep(t int64) int           { return m.t.SweepAt(atomicbucket.Time(t)) }
 func (m *tableImpl[K]) Len() int                    { return int(m.t.Len()) }
 
-// intKey maps a test key to an int64 key, one to one for the short keys tests use.
+// intKey maps a test key to an int64 key, one to one for the short keys tests
+// use: a decimal key is its value (so that it places its grid as the string
+// does), any other its bytes.
 func intKey(s string) int64 {
+	if v, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return v
+	}
 	var v int64
 	for _, c := range []byte(s) {
 		v = v<<8 | int64(c)
@@ -143,22 +168,36 @@ func intKey(s string) int64 {
 	return v
 }
 
-// impls returns every implementation for c, each fresh, by name. single says
-// whether the operations use one key and no cap or sweep, so that a single Bucket
-// is a valid implementation too.
-func impls(tb testing.TB, c config, single bool) map[string]impl {
+// impls returns every implementation for c, each fresh, in groups that each
+// hold the reference they must equal, under "reference". single says whether
+// the operations use one key and no cap or sweep, so that a single Bucket is a
+// valid implementation too.
+//
+// Anchored interval grids are placed by the key (by a table) or at creation (by
+// a single Bucket), so each way gets a reference of its own; under every other
+// rule one reference serves all.
+func impls(tb testing.TB, c config, single bool) []map[string]impl {
 	r := c.rule(tb)
-	m := map[string]impl{
-		"reference": &refImpl{Reference: NewReference(ParamsOf(&r, c.opts.MaxKeys, c.opts.AtCap))},
-		"table=string": &tableImpl[string]{
-			t: atomicbucket.NewTable[string](r, c.opts), key: func(s string) string { return s },
-		},
-		"table=int64": &tableImpl[int64]{t: atomicbucket.NewTable[int64](r, c.opts), key: intKey},
+	keyed := ParamsOf(&r, c.opts.MaxKeys, c.opts.AtCap)
+	strTable := &tableImpl[string]{t: atomicbucket.NewTable[string](r, c.opts), key: func(s string) string { return s }}
+	intTable := &tableImpl[int64]{t: atomicbucket.NewTable[int64](r, c.opts), key: intKey}
+	if keyed.KeyAnchor == nil {
+		m := map[string]impl{"reference": &refImpl{Reference: NewReference(keyed)}, "table=string": strTable, "table=int64": intTable}
+		if single {
+			m["bucket"] = &bucketImpl{rule: r}
+		}
+		return []map[string]impl{m}
+	}
+	intParams := keyed
+	intParams.KeyAnchor = func(k string) int64 { return r.KeyAnchor(strconv.FormatInt(intKey(k), 10)) }
+	groups := []map[string]impl{
+		{"reference": &refImpl{Reference: NewReference(keyed)}, "table=string": strTable},
+		{"reference": &refImpl{Reference: NewReference(intParams)}, "table=int64": intTable},
 	}
 	if single {
-		m["bucket"] = &bucketImpl{rule: r}
+		groups = append(groups, map[string]impl{"reference": &refImpl{Reference: NewReference(SingleParamsOf(&r))}, "bucket": &bucketImpl{rule: r}})
 	}
-	return m
+	return groups
 }
 
 // implNames is the order implementations are run and reported in.

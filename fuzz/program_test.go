@@ -3,6 +3,7 @@ package fuzz
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -19,7 +20,7 @@ type fuzzOp struct {
 	kind opKind
 	key  string
 	cost int64
-	dt   int64         // ns to advance before the operation (never negative)
+	dt   int64         // ns to advance before the operation; negative: out of order
 	wait time.Duration // opReserve
 	pick byte          // opCancel: which reservation
 }
@@ -105,6 +106,8 @@ func decode(data []byte) (program, bool) {
 			op.dt = int64(365 * 24 * time.Hour) // a long idle gap
 		case v >= 240:
 			op.dt = int64(v - 240) // a few ns
+		case v >= 224:
+			op.dt = -int64(v-223) * emitNs / 4 // back in time: stamps out of order
 		default:
 			op.dt = int64(v) * emitNs / 16
 		}
@@ -150,11 +153,34 @@ type admission struct {
 	cancelled bool
 }
 
+// runGroups runs p through each group of implementations (impls) against the
+// group's reference.
+func runGroups(p program, groups []map[string]impl, exact bool) error {
+	for _, g := range groups {
+		if err := runDifferential(p, g, exact); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // runDifferential applies p to the reference and every implementation and
 // returns the first difference; for rules whose numbers are not exactly
 // representable it checks the admission envelope instead.
+//
+// Where the contract says reclaiming a bucket loses nothing (no key cap, new
+// buckets full), the reference's decisions are also held to those of a
+// reference that never reclaims: with the implementations equal to the
+// reference, a reclaim that changed a later decision (a grid that moved, a
+// consumption forgotten) fails here.
 func runDifferential(p program, ims map[string]impl, exact bool) error {
 	ref := ims["reference"]
+	var unswept *Reference
+	if rp := ref.(*refImpl).p; exact && rp.MaxKeys == 0 && rp.Initial == rp.Burst {
+		unswept = NewReference(rp)
+		unswept.sweepAt = math.MaxInt
+	}
+	var unsweptRes []Reservation
 	t := int64(time.Hour)
 	nres := 0
 	refunded := false                               // a refund says a request's tokens were not used: no envelope then
@@ -163,7 +189,7 @@ func runDifferential(p program, ims map[string]impl, exact bool) error {
 		admitted[name] = map[string][]admission{}
 	}
 	for i, op := range p.ops {
-		t = min(t+op.dt, maxFuzzTime)
+		t = min(max(t+op.dt, 0), maxFuzzTime)
 		where := func(name string) string {
 			return fmt.Sprintf("op %d (%v key=%q cost=%d wait=%v) at %d, impl %s", i, op.kind, op.key, op.cost, op.wait, t, name)
 		}
@@ -248,6 +274,11 @@ func runDifferential(p program, ims map[string]impl, exact bool) error {
 				return fmt.Errorf("%s: Len %d, reference %d", where(name), im.Len(), ref.Len())
 			}
 		}
+		if unswept != nil {
+			if err := sameAsUnswept(unswept, &unsweptRes, ref.(*refImpl), op, t); err != nil {
+				return fmt.Errorf("%s: %w", where("reference"), err)
+			}
+		}
 		if op.kind == opReserve {
 			nres++
 		}
@@ -260,6 +291,38 @@ func runDifferential(p program, ims map[string]impl, exact bool) error {
 			if err := checkEnvelope(p.cfg.limit, adm); err != nil {
 				return fmt.Errorf("impl %s key %q: %w", name, key, err)
 			}
+		}
+	}
+	return nil
+}
+
+// sameAsUnswept applies op at t to a reference that never reclaims and compares
+// its answer with the one the reclaiming reference just gave.
+func sameAsUnswept(u *Reference, res *[]Reservation, ref *refImpl, op fuzzOp, t int64) error {
+	switch op.kind {
+	case opAllow:
+		if got := u.AllowN(op.key, t, 1).Allowed; got != ref.lastAllow {
+			return fmt.Errorf("after reclaiming, Allow = %v; never reclaimed, %v", ref.lastAllow, got)
+		}
+	case opAllowN, opPeek:
+		got := u.Peek(op.key, t, op.cost)
+		if op.kind == opAllowN {
+			got = u.AllowN(op.key, t, op.cost)
+		}
+		if got != ref.lastDecision {
+			return fmt.Errorf("after reclaiming, %s; never reclaimed, %s", describe(ref.lastDecision), describe(got))
+		}
+	case opRefund:
+		u.Refund(op.key, t, op.cost)
+	case opReserve:
+		got := u.Reserve(op.key, t, op.cost, op.wait)
+		*res = append(*res, got)
+		if w := ref.lastRes; got.OK != w.OK || got.Delay != w.Delay || got.RetryAfter != w.RetryAfter {
+			return fmt.Errorf("after reclaiming, reservation %+v; never reclaimed, %+v", w, got)
+		}
+	case opCancel:
+		if len(*res) > 0 {
+			u.Cancel(&(*res)[int(op.pick)%len(*res)], t)
 		}
 	}
 	return nil

@@ -1,15 +1,17 @@
 // Package fuzz holds the exact reference token bucket and the tests that hold
 // every optimised path of atomicbucket (and of generated limiters) against it.
 //
-// The reference is written the plain way, not as GCRA: a bucket is a rational
-// number of tokens and the time they were counted at, refilled on each use with
-// math/big, behind a mutex. Nothing in it is clever, so that it can be read
-// against the contract in DESIGN.md line by line.
+// The reference is written from the contract, not from the implementation:
+// exact rationals (math/big), a mutex, a plain map, and nothing clever, so that
+// it can be read against DESIGN.md line by line. Its state for a bucket is the
+// moment the bucket will be full again if nothing more is taken; everything
+// else (tokens at any time, waits) is derived from that by the definitions.
 package fuzz
 
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"math/big"
 	"slices"
 	"sync"
@@ -25,50 +27,107 @@ type Params struct {
 	Burst    int64
 	Initial  int64 // tokens of a new bucket
 	Interval bool  // interval refill (else greedy)
-	Aligned  bool  // interval grid at Anchor + k·Period instead of each bucket's first use
+	Aligned  bool  // interval grid at Anchor + k·Period for every bucket
 	Anchor   int64 // aligned grid anchor, ns
-	MaxKeys  int64 // key cap; 0 means none
-	AllowCap bool  // at the cap: allow untracked (else deny)
+	// KeyAnchor places the grid of a key's bucket under anchored interval
+	// refill (atomicbucket.Rule.KeyAnchor); nil anchors each bucket's grid at
+	// its creation, as a single atomicbucket.Bucket does.
+	KeyAnchor func(key string) int64
+	MaxKeys   int64 // key cap; 0 means none
+	AllowCap  bool  // at the cap: allow untracked (else deny)
 }
 
-// ParamsOf returns the reference parameters for an atomicbucket rule.
+// ParamsOf returns the reference parameters for the keyed buckets of an
+// atomicbucket rule (a Table's).
 func ParamsOf(r *atomicbucket.Rule, maxKeys int64, atCap atomicbucket.AtCap) Params {
 	l := r.Limit()
 	initial := l.Burst
 	if l.InitialSet {
 		initial = l.Initial
 	}
-	return Params{
+	p := Params{
 		Tokens: l.Tokens, Period: int64(l.Period), Burst: l.Burst, Initial: initial,
 		Interval: l.Refill == atomicbucket.Interval, Aligned: l.Aligned, Anchor: r.GridAnchor(),
 		MaxKeys: maxKeys, AllowCap: atCap == atomicbucket.AllowAtCap,
 	}
+	if p.Interval && !p.Aligned {
+		p.KeyAnchor = r.KeyAnchor
+	}
+	return p
 }
 
-// state is one key's bucket.
+// SingleParamsOf returns the reference parameters for a single
+// atomicbucket.Bucket of the rule: one key, "", its grid anchored at creation.
+func SingleParamsOf(r *atomicbucket.Rule) Params {
+	p := ParamsOf(r, 0, atomicbucket.DenyAtCap)
+	p.KeyAnchor = nil
+	return p
+}
+
+// state is one key's bucket: the moment it is full again if nothing more is
+// taken, and where its grid is.
+//
+// The contract's token count follows from it. With ω the amount of "due" one
+// token is worth and clock(t) the bucket's clock at t:
+//   - greedy refill: due is a time in ns (a rational), ω = Period/Tokens ns,
+//     clock(t) = t;
+//   - interval refill: due counts grid tokens, ω = 1, clock(t) = Tokens · (the
+//     number of grid boundaries from the anchor to t), so tokens arrive
+//     Tokens at a time at each boundary;
+//
+// and tokens(t) = Burst − max(0, due − clock(t)) / ω: the bucket owes what it
+// took until the clock catches up with due, and is full from then on. Taking c
+// at t makes due = max(due, clock(t)) + c·ω (what it owed, or nothing if full,
+// plus c); giving c back makes due = max(due − c·ω, clock(t)) (never more than
+// full).
+//
+// Times out of order: a check at t is judged by tokens(t), against every
+// admission recorded before it whatever its time. Only what changes the
+// tokens is recorded (admissions, refunds, creation); a check that takes
+// nothing (cost 0, a denial, a peek) leaves no trace, so it never makes a later
+// check looser or stricter. An earlier-stamped check sees no tokens that
+// accrued after its stamp.
 type state struct {
-	tokens *big.Rat // may be negative after reservations taken ahead
-	last   int64    // the time tokens were counted at (ns); never decreases
-	anchor int64    // interval grid anchor (ns)
-	// fullSince is when the bucket last became full, valid while tokens == Burst.
-	// Sweeps remove buckets full for at least atomicbucket.SweepGrace. For interval
-	// rules it is a grid boundary: the one at which the bucket filled, or the one at
-	// or before the event that filled it (creation, a refund).
-	fullSince *big.Rat
+	due    *big.Rat
+	anchor int64 // interval grid anchor (ns)
 }
 
 // Reference is the exact token bucket: one per key, or one for key "" when used
 // as a single bucket. Safe for concurrent use (one mutex).
+//
+// Keyed buckets are created by a key's first check that takes tokens (a cost in
+// [1, Burst]); other checks on a key without a bucket are answered from the
+// bucket it would get, which is not stored. A bucket full for at least
+// atomicbucket.SweepGrace is reclaimable. The reference reclaims as a table
+// does, by the table's documented rules (they say when a table may forget a
+// key, which is observable under Initial < Burst):
+//   - a table knows when its next bucket may become reclaimable (next): it
+//     learns each bucket's reclaim time when the bucket is created or given
+//     tokens back, and all of them exactly at each sweep; taking tokens makes
+//     the true time later, never earlier, and is not told (checks never write
+//     anything shared), so next is a lower bound;
+//   - a new key that meets the cap sweeps when the time has reached next, and
+//     is otherwise denied with RetryAfter until next (plus the wait for a fresh
+//     bucket to hold the cost);
+//   - a new key that takes the number of keys past sweepAt (twice what the last
+//     sweep left, at least atomicbucket.AutoSweepMin) sweeps;
+//   - Sweep sweeps.
 type Reference struct {
-	mu   sync.Mutex
-	p    Params
-	rate *big.Rat // tokens per ns
-	keys map[string]*state
+	mu      sync.Mutex
+	p       Params
+	omega   *big.Rat // greedy: ns per token; interval: 1
+	keys    map[string]*state
+	sweepAt int
+	next    int64 // ns; math.MaxInt64 when no bucket is known
 }
 
 // NewReference returns an empty reference for p.
 func NewReference(p Params) *Reference {
-	return &Reference{p: p, rate: big.NewRat(p.Tokens, p.Period), keys: map[string]*state{}}
+	omega := big.NewRat(p.Period, p.Tokens)
+	if p.Interval {
+		omega = rat(1)
+	}
+	return &Reference{p: p, omega: omega, keys: map[string]*state{}, sweepAt: atomicbucket.AutoSweepMin, next: math.MaxInt64}
 }
 
 func rat(v int64) *big.Rat { return new(big.Rat).SetInt64(v) }
@@ -102,138 +161,180 @@ func floorRat(x *big.Rat) int64 {
 	return q.Int64()
 }
 
-// boundary is the index of the last grid boundary at or before t.
-func (r *Reference) boundary(s *state, t int64) int64 {
-	return floorDiv(t-s.anchor, r.p.Period)
+// clock is the bucket's clock at t, in the units of due. A grid starts at its
+// anchor: a time before it (a single bucket asked about a time before its
+// creation) reads as the anchor.
+func (r *Reference) clock(s *state, t int64) *big.Rat {
+	if r.p.Interval {
+		return rat(r.p.Tokens * max(floorDiv(t-s.anchor, r.p.Period), 0))
+	}
+	return rat(t)
 }
 
-// newState is a bucket created at t.
-func (r *Reference) newState(t int64) *state {
-	s := &state{tokens: rat(r.p.Initial), last: t, anchor: t}
-	if r.p.Aligned {
+// times multiplies c tokens by ω.
+func (r *Reference) times(c int64) *big.Rat { return new(big.Rat).Mul(rat(c), r.omega) }
+
+// tokens is the bucket's token count at t (negative while reservations run ahead).
+func (r *Reference) tokens(s *state, t int64) *big.Rat {
+	owed := new(big.Rat).Sub(s.due, r.clock(s, t))
+	if owed.Sign() < 0 {
+		owed.SetInt64(0)
+	}
+	return owed.Sub(rat(r.p.Burst), owed.Quo(owed, r.omega))
+}
+
+// newState is the bucket key gets when created at t: Initial tokens.
+func (r *Reference) newState(key string, t int64) *state {
+	s := &state{anchor: t}
+	switch {
+	case r.p.Aligned:
 		s.anchor = r.p.Anchor
+	case r.p.KeyAnchor != nil:
+		s.anchor = r.p.KeyAnchor(key)
 	}
-	if r.p.Initial == r.p.Burst {
-		s.fullSince = rat(t)
-		if r.p.Interval {
-			s.fullSince = rat(s.anchor + r.boundary(s, t)*r.p.Period)
-		}
-	}
+	s.due = new(big.Rat).Add(r.clock(s, t), r.times(r.p.Burst-r.p.Initial))
 	return s
 }
 
-// refill brings s to time t. A time earlier than one already seen creates no
-// tokens and changes nothing.
-func (r *Reference) refill(s *state, t int64) {
-	if t <= s.last {
+// take records an admission of c at t; an admission of nothing records nothing.
+func (r *Reference) take(s *state, t, c int64) {
+	if c == 0 {
 		return
 	}
-	b := rat(r.p.Burst)
-	before := new(big.Rat).Set(s.tokens)
-	var add *big.Rat
+	s.due = new(big.Rat).Add(maxRat(s.due, r.clock(s, t)), r.times(c))
+}
+
+// give gives c back at t, never beyond full.
+func (r *Reference) give(s *state, t, c int64) {
+	now := r.clock(s, t)
+	if s.due.Cmp(now) <= 0 {
+		return // full
+	}
+	s.due = maxRat(new(big.Rat).Sub(s.due, r.times(c)), now)
+	r.learn(s)
+}
+
+// learn lowers next to the time s becomes reclaimable.
+func (r *Reference) learn(s *state) {
+	r.next = min(r.next, r.fullFrom(s)+int64(atomicbucket.SweepGrace))
+}
+
+func maxRat(a, b *big.Rat) *big.Rat {
+	if a.Cmp(b) >= 0 {
+		return new(big.Rat).Set(a)
+	}
+	return new(big.Rat).Set(b)
+}
+
+// fullFrom is the first time (ns) at which the bucket is full, with no other
+// traffic.
+func (r *Reference) fullFrom(s *state) int64 {
 	if r.p.Interval {
-		add = rat(r.p.Tokens * (r.boundary(s, t) - r.boundary(s, s.last)))
-	} else {
-		add = new(big.Rat).Mul(r.rate, rat(t-s.last))
+		return s.anchor + ceilRat(new(big.Rat).Quo(s.due, rat(r.p.Tokens)))*r.p.Period
 	}
-	s.tokens.Add(s.tokens, add)
-	if s.tokens.Cmp(b) >= 0 && before.Cmp(b) < 0 {
-		// It filled between last and t: at the exact instant for greedy refill,
-		// at the first boundary that brought it to the burst for interval refill.
-		missing := new(big.Rat).Sub(b, before)
-		if r.p.Interval {
-			k := ceilRat(new(big.Rat).Quo(missing, rat(r.p.Tokens)))
-			s.fullSince = rat(s.anchor + (r.boundary(s, s.last)+k)*r.p.Period)
-		} else {
-			s.fullSince = new(big.Rat).Add(rat(s.last), new(big.Rat).Quo(missing, r.rate))
-		}
-	}
-	if s.tokens.Cmp(b) > 0 {
-		s.tokens.Set(b)
-	}
-	s.last = t
+	return ceilRat(s.due)
 }
 
 // waitFor is the least wait w ≥ 0 (ns) such that s holds at least need tokens at
 // t + w with no other traffic.
-func (r *Reference) waitFor(s *state, t int64, need *big.Rat) time.Duration {
-	missing := new(big.Rat).Sub(need, s.tokens)
-	if missing.Sign() <= 0 {
+func (r *Reference) waitFor(s *state, t, need int64) time.Duration {
+	if r.tokens(s, t).Cmp(rat(need)) >= 0 {
 		return 0
 	}
+	// tokens(u) ≥ need ⇔ clock(u) ≥ due − (Burst − need)·ω
+	target := new(big.Rat).Sub(s.due, r.times(r.p.Burst-need))
+	var u int64
 	if r.p.Interval {
-		k := ceilRat(new(big.Rat).Quo(missing, rat(r.p.Tokens)))
-		return time.Duration(s.anchor + (r.boundary(s, t)+k)*r.p.Period - t)
+		u = s.anchor + ceilRat(new(big.Rat).Quo(target, rat(r.p.Tokens)))*r.p.Period
+	} else {
+		u = ceilRat(target)
 	}
-	return time.Duration(ceilRat(new(big.Rat).Quo(missing, r.rate)))
+	return time.Duration(max(u-t, 0))
 }
 
 // Decision mirrors atomicbucket.Decision.
 type Decision = atomicbucket.Decision
 
-func (r *Reference) decision(s *state, t int64, allowed bool, cost int64) Decision {
-	d := Decision{Allowed: allowed, Remaining: max(floorRat(s.tokens), 0)}
-	if !allowed {
-		if cost < 0 || cost > r.p.Burst {
-			d.RetryAfter = atomicbucket.Never
-		} else {
-			d.RetryAfter = r.waitFor(s, t, rat(cost))
+// check decides cost against s at t, taking the tokens when take is set. The
+// decision reports the bucket after it: Remaining whole tokens, Reset the wait
+// until full, and for a denial RetryAfter.
+func (r *Reference) check(s *state, t, cost int64, take bool) Decision {
+	if cost < 0 || cost > r.p.Burst || r.tokens(s, t).Cmp(rat(cost)) < 0 {
+		d := Decision{Remaining: max(floorRat(r.tokens(s, t)), 0), Reset: r.waitFor(s, t, r.p.Burst)}
+		d.RetryAfter = atomicbucket.Never
+		if cost >= 0 && cost <= r.p.Burst {
+			d.RetryAfter = r.waitFor(s, t, cost)
 		}
+		return d
 	}
-	d.Reset = r.waitFor(s, t, rat(r.p.Burst))
-	return d
+	after := &state{due: s.due, anchor: s.anchor}
+	r.take(after, t, cost)
+	if take && cost > 0 {
+		s.due = after.due
+	}
+	return Decision{Allowed: true, Remaining: max(floorRat(r.tokens(after, t)), 0), Reset: r.waitFor(after, t, r.p.Burst)}
 }
 
-// lookup returns key's bucket at t, creating it when allowed to; nil at the cap.
-func (r *Reference) lookup(key string, t int64, create bool) *state {
-	s := r.keys[key]
-	if s == nil {
-		fresh := r.newState(t)
-		if !create {
-			return fresh
-		}
-		if r.p.MaxKeys > 0 && int64(len(r.keys)) >= r.p.MaxKeys {
+// takes reports whether a check of cost could take tokens: only those create a
+// bucket for a new key.
+func (r *Reference) takes(cost int64) bool { return cost >= 1 && cost <= r.p.Burst }
+
+// lookup returns key's bucket at t, creating it; nil when the key is new and
+// the table is at its cap with nothing to reclaim.
+func (r *Reference) lookup(key string, t int64) *state {
+	if s := r.keys[key]; s != nil {
+		return s
+	}
+	if r.p.MaxKeys > 0 && int64(len(r.keys)) >= r.p.MaxKeys {
+		if t < r.next {
 			return nil
 		}
-		r.keys[key] = fresh
-		return fresh
+		if r.sweep(t); int64(len(r.keys)) >= r.p.MaxKeys {
+			return nil
+		}
 	}
-	r.refill(s, t)
+	s := r.newState(key, t)
+	r.keys[key] = s
+	r.learn(s)
+	if len(r.keys) > r.sweepAt {
+		r.sweep(t)
+	}
 	return s
 }
 
-// atCap is the decision for a new key at the cap.
-func (r *Reference) atCap(t, cost int64) Decision {
-	if !r.p.AllowCap {
-		return Decision{RetryAfter: atomicbucket.SweepGrace}
+// atCap is the decision for a new key at the cap with nothing to reclaim: an
+// untracked fresh bucket's, or a denial until the table may reclaim a bucket and
+// a fresh one would admit the cost.
+func (r *Reference) atCap(key string, t, cost int64) Decision {
+	fresh := r.newState(key, t)
+	if r.p.AllowCap {
+		return r.check(fresh, t, cost, false)
 	}
-	return r.check(r.newState(t), t, cost, false)
+	wait := time.Duration(r.next - t)
+	if d := r.check(fresh, t, cost, false); !d.Allowed {
+		wait += d.RetryAfter
+	}
+	return Decision{RetryAfter: wait}
 }
 
-// check decides cost against s at t, taking the tokens when take is set.
-func (r *Reference) check(s *state, t, cost int64, take bool) Decision {
-	if cost < 0 || cost > r.p.Burst || s.tokens.Cmp(rat(cost)) < 0 {
-		return r.decision(s, t, false, cost)
-	}
-	if take && cost > 0 {
-		s.tokens.Sub(s.tokens, rat(cost))
-		s.fullSince = nil
-	}
-	d := r.decision(s, t, true, cost)
-	if !take {
-		d.Remaining = max(floorRat(new(big.Rat).Sub(s.tokens, rat(cost))), 0)
-		d.Reset = r.waitFor(s, t, new(big.Rat).Add(rat(r.p.Burst), rat(cost)))
-	}
-	return d
+// Create makes key's bucket at t if it has none, as when a single
+// atomicbucket.Bucket is built at t before any check.
+func (r *Reference) Create(key string, t int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lookup(key, t)
 }
 
 // AllowN decides a request of cost for key at t and takes its tokens if allowed.
 func (r *Reference) AllowN(key string, t, cost int64) Decision {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := r.lookup(key, t, true)
+	if r.keys[key] == nil && !r.takes(cost) {
+		return r.check(r.newState(key, t), t, cost, false)
+	}
+	s := r.lookup(key, t)
 	if s == nil {
-		return r.atCap(t, cost)
+		return r.atCap(key, t, cost)
 	}
 	return r.check(s, t, cost, true)
 }
@@ -244,46 +345,17 @@ func (r *Reference) Peek(key string, t, cost int64) Decision {
 	defer r.mu.Unlock()
 	s := r.keys[key]
 	if s == nil {
-		return r.check(r.newState(t), t, cost, false)
+		s = r.newState(key, t)
 	}
-	c := r.clone(s)
-	r.refill(c, t)
-	return r.check(c, t, cost, false)
+	return r.check(s, t, cost, false)
 }
 
-func (r *Reference) clone(s *state) *state {
-	c := *s
-	c.tokens = new(big.Rat).Set(s.tokens)
-	if s.fullSince != nil {
-		c.fullSince = new(big.Rat).Set(s.fullSince)
-	}
-	return &c
-}
-
-// Refund gives cost tokens back to key at t, capped at the burst.
+// Refund gives cost tokens back to key at t, never beyond the burst.
 func (r *Reference) Refund(key string, t, cost int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := r.keys[key]
-	if s == nil || cost <= 0 || cost > r.p.Burst {
-		return
-	}
-	r.refill(s, t)
-	r.give(s, t, cost)
-}
-
-func (r *Reference) give(s *state, t, cost int64) {
-	b := rat(r.p.Burst)
-	if s.tokens.Cmp(b) >= 0 {
-		return
-	}
-	s.tokens.Add(s.tokens, rat(cost))
-	if s.tokens.Cmp(b) >= 0 {
-		s.tokens.Set(b)
-		s.fullSince = rat(t)
-		if r.p.Interval {
-			s.fullSince = rat(s.anchor + r.boundary(s, t)*r.p.Period)
-		}
+	if s := r.keys[key]; s != nil && cost > 0 && cost <= r.p.Burst {
+		r.give(s, t, cost)
 	}
 }
 
@@ -296,42 +368,50 @@ type Reservation struct {
 	Cost       int64
 	At         int64
 	cancelled  bool
+	untracked  bool // an admission with no bucket behind it: nothing to give back
 }
 
 // Reserve takes cost for key at t if it can be served within maxWait.
 func (r *Reference) Reserve(key string, t, cost int64, maxWait time.Duration) Reservation {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	s := r.lookup(key, t, true)
+	if r.keys[key] == nil && !r.takes(cost) {
+		return immediate(r.check(r.newState(key, t), t, cost, false), t)
+	}
+	s := r.lookup(key, t)
 	if s == nil {
-		d := r.atCap(t, cost)
-		return Reservation{OK: d.Allowed, RetryAfter: d.RetryAfter, At: t}
+		return immediate(r.atCap(key, t, cost), t)
 	}
 	if cost < 0 || cost > r.p.Burst {
 		return Reservation{RetryAfter: atomicbucket.Never}
 	}
 	maxWait = min(max(maxWait, 0), atomicbucket.MaxWait)
-	w := r.waitFor(s, t, rat(cost))
+	w := r.waitFor(s, t, cost)
 	if w > maxWait {
 		return Reservation{RetryAfter: w}
 	}
-	if cost > 0 {
-		s.tokens.Sub(s.tokens, rat(cost))
-		s.fullSince = nil
-	}
+	r.take(s, t, cost)
 	return Reservation{OK: true, Delay: w, Key: key, Cost: cost, At: t + int64(w)}
+}
+
+// immediate is a reservation that holds nothing for later (a key with no
+// bucket): d's admission at t, which there is nothing to cancel, or its refusal.
+func immediate(d Decision, t int64) Reservation {
+	if !d.Allowed {
+		return Reservation{RetryAfter: d.RetryAfter}
+	}
+	return Reservation{OK: true, At: t, untracked: true}
 }
 
 // Cancel gives a reservation's tokens back if t is before its time to act, once.
 func (r *Reference) Cancel(res *Reservation, t int64) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if !res.OK || res.cancelled || t >= res.At {
+	if !res.OK || res.cancelled || res.untracked || t >= res.At {
 		return false
 	}
 	res.cancelled = true
 	if s := r.keys[res.Key]; s != nil && res.Cost > 0 {
-		r.refill(s, t)
 		r.give(s, t, res.Cost)
 	}
 	return true
@@ -342,15 +422,22 @@ func (r *Reference) Cancel(res *Reservation, t int64) bool {
 func (r *Reference) Sweep(t int64) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	limit := rat(max(t-int64(atomicbucket.SweepGrace), 0))
+	return r.sweep(t)
+}
+
+func (r *Reference) sweep(t int64) int {
+	graced := max(t-int64(atomicbucket.SweepGrace), 0)
 	n := 0
+	r.next = math.MaxInt64
 	for k, s := range r.keys {
-		r.refill(s, t)
-		if s.tokens.Cmp(rat(r.p.Burst)) >= 0 && s.fullSince.Cmp(limit) <= 0 {
+		if r.fullFrom(s) <= graced {
 			delete(r.keys, k)
 			n++
+		} else {
+			r.learn(s)
 		}
 	}
+	r.sweepAt = max(2*len(r.keys), atomicbucket.AutoSweepMin)
 	return n
 }
 
@@ -365,9 +452,9 @@ func (r *Reference) Len() int {
 func (r *Reference) Clone() *Reference {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	c := &Reference{p: r.p, rate: r.rate, keys: make(map[string]*state, len(r.keys))}
+	c := &Reference{p: r.p, omega: r.omega, keys: make(map[string]*state, len(r.keys)), sweepAt: r.sweepAt, next: r.next}
 	for k, s := range r.keys {
-		c.keys[k] = r.clone(s)
+		c.keys[k] = &state{due: new(big.Rat).Set(s.due), anchor: s.anchor}
 	}
 	return c
 }
@@ -381,13 +468,12 @@ func (r *Reference) Equal(o *Reference) bool {
 	defer r.mu.Unlock()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if len(r.keys) != len(o.keys) {
+	if len(r.keys) != len(o.keys) || r.next != o.next {
 		return false
 	}
 	for k, s := range r.keys {
-		t := o.keys[k]
-		if t == nil || s.tokens.Cmp(t.tokens) != 0 || s.last != t.last || s.anchor != t.anchor ||
-			(s.fullSince == nil) != (t.fullSince == nil) || s.fullSince != nil && s.fullSince.Cmp(t.fullSince) != 0 {
+		u := o.keys[k]
+		if u == nil || s.due.Cmp(u.due) != 0 || s.anchor != u.anchor {
 			return false
 		}
 	}

@@ -46,7 +46,7 @@ func FuzzRule(f *testing.F) {
 			}
 		}
 		// The far edge of the budget.
-		end := int64(atomicbucket.MaxUptime)
+		end := atomicbucket.Time(atomicbucket.MaxUptime)
 		b := atomicbucket.NewBucketAt(r, end)
 		res := b.ReserveAt(end, l.Burst, atomicbucket.MaxWait)
 		if !res.OK && l.InitialSet && l.Initial < l.Burst {
@@ -62,12 +62,12 @@ func FuzzRule(f *testing.F) {
 		}
 		// Exact rules agree with the reference on a short program.
 		t0 := int64(time.Hour)
-		ref := NewReference(ParamsOf(&r, 0, 0))
-		bk := atomicbucket.NewBucketAt(r, t0)
-		step := min(max(period/tokens, 1), (end-t0)/4) // stay inside MaxUptime, where time stops
+		ref := NewReference(SingleParamsOf(&r))
+		bk := atomicbucket.NewBucketAt(r, atomicbucket.Time(t0))
+		step := min(max(period/tokens, 1), (int64(end)-t0)/4) // stay inside MaxUptime, where time stops
 		for i, at := range []int64{t0, t0, t0 + 1, t0 + step, t0 + 3*step} {
 			for _, cost := range []int64{l.Burst, 1, 0} {
-				got, want := bk.AllowNAt(at, cost), ref.AllowN("", at, cost)
+				got, want := bk.AllowNAt(atomicbucket.Time(at), cost), ref.AllowN("", at, cost)
 				if got != want {
 					t.Fatalf("%+v: step %d cost %d: %s, reference %s", l, i, cost, describe(got), describe(want))
 				}

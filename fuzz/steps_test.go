@@ -132,6 +132,8 @@ var stepCases = []stepCase{
 		{at: 59*sec + 500*ms, op: opAllowN, cost: 1, want: no(0, 500*ms, 500*ms)},
 		{at: 60 * sec, op: opAllowN, cost: 1, want: ok(0, 60*sec)},
 	}},
+	// A Bucket anchors this grid at its creation (the first step); a table places
+	// a key's grid by the key, and base moves the case onto it.
 	{name: "anchored 1 per minute", cfg: config{limit: atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 1, Refill: atomicbucket.Interval}}, steps: []step{
 		{at: 59 * sec, op: opAllowN, cost: 1, want: ok(0, 60*sec)},
 		{at: 119 * sec, op: opAllowN, cost: 1, want: ok(0, 60*sec)},
@@ -146,34 +148,71 @@ var stepCases = []stepCase{
 		{at: 3 * sec, op: opSweep, wantN: 1},
 		{at: 3 * sec, op: opLen, wantN: 0},
 		{at: 3 * sec, op: opAllowN, key: "a", cost: 1, want: ok(1, 1*sec)},
-		{at: 3 * sec, op: opAllowN, key: "c", cost: 0, want: ok(2, 0)},
-		{at: 3500 * ms, op: opSweep, wantN: 0},
-		{at: 4500 * ms, op: opSweep, wantN: 1},
+		{at: 3 * sec, op: opAllowN, key: "c", cost: 0, want: ok(2, 0)}, // takes nothing: no bucket
+		{at: 3 * sec, op: opLen, wantN: 1},
+		{at: 4500 * ms, op: opSweep, wantN: 0},
+		{at: 5 * sec, op: opSweep, wantN: 1},
 		{at: 4500 * ms, op: opPeek, key: "a", cost: 2, want: ok(0, 2*sec)},
 	}},
 	{name: "a swept key with initial tokens is a new key", keyed: true, cfg: config{limit: atomicbucket.Limit{Tokens: 1, Period: sec, Burst: 2, InitialSet: true}}, steps: []step{
-		{at: 0, op: opAllowN, key: "a", cost: 0, want: ok(0, 2*sec)},
+		{at: 0, op: opAllowN, key: "a", cost: 1, want: no(0, 1*sec, 2*sec)}, // denied, but its first use: the bucket starts refilling
 		{at: 3 * sec, op: opSweep, wantN: 1},
 		{at: 3 * sec, op: opAllowN, key: "a", cost: 1, want: no(0, 1*sec, 2*sec)},
 	}},
-	{name: "interval sweep waits for the grace after the anchor", keyed: true, cfg: config{limit: atomicbucket.Limit{Tokens: 2, Period: 10 * sec, Burst: 2, Refill: atomicbucket.Interval}}, steps: []step{
+	{name: "checks that take nothing create nothing", keyed: true, cfg: config{limit: perSecond(1, 2), opts: atomicbucket.TableOptions{MaxKeys: 1}}, steps: []step{
 		{at: 0, op: opAllowN, key: "a", cost: 0, want: ok(2, 0)},
-		{at: 500 * ms, op: opSweep, wantN: 0},
-		{at: 1 * sec, op: opAllowN, key: "b", cost: 1, want: ok(1, 10*sec)}, // b's grid starts at its first use
-		{at: 10 * sec, op: opSweep, wantN: 1},
-		{at: 11 * sec, op: opSweep, wantN: 0}, // b filled at 11s
-		{at: 12 * sec, op: opSweep, wantN: 1},
+		{at: 0, op: opAllowN, key: "a", cost: -1, want: no(2, never, 0)},
+		{at: 0, op: opAllowN, key: "a", cost: 3, want: no(2, never, 0)},
+		{at: 0, op: opReserve, key: "a", cost: 3, wait: sec, wantRes: Reservation{RetryAfter: never}},
+		{at: 0, op: opLen, wantN: 0},
+		{at: 0, op: opAllowN, key: "b", cost: 2, want: ok(0, 2*sec)}, // the cap's one slot is still free
+		{at: 0, op: opLen, wantN: 1},
 	}},
-	{name: "cap 1 denies new keys", keyed: true, cfg: config{limit: perSecond(1, 2), opts: atomicbucket.TableOptions{MaxKeys: 1}}, steps: []step{
+	// The hostile trial's reproduction: the key's grid has boundaries at 0, 10s,
+	// 20s… (base puts it there), and a reclaim must not move them.
+	{name: "a reclaimed interval key keeps its grid", keyed: true, cfg: config{limit: atomicbucket.Limit{Tokens: 5, Period: 10 * sec, Burst: 5, Refill: atomicbucket.Interval}}, steps: []step{
+		{at: 0, op: opAllowN, key: "k", cost: 1, want: ok(4, 10*sec)},
+		{at: 10500 * ms, op: opSweep, wantN: 0}, // full since 10s: not yet for the grace
+		{at: 11500 * ms, op: opSweep, wantN: 1},
+		{at: 11500 * ms, op: opAllowN, key: "k", cost: 1, want: ok(4, 8500*ms)},
+		{at: 20500 * ms, op: opAllowN, key: "k", cost: 1, want: ok(4, 9500*ms)},
+		{at: 21600 * ms, op: opAllowN, key: "k", cost: 5, want: no(4, 8400*ms, 8400*ms)},
+	}},
+	// Stamps out of order (the hostile trial's sequence): each check is judged at
+	// its own time against every admission so far; the cost-0 check at 2s leaves
+	// no trace, so it neither credits nor charges the earlier-stamped ones.
+	{name: "out-of-order stamps at 10/s burst 1", cfg: config{limit: perSecond(10, 1)}, steps: []step{
+		{at: 1000 * ms, op: opAllowN, cost: 1, want: ok(0, 100*ms)},
+		{at: 2000 * ms, op: opAllowN, cost: 0, want: ok(1, 0)},
+		{at: 1500 * ms, op: opAllowN, cost: 1, want: ok(0, 100*ms)},
+		{at: 1900 * ms, op: opAllowN, cost: 1, want: ok(0, 100*ms)},
+		{at: 1950 * ms, op: opAllowN, cost: 1, want: no(0, 50*ms, 50*ms)},
+		{at: 1000 * ms, op: opPeek, cost: 1, want: no(0, 1*sec, 1*sec)},
+	}},
+	// At the cap a new key's RetryAfter is the wait until the earliest reclaim
+	// the table knows of: a bucket's reclaim time as of its creation, refunds and
+	// the last sweep (a lower bound: taking tokens only makes it later).
+	{name: "cap 1 reclaims a full key for a new one", keyed: true, cfg: config{limit: perSecond(1, 2), opts: atomicbucket.TableOptions{MaxKeys: 1}}, steps: []step{
 		{at: 0, op: opAllowN, key: "a", cost: 1, want: ok(1, 1*sec)},
-		{at: 0, op: opAllowN, key: "b", cost: 1, want: Decision{RetryAfter: atomicbucket.SweepGrace}},
+		// a was created full at 0, so the table knows of a reclaim at 1s at the earliest.
+		{at: 0, op: opAllowN, key: "b", cost: 1, want: Decision{RetryAfter: 1 * sec}},
 		{at: 0, op: opAllow, key: "b", want: Decision{}},
-		{at: 0, op: opReserve, key: "b", cost: 1, wantRes: Reservation{RetryAfter: atomicbucket.SweepGrace}},
+		{at: 0, op: opReserve, key: "b", cost: 1, wantRes: Reservation{RetryAfter: 1 * sec}},
 		{at: 0, op: opPeek, key: "b", cost: 1, want: ok(1, 1*sec)},
 		{at: 0, op: opLen, wantN: 1},
-		{at: 3 * sec, op: opSweep, wantN: 1},
-		{at: 3 * sec, op: opAllowN, key: "b", cost: 1, want: ok(1, 1*sec)},
-		{at: 3 * sec, op: opLen, wantN: 1},
+		// At 1.5s the table sweeps: a is full since 1s, reclaimable at 2s, now known exactly.
+		{at: 1500 * ms, op: opAllowN, key: "b", cost: 2, want: Decision{RetryAfter: 500 * ms}},
+		{at: 2 * sec, op: opAllowN, key: "b", cost: 1, want: ok(1, 1*sec)},
+		{at: 2 * sec, op: opLen, wantN: 1},
+		{at: 2 * sec, op: opAllowN, key: "a", cost: 2, want: Decision{RetryAfter: 1 * sec}},
+		{at: 4 * sec, op: opAllowN, key: "a", cost: 2, want: ok(0, 2*sec)},
+	}},
+	{name: "cap 1 with new buckets short of the cost", keyed: true, cfg: config{limit: atomicbucket.Limit{Tokens: 1, Period: sec, Burst: 2, Initial: 1, InitialSet: true}, opts: atomicbucket.TableOptions{MaxKeys: 1}}, steps: []step{
+		{at: 0, op: opAllowN, key: "a", cost: 1, want: ok(0, 2*sec)},
+		// a was created owing a token, full at 1s then, reclaimable at 2s as the
+		// table knows; b's new bucket would hold 1 token and need 1s more for 2.
+		{at: 0, op: opAllowN, key: "b", cost: 2, want: Decision{RetryAfter: 3 * sec}},
+		{at: 3 * sec, op: opAllowN, key: "b", cost: 2, want: no(1, 1*sec, 1*sec)}, // a reclaimed: b is new
 	}},
 	{name: "cap 1 allows new keys untracked", keyed: true, cfg: config{limit: perSecond(1, 2), opts: atomicbucket.TableOptions{MaxKeys: 1, AtCap: atomicbucket.AllowAtCap}}, steps: []step{
 		{at: 0, op: opAllowN, key: "a", cost: 1, want: ok(1, 1*sec)},
@@ -185,22 +224,28 @@ var stepCases = []stepCase{
 	}},
 }
 
-// base is where a case's times start: an hour after the epoch, moved to a grid
-// boundary for aligned rules.
-func base(tb testing.TB, c stepCase) int64 {
+// base is where a case's times start: an hour after the epoch, moved for
+// aligned rules to a boundary of their grid, and for anchored interval rules in
+// a table so that the first step's key has a boundary at the first step (where
+// a single Bucket, created by that step, starts its grid).
+func base(tb testing.TB, c stepCase, ref *Reference) int64 {
 	b := int64(time.Hour)
-	if c.aligns {
+	p := int64(c.cfg.limit.Period)
+	onGrid := func(a int64) int64 { return a + (b-a+p-1)/p*p }
+	switch {
+	case c.aligns:
 		r := c.cfg.rule(tb)
-		p := int64(c.cfg.limit.Period)
-		a := r.GridAnchor()
-		b = a + (b-a+p-1)/p*p
+		b = onGrid(r.GridAnchor())
+	case ref.p.KeyAnchor != nil:
+		first := c.steps[0]
+		b = onGrid(ref.p.KeyAnchor(first.key)) - int64(first.at)
 	}
 	return b
 }
 
-// runSteps applies c's steps to im and reports every answer that differs.
-func runSteps(t *testing.T, c stepCase, im impl) {
-	t0 := base(t, c)
+// runSteps applies c's steps to im and reports every answer that differs; t0 is
+// the case's base.
+func runSteps(t *testing.T, c stepCase, im impl, t0 int64) {
 	for i, s := range c.steps {
 		at := t0 + int64(s.at)
 		switch s.op {
@@ -248,13 +293,14 @@ func runSteps(t *testing.T, c stepCase, im impl) {
 func TestSteps(t *testing.T) {
 	for _, c := range stepCases {
 		t.Run(c.name, func(t *testing.T) {
-			ims := impls(t, c.cfg, !c.keyed)
-			for _, name := range implNames {
-				im, ok := ims[name]
-				if !ok {
-					continue
+			for _, ims := range impls(t, c.cfg, !c.keyed) {
+				ref := ims["reference"].(*refImpl).Reference
+				t0 := base(t, c, ref)
+				for _, name := range implNames {
+					if im, ok := ims[name]; ok {
+						t.Run("impl="+name, func(t *testing.T) { runSteps(t, c, im, t0) })
+					}
 				}
-				t.Run("impl="+name, func(t *testing.T) { runSteps(t, c, im) })
 			}
 		})
 	}

@@ -124,7 +124,7 @@ func ruleOf(r rule, l limit) jen.Code {
 	if !r.folded() {
 		return limitLit(l)
 	}
-	p := lowerFirst(r.goName)
+	p := r.unexported()
 	return rt("MustUnits").Call(limitLit(l), jen.Id(p+"Scale"), jen.Id(p+"Emit"), jen.Id(p+"Tau"))
 }
 
@@ -163,19 +163,19 @@ type method struct {
 func (r rule) methods() []method {
 	cost := jen.Id("cost")
 	costP := jen.Id("cost").Int64()
-	nowP := jen.Id("now").Int64()
+	nowP := jen.Id("now").Add(rt("Time"))
 	now := jen.Id("now")
 	dec := rt("Decision")
 	never := rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})
 	allow := method{name: "Allow", call: "Allow", results: jen.Bool(), onBadPlan: jen.False(),
 		doc: "reports whether a request is allowed now, taking its tokens if so."}
 	allowAt := method{name: "AllowAt", call: "AllowAt", params: []jen.Code{nowP}, args: []jen.Code{now}, results: jen.Bool(), onBadPlan: jen.False(),
-		doc: "is Allow at time now (ns since the atomicbucket epoch)."}
+		doc: "is Allow at time now."}
 	switch {
 	case r.folded():
 		// The units are constants: the runtime's check takes them as arguments and,
 		// for a single bucket, inlines, so the compiler folds them in.
-		p := lowerFirst(r.goName)
+		p := r.unexported()
 		inc := jen.Id(p + "Emit").Op("*").Add(lit(r.limits[0].cost))
 		if r.limits[0].cost == 1 {
 			inc = jen.Id(p + "Emit")
@@ -234,13 +234,13 @@ func (r rule) costDiffers() bool {
 // costExpr is the rule's default cost: a constant, or per plan.
 func (r rule) costExpr() jen.Code {
 	if r.planned && r.costDiffers() {
-		return jen.Id(lowerFirst(r.goName) + "Cost").Index(jen.Id("plan"))
+		return jen.Id(r.unexported() + "Cost").Index(jen.Id("plan"))
 	}
 	return lit(r.limits[0].cost)
 }
 
 func emitRule(m *model, r rule) jen.Code {
-	typ := r.goName + "Limiter"
+	typ := r.typeName()
 	recv := jen.Id("l").Op("*").Id(typ)
 	g := jen.Line().Add(comment(r.doc))
 
@@ -258,11 +258,11 @@ func emitRule(m *model, r rule) jen.Code {
 		field = jen.Id("s").Op("*").Add(store(r))
 		init = newStore(r, r.limits[0])
 	}
-	ctor := "new" + typ
+	ctor := r.ctorName()
 	if r.keyType == "" {
 		g.Var().Id(r.goName).Op("=").Id(ctor).Call(rt("Now").Call()).Line().Line()
-		g.Comment(fmt.Sprintf("%s returns %s's buckets, created at now (ns since the atomicbucket epoch).", ctor, r.goName)).Line()
-		g.Func().Id(ctor).Params(jen.Id("now").Int64()).Op("*").Id(typ).Block(
+		g.Comment(fmt.Sprintf("%s returns %s's buckets, created at now.", ctor, r.goName)).Line()
+		g.Func().Id(ctor).Params(jen.Id("now").Add(rt("Time"))).Op("*").Id(typ).Block(
 			jen.Return(jen.Op("&").Id(typ).Values(jen.Dict{jen.Id("s"): init}))).Line().Line()
 	} else {
 		g.Var().Id(r.goName).Op("=").Id(ctor).Call().Line().Line()
@@ -271,7 +271,7 @@ func emitRule(m *model, r rule) jen.Code {
 			jen.Return(jen.Op("&").Id(typ).Values(jen.Dict{jen.Id("s"): init}))).Line().Line()
 	}
 	if r.folded() {
-		p, l := lowerFirst(r.goName), r.limits[0]
+		p, l := r.unexported(), r.limits[0]
 		g.Add(comment(fmt.Sprintf("%s's fixed-point units, computed when generating and checked against the runtime when "+
 			"the package initialises: time counts in 1/%sScale ns, a token is worth %sEmit units, and a bucket may run %sTau "+
 			"units (the burst) ahead of now.", r.goName, p, p, p)))
@@ -301,8 +301,8 @@ func emitRule(m *model, r rule) jen.Code {
 		for i, l := range r.limits {
 			costs[i] = lit(l.cost)
 		}
-		g.Line().Comment(fmt.Sprintf("%sCost is each plan's default cost for %s.", lowerFirst(r.goName), r.goName)).Line()
-		g.Var().Id(lowerFirst(r.goName) + "Cost").Op("=").Index(jen.Id("numPlans")).Int64().Values(costs...).Line()
+		g.Line().Comment(fmt.Sprintf("%sCost is each plan's default cost for %s.", r.unexported(), r.goName)).Line()
+		g.Var().Id(r.unexported() + "Cost").Op("=").Index(jen.Id("numPlans")).Int64().Values(costs...).Line()
 	}
 
 	for _, mt := range r.methods() {
@@ -424,9 +424,9 @@ func emitTier(m *model, t tier) jen.Code {
 	}
 	g := jen.Line().Add(comment(t.doc))
 	g.Func().Id(t.goName).Params(params...).Id("TierDecision").Block(
-		jen.Return(jen.Id(t.goName + "At").Call(append(callArgs, rt("Now").Call())...)),
+		jen.Return(jen.Id(t.atName()).Call(append(callArgs, rt("Now").Call())...)),
 	).Line().Line()
-	g.Comment(fmt.Sprintf("%sAt is %s at time now (ns since the atomicbucket epoch).", t.goName, t.goName)).Line()
+	g.Comment(fmt.Sprintf("%sAt is %s at time now.", t.goName, t.goName)).Line()
 
 	var body []jen.Code
 	for i, ri := range t.rules {
@@ -465,6 +465,6 @@ func emitTier(m *model, t tier) jen.Code {
 		body = append(body, jen.If(d.Clone().Dot("Remaining").Op("<").Id("most").Dot("Remaining")).Block(jen.Id("most").Op("=").Add(d.Clone())))
 	}
 	body = append(body, jen.Return(jen.Id("TierDecision").Values(jen.Dict{jen.Id("Decision"): jen.Id("most")})))
-	g.Func().Id(t.goName + "At").Params(append(params, jen.Id("now").Int64())...).Id("TierDecision").Block(body...).Line()
+	g.Func().Id(t.atName()).Params(append(params, jen.Id("now").Add(rt("Time")))...).Id("TierDecision").Block(body...).Line()
 	return g
 }

@@ -305,7 +305,13 @@ var harnessTmpl = template.Must(template.New("harness").Funcs(template.FuncMap{
 		if r.Keyed {
 			return "new" + r.GoName + "Limiter()"
 		}
-		return "new" + r.GoName + "Limiter(t0)"
+		return "new" + r.GoName + "Limiter(at(t0))"
+	},
+	"params": func(r hRule) string { // the reference's parameters for the rule's buckets
+		if r.Keyed {
+			return "fuzz.ParamsOf"
+		}
+		return "fuzz.SingleParamsOf"
 	},
 	"atCap": func(r hRule) string {
 		if r.AllowCap {
@@ -329,6 +335,9 @@ var _ = strconv.Itoa
 
 const t0 = int64(time.Hour)
 
+// at is the generated package's time for the reference's t.
+func at(t int64) atomicbucket.Time { return atomicbucket.Time(t) }
+
 // costs draws a cost: mostly small, sometimes the burst, 0, or out of range.
 func costs(rng *rand.Rand, burst int64) int64 {
 	return []int64{0, 1, 1, 1, 2, 3, burst, burst + 1, -1}[rng.IntN(9)]
@@ -339,9 +348,11 @@ func TestRulesMatchReference(t *testing.T) {
 	t.Run("{{$r.GoName}}{{$p.Const}}", func(t *testing.T) {
 		l := {{make $r}}
 		rule := l.Rule({{if $p.Const}}{{$p.Const}}{{end}})
+		{{- if $r.Keyed}}
 		ref := fuzz.NewReference(fuzz.ParamsOf(rule, {{$r.MaxKeys}}, {{atCap $r}}))
-		{{- if not $r.Keyed}}
-		ref.AllowN("", t0, 0) // the global bucket exists from t0, as the limiter's does
+		{{- else}}
+		ref := fuzz.NewReference(fuzz.SingleParamsOf(rule))
+		ref.Create("", t0) // the global bucket exists from t0, as the limiter's does
 		{{- end}}
 		exact := rule.Exact()
 		var admitted []fuzz.Admission // for rules held only approximately: the envelope
@@ -353,23 +364,23 @@ func TestRulesMatchReference(t *testing.T) {
 			_ = k
 			if !exact { // the contract is the envelope: record what is admitted
 				cost := costs(rng, {{$p.Burst}})
-				if l.AllowNAt({{plan $p}}{{key $r}}now, cost).Allowed && cost > 0 {
+				if l.AllowNAt({{plan $p}}{{key $r}}at(now), cost).Allowed && cost > 0 {
 					admitted = append(admitted, fuzz.Admission{Key: {{refKey $r}}, At: now, Cost: cost})
 				}
 				continue
 			}
 			if i%5 == 4 { // the default cost, through Allow
-				got, want := l.AllowAt({{plan $p}}{{key $r}}now), ref.AllowN({{refKey $r}}, now, {{$p.Cost}}).Allowed
+				got, want := l.AllowAt({{plan $p}}{{key $r}}at(now)), ref.AllowN({{refKey $r}}, now, {{$p.Cost}}).Allowed
 				if got != want {
 					t.Fatalf("step %d: Allow = %v, reference %v", i, got, want)
 				}
 				continue
 			}
 			cost := costs(rng, {{$p.Burst}})
-			if got, want := l.PeekAt({{plan $p}}{{key $r}}now, cost), ref.Peek({{refKey $r}}, now, cost); got != want {
+			if got, want := l.PeekAt({{plan $p}}{{key $r}}at(now), cost), ref.Peek({{refKey $r}}, now, cost); got != want {
 				t.Fatalf("step %d: PeekAt(cost %d) = %+v, reference %+v", i, cost, got, want)
 			}
-			if got, want := l.AllowNAt({{plan $p}}{{key $r}}now, cost), ref.AllowN({{refKey $r}}, now, cost); got != want {
+			if got, want := l.AllowNAt({{plan $p}}{{key $r}}at(now), cost), ref.AllowN({{refKey $r}}, now, cost); got != want {
 				t.Fatalf("step %d: AllowNAt(cost %d) = %+v, reference %+v", i, cost, got, want)
 			}
 		}
@@ -394,11 +405,11 @@ func TestTiersMatchReference(t *testing.T) {
 		{{- end}}
 		refs := []*fuzz.Reference{
 			{{- range $i, $r := $t.Rules}}
-			fuzz.NewReference(fuzz.ParamsOf({{$r.GoName}}.Rule({{if $r.Planned}}{{$pc}}{{end}}), {{$r.MaxKeys}}, {{atCap $r}})),
+			fuzz.NewReference({{params $r}}({{$r.GoName}}.Rule({{if $r.Planned}}{{$pc}}{{end}}){{if $r.Keyed}}, {{$r.MaxKeys}}, {{atCap $r}}{{end}})),
 			{{- end}}
 		}
 		{{- range $i, $r := $t.Rules}}{{if not $r.Keyed}}
-		refs[{{$i}}].AllowN("", t0, 0) // the global bucket exists from t0
+		refs[{{$i}}].Create("", t0) // the global bucket exists from t0
 		{{- end}}{{end}}
 		names := []string{ {{- range $t.Rules}}"{{.GoName}}", {{end -}} }
 		rules := []*atomicbucket.Rule{ {{- range $t.Rules}}{{.GoName}}.Rule({{if .Planned}}{{$pc}}{{end}}), {{end -}} }
@@ -412,7 +423,7 @@ func TestTiersMatchReference(t *testing.T) {
 			now += rng.Int64N(int64(20 * time.Millisecond))
 			k := rng.IntN(3)
 			_ = k
-			got := {{$t.GoName}}At({{if $t.Planned}}{{$pc}}, {{end}}{{range $t.Rules}}{{key .}}{{end}}now)
+			got := {{$t.GoName}}At({{if $t.Planned}}{{$pc}}, {{end}}{{range $t.Rules}}{{key .}}{{end}}at(now))
 			keys := []string{ {{- range $t.Rules}}{{refKey .}}, {{end -}} }
 			costs := []int64{ {{- range $t.Rules}}{{with index .Plans 0}}{{.Cost}}{{end}}, {{end -}} }
 			{{- range $i, $r := $t.Rules}}{{if $r.Planned}}

@@ -194,22 +194,22 @@ func newSimulation(m *model, name, planName string) (*simulation, error) {
 }
 
 // shift maps the log's wall-clock times into runtime time: FromWall, plus a
-// multiple of every aligned period (so grids stay on the log's wall clock) that
+// multiple of every interval period (so grids stay on the log's wall clock) that
 // puts the first request at least an hour after the epoch.
 func (s *simulation) shift(first int64) (int64, error) {
 	step := big.NewInt(1)
 	for _, r := range s.rules {
-		if r.limit.aligned {
+		if r.limit.interval { // aligned grids, and keyed ones, are on the wall clock
 			p := big.NewInt(r.limit.periodNs)
 			g := new(big.Int).GCD(nil, nil, step, p)
 			step.Mul(step, p).Quo(step, g)
 		}
 	}
-	need := big.NewInt(int64(time.Hour) - atomicbucket.FromWall(first))
+	need := big.NewInt(int64(time.Hour) - int64(atomicbucket.FromWall(first)))
 	k := new(big.Int).Add(need, new(big.Int).Sub(step, big.NewInt(1)))
 	k.Div(k, step).Mul(k, step)
 	if !k.IsInt64() {
-		return 0, fmt.Errorf("the aligned periods of %s have no common multiple that fits", s.name)
+		return 0, fmt.Errorf("the interval periods of %s have no common multiple that fits", s.name)
 	}
 	return k.Int64(), nil
 }
@@ -222,7 +222,7 @@ func (s *simulation) run(reqs []request, w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	start := atomicbucket.FromWall(reqs[0].wall) + shift
+	start := atomicbucket.FromWall(reqs[0].wall).Add(time.Duration(shift))
 	for _, r := range s.rules {
 		rule, err := atomicbucket.NewRule(r.limit.atomic())
 		if err != nil {
@@ -245,7 +245,7 @@ func (s *simulation) run(reqs []request, w io.Writer) error {
 	}
 	out.Write(head)
 	for _, req := range reqs {
-		now := atomicbucket.FromWall(req.wall) + shift
+		now := atomicbucket.FromWall(req.wall).Add(time.Duration(shift))
 		keys, err := s.keysOf(req)
 		if err != nil {
 			return err
@@ -331,7 +331,7 @@ func (s *simulation) costOf(r *simRule, req request) int64 {
 // decide runs one request: through the single rule, or through a tier's rules
 // all-or-nothing (giving back what earlier rules took when one denies, and
 // reporting the most constraining rule when all allow), as generated tiers do.
-func (s *simulation) decide(keys []string, now int64, req request) (atomicbucket.Decision, string) {
+func (s *simulation) decide(keys []string, now atomicbucket.Time, req request) (atomicbucket.Decision, string) {
 	var most atomicbucket.Decision
 	for i, r := range s.rules {
 		cost := s.costOf(r, req)

@@ -15,6 +15,9 @@ func runSimulate(t *testing.T, args []string, log string) (string, string, int) 
 
 // TestSimulateRule replays a log through Login (5 per 10s at each boundary of
 // the key's grid, burst 5, new keys start with 3): hand-computed decisions.
+// alice's grid: FNV-1a("alice") = 5803779529149266183, which is 9149266183 mod
+// 10^10, so her boundaries are at Unix times 9.149266183s + k·10s; at 0.2s the
+// next is 8.949266183s away.
 func TestSimulateRule(t *testing.T) {
 	log := "# time,key,cost\n0,alice\n100000000,alice\n200000000,alice,3\n" +
 		`{"time": 300000000, "key": "bob"}` + "\n10000000000,alice,3\n"
@@ -25,7 +28,7 @@ func TestSimulateRule(t *testing.T) {
 	want := `time,key,cost,allowed,remaining,retry_after_ns
 0,alice,1,true,2,0
 100000000,alice,1,true,1,0
-200000000,alice,3,false,1,9800000000
+200000000,alice,3,false,1,8949266183
 300000000,bob,1,true,2,0
 10000000000,alice,3,true,2,0
 

@@ -101,8 +101,8 @@ func (l *PerUserLimiter) AllowN(plan Plan, key string, cost int64) atomicbucket.
 	return l.s[plan].AllowN(key, cost)
 }
 
-// AllowAt is Allow at time now (ns since the atomicbucket epoch).
-func (l *PerUserLimiter) AllowAt(plan Plan, key string, now int64) bool {
+// AllowAt is Allow at time now.
+func (l *PerUserLimiter) AllowAt(plan Plan, key string, now atomicbucket.Time) bool {
 	if plan >= numPlans {
 		return false
 	}
@@ -110,7 +110,7 @@ func (l *PerUserLimiter) AllowAt(plan Plan, key string, now int64) bool {
 }
 
 // AllowNAt is AllowN at time now.
-func (l *PerUserLimiter) AllowNAt(plan Plan, key string, now int64, cost int64) atomicbucket.Decision {
+func (l *PerUserLimiter) AllowNAt(plan Plan, key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
@@ -126,7 +126,7 @@ func (l *PerUserLimiter) Peek(plan Plan, key string, cost int64) atomicbucket.De
 }
 
 // PeekAt is Peek at time now.
-func (l *PerUserLimiter) PeekAt(plan Plan, key string, now int64, cost int64) atomicbucket.Decision {
+func (l *PerUserLimiter) PeekAt(plan Plan, key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
@@ -142,7 +142,7 @@ func (l *PerUserLimiter) Reserve(plan Plan, key string, cost int64, maxWait time
 }
 
 // ReserveAt is Reserve at time now.
-func (l *PerUserLimiter) ReserveAt(plan Plan, key string, now int64, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *PerUserLimiter) ReserveAt(plan Plan, key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	if plan >= numPlans {
 		return atomicbucket.Reservation{RetryAfter: atomicbucket.Never}
 	}
@@ -166,7 +166,7 @@ func (l *PerUserLimiter) Refund(plan Plan, key string, cost int64) {
 }
 
 // RefundAt is Refund at time now.
-func (l *PerUserLimiter) RefundAt(plan Plan, key string, now int64, cost int64) {
+func (l *PerUserLimiter) RefundAt(plan Plan, key string, now atomicbucket.Time, cost int64) {
 	if plan >= numPlans {
 		return
 	}
@@ -240,13 +240,13 @@ func (l *PerEndpointLimiter) AllowN(key int64, cost int64) atomicbucket.Decision
 	return l.s.AllowN(key, cost)
 }
 
-// AllowAt is Allow at time now (ns since the atomicbucket epoch).
-func (l *PerEndpointLimiter) AllowAt(key int64, now int64) bool {
+// AllowAt is Allow at time now.
+func (l *PerEndpointLimiter) AllowAt(key int64, now atomicbucket.Time) bool {
 	return l.s.AllowGreedyAt(key, now, perEndpointScale, perEndpointEmit, perEndpointTau)
 }
 
 // AllowNAt is AllowN at time now.
-func (l *PerEndpointLimiter) AllowNAt(key int64, now int64, cost int64) atomicbucket.Decision {
+func (l *PerEndpointLimiter) AllowNAt(key int64, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.AllowNAt(key, now, cost)
 }
 
@@ -256,7 +256,7 @@ func (l *PerEndpointLimiter) Peek(key int64, cost int64) atomicbucket.Decision {
 }
 
 // PeekAt is Peek at time now.
-func (l *PerEndpointLimiter) PeekAt(key int64, now int64, cost int64) atomicbucket.Decision {
+func (l *PerEndpointLimiter) PeekAt(key int64, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.PeekAt(key, now, cost)
 }
 
@@ -266,7 +266,7 @@ func (l *PerEndpointLimiter) Reserve(key int64, cost int64, maxWait time.Duratio
 }
 
 // ReserveAt is Reserve at time now.
-func (l *PerEndpointLimiter) ReserveAt(key int64, now int64, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *PerEndpointLimiter) ReserveAt(key int64, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	return l.s.ReserveAt(key, now, cost, maxWait)
 }
 
@@ -281,7 +281,7 @@ func (l *PerEndpointLimiter) Refund(key int64, cost int64) {
 }
 
 // RefundAt is Refund at time now.
-func (l *PerEndpointLimiter) RefundAt(key int64, now int64, cost int64) {
+func (l *PerEndpointLimiter) RefundAt(key int64, now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(key, now, cost)
 }
 
@@ -336,13 +336,13 @@ func (l *LoginLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
 	return l.s.AllowN(key, cost)
 }
 
-// AllowAt is Allow at time now (ns since the atomicbucket epoch).
-func (l *LoginLimiter) AllowAt(key string, now int64) bool {
+// AllowAt is Allow at time now.
+func (l *LoginLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.s.AllowAt(key, now)
 }
 
 // AllowNAt is AllowN at time now.
-func (l *LoginLimiter) AllowNAt(key string, now int64, cost int64) atomicbucket.Decision {
+func (l *LoginLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.AllowNAt(key, now, cost)
 }
 
@@ -352,7 +352,7 @@ func (l *LoginLimiter) Peek(key string, cost int64) atomicbucket.Decision {
 }
 
 // PeekAt is Peek at time now.
-func (l *LoginLimiter) PeekAt(key string, now int64, cost int64) atomicbucket.Decision {
+func (l *LoginLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.PeekAt(key, now, cost)
 }
 
@@ -362,7 +362,7 @@ func (l *LoginLimiter) Reserve(key string, cost int64, maxWait time.Duration) at
 }
 
 // ReserveAt is Reserve at time now.
-func (l *LoginLimiter) ReserveAt(key string, now int64, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *LoginLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	return l.s.ReserveAt(key, now, cost, maxWait)
 }
 
@@ -377,7 +377,7 @@ func (l *LoginLimiter) Refund(key string, cost int64) {
 }
 
 // RefundAt is Refund at time now.
-func (l *LoginLimiter) RefundAt(key string, now int64, cost int64) {
+func (l *LoginLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(key, now, cost)
 }
 
@@ -431,13 +431,13 @@ func (l *DailyExportLimiter) AllowN(key uint64, cost int64) atomicbucket.Decisio
 	return l.s.AllowN(key, cost)
 }
 
-// AllowAt is Allow at time now (ns since the atomicbucket epoch).
-func (l *DailyExportLimiter) AllowAt(key uint64, now int64) bool {
+// AllowAt is Allow at time now.
+func (l *DailyExportLimiter) AllowAt(key uint64, now atomicbucket.Time) bool {
 	return l.s.AllowAt(key, now)
 }
 
 // AllowNAt is AllowN at time now.
-func (l *DailyExportLimiter) AllowNAt(key uint64, now int64, cost int64) atomicbucket.Decision {
+func (l *DailyExportLimiter) AllowNAt(key uint64, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.AllowNAt(key, now, cost)
 }
 
@@ -447,7 +447,7 @@ func (l *DailyExportLimiter) Peek(key uint64, cost int64) atomicbucket.Decision 
 }
 
 // PeekAt is Peek at time now.
-func (l *DailyExportLimiter) PeekAt(key uint64, now int64, cost int64) atomicbucket.Decision {
+func (l *DailyExportLimiter) PeekAt(key uint64, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.PeekAt(key, now, cost)
 }
 
@@ -457,7 +457,7 @@ func (l *DailyExportLimiter) Reserve(key uint64, cost int64, maxWait time.Durati
 }
 
 // ReserveAt is Reserve at time now.
-func (l *DailyExportLimiter) ReserveAt(key uint64, now int64, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *DailyExportLimiter) ReserveAt(key uint64, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	return l.s.ReserveAt(key, now, cost, maxWait)
 }
 
@@ -472,7 +472,7 @@ func (l *DailyExportLimiter) Refund(key uint64, cost int64) {
 }
 
 // RefundAt is Refund at time now.
-func (l *DailyExportLimiter) RefundAt(key uint64, now int64, cost int64) {
+func (l *DailyExportLimiter) RefundAt(key uint64, now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(key, now, cost)
 }
 
@@ -538,13 +538,13 @@ func (l *UploadLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
 	return l.s.AllowN(key, cost)
 }
 
-// AllowAt is Allow at time now (ns since the atomicbucket epoch).
-func (l *UploadLimiter) AllowAt(key string, now int64) bool {
+// AllowAt is Allow at time now.
+func (l *UploadLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.s.AllowGreedyAt(key, now, uploadScale, uploadEmit*10, uploadTau)
 }
 
 // AllowNAt is AllowN at time now.
-func (l *UploadLimiter) AllowNAt(key string, now int64, cost int64) atomicbucket.Decision {
+func (l *UploadLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.AllowNAt(key, now, cost)
 }
 
@@ -554,7 +554,7 @@ func (l *UploadLimiter) Peek(key string, cost int64) atomicbucket.Decision {
 }
 
 // PeekAt is Peek at time now.
-func (l *UploadLimiter) PeekAt(key string, now int64, cost int64) atomicbucket.Decision {
+func (l *UploadLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.PeekAt(key, now, cost)
 }
 
@@ -564,7 +564,7 @@ func (l *UploadLimiter) Reserve(key string, cost int64, maxWait time.Duration) a
 }
 
 // ReserveAt is Reserve at time now.
-func (l *UploadLimiter) ReserveAt(key string, now int64, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *UploadLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	return l.s.ReserveAt(key, now, cost, maxWait)
 }
 
@@ -579,7 +579,7 @@ func (l *UploadLimiter) Refund(key string, cost int64) {
 }
 
 // RefundAt is Refund at time now.
-func (l *UploadLimiter) RefundAt(key string, now int64, cost int64) {
+func (l *UploadLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(key, now, cost)
 }
 
@@ -601,8 +601,8 @@ func (l *UploadLimiter) RunSweeper(ctx context.Context, interval time.Duration) 
 // Global allows 2000 requests per second in total, in bursts of up to 4000.
 var Global = newGlobalLimiter(atomicbucket.Now())
 
-// newGlobalLimiter returns Global's buckets, created at now (ns since the atomicbucket epoch).
-func newGlobalLimiter(now int64) *GlobalLimiter {
+// newGlobalLimiter returns Global's buckets, created at now.
+func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
 	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Burst:  4000,
 		Period: 1000000000,
@@ -640,13 +640,13 @@ func (l *GlobalLimiter) AllowN(cost int64) atomicbucket.Decision {
 	return l.s.AllowN(cost)
 }
 
-// AllowAt is Allow at time now (ns since the atomicbucket epoch).
-func (l *GlobalLimiter) AllowAt(now int64) bool {
+// AllowAt is Allow at time now.
+func (l *GlobalLimiter) AllowAt(now atomicbucket.Time) bool {
 	return l.s.AllowGreedyAt(now, globalScale, globalEmit, globalTau)
 }
 
 // AllowNAt is AllowN at time now.
-func (l *GlobalLimiter) AllowNAt(now int64, cost int64) atomicbucket.Decision {
+func (l *GlobalLimiter) AllowNAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.AllowNAt(now, cost)
 }
 
@@ -656,7 +656,7 @@ func (l *GlobalLimiter) Peek(cost int64) atomicbucket.Decision {
 }
 
 // PeekAt is Peek at time now.
-func (l *GlobalLimiter) PeekAt(now int64, cost int64) atomicbucket.Decision {
+func (l *GlobalLimiter) PeekAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.PeekAt(now, cost)
 }
 
@@ -666,7 +666,7 @@ func (l *GlobalLimiter) Reserve(cost int64, maxWait time.Duration) atomicbucket.
 }
 
 // ReserveAt is Reserve at time now.
-func (l *GlobalLimiter) ReserveAt(now int64, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *GlobalLimiter) ReserveAt(now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	return l.s.ReserveAt(now, cost, maxWait)
 }
 
@@ -681,7 +681,7 @@ func (l *GlobalLimiter) Refund(cost int64) {
 }
 
 // RefundAt is Refund at time now.
-func (l *GlobalLimiter) RefundAt(now int64, cost int64) {
+func (l *GlobalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(now, cost)
 }
 
@@ -698,8 +698,8 @@ func API(plan Plan, perUserKey string, perEndpointKey int64) TierDecision {
 	return APIAt(plan, perUserKey, perEndpointKey, atomicbucket.Now())
 }
 
-// APIAt is API at time now (ns since the atomicbucket epoch).
-func APIAt(plan Plan, perUserKey string, perEndpointKey int64, now int64) TierDecision {
+// APIAt is API at time now.
+func APIAt(plan Plan, perUserKey string, perEndpointKey int64, now atomicbucket.Time) TierDecision {
 	d0 := PerUser.AllowNAt(plan, perUserKey, now, 1)
 	if !d0.Allowed {
 		return TierDecision{

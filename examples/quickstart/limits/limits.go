@@ -89,8 +89,8 @@ func (l *PerUserLimiter) AllowN(plan Plan, key string, cost int64) atomicbucket.
 	return l.s[plan].AllowN(key, cost)
 }
 
-// AllowAt is Allow at time now (ns since the atomicbucket epoch).
-func (l *PerUserLimiter) AllowAt(plan Plan, key string, now int64) bool {
+// AllowAt is Allow at time now.
+func (l *PerUserLimiter) AllowAt(plan Plan, key string, now atomicbucket.Time) bool {
 	if plan >= numPlans {
 		return false
 	}
@@ -98,7 +98,7 @@ func (l *PerUserLimiter) AllowAt(plan Plan, key string, now int64) bool {
 }
 
 // AllowNAt is AllowN at time now.
-func (l *PerUserLimiter) AllowNAt(plan Plan, key string, now int64, cost int64) atomicbucket.Decision {
+func (l *PerUserLimiter) AllowNAt(plan Plan, key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
@@ -114,7 +114,7 @@ func (l *PerUserLimiter) Peek(plan Plan, key string, cost int64) atomicbucket.De
 }
 
 // PeekAt is Peek at time now.
-func (l *PerUserLimiter) PeekAt(plan Plan, key string, now int64, cost int64) atomicbucket.Decision {
+func (l *PerUserLimiter) PeekAt(plan Plan, key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
@@ -130,7 +130,7 @@ func (l *PerUserLimiter) Reserve(plan Plan, key string, cost int64, maxWait time
 }
 
 // ReserveAt is Reserve at time now.
-func (l *PerUserLimiter) ReserveAt(plan Plan, key string, now int64, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *PerUserLimiter) ReserveAt(plan Plan, key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	if plan >= numPlans {
 		return atomicbucket.Reservation{RetryAfter: atomicbucket.Never}
 	}
@@ -154,7 +154,7 @@ func (l *PerUserLimiter) Refund(plan Plan, key string, cost int64) {
 }
 
 // RefundAt is Refund at time now.
-func (l *PerUserLimiter) RefundAt(plan Plan, key string, now int64, cost int64) {
+func (l *PerUserLimiter) RefundAt(plan Plan, key string, now atomicbucket.Time, cost int64) {
 	if plan >= numPlans {
 		return
 	}
@@ -189,8 +189,8 @@ func (l *PerUserLimiter) RunSweeper(ctx context.Context, interval time.Duration)
 // Global allows 1000 requests per second in total, in bursts of up to 2000.
 var Global = newGlobalLimiter(atomicbucket.Now())
 
-// newGlobalLimiter returns Global's buckets, created at now (ns since the atomicbucket epoch).
-func newGlobalLimiter(now int64) *GlobalLimiter {
+// newGlobalLimiter returns Global's buckets, created at now.
+func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
 	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Burst:  2000,
 		Period: 1000000000,
@@ -228,13 +228,13 @@ func (l *GlobalLimiter) AllowN(cost int64) atomicbucket.Decision {
 	return l.s.AllowN(cost)
 }
 
-// AllowAt is Allow at time now (ns since the atomicbucket epoch).
-func (l *GlobalLimiter) AllowAt(now int64) bool {
+// AllowAt is Allow at time now.
+func (l *GlobalLimiter) AllowAt(now atomicbucket.Time) bool {
 	return l.s.AllowGreedyAt(now, globalScale, globalEmit, globalTau)
 }
 
 // AllowNAt is AllowN at time now.
-func (l *GlobalLimiter) AllowNAt(now int64, cost int64) atomicbucket.Decision {
+func (l *GlobalLimiter) AllowNAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.AllowNAt(now, cost)
 }
 
@@ -244,7 +244,7 @@ func (l *GlobalLimiter) Peek(cost int64) atomicbucket.Decision {
 }
 
 // PeekAt is Peek at time now.
-func (l *GlobalLimiter) PeekAt(now int64, cost int64) atomicbucket.Decision {
+func (l *GlobalLimiter) PeekAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.PeekAt(now, cost)
 }
 
@@ -254,7 +254,7 @@ func (l *GlobalLimiter) Reserve(cost int64, maxWait time.Duration) atomicbucket.
 }
 
 // ReserveAt is Reserve at time now.
-func (l *GlobalLimiter) ReserveAt(now int64, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *GlobalLimiter) ReserveAt(now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	return l.s.ReserveAt(now, cost, maxWait)
 }
 
@@ -269,7 +269,7 @@ func (l *GlobalLimiter) Refund(cost int64) {
 }
 
 // RefundAt is Refund at time now.
-func (l *GlobalLimiter) RefundAt(now int64, cost int64) {
+func (l *GlobalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(now, cost)
 }
 
@@ -286,8 +286,8 @@ func Request(plan Plan, perUserKey string) TierDecision {
 	return RequestAt(plan, perUserKey, atomicbucket.Now())
 }
 
-// RequestAt is Request at time now (ns since the atomicbucket epoch).
-func RequestAt(plan Plan, perUserKey string, now int64) TierDecision {
+// RequestAt is Request at time now.
+func RequestAt(plan Plan, perUserKey string, now atomicbucket.Time) TierDecision {
 	d0 := PerUser.AllowNAt(plan, perUserKey, now, 1)
 	if !d0.Allowed {
 		return TierDecision{
