@@ -18,6 +18,9 @@ func (d diag) String() string {
 	if d.line == 0 {
 		return fmt.Sprintf("%s: %s", d.file, d.msg)
 	}
+	if d.col == 0 {
+		return fmt.Sprintf("%s:%d: %s", d.file, d.line, d.msg)
+	}
 	return fmt.Sprintf("%s:%d:%d: %s", d.file, d.line, d.col, d.msg)
 }
 

@@ -5,6 +5,7 @@ import (
 	"go/token"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -25,8 +26,14 @@ func FuzzPolicy(f *testing.F) {
 	f.Fuzz(func(t *testing.T, src []byte) {
 		m, err := compile("fuzz.yaml", src)
 		if err != nil {
-			if err.Error() == "" {
-				t.Fatal("refused with an empty message")
+			ds, ok := err.(diags)
+			if !ok || len(ds) == 0 {
+				t.Fatalf("refused without diagnostics: %v", err)
+			}
+			for _, d := range ds {
+				if d.msg == "" || d.line == 0 && !unplaced(d.msg) {
+					t.Fatalf("a problem reported without a position: %q", d.String())
+				}
 			}
 			return
 		}
@@ -38,4 +45,10 @@ func FuzzPolicy(f *testing.F) {
 			t.Fatalf("accepted policy renders code that does not parse: %v\n%s", err, out)
 		}
 	})
+}
+
+// unplaced reports whether a message is about the whole file, which has no
+// line to point at.
+func unplaced(msg string) bool {
+	return strings.HasPrefix(msg, "the policy is empty") || strings.HasPrefix(msg, "the policy is ") && strings.Contains(msg, "bytes; a policy may be at most")
 }

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
+	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -59,15 +63,38 @@ func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
 	p.diags = append(p.diags, d)
 }
 
+// maxPolicyBytes bounds the policy file. The largest policy the counts below
+// allow is far smaller; the bound keeps a hostile or mistaken input (a 50 MB
+// name) from costing gigabytes before validation can say what is wrong.
+const maxPolicyBytes = 1 << 20
+
 // parse reads the YAML document into a policyDoc.
 func (p *parser) parse(src []byte) *policyDoc {
+	if len(src) > maxPolicyBytes {
+		p.errorf(nil, "the policy is %d bytes; a policy may be at most %d (1 MiB): split it, or shorten what is long", len(src), maxPolicyBytes)
+		return nil
+	}
 	var root yaml.Node
-	if err := yaml.Unmarshal(src, &root); err != nil {
-		p.diags = append(p.diags, diag{file: p.file, msg: yamlError(err)})
+	dec := yaml.NewDecoder(bytes.NewReader(src))
+	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
+		p.diags = append(p.diags, p.yamlDiag(err))
 		return nil
 	}
 	if root.Kind == 0 || len(root.Content) == 0 {
 		p.errorf(nil, "the policy is empty; it needs at least package and rules")
+		return nil
+	}
+	var second yaml.Node
+	switch err := dec.Decode(&second); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		p.diags = append(p.diags, p.yamlDiag(err))
+		return nil
+	default:
+		p.errorf(&second, "a second YAML document (after ---): a policy is one document; merge them, or keep each in a file of its own")
+		return nil
+	}
+	if !p.resolveAliases(&root, map[*yaml.Node]bool{}) {
 		return nil
 	}
 	top := root.Content[0]
@@ -93,10 +120,58 @@ func (p *parser) parse(src []byte) *policyDoc {
 	return doc
 }
 
-// yamlError keeps the YAML library's message, which carries the line.
-func yamlError(err error) string {
+// resolveAliases replaces every alias (*name) in n's subtree by the node its
+// anchor (&name) marks, keeping the alias's position, so that validation reads
+// the anchored value and not the anchor's name. Merge keys (<<: *base) are
+// refused: they would make fields appear that the policy does not show where
+// they apply. Each node is visited once, so aliases cost no expansion.
+func (p *parser) resolveAliases(n *yaml.Node, seen map[*yaml.Node]bool) bool {
+	if seen[n] {
+		return true
+	}
+	seen[n] = true
+	ok := true
+	for i, c := range n.Content {
+		if n.Kind == yaml.MappingNode && i%2 == 0 && c.Kind == yaml.ScalarNode && c.Tag == "!!merge" {
+			p.errorf(c, "merge keys (<<) are not supported; write the fields out, or use an anchor for a whole value (burst: *standard)")
+			ok = false
+			continue
+		}
+		if c.Kind == yaml.AliasNode {
+			target := c.Alias
+			for target != nil && target.Kind == yaml.AliasNode {
+				target = target.Alias
+			}
+			if target == nil {
+				p.errorf(c, "alias *%s has no anchor &%s before it", c.Value, c.Value)
+				ok = false
+				continue
+			}
+			r := *target
+			r.Line, r.Column = c.Line, c.Column
+			n.Content[i] = &r
+			continue
+		}
+		ok = p.resolveAliases(c, seen) && ok
+	}
+	return ok
+}
+
+// yamlDiag reports a YAML syntax error at the line the YAML library names
+// ("yaml: line 3: did not find expected ','"); it names no column. The library
+// names no line for a problem on the first line (it counts lines from 0 and
+// omits line 0).
+func (p *parser) yamlDiag(err error) diag {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	return "not valid YAML: " + msg
+	d := diag{file: p.file, line: 1, msg: "not valid YAML: " + msg}
+	if rest, ok := strings.CutPrefix(msg, "line "); ok {
+		if n, after, ok := strings.Cut(rest, ": "); ok {
+			if line, err := strconv.Atoi(n); err == nil && line > 0 {
+				d.line, d.msg = line, "not valid YAML: "+after
+			}
+		}
+	}
+	return d
 }
 
 func (p *parser) ruleDoc(n *yaml.Node) *ruleDoc {

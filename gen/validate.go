@@ -28,58 +28,129 @@ var (
 	}
 )
 
+// Limits on what one policy may hold: beyond them the generated package would
+// be too large to build or read (10,000 rules once made a 78 MB file the
+// compiler could not build in five minutes). Each is far above what a service
+// needs; the message says so.
+const (
+	maxNameLen   = 64   // bytes in a rule, tier, plan or package name
+	maxRules     = 256  // rules in a policy
+	maxTiers     = 256  // tiers in a policy
+	maxTierRules = 32   // rules in one tier
+	maxPlans     = 255  // plans: a Plan is a uint8 index, and numPlans must fit one
+	maxPlanSets  = 2048 // bucket sets of planned rules (rules with plans: × plans)
+)
+
+// names is every package-level identifier the generated package will declare,
+// with what declares it, so that two things needing the same identifier are
+// refused with a message instead of emitted as code that does not compile.
+type names struct {
+	p      *parser
+	owners map[string]string
+}
+
+func newNames(p *parser) *names {
+	n := &names{p: p, owners: map[string]string{}}
+	for _, id := range reservedIdents {
+		n.owners[id] = "every generated package"
+	}
+	return n
+}
+
+// claim takes every identifier in ids for what (at node at), or none of them,
+// reporting the first that is taken.
+func (n *names) claim(what string, at *yaml.Node, ids [][2]string) bool {
+	for _, id := range ids {
+		if owner, taken := n.owners[id[0]]; taken {
+			n.p.errorf(at, "%s would declare %s (%s), which %s declares; rename one", what, id[0], id[1], owner)
+			return false
+		}
+	}
+	for _, id := range ids {
+		n.owners[id[0]] = fmt.Sprintf("%s at line %d (%s)", what, at.Line, id[1])
+	}
+	return true
+}
+
 // validate checks the parsed policy's meaning and builds the model. Every
 // problem is collected in p.diags.
 func (p *parser) validate(doc *policyDoc) *model {
 	m := &model{source: p.file}
+	ids := newNames(p)
 	if doc.pkg == nil {
 		p.errorf(doc.node, "missing field package: the Go package name to generate, such as package: limits")
+	} else if v := doc.pkg.Value; len(v) > maxNameLen {
+		p.errorf(doc.pkg, "package name is %d bytes long; at most %d", len(v), maxNameLen)
 	} else if v := doc.pkg.Value; !pkgRe.MatchString(v) || token.IsKeyword(v) {
 		p.errorf(doc.pkg, "package %q is not a Go package name; use lower-case letters and digits, such as limits", v)
+	} else if v == "main" {
+		p.errorf(doc.pkg, "package main is a program, not a package a service can import; use a name of its own, such as limits")
 	} else {
 		m.pkg = v
 	}
-	m.plans = p.plans(doc.plans)
-	if len(doc.rules) == 0 {
+	m.plans = p.plans(doc.plans, ids)
+	switch {
+	case len(doc.rules) == 0:
 		p.errorf(doc.node, "no rules: a policy needs at least one rule under rules:")
+	case len(doc.rules) > maxRules:
+		p.errorf(doc.rules[maxRules].node, "%d rules; a policy may have at most %d (this is rule %d): split the policy into packages", len(doc.rules), maxRules, maxRules+1)
+		return m
 	}
-	seen := map[string]*yaml.Node{}
 	for _, rd := range doc.rules {
 		r, ok := p.rule(rd, m.plans)
-		if !ok {
+		if !ok || !ids.claim(fmt.Sprintf("rule %q", r.name), rd.fields["name"], r.idents()) {
 			continue
 		}
-		if prev, dup := seen[r.goName]; dup {
-			p.errorf(rd.fields["name"], "rule %q becomes Go name %s, as does the rule at line %d; rename one", r.name, r.goName, prev.Line)
-			continue
-		}
-		seen[r.goName] = rd.fields["name"]
 		m.rules = append(m.rules, r)
 	}
+	sets := 0
+	for _, r := range m.rules {
+		if r.planned {
+			if sets += len(m.plans); sets > maxPlanSets {
+				p.errorf(doc.plans, "%d plans for each of the rules with a plans: section make more than %d bucket sets; use fewer plans, or give fewer rules plans of their own", len(m.plans), maxPlanSets)
+				return m
+			}
+		}
+	}
+	if len(doc.tiers) > maxTiers {
+		p.errorf(doc.tiers[maxTiers].node, "%d tiers; a policy may have at most %d (this is tier %d)", len(doc.tiers), maxTiers, maxTiers+1)
+		return m
+	}
 	for _, td := range doc.tiers {
-		if t, ok := p.tier(td, m, seen); ok {
+		if t, ok := p.tier(td, m); ok && ids.claim(fmt.Sprintf("tier %q", t.name), td.fields["name"], t.idents()) {
 			m.tiers = append(m.tiers, t)
 		}
 	}
 	return m
 }
 
-func (p *parser) plans(n *yaml.Node) []plan {
+func (p *parser) plans(n *yaml.Node, ids *names) []plan {
 	if n == nil {
 		return nil
 	}
+	items := p.sequence(n, "plans")
+	if len(items) > maxPlans {
+		p.errorf(items[maxPlans], "%d plans; a policy may have at most %d (this is plan %d)", len(items), maxPlans, maxPlans+1)
+		return nil
+	}
 	var out []plan
-	for _, item := range p.sequence(n, "plans") {
+	for _, item := range items {
 		name := item.Value
-		if !identRe.MatchString(name) {
+		switch {
+		case item.Kind != yaml.ScalarNode || !identRe.MatchString(name):
 			p.errorf(item, "plan %q is not a name; use letters, digits and underscores, starting with a letter", name)
 			continue
-		}
-		if slices.ContainsFunc(out, func(q plan) bool { return q.name == name }) {
+		case len(name) > maxNameLen:
+			p.errorf(item, "plan name is %d bytes long; at most %d", len(name), maxNameLen)
+			continue
+		case slices.ContainsFunc(out, func(q plan) bool { return q.name == name }):
 			p.errorf(item, "plan %q listed twice", name)
 			continue
 		}
-		out = append(out, plan{name: name, goName: "Plan" + camel(name)})
+		pl := plan{name: name, goName: "Plan" + camel(name)}
+		if ids.claim(fmt.Sprintf("plan %q", name), item, [][2]string{{pl.goName, "its constant"}}) {
+			out = append(out, pl)
+		}
 	}
 	return out
 }
@@ -109,6 +180,10 @@ func (p *parser) goName(n *yaml.Node, what string) (string, bool) {
 	}
 	name := n.Value
 	switch {
+	case n.Kind != yaml.ScalarNode:
+		p.errorf(n, "%s name must be a plain name, not a %s", what, kindName(n.Kind))
+	case len(name) > maxNameLen:
+		p.errorf(n, "%s name is %d bytes long; at most %d", what, len(name), maxNameLen)
 	case !identRe.MatchString(name):
 		p.errorf(n, "%s name %q is not an identifier; use letters, digits and underscores, starting with a letter", what, name)
 	case token.IsKeyword(name):
@@ -415,7 +490,18 @@ func wholeRate(s, num string, periodNs int64, interval bool) (int64, int64, erro
 	return r.Num().Int64(), per.Int64(), nil
 }
 
-func (p *parser) tier(td *tierDoc, m *model, rules map[string]*yaml.Node) (tier, bool) {
+// kindName names a YAML node kind for messages.
+func kindName(k yaml.Kind) string {
+	switch k {
+	case yaml.MappingNode:
+		return "mapping"
+	case yaml.SequenceNode:
+		return "list"
+	}
+	return "value"
+}
+
+func (p *parser) tier(td *tierDoc, m *model) (tier, bool) {
 	var t tier
 	var ok bool
 	if t.goName, ok = p.goName(td.fields["name"], "tier"); !ok {
@@ -425,10 +511,6 @@ func (p *parser) tier(td *tierDoc, m *model, rules map[string]*yaml.Node) (tier,
 		return t, false
 	}
 	t.name = td.fields["name"].Value
-	if _, clash := rules[t.goName]; clash {
-		p.errorf(td.fields["name"], "tier %q becomes Go name %s, which a rule already has; rename one", t.name, t.goName)
-		return t, false
-	}
 	list := td.fields["rules"]
 	if list == nil {
 		p.errorf(td.node, "tier %q: no rules; list the rules a request must pass together, such as rules: [PerUser, Global]", t.name)
@@ -439,7 +521,12 @@ func (p *parser) tier(td *tierDoc, m *model, rules map[string]*yaml.Node) (tier,
 		names[i] = r.name
 	}
 	valid := true
-	for _, n := range p.sequence(list, "a tier's rules") {
+	items := p.sequence(list, "a tier's rules")
+	if len(items) > maxTierRules {
+		p.errorf(items[maxTierRules], "tier %q names %d rules; a tier may have at most %d", t.name, len(items), maxTierRules)
+		return t, false
+	}
+	for _, n := range items {
 		i := slices.Index(names, n.Value)
 		switch {
 		case i < 0:
