@@ -119,6 +119,11 @@ type Reference struct {
 	keys    map[string]*state
 	sweepAt int
 	next    int64 // ns; math.MaxInt64 when no bucket is known
+	// horizon is the latest time a reclaim judged buckets by (its time less
+	// the grace): a check stamped before it may find a key reclaimed whose
+	// bucket was not full at the check's stamp, and is then judged against a
+	// fresh bucket. Reclaiming loses nothing for checks stamped at or after it.
+	horizon int64
 }
 
 // NewReference returns an empty reference for p.
@@ -437,8 +442,19 @@ func (r *Reference) sweep(t int64) int {
 			r.learn(s)
 		}
 	}
+	if n > 0 {
+		r.horizon = max(r.horizon, graced)
+	}
 	r.sweepAt = max(2*len(r.keys), atomicbucket.AutoSweepMin)
 	return n
+}
+
+// Horizon is the time before which a check may find a key reclaimed that was
+// not full at its stamp (see Reference.horizon); 0 before any reclaim.
+func (r *Reference) Horizon() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.horizon
 }
 
 // Len is the number of keys held.
@@ -452,7 +468,7 @@ func (r *Reference) Len() int {
 func (r *Reference) Clone() *Reference {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	c := &Reference{p: r.p, omega: r.omega, keys: make(map[string]*state, len(r.keys)), sweepAt: r.sweepAt, next: r.next}
+	c := &Reference{p: r.p, omega: r.omega, keys: make(map[string]*state, len(r.keys)), sweepAt: r.sweepAt, next: r.next, horizon: r.horizon}
 	for k, s := range r.keys {
 		c.keys[k] = &state{due: new(big.Rat).Set(s.due), anchor: s.anchor}
 	}
