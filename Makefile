@@ -13,7 +13,7 @@ BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
 BENCHTIME ?= 0.5s
 FUZZ_TARGETS := FuzzDifferential FuzzRule
 
-.PHONY: test check unit schema examples fuzz-smoke fuzz bench bench-smoke generate
+.PHONY: test check unit schema examples getting-started fuzz-smoke fuzz bench bench-smoke generate
 
 ## generate: regenerate generated/ from policy.yaml.
 generate:
@@ -22,7 +22,7 @@ generate:
 ## test: everything CI checks — formatting, vet, tidy modules, all tests with -race
 ## (including the committed fuzz corpora), a short run of each fuzz target, and
 ## a smoke run of the benchmarks.
-test: check unit schema examples fuzz-smoke bench-smoke
+test: check unit schema examples getting-started fuzz-smoke bench-smoke
 
 check:
 	$(GO) run ./gen -check
@@ -45,6 +45,10 @@ schema:
 examples:
 	cd examples/quickstart && $(GO) tool gen -policy policy.yaml -out limits -check && \
 	  $(GO) mod tidy -diff && $(GO) vet ./... && $(GO) test -count=1 ./...
+
+# The README's first steps on a new module that points at this checkout.
+getting-started:
+	examples/getting-started.sh
 
 fuzz-smoke:
 	fuzz/run.sh FuzzDifferential $(SMOKE_FuzzDifferential)

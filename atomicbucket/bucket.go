@@ -54,6 +54,9 @@ func (b *Bucket) Rule() *Rule { return &b.rule }
 func (b *Bucket) Allow() bool { return b.AllowAt(Now()) }
 
 // AllowAt is Allow at time now.
+//
+// Keep in step with Bucket.AllowGreedyAt (generated.go), which is this check
+// with a greedy rule's units passed as constants.
 func (b *Bucket) AllowAt(now Time) bool {
 	nowU := b.rule.units(clampNow(now), b.anchor)
 	_, ok := advance(&b.tat, nowU, b.rule.emit, nowU+b.rule.tau)

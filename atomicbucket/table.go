@@ -146,6 +146,24 @@ func (t *Table[K]) Evictions() int64 { return t.evictions.Load() }
 // no bucket could be reclaimed.
 func (t *Table[K]) AtCapHits() int64 { return t.atCapHits.Load() }
 
+// TableStats are a table's counters, read together (each is read atomically,
+// the set is not a snapshot).
+type TableStats struct {
+	Keys      int64 // keys tracked now (Len)
+	Evictions int64 // buckets reclaimed so far, by the cap, by the table's own sweeps, or by Sweep
+	AtCapHits int64 // new keys that met the key cap with nothing to reclaim
+}
+
+// Add returns the sum of two tables' counters.
+func (s TableStats) Add(o TableStats) TableStats {
+	return TableStats{Keys: s.Keys + o.Keys, Evictions: s.Evictions + o.Evictions, AtCapHits: s.AtCapHits + o.AtCapHits}
+}
+
+// Stats returns the table's counters.
+func (t *Table[K]) Stats() TableStats {
+	return TableStats{Keys: t.keys.Load(), Evictions: t.evictions.Load(), AtCapHits: t.atCapHits.Load()}
+}
+
 // create makes key's bucket at now (ns), or returns the one another goroutine
 // just made; nil when the key is new and the table is at its cap with nothing
 // to reclaim, with the time (ns) from which one can be. It is the slow path of every check that takes tokens, which looks
@@ -257,6 +275,9 @@ func retry() { runtime.Gosched() }
 func (t *Table[K]) Allow(key K) bool { return t.AllowAt(key, Now()) }
 
 // AllowAt is Allow at time now.
+//
+// Keep in step with Table.AllowGreedyAt (generated.go), which is this loop with
+// a greedy rule's units passed as constants.
 func (t *Table[K]) AllowAt(key K, now Time) bool {
 	n := clampNow(now)
 	for {

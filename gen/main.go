@@ -18,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"go/format"
 	goparser "go/parser"
 	"go/token"
 	"io"
@@ -36,6 +37,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: gen [-policy policy.yaml] [-out generated] [-check]")
+		fmt.Fprintln(stderr, "       gen simulate -policy policy.yaml -rule RULE|TIER [-plan PLAN] < requests")
+		fmt.Fprintln(stderr, "Generates a Go package of rate limiters from a policy; -check compares instead of writing.")
+		fmt.Fprintln(stderr, "simulate replays a request log through a rule or tier (gen simulate -h for more).")
+		fs.PrintDefaults()
+	}
 	policy := fs.String("policy", "policy.yaml", "the policy file")
 	out := fs.String("out", "generated", "the directory of the generated package")
 	check := fs.Bool("check", false, "write nothing; exit 1 with a diff when -out is not what the policy generates")
@@ -194,7 +202,38 @@ func render(m *model) ([]byte, error) {
 		_ = f.Render(&raw)
 		return nil, fmt.Errorf("generator bug: the emitted code does not format: %v\n%s", err, raw.String())
 	}
-	return buf.Bytes(), nil
+	return groupImports(buf.Bytes())
+}
+
+// groupImports puts the standard library's imports first and the others after
+// a blank line, as goimports does (jennifer writes one sorted block).
+func groupImports(src []byte) ([]byte, error) {
+	start := bytes.Index(src, []byte("\nimport (\n"))
+	if start < 0 {
+		return src, nil
+	}
+	start += len("\nimport (\n")
+	end := start + bytes.Index(src[start:], []byte("\n)\n"))
+	var std, other []string
+	for _, line := range strings.Split(string(src[start:end]), "\n") {
+		path := strings.Trim(strings.TrimSpace(line[strings.LastIndex(line, " ")+1:]), `"`)
+		if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") {
+			other = append(other, line)
+		} else {
+			std = append(std, line)
+		}
+	}
+	block := strings.Join(std, "\n")
+	if len(std) > 0 && len(other) > 0 {
+		block += "\n\n"
+	}
+	block += strings.Join(other, "\n")
+	out := append(append(append([]byte{}, src[:start]...), block...), src[end:]...)
+	formatted, err := format.Source(out)
+	if err != nil {
+		return nil, fmt.Errorf("generator bug: regrouped imports do not format: %v\n%s", err, out)
+	}
+	return formatted, nil
 }
 
 // checkDir compares the generated file with the one on disk and looks for other

@@ -4,11 +4,13 @@ package main
 // it; emission only prints it.
 
 type model struct {
-	source string // the policy file's name, as given
-	pkg    string
-	plans  []plan
-	rules  []rule
-	tiers  []tier
+	source    string // the policy file's name, as given
+	pkg       string
+	plans     []plan
+	rules     []rule
+	tiers     []tier
+	doc       string // the package's doc comment
+	limitsDoc string // the Limits type's doc comment
 }
 
 type plan struct {
@@ -25,7 +27,10 @@ type rule struct {
 	cost     int64   // default cost of Allow
 	maxKeys  int64   // 0: no cap
 	allowCap bool    // at the cap: allow untracked (else deny)
-	doc      string
+	doc      string  // the package-level variable's doc comment: the rule in plain words
+	typeDoc  string  // the limiter type's doc comment
+	fieldDoc string  // the Limits field's line comment
+	unitsDoc string  // the folded units' doc comment (folded rules only)
 }
 
 // limit is one bucket's numbers: the rule's, or one per plan when the policy
@@ -68,11 +73,13 @@ func (r rule) ctorName() string { return "new" + r.typeName() }
 // folded units (Scale, Emit, Tau) and per-plan costs (Cost).
 func (r rule) unexported() string { return lowerFirst(r.goName) }
 
-// idents are the package-level identifiers the rule declares, with what each is.
+// idents are the package-level identifiers the rule declares, with what each
+// is. Its variable's name is also a field of Limits.
 func (r rule) idents() [][2]string {
 	p := r.unexported()
 	return [][2]string{
 		{r.goName, "its limiter variable"}, {r.typeName(), "its limiter type"}, {r.ctorName(), "its constructor"},
+		{r.ruleConst(), "its RuleName constant"},
 		{p + "Scale", "a units constant"}, {p + "Emit", "a units constant"}, {p + "Tau", "a units constant"},
 		{p + "Cost", "its per-plan costs"},
 	}
@@ -81,14 +88,41 @@ func (r rule) idents() [][2]string {
 // atName is the tier's function with an explicit time.
 func (t tier) atName() string { return t.goName + "At" }
 
-// idents are the package-level identifiers the tier declares.
+// idents are the package-level identifiers the tier declares; all but the core
+// are also methods of Limits.
 func (t tier) idents() [][2]string {
-	return [][2]string{{t.goName, "its function"}, {t.atName(), "its function with a time"}}
+	return [][2]string{{t.goName, "its function"}, {t.atName(), "its function with a time"},
+		{t.nName(), "its function with a cost"}, {t.nAtName(), "its function with a cost and a time"},
+		{t.coreName(), "its implementation"}}
 }
 
 // reservedIdents are declared by every generated package (or will be, as the
 // generated API grows), whatever the policy: no rule, tier or plan may take them.
 var reservedIdents = []string{
-	"Plan", "ParsePlan", "ErrUnknownPlan", "TierDecision", "New", "Option", "Limiters", "Default", "RuleName",
-	"numPlans",
+	"Plan", "ParsePlan", "ErrUnknownPlan", "TierDecision", "New", "Option", "WithStart", "Limits", "Default",
+	"RuleName", "Stats", "numPlans", "planNames", "ruleNames", "options",
 }
+
+// folded reports whether the rule's checks get its fixed-point units as
+// constants (Bucket/Table.AllowGreedyAt): a greedy rule with one set of numbers.
+func (r rule) folded() bool { return !r.planned && r.limits[0].greedy }
+
+// costDiffers reports whether a planned rule's plans have different default
+// costs (then the default cost is looked up per plan).
+func (r rule) costDiffers() bool {
+	for _, l := range r.limits {
+		if l.cost != r.limits[0].cost {
+			return true
+		}
+	}
+	return false
+}
+
+// ruleConst is the rule's RuleName constant.
+func (r rule) ruleConst() string { return "Rule" + r.goName }
+
+// The tier's functions (package-level, and methods of Limits): with the rules'
+// default costs, with one cost for every rule (N), and each with a time (At).
+func (t tier) nName() string    { return t.goName + "N" }
+func (t tier) nAtName() string  { return t.goName + "NAt" }
+func (t tier) coreName() string { return "check" + t.goName }

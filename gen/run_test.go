@@ -236,6 +236,7 @@ func must(t *testing.T, err error) {
 
 // The harness's view of the model.
 type hRule struct {
+	Name            string // as written in the policy
 	GoName, KeyType string
 	Keyed, Planned  bool
 	Plans           []hPlan // one entry ("", no plan) for rules without plans
@@ -269,7 +270,7 @@ func harnessData(m *model) hModel {
 		h.Plans = append(h.Plans, p.goName)
 	}
 	conv := func(r rule) hRule {
-		hr := hRule{GoName: r.goName, KeyType: r.keyType, Keyed: r.keyType != "", Planned: r.planned, MaxKeys: r.maxKeys, AllowCap: r.allowCap}
+		hr := hRule{Name: r.name, GoName: r.goName, KeyType: r.keyType, Keyed: r.keyType != "", Planned: r.planned, MaxKeys: r.maxKeys, AllowCap: r.allowCap}
 		for i, l := range r.limits {
 			p := hPlan{Burst: l.burst, Emit: max(l.periodNs/l.tokens, 1), Cost: l.cost}
 			if r.planned {
@@ -424,19 +425,17 @@ func TestTiersMatchReference(t *testing.T) {
 {{- range $t := .Tiers}}{{range $pi, $pc := $.Plans}}{{if or $t.Planned (eq $pi 0)}}
 	t.Run("{{$t.GoName}}{{if $t.Planned}}{{$pc}}{{end}}", func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(3, 4))
-		{{- range $i, $r := $t.Rules}}
-		{{$r.GoName}} = {{make $r}}
-		{{- end}}
+		lims := New(WithStart(at(t0)))
 		refs := []*fuzz.Reference{
 			{{- range $i, $r := $t.Rules}}
-			fuzz.NewReference({{params $r}}({{$r.GoName}}.Rule({{if $r.Planned}}{{$pc}}{{end}}){{if $r.Keyed}}, {{$r.MaxKeys}}, {{atCap $r}}{{end}})),
+			fuzz.NewReference({{params $r}}(lims.{{$r.GoName}}.Rule({{if $r.Planned}}{{$pc}}{{end}}){{if $r.Keyed}}, {{$r.MaxKeys}}, {{atCap $r}}{{end}})),
 			{{- end}}
 		}
 		{{- range $i, $r := $t.Rules}}{{if not $r.Keyed}}
 		refs[{{$i}}].Create("", t0) // the global bucket exists from t0
 		{{- end}}{{end}}
-		names := []string{ {{- range $t.Rules}}"{{.GoName}}", {{end -}} }
-		rules := []*atomicbucket.Rule{ {{- range $t.Rules}}{{.GoName}}.Rule({{if .Planned}}{{$pc}}{{end}}), {{end -}} }
+		names := []string{ {{- range $t.Rules}}"{{.Name}}", {{end -}} }
+		rules := []*atomicbucket.Rule{ {{- range $t.Rules}}lims.{{.GoName}}.Rule({{if .Planned}}{{$pc}}{{end}}), {{end -}} }
 		exact := true
 		for _, r := range rules {
 			exact = exact && r.Exact()
@@ -447,18 +446,18 @@ func TestTiersMatchReference(t *testing.T) {
 			now += rng.Int64N(int64(20 * time.Millisecond))
 			k := rng.IntN(3)
 			_ = k
-			got := {{$t.GoName}}At({{if $t.Planned}}{{$pc}}, {{end}}{{range $t.Rules}}{{key .}}{{end}}at(now))
+			got := lims.{{$t.GoName}}At({{if $t.Planned}}{{$pc}}, {{end}}{{range $t.Rules}}{{key .}}{{end}}at(now))
 			keys := []string{ {{- range $t.Rules}}{{refKey .}}, {{end -}} }
 			costs := []int64{ {{- range $t.Rules}}{{with index .Plans 0}}{{.Cost}}{{end}}, {{end -}} }
 			{{- range $i, $r := $t.Rules}}{{if $r.Planned}}
 			costs[{{$i}}] = []int64{ {{- range $r.Plans}}{{.Cost}}, {{end -}} }[{{$pi}}]
 			{{- end}}{{end}}
 			var want atomicbucket.Decision
-			deniedBy := ""
+			deniedBy, wantRule := "", ""
 			for j, ref := range refs {
 				d := ref.AllowN(keys[j], now, costs[j])
 				if j == 0 || !d.Allowed || d.Remaining < want.Remaining {
-					want = d // the denial, or the most constraining admission so far
+					want, wantRule = d, names[j] // the denial, or the most constraining admission so far
 				}
 				if !d.Allowed {
 					for back := j - 1; back >= 0; back-- {
@@ -478,8 +477,8 @@ func TestTiersMatchReference(t *testing.T) {
 				}
 				continue
 			}
-			if got.Decision != want || got.DeniedBy != deniedBy {
-				t.Fatalf("step %d: %+v denied by %q, reference %+v denied by %q", i, got.Decision, got.DeniedBy, want, deniedBy)
+			if got.Decision != want || got.DeniedBy.String() != deniedBy || got.Rule.String() != wantRule {
+				t.Fatalf("step %d: %+v by %q denied by %q, reference %+v by %q denied by %q", i, got.Decision, got.Rule, got.DeniedBy, want, wantRule, deniedBy)
 			}
 		}
 		allowCap := []bool{ {{- range $t.Rules}}{{.AllowCap}}, {{end -}} }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,23 +20,37 @@ import (
 
 // simulate replays a request log through one rule or tier of a policy and
 // prints what the policy would have decided. It drives the same runtime calls
-// generated limiters make (AllowNAt, RefundAt), with each request's own time.
+// generated limiters make (AllowNAt, RefundAt), with each request's own time,
+// and its tables reclaim keys exactly as a service's do.
 //
-// Input, one request a line, CSV or JSON lines (blank lines and lines starting
-// with # are skipped):
+// Input, one request a line, streamed (it is never held whole): CSV, or JSON
+// lines. Blank lines and lines starting with # are skipped.
 //
-//	time,key,cost
+//	time,key,cost                        (a header row is optional)
+//	1795255200000000000,alice,2
+//	time,PerUser,PerEndpoint,cost        (a tier: a key column per keyed rule)
+//	2026-11-21T10:00:00.5Z,alice,7,
 //	{"time": "2026-11-21T10:00:00.5Z", "key": "alice", "cost": 2}
+//	{"time": 1795255200000000000, "keys": {"PerUser": "alice", "PerEndpoint": "7"}}
 //
-// time is Unix nanoseconds or RFC 3339; key may be empty for a global rule, and
-// for a tier holds one key per keyed rule, separated by |; cost defaults to the
-// rule's. Output: one CSV line a request (time, key, cost, allowed, remaining,
-// retry_after_ns, and denied_by for tiers), then a summary per rule and per key.
+// time is Unix nanoseconds or RFC 3339; cost defaults to each rule's. Without a
+// header, a tier's keys are one column split at |, or a single key for every
+// keyed rule. Columns a header names that simulate does not know (allowed,
+// remaining, …) are ignored, so its output can be fed back in.
+//
+// Output: CSV with a header, one line a request: the input's time, key
+// columns and cost, then allowed, remaining, retry_after_ns and, for tiers,
+// denied_by; then a summary per rule and key as # comment lines.
 func simulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gen simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: gen simulate -policy policy.yaml -rule RULE|TIER [-plan PLAN] < requests")
+		fmt.Fprintln(stderr, "Replays a request log (CSV or JSON lines) through a rule or tier and prints each decision.")
+		fs.PrintDefaults()
+	}
 	policy := fs.String("policy", "policy.yaml", "the policy file")
-	name := fs.String("rule", "", "the rule or tier to replay the log through")
+	name := fs.String("rule", "", "the rule or tier to replay the log through (required)")
 	planName := fs.String("plan", "", "the plan, for rules that differ by plan")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -55,84 +70,11 @@ func simulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "simulate:", err)
 		return 2
 	}
-	reqs, err := readLog(stdin)
-	if err != nil {
-		fmt.Fprintln(stderr, "simulate:", err)
-		return 1
-	}
-	if err := sim.run(reqs, stdout); err != nil {
+	if err := sim.run(stdin, stdout); err != nil {
 		fmt.Fprintln(stderr, "simulate:", err)
 		return 1
 	}
 	return 0
-}
-
-// request is one line of the log.
-type request struct {
-	line    int
-	wall    int64 // Unix ns
-	key     string
-	cost    int64
-	hasCost bool
-}
-
-func readLog(r io.Reader) ([]request, error) {
-	var out []request
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		var timeField, key, costField string
-		if strings.HasPrefix(line, "{") {
-			var j struct {
-				Time json.RawMessage `json:"time"`
-				Key  string          `json:"key"`
-				Cost *int64          `json:"cost"`
-			}
-			if err := json.Unmarshal([]byte(line), &j); err != nil {
-				return nil, fmt.Errorf("line %d: %v", n, err)
-			}
-			timeField, key = strings.Trim(string(j.Time), `"`), j.Key
-			if j.Cost != nil {
-				costField = strconv.FormatInt(*j.Cost, 10)
-			}
-		} else {
-			rec, err := csv.NewReader(strings.NewReader(line)).Read()
-			if err != nil {
-				return nil, fmt.Errorf("line %d: %v", n, err)
-			}
-			if len(rec) < 1 || len(rec) > 3 {
-				return nil, fmt.Errorf("line %d: want time,key,cost; got %d fields", n, len(rec))
-			}
-			timeField = rec[0]
-			if len(rec) > 1 {
-				key = rec[1]
-			}
-			if len(rec) > 2 {
-				costField = rec[2]
-			}
-		}
-		req := request{line: n, key: key}
-		if ns, err := strconv.ParseInt(timeField, 10, 64); err == nil {
-			req.wall = ns
-		} else if t, err := time.Parse(time.RFC3339Nano, timeField); err == nil {
-			req.wall = t.UnixNano()
-		} else {
-			return nil, fmt.Errorf("line %d: time %q is neither nanoseconds nor RFC 3339", n, timeField)
-		}
-		if costField != "" {
-			c, err := strconv.ParseInt(costField, 10, 64)
-			if err != nil {
-				return nil, fmt.Errorf("line %d: cost %q is not a whole number", n, costField)
-			}
-			req.cost, req.hasCost = c, true
-		}
-		out = append(out, req)
-	}
-	return out, sc.Err()
 }
 
 // simRule is one rule's buckets in a simulation.
@@ -148,18 +90,35 @@ type simulation struct {
 	name  string
 	tier  bool
 	rules []*simRule
+	keyed []int // indices into rules of the keyed rules, in order
 }
 
 func newSimulation(m *model, name, planName string) (*simulation, error) {
+	var ruleNames, tierNames []string
+	for _, r := range m.rules {
+		ruleNames = append(ruleNames, r.name)
+	}
+	for _, t := range m.tiers {
+		tierNames = append(tierNames, t.name)
+	}
+	choices := "the rules are " + strings.Join(ruleNames, ", ")
+	if len(tierNames) > 0 {
+		choices += "; the tiers are " + strings.Join(tierNames, ", ")
+	}
+	if name == "" {
+		return nil, fmt.Errorf("-rule is required: %s", choices)
+	}
 	plan := -1
 	if planName != "" {
+		var names []string
 		for i, p := range m.plans {
+			names = append(names, p.name)
 			if p.name == planName {
 				plan = i
 			}
 		}
 		if plan < 0 {
-			return nil, fmt.Errorf("no plan %q in the policy", planName)
+			return nil, fmt.Errorf("no plan %q in the policy; the plans are %s", planName, strings.Join(names, ", "))
 		}
 	}
 	var picked []rule
@@ -178,9 +137,9 @@ func newSimulation(m *model, name, planName string) (*simulation, error) {
 		}
 	}
 	if len(picked) == 0 {
-		return nil, fmt.Errorf("no rule or tier named %q", name)
+		return nil, fmt.Errorf("no rule or tier named %q; %s", name, choices)
 	}
-	for _, r := range picked {
+	for i, r := range picked {
 		l := r.limits[0]
 		if r.planned {
 			if plan < 0 {
@@ -189,8 +148,255 @@ func newSimulation(m *model, name, planName string) (*simulation, error) {
 			l = r.limits[plan]
 		}
 		s.rules = append(s.rules, &simRule{rule: r, limit: l, allowed: map[string]int{}, denied: map[string]int{}})
+		if r.keyType != "" {
+			s.keyed = append(s.keyed, i)
+		}
 	}
 	return s, nil
+}
+
+// request is one line of the log.
+type request struct {
+	line    int
+	wall    int64    // Unix ns
+	keys    []string // one per rule of the simulation ("" for global rules)
+	cost    int64
+	hasCost bool
+}
+
+// columns is what a CSV header says each column holds.
+type columns struct {
+	time, cost, key int   // column indices; −1 when absent
+	ruleKeys        []int // per rule of the simulation: its key column, or −1
+}
+
+// logReader reads requests one at a time.
+type logReader struct {
+	sim  *simulation
+	sc   *bufio.Scanner
+	line int
+	cols *columns // from a CSV header; nil for headerless CSV
+	head []string // the key columns' names, for the output
+}
+
+func (s *simulation) newLogReader(r io.Reader) *logReader {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	lr := &logReader{sim: s, sc: sc}
+	lr.head = []string{"key"}
+	return lr
+}
+
+// next returns the next request, or io.EOF.
+func (lr *logReader) next() (request, error) {
+	for lr.sc.Scan() {
+		lr.line++
+		text := strings.TrimSpace(lr.sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		if strings.HasPrefix(text, "{") {
+			return lr.jsonLine(text)
+		}
+		rec, err := csv.NewReader(strings.NewReader(text)).Read()
+		if err != nil {
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				err = pe.Err
+			}
+			return request{}, fmt.Errorf("line %d: %v", lr.line, err)
+		}
+		if lr.cols == nil && len(rec) > 0 && strings.TrimSpace(rec[0]) == "time" {
+			if err := lr.header(rec); err != nil {
+				return request{}, fmt.Errorf("line %d: %v", lr.line, err)
+			}
+			continue
+		}
+		return lr.csvLine(rec)
+	}
+	if err := lr.sc.Err(); err != nil {
+		return request{}, fmt.Errorf("line %d: %v", lr.line+1, err)
+	}
+	return request{}, io.EOF
+}
+
+// header reads a CSV header: time, cost, key, and a column per keyed rule
+// (by its name as written or its Go name); other names are ignored.
+func (lr *logReader) header(rec []string) error {
+	c := &columns{time: -1, cost: -1, key: -1, ruleKeys: make([]int, len(lr.sim.rules))}
+	for i := range c.ruleKeys {
+		c.ruleKeys[i] = -1
+	}
+	for i, name := range rec {
+		name = strings.TrimSpace(name)
+		switch name {
+		case "time":
+			c.time = i
+		case "cost":
+			c.cost = i
+		case "key":
+			c.key = i
+		default:
+			for j, r := range lr.sim.rules {
+				if r.rule.keyType != "" && (name == r.rule.name || name == r.rule.goName) {
+					c.ruleKeys[j] = i
+				}
+			}
+		}
+	}
+	lr.head = nil
+	if c.key >= 0 {
+		lr.head = []string{"key"}
+	}
+	for _, j := range lr.sim.keyed {
+		if c.ruleKeys[j] >= 0 {
+			lr.head = append(lr.head, lr.sim.rules[j].rule.name)
+		} else if c.key < 0 {
+			return fmt.Errorf("the header has no key column for rule %s: add a column named %s (or key, for one key for every rule)",
+				lr.sim.rules[j].rule.name, lr.sim.rules[j].rule.name)
+		}
+	}
+	lr.cols = c
+	return nil
+}
+
+func (lr *logReader) csvLine(rec []string) (request, error) {
+	raw := func(i int) string { // keys are taken as written
+		if i >= 0 && i < len(rec) {
+			return rec[i]
+		}
+		return ""
+	}
+	field := func(i int) string { return strings.TrimSpace(raw(i)) }
+	if lr.cols == nil {
+		if len(rec) > 3 {
+			return request{}, fmt.Errorf("line %d: want time,key,cost; got %d fields (a header row names more columns)", lr.line, len(rec))
+		}
+		keys, err := lr.sim.splitKeys(raw(1))
+		if err != nil {
+			return request{}, fmt.Errorf("line %d: %v", lr.line, err)
+		}
+		return lr.sim.request(lr.line, field(0), keys, field(2))
+	}
+	c := lr.cols
+	keys := make([]string, len(lr.sim.rules))
+	for _, j := range lr.sim.keyed {
+		if c.ruleKeys[j] >= 0 {
+			keys[j] = raw(c.ruleKeys[j])
+		} else {
+			keys[j] = raw(c.key)
+		}
+	}
+	return lr.sim.request(lr.line, field(c.time), keys, field(c.cost))
+}
+
+func (lr *logReader) jsonLine(text string) (request, error) {
+	var j struct {
+		Time json.RawMessage  `json:"time"`
+		Key  *string          `json:"key"`
+		Keys map[string]any   `json:"keys"`
+		Cost *json.RawMessage `json:"cost"`
+	}
+	if err := json.Unmarshal([]byte(text), &j); err != nil {
+		return request{}, fmt.Errorf("line %d: not valid JSON: %v", lr.line, err)
+	}
+	keys := make([]string, len(lr.sim.rules))
+	switch {
+	case j.Keys != nil:
+		for _, i := range lr.sim.keyed {
+			r := lr.sim.rules[i].rule
+			v, ok := j.Keys[r.name]
+			if !ok {
+				v, ok = j.Keys[r.goName]
+			}
+			if !ok {
+				return request{}, fmt.Errorf("line %d: keys has no key for rule %s", lr.line, r.name)
+			}
+			keys[i] = strings.Trim(fmt.Sprint(v), `"`)
+			if f, isNum := v.(float64); isNum {
+				keys[i] = strconv.FormatFloat(f, 'f', -1, 64)
+			}
+		}
+	case j.Key != nil:
+		var err error
+		if keys, err = lr.sim.splitKeys(*j.Key); err != nil {
+			return request{}, fmt.Errorf("line %d: %v", lr.line, err)
+		}
+	}
+	cost := ""
+	if j.Cost != nil {
+		cost = string(*j.Cost)
+	}
+	return lr.sim.request(lr.line, strings.Trim(string(j.Time), `"`), keys, cost)
+}
+
+// splitKeys gives each keyed rule its key from one field: the same key for all,
+// or one per keyed rule separated by |.
+func (s *simulation) splitKeys(field string) ([]string, error) {
+	keys := make([]string, len(s.rules))
+	parts := strings.Split(field, "|")
+	if len(parts) != 1 && len(parts) != len(s.keyed) {
+		return nil, fmt.Errorf("%d keys for %d keyed rules", len(parts), len(s.keyed))
+	}
+	for n, j := range s.keyed {
+		keys[j] = parts[min(n, len(parts)-1)]
+	}
+	return keys, nil
+}
+
+// request checks a request's fields: a time, keys each rule's generated API
+// could receive (an integer in range of an integer key type, written in its
+// canonical decimal form so that it places its grid as the generated code's
+// integer key does), a whole cost.
+func (s *simulation) request(line int, timeField string, keys []string, costField string) (request, error) {
+	req := request{line: line, keys: keys}
+	if ns, err := strconv.ParseInt(timeField, 10, 64); err == nil {
+		req.wall = ns
+	} else if t, err := time.Parse(time.RFC3339Nano, timeField); err == nil {
+		req.wall = t.UnixNano()
+	} else {
+		return req, fmt.Errorf("line %d: time %q is neither nanoseconds nor RFC 3339", line, timeField)
+	}
+	for _, j := range s.keyed {
+		r := s.rules[j].rule
+		k, err := canonicalKey(r.keyType, keys[j])
+		if err != nil {
+			return req, fmt.Errorf("line %d: rule %s: %v", line, r.name, err)
+		}
+		keys[j] = k
+	}
+	if costField != "" {
+		c, err := strconv.ParseInt(costField, 10, 64)
+		if err != nil {
+			return req, fmt.Errorf("line %d: cost %q is not a whole number", line, costField)
+		}
+		req.cost, req.hasCost = c, true
+	}
+	return req, nil
+}
+
+// canonicalKey checks that key is a value of the Go key type and returns its
+// canonical form.
+func canonicalKey(keyType, key string) (string, error) {
+	if keyType == "string" {
+		return key, nil
+	}
+	bits := map[string]int{"int8": 8, "int16": 16, "int32": 32, "uint8": 8, "uint16": 16, "uint32": 32}[keyType]
+	if bits == 0 {
+		bits = 64 // int, uint, int64, uint64 (int and uint are 64 bits on the platforms Go supports here)
+	}
+	if strings.HasPrefix(keyType, "uint") {
+		v, err := strconv.ParseUint(key, 10, bits)
+		if err != nil {
+			return "", fmt.Errorf("key %q is not a %s (0 to %d)", key, keyType, uint64(1)<<bits-1)
+		}
+		return strconv.FormatUint(v, 10), nil
+	}
+	v, err := strconv.ParseInt(key, 10, bits)
+	if err != nil {
+		return "", fmt.Errorf("key %q is not an %s (%d to %d)", key, keyType, -(int64(1) << (bits - 1)), int64(1)<<(bits-1)-1)
+	}
+	return strconv.FormatInt(v, 10), nil
 }
 
 // shift maps the log's wall-clock times into runtime time: FromWall, plus a
@@ -214,15 +420,8 @@ func (s *simulation) shift(first int64) (int64, error) {
 	return k.Int64(), nil
 }
 
-func (s *simulation) run(reqs []request, w io.Writer) error {
-	if len(reqs) == 0 {
-		return fmt.Errorf("no requests on standard input")
-	}
-	shift, err := s.shift(reqs[0].wall)
-	if err != nil {
-		return err
-	}
-	start := atomicbucket.FromWall(reqs[0].wall).Add(time.Duration(shift))
+// start builds the buckets at the first request's time.
+func (s *simulation) start(start atomicbucket.Time) error {
 	for _, r := range s.rules {
 		rule, err := atomicbucket.NewRule(r.limit.atomic())
 		if err != nil {
@@ -230,36 +429,97 @@ func (s *simulation) run(reqs []request, w io.Writer) error {
 		}
 		if r.rule.keyType == "" {
 			r.bucket = atomicbucket.NewBucketAt(rule, start)
-		} else {
-			opts := atomicbucket.TableOptions{MaxKeys: r.rule.maxKeys}
-			if r.rule.allowCap {
-				opts.AtCap = atomicbucket.AllowAtCap
-			}
-			r.table = atomicbucket.NewTable[string](rule, opts)
+			continue
 		}
+		opts := atomicbucket.TableOptions{MaxKeys: r.rule.maxKeys}
+		if r.rule.allowCap {
+			opts.AtCap = atomicbucket.AllowAtCap
+		}
+		r.table = atomicbucket.NewTable[string](rule, opts)
 	}
+	return nil
+}
+
+func (s *simulation) run(in io.Reader, w io.Writer) error {
+	lr := s.newLogReader(in)
 	out := csv.NewWriter(w)
-	head := []string{"time", "key", "cost", "allowed", "remaining", "retry_after_ns"}
-	if s.tier {
-		head = append(head, "denied_by")
-	}
-	out.Write(head)
-	for _, req := range reqs {
-		now := atomicbucket.FromWall(req.wall).Add(time.Duration(shift))
-		keys, err := s.keysOf(req)
+	var shift int64
+	n := 0
+	for {
+		req, err := lr.next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
 		if err != nil {
+			out.Flush()
 			return err
 		}
-		d, deniedBy := s.decide(keys, now, req)
-		rec := []string{strconv.FormatInt(req.wall, 10), req.key, strconv.FormatInt(s.costOf(s.rules[0], req), 10),
-			strconv.FormatBool(d.Allowed), strconv.FormatInt(d.Remaining, 10), strconv.FormatInt(int64(d.RetryAfter), 10)}
+		if n == 0 {
+			if shift, err = s.shift(req.wall); err != nil {
+				return err
+			}
+			if err := s.start(atomicbucket.FromWall(req.wall).Add(time.Duration(shift))); err != nil {
+				return err
+			}
+			head := append([]string{"time"}, lr.head...)
+			head = append(head, "cost", "allowed", "remaining", "retry_after_ns")
+			if s.tier {
+				head = append(head, "denied_by")
+			}
+			out.Write(head)
+		}
+		n++
+		now := atomicbucket.FromWall(req.wall).Add(time.Duration(shift))
+		d, deniedBy := s.decide(req, now)
+		rec := []string{strconv.FormatInt(req.wall, 10)}
+		rec = append(rec, s.keyColumns(req, lr)...)
+		cost := ""
+		if req.hasCost {
+			cost = strconv.FormatInt(req.cost, 10)
+		}
+		rec = append(rec, cost, strconv.FormatBool(d.Allowed), strconv.FormatInt(d.Remaining, 10), strconv.FormatInt(int64(d.RetryAfter), 10))
 		if s.tier {
 			rec = append(rec, deniedBy)
 		}
 		out.Write(rec)
 	}
 	out.Flush()
-	fmt.Fprintln(w)
+	if n == 0 {
+		return fmt.Errorf("no requests on standard input")
+	}
+	s.summary(w)
+	return out.Error()
+}
+
+// keyColumns are the request's keys in the output's key columns: a key
+// column holds the one key every keyed rule got, or each rule's, joined by |.
+func (s *simulation) keyColumns(req request, lr *logReader) []string {
+	var cols []string
+	for _, name := range lr.head {
+		if name != "key" {
+			for _, j := range s.keyed {
+				if s.rules[j].rule.name == name {
+					cols = append(cols, req.keys[j])
+				}
+			}
+			continue
+		}
+		parts := make([]string, len(s.keyed))
+		same := true
+		for n, j := range s.keyed {
+			parts[n] = req.keys[j]
+			same = same && parts[n] == parts[0]
+		}
+		if same && len(parts) > 1 {
+			parts = parts[:1]
+		}
+		cols = append(cols, strings.Join(parts, "|"))
+	}
+	return cols
+}
+
+// summary writes, as # comment lines, the admissions and denials per rule and key.
+func (s *simulation) summary(w io.Writer) {
 	fmt.Fprintln(w, "# summary: rule,key,allowed,denied")
 	for _, r := range s.rules {
 		keys := map[string]bool{}
@@ -276,49 +536,12 @@ func (s *simulation) run(reqs []request, w io.Writer) error {
 		slices.Sort(sorted)
 		ta, td := 0, 0
 		for _, k := range sorted {
-			fmt.Fprintf(w, "%s,%s,%d,%d\n", r.rule.goName, k, r.allowed[k], r.denied[k])
+			fmt.Fprintf(w, "# %s,%s,%d,%d\n", r.rule.name, k, r.allowed[k], r.denied[k])
 			ta += r.allowed[k]
 			td += r.denied[k]
 		}
-		fmt.Fprintf(w, "%s,(all keys),%d,%d\n", r.rule.goName, ta, td)
+		fmt.Fprintf(w, "# %s,(all keys),%d,%d\n", r.rule.name, ta, td)
 	}
-	return out.Error()
-}
-
-// keysOf splits a request's key among the keyed rules: one key for all of
-// them, or one per keyed rule separated by |.
-func (s *simulation) keysOf(req request) ([]string, error) {
-	keyed := 0
-	for _, r := range s.rules {
-		if r.rule.keyType != "" {
-			keyed++
-		}
-	}
-	parts := strings.Split(req.key, "|")
-	keys := make([]string, len(s.rules))
-	i := 0
-	for j, r := range s.rules {
-		if r.rule.keyType == "" {
-			continue
-		}
-		switch {
-		case len(parts) == 1:
-			keys[j] = parts[0]
-		case len(parts) == keyed:
-			keys[j] = parts[i]
-		default:
-			return nil, fmt.Errorf("line %d: %d keys for %d keyed rules", req.line, len(parts), keyed)
-		}
-		if r.rule.keyType != "string" {
-			if _, err := strconv.ParseInt(keys[j], 10, 64); err != nil {
-				if _, err := strconv.ParseUint(keys[j], 10, 64); err != nil {
-					return nil, fmt.Errorf("line %d: key %q is not an integer, as rule %s's keys are", req.line, keys[j], r.rule.goName)
-				}
-			}
-		}
-		i++
-	}
-	return keys, nil
 }
 
 func (s *simulation) costOf(r *simRule, req request) int64 {
@@ -331,31 +554,31 @@ func (s *simulation) costOf(r *simRule, req request) int64 {
 // decide runs one request: through the single rule, or through a tier's rules
 // all-or-nothing (giving back what earlier rules took when one denies, and
 // reporting the most constraining rule when all allow), as generated tiers do.
-func (s *simulation) decide(keys []string, now atomicbucket.Time, req request) (atomicbucket.Decision, string) {
+func (s *simulation) decide(req request, now atomicbucket.Time) (atomicbucket.Decision, string) {
 	var most atomicbucket.Decision
 	for i, r := range s.rules {
 		cost := s.costOf(r, req)
 		var d atomicbucket.Decision
 		if r.table != nil {
-			d = r.table.AllowNAt(keys[i], now, cost)
+			d = r.table.AllowNAt(req.keys[i], now, cost)
 		} else {
 			d = r.bucket.AllowNAt(now, cost)
 		}
 		if d.Allowed {
-			r.allowed[keys[i]]++
+			r.allowed[req.keys[i]]++
 		} else {
-			r.denied[keys[i]]++
+			r.denied[req.keys[i]]++
 		}
 		if !d.Allowed {
 			for j := i - 1; j >= 0; j-- {
 				prev := s.rules[j]
 				if prev.table != nil {
-					prev.table.RefundAt(keys[j], now, s.costOf(prev, req))
+					prev.table.RefundAt(req.keys[j], now, s.costOf(prev, req))
 				} else {
 					prev.bucket.RefundAt(now, s.costOf(prev, req))
 				}
 			}
-			return d, r.rule.goName
+			return d, r.rule.name
 		}
 		if i == 0 || d.Remaining < most.Remaining {
 			most = d

@@ -121,6 +121,7 @@ func (p *parser) validate(doc *policyDoc) *model {
 			m.tiers = append(m.tiers, t)
 		}
 	}
+	modelDocs(m)
 	return m
 }
 

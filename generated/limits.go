@@ -6,16 +6,19 @@ package limits
 import (
 	"context"
 	"errors"
-	"github.com/limitgen/limitgen/atomicbucket"
+	"strconv"
 	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
-const _ = atomicbucket.GeneratedAPIVersion1
+const _ = atomicbucket.GeneratedAPIVersion2
 
 // Plan selects the numbers of a rule that differs by plan (free, pro, enterprise).
 // It is an index, not a string: choosing a plan costs no map lookup. A value
-// outside the constants below is denied.
+// outside the constants below is denied. Take it from your service's own records
+// of the caller (ParsePlan reads a stored name), never from what a client sends.
 type Plan uint8
 
 const (
@@ -30,49 +33,182 @@ const (
 // numPlans is the number of plans.
 const numPlans = 3
 
+// planNames are the plans' names as policy.yaml writes them.
+var planNames = [numPlans]string{"free", "pro", "enterprise"}
+
+// String returns the plan's name as policy.yaml writes it.
+func (p Plan) String() string {
+	if p < numPlans {
+		return planNames[p]
+	}
+	return "Plan(" + strconv.Itoa(int(p)) + ")"
+}
+
+// ParsePlan returns the plan named s (as policy.yaml writes it), and whether there is one.
+func ParsePlan(s string) (Plan, bool) {
+	switch s {
+	case "free":
+		return PlanFree, true
+	case "pro":
+		return PlanPro, true
+	case "enterprise":
+		return PlanEnterprise, true
+	}
+	return 0, false
+}
+
 // ErrUnknownPlan is returned by Wait for a Plan value outside the constants.
 var ErrUnknownPlan = errors.New("limits: unknown plan")
 
-// PerUser allows on the free plan 10 requests per second per key, in bursts of up to 50; on the pro
-// plan 100 requests per second per key, in bursts of up to 500; on the enterprise plan 1000
-// requests per second per key, in bursts of up to 2000. It tracks at most 1000000 keys and beyond
-// that denies new keys.
-var PerUser = newPerUserLimiter()
+// RuleName names a rule of the policy (the rule that denied a tier's request, say). The zero
+// RuleName names none.
+type RuleName uint16
+
+const (
+	// RulePerUser names the rule PerUser.
+	RulePerUser RuleName = iota + 1
+	// RulePerEndpoint names the rule PerEndpoint.
+	RulePerEndpoint
+	// RuleLogin names the rule Login.
+	RuleLogin
+	// RuleDailyExport names the rule DailyExport.
+	RuleDailyExport
+	// RuleUpload names the rule Upload.
+	RuleUpload
+	// RuleGlobal names the rule Global.
+	RuleGlobal
+)
+
+// ruleNames are the rules' names as policy.yaml writes them, by RuleName.
+var ruleNames = [...]string{"", "PerUser", "PerEndpoint", "Login", "DailyExport", "Upload", "Global"}
+
+// String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
+func (r RuleName) String() string {
+	if int(r) < len(ruleNames) {
+		return ruleNames[r]
+	}
+	return "RuleName(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Limits is one set of the policy's limiters, each with buckets of its own. New makes one (a test
+// gets fresh buckets; two sets never share state); Default is the set the package-level variables
+// and functions use.
+type Limits struct {
+	PerUser     *PerUserLimiter     // see the package-level PerUser
+	PerEndpoint *PerEndpointLimiter // see the package-level PerEndpoint
+	Login       *LoginLimiter       // see the package-level Login
+	DailyExport *DailyExportLimiter // see the package-level DailyExport
+	Upload      *UploadLimiter      // see the package-level Upload
+	Global      *GlobalLimiter      // see the package-level Global
+}
+
+// Option configures New.
+type Option func(*options)
+
+// options are what the Options given to New set.
+type options struct {
+	start    atomicbucket.Time // when the global buckets are created
+	startSet bool
+}
+
+// WithStart makes New create the policy's global (unkeyed) buckets at t instead of now: their
+// initial tokens, and the grids of interval rules, start then. Tests that drive the limiters with
+// explicit times use it.
+func WithStart(t atomicbucket.Time) Option {
+	return func(o *options) {
+		o.start, o.startSet = t, true
+	}
+}
+
+// New returns a new set of the policy's limiters, with buckets of its own.
+func New(opts ...Option) *Limits {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if !o.startSet {
+		o.start = atomicbucket.Now()
+	}
+	return &Limits{
+		PerUser:     newPerUserLimiter(),
+		PerEndpoint: newPerEndpointLimiter(),
+		Login:       newLoginLimiter(),
+		DailyExport: newDailyExportLimiter(),
+		Upload:      newUploadLimiter(),
+		Global:      newGlobalLimiter(o.start),
+	}
+}
+
+// Default is the set of limiters the package-level variables and functions use.
+var Default = New()
+
+// The package-level limiters: Default's.
+var (
+	// PerUser allows on the free plan 10 requests per second per key, in bursts of up to 50; on the pro
+	// plan 100 requests per second per key, in bursts of up to 500; on the enterprise plan 1000
+	// requests per second per key, in bursts of up to 2000. It tracks at most 1000000 keys per plan; at
+	// that cap it reclaims keys whose buckets have been full for a second, and when there are none it
+	// denies new keys.
+	PerUser = Default.PerUser
+
+	// PerEndpoint allows 1000 requests per minute per key, in bursts of up to 200.
+	PerEndpoint = Default.PerEndpoint
+
+	// Login allows 5 requests every 10 seconds per key, added 5 at a time at each 10-second boundary of
+	// the key's own grid (placed by the key), in bursts of up to 5; a new bucket starts with 3.
+	Login = Default.Login
+
+	// DailyExport allows 100 requests per day per key, added 100 at a time at each 24-hour boundary of
+	// the wall clock, in bursts of up to 100.
+	DailyExport = Default.DailyExport
+
+	// Upload allows 100 tokens per second per key, in bursts of up to 1000; a request costs 10 tokens
+	// unless told otherwise. It tracks at most 100000 keys; at that cap it reclaims keys whose buckets
+	// have been full for a second, and when there are none it admits new keys without tracking them.
+	Upload = Default.Upload
+
+	// Global allows 2000 requests per second in total, in bursts of up to 4000.
+	Global = Default.Global
+)
 
 // newPerUserLimiter returns PerUser's (empty) tables.
 func newPerUserLimiter() *PerUserLimiter {
 	return &PerUserLimiter{s: [numPlans]*atomicbucket.Table[string]{
-		PlanEnterprise: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-			Burst:  2000,
-			Period: 1000000000,
-			Refill: atomicbucket.Greedy,
-			Tokens: 1000,
-		}), atomicbucket.TableOptions{
-			AtCap:   atomicbucket.DenyAtCap,
-			MaxKeys: 1000000,
-		}),
 		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-			Burst:  50,
-			Period: 1000000000,
-			Refill: atomicbucket.Greedy,
 			Tokens: 10,
+			Period: time.Second,
+			Burst:  50,
+			Refill: atomicbucket.Greedy,
 		}), atomicbucket.TableOptions{
-			AtCap:   atomicbucket.DenyAtCap,
 			MaxKeys: 1000000,
+			AtCap:   atomicbucket.DenyAtCap,
 		}),
 		PlanPro: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-			Burst:  500,
-			Period: 1000000000,
-			Refill: atomicbucket.Greedy,
 			Tokens: 100,
+			Period: time.Second,
+			Burst:  500,
+			Refill: atomicbucket.Greedy,
 		}), atomicbucket.TableOptions{
-			AtCap:   atomicbucket.DenyAtCap,
 			MaxKeys: 1000000,
+			AtCap:   atomicbucket.DenyAtCap,
+		}),
+		PlanEnterprise: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
+			Tokens: 1000,
+			Period: time.Second,
+			Burst:  2000,
+			Refill: atomicbucket.Greedy,
+		}), atomicbucket.TableOptions{
+			MaxKeys: 1000000,
+			AtCap:   atomicbucket.DenyAtCap,
 		}),
 	}}
 }
 
-// PerUserLimiter is the type of PerUser. Its methods are safe for concurrent use.
+// PerUserLimiter is the type of PerUser. Its methods are safe for concurrent use. Each plan has a
+// table of its own: a key that changes plan is checked against the new plan's bucket for it (full,
+// if it has none), and finds its old one, refilled by the time that passed, if it changes back. The
+// plan comes from your service's records of the caller, so a client cannot switch at will. The key
+// cap applies to each plan's table.
 type PerUserLimiter struct {
 	s [numPlans]*atomicbucket.Table[string]
 }
@@ -175,7 +311,7 @@ func (l *PerUserLimiter) RefundAt(plan Plan, key string, now atomicbucket.Time, 
 
 // Sweep removes the buckets, of every plan, that have been full for atomicbucket.SweepGrace, and returns how many.
 func (l *PerUserLimiter) Sweep() int {
-	n := 0
+	var n int
 	for _, t := range l.s {
 		n += t.Sweep()
 	}
@@ -191,29 +327,38 @@ func (l *PerUserLimiter) Len() int64 {
 	return n
 }
 
-// RunSweeper calls Sweep every interval until ctx is done. Run it in its own goroutine.
+// Stats returns the tables' counters, summed over every plan.
+func (l *PerUserLimiter) Stats() atomicbucket.TableStats {
+	var s atomicbucket.TableStats
+	for _, t := range l.s {
+		s = s.Add(t.Stats())
+	}
+	return s
+}
+
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
 func (l *PerUserLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
 	atomicbucket.RunEvery(ctx, interval, func() {
 		l.Sweep()
 	})
 }
 
-// PerEndpoint allows 1000 requests per minute per key, in bursts of up to 200.
-var PerEndpoint = newPerEndpointLimiter()
-
 // newPerEndpointLimiter returns PerEndpoint's (empty) tables.
 func newPerEndpointLimiter() *PerEndpointLimiter {
 	return &PerEndpointLimiter{s: atomicbucket.NewTable[int64](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Burst:  200,
-		Period: 60000000000,
-		Refill: atomicbucket.Greedy,
 		Tokens: 1000,
+		Period: time.Minute,
+		Burst:  200,
+		Refill: atomicbucket.Greedy,
 	}), perEndpointScale, perEndpointEmit, perEndpointTau), atomicbucket.TableOptions{})}
 }
 
 // PerEndpoint's fixed-point units, computed when generating and checked against the runtime when
-// the package initialises: time counts in 1/perEndpointScale ns, a token is worth perEndpointEmit
-// units, and a bucket may run perEndpointTau units (the burst) ahead of now.
+// the package initialises: time counts in units of 1/1 ns (perEndpointScale), one token is worth
+// perEndpointEmit units (its emission interval), and a bucket may run perEndpointTau units ahead of
+// now (the burst's worth: its tolerance).
 const (
 	perEndpointScale = 1
 	perEndpointEmit  = 60000000
@@ -295,24 +440,29 @@ func (l *PerEndpointLimiter) Len() int64 {
 	return l.s.Len()
 }
 
-// RunSweeper calls Sweep every interval until ctx is done. Run it in its own goroutine.
-func (l *PerEndpointLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	l.s.RunSweeper(ctx, interval)
+// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
+func (l *PerEndpointLimiter) Stats() atomicbucket.TableStats {
+	return l.s.Stats()
 }
 
-// Login allows 5 requests every 10s per key, added 5 at a time at each 10s boundary from the
-// bucket's first use, in bursts of up to 5; a new bucket starts with 3.
-var Login = newLoginLimiter()
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
+func (l *PerEndpointLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+	atomicbucket.RunEvery(ctx, interval, func() {
+		l.Sweep()
+	})
+}
 
 // newLoginLimiter returns Login's (empty) tables.
 func newLoginLimiter() *LoginLimiter {
 	return &LoginLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
+		Tokens:     5,
+		Period:     10 * time.Second,
 		Burst:      5,
+		Refill:     atomicbucket.Interval,
 		Initial:    3,
 		InitialSet: true,
-		Period:     10000000000,
-		Refill:     atomicbucket.Interval,
-		Tokens:     5,
 	}), atomicbucket.TableOptions{})}
 }
 
@@ -391,23 +541,28 @@ func (l *LoginLimiter) Len() int64 {
 	return l.s.Len()
 }
 
-// RunSweeper calls Sweep every interval until ctx is done. Run it in its own goroutine.
-func (l *LoginLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	l.s.RunSweeper(ctx, interval)
+// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
+func (l *LoginLimiter) Stats() atomicbucket.TableStats {
+	return l.s.Stats()
 }
 
-// DailyExport allows 100 requests per day per key, added 100 at a time at each 24h0m0s boundary
-// aligned to the wall clock, in bursts of up to 100.
-var DailyExport = newDailyExportLimiter()
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
+func (l *LoginLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+	atomicbucket.RunEvery(ctx, interval, func() {
+		l.Sweep()
+	})
+}
 
 // newDailyExportLimiter returns DailyExport's (empty) tables.
 func newDailyExportLimiter() *DailyExportLimiter {
 	return &DailyExportLimiter{s: atomicbucket.NewTable[uint64](atomicbucket.MustRule(atomicbucket.Limit{
-		Aligned: true,
-		Burst:   100,
-		Period:  86400000000000,
-		Refill:  atomicbucket.Interval,
 		Tokens:  100,
+		Period:  24 * time.Hour,
+		Burst:   100,
+		Refill:  atomicbucket.Interval,
+		Aligned: true,
 	}), atomicbucket.TableOptions{})}
 }
 
@@ -486,32 +641,37 @@ func (l *DailyExportLimiter) Len() int64 {
 	return l.s.Len()
 }
 
-// RunSweeper calls Sweep every interval until ctx is done. Run it in its own goroutine.
-func (l *DailyExportLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	l.s.RunSweeper(ctx, interval)
+// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
+func (l *DailyExportLimiter) Stats() atomicbucket.TableStats {
+	return l.s.Stats()
 }
 
-// Upload allows 100 tokens per second per key, in bursts of up to 1000; a request costs 10 tokens
-// unless told otherwise. It tracks at most 100000 keys and beyond that admits new keys without
-// tracking them.
-var Upload = newUploadLimiter()
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
+func (l *DailyExportLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+	atomicbucket.RunEvery(ctx, interval, func() {
+		l.Sweep()
+	})
+}
 
 // newUploadLimiter returns Upload's (empty) tables.
 func newUploadLimiter() *UploadLimiter {
 	return &UploadLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Burst:  1000,
-		Period: 1000000000,
-		Refill: atomicbucket.Greedy,
 		Tokens: 100,
+		Period: time.Second,
+		Burst:  1000,
+		Refill: atomicbucket.Greedy,
 	}), uploadScale, uploadEmit, uploadTau), atomicbucket.TableOptions{
-		AtCap:   atomicbucket.AllowAtCap,
 		MaxKeys: 100000,
+		AtCap:   atomicbucket.AllowAtCap,
 	})}
 }
 
 // Upload's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises: time counts in 1/uploadScale ns, a token is worth uploadEmit units, and a
-// bucket may run uploadTau units (the burst) ahead of now.
+// package initialises: time counts in units of 1/1 ns (uploadScale), one token is worth uploadEmit
+// units (its emission interval), and a bucket may run uploadTau units ahead of now (the burst's
+// worth: its tolerance).
 const (
 	uploadScale = 1
 	uploadEmit  = 10000000
@@ -593,27 +753,34 @@ func (l *UploadLimiter) Len() int64 {
 	return l.s.Len()
 }
 
-// RunSweeper calls Sweep every interval until ctx is done. Run it in its own goroutine.
-func (l *UploadLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	l.s.RunSweeper(ctx, interval)
+// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
+func (l *UploadLimiter) Stats() atomicbucket.TableStats {
+	return l.s.Stats()
 }
 
-// Global allows 2000 requests per second in total, in bursts of up to 4000.
-var Global = newGlobalLimiter(atomicbucket.Now())
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
+func (l *UploadLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+	atomicbucket.RunEvery(ctx, interval, func() {
+		l.Sweep()
+	})
+}
 
-// newGlobalLimiter returns Global's buckets, created at now.
+// newGlobalLimiter returns Global's bucket, created at now.
 func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
 	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Burst:  4000,
-		Period: 1000000000,
-		Refill: atomicbucket.Greedy,
 		Tokens: 2000,
+		Period: time.Second,
+		Burst:  4000,
+		Refill: atomicbucket.Greedy,
 	}), globalScale, globalEmit, globalTau), now)}
 }
 
 // Global's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises: time counts in 1/globalScale ns, a token is worth globalEmit units, and a
-// bucket may run globalTau units (the burst) ahead of now.
+// package initialises: time counts in units of 1/1 ns (globalScale), one token is worth globalEmit
+// units (its emission interval), and a bucket may run globalTau units ahead of now (the burst's
+// worth: its tolerance).
 const (
 	globalScale = 1
 	globalEmit  = 500000
@@ -685,51 +852,106 @@ func (l *GlobalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(now, cost)
 }
 
-// TierDecision is the outcome of a tier: the decision of the rule that denied, or,
-// when every rule allowed, of the most constraining one (the fewest tokens remaining).
+// TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
+// rule allowed, of the most constraining one (the fewest tokens remaining; the first on a tie).
 type TierDecision struct {
 	atomicbucket.Decision
-	DeniedBy string // the rule that denied; empty when allowed
+	Rule     RuleName // the rule whose decision this is
+	DeniedBy RuleName // the rule that denied; zero when allowed
+}
+
+// API checks a request against PerUser, PerEndpoint, Global, in that order, and allows it only if
+// every rule does: when a rule denies, the tokens the earlier rules took are given back. It uses
+// Default.
+func API(plan Plan, perUserKey string, perEndpointKey int64) TierDecision {
+	return Default.API(plan, perUserKey, perEndpointKey)
 }
 
 // API checks a request against PerUser, PerEndpoint, Global, in that order, and allows it only if
 // every rule does: when a rule denies, the tokens the earlier rules took are given back.
-func API(plan Plan, perUserKey string, perEndpointKey int64) TierDecision {
-	return APIAt(plan, perUserKey, perEndpointKey, atomicbucket.Now())
+func (l *Limits) API(plan Plan, perUserKey string, perEndpointKey int64) TierDecision {
+	return l.checkAPI(plan, perUserKey, perEndpointKey, atomicbucket.Now(), 0, true)
+}
+
+// APIN is API with a cost every rule is charged instead of its default. It uses Default.
+func APIN(plan Plan, perUserKey string, perEndpointKey int64, cost int64) TierDecision {
+	return Default.APIN(plan, perUserKey, perEndpointKey, cost)
+}
+
+// APIN is API with a cost every rule is charged instead of its default.
+func (l *Limits) APIN(plan Plan, perUserKey string, perEndpointKey int64, cost int64) TierDecision {
+	return l.checkAPI(plan, perUserKey, perEndpointKey, atomicbucket.Now(), cost, false)
+}
+
+// APIAt is API at time now. It uses Default.
+func APIAt(plan Plan, perUserKey string, perEndpointKey int64, now atomicbucket.Time) TierDecision {
+	return Default.APIAt(plan, perUserKey, perEndpointKey, now)
 }
 
 // APIAt is API at time now.
-func APIAt(plan Plan, perUserKey string, perEndpointKey int64, now atomicbucket.Time) TierDecision {
-	d0 := PerUser.AllowNAt(plan, perUserKey, now, 1)
+func (l *Limits) APIAt(plan Plan, perUserKey string, perEndpointKey int64, now atomicbucket.Time) TierDecision {
+	return l.checkAPI(plan, perUserKey, perEndpointKey, now, 0, true)
+}
+
+// APINAt is APIN at time now. It uses Default.
+func APINAt(plan Plan, perUserKey string, perEndpointKey int64, now atomicbucket.Time, cost int64) TierDecision {
+	return Default.APINAt(plan, perUserKey, perEndpointKey, now, cost)
+}
+
+// APINAt is APIN at time now.
+func (l *Limits) APINAt(plan Plan, perUserKey string, perEndpointKey int64, now atomicbucket.Time, cost int64) TierDecision {
+	return l.checkAPI(plan, perUserKey, perEndpointKey, now, cost, false)
+}
+
+// checkAPI is API with each rule charged cost, or its own default cost when defaults is set.
+func (l *Limits) checkAPI(plan Plan, perUserKey string, perEndpointKey int64, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
+	if plan >= numPlans {
+		return TierDecision{
+			Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never},
+			DeniedBy: RulePerUser,
+			Rule:     RulePerUser,
+		}
+	}
+	c0, c1, c2 := cost, cost, cost
+	if defaults {
+		c0, c1, c2 = 1, 1, 1
+	}
+	d0 := l.PerUser.AllowNAt(plan, perUserKey, now, c0)
 	if !d0.Allowed {
 		return TierDecision{
 			Decision: d0,
-			DeniedBy: "PerUser",
+			DeniedBy: RulePerUser,
+			Rule:     RulePerUser,
 		}
 	}
-	d1 := PerEndpoint.AllowNAt(perEndpointKey, now, 1)
+	d1 := l.PerEndpoint.AllowNAt(perEndpointKey, now, c1)
 	if !d1.Allowed {
-		PerUser.RefundAt(plan, perUserKey, now, 1)
+		l.PerUser.RefundAt(plan, perUserKey, now, c0)
 		return TierDecision{
 			Decision: d1,
-			DeniedBy: "PerEndpoint",
+			DeniedBy: RulePerEndpoint,
+			Rule:     RulePerEndpoint,
 		}
 	}
-	d2 := Global.AllowNAt(now, 1)
+	d2 := l.Global.AllowNAt(now, c2)
 	if !d2.Allowed {
-		PerEndpoint.RefundAt(perEndpointKey, now, 1)
-		PerUser.RefundAt(plan, perUserKey, now, 1)
+		l.PerEndpoint.RefundAt(perEndpointKey, now, c1)
+		l.PerUser.RefundAt(plan, perUserKey, now, c0)
 		return TierDecision{
 			Decision: d2,
-			DeniedBy: "Global",
+			DeniedBy: RuleGlobal,
+			Rule:     RuleGlobal,
 		}
 	}
-	most := d0
+	most, rule := d0, RulePerUser
 	if d1.Remaining < most.Remaining {
-		most = d1
+		most, rule = d1, RulePerEndpoint
 	}
 	if d2.Remaining < most.Remaining {
-		most = d2
+		most, rule = d2, RuleGlobal
 	}
-	return TierDecision{Decision: most}
+	return TierDecision{
+		Decision: most,
+		Rule:     rule,
+	}
 }

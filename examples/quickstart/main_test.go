@@ -8,16 +8,18 @@ import (
 )
 
 // A free user gets a burst of 10, then 429s; a pro user is not affected.
+// Each test builds its own limiters with limits.New: fresh buckets.
 func Example() {
+	s := server{lims: limits.New()}
 	for i := range 12 {
 		w := httptest.NewRecorder()
-		handle(w, limits.PlanFree, "alice")
+		s.handle(w, "alice")
 		if i >= 9 {
 			fmt.Println(w.Code, w.Header().Get("Retry-After"), w.Body.String())
 		}
 	}
 	w := httptest.NewRecorder()
-	handle(w, limits.PlanPro, "alice")
+	s.handle(w, "bob")
 	fmt.Print(w.Code, " ", w.Body.String())
 	// Output:
 	// 200  ok, 0 left
@@ -30,15 +32,22 @@ func Example() {
 }
 
 // The calls the README shows: one rule at its default cost, one with a cost on
-// a plan, and a tier that takes every rule's tokens or none.
+// a plan, a tier that takes every rule's tokens or none, and one with a cost.
 func Example_calls() {
 	ok := limits.Global.Allow()
 	d2 := limits.PerUser.AllowN(limits.PlanPro, "carol", 3)
 	fmt.Println(ok, d2.Allowed, d2.Remaining)
 
 	d := limits.Request(limits.PlanFree, "dave")
-	fmt.Println(d.Allowed, d.Remaining, d.DeniedBy == "")
+	fmt.Println(d.Allowed, d.Remaining, d.Rule, d.DeniedBy == 0)
+	big := limits.RequestN(limits.PlanFree, "dave", 50) // more than the free burst
+	r, ok := big.RetryAfterHeader()
+	fmt.Println(big.Allowed, big.DeniedBy, r, ok)
+	p, _ := limits.ParsePlan("pro")
+	fmt.Println(p, p == limits.PlanPro)
 	// Output:
 	// true true 97
-	// true 9 true
+	// true 9 PerUser true
+	// false PerUser  false
+	// pro true
 }

@@ -6,16 +6,19 @@ package limits
 import (
 	"context"
 	"errors"
-	"github.com/limitgen/limitgen/atomicbucket"
+	"strconv"
 	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
-const _ = atomicbucket.GeneratedAPIVersion1
+const _ = atomicbucket.GeneratedAPIVersion2
 
 // Plan selects the numbers of a rule that differs by plan (free, pro).
 // It is an index, not a string: choosing a plan costs no map lookup. A value
-// outside the constants below is denied.
+// outside the constants below is denied. Take it from your service's own records
+// of the caller (ParsePlan reads a stored name), never from what a client sends.
 type Plan uint8
 
 const (
@@ -28,39 +31,138 @@ const (
 // numPlans is the number of plans.
 const numPlans = 2
 
+// planNames are the plans' names as policy.yaml writes them.
+var planNames = [numPlans]string{"free", "pro"}
+
+// String returns the plan's name as policy.yaml writes it.
+func (p Plan) String() string {
+	if p < numPlans {
+		return planNames[p]
+	}
+	return "Plan(" + strconv.Itoa(int(p)) + ")"
+}
+
+// ParsePlan returns the plan named s (as policy.yaml writes it), and whether there is one.
+func ParsePlan(s string) (Plan, bool) {
+	switch s {
+	case "free":
+		return PlanFree, true
+	case "pro":
+		return PlanPro, true
+	}
+	return 0, false
+}
+
 // ErrUnknownPlan is returned by Wait for a Plan value outside the constants.
 var ErrUnknownPlan = errors.New("limits: unknown plan")
 
-// PerUser allows on the free plan 5 requests per second per key, in bursts of up to 10; on the pro
-// plan 50 requests per second per key, in bursts of up to 100. It tracks at most 100000 keys and
-// beyond that denies new keys.
-var PerUser = newPerUserLimiter()
+// RuleName names a rule of the policy (the rule that denied a tier's request, say). The zero
+// RuleName names none.
+type RuleName uint16
+
+const (
+	// RulePerUser names the rule PerUser.
+	RulePerUser RuleName = iota + 1
+	// RuleGlobal names the rule Global.
+	RuleGlobal
+)
+
+// ruleNames are the rules' names as policy.yaml writes them, by RuleName.
+var ruleNames = [...]string{"", "PerUser", "Global"}
+
+// String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
+func (r RuleName) String() string {
+	if int(r) < len(ruleNames) {
+		return ruleNames[r]
+	}
+	return "RuleName(" + strconv.Itoa(int(r)) + ")"
+}
+
+// Limits is one set of the policy's limiters, each with buckets of its own. New makes one (a test
+// gets fresh buckets; two sets never share state); Default is the set the package-level variables
+// and functions use.
+type Limits struct {
+	PerUser *PerUserLimiter // see the package-level PerUser
+	Global  *GlobalLimiter  // see the package-level Global
+}
+
+// Option configures New.
+type Option func(*options)
+
+// options are what the Options given to New set.
+type options struct {
+	start    atomicbucket.Time // when the global buckets are created
+	startSet bool
+}
+
+// WithStart makes New create the policy's global (unkeyed) buckets at t instead of now: their
+// initial tokens, and the grids of interval rules, start then. Tests that drive the limiters with
+// explicit times use it.
+func WithStart(t atomicbucket.Time) Option {
+	return func(o *options) {
+		o.start, o.startSet = t, true
+	}
+}
+
+// New returns a new set of the policy's limiters, with buckets of its own.
+func New(opts ...Option) *Limits {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if !o.startSet {
+		o.start = atomicbucket.Now()
+	}
+	return &Limits{
+		PerUser: newPerUserLimiter(),
+		Global:  newGlobalLimiter(o.start),
+	}
+}
+
+// Default is the set of limiters the package-level variables and functions use.
+var Default = New()
+
+// The package-level limiters: Default's.
+var (
+	// PerUser allows on the free plan 5 requests per second per key, in bursts of up to 10; on the pro
+	// plan 50 requests per second per key, in bursts of up to 100. It tracks at most 100000 keys per
+	// plan; at that cap it reclaims keys whose buckets have been full for a second, and when there are
+	// none it denies new keys.
+	PerUser = Default.PerUser
+
+	// Global allows 1000 requests per second in total, in bursts of up to 2000.
+	Global = Default.Global
+)
 
 // newPerUserLimiter returns PerUser's (empty) tables.
 func newPerUserLimiter() *PerUserLimiter {
 	return &PerUserLimiter{s: [numPlans]*atomicbucket.Table[string]{
 		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-			Burst:  10,
-			Period: 1000000000,
-			Refill: atomicbucket.Greedy,
 			Tokens: 5,
+			Period: time.Second,
+			Burst:  10,
+			Refill: atomicbucket.Greedy,
 		}), atomicbucket.TableOptions{
-			AtCap:   atomicbucket.DenyAtCap,
 			MaxKeys: 100000,
+			AtCap:   atomicbucket.DenyAtCap,
 		}),
 		PlanPro: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-			Burst:  100,
-			Period: 1000000000,
-			Refill: atomicbucket.Greedy,
 			Tokens: 50,
+			Period: time.Second,
+			Burst:  100,
+			Refill: atomicbucket.Greedy,
 		}), atomicbucket.TableOptions{
-			AtCap:   atomicbucket.DenyAtCap,
 			MaxKeys: 100000,
+			AtCap:   atomicbucket.DenyAtCap,
 		}),
 	}}
 }
 
-// PerUserLimiter is the type of PerUser. Its methods are safe for concurrent use.
+// PerUserLimiter is the type of PerUser. Its methods are safe for concurrent use. Each plan has a
+// table of its own: a key that changes plan is checked against the new plan's bucket for it (full,
+// if it has none), and finds its old one, refilled by the time that passed, if it changes back. The
+// plan comes from your service's records of the caller, so a client cannot switch at will. The key
+// cap applies to each plan's table.
 type PerUserLimiter struct {
 	s [numPlans]*atomicbucket.Table[string]
 }
@@ -163,7 +265,7 @@ func (l *PerUserLimiter) RefundAt(plan Plan, key string, now atomicbucket.Time, 
 
 // Sweep removes the buckets, of every plan, that have been full for atomicbucket.SweepGrace, and returns how many.
 func (l *PerUserLimiter) Sweep() int {
-	n := 0
+	var n int
 	for _, t := range l.s {
 		n += t.Sweep()
 	}
@@ -179,29 +281,38 @@ func (l *PerUserLimiter) Len() int64 {
 	return n
 }
 
-// RunSweeper calls Sweep every interval until ctx is done. Run it in its own goroutine.
+// Stats returns the tables' counters, summed over every plan.
+func (l *PerUserLimiter) Stats() atomicbucket.TableStats {
+	var s atomicbucket.TableStats
+	for _, t := range l.s {
+		s = s.Add(t.Stats())
+	}
+	return s
+}
+
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
 func (l *PerUserLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
 	atomicbucket.RunEvery(ctx, interval, func() {
 		l.Sweep()
 	})
 }
 
-// Global allows 1000 requests per second in total, in bursts of up to 2000.
-var Global = newGlobalLimiter(atomicbucket.Now())
-
-// newGlobalLimiter returns Global's buckets, created at now.
+// newGlobalLimiter returns Global's bucket, created at now.
 func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
 	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Burst:  2000,
-		Period: 1000000000,
-		Refill: atomicbucket.Greedy,
 		Tokens: 1000,
+		Period: time.Second,
+		Burst:  2000,
+		Refill: atomicbucket.Greedy,
 	}), globalScale, globalEmit, globalTau), now)}
 }
 
 // Global's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises: time counts in 1/globalScale ns, a token is worth globalEmit units, and a
-// bucket may run globalTau units (the burst) ahead of now.
+// package initialises: time counts in units of 1/1 ns (globalScale), one token is worth globalEmit
+// units (its emission interval), and a bucket may run globalTau units ahead of now (the burst's
+// worth: its tolerance).
 const (
 	globalScale = 1
 	globalEmit  = 1000000
@@ -273,39 +384,93 @@ func (l *GlobalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(now, cost)
 }
 
-// TierDecision is the outcome of a tier: the decision of the rule that denied, or,
-// when every rule allowed, of the most constraining one (the fewest tokens remaining).
+// TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
+// rule allowed, of the most constraining one (the fewest tokens remaining; the first on a tie).
 type TierDecision struct {
 	atomicbucket.Decision
-	DeniedBy string // the rule that denied; empty when allowed
+	Rule     RuleName // the rule whose decision this is
+	DeniedBy RuleName // the rule that denied; zero when allowed
+}
+
+// Request checks a request against PerUser, Global, in that order, and allows it only if every rule
+// does: when a rule denies, the tokens the earlier rules took are given back. It uses Default.
+func Request(plan Plan, perUserKey string) TierDecision {
+	return Default.Request(plan, perUserKey)
 }
 
 // Request checks a request against PerUser, Global, in that order, and allows it only if every rule
 // does: when a rule denies, the tokens the earlier rules took are given back.
-func Request(plan Plan, perUserKey string) TierDecision {
-	return RequestAt(plan, perUserKey, atomicbucket.Now())
+func (l *Limits) Request(plan Plan, perUserKey string) TierDecision {
+	return l.checkRequest(plan, perUserKey, atomicbucket.Now(), 0, true)
+}
+
+// RequestN is Request with a cost every rule is charged instead of its default. It uses Default.
+func RequestN(plan Plan, perUserKey string, cost int64) TierDecision {
+	return Default.RequestN(plan, perUserKey, cost)
+}
+
+// RequestN is Request with a cost every rule is charged instead of its default.
+func (l *Limits) RequestN(plan Plan, perUserKey string, cost int64) TierDecision {
+	return l.checkRequest(plan, perUserKey, atomicbucket.Now(), cost, false)
+}
+
+// RequestAt is Request at time now. It uses Default.
+func RequestAt(plan Plan, perUserKey string, now atomicbucket.Time) TierDecision {
+	return Default.RequestAt(plan, perUserKey, now)
 }
 
 // RequestAt is Request at time now.
-func RequestAt(plan Plan, perUserKey string, now atomicbucket.Time) TierDecision {
-	d0 := PerUser.AllowNAt(plan, perUserKey, now, 1)
+func (l *Limits) RequestAt(plan Plan, perUserKey string, now atomicbucket.Time) TierDecision {
+	return l.checkRequest(plan, perUserKey, now, 0, true)
+}
+
+// RequestNAt is RequestN at time now. It uses Default.
+func RequestNAt(plan Plan, perUserKey string, now atomicbucket.Time, cost int64) TierDecision {
+	return Default.RequestNAt(plan, perUserKey, now, cost)
+}
+
+// RequestNAt is RequestN at time now.
+func (l *Limits) RequestNAt(plan Plan, perUserKey string, now atomicbucket.Time, cost int64) TierDecision {
+	return l.checkRequest(plan, perUserKey, now, cost, false)
+}
+
+// checkRequest is Request with each rule charged cost, or its own default cost when defaults is
+// set.
+func (l *Limits) checkRequest(plan Plan, perUserKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
+	if plan >= numPlans {
+		return TierDecision{
+			Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never},
+			DeniedBy: RulePerUser,
+			Rule:     RulePerUser,
+		}
+	}
+	c0, c1 := cost, cost
+	if defaults {
+		c0, c1 = 1, 1
+	}
+	d0 := l.PerUser.AllowNAt(plan, perUserKey, now, c0)
 	if !d0.Allowed {
 		return TierDecision{
 			Decision: d0,
-			DeniedBy: "PerUser",
+			DeniedBy: RulePerUser,
+			Rule:     RulePerUser,
 		}
 	}
-	d1 := Global.AllowNAt(now, 1)
+	d1 := l.Global.AllowNAt(now, c1)
 	if !d1.Allowed {
-		PerUser.RefundAt(plan, perUserKey, now, 1)
+		l.PerUser.RefundAt(plan, perUserKey, now, c0)
 		return TierDecision{
 			Decision: d1,
-			DeniedBy: "Global",
+			DeniedBy: RuleGlobal,
+			Rule:     RuleGlobal,
 		}
 	}
-	most := d0
+	most, rule := d0, RulePerUser
 	if d1.Remaining < most.Remaining {
-		most = d1
+		most, rule = d1, RuleGlobal
 	}
-	return TierDecision{Decision: most}
+	return TierDecision{
+		Decision: most,
+		Rule:     rule,
+	}
 }
