@@ -139,11 +139,10 @@ func typeDoc_(r rule) string {
 
 // unitsDoc_ is the doc comment of a folded rule's unit constants.
 func unitsDoc_(r rule) string {
-	p := r.unexported()
 	return fmt.Sprintf("%s's fixed-point units, computed when generating and checked against the runtime when "+
-		"the package initialises: time counts in units of 1/%d ns (%sScale), one token is worth %sEmit units "+
-		"(its emission interval), and a bucket may run %sTau units ahead of now (the burst's worth: its tolerance).",
-		r.goName, r.limits[0].scale, p, p, p)
+		"the package initialises (see atomicbucket.Rule.Units): time counts in units of 1/%d ns (%s), one token is "+
+		"worth %s units (GCRA's emission interval), and a bucket may run %s units ahead of now (the burst's "+
+		"worth: GCRA's tolerance).", r.goName, r.limits[0].scale, r.unitsPerNs(), r.unitsPerToken(), r.burstUnits())
 }
 
 // modelDocs fills the doc prose of the model and its rules.

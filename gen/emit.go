@@ -242,8 +242,7 @@ func ruleOf(r rule, l limit) jen.Code {
 	if !r.folded() {
 		return limitLit(l)
 	}
-	p := r.unexported()
-	return rt("MustUnits").Call(limitLit(l), jen.Id(p+"Scale"), jen.Id(p+"Emit"), jen.Id(p+"Tau"))
+	return rt("MustUnits").Call(limitLit(l), jen.Id(r.unitsPerNs()), jen.Id(r.unitsPerToken()), jen.Id(r.burstUnits()))
 }
 
 // newStore builds one bucket set for a limit. A global rule's bucket is created
@@ -294,12 +293,11 @@ func (r rule) methods() []method {
 	case r.folded():
 		// The units are constants: the runtime's check takes them as arguments and,
 		// for a single bucket, inlines, so the compiler folds them in.
-		p := r.unexported()
-		inc := jen.Id(p + "Emit").Op("*").Add(lit(r.limits[0].cost))
+		inc := jen.Id(r.unitsPerToken()).Op("*").Add(lit(r.limits[0].cost))
 		if r.limits[0].cost == 1 {
-			inc = jen.Id(p + "Emit")
+			inc = jen.Id(r.unitsPerToken())
 		}
-		consts := []jen.Code{jen.Id(p + "Scale"), inc, jen.Id(p + "Tau")}
+		consts := []jen.Code{jen.Id(r.unitsPerNs()), inc, jen.Id(r.burstUnits())}
 		allow.call, allow.args = "AllowGreedyAt", append([]jen.Code{rt("Now").Call()}, consts...)
 		allowAt.call, allowAt.args = "AllowGreedyAt", append([]jen.Code{now}, consts...)
 	case r.limits[0].cost != 1 || r.planned && r.costDiffers():
@@ -374,12 +372,12 @@ func emitRule(m *model, r rule) jen.Code {
 			jen.Return(jen.Op("&").Id(typ).Values(jen.Dict{jen.Id("s"): init}))).Line().Line()
 	}
 	if r.folded() {
-		p, l := r.unexported(), r.limits[0]
+		l := r.limits[0]
 		g.Add(comment(r.unitsDoc))
 		g.Const().Defs(
-			jen.Id(p+"Scale").Op("=").Add(lit(l.scale)),
-			jen.Id(p+"Emit").Op("=").Add(lit(l.emit)),
-			jen.Id(p+"Tau").Op("=").Add(lit(l.tau)),
+			jen.Id(r.unitsPerNs()).Op("=").Add(lit(l.scale)),
+			jen.Id(r.unitsPerToken()).Op("=").Add(lit(l.emit)),
+			jen.Id(r.burstUnits()).Op("=").Add(lit(l.tau)),
 		).Line().Line()
 	}
 	g.Add(comment(r.typeDoc))
@@ -587,9 +585,9 @@ func emitTier(m *model, t tier) jen.Code {
 				break
 			}
 		}
-		body = append(body, jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(jen.Id("TierDecision").Values(jen.Dict{
-			jen.Id("Decision"): rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")}),
-			jen.Id("Rule"):     jen.Id(first.ruleConst()), jen.Id("DeniedBy"): jen.Id(first.ruleConst())}))))
+		body = append(body, jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(jen.Id("TierDecision").Add(fields(
+			field("Decision", rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})),
+			field("Rule", jen.Id(first.ruleConst())), field("DeniedBy", jen.Id(first.ruleConst())))))))
 	}
 	callArgs := func(r rule) []jen.Code {
 		var a []jen.Code
@@ -618,8 +616,8 @@ func emitTier(m *model, t tier) jen.Code {
 			prev := m.rules[t.rules[j]]
 			undo = append(undo, jen.Id("l").Dot(prev.goName).Dot("RefundAt").Call(append(callArgs(prev), jen.Id("now"), jen.Id(fmt.Sprintf("c%d", j)))...))
 		}
-		undo = append(undo, jen.Return(jen.Id("TierDecision").Values(jen.Dict{
-			jen.Id("Decision"): d.Clone(), jen.Id("Rule"): jen.Id(r.ruleConst()), jen.Id("DeniedBy"): jen.Id(r.ruleConst())})))
+		undo = append(undo, jen.Return(jen.Id("TierDecision").Add(fields(
+			field("Decision", d.Clone()), field("Rule", jen.Id(r.ruleConst())), field("DeniedBy", jen.Id(r.ruleConst()))))))
 		body = append(body, jen.If(jen.Op("!").Add(d.Clone()).Dot("Allowed")).Block(undo...))
 	}
 	// Every rule allowed: report the most constraining one (the fewest remaining;
@@ -630,7 +628,7 @@ func emitTier(m *model, t tier) jen.Code {
 		body = append(body, jen.If(d.Clone().Dot("Remaining").Op("<").Id("most").Dot("Remaining")).Block(
 			jen.List(jen.Id("most"), jen.Id("rule")).Op("=").List(d.Clone(), jen.Id(m.rules[t.rules[i]].ruleConst()))))
 	}
-	body = append(body, jen.Return(jen.Id("TierDecision").Values(jen.Dict{jen.Id("Decision"): jen.Id("most"), jen.Id("Rule"): jen.Id("rule")})))
+	body = append(body, jen.Return(jen.Id("TierDecision").Values(field("Decision", jen.Id("most")), field("Rule", jen.Id("rule")))))
 	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(t.coreName()).Params(append(decl("now", "cost"), jen.Id("defaults").Bool())...).Id("TierDecision").Block(body...).Line()
 	return g
 }

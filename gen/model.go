@@ -70,8 +70,16 @@ func (r rule) typeName() string { return r.goName + "Limiter" }
 func (r rule) ctorName() string { return "new" + r.typeName() }
 
 // unexported is the prefix of the rule's unexported package-level names: its
-// folded units (Scale, Emit, Tau) and per-plan costs (Cost).
+// folded units and per-plan costs (Cost).
 func (r rule) unexported() string { return lowerFirst(r.goName) }
+
+// The folded units' constants (see atomicbucket.Rule.Units): the units one
+// nanosecond is worth (scale), the units one token is worth (GCRA's emission
+// interval), and the units a bucket may run ahead of now (the burst's worth:
+// GCRA's tolerance).
+func (r rule) unitsPerNs() string    { return r.unexported() + "UnitsPerNs" }
+func (r rule) unitsPerToken() string { return r.unexported() + "UnitsPerToken" }
+func (r rule) burstUnits() string    { return r.unexported() + "BurstUnits" }
 
 // idents are the package-level identifiers the rule declares, with what each
 // is. Its variable's name is also a field of Limits.
@@ -80,7 +88,7 @@ func (r rule) idents() [][2]string {
 	return [][2]string{
 		{r.goName, "its limiter variable"}, {r.typeName(), "its limiter type"}, {r.ctorName(), "its constructor"},
 		{r.ruleConst(), "its RuleName constant"},
-		{p + "Scale", "a units constant"}, {p + "Emit", "a units constant"}, {p + "Tau", "a units constant"},
+		{r.unitsPerNs(), "a units constant"}, {r.unitsPerToken(), "a units constant"}, {r.burstUnits(), "a units constant"},
 		{p + "Cost", "its per-plan costs"},
 	}
 }

@@ -119,7 +119,7 @@ func acceptedFuzzInputs(t *testing.T) []string {
 // package declares, or with each other's derived names (the hostile trial's
 // list): the generator must refuse them or emit code that vets.
 var hostileNames = []string{"TierDecision", "ErrUnknownPlan", "Plan", "plan_free", "Global", "GlobalLimiter",
-	"Request", "RequestAt", "New", "newGlobalLimiter", "globalScale", "Free", "numPlans", "R0Limiter"}
+	"Request", "RequestAt", "New", "newGlobalLimiter", "globalUnitsPerNs", "Free", "numPlans", "R0Limiter"}
 
 // randomPolicies writes n seeded random policies that the generator accepts,
 // mixing every feature: key types, rate spellings, refill modes, initial tokens,

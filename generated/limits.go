@@ -352,17 +352,18 @@ func newPerEndpointLimiter() *PerEndpointLimiter {
 		Period: time.Minute,
 		Burst:  200,
 		Refill: atomicbucket.Greedy,
-	}), perEndpointScale, perEndpointEmit, perEndpointTau), atomicbucket.TableOptions{})}
+	}), perEndpointUnitsPerNs, perEndpointUnitsPerToken, perEndpointBurstUnits), atomicbucket.TableOptions{})}
 }
 
 // PerEndpoint's fixed-point units, computed when generating and checked against the runtime when
-// the package initialises: time counts in units of 1/1 ns (perEndpointScale), one token is worth
-// perEndpointEmit units (its emission interval), and a bucket may run perEndpointTau units ahead of
-// now (the burst's worth: its tolerance).
+// the package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (perEndpointUnitsPerNs), one token is worth perEndpointUnitsPerToken units (GCRA's emission
+// interval), and a bucket may run perEndpointBurstUnits units ahead of now (the burst's worth:
+// GCRA's tolerance).
 const (
-	perEndpointScale = 1
-	perEndpointEmit  = 60000000
-	perEndpointTau   = 12000000000
+	perEndpointUnitsPerNs    = 1
+	perEndpointUnitsPerToken = 60000000
+	perEndpointBurstUnits    = 12000000000
 )
 
 // PerEndpointLimiter is the type of PerEndpoint. Its methods are safe for concurrent use.
@@ -377,7 +378,7 @@ func (l *PerEndpointLimiter) Rule() *atomicbucket.Rule {
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
 func (l *PerEndpointLimiter) Allow(key int64) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), perEndpointScale, perEndpointEmit, perEndpointTau)
+	return l.s.AllowGreedyAt(key, atomicbucket.Now(), perEndpointUnitsPerNs, perEndpointUnitsPerToken, perEndpointBurstUnits)
 }
 
 // AllowN checks a request of the given cost now, taking its tokens if allowed.
@@ -387,7 +388,7 @@ func (l *PerEndpointLimiter) AllowN(key int64, cost int64) atomicbucket.Decision
 
 // AllowAt is Allow at time now.
 func (l *PerEndpointLimiter) AllowAt(key int64, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, perEndpointScale, perEndpointEmit, perEndpointTau)
+	return l.s.AllowGreedyAt(key, now, perEndpointUnitsPerNs, perEndpointUnitsPerToken, perEndpointBurstUnits)
 }
 
 // AllowNAt is AllowN at time now.
@@ -662,20 +663,20 @@ func newUploadLimiter() *UploadLimiter {
 		Period: time.Second,
 		Burst:  1000,
 		Refill: atomicbucket.Greedy,
-	}), uploadScale, uploadEmit, uploadTau), atomicbucket.TableOptions{
+	}), uploadUnitsPerNs, uploadUnitsPerToken, uploadBurstUnits), atomicbucket.TableOptions{
 		MaxKeys: 100000,
 		AtCap:   atomicbucket.AllowAtCap,
 	})}
 }
 
 // Upload's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises: time counts in units of 1/1 ns (uploadScale), one token is worth uploadEmit
-// units (its emission interval), and a bucket may run uploadTau units ahead of now (the burst's
-// worth: its tolerance).
+// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (uploadUnitsPerNs), one token is worth uploadUnitsPerToken units (GCRA's emission interval), and
+// a bucket may run uploadBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
 const (
-	uploadScale = 1
-	uploadEmit  = 10000000
-	uploadTau   = 10000000000
+	uploadUnitsPerNs    = 1
+	uploadUnitsPerToken = 10000000
+	uploadBurstUnits    = 10000000000
 )
 
 // UploadLimiter is the type of Upload. Its methods are safe for concurrent use.
@@ -690,7 +691,7 @@ func (l *UploadLimiter) Rule() *atomicbucket.Rule {
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
 func (l *UploadLimiter) Allow(key string) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), uploadScale, uploadEmit*10, uploadTau)
+	return l.s.AllowGreedyAt(key, atomicbucket.Now(), uploadUnitsPerNs, uploadUnitsPerToken*10, uploadBurstUnits)
 }
 
 // AllowN checks a request of the given cost now, taking its tokens if allowed.
@@ -700,7 +701,7 @@ func (l *UploadLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
 
 // AllowAt is Allow at time now.
 func (l *UploadLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, uploadScale, uploadEmit*10, uploadTau)
+	return l.s.AllowGreedyAt(key, now, uploadUnitsPerNs, uploadUnitsPerToken*10, uploadBurstUnits)
 }
 
 // AllowNAt is AllowN at time now.
@@ -774,17 +775,17 @@ func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
 		Period: time.Second,
 		Burst:  4000,
 		Refill: atomicbucket.Greedy,
-	}), globalScale, globalEmit, globalTau), now)}
+	}), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now)}
 }
 
 // Global's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises: time counts in units of 1/1 ns (globalScale), one token is worth globalEmit
-// units (its emission interval), and a bucket may run globalTau units ahead of now (the burst's
-// worth: its tolerance).
+// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (globalUnitsPerNs), one token is worth globalUnitsPerToken units (GCRA's emission interval), and
+// a bucket may run globalBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
 const (
-	globalScale = 1
-	globalEmit  = 500000
-	globalTau   = 2000000000
+	globalUnitsPerNs    = 1
+	globalUnitsPerToken = 500000
+	globalBurstUnits    = 2000000000
 )
 
 // GlobalLimiter is the type of Global. Its methods are safe for concurrent use.
@@ -799,7 +800,7 @@ func (l *GlobalLimiter) Rule() *atomicbucket.Rule {
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
 func (l *GlobalLimiter) Allow() bool {
-	return l.s.AllowGreedyAt(atomicbucket.Now(), globalScale, globalEmit, globalTau)
+	return l.s.AllowGreedyAt(atomicbucket.Now(), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits)
 }
 
 // AllowN checks a request of the given cost now, taking its tokens if allowed.
@@ -809,7 +810,7 @@ func (l *GlobalLimiter) AllowN(cost int64) atomicbucket.Decision {
 
 // AllowAt is Allow at time now.
 func (l *GlobalLimiter) AllowAt(now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(now, globalScale, globalEmit, globalTau)
+	return l.s.AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits)
 }
 
 // AllowNAt is AllowN at time now.
@@ -908,8 +909,8 @@ func (l *Limits) checkAPI(plan Plan, perUserKey string, perEndpointKey int64, no
 	if plan >= numPlans {
 		return TierDecision{
 			Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never},
-			DeniedBy: RulePerUser,
 			Rule:     RulePerUser,
+			DeniedBy: RulePerUser,
 		}
 	}
 	c0, c1, c2 := cost, cost, cost
@@ -920,8 +921,8 @@ func (l *Limits) checkAPI(plan Plan, perUserKey string, perEndpointKey int64, no
 	if !d0.Allowed {
 		return TierDecision{
 			Decision: d0,
-			DeniedBy: RulePerUser,
 			Rule:     RulePerUser,
+			DeniedBy: RulePerUser,
 		}
 	}
 	d1 := l.PerEndpoint.AllowNAt(perEndpointKey, now, c1)
@@ -929,8 +930,8 @@ func (l *Limits) checkAPI(plan Plan, perUserKey string, perEndpointKey int64, no
 		l.PerUser.RefundAt(plan, perUserKey, now, c0)
 		return TierDecision{
 			Decision: d1,
-			DeniedBy: RulePerEndpoint,
 			Rule:     RulePerEndpoint,
+			DeniedBy: RulePerEndpoint,
 		}
 	}
 	d2 := l.Global.AllowNAt(now, c2)
@@ -939,8 +940,8 @@ func (l *Limits) checkAPI(plan Plan, perUserKey string, perEndpointKey int64, no
 		l.PerUser.RefundAt(plan, perUserKey, now, c0)
 		return TierDecision{
 			Decision: d2,
-			DeniedBy: RuleGlobal,
 			Rule:     RuleGlobal,
+			DeniedBy: RuleGlobal,
 		}
 	}
 	most, rule := d0, RulePerUser
@@ -950,8 +951,5 @@ func (l *Limits) checkAPI(plan Plan, perUserKey string, perEndpointKey int64, no
 	if d2.Remaining < most.Remaining {
 		most, rule = d2, RuleGlobal
 	}
-	return TierDecision{
-		Decision: most,
-		Rule:     rule,
-	}
+	return TierDecision{Decision: most, Rule: rule}
 }

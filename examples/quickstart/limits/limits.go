@@ -306,17 +306,17 @@ func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
 		Period: time.Second,
 		Burst:  2000,
 		Refill: atomicbucket.Greedy,
-	}), globalScale, globalEmit, globalTau), now)}
+	}), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now)}
 }
 
 // Global's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises: time counts in units of 1/1 ns (globalScale), one token is worth globalEmit
-// units (its emission interval), and a bucket may run globalTau units ahead of now (the burst's
-// worth: its tolerance).
+// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (globalUnitsPerNs), one token is worth globalUnitsPerToken units (GCRA's emission interval), and
+// a bucket may run globalBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
 const (
-	globalScale = 1
-	globalEmit  = 1000000
-	globalTau   = 2000000000
+	globalUnitsPerNs    = 1
+	globalUnitsPerToken = 1000000
+	globalBurstUnits    = 2000000000
 )
 
 // GlobalLimiter is the type of Global. Its methods are safe for concurrent use.
@@ -331,7 +331,7 @@ func (l *GlobalLimiter) Rule() *atomicbucket.Rule {
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
 func (l *GlobalLimiter) Allow() bool {
-	return l.s.AllowGreedyAt(atomicbucket.Now(), globalScale, globalEmit, globalTau)
+	return l.s.AllowGreedyAt(atomicbucket.Now(), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits)
 }
 
 // AllowN checks a request of the given cost now, taking its tokens if allowed.
@@ -341,7 +341,7 @@ func (l *GlobalLimiter) AllowN(cost int64) atomicbucket.Decision {
 
 // AllowAt is Allow at time now.
 func (l *GlobalLimiter) AllowAt(now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(now, globalScale, globalEmit, globalTau)
+	return l.s.AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits)
 }
 
 // AllowNAt is AllowN at time now.
@@ -440,8 +440,8 @@ func (l *Limits) checkRequest(plan Plan, perUserKey string, now atomicbucket.Tim
 	if plan >= numPlans {
 		return TierDecision{
 			Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never},
-			DeniedBy: RulePerUser,
 			Rule:     RulePerUser,
+			DeniedBy: RulePerUser,
 		}
 	}
 	c0, c1 := cost, cost
@@ -452,8 +452,8 @@ func (l *Limits) checkRequest(plan Plan, perUserKey string, now atomicbucket.Tim
 	if !d0.Allowed {
 		return TierDecision{
 			Decision: d0,
-			DeniedBy: RulePerUser,
 			Rule:     RulePerUser,
+			DeniedBy: RulePerUser,
 		}
 	}
 	d1 := l.Global.AllowNAt(now, c1)
@@ -461,16 +461,13 @@ func (l *Limits) checkRequest(plan Plan, perUserKey string, now atomicbucket.Tim
 		l.PerUser.RefundAt(plan, perUserKey, now, c0)
 		return TierDecision{
 			Decision: d1,
-			DeniedBy: RuleGlobal,
 			Rule:     RuleGlobal,
+			DeniedBy: RuleGlobal,
 		}
 	}
 	most, rule := d0, RulePerUser
 	if d1.Remaining < most.Remaining {
 		most, rule = d1, RuleGlobal
 	}
-	return TierDecision{
-		Decision: most,
-		Rule:     rule,
-	}
+	return TierDecision{Decision: most, Rule: rule}
 }
