@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/dave/jennifer/jen"
 )
@@ -72,44 +71,44 @@ func duration(ns int64) jen.Code {
 }
 
 // emit returns the generated file for m.
-func emit(m *model) *jen.File {
-	f := jen.NewFile(m.pkg)
+func emit(m *Model) *jen.File {
+	f := jen.NewFile(m.Pkg)
 	f.HeaderComment(header)
-	f.PackageComment(m.doc)
+	f.PackageComment(m.Doc)
 	f.ImportName(runtimePath, "atomicbucket")
 	f.Comment("The runtime this package was generated for: an incompatible one fails to build here.")
 	f.Const().Id("_").Op("=").Add(rt("GeneratedAPIVersion2"))
-	if len(m.plans) > 0 {
+	if len(m.Plans) > 0 {
 		f.Add(emitPlans(m))
 	}
 	f.Add(emitRuleNames(m))
 	f.Add(emitLimits(m))
-	for _, r := range m.rules {
+	for _, r := range m.Rules {
 		f.Add(emitRule(m, r))
 	}
-	if len(m.tiers) > 0 {
+	if len(m.Tiers) > 0 {
 		f.Add(emitTierDecision())
-		for _, t := range m.tiers {
+		for _, t := range m.Tiers {
 			f.Add(emitTier(m, t))
 		}
 	}
 	return f
 }
 
-func emitPlans(m *model) jen.Code {
-	consts := make([]jen.Code, len(m.plans))
-	names := make([]string, len(m.plans))
-	quoted := make([]jen.Code, len(m.plans))
-	cases := make([]jen.Code, len(m.plans))
-	for i, p := range m.plans {
-		c := jen.Comment(fmt.Sprintf("%s selects the numbers of the %s plan.", p.goName, p.name)).Line().Id(p.goName)
+func emitPlans(m *Model) jen.Code {
+	consts := make([]jen.Code, len(m.Plans))
+	names := make([]string, len(m.Plans))
+	quoted := make([]jen.Code, len(m.Plans))
+	cases := make([]jen.Code, len(m.Plans))
+	for i, p := range m.Plans {
+		c := jen.Comment(fmt.Sprintf("%s selects the numbers of the %s plan.", p.GoName, p.Name)).Line().Id(p.GoName)
 		if i == 0 {
 			c = c.Id("Plan").Op("=").Iota()
 		}
 		consts[i] = c
-		names[i] = p.name
-		quoted[i] = jen.Lit(p.name)
-		cases[i] = jen.Case(jen.Lit(p.name)).Block(jen.Return(jen.Id(p.goName), jen.True()))
+		names[i] = p.Name
+		quoted[i] = jen.Lit(p.Name)
+		cases[i] = jen.Case(jen.Lit(p.Name)).Block(jen.Return(jen.Id(p.GoName), jen.True()))
 	}
 	return jen.Line().
 		Comment("Plan selects the numbers of a rule that differs by plan ("+strings.Join(names, ", ")+").").Line().
@@ -119,7 +118,7 @@ func emitPlans(m *model) jen.Code {
 		Type().Id("Plan").Uint8().Line().Line().
 		Const().Defs(consts...).Line().Line().
 		Comment("numPlans is the number of plans.").Line().
-		Const().Id("numPlans").Op("=").Lit(len(m.plans)).Line().Line().
+		Const().Id("numPlans").Op("=").Lit(len(m.Plans)).Line().Line().
 		Comment("planNames are the plans' names as policy.yaml writes them.").Line().
 		Var().Id("planNames").Op("=").Index(jen.Id("numPlans")).String().Values(quoted...).Line().Line().
 		Comment("String returns the plan's name as policy.yaml writes it.").Line().
@@ -133,19 +132,19 @@ func emitPlans(m *model) jen.Code {
 		jen.Return(jen.Lit(0), jen.False()),
 	).Line().Line().
 		Comment("ErrUnknownPlan is returned by Wait for a Plan value outside the constants.").Line().
-		Var().Id("ErrUnknownPlan").Op("=").Qual("errors", "New").Call(jen.Lit(m.pkg + ": unknown plan"))
+		Var().Id("ErrUnknownPlan").Op("=").Qual("errors", "New").Call(jen.Lit(m.Pkg + ": unknown plan"))
 }
 
-func emitRuleNames(m *model) jen.Code {
-	consts := make([]jen.Code, len(m.rules))
+func emitRuleNames(m *Model) jen.Code {
+	consts := make([]jen.Code, len(m.Rules))
 	names := []jen.Code{jen.Lit("")}
-	for i, r := range m.rules {
-		c := jen.Comment(fmt.Sprintf("%s names the rule %s.", r.ruleConst(), r.name)).Line().Id(r.ruleConst())
+	for i, r := range m.Rules {
+		c := jen.Comment(fmt.Sprintf("%s names the rule %s.", r.RuleConst(), r.Name)).Line().Id(r.RuleConst())
 		if i == 0 {
 			c = c.Id("RuleName").Op("=").Iota().Op("+").Lit(1)
 		}
 		consts[i] = c
-		names = append(names, jen.Lit(r.name))
+		names = append(names, jen.Lit(r.Name))
 	}
 	return jen.Line().
 		Comment("RuleName names a rule of the policy (the rule that denied a tier's request, say). The zero").Line().
@@ -163,20 +162,20 @@ func emitRuleNames(m *model) jen.Code {
 
 // emitLimits is the Limits type, its options and New, Default, and the
 // package-level variables.
-func emitLimits(m *model) jen.Code {
+func emitLimits(m *Model) jen.Code {
 	var fieldsDecl, inits, vars []jen.Code
 	global := false
-	for _, r := range m.rules {
-		fieldsDecl = append(fieldsDecl, jen.Id(r.goName).Op("*").Id(r.typeName()).Comment(r.fieldDoc))
-		if r.keyType == "" {
+	for _, r := range m.Rules {
+		fieldsDecl = append(fieldsDecl, jen.Id(r.GoName).Op("*").Id(r.TypeName()).Comment(r.FieldDoc))
+		if r.KeyType == "" {
 			global = true
-			inits = append(inits, field(r.goName, jen.Id(r.ctorName()).Call(jen.Id("o").Dot("start"))))
+			inits = append(inits, field(r.GoName, jen.Id(r.CtorName()).Call(jen.Id("o").Dot("start"))))
 		} else {
-			inits = append(inits, field(r.goName, jen.Id(r.ctorName()).Call()))
+			inits = append(inits, field(r.GoName, jen.Id(r.CtorName()).Call()))
 		}
-		vars = append(vars, jen.Add(comment(r.doc)).Id(r.goName).Op("=").Id("Default").Dot(r.goName).Line())
+		vars = append(vars, jen.Add(comment(r.Doc)).Id(r.GoName).Op("=").Id("Default").Dot(r.GoName).Line())
 	}
-	g := jen.Line().Add(comment(m.limitsDoc))
+	g := jen.Line().Add(comment(m.LimitsDoc))
 	g.Type().Id("Limits").Struct(fieldsDecl...).Line().Line()
 	g.Comment("Option configures New.").Line()
 	g.Type().Id("Option").Func().Params(jen.Op("*").Id("options")).Line().Line()
@@ -209,61 +208,61 @@ func emitLimits(m *model) jen.Code {
 }
 
 // store is the runtime type that holds a rule's buckets.
-func store(r rule) *jen.Statement {
-	if r.keyType == "" {
+func store(r Rule) *jen.Statement {
+	if r.KeyType == "" {
 		return rt("Bucket")
 	}
-	return rt("Table").Types(jen.Id(r.keyType))
+	return rt("Table").Types(jen.Id(r.KeyType))
 }
 
-func limitLit(l limit) jen.Code {
+func limitLit(l Limit) jen.Code {
 	refill := "Greedy"
-	if l.interval {
+	if l.Interval {
 		refill = "Interval"
 	}
 	kv := []jen.Code{
-		field("Tokens", lit(l.tokens)),
-		field("Period", duration(l.periodNs)),
-		field("Burst", lit(l.burst)),
+		field("Tokens", lit(l.Tokens)),
+		field("Period", duration(l.PeriodNs)),
+		field("Burst", lit(l.Burst)),
 		field("Refill", rt(refill)),
 	}
-	if l.aligned {
+	if l.Aligned {
 		kv = append(kv, field("Aligned", jen.True()))
 	}
-	if l.initialSet {
-		kv = append(kv, field("Initial", lit(l.initial)), field("InitialSet", jen.True()))
+	if l.InitialSet {
+		kv = append(kv, field("Initial", lit(l.Initial)), field("InitialSet", jen.True()))
 	}
 	return rt("MustRule").Call(rt("Limit").Add(fields(kv...)))
 }
 
 // ruleOf is the runtime rule for a limit; for a folded rule, checked against
 // the constants the checks use.
-func ruleOf(r rule, l limit) jen.Code {
-	if !r.folded() {
+func ruleOf(r Rule, l Limit) jen.Code {
+	if !r.Folded() {
 		return limitLit(l)
 	}
-	return rt("MustUnits").Call(limitLit(l), jen.Id(r.unitsPerNs()), jen.Id(r.unitsPerToken()), jen.Id(r.burstUnits()))
+	return rt("MustUnits").Call(limitLit(l), jen.Id(r.UnitsPerNs()), jen.Id(r.UnitsPerToken()), jen.Id(r.BurstUnits()))
 }
 
 // newStore builds one bucket set for a limit. A global rule's bucket is created
 // at now (its initial tokens and its interval grid start then).
-func newStore(r rule, l limit) jen.Code {
-	if r.keyType == "" {
+func newStore(r Rule, l Limit) jen.Code {
+	if r.KeyType == "" {
 		return rt("NewBucketAt").Call(ruleOf(r, l), jen.Id("now"))
 	}
 	var opts []jen.Code
-	if r.maxKeys > 0 {
+	if r.MaxKeys > 0 {
 		atCap := "DenyAtCap"
-		if r.allowCap {
+		if r.AllowCap {
 			atCap = "AllowAtCap"
 		}
-		opts = append(opts, field("MaxKeys", lit(r.maxKeys)), field("AtCap", rt(atCap)))
+		opts = append(opts, field("MaxKeys", lit(r.MaxKeys)), field("AtCap", rt(atCap)))
 	}
 	o := rt("TableOptions").Values()
 	if len(opts) > 0 {
 		o = rt("TableOptions").Add(fields(opts...))
 	}
-	return rt("NewTable").Types(jen.Id(r.keyType)).Call(ruleOf(r, l), o)
+	return rt("NewTable").Types(jen.Id(r.KeyType)).Call(ruleOf(r, l), o)
 }
 
 // method describes one generated method and the runtime call behind it.
@@ -278,7 +277,7 @@ type method struct {
 	onBadPlan jen.Code // returned for a plan outside the constants
 }
 
-func (r rule) methods() []method {
+func (r Rule) methods() []method {
 	cost := jen.Id("cost")
 	costP := jen.Id("cost").Int64()
 	nowP := jen.Id("now").Add(rt("Time"))
@@ -290,17 +289,17 @@ func (r rule) methods() []method {
 	allowAt := method{name: "AllowAt", call: "AllowAt", params: []jen.Code{nowP}, args: []jen.Code{now}, results: jen.Bool(), onBadPlan: jen.False(),
 		doc: "is Allow at time now."}
 	switch {
-	case r.folded():
+	case r.Folded():
 		// The units are constants: the runtime's check takes them as arguments and,
 		// for a single bucket, inlines, so the compiler folds them in.
-		inc := jen.Id(r.unitsPerToken()).Op("*").Add(lit(r.limits[0].cost))
-		if r.limits[0].cost == 1 {
-			inc = jen.Id(r.unitsPerToken())
+		inc := jen.Id(r.UnitsPerToken()).Op("*").Add(lit(r.Limits[0].Cost))
+		if r.Limits[0].Cost == 1 {
+			inc = jen.Id(r.UnitsPerToken())
 		}
-		consts := []jen.Code{jen.Id(r.unitsPerNs()), inc, jen.Id(r.burstUnits())}
+		consts := []jen.Code{jen.Id(r.UnitsPerNs()), inc, jen.Id(r.BurstUnits())}
 		allow.call, allow.args = "AllowGreedyAt", append([]jen.Code{rt("Now").Call()}, consts...)
 		allowAt.call, allowAt.args = "AllowGreedyAt", append([]jen.Code{now}, consts...)
-	case r.limits[0].cost != 1 || r.planned && r.costDiffers():
+	case r.Limits[0].Cost != 1 || r.Planned && r.CostDiffers():
 		// The default cost is not 1: go through AllowN with the rule's cost.
 		allow.call, allow.args, allow.suffix = "AllowN", []jen.Code{r.costExpr()}, jen.Dot("Allowed")
 		allowAt.call, allowAt.args, allowAt.suffix = "AllowNAt", []jen.Code{now, r.costExpr()}, jen.Dot("Allowed")
@@ -335,73 +334,73 @@ func (r rule) methods() []method {
 }
 
 // costExpr is the rule's default cost: a constant, or per plan.
-func (r rule) costExpr() jen.Code {
-	if r.planned && r.costDiffers() {
-		return jen.Id(r.unexported() + "Cost").Index(jen.Id("plan"))
+func (r Rule) costExpr() jen.Code {
+	if r.Planned && r.CostDiffers() {
+		return jen.Id(r.Unexported() + "Cost").Index(jen.Id("plan"))
 	}
-	return lit(r.limits[0].cost)
+	return lit(r.Limits[0].Cost)
 }
 
-func emitRule(m *model, r rule) jen.Code {
-	typ := r.typeName()
+func emitRule(m *Model, r Rule) jen.Code {
+	typ := r.TypeName()
 	recv := jen.Id("l").Op("*").Id(typ)
 	g := jen.Line()
 
 	// The constructor and the type.
 	var field jen.Code
 	var init jen.Code
-	if r.planned {
+	if r.Planned {
 		field = jen.Id("s").Index(jen.Id("numPlans")).Op("*").Add(store(r))
-		vals := make([]jen.Code, len(m.plans))
-		for i, p := range m.plans {
-			vals[i] = jen.Id(p.goName).Op(":").Add(newStore(r, r.limits[i]))
+		vals := make([]jen.Code, len(m.Plans))
+		for i, p := range m.Plans {
+			vals[i] = jen.Id(p.GoName).Op(":").Add(newStore(r, r.Limits[i]))
 		}
 		init = jen.Index(jen.Id("numPlans")).Op("*").Add(store(r)).Add(fields(vals...))
 	} else {
 		field = jen.Id("s").Op("*").Add(store(r))
-		init = newStore(r, r.limits[0])
+		init = newStore(r, r.Limits[0])
 	}
-	ctor := r.ctorName()
-	if r.keyType == "" {
-		g.Comment(fmt.Sprintf("%s returns %s's bucket, created at now.", ctor, r.goName)).Line()
+	ctor := r.CtorName()
+	if r.KeyType == "" {
+		g.Comment(fmt.Sprintf("%s returns %s's bucket, created at now.", ctor, r.GoName)).Line()
 		g.Func().Id(ctor).Params(jen.Id("now").Add(rt("Time"))).Op("*").Id(typ).Block(
 			jen.Return(jen.Op("&").Id(typ).Values(jen.Dict{jen.Id("s"): init}))).Line().Line()
 	} else {
-		g.Comment(fmt.Sprintf("%s returns %s's (empty) tables.", ctor, r.goName)).Line()
+		g.Comment(fmt.Sprintf("%s returns %s's (empty) tables.", ctor, r.GoName)).Line()
 		g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
 			jen.Return(jen.Op("&").Id(typ).Values(jen.Dict{jen.Id("s"): init}))).Line().Line()
 	}
-	if r.folded() {
-		l := r.limits[0]
-		g.Add(comment(r.unitsDoc))
+	if r.Folded() {
+		l := r.Limits[0]
+		g.Add(comment(r.UnitsDoc))
 		g.Const().Defs(
-			jen.Id(r.unitsPerNs()).Op("=").Add(lit(l.scale)),
-			jen.Id(r.unitsPerToken()).Op("=").Add(lit(l.emit)),
-			jen.Id(r.burstUnits()).Op("=").Add(lit(l.tau)),
+			jen.Id(r.UnitsPerNs()).Op("=").Add(lit(l.Scale)),
+			jen.Id(r.UnitsPerToken()).Op("=").Add(lit(l.Emit)),
+			jen.Id(r.BurstUnits()).Op("=").Add(lit(l.Tau)),
 		).Line().Line()
 	}
-	g.Add(comment(r.typeDoc))
+	g.Add(comment(r.TypeDoc))
 	g.Type().Id(typ).Struct(field).Line()
 	// Rule: the runtime numbers behind the limiter.
 	ruleParams, target := []jen.Code{}, jen.Id("l").Dot("s")
-	if r.planned {
+	if r.Planned {
 		ruleParams = append(ruleParams, jen.Id("plan").Id("Plan"))
 		target = jen.Id("l").Dot("s").Index(jen.Id("plan"))
 	}
 	g.Line().Comment("Rule returns the runtime rule behind the limiter (its units, exactness and limits).").Line()
 	ruleBody := []jen.Code{}
-	if r.planned {
+	if r.Planned {
 		ruleBody = append(ruleBody, jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(jen.Nil())))
 	}
 	ruleBody = append(ruleBody, jen.Return(target.Dot("Rule").Call()))
 	g.Func().Params(recv).Id("Rule").Params(ruleParams...).Op("*").Add(rt("Rule")).Block(ruleBody...).Line()
-	if r.planned && r.costDiffers() {
-		costs := make([]jen.Code, len(r.limits))
-		for i, l := range r.limits {
-			costs[i] = lit(l.cost)
+	if r.Planned && r.CostDiffers() {
+		costs := make([]jen.Code, len(r.Limits))
+		for i, l := range r.Limits {
+			costs[i] = lit(l.Cost)
 		}
-		g.Line().Comment(fmt.Sprintf("%sCost is each plan's default cost for %s.", r.unexported(), r.goName)).Line()
-		g.Var().Id(r.unexported() + "Cost").Op("=").Index(jen.Id("numPlans")).Int64().Values(costs...).Line()
+		g.Line().Comment(fmt.Sprintf("%sCost is each plan's default cost for %s.", r.Unexported(), r.GoName)).Line()
+		g.Var().Id(r.Unexported() + "Cost").Op("=").Index(jen.Id("numPlans")).Int64().Values(costs...).Line()
 	}
 
 	for _, mt := range r.methods() {
@@ -409,23 +408,23 @@ func emitRule(m *model, r rule) jen.Code {
 		if mt.ctxFirst {
 			params = append(params, jen.Id("ctx").Qual("context", "Context"))
 		}
-		if r.planned {
+		if r.Planned {
 			params = append(params, jen.Id("plan").Id("Plan"))
 		}
-		if r.keyType != "" {
-			params = append(params, jen.Id("key").Id(r.keyType))
+		if r.KeyType != "" {
+			params = append(params, jen.Id("key").Id(r.KeyType))
 		}
 		params = append(params, mt.params...)
 		args := []jen.Code{}
 		if mt.ctxFirst {
 			args = append(args, jen.Id("ctx"))
 		}
-		if r.keyType != "" {
+		if r.KeyType != "" {
 			args = append(args, jen.Id("key"))
 		}
 		args = append(args, mt.args...)
 		target := jen.Id("l").Dot("s")
-		if r.planned {
+		if r.Planned {
 			target = jen.Id("l").Dot("s").Index(jen.Id("plan"))
 		}
 		call := target.Dot(mt.call).Call(args...)
@@ -433,7 +432,7 @@ func emitRule(m *model, r rule) jen.Code {
 			call.Add(mt.suffix)
 		}
 		var body []jen.Code
-		if r.planned {
+		if r.Planned {
 			bad := jen.Return()
 			if mt.onBadPlan != nil {
 				bad = jen.Return(mt.onBadPlan)
@@ -452,17 +451,17 @@ func emitRule(m *model, r rule) jen.Code {
 		}
 		fn.Block(body...).Line()
 	}
-	if r.keyType != "" {
+	if r.KeyType != "" {
 		g.Add(emitKeyedExtras(r, recv))
 	}
 	return g
 }
 
 // emitKeyedExtras are Sweep, Len, Stats and RunSweeper, over every plan's table.
-func emitKeyedExtras(r rule, recv jen.Code) jen.Code {
+func emitKeyedExtras(r Rule, recv jen.Code) jen.Code {
 	g := jen.Line()
 	tables := jen.Id("l").Dot("s")
-	if !r.planned {
+	if !r.Planned {
 		tables = jen.Index().Op("*").Add(store(r)).Values(jen.Id("l").Dot("s"))
 	}
 	over := func(v string, typ jen.Code, each jen.Code) []jen.Code {
@@ -472,7 +471,7 @@ func emitKeyedExtras(r rule, recv jen.Code) jen.Code {
 			jen.Return(jen.Id(v)),
 		}
 	}
-	if r.planned {
+	if r.Planned {
 		g.Comment("Sweep removes the buckets, of every plan, that have been full for atomicbucket.SweepGrace, and returns how many.").Line()
 		g.Func().Params(recv).Id("Sweep").Params().Int().Block(
 			over("n", jen.Int(), jen.Id("n").Op("+=").Id("t").Dot("Sweep").Call())...).Line().Line()
@@ -510,10 +509,10 @@ func emitTierDecision() jen.Code {
 	).Line()
 }
 
-func emitTier(m *model, t tier) jen.Code {
+func emitTier(m *Model, t Tier) jen.Code {
 	planned := false
-	for _, ri := range t.rules {
-		planned = planned || m.rules[ri].planned
+	for _, ri := range t.Rules {
+		planned = planned || m.Rules[ri].Planned
 	}
 	// The tier's parameters: the plan when a rule differs by plan, then one key
 	// per keyed rule; the forms add now and cost.
@@ -522,9 +521,9 @@ func emitTier(m *model, t tier) jen.Code {
 	if planned {
 		names, types = append(names, "plan"), append(types, jen.Id("Plan"))
 	}
-	for _, ri := range t.rules {
-		if r := m.rules[ri]; r.keyType != "" {
-			names, types = append(names, r.unexported()+"Key"), append(types, jen.Id(r.keyType))
+	for _, ri := range t.Rules {
+		if r := m.Rules[ri]; r.KeyType != "" {
+			names, types = append(names, r.Unexported()+"Key"), append(types, jen.Id(r.KeyType))
 		}
 	}
 	decl := func(extra ...string) []jen.Code {
@@ -553,11 +552,11 @@ func emitTier(m *model, t tier) jen.Code {
 		extra     []string   // parameters after the keys
 		core      []jen.Code // the core's now, cost and defaults
 	}{
-		{t.goName, t.doc, nil, []jen.Code{rt("Now").Call(), jen.Lit(0), jen.True()}},
-		{t.nName(), fmt.Sprintf("%s is %s with a cost every rule is charged instead of its default.", t.nName(), t.goName),
+		{t.GoName, t.Doc, nil, []jen.Code{rt("Now").Call(), jen.Lit(0), jen.True()}},
+		{t.NName(), fmt.Sprintf("%s is %s with a cost every rule is charged instead of its default.", t.NName(), t.GoName),
 			[]string{"cost"}, []jen.Code{rt("Now").Call(), jen.Id("cost"), jen.False()}},
-		{t.atName(), fmt.Sprintf("%s is %s at time now.", t.atName(), t.goName), []string{"now"}, []jen.Code{jen.Id("now"), jen.Lit(0), jen.True()}},
-		{t.nAtName(), fmt.Sprintf("%s is %s at time now.", t.nAtName(), t.nName()), []string{"now", "cost"}, []jen.Code{jen.Id("now"), jen.Id("cost"), jen.False()}},
+		{t.AtName(), fmt.Sprintf("%s is %s at time now.", t.AtName(), t.GoName), []string{"now"}, []jen.Code{jen.Id("now"), jen.Lit(0), jen.True()}},
+		{t.NAtName(), fmt.Sprintf("%s is %s at time now.", t.NAtName(), t.NName()), []string{"now", "cost"}, []jen.Code{jen.Id("now"), jen.Id("cost"), jen.False()}},
 	}
 	g := jen.Line()
 	for _, f := range forms {
@@ -571,71 +570,64 @@ func emitTier(m *model, t tier) jen.Code {
 			jen.Return(jen.Id("Default").Dot(f.name).Call(use(fargs...)...))).Line().Line()
 		g.Add(comment(f.doc))
 		g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(f.name).Params(fparams...).Id("TierDecision").Block(
-			jen.Return(jen.Id("l").Dot(t.coreName()).Call(use(f.core...)...))).Line().Line()
+			jen.Return(jen.Id("l").Dot(t.CoreName()).Call(use(f.core...)...))).Line().Line()
 	}
 
 	// The one implementation: each rule in order, all or nothing.
-	g.Add(comment(fmt.Sprintf("%s is %s with each rule charged cost, or its own default cost when defaults is set.", t.coreName(), t.goName)))
+	g.Add(comment(fmt.Sprintf("%s is %s with each rule charged cost, or its own default cost when defaults is set.", t.CoreName(), t.GoName)))
 	var body []jen.Code
 	if planned {
-		first := m.rules[t.rules[0]]
-		for _, ri := range t.rules {
-			if m.rules[ri].planned {
-				first = m.rules[ri]
+		first := m.Rules[t.Rules[0]]
+		for _, ri := range t.Rules {
+			if m.Rules[ri].Planned {
+				first = m.Rules[ri]
 				break
 			}
 		}
 		body = append(body, jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(jen.Id("TierDecision").Add(fields(
 			field("Decision", rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})),
-			field("Rule", jen.Id(first.ruleConst())), field("DeniedBy", jen.Id(first.ruleConst())))))))
+			field("Rule", jen.Id(first.RuleConst())), field("DeniedBy", jen.Id(first.RuleConst())))))))
 	}
-	callArgs := func(r rule) []jen.Code {
+	callArgs := func(r Rule) []jen.Code {
 		var a []jen.Code
-		if r.planned {
+		if r.Planned {
 			a = append(a, jen.Id("plan"))
 		}
-		if r.keyType != "" {
-			a = append(a, jen.Id(r.unexported()+"Key"))
+		if r.KeyType != "" {
+			a = append(a, jen.Id(r.Unexported()+"Key"))
 		}
 		return a
 	}
 	var cs, costs, defaults []jen.Code
-	for i, ri := range t.rules {
+	for i, ri := range t.Rules {
 		cs = append(cs, jen.Id(fmt.Sprintf("c%d", i)))
 		costs = append(costs, jen.Id("cost"))
-		defaults = append(defaults, m.rules[ri].costExpr())
+		defaults = append(defaults, m.Rules[ri].costExpr())
 	}
 	body = append(body, jen.List(cs...).Op(":=").List(costs...),
 		jen.If(jen.Id("defaults")).Block(jen.List(cs...).Op("=").List(defaults...)))
-	for i, ri := range t.rules {
-		r := m.rules[ri]
+	for i, ri := range t.Rules {
+		r := m.Rules[ri]
 		d := jen.Id(fmt.Sprintf("d%d", i))
-		body = append(body, d.Clone().Op(":=").Id("l").Dot(r.goName).Dot("AllowNAt").Call(append(callArgs(r), jen.Id("now"), jen.Id(fmt.Sprintf("c%d", i)))...))
+		body = append(body, d.Clone().Op(":=").Id("l").Dot(r.GoName).Dot("AllowNAt").Call(append(callArgs(r), jen.Id("now"), jen.Id(fmt.Sprintf("c%d", i)))...))
 		var undo []jen.Code
 		for j := i - 1; j >= 0; j-- {
-			prev := m.rules[t.rules[j]]
-			undo = append(undo, jen.Id("l").Dot(prev.goName).Dot("RefundAt").Call(append(callArgs(prev), jen.Id("now"), jen.Id(fmt.Sprintf("c%d", j)))...))
+			prev := m.Rules[t.Rules[j]]
+			undo = append(undo, jen.Id("l").Dot(prev.GoName).Dot("RefundAt").Call(append(callArgs(prev), jen.Id("now"), jen.Id(fmt.Sprintf("c%d", j)))...))
 		}
 		undo = append(undo, jen.Return(jen.Id("TierDecision").Add(fields(
-			field("Decision", d.Clone()), field("Rule", jen.Id(r.ruleConst())), field("DeniedBy", jen.Id(r.ruleConst()))))))
+			field("Decision", d.Clone()), field("Rule", jen.Id(r.RuleConst())), field("DeniedBy", jen.Id(r.RuleConst()))))))
 		body = append(body, jen.If(jen.Op("!").Add(d.Clone()).Dot("Allowed")).Block(undo...))
 	}
 	// Every rule allowed: report the most constraining one (the fewest remaining;
 	// the earliest on a tie), which is what rate-limit headers should show.
-	body = append(body, jen.List(jen.Id("most"), jen.Id("rule")).Op(":=").List(jen.Id("d0"), jen.Id(m.rules[t.rules[0]].ruleConst())))
-	for i := 1; i < len(t.rules); i++ {
+	body = append(body, jen.List(jen.Id("most"), jen.Id("rule")).Op(":=").List(jen.Id("d0"), jen.Id(m.Rules[t.Rules[0]].RuleConst())))
+	for i := 1; i < len(t.Rules); i++ {
 		d := jen.Id(fmt.Sprintf("d%d", i))
 		body = append(body, jen.If(d.Clone().Dot("Remaining").Op("<").Id("most").Dot("Remaining")).Block(
-			jen.List(jen.Id("most"), jen.Id("rule")).Op("=").List(d.Clone(), jen.Id(m.rules[t.rules[i]].ruleConst()))))
+			jen.List(jen.Id("most"), jen.Id("rule")).Op("=").List(d.Clone(), jen.Id(m.Rules[t.Rules[i]].RuleConst()))))
 	}
 	body = append(body, jen.Return(jen.Id("TierDecision").Values(field("Decision", jen.Id("most")), field("Rule", jen.Id("rule")))))
-	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(t.coreName()).Params(append(decl("now", "cost"), jen.Id("defaults").Bool())...).Id("TierDecision").Block(body...).Line()
+	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(t.CoreName()).Params(append(decl("now", "cost"), jen.Id("defaults").Bool())...).Id("TierDecision").Block(body...).Line()
 	return g
-}
-
-// lowerFirst turns PerUser into perUser.
-func lowerFirst(s string) string {
-	r := []rune(s)
-	r[0] = unicode.ToLower(r[0])
-	return string(r)
 }

@@ -28,19 +28,19 @@ func TestGeneratedMethodsInline(t *testing.T) {
 	}
 	text := string(out)
 	foldedGlobal := 0
-	for _, r := range m.rules {
+	for _, r := range m.Rules {
 		methods := []string{"AllowN", "AllowNAt", "PeekAt"}
 		switch {
-		case r.folded() && r.keyType == "":
+		case r.Folded() && r.KeyType == "":
 			foldedGlobal++
-		case r.folded():
+		case r.Folded():
 			methods = append(methods, "AllowAt")
 		default:
 			methods = append(methods, "Allow", "AllowAt")
 		}
 		for _, method := range methods {
-			if want := fmt.Sprintf("can inline (*%sLimiter).%s\n", r.goName, method); !strings.Contains(text, want) {
-				t.Errorf("the compiler does not inline %s.%s", r.goName, method)
+			if want := fmt.Sprintf("can inline (*%sLimiter).%s\n", r.GoName, method); !strings.Contains(text, want) {
+				t.Errorf("the compiler does not inline %s.%s", r.GoName, method)
 			}
 		}
 	}

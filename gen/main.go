@@ -174,11 +174,11 @@ func generateFile(policyPath string) (string, []byte, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	return m.pkg + ".go", src, nil
+	return m.Pkg + ".go", src, nil
 }
 
 // compile parses and validates a policy into its model.
-func compile(name string, raw []byte) (*model, error) {
+func compile(name string, raw []byte) (*Model, error) {
 	p := &parser{file: name}
 	doc := p.parse(raw)
 	if doc == nil {
@@ -193,7 +193,7 @@ func compile(name string, raw []byte) (*model, error) {
 
 // render prints the model through jennifer, which gofmts it. When formatting
 // fails, the error carries the unformatted source so that the bug can be seen.
-func render(m *model) ([]byte, error) {
+func render(m *Model) ([]byte, error) {
 	f := emit(m)
 	var buf bytes.Buffer
 	if err := f.Render(&buf); err != nil {

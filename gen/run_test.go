@@ -52,7 +52,7 @@ func TestGeneratedPackagesRun(t *testing.T) {
 		must(t, err)
 		dir := filepath.Join(mod, fmt.Sprintf("p%02d", i))
 		must(t, os.MkdirAll(dir, 0o755))
-		must(t, os.WriteFile(filepath.Join(dir, m.pkg+".go"), src, 0o644))
+		must(t, os.WriteFile(filepath.Join(dir, m.Pkg+".go"), src, 0o644))
 		var harness bytes.Buffer
 		if err := harnessTmpl.Execute(&harness, harnessData(m)); err != nil {
 			t.Fatal(err)
@@ -103,11 +103,11 @@ func acceptedFuzzInputs(t *testing.T) []string {
 		if err != nil {
 			continue
 		}
-		m.pkg = fmt.Sprintf("fuzzed%d", i)
+		m.Pkg = fmt.Sprintf("fuzzed%d", i)
 		path := filepath.Join(dir, fmt.Sprintf("fuzzed%d.yaml", i))
 		// Re-serialise only the package line: the rest of the input stays as found.
-		must(t, os.WriteFile(path, renamePackage(src, m.pkg), 0o644))
-		if _, err := compile("fuzz.yaml", renamePackage(src, m.pkg)); err != nil {
+		must(t, os.WriteFile(path, renamePackage(src, m.Pkg), 0o644))
+		if _, err := compile("fuzz.yaml", renamePackage(src, m.Pkg)); err != nil {
 			continue // the rename changed its meaning (a package line inside a flow mapping, say)
 		}
 		out = append(out, path)
@@ -264,29 +264,29 @@ type hModel struct {
 	Tiers []hTier
 }
 
-func harnessData(m *model) hModel {
-	h := hModel{Pkg: m.pkg}
-	for _, p := range m.plans {
-		h.Plans = append(h.Plans, p.goName)
+func harnessData(m *Model) hModel {
+	h := hModel{Pkg: m.Pkg}
+	for _, p := range m.Plans {
+		h.Plans = append(h.Plans, p.GoName)
 	}
-	conv := func(r rule) hRule {
-		hr := hRule{Name: r.name, GoName: r.goName, KeyType: r.keyType, Keyed: r.keyType != "", Planned: r.planned, MaxKeys: r.maxKeys, AllowCap: r.allowCap}
-		for i, l := range r.limits {
-			p := hPlan{Burst: l.burst, Emit: max(l.periodNs/l.tokens, 1), Cost: l.cost}
-			if r.planned {
-				p.Const = m.plans[i].goName
+	conv := func(r Rule) hRule {
+		hr := hRule{Name: r.Name, GoName: r.GoName, KeyType: r.KeyType, Keyed: r.KeyType != "", Planned: r.Planned, MaxKeys: r.MaxKeys, AllowCap: r.AllowCap}
+		for i, l := range r.Limits {
+			p := hPlan{Burst: l.Burst, Emit: max(l.PeriodNs/l.Tokens, 1), Cost: l.Cost}
+			if r.Planned {
+				p.Const = m.Plans[i].GoName
 			}
 			hr.Plans = append(hr.Plans, p)
 		}
 		return hr
 	}
-	for _, r := range m.rules {
+	for _, r := range m.Rules {
 		h.Rules = append(h.Rules, conv(r))
 	}
-	for _, t := range m.tiers {
-		ht := hTier{GoName: t.goName}
-		for _, ri := range t.rules {
-			hr := conv(m.rules[ri])
+	for _, t := range m.Tiers {
+		ht := hTier{GoName: t.GoName}
+		for _, ri := range t.Rules {
+			hr := conv(m.Rules[ri])
 			ht.Planned = ht.Planned || hr.Planned
 			ht.Rules = append(ht.Rules, hr)
 		}

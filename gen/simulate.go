@@ -79,8 +79,8 @@ func simulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 // simRule is one rule's buckets in a simulation.
 type simRule struct {
-	rule            rule
-	limit           limit
+	rule            Rule
+	limit           Limit
 	table           *atomicbucket.Table[string]
 	bucket          *atomicbucket.Bucket
 	allowed, denied map[string]int
@@ -93,13 +93,13 @@ type simulation struct {
 	keyed []int // indices into rules of the keyed rules, in order
 }
 
-func newSimulation(m *model, name, planName string) (*simulation, error) {
+func newSimulation(m *Model, name, planName string) (*simulation, error) {
 	var ruleNames, tierNames []string
-	for _, r := range m.rules {
-		ruleNames = append(ruleNames, r.name)
+	for _, r := range m.Rules {
+		ruleNames = append(ruleNames, r.Name)
 	}
-	for _, t := range m.tiers {
-		tierNames = append(tierNames, t.name)
+	for _, t := range m.Tiers {
+		tierNames = append(tierNames, t.Name)
 	}
 	choices := "the rules are " + strings.Join(ruleNames, ", ")
 	if len(tierNames) > 0 {
@@ -111,9 +111,9 @@ func newSimulation(m *model, name, planName string) (*simulation, error) {
 	plan := -1
 	if planName != "" {
 		var names []string
-		for i, p := range m.plans {
-			names = append(names, p.name)
-			if p.name == planName {
+		for i, p := range m.Plans {
+			names = append(names, p.Name)
+			if p.Name == planName {
 				plan = i
 			}
 		}
@@ -121,18 +121,18 @@ func newSimulation(m *model, name, planName string) (*simulation, error) {
 			return nil, fmt.Errorf("no plan %q in the policy; the plans are %s", planName, strings.Join(names, ", "))
 		}
 	}
-	var picked []rule
+	var picked []Rule
 	s := &simulation{name: name}
-	for _, r := range m.rules {
-		if r.name == name || r.goName == name {
-			picked = []rule{r}
+	for _, r := range m.Rules {
+		if r.Name == name || r.GoName == name {
+			picked = []Rule{r}
 		}
 	}
-	for _, t := range m.tiers {
-		if t.name == name || t.goName == name {
+	for _, t := range m.Tiers {
+		if t.Name == name || t.GoName == name {
 			s.tier = true
-			for _, ri := range t.rules {
-				picked = append(picked, m.rules[ri])
+			for _, ri := range t.Rules {
+				picked = append(picked, m.Rules[ri])
 			}
 		}
 	}
@@ -140,15 +140,15 @@ func newSimulation(m *model, name, planName string) (*simulation, error) {
 		return nil, fmt.Errorf("no rule or tier named %q; %s", name, choices)
 	}
 	for i, r := range picked {
-		l := r.limits[0]
-		if r.planned {
+		l := r.Limits[0]
+		if r.Planned {
 			if plan < 0 {
-				return nil, fmt.Errorf("rule %s differs by plan: give -plan", r.goName)
+				return nil, fmt.Errorf("rule %s differs by plan: give -plan", r.GoName)
 			}
-			l = r.limits[plan]
+			l = r.Limits[plan]
 		}
 		s.rules = append(s.rules, &simRule{rule: r, limit: l, allowed: map[string]int{}, denied: map[string]int{}})
-		if r.keyType != "" {
+		if r.KeyType != "" {
 			s.keyed = append(s.keyed, i)
 		}
 	}
@@ -238,7 +238,7 @@ func (lr *logReader) header(rec []string) error {
 			c.key = i
 		default:
 			for j, r := range lr.sim.rules {
-				if r.rule.keyType != "" && (name == r.rule.name || name == r.rule.goName) {
+				if r.rule.KeyType != "" && (name == r.rule.Name || name == r.rule.GoName) {
 					c.ruleKeys[j] = i
 				}
 			}
@@ -250,10 +250,10 @@ func (lr *logReader) header(rec []string) error {
 	}
 	for _, j := range lr.sim.keyed {
 		if c.ruleKeys[j] >= 0 {
-			lr.head = append(lr.head, lr.sim.rules[j].rule.name)
+			lr.head = append(lr.head, lr.sim.rules[j].rule.Name)
 		} else if c.key < 0 {
 			return fmt.Errorf("the header has no key column for rule %s: add a column named %s (or key, for one key for every rule)",
-				lr.sim.rules[j].rule.name, lr.sim.rules[j].rule.name)
+				lr.sim.rules[j].rule.Name, lr.sim.rules[j].rule.Name)
 		}
 	}
 	lr.cols = c
@@ -305,12 +305,12 @@ func (lr *logReader) jsonLine(text string) (request, error) {
 	case j.Keys != nil:
 		for _, i := range lr.sim.keyed {
 			r := lr.sim.rules[i].rule
-			v, ok := j.Keys[r.name]
+			v, ok := j.Keys[r.Name]
 			if !ok {
-				v, ok = j.Keys[r.goName]
+				v, ok = j.Keys[r.GoName]
 			}
 			if !ok {
-				return request{}, fmt.Errorf("line %d: keys has no key for rule %s", lr.line, r.name)
+				return request{}, fmt.Errorf("line %d: keys has no key for rule %s", lr.line, r.Name)
 			}
 			keys[i] = strings.Trim(fmt.Sprint(v), `"`)
 			if f, isNum := v.(float64); isNum {
@@ -359,9 +359,9 @@ func (s *simulation) request(line int, timeField string, keys []string, costFiel
 	}
 	for _, j := range s.keyed {
 		r := s.rules[j].rule
-		k, err := canonicalKey(r.keyType, keys[j])
+		k, err := canonicalKey(r.KeyType, keys[j])
 		if err != nil {
-			return req, fmt.Errorf("line %d: rule %s: %v", line, r.name, err)
+			return req, fmt.Errorf("line %d: rule %s: %v", line, r.Name, err)
 		}
 		keys[j] = k
 	}
@@ -405,8 +405,8 @@ func canonicalKey(keyType, key string) (string, error) {
 func (s *simulation) shift(first int64) (int64, error) {
 	step := big.NewInt(1)
 	for _, r := range s.rules {
-		if r.limit.interval { // aligned grids, and keyed ones, are on the wall clock
-			p := big.NewInt(r.limit.periodNs)
+		if r.limit.Interval { // aligned grids, and keyed ones, are on the wall clock
+			p := big.NewInt(r.limit.PeriodNs)
 			g := new(big.Int).GCD(nil, nil, step, p)
 			step.Mul(step, p).Quo(step, g)
 		}
@@ -423,16 +423,16 @@ func (s *simulation) shift(first int64) (int64, error) {
 // start builds the buckets at the first request's time.
 func (s *simulation) start(start atomicbucket.Time) error {
 	for _, r := range s.rules {
-		rule, err := atomicbucket.NewRule(r.limit.atomic())
+		rule, err := atomicbucket.NewRule(r.limit.Atomic())
 		if err != nil {
 			return err
 		}
-		if r.rule.keyType == "" {
+		if r.rule.KeyType == "" {
 			r.bucket = atomicbucket.NewBucketAt(rule, start)
 			continue
 		}
-		opts := atomicbucket.TableOptions{MaxKeys: r.rule.maxKeys}
-		if r.rule.allowCap {
+		opts := atomicbucket.TableOptions{MaxKeys: r.rule.MaxKeys}
+		if r.rule.AllowCap {
 			opts.AtCap = atomicbucket.AllowAtCap
 		}
 		r.table = atomicbucket.NewTable[string](rule, opts)
@@ -498,7 +498,7 @@ func (s *simulation) keyColumns(req request, lr *logReader) []string {
 	for _, name := range lr.head {
 		if name != "key" {
 			for _, j := range s.keyed {
-				if s.rules[j].rule.name == name {
+				if s.rules[j].rule.Name == name {
 					cols = append(cols, req.keys[j])
 				}
 			}
@@ -536,11 +536,11 @@ func (s *simulation) summary(w io.Writer) {
 		slices.Sort(sorted)
 		ta, td := 0, 0
 		for _, k := range sorted {
-			fmt.Fprintf(w, "# %s,%s,%d,%d\n", r.rule.name, k, r.allowed[k], r.denied[k])
+			fmt.Fprintf(w, "# %s,%s,%d,%d\n", r.rule.Name, k, r.allowed[k], r.denied[k])
 			ta += r.allowed[k]
 			td += r.denied[k]
 		}
-		fmt.Fprintf(w, "# %s,(all keys),%d,%d\n", r.rule.name, ta, td)
+		fmt.Fprintf(w, "# %s,(all keys),%d,%d\n", r.rule.Name, ta, td)
 	}
 }
 
@@ -548,7 +548,7 @@ func (s *simulation) costOf(r *simRule, req request) int64 {
 	if req.hasCost {
 		return req.cost
 	}
-	return r.limit.cost
+	return r.limit.Cost
 }
 
 // decide runs one request: through the single rule, or through a tier's rules
@@ -578,7 +578,7 @@ func (s *simulation) decide(req request, now atomicbucket.Time) (atomicbucket.De
 					prev.bucket.RefundAt(now, s.costOf(prev, req))
 				}
 			}
-			return d, r.rule.name
+			return d, r.rule.Name
 		}
 		if i == 0 || d.Remaining < most.Remaining {
 			most = d

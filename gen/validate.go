@@ -51,7 +51,7 @@ type names struct {
 
 func newNames(p *parser) *names {
 	n := &names{p: p, owners: map[string]string{}}
-	for _, id := range reservedIdents {
+	for _, id := range ReservedIdents {
 		n.owners[id] = "every generated package"
 	}
 	return n
@@ -74,8 +74,8 @@ func (n *names) claim(what string, at *yaml.Node, ids [][2]string) bool {
 
 // validate checks the parsed policy's meaning and builds the model. Every
 // problem is collected in p.diags.
-func (p *parser) validate(doc *policyDoc) *model {
-	m := &model{source: p.file}
+func (p *parser) validate(doc *policyDoc) *Model {
+	m := &Model{Source: p.file}
 	ids := newNames(p)
 	if doc.pkg == nil {
 		p.errorf(doc.node, "missing field package: the Go package name to generate, such as package: limits")
@@ -86,9 +86,9 @@ func (p *parser) validate(doc *policyDoc) *model {
 	} else if v == "main" {
 		p.errorf(doc.pkg, "package main is a program, not a package a service can import; use a name of its own, such as limits")
 	} else {
-		m.pkg = v
+		m.Pkg = v
 	}
-	m.plans = p.plans(doc.plans, ids)
+	m.Plans = p.plans(doc.plans, ids)
 	switch {
 	case len(doc.rules) == 0:
 		p.errorf(doc.node, "no rules: a policy needs at least one rule under rules:")
@@ -97,17 +97,17 @@ func (p *parser) validate(doc *policyDoc) *model {
 		return m
 	}
 	for _, rd := range doc.rules {
-		r, ok := p.rule(rd, m.plans)
-		if !ok || !ids.claim(fmt.Sprintf("rule %q", r.name), rd.fields["name"], r.idents()) {
+		r, ok := p.rule(rd, m.Plans)
+		if !ok || !ids.claim(fmt.Sprintf("rule %q", r.Name), rd.fields["name"], r.Idents()) {
 			continue
 		}
-		m.rules = append(m.rules, r)
+		m.Rules = append(m.Rules, r)
 	}
 	sets := 0
-	for _, r := range m.rules {
-		if r.planned {
-			if sets += len(m.plans); sets > maxPlanSets {
-				p.errorf(doc.plans, "%d plans for each of the rules with a plans: section make more than %d bucket sets; use fewer plans, or give fewer rules plans of their own", len(m.plans), maxPlanSets)
+	for _, r := range m.Rules {
+		if r.Planned {
+			if sets += len(m.Plans); sets > maxPlanSets {
+				p.errorf(doc.plans, "%d plans for each of the rules with a plans: section make more than %d bucket sets; use fewer plans, or give fewer rules plans of their own", len(m.Plans), maxPlanSets)
 				return m
 			}
 		}
@@ -117,15 +117,15 @@ func (p *parser) validate(doc *policyDoc) *model {
 		return m
 	}
 	for _, td := range doc.tiers {
-		if t, ok := p.tier(td, m); ok && ids.claim(fmt.Sprintf("tier %q", t.name), td.fields["name"], t.idents()) {
-			m.tiers = append(m.tiers, t)
+		if t, ok := p.tier(td, m); ok && ids.claim(fmt.Sprintf("tier %q", t.Name), td.fields["name"], t.Idents()) {
+			m.Tiers = append(m.Tiers, t)
 		}
 	}
 	modelDocs(m)
 	return m
 }
 
-func (p *parser) plans(n *yaml.Node, ids *names) []plan {
+func (p *parser) plans(n *yaml.Node, ids *names) []Plan {
 	if n == nil {
 		return nil
 	}
@@ -134,7 +134,7 @@ func (p *parser) plans(n *yaml.Node, ids *names) []plan {
 		p.errorf(items[maxPlans], "%d plans; a policy may have at most %d (this is plan %d)", len(items), maxPlans, maxPlans+1)
 		return nil
 	}
-	var out []plan
+	var out []Plan
 	for _, item := range items {
 		name := item.Value
 		switch {
@@ -144,12 +144,12 @@ func (p *parser) plans(n *yaml.Node, ids *names) []plan {
 		case len(name) > maxNameLen:
 			p.errorf(item, "plan name is %d bytes long; at most %d", len(name), maxNameLen)
 			continue
-		case slices.ContainsFunc(out, func(q plan) bool { return q.name == name }):
+		case slices.ContainsFunc(out, func(q Plan) bool { return q.Name == name }):
 			p.errorf(item, "plan %q listed twice", name)
 			continue
 		}
-		pl := plan{name: name, goName: "Plan" + camel(name)}
-		if ids.claim(fmt.Sprintf("plan %q", name), item, [][2]string{{pl.goName, "its constant"}}) {
+		pl := Plan{Name: name, GoName: "Plan" + camel(name)}
+		if ids.claim(fmt.Sprintf("plan %q", name), item, [][2]string{{pl.GoName, "its constant"}}) {
 			out = append(out, pl)
 		}
 	}
@@ -197,26 +197,26 @@ func (p *parser) goName(n *yaml.Node, what string) (string, bool) {
 	return "", false
 }
 
-func (p *parser) rule(rd *ruleDoc, plans []plan) (rule, bool) {
-	var r rule
+func (p *parser) rule(rd *ruleDoc, plans []Plan) (Rule, bool) {
+	var r Rule
 	nameNode := rd.fields["name"]
 	if nameNode == nil {
 		p.errorf(rd.node, "a rule needs a name, such as name: PerUser")
 		return r, false
 	}
 	var ok bool
-	if r.goName, ok = p.goName(nameNode, "rule"); !ok {
+	if r.GoName, ok = p.goName(nameNode, "rule"); !ok {
 		return r, false
 	}
-	r.name = nameNode.Value
-	what := fmt.Sprintf("rule %q", r.name)
+	r.Name = nameNode.Value
+	what := fmt.Sprintf("rule %q", r.Name)
 	valid := true
 	bad := func(n *yaml.Node, format string, args ...any) {
 		p.errorf(n, what+": "+format, args...)
 		valid = false
 	}
 
-	r.keyType = "none"
+	r.KeyType = "none"
 	if n := rd.fields["key"]; n != nil {
 		if !slices.Contains(keyTypes, n.Value) {
 			if s := didYouMean(n.Value, keyTypes); s != "" {
@@ -225,25 +225,25 @@ func (p *parser) rule(rd *ruleDoc, plans []plan) (rule, bool) {
 				bad(n, "key type %q is not supported; use string, an integer type such as int64, or none for a global limit", n.Value)
 			}
 		}
-		r.keyType = n.Value
+		r.KeyType = n.Value
 	}
-	if r.keyType == "none" {
-		r.keyType = ""
+	if r.KeyType == "none" {
+		r.KeyType = ""
 	}
 
 	base, baseOK := p.limit(rd.fields, rd.keys, rd.node, what, nil)
 	valid = valid && baseOK
-	r.cost = base.cost
+	r.Cost = base.Cost
 
 	if n := rd.fields["max_keys"]; n != nil {
 		v, ok := p.int(n, what, "max_keys", 1)
 		switch {
 		case !ok:
 			valid = false
-		case r.keyType == "":
+		case r.KeyType == "":
 			bad(n, "max_keys needs keys: a rule without key: is one global bucket")
 		default:
-			r.maxKeys = v
+			r.MaxKeys = v
 		}
 	}
 	if n := rd.fields["at_cap"]; n != nil {
@@ -253,7 +253,7 @@ func (p *parser) rule(rd *ruleDoc, plans []plan) (rule, bool) {
 		case rd.fields["max_keys"] == nil:
 			bad(n, "at_cap applies only with max_keys")
 		default:
-			r.allowCap = n.Value == "allow"
+			r.AllowCap = n.Value == "allow"
 		}
 	}
 
@@ -263,16 +263,16 @@ func (p *parser) rule(rd *ruleDoc, plans []plan) (rule, bool) {
 	case len(rd.plans) == 0:
 		// No numbers of its own per plan: one bucket set shared by every plan (a
 		// global limit stays global whatever the caller's plan).
-		r.limits = []limit{base}
+		r.Limits = []Limit{base}
 	default:
-		r.planned = true
-		r.limits = make([]limit, len(plans))
-		for i := range r.limits {
-			r.limits[i] = base
+		r.Planned = true
+		r.Limits = make([]Limit, len(plans))
+		for i := range r.Limits {
+			r.Limits[i] = base
 		}
 		names := make([]string, len(plans))
 		for i, pl := range plans {
-			names[i] = pl.name
+			names[i] = pl.Name
 		}
 		given := map[string]bool{}
 		for _, pd := range rd.plans {
@@ -292,21 +292,21 @@ func (p *parser) rule(rd *ruleDoc, plans []plan) (rule, bool) {
 			given[pd.name.Value] = true
 			l, ok := p.limit(pd.fields, pd.keys, pd.name, what+" plan "+strconv.Quote(pd.name.Value), &base)
 			valid = valid && ok
-			r.limits[i] = l
+			r.Limits[i] = l
 		}
 	}
 	if !valid {
 		return r, false
 	}
-	r.doc = ruleDoc_(r, plans)
+	r.Doc = ruleDoc_(r, plans)
 	return r, true
 }
 
 // limit reads rate, burst, refill, aligned, initial and cost from fields. With
 // base set (a plan's override), missing fields take the base's values and the
 // refill fields are not allowed.
-func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what string, base *limit) (limit, bool) {
-	var l limit
+func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what string, base *Limit) (Limit, bool) {
+	var l Limit
 	if base != nil {
 		l = *base
 	}
@@ -320,7 +320,7 @@ func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what s
 			switch n.Value {
 			case "greedy":
 			case "interval":
-				l.interval = true
+				l.Interval = true
 			default:
 				bad(n, "refill %q: use greedy (continuous) or interval (tokens at each period boundary)", n.Value)
 			}
@@ -330,10 +330,10 @@ func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what s
 			switch {
 			case err != nil:
 				bad(n, "aligned %q: use true or false", n.Value)
-			case v && !l.interval:
+			case v && !l.Interval:
 				bad(n, "aligned applies to interval refill only; add refill: interval")
 			default:
-				l.aligned = v
+				l.Aligned = v
 			}
 		}
 	}
@@ -351,9 +351,9 @@ func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what s
 		n := fields[rateNodes[0]]
 		var err error
 		if rateNodes[0] == "rate" {
-			l.tokens, l.periodNs, err = parseRate(n.Value, l.interval)
+			l.Tokens, l.PeriodNs, err = parseRate(n.Value, l.Interval)
 		} else {
-			l.tokens, l.periodNs, err = parsePerSecond(n.Value, l.interval)
+			l.Tokens, l.PeriodNs, err = parsePerSecond(n.Value, l.Interval)
 		}
 		if err != nil {
 			bad(n, "%v", err)
@@ -364,7 +364,7 @@ func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what s
 
 	if n := fields["burst"]; n != nil {
 		if v, good := p.int(n, what, "burst", 1); good {
-			l.burst = v
+			l.Burst = v
 		} else {
 			ok = false
 		}
@@ -372,18 +372,18 @@ func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what s
 		bad(at, "no burst: add burst:, the most tokens the bucket holds (at least 1)")
 	}
 	if base == nil {
-		l.cost = 1
+		l.Cost = 1
 	}
 	if n := fields["cost"]; n != nil {
 		if v, good := p.int(n, what, "cost", 1); good {
-			l.cost = v
+			l.Cost = v
 		} else {
 			ok = false
 		}
 	}
 	if n := fields["initial"]; n != nil {
 		if v, good := p.int(n, what, "initial", 0); good {
-			l.initial, l.initialSet = v, true
+			l.Initial, l.InitialSet = v, true
 		} else {
 			ok = false
 		}
@@ -391,19 +391,19 @@ func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what s
 	if !ok {
 		return l, false
 	}
-	if l.burst > 0 && l.cost > l.burst {
+	if l.Burst > 0 && l.Cost > l.Burst {
 		n := fields["cost"]
 		if n == nil {
 			n = fields["burst"]
 		}
-		bad(n, "burst %d is below the cost %d of one request, which could never pass; raise burst to at least %d", l.burst, l.cost, l.cost)
+		bad(n, "burst %d is below the cost %d of one request, which could never pass; raise burst to at least %d", l.Burst, l.Cost, l.Cost)
 		return l, false
 	}
-	if l.initialSet && l.initial > l.burst {
-		bad(fields["initial"], "initial %d exceeds burst %d; initial must be between 0 and the burst", l.initial, l.burst)
+	if l.InitialSet && l.Initial > l.Burst {
+		bad(fields["initial"], "initial %d exceeds burst %d; initial must be between 0 and the burst", l.Initial, l.Burst)
 		return l, false
 	}
-	rt, err := atomicbucket.NewRule(l.atomic())
+	rt, err := atomicbucket.NewRule(l.Atomic())
 	if err != nil {
 		n := fields["rate"]
 		if n == nil {
@@ -412,18 +412,8 @@ func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what s
 		bad(n, "%s", strings.TrimPrefix(strings.TrimPrefix(err.Error(), atomicbucket.ErrInvalidLimit.Error()), ": "))
 		return l, false
 	}
-	l.scale, l.emit, l.tau, l.greedy = rt.Units()
+	l.Scale, l.Emit, l.Tau, l.Greedy = rt.Units()
 	return l, true
-}
-
-// atomic is the limit as the runtime takes it.
-func (l limit) atomic() atomicbucket.Limit {
-	refill := atomicbucket.Greedy
-	if l.interval {
-		refill = atomicbucket.Interval
-	}
-	return atomicbucket.Limit{Tokens: l.tokens, Period: time.Duration(l.periodNs), Burst: l.burst,
-		Refill: refill, Aligned: l.aligned, Initial: l.initial, InitialSet: l.initialSet}
 }
 
 func (p *parser) int(n *yaml.Node, what, field string, least int64) (int64, bool) {
@@ -502,54 +492,54 @@ func kindName(k yaml.Kind) string {
 	return "value"
 }
 
-func (p *parser) tier(td *tierDoc, m *model) (tier, bool) {
-	var t tier
+func (p *parser) tier(td *tierDoc, m *Model) (Tier, bool) {
+	var t Tier
 	var ok bool
-	if t.goName, ok = p.goName(td.fields["name"], "tier"); !ok {
+	if t.GoName, ok = p.goName(td.fields["name"], "tier"); !ok {
 		if td.fields["name"] == nil {
 			p.errorf(td.node, "a tier needs a name, such as name: API")
 		}
 		return t, false
 	}
-	t.name = td.fields["name"].Value
+	t.Name = td.fields["name"].Value
 	list := td.fields["rules"]
 	if list == nil {
-		p.errorf(td.node, "tier %q: no rules; list the rules a request must pass together, such as rules: [PerUser, Global]", t.name)
+		p.errorf(td.node, "tier %q: no rules; list the rules a request must pass together, such as rules: [PerUser, Global]", t.Name)
 		return t, false
 	}
-	names := make([]string, len(m.rules))
-	for i, r := range m.rules {
-		names[i] = r.name
+	names := make([]string, len(m.Rules))
+	for i, r := range m.Rules {
+		names[i] = r.Name
 	}
 	valid := true
 	items := p.sequence(list, "a tier's rules")
 	if len(items) > maxTierRules {
-		p.errorf(items[maxTierRules], "tier %q names %d rules; a tier may have at most %d", t.name, len(items), maxTierRules)
+		p.errorf(items[maxTierRules], "tier %q names %d rules; a tier may have at most %d", t.Name, len(items), maxTierRules)
 		return t, false
 	}
 	for _, n := range items {
 		i := slices.Index(names, n.Value)
 		switch {
 		case i < 0:
-			msg := fmt.Sprintf("tier %q: no rule named %q", t.name, n.Value)
+			msg := fmt.Sprintf("tier %q: no rule named %q", t.Name, n.Value)
 			if s := didYouMean(n.Value, names); s != "" {
 				msg += fmt.Sprintf("; did you mean %q?", s)
 			}
 			p.errorf(n, "%s", msg)
 			valid = false
-		case slices.Contains(t.rules, i):
-			p.errorf(n, "tier %q names rule %q twice; a request passes each rule once", t.name, n.Value)
+		case slices.Contains(t.Rules, i):
+			p.errorf(n, "tier %q names rule %q twice; a request passes each rule once", t.Name, n.Value)
 			valid = false
 		default:
-			t.rules = append(t.rules, i)
+			t.Rules = append(t.Rules, i)
 		}
 	}
-	if !valid || len(t.rules) == 0 {
+	if !valid || len(t.Rules) == 0 {
 		if valid {
-			p.errorf(list, "tier %q: no rules; list at least one", t.name)
+			p.errorf(list, "tier %q: no rules; list at least one", t.Name)
 		}
 		return t, false
 	}
-	t.doc = tierDoc_(t, m)
+	t.Doc = tierDoc_(t, m)
 	return t, true
 }
