@@ -1,6 +1,7 @@
 package main
 
 import (
+	"github.com/limitgen/limitgen/gen/internal/policy"
 	goparser "go/parser"
 	"go/token"
 	"os"
@@ -26,12 +27,12 @@ func FuzzPolicy(f *testing.F) {
 	f.Fuzz(func(t *testing.T, src []byte) {
 		m, err := compile("fuzz.yaml", src)
 		if err != nil {
-			ds, ok := err.(diags)
+			ds, ok := err.(policy.Diags)
 			if !ok || len(ds) == 0 {
 				t.Fatalf("refused without diagnostics: %v", err)
 			}
 			for _, d := range ds {
-				if d.msg == "" || d.line == 0 && !unplaced(d.msg) {
+				if d.Msg == "" || d.Line == 0 && !unplaced(d.Msg) {
 					t.Fatalf("a problem reported without a position: %q", d.String())
 				}
 			}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"github.com/limitgen/limitgen/gen/internal/emit"
 	"os"
 	"path/filepath"
 	"strings"
@@ -62,7 +63,7 @@ func TestCheckReportsDrift(t *testing.T) {
 	// A generated file the policy no longer produces.
 	write("10/s")
 	run([]string{"-policy", policy, "-out", out}, &bytes.Buffer{}, os.Stderr)
-	if err := os.WriteFile(filepath.Join(out, "old.go"), []byte("// "+header+"\n\npackage lim\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(out, "old.go"), []byte("// "+emit.Header+"\n\npackage lim\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	stderr.Reset()
@@ -90,7 +91,7 @@ func squash(s string) string {
 	return b.String()
 }
 
-// TestGoldenFragments checks small pieces of emitted code: the header, the
+// TestGoldenFragments checks small pieces of emitted code: the emit.Header, the
 // runtime guard, doc comments in plain words, constants folded into the rule,
 // the plan switch without a map, and a tier's give-back order.
 func TestGoldenFragments(t *testing.T) {

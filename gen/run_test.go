@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"github.com/limitgen/limitgen/gen/internal/model"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -264,12 +265,12 @@ type hModel struct {
 	Tiers []hTier
 }
 
-func harnessData(m *Model) hModel {
+func harnessData(m *model.Model) hModel {
 	h := hModel{Pkg: m.Pkg}
 	for _, p := range m.Plans {
 		h.Plans = append(h.Plans, p.GoName)
 	}
-	conv := func(r Rule) hRule {
+	conv := func(r model.Rule) hRule {
 		hr := hRule{Name: r.Name, GoName: r.GoName, KeyType: r.KeyType, Keyed: r.KeyType != "", Planned: r.Planned, MaxKeys: r.MaxKeys, AllowCap: r.AllowCap}
 		for i, l := range r.Limits {
 			p := hPlan{Burst: l.Burst, Emit: max(l.PeriodNs/l.Tokens, 1), Cost: l.Cost}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/gen/internal/model"
 )
 
 // simulate replays a request log through one rule or tier of a policy and
@@ -79,8 +80,8 @@ func simulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 // simRule is one rule's buckets in a simulation.
 type simRule struct {
-	rule            Rule
-	limit           Limit
+	rule            model.Rule
+	limit           model.Limit
 	table           *atomicbucket.Table[string]
 	bucket          *atomicbucket.Bucket
 	allowed, denied map[string]int
@@ -93,7 +94,7 @@ type simulation struct {
 	keyed []int // indices into rules of the keyed rules, in order
 }
 
-func newSimulation(m *Model, name, planName string) (*simulation, error) {
+func newSimulation(m *model.Model, name, planName string) (*simulation, error) {
 	var ruleNames, tierNames []string
 	for _, r := range m.Rules {
 		ruleNames = append(ruleNames, r.Name)
@@ -121,11 +122,11 @@ func newSimulation(m *Model, name, planName string) (*simulation, error) {
 			return nil, fmt.Errorf("no plan %q in the policy; the plans are %s", planName, strings.Join(names, ", "))
 		}
 	}
-	var picked []Rule
+	var picked []model.Rule
 	s := &simulation{name: name}
 	for _, r := range m.Rules {
 		if r.Name == name || r.GoName == name {
-			picked = []Rule{r}
+			picked = []model.Rule{r}
 		}
 	}
 	for _, t := range m.Tiers {

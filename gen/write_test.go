@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"github.com/limitgen/limitgen/gen/internal/emit"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,7 +25,7 @@ func genInto(t *testing.T, policy, dir string) (int, string) {
 }
 
 // TestGenerateNeverDestroys: the hostile trial's `gen -out .` replaced a
-// hand-written file. A file without the generated-code header is never
+// hand-written file. A file without the generated-code emit.Header is never
 // overwritten, a directory holding another package is refused, and files an
 // earlier policy generated are removed (and said so).
 func TestGenerateNeverDestroys(t *testing.T) {
@@ -54,7 +55,7 @@ func TestGenerateNeverDestroys(t *testing.T) {
 	})
 	t.Run("stale generated files are removed", func(t *testing.T) {
 		dir := t.TempDir()
-		stale := []byte("// " + header + "\n\npackage limits\n")
+		stale := []byte("// " + emit.Header + "\n\npackage limits\n")
 		must(t, os.WriteFile(filepath.Join(dir, "oldname.go"), stale, 0o644))
 		keep := []byte("package limits\n\nfunc helper() {}\n")
 		must(t, os.WriteFile(filepath.Join(dir, "helper.go"), keep, 0o644))

@@ -1,4 +1,4 @@
-package main
+package policy
 
 import (
 	"fmt"
@@ -6,34 +6,34 @@ import (
 	"strings"
 )
 
-// diag is one problem in a policy, at a position, saying what is wrong and what
+// Diag is one problem in a policy, at a position, saying what is wrong and what
 // would be right.
-type diag struct {
-	file      string
-	line, col int
-	msg       string
+type Diag struct {
+	File      string
+	Line, Col int
+	Msg       string
 }
 
-func (d diag) String() string {
-	if d.line == 0 {
-		return fmt.Sprintf("%s: %s", d.file, d.msg)
+func (d Diag) String() string {
+	if d.Line == 0 {
+		return fmt.Sprintf("%s: %s", d.File, d.Msg)
 	}
-	if d.col == 0 {
-		return fmt.Sprintf("%s:%d: %s", d.file, d.line, d.msg)
+	if d.Col == 0 {
+		return fmt.Sprintf("%s:%d: %s", d.File, d.Line, d.Msg)
 	}
-	return fmt.Sprintf("%s:%d:%d: %s", d.file, d.line, d.col, d.msg)
+	return fmt.Sprintf("%s:%d:%d: %s", d.File, d.Line, d.Col, d.Msg)
 }
 
-// diags collects every problem found, so that one run reports them all.
-type diags []diag
+// Diags collects every problem found, so that one run reports them all.
+type Diags []Diag
 
-func (ds diags) Error() string {
-	sorted := append(diags(nil), ds...)
+func (ds Diags) Error() string {
+	sorted := append(Diags(nil), ds...)
 	sort.SliceStable(sorted, func(i, j int) bool {
-		if sorted[i].line != sorted[j].line {
-			return sorted[i].line < sorted[j].line
+		if sorted[i].Line != sorted[j].Line {
+			return sorted[i].Line < sorted[j].Line
 		}
-		return sorted[i].col < sorted[j].col
+		return sorted[i].Col < sorted[j].Col
 	})
 	lines := make([]string, len(sorted))
 	for i, d := range sorted {

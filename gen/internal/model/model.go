@@ -1,4 +1,10 @@
-package main
+// Package model is what the generator's steps hand each other: plain structs
+// whose fields are final values (numbers computed exactly, names decided,
+// doc prose written). Package policy builds a Model from a policy file and
+// checks it; package emit prints it and decides nothing. The naming methods
+// below are the one place each generated identifier's name is chosen, so that
+// policy can refuse collisions before emit prints them.
+package model
 
 import (
 	"time"
@@ -6,9 +12,6 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 )
-
-// The model: plain structs whose fields are the final values. Validation builds
-// it; emission only prints it.
 
 type Model struct {
 	Source    string // the policy file's name, as given

@@ -1,4 +1,4 @@
-package main
+package policy
 
 import (
 	"fmt"
@@ -12,6 +12,7 @@ import (
 	"unicode"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/gen/internal/model"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -51,7 +52,7 @@ type names struct {
 
 func newNames(p *parser) *names {
 	n := &names{p: p, owners: map[string]string{}}
-	for _, id := range ReservedIdents {
+	for _, id := range model.ReservedIdents {
 		n.owners[id] = "every generated package"
 	}
 	return n
@@ -74,8 +75,8 @@ func (n *names) claim(what string, at *yaml.Node, ids [][2]string) bool {
 
 // validate checks the parsed policy's meaning and builds the model. Every
 // problem is collected in p.diags.
-func (p *parser) validate(doc *policyDoc) *Model {
-	m := &Model{Source: p.file}
+func (p *parser) validate(doc *policyDoc) *model.Model {
+	m := &model.Model{Source: p.file}
 	ids := newNames(p)
 	if doc.pkg == nil {
 		p.errorf(doc.node, "missing field package: the Go package name to generate, such as package: limits")
@@ -125,7 +126,7 @@ func (p *parser) validate(doc *policyDoc) *Model {
 	return m
 }
 
-func (p *parser) plans(n *yaml.Node, ids *names) []Plan {
+func (p *parser) plans(n *yaml.Node, ids *names) []model.Plan {
 	if n == nil {
 		return nil
 	}
@@ -134,7 +135,7 @@ func (p *parser) plans(n *yaml.Node, ids *names) []Plan {
 		p.errorf(items[maxPlans], "%d plans; a policy may have at most %d (this is plan %d)", len(items), maxPlans, maxPlans+1)
 		return nil
 	}
-	var out []Plan
+	var out []model.Plan
 	for _, item := range items {
 		name := item.Value
 		switch {
@@ -144,11 +145,11 @@ func (p *parser) plans(n *yaml.Node, ids *names) []Plan {
 		case len(name) > maxNameLen:
 			p.errorf(item, "plan name is %d bytes long; at most %d", len(name), maxNameLen)
 			continue
-		case slices.ContainsFunc(out, func(q Plan) bool { return q.Name == name }):
+		case slices.ContainsFunc(out, func(q model.Plan) bool { return q.Name == name }):
 			p.errorf(item, "plan %q listed twice", name)
 			continue
 		}
-		pl := Plan{Name: name, GoName: "Plan" + camel(name)}
+		pl := model.Plan{Name: name, GoName: "Plan" + camel(name)}
 		if ids.claim(fmt.Sprintf("plan %q", name), item, [][2]string{{pl.GoName, "its constant"}}) {
 			out = append(out, pl)
 		}
@@ -197,8 +198,8 @@ func (p *parser) goName(n *yaml.Node, what string) (string, bool) {
 	return "", false
 }
 
-func (p *parser) rule(rd *ruleDoc, plans []Plan) (Rule, bool) {
-	var r Rule
+func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
+	var r model.Rule
 	nameNode := rd.fields["name"]
 	if nameNode == nil {
 		p.errorf(rd.node, "a rule needs a name, such as name: PerUser")
@@ -263,10 +264,10 @@ func (p *parser) rule(rd *ruleDoc, plans []Plan) (Rule, bool) {
 	case len(rd.plans) == 0:
 		// No numbers of its own per plan: one bucket set shared by every plan (a
 		// global limit stays global whatever the caller's plan).
-		r.Limits = []Limit{base}
+		r.Limits = []model.Limit{base}
 	default:
 		r.Planned = true
-		r.Limits = make([]Limit, len(plans))
+		r.Limits = make([]model.Limit, len(plans))
 		for i := range r.Limits {
 			r.Limits[i] = base
 		}
@@ -305,8 +306,8 @@ func (p *parser) rule(rd *ruleDoc, plans []Plan) (Rule, bool) {
 // limit reads rate, burst, refill, aligned, initial and cost from fields. With
 // base set (a plan's override), missing fields take the base's values and the
 // refill fields are not allowed.
-func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what string, base *Limit) (Limit, bool) {
-	var l Limit
+func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what string, base *model.Limit) (model.Limit, bool) {
+	var l model.Limit
 	if base != nil {
 		l = *base
 	}
@@ -492,8 +493,8 @@ func kindName(k yaml.Kind) string {
 	return "value"
 }
 
-func (p *parser) tier(td *tierDoc, m *Model) (Tier, bool) {
-	var t Tier
+func (p *parser) tier(td *tierDoc, m *model.Model) (model.Tier, bool) {
+	var t model.Tier
 	var ok bool
 	if t.GoName, ok = p.goName(td.fields["name"], "tier"); !ok {
 		if td.fields["name"] == nil {
@@ -542,4 +543,20 @@ func (p *parser) tier(td *tierDoc, m *Model) (Tier, bool) {
 	}
 	t.Doc = tierDoc_(t, m)
 	return t, true
+}
+
+// Compile parses and validates a policy (its file name, for messages, and its
+// bytes) into the model emission prints. The error is a Diags listing every
+// problem found, each at its position.
+func Compile(name string, raw []byte) (*model.Model, error) {
+	p := &parser{file: name}
+	doc := p.parse(raw)
+	if doc == nil {
+		return nil, p.diags
+	}
+	m := p.validate(doc)
+	if len(p.diags) > 0 {
+		return nil, p.diags
+	}
+	return m, nil
 }

@@ -1,4 +1,9 @@
-package main
+// Package policy is the generator's first two steps: it parses a policy file
+// (YAML, keeping every value's position) and validates its meaning into a
+// model.Model (package model), with every number computed exactly and every
+// problem reported as file:line:col with what would be right. Compile is its
+// entry point; package emit prints what it builds.
+package policy
 
 import (
 	"bytes"
@@ -52,13 +57,13 @@ var (
 // parser reads one policy file and collects the problems it meets.
 type parser struct {
 	file  string
-	diags diags
+	diags Diags
 }
 
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {
-	d := diag{file: p.file, msg: fmt.Sprintf(format, args...)}
+	d := Diag{File: p.file, Msg: fmt.Sprintf(format, args...)}
 	if n != nil {
-		d.line, d.col = n.Line, n.Column
+		d.Line, d.Col = n.Line, n.Column
 	}
 	p.diags = append(p.diags, d)
 }
@@ -161,13 +166,13 @@ func (p *parser) resolveAliases(n *yaml.Node, seen map[*yaml.Node]bool) bool {
 // ("yaml: line 3: did not find expected ','"); it names no column. The library
 // names no line for a problem on the first line (it counts lines from 0 and
 // omits line 0).
-func (p *parser) yamlDiag(err error) diag {
+func (p *parser) yamlDiag(err error) Diag {
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
-	d := diag{file: p.file, line: 1, msg: "not valid YAML: " + msg}
+	d := Diag{File: p.file, Line: 1, Msg: "not valid YAML: " + msg}
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {
 		if n, after, ok := strings.Cut(rest, ": "); ok {
 			if line, err := strconv.Atoi(n); err == nil && line > 0 {
-				d.line, d.msg = line, "not valid YAML: "+after
+				d.Line, d.Msg = line, "not valid YAML: "+after
 			}
 		}
 	}
