@@ -344,6 +344,21 @@ func (r *Reference) AllowN(key string, t, cost int64) Decision {
 	return r.check(s, t, cost, true)
 }
 
+// Step is key's part, at cost, in a tier request (atomicbucket.TierAt), so
+// that tests compose references into tiers with the runtime's one tier logic.
+func (r *Reference) Step(key string, cost int64) atomicbucket.TierStep { return refStep{r, key, cost} }
+
+type refStep struct {
+	r    *Reference
+	key  string
+	cost int64
+}
+
+func (s refStep) AllowNAt(now atomicbucket.Time) Decision {
+	return s.r.AllowN(s.key, int64(now), s.cost)
+}
+func (s refStep) RefundAt(now atomicbucket.Time) { s.r.Refund(s.key, int64(now), s.cost) }
+
 // Peek is what AllowN would decide, changing nothing (not even creating the key).
 func (r *Reference) Peek(key string, t, cost int64) Decision {
 	r.mu.Lock()

@@ -453,20 +453,14 @@ func TestTiersMatchReference(t *testing.T) {
 			{{- range $i, $r := $t.Rules}}{{if $r.Planned}}
 			costs[{{$i}}] = []int64{ {{- range $r.Plans}}{{.Cost}}, {{end -}} }[{{$pi}}]
 			{{- end}}{{end}}
-			var want atomicbucket.Decision
-			deniedBy, wantRule := "", ""
+			steps := make([]atomicbucket.TierStep, len(refs))
 			for j, ref := range refs {
-				d := ref.AllowN(keys[j], now, costs[j])
-				if j == 0 || !d.Allowed || d.Remaining < want.Remaining {
-					want, wantRule = d, names[j] // the denial, or the most constraining admission so far
-				}
-				if !d.Allowed {
-					for back := j - 1; back >= 0; back-- {
-						refs[back].Refund(keys[back], now, costs[back])
-					}
-					deniedBy = names[j]
-					break
-				}
+				steps[j] = ref.Step(keys[j], costs[j])
+			}
+			want, idx, denied := atomicbucket.TierAt(at(now), steps...) // the references, composed by the runtime's tier logic
+			deniedBy, wantRule := "", names[idx]
+			if denied {
+				deniedBy = names[idx]
 			}
 			if !exact { // the contract is the envelope of every rule
 				if got.Allowed {

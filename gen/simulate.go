@@ -552,38 +552,31 @@ func (s *simulation) costOf(r *simRule, req request) int64 {
 	return r.limit.Cost
 }
 
-// decide runs one request: through the single rule, or through a tier's rules
-// all-or-nothing (giving back what earlier rules took when one denies, and
-// reporting the most constraining rule when all allow), as generated tiers do.
+// decide runs one request through the rule, or the tier's rules all or
+// nothing, with atomicbucket.TierAt: the tier logic generated code unrolls.
 func (s *simulation) decide(req request, now atomicbucket.Time) (atomicbucket.Decision, string) {
-	var most atomicbucket.Decision
+	steps := make([]atomicbucket.TierStep, len(s.rules))
 	for i, r := range s.rules {
-		cost := s.costOf(r, req)
-		var d atomicbucket.Decision
 		if r.table != nil {
-			d = r.table.AllowNAt(req.keys[i], now, cost)
+			steps[i] = r.table.Step(req.keys[i], s.costOf(r, req))
 		} else {
-			d = r.bucket.AllowNAt(now, cost)
-		}
-		if d.Allowed {
-			r.allowed[req.keys[i]]++
-		} else {
-			r.denied[req.keys[i]]++
-		}
-		if !d.Allowed {
-			for j := i - 1; j >= 0; j-- {
-				prev := s.rules[j]
-				if prev.table != nil {
-					prev.table.RefundAt(req.keys[j], now, s.costOf(prev, req))
-				} else {
-					prev.bucket.RefundAt(now, s.costOf(prev, req))
-				}
-			}
-			return d, r.rule.Name
-		}
-		if i == 0 || d.Remaining < most.Remaining {
-			most = d
+			steps[i] = r.bucket.Step(s.costOf(r, req))
 		}
 	}
-	return most, ""
+	d, at, denied := atomicbucket.TierAt(now, steps...)
+	checked := len(s.rules)
+	if denied {
+		checked = at + 1
+	}
+	for i, r := range s.rules[:checked] {
+		if denied && i == at {
+			r.denied[req.keys[i]]++
+		} else {
+			r.allowed[req.keys[i]]++
+		}
+	}
+	if denied {
+		return d, s.rules[at].rule.Name
+	}
+	return d, ""
 }

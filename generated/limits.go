@@ -904,7 +904,8 @@ func (l *Limits) APINAt(plan Plan, perUserKey string, perEndpointKey int64, now 
 	return l.checkAPI(plan, perUserKey, perEndpointKey, now, cost, false)
 }
 
-// checkAPI is API with each rule charged cost, or its own default cost when defaults is set.
+// checkAPI is API with each rule charged cost, or its own default cost when defaults is set. It is
+// atomicbucket.TierAt unrolled, with typed calls: keep the two in step.
 func (l *Limits) checkAPI(plan Plan, perUserKey string, perEndpointKey int64, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
 	if plan >= numPlans {
 		return TierDecision{

@@ -435,7 +435,7 @@ func (l *Limits) RequestNAt(plan Plan, perUserKey string, now atomicbucket.Time,
 }
 
 // checkRequest is Request with each rule charged cost, or its own default cost when defaults is
-// set.
+// set. It is atomicbucket.TierAt unrolled, with typed calls: keep the two in step.
 func (l *Limits) checkRequest(plan Plan, perUserKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
 	if plan >= numPlans {
 		return TierDecision{

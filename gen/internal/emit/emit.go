@@ -581,8 +581,9 @@ func emitTier(m *model.Model, t model.Tier) jen.Code {
 			jen.Return(jen.Id("l").Dot(t.CoreName()).Call(use(f.core...)...))).Line().Line()
 	}
 
-	// The one implementation: each rule in order, all or nothing.
-	g.Add(comment(fmt.Sprintf("%s is %s with each rule charged cost, or its own default cost when defaults is set.", t.CoreName(), t.GoName)))
+	// The one implementation per tier: each rule in order, all or nothing.
+	g.Add(comment(fmt.Sprintf("%s is %s with each rule charged cost, or its own default cost when defaults is set. "+
+		"It is atomicbucket.TierAt unrolled, with typed calls: keep the two in step.", t.CoreName(), t.GoName)))
 	var body []jen.Code
 	if planned {
 		first := m.Rules[t.Rules[0]]

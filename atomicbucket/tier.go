@@ -1,0 +1,62 @@
+package atomicbucket
+
+// TierStep is one rule of a tier for one request, with its key and cost
+// chosen: AllowNAt takes the cost if the rule allows it, RefundAt gives it back.
+// Table.Step and Bucket.Step make them; anything with the same two methods
+// (a reference model, a store) can stand in a tier too.
+type TierStep interface {
+	AllowNAt(now Time) Decision
+	RefundAt(now Time)
+}
+
+// TierAt checks a request against the steps in order, all or nothing: when a
+// step denies, the steps before it are refunded (last first) and TierAt returns
+// that step's decision and index with denied set. When every step allows, it
+// returns the decision of the most constraining one (the fewest tokens
+// remaining; the first on a tie), which is what rate-limit headers should show,
+// and its index. With no steps it allows, reporting index −1.
+//
+// It is the tier logic of every dynamic caller (gen simulate, the tests'
+// reference composition). Generated packages unroll the same logic for each
+// tier, with typed calls and no interface (their checkTIER functions): keep
+// the two in step.
+func TierAt(now Time, steps ...TierStep) (d Decision, index int, denied bool) {
+	index = -1
+	d.Allowed = true
+	for i, s := range steps {
+		di := s.AllowNAt(now)
+		if !di.Allowed {
+			for j := i - 1; j >= 0; j-- {
+				steps[j].RefundAt(now)
+			}
+			return di, i, true
+		}
+		if i == 0 || di.Remaining < d.Remaining {
+			d, index = di, i
+		}
+	}
+	return d, index, false
+}
+
+// Step is key's part in a tier request of the given cost (see TierAt).
+func (t *Table[K]) Step(key K, cost int64) TierStep { return tableStep[K]{t, key, cost} }
+
+// Step is the bucket's part in a tier request of the given cost (see TierAt).
+func (b *Bucket) Step(cost int64) TierStep { return bucketStep{b, cost} }
+
+type tableStep[K comparable] struct {
+	t    *Table[K]
+	key  K
+	cost int64
+}
+
+func (s tableStep[K]) AllowNAt(now Time) Decision { return s.t.AllowNAt(s.key, now, s.cost) }
+func (s tableStep[K]) RefundAt(now Time)          { s.t.RefundAt(s.key, now, s.cost) }
+
+type bucketStep struct {
+	b    *Bucket
+	cost int64
+}
+
+func (s bucketStep) AllowNAt(now Time) Decision { return s.b.AllowNAt(now, s.cost) }
+func (s bucketStep) RefundAt(now Time)          { s.b.RefundAt(now, s.cost) }
