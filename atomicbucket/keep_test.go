@@ -18,13 +18,13 @@ func TestCapFreesItself(t *testing.T) {
 			t.Fatalf("%s denied below the cap", k)
 		}
 	}
-	// Full again at +1s, reclaimable at +2s; the table knew of +1s when it made them.
+	// Full again at +1s, reclaimable at +2s: the sweep the new key makes learns it.
 	d := tb.AllowNAt("d", hour, 1)
-	if d.Allowed || d.RetryAfter != time.Second {
-		t.Fatalf("new key at the cap: %+v, want denied with RetryAfter 1s", d)
+	if d.Allowed || d.RetryAfter != 2*time.Second {
+		t.Fatalf("new key at the cap: %+v, want denied with RetryAfter 2s", d)
 	}
 	if d := tb.AllowNAt("d", hour+Time(time.Second), 1); d.Allowed || d.RetryAfter != time.Second {
-		t.Fatalf("a second later: %+v, want denied with RetryAfter 1s (now known exactly)", d)
+		t.Fatalf("a second later: %+v, want denied with RetryAfter 1s", d)
 	}
 	if d := tb.AllowNAt("d", hour+Time(2*time.Second), 1); !d.Allowed {
 		t.Fatalf("once the old keys are reclaimable: %+v, want allowed", d)
@@ -138,5 +138,31 @@ func TestKeyAnchorsSpreadAndAgree(t *testing.T) {
 	}
 	if len(phases) < 90 {
 		t.Fatalf("100 keys share %d phases", len(phases))
+	}
+}
+
+// TestCapSweepsSpacedOut: sweeps at the key cap start at least MaxKeys ×
+// CapSweepSpacing apart, so keys that become reclaimable one after another
+// cannot make every new key's request pay for a sweep of the whole table; the
+// denied key's RetryAfter says when the next sweep may run.
+func TestCapSweepsSpacedOut(t *testing.T) {
+	const capKeys = 4000 // spacing: 4000 × 256ns = 1.024ms
+	r := mustRule(t, Limit{Tokens: 1, Period: time.Millisecond, Burst: 1})
+	tb := NewTable[int](r, TableOptions{MaxKeys: capKeys})
+	for i := range capKeys {
+		tb.AllowAt(i, hour) // each full again 1ms later, reclaimable a grace after that
+	}
+	s1 := hour + Time(time.Second)
+	// The new key sweeps, frees nothing, and learns the exact time, s1+1ms;
+	// the spacing is longer.
+	if d := tb.AllowNAt(-1, s1, 1); d.Allowed || d.RetryAfter != 1024*time.Microsecond {
+		t.Fatalf("first new key at the cap: %+v, want denied until the next sweep may run, 1.024ms", d)
+	}
+	// At s1+1ms the keys are reclaimable, but the last sweep at the cap was 1ms ago.
+	if d := tb.AllowNAt(-1, s1.Add(time.Millisecond), 1); d.Allowed || d.RetryAfter != 24*time.Microsecond || tb.Evictions() != 0 {
+		t.Fatalf("within the spacing: %+v, %d evictions; want denied for 24µs more, none evicted", d, tb.Evictions())
+	}
+	if d := tb.AllowNAt(-1, s1.Add(1024*time.Microsecond), 1); !d.Allowed || tb.Evictions() != capKeys {
+		t.Fatalf("after the spacing: %+v, %d evictions; want allowed, %d evicted", d, tb.Evictions(), capKeys)
 	}
 }

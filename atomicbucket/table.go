@@ -20,8 +20,9 @@ type AtCap uint8
 const (
 	// DenyAtCap denies requests for new keys at the cap (fail closed). The
 	// Decision's RetryAfter is the wait until the table can reclaim a bucket
-	// (one has been full for SweepGrace), plus, when the rule's new buckets hold
-	// fewer tokens than the cost, the wait for a new bucket to gather them.
+	// (one has been full for SweepGrace) and may sweep at the cap again (see
+	// CapSweepSpacing), plus, when the rule's new buckets hold fewer tokens than
+	// the cost, the wait for a new bucket to gather them.
 	DenyAtCap AtCap = iota
 	// AllowAtCap decides a request for a new key against a fresh bucket that is
 	// not stored (fail open): a key beyond the cap is limited per request only,
@@ -45,6 +46,15 @@ const AutoSweepMin = 4096
 // DefaultSweepInterval is the interval RunSweeper and RunEvery use when given
 // one that is not positive.
 const DefaultSweepInterval = time.Minute
+
+// CapSweepSpacing bounds the work a table does at its key cap. A sweep there
+// visits every key, and keys whose buckets fill one after another could
+// otherwise make each new key's request pay for one; so sweeps at the cap
+// start at least MaxKeys × CapSweepSpacing apart (a million keys: 256 ms),
+// which keeps them to a small share of one core (a sweep costs tens of ns a
+// key) whatever the traffic. A new key that meets the cap in between is denied
+// (DenyAtCap) until the next may run, and its RetryAfter says so.
+const CapSweepSpacing = 256 * time.Nanosecond
 
 // TableOptions configures a Table. The zero value is a table without a key cap.
 type TableOptions struct {
@@ -74,6 +84,10 @@ type reclaimer struct {
 	sweeping atomic.Bool
 	// sweepAt is the number of keys above which a new key sweeps the table.
 	sweepAt atomic.Int64
+	// capSwept is the time (ns) of the last sweep at the key cap; capSpacing
+	// is how long after it the next may start (MaxKeys × CapSweepSpacing).
+	capSwept   atomic.Int64
+	capSpacing int64
 }
 
 // filled lowers next to the time a bucket holding tat becomes reclaimable.
@@ -129,6 +143,10 @@ func NewTable[K comparable](r Rule, o TableOptions) *Table[K] {
 	t := &Table[K]{m: xsync.NewMapOf[K, *slot](opts...), rule: r, maxKeys: o.MaxKeys, atCap: o.AtCap, seed: maphash.MakeSeed()}
 	t.reclaim.next.Store(math.MaxInt64)
 	t.reclaim.sweepAt.Store(AutoSweepMin)
+	t.reclaim.capSwept.Store(math.MinInt64 / 2) // no cap sweep yet: the first may run at once
+	if o.MaxKeys > 0 {
+		t.reclaim.capSpacing = int64(min(o.MaxKeys, int64(MaxUptime/CapSweepSpacing))) * int64(CapSweepSpacing)
+	}
 	return t
 }
 
@@ -203,11 +221,15 @@ func (t *Table[K]) create(key K, now int64) (*slot, int64) {
 	return got, 0
 }
 
-// reclaimAt sweeps the table at now (ns) if one of its buckets may be
-// reclaimable by then, and reports whether the sweep freed a key; when it did
-// not, next is the time (ns, after now) from which one may be. A sweep under way
-// in another goroutine is waited for: it is what would free one, and while it
-// runs reclaim.next is not yet known.
+// reclaimAt sweeps the table at now (ns), at its key cap, unless the last
+// sweep at the cap is less than CapSweepSpacing per key behind, and reports
+// whether the sweep freed a key; when it did not, next is the time (ns, after
+// now) from which the next sweep at the cap could free one: exact when this
+// call swept (the sweep learns every bucket's reclaim time), otherwise what the
+// last sweep and the buckets made or refunded since told the table (taking
+// tokens only makes the true time later). A sweep under way in another
+// goroutine is waited for: it is what would free one, and while it runs
+// reclaim.next is not yet known.
 func (t *Table[K]) reclaimAt(now int64) (freed bool, next int64) {
 	for {
 		if t.reclaim.sweeping.Load() {
@@ -218,10 +240,11 @@ func (t *Table[K]) reclaimAt(now int64) (freed bool, next int64) {
 		if t.reclaim.sweeping.Load() {
 			continue // a sweep began before the load: next may be its "never"
 		}
-		if now < next {
-			return false, next
+		if after := t.reclaim.capSwept.Load() + t.reclaim.capSpacing; now < after {
+			return false, max(next, after)
 		}
 		if t.reclaim.sweeping.CompareAndSwap(false, true) {
+			t.reclaim.capSwept.Store(now)
 			if t.sweepHeld(now) > 0 {
 				return true, 0
 			}

@@ -106,9 +106,11 @@ type state struct {
 //     tokens back, and all of them exactly at each sweep; taking tokens makes
 //     the true time later, never earlier, and is not told (checks never write
 //     anything shared), so next is a lower bound;
-//   - a new key that meets the cap sweeps when the time has reached next, and
-//     is otherwise denied with RetryAfter until next (plus the wait for a fresh
-//     bucket to hold the cost);
+//   - a new key that meets the cap sweeps when the last sweep at the cap is
+//     MaxKeys × atomicbucket.CapSweepSpacing behind; when none can be
+//     reclaimed it is denied with RetryAfter until max(next, the next sweep
+//     at the cap may run), plus the wait for a fresh bucket to hold the cost
+//     (a sweep learns next exactly, so right after one this is exact);
 //   - a new key that takes the number of keys past sweepAt (twice what the last
 //     sweep left, at least atomicbucket.AutoSweepMin) sweeps;
 //   - Sweep sweeps.
@@ -124,6 +126,9 @@ type Reference struct {
 	// bucket was not full at the check's stamp, and is then judged against a
 	// fresh bucket. Reclaiming loses nothing for checks stamped at or after it.
 	horizon int64
+	// capSwept is the time of the last sweep at the cap; the next may start
+	// MaxKeys × atomicbucket.CapSweepSpacing after it.
+	capSwept int64
 }
 
 // NewReference returns an empty reference for p.
@@ -132,7 +137,8 @@ func NewReference(p Params) *Reference {
 	if p.Interval {
 		omega = rat(1)
 	}
-	return &Reference{p: p, omega: omega, keys: map[string]*state{}, sweepAt: atomicbucket.AutoSweepMin, next: math.MaxInt64}
+	return &Reference{p: p, omega: omega, keys: map[string]*state{}, sweepAt: atomicbucket.AutoSweepMin, next: math.MaxInt64,
+		capSwept: math.MinInt64 / 2}
 }
 
 func rat(v int64) *big.Rat { return new(big.Rat).SetInt64(v) }
@@ -291,9 +297,10 @@ func (r *Reference) lookup(key string, t int64) *state {
 		return s
 	}
 	if r.p.MaxKeys > 0 && int64(len(r.keys)) >= r.p.MaxKeys {
-		if t < r.next {
+		if t < r.capSwept+r.capSpacing() {
 			return nil
 		}
+		r.capSwept = t
 		if r.sweep(t); int64(len(r.keys)) >= r.p.MaxKeys {
 			return nil
 		}
@@ -307,6 +314,16 @@ func (r *Reference) lookup(key string, t int64) *state {
 	return s
 }
 
+// capSpacing is how far apart sweeps at the cap start.
+func (r *Reference) capSpacing() int64 {
+	return min(r.p.MaxKeys, int64(atomicbucket.MaxUptime/atomicbucket.CapSweepSpacing)) * int64(atomicbucket.CapSweepSpacing)
+}
+
+// capFree is the time from which a new key at the cap could be admitted, as
+// far as the table knows: a bucket may be reclaimable (next), and a sweep at
+// the cap may run.
+func (r *Reference) capFree() int64 { return max(r.next, r.capSwept+r.capSpacing()) }
+
 // atCap is the decision for a new key at the cap with nothing to reclaim: an
 // untracked fresh bucket's, or a denial until the table may reclaim a bucket and
 // a fresh one would admit the cost.
@@ -315,7 +332,7 @@ func (r *Reference) atCap(key string, t, cost int64) Decision {
 	if r.p.AllowCap {
 		return r.check(fresh, t, cost, false)
 	}
-	wait := time.Duration(r.next - t)
+	wait := time.Duration(r.capFree() - t)
 	if d := r.check(fresh, t, cost, false); !d.Allowed {
 		wait += d.RetryAfter
 	}
@@ -483,7 +500,8 @@ func (r *Reference) Len() int {
 func (r *Reference) Clone() *Reference {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	c := &Reference{p: r.p, omega: r.omega, keys: make(map[string]*state, len(r.keys)), sweepAt: r.sweepAt, next: r.next, horizon: r.horizon}
+	c := &Reference{p: r.p, omega: r.omega, keys: make(map[string]*state, len(r.keys)), sweepAt: r.sweepAt, next: r.next,
+		horizon: r.horizon, capSwept: r.capSwept}
 	for k, s := range r.keys {
 		c.keys[k] = &state{due: new(big.Rat).Set(s.due), anchor: s.anchor}
 	}
@@ -499,7 +517,7 @@ func (r *Reference) Equal(o *Reference) bool {
 	defer r.mu.Unlock()
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if len(r.keys) != len(o.keys) || r.next != o.next {
+	if len(r.keys) != len(o.keys) || r.next != o.next || r.capSwept != o.capSwept {
 		return false
 	}
 	for k, s := range r.keys {

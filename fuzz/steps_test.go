@@ -189,29 +189,32 @@ var stepCases = []stepCase{
 		{at: 1950 * ms, op: opAllowN, cost: 1, want: no(0, 50*ms, 50*ms)},
 		{at: 1000 * ms, op: opPeek, cost: 1, want: no(0, 1*sec, 1*sec)},
 	}},
-	// At the cap a new key's RetryAfter is the wait until the earliest reclaim
-	// the table knows of: a bucket's reclaim time as of its creation, refunds and
-	// the last sweep (a lower bound: taking tokens only makes it later).
+	// At the cap a new key sweeps (sweeps there are spaced 256ns a key apart);
+	// when nothing can be reclaimed, RetryAfter is the wait until a bucket can
+	// be, as the sweep learned it, or, within the spacing after a sweep, as the
+	// table knows it from that sweep and the buckets made since.
 	{name: "cap 1 reclaims a full key for a new one", keyed: true, cfg: config{limit: perSecond(1, 2), opts: atomicbucket.TableOptions{MaxKeys: 1}}, steps: []step{
 		{at: 0, op: opAllowN, key: "a", cost: 1, want: ok(1, 1*sec)},
-		// a was created full at 0, so the table knows of a reclaim at 1s at the earliest.
-		{at: 0, op: opAllowN, key: "b", cost: 1, want: Decision{RetryAfter: 1 * sec}},
+		// a is full at 1s and reclaimable a grace later: that is when b can have a bucket.
+		{at: 0, op: opAllowN, key: "b", cost: 1, want: Decision{RetryAfter: 2 * sec}},
 		{at: 0, op: opAllow, key: "b", want: Decision{}},
-		{at: 0, op: opReserve, key: "b", cost: 1, wantRes: Reservation{RetryAfter: 1 * sec}},
+		{at: 0, op: opReserve, key: "b", cost: 1, wantRes: Reservation{RetryAfter: 2 * sec}},
 		{at: 0, op: opPeek, key: "b", cost: 1, want: ok(1, 1*sec)},
 		{at: 0, op: opLen, wantN: 1},
-		// At 1.5s the table sweeps: a is full since 1s, reclaimable at 2s, now known exactly.
 		{at: 1500 * ms, op: opAllowN, key: "b", cost: 2, want: Decision{RetryAfter: 500 * ms}},
 		{at: 2 * sec, op: opAllowN, key: "b", cost: 1, want: ok(1, 1*sec)},
 		{at: 2 * sec, op: opLen, wantN: 1},
+		// Within the spacing after the sweep that freed a: the table knows b from
+		// its creation (full, so reclaimable at 3s), not yet that b took a token.
 		{at: 2 * sec, op: opAllowN, key: "a", cost: 2, want: Decision{RetryAfter: 1 * sec}},
+		{at: 2500 * ms, op: opAllowN, key: "a", cost: 2, want: Decision{RetryAfter: 1500 * ms}}, // swept: exact
 		{at: 4 * sec, op: opAllowN, key: "a", cost: 2, want: ok(0, 2*sec)},
 	}},
 	{name: "cap 1 with new buckets short of the cost", keyed: true, cfg: config{limit: atomicbucket.Limit{Tokens: 1, Period: sec, Burst: 2, Initial: 1, InitialSet: true}, opts: atomicbucket.TableOptions{MaxKeys: 1}}, steps: []step{
 		{at: 0, op: opAllowN, key: "a", cost: 1, want: ok(0, 2*sec)},
-		// a was created owing a token, full at 1s then, reclaimable at 2s as the
-		// table knows; b's new bucket would hold 1 token and need 1s more for 2.
-		{at: 0, op: opAllowN, key: "b", cost: 2, want: Decision{RetryAfter: 3 * sec}},
+		// a is full at 2s, reclaimable at 3s; b's new bucket would then hold 1
+		// token and need 1s more for 2.
+		{at: 0, op: opAllowN, key: "b", cost: 2, want: Decision{RetryAfter: 4 * sec}},
 		{at: 3 * sec, op: opAllowN, key: "b", cost: 2, want: no(1, 1*sec, 1*sec)}, // a reclaimed: b is new
 	}},
 	{name: "cap 1 allows new keys untracked", keyed: true, cfg: config{limit: perSecond(1, 2), opts: atomicbucket.TableOptions{MaxKeys: 1, AtCap: atomicbucket.AllowAtCap}}, steps: []step{
