@@ -8,8 +8,9 @@
 //
 // A bucket holds at most Burst tokens and regains them at Tokens per Period,
 // continuously (Greedy) or Tokens at a time at each boundary of a grid of the
-// Period (Interval: anchored at each bucket's first use, or at wall-clock
-// multiples of the Period when Aligned). A request of cost c is allowed iff c is
+// Period (Interval: placed by the key in a Table, started at creation for a
+// Bucket, or at wall-clock multiples of the Period when Aligned). A request of
+// cost c is allowed iff c is
 // at most the tokens held at that moment; an allowed request takes c tokens, a
 // denied one changes nothing. A new bucket is full unless the Limit sets Initial.
 //

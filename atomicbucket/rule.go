@@ -15,9 +15,10 @@ const (
 	// Greedy refill adds tokens continuously: tokens(t) = min(b, tokens(last) + r·(t − last)).
 	Greedy Refill = iota
 	// Interval refill adds Limit.Tokens at each boundary of a grid of period
-	// Limit.Period. The grid is anchored at each bucket's first use, or at wall-clock
-	// multiples of the period when Limit.Aligned is set. A request in mid-period
-	// does not restart the period.
+	// Limit.Period. A Table places each key's grid by the key (phase.go), a
+	// Bucket starts its grid at its creation, and with Limit.Aligned every grid
+	// is at wall-clock multiples of the period. A request in mid-period does
+	// not restart the period.
 	Interval
 )
 
@@ -61,7 +62,7 @@ type mode uint8
 
 const (
 	modeGreedy   mode = iota // TAT in 1/scale ns
-	modeAnchored             // interval grid anchored at each bucket's first use; TAT in token slots
+	modeAnchored             // interval grid placed by the key (tables) or at creation (buckets); TAT in token slots
 	modeAligned              // interval grid at wall-clock multiples of the period; TAT in token slots
 )
 
