@@ -641,26 +641,30 @@ func emitTier(m *model.Model, t model.Tier) jen.Code {
 	return g
 }
 
-// Render prints the model through jennifer, which gofmts it. When formatting
-// fails, the error carries the unformatted source so that the bug can be seen.
+// Render prints the model as gofmt'd Go source. jennifer writes it unformatted
+// (one sorted import block); groupImports regroups the imports and formats the
+// file once. When formatting fails, the error carries the unformatted source so
+// that the bug can be seen.
 func Render(m *model.Model) ([]byte, error) {
 	f := file(m)
-	var buf bytes.Buffer
-	if err := f.Render(&buf); err != nil {
-		f.NoFormat = true
-		var raw bytes.Buffer
-		_ = f.Render(&raw)
-		return nil, fmt.Errorf("generator bug: the emitted code does not format: %v\n%s", err, raw.String())
+	f.NoFormat = true
+	var raw bytes.Buffer
+	if err := f.Render(&raw); err != nil {
+		return nil, fmt.Errorf("generator bug: the emitted code does not render: %v", err)
 	}
-	return groupImports(buf.Bytes())
+	return groupImports(raw.Bytes())
 }
 
 // groupImports puts the standard library's imports first and the others after
 // a blank line, as goimports does (jennifer writes one sorted block).
 func groupImports(src []byte) ([]byte, error) {
 	start := bytes.Index(src, []byte("\nimport (\n"))
-	if start < 0 {
-		return src, nil
+	if start < 0 { // no import block: nothing to regroup
+		formatted, err := format.Source(src)
+		if err != nil {
+			return nil, fmt.Errorf("generator bug: the emitted code does not format: %v\n%s", err, src)
+		}
+		return formatted, nil
 	}
 	start += len("\nimport (\n")
 	end := start + bytes.Index(src[start:], []byte("\n)\n"))
@@ -681,7 +685,7 @@ func groupImports(src []byte) ([]byte, error) {
 	out := append(append(append([]byte{}, src[:start]...), block...), src[end:]...)
 	formatted, err := format.Source(out)
 	if err != nil {
-		return nil, fmt.Errorf("generator bug: regrouped imports do not format: %v\n%s", err, out)
+		return nil, fmt.Errorf("generator bug: the emitted code does not format: %v\n%s", err, out)
 	}
 	return formatted, nil
 }
