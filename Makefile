@@ -9,6 +9,7 @@ FUZZTIME  ?= 10m          # per target, for `make fuzz`
 SMOKE_FuzzDifferential ?= 150000x
 SMOKE_FuzzRule         ?= 300000x
 SMOKE_FuzzPolicy       ?= 100000x
+SMOKE_FuzzClientIP     ?= 200000x
 BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
 BENCHTIME ?= 0.5s
 FUZZ_TARGETS := FuzzDifferential FuzzRule
@@ -54,6 +55,7 @@ fuzz-smoke:
 	fuzz/run.sh FuzzDifferential $(SMOKE_FuzzDifferential)
 	fuzz/run.sh FuzzRule $(SMOKE_FuzzRule)
 	fuzz/run.sh FuzzPolicy $(SMOKE_FuzzPolicy) ./gen
+	fuzz/run.sh FuzzClientIP $(SMOKE_FuzzClientIP) ./limithttp
 
 # Every benchmark a few hundred times: it proves they build, set up and admit
 # (each keyed table checks that it admits before timing), not how fast they are.
@@ -64,6 +66,7 @@ bench-smoke:
 fuzz:
 	for t in $(FUZZ_TARGETS); do fuzz/run.sh $$t $(FUZZTIME); done
 	fuzz/run.sh FuzzPolicy $(FUZZTIME) ./gen
+	fuzz/run.sh FuzzClientIP $(FUZZTIME) ./limithttp
 
 ## bench: BENCHRUNS interleaved runs of every benchmark (each run goes through
 ## every implementation once, so drift affects all alike), then a benchstat table

@@ -1,0 +1,196 @@
+// Package limithttp is limitgen's HTTP runtime: what a rate limiter in front of
+// a net/http handler needs that the buckets do not. It knows net/http and the
+// standard library, not YAML; generated middleware calls it, and services can
+// use it by hand.
+//
+// This first part is the client-IP key (ClientIP): whom a request comes from,
+// in a form no client can choose for itself.
+package limithttp
+
+import (
+	"net/http"
+	"net/netip"
+	"strings"
+)
+
+// ForwardingHeader names the header trusted proxies record the client's
+// address in.
+type ForwardingHeader uint8
+
+const (
+	// XForwardedFor is X-Forwarded-For: a comma-separated list of addresses,
+	// each proxy appending the address of the peer it received the request from.
+	XForwardedFor ForwardingHeader = iota
+	// Forwarded is RFC 7239's Forwarded: elements separated by commas, each with
+	// a for= parameter (a token, or a quoted string for IPv6 and ports).
+	Forwarded
+)
+
+// Defaults of ClientIP's zero fields.
+const (
+	// DefaultIPv6Prefix keys IPv6 clients by their /64: one end site's
+	// network is typically a /64 or larger, and a client can pick any address
+	// inside it, so keying single addresses would give one client 2^64 keys.
+	DefaultIPv6Prefix = 64
+	// DefaultMaxHops bounds how many forwarding entries are read from the
+	// right. A chain of trusted proxies longer than this is a misconfiguration;
+	// the bound keeps a hostile header (ten thousand entries) from costing more
+	// than a few entries' work.
+	DefaultMaxHops = 32
+)
+
+// ClientIP finds a request's client address and keys it. The zero value keys
+// the immediate peer (RemoteAddr) and reads no forwarding header.
+//
+// Forwarding headers are read only when the immediate peer is inside
+// TrustedProxies, and from the right: each trusted proxy appends the address it
+// received the request from, so the entries to the right were written by
+// trusted proxies and the leftmost ones by whoever sent the request (an
+// attacker can put anything there). ClientIP walks from the right past entries
+// that are themselves trusted proxies, and takes the first entry that is not.
+// An entry that is not an address (garbage, "unknown", an obfuscated RFC 7239
+// identifier) stops the walk: the client is then the trusted proxy that wrote
+// it, which no client can choose. So is a chain of more than MaxHops trusted
+// entries, and one made only of trusted entries (a request from inside).
+//
+// IPv4-mapped IPv6 addresses are read as IPv4, zones are dropped, and IPv6
+// clients are keyed by their IPv6Prefix network, IPv4 ones by IPv4Prefix (32:
+// the address). A key is at most 43 bytes ("ffff:…:ffff/128").
+type ClientIP struct {
+	// TrustedProxies are the networks of the proxies in front of the service
+	// whose forwarding headers are believed. Write IPv4 networks as IPv4
+	// (10.0.0.0/8), not as IPv4-mapped IPv6.
+	TrustedProxies []netip.Prefix
+	Header         ForwardingHeader // the header the trusted proxies set
+	IPv6Prefix     int              // bits of an IPv6 client address that key it; 0 means DefaultIPv6Prefix
+	IPv4Prefix     int              // bits of an IPv4 client address that key it; 0 means 32
+	MaxHops        int              // forwarding entries read at most; 0 means DefaultMaxHops
+}
+
+// Addr returns the address of r's client, or false when RemoteAddr holds no
+// IP address (a Unix socket, a test that set none): then there is no client
+// address to key, and the caller must decide (another key source, or a 4xx);
+// it must not fall back to one shared key.
+func (c *ClientIP) Addr(r *http.Request) (netip.Addr, bool) {
+	peer, ok := parseNode(r.RemoteAddr)
+	if !ok {
+		return netip.Addr{}, false
+	}
+	if !c.trusted(peer) {
+		return peer, true
+	}
+	name := "X-Forwarded-For"
+	if c.Header == Forwarded {
+		name = "Forwarded"
+	}
+	lines := r.Header.Values(name)
+	client := peer // the innermost trusted hop so far
+	hops := 0
+	maxHops := c.MaxHops
+	if maxHops <= 0 {
+		maxHops = DefaultMaxHops
+	}
+	for i := len(lines) - 1; i >= 0; i-- {
+		rest := lines[i]
+		for rest != "" { // an empty line has no entries
+			var entry string
+			if c.Header == Forwarded {
+				entry, rest = lastForwardedElement(rest)
+			} else {
+				entry, rest = lastListItem(rest)
+			}
+			if hops++; hops > maxHops {
+				return client, true
+			}
+			addr, ok := c.entryAddr(entry)
+			if !ok {
+				return client, true // not an address: the trusted hop that wrote it is the client
+			}
+			if !c.trusted(addr) {
+				return addr, true
+			}
+			client = addr
+		}
+	}
+	return client, true
+}
+
+// Key returns the key of r's client: its address, or for IPv6 (and IPv4 with
+// IPv4Prefix below 32) its network in CIDR form; false as for Addr.
+func (c *ClientIP) Key(r *http.Request) (string, bool) {
+	addr, ok := c.Addr(r)
+	if !ok {
+		return "", false
+	}
+	return c.KeyOf(addr), true
+}
+
+// KeyOf is the key of a client address.
+func (c *ClientIP) KeyOf(addr netip.Addr) string {
+	bits := c.IPv4Prefix
+	if bits <= 0 || bits > 32 {
+		bits = 32
+	}
+	if addr.Is6() {
+		bits = c.IPv6Prefix
+		if bits <= 0 || bits > 128 {
+			bits = DefaultIPv6Prefix
+		}
+	}
+	if bits == addr.BitLen() {
+		return addr.String()
+	}
+	p, _ := addr.Prefix(bits) // bits is in range for addr's family
+	return p.String()
+}
+
+// trusted reports whether addr is inside one of the trusted networks.
+func (c *ClientIP) trusted(addr netip.Addr) bool {
+	for _, p := range c.TrustedProxies {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// entryAddr reads one forwarding entry: an X-Forwarded-For item, or the for=
+// parameter of a Forwarded element.
+func (c *ClientIP) entryAddr(entry string) (netip.Addr, bool) {
+	if c.Header == Forwarded {
+		v, ok := forParam(entry)
+		if !ok {
+			return netip.Addr{}, false
+		}
+		entry = v
+	}
+	return parseNode(strings.TrimSpace(entry))
+}
+
+// parseNode reads an address, with or without a port, IPv6 bracketed or not:
+// "192.0.2.1", "192.0.2.1:80", "2001:db8::1", "[2001:db8::1]", "[2001:db8::1]:80".
+// The port, whatever it holds (RFC 7239 allows an obfuscated one), is
+// dropped. IPv4-mapped addresses are unmapped and zones dropped. It tells the
+// forms apart by their syntax rather than by trying each parser in turn, so a
+// well-formed entry costs no error allocation.
+func parseNode(s string) (netip.Addr, bool) {
+	if s == "" || len(s) > 64 { // longer than any address with a port
+		return netip.Addr{}, false
+	}
+	host := s
+	switch colon := strings.IndexByte(s, ':'); {
+	case s[0] == '[':
+		end := strings.IndexByte(s, ']')
+		if end < 0 || end+1 < len(s) && s[end+1] != ':' {
+			return netip.Addr{}, false
+		}
+		host = s[1:end]
+	case colon >= 0 && strings.IndexByte(s[colon+1:], ':') < 0:
+		host = s[:colon] // IPv4 and a port: IPv6 has two colons at least
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return netip.Addr{}, false
+	}
+	return addr.Unmap().WithZone(""), true
+}

@@ -1,0 +1,133 @@
+package limithttp
+
+import (
+	"net/http"
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+var trusted = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("2001:db8:ffff::/48")}
+
+func request(remote string, header string, values ...string) *http.Request {
+	r := &http.Request{RemoteAddr: remote, Header: http.Header{}}
+	for _, v := range values {
+		r.Header.Add(header, v)
+	}
+	return r
+}
+
+// TestClientIPKey: one table, hand-written keys.
+func TestClientIPKey(t *testing.T) {
+	xff := ClientIP{TrustedProxies: trusted}
+	fwd := ClientIP{TrustedProxies: trusted, Header: Forwarded}
+	none := ClientIP{}
+	v6all := ClientIP{IPv6Prefix: 128}
+	v4net := ClientIP{IPv4Prefix: 24}
+	short := ClientIP{TrustedProxies: trusted, MaxHops: 2}
+	for _, c := range []struct {
+		name string
+		ip   ClientIP
+		r    *http.Request
+		want string // "" for no key
+	}{
+		{"untrusted peer: its header is ignored", xff, request("203.0.113.7:1234", "X-Forwarded-For", "1.1.1.1"), "203.0.113.7"},
+		{"no proxies configured", none, request("203.0.113.7:1234", "X-Forwarded-For", "1.1.1.1"), "203.0.113.7"},
+		{"trusted peer, one entry", xff, request("10.0.0.1:5555", "X-Forwarded-For", "198.51.100.9"), "198.51.100.9"},
+		{"walk past trusted hops; the leftmost is the client's own claim", xff,
+			request("10.0.0.1:5555", "X-Forwarded-For", "6.6.6.6, 198.51.100.9, 10.0.0.2"), "198.51.100.9"},
+		{"several header lines, the last written last", xff,
+			request("10.0.0.1:5555", "X-Forwarded-For", "6.6.6.6", "198.51.100.9, 10.0.0.2"), "198.51.100.9"},
+		{"an empty line", xff, request("10.0.0.1:5555", "X-Forwarded-For", "198.51.100.9", ""), "198.51.100.9"},
+		{"garbage stops the walk at the trusted hop that wrote it", xff,
+			request("10.0.0.1:5555", "X-Forwarded-For", "garbage, 10.0.0.2"), "10.0.0.2"},
+		{"trusted peer, no header", xff, request("10.0.0.1:5555", ""), "10.0.0.1"},
+		{"every entry trusted: the leftmost", xff, request("10.0.0.1:5555", "X-Forwarded-For", "10.0.0.3, 10.0.0.2"), "10.0.0.3"},
+		{"an entry with a port", xff, request("10.0.0.1:5555", "X-Forwarded-For", "198.51.100.9:4711"), "198.51.100.9"},
+		{"IPv4-mapped peer is IPv4", none, request("[::ffff:203.0.113.7]:80", ""), "203.0.113.7"},
+		{"IPv4-mapped entry is IPv4", xff, request("10.0.0.1:5555", "X-Forwarded-For", "::ffff:198.51.100.9"), "198.51.100.9"},
+		{"IPv6 keyed by its /64", none, request("[2001:db8:1:2:3:4:5:6]:443", ""), "2001:db8:1:2::/64"},
+		{"IPv6 keyed by the address", v6all, request("[2001:db8:1:2:3:4:5:6]:443", ""), "2001:db8:1:2:3:4:5:6"},
+		{"zone dropped", none, request("[fe80::1%eth0]:80", ""), "fe80::/64"},
+		{"IPv4 keyed by its /24", v4net, request("203.0.113.7:1", ""), "203.0.113.0/24"},
+		{"trusted IPv6 proxy", xff, request("[2001:db8:ffff::1]:1", "X-Forwarded-For", "198.51.100.9"), "198.51.100.9"},
+		{"no address in RemoteAddr", xff, request("@", "X-Forwarded-For", "198.51.100.9"), ""},
+		{"empty RemoteAddr", xff, request("", ""), ""},
+		{"a chain longer than MaxHops stops at the last hop read", short,
+			request("10.0.0.1:1", "X-Forwarded-For", "198.51.100.9, 10.0.0.4, 10.0.0.3, 10.0.0.2"), "10.0.0.3"},
+		{"Forwarded: quoted IPv6 with a port, other parameters", fwd,
+			request("10.0.0.1:1", "Forwarded", `for=6.6.6.6, for="[2001:db8:cafe::17]:4711";proto=https, for=10.0.0.2`), "2001:db8:cafe::/64"},
+		{"Forwarded: a comma inside a quoted value, parameter names in any case", fwd,
+			request("10.0.0.1:1", "Forwarded", `for=6.6.6.6, for=198.51.100.9;by="x,y", For=10.0.0.2`), "198.51.100.9"},
+		{"Forwarded: an obfuscated identifier stops the walk", fwd,
+			request("10.0.0.1:1", "Forwarded", `for=198.51.100.9, for=_hidden, for=10.0.0.2`), "10.0.0.2"},
+		{"Forwarded: unknown stops the walk", fwd, request("10.0.0.1:1", "Forwarded", `for=unknown`), "10.0.0.1"},
+		{"Forwarded: the client's unterminated quote is never reached", fwd,
+			request("10.0.0.1:1", "Forwarded", `for="`, `for=198.51.100.9`), "198.51.100.9"},
+		{"Forwarded: an unterminated quote on the same line", fwd,
+			request("10.0.0.1:1", "Forwarded", `for=", for=198.51.100.9`), "198.51.100.9"},
+		{"Forwarded: an escaped quote", fwd,
+			request("10.0.0.1:1", "Forwarded", `for=6.6.6.6;by="a\",b", for=198.51.100.9`), "198.51.100.9"},
+		{"Forwarded: two for= in one element", fwd, request("10.0.0.1:1", "Forwarded", `for=198.51.100.9;for=6.6.6.6`), "10.0.0.1"},
+		{"Forwarded: no for=", fwd, request("10.0.0.1:1", "Forwarded", `proto=https`), "10.0.0.1"},
+		{"Forwarded is not read when X-Forwarded-For is configured", xff, request("10.0.0.1:1", "Forwarded", `for=198.51.100.9`), "10.0.0.1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			got, ok := c.ip.Key(c.r)
+			if c.want == "" {
+				if ok {
+					t.Fatalf("Key = %q, want none", got)
+				}
+				return
+			}
+			if !ok || got != c.want {
+				t.Fatalf("Key = %q, %v; want %q", got, ok, c.want)
+			}
+		})
+	}
+}
+
+// TestClientIPHostileSizes: ten thousand entries cost a bounded walk, and the
+// result is what the right end says.
+func TestClientIPHostileSizes(t *testing.T) {
+	ip := ClientIP{TrustedProxies: trusted}
+	spoof := strings.Repeat("1.1.1.1, ", 10_000)
+	if got, _ := ip.Key(request("10.0.0.1:1", "X-Forwarded-For", spoof+"198.51.100.9")); got != "198.51.100.9" {
+		t.Fatalf("ten thousand spoofed entries before the client: %q", got)
+	}
+	chain := strings.Repeat("10.0.0.9, ", 10_000)
+	if got, _ := ip.Key(request("10.0.0.1:1", "X-Forwarded-For", "198.51.100.9, "+chain+"10.0.0.2")); got != "10.0.0.9" {
+		t.Fatalf("ten thousand trusted hops: %q, want the last one read within MaxHops", got)
+	}
+	fwd := ClientIP{TrustedProxies: trusted, Header: Forwarded}
+	if got, _ := fwd.Key(request("10.0.0.1:1", "Forwarded", strings.Repeat(`for="a,;\"b", `, 10_000)+"for=198.51.100.9")); got != "198.51.100.9" {
+		t.Fatalf("Forwarded with ten thousand quoted elements before the client: %q", got)
+	}
+	if got, _ := ip.Key(request("10.0.0.1:1", "X-Forwarded-For", strings.Repeat("9", 100_000))); got != "10.0.0.1" {
+		t.Fatalf("a 100 kB entry: %q, want the trusted peer", got)
+	}
+}
+
+// BenchmarkClientIPKey: the key of a request from behind two trusted proxies.
+// The key string is the one allocation (netip's String).
+func BenchmarkClientIPKey(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		ip   ClientIP
+		r    *http.Request
+	}{
+		{"source=peer", ClientIP{}, request("203.0.113.7:1234", "")},
+		{"source=xff", ClientIP{TrustedProxies: trusted}, request("10.0.0.1:1", "X-Forwarded-For", "6.6.6.6, 198.51.100.9, 10.0.0.2")},
+		{"source=forwarded", ClientIP{TrustedProxies: trusted, Header: Forwarded}, request("10.0.0.1:1", "Forwarded", `for=198.51.100.9;proto=https, for=10.0.0.2`)},
+		{"source=peer-ipv6", ClientIP{}, request("[2001:db8:1:2:3:4:5:6]:443", "")},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, ok := c.ip.Key(c.r); !ok {
+					b.Fatal("no key")
+				}
+			}
+		})
+	}
+}
