@@ -166,3 +166,25 @@ func TestCapSweepsSpacedOut(t *testing.T) {
 		t.Fatalf("after the spacing: %+v, %d evictions; want allowed, %d evicted", d, tb.Evictions(), capKeys)
 	}
 }
+
+// BenchmarkSweep measures a sweep that visits every key and removes none (the
+// work a sweep at the cap does when nothing is reclaimable), per key; the cost
+// CapSweepSpacing is set against.
+func BenchmarkSweep(b *testing.B) {
+	for _, n := range []int{1_000, 1_000_000} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			r := MustRule(Limit{Tokens: 1, Period: time.Hour, Burst: 2})
+			tb := NewTable[int](r, TableOptions{Presize: n})
+			for i := range n {
+				tb.AllowNAt(i, hour, 1) // not full for an hour: no sweep removes it
+			}
+			b.ResetTimer()
+			for b.Loop() {
+				if tb.SweepAt(hour) != 0 {
+					b.Fatal("removed a bucket")
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/key")
+		})
+	}
+}

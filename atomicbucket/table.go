@@ -51,8 +51,10 @@ const DefaultSweepInterval = time.Minute
 // visits every key, and keys whose buckets fill one after another could
 // otherwise make each new key's request pay for one; so sweeps at the cap
 // start at least MaxKeys × CapSweepSpacing apart (a million keys: 256 ms),
-// which keeps them to a small share of one core (a sweep costs tens of ns a
-// key) whatever the traffic. A new key that meets the cap in between is denied
+// which keeps them to at most about a fifth of one core whatever the traffic:
+// a sweep that removes nothing costs 14 ns a key at a thousand keys and 54 ns
+// at a million, 54 ms in all (BenchmarkSweep, 2-core Intel Xeon VM, medians
+// of 6). A new key that meets the cap in between is denied
 // (DenyAtCap) until the next may run, and its RetryAfter says so.
 const CapSweepSpacing = 256 * time.Nanosecond
 
