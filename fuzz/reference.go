@@ -405,7 +405,8 @@ type Reservation struct {
 	Cost       int64
 	At         int64
 	cancelled  bool
-	untracked  bool // an admission with no bucket behind it: nothing to give back
+	untracked  bool   // an admission with no bucket behind it: nothing to give back
+	from       *state // the bucket the tokens were taken from
 }
 
 // Reserve takes cost for key at t if it can be served within maxWait.
@@ -428,7 +429,7 @@ func (r *Reference) Reserve(key string, t, cost int64, maxWait time.Duration) Re
 		return Reservation{RetryAfter: w}
 	}
 	r.take(s, t, cost)
-	return Reservation{OK: true, Delay: w, Key: key, Cost: cost, At: t + int64(w)}
+	return Reservation{OK: true, Delay: w, Key: key, Cost: cost, At: t + int64(w), from: s}
 }
 
 // immediate is a reservation that holds nothing for later (a key with no
@@ -448,7 +449,10 @@ func (r *Reference) Cancel(res *Reservation, t int64) bool {
 		return false
 	}
 	res.cancelled = true
-	if s := r.keys[res.Key]; s != nil && res.Cost > 0 {
+	// The tokens go back to the bucket they were taken from, if the key still
+	// has it: a bucket reclaimed since (it was full, so the tokens were spent)
+	// takes nothing back, and the key's new bucket never lent them.
+	if s := r.keys[res.Key]; s != nil && s == res.from && res.Cost > 0 {
 		r.give(s, t, res.Cost)
 	}
 	return true
