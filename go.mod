@@ -12,3 +12,5 @@ require (
 	github.com/dave/jennifer v1.7.1
 	go.yaml.in/yaml/v3 v3.0.4
 )
+
+require github.com/dunglas/httpsfv v1.1.2

@@ -1,10 +1,3 @@
-// Package limithttp is limitgen's HTTP runtime: what a rate limiter in front of
-// a net/http handler needs that the buckets do not. It knows net/http and the
-// standard library, not YAML; generated middleware calls it, and services can
-// use it by hand.
-//
-// This first part is the client-IP key (ClientIP): whom a request comes from,
-// in a form no client can choose for itself.
 package limithttp
 
 import (

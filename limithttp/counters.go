@@ -1,0 +1,115 @@
+package limithttp
+
+import (
+	"context"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"sync/atomic"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+)
+
+// Counters counts decisions by rule and outcome. Each count is spread over
+// stripes, one picked at random for each Add (math/rand/v2's generator is per
+// thread, so picking takes no lock and shares nothing), so that cores counting
+// at once seldom touch the same cache line; Snapshot adds the stripes up.
+type Counters struct {
+	rules   []string
+	stride  int // cells per stripe: rules × outcomes, rounded up to whole cache lines, plus a line of padding
+	mask    uint32
+	stripes []atomic.Uint64
+}
+
+// cellsPerLine is how many uint64 counters fill a 64-byte cache line.
+const cellsPerLine = 8
+
+// NewCounters returns counters for the named rules (a rule's index in rules
+// is Result.Rule and Event.RuleIndex), with one stripe per processor (rounded
+// up to a power of two, at most 64).
+func NewCounters(rules ...string) *Counters {
+	n := 1
+	for n < runtime.GOMAXPROCS(0) && n < 64 {
+		n *= 2
+	}
+	cells := len(rules) * int(numOutcomes)
+	stride := (cells+cellsPerLine-1)/cellsPerLine*cellsPerLine + cellsPerLine
+	return &Counters{
+		rules:   rules,
+		stride:  stride,
+		mask:    uint32(n - 1),
+		stripes: make([]atomic.Uint64, n*stride),
+	}
+}
+
+// Add counts one outcome of the rule at index rule; an index out of range is
+// ignored.
+func (c *Counters) Add(rule int, o Outcome) {
+	if uint(rule) >= uint(len(c.rules)) || o >= numOutcomes {
+		return
+	}
+	s := int(rand.Uint32() & c.mask)
+	c.stripes[s*c.stride+rule*int(numOutcomes)+int(o)].Add(1)
+}
+
+// Count is one rule's counts.
+type Count struct {
+	Rule     string
+	Outcomes [numOutcomes]uint64 // indexed by Outcome
+}
+
+// Snapshot returns the counts of every rule, in the order NewCounters was
+// given them. Counts added while it runs may or may not be in it.
+func (c *Counters) Snapshot() []Count {
+	out := make([]Count, len(c.rules))
+	for i, name := range c.rules {
+		out[i].Rule = name
+		for s := 0; s*c.stride < len(c.stripes); s++ {
+			for o := range numOutcomes {
+				out[i].Outcomes[o] += c.stripes[s*c.stride+i*int(numOutcomes)+int(o)].Load()
+			}
+		}
+	}
+	return out
+}
+
+// DenialLog is an Observer that logs every request that was not allowed (the
+// violation log of a multi-tier limiter), at most perSecond a second with
+// bursts of as many: under a flood it logs a sample, and each record says how
+// many were left out since the last one.
+type DenialLog struct {
+	logger     *slog.Logger
+	budget     *atomicbucket.Bucket
+	suppressed atomic.Int64
+}
+
+// NewDenialLog logs to logger (slog.Default() when nil), at most perSecond
+// records a second (at least 1).
+func NewDenialLog(logger *slog.Logger, perSecond int64) *DenialLog {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	perSecond = max(perSecond, 1)
+	rule := atomicbucket.MustRule(atomicbucket.Limit{Tokens: perSecond, Period: 1e9, Burst: perSecond})
+	return &DenialLog{logger: logger, budget: atomicbucket.NewBucket(rule)}
+}
+
+// Observe logs e at level Warn when it is not Allowed.
+func (d *DenialLog) Observe(e Event) {
+	if e.Outcome == Allowed {
+		return
+	}
+	if !d.budget.Allow() {
+		d.suppressed.Add(1)
+		return
+	}
+	d.logger.LogAttrs(context.Background(), slog.LevelWarn, "rate limit",
+		slog.String("outcome", e.Outcome.String()),
+		slog.String("route", e.Route),
+		slog.String("tier", e.Tier),
+		slog.String("rule", e.Rule),
+		slog.Int64("cost", e.Cost),
+		slog.Duration("retry_after", e.RetryAfter),
+		slog.Int64("suppressed", d.suppressed.Swap(0)),
+	)
+}

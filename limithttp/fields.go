@@ -1,0 +1,241 @@
+package limithttp
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"math/bits"
+	"strconv"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+)
+
+// The parameter names of draft-ietf-httpapi-ratelimit-headers-11. They are
+// kept here, and only here, because the draft's authors have floated renaming
+// them; the package doc's table says what each one holds.
+const (
+	ParamQuota     = "q" // RateLimit-Policy: the quota
+	ParamWindow    = "w" // RateLimit-Policy: the window, in seconds
+	ParamRemaining = "r" // RateLimit: what is left
+	ParamReset     = "t" // RateLimit: seconds until it resets
+)
+
+// The response header names, in the canonical form net/http's Header keys
+// use (textproto.CanonicalMIMEHeaderKey), so that setting them is a map store
+// with no canonicalisation. Header names are case-insensitive on the wire;
+// HTTP/2 and HTTP/3 send them in lower case.
+const (
+	HeaderPolicy         = "Ratelimit-Policy"
+	HeaderRateLimit      = "Ratelimit"
+	HeaderRetryAfter     = "Retry-After"
+	HeaderLegacyLimit    = "X-Ratelimit-Limit"
+	HeaderLegacyRemain   = "X-Ratelimit-Remaining"
+	HeaderLegacyReset    = "X-Ratelimit-Reset"
+	headerContentType    = "Content-Type"
+	headerContentOptions = "X-Content-Type-Options"
+)
+
+// ProblemQuotaExceeded is the problem type the draft defines for a request
+// that exceeds a quota policy (RFC 9457).
+const ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
+
+// MaxPolicyName is the longest policy name NewPolicy accepts, in bytes.
+const MaxPolicyName = 64
+
+// Policy is one rule (on one plan) as the rate-limit fields describe it. Its
+// strings are computed once, by NewPolicy or by the generator (which emits a
+// Policy literal with the same values); a request only appends numbers to
+// them. The zero Policy is not usable.
+type Policy struct {
+	Name   string // the rule's name, printable ASCII
+	Quota  int64  // q: the burst, in tokens
+	Window int64  // w: seconds an empty bucket takes to refill, at least 1
+
+	Limit atomicbucket.Limit // the rule's numbers: r/t is capped by its rate, waits are derived from its refill
+
+	// Item is the rule's member of a RateLimit-Policy list:
+	// "Name";q=Quota;w=Window.
+	Item string
+	// Prefix is the start of its RateLimit member, up to the value of r:
+	// "Name";r=
+	Prefix string
+	// Problem is the RFC 9457 body of a 429 this rule causes.
+	Problem string
+	// TooCostly is the problem body of a request whose cost is above the burst.
+	TooCostly string
+}
+
+// ErrPolicy is wrapped by every error NewPolicy returns.
+var ErrPolicy = errors.New("limithttp: invalid policy")
+
+// NewPolicy describes the rule named name with limit l. name must be 1 to
+// MaxPolicyName bytes of printable ASCII (a Structured Fields string); l must
+// be a limit atomicbucket.NewRule accepts.
+func NewPolicy(name string, l atomicbucket.Limit) (Policy, error) {
+	if err := checkName(name); err != nil {
+		return Policy{}, err
+	}
+	if _, err := atomicbucket.NewRule(l); err != nil {
+		return Policy{}, fmt.Errorf("%w: %q: %w", ErrPolicy, name, err)
+	}
+	p := Policy{Name: name, Quota: l.Burst, Window: window(l), Limit: l}
+	q := sfString(name)
+	p.Item = q + ";" + ParamQuota + "=" + strconv.FormatInt(p.Quota, 10) + ";" + ParamWindow + "=" + strconv.FormatInt(p.Window, 10)
+	p.Prefix = q + ";" + ParamRemaining + "="
+	p.Problem = problemBody(ProblemQuotaExceeded, "Too Many Requests", 429,
+		"The request exceeds the quota of policy "+name+"; retry after the delay in Retry-After.", name)
+	p.TooCostly = problemBody("about:blank", "Bad Request", 400,
+		"The request costs more than the burst of policy "+name+" ("+strconv.FormatInt(l.Burst, 10)+" tokens): waiting cannot admit it.", "")
+	return p, nil
+}
+
+// MustPolicy is NewPolicy for values known to be valid; it panics otherwise.
+func MustPolicy(name string, l atomicbucket.Limit) Policy {
+	p, err := NewPolicy(name, l)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// PolicyList joins policies' Items into one RateLimit-Policy value.
+func PolicyList(ps ...*Policy) string {
+	s := ""
+	for i, p := range ps {
+		if i > 0 {
+			s += ", "
+		}
+		s += p.Item
+	}
+	return s
+}
+
+// checkName reports whether name can be a policy name: 1 to MaxPolicyName
+// bytes in %x20-7E, the characters a Structured Fields string may hold.
+func checkName(name string) error {
+	if name == "" || len(name) > MaxPolicyName {
+		return fmt.Errorf("%w: name %.80q: must be 1 to %d bytes", ErrPolicy, name, MaxPolicyName)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c > 0x7e {
+			return fmt.Errorf("%w: name %q: byte %#x at %d is not printable ASCII (a Structured Fields string holds only %%x20-7E)", ErrPolicy, name, c, i)
+		}
+	}
+	return nil
+}
+
+// CheckName reports whether name can name a policy in the fields (see
+// NewPolicy); the generator checks the policy's rule names with it.
+func CheckName(name string) error { return checkName(name) }
+
+// sfString quotes s as a Structured Fields string: DQUOTE and backslash are
+// escaped with a backslash. s is printable ASCII (checkName).
+func sfString(s string) string {
+	b := make([]byte, 0, len(s)+2)
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' || s[i] == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return string(append(b, '"'))
+}
+
+// window is the time an empty bucket takes to refill, in seconds rounded up,
+// at least 1, so that a client sending q per w never outruns the refill.
+// Greedy refill: Burst·Period/Tokens. Interval refill adds Tokens at each
+// boundary, and any ⌈Burst/Tokens⌉ periods hold that many boundaries.
+func window(l atomicbucket.Limit) int64 {
+	num := new(big.Int).Mul(big.NewInt(l.Burst), big.NewInt(int64(l.Period)))
+	den := new(big.Int).Mul(big.NewInt(l.Tokens), big.NewInt(int64(time.Second)))
+	if l.Refill == atomicbucket.Interval {
+		// Tokens arrive Tokens at a time, so a full refill takes ⌈Burst/Tokens⌉
+		// whole periods.
+		periods := (l.Burst + l.Tokens - 1) / l.Tokens
+		num = new(big.Int).Mul(big.NewInt(periods), big.NewInt(int64(l.Period)))
+		den = big.NewInt(int64(time.Second))
+	}
+	w := new(big.Int).Add(num, new(big.Int).Sub(den, big.NewInt(1)))
+	w.Quo(w, den)
+	switch {
+	case w.Sign() <= 0:
+		return 1
+	case !w.IsInt64() || w.Int64() > maxSFInteger:
+		return maxSFInteger
+	}
+	return w.Int64()
+}
+
+// maxSFInteger is the largest Structured Fields integer (15 digits).
+const maxSFInteger = 999_999_999_999_999
+
+// Fields returns the RateLimit parameters r and t for decision d of a request
+// of the given cost, by the rules of the package doc.
+func (p *Policy) Fields(d atomicbucket.Decision, cost int64) (r, t int64) {
+	r = max(d.Remaining, 0)
+	var base time.Duration
+	switch {
+	case !d.Allowed && d.RetryAfter != atomicbucket.Never && d.RetryAfter >= 0:
+		base = d.RetryAfter
+	case !d.Allowed, r > 0:
+		base = d.Reset
+	default:
+		base = p.waitAfter(d.Reset, cost)
+	}
+	if r > 0 {
+		base = max(base, p.paced(r))
+	}
+	return r, ceilSeconds(base)
+}
+
+// waitAfter is, for a bucket that is reset away from full, the wait until it
+// holds cost tokens. Greedy refill: it holds Burst − rate·reset now, so it needs
+// reset − (Burst − cost)/rate more. Interval refill: tokens arrive Tokens at a
+// time at boundaries, the last of which is reset away; cost tokens are there
+// ⌈Burst/Tokens⌉ − ⌈cost/Tokens⌉ periods earlier than that.
+func (p *Policy) waitAfter(reset time.Duration, cost int64) time.Duration {
+	l := &p.Limit
+	if cost <= 0 || cost > l.Burst {
+		return reset
+	}
+	var early time.Duration
+	if l.Refill == atomicbucket.Interval {
+		early = mulDiv(int64((l.Burst+l.Tokens-1)/l.Tokens-(cost+l.Tokens-1)/l.Tokens), int64(l.Period), 1)
+	} else {
+		early = mulDiv(l.Burst-cost, int64(l.Period), l.Tokens)
+	}
+	return max(reset-early, 0)
+}
+
+// paced is the time the rule's rate takes to add r tokens: r·Period/Tokens.
+func (p *Policy) paced(r int64) time.Duration {
+	return mulDiv(r, int64(p.Limit.Period), p.Limit.Tokens)
+}
+
+// mulDiv is a·b/c rounded down, for non-negative a, b and positive c, as a
+// Duration; math.MaxInt64 when it does not fit.
+func mulDiv(a, b, c int64) time.Duration {
+	if a <= 0 || b <= 0 || c <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(q)
+}
+
+// ceilSeconds is d in whole seconds, rounded up; 0 for d ≤ 0.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d-1)/time.Second) + 1
+}

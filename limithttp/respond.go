@@ -1,0 +1,342 @@
+package limithttp
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+)
+
+// HeaderStyle selects the rate-limit fields a response carries.
+type HeaderStyle uint8
+
+const (
+	// HeadersIETF sends RateLimit-Policy and RateLimit (the zero value).
+	HeadersIETF HeaderStyle = iota
+	// HeadersLegacy sends the IETF fields and X-RateLimit-Limit, -Remaining and
+	// -Reset, for clients that parse only those.
+	HeadersLegacy
+	// HeadersNone sends no rate-limit fields; a 429 still has Retry-After.
+	HeadersNone
+)
+
+// Mode is what a route does with its decisions.
+type Mode uint8
+
+const (
+	// Enforce denies what the policy denies (the zero value).
+	Enforce Mode = iota
+	// Shadow decides, counts, observes and sends the fields, but lets every
+	// request through: what a team runs while rolling a policy out.
+	Shadow
+	// Off checks nothing and sends nothing.
+	Off
+)
+
+// String returns the mode's name as the policy spells it.
+func (m Mode) String() string {
+	switch m {
+	case Enforce:
+		return "enforce"
+	case Shadow:
+		return "shadow"
+	case Off:
+		return "off"
+	}
+	return "Mode(" + strconv.Itoa(int(m)) + ")"
+}
+
+// Outcome is what became of a request.
+type Outcome uint8
+
+const (
+	Allowed      Outcome = iota // admitted, tokens taken
+	Denied                      // over the limit: 429
+	ShadowDenied                // over the limit on a Shadow route: let through
+	TooCostly                   // its cost is above the burst, or the cost source's maximum: 400, nothing taken
+	MissingKey                  // no key source had a key: the route's 4xx, nothing taken
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"allowed", "denied", "shadow_denied", "too_costly", "missing_key"}
+
+// String returns the outcome's name, as metrics and logs spell it.
+func (o Outcome) String() string {
+	if o < numOutcomes {
+		return outcomeNames[o]
+	}
+	return "Outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Event is one decision, as observers see it: what was decided and by which
+// rule, never for whom (a key in a metric label makes its series unbounded).
+type Event struct {
+	Route      string        // the route's ServeMux pattern
+	Tier       string        // the tier checked; "" when the route checks one rule
+	Rule       string        // the rule that decided (that denied, or the most constraining)
+	RuleIndex  int           // Rule's index in the Counters' rules
+	Cost       int64         // the request's cost
+	Outcome    Outcome       // what became of the request
+	RetryAfter time.Duration // the decision's wait, when denied
+}
+
+// Observer is told of every decision. Observe is called on the request's
+// goroutine, so it must be quick and must not block; it must not keep e's
+// strings beyond the call if it mutates them (they are shared constants).
+type Observer interface {
+	Observe(e Event)
+}
+
+// ObserverFunc adapts a function to Observer.
+type ObserverFunc func(Event)
+
+// Observe calls f(e).
+func (f ObserverFunc) Observe(e Event) { f(e) }
+
+// Config is what every route of a middleware shares. The zero Config sends the
+// IETF fields, answers denials with problem+json, adds no jitter and observes
+// nothing beyond its Counters (when set).
+type Config struct {
+	Headers HeaderStyle
+	// Jitter is the largest fraction of a denial's wait added to Retry-After,
+	// per key (see the package doc); values outside [0, 1] are clamped.
+	Jitter float64
+	// Denied, when set, writes the response to a denied request instead of the
+	// problem body. The rate-limit fields and Retry-After are already set.
+	Denied func(w http.ResponseWriter, r *http.Request, res *Result)
+	// Observer, when set, is told of every decision.
+	Observer Observer
+	// Counters, when set, counts every decision by rule and outcome.
+	Counters *Counters
+}
+
+// Result is a decision and what the response needs to describe it.
+type Result struct {
+	Decision atomicbucket.Decision
+	Policy   *Policy // the rule that decided
+	Policies string  // the route's RateLimit-Policy value: its rules' Items (PolicyList)
+	Cost     int64   // the request's cost
+	Seed     string  // the key that seeds the Retry-After jitter
+	Route    string  // for the Event: the route's pattern
+	Tier     string  // for the Event: the tier checked, if any
+	Rule     int     // for the Event: the deciding rule's index in the Counters' rules
+}
+
+// Respond sets the rate-limit fields of res on w and, for a denied request on
+// an Enforce route, writes the denial. It reports whether the request may go on
+// to the handler. It counts and observes the decision.
+func (c *Config) Respond(w http.ResponseWriter, r *http.Request, mode Mode, res *Result) bool {
+	if mode == Off {
+		return true
+	}
+	d := &res.Decision
+	outcome := Allowed
+	switch {
+	case d.Allowed:
+	case d.RetryAfter == atomicbucket.Never || d.RetryAfter < 0:
+		outcome = TooCostly
+	case mode == Shadow:
+		outcome = ShadowDenied
+	default:
+		outcome = Denied
+	}
+	rv, tv := res.Policy.Fields(res.Decision, res.Cost)
+	retry := int64(-1)
+	if outcome == Denied {
+		retry = max(tv, c.retryAfter(d.RetryAfter, res.Seed))
+	}
+	c.observe(res, outcome)
+	h := w.Header()
+	vals := c.setFields(h, res, rv, tv, retry)
+	switch outcome {
+	case Allowed, ShadowDenied:
+		return true
+	case TooCostly:
+		if mode == Shadow {
+			return true
+		}
+		writeProblem(h, w, vals, http.StatusBadRequest, res.Policy.TooCostly)
+		return false
+	}
+	if c.Denied != nil {
+		c.Denied(w, r, res)
+		return false
+	}
+	writeProblem(h, w, vals, http.StatusTooManyRequests, res.Policy.Problem)
+	return false
+}
+
+func (c *Config) observe(res *Result, o Outcome) {
+	if c.Counters != nil {
+		c.Counters.Add(res.Rule, o)
+	}
+	if c.Observer != nil {
+		c.Observer.Observe(Event{
+			Route: res.Route, Tier: res.Tier, Rule: res.Policy.Name, RuleIndex: res.Rule,
+			Cost: res.Cost, Outcome: o, RetryAfter: res.Decision.RetryAfter,
+		})
+	}
+}
+
+// Reject answers a request that was not checked (no key, an unreadable cost)
+// with status and the problem body (ProblemBody), counting it as outcome
+// against the rule at index rule. Nothing is taken. On a Shadow route it only
+// counts, and reports true: the request goes on.
+func (c *Config) Reject(w http.ResponseWriter, mode Mode, status int, body string, ev Event) bool {
+	if mode == Off {
+		return true
+	}
+	if c.Counters != nil {
+		c.Counters.Add(ev.RuleIndex, ev.Outcome)
+	}
+	if c.Observer != nil {
+		c.Observer.Observe(ev)
+	}
+	if mode == Shadow {
+		return true
+	}
+	h := w.Header()
+	writeProblem(h, w, new([2]string)[:], status, body)
+	return false
+}
+
+// numValues is the most header values Respond sets: RateLimit-Policy,
+// RateLimit, Retry-After, three legacy fields, Content-Type and
+// X-Content-Type-Options.
+const numValues = 8
+
+// setFields sets the fields on h. Every value that is not a constant is
+// appended to one buffer and becomes one string, and every header's []string
+// is a slice of one array: two allocations whatever the style, where
+// Header.Set would make one or two per header. It returns the spare values for
+// writeProblem.
+func (c *Config) setFields(h http.Header, res *Result, rv, tv, retry int64) []string {
+	vals := new([numValues]string)
+	if c.Headers == HeadersNone {
+		if retry >= 0 {
+			vals[0] = strconv.FormatInt(retry, 10)
+			h[HeaderRetryAfter] = vals[0:1:1]
+		}
+		return vals[1:]
+	}
+	var buf [256]byte
+	b := append(buf[:0], res.Policy.Prefix...)
+	b = strconv.AppendInt(b, rv, 10)
+	b = append(b, ";"+ParamReset+"="...)
+	b = strconv.AppendInt(b, tv, 10)
+	var ends [5]int // where each value after the first ends
+	n := 0
+	ends[n], n = len(b), n+1
+	if retry >= 0 {
+		b = strconv.AppendInt(b, retry, 10)
+		ends[n], n = len(b), n+1
+	}
+	if c.Headers == HeadersLegacy {
+		b = strconv.AppendInt(b, res.Policy.Quota, 10)
+		ends[n], n = len(b), n+1
+		b = strconv.AppendInt(b, rv, 10)
+		ends[n], n = len(b), n+1
+		b = strconv.AppendInt(b, tv, 10)
+		ends[n], n = len(b), n+1
+	}
+	s := string(b)
+	vals[0] = res.Policies
+	start := 0
+	for i := range n {
+		vals[i+1] = s[start:ends[i]]
+		start = ends[i]
+	}
+	h[HeaderPolicy] = vals[0:1:1]
+	h[HeaderRateLimit] = vals[1:2:2]
+	i := 2
+	if retry >= 0 {
+		h[HeaderRetryAfter] = vals[i : i+1 : i+1]
+		i++
+	}
+	if c.Headers == HeadersLegacy {
+		h[HeaderLegacyLimit] = vals[i : i+1 : i+1]
+		h[HeaderLegacyRemain] = vals[i+1 : i+2 : i+2]
+		h[HeaderLegacyReset] = vals[i+2 : i+3 : i+3]
+		i += 3
+	}
+	return vals[i:]
+}
+
+// writeProblem writes status and an RFC 9457 body, using two of spare for the
+// header values.
+func writeProblem(h http.Header, w http.ResponseWriter, spare []string, status int, body string) {
+	spare[0], spare[1] = "application/problem+json", "nosniff"
+	h[headerContentType] = spare[0:1:1]
+	h[headerContentOptions] = spare[1:2:2]
+	w.WriteHeader(status)
+	io.WriteString(w, body) //nolint:errcheck // the client is gone; nothing to do
+}
+
+// retryAfter is the denial's wait in whole seconds, rounded up, with seed's
+// jitter added: wait·(1 + Jitter·u), u in [0, 1) from the seed's hash.
+func (c *Config) retryAfter(wait time.Duration, seed string) int64 {
+	j := min(max(c.Jitter, 0), 1)
+	if j > 0 && wait > 0 {
+		u := float64(mix64(fnv64(seed))>>11) / (1 << 53)
+		f := float64(wait) * (1 + j*u)
+		if f >= float64(atomicbucket.Never) {
+			return ceilSeconds(atomicbucket.Never)
+		}
+		wait = time.Duration(f)
+	}
+	return ceilSeconds(wait)
+}
+
+// mix64 is MurmurHash3's 64-bit finaliser: FNV-1a leaves its high bits
+// poorly mixed for keys that differ in their last bytes (client-1, client-2),
+// and the jitter is read from the high bits.
+func mix64(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
+}
+
+// fnv64 is FNV-1a over s: cheap, allocation-free, and the same in every
+// process, so a client's jitter does not change when it reaches another
+// instance.
+func fnv64(s string) uint64 {
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+// ProblemBody is an RFC 9457 problem document (application/problem+json). A
+// non-empty violated names the violated policy in the draft's
+// violated-policies member. The generator computes the bodies of its routes
+// with it; Policy's are computed by NewPolicy.
+func ProblemBody(typ, title string, status int, detail, violated string) string {
+	return problemBody(typ, title, status, detail, violated)
+}
+
+func problemBody(typ, title string, status int, detail, violated string) string {
+	type problem struct {
+		Type     string   `json:"type"`
+		Title    string   `json:"title"`
+		Status   int      `json:"status"`
+		Detail   string   `json:"detail,omitempty"`
+		Violated []string `json:"violated-policies,omitempty"`
+	}
+	p := problem{Type: typ, Title: title, Status: status, Detail: detail}
+	if violated != "" {
+		p.Violated = []string{violated}
+	}
+	b, err := json.Marshal(p)
+	if err != nil { // strings and an int always marshal
+		panic(err)
+	}
+	return string(b) + "\n"
+}
