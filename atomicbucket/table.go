@@ -109,7 +109,9 @@ func (c *reclaimer) filled(r *Rule, tat, anchor int64) {
 // Table is a set of token buckets, one per key, created on a key's first
 // check that takes tokens. Its methods are safe for concurrent use; checks on
 // existing keys take no lock and never allocate (a new key takes the map's
-// bucket lock once).
+// bucket lock once). A table never keeps the key string a caller passes (a new
+// key is copied into its bucket's allocation), so a key may be read from a
+// buffer the caller reuses once the call returns.
 //
 // A table keeps itself: a bucket full for SweepGrace is reclaimed when a new
 // key meets the key cap, and by a sweep the table runs by itself when new keys

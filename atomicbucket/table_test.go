@@ -3,6 +3,7 @@ package atomicbucket
 import (
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // TestSweepTombstone plays, step by step, the interleaving that could lose a
@@ -65,5 +66,26 @@ func TestSweepKeepsBusyBuckets(t *testing.T) {
 	}
 	if tb.Len() != 0 || tb.Evictions() != 2 {
 		t.Fatalf("Len %d, Evictions %d; want 0 and 2", tb.Len(), tb.Evictions())
+	}
+}
+
+// A key backed by a buffer the caller reuses: the table keeps its own copy,
+// so overwriting the buffer changes neither the stored key nor its bucket.
+func TestTableKeepsNoCallerKey(t *testing.T) {
+	tab := NewTable[string](MustRule(Limit{Tokens: 1, Period: time.Second, Burst: 2}), TableOptions{})
+	buf := []byte("client-a")
+	key := unsafe.String(&buf[0], len(buf))
+	if !tab.AllowNAt(key, 0, 2).Allowed {
+		t.Fatal("a new key's first request denied")
+	}
+	copy(buf, "client-b") // key now reads "client-b"
+	if d := tab.PeekAt("client-a", 0, 1); d.Allowed {
+		t.Errorf("client-a's bucket lost its state: %+v", d)
+	}
+	if d := tab.PeekAt("client-b", 0, 2); !d.Allowed {
+		t.Errorf("client-b has client-a's bucket: %+v", d)
+	}
+	if tab.Len() != 1 {
+		t.Errorf("Len = %d, want 1", tab.Len())
 	}
 }

@@ -118,8 +118,35 @@ func (c *ClientIP) Key(r *http.Request) (string, bool) {
 	return c.KeyOf(addr), true
 }
 
+// AppendKey appends the key of r's client to dst, as Key returns it, without
+// allocating when dst has room (a 64-byte buffer always does). Middleware
+// checks a table with the key in a stack buffer (atomicbucket's tables copy
+// a key they keep) and so pays no allocation for it.
+func (c *ClientIP) AppendKey(dst []byte, r *http.Request) ([]byte, bool) {
+	addr, ok := c.Addr(r)
+	if !ok {
+		return dst, false
+	}
+	bits := c.bitsFor(addr)
+	if bits == addr.BitLen() {
+		return addr.AppendTo(dst), true
+	}
+	p, _ := addr.Prefix(bits) // bits is in range for addr's family
+	return p.AppendTo(dst), true
+}
+
 // KeyOf is the key of a client address.
 func (c *ClientIP) KeyOf(addr netip.Addr) string {
+	bits := c.bitsFor(addr)
+	if bits == addr.BitLen() {
+		return addr.String()
+	}
+	p, _ := addr.Prefix(bits) // bits is in range for addr's family
+	return p.String()
+}
+
+// bitsFor is the prefix length that keys addr.
+func (c *ClientIP) bitsFor(addr netip.Addr) int {
 	bits := c.IPv4Prefix
 	if bits <= 0 || bits > 32 {
 		bits = 32
@@ -130,11 +157,7 @@ func (c *ClientIP) KeyOf(addr netip.Addr) string {
 			bits = DefaultIPv6Prefix
 		}
 	}
-	if bits == addr.BitLen() {
-		return addr.String()
-	}
-	p, _ := addr.Prefix(bits) // bits is in range for addr's family
-	return p.String()
+	return bits
 }
 
 // trusted reports whether addr is inside one of the trusted networks.

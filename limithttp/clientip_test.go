@@ -74,6 +74,10 @@ func TestClientIPKey(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got, ok := c.ip.Key(c.r)
+			var buf [64]byte
+			if b, bok := c.ip.AppendKey(buf[:0], c.r); bok != ok || string(b) != got {
+				t.Fatalf("AppendKey = %q, %v; Key = %q, %v", b, bok, got, ok)
+			}
 			if c.want == "" {
 				if ok {
 					t.Fatalf("Key = %q, want none", got)
@@ -121,10 +125,19 @@ func BenchmarkClientIPKey(b *testing.B) {
 		{"source=forwarded", ClientIP{TrustedProxies: trusted, Header: Forwarded}, request("10.0.0.1:1", "Forwarded", `for=198.51.100.9;proto=https, for=10.0.0.2`)},
 		{"source=peer-ipv6", ClientIP{}, request("[2001:db8:1:2:3:4:5:6]:443", "")},
 	} {
-		b.Run(c.name, func(b *testing.B) {
+		b.Run(c.name+"/form=string", func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				if _, ok := c.ip.Key(c.r); !ok {
+					b.Fatal("no key")
+				}
+			}
+		})
+		b.Run(c.name+"/form=append", func(b *testing.B) {
+			b.ReportAllocs()
+			var buf [64]byte
+			for b.Loop() {
+				if _, ok := c.ip.AppendKey(buf[:0], c.r); !ok {
 					b.Fatal("no key")
 				}
 			}

@@ -23,6 +23,9 @@ func FuzzClientIP(f *testing.F) {
 			ip.Header, name, client = Forwarded, "Forwarded", "for=198.51.100.9"
 		}
 		key, ok := ip.Key(request(remote, name, header))
+		if b, bok := ip.AppendKey(nil, request(remote, name, header)); bok != ok || string(b) != key {
+			t.Fatalf("AppendKey = %q, %v; Key = %q, %v", b, bok, key, ok)
+		}
 		if len(key) > 43 {
 			t.Fatalf("a %d-byte key: %q", len(key), key)
 		}

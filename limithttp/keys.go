@@ -78,7 +78,7 @@ func IntKey(v string, ok bool) (int64, bool) {
 
 // UintKey is IntKey for unsigned keys: decimal digits only.
 func UintKey(v string, ok bool) (uint64, bool) {
-	if !ok || len(v) > 20 || v[0] == '+' {
+	if !ok || v == "" || len(v) > 20 || v[0] == '+' {
 		return 0, false
 	}
 	n, err := strconv.ParseUint(v, 10, 64)
@@ -95,6 +95,9 @@ func queryValue(raw, name string) (string, bool) {
 	for raw != "" {
 		var pair string
 		pair, raw, _ = strings.Cut(raw, "&")
+		if pair == "" {
+			continue
+		}
 		k, v, _ := strings.Cut(pair, "=")
 		if strings.ContainsAny(k, "%+") {
 			dk, err := url.QueryUnescape(k)

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/limitgen/limitgen/atomicbucket"
 )
@@ -208,13 +209,46 @@ func (c *Config) Reject(w http.ResponseWriter, mode Mode, status int, body strin
 // X-Content-Type-Options.
 const numValues = 8
 
-// setFields sets the fields on h. Every value that is not a constant is
-// appended to one buffer and becomes one string, and every header's []string
-// is a slice of one array: two allocations whatever the style, where
-// Header.Set would make one or two per header. It returns the spare values for
+// fieldValues is everything a response's fields need that is not a constant,
+// in one allocation: every header's []string is a slice of vals, and the
+// numbers are written into buf, which the strings in vals point into. Header.Set
+// would make one or two allocations per header.
+type fieldValues struct {
+	vals [numValues]string
+	buf  [fieldBuf]byte
+}
+
+// allowedValues is fieldValues for the IETF fields alone (80 bytes, where
+// fieldValues is 192), with room for a problem body's two headers.
+type allowedValues struct {
+	vals  [2]string
+	spare [2]string
+	buf   [32]byte
+}
+
+// fieldBuf holds the numbers of a typical response ("PerUser";r=999998;t=1
+// and the legacy values); a longer one (a long policy name) spills to a
+// second allocation.
+const fieldBuf = 64
+
+// setFields sets the fields on h and returns the spare values for
 // writeProblem.
 func (c *Config) setFields(h http.Header, res *Result, rv, tv, retry int64) []string {
-	vals := new([numValues]string)
+	if c.Headers == HeadersIETF && retry < 0 {
+		// The common case, an allowed request, in the smallest object: the
+		// allocation is most of what Respond costs.
+		fv := new(allowedValues)
+		b := append(fv.buf[:0], res.Policy.Prefix...)
+		b = strconv.AppendInt(b, rv, 10)
+		b = append(b, ";"+ParamReset+"="...)
+		b = strconv.AppendInt(b, tv, 10)
+		fv.vals[0], fv.vals[1] = res.Policies, unsafe.String(unsafe.SliceData(b), len(b))
+		h[HeaderPolicy] = fv.vals[0:1:1]
+		h[HeaderRateLimit] = fv.vals[1:2:2]
+		return fv.spare[:]
+	}
+	fv := new(fieldValues)
+	vals := &fv.vals
 	if c.Headers == HeadersNone {
 		if retry >= 0 {
 			vals[0] = strconv.FormatInt(retry, 10)
@@ -222,8 +256,7 @@ func (c *Config) setFields(h http.Header, res *Result, rv, tv, retry int64) []st
 		}
 		return vals[1:]
 	}
-	var buf [256]byte
-	b := append(buf[:0], res.Policy.Prefix...)
+	b := append(fv.buf[:0], res.Policy.Prefix...)
 	b = strconv.AppendInt(b, rv, 10)
 	b = append(b, ";"+ParamReset+"="...)
 	b = strconv.AppendInt(b, tv, 10)
@@ -242,7 +275,9 @@ func (c *Config) setFields(h http.Header, res *Result, rv, tv, retry int64) []st
 		b = strconv.AppendInt(b, tv, 10)
 		ends[n], n = len(b), n+1
 	}
-	s := string(b)
+	// b is fv.buf, or a copy that append made on the heap; nothing writes to
+	// it after this, so the strings may share its bytes.
+	s := unsafe.String(unsafe.SliceData(b), len(b))
 	vals[0] = res.Policies
 	start := 0
 	for i := range n {

@@ -1,0 +1,49 @@
+package limithttp
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+)
+
+// nopWriter is a ResponseWriter that allocates nothing: its header map is
+// reused, so the benchmarks count what Respond allocates, not the writer.
+type nopWriter struct {
+	h    http.Header
+	code int
+}
+
+func (w *nopWriter) Header() http.Header         { return w.h }
+func (w *nopWriter) Write(b []byte) (int, error) { return len(b), nil }
+func (w *nopWriter) WriteHeader(code int)        { w.code = code }
+
+// BenchmarkRespond is the fields of an allowed request (and of a denied one)
+// as Respond sets them: the allocations are the RateLimit string and the
+// array the header values share.
+func BenchmarkRespond(b *testing.B) {
+	l := atomicbucket.Limit{Tokens: 1e6, Period: time.Second, Burst: 1e6}
+	p := MustPolicy("PerUser", l)
+	r := httptest.NewRequest("GET", "/", nil)
+	for _, c := range []struct {
+		name    string
+		headers HeaderStyle
+		d       atomicbucket.Decision
+	}{
+		{"allowed/ietf", HeadersIETF, atomicbucket.Decision{Allowed: true, Remaining: 999_998, Reset: 2 * time.Microsecond}},
+		{"allowed/legacy", HeadersLegacy, atomicbucket.Decision{Allowed: true, Remaining: 999_998, Reset: 2 * time.Microsecond}},
+		{"denied/ietf", HeadersIETF, atomicbucket.Decision{RetryAfter: 1500 * time.Millisecond, Reset: 2 * time.Second}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			cfg := Config{Headers: c.headers, Jitter: 0.5, Counters: NewCounters("PerUser")}
+			w := &nopWriter{h: http.Header{}}
+			res := Result{Decision: c.d, Policy: &p, Policies: p.Item, Cost: 1, Seed: "192.0.2.1"}
+			b.ReportAllocs()
+			for b.Loop() {
+				cfg.Respond(w, r, Enforce, &res)
+			}
+		})
+	}
+}
