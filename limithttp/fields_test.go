@@ -97,8 +97,8 @@ func TestPolicyWindow(t *testing.T) {
 	}{
 		{atomicbucket.Limit{Tokens: 10, Period: s, Burst: 50}, 50, 5},
 		{atomicbucket.Limit{Tokens: 1000, Period: time.Minute, Burst: 200}, 200, 12},
-		{atomicbucket.Limit{Tokens: 3, Period: s, Burst: 10}, 10, 4},      // 3.33 s, rounded up
-		{atomicbucket.Limit{Tokens: 1000, Period: s, Burst: 5}, 5, 1},     // refills in 5 ms: one second at least
+		{atomicbucket.Limit{Tokens: 3, Period: s, Burst: 10}, 10, 4},  // 3.33 s, rounded up
+		{atomicbucket.Limit{Tokens: 1000, Period: s, Burst: 5}, 5, 1}, // refills in 5 ms: one second at least
 		{atomicbucket.Limit{Tokens: 100, Period: 24 * time.Hour, Burst: 100, Refill: atomicbucket.Interval, Aligned: true}, 100, 86400},
 		{atomicbucket.Limit{Tokens: 2, Period: 10 * s, Burst: 5, Refill: atomicbucket.Interval}, 5, 30}, // 3 boundaries
 	} {
