@@ -6,10 +6,13 @@ package limits
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/netip"
 	"strconv"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/limithttp"
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
@@ -953,4 +956,377 @@ func (l *Limits) checkAPI(plan Plan, perUserKey string, perEndpointKey int64, no
 		most, rule = d2, RuleGlobal
 	}
 	return TierDecision{Decision: most, Rule: rule}
+}
+
+// httpPolicyPerUserPlanFree is rule PerUser on the free plan as the RateLimit fields describe it.
+var httpPolicyPerUserPlanFree = limithttp.Policy{
+	Name:   "PerUser",
+	Quota:  50,
+	Window: 5,
+	Limit: atomicbucket.Limit{
+		Tokens: 10,
+		Period: time.Second,
+		Burst:  50,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:      "\"PerUser\";q=50;w=5",
+	Prefix:    "\"PerUser\";r=",
+	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
+	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (50 tokens): waiting cannot admit it.\"}\n",
+}
+
+// httpPolicyPerUserPlanPro is rule PerUser on the pro plan as the RateLimit fields describe it.
+var httpPolicyPerUserPlanPro = limithttp.Policy{
+	Name:   "PerUser",
+	Quota:  500,
+	Window: 5,
+	Limit: atomicbucket.Limit{
+		Tokens: 100,
+		Period: time.Second,
+		Burst:  500,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:      "\"PerUser\";q=500;w=5",
+	Prefix:    "\"PerUser\";r=",
+	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
+	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (500 tokens): waiting cannot admit it.\"}\n",
+}
+
+// httpPolicyPerUserPlanEnterprise is rule PerUser on the enterprise plan as the RateLimit fields
+// describe it.
+var httpPolicyPerUserPlanEnterprise = limithttp.Policy{
+	Name:   "PerUser",
+	Quota:  2000,
+	Window: 2,
+	Limit: atomicbucket.Limit{
+		Tokens: 1000,
+		Period: time.Second,
+		Burst:  2000,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:      "\"PerUser\";q=2000;w=2",
+	Prefix:    "\"PerUser\";r=",
+	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
+	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (2000 tokens): waiting cannot admit it.\"}\n",
+}
+
+// httpPolicyPerEndpoint is rule PerEndpoint as the RateLimit fields describe it.
+var httpPolicyPerEndpoint = limithttp.Policy{
+	Name:   "PerEndpoint",
+	Quota:  200,
+	Window: 12,
+	Limit: atomicbucket.Limit{
+		Tokens: 1000,
+		Period: time.Minute,
+		Burst:  200,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:      "\"PerEndpoint\";q=200;w=12",
+	Prefix:    "\"PerEndpoint\";r=",
+	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerEndpoint; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerEndpoint\"]}\n",
+	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerEndpoint (200 tokens): waiting cannot admit it.\"}\n",
+}
+
+// httpPolicyLogin is rule Login as the RateLimit fields describe it.
+var httpPolicyLogin = limithttp.Policy{
+	Name:   "Login",
+	Quota:  5,
+	Window: 10,
+	Limit: atomicbucket.Limit{
+		Tokens:     5,
+		Period:     10 * time.Second,
+		Burst:      5,
+		Refill:     atomicbucket.Interval,
+		Initial:    3,
+		InitialSet: true,
+	},
+	Item:      "\"Login\";q=5;w=10",
+	Prefix:    "\"Login\";r=",
+	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Login; retry after the delay in Retry-After.\",\"violated-policies\":[\"Login\"]}\n",
+	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Login (5 tokens): waiting cannot admit it.\"}\n",
+}
+
+// httpPolicyDailyExport is rule DailyExport as the RateLimit fields describe it.
+var httpPolicyDailyExport = limithttp.Policy{
+	Name:   "DailyExport",
+	Quota:  100,
+	Window: 86400,
+	Limit: atomicbucket.Limit{
+		Tokens:  100,
+		Period:  24 * time.Hour,
+		Burst:   100,
+		Refill:  atomicbucket.Interval,
+		Aligned: true,
+	},
+	Item:      "\"DailyExport\";q=100;w=86400",
+	Prefix:    "\"DailyExport\";r=",
+	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy DailyExport; retry after the delay in Retry-After.\",\"violated-policies\":[\"DailyExport\"]}\n",
+	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy DailyExport (100 tokens): waiting cannot admit it.\"}\n",
+}
+
+// httpPolicyUpload is rule Upload as the RateLimit fields describe it.
+var httpPolicyUpload = limithttp.Policy{
+	Name:   "Upload",
+	Quota:  1000,
+	Window: 10,
+	Limit: atomicbucket.Limit{
+		Tokens: 100,
+		Period: time.Second,
+		Burst:  1000,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:      "\"Upload\";q=1000;w=10",
+	Prefix:    "\"Upload\";r=",
+	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Upload; retry after the delay in Retry-After.\",\"violated-policies\":[\"Upload\"]}\n",
+	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Upload (1000 tokens): waiting cannot admit it.\"}\n",
+}
+
+// httpPolicyGlobal is rule Global as the RateLimit fields describe it.
+var httpPolicyGlobal = limithttp.Policy{
+	Name:   "Global",
+	Quota:  4000,
+	Window: 2,
+	Limit: atomicbucket.Limit{
+		Tokens: 2000,
+		Period: time.Second,
+		Burst:  4000,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:      "\"Global\";q=4000;w=2",
+	Prefix:    "\"Global\";r=",
+	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Global; retry after the delay in Retry-After.\",\"violated-policies\":[\"Global\"]}\n",
+	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Global (4000 tokens): waiting cannot admit it.\"}\n",
+}
+
+// httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
+// every string a response needs, computed when this package was generated.
+var httpPolicies = [...][numPlans]*limithttp.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro, &httpPolicyPerUserPlanEnterprise}, RulePerEndpoint: {&httpPolicyPerEndpoint, &httpPolicyPerEndpoint, &httpPolicyPerEndpoint}, RuleLogin: {&httpPolicyLogin, &httpPolicyLogin, &httpPolicyLogin}, RuleDailyExport: {&httpPolicyDailyExport, &httpPolicyDailyExport, &httpPolicyDailyExport}, RuleUpload: {&httpPolicyUpload, &httpPolicyUpload, &httpPolicyUpload}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal, &httpPolicyGlobal}}
+
+// httpCosts are the rules' default costs, by RuleName and plan.
+var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1, 1}, RulePerEndpoint: {1, 1, 1}, RuleLogin: {1, 1, 1}, RuleDailyExport: {1, 1, 1}, RuleUpload: {10, 10, 10}, RuleGlobal: {1, 1, 1}}
+
+// httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
+var httpRoutes = [...][numPlans]string{{"\"Login\";q=5;w=10", "\"Login\";q=5;w=10", "\"Login\";q=5;w=10"}, {"\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10"}, {"\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400"}, {"\"PerUser\";q=50;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=500;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=2000;w=2, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2"}}
+
+// Hooks are the functions of your service that the policy's http: section names: what only
+// your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
+// nil one.
+type Hooks struct {
+	// PlanOf returns the request's plan; false (or a value outside the plans) means the default plan,
+	// free. Take it from what your authentication verified.
+	PlanOf func(*http.Request) (Plan, bool)
+	// UserID returns the key of Upload, PerUser for a request, and false when it has none (then the
+	// next key source is tried, or the request is refused with the policy's missing_key status). An
+	// empty key counts as none.
+	UserID func(*http.Request) (string, bool)
+}
+
+// Middleware enforces the policy's http: section: for the route net/http's ServeMux matched
+// (r.Pattern), it reads the keys, cost and plan the policy names, checks the route's rule or
+// tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may
+// not go on. A request whose pattern is not in the policy goes on unchecked: register your
+// handlers with the policy's patterns (ServeMux does it for you).
+//
+// Routes: POST /v1/login; POST /v1/upload; GET /v1/export/{account}; /v1/.
+type Middleware struct {
+	limits *Limits
+	hooks  Hooks
+	// ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip
+	// (set TrustedProxies here when they differ by deployment).
+	ClientIP limithttp.ClientIP
+	// Config is what every route shares: the field style, the jitter, the counters, the observer (logs
+	// denials with log/slog's default logger, at most 10 a second), and Denied, the response to a
+	// denied request when problem+json will not do. Set it before serving.
+	Config limithttp.Config
+}
+
+// NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It
+// fails when one of them is nil.
+func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
+	if h.PlanOf == nil {
+		return nil, errors.New("limits: NewMiddleware: Hooks.PlanOf is nil")
+	}
+	if h.UserID == nil {
+		return nil, errors.New("limits: NewMiddleware: Hooks.UserID is nil")
+	}
+	if l == nil {
+		l = Default
+	}
+	return &Middleware{
+		limits: l,
+		hooks:  h,
+		ClientIP: limithttp.ClientIP{
+			TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+			IPv6Prefix:     64,
+		},
+		Config: limithttp.Config{
+			Headers:  limithttp.HeadersIETF,
+			Jitter:   0.5,
+			Counters: limithttp.NewCounters(ruleNames[:]...),
+			Observer: limithttp.NewDenialLog(nil, 10),
+		},
+	}, nil
+}
+
+// Wrap returns next behind the limits of the route ServeMux matched for the request.
+func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m.check(w, r) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// check checks r against its route's limits and reports whether it may go on.
+func (m *Middleware) check(w http.ResponseWriter, r *http.Request) bool {
+	switch r.Pattern {
+	case "POST /v1/login":
+		return m.route1(w, r)
+	case "POST /v1/upload":
+		return m.route2(w, r)
+	case "GET /v1/export/{account}":
+		return m.route3(w, r)
+	case "/v1/":
+		return m.route4(w, r)
+	}
+	return true
+}
+
+// ServeMux is an http.ServeMux whose every handler is wrapped by the middleware: register the
+// policy's patterns on it exactly as the policy writes them.
+type ServeMux struct {
+	*http.ServeMux
+	m *Middleware
+}
+
+// NewServeMux returns an empty ServeMux behind m.
+func (m *Middleware) NewServeMux() *ServeMux {
+	return &ServeMux{http.NewServeMux(), m}
+}
+
+// Handle registers h for pattern, behind the middleware.
+func (s *ServeMux) Handle(pattern string, h http.Handler) {
+	s.ServeMux.Handle(pattern, s.m.Wrap(h))
+}
+
+// HandleFunc registers f for pattern, behind the middleware.
+func (s *ServeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.Request)) {
+	s.Handle(pattern, http.HandlerFunc(f))
+}
+
+// route1 checks POST /v1/login (rule Login, enforce) and reports whether the request may go on.
+func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
+	var k0 string
+	var ok0 bool
+	var buf0 [limithttp.MaxIPKeyLen]byte
+	k0, ok0 = m.ClientIP.KeyInto(&buf0, r)
+	if !ok0 {
+		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Login: route \\\"POST /v1/login\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "POST /v1/login", Rule: "Login", RuleIndex: int(RuleLogin), Outcome: limithttp.MissingKey})
+	}
+	now := atomicbucket.Now()
+	cost := httpCosts[RuleLogin][0]
+	res := limithttp.Result{
+		Decision: m.limits.Login.AllowNAt(k0, now, cost),
+		Policy:   httpPolicies[RuleLogin][0],
+		Policies: httpRoutes[0][0],
+		Cost:     cost,
+		Route:    "POST /v1/login",
+		Rule:     int(RuleLogin),
+	}
+	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
+}
+
+// route2 checks POST /v1/upload (rule Upload, enforce) and reports whether the request may go on.
+func (m *Middleware) route2(w http.ResponseWriter, r *http.Request) bool {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = m.hooks.UserID(r)
+	ok0 = ok0 && k0 != ""
+	if !ok0 {
+		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Upload: route \\\"POST /v1/upload\\\" reads it from the service's UserID.\"}\n", limithttp.Event{Route: "POST /v1/upload", Rule: "Upload", RuleIndex: int(RuleUpload), Outcome: limithttp.MissingKey})
+	}
+	cost, st := limithttp.HeaderCost(r, "X-Upload-Units", 1000)
+	switch st {
+	case limithttp.CostMissing:
+		cost = 10
+	case limithttp.CostTooHigh:
+		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Upload-Units) is above the most a request may cost on route \\\"POST /v1/upload\\\": 1000.\"}\n", limithttp.Event{Route: "POST /v1/upload", Rule: "Upload", RuleIndex: int(RuleUpload), Outcome: limithttp.TooCostly, Cost: cost})
+	}
+	now := atomicbucket.Now()
+	res := limithttp.Result{
+		Decision: m.limits.Upload.AllowNAt(k0, now, cost),
+		Policy:   httpPolicies[RuleUpload][0],
+		Policies: httpRoutes[1][0],
+		Cost:     cost,
+		Route:    "POST /v1/upload",
+		Rule:     int(RuleUpload),
+	}
+	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
+}
+
+// route3 checks GET /v1/export/{account} (rule DailyExport, shadow) and reports whether the request
+// may go on.
+func (m *Middleware) route3(w http.ResponseWriter, r *http.Request) bool {
+	var k0 uint64
+	var ok0 bool
+	{
+		v, found := limithttp.PathKey(r, "account")
+		var n uint64
+		n, ok0 = limithttp.UintKey(v, found, 64)
+		k0 = n
+	}
+	if !ok0 {
+		return m.Config.Reject(w, limithttp.Shadow, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule DailyExport: route \\\"GET /v1/export/{account}\\\" reads it from the path account.\"}\n", limithttp.Event{Route: "GET /v1/export/{account}", Rule: "DailyExport", RuleIndex: int(RuleDailyExport), Outcome: limithttp.MissingKey})
+	}
+	now := atomicbucket.Now()
+	cost := httpCosts[RuleDailyExport][0]
+	res := limithttp.Result{
+		Decision: m.limits.DailyExport.AllowNAt(k0, now, cost),
+		Policy:   httpPolicies[RuleDailyExport][0],
+		Policies: httpRoutes[2][0],
+		Cost:     cost,
+		Route:    "GET /v1/export/{account}",
+		Rule:     int(RuleDailyExport),
+		SeedInt:  uint64(k0),
+	}
+	return m.Config.Respond(w, r, limithttp.Shadow, &res, "")
+}
+
+// route4 checks /v1/ (tier API, enforce) and reports whether the request may go on.
+func (m *Middleware) route4(w http.ResponseWriter, r *http.Request) bool {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = m.hooks.UserID(r)
+	ok0 = ok0 && k0 != ""
+	if !ok0 {
+		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the service's UserID.\"}\n", limithttp.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Outcome: limithttp.MissingKey})
+	}
+	var k1 int64
+	var ok1 bool
+	k1, ok1 = 4, true
+	if !ok1 {
+		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", limithttp.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Outcome: limithttp.MissingKey})
+	}
+	plan := m.plan(r)
+	now := atomicbucket.Now()
+	td := m.limits.checkAPI(plan, k0, k1, now, 0, true)
+	cost := httpCosts[td.Rule][plan]
+	res := limithttp.Result{
+		Decision: td.Decision,
+		Policy:   httpPolicies[td.Rule][plan],
+		Policies: httpRoutes[3][plan],
+		Cost:     cost,
+		Route:    "/v1/",
+		Tier:     "API",
+		Rule:     int(td.Rule),
+	}
+	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
+}
+
+// plan is the request's plan, from func:PlanOf, or free.
+func (m *Middleware) plan(r *http.Request) Plan {
+	if p, ok := m.hooks.PlanOf(r); ok && p < numPlans {
+		return p
+	}
+	return PlanFree
 }

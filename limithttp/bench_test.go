@@ -39,10 +39,10 @@ func BenchmarkRespond(b *testing.B) {
 		b.Run(c.name, func(b *testing.B) {
 			cfg := Config{Headers: c.headers, Jitter: 0.5, Counters: NewCounters("PerUser")}
 			w := &nopWriter{h: http.Header{}}
-			res := Result{Decision: c.d, Policy: &p, Policies: p.Item, Cost: 1, Seed: "192.0.2.1"}
+			res := Result{Decision: c.d, Policy: &p, Policies: p.Item, Cost: 1}
 			b.ReportAllocs()
 			for b.Loop() {
-				cfg.Respond(w, r, Enforce, &res)
+				cfg.Respond(w, r, Enforce, &res, "192.0.2.1")
 			}
 		})
 	}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"unsafe"
 )
 
 // ForwardingHeader names the header trusted proxies record the client's
@@ -133,6 +134,22 @@ func (c *ClientIP) AppendKey(dst []byte, r *http.Request) ([]byte, bool) {
 	}
 	p, _ := addr.Prefix(bits) // bits is in range for addr's family
 	return p.AppendTo(dst), true
+}
+
+// MaxIPKeyLen is the room AppendKey needs at most: "ffff:…:ffff/128" is 43
+// bytes.
+const MaxIPKeyLen = 64
+
+// KeyInto is AppendKey into buf, as a string that shares buf's bytes: it is
+// valid until buf is written again, so it must not be kept (atomicbucket's
+// tables copy the keys they keep). Generated middleware keys with it, with buf
+// on its stack.
+func (c *ClientIP) KeyInto(buf *[MaxIPKeyLen]byte, r *http.Request) (string, bool) {
+	b, ok := c.AppendKey(buf[:0], r)
+	if !ok || len(b) == 0 {
+		return "", false
+	}
+	return unsafe.String(&b[0], len(b)), true
 }
 
 // KeyOf is the key of a client address.

@@ -31,9 +31,9 @@ func Example() {
 			}
 			res := limithttp.Result{
 				Decision: perIP.AllowNAt(key, now, 1),
-				Policy:   &policy, Policies: policy.Item, Cost: 1, Seed: key,
+				Policy:   &policy, Policies: policy.Item, Cost: 1,
 			}
-			if cfg.Respond(w, r, limithttp.Enforce, &res) {
+			if cfg.Respond(w, r, limithttp.Enforce, &res, key) {
 				next.ServeHTTP(w, r)
 			}
 		})

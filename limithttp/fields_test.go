@@ -70,7 +70,7 @@ func TestFieldsKeepTheirPromises(t *testing.T) {
 			}
 			if !d.Allowed && !never {
 				cfg := Config{}
-				ra := max(tv, cfg.retryAfter(d.RetryAfter, "k"))
+				ra := max(tv, cfg.retryAfter(d.RetryAfter, seedOf("k", 0)))
 				if ra < tv || !b.PeekAt(now.Add(time.Duration(ra*s)), cost).Allowed {
 					t.Fatalf("%+v: Retry-After %d (t %d) does not admit the request", l, ra, tv)
 				}
@@ -139,7 +139,7 @@ func TestFieldsParseAsStructuredFields(t *testing.T) {
 		for i := range 3 {
 			w := httptest.NewRecorder()
 			res := Result{Decision: b.AllowNAt(0, p.Quota/2+1), Policy: p, Policies: p.Item, Cost: p.Quota/2 + 1}
-			cfg.Respond(w, httptest.NewRequest("GET", "/", nil), Enforce, &res)
+			cfg.Respond(w, httptest.NewRequest("GET", "/", nil), Enforce, &res, "k")
 			rv, tv := p.Fields(res.Decision, res.Cost)
 			item, err := httpsfv.UnmarshalItem(w.Header().Values("RateLimit"))
 			if err != nil {
@@ -198,8 +198,8 @@ func TestRetryAfterJitter(t *testing.T) {
 	seen := map[int64]int{}
 	for i := range 1000 {
 		key := "client-" + strconv.Itoa(i)
-		ra := cfg.retryAfter(wait, key)
-		if ra != cfg.retryAfter(wait, key) {
+		ra := cfg.retryAfter(wait, seedOf(key, 0))
+		if ra != cfg.retryAfter(wait, seedOf(key, 0)) {
 			t.Fatalf("%s: Retry-After differs between calls", key)
 		}
 		if ra < 10 || ra > 15 {
@@ -215,10 +215,11 @@ func TestRetryAfterJitter(t *testing.T) {
 			t.Errorf("Retry-After %d for %d of 1000 keys: not uniform (%v)", ra, n, seen)
 		}
 	}
-	if (&Config{}).retryAfter(wait, "a") != 10 || (&Config{Jitter: 7}).retryAfter(time.Second, "a") > 2 {
+	seedA := seedOf("a", 0)
+	if (&Config{}).retryAfter(wait, seedA) != 10 || (&Config{Jitter: 7}).retryAfter(time.Second, seedA) > 2 {
 		t.Error("jitter 0 changes the wait, or jitter above 1 is not clamped")
 	}
-	if got := (&Config{Jitter: 1}).retryAfter(atomicbucket.Never-1, "a"); got <= 0 {
+	if got := (&Config{Jitter: 1}).retryAfter(atomicbucket.Never-1, seedA); got <= 0 {
 		t.Errorf("a huge wait overflows to %d", got)
 	}
 }

@@ -63,25 +63,26 @@ func PatternKey(r *http.Request) (string, bool) {
 	return r.Pattern, true
 }
 
-// IntKey reads an integer key from a key source's value: decimal, an optional
-// minus sign, no spaces. False when v is not one or does not fit an int64.
-func IntKey(v string, ok bool) (int64, bool) {
-	if !ok || len(v) > 20 {
+// IntKey reads a signed integer key of the given bit size (0 for int) from a
+// key source's value: decimal, an optional minus sign, no spaces. False when
+// the source found none, or v is not such a number or does not fit.
+func IntKey(v string, ok bool, bits int) (int64, bool) {
+	if !ok || v == "" || len(v) > 20 || v[0] == '+' {
 		return 0, false
 	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || v[0] == '+' {
+	n, err := strconv.ParseInt(v, 10, bits)
+	if err != nil {
 		return 0, false
 	}
 	return n, true
 }
 
 // UintKey is IntKey for unsigned keys: decimal digits only.
-func UintKey(v string, ok bool) (uint64, bool) {
+func UintKey(v string, ok bool, bits int) (uint64, bool) {
 	if !ok || v == "" || len(v) > 20 || v[0] == '+' {
 		return 0, false
 	}
-	n, err := strconv.ParseUint(v, 10, 64)
+	n, err := strconv.ParseUint(v, 10, bits)
 	if err != nil {
 		return 0, false
 	}

@@ -95,11 +95,20 @@ func TestKeySources(t *testing.T) {
 		{"42", 42, true}, {"-7", -7, true}, {"+7", 0, false}, {"", 0, false}, {"9223372036854775808", 0, false},
 		{"0x1", 0, false}, {"1 ", 0, false}, {strings.Repeat("1", 500), 0, false},
 	} {
-		if got, ok := IntKey(c.in, true); got != c.want || ok != c.ok {
+		if got, ok := IntKey(c.in, true, 64); got != c.want || ok != c.ok {
 			t.Errorf("IntKey(%.30q) = %d, %v", c.in, got, ok)
 		}
 	}
-	if _, ok := IntKey("42", false); ok {
+	if _, ok := IntKey("42", false, 64); ok {
+		t.Error("IntKey made a key from a source that found none")
+	}
+	if _, ok := IntKey("128", true, 8); ok {
+		t.Error("IntKey put 128 in an int8")
+	}
+	if _, ok := UintKey("256", true, 8); ok {
+		t.Error("UintKey put 256 in a uint8")
+	}
+	if _, ok := UintKey("", true, 0); ok {
 		t.Error("IntKey made a key from a source that found none")
 	}
 	for _, c := range []struct {
@@ -107,7 +116,7 @@ func TestKeySources(t *testing.T) {
 		want uint64
 		ok   bool
 	}{{"18446744073709551615", 1<<64 - 1, true}, {"-1", 0, false}, {"+1", 0, false}, {"", 0, false}} {
-		if got, ok := UintKey(c.in, true); got != c.want || ok != c.ok {
+		if got, ok := UintKey(c.in, true, 64); got != c.want || ok != c.ok {
 			t.Errorf("UintKey(%q) = %d, %v", c.in, got, ok)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -120,16 +121,23 @@ type Result struct {
 	Policy   *Policy // the rule that decided
 	Policies string  // the route's RateLimit-Policy value: its rules' Items (PolicyList)
 	Cost     int64   // the request's cost
-	Seed     string  // the key that seeds the Retry-After jitter
-	Route    string  // for the Event: the route's pattern
-	Tier     string  // for the Event: the tier checked, if any
-	Rule     int     // for the Event: the deciding rule's index in the Counters' rules
+	SeedInt  uint64  // the jitter's seed when the request's key is an integer (Respond's key is then "")
+	// Key is the key Respond was given, in the copy of the Result that
+	// Config.Denied receives (Respond's own Result leaves it empty).
+	Key   string
+	Route string // for the Event: the route's pattern
+	Tier  string // for the Event: the tier checked, if any
+	Rule  int    // for the Event: the deciding rule's index in the Counters' rules
 }
 
 // Respond sets the rate-limit fields of res on w and, for a denied request on
 // an Enforce route, writes the denial. It reports whether the request may go on
-// to the handler. It counts and observes the decision.
-func (c *Config) Respond(w http.ResponseWriter, r *http.Request, mode Mode, res *Result) bool {
+// to the handler. It counts and observes the decision. key is the request's
+// (first) key, which seeds the Retry-After jitter; Respond does not keep it,
+// so it may share a buffer the caller reuses (ClientIP.KeyInto), and it is a
+// parameter rather than a field of res because res's strings go into the
+// response's header map: escape analysis would move key's buffer to the heap.
+func (c *Config) Respond(w http.ResponseWriter, r *http.Request, mode Mode, res *Result, key string) bool {
 	if mode == Off {
 		return true
 	}
@@ -147,7 +155,7 @@ func (c *Config) Respond(w http.ResponseWriter, r *http.Request, mode Mode, res 
 	rv, tv := res.Policy.Fields(res.Decision, res.Cost)
 	retry := int64(-1)
 	if outcome == Denied {
-		retry = max(tv, c.retryAfter(d.RetryAfter, res.Seed))
+		retry = max(tv, c.retryAfter(d.RetryAfter, seedOf(key, res.SeedInt)))
 	}
 	c.observe(res, outcome)
 	h := w.Header()
@@ -163,7 +171,11 @@ func (c *Config) Respond(w http.ResponseWriter, r *http.Request, mode Mode, res 
 		return false
 	}
 	if c.Denied != nil {
-		c.Denied(w, r, res)
+		// A copy, with a key of its own: res stays on the caller's stack, and
+		// key may share a buffer the caller reuses.
+		cp := *res
+		cp.Key = strings.Clone(key)
+		c.Denied(w, r, &cp)
 		return false
 	}
 	writeProblem(h, w, vals, http.StatusTooManyRequests, res.Policy.Problem)
@@ -310,12 +322,21 @@ func writeProblem(h http.Header, w http.ResponseWriter, spare []string, status i
 	io.WriteString(w, body) //nolint:errcheck // the client is gone; nothing to do
 }
 
-// retryAfter is the denial's wait in whole seconds, rounded up, with seed's
-// jitter added: wait·(1 + Jitter·u), u in [0, 1) from the seed's hash.
-func (c *Config) retryAfter(wait time.Duration, seed string) int64 {
+// seedOf is the hash that places a request's jitter: of its key, or of its
+// integer key when the key is "".
+func seedOf(key string, n uint64) uint64 {
+	if key == "" {
+		return mix64(n)
+	}
+	return mix64(fnv64(key))
+}
+
+// retryAfter is the denial's wait in whole seconds, rounded up, with the
+// jitter of seed (a hash) added: wait·(1 + Jitter·u), u in [0, 1) from seed.
+func (c *Config) retryAfter(wait time.Duration, seed uint64) int64 {
 	j := min(max(c.Jitter, 0), 1)
 	if j > 0 && wait > 0 {
-		u := float64(mix64(fnv64(seed))>>11) / (1 << 53)
+		u := float64(seed>>11) / (1 << 53)
 		f := float64(wait) * (1 + j*u)
 		if f >= float64(atomicbucket.Never) {
 			return ceilSeconds(atomicbucket.Never)

@@ -29,8 +29,8 @@ type stepHandler struct {
 func (s *stepHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.mode != Off {
 		d, p := s.check(s.now, s.cost)
-		res := Result{Decision: d, Policy: p, Policies: s.policies, Cost: s.cost, Seed: "192.0.2.1"}
-		if !s.cfg.Respond(w, r, s.mode, &res) {
+		res := Result{Decision: d, Policy: p, Policies: s.policies, Cost: s.cost}
+		if !s.cfg.Respond(w, r, s.mode, &res, "192.0.2.1") {
 			return
 		}
 	}

@@ -100,6 +100,10 @@ func file(m *model.Model) *jen.File {
 			f.Add(emitTier(m, t))
 		}
 	}
+	if m.HTTP != nil {
+		f.ImportName(httpPath, "limithttp")
+		f.Add(emitHTTP(m))
+	}
 	return f
 }
 

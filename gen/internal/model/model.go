@@ -19,6 +19,7 @@ type Model struct {
 	Plans     []Plan
 	Rules     []Rule
 	Tiers     []Tier
+	HTTP      *HTTP  // the http: section; nil when there is none
 	Doc       string // the package's doc comment
 	LimitsDoc string // the Limits type's doc comment
 }
@@ -119,6 +120,7 @@ func (t Tier) Idents() [][2]string {
 var ReservedIdents = []string{
 	"Plan", "ParsePlan", "ErrUnknownPlan", "TierDecision", "New", "Option", "WithStart", "Limits", "Default",
 	"RuleName", "Stats", "numPlans", "planNames", "ruleNames", "options",
+	"Middleware", "NewMiddleware", "Hooks", "ServeMux", "NewServeMux", "httpPolicies", "httpCosts", "httpRoutes",
 }
 
 // Folded reports whether the rule's checks get its fixed-point units as

@@ -25,6 +25,7 @@ type policyDoc struct {
 	plans *yaml.Node
 	rules []*ruleDoc
 	tiers []*tierDoc
+	http  *yaml.Node
 	node  *yaml.Node
 }
 
@@ -48,7 +49,7 @@ type tierDoc struct {
 }
 
 var (
-	topFields  = []string{"package", "plans", "rules", "tiers"}
+	topFields  = []string{"package", "plans", "rules", "tiers", "http"}
 	ruleFields = []string{"name", "key", "rate", "tokens_per_second", "rps", "burst", "refill", "aligned", "initial", "cost", "max_keys", "at_cap", "plans"}
 	planFields = []string{"rate", "tokens_per_second", "rps", "burst", "initial", "cost"}
 	tierFields = []string{"name", "rules"}
@@ -111,6 +112,7 @@ func (p *parser) parse(src []byte) *policyDoc {
 	fields, _ := p.mapping(top, topFields, "the policy")
 	doc.pkg = fields["package"]
 	doc.plans = fields["plans"]
+	doc.http = fields["http"]
 	if n := fields["rules"]; n != nil {
 		for _, item := range p.sequence(n, "rules") {
 			doc.rules = append(doc.rules, p.ruleDoc(item))

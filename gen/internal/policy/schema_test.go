@@ -41,6 +41,11 @@ func TestSchemaMatchesParser(t *testing.T) {
 		{"rule", keys(s.Definitions["rule"].Properties), ruleFields},
 		{"plan", keys(s.Definitions["planLimit"].Properties), planFields},
 		{"tier", keys(s.Definitions["tier"].Properties), tierFields},
+		{"http", keys(s.Definitions["http"].Properties), httpFields},
+		{"client_ip", keys(s.Definitions["clientIP"].Properties), clientIPFields},
+		{"plan source", keys(s.Definitions["planSource"].Properties), planSrcFields},
+		{"route", keys(s.Definitions["route"].Properties), routeFields},
+		{"cost source", keys(s.Definitions["costSource"].Properties), costFields},
 	} {
 		if !slices.Equal(c.schema, sorted(c.code)) {
 			t.Errorf("%s: schema has %v, parser knows %v", c.where, c.schema, sorted(c.code))

@@ -122,6 +122,9 @@ func (p *parser) validate(doc *policyDoc) *model.Model {
 			m.Tiers = append(m.Tiers, t)
 		}
 	}
+	if doc.http != nil && len(p.diags) == 0 {
+		m.HTTP = p.httpSection(doc.http, m)
+	}
 	modelDocs(m)
 	return m
 }

@@ -1,0 +1,500 @@
+package emit
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/dave/jennifer/jen"
+	"github.com/limitgen/limitgen/gen/internal/model"
+)
+
+const httpPath = "github.com/limitgen/limitgen/limithttp"
+
+func lh(name string) *jen.Statement { return jen.Qual(httpPath, name) }
+
+func req() *jen.Statement  { return jen.Op("*").Qual("net/http", "Request") }
+func resw() *jen.Statement { return jen.Qual("net/http", "ResponseWriter") }
+
+// plansDim is the size of the per-plan dimension of the HTTP tables: numPlans,
+// or 1 when the policy has no plans.
+func plansDim(m *model.Model) jen.Code {
+	if len(m.Plans) == 0 {
+		return jen.Lit(1)
+	}
+	return jen.Id("numPlans")
+}
+
+// emitHTTP is the policy's http: section: Hooks, Middleware, its routes, and
+// ServeMux.
+func emitHTTP(m *model.Model) jen.Code {
+	h := m.HTTP
+	g := jen.Null()
+	g.Add(emitHTTPTables(m))
+	g.Add(emitHooks(m))
+	g.Add(emitMiddleware(m))
+	for i, r := range h.Routes {
+		if r.Mode != "Off" {
+			g.Add(emitRoute(m, i, r))
+		}
+	}
+	if h.Plan.Kind != "" {
+		g.Add(emitPlanOf(m))
+	}
+	return g
+}
+
+// emitHTTPTables is every rule's Policy and default cost per plan, and every
+// route's RateLimit-Policy value per plan: constants computed when generating.
+func emitHTTPTables(m *model.Model) jen.Code {
+	h := m.HTTP
+	dim := len(m.Plans)
+	if dim == 0 {
+		dim = 1
+	}
+	var vars, pols, costs []jen.Code
+	for i, r := range m.Rules {
+		var perPlan, perCost []jen.Code
+		for j, l := range r.Limits {
+			p := h.Policies[i][j]
+			name := policyVar(m, r, j)
+			doc := fmt.Sprintf("%s is rule %s as the RateLimit fields describe it.", name, r.Name)
+			if r.Planned {
+				doc = fmt.Sprintf("%s is rule %s on the %s plan as the RateLimit fields describe it.", name, r.Name, m.Plans[j].Name)
+			}
+			vars = append(vars, comment(doc).Var().Id(name).Op("=").Add(lh("Policy")).Add(fields(
+				field("Name", jen.Lit(p.Name)),
+				field("Quota", lit(p.Quota)),
+				field("Window", lit(p.Window)),
+				field("Limit", limitValue(l)),
+				field("Item", jen.Lit(p.Item)),
+				field("Prefix", jen.Lit(p.Prefix)),
+				field("Problem", jen.Lit(p.Problem)),
+				field("TooCostly", jen.Lit(p.TooCostly)),
+			)).Line())
+		}
+		for pl := range dim {
+			j := min(pl, len(r.Limits)-1)
+			perPlan = append(perPlan, jen.Op("&").Id(policyVar(m, r, j)))
+			perCost = append(perCost, lit(h.Costs[i][j]))
+		}
+		pols = append(pols, jen.Id(r.RuleConst()).Op(":").Values(perPlan...))
+		costs = append(costs, jen.Id(r.RuleConst()).Op(":").Values(perCost...))
+	}
+	var lists []jen.Code
+	for _, r := range h.Routes {
+		var perPlan []jen.Code
+		for pl := range dim {
+			perPlan = append(perPlan, jen.Lit(r.PolicyLists[min(pl, len(r.PolicyLists)-1)]))
+		}
+		lists = append(lists, jen.Values(perPlan...))
+	}
+	return jen.Line().Add(vars...).Line().
+		Comment("httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:").Line().
+		Comment("every string a response needs, computed when this package was generated.").Line().
+		Var().Id("httpPolicies").Op("=").Index(jen.Op("...")).Index(plansDim(m)).Op("*").Add(lh("Policy")).Values(pols...).Line().Line().
+		Comment("httpCosts are the rules' default costs, by RuleName and plan.").Line().
+		Var().Id("httpCosts").Op("=").Index(jen.Op("...")).Index(plansDim(m)).Int64().Values(costs...).Line().Line().
+		Comment("httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.").Line().
+		Var().Id("httpRoutes").Op("=").Index(jen.Op("...")).Index(plansDim(m)).String().Values(lists...).Line()
+}
+
+// policyVar is the variable holding rule r's Policy for its j-th limit.
+func policyVar(m *model.Model, r model.Rule, j int) string {
+	if r.Planned {
+		return "httpPolicy" + r.GoName + m.Plans[j].GoName
+	}
+	return "httpPolicy" + r.GoName
+}
+
+// limitValue is an atomicbucket.Limit literal.
+func limitValue(l model.Limit) jen.Code {
+	refill := "Greedy"
+	if l.Interval {
+		refill = "Interval"
+	}
+	kv := []jen.Code{
+		field("Tokens", lit(l.Tokens)),
+		field("Period", duration(l.PeriodNs)),
+		field("Burst", lit(l.Burst)),
+		field("Refill", rt(refill)),
+	}
+	if l.Aligned {
+		kv = append(kv, field("Aligned", jen.True()))
+	}
+	if l.InitialSet {
+		kv = append(kv, field("Initial", lit(l.Initial)), field("InitialSet", jen.True()))
+	}
+	return rt("Limit").Add(fields(kv...))
+}
+
+// hookUses lists, for each hook, the rules whose keys it gives.
+func hookUses(m *model.Model, name string) []string {
+	var out []string
+	for _, r := range m.HTTP.Routes {
+		for i, srcs := range r.Keys {
+			for _, s := range srcs {
+				n := m.Rules[r.Rules[i]].Name
+				if s.Kind == "func" && s.Name == name && !contains(out, n) {
+					out = append(out, n)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+func emitHooks(m *model.Model) jen.Code {
+	var fs []jen.Code
+	for _, hk := range m.HTTP.Hooks {
+		if hk.Type == "Plan" {
+			fs = append(fs, comment(fmt.Sprintf("%s returns the request's plan; false (or a value outside the plans) means the default plan, %s. Take it from what your authentication verified.",
+				hk.Name, m.Plans[m.HTTP.Plan.Default].Name)).Id(hk.Name).Func().Params(req()).Params(jen.Id("Plan"), jen.Bool()))
+			continue
+		}
+		uses := hookUses(m, hk.Name)
+		fs = append(fs, comment(fmt.Sprintf("%s returns the key of %s for a request, and false when it has none (then the next key source is tried, or the request is refused with the policy's missing_key status). An empty key counts as none.",
+			hk.Name, strings.Join(uses, ", "))).Id(hk.Name).Func().Params(req()).Params(jen.Id(hk.Type), jen.Bool()))
+	}
+	return jen.Line().
+		Comment("Hooks are the functions of your service that the policy's http: section names: what only").Line().
+		Comment("your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a").Line().
+		Comment("nil one.").Line().
+		Type().Id("Hooks").Struct(fs...).Line()
+}
+
+func emitMiddleware(m *model.Model) jen.Code {
+	h := m.HTTP
+	var checks []jen.Code
+	for _, hk := range h.Hooks {
+		checks = append(checks, jen.If(jen.Id("h").Dot(hk.Name).Op("==").Nil()).Block(
+			jen.Return(jen.Nil(), jen.Qual("errors", "New").Call(jen.Lit(m.Pkg+": NewMiddleware: Hooks."+hk.Name+" is nil")))))
+	}
+	var proxies []jen.Code
+	for _, p := range h.ClientIP.TrustedProxies {
+		proxies = append(proxies, jen.Qual("net/netip", "MustParsePrefix").Call(jen.Lit(p)))
+	}
+	ipFields := []jen.Code{}
+	if len(proxies) > 0 {
+		ipFields = append(ipFields, field("TrustedProxies", jen.Index().Qual("net/netip", "Prefix").Values(proxies...)))
+	}
+	if h.ClientIP.Forwarded {
+		ipFields = append(ipFields, field("Header", lh("Forwarded")))
+	}
+	if h.ClientIP.IPv6Prefix != 0 {
+		ipFields = append(ipFields, field("IPv6Prefix", jen.Lit(h.ClientIP.IPv6Prefix)))
+	}
+	if h.ClientIP.IPv4Prefix != 0 {
+		ipFields = append(ipFields, field("IPv4Prefix", jen.Lit(h.ClientIP.IPv4Prefix)))
+	}
+	cfg := []jen.Code{
+		field("Headers", lh(h.Headers)),
+		field("Jitter", jen.Lit(h.Jitter)),
+		field("Counters", lh("NewCounters").Call(jen.Id("ruleNames").Index(jen.Empty(), jen.Empty()).Op("..."))),
+	}
+	if h.LogDenials > 0 {
+		cfg = append(cfg, field("Observer", lh("NewDenialLog").Call(jen.Nil(), lit(h.LogDenials))))
+	}
+	var cases []jen.Code
+	var patterns []string
+	for i, r := range h.Routes {
+		patterns = append(patterns, r.Pattern)
+		if r.Mode == "Off" {
+			continue
+		}
+		cases = append(cases, jen.Case(jen.Lit(r.Pattern)).Block(jen.Return(jen.Id("m").Dot(routeFunc(i)).Call(jen.Id("w"), jen.Id("r")))))
+	}
+	logDoc := "logs no denials"
+	if h.LogDenials > 0 {
+		logDoc = fmt.Sprintf("logs denials with log/slog's default logger, at most %d a second", h.LogDenials)
+	}
+	g := jen.Line().
+		Comment("Middleware enforces the policy's http: section: for the route net/http's ServeMux matched").Line().
+		Comment("(r.Pattern), it reads the keys, cost and plan the policy names, checks the route's rule or").Line().
+		Comment("tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may").Line().
+		Comment("not go on. A request whose pattern is not in the policy goes on unchecked: register your").Line().
+		Comment("handlers with the policy's patterns (ServeMux does it for you).").Line().
+		Comment("").Line().
+		Comment("Routes: "+strings.Join(patterns, "; ")+".").Line().
+		Type().Id("Middleware").Struct(
+		jen.Id("limits").Op("*").Id("Limits"),
+		jen.Id("hooks").Id("Hooks"),
+		comment("ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip (set TrustedProxies here when they differ by deployment).").Id("ClientIP").Add(lh("ClientIP")),
+		comment("Config is what every route shares: the field style, the jitter, the counters, the observer ("+logDoc+"), and Denied, the response to a denied request when problem+json will not do. Set it before serving.").Id("Config").Add(lh("Config")),
+	).Line().Line().
+		Comment("NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It").Line().
+		Comment("fails when one of them is nil.").Line().
+		Func().Id("NewMiddleware").Params(jen.Id("l").Op("*").Id("Limits"), jen.Id("h").Id("Hooks")).Params(jen.Op("*").Id("Middleware"), jen.Error()).Block(
+		append(checks,
+			jen.If(jen.Id("l").Op("==").Nil()).Block(jen.Id("l").Op("=").Id("Default")),
+			jen.Return(jen.Op("&").Id("Middleware").Add(fields(
+				field("limits", jen.Id("l")),
+				field("hooks", jen.Id("h")),
+				field("ClientIP", lh("ClientIP").Add(fields(ipFields...))),
+				field("Config", lh("Config").Add(fields(cfg...))),
+			)), jen.Nil()),
+		)...,
+	).Line().Line().
+		Comment("Wrap returns next behind the limits of the route ServeMux matched for the request.").Line().
+		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("Wrap").Params(jen.Id("next").Qual("net/http", "Handler")).Qual("net/http", "Handler").Block(
+		jen.Return(jen.Qual("net/http", "HandlerFunc").Call(jen.Func().Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req())).Block(
+			jen.If(jen.Id("m").Dot("check").Call(jen.Id("w"), jen.Id("r"))).Block(jen.Id("next").Dot("ServeHTTP").Call(jen.Id("w"), jen.Id("r"))),
+		))),
+	).Line().Line().
+		Comment("check checks r against its route's limits and reports whether it may go on.").Line().
+		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("check").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req())).Bool().Block(
+		jen.Switch(jen.Id("r").Dot("Pattern")).Block(cases...),
+		jen.Return(jen.True()),
+	).Line().Line().
+		Comment("ServeMux is an http.ServeMux whose every handler is wrapped by the middleware: register the").Line().
+		Comment("policy's patterns on it exactly as the policy writes them.").Line().
+		Type().Id("ServeMux").Struct(
+		jen.Op("*").Qual("net/http", "ServeMux"),
+		jen.Id("m").Op("*").Id("Middleware"),
+	).Line().Line().
+		Comment("NewServeMux returns an empty ServeMux behind m.").Line().
+		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("NewServeMux").Params().Op("*").Id("ServeMux").Block(
+		jen.Return(jen.Op("&").Id("ServeMux").Values(jen.Qual("net/http", "NewServeMux").Call(), jen.Id("m"))),
+	).Line().Line().
+		Comment("Handle registers h for pattern, behind the middleware.").Line().
+		Func().Params(jen.Id("s").Op("*").Id("ServeMux")).Id("Handle").Params(jen.Id("pattern").String(), jen.Id("h").Qual("net/http", "Handler")).Block(
+		jen.Id("s").Dot("ServeMux").Dot("Handle").Call(jen.Id("pattern"), jen.Id("s").Dot("m").Dot("Wrap").Call(jen.Id("h"))),
+	).Line().Line().
+		Comment("HandleFunc registers f for pattern, behind the middleware.").Line().
+		Func().Params(jen.Id("s").Op("*").Id("ServeMux")).Id("HandleFunc").Params(jen.Id("pattern").String(), jen.Id("f").Func().Params(resw(), req())).Block(
+		jen.Id("s").Dot("Handle").Call(jen.Id("pattern"), jen.Qual("net/http", "HandlerFunc").Call(jen.Id("f"))),
+	).Line()
+	return g
+}
+
+func routeFunc(i int) string { return "route" + strconv.Itoa(i+1) }
+
+// keyType facts for integer key sources.
+func intBits(t string) (unsigned bool, bits int) {
+	unsigned = strings.HasPrefix(t, "uint")
+	n := strings.TrimPrefix(strings.TrimPrefix(t, "u"), "int")
+	if n == "" {
+		return unsigned, 0
+	}
+	bits, _ = strconv.Atoi(n)
+	return unsigned, bits
+}
+
+// emitKey is the statements that set k (and ok) from a rule's key sources, in
+// order, for a key of type t.
+func emitKey(k, ok string, t string, srcs []model.KeySource, ord int, buf string) []jen.Code {
+	var out []jen.Code
+	out = append(out, jen.Var().Id(k).Id(t), jen.Var().Id(ok).Bool())
+	for i, s := range srcs {
+		var set []jen.Code
+		var src jen.Code
+		switch s.Kind {
+		case "ip":
+			set = append(set, jen.Var().Id(buf).Index(lh("MaxIPKeyLen")).Byte())
+			set = append(set, jen.List(jen.Id(k), jen.Id(ok)).Op("=").Id("m").Dot("ClientIP").Dot("KeyInto").Call(jen.Op("&").Id(buf), jen.Id("r")))
+		case "pattern":
+			set = append(set, jen.List(jen.Id(k), jen.Id(ok)).Op("=").Add(lh("PatternKey")).Call(jen.Id("r")))
+		case "route":
+			set = append(set, jen.List(jen.Id(k), jen.Id(ok)).Op("=").List(jen.Lit(ord), jen.True()))
+		case "func":
+			set = append(set, jen.List(jen.Id(k), jen.Id(ok)).Op("=").Id("m").Dot("hooks").Dot(s.Name).Call(jen.Id("r")))
+			if t == "string" {
+				set = append(set, jen.Id(ok).Op("=").Id(ok).Op("&&").Id(k).Op("!=").Lit(""))
+			}
+		case "header":
+			src = lh("HeaderKey").Call(jen.Id("r"), jen.Lit(s.Name))
+		case "query":
+			src = lh("QueryKey").Call(jen.Id("r"), jen.Lit(s.Name))
+		case "path":
+			src = lh("PathKey").Call(jen.Id("r"), jen.Lit(s.Name))
+		}
+		if src != nil {
+			if t == "string" {
+				set = append(set, jen.List(jen.Id(k), jen.Id(ok)).Op("=").Add(src))
+			} else {
+				unsigned, bits := intBits(t)
+				parse, wide := "IntKey", "int64"
+				if unsigned {
+					parse, wide = "UintKey", "uint64"
+				}
+				conv := jen.Id(k).Op("=").Id(t).Call(jen.Id("n"))
+				if t == wide {
+					conv = jen.Id(k).Op("=").Id("n")
+				}
+				set = append(set, jen.Block(
+					jen.List(jen.Id("v"), jen.Id("found")).Op(":=").Add(src),
+					jen.Var().Id("n").Id(wide),
+					jen.List(jen.Id("n"), jen.Id(ok)).Op("=").Add(lh(parse)).Call(jen.Id("v"), jen.Id("found"), jen.Lit(bits)),
+					conv,
+				))
+			}
+		}
+		if i == 0 {
+			out = append(out, set...)
+		} else {
+			out = append(out, jen.If(jen.Op("!").Id(ok)).Block(set...))
+		}
+	}
+	return out
+}
+
+func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
+	h := m.HTTP
+	mode := lh(r.Mode)
+	event := func(rule int, outcome string, cost jen.Code) jen.Code {
+		kv := []jen.Code{
+			field("Route", jen.Lit(r.Pattern)),
+		}
+		if r.Tier >= 0 {
+			kv = append(kv, field("Tier", jen.Lit(m.Tiers[r.Tier].Name)))
+		}
+		kv = append(kv,
+			field("Rule", jen.Lit(m.Rules[rule].Name)),
+			field("RuleIndex", jen.Int().Call(jen.Id(m.Rules[rule].RuleConst()))),
+			field("Outcome", lh(outcome)),
+		)
+		if cost != nil {
+			kv = append(kv, field("Cost", cost))
+		}
+		return lh("Event").Values(kv...)
+	}
+	var body []jen.Code
+	// Keys, in rule order; the first key seeds the jitter.
+	var keyArgs []jen.Code
+	seed := []jen.Code{}
+	keyArg := jen.Lit("")
+	for j, ri := range r.Rules {
+		rule := m.Rules[ri]
+		if rule.KeyType == "" {
+			continue
+		}
+		k, ok := "k"+strconv.Itoa(j), "ok"+strconv.Itoa(j)
+		body = append(body, emitKey(k, ok, rule.KeyType, r.Keys[j], r.Ordinal, "buf"+strconv.Itoa(j))...)
+		body = append(body, jen.If(jen.Op("!").Id(ok)).Block(jen.Return(jen.Id("m").Dot("Config").Dot("Reject").Call(
+			jen.Id("w"), mode, jen.Lit(h.Missing), jen.Lit(r.MissingBodies[j]), event(ri, "MissingKey", nil)))))
+		keyArgs = append(keyArgs, jen.Id(k))
+		if len(seed) == 0 && len(keyArgs) == 1 {
+			if rule.KeyType == "string" {
+				keyArg = jen.Id(k)
+			} else {
+				seed = append(seed, field("SeedInt", jen.Uint64().Call(jen.Id(k))))
+			}
+		}
+	}
+	planned := false
+	for _, ri := range r.Rules {
+		planned = planned || m.Rules[ri].Planned
+	}
+	// Rules that do not differ by plan have the same numbers in every plan's
+	// column of the tables: the route reads column 0 and asks for no plan.
+	planIdx := jen.Lit(0)
+	if planned {
+		body = append(body, jen.Id("plan").Op(":=").Id("m").Dot("plan").Call(jen.Id("r")))
+		planIdx = jen.Id("plan")
+	}
+	// The cost.
+	firstRule := r.Rules[0]
+	switch r.CostKind {
+	case "header", "query":
+		fn := "HeaderCost"
+		if r.CostKind == "query" {
+			fn = "QueryCost"
+		}
+		body = append(body,
+			jen.List(jen.Id("cost"), jen.Id("st")).Op(":=").Add(lh(fn)).Call(jen.Id("r"), jen.Lit(r.CostName), lit(r.CostMax)),
+			jen.Switch(jen.Id("st")).Block(
+				jen.Case(lh("CostMissing")).Block(jen.Id("cost").Op("=").Add(lit(r.CostFixed))),
+				jen.Case(lh("CostTooHigh")).Block(jen.Return(jen.Id("m").Dot("Config").Dot("Reject").Call(
+					jen.Id("w"), mode, jen.Lit(400), jen.Lit(r.CostBody), event(firstRule, "TooCostly", jen.Id("cost"))))),
+			))
+	case "fixed":
+		body = append(body, jen.Id("cost").Op(":=").Add(jen.Int64().Call(lit(r.CostFixed))))
+	}
+	body = append(body, jen.Id("now").Op(":=").Add(rt("Now")).Call())
+	res := []jen.Code{}
+	if r.Rule >= 0 {
+		rule := m.Rules[r.Rule]
+		if r.CostKind == "" {
+			body = append(body, jen.Id("cost").Op(":=").Id("httpCosts").Index(jen.Id(rule.RuleConst())).Index(planIdx))
+		}
+		var args []jen.Code
+		if rule.Planned {
+			args = append(args, jen.Id("plan"))
+		}
+		args = append(args, keyArgs...)
+		args = append(args, jen.Id("now"), jen.Id("cost"))
+		res = append(res,
+			field("Decision", jen.Id("m").Dot("limits").Dot(rule.GoName).Dot("AllowNAt").Call(args...)),
+			field("Policy", jen.Id("httpPolicies").Index(jen.Id(rule.RuleConst())).Index(planIdx)),
+			field("Policies", jen.Id("httpRoutes").Index(jen.Lit(i)).Index(planIdx)),
+			field("Cost", jen.Id("cost")),
+			field("Route", jen.Lit(r.Pattern)),
+			field("Rule", jen.Int().Call(jen.Id(rule.RuleConst()))),
+		)
+	} else {
+		t := m.Tiers[r.Tier]
+		var args []jen.Code
+		if planned {
+			args = append(args, jen.Id("plan"))
+		}
+		args = append(args, keyArgs...)
+		if r.CostKind == "" {
+			args = append(args, jen.Id("now"), jen.Lit(0), jen.True())
+		} else {
+			args = append(args, jen.Id("now"), jen.Id("cost"), jen.False())
+		}
+		body = append(body, jen.Id("td").Op(":=").Id("m").Dot("limits").Dot(t.CoreName()).Call(args...))
+		if r.CostKind == "" {
+			body = append(body, jen.Id("cost").Op(":=").Id("httpCosts").Index(jen.Id("td").Dot("Rule")).Index(planIdx))
+		}
+		res = append(res,
+			field("Decision", jen.Id("td").Dot("Decision")),
+			field("Policy", jen.Id("httpPolicies").Index(jen.Id("td").Dot("Rule")).Index(planIdx)),
+			field("Policies", jen.Id("httpRoutes").Index(jen.Lit(i)).Index(planIdx)),
+			field("Cost", jen.Id("cost")),
+			field("Route", jen.Lit(r.Pattern)),
+			field("Tier", jen.Lit(t.Name)),
+			field("Rule", jen.Int().Call(jen.Id("td").Dot("Rule"))),
+		)
+	}
+	res = append(res, seed...)
+	body = append(body,
+		jen.Id("res").Op(":=").Add(lh("Result")).Add(fields(res...)),
+		jen.Return(jen.Id("m").Dot("Config").Dot("Respond").Call(jen.Id("w"), jen.Id("r"), mode, jen.Op("&").Id("res"), keyArg)),
+	)
+	what := "rule " + m.Rules[firstRule].Name
+	if r.Tier >= 0 {
+		what = "tier " + m.Tiers[r.Tier].Name
+	}
+	return jen.Line().
+		Add(comment(fmt.Sprintf("%s checks %s (%s, %s) and reports whether the request may go on.", routeFunc(i), r.Pattern, what, strings.ToLower(r.Mode)))).
+		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id(routeFunc(i)).Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req())).Bool().Block(body...).Line()
+}
+
+func emitPlanOf(m *model.Model) jen.Code {
+	h := m.HTTP
+	def := jen.Id(m.Plans[h.Plan.Default].GoName)
+	var body []jen.Code
+	switch h.Plan.Kind {
+	case "func":
+		body = append(body,
+			jen.If(jen.List(jen.Id("p"), jen.Id("ok")).Op(":=").Id("m").Dot("hooks").Dot(h.Plan.Name).Call(jen.Id("r")), jen.Id("ok").Op("&&").Id("p").Op("<").Id("numPlans")).Block(jen.Return(jen.Id("p"))))
+	case "header":
+		body = append(body,
+			jen.If(jen.List(jen.Id("v"), jen.Id("ok")).Op(":=").Add(lh("HeaderKey")).Call(jen.Id("r"), jen.Lit(h.Plan.Name)), jen.Id("ok")).Block(
+				jen.If(jen.List(jen.Id("p"), jen.Id("ok")).Op(":=").Id("ParsePlan").Call(jen.Id("v")), jen.Id("ok")).Block(jen.Return(jen.Id("p")))))
+	}
+	body = append(body, jen.Return(def))
+	return jen.Line().
+		Comment(fmt.Sprintf("plan is the request's plan, from %s:%s, or %s.", h.Plan.Kind, h.Plan.Name, m.Plans[h.Plan.Default].Name)).Line().
+		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("plan").Params(jen.Id("r").Add(req())).Id("Plan").Block(body...).Line()
+}

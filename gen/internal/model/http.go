@@ -1,0 +1,70 @@
+package model
+
+// HTTP is the policy's http: section, validated: what the generated
+// Middleware checks for each route, with every header string computed.
+type HTTP struct {
+	ClientIP   ClientIP
+	Headers    string  // the limithttp HeaderStyle constant: HeadersIETF, HeadersLegacy, HeadersNone
+	Jitter     float64 // Retry-After jitter, in [0, 1]
+	LogDenials int64   // denials logged a second at most; 0: no log
+	Missing    int     // the status of a request no key source has a key for
+	Plan       PlanSource
+	Hooks      []Hook     // the service's functions, in order of first use
+	Routes     []Route    // in policy order
+	Policies   [][]Policy // per rule, one per Limit (per plan when planned)
+	Costs      [][]int64  // per rule, the default cost per Limit
+}
+
+// ClientIP is limithttp.ClientIP's configuration.
+type ClientIP struct {
+	TrustedProxies []string // canonical CIDR prefixes
+	Forwarded      bool     // read Forwarded (RFC 7239), not X-Forwarded-For
+	IPv6Prefix     int      // 0: the default
+	IPv4Prefix     int      // 0: the default
+}
+
+// PlanSource is where a request's plan comes from.
+type PlanSource struct {
+	Kind    string // "func", "header", or "" (every request has the Default plan)
+	Name    string // the hook, or the canonical header name
+	Default int    // the plan index when the source has none
+}
+
+// Hook is a function the service supplies, a field of the generated Hooks.
+type Hook struct {
+	Name string
+	Type string // the key type it returns, or "Plan"
+}
+
+// KeySource is one place a rule's key is read from.
+type KeySource struct {
+	Kind string // ip, header, query, path, pattern, route, func
+	Name string // the header (canonical), query parameter, path wildcard or hook
+}
+
+// Route is one ServeMux pattern and what it checks.
+type Route struct {
+	Pattern string
+	Mode    string        // the limithttp Mode constant: Enforce, Shadow, Off
+	Ordinal int           // 1-based position in the policy: the key of a route source
+	Rule    int           // the rule checked, or −1
+	Tier    int           // the tier checked, or −1
+	Rules   []int         // the rules checked, in order (the rule, or the tier's)
+	Keys    [][]KeySource // per entry of Rules: the sources tried in order (none for a global rule)
+
+	CostKind    string   // "", "fixed", "header", "query"
+	CostName    string   // the header (canonical) or query parameter
+	CostFixed   int64    // fixed: the cost; header/query: the default
+	CostMax     int64    // header/query: the most a request may declare
+	PolicyLists []string // the RateLimit-Policy value, per plan (one when no rule checked differs by plan)
+
+	MissingBodies []string // per entry of Rules: the problem body when no source has its key
+	CostBody      string   // the problem body when the declared cost is above CostMax
+}
+
+// Policy is limithttp.Policy's values for one rule on one plan.
+type Policy struct {
+	Name                             string
+	Quota, Window                    int64
+	Item, Prefix, Problem, TooCostly string
+}

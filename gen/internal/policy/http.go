@@ -1,0 +1,561 @@
+package policy
+
+import (
+	"fmt"
+	"go/token"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/limitgen/limitgen/gen/internal/model"
+	"github.com/limitgen/limitgen/limithttp"
+	"go.yaml.in/yaml/v3"
+)
+
+var (
+	httpFields     = []string{"client_ip", "headers", "jitter", "log_denials", "missing_key", "plan", "keys", "routes"}
+	clientIPFields = []string{"trusted_proxies", "header", "ipv6_prefix", "ipv4_prefix"}
+	planSrcFields  = []string{"from", "trusted", "default"}
+	routeFields    = []string{"pattern", "rule", "tier", "keys", "cost", "mode"}
+	costFields     = []string{"from", "default", "max"}
+	keyKinds       = []string{"ip", "header", "query", "path", "pattern", "route", "func"}
+)
+
+// maxRoutes bounds the routes of an http: section (a route's ordinal is the key
+// of a route source, and the middleware switches over their patterns).
+const maxRoutes = 256
+
+// httpSection validates the http: section against the rules and tiers.
+func (p *parser) httpSection(n *yaml.Node, m *model.Model) *model.HTTP {
+	f, _ := p.mapping(n, httpFields, "the http section")
+	h := &model.HTTP{Headers: "HeadersIETF", LogDenials: 10, Missing: http.StatusBadRequest}
+	if c := f["client_ip"]; c != nil {
+		h.ClientIP = p.clientIP(c)
+	}
+	if v := f["headers"]; v != nil {
+		styles := map[string]string{"ietf": "HeadersIETF", "legacy": "HeadersLegacy", "none": "HeadersNone"}
+		if s, ok := styles[v.Value]; ok {
+			h.Headers = s
+		} else {
+			p.errorf(v, "http: headers %q: use ietf (RateLimit-Policy and RateLimit), legacy (those and X-RateLimit-*) or none", v.Value)
+		}
+	}
+	if v := f["jitter"]; v != nil {
+		j, err := strconv.ParseFloat(v.Value, 64)
+		if err != nil || v.Kind != yaml.ScalarNode || !(j >= 0 && j <= 1) {
+			p.errorf(v, "http: jitter %q: a fraction of the wait from 0 to 1, such as 0.5", v.Value)
+		} else {
+			h.Jitter = j
+		}
+	}
+	if v := f["log_denials"]; v != nil {
+		if n, ok := p.int(v, "http", "log_denials", 0); ok {
+			h.LogDenials = n
+		}
+	}
+	if v := f["missing_key"]; v != nil {
+		s, err := strconv.Atoi(v.Value)
+		if err != nil || s < 400 || s > 499 {
+			p.errorf(v, "http: missing_key %q: the status of a request without a key must be a 4xx, such as 400 or 401", v.Value)
+		} else {
+			h.Missing = s
+		}
+	}
+	hooks := map[string]*hookUse{}
+	addHook := func(at *yaml.Node, name, typ string) bool {
+		if u, ok := hooks[name]; ok {
+			if u.typ != typ {
+				p.errorf(at, "http: func:%s returns %s here but %s at line %d; a hook has one type, use two names", name, goType(typ), goType(u.typ), u.line)
+				return false
+			}
+			return true
+		}
+		if !identRe.MatchString(name) || token.IsKeyword(name) || !token.IsExported(name) {
+			p.errorf(at, "http: func:%s: a hook's name is an exported Go identifier (a field of the generated Hooks), such as func:UserID", name)
+			return false
+		}
+		hooks[name] = &hookUse{typ: typ, line: at.Line}
+		h.Hooks = append(h.Hooks, model.Hook{Name: name, Type: typ})
+		return true
+	}
+	if v := f["plan"]; v != nil {
+		h.Plan = p.planSource(v, m, addHook)
+	}
+	defaults := map[int][]model.KeySource{}
+	if v := f["keys"]; v != nil {
+		defaults = p.keyMap(v, m, "http: keys", addHook)
+	}
+	for i, r := range m.Rules {
+		h.Policies = append(h.Policies, nil)
+		h.Costs = append(h.Costs, nil)
+		for _, l := range r.Limits {
+			pol, err := limithttp.NewPolicy(r.Name, l.Atomic())
+			if err != nil {
+				p.errorf(nil, "rule %q: %v", r.Name, err)
+				continue
+			}
+			h.Policies[i] = append(h.Policies[i], model.Policy{Name: pol.Name, Quota: pol.Quota, Window: pol.Window,
+				Item: pol.Item, Prefix: pol.Prefix, Problem: pol.Problem, TooCostly: pol.TooCostly})
+			h.Costs[i] = append(h.Costs[i], l.Cost)
+		}
+	}
+	routes := f["routes"]
+	if routes == nil {
+		p.errorf(n, "http: no routes; map ServeMux patterns to rules or tiers, such as routes: [{pattern: \"POST /v1/upload\", rule: Upload}]")
+		return h
+	}
+	items := p.sequence(routes, "http: routes")
+	if len(items) > maxRoutes {
+		p.errorf(items[maxRoutes], "http: %d routes; at most %d", len(items), maxRoutes)
+		return h
+	}
+	mux := http.NewServeMux()
+	for i, item := range items {
+		if r, ok := p.route(item, i+1, m, h, defaults, mux, addHook); ok {
+			h.Routes = append(h.Routes, r)
+		}
+	}
+	planned := false
+	for _, r := range h.Routes {
+		for _, ri := range r.Rules {
+			planned = planned || m.Rules[ri].Planned
+		}
+	}
+	if planned && h.Plan.Kind == "" && f["plan"] == nil {
+		p.errorf(n, "http: routes check rules whose numbers differ by plan, but no plan source is given; add plan: {from: func:PlanOf, default: %s}", m.Plans[0].Name)
+	}
+	return h
+}
+
+type hookUse struct {
+	typ  string
+	line int
+}
+
+func goType(t string) string {
+	if t == "Plan" {
+		return "a Plan"
+	}
+	return "a " + t + " key"
+}
+
+func (p *parser) clientIP(n *yaml.Node) model.ClientIP {
+	f, _ := p.mapping(n, clientIPFields, "http: client_ip")
+	var c model.ClientIP
+	if v := f["trusted_proxies"]; v != nil {
+		for _, item := range p.sequence(v, "http: client_ip: trusted_proxies") {
+			pfx, err := netip.ParsePrefix(item.Value)
+			if err != nil {
+				if a, aerr := netip.ParseAddr(item.Value); aerr == nil {
+					pfx, err = a.Prefix(a.BitLen())
+				}
+			}
+			switch {
+			case err != nil:
+				p.errorf(item, "http: trusted proxy %q is not a network or an address, such as 10.0.0.0/8 or 2001:db8::/32", item.Value)
+			case pfx.Addr().Is4In6():
+				p.errorf(item, "http: trusted proxy %q is an IPv4-mapped network; write it as IPv4 (requests are keyed by unmapped addresses)", item.Value)
+			default:
+				c.TrustedProxies = append(c.TrustedProxies, pfx.Masked().String())
+			}
+		}
+	}
+	if v := f["header"]; v != nil {
+		switch strings.ToLower(v.Value) {
+		case "x-forwarded-for":
+		case "forwarded":
+			c.Forwarded = true
+		default:
+			p.errorf(v, "http: client_ip header %q: use x-forwarded-for or forwarded (RFC 7239)", v.Value)
+		}
+	}
+	bits := func(field string, most int) int {
+		v := f[field]
+		if v == nil {
+			return 0
+		}
+		b, err := strconv.Atoi(v.Value)
+		if err != nil || b < 1 || b > most {
+			p.errorf(v, "http: client_ip %s %q: a prefix length from 1 to %d", field, v.Value, most)
+			return 0
+		}
+		return b
+	}
+	c.IPv6Prefix, c.IPv4Prefix = bits("ipv6_prefix", 128), bits("ipv4_prefix", 32)
+	return c
+}
+
+func (p *parser) planSource(n *yaml.Node, m *model.Model, addHook func(*yaml.Node, string, string) bool) model.PlanSource {
+	var ps model.PlanSource
+	if len(m.Plans) == 0 {
+		p.errorf(n, "http: plan given, but the policy declares no plans")
+		return ps
+	}
+	f, _ := p.mapping(n, planSrcFields, "http: plan")
+	names := make([]string, len(m.Plans))
+	for i, pl := range m.Plans {
+		names[i] = pl.Name
+	}
+	if d := f["default"]; d == nil {
+		p.errorf(n, "http: plan needs a default (the plan of a request the source has none for), such as default: %s", names[0])
+	} else if i := slices.Index(names, d.Value); i < 0 {
+		p.errorf(d, "http: plan default %q is not one of the plans (%s)", d.Value, strings.Join(names, ", "))
+	} else {
+		ps.Default = i
+	}
+	from := f["from"]
+	if from == nil {
+		p.errorf(n, "http: plan needs from: func:Name (your auth decides) or header:Name with trusted: true")
+		return ps
+	}
+	kind, name, _ := strings.Cut(from.Value, ":")
+	switch kind {
+	case "func":
+		if addHook(from, name, "Plan") {
+			ps.Kind, ps.Name = "func", name
+		}
+	case "header":
+		t := f["trusted"]
+		if t == nil || t.Value != "true" {
+			p.errorf(from, "http: plan from %s: a client can send any plan in a header; take it from func:Name, or add trusted: true if only a trusted upstream sets it", from.Value)
+			return ps
+		}
+		if !validHeaderName(name) {
+			p.errorf(from, "http: plan from %s: %q is not a header name", from.Value, name)
+			return ps
+		}
+		ps.Kind, ps.Name = "header", http.CanonicalHeaderKey(name)
+	default:
+		p.errorf(from, "http: plan from %q: use func:Name or header:Name", from.Value)
+	}
+	return ps
+}
+
+// keyMap reads a mapping from rule names to key-source lists.
+func (p *parser) keyMap(n *yaml.Node, m *model.Model, what string, addHook func(*yaml.Node, string, string) bool) map[int][]model.KeySource {
+	out := map[int][]model.KeySource{}
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, "%s must map rule names to key sources, such as PerUser: [func:UserID, ip]", what)
+		return out
+	}
+	names := make([]string, len(m.Rules))
+	for i, r := range m.Rules {
+		names[i] = r.Name
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		ri := slices.Index(names, k.Value)
+		if ri < 0 {
+			msg := fmt.Sprintf("%s: no rule named %q", what, k.Value)
+			if s := didYouMean(k.Value, names); s != "" {
+				msg += fmt.Sprintf("; did you mean %q?", s)
+			}
+			p.errorf(k, "%s", msg)
+			continue
+		}
+		r := m.Rules[ri]
+		if r.KeyType == "" {
+			p.errorf(k, "%s: rule %q has no key (it is one global bucket); it needs no key source", what, r.Name)
+			continue
+		}
+		if _, dup := out[ri]; dup {
+			p.errorf(k, "%s: rule %q given twice", what, r.Name)
+			continue
+		}
+		list := []*yaml.Node{v}
+		if v.Kind == yaml.SequenceNode {
+			list = v.Content
+		}
+		if len(list) == 0 {
+			p.errorf(v, "%s: rule %q: no key sources", what, r.Name)
+			continue
+		}
+		var srcs []model.KeySource
+		for _, s := range list {
+			if src, ok := p.keySource(s, r, what, addHook); ok {
+				srcs = append(srcs, src)
+			}
+		}
+		out[ri] = srcs
+	}
+	return out
+}
+
+// keySource reads one source ("ip", "header:X-Tenant", "func:UserID", ...) for
+// rule r, checking that it can produce r's key type.
+func (p *parser) keySource(n *yaml.Node, r model.Rule, what string, addHook func(*yaml.Node, string, string) bool) (model.KeySource, bool) {
+	kind, name, hasName := strings.Cut(n.Value, ":")
+	bad := func(format string, args ...any) (model.KeySource, bool) {
+		p.errorf(n, "%s: rule %q: key source %q: "+format, append([]any{what, r.Name, n.Value}, args...)...)
+		return model.KeySource{}, false
+	}
+	if n.Kind != yaml.ScalarNode {
+		return bad("a key source is a string, such as ip, header:X-Tenant or func:UserID")
+	}
+	integer := r.KeyType != "string"
+	switch kind {
+	case "ip", "pattern", "route":
+		if hasName {
+			return bad("%s takes no name", kind)
+		}
+		if kind == "route" && !integer {
+			return bad("route keys by the route's number, for integer keys; use pattern for a string key")
+		}
+		if kind != "route" && integer {
+			return bad("%s gives a string, but the rule's key is %s", kind, r.KeyType)
+		}
+		return model.KeySource{Kind: kind}, true
+	case "header":
+		if !validHeaderName(name) {
+			return bad("%q is not a header name", name)
+		}
+		return model.KeySource{Kind: kind, Name: http.CanonicalHeaderKey(name)}, true
+	case "query", "path":
+		if name == "" {
+			return bad("name the %s parameter, such as %s:id", kind, kind)
+		}
+		return model.KeySource{Kind: kind, Name: name}, true
+	case "func":
+		if !addHook(n, name, r.KeyType) {
+			return model.KeySource{}, false
+		}
+		return model.KeySource{Kind: kind, Name: name}, true
+	}
+	msg := "use one of ip, header:Name, query:name, path:wildcard, pattern, route, func:Name"
+	if s := didYouMean(kind, keyKinds); s != "" {
+		msg = fmt.Sprintf("did you mean %s? (%s)", s, msg)
+	}
+	return bad("%s", msg)
+}
+
+// validHeaderName reports whether s is an HTTP field name (an RFC 9110 token).
+func validHeaderName(s string) bool {
+	if s == "" || len(s) > 128 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// route validates one route; mux holds the routes before it, so that a
+// pattern that does not parse or conflicts with an earlier one is refused
+// with net/http's own reason.
+func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP, defaults map[int][]model.KeySource,
+	mux *http.ServeMux, addHook func(*yaml.Node, string, string) bool) (model.Route, bool) {
+	f, _ := p.mapping(n, routeFields, "a route")
+	r := model.Route{Ordinal: ordinal, Rule: -1, Tier: -1, Mode: "Enforce"}
+	pat := f["pattern"]
+	if pat == nil {
+		p.errorf(n, "a route needs a pattern, as http.ServeMux writes them, such as pattern: \"POST /v1/upload\"")
+		return r, false
+	}
+	r.Pattern = pat.Value
+	what := fmt.Sprintf("route %q", r.Pattern)
+	if msg := registerPattern(mux, r.Pattern); msg != "" {
+		p.errorf(pat, "%s: %s", what, msg)
+		return r, false
+	}
+	valid := true
+	switch rule, tier := f["rule"], f["tier"]; {
+	case (rule == nil) == (tier == nil):
+		p.errorf(n, "%s: give either rule: or tier: (what the route checks)", what)
+		return r, false
+	case rule != nil:
+		for i, x := range m.Rules {
+			if x.Name == rule.Value {
+				r.Rule, r.Rules = i, []int{i}
+			}
+		}
+		if r.Rule < 0 {
+			p.errorf(rule, "%s: no rule named %q", what, rule.Value)
+			return r, false
+		}
+	default:
+		for i, x := range m.Tiers {
+			if x.Name == tier.Value {
+				r.Tier, r.Rules = i, x.Rules
+			}
+		}
+		if r.Tier < 0 {
+			p.errorf(tier, "%s: no tier named %q", what, tier.Value)
+			return r, false
+		}
+	}
+	if v := f["mode"]; v != nil {
+		modes := map[string]string{"enforce": "Enforce", "shadow": "Shadow", "off": "Off"}
+		if s, ok := modes[v.Value]; ok {
+			r.Mode = s
+		} else {
+			p.errorf(v, "%s: mode %q: use enforce, shadow (decide and report, never deny) or off", what, v.Value)
+			valid = false
+		}
+	}
+	own := map[int][]model.KeySource{}
+	if v := f["keys"]; v != nil {
+		own = p.keyMap(v, m, what+": keys", addHook)
+	}
+	wildcards := patternWildcards(r.Pattern)
+	for _, ri := range r.Rules {
+		rule := m.Rules[ri]
+		if rule.KeyType == "" {
+			r.Keys = append(r.Keys, nil)
+			r.MissingBodies = append(r.MissingBodies, "")
+			continue
+		}
+		srcs, ok := own[ri]
+		if !ok {
+			srcs = defaults[ri]
+		}
+		if len(srcs) == 0 {
+			p.errorf(pat, "%s: rule %q is keyed (%s) but has no key source; add it under http: keys or the route's keys, such as %s: [func:UserID]", what, rule.Name, rule.KeyType, rule.Name)
+			valid = false
+			continue
+		}
+		for _, s := range srcs {
+			if s.Kind == "path" && !slices.Contains(wildcards, s.Name) {
+				p.errorf(pat, "%s: rule %q reads path:%s, but the pattern has no wildcard {%s}", what, rule.Name, s.Name, s.Name)
+				valid = false
+			}
+			if s.Kind == "route" && !routeFits(ordinal, rule.KeyType) {
+				p.errorf(pat, "%s: route number %d does not fit rule %q's %s key", what, ordinal, rule.Name, rule.KeyType)
+				valid = false
+			}
+		}
+		var from []string
+		for _, s := range srcs {
+			from = append(from, describeSource(s))
+		}
+		r.Keys = append(r.Keys, srcs)
+		r.MissingBodies = append(r.MissingBodies, limithttp.ProblemBody("about:blank", http.StatusText(h.Missing), h.Missing,
+			"The request has no key for rule "+rule.Name+": "+what+" reads it from "+strings.Join(from, ", then ")+".", ""))
+	}
+	if v := f["cost"]; v != nil {
+		valid = p.routeCost(v, &r, m, what) && valid
+	}
+	planned := false
+	for _, ri := range r.Rules {
+		planned = planned || m.Rules[ri].Planned
+	}
+	lists := 1
+	if planned {
+		lists = len(m.Plans)
+	}
+	for pl := range lists {
+		var items []string
+		for _, ri := range r.Rules {
+			pols := h.Policies[ri]
+			if len(pols) == 0 {
+				continue
+			}
+			items = append(items, pols[min(pl, len(pols)-1)].Item)
+		}
+		r.PolicyLists = append(r.PolicyLists, strings.Join(items, ", "))
+	}
+	if r.CostKind == "header" || r.CostKind == "query" {
+		r.CostBody = limithttp.ProblemBody("about:blank", "Bad Request", http.StatusBadRequest,
+			fmt.Sprintf("The request's declared cost (%s %s) is above the most a request may cost on %s: %d.", r.CostKind, r.CostName, what, r.CostMax), "")
+	}
+	return r, valid
+}
+
+func describeSource(s model.KeySource) string {
+	switch s.Kind {
+	case "ip":
+		return "the client address"
+	case "pattern", "route":
+		return "the route"
+	case "func":
+		return "the service's " + s.Name
+	}
+	return "the " + s.Kind + " " + s.Name
+}
+
+// routeFits reports whether a route number fits an integer key type.
+func routeFits(ordinal int, keyType string) bool {
+	switch keyType {
+	case "int8":
+		return ordinal <= 127
+	case "uint8":
+		return ordinal <= 255
+	}
+	return true
+}
+
+func (p *parser) routeCost(n *yaml.Node, r *model.Route, m *model.Model, what string) bool {
+	if n.Kind == yaml.ScalarNode {
+		c, ok := p.int(n, what, "cost", 1)
+		if ok {
+			r.CostKind, r.CostFixed = "fixed", c
+		}
+		return ok
+	}
+	f, _ := p.mapping(n, costFields, what+": cost")
+	from, def, most := f["from"], f["default"], f["max"]
+	if from == nil || def == nil || most == nil {
+		p.errorf(n, "%s: cost needs from (header:Name or query:name), default (for an absent or unreadable value) and max (the most a request may declare)", what)
+		return false
+	}
+	kind, name, _ := strings.Cut(from.Value, ":")
+	switch {
+	case kind == "header" && validHeaderName(name):
+		r.CostKind, r.CostName = kind, http.CanonicalHeaderKey(name)
+	case kind == "query" && name != "":
+		r.CostKind, r.CostName = kind, name
+	default:
+		p.errorf(from, "%s: cost from %q: use header:Name or query:name", what, from.Value)
+		return false
+	}
+	d, ok1 := p.int(def, what, "cost default", 1)
+	x, ok2 := p.int(most, what, "cost max", 1)
+	if !ok1 || !ok2 {
+		return false
+	}
+	if d > x {
+		p.errorf(def, "%s: cost default %d is above max %d", what, d, x)
+		return false
+	}
+	r.CostFixed, r.CostMax = d, x
+	return true
+}
+
+// registerPattern registers pattern on mux and returns net/http's reason when
+// it does not parse or conflicts with one registered before ("" when it is
+// fine). ServeMux reports both by panicking.
+func registerPattern(mux *http.ServeMux, pattern string) (msg string) {
+	defer func() {
+		if e := recover(); e != nil {
+			msg = fmt.Sprint(e)
+			msg = strings.TrimPrefix(msg, "parsing \""+pattern+"\": ")
+		}
+	}()
+	mux.Handle(pattern, http.NotFoundHandler())
+	return ""
+}
+
+// patternWildcards are the names of a ServeMux pattern's wildcards:
+// {name} and {name...}.
+func patternWildcards(pattern string) []string {
+	var out []string
+	for {
+		i := strings.IndexByte(pattern, '{')
+		if i < 0 {
+			return out
+		}
+		j := strings.IndexByte(pattern[i:], '}')
+		if j < 0 {
+			return out
+		}
+		name := strings.TrimSuffix(pattern[i+1:i+j], "...")
+		if name != "$" {
+			out = append(out, name)
+		}
+		pattern = pattern[i+j+1:]
+	}
+}
