@@ -1134,6 +1134,9 @@ type Middleware struct {
 	// ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip
 	// (set TrustedProxies here when they differ by deployment).
 	ClientIP limithttp.ClientIP
+	// Clock, when set, is read instead of atomicbucket.Now: tests drive the middleware through time
+	// with it.
+	Clock func() atomicbucket.Time
 	// Config is what every route shares: the field style, the jitter, the counters, the observer (logs
 	// denials with log/slog's default logger, at most 10 a second), and Denied, the response to a
 	// denied request when problem+json will not do. Set it before serving.
@@ -1175,6 +1178,14 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		}
 	})
+}
+
+// now reads the clock once: Clock, or atomicbucket.Now.
+func (m *Middleware) now() atomicbucket.Time {
+	if m.Clock != nil {
+		return m.Clock()
+	}
+	return atomicbucket.Now()
 }
 
 // check checks r against its route's limits and reports whether it may go on.
@@ -1223,7 +1234,7 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
 	if !ok0 {
 		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Login: route \\\"POST /v1/login\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "POST /v1/login", Rule: "Login", RuleIndex: int(RuleLogin), Outcome: limithttp.MissingKey})
 	}
-	now := atomicbucket.Now()
+	now := m.now()
 	cost := httpCosts[RuleLogin][0]
 	res := limithttp.Result{
 		Decision: m.limits.Login.AllowNAt(k0, now, cost),
@@ -1252,7 +1263,7 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request) bool {
 	case limithttp.CostTooHigh:
 		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Upload-Units) is above the most a request may cost on route \\\"POST /v1/upload\\\": 1000.\"}\n", limithttp.Event{Route: "POST /v1/upload", Rule: "Upload", RuleIndex: int(RuleUpload), Outcome: limithttp.TooCostly, Cost: cost})
 	}
-	now := atomicbucket.Now()
+	now := m.now()
 	res := limithttp.Result{
 		Decision: m.limits.Upload.AllowNAt(k0, now, cost),
 		Policy:   httpPolicies[RuleUpload][0],
@@ -1278,7 +1289,7 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request) bool {
 	if !ok0 {
 		return m.Config.Reject(w, limithttp.Shadow, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule DailyExport: route \\\"GET /v1/export/{account}\\\" reads it from the path account.\"}\n", limithttp.Event{Route: "GET /v1/export/{account}", Rule: "DailyExport", RuleIndex: int(RuleDailyExport), Outcome: limithttp.MissingKey})
 	}
-	now := atomicbucket.Now()
+	now := m.now()
 	cost := httpCosts[RuleDailyExport][0]
 	res := limithttp.Result{
 		Decision: m.limits.DailyExport.AllowNAt(k0, now, cost),
@@ -1308,7 +1319,7 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request) bool {
 		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", limithttp.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Outcome: limithttp.MissingKey})
 	}
 	plan := m.plan(r)
-	now := atomicbucket.Now()
+	now := m.now()
 	td := m.limits.checkAPI(plan, k0, k1, now, 0, true)
 	cost := httpCosts[td.Rule][plan]
 	res := limithttp.Result{

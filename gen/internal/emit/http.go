@@ -229,6 +229,7 @@ func emitMiddleware(m *model.Model) jen.Code {
 		jen.Id("limits").Op("*").Id("Limits"),
 		jen.Id("hooks").Id("Hooks"),
 		comment("ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip (set TrustedProxies here when they differ by deployment).").Id("ClientIP").Add(lh("ClientIP")),
+		comment("Clock, when set, is read instead of atomicbucket.Now: tests drive the middleware through time with it.").Id("Clock").Func().Params().Add(rt("Time")),
 		comment("Config is what every route shares: the field style, the jitter, the counters, the observer ("+logDoc+"), and Denied, the response to a denied request when problem+json will not do. Set it before serving.").Id("Config").Add(lh("Config")),
 	).Line().Line().
 		Comment("NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It").Line().
@@ -249,6 +250,11 @@ func emitMiddleware(m *model.Model) jen.Code {
 		jen.Return(jen.Qual("net/http", "HandlerFunc").Call(jen.Func().Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req())).Block(
 			jen.If(jen.Id("m").Dot("check").Call(jen.Id("w"), jen.Id("r"))).Block(jen.Id("next").Dot("ServeHTTP").Call(jen.Id("w"), jen.Id("r"))),
 		))),
+	).Line().Line().
+		Comment("now reads the clock once: Clock, or atomicbucket.Now.").Line().
+		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("now").Params().Add(rt("Time")).Block(
+		jen.If(jen.Id("m").Dot("Clock").Op("!=").Nil()).Block(jen.Return(jen.Id("m").Dot("Clock").Call())),
+		jen.Return(rt("Now").Call()),
 	).Line().Line().
 		Comment("check checks r against its route's limits and reports whether it may go on.").Line().
 		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("check").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req())).Bool().Block(
@@ -419,7 +425,7 @@ func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
 	case "fixed":
 		body = append(body, jen.Id("cost").Op(":=").Add(jen.Int64().Call(lit(r.CostFixed))))
 	}
-	body = append(body, jen.Id("now").Op(":=").Add(rt("Now")).Call())
+	body = append(body, jen.Id("now").Op(":=").Id("m").Dot("now").Call())
 	res := []jen.Code{}
 	if r.Rule >= 0 {
 		rule := m.Rules[r.Rule]

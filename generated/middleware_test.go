@@ -1,0 +1,252 @@
+package limits_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/dunglas/httpsfv"
+	"github.com/limitgen/limitgen/atomicbucket"
+	limits "github.com/limitgen/limitgen/generated"
+	"github.com/limitgen/limitgen/limithttp"
+)
+
+// service is policy.yaml's http: section in front of handlers that answer
+// "ok", over limiters of its own, at a time the test sets.
+type service struct {
+	mw  *limits.Middleware
+	mux *limits.ServeMux
+	now atomicbucket.Time
+}
+
+// The users the hooks know: their plans. Any other user has none (401).
+var users = map[string]limits.Plan{"alice": limits.PlanFree, "bob": limits.PlanFree, "carol": limits.PlanPro}
+
+func newService(t *testing.T) *service {
+	t.Helper()
+	s := &service{now: atomicbucket.Now()}
+	mw, err := limits.NewMiddleware(limits.New(), limits.Hooks{
+		UserID: func(r *http.Request) (string, bool) {
+			u := r.Header.Get("X-Test-User") // stands for a verified token's subject
+			_, ok := users[u]
+			return u, ok
+		},
+		PlanOf: func(r *http.Request) (limits.Plan, bool) {
+			p, ok := users[r.Header.Get("X-Test-User")]
+			return p, ok
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw.Clock = func() atomicbucket.Time { return s.now }
+	mw.Config.Observer = nil // the denial log is tested in limithttp
+	s.mw, s.mux = mw, mw.NewServeMux()
+	ok := func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }
+	for _, p := range []string{"POST /v1/login", "POST /v1/upload", "GET /v1/export/{account}", "/v1/"} {
+		s.mux.HandleFunc(p, ok)
+	}
+	s.mux.HandleFunc("GET /health", ok) // not in the policy: never limited
+	return s
+}
+
+type call struct {
+	method, path, remote string
+	hdr                  map[string]string
+	advance              time.Duration // moves the clock before the request
+
+	code    int
+	fields  [2]string // RateLimit-Policy and RateLimit; "" for absent
+	retry   string    // Retry-After; "" for absent
+	problem string    // the violated policy of a 429, "400" or "401" for the other problems
+}
+
+func (s *service) run(t *testing.T, calls []call) {
+	t.Helper()
+	for i, c := range calls {
+		s.now = s.now.Add(c.advance)
+		r := httptest.NewRequest(c.method, c.path, nil)
+		if c.remote != "" {
+			r.RemoteAddr = c.remote
+		}
+		for k, v := range c.hdr {
+			r.Header.Set(k, v)
+		}
+		w := httptest.NewRecorder()
+		s.mux.ServeHTTP(w, r)
+		got := [2]string{w.Header().Get("RateLimit-Policy"), w.Header().Get("RateLimit")}
+		if w.Code != c.code || got != c.fields || w.Header().Get("Retry-After") != c.retry {
+			t.Errorf("call %d %s %s: %d %q Retry-After %q; want %d %q %q", i, c.method, c.path,
+				w.Code, got, w.Header().Get("Retry-After"), c.code, c.fields, c.retry)
+		}
+		for _, v := range got {
+			if v == "" {
+				continue
+			}
+			if _, err := httpsfv.UnmarshalList([]string{v}); err != nil {
+				t.Errorf("call %d: %q is not a Structured Fields list: %v", i, v, err)
+			}
+		}
+		if c.code == 200 {
+			if w.Body.String() != "ok" {
+				t.Errorf("call %d: body %q, want the handler's", i, w.Body.String())
+			}
+			continue
+		}
+		var p struct {
+			Status   int      `json:"status"`
+			Violated []string `json:"violated-policies"`
+		}
+		if err := json.Unmarshal(w.Body.Bytes(), &p); err != nil || w.Header().Get("Content-Type") != "application/problem+json" {
+			t.Errorf("call %d: problem body %q (%v), Content-Type %q", i, w.Body.String(), err, w.Header().Get("Content-Type"))
+			continue
+		}
+		want := c.problem
+		if c.code == 429 {
+			want = "429 " + c.problem
+		}
+		if gotP := strings.TrimSpace(strconv.Itoa(p.Status) + " " + strings.Join(p.Violated, ",")); gotP != want {
+			t.Errorf("call %d: problem %q, want %q", i, gotP, want)
+		}
+	}
+}
+
+func TestMiddlewareUpload(t *testing.T) {
+	s := newService(t)
+	const pol = `"Upload";q=1000;w=10`
+	alice := map[string]string{"X-Test-User": "alice", "X-Upload-Units": "600"}
+	with := func(units string) map[string]string {
+		return map[string]string{"X-Test-User": "alice", "X-Upload-Units": units}
+	}
+	s.run(t, []call{
+		{"POST", "/v1/upload", "", alice, 0, 200, [2]string{pol, `"Upload";r=400;t=6`}, "", ""},
+		// 200 short: 2 s away, but r/t may not outrun 100/s: t = 4, and Retry-After (2 s, at most
+		// 50% jitter: 3) is never earlier than t.
+		{"POST", "/v1/upload", "", alice, 0, 429, [2]string{pol, `"Upload";r=400;t=4`}, "4", "Upload"},
+		{"POST", "/v1/upload", "", with("5000"), 0, 400, [2]string{}, "", "400"},                                    // above max: refused, nothing taken
+		{"POST", "/v1/upload", "", with(strings.Repeat("9", 1000)), 0, 400, [2]string{}, "", "400"},                 // 1,000 digits
+		{"POST", "/v1/upload", "", with("abc"), 0, 200, [2]string{pol, `"Upload";r=390;t=7`}, "", ""},               // unreadable: the default, 10
+		{"POST", "/v1/upload", "", with("-5"), 0, 200, [2]string{pol, `"Upload";r=380;t=7`}, "", ""},                // likewise
+		{"POST", "/v1/upload", "", with("0x10"), 0, 200, [2]string{pol, `"Upload";r=370;t=7`}, "", ""},              // likewise
+		{"POST", "/v1/upload", "", with("1e9"), 0, 200, [2]string{pol, `"Upload";r=360;t=7`}, "", ""},               // likewise
+		{"POST", "/v1/upload", "", with("0"), 0, 200, [2]string{pol, `"Upload";r=350;t=7`}, "", ""},                 // a free request would turn the limit off
+		{"POST", "/v1/upload", "", map[string]string{"X-Upload-Units": "1"}, 0, 401, [2]string{}, "", "401"},        // no user: refused, not pooled
+		{"POST", "/v1/upload", "", map[string]string{"X-Test-User": "mallory"}, 0, 401, [2]string{}, "", "401"},    // unknown user
+		{"POST", "/v1/upload", "", with("1000"), 7 * time.Second, 200, [2]string{pol, `"Upload";r=0;t=10`}, "", ""}, // full again after 6.5 s
+		{"GET", "/v1/upload", "", alice, 0, 200, [2]string{`"PerUser";q=50;w=5, "PerEndpoint";q=200;w=12, "Global";q=4000;w=2`, `"PerUser";r=49;t=5`}, "", ""}, // GET is the /v1/ tier
+		{"GET", "/health", "", nil, 0, 200, [2]string{}, "", ""},
+	})
+	c := s.mw.Config.Counters.Snapshot()[limits.RuleUpload].Outcomes
+	if c[limithttp.Allowed] != 7 || c[limithttp.Denied] != 1 || c[limithttp.TooCostly] != 2 || c[limithttp.MissingKey] != 2 {
+		t.Errorf("Upload's counts: %v", c)
+	}
+}
+
+func TestMiddlewareTier(t *testing.T) {
+	s := newService(t)
+	const free = `"PerUser";q=50;w=5, "PerEndpoint";q=200;w=12, "Global";q=4000;w=2`
+	const pro = `"PerUser";q=500;w=5, "PerEndpoint";q=200;w=12, "Global";q=4000;w=2`
+	bob := map[string]string{"X-Test-User": "bob"}
+	calls := []call{
+		{"GET", "/v1/items", "", bob, 0, 200, [2]string{free, `"PerUser";r=49;t=5`}, "", ""},
+		// carol is on pro: PerUser has 499 left, the route's PerEndpoint 198 of 200, so PerEndpoint
+		// is the rule that constrains, and t paces its 198 at 1000/min.
+		{"DELETE", "/v1/items/7", "", map[string]string{"X-Test-User": "carol"}, 0, 200, [2]string{pro, `"PerEndpoint";r=198;t=12`}, "", ""},
+	}
+	// Bob's next 48 requests at the same instant: r counts down from 48, and t is the later of
+	// the refill (0.1 s per token taken) and r paced at 10/s, rounded up: worked out by hand.
+	const ts = "55555555" + "4444444444" + "33333333333" + "4444444444" + "555555555" // r = 48 … 1
+	for i, r := 0, 48; r >= 1; i, r = i+1, r-1 {
+		calls = append(calls, call{"GET", "/v1/x", "", bob, 0, 200, [2]string{free, `"PerUser";r=` + strconv.Itoa(r) + `;t=` + ts[i:i+1]}, "", ""})
+	}
+	calls = append(calls,
+		call{"GET", "/v1/x", "", bob, 0, 200, [2]string{free, `"PerUser";r=0;t=1`}, "", ""},
+		call{"GET", "/v1/x", "", bob, 0, 429, [2]string{free, `"PerUser";r=0;t=1`}, "1", "PerUser"},
+		call{"GET", "/v1/x", "", bob, 100 * time.Millisecond, 200, [2]string{free, `"PerUser";r=0;t=1`}, "", ""},
+		call{"GET", "/v1/x", "", nil, 0, 401, [2]string{}, "", "401"},
+	)
+	s.run(t, calls)
+	c := s.mw.Config.Counters.Snapshot()
+	if got := c[limits.RulePerUser].Outcomes[limithttp.Denied]; got != 1 {
+		t.Errorf("PerUser denied %d, want 1", got)
+	}
+}
+
+// Keys: behind the trusted load balancer (10.0.0.0/8) the client is the address
+// it appended, whatever the client wrote to the left; from anywhere else the
+// header is ignored. Login starts a new key at 3 tokens.
+func TestMiddlewareClientIP(t *testing.T) {
+	s := newService(t)
+	const pol = `"Login";q=5;w=10`
+	for i, c := range []struct {
+		remote, xff string
+		code        int
+		rl          string // the start of RateLimit: its t depends on where the key places its grid
+	}{
+		{"10.0.0.1:5000", "6.6.6.6, 198.51.100.7", 200, `"Login";r=2;`},
+		{"10.0.0.1:5000", "7.7.7.7, 198.51.100.7", 200, `"Login";r=1;`}, // the same client, another claim
+		{"10.0.0.2:6000", "198.51.100.7", 200, `"Login";r=0;`},
+		{"10.0.0.1:5000", "1.1.1.1, 2.2.2.2, 198.51.100.7", 429, `"Login";r=0;`},
+		{"203.0.113.5:7000", "198.51.100.7", 200, `"Login";r=2;`}, // not a trusted peer: the header is ignored
+		{"203.0.113.5:7000", "198.51.100.8", 200, `"Login";r=1;`},
+		{"203.0.113.5:7000", "10.0.0.9", 200, `"Login";r=0;`},
+		{"[2001:db8:1:2::7]:1", "", 200, `"Login";r=2;`},
+		{"[2001:db8:1:2:ffff::1]:1", "", 200, `"Login";r=1;`}, // the same /64
+		{"[2001:db8:1:3::7]:1", "", 200, `"Login";r=2;`},      // another /64
+	} {
+		r := httptest.NewRequest("POST", "/v1/login", nil)
+		r.RemoteAddr = c.remote
+		if c.xff != "" {
+			r.Header.Set("X-Forwarded-For", c.xff)
+		}
+		w := httptest.NewRecorder()
+		s.mux.ServeHTTP(w, r)
+		if w.Code != c.code || w.Header().Get("RateLimit-Policy") != pol || !strings.HasPrefix(w.Header().Get("RateLimit"), c.rl) {
+			t.Errorf("request %d (%s, %q): %d %q; want %d %s…", i, c.remote, c.xff, w.Code, w.Header().Get("RateLimit"), c.code, c.rl)
+		}
+	}
+	if n := s.mw.Config.Counters.Snapshot()[limits.RuleLogin].Outcomes; n[limithttp.Allowed] != 9 || n[limithttp.Denied] != 1 {
+		t.Errorf("Login's counts: %v", n)
+	}
+	r := httptest.NewRequest("POST", "/v1/login", nil)
+	r.RemoteAddr = "@" // a Unix socket: no address to key
+	w := httptest.NewRecorder()
+	s.mux.ServeHTTP(w, r)
+	if w.Code != 401 {
+		t.Errorf("a request without a client address: %d, want the policy's 401", w.Code)
+	}
+}
+
+// A shadow route decides and reports but lets everything through.
+func TestMiddlewareShadow(t *testing.T) {
+	s := newService(t)
+	for i := range 102 {
+		r := httptest.NewRequest("GET", "/v1/export/42", nil)
+		w := httptest.NewRecorder()
+		s.mux.ServeHTTP(w, r)
+		if w.Code != 200 || w.Header().Get("Retry-After") != "" || !strings.HasPrefix(w.Header().Get("RateLimit"), `"DailyExport";r=`+strconv.Itoa(max(99-i, 0))+";") {
+			t.Fatalf("request %d: %d %v", i, w.Code, w.Header())
+		}
+	}
+	w := httptest.NewRecorder()
+	s.mux.ServeHTTP(w, httptest.NewRequest("GET", "/v1/export/not-a-number", nil))
+	if w.Code != 200 || w.Header().Get("RateLimit") != "" {
+		t.Errorf("a shadow route refused a request without a key: %d %v", w.Code, w.Header())
+	}
+	c := s.mw.Config.Counters.Snapshot()[limits.RuleDailyExport].Outcomes
+	if c[limithttp.Allowed] != 100 || c[limithttp.ShadowDenied] != 2 || c[limithttp.MissingKey] != 1 {
+		t.Errorf("DailyExport's counts: %v", c)
+	}
+}
+
+func TestNewMiddlewareRefusesNilHooks(t *testing.T) {
+	if _, err := limits.NewMiddleware(nil, limits.Hooks{UserID: func(*http.Request) (string, bool) { return "", false }}); err == nil ||
+		!strings.Contains(err.Error(), "PlanOf") {
+		t.Errorf("NewMiddleware without PlanOf: %v", err)
+	}
+}
