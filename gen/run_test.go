@@ -140,7 +140,7 @@ func randomPolicies(t *testing.T, n int) []string {
 		}
 		b.WriteString("rules:\n")
 		nrules := 1 + rng.IntN(4)
-		var names []string
+		var names, keyTypes []string
 		for i := range nrules {
 			name := fmt.Sprintf("R%d", i)
 			if rng.IntN(5) == 0 {
@@ -149,7 +149,9 @@ func randomPolicies(t *testing.T, n int) []string {
 			names = append(names, name)
 			burst := 1 + rng.IntN(20)
 			fmt.Fprintf(&b, "  - name: %s\n", name)
-			if k := pick("", "string", "int64", "uint32", "int"); k != "" {
+			k := pick("", "string", "int64", "uint32", "int")
+			keyTypes = append(keyTypes, k)
+			if k != "" {
 				fmt.Fprintf(&b, "    key: %s\n", k)
 				if rng.IntN(3) == 0 {
 					fmt.Fprintf(&b, "    max_keys: %d\n    at_cap: %s\n", 1+rng.IntN(3), pick("deny", "allow"))
@@ -181,8 +183,13 @@ func randomPolicies(t *testing.T, n int) []string {
 				fmt.Fprintf(&b, "    plans:\n      pro: {rate: %d/s, burst: %d}\n", 1+rng.IntN(100), burst+rng.IntN(10))
 			}
 		}
+		tier := ""
 		if rng.IntN(2) == 0 {
-			fmt.Fprintf(&b, "tiers:\n  - {name: %s, rules: [%s]}\n", pick("T", "T", "Request", "Global"), strings.Join(names, ", "))
+			tier = pick("T", "T", "Request", "Global")
+			fmt.Fprintf(&b, "tiers:\n  - {name: %s, rules: [%s]}\n", tier, strings.Join(names, ", "))
+		}
+		if rng.IntN(2) == 0 {
+			randomHTTP(&b, rng, pick, plans, names, keyTypes, tier)
 		}
 		src := []byte(b.String())
 		if _, err := compile("random.yaml", src); err != nil {
@@ -198,6 +205,56 @@ func randomPolicies(t *testing.T, n int) []string {
 	}
 	t.Logf("random policies: %d accepted, %d refused", len(out), refused)
 	return out
+}
+
+// randomHTTP writes an http: section routing every rule (and the tier) with
+// key, cost and plan sources drawn from all kinds that fit.
+func randomHTTP(b *strings.Builder, rng *rand.Rand, pick func(...string) string, plans bool, names, keyTypes []string, tier string) {
+	b.WriteString("http:\n")
+	fmt.Fprintf(b, "  headers: %s\n  jitter: %s\n  log_denials: %d\n", pick("ietf", "legacy", "none"), pick("0", "0.25", "1"), rng.IntN(3))
+	if rng.IntN(2) == 0 {
+		fmt.Fprintf(b, "  client_ip: {trusted_proxies: [10.0.0.0/8, \"fd00::/8\"], header: %s, ipv6_prefix: %d}\n", pick("x-forwarded-for", "forwarded"), 48+rng.IntN(81))
+	}
+	if plans {
+		if rng.IntN(2) == 0 {
+			b.WriteString("  plan: {from: \"func:PlanOf\", default: pro}\n")
+		} else {
+			b.WriteString("  plan: {from: \"header:X-Plan\", trusted: true, default: free}\n")
+		}
+		b.WriteString(pick("", "  missing_key: 401\n", "  missing_key: 403\n"))
+	}
+	b.WriteString("  keys:\n")
+	for i, k := range keyTypes {
+		if k == "" {
+			continue
+		}
+		var srcs []string
+		for range 1 + rng.IntN(3) {
+			if k == "string" {
+				srcs = append(srcs, pick("ip", "header:X-Key", "query:key", "pattern", "func:UserKey"))
+			} else {
+				srcs = append(srcs, pick("header:X-Num", "query:n", "route", "func:Key"+strings.ToUpper(k[:1])+k[1:]))
+			}
+		}
+		fmt.Fprintf(b, "    %s: [%s]\n", names[i], "\""+strings.Join(srcs, "\", \"")+"\"")
+	}
+	b.WriteString("  routes:\n")
+	for i, n := range names {
+		fmt.Fprintf(b, "    - {pattern: \"%s /r%d/{id}\", rule: %s, mode: %s", pick("GET", "POST", "PUT"), i, n, pick("enforce", "enforce", "shadow", "off"))
+		switch rng.IntN(3) {
+		case 1:
+			fmt.Fprintf(b, ", cost: %d", 1+rng.IntN(3))
+		case 2:
+			fmt.Fprintf(b, ", cost: {from: \"%s\", default: 1, max: %d}", pick("header:X-Cost", "query:cost"), 1+rng.IntN(100))
+		}
+		if keyTypes[i] != "" && rng.IntN(3) == 0 {
+			fmt.Fprintf(b, ", keys: {%s: [\"path:id\"]}", n)
+		}
+		b.WriteString("}\n")
+	}
+	if tier != "" {
+		fmt.Fprintf(b, "    - {pattern: /t/, tier: %s}\n", tier)
+	}
 }
 
 // corpusBytes decodes a Go fuzz corpus file holding one []byte value.

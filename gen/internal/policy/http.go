@@ -5,6 +5,7 @@ import (
 	"go/token"
 	"net/http"
 	"net/netip"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -111,9 +112,9 @@ func (p *parser) httpSection(n *yaml.Node, m *model.Model) *model.HTTP {
 		p.errorf(items[maxRoutes], "http: %d routes; at most %d", len(items), maxRoutes)
 		return h
 	}
-	mux := http.NewServeMux()
+	mux, lines := http.NewServeMux(), map[string]int{}
 	for i, item := range items {
-		if r, ok := p.route(item, i+1, m, h, defaults, mux, addHook); ok {
+		if r, ok := p.route(item, i+1, m, h, defaults, mux, lines, addHook); ok {
 			h.Routes = append(h.Routes, r)
 		}
 	}
@@ -348,7 +349,7 @@ func validHeaderName(s string) bool {
 // pattern that does not parse or conflicts with an earlier one is refused
 // with net/http's own reason.
 func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP, defaults map[int][]model.KeySource,
-	mux *http.ServeMux, addHook func(*yaml.Node, string, string) bool) (model.Route, bool) {
+	mux *http.ServeMux, lines map[string]int, addHook func(*yaml.Node, string, string) bool) (model.Route, bool) {
 	f, _ := p.mapping(n, routeFields, "a route")
 	r := model.Route{Ordinal: ordinal, Rule: -1, Tier: -1, Mode: "Enforce"}
 	pat := f["pattern"]
@@ -358,7 +359,7 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 	}
 	r.Pattern = pat.Value
 	what := fmt.Sprintf("route %q", r.Pattern)
-	if msg := registerPattern(mux, r.Pattern); msg != "" {
+	if msg := registerPattern(mux, r.Pattern, pat.Line, lines); msg != "" {
 		p.errorf(pat, "%s: %s", what, msg)
 		return r, false
 	}
@@ -525,19 +526,34 @@ func (p *parser) routeCost(n *yaml.Node, r *model.Route, m *model.Model, what st
 	return true
 }
 
-// registerPattern registers pattern on mux and returns net/http's reason when
-// it does not parse or conflicts with one registered before ("" when it is
-// fine). ServeMux reports both by panicking.
-func registerPattern(mux *http.ServeMux, pattern string) (msg string) {
+// registerPattern registers pattern (from the policy's line) on mux and
+// returns net/http's reason when it does not parse or conflicts with one
+// registered before ("" when it is fine). ServeMux reports both by panicking;
+// a conflict's message names the Go source lines that registered each pattern,
+// which are replaced by the policy line of the route it conflicts with (lines
+// maps the patterns registered so far to theirs).
+func registerPattern(mux *http.ServeMux, pattern string, line int, lines map[string]int) (msg string) {
 	defer func() {
-		if e := recover(); e != nil {
-			msg = fmt.Sprint(e)
-			msg = strings.TrimPrefix(msg, "parsing \""+pattern+"\": ")
+		e := recover()
+		if e == nil {
+			lines[pattern] = line
+			return
 		}
+		msg = strings.TrimPrefix(fmt.Sprint(e), "parsing \""+pattern+"\": ")
+		msg = registeredAt.ReplaceAllString(msg, "")
+		if m := conflictRe.FindStringSubmatch(msg); m != nil {
+			msg = fmt.Sprintf("pattern %q conflicts with the route at line %d: %s", pattern, lines[m[1]], strings.TrimSpace(m[2]))
+		}
+		msg = strings.ReplaceAll(msg, "\n", ": ")
 	}()
 	mux.Handle(pattern, http.NotFoundHandler())
 	return ""
 }
+
+var (
+	registeredAt = regexp.MustCompile(` \(registered at [^)]*\)`)
+	conflictRe   = regexp.MustCompile(`(?s)^pattern ".*?" conflicts with pattern "(.*?)":(.*)$`)
+)
 
 // patternWildcards are the names of a ServeMux pattern's wildcards:
 // {name} and {name...}.
