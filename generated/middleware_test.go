@@ -128,16 +128,16 @@ func TestMiddlewareUpload(t *testing.T) {
 		// 200 short: 2 s away, but r/t may not outrun 100/s: t = 4, and Retry-After (2 s, at most
 		// 50% jitter: 3) is never earlier than t.
 		{"POST", "/v1/upload", "", alice, 0, 429, [2]string{pol, `"Upload";r=400;t=4`}, "4", "Upload"},
-		{"POST", "/v1/upload", "", with("5000"), 0, 400, [2]string{}, "", "400"},                                    // above max: refused, nothing taken
-		{"POST", "/v1/upload", "", with(strings.Repeat("9", 1000)), 0, 400, [2]string{}, "", "400"},                 // 1,000 digits
-		{"POST", "/v1/upload", "", with("abc"), 0, 200, [2]string{pol, `"Upload";r=390;t=7`}, "", ""},               // unreadable: the default, 10
-		{"POST", "/v1/upload", "", with("-5"), 0, 200, [2]string{pol, `"Upload";r=380;t=7`}, "", ""},                // likewise
-		{"POST", "/v1/upload", "", with("0x10"), 0, 200, [2]string{pol, `"Upload";r=370;t=7`}, "", ""},              // likewise
-		{"POST", "/v1/upload", "", with("1e9"), 0, 200, [2]string{pol, `"Upload";r=360;t=7`}, "", ""},               // likewise
-		{"POST", "/v1/upload", "", with("0"), 0, 200, [2]string{pol, `"Upload";r=350;t=7`}, "", ""},                 // a free request would turn the limit off
-		{"POST", "/v1/upload", "", map[string]string{"X-Upload-Units": "1"}, 0, 401, [2]string{}, "", "401"},        // no user: refused, not pooled
-		{"POST", "/v1/upload", "", map[string]string{"X-Test-User": "mallory"}, 0, 401, [2]string{}, "", "401"},    // unknown user
-		{"POST", "/v1/upload", "", with("1000"), 7 * time.Second, 200, [2]string{pol, `"Upload";r=0;t=10`}, "", ""}, // full again after 6.5 s
+		{"POST", "/v1/upload", "", with("5000"), 0, 400, [2]string{}, "", "400"},                                                                               // above max: refused, nothing taken
+		{"POST", "/v1/upload", "", with(strings.Repeat("9", 1000)), 0, 400, [2]string{}, "", "400"},                                                            // 1,000 digits
+		{"POST", "/v1/upload", "", with("abc"), 0, 200, [2]string{pol, `"Upload";r=390;t=7`}, "", ""},                                                          // unreadable: the default, 10
+		{"POST", "/v1/upload", "", with("-5"), 0, 200, [2]string{pol, `"Upload";r=380;t=7`}, "", ""},                                                           // likewise
+		{"POST", "/v1/upload", "", with("0x10"), 0, 200, [2]string{pol, `"Upload";r=370;t=7`}, "", ""},                                                         // likewise
+		{"POST", "/v1/upload", "", with("1e9"), 0, 200, [2]string{pol, `"Upload";r=360;t=7`}, "", ""},                                                          // likewise
+		{"POST", "/v1/upload", "", with("0"), 0, 200, [2]string{pol, `"Upload";r=350;t=7`}, "", ""},                                                            // a free request would turn the limit off
+		{"POST", "/v1/upload", "", map[string]string{"X-Upload-Units": "1"}, 0, 401, [2]string{}, "", "401"},                                                   // no user: refused, not pooled
+		{"POST", "/v1/upload", "", map[string]string{"X-Test-User": "mallory"}, 0, 401, [2]string{}, "", "401"},                                                // unknown user
+		{"POST", "/v1/upload", "", with("1000"), 7 * time.Second, 200, [2]string{pol, `"Upload";r=0;t=10`}, "", ""},                                            // full again after 6.5 s
 		{"GET", "/v1/upload", "", alice, 0, 200, [2]string{`"PerUser";q=50;w=5, "PerEndpoint";q=200;w=12, "Global";q=4000;w=2`, `"PerUser";r=49;t=5`}, "", ""}, // GET is the /v1/ tier
 		{"GET", "/health", "", nil, 0, 200, [2]string{}, "", ""},
 	})
