@@ -10,15 +10,18 @@ SMOKE_FuzzDifferential ?= 150000x
 SMOKE_FuzzRule         ?= 300000x
 SMOKE_FuzzPolicy       ?= 100000x
 SMOKE_FuzzClientIP     ?= 200000x
+SMOKE_FuzzHTTP         ?= 100000x
 BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
 BENCHTIME ?= 0.5s
 FUZZ_TARGETS := FuzzDifferential FuzzRule
 
 .PHONY: test check unit schema examples getting-started fuzz-smoke fuzz bench bench-smoke generate
 
-## generate: regenerate generated/ from policy.yaml.
+## generate: regenerate generated/ from policy.yaml, and the benchmarks' HTTP
+## limits from bench/httppolicy.yaml.
 generate:
 	$(GO) generate ./...
+	$(GO) run ./gen -policy bench/httppolicy.yaml -out bench/httplimits
 
 ## test: everything CI checks — formatting, vet, tidy modules, all tests with -race
 ## (including the committed fuzz corpora), a short run of each fuzz target, and
@@ -27,6 +30,7 @@ test: check unit schema examples getting-started fuzz-smoke bench-smoke
 
 check:
 	$(GO) run ./gen -check
+	$(GO) run ./gen -policy bench/httppolicy.yaml -out bench/httplimits -check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
@@ -56,6 +60,8 @@ fuzz-smoke:
 	fuzz/run.sh FuzzRule $(SMOKE_FuzzRule)
 	fuzz/run.sh FuzzPolicy $(SMOKE_FuzzPolicy) ./gen
 	fuzz/run.sh FuzzClientIP $(SMOKE_FuzzClientIP) ./limithttp
+	fuzz/run.sh FuzzQueryValue $(SMOKE_FuzzHTTP) ./limithttp
+	fuzz/run.sh FuzzParseIPv4 $(SMOKE_FuzzHTTP) ./limithttp
 
 # Every benchmark a few hundred times: it proves they build, set up and admit
 # (each keyed table checks that it admits before timing), not how fast they are.
@@ -67,6 +73,8 @@ fuzz:
 	for t in $(FUZZ_TARGETS); do fuzz/run.sh $$t $(FUZZTIME); done
 	fuzz/run.sh FuzzPolicy $(FUZZTIME) ./gen
 	fuzz/run.sh FuzzClientIP $(FUZZTIME) ./limithttp
+	fuzz/run.sh FuzzQueryValue $(FUZZTIME) ./limithttp
+	fuzz/run.sh FuzzParseIPv4 $(FUZZTIME) ./limithttp
 
 ## bench: BENCHRUNS interleaved runs of every benchmark (each run goes through
 ## every implementation once, so drift affects all alike), then a benchstat table

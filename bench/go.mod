@@ -7,6 +7,7 @@ replace github.com/limitgen/limitgen => ../
 tool golang.org/x/perf/cmd/benchstat
 
 require (
+	github.com/go-chi/httprate v0.16.1
 	github.com/juju/ratelimit v1.0.2
 	github.com/limitgen/limitgen v0.0.0-00010101000000-000000000000
 	github.com/puzpuzpuz/xsync/v3 v3.5.1
@@ -18,7 +19,9 @@ require (
 require (
 	github.com/aclements/go-moremath v0.0.0-20210112150236-f10218a38794 // indirect
 	github.com/hashicorp/golang-lru v0.5.4 // indirect
+	github.com/klauspost/cpuid/v2 v2.2.10 // indirect
 	github.com/kr/text v0.2.0 // indirect
+	github.com/zeebo/xxh3 v1.0.2 // indirect
 	golang.org/x/perf v0.0.0-20260908200009-22c9c6c9d4da // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )

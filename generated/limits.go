@@ -1229,8 +1229,7 @@ func (s *ServeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.
 func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
 	var k0 string
 	var ok0 bool
-	var buf0 [limithttp.MaxIPKeyLen]byte
-	k0, ok0 = m.ClientIP.KeyInto(&buf0, r)
+	k0, ok0 = m.ClientIP.Key(r)
 	if !ok0 {
 		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Login: route \\\"POST /v1/login\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "POST /v1/login", Rule: "Login", RuleIndex: int(RuleLogin), Outcome: limithttp.MissingKey})
 	}

@@ -144,3 +144,26 @@ func BenchmarkClientIPKey(b *testing.B) {
 		})
 	}
 }
+
+// parseIPv4 is a fast path in front of netip.ParseAddr: whatever it accepts,
+// ParseAddr reads as the same IPv4 address, whose canonical text is the input
+// (the key is that text, unformatted); whatever IPv4 ParseAddr reads from a
+// dotted quad, parseIPv4 accepts.
+func FuzzParseIPv4(f *testing.F) {
+	for _, s := range []string{"192.0.2.1", "0.0.0.0", "255.255.255.255", "01.2.3.4", "1.2.3", "1.2.3.4.5", "256.1.1.1", "1..2.3", "::ffff:1.2.3.4", "", "1.2.3.4 "} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		got, ok := parseIPv4(s)
+		want, err := netip.ParseAddr(s)
+		if ok {
+			if err != nil || want != got || want.String() != s {
+				t.Fatalf("parseIPv4(%q) = %v; ParseAddr: %v, %v", s, got, want, err)
+			}
+			return
+		}
+		if err == nil && want.Is4() {
+			t.Fatalf("parseIPv4(%q) refused what ParseAddr reads as %v", s, want)
+		}
+	})
+}

@@ -29,7 +29,7 @@ func FuzzClientIP(f *testing.F) {
 		if len(key) > 43 {
 			t.Fatalf("a %d-byte key: %q", len(key), key)
 		}
-		peer, peerOK := parseNode(remote)
+		peer, _, peerOK := parseNode(remote)
 		if ok != peerOK {
 			t.Fatalf("Key ok = %v for RemoteAddr %q", ok, remote)
 		}

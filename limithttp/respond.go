@@ -133,10 +133,8 @@ type Result struct {
 // Respond sets the rate-limit fields of res on w and, for a denied request on
 // an Enforce route, writes the denial. It reports whether the request may go on
 // to the handler. It counts and observes the decision. key is the request's
-// (first) key, which seeds the Retry-After jitter; Respond does not keep it,
-// so it may share a buffer the caller reuses (ClientIP.KeyInto), and it is a
-// parameter rather than a field of res because res's strings go into the
-// response's header map: escape analysis would move key's buffer to the heap.
+// (first) key, which seeds the Retry-After jitter; Respond does not keep it
+// (Config.Denied gets a copy).
 func (c *Config) Respond(w http.ResponseWriter, r *http.Request, mode Mode, res *Result, key string) bool {
 	if mode == Off {
 		return true
@@ -212,7 +210,7 @@ func (c *Config) Reject(w http.ResponseWriter, mode Mode, status int, body strin
 		return true
 	}
 	h := w.Header()
-	writeProblem(h, w, new([2]string)[:], status, body)
+	writeProblem(h, w, nil, status, body)
 	return false
 }
 
@@ -230,12 +228,11 @@ type fieldValues struct {
 	buf  [fieldBuf]byte
 }
 
-// allowedValues is fieldValues for the IETF fields alone (80 bytes, where
-// fieldValues is 192), with room for a problem body's two headers.
+// allowedValues is fieldValues for the IETF fields alone: 64 bytes, where
+// fieldValues is 192.
 type allowedValues struct {
-	vals  [2]string
-	spare [2]string
-	buf   [32]byte
+	vals [2]string
+	buf  [32]byte
 }
 
 // fieldBuf holds the numbers of a typical response ("PerUser";r=999998;t=1
@@ -257,7 +254,7 @@ func (c *Config) setFields(h http.Header, res *Result, rv, tv, retry int64) []st
 		fv.vals[0], fv.vals[1] = res.Policies, unsafe.String(unsafe.SliceData(b), len(b))
 		h[HeaderPolicy] = fv.vals[0:1:1]
 		h[HeaderRateLimit] = fv.vals[1:2:2]
-		return fv.spare[:]
+		return nil // writeProblem allocates its own, on the rare path that needs them
 	}
 	fv := new(fieldValues)
 	vals := &fv.vals
@@ -313,8 +310,11 @@ func (c *Config) setFields(h http.Header, res *Result, rv, tv, retry int64) []st
 }
 
 // writeProblem writes status and an RFC 9457 body, using two of spare for the
-// header values.
+// header values (allocating them when spare is too short).
 func writeProblem(h http.Header, w http.ResponseWriter, spare []string, status int, body string) {
+	if len(spare) < 2 {
+		spare = make([]string, 2)
+	}
 	spare[0], spare[1] = "application/problem+json", "nosniff"
 	h[headerContentType] = spare[0:1:1]
 	h[headerContentOptions] = spare[1:2:2]

@@ -297,7 +297,7 @@ func intBits(t string) (unsigned bool, bits int) {
 
 // emitKey is the statements that set k (and ok) from a rule's key sources, in
 // order, for a key of type t.
-func emitKey(k, ok string, t string, srcs []model.KeySource, ord int, buf string) []jen.Code {
+func emitKey(k, ok string, t string, srcs []model.KeySource, ord int) []jen.Code {
 	var out []jen.Code
 	out = append(out, jen.Var().Id(k).Id(t), jen.Var().Id(ok).Bool())
 	for i, s := range srcs {
@@ -305,8 +305,7 @@ func emitKey(k, ok string, t string, srcs []model.KeySource, ord int, buf string
 		var src jen.Code
 		switch s.Kind {
 		case "ip":
-			set = append(set, jen.Var().Id(buf).Index(lh("MaxIPKeyLen")).Byte())
-			set = append(set, jen.List(jen.Id(k), jen.Id(ok)).Op("=").Id("m").Dot("ClientIP").Dot("KeyInto").Call(jen.Op("&").Id(buf), jen.Id("r")))
+			set = append(set, jen.List(jen.Id(k), jen.Id(ok)).Op("=").Id("m").Dot("ClientIP").Dot("Key").Call(jen.Id("r")))
 		case "pattern":
 			set = append(set, jen.List(jen.Id(k), jen.Id(ok)).Op("=").Add(lh("PatternKey")).Call(jen.Id("r")))
 		case "route":
@@ -384,7 +383,7 @@ func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
 			continue
 		}
 		k, ok := "k"+strconv.Itoa(j), "ok"+strconv.Itoa(j)
-		body = append(body, emitKey(k, ok, rule.KeyType, r.Keys[j], r.Ordinal, "buf"+strconv.Itoa(j))...)
+		body = append(body, emitKey(k, ok, rule.KeyType, r.Keys[j], r.Ordinal)...)
 		body = append(body, jen.If(jen.Op("!").Id(ok)).Block(jen.Return(jen.Id("m").Dot("Config").Dot("Reject").Call(
 			jen.Id("w"), mode, jen.Lit(h.Missing), jen.Lit(r.MissingBodies[j]), event(ri, "MissingKey", nil)))))
 		keyArgs = append(keyArgs, jen.Id(k))
