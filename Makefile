@@ -62,6 +62,7 @@ fuzz-smoke:
 	fuzz/run.sh FuzzClientIP $(SMOKE_FuzzClientIP) ./limithttp
 	fuzz/run.sh FuzzQueryValue $(SMOKE_FuzzHTTP) ./limithttp
 	fuzz/run.sh FuzzParseIPv4 $(SMOKE_FuzzHTTP) ./limithttp
+	fuzz/run.sh FuzzMiddleware $(SMOKE_FuzzHTTP) ./generated
 
 # Every benchmark a few hundred times: it proves they build, set up and admit
 # (each keyed table checks that it admits before timing), not how fast they are.
@@ -75,6 +76,7 @@ fuzz:
 	fuzz/run.sh FuzzClientIP $(FUZZTIME) ./limithttp
 	fuzz/run.sh FuzzQueryValue $(FUZZTIME) ./limithttp
 	fuzz/run.sh FuzzParseIPv4 $(FUZZTIME) ./limithttp
+	fuzz/run.sh FuzzMiddleware $(FUZZTIME) ./generated
 
 ## bench: BENCHRUNS interleaved runs of every benchmark (each run goes through
 ## every implementation once, so drift affects all alike), then a benchstat table

@@ -1,53 +1,78 @@
-// Command quickstart is a service's use of limitgen, as small as it gets: a
-// policy, a tool line in go.mod, and a go:generate directive.
+// Command quickstart is a service protected by limitgen from its policy alone:
+// policy.yaml, a tool line in go.mod, a go:generate directive, and the
+// generated middleware in front of its handlers.
 package main
 
 //go:generate go tool gen -policy policy.yaml -out limits
 
 import (
+	"flag"
 	"fmt"
+	"log"
+	"net"
 	"net/http"
+	"strings"
 
 	"example.com/quickstart/limits"
 )
 
-// accounts is the service's own record of each user's plan, as stored names.
-// The plan must come from records like these (or a verified token), never
-// from anything the client sends.
-var accounts = map[string]string{"alice": "free", "bob": "pro"}
+// account is what the service knows of a user.
+type account struct{ name, plan string }
 
-// planOf returns user's plan; unknown users and unknown names get the free plan.
-func planOf(user string) limits.Plan {
-	if p, ok := limits.ParsePlan(accounts[user]); ok {
-		return p
+// accounts stands for the service's authentication: a bearer token's user and
+// plan. The plan comes from records like these, never from what a client sends.
+var accounts = map[string]account{"token-alice": {"alice", "free"}, "token-bob": {"bob", "pro"}}
+
+// accountOf returns the request's account, if its token is one we issued.
+func accountOf(r *http.Request) (account, bool) {
+	token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if !ok {
+		return account{}, false
 	}
-	return limits.PlanFree
+	a, ok := accounts[token]
+	return a, ok
 }
 
-// server answers requests under one set of limiters: limits.Default in main,
-// a fresh set in each test.
-type server struct{ lims *limits.Limits }
-
-// handle admits a request of user, or answers 429 with Retry-After.
-func (s server) handle(w http.ResponseWriter, user string) {
-	d := s.lims.Request(planOf(user), user)
-	if !d.Allowed {
-		if v, ok := d.RetryAfterHeader(); ok {
-			w.Header().Set("Retry-After", v)
-			http.Error(w, "rate limited by "+d.DeniedBy.String(), http.StatusTooManyRequests)
-		} else { // the cost exceeds the burst: waiting cannot help
-			http.Error(w, "request too large for its rate limit", http.StatusRequestEntityTooLarge)
-		}
-		return
+// newServer returns the service's handler, limited by lims.
+func newServer(lims *limits.Limits) (http.Handler, error) {
+	mw, err := limits.NewMiddleware(lims, limits.Hooks{
+		UserID: func(r *http.Request) (string, bool) {
+			a, ok := accountOf(r)
+			return a.name, ok
+		},
+		PlanOf: func(r *http.Request) (limits.Plan, bool) {
+			a, ok := accountOf(r)
+			if !ok {
+				return 0, false
+			}
+			return limits.ParsePlan(a.plan)
+		},
+	})
+	if err != nil {
+		return nil, err
 	}
-	fmt.Fprintf(w, "ok, %d left\n", d.Remaining)
+	mux := mw.NewServeMux() // every handler registered on it is behind the middleware
+	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) {
+		a, _ := accountOf(r) // the middleware let the request in: it has an account
+		fmt.Fprintf(w, "hello, %s\n", a.name)
+	})
+	mux.HandleFunc("POST /login", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "login: checked")
+	})
+	return mux, nil
 }
 
 func main() {
-	s := server{lims: limits.Default}
-	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		// In a real service the user comes from authentication.
-		s.handle(w, r.Header.Get("X-User"))
-	})
-	http.ListenAndServe("127.0.0.1:8080", nil)
+	addr := flag.String("addr", "127.0.0.1:8080", "the address to listen on")
+	flag.Parse()
+	h, err := newServer(limits.Default)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("listening on", ln.Addr())
+	log.Fatal(http.Serve(ln, h))
 }

@@ -2,34 +2,9 @@ package main
 
 import (
 	"fmt"
-	"net/http/httptest"
 
 	"example.com/quickstart/limits"
 )
-
-// A free user gets a burst of 10, then 429s; a pro user is not affected.
-// Each test builds its own limiters with limits.New: fresh buckets.
-func Example() {
-	s := server{lims: limits.New()}
-	for i := range 12 {
-		w := httptest.NewRecorder()
-		s.handle(w, "alice")
-		if i >= 9 {
-			fmt.Println(w.Code, w.Header().Get("Retry-After"), w.Body.String())
-		}
-	}
-	w := httptest.NewRecorder()
-	s.handle(w, "bob")
-	fmt.Print(w.Code, " ", w.Body.String())
-	// Output:
-	// 200  ok, 0 left
-	//
-	// 429 1 rate limited by PerUser
-	//
-	// 429 1 rate limited by PerUser
-	//
-	// 200 ok, 99 left
-}
 
 // The calls the README shows: one rule at its default cost, one with a cost on
 // a plan, a tier that takes every rule's tokens or none, and one with a cost.

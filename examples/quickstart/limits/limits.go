@@ -6,10 +6,12 @@ package limits
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strconv"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/limithttp"
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
@@ -65,10 +67,12 @@ const (
 	RulePerUser RuleName = iota + 1
 	// RuleGlobal names the rule Global.
 	RuleGlobal
+	// RuleLogin names the rule Login.
+	RuleLogin
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "Global"}
+var ruleNames = [...]string{"", "PerUser", "Global", "Login"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -84,6 +88,7 @@ func (r RuleName) String() string {
 type Limits struct {
 	PerUser *PerUserLimiter // see the package-level PerUser
 	Global  *GlobalLimiter  // see the package-level Global
+	Login   *LoginLimiter   // see the package-level Login
 }
 
 // Option configures New.
@@ -116,6 +121,7 @@ func New(opts ...Option) *Limits {
 	return &Limits{
 		PerUser: newPerUserLimiter(),
 		Global:  newGlobalLimiter(o.start),
+		Login:   newLoginLimiter(),
 	}
 }
 
@@ -124,22 +130,27 @@ var Default = New()
 
 // The package-level limiters: Default's.
 var (
-	// PerUser allows on the free plan 5 requests per second per key, in bursts of up to 10; on the pro
-	// plan 50 requests per second per key, in bursts of up to 100. It tracks at most 100000 keys per
+	// PerUser allows on the free plan 10 requests per minute per key, in bursts of up to 10; on the pro
+	// plan 100 requests per minute per key, in bursts of up to 100. It tracks at most 100000 keys per
 	// plan; at that cap it reclaims keys whose buckets have been full for a second, and when there are
 	// none it denies new keys.
 	PerUser = Default.PerUser
 
 	// Global allows 1000 requests per second in total, in bursts of up to 2000.
 	Global = Default.Global
+
+	// Login allows 5 requests per minute per key, in bursts of up to 5. It tracks at most 100000 keys;
+	// at that cap it reclaims keys whose buckets have been full for a second, and when there are none
+	// it denies new keys.
+	Login = Default.Login
 )
 
 // newPerUserLimiter returns PerUser's (empty) tables.
 func newPerUserLimiter() *PerUserLimiter {
 	return &PerUserLimiter{s: [numPlans]*atomicbucket.Table[string]{
 		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-			Tokens: 5,
-			Period: time.Second,
+			Tokens: 10,
+			Period: time.Minute,
 			Burst:  10,
 			Refill: atomicbucket.Greedy,
 		}), atomicbucket.TableOptions{
@@ -147,8 +158,8 @@ func newPerUserLimiter() *PerUserLimiter {
 			AtCap:   atomicbucket.DenyAtCap,
 		}),
 		PlanPro: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-			Tokens: 50,
-			Period: time.Second,
+			Tokens: 100,
+			Period: time.Minute,
 			Burst:  100,
 			Refill: atomicbucket.Greedy,
 		}), atomicbucket.TableOptions{
@@ -384,6 +395,118 @@ func (l *GlobalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(now, cost)
 }
 
+// newLoginLimiter returns Login's (empty) tables.
+func newLoginLimiter() *LoginLimiter {
+	return &LoginLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+		Tokens: 5,
+		Period: time.Minute,
+		Burst:  5,
+		Refill: atomicbucket.Greedy,
+	}), loginUnitsPerNs, loginUnitsPerToken, loginBurstUnits), atomicbucket.TableOptions{
+		MaxKeys: 100000,
+		AtCap:   atomicbucket.DenyAtCap,
+	})}
+}
+
+// Login's fixed-point units, computed when generating and checked against the runtime when the
+// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (loginUnitsPerNs), one token is worth loginUnitsPerToken units (GCRA's emission interval), and a
+// bucket may run loginBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+const (
+	loginUnitsPerNs    = 1
+	loginUnitsPerToken = 12000000000
+	loginBurstUnits    = 60000000000
+)
+
+// LoginLimiter is the type of Login. Its methods are safe for concurrent use.
+type LoginLimiter struct {
+	s *atomicbucket.Table[string]
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *LoginLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
+}
+
+// Allow reports whether a request is allowed now, taking its tokens if so.
+func (l *LoginLimiter) Allow(key string) bool {
+	return l.s.AllowGreedyAt(key, atomicbucket.Now(), loginUnitsPerNs, loginUnitsPerToken, loginBurstUnits)
+}
+
+// AllowN checks a request of the given cost now, taking its tokens if allowed.
+func (l *LoginLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
+	return l.s.AllowN(key, cost)
+}
+
+// AllowAt is Allow at time now.
+func (l *LoginLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+	return l.s.AllowGreedyAt(key, now, loginUnitsPerNs, loginUnitsPerToken, loginBurstUnits)
+}
+
+// AllowNAt is AllowN at time now.
+func (l *LoginLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.AllowNAt(key, now, cost)
+}
+
+// Peek is what AllowN would decide now, taking nothing.
+func (l *LoginLimiter) Peek(key string, cost int64) atomicbucket.Decision {
+	return l.s.Peek(key, cost)
+}
+
+// PeekAt is Peek at time now.
+func (l *LoginLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.PeekAt(key, now, cost)
+}
+
+// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
+func (l *LoginLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.Reserve(key, cost, maxWait)
+}
+
+// ReserveAt is Reserve at time now.
+func (l *LoginLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.ReserveAt(key, now, cost, maxWait)
+}
+
+// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
+func (l *LoginLimiter) Wait(ctx context.Context, key string, cost int64) error {
+	return l.s.Wait(ctx, key, cost)
+}
+
+// Refund gives cost tokens back now, never beyond the burst.
+func (l *LoginLimiter) Refund(key string, cost int64) {
+	l.s.Refund(key, cost)
+}
+
+// RefundAt is Refund at time now.
+func (l *LoginLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
+	l.s.RefundAt(key, now, cost)
+}
+
+// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
+func (l *LoginLimiter) Sweep() int {
+	return l.s.Sweep()
+}
+
+// Len is the number of keys tracked.
+func (l *LoginLimiter) Len() int64 {
+	return l.s.Len()
+}
+
+// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
+func (l *LoginLimiter) Stats() atomicbucket.TableStats {
+	return l.s.Stats()
+}
+
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
+func (l *LoginLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+	atomicbucket.RunEvery(ctx, interval, func() {
+		l.Sweep()
+	})
+}
+
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
 // rule allowed, of the most constraining one (the fewest tokens remaining; the first on a tie).
 type TierDecision struct {
@@ -470,4 +593,246 @@ func (l *Limits) checkRequest(plan Plan, perUserKey string, now atomicbucket.Tim
 		most, rule = d1, RuleGlobal
 	}
 	return TierDecision{Decision: most, Rule: rule}
+}
+
+// httpPolicyPerUserPlanFree is rule PerUser on the free plan as the RateLimit fields describe it.
+var httpPolicyPerUserPlanFree = limithttp.Policy{
+	Name:   "PerUser",
+	Quota:  10,
+	Window: 60,
+	Limit: atomicbucket.Limit{
+		Tokens: 10,
+		Period: time.Minute,
+		Burst:  10,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:      "\"PerUser\";q=10;w=60",
+	Prefix:    "\"PerUser\";r=",
+	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
+	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (10 tokens): waiting cannot admit it.\"}\n",
+}
+
+// httpPolicyPerUserPlanPro is rule PerUser on the pro plan as the RateLimit fields describe it.
+var httpPolicyPerUserPlanPro = limithttp.Policy{
+	Name:   "PerUser",
+	Quota:  100,
+	Window: 60,
+	Limit: atomicbucket.Limit{
+		Tokens: 100,
+		Period: time.Minute,
+		Burst:  100,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:      "\"PerUser\";q=100;w=60",
+	Prefix:    "\"PerUser\";r=",
+	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
+	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (100 tokens): waiting cannot admit it.\"}\n",
+}
+
+// httpPolicyGlobal is rule Global as the RateLimit fields describe it.
+var httpPolicyGlobal = limithttp.Policy{
+	Name:   "Global",
+	Quota:  2000,
+	Window: 2,
+	Limit: atomicbucket.Limit{
+		Tokens: 1000,
+		Period: time.Second,
+		Burst:  2000,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:      "\"Global\";q=2000;w=2",
+	Prefix:    "\"Global\";r=",
+	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Global; retry after the delay in Retry-After.\",\"violated-policies\":[\"Global\"]}\n",
+	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Global (2000 tokens): waiting cannot admit it.\"}\n",
+}
+
+// httpPolicyLogin is rule Login as the RateLimit fields describe it.
+var httpPolicyLogin = limithttp.Policy{
+	Name:   "Login",
+	Quota:  5,
+	Window: 60,
+	Limit: atomicbucket.Limit{
+		Tokens: 5,
+		Period: time.Minute,
+		Burst:  5,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:      "\"Login\";q=5;w=60",
+	Prefix:    "\"Login\";r=",
+	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Login; retry after the delay in Retry-After.\",\"violated-policies\":[\"Login\"]}\n",
+	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Login (5 tokens): waiting cannot admit it.\"}\n",
+}
+
+// httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
+// every string a response needs, computed when this package was generated.
+var httpPolicies = [...][numPlans]*limithttp.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleLogin: {&httpPolicyLogin, &httpPolicyLogin}}
+
+// httpCosts are the rules' default costs, by RuleName and plan.
+var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleGlobal: {1, 1}, RuleLogin: {1, 1}}
+
+// httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
+var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=10;w=60, \"Global\";q=2000;w=2", "\"PerUser\";q=100;w=60, \"Global\";q=2000;w=2"}, {"\"Login\";q=5;w=60", "\"Login\";q=5;w=60"}}
+
+// Hooks are the functions of your service that the policy's http: section names: what only
+// your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
+// nil one.
+type Hooks struct {
+	// PlanOf returns the request's plan; false (or a value outside the plans) means the default plan,
+	// free. Take it from what your authentication verified.
+	PlanOf func(*http.Request) (Plan, bool)
+	// UserID returns the key of PerUser for a request, and false when it has none (then the next key
+	// source is tried, or the request is refused with the policy's missing_key status). An empty key
+	// counts as none.
+	UserID func(*http.Request) (string, bool)
+}
+
+// Middleware enforces the policy's http: section: for the route net/http's ServeMux matched
+// (r.Pattern), it reads the keys, cost and plan the policy names, checks the route's rule or
+// tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may
+// not go on. A request whose pattern is not in the policy goes on unchecked: register your
+// handlers with the policy's patterns (ServeMux does it for you).
+//
+// Routes: GET /hello; POST /login.
+type Middleware struct {
+	limits *Limits
+	hooks  Hooks
+	// ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip
+	// (set TrustedProxies here when they differ by deployment).
+	ClientIP limithttp.ClientIP
+	// Clock, when set, is read instead of atomicbucket.Now: tests drive the middleware through time
+	// with it.
+	Clock func() atomicbucket.Time
+	// Config is what every route shares: the field style, the jitter, the counters, the observer (logs
+	// denials with log/slog's default logger, at most 10 a second), and Denied, the response to a
+	// denied request when problem+json will not do. Set it before serving.
+	Config limithttp.Config
+}
+
+// NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It
+// fails when one of them is nil.
+func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
+	if h.PlanOf == nil {
+		return nil, errors.New("limits: NewMiddleware: Hooks.PlanOf is nil")
+	}
+	if h.UserID == nil {
+		return nil, errors.New("limits: NewMiddleware: Hooks.UserID is nil")
+	}
+	if l == nil {
+		l = Default
+	}
+	return &Middleware{
+		limits:   l,
+		hooks:    h,
+		ClientIP: limithttp.ClientIP{},
+		Config: limithttp.Config{
+			Headers:  limithttp.HeadersIETF,
+			Jitter:   0.5,
+			Counters: limithttp.NewCounters(ruleNames[:]...),
+			Observer: limithttp.NewDenialLog(nil, 10),
+		},
+	}, nil
+}
+
+// Wrap returns next behind the limits of the route ServeMux matched for the request.
+func (m *Middleware) Wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m.check(w, r) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// now reads the clock once: Clock, or atomicbucket.Now.
+func (m *Middleware) now() atomicbucket.Time {
+	if m.Clock != nil {
+		return m.Clock()
+	}
+	return atomicbucket.Now()
+}
+
+// check checks r against its route's limits and reports whether it may go on.
+func (m *Middleware) check(w http.ResponseWriter, r *http.Request) bool {
+	switch r.Pattern {
+	case "GET /hello":
+		return m.route1(w, r)
+	case "POST /login":
+		return m.route2(w, r)
+	}
+	return true
+}
+
+// ServeMux is an http.ServeMux whose every handler is wrapped by the middleware: register the
+// policy's patterns on it exactly as the policy writes them.
+type ServeMux struct {
+	*http.ServeMux
+	m *Middleware
+}
+
+// NewServeMux returns an empty ServeMux behind m.
+func (m *Middleware) NewServeMux() *ServeMux {
+	return &ServeMux{http.NewServeMux(), m}
+}
+
+// Handle registers h for pattern, behind the middleware.
+func (s *ServeMux) Handle(pattern string, h http.Handler) {
+	s.ServeMux.Handle(pattern, s.m.Wrap(h))
+}
+
+// HandleFunc registers f for pattern, behind the middleware.
+func (s *ServeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.Request)) {
+	s.Handle(pattern, http.HandlerFunc(f))
+}
+
+// route1 checks GET /hello (tier Request, enforce) and reports whether the request may go on.
+func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = m.hooks.UserID(r)
+	ok0 = ok0 && k0 != ""
+	if !ok0 {
+		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /hello\\\" reads it from the service's UserID.\"}\n", limithttp.Event{Route: "GET /hello", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Outcome: limithttp.MissingKey})
+	}
+	plan := m.plan(r)
+	now := m.now()
+	td := m.limits.checkRequest(plan, k0, now, 0, true)
+	cost := httpCosts[td.Rule][plan]
+	res := limithttp.Result{
+		Decision: td.Decision,
+		Policy:   httpPolicies[td.Rule][plan],
+		Policies: httpRoutes[0][plan],
+		Cost:     cost,
+		Route:    "GET /hello",
+		Tier:     "Request",
+		Rule:     int(td.Rule),
+	}
+	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
+}
+
+// route2 checks POST /login (rule Login, enforce) and reports whether the request may go on.
+func (m *Middleware) route2(w http.ResponseWriter, r *http.Request) bool {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = m.ClientIP.Key(r)
+	if !ok0 {
+		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Login: route \\\"POST /login\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "POST /login", Rule: "Login", RuleIndex: int(RuleLogin), Outcome: limithttp.MissingKey})
+	}
+	now := m.now()
+	cost := httpCosts[RuleLogin][0]
+	res := limithttp.Result{
+		Decision: m.limits.Login.AllowNAt(k0, now, cost),
+		Policy:   httpPolicies[RuleLogin][0],
+		Policies: httpRoutes[1][0],
+		Cost:     cost,
+		Route:    "POST /login",
+		Rule:     int(RuleLogin),
+	}
+	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
+}
+
+// plan is the request's plan, from func:PlanOf, or free.
+func (m *Middleware) plan(r *http.Request) Plan {
+	if p, ok := m.hooks.PlanOf(r); ok && p < numPlans {
+		return p
+	}
+	return PlanFree
 }
