@@ -25,17 +25,25 @@ plans: [free, pro]
 rules:
   - name: PerUser
     key: string
-    rate: 5/s
+    rate: 10/min
     burst: 10
     max_keys: 100000
     plans:
-      pro: {rate: 50/s, burst: 100}
+      pro: {rate: 100/min, burst: 100}
   - name: Global
     rate: 1000/s
     burst: 2000
 tiers:
   - name: Request
     rules: [PerUser, Global]
+http:
+  missing_key: 401
+  plan: {from: "func:PlanOf", default: free}
+  keys:
+    PerUser: ["func:UserID"]
+  routes:
+    - pattern: "GET /hello"
+      tier: Request
 YAML
 
 cat > main.go <<'GO'
@@ -45,19 +53,35 @@ package main
 
 import (
 	"fmt"
+	"log"
+	"net/http"
+	"net/http/httptest"
 
 	"example.com/svc/limits"
 )
 
 func main() {
-	lims := limits.New()
-	for i := range 11 {
-		d := lims.Request(limits.PlanFree, "alice")
-		if !d.Allowed {
-			v, _ := d.RetryAfterHeader()
-			fmt.Printf("request %d: denied by %s, Retry-After %s\n", i+1, d.DeniedBy, v)
+	user := func(r *http.Request) (string, bool) { u := r.Header.Get("X-User"); return u, u != "" } // stands for your auth
+	mw, err := limits.NewMiddleware(limits.New(), limits.Hooks{
+		UserID: user,
+		PlanOf: func(r *http.Request) (limits.Plan, bool) { return limits.PlanFree, true },
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := mw.NewServeMux()
+	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "hello") })
+	for i, u := range []string{"alice", "alice", "alice", "alice", "alice", "alice", "alice", "alice", "alice", "alice", "alice", ""} {
+		r := httptest.NewRequest("GET", "/hello", nil)
+		r.Header.Set("X-User", u)
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			fmt.Printf("request %d: %d RateLimit %s Retry-After %q\n", i+1, w.Code, w.Header().Get("RateLimit"), w.Header().Get("Retry-After"))
 		}
 	}
+	d := limits.Request(limits.PlanPro, "bob") // the limiters without HTTP
+	fmt.Println("bob:", d.Allowed, d.Remaining)
 }
 GO
 
@@ -65,7 +89,9 @@ go generate ./...
 go mod tidy
 go vet ./...
 out=$(go run .)
-want="request 11: denied by PerUser, Retry-After 1"
+want='request 11: 429 RateLimit "PerUser";r=0;t=6 Retry-After "6"
+request 12: 401 RateLimit  Retry-After ""
+bob: true 99'
 if [ "$out" != "$want" ]; then
   echo "getting-started: the program printed:"; echo "$out"; echo "want:"; echo "$want"; exit 1
 fi

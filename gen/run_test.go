@@ -130,7 +130,7 @@ func randomPolicies(t *testing.T, n int) []string {
 	pick := func(s ...string) string { return s[rng.IntN(len(s))] }
 	dir := t.TempDir()
 	var out []string
-	refused := 0
+	refused, httpSections := 0, 0
 	for tries := 0; len(out) < n && tries < 50*n; tries++ {
 		var b strings.Builder
 		fmt.Fprintf(&b, "package: rnd%d\n", len(out))
@@ -188,13 +188,17 @@ func randomPolicies(t *testing.T, n int) []string {
 			tier = pick("T", "T", "Request", "Global")
 			fmt.Fprintf(&b, "tiers:\n  - {name: %s, rules: [%s]}\n", tier, strings.Join(names, ", "))
 		}
-		if rng.IntN(2) == 0 {
+		withHTTP := rng.IntN(2) == 0
+		if withHTTP {
 			randomHTTP(&b, rng, pick, plans, names, keyTypes, tier)
 		}
 		src := []byte(b.String())
 		if _, err := compile("random.yaml", src); err != nil {
 			refused++
 			continue // a draw the generator refuses (a cost above a plan's burst, a name clash)
+		}
+		if withHTTP {
+			httpSections++
 		}
 		path := filepath.Join(dir, fmt.Sprintf("random%d.yaml", len(out)))
 		must(t, os.WriteFile(path, src, 0o644))
@@ -203,7 +207,7 @@ func randomPolicies(t *testing.T, n int) []string {
 	if len(out) < n {
 		t.Fatalf("only %d of %d random policies were valid", len(out), n)
 	}
-	t.Logf("random policies: %d accepted, %d refused", len(out), refused)
+	t.Logf("random policies: %d accepted (%d with an http: section), %d refused", len(out), httpSections, refused)
 	return out
 }
 

@@ -250,3 +250,57 @@ func TestNewMiddlewareRefusesNilHooks(t *testing.T) {
 		t.Errorf("NewMiddleware without PlanOf: %v", err)
 	}
 }
+
+// Unregistered names the policy's routes that have no handler on the mux: a
+// route registered under another spelling would not be limited.
+func TestServeMuxUnregistered(t *testing.T) {
+	s := newService(t)
+	if got := s.mux.Unregistered(); len(got) != 0 {
+		t.Errorf("all routes registered, Unregistered = %q", got)
+	}
+	mw, err := limits.NewMiddleware(nil, limits.Hooks{
+		UserID: func(*http.Request) (string, bool) { return "", false },
+		PlanOf: func(*http.Request) (limits.Plan, bool) { return 0, false },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := mw.NewServeMux()
+	mux.HandleFunc("POST /v1/login", func(http.ResponseWriter, *http.Request) {})
+	mux.HandleFunc("/v1", func(http.ResponseWriter, *http.Request) {}) // not the policy's "/v1/"
+	if got := strings.Join(mux.Unregistered(), "; "); got != "POST /v1/upload; GET /v1/export/{account}; /v1/" {
+		t.Errorf("Unregistered = %q", got)
+	}
+}
+
+// Huge and strange headers cost a bounded walk and never reach the key or
+// the cost: a megabyte of X-Forwarded-For from the trusted proxy, a
+// megabyte-long upload cost, a non-ASCII user.
+func TestMiddlewareHugeHeaders(t *testing.T) {
+	s := newService(t)
+	r := httptest.NewRequest("POST", "/v1/login", nil)
+	r.RemoteAddr = "10.0.0.1:1"
+	r.Header.Set("X-Forwarded-For", strings.Repeat("6.6.6.6, ", 1<<17)+"198.51.100.7")
+	w := httptest.NewRecorder()
+	s.mux.ServeHTTP(w, r)
+	if w.Code != 200 || !strings.HasPrefix(w.Header().Get("RateLimit"), `"Login";r=2;`) {
+		t.Errorf("a megabyte of X-Forwarded-For: %d %q", w.Code, w.Header().Get("RateLimit"))
+	}
+	r = httptest.NewRequest("POST", "/v1/upload", nil)
+	r.Header.Set("X-Test-User", "alice")
+	r.Header.Set("X-Upload-Units", strings.Repeat("7", 1<<20))
+	w = httptest.NewRecorder()
+	s.mux.ServeHTTP(w, r)
+	if w.Code != 400 {
+		t.Errorf("a megabyte-long cost: %d, want 400", w.Code)
+	}
+	users["ünïcødé 💥"] = limits.PlanFree
+	defer delete(users, "ünïcødé 💥")
+	r = httptest.NewRequest("GET", "/v1/x", nil)
+	r.Header.Set("X-Test-User", "ünïcødé 💥")
+	w = httptest.NewRecorder()
+	s.mux.ServeHTTP(w, r)
+	if w.Code != 200 || w.Header().Get("RateLimit") != `"PerUser";r=49;t=5` {
+		t.Errorf("a non-ASCII user: %d %q", w.Code, w.Header().Get("RateLimit"))
+	}
+}

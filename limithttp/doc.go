@@ -11,15 +11,16 @@
 // from the request; a service's own function (a verified token's subject from
 // the request context) is the other source. A key source that finds nothing,
 // an empty value or one longer than MaxKeyLen reports false: the caller tries
-// its next source or answers the request with a 4xx (RejectMissingKey), never
+// its next source or answers the request with a 4xx (Config.Reject), never
 // one bucket shared by every keyless request.
 //
 // # Costs
 //
 // ParseCost reads a cost a client or an upstream declared: decimal digits only,
 // at least 1. An absent or malformed value gets the caller's default; a value
-// above the caller's maximum, or above the rule's burst, is answered at once
-// (RejectCost, 400) without taking anything, because no wait can admit it.
+// above the caller's maximum (Config.Reject) or above the rule's burst
+// (Respond, from the decision) is answered 400 at once without taking
+// anything, because no wait can admit it.
 //
 // # Fields
 //

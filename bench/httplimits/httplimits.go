@@ -7,6 +7,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -289,20 +290,48 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request) bool {
 }
 
 // ServeMux is an http.ServeMux whose every handler is wrapped by the middleware: register the
-// policy's patterns on it exactly as the policy writes them.
+// policy's patterns on it exactly as the policy writes them (Unregistered finds the ones you
+// missed).
 type ServeMux struct {
 	*http.ServeMux
-	m *Middleware
+	m          *Middleware
+	mu         sync.Mutex
+	registered map[string]bool
 }
+
+// httpPatterns are the policy's route patterns, in policy order.
+var httpPatterns = [...]string{"GET /bench"}
 
 // NewServeMux returns an empty ServeMux behind m.
 func (m *Middleware) NewServeMux() *ServeMux {
-	return &ServeMux{http.NewServeMux(), m}
+	return &ServeMux{
+		ServeMux:   http.NewServeMux(),
+		m:          m,
+		registered: map[string]bool{},
+	}
 }
 
 // Handle registers h for pattern, behind the middleware.
 func (s *ServeMux) Handle(pattern string, h http.Handler) {
 	s.ServeMux.Handle(pattern, s.m.Wrap(h))
+	s.mu.Lock()
+	s.registered[pattern] = true
+	s.mu.Unlock()
+}
+
+// Unregistered returns the policy's patterns that no handler has been registered for on s. A
+// route registered under another spelling (GET /hello/ for GET /hello) is not limited: check
+// this once the routes are registered.
+func (s *ServeMux) Unregistered() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for _, p := range httpPatterns {
+		if !s.registered[p] {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // HandleFunc registers f for pattern, behind the middleware.

@@ -204,10 +204,11 @@ func emitMiddleware(m *model.Model) jen.Code {
 	if h.LogDenials > 0 {
 		cfg = append(cfg, field("Observer", lh("NewDenialLog").Call(jen.Nil(), lit(h.LogDenials))))
 	}
-	var cases []jen.Code
+	var cases, patternLits []jen.Code
 	var patterns []string
 	for i, r := range h.Routes {
 		patterns = append(patterns, r.Pattern)
+		patternLits = append(patternLits, jen.Lit(r.Pattern))
 		if r.Mode == "Off" {
 			continue
 		}
@@ -262,18 +263,42 @@ func emitMiddleware(m *model.Model) jen.Code {
 		jen.Return(jen.True()),
 	).Line().Line().
 		Comment("ServeMux is an http.ServeMux whose every handler is wrapped by the middleware: register the").Line().
-		Comment("policy's patterns on it exactly as the policy writes them.").Line().
+		Comment("policy's patterns on it exactly as the policy writes them (Unregistered finds the ones you").Line().
+		Comment("missed).").Line().
 		Type().Id("ServeMux").Struct(
 		jen.Op("*").Qual("net/http", "ServeMux"),
 		jen.Id("m").Op("*").Id("Middleware"),
+		jen.Id("mu").Qual("sync", "Mutex"),
+		jen.Id("registered").Map(jen.String()).Bool(),
 	).Line().Line().
+		Comment("httpPatterns are the policy's route patterns, in policy order.").Line().
+		Var().Id("httpPatterns").Op("=").Index(jen.Op("...")).String().Values(patternLits...).Line().Line().
 		Comment("NewServeMux returns an empty ServeMux behind m.").Line().
 		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("NewServeMux").Params().Op("*").Id("ServeMux").Block(
-		jen.Return(jen.Op("&").Id("ServeMux").Values(jen.Qual("net/http", "NewServeMux").Call(), jen.Id("m"))),
+		jen.Return(jen.Op("&").Id("ServeMux").Values(jen.Dict{
+			jen.Id("ServeMux"):   jen.Qual("net/http", "NewServeMux").Call(),
+			jen.Id("m"):          jen.Id("m"),
+			jen.Id("registered"): jen.Map(jen.String()).Bool().Values(),
+		})),
 	).Line().Line().
 		Comment("Handle registers h for pattern, behind the middleware.").Line().
 		Func().Params(jen.Id("s").Op("*").Id("ServeMux")).Id("Handle").Params(jen.Id("pattern").String(), jen.Id("h").Qual("net/http", "Handler")).Block(
 		jen.Id("s").Dot("ServeMux").Dot("Handle").Call(jen.Id("pattern"), jen.Id("s").Dot("m").Dot("Wrap").Call(jen.Id("h"))),
+		jen.Id("s").Dot("mu").Dot("Lock").Call(),
+		jen.Id("s").Dot("registered").Index(jen.Id("pattern")).Op("=").True(),
+		jen.Id("s").Dot("mu").Dot("Unlock").Call(),
+	).Line().Line().
+		Comment("Unregistered returns the policy's patterns that no handler has been registered for on s. A").Line().
+		Comment("route registered under another spelling (GET /hello/ for GET /hello) is not limited: check").Line().
+		Comment("this once the routes are registered.").Line().
+		Func().Params(jen.Id("s").Op("*").Id("ServeMux")).Id("Unregistered").Params().Index().String().Block(
+		jen.Id("s").Dot("mu").Dot("Lock").Call(),
+		jen.Defer().Id("s").Dot("mu").Dot("Unlock").Call(),
+		jen.Var().Id("out").Index().String(),
+		jen.For(jen.List(jen.Id("_"), jen.Id("p")).Op(":=").Range().Id("httpPatterns")).Block(
+			jen.If(jen.Op("!").Id("s").Dot("registered").Index(jen.Id("p"))).Block(jen.Id("out").Op("=").Append(jen.Id("out"), jen.Id("p"))),
+		),
+		jen.Return(jen.Id("out")),
 	).Line().Line().
 		Comment("HandleFunc registers f for pattern, behind the middleware.").Line().
 		Func().Params(jen.Id("s").Op("*").Id("ServeMux")).Id("HandleFunc").Params(jen.Id("pattern").String(), jen.Id("f").Func().Params(resw(), req())).Block(

@@ -120,7 +120,7 @@ func (t Tier) Idents() [][2]string {
 var ReservedIdents = []string{
 	"Plan", "ParsePlan", "ErrUnknownPlan", "TierDecision", "New", "Option", "WithStart", "Limits", "Default",
 	"RuleName", "Stats", "numPlans", "planNames", "ruleNames", "options",
-	"Middleware", "NewMiddleware", "Hooks", "ServeMux", "NewServeMux", "httpPolicies", "httpCosts", "httpRoutes",
+	"Middleware", "NewMiddleware", "Hooks", "ServeMux", "NewServeMux", "httpPolicies", "httpCosts", "httpRoutes", "httpPatterns",
 }
 
 // Folded reports whether the rule's checks get its fixed-point units as
