@@ -209,7 +209,7 @@ func parseNode(s string) (addr netip.Addr, text string, ok bool) {
 	host := s
 	switch colon := strings.IndexByte(s, ':'); {
 	case s[0] == '[':
-		end := strings.IndexByte(s, ']')
+		end := strings.LastIndexByte(s, ']') // the last: a zone may hold one, as net/netip reads it
 		if end < 0 || end+1 < len(s) && s[end+1] != ':' {
 			return netip.Addr{}, "", false
 		}
