@@ -1,0 +1,87 @@
+// Package redistest starts redis-server for tests: on 127.0.0.1, on a free
+// port, with no persistence, stopped (by its pid) when the test ends. A test
+// that cannot start one fails; it is never skipped (`.ci/run` installs
+// redis-server with apt-get).
+package redistest
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Server is a redis-server a test started.
+type Server struct {
+	Addr string
+	cmd  *exec.Cmd
+}
+
+// Start starts a redis-server and returns it once it answers PING; extra
+// arguments are passed to it.
+func Start(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server is not installed (apt-get install redis-server; .ci/run does): %v", err)
+	}
+	port := freePort(t)
+	dir := t.TempDir()
+	args := append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no",
+		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log")}, extra...)
+	cmd := exec.Command(bin, args...)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting redis-server: %v", err)
+	}
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd}
+	t.Cleanup(s.Stop)
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return s
+		}
+		if time.Now().After(deadline) {
+			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+			t.Fatalf("redis-server on %s did not answer PING in 10s: %v\n%s", s.Addr, err, log)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Client returns a client of the server, closed when the test ends.
+func (s *Server) Client(t testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// Stop kills the server by its pid and waits for it.
+func (s *Server) Stop() {
+	if s.cmd.Process != nil && s.cmd.ProcessState == nil {
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+	}
+}
+
+// freePort asks the kernel for a free port on 127.0.0.1.
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+

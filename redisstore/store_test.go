@@ -1,0 +1,117 @@
+package redisstore
+
+import (
+	"context"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/fuzz"
+	"github.com/limitgen/limitgen/redisstore/internal/redistest"
+)
+
+// randomGreedy draws a greedy limit with a period of whole microseconds.
+func randomGreedy(rng *rand.Rand) atomicbucket.Limit {
+	periods := []time.Duration{time.Millisecond, 7 * time.Millisecond, time.Second, 3 * time.Second, time.Minute, time.Hour, 24 * time.Hour}
+	l := atomicbucket.Limit{
+		Tokens: 1 + rng.Int64N([]int64{3, 100, 1_000_000}[rng.IntN(3)]),
+		Period: periods[rng.IntN(len(periods))],
+		Burst:  1 + rng.Int64N([]int64{5, 1000, 1_000_000}[rng.IntN(3)]),
+	}
+	if rng.IntN(4) == 0 {
+		l.Initial, l.InitialSet = rng.Int64N(l.Burst+1), true
+	}
+	return l
+}
+
+// TestScriptMatchesReference drives the script's explicit-time variant on a
+// real redis-server with random rules, keys, microsecond times and costs, and
+// holds every decision (allowed, remaining, retry-after, reset) to the exact
+// reference evaluated at the same times, for every rule whose units are exact.
+func TestScriptMatchesReference(t *testing.T) {
+	srv := redistest.Start(t)
+	st := newStore(srv.Client(t), true)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 5))
+	exact, decisions := 0, 0
+	for i := range 200 {
+		l := randomGreedy(rng)
+		r, err := NewRule("r"+string(rune('a'+i%26))+time.Now().Format("150405.000000"), l)
+		if err != nil {
+			continue // a draw that does not fit 2^53 within the error bound
+		}
+		if !r.Exact() {
+			continue
+		}
+		exact++
+		ref := fuzz.NewReference(fuzz.ParamsOf(ptr(atomicbucket.MustRule(l)), 0, atomicbucket.DenyAtCap))
+		sec, usec := int64(1_790_000_000)+rng.Int64N(1e6), rng.Int64N(1e6)
+		keys := []string{"a", "b", "c"}
+		step := max(int64(l.Period)/1000/max(l.Tokens, 1), 1) // one token's time, µs
+		for range 80 {
+			usec += rng.Int64N(3 * step)
+			sec, usec = sec+usec/1e6, usec%1e6
+			key := keys[rng.IntN(len(keys))]
+			cost := rng.Int64N(l.Burst + 2) // 0 and burst+1 included
+			take := rng.IntN(5) != 0
+			got, err := st.run(ctx, r, key, cost, take, atTime(sec, usec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tns := sec*1e9 + usec*1e3
+			var want atomicbucket.Decision
+			if take {
+				want = ref.AllowN(key, tns, cost)
+			} else {
+				want = ref.Peek(key, tns, cost)
+			}
+			decisions++
+			if got != want {
+				t.Fatalf("%+v key %s at %d.%06d cost %d take %v: Redis %+v, reference %+v", l, key, sec, usec, cost, take, got, want)
+			}
+		}
+	}
+	if exact < 50 {
+		t.Fatalf("only %d exact rules drawn", exact)
+	}
+	t.Logf("%d exact rules, %d decisions equal to the reference", exact, decisions)
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// On Redis's own clock: an allowed check sets the key to expire when the
+// bucket is full again (so expiry loses nothing), a denied one writes nothing,
+// and a full bucket is absent.
+func TestKeyExpiresWhenFull(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	st := New(c)
+	ctx := context.Background()
+	r, err := NewRule("ttl", atomicbucket.Limit{Tokens: 1, Period: 10 * time.Second, Burst: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := st.Key(r, "k")
+	d, err := st.AllowN(ctx, r, "k", 2) // 20 s until full
+	if err != nil || !d.Allowed || d.Remaining != 1 || d.Reset != 20*time.Second {
+		t.Fatalf("first check: %+v, %v", d, err)
+	}
+	ttl := c.PTTL(ctx, key).Val()
+	if ttl <= 19*time.Second || ttl > 20*time.Second {
+		t.Errorf("PTTL %v after taking 2 tokens at 1 per 10 s, want just under 20 s", ttl)
+	}
+	before := c.Get(ctx, key).Val()
+	if d, err := st.AllowN(ctx, r, "k", 3); err != nil || d.Allowed || d.RetryAfter <= 19*time.Second || d.RetryAfter > 20*time.Second {
+		t.Fatalf("a check of 3 with 1 left: %+v, %v", d, err)
+	}
+	if after := c.Get(ctx, key).Val(); after != before {
+		t.Errorf("a denied check wrote %q over %q", after, before)
+	}
+	if d, err := st.AllowN(ctx, r, "other", 0); err != nil || !d.Allowed || c.Exists(ctx, st.Key(r, "other")).Val() != 0 {
+		t.Errorf("a check of cost 0 created a key: %+v, %v", d, err)
+	}
+	if d, err := st.AllowN(ctx, r, "k", 4); err != nil || d.Allowed || d.RetryAfter != atomicbucket.Never {
+		t.Errorf("a cost above the burst: %+v, %v", d, err)
+	}
+}
