@@ -59,33 +59,70 @@ func (s *Store) PeekN(ctx context.Context, r *Rule, key string, cost int64) (ato
 }
 
 func (s *Store) run(ctx context.Context, r *Rule, key string, cost int64, take bool, now []any) (atomicbucket.Decision, error) {
-	if cost < 0 || cost > r.limit.Burst {
-		d, err := s.run(ctx, r, key, 0, false, now) // the bucket as it is
-		d.Allowed, d.RetryAfter = false, atomicbucket.Never
-		return d, err
+	d, _, err := s.tier(ctx, []Step{{r, key, cost}}, take, now)
+	return d, err
+}
+
+// Step is one rule's part in a tier request: its bucket for Key, charged Cost.
+type Step struct {
+	Rule *Rule
+	Key  string
+	Cost int64
+}
+
+// AllowTier checks a request against every step in one script call, all or
+// nothing: when a step's bucket cannot take its cost, nothing is taken from
+// any, and the decision is that step's (index); when all can, each takes its
+// cost and the decision is that of the step left with the fewest whole tokens
+// (the first on a tie), which is what rate-limit headers should show. It is
+// atomicbucket.TierAt's rule in one atomic step. On a single server any steps
+// can share a call; on a Cluster, only steps whose keys share a slot.
+func (s *Store) AllowTier(ctx context.Context, steps []Step) (d atomicbucket.Decision, index int, err error) {
+	return s.tier(ctx, steps, true, nil)
+}
+
+func (s *Store) tier(ctx context.Context, steps []Step, take bool, now []any) (atomicbucket.Decision, int, error) {
+	if len(steps) == 0 {
+		return atomicbucket.Decision{Allowed: true}, -1, nil
 	}
+	keys := make([]string, len(steps))
 	t := "0"
 	if take {
 		t = "1"
 	}
-	args := append([]any{r.emit, r.tau, r.debt, r.perSecond, r.perMicro, cost, t}, now...)
-	res, err := s.check.Run(ctx, s.client, []string{s.Key(r, key)}, args...).Int64Slice()
+	args := make([]any, 0, 2+6*len(steps)+len(now))
+	args = append(args, len(steps), t)
+	for i, st := range steps {
+		r, cost := st.Rule, st.Cost
+		if cost < 0 || cost > r.limit.Burst {
+			cost = r.limit.Burst + 1 // denied by the script like any cost above the burst; answered Never below
+		}
+		keys[i] = s.Key(r, st.Key)
+		args = append(args, r.emit, r.tau, r.debt, r.perSecond, r.perMicro, cost)
+	}
+	args = append(args, now...)
+	res, err := s.check.Run(ctx, s.client, keys, args...).Int64Slice()
 	if err != nil {
-		return atomicbucket.Decision{}, err
+		return atomicbucket.Decision{}, -1, err
 	}
-	if len(res) != 3 {
-		return atomicbucket.Decision{}, fmt.Errorf("redisstore: the script returned %d values, want 3", len(res))
+	if len(res) != 4 || res[1] < 1 || int(res[1]) > len(steps) {
+		return atomicbucket.Decision{}, -1, fmt.Errorf("redisstore: the script returned %v, want 4 values with an index in [1, %d]", res, len(steps))
 	}
-	allowed, ahead, excess := res[0] == 1, res[1], res[2]
+	allowed, i, ahead, excess := res[0] == 1, int(res[1])-1, res[2], res[3]
+	r := steps[i].Rule
 	d := atomicbucket.Decision{
 		Allowed:   allowed,
 		Remaining: max((r.tau-ahead)/r.emit, 0),
 		Reset:     r.duration(ahead),
 	}
-	if !allowed {
+	switch {
+	case allowed:
+	case steps[i].Cost < 0 || steps[i].Cost > r.limit.Burst:
+		d.RetryAfter = atomicbucket.Never
+	default:
 		d.RetryAfter = r.duration(excess)
 	}
-	return d, nil
+	return d, i, nil
 }
 
 // atTime is the explicit-time arguments of the test variant of the script.

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -114,4 +115,63 @@ func TestKeyExpiresWhenFull(t *testing.T) {
 	if d, err := st.AllowN(ctx, r, "k", 4); err != nil || d.Allowed || d.RetryAfter != atomicbucket.Never {
 		t.Errorf("a cost above the burst: %+v, %v", d, err)
 	}
+}
+
+// TestTierMatchesReference: tiers of 1 to 4 random exact rules in one script
+// call, at explicit microsecond times, against the exact reference composed
+// with atomicbucket.TierAt (ordered takes, refunded on a denial): the same
+// decision, from the same rule, every time.
+func TestTierMatchesReference(t *testing.T) {
+	srv := redistest.Start(t)
+	st := newStore(srv.Client(t), true)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(7, 9))
+	decisions, denied := 0, 0
+	for i := range 60 {
+		n := 1 + rng.IntN(4)
+		var rules []*Rule
+		var refs []*fuzz.Reference
+		minStep := int64(1 << 62)
+		for j := 0; len(rules) < n; j++ {
+			l := randomGreedy(rng)
+			l.Burst = min(l.Burst, 50) // small bursts: tiers deny often
+			r, err := NewRule(fmt.Sprintf("t%d_%d", i, j), l)
+			if err != nil || !r.Exact() {
+				continue
+			}
+			rules = append(rules, r)
+			refs = append(refs, fuzz.NewReference(fuzz.ParamsOf(ptr(atomicbucket.MustRule(l)), 0, atomicbucket.DenyAtCap)))
+			minStep = min(minStep, max(int64(l.Period)/1000/l.Tokens, 1))
+		}
+		sec, usec := int64(1_790_000_000), rng.Int64N(1e6)
+		for range 60 {
+			usec += rng.Int64N(3 * minStep)
+			sec, usec = sec+usec/1e6, usec%1e6
+			steps := make([]Step, n)
+			refSteps := make([]atomicbucket.TierStep, n)
+			for k := range n {
+				key := []string{"a", "b"}[rng.IntN(2)]
+				cost := rng.Int64N(rules[k].limit.Burst/2 + 2)
+				steps[k] = Step{rules[k], key, cost}
+				refSteps[k] = refs[k].Step(key, cost)
+			}
+			tns := atomicbucket.Time(sec*1e9 + usec*1e3)
+			got, gi, err := st.tier(ctx, steps, true, atTime(sec, usec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, wi, _ := atomicbucket.TierAt(tns, refSteps...)
+			decisions++
+			if !want.Allowed {
+				denied++
+			}
+			if got != want || gi != wi {
+				t.Fatalf("tier %d at %d.%06d steps %+v: Redis %+v from %d, reference %+v from %d", i, sec, usec, steps, got, gi, want, wi)
+			}
+		}
+	}
+	if denied < decisions/10 || denied > decisions*9/10 {
+		t.Fatalf("%d of %d tier requests denied: the draw does not exercise both sides", denied, decisions)
+	}
+	t.Logf("%d tier decisions (%d denied) equal to the reference", decisions, denied)
 }
