@@ -175,3 +175,33 @@ func TestTierMatchesReference(t *testing.T) {
 	}
 	t.Logf("%d tier decisions (%d denied) equal to the reference", decisions, denied)
 }
+
+// SCRIPT FLUSH between checks: the next check loads the script again (EVALSHA
+// answered NOSCRIPT, then EVAL) and the bucket's state is intact.
+func TestScriptFlushSurvived(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	st := New(c)
+	ctx := context.Background()
+	r, err := NewRule("flush", atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 6 {
+		if i == 3 {
+			if err := c.ScriptFlush(ctx).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		d, err := st.AllowN(ctx, r, "k", 1)
+		if err != nil {
+			t.Fatalf("check %d: %v", i, err)
+		}
+		if d.Allowed != (i < 5) || (i < 5 && d.Remaining != int64(4-i)) {
+			t.Fatalf("check %d: %+v", i, d)
+		}
+	}
+	if n := c.ScriptExists(ctx, st.check.Hash()).Val(); len(n) != 1 || !n[0] {
+		t.Errorf("the script is not loaded again after SCRIPT FLUSH: %v", n)
+	}
+}
