@@ -11,8 +11,9 @@ import (
 )
 
 // Counters counts decisions by rule and outcome. Each count is spread over
-// stripes, one per goroutine stack (stripe), so that cores counting at once
-// seldom touch the same cache line; Snapshot adds the stripes up.
+// stripes, four per processor (at least 8, at most 256), each goroutine
+// picking one by its stack (stripe), so that cores counting at once seldom
+// touch the same cache line; Snapshot adds the stripes up.
 type Counters struct {
 	rules   []string
 	stride  int // cells per stripe: rules × outcomes, rounded up to whole cache lines, plus a line of padding
@@ -24,11 +25,12 @@ type Counters struct {
 const cellsPerLine = 8
 
 // NewCounters returns counters for the named rules (a rule's index in rules
-// is Result.Rule and Event.RuleIndex), with one stripe per processor (rounded
-// up to a power of two, at most 64).
+// is Result.Rule and Event.RuleIndex), with four stripes per processor
+// (rounded up to a power of two, at least 8, at most 256): with as many
+// stripes as processors, two goroutines would share one half the time.
 func NewCounters(rules ...string) *Counters {
-	n := 1
-	for n < runtime.GOMAXPROCS(0) && n < 64 {
+	n := 8
+	for n < 4*runtime.GOMAXPROCS(0) && n < 256 {
 		n *= 2
 	}
 	cells := len(rules) * int(numOutcomes)
@@ -54,12 +56,14 @@ func (c *Counters) Add(rule int, o Outcome) {
 // variable: each goroutine has a stack of its own, so goroutines running on
 // different cores at once almost always land on different stripes, and the
 // choice costs no call (math/rand/v2's per-thread generator cost 8% of a
-// request through the middleware). Stacks are at least 8 KiB apart by
-// default; the shift drops the bits inside one stack, the multiplication
-// spreads the rest.
+// request through the middleware). A goroutine's stack starts at 2 KiB, and
+// new stacks are carved next to each other, so the shift drops the bits inside
+// the smallest stack and the multiplication spreads the rest (shifting by 13,
+// as for 8 KiB stacks, put four neighbours on one stripe, and two benchmark
+// goroutines on one half the time).
 func (c *Counters) stripe() int {
 	var local byte
-	h := uint64(uintptr(unsafe.Pointer(&local))>>13) * 0x9e3779b97f4a7c15
+	h := uint64(uintptr(unsafe.Pointer(&local))>>11) * 0x9e3779b97f4a7c15
 	return int(uint32(h>>32) & c.mask)
 }
 
