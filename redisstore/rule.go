@@ -33,6 +33,15 @@ type Rule struct {
 	tau       int64 // units the TAT may run ahead of now: Burst·emit
 	debt      int64 // units a new bucket's TAT starts ahead of now: (Burst − Initial)·emit
 	exact     bool
+
+	// Interval refill: units are token slots (emit 1), now is quantised to
+	// the key's grid, whose boundaries are the Unix times ≡ phase (mod period)
+	// ns, as atomicbucket's tables place them (aligned: phase 0).
+	interval bool
+	aligned  bool
+	period   int64 // ns: g·p
+	tokens   int64 // slots added at each boundary
+	g, p, b  int64 // gcd(period, 1e9), period/g, 1e9/g
 }
 
 // ErrInvalidRule is wrapped by every error NewRule returns.
@@ -48,8 +57,8 @@ func NewRule(name string, l atomicbucket.Limit) (*Rule, error) {
 	if _, err := atomicbucket.NewRule(l); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidRule, name, err)
 	}
-	if l.Refill != atomicbucket.Greedy {
-		return nil, fmt.Errorf("%w: %s: interval refill is not supported on Redis yet", ErrInvalidRule, name)
+	if l.Refill == atomicbucket.Interval {
+		return newIntervalRule(name, l)
 	}
 	if int64(l.Period) < 1000 {
 		return nil, fmt.Errorf("%w: %s: a period below 1µs is finer than Redis's clock", ErrInvalidRule, name)
@@ -98,6 +107,43 @@ func NewRule(name string, l atomicbucket.Limit) (*Rule, error) {
 	return r, nil
 }
 
+// newIntervalRule checks that an interval rule's arithmetic stays below 2^53:
+// the ns since a second's start within a period's count (b·period + 1e9 +
+// period), and the time until full (at most ⌈Burst/Tokens⌉ + 1 periods).
+// Interval rules count whole slots, so they are always exact.
+func newIntervalRule(name string, l atomicbucket.Limit) (*Rule, error) {
+	p := int64(l.Period)
+	g := new(big.Int).GCD(nil, nil, big.NewInt(p), big.NewInt(1e9)).Int64()
+	r := &Rule{name: name, limit: l, interval: true, aligned: l.Aligned, period: p, tokens: l.Tokens,
+		g: g, p: p / g, b: 1e9 / g, emit: 1, tau: l.Burst, exact: true}
+	if l.InitialSet {
+		r.debt = l.Burst - l.Initial
+	}
+	y := new(big.Int).Mul(big.NewInt(r.b), big.NewInt(p))
+	y.Add(y, big.NewInt(1e9+p))
+	full := new(big.Int).Mul(big.NewInt(l.Burst/l.Tokens+2), big.NewInt(p))
+	if y.Cmp(big.NewInt(maxExact)) >= 0 || full.Cmp(big.NewInt(maxExact)) >= 0 {
+		return nil, fmt.Errorf("%w: %s: interval rate %d per %v with burst %d needs values beyond 2^53 on Redis; use a period of whole milliseconds, or a smaller burst",
+			ErrInvalidRule, name, l.Tokens, l.Period, l.Burst)
+	}
+	return r, nil
+}
+
+// phase is where key's grid is placed: the Unix times ≡ phase (mod period) ns
+// are its boundaries, FNV-1a of the key as atomicbucket's tables place it
+// (atomicbucket.Rule.KeyAnchor), or 0 for an aligned rule.
+func (r *Rule) phase(key string) int64 {
+	if r.aligned {
+		return 0
+	}
+	h := uint64(14695981039346656037)
+	for i := 0; i < len(key); i++ {
+		h ^= uint64(key[i])
+		h *= 1099511628211
+	}
+	return int64(h % uint64(r.period))
+}
+
 // fitsScale returns the emission interval at scale units per µs, rounded up,
 // and whether every value the script computes stays below 2^53: the
 // sub-second part of now (< perSecond) plus a TAT up to tau ahead plus one
@@ -140,10 +186,15 @@ func (r *Rule) RelativeError() float64 {
 	return f
 }
 
-// duration converts units to a Duration, rounded up: one unit is 1000/perMicro ns.
-func (r *Rule) duration(units int64) time.Duration {
+// duration converts units to a Duration, rounded up: one unit is 1000/perMicro
+// ns. For an interval rule it is the wait until units slots have been added:
+// ⌈units/Tokens⌉ boundaries, the first of them period − since ns away.
+func (r *Rule) duration(units, since int64) time.Duration {
 	if units <= 0 {
 		return 0
+	}
+	if r.interval {
+		return time.Duration(((units+r.tokens-1)/r.tokens)*r.period - since)
 	}
 	ns := new(big.Int).Mul(big.NewInt(units), big.NewInt(1000))
 	ns.Add(ns, big.NewInt(r.perMicro-1))

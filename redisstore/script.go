@@ -25,15 +25,30 @@ import "strings"
 // local tiers' rule (atomicbucket.TierAt: ordered takes, refunded on a
 // denial) in one atomic step, so no other request sees a partial take.
 //
+// Greedy buckets count in the rule's units (a fraction of a microsecond) and
+// store their TAT as "seconds units". Interval buckets count token slots, with
+// now quantised to the last boundary of the key's grid (boundaries at the Unix
+// times ≡ phase mod period, as the local tables place them), and store their
+// TAT as "period-index slot". Either way only the part of the TAT ahead of now
+// is ever multiplied, and it is at most a burst's worth.
+//
 // KEYS     the buckets, in the tier's order
 // ARGV[1]  n, the number of buckets; ARGV[2] take (1, or 0 to decide only)
-// ARGV     then, per bucket: emit, tau, debt, perSecond, perMicro, cost
-// returns  {allowed (1 or 0), index, ahead, excess}: index (1-based) is the
+// ARGV     then, per bucket, 10 values:
 //
-//	bucket whose decision this is (the one that denied, or the one left with
-//	the fewest whole tokens, the first on a tie); ahead is how far its TAT is
-//	past now after the check, in its units (its time until full); excess, for
-//	a denial, is how far the request would have put it beyond tau (its wait).
+//	greedy (1), emit, tau, debt, perSecond, perMicro, 0, 0, 0, cost
+//	interval (2), tokens, tau, debt, period, p, b, g, phase, cost
+//	(period = g·p ns, a second = g·b ns: the period's index is computed from
+//	the seconds and microseconds without a product beyond 2^53)
+//
+// returns  {allowed (1 or 0), index, ahead, excess, sinceBoundary}: index
+//
+//	(1-based) is the bucket whose decision this is (the one that denied, or
+//	the one left with the fewest whole tokens, the first on a tie); ahead is
+//	how far its TAT is past now after the check, in its units (slots for an
+//	interval bucket); excess, for a denial, is how far the request would have
+//	put it beyond tau; sinceBoundary is, for an interval bucket, the ns since
+//	its grid's last boundary (the caller turns slots into waits with it).
 const gcraSource = `
 local n = tonumber(ARGV[1])
 local take = ARGV[2] == '1'
@@ -52,23 +67,51 @@ local function idiv(a, b)
   return q
 end
 
+-- floor(a / b) for any a, 0 < b, |a| + b below 2^53.
+local function fdiv(a, b)
+  if a >= 0 then
+    return idiv(a, b)
+  end
+  return -idiv(-a + b - 1, b)
+end
+
 local b = {}
 for i = 1, n do
-  local o = 2 + (i - 1) * 6
-  local r = {
-    emit = tonumber(ARGV[o + 1]), tau = tonumber(ARGV[o + 2]), debt = tonumber(ARGV[o + 3]),
-    perSecond = tonumber(ARGV[o + 4]), perMicro = tonumber(ARGV[o + 5]), cost = tonumber(ARGV[o + 6]),
-  }
-  r.nsub = usec * r.perMicro
+  local o = 2 + (i - 1) * 10
+  local r = {mode = tonumber(ARGV[o + 1]), emit = tonumber(ARGV[o + 2]), tau = tonumber(ARGV[o + 3]),
+    debt = tonumber(ARGV[o + 4]), cost = tonumber(ARGV[o + 10]), since = 0}
+  if r.mode == 1 then
+    r.perSecond = tonumber(ARGV[o + 5])
+    r.perMicro = tonumber(ARGV[o + 6])
+    r.nsub = usec * r.perMicro
+  else
+    r.tokens, r.emit = r.emit, 1
+    r.period = tonumber(ARGV[o + 5])
+    local p, bb, g, phase = tonumber(ARGV[o + 6]), tonumber(ARGV[o + 7]), tonumber(ARGV[o + 8]), tonumber(ARGV[o + 9])
+    -- now in ns is nsec·g·bb + usec·1000; nsec = A·p + B, so
+    -- (now − phase) / period = A·bb + (B·g·bb + usec·1000 − phase) / period.
+    local A = idiv(nsec, p)
+    local y = (nsec - A * p) * g * bb + usec * 1000 - phase
+    local k = fdiv(y, r.period)
+    r.index = A * bb + k
+    r.since = y - k * r.period
+  end
   r.inc = r.cost * r.emit
   r.ahead = r.debt
   r.fresh = true
   local v = redis.call('GET', KEYS[i])
   if v then
-    local sec, sub = string.match(v, '^(%d+) (%d+)$')
-    if sec then
+    local hi, lo = string.match(v, '^(%d+) (%d+)$')
+    if hi then
       r.fresh = false
-      r.ahead = (tonumber(sec) - nsec) * r.perSecond + (tonumber(sub) - r.nsub)
+      hi, lo = tonumber(hi), tonumber(lo)
+      if r.mode == 1 then
+        r.ahead = (hi - nsec) * r.perSecond + (lo - r.nsub)
+      elseif hi < r.index - 1 - r.tau / r.tokens then
+        r.ahead = 0 -- long past: do not multiply a large difference
+      else
+        r.ahead = (hi - r.index) * r.tokens + lo
+      end
       if r.ahead < 0 then
         r.ahead = 0
       end
@@ -81,18 +124,35 @@ end
 -- when the bucket is full again.
 local function write(i, ahead)
   local r = b[i]
-  local total = r.nsub + ahead
-  local q = idiv(total, r.perSecond)
-  local perMilli = r.perSecond / 1000
-  local ms = idiv(ahead, perMilli)
-  if ms * perMilli < ahead then
+  local hi, lo, ns
+  if r.mode == 1 then
+    local total = r.nsub + ahead
+    local q = idiv(total, r.perSecond)
+    hi, lo = nsec + q, total - q * r.perSecond
+    local perMilli = r.perSecond / 1000
+    local ms = idiv(ahead, perMilli)
+    if ms * perMilli < ahead then
+      ms = ms + 1
+    end
+    ns = ms * 1000000
+  else
+    local q = idiv(ahead, r.tokens)
+    hi, lo = r.index + q, ahead - q * r.tokens
+    local periods = q
+    if lo > 0 then
+      periods = q + 1
+    end
+    ns = periods * r.period - r.since
+  end
+  local ms = idiv(ns, 1000000)
+  if ms * 1000000 < ns then
     ms = ms + 1
   end
   if ms < 1 then
     ms = 1
   end
   ms = ms + {{SLACK}}
-  redis.call('SET', KEYS[i], string.format('%d %d', nsec + q, total - q * r.perSecond), 'PX', string.format('%d', ms))
+  redis.call('SET', KEYS[i], string.format('%d %d', hi, lo), 'PX', string.format('%d', ms))
 end
 
 -- creates reports whether a check of bucket i makes its key: a new key whose
@@ -111,7 +171,7 @@ for i = 1, n do
         write(j, b[j].debt)
       end
     end
-    return {0, i, r.ahead, r.ahead + r.inc - r.tau}
+    return {0, i, r.ahead, r.ahead + r.inc - r.tau, r.since}
   end
 end
 local best, bestLeft = 1, nil
@@ -128,7 +188,7 @@ for i = 1, n do
     best, bestLeft = i, left
   end
 end
-return {1, best, b[best].ahead + b[best].inc, 0}
+return {1, best, b[best].ahead + b[best].inc, 0, b[best].since}
 `
 
 // script returns the check's source reading now from Redis's TIME, or, for

@@ -90,7 +90,7 @@ func (s *Store) tier(ctx context.Context, steps []Step, take bool, now []any) (a
 	if take {
 		t = "1"
 	}
-	args := make([]any, 0, 2+6*len(steps)+len(now))
+	args := make([]any, 0, 2+10*len(steps)+len(now))
 	args = append(args, len(steps), t)
 	for i, st := range steps {
 		r, cost := st.Rule, st.Cost
@@ -98,29 +98,33 @@ func (s *Store) tier(ctx context.Context, steps []Step, take bool, now []any) (a
 			cost = r.limit.Burst + 1 // denied by the script like any cost above the burst; answered Never below
 		}
 		keys[i] = s.Key(r, st.Key)
-		args = append(args, r.emit, r.tau, r.debt, r.perSecond, r.perMicro, cost)
+		if r.interval {
+			args = append(args, 2, r.tokens, r.tau, r.debt, r.period, r.p, r.b, r.g, r.phase(st.Key), cost)
+		} else {
+			args = append(args, 1, r.emit, r.tau, r.debt, r.perSecond, r.perMicro, 0, 0, 0, cost)
+		}
 	}
 	args = append(args, now...)
 	res, err := s.check.Run(ctx, s.client, keys, args...).Int64Slice()
 	if err != nil {
 		return atomicbucket.Decision{}, -1, err
 	}
-	if len(res) != 4 || res[1] < 1 || int(res[1]) > len(steps) {
-		return atomicbucket.Decision{}, -1, fmt.Errorf("redisstore: the script returned %v, want 4 values with an index in [1, %d]", res, len(steps))
+	if len(res) != 5 || res[1] < 1 || int(res[1]) > len(steps) {
+		return atomicbucket.Decision{}, -1, fmt.Errorf("redisstore: the script returned %v, want 5 values with an index in [1, %d]", res, len(steps))
 	}
-	allowed, i, ahead, excess := res[0] == 1, int(res[1])-1, res[2], res[3]
+	allowed, i, ahead, excess, since := res[0] == 1, int(res[1])-1, res[2], res[3], res[4]
 	r := steps[i].Rule
 	d := atomicbucket.Decision{
 		Allowed:   allowed,
 		Remaining: max((r.tau-ahead)/r.emit, 0),
-		Reset:     r.duration(ahead),
+		Reset:     r.duration(ahead, since),
 	}
 	switch {
 	case allowed:
 	case steps[i].Cost < 0 || steps[i].Cost > r.limit.Burst:
 		d.RetryAfter = atomicbucket.Never
 	default:
-		d.RetryAfter = r.duration(excess)
+		d.RetryAfter = r.duration(excess, since)
 	}
 	return d, i, nil
 }

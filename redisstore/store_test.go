@@ -117,7 +117,8 @@ func TestKeyExpiresWhenFull(t *testing.T) {
 	}
 }
 
-// TestTierMatchesReference: tiers of 1 to 4 random exact rules in one script
+// TestTierMatchesReference: tiers of 1 to 4 random exact rules (greedy, and
+// interval ones among them) in one script
 // call, at explicit microsecond times, against the exact reference composed
 // with atomicbucket.TierAt (ordered takes, refunded on a denial): the same
 // decision, from the same rule, every time.
@@ -135,6 +136,10 @@ func TestTierMatchesReference(t *testing.T) {
 		for j := 0; len(rules) < n; j++ {
 			l := randomGreedy(rng)
 			l.Burst = min(l.Burst, 50) // small bursts: tiers deny often
+			l.Initial = min(l.Initial, l.Burst)
+			if rng.IntN(3) == 0 { // an interval rule beside greedy ones
+				l.Refill, l.Aligned, l.Tokens = atomicbucket.Interval, rng.IntN(2) == 0, 1+rng.Int64N(10)
+			}
 			r, err := NewRule(fmt.Sprintf("t%d_%d", i, j), l)
 			if err != nil || !r.Exact() {
 				continue
@@ -143,7 +148,7 @@ func TestTierMatchesReference(t *testing.T) {
 			refs = append(refs, fuzz.NewReference(fuzz.ParamsOf(ptr(atomicbucket.MustRule(l)), 0, atomicbucket.DenyAtCap)))
 			minStep = min(minStep, max(int64(l.Period)/1000/l.Tokens, 1))
 		}
-		sec, usec := int64(1_790_000_000), rng.Int64N(1e6)
+		sec, usec := time.Now().Unix()+86400, rng.Int64N(1e6)
 		for range 60 {
 			usec += rng.Int64N(3 * minStep)
 			sec, usec = sec+usec/1e6, usec%1e6
@@ -155,7 +160,7 @@ func TestTierMatchesReference(t *testing.T) {
 				steps[k] = Step{rules[k], key, cost}
 				refSteps[k] = refs[k].Step(key, cost)
 			}
-			tns := atomicbucket.Time(sec*1e9 + usec*1e3)
+			tns := atomicbucket.FromWall(sec*1e9 + usec*1e3) // interval grids are placed on the wall clock
 			got, gi, err := st.tier(ctx, steps, true, atTime(sec, usec))
 			if err != nil {
 				t.Fatal(err)
@@ -204,4 +209,51 @@ func TestScriptFlushSurvived(t *testing.T) {
 	if n := c.ScriptExists(ctx, st.check.Hash()).Val(); len(n) != 1 || !n[0] {
 		t.Errorf("the script is not loaded again after SCRIPT FLUSH: %v", n)
 	}
+}
+
+// TestIntervalMatchesReference: interval rules (grids placed by the key, or
+// aligned to the wall clock) on Redis's microsecond clock, against the exact
+// reference with the local tables' grids (atomicbucket.Rule.KeyAnchor), at
+// the same wall-clock times: the same decisions, so a key's grid is where
+// every instance and every store puts it.
+func TestIntervalMatchesReference(t *testing.T) {
+	srv := redistest.Start(t)
+	st := newStore(srv.Client(t), true)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(11, 17))
+	periods := []time.Duration{time.Millisecond, 250 * time.Millisecond, time.Second, 10 * time.Second, 90 * time.Second, time.Hour, 24 * time.Hour, 7*time.Millisecond + 3*time.Microsecond}
+	decisions := 0
+	for i := range 120 {
+		l := atomicbucket.Limit{
+			Tokens: 1 + rng.Int64N(20), Period: periods[rng.IntN(len(periods))],
+			Burst: 1 + rng.Int64N(60), Refill: atomicbucket.Interval, Aligned: rng.IntN(3) == 0,
+		}
+		if rng.IntN(3) == 0 {
+			l.Initial, l.InitialSet = rng.Int64N(l.Burst+1), true
+		}
+		r, err := NewRule(fmt.Sprintf("i%d", i), l)
+		if err != nil {
+			t.Fatalf("%+v: %v", l, err)
+		}
+		ar := atomicbucket.MustRule(l)
+		ref := fuzz.NewReference(fuzz.ParamsOf(&ar, 0, atomicbucket.DenyAtCap))
+		sec, usec := time.Now().Unix()+86400+rng.Int64N(86400), rng.Int64N(1e6)
+		step := max(int64(l.Period)/1000/l.Tokens, 1)
+		for range 60 {
+			usec += rng.Int64N(2 * step)
+			sec, usec = sec+usec/1e6, usec%1e6
+			key := []string{"alice", "bob", "42"}[rng.IntN(3)]
+			cost := rng.Int64N(l.Burst + 2)
+			got, err := st.run(ctx, r, key, cost, true, atTime(sec, usec))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := ref.AllowN(key, int64(atomicbucket.FromWall(sec*1e9+usec*1e3)), cost)
+			decisions++
+			if got != want {
+				t.Fatalf("%+v key %s at %d.%06d cost %d: Redis %+v, reference %+v", l, key, sec, usec, cost, got, want)
+			}
+		}
+	}
+	t.Logf("%d interval decisions equal to the reference", decisions)
 }
