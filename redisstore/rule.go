@@ -37,6 +37,9 @@ type Rule struct {
 	// Interval refill: units are token slots (emit 1), now is quantised to
 	// the key's grid, whose boundaries are the Unix times ≡ phase (mod period)
 	// ns, as atomicbucket's tables place them (aligned: phase 0).
+	failure Failure                     // what decides when Redis cannot
+	local   *atomicbucket.Table[string] // FailLocal's buckets
+
 	interval bool
 	aligned  bool
 	period   int64 // ns: g·p

@@ -11,8 +11,11 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
+	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/redis/go-redis/v9"
@@ -20,22 +23,53 @@ import (
 
 // Store checks shared rules on a Redis server.
 type Store struct {
-	client redis.UniversalClient
-	prefix string
-	check  *redis.Script
+	client  redis.UniversalClient
+	prefix  string
+	check   *redis.Script
+	timeout time.Duration // the most a Check waits for Redis
+
+	breaker    breaker
+	redisCalls atomic.Int64
+	degraded   atomic.Int64
 }
+
+// DefaultTimeout bounds how long Check waits for Redis when the caller's
+// context allows longer: a shared limit must not hold a request up for long.
+const DefaultTimeout = 100 * time.Millisecond
+
+// SetTimeout sets how long Check waits for Redis at most (DefaultTimeout by
+// default). Set it before the store is used.
+func (s *Store) SetTimeout(d time.Duration) { s.timeout = d }
 
 // DefaultPrefix starts every key the store writes.
 const DefaultPrefix = "limitgen:"
 
 // New returns a store over client (single server, Sentinel or Cluster through
-// go-redis's UniversalClient), writing keys under DefaultPrefix.
-func New(client redis.UniversalClient) *Store {
-	return newStore(client, false)
+// go-redis's UniversalClient), writing keys under DefaultPrefix. The client
+// must be created with ContextTimeoutEnabled: true, so that a check's context
+// (Check's timeout) bounds its wait for Redis; without it go-redis waits out
+// its own read timeout (3 s by default) on a Redis that does not answer, and
+// New refuses the client.
+func New(client redis.UniversalClient) (*Store, error) {
+	var enabled bool
+	switch c := client.(type) {
+	case *redis.Client:
+		enabled = c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		enabled = c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		enabled = c.Options().ContextTimeoutEnabled
+	default:
+		enabled = true // another implementation: its documentation says
+	}
+	if !enabled {
+		return nil, errors.New("redisstore: the Redis client must be created with ContextTimeoutEnabled: true, so that a check's deadline bounds its wait for Redis")
+	}
+	return newStore(client, false), nil
 }
 
 func newStore(client redis.UniversalClient, explicitNow bool) *Store {
-	return &Store{client: client, prefix: DefaultPrefix, check: redis.NewScript(script(explicitNow))}
+	return &Store{client: client, prefix: DefaultPrefix, check: redis.NewScript(script(explicitNow)), timeout: DefaultTimeout}
 }
 
 // Key is the Redis key of rule r's bucket for key.

@@ -87,7 +87,10 @@ func ptr[T any](v T) *T { return &v }
 func TestKeyExpiresWhenFull(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
-	st := New(c)
+	st, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	r, err := NewRule("ttl", atomicbucket.Limit{Tokens: 1, Period: 10 * time.Second, Burst: 3})
 	if err != nil {
@@ -186,7 +189,10 @@ func TestTierMatchesReference(t *testing.T) {
 func TestScriptFlushSurvived(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
-	st := New(c)
+	st, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	r, err := NewRule("flush", atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 5})
 	if err != nil {

@@ -20,6 +20,9 @@ import (
 // Server is a redis-server a test started.
 type Server struct {
 	Addr string
+	bin  string
+	args []string
+	log  string
 	cmd  *exec.Cmd
 }
 
@@ -35,12 +38,25 @@ func Start(t testing.TB, extra ...string) *Server {
 	dir := t.TempDir()
 	args := append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no",
 		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log")}, extra...)
-	cmd := exec.Command(bin, args...)
-	if err := cmd.Start(); err != nil {
+	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), bin: bin, args: args, log: filepath.Join(dir, "redis.log")}
+	t.Cleanup(s.Stop)
+	s.start(t)
+	return s
+}
+
+// Restart starts the server again on its port, after Stop (a test's crash).
+func (s *Server) Restart(t testing.TB) {
+	t.Helper()
+	s.Stop()
+	s.start(t)
+}
+
+func (s *Server) start(t testing.TB) {
+	t.Helper()
+	s.cmd = exec.Command(s.bin, s.args...)
+	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("starting redis-server: %v", err)
 	}
-	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), cmd: cmd}
-	t.Cleanup(s.Stop)
 	c := redis.NewClient(&redis.Options{Addr: s.Addr})
 	defer c.Close()
 	deadline := time.Now().Add(10 * time.Second)
@@ -49,26 +65,27 @@ func Start(t testing.TB, extra ...string) *Server {
 		err := c.Ping(ctx).Err()
 		cancel()
 		if err == nil {
-			return s
+			return
 		}
 		if time.Now().After(deadline) {
-			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
+			log, _ := os.ReadFile(s.log)
 			t.Fatalf("redis-server on %s did not answer PING in 10s: %v\n%s", s.Addr, err, log)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// Client returns a client of the server, closed when the test ends.
+// Client returns a client of the server, closed when the test ends, with
+// contexts bounding its calls (ContextTimeoutEnabled) and no retries.
 func (s *Server) Client(t testing.TB) *redis.Client {
-	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, ContextTimeoutEnabled: true, MaxRetries: -1})
 	t.Cleanup(func() { c.Close() })
 	return c
 }
 
 // Stop kills the server by its pid and waits for it.
 func (s *Server) Stop() {
-	if s.cmd.Process != nil && s.cmd.ProcessState == nil {
+	if s.cmd != nil && s.cmd.Process != nil && s.cmd.ProcessState == nil {
 		s.cmd.Process.Kill()
 		s.cmd.Wait()
 	}

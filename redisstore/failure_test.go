@@ -1,0 +1,124 @@
+package redisstore
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/redisstore/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// Redis killed under a store: each rule's failure setting decides, the
+// breaker stops asking Redis after five failures in a row, and when Redis is
+// back a probe closes it and decisions come from Redis again.
+func TestRedisKilledAndRestarted(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	st, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	l := atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 10}
+	base, err := NewRule("killed", l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deny, _ := base.WithFailure(Failure{Mode: FailDeny})
+	allow, _ := base.WithFailure(Failure{Mode: FailAllow})
+	local, err := base.WithFailure(Failure{Mode: FailLocal, Share: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if res := st.Check(ctx, deny, "k", 1); !res.Allowed || res.Degraded || res.Remaining != int64(9-i) {
+			t.Fatalf("check %d with Redis up: %+v", i, res)
+		}
+	}
+
+	srv.Stop()
+	if res := st.Check(ctx, deny, "k", 1); res.Allowed || !res.Degraded || res.Err == nil {
+		t.Errorf("deny on failure: %+v", res)
+	}
+	if res := st.Check(ctx, allow, "k", 1); !res.Allowed || !res.Degraded {
+		t.Errorf("allow on failure: %+v", res)
+	}
+	admitted := 0
+	for range 10 { // half the burst of 10, locally
+		if res := st.Check(ctx, local, "k", 1); res.Allowed {
+			admitted++
+		} else if !res.Degraded {
+			t.Fatalf("a local decision not marked degraded: %+v", res)
+		}
+	}
+	if admitted != 5 {
+		t.Errorf("the local share of 0.5 admitted %d of 10 from a fresh bucket, want 5", admitted)
+	}
+	calls := st.Stats().RedisCalls
+	for range 100 {
+		if res := st.Check(ctx, deny, "k", 1); res.Err != ErrCircuitOpen {
+			t.Fatalf("with the breaker open: %+v", res)
+		}
+	}
+	if got := st.Stats().RedisCalls - calls; got != 0 {
+		t.Errorf("100 checks with the breaker open went to Redis %d times", got)
+	}
+
+	srv.Restart(t) // the same port, empty: its state is lost, and the limit starts again full
+	time.Sleep(breakerPause + 50*time.Millisecond)
+	var res Result
+	for i := 0; i < 50; i++ { // the probe may meet the pool's dead connections first
+		if res = st.Check(ctx, deny, "k", 1); !res.Degraded {
+			break
+		}
+		time.Sleep(breakerMaxPause / 100)
+	}
+	if res.Degraded || !res.Allowed || res.Remaining != 9 {
+		t.Fatalf("after Redis came back: %+v", res)
+	}
+}
+
+// A Redis that accepts connections and never answers: Check returns within
+// its timeout, decided by the failure setting, instead of hanging the request.
+func TestSilentRedisTimesOut(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer conn.Close() // held open, never answered
+		}
+	}()
+	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer c.Close()
+	st, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.SetTimeout(50 * time.Millisecond)
+	r, _ := NewRule("silent", atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 1})
+	r, _ = r.WithFailure(Failure{Mode: FailAllow})
+	start := time.Now()
+	res := st.Check(context.Background(), r, "k", 1)
+	if elapsed := time.Since(start); !res.Degraded || !res.Allowed || elapsed > 5*time.Second {
+		t.Fatalf("silent Redis: %+v after %v", res, elapsed)
+	}
+}
+
+// New refuses a client whose calls a context cannot bound.
+func TestNewRefusesUnboundedClient(t *testing.T) {
+	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	if _, err := New(c); err == nil {
+		t.Error("New accepted a client without ContextTimeoutEnabled")
+	}
+}
