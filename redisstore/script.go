@@ -33,7 +33,9 @@ import "strings"
 // is ever multiplied, and it is at most a burst's worth.
 //
 // KEYS     the buckets, in the tier's order
-// ARGV[1]  n, the number of buckets; ARGV[2] take (1, or 0 to decide only)
+// ARGV[1]  n, the number of buckets; ARGV[2] take (1), decide only (0), or
+//
+//	give each bucket its cost back (2: a refund, never beyond full)
 // ARGV     then, per bucket, 10 values:
 //
 //	greedy (1), emit, tau, debt, perSecond, perMicro, 0, 0, 0, cost
@@ -52,6 +54,7 @@ import "strings"
 const gcraSource = `
 local n = tonumber(ARGV[1])
 local take = ARGV[2] == '1'
+local refund = ARGV[2] == '2'
 local now = {{NOW}}
 local nsec = tonumber(now[1])
 local usec = tonumber(now[2])
@@ -161,6 +164,24 @@ end
 local function creates(i)
   local r = b[i]
   return take and r.fresh and r.debt > 0 and r.cost > 0 and r.inc <= r.tau
+end
+
+if refund then
+  -- Give each bucket its cost back, never beyond full (a full bucket is absent).
+  for i = 1, n do
+    local r = b[i]
+    local after = r.ahead - r.inc
+    if after <= 0 then
+      after = 0
+      if not r.fresh then
+        redis.call('DEL', KEYS[i])
+      end
+    else
+      write(i, after)
+    end
+    r.inc = -r.ahead + after
+  end
+  return {1, 1, b[1].ahead + b[1].inc, 0, b[1].since}
 end
 
 for i = 1, n do

@@ -72,9 +72,10 @@ func newStore(client redis.UniversalClient, explicitNow bool) *Store {
 	return &Store{client: client, prefix: DefaultPrefix, check: redis.NewScript(script(explicitNow)), timeout: DefaultTimeout}
 }
 
-// Key is the Redis key of rule r's bucket for key.
+// Key is the Redis key of rule r's bucket for key (slot.go: the key is the
+// hash tag).
 func (s *Store) Key(r *Rule, key string) string {
-	return s.prefix + r.name + ":" + key
+	return s.prefix + "{" + key + "}:" + r.name
 }
 
 // AllowN decides a request of cost for key under r at the server's time,
@@ -119,11 +120,66 @@ func (s *Store) tier(ctx context.Context, steps []Step, take bool, now []any) (a
 	if len(steps) == 0 {
 		return atomicbucket.Decision{Allowed: true}, -1, nil
 	}
-	keys := make([]string, len(steps))
-	t := "0"
-	if take {
-		t = "1"
+	if _, cluster := s.client.(*redis.ClusterClient); cluster && len(steps) > 1 && take && s.spansSlots(steps) {
+		return s.orderedTier(ctx, steps)
 	}
+	mode := "0"
+	if take {
+		mode = "1"
+	}
+	return s.call(ctx, steps, mode, now)
+}
+
+// spansSlots reports whether the steps' keys fall in more than one Cluster slot.
+func (s *Store) spansSlots(steps []Step) bool {
+	first := slot(s.Key(steps[0].Rule, steps[0].Key))
+	for _, st := range steps[1:] {
+		if slot(s.Key(st.Rule, st.Key)) != first {
+			return true
+		}
+	}
+	return false
+}
+
+// orderedTier is a tier whose keys span Cluster slots: each step is one
+// script call, in order; when one denies, the steps before it are refunded,
+// last first, as atomicbucket.TierAt does. Between a take and its refund the
+// tokens are held, so other requests may be denied that a single script would
+// have admitted (never the reverse: nothing is admitted beyond any rule's
+// limit). A failed refund leaves its tokens taken: stricter, never looser.
+func (s *Store) orderedTier(ctx context.Context, steps []Step) (atomicbucket.Decision, int, error) {
+	var best atomicbucket.Decision
+	bestIndex := -1
+	for i, st := range steps {
+		d, _, err := s.call(ctx, []Step{st}, "1", nil)
+		if err != nil || !d.Allowed {
+			for j := i - 1; j >= 0; j-- {
+				s.call(ctx, []Step{steps[j]}, "2", nil) //nolint:errcheck // see above
+			}
+			return d, i, err
+		}
+		if bestIndex < 0 || d.Remaining < best.Remaining {
+			best, bestIndex = d, i
+		}
+	}
+	return best, bestIndex, nil
+}
+
+// RefundN gives cost tokens back to key's bucket under r, never beyond full.
+func (s *Store) RefundN(ctx context.Context, r *Rule, key string, cost int64) error {
+	if cost <= 0 {
+		return nil
+	}
+	cost = min(cost, r.limit.Burst)
+	_, _, err := s.call(ctx, []Step{{r, key, cost}}, "2", nil)
+	return err
+}
+
+// call runs the script over steps in one call: mode "1" takes, "0" decides
+// only, "2" refunds.
+func (s *Store) call(ctx context.Context, steps []Step, mode string, now []any) (atomicbucket.Decision, int, error) {
+	keys := make([]string, len(steps))
+	t := mode
 	args := make([]any, 0, 2+10*len(steps)+len(now))
 	args = append(args, len(steps), t)
 	for i, st := range steps {

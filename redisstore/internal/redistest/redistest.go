@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,4 +101,41 @@ func freePort(t testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// StartCluster starts n redis-servers in cluster mode on 127.0.0.1 and joins
+// them into one Cluster of n masters (redis-cli --cluster create), returning
+// it once every slot is served. The servers are stopped when the test ends.
+func StartCluster(t testing.TB, n int) []*Server {
+	t.Helper()
+	servers := make([]*Server, n)
+	addrs := make([]string, n)
+	for i := range servers {
+		servers[i] = Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+		addrs[i] = servers[i].Addr
+	}
+	cli, err := exec.LookPath("redis-cli")
+	if err != nil {
+		t.Fatalf("redis-cli is not installed (it comes with redis-server): %v", err)
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
+		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	defer c.Close()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		info, err := c.ClusterInfo(ctx).Result()
+		cancel()
+		if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_slots_ok:16384") {
+			return servers
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cluster of %v is not ok after 20s: %v\n%s", addrs, err, info)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }

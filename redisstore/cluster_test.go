@@ -1,0 +1,79 @@
+package redisstore
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/redisstore/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// On a 3-master Cluster: a key's buckets live in the slot of its hash tag;
+// a tier over one key's rules is one script call; a tier that spans slots (a
+// per-user rule beside a global one) runs as ordered takes with refunds and
+// admits exactly what the single-call tier does, taking nothing on a denial.
+func TestCluster(t *testing.T) {
+	servers := redistest.StartCluster(t, 3)
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
+		addrs[i] = s.Addr
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	st, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	perUser, _ := NewRule("PerUser", atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 5})
+	perUserDaily, _ := NewRule("PerUserDaily", atomicbucket.Limit{Tokens: 100, Period: 24 * time.Hour, Burst: 3})
+	global, _ := NewRule("Global", atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 4})
+
+	if a, b := slot(st.Key(perUser, "alice")), slot(st.Key(perUserDaily, "alice")); a != b {
+		t.Fatalf("one key's buckets in slots %d and %d", a, b)
+	}
+	if got, want := slot("123456789"), uint16(12739); got != want { // the Cluster specification's example
+		t.Fatalf("slot(123456789) = %d, want %d", got, want)
+	}
+	for _, k := range []string{"alice", "bob", "carol", "dave"} { // keys on every master
+		key := st.Key(perUser, k)
+		if got := c.ClusterKeySlot(ctx, key).Val(); got != int64(slot(key)) {
+			t.Fatalf("slot(%q) = %d, Redis says %d", key, slot(key), got)
+		}
+	}
+
+	// One key's rules: one call; the daily rule (burst 3) denies the fourth.
+	for i := range 4 {
+		d, idx, err := st.AllowTier(ctx, []Step{{perUser, "alice", 1}, {perUserDaily, "alice", 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed != (i < 3) || (i == 3 && idx != 1) {
+			t.Fatalf("same-slot tier, request %d: %+v from step %d", i, d, idx)
+		}
+	}
+	if d, _ := st.PeekN(ctx, perUser, "alice", 1); d.Remaining != 1 { // 5 − 3 taken: 2 left, 1 after a peek of 1
+		t.Fatalf("PerUser after three admitted and one denied: %+v", d)
+	}
+
+	// Across slots: per-user beside global. Global's burst of 4 runs out on the
+	// fifth request; the per-user tokens taken by it are given back.
+	users := []string{"bob", "carol", "dave", "erin", "frank"}
+	for i, u := range users {
+		d, idx, err := st.AllowTier(ctx, []Step{{perUser, u, 1}, {global, "", 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Allowed != (i < 4) || (i == 4 && idx != 1) {
+			t.Fatalf("cross-slot tier, %s: %+v from step %d", u, d, idx)
+		}
+	}
+	if d, _ := st.PeekN(ctx, perUser, "frank", 5); !d.Allowed {
+		t.Fatalf("frank's per-user token was not given back after the global rule denied: %+v", d)
+	}
+	if n := c.Exists(ctx, st.Key(perUser, "frank")).Val(); n != 0 {
+		t.Fatalf("frank's bucket, full again, still has a key")
+	}
+}
