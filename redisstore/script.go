@@ -36,6 +36,7 @@ import "strings"
 // ARGV[1]  n, the number of buckets; ARGV[2] take (1), decide only (0), or
 //
 //	give each bucket its cost back (2: a refund, never beyond full)
+//
 // ARGV     then, per bucket, 10 values:
 //
 //	greedy (1), emit, tau, debt, perSecond, perMicro, 0, 0, 0, cost
