@@ -56,6 +56,7 @@ const gcraSource = `
 local n = tonumber(ARGV[1])
 local take = ARGV[2] == '1'
 local refund = ARGV[2] == '2'
+local lease = ARGV[2] == '3'
 local now = {{NOW}}
 local nsec = tonumber(now[1])
 local usec = tonumber(now[2])
@@ -165,6 +166,34 @@ end
 local function creates(i)
   local r = b[i]
   return take and r.fresh and r.debt > 0 and r.cost > 0 and r.inc <= r.tau
+end
+
+if lease then
+  -- A lease of one bucket: its cost is the least the lessee needs; it gets
+  -- up to ARGV[3] (the batch it asks for), never more than half of what the
+  -- bucket holds beyond that least, so that one instance cannot drain a
+  -- bucket others share. The grant is returned in place of the excess.
+  local r = b[1]
+  local want = tonumber(ARGV[3 + 10 * n])
+  if r.ahead + r.inc > r.tau then
+    if creates(1) then
+      write(1, r.debt)
+    end
+    return {0, 1, r.ahead, r.ahead + r.inc - r.tau, r.since}
+  end
+  local spare = idiv(r.tau - r.ahead - r.inc, r.emit)
+  local extra = idiv(spare, 2)
+  if extra > want - r.cost then
+    extra = want - r.cost
+  end
+  if extra < 0 then
+    extra = 0
+  end
+  local after = r.ahead + r.inc + extra * r.emit
+  if after > r.ahead then
+    write(1, after)
+  end
+  return {1, 1, after, r.cost + extra, r.since}
 end
 
 if refund then

@@ -200,7 +200,7 @@ func (s *Store) call(ctx context.Context, steps []Step, mode string, now []any) 
 		return atomicbucket.Decision{}, -1, err
 	}
 	if len(res) != 5 || res[1] < 1 || int(res[1]) > len(steps) {
-		return atomicbucket.Decision{}, -1, fmt.Errorf("redisstore: the script returned %v, want 5 values with an index in [1, %d]", res, len(steps))
+		return atomicbucket.Decision{}, -1, errScript(res)
 	}
 	allowed, i, ahead, excess, since := res[0] == 1, int(res[1])-1, res[2], res[3], res[4]
 	r := steps[i].Rule
@@ -222,4 +222,9 @@ func (s *Store) call(ctx context.Context, steps []Step, mode string, now []any) 
 // atTime is the explicit-time arguments of the test variant of the script.
 func atTime(sec, usec int64) []any {
 	return []any{strconv.FormatInt(sec, 10), strconv.FormatInt(usec, 10)}
+}
+
+// errScript reports a script reply of the wrong shape.
+func errScript(res []int64) error {
+	return fmt.Errorf("redisstore: the script returned %v, want {allowed, index, ahead, excess, since}", res)
 }

@@ -1,0 +1,128 @@
+package redisstore
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/redisstore/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// Four instances, each with its own client and lease of one shared bucket,
+// checking as fast as they can on Redis's clock: together they never admit
+// more than the bucket's envelope, and they ask Redis far less often than
+// once a decision.
+func TestLeasesStayInsideTheEnvelope(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name     string
+		l        atomicbucket.Limit
+		maxBatch int64
+		checks   int           // per goroutine
+		pause    time.Duration // between a goroutine's checks
+	}{
+		// Over its limit for half a second: refills, grants shrinking as the
+		// bucket runs low, denials.
+		{"tight", atomicbucket.Limit{Tokens: 200, Period: time.Second, Burst: 50}, 100, 2_000, 250 * time.Microsecond},
+		{"steady", atomicbucket.Limit{Tokens: 1_000_000, Period: time.Second, Burst: 1_000_000}, 1000, 20_000, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r, err := NewRule("lease_"+c.name, c.l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			admin := srv.Client(t)
+			start := admin.Time(ctx).Val()
+			var admitted, decisions, calls atomic.Int64
+			var wg sync.WaitGroup
+			var leases []*Lease
+			for range 4 {
+				cl := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+				t.Cleanup(func() { cl.Close() })
+				st, err := New(cl)
+				if err != nil {
+					t.Fatal(err)
+				}
+				lease := st.NewLease(r, "k", c.maxBatch)
+				leases = append(leases, lease)
+				for range 2 {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						for range c.checks {
+							if c.pause > 0 {
+								time.Sleep(c.pause)
+							}
+							d, err := lease.AllowN(ctx, 1)
+							if err != nil {
+								t.Error(err)
+								return
+							}
+							decisions.Add(1)
+							if d.Allowed {
+								admitted.Add(1)
+							}
+						}
+					}()
+				}
+			}
+			wg.Wait()
+			elapsed := admin.Time(ctx).Val().Sub(start) + time.Millisecond
+			for _, l := range leases {
+				calls.Add(l.Calls())
+			}
+			most := c.l.Burst + int64(float64(c.l.Tokens)*elapsed.Seconds()/c.l.Period.Seconds())
+			if got := admitted.Load(); got > most {
+				t.Errorf("%d admitted in %v; the envelope is %d", got, elapsed, most)
+			}
+			perThousand := float64(calls.Load()) * 1000 / float64(decisions.Load())
+			t.Logf("%d decisions in %v: %d admitted (envelope %d), %d script calls (%.2f per 1,000 decisions)",
+				decisions.Load(), elapsed, admitted.Load(), most, calls.Load(), perThousand)
+			if c.name == "steady" && perThousand > 10 {
+				t.Errorf("%.2f script calls per 1,000 decisions at a steady rate, want at most 10 (100× fewer than one a decision)", perThousand)
+			}
+			for _, l := range leases {
+				if err := l.Release(ctx); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// A lease's tokens are accounted for: what Redis still holds plus what the
+// lease holds plus what it spent is the burst, whatever batches it took; and
+// Release gives back what it holds.
+func TestLeaseRelease(t *testing.T) {
+	srv := redistest.Start(t)
+	st, err := New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	r, _ := NewRule("release", atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 100})
+	l := st.NewLease(r, "k", 50)
+	for spent := int64(1); spent <= 12; spent++ {
+		if d, err := l.AllowN(ctx, 1); err != nil || !d.Allowed {
+			t.Fatalf("%+v %v", d, err)
+		}
+		inRedis, _ := st.PeekN(ctx, r, "k", 0)
+		if inRedis.Remaining+l.Held()+spent != 100 {
+			t.Fatalf("after %d spent: %d in Redis + %d held ≠ 100 − %d", spent, inRedis.Remaining, l.Held(), spent)
+		}
+	}
+	if l.Held() == 0 {
+		t.Fatal("the lease holds nothing after a dozen requests: its batch did not grow")
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := st.PeekN(ctx, r, "k", 0); after.Remaining != 88 || l.Held() != 0 {
+		t.Fatalf("after release %d in Redis and %d held, want 88 and 0", after.Remaining, l.Held())
+	}
+}
