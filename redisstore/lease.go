@@ -27,10 +27,10 @@ type Lease struct {
 
 	left        atomic.Int64 // tokens granted and not yet spent
 	deniedUntil atomic.Int64 // atomicbucket time (ns) before which Redis said the cost is not there: denied locally
-	spent    atomic.Int64 // tokens spent since the last refill
-	mu       sync.Mutex   // one refill at a time
-	maxBatch int64
-	calls    atomic.Int64 // script calls made
+	spent       atomic.Int64 // tokens spent since the last refill
+	mu          sync.Mutex   // one refill at a time
+	maxBatch    int64
+	calls       atomic.Int64 // script calls made
 }
 
 // NewLease returns a lease of key's bucket under r, asking for at most
@@ -147,4 +147,3 @@ func (s *Store) lease(ctx context.Context, r *Rule, key string, cost, want int64
 	}
 	return d, x, nil
 }
-
