@@ -77,3 +77,53 @@ func TestCluster(t *testing.T) {
 		t.Fatalf("frank's bucket, full again, still has a key")
 	}
 }
+
+// A Cluster master stopped: checks on its slots fail over to the rule's
+// failure setting at once (and the rest keep deciding on Redis until the
+// Cluster marks itself down); none hangs or panics.
+func TestClusterMasterStopped(t *testing.T) {
+	servers := redistest.StartCluster(t, 3)
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
+		addrs[i] = s.Addr
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, MaxRedirects: 1})
+	t.Cleanup(func() { c.Close() })
+	st, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	base, _ := NewRule("PerUser", atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 5})
+	r, err := base.WithFailure(Failure{Mode: FailLocal, Share: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := []string{"alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"}
+	for _, u := range users {
+		if res := st.Check(ctx, r, u, 1); res.Degraded || !res.Allowed {
+			t.Fatalf("%s with every master up: %+v", u, res)
+		}
+	}
+	servers[0].Stop()
+	degraded := 0
+	for _, u := range users {
+		start := time.Now()
+		res := st.Check(ctx, r, u, 1)
+		if time.Since(start) > 5*time.Second {
+			t.Fatalf("%s: a check took %v with a master down", u, time.Since(start))
+		}
+		if res.Degraded {
+			degraded++
+			if res.Err == nil {
+				t.Errorf("%s: degraded without an error", u)
+			}
+		} else if !res.Allowed || res.Remaining != 3 {
+			t.Errorf("%s decided on Redis: %+v, want its second token taken", u, res)
+		}
+	}
+	if degraded == 0 {
+		t.Errorf("no key of %d fell on the stopped master's slots", len(users))
+	}
+	t.Logf("%d of %d checks decided by the local share with a master down", degraded, len(users))
+}

@@ -123,19 +123,23 @@ func StartCluster(t testing.TB, n int) []*Server {
 	if out, err := exec.Command(cli, args...).CombinedOutput(); err != nil {
 		t.Fatalf("redis-cli --cluster create: %v\n%s", err, out)
 	}
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
-	defer c.Close()
 	deadline := time.Now().Add(20 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		info, err := c.ClusterInfo(ctx).Result()
-		cancel()
-		if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_slots_ok:16384") {
-			return servers
+	for _, addr := range addrs { // every node must see the whole cluster ok
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			info, err := c.ClusterInfo(ctx).Result()
+			cancel()
+			if err == nil && strings.Contains(info, "cluster_state:ok") && strings.Contains(info, "cluster_slots_ok:16384") {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.Close()
+				t.Fatalf("node %s of the cluster %v is not ok after 20s: %v\n%s", addr, addrs, err, info)
+			}
+			time.Sleep(50 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the cluster of %v is not ok after 20s: %v\n%s", addrs, err, info)
-		}
-		time.Sleep(50 * time.Millisecond)
+		c.Close()
 	}
+	return servers
 }
