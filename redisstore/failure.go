@@ -7,29 +7,24 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/shared"
 )
 
-// FailureMode is what a shared rule decides when Redis cannot: the policy's
-// per-rule failure setting.
-type FailureMode uint8
+// The failure settings are package shared's: a generated package passes them
+// through Bind.
+type (
+	FailureMode = shared.FailureMode
+	Failure     = shared.Failure
+	// Result is a shared check's outcome (shared.Result): the decision, and
+	// whether Redis made it.
+	Result = shared.Result
+)
 
 const (
-	// FailDeny denies every request while Redis cannot decide (the zero
-	// value: a limit that fails closed).
-	FailDeny FailureMode = iota
-	// FailAllow admits every request while Redis cannot decide.
-	FailAllow
-	// FailLocal decides on a bucket in this process with Share of the rule's
-	// rate and burst: with N instances and Share 1/N, the service as a whole
-	// stays near its limit.
-	FailLocal
+	FailDeny  = shared.FailDeny
+	FailAllow = shared.FailAllow
+	FailLocal = shared.FailLocal
 )
-
-// Failure is a shared rule's failure setting.
-type Failure struct {
-	Mode  FailureMode
-	Share float64 // FailLocal: the share of the rate and burst this instance takes, in (0, 1]
-}
 
 // WithFailure returns a copy of r that decides by f when Redis cannot (the
 // default is FailDeny). For FailLocal it builds the local fallback: a table
@@ -57,15 +52,6 @@ func (r *Rule) WithFailure(f Failure) (*Rule, error) {
 	}
 	c.local = atomicbucket.NewTable[string](rule, atomicbucket.TableOptions{MaxKeys: 1 << 20})
 	return &c, nil
-}
-
-// Result is a shared check's outcome: the decision, and whether Redis made
-// it (Degraded is set when the rule's failure setting did, with the error
-// that made it, or ErrCircuitOpen while the breaker keeps Redis out).
-type Result struct {
-	atomicbucket.Decision
-	Degraded bool
-	Err      error
 }
 
 // ErrCircuitOpen is the Result.Err of a check the breaker answered without
@@ -136,36 +122,67 @@ func (b *breaker) failure(now int64, probe bool) {
 // deadline, if sooner); when Redis cannot answer, the rule's failure setting
 // decides, and the Result says so.
 func (s *Store) Check(ctx context.Context, r *Rule, key string, cost int64) Result {
+	res, _ := s.CheckTier(ctx, []Step{{r, key, cost}})
+	return res
+}
+
+// CheckTier is AllowTier that never fails: when Redis cannot decide, the
+// steps' failure settings do, in order and all or nothing (a step that denies
+// gives back what the local shares of the steps before it took).
+func (s *Store) CheckTier(ctx context.Context, steps []Step) (Result, int) {
 	now := int64(atomicbucket.Now())
 	ok, probe := s.breaker.allow(now)
 	if !ok {
 		s.degraded.Add(1)
-		return Result{Decision: r.fallback(key, cost), Degraded: true, Err: ErrCircuitOpen}
+		d, i := fallbackTier(steps)
+		return Result{Decision: d, Degraded: true, Err: ErrCircuitOpen}, i
 	}
 	s.redisCalls.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
-	d, err := s.AllowN(cctx, r, key, cost)
+	d, i, err := s.AllowTier(cctx, steps)
 	cancel()
 	if err != nil {
 		s.breaker.failure(int64(atomicbucket.Now()), probe)
 		s.degraded.Add(1)
-		return Result{Decision: r.fallback(key, cost), Degraded: true, Err: err}
+		d, i := fallbackTier(steps)
+		return Result{Decision: d, Degraded: true, Err: err}, i
 	}
 	s.breaker.success(probe)
-	return Result{Decision: d}
+	return Result{Decision: d}, i
 }
 
-// fallback decides by the rule's failure setting.
-func (r *Rule) fallback(key string, cost int64) atomicbucket.Decision {
+// fallbackTier decides steps by their rules' failure settings, as
+// atomicbucket.TierAt composes them.
+func fallbackTier(steps []Step) (atomicbucket.Decision, int) {
+	now := atomicbucket.Now()
+	ts := make([]atomicbucket.TierStep, len(steps))
+	for i, st := range steps {
+		ts[i] = fallbackStep{st}
+	}
+	d, i, _ := atomicbucket.TierAt(now, ts...)
+	return d, i
+}
+
+// fallbackStep is one step decided by its rule's failure setting.
+type fallbackStep struct{ st Step }
+
+func (f fallbackStep) AllowNAt(now atomicbucket.Time) atomicbucket.Decision {
+	r := f.st.Rule
 	switch r.failure.Mode {
 	case FailAllow:
-		return atomicbucket.Decision{Allowed: true}
+		return atomicbucket.Decision{Allowed: true, Remaining: r.limit.Burst}
 	case FailLocal:
 		if r.local != nil {
-			return r.local.AllowN(key, cost)
+			return r.local.AllowNAt(f.st.Key, now, f.st.Cost)
 		}
 	}
 	return atomicbucket.Decision{RetryAfter: time.Second} // FailDeny: try again once Redis may be back
+}
+
+func (f fallbackStep) RefundAt(now atomicbucket.Time) {
+	if r := f.st.Rule; r.failure.Mode == FailLocal && r.local != nil {
+		r.local.RefundAt(f.st.Key, now, f.st.Cost)
+	}
 }
 
 // Stats counts what the store's checks did.
