@@ -449,7 +449,9 @@ func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
 	case "fixed":
 		body = append(body, jen.Id("cost").Op(":=").Add(jen.Int64().Call(lit(r.CostFixed))))
 	}
-	body = append(body, jen.Id("now").Op(":=").Id("m").Dot("now").Call())
+	if r.Rule < 0 || !m.Rules[r.Rule].Shared { // a shared rule is decided on the store's clock
+		body = append(body, jen.Id("now").Op(":=").Id("m").Dot("now").Call())
+	}
 	res := []jen.Code{}
 	if r.Rule >= 0 {
 		rule := m.Rules[r.Rule]
@@ -457,13 +459,20 @@ func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
 			body = append(body, jen.Id("cost").Op(":=").Id("httpCosts").Index(jen.Id(rule.RuleConst())).Index(planIdx))
 		}
 		var args []jen.Code
+		if rule.Shared {
+			args = append(args, jen.Id("r").Dot("Context").Call())
+		}
 		if rule.Planned {
 			args = append(args, jen.Id("plan"))
 		}
 		args = append(args, keyArgs...)
-		args = append(args, jen.Id("now"), jen.Id("cost"))
+		decision := jen.Id("m").Dot("limits").Dot(rule.GoName).Dot("AllowNAt").Call(append(args, jen.Id("now"), jen.Id("cost"))...)
+		if rule.Shared {
+			// The store decides, or the rule's on_failure setting when it cannot.
+			decision = jen.Id("m").Dot("limits").Dot(rule.GoName).Dot("Check").Call(append(args, jen.Id("cost"))...).Dot("Decision")
+		}
 		res = append(res,
-			field("Decision", jen.Id("m").Dot("limits").Dot(rule.GoName).Dot("AllowNAt").Call(args...)),
+			field("Decision", decision),
 			field("Policy", jen.Id("httpPolicies").Index(jen.Id(rule.RuleConst())).Index(planIdx)),
 			field("Policies", jen.Id("httpRoutes").Index(jen.Lit(i)).Index(planIdx)),
 			field("Cost", jen.Id("cost")),

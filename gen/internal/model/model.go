@@ -20,6 +20,7 @@ type Model struct {
 	Rules     []Rule
 	Tiers     []Tier
 	HTTP      *HTTP  // the http: section; nil when there is none
+	Shared    int    // the number of shared limits (a shared rule's, one per plan when planned)
 	Doc       string // the package's doc comment
 	LimitsDoc string // the Limits type's doc comment
 }
@@ -38,6 +39,10 @@ type Rule struct {
 	Cost     int64   // default cost of Allow
 	MaxKeys  int64   // 0: no cap
 	AllowCap bool    // at the cap: allow untracked (else deny)
+	Shared   bool    // enforced by the store given to New (package shared), across instances
+	Failure  string  // shared: the shared.FailureMode constant deciding when the store cannot
+	Share    float64 // shared, FailLocal: the local share of the rate and burst
+	SharedAt int     // shared: the index of its first limit in the package's sharedRules
 	Doc      string  // the package-level variable's doc comment: the rule in plain words
 	TypeDoc  string  // the limiter type's doc comment
 	FieldDoc string  // the Limits field's line comment
@@ -121,6 +126,7 @@ var ReservedIdents = []string{
 	"Plan", "ParsePlan", "ErrUnknownPlan", "TierDecision", "New", "Option", "WithStart", "Limits", "Default",
 	"RuleName", "Stats", "numPlans", "planNames", "ruleNames", "options",
 	"Middleware", "NewMiddleware", "Hooks", "ServeMux", "NewServeMux", "httpPolicies", "httpCosts", "httpRoutes", "httpPatterns",
+	"WithStore", "sharedRules", "sharedState",
 }
 
 // Folded reports whether the rule's checks get its fixed-point units as

@@ -122,6 +122,14 @@ func (p *parser) validate(doc *policyDoc) *model.Model {
 			m.Tiers = append(m.Tiers, t)
 		}
 	}
+	shared := 0
+	for i := range m.Rules {
+		if m.Rules[i].Shared {
+			m.Rules[i].SharedAt = shared
+			shared += len(m.Rules[i].Limits)
+		}
+	}
+	m.Shared = shared
 	if doc.http != nil && len(p.diags) == 0 {
 		m.HTTP = p.httpSection(doc.http, m)
 	}
@@ -259,6 +267,41 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 		default:
 			r.AllowCap = n.Value == "allow"
 		}
+	}
+
+	if n := rd.fields["shared"]; n != nil {
+		switch n.Value {
+		case "true":
+			r.Shared = true
+		case "false":
+		default:
+			bad(n, "shared %q: true (enforced by the store given to New, across instances) or false", n.Value)
+		}
+	}
+	r.Failure = "FailDeny"
+	if n := rd.fields["on_failure"]; n != nil {
+		modes := map[string]string{"deny": "FailDeny", "allow": "FailAllow", "local": "FailLocal"}
+		switch m, ok := modes[n.Value]; {
+		case !r.Shared:
+			bad(n, "on_failure applies only to a shared rule (shared: true)")
+		case !ok:
+			bad(n, "on_failure %q: deny (refuse while the store cannot decide), allow, or local (a share of the limit in each instance)", n.Value)
+		default:
+			r.Failure = m
+		}
+	}
+	if n := rd.fields["local_share"]; n != nil {
+		v, err := strconv.ParseFloat(n.Value, 64)
+		switch {
+		case r.Failure != "FailLocal":
+			bad(n, "local_share applies only with on_failure: local")
+		case err != nil || !(v > 0 && v <= 1):
+			bad(n, "local_share %q: the share of the rate and burst each instance takes alone, in (0, 1], such as 0.25 for four instances", n.Value)
+		default:
+			r.Share = v
+		}
+	} else if r.Failure == "FailLocal" {
+		bad(rd.fields["on_failure"], "on_failure: local needs local_share: the share of the rate and burst each instance takes alone, such as 0.25 for four instances")
 	}
 
 	switch {
@@ -543,6 +586,12 @@ func (p *parser) tier(td *tierDoc, m *model.Model) (model.Tier, bool) {
 			p.errorf(list, "tier %q: no rules; list at least one", t.Name)
 		}
 		return t, false
+	}
+	for k, ri := range t.Rules {
+		if m.Rules[ri].Shared {
+			p.errorf(items[k], "tier %q: rule %q is shared; tiers of shared rules are not supported yet: check it on its own", t.Name, m.Rules[ri].Name)
+			return t, false
+		}
 	}
 	t.Doc = tierDoc_(t, m)
 	return t, true
