@@ -17,11 +17,12 @@ FUZZ_TARGETS := FuzzDifferential FuzzRule
 
 .PHONY: test check unit redis schema examples getting-started fuzz-smoke fuzz bench bench-smoke generate
 
-## generate: regenerate generated/ from policy.yaml, and the benchmarks' HTTP
-## limits from bench/httppolicy.yaml.
+## generate: regenerate generated/ from policy.yaml, the benchmarks' HTTP
+## limits from bench/httppolicy.yaml, and the Redis store's test package.
 generate:
 	$(GO) generate ./...
 	$(GO) run ./gen -policy bench/httppolicy.yaml -out bench/httplimits
+	$(GO) run ./gen -policy redisstore/testdata/policy.yaml -out redisstore/internal/sharedlimits
 
 ## test: everything CI checks — formatting, vet, tidy modules, all tests with -race
 ## (including the committed fuzz corpora), a short run of each fuzz target, and
@@ -31,6 +32,7 @@ test: check unit redis schema examples getting-started fuzz-smoke bench-smoke
 check:
 	$(GO) run ./gen -check
 	$(GO) run ./gen -policy bench/httppolicy.yaml -out bench/httplimits -check
+	$(GO) run ./gen -policy redisstore/testdata/policy.yaml -out redisstore/internal/sharedlimits -check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
