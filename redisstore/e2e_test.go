@@ -118,3 +118,36 @@ func TestGeneratedMiddlewareShared(t *testing.T) {
 		t.Errorf("24 requests over two instances: %v, want 20 admitted and 4 refused", codes)
 	}
 }
+
+// A tier of shared rules across two instances: per-user and global buckets on
+// Redis, all or nothing; the global burst of 50 holds over both instances and
+// every user, and a denial names the rule that denied.
+func TestGeneratedSharedTier(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	inst := []*sharedlimits.Limits{instance(t, srv.Addr), instance(t, srv.Addr)}
+	admitted := map[string]int{}
+	var lastDenied sharedlimits.RuleName
+	n := 0
+	for _, u := range []string{"bob", "carol", "dave"} {
+		for range 20 {
+			res := inst[n%2].CheckRequest(ctx, sharedlimits.PlanFree, u)
+			n++
+			if res.Degraded {
+				t.Fatalf("degraded: %v", res.Err)
+			}
+			if res.Allowed {
+				admitted[u]++
+			} else {
+				lastDenied = res.DeniedBy
+			}
+		}
+	}
+	if admitted["bob"] != 20 || admitted["carol"] != 20 || admitted["dave"] != 10 || lastDenied != sharedlimits.RuleGlobal {
+		t.Errorf("admitted %v, last denied by %v; want 20, 20 and 10 (the global burst of 50), denied by Global", admitted, lastDenied)
+	}
+	// dave's per-user bucket gave back what the denied requests took: 10 spent, 10 left.
+	if res := inst[1].PerUser.Check(ctx, sharedlimits.PlanFree, "dave", 10); !res.Allowed || res.Remaining != 0 {
+		t.Errorf("dave's per-user bucket after the global rule denied: %+v", res)
+	}
+}

@@ -98,6 +98,12 @@ func file(m *model.Model) *jen.File {
 	if len(m.Tiers) > 0 {
 		f.Add(emitTierDecision())
 		for _, t := range m.Tiers {
+			if t.Shared {
+				f.Add(emitTierResult())
+				break
+			}
+		}
+		for _, t := range m.Tiers {
 			f.Add(emitTier(m, t))
 		}
 	}
@@ -682,7 +688,90 @@ func emitTier(m *model.Model, t model.Tier) jen.Code {
 	}
 	body = append(body, jen.Return(jen.Id("TierDecision").Values(field("Decision", jen.Id("most")), field("Rule", jen.Id("rule")))))
 	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(t.CoreName()).Params(append(decl("now", "cost"), jen.Id("defaults").Bool())...).Id("TierDecision").Block(body...).Line()
+	if t.Shared {
+		g.Add(emitSharedTier(m, t, planned, names, decl, use, callArgs, defaults))
+	}
 	return g
+}
+
+// emitSharedTier is a tier of shared rules' Check forms: one store call, all
+// or nothing, or the local tier without a store.
+func emitSharedTier(m *model.Model, t model.Tier, planned bool, names []string, decl func(...string) []jen.Code,
+	use func(...jen.Code) []jen.Code, callArgs func(model.Rule) []jen.Code, defaults []jen.Code) jen.Code {
+	g := jen.Line()
+	ctxParam := jen.Id("ctx").Qual("context", "Context")
+	g.Add(comment(fmt.Sprintf("%s checks a request against %s on the store given to New, all or nothing, in one call "+
+		"where the store can (on a Redis Cluster, when the keys share a slot), so that the tier holds across every "+
+		"instance; without a store (SharedErr says why) it is %s, in this process only. It never fails: when the "+
+		"store cannot decide, the rules' on_failure settings do, and the result says so.", t.CheckName(), t.GoName, t.GoName)))
+	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(t.CheckName()).Params(append([]jen.Code{ctxParam}, decl()...)...).Id("TierResult").Block(
+		jen.Return(jen.Id("l").Dot(t.CheckCoreName()).Call(append([]jen.Code{jen.Id("ctx")}, use(jen.Lit(0), jen.True())...)...))).Line().Line()
+	g.Add(comment(fmt.Sprintf("%s is %s with a cost every rule is charged instead of its default.", t.CheckNName(), t.CheckName())))
+	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(t.CheckNName()).Params(append([]jen.Code{ctxParam}, decl("cost")...)...).Id("TierResult").Block(
+		jen.Return(jen.Id("l").Dot(t.CheckCoreName()).Call(append([]jen.Code{jen.Id("ctx")}, use(jen.Id("cost"), jen.False())...)...))).Line().Line()
+
+	var body []jen.Code
+	body = append(body, jen.If(jen.Id("l").Dot("shared").Dot("bound").Op("==").Nil()).Block(
+		jen.Return(jen.Id("TierResult").Values(jen.Dict{jen.Id("TierDecision"): jen.Id("l").Dot(t.CoreName()).Call(use(rt("Now").Call(), jen.Id("cost"), jen.Id("defaults"))...)}))))
+	if planned {
+		first := m.Rules[t.Rules[0]]
+		body = append(body, jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(jen.Id("TierResult").Values(jen.Dict{
+			jen.Id("TierDecision"): jen.Id("TierDecision").Add(fields(
+				field("Decision", rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})),
+				field("Rule", jen.Id(first.RuleConst())), field("DeniedBy", jen.Id(first.RuleConst())))),
+		}))))
+	}
+	var cs, costs, steps, ruleNames []jen.Code
+	for i, ri := range t.Rules {
+		r := m.Rules[ri]
+		cs = append(cs, jen.Id(fmt.Sprintf("c%d", i)))
+		costs = append(costs, jen.Id("cost"))
+		var idx jen.Code = jen.Lit(r.SharedAt)
+		if r.Planned {
+			idx = jen.Lit(r.SharedAt).Op("+").Int().Call(jen.Id("plan"))
+		}
+		steps = append(steps, jen.Values(jen.Dict{jen.Id("Rule"): idx, jen.Id("Key"): sharedKey(r, jen.Id(r.Unexported()+"Key")), jen.Id("Cost"): jen.Id(fmt.Sprintf("c%d", i))}))
+		ruleNames = append(ruleNames, jen.Id(r.RuleConst()))
+	}
+	body = append(body,
+		jen.List(cs...).Op(":=").List(costs...),
+		jen.If(jen.Id("defaults")).Block(jen.List(cs...).Op("=").List(defaults...)),
+		jen.List(jen.Id("res"), jen.Id("i")).Op(":=").Id("l").Dot("shared").Dot("bound").Dot("Check").Call(jen.Id("ctx"), jen.Index().Qual(sharedPath, "Step").Values(steps...)),
+		jen.Id("rules").Op(":=").Index(jen.Lit(len(t.Rules))).Id("RuleName").Values(ruleNames...),
+		jen.If(jen.Id("i").Op("<").Lit(0).Op("||").Id("i").Op(">=").Len(jen.Id("rules"))).Block(jen.Id("i").Op("=").Lit(0)),
+		jen.Id("td").Op(":=").Id("TierDecision").Values(jen.Dict{jen.Id("Decision"): jen.Id("res").Dot("Decision"), jen.Id("Rule"): jen.Id("rules").Index(jen.Id("i"))}),
+		jen.If(jen.Op("!").Id("res").Dot("Allowed")).Block(jen.Id("td").Dot("DeniedBy").Op("=").Id("rules").Index(jen.Id("i"))),
+		jen.Return(jen.Id("TierResult").Values(jen.Dict{jen.Id("TierDecision"): jen.Id("td"), jen.Id("Degraded"): jen.Id("res").Dot("Degraded"), jen.Id("Err"): jen.Id("res").Dot("Err")})),
+	)
+	_ = names
+	_ = callArgs
+	g.Add(comment(fmt.Sprintf("%s is %s's store call, with each rule charged cost, or its own default cost when defaults is set.", t.CheckCoreName(), t.CheckName())))
+	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(t.CheckCoreName()).Params(append(append([]jen.Code{ctxParam}, decl("cost")...), jen.Id("defaults").Bool())...).Id("TierResult").Block(body...).Line()
+	return g
+}
+
+// sharedKey is a rule's key as a store takes it: a string, integers in decimal.
+func sharedKey(r model.Rule, key jen.Code) jen.Code {
+	switch {
+	case r.KeyType == "":
+		return jen.Lit("")
+	case r.KeyType == "string":
+		return key
+	case strings.HasPrefix(r.KeyType, "uint"):
+		return jen.Qual("strconv", "FormatUint").Call(jen.Uint64().Call(key), jen.Lit(10))
+	}
+	return jen.Qual("strconv", "FormatInt").Call(jen.Int64().Call(key), jen.Lit(10))
+}
+
+func emitTierResult() jen.Code {
+	return jen.Line().
+		Comment("TierResult is the outcome of a tier of shared rules: its TierDecision, and whether the store").Line().
+		Comment("made it (Degraded is set when the rules' on_failure settings decided instead, with the error).").Line().
+		Type().Id("TierResult").Struct(
+		jen.Id("TierDecision"),
+		jen.Id("Degraded").Bool(),
+		jen.Id("Err").Error(),
+	).Line()
 }
 
 // Render prints the model as gofmt'd Go source. jennifer writes it unformatted

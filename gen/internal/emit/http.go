@@ -449,7 +449,8 @@ func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
 	case "fixed":
 		body = append(body, jen.Id("cost").Op(":=").Add(jen.Int64().Call(lit(r.CostFixed))))
 	}
-	if r.Rule < 0 || !m.Rules[r.Rule].Shared { // a shared rule is decided on the store's clock
+	sharedRoute := r.Rule >= 0 && m.Rules[r.Rule].Shared || r.Tier >= 0 && m.Tiers[r.Tier].Shared
+	if !sharedRoute { // a shared rule or tier is decided on the store's clock
 		body = append(body, jen.Id("now").Op(":=").Id("m").Dot("now").Call())
 	}
 	res := []jen.Code{}
@@ -486,12 +487,23 @@ func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
 			args = append(args, jen.Id("plan"))
 		}
 		args = append(args, keyArgs...)
-		if r.CostKind == "" {
-			args = append(args, jen.Id("now"), jen.Lit(0), jen.True())
+		core := jen.Id("m").Dot("limits").Dot(t.CoreName())
+		if t.Shared {
+			core = jen.Id("m").Dot("limits").Dot(t.CheckCoreName())
+			args = append([]jen.Code{jen.Id("r").Dot("Context").Call()}, args...)
 		} else {
-			args = append(args, jen.Id("now"), jen.Id("cost"), jen.False())
+			args = append(args, jen.Id("now"))
 		}
-		body = append(body, jen.Id("td").Op(":=").Id("m").Dot("limits").Dot(t.CoreName()).Call(args...))
+		if r.CostKind == "" {
+			args = append(args, jen.Lit(0), jen.True())
+		} else {
+			args = append(args, jen.Id("cost"), jen.False())
+		}
+		call := core.Call(args...)
+		if t.Shared {
+			call = call.Dot("TierDecision")
+		}
+		body = append(body, jen.Id("td").Op(":=").Add(call))
 		if r.CostKind == "" {
 			body = append(body, jen.Id("cost").Op(":=").Id("httpCosts").Index(jen.Id("td").Dot("Rule")).Index(planIdx))
 		}

@@ -72,6 +72,7 @@ type Tier struct {
 	Name   string
 	GoName string
 	Rules  []int // indices into model.rules, in order
+	Shared bool  // every rule is shared: the tier has Check forms, one store call
 	Doc    string
 }
 
@@ -113,12 +114,22 @@ func (r Rule) Idents() [][2]string {
 func (t Tier) AtName() string { return t.GoName + "At" }
 
 // Idents are the package-level identifiers the tier declares; all but the core
-// are also methods of Limits.
+// are also methods of Limits (the Check forms of a shared tier only are).
 func (t Tier) Idents() [][2]string {
-	return [][2]string{{t.GoName, "its function"}, {t.AtName(), "its function with a time"},
+	ids := [][2]string{{t.GoName, "its function"}, {t.AtName(), "its function with a time"},
 		{t.NName(), "its function with a cost"}, {t.NAtName(), "its function with a cost and a time"},
 		{t.CoreName(), "its implementation"}}
+	if t.Shared {
+		ids = append(ids, [2]string{t.CheckName(), "its store check"}, [2]string{t.CheckNName(), "its store check with a cost"},
+			[2]string{t.CheckCoreName(), "its store check's implementation"})
+	}
+	return ids
 }
+
+// The Check forms of a tier of shared rules.
+func (t Tier) CheckName() string     { return "Check" + t.GoName }
+func (t Tier) CheckNName() string    { return "Check" + t.GoName + "N" }
+func (t Tier) CheckCoreName() string { return "checkShared" + t.GoName }
 
 // ReservedIdents are declared by every generated package (or will be, as the
 // generated API grows), whatever the policy: no rule, tier or plan may take them.
@@ -126,7 +137,7 @@ var ReservedIdents = []string{
 	"Plan", "ParsePlan", "ErrUnknownPlan", "TierDecision", "New", "Option", "WithStart", "Limits", "Default",
 	"RuleName", "Stats", "numPlans", "planNames", "ruleNames", "options",
 	"Middleware", "NewMiddleware", "Hooks", "ServeMux", "NewServeMux", "httpPolicies", "httpCosts", "httpRoutes", "httpPatterns",
-	"WithStore", "sharedRules", "sharedState",
+	"WithStore", "sharedRules", "sharedState", "newSharedState", "TierResult", "SharedErr",
 }
 
 // Folded reports whether the rule's checks get its fixed-point units as

@@ -587,9 +587,15 @@ func (p *parser) tier(td *tierDoc, m *model.Model) (model.Tier, bool) {
 		}
 		return t, false
 	}
+	t.Shared = m.Rules[t.Rules[0]].Shared
 	for k, ri := range t.Rules {
-		if m.Rules[ri].Shared {
-			p.errorf(items[k], "tier %q: rule %q is shared; tiers of shared rules are not supported yet: check it on its own", t.Name, m.Rules[ri].Name)
+		if m.Rules[ri].Shared != t.Shared {
+			sharedName, localName := m.Rules[t.Rules[0]].Name, m.Rules[ri].Name
+			if !t.Shared {
+				sharedName, localName = localName, sharedName
+			}
+			p.errorf(items[k], "tier %q mixes shared and local rules (%q is shared, %q is local); a tier is all shared (one store call) or all local",
+				t.Name, sharedName, localName)
 			return t, false
 		}
 	}

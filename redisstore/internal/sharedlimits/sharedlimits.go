@@ -72,10 +72,12 @@ const (
 	RuleExports
 	// RulePerInstance names the rule PerInstance.
 	RulePerInstance
+	// RuleGlobal names the rule Global.
+	RuleGlobal
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance"}
+var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -92,6 +94,7 @@ type Limits struct {
 	PerUser     *PerUserLimiter     // see the package-level PerUser
 	Exports     *ExportsLimiter     // see the package-level Exports
 	PerInstance *PerInstanceLimiter // see the package-level PerInstance
+	Global      *GlobalLimiter      // see the package-level Global
 	shared      *sharedState        // the store the shared rules are checked on, if any
 }
 
@@ -129,20 +132,25 @@ func New(opts ...Option) *Limits {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	if !o.startSet {
+		o.start = atomicbucket.Now()
+	}
 	l := &Limits{
 		PerUser:     newPerUserLimiter(),
 		Exports:     newExportsLimiter(),
 		PerInstance: newPerInstanceLimiter(),
+		Global:      newGlobalLimiter(o.start),
 		shared:      newSharedState(o.store),
 	}
 	l.PerUser.sh = l.shared
 	l.Exports.sh = l.shared
+	l.Global.sh = l.shared
 	return l
 }
 
 // sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),
 // in the order their checks name them.
-var sharedRules = [3]shared.Rule{{
+var sharedRules = [4]shared.Rule{{
 	Name: "PerUser:free",
 	Limit: atomicbucket.Limit{
 		Tokens: 1,
@@ -176,6 +184,17 @@ var sharedRules = [3]shared.Rule{{
 	},
 	Failure: shared.Failure{
 		Mode: shared.FailDeny,
+	},
+}, {
+	Name: "Global",
+	Limit: atomicbucket.Limit{
+		Tokens: 1,
+		Period: time.Minute,
+		Burst:  50,
+		Refill: atomicbucket.Greedy,
+	},
+	Failure: shared.Failure{
+		Mode: shared.FailAllow,
 	},
 }}
 
@@ -220,6 +239,9 @@ var (
 
 	// PerInstance allows 1 request per minute per key, in bursts of up to 5.
 	PerInstance = Default.PerInstance
+
+	// Global allows 1 request per minute in total, in bursts of up to 50.
+	Global = Default.Global
 )
 
 // newPerUserLimiter returns PerUser's (empty) tables.
@@ -626,6 +648,262 @@ func (l *PerInstanceLimiter) RunSweeper(ctx context.Context, interval time.Durat
 	})
 }
 
+// newGlobalLimiter returns Global's bucket, created at now.
+func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
+	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+		Tokens: 1,
+		Period: time.Minute,
+		Burst:  50,
+		Refill: atomicbucket.Greedy,
+	}), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now)}
+}
+
+// Global's fixed-point units, computed when generating and checked against the runtime when the
+// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (globalUnitsPerNs), one token is worth globalUnitsPerToken units (GCRA's emission interval), and
+// a bucket may run globalBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+const (
+	globalUnitsPerNs    = 1
+	globalUnitsPerToken = 60000000000
+	globalBurstUnits    = 3000000000000
+)
+
+// GlobalLimiter is the type of Global. Its methods are safe for concurrent use.
+type GlobalLimiter struct {
+	s  *atomicbucket.Bucket
+	sh *sharedState
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *GlobalLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
+}
+
+// Allow reports whether a request is allowed now, taking its tokens if so.
+func (l *GlobalLimiter) Allow() bool {
+	return l.s.AllowGreedyAt(atomicbucket.Now(), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits)
+}
+
+// AllowN checks a request of the given cost now, taking its tokens if allowed.
+func (l *GlobalLimiter) AllowN(cost int64) atomicbucket.Decision {
+	return l.s.AllowN(cost)
+}
+
+// AllowAt is Allow at time now.
+func (l *GlobalLimiter) AllowAt(now atomicbucket.Time) bool {
+	return l.s.AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits)
+}
+
+// AllowNAt is AllowN at time now.
+func (l *GlobalLimiter) AllowNAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.AllowNAt(now, cost)
+}
+
+// Peek is what AllowN would decide now, taking nothing.
+func (l *GlobalLimiter) Peek(cost int64) atomicbucket.Decision {
+	return l.s.Peek(cost)
+}
+
+// PeekAt is Peek at time now.
+func (l *GlobalLimiter) PeekAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.PeekAt(now, cost)
+}
+
+// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
+func (l *GlobalLimiter) Reserve(cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.Reserve(cost, maxWait)
+}
+
+// ReserveAt is Reserve at time now.
+func (l *GlobalLimiter) ReserveAt(now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.ReserveAt(now, cost, maxWait)
+}
+
+// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
+func (l *GlobalLimiter) Wait(ctx context.Context, cost int64) error {
+	return l.s.Wait(ctx, cost)
+}
+
+// Refund gives cost tokens back now, never beyond the burst.
+func (l *GlobalLimiter) Refund(cost int64) {
+	l.s.Refund(cost)
+}
+
+// RefundAt is Refund at time now.
+func (l *GlobalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
+	l.s.RefundAt(now, cost)
+}
+
+// Check decides a request of cost on the store given to New, so that Global holds across every
+// instance that shares it; without one (SharedErr says why) it is AllowN, in this process only. It
+// never fails: when the store cannot decide, the rule's on_failure setting (allow) does, and the
+// Result says so. The other methods decide in this process only.
+func (l *GlobalLimiter) Check(ctx context.Context, cost int64) shared.Result {
+	if l.sh.bound == nil {
+		return shared.Result{Decision: l.AllowN(cost)}
+	}
+	res, _ := l.sh.bound.Check(ctx, []shared.Step{{
+		Cost: cost,
+		Key:  "",
+		Rule: 3,
+	}})
+	return res
+}
+
+// TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
+// rule allowed, of the most constraining one (the fewest tokens remaining; the first on a tie).
+type TierDecision struct {
+	atomicbucket.Decision
+	Rule     RuleName // the rule whose decision this is
+	DeniedBy RuleName // the rule that denied; zero when allowed
+}
+
+// TierResult is the outcome of a tier of shared rules: its TierDecision, and whether the store
+// made it (Degraded is set when the rules' on_failure settings decided instead, with the error).
+type TierResult struct {
+	TierDecision
+	Degraded bool
+	Err      error
+}
+
+// Request checks a request against PerUser, Global, in that order, and allows it only if every rule
+// does: when a rule denies, the tokens the earlier rules took are given back. It uses Default.
+func Request(plan Plan, perUserKey string) TierDecision {
+	return Default.Request(plan, perUserKey)
+}
+
+// Request checks a request against PerUser, Global, in that order, and allows it only if every rule
+// does: when a rule denies, the tokens the earlier rules took are given back.
+func (l *Limits) Request(plan Plan, perUserKey string) TierDecision {
+	return l.checkRequest(plan, perUserKey, atomicbucket.Now(), 0, true)
+}
+
+// RequestN is Request with a cost every rule is charged instead of its default. It uses Default.
+func RequestN(plan Plan, perUserKey string, cost int64) TierDecision {
+	return Default.RequestN(plan, perUserKey, cost)
+}
+
+// RequestN is Request with a cost every rule is charged instead of its default.
+func (l *Limits) RequestN(plan Plan, perUserKey string, cost int64) TierDecision {
+	return l.checkRequest(plan, perUserKey, atomicbucket.Now(), cost, false)
+}
+
+// RequestAt is Request at time now. It uses Default.
+func RequestAt(plan Plan, perUserKey string, now atomicbucket.Time) TierDecision {
+	return Default.RequestAt(plan, perUserKey, now)
+}
+
+// RequestAt is Request at time now.
+func (l *Limits) RequestAt(plan Plan, perUserKey string, now atomicbucket.Time) TierDecision {
+	return l.checkRequest(plan, perUserKey, now, 0, true)
+}
+
+// RequestNAt is RequestN at time now. It uses Default.
+func RequestNAt(plan Plan, perUserKey string, now atomicbucket.Time, cost int64) TierDecision {
+	return Default.RequestNAt(plan, perUserKey, now, cost)
+}
+
+// RequestNAt is RequestN at time now.
+func (l *Limits) RequestNAt(plan Plan, perUserKey string, now atomicbucket.Time, cost int64) TierDecision {
+	return l.checkRequest(plan, perUserKey, now, cost, false)
+}
+
+// checkRequest is Request with each rule charged cost, or its own default cost when defaults is
+// set. It is atomicbucket.TierAt unrolled, with typed calls: keep the two in step.
+func (l *Limits) checkRequest(plan Plan, perUserKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
+	if plan >= numPlans {
+		return TierDecision{
+			Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never},
+			Rule:     RulePerUser,
+			DeniedBy: RulePerUser,
+		}
+	}
+	c0, c1 := cost, cost
+	if defaults {
+		c0, c1 = 1, 1
+	}
+	d0 := l.PerUser.AllowNAt(plan, perUserKey, now, c0)
+	if !d0.Allowed {
+		return TierDecision{
+			Decision: d0,
+			Rule:     RulePerUser,
+			DeniedBy: RulePerUser,
+		}
+	}
+	d1 := l.Global.AllowNAt(now, c1)
+	if !d1.Allowed {
+		l.PerUser.RefundAt(plan, perUserKey, now, c0)
+		return TierDecision{
+			Decision: d1,
+			Rule:     RuleGlobal,
+			DeniedBy: RuleGlobal,
+		}
+	}
+	most, rule := d0, RulePerUser
+	if d1.Remaining < most.Remaining {
+		most, rule = d1, RuleGlobal
+	}
+	return TierDecision{Decision: most, Rule: rule}
+}
+
+// CheckRequest checks a request against Request on the store given to New, all or nothing, in one
+// call where the store can (on a Redis Cluster, when the keys share a slot), so that the tier holds
+// across every instance; without a store (SharedErr says why) it is Request, in this process only.
+// It never fails: when the store cannot decide, the rules' on_failure settings do, and the result
+// says so.
+func (l *Limits) CheckRequest(ctx context.Context, plan Plan, perUserKey string) TierResult {
+	return l.checkSharedRequest(ctx, plan, perUserKey, 0, true)
+}
+
+// CheckRequestN is CheckRequest with a cost every rule is charged instead of its default.
+func (l *Limits) CheckRequestN(ctx context.Context, plan Plan, perUserKey string, cost int64) TierResult {
+	return l.checkSharedRequest(ctx, plan, perUserKey, cost, false)
+}
+
+// checkSharedRequest is CheckRequest's store call, with each rule charged cost, or its own default
+// cost when defaults is set.
+func (l *Limits) checkSharedRequest(ctx context.Context, plan Plan, perUserKey string, cost int64, defaults bool) TierResult {
+	if l.shared.bound == nil {
+		return TierResult{TierDecision: l.checkRequest(plan, perUserKey, atomicbucket.Now(), cost, defaults)}
+	}
+	if plan >= numPlans {
+		return TierResult{TierDecision: TierDecision{
+			Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never},
+			Rule:     RulePerUser,
+			DeniedBy: RulePerUser,
+		}}
+	}
+	c0, c1 := cost, cost
+	if defaults {
+		c0, c1 = 1, 1
+	}
+	res, i := l.shared.bound.Check(ctx, []shared.Step{{
+		Cost: c0,
+		Key:  perUserKey,
+		Rule: 0 + int(plan),
+	}, {
+		Cost: c1,
+		Key:  "",
+		Rule: 3,
+	}})
+	rules := [2]RuleName{RulePerUser, RuleGlobal}
+	if i < 0 || i >= len(rules) {
+		i = 0
+	}
+	td := TierDecision{
+		Decision: res.Decision,
+		Rule:     rules[i],
+	}
+	if !res.Allowed {
+		td.DeniedBy = rules[i]
+	}
+	return TierResult{
+		Degraded:     res.Degraded,
+		Err:          res.Err,
+		TierDecision: td,
+	}
+}
+
 // httpPolicyPerUserPlanFree is rule PerUser on the free plan as the RateLimit fields describe it.
 var httpPolicyPerUserPlanFree = limithttp.Policy{
 	Name:   "PerUser",
@@ -694,15 +972,32 @@ var httpPolicyPerInstance = limithttp.Policy{
 	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerInstance (5 tokens): waiting cannot admit it.\"}\n",
 }
 
+// httpPolicyGlobal is rule Global as the RateLimit fields describe it.
+var httpPolicyGlobal = limithttp.Policy{
+	Name:   "Global",
+	Quota:  50,
+	Window: 3000,
+	Limit: atomicbucket.Limit{
+		Tokens: 1,
+		Period: time.Minute,
+		Burst:  50,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:      "\"Global\";q=50;w=3000",
+	Prefix:    "\"Global\";r=",
+	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Global; retry after the delay in Retry-After.\",\"violated-policies\":[\"Global\"]}\n",
+	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Global (50 tokens): waiting cannot admit it.\"}\n",
+}
+
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*limithttp.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}}
+var httpPolicies = [...][numPlans]*limithttp.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}}
+var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
-var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}}
+var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}}
 
 // Hooks are the functions of your service that the policy's http: section names: what only
 // your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
@@ -723,7 +1018,7 @@ type Hooks struct {
 // not go on. A request whose pattern is not in the policy goes on unchecked: register your
 // handlers with the policy's patterns (ServeMux does it for you).
 //
-// Routes: GET /hello; POST /export/{account}.
+// Routes: GET /hello; GET /api/; POST /export/{account}.
 type Middleware struct {
 	limits *Limits
 	hooks  Hooks
@@ -786,8 +1081,10 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request) bool {
 	switch r.Pattern {
 	case "GET /hello":
 		return m.route1(w, r)
-	case "POST /export/{account}":
+	case "GET /api/":
 		return m.route2(w, r)
+	case "POST /export/{account}":
+		return m.route3(w, r)
 	}
 	return true
 }
@@ -803,7 +1100,7 @@ type ServeMux struct {
 }
 
 // httpPatterns are the policy's route patterns, in policy order.
-var httpPatterns = [...]string{"GET /hello", "POST /export/{account}"}
+var httpPatterns = [...]string{"GET /hello", "GET /api/", "POST /export/{account}"}
 
 // NewServeMux returns an empty ServeMux behind m.
 func (m *Middleware) NewServeMux() *ServeMux {
@@ -864,9 +1161,33 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
-// route2 checks POST /export/{account} (rule Exports, enforce) and reports whether the request may
-// go on.
+// route2 checks GET /api/ (tier Request, enforce) and reports whether the request may go on.
 func (m *Middleware) route2(w http.ResponseWriter, r *http.Request) bool {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = m.hooks.UserID(r)
+	ok0 = ok0 && k0 != ""
+	if !ok0 {
+		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /api/\\\" reads it from the service's UserID.\"}\n", limithttp.Event{Route: "GET /api/", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Outcome: limithttp.MissingKey})
+	}
+	plan := m.plan(r)
+	td := m.limits.checkSharedRequest(r.Context(), plan, k0, 0, true).TierDecision
+	cost := httpCosts[td.Rule][plan]
+	res := limithttp.Result{
+		Decision: td.Decision,
+		Policy:   httpPolicies[td.Rule][plan],
+		Policies: httpRoutes[1][plan],
+		Cost:     cost,
+		Route:    "GET /api/",
+		Tier:     "Request",
+		Rule:     int(td.Rule),
+	}
+	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
+}
+
+// route3 checks POST /export/{account} (rule Exports, enforce) and reports whether the request may
+// go on.
+func (m *Middleware) route3(w http.ResponseWriter, r *http.Request) bool {
 	var k0 uint64
 	var ok0 bool
 	{
@@ -882,7 +1203,7 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request) bool {
 	res := limithttp.Result{
 		Decision: m.limits.Exports.Check(r.Context(), k0, cost).Decision,
 		Policy:   httpPolicies[RuleExports][0],
-		Policies: httpRoutes[1][0],
+		Policies: httpRoutes[2][0],
 		Cost:     cost,
 		Route:    "POST /export/{account}",
 		Rule:     int(RuleExports),
