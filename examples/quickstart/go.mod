@@ -4,15 +4,23 @@ go 1.26.0
 
 tool github.com/limitgen/limitgen/gen
 
-require github.com/limitgen/limitgen v0.0.0-00010101000000-000000000000
+require (
+	github.com/limitgen/limitgen v0.0.0-00010101000000-000000000000
+	github.com/limitgen/limitgen/redisstore v0.0.0-00010101000000-000000000000
+	github.com/redis/go-redis/v9 v9.23.0
+)
 
 require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dave/jennifer v1.7.1 // indirect
 	github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
-	go.yaml.in/yaml/v3 v3.0.4 // indirect
+	go.uber.org/atomic v1.12.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 )
 
 // Inside the limitgen repository the example builds against this checkout; a
 // real project drops this line and requires a released version.
 replace github.com/limitgen/limitgen => ../..
+
+replace github.com/limitgen/limitgen/redisstore => ../../redisstore

@@ -1,6 +1,7 @@
 // Command quickstart is a service protected by limitgen from its policy alone:
 // policy.yaml, a tool line in go.mod, a go:generate directive, and the
-// generated middleware in front of its handlers.
+// generated middleware in front of its handlers. Run several instances with
+// -redis host:port and the policy's shared rules hold across all of them.
 package main
 
 //go:generate go tool gen -policy policy.yaml -out limits
@@ -14,6 +15,8 @@ import (
 	"strings"
 
 	"example.com/quickstart/limits"
+	"github.com/limitgen/limitgen/redisstore"
+	"github.com/redis/go-redis/v9"
 )
 
 // account is what the service knows of a user.
@@ -67,8 +70,21 @@ func newServer(lims *limits.Limits) (http.Handler, error) {
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "the address to listen on")
+	redisAddr := flag.String("redis", "", "a Redis server to share the shared rules' limits with other instances (host:port)")
 	flag.Parse()
-	h, err := newServer(limits.Default)
+	lims := limits.Default
+	if *redisAddr != "" {
+		client := redis.NewClient(&redis.Options{Addr: *redisAddr, ContextTimeoutEnabled: true})
+		store, err := redisstore.New(client)
+		if err != nil {
+			log.Fatal(err)
+		}
+		lims = limits.New(limits.WithStore(store))
+	}
+	if err := lims.SharedErr(); err != nil {
+		log.Printf("warning: %v", err) // each instance then enforces the shared limits alone
+	}
+	h, err := newServer(lims)
 	if err != nil {
 		log.Fatal(err)
 	}

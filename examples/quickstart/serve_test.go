@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,46 +20,8 @@ import (
 // after a free user's burst, the 401 without a user, and login attempts keyed
 // by the client's address. It stops the process it started.
 func TestServe(t *testing.T) {
-	bin := filepath.Join(t.TempDir(), "quickstart")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	cmd := exec.Command(bin, "-addr", "127.0.0.1:0")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
-	if err != nil || !ok || !strings.HasPrefix(addr, "127.0.0.1:") {
-		t.Fatalf("the service said %q (%v), want listening on 127.0.0.1:PORT", line, err)
-	}
-	client := &http.Client{Timeout: 10 * time.Second}
-	do := func(method, path, token string) (*http.Response, string) {
-		t.Helper()
-		req, err := http.NewRequest(method, "http://"+addr+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return resp, string(body)
-	}
+	addr := startService(t, build(t))
+	do := client(t, addr)
 
 	// alice is on the free plan: 10 a minute in bursts of 10. t is worked out by
 	// hand: the later of the refill (6 s a token taken) and r paced at 10/min,
@@ -112,5 +75,137 @@ func TestServe(t *testing.T) {
 		if resp.StatusCode != want || !strings.HasPrefix(resp.Header.Get("RateLimit"), `"Login";r=`+strconv.Itoa(max(4-i, 0))+";") {
 			t.Fatalf("login %d: %d %q", i, resp.StatusCode, resp.Header.Get("RateLimit"))
 		}
+	}
+}
+
+// build builds the service into a temporary directory.
+func build(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "quickstart")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// startService starts an instance on 127.0.0.1 on a free port, with extra
+// flags, and returns its address; it is killed by its pid when the test ends.
+func startService(t *testing.T, bin string, flags ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, append([]string{"-addr", "127.0.0.1:0"}, flags...)...)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening on ")
+	if err != nil || !ok || !strings.HasPrefix(addr, "127.0.0.1:") {
+		t.Fatalf("the service said %q (%v), want listening on 127.0.0.1:PORT", line, err)
+	}
+	return addr
+}
+
+// client returns a function that sends a request to the instance at addr,
+// with a bearer token when one is given, and returns the response and body.
+func client(t *testing.T, addr string) func(method, path, token string) (*http.Response, string) {
+	c := &http.Client{Timeout: 10 * time.Second}
+	return func(method, path, token string) (*http.Response, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, "http://"+addr+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(body)
+	}
+}
+
+// TestTwoInstancesShareRedis is the README's two-instance run: a redis-server
+// on 127.0.0.1, two instances of the service with -redis, and a free user's
+// requests spread over both: together they admit her burst of 10, not 20.
+// Login attempts (a local rule) are counted by each instance alone.
+func TestTwoInstancesShareRedis(t *testing.T) {
+	redisAddr := startRedis(t)
+	bin := build(t)
+	a, b := client(t, startService(t, bin, "-redis", redisAddr)), client(t, startService(t, bin, "-redis", redisAddr))
+	codes := map[int]int{}
+	for i := range 14 {
+		do := a
+		if i%2 == 1 {
+			do = b
+		}
+		resp, _ := do("GET", "/hello", "token-alice")
+		codes[resp.StatusCode]++
+		if resp.StatusCode == 200 && resp.Header.Get("RateLimit") != `"PerUser";r=`+strconv.Itoa(9-i)+";t="+strconv.Itoa([]int{54, 48, 42, 36, 30, 36, 42, 48, 54, 6}[i]) {
+			t.Errorf("request %d: RateLimit %q: the instances do not share alice's bucket", i, resp.Header.Get("RateLimit"))
+		}
+	}
+	if codes[200] != 10 || codes[429] != 4 {
+		t.Errorf("14 requests over two instances: %v, want 10 admitted and 4 refused", codes)
+	}
+	logins := map[int]int{}
+	for i := range 12 {
+		do := a
+		if i%2 == 1 {
+			do = b
+		}
+		resp, _ := do("POST", "/login", "")
+		logins[resp.StatusCode]++
+	}
+	if logins[200] != 10 || logins[429] != 2 {
+		t.Errorf("12 logins over two instances: %v, want 5 admitted by each", logins)
+	}
+}
+
+// startRedis starts a redis-server on 127.0.0.1 on a free port, without
+// persistence, and stops it by its pid when the test ends. It fails, never
+// skips, when redis-server is missing (.ci/run installs it).
+func startRedis(t *testing.T) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		t.Fatalf("redis-server is not installed (apt-get install -y redis-server): %v", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	dir := t.TempDir()
+	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no", "--dir", dir)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	addr := "127.0.0.1:" + strconv.Itoa(port)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redis-server on %s did not start", addr)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -6,6 +6,7 @@ package limits
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/limithttp"
+	"github.com/limitgen/limitgen/shared"
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
@@ -90,6 +92,7 @@ type Limits struct {
 	PerUser *PerUserLimiter // see the package-level PerUser
 	Global  *GlobalLimiter  // see the package-level Global
 	Login   *LoginLimiter   // see the package-level Login
+	shared  *sharedState    // the store the shared rules are checked on, if any
 }
 
 // Option configures New.
@@ -99,6 +102,16 @@ type Option func(*options)
 type options struct {
 	start    atomicbucket.Time // when the global buckets are created
 	startSet bool
+	store    shared.Store // the store of the shared rules
+}
+
+// WithStore makes New check the policy's shared rules on s (a Redis store, say: module
+// github.com/limitgen/limitgen/redisstore), so that their limits hold across every instance that
+// shares the store. Without it they run in this process only; SharedErr says so.
+func WithStore(s shared.Store) Option {
+	return func(o *options) {
+		o.store = s
+	}
 }
 
 // WithStart makes New create the policy's global (unkeyed) buckets at t instead of now: their
@@ -119,11 +132,80 @@ func New(opts ...Option) *Limits {
 	if !o.startSet {
 		o.start = atomicbucket.Now()
 	}
-	return &Limits{
+	l := &Limits{
 		PerUser: newPerUserLimiter(),
 		Global:  newGlobalLimiter(o.start),
 		Login:   newLoginLimiter(),
+		shared:  newSharedState(o.store),
 	}
+	l.PerUser.sh = l.shared
+	l.Global.sh = l.shared
+	return l
+}
+
+// sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),
+// in the order their checks name them.
+var sharedRules = [3]shared.Rule{{
+	Name: "PerUser:free",
+	Limit: atomicbucket.Limit{
+		Tokens: 10,
+		Period: time.Minute,
+		Burst:  10,
+		Refill: atomicbucket.Greedy,
+	},
+	Failure: shared.Failure{
+		Mode:  shared.FailLocal,
+		Share: 0.5,
+	},
+}, {
+	Name: "PerUser:pro",
+	Limit: atomicbucket.Limit{
+		Tokens: 100,
+		Period: time.Minute,
+		Burst:  100,
+		Refill: atomicbucket.Greedy,
+	},
+	Failure: shared.Failure{
+		Mode:  shared.FailLocal,
+		Share: 0.5,
+	},
+}, {
+	Name: "Global",
+	Limit: atomicbucket.Limit{
+		Tokens: 1000,
+		Period: time.Second,
+		Burst:  2000,
+		Refill: atomicbucket.Greedy,
+	},
+	Failure: shared.Failure{
+		Mode: shared.FailAllow,
+	},
+}}
+
+// sharedState is where a Limits' shared rules are checked: on bound, or in this process when bound
+// is nil, for the reason err gives.
+type sharedState struct {
+	bound shared.Bound
+	err   error
+}
+
+// newSharedState binds the shared rules to store, if one was given.
+func newSharedState(store shared.Store) *sharedState {
+	if store == nil {
+		return &sharedState{err: errors.New("limits: no store given to New (WithStore): the shared rules run in this process only")}
+	}
+	b, err := store.Bind(sharedRules[:])
+	if err != nil {
+		return &sharedState{err: fmt.Errorf("limits: the store refused the shared rules, which run in this process only: %w", err)}
+	}
+	return &sharedState{bound: b}
+}
+
+// SharedErr is nil when the policy's shared rules are checked on the store given to New, and
+// otherwise says why they run in this process only (no store, or the store refused them): a
+// service should report it at startup, since each instance then enforces the whole limit alone.
+func (l *Limits) SharedErr() error {
+	return l.shared.err
 }
 
 // Default is the set of limiters the package-level variables and functions use.
@@ -176,7 +258,8 @@ func newPerUserLimiter() *PerUserLimiter {
 // plan comes from your service's records of the caller, so a client cannot switch at will. The key
 // cap applies to each plan's table.
 type PerUserLimiter struct {
-	s [numPlans]*atomicbucket.Table[string]
+	s  [numPlans]*atomicbucket.Table[string]
+	sh *sharedState
 }
 
 // Rule returns the runtime rule behind the limiter (its units, exactness and limits).
@@ -311,6 +394,25 @@ func (l *PerUserLimiter) RunSweeper(ctx context.Context, interval time.Duration)
 	})
 }
 
+// Check decides a request of cost on the store given to New, so that PerUser holds across every
+// instance that shares it; without one (SharedErr says why) it is AllowN, in this process only. It
+// never fails: when the store cannot decide, the rule's on_failure setting (a local share of 0.5 of
+// the limit) does, and the Result says so. The other methods decide in this process only.
+func (l *PerUserLimiter) Check(ctx context.Context, plan Plan, key string, cost int64) shared.Result {
+	if l.sh.bound == nil {
+		return shared.Result{Decision: l.AllowN(plan, key, cost)}
+	}
+	if plan >= numPlans {
+		return shared.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}
+	}
+	res, _ := l.sh.bound.Check(ctx, []shared.Step{{
+		Cost: cost,
+		Key:  key,
+		Rule: 0 + int(plan),
+	}})
+	return res
+}
+
 // newGlobalLimiter returns Global's bucket, created at now.
 func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
 	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
@@ -333,7 +435,8 @@ const (
 
 // GlobalLimiter is the type of Global. Its methods are safe for concurrent use.
 type GlobalLimiter struct {
-	s *atomicbucket.Bucket
+	s  *atomicbucket.Bucket
+	sh *sharedState
 }
 
 // Rule returns the runtime rule behind the limiter (its units, exactness and limits).
@@ -394,6 +497,22 @@ func (l *GlobalLimiter) Refund(cost int64) {
 // RefundAt is Refund at time now.
 func (l *GlobalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(now, cost)
+}
+
+// Check decides a request of cost on the store given to New, so that Global holds across every
+// instance that shares it; without one (SharedErr says why) it is AllowN, in this process only. It
+// never fails: when the store cannot decide, the rule's on_failure setting (allow) does, and the
+// Result says so. The other methods decide in this process only.
+func (l *GlobalLimiter) Check(ctx context.Context, cost int64) shared.Result {
+	if l.sh.bound == nil {
+		return shared.Result{Decision: l.AllowN(cost)}
+	}
+	res, _ := l.sh.bound.Check(ctx, []shared.Step{{
+		Cost: cost,
+		Key:  "",
+		Rule: 2,
+	}})
+	return res
 }
 
 // newLoginLimiter returns Login's (empty) tables.
@@ -516,6 +635,14 @@ type TierDecision struct {
 	DeniedBy RuleName // the rule that denied; zero when allowed
 }
 
+// TierResult is the outcome of a tier of shared rules: its TierDecision, and whether the store
+// made it (Degraded is set when the rules' on_failure settings decided instead, with the error).
+type TierResult struct {
+	TierDecision
+	Degraded bool
+	Err      error
+}
+
 // Request checks a request against PerUser, Global, in that order, and allows it only if every rule
 // does: when a rule denies, the tokens the earlier rules took are given back. It uses Default.
 func Request(plan Plan, perUserKey string) TierDecision {
@@ -594,6 +721,64 @@ func (l *Limits) checkRequest(plan Plan, perUserKey string, now atomicbucket.Tim
 		most, rule = d1, RuleGlobal
 	}
 	return TierDecision{Decision: most, Rule: rule}
+}
+
+// CheckRequest checks a request against Request on the store given to New, all or nothing, in one
+// call where the store can (on a Redis Cluster, when the keys share a slot), so that the tier holds
+// across every instance; without a store (SharedErr says why) it is Request, in this process only.
+// It never fails: when the store cannot decide, the rules' on_failure settings do, and the result
+// says so.
+func (l *Limits) CheckRequest(ctx context.Context, plan Plan, perUserKey string) TierResult {
+	return l.checkSharedRequest(ctx, plan, perUserKey, 0, true)
+}
+
+// CheckRequestN is CheckRequest with a cost every rule is charged instead of its default.
+func (l *Limits) CheckRequestN(ctx context.Context, plan Plan, perUserKey string, cost int64) TierResult {
+	return l.checkSharedRequest(ctx, plan, perUserKey, cost, false)
+}
+
+// checkSharedRequest is CheckRequest's store call, with each rule charged cost, or its own default
+// cost when defaults is set.
+func (l *Limits) checkSharedRequest(ctx context.Context, plan Plan, perUserKey string, cost int64, defaults bool) TierResult {
+	if l.shared.bound == nil {
+		return TierResult{TierDecision: l.checkRequest(plan, perUserKey, atomicbucket.Now(), cost, defaults)}
+	}
+	if plan >= numPlans {
+		return TierResult{TierDecision: TierDecision{
+			Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never},
+			Rule:     RulePerUser,
+			DeniedBy: RulePerUser,
+		}}
+	}
+	c0, c1 := cost, cost
+	if defaults {
+		c0, c1 = 1, 1
+	}
+	res, i := l.shared.bound.Check(ctx, []shared.Step{{
+		Cost: c0,
+		Key:  perUserKey,
+		Rule: 0 + int(plan),
+	}, {
+		Cost: c1,
+		Key:  "",
+		Rule: 2,
+	}})
+	rules := [2]RuleName{RulePerUser, RuleGlobal}
+	if i < 0 || i >= len(rules) {
+		i = 0
+	}
+	td := TierDecision{
+		Decision: res.Decision,
+		Rule:     rules[i],
+	}
+	if !res.Allowed {
+		td.DeniedBy = rules[i]
+	}
+	return TierResult{
+		Degraded:     res.Degraded,
+		Err:          res.Err,
+		TierDecision: td,
+	}
 }
 
 // httpPolicyPerUserPlanFree is rule PerUser on the free plan as the RateLimit fields describe it.
@@ -822,8 +1007,7 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
 		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /hello\\\" reads it from the service's UserID.\"}\n", limithttp.Event{Route: "GET /hello", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Outcome: limithttp.MissingKey})
 	}
 	plan := m.plan(r)
-	now := m.now()
-	td := m.limits.checkRequest(plan, k0, now, 0, true)
+	td := m.limits.checkSharedRequest(r.Context(), plan, k0, 0, true).TierDecision
 	cost := httpCosts[td.Rule][plan]
 	res := limithttp.Result{
 		Decision: td.Decision,
