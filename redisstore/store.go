@@ -4,9 +4,14 @@
 // limit holds across every instance of a service. It is its own module:
 // services that never use Redis never download its client.
 //
-// This is the first part of the store: single checks of greedy rules on a
-// single server. Tiers in one round trip, Cluster key layout, failure
-// handling, leases and the generated API's seam come next.
+// A generated package reaches it through package shared: give New's store
+// to the generated package's WithStore, and its shared rules are checked
+// here (Bind, Check). Used directly: NewRule, then Store.Check (never fails:
+// the rule's failure setting decides when Redis cannot), Store.CheckTier (a
+// tier, all or nothing, in one call where its keys share a slot), and
+// Store.NewLease (a batch of tokens spent in the process).
+//
+// Not yet here: coalescing concurrent checks into one script call.
 package redisstore
 
 import (
