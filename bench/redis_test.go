@@ -78,6 +78,24 @@ var redisImpls = []struct {
 			return d.Allowed, err
 		}
 	}},
+	{"limitgen-coalesced", func(b *testing.B, addr string) func(context.Context) (bool, error) {
+		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		b.Cleanup(func() { c.Close() })
+		st, err := redisstore.New(c)
+		if err != nil {
+			b.Fatal(err)
+		}
+		st.Coalesce(256)
+		b.Cleanup(st.Close)
+		r, err := redisstore.NewRule("benchcoalesced", atomicbucket.Limit{Tokens: redisRate, Period: time.Second, Burst: redisRate})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func(ctx context.Context) (bool, error) {
+			d, err := st.AllowN(ctx, r, "k", 1)
+			return d.Allowed, err
+		}
+	}},
 	{"limitgen-lease", func(b *testing.B, addr string) func(context.Context) (bool, error) {
 		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		b.Cleanup(func() { c.Close() })
@@ -105,6 +123,20 @@ var redisImpls = []struct {
 			return err == nil && res.Allowed > 0, err
 		}
 	}},
+	{"redis_rate-autopipeline", func(b *testing.B, addr string) func(context.Context) (bool, error) {
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		b.Cleanup(func() { c.Close() })
+		ap, err := c.AutoPipeline()
+		if err != nil {
+			b.Fatal(err)
+		}
+		l := redis_rate.NewLimiter(ap)
+		limit := redis_rate.Limit{Rate: redisRate, Burst: redisRate, Period: time.Second}
+		return func(ctx context.Context) (bool, error) {
+			res, err := l.Allow(ctx, "k", limit)
+			return err == nil && res.Allowed > 0, err
+		}
+	}},
 	{"throttled", func(b *testing.B, addr string) func(context.Context) (bool, error) {
 		c := redis.NewClient(&redis.Options{Addr: addr})
 		b.Cleanup(func() { c.Close() })
@@ -126,8 +158,9 @@ var redisImpls = []struct {
 // BenchmarkRedis is one shared check on a redis-server started for the run,
 // from 64 concurrent callers (b.SetParallelism over 2 cores), every check
 // admitted: ns/op is the time per decision of the whole process, so
-// decisions/s = 1e9 / ns/op. limitgen checks one key per script call (no
-// coalescing yet); limitgen-lease spends batches locally. errors/op counts
+// decisions/s = 1e9 / ns/op. limitgen checks one key per script call;
+// limitgen-coalesced sends the checks that wait meanwhile together, each
+// decided on its own; limitgen-lease spends batches locally. errors/op counts
 // checks that failed (throttled's store gives up when its compare-and-swap
 // keeps losing under contention); limitgen's must be 0, and every check that
 // did not fail must be admitted.

@@ -139,7 +139,14 @@ func (s *Store) CheckTier(ctx context.Context, steps []Step) (Result, int) {
 	}
 	s.redisCalls.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
-	d, i, err := s.AllowTier(cctx, steps)
+	var d atomicbucket.Decision
+	var i int
+	var err error
+	if len(steps) == 1 { // a single check: coalesced with others when the store coalesces
+		d, err = s.AllowN(cctx, steps[0].Rule, steps[0].Key, steps[0].Cost)
+	} else {
+		d, i, err = s.AllowTier(cctx, steps)
+	}
 	cancel()
 	if err != nil {
 		s.breaker.failure(int64(atomicbucket.Now()), probe)

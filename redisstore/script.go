@@ -33,9 +33,11 @@ import "strings"
 // is ever multiplied, and it is at most a burst's worth.
 //
 // KEYS     the buckets, in the tier's order
-// ARGV[1]  n, the number of buckets; ARGV[2] take (1), decide only (0), or
+// ARGV[1]  n, the number of buckets; ARGV[2] take (1), decide only (0),
 //
-//	give each bucket its cost back (2: a refund, never beyond full)
+//	give each bucket its cost back (2: a refund, never beyond full), lease
+//	(3: one bucket), or check each bucket on its own (4: coalesced requests;
+//	returns {allowed, ahead, excess, since} per bucket)
 //
 // ARGV     then, per bucket, 10 values:
 //
@@ -57,6 +59,7 @@ local n = tonumber(ARGV[1])
 local take = ARGV[2] == '1'
 local refund = ARGV[2] == '2'
 local lease = ARGV[2] == '3'
+local each = ARGV[2] == '4'
 local now = {{NOW}}
 local nsec = tonumber(now[1])
 local usec = tonumber(now[2])
@@ -194,6 +197,44 @@ if lease then
     write(1, after)
   end
   return {1, 1, after, r.cost + extra, r.since}
+end
+
+if each then
+  -- Independent checks, each of its own bucket (coalesced requests of many
+  -- callers): every one is decided and takes its cost as if alone, in order.
+  -- Two checks of one key see each other's takes: the later one reads the
+  -- bucket again.
+  local out = {}
+  for i = 1, n do
+    local r = b[i]
+    if i > 1 then
+      for j = 1, i - 1 do
+        if KEYS[j] == KEYS[i] and b[j].written then
+          r.ahead = b[j].written
+          r.fresh = false
+        end
+      end
+    end
+    if r.ahead + r.inc > r.tau then
+      if r.fresh and r.debt > 0 and r.cost > 0 and r.inc <= r.tau then
+        write(i, r.debt)
+        r.written = r.debt
+      end
+      out[#out + 1] = 0
+      out[#out + 1] = r.ahead
+      out[#out + 1] = r.ahead + r.inc - r.tau
+    else
+      if r.inc > 0 then
+        write(i, r.ahead + r.inc)
+        r.written = r.ahead + r.inc
+      end
+      out[#out + 1] = 1
+      out[#out + 1] = r.ahead + r.inc
+      out[#out + 1] = 0
+    end
+    out[#out + 1] = r.since
+  end
+  return out
 end
 
 if refund then

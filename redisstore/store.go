@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -36,6 +37,10 @@ type Store struct {
 	breaker    breaker
 	redisCalls atomic.Int64
 	degraded   atomic.Int64
+
+	queue     chan *pending // coalescing (coalesce.go): the checks waiting for a call; nil when off
+	stopped   chan struct{}
+	closeOnce sync.Once
 }
 
 // DefaultTimeout bounds how long Check waits for Redis when the caller's
@@ -90,6 +95,9 @@ func (s *Store) Key(r *Rule, key string) string {
 // context): the decision is then the zero Decision, a denial, and the caller's
 // failure setting decides what to do.
 func (s *Store) AllowN(ctx context.Context, r *Rule, key string, cost int64) (atomicbucket.Decision, error) {
+	if s.queue != nil && cost >= 0 && cost <= r.limit.Burst {
+		return s.coalesced(ctx, Step{r, key, cost})
+	}
 	return s.run(ctx, r, key, cost, true, nil)
 }
 

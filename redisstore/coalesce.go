@@ -1,0 +1,148 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+)
+
+// Coalescing: while one script call is in flight, the checks that arrive
+// wait, and go together in the next call, each decided on its own (the
+// script's mode 4). Under load a call then carries many decisions, and Redis
+// spends its time running the script instead of answering round trips; with
+// one caller at a time it costs nothing but a channel hand-off.
+
+// pending is one coalesced check, waiting for its call.
+type pending struct {
+	step Step
+	done chan outcome // buffered: the flusher never blocks on a caller that gave up
+}
+
+type outcome struct {
+	d   atomicbucket.Decision
+	err error
+}
+
+// Coalesce makes AllowN (and Check, which calls it) send concurrent checks to
+// Redis together, at most maxBatch a call, from goroutines that Close stops.
+// Call it once, before the store is used.
+func (s *Store) Coalesce(maxBatch int) {
+	maxBatch = max(maxBatch, 1)
+	s.queue = make(chan *pending, 4*maxBatch)
+	s.stopped = make(chan struct{})
+	var wg sync.WaitGroup
+	for range flushers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.flush(maxBatch)
+		}()
+	}
+	go func() {
+		wg.Wait()
+		close(s.stopped)
+	}()
+}
+
+// flushers is how many calls a coalescing store keeps in flight at once: two,
+// so that one batch is encoded and decoded while Redis runs the other.
+const flushers = 2
+
+// Close stops a coalescing store's goroutine; checks after it fail. It may
+// be called more than once.
+func (s *Store) Close() {
+	if s.queue != nil {
+		s.closeOnce.Do(func() { close(s.queue) })
+		<-s.stopped
+	}
+}
+
+// errClosed is the error of a check on a closed coalescing store.
+var errClosed = errors.New("redisstore: the store is closed")
+
+// coalesced queues a check and waits for its call, or for ctx.
+func (s *Store) coalesced(ctx context.Context, st Step) (d atomicbucket.Decision, err error) {
+	p := &pending{step: st, done: make(chan outcome, 1)}
+	defer func() {
+		if recover() != nil { // the queue was closed
+			d, err = atomicbucket.Decision{}, errClosed
+		}
+	}()
+	select {
+	case s.queue <- p:
+	case <-ctx.Done():
+		return atomicbucket.Decision{}, ctx.Err()
+	}
+	select {
+	case o := <-p.done:
+		return o.d, o.err
+	case <-ctx.Done():
+		return atomicbucket.Decision{}, ctx.Err() // the call may still run and take the tokens
+	}
+}
+
+// flush sends the queued checks, a batch a call, until the queue is closed.
+func (s *Store) flush(maxBatch int) {
+	batch := make([]*pending, 0, maxBatch)
+	for first := range s.queue {
+		batch = append(batch[:0], first)
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case p, ok := <-s.queue:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, p)
+			default:
+				break fill
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		ds, err := s.each(ctx, batch)
+		cancel()
+		for i, p := range batch {
+			if err != nil {
+				p.done <- outcome{err: err}
+			} else {
+				p.done <- outcome{d: ds[i]}
+			}
+		}
+	}
+}
+
+// each runs the script's mode 4 over a batch: every check on its own.
+func (s *Store) each(ctx context.Context, batch []*pending) ([]atomicbucket.Decision, error) {
+	keys := make([]string, len(batch))
+	args := make([]any, 0, 2+10*len(batch))
+	args = append(args, len(batch), "4")
+	for i, p := range batch {
+		r, key, cost := p.step.Rule, p.step.Key, p.step.Cost
+		keys[i] = s.Key(r, key)
+		if r.interval {
+			args = append(args, 2, r.tokens, r.tau, r.debt, r.period, r.p, r.b, r.g, r.phase(key), cost)
+		} else {
+			args = append(args, 1, r.emit, r.tau, r.debt, r.perSecond, r.perMicro, 0, 0, 0, cost)
+		}
+	}
+	res, err := s.check.Run(ctx, s.client, keys, args...).Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != 4*len(batch) {
+		return nil, fmt.Errorf("redisstore: the script returned %d values for %d checks, want 4 each", len(res), len(batch))
+	}
+	ds := make([]atomicbucket.Decision, len(batch))
+	for i, p := range batch {
+		r := p.step.Rule
+		allowed, ahead, excess, since := res[4*i] == 1, res[4*i+1], res[4*i+2], res[4*i+3]
+		ds[i] = atomicbucket.Decision{Allowed: allowed, Remaining: max((r.tau-ahead)/r.emit, 0), Reset: r.duration(ahead, since)}
+		if !allowed {
+			ds[i].RetryAfter = r.duration(excess, since)
+		}
+	}
+	return ds, nil
+}

@@ -1,0 +1,87 @@
+package redisstore
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/redisstore/internal/redistest"
+	"github.com/redis/go-redis/v9"
+)
+
+// Coalesced checks from 64 goroutines: one key's burst of 50 is admitted
+// exactly (checks of one key in one call see each other's takes), other keys
+// are decided on their own, and far fewer script calls are made than checks.
+func TestCoalescedChecks(t *testing.T) {
+	srv := redistest.Start(t)
+	st, err := New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Coalesce(64)
+	t.Cleanup(st.Close)
+	ctx := context.Background()
+	r, _ := NewRule("coalesced", atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 50})
+	var admitted [2]atomic.Int64
+	var wg sync.WaitGroup
+	monitor := srv.Client(t)
+	before := scriptCalls(t, monitor)
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 20 {
+				k := g % 2
+				d, err := st.AllowN(ctx, r, []string{"a", "b"}[k], 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					admitted[k].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if admitted[0].Load() != 50 || admitted[1].Load() != 50 {
+		t.Errorf("admitted %d and %d of 640 each; the burst is 50", admitted[0].Load(), admitted[1].Load())
+	}
+	calls := scriptCalls(t, monitor) - before
+	t.Logf("1,280 coalesced checks in %d script calls", calls)
+	if calls >= 640 {
+		t.Errorf("1,280 checks took %d script calls: not coalesced", calls)
+	}
+	if d, err := st.AllowN(ctx, r, "c", 51); err != nil || d.Allowed || d.RetryAfter != atomicbucket.Never {
+		t.Errorf("a cost above the burst: %+v %v", d, err)
+	}
+	st.Close()
+	if _, err := st.AllowN(ctx, r, "d", 1); err == nil {
+		t.Error("a check after Close did not fail")
+	}
+}
+
+// scriptCalls is the number of EVALSHA and EVAL commands the server has run
+// (INFO commandstats; the commands a script runs are counted apart).
+func scriptCalls(t *testing.T, c *redis.Client) int64 {
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+				v, _, _ := strings.Cut(rest, ",")
+				k, _ := strconv.ParseInt(v, 10, 64)
+				n += k
+			}
+		}
+	}
+	return n
+}
