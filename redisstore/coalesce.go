@@ -117,16 +117,39 @@ func (s *Store) flush(maxBatch int) {
 // each runs the script's mode 4 over a batch: every check on its own.
 func (s *Store) each(ctx context.Context, batch []*pending) ([]atomicbucket.Decision, error) {
 	keys := make([]string, len(batch))
-	args := make([]any, 0, 2+10*len(batch))
-	args = append(args, len(batch), "4")
+	// The rules once each (a batch is mostly one rule), then rule, phase and
+	// cost a check: three arguments a check instead of ten.
+	var rules []*Rule
+	index := make([]int, len(batch))
 	for i, p := range batch {
-		r, key, cost := p.step.Rule, p.step.Key, p.step.Cost
-		keys[i] = s.Key(r, key)
-		if r.interval {
-			args = append(args, 2, r.tokens, r.tau, r.debt, r.period, r.p, r.b, r.g, r.phase(key), cost)
-		} else {
-			args = append(args, 1, r.emit, r.tau, r.debt, r.perSecond, r.perMicro, 0, 0, 0, cost)
+		index[i] = -1
+		for j, r := range rules {
+			if r == p.step.Rule {
+				index[i] = j
+			}
 		}
+		if index[i] < 0 {
+			rules = append(rules, p.step.Rule)
+			index[i] = len(rules) - 1
+		}
+	}
+	args := make([]any, 0, 3+8*len(rules)+3*len(batch))
+	args = append(args, len(batch), "4", len(rules))
+	for _, r := range rules {
+		if r.interval {
+			args = append(args, 2, r.tokens, r.tau, r.debt, r.period, r.p, r.b, r.g)
+		} else {
+			args = append(args, 1, r.emit, r.tau, r.debt, r.perSecond, r.perMicro, 0, 0)
+		}
+	}
+	for i, p := range batch {
+		r, key := p.step.Rule, p.step.Key
+		keys[i] = s.Key(r, key)
+		phase := int64(0)
+		if r.interval {
+			phase = r.phase(key)
+		}
+		args = append(args, index[i]+1, phase, p.step.Cost)
 	}
 	res, err := s.check.Run(ctx, s.client, keys, args...).Int64Slice()
 	if err != nil {

@@ -27,7 +27,9 @@ func TestCoalescedChecks(t *testing.T) {
 	t.Cleanup(st.Close)
 	ctx := context.Background()
 	r, _ := NewRule("coalesced", atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 50})
+	iv, _ := NewRule("coalescedInterval", atomicbucket.Limit{Tokens: 10, Period: time.Hour, Burst: 30, Refill: atomicbucket.Interval})
 	var admitted [2]atomic.Int64
+	var intervalAdmitted atomic.Int64
 	var wg sync.WaitGroup
 	monitor := srv.Client(t)
 	before := scriptCalls(t, monitor)
@@ -45,17 +47,30 @@ func TestCoalescedChecks(t *testing.T) {
 				if d.Allowed {
 					admitted[k].Add(1)
 				}
+				if g%4 == 0 { // an interval rule in the same batches
+					d, err := st.AllowN(ctx, iv, "i", 1)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						intervalAdmitted.Add(1)
+					}
+				}
 			}
 		}()
 	}
 	wg.Wait()
+	if got := intervalAdmitted.Load(); got != 30 {
+		t.Errorf("the interval rule admitted %d of 320; its burst is 30", got)
+	}
 	if admitted[0].Load() != 50 || admitted[1].Load() != 50 {
 		t.Errorf("admitted %d and %d of 640 each; the burst is 50", admitted[0].Load(), admitted[1].Load())
 	}
 	calls := scriptCalls(t, monitor) - before
-	t.Logf("1,280 coalesced checks in %d script calls", calls)
-	if calls >= 640 {
-		t.Errorf("1,280 checks took %d script calls: not coalesced", calls)
+	t.Logf("1,600 coalesced checks in %d script calls", calls)
+	if calls >= 800 {
+		t.Errorf("1,600 checks took %d script calls: not coalesced", calls)
 	}
 	if d, err := st.AllowN(ctx, r, "c", 51); err != nil || d.Allowed || d.RetryAfter != atomicbucket.Never {
 		t.Errorf("a cost above the burst: %+v %v", d, err)

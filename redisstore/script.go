@@ -36,8 +36,9 @@ import "strings"
 // ARGV[1]  n, the number of buckets; ARGV[2] take (1), decide only (0),
 //
 //	give each bucket its cost back (2: a refund, never beyond full), lease
-//	(3: one bucket), or check each bucket on its own (4: coalesced requests;
-//	returns {allowed, ahead, excess, since} per bucket)
+//	(3: one bucket), or check each bucket on its own (4: coalesced requests,
+//	whose arguments are a table of rules and then rule, phase and cost a
+//	bucket; returns {allowed, ahead, excess, since} per bucket)
 //
 // ARGV     then, per bucket, 10 values:
 //
@@ -83,11 +84,27 @@ local function fdiv(a, b)
   return -idiv(-a + b - 1, b)
 end
 
+-- Where bucket i's rule and cost are: 10 values a bucket from ARGV[3]; or,
+-- for mode 4 (coalesced checks, many of one rule), a table of m rules of 8
+-- values from ARGV[4], then (rule, phase, cost) a bucket.
+local ruleAt, phaseAt, costAt
+if each then
+  local m = tonumber(ARGV[3])
+  local base = 3 + m * 8
+  ruleAt = function(i) return 3 + (tonumber(ARGV[base + (i - 1) * 3 + 1]) - 1) * 8 end
+  phaseAt = function(i) return base + (i - 1) * 3 + 2 end
+  costAt = function(i) return base + (i - 1) * 3 + 3 end
+else
+  ruleAt = function(i) return 2 + (i - 1) * 10 end
+  phaseAt = function(i) return 2 + (i - 1) * 10 + 9 end
+  costAt = function(i) return 2 + (i - 1) * 10 + 10 end
+end
+
 local b = {}
 for i = 1, n do
-  local o = 2 + (i - 1) * 10
+  local o = ruleAt(i)
   local r = {mode = tonumber(ARGV[o + 1]), emit = tonumber(ARGV[o + 2]), tau = tonumber(ARGV[o + 3]),
-    debt = tonumber(ARGV[o + 4]), cost = tonumber(ARGV[o + 10]), since = 0}
+    debt = tonumber(ARGV[o + 4]), cost = tonumber(ARGV[costAt(i)]), since = 0}
   if r.mode == 1 then
     r.perSecond = tonumber(ARGV[o + 5])
     r.perMicro = tonumber(ARGV[o + 6])
@@ -95,7 +112,7 @@ for i = 1, n do
   else
     r.tokens, r.emit = r.emit, 1
     r.period = tonumber(ARGV[o + 5])
-    local p, bb, g, phase = tonumber(ARGV[o + 6]), tonumber(ARGV[o + 7]), tonumber(ARGV[o + 8]), tonumber(ARGV[o + 9])
+    local p, bb, g, phase = tonumber(ARGV[o + 6]), tonumber(ARGV[o + 7]), tonumber(ARGV[o + 8]), tonumber(ARGV[phaseAt(i)])
     -- now in ns is nsec·g·bb + usec·1000; nsec = A·p + B, so
     -- (now − phase) / period = A·bb + (B·g·bb + usec·1000 − phase) / period.
     local A = idiv(nsec, p)
