@@ -80,6 +80,13 @@ func (r *Rule) anchorFor(h uint64) int64 {
 	return 0
 }
 
+// KeyHash is the hash that places the grid of a string key's bucket (FNV-1a;
+// integer keys hash their decimal form): the grid's boundaries are the
+// wall-clock instants whose Unix time in ns is ≡ KeyHash(key) (mod Period).
+// Other stores (redisstore) place a key's grid with it, so that a key's grid
+// is the same everywhere. It is also a cheap, stable hash of any key.
+func KeyHash(key string) uint64 { return fnv1a(key) }
+
 // KeyAnchor is where the grid of key's bucket is anchored in a Table of this
 // rule with string keys (or integer keys, by their decimal form): a time in
 // (−Period, 0] ns since the epoch, with boundaries every Period after it, at the

@@ -126,10 +126,6 @@ func checkName(name string) error {
 	return nil
 }
 
-// CheckName reports whether name can name a policy in the fields (see
-// NewPolicy); the generator checks the policy's rule names with it.
-func CheckName(name string) error { return checkName(name) }
-
 // sfString quotes s as a Structured Fields string: DQUOTE and backslash are
 // escaped with a backslash. s is printable ASCII (checkName).
 func sfString(s string) string {

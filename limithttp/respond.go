@@ -328,7 +328,7 @@ func seedOf(key string, n uint64) uint64 {
 	if key == "" {
 		return mix64(n)
 	}
-	return mix64(fnv64(key))
+	return mix64(atomicbucket.KeyHash(key))
 }
 
 // retryAfter is the denial's wait in whole seconds, rounded up, with the
@@ -346,7 +346,9 @@ func (c *Config) retryAfter(wait time.Duration, seed uint64) int64 {
 	return ceilSeconds(wait)
 }
 
-// mix64 is MurmurHash3's 64-bit finaliser: FNV-1a leaves its high bits
+// mix64 is MurmurHash3's 64-bit finaliser: FNV-1a (atomicbucket.KeyHash: cheap,
+// allocation-free, the same in every process, so a client's jitter does not
+// change with the instance it reaches) leaves its high bits
 // poorly mixed for keys that differ in their last bytes (client-1, client-2),
 // and the jitter is read from the high bits.
 func mix64(h uint64) uint64 {
@@ -355,18 +357,6 @@ func mix64(h uint64) uint64 {
 	h ^= h >> 33
 	h *= 0xc4ceb9fe1a85ec53
 	h ^= h >> 33
-	return h
-}
-
-// fnv64 is FNV-1a over s: cheap, allocation-free, and the same in every
-// process, so a client's jitter does not change when it reaches another
-// instance.
-func fnv64(s string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
 	return h
 }
 

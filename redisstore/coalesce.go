@@ -136,20 +136,12 @@ func (s *Store) each(ctx context.Context, batch []*pending) ([]atomicbucket.Deci
 	args := make([]any, 0, 3+8*len(rules)+3*len(batch))
 	args = append(args, len(batch), "4", len(rules))
 	for _, r := range rules {
-		if r.interval {
-			args = append(args, 2, r.tokens, r.tau, r.debt, r.period, r.p, r.b, r.g)
-		} else {
-			args = append(args, 1, r.emit, r.tau, r.debt, r.perSecond, r.perMicro, 0, 0)
-		}
+		args = r.args(args)
 	}
 	for i, p := range batch {
 		r, key := p.step.Rule, p.step.Key
 		keys[i] = s.Key(r, key)
-		phase := int64(0)
-		if r.interval {
-			phase = r.phase(key)
-		}
-		args = append(args, index[i]+1, phase, p.step.Cost)
+		args = append(args, index[i]+1, r.keyPhase(key), p.step.Cost)
 	}
 	res, err := s.check.Run(ctx, s.client, keys, args...).Int64Slice()
 	if err != nil {

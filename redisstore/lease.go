@@ -125,13 +125,7 @@ func (l *Lease) Calls() int64 { return l.calls.Load() }
 
 // lease runs the script's lease mode: at least cost, up to want tokens.
 func (s *Store) lease(ctx context.Context, r *Rule, key string, cost, want int64) (atomicbucket.Decision, int64, error) {
-	args := []any{1, "3"}
-	if r.interval {
-		args = append(args, 2, r.tokens, r.tau, r.debt, r.period, r.p, r.b, r.g, r.phase(key), cost)
-	} else {
-		args = append(args, 1, r.emit, r.tau, r.debt, r.perSecond, r.perMicro, 0, 0, 0, cost)
-	}
-	args = append(args, want)
+	args := append(r.args([]any{1, "3"}), r.keyPhase(key), cost, want)
 	res, err := s.check.Run(ctx, s.client, []string{s.Key(r, key)}, args...).Int64Slice()
 	if err != nil {
 		return atomicbucket.Decision{}, 0, err

@@ -133,18 +133,13 @@ func newIntervalRule(name string, l atomicbucket.Limit) (*Rule, error) {
 }
 
 // phase is where key's grid is placed: the Unix times ≡ phase (mod period) ns
-// are its boundaries, FNV-1a of the key as atomicbucket's tables place it
-// (atomicbucket.Rule.KeyAnchor), or 0 for an aligned rule.
+// are its boundaries, placed by atomicbucket.KeyHash as atomicbucket's tables
+// place it (atomicbucket.Rule.KeyAnchor), or 0 for an aligned rule.
 func (r *Rule) phase(key string) int64 {
 	if r.aligned {
 		return 0
 	}
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(key); i++ {
-		h ^= uint64(key[i])
-		h *= 1099511628211
-	}
-	return int64(h % uint64(r.period))
+	return int64(atomicbucket.KeyHash(key) % uint64(r.period))
 }
 
 // fitsScale returns the emission interval at scale units per µs, rounded up,
@@ -206,4 +201,22 @@ func (r *Rule) duration(units, since int64) time.Duration {
 		return atomicbucket.Never
 	}
 	return time.Duration(ns.Int64())
+}
+
+// args appends the rule's eight values of a script argument list (mode, then
+// greedy: emit, tau, debt, perSecond, perMicro, 0, 0; interval: tokens, tau,
+// debt, period, p, b, g) and returns it; script.go reads them.
+func (r *Rule) args(dst []any) []any {
+	if r.interval {
+		return append(dst, 2, r.tokens, r.tau, r.debt, r.period, r.p, r.b, r.g)
+	}
+	return append(dst, 1, r.emit, r.tau, r.debt, r.perSecond, r.perMicro, 0, 0)
+}
+
+// keyPhase is key's grid phase for an interval rule, 0 for a greedy one.
+func (r *Rule) keyPhase(key string) int64 {
+	if r.interval {
+		return r.phase(key)
+	}
+	return 0
 }

@@ -18,7 +18,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -201,11 +200,7 @@ func (s *Store) call(ctx context.Context, steps []Step, mode string, now []any) 
 			cost = r.limit.Burst + 1 // denied by the script like any cost above the burst; answered Never below
 		}
 		keys[i] = s.Key(r, st.Key)
-		if r.interval {
-			args = append(args, 2, r.tokens, r.tau, r.debt, r.period, r.p, r.b, r.g, r.phase(st.Key), cost)
-		} else {
-			args = append(args, 1, r.emit, r.tau, r.debt, r.perSecond, r.perMicro, 0, 0, 0, cost)
-		}
+		args = append(r.args(args), r.keyPhase(st.Key), cost)
 	}
 	args = append(args, now...)
 	res, err := s.check.Run(ctx, s.client, keys, args...).Int64Slice()
@@ -230,11 +225,6 @@ func (s *Store) call(ctx context.Context, steps []Step, mode string, now []any) 
 		d.RetryAfter = r.duration(excess, since)
 	}
 	return d, i, nil
-}
-
-// atTime is the explicit-time arguments of the test variant of the script.
-func atTime(sec, usec int64) []any {
-	return []any{strconv.FormatInt(sec, 10), strconv.FormatInt(usec, 10)}
 }
 
 // errScript reports a script reply of the wrong shape.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
@@ -262,4 +263,9 @@ func TestIntervalMatchesReference(t *testing.T) {
 		}
 	}
 	t.Logf("%d interval decisions equal to the reference", decisions)
+}
+
+// atTime is the explicit-time arguments of the test variant of the script.
+func atTime(sec, usec int64) []any {
+	return []any{strconv.FormatInt(sec, 10), strconv.FormatInt(usec, 10)}
 }

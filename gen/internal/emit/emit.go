@@ -689,15 +689,15 @@ func emitTier(m *model.Model, t model.Tier) jen.Code {
 	body = append(body, jen.Return(jen.Id("TierDecision").Values(field("Decision", jen.Id("most")), field("Rule", jen.Id("rule")))))
 	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(t.CoreName()).Params(append(decl("now", "cost"), jen.Id("defaults").Bool())...).Id("TierDecision").Block(body...).Line()
 	if t.Shared {
-		g.Add(emitSharedTier(m, t, planned, names, decl, use, callArgs, defaults))
+		g.Add(emitSharedTier(m, t, planned, decl, use, defaults))
 	}
 	return g
 }
 
 // emitSharedTier is a tier of shared rules' Check forms: one store call, all
 // or nothing, or the local tier without a store.
-func emitSharedTier(m *model.Model, t model.Tier, planned bool, names []string, decl func(...string) []jen.Code,
-	use func(...jen.Code) []jen.Code, callArgs func(model.Rule) []jen.Code, defaults []jen.Code) jen.Code {
+func emitSharedTier(m *model.Model, t model.Tier, planned bool, decl func(...string) []jen.Code,
+	use func(...jen.Code) []jen.Code, defaults []jen.Code) jen.Code {
 	g := jen.Line()
 	ctxParam := jen.Id("ctx").Qual("context", "Context")
 	g.Add(comment(fmt.Sprintf("%s checks a request against %s on the store given to New, all or nothing, in one call "+
@@ -743,8 +743,6 @@ func emitSharedTier(m *model.Model, t model.Tier, planned bool, names []string, 
 		jen.If(jen.Op("!").Id("res").Dot("Allowed")).Block(jen.Id("td").Dot("DeniedBy").Op("=").Id("rules").Index(jen.Id("i"))),
 		jen.Return(jen.Id("TierResult").Values(jen.Dict{jen.Id("TierDecision"): jen.Id("td"), jen.Id("Degraded"): jen.Id("res").Dot("Degraded"), jen.Id("Err"): jen.Id("res").Dot("Err")})),
 	)
-	_ = names
-	_ = callArgs
 	g.Add(comment(fmt.Sprintf("%s is %s's store call, with each rule charged cost, or its own default cost when defaults is set.", t.CheckCoreName(), t.CheckName())))
 	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(t.CheckCoreName()).Params(append(append([]jen.Code{ctxParam}, decl("cost")...), jen.Id("defaults").Bool())...).Id("TierResult").Block(body...).Line()
 	return g
