@@ -240,8 +240,8 @@ type Middleware struct {
 	// with it.
 	Clock func() atomicbucket.Time
 	// Config is what every route shares: the field style, the jitter, the counters, the observer (logs
-	// no denials), and Denied, the response to a denied request when problem+json will not do. Set it
-	// before serving.
+	// denials with log/slog's default logger, at most 10 a second), and Denied, the response to a
+	// denied request when problem+json will not do. Set it before serving.
 	Config limithttp.Config
 }
 
@@ -259,6 +259,7 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 			Headers:  limithttp.HeadersIETF,
 			Jitter:   0.0,
 			Counters: limithttp.NewCounters(ruleNames[:]...),
+			Observer: limithttp.NewDenialLog(nil, 10),
 		},
 	}, nil
 }
