@@ -2,9 +2,14 @@ package bench
 
 import (
 	"context"
+	"fmt"
+	"math"
+	"math/bits"
 	"net"
 	"os/exec"
+	"runtime"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -96,23 +101,6 @@ var redisImpls = []struct {
 			return d.Allowed, err
 		}
 	}},
-	{"limitgen-lease", func(b *testing.B, addr string) func(context.Context) (bool, error) {
-		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-		b.Cleanup(func() { c.Close() })
-		st, err := redisstore.New(c)
-		if err != nil {
-			b.Fatal(err)
-		}
-		r, err := redisstore.NewRule("benchlease", atomicbucket.Limit{Tokens: redisRate, Period: time.Second, Burst: redisRate})
-		if err != nil {
-			b.Fatal(err)
-		}
-		l := st.NewLease(r, "k", 1000)
-		return func(ctx context.Context) (bool, error) {
-			d, err := l.AllowN(ctx, 1)
-			return d.Allowed, err
-		}
-	}},
 	{"redis_rate", func(b *testing.B, addr string) func(context.Context) (bool, error) {
 		c := redis.NewClient(&redis.Options{Addr: addr})
 		b.Cleanup(func() { c.Close() })
@@ -155,42 +143,274 @@ var redisImpls = []struct {
 	}},
 }
 
+// callerCounts are the concurrent callers each Redis benchmark runs with.
+var callerCounts = []int{1, 16, 64}
+
 // BenchmarkRedis is one shared check on a redis-server started for the run,
-// from 64 concurrent callers (b.SetParallelism over 2 cores), every check
-// admitted: ns/op is the time per decision of the whole process, so
-// decisions/s = 1e9 / ns/op. limitgen checks one key per script call;
-// limitgen-coalesced sends the checks that wait meanwhile together, each
-// decided on its own; limitgen-lease spends batches locally. errors/op counts
-// checks that failed (throttled's store gives up when its compare-and-swap
-// keeps losing under contention); limitgen's must be 0, and every check that
-// did not fail must be admitted.
+// every check admitted, from 1, 16 and 64 concurrent callers (16 and 64 by
+// b.SetParallelism over the machine's processors). limitgen checks one key
+// per script call; limitgen-coalesced sends the checks that wait meanwhile
+// together, each decided on its own. Metrics: decisions/s of the whole
+// process; p50-µs and p99-µs, each check's latency as its caller sees it;
+// cmds/op, the commands Redis ran per decision (INFO commandstats, the
+// commands a script calls included); scripts/op, the script calls (EVALSHA
+// and EVAL) per decision; errors/op, the checks that failed (throttled's store
+// gives up when its compare-and-swap keeps losing under contention).
+// limitgen's errors must be 0, and every check that did not fail must be
+// admitted.
 func BenchmarkRedis(b *testing.B) {
 	addr := benchRedis(b)
-	for _, impl := range redisImpls {
-		b.Run("impl="+impl.name, func(b *testing.B) {
-			check := impl.make(b, addr)
-			ctx := context.Background()
-			if ok, err := check(ctx); !ok || err != nil {
-				b.Fatalf("%s: the first check: %v, %v", impl.name, ok, err)
+	for _, callers := range callerCounts {
+		for _, impl := range redisImpls {
+			b.Run(fmt.Sprintf("callers=%d/impl=%s", callers, impl.name), func(b *testing.B) {
+				check := impl.make(b, addr)
+				runRedis(b, addr, callers, impl.name == "throttled", check)
+			})
+		}
+	}
+}
+
+// runRedis runs check b.N times from callers goroutines and reports the
+// metrics BenchmarkRedis describes.
+func runRedis(b *testing.B, addr string, callers int, mayFail bool, check func(context.Context) (bool, error)) {
+	ctx := context.Background()
+	if ok, err := check(ctx); !ok || err != nil {
+		b.Fatalf("the first check: %v, %v", ok, err)
+	}
+	monitor := redis.NewClient(&redis.Options{Addr: addr})
+	defer monitor.Close()
+	var errs, denied atomic.Int64
+	hists := make([]latencies, callers) // one per caller, allocated before the timer
+	var next atomic.Int64
+	before := commandStats(b, monitor)
+	b.ResetTimer()
+	run := func(h *latencies, next func() bool) {
+		for next() {
+			start := time.Now()
+			ok, err := check(ctx)
+			h.add(time.Since(start))
+			switch {
+			case err != nil:
+				errs.Add(1)
+			case !ok:
+				denied.Add(1)
 			}
-			var errs, denied atomic.Int64
-			b.SetParallelism(32) // 64 callers on 2 cores
-			b.ResetTimer()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					ok, err := check(ctx)
-					switch {
-					case err != nil:
-						errs.Add(1)
-					case !ok:
-						denied.Add(1)
+		}
+	}
+	if callers == 1 {
+		n := 0
+		run(&hists[0], func() bool { n++; return n <= b.N })
+	} else {
+		b.SetParallelism(max(callers/runtime.GOMAXPROCS(0), 1))
+		b.RunParallel(func(pb *testing.PB) {
+			run(&hists[next.Add(1)-1], pb.Next)
+		})
+	}
+	b.StopTimer()
+	after := commandStats(b, monitor)
+	var all latencies
+	for i := range hists {
+		all.merge(&hists[i])
+	}
+	n := float64(b.N)
+	b.ReportMetric(n/b.Elapsed().Seconds(), "decisions/s")
+	b.ReportMetric(float64(all.quantile(0.50))/1e3, "p50-µs")
+	b.ReportMetric(float64(all.quantile(0.99))/1e3, "p99-µs")
+	b.ReportMetric(float64(after.all-before.all)/n, "cmds/op")
+	b.ReportMetric(float64(after.scripts-before.scripts)/n, "scripts/op")
+	b.ReportMetric(float64(errs.Load())/n, "errors/op")
+	if denied.Load() > 0 || (errs.Load() > 0 && !mayFail) {
+		b.Fatalf("%d denied, %d failed of %d", denied.Load(), errs.Load(), b.N)
+	}
+}
+
+// commands is what INFO commandstats counts: every command Redis ran (those
+// a script calls included, INFO itself left out) and the script calls.
+type commands struct{ all, scripts int64 }
+
+func commandStats(b *testing.B, c *redis.Client) commands {
+	b.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var n commands
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":calls=")
+		if !ok || name == "cmdstat_info" {
+			continue
+		}
+		calls, _, _ := strings.Cut(rest, ",")
+		v, err := strconv.ParseInt(calls, 10, 64)
+		if err != nil {
+			b.Fatalf("INFO commandstats: %q: %v", line, err)
+		}
+		n.all += v
+		if name == "cmdstat_evalsha" || name == "cmdstat_eval" {
+			n.scripts += v
+		}
+	}
+	return n
+}
+
+// latencies is a histogram of durations in log-linear buckets: exact below
+// 64 ns, then 32 buckets to each power of two (within 3%).
+type latencies [2048]uint64
+
+func latencyBucket(ns uint64) int {
+	if ns < 64 {
+		return int(ns)
+	}
+	e := bits.Len64(ns) - 6
+	return 64 + (e-1)*32 + int(ns>>e) - 32
+}
+
+func (h *latencies) add(d time.Duration) { h[latencyBucket(uint64(max(d, 0)))]++ }
+
+func (h *latencies) merge(o *latencies) {
+	for i, v := range o {
+		h[i] += v
+	}
+}
+
+// quantile is the middle of the bucket holding quantile q.
+func (h *latencies) quantile(q float64) time.Duration {
+	var total uint64
+	for _, v := range h {
+		total += v
+	}
+	want := uint64(math.Ceil(q * float64(total)))
+	var seen uint64
+	for i, v := range h {
+		seen += v
+		if seen >= max(want, 1) {
+			if i < 64 {
+				return time.Duration(i)
+			}
+			e := (i-64)/32 + 1
+			m := uint64((i-64)%32 + 32)
+			return time.Duration(m<<e + 1<<(e-1))
+		}
+	}
+	return 0
+}
+
+// BenchmarkRedisTier is a 3-rule tier (per user, per endpoint, global: three
+// keys) on the same server from 64 callers: limitgen decides it in one script
+// call, all or nothing; redis_rate has no tiers, so it makes three calls,
+// which admit a request's first rules even when its last denies.
+func BenchmarkRedisTier(b *testing.B) {
+	addr := benchRedis(b)
+	limit := atomicbucket.Limit{Tokens: redisRate, Period: time.Second, Burst: redisRate}
+	impls := []struct {
+		name string
+		make func(b *testing.B) func(context.Context) (bool, error)
+	}{
+		{"limitgen", func(b *testing.B) func(context.Context) (bool, error) {
+			c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+			b.Cleanup(func() { c.Close() })
+			st, err := redisstore.New(c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var steps []redisstore.Step
+			for _, name := range []string{"user", "endpoint", "global"} {
+				r, err := redisstore.NewRule("tier"+name, limit)
+				if err != nil {
+					b.Fatal(err)
+				}
+				steps = append(steps, redisstore.Step{Rule: r, Key: name + "-k", Cost: 1})
+			}
+			return func(ctx context.Context) (bool, error) {
+				d, _, err := st.AllowTier(ctx, steps)
+				return d.Allowed, err
+			}
+		}},
+		{"redis_rate-3-calls", func(b *testing.B) func(context.Context) (bool, error) {
+			c := redis.NewClient(&redis.Options{Addr: addr})
+			b.Cleanup(func() { c.Close() })
+			l := redis_rate.NewLimiter(c)
+			rl := redis_rate.Limit{Rate: redisRate, Burst: redisRate, Period: time.Second}
+			return func(ctx context.Context) (bool, error) {
+				for _, key := range []string{"user-k", "endpoint-k", "global-k"} {
+					res, err := l.Allow(ctx, key, rl)
+					if err != nil || res.Allowed == 0 {
+						return false, err
 					}
 				}
+				return true, nil
+			}
+		}},
+	}
+	for _, impl := range impls {
+		b.Run("callers=64/impl="+impl.name, func(b *testing.B) {
+			runRedis(b, addr, 64, false, impl.make(b))
+		})
+	}
+}
+
+// BenchmarkLease is a leased shared check beside a local rule's on one key:
+// a lease spends the tokens Redis granted it with one atomic operation, so its
+// check should cost about what a local rule's does (target: at most 2×).
+// redis-cmds/1000 is the commands Redis ran per 1,000 leased decisions.
+func BenchmarkLease(b *testing.B) {
+	addr := benchRedis(b)
+	limit := atomicbucket.Limit{Tokens: redisRate, Period: time.Second, Burst: redisRate}
+	for _, callers := range []int{1, 64} {
+		b.Run(fmt.Sprintf("callers=%d/impl=local-rule", callers), func(b *testing.B) {
+			rule, err := atomicbucket.NewRule(limit)
+			if err != nil {
+				b.Fatal(err)
+			}
+			t := atomicbucket.NewTable[string](rule, atomicbucket.TableOptions{})
+			runLocal(b, callers, func() bool { return t.AllowN("k", 1).Allowed })
+		})
+		b.Run(fmt.Sprintf("callers=%d/impl=lease", callers), func(b *testing.B) {
+			c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+			b.Cleanup(func() { c.Close() })
+			st, err := redisstore.New(c)
+			if err != nil {
+				b.Fatal(err)
+			}
+			r, err := redisstore.NewRule("benchlease", limit)
+			if err != nil {
+				b.Fatal(err)
+			}
+			l := st.NewLease(r, "k", 10_000)
+			ctx := context.Background()
+			before := commandStats(b, c)
+			runLocal(b, callers, func() bool {
+				d, err := l.AllowN(ctx, 1)
+				return err == nil && d.Allowed
 			})
-			b.ReportMetric(float64(errs.Load())/float64(b.N), "errors/op")
-			if denied.Load() > 0 || (errs.Load() > 0 && impl.name != "throttled") {
-				b.Fatalf("%s: %d denied, %d failed of %d", impl.name, denied.Load(), errs.Load(), b.N)
+			after := commandStats(b, c)
+			b.ReportMetric(float64(after.all-before.all)*1000/float64(b.N), "redis-cmds/1000")
+		})
+	}
+}
+
+// runLocal runs allow b.N times from callers goroutines; every call must admit.
+func runLocal(b *testing.B, callers int, allow func() bool) {
+	var denied atomic.Int64
+	b.ResetTimer()
+	if callers == 1 {
+		for range b.N {
+			if !allow() {
+				denied.Add(1)
+			}
+		}
+	} else {
+		b.SetParallelism(max(callers/runtime.GOMAXPROCS(0), 1))
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if !allow() {
+					denied.Add(1)
+				}
 			}
 		})
+	}
+	b.StopTimer()
+	if denied.Load() > 0 {
+		b.Fatalf("%d of %d denied", denied.Load(), b.N)
 	}
 }

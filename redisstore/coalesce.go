@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -114,35 +115,44 @@ func (s *Store) flush(maxBatch int) {
 	}
 }
 
-// each runs the script's mode 4 over a batch: every check on its own.
+// each runs the script's mode 4 over a batch: every check on its own. The
+// batch's rules and buckets go once each (a batch under load is mostly one
+// rule, often one key), then two arguments a check (bucket, cost); the script
+// reads and writes each bucket once.
 func (s *Store) each(ctx context.Context, batch []*pending) ([]atomicbucket.Decision, error) {
-	keys := make([]string, len(batch))
-	// The rules once each (a batch is mostly one rule), then rule, phase and
-	// cost a check: three arguments a check instead of ten.
+	type bucket struct {
+		rule *Rule
+		key  string
+	}
 	var rules []*Rule
-	index := make([]int, len(batch))
-	for i, p := range batch {
-		index[i] = -1
-		for j, r := range rules {
-			if r == p.step.Rule {
-				index[i] = j
+	var keys []string
+	var buckets []bucket
+	at := make(map[bucket]int, 4)
+	checks := make([]any, 0, 1+2*len(batch))
+	checks = append(checks, len(batch))
+	for _, p := range batch {
+		bk := bucket{p.step.Rule, p.step.Key}
+		i, ok := at[bk]
+		if !ok {
+			i = len(buckets)
+			at[bk] = i
+			buckets = append(buckets, bk)
+			keys = append(keys, s.Key(bk.rule, bk.key))
+			if !slices.Contains(rules, bk.rule) {
+				rules = append(rules, bk.rule)
 			}
 		}
-		if index[i] < 0 {
-			rules = append(rules, p.step.Rule)
-			index[i] = len(rules) - 1
-		}
+		checks = append(checks, i+1, p.step.Cost)
 	}
-	args := make([]any, 0, 3+8*len(rules)+3*len(batch))
-	args = append(args, len(batch), "4", len(rules))
+	args := make([]any, 0, 3+8*len(rules)+2*len(buckets)+len(checks))
+	args = append(args, len(buckets), "4", len(rules))
 	for _, r := range rules {
 		args = r.args(args)
 	}
-	for i, p := range batch {
-		r, key := p.step.Rule, p.step.Key
-		keys[i] = s.Key(r, key)
-		args = append(args, index[i]+1, r.keyPhase(key), p.step.Cost)
+	for _, bk := range buckets {
+		args = append(args, slices.Index(rules, bk.rule)+1, bk.rule.keyPhase(bk.key))
 	}
+	args = append(args, checks...)
 	res, err := s.check.Run(ctx, s.client, keys, args...).Int64Slice()
 	if err != nil {
 		return nil, err

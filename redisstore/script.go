@@ -36,9 +36,11 @@ import "strings"
 // ARGV[1]  n, the number of buckets; ARGV[2] take (1), decide only (0),
 //
 //	give each bucket its cost back (2: a refund, never beyond full), lease
-//	(3: one bucket), or check each bucket on its own (4: coalesced requests,
-//	whose arguments are a table of rules and then rule, phase and cost a
-//	bucket; returns {allowed, ahead, excess, since} per bucket)
+//	(3: one bucket), or decide many checks each on its own (4: coalesced
+//	requests; its arguments are a table of m rules of 8 values, then rule
+//	and phase a bucket, then the number of checks c and bucket and cost a
+//	check; each bucket is read once and written once, and it returns
+//	{allowed, ahead, excess, since} per check)
 //
 // ARGV     then, per bucket, 10 values:
 //
@@ -61,6 +63,9 @@ local take = ARGV[2] == '1'
 local refund = ARGV[2] == '2'
 local lease = ARGV[2] == '3'
 local each = ARGV[2] == '4'
+if each then
+  take = true
+end
 local now = {{NOW}}
 local nsec = tonumber(now[1])
 local usec = tonumber(now[2])
@@ -84,16 +89,18 @@ local function fdiv(a, b)
   return -idiv(-a + b - 1, b)
 end
 
--- Where bucket i's rule and cost are: 10 values a bucket from ARGV[3]; or,
--- for mode 4 (coalesced checks, many of one rule), a table of m rules of 8
--- values from ARGV[4], then (rule, phase, cost) a bucket.
-local ruleAt, phaseAt, costAt
+-- Where bucket i's rule, phase and cost are: 10 values a bucket from
+-- ARGV[3]; or, for mode 4 (coalesced checks, many of one rule and often of
+-- one key), a table of m rules of 8 values from ARGV[4], then (rule, phase) a
+-- bucket, and the checks' costs later (cost 0 here).
+local ruleAt, phaseAt, costAt, checksAt
 if each then
   local m = tonumber(ARGV[3])
   local base = 3 + m * 8
-  ruleAt = function(i) return 3 + (tonumber(ARGV[base + (i - 1) * 3 + 1]) - 1) * 8 end
-  phaseAt = function(i) return base + (i - 1) * 3 + 2 end
-  costAt = function(i) return base + (i - 1) * 3 + 3 end
+  ruleAt = function(i) return 3 + (tonumber(ARGV[base + (i - 1) * 2 + 1]) - 1) * 8 end
+  phaseAt = function(i) return base + (i - 1) * 2 + 2 end
+  costAt = function(i) return nil end
+  checksAt = base + n * 2 + 1
 else
   ruleAt = function(i) return 2 + (i - 1) * 10 end
   phaseAt = function(i) return 2 + (i - 1) * 10 + 9 end
@@ -104,7 +111,7 @@ local b = {}
 for i = 1, n do
   local o = ruleAt(i)
   local r = {mode = tonumber(ARGV[o + 1]), emit = tonumber(ARGV[o + 2]), tau = tonumber(ARGV[o + 3]),
-    debt = tonumber(ARGV[o + 4]), cost = tonumber(ARGV[costAt(i)]), since = 0}
+    debt = tonumber(ARGV[o + 4]), cost = tonumber(ARGV[costAt(i)] or 0), since = 0}
   if r.mode == 1 then
     r.perSecond = tonumber(ARGV[o + 5])
     r.perMicro = tonumber(ARGV[o + 6])
@@ -217,39 +224,40 @@ if lease then
 end
 
 if each then
-  -- Independent checks, each of its own bucket (coalesced requests of many
-  -- callers): every one is decided and takes its cost as if alone, in order.
-  -- Two checks of one key see each other's takes: the later one reads the
-  -- bucket again.
+  -- Independent checks (coalesced requests of many callers), each decided
+  -- and taking its cost as if alone, in order; checks of one bucket see each
+  -- other's takes. A bucket is written once, after its last check.
+  local c = tonumber(ARGV[checksAt])
   local out = {}
-  for i = 1, n do
+  for j = 1, c do
+    local i = tonumber(ARGV[checksAt + 2 * j - 1])
+    local cost = tonumber(ARGV[checksAt + 2 * j])
     local r = b[i]
-    if i > 1 then
-      for j = 1, i - 1 do
-        if KEYS[j] == KEYS[i] and b[j].written then
-          r.ahead = b[j].written
-          r.fresh = false
-        end
-      end
-    end
-    if r.ahead + r.inc > r.tau then
-      if r.fresh and r.debt > 0 and r.cost > 0 and r.inc <= r.tau then
-        write(i, r.debt)
-        r.written = r.debt
+    local inc = cost * r.emit
+    if r.ahead + inc > r.tau then
+      if take and r.fresh and r.debt > 0 and cost > 0 and inc <= r.tau then
+        r.dirty = true -- a new bucket below full starts with its first check
+        r.fresh = false
       end
       out[#out + 1] = 0
       out[#out + 1] = r.ahead
-      out[#out + 1] = r.ahead + r.inc - r.tau
+      out[#out + 1] = r.ahead + inc - r.tau
     else
-      if r.inc > 0 then
-        write(i, r.ahead + r.inc)
-        r.written = r.ahead + r.inc
+      if inc > 0 then
+        r.ahead = r.ahead + inc
+        r.dirty = true
+        r.fresh = false
       end
       out[#out + 1] = 1
-      out[#out + 1] = r.ahead + r.inc
+      out[#out + 1] = r.ahead
       out[#out + 1] = 0
     end
     out[#out + 1] = r.since
+  end
+  for i = 1, n do
+    if b[i].dirty then
+      write(i, b[i].ahead)
+    end
   end
   return out
 end
