@@ -12,25 +12,39 @@ import (
 // Lease spends tokens of one shared bucket (a rule and a key) in this process:
 // it takes a batch from Redis in one script call and admits requests from it
 // locally, with one atomic operation and no round trip, until the batch runs
-// out. Only tokens Redis granted are ever spent, so every instance's leases
-// together never admit more than the shared bucket allows; what a lease still
-// holds when it is released goes back (never beyond full).
+// out or expires. Only tokens Redis granted are ever spent, and while a grant
+// is valid Redis counts its tokens as held: the bucket holds at most its
+// burst minus what every lease holds, so all instances together never admit
+// more than the shared bucket allows, in any window. A grant is valid until
+// the start of Redis's second after next (one to two seconds); the lease stops
+// spending it earlier by its own clock, from before it asked. What a lease
+// did not spend goes back to the bucket with its next call (never beyond
+// full), and on Release.
 //
-// The batch adapts: twice what the lease spent since its last refill (at
-// least the request's cost, at most the lease's maxBatch), and Redis grants at most half of what the
-// bucket holds beyond the request's own cost, so a bucket running low is
-// shared out in ever smaller pieces instead of drained by one instance.
+// The batch adapts: twice what the lease spent since its last refill (at least
+// the request's cost, at most the lease's maxBatch), and Redis grants at most
+// half of what the bucket holds beyond the request's own cost, so a bucket
+// running low is shared out in ever smaller pieces instead of drained by one
+// instance.
 type Lease struct {
 	st   *Store
 	rule *Rule
 	key  string
 
-	left        atomic.Int64 // tokens granted and not yet spent
-	deniedUntil atomic.Int64 // atomicbucket time (ns) before which Redis said the cost is not there: denied locally
-	spent       atomic.Int64 // tokens spent since the last refill
-	mu          sync.Mutex   // one refill at a time
+	cur         atomic.Pointer[grant] // the grant being spent; nil before the first
+	deniedUntil atomic.Int64          // atomicbucket time (ns) before which Redis said the cost is not there: denied locally
+	spent       atomic.Int64          // tokens spent since the last refill
+	mu          sync.Mutex            // one refill at a time
 	maxBatch    int64
 	calls       atomic.Int64 // script calls made
+}
+
+// grant is one batch of tokens Redis granted a lease.
+type grant struct {
+	left    atomic.Int64 // tokens not yet spent
+	expires int64        // atomicbucket time (ns) from which none may be spent
+	second  int64        // Redis's second the grant is held under (to settle it)
+	size    int64        // tokens granted
 }
 
 // NewLease returns a lease of key's bucket under r, asking for at most
@@ -41,103 +55,143 @@ func (s *Store) NewLease(r *Rule, key string, maxBatch int64) *Lease {
 }
 
 // AllowN admits a request of cost from the lease's tokens, refilling them
-// from Redis when they run short. A denial comes from Redis (the bucket does
-// not hold the cost beyond what other instances' leases took), with its
+// from Redis when they run short or expire. A denial comes from Redis (the
+// bucket does not hold the cost beyond what leases hold), with its
 // RetryAfter; an error is Redis's, and the caller's failure setting decides.
 func (l *Lease) AllowN(ctx context.Context, cost int64) (atomicbucket.Decision, error) {
 	if cost < 0 || cost > l.rule.limit.Burst {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}, nil
 	}
-	for {
-		left := l.left.Load()
-		if left < cost {
-			break
-		}
-		if l.left.CompareAndSwap(left, left-cost) {
-			l.spent.Add(cost)
-			return atomicbucket.Decision{Allowed: true, Remaining: left - cost}, nil
-		}
+	now := int64(atomicbucket.Now())
+	if d, ok := l.spend(now, cost); ok {
+		return d, nil
 	}
-	if until := l.deniedUntil.Load(); until != 0 {
+	if until := l.deniedUntil.Load(); until != 0 && now < until {
 		// Redis denied recently: until its wait is over, deny without asking
 		// (stricter than asking, if another instance gives tokens back
 		// meanwhile; never looser). A bucket over its limit then costs Redis
 		// one call per wait, not one per request.
-		if now := int64(atomicbucket.Now()); now < until {
-			return atomicbucket.Decision{RetryAfter: time.Duration(until - now)}, nil
-		}
+		return atomicbucket.Decision{RetryAfter: time.Duration(until - now)}, nil
 	}
 	return l.refill(ctx, cost)
 }
 
-// refill asks Redis for a batch that covers cost, under the lease's lock: one
-// refill at a time, and a request that waited for another's refill tries the
-// new tokens first.
+// spend takes cost from the current grant if it is valid at now and holds it.
+func (l *Lease) spend(now, cost int64) (atomicbucket.Decision, bool) {
+	g := l.cur.Load()
+	if g == nil || now >= g.expires {
+		return atomicbucket.Decision{}, false
+	}
+	for {
+		left := g.left.Load()
+		if left < cost {
+			return atomicbucket.Decision{}, false
+		}
+		if g.left.CompareAndSwap(left, left-cost) {
+			l.spent.Add(cost)
+			return atomicbucket.Decision{Allowed: true, Remaining: left - cost}, true
+		}
+	}
+}
+
+// refill settles the current grant and asks Redis for a batch that covers
+// cost, under the lease's lock: one refill at a time, and a request that
+// waited for another's refill tries the new tokens first.
 func (l *Lease) refill(ctx context.Context, cost int64) (atomicbucket.Decision, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	for {
-		left := l.left.Load()
-		if left < cost {
-			break
-		}
-		if l.left.CompareAndSwap(left, left-cost) {
-			l.spent.Add(cost)
-			return atomicbucket.Decision{Allowed: true, Remaining: left - cost}, nil
-		}
+	sent := int64(atomicbucket.Now())
+	if d, ok := l.spend(sent, cost); ok {
+		return d, nil
 	}
 	// The batch: twice what was spent since the last refill (a lease spent
 	// quickly grows, an idle one shrinks), at least the cost, at most maxBatch.
 	want := min(max(2*l.spent.Swap(0), cost, 1), l.maxBatch)
 	l.calls.Add(1)
-	d, granted, err := l.st.lease(ctx, l.rule, l.key, cost, want)
-	if err != nil {
-		return d, err
-	}
-	if !d.Allowed {
-		if d.RetryAfter != atomicbucket.Never {
+	d, g, err := l.st.lease(ctx, l.rule, l.key, cost, want, l.settle(sent), sent)
+	if err != nil || !d.Allowed {
+		l.cur.Store(nil)
+		if err == nil && d.RetryAfter != atomicbucket.Never {
 			l.deniedUntil.Store(int64(atomicbucket.Now().Add(d.RetryAfter)))
 		}
-		return d, nil
+		return d, err
 	}
 	l.deniedUntil.Store(0)
 	l.spent.Add(cost)
-	rem := l.left.Add(granted - cost)
-	d.Remaining = rem
+	g.left.Store(g.size - cost)
+	l.cur.Store(g)
+	d.Remaining = g.size - cost
 	return d, nil
 }
 
-// Release gives the lease's unspent tokens back to the shared bucket.
+// settlement is what a lease call tells Redis of the lessee's previous grant:
+// its second and size (0: none, or expired), and the tokens it did not spend.
+type settlement struct{ second, size, unspent int64 }
+
+// settle ends the current grant (nothing more is spent from it) and says
+// what to give back.
+func (l *Lease) settle(now int64) settlement {
+	g := l.cur.Load()
+	if g == nil {
+		return settlement{}
+	}
+	unspent := g.left.Swap(0)
+	if now >= g.expires {
+		return settlement{} // Redis no longer holds it either
+	}
+	return settlement{g.second, g.size, unspent}
+}
+
+// Release gives the lease's unspent tokens back to the shared bucket, and
+// ends its grant.
 func (l *Lease) Release(ctx context.Context) error {
-	n := l.left.Swap(0)
-	if n <= 0 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := int64(atomicbucket.Now())
+	s := l.settle(now)
+	l.cur.Store(nil)
+	if s.size == 0 {
 		return nil
 	}
 	l.calls.Add(1)
-	return l.st.RefundN(ctx, l.rule, l.key, n)
+	_, _, err := l.st.lease(ctx, l.rule, l.key, 0, 0, s, now)
+	return err
 }
 
-// Held is the number of tokens the lease holds: granted by Redis, not yet spent.
-func (l *Lease) Held() int64 { return l.left.Load() }
+// Held is the number of tokens the lease holds: granted by Redis, valid, and
+// not yet spent.
+func (l *Lease) Held() int64 {
+	g := l.cur.Load()
+	if g == nil || int64(atomicbucket.Now()) >= g.expires {
+		return 0
+	}
+	return g.left.Load()
+}
 
 // Calls is the number of Redis script calls the lease has made.
 func (l *Lease) Calls() int64 { return l.calls.Load() }
 
-// lease runs the script's lease mode: at least cost, up to want tokens.
-func (s *Store) lease(ctx context.Context, r *Rule, key string, cost, want int64) (atomicbucket.Decision, int64, error) {
-	args := append(r.args([]any{1, "3"}), r.keyPhase(key), cost, want)
+// lease runs the script's lease mode: settle the previous grant, then grant
+// at least cost and up to want tokens (none for want 0). sent is the
+// atomicbucket time before the call: the grant expires by it. now is for the
+// explicit-time script of the tests (seconds, microseconds).
+func (s *Store) lease(ctx context.Context, r *Rule, key string, cost, want int64, prev settlement, sent int64, now ...any) (atomicbucket.Decision, *grant, error) {
+	args := append(r.args([]any{1, "3"}), r.keyPhase(key), cost, want, prev.second, prev.size, prev.unspent)
+	args = append(args, now...)
 	res, err := s.check.Run(ctx, s.client, []string{s.Key(r, key)}, args...).Int64Slice()
 	if err != nil {
-		return atomicbucket.Decision{}, 0, err
+		return atomicbucket.Decision{}, nil, err
 	}
-	if len(res) != 5 {
-		return atomicbucket.Decision{}, 0, errScript(res)
+	if len(res) != 7 {
+		return atomicbucket.Decision{}, nil, errScript(res)
 	}
-	allowed, ahead, x, since := res[0] == 1, res[2], res[3], res[4]
+	allowed, ahead, x, since, second, usec := res[0] == 1, res[2], res[3], res[4], res[5], res[6]
 	d := atomicbucket.Decision{Allowed: allowed, Remaining: max((r.tau-ahead)/r.emit, 0), Reset: r.duration(ahead, since)}
 	if !allowed {
 		d.RetryAfter = r.duration(x, since)
-		return d, 0, nil
+		return d, nil, nil
 	}
-	return d, x, nil
+	// Valid until Redis's second after next starts: 2 s − usec from Redis's
+	// now, which is no earlier than sent.
+	return d, &grant{expires: sent + (2_000_000-usec)*1000, second: second, size: x}, nil
 }

@@ -126,3 +126,62 @@ func TestLeaseRelease(t *testing.T) {
 		t.Fatalf("after release %d in Redis and %d held, want 88 and 0", after.Remaining, l.Held())
 	}
 }
+
+// Tokens a lease holds stay counted while the bucket refills: after the
+// bucket's time says it is full again, another instance gets the burst minus
+// what the lease still holds, and the lease's tokens and the other's together
+// stay inside burst + rate·Δ (before leases were held in Redis, the two
+// admitted the burst plus everything the lease held).
+func TestLeaseHeldWhileTheBucketRefills(t *testing.T) {
+	srv := redistest.Start(t)
+	st, err := New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	const burst, rate = 10, 100 // a burst refills in 100 ms
+	r, _ := NewRule("held", atomicbucket.Limit{Tokens: rate, Period: time.Second, Burst: burst})
+	l := st.NewLease(r, "k", burst)
+	for i := 0; l.Held() < 3; i++ {
+		if i == 20 {
+			t.Fatalf("the lease holds %d tokens after 20 requests", l.Held())
+		}
+		if d, err := l.AllowN(ctx, 1); err != nil || !d.Allowed {
+			t.Fatalf("%+v %v", d, err)
+		}
+	}
+	time.Sleep(150 * time.Millisecond) // the bucket's TAT has passed; the grant (valid ≥ 1 s) has not
+	held := l.Held()
+	if held < 3 {
+		t.Fatalf("the lease's grant was dropped within 150 ms: it holds %d", held)
+	}
+	start := time.Now()
+	var others int64
+	for {
+		d, err := st.AllowN(ctx, r, "k", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !d.Allowed {
+			break
+		}
+		others++
+	}
+	var lessee int64
+	for range held {
+		if d, err := l.AllowN(ctx, 1); err != nil {
+			t.Fatal(err)
+		} else if d.Allowed {
+			lessee++
+		}
+	}
+	elapsed := time.Since(start)
+	envelope := burst + int64(rate*elapsed.Seconds())
+	t.Logf("held %d; in %v the others got %d and the lease spent %d (envelope %d)", held, elapsed, others, lessee, envelope)
+	if lessee != held {
+		t.Errorf("the lease spent %d of the %d tokens it held", lessee, held)
+	}
+	if others+lessee > envelope {
+		t.Errorf("%d + %d admitted in %v: beyond the envelope %d", others, lessee, elapsed, envelope)
+	}
+}

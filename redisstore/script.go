@@ -25,6 +25,11 @@ import "strings"
 // local tiers' rule (atomicbucket.TierAt: ordered takes, refunded on a
 // denial) in one atomic step, so no other request sees a partial take.
 //
+// Tokens that leases hold outside Redis are kept in the bucket's value too
+// ("seconds units E hc hp": the grants of Redis's second E and of E − 1, each
+// valid until the start of the second after next), and the bucket never holds
+// more than its burst minus them (the function held below).
+//
 // Greedy buckets count in the rule's units (a fraction of a microsecond) and
 // store their TAT as "seconds units". Interval buckets count token slots, with
 // now quantised to the last boundary of the key's grid (boundaries at the Unix
@@ -36,7 +41,8 @@ import "strings"
 // ARGV[1]  n, the number of buckets; ARGV[2] take (1), decide only (0),
 //
 //	give each bucket its cost back (2: a refund, never beyond full), lease
-//	(3: one bucket), or decide many checks each on its own (4: coalesced
+//	(3: one bucket; after its 10 values: want, then the lessee's previous
+//	grant's second, size and unspent tokens; returns 7 values, see below), or decide many checks each on its own (4: coalesced
 //	requests; its arguments are a table of m rules of 8 values, then rule
 //	and phase a bucket, then the number of checks c and bucket and cost a
 //	check; each bucket is read once and written once, and it returns
@@ -107,33 +113,81 @@ else
   costAt = function(i) return 2 + (i - 1) * 10 + 10 end
 end
 
+-- indexAt is interval bucket r's period index at Unix time sec seconds and
+-- usec µs, and the ns since that period's boundary. Now in ns is
+-- sec·g·bb + usec·1000; sec = A·p + B, so
+-- (now − phase) / period = A·bb + (B·g·bb + usec·1000 − phase) / period.
+local function indexAt(r, sec, us)
+  local A = idiv(sec, r.p)
+  local y = (sec - A * r.p) * r.g * r.bb + us * 1000 - r.phase
+  local k = fdiv(y, r.period)
+  return A * r.bb + k, y - k * r.period
+end
+
+-- drained is how far bucket r's TAT has fallen behind between Unix second t
+-- (at most now) and now, in its units; more than tau once r.horizon seconds
+-- have passed (then nothing held at t is left).
+local function drained(r, t)
+  if nsec - t > r.horizon then
+    return r.tau + 1
+  end
+  if r.mode == 1 then
+    return (nsec - t) * r.perSecond + r.nsub
+  end
+  local index = indexAt(r, t, 0)
+  return (r.index - index) * r.tokens
+end
+
+-- held accounts for the tokens leases hold (mode 3): granted in Redis's second
+-- E (hc) and E − 1 (hp), each grant valid until the start of the second after
+-- next. While tokens may be spent outside Redis, the bucket holds at most
+-- burst minus them: its TAT is at least that far ahead of now. When a grant
+-- expires, the bucket goes on from there as if its tokens had all been spent
+-- at that moment (its TAT is that far ahead of the expiry), so a lease that
+-- spent everything just before it expired never frees capacity early.
+local function held(r, E, hc, hp)
+  local live = hc + hp
+  if nsec == E + 1 then
+    local m = (hc + hp) * r.emit - drained(r, E + 1)
+    if m > r.ahead then r.ahead = m end
+    live, hp, hc, E = hc, hc, 0, nsec
+  elseif nsec > E + 1 then
+    local m = (hc + hp) * r.emit - drained(r, E + 1)
+    if m > r.ahead then r.ahead = m end
+    m = hc * r.emit - drained(r, E + 2)
+    if m > r.ahead then r.ahead = m end
+    live, hp, hc, E = 0, 0, 0, nsec
+  end
+  if live * r.emit > r.ahead then
+    r.ahead = live * r.emit
+  end
+  r.E, r.hc, r.hp = E, hc, hp
+end
+
 local b = {}
 for i = 1, n do
   local o = ruleAt(i)
   local r = {mode = tonumber(ARGV[o + 1]), emit = tonumber(ARGV[o + 2]), tau = tonumber(ARGV[o + 3]),
-    debt = tonumber(ARGV[o + 4]), cost = tonumber(ARGV[costAt(i)] or 0), since = 0}
+    debt = tonumber(ARGV[o + 4]), cost = tonumber(ARGV[costAt(i)] or 0), since = 0,
+    E = nsec, hc = 0, hp = 0}
   if r.mode == 1 then
     r.perSecond = tonumber(ARGV[o + 5])
     r.perMicro = tonumber(ARGV[o + 6])
     r.nsub = usec * r.perMicro
+    r.horizon = idiv(r.tau, r.perSecond) + 1
   else
     r.tokens, r.emit = r.emit, 1
     r.period = tonumber(ARGV[o + 5])
-    local p, bb, g, phase = tonumber(ARGV[o + 6]), tonumber(ARGV[o + 7]), tonumber(ARGV[o + 8]), tonumber(ARGV[phaseAt(i)])
-    -- now in ns is nsec·g·bb + usec·1000; nsec = A·p + B, so
-    -- (now − phase) / period = A·bb + (B·g·bb + usec·1000 − phase) / period.
-    local A = idiv(nsec, p)
-    local y = (nsec - A * p) * g * bb + usec * 1000 - phase
-    local k = fdiv(y, r.period)
-    r.index = A * bb + k
-    r.since = y - k * r.period
+    r.p, r.bb, r.g, r.phase = tonumber(ARGV[o + 6]), tonumber(ARGV[o + 7]), tonumber(ARGV[o + 8]), tonumber(ARGV[phaseAt(i)])
+    r.index, r.since = indexAt(r, nsec, usec)
+    r.horizon = idiv((idiv(r.tau, r.tokens) + 2) * r.period, 1000000000) + 1
   end
   r.inc = r.cost * r.emit
   r.ahead = r.debt
   r.fresh = true
   local v = redis.call('GET', KEYS[i])
   if v then
-    local hi, lo = string.match(v, '^(%d+) (%d+)$')
+    local hi, lo, rest = string.match(v, '^(%d+) (%d+)(.*)$')
     if hi then
       r.fresh = false
       hi, lo = tonumber(hi), tonumber(lo)
@@ -146,6 +200,10 @@ for i = 1, n do
       end
       if r.ahead < 0 then
         r.ahead = 0
+      end
+      local E, hc, hp = string.match(rest, '^ (%d+) (%d+) (%d+)$')
+      if E then
+        held(r, tonumber(E), tonumber(hc), tonumber(hp))
       end
     end
   end
@@ -183,8 +241,17 @@ local function write(i, ahead)
   if ms < 1 then
     ms = 1
   end
+  local value = string.format('%d %d', hi, lo)
+  if r.hc > 0 or r.hp > 0 then
+    -- kept while a lease may hold tokens, and until their time has passed
+    value = value .. string.format(' %d %d %d', r.E, r.hc, r.hp)
+    local hold = (r.E + 2 - nsec + r.horizon) * 1000
+    if ms < hold then
+      ms = hold
+    end
+  end
   ms = ms + {{SLACK}}
-  redis.call('SET', KEYS[i], string.format('%d %d', hi, lo), 'PX', string.format('%d', ms))
+  redis.call('SET', KEYS[i], value, 'PX', string.format('%d', ms))
 end
 
 -- creates reports whether a check of bucket i makes its key: a new key whose
@@ -196,17 +263,49 @@ local function creates(i)
 end
 
 if lease then
-  -- A lease of one bucket: its cost is the least the lessee needs; it gets
-  -- up to ARGV[3] (the batch it asks for), never more than half of what the
-  -- bucket holds beyond that least, so that one instance cannot drain a
-  -- bucket others share. The grant is returned in place of the excess.
+  -- A lease of one bucket (Lease in lease.go). First the lessee's previous
+  -- grant is settled (ARGV: its second, its size, the tokens it did not
+  -- spend): while the grant is valid, what was not spent goes back and the
+  -- grant is no longer held; an expired grant is already accounted for. Then
+  -- the lessee gets at least its cost and up to want tokens, never more than
+  -- half of what the bucket holds beyond its cost, so that one instance
+  -- cannot drain a bucket others share; want 0 asks for nothing (a release).
+  -- Returns {allowed, 1, ahead, granted (or the excess), since, second, µs}:
+  -- the grant is valid until the start of Redis's second after next.
   local r = b[1]
   local want = tonumber(ARGV[3 + 10 * n])
-  if r.ahead + r.inc > r.tau then
-    if creates(1) then
-      write(1, r.debt)
+  local se, sg, sr = tonumber(ARGV[4 + 10 * n]), tonumber(ARGV[5 + 10 * n]), tonumber(ARGV[6 + 10 * n])
+  local changed = false
+  if sg > 0 and (se == r.E or se == r.E - 1) then
+    if se == r.E then
+      r.hc = r.hc - math.min(sg, r.hc)
+    else
+      r.hp = r.hp - math.min(sg, r.hp)
     end
-    return {0, 1, r.ahead, r.ahead + r.inc - r.tau, r.since}
+    r.ahead = r.ahead - math.min(sr, sg) * r.emit
+    if r.ahead < 0 then
+      r.ahead = 0
+    end
+    if (r.hc + r.hp) * r.emit > r.ahead then
+      r.ahead = (r.hc + r.hp) * r.emit
+    end
+    changed = true
+  end
+  if want == 0 then
+    if changed then
+      if r.ahead > 0 or r.hc + r.hp > 0 then
+        write(1, r.ahead)
+      else
+        redis.call('DEL', KEYS[1])
+      end
+    end
+    return {1, 1, r.ahead, 0, r.since, r.E, usec}
+  end
+  if r.ahead + r.inc > r.tau then
+    if changed or creates(1) then
+      write(1, r.ahead)
+    end
+    return {0, 1, r.ahead, r.ahead + r.inc - r.tau, r.since, r.E, usec}
   end
   local spare = idiv(r.tau - r.ahead - r.inc, r.emit)
   local extra = idiv(spare, 2)
@@ -216,11 +315,13 @@ if lease then
   if extra < 0 then
     extra = 0
   end
-  local after = r.ahead + r.inc + extra * r.emit
-  if after > r.ahead then
+  local grant = r.cost + extra
+  local after = r.ahead + grant * r.emit
+  r.hc = r.hc + grant
+  if grant > 0 or changed then
     write(1, after)
   end
-  return {1, 1, after, r.cost + extra, r.since}
+  return {1, 1, after, grant, r.since, r.E, usec}
 end
 
 if each then
@@ -267,6 +368,9 @@ if refund then
   for i = 1, n do
     local r = b[i]
     local after = r.ahead - r.inc
+    if after < (r.hc + r.hp) * r.emit then
+      after = (r.hc + r.hp) * r.emit -- what leases hold does not come back
+    end
     if after <= 0 then
       after = 0
       if not r.fresh then
