@@ -66,3 +66,112 @@ func TestBindAndCheck(t *testing.T) {
 		t.Fatalf("second tier request without Redis: %+v from %d (the local share of PerUser holds 1)", res, idx)
 	}
 }
+
+// Leased rules through the seam: two instances share a leased per-user rule
+// and a leased global one as a tier; together they admit no more than the
+// burst, with far fewer Redis calls than checks; a tier denied by its second
+// step gives the first its tokens back; beyond maxLeases keys, checks go to
+// Redis one by one; with Redis gone, a lease spends what it holds and then
+// the failure setting decides.
+func TestBindLeased(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	rules := []shared.Rule{
+		{Name: "LeasedUser", Limit: atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 40}, Lease: 10},
+		{Name: "LeasedGlobal", Limit: atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 1000}, Lease: 100,
+			Failure: shared.Failure{Mode: shared.FailAllow}},
+		{Name: "SmallGlobal", Limit: atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 5}, Lease: 5},
+	}
+	var stores []*Store
+	var bounds []*bound
+	for range 2 {
+		st, err := New(srv.Client(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := st.Bind(rules)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores, bounds = append(stores, st), append(bounds, b.(*bound))
+	}
+	start := time.Now()
+	tier := []shared.Step{{Rule: 0, Key: "alice", Cost: 1}, {Rule: 1, Key: "", Cost: 1}}
+	admitted := 0
+	for i := range 200 {
+		res, _ := bounds[i%2].Check(ctx, tier)
+		if res.Degraded {
+			t.Fatalf("check %d degraded: %v", i, res.Err)
+		}
+		if res.Allowed {
+			admitted++
+		}
+	}
+	calls := stores[0].Stats().RedisCalls + stores[1].Stats().RedisCalls
+	envelope := 40 + int(time.Since(start)/time.Minute)
+	t.Logf("two instances, 200 tier checks: %d admitted (envelope %d), %d Redis calls", admitted, envelope, calls)
+	if admitted > envelope || admitted < 20 {
+		t.Errorf("%d admitted across two instances; the burst is 40", admitted)
+	}
+	if calls > 60 {
+		t.Errorf("%d Redis calls for 200 leased checks", calls)
+	}
+
+	// SmallGlobal (5) behind LeasedUser: the sixth request is denied by the
+	// second step, and the first step's lease gets its token back.
+	b := bounds[0]
+	small := []shared.Step{{Rule: 0, Key: "bob", Cost: 1}, {Rule: 2, Key: "", Cost: 1}}
+	for i := range 5 {
+		if res, _ := b.Check(ctx, small); !res.Allowed {
+			t.Fatalf("request %d: %+v", i, res)
+		}
+	}
+	bob, _ := b.leases.Load(leaseKey{0, "bob"})
+	held := bob.Held()
+	if res, idx := b.Check(ctx, small); res.Allowed || idx != 1 {
+		t.Fatalf("the sixth request: %+v from step %d, want a denial from step 1", res, idx)
+	}
+	if bob.Held() != held {
+		t.Errorf("bob's lease holds %d after a tier denied by its second step, %d before", bob.Held(), held)
+	}
+
+	// No room for another lease: a new key is checked on Redis per request.
+	kept := b.count.Load()
+	b.maxLeases = kept
+	b.swept.Store(int64(atomicbucket.Now())) // no sweep: both leases are in use
+	before := stores[0].Stats().RedisCalls
+	for i := range 3 {
+		if res, _ := b.Check(ctx, []shared.Step{{Rule: 0, Key: "carol", Cost: 1}}); !res.Allowed || res.Degraded {
+			t.Fatalf("carol's check %d: %+v", i, res)
+		}
+	}
+	if _, ok := b.leases.Load(leaseKey{0, "carol"}); ok || b.count.Load() != kept {
+		t.Errorf("carol got a lease beyond maxLeases (%d kept, room for %d)", b.count.Load(), kept)
+	}
+	if got := stores[0].Stats().RedisCalls - before; got != 3 {
+		t.Errorf("carol's 3 checks made %d Redis calls, want 3 (per request)", got)
+	}
+
+	// Redis gone: dave's lease spends what it holds, then LeasedUser's
+	// failure setting (deny) decides.
+	b.maxLeases = MaxLeases
+	dave := []shared.Step{{Rule: 0, Key: "dave", Cost: 1}}
+	for range 4 { // batches of 1, then 2: dave's lease holds tokens
+		if res, _ := b.Check(ctx, dave); !res.Allowed {
+			t.Fatalf("dave: %+v", res)
+		}
+	}
+	lease, _ := b.leases.Load(leaseKey{0, "dave"})
+	if lease.Held() == 0 {
+		t.Fatal("dave's lease holds nothing after 4 checks")
+	}
+	srv.Stop()
+	for n := lease.Held(); n > 0; n-- {
+		if res, _ := b.Check(ctx, dave); !res.Allowed || res.Degraded {
+			t.Fatalf("dave with %d held and Redis gone: %+v", n, res)
+		}
+	}
+	if res, _ := b.Check(ctx, dave); res.Allowed || !res.Degraded {
+		t.Errorf("dave with nothing held and Redis gone: %+v, want a degraded denial", res)
+	}
+}

@@ -2,8 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,7 +9,6 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/redisstore/internal/redistest"
-	"github.com/redis/go-redis/v9"
 )
 
 // Coalesced checks from 64 goroutines: one key's burst of 50 is admitted
@@ -32,7 +29,7 @@ func TestCoalescedChecks(t *testing.T) {
 	var intervalAdmitted atomic.Int64
 	var wg sync.WaitGroup
 	monitor := srv.Client(t)
-	before := scriptCalls(t, monitor)
+	before := redistest.ScriptCalls(t, monitor)
 	for g := range 64 {
 		wg.Add(1)
 		go func() {
@@ -67,7 +64,7 @@ func TestCoalescedChecks(t *testing.T) {
 	if admitted[0].Load() != 50 || admitted[1].Load() != 50 {
 		t.Errorf("admitted %d and %d of 640 each; the burst is 50", admitted[0].Load(), admitted[1].Load())
 	}
-	calls := scriptCalls(t, monitor) - before
+	calls := redistest.ScriptCalls(t, monitor) - before
 	t.Logf("1,600 coalesced checks in %d script calls", calls)
 	if calls >= 800 {
 		t.Errorf("1,600 checks took %d script calls: not coalesced", calls)
@@ -79,24 +76,4 @@ func TestCoalescedChecks(t *testing.T) {
 	if _, err := st.AllowN(ctx, r, "d", 1); err == nil {
 		t.Error("a check after Close did not fail")
 	}
-}
-
-// scriptCalls is the number of EVALSHA and EVAL commands the server has run
-// (INFO commandstats; the commands a script runs are counted apart).
-func scriptCalls(t *testing.T, c *redis.Client) int64 {
-	info, err := c.Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n int64
-	for _, line := range strings.Split(info, "\n") {
-		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
-			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
-				v, _, _ := strings.Cut(rest, ",")
-				k, _ := strconv.ParseInt(v, 10, 64)
-				n += k
-			}
-		}
-	}
-	return n
 }

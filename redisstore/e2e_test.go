@@ -151,3 +151,39 @@ func TestGeneratedSharedTier(t *testing.T) {
 		t.Errorf("dave's per-user bucket after the global rule denied: %+v", res)
 	}
 }
+
+// A leased tier across four instances: Downloads (burst 30 a user, leases of
+// 8) and DownloadsGlobal (leases of 100). Together the instances admit each
+// user's burst and no more, with fewer script calls than checks.
+func TestGeneratedLeasedTier(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	monitor := srv.Client(t)
+	var inst []*sharedlimits.Limits
+	for range 4 {
+		inst = append(inst, instance(t, srv.Addr))
+	}
+	for _, u := range []string{"erin", "frank"} {
+		before := redistest.ScriptCalls(t, monitor)
+		admitted := 0
+		for i := range 80 {
+			res := inst[i%4].CheckDownload(ctx, u)
+			if res.Degraded {
+				t.Fatalf("degraded: %v", res.Err)
+			}
+			if res.Allowed {
+				admitted++
+			}
+		}
+		// 30 a user; a lease holding tokens when another instance asks
+		// keeps them, so the four instances together may admit fewer.
+		if admitted > 30 || admitted < 20 {
+			t.Errorf("%s: four instances admitted %d of 80; the shared burst is 30", u, admitted)
+		}
+		calls := redistest.ScriptCalls(t, monitor) - before
+		t.Logf("%s: %d of 80 admitted by four instances, %d script calls", u, admitted, calls)
+		if calls >= 40 {
+			t.Errorf("%s: %d script calls for 80 leased checks", u, calls)
+		}
+	}
+}

@@ -59,50 +59,71 @@ func (s *Store) NewLease(r *Rule, key string, maxBatch int64) *Lease {
 // bucket does not hold the cost beyond what leases hold), with its
 // RetryAfter; an error is Redis's, and the caller's failure setting decides.
 func (l *Lease) AllowN(ctx context.Context, cost int64) (atomicbucket.Decision, error) {
-	if cost < 0 || cost > l.rule.limit.Burst {
-		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}, nil
-	}
-	now := int64(atomicbucket.Now())
-	if d, ok := l.spend(now, cost); ok {
+	d, _, call := l.local(int64(atomicbucket.Now()), cost)
+	if !call {
 		return d, nil
+	}
+	d, _, err := l.refill(ctx, cost)
+	return d, err
+}
+
+// local decides cost without Redis when it can: from the current grant, or a
+// denial while Redis's last one holds (call is false); otherwise the caller
+// must refill. The grant spent from is returned for giveBack.
+func (l *Lease) local(now, cost int64) (d atomicbucket.Decision, g *grant, call bool) {
+	if cost < 0 || cost > l.rule.limit.Burst {
+		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}, nil, false
+	}
+	if d, g, ok := l.spend(now, cost); ok {
+		return d, g, false
 	}
 	if until := l.deniedUntil.Load(); until != 0 && now < until {
 		// Redis denied recently: until its wait is over, deny without asking
 		// (stricter than asking, if another instance gives tokens back
 		// meanwhile; never looser). A bucket over its limit then costs Redis
 		// one call per wait, not one per request.
-		return atomicbucket.Decision{RetryAfter: time.Duration(until - now)}, nil
+		return atomicbucket.Decision{RetryAfter: time.Duration(until - now)}, nil, false
 	}
-	return l.refill(ctx, cost)
+	return atomicbucket.Decision{}, nil, true
 }
 
 // spend takes cost from the current grant if it is valid at now and holds it.
-func (l *Lease) spend(now, cost int64) (atomicbucket.Decision, bool) {
+func (l *Lease) spend(now, cost int64) (atomicbucket.Decision, *grant, bool) {
 	g := l.cur.Load()
 	if g == nil || now >= g.expires {
-		return atomicbucket.Decision{}, false
+		return atomicbucket.Decision{}, nil, false
 	}
 	for {
 		left := g.left.Load()
 		if left < cost {
-			return atomicbucket.Decision{}, false
+			return atomicbucket.Decision{}, nil, false
 		}
 		if g.left.CompareAndSwap(left, left-cost) {
 			l.spent.Add(cost)
-			return atomicbucket.Decision{Allowed: true, Remaining: left - cost}, true
+			return atomicbucket.Decision{Allowed: true, Remaining: left - cost}, g, true
 		}
+	}
+}
+
+// giveBack returns cost to grant g, which a tier took it from before another
+// of its steps denied, if g is still the lease's grant (otherwise the tokens
+// are dropped: stricter, never looser).
+func (l *Lease) giveBack(g *grant, cost int64) {
+	if g != nil && l.cur.Load() == g {
+		g.left.Add(cost)
+		l.spent.Add(-cost)
 	}
 }
 
 // refill settles the current grant and asks Redis for a batch that covers
 // cost, under the lease's lock: one refill at a time, and a request that
 // waited for another's refill tries the new tokens first.
-func (l *Lease) refill(ctx context.Context, cost int64) (atomicbucket.Decision, error) {
+func (l *Lease) refill(ctx context.Context, cost int64) (atomicbucket.Decision, *grant, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	sent := int64(atomicbucket.Now())
-	if d, ok := l.spend(sent, cost); ok {
-		return d, nil
+	if d, g, ok := l.spend(sent, cost); ok {
+		return d, g, nil
 	}
 	// The batch: twice what was spent since the last refill (a lease spent
 	// quickly grows, an idle one shrinks), at least the cost, at most maxBatch.
@@ -114,14 +135,25 @@ func (l *Lease) refill(ctx context.Context, cost int64) (atomicbucket.Decision, 
 		if err == nil && d.RetryAfter != atomicbucket.Never {
 			l.deniedUntil.Store(int64(atomicbucket.Now().Add(d.RetryAfter)))
 		}
-		return d, err
+		return d, nil, err
 	}
 	l.deniedUntil.Store(0)
 	l.spent.Add(cost)
 	g.left.Store(g.size - cost)
 	l.cur.Store(g)
 	d.Remaining = g.size - cost
-	return d, nil
+	return d, g, nil
+}
+
+// idle reports whether the lease holds no valid grant and no refill is under
+// way (a sweep may then drop it).
+func (l *Lease) idle(now int64) bool {
+	if !l.mu.TryLock() {
+		return false
+	}
+	defer l.mu.Unlock()
+	g := l.cur.Load()
+	return g == nil || now >= g.expires
 }
 
 // settlement is what a lease call tells Redis of the lessee's previous grant:

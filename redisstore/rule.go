@@ -39,6 +39,7 @@ type Rule struct {
 	// ns, as atomicbucket's tables place them (aligned: phase 0).
 	failure Failure                     // what decides when Redis cannot
 	local   *atomicbucket.Table[string] // FailLocal's buckets
+	lease   int64                       // > 0: checked through Bind from leases of at most lease tokens
 
 	interval bool
 	aligned  bool

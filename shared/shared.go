@@ -55,6 +55,11 @@ type Rule struct {
 	Name    string // unique in the package; part of the store's keys
 	Limit   atomicbucket.Limit
 	Failure Failure
+	// Lease, when above 0, has the rule checked from leases: each instance
+	// takes batches of at most Lease tokens (and at most the burst) from the
+	// store and spends them locally, so that most checks make no call. A
+	// store without leases checks the rule per request.
+	Lease int64
 }
 
 // Step is one rule's part in a check: the index of the rule in the slice

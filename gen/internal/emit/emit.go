@@ -838,11 +838,15 @@ func emitShared(m *model.Model) jen.Code {
 			if r.Failure == "FailLocal" {
 				f = append(f, field("Share", jen.Lit(r.Share)))
 			}
-			rules = append(rules, fields(
+			rf := []jen.Code{
 				field("Name", jen.Lit(name)),
 				field("Limit", limitValue(l)),
 				field("Failure", jen.Qual(sharedPath, "Failure").Add(fields(f...))),
-			))
+			}
+			if r.Lease > 0 {
+				rf = append(rf, field("Lease", jen.Lit(r.Lease)))
+			}
+			rules = append(rules, fields(rf...))
 		}
 	}
 	return jen.Comment("sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),").Line().
@@ -915,8 +919,16 @@ func emitSharedCheck(m *model.Model, r model.Rule, recv jen.Code) jen.Code {
 		Add(comment(fmt.Sprintf("Check decides a request of cost on the store given to New, so that %s holds across every "+
 			"instance that shares it; without one (SharedErr says why) it is AllowN, in this process only. It never "+
 			"fails: when the store cannot decide, the rule's on_failure setting (%s) does, and the Result says so. "+
-			"The other methods decide in this process only.", r.GoName, failureWords(r)))).
+			"%sThe other methods decide in this process only.", r.GoName, failureWords(r), leaseWords(r)))).
 		Func().Params(recv).Id("Check").Params(params...).Qual(sharedPath, "Result").Block(body...).Line()
+}
+
+func leaseWords(r model.Rule) string {
+	if r.Lease == 0 {
+		return ""
+	}
+	return fmt.Sprintf("The rule is leased: each instance takes batches of at most %d tokens from a store that leases "+
+		"and spends them here, so most checks make no call. ", r.Lease)
 }
 
 func failureWords(r model.Rule) string {

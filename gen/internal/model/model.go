@@ -42,6 +42,7 @@ type Rule struct {
 	Shared   bool    // enforced by the store given to New (package shared), across instances
 	Failure  string  // shared: the shared.FailureMode constant deciding when the store cannot
 	Share    float64 // shared, FailLocal: the local share of the rate and burst
+	Lease    int64   // shared: checked from leases of at most this many tokens a batch (0: a store call per check)
 	SharedAt int     // shared: the index of its first limit in the package's sharedRules
 	Doc      string  // the package-level variable's doc comment: the rule in plain words
 	TypeDoc  string  // the limiter type's doc comment

@@ -50,7 +50,7 @@ type tierDoc struct {
 
 var (
 	topFields  = []string{"package", "plans", "rules", "tiers", "http"}
-	ruleFields = []string{"name", "key", "rate", "tokens_per_second", "rps", "burst", "refill", "aligned", "initial", "cost", "max_keys", "at_cap", "plans", "shared", "on_failure", "local_share"}
+	ruleFields = []string{"name", "key", "rate", "tokens_per_second", "rps", "burst", "refill", "aligned", "initial", "cost", "max_keys", "at_cap", "plans", "shared", "on_failure", "local_share", "lease"}
 	planFields = []string{"rate", "tokens_per_second", "rps", "burst", "initial", "cost"}
 	tierFields = []string{"name", "rules"}
 )

@@ -304,6 +304,18 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 		bad(rd.fields["on_failure"], "on_failure: local needs local_share: the share of the rate and burst each instance takes alone, such as 0.25 for four instances")
 	}
 
+	if n := rd.fields["lease"]; n != nil {
+		v, ok := p.int(n, what, "lease", 1)
+		switch {
+		case !ok:
+			valid = false
+		case !r.Shared:
+			bad(n, "lease applies only to a shared rule (shared: true): instances take batches of its tokens from the store")
+		default:
+			r.Lease = v
+		}
+	}
+
 	switch {
 	case len(rd.plans) > 0 && len(plans) == 0:
 		bad(rd.fields["plans"], "plans given, but the policy declares none; list them at the top: plans: [free, pro]")
@@ -596,6 +608,17 @@ func (p *parser) tier(td *tierDoc, m *model.Model) (model.Tier, bool) {
 			}
 			p.errorf(items[k], "tier %q mixes shared and local rules (%q is shared, %q is local); a tier is all shared (one store call) or all local",
 				t.Name, sharedName, localName)
+			return t, false
+		}
+	}
+	for k, ri := range t.Rules {
+		if first := m.Rules[t.Rules[0]]; (m.Rules[ri].Lease > 0) != (first.Lease > 0) {
+			leased, perRequest := first.Name, m.Rules[ri].Name
+			if first.Lease == 0 {
+				leased, perRequest = perRequest, leased
+			}
+			p.errorf(items[k], "tier %q mixes leased and per-request rules (%q has a lease, %q not); a tier's shared rules are all leased or none",
+				t.Name, leased, perRequest)
 			return t, false
 		}
 	}

@@ -143,3 +143,27 @@ func StartCluster(t testing.TB, n int) []*Server {
 	}
 	return servers
 }
+
+// ScriptCalls is the number of EVALSHA and EVAL commands the server of c has
+// run (INFO commandstats; the commands a script runs are counted apart).
+func ScriptCalls(t testing.TB, c *redis.Client) int64 {
+	t.Helper()
+	info, err := c.Info(context.Background(), "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		for _, cmd := range []string{"cmdstat_evalsha:calls=", "cmdstat_eval:calls="} {
+			if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+				v, _, _ := strings.Cut(rest, ",")
+				k, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					t.Fatalf("INFO commandstats: %q: %v", line, err)
+				}
+				n += k
+			}
+		}
+	}
+	return n
+}

@@ -74,10 +74,14 @@ const (
 	RulePerInstance
 	// RuleGlobal names the rule Global.
 	RuleGlobal
+	// RuleDownloads names the rule Downloads.
+	RuleDownloads
+	// RuleDownloadsGlobal names the rule DownloadsGlobal.
+	RuleDownloadsGlobal
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global"}
+var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -91,11 +95,13 @@ func (r RuleName) String() string {
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
 // and functions use.
 type Limits struct {
-	PerUser     *PerUserLimiter     // see the package-level PerUser
-	Exports     *ExportsLimiter     // see the package-level Exports
-	PerInstance *PerInstanceLimiter // see the package-level PerInstance
-	Global      *GlobalLimiter      // see the package-level Global
-	shared      *sharedState        // the store the shared rules are checked on, if any
+	PerUser         *PerUserLimiter         // see the package-level PerUser
+	Exports         *ExportsLimiter         // see the package-level Exports
+	PerInstance     *PerInstanceLimiter     // see the package-level PerInstance
+	Global          *GlobalLimiter          // see the package-level Global
+	Downloads       *DownloadsLimiter       // see the package-level Downloads
+	DownloadsGlobal *DownloadsGlobalLimiter // see the package-level DownloadsGlobal
+	shared          *sharedState            // the store the shared rules are checked on, if any
 }
 
 // Option configures New.
@@ -136,21 +142,25 @@ func New(opts ...Option) *Limits {
 		o.start = atomicbucket.Now()
 	}
 	l := &Limits{
-		PerUser:     newPerUserLimiter(),
-		Exports:     newExportsLimiter(),
-		PerInstance: newPerInstanceLimiter(),
-		Global:      newGlobalLimiter(o.start),
-		shared:      newSharedState(o.store),
+		PerUser:         newPerUserLimiter(),
+		Exports:         newExportsLimiter(),
+		PerInstance:     newPerInstanceLimiter(),
+		Global:          newGlobalLimiter(o.start),
+		Downloads:       newDownloadsLimiter(),
+		DownloadsGlobal: newDownloadsGlobalLimiter(o.start),
+		shared:          newSharedState(o.store),
 	}
 	l.PerUser.sh = l.shared
 	l.Exports.sh = l.shared
 	l.Global.sh = l.shared
+	l.Downloads.sh = l.shared
+	l.DownloadsGlobal.sh = l.shared
 	return l
 }
 
 // sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),
 // in the order their checks name them.
-var sharedRules = [4]shared.Rule{{
+var sharedRules = [6]shared.Rule{{
 	Name: "PerUser:free",
 	Limit: atomicbucket.Limit{
 		Tokens: 1,
@@ -196,6 +206,30 @@ var sharedRules = [4]shared.Rule{{
 	Failure: shared.Failure{
 		Mode: shared.FailAllow,
 	},
+}, {
+	Name: "Downloads",
+	Limit: atomicbucket.Limit{
+		Tokens: 1,
+		Period: time.Minute,
+		Burst:  30,
+		Refill: atomicbucket.Greedy,
+	},
+	Failure: shared.Failure{
+		Mode: shared.FailDeny,
+	},
+	Lease: int64(8),
+}, {
+	Name: "DownloadsGlobal",
+	Limit: atomicbucket.Limit{
+		Tokens: 1,
+		Period: time.Minute,
+		Burst:  1000,
+		Refill: atomicbucket.Greedy,
+	},
+	Failure: shared.Failure{
+		Mode: shared.FailAllow,
+	},
+	Lease: int64(100),
 }}
 
 // sharedState is where a Limits' shared rules are checked: on bound, or in this process when bound
@@ -242,6 +276,12 @@ var (
 
 	// Global allows 1 request per minute in total, in bursts of up to 50.
 	Global = Default.Global
+
+	// Downloads allows 1 request per minute per key, in bursts of up to 30.
+	Downloads = Default.Downloads
+
+	// DownloadsGlobal allows 1 request per minute in total, in bursts of up to 1000.
+	DownloadsGlobal = Default.DownloadsGlobal
 )
 
 // newPerUserLimiter returns PerUser's (empty) tables.
@@ -750,6 +790,240 @@ func (l *GlobalLimiter) Check(ctx context.Context, cost int64) shared.Result {
 	return res
 }
 
+// newDownloadsLimiter returns Downloads's (empty) tables.
+func newDownloadsLimiter() *DownloadsLimiter {
+	return &DownloadsLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+		Tokens: 1,
+		Period: time.Minute,
+		Burst:  30,
+		Refill: atomicbucket.Greedy,
+	}), downloadsUnitsPerNs, downloadsUnitsPerToken, downloadsBurstUnits), atomicbucket.TableOptions{})}
+}
+
+// Downloads's fixed-point units, computed when generating and checked against the runtime when the
+// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (downloadsUnitsPerNs), one token is worth downloadsUnitsPerToken units (GCRA's emission
+// interval), and a bucket may run downloadsBurstUnits units ahead of now (the burst's worth: GCRA's
+// tolerance).
+const (
+	downloadsUnitsPerNs    = 1
+	downloadsUnitsPerToken = 60000000000
+	downloadsBurstUnits    = 1800000000000
+)
+
+// DownloadsLimiter is the type of Downloads. Its methods are safe for concurrent use.
+type DownloadsLimiter struct {
+	s  *atomicbucket.Table[string]
+	sh *sharedState
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *DownloadsLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
+}
+
+// Allow reports whether a request is allowed now, taking its tokens if so.
+func (l *DownloadsLimiter) Allow(key string) bool {
+	return l.s.AllowGreedyAt(key, atomicbucket.Now(), downloadsUnitsPerNs, downloadsUnitsPerToken, downloadsBurstUnits)
+}
+
+// AllowN checks a request of the given cost now, taking its tokens if allowed.
+func (l *DownloadsLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
+	return l.s.AllowN(key, cost)
+}
+
+// AllowAt is Allow at time now.
+func (l *DownloadsLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+	return l.s.AllowGreedyAt(key, now, downloadsUnitsPerNs, downloadsUnitsPerToken, downloadsBurstUnits)
+}
+
+// AllowNAt is AllowN at time now.
+func (l *DownloadsLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.AllowNAt(key, now, cost)
+}
+
+// Peek is what AllowN would decide now, taking nothing.
+func (l *DownloadsLimiter) Peek(key string, cost int64) atomicbucket.Decision {
+	return l.s.Peek(key, cost)
+}
+
+// PeekAt is Peek at time now.
+func (l *DownloadsLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.PeekAt(key, now, cost)
+}
+
+// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
+func (l *DownloadsLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.Reserve(key, cost, maxWait)
+}
+
+// ReserveAt is Reserve at time now.
+func (l *DownloadsLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.ReserveAt(key, now, cost, maxWait)
+}
+
+// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
+func (l *DownloadsLimiter) Wait(ctx context.Context, key string, cost int64) error {
+	return l.s.Wait(ctx, key, cost)
+}
+
+// Refund gives cost tokens back now, never beyond the burst.
+func (l *DownloadsLimiter) Refund(key string, cost int64) {
+	l.s.Refund(key, cost)
+}
+
+// RefundAt is Refund at time now.
+func (l *DownloadsLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
+	l.s.RefundAt(key, now, cost)
+}
+
+// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
+func (l *DownloadsLimiter) Sweep() int {
+	return l.s.Sweep()
+}
+
+// Len is the number of keys tracked.
+func (l *DownloadsLimiter) Len() int64 {
+	return l.s.Len()
+}
+
+// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
+func (l *DownloadsLimiter) Stats() atomicbucket.TableStats {
+	return l.s.Stats()
+}
+
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
+func (l *DownloadsLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+	atomicbucket.RunEvery(ctx, interval, func() {
+		l.Sweep()
+	})
+}
+
+// Check decides a request of cost on the store given to New, so that Downloads holds across every
+// instance that shares it; without one (SharedErr says why) it is AllowN, in this process only. It
+// never fails: when the store cannot decide, the rule's on_failure setting (deny) does, and the
+// Result says so. The rule is leased: each instance takes batches of at most 8 tokens from a store
+// that leases and spends them here, so most checks make no call. The other methods decide in this
+// process only.
+func (l *DownloadsLimiter) Check(ctx context.Context, key string, cost int64) shared.Result {
+	if l.sh.bound == nil {
+		return shared.Result{Decision: l.AllowN(key, cost)}
+	}
+	res, _ := l.sh.bound.Check(ctx, []shared.Step{{
+		Cost: cost,
+		Key:  key,
+		Rule: 4,
+	}})
+	return res
+}
+
+// newDownloadsGlobalLimiter returns DownloadsGlobal's bucket, created at now.
+func newDownloadsGlobalLimiter(now atomicbucket.Time) *DownloadsGlobalLimiter {
+	return &DownloadsGlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+		Tokens: 1,
+		Period: time.Minute,
+		Burst:  1000,
+		Refill: atomicbucket.Greedy,
+	}), downloadsGlobalUnitsPerNs, downloadsGlobalUnitsPerToken, downloadsGlobalBurstUnits), now)}
+}
+
+// DownloadsGlobal's fixed-point units, computed when generating and checked against the runtime
+// when the package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (downloadsGlobalUnitsPerNs), one token is worth downloadsGlobalUnitsPerToken units (GCRA's
+// emission interval), and a bucket may run downloadsGlobalBurstUnits units ahead of now (the
+// burst's worth: GCRA's tolerance).
+const (
+	downloadsGlobalUnitsPerNs    = 1
+	downloadsGlobalUnitsPerToken = 60000000000
+	downloadsGlobalBurstUnits    = 60000000000000
+)
+
+// DownloadsGlobalLimiter is the type of DownloadsGlobal. Its methods are safe for concurrent use.
+type DownloadsGlobalLimiter struct {
+	s  *atomicbucket.Bucket
+	sh *sharedState
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *DownloadsGlobalLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
+}
+
+// Allow reports whether a request is allowed now, taking its tokens if so.
+func (l *DownloadsGlobalLimiter) Allow() bool {
+	return l.s.AllowGreedyAt(atomicbucket.Now(), downloadsGlobalUnitsPerNs, downloadsGlobalUnitsPerToken, downloadsGlobalBurstUnits)
+}
+
+// AllowN checks a request of the given cost now, taking its tokens if allowed.
+func (l *DownloadsGlobalLimiter) AllowN(cost int64) atomicbucket.Decision {
+	return l.s.AllowN(cost)
+}
+
+// AllowAt is Allow at time now.
+func (l *DownloadsGlobalLimiter) AllowAt(now atomicbucket.Time) bool {
+	return l.s.AllowGreedyAt(now, downloadsGlobalUnitsPerNs, downloadsGlobalUnitsPerToken, downloadsGlobalBurstUnits)
+}
+
+// AllowNAt is AllowN at time now.
+func (l *DownloadsGlobalLimiter) AllowNAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.AllowNAt(now, cost)
+}
+
+// Peek is what AllowN would decide now, taking nothing.
+func (l *DownloadsGlobalLimiter) Peek(cost int64) atomicbucket.Decision {
+	return l.s.Peek(cost)
+}
+
+// PeekAt is Peek at time now.
+func (l *DownloadsGlobalLimiter) PeekAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.PeekAt(now, cost)
+}
+
+// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
+func (l *DownloadsGlobalLimiter) Reserve(cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.Reserve(cost, maxWait)
+}
+
+// ReserveAt is Reserve at time now.
+func (l *DownloadsGlobalLimiter) ReserveAt(now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.ReserveAt(now, cost, maxWait)
+}
+
+// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
+func (l *DownloadsGlobalLimiter) Wait(ctx context.Context, cost int64) error {
+	return l.s.Wait(ctx, cost)
+}
+
+// Refund gives cost tokens back now, never beyond the burst.
+func (l *DownloadsGlobalLimiter) Refund(cost int64) {
+	l.s.Refund(cost)
+}
+
+// RefundAt is Refund at time now.
+func (l *DownloadsGlobalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
+	l.s.RefundAt(now, cost)
+}
+
+// Check decides a request of cost on the store given to New, so that DownloadsGlobal holds across
+// every instance that shares it; without one (SharedErr says why) it is AllowN, in this process
+// only. It never fails: when the store cannot decide, the rule's on_failure setting (allow) does,
+// and the Result says so. The rule is leased: each instance takes batches of at most 100 tokens
+// from a store that leases and spends them here, so most checks make no call. The other methods
+// decide in this process only.
+func (l *DownloadsGlobalLimiter) Check(ctx context.Context, cost int64) shared.Result {
+	if l.sh.bound == nil {
+		return shared.Result{Decision: l.AllowN(cost)}
+	}
+	res, _ := l.sh.bound.Check(ctx, []shared.Step{{
+		Cost: cost,
+		Key:  "",
+		Rule: 5,
+	}})
+	return res
+}
+
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
 // rule allowed, of the most constraining one (the fewest tokens remaining; the first on a tie).
 type TierDecision struct {
@@ -904,6 +1178,131 @@ func (l *Limits) checkSharedRequest(ctx context.Context, plan Plan, perUserKey s
 	}
 }
 
+// Download checks a request against Downloads, DownloadsGlobal, in that order, and allows it only
+// if every rule does: when a rule denies, the tokens the earlier rules took are given back. It uses
+// Default.
+func Download(downloadsKey string) TierDecision {
+	return Default.Download(downloadsKey)
+}
+
+// Download checks a request against Downloads, DownloadsGlobal, in that order, and allows it only
+// if every rule does: when a rule denies, the tokens the earlier rules took are given back.
+func (l *Limits) Download(downloadsKey string) TierDecision {
+	return l.checkDownload(downloadsKey, atomicbucket.Now(), 0, true)
+}
+
+// DownloadN is Download with a cost every rule is charged instead of its default. It uses Default.
+func DownloadN(downloadsKey string, cost int64) TierDecision {
+	return Default.DownloadN(downloadsKey, cost)
+}
+
+// DownloadN is Download with a cost every rule is charged instead of its default.
+func (l *Limits) DownloadN(downloadsKey string, cost int64) TierDecision {
+	return l.checkDownload(downloadsKey, atomicbucket.Now(), cost, false)
+}
+
+// DownloadAt is Download at time now. It uses Default.
+func DownloadAt(downloadsKey string, now atomicbucket.Time) TierDecision {
+	return Default.DownloadAt(downloadsKey, now)
+}
+
+// DownloadAt is Download at time now.
+func (l *Limits) DownloadAt(downloadsKey string, now atomicbucket.Time) TierDecision {
+	return l.checkDownload(downloadsKey, now, 0, true)
+}
+
+// DownloadNAt is DownloadN at time now. It uses Default.
+func DownloadNAt(downloadsKey string, now atomicbucket.Time, cost int64) TierDecision {
+	return Default.DownloadNAt(downloadsKey, now, cost)
+}
+
+// DownloadNAt is DownloadN at time now.
+func (l *Limits) DownloadNAt(downloadsKey string, now atomicbucket.Time, cost int64) TierDecision {
+	return l.checkDownload(downloadsKey, now, cost, false)
+}
+
+// checkDownload is Download with each rule charged cost, or its own default cost when defaults is
+// set. It is atomicbucket.TierAt unrolled, with typed calls: keep the two in step.
+func (l *Limits) checkDownload(downloadsKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
+	c0, c1 := cost, cost
+	if defaults {
+		c0, c1 = 1, 1
+	}
+	d0 := l.Downloads.AllowNAt(downloadsKey, now, c0)
+	if !d0.Allowed {
+		return TierDecision{
+			Decision: d0,
+			Rule:     RuleDownloads,
+			DeniedBy: RuleDownloads,
+		}
+	}
+	d1 := l.DownloadsGlobal.AllowNAt(now, c1)
+	if !d1.Allowed {
+		l.Downloads.RefundAt(downloadsKey, now, c0)
+		return TierDecision{
+			Decision: d1,
+			Rule:     RuleDownloadsGlobal,
+			DeniedBy: RuleDownloadsGlobal,
+		}
+	}
+	most, rule := d0, RuleDownloads
+	if d1.Remaining < most.Remaining {
+		most, rule = d1, RuleDownloadsGlobal
+	}
+	return TierDecision{Decision: most, Rule: rule}
+}
+
+// CheckDownload checks a request against Download on the store given to New, all or nothing, in one
+// call where the store can (on a Redis Cluster, when the keys share a slot), so that the tier holds
+// across every instance; without a store (SharedErr says why) it is Download, in this process only.
+// It never fails: when the store cannot decide, the rules' on_failure settings do, and the result
+// says so.
+func (l *Limits) CheckDownload(ctx context.Context, downloadsKey string) TierResult {
+	return l.checkSharedDownload(ctx, downloadsKey, 0, true)
+}
+
+// CheckDownloadN is CheckDownload with a cost every rule is charged instead of its default.
+func (l *Limits) CheckDownloadN(ctx context.Context, downloadsKey string, cost int64) TierResult {
+	return l.checkSharedDownload(ctx, downloadsKey, cost, false)
+}
+
+// checkSharedDownload is CheckDownload's store call, with each rule charged cost, or its own
+// default cost when defaults is set.
+func (l *Limits) checkSharedDownload(ctx context.Context, downloadsKey string, cost int64, defaults bool) TierResult {
+	if l.shared.bound == nil {
+		return TierResult{TierDecision: l.checkDownload(downloadsKey, atomicbucket.Now(), cost, defaults)}
+	}
+	c0, c1 := cost, cost
+	if defaults {
+		c0, c1 = 1, 1
+	}
+	res, i := l.shared.bound.Check(ctx, []shared.Step{{
+		Cost: c0,
+		Key:  downloadsKey,
+		Rule: 4,
+	}, {
+		Cost: c1,
+		Key:  "",
+		Rule: 5,
+	}})
+	rules := [2]RuleName{RuleDownloads, RuleDownloadsGlobal}
+	if i < 0 || i >= len(rules) {
+		i = 0
+	}
+	td := TierDecision{
+		Decision: res.Decision,
+		Rule:     rules[i],
+	}
+	if !res.Allowed {
+		td.DeniedBy = rules[i]
+	}
+	return TierResult{
+		Degraded:     res.Degraded,
+		Err:          res.Err,
+		TierDecision: td,
+	}
+}
+
 // httpPolicyPerUserPlanFree is rule PerUser on the free plan as the RateLimit fields describe it.
 var httpPolicyPerUserPlanFree = limithttp.Policy{
 	Name:   "PerUser",
@@ -989,15 +1388,49 @@ var httpPolicyGlobal = limithttp.Policy{
 	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Global (50 tokens): waiting cannot admit it.\"}\n",
 }
 
+// httpPolicyDownloads is rule Downloads as the RateLimit fields describe it.
+var httpPolicyDownloads = limithttp.Policy{
+	Name:   "Downloads",
+	Quota:  30,
+	Window: 1800,
+	Limit: atomicbucket.Limit{
+		Tokens: 1,
+		Period: time.Minute,
+		Burst:  30,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:      "\"Downloads\";q=30;w=1800",
+	Prefix:    "\"Downloads\";r=",
+	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Downloads; retry after the delay in Retry-After.\",\"violated-policies\":[\"Downloads\"]}\n",
+	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Downloads (30 tokens): waiting cannot admit it.\"}\n",
+}
+
+// httpPolicyDownloadsGlobal is rule DownloadsGlobal as the RateLimit fields describe it.
+var httpPolicyDownloadsGlobal = limithttp.Policy{
+	Name:   "DownloadsGlobal",
+	Quota:  1000,
+	Window: 60000,
+	Limit: atomicbucket.Limit{
+		Tokens: 1,
+		Period: time.Minute,
+		Burst:  1000,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:      "\"DownloadsGlobal\";q=1000;w=60000",
+	Prefix:    "\"DownloadsGlobal\";r=",
+	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy DownloadsGlobal; retry after the delay in Retry-After.\",\"violated-policies\":[\"DownloadsGlobal\"]}\n",
+	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy DownloadsGlobal (1000 tokens): waiting cannot admit it.\"}\n",
+}
+
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*limithttp.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}}
+var httpPolicies = [...][numPlans]*limithttp.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}}
+var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
-var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}}
+var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}, {"\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000", "\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000"}}
 
 // Hooks are the functions of your service that the policy's http: section names: what only
 // your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
@@ -1006,9 +1439,9 @@ type Hooks struct {
 	// PlanOf returns the request's plan; false (or a value outside the plans) means the default plan,
 	// free. Take it from what your authentication verified.
 	PlanOf func(*http.Request) (Plan, bool)
-	// UserID returns the key of PerUser for a request, and false when it has none (then the next key
-	// source is tried, or the request is refused with the policy's missing_key status). An empty key
-	// counts as none.
+	// UserID returns the key of PerUser, Downloads for a request, and false when it has none (then the
+	// next key source is tried, or the request is refused with the policy's missing_key status). An
+	// empty key counts as none.
 	UserID func(*http.Request) (string, bool)
 }
 
@@ -1018,7 +1451,7 @@ type Hooks struct {
 // not go on. A request whose pattern is not in the policy goes on unchecked: register your
 // handlers with the policy's patterns (ServeMux does it for you).
 //
-// Routes: GET /hello; GET /api/; POST /export/{account}.
+// Routes: GET /hello; GET /api/; POST /export/{account}; GET /download/.
 type Middleware struct {
 	limits *Limits
 	hooks  Hooks
@@ -1085,6 +1518,8 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request) bool {
 		return m.route2(w, r)
 	case "POST /export/{account}":
 		return m.route3(w, r)
+	case "GET /download/":
+		return m.route4(w, r)
 	}
 	return true
 }
@@ -1100,7 +1535,7 @@ type ServeMux struct {
 }
 
 // httpPatterns are the policy's route patterns, in policy order.
-var httpPatterns = [...]string{"GET /hello", "GET /api/", "POST /export/{account}"}
+var httpPatterns = [...]string{"GET /hello", "GET /api/", "POST /export/{account}", "GET /download/"}
 
 // NewServeMux returns an empty ServeMux behind m.
 func (m *Middleware) NewServeMux() *ServeMux {
@@ -1210,6 +1645,29 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request) bool {
 		SeedInt:  uint64(k0),
 	}
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, "")
+}
+
+// route4 checks GET /download/ (tier Download, enforce) and reports whether the request may go on.
+func (m *Middleware) route4(w http.ResponseWriter, r *http.Request) bool {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = m.hooks.UserID(r)
+	ok0 = ok0 && k0 != ""
+	if !ok0 {
+		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Downloads: route \\\"GET /download/\\\" reads it from the service's UserID.\"}\n", limithttp.Event{Route: "GET /download/", Tier: "Download", Rule: "Downloads", RuleIndex: int(RuleDownloads), Outcome: limithttp.MissingKey})
+	}
+	td := m.limits.checkSharedDownload(r.Context(), k0, 0, true).TierDecision
+	cost := httpCosts[td.Rule][0]
+	res := limithttp.Result{
+		Decision: td.Decision,
+		Policy:   httpPolicies[td.Rule][0],
+		Policies: httpRoutes[3][0],
+		Cost:     cost,
+		Route:    "GET /download/",
+		Tier:     "Download",
+		Rule:     int(td.Rule),
+	}
+	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
 // plan is the request's plan, from func:PlanOf, or free.
