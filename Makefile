@@ -11,6 +11,7 @@ SMOKE_FuzzRule         ?= 300000x
 SMOKE_FuzzPolicy       ?= 100000x
 SMOKE_FuzzClientIP     ?= 200000x
 SMOKE_FuzzHTTP         ?= 100000x
+SMOKE_FuzzScript       ?= 5000x
 BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
 BENCHTIME ?= 0.5s
 FUZZ_TARGETS := FuzzDifferential FuzzRule
@@ -72,6 +73,7 @@ fuzz-smoke:
 	fuzz/run.sh FuzzQueryValue $(SMOKE_FuzzHTTP) ./limithttp
 	fuzz/run.sh FuzzParseIPv4 $(SMOKE_FuzzHTTP) ./limithttp
 	fuzz/run.sh FuzzMiddleware $(SMOKE_FuzzHTTP) ./generated
+	fuzz/run.sh FuzzScript $(SMOKE_FuzzScript) ./redisstore
 
 # Every benchmark a few hundred times: it proves they build, set up and admit
 # (each keyed table checks that it admits before timing), not how fast they are.
@@ -86,6 +88,7 @@ fuzz:
 	fuzz/run.sh FuzzQueryValue $(FUZZTIME) ./limithttp
 	fuzz/run.sh FuzzParseIPv4 $(FUZZTIME) ./limithttp
 	fuzz/run.sh FuzzMiddleware $(FUZZTIME) ./generated
+	fuzz/run.sh FuzzScript $(FUZZTIME) ./redisstore
 
 ## bench: BENCHRUNS interleaved runs of every benchmark (each run goes through
 ## every implementation once, so drift affects all alike), then a benchstat table

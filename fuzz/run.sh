@@ -10,6 +10,9 @@
 set -uo pipefail
 target=$1 budget=$2 pkg=${3:-./fuzz}
 cd "$(dirname "$0")/.."
+if [ -f "$pkg/go.mod" ]; then # a nested module (redisstore): run it from its directory
+  cd "$pkg" && pkg=.
+fi
 dir=$pkg/testdata/fuzz/$target
 before=$(ls "$dir" 2>/dev/null | sort)
 log=$(mktemp)

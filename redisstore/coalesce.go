@@ -119,7 +119,8 @@ func (s *Store) flush(maxBatch int) {
 // batch's rules and buckets go once each (a batch under load is mostly one
 // rule, often one key), then two arguments a check (bucket, cost); the script
 // reads and writes each bucket once.
-func (s *Store) each(ctx context.Context, batch []*pending) ([]atomicbucket.Decision, error) {
+// now is for the explicit-time script of the tests (seconds, microseconds).
+func (s *Store) each(ctx context.Context, batch []*pending, now ...any) ([]atomicbucket.Decision, error) {
 	type bucket struct {
 		rule *Rule
 		key  string
@@ -153,6 +154,7 @@ func (s *Store) each(ctx context.Context, batch []*pending) ([]atomicbucket.Deci
 		args = append(args, slices.Index(rules, bk.rule)+1, bk.rule.keyPhase(bk.key))
 	}
 	args = append(args, checks...)
+	args = append(args, now...)
 	res, err := s.check.Run(ctx, s.client, keys, args...).Int64Slice()
 	if err != nil {
 		return nil, err

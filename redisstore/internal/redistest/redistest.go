@@ -55,6 +55,7 @@ func (s *Server) Restart(t testing.TB) {
 func (s *Server) start(t testing.TB) {
 	t.Helper()
 	s.cmd = exec.Command(s.bin, s.args...)
+	s.cmd.SysProcAttr = procAttr()
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("starting redis-server: %v", err)
 	}
