@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -126,4 +127,53 @@ func TestClusterMasterStopped(t *testing.T) {
 		t.Errorf("no key of %d fell on the stopped master's slots", len(users))
 	}
 	t.Logf("%d of %d checks decided by the local share with a master down", degraded, len(users))
+}
+
+// Coalesced checks on a Cluster: a batch whose keys fall in several slots is
+// sent as one script call per slot; each key's burst is admitted exactly.
+func TestClusterCoalesced(t *testing.T) {
+	servers := redistest.StartCluster(t, 3)
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
+		addrs[i] = s.Addr
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	st, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st.Coalesce(64)
+	t.Cleanup(st.Close)
+	ctx := context.Background()
+	r, _ := NewRule("coalesced", atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 10})
+	users := []string{"alice", "bob", "carol", "dave", "erin", "frank"} // on every master
+	var mu sync.Mutex
+	admitted := map[string]int{}
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 12 {
+				u := users[(g+i)%len(users)]
+				d, err := st.AllowN(ctx, r, u, 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if d.Allowed {
+					mu.Lock()
+					admitted[u]++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, u := range users {
+		if admitted[u] != 10 {
+			t.Errorf("%s: %d admitted of 64 checks, want the burst of 10", u, admitted[u]) // 32·12 checks over 6 users
+		}
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/redis/go-redis/v9"
 )
 
 // Coalescing: while one script call is in flight, the checks that arrive
@@ -103,16 +104,45 @@ func (s *Store) flush(maxBatch int) {
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-		ds, err := s.each(ctx, batch)
-		cancel()
-		for i, p := range batch {
-			if err != nil {
-				p.done <- outcome{err: err}
-			} else {
-				p.done <- outcome{d: ds[i]}
+		for _, part := range s.bySlot(batch) {
+			ds, err := s.each(ctx, part)
+			for i, p := range part {
+				if err != nil {
+					p.done <- outcome{err: err}
+				} else {
+					p.done <- outcome{d: ds[i]}
+				}
 			}
 		}
+		cancel()
 	}
+}
+
+// bySlot splits a batch into one part per Cluster slot (a script call's keys
+// must share one), keeping each part's checks in order; on a single server,
+// or when every key shares a slot, the batch is one part.
+func (s *Store) bySlot(batch []*pending) [][]*pending {
+	if _, cluster := s.client.(*redis.ClusterClient); !cluster {
+		return [][]*pending{batch}
+	}
+	first := slot(s.Key(batch[0].step.Rule, batch[0].step.Key))
+	parts := map[uint16][]*pending{}
+	var order []uint16
+	for _, p := range batch {
+		sl := first
+		if p != batch[0] {
+			sl = slot(s.Key(p.step.Rule, p.step.Key))
+		}
+		if _, ok := parts[sl]; !ok {
+			order = append(order, sl)
+		}
+		parts[sl] = append(parts[sl], p)
+	}
+	out := make([][]*pending, len(order))
+	for i, sl := range order {
+		out[i] = parts[sl]
+	}
+	return out
 }
 
 // each runs the script's mode 4 over a batch: every check on its own. The
