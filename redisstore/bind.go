@@ -16,7 +16,7 @@ import (
 // rule's units, its failure setting and its lease. It refuses a rule Redis
 // cannot hold within the contract, saying why, and two rules with one name.
 func (s *Store) Bind(rules []shared.Rule) (shared.Bound, error) {
-	b := &bound{s: s, rules: make([]*Rule, len(rules)), leases: xsync.NewMapOf[leaseKey, *Lease](), maxLeases: MaxLeases}
+	b := &bound{s: s, rules: make([]*Rule, len(rules)), leases: make([]*xsync.MapOf[string, *Lease], len(rules)), maxLeases: MaxLeases}
 	seen := map[string]bool{}
 	for i, sr := range rules {
 		if seen[sr.Name] {
@@ -32,6 +32,7 @@ func (s *Store) Bind(rules []shared.Rule) (shared.Bound, error) {
 		}
 		if sr.Lease > 0 {
 			r.lease = min(sr.Lease, r.limit.Burst)
+			b.leases[i] = xsync.NewMapOf[string, *Lease]()
 		}
 		b.rules[i] = r
 	}
@@ -49,16 +50,11 @@ const MaxLeases = 1 << 16
 type bound struct {
 	s      *Store
 	rules  []*Rule
-	leases *xsync.MapOf[leaseKey, *Lease]
-	count  atomic.Int64 // leases in the map
-	swept  atomic.Int64 // atomicbucket time of the last sweep
+	leases []*xsync.MapOf[string, *Lease] // a leased rule's leases by key; nil for other rules
+	count  atomic.Int64                   // leases in the maps
+	swept  atomic.Int64                   // atomicbucket time of the last sweep
 
 	maxLeases int64 // MaxLeases; tests lower it
-}
-
-type leaseKey struct {
-	rule int
-	key  string
 }
 
 // Check decides steps on Redis (CheckTier), or, when every step's rule is
@@ -82,6 +78,22 @@ func (b *bound) Check(ctx context.Context, steps []shared.Step) (shared.Result, 
 		st[i] = Step{b.rules[s.Rule], s.Key, s.Cost}
 	}
 	return b.s.CheckTier(ctx, st)
+}
+
+// CheckStep is Check of one step; a leased rule's check allocates nothing.
+func (b *bound) CheckStep(ctx context.Context, step shared.Step) shared.Result {
+	if step.Rule < 0 || step.Rule >= len(b.rules) {
+		return shared.Result{Err: fmt.Errorf("redisstore: a step names rule %d of %d bound", step.Rule, len(b.rules))}
+	}
+	r := b.rules[step.Rule]
+	if r.lease > 0 {
+		if l := b.lease(step.Rule, step.Key); l != nil {
+			res, _ := b.s.checkLease(ctx, l, step.Cost, int64(atomicbucket.Now()))
+			return res
+		}
+	}
+	res, _ := b.s.CheckTier(ctx, []Step{{r, step.Key, step.Cost}})
+	return res
 }
 
 // leased decides steps from their leases, in order: when a step denies, the
@@ -129,14 +141,14 @@ func (b *bound) leased(ctx context.Context, steps []shared.Step) (res shared.Res
 // lease returns the lease of rule's bucket for key, or nil when MaxLeases
 // are kept and none can be dropped.
 func (b *bound) lease(rule int, key string) *Lease {
-	k := leaseKey{rule, key}
-	if l, ok := b.leases.Load(k); ok {
+	m := b.leases[rule]
+	if l, ok := m.Load(key); ok {
 		return l
 	}
 	if b.count.Load() >= b.maxLeases && !b.sweep() {
 		return nil
 	}
-	l, _ := b.leases.LoadOrCompute(leaseKey{rule, strings.Clone(key)}, func() *Lease {
+	l, _ := m.LoadOrCompute(strings.Clone(key), func() *Lease {
 		b.count.Add(1)
 		r := b.rules[rule]
 		return b.s.NewLease(r, key, r.lease)
@@ -151,13 +163,18 @@ func (b *bound) sweep() bool {
 	if last := b.swept.Load(); now-last < int64(time.Second) || !b.swept.CompareAndSwap(last, now) {
 		return b.count.Load() < b.maxLeases
 	}
-	b.leases.Range(func(k leaseKey, l *Lease) bool {
-		if l.idle(now) {
-			b.leases.Delete(k)
-			b.count.Add(-1)
+	for _, m := range b.leases {
+		if m == nil {
+			continue
 		}
-		return true
-	})
+		m.Range(func(k string, l *Lease) bool {
+			if l.idle(now) {
+				m.Delete(k)
+				b.count.Add(-1)
+			}
+			return true
+		})
+	}
 	return b.count.Load() < b.maxLeases
 }
 

@@ -126,7 +126,7 @@ func TestBindLeased(t *testing.T) {
 			t.Fatalf("request %d: %+v", i, res)
 		}
 	}
-	bob, _ := b.leases.Load(leaseKey{0, "bob"})
+	bob, _ := b.leases[0].Load("bob")
 	held := bob.Held()
 	if res, idx := b.Check(ctx, small); res.Allowed || idx != 1 {
 		t.Fatalf("the sixth request: %+v from step %d, want a denial from step 1", res, idx)
@@ -145,7 +145,7 @@ func TestBindLeased(t *testing.T) {
 			t.Fatalf("carol's check %d: %+v", i, res)
 		}
 	}
-	if _, ok := b.leases.Load(leaseKey{0, "carol"}); ok || b.count.Load() != kept {
+	if _, ok := b.leases[0].Load("carol"); ok || b.count.Load() != kept {
 		t.Errorf("carol got a lease beyond maxLeases (%d kept, room for %d)", b.count.Load(), kept)
 	}
 	if got := stores[0].Stats().RedisCalls - before; got != 3 {
@@ -161,7 +161,7 @@ func TestBindLeased(t *testing.T) {
 			t.Fatalf("dave: %+v", res)
 		}
 	}
-	lease, _ := b.leases.Load(leaseKey{0, "dave"})
+	lease, _ := b.leases[0].Load("dave")
 	if lease.Held() == 0 {
 		t.Fatal("dave's lease holds nothing after 4 checks")
 	}

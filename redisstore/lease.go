@@ -21,7 +21,7 @@ import (
 // did not spend goes back to the bucket with its next call (never beyond
 // full), and on Release.
 //
-// The batch adapts: twice what the lease spent since its last refill (at least
+// The batch adapts: twice what the lease spent of its last grant (at least
 // the request's cost, at most the lease's maxBatch), and Redis grants at most
 // half of what the bucket holds beyond the request's own cost, so a bucket
 // running low is shared out in ever smaller pieces instead of drained by one
@@ -33,7 +33,6 @@ type Lease struct {
 
 	cur         atomic.Pointer[grant] // the grant being spent; nil before the first
 	deniedUntil atomic.Int64          // atomicbucket time (ns) before which Redis said the cost is not there: denied locally
-	spent       atomic.Int64          // tokens spent since the last refill
 	mu          sync.Mutex            // one refill at a time
 	maxBatch    int64
 	calls       atomic.Int64 // script calls made
@@ -99,7 +98,6 @@ func (l *Lease) spend(now, cost int64) (atomicbucket.Decision, *grant, bool) {
 			return atomicbucket.Decision{}, nil, false
 		}
 		if g.left.CompareAndSwap(left, left-cost) {
-			l.spent.Add(cost)
 			return atomicbucket.Decision{Allowed: true, Remaining: left - cost}, g, true
 		}
 	}
@@ -111,7 +109,6 @@ func (l *Lease) spend(now, cost int64) (atomicbucket.Decision, *grant, bool) {
 func (l *Lease) giveBack(g *grant, cost int64) {
 	if g != nil && l.cur.Load() == g {
 		g.left.Add(cost)
-		l.spent.Add(-cost)
 	}
 }
 
@@ -125,11 +122,12 @@ func (l *Lease) refill(ctx context.Context, cost int64) (atomicbucket.Decision, 
 	if d, g, ok := l.spend(sent, cost); ok {
 		return d, g, nil
 	}
-	// The batch: twice what was spent since the last refill (a lease spent
+	// The batch: twice what was spent from the last grant (a lease spent
 	// quickly grows, an idle one shrinks), at least the cost, at most maxBatch.
-	want := min(max(2*l.spent.Swap(0), cost, 1), l.maxBatch)
+	prev, spent := l.settle(sent)
+	want := min(max(2*spent, cost, 1), l.maxBatch)
 	l.calls.Add(1)
-	d, g, err := l.st.lease(ctx, l.rule, l.key, cost, want, l.settle(sent), sent)
+	d, g, err := l.st.lease(ctx, l.rule, l.key, cost, want, prev, sent)
 	if err != nil || !d.Allowed {
 		l.cur.Store(nil)
 		if err == nil && d.RetryAfter != atomicbucket.Never {
@@ -138,7 +136,6 @@ func (l *Lease) refill(ctx context.Context, cost int64) (atomicbucket.Decision, 
 		return d, nil, err
 	}
 	l.deniedUntil.Store(0)
-	l.spent.Add(cost)
 	g.left.Store(g.size - cost)
 	l.cur.Store(g)
 	d.Remaining = g.size - cost
@@ -160,18 +157,18 @@ func (l *Lease) idle(now int64) bool {
 // its second and size (0: none, or expired), and the tokens it did not spend.
 type settlement struct{ second, size, unspent int64 }
 
-// settle ends the current grant (nothing more is spent from it) and says
-// what to give back.
-func (l *Lease) settle(now int64) settlement {
+// settle ends the current grant (nothing more is spent from it): what to
+// tell Redis of it, and how many of its tokens were spent.
+func (l *Lease) settle(now int64) (settlement, int64) {
 	g := l.cur.Load()
 	if g == nil {
-		return settlement{}
+		return settlement{}, 0
 	}
 	unspent := g.left.Swap(0)
 	if now >= g.expires {
-		return settlement{} // Redis no longer holds it either
+		return settlement{}, g.size - unspent // Redis no longer holds it either
 	}
-	return settlement{g.second, g.size, unspent}
+	return settlement{g.second, g.size, unspent}, g.size - unspent
 }
 
 // Release gives the lease's unspent tokens back to the shared bucket, and
@@ -180,7 +177,7 @@ func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := int64(atomicbucket.Now())
-	s := l.settle(now)
+	s, _ := l.settle(now)
 	l.cur.Store(nil)
 	if s.size == 0 {
 		return nil

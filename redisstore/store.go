@@ -6,12 +6,12 @@
 //
 // A generated package reaches it through package shared: give New's store
 // to the generated package's WithStore, and its shared rules are checked
-// here (Bind, Check). Used directly: NewRule, then Store.Check (never fails:
-// the rule's failure setting decides when Redis cannot), Store.CheckTier (a
-// tier, all or nothing, in one call where its keys share a slot), and
-// Store.NewLease (a batch of tokens spent in the process).
-//
-// Not yet here: coalescing concurrent checks into one script call.
+// here (Bind, Check), per request or, for rules with a lease in the policy,
+// from leases. Used directly: NewRule, then Store.Check (never fails: the
+// rule's failure setting decides when Redis cannot), Store.CheckTier (a tier,
+// all or nothing, in one call where its keys share a slot), Store.NewLease (a
+// batch of tokens spent in the process) and Store.Coalesce (concurrent checks
+// share script calls).
 package redisstore
 
 import (

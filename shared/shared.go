@@ -95,4 +95,7 @@ type Bound interface {
 	// first on a tie (atomicbucket.TierAt's rule). It never fails (see Result)
 	// and returns within the store's timeout or ctx's deadline.
 	Check(ctx context.Context, steps []Step) (res Result, index int)
+	// CheckStep is Check of one step: the same decision, without a slice
+	// (a leased rule's check then allocates nothing).
+	CheckStep(ctx context.Context, step Step) Result
 }

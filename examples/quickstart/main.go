@@ -79,6 +79,7 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
+		store.Coalesce(256) // concurrent checks share script calls
 		lims = limits.New(limits.WithStore(store))
 	}
 	if err := lims.SharedErr(); err != nil {

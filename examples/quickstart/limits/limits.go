@@ -405,12 +405,11 @@ func (l *PerUserLimiter) Check(ctx context.Context, plan Plan, key string, cost 
 	if plan >= numPlans {
 		return shared.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}
 	}
-	res, _ := l.sh.bound.Check(ctx, []shared.Step{{
+	return l.sh.bound.CheckStep(ctx, shared.Step{
 		Cost: cost,
 		Key:  key,
 		Rule: 0 + int(plan),
-	}})
-	return res
+	})
 }
 
 // newGlobalLimiter returns Global's bucket, created at now.
@@ -507,12 +506,11 @@ func (l *GlobalLimiter) Check(ctx context.Context, cost int64) shared.Result {
 	if l.sh.bound == nil {
 		return shared.Result{Decision: l.AllowN(cost)}
 	}
-	res, _ := l.sh.bound.Check(ctx, []shared.Step{{
+	return l.sh.bound.CheckStep(ctx, shared.Step{
 		Cost: cost,
 		Key:  "",
 		Rule: 2,
-	}})
-	return res
+	})
 }
 
 // newLoginLimiter returns Login's (empty) tables.

@@ -911,9 +911,8 @@ func emitSharedCheck(m *model.Model, r model.Rule, recv jen.Code) jen.Code {
 		idx = jen.Lit(r.SharedAt).Op("+").Int().Call(jen.Id("plan"))
 	}
 	body = append(body,
-		jen.List(jen.Id("res"), jen.Id("_")).Op(":=").Id("l").Dot("sh").Dot("bound").Dot("Check").Call(jen.Id("ctx"),
-			jen.Index().Qual(sharedPath, "Step").Values(jen.Values(jen.Dict{jen.Id("Rule"): idx, jen.Id("Key"): key, jen.Id("Cost"): jen.Id("cost")}))),
-		jen.Return(jen.Id("res")),
+		jen.Return(jen.Id("l").Dot("sh").Dot("bound").Dot("CheckStep").Call(jen.Id("ctx"),
+			jen.Qual(sharedPath, "Step").Values(jen.Dict{jen.Id("Rule"): idx, jen.Id("Key"): key, jen.Id("Cost"): jen.Id("cost")}))),
 	)
 	return jen.Line().
 		Add(comment(fmt.Sprintf("Check decides a request of cost on the store given to New, so that %s holds across every "+

@@ -454,12 +454,11 @@ func (l *PerUserLimiter) Check(ctx context.Context, plan Plan, key string, cost 
 	if plan >= numPlans {
 		return shared.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}
 	}
-	res, _ := l.sh.bound.Check(ctx, []shared.Step{{
+	return l.sh.bound.CheckStep(ctx, shared.Step{
 		Cost: cost,
 		Key:  key,
 		Rule: 0 + int(plan),
-	}})
-	return res
+	})
 }
 
 // newExportsLimiter returns Exports's (empty) tables.
@@ -570,12 +569,11 @@ func (l *ExportsLimiter) Check(ctx context.Context, key uint64, cost int64) shar
 	if l.sh.bound == nil {
 		return shared.Result{Decision: l.AllowN(key, cost)}
 	}
-	res, _ := l.sh.bound.Check(ctx, []shared.Step{{
+	return l.sh.bound.CheckStep(ctx, shared.Step{
 		Cost: cost,
 		Key:  strconv.FormatUint(uint64(key), 10),
 		Rule: 2,
-	}})
-	return res
+	})
 }
 
 // newPerInstanceLimiter returns PerInstance's (empty) tables.
@@ -782,12 +780,11 @@ func (l *GlobalLimiter) Check(ctx context.Context, cost int64) shared.Result {
 	if l.sh.bound == nil {
 		return shared.Result{Decision: l.AllowN(cost)}
 	}
-	res, _ := l.sh.bound.Check(ctx, []shared.Step{{
+	return l.sh.bound.CheckStep(ctx, shared.Step{
 		Cost: cost,
 		Key:  "",
 		Rule: 3,
-	}})
-	return res
+	})
 }
 
 // newDownloadsLimiter returns Downloads's (empty) tables.
@@ -911,12 +908,11 @@ func (l *DownloadsLimiter) Check(ctx context.Context, key string, cost int64) sh
 	if l.sh.bound == nil {
 		return shared.Result{Decision: l.AllowN(key, cost)}
 	}
-	res, _ := l.sh.bound.Check(ctx, []shared.Step{{
+	return l.sh.bound.CheckStep(ctx, shared.Step{
 		Cost: cost,
 		Key:  key,
 		Rule: 4,
-	}})
-	return res
+	})
 }
 
 // newDownloadsGlobalLimiter returns DownloadsGlobal's bucket, created at now.
@@ -1016,12 +1012,11 @@ func (l *DownloadsGlobalLimiter) Check(ctx context.Context, cost int64) shared.R
 	if l.sh.bound == nil {
 		return shared.Result{Decision: l.AllowN(cost)}
 	}
-	res, _ := l.sh.bound.Check(ctx, []shared.Step{{
+	return l.sh.bound.CheckStep(ctx, shared.Step{
 		Cost: cost,
 		Key:  "",
 		Rule: 5,
-	}})
-	return res
+	})
 }
 
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
