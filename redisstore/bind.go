@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -199,7 +200,14 @@ func (s *Store) checkLease(ctx context.Context, l *Lease, cost, now int64) (Resu
 	d, g, err := l.refill(cctx, cost)
 	cancel()
 	if err != nil {
-		s.breaker.failure(int64(atomicbucket.Now()), probe)
+		if errors.Is(err, errLeaseWait) {
+			// Redis was not asked: no failure of its, but a probe's turn ends.
+			if probe {
+				s.breaker.probing.Store(false)
+			}
+		} else {
+			s.breaker.failure(int64(atomicbucket.Now()), probe)
+		}
 		s.degraded.Add(1)
 		d, _ := fallbackTier(step)
 		return Result{Decision: d, Degraded: true, Err: err}, nil

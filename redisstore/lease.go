@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -122,6 +124,11 @@ func (l *Lease) refill(ctx context.Context, cost int64) (atomicbucket.Decision, 
 	if d, g, ok := l.spend(sent, cost); ok {
 		return d, g, nil
 	}
+	if err := ctx.Err(); err != nil {
+		// The wait for another request's refill used up ctx: Redis was not
+		// asked, so this is no failure of Redis's (see checkLease).
+		return atomicbucket.Decision{}, nil, fmt.Errorf("%w: %w", errLeaseWait, err)
+	}
 	// The batch: twice what was spent from the last grant (a lease spent
 	// quickly grows, an idle one shrinks), at least the cost, at most maxBatch.
 	prev, spent := l.settle(sent)
@@ -152,6 +159,10 @@ func (l *Lease) idle(now int64) bool {
 	g := l.cur.Load()
 	return g == nil || now >= g.expires
 }
+
+// errLeaseWait wraps the error of a check whose context ended while it
+// waited for another check's refill of the same lease.
+var errLeaseWait = errors.New("redisstore: waited for a lease's refill")
 
 // settlement is what a lease call tells Redis of the lessee's previous grant:
 // its second and size (0: none, or expired), and the tokens it did not spend.

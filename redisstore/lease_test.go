@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -183,5 +184,41 @@ func TestLeaseHeldWhileTheBucketRefills(t *testing.T) {
 	}
 	if others+lessee > envelope {
 		t.Errorf("%d + %d admitted in %v: beyond the envelope %d", others, lessee, elapsed, envelope)
+	}
+}
+
+// A check whose context ends while it waits for another check's refill of
+// the same lease is decided by the rule's failure setting, without counting
+// as a failure of Redis's: five such waits do not open the breaker.
+func TestLeaseWaitIsNoRedisFailure(t *testing.T) {
+	srv := redistest.Start(t)
+	st, err := New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := NewRule("wait", atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 10})
+	l := st.NewLease(r, "k", 10)
+	l.mu.Lock() // a refill in flight, for 20 ms
+	results := make(chan Result, 2*breakerFailures)
+	for range 2 * breakerFailures {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+			defer cancel()
+			res, _ := st.checkLease(ctx, l, 1, int64(atomicbucket.Now()))
+			results <- res
+		}()
+	}
+	time.Sleep(20 * time.Millisecond)
+	l.mu.Unlock()
+	for range 2 * breakerFailures {
+		if res := <-results; res.Allowed || !res.Degraded || !errors.Is(res.Err, errLeaseWait) {
+			t.Fatalf("a check that waited out its context: %+v", res)
+		}
+	}
+	if n := st.breaker.failures.Load(); n != 0 || st.breaker.openUntil.Load() != 0 {
+		t.Fatalf("waits counted as %d Redis failures (breaker open until %d)", n, st.breaker.openUntil.Load())
+	}
+	if res, _ := st.checkLease(context.Background(), l, 1, int64(atomicbucket.Now())); !res.Allowed || res.Degraded {
+		t.Fatalf("after the refill: %+v", res)
 	}
 }
