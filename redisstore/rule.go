@@ -7,11 +7,8 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/shared"
 )
-
-// maxExact is 2^53: every integer a Lua number (a double) holds exactly is
-// below it, and so must be every value the script computes.
-const maxExact = 1 << 53
 
 // MaxRelativeError is the most a rule's admitted rate may fall below the
 // written one when its numbers cannot be held exactly (the same bound as the
@@ -51,85 +48,35 @@ type Rule struct {
 // ErrInvalidRule is wrapped by every error NewRule returns.
 var ErrInvalidRule = errors.New("redisstore: invalid rule")
 
-// NewRule computes the units of a shared rule named name. Units are the least
-// fraction of a microsecond in which one token's time is whole; when that
-// would not keep every value below 2^53, the finest unit that does is taken
-// and the token's time rounded up (never admitting more than the limit), if
-// the admitted rate is then within MaxRelativeError of the written one.
-// Interval refill is not supported yet.
+// NewRule computes the units of a shared rule named name
+// (shared.MicroUnits, with which the generator checks a policy's shared
+// rules): the least fraction of a microsecond in which one token's time is
+// whole; when that would not keep every value below 2^53, the finest unit that
+// does, with the token's time rounded up (never admitting more than the
+// limit), if the admitted rate is then within MaxRelativeError of the written
+// one. Interval rules count whole slots, so they are always exact.
 func NewRule(name string, l atomicbucket.Limit) (*Rule, error) {
-	if _, err := atomicbucket.NewRule(l); err != nil {
+	u, err := shared.MicroUnits(l)
+	if err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidRule, name, err)
 	}
-	if l.Refill == atomicbucket.Interval {
-		return newIntervalRule(name, l)
-	}
-	if int64(l.Period) < 1000 {
-		return nil, fmt.Errorf("%w: %s: a period below 1µs is finer than Redis's clock", ErrInvalidRule, name)
-	}
+	r := &Rule{name: name, limit: l, exact: true}
 	initial := l.Burst
 	if l.InitialSet {
 		initial = l.Initial
 	}
-	per := new(big.Int).Mul(big.NewInt(1000), big.NewInt(l.Tokens)) // ns per µs × tokens
-	g := new(big.Int).GCD(nil, nil, big.NewInt(int64(l.Period)), per)
-	exactScale := new(big.Int).Quo(per, g) // least units per µs making a token's time whole
-	r := &Rule{name: name, limit: l}
-	if exactScale.IsInt64() {
-		if emit, ok := fitsScale(l, exactScale.Int64()); ok {
-			r.perMicro, r.emit, r.exact = exactScale.Int64(), emit, true
-		}
+	if l.Refill == atomicbucket.Interval {
+		p := int64(l.Period)
+		g := new(big.Int).GCD(nil, nil, big.NewInt(p), big.NewInt(1e9)).Int64()
+		r.interval, r.aligned, r.period, r.tokens = true, l.Aligned, p, l.Tokens
+		r.g, r.p, r.b, r.emit, r.tau = g, p/g, 1e9/g, 1, l.Burst
+		r.debt = l.Burst - initial
+		return r, nil
 	}
-	if !r.exact {
-		hi := int64(maxExact / 1_000_000)
-		if exactScale.IsInt64() {
-			hi = min(hi, exactScale.Int64()-1)
-		}
-		lo := int64(0)
-		for lo < hi { // the largest fitting scale: fitting is monotone in the scale
-			mid := lo + (hi-lo+1)/2
-			if _, ok := fitsScale(l, mid); ok {
-				lo = mid
-			} else {
-				hi = mid - 1
-			}
-		}
-		if lo < 1 {
-			return nil, fmt.Errorf("%w: %s: rate %d per %v with burst %d needs values beyond 2^53 on Redis; use a smaller burst",
-				ErrInvalidRule, name, l.Tokens, l.Period, l.Burst)
-		}
-		r.perMicro = lo
-		r.emit, _ = fitsScale(l, lo)
-		if e := r.RelativeError(); e > MaxRelativeError {
-			return nil, fmt.Errorf("%w: %s: rate %d per %v cannot be held on Redis within %g (the closest is off by %.2g)",
-				ErrInvalidRule, name, l.Tokens, l.Period, MaxRelativeError, e)
-		}
-	}
+	r.perMicro, r.emit, r.exact = u.PerMicro, u.Emit, u.Exact
 	r.perSecond = 1_000_000 * r.perMicro
 	r.tau = l.Burst * r.emit
 	r.debt = (l.Burst - initial) * r.emit
-	return r, nil
-}
-
-// newIntervalRule checks that an interval rule's arithmetic stays below 2^53:
-// the ns since a second's start within a period's count (b·period + 1e9 +
-// period), and the time until full (at most ⌈Burst/Tokens⌉ + 1 periods).
-// Interval rules count whole slots, so they are always exact.
-func newIntervalRule(name string, l atomicbucket.Limit) (*Rule, error) {
-	p := int64(l.Period)
-	g := new(big.Int).GCD(nil, nil, big.NewInt(p), big.NewInt(1e9)).Int64()
-	r := &Rule{name: name, limit: l, interval: true, aligned: l.Aligned, period: p, tokens: l.Tokens,
-		g: g, p: p / g, b: 1e9 / g, emit: 1, tau: l.Burst, exact: true}
-	if l.InitialSet {
-		r.debt = l.Burst - l.Initial
-	}
-	y := new(big.Int).Mul(big.NewInt(r.b), big.NewInt(p))
-	y.Add(y, big.NewInt(1e9+p))
-	full := new(big.Int).Mul(big.NewInt(l.Burst/l.Tokens+2), big.NewInt(p))
-	if y.Cmp(big.NewInt(maxExact)) >= 0 || full.Cmp(big.NewInt(maxExact)) >= 0 {
-		return nil, fmt.Errorf("%w: %s: interval rate %d per %v with burst %d needs values beyond 2^53 on Redis; use a period of whole milliseconds, or a smaller burst",
-			ErrInvalidRule, name, l.Tokens, l.Period, l.Burst)
-	}
 	return r, nil
 }
 
@@ -141,24 +88,6 @@ func (r *Rule) phase(key string) int64 {
 		return 0
 	}
 	return int64(atomicbucket.KeyHash(key) % uint64(r.period))
-}
-
-// fitsScale returns the emission interval at scale units per µs, rounded up,
-// and whether every value the script computes stays below 2^53: the
-// sub-second part of now (< perSecond) plus a TAT up to tau ahead plus one
-// more request of up to tau.
-func fitsScale(l atomicbucket.Limit, scale int64) (int64, bool) {
-	e := new(big.Int).Mul(big.NewInt(int64(l.Period)), big.NewInt(scale))
-	den := big.NewInt(1000 * l.Tokens)
-	e.Add(e, new(big.Int).Sub(den, big.NewInt(1)))
-	e.Quo(e, den)
-	if !e.IsInt64() || e.Sign() <= 0 {
-		return 0, false
-	}
-	sum := new(big.Int).Mul(big.NewInt(1_000_000), big.NewInt(scale))
-	tau := new(big.Int).Mul(big.NewInt(l.Burst), e)
-	sum.Add(sum, tau).Add(sum, tau)
-	return e.Int64(), sum.Cmp(big.NewInt(maxExact)) < 0
 }
 
 // Name is the rule's name, part of its keys.
@@ -174,15 +103,7 @@ func (r *Rule) Exact() bool { return r.exact }
 // RelativeError is how much lower than written the admitted rate is: 0 for an
 // exact rule.
 func (r *Rule) RelativeError() float64 {
-	if r.exact {
-		return 0
-	}
-	// written time per token: Period/Tokens ns; held: emit/perMicro µs.
-	num := new(big.Int).Mul(big.NewInt(r.emit*1000), big.NewInt(r.limit.Tokens))
-	den := new(big.Int).Mul(big.NewInt(int64(r.limit.Period)), big.NewInt(r.perMicro))
-	num.Sub(num, den)
-	f, _ := new(big.Rat).SetFrac(num, den).Float64()
-	return f
+	return shared.Units{PerMicro: r.perMicro, Emit: r.emit, Exact: r.exact}.RelativeError(r.limit)
 }
 
 // duration converts units to a Duration, rounded up: one unit is 1000/perMicro

@@ -13,6 +13,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/gen/internal/model"
+	"github.com/limitgen/limitgen/shared"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -356,6 +357,20 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 	}
 	if !valid {
 		return r, false
+	}
+	if r.Shared {
+		// A store on a microsecond clock must hold it in integers below 2^53
+		// (the units stores compute with shared.MicroUnits).
+		for i, l := range r.Limits {
+			if _, err := shared.MicroUnits(l.Atomic()); err != nil {
+				on := ""
+				if r.Planned {
+					on = fmt.Sprintf(" (plan %q)", plans[i].Name)
+				}
+				bad(rd.fields["shared"], "shared: true%s: %v", on, err)
+				return r, false
+			}
+		}
 	}
 	r.Doc = ruleDoc_(r, plans)
 	return r, true
