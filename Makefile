@@ -16,7 +16,7 @@ BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
 BENCHTIME ?= 0.5s
 FUZZ_TARGETS := FuzzDifferential FuzzRule
 
-.PHONY: test check unit redis schema examples getting-started fuzz-smoke fuzz bench bench-smoke generate
+.PHONY: test check unit redis pg schema examples getting-started fuzz-smoke fuzz bench bench-smoke generate
 
 ## generate: regenerate generated/ from policy.yaml, the benchmarks' HTTP
 ## limits from bench/httppolicy.yaml, and the Redis store's test package.
@@ -28,7 +28,7 @@ generate:
 ## test: everything CI checks — formatting, vet, tidy modules, all tests with -race
 ## (including the committed fuzz corpora), a short run of each fuzz target, and
 ## a smoke run of the benchmarks.
-test: check unit redis schema examples getting-started fuzz-smoke bench-smoke
+test: check unit redis pg schema examples getting-started fuzz-smoke bench-smoke
 
 check:
 	$(GO) run ./gen -check
@@ -40,6 +40,7 @@ check:
 	cd bench && $(GO) vet ./... && $(GO) mod tidy -diff
 	cd schema && $(GO) vet ./... && $(GO) mod tidy -diff
 	cd redisstore && $(GO) vet ./... && $(GO) mod tidy -diff
+	cd pgstore && $(GO) vet ./... && $(GO) mod tidy -diff
 
 unit:
 	$(GO) test -race -count=1 ./...
@@ -49,6 +50,13 @@ unit:
 redis:
 	@command -v redis-server >/dev/null || { echo "make test needs redis-server: apt-get install -y redis-server (as root; .ci/run does this)"; exit 1; }
 	cd redisstore && $(GO) test -race -count=1 ./...
+
+# The PostgreSQL store (in progress: its test harness), against PostgreSQL
+# servers its tests start on 127.0.0.1 (never skipped: without initdb the
+# target says how to install it).
+pg:
+	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "make test needs PostgreSQL: apt-get install -y postgresql (as root; .ci/run does this)"; exit 1; }
+	cd pgstore && $(GO) test -race -count=1 ./...
 
 # The JSON Schema for editors, checked against the repository's policies.
 schema:
