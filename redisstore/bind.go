@@ -89,7 +89,7 @@ func (b *bound) CheckStep(ctx context.Context, step shared.Step) shared.Result {
 	r := b.rules[step.Rule]
 	if r.lease > 0 {
 		if l := b.lease(step.Rule, step.Key); l != nil {
-			res, _ := b.s.checkLease(ctx, l, step.Cost, int64(atomicbucket.Now()))
+			res, _, _ := b.s.checkLease(ctx, l, step.Cost, int64(atomicbucket.Now()))
 			return res
 		}
 	}
@@ -120,7 +120,10 @@ func (b *bound) leased(ctx context.Context, steps []shared.Step) (res shared.Res
 	now := int64(atomicbucket.Now())
 	index = -1
 	for i, st := range steps {
-		r, g := b.s.checkLease(ctx, leases[i], st.Cost, now)
+		r, g, called := b.s.checkLease(ctx, leases[i], st.Cost, now)
+		if called { // time passed waiting for Redis: the next lease's expiry is judged at the new now
+			now = int64(atomicbucket.Now())
+		}
 		if !r.Allowed {
 			for j := i - 1; j >= 0; j-- {
 				if taken[j].local {
@@ -182,18 +185,19 @@ func (b *bound) sweep() bool {
 // checkLease decides cost from lease l at now, never failing: locally when
 // the lease can, else by a refill from Redis behind the breaker and within
 // the store's timeout; when Redis cannot, the rule's failure setting decides.
-// The grant spent from is returned for a tier's giveBack.
-func (s *Store) checkLease(ctx context.Context, l *Lease, cost, now int64) (Result, *grant) {
+// The grant spent from is returned for a tier's giveBack, and whether the
+// check waited for a refill (time passed).
+func (s *Store) checkLease(ctx context.Context, l *Lease, cost, now int64) (Result, *grant, bool) {
 	d, g, call := l.local(now, cost)
 	if !call {
-		return Result{Decision: d}, g
+		return Result{Decision: d}, g, false
 	}
 	step := []Step{{l.rule, l.key, cost}}
 	ok, probe := s.breaker.allow(now)
 	if !ok {
 		s.degraded.Add(1)
 		d, _ := fallbackTier(step)
-		return Result{Decision: d, Degraded: true, Err: ErrCircuitOpen}, nil
+		return Result{Decision: d, Degraded: true, Err: ErrCircuitOpen}, nil, false
 	}
 	s.redisCalls.Add(1)
 	cctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -210,8 +214,8 @@ func (s *Store) checkLease(ctx context.Context, l *Lease, cost, now int64) (Resu
 		}
 		s.degraded.Add(1)
 		d, _ := fallbackTier(step)
-		return Result{Decision: d, Degraded: true, Err: err}, nil
+		return Result{Decision: d, Degraded: true, Err: err}, nil, true
 	}
 	s.breaker.success(probe)
-	return Result{Decision: d}, g
+	return Result{Decision: d}, g, true
 }

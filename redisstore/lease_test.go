@@ -204,7 +204,7 @@ func TestLeaseWaitIsNoRedisFailure(t *testing.T) {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 			defer cancel()
-			res, _ := st.checkLease(ctx, l, 1, int64(atomicbucket.Now()))
+			res, _, _ := st.checkLease(ctx, l, 1, int64(atomicbucket.Now()))
 			results <- res
 		}()
 	}
@@ -218,7 +218,7 @@ func TestLeaseWaitIsNoRedisFailure(t *testing.T) {
 	if n := st.breaker.failures.Load(); n != 0 || st.breaker.openUntil.Load() != 0 {
 		t.Fatalf("waits counted as %d Redis failures (breaker open until %d)", n, st.breaker.openUntil.Load())
 	}
-	if res, _ := st.checkLease(context.Background(), l, 1, int64(atomicbucket.Now())); !res.Allowed || res.Degraded {
+	if res, _, _ := st.checkLease(context.Background(), l, 1, int64(atomicbucket.Now())); !res.Allowed || res.Degraded {
 		t.Fatalf("after the refill: %+v", res)
 	}
 }
