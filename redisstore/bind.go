@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -37,7 +38,36 @@ func (s *Store) Bind(rules []shared.Rule) (shared.Bound, error) {
 		}
 		b.rules[i] = r
 	}
+	s.mu.Lock()
+	s.bounds = append(s.bounds, b)
+	s.mu.Unlock()
 	return b, nil
+}
+
+// ReleaseLeases gives back to Redis the tokens that the leases of every
+// package bound to the store hold (Lease.Release), so that a service shutting
+// down leaves them to the other instances instead of holding them until their
+// grants expire. The leases go on working: a later check takes a new grant.
+// It returns the first error, having tried every lease.
+func (s *Store) ReleaseLeases(ctx context.Context) error {
+	s.mu.Lock()
+	bounds := slices.Clone(s.bounds)
+	s.mu.Unlock()
+	var first error
+	for _, b := range bounds {
+		for _, m := range b.leases {
+			if m == nil {
+				continue
+			}
+			m.Range(func(_ string, l *Lease) bool {
+				if err := l.Release(ctx); err != nil && first == nil {
+					first = err
+				}
+				return true
+			})
+		}
+	}
+	return first
 }
 
 // MaxLeases is how many leases (a leased rule and a key) a bound package

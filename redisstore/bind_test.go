@@ -175,3 +175,34 @@ func TestBindLeased(t *testing.T) {
 		t.Errorf("dave with nothing held and Redis gone: %+v, want a degraded denial", res)
 	}
 }
+
+// A service shutting down gives back what its leases hold: after Close, the
+// bucket in Redis holds the burst minus what was spent, for another instance.
+func TestCloseReleasesLeases(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	st, err := New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := st.Bind([]shared.Rule{{Name: "Closing", Limit: atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 100}, Lease: 50}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 12 {
+		if res := b.CheckStep(ctx, shared.Step{Rule: 0, Key: "k", Cost: 1}); !res.Allowed || res.Degraded {
+			t.Fatalf("%+v", res)
+		}
+	}
+	other, err := New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := NewRule("Closing", atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 100})
+	before, _ := other.PeekN(ctx, r, "k", 0)
+	st.Close()
+	after, _ := other.PeekN(ctx, r, "k", 0)
+	if before.Remaining >= 88 || after.Remaining != 88 {
+		t.Errorf("another instance sees %d tokens before the lessee closes and %d after; want fewer than 88, then 100 − 12 spent", before.Remaining, after.Remaining)
+	}
+}

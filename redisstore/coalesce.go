@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/redis/go-redis/v9"
@@ -53,9 +54,13 @@ func (s *Store) Coalesce(maxBatch int) {
 // so that one batch is encoded and decoded while Redis runs the other.
 const flushers = 2
 
-// Close stops a coalescing store's goroutine; checks after it fail. It may
-// be called more than once.
+// Close gives back the tokens the store's leases hold (ReleaseLeases, for at
+// most 2 s: grants expire by then anyway) and stops a coalescing store's
+// goroutines; coalesced checks after it fail. It may be called more than once.
 func (s *Store) Close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	s.ReleaseLeases(ctx) //nolint:errcheck // best effort: a grant not given back expires
+	cancel()
 	if s.queue != nil {
 		s.closeOnce.Do(func() { close(s.queue) })
 		<-s.stopped

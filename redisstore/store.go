@@ -40,6 +40,9 @@ type Store struct {
 	queue     chan *pending // coalescing (coalesce.go): the checks waiting for a call; nil when off
 	stopped   chan struct{}
 	closeOnce sync.Once
+
+	mu     sync.Mutex
+	bounds []*bound // what Bind returned: ReleaseLeases gives their leases' tokens back
 }
 
 // DefaultTimeout bounds how long Check waits for Redis when the caller's
