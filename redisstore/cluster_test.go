@@ -16,17 +16,7 @@ import (
 // per-user rule beside a global one) runs as ordered takes with refunds and
 // admits exactly what the single-call tier does, taking nothing on a denial.
 func TestCluster(t *testing.T) {
-	servers := redistest.StartCluster(t, 3)
-	addrs := make([]string, len(servers))
-	for i, s := range servers {
-		addrs[i] = s.Addr
-	}
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { c.Close() })
-	st, err := New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, c, st := clusterStore(t, 0)
 	ctx := context.Background()
 	perUser, _ := NewRule("PerUser", atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 5})
 	perUserDaily, _ := NewRule("PerUserDaily", atomicbucket.Limit{Tokens: 100, Period: 24 * time.Hour, Burst: 3})
@@ -83,17 +73,7 @@ func TestCluster(t *testing.T) {
 // failure setting at once (and the rest keep deciding on Redis until the
 // Cluster marks itself down); none hangs or panics.
 func TestClusterMasterStopped(t *testing.T) {
-	servers := redistest.StartCluster(t, 3)
-	addrs := make([]string, len(servers))
-	for i, s := range servers {
-		addrs[i] = s.Addr
-	}
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, MaxRedirects: 1})
-	t.Cleanup(func() { c.Close() })
-	st, err := New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	servers, _, st := clusterStore(t, 1)
 	ctx := context.Background()
 	base, _ := NewRule("PerUser", atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 5})
 	r, err := base.WithFailure(Failure{Mode: FailLocal, Share: 0.5})
@@ -132,17 +112,7 @@ func TestClusterMasterStopped(t *testing.T) {
 // Coalesced checks on a Cluster: a batch whose keys fall in several slots is
 // sent as one script call per slot; each key's burst is admitted exactly.
 func TestClusterCoalesced(t *testing.T) {
-	servers := redistest.StartCluster(t, 3)
-	addrs := make([]string, len(servers))
-	for i, s := range servers {
-		addrs[i] = s.Addr
-	}
-	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { c.Close() })
-	st, err := New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, st := clusterStore(t, 0)
 	st.Coalesce(64)
 	t.Cleanup(st.Close)
 	ctx := context.Background()
@@ -176,4 +146,22 @@ func TestClusterCoalesced(t *testing.T) {
 			t.Errorf("%s: %d admitted of 64 checks, want the burst of 10", u, admitted[u]) // 32·12 checks over 6 users
 		}
 	}
+}
+
+// clusterStore starts a 3-master Cluster and returns its servers, a client of
+// it (redirects followed at most maxRedirects times; 0: go-redis's default)
+// and a store over that client.
+func clusterStore(t *testing.T, maxRedirects int) ([]*redistest.Server, *redis.ClusterClient, *Store) {
+	servers := redistest.StartCluster(t, 3)
+	addrs := make([]string, len(servers))
+	for i, s := range servers {
+		addrs[i] = s.Addr
+	}
+	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, MaxRedirects: maxRedirects})
+	t.Cleanup(func() { c.Close() })
+	st, err := New(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return servers, c, st
 }

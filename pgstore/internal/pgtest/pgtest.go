@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/limitgen/limitgen/internal/servertest"
 )
 
 // Server is a PostgreSQL server a test started.
@@ -82,7 +84,7 @@ func Start(t testing.TB) *Server {
 	if err != nil {
 		t.Fatalf("initdb: %v\n%s", err, out)
 	}
-	s.Port = freePort(t)
+	s.Port = servertest.FreePort(t)
 	s.Addr = "127.0.0.1:" + strconv.Itoa(s.Port)
 	t.Cleanup(s.Stop)
 	s.start(t)
@@ -142,20 +144,4 @@ func (s *Server) Restart(t testing.TB) {
 
 // Stop kills the server by its pid and waits for it (a crash: a logged
 // table's rows survive it).
-func (s *Server) Stop() {
-	if s.cmd != nil && s.cmd.Process != nil && s.cmd.ProcessState == nil {
-		s.cmd.Process.Kill()
-		s.cmd.Wait()
-	}
-}
-
-// freePort asks the kernel for a free port on 127.0.0.1.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+func (s *Server) Stop() { servertest.Kill(s.cmd) }

@@ -6,7 +6,6 @@ package redistest
 
 import (
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitgen/limitgen/internal/servertest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -35,7 +35,7 @@ func Start(t testing.TB, extra ...string) *Server {
 	if err != nil {
 		t.Fatalf("redis-server is not installed (apt-get install redis-server; .ci/run does): %v", err)
 	}
-	port := freePort(t)
+	port := servertest.FreePort(t)
 	dir := t.TempDir()
 	args := append([]string{"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no",
 		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log")}, extra...)
@@ -86,23 +86,7 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 }
 
 // Stop kills the server by its pid and waits for it.
-func (s *Server) Stop() {
-	if s.cmd != nil && s.cmd.Process != nil && s.cmd.ProcessState == nil {
-		s.cmd.Process.Kill()
-		s.cmd.Wait()
-	}
-}
-
-// freePort asks the kernel for a free port on 127.0.0.1.
-func freePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
+func (s *Server) Stop() { servertest.Kill(s.cmd) }
 
 // StartCluster starts n redis-servers in cluster mode on 127.0.0.1 and joins
 // them into one Cluster of n masters (redis-cli --cluster create), returning
