@@ -33,7 +33,7 @@ func (s *Store) Bind(rules []shared.Rule) (shared.Bound, error) {
 			return nil, err
 		}
 		if sr.Lease > 0 {
-			r.lease = min(sr.Lease, r.limit.Burst)
+			r.lease = min(sr.Lease, r.n.Limit.Burst)
 			b.leases[i] = xsync.NewMapOf[string, *Lease]()
 		}
 		b.rules[i] = r
@@ -157,7 +157,7 @@ func (b *bound) leased(ctx context.Context, steps []shared.Step) (res shared.Res
 		if !r.Allowed {
 			for j := i - 1; j >= 0; j-- {
 				if taken[j].local {
-					fallbackStep{Step{b.rules[steps[j].Rule], steps[j].Key, steps[j].Cost}}.RefundAt(atomicbucket.Time(now))
+					b.rules[steps[j].Rule].fallback.Step(steps[j].Key, steps[j].Cost).RefundAt(atomicbucket.Time(now))
 				} else {
 					leases[j].giveBack(taken[j].g, steps[j].Cost)
 				}
@@ -223,7 +223,7 @@ func (s *Store) checkLease(ctx context.Context, l *Lease, cost, now int64) (Resu
 		return Result{Decision: d}, g, false
 	}
 	step := []Step{{l.rule, l.key, cost}}
-	ok, probe := s.breaker.allow(now)
+	ok, probe := s.breaker.Allow(now)
 	if !ok {
 		s.degraded.Add(1)
 		d, _ := fallbackTier(step)
@@ -236,16 +236,14 @@ func (s *Store) checkLease(ctx context.Context, l *Lease, cost, now int64) (Resu
 	if err != nil {
 		if errors.Is(err, errLeaseWait) {
 			// Redis was not asked: no failure of its, but a probe's turn ends.
-			if probe {
-				s.breaker.probing.Store(false)
-			}
+			s.breaker.EndProbe(probe)
 		} else {
-			s.breaker.failure(int64(atomicbucket.Now()), probe)
+			s.breaker.Failure(int64(atomicbucket.Now()), probe)
 		}
 		s.degraded.Add(1)
 		d, _ := fallbackTier(step)
 		return Result{Decision: d, Degraded: true, Err: err}, nil, true
 	}
-	s.breaker.success(probe)
+	s.breaker.Success(probe)
 	return Result{Decision: d}, g, true
 }

@@ -201,9 +201,9 @@ func (s *Store) each(ctx context.Context, batch []*pending, now ...any) ([]atomi
 	for i, p := range batch {
 		r := p.step.Rule
 		allowed, ahead, excess, since := res[4*i] == 1, res[4*i+1], res[4*i+2], res[4*i+3]
-		ds[i] = atomicbucket.Decision{Allowed: allowed, Remaining: max((r.tau-ahead)/r.emit, 0), Reset: r.duration(ahead, since)}
+		ds[i] = atomicbucket.Decision{Allowed: allowed, Remaining: max((r.n.Tau-ahead)/r.n.Emit, 0), Reset: r.n.Duration(ahead, since)}
 		if !allowed {
-			ds[i].RetryAfter = r.duration(excess, since)
+			ds[i].RetryAfter = r.n.Duration(excess, since)
 		}
 	}
 	return ds, nil

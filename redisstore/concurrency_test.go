@@ -72,8 +72,8 @@ func TestInstancesStayInsideTheEnvelope(t *testing.T) {
 	if got, most := admitted.Load(), envelope(l); got > most || got < l.Burst {
 		t.Errorf("one key: %d admitted in %v; the envelope is %d (and the burst, %d, must pass)", got, elapsed, most, l.Burst)
 	}
-	most := min(envelope(l), envelope(global.limit))
-	if got := tierAdmitted.Load(); got > most || got < global.limit.Burst {
+	most := min(envelope(l), envelope(global.n.Limit))
+	if got := tierAdmitted.Load(); got > most || got < global.n.Limit.Burst {
 		t.Errorf("tier: %d admitted in %v; the tightest envelope is %d", got, elapsed, most)
 	}
 	t.Logf("%d checks in %v: %d admitted on one key (envelope %d), %d by the tier (envelope %d)",

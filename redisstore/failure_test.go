@@ -8,6 +8,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/redisstore/internal/redistest"
+	"github.com/limitgen/limitgen/shared"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -68,13 +69,13 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	}
 
 	srv.Restart(t) // the same port, empty: its state is lost, and the limit starts again full
-	time.Sleep(breakerPause + 50*time.Millisecond)
+	time.Sleep(shared.BreakerPause + 50*time.Millisecond)
 	var res Result
 	for i := 0; i < 50; i++ { // the probe may meet the pool's dead connections first
 		if res = st.Check(ctx, deny, "k", 1); !res.Degraded {
 			break
 		}
-		time.Sleep(breakerMaxPause / 100)
+		time.Sleep(shared.BreakerMaxPause / 100)
 	}
 	if res.Degraded || !res.Allowed || res.Remaining != 9 {
 		t.Fatalf("after Redis came back: %+v", res)

@@ -51,7 +51,7 @@ type grant struct {
 // NewLease returns a lease of key's bucket under r, asking for at most
 // maxBatch tokens at a time (at least 1, at most the burst).
 func (s *Store) NewLease(r *Rule, key string, maxBatch int64) *Lease {
-	maxBatch = min(max(maxBatch, 1), r.limit.Burst)
+	maxBatch = min(max(maxBatch, 1), r.n.Limit.Burst)
 	return &Lease{st: s, rule: r, key: key, maxBatch: maxBatch}
 }
 
@@ -72,7 +72,7 @@ func (l *Lease) AllowN(ctx context.Context, cost int64) (atomicbucket.Decision, 
 // denial while Redis's last one holds (call is false); otherwise the caller
 // must refill. The grant spent from is returned for giveBack.
 func (l *Lease) local(now, cost int64) (d atomicbucket.Decision, g *grant, call bool) {
-	if cost < 0 || cost > l.rule.limit.Burst {
+	if cost < 0 || cost > l.rule.n.Limit.Burst {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}, nil, false
 	}
 	if d, g, ok := l.spend(now, cost); ok {
@@ -226,9 +226,9 @@ func (s *Store) lease(ctx context.Context, r *Rule, key string, cost, want int64
 		return atomicbucket.Decision{}, nil, errScript(res)
 	}
 	allowed, ahead, x, since, second, usec := res[0] == 1, res[2], res[3], res[4], res[5], res[6]
-	d := atomicbucket.Decision{Allowed: allowed, Remaining: max((r.tau-ahead)/r.emit, 0), Reset: r.duration(ahead, since)}
+	d := atomicbucket.Decision{Allowed: allowed, Remaining: max((r.n.Tau-ahead)/r.n.Emit, 0), Reset: r.n.Duration(ahead, since)}
 	if !allowed {
-		d.RetryAfter = r.duration(x, since)
+		d.RetryAfter = r.n.Duration(x, since)
 		return d, nil, nil
 	}
 	// Valid until Redis's second after next starts: 2 s − usec from Redis's

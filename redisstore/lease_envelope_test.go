@@ -19,7 +19,7 @@ type admission struct{ t, count int64 }
 // for interval refill, Tokens per grid boundary in (a, b] (the grid of key,
 // phase from the rule). 0 when every window is inside.
 func windowExcess(r *Rule, key string, adm []admission) int64 {
-	l := r.limit
+	l := r.n.Limit
 	var worst int64
 	for i := range adm {
 		var sum int64
@@ -27,9 +27,9 @@ func windowExcess(r *Rule, key string, adm []admission) int64 {
 			sum += adm[j].count
 			a, b := adm[i].t, adm[j].t
 			var excess int64
-			if r.interval {
-				ph := r.phase(key)
-				boundaries := floorDiv(b-ph, r.period) - floorDiv(a-ph, r.period)
+			if r.n.Interval {
+				ph := r.n.Phase(key)
+				boundaries := floorDiv(b-ph, r.n.Period) - floorDiv(a-ph, r.n.Period)
 				excess = sum - l.Burst - boundaries*l.Tokens
 			} else {
 				// sum − burst − Tokens·(b−a)/Period, in Period·tokens

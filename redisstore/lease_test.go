@@ -10,6 +10,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/redisstore/internal/redistest"
+	"github.com/limitgen/limitgen/shared"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -199,8 +200,8 @@ func TestLeaseWaitIsNoRedisFailure(t *testing.T) {
 	r, _ := NewRule("wait", atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 10})
 	l := st.NewLease(r, "k", 10)
 	l.mu.Lock() // a refill in flight, for 20 ms
-	results := make(chan Result, 2*breakerFailures)
-	for range 2 * breakerFailures {
+	results := make(chan Result, 2*shared.BreakerFailures)
+	for range 2 * shared.BreakerFailures {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
 			defer cancel()
@@ -210,13 +211,13 @@ func TestLeaseWaitIsNoRedisFailure(t *testing.T) {
 	}
 	time.Sleep(20 * time.Millisecond)
 	l.mu.Unlock()
-	for range 2 * breakerFailures {
+	for range 2 * shared.BreakerFailures {
 		if res := <-results; res.Allowed || !res.Degraded || !errors.Is(res.Err, errLeaseWait) {
 			t.Fatalf("a check that waited out its context: %+v", res)
 		}
 	}
-	if n := st.breaker.failures.Load(); n != 0 || st.breaker.openUntil.Load() != 0 {
-		t.Fatalf("waits counted as %d Redis failures (breaker open until %d)", n, st.breaker.openUntil.Load())
+	if n, until := st.breaker.State(); n != 0 || until != 0 {
+		t.Fatalf("waits counted as %d Redis failures (breaker open until %d)", n, until)
 	}
 	if res, _, _ := st.checkLease(context.Background(), l, 1, int64(atomicbucket.Now())); !res.Allowed || res.Degraded {
 		t.Fatalf("after the refill: %+v", res)

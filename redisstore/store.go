@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/shared"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -33,7 +34,7 @@ type Store struct {
 	check   *redis.Script
 	timeout time.Duration // the most a Check waits for Redis
 
-	breaker    breaker
+	breaker    shared.Breaker
 	redisCalls atomic.Int64
 	degraded   atomic.Int64
 
@@ -97,7 +98,7 @@ func (s *Store) Key(r *Rule, key string) string {
 // context): the decision is then the zero Decision, a denial, and the caller's
 // failure setting decides what to do.
 func (s *Store) AllowN(ctx context.Context, r *Rule, key string, cost int64) (atomicbucket.Decision, error) {
-	if s.queue != nil && cost >= 0 && cost <= r.limit.Burst {
+	if s.queue != nil && cost >= 0 && cost <= r.n.Limit.Burst {
 		return s.coalesced(ctx, Step{r, key, cost})
 	}
 	return s.run(ctx, r, key, cost, true, nil)
@@ -185,7 +186,7 @@ func (s *Store) RefundN(ctx context.Context, r *Rule, key string, cost int64) er
 	if cost <= 0 {
 		return nil
 	}
-	cost = min(cost, r.limit.Burst)
+	cost = min(cost, r.n.Limit.Burst)
 	_, _, err := s.call(ctx, []Step{{r, key, cost}}, "2", nil)
 	return err
 }
@@ -199,8 +200,8 @@ func (s *Store) call(ctx context.Context, steps []Step, mode string, now []any) 
 	args = append(args, len(steps), t)
 	for i, st := range steps {
 		r, cost := st.Rule, st.Cost
-		if cost < 0 || cost > r.limit.Burst {
-			cost = r.limit.Burst + 1 // denied by the script like any cost above the burst; answered Never below
+		if cost < 0 || cost > r.n.Limit.Burst {
+			cost = r.n.Limit.Burst + 1 // denied by the script like any cost above the burst; answered Never below
 		}
 		keys[i] = s.Key(r, st.Key)
 		args = append(r.args(args), r.keyPhase(st.Key), cost)
@@ -214,20 +215,7 @@ func (s *Store) call(ctx context.Context, steps []Step, mode string, now []any) 
 		return atomicbucket.Decision{}, -1, errScript(res)
 	}
 	allowed, i, ahead, excess, since := res[0] == 1, int(res[1])-1, res[2], res[3], res[4]
-	r := steps[i].Rule
-	d := atomicbucket.Decision{
-		Allowed:   allowed,
-		Remaining: max((r.tau-ahead)/r.emit, 0),
-		Reset:     r.duration(ahead, since),
-	}
-	switch {
-	case allowed:
-	case steps[i].Cost < 0 || steps[i].Cost > r.limit.Burst:
-		d.RetryAfter = atomicbucket.Never
-	default:
-		d.RetryAfter = r.duration(excess, since)
-	}
-	return d, i, nil
+	return steps[i].Rule.n.Decision(allowed, ahead, excess, since, steps[i].Cost), i, nil
 }
 
 // errScript reports a script reply of the wrong shape.

@@ -160,7 +160,7 @@ func TestTierMatchesReference(t *testing.T) {
 			refSteps := make([]atomicbucket.TierStep, n)
 			for k := range n {
 				key := []string{"a", "b"}[rng.IntN(2)]
-				cost := rng.Int64N(rules[k].limit.Burst/2 + 2)
+				cost := rng.Int64N(rules[k].n.Limit.Burst/2 + 2)
 				steps[k] = Step{rules[k], key, cost}
 				refSteps[k] = refs[k].Step(key, cost)
 			}

@@ -1,0 +1,187 @@
+package shared
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+)
+
+// Fallback is a rule's failure setting, ready to decide while its store
+// cannot. The zero Fallback denies.
+type Fallback struct {
+	failure Failure
+	burst   int64
+	local   *atomicbucket.Table[string] // FailLocal's buckets
+}
+
+// ErrLocalShare is wrapped by NewFallback's error for a share outside (0, 1].
+var ErrLocalShare = errors.New("a local share must be in (0, 1]")
+
+// NewFallback prepares f for a rule of limit l. For FailLocal it builds the
+// local buckets: l's rate and burst times Share, the period stretched and
+// the burst rounded down, so that the fallback never admits more than its
+// share.
+func NewFallback(l atomicbucket.Limit, f Failure) (*Fallback, error) {
+	fb := &Fallback{failure: f, burst: l.Burst}
+	if f.Mode != FailLocal {
+		return fb, nil
+	}
+	if !(f.Share > 0 && f.Share <= 1) {
+		return nil, fmt.Errorf("%w, not %v", ErrLocalShare, f.Share)
+	}
+	l.Period = time.Duration(float64(l.Period)/f.Share + 0.999999) // rate × share, rounded down
+	l.Burst = max(int64(float64(l.Burst)*f.Share), 1)
+	if l.InitialSet {
+		l.Initial = min(l.Initial, l.Burst)
+	}
+	rule, err := atomicbucket.NewRule(l)
+	if err != nil {
+		return nil, fmt.Errorf("its local share %v: %w", f.Share, err)
+	}
+	fb.local = atomicbucket.NewTable[string](rule, atomicbucket.TableOptions{MaxKeys: 1 << 20})
+	return fb, nil
+}
+
+// Failure is the setting the fallback decides by.
+func (f *Fallback) Failure() Failure {
+	if f == nil {
+		return Failure{}
+	}
+	return f.failure
+}
+
+// Step is a request of cost for key decided by the fallback, as a step of
+// atomicbucket.TierAt.
+func (f *Fallback) Step(key string, cost int64) FallbackStep {
+	return FallbackStep{f, key, cost}
+}
+
+// FallbackStep is one step of a tier decided by its rule's failure setting.
+type FallbackStep struct {
+	f    *Fallback
+	key  string
+	cost int64
+}
+
+// AllowNAt decides the step at now: FailAllow admits, FailLocal asks the
+// local share, FailDeny denies with a RetryAfter of a second (when the store
+// may be back).
+func (s FallbackStep) AllowNAt(now atomicbucket.Time) atomicbucket.Decision {
+	if f := s.f; f != nil {
+		switch f.failure.Mode {
+		case FailAllow:
+			return atomicbucket.Decision{Allowed: true, Remaining: f.burst}
+		case FailLocal:
+			if f.local != nil {
+				return f.local.AllowNAt(s.key, now, s.cost)
+			}
+		}
+	}
+	return atomicbucket.Decision{RetryAfter: time.Second}
+}
+
+// RefundAt gives a local share back what AllowNAt took (a tier's later step
+// denied).
+func (s FallbackStep) RefundAt(now atomicbucket.Time) {
+	if f := s.f; f != nil && f.failure.Mode == FailLocal && f.local != nil {
+		f.local.RefundAt(s.key, now, s.cost)
+	}
+}
+
+// FallbackTier decides steps by their rules' failure settings, as
+// atomicbucket.TierAt composes them: the decision, and the index of the step
+// it is from.
+func FallbackTier(steps ...FallbackStep) (atomicbucket.Decision, int) {
+	var buf [4]atomicbucket.TierStep
+	ts := buf[:0]
+	for _, s := range steps {
+		ts = append(ts, s)
+	}
+	d, i, _ := atomicbucket.TierAt(atomicbucket.Now(), ts...)
+	return d, i
+}
+
+// ErrCircuitOpen is the Result.Err of a check a store's breaker answered
+// without asking the store.
+var ErrCircuitOpen = fmt.Errorf("circuit open: the store failed %d checks in a row; retrying after a pause", BreakerFailures)
+
+// The breaker: after BreakerFailures failed calls in a row, checks do not go
+// to the store for a pause (BreakerPause, doubling up to BreakerMaxPause while
+// probes keep failing); then one check probes it, and a success closes the
+// breaker. A dead store then costs a local decision, not a timeout per
+// request.
+const (
+	BreakerFailures = 5
+	BreakerPause    = 250 * time.Millisecond
+	BreakerMaxPause = 10 * time.Second
+)
+
+// Breaker is a store's circuit breaker. The zero Breaker is closed.
+type Breaker struct {
+	failures  atomic.Int64 // failed calls in a row
+	openUntil atomic.Int64 // atomicbucket time (ns) before which no check goes to the store; 0 when closed
+	pause     atomic.Int64 // the current pause, ns
+	probing   atomic.Bool  // one check is probing a half-open breaker
+}
+
+// Allow reports whether a check may go to the store at now (atomicbucket
+// time), and whether it is the probe of a half-open breaker: the caller then
+// reports its outcome with Success, Failure or EndProbe.
+func (b *Breaker) Allow(now int64) (ok, probe bool) {
+	until := b.openUntil.Load()
+	if until == 0 {
+		return true, false
+	}
+	if now < until || !b.probing.CompareAndSwap(false, true) {
+		return false, false
+	}
+	return true, true
+}
+
+// Success records a call the store answered.
+func (b *Breaker) Success(probe bool) {
+	b.failures.Store(0)
+	if probe || b.openUntil.Load() != 0 {
+		b.openUntil.Store(0)
+		b.pause.Store(0)
+	}
+	if probe {
+		b.probing.Store(false)
+	}
+}
+
+// Failure records a call the store failed at now.
+func (b *Breaker) Failure(now int64, probe bool) {
+	n := b.failures.Add(1)
+	if probe || n >= BreakerFailures {
+		p := b.pause.Load()
+		switch {
+		case p == 0:
+			p = int64(BreakerPause)
+		case probe:
+			p = min(2*p, int64(BreakerMaxPause))
+		}
+		b.pause.Store(p)
+		b.openUntil.Store(now + p)
+	}
+	if probe {
+		b.probing.Store(false)
+	}
+}
+
+// EndProbe ends a probe's turn without a verdict on the store (the check
+// never reached it).
+func (b *Breaker) EndProbe(probe bool) {
+	if probe {
+		b.probing.Store(false)
+	}
+}
+
+// State is the failed calls in a row and the atomicbucket time until which
+// the breaker is open (0: closed).
+func (b *Breaker) State() (failures, openUntil int64) {
+	return b.failures.Load(), b.openUntil.Load()
+}

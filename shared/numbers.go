@@ -1,0 +1,110 @@
+package shared
+
+import (
+	"math/big"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+)
+
+// Numbers are a shared rule's integers in a store on a microsecond clock
+// (Redis's TIME, PostgreSQL's clock_timestamp()), computed once, when the rule
+// is bound. A bucket's theoretical arrival time (TAT) is kept as whole Unix
+// seconds and units within the second, so that only the part of the TAT ahead
+// of now, at most a burst's worth, is ever multiplied.
+//
+// Greedy rules count in Units (PerMicro units to a microsecond, Emit units to
+// a token). Interval rules count whole token slots (Emit 1), with now
+// quantised to the last boundary of the key's grid, whose boundaries are the
+// Unix times ≡ Phase(key) (mod Period) ns, as atomicbucket's tables place them.
+type Numbers struct {
+	Limit atomicbucket.Limit
+	Units
+	PerSecond int64 // greedy: units in a second, 1e6·PerMicro
+	Tau       int64 // units the TAT may run ahead of now: Burst·Emit
+	Debt      int64 // units a new bucket's TAT starts ahead of now: (Burst − Initial)·Emit
+
+	Interval bool
+	Aligned  bool  // interval: every key's grid starts on the Unix epoch
+	Period   int64 // interval: ns, G·P
+	Tokens   int64 // interval: slots added at each boundary
+	G, P, B  int64 // interval: gcd(Period, 1e9), Period/G, 1e9/G
+}
+
+// NewNumbers computes l's numbers (MicroUnits), or says why a store on a
+// microsecond clock cannot hold it.
+func NewNumbers(l atomicbucket.Limit) (Numbers, error) {
+	u, err := MicroUnits(l)
+	if err != nil {
+		return Numbers{}, err
+	}
+	n := Numbers{Limit: l, Units: Units{Exact: true}}
+	initial := l.Burst
+	if l.InitialSet {
+		initial = l.Initial
+	}
+	if l.Refill == atomicbucket.Interval {
+		p := int64(l.Period)
+		g := new(big.Int).GCD(nil, nil, big.NewInt(p), big.NewInt(1e9)).Int64()
+		n.Interval, n.Aligned, n.Period, n.Tokens = true, l.Aligned, p, l.Tokens
+		n.G, n.P, n.B = g, p/g, 1e9/g
+		n.Emit, n.Tau, n.Debt = 1, l.Burst, l.Burst-initial
+		return n, nil
+	}
+	n.Units = u
+	n.PerSecond = 1_000_000 * u.PerMicro
+	n.Tau = l.Burst * u.Emit
+	n.Debt = (l.Burst - initial) * u.Emit
+	return n, nil
+}
+
+// Phase is where key's grid is placed for an interval rule (the Unix times ≡
+// Phase (mod Period) ns are its boundaries), by atomicbucket.KeyHash as
+// atomicbucket's tables place it; 0 for an aligned or a greedy rule.
+func (n *Numbers) Phase(key string) int64 {
+	if !n.Interval || n.Aligned {
+		return 0
+	}
+	return int64(atomicbucket.KeyHash(key) % uint64(n.Period))
+}
+
+// Duration converts units to a Duration, rounded up: one unit is
+// 1000/PerMicro ns. For an interval rule it is the wait until units slots have
+// been added: ⌈units/Tokens⌉ boundaries, the first of them Period − since ns
+// away.
+func (n *Numbers) Duration(units, since int64) time.Duration {
+	if units <= 0 {
+		return 0
+	}
+	if n.Interval {
+		return time.Duration(((units+n.Tokens-1)/n.Tokens)*n.Period - since)
+	}
+	ns := new(big.Int).Mul(big.NewInt(units), big.NewInt(1000))
+	ns.Add(ns, big.NewInt(n.PerMicro-1))
+	ns.Quo(ns, big.NewInt(n.PerMicro))
+	if !ns.IsInt64() {
+		return atomicbucket.Never
+	}
+	return time.Duration(ns.Int64())
+}
+
+// Decision is the decision a store's reply describes for a request of cost:
+// allowed or not, the TAT ahead of now after the check (ahead, in units),
+// for a denial how far the request would have put it beyond Tau (excess), and
+// for an interval rule the ns since the grid's last boundary (since). A cost
+// below 0 or above the burst is never allowed (RetryAfter Never).
+func (n *Numbers) Decision(allowed bool, ahead, excess, since, cost int64) atomicbucket.Decision {
+	d := atomicbucket.Decision{
+		Allowed:   allowed,
+		Remaining: max((n.Tau-ahead)/n.Emit, 0),
+		Reset:     n.Duration(ahead, since),
+	}
+	switch {
+	case allowed:
+	case cost < 0 || cost > n.Limit.Burst:
+		d.RetryAfter = atomicbucket.Never
+	default:
+		d.RetryAfter = n.Duration(excess, since)
+	}
+	return d
+}
