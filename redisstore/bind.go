@@ -223,27 +223,27 @@ func (s *Store) checkLease(ctx context.Context, l *Lease, cost, now int64) (Resu
 		return Result{Decision: d}, g, false
 	}
 	step := []Step{{l.rule, l.key, cost}}
-	ok, probe := s.breaker.Allow(now)
+	ok, probe := s.guard.Breaker.Allow(now)
 	if !ok {
-		s.degraded.Add(1)
+		s.guard.Count(0, true)
 		d, _ := fallbackTier(step)
 		return Result{Decision: d, Degraded: true, Err: ErrCircuitOpen}, nil, false
 	}
-	s.redisCalls.Add(1)
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
+	s.guard.Count(1, false)
+	cctx, cancel := context.WithTimeout(ctx, s.guard.Timeout)
 	d, g, err := l.refill(cctx, cost)
 	cancel()
 	if err != nil {
 		if errors.Is(err, errLeaseWait) {
 			// Redis was not asked: no failure of its, but a probe's turn ends.
-			s.breaker.EndProbe(probe)
+			s.guard.Breaker.EndProbe(probe)
 		} else {
-			s.breaker.Failure(int64(atomicbucket.Now()), probe)
+			s.guard.Breaker.Failure(int64(atomicbucket.Now()), probe)
 		}
-		s.degraded.Add(1)
+		s.guard.Count(0, true)
 		d, _ := fallbackTier(step)
 		return Result{Decision: d, Degraded: true, Err: err}, nil, true
 	}
-	s.breaker.Success(probe)
+	s.guard.Breaker.Success(probe)
 	return Result{Decision: d}, g, true
 }

@@ -108,7 +108,7 @@ func (s *Store) flush(maxBatch int) {
 				break fill
 			}
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		ctx, cancel := context.WithTimeout(context.Background(), s.guard.Timeout)
 		for _, part := range s.bySlot(batch) {
 			ds, err := s.each(ctx, part)
 			for i, p := range part {

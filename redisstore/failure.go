@@ -55,32 +55,13 @@ func (s *Store) Check(ctx context.Context, r *Rule, key string, cost int64) Resu
 // steps' failure settings do, in order and all or nothing (a step that denies
 // gives back what the local shares of the steps before it took).
 func (s *Store) CheckTier(ctx context.Context, steps []Step) (Result, int) {
-	now := int64(atomicbucket.Now())
-	ok, probe := s.breaker.Allow(now)
-	if !ok {
-		s.degraded.Add(1)
-		d, i := fallbackTier(steps)
-		return Result{Decision: d, Degraded: true, Err: ErrCircuitOpen}, i
-	}
-	s.redisCalls.Add(1)
-	cctx, cancel := context.WithTimeout(ctx, s.timeout)
-	var d atomicbucket.Decision
-	var i int
-	var err error
-	if len(steps) == 1 { // a single check: coalesced with others when the store coalesces
-		d, err = s.AllowN(cctx, steps[0].Rule, steps[0].Key, steps[0].Cost)
-	} else {
-		d, i, err = s.AllowTier(cctx, steps)
-	}
-	cancel()
-	if err != nil {
-		s.breaker.Failure(int64(atomicbucket.Now()), probe)
-		s.degraded.Add(1)
-		d, i := fallbackTier(steps)
-		return Result{Decision: d, Degraded: true, Err: err}, i
-	}
-	s.breaker.Success(probe)
-	return Result{Decision: d}, i
+	return s.guard.Run(ctx, func(ctx context.Context) (atomicbucket.Decision, int, error) {
+		if len(steps) == 1 { // a single check: coalesced with others when the store coalesces
+			d, err := s.AllowN(ctx, steps[0].Rule, steps[0].Key, steps[0].Cost)
+			return d, 0, err
+		}
+		return s.AllowTier(ctx, steps)
+	}, func() (atomicbucket.Decision, int) { return fallbackTier(steps) })
 }
 
 // fallbackTier decides steps by their rules' failure settings, as
@@ -102,5 +83,6 @@ type Stats struct {
 
 // Stats returns the store's counts so far.
 func (s *Store) Stats() Stats {
-	return Stats{RedisCalls: s.redisCalls.Load(), Degraded: s.degraded.Load()}
+	calls, degraded := s.guard.Counts()
+	return Stats{RedisCalls: calls, Degraded: degraded}
 }

@@ -216,7 +216,7 @@ func TestLeaseWaitIsNoRedisFailure(t *testing.T) {
 			t.Fatalf("a check that waited out its context: %+v", res)
 		}
 	}
-	if n, until := st.breaker.State(); n != 0 || until != 0 {
+	if n, until := st.guard.Breaker.State(); n != 0 || until != 0 {
 		t.Fatalf("waits counted as %d Redis failures (breaker open until %d)", n, until)
 	}
 	if res, _, _ := st.checkLease(context.Background(), l, 1, int64(atomicbucket.Now())); !res.Allowed || res.Degraded {

@@ -19,7 +19,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -29,14 +28,10 @@ import (
 
 // Store checks shared rules on a Redis server.
 type Store struct {
-	client  redis.UniversalClient
-	prefix  string
-	check   *redis.Script
-	timeout time.Duration // the most a Check waits for Redis
-
-	breaker    shared.Breaker
-	redisCalls atomic.Int64
-	degraded   atomic.Int64
+	client redis.UniversalClient
+	prefix string
+	check  *redis.Script
+	guard  shared.Guard // the breaker, the timeout (the most a Check waits for Redis), the counts
 
 	queue     chan *pending // coalescing (coalesce.go): the checks waiting for a call; nil when off
 	stopped   chan struct{}
@@ -52,7 +47,7 @@ const DefaultTimeout = 100 * time.Millisecond
 
 // SetTimeout sets how long Check waits for Redis at most (DefaultTimeout by
 // default). Set it before the store is used.
-func (s *Store) SetTimeout(d time.Duration) { s.timeout = d }
+func (s *Store) SetTimeout(d time.Duration) { s.guard.Timeout = d }
 
 // DefaultPrefix starts every key the store writes.
 const DefaultPrefix = "limitgen:"
@@ -82,7 +77,9 @@ func New(client redis.UniversalClient) (*Store, error) {
 }
 
 func newStore(client redis.UniversalClient, explicitNow bool) *Store {
-	return &Store{client: client, prefix: DefaultPrefix, check: redis.NewScript(script(explicitNow)), timeout: DefaultTimeout}
+	s := &Store{client: client, prefix: DefaultPrefix, check: redis.NewScript(script(explicitNow))}
+	s.guard.Timeout = DefaultTimeout
+	return s
 }
 
 // Key is the Redis key of rule r's bucket for key (slot.go: the key is the

@@ -1,6 +1,7 @@
 package shared
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -185,3 +186,56 @@ func (b *Breaker) EndProbe(probe bool) {
 func (b *Breaker) State() (failures, openUntil int64) {
 	return b.failures.Load(), b.openUntil.Load()
 }
+
+// Guard runs a store's calls behind a Breaker and a timeout, and has the
+// rules' failure settings decide when a call fails. The zero Guard has no
+// timeout of its own.
+type Guard struct {
+	Breaker  Breaker
+	Timeout  time.Duration // the most a call may take when the caller's context allows longer
+	calls    atomic.Int64
+	degraded atomic.Int64
+}
+
+// Run makes call unless the breaker is open, within the guard's timeout (or
+// ctx's deadline, if sooner), and returns its decision and step index; when
+// the breaker is open or the call fails, fallback decides, and the Result
+// says so.
+func (g *Guard) Run(ctx context.Context, call func(context.Context) (atomicbucket.Decision, int, error), fallback func() (atomicbucket.Decision, int)) (Result, int) {
+	ok, probe := g.Breaker.Allow(int64(atomicbucket.Now()))
+	if !ok {
+		g.degraded.Add(1)
+		d, i := fallback()
+		return Result{Decision: d, Degraded: true, Err: ErrCircuitOpen}, i
+	}
+	g.calls.Add(1)
+	cctx, cancel := ctx, context.CancelFunc(nil)
+	if g.Timeout > 0 {
+		cctx, cancel = context.WithTimeout(ctx, g.Timeout)
+	}
+	d, i, err := call(cctx)
+	if cancel != nil {
+		cancel()
+	}
+	if err != nil {
+		g.Breaker.Failure(int64(atomicbucket.Now()), probe)
+		g.degraded.Add(1)
+		d, i := fallback()
+		return Result{Decision: d, Degraded: true, Err: err}, i
+	}
+	g.Breaker.Success(probe)
+	return Result{Decision: d}, i
+}
+
+// Count adds to the guard's counts a call made outside Run (calls), and
+// whether the failure settings decided it.
+func (g *Guard) Count(calls int64, degraded bool) {
+	g.calls.Add(calls)
+	if degraded {
+		g.degraded.Add(1)
+	}
+}
+
+// Counts are the calls Run made to the store, and the checks the failure
+// settings decided (the store failed, or the breaker was open).
+func (g *Guard) Counts() (calls, degraded int64) { return g.calls.Load(), g.degraded.Load() }
