@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/storetest"
-	"github.com/limitgen/limitgen/pgstore/internal/pgtest"
+	"github.com/limitgen/limitgen/pgstore/pgtest"
 )
 
 // open connects a pool of at most conns connections to srv (closed when the

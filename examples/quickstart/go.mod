@@ -5,7 +5,9 @@ go 1.26.0
 tool github.com/limitgen/limitgen/gen
 
 require (
-	github.com/limitgen/limitgen v0.0.0-00010101000000-000000000000
+	github.com/jackc/pgx/v5 v5.12.0
+	github.com/limitgen/limitgen v0.0.0
+	github.com/limitgen/limitgen/pgstore v0.0.0-00010101000000-000000000000
 	github.com/limitgen/limitgen/redisstore v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
 )
@@ -13,10 +15,15 @@ require (
 require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dave/jennifer v1.7.1 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.41.0 // indirect
 )
 
 // Inside the limitgen repository the example builds against this checkout; a
@@ -24,3 +31,5 @@ require (
 replace github.com/limitgen/limitgen => ../..
 
 replace github.com/limitgen/limitgen/redisstore => ../../redisstore
+
+replace github.com/limitgen/limitgen/pgstore => ../../pgstore

@@ -1,20 +1,25 @@
 // Command quickstart is a service protected by limitgen from its policy alone:
 // policy.yaml, a tool line in go.mod, a go:generate directive, and the
 // generated middleware in front of its handlers. Run several instances with
-// -redis host:port and the policy's shared rules hold across all of them.
+// -redis host:port, or with -postgres and a database's URL, and the policy's
+// shared rules hold across all of them.
 package main
 
 //go:generate go tool gen -policy policy.yaml -out limits
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"log"
 	"net"
 	"net/http"
 	"strings"
+	"time"
 
 	"example.com/quickstart/limits"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/limitgen/limitgen/pgstore"
 	"github.com/limitgen/limitgen/redisstore"
 	"github.com/redis/go-redis/v9"
 )
@@ -71,9 +76,25 @@ func newServer(lims *limits.Limits) (http.Handler, error) {
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "the address to listen on")
 	redisAddr := flag.String("redis", "", "a Redis server to share the shared rules' limits with other instances (host:port)")
+	pgURL := flag.String("postgres", "", "a PostgreSQL database to share the shared rules' limits with other instances (postgres://user@host:port/db)")
 	flag.Parse()
 	lims := limits.Default
-	if *redisAddr != "" {
+	switch {
+	case *redisAddr != "" && *pgURL != "":
+		log.Fatal("-redis and -postgres: choose one store")
+	case *pgURL != "":
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		pool, err := pgxpool.New(ctx, *pgURL)
+		if err != nil {
+			log.Fatal(err)
+		}
+		store, err := pgstore.New(ctx, pool, pgstore.Options{}) // creates table limitgen_buckets and its function
+		cancel()
+		if err != nil {
+			log.Fatal(err)
+		}
+		lims = limits.New(limits.WithStore(store))
+	case *redisAddr != "":
 		client := redis.NewClient(&redis.Options{Addr: *redisAddr, ContextTimeoutEnabled: true})
 		store, err := redisstore.New(client)
 		if err != nil {

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/limitgen/limitgen/pgstore/pgtest"
 )
 
 // TestServe builds the service, starts it on 127.0.0.1 on a free port, and
@@ -137,13 +139,26 @@ func client(t *testing.T, addr string) func(method, path, token string) (*http.R
 }
 
 // TestTwoInstancesShareRedis is the README's two-instance run: a redis-server
-// on 127.0.0.1, two instances of the service with -redis, and a free user's
-// requests spread over both: together they admit her burst of 10, not 20.
-// Login attempts (a local rule) are counted by each instance alone.
+// on 127.0.0.1, and two instances of the service with -redis.
 func TestTwoInstancesShareRedis(t *testing.T) {
-	redisAddr := startRedis(t)
+	addr := startRedis(t)
+	twoInstances(t, "-redis", addr)
+}
+
+// TestTwoInstancesSharePostgres is the README's two-instance run on
+// PostgreSQL: a cluster on 127.0.0.1 (package pgtest), and two instances of
+// the service with -postgres, the first of which creates the store's table.
+func TestTwoInstancesSharePostgres(t *testing.T) {
+	srv := pgtest.Start(t)
+	twoInstances(t, "-postgres", srv.URL())
+}
+
+// twoInstances starts two instances of the service with args and spreads a
+// free user's requests over both: together they admit her burst of 10, not
+// 20. Login attempts (a local rule) are counted by each instance alone.
+func twoInstances(t *testing.T, args ...string) {
 	bin := build(t)
-	a, b := client(t, startService(t, bin, "-redis", redisAddr)), client(t, startService(t, bin, "-redis", redisAddr))
+	a, b := client(t, startService(t, bin, args...)), client(t, startService(t, bin, args...))
 	codes := map[int]int{}
 	for i := range 14 {
 		do := a
