@@ -6,13 +6,17 @@ replace github.com/limitgen/limitgen => ../
 
 replace github.com/limitgen/limitgen/redisstore => ../redisstore
 
+replace github.com/limitgen/limitgen/pgstore => ../pgstore
+
 tool golang.org/x/perf/cmd/benchstat
 
 require (
 	github.com/go-chi/httprate v0.16.1
 	github.com/go-redis/redis_rate/v10 v10.0.1
+	github.com/jackc/pgx/v5 v5.12.0
 	github.com/juju/ratelimit v1.0.2
-	github.com/limitgen/limitgen v0.0.0-00010101000000-000000000000
+	github.com/limitgen/limitgen v0.0.0
+	github.com/limitgen/limitgen/pgstore v0.0.0-00010101000000-000000000000
 	github.com/limitgen/limitgen/redisstore v0.0.0-00010101000000-000000000000
 	github.com/puzpuzpuz/xsync/v3 v3.5.1
 	github.com/redis/go-redis/v9 v9.23.0
@@ -25,10 +29,16 @@ require (
 	github.com/aclements/go-moremath v0.0.0-20210112150236-f10218a38794 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/hashicorp/golang-lru v0.5.4 // indirect
+	github.com/jackc/pgpassfile v1.0.0 // indirect
+	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/klauspost/cpuid/v2 v2.4.0 // indirect
 	github.com/kr/text v0.2.0 // indirect
+	github.com/rogpeppe/go-internal v1.16.0 // indirect
 	github.com/zeebo/xxh3 v1.1.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/perf v0.0.0-20260908200009-22c9c6c9d4da // indirect
+	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
 )

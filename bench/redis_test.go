@@ -174,16 +174,35 @@ func BenchmarkRedis(b *testing.B) {
 // runRedis runs check b.N times from callers goroutines and reports the
 // metrics BenchmarkRedis describes.
 func runRedis(b *testing.B, addr string, callers int, mayFail bool, check func(context.Context) (bool, error)) {
+	monitor := redis.NewClient(&redis.Options{Addr: addr})
+	defer monitor.Close()
+	var before, after commands
+	errs, denied := runCallers(b, callers, check,
+		func() { before = commandStats(b, monitor) },
+		func() { after = commandStats(b, monitor) })
+	n := float64(b.N)
+	b.ReportMetric(float64(after.all-before.all)/n, "cmds/op")
+	b.ReportMetric(float64(after.scripts-before.scripts)/n, "scripts/op")
+	if denied > 0 || (errs > 0 && !mayFail) {
+		b.Fatalf("%d denied, %d failed of %d", denied, errs, b.N)
+	}
+}
+
+// runCallers runs check b.N times from callers goroutines (above 1, by
+// b.SetParallelism over the machine's processors), after a first check that
+// must be admitted, with start and stop called just inside the timed part. It
+// reports decisions/s of the whole process, p50-µs and p99-µs (each check's
+// latency as its caller sees it) and errors/op, and returns the checks that
+// failed and those denied.
+func runCallers(b *testing.B, callers int, check func(context.Context) (bool, error), start, stop func()) (errs, denied int64) {
 	ctx := context.Background()
 	if ok, err := check(ctx); !ok || err != nil {
 		b.Fatalf("the first check: %v, %v", ok, err)
 	}
-	monitor := redis.NewClient(&redis.Options{Addr: addr})
-	defer monitor.Close()
-	var errs, denied atomic.Int64
+	var nerr, ndenied atomic.Int64
 	hists := make([]latencies, callers) // one per caller, allocated before the timer
 	var next atomic.Int64
-	before := commandStats(b, monitor)
+	start()
 	b.ResetTimer()
 	run := func(h *latencies, next func() bool) {
 		for next() {
@@ -192,9 +211,9 @@ func runRedis(b *testing.B, addr string, callers int, mayFail bool, check func(c
 			h.add(time.Since(start))
 			switch {
 			case err != nil:
-				errs.Add(1)
+				nerr.Add(1)
 			case !ok:
-				denied.Add(1)
+				ndenied.Add(1)
 			}
 		}
 	}
@@ -208,7 +227,7 @@ func runRedis(b *testing.B, addr string, callers int, mayFail bool, check func(c
 		})
 	}
 	b.StopTimer()
-	after := commandStats(b, monitor)
+	stop()
 	var all latencies
 	for i := range hists {
 		all.merge(&hists[i])
@@ -217,12 +236,8 @@ func runRedis(b *testing.B, addr string, callers int, mayFail bool, check func(c
 	b.ReportMetric(n/b.Elapsed().Seconds(), "decisions/s")
 	b.ReportMetric(float64(all.quantile(0.50))/1e3, "p50-µs")
 	b.ReportMetric(float64(all.quantile(0.99))/1e3, "p99-µs")
-	b.ReportMetric(float64(after.all-before.all)/n, "cmds/op")
-	b.ReportMetric(float64(after.scripts-before.scripts)/n, "scripts/op")
-	b.ReportMetric(float64(errs.Load())/n, "errors/op")
-	if denied.Load() > 0 || (errs.Load() > 0 && !mayFail) {
-		b.Fatalf("%d denied, %d failed of %d", denied.Load(), errs.Load(), b.N)
-	}
+	b.ReportMetric(float64(nerr.Load())/n, "errors/op")
+	return nerr.Load(), ndenied.Load()
 }
 
 // commands is what INFO commandstats counts: every command Redis ran (those

@@ -5,9 +5,10 @@ import (
 	"strings"
 )
 
-// The schema: one table of buckets and one PL/pgSQL function that checks
-// them, both named by Options.Table (the function is the table's name with
-// "_check"). Store.Schema returns the SQL, for a migration of your own.
+// The schema: one table of buckets and two PL/pgSQL functions that check
+// them, all named by Options.Table (the functions are the table's name with
+// "_check" and "_check_tier"). Store.Schema returns the SQL, for a migration
+// of your own.
 //
 // A bucket is a row (r, k): the rule's name and the request's key (bytes, so
 // any key is stored as it is; a key longer than maxKeyBytes is stored as its
@@ -19,7 +20,7 @@ import (
 // leases: a full bucket is the same as an absent one, and Store.Sweep deletes
 // such rows. e, hc and hp are the tokens leases hold (see the lease mode).
 //
-// The function decides one bucket or a tier of them, all or nothing, on the
+// The functions decide one bucket or a tier of them, all or nothing, on the
 // server's clock (clock_timestamp(): the time of the check, not of its
 // transaction), and writes only what changes: a denied check writes nothing
 // (except the first check of a new key whose bucket starts below full, as
@@ -30,23 +31,32 @@ import (
 // order, so tiers cannot deadlock. The lock class is the table's, so the
 // locks do not meet the application's own one-key advisory locks.
 //
-// Arguments: rs (rule names), ks (keys), locks (the buckets' lock hashes,
-// ascending, each once), v (8 values a bucket: kind (1 greedy, 2 interval),
-// emit (interval: 1), tau, debt, perSecond (interval: period ns), perMicro
-// (interval: tokens), phase (interval; greedy 0), cost; then for mode 3:
-// want, and the previous grant's second, size and unspent tokens), mode (0
-// decide only, 1 take, 2 refund each bucket its cost never beyond full, 3
-// lease one bucket), and at_us (NULL: the server's clock; else the check's
-// time in Unix µs, for tests).
+// Two functions check buckets: {fn}, one bucket (every single check, and
+// leases), in scalar variables, the fastest PL/pgSQL can be; and {fn}_tier,
+// a tier of buckets, all or nothing. Both are written from the same blocks
+// (readBlock, writeBlock), so a bucket is read and written by one text.
 //
-// Returns {allowed, index (1-based), ahead, excess, since}: the bucket whose
-// decision this is (the one that denied, or the one left with the fewest
-// whole tokens, the first on a tie), how far its TAT is ahead of now after
-// the check, for a denial how far the request would have put it beyond tau,
-// and for an interval bucket the ns since its grid's last boundary. Mode 3
-// returns 7 values: allowed, 1, ahead, the tokens granted (a denial: the
-// excess), since, the server's second the grant is held under, and the µs
-// within it.
+// {fn}(rr, kk, h, kind, emit, tau, debt, per, pm, phase, cost, mode, at_us,
+// want, se, sg, sr): the bucket's rule name, key and lock hash; its numbers
+// (kind 1 greedy: emit, tau, debt, perSecond, perMicro, 0; kind 2 interval:
+// 1, tau, debt, period ns, tokens a boundary, the key's phase ns); the cost;
+// the mode (0 decide only, 1 take, 2 refund the cost never beyond full, 3
+// lease); at_us (NULL: the server's clock; else the check's time in Unix µs,
+// for tests); for a lease, want, and the previous grant's second, size and
+// unspent tokens.
+//
+// {fn}_tier(rs, ks, locks, v, mode, at_us): the buckets' rule names, keys,
+// lock hashes (ascending, each once), 8 values a bucket (kind … cost, as
+// above), mode 0, 1 or 2, at_us.
+//
+// Both return {allowed, index (1-based), ahead, excess, since}: the bucket
+// whose decision this is (the one that denied, or the one left with the
+// fewest whole tokens, the first on a tie), how far its TAT is ahead of now
+// after the check, for a denial how far the request would have put it beyond
+// tau, and for an interval bucket the ns since its grid's last boundary. A
+// lease returns 7 values: allowed, 1, ahead, the tokens granted (a denial:
+// the excess), since, the server's second the grant is held under, and the
+// µs within it.
 const tableSQL = `CREATE {{UNLOGGED}}TABLE IF NOT EXISTS {{TABLE}} (
   r text NOT NULL,
   k bytea NOT NULL,
@@ -59,223 +69,312 @@ const tableSQL = `CREATE {{UNLOGGED}}TABLE IF NOT EXISTS {{TABLE}} (
   PRIMARY KEY (r, k)
 ) WITH (fillfactor = 70)`
 
-const functionSQL = `CREATE OR REPLACE FUNCTION {{FUNC}}(rs text[], ks bytea[], locks int[], v bigint[], mode int, at_us bigint)
-RETURNS bigint[] LANGUAGE plpgsql AS $fn$
-DECLARE
-  n int := cardinality(rs);
+// bucketVars are the variables readBlock and writeBlock use beside the
+// bucket's numbers (kind … cost), its row (rr, kk) and the time (us, nsec,
+// usec).
+const bucketVars = `
+  inc bigint; since bigint; idx bigint; horizon bigint; ahead bigint; fresh bool;
+  e0 bigint; c0 bigint; p0 bigint; live bigint; t bigint; m bigint; d bigint;
+  wa bigint; total bigint; q bigint; hi bigint; lo bigint; full_us bigint;
+  rec record;`
+
+// timeVars read the clock once, or take the test's time.
+const timeVars = `
   us bigint := coalesce(at_us, (extract(epoch FROM clock_timestamp()) * 1000000)::bigint);
   nsec bigint := us / 1000000;
-  usec bigint := us % 1000000;
-  take bool := mode = 1;
-  kind bigint[]; emit bigint[]; tau bigint[]; debt bigint[]; per bigint[]; pm bigint[];
-  phase bigint[]; cost bigint[]; inc bigint[]; ahead bigint[]; since bigint[];
-  idx bigint[]; horizon bigint[]; fresh bool[]; ee bigint[]; hc bigint[]; hp bigint[];
-  dirty bool[]; wa bigint[];
-  h int; o int; i int; j int; t bigint; m bigint; d bigint; live bigint;
-  e0 bigint; c0 bigint; p0 bigint;
-  best int; best_left bigint; lft bigint; after bigint;
-  want bigint; se bigint; sg bigint; sr bigint; changed bool; spare bigint; extra bigint; granted bigint;
-  total bigint; q bigint; hi bigint; lo bigint; full_us bigint;
-  res bigint[];
-  rec record;
-BEGIN
-  IF n IS NULL OR n = 0 OR cardinality(v) < 8 * n THEN
-    RAISE EXCEPTION 'limitgen: % buckets with % values', n, cardinality(v);
-  END IF;
-  FOREACH h IN ARRAY locks LOOP
-    PERFORM pg_advisory_xact_lock({{CLASS}}, h);
-  END LOOP;
+  usec bigint := us % 1000000;`
 
-  FOR i IN 1..n LOOP
-    o := (i - 1) * 8;
-    kind[i] := v[o + 1]; emit[i] := v[o + 2]; tau[i] := v[o + 3]; debt[i] := v[o + 4];
-    per[i] := v[o + 5]; pm[i] := v[o + 6]; phase[i] := v[o + 7]; cost[i] := v[o + 8];
-    inc[i] := cost[i] * emit[i];
-    IF kind[i] = 1 THEN
-      since[i] := 0;
-      horizon[i] := tau[i] / per[i] + 1;
+// readBlock reads bucket (rr, kk) with numbers kind … cost at now: inc (the
+// cost in units), since, idx and horizon (seconds after which nothing held
+// is left), ahead (how far its TAT is past now, never below 0; a new bucket
+// starts debt ahead), fresh (no row), and e0, c0, p0: the leases' holds.
+const readBlock = `
+    inc := cost * emit;
+    IF kind = 1 THEN
+      since := 0; idx := 0;
+      horizon := tau / per + 1;
     ELSE -- interval: per is the period (ns), pm the tokens a boundary adds
-      idx[i] := (us * 1000 - phase[i]) / per[i];
-      since[i] := us * 1000 - phase[i] - idx[i] * per[i];
-      horizon[i] := (tau[i] / pm[i] + 2) * per[i] / 1000000000 + 1;
+      idx := (us * 1000 - phase) / per;
+      since := us * 1000 - phase - idx * per;
+      horizon := (tau / pm + 2) * per / 1000000000 + 1;
     END IF;
-    ahead[i] := debt[i]; fresh[i] := true; dirty[i] := false; wa[i] := 0;
-    ee[i] := nsec; hc[i] := 0; hp[i] := 0;
-    SELECT b.s, b.u, b.e, b.hc, b.hp INTO rec FROM {{TABLE}} b WHERE b.r = rs[i] AND b.k = ks[i];
+    ahead := debt; fresh := true; e0 := nsec; c0 := 0; p0 := 0;
+    SELECT b.s, b.u, b.e, b.hc, b.hp INTO rec FROM {{TABLE}} b WHERE b.r = rr AND b.k = kk FOR UPDATE;
     IF FOUND THEN
-      fresh[i] := false;
-      IF kind[i] = 1 THEN
-        IF rec.s < nsec - horizon[i] THEN
-          ahead[i] := 0;
-        ELSIF rec.s > nsec + horizon[i] THEN
-          ahead[i] := tau[i]; -- the clock went back by more than a burst: empty until it catches up
-        ELSE
-          ahead[i] := (rec.s - nsec) * per[i] + (rec.u - usec * pm[i]);
-        END IF;
+      fresh := false;
+      IF kind = 1 THEN
+        ahead := {{AHEAD:rec}};
+      ELSIF rec.s < idx - 1 - tau / pm THEN
+        ahead := 0;
+      ELSIF rec.s > idx + 1 + tau / pm THEN
+        ahead := tau;
       ELSE
-        IF rec.s < idx[i] - 1 - tau[i] / pm[i] THEN
-          ahead[i] := 0;
-        ELSIF rec.s > idx[i] + 1 + tau[i] / pm[i] THEN
-          ahead[i] := tau[i];
-        ELSE
-          ahead[i] := (rec.s - idx[i]) * pm[i] + rec.u;
-        END IF;
-      END IF;
-      IF ahead[i] < 0 THEN
-        ahead[i] := 0;
+        ahead := greatest((rec.s - idx) * pm + rec.u, 0);
       END IF;
       IF rec.hc > 0 OR rec.hp > 0 THEN
         -- Tokens leases hold: granted in the server's second e (hc) and e - 1
         -- (hp), each grant valid until the start of the second after next.
-        -- While they may be spent elsewhere the bucket holds at most its burst
-        -- minus them; when a grant expires the bucket goes on as if all of it
-        -- had been spent at that moment.
+        -- While they may be spent elsewhere the bucket holds at most its
+        -- burst minus them; when a grant expires the bucket goes on as if all
+        -- of it had been spent at that moment.
         e0 := rec.e; c0 := rec.hc; p0 := rec.hp; live := c0 + p0;
         IF nsec >= e0 + 1 THEN
           FOR t IN e0 + 1..least(e0 + 2, nsec) LOOP
-            IF nsec - t > horizon[i] THEN
-              d := tau[i] + 1;
-            ELSIF kind[i] = 1 THEN
-              d := (nsec - t) * per[i] + usec * pm[i];
+            IF nsec - t > horizon THEN
+              d := tau + 1;
+            ELSIF kind = 1 THEN
+              d := (nsec - t) * per + usec * pm;
             ELSE
-              d := (idx[i] - (t * 1000000000 - phase[i]) / per[i]) * pm[i];
+              d := (idx - (t * 1000000000 - phase) / per) * pm;
             END IF;
             IF t = e0 + 1 THEN
-              m := (c0 + p0) * emit[i] - d;
+              m := (c0 + p0) * emit - d;
             ELSE
-              m := c0 * emit[i] - d;
+              m := c0 * emit - d;
             END IF;
-            IF m > ahead[i] THEN
-              ahead[i] := m;
-            END IF;
+            ahead := greatest(ahead, m);
           END LOOP;
           IF nsec = e0 + 1 THEN
-            live := c0; p0 := c0; c0 := 0;
+            live := c0; p0 := c0;
           ELSE
-            live := 0; p0 := 0; c0 := 0;
+            live := 0; p0 := 0;
           END IF;
-          e0 := nsec;
+          c0 := 0; e0 := nsec;
         END IF;
-        IF live * emit[i] > ahead[i] THEN
-          ahead[i] := live * emit[i];
-        END IF;
-        ee[i] := e0; hc[i] := c0; hp[i] := p0;
+        ahead := greatest(ahead, live * emit);
       END IF;
-    END IF;
-  END LOOP;
+    END IF;`
 
-  IF mode = 3 THEN
-    -- A lease of one bucket: settle the lessee's previous grant (while it is
-    -- valid what was not spent comes back), then grant at least the cost and
-    -- up to want tokens, never more than half of what the bucket holds beyond
-    -- the cost; want 0 asks for nothing (a release).
-    want := v[8 * n + 1]; se := v[8 * n + 2]; sg := v[8 * n + 3]; sr := v[8 * n + 4];
-    changed := false;
-    IF sg > 0 AND (se = ee[1] OR se = ee[1] - 1) THEN
-      IF se = ee[1] THEN
-        hc[1] := hc[1] - least(sg, hc[1]);
+// aheadExpr is how far a greedy bucket's TAT (row X) is past now, never
+// below 0; a TAT more than a burst behind is 0 and one more than a burst ahead
+// (the clock went back) is tau: the bucket is empty until the clock catches
+// up. Only a TAT within the horizon is multiplied, so nothing overflows.
+const aheadExpr = `CASE WHEN X.s < nsec - horizon THEN 0 WHEN X.s > nsec + horizon THEN tau
+    ELSE greatest((X.s - nsec) * per + (X.u - usec * pm), 0) END`
+
+// fastPath is a greedy take of an existing bucket that no lease holds
+// tokens of and that holds the cost: one UPDATE, which takes the row's lock
+// itself and, having waited for it, judges the row's latest version (the
+// slow path reads rows FOR UPDATE, so neither writes over the other). The
+// time is the one read before the wait: a later state judged at an earlier
+// time shows fewer tokens, never more.
+const fastPath = `
+  IF mode = 1 AND kind = 1 AND cost > 0 AND cost * emit <= tau THEN
+    inc := cost * emit;
+    horizon := tau / per + 1;
+    UPDATE {{TABLE}} b SET
+      s = nsec + (usec * pm + inc + {{AHEAD:b}}) / per,
+      u = (usec * pm + inc + {{AHEAD:b}}) % per,
+      full_at = us + (inc + {{AHEAD:b}} + pm - 1) / pm
+    WHERE b.r = rr AND b.k = kk AND b.hc = 0 AND b.hp = 0 AND inc + {{AHEAD:b}} <= tau
+    RETURNING (b.s - nsec) * per + b.u - usec * pm INTO wa;
+    IF FOUND THEN
+      RETURN ARRAY[1, 1, wa, 0, 0];
+    END IF;
+  END IF;`
+
+// writeBlock stores bucket (rr, kk) with its TAT wa ahead of now, or deletes
+// its row when it is full and no lease holds anything (full is absent).
+// full_at is when it is full again, and no grant can still be held.
+const writeBlock = `
+    IF wa <= 0 AND c0 + p0 = 0 THEN
+      DELETE FROM {{TABLE}} b WHERE b.r = rr AND b.k = kk;
+    ELSE
+      IF kind = 1 THEN
+        total := usec * pm + wa;
+        q := total / per;
+        hi := nsec + q; lo := total - q * per;
+        full_us := us + (wa + pm - 1) / pm;
       ELSE
-        hp[1] := hp[1] - least(sg, hp[1]);
+        q := wa / pm;
+        hi := idx + q; lo := wa - q * pm;
+        IF lo > 0 THEN
+          q := q + 1;
+        END IF;
+        full_us := us + (q * per - since + 999) / 1000;
       END IF;
-      ahead[1] := greatest(ahead[1] - least(sr, sg) * emit[1], 0, (hc[1] + hp[1]) * emit[1]);
+      IF c0 + p0 > 0 THEN
+        full_us := greatest(full_us, (e0 + 2 + horizon) * 1000000);
+      END IF;
+      INSERT INTO {{TABLE}} AS b (r, k, s, u, full_at, e, hc, hp)
+        VALUES (rr, kk, hi, lo, full_us, e0, c0, p0)
+        ON CONFLICT (r, k) DO UPDATE
+        SET s = excluded.s, u = excluded.u, full_at = excluded.full_at, e = excluded.e, hc = excluded.hc, hp = excluded.hp;
+    END IF;`
+
+// creates is whether a check makes a new bucket's row although it takes
+// nothing: the first check of a key whose bucket starts below full, by a
+// check that could take tokens (the local tables make the key on such a
+// check, allowed or not).
+const creates = `take AND fresh AND debt > 0 AND cost > 0 AND inc <= tau`
+
+const oneSQL = `CREATE OR REPLACE FUNCTION {{FUNC}}(rr text, kk bytea, h int, kind bigint, emit bigint, tau bigint,
+  debt bigint, per bigint, pm bigint, phase bigint, cost bigint, mode int, at_us bigint,
+  want bigint, se bigint, sg bigint, sr bigint)
+RETURNS bigint[] LANGUAGE plpgsql AS $fn$
+DECLARE{{TIMEVARS}}{{BUCKETVARS}}
+  take bool := mode = 1;
+  changed bool; spare bigint; granted bigint; res bigint[];
+BEGIN{{FAST}}
+  PERFORM pg_advisory_xact_lock({{CLASS}}, h);
+  IF at_us IS NULL THEN -- the time after the wait for the lock
+    us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    nsec := us / 1000000; usec := us % 1000000;
+  END IF;
+  {{READ}}
+  wa := NULL;
+  IF mode = 3 THEN
+    -- A lease: settle the lessee's previous grant (while it is valid, what
+    -- was not spent comes back), then grant at least the cost and up to want
+    -- tokens, never more than half of what the bucket holds beyond the cost;
+    -- want 0 asks for nothing (a release).
+    changed := false;
+    IF sg > 0 AND (se = e0 OR se = e0 - 1) THEN
+      IF se = e0 THEN
+        c0 := c0 - least(sg, c0);
+      ELSE
+        p0 := p0 - least(sg, p0);
+      END IF;
+      ahead := greatest(ahead - least(sr, sg) * emit, 0, (c0 + p0) * emit);
       changed := true;
     END IF;
     IF want = 0 THEN
-      res := ARRAY[1, 1, ahead[1], 0, since[1], ee[1], usec];
+      res := ARRAY[1, 1, ahead, 0, since, e0, usec];
       IF changed THEN
-        dirty[1] := true; wa[1] := ahead[1];
+        wa := ahead;
       END IF;
-    ELSIF ahead[1] + inc[1] > tau[1] THEN
-      res := ARRAY[0, 1, ahead[1], ahead[1] + inc[1] - tau[1], since[1], ee[1], usec];
-      IF changed OR (fresh[1] AND debt[1] > 0 AND cost[1] > 0 AND inc[1] <= tau[1]) THEN
-        dirty[1] := true; wa[1] := ahead[1];
+    ELSIF ahead + inc > tau THEN
+      res := ARRAY[0, 1, ahead, ahead + inc - tau, since, e0, usec];
+      IF changed OR (fresh AND debt > 0 AND cost > 0 AND inc <= tau) THEN
+        wa := ahead;
       END IF;
     ELSE
-      spare := (tau[1] - ahead[1] - inc[1]) / emit[1];
-      extra := greatest(least(spare / 2, want - cost[1]), 0);
-      granted := cost[1] + extra;
-      after := ahead[1] + granted * emit[1];
-      hc[1] := hc[1] + granted;
-      res := ARRAY[1, 1, after, granted, since[1], ee[1], usec];
+      spare := (tau - ahead - inc) / emit;
+      granted := cost + greatest(least(spare / 2, want - cost), 0);
+      c0 := c0 + granted;
+      res := ARRAY[1, 1, ahead + granted * emit, granted, since, e0, usec];
       IF granted > 0 OR changed THEN
-        dirty[1] := true; wa[1] := after;
+        wa := ahead + granted * emit;
       END IF;
     END IF;
   ELSIF mode = 2 THEN
+    wa := greatest(ahead - inc, (c0 + p0) * emit, 0);
+    IF wa <= 0 AND fresh THEN
+      wa := NULL;
+    END IF;
+    res := ARRAY[1, 1, 0, 0, 0];
+  ELSIF ahead + inc > tau THEN
+    IF {{CREATES}} THEN
+      wa := debt;
+    END IF;
+    res := ARRAY[0, 1, ahead, ahead + inc - tau, since];
+  ELSE
+    IF take AND inc > 0 THEN
+      wa := ahead + inc;
+    ELSIF {{CREATES}} THEN
+      wa := debt;
+    END IF;
+    res := ARRAY[1, 1, ahead + inc, 0, since];
+  END IF;
+  IF wa IS NOT NULL THEN
+    {{WRITE}}
+  END IF;
+  RETURN res;
+END
+$fn$`
+
+const tierSQL = `CREATE OR REPLACE FUNCTION {{FUNC}}_tier(rs text[], ks bytea[], locks int[], v bigint[], mode int, at_us bigint)
+RETURNS bigint[] LANGUAGE plpgsql AS $fn$
+DECLARE{{TIMEVARS}}{{BUCKETVARS}}
+  n int := cardinality(rs);
+  take bool := mode = 1;
+  rr text; kk bytea; kind bigint; emit bigint; tau bigint; debt bigint; per bigint; pm bigint; phase bigint; cost bigint;
+  aheads bigint[]; incs bigint[]; sinces bigint[]; idxs bigint[]; horizons bigint[]; freshes bool[];
+  es bigint[]; cs bigint[]; ps bigint[]; was bigint[];
+  h int; o int; i int; j int; best int; best_left bigint; lft bigint; res bigint[];
+BEGIN
+  IF n IS NULL OR n = 0 OR cardinality(v) <> 8 * n OR mode NOT IN (0, 1, 2) THEN
+    RAISE EXCEPTION 'limitgen: % buckets with % values in mode %', n, cardinality(v), mode;
+  END IF;
+  FOREACH h IN ARRAY locks LOOP
+    PERFORM pg_advisory_xact_lock({{CLASS}}, h);
+  END LOOP;
+  IF at_us IS NULL THEN -- the time after the wait for the locks
+    us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    nsec := us / 1000000; usec := us % 1000000;
+  END IF;
+  FOR i IN 1..n LOOP
+    o := (i - 1) * 8;
+    rr := rs[i]; kk := ks[i];
+    kind := v[o + 1]; emit := v[o + 2]; tau := v[o + 3]; debt := v[o + 4];
+    per := v[o + 5]; pm := v[o + 6]; phase := v[o + 7]; cost := v[o + 8];
+    {{READ}}
+    aheads[i] := ahead; incs[i] := inc; sinces[i] := since; idxs[i] := idx; horizons[i] := horizon;
+    freshes[i] := fresh; es[i] := e0; cs[i] := c0; ps[i] := p0; was[i] := NULL;
+  END LOOP;
+  IF mode = 2 THEN
     FOR i IN 1..n LOOP
-      after := greatest(ahead[i] - inc[i], (hc[i] + hp[i]) * emit[i], 0);
-      IF after > 0 OR NOT fresh[i] THEN
-        dirty[i] := true; wa[i] := after;
+      was[i] := greatest(aheads[i] - incs[i], (cs[i] + ps[i]) * v[(i - 1) * 8 + 2], 0);
+      IF was[i] <= 0 AND freshes[i] THEN
+        was[i] := NULL;
       END IF;
     END LOOP;
     res := ARRAY[1, 1, 0, 0, 0];
   ELSE
     FOR i IN 1..n LOOP
-      IF ahead[i] + inc[i] > tau[i] THEN
+      tau := v[(i - 1) * 8 + 3];
+      IF aheads[i] + incs[i] > tau THEN
         FOR j IN 1..i LOOP
-          IF take AND fresh[j] AND debt[j] > 0 AND cost[j] > 0 AND inc[j] <= tau[j] THEN
-            dirty[j] := true; wa[j] := debt[j];
+          fresh := freshes[j]; debt := v[(j - 1) * 8 + 4]; cost := v[(j - 1) * 8 + 8]; inc := incs[j]; tau := v[(j - 1) * 8 + 3];
+          IF {{CREATES}} THEN
+            was[j] := debt;
           END IF;
         END LOOP;
-        res := ARRAY[0, i, ahead[i], ahead[i] + inc[i] - tau[i], since[i]];
+        res := ARRAY[0, i, aheads[i], aheads[i] + incs[i] - v[(i - 1) * 8 + 3], sinces[i]];
         EXIT;
       END IF;
     END LOOP;
     IF res IS NULL THEN
       best := 1;
       FOR i IN 1..n LOOP
-        after := ahead[i] + inc[i];
-        IF take AND inc[i] > 0 THEN
-          dirty[i] := true; wa[i] := after;
-        ELSIF take AND fresh[i] AND debt[i] > 0 AND cost[i] > 0 AND inc[i] <= tau[i] THEN
-          dirty[i] := true; wa[i] := debt[i];
+        fresh := freshes[i]; debt := v[(i - 1) * 8 + 4]; cost := v[(i - 1) * 8 + 8]; inc := incs[i]; tau := v[(i - 1) * 8 + 3];
+        IF take AND inc > 0 THEN
+          was[i] := aheads[i] + inc;
+        ELSIF {{CREATES}} THEN
+          was[i] := debt;
         END IF;
-        lft := (tau[i] - after) / emit[i];
+        lft := (tau - aheads[i] - inc) / v[(i - 1) * 8 + 2];
         IF i = 1 OR lft < best_left THEN
           best := i; best_left := lft;
         END IF;
       END LOOP;
-      res := ARRAY[1, best, ahead[best] + inc[best], 0, since[best]];
+      res := ARRAY[1, best, aheads[best] + incs[best], 0, sinces[best]];
     END IF;
   END IF;
-
   FOR i IN 1..n LOOP
-    CONTINUE WHEN NOT dirty[i];
-    IF wa[i] <= 0 AND hc[i] + hp[i] = 0 THEN
-      DELETE FROM {{TABLE}} b WHERE b.r = rs[i] AND b.k = ks[i]; -- full: absent
-      CONTINUE;
-    END IF;
-    IF kind[i] = 1 THEN
-      total := usec * pm[i] + wa[i];
-      q := total / per[i];
-      hi := nsec + q; lo := total - q * per[i];
-      full_us := us + (wa[i] + pm[i] - 1) / pm[i];
-    ELSE
-      q := wa[i] / pm[i];
-      hi := idx[i] + q; lo := wa[i] - q * pm[i];
-      IF lo > 0 THEN
-        q := q + 1;
-      END IF;
-      full_us := us + (q * per[i] - since[i] + 999) / 1000;
-    END IF;
-    IF hc[i] + hp[i] > 0 THEN -- kept until every grant has expired and its time has passed
-      full_us := greatest(full_us, (ee[i] + 2 + horizon[i]) * 1000000);
-    END IF;
-    INSERT INTO {{TABLE}} AS b (r, k, s, u, full_at, e, hc, hp)
-      VALUES (rs[i], ks[i], hi, lo, full_us, ee[i], hc[i], hp[i])
-      ON CONFLICT (r, k) DO UPDATE
-      SET s = excluded.s, u = excluded.u, full_at = excluded.full_at, e = excluded.e, hc = excluded.hc, hp = excluded.hp;
+    CONTINUE WHEN was[i] IS NULL;
+    o := (i - 1) * 8;
+    rr := rs[i]; kk := ks[i];
+    kind := v[o + 1]; per := v[o + 5]; pm := v[o + 6];
+    idx := idxs[i]; since := sinces[i]; horizon := horizons[i];
+    e0 := es[i]; c0 := cs[i]; p0 := ps[i]; wa := was[i];
+    {{WRITE}}
   END LOOP;
   RETURN res;
 END
 $fn$`
 
-// schema returns the SQL that creates table, and its check function fn.
-func schema(table, fn string, class int32, unlogged bool) (string, string) {
+// schema returns the SQL that creates table, and its check functions fn
+// and fn_tier.
+func schema(table, fn string, class int32, unlogged bool) []string {
 	u := ""
 	if unlogged {
 		u = "UNLOGGED "
 	}
+	blocks := strings.NewReplacer("{{TIMEVARS}}", timeVars, "{{BUCKETVARS}}", bucketVars, "{{FAST}}", fastPath,
+		"{{READ}}", readBlock, "{{WRITE}}", writeBlock, "{{CREATES}}", creates)
+	ahead := strings.NewReplacer("{{AHEAD:rec}}", strings.ReplaceAll(aheadExpr, "X.", "rec."),
+		"{{AHEAD:b}}", strings.ReplaceAll(aheadExpr, "X.", "b."))
 	r := strings.NewReplacer("{{UNLOGGED}}", u, "{{TABLE}}", table, "{{FUNC}}", fn, "{{CLASS}}", fmt.Sprint(class))
-	return r.Replace(tableSQL), r.Replace(functionSQL)
+	return []string{r.Replace(tableSQL), r.Replace(ahead.Replace(blocks.Replace(oneSQL))), r.Replace(ahead.Replace(blocks.Replace(tierSQL)))}
 }

@@ -8,6 +8,7 @@ import (
 	"hash/fnv"
 	"regexp"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -53,8 +54,9 @@ type Store struct {
 	pool   *pgxpool.Pool
 	table  string
 	fn     string
-	class  int32 // the advisory lock class of the table's buckets
-	query  string
+	class  int32  // the advisory lock class of the table's buckets
+	one    string // the query of a check of one bucket
+	tier   string // the query of a tier's check
 	unlog  bool
 	guard  shared.Guard
 	sweep  time.Duration
@@ -89,17 +91,20 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	h := fnv.New32a()
 	h.Write([]byte(opts.Table))
 	s := &Store{pool: pool, table: opts.Table, fn: opts.Table + "_check", class: int32(h.Sum32()), unlog: opts.Unlogged, sweep: opts.SweepEvery}
-	s.query = "SELECT " + s.fn + "($1::text[], $2::bytea[], $3::int4[], $4::int8[], $5::int4, $6::int8)"
+	s.one = "SELECT " + s.fn + "($1::text, $2::bytea, $3::int4, $4::int8, $5::int8, $6::int8, $7::int8, $8::int8, $9::int8, $10::int8, $11::int8, $12::int4, $13::int8, $14::int8, $15::int8, $16::int8, $17::int8)"
+	s.tier = "SELECT " + s.fn + "_tier($1::text[], $2::bytea[], $3::int4[], $4::int8[], $5::int4, $6::int8)"
 	s.guard.Timeout = opts.Timeout
 	if opts.NoCreate {
 		var fn, table *string
-		err := pool.QueryRow(ctx, "SELECT to_regclass($1)::text, to_regprocedure($2)::text",
-			s.table, s.fn+"(text[], bytea[], int[], bigint[], int, bigint)").Scan(&table, &fn)
+		var tier *string
+		err := pool.QueryRow(ctx, "SELECT to_regclass($1)::text, to_regprocedure($2)::text, to_regprocedure($3)::text",
+			s.table, s.fn+"(text, bytea, int, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, int, bigint, bigint, bigint, bigint, bigint)",
+			s.fn+"_tier(text[], bytea[], int[], bigint[], int, bigint)").Scan(&table, &fn, &tier)
 		if err != nil {
 			return nil, fmt.Errorf("pgstore: %w", err)
 		}
-		if table == nil || fn == nil {
-			return nil, fmt.Errorf("pgstore: NoCreate, but table %s or function %s is missing: run Store.Schema's SQL first", s.table, s.fn)
+		if table == nil || fn == nil || tier == nil {
+			return nil, fmt.Errorf("pgstore: NoCreate, but table %s or its functions %s and %[2]s_tier are missing: run Store.Schema's SQL first", s.table, s.fn)
 		}
 		return s, nil
 	}
@@ -125,14 +130,10 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 // Schema is the SQL that creates the store's table and check function, for
 // a migration of your own (then pass Options.NoCreate).
 func (s *Store) Schema() string {
-	st := s.statements()
-	return st[0] + ";\n" + st[1] + ";\n"
+	return strings.Join(s.statements(), ";\n\n") + ";\n"
 }
 
-func (s *Store) statements() []string {
-	table, fn := schema(s.table, s.fn, s.class, s.unlog)
-	return []string{table, fn}
-}
+func (s *Store) statements() []string { return schema(s.table, s.fn, s.class, s.unlog) }
 
 // Table is the store's table.
 func (s *Store) Table() string { return s.table }
@@ -267,10 +268,16 @@ func (s *Store) RefundN(ctx context.Context, r *Rule, key string, cost int64) er
 	return err
 }
 
-// call runs the check function over steps in mode (0 decide, 1 take, 2
+// call runs a check function over steps in mode (0 decide, 1 take, 2
 // refund), at the server's time or, for tests, at *at (Unix µs).
 func (s *Store) call(ctx context.Context, steps []Step, mode int32, at *int64) (atomicbucket.Decision, int, error) {
-	res, err := s.exec(ctx, steps, mode, at)
+	var res []int64
+	var err error
+	if len(steps) == 1 {
+		res, err = s.exec(ctx, steps[0], mode, at, 0, settlement{})
+	} else {
+		res, err = s.execTier(ctx, steps, mode, at)
+	}
 	if err != nil {
 		return atomicbucket.Decision{}, -1, err
 	}
@@ -281,23 +288,42 @@ func (s *Store) call(ctx context.Context, steps []Step, mode int32, at *int64) (
 	return steps[i].Rule.n.Decision(allowed, ahead, excess, since, steps[i].Cost), i, nil
 }
 
-// exec runs the check function; extra values follow the steps' in v.
-func (s *Store) exec(ctx context.Context, steps []Step, mode int32, at *int64, extra ...int64) ([]int64, error) {
+// settlement is what a lease call tells the store of the lessee's previous
+// grant: its second and size (0: none, or expired), and the tokens it did not
+// spend.
+type settlement struct{ second, size, unspent int64 }
+
+// exec runs the one-bucket function on st in mode, with a lease's want and
+// previous grant (mode 3).
+func (s *Store) exec(ctx context.Context, st Step, mode int32, at *int64, want int64, prev settlement) ([]int64, error) {
+	var v [8]int64
+	st.Rule.values(v[:0], st.Key, st.Cost)
+	var res []int64
+	err := s.pool.QueryRow(ctx, s.one, st.Rule.name, rowKey(st.Key), lockHash(st.Rule.name, st.Key),
+		v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], mode, at, want, prev.second, prev.size, prev.unspent).Scan(&res)
+	if err != nil {
+		return nil, err
+	}
+	s.maybeSweep()
+	return res, nil
+}
+
+// execTier runs the tier function over steps in mode.
+func (s *Store) execTier(ctx context.Context, steps []Step, mode int32, at *int64) ([]int64, error) {
 	names := make([]string, len(steps))
 	keys := make([][]byte, len(steps))
 	locks := make([]int32, len(steps))
-	v := make([]int64, 0, 8*len(steps)+len(extra))
+	v := make([]int64, 0, 8*len(steps))
 	for i, st := range steps {
 		names[i] = st.Rule.name
 		keys[i] = rowKey(st.Key)
 		locks[i] = lockHash(st.Rule.name, st.Key)
 		v = st.Rule.values(v, st.Key, st.Cost)
 	}
-	v = append(v, extra...)
 	slices.Sort(locks)
 	locks = slices.Compact(locks)
 	var res []int64
-	if err := s.pool.QueryRow(ctx, s.query, names, keys, locks, v, mode, at).Scan(&res); err != nil {
+	if err := s.pool.QueryRow(ctx, s.tier, names, keys, locks, v, mode, at).Scan(&res); err != nil {
 		return nil, err
 	}
 	s.maybeSweep()
