@@ -223,3 +223,29 @@ func TestLeaseWaitIsNoRedisFailure(t *testing.T) {
 		t.Fatalf("after the refill: %+v", res)
 	}
 }
+
+// A leased bucket that starts empty (initial: 0) is created by its first
+// lease call, as a per-request check creates it: it fills at its rate from
+// then on, so the lease is granted once a token's time has passed (before,
+// every lease call saw a new, empty bucket and was denied forever).
+func TestLeaseOfABucketThatStartsEmpty(t *testing.T) {
+	srv := redistest.Start(t)
+	st, err := New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRule("empty", atomicbucket.Limit{Tokens: 20, Period: time.Second, Burst: 5, InitialSet: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := st.NewLease(r, "k", 5)
+	ctx := context.Background()
+	d, err := l.AllowN(ctx, 1)
+	if err != nil || d.Allowed || d.RetryAfter <= 0 || d.RetryAfter > 50*time.Millisecond {
+		t.Fatalf("the first check of an empty bucket: %+v, %v; want a denial for at most a token's time (50ms)", d, err)
+	}
+	time.Sleep(d.RetryAfter + 10*time.Millisecond)
+	if d, err := l.AllowN(ctx, 1); err != nil || !d.Allowed {
+		t.Fatalf("a token's time later: %+v, %v; want it admitted", d, err)
+	}
+}

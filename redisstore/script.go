@@ -254,12 +254,12 @@ local function write(i, ahead)
   redis.call('SET', KEYS[i], value, 'PX', string.format('%d', ms))
 end
 
--- creates reports whether a check of bucket i makes its key: a new key whose
+-- creates reports whether a check (or a lease) of bucket i makes its key: a new key whose
 -- bucket starts below full, by a check that could take tokens (as the local
 -- tables make a key on such a check, allowed or not).
 local function creates(i)
   local r = b[i]
-  return take and r.fresh and r.debt > 0 and r.cost > 0 and r.inc <= r.tau
+  return (take or lease) and r.fresh and r.debt > 0 and r.cost > 0 and r.inc <= r.tau
 end
 
 if lease then
