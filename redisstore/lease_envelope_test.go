@@ -9,6 +9,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/redisstore/internal/redistest"
+	"github.com/limitgen/limitgen/shared"
 )
 
 // admission is count tokens admitted at t (ns, the script's explicit time).
@@ -80,8 +81,9 @@ func TestLeasesKeepTheEnvelope(t *testing.T) {
 		sec, usec := int64(1_790_000_000)+rng.Int64N(1e6), rng.Int64N(1e6)
 		step := max(int64(l.Period)/1000/l.Tokens, 1) // one token's time, µs
 		type lessee struct {
-			g    *grant
-			left int64
+			g       *shared.Granted // nil: none held
+			expires int64
+			left    int64
 		}
 		lessees := make([]lessee, 3)
 		var adm []admission
@@ -97,10 +99,10 @@ func TestLeasesKeepTheEnvelope(t *testing.T) {
 			sec, usec = sec+usec/1e6, usec%1e6
 			now := sec*1e9 + usec*1e3
 			le := &lessees[rng.IntN(len(lessees))]
-			valid := le.g != nil && now < le.g.expires
-			prev := settlement{}
+			valid := le.g != nil && now < le.expires
+			prev := shared.Settlement{}
 			if valid {
-				prev = settlement{le.g.second, le.g.size, le.left}
+				prev = shared.Settlement{Second: le.g.Second, Size: le.g.Size, Unspent: le.left}
 			}
 			switch a := rng.IntN(8); {
 			case a < 3 && valid && le.left > 0: // spend from the grant
@@ -110,18 +112,18 @@ func TestLeasesKeepTheEnvelope(t *testing.T) {
 				leased += k
 			case a < 6: // refill: settle, then at least cost, up to want
 				cost := 1 + rng.Int64N(min(l.Burst, 3))
-				d, g, err := st.lease(ctx, r, key, cost, cost+rng.Int64N(l.Burst), prev, now, atTime(sec, usec)...)
+				g, err := st.lease(ctx, r, key, cost, cost+rng.Int64N(l.Burst), prev, atTime(sec, usec)...)
 				if err != nil {
 					t.Fatal(err)
 				}
-				le.g, le.left = g, 0
-				if d.Allowed {
-					le.left = g.size - cost
+				le.g, le.left = nil, 0
+				if g.Allowed {
+					le.g, le.expires, le.left = &g, g.Expires(now), g.Size-cost
 					adm = append(adm, admission{now, cost})
 					leased += cost
 				}
 			case a == 6 && valid: // release
-				if _, _, err := st.lease(ctx, r, key, 0, 0, prev, now, atTime(sec, usec)...); err != nil {
+				if _, err := st.lease(ctx, r, key, 0, 0, prev, atTime(sec, usec)...); err != nil {
 					t.Fatal(err)
 				}
 				le.g, le.left = nil, 0
@@ -167,12 +169,12 @@ func TestLeaseExpiryKeepsItsTokensSpent(t *testing.T) {
 		name := "expiry" + strconv.FormatBool(between)
 		r, _ := NewRule(name, atomicbucket.Limit{Tokens: 10, Period: time.Second, Burst: 20}) // 100 ms a token
 		sec := int64(1_790_000_000)
-		d, g, err := st.lease(ctx, r, "k", 1, 20, settlement{}, sec*1e9+900_000_000, atTime(sec, 900_000)...)
-		if err != nil || !d.Allowed || g.size != 10 { // half of the 19 beyond the cost, and the cost
-			t.Fatalf("grant: %+v %+v %v", d, g, err)
+		g, err := st.lease(ctx, r, "k", 1, 20, shared.Settlement{}, atTime(sec, 900_000)...)
+		if err != nil || !g.Allowed || g.Size != 10 { // half of the 19 beyond the cost, and the cost
+			t.Fatalf("grant: %+v %v", g, err)
 		}
-		if want := (sec+2)*1e9 + 0; g.expires != want {
-			t.Fatalf("the grant expires at %d, want %d", g.expires, want)
+		if want, got := (sec+2)*1e9+0, g.Expires(sec*1e9+900_000_000); got != want {
+			t.Fatalf("the grant expires at %d, want %d", got, want)
 		}
 		if between { // a check at sec+1.1 s: the grant is now the previous second's
 			if d, err := st.run(ctx, r, "k", 1, true, atTime(sec+1, 100_000)); err != nil || !d.Allowed {

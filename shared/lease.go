@@ -1,0 +1,453 @@
+package shared
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/puzpuzpuz/xsync/v3"
+)
+
+// LeaseFunc is a store's lease call for one bucket: settle the lessee's
+// previous grant prev (while it is valid, what it did not spend goes back,
+// never beyond full), then grant at least cost and up to want tokens, or
+// none for want 0 (a release). The store holds the tokens it grants until the
+// start of its second after next: while a grant is valid the bucket holds at
+// most its burst minus what grants hold, and an expired grant counts as spent
+// at its expiry.
+type LeaseFunc func(ctx context.Context, cost, want int64, prev Settlement) (Granted, error)
+
+// Settlement is what a lease call tells the store of the lessee's previous
+// grant: the store's second it is held under and its size (0: none, or
+// expired), and the tokens it did not spend.
+type Settlement struct{ Second, Size, Unspent int64 }
+
+// Granted is a store's answer to a lease call: its decision (a denial's
+// RetryAfter is when the cost will be there), and when allowed the tokens
+// granted (the cost included), the store's second the grant is held under,
+// and the µs into that second at which it was granted.
+type Granted struct {
+	atomicbucket.Decision
+	Size, Second, Usec int64
+}
+
+// Expires is the atomicbucket time from which the grant may no longer be
+// spent, for a call sent at sent (atomicbucket time, before the call): the
+// store holds it until the start of its second after next, 2 s − Usec from
+// the store's now, which is no earlier than sent.
+func (g Granted) Expires(sent int64) int64 { return sent + (2_000_000-g.Usec)*1000 }
+
+// Lease spends tokens of one shared bucket (a rule and a key) in this process:
+// it takes a batch from the store in one call and admits requests from it
+// locally, with one atomic operation and no round trip, until the batch runs
+// out or expires. Only tokens the store granted are ever spent, and while a
+// grant is valid the store counts its tokens as held, so all instances
+// together never admit more than the shared bucket allows, in any window. The
+// lease stops spending a grant by its own clock, from before it asked. What a
+// lease did not spend goes back to the bucket with its next call (never
+// beyond full), and on Release.
+//
+// The batch adapts: twice what the lease spent of its last grant (at least
+// the request's cost, at most the lease's maxBatch), and the store grants at
+// most half of what the bucket holds beyond the request's own cost, so a
+// bucket running low is shared out in ever smaller pieces instead of drained
+// by one instance.
+type Lease struct {
+	call  LeaseFunc
+	burst int64
+
+	cur         atomic.Pointer[grant] // the grant being spent; nil before the first
+	deniedUntil atomic.Int64          // atomicbucket time (ns) before which the store said the cost is not there: denied locally
+	mu          sync.Mutex            // one refill at a time
+	maxBatch    int64
+	calls       atomic.Int64 // store calls made
+}
+
+// grant is one batch of tokens the store granted a lease.
+type grant struct {
+	left    atomic.Int64 // tokens not yet spent
+	expires int64        // atomicbucket time (ns) from which none may be spent
+	second  int64        // the store's second the grant is held under (to settle it)
+	size    int64        // tokens granted
+}
+
+// NewLease returns a lease of a bucket of burst tokens through call, asking
+// for at most maxBatch tokens at a time (at least 1, at most the burst).
+func NewLease(call LeaseFunc, burst, maxBatch int64) *Lease {
+	return &Lease{call: call, burst: burst, maxBatch: min(max(maxBatch, 1), burst)}
+}
+
+// AllowN admits a request of cost from the lease's tokens, refilling them
+// from the store when they run short or expire. A denial comes from the store
+// (the bucket does not hold the cost beyond what leases hold), with its
+// RetryAfter; an error is the store's, and the caller's failure setting
+// decides.
+func (l *Lease) AllowN(ctx context.Context, cost int64) (atomicbucket.Decision, error) {
+	d, _, call := l.local(int64(atomicbucket.Now()), cost)
+	if !call {
+		return d, nil
+	}
+	d, _, err := l.refill(ctx, cost)
+	return d, err
+}
+
+// local decides cost without the store when it can: from the current grant,
+// or a denial while the store's last one holds (call is false); otherwise
+// the caller must refill. The grant spent from is returned for giveBack.
+func (l *Lease) local(now, cost int64) (d atomicbucket.Decision, g *grant, call bool) {
+	if cost < 0 || cost > l.burst {
+		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}, nil, false
+	}
+	if d, g, ok := l.spend(now, cost); ok {
+		return d, g, false
+	}
+	if until := l.deniedUntil.Load(); until != 0 && now < until {
+		// The store denied recently: until its wait is over, deny without
+		// asking (stricter than asking, if another instance gives tokens back
+		// meanwhile; never looser). A bucket over its limit then costs the
+		// store one call per wait, not one per request.
+		return atomicbucket.Decision{RetryAfter: time.Duration(until - now)}, nil, false
+	}
+	return atomicbucket.Decision{}, nil, true
+}
+
+// spend takes cost from the current grant if it is valid at now and holds it.
+func (l *Lease) spend(now, cost int64) (atomicbucket.Decision, *grant, bool) {
+	g := l.cur.Load()
+	if g == nil || now >= g.expires {
+		return atomicbucket.Decision{}, nil, false
+	}
+	for {
+		left := g.left.Load()
+		if left < cost {
+			return atomicbucket.Decision{}, nil, false
+		}
+		if g.left.CompareAndSwap(left, left-cost) {
+			return atomicbucket.Decision{Allowed: true, Remaining: left - cost}, g, true
+		}
+	}
+}
+
+// giveBack returns cost to grant g, which a tier took it from before another
+// of its steps denied, if g is still the lease's grant (otherwise the tokens
+// are dropped: stricter, never looser).
+func (l *Lease) giveBack(g *grant, cost int64) {
+	if g != nil && l.cur.Load() == g {
+		g.left.Add(cost)
+	}
+}
+
+// refill settles the current grant and asks the store for a batch that
+// covers cost, under the lease's lock: one refill at a time, and a request
+// that waited for another's refill tries the new tokens first.
+func (l *Lease) refill(ctx context.Context, cost int64) (atomicbucket.Decision, *grant, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	sent := int64(atomicbucket.Now())
+	if d, g, ok := l.spend(sent, cost); ok {
+		return d, g, nil
+	}
+	if err := ctx.Err(); err != nil {
+		// The wait for another request's refill used up ctx: the store was not
+		// asked, so this is no failure of the store's (see CheckLease).
+		return atomicbucket.Decision{}, nil, fmt.Errorf("%w: %w", ErrLeaseWait, err)
+	}
+	// The batch: twice what was spent from the last grant (a lease spent
+	// quickly grows, an idle one shrinks), at least the cost, at most maxBatch.
+	prev, spent := l.settle(sent)
+	want := min(max(2*spent, cost, 1), l.maxBatch)
+	l.calls.Add(1)
+	gr, err := l.call(ctx, cost, want, prev)
+	if err != nil || !gr.Allowed {
+		l.cur.Store(nil)
+		if err == nil && gr.RetryAfter != atomicbucket.Never {
+			l.deniedUntil.Store(int64(atomicbucket.Now().Add(gr.RetryAfter)))
+		}
+		return gr.Decision, nil, err
+	}
+	l.deniedUntil.Store(0)
+	g := &grant{expires: gr.Expires(sent), second: gr.Second, size: gr.Size}
+	g.left.Store(g.size - cost)
+	l.cur.Store(g)
+	d := gr.Decision
+	d.Remaining = g.size - cost
+	return d, g, nil
+}
+
+// idle reports whether the lease holds no valid grant and no refill is under
+// way (a sweep may then drop it).
+func (l *Lease) idle(now int64) bool {
+	if !l.mu.TryLock() {
+		return false
+	}
+	defer l.mu.Unlock()
+	g := l.cur.Load()
+	return g == nil || now >= g.expires
+}
+
+// ErrLeaseWait wraps the error of a check whose context ended while it
+// waited for another check's refill of the same lease.
+var ErrLeaseWait = errors.New("waited for a lease's refill")
+
+// settle ends the current grant (nothing more is spent from it): what to
+// tell the store of it, and how many of its tokens were spent.
+func (l *Lease) settle(now int64) (Settlement, int64) {
+	g := l.cur.Load()
+	if g == nil {
+		return Settlement{}, 0
+	}
+	unspent := g.left.Swap(0)
+	if now >= g.expires {
+		return Settlement{}, g.size - unspent // the store no longer holds it either
+	}
+	return Settlement{g.second, g.size, unspent}, g.size - unspent
+}
+
+// Release gives the lease's unspent tokens back to the shared bucket, and
+// ends its grant.
+func (l *Lease) Release(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s, _ := l.settle(int64(atomicbucket.Now()))
+	l.cur.Store(nil)
+	if s.Size == 0 {
+		return nil
+	}
+	l.calls.Add(1)
+	_, err := l.call(ctx, 0, 0, s)
+	return err
+}
+
+// Held is the number of tokens the lease holds: granted by the store, valid,
+// and not yet spent.
+func (l *Lease) Held() int64 {
+	g := l.cur.Load()
+	if g == nil || int64(atomicbucket.Now()) >= g.expires {
+		return 0
+	}
+	return g.left.Load()
+}
+
+// Calls is the number of store calls the lease has made.
+func (l *Lease) Calls() int64 { return l.calls.Load() }
+
+// Check decides cost from the lease at now, never failing: locally when the
+// lease can, else by a refill from the store behind g's breaker and within
+// its timeout; when the store cannot, fb decides. It also returns the grant
+// spent from, for a tier's giveBack, and whether the check waited for a
+// refill (time passed).
+func (l *Lease) Check(ctx context.Context, g *Guard, fb FallbackStep, cost, now int64) (Result, *grant, bool) {
+	d, gr, call := l.local(now, cost)
+	if !call {
+		return Result{Decision: d}, gr, false
+	}
+	ok, probe := g.Breaker.Allow(now)
+	if !ok {
+		g.Count(0, true)
+		d, _ := FallbackTier(fb)
+		return Result{Decision: d, Degraded: true, Err: ErrCircuitOpen}, nil, false
+	}
+	g.Count(1, false)
+	cctx, cancel := ctx, context.CancelFunc(func() {})
+	if g.Timeout > 0 {
+		cctx, cancel = context.WithTimeout(ctx, g.Timeout)
+	}
+	d, gr, err := l.refill(cctx, cost)
+	cancel()
+	if err != nil {
+		if errors.Is(err, ErrLeaseWait) {
+			g.Breaker.EndProbe(probe) // the store was not asked: no failure of its
+		} else {
+			g.Breaker.Failure(int64(atomicbucket.Now()), probe)
+		}
+		g.Count(0, true)
+		d, _ := FallbackTier(fb)
+		return Result{Decision: d, Degraded: true, Err: err}, nil, true
+	}
+	g.Breaker.Success(probe)
+	return Result{Decision: d}, gr, true
+}
+
+// MaxLeases is how many leases (a leased rule and a key) a Leases keeps. A
+// lease whose grant has expired is dropped when room is needed (its tokens
+// are back in the store's bucket by then); when every one is in use, the
+// checks of further keys go to the store one by one, as for a rule without a
+// lease, until room is made.
+const MaxLeases = 1 << 16
+
+// Leases keeps the leases of a bound package's leased rules, by rule and key,
+// and decides checks from them: a store's Bound uses it for the steps whose
+// rules are all leased.
+type Leases struct {
+	guard     *Guard
+	fallbacks []*Fallback
+	newLease  func(rule int, key string) *Lease
+	maps      []*xsync.MapOf[string, *Lease] // a leased rule's leases by key; nil for other rules
+	count     atomic.Int64                   // leases in the maps
+	swept     atomic.Int64                   // atomicbucket time of the last sweep
+	max       atomic.Int64
+}
+
+// NewLeases keeps leases for the rules marked in leased (fallbacks are every
+// rule's failure settings, by index), made by newLease and checked behind
+// guard.
+func NewLeases(leased []bool, fallbacks []*Fallback, guard *Guard, newLease func(rule int, key string) *Lease) *Leases {
+	ls := &Leases{guard: guard, fallbacks: fallbacks, newLease: newLease, maps: make([]*xsync.MapOf[string, *Lease], len(leased))}
+	for i, on := range leased {
+		if on {
+			ls.maps[i] = xsync.NewMapOf[string, *Lease]()
+		}
+	}
+	ls.max.Store(MaxLeases)
+	return ls
+}
+
+// Leased reports whether rule is checked from leases.
+func (ls *Leases) Leased(rule int) bool {
+	return rule >= 0 && rule < len(ls.maps) && ls.maps[rule] != nil
+}
+
+// Lookup returns rule's lease for key, if it keeps one.
+func (ls *Leases) Lookup(rule int, key string) (*Lease, bool) {
+	if !ls.Leased(rule) {
+		return nil, false
+	}
+	return ls.maps[rule].Load(key)
+}
+
+// Len is the number of leases kept.
+func (ls *Leases) Len() int64 { return ls.count.Load() }
+
+// SetMax sets how many leases are kept at most (MaxLeases by default), and
+// holds off the next sweep for a second.
+func (ls *Leases) SetMax(n int64) {
+	ls.max.Store(n)
+	ls.swept.Store(int64(atomicbucket.Now()))
+}
+
+// CheckStep decides step from its rule's lease; ok is false, with nothing
+// decided, when the rule is not leased or no lease can be kept for the key.
+func (ls *Leases) CheckStep(ctx context.Context, step Step) (res Result, ok bool) {
+	if !ls.Leased(step.Rule) {
+		return Result{}, false
+	}
+	l := ls.lease(step.Rule, step.Key)
+	if l == nil {
+		return Result{}, false
+	}
+	res, _, _ = l.Check(ctx, ls.guard, ls.fallbacks[step.Rule].Step(step.Key, step.Cost), step.Cost, int64(atomicbucket.Now()))
+	return res, true
+}
+
+// Check decides steps whose rules are all leased from their leases, in
+// order: when a step denies, the steps before it get their tokens back
+// (TierAt's rule); the decision is the denying step's, or that of the step
+// left with the fewest tokens. ok is false, with nothing taken, when a step's
+// rule is not leased or its lease cannot be kept.
+func (ls *Leases) Check(ctx context.Context, steps []Step) (res Result, index int, ok bool) {
+	var lb [4]*Lease
+	leases := lb[:0]
+	for _, st := range steps {
+		if !ls.Leased(st.Rule) {
+			return Result{}, 0, false
+		}
+		l := ls.lease(st.Rule, st.Key)
+		if l == nil {
+			return Result{}, 0, false
+		}
+		leases = append(leases, l)
+	}
+	type took struct {
+		g     *grant
+		local bool // decided by the failure setting: a local share gets it back
+	}
+	var tk [4]took
+	taken := tk[:0]
+	now := int64(atomicbucket.Now())
+	index = -1
+	for i, st := range steps {
+		r, g, called := leases[i].Check(ctx, ls.guard, ls.fallbacks[st.Rule].Step(st.Key, st.Cost), st.Cost, now)
+		if called { // time passed waiting for the store: the next lease's expiry is judged at the new now
+			now = int64(atomicbucket.Now())
+		}
+		if !r.Allowed {
+			for j := i - 1; j >= 0; j-- {
+				if taken[j].local {
+					ls.fallbacks[steps[j].Rule].Step(steps[j].Key, steps[j].Cost).RefundAt(atomicbucket.Time(now))
+				} else {
+					leases[j].giveBack(taken[j].g, steps[j].Cost)
+				}
+			}
+			return r, i, true
+		}
+		taken = append(taken, took{g, r.Degraded})
+		if index < 0 || r.Remaining < res.Remaining {
+			res, index = r, i
+		}
+	}
+	return res, index, true
+}
+
+// lease returns rule's lease for key, or nil when the most leases are kept
+// and none can be dropped.
+func (ls *Leases) lease(rule int, key string) *Lease {
+	m := ls.maps[rule]
+	if l, ok := m.Load(key); ok {
+		return l
+	}
+	if ls.count.Load() >= ls.max.Load() && !ls.sweep() {
+		return nil
+	}
+	l, _ := m.LoadOrCompute(strings.Clone(key), func() *Lease {
+		ls.count.Add(1)
+		return ls.newLease(rule, key)
+	})
+	return l
+}
+
+// sweep drops the leases whose grants have expired, at most once a second,
+// and reports whether there is room for another.
+func (ls *Leases) sweep() bool {
+	now := int64(atomicbucket.Now())
+	if last := ls.swept.Load(); now-last < int64(time.Second) || !ls.swept.CompareAndSwap(last, now) {
+		return ls.count.Load() < ls.max.Load()
+	}
+	for _, m := range ls.maps {
+		if m == nil {
+			continue
+		}
+		m.Range(func(k string, l *Lease) bool {
+			if l.idle(now) {
+				m.Delete(k)
+				ls.count.Add(-1)
+			}
+			return true
+		})
+	}
+	return ls.count.Load() < ls.max.Load()
+}
+
+// Release gives back what every lease holds (Lease.Release), so that a
+// service shutting down leaves it to the other instances instead of holding
+// it until the grants expire. The leases go on working: a later check takes a
+// new grant. It returns the first error, having tried every lease.
+func (ls *Leases) Release(ctx context.Context) error {
+	var first error
+	for _, m := range ls.maps {
+		if m == nil {
+			continue
+		}
+		m.Range(func(_ string, l *Lease) bool {
+			if err := l.Release(ctx); err != nil && first == nil {
+				first = err
+			}
+			return true
+		})
+	}
+	return first
+}
