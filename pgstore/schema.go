@@ -119,7 +119,8 @@ const readBlock = `
         -- of it had been spent at that moment.
         e0 := rec.e; c0 := rec.hc; p0 := rec.hp; live := c0 + p0;
         IF nsec >= e0 + 1 THEN
-          FOR t IN e0 + 1..least(e0 + 2, nsec) LOOP
+          t := e0 + 1; -- a bigint: FOR's loop variable would be an integer
+          WHILE t <= least(e0 + 2, nsec) LOOP
             IF nsec - t > horizon THEN
               d := tau + 1;
             ELSIF kind = 1 THEN
@@ -133,6 +134,7 @@ const readBlock = `
               m := c0 * emit - d;
             END IF;
             ahead := greatest(ahead, m);
+            t := t + 1;
           END LOOP;
           IF nsec = e0 + 1 THEN
             live := c0; p0 := c0;

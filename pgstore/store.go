@@ -63,6 +63,9 @@ type Store struct {
 	swept  atomic.Int64 // atomicbucket time of the last sweep started
 	sweeps sync.WaitGroup
 	closed atomic.Bool
+
+	mu     sync.Mutex
+	bounds []*bound // what Bind returned: ReleaseLeases gives their leases' tokens back
 }
 
 var tableName = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,40}\.)?[a-z_][a-z0-9_]{0,40}$`)
@@ -274,7 +277,7 @@ func (s *Store) call(ctx context.Context, steps []Step, mode int32, at *int64) (
 	var res []int64
 	var err error
 	if len(steps) == 1 {
-		res, err = s.exec(ctx, steps[0], mode, at, 0, settlement{})
+		res, err = s.exec(ctx, steps[0], mode, at, 0, shared.Settlement{})
 	} else {
 		res, err = s.execTier(ctx, steps, mode, at)
 	}
@@ -288,19 +291,14 @@ func (s *Store) call(ctx context.Context, steps []Step, mode int32, at *int64) (
 	return steps[i].Rule.n.Decision(allowed, ahead, excess, since, steps[i].Cost), i, nil
 }
 
-// settlement is what a lease call tells the store of the lessee's previous
-// grant: its second and size (0: none, or expired), and the tokens it did not
-// spend.
-type settlement struct{ second, size, unspent int64 }
-
 // exec runs the one-bucket function on st in mode, with a lease's want and
 // previous grant (mode 3).
-func (s *Store) exec(ctx context.Context, st Step, mode int32, at *int64, want int64, prev settlement) ([]int64, error) {
+func (s *Store) exec(ctx context.Context, st Step, mode int32, at *int64, want int64, prev shared.Settlement) ([]int64, error) {
 	var v [8]int64
 	st.Rule.values(v[:0], st.Key, st.Cost)
 	var res []int64
 	err := s.pool.QueryRow(ctx, s.one, st.Rule.name, rowKey(st.Key), lockHash(st.Rule.name, st.Key),
-		v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], mode, at, want, prev.second, prev.size, prev.unspent).Scan(&res)
+		v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], mode, at, want, prev.Second, prev.Size, prev.Unspent).Scan(&res)
 	if err != nil {
 		return nil, err
 	}

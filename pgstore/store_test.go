@@ -9,6 +9,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/storetest"
 	"github.com/limitgen/limitgen/pgstore/pgtest"
+	"github.com/limitgen/limitgen/shared"
 )
 
 // open connects a pool of at most conns connections to srv (closed when the
@@ -62,9 +63,16 @@ func (s atStore) Check(steps []storetest.Step, take bool, sec, usec int64) (atom
 	return s.st.call(context.Background(), st, mode, &at)
 }
 
+func (s atStore) Lease(rule any, key string, cost, want int64, prev shared.Settlement, sec, usec int64) (shared.Granted, error) {
+	at := sec*1_000_000 + usec
+	return s.st.lease(context.Background(), rule.(*Rule), key, cost, want, prev, &at)
+}
+
 // The check function at explicit microsecond times, against the exact
 // reference: random greedy rules (checks and peeks), interval rules on their
-// keys' grids, and tiers of up to four rules, all or nothing.
+// keys' grids, and tiers of up to four rules, all or nothing; and leases,
+// whose grants and per-request checks together never exceed the envelope in
+// any window, and whose expired grants count as spent at their expiry.
 func TestMatchesReference(t *testing.T) {
 	srv := pgtest.Start(t)
 	_, st := open(t, srv, 4, Options{})
@@ -80,4 +88,9 @@ func TestMatchesReference(t *testing.T) {
 		decisions, denied := storetest.Tiers(t, atStore{st}, 7, 60, time.Now().Unix()+86400)
 		t.Logf("%d tier decisions (%d denied) equal to the reference", decisions, denied)
 	})
+	t.Run("lease-envelope", func(t *testing.T) {
+		rules, total, leased := storetest.LeaseEnvelope(t, atStore{st})
+		t.Logf("%d rules: %d tokens admitted, %d of them from leases; no window beyond the envelope", rules, total, leased)
+	})
+	t.Run("lease-expiry", func(t *testing.T) { storetest.LeaseExpiry(t, atStore{st}) })
 }
