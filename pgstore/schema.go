@@ -1,9 +1,6 @@
 package pgstore
 
-import (
-	"fmt"
-	"strings"
-)
+import "strings"
 
 // The schema: one table of buckets and two PL/pgSQL functions that check
 // them, all named by Options.Table (the functions are the table's name with
@@ -22,31 +19,40 @@ import (
 //
 // The functions decide one bucket or a tier of them, all or nothing, on the
 // server's clock (clock_timestamp(): the time of the check, not of its
-// transaction), and writes only what changes: a denied check writes nothing
+// transaction), and write only what changes: a denied check writes nothing
 // (except the first check of a new key whose bucket starts below full, as
-// the local tables create the key on such a check). Checks of one bucket are
-// serialised by a transaction-scoped advisory lock on the bucket's 32-bit
-// hash, taken before the row is read (so that two first checks of a new key
-// cannot both start from a full bucket); a tier takes its locks in ascending
-// order, so tiers cannot deadlock. The lock class is the table's, so the
-// locks do not meet the application's own one-key advisory locks.
+// the local tables create the key on such a check).
+//
+// Concurrency is row locks only (advisory locks, granted to a sleeping
+// waiter, made a hot key's checks queue behind each wake-up). A check of one
+// bucket holds at most that row's lock: it first tries the fast path (one
+// UPDATE of an existing row, which takes the lock itself and judges the
+// row's latest version), else reads the row FOR UPDATE; a new key's row is
+// made by INSERT … ON CONFLICT DO NOTHING, and when another check made it
+// first (the insert waits for that check to end) the check reads it and
+// decides again. A tier locks its rows in (r, k) order, making a row that is
+// absent as a marker (full_at −1, a bucket not yet started) so that it is
+// locked too, and deletes the markers it did not need before it commits
+// (a denied tier of new keys writes and removes them: nothing is left). A
+// check of one bucket holds one lock, and tiers take theirs in one order, so
+// no two checks can wait for each other.
 //
 // Two functions check buckets: {fn}, one bucket (every single check, and
 // leases), in scalar variables, the fastest PL/pgSQL can be; and {fn}_tier,
 // a tier of buckets, all or nothing. Both are written from the same blocks
 // (readBlock, writeBlock), so a bucket is read and written by one text.
 //
-// {fn}(rr, kk, h, kind, emit, tau, debt, per, pm, phase, cost, mode, at_us,
-// want, se, sg, sr): the bucket's rule name, key and lock hash; its numbers
-// (kind 1 greedy: emit, tau, debt, perSecond, perMicro, 0; kind 2 interval:
-// 1, tau, debt, period ns, tokens a boundary, the key's phase ns); the cost;
-// the mode (0 decide only, 1 take, 2 refund the cost never beyond full, 3
-// lease); at_us (NULL: the server's clock; else the check's time in Unix µs,
-// for tests); for a lease, want, and the previous grant's second, size and
+// {fn}(rr, kk, kind, emit, tau, debt, per, pm, phase, cost, mode, at_us,
+// want, se, sg, sr): the bucket's rule name and key; its numbers (kind 1
+// greedy: emit, tau, debt, perSecond, perMicro, 0; kind 2 interval: 1, tau,
+// debt, period ns, tokens a boundary, the key's phase ns); the cost; the mode
+// (0 decide only, 1 take, 2 refund the cost never beyond full, 3 lease);
+// at_us (NULL: the server's clock; else the check's time in Unix µs, for
+// tests); for a lease, want, and the previous grant's second, size and
 // unspent tokens.
 //
-// {fn}_tier(rs, ks, locks, v, mode, at_us): the buckets' rule names, keys,
-// lock hashes (ascending, each once), 8 values a bucket (kind … cost, as
+// {fn}_tier(rs, ks, ord, v, mode, at_us): the buckets' rule names and keys,
+// their indexes (1-based) in (r, k) order, 8 values a bucket (kind … cost, as
 // above), mode 0, 1 or 2, at_us.
 //
 // Both return {allowed, index (1-based), ahead, excess, since}: the bucket
@@ -76,7 +82,7 @@ const bucketVars = `
   inc bigint; since bigint; idx bigint; horizon bigint; ahead bigint; fresh bool;
   e0 bigint; c0 bigint; p0 bigint; live bigint; t bigint; m bigint; d bigint;
   wa bigint; total bigint; q bigint; hi bigint; lo bigint; full_us bigint;
-  rec record;`
+  present bool; conflict bool; rec record;`
 
 // timeVars read the clock once, or take the test's time.
 const timeVars = `
@@ -84,10 +90,11 @@ const timeVars = `
   nsec bigint := us / 1000000;
   usec bigint := us % 1000000;`
 
-// readBlock reads bucket (rr, kk) with numbers kind … cost at now: inc (the
-// cost in units), since, idx and horizon (seconds after which nothing held
-// is left), ahead (how far its TAT is past now, never below 0; a new bucket
-// starts debt ahead), fresh (no row), and e0, c0, p0: the leases' holds.
+// readBlock reads bucket (rr, kk) with numbers kind … cost at now, locking
+// its row: inc (the cost in units), since, idx and horizon (seconds after
+// which nothing held is left), ahead (how far its TAT is past now, never
+// below 0; a new bucket starts debt ahead), present (a row, maybe a marker),
+// fresh (no row, or a marker), and e0, c0, p0: the leases' holds.
 const readBlock = `
     inc := cost * emit;
     IF kind = 1 THEN
@@ -99,8 +106,9 @@ const readBlock = `
       horizon := (tau / pm + 2) * per / 1000000000 + 1;
     END IF;
     ahead := debt; fresh := true; e0 := nsec; c0 := 0; p0 := 0;
-    SELECT b.s, b.u, b.e, b.hc, b.hp INTO rec FROM {{TABLE}} b WHERE b.r = rr AND b.k = kk FOR UPDATE;
-    IF FOUND THEN
+    SELECT b.s, b.u, b.e, b.hc, b.hp, b.full_at INTO rec FROM {{TABLE}} b WHERE b.r = rr AND b.k = kk FOR UPDATE;
+    present := FOUND;
+    IF present AND rec.full_at >= 0 THEN
       fresh := false;
       IF kind = 1 THEN
         ahead := {{AHEAD:rec}};
@@ -177,10 +185,15 @@ const fastPath = `
 
 // writeBlock stores bucket (rr, kk) with its TAT wa ahead of now, or deletes
 // its row when it is full and no lease holds anything (full is absent).
-// full_at is when it is full again, and no grant can still be held.
+// full_at is when it is full again, and no grant can still be held. A row
+// that is not present is inserted unless another check made it meanwhile
+// (conflict: then nothing is written).
 const writeBlock = `
+    conflict := false;
     IF wa <= 0 AND c0 + p0 = 0 THEN
-      DELETE FROM {{TABLE}} b WHERE b.r = rr AND b.k = kk;
+      IF present THEN
+        DELETE FROM {{TABLE}} b WHERE b.r = rr AND b.k = kk;
+      END IF;
     ELSE
       IF kind = 1 THEN
         total := usec * pm + wa;
@@ -198,10 +211,14 @@ const writeBlock = `
       IF c0 + p0 > 0 THEN
         full_us := greatest(full_us, (e0 + 2 + horizon) * 1000000);
       END IF;
-      INSERT INTO {{TABLE}} AS b (r, k, s, u, full_at, e, hc, hp)
-        VALUES (rr, kk, hi, lo, full_us, e0, c0, p0)
-        ON CONFLICT (r, k) DO UPDATE
-        SET s = excluded.s, u = excluded.u, full_at = excluded.full_at, e = excluded.e, hc = excluded.hc, hp = excluded.hp;
+      IF present THEN
+        UPDATE {{TABLE}} b SET s = hi, u = lo, full_at = full_us, e = e0, hc = c0, hp = p0
+          WHERE b.r = rr AND b.k = kk;
+      ELSE
+        INSERT INTO {{TABLE}} (r, k, s, u, full_at, e, hc, hp)
+          VALUES (rr, kk, hi, lo, full_us, e0, c0, p0) ON CONFLICT (r, k) DO NOTHING;
+        conflict := NOT FOUND;
+      END IF;
     END IF;`
 
 // creates is whether a check makes a new bucket's row although it takes
@@ -210,98 +227,122 @@ const writeBlock = `
 // check, allowed or not).
 const creates = `take AND fresh AND debt > 0 AND cost > 0 AND inc <= tau`
 
-const oneSQL = `CREATE OR REPLACE FUNCTION {{FUNC}}(rr text, kk bytea, h int, kind bigint, emit bigint, tau bigint,
+const oneSQL = `CREATE OR REPLACE FUNCTION {{FUNC}}(rr text, kk bytea, kind bigint, emit bigint, tau bigint,
   debt bigint, per bigint, pm bigint, phase bigint, cost bigint, mode int, at_us bigint,
   want bigint, se bigint, sg bigint, sr bigint)
 RETURNS bigint[] LANGUAGE plpgsql AS $fn$
 DECLARE{{TIMEVARS}}{{BUCKETVARS}}
   take bool := mode = 1;
-  changed bool; spare bigint; granted bigint; res bigint[];
+  changed bool; spare bigint; granted bigint; res bigint[]; tries int := 0;
 BEGIN{{FAST}}
-  PERFORM pg_advisory_xact_lock({{CLASS}}, h);
-  IF at_us IS NULL THEN -- the time after the wait for the lock
-    us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-    nsec := us / 1000000; usec := us % 1000000;
-  END IF;
-  {{READ}}
-  wa := NULL;
-  IF mode = 3 THEN
-    -- A lease: settle the lessee's previous grant (while it is valid, what
-    -- was not spent comes back), then grant at least the cost and up to want
-    -- tokens, never more than half of what the bucket holds beyond the cost;
-    -- want 0 asks for nothing (a release).
-    changed := false;
-    IF sg > 0 AND (se = e0 OR se = e0 - 1) THEN
-      IF se = e0 THEN
-        c0 := c0 - least(sg, c0);
+  LOOP
+    IF at_us IS NULL THEN -- the time after any wait for the row
+      us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+      nsec := us / 1000000; usec := us % 1000000;
+    END IF;
+    {{READ}}
+    wa := NULL;
+    IF mode = 3 THEN
+      -- A lease: settle the lessee's previous grant (while it is valid, what
+      -- was not spent comes back), then grant at least the cost and up to
+      -- want tokens, never more than half of what the bucket holds beyond the
+      -- cost; want 0 asks for nothing (a release).
+      changed := false;
+      IF sg > 0 AND (se = e0 OR se = e0 - 1) THEN
+        IF se = e0 THEN
+          c0 := c0 - least(sg, c0);
+        ELSE
+          p0 := p0 - least(sg, p0);
+        END IF;
+        ahead := greatest(ahead - least(sr, sg) * emit, 0, (c0 + p0) * emit);
+        changed := true;
+      END IF;
+      IF want = 0 THEN
+        res := ARRAY[1, 1, ahead, 0, since, e0, usec];
+        IF changed THEN
+          wa := ahead;
+        END IF;
+      ELSIF ahead + inc > tau THEN
+        res := ARRAY[0, 1, ahead, ahead + inc - tau, since, e0, usec];
+        IF changed OR (fresh AND debt > 0 AND cost > 0 AND inc <= tau) THEN
+          wa := ahead;
+        END IF;
       ELSE
-        p0 := p0 - least(sg, p0);
+        spare := (tau - ahead - inc) / emit;
+        granted := cost + greatest(least(spare / 2, want - cost), 0);
+        c0 := c0 + granted;
+        res := ARRAY[1, 1, ahead + granted * emit, granted, since, e0, usec];
+        IF granted > 0 OR changed THEN
+          wa := ahead + granted * emit;
+        END IF;
       END IF;
-      ahead := greatest(ahead - least(sr, sg) * emit, 0, (c0 + p0) * emit);
-      changed := true;
-    END IF;
-    IF want = 0 THEN
-      res := ARRAY[1, 1, ahead, 0, since, e0, usec];
-      IF changed THEN
-        wa := ahead;
+    ELSIF mode = 2 THEN
+      wa := greatest(ahead - inc, (c0 + p0) * emit, 0);
+      IF wa <= 0 AND NOT present THEN
+        wa := NULL;
       END IF;
+      res := ARRAY[1, 1, 0, 0, 0];
     ELSIF ahead + inc > tau THEN
-      res := ARRAY[0, 1, ahead, ahead + inc - tau, since, e0, usec];
-      IF changed OR (fresh AND debt > 0 AND cost > 0 AND inc <= tau) THEN
-        wa := ahead;
+      IF {{CREATES}} THEN
+        wa := debt;
       END IF;
+      res := ARRAY[0, 1, ahead, ahead + inc - tau, since];
     ELSE
-      spare := (tau - ahead - inc) / emit;
-      granted := cost + greatest(least(spare / 2, want - cost), 0);
-      c0 := c0 + granted;
-      res := ARRAY[1, 1, ahead + granted * emit, granted, since, e0, usec];
-      IF granted > 0 OR changed THEN
-        wa := ahead + granted * emit;
+      IF take AND inc > 0 THEN
+        wa := ahead + inc;
+      ELSIF {{CREATES}} THEN
+        wa := debt;
       END IF;
+      res := ARRAY[1, 1, ahead + inc, 0, since];
     END IF;
-  ELSIF mode = 2 THEN
-    wa := greatest(ahead - inc, (c0 + p0) * emit, 0);
-    IF wa <= 0 AND fresh THEN
-      wa := NULL;
+    IF wa IS NULL THEN
+      RETURN res;
     END IF;
-    res := ARRAY[1, 1, 0, 0, 0];
-  ELSIF ahead + inc > tau THEN
-    IF {{CREATES}} THEN
-      wa := debt;
-    END IF;
-    res := ARRAY[0, 1, ahead, ahead + inc - tau, since];
-  ELSE
-    IF take AND inc > 0 THEN
-      wa := ahead + inc;
-    ELSIF {{CREATES}} THEN
-      wa := debt;
-    END IF;
-    res := ARRAY[1, 1, ahead + inc, 0, since];
-  END IF;
-  IF wa IS NOT NULL THEN
     {{WRITE}}
-  END IF;
-  RETURN res;
+    IF NOT conflict THEN
+      RETURN res;
+    END IF;
+    -- Another check made the row after this one found none: it is committed
+    -- now (the insert waited for it); decide again on it.
+    tries := tries + 1;
+    IF tries > 3 THEN
+      RAISE EXCEPTION 'limitgen: bucket % of rule % made and removed by other checks 3 times', kk, rr;
+    END IF;
+  END LOOP;
 END
 $fn$`
 
-const tierSQL = `CREATE OR REPLACE FUNCTION {{FUNC}}_tier(rs text[], ks bytea[], locks int[], v bigint[], mode int, at_us bigint)
+const tierSQL = `CREATE OR REPLACE FUNCTION {{FUNC}}_tier(rs text[], ks bytea[], ord int[], v bigint[], mode int, at_us bigint)
 RETURNS bigint[] LANGUAGE plpgsql AS $fn$
 DECLARE{{TIMEVARS}}{{BUCKETVARS}}
   n int := cardinality(rs);
   take bool := mode = 1;
   rr text; kk bytea; kind bigint; emit bigint; tau bigint; debt bigint; per bigint; pm bigint; phase bigint; cost bigint;
-  aheads bigint[]; incs bigint[]; sinces bigint[]; idxs bigint[]; horizons bigint[]; freshes bool[];
+  aheads bigint[]; incs bigint[]; sinces bigint[]; idxs bigint[]; horizons bigint[]; freshes bool[]; markers bool[];
   es bigint[]; cs bigint[]; ps bigint[]; was bigint[];
-  h int; o int; i int; j int; best int; best_left bigint; lft bigint; res bigint[];
+  o int; i int; j int; best int; best_left bigint; lft bigint; res bigint[];
 BEGIN
-  IF n IS NULL OR n = 0 OR cardinality(v) <> 8 * n OR mode NOT IN (0, 1, 2) THEN
-    RAISE EXCEPTION 'limitgen: % buckets with % values in mode %', n, cardinality(v), mode;
+  IF n IS NULL OR n = 0 OR cardinality(v) <> 8 * n OR cardinality(ord) <> n OR mode NOT IN (0, 1, 2) THEN
+    RAISE EXCEPTION 'limitgen: % buckets with % values and % in order, in mode %', n, cardinality(v), cardinality(ord), mode;
   END IF;
-  FOREACH h IN ARRAY locks LOOP
-    PERFORM pg_advisory_xact_lock({{CLASS}}, h);
+  FOR j IN 1..n LOOP
+    markers[j] := false;
   END LOOP;
-  IF at_us IS NULL THEN -- the time after the wait for the locks
+  IF mode <> 0 THEN
+    -- Lock every row in (r, k) order, a marker made for an absent one.
+    FOREACH i IN ARRAY ord LOOP
+      LOOP
+        PERFORM 1 FROM {{TABLE}} b WHERE b.r = rs[i] AND b.k = ks[i] FOR UPDATE;
+        EXIT WHEN FOUND;
+        INSERT INTO {{TABLE}} (r, k, s, u, full_at) VALUES (rs[i], ks[i], 0, 0, -1) ON CONFLICT (r, k) DO NOTHING;
+        IF FOUND THEN
+          markers[i] := true;
+          EXIT;
+        END IF;
+      END LOOP;
+    END LOOP;
+  END IF;
+  IF at_us IS NULL THEN -- the time after the waits for the rows
     us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
     nsec := us / 1000000; usec := us % 1000000;
   END IF;
@@ -317,7 +358,7 @@ BEGIN
   IF mode = 2 THEN
     FOR i IN 1..n LOOP
       was[i] := greatest(aheads[i] - incs[i], (cs[i] + ps[i]) * v[(i - 1) * 8 + 2], 0);
-      IF was[i] <= 0 AND freshes[i] THEN
+      IF was[i] <= 0 AND freshes[i] AND NOT markers[i] THEN
         was[i] := NULL;
       END IF;
     END LOOP;
@@ -354,12 +395,18 @@ BEGIN
     END IF;
   END IF;
   FOR i IN 1..n LOOP
-    CONTINUE WHEN was[i] IS NULL;
+    IF was[i] IS NULL THEN
+      IF markers[i] THEN -- not needed: nothing is left of it
+        DELETE FROM {{TABLE}} b WHERE b.r = rs[i] AND b.k = ks[i];
+      END IF;
+      CONTINUE;
+    END IF;
     o := (i - 1) * 8;
     rr := rs[i]; kk := ks[i];
     kind := v[o + 1]; per := v[o + 5]; pm := v[o + 6];
     idx := idxs[i]; since := sinces[i]; horizon := horizons[i];
     e0 := es[i]; c0 := cs[i]; p0 := ps[i]; wa := was[i];
+    present := true; -- locked above: a row, or a marker
     {{WRITE}}
   END LOOP;
   RETURN res;
@@ -368,7 +415,7 @@ $fn$`
 
 // schema returns the SQL that creates table, and its check functions fn
 // and fn_tier.
-func schema(table, fn string, class int32, unlogged bool) []string {
+func schema(table, fn string, unlogged bool) []string {
 	u := ""
 	if unlogged {
 		u = "UNLOGGED "
@@ -377,6 +424,6 @@ func schema(table, fn string, class int32, unlogged bool) []string {
 		"{{READ}}", readBlock, "{{WRITE}}", writeBlock, "{{CREATES}}", creates)
 	ahead := strings.NewReplacer("{{AHEAD:rec}}", strings.ReplaceAll(aheadExpr, "X.", "rec."),
 		"{{AHEAD:b}}", strings.ReplaceAll(aheadExpr, "X.", "b."))
-	r := strings.NewReplacer("{{UNLOGGED}}", u, "{{TABLE}}", table, "{{FUNC}}", fn, "{{CLASS}}", fmt.Sprint(class))
+	r := strings.NewReplacer("{{UNLOGGED}}", u, "{{TABLE}}", table, "{{FUNC}}", fn)
 	return []string{r.Replace(tableSQL), r.Replace(ahead.Replace(blocks.Replace(oneSQL))), r.Replace(ahead.Replace(blocks.Replace(tierSQL)))}
 }

@@ -1,6 +1,8 @@
 package pgstore
 
 import (
+	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -54,7 +56,7 @@ type Store struct {
 	pool   *pgxpool.Pool
 	table  string
 	fn     string
-	class  int32  // the advisory lock class of the table's buckets
+	class  int32  // the advisory lock class that serialises the schema's creation
 	one    string // the query of a check of one bucket
 	tier   string // the query of a tier's check
 	unlog  bool
@@ -94,14 +96,14 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	h := fnv.New32a()
 	h.Write([]byte(opts.Table))
 	s := &Store{pool: pool, table: opts.Table, fn: opts.Table + "_check", class: int32(h.Sum32()), unlog: opts.Unlogged, sweep: opts.SweepEvery}
-	s.one = "SELECT " + s.fn + "($1::text, $2::bytea, $3::int4, $4::int8, $5::int8, $6::int8, $7::int8, $8::int8, $9::int8, $10::int8, $11::int8, $12::int4, $13::int8, $14::int8, $15::int8, $16::int8, $17::int8)"
+	s.one = "SELECT " + s.fn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, $6::int8, $7::int8, $8::int8, $9::int8, $10::int8, $11::int4, $12::int8, $13::int8, $14::int8, $15::int8, $16::int8)"
 	s.tier = "SELECT " + s.fn + "_tier($1::text[], $2::bytea[], $3::int4[], $4::int8[], $5::int4, $6::int8)"
 	s.guard.Timeout = opts.Timeout
 	if opts.NoCreate {
 		var fn, table *string
 		var tier *string
 		err := pool.QueryRow(ctx, "SELECT to_regclass($1)::text, to_regprocedure($2)::text, to_regprocedure($3)::text",
-			s.table, s.fn+"(text, bytea, int, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, int, bigint, bigint, bigint, bigint, bigint)",
+			s.table, s.fn+"(text, bytea, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, int, bigint, bigint, bigint, bigint, bigint)",
 			s.fn+"_tier(text[], bytea[], int[], bigint[], int, bigint)").Scan(&table, &fn, &tier)
 		if err != nil {
 			return nil, fmt.Errorf("pgstore: %w", err)
@@ -136,7 +138,7 @@ func (s *Store) Schema() string {
 	return strings.Join(s.statements(), ";\n\n") + ";\n"
 }
 
-func (s *Store) statements() []string { return schema(s.table, s.fn, s.class, s.unlog) }
+func (s *Store) statements() []string { return schema(s.table, s.fn, s.unlog) }
 
 // Table is the store's table.
 func (s *Store) Table() string { return s.table }
@@ -217,15 +219,6 @@ func rowKey(key string) []byte {
 	return []byte(key)
 }
 
-// lockHash is the 32-bit advisory lock key of rule's bucket for key.
-func lockHash(rule, key string) int32 {
-	h := fnv.New32a()
-	h.Write([]byte(rule))
-	h.Write([]byte{0})
-	h.Write([]byte(key))
-	return int32(h.Sum32())
-}
-
 // Step is one rule's part in a tier request: its bucket for Key, charged Cost.
 type Step struct {
 	Rule *Rule
@@ -297,7 +290,7 @@ func (s *Store) exec(ctx context.Context, st Step, mode int32, at *int64, want i
 	var v [8]int64
 	st.Rule.values(v[:0], st.Key, st.Cost)
 	var res []int64
-	err := s.pool.QueryRow(ctx, s.one, st.Rule.name, rowKey(st.Key), lockHash(st.Rule.name, st.Key),
+	err := s.pool.QueryRow(ctx, s.one, st.Rule.name, rowKey(st.Key),
 		v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], mode, at, want, prev.Second, prev.Size, prev.Unspent).Scan(&res)
 	if err != nil {
 		return nil, err
@@ -310,18 +303,19 @@ func (s *Store) exec(ctx context.Context, st Step, mode int32, at *int64, want i
 func (s *Store) execTier(ctx context.Context, steps []Step, mode int32, at *int64) ([]int64, error) {
 	names := make([]string, len(steps))
 	keys := make([][]byte, len(steps))
-	locks := make([]int32, len(steps))
+	ord := make([]int32, len(steps))
 	v := make([]int64, 0, 8*len(steps))
 	for i, st := range steps {
 		names[i] = st.Rule.name
 		keys[i] = rowKey(st.Key)
-		locks[i] = lockHash(st.Rule.name, st.Key)
+		ord[i] = int32(i + 1)
 		v = st.Rule.values(v, st.Key, st.Cost)
 	}
-	slices.Sort(locks)
-	locks = slices.Compact(locks)
+	slices.SortFunc(ord, func(a, b int32) int { // the rows' order: every tier locks its rows in it
+		return cmp.Or(strings.Compare(names[a-1], names[b-1]), bytes.Compare(keys[a-1], keys[b-1]))
+	})
 	var res []int64
-	if err := s.pool.QueryRow(ctx, s.tier, names, keys, locks, v, mode, at).Scan(&res); err != nil {
+	if err := s.pool.QueryRow(ctx, s.tier, names, keys, ord, v, mode, at).Scan(&res); err != nil {
 		return nil, err
 	}
 	s.maybeSweep()
