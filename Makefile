@@ -12,6 +12,7 @@ SMOKE_FuzzPolicy       ?= 100000x
 SMOKE_FuzzClientIP     ?= 200000x
 SMOKE_FuzzHTTP         ?= 100000x
 SMOKE_FuzzScript       ?= 5000x
+SMOKE_FuzzFunction     ?= 3000x
 BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
 BENCHTIME ?= 0.5s
 FUZZ_TARGETS := FuzzDifferential FuzzRule
@@ -51,9 +52,8 @@ redis:
 	@command -v redis-server >/dev/null || { echo "make test needs redis-server: apt-get install -y redis-server (as root; .ci/run does this)"; exit 1; }
 	cd redisstore && $(GO) test -race -count=1 ./...
 
-# The PostgreSQL store (in progress: its test harness), against PostgreSQL
-# servers its tests start on 127.0.0.1 (never skipped: without initdb the
-# target says how to install it).
+# The PostgreSQL store, against PostgreSQL servers its tests start on
+# 127.0.0.1 (never skipped: without initdb the target says how to install it).
 pg:
 	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "make test needs PostgreSQL: apt-get install -y postgresql (as root; .ci/run does this)"; exit 1; }
 	cd pgstore && $(GO) test -race -count=1 ./...
@@ -82,6 +82,7 @@ fuzz-smoke:
 	fuzz/run.sh FuzzParseIPv4 $(SMOKE_FuzzHTTP) ./limithttp
 	fuzz/run.sh FuzzMiddleware $(SMOKE_FuzzHTTP) ./generated
 	fuzz/run.sh FuzzScript $(SMOKE_FuzzScript) ./redisstore
+	fuzz/run.sh FuzzFunction $(SMOKE_FuzzFunction) ./pgstore
 
 # Every benchmark a few hundred times: it proves they build, set up and admit
 # (each keyed table checks that it admits before timing), not how fast they are.
@@ -97,6 +98,7 @@ fuzz:
 	fuzz/run.sh FuzzParseIPv4 $(FUZZTIME) ./limithttp
 	fuzz/run.sh FuzzMiddleware $(FUZZTIME) ./generated
 	fuzz/run.sh FuzzScript $(FUZZTIME) ./redisstore
+	fuzz/run.sh FuzzFunction $(FUZZTIME) ./pgstore
 
 ## bench: BENCHRUNS interleaved runs of every benchmark (each run goes through
 ## every implementation once, so drift affects all alike), then a benchstat table

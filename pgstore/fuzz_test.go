@@ -1,0 +1,27 @@
+package pgstore
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/internal/storetest"
+	"github.com/limitgen/limitgen/pgstore/pgtest"
+)
+
+// FuzzFunction runs fuzzed programs (storetest.Program) through the check
+// functions at explicit times on a PostgreSQL server the fuzz process starts:
+// single checks (taking or not) and tiers of up to three keys, every decision
+// equal to the exact reference's.
+func FuzzFunction(f *testing.F) {
+	for _, seed := range storetest.ProgramSeeds {
+		f.Add(seed)
+	}
+	srv := pgtest.Start(f)
+	_, st := open(f, srv, 4, Options{})
+	n, start := 0, time.Now().Unix()+86400
+	f.Fuzz(func(t *testing.T, data []byte) {
+		n++
+		storetest.Program(t, atStore{st}, fmt.Sprintf("fz%d_%d", n, time.Now().UnixNano()), data, start)
+	})
+}
