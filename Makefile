@@ -24,7 +24,7 @@ FUZZ_TARGETS := FuzzDifferential FuzzRule
 generate:
 	$(GO) generate ./...
 	$(GO) run ./gen -policy bench/httppolicy.yaml -out bench/httplimits
-	$(GO) run ./gen -policy redisstore/testdata/policy.yaml -out redisstore/internal/sharedlimits
+	$(GO) run ./gen -policy internal/storetest/sharedpolicy.yaml -out internal/sharedlimits
 
 ## test: everything CI checks — formatting, vet, tidy modules, all tests with -race
 ## (including the committed fuzz corpora), a short run of each fuzz target, and
@@ -34,7 +34,7 @@ test: check unit redis pg schema examples getting-started fuzz-smoke bench-smoke
 check:
 	$(GO) run ./gen -check
 	$(GO) run ./gen -policy bench/httppolicy.yaml -out bench/httplimits -check
-	$(GO) run ./gen -policy redisstore/testdata/policy.yaml -out redisstore/internal/sharedlimits -check
+	$(GO) run ./gen -policy internal/storetest/sharedpolicy.yaml -out internal/sharedlimits -check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) mod tidy -diff

@@ -1,4 +1,27 @@
-// Package pgstore will enforce limitgen's shared rules on PostgreSQL (issue 9,
-// in progress): so far it holds only internal/pgtest, which starts the
-// PostgreSQL servers its tests need.
+// Package pgstore enforces limitgen's shared rules on PostgreSQL, for
+// services whose shared state is their database: the same GCRA as the local
+// runtime (package atomicbucket) and the Redis store, decided by the database
+// in one statement per check (a PL/pgSQL function, on the server's clock
+// clock_timestamp(), in bigints whose units are shared.MicroUnits'), so that
+// a limit holds across every instance of a service. It is its own module, on
+// github.com/jackc/pgx/v5: services that never use PostgreSQL never download
+// its driver.
+//
+// A generated package reaches it through package shared: give New's store to
+// the generated package's WithStore, and its shared rules are checked here
+// (Bind, Check), per request or, for rules with a lease in the policy, from
+// leases. Used directly: NewRule, then Store.Check (never fails: the rule's
+// failure setting decides when the database cannot), Store.CheckTier (a
+// tier, all or nothing, in one statement), Store.NewLease (a batch of tokens
+// spent in the process).
+//
+// New creates the store's table and functions (Options.Table, default
+// limitgen_buckets; Options.Unlogged for limits whose loss on a crash is
+// acceptable), or uses those a migration made from Store.Schema
+// (Options.NoCreate). Checks delete the rows of full buckets themselves, in
+// the background at most every Options.SweepEvery. Every check is one
+// statement in its own transaction, keeping no session state, so the store
+// works behind PgBouncer in transaction mode when the pool uses
+// default_query_exec_mode=exec or simple_protocol. Package pgtest starts
+// PostgreSQL servers for tests.
 package pgstore

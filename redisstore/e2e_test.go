@@ -1,189 +1,54 @@
 package redisstore_test
 
 import (
-	"context"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 
+	"github.com/limitgen/limitgen/internal/sharedlimits"
+	"github.com/limitgen/limitgen/internal/storetest"
 	"github.com/limitgen/limitgen/redisstore"
 	"github.com/limitgen/limitgen/redisstore/internal/redistest"
-	"github.com/limitgen/limitgen/redisstore/internal/sharedlimits"
 	"github.com/redis/go-redis/v9"
 )
 
-// instance is one process of a service: its own Redis client and store, and
-// its own limiters from the generated package.
-func instance(t *testing.T, addr string) *sharedlimits.Limits {
-	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	t.Cleanup(func() { c.Close() })
-	st, err := redisstore.New(c)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := sharedlimits.New(sharedlimits.WithStore(st))
-	if err := l.SharedErr(); err != nil {
-		t.Fatal(err)
-	}
-	return l
-}
-
-// Two instances of a service generated from testdata/policy.yaml, on one
-// redis-server: a shared rule's limit holds across both (together they admit
-// its burst, not twice it), a local rule's does not (each admits its own),
-// and a service without a store says its shared rules run locally.
-func TestGeneratedInstancesShareTheLimit(t *testing.T) {
-	srv := redistest.Start(t)
-	ctx := context.Background()
-	a, b := instance(t, srv.Addr), instance(t, srv.Addr)
-
-	admitted := 0
-	for i := range 30 {
-		lim := a
-		if i%2 == 1 {
-			lim = b
-		}
-		res := lim.PerUser.Check(ctx, sharedlimits.PlanFree, "alice", 1)
-		if res.Degraded {
-			t.Fatalf("check %d degraded: %v", i, res.Err)
-		}
-		if res.Allowed {
-			admitted++
-		}
-	}
-	if admitted != 20 {
-		t.Errorf("two instances admitted %d of 30 for alice; the shared burst is 20", admitted)
-	}
-	if res := b.PerUser.Check(ctx, sharedlimits.PlanPro, "alice", 1); !res.Allowed || res.Remaining != 199 {
-		t.Errorf("alice on pro has a bucket of her own: %+v", res)
-	}
-	for i := range 3 {
-		if res := a.Exports.Check(ctx, 42, 1); !res.Allowed || res.Remaining != int64(2-i) {
-			t.Fatalf("export %d: %+v", i, res)
-		}
-	}
-	if res := b.Exports.Check(ctx, 42, 1); res.Allowed || res.RetryAfter <= 0 {
-		t.Errorf("a fourth export from the other instance: %+v", res)
-	}
-
-	local := 0
-	for _, lim := range []*sharedlimits.Limits{a, b} {
-		for range 10 {
-			if lim.PerInstance.Allow("alice") {
-				local++
-			}
-		}
-	}
-	if local != 10 {
-		t.Errorf("a local rule admitted %d over two instances; each has its own burst of 5", local)
-	}
-
-	alone := sharedlimits.New()
-	if alone.SharedErr() == nil {
-		t.Error("without a store, SharedErr is nil")
-	}
-	if res := alone.PerUser.Check(ctx, sharedlimits.PlanFree, "alice", 1); !res.Allowed || res.Remaining != 19 {
-		t.Errorf("without a store, Check decides locally: %+v", res)
-	}
-}
-
-// The generated middleware on two instances: a route on a shared rule
-// answers 429 once the instances together have used the rule's burst.
-func TestGeneratedMiddlewareShared(t *testing.T) {
-	srv := redistest.Start(t)
-	var muxes []http.Handler
-	for range 2 {
-		mw, err := sharedlimits.NewMiddleware(instance(t, srv.Addr), sharedlimits.Hooks{
-			UserID: func(r *http.Request) (string, bool) { return r.Header.Get("X-User"), r.Header.Get("X-User") != "" },
-			PlanOf: func(r *http.Request) (sharedlimits.Plan, bool) { return sharedlimits.PlanFree, true },
-		})
+// instances returns a function making one process of a service: its own
+// Redis client and store on the server at addr, and its own limiters from the
+// generated package.
+func instances(t *testing.T, addr string) func() *sharedlimits.Limits {
+	return func() *sharedlimits.Limits {
+		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		st, err := redisstore.New(c)
 		if err != nil {
 			t.Fatal(err)
 		}
-		mw.Config.Observer = nil
-		mux := mw.NewServeMux()
-		mux.HandleFunc("GET /hello", func(http.ResponseWriter, *http.Request) {})
-		mux.HandleFunc("POST /export/{account}", func(http.ResponseWriter, *http.Request) {})
-		muxes = append(muxes, mux)
-	}
-	codes := map[int]int{}
-	for i := range 24 {
-		r := httptest.NewRequest("GET", "/hello", nil)
-		r.Header.Set("X-User", "bob")
-		w := httptest.NewRecorder()
-		muxes[i%2].ServeHTTP(w, r)
-		codes[w.Code]++
-	}
-	if codes[200] != 20 || codes[429] != 4 {
-		t.Errorf("24 requests over two instances: %v, want 20 admitted and 4 refused", codes)
+		l := sharedlimits.New(sharedlimits.WithStore(st))
+		if err := l.SharedErr(); err != nil {
+			t.Fatal(err)
+		}
+		return l
 	}
 }
 
-// A tier of shared rules across two instances: per-user and global buckets on
-// Redis, all or nothing; the global burst of 50 holds over both instances and
-// every user, and a denial names the rule that denied.
+// Generated packages on one redis-server (package storetest's end-to-end
+// tests): instances share a rule, a tier and a leased tier; the generated
+// middleware answers 429 across instances.
+func TestGeneratedInstancesShareTheLimit(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.GeneratedInstances(t, instances(t, srv.Addr))
+}
+
+func TestGeneratedMiddlewareShared(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.GeneratedMiddleware(t, instances(t, srv.Addr))
+}
+
 func TestGeneratedSharedTier(t *testing.T) {
 	srv := redistest.Start(t)
-	ctx := context.Background()
-	inst := []*sharedlimits.Limits{instance(t, srv.Addr), instance(t, srv.Addr)}
-	admitted := map[string]int{}
-	var lastDenied sharedlimits.RuleName
-	n := 0
-	for _, u := range []string{"bob", "carol", "dave"} {
-		for range 20 {
-			res := inst[n%2].CheckRequest(ctx, sharedlimits.PlanFree, u)
-			n++
-			if res.Degraded {
-				t.Fatalf("degraded: %v", res.Err)
-			}
-			if res.Allowed {
-				admitted[u]++
-			} else {
-				lastDenied = res.DeniedBy
-			}
-		}
-	}
-	if admitted["bob"] != 20 || admitted["carol"] != 20 || admitted["dave"] != 10 || lastDenied != sharedlimits.RuleGlobal {
-		t.Errorf("admitted %v, last denied by %v; want 20, 20 and 10 (the global burst of 50), denied by Global", admitted, lastDenied)
-	}
-	// dave's per-user bucket gave back what the denied requests took: 10 spent, 10 left.
-	if res := inst[1].PerUser.Check(ctx, sharedlimits.PlanFree, "dave", 10); !res.Allowed || res.Remaining != 0 {
-		t.Errorf("dave's per-user bucket after the global rule denied: %+v", res)
-	}
+	storetest.GeneratedTier(t, instances(t, srv.Addr))
 }
 
-// A leased tier across four instances: Downloads (burst 30 a user, leases of
-// 8) and DownloadsGlobal (leases of 100). Together the instances admit each
-// user's burst and no more, with fewer script calls than checks.
 func TestGeneratedLeasedTier(t *testing.T) {
 	srv := redistest.Start(t)
-	ctx := context.Background()
 	monitor := srv.Client(t)
-	var inst []*sharedlimits.Limits
-	for range 4 {
-		inst = append(inst, instance(t, srv.Addr))
-	}
-	for _, u := range []string{"erin", "frank"} {
-		before := redistest.ScriptCalls(t, monitor)
-		admitted := 0
-		for i := range 80 {
-			res := inst[i%4].CheckDownload(ctx, u)
-			if res.Degraded {
-				t.Fatalf("degraded: %v", res.Err)
-			}
-			if res.Allowed {
-				admitted++
-			}
-		}
-		// 30 a user; a lease holding tokens when another instance asks
-		// keeps them, so the four instances together may admit fewer.
-		if admitted > 30 || admitted < 20 {
-			t.Errorf("%s: four instances admitted %d of 80; the shared burst is 30", u, admitted)
-		}
-		calls := redistest.ScriptCalls(t, monitor) - before
-		t.Logf("%s: %d of 80 admitted by four instances, %d script calls", u, admitted, calls)
-		if calls >= 40 {
-			t.Errorf("%s: %d script calls for 80 leased checks", u, calls)
-		}
-	}
+	storetest.GeneratedLeasedTier(t, instances(t, srv.Addr), func() int64 { return redistest.ScriptCalls(t, monitor) })
 }

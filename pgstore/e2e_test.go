@@ -1,0 +1,68 @@
+package pgstore_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/limitgen/limitgen/internal/sharedlimits"
+	"github.com/limitgen/limitgen/internal/storetest"
+	"github.com/limitgen/limitgen/pgstore"
+	"github.com/limitgen/limitgen/pgstore/pgtest"
+)
+
+// instances returns a function making one process of a service: its own pool
+// and store on srv, and its own limiters from the generated package; calls
+// counts the statements of every store it made.
+func instances(t *testing.T, srv *pgtest.Server) (instance func() *sharedlimits.Limits, calls func() int64) {
+	var stores []*pgstore.Store
+	instance = func() *sharedlimits.Limits {
+		pool, err := pgxpool.New(context.Background(), srv.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		st, err := pgstore.New(context.Background(), pool, pgstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		stores = append(stores, st)
+		l := sharedlimits.New(sharedlimits.WithStore(st))
+		if err := l.SharedErr(); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	calls = func() int64 {
+		var n int64
+		for _, st := range stores {
+			n += st.Stats().Calls
+		}
+		return n
+	}
+	return instance, calls
+}
+
+// Generated packages on one database (package storetest's end-to-end tests):
+// instances share a rule, a tier and a leased tier; the generated middleware
+// answers 429 across instances.
+func TestGeneratedInstancesShareTheLimit(t *testing.T) {
+	instance, _ := instances(t, pgtest.Start(t))
+	storetest.GeneratedInstances(t, instance)
+}
+
+func TestGeneratedMiddlewareShared(t *testing.T) {
+	instance, _ := instances(t, pgtest.Start(t))
+	storetest.GeneratedMiddleware(t, instance)
+}
+
+func TestGeneratedSharedTier(t *testing.T) {
+	instance, _ := instances(t, pgtest.Start(t))
+	storetest.GeneratedTier(t, instance)
+}
+
+func TestGeneratedLeasedTier(t *testing.T) {
+	instance, calls := instances(t, pgtest.Start(t))
+	storetest.GeneratedLeasedTier(t, instance, calls)
+}
