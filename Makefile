@@ -56,6 +56,7 @@ redis:
 # 127.0.0.1 (never skipped: without initdb the target says how to install it).
 pg:
 	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "make test needs PostgreSQL: apt-get install -y postgresql (as root; .ci/run does this)"; exit 1; }
+	@command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || { echo "make test needs PgBouncer: apt-get install -y pgbouncer (as root; .ci/run does this)"; exit 1; }
 	cd pgstore && $(GO) test -race -count=1 ./...
 
 # The JSON Schema for editors, checked against the repository's policies.

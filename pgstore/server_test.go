@@ -480,3 +480,73 @@ func TestFailures(t *testing.T) {
 		t.Fatalf("after %d failures: %+v, want the breaker's denial", shared.BreakerFailures, res)
 	}
 }
+
+// Behind a real PgBouncer in transaction mode (1.18: it keeps no prepared
+// statements for a client, and gives each transaction whichever of its 3
+// server connections is free), with pgx in exec or simple-protocol mode: 32
+// callers' first checks of a new key admit exactly its burst, tiers are all
+// or nothing, and leases are granted and given back.
+func TestBehindPgBouncer(t *testing.T) {
+	srv := pgtest.Start(t)
+	bouncer := pgtest.StartPgBouncer(t, srv, 3)
+	ctx := context.Background()
+	// The schema, made directly on the server.
+	open(t, srv, 1, Options{})
+	for _, mode := range []string{"exec", "simple_protocol"} {
+		t.Run(mode, func(t *testing.T) {
+			cfg, err := pgxpool.ParseConfig(bouncer.URL() + "&default_query_exec_mode=" + mode)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.MaxConns = 32
+			pool, err := pgxpool.NewWithConfig(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			st, err := New(ctx, pool, Options{NoCreate: true, SweepEvery: -1, Timeout: 5 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := mustRule(t, "bounced_"+mode, atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 50})
+			var admitted, failed atomic.Int64
+			var wg sync.WaitGroup
+			for range 32 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range 4 {
+						d, err := st.AllowN(ctx, r, "new", 1)
+						switch {
+						case err != nil:
+							failed.Add(1)
+							t.Error(err)
+						case d.Allowed:
+							admitted.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			if admitted.Load() != 50 || failed.Load() != 0 {
+				t.Fatalf("128 checks through PgBouncer, burst 50: %d admitted, %d failed", admitted.Load(), failed.Load())
+			}
+			small := mustRule(t, "bounced_small_"+mode, atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 1})
+			if d, i, err := st.AllowTier(ctx, []Step{{small, "k", 1}, {r, "new", 1}}); err != nil || d.Allowed || i != 1 {
+				t.Fatalf("a tier denied by its second step: %+v from %d, %v", d, i, err)
+			}
+			if d, err := st.AllowN(ctx, small, "k", 1); err != nil || !d.Allowed {
+				t.Fatalf("the denied tier took from its first step: %+v, %v", d, err)
+			}
+			l := st.NewLease(mustRule(t, "bounced_lease_"+mode, atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 10}), "k", 4)
+			for i := range 3 {
+				if d, err := l.AllowN(ctx, 1); err != nil || !d.Allowed {
+					t.Fatalf("lease check %d: %+v, %v", i, d, err)
+				}
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
