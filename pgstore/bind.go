@@ -26,6 +26,9 @@ func (s *Store) Bind(rules []shared.Rule) (shared.Bound, error) {
 		if err != nil {
 			return nil, err
 		}
+		if _, err := shared.NumbersOf(sr); err != nil { // the generated units are the ones NewRule computed
+			return nil, fmt.Errorf("%w: %s: %w", ErrInvalidRule, sr.Name, err)
+		}
 		if r, err = r.WithFailure(sr.Failure); err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -95,5 +96,31 @@ func TestBind(t *testing.T) {
 	_, probe := open(t, srv, 1, Options{})
 	if d, err := probe.PeekN(ctx, r, "carol", 1); err != nil || d.Remaining != 40-5-1 {
 		t.Fatalf("carol's bucket after Close: %+v, %v; want %d left (5 spent, and the peek's 1)", d, err, 40-5-1)
+	}
+}
+
+// A rule generated with other units than this version computes is refused
+// (regenerate); a tier naming one bucket twice is refused without a
+// statement, and without counting as a failure of the database's.
+func TestRefusals(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	_, st := open(t, srv, 2, Options{})
+	l := atomicbucket.Limit{Tokens: 7, Period: 3 * time.Second, Burst: 10}
+	u, _ := shared.MicroUnits(l)
+	if _, err := st.Bind([]shared.Rule{{Name: "current", Limit: l, Units: u}}); err != nil {
+		t.Fatalf("this version's units: %v", err)
+	}
+	u.Emit++
+	if _, err := st.Bind([]shared.Rule{{Name: "stale", Limit: l, Units: u}}); !errors.Is(err, shared.ErrStaleUnits) {
+		t.Fatalf("stale units: %v", err)
+	}
+	r := mustRule(t, "twice", l)
+	before := st.Stats().Calls
+	if res, i := st.CheckTier(ctx, []Step{{r, "k", 1}, {r, "j", 1}, {r, "k", 1}}); res.Allowed || res.Degraded || res.Err == nil || i != 2 {
+		t.Fatalf("a tier naming a bucket twice: %+v from %d", res, i)
+	}
+	if st.Stats().Calls != before {
+		t.Error("a tier naming a bucket twice went to the database")
 	}
 }

@@ -31,6 +31,10 @@ func (s *Store) CheckTier(ctx context.Context, steps []Step) (Result, int) {
 	if len(steps) == 0 {
 		return Result{Decision: atomicbucket.Decision{Allowed: true}}, -1
 	}
+	if i := repeated(steps); i >= 0 { // the caller's mistake, not the database's: denied, no failure counted
+		_, _, err := s.AllowTier(ctx, steps)
+		return Result{Err: err}, i
+	}
 	return s.guard.Run(ctx, func(ctx context.Context) (atomicbucket.Decision, int, error) {
 		return s.AllowTier(ctx, steps)
 	}, func() (atomicbucket.Decision, int) {

@@ -23,16 +23,16 @@ import (
 // Options configure a Store.
 type Options struct {
 	// Table is the buckets' table, optionally schema-qualified
-	// ("limits.api_buckets"); its check function is the same name with
-	// "_check". Lower-case letters, digits and underscores. Default
-	// DefaultTable.
+	// ("limits.api_buckets"); its check functions are the same name with
+	// "_check" and "_check_tier". Lower-case letters, digits and
+	// underscores. Default DefaultTable.
 	Table string
 	// Unlogged creates the table UNLOGGED: no WAL for its writes (faster),
 	// but PostgreSQL empties it after a crash (not after a clean restart), so
 	// every bucket is full again. For abuse limits whose loss on a crash is
 	// acceptable.
 	Unlogged bool
-	// NoCreate has New use the table and function as they are, created by a
+	// NoCreate has New use the table and functions as they are, created by a
 	// migration of your own from Store.Schema, instead of creating them.
 	NoCreate bool
 	// Timeout bounds a check's wait for the database when the caller's
@@ -72,7 +72,7 @@ type Store struct {
 
 var tableName = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,40}\.)?[a-z_][a-z0-9_]{0,40}$`)
 
-// New returns a store over pool, creating its table and function unless
+// New returns a store over pool, creating its table and functions unless
 // opts.NoCreate (then it checks that they are there). Concurrent New calls
 // of several instances are safe: the creation is serialised by a lock.
 //
@@ -100,8 +100,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	s.tier = "SELECT " + s.fn + "_tier($1::text[], $2::bytea[], $3::int4[], $4::int8[], $5::int4, $6::int8)"
 	s.guard.Timeout = opts.Timeout
 	if opts.NoCreate {
-		var fn, table *string
-		var tier *string
+		var table, fn, tier *string
 		err := pool.QueryRow(ctx, "SELECT to_regclass($1)::text, to_regprocedure($2)::text, to_regprocedure($3)::text",
 			s.table, s.fn+"(text, bytea, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, int, bigint, bigint, bigint, bigint, bigint)",
 			s.fn+"_tier(text[], bytea[], int[], bigint[], int, bigint)").Scan(&table, &fn, &tier)
@@ -132,7 +131,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	return s, nil
 }
 
-// Schema is the SQL that creates the store's table and check function, for
+// Schema is the SQL that creates the store's table and check functions, for
 // a migration of your own (then pass Options.NoCreate).
 func (s *Store) Schema() string {
 	return strings.Join(s.statements(), ";\n\n") + ";\n"
@@ -247,12 +246,29 @@ func (s *Store) PeekN(ctx context.Context, r *Rule, key string, cost int64) (ato
 // any, and the decision is that step's (index); when all can, each takes its
 // cost and the decision is that of the step left with the fewest whole tokens
 // (the first on a tie). It is atomicbucket.TierAt's rule in one transaction.
-// Two steps must not name the same rule and key.
+// Two steps naming the same rule and key are refused.
 func (s *Store) AllowTier(ctx context.Context, steps []Step) (atomicbucket.Decision, int, error) {
 	if len(steps) == 0 {
 		return atomicbucket.Decision{Allowed: true}, -1, nil
 	}
+	if i := repeated(steps); i >= 0 {
+		return atomicbucket.Decision{}, i, fmt.Errorf("pgstore: tier step %d names rule %s and its key again", i, steps[i].Rule.name)
+	}
 	return s.call(ctx, steps, 1, nil)
+}
+
+// repeated is the index of the first step that names a bucket an earlier
+// step names, or -1 (each step would see the bucket as it was before the
+// check, and the last write would win: more admitted than the bucket holds).
+func repeated(steps []Step) int {
+	for i := 1; i < len(steps); i++ {
+		for j := range i {
+			if steps[i].Rule.name == steps[j].Rule.name && steps[i].Key == steps[j].Key {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 // RefundN gives cost tokens back to key's bucket under r, never beyond full.

@@ -18,7 +18,7 @@ const sweepBatch = 10_000
 // of keys, sweep less often, or yourself at a quiet time.
 func (s *Store) Sweep(ctx context.Context) (int64, error) {
 	q := "DELETE FROM " + s.table + " WHERE ctid = ANY(ARRAY(SELECT ctid FROM " + s.table +
-		" WHERE full_at <= (extract(epoch FROM clock_timestamp()) * 1000000)::bigint LIMIT $1 FOR UPDATE SKIP LOCKED))"
+		" WHERE full_at >= 0 AND full_at <= (extract(epoch FROM clock_timestamp()) * 1000000)::bigint LIMIT $1 FOR UPDATE SKIP LOCKED))"
 	var total int64
 	for {
 		tag, err := s.pool.Exec(ctx, q, sweepBatch)

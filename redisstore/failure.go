@@ -55,6 +55,10 @@ func (s *Store) Check(ctx context.Context, r *Rule, key string, cost int64) Resu
 // steps' failure settings do, in order and all or nothing (a step that denies
 // gives back what the local shares of the steps before it took).
 func (s *Store) CheckTier(ctx context.Context, steps []Step) (Result, int) {
+	if i := repeated(steps); i >= 0 { // the caller's mistake, not Redis's: denied, no failure counted
+		_, _, err := s.AllowTier(ctx, steps)
+		return Result{Err: err}, i
+	}
 	return s.guard.Run(ctx, func(ctx context.Context) (atomicbucket.Decision, int, error) {
 		if len(steps) == 1 { // a single check: coalesced with others when the store coalesces
 			d, err := s.AllowN(ctx, steps[0].Rule, steps[0].Key, steps[0].Cost)

@@ -124,9 +124,27 @@ type Step struct {
 // cost and the decision is that of the step left with the fewest whole tokens
 // (the first on a tie), which is what rate-limit headers should show. It is
 // atomicbucket.TierAt's rule in one atomic step. On a single server any steps
-// can share a call; on a Cluster, only steps whose keys share a slot.
+// can share a call; on a Cluster, only steps whose keys share a slot. Two
+// steps naming the same rule and key are refused.
 func (s *Store) AllowTier(ctx context.Context, steps []Step) (d atomicbucket.Decision, index int, err error) {
+	if i := repeated(steps); i >= 0 {
+		return atomicbucket.Decision{}, i, fmt.Errorf("redisstore: tier step %d names rule %s and its key again", i, steps[i].Rule.name)
+	}
 	return s.tier(ctx, steps, true, nil)
+}
+
+// repeated is the index of the first step that names a bucket an earlier
+// step names, or -1 (each step would see the bucket as it was before the
+// check, and the last write would win: more admitted than the bucket holds).
+func repeated(steps []Step) int {
+	for i := 1; i < len(steps); i++ {
+		for j := range i {
+			if steps[i].Rule.name == steps[j].Rule.name && steps[i].Key == steps[j].Key {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 func (s *Store) tier(ctx context.Context, steps []Step, take bool, now []any) (atomicbucket.Decision, int, error) {

@@ -144,3 +144,23 @@ func TestIntervalMatchesReference(t *testing.T) {
 func atTime(sec, usec int64) []any {
 	return []any{strconv.FormatInt(sec, 10), strconv.FormatInt(usec, 10)}
 }
+
+// A tier naming one bucket twice is refused without a call, and without
+// counting as a failure of Redis's.
+func TestTierNamingABucketTwice(t *testing.T) {
+	srv := redistest.Start(t)
+	st, err := New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRule("twice", atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, i := st.CheckTier(context.Background(), []Step{{r, "k", 1}, {r, "k", 1}}); res.Allowed || res.Degraded || res.Err == nil || i != 1 {
+		t.Fatalf("a tier naming a bucket twice: %+v from %d", res, i)
+	}
+	if st.Stats().RedisCalls != 0 {
+		t.Error("a tier naming a bucket twice went to Redis")
+	}
+}

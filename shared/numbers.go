@@ -1,6 +1,8 @@
 package shared
 
 import (
+	"errors"
+	"fmt"
 	"math/big"
 	"time"
 
@@ -55,6 +57,25 @@ func NewNumbers(l atomicbucket.Limit) (Numbers, error) {
 	n.PerSecond = 1_000_000 * u.PerMicro
 	n.Tau = l.Burst * u.Emit
 	n.Debt = (l.Burst - initial) * u.Emit
+	return n, nil
+}
+
+// ErrStaleUnits is wrapped by NumbersOf's error for a rule generated with
+// other units than this version of limitgen computes.
+var ErrStaleUnits = errors.New("the rule's generated units are not this version's")
+
+// NumbersOf computes r's numbers (NewNumbers), refusing a rule whose
+// generated Units differ from what this version computes.
+func NumbersOf(r Rule) (Numbers, error) {
+	n, err := NewNumbers(r.Limit)
+	if err != nil {
+		return Numbers{}, err
+	}
+	if r.Units != (Units{}) {
+		if u, _ := MicroUnits(r.Limit); u != r.Units {
+			return Numbers{}, fmt.Errorf("%w: generated with %+v, but this version computes %+v: regenerate the package", ErrStaleUnits, r.Units, u)
+		}
+	}
 	return n, nil
 }
 

@@ -172,6 +172,11 @@ var sharedRules = [6]shared.Rule{{
 		Mode:  shared.FailLocal,
 		Share: 0.5,
 	},
+	Units: shared.Units{
+		PerMicro: int64(1),
+		Emit:     int64(60000000),
+		Exact:    true,
+	},
 }, {
 	Name: "PerUser:pro",
 	Limit: atomicbucket.Limit{
@@ -183,6 +188,11 @@ var sharedRules = [6]shared.Rule{{
 	Failure: shared.Failure{
 		Mode:  shared.FailLocal,
 		Share: 0.5,
+	},
+	Units: shared.Units{
+		PerMicro: int64(1),
+		Emit:     int64(6000000),
+		Exact:    true,
 	},
 }, {
 	Name: "Exports",
@@ -206,6 +216,11 @@ var sharedRules = [6]shared.Rule{{
 	Failure: shared.Failure{
 		Mode: shared.FailAllow,
 	},
+	Units: shared.Units{
+		PerMicro: int64(1),
+		Emit:     int64(60000000),
+		Exact:    true,
+	},
 }, {
 	Name: "Downloads",
 	Limit: atomicbucket.Limit{
@@ -218,6 +233,11 @@ var sharedRules = [6]shared.Rule{{
 		Mode: shared.FailDeny,
 	},
 	Lease: int64(8),
+	Units: shared.Units{
+		PerMicro: int64(1),
+		Emit:     int64(60000000),
+		Exact:    true,
+	},
 }, {
 	Name: "DownloadsGlobal",
 	Limit: atomicbucket.Limit{
@@ -230,6 +250,11 @@ var sharedRules = [6]shared.Rule{{
 		Mode: shared.FailAllow,
 	},
 	Lease: int64(100),
+	Units: shared.Units{
+		PerMicro: int64(1),
+		Emit:     int64(60000000),
+		Exact:    true,
+	},
 }}
 
 // sharedState is where a Limits' shared rules are checked: on bound, or in this process when bound

@@ -157,6 +157,11 @@ var sharedRules = [3]shared.Rule{{
 		Mode:  shared.FailLocal,
 		Share: 0.5,
 	},
+	Units: shared.Units{
+		PerMicro: int64(1),
+		Emit:     int64(6000000),
+		Exact:    true,
+	},
 }, {
 	Name: "PerUser:pro",
 	Limit: atomicbucket.Limit{
@@ -169,6 +174,11 @@ var sharedRules = [3]shared.Rule{{
 		Mode:  shared.FailLocal,
 		Share: 0.5,
 	},
+	Units: shared.Units{
+		PerMicro: int64(1),
+		Emit:     int64(600000),
+		Exact:    true,
+	},
 }, {
 	Name: "Global",
 	Limit: atomicbucket.Limit{
@@ -179,6 +189,11 @@ var sharedRules = [3]shared.Rule{{
 	},
 	Failure: shared.Failure{
 		Mode: shared.FailAllow,
+	},
+	Units: shared.Units{
+		PerMicro: int64(1),
+		Emit:     int64(1000),
+		Exact:    true,
 	},
 }}
 

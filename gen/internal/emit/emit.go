@@ -13,6 +13,7 @@ import (
 
 	"github.com/dave/jennifer/jen"
 	"github.com/limitgen/limitgen/gen/internal/model"
+	"github.com/limitgen/limitgen/shared"
 )
 
 // Every function here prints the model and decides nothing.
@@ -845,6 +846,13 @@ func emitShared(m *model.Model) jen.Code {
 			}
 			if r.Lease > 0 {
 				rf = append(rf, field("Lease", jen.Lit(r.Lease)))
+			}
+			if u := r.Units[i]; u != (shared.Units{}) {
+				uf := []jen.Code{field("PerMicro", jen.Lit(u.PerMicro)), field("Emit", jen.Lit(u.Emit))}
+				if u.Exact {
+					uf = append(uf, field("Exact", jen.True()))
+				}
+				rf = append(rf, field("Units", jen.Qual(sharedPath, "Units").Add(fields(uf...))))
 			}
 			rules = append(rules, fields(rf...))
 		}

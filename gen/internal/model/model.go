@@ -11,6 +11,7 @@ import (
 	"unicode"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/shared"
 )
 
 type Model struct {
@@ -31,23 +32,24 @@ type Plan struct {
 }
 
 type Rule struct {
-	Name     string  // as written in the policy
-	GoName   string  // exported Go identifier
-	KeyType  string  // Go type of the key; "" for a global (single-bucket) rule
-	Planned  bool    // the rule has its own numbers per plan, and a bucket set per plan
-	Limits   []Limit // one, or one per plan (in the order of model.plans) when planned
-	Cost     int64   // default cost of Allow
-	MaxKeys  int64   // 0: no cap
-	AllowCap bool    // at the cap: allow untracked (else deny)
-	Shared   bool    // enforced by the store given to New (package shared), across instances
-	Failure  string  // shared: the shared.FailureMode constant deciding when the store cannot
-	Share    float64 // shared, FailLocal: the local share of the rate and burst
-	Lease    int64   // shared: checked from leases of at most this many tokens a batch (0: a store call per check)
-	SharedAt int     // shared: the index of its first limit in the package's sharedRules
-	Doc      string  // the package-level variable's doc comment: the rule in plain words
-	TypeDoc  string  // the limiter type's doc comment
-	FieldDoc string  // the Limits field's line comment
-	UnitsDoc string  // the folded units' doc comment (folded rules only)
+	Name     string         // as written in the policy
+	GoName   string         // exported Go identifier
+	KeyType  string         // Go type of the key; "" for a global (single-bucket) rule
+	Planned  bool           // the rule has its own numbers per plan, and a bucket set per plan
+	Limits   []Limit        // one, or one per plan (in the order of model.plans) when planned
+	Cost     int64          // default cost of Allow
+	MaxKeys  int64          // 0: no cap
+	AllowCap bool           // at the cap: allow untracked (else deny)
+	Shared   bool           // enforced by the store given to New (package shared), across instances
+	Failure  string         // shared: the shared.FailureMode constant deciding when the store cannot
+	Share    float64        // shared, FailLocal: the local share of the rate and burst
+	Lease    int64          // shared: checked from leases of at most this many tokens a batch (0: a store call per check)
+	Units    []shared.Units // shared: each limit's units on a store's µs clock (shared.MicroUnits; zero for interval refill)
+	SharedAt int            // shared: the index of its first limit in the package's sharedRules
+	Doc      string         // the package-level variable's doc comment: the rule in plain words
+	TypeDoc  string         // the limiter type's doc comment
+	FieldDoc string         // the Limits field's line comment
+	UnitsDoc string         // the folded units' doc comment (folded rules only)
 }
 
 // Limit is one bucket's numbers: the rule's, or one per plan when the policy

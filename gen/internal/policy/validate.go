@@ -360,9 +360,12 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 	}
 	if r.Shared {
 		// A store on a microsecond clock must hold it in integers below 2^53
-		// (the units stores compute with shared.MicroUnits).
+		// (the units stores compute with shared.MicroUnits); the generated
+		// code carries the units, and stores check them at Bind.
+		r.Units = make([]shared.Units, len(r.Limits))
 		for i, l := range r.Limits {
-			if _, err := shared.MicroUnits(l.Atomic()); err != nil {
+			u, err := shared.MicroUnits(l.Atomic())
+			if err != nil {
 				on := ""
 				if r.Planned {
 					on = fmt.Sprintf(" (plan %q)", plans[i].Name)
@@ -370,6 +373,7 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 				bad(rd.fields["shared"], "shared: true%s: %v", on, err)
 				return r, false
 			}
+			r.Units[i] = u
 		}
 	}
 	r.Doc = ruleDoc_(r, plans)
