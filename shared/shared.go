@@ -1,13 +1,19 @@
 // Package shared is the seam between a generated package and the stores that
 // enforce its shared rules across every instance of a service: Redis (module
-// redisstore) now, PostgreSQL next, or a store of your own. It knows
-// atomicbucket and the standard library only, so generated packages that
-// share nothing, and services that never use a store, depend on no client.
+// redisstore), PostgreSQL (module pgstore), or a store of your own. It knows
+// atomicbucket, xsync and the standard library only, so generated packages
+// that share nothing, and services that never use a store, depend on no
+// client.
 //
 // A generated package hands its shared rules to Store.Bind once, when its
 // limiters are built, and then checks a rule, or a tier of them, with
 // Bound.Check. A check never fails: when the store cannot decide, the rule's
 // Failure decides, and the Result says so.
+//
+// What both stores share lives here too: a rule's integers on a microsecond
+// clock (Numbers, MicroUnits), the failure settings' fallback and the circuit
+// breaker (Fallback, Breaker, Guard), and leases (Lease, Leases) over a
+// store's lease call.
 package shared
 
 import (
