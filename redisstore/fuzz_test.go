@@ -34,7 +34,7 @@ type batchStore struct{ scriptStore }
 func (s batchStore) Batch(rule any, keys []string, costs []int64, sec, usec int64) ([]atomicbucket.Decision, error) {
 	batch := make([]*pending, len(keys))
 	for i := range keys {
-		batch[i] = &pending{step: Step{rule.(*Rule), keys[i], costs[i]}}
+		batch[i] = &pending{Check: Step{rule.(*Rule), keys[i], costs[i]}}
 	}
 	return s.st.each(context.Background(), batch, atTime(sec, usec)...)
 }

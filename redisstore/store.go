@@ -33,9 +33,7 @@ type Store struct {
 	check  *redis.Script
 	guard  shared.Guard // the breaker, the timeout (the most a Check waits for Redis), the counts
 
-	queue     chan *pending // coalescing (coalesce.go): the checks waiting for a call; nil when off
-	stopped   chan struct{}
-	closeOnce sync.Once
+	co *shared.Coalescer[Step] // coalescing (coalesce.go); nil when off
 
 	mu     sync.Mutex
 	bounds []*bound // what Bind returned: ReleaseLeases gives their leases' tokens back
@@ -95,8 +93,8 @@ func (s *Store) Key(r *Rule, key string) string {
 // context): the decision is then the zero Decision, a denial, and the caller's
 // failure setting decides what to do.
 func (s *Store) AllowN(ctx context.Context, r *Rule, key string, cost int64) (atomicbucket.Decision, error) {
-	if s.queue != nil && cost >= 0 && cost <= r.n.Limit.Burst {
-		return s.coalesced(ctx, Step{r, key, cost})
+	if s.co != nil && cost >= 0 && cost <= r.n.Limit.Burst {
+		return s.co.Do(ctx, Step{r, key, cost})
 	}
 	return s.run(ctx, r, key, cost, true, nil)
 }
