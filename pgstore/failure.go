@@ -51,10 +51,11 @@ func (s *Store) CheckTier(ctx context.Context, steps []Step) (Result, int) {
 type Stats struct {
 	Calls    int64 // checks that went to the database
 	Degraded int64 // checks the failure setting decided (the database failed, or the breaker was open)
+	Batches  int64 // statements that carried coalesced checks (Coalesce)
 }
 
 // Stats returns the store's counts so far.
 func (s *Store) Stats() Stats {
 	calls, degraded := s.guard.Counts()
-	return Stats{Calls: calls, Degraded: degraded}
+	return Stats{Calls: calls, Degraded: degraded, Batches: s.batches.Load()}
 }

@@ -11,8 +11,8 @@ import (
 
 // FuzzFunction runs fuzzed programs (storetest.Program) through the check
 // functions at explicit times on a PostgreSQL server the fuzz process starts:
-// single checks (taking or not) and tiers of up to three keys, every decision
-// equal to the exact reference's.
+// single checks (taking or not), tiers of up to three keys and coalesced
+// batches of up to four checks, every decision equal to the exact reference's.
 func FuzzFunction(f *testing.F) {
 	for _, seed := range storetest.ProgramSeeds {
 		f.Add(seed)

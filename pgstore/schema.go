@@ -328,19 +328,8 @@ BEGIN
   FOR j IN 1..n LOOP
     markers[j] := false;
   END LOOP;
-  IF mode <> 0 THEN
-    -- Lock every row in (r, k) order, a marker made for an absent one.
-    FOREACH i IN ARRAY ord LOOP
-      LOOP
-        PERFORM 1 FROM {{TABLE}} b WHERE b.r = rs[i] AND b.k = ks[i] FOR UPDATE;
-        EXIT WHEN FOUND;
-        INSERT INTO {{TABLE}} (r, k, s, u, full_at) VALUES (rs[i], ks[i], 0, 0, -1) ON CONFLICT (r, k) DO NOTHING;
-        IF FOUND THEN
-          markers[i] := true;
-          EXIT;
-        END IF;
-      END LOOP;
-    END LOOP;
+  IF mode <> 0 THEN -- every row locked in (r, k) order, a marker made for an absent one
+    {{LOCKROWS}}
   END IF;
   IF at_us IS NULL THEN -- the time after the waits for the rows
     us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
@@ -413,17 +402,102 @@ BEGIN
 END
 $fn$`
 
-// schema returns the SQL that creates table, and its check functions fn
-// and fn_tier.
+const eachSQL = `CREATE OR REPLACE FUNCTION {{FUNC}}_each(rs text[], ks bytea[], ord int[], v bigint[], ci int[], cc bigint[], at_us bigint)
+RETURNS bigint[] LANGUAGE plpgsql AS $fn$
+DECLARE{{TIMEVARS}}{{BUCKETVARS}}
+  n int := cardinality(rs);
+  take bool := true;
+  rr text; kk bytea; kind bigint; emit bigint; tau bigint; debt bigint; per bigint; pm bigint; phase bigint; cost bigint;
+  aheads bigint[]; sinces bigint[]; idxs bigint[]; horizons bigint[]; freshes bool[]; markers bool[]; dirty bool[];
+  es bigint[]; cs bigint[]; ps bigint[];
+  o int; i int; j int; res bigint[] := '{}';
+BEGIN
+  IF n IS NULL OR n = 0 OR cardinality(v) <> 8 * n OR cardinality(ord) <> n OR cardinality(ci) <> cardinality(cc) THEN
+    RAISE EXCEPTION 'limitgen: % buckets with % values and % in order, % checks with % costs', n, cardinality(v), cardinality(ord), cardinality(ci), cardinality(cc);
+  END IF;
+  FOR j IN 1..n LOOP
+    markers[j] := false; dirty[j] := false;
+  END LOOP;
+  {{LOCKROWS}}
+  IF at_us IS NULL THEN -- the time after the waits for the rows
+    us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    nsec := us / 1000000; usec := us % 1000000;
+  END IF;
+  FOR i IN 1..n LOOP
+    o := (i - 1) * 8;
+    rr := rs[i]; kk := ks[i];
+    kind := v[o + 1]; emit := v[o + 2]; tau := v[o + 3]; debt := v[o + 4];
+    per := v[o + 5]; pm := v[o + 6]; phase := v[o + 7]; cost := 0;
+    {{READ}}
+    aheads[i] := ahead; sinces[i] := since; idxs[i] := idx; horizons[i] := horizon;
+    freshes[i] := fresh; es[i] := e0; cs[i] := c0; ps[i] := p0;
+  END LOOP;
+  -- Each check on its own, in order: checks of one bucket see each other's
+  -- takes; a bucket is written once, after its last check.
+  FOR j IN 1..cardinality(ci) LOOP
+    i := ci[j]; cost := cc[j];
+    o := (i - 1) * 8;
+    emit := v[o + 2]; tau := v[o + 3]; debt := v[o + 4];
+    inc := cost * emit; fresh := freshes[i];
+    IF aheads[i] + inc > tau THEN
+      IF {{CREATES}} THEN -- a new bucket below full starts with its first check
+        dirty[i] := true; freshes[i] := false;
+      END IF;
+      res := res || ARRAY[0, aheads[i], aheads[i] + inc - tau, sinces[i]];
+    ELSE
+      IF inc > 0 THEN
+        aheads[i] := aheads[i] + inc;
+        dirty[i] := true; freshes[i] := false;
+      END IF;
+      res := res || ARRAY[1, aheads[i], 0, sinces[i]];
+    END IF;
+  END LOOP;
+  FOR i IN 1..n LOOP
+    IF NOT dirty[i] THEN
+      IF markers[i] THEN -- not needed: nothing is left of it
+        DELETE FROM {{TABLE}} b WHERE b.r = rs[i] AND b.k = ks[i];
+      END IF;
+      CONTINUE;
+    END IF;
+    o := (i - 1) * 8;
+    rr := rs[i]; kk := ks[i];
+    kind := v[o + 1]; per := v[o + 5]; pm := v[o + 6];
+    idx := idxs[i]; since := sinces[i]; horizon := horizons[i];
+    e0 := es[i]; c0 := cs[i]; p0 := ps[i]; wa := aheads[i];
+    present := true; -- locked above: a row, or a marker
+    {{WRITE}}
+  END LOOP;
+  RETURN res;
+END
+$fn$`
+
+// lockRows locks a tier's or a batch's rows in (r, k) order (ord), making a
+// marker row for an absent one so that it is locked too (markers[i]).
+const lockRows = `
+  FOREACH i IN ARRAY ord LOOP
+    LOOP
+      PERFORM 1 FROM {{TABLE}} b WHERE b.r = rs[i] AND b.k = ks[i] FOR UPDATE;
+      EXIT WHEN FOUND;
+      INSERT INTO {{TABLE}} (r, k, s, u, full_at) VALUES (rs[i], ks[i], 0, 0, -1) ON CONFLICT (r, k) DO NOTHING;
+      IF FOUND THEN
+        markers[i] := true;
+        EXIT;
+      END IF;
+    END LOOP;
+  END LOOP;`
+
+// schema returns the SQL that creates table, and its check functions fn,
+// fn_tier and fn_each.
 func schema(table, fn string, unlogged bool) []string {
 	u := ""
 	if unlogged {
 		u = "UNLOGGED "
 	}
-	blocks := strings.NewReplacer("{{TIMEVARS}}", timeVars, "{{BUCKETVARS}}", bucketVars, "{{FAST}}", fastPath,
+	blocks := strings.NewReplacer("{{TIMEVARS}}", timeVars, "{{BUCKETVARS}}", bucketVars, "{{FAST}}", fastPath, "{{LOCKROWS}}", lockRows,
 		"{{READ}}", readBlock, "{{WRITE}}", writeBlock, "{{CREATES}}", creates)
 	ahead := strings.NewReplacer("{{AHEAD:rec}}", strings.ReplaceAll(aheadExpr, "X.", "rec."),
 		"{{AHEAD:b}}", strings.ReplaceAll(aheadExpr, "X.", "b."))
 	r := strings.NewReplacer("{{UNLOGGED}}", u, "{{TABLE}}", table, "{{FUNC}}", fn)
-	return []string{r.Replace(tableSQL), r.Replace(ahead.Replace(blocks.Replace(oneSQL))), r.Replace(ahead.Replace(blocks.Replace(tierSQL)))}
+	function := func(sql string) string { return r.Replace(ahead.Replace(blocks.Replace(sql))) }
+	return []string{r.Replace(tableSQL), function(oneSQL), function(tierSQL), function(eachSQL)}
 }

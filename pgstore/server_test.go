@@ -550,3 +550,49 @@ func TestBehindPgBouncer(t *testing.T) {
 		})
 	}
 }
+
+// Coalesced (Coalesce(64)): 192 checks of a new key from 64 callers on 4
+// connections admit exactly its burst, in far fewer statements than checks;
+// an interval rule's checks beside them too; and checks after Close fail.
+func TestCoalesced(t *testing.T) {
+	srv := pgtest.Start(t)
+	_, st := open(t, srv, 4, Options{})
+	st.Coalesce(64)
+	ctx := context.Background()
+	greedy := mustRule(t, "co", atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 50})
+	interval := mustRule(t, "co_iv", atomicbucket.Limit{Tokens: 5, Period: time.Hour, Burst: 20, Refill: atomicbucket.Interval, Aligned: true})
+	var admitted [2]atomic.Int64
+	var failed atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 3 {
+				r, k := greedy, 0
+				if g%4 == 0 {
+					r, k = interval, 1
+				}
+				d, err := st.AllowN(ctx, r, "new", 1)
+				switch {
+				case err != nil:
+					failed.Add(1)
+				case d.Allowed:
+					admitted[k].Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	batches := st.Stats().Batches
+	t.Logf("192 checks in %d statements", batches)
+	// 144 greedy checks (burst 50) and 48 interval ones (burst 20; at most
+	// one boundary of the hour's grid can pass during the test).
+	if failed.Load() != 0 || admitted[0].Load() != 50 || admitted[1].Load() < 20 || admitted[1].Load() > 25 || batches >= 96 {
+		t.Fatalf("%d failed, %d and %d admitted (bursts 50 and 20), %d statements for 192 checks", failed.Load(), admitted[0].Load(), admitted[1].Load(), batches)
+	}
+	st.Close()
+	if _, err := st.AllowN(ctx, greedy, "new", 1); !errors.Is(err, shared.ErrClosed) {
+		t.Errorf("a coalesced check after Close: %v", err)
+	}
+}

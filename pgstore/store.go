@@ -24,8 +24,8 @@ import (
 type Options struct {
 	// Table is the buckets' table, optionally schema-qualified
 	// ("limits.api_buckets"); its check functions are the same name with
-	// "_check" and "_check_tier". Lower-case letters, digits and
-	// underscores. Default DefaultTable.
+	// "_check", "_check_tier" and "_check_each". Lower-case letters, digits
+	// and underscores. Default DefaultTable.
 	Table string
 	// Unlogged creates the table UNLOGGED: no WAL for its writes (faster),
 	// but PostgreSQL empties it after a crash (not after a clean restart), so
@@ -53,18 +53,21 @@ const (
 
 // Store checks shared rules on PostgreSQL.
 type Store struct {
-	pool   *pgxpool.Pool
-	table  string
-	fn     string
-	class  int32  // the advisory lock class that serialises the schema's creation
-	one    string // the query of a check of one bucket
-	tier   string // the query of a tier's check
-	unlog  bool
-	guard  shared.Guard
-	sweep  time.Duration
-	swept  atomic.Int64 // atomicbucket time of the last sweep started
-	sweeps sync.WaitGroup
-	closed atomic.Bool
+	pool    *pgxpool.Pool
+	table   string
+	fn      string
+	class   int32                   // the advisory lock class that serialises the schema's creation
+	one     string                  // the query of a check of one bucket
+	tier    string                  // the query of a tier's check
+	each    string                  // the query of a coalesced batch
+	co      *shared.Coalescer[Step] // coalescing; nil when off
+	batches atomic.Int64            // coalesced statements sent
+	unlog   bool
+	guard   shared.Guard
+	sweep   time.Duration
+	swept   atomic.Int64 // atomicbucket time of the last sweep started
+	sweeps  sync.WaitGroup
+	closed  atomic.Bool
 
 	mu     sync.Mutex
 	bounds []*bound // what Bind returned: ReleaseLeases gives their leases' tokens back
@@ -98,17 +101,19 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	s := &Store{pool: pool, table: opts.Table, fn: opts.Table + "_check", class: int32(h.Sum32()), unlog: opts.Unlogged, sweep: opts.SweepEvery}
 	s.one = "SELECT " + s.fn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, $6::int8, $7::int8, $8::int8, $9::int8, $10::int8, $11::int4, $12::int8, $13::int8, $14::int8, $15::int8, $16::int8)"
 	s.tier = "SELECT " + s.fn + "_tier($1::text[], $2::bytea[], $3::int4[], $4::int8[], $5::int4, $6::int8)"
+	s.each = "SELECT " + s.fn + "_each($1::text[], $2::bytea[], $3::int4[], $4::int8[], $5::int4[], $6::int8[], $7::int8)"
 	s.guard.Timeout = opts.Timeout
 	if opts.NoCreate {
-		var table, fn, tier *string
-		err := pool.QueryRow(ctx, "SELECT to_regclass($1)::text, to_regprocedure($2)::text, to_regprocedure($3)::text",
+		var table, fn, tier, each *string
+		err := pool.QueryRow(ctx, "SELECT to_regclass($1)::text, to_regprocedure($2)::text, to_regprocedure($3)::text, to_regprocedure($4)::text",
 			s.table, s.fn+"(text, bytea, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, int, bigint, bigint, bigint, bigint, bigint)",
-			s.fn+"_tier(text[], bytea[], int[], bigint[], int, bigint)").Scan(&table, &fn, &tier)
+			s.fn+"_tier(text[], bytea[], int[], bigint[], int, bigint)",
+			s.fn+"_each(text[], bytea[], int[], bigint[], int[], bigint[], bigint)").Scan(&table, &fn, &tier, &each)
 		if err != nil {
 			return nil, fmt.Errorf("pgstore: %w", err)
 		}
-		if table == nil || fn == nil || tier == nil {
-			return nil, fmt.Errorf("pgstore: NoCreate, but table %s or its functions %s and %[2]s_tier are missing: run Store.Schema's SQL first", s.table, s.fn)
+		if table == nil || fn == nil || tier == nil || each == nil {
+			return nil, fmt.Errorf("pgstore: NoCreate, but table %s or its functions %s, %[2]s_tier and %[2]s_each are missing: run Store.Schema's SQL first", s.table, s.fn)
 		}
 		return s, nil
 	}
@@ -231,6 +236,9 @@ type Step struct {
 // creates nothing. The error is the database's (the connection, the
 // context): the decision is then the zero Decision, a denial.
 func (s *Store) AllowN(ctx context.Context, r *Rule, key string, cost int64) (atomicbucket.Decision, error) {
+	if s.co != nil && cost >= 0 && cost <= r.n.Limit.Burst {
+		return s.co.Do(ctx, Step{r, key, cost})
+	}
 	d, _, err := s.call(ctx, []Step{{r, key, cost}}, 1, nil)
 	return d, err
 }
@@ -327,15 +335,22 @@ func (s *Store) execTier(ctx context.Context, steps []Step, mode int32, at *int6
 		ord[i] = int32(i + 1)
 		v = st.Rule.values(v, st.Key, st.Cost)
 	}
-	slices.SortFunc(ord, func(a, b int32) int { // the rows' order: every tier locks its rows in it
-		return cmp.Or(strings.Compare(names[a-1], names[b-1]), bytes.Compare(keys[a-1], keys[b-1]))
-	})
+	sortRows(ord, names, keys)
 	var res []int64
 	if err := s.pool.QueryRow(ctx, s.tier, names, keys, ord, v, mode, at).Scan(&res); err != nil {
 		return nil, err
 	}
 	s.maybeSweep()
 	return res, nil
+}
+
+// sortRows sorts ord (1-based indexes of names and keys) in the rows' order,
+// (r, k): every tier and batch locks its rows in it, so none waits for
+// another that waits for it.
+func sortRows(ord []int32, names []string, keys [][]byte) {
+	slices.SortFunc(ord, func(a, b int32) int {
+		return cmp.Or(strings.Compare(names[a-1], names[b-1]), bytes.Compare(keys[a-1], keys[b-1]))
+	})
 }
 
 // errReply reports a function reply of the wrong shape.

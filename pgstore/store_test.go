@@ -68,6 +68,16 @@ func (s atStore) Lease(rule any, key string, cost, want int64, prev shared.Settl
 	return s.st.lease(context.Background(), rule.(*Rule), key, cost, want, prev, &at)
 }
 
+// Batch is the batch function (coalesced checks) at an explicit time.
+func (s atStore) Batch(rule any, keys []string, costs []int64, sec, usec int64) ([]atomicbucket.Decision, error) {
+	batch := make([]*pending, len(keys))
+	for i := range keys {
+		batch[i] = &pending{Check: Step{rule.(*Rule), keys[i], costs[i]}}
+	}
+	at := sec*1_000_000 + usec
+	return s.st.batch(context.Background(), batch, &at)
+}
+
 // The check function at explicit microsecond times, against the exact
 // reference: random greedy rules (checks and peeks), interval rules on their
 // keys' grids, and tiers of up to four rules, all or nothing; and leases,

@@ -55,13 +55,17 @@ func (s *Store) maybeSweep() {
 	}()
 }
 
-// Close gives back what the leases hold (ReleaseLeases, for at most 2 s) and
-// waits for a background sweep to end; the store must not be used after. It
-// does not close the pool, which is the caller's.
+// Close gives back what the leases hold (ReleaseLeases, for at most 2 s),
+// stops coalescing (coalesced checks after it fail) and waits for a
+// background sweep to end; the store must not be used after. It does not
+// close the pool, which is the caller's.
 func (s *Store) Close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	s.ReleaseLeases(ctx) //nolint:errcheck // what is not given back comes back when its grant expires
 	cancel()
+	if s.co != nil {
+		s.co.Close()
+	}
 	s.closed.Store(true)
 	s.sweeps.Wait()
 }
