@@ -41,6 +41,22 @@ var pgImpls = []struct {
 			return d.Allowed, err
 		}
 	}},
+	{"limitgen-coalesced", func(b *testing.B, pool *pgxpool.Pool) func(context.Context, string) (bool, error) {
+		st, err := pgstore.New(context.Background(), pool, pgstore.Options{SweepEvery: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		st.Coalesce(256)
+		b.Cleanup(st.Close)
+		r, err := pgstore.NewRule("benchcoalesced", atomicbucket.Limit{Tokens: pgRate, Period: time.Second, Burst: pgRate})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func(ctx context.Context, key string) (bool, error) {
+			d, err := st.AllowN(ctx, r, key, 1)
+			return d.Allowed, err
+		}
+	}},
 	{"seed-for-update", func(b *testing.B, pool *pgxpool.Pool) func(context.Context, string) (bool, error) {
 		s := newSeedLimiter(b, pool, 1, time.Microsecond, pgRate) // 1 token a µs, 1e6 at most
 		return func(ctx context.Context, key string) (bool, error) {
@@ -114,39 +130,60 @@ func (s *seedLimiter) limit(ctx context.Context, prefix, key string, cost int64)
 // the run (package pgtest: 127.0.0.1, fsync off, the machine's 2 cores shared
 // with the Go process), every check admitted, on one hot key or on 1e4 keys
 // drawn at random, from 1, 16 and 64 concurrent callers with a connection
-// each. limitgen is pgstore's one statement a check; seed-for-update is the
-// seed documents' transaction (five round trips, the row locked across
-// three of them). Metrics as BenchmarkRedis's: decisions/s, p50-µs, p99-µs,
-// errors/op (0 for both, and every check admitted).
+// each. limitgen is pgstore's one statement a check; limitgen-coalesced sends
+// the checks that wait meanwhile together (Store.Coalesce(256)), each decided
+// on its own; seed-for-update is the seed documents' transaction (five round
+// trips, the row locked across three). Metrics as BenchmarkRedis's:
+// decisions/s, p50-µs, p99-µs, errors/op (0 for all, and every check
+// admitted).
 func BenchmarkPostgres(b *testing.B) {
 	srv := pgtest.Start(b)
 	for _, keys := range pgKeys {
 		for _, callers := range callerCounts {
 			for _, impl := range pgImpls {
 				b.Run(fmt.Sprintf("keys=%d/callers=%d/impl=%s", keys, callers, impl.name), func(b *testing.B) {
-					cfg, err := pgxpool.ParseConfig(srv.URL())
-					if err != nil {
-						b.Fatal(err)
-					}
-					cfg.MaxConns, cfg.MinConns = int32(callers), int32(callers)
-					pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
-					if err != nil {
-						b.Fatal(err)
-					}
-					defer pool.Close()
-					check := impl.make(b, pool)
-					names := make([]string, keys)
-					for i := range names {
-						names[i] = "user-" + strconv.Itoa(i)
-					}
-					errs, denied := runCallers(b, callers, func(ctx context.Context) (bool, error) {
-						return check(ctx, names[rand.IntN(keys)])
-					}, func() {}, func() {})
-					if errs > 0 || denied > 0 {
-						b.Fatalf("%d failed, %d denied of %d", errs, denied, b.N)
-					}
+					runPostgres(b, srv, keys, callers, impl.make)
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkPostgresDurable is BenchmarkPostgres's hot key at 16 callers on a
+// server with fsync on (and synchronous_commit, the default): every commit
+// waits for the disk, and a hot key's row is locked until its commit is
+// durable, so the disk sets the pace of checks that commit one by one.
+func BenchmarkPostgresDurable(b *testing.B) {
+	srv := pgtest.Start(b, "-c", "fsync=on")
+	for _, impl := range pgImpls {
+		b.Run("keys=1/callers=16/impl="+impl.name, func(b *testing.B) {
+			runPostgres(b, srv, 1, 16, impl.make)
+		})
+	}
+}
+
+// runPostgres runs an implementation's checks of keys keys from callers
+// callers, a pool connection each.
+func runPostgres(b *testing.B, srv *pgtest.Server, keys, callers int, newCheck func(*testing.B, *pgxpool.Pool) func(context.Context, string) (bool, error)) {
+	cfg, err := pgxpool.ParseConfig(srv.URL())
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.MaxConns, cfg.MinConns = int32(callers), int32(callers)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	check := newCheck(b, pool)
+	names := make([]string, keys)
+	for i := range names {
+		names[i] = "user-" + strconv.Itoa(i)
+	}
+	errs, denied := runCallers(b, callers, func(ctx context.Context) (bool, error) {
+		return check(ctx, names[rand.IntN(keys)])
+	}, func() {}, func() {})
+	if errs > 0 || denied > 0 {
+		b.Fatalf("%d failed, %d denied of %d", errs, denied, b.N)
 	}
 }

@@ -14,11 +14,17 @@ type pending = shared.Pending[Step]
 // Coalesce makes AllowN (and Check, which calls it) send concurrent checks to
 // the database together (shared.Coalescer), at most maxBatch a statement,
 // each decided on its own: a hot key's checks then share one transaction and
-// one commit instead of queueing for the row's lock one commit at a time.
+// one commit instead of queueing for the row's lock one commit at a time. A
+// check that finds no other waiting goes alone, as without coalescing.
 // Call it once, before the store is used; Close stops it.
 func (s *Store) Coalesce(maxBatch int) {
 	s.co = shared.NewCoalescer(maxBatch, s.guard.Timeout, func(ctx context.Context, batch []*pending) {
 		s.batches.Add(1)
+		if len(batch) == 1 { // alone: the one-bucket function, with its fast path
+			d, _, err := s.call(ctx, []Step{batch[0].Check}, 1, nil)
+			batch[0].Done(d, err)
+			return
+		}
 		ds, err := s.batch(ctx, batch, nil)
 		for i, p := range batch {
 			if err != nil {

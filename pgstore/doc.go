@@ -13,7 +13,8 @@
 // leases. Used directly: NewRule, then Store.Check (never fails: the rule's
 // failure setting decides when the database cannot), Store.CheckTier (a
 // tier, all or nothing, in one statement), Store.NewLease (a batch of tokens
-// spent in the process).
+// spent in the process) and Store.Coalesce (concurrent checks share a
+// statement and its commit).
 //
 // New creates the store's table and functions (Options.Table, default
 // limitgen_buckets; Options.Unlogged for limits whose loss on a crash is

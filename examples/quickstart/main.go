@@ -88,11 +88,12 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		store, err := pgstore.New(ctx, pool, pgstore.Options{}) // creates table limitgen_buckets and its function
+		store, err := pgstore.New(ctx, pool, pgstore.Options{}) // creates table limitgen_buckets and its functions
 		cancel()
 		if err != nil {
 			log.Fatal(err)
 		}
+		store.Coalesce(256) // concurrent checks share statements (and commits)
 		lims = limits.New(limits.WithStore(store))
 	case *redisAddr != "":
 		client := redis.NewClient(&redis.Options{Addr: *redisAddr, ContextTimeoutEnabled: true})

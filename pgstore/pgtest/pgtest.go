@@ -30,6 +30,8 @@ type Server struct {
 	bin  string // the directory holding initdb and postgres
 	cred *syscall.Credential
 	cmd  *exec.Cmd
+
+	settings []string
 }
 
 // URL is a connection string for database postgres as the superuser
@@ -38,9 +40,12 @@ func (s *Server) URL() string {
 	return fmt.Sprintf("postgres://limitgen@127.0.0.1:%d/postgres?sslmode=disable", s.Port)
 }
 
-// Start makes a cluster and starts PostgreSQL on it; it fails the test with
-// how to install PostgreSQL when initdb is not found.
-func Start(t testing.TB) *Server {
+// Start makes a cluster and starts PostgreSQL on it, with fsync off (tests
+// need no durability against power loss; a killed server still loses nothing
+// committed) and settings (pairs of "-c", "name=value", given after the
+// defaults, so "-c", "fsync=on" restores it); it fails the test with how to
+// install PostgreSQL when initdb is not found.
+func Start(t testing.TB, settings ...string) *Server {
 	t.Helper()
 	initdb, err := exec.LookPath("initdb")
 	if err != nil { // Debian's packages keep it out of the PATH
@@ -53,7 +58,7 @@ func Start(t testing.TB) *Server {
 	if real, err := filepath.EvalSymlinks(initdb); err == nil {
 		initdb = real
 	}
-	s := &Server{bin: filepath.Dir(initdb)}
+	s := &Server{bin: filepath.Dir(initdb), settings: settings}
 	// A directory every user can enter (t.TempDir's are root's alone), holding
 	// the data directory, owned by the server's user.
 	root, err := os.MkdirTemp("", "pgtest")
@@ -101,8 +106,9 @@ func (s *Server) command(name string, args ...string) *exec.Cmd {
 
 func (s *Server) start(t testing.TB) {
 	t.Helper()
-	s.cmd = s.command(filepath.Join(s.bin, "postgres"), "-D", s.dir, "-h", "127.0.0.1", "-p", strconv.Itoa(s.Port),
-		"-k", s.dir, "-c", "fsync=off", "-c", "logging_collector=off")
+	args := append([]string{"-D", s.dir, "-h", "127.0.0.1", "-p", strconv.Itoa(s.Port),
+		"-k", s.dir, "-c", "fsync=off", "-c", "logging_collector=off"}, s.settings...)
+	s.cmd = s.command(filepath.Join(s.bin, "postgres"), args...)
 	var log strings.Builder
 	s.cmd.Stderr = &log
 	if err := s.cmd.Start(); err != nil {
