@@ -596,3 +596,23 @@ func TestCoalesced(t *testing.T) {
 		t.Errorf("a coalesced check after Close: %v", err)
 	}
 }
+
+// Callers that give up (a context cancelled before or during the check: a
+// client that went away) are decided by the failure setting, but say nothing
+// of the database: ten of them do not open the breaker, and the next check
+// goes to the database.
+func TestCallersGivingUpDoNotOpenTheBreaker(t *testing.T) {
+	srv := pgtest.Start(t)
+	_, st := open(t, srv, 4, Options{})
+	r := mustRule(t, "gone", atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 100})
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 2 * shared.BreakerFailures {
+		if res := st.Check(cancelled, r, "k", 1); res.Allowed || !res.Degraded || !errors.Is(res.Err, context.Canceled) {
+			t.Fatalf("check %d with a cancelled context: %+v", i, res)
+		}
+	}
+	if res := st.Check(context.Background(), r, "k", 1); !res.Allowed || res.Degraded {
+		t.Fatalf("the next check: %+v; the breaker opened for callers that gave up", res)
+	}
+}

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"net"
 	"testing"
 	"time"
@@ -121,5 +122,29 @@ func TestNewRefusesUnboundedClient(t *testing.T) {
 	defer c.Close()
 	if _, err := New(c); err == nil {
 		t.Error("New accepted a client without ContextTimeoutEnabled")
+	}
+}
+
+// Callers that give up (a cancelled context) are decided by the failure
+// setting, but say nothing of Redis: ten of them do not open the breaker.
+func TestCallersGivingUpDoNotOpenTheBreaker(t *testing.T) {
+	srv := redistest.Start(t)
+	st, err := New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := NewRule("gone", atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for i := range 2 * shared.BreakerFailures {
+		if res := st.Check(cancelled, r, "k", 1); res.Allowed || !res.Degraded || !errors.Is(res.Err, context.Canceled) {
+			t.Fatalf("check %d with a cancelled context: %+v", i, res)
+		}
+	}
+	if res := st.Check(context.Background(), r, "k", 1); !res.Allowed || res.Degraded {
+		t.Fatalf("the next check: %+v; the breaker opened for callers that gave up", res)
 	}
 }

@@ -200,7 +200,8 @@ type Guard struct {
 // Run makes call unless the breaker is open, within the guard's timeout (or
 // ctx's deadline, if sooner), and returns its decision and step index; when
 // the breaker is open or the call fails, fallback decides, and the Result
-// says so.
+// says so. A call that fails because ctx ended is no failure of the store's
+// for the breaker.
 func (g *Guard) Run(ctx context.Context, call func(context.Context) (atomicbucket.Decision, int, error), fallback func() (atomicbucket.Decision, int)) (Result, int) {
 	ok, probe := g.Breaker.Allow(int64(atomicbucket.Now()))
 	if !ok {
@@ -218,13 +219,26 @@ func (g *Guard) Run(ctx context.Context, call func(context.Context) (atomicbucke
 		cancel()
 	}
 	if err != nil {
-		g.Breaker.Failure(int64(atomicbucket.Now()), probe)
+		g.failed(ctx, probe)
 		g.degraded.Add(1)
 		d, i := fallback()
 		return Result{Decision: d, Degraded: true, Err: err}, i
 	}
 	g.Breaker.Success(probe)
 	return Result{Decision: d}, i
+}
+
+// failed records a call that failed: a failure of the store's, unless the
+// caller's own context had ended (a client that went away, a deadline
+// shorter than the guard's timeout), which says nothing of the store: then
+// only a probe's turn ends. Otherwise callers that give up could open the
+// breaker for everyone.
+func (g *Guard) failed(ctx context.Context, probe bool) {
+	if ctx.Err() != nil {
+		g.Breaker.EndProbe(probe)
+		return
+	}
+	g.Breaker.Failure(int64(atomicbucket.Now()), probe)
 }
 
 // Count adds to the guard's counts a call made outside Run (calls), and

@@ -263,7 +263,7 @@ func (l *Lease) Check(ctx context.Context, g *Guard, fb FallbackStep, cost, now 
 		if errors.Is(err, ErrLeaseWait) {
 			g.Breaker.EndProbe(probe) // the store was not asked: no failure of its
 		} else {
-			g.Breaker.Failure(int64(atomicbucket.Now()), probe)
+			g.failed(ctx, probe)
 		}
 		g.Count(0, true)
 		d, _ := FallbackTier(fb)
