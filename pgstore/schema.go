@@ -317,10 +317,8 @@ RETURNS bigint[] LANGUAGE plpgsql AS $fn$
 DECLARE{{TIMEVARS}}{{BUCKETVARS}}
   n int := cardinality(rs);
   take bool := mode = 1;
-  rr text; kk bytea; kind bigint; emit bigint; tau bigint; debt bigint; per bigint; pm bigint; phase bigint; cost bigint;
-  aheads bigint[]; incs bigint[]; sinces bigint[]; idxs bigint[]; horizons bigint[]; freshes bool[]; markers bool[];
-  es bigint[]; cs bigint[]; ps bigint[]; was bigint[];
-  o int; i int; j int; best int; best_left bigint; lft bigint; res bigint[];
+{{ROWVARS}}
+  best int; best_left bigint; lft bigint; res bigint[];
 BEGIN
   IF n IS NULL OR n = 0 OR cardinality(v) <> 8 * n OR cardinality(ord) <> n OR mode NOT IN (0, 1, 2) THEN
     RAISE EXCEPTION 'limitgen: % buckets with % values and % in order, in mode %', n, cardinality(v), cardinality(ord), mode;
@@ -331,19 +329,7 @@ BEGIN
   IF mode <> 0 THEN -- every row locked in (r, k) order, a marker made for an absent one
     {{LOCKROWS}}
   END IF;
-  IF at_us IS NULL THEN -- the time after the waits for the rows
-    us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-    nsec := us / 1000000; usec := us % 1000000;
-  END IF;
-  FOR i IN 1..n LOOP
-    o := (i - 1) * 8;
-    rr := rs[i]; kk := ks[i];
-    kind := v[o + 1]; emit := v[o + 2]; tau := v[o + 3]; debt := v[o + 4];
-    per := v[o + 5]; pm := v[o + 6]; phase := v[o + 7]; cost := v[o + 8];
-    {{READ}}
-    aheads[i] := ahead; incs[i] := inc; sinces[i] := since; idxs[i] := idx; horizons[i] := horizon;
-    freshes[i] := fresh; es[i] := e0; cs[i] := c0; ps[i] := p0; was[i] := NULL;
-  END LOOP;
+  {{READROWS}}
   IF mode = 2 THEN
     FOR i IN 1..n LOOP
       was[i] := greatest(aheads[i] - incs[i], (cs[i] + ps[i]) * v[(i - 1) * 8 + 2], 0);
@@ -383,21 +369,7 @@ BEGIN
       res := ARRAY[1, best, aheads[best] + incs[best], 0, sinces[best]];
     END IF;
   END IF;
-  FOR i IN 1..n LOOP
-    IF was[i] IS NULL THEN
-      IF markers[i] THEN -- not needed: nothing is left of it
-        DELETE FROM {{TABLE}} b WHERE b.r = rs[i] AND b.k = ks[i];
-      END IF;
-      CONTINUE;
-    END IF;
-    o := (i - 1) * 8;
-    rr := rs[i]; kk := ks[i];
-    kind := v[o + 1]; per := v[o + 5]; pm := v[o + 6];
-    idx := idxs[i]; since := sinces[i]; horizon := horizons[i];
-    e0 := es[i]; c0 := cs[i]; p0 := ps[i]; wa := was[i];
-    present := true; -- locked above: a row, or a marker
-    {{WRITE}}
-  END LOOP;
+  {{WRITEROWS}}
   RETURN res;
 END
 $fn$`
@@ -407,31 +379,17 @@ RETURNS bigint[] LANGUAGE plpgsql AS $fn$
 DECLARE{{TIMEVARS}}{{BUCKETVARS}}
   n int := cardinality(rs);
   take bool := true;
-  rr text; kk bytea; kind bigint; emit bigint; tau bigint; debt bigint; per bigint; pm bigint; phase bigint; cost bigint;
-  aheads bigint[]; sinces bigint[]; idxs bigint[]; horizons bigint[]; freshes bool[]; markers bool[]; dirty bool[];
-  es bigint[]; cs bigint[]; ps bigint[];
-  o int; i int; j int; res bigint[] := '{}';
+{{ROWVARS}}
+  res bigint[] := '{}';
 BEGIN
   IF n IS NULL OR n = 0 OR cardinality(v) <> 8 * n OR cardinality(ord) <> n OR cardinality(ci) <> cardinality(cc) THEN
     RAISE EXCEPTION 'limitgen: % buckets with % values and % in order, % checks with % costs', n, cardinality(v), cardinality(ord), cardinality(ci), cardinality(cc);
   END IF;
   FOR j IN 1..n LOOP
-    markers[j] := false; dirty[j] := false;
+    markers[j] := false;
   END LOOP;
   {{LOCKROWS}}
-  IF at_us IS NULL THEN -- the time after the waits for the rows
-    us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
-    nsec := us / 1000000; usec := us % 1000000;
-  END IF;
-  FOR i IN 1..n LOOP
-    o := (i - 1) * 8;
-    rr := rs[i]; kk := ks[i];
-    kind := v[o + 1]; emit := v[o + 2]; tau := v[o + 3]; debt := v[o + 4];
-    per := v[o + 5]; pm := v[o + 6]; phase := v[o + 7]; cost := 0;
-    {{READ}}
-    aheads[i] := ahead; sinces[i] := since; idxs[i] := idx; horizons[i] := horizon;
-    freshes[i] := fresh; es[i] := e0; cs[i] := c0; ps[i] := p0;
-  END LOOP;
+  {{READROWS}}
   -- Each check on its own, in order: checks of one bucket see each other's
   -- takes; a bucket is written once, after its last check.
   FOR j IN 1..cardinality(ci) LOOP
@@ -441,32 +399,18 @@ BEGIN
     inc := cost * emit; fresh := freshes[i];
     IF aheads[i] + inc > tau THEN
       IF {{CREATES}} THEN -- a new bucket below full starts with its first check
-        dirty[i] := true; freshes[i] := false;
+        was[i] := aheads[i]; freshes[i] := false;
       END IF;
       res := res || ARRAY[0, aheads[i], aheads[i] + inc - tau, sinces[i]];
     ELSE
       IF inc > 0 THEN
         aheads[i] := aheads[i] + inc;
-        dirty[i] := true; freshes[i] := false;
+        was[i] := aheads[i]; freshes[i] := false;
       END IF;
       res := res || ARRAY[1, aheads[i], 0, sinces[i]];
     END IF;
   END LOOP;
-  FOR i IN 1..n LOOP
-    IF NOT dirty[i] THEN
-      IF markers[i] THEN -- not needed: nothing is left of it
-        DELETE FROM {{TABLE}} b WHERE b.r = rs[i] AND b.k = ks[i];
-      END IF;
-      CONTINUE;
-    END IF;
-    o := (i - 1) * 8;
-    rr := rs[i]; kk := ks[i];
-    kind := v[o + 1]; per := v[o + 5]; pm := v[o + 6];
-    idx := idxs[i]; since := sinces[i]; horizon := horizons[i];
-    e0 := es[i]; c0 := cs[i]; p0 := ps[i]; wa := aheads[i];
-    present := true; -- locked above: a row, or a marker
-    {{WRITE}}
-  END LOOP;
+  {{WRITEROWS}}
   RETURN res;
 END
 $fn$`
@@ -486,6 +430,51 @@ const lockRows = `
     END LOOP;
   END LOOP;`
 
+// rowVars are the variables of a function over many rows (rs, ks, v):
+// readRows fills the arrays, one entry a row, and writeRows writes each row
+// whose was is set.
+const rowVars = `
+  rr text; kk bytea; kind bigint; emit bigint; tau bigint; debt bigint; per bigint; pm bigint; phase bigint; cost bigint;
+  aheads bigint[]; incs bigint[]; sinces bigint[]; idxs bigint[]; horizons bigint[]; freshes bool[]; markers bool[];
+  es bigint[]; cs bigint[]; ps bigint[]; was bigint[];
+  o int; i int; j int;`
+
+// readRows reads every row (readBlock) at the time after the waits for the
+// rows' locks, into the arrays; was starts unset.
+const readRows = `
+  IF at_us IS NULL THEN -- the time after the waits for the rows
+    us := (extract(epoch FROM clock_timestamp()) * 1000000)::bigint;
+    nsec := us / 1000000; usec := us % 1000000;
+  END IF;
+  FOR i IN 1..n LOOP
+    o := (i - 1) * 8;
+    rr := rs[i]; kk := ks[i];
+    kind := v[o + 1]; emit := v[o + 2]; tau := v[o + 3]; debt := v[o + 4];
+    per := v[o + 5]; pm := v[o + 6]; phase := v[o + 7]; cost := v[o + 8];
+    {{READ}}
+    aheads[i] := ahead; incs[i] := inc; sinces[i] := since; idxs[i] := idx; horizons[i] := horizon;
+    freshes[i] := fresh; es[i] := e0; cs[i] := c0; ps[i] := p0; was[i] := NULL;
+  END LOOP;`
+
+// writeRows writes each row whose was is set with its TAT was ahead of now
+// (writeBlock), and deletes the markers no check needed.
+const writeRows = `
+  FOR i IN 1..n LOOP
+    IF was[i] IS NULL THEN
+      IF markers[i] THEN -- not needed: nothing is left of it
+        DELETE FROM {{TABLE}} b WHERE b.r = rs[i] AND b.k = ks[i];
+      END IF;
+      CONTINUE;
+    END IF;
+    o := (i - 1) * 8;
+    rr := rs[i]; kk := ks[i];
+    kind := v[o + 1]; per := v[o + 5]; pm := v[o + 6];
+    idx := idxs[i]; since := sinces[i]; horizon := horizons[i];
+    e0 := es[i]; c0 := cs[i]; p0 := ps[i]; wa := was[i];
+    present := true; -- locked above: a row, or a marker
+    {{WRITE}}
+  END LOOP;`
+
 // schema returns the SQL that creates table, and its check functions fn,
 // fn_tier and fn_each.
 func schema(table, fn string, unlogged bool) []string {
@@ -493,11 +482,12 @@ func schema(table, fn string, unlogged bool) []string {
 	if unlogged {
 		u = "UNLOGGED "
 	}
-	blocks := strings.NewReplacer("{{TIMEVARS}}", timeVars, "{{BUCKETVARS}}", bucketVars, "{{FAST}}", fastPath, "{{LOCKROWS}}", lockRows,
+	rows := strings.NewReplacer("{{ROWVARS}}", rowVars, "{{LOCKROWS}}", lockRows, "{{READROWS}}", readRows, "{{WRITEROWS}}", writeRows)
+	blocks := strings.NewReplacer("{{TIMEVARS}}", timeVars, "{{BUCKETVARS}}", bucketVars, "{{FAST}}", fastPath,
 		"{{READ}}", readBlock, "{{WRITE}}", writeBlock, "{{CREATES}}", creates)
 	ahead := strings.NewReplacer("{{AHEAD:rec}}", strings.ReplaceAll(aheadExpr, "X.", "rec."),
 		"{{AHEAD:b}}", strings.ReplaceAll(aheadExpr, "X.", "b."))
 	r := strings.NewReplacer("{{UNLOGGED}}", u, "{{TABLE}}", table, "{{FUNC}}", fn)
-	function := func(sql string) string { return r.Replace(ahead.Replace(blocks.Replace(sql))) }
+	function := func(sql string) string { return r.Replace(ahead.Replace(blocks.Replace(rows.Replace(sql)))) }
 	return []string{r.Replace(tableSQL), function(oneSQL), function(tierSQL), function(eachSQL)}
 }
