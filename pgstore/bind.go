@@ -13,7 +13,7 @@ import (
 // store cannot hold within the contract, saying why, and two rules with one
 // name.
 func (s *Store) Bind(rules []shared.Rule) (shared.Bound, error) {
-	b := &bound{s: s, rules: make([]*Rule, len(rules))}
+	bound := make([]*Rule, len(rules))
 	seen := map[string]bool{}
 	leased := make([]bool, len(rules))
 	fallbacks := make([]*shared.Fallback, len(rules))
@@ -35,11 +35,18 @@ func (s *Store) Bind(rules []shared.Rule) (shared.Bound, error) {
 		if sr.Lease > 0 {
 			r.lease = min(sr.Lease, r.n.Limit.Burst)
 		}
-		b.rules[i], leased[i], fallbacks[i] = r, sr.Lease > 0, r.fallback
+		bound[i], leased[i], fallbacks[i] = r, sr.Lease > 0, r.fallback
 	}
-	b.leases = shared.NewLeases(leased, fallbacks, &s.guard, func(rule int, key string) *Lease {
-		r := b.rules[rule]
+	leases := shared.NewLeases(leased, fallbacks, &s.guard, func(rule int, key string) *Lease {
+		r := bound[rule]
 		return s.NewLease(r, key, r.lease)
+	})
+	b := shared.NewBinding("pgstore", len(bound), leases, func(ctx context.Context, steps []shared.Step) (shared.Result, int) {
+		st := make([]Step, len(steps))
+		for i, s := range steps {
+			st[i] = Step{bound[s.Rule], s.Key, s.Cost}
+		}
+		return s.CheckTier(ctx, st)
 	})
 	s.mu.Lock()
 	s.bounds = append(s.bounds, b)
@@ -58,49 +65,9 @@ func (s *Store) ReleaseLeases(ctx context.Context) error {
 	s.mu.Unlock()
 	var first error
 	for _, b := range bounds {
-		if err := b.leases.Release(ctx); err != nil && first == nil {
+		if err := b.Leases().Release(ctx); err != nil && first == nil {
 			first = err
 		}
 	}
 	return first
-}
-
-// bound is the rules a Store bound.
-type bound struct {
-	s      *Store
-	rules  []*Rule
-	leases *shared.Leases
-}
-
-// Check decides steps in one statement (CheckTier), or, when every step's
-// rule is leased, from each step's lease in order, all or nothing. A step
-// naming no bound rule is denied, as a rule that cannot be checked.
-func (b *bound) Check(ctx context.Context, steps []shared.Step) (shared.Result, int) {
-	for i, s := range steps {
-		if s.Rule < 0 || s.Rule >= len(b.rules) {
-			return shared.Result{Err: fmt.Errorf("pgstore: step %d names rule %d of %d bound", i, s.Rule, len(b.rules))}, i
-		}
-	}
-	if len(steps) > 0 {
-		if res, i, ok := b.leases.Check(ctx, steps); ok {
-			return res, i
-		}
-	}
-	st := make([]Step, len(steps))
-	for i, s := range steps {
-		st[i] = Step{b.rules[s.Rule], s.Key, s.Cost}
-	}
-	return b.s.CheckTier(ctx, st)
-}
-
-// CheckStep is Check of one step; a leased rule's check allocates nothing.
-func (b *bound) CheckStep(ctx context.Context, step shared.Step) shared.Result {
-	if step.Rule < 0 || step.Rule >= len(b.rules) {
-		return shared.Result{Err: fmt.Errorf("pgstore: a step names rule %d of %d bound", step.Rule, len(b.rules))}
-	}
-	if res, ok := b.leases.CheckStep(ctx, step); ok {
-		return res
-	}
-	res, _ := b.s.CheckTier(ctx, []Step{{b.rules[step.Rule], step.Key, step.Cost}})
-	return res
 }

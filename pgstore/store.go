@@ -70,7 +70,7 @@ type Store struct {
 	closed  atomic.Bool
 
 	mu     sync.Mutex
-	bounds []*bound // what Bind returned: ReleaseLeases gives their leases' tokens back
+	bounds []*shared.Binding // what Bind returned: ReleaseLeases gives their leases' tokens back
 }
 
 var tableName = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,40}\.)?[a-z_][a-z0-9_]{0,40}$`)

@@ -83,7 +83,7 @@ func TestBindLeased(t *testing.T) {
 		{Name: "SmallGlobal", Limit: atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 5}, Lease: 5},
 	}
 	var stores []*Store
-	var bounds []*bound
+	var bounds []*shared.Binding
 	for range 2 {
 		st, err := New(srv.Client(t))
 		if err != nil {
@@ -93,7 +93,7 @@ func TestBindLeased(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		stores, bounds = append(stores, st), append(bounds, b.(*bound))
+		stores, bounds = append(stores, st), append(bounds, b.(*shared.Binding))
 	}
 	start := time.Now()
 	tier := []shared.Step{{Rule: 0, Key: "alice", Cost: 1}, {Rule: 1, Key: "", Cost: 1}}
@@ -126,7 +126,7 @@ func TestBindLeased(t *testing.T) {
 			t.Fatalf("request %d: %+v", i, res)
 		}
 	}
-	bob, _ := b.leases.Lookup(0, "bob")
+	bob, _ := b.Leases().Lookup(0, "bob")
 	held := bob.Held()
 	if res, idx := b.Check(ctx, small); res.Allowed || idx != 1 {
 		t.Fatalf("the sixth request: %+v from step %d, want a denial from step 1", res, idx)
@@ -136,16 +136,16 @@ func TestBindLeased(t *testing.T) {
 	}
 
 	// No room for another lease: a new key is checked on Redis per request.
-	kept := b.leases.Len()
-	b.leases.SetMax(kept) // and no sweep for a second: both leases are in use
+	kept := b.Leases().Len()
+	b.Leases().SetMax(kept) // and no sweep for a second: both leases are in use
 	before := stores[0].Stats().RedisCalls
 	for i := range 3 {
 		if res, _ := b.Check(ctx, []shared.Step{{Rule: 0, Key: "carol", Cost: 1}}); !res.Allowed || res.Degraded {
 			t.Fatalf("carol's check %d: %+v", i, res)
 		}
 	}
-	if _, ok := b.leases.Lookup(0, "carol"); ok || b.leases.Len() != kept {
-		t.Errorf("carol got a lease beyond the most kept (%d kept, room for %d)", b.leases.Len(), kept)
+	if _, ok := b.Leases().Lookup(0, "carol"); ok || b.Leases().Len() != kept {
+		t.Errorf("carol got a lease beyond the most kept (%d kept, room for %d)", b.Leases().Len(), kept)
 	}
 	if got := stores[0].Stats().RedisCalls - before; got != 3 {
 		t.Errorf("carol's 3 checks made %d Redis calls, want 3 (per request)", got)
@@ -153,14 +153,14 @@ func TestBindLeased(t *testing.T) {
 
 	// Redis gone: dave's lease spends what it holds, then LeasedUser's
 	// failure setting (deny) decides.
-	b.leases.SetMax(MaxLeases)
+	b.Leases().SetMax(MaxLeases)
 	dave := []shared.Step{{Rule: 0, Key: "dave", Cost: 1}}
 	for range 4 { // batches of 1, then 2: dave's lease holds tokens
 		if res, _ := b.Check(ctx, dave); !res.Allowed {
 			t.Fatalf("dave: %+v", res)
 		}
 	}
-	lease, _ := b.leases.Lookup(0, "dave")
+	lease, _ := b.Leases().Lookup(0, "dave")
 	if lease.Held() == 0 {
 		t.Fatal("dave's lease holds nothing after 4 checks")
 	}

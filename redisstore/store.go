@@ -36,7 +36,7 @@ type Store struct {
 	co *shared.Coalescer[Step] // coalescing (coalesce.go); nil when off
 
 	mu     sync.Mutex
-	bounds []*bound // what Bind returned: ReleaseLeases gives their leases' tokens back
+	bounds []*shared.Binding // what Bind returned: ReleaseLeases gives their leases' tokens back
 }
 
 // DefaultTimeout bounds how long Check waits for Redis when the caller's

@@ -451,3 +451,51 @@ func (ls *Leases) Release(ctx context.Context) error {
 	}
 	return first
 }
+
+// Binding is the Bound a store returns from Bind: it checks the steps'
+// rule indexes, decides from leases when every step's rule is leased, and
+// otherwise hands the steps to the store's per-request check.
+type Binding struct {
+	store      string // the store's package, in errors
+	rules      int
+	leases     *Leases
+	perRequest func(ctx context.Context, steps []Step) (Result, int)
+}
+
+// NewBinding returns the Binding of rules rules (by index), their leases,
+// and the store's per-request check (named store in errors).
+func NewBinding(store string, rules int, leases *Leases, perRequest func(ctx context.Context, steps []Step) (Result, int)) *Binding {
+	return &Binding{store: store, rules: rules, leases: leases, perRequest: perRequest}
+}
+
+// Leases are the binding's leases.
+func (b *Binding) Leases() *Leases { return b.leases }
+
+// Check decides steps on the store, or, when every step's rule is leased,
+// from each step's lease in order, all or nothing. A step naming no bound
+// rule is denied, as a rule that cannot be checked.
+func (b *Binding) Check(ctx context.Context, steps []Step) (Result, int) {
+	for i, s := range steps {
+		if s.Rule < 0 || s.Rule >= b.rules {
+			return Result{Err: fmt.Errorf("%s: step %d names rule %d of %d bound", b.store, i, s.Rule, b.rules)}, i
+		}
+	}
+	if len(steps) > 0 {
+		if res, i, ok := b.leases.Check(ctx, steps); ok {
+			return res, i
+		}
+	}
+	return b.perRequest(ctx, steps)
+}
+
+// CheckStep is Check of one step; a leased rule's check allocates nothing.
+func (b *Binding) CheckStep(ctx context.Context, step Step) Result {
+	if step.Rule < 0 || step.Rule >= b.rules {
+		return Result{Err: fmt.Errorf("%s: a step names rule %d of %d bound", b.store, step.Rule, b.rules)}
+	}
+	if res, ok := b.leases.CheckStep(ctx, step); ok {
+		return res
+	}
+	res, _ := b.perRequest(ctx, []Step{step})
+	return res
+}
