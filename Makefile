@@ -17,7 +17,7 @@ BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
 BENCHTIME ?= 0.5s
 FUZZ_TARGETS := FuzzDifferential FuzzRule
 
-.PHONY: test check unit redis pg schema examples getting-started fuzz-smoke fuzz bench bench-smoke generate
+.PHONY: test check unit servers redis pg schema examples getting-started fuzz-smoke fuzz bench bench-full bench-smoke generate
 
 ## generate: regenerate generated/ from policy.yaml, the benchmarks' HTTP
 ## limits from bench/httppolicy.yaml, and the Redis store's test package.
@@ -29,7 +29,14 @@ generate:
 ## test: everything CI checks — formatting, vet, tidy modules, all tests with -race
 ## (including the committed fuzz corpora), a short run of each fuzz target, and
 ## a smoke run of the benchmarks.
-test: check unit redis pg schema examples getting-started fuzz-smoke bench-smoke
+test: servers check unit redis pg schema examples getting-started fuzz-smoke bench-smoke
+
+# The servers the stores' tests and benchmarks start for themselves
+# (redis-server, PostgreSQL, PgBouncer): installed with apt-get when missing
+# where that can be done (root, or sudo without a password); otherwise the
+# command to run is printed. .ci/run uses the same script.
+servers:
+	.ci/servers
 
 check:
 	$(GO) run ./gen -check
@@ -49,14 +56,13 @@ unit:
 # The Redis store, against redis-servers its tests start on 127.0.0.1 (never
 # skipped: without redis-server the target says how to install it).
 redis:
-	@command -v redis-server >/dev/null || { echo "make test needs redis-server: apt-get install -y redis-server (as root; .ci/run does this)"; exit 1; }
+	.ci/servers redis
 	cd redisstore && $(GO) test -race -count=1 ./...
 
 # The PostgreSQL store, against PostgreSQL servers its tests start on
 # 127.0.0.1 (never skipped: without initdb the target says how to install it).
 pg:
-	@command -v initdb >/dev/null || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { echo "make test needs PostgreSQL: apt-get install -y postgresql (as root; .ci/run does this)"; exit 1; }
-	@command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || { echo "make test needs PgBouncer: apt-get install -y pgbouncer (as root; .ci/run does this)"; exit 1; }
+	.ci/servers postgres pgbouncer
 	cd pgstore && $(GO) test -race -count=1 ./...
 
 # The JSON Schema for editors, checked against the repository's policies.
@@ -101,13 +107,16 @@ fuzz:
 	fuzz/run.sh FuzzScript $(FUZZTIME) ./redisstore
 	fuzz/run.sh FuzzFunction $(FUZZTIME) ./pgstore
 
-## bench: BENCHRUNS interleaved runs of every benchmark (each run goes through
-## every implementation once, so drift affects all alike), then a benchstat table
-## with one column per implementation.
+## bench: the main job. Regenerate, then the headline comparison (the local
+## check, HTTP, Redis, PostgreSQL, each beside its peers): BENCHRUNS
+## interleaved runs, progress as it goes, then a benchstat table with one
+## column per implementation (bench/run.sh). About 5 minutes on 2 cores.
 bench: generate
-	mkdir -p bench/results
-	: > bench/results/bench.txt
-	cd bench && for i in $$(seq $(BENCHRUNS)); do \
-	  $(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCHTIME) -count 1 ./... | tee -a results/bench.txt; \
-	done
-	cd bench && $(GO) tool benchstat -col /impl results/bench.txt | tee results/benchstat.txt
+	.ci/servers redis postgres
+	bench/run.sh headline $(BENCHRUNS) $(BENCHTIME)
+
+## bench-full: every benchmark (1e6-key tables, 1/16/64 callers, tiers,
+## leases, fsync on), the same way. About 20 minutes on 2 cores.
+bench-full: generate
+	.ci/servers redis postgres
+	bench/run.sh full $(BENCHRUNS) $(BENCHTIME)

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# bench/run.sh headline|full RUNS BENCHTIME: the benchmarks `make bench`
+# (headline) and `make bench-full` (full) run, RUNS times interleaved (each run
+# goes through every implementation once, so a machine's drift affects all
+# alike), then a benchstat table with one column per implementation.
+#
+# headline is each part beside its peers, in a few minutes: the local check
+# (one bucket; a table of 1e3 keys), the HTTP middleware, a shared check on
+# Redis at 64 callers and on PostgreSQL (hot key, 16 callers). full is every
+# benchmark of the package (about 3 minutes a run on 2 cores).
+#
+# The test binary is built once. A run that fails is reported and the others
+# go on: the table is printed from what finished, and the command then fails,
+# naming what did not.
+set -uo pipefail
+cd "$(dirname "$0")"
+mode=${1:-headline} runs=${2:-6} benchtime=${3:-0.5s}
+
+case $mode in
+headline)
+  sets=(
+    '^BenchmarkSingle$/^case=allow$'
+    '^BenchmarkKeyed$/^keys=1e\+03$'
+    '^BenchmarkHTTP$'
+    '^BenchmarkRedis$/^callers=64$'
+    '^BenchmarkPostgres$/^keys=1$/^callers=16$'
+  ) ;;
+full) sets=('.') ;;
+*) echo "bench/run.sh: mode is headline or full, not $mode" >&2; exit 2 ;;
+esac
+
+mkdir -p results
+out=results/bench.txt
+: >"$out"
+start=$SECONDS
+elapsed() { printf '%dm%02ds' $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60)); }
+
+echo "== building the benchmarks"
+go test -c -o results/bench.test . || exit 1
+
+failed=()
+for i in $(seq "$runs"); do
+  for set in "${sets[@]}"; do
+    echo "== run $i of $runs, $(elapsed): $set"
+    ./results/bench.test -test.run '^$' -test.bench "$set" -test.benchmem \
+      -test.benchtime "$benchtime" -test.count 1 2>&1 | tee -a "$out" |
+      { grep -v '^\(goos\|goarch\|pkg\|cpu\|PASS\)' || true; }
+    [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("run $i: $set")
+  done
+done
+
+echo "== benchstat ($runs runs, $(elapsed))"
+go tool benchstat -col /impl "$out" | tee results/benchstat.txt
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "== these benchmark runs failed (their output is above and in bench/$out):" >&2
+  printf '   %s\n' "${failed[@]}" >&2
+  exit 1
+fi
+echo "== done in $(elapsed): bench/$out, bench/results/benchstat.txt"
