@@ -4,8 +4,9 @@
 # goes through every implementation once, so a machine's drift affects all
 # alike), then a benchstat table with one column per implementation.
 #
-# headline is each part beside its peers, in a few minutes: the local check
-# (one bucket; a table of 1e3 keys), the HTTP middleware, a shared check on
+# headline is each part beside its peers, in a few minutes: the generated
+# package beside the runtime under it, the local check (one bucket; a table of
+# 1e3 keys), the HTTP middleware, a shared check on
 # Redis at 64 callers and on PostgreSQL (hot key, 16 callers). full is every
 # benchmark of the package (about 3 minutes a run on 2 cores).
 #
@@ -19,6 +20,7 @@ mode=${1:-headline} runs=${2:-6} benchtime=${3:-0.5s}
 case $mode in
 headline)
   sets=(
+    '^BenchmarkGenerated$'
     '^BenchmarkSingle$/^case=allow$'
     '^BenchmarkKeyed$/^keys=1e\+03$'
     '^BenchmarkHTTP$'
