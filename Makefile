@@ -87,6 +87,7 @@ fuzz-smoke:
 	fuzz/run.sh FuzzClientIP $(SMOKE_FuzzClientIP) ./limithttp
 	fuzz/run.sh FuzzQueryValue $(SMOKE_FuzzHTTP) ./limithttp
 	fuzz/run.sh FuzzParseIPv4 $(SMOKE_FuzzHTTP) ./limithttp
+	fuzz/run.sh FuzzRouter $(SMOKE_FuzzHTTP) ./limithttp
 	fuzz/run.sh FuzzMiddleware $(SMOKE_FuzzHTTP) ./generated
 	fuzz/run.sh FuzzScript $(SMOKE_FuzzScript) ./redisstore
 	fuzz/run.sh FuzzFunction $(SMOKE_FuzzFunction) ./pgstore
@@ -103,6 +104,7 @@ fuzz:
 	fuzz/run.sh FuzzClientIP $(FUZZTIME) ./limithttp
 	fuzz/run.sh FuzzQueryValue $(FUZZTIME) ./limithttp
 	fuzz/run.sh FuzzParseIPv4 $(FUZZTIME) ./limithttp
+	fuzz/run.sh FuzzRouter $(FUZZTIME) ./limithttp
 	fuzz/run.sh FuzzMiddleware $(FUZZTIME) ./generated
 	fuzz/run.sh FuzzScript $(FUZZTIME) ./redisstore
 	fuzz/run.sh FuzzFunction $(FUZZTIME) ./pgstore

@@ -304,3 +304,24 @@ func TestMiddlewareHugeHeaders(t *testing.T) {
 		t.Errorf("a non-ASCII user: %d %q", w.Code, w.Header().Get("RateLimit"))
 	}
 }
+
+// A path wildcard's key is read from the path the middleware matched, with no
+// ServeMux in front (r.PathValue is empty there): each account has its own
+// DailyExport bucket. Before, r.PathValue was the source, so behind chi or
+// around a whole mux every request had no key.
+func TestMiddlewarePathKeyWithoutMux(t *testing.T) {
+	s := newService(t)
+	h := s.mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	for _, c := range []struct{ path, want string }{
+		{"/v1/export/42", `"DailyExport";r=99;`},
+		{"/v1/export/42", `"DailyExport";r=98;`},
+		{"/v1/export/7", `"DailyExport";r=99;`},
+		{"/v1//export/42", `"DailyExport";r=97;`}, // unclean: GET /v1/export/{account} all the same
+	} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", c.path, nil))
+		if !strings.HasPrefix(w.Header().Get("RateLimit"), c.want) {
+			t.Errorf("GET %s: RateLimit %q, want %s…", c.path, w.Header().Get("RateLimit"), c.want)
+		}
+	}
+}

@@ -45,7 +45,9 @@ func QueryKey(r *http.Request, name string) (string, bool) {
 }
 
 // PathKey returns the value of the ServeMux path wildcard name (r.PathValue),
-// or false when it is empty or longer than MaxKeyLen.
+// or false when it is empty or longer than MaxKeyLen. Only a ServeMux sets
+// r.PathValue, in the handlers it calls: generated middleware reads its
+// routes' wildcards with Router and PathKeyAt instead, under any router.
 func PathKey(r *http.Request, name string) (string, bool) {
 	v := r.PathValue(name)
 	if !keyOK(v) {
@@ -55,7 +57,8 @@ func PathKey(r *http.Request, name string) (string, bool) {
 }
 
 // PatternKey returns the ServeMux pattern that matched r (r.Pattern): one
-// bucket per route. False when r was not routed by a ServeMux.
+// bucket per route. False when r was not routed by a ServeMux (generated
+// middleware keys a route by its policy pattern, a constant, instead).
 func PatternKey(r *http.Request) (string, bool) {
 	if r.Pattern == "" {
 		return "", false

@@ -223,11 +223,13 @@ var httpRoutes = [...][1]string{{"\"PerIP\";q=1000000000;w=1"}}
 // nil one.
 type Hooks struct{}
 
-// Middleware enforces the policy's http: section: for the route net/http's ServeMux matched
-// (r.Pattern), it reads the keys, cost and plan the policy names, checks the route's rule or
-// tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may
-// not go on. A request whose pattern is not in the policy goes on unchecked: register your
-// handlers with the policy's patterns (ServeMux does it for you).
+// Middleware enforces the policy's http: section: it finds the policy's route that covers a
+// request by net/http's rules (the pattern http.ServeMux would pick among the policy's own, the
+// pattern a redirect to the clean path leads to for an unclean one), whatever router it wraps or
+// sits behind (a whole ServeMux, chi, gorilla/mux) and whatever patterns the service registered;
+// reads the keys, cost and plan the policy names; checks the route's rule or tier; sets the
+// RateLimit fields; and answers 429 (or the policy's 4xx) when the request may not go on. A
+// request no route covers goes on unchecked.
 //
 // Routes: GET /bench.
 type Middleware struct {
@@ -264,7 +266,8 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 	}, nil
 }
 
-// Wrap returns next behind the limits of the route ServeMux matched for the request.
+// Wrap returns next behind the limits of the policy's route that covers each request: wrap a
+// whole router, or each handler.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if m.check(w, r) {
@@ -281,18 +284,22 @@ func (m *Middleware) now() atomicbucket.Time {
 	return atomicbucket.Now()
 }
 
-// check checks r against its route's limits and reports whether it may go on.
+// check checks r against the limits of the policy's route that covers it (httpRouter: net/http's
+// rules over the policy's patterns, whatever router the service uses) and reports whether it
+// may go on.
 func (m *Middleware) check(w http.ResponseWriter, r *http.Request) bool {
-	switch r.Pattern {
-	case "GET /bench":
-		return m.route1(w, r)
+	route, path := httpRouter.Match(r)
+	switch route {
+	case 0:
+		return m.route1(w, r, path)
 	}
 	return true
 }
 
-// ServeMux is an http.ServeMux whose every handler is wrapped by the middleware: register the
-// policy's patterns on it exactly as the policy writes them (Unregistered finds the ones you
-// missed).
+// ServeMux is an http.ServeMux whose every handler is wrapped by the middleware. The routes
+// are limited by the policy's patterns whatever patterns are registered here; Unregistered lists
+// the policy's patterns with no handler of the same spelling, a hint of a policy out of step with
+// the service.
 type ServeMux struct {
 	*http.ServeMux
 	m          *Middleware
@@ -302,6 +309,9 @@ type ServeMux struct {
 
 // httpPatterns are the policy's route patterns, in policy order.
 var httpPatterns = [...]string{"GET /bench"}
+
+// httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.
+var httpRouter = limithttp.MustRouter(httpPatterns[:]...)
 
 // NewServeMux returns an empty ServeMux behind m.
 func (m *Middleware) NewServeMux() *ServeMux {
@@ -320,9 +330,9 @@ func (s *ServeMux) Handle(pattern string, h http.Handler) {
 	s.mu.Unlock()
 }
 
-// Unregistered returns the policy's patterns that no handler has been registered for on s. A
-// route registered under another spelling (GET /hello/ for GET /hello) is not limited: check
-// this once the routes are registered.
+// Unregistered returns the policy's patterns that no handler has been registered for on s under
+// the same spelling. Such a route is still limited (the middleware matches the policy's own
+// patterns), but a policy route the service serves under no pattern of its own may be stale.
 func (s *ServeMux) Unregistered() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -341,7 +351,7 @@ func (s *ServeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.
 }
 
 // route1 checks GET /bench (rule PerIP, enforce) and reports whether the request may go on.
-func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
+func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string) bool {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.ClientIP.Key(r)

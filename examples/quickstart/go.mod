@@ -5,6 +5,8 @@ go 1.26.0
 tool github.com/limitgen/limitgen/gen
 
 require (
+	github.com/go-chi/chi/v5 v5.5.0
+	github.com/gorilla/mux v1.8.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/limitgen/limitgen v0.0.0
 	github.com/limitgen/limitgen/pgstore v0.0.0-00010101000000-000000000000

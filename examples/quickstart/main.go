@@ -41,9 +41,10 @@ func accountOf(r *http.Request) (account, bool) {
 	return a, ok
 }
 
-// newServer returns the service's handler, limited by lims.
-func newServer(lims *limits.Limits) (http.Handler, error) {
-	mw, err := limits.NewMiddleware(lims, limits.Hooks{
+// newMiddleware returns the policy's middleware over lims, with the service's
+// hooks: who the user is, and their plan.
+func newMiddleware(lims *limits.Limits) (*limits.Middleware, error) {
+	return limits.NewMiddleware(lims, limits.Hooks{
 		UserID: func(r *http.Request) (string, bool) {
 			a, ok := accountOf(r)
 			return a.name, ok
@@ -56,6 +57,11 @@ func newServer(lims *limits.Limits) (http.Handler, error) {
 			return limits.ParsePlan(a.plan)
 		},
 	})
+}
+
+// newServer returns the service's handler, limited by lims.
+func newServer(lims *limits.Limits) (http.Handler, error) {
+	mw, err := newMiddleware(lims)
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +73,7 @@ func newServer(lims *limits.Limits) (http.Handler, error) {
 	mux.HandleFunc("POST /login", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "login: checked")
 	})
-	if missing := mux.Unregistered(); len(missing) > 0 { // a policy route under another spelling is not limited
+	if missing := mux.Unregistered(); len(missing) > 0 { // limited all the same, but the policy may be stale
 		return nil, fmt.Errorf("policy routes without a handler: %q", missing)
 	}
 	return mux, nil

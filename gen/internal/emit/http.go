@@ -212,18 +212,20 @@ func emitMiddleware(m *model.Model) jen.Code {
 		if r.Mode == "Off" {
 			continue
 		}
-		cases = append(cases, jen.Case(jen.Lit(r.Pattern)).Block(jen.Return(jen.Id("m").Dot(routeFunc(i)).Call(jen.Id("w"), jen.Id("r")))))
+		cases = append(cases, jen.Case(jen.Lit(i)).Block(jen.Return(jen.Id("m").Dot(routeFunc(i)).Call(jen.Id("w"), jen.Id("r"), jen.Id("path")))))
 	}
 	logDoc := "logs no denials"
 	if h.LogDenials > 0 {
 		logDoc = fmt.Sprintf("logs denials with log/slog's default logger, at most %d a second", h.LogDenials)
 	}
 	g := jen.Line().
-		Comment("Middleware enforces the policy's http: section: for the route net/http's ServeMux matched").Line().
-		Comment("(r.Pattern), it reads the keys, cost and plan the policy names, checks the route's rule or").Line().
-		Comment("tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may").Line().
-		Comment("not go on. A request whose pattern is not in the policy goes on unchecked: register your").Line().
-		Comment("handlers with the policy's patterns (ServeMux does it for you).").Line().
+		Comment("Middleware enforces the policy's http: section: it finds the policy's route that covers a").Line().
+		Comment("request by net/http's rules (the pattern http.ServeMux would pick among the policy's own, the").Line().
+		Comment("pattern a redirect to the clean path leads to for an unclean one), whatever router it wraps or").Line().
+		Comment("sits behind (a whole ServeMux, chi, gorilla/mux) and whatever patterns the service registered;").Line().
+		Comment("reads the keys, cost and plan the policy names; checks the route's rule or tier; sets the").Line().
+		Comment("RateLimit fields; and answers 429 (or the policy's 4xx) when the request may not go on. A").Line().
+		Comment("request no route covers goes on unchecked.").Line().
 		Comment("").Line().
 		Comment("Routes: "+strings.Join(patterns, "; ")+".").Line().
 		Type().Id("Middleware").Struct(
@@ -246,7 +248,8 @@ func emitMiddleware(m *model.Model) jen.Code {
 			)), jen.Nil()),
 		)...,
 	).Line().Line().
-		Comment("Wrap returns next behind the limits of the route ServeMux matched for the request.").Line().
+		Comment("Wrap returns next behind the limits of the policy's route that covers each request: wrap a").Line().
+		Comment("whole router, or each handler.").Line().
 		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("Wrap").Params(jen.Id("next").Qual("net/http", "Handler")).Qual("net/http", "Handler").Block(
 		jen.Return(jen.Qual("net/http", "HandlerFunc").Call(jen.Func().Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req())).Block(
 			jen.If(jen.Id("m").Dot("check").Call(jen.Id("w"), jen.Id("r"))).Block(jen.Id("next").Dot("ServeHTTP").Call(jen.Id("w"), jen.Id("r"))),
@@ -257,14 +260,18 @@ func emitMiddleware(m *model.Model) jen.Code {
 		jen.If(jen.Id("m").Dot("Clock").Op("!=").Nil()).Block(jen.Return(jen.Id("m").Dot("Clock").Call())),
 		jen.Return(rt("Now").Call()),
 	).Line().Line().
-		Comment("check checks r against its route's limits and reports whether it may go on.").Line().
+		Comment("check checks r against the limits of the policy's route that covers it (httpRouter: net/http's").Line().
+		Comment("rules over the policy's patterns, whatever router the service uses) and reports whether it").Line().
+		Comment("may go on.").Line().
 		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("check").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req())).Bool().Block(
-		jen.Switch(jen.Id("r").Dot("Pattern")).Block(cases...),
+		jen.List(jen.Id("route"), jen.Id("path")).Op(":=").Id("httpRouter").Dot("Match").Call(jen.Id("r")),
+		jen.Switch(jen.Id("route")).Block(cases...),
 		jen.Return(jen.True()),
 	).Line().Line().
-		Comment("ServeMux is an http.ServeMux whose every handler is wrapped by the middleware: register the").Line().
-		Comment("policy's patterns on it exactly as the policy writes them (Unregistered finds the ones you").Line().
-		Comment("missed).").Line().
+		Comment("ServeMux is an http.ServeMux whose every handler is wrapped by the middleware. The routes").Line().
+		Comment("are limited by the policy's patterns whatever patterns are registered here; Unregistered lists").Line().
+		Comment("the policy's patterns with no handler of the same spelling, a hint of a policy out of step with").Line().
+		Comment("the service.").Line().
 		Type().Id("ServeMux").Struct(
 		jen.Op("*").Qual("net/http", "ServeMux"),
 		jen.Id("m").Op("*").Id("Middleware"),
@@ -273,6 +280,8 @@ func emitMiddleware(m *model.Model) jen.Code {
 	).Line().Line().
 		Comment("httpPatterns are the policy's route patterns, in policy order.").Line().
 		Var().Id("httpPatterns").Op("=").Index(jen.Op("...")).String().Values(patternLits...).Line().Line().
+		Comment("httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.").Line().
+		Var().Id("httpRouter").Op("=").Add(lh("MustRouter")).Call(jen.Id("httpPatterns").Index(jen.Empty(), jen.Empty()).Op("...")).Line().Line().
 		Comment("NewServeMux returns an empty ServeMux behind m.").Line().
 		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("NewServeMux").Params().Op("*").Id("ServeMux").Block(
 		jen.Return(jen.Op("&").Id("ServeMux").Values(jen.Dict{
@@ -288,9 +297,9 @@ func emitMiddleware(m *model.Model) jen.Code {
 		jen.Id("s").Dot("registered").Index(jen.Id("pattern")).Op("=").True(),
 		jen.Id("s").Dot("mu").Dot("Unlock").Call(),
 	).Line().Line().
-		Comment("Unregistered returns the policy's patterns that no handler has been registered for on s. A").Line().
-		Comment("route registered under another spelling (GET /hello/ for GET /hello) is not limited: check").Line().
-		Comment("this once the routes are registered.").Line().
+		Comment("Unregistered returns the policy's patterns that no handler has been registered for on s under").Line().
+		Comment("the same spelling. Such a route is still limited (the middleware matches the policy's own").Line().
+		Comment("patterns), but a policy route the service serves under no pattern of its own may be stale.").Line().
 		Func().Params(jen.Id("s").Op("*").Id("ServeMux")).Id("Unregistered").Params().Index().String().Block(
 		jen.Id("s").Dot("mu").Dot("Lock").Call(),
 		jen.Defer().Id("s").Dot("mu").Dot("Unlock").Call(),
@@ -322,7 +331,7 @@ func intBits(t string) (unsigned bool, bits int) {
 
 // emitKey is the statements that set k (and ok) from a rule's key sources, in
 // order, for a key of type t.
-func emitKey(k, ok string, t string, srcs []model.KeySource, ord int) []jen.Code {
+func emitKey(k, ok string, t string, srcs []model.KeySource, ord int, pattern string) []jen.Code {
 	var out []jen.Code
 	out = append(out, jen.Var().Id(k).Id(t), jen.Var().Id(ok).Bool())
 	for i, s := range srcs {
@@ -332,7 +341,7 @@ func emitKey(k, ok string, t string, srcs []model.KeySource, ord int) []jen.Code
 		case "ip":
 			set = append(set, jen.List(jen.Id(k), jen.Id(ok)).Op("=").Id("m").Dot("ClientIP").Dot("Key").Call(jen.Id("r")))
 		case "pattern":
-			set = append(set, jen.List(jen.Id(k), jen.Id(ok)).Op("=").Add(lh("PatternKey")).Call(jen.Id("r")))
+			set = append(set, jen.List(jen.Id(k), jen.Id(ok)).Op("=").List(jen.Lit(pattern), jen.True()))
 		case "route":
 			set = append(set, jen.List(jen.Id(k), jen.Id(ok)).Op("=").List(jen.Lit(ord), jen.True()))
 		case "func":
@@ -345,7 +354,7 @@ func emitKey(k, ok string, t string, srcs []model.KeySource, ord int) []jen.Code
 		case "query":
 			src = lh("QueryKey").Call(jen.Id("r"), jen.Lit(s.Name))
 		case "path":
-			src = lh("PathKey").Call(jen.Id("r"), jen.Lit(s.Name))
+			src = lh("PathKeyAt").Call(jen.Id("path"), jen.Lit(s.Segment), jen.Lit(s.Multi))
 		}
 		if src != nil {
 			if t == "string" {
@@ -408,7 +417,7 @@ func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
 			continue
 		}
 		k, ok := "k"+strconv.Itoa(j), "ok"+strconv.Itoa(j)
-		body = append(body, emitKey(k, ok, rule.KeyType, r.Keys[j], r.Ordinal)...)
+		body = append(body, emitKey(k, ok, rule.KeyType, r.Keys[j], r.Ordinal, r.Pattern)...)
 		body = append(body, jen.If(jen.Op("!").Id(ok)).Block(jen.Return(jen.Id("m").Dot("Config").Dot("Reject").Call(
 			jen.Id("w"), mode, jen.Lit(h.Missing), jen.Lit(r.MissingBodies[j]), event(ri, "MissingKey", nil)))))
 		keyArgs = append(keyArgs, jen.Id(k))
@@ -528,7 +537,7 @@ func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
 	}
 	return jen.Line().
 		Add(comment(fmt.Sprintf("%s checks %s (%s, %s) and reports whether the request may go on.", routeFunc(i), r.Pattern, what, strings.ToLower(r.Mode)))).
-		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id(routeFunc(i)).Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req())).Bool().Block(body...).Line()
+		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id(routeFunc(i)).Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("path").String()).Bool().Block(body...).Line()
 }
 
 func emitPlanOf(m *model.Model) jen.Code {

@@ -40,6 +40,10 @@ type Hook struct {
 type KeySource struct {
 	Kind string // ip, header, query, path, pattern, route, func
 	Name string // the header (canonical), query parameter, path wildcard or hook
+	// path: where the route's pattern holds the wildcard (limithttp.Pattern.Wildcard),
+	// read from the path the middleware's router matched.
+	Segment int
+	Multi   bool
 }
 
 // Route is one ServeMux pattern and what it checks.

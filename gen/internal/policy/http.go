@@ -433,6 +433,14 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 		for _, s := range srcs {
 			from = append(from, describeSource(s))
 		}
+		srcs = slices.Clone(srcs) // the route's own: its path sources' segments are its pattern's
+		if pp, err := limithttp.ParsePattern(r.Pattern); err == nil {
+			for i, s := range srcs {
+				if s.Kind == "path" {
+					srcs[i].Segment, srcs[i].Multi = pp.Wildcard(s.Name)
+				}
+			}
+		}
 		r.Keys = append(r.Keys, srcs)
 		r.MissingBodies = append(r.MissingBodies, limithttp.ProblemBody("about:blank", http.StatusText(h.Missing), h.Missing,
 			"The request has no key for rule "+rule.Name+": "+what+" reads it from "+strings.Join(from, ", then ")+".", ""))

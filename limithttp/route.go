@@ -1,0 +1,458 @@
+package limithttp
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+)
+
+// Router finds which of a policy's route patterns covers a request, by
+// net/http's own rules (http.ServeMux's patterns and precedence, Go 1.22 and
+// later), whatever router the service uses and whether or not one has run: a
+// middleware that relied on r.Pattern would limit nothing when it wraps a
+// whole mux (r.Pattern is set inside it), under chi or gorilla/mux (they never
+// set it), or when the service registered another spelling of a pattern.
+//
+// Match answers what http.ServeMux.Handler reports as the pattern for the
+// request on a mux holding exactly the router's patterns: the most specific
+// pattern that matches the cleaned path, host and method (GET patterns match
+// HEAD); for a path ServeMux would redirect (an unclean path, or /tree when
+// only /tree/ is registered) the pattern the redirect leads to; none when
+// ServeMux would answer 404 or 405. The fuzz test FuzzRouter holds it to
+// http.ServeMux itself. Unlike ServeMux.Handler it takes no lock and
+// allocates nothing (but to unescape a %-escaped path segment, or to clean a
+// path that is not clean).
+//
+// A Router is immutable once built, and safe for concurrent use.
+type Router struct {
+	root    rnode   // its children are hosts ("" for patterns without one), theirs methods ("" for none)
+	routes  []route // by pattern index
+	hasHost bool    // some pattern names a host
+}
+
+// route is what exactMatch needs of a pattern.
+type route struct {
+	segs  int  // the pattern's path segments
+	multi bool // its last segment is a multi wildcard ({x...}, or a trailing slash)
+}
+
+// rnode is a node of the routing tree, as net/http builds its own: children by
+// literal segment, then one single-wildcard child, then one multi-wildcard
+// child, tried in that order (literals are more specific).
+type rnode struct {
+	route    int // index+1 of the pattern that ends here; 0 for none
+	children []redge
+	wild     *rnode // a {name} segment
+	multi    *rnode // a {name...} segment or a trailing slash: matches the rest
+}
+
+type redge struct {
+	key string
+	n   *rnode
+}
+
+// child is the child for key. As in net/http, the empty key is the
+// wildcard's child: a host or method left out, an empty segment.
+func (n *rnode) child(key string) *rnode {
+	if n == nil {
+		return nil
+	}
+	if key == "" {
+		return n.wild
+	}
+	for i := range n.children {
+		if n.children[i].key == key {
+			return n.children[i].n
+		}
+	}
+	return nil
+}
+
+func (n *rnode) add(key string) *rnode {
+	if c := n.child(key); c != nil {
+		return c
+	}
+	c := &rnode{}
+	if key == "" {
+		n.wild = c
+		return c
+	}
+	n.children = append(n.children, redge{key, c})
+	return c
+}
+
+// Pattern is a ServeMux pattern taken apart: "[METHOD ][HOST]/[PATH]".
+type Pattern struct {
+	Method, Host string
+	Segments     []Segment
+}
+
+// Segment is one segment of a pattern's path: a literal (unescaped), a
+// wildcard {Name}, a multi wildcard {Name...} (Multi; Name "" for a trailing
+// slash), or the end anchor {$} (a literal "/").
+type Segment struct {
+	Name  string // the literal, or the wildcard's name
+	Wild  bool
+	Multi bool
+}
+
+// ErrPattern is wrapped by the errors of ParsePattern and NewRouter.
+var ErrPattern = errors.New("limithttp: invalid route pattern")
+
+// ParsePattern takes a ServeMux pattern apart as net/http does. It checks
+// the pattern with an http.ServeMux, so that it accepts exactly what
+// ServeMux.Handle accepts.
+func ParsePattern(s string) (Pattern, error) {
+	if msg := register(http.NewServeMux(), s); msg != "" {
+		return Pattern{}, fmt.Errorf("%w %q: %s", ErrPattern, s, msg)
+	}
+	var p Pattern
+	rest := s
+	if i := strings.IndexAny(s, " \t"); i >= 0 {
+		p.Method, rest = s[:i], strings.TrimLeft(s[i+1:], " \t")
+	}
+	i := strings.IndexByte(rest, '/')
+	p.Host, rest = rest[:i], rest[i:]
+	for len(rest) > 0 {
+		rest = rest[1:]
+		if rest == "" { // a trailing slash: the rest of the path
+			p.Segments = append(p.Segments, Segment{Wild: true, Multi: true})
+			break
+		}
+		j := strings.IndexByte(rest, '/')
+		if j < 0 {
+			j = len(rest)
+		}
+		var seg string
+		seg, rest = rest[:j], rest[j:]
+		if !strings.HasPrefix(seg, "{") {
+			p.Segments = append(p.Segments, Segment{Name: pathUnescape(seg)})
+			continue
+		}
+		name := seg[1 : len(seg)-1]
+		if name == "$" {
+			p.Segments = append(p.Segments, Segment{Name: "/"})
+			break
+		}
+		name, multi := strings.CutSuffix(name, "...")
+		p.Segments = append(p.Segments, Segment{Name: name, Wild: true, Multi: multi})
+	}
+	return p, nil
+}
+
+// Wildcard is the index of the segment that holds wildcard name, and whether
+// it is a multi wildcard (it then holds the rest of the path); -1 when the
+// pattern has no such wildcard. PathKeyAt reads its value from a path the
+// pattern matched.
+func (p Pattern) Wildcard(name string) (index int, multi bool) {
+	for i, s := range p.Segments {
+		if s.Wild && s.Name == name {
+			return i, s.Multi
+		}
+	}
+	return -1, false
+}
+
+// register registers pattern on mux and returns ServeMux's reason when it
+// refuses it (it panics), or "".
+func register(mux *http.ServeMux, pattern string) (msg string) {
+	defer func() {
+		if e := recover(); e != nil {
+			msg = fmt.Sprint(e)
+		}
+	}()
+	mux.Handle(pattern, http.NotFoundHandler())
+	return ""
+}
+
+// NewRouter builds a router over patterns; Match reports a pattern by its
+// index here. It refuses what http.ServeMux would: a pattern that does not
+// parse, or two that conflict.
+func NewRouter(patterns ...string) (*Router, error) {
+	rt := &Router{routes: make([]route, len(patterns))}
+	mux := http.NewServeMux()
+	for i, s := range patterns {
+		if msg := register(mux, s); msg != "" {
+			return nil, fmt.Errorf("%w %q: %s", ErrPattern, s, msg)
+		}
+		p, err := ParsePattern(s)
+		if err != nil {
+			return nil, err
+		}
+		rt.hasHost = rt.hasHost || p.Host != ""
+		n := rt.root.add(p.Host).add(p.Method)
+		for _, seg := range p.Segments {
+			switch {
+			case seg.Multi:
+				n.multi = &rnode{}
+				n = n.multi
+			case seg.Wild:
+				n = n.add("")
+			default:
+				n = n.add(seg.Name)
+			}
+		}
+		n.route = i + 1
+		last := p.Segments[len(p.Segments)-1]
+		rt.routes[i] = route{segs: len(p.Segments), multi: last.Multi}
+	}
+	return rt, nil
+}
+
+// MustRouter is NewRouter for patterns a generator checked: it panics on an
+// error.
+func MustRouter(patterns ...string) *Router {
+	rt, err := NewRouter(patterns...)
+	if err != nil {
+		panic(err)
+	}
+	return rt
+}
+
+// Match returns the index of the pattern that covers r (-1 for none), and the
+// cleaned path it was matched on: PathKeyAt reads the pattern's wildcards
+// from it.
+func (rt *Router) Match(r *http.Request) (index int, cleanPath string) {
+	if r.URL == nil {
+		return -1, ""
+	}
+	p, clean := plainPath(r.URL)
+	if r.Method == "CONNECT" { // not cleaned; the redirect judged on the URL's host, the match on r.Host
+		if n := rt.match(r.URL.Host, r.Method, p, false); n == nil || !rt.exact(n, p, false) {
+			if i := rt.redirect(r.URL.Host, r.Method, p); i >= 0 {
+				return i, p
+			}
+		}
+		return rt.routeOf(rt.match(r.Host, r.Method, p, false)), p
+	}
+	host := ""
+	if rt.hasHost {
+		host = stripHostPort(r.Host)
+	}
+	if !clean {
+		p = cleanURLPath(p)
+	}
+	n := rt.match(host, r.Method, p, false)
+	if n == nil || !rt.exact(n, p, false) {
+		if i := rt.redirect(host, r.Method, p); i >= 0 {
+			return i, p
+		}
+	}
+	return rt.routeOf(n), p
+}
+
+func (rt *Router) routeOf(n *rnode) int {
+	if n == nil {
+		return -1
+	}
+	return n.route - 1
+}
+
+// redirect is ServeMux's trailing-slash redirect: for a path that has no
+// exact match and no trailing slash, the pattern that matches it exactly with
+// one (/tree for /tree/), or -1.
+func (rt *Router) redirect(host, method, p string) int {
+	if p == "" || p[len(p)-1] == '/' {
+		return -1
+	}
+	if n := rt.match(host, method, p, true); n != nil && rt.exact(n, p, true) {
+		return n.route - 1
+	}
+	return -1
+}
+
+// exact is net/http's exactMatch: the match of n's pattern on p (followed by
+// a slash when slash is set) leaves its multi wildcard, if any, empty.
+func (rt *Router) exact(n *rnode, p string, slash bool) bool {
+	r := rt.routes[n.route-1]
+	if !r.multi {
+		return true
+	}
+	if !slash && p != "" && p[len(p)-1] != '/' {
+		return false
+	}
+	slashes := strings.Count(p, "/")
+	if slash {
+		slashes++
+	}
+	return r.segs == slashes
+}
+
+// match is the routing tree's: a pattern for the host (when there is one) wins
+// over those for any host; the method's patterns (GET's for HEAD) over those
+// for any method. slash appends a "/" to p without building the string.
+func (rt *Router) match(host, method, p string, slash bool) *rnode {
+	if host != "" {
+		if n := matchMethod(rt.root.child(host), method, p, slash); n != nil {
+			return n
+		}
+	}
+	return matchMethod(rt.root.child(""), method, p, slash)
+}
+
+func matchMethod(n *rnode, method, p string, slash bool) *rnode {
+	if n == nil {
+		return nil
+	}
+	if method != "" {
+		if l := matchPath(n.child(method), p, slash); l != nil {
+			return l
+		}
+	}
+	if method == "HEAD" {
+		if l := matchPath(n.child("GET"), p, slash); l != nil {
+			return l
+		}
+	}
+	return matchPath(n.child(""), p, slash)
+}
+
+// matchPath is net/http's routingNode.matchPath without recording the
+// wildcards' values: a literal child first, then a single wildcard (never on
+// a trailing slash), then a multi wildcard, which takes the rest.
+func matchPath(n *rnode, p string, slash bool) *rnode {
+	if n == nil {
+		return nil
+	}
+	if p == "" {
+		if !slash {
+			if n.route == 0 {
+				return nil
+			}
+			return n
+		}
+		p, slash = "/", false
+	}
+	seg, rest := firstSegment(p)
+	if l := matchPath(n.child(seg), rest, slash); l != nil {
+		return l
+	}
+	if seg != "/" {
+		if l := matchPath(n.wild, rest, slash); l != nil {
+			return l
+		}
+	}
+	return n.multi
+}
+
+// firstSegment is net/http's: the first segment of p, unescaped ("/" for the
+// path "/"), and the rest of p from its next slash.
+func firstSegment(p string) (seg, rest string) {
+	if p == "/" {
+		return "/", ""
+	}
+	p = p[1:]
+	i := strings.IndexByte(p, '/')
+	if i < 0 {
+		i = len(p)
+	}
+	return pathUnescape(p[:i]), p[i:]
+}
+
+// PathKeyAt returns the value of the wildcard at segment index of a path that
+// a pattern matched (Match's cleanPath; Pattern.Wildcard gives the index):
+// that segment, unescaped, or for a multi wildcard the rest of the path from
+// it. False when it is empty or longer than MaxKeyLen, as PathKey.
+func PathKeyAt(cleanPath string, index int, multi bool) (string, bool) {
+	p := cleanPath
+	for range index + 1 {
+		i := strings.IndexByte(p, '/')
+		if i < 0 {
+			return "", false
+		}
+		p = p[i+1:]
+	}
+	if !multi {
+		if i := strings.IndexByte(p, '/'); i >= 0 {
+			p = p[:i]
+		}
+	}
+	v := pathUnescape(p)
+	if !keyOK(v) {
+		return "", false
+	}
+	return v, true
+}
+
+// pathUnescape is net/http's: the unescaped segment, or the segment as it is
+// when it is badly escaped.
+func pathUnescape(s string) string {
+	if strings.IndexByte(s, '%') < 0 {
+		return s
+	}
+	u, err := url.PathUnescape(s)
+	if err != nil {
+		return s
+	}
+	return u
+}
+
+// plainPath is u.EscapedPath(), and whether it is clean (cleanURLPath would
+// return it as it is), found in one pass over a path of the bytes a path
+// holds unescaped; any other path takes EscapedPath and is cleaned.
+func plainPath(u *url.URL) (p string, clean bool) {
+	p = u.Path
+	if u.RawPath != "" || p == "" || p[0] != '/' {
+		return u.EscapedPath(), false
+	}
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case plainByte[c], c == '.':
+		case c == '/':
+			// "//", "/./", "/../", and "/." or "/.." at the end are not clean.
+			if rest := p[i+1:]; strings.HasPrefix(rest, "/") || rest == "." || rest == ".." ||
+				strings.HasPrefix(rest, "./") || strings.HasPrefix(rest, "../") {
+				return u.EscapedPath(), false
+			}
+		default: // escaped by EscapedPath
+			return u.EscapedPath(), false
+		}
+	}
+	return p, true
+}
+
+// plainByte holds the bytes other than '/' and '.' that url.URL.EscapedPath
+// leaves as they are: letters, digits, and -_~$&+,:;=@.
+var plainByte = func() (t [256]bool) {
+	for c := range 256 {
+		t[c] = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("-_~$&+,:;=@", byte(c)) >= 0
+	}
+	return t
+}()
+
+// cleanURLPath is net/http's cleanPath: a path with a leading slash, without
+// . and .. elements or repeated slashes, keeping a trailing slash. A path
+// that is clean already comes back as it is, without allocating.
+func cleanURLPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		if len(p) == len(np)+1 && strings.HasPrefix(p, np) {
+			np = p
+		} else {
+			np += "/"
+		}
+	}
+	return np
+}
+
+// stripHostPort is net/http's: h without a trailing ":port".
+func stripHostPort(h string) string {
+	if strings.IndexByte(h, ':') < 0 {
+		return h
+	}
+	host, _, err := net.SplitHostPort(h)
+	if err != nil {
+		return h
+	}
+	return host
+}
