@@ -40,6 +40,10 @@ func (s *Store) Coalesce(maxBatch int) {
 // one bucket see each other's takes), each bucket read and written once, at
 // the server's time or, for tests, at *at (Unix µs).
 func (s *Store) batch(ctx context.Context, batch []*pending, at *int64) ([]atomicbucket.Decision, error) {
+	if !s.gate.Enter() {
+		return nil, shared.ErrClosed
+	}
+	defer s.gate.Leave()
 	type bucket struct {
 		rule *Rule
 		key  string

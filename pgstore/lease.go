@@ -27,6 +27,10 @@ func (s *Store) NewLease(r *Rule, key string, maxBatch int64) *Lease {
 // previous grant, then grant at least cost and up to want tokens (none for
 // want 0), at the server's time or, for tests, at *at (Unix µs).
 func (s *Store) lease(ctx context.Context, r *Rule, key string, cost, want int64, prev shared.Settlement, at *int64) (shared.Granted, error) {
+	if !s.gate.Enter() {
+		return shared.Granted{}, shared.ErrClosed
+	}
+	defer s.gate.Leave()
 	res, err := s.exec(ctx, Step{r, key, cost}, 3, at, want, prev)
 	if err != nil {
 		return shared.Granted{}, err

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/shared"
 )
 
 // sweepBatch is how many rows one sweep statement deletes at most.
@@ -21,7 +22,11 @@ func (s *Store) Sweep(ctx context.Context) (int64, error) {
 		" WHERE full_at >= 0 AND full_at <= (extract(epoch FROM clock_timestamp()) * 1000000)::bigint LIMIT $1 FOR UPDATE SKIP LOCKED))"
 	var total int64
 	for {
+		if !s.gate.Enter() {
+			return total, shared.ErrClosed
+		}
 		tag, err := s.pool.Exec(ctx, q, sweepBatch)
+		s.gate.Leave()
 		if err != nil {
 			return total, err
 		}
@@ -55,17 +60,25 @@ func (s *Store) maybeSweep() {
 	}()
 }
 
-// Close gives back what the leases hold (ReleaseLeases, for at most 2 s),
-// stops coalescing (coalesced checks after it fail) and waits for a
-// background sweep to end; the store must not be used after. It does not
-// close the pool, which is the caller's.
+// Close stops the store's traffic to the database: checks after it are
+// decided by their rules' failure settings with shared.ErrClosed (Check,
+// CheckTier and a bound package's checks), and the direct calls (AllowN,
+// AllowTier, leases, Sweep) fail with it, without a statement; a coalescing
+// store sends what is queued and stops its goroutines. On the way it gives
+// back what the leases hold (ReleaseLeases, for at most 2 s) and waits for a
+// background sweep to end. It is safe while checks run, and may be called
+// more than once. It does not close the pool, which is the caller's.
 func (s *Store) Close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	s.ReleaseLeases(ctx) //nolint:errcheck // what is not given back comes back when its grant expires
-	cancel()
-	if s.co != nil {
-		s.co.Close()
-	}
-	s.closed.Store(true)
-	s.sweeps.Wait()
+	s.closeOnce.Do(func() {
+		s.guard.Close()
+		if s.co != nil {
+			s.co.Close()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		s.ReleaseLeases(ctx) //nolint:errcheck // what is not given back comes back when its grant expires
+		cancel()
+		s.closed.Store(true) // no new background sweeps
+		s.gate.Close()
+		s.sweeps.Wait()
+	})
 }

@@ -36,16 +36,25 @@ func (s *Store) Coalesce(maxBatch int) {
 	})
 }
 
-// Close gives back the tokens the store's leases hold (ReleaseLeases, for at
-// most 2 s: grants expire by then anyway) and stops a coalescing store's
-// goroutines; coalesced checks after it fail. It may be called more than once.
+// Close stops the store's traffic to Redis: checks after it are decided by
+// their rules' failure settings with shared.ErrClosed (Check, CheckTier and a
+// bound package's checks), and the direct calls (AllowN, AllowTier, leases)
+// fail with it, without a call; a coalescing store sends what is queued and
+// stops its goroutines. On the way it gives back the tokens the store's leases
+// hold (ReleaseLeases, for at most 2 s: grants expire by then anyway). It is
+// safe while checks run, and may be called more than once; the client is
+// the caller's to close.
 func (s *Store) Close() {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	s.ReleaseLeases(ctx) //nolint:errcheck // best effort: a grant not given back expires
-	cancel()
-	if s.co != nil {
-		s.co.Close()
-	}
+	s.closeOnce.Do(func() {
+		s.guard.Close()
+		if s.co != nil {
+			s.co.Close()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		s.ReleaseLeases(ctx) //nolint:errcheck // best effort: a grant not given back expires
+		cancel()
+		s.gate.Close()
+	})
 }
 
 // bySlot splits a batch into one part per Cluster slot (a script call's keys
@@ -81,6 +90,10 @@ func (s *Store) bySlot(batch []*pending) [][]*pending {
 // reads and writes each bucket once.
 // now is for the explicit-time script of the tests (seconds, microseconds).
 func (s *Store) each(ctx context.Context, batch []*pending, now ...any) ([]atomicbucket.Decision, error) {
+	if !s.gate.Enter() {
+		return nil, shared.ErrClosed
+	}
+	defer s.gate.Leave()
 	type bucket struct {
 		rule *Rule
 		key  string

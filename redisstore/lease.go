@@ -28,6 +28,10 @@ func (s *Store) NewLease(r *Rule, key string, maxBatch int64) *Lease {
 // grant, then grant at least cost and up to want tokens (none for want 0).
 // now is for the explicit-time script of the tests (seconds, microseconds).
 func (s *Store) lease(ctx context.Context, r *Rule, key string, cost, want int64, prev shared.Settlement, now ...any) (shared.Granted, error) {
+	if !s.gate.Enter() {
+		return shared.Granted{}, shared.ErrClosed
+	}
+	defer s.gate.Leave()
 	args := append(r.args([]any{1, "3"}), r.keyPhase(key), cost, want, prev.Second, prev.Size, prev.Unspent)
 	args = append(args, now...)
 	res, err := s.check.Run(ctx, s.client, []string{s.Key(r, key)}, args...).Int64Slice()

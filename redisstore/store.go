@@ -35,6 +35,9 @@ type Store struct {
 
 	co *shared.Coalescer[Step] // coalescing (coalesce.go); nil when off
 
+	closeOnce sync.Once
+	gate      shared.Gate // shut by Close: no more calls
+
 	mu     sync.Mutex
 	bounds []*shared.Binding // what Bind returned: ReleaseLeases gives their leases' tokens back
 }
@@ -207,6 +210,10 @@ func (s *Store) RefundN(ctx context.Context, r *Rule, key string, cost int64) er
 // call runs the script over steps in one call: mode "1" takes, "0" decides
 // only, "2" refunds.
 func (s *Store) call(ctx context.Context, steps []Step, mode string, now []any) (atomicbucket.Decision, int, error) {
+	if !s.gate.Enter() {
+		return atomicbucket.Decision{}, -1, shared.ErrClosed
+	}
+	defer s.gate.Leave()
 	keys := make([]string, len(steps))
 	t := mode
 	args := make([]any, 0, 2+10*len(steps)+len(now))

@@ -17,7 +17,8 @@ import (
 // at a time it costs a channel hand-off.
 type Coalescer[C any] struct {
 	queue     chan *Pending[C]
-	stopped   chan struct{}
+	closing   chan struct{} // closed by Close: flushers drain the queue and stop
+	stopped   chan struct{} // closed when every flusher has stopped
 	closeOnce sync.Once
 }
 
@@ -45,30 +46,35 @@ const CoalesceFlushers = 2
 // check of its batch (Pending.Done).
 func NewCoalescer[C any](maxBatch int, timeout time.Duration, call func(ctx context.Context, batch []*Pending[C])) *Coalescer[C] {
 	maxBatch = max(maxBatch, 1)
-	c := &Coalescer[C]{queue: make(chan *Pending[C], 4*maxBatch), stopped: make(chan struct{})}
+	c := &Coalescer[C]{queue: make(chan *Pending[C], 4*maxBatch), closing: make(chan struct{}), stopped: make(chan struct{})}
 	var wg sync.WaitGroup
 	for range CoalesceFlushers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			batch := make([]*Pending[C], 0, maxBatch)
-			for first := range c.queue {
-				batch = append(batch[:0], first)
-			fill:
-				for len(batch) < maxBatch {
-					select {
-					case p, ok := <-c.queue:
-						if !ok {
-							break fill
-						}
-						batch = append(batch, p)
-					default:
-						break fill
-					}
-				}
+			send := func() {
 				ctx, cancel := context.WithTimeout(context.Background(), timeout)
 				call(ctx, batch)
 				cancel()
+			}
+			for {
+				select {
+				case first := <-c.queue:
+					batch = append(batch[:0], first)
+					batch = c.fill(batch, maxBatch)
+					send()
+				case <-c.closing:
+					// Send what is queued, then stop. A check queued after
+					// this drain finds the flushers stopped (Do).
+					for {
+						batch = c.fill(batch[:0], maxBatch)
+						if len(batch) == 0 {
+							return
+						}
+						send()
+					}
+				}
 			}
 		}()
 	}
@@ -79,20 +85,36 @@ func NewCoalescer[C any](maxBatch int, timeout time.Duration, call func(ctx cont
 	return c
 }
 
-// ErrClosed is the error of a check on a closed Coalescer.
+// fill appends to batch what is queued, up to maxBatch checks, without waiting.
+func (c *Coalescer[C]) fill(batch []*Pending[C], maxBatch int) []*Pending[C] {
+	for len(batch) < maxBatch {
+		select {
+		case p := <-c.queue:
+			batch = append(batch, p)
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// ErrClosed is the error of a check on a closed store (or Coalescer): the
+// store makes no more calls, and the rules' failure settings decide.
 var ErrClosed = errors.New("the store is closed")
 
 // Do queues check and waits for its call, or for ctx (the call may then still
-// run, and take the check's tokens).
-func (c *Coalescer[C]) Do(ctx context.Context, check C) (d atomicbucket.Decision, err error) {
+// run, and take the check's tokens). After Close it fails with ErrClosed.
+func (c *Coalescer[C]) Do(ctx context.Context, check C) (atomicbucket.Decision, error) {
+	select {
+	case <-c.closing:
+		return atomicbucket.Decision{}, ErrClosed
+	default:
+	}
 	p := &Pending[C]{Check: check, done: make(chan outcome, 1)}
-	defer func() {
-		if recover() != nil { // the queue was closed
-			d, err = atomicbucket.Decision{}, ErrClosed
-		}
-	}()
 	select {
 	case c.queue <- p:
+	case <-c.closing:
+		return atomicbucket.Decision{}, ErrClosed
 	case <-ctx.Done():
 		return atomicbucket.Decision{}, ctx.Err()
 	}
@@ -101,12 +123,22 @@ func (c *Coalescer[C]) Do(ctx context.Context, check C) (d atomicbucket.Decision
 		return o.d, o.err
 	case <-ctx.Done():
 		return atomicbucket.Decision{}, ctx.Err()
+	case <-c.stopped:
+		// Queued as Close drained the queue: every call has returned, so the
+		// check was answered or never will be.
+		select {
+		case o := <-p.done:
+			return o.d, o.err
+		default:
+			return atomicbucket.Decision{}, ErrClosed
+		}
 	}
 }
 
-// Close stops the goroutines once the queued checks are sent; checks after
-// it fail with ErrClosed. It may be called more than once.
+// Close sends the checks already queued, stops the goroutines and returns
+// when they have stopped; checks after it fail with ErrClosed. It may be
+// called more than once, and concurrently with Do.
 func (c *Coalescer[C]) Close() {
-	c.closeOnce.Do(func() { close(c.queue) })
+	c.closeOnce.Do(func() { close(c.closing) })
 	<-c.stopped
 }

@@ -195,7 +195,16 @@ type Guard struct {
 	Timeout  time.Duration // the most a call may take when the caller's context allows longer
 	calls    atomic.Int64
 	degraded atomic.Int64
+	closed   atomic.Bool // Close was called: no more calls
 }
+
+// Close makes Run decide every later check by the fallback, with ErrClosed,
+// without calling (a closed store makes no more calls). It may be called more
+// than once.
+func (g *Guard) Close() { g.closed.Store(true) }
+
+// Closed reports whether Close was called.
+func (g *Guard) Closed() bool { return g.closed.Load() }
 
 // Run makes call unless the breaker is open, within the guard's timeout (or
 // ctx's deadline, if sooner), and returns its decision and step index; when
@@ -203,6 +212,11 @@ type Guard struct {
 // says so. A call that fails because ctx ended is no failure of the store's
 // for the breaker.
 func (g *Guard) Run(ctx context.Context, call func(context.Context) (atomicbucket.Decision, int, error), fallback func() (atomicbucket.Decision, int)) (Result, int) {
+	if g.closed.Load() {
+		g.degraded.Add(1)
+		d, i := fallback()
+		return Result{Decision: d, Degraded: true, Err: ErrClosed}, i
+	}
 	ok, probe := g.Breaker.Allow(int64(atomicbucket.Now()))
 	if !ok {
 		g.degraded.Add(1)
@@ -219,7 +233,7 @@ func (g *Guard) Run(ctx context.Context, call func(context.Context) (atomicbucke
 		cancel()
 	}
 	if err != nil {
-		g.failed(ctx, probe)
+		g.failed(ctx, err, probe)
 		g.degraded.Add(1)
 		d, i := fallback()
 		return Result{Decision: d, Degraded: true, Err: err}, i
@@ -230,11 +244,11 @@ func (g *Guard) Run(ctx context.Context, call func(context.Context) (atomicbucke
 
 // failed records a call that failed: a failure of the store's, unless the
 // caller's own context had ended (a client that went away, a deadline
-// shorter than the guard's timeout), which says nothing of the store: then
-// only a probe's turn ends. Otherwise callers that give up could open the
-// breaker for everyone.
-func (g *Guard) failed(ctx context.Context, probe bool) {
-	if ctx.Err() != nil {
+// shorter than the guard's timeout) or the store was closed, which say
+// nothing of the server: then only a probe's turn ends. Otherwise callers
+// that give up could open the breaker for everyone.
+func (g *Guard) failed(ctx context.Context, err error, probe bool) {
+	if ctx.Err() != nil || errors.Is(err, ErrClosed) {
 		g.Breaker.EndProbe(probe)
 		return
 	}

@@ -263,7 +263,7 @@ func (l *Lease) Check(ctx context.Context, g *Guard, fb FallbackStep, cost, now 
 		if errors.Is(err, ErrLeaseWait) {
 			g.Breaker.EndProbe(probe) // the store was not asked: no failure of its
 		} else {
-			g.failed(ctx, probe)
+			g.failed(ctx, err, probe)
 		}
 		g.Count(0, true)
 		d, _ := FallbackTier(fb)

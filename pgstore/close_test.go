@@ -1,0 +1,27 @@
+package pgstore
+
+import (
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/limitgen/limitgen/internal/storetest"
+	"github.com/limitgen/limitgen/pgstore/pgtest"
+)
+
+// Close under load, from two goroutines, with and without coalescing: no
+// race (-race; before, a coalesced check's send raced the queue's close),
+// later checks decided by the failure setting with shared.ErrClosed, and no
+// statement leaves the pool after it (every statement acquires a
+// connection; before, a store without coalescing kept sending them).
+func TestCloseUnderLoad(t *testing.T) {
+	srv := pgtest.Start(t)
+	var pool *pgxpool.Pool
+	storetest.CloseUnderLoad(t, func(t *testing.T, coalesce bool) storetest.Closer {
+		p, st := open(t, srv, 8, Options{})
+		pool = p
+		if coalesce {
+			st.Coalesce(64)
+		}
+		return st
+	}, func() int64 { return pool.Stat().AcquireCount() })
+}

@@ -1,0 +1,28 @@
+package redisstore
+
+import (
+	"testing"
+
+	"github.com/limitgen/limitgen/internal/storetest"
+	"github.com/limitgen/limitgen/redisstore/internal/redistest"
+)
+
+// Close under load, from two goroutines, with and without coalescing: no
+// race (-race; before, a coalesced check's send raced the queue's close),
+// later checks decided by the failure setting with shared.ErrClosed, and no
+// script call reaches Redis after it (before, a store without coalescing
+// kept calling).
+func TestCloseUnderLoad(t *testing.T) {
+	srv := redistest.Start(t)
+	monitor := srv.Client(t)
+	storetest.CloseUnderLoad(t, func(t *testing.T, coalesce bool) storetest.Closer {
+		st, err := New(srv.Client(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if coalesce {
+			st.Coalesce(64)
+		}
+		return st
+	}, func() int64 { return redistest.ScriptCalls(t, monitor) })
+}

@@ -1,0 +1,64 @@
+package shared
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+)
+
+// A Coalescer closed while 32 goroutines check (a fake call that answers each
+// check after a short wait): with -race, no race (before, a check's send
+// raced Close's close of the queue); every check is answered, by the call or
+// with ErrClosed; none is answered twice or lost; checks after Close fail at
+// once; Close may be called again, and concurrently.
+func TestCoalescerCloseUnderLoad(t *testing.T) {
+	for range 20 {
+		var answered atomic.Int64
+		c := NewCoalescer(8, time.Second, func(ctx context.Context, batch []*Pending[int]) {
+			time.Sleep(50 * time.Microsecond)
+			for _, p := range batch {
+				answered.Add(1)
+				p.Done(atomicbucket.Decision{Allowed: true}, nil)
+			}
+		})
+		var allowed, closed atomic.Int64
+		var wg sync.WaitGroup
+		for i := range 32 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for range 50 {
+					d, err := c.Do(context.Background(), i)
+					switch {
+					case err == nil && d.Allowed:
+						allowed.Add(1)
+					case errors.Is(err, ErrClosed):
+						closed.Add(1)
+					default:
+						t.Errorf("a check: %+v, %v", d, err)
+					}
+				}
+			}()
+		}
+		time.Sleep(time.Millisecond)
+		var closers sync.WaitGroup
+		for range 2 {
+			closers.Add(1)
+			go func() { defer closers.Done(); c.Close() }()
+		}
+		closers.Wait()
+		wg.Wait()
+		if allowed.Load()+closed.Load() != 32*50 || allowed.Load() != answered.Load() {
+			t.Fatalf("%d allowed, %d closed of %d; the call answered %d", allowed.Load(), closed.Load(), 32*50, answered.Load())
+		}
+		if _, err := c.Do(context.Background(), 0); !errors.Is(err, ErrClosed) {
+			t.Fatalf("a check after Close: %v", err)
+		}
+		c.Close()
+	}
+}
