@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/sharedlimits"
 	"github.com/limitgen/limitgen/redisstore/internal/redistest"
 	"github.com/limitgen/limitgen/shared"
 )
@@ -203,5 +204,16 @@ func TestCloseReleasesLeases(t *testing.T) {
 	after, _ := other.PeekN(ctx, r, "k", 0)
 	if before.Remaining >= 88 || after.Remaining != 88 {
 		t.Errorf("another instance sees %d tokens before the lessee closes and %d after; want fewer than 88, then 100 − 12 spent", before.Remaining, after.Remaining)
+	}
+}
+
+// A nil *Store given to a generated package's WithStore is reported by
+// SharedErr, not a panic inside New (before: a nil pointer dereference in
+// Bind).
+func TestTypedNilStore(t *testing.T) {
+	var st *Store
+	l := sharedlimits.New(sharedlimits.WithStore(st))
+	if err := l.SharedErr(); err == nil || !strings.Contains(err.Error(), "nil *redisstore.Store") {
+		t.Errorf("SharedErr = %v, want it to name the nil *redisstore.Store", err)
 	}
 }

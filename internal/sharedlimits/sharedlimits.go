@@ -264,12 +264,13 @@ type sharedState struct {
 	err   error
 }
 
-// newSharedState binds the shared rules to store, if one was given.
+// newSharedState binds the shared rules to store, if one was given (shared.Bind refuses a nil
+// pointer in the interface, and a Bind that panics, with an error).
 func newSharedState(store shared.Store) *sharedState {
 	if store == nil {
 		return &sharedState{err: errors.New("sharedlimits: no store given to New (WithStore): the shared rules run in this process only")}
 	}
-	b, err := store.Bind(sharedRules[:])
+	b, err := shared.Bind(store, sharedRules[:])
 	if err != nil {
 		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the shared rules, which run in this process only: %w", err)}
 	}

@@ -866,12 +866,13 @@ func emitShared(m *model.Model) jen.Code {
 		jen.Id("bound").Qual(sharedPath, "Bound"),
 		jen.Id("err").Error(),
 	).Line().Line().
-		Comment("newSharedState binds the shared rules to store, if one was given.").Line().
+		Comment("newSharedState binds the shared rules to store, if one was given (shared.Bind refuses a nil").Line().
+		Comment("pointer in the interface, and a Bind that panics, with an error).").Line().
 		Func().Id("newSharedState").Params(jen.Id("store").Qual(sharedPath, "Store")).Op("*").Id("sharedState").Block(
 		jen.If(jen.Id("store").Op("==").Nil()).Block(jen.Return(jen.Op("&").Id("sharedState").Values(jen.Dict{
 			jen.Id("err"): jen.Qual("errors", "New").Call(jen.Lit(m.Pkg + ": no store given to New (WithStore): the shared rules run in this process only")),
 		}))),
-		jen.List(jen.Id("b"), jen.Id("err")).Op(":=").Id("store").Dot("Bind").Call(jen.Id("sharedRules").Index(jen.Empty(), jen.Empty())),
+		jen.List(jen.Id("b"), jen.Id("err")).Op(":=").Qual(sharedPath, "Bind").Call(jen.Id("store"), jen.Id("sharedRules").Index(jen.Empty(), jen.Empty())),
 		jen.If(jen.Id("err").Op("!=").Nil()).Block(jen.Return(jen.Op("&").Id("sharedState").Values(jen.Dict{
 			jen.Id("err"): jen.Qual("fmt", "Errorf").Call(jen.Lit(m.Pkg+": the store refused the shared rules, which run in this process only: %w"), jen.Id("err")),
 		}))),
