@@ -327,6 +327,16 @@ func TestSchema(t *testing.T) {
 			t.Errorf("table name %q accepted", bad)
 		}
 	}
+	// Reserved words are refused by name (before, New took user and order and
+	// then failed with an SQL syntax error).
+	for _, bad := range []string{"user", "order", "public.table", "user.buckets"} {
+		if _, err := New(ctx, pool, Options{Table: bad}); err == nil || !strings.Contains(err.Error(), "reserved word") {
+			t.Errorf("table name %q: %v, want it refused as a reserved word", bad, err)
+		}
+	}
+	if _, err := New(ctx, pool, Options{Table: "users", SweepEvery: -1}); err != nil { // a plain word is fine
+		t.Errorf("table name users: %v", err)
+	}
 	if _, err := New(ctx, pool, Options{Table: "limits.later", NoCreate: true}); err == nil || !strings.Contains(err.Error(), "Schema") {
 		t.Fatalf("NoCreate without the schema: %v", err)
 	}

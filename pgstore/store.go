@@ -67,7 +67,10 @@ type Store struct {
 	sweep   time.Duration
 	swept   atomic.Int64 // atomicbucket time of the last sweep started
 	sweeps  sync.WaitGroup
-	closed  atomic.Bool
+	closed  atomic.Bool // Close was called: no more background sweeps start
+
+	closeOnce sync.Once
+	gate      shared.Gate // shut by Close: no more statements
 
 	mu     sync.Mutex
 	bounds []*shared.Binding // what Bind returned: ReleaseLeases gives their leases' tokens back
@@ -89,6 +92,16 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	}
 	if !tableName.MatchString(opts.Table) {
 		return nil, fmt.Errorf("pgstore: table name %q: want lower-case letters, digits and underscores, optionally schema-qualified", opts.Table)
+	}
+	// A reserved word (user, order, …) would need quoting in every statement:
+	// the server's own list says which are.
+	var reserved []string
+	if err := pool.QueryRow(ctx, "SELECT coalesce(array_agg(word), '{}') FROM pg_get_keywords() WHERE catcode IN ('R', 'T') AND word = ANY($1)",
+		strings.Split(opts.Table, ".")).Scan(&reserved); err != nil {
+		return nil, fmt.Errorf("pgstore: %w", err)
+	}
+	if len(reserved) > 0 {
+		return nil, fmt.Errorf("pgstore: table name %q: %q is a reserved word in PostgreSQL (every statement would need it quoted); choose another, such as limitgen_%[2]s", opts.Table, reserved[0])
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
@@ -291,6 +304,10 @@ func (s *Store) RefundN(ctx context.Context, r *Rule, key string, cost int64) er
 // call runs a check function over steps in mode (0 decide, 1 take, 2
 // refund), at the server's time or, for tests, at *at (Unix µs).
 func (s *Store) call(ctx context.Context, steps []Step, mode int32, at *int64) (atomicbucket.Decision, int, error) {
+	if !s.gate.Enter() {
+		return atomicbucket.Decision{}, -1, shared.ErrClosed
+	}
+	defer s.gate.Leave()
 	var res []int64
 	var err error
 	if len(steps) == 1 {
