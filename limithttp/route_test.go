@@ -39,23 +39,23 @@ func TestRouterMatch(t *testing.T) {
 	}{
 		{"GET", "/hello", "", "GET /hello", "", ""},
 		{"HEAD", "/hello", "", "GET /hello", "", ""},
-		{"POST", "/hello", "", "", "", ""},                      // 405 in ServeMux: no route
-		{"GET", "/hello/", "", "", "", ""},                      // 404
-		{"GET", "//hello", "", "GET /hello", "", ""},            // unclean: redirected to /hello
-		{"GET", "/x/../hello", "", "GET /hello", "", ""},        // unclean
+		{"POST", "/hello", "", "", "", ""},               // 405 in ServeMux: no route
+		{"GET", "/hello/", "", "", "", ""},               // 404
+		{"GET", "//hello", "", "GET /hello", "", ""},     // unclean: redirected to /hello
+		{"GET", "/x/../hello", "", "GET /hello", "", ""}, // unclean
 		{"POST", "/export/acme", "", "POST /export/{account}", "account", "acme"},
 		{"POST", "/export/a%20b", "", "POST /export/{account}", "account", "a b"},
 		{"POST", "/export/", "", "", "", ""},
 		{"GET", "/v1/things", "", "/v1/", "", ""},
-		{"PUT", "/v1/users/7", "", "/v1/", "", ""},            // no PUT pattern: the subtree
+		{"PUT", "/v1/users/7", "", "/v1/", "", ""}, // no PUT pattern: the subtree
 		{"GET", "/v1/users/7", "", "GET /v1/users/{id}", "id", "7"},
 		{"DELETE", "/v1/users/7", "", "DELETE /v1/users/{id}", "id", "7"},
-		{"GET", "/v1", "", "/v1/", "", ""},                      // redirected to /v1/
+		{"GET", "/v1", "", "/v1/", "", ""}, // redirected to /v1/
 		{"GET", "/files/a/b/c", "", "GET /files/{path...}", "path", "a/b/c"},
 		{"GET", "/files/", "", "GET /files/{path...}", "path", ""},
 		{"GET", "/exact/", "", "GET /exact/{$}", "", ""},
 		{"GET", "/exact/x", "", "", "", ""},
-		{"GET", "/exact", "", "GET /exact/{$}", "", ""},         // redirected to /exact/
+		{"GET", "/exact", "", "GET /exact/{$}", "", ""}, // redirected to /exact/
 		{"GET", "/status", "api.example.com", "api.example.com/status", "", ""},
 		{"GET", "/status", "api.example.com:8443", "api.example.com/status", "", ""},
 		{"GET", "/status", "example.com", "", "", ""},
