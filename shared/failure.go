@@ -203,9 +203,6 @@ type Guard struct {
 // than once.
 func (g *Guard) Close() { g.closed.Store(true) }
 
-// Closed reports whether Close was called.
-func (g *Guard) Closed() bool { return g.closed.Load() }
-
 // Run makes call unless the breaker is open, within the guard's timeout (or
 // ctx's deadline, if sooner), and returns its decision and step index; when
 // the breaker is open or the call fails, fallback decides, and the Result

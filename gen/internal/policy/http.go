@@ -402,7 +402,7 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 	if v := f["keys"]; v != nil {
 		own = p.keyMap(v, m, what+": keys", addHook)
 	}
-	wildcards := patternWildcards(r.Pattern)
+	pp, _ := limithttp.ParsePattern(r.Pattern) // registerPattern reported it when it does not parse
 	for _, ri := range r.Rules {
 		rule := m.Rules[ri]
 		if rule.KeyType == "" {
@@ -420,7 +420,7 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 			continue
 		}
 		for _, s := range srcs {
-			if s.Kind == "path" && !slices.Contains(wildcards, s.Name) {
+			if i, _ := pp.Wildcard(s.Name); s.Kind == "path" && i < 0 {
 				p.errorf(pat, "%s: rule %q reads path:%s, but the pattern has no wildcard {%s}", what, rule.Name, s.Name, s.Name)
 				valid = false
 			}
@@ -434,11 +434,9 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 			from = append(from, describeSource(s))
 		}
 		srcs = slices.Clone(srcs) // the route's own: its path sources' segments are its pattern's
-		if pp, err := limithttp.ParsePattern(r.Pattern); err == nil {
-			for i, s := range srcs {
-				if s.Kind == "path" {
-					srcs[i].Segment, srcs[i].Multi = pp.Wildcard(s.Name)
-				}
+		for i, s := range srcs {
+			if s.Kind == "path" {
+				srcs[i].Segment, srcs[i].Multi = pp.Wildcard(s.Name)
 			}
 		}
 		r.Keys = append(r.Keys, srcs)
@@ -562,24 +560,3 @@ var (
 	registeredAt = regexp.MustCompile(` \(registered at [^)]*\)`)
 	conflictRe   = regexp.MustCompile(`(?s)^pattern ".*?" conflicts with pattern "(.*?)":(.*)$`)
 )
-
-// patternWildcards are the names of a ServeMux pattern's wildcards:
-// {name} and {name...}.
-func patternWildcards(pattern string) []string {
-	var out []string
-	for {
-		i := strings.IndexByte(pattern, '{')
-		if i < 0 {
-			return out
-		}
-		j := strings.IndexByte(pattern[i:], '}')
-		if j < 0 {
-			return out
-		}
-		name := strings.TrimSuffix(pattern[i+1:i+j], "...")
-		if name != "$" {
-			out = append(out, name)
-		}
-		pattern = pattern[i+j+1:]
-	}
-}
