@@ -140,6 +140,7 @@ func randomPolicies(t *testing.T, n int) []string {
 		}
 		b.WriteString("rules:\n")
 		nrules := 1 + rng.IntN(4)
+		allShared := rng.IntN(3) == 0 // a tier is all shared or all local
 		var names, keyTypes []string
 		for i := range nrules {
 			name := fmt.Sprintf("R%d", i)
@@ -178,6 +179,9 @@ func randomPolicies(t *testing.T, n int) []string {
 			}
 			if rng.IntN(4) == 0 {
 				fmt.Fprintf(&b, "    cost: %d\n", 1+rng.IntN(burst))
+			}
+			if allShared {
+				fmt.Fprintf(&b, "    shared: true\n    on_failure: %s\n", pick("deny", "allow", "local\n    local_share: 0.5"))
 			}
 			if plans && rng.IntN(2) == 0 {
 				fmt.Fprintf(&b, "    plans:\n      pro: {rate: %d/s, burst: %d}\n", 1+rng.IntN(100), burst+rng.IntN(10))
@@ -301,6 +305,7 @@ type hRule struct {
 	Name            string // as written in the policy
 	GoName, KeyType string
 	Keyed, Planned  bool
+	Shared          bool    // its process-local limiter is new…LocalLimiter
 	Plans           []hPlan // one entry ("", no plan) for rules without plans
 	MaxKeys         int64
 	AllowCap        bool
@@ -316,6 +321,7 @@ type hPlan struct {
 type hTier struct {
 	GoName  string
 	Planned bool
+	Shared  bool // its process-local forms are Local…
 	Rules   []hRule
 }
 
@@ -332,7 +338,7 @@ func harnessData(m *model.Model) hModel {
 		h.Plans = append(h.Plans, p.GoName)
 	}
 	conv := func(r model.Rule) hRule {
-		hr := hRule{Name: r.Name, GoName: r.GoName, KeyType: r.KeyType, Keyed: r.KeyType != "", Planned: r.Planned, MaxKeys: r.MaxKeys, AllowCap: r.AllowCap}
+		hr := hRule{Name: r.Name, GoName: r.GoName, KeyType: r.KeyType, Keyed: r.KeyType != "", Planned: r.Planned, Shared: r.Shared, MaxKeys: r.MaxKeys, AllowCap: r.AllowCap}
 		for i, l := range r.Limits {
 			p := hPlan{Burst: l.Burst, Emit: max(l.PeriodNs/l.Tokens, 1), Cost: l.Cost}
 			if r.Planned {
@@ -346,7 +352,7 @@ func harnessData(m *model.Model) hModel {
 		h.Rules = append(h.Rules, conv(r))
 	}
 	for _, t := range m.Tiers {
-		ht := hTier{GoName: t.GoName}
+		ht := hTier{GoName: t.GoName, Shared: t.Shared}
 		for _, ri := range t.Rules {
 			hr := conv(m.Rules[ri])
 			ht.Planned = ht.Planned || hr.Planned
@@ -384,11 +390,15 @@ var harnessTmpl = template.Must(template.New("harness").Funcs(template.FuncMap{
 		}
 		return p.Const + ", "
 	},
-	"make": func(r hRule) string {
-		if r.Keyed {
-			return "new" + r.GoName + "Limiter()"
+	"make": func(r hRule) string { // the rule's limiter in this process (a shared rule's Local)
+		ctor := "new" + r.GoName + "Limiter"
+		if r.Shared {
+			ctor = "new" + r.GoName + "LocalLimiter"
 		}
-		return "new" + r.GoName + "Limiter(at(t0))"
+		if r.Keyed {
+			return ctor + "()"
+		}
+		return ctor + "(at(t0))"
 	},
 	"params": func(r hRule) string { // the reference's parameters for the rule's buckets
 		if r.Keyed {
@@ -508,7 +518,7 @@ func TestTiersMatchReference(t *testing.T) {
 			now += rng.Int64N(int64(20 * time.Millisecond))
 			k := rng.IntN(3)
 			_ = k
-			got := lims.{{$t.GoName}}At({{if $t.Planned}}{{$pc}}, {{end}}{{range $t.Rules}}{{key .}}{{end}}at(now))
+			got := lims.{{if $t.Shared}}Local{{end}}{{$t.GoName}}At({{if $t.Planned}}{{$pc}}, {{end}}{{range $t.Rules}}{{key .}}{{end}}at(now))
 			keys := []string{ {{- range $t.Rules}}{{refKey .}}, {{end -}} }
 			costs := []int64{ {{- range $t.Rules}}{{with index .Plans 0}}{{.Cost}}{{end}}, {{end -}} }
 			{{- range $i, $r := $t.Rules}}{{if $r.Planned}}

@@ -52,6 +52,11 @@ func TestGeneratedInstancesShareTheLimit(t *testing.T) {
 	storetest.GeneratedInstances(t, instance)
 }
 
+func TestGeneratedSharedRulesOneWay(t *testing.T) {
+	instance, _ := instances(t, pgtest.Start(t))
+	storetest.GeneratedOneWay(t, instance)
+}
+
 func TestGeneratedMiddlewareShared(t *testing.T) {
 	instance, _ := instances(t, pgtest.Start(t))
 	storetest.GeneratedMiddleware(t, instance)

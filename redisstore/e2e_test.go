@@ -37,6 +37,11 @@ func TestGeneratedInstancesShareTheLimit(t *testing.T) {
 	storetest.GeneratedInstances(t, instances(t, srv.Addr))
 }
 
+func TestGeneratedSharedRulesOneWay(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.GeneratedOneWay(t, instances(t, srv.Addr))
+}
+
 func TestGeneratedMiddlewareShared(t *testing.T) {
 	srv := redistest.Start(t)
 	storetest.GeneratedMiddleware(t, instances(t, srv.Addr))

@@ -84,7 +84,7 @@ func main() {
 	redisAddr := flag.String("redis", "", "a Redis server to share the shared rules' limits with other instances (host:port)")
 	pgURL := flag.String("postgres", "", "a PostgreSQL database to share the shared rules' limits with other instances (postgres://user@host:port/db)")
 	flag.Parse()
-	lims := limits.Default
+	lims := limits.New() // without -redis or -postgres: no store, and SharedErr says so
 	switch {
 	case *redisAddr != "" && *pgURL != "":
 		log.Fatal("-redis and -postgres: choose one store")

@@ -78,10 +78,12 @@ const (
 	RuleDownloads
 	// RuleDownloadsGlobal names the rule DownloadsGlobal.
 	RuleDownloadsGlobal
+	// RuleFast names the rule Fast.
+	RuleFast
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal"}
+var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -101,6 +103,7 @@ type Limits struct {
 	Global          *GlobalLimiter          // see the package-level Global
 	Downloads       *DownloadsLimiter       // see the package-level Downloads
 	DownloadsGlobal *DownloadsGlobalLimiter // see the package-level DownloadsGlobal
+	Fast            *FastLimiter            // see the package-level Fast
 	shared          *sharedState            // the store the shared rules are checked on, if any
 }
 
@@ -148,6 +151,7 @@ func New(opts ...Option) *Limits {
 		Global:          newGlobalLimiter(o.start),
 		Downloads:       newDownloadsLimiter(),
 		DownloadsGlobal: newDownloadsGlobalLimiter(o.start),
+		Fast:            newFastLimiter(),
 		shared:          newSharedState(o.store),
 	}
 	l.PerUser.sh = l.shared
@@ -155,12 +159,13 @@ func New(opts ...Option) *Limits {
 	l.Global.sh = l.shared
 	l.Downloads.sh = l.shared
 	l.DownloadsGlobal.sh = l.shared
+	l.Fast.sh = l.shared
 	return l
 }
 
 // sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),
 // in the order their checks name them.
-var sharedRules = [6]shared.Rule{{
+var sharedRules = [7]shared.Rule{{
 	Name: "PerUser:free",
 	Limit: atomicbucket.Limit{
 		Tokens: 1,
@@ -255,6 +260,22 @@ var sharedRules = [6]shared.Rule{{
 		Emit:     int64(60000000),
 		Exact:    true,
 	},
+}, {
+	Name: "Fast",
+	Limit: atomicbucket.Limit{
+		Tokens: 10,
+		Period: time.Second,
+		Burst:  2,
+		Refill: atomicbucket.Greedy,
+	},
+	Failure: shared.Failure{
+		Mode: shared.FailDeny,
+	},
+	Units: shared.Units{
+		PerMicro: int64(1),
+		Emit:     int64(100000),
+		Exact:    true,
+	},
 }}
 
 // sharedState is where a Limits' shared rules are checked: on bound, or in this process when bound
@@ -268,7 +289,7 @@ type sharedState struct {
 // pointer in the interface, and a Bind that panics, with an error).
 func newSharedState(store shared.Store) *sharedState {
 	if store == nil {
-		return &sharedState{err: errors.New("sharedlimits: no store given to New (WithStore): the shared rules run in this process only")}
+		return &sharedState{err: fmt.Errorf("sharedlimits: %w given to New (WithStore): the shared rules are decided in this process only, each instance enforcing the whole limit alone", shared.ErrNoStore)}
 	}
 	b, err := shared.Bind(store, sharedRules[:])
 	if err != nil {
@@ -308,11 +329,14 @@ var (
 
 	// DownloadsGlobal allows 1 request per minute in total, in bursts of up to 1000.
 	DownloadsGlobal = Default.DownloadsGlobal
+
+	// Fast allows 10 requests per second per key, in bursts of up to 2.
+	Fast = Default.Fast
 )
 
-// newPerUserLimiter returns PerUser's (empty) tables.
-func newPerUserLimiter() *PerUserLimiter {
-	return &PerUserLimiter{s: [numPlans]*atomicbucket.Table[string]{
+// newPerUserLocalLimiter returns PerUser's (empty) tables.
+func newPerUserLocalLimiter() *PerUserLocalLimiter {
+	return &PerUserLocalLimiter{s: [numPlans]*atomicbucket.Table[string]{
 		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
 			Tokens: 1,
 			Period: time.Minute,
@@ -328,17 +352,18 @@ func newPerUserLimiter() *PerUserLimiter {
 	}}
 }
 
-// PerUserLimiter is the type of PerUser. Its methods are safe for concurrent use. Each plan has a
-// table of its own: a key that changes plan is checked against the new plan's bucket for it (full,
-// if it has none), and finds its old one, refilled by the time that passed, if it changes back. The
-// plan comes from your service's records of the caller, so a client cannot switch at will.
-type PerUserLimiter struct {
-	s  [numPlans]*atomicbucket.Table[string]
-	sh *sharedState
+// PerUserLocalLimiter is PerUser decided in this process only, with the whole limit: what
+// PerUserLimiter.Local returns, for tests, and what PerUser's checks use while the package has no
+// store (SharedErr says so). Its methods are safe for concurrent use. Each plan has a table of its
+// own: a key that changes plan is checked against the new plan's bucket for it (full, if it has
+// none), and finds its old one, refilled by the time that passed, if it changes back. The plan
+// comes from your service's records of the caller, so a client cannot switch at will.
+type PerUserLocalLimiter struct {
+	s [numPlans]*atomicbucket.Table[string]
 }
 
 // Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *PerUserLimiter) Rule(plan Plan) *atomicbucket.Rule {
+func (l *PerUserLocalLimiter) Rule(plan Plan) *atomicbucket.Rule {
 	if plan >= numPlans {
 		return nil
 	}
@@ -346,7 +371,7 @@ func (l *PerUserLimiter) Rule(plan Plan) *atomicbucket.Rule {
 }
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
-func (l *PerUserLimiter) Allow(plan Plan, key string) bool {
+func (l *PerUserLocalLimiter) Allow(plan Plan, key string) bool {
 	if plan >= numPlans {
 		return false
 	}
@@ -354,7 +379,7 @@ func (l *PerUserLimiter) Allow(plan Plan, key string) bool {
 }
 
 // AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *PerUserLimiter) AllowN(plan Plan, key string, cost int64) atomicbucket.Decision {
+func (l *PerUserLocalLimiter) AllowN(plan Plan, key string, cost int64) atomicbucket.Decision {
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
@@ -362,7 +387,7 @@ func (l *PerUserLimiter) AllowN(plan Plan, key string, cost int64) atomicbucket.
 }
 
 // AllowAt is Allow at time now.
-func (l *PerUserLimiter) AllowAt(plan Plan, key string, now atomicbucket.Time) bool {
+func (l *PerUserLocalLimiter) AllowAt(plan Plan, key string, now atomicbucket.Time) bool {
 	if plan >= numPlans {
 		return false
 	}
@@ -370,7 +395,7 @@ func (l *PerUserLimiter) AllowAt(plan Plan, key string, now atomicbucket.Time) b
 }
 
 // AllowNAt is AllowN at time now.
-func (l *PerUserLimiter) AllowNAt(plan Plan, key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+func (l *PerUserLocalLimiter) AllowNAt(plan Plan, key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
@@ -378,7 +403,7 @@ func (l *PerUserLimiter) AllowNAt(plan Plan, key string, now atomicbucket.Time, 
 }
 
 // Peek is what AllowN would decide now, taking nothing.
-func (l *PerUserLimiter) Peek(plan Plan, key string, cost int64) atomicbucket.Decision {
+func (l *PerUserLocalLimiter) Peek(plan Plan, key string, cost int64) atomicbucket.Decision {
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
@@ -386,7 +411,7 @@ func (l *PerUserLimiter) Peek(plan Plan, key string, cost int64) atomicbucket.De
 }
 
 // PeekAt is Peek at time now.
-func (l *PerUserLimiter) PeekAt(plan Plan, key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+func (l *PerUserLocalLimiter) PeekAt(plan Plan, key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
@@ -394,7 +419,7 @@ func (l *PerUserLimiter) PeekAt(plan Plan, key string, now atomicbucket.Time, co
 }
 
 // Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *PerUserLimiter) Reserve(plan Plan, key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *PerUserLocalLimiter) Reserve(plan Plan, key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	if plan >= numPlans {
 		return atomicbucket.Reservation{RetryAfter: atomicbucket.Never}
 	}
@@ -402,7 +427,7 @@ func (l *PerUserLimiter) Reserve(plan Plan, key string, cost int64, maxWait time
 }
 
 // ReserveAt is Reserve at time now.
-func (l *PerUserLimiter) ReserveAt(plan Plan, key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *PerUserLocalLimiter) ReserveAt(plan Plan, key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	if plan >= numPlans {
 		return atomicbucket.Reservation{RetryAfter: atomicbucket.Never}
 	}
@@ -410,7 +435,7 @@ func (l *PerUserLimiter) ReserveAt(plan Plan, key string, now atomicbucket.Time,
 }
 
 // Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *PerUserLimiter) Wait(ctx context.Context, plan Plan, key string, cost int64) error {
+func (l *PerUserLocalLimiter) Wait(ctx context.Context, plan Plan, key string, cost int64) error {
 	if plan >= numPlans {
 		return ErrUnknownPlan
 	}
@@ -418,7 +443,7 @@ func (l *PerUserLimiter) Wait(ctx context.Context, plan Plan, key string, cost i
 }
 
 // Refund gives cost tokens back now, never beyond the burst.
-func (l *PerUserLimiter) Refund(plan Plan, key string, cost int64) {
+func (l *PerUserLocalLimiter) Refund(plan Plan, key string, cost int64) {
 	if plan >= numPlans {
 		return
 	}
@@ -426,7 +451,7 @@ func (l *PerUserLimiter) Refund(plan Plan, key string, cost int64) {
 }
 
 // RefundAt is Refund at time now.
-func (l *PerUserLimiter) RefundAt(plan Plan, key string, now atomicbucket.Time, cost int64) {
+func (l *PerUserLocalLimiter) RefundAt(plan Plan, key string, now atomicbucket.Time, cost int64) {
 	if plan >= numPlans {
 		return
 	}
@@ -434,7 +459,7 @@ func (l *PerUserLimiter) RefundAt(plan Plan, key string, now atomicbucket.Time, 
 }
 
 // Sweep removes the buckets, of every plan, that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *PerUserLimiter) Sweep() int {
+func (l *PerUserLocalLimiter) Sweep() int {
 	var n int
 	for _, t := range l.s {
 		n += t.Sweep()
@@ -443,7 +468,7 @@ func (l *PerUserLimiter) Sweep() int {
 }
 
 // Len is the number of keys tracked, over every plan.
-func (l *PerUserLimiter) Len() int64 {
+func (l *PerUserLocalLimiter) Len() int64 {
 	var n int64
 	for _, t := range l.s {
 		n += t.Len()
@@ -452,7 +477,7 @@ func (l *PerUserLimiter) Len() int64 {
 }
 
 // Stats returns the tables' counters, summed over every plan.
-func (l *PerUserLimiter) Stats() atomicbucket.TableStats {
+func (l *PerUserLocalLimiter) Stats() atomicbucket.TableStats {
 	var s atomicbucket.TableStats
 	for _, t := range l.s {
 		s = s.Add(t.Stats())
@@ -463,22 +488,57 @@ func (l *PerUserLimiter) Stats() atomicbucket.TableStats {
 // RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
 // optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
 // new keys come.
-func (l *PerUserLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+func (l *PerUserLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
 	atomicbucket.RunEvery(ctx, interval, func() {
 		l.Sweep()
 	})
 }
 
-// Check decides a request of cost on the store given to New, so that PerUser holds across every
-// instance that shares it; without one (SharedErr says why) it is AllowN, in this process only. It
-// never fails: when the store cannot decide, the rule's on_failure setting (a local share of 0.5 of
-// the limit) does, and the Result says so. The other methods decide in this process only.
-func (l *PerUserLimiter) Check(ctx context.Context, plan Plan, key string, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{Decision: l.AllowN(plan, key, cost)}
-	}
+// newPerUserLimiter returns PerUser's limiter over its process-local buckets; New binds it to the store.
+func newPerUserLimiter() *PerUserLimiter {
+	return &PerUserLimiter{local: newPerUserLocalLimiter()}
+}
+
+// PerUserLimiter is the type of PerUser, a shared rule: Allow, AllowN and Wait decide on the store
+// given to New, so that the limit holds across every instance that shares it, and take the
+// request's context. Without a store they decide in this process with the whole limit, and their
+// results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
+// Its methods are safe for concurrent use.
+type PerUserLimiter struct {
+	local *PerUserLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *PerUserLimiter) Rule(plan Plan) *atomicbucket.Rule {
+	return l.local.Rule(plan)
+}
+
+// Local returns PerUser decided in this process only, with the whole limit, on buckets apart from
+// the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *PerUserLimiter) Local() *PerUserLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
+// AllowN, whose Result says more: whether the store decided, and why not).
+func (l *PerUserLimiter) Allow(ctx context.Context, plan Plan, key string) bool {
+	return l.AllowN(ctx, plan, key, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that PerUser holds across every
+// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
+// setting (a local share of 0.5 of the limit) does, and the Result says so (Degraded, Err). Without
+// a store, PerUser's process-local limiter (Local) decides and Err is SharedErr's error.
+func (l *PerUserLimiter) AllowN(ctx context.Context, plan Plan, key string, cost int64) shared.Result {
 	if plan >= numPlans {
 		return shared.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}
+	}
+	if l.sh.bound == nil {
+		return shared.Result{
+			Decision: l.local.AllowN(plan, key, cost),
+			Err:      l.sh.err,
+		}
 	}
 	return l.sh.bound.CheckStep(ctx, shared.Step{
 		Cost: cost,
@@ -487,9 +547,27 @@ func (l *PerUserLimiter) Check(ctx context.Context, plan Plan, key string, cost 
 	})
 }
 
-// newExportsLimiter returns Exports's (empty) tables.
-func newExportsLimiter() *ExportsLimiter {
-	return &ExportsLimiter{s: atomicbucket.NewTable[uint64](atomicbucket.MustRule(atomicbucket.Limit{
+// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
+// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
+// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
+// exceeds the burst. Without a store it is Local's Wait.
+func (l *PerUserLimiter) Wait(ctx context.Context, plan Plan, key string, cost int64) error {
+	if plan >= numPlans {
+		return ErrUnknownPlan
+	}
+	if l.sh.bound == nil {
+		return l.local.Wait(ctx, plan, key, cost)
+	}
+	return shared.Wait(ctx, l.sh.bound, shared.Step{
+		Cost: cost,
+		Key:  key,
+		Rule: 0 + int(plan),
+	})
+}
+
+// newExportsLocalLimiter returns Exports's (empty) tables.
+func newExportsLocalLimiter() *ExportsLocalLimiter {
+	return &ExportsLocalLimiter{s: atomicbucket.NewTable[uint64](atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 3,
 		Period: time.Hour,
 		Burst:  3,
@@ -497,105 +575,156 @@ func newExportsLimiter() *ExportsLimiter {
 	}), atomicbucket.TableOptions{})}
 }
 
-// ExportsLimiter is the type of Exports. Its methods are safe for concurrent use.
-type ExportsLimiter struct {
-	s  *atomicbucket.Table[uint64]
-	sh *sharedState
+// ExportsLocalLimiter is Exports decided in this process only, with the whole limit: what
+// ExportsLimiter.Local returns, for tests, and what Exports's checks use while the package has no
+// store (SharedErr says so). Its methods are safe for concurrent use.
+type ExportsLocalLimiter struct {
+	s *atomicbucket.Table[uint64]
 }
 
 // Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *ExportsLimiter) Rule() *atomicbucket.Rule {
+func (l *ExportsLocalLimiter) Rule() *atomicbucket.Rule {
 	return l.s.Rule()
 }
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
-func (l *ExportsLimiter) Allow(key uint64) bool {
+func (l *ExportsLocalLimiter) Allow(key uint64) bool {
 	return l.s.Allow(key)
 }
 
 // AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *ExportsLimiter) AllowN(key uint64, cost int64) atomicbucket.Decision {
+func (l *ExportsLocalLimiter) AllowN(key uint64, cost int64) atomicbucket.Decision {
 	return l.s.AllowN(key, cost)
 }
 
 // AllowAt is Allow at time now.
-func (l *ExportsLimiter) AllowAt(key uint64, now atomicbucket.Time) bool {
+func (l *ExportsLocalLimiter) AllowAt(key uint64, now atomicbucket.Time) bool {
 	return l.s.AllowAt(key, now)
 }
 
 // AllowNAt is AllowN at time now.
-func (l *ExportsLimiter) AllowNAt(key uint64, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+func (l *ExportsLocalLimiter) AllowNAt(key uint64, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.AllowNAt(key, now, cost)
 }
 
 // Peek is what AllowN would decide now, taking nothing.
-func (l *ExportsLimiter) Peek(key uint64, cost int64) atomicbucket.Decision {
+func (l *ExportsLocalLimiter) Peek(key uint64, cost int64) atomicbucket.Decision {
 	return l.s.Peek(key, cost)
 }
 
 // PeekAt is Peek at time now.
-func (l *ExportsLimiter) PeekAt(key uint64, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+func (l *ExportsLocalLimiter) PeekAt(key uint64, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.PeekAt(key, now, cost)
 }
 
 // Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *ExportsLimiter) Reserve(key uint64, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *ExportsLocalLimiter) Reserve(key uint64, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	return l.s.Reserve(key, cost, maxWait)
 }
 
 // ReserveAt is Reserve at time now.
-func (l *ExportsLimiter) ReserveAt(key uint64, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *ExportsLocalLimiter) ReserveAt(key uint64, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	return l.s.ReserveAt(key, now, cost, maxWait)
 }
 
 // Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *ExportsLimiter) Wait(ctx context.Context, key uint64, cost int64) error {
+func (l *ExportsLocalLimiter) Wait(ctx context.Context, key uint64, cost int64) error {
 	return l.s.Wait(ctx, key, cost)
 }
 
 // Refund gives cost tokens back now, never beyond the burst.
-func (l *ExportsLimiter) Refund(key uint64, cost int64) {
+func (l *ExportsLocalLimiter) Refund(key uint64, cost int64) {
 	l.s.Refund(key, cost)
 }
 
 // RefundAt is Refund at time now.
-func (l *ExportsLimiter) RefundAt(key uint64, now atomicbucket.Time, cost int64) {
+func (l *ExportsLocalLimiter) RefundAt(key uint64, now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(key, now, cost)
 }
 
 // Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *ExportsLimiter) Sweep() int {
+func (l *ExportsLocalLimiter) Sweep() int {
 	return l.s.Sweep()
 }
 
 // Len is the number of keys tracked.
-func (l *ExportsLimiter) Len() int64 {
+func (l *ExportsLocalLimiter) Len() int64 {
 	return l.s.Len()
 }
 
 // Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *ExportsLimiter) Stats() atomicbucket.TableStats {
+func (l *ExportsLocalLimiter) Stats() atomicbucket.TableStats {
 	return l.s.Stats()
 }
 
 // RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
 // optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
 // new keys come.
-func (l *ExportsLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+func (l *ExportsLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
 	atomicbucket.RunEvery(ctx, interval, func() {
 		l.Sweep()
 	})
 }
 
-// Check decides a request of cost on the store given to New, so that Exports holds across every
-// instance that shares it; without one (SharedErr says why) it is AllowN, in this process only. It
-// never fails: when the store cannot decide, the rule's on_failure setting (deny) does, and the
-// Result says so. The other methods decide in this process only.
-func (l *ExportsLimiter) Check(ctx context.Context, key uint64, cost int64) shared.Result {
+// newExportsLimiter returns Exports's limiter over its process-local buckets; New binds it to the store.
+func newExportsLimiter() *ExportsLimiter {
+	return &ExportsLimiter{local: newExportsLocalLimiter()}
+}
+
+// ExportsLimiter is the type of Exports, a shared rule: Allow, AllowN and Wait decide on the store
+// given to New, so that the limit holds across every instance that shares it, and take the
+// request's context. Without a store they decide in this process with the whole limit, and their
+// results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
+// Its methods are safe for concurrent use.
+type ExportsLimiter struct {
+	local *ExportsLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *ExportsLimiter) Rule() *atomicbucket.Rule {
+	return l.local.Rule()
+}
+
+// Local returns Exports decided in this process only, with the whole limit, on buckets apart from
+// the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *ExportsLimiter) Local() *ExportsLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
+// AllowN, whose Result says more: whether the store decided, and why not).
+func (l *ExportsLimiter) Allow(ctx context.Context, key uint64) bool {
+	return l.AllowN(ctx, key, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that Exports holds across every
+// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
+// setting (deny) does, and the Result says so (Degraded, Err). Without a store, Exports's
+// process-local limiter (Local) decides and Err is SharedErr's error.
+func (l *ExportsLimiter) AllowN(ctx context.Context, key uint64, cost int64) shared.Result {
 	if l.sh.bound == nil {
-		return shared.Result{Decision: l.AllowN(key, cost)}
+		return shared.Result{
+			Decision: l.local.AllowN(key, cost),
+			Err:      l.sh.err,
+		}
 	}
 	return l.sh.bound.CheckStep(ctx, shared.Step{
+		Cost: cost,
+		Key:  strconv.FormatUint(uint64(key), 10),
+		Rule: 2,
+	})
+}
+
+// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
+// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
+// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
+// exceeds the burst. Without a store it is Local's Wait.
+func (l *ExportsLimiter) Wait(ctx context.Context, key uint64, cost int64) error {
+	if l.sh.bound == nil {
+		return l.local.Wait(ctx, key, cost)
+	}
+	return shared.Wait(ctx, l.sh.bound, shared.Step{
 		Cost: cost,
 		Key:  strconv.FormatUint(uint64(key), 10),
 		Rule: 2,
@@ -712,9 +841,9 @@ func (l *PerInstanceLimiter) RunSweeper(ctx context.Context, interval time.Durat
 	})
 }
 
-// newGlobalLimiter returns Global's bucket, created at now.
-func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
-	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+// newGlobalLocalLimiter returns Global's bucket, created at now.
+func newGlobalLocalLimiter(now atomicbucket.Time) *GlobalLocalLimiter {
+	return &GlobalLocalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 1,
 		Period: time.Minute,
 		Burst:  50,
@@ -732,79 +861,115 @@ const (
 	globalBurstUnits    = 3000000000000
 )
 
-// GlobalLimiter is the type of Global. Its methods are safe for concurrent use.
-type GlobalLimiter struct {
-	s  *atomicbucket.Bucket
-	sh *sharedState
+// GlobalLocalLimiter is Global decided in this process only, with the whole limit: what
+// GlobalLimiter.Local returns, for tests, and what Global's checks use while the package has no
+// store (SharedErr says so). Its methods are safe for concurrent use.
+type GlobalLocalLimiter struct {
+	s *atomicbucket.Bucket
 }
 
 // Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *GlobalLimiter) Rule() *atomicbucket.Rule {
+func (l *GlobalLocalLimiter) Rule() *atomicbucket.Rule {
 	return l.s.Rule()
 }
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
-func (l *GlobalLimiter) Allow() bool {
+func (l *GlobalLocalLimiter) Allow() bool {
 	return l.s.AllowGreedyAt(atomicbucket.Now(), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits)
 }
 
 // AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *GlobalLimiter) AllowN(cost int64) atomicbucket.Decision {
+func (l *GlobalLocalLimiter) AllowN(cost int64) atomicbucket.Decision {
 	return l.s.AllowN(cost)
 }
 
 // AllowAt is Allow at time now.
-func (l *GlobalLimiter) AllowAt(now atomicbucket.Time) bool {
+func (l *GlobalLocalLimiter) AllowAt(now atomicbucket.Time) bool {
 	return l.s.AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits)
 }
 
 // AllowNAt is AllowN at time now.
-func (l *GlobalLimiter) AllowNAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
+func (l *GlobalLocalLimiter) AllowNAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.AllowNAt(now, cost)
 }
 
 // Peek is what AllowN would decide now, taking nothing.
-func (l *GlobalLimiter) Peek(cost int64) atomicbucket.Decision {
+func (l *GlobalLocalLimiter) Peek(cost int64) atomicbucket.Decision {
 	return l.s.Peek(cost)
 }
 
 // PeekAt is Peek at time now.
-func (l *GlobalLimiter) PeekAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
+func (l *GlobalLocalLimiter) PeekAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.PeekAt(now, cost)
 }
 
 // Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *GlobalLimiter) Reserve(cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *GlobalLocalLimiter) Reserve(cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	return l.s.Reserve(cost, maxWait)
 }
 
 // ReserveAt is Reserve at time now.
-func (l *GlobalLimiter) ReserveAt(now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *GlobalLocalLimiter) ReserveAt(now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	return l.s.ReserveAt(now, cost, maxWait)
 }
 
 // Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *GlobalLimiter) Wait(ctx context.Context, cost int64) error {
+func (l *GlobalLocalLimiter) Wait(ctx context.Context, cost int64) error {
 	return l.s.Wait(ctx, cost)
 }
 
 // Refund gives cost tokens back now, never beyond the burst.
-func (l *GlobalLimiter) Refund(cost int64) {
+func (l *GlobalLocalLimiter) Refund(cost int64) {
 	l.s.Refund(cost)
 }
 
 // RefundAt is Refund at time now.
-func (l *GlobalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
+func (l *GlobalLocalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(now, cost)
 }
 
-// Check decides a request of cost on the store given to New, so that Global holds across every
-// instance that shares it; without one (SharedErr says why) it is AllowN, in this process only. It
-// never fails: when the store cannot decide, the rule's on_failure setting (allow) does, and the
-// Result says so. The other methods decide in this process only.
-func (l *GlobalLimiter) Check(ctx context.Context, cost int64) shared.Result {
+// newGlobalLimiter returns Global's limiter over its process-local buckets; New binds it to the store.
+func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
+	return &GlobalLimiter{local: newGlobalLocalLimiter(now)}
+}
+
+// GlobalLimiter is the type of Global, a shared rule: Allow, AllowN and Wait decide on the store
+// given to New, so that the limit holds across every instance that shares it, and take the
+// request's context. Without a store they decide in this process with the whole limit, and their
+// results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
+// Its methods are safe for concurrent use.
+type GlobalLimiter struct {
+	local *GlobalLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *GlobalLimiter) Rule() *atomicbucket.Rule {
+	return l.local.Rule()
+}
+
+// Local returns Global decided in this process only, with the whole limit, on buckets apart from
+// the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *GlobalLimiter) Local() *GlobalLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
+// AllowN, whose Result says more: whether the store decided, and why not).
+func (l *GlobalLimiter) Allow(ctx context.Context) bool {
+	return l.AllowN(ctx, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that Global holds across every
+// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
+// setting (allow) does, and the Result says so (Degraded, Err). Without a store, Global's
+// process-local limiter (Local) decides and Err is SharedErr's error.
+func (l *GlobalLimiter) AllowN(ctx context.Context, cost int64) shared.Result {
 	if l.sh.bound == nil {
-		return shared.Result{Decision: l.AllowN(cost)}
+		return shared.Result{
+			Decision: l.local.AllowN(cost),
+			Err:      l.sh.err,
+		}
 	}
 	return l.sh.bound.CheckStep(ctx, shared.Step{
 		Cost: cost,
@@ -813,9 +978,24 @@ func (l *GlobalLimiter) Check(ctx context.Context, cost int64) shared.Result {
 	})
 }
 
-// newDownloadsLimiter returns Downloads's (empty) tables.
-func newDownloadsLimiter() *DownloadsLimiter {
-	return &DownloadsLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
+// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
+// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
+// exceeds the burst. Without a store it is Local's Wait.
+func (l *GlobalLimiter) Wait(ctx context.Context, cost int64) error {
+	if l.sh.bound == nil {
+		return l.local.Wait(ctx, cost)
+	}
+	return shared.Wait(ctx, l.sh.bound, shared.Step{
+		Cost: cost,
+		Key:  "",
+		Rule: 3,
+	})
+}
+
+// newDownloadsLocalLimiter returns Downloads's (empty) tables.
+func newDownloadsLocalLimiter() *DownloadsLocalLimiter {
+	return &DownloadsLocalLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 1,
 		Period: time.Minute,
 		Burst:  30,
@@ -834,105 +1014,141 @@ const (
 	downloadsBurstUnits    = 1800000000000
 )
 
-// DownloadsLimiter is the type of Downloads. Its methods are safe for concurrent use.
-type DownloadsLimiter struct {
-	s  *atomicbucket.Table[string]
-	sh *sharedState
+// DownloadsLocalLimiter is Downloads decided in this process only, with the whole limit: what
+// DownloadsLimiter.Local returns, for tests, and what Downloads's checks use while the package has
+// no store (SharedErr says so). Its methods are safe for concurrent use.
+type DownloadsLocalLimiter struct {
+	s *atomicbucket.Table[string]
 }
 
 // Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *DownloadsLimiter) Rule() *atomicbucket.Rule {
+func (l *DownloadsLocalLimiter) Rule() *atomicbucket.Rule {
 	return l.s.Rule()
 }
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
-func (l *DownloadsLimiter) Allow(key string) bool {
+func (l *DownloadsLocalLimiter) Allow(key string) bool {
 	return l.s.AllowGreedyAt(key, atomicbucket.Now(), downloadsUnitsPerNs, downloadsUnitsPerToken, downloadsBurstUnits)
 }
 
 // AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *DownloadsLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
+func (l *DownloadsLocalLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
 	return l.s.AllowN(key, cost)
 }
 
 // AllowAt is Allow at time now.
-func (l *DownloadsLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+func (l *DownloadsLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.s.AllowGreedyAt(key, now, downloadsUnitsPerNs, downloadsUnitsPerToken, downloadsBurstUnits)
 }
 
 // AllowNAt is AllowN at time now.
-func (l *DownloadsLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+func (l *DownloadsLocalLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.AllowNAt(key, now, cost)
 }
 
 // Peek is what AllowN would decide now, taking nothing.
-func (l *DownloadsLimiter) Peek(key string, cost int64) atomicbucket.Decision {
+func (l *DownloadsLocalLimiter) Peek(key string, cost int64) atomicbucket.Decision {
 	return l.s.Peek(key, cost)
 }
 
 // PeekAt is Peek at time now.
-func (l *DownloadsLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+func (l *DownloadsLocalLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.PeekAt(key, now, cost)
 }
 
 // Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *DownloadsLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *DownloadsLocalLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	return l.s.Reserve(key, cost, maxWait)
 }
 
 // ReserveAt is Reserve at time now.
-func (l *DownloadsLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *DownloadsLocalLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	return l.s.ReserveAt(key, now, cost, maxWait)
 }
 
 // Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *DownloadsLimiter) Wait(ctx context.Context, key string, cost int64) error {
+func (l *DownloadsLocalLimiter) Wait(ctx context.Context, key string, cost int64) error {
 	return l.s.Wait(ctx, key, cost)
 }
 
 // Refund gives cost tokens back now, never beyond the burst.
-func (l *DownloadsLimiter) Refund(key string, cost int64) {
+func (l *DownloadsLocalLimiter) Refund(key string, cost int64) {
 	l.s.Refund(key, cost)
 }
 
 // RefundAt is Refund at time now.
-func (l *DownloadsLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
+func (l *DownloadsLocalLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(key, now, cost)
 }
 
 // Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *DownloadsLimiter) Sweep() int {
+func (l *DownloadsLocalLimiter) Sweep() int {
 	return l.s.Sweep()
 }
 
 // Len is the number of keys tracked.
-func (l *DownloadsLimiter) Len() int64 {
+func (l *DownloadsLocalLimiter) Len() int64 {
 	return l.s.Len()
 }
 
 // Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *DownloadsLimiter) Stats() atomicbucket.TableStats {
+func (l *DownloadsLocalLimiter) Stats() atomicbucket.TableStats {
 	return l.s.Stats()
 }
 
 // RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
 // optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
 // new keys come.
-func (l *DownloadsLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+func (l *DownloadsLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
 	atomicbucket.RunEvery(ctx, interval, func() {
 		l.Sweep()
 	})
 }
 
-// Check decides a request of cost on the store given to New, so that Downloads holds across every
-// instance that shares it; without one (SharedErr says why) it is AllowN, in this process only. It
-// never fails: when the store cannot decide, the rule's on_failure setting (deny) does, and the
-// Result says so. The rule is leased: each instance takes batches of at most 8 tokens from a store
-// that leases and spends them here, so most checks make no call. The other methods decide in this
-// process only.
-func (l *DownloadsLimiter) Check(ctx context.Context, key string, cost int64) shared.Result {
+// newDownloadsLimiter returns Downloads's limiter over its process-local buckets; New binds it to the store.
+func newDownloadsLimiter() *DownloadsLimiter {
+	return &DownloadsLimiter{local: newDownloadsLocalLimiter()}
+}
+
+// DownloadsLimiter is the type of Downloads, a shared rule: Allow, AllowN and Wait decide on the
+// store given to New, so that the limit holds across every instance that shares it, and take the
+// request's context. Without a store they decide in this process with the whole limit, and their
+// results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
+// Its methods are safe for concurrent use.
+type DownloadsLimiter struct {
+	local *DownloadsLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *DownloadsLimiter) Rule() *atomicbucket.Rule {
+	return l.local.Rule()
+}
+
+// Local returns Downloads decided in this process only, with the whole limit, on buckets apart from
+// the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *DownloadsLimiter) Local() *DownloadsLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
+// AllowN, whose Result says more: whether the store decided, and why not).
+func (l *DownloadsLimiter) Allow(ctx context.Context, key string) bool {
+	return l.AllowN(ctx, key, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that Downloads holds across every
+// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
+// setting (deny) does, and the Result says so (Degraded, Err). The rule is leased: each instance
+// takes batches of at most 8 tokens from a store that leases and spends them here, so most checks
+// make no call. Without a store, Downloads's process-local limiter (Local) decides and Err is
+// SharedErr's error.
+func (l *DownloadsLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
 	if l.sh.bound == nil {
-		return shared.Result{Decision: l.AllowN(key, cost)}
+		return shared.Result{
+			Decision: l.local.AllowN(key, cost),
+			Err:      l.sh.err,
+		}
 	}
 	return l.sh.bound.CheckStep(ctx, shared.Step{
 		Cost: cost,
@@ -941,9 +1157,24 @@ func (l *DownloadsLimiter) Check(ctx context.Context, key string, cost int64) sh
 	})
 }
 
-// newDownloadsGlobalLimiter returns DownloadsGlobal's bucket, created at now.
-func newDownloadsGlobalLimiter(now atomicbucket.Time) *DownloadsGlobalLimiter {
-	return &DownloadsGlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
+// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
+// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
+// exceeds the burst. Without a store it is Local's Wait.
+func (l *DownloadsLimiter) Wait(ctx context.Context, key string, cost int64) error {
+	if l.sh.bound == nil {
+		return l.local.Wait(ctx, key, cost)
+	}
+	return shared.Wait(ctx, l.sh.bound, shared.Step{
+		Cost: cost,
+		Key:  key,
+		Rule: 4,
+	})
+}
+
+// newDownloadsGlobalLocalLimiter returns DownloadsGlobal's bucket, created at now.
+func newDownloadsGlobalLocalLimiter(now atomicbucket.Time) *DownloadsGlobalLocalLimiter {
+	return &DownloadsGlobalLocalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 1,
 		Period: time.Minute,
 		Burst:  1000,
@@ -962,86 +1193,313 @@ const (
 	downloadsGlobalBurstUnits    = 60000000000000
 )
 
-// DownloadsGlobalLimiter is the type of DownloadsGlobal. Its methods are safe for concurrent use.
-type DownloadsGlobalLimiter struct {
-	s  *atomicbucket.Bucket
-	sh *sharedState
+// DownloadsGlobalLocalLimiter is DownloadsGlobal decided in this process only, with the whole
+// limit: what DownloadsGlobalLimiter.Local returns, for tests, and what DownloadsGlobal's checks
+// use while the package has no store (SharedErr says so). Its methods are safe for concurrent use.
+type DownloadsGlobalLocalLimiter struct {
+	s *atomicbucket.Bucket
 }
 
 // Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *DownloadsGlobalLimiter) Rule() *atomicbucket.Rule {
+func (l *DownloadsGlobalLocalLimiter) Rule() *atomicbucket.Rule {
 	return l.s.Rule()
 }
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
-func (l *DownloadsGlobalLimiter) Allow() bool {
+func (l *DownloadsGlobalLocalLimiter) Allow() bool {
 	return l.s.AllowGreedyAt(atomicbucket.Now(), downloadsGlobalUnitsPerNs, downloadsGlobalUnitsPerToken, downloadsGlobalBurstUnits)
 }
 
 // AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *DownloadsGlobalLimiter) AllowN(cost int64) atomicbucket.Decision {
+func (l *DownloadsGlobalLocalLimiter) AllowN(cost int64) atomicbucket.Decision {
 	return l.s.AllowN(cost)
 }
 
 // AllowAt is Allow at time now.
-func (l *DownloadsGlobalLimiter) AllowAt(now atomicbucket.Time) bool {
+func (l *DownloadsGlobalLocalLimiter) AllowAt(now atomicbucket.Time) bool {
 	return l.s.AllowGreedyAt(now, downloadsGlobalUnitsPerNs, downloadsGlobalUnitsPerToken, downloadsGlobalBurstUnits)
 }
 
 // AllowNAt is AllowN at time now.
-func (l *DownloadsGlobalLimiter) AllowNAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
+func (l *DownloadsGlobalLocalLimiter) AllowNAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.AllowNAt(now, cost)
 }
 
 // Peek is what AllowN would decide now, taking nothing.
-func (l *DownloadsGlobalLimiter) Peek(cost int64) atomicbucket.Decision {
+func (l *DownloadsGlobalLocalLimiter) Peek(cost int64) atomicbucket.Decision {
 	return l.s.Peek(cost)
 }
 
 // PeekAt is Peek at time now.
-func (l *DownloadsGlobalLimiter) PeekAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
+func (l *DownloadsGlobalLocalLimiter) PeekAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.PeekAt(now, cost)
 }
 
 // Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *DownloadsGlobalLimiter) Reserve(cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *DownloadsGlobalLocalLimiter) Reserve(cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	return l.s.Reserve(cost, maxWait)
 }
 
 // ReserveAt is Reserve at time now.
-func (l *DownloadsGlobalLimiter) ReserveAt(now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *DownloadsGlobalLocalLimiter) ReserveAt(now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	return l.s.ReserveAt(now, cost, maxWait)
 }
 
 // Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *DownloadsGlobalLimiter) Wait(ctx context.Context, cost int64) error {
+func (l *DownloadsGlobalLocalLimiter) Wait(ctx context.Context, cost int64) error {
 	return l.s.Wait(ctx, cost)
 }
 
 // Refund gives cost tokens back now, never beyond the burst.
-func (l *DownloadsGlobalLimiter) Refund(cost int64) {
+func (l *DownloadsGlobalLocalLimiter) Refund(cost int64) {
 	l.s.Refund(cost)
 }
 
 // RefundAt is Refund at time now.
-func (l *DownloadsGlobalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
+func (l *DownloadsGlobalLocalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(now, cost)
 }
 
-// Check decides a request of cost on the store given to New, so that DownloadsGlobal holds across
-// every instance that shares it; without one (SharedErr says why) it is AllowN, in this process
-// only. It never fails: when the store cannot decide, the rule's on_failure setting (allow) does,
-// and the Result says so. The rule is leased: each instance takes batches of at most 100 tokens
-// from a store that leases and spends them here, so most checks make no call. The other methods
-// decide in this process only.
-func (l *DownloadsGlobalLimiter) Check(ctx context.Context, cost int64) shared.Result {
+// newDownloadsGlobalLimiter returns DownloadsGlobal's limiter over its process-local buckets; New binds it to the store.
+func newDownloadsGlobalLimiter(now atomicbucket.Time) *DownloadsGlobalLimiter {
+	return &DownloadsGlobalLimiter{local: newDownloadsGlobalLocalLimiter(now)}
+}
+
+// DownloadsGlobalLimiter is the type of DownloadsGlobal, a shared rule: Allow, AllowN and Wait
+// decide on the store given to New, so that the limit holds across every instance that shares it,
+// and take the request's context. Without a store they decide in this process with the whole limit,
+// and their results carry SharedErr's error; Local is that process-local limiter, under a name that
+// says so. Its methods are safe for concurrent use.
+type DownloadsGlobalLimiter struct {
+	local *DownloadsGlobalLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *DownloadsGlobalLimiter) Rule() *atomicbucket.Rule {
+	return l.local.Rule()
+}
+
+// Local returns DownloadsGlobal decided in this process only, with the whole limit, on buckets
+// apart from the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *DownloadsGlobalLimiter) Local() *DownloadsGlobalLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
+// AllowN, whose Result says more: whether the store decided, and why not).
+func (l *DownloadsGlobalLimiter) Allow(ctx context.Context) bool {
+	return l.AllowN(ctx, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that DownloadsGlobal holds across
+// every instance that shares it. It never fails: when the store cannot decide, the rule's
+// on_failure setting (allow) does, and the Result says so (Degraded, Err). The rule is leased: each
+// instance takes batches of at most 100 tokens from a store that leases and spends them here, so
+// most checks make no call. Without a store, DownloadsGlobal's process-local limiter (Local)
+// decides and Err is SharedErr's error.
+func (l *DownloadsGlobalLimiter) AllowN(ctx context.Context, cost int64) shared.Result {
 	if l.sh.bound == nil {
-		return shared.Result{Decision: l.AllowN(cost)}
+		return shared.Result{
+			Decision: l.local.AllowN(cost),
+			Err:      l.sh.err,
+		}
 	}
 	return l.sh.bound.CheckStep(ctx, shared.Step{
 		Cost: cost,
 		Key:  "",
 		Rule: 5,
+	})
+}
+
+// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
+// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
+// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
+// exceeds the burst. Without a store it is Local's Wait.
+func (l *DownloadsGlobalLimiter) Wait(ctx context.Context, cost int64) error {
+	if l.sh.bound == nil {
+		return l.local.Wait(ctx, cost)
+	}
+	return shared.Wait(ctx, l.sh.bound, shared.Step{
+		Cost: cost,
+		Key:  "",
+		Rule: 5,
+	})
+}
+
+// newFastLocalLimiter returns Fast's (empty) tables.
+func newFastLocalLimiter() *FastLocalLimiter {
+	return &FastLocalLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+		Tokens: 10,
+		Period: time.Second,
+		Burst:  2,
+		Refill: atomicbucket.Greedy,
+	}), fastUnitsPerNs, fastUnitsPerToken, fastBurstUnits), atomicbucket.TableOptions{})}
+}
+
+// Fast's fixed-point units, computed when generating and checked against the runtime when the
+// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (fastUnitsPerNs), one token is worth fastUnitsPerToken units (GCRA's emission interval), and a
+// bucket may run fastBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+const (
+	fastUnitsPerNs    = 1
+	fastUnitsPerToken = 100000000
+	fastBurstUnits    = 200000000
+)
+
+// FastLocalLimiter is Fast decided in this process only, with the whole limit: what
+// FastLimiter.Local returns, for tests, and what Fast's checks use while the package has no store
+// (SharedErr says so). Its methods are safe for concurrent use.
+type FastLocalLimiter struct {
+	s *atomicbucket.Table[string]
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *FastLocalLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
+}
+
+// Allow reports whether a request is allowed now, taking its tokens if so.
+func (l *FastLocalLimiter) Allow(key string) bool {
+	return l.s.AllowGreedyAt(key, atomicbucket.Now(), fastUnitsPerNs, fastUnitsPerToken, fastBurstUnits)
+}
+
+// AllowN checks a request of the given cost now, taking its tokens if allowed.
+func (l *FastLocalLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
+	return l.s.AllowN(key, cost)
+}
+
+// AllowAt is Allow at time now.
+func (l *FastLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+	return l.s.AllowGreedyAt(key, now, fastUnitsPerNs, fastUnitsPerToken, fastBurstUnits)
+}
+
+// AllowNAt is AllowN at time now.
+func (l *FastLocalLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.AllowNAt(key, now, cost)
+}
+
+// Peek is what AllowN would decide now, taking nothing.
+func (l *FastLocalLimiter) Peek(key string, cost int64) atomicbucket.Decision {
+	return l.s.Peek(key, cost)
+}
+
+// PeekAt is Peek at time now.
+func (l *FastLocalLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.PeekAt(key, now, cost)
+}
+
+// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
+func (l *FastLocalLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.Reserve(key, cost, maxWait)
+}
+
+// ReserveAt is Reserve at time now.
+func (l *FastLocalLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.ReserveAt(key, now, cost, maxWait)
+}
+
+// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
+func (l *FastLocalLimiter) Wait(ctx context.Context, key string, cost int64) error {
+	return l.s.Wait(ctx, key, cost)
+}
+
+// Refund gives cost tokens back now, never beyond the burst.
+func (l *FastLocalLimiter) Refund(key string, cost int64) {
+	l.s.Refund(key, cost)
+}
+
+// RefundAt is Refund at time now.
+func (l *FastLocalLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
+	l.s.RefundAt(key, now, cost)
+}
+
+// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
+func (l *FastLocalLimiter) Sweep() int {
+	return l.s.Sweep()
+}
+
+// Len is the number of keys tracked.
+func (l *FastLocalLimiter) Len() int64 {
+	return l.s.Len()
+}
+
+// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
+func (l *FastLocalLimiter) Stats() atomicbucket.TableStats {
+	return l.s.Stats()
+}
+
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
+func (l *FastLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+	atomicbucket.RunEvery(ctx, interval, func() {
+		l.Sweep()
+	})
+}
+
+// newFastLimiter returns Fast's limiter over its process-local buckets; New binds it to the store.
+func newFastLimiter() *FastLimiter {
+	return &FastLimiter{local: newFastLocalLimiter()}
+}
+
+// FastLimiter is the type of Fast, a shared rule: Allow, AllowN and Wait decide on the store given
+// to New, so that the limit holds across every instance that shares it, and take the request's
+// context. Without a store they decide in this process with the whole limit, and their results
+// carry SharedErr's error; Local is that process-local limiter, under a name that says so. Its
+// methods are safe for concurrent use.
+type FastLimiter struct {
+	local *FastLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *FastLimiter) Rule() *atomicbucket.Rule {
+	return l.local.Rule()
+}
+
+// Local returns Fast decided in this process only, with the whole limit, on buckets apart from the
+// store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *FastLimiter) Local() *FastLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
+// AllowN, whose Result says more: whether the store decided, and why not).
+func (l *FastLimiter) Allow(ctx context.Context, key string) bool {
+	return l.AllowN(ctx, key, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that Fast holds across every
+// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
+// setting (deny) does, and the Result says so (Degraded, Err). Without a store, Fast's
+// process-local limiter (Local) decides and Err is SharedErr's error.
+func (l *FastLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
+	if l.sh.bound == nil {
+		return shared.Result{
+			Decision: l.local.AllowN(key, cost),
+			Err:      l.sh.err,
+		}
+	}
+	return l.sh.bound.CheckStep(ctx, shared.Step{
+		Cost: cost,
+		Key:  key,
+		Rule: 6,
+	})
+}
+
+// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
+// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
+// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
+// exceeds the burst. Without a store it is Local's Wait.
+func (l *FastLimiter) Wait(ctx context.Context, key string, cost int64) error {
+	if l.sh.bound == nil {
+		return l.local.Wait(ctx, key, cost)
+	}
+	return shared.Wait(ctx, l.sh.bound, shared.Step{
+		Cost: cost,
+		Key:  key,
+		Rule: 6,
 	})
 }
 
@@ -1061,45 +1519,24 @@ type TierResult struct {
 	Err      error
 }
 
-// Request checks a request against PerUser, Global, in that order, and allows it only if every rule
-// does: when a rule denies, the tokens the earlier rules took are given back. It uses Default.
-func Request(plan Plan, perUserKey string) TierDecision {
-	return Default.Request(plan, perUserKey)
-}
-
-// Request checks a request against PerUser, Global, in that order, and allows it only if every rule
-// does: when a rule denies, the tokens the earlier rules took are given back.
-func (l *Limits) Request(plan Plan, perUserKey string) TierDecision {
+// LocalRequest checks a request against PerUser, Global as Request does. It decides in this process
+// only, with the whole limits, on the rules' Local limiters: the store's tier is Request.
+func (l *Limits) LocalRequest(plan Plan, perUserKey string) TierDecision {
 	return l.checkRequest(plan, perUserKey, atomicbucket.Now(), 0, true)
 }
 
-// RequestN is Request with a cost every rule is charged instead of its default. It uses Default.
-func RequestN(plan Plan, perUserKey string, cost int64) TierDecision {
-	return Default.RequestN(plan, perUserKey, cost)
-}
-
-// RequestN is Request with a cost every rule is charged instead of its default.
-func (l *Limits) RequestN(plan Plan, perUserKey string, cost int64) TierDecision {
+// LocalRequestN is LocalRequest with a cost every rule is charged instead of its default.
+func (l *Limits) LocalRequestN(plan Plan, perUserKey string, cost int64) TierDecision {
 	return l.checkRequest(plan, perUserKey, atomicbucket.Now(), cost, false)
 }
 
-// RequestAt is Request at time now. It uses Default.
-func RequestAt(plan Plan, perUserKey string, now atomicbucket.Time) TierDecision {
-	return Default.RequestAt(plan, perUserKey, now)
-}
-
-// RequestAt is Request at time now.
-func (l *Limits) RequestAt(plan Plan, perUserKey string, now atomicbucket.Time) TierDecision {
+// LocalRequestAt is LocalRequest at time now.
+func (l *Limits) LocalRequestAt(plan Plan, perUserKey string, now atomicbucket.Time) TierDecision {
 	return l.checkRequest(plan, perUserKey, now, 0, true)
 }
 
-// RequestNAt is RequestN at time now. It uses Default.
-func RequestNAt(plan Plan, perUserKey string, now atomicbucket.Time, cost int64) TierDecision {
-	return Default.RequestNAt(plan, perUserKey, now, cost)
-}
-
-// RequestNAt is RequestN at time now.
-func (l *Limits) RequestNAt(plan Plan, perUserKey string, now atomicbucket.Time, cost int64) TierDecision {
+// LocalRequestNAt is LocalRequestN at time now.
+func (l *Limits) LocalRequestNAt(plan Plan, perUserKey string, now atomicbucket.Time, cost int64) TierDecision {
 	return l.checkRequest(plan, perUserKey, now, cost, false)
 }
 
@@ -1117,7 +1554,7 @@ func (l *Limits) checkRequest(plan Plan, perUserKey string, now atomicbucket.Tim
 	if defaults {
 		c0, c1 = 1, 1
 	}
-	d0 := l.PerUser.AllowNAt(plan, perUserKey, now, c0)
+	d0 := l.PerUser.local.AllowNAt(plan, perUserKey, now, c0)
 	if !d0.Allowed {
 		return TierDecision{
 			Decision: d0,
@@ -1125,9 +1562,9 @@ func (l *Limits) checkRequest(plan Plan, perUserKey string, now atomicbucket.Tim
 			DeniedBy: RulePerUser,
 		}
 	}
-	d1 := l.Global.AllowNAt(now, c1)
+	d1 := l.Global.local.AllowNAt(now, c1)
 	if !d1.Allowed {
-		l.PerUser.RefundAt(plan, perUserKey, now, c0)
+		l.PerUser.local.RefundAt(plan, perUserKey, now, c0)
 		return TierDecision{
 			Decision: d1,
 			Rule:     RuleGlobal,
@@ -1141,25 +1578,42 @@ func (l *Limits) checkRequest(plan Plan, perUserKey string, now atomicbucket.Tim
 	return TierDecision{Decision: most, Rule: rule}
 }
 
-// CheckRequest checks a request against Request on the store given to New, all or nothing, in one
-// call where the store can (on a Redis Cluster, when the keys share a slot), so that the tier holds
-// across every instance; without a store (SharedErr says why) it is Request, in this process only.
-// It never fails: when the store cannot decide, the rules' on_failure settings do, and the result
-// says so.
-func (l *Limits) CheckRequest(ctx context.Context, plan Plan, perUserKey string) TierResult {
+// Request checks a request against PerUser, Global on the store given to New, all or nothing, in
+// one call where the store can (on a Redis Cluster, one per slot, with refunds), so that the tier
+// holds across every instance. It never fails: when the store cannot decide, the rules' on_failure
+// settings do, and the result says so (Degraded, Err). Without a store, LocalRequest decides and
+// Err is SharedErr's error. It uses Default.
+func Request(ctx context.Context, plan Plan, perUserKey string) TierResult {
+	return Default.Request(ctx, plan, perUserKey)
+}
+
+// Request checks a request against PerUser, Global on the store given to New, all or nothing, in
+// one call where the store can (on a Redis Cluster, one per slot, with refunds), so that the tier
+// holds across every instance. It never fails: when the store cannot decide, the rules' on_failure
+// settings do, and the result says so (Degraded, Err). Without a store, LocalRequest decides and
+// Err is SharedErr's error.
+func (l *Limits) Request(ctx context.Context, plan Plan, perUserKey string) TierResult {
 	return l.checkSharedRequest(ctx, plan, perUserKey, 0, true)
 }
 
-// CheckRequestN is CheckRequest with a cost every rule is charged instead of its default.
-func (l *Limits) CheckRequestN(ctx context.Context, plan Plan, perUserKey string, cost int64) TierResult {
+// RequestN is Request with a cost every rule is charged instead of its default. It uses Default.
+func RequestN(ctx context.Context, plan Plan, perUserKey string, cost int64) TierResult {
+	return Default.RequestN(ctx, plan, perUserKey, cost)
+}
+
+// RequestN is Request with a cost every rule is charged instead of its default.
+func (l *Limits) RequestN(ctx context.Context, plan Plan, perUserKey string, cost int64) TierResult {
 	return l.checkSharedRequest(ctx, plan, perUserKey, cost, false)
 }
 
-// checkSharedRequest is CheckRequest's store call, with each rule charged cost, or its own default
-// cost when defaults is set.
+// checkSharedRequest is Request's store call, with each rule charged cost, or its own default cost
+// when defaults is set.
 func (l *Limits) checkSharedRequest(ctx context.Context, plan Plan, perUserKey string, cost int64, defaults bool) TierResult {
 	if l.shared.bound == nil {
-		return TierResult{TierDecision: l.checkRequest(plan, perUserKey, atomicbucket.Now(), cost, defaults)}
+		return TierResult{
+			Err:          l.shared.err,
+			TierDecision: l.checkRequest(plan, perUserKey, atomicbucket.Now(), cost, defaults),
+		}
 	}
 	if plan >= numPlans {
 		return TierResult{TierDecision: TierDecision{
@@ -1199,46 +1653,25 @@ func (l *Limits) checkSharedRequest(ctx context.Context, plan Plan, perUserKey s
 	}
 }
 
-// Download checks a request against Downloads, DownloadsGlobal, in that order, and allows it only
-// if every rule does: when a rule denies, the tokens the earlier rules took are given back. It uses
-// Default.
-func Download(downloadsKey string) TierDecision {
-	return Default.Download(downloadsKey)
-}
-
-// Download checks a request against Downloads, DownloadsGlobal, in that order, and allows it only
-// if every rule does: when a rule denies, the tokens the earlier rules took are given back.
-func (l *Limits) Download(downloadsKey string) TierDecision {
+// LocalDownload checks a request against Downloads, DownloadsGlobal as Download does. It decides in
+// this process only, with the whole limits, on the rules' Local limiters: the store's tier is
+// Download.
+func (l *Limits) LocalDownload(downloadsKey string) TierDecision {
 	return l.checkDownload(downloadsKey, atomicbucket.Now(), 0, true)
 }
 
-// DownloadN is Download with a cost every rule is charged instead of its default. It uses Default.
-func DownloadN(downloadsKey string, cost int64) TierDecision {
-	return Default.DownloadN(downloadsKey, cost)
-}
-
-// DownloadN is Download with a cost every rule is charged instead of its default.
-func (l *Limits) DownloadN(downloadsKey string, cost int64) TierDecision {
+// LocalDownloadN is LocalDownload with a cost every rule is charged instead of its default.
+func (l *Limits) LocalDownloadN(downloadsKey string, cost int64) TierDecision {
 	return l.checkDownload(downloadsKey, atomicbucket.Now(), cost, false)
 }
 
-// DownloadAt is Download at time now. It uses Default.
-func DownloadAt(downloadsKey string, now atomicbucket.Time) TierDecision {
-	return Default.DownloadAt(downloadsKey, now)
-}
-
-// DownloadAt is Download at time now.
-func (l *Limits) DownloadAt(downloadsKey string, now atomicbucket.Time) TierDecision {
+// LocalDownloadAt is LocalDownload at time now.
+func (l *Limits) LocalDownloadAt(downloadsKey string, now atomicbucket.Time) TierDecision {
 	return l.checkDownload(downloadsKey, now, 0, true)
 }
 
-// DownloadNAt is DownloadN at time now. It uses Default.
-func DownloadNAt(downloadsKey string, now atomicbucket.Time, cost int64) TierDecision {
-	return Default.DownloadNAt(downloadsKey, now, cost)
-}
-
-// DownloadNAt is DownloadN at time now.
-func (l *Limits) DownloadNAt(downloadsKey string, now atomicbucket.Time, cost int64) TierDecision {
+// LocalDownloadNAt is LocalDownloadN at time now.
+func (l *Limits) LocalDownloadNAt(downloadsKey string, now atomicbucket.Time, cost int64) TierDecision {
 	return l.checkDownload(downloadsKey, now, cost, false)
 }
 
@@ -1249,7 +1682,7 @@ func (l *Limits) checkDownload(downloadsKey string, now atomicbucket.Time, cost 
 	if defaults {
 		c0, c1 = 1, 1
 	}
-	d0 := l.Downloads.AllowNAt(downloadsKey, now, c0)
+	d0 := l.Downloads.local.AllowNAt(downloadsKey, now, c0)
 	if !d0.Allowed {
 		return TierDecision{
 			Decision: d0,
@@ -1257,9 +1690,9 @@ func (l *Limits) checkDownload(downloadsKey string, now atomicbucket.Time, cost 
 			DeniedBy: RuleDownloads,
 		}
 	}
-	d1 := l.DownloadsGlobal.AllowNAt(now, c1)
+	d1 := l.DownloadsGlobal.local.AllowNAt(now, c1)
 	if !d1.Allowed {
-		l.Downloads.RefundAt(downloadsKey, now, c0)
+		l.Downloads.local.RefundAt(downloadsKey, now, c0)
 		return TierDecision{
 			Decision: d1,
 			Rule:     RuleDownloadsGlobal,
@@ -1273,25 +1706,42 @@ func (l *Limits) checkDownload(downloadsKey string, now atomicbucket.Time, cost 
 	return TierDecision{Decision: most, Rule: rule}
 }
 
-// CheckDownload checks a request against Download on the store given to New, all or nothing, in one
-// call where the store can (on a Redis Cluster, when the keys share a slot), so that the tier holds
-// across every instance; without a store (SharedErr says why) it is Download, in this process only.
-// It never fails: when the store cannot decide, the rules' on_failure settings do, and the result
-// says so.
-func (l *Limits) CheckDownload(ctx context.Context, downloadsKey string) TierResult {
+// Download checks a request against Downloads, DownloadsGlobal on the store given to New, all or
+// nothing, in one call where the store can (on a Redis Cluster, one per slot, with refunds), so
+// that the tier holds across every instance. It never fails: when the store cannot decide, the
+// rules' on_failure settings do, and the result says so (Degraded, Err). Without a store,
+// LocalDownload decides and Err is SharedErr's error. It uses Default.
+func Download(ctx context.Context, downloadsKey string) TierResult {
+	return Default.Download(ctx, downloadsKey)
+}
+
+// Download checks a request against Downloads, DownloadsGlobal on the store given to New, all or
+// nothing, in one call where the store can (on a Redis Cluster, one per slot, with refunds), so
+// that the tier holds across every instance. It never fails: when the store cannot decide, the
+// rules' on_failure settings do, and the result says so (Degraded, Err). Without a store,
+// LocalDownload decides and Err is SharedErr's error.
+func (l *Limits) Download(ctx context.Context, downloadsKey string) TierResult {
 	return l.checkSharedDownload(ctx, downloadsKey, 0, true)
 }
 
-// CheckDownloadN is CheckDownload with a cost every rule is charged instead of its default.
-func (l *Limits) CheckDownloadN(ctx context.Context, downloadsKey string, cost int64) TierResult {
+// DownloadN is Download with a cost every rule is charged instead of its default. It uses Default.
+func DownloadN(ctx context.Context, downloadsKey string, cost int64) TierResult {
+	return Default.DownloadN(ctx, downloadsKey, cost)
+}
+
+// DownloadN is Download with a cost every rule is charged instead of its default.
+func (l *Limits) DownloadN(ctx context.Context, downloadsKey string, cost int64) TierResult {
 	return l.checkSharedDownload(ctx, downloadsKey, cost, false)
 }
 
-// checkSharedDownload is CheckDownload's store call, with each rule charged cost, or its own
-// default cost when defaults is set.
+// checkSharedDownload is Download's store call, with each rule charged cost, or its own default
+// cost when defaults is set.
 func (l *Limits) checkSharedDownload(ctx context.Context, downloadsKey string, cost int64, defaults bool) TierResult {
 	if l.shared.bound == nil {
-		return TierResult{TierDecision: l.checkDownload(downloadsKey, atomicbucket.Now(), cost, defaults)}
+		return TierResult{
+			Err:          l.shared.err,
+			TierDecision: l.checkDownload(downloadsKey, atomicbucket.Now(), cost, defaults),
+		}
 	}
 	c0, c1 := cost, cost
 	if defaults {
@@ -1443,12 +1893,29 @@ var httpPolicyDownloadsGlobal = limithttp.Policy{
 	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy DownloadsGlobal (1000 tokens): waiting cannot admit it.\"}\n",
 }
 
+// httpPolicyFast is rule Fast as the RateLimit fields describe it.
+var httpPolicyFast = limithttp.Policy{
+	Name:   "Fast",
+	Quota:  2,
+	Window: 1,
+	Limit: atomicbucket.Limit{
+		Tokens: 10,
+		Period: time.Second,
+		Burst:  2,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:      "\"Fast\";q=2;w=1",
+	Prefix:    "\"Fast\";r=",
+	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Fast; retry after the delay in Retry-After.\",\"violated-policies\":[\"Fast\"]}\n",
+	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Fast (2 tokens): waiting cannot admit it.\"}\n",
+}
+
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*limithttp.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}}
+var httpPolicies = [...][numPlans]*limithttp.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}}
+var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
 var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}, {"\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000", "\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000"}}
@@ -1617,7 +2084,7 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	plan := m.plan(r)
 	cost := httpCosts[RulePerUser][plan]
 	res := limithttp.Result{
-		Decision: m.limits.PerUser.Check(r.Context(), plan, k0, cost).Decision,
+		Decision: m.limits.PerUser.AllowN(r.Context(), plan, k0, cost).Decision,
 		Policy:   httpPolicies[RulePerUser][plan],
 		Policies: httpRoutes[0][plan],
 		Cost:     cost,
@@ -1667,7 +2134,7 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	}
 	cost := httpCosts[RuleExports][0]
 	res := limithttp.Result{
-		Decision: m.limits.Exports.Check(r.Context(), k0, cost).Decision,
+		Decision: m.limits.Exports.AllowN(r.Context(), k0, cost).Decision,
 		Policy:   httpPolicies[RuleExports][0],
 		Policies: httpRoutes[2][0],
 		Cost:     cost,

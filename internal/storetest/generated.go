@@ -2,11 +2,15 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
+	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/sharedlimits"
+	"github.com/limitgen/limitgen/shared"
 )
 
 // GeneratedInstances: two instances of a service generated from
@@ -24,7 +28,7 @@ func GeneratedInstances(t *testing.T, instance func() *sharedlimits.Limits) {
 		if i%2 == 1 {
 			lim = b
 		}
-		res := lim.PerUser.Check(ctx, sharedlimits.PlanFree, "alice", 1)
+		res := lim.PerUser.AllowN(ctx, sharedlimits.PlanFree, "alice", 1)
 		if res.Degraded {
 			t.Fatalf("check %d degraded: %v", i, res.Err)
 		}
@@ -35,15 +39,15 @@ func GeneratedInstances(t *testing.T, instance func() *sharedlimits.Limits) {
 	if admitted != 20 {
 		t.Errorf("two instances admitted %d of 30 for alice; the shared burst is 20", admitted)
 	}
-	if res := b.PerUser.Check(ctx, sharedlimits.PlanPro, "alice", 1); !res.Allowed || res.Remaining != 199 {
+	if res := b.PerUser.AllowN(ctx, sharedlimits.PlanPro, "alice", 1); !res.Allowed || res.Remaining != 199 {
 		t.Errorf("alice on pro has a bucket of her own: %+v", res)
 	}
 	for i := range 3 {
-		if res := a.Exports.Check(ctx, 42, 1); !res.Allowed || res.Remaining != int64(2-i) {
+		if res := a.Exports.AllowN(ctx, 42, 1); !res.Allowed || res.Remaining != int64(2-i) {
 			t.Fatalf("export %d: %+v", i, res)
 		}
 	}
-	if res := b.Exports.Check(ctx, 42, 1); res.Allowed || res.RetryAfter <= 0 {
+	if res := b.Exports.AllowN(ctx, 42, 1); res.Allowed || res.RetryAfter <= 0 {
 		t.Errorf("a fourth export from the other instance: %+v", res)
 	}
 
@@ -63,8 +67,84 @@ func GeneratedInstances(t *testing.T, instance func() *sharedlimits.Limits) {
 	if alone.SharedErr() == nil {
 		t.Error("without a store, SharedErr is nil")
 	}
-	if res := alone.PerUser.Check(ctx, sharedlimits.PlanFree, "alice", 1); !res.Allowed || res.Remaining != 19 {
-		t.Errorf("without a store, Check decides locally: %+v", res)
+	if res := alone.PerUser.AllowN(ctx, sharedlimits.PlanFree, "alice", 1); !res.Allowed || res.Remaining != 19 {
+		t.Errorf("without a store, AllowN decides locally: %+v", res)
+	}
+}
+
+// GeneratedOneWay: every deciding method of a shared rule goes to the store:
+// Allow (the default cost) and AllowN from two instances share one burst,
+// Wait waits for the store's bucket (here after the other instance emptied
+// it) and gives up at once when the wait would pass ctx's deadline, and the
+// process-local limiter, reached only through Local, counts apart from the
+// store. Without a store every value, Default and the package-level
+// functions included, says so: SharedErr, and the Err of every result.
+func GeneratedOneWay(t *testing.T, instance func() *sharedlimits.Limits) {
+	ctx := context.Background()
+	a, b := instance(), instance()
+	admitted := 0
+	for i := range 40 {
+		lim := a
+		if i%2 == 1 {
+			lim = b
+		}
+		if lim.PerUser.Allow(ctx, sharedlimits.PlanFree, "olga") {
+			admitted++
+		}
+	}
+	if admitted != 20 {
+		t.Errorf("Allow on two instances admitted %d of 40 for olga; the shared burst is 20", admitted)
+	}
+	if d := a.PerUser.Local().AllowN(sharedlimits.PlanFree, "olga", 1); !d.Allowed || d.Remaining != 19 {
+		t.Errorf("the local limiter should count apart from the store: %+v", d)
+	}
+
+	// Fast: 10/s, burst 2. a empties the bucket; b's Wait must sleep until the
+	// store has a token again (100 ms), not return at once.
+	for i := range 2 {
+		if res := a.Fast.AllowN(ctx, "pat", 1); !res.Allowed || res.Degraded {
+			t.Fatalf("Fast %d: %+v", i, res)
+		}
+	}
+	start := time.Now()
+	if err := b.Fast.Wait(ctx, "pat", 1); err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	if waited := time.Since(start); waited < 50*time.Millisecond {
+		t.Errorf("Wait returned after %v for a key the other instance emptied on the store; a token takes 100 ms", waited)
+	}
+	if res := a.Fast.AllowN(ctx, "pat", 1); res.Allowed {
+		t.Errorf("Wait took the token on the store, yet another check was allowed: %+v", res)
+	}
+	short, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	start = time.Now()
+	if err := b.Fast.Wait(short, "pat", 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Wait with 20 ms left for a token 100 ms away: %v, want DeadlineExceeded", err)
+	}
+	if waited := time.Since(start); waited > 15*time.Millisecond {
+		t.Errorf("Wait slept %v before giving up on a wait beyond the deadline", waited)
+	}
+	if err := b.Fast.Wait(ctx, "pat", 3); !errors.Is(err, atomicbucket.ErrCostExceedsBurst) {
+		t.Errorf("Wait for more than the burst: %v", err)
+	}
+
+	for name, lim := range map[string]*sharedlimits.Limits{"New()": sharedlimits.New(), "Default": sharedlimits.Default} {
+		if err := lim.SharedErr(); !errors.Is(err, shared.ErrNoStore) {
+			t.Errorf("%s.SharedErr() = %v, want shared.ErrNoStore", name, err)
+		}
+		if res := lim.PerUser.AllowN(ctx, sharedlimits.PlanFree, "quinn", 1); !res.Allowed || !errors.Is(res.Err, shared.ErrNoStore) {
+			t.Errorf("%s: AllowN without a store: %+v, want allowed locally with Err ErrNoStore", name, res)
+		}
+		if res := lim.Request(ctx, sharedlimits.PlanFree, "quinn"); !res.Allowed || !errors.Is(res.Err, shared.ErrNoStore) {
+			t.Errorf("%s: Request without a store: %+v, want allowed locally with Err ErrNoStore", name, res)
+		}
+	}
+	if res := sharedlimits.Request(ctx, sharedlimits.PlanFree, "rui"); !errors.Is(res.Err, shared.ErrNoStore) {
+		t.Errorf("the package-level Request (Default, no store): %+v, want Err ErrNoStore", res)
+	}
+	if res := sharedlimits.PerUser.AllowN(ctx, sharedlimits.PlanFree, "rui", 1); !errors.Is(res.Err, shared.ErrNoStore) {
+		t.Errorf("the package-level PerUser (Default, no store): %+v, want Err ErrNoStore", res)
 	}
 }
 
@@ -112,7 +192,7 @@ func GeneratedTier(t *testing.T, instance func() *sharedlimits.Limits) {
 	n := 0
 	for _, u := range []string{"bob", "carol", "dave"} {
 		for range 20 {
-			res := inst[n%2].CheckRequest(ctx, sharedlimits.PlanFree, u)
+			res := inst[n%2].Request(ctx, sharedlimits.PlanFree, u)
 			n++
 			if res.Degraded {
 				t.Fatalf("degraded: %v", res.Err)
@@ -128,7 +208,7 @@ func GeneratedTier(t *testing.T, instance func() *sharedlimits.Limits) {
 		t.Errorf("admitted %v, last denied by %v; want 20, 20 and 10 (the global burst of 50), denied by Global", admitted, lastDenied)
 	}
 	// dave's per-user bucket gave back what the denied requests took: 10 spent, 10 left.
-	if res := inst[1].PerUser.Check(ctx, sharedlimits.PlanFree, "dave", 10); !res.Allowed || res.Remaining != 0 {
+	if res := inst[1].PerUser.AllowN(ctx, sharedlimits.PlanFree, "dave", 10); !res.Allowed || res.Remaining != 0 {
 		t.Errorf("dave's per-user bucket after the global rule denied: %+v", res)
 	}
 }
@@ -147,7 +227,7 @@ func GeneratedLeasedTier(t *testing.T, instance func() *sharedlimits.Limits, cal
 		before := calls()
 		admitted := 0
 		for i := range 80 {
-			res := inst[i%4].CheckDownload(ctx, u)
+			res := inst[i%4].Download(ctx, u)
 			if res.Degraded {
 				t.Fatalf("degraded: %v", res.Err)
 			}

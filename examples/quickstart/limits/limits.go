@@ -208,7 +208,7 @@ type sharedState struct {
 // pointer in the interface, and a Bind that panics, with an error).
 func newSharedState(store shared.Store) *sharedState {
 	if store == nil {
-		return &sharedState{err: errors.New("limits: no store given to New (WithStore): the shared rules run in this process only")}
+		return &sharedState{err: fmt.Errorf("limits: %w given to New (WithStore): the shared rules are decided in this process only, each instance enforcing the whole limit alone", shared.ErrNoStore)}
 	}
 	b, err := shared.Bind(store, sharedRules[:])
 	if err != nil {
@@ -244,9 +244,9 @@ var (
 	Login = Default.Login
 )
 
-// newPerUserLimiter returns PerUser's (empty) tables.
-func newPerUserLimiter() *PerUserLimiter {
-	return &PerUserLimiter{s: [numPlans]*atomicbucket.Table[string]{
+// newPerUserLocalLimiter returns PerUser's (empty) tables.
+func newPerUserLocalLimiter() *PerUserLocalLimiter {
+	return &PerUserLocalLimiter{s: [numPlans]*atomicbucket.Table[string]{
 		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
 			Tokens: 10,
 			Period: time.Minute,
@@ -268,18 +268,19 @@ func newPerUserLimiter() *PerUserLimiter {
 	}}
 }
 
-// PerUserLimiter is the type of PerUser. Its methods are safe for concurrent use. Each plan has a
-// table of its own: a key that changes plan is checked against the new plan's bucket for it (full,
-// if it has none), and finds its old one, refilled by the time that passed, if it changes back. The
-// plan comes from your service's records of the caller, so a client cannot switch at will. The key
-// cap applies to each plan's table.
-type PerUserLimiter struct {
-	s  [numPlans]*atomicbucket.Table[string]
-	sh *sharedState
+// PerUserLocalLimiter is PerUser decided in this process only, with the whole limit: what
+// PerUserLimiter.Local returns, for tests, and what PerUser's checks use while the package has no
+// store (SharedErr says so). Its methods are safe for concurrent use. Each plan has a table of its
+// own: a key that changes plan is checked against the new plan's bucket for it (full, if it has
+// none), and finds its old one, refilled by the time that passed, if it changes back. The plan
+// comes from your service's records of the caller, so a client cannot switch at will. The key cap
+// applies to each plan's table.
+type PerUserLocalLimiter struct {
+	s [numPlans]*atomicbucket.Table[string]
 }
 
 // Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *PerUserLimiter) Rule(plan Plan) *atomicbucket.Rule {
+func (l *PerUserLocalLimiter) Rule(plan Plan) *atomicbucket.Rule {
 	if plan >= numPlans {
 		return nil
 	}
@@ -287,7 +288,7 @@ func (l *PerUserLimiter) Rule(plan Plan) *atomicbucket.Rule {
 }
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
-func (l *PerUserLimiter) Allow(plan Plan, key string) bool {
+func (l *PerUserLocalLimiter) Allow(plan Plan, key string) bool {
 	if plan >= numPlans {
 		return false
 	}
@@ -295,7 +296,7 @@ func (l *PerUserLimiter) Allow(plan Plan, key string) bool {
 }
 
 // AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *PerUserLimiter) AllowN(plan Plan, key string, cost int64) atomicbucket.Decision {
+func (l *PerUserLocalLimiter) AllowN(plan Plan, key string, cost int64) atomicbucket.Decision {
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
@@ -303,7 +304,7 @@ func (l *PerUserLimiter) AllowN(plan Plan, key string, cost int64) atomicbucket.
 }
 
 // AllowAt is Allow at time now.
-func (l *PerUserLimiter) AllowAt(plan Plan, key string, now atomicbucket.Time) bool {
+func (l *PerUserLocalLimiter) AllowAt(plan Plan, key string, now atomicbucket.Time) bool {
 	if plan >= numPlans {
 		return false
 	}
@@ -311,7 +312,7 @@ func (l *PerUserLimiter) AllowAt(plan Plan, key string, now atomicbucket.Time) b
 }
 
 // AllowNAt is AllowN at time now.
-func (l *PerUserLimiter) AllowNAt(plan Plan, key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+func (l *PerUserLocalLimiter) AllowNAt(plan Plan, key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
@@ -319,7 +320,7 @@ func (l *PerUserLimiter) AllowNAt(plan Plan, key string, now atomicbucket.Time, 
 }
 
 // Peek is what AllowN would decide now, taking nothing.
-func (l *PerUserLimiter) Peek(plan Plan, key string, cost int64) atomicbucket.Decision {
+func (l *PerUserLocalLimiter) Peek(plan Plan, key string, cost int64) atomicbucket.Decision {
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
@@ -327,7 +328,7 @@ func (l *PerUserLimiter) Peek(plan Plan, key string, cost int64) atomicbucket.De
 }
 
 // PeekAt is Peek at time now.
-func (l *PerUserLimiter) PeekAt(plan Plan, key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+func (l *PerUserLocalLimiter) PeekAt(plan Plan, key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
@@ -335,7 +336,7 @@ func (l *PerUserLimiter) PeekAt(plan Plan, key string, now atomicbucket.Time, co
 }
 
 // Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *PerUserLimiter) Reserve(plan Plan, key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *PerUserLocalLimiter) Reserve(plan Plan, key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	if plan >= numPlans {
 		return atomicbucket.Reservation{RetryAfter: atomicbucket.Never}
 	}
@@ -343,7 +344,7 @@ func (l *PerUserLimiter) Reserve(plan Plan, key string, cost int64, maxWait time
 }
 
 // ReserveAt is Reserve at time now.
-func (l *PerUserLimiter) ReserveAt(plan Plan, key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *PerUserLocalLimiter) ReserveAt(plan Plan, key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	if plan >= numPlans {
 		return atomicbucket.Reservation{RetryAfter: atomicbucket.Never}
 	}
@@ -351,7 +352,7 @@ func (l *PerUserLimiter) ReserveAt(plan Plan, key string, now atomicbucket.Time,
 }
 
 // Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *PerUserLimiter) Wait(ctx context.Context, plan Plan, key string, cost int64) error {
+func (l *PerUserLocalLimiter) Wait(ctx context.Context, plan Plan, key string, cost int64) error {
 	if plan >= numPlans {
 		return ErrUnknownPlan
 	}
@@ -359,7 +360,7 @@ func (l *PerUserLimiter) Wait(ctx context.Context, plan Plan, key string, cost i
 }
 
 // Refund gives cost tokens back now, never beyond the burst.
-func (l *PerUserLimiter) Refund(plan Plan, key string, cost int64) {
+func (l *PerUserLocalLimiter) Refund(plan Plan, key string, cost int64) {
 	if plan >= numPlans {
 		return
 	}
@@ -367,7 +368,7 @@ func (l *PerUserLimiter) Refund(plan Plan, key string, cost int64) {
 }
 
 // RefundAt is Refund at time now.
-func (l *PerUserLimiter) RefundAt(plan Plan, key string, now atomicbucket.Time, cost int64) {
+func (l *PerUserLocalLimiter) RefundAt(plan Plan, key string, now atomicbucket.Time, cost int64) {
 	if plan >= numPlans {
 		return
 	}
@@ -375,7 +376,7 @@ func (l *PerUserLimiter) RefundAt(plan Plan, key string, now atomicbucket.Time, 
 }
 
 // Sweep removes the buckets, of every plan, that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *PerUserLimiter) Sweep() int {
+func (l *PerUserLocalLimiter) Sweep() int {
 	var n int
 	for _, t := range l.s {
 		n += t.Sweep()
@@ -384,7 +385,7 @@ func (l *PerUserLimiter) Sweep() int {
 }
 
 // Len is the number of keys tracked, over every plan.
-func (l *PerUserLimiter) Len() int64 {
+func (l *PerUserLocalLimiter) Len() int64 {
 	var n int64
 	for _, t := range l.s {
 		n += t.Len()
@@ -393,7 +394,7 @@ func (l *PerUserLimiter) Len() int64 {
 }
 
 // Stats returns the tables' counters, summed over every plan.
-func (l *PerUserLimiter) Stats() atomicbucket.TableStats {
+func (l *PerUserLocalLimiter) Stats() atomicbucket.TableStats {
 	var s atomicbucket.TableStats
 	for _, t := range l.s {
 		s = s.Add(t.Stats())
@@ -404,22 +405,57 @@ func (l *PerUserLimiter) Stats() atomicbucket.TableStats {
 // RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
 // optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
 // new keys come.
-func (l *PerUserLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+func (l *PerUserLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
 	atomicbucket.RunEvery(ctx, interval, func() {
 		l.Sweep()
 	})
 }
 
-// Check decides a request of cost on the store given to New, so that PerUser holds across every
-// instance that shares it; without one (SharedErr says why) it is AllowN, in this process only. It
-// never fails: when the store cannot decide, the rule's on_failure setting (a local share of 0.5 of
-// the limit) does, and the Result says so. The other methods decide in this process only.
-func (l *PerUserLimiter) Check(ctx context.Context, plan Plan, key string, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{Decision: l.AllowN(plan, key, cost)}
-	}
+// newPerUserLimiter returns PerUser's limiter over its process-local buckets; New binds it to the store.
+func newPerUserLimiter() *PerUserLimiter {
+	return &PerUserLimiter{local: newPerUserLocalLimiter()}
+}
+
+// PerUserLimiter is the type of PerUser, a shared rule: Allow, AllowN and Wait decide on the store
+// given to New, so that the limit holds across every instance that shares it, and take the
+// request's context. Without a store they decide in this process with the whole limit, and their
+// results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
+// Its methods are safe for concurrent use.
+type PerUserLimiter struct {
+	local *PerUserLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *PerUserLimiter) Rule(plan Plan) *atomicbucket.Rule {
+	return l.local.Rule(plan)
+}
+
+// Local returns PerUser decided in this process only, with the whole limit, on buckets apart from
+// the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *PerUserLimiter) Local() *PerUserLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
+// AllowN, whose Result says more: whether the store decided, and why not).
+func (l *PerUserLimiter) Allow(ctx context.Context, plan Plan, key string) bool {
+	return l.AllowN(ctx, plan, key, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that PerUser holds across every
+// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
+// setting (a local share of 0.5 of the limit) does, and the Result says so (Degraded, Err). Without
+// a store, PerUser's process-local limiter (Local) decides and Err is SharedErr's error.
+func (l *PerUserLimiter) AllowN(ctx context.Context, plan Plan, key string, cost int64) shared.Result {
 	if plan >= numPlans {
 		return shared.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}
+	}
+	if l.sh.bound == nil {
+		return shared.Result{
+			Decision: l.local.AllowN(plan, key, cost),
+			Err:      l.sh.err,
+		}
 	}
 	return l.sh.bound.CheckStep(ctx, shared.Step{
 		Cost: cost,
@@ -428,9 +464,27 @@ func (l *PerUserLimiter) Check(ctx context.Context, plan Plan, key string, cost 
 	})
 }
 
-// newGlobalLimiter returns Global's bucket, created at now.
-func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
-	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
+// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
+// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
+// exceeds the burst. Without a store it is Local's Wait.
+func (l *PerUserLimiter) Wait(ctx context.Context, plan Plan, key string, cost int64) error {
+	if plan >= numPlans {
+		return ErrUnknownPlan
+	}
+	if l.sh.bound == nil {
+		return l.local.Wait(ctx, plan, key, cost)
+	}
+	return shared.Wait(ctx, l.sh.bound, shared.Step{
+		Cost: cost,
+		Key:  key,
+		Rule: 0 + int(plan),
+	})
+}
+
+// newGlobalLocalLimiter returns Global's bucket, created at now.
+func newGlobalLocalLimiter(now atomicbucket.Time) *GlobalLocalLimiter {
+	return &GlobalLocalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 1000,
 		Period: time.Second,
 		Burst:  2000,
@@ -448,81 +502,132 @@ const (
 	globalBurstUnits    = 2000000000
 )
 
-// GlobalLimiter is the type of Global. Its methods are safe for concurrent use.
-type GlobalLimiter struct {
-	s  *atomicbucket.Bucket
-	sh *sharedState
+// GlobalLocalLimiter is Global decided in this process only, with the whole limit: what
+// GlobalLimiter.Local returns, for tests, and what Global's checks use while the package has no
+// store (SharedErr says so). Its methods are safe for concurrent use.
+type GlobalLocalLimiter struct {
+	s *atomicbucket.Bucket
 }
 
 // Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *GlobalLimiter) Rule() *atomicbucket.Rule {
+func (l *GlobalLocalLimiter) Rule() *atomicbucket.Rule {
 	return l.s.Rule()
 }
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
-func (l *GlobalLimiter) Allow() bool {
+func (l *GlobalLocalLimiter) Allow() bool {
 	return l.s.AllowGreedyAt(atomicbucket.Now(), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits)
 }
 
 // AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *GlobalLimiter) AllowN(cost int64) atomicbucket.Decision {
+func (l *GlobalLocalLimiter) AllowN(cost int64) atomicbucket.Decision {
 	return l.s.AllowN(cost)
 }
 
 // AllowAt is Allow at time now.
-func (l *GlobalLimiter) AllowAt(now atomicbucket.Time) bool {
+func (l *GlobalLocalLimiter) AllowAt(now atomicbucket.Time) bool {
 	return l.s.AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits)
 }
 
 // AllowNAt is AllowN at time now.
-func (l *GlobalLimiter) AllowNAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
+func (l *GlobalLocalLimiter) AllowNAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.AllowNAt(now, cost)
 }
 
 // Peek is what AllowN would decide now, taking nothing.
-func (l *GlobalLimiter) Peek(cost int64) atomicbucket.Decision {
+func (l *GlobalLocalLimiter) Peek(cost int64) atomicbucket.Decision {
 	return l.s.Peek(cost)
 }
 
 // PeekAt is Peek at time now.
-func (l *GlobalLimiter) PeekAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
+func (l *GlobalLocalLimiter) PeekAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.PeekAt(now, cost)
 }
 
 // Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *GlobalLimiter) Reserve(cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *GlobalLocalLimiter) Reserve(cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	return l.s.Reserve(cost, maxWait)
 }
 
 // ReserveAt is Reserve at time now.
-func (l *GlobalLimiter) ReserveAt(now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *GlobalLocalLimiter) ReserveAt(now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	return l.s.ReserveAt(now, cost, maxWait)
 }
 
 // Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *GlobalLimiter) Wait(ctx context.Context, cost int64) error {
+func (l *GlobalLocalLimiter) Wait(ctx context.Context, cost int64) error {
 	return l.s.Wait(ctx, cost)
 }
 
 // Refund gives cost tokens back now, never beyond the burst.
-func (l *GlobalLimiter) Refund(cost int64) {
+func (l *GlobalLocalLimiter) Refund(cost int64) {
 	l.s.Refund(cost)
 }
 
 // RefundAt is Refund at time now.
-func (l *GlobalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
+func (l *GlobalLocalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(now, cost)
 }
 
-// Check decides a request of cost on the store given to New, so that Global holds across every
-// instance that shares it; without one (SharedErr says why) it is AllowN, in this process only. It
-// never fails: when the store cannot decide, the rule's on_failure setting (allow) does, and the
-// Result says so. The other methods decide in this process only.
-func (l *GlobalLimiter) Check(ctx context.Context, cost int64) shared.Result {
+// newGlobalLimiter returns Global's limiter over its process-local buckets; New binds it to the store.
+func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
+	return &GlobalLimiter{local: newGlobalLocalLimiter(now)}
+}
+
+// GlobalLimiter is the type of Global, a shared rule: Allow, AllowN and Wait decide on the store
+// given to New, so that the limit holds across every instance that shares it, and take the
+// request's context. Without a store they decide in this process with the whole limit, and their
+// results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
+// Its methods are safe for concurrent use.
+type GlobalLimiter struct {
+	local *GlobalLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *GlobalLimiter) Rule() *atomicbucket.Rule {
+	return l.local.Rule()
+}
+
+// Local returns Global decided in this process only, with the whole limit, on buckets apart from
+// the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *GlobalLimiter) Local() *GlobalLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
+// AllowN, whose Result says more: whether the store decided, and why not).
+func (l *GlobalLimiter) Allow(ctx context.Context) bool {
+	return l.AllowN(ctx, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that Global holds across every
+// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
+// setting (allow) does, and the Result says so (Degraded, Err). Without a store, Global's
+// process-local limiter (Local) decides and Err is SharedErr's error.
+func (l *GlobalLimiter) AllowN(ctx context.Context, cost int64) shared.Result {
 	if l.sh.bound == nil {
-		return shared.Result{Decision: l.AllowN(cost)}
+		return shared.Result{
+			Decision: l.local.AllowN(cost),
+			Err:      l.sh.err,
+		}
 	}
 	return l.sh.bound.CheckStep(ctx, shared.Step{
+		Cost: cost,
+		Key:  "",
+		Rule: 2,
+	})
+}
+
+// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
+// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
+// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
+// exceeds the burst. Without a store it is Local's Wait.
+func (l *GlobalLimiter) Wait(ctx context.Context, cost int64) error {
+	if l.sh.bound == nil {
+		return l.local.Wait(ctx, cost)
+	}
+	return shared.Wait(ctx, l.sh.bound, shared.Step{
 		Cost: cost,
 		Key:  "",
 		Rule: 2,
@@ -657,45 +762,24 @@ type TierResult struct {
 	Err      error
 }
 
-// Request checks a request against PerUser, Global, in that order, and allows it only if every rule
-// does: when a rule denies, the tokens the earlier rules took are given back. It uses Default.
-func Request(plan Plan, perUserKey string) TierDecision {
-	return Default.Request(plan, perUserKey)
-}
-
-// Request checks a request against PerUser, Global, in that order, and allows it only if every rule
-// does: when a rule denies, the tokens the earlier rules took are given back.
-func (l *Limits) Request(plan Plan, perUserKey string) TierDecision {
+// LocalRequest checks a request against PerUser, Global as Request does. It decides in this process
+// only, with the whole limits, on the rules' Local limiters: the store's tier is Request.
+func (l *Limits) LocalRequest(plan Plan, perUserKey string) TierDecision {
 	return l.checkRequest(plan, perUserKey, atomicbucket.Now(), 0, true)
 }
 
-// RequestN is Request with a cost every rule is charged instead of its default. It uses Default.
-func RequestN(plan Plan, perUserKey string, cost int64) TierDecision {
-	return Default.RequestN(plan, perUserKey, cost)
-}
-
-// RequestN is Request with a cost every rule is charged instead of its default.
-func (l *Limits) RequestN(plan Plan, perUserKey string, cost int64) TierDecision {
+// LocalRequestN is LocalRequest with a cost every rule is charged instead of its default.
+func (l *Limits) LocalRequestN(plan Plan, perUserKey string, cost int64) TierDecision {
 	return l.checkRequest(plan, perUserKey, atomicbucket.Now(), cost, false)
 }
 
-// RequestAt is Request at time now. It uses Default.
-func RequestAt(plan Plan, perUserKey string, now atomicbucket.Time) TierDecision {
-	return Default.RequestAt(plan, perUserKey, now)
-}
-
-// RequestAt is Request at time now.
-func (l *Limits) RequestAt(plan Plan, perUserKey string, now atomicbucket.Time) TierDecision {
+// LocalRequestAt is LocalRequest at time now.
+func (l *Limits) LocalRequestAt(plan Plan, perUserKey string, now atomicbucket.Time) TierDecision {
 	return l.checkRequest(plan, perUserKey, now, 0, true)
 }
 
-// RequestNAt is RequestN at time now. It uses Default.
-func RequestNAt(plan Plan, perUserKey string, now atomicbucket.Time, cost int64) TierDecision {
-	return Default.RequestNAt(plan, perUserKey, now, cost)
-}
-
-// RequestNAt is RequestN at time now.
-func (l *Limits) RequestNAt(plan Plan, perUserKey string, now atomicbucket.Time, cost int64) TierDecision {
+// LocalRequestNAt is LocalRequestN at time now.
+func (l *Limits) LocalRequestNAt(plan Plan, perUserKey string, now atomicbucket.Time, cost int64) TierDecision {
 	return l.checkRequest(plan, perUserKey, now, cost, false)
 }
 
@@ -713,7 +797,7 @@ func (l *Limits) checkRequest(plan Plan, perUserKey string, now atomicbucket.Tim
 	if defaults {
 		c0, c1 = 1, 1
 	}
-	d0 := l.PerUser.AllowNAt(plan, perUserKey, now, c0)
+	d0 := l.PerUser.local.AllowNAt(plan, perUserKey, now, c0)
 	if !d0.Allowed {
 		return TierDecision{
 			Decision: d0,
@@ -721,9 +805,9 @@ func (l *Limits) checkRequest(plan Plan, perUserKey string, now atomicbucket.Tim
 			DeniedBy: RulePerUser,
 		}
 	}
-	d1 := l.Global.AllowNAt(now, c1)
+	d1 := l.Global.local.AllowNAt(now, c1)
 	if !d1.Allowed {
-		l.PerUser.RefundAt(plan, perUserKey, now, c0)
+		l.PerUser.local.RefundAt(plan, perUserKey, now, c0)
 		return TierDecision{
 			Decision: d1,
 			Rule:     RuleGlobal,
@@ -737,25 +821,42 @@ func (l *Limits) checkRequest(plan Plan, perUserKey string, now atomicbucket.Tim
 	return TierDecision{Decision: most, Rule: rule}
 }
 
-// CheckRequest checks a request against Request on the store given to New, all or nothing, in one
-// call where the store can (on a Redis Cluster, when the keys share a slot), so that the tier holds
-// across every instance; without a store (SharedErr says why) it is Request, in this process only.
-// It never fails: when the store cannot decide, the rules' on_failure settings do, and the result
-// says so.
-func (l *Limits) CheckRequest(ctx context.Context, plan Plan, perUserKey string) TierResult {
+// Request checks a request against PerUser, Global on the store given to New, all or nothing, in
+// one call where the store can (on a Redis Cluster, one per slot, with refunds), so that the tier
+// holds across every instance. It never fails: when the store cannot decide, the rules' on_failure
+// settings do, and the result says so (Degraded, Err). Without a store, LocalRequest decides and
+// Err is SharedErr's error. It uses Default.
+func Request(ctx context.Context, plan Plan, perUserKey string) TierResult {
+	return Default.Request(ctx, plan, perUserKey)
+}
+
+// Request checks a request against PerUser, Global on the store given to New, all or nothing, in
+// one call where the store can (on a Redis Cluster, one per slot, with refunds), so that the tier
+// holds across every instance. It never fails: when the store cannot decide, the rules' on_failure
+// settings do, and the result says so (Degraded, Err). Without a store, LocalRequest decides and
+// Err is SharedErr's error.
+func (l *Limits) Request(ctx context.Context, plan Plan, perUserKey string) TierResult {
 	return l.checkSharedRequest(ctx, plan, perUserKey, 0, true)
 }
 
-// CheckRequestN is CheckRequest with a cost every rule is charged instead of its default.
-func (l *Limits) CheckRequestN(ctx context.Context, plan Plan, perUserKey string, cost int64) TierResult {
+// RequestN is Request with a cost every rule is charged instead of its default. It uses Default.
+func RequestN(ctx context.Context, plan Plan, perUserKey string, cost int64) TierResult {
+	return Default.RequestN(ctx, plan, perUserKey, cost)
+}
+
+// RequestN is Request with a cost every rule is charged instead of its default.
+func (l *Limits) RequestN(ctx context.Context, plan Plan, perUserKey string, cost int64) TierResult {
 	return l.checkSharedRequest(ctx, plan, perUserKey, cost, false)
 }
 
-// checkSharedRequest is CheckRequest's store call, with each rule charged cost, or its own default
-// cost when defaults is set.
+// checkSharedRequest is Request's store call, with each rule charged cost, or its own default cost
+// when defaults is set.
 func (l *Limits) checkSharedRequest(ctx context.Context, plan Plan, perUserKey string, cost int64, defaults bool) TierResult {
 	if l.shared.bound == nil {
-		return TierResult{TierDecision: l.checkRequest(plan, perUserKey, atomicbucket.Now(), cost, defaults)}
+		return TierResult{
+			Err:          l.shared.err,
+			TierDecision: l.checkRequest(plan, perUserKey, atomicbucket.Now(), cost, defaults),
+		}
 	}
 	if plan >= numPlans {
 		return TierResult{TierDecision: TierDecision{

@@ -394,7 +394,12 @@ func costExpr(r model.Rule) jen.Code {
 }
 
 func emitRule(m *model.Model, r model.Rule) jen.Code {
-	typ := r.TypeName()
+	// A shared rule's buckets are its process-local limiter, which the shared
+	// limiter (emitSharedRule) wraps.
+	typ, ctor, doc := r.TypeName(), r.CtorName(), r.TypeDoc
+	if r.Shared {
+		typ, ctor, doc = r.LocalTypeName(), r.LocalCtorName(), r.LocalDoc
+	}
 	recv := jen.Id("l").Op("*").Id(typ)
 	g := jen.Line()
 
@@ -412,7 +417,6 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 		field = jen.Id("s").Op("*").Add(store(r))
 		init = newStore(r, r.Limits[0])
 	}
-	ctor := r.CtorName()
 	if r.KeyType == "" {
 		g.Comment(fmt.Sprintf("%s returns %s's bucket, created at now.", ctor, r.GoName)).Line()
 		g.Func().Id(ctor).Params(jen.Id("now").Add(rt("Time"))).Op("*").Id(typ).Block(
@@ -431,12 +435,8 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 			jen.Id(r.BurstUnits()).Op("=").Add(lit(l.Tau)),
 		).Line().Line()
 	}
-	g.Add(comment(r.TypeDoc))
-	if r.Shared {
-		g.Type().Id(typ).Struct(field, jen.Id("sh").Op("*").Id("sharedState")).Line()
-	} else {
-		g.Type().Id(typ).Struct(field).Line()
-	}
+	g.Add(comment(doc))
+	g.Type().Id(typ).Struct(field).Line()
 	// Rule: the runtime numbers behind the limiter.
 	ruleParams, target := []jen.Code{}, jen.Id("l").Dot("s")
 	if r.Planned {
@@ -511,7 +511,7 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 		g.Add(emitKeyedExtras(r, recv))
 	}
 	if r.Shared {
-		g.Add(emitSharedCheck(m, r, recv))
+		g.Add(emitSharedRule(r))
 	}
 	return g
 }
@@ -617,6 +617,17 @@ func emitTier(m *model.Model, t model.Tier) jen.Code {
 		{t.AtName(), fmt.Sprintf("%s is %s at time now.", t.AtName(), t.GoName), []string{"now"}, []jen.Code{jen.Id("now"), jen.Lit(0), jen.True()}},
 		{t.NAtName(), fmt.Sprintf("%s is %s at time now.", t.NAtName(), t.NName()), []string{"now", "cost"}, []jen.Code{jen.Id("now"), jen.Id("cost"), jen.False()}},
 	}
+	if t.Shared {
+		// The store forms take the tier's names (emitSharedTier); these, which
+		// decide in this process only, are named so, and only on Limits.
+		local := fmt.Sprintf(" It decides in this process only, with the whole limits, on the rules' Local limiters: the "+
+			"store's tier is %s.", t.GoName)
+		forms[0].name, forms[0].doc = t.LocalName(), fmt.Sprintf("%s checks a request against %s as %s does.%s",
+			t.LocalName(), strings.Join(tierRuleNames(m, t), ", "), t.GoName, local)
+		forms[1].name, forms[1].doc = t.LocalNName(), fmt.Sprintf("%s is %s with a cost every rule is charged instead of its default.", t.LocalNName(), t.LocalName())
+		forms[2].name, forms[2].doc = t.LocalAtName(), fmt.Sprintf("%s is %s at time now.", t.LocalAtName(), t.LocalName())
+		forms[3].name, forms[3].doc = t.LocalNAtName(), fmt.Sprintf("%s is %s at time now.", t.LocalNAtName(), t.LocalNName())
+	}
 	g := jen.Line()
 	for _, f := range forms {
 		var fargs []jen.Code
@@ -624,9 +635,11 @@ func emitTier(m *model.Model, t model.Tier) jen.Code {
 			fargs = append(fargs, jen.Id(n))
 		}
 		fparams := decl(f.extra...)
-		g.Add(comment(f.doc + " It uses Default."))
-		g.Func().Id(f.name).Params(fparams...).Id("TierDecision").Block(
-			jen.Return(jen.Id("Default").Dot(f.name).Call(use(fargs...)...))).Line().Line()
+		if !t.Shared {
+			g.Add(comment(f.doc + " It uses Default."))
+			g.Func().Id(f.name).Params(fparams...).Id("TierDecision").Block(
+				jen.Return(jen.Id("Default").Dot(f.name).Call(use(fargs...)...))).Line().Line()
+		}
 		g.Add(comment(f.doc))
 		g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(f.name).Params(fparams...).Id("TierDecision").Block(
 			jen.Return(jen.Id("l").Dot(t.CoreName()).Call(use(f.core...)...))).Line().Line()
@@ -666,14 +679,20 @@ func emitTier(m *model.Model, t model.Tier) jen.Code {
 	}
 	body = append(body, jen.List(cs...).Op(":=").List(costs...),
 		jen.If(jen.Id("defaults")).Block(jen.List(cs...).Op("=").List(defaults...)))
+	limiter := func(r model.Rule) *jen.Statement { // the rule's process-local limiter
+		if r.Shared {
+			return jen.Id("l").Dot(r.GoName).Dot("local")
+		}
+		return jen.Id("l").Dot(r.GoName)
+	}
 	for i, ri := range t.Rules {
 		r := m.Rules[ri]
 		d := jen.Id(fmt.Sprintf("d%d", i))
-		body = append(body, d.Clone().Op(":=").Id("l").Dot(r.GoName).Dot("AllowNAt").Call(append(callArgs(r), jen.Id("now"), jen.Id(fmt.Sprintf("c%d", i)))...))
+		body = append(body, d.Clone().Op(":=").Add(limiter(r)).Dot("AllowNAt").Call(append(callArgs(r), jen.Id("now"), jen.Id(fmt.Sprintf("c%d", i)))...))
 		var undo []jen.Code
 		for j := i - 1; j >= 0; j-- {
 			prev := m.Rules[t.Rules[j]]
-			undo = append(undo, jen.Id("l").Dot(prev.GoName).Dot("RefundAt").Call(append(callArgs(prev), jen.Id("now"), jen.Id(fmt.Sprintf("c%d", j)))...))
+			undo = append(undo, limiter(prev).Dot("RefundAt").Call(append(callArgs(prev), jen.Id("now"), jen.Id(fmt.Sprintf("c%d", j)))...))
 		}
 		undo = append(undo, jen.Return(jen.Id("TierDecision").Add(fields(
 			field("Decision", d.Clone()), field("Rule", jen.Id(r.RuleConst())), field("DeniedBy", jen.Id(r.RuleConst()))))))
@@ -695,25 +714,46 @@ func emitTier(m *model.Model, t model.Tier) jen.Code {
 	return g
 }
 
-// emitSharedTier is a tier of shared rules' Check forms: one store call, all
+// emitSharedTier is a tier of shared rules' store forms: one store call, all
 // or nothing, or the local tier without a store.
 func emitSharedTier(m *model.Model, t model.Tier, planned bool, decl func(...string) []jen.Code,
 	use func(...jen.Code) []jen.Code, defaults []jen.Code) jen.Code {
 	g := jen.Line()
 	ctxParam := jen.Id("ctx").Qual("context", "Context")
-	g.Add(comment(fmt.Sprintf("%s checks a request against %s on the store given to New, all or nothing, in one call "+
-		"where the store can (on a Redis Cluster, when the keys share a slot), so that the tier holds across every "+
-		"instance; without a store (SharedErr says why) it is %s, in this process only. It never fails: when the "+
-		"store cannot decide, the rules' on_failure settings do, and the result says so.", t.CheckName(), t.GoName, t.GoName)))
-	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(t.CheckName()).Params(append([]jen.Code{ctxParam}, decl()...)...).Id("TierResult").Block(
-		jen.Return(jen.Id("l").Dot(t.CheckCoreName()).Call(append([]jen.Code{jen.Id("ctx")}, use(jen.Lit(0), jen.True())...)...))).Line().Line()
-	g.Add(comment(fmt.Sprintf("%s is %s with a cost every rule is charged instead of its default.", t.CheckNName(), t.CheckName())))
-	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(t.CheckNName()).Params(append([]jen.Code{ctxParam}, decl("cost")...)...).Id("TierResult").Block(
-		jen.Return(jen.Id("l").Dot(t.CheckCoreName()).Call(append([]jen.Code{jen.Id("ctx")}, use(jen.Id("cost"), jen.False())...)...))).Line().Line()
+	withCtx := func(list []jen.Code) []jen.Code { return append([]jen.Code{jen.Id("ctx")}, list...) }
+	forms := []struct {
+		name, doc string
+		extra     []string
+		core      []jen.Code
+	}{
+		{t.GoName, fmt.Sprintf("%s checks a request against %s on the store given to New, all or nothing, in one call "+
+			"where the store can (on a Redis Cluster, one per slot, with refunds), so that the tier holds across every "+
+			"instance. It never fails: when the store cannot decide, the rules' on_failure settings do, and the result "+
+			"says so (Degraded, Err). Without a store, %s decides and Err is SharedErr's error.",
+			t.GoName, strings.Join(tierRuleNames(m, t), ", "), t.LocalName()), nil, []jen.Code{jen.Lit(0), jen.True()}},
+		{t.NName(), fmt.Sprintf("%s is %s with a cost every rule is charged instead of its default.", t.NName(), t.GoName),
+			[]string{"cost"}, []jen.Code{jen.Id("cost"), jen.False()}},
+	}
+	for _, f := range forms {
+		var fargs []jen.Code
+		for _, n := range f.extra {
+			fargs = append(fargs, jen.Id(n))
+		}
+		params := append([]jen.Code{ctxParam}, decl(f.extra...)...)
+		g.Add(comment(f.doc + " It uses Default."))
+		g.Func().Id(f.name).Params(params...).Id("TierResult").Block(
+			jen.Return(jen.Id("Default").Dot(f.name).Call(withCtx(use(fargs...))...))).Line().Line()
+		g.Add(comment(f.doc))
+		g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(f.name).Params(params...).Id("TierResult").Block(
+			jen.Return(jen.Id("l").Dot(t.SharedCoreName()).Call(withCtx(use(f.core...))...))).Line().Line()
+	}
 
 	var body []jen.Code
 	body = append(body, jen.If(jen.Id("l").Dot("shared").Dot("bound").Op("==").Nil()).Block(
-		jen.Return(jen.Id("TierResult").Values(jen.Dict{jen.Id("TierDecision"): jen.Id("l").Dot(t.CoreName()).Call(use(rt("Now").Call(), jen.Id("cost"), jen.Id("defaults"))...)}))))
+		jen.Return(jen.Id("TierResult").Values(jen.Dict{
+			jen.Id("TierDecision"): jen.Id("l").Dot(t.CoreName()).Call(use(rt("Now").Call(), jen.Id("cost"), jen.Id("defaults"))...),
+			jen.Id("Err"):          jen.Id("l").Dot("shared").Dot("err"),
+		}))))
 	if planned {
 		first := m.Rules[t.Rules[0]]
 		body = append(body, jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(jen.Id("TierResult").Values(jen.Dict{
@@ -744,9 +784,18 @@ func emitSharedTier(m *model.Model, t model.Tier, planned bool, decl func(...str
 		jen.If(jen.Op("!").Id("res").Dot("Allowed")).Block(jen.Id("td").Dot("DeniedBy").Op("=").Id("rules").Index(jen.Id("i"))),
 		jen.Return(jen.Id("TierResult").Values(jen.Dict{jen.Id("TierDecision"): jen.Id("td"), jen.Id("Degraded"): jen.Id("res").Dot("Degraded"), jen.Id("Err"): jen.Id("res").Dot("Err")})),
 	)
-	g.Add(comment(fmt.Sprintf("%s is %s's store call, with each rule charged cost, or its own default cost when defaults is set.", t.CheckCoreName(), t.CheckName())))
-	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(t.CheckCoreName()).Params(append(append([]jen.Code{ctxParam}, decl("cost")...), jen.Id("defaults").Bool())...).Id("TierResult").Block(body...).Line()
+	g.Add(comment(fmt.Sprintf("%s is %s's store call, with each rule charged cost, or its own default cost when defaults is set.", t.SharedCoreName(), t.GoName)))
+	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(t.SharedCoreName()).Params(append(append([]jen.Code{ctxParam}, decl("cost")...), jen.Id("defaults").Bool())...).Id("TierResult").Block(body...).Line()
 	return g
+}
+
+// tierRuleNames are the Go names of a tier's rules, in order.
+func tierRuleNames(m *model.Model, t model.Tier) []string {
+	names := make([]string, len(t.Rules))
+	for i, ri := range t.Rules {
+		names[i] = m.Rules[ri].GoName
+	}
+	return names
 }
 
 // sharedKey is a rule's key as a store takes it: a string, integers in decimal.
@@ -870,7 +919,7 @@ func emitShared(m *model.Model) jen.Code {
 		Comment("pointer in the interface, and a Bind that panics, with an error).").Line().
 		Func().Id("newSharedState").Params(jen.Id("store").Qual(sharedPath, "Store")).Op("*").Id("sharedState").Block(
 		jen.If(jen.Id("store").Op("==").Nil()).Block(jen.Return(jen.Op("&").Id("sharedState").Values(jen.Dict{
-			jen.Id("err"): jen.Qual("errors", "New").Call(jen.Lit(m.Pkg + ": no store given to New (WithStore): the shared rules run in this process only")),
+			jen.Id("err"): jen.Qual("fmt", "Errorf").Call(jen.Lit(m.Pkg+": %w given to New (WithStore): the shared rules are decided in this process only, each instance enforcing the whole limit alone"), jen.Qual(sharedPath, "ErrNoStore")),
 		}))),
 		jen.List(jen.Id("b"), jen.Id("err")).Op(":=").Qual(sharedPath, "Bind").Call(jen.Id("store"), jen.Id("sharedRules").Index(jen.Empty(), jen.Empty())),
 		jen.If(jen.Id("err").Op("!=").Nil()).Block(jen.Return(jen.Op("&").Id("sharedState").Values(jen.Dict{
@@ -886,49 +935,93 @@ func emitShared(m *model.Model) jen.Code {
 	).Line()
 }
 
-// emitSharedCheck is a shared rule's Check: on the store, or in this process.
-func emitSharedCheck(m *model.Model, r model.Rule, recv jen.Code) jen.Code {
-	params := []jen.Code{jen.Id("ctx").Qual("context", "Context")}
-	local := []jen.Code{}
+// emitSharedRule is a shared rule's limiter: Allow, AllowN and Wait on the
+// store (or, without one, on its process-local limiter, which Local returns).
+func emitSharedRule(r model.Rule) jen.Code {
+	typ, recv := r.TypeName(), jen.Id("l").Op("*").Id(r.TypeName())
+	var params, args []jen.Code // the plan and the key
 	if r.Planned {
-		params = append(params, jen.Id("plan").Id("Plan"))
-		local = append(local, jen.Id("plan"))
+		params, args = append(params, jen.Id("plan").Id("Plan")), append(args, jen.Id("plan"))
 	}
 	if r.KeyType != "" {
-		params = append(params, jen.Id("key").Id(r.KeyType))
-		local = append(local, jen.Id("key"))
+		params, args = append(params, jen.Id("key").Id(r.KeyType)), append(args, jen.Id("key"))
 	}
-	params = append(params, jen.Id("cost").Int64())
-	local = append(local, jen.Id("cost"))
-	var key jen.Code = jen.Lit("")
-	switch {
-	case r.KeyType == "string":
-		key = jen.Id("key")
-	case strings.HasPrefix(r.KeyType, "uint"):
-		key = jen.Qual("strconv", "FormatUint").Call(jen.Uint64().Call(jen.Id("key")), jen.Lit(10))
-	case r.KeyType != "":
-		key = jen.Qual("strconv", "FormatInt").Call(jen.Int64().Call(jen.Id("key")), jen.Lit(10))
+	ctxP := jen.Id("ctx").Qual("context", "Context")
+	with := func(first jen.Code, list []jen.Code, last ...jen.Code) []jen.Code {
+		out := []jen.Code{}
+		if first != nil {
+			out = append(out, first)
+		}
+		return append(append(out, list...), last...)
 	}
 	var idx jen.Code = jen.Lit(r.SharedAt)
-	body := []jen.Code{
-		jen.If(jen.Id("l").Dot("sh").Dot("bound").Op("==").Nil()).Block(
-			jen.Return(jen.Qual(sharedPath, "Result").Values(jen.Dict{jen.Id("Decision"): jen.Id("l").Dot("AllowN").Call(local...)}))),
-	}
 	if r.Planned {
-		body = append(body, jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(
-			jen.Return(jen.Qual(sharedPath, "Result").Values(jen.Dict{jen.Id("Decision"): rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})}))))
 		idx = jen.Lit(r.SharedAt).Op("+").Int().Call(jen.Id("plan"))
 	}
-	body = append(body,
-		jen.Return(jen.Id("l").Dot("sh").Dot("bound").Dot("CheckStep").Call(jen.Id("ctx"),
-			jen.Qual(sharedPath, "Step").Values(jen.Dict{jen.Id("Rule"): idx, jen.Id("Key"): key, jen.Id("Cost"): jen.Id("cost")}))),
-	)
-	return jen.Line().
-		Add(comment(fmt.Sprintf("Check decides a request of cost on the store given to New, so that %s holds across every "+
-			"instance that shares it; without one (SharedErr says why) it is AllowN, in this process only. It never "+
-			"fails: when the store cannot decide, the rule's on_failure setting (%s) does, and the Result says so. "+
-			"%sThe other methods decide in this process only.", r.GoName, failureWords(r), leaseWords(r)))).
-		Func().Params(recv).Id("Check").Params(params...).Qual(sharedPath, "Result").Block(body...).Line()
+	step := jen.Qual(sharedPath, "Step").Values(jen.Dict{jen.Id("Rule"): idx, jen.Id("Key"): sharedKey(r, jen.Id("key")), jen.Id("Cost"): jen.Id("cost")})
+	badPlan := func(ret jen.Code) jen.Code {
+		if !r.Planned {
+			return jen.Null()
+		}
+		return jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(ret))
+	}
+	never := jen.Qual(sharedPath, "Result").Values(jen.Dict{jen.Id("Decision"): rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})})
+	var nowP, now []jen.Code
+	if r.KeyType == "" {
+		nowP, now = []jen.Code{jen.Id("now").Add(rt("Time"))}, []jen.Code{jen.Id("now")}
+	}
+	g := jen.Line()
+	g.Comment(fmt.Sprintf("%s returns %s's limiter over its process-local buckets; New binds it to the store.", r.CtorName(), r.GoName)).Line()
+	g.Func().Id(r.CtorName()).Params(nowP...).Op("*").Id(typ).Block(
+		jen.Return(jen.Op("&").Id(typ).Values(jen.Dict{jen.Id("local"): jen.Id(r.LocalCtorName()).Call(now...)}))).Line().Line()
+	g.Add(comment(r.TypeDoc))
+	g.Type().Id(typ).Struct(
+		jen.Id("local").Op("*").Id(r.LocalTypeName()),
+		jen.Id("sh").Op("*").Id("sharedState").Comment("the store, or why there is none"),
+	).Line().Line()
+	var planP, planA []jen.Code
+	if r.Planned {
+		planP, planA = []jen.Code{jen.Id("plan").Id("Plan")}, []jen.Code{jen.Id("plan")}
+	}
+	g.Comment("Rule returns the runtime rule behind the limiter (its units, exactness and limits).").Line()
+	g.Func().Params(recv).Id("Rule").Params(planP...).Op("*").Add(rt("Rule")).Block(
+		jen.Return(jen.Id("l").Dot("local").Dot("Rule").Call(planA...))).Line().Line()
+	g.Add(comment(fmt.Sprintf("Local returns %s decided in this process only, with the whole limit, on buckets apart "+
+		"from the store's, for tests and tools: what it admits is not counted by any other instance.", r.GoName)))
+	g.Func().Params(recv).Id("Local").Params().Op("*").Id(r.LocalTypeName()).Block(jen.Return(jen.Id("l").Dot("local"))).Line().Line()
+	g.Add(comment("Allow reports whether a request of the rule's default cost is allowed, deciding on the store " +
+		"(see AllowN, whose Result says more: whether the store decided, and why not)."))
+	var costBad jen.Code = jen.Null() // the default cost per plan is looked up first
+	if r.Planned && r.CostDiffers() {
+		costBad = badPlan(jen.False())
+	}
+	g.Func().Params(recv).Id("Allow").Params(with(ctxP, params)...).Bool().Block(
+		costBad,
+		jen.Return(jen.Id("l").Dot("AllowN").Call(with(jen.Id("ctx"), args, costExpr(r))...).Dot("Allowed"))).Line().Line()
+	g.Add(comment(fmt.Sprintf("AllowN decides a request of cost on the store given to New, so that %s holds across every "+
+		"instance that shares it. It never fails: when the store cannot decide, the rule's on_failure setting (%s) "+
+		"does, and the Result says so (Degraded, Err). %sWithout a store, %s's process-local limiter (Local) decides "+
+		"and Err is SharedErr's error.", r.GoName, failureWords(r), leaseWords(r), r.GoName)))
+	g.Func().Params(recv).Id("AllowN").Params(with(ctxP, params, jen.Id("cost").Int64())...).Qual(sharedPath, "Result").Block(
+		badPlan(never),
+		jen.If(jen.Id("l").Dot("sh").Dot("bound").Op("==").Nil()).Block(
+			jen.Return(jen.Qual(sharedPath, "Result").Values(jen.Dict{
+				jen.Id("Decision"): jen.Id("l").Dot("local").Dot("AllowN").Call(with(nil, args, jen.Id("cost"))...),
+				jen.Id("Err"):      jen.Id("l").Dot("sh").Dot("err"),
+			}))),
+		jen.Return(jen.Id("l").Dot("sh").Dot("bound").Dot("CheckStep").Call(jen.Id("ctx"), step)),
+	).Line().Line()
+	g.Add(comment("Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after a " +
+		"denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is served in no " +
+		"fixed order. It returns at once when the wait would pass ctx's deadline or the cost exceeds the burst. " +
+		"Without a store it is Local's Wait."))
+	g.Func().Params(recv).Id("Wait").Params(with(ctxP, params, jen.Id("cost").Int64())...).Error().Block(
+		badPlan(jen.Id("ErrUnknownPlan")),
+		jen.If(jen.Id("l").Dot("sh").Dot("bound").Op("==").Nil()).Block(
+			jen.Return(jen.Id("l").Dot("local").Dot("Wait").Call(with(jen.Id("ctx"), args, jen.Id("cost"))...))),
+		jen.Return(jen.Qual(sharedPath, "Wait").Call(jen.Id("ctx"), jen.Id("l").Dot("sh").Dot("bound"), step)),
+	).Line()
+	return g
 }
 
 func leaseWords(r model.Rule) string {

@@ -479,7 +479,7 @@ func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
 		decision := jen.Id("m").Dot("limits").Dot(rule.GoName).Dot("AllowNAt").Call(append(args, jen.Id("now"), jen.Id("cost"))...)
 		if rule.Shared {
 			// The store decides, or the rule's on_failure setting when it cannot.
-			decision = jen.Id("m").Dot("limits").Dot(rule.GoName).Dot("Check").Call(append(args, jen.Id("cost"))...).Dot("Decision")
+			decision = jen.Id("m").Dot("limits").Dot(rule.GoName).Dot("AllowN").Call(append(args, jen.Id("cost"))...).Dot("Decision")
 		}
 		res = append(res,
 			field("Decision", decision),
@@ -498,7 +498,7 @@ func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
 		args = append(args, keyArgs...)
 		core := jen.Id("m").Dot("limits").Dot(t.CoreName())
 		if t.Shared {
-			core = jen.Id("m").Dot("limits").Dot(t.CheckCoreName())
+			core = jen.Id("m").Dot("limits").Dot(t.SharedCoreName())
 			args = append([]jen.Code{jen.Id("r").Dot("Context").Call()}, args...)
 		} else {
 			args = append(args, jen.Id("now"))

@@ -48,6 +48,7 @@ type Rule struct {
 	SharedAt int            // shared: the index of its first limit in the package's sharedRules
 	Doc      string         // the package-level variable's doc comment: the rule in plain words
 	TypeDoc  string         // the limiter type's doc comment
+	LocalDoc string         // shared: the process-local limiter type's doc comment
 	FieldDoc string         // the Limits field's line comment
 	UnitsDoc string         // the folded units' doc comment (folded rules only)
 }
@@ -75,7 +76,7 @@ type Tier struct {
 	Name   string
 	GoName string
 	Rules  []int // indices into model.rules, in order
-	Shared bool  // every rule is shared: the tier has Check forms, one store call
+	Shared bool  // every rule is shared: the tier is one store call, its local forms named Local…
 	Doc    string
 }
 
@@ -86,8 +87,14 @@ type Tier struct {
 // TypeName is the rule's limiter type.
 func (r Rule) TypeName() string { return r.GoName + "Limiter" }
 
-// CtorName is the function that builds the rule's buckets.
+// CtorName is the function that builds the rule's limiter.
 func (r Rule) CtorName() string { return "new" + r.TypeName() }
+
+// LocalTypeName is a shared rule's process-local limiter type (what its
+// Local method returns: the rule's whole limit, decided in this process), and
+// LocalCtorName the function that builds its buckets.
+func (r Rule) LocalTypeName() string { return r.GoName + "LocalLimiter" }
+func (r Rule) LocalCtorName() string { return "new" + r.LocalTypeName() }
 
 // Unexported is the prefix of the rule's Unexported package-level names: its
 // folded units and per-plan costs (Cost).
@@ -107,6 +114,7 @@ func (r Rule) Idents() [][2]string {
 	p := r.Unexported()
 	return [][2]string{
 		{r.GoName, "its limiter variable"}, {r.TypeName(), "its limiter type"}, {r.CtorName(), "its constructor"},
+		{r.LocalTypeName(), "its process-local limiter type"}, {r.LocalCtorName(), "its process-local constructor"},
 		{r.RuleConst(), "its RuleName constant"},
 		{r.UnitsPerNs(), "a units constant"}, {r.UnitsPerToken(), "a units constant"}, {r.BurstUnits(), "a units constant"},
 		{p + "Cost", "its per-plan costs"},
@@ -116,23 +124,27 @@ func (r Rule) Idents() [][2]string {
 // AtName is the tier's function with an explicit time.
 func (t Tier) AtName() string { return t.GoName + "At" }
 
-// Idents are the package-level identifiers the tier declares; all but the core
-// are also methods of Limits (the Check forms of a shared tier only are).
+// Idents are the package-level identifiers the tier declares; all but the
+// cores are also methods of Limits. A tier of shared rules declares its
+// process-local forms (Local…, methods of Limits only) whatever the policy, so
+// that a rule changing to shared never collides with a name.
 func (t Tier) Idents() [][2]string {
-	ids := [][2]string{{t.GoName, "its function"}, {t.AtName(), "its function with a time"},
+	return [][2]string{{t.GoName, "its function"}, {t.AtName(), "its function with a time"},
 		{t.NName(), "its function with a cost"}, {t.NAtName(), "its function with a cost and a time"},
-		{t.CoreName(), "its implementation"}}
-	if t.Shared {
-		ids = append(ids, [2]string{t.CheckName(), "its store check"}, [2]string{t.CheckNName(), "its store check with a cost"},
-			[2]string{t.CheckCoreName(), "its store check's implementation"})
-	}
-	return ids
+		{t.CoreName(), "its implementation"}, {t.SharedCoreName(), "its store check's implementation"},
+		{t.LocalName(), "its process-local form"}, {t.LocalNName(), "its process-local form with a cost"},
+		{t.LocalAtName(), "its process-local form with a time"}, {t.LocalNAtName(), "its process-local form with a cost and a time"}}
 }
 
-// The Check forms of a tier of shared rules.
-func (t Tier) CheckName() string     { return "Check" + t.GoName }
-func (t Tier) CheckNName() string    { return "Check" + t.GoName + "N" }
-func (t Tier) CheckCoreName() string { return "checkShared" + t.GoName }
+// A tier of shared rules: GoName and NName take a context and go to the
+// store (the At forms do not exist: the store's clock decides); the
+// process-local forms are named Local… and the store call's implementation
+// SharedCoreName.
+func (t Tier) LocalName() string      { return "Local" + t.GoName }
+func (t Tier) LocalNName() string     { return "Local" + t.NName() }
+func (t Tier) LocalAtName() string    { return "Local" + t.AtName() }
+func (t Tier) LocalNAtName() string   { return "Local" + t.NAtName() }
+func (t Tier) SharedCoreName() string { return "checkShared" + t.GoName }
 
 // ReservedIdents are declared by every generated package (or will be, as the
 // generated API grows), whatever the policy: no rule, tier or plan may take them.

@@ -125,9 +125,15 @@ func ruleDoc_(r model.Rule, plans []model.Plan) string {
 	return b.String()
 }
 
-// typeDoc_ is the limiter type's doc comment.
+// typeDoc_ is the limiter type's doc comment (for a shared rule, its
+// process-local limiter's).
 func typeDoc_(r model.Rule) string {
 	s := fmt.Sprintf("%s is the type of %s. Its methods are safe for concurrent use.", r.TypeName(), r.GoName)
+	if r.Shared {
+		s = fmt.Sprintf("%s is %s decided in this process only, with the whole limit: what %s.Local returns, "+
+			"for tests, and what %s's checks use while the package has no store (SharedErr says so). "+
+			"Its methods are safe for concurrent use.", r.LocalTypeName(), r.GoName, r.TypeName(), r.GoName)
+	}
 	if r.Planned {
 		s += " Each plan has a table of its own: a key that changes plan is checked against the new plan's bucket " +
 			"for it (full, if it has none), and finds its old one, refilled by the time that passed, if it changes back. " +
@@ -137,6 +143,15 @@ func typeDoc_(r model.Rule) string {
 		}
 	}
 	return s
+}
+
+// sharedTypeDoc_ is a shared rule's limiter type's doc comment.
+func sharedTypeDoc_(r model.Rule) string {
+	return fmt.Sprintf("%s is the type of %s, a shared rule: Allow, AllowN and Wait decide on the store given to "+
+		"New, so that the limit holds across every instance that shares it, and take the request's context. "+
+		"Without a store they decide in this process with the whole limit, and their results carry SharedErr's "+
+		"error; Local is that process-local limiter, under a name that says so. Its methods are safe for "+
+		"concurrent use.", r.TypeName(), r.GoName)
 }
 
 // unitsDoc_ is the doc comment of a folded rule's unit constants.
@@ -156,6 +171,10 @@ func modelDocs(m *model.Model) {
 	for i := range m.Rules {
 		r := &m.Rules[i]
 		r.TypeDoc = typeDoc_(*r)
+		if r.Shared {
+			r.LocalDoc = r.TypeDoc
+			r.TypeDoc = sharedTypeDoc_(*r)
+		}
 		r.FieldDoc = "see the package-level " + r.GoName
 		if r.Folded() {
 			r.UnitsDoc = unitsDoc_(*r)
