@@ -42,11 +42,10 @@ var pgImpls = []struct {
 		}
 	}},
 	{"limitgen-coalesced", func(b *testing.B, pool *pgxpool.Pool) func(context.Context, string) (bool, error) {
-		st, err := pgstore.New(context.Background(), pool, pgstore.Options{SweepEvery: -1})
+		st, err := pgstore.New(context.Background(), pool, pgstore.Options{SweepEvery: -1, Coalesce: 256})
 		if err != nil {
 			b.Fatal(err)
 		}
-		st.Coalesce(256)
 		b.Cleanup(st.Close)
 		r, err := pgstore.NewRule("benchcoalesced", atomicbucket.Limit{Tokens: pgRate, Period: time.Second, Burst: pgRate})
 		if err != nil {
@@ -131,7 +130,7 @@ func (s *seedLimiter) limit(ctx context.Context, prefix, key string, cost int64)
 // with the Go process), every check admitted, on one hot key or on 1e4 keys
 // drawn at random, from 1, 16 and 64 concurrent callers with a connection
 // each. limitgen is pgstore's one statement a check; limitgen-coalesced sends
-// the checks that wait meanwhile together (Store.Coalesce(256)), each decided
+// the checks that wait meanwhile together (Options.Coalesce: 256), each decided
 // on its own; seed-for-update is the seed documents' transaction (five round
 // trips, the row locked across three). Metrics as BenchmarkRedis's:
 // decisions/s, p50-µs, p99-µs, errors/op and denied/op (0 on a quiet

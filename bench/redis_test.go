@@ -71,7 +71,7 @@ var redisImpls = []struct {
 	{"limitgen", func(b *testing.B, addr string) func(context.Context) (bool, error) {
 		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		b.Cleanup(func() { c.Close() })
-		st, err := redisstore.New(c)
+		st, err := redisstore.New(context.Background(), c, redisstore.Options{})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -87,11 +87,10 @@ var redisImpls = []struct {
 	{"limitgen-coalesced", func(b *testing.B, addr string) func(context.Context) (bool, error) {
 		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		b.Cleanup(func() { c.Close() })
-		st, err := redisstore.New(c)
+		st, err := redisstore.New(context.Background(), c, redisstore.Options{Coalesce: 256})
 		if err != nil {
 			b.Fatal(err)
 		}
-		st.Coalesce(256)
 		b.Cleanup(st.Close)
 		r, err := redisstore.NewRule("benchcoalesced", atomicbucket.Limit{Tokens: redisRate, Period: time.Second, Burst: redisRate})
 		if err != nil {
@@ -350,7 +349,7 @@ func BenchmarkRedisTier(b *testing.B) {
 		{"limitgen", func(b *testing.B) func(context.Context) (bool, error) {
 			c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 			b.Cleanup(func() { c.Close() })
-			st, err := redisstore.New(c)
+			st, err := redisstore.New(context.Background(), c, redisstore.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -414,7 +413,7 @@ func BenchmarkLease(b *testing.B) {
 		b.Run(fmt.Sprintf("callers=%d/impl=lease", callers), func(b *testing.B) {
 			c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 			b.Cleanup(func() { c.Close() })
-			st, err := redisstore.New(c)
+			st, err := redisstore.New(context.Background(), c, redisstore.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -437,7 +436,7 @@ func BenchmarkLease(b *testing.B) {
 		b.Run(fmt.Sprintf("callers=%d/impl=lease-bound", callers), func(b *testing.B) {
 			c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 			b.Cleanup(func() { c.Close() })
-			st, err := redisstore.New(c)
+			st, err := redisstore.New(context.Background(), c, redisstore.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

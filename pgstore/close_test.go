@@ -17,11 +17,12 @@ func TestCloseUnderLoad(t *testing.T) {
 	srv := pgtest.Start(t)
 	var pool *pgxpool.Pool
 	storetest.CloseUnderLoad(t, func(t *testing.T, coalesce bool) storetest.Closer {
-		p, st := open(t, srv, 8, Options{})
-		pool = p
+		var opts Options
 		if coalesce {
-			st.Coalesce(64)
+			opts.Coalesce = 64
 		}
+		p, st := open(t, srv, 8, opts)
+		pool = p
 		return st
 	}, func() int64 { return pool.Stat().AcquireCount() })
 }

@@ -4,46 +4,34 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/shared"
 )
 
-// pending is one coalesced check, waiting for its statement.
-type pending = shared.Pending[Step]
-
-// Coalesce makes AllowN (and Check, which calls it) send concurrent checks to
-// the database together (shared.Coalescer), at most maxBatch a statement,
-// each decided on its own: a hot key's checks then share one transaction and
-// one commit instead of queueing for the row's lock one commit at a time. A
-// check that finds no other waiting goes alone, as without coalescing.
-// Call it once, before the store is used; Close stops it.
-func (s *Store) Coalesce(maxBatch int) {
-	s.co = shared.NewCoalescer(maxBatch, s.guard.Timeout, func(ctx context.Context, batch []*pending) {
-		s.batches.Add(1)
-		if len(batch) == 1 { // alone: the one-bucket function, with its fast path
-			d, _, err := s.call(ctx, []Step{batch[0].Check}, 1, nil)
-			batch[0].Done(d, err)
-			return
+// Each runs a coalesced batch (shared.Backend; the database is one group):
+// one call alone goes to the one-bucket function, with its fast path; more
+// to the batch function, every check on its own.
+func (s *backend) Each(ctx context.Context, groups [][]shared.Call) ([][]shared.Reply, error) {
+	out := make([][]shared.Reply, len(groups))
+	for i, g := range groups {
+		var err error
+		if len(g) == 1 {
+			var r shared.Reply
+			r, err = s.tierAt(ctx, g, shared.ModeTake, nil)
+			out[i] = []shared.Reply{r}
+		} else {
+			out[i], err = s.eachAt(ctx, g, nil)
 		}
-		ds, err := s.batch(ctx, batch, nil)
-		for i, p := range batch {
-			if err != nil {
-				p.Done(atomicbucket.Decision{}, err)
-			} else {
-				p.Done(ds[i], nil)
-			}
+		if err != nil {
+			return nil, err
 		}
-	})
+	}
+	return out, nil
 }
 
-// batch runs the batch function: every check on its own, in order (checks of
-// one bucket see each other's takes), each bucket read and written once, at
-// the server's time or, for tests, at *at (Unix µs).
-func (s *Store) batch(ctx context.Context, batch []*pending, at *int64) ([]atomicbucket.Decision, error) {
-	if !s.gate.Enter() {
-		return nil, shared.ErrClosed
-	}
-	defer s.gate.Leave()
+// eachAt runs the batch function: every check on its own, in order (checks
+// of one bucket see each other's takes), each bucket read and written once,
+// at the server's time or, for tests, at *at (Unix µs).
+func (s *backend) eachAt(ctx context.Context, calls []shared.Call, at *int64) ([]shared.Reply, error) {
 	type bucket struct {
 		rule *Rule
 		key  string
@@ -52,19 +40,19 @@ func (s *Store) batch(ctx context.Context, batch []*pending, at *int64) ([]atomi
 	var names []string
 	var keys [][]byte
 	var v []int64
-	ci := make([]int32, len(batch))
-	cc := make([]int64, len(batch))
-	for j, p := range batch {
-		bk := bucket{p.Check.Rule, p.Check.Key}
+	ci := make([]int32, len(calls))
+	cc := make([]int64, len(calls))
+	for j, c := range calls {
+		bk := bucket{c.Rule, c.Key}
 		i, ok := index[bk]
 		if !ok {
-			names = append(names, bk.rule.name)
+			names = append(names, bk.rule.Name())
 			keys = append(keys, rowKey(bk.key))
-			v = bk.rule.values(v, bk.key, 0)
+			v = values(v, shared.Call{Rule: bk.rule, Key: bk.key})
 			i = int32(len(names))
 			index[bk] = i
 		}
-		ci[j], cc[j] = i, p.Check.Cost
+		ci[j], cc[j] = i, c.Cost
 	}
 	ord := make([]int32, len(names))
 	for i := range ord {
@@ -76,13 +64,12 @@ func (s *Store) batch(ctx context.Context, batch []*pending, at *int64) ([]atomi
 		return nil, err
 	}
 	s.maybeSweep()
-	if len(res) != 4*len(batch) {
-		return nil, fmt.Errorf("pgstore: the batch function returned %d values for %d checks, want 4 each", len(res), len(batch))
+	if len(res) != 4*len(calls) {
+		return nil, fmt.Errorf("pgstore: the batch function returned %d values for %d checks, want 4 each", len(res), len(calls))
 	}
-	ds := make([]atomicbucket.Decision, len(batch))
-	for j, p := range batch {
-		allowed, ahead, excess, since := res[4*j] == 1, res[4*j+1], res[4*j+2], res[4*j+3]
-		ds[j] = p.Check.Rule.n.Decision(allowed, ahead, excess, since, p.Check.Cost)
+	out := make([]shared.Reply, len(calls))
+	for j := range calls {
+		out[j] = shared.Reply{Allowed: res[4*j] == 1, Ahead: res[4*j+1], Excess: res[4*j+2], Since: res[4*j+3]}
 	}
-	return ds, nil
+	return out, nil
 }

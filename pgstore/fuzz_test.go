@@ -22,6 +22,6 @@ func FuzzFunction(f *testing.F) {
 	n, start := 0, time.Now().Unix()+86400
 	f.Fuzz(func(t *testing.T, data []byte) {
 		n++
-		storetest.Program(t, atStore{st}, fmt.Sprintf("fz%d_%d", n, time.Now().UnixNano()), data, start)
+		storetest.Program(t, atStore(st), fmt.Sprintf("fz%d_%d", n, time.Now().UnixNano()), data, start)
 	})
 }

@@ -14,6 +14,6 @@ func TestHistoriesAreLinearizable(t *testing.T) {
 	srv := pgtest.Start(t)
 	storetest.Histories(t, func(int) storetest.Store {
 		_, st := open(t, srv, 1, Options{})
-		return atStore{st}
+		return atStore(st)
 	})
 }

@@ -172,13 +172,13 @@ func TestConcurrentChecks(t *testing.T) {
 				var steps []Step
 				switch (g + i) % 4 {
 				case 0:
-					steps = []Step{{a, "x", 1}, {b, "x", 1}}
+					steps = []Step{{Rule: a, Key: "x", Cost: 1}, {Rule: b, Key: "x", Cost: 1}}
 				case 1:
-					steps = []Step{{b, "x", 1}, {a, "x", 1}}
+					steps = []Step{{Rule: b, Key: "x", Cost: 1}, {Rule: a, Key: "x", Cost: 1}}
 				case 2:
-					steps = []Step{{a, "x", 1}}
+					steps = []Step{{Rule: a, Key: "x", Cost: 1}}
 				default:
-					steps = []Step{{b, "x", 1}}
+					steps = []Step{{Rule: b, Key: "x", Cost: 1}}
 				}
 				d, _, err := st.AllowTier(ctx, steps)
 				if err != nil {
@@ -298,10 +298,10 @@ func TestExecModes(t *testing.T) {
 					t.Fatalf("check %d: %+v, %v", i, d, err)
 				}
 			}
-			if d, i, err := st.AllowTier(ctx, []Step{{two, "k", 1}, {one, "k\x00\xff", 1}}); err != nil || d.Allowed || i != 1 {
+			if d, i, err := st.AllowTier(ctx, []Step{{Rule: two, Key: "k", Cost: 1}, {Rule: one, Key: "k\x00\xff", Cost: 1}}); err != nil || d.Allowed || i != 1 {
 				t.Fatalf("a tier denied by its second step: %+v from %d, %v", d, i, err)
 			}
-			if d, _, err := st.AllowTier(ctx, []Step{{two, "k", 3}}); err != nil || !d.Allowed {
+			if d, _, err := st.AllowTier(ctx, []Step{{Rule: two, Key: "k", Cost: 3}}); err != nil || !d.Allowed {
 				t.Fatalf("the denied tier took from its first step: %+v, %v", d, err)
 			}
 			l := st.NewLease(two, "lease", 3)
@@ -340,7 +340,7 @@ func TestSchema(t *testing.T) {
 	if _, err := New(ctx, pool, Options{Table: "limits.later", NoCreate: true}); err == nil || !strings.Contains(err.Error(), "Schema") {
 		t.Fatalf("NoCreate without the schema: %v", err)
 	}
-	st := &Store{table: "limits.later", fn: "limits.later_check"}
+	st := &Store{b: &backend{table: "limits.later", fn: "limits.later_check"}}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -542,7 +542,7 @@ func TestBehindPgBouncer(t *testing.T) {
 				t.Fatalf("128 checks through PgBouncer, burst 50: %d admitted, %d failed", admitted.Load(), failed.Load())
 			}
 			small := mustRule(t, "bounced_small_"+mode, atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 1})
-			if d, i, err := st.AllowTier(ctx, []Step{{small, "k", 1}, {r, "new", 1}}); err != nil || d.Allowed || i != 1 {
+			if d, i, err := st.AllowTier(ctx, []Step{{Rule: small, Key: "k", Cost: 1}, {Rule: r, Key: "new", Cost: 1}}); err != nil || d.Allowed || i != 1 {
 				t.Fatalf("a tier denied by its second step: %+v from %d, %v", d, i, err)
 			}
 			if d, err := st.AllowN(ctx, small, "k", 1); err != nil || !d.Allowed {
@@ -566,8 +566,7 @@ func TestBehindPgBouncer(t *testing.T) {
 // an interval rule's checks beside them too; and checks after Close fail.
 func TestCoalesced(t *testing.T) {
 	srv := pgtest.Start(t)
-	_, st := open(t, srv, 4, Options{})
-	st.Coalesce(64)
+	_, st := open(t, srv, 4, Options{Coalesce: 64})
 	ctx := context.Background()
 	greedy := mustRule(t, "co", atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 50})
 	interval := mustRule(t, "co_iv", atomicbucket.Limit{Tokens: 5, Period: time.Hour, Burst: 20, Refill: atomicbucket.Interval, Aligned: true})

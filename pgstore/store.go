@@ -5,7 +5,6 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"regexp"
@@ -38,6 +37,12 @@ type Options struct {
 	// Timeout bounds a check's wait for the database when the caller's
 	// context allows longer. Default DefaultTimeout.
 	Timeout time.Duration
+	// Coalesce, when above 0, has concurrent checks share statements, at
+	// most Coalesce checks a statement, each decided on its own: a hot key's
+	// checks then share one transaction and one commit instead of queueing
+	// for the row's lock one commit at a time. A check that finds no other
+	// waiting goes alone, as without coalescing.
+	Coalesce int
 	// SweepEvery is how often, at most, checks start a sweep of the rows of
 	// full buckets (Store.Sweep) in the background. Default
 	// DefaultSweepEvery; below 0, never (call Sweep yourself).
@@ -51,30 +56,61 @@ const (
 	DefaultSweepEvery = 30 * time.Second
 )
 
-// Store checks shared rules on PostgreSQL.
+// Store checks shared rules on PostgreSQL: a shared.Engine over the check
+// functions. Its methods are safe for concurrent use.
 type Store struct {
-	pool    *pgxpool.Pool
-	table   string
-	fn      string
-	class   int32                   // the advisory lock class that serialises the schema's creation
-	one     string                  // the query of a check of one bucket
-	tier    string                  // the query of a tier's check
-	each    string                  // the query of a coalesced batch
-	co      *shared.Coalescer[Step] // coalescing; nil when off
-	batches atomic.Int64            // coalesced statements sent
-	unlog   bool
-	guard   shared.Guard
-	sweep   time.Duration
-	swept   atomic.Int64 // atomicbucket time of the last sweep started
-	sweeps  sync.WaitGroup
-	closed  atomic.Bool // Close was called: no more background sweeps start
-
-	closeOnce sync.Once
-	gate      shared.Gate // shut by Close: no more statements
-
-	mu     sync.Mutex
-	bounds []*shared.Binding // what Bind returned: ReleaseLeases gives their leases' tokens back
+	*shared.Engine
+	b *backend
 }
+
+// backend is the store's I/O (shared.Backend): the check functions' calls,
+// and the background sweeps.
+type backend struct {
+	e      *shared.Engine
+	pool   *pgxpool.Pool
+	table  string
+	fn     string
+	class  int32  // the advisory lock class that serialises the schema's creation
+	one    string // the query of a check of one bucket
+	tier   string // the query of a tier's check
+	each   string // the query of a coalesced batch
+	unlog  bool
+	sweep  time.Duration
+	swept  atomic.Int64 // atomicbucket time of the last sweep started
+	sweeps sync.WaitGroup
+	closed atomic.Bool // Close was called: no more background sweeps start
+}
+
+// Type aliases: a store's rules, steps, results and failure settings are
+// package shared's.
+type (
+	// Rule is a shared rule prepared for the store (NewRule).
+	Rule = shared.StoreRule
+	// Step is one rule's part in a tier request: its bucket for Key,
+	// charged Cost.
+	Step = shared.Call
+	// Result is a shared check's outcome: the decision, and whether the
+	// database made it.
+	Result      = shared.Result
+	Stats       = shared.Stats
+	FailureMode = shared.FailureMode
+	Failure     = shared.Failure
+	Lease       = shared.Lease
+)
+
+const (
+	FailDeny  = shared.FailDeny
+	FailAllow = shared.FailAllow
+	FailLocal = shared.FailLocal
+)
+
+// ErrCircuitOpen is the Result.Err of a check the breaker answered without
+// asking the database; ErrInvalidRule is wrapped by the errors of a rule the
+// store cannot hold.
+var (
+	ErrCircuitOpen = shared.ErrCircuitOpen
+	ErrInvalidRule = shared.ErrInvalidRule
+)
 
 var tableName = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,40}\.)?[a-z_][a-z0-9_]{0,40}$`)
 
@@ -111,116 +147,103 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	}
 	h := fnv.New32a()
 	h.Write([]byte(opts.Table))
-	s := &Store{pool: pool, table: opts.Table, fn: opts.Table + "_check", class: int32(h.Sum32()), unlog: opts.Unlogged, sweep: opts.SweepEvery}
+	b := &backend{pool: pool, table: opts.Table, fn: opts.Table + "_check", class: int32(h.Sum32()), unlog: opts.Unlogged, sweep: opts.SweepEvery}
+	b.e = shared.NewEngine(b, opts.Timeout, opts.Coalesce)
+	s := &Store{Engine: b.e, b: b}
+	if err := b.create(ctx, opts.NoCreate); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// create creates the table and functions, or (noCreate) checks that they
+// are there.
+func (s *backend) create(ctx context.Context, noCreate bool) error {
+	pool := s.pool
 	s.one = "SELECT " + s.fn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, $6::int8, $7::int8, $8::int8, $9::int8, $10::int8, $11::int4, $12::int8, $13::int8, $14::int8, $15::int8, $16::int8)"
 	s.tier = "SELECT " + s.fn + "_tier($1::text[], $2::bytea[], $3::int4[], $4::int8[], $5::int4, $6::int8)"
 	s.each = "SELECT " + s.fn + "_each($1::text[], $2::bytea[], $3::int4[], $4::int8[], $5::int4[], $6::int8[], $7::int8)"
-	s.guard.Timeout = opts.Timeout
-	if opts.NoCreate {
+	if noCreate {
 		var table, fn, tier, each *string
 		err := pool.QueryRow(ctx, "SELECT to_regclass($1)::text, to_regprocedure($2)::text, to_regprocedure($3)::text, to_regprocedure($4)::text",
 			s.table, s.fn+"(text, bytea, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, int, bigint, bigint, bigint, bigint, bigint)",
 			s.fn+"_tier(text[], bytea[], int[], bigint[], int, bigint)",
 			s.fn+"_each(text[], bytea[], int[], bigint[], int[], bigint[], bigint)").Scan(&table, &fn, &tier, &each)
 		if err != nil {
-			return nil, fmt.Errorf("pgstore: %w", err)
+			return fmt.Errorf("pgstore: %w", err)
 		}
 		if table == nil || fn == nil || tier == nil || each == nil {
-			return nil, fmt.Errorf("pgstore: NoCreate, but table %s or its functions %s, %[2]s_tier and %[2]s_each are missing: run Store.Schema's SQL first", s.table, s.fn)
+			return fmt.Errorf("pgstore: NoCreate, but table %s or its functions %s, %[2]s_tier and %[2]s_each are missing: run Store.Schema's SQL first", s.table, s.fn)
 		}
-		return s, nil
+		return nil
 	}
 	tx, err := pool.Begin(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: %w", err)
+		return fmt.Errorf("pgstore: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
 	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1, 0)", s.class); err != nil {
-		return nil, fmt.Errorf("pgstore: %w", err)
+		return fmt.Errorf("pgstore: %w", err)
 	}
 	for _, stmt := range s.statements() {
 		if _, err := tx.Exec(ctx, stmt); err != nil {
-			return nil, fmt.Errorf("pgstore: creating %s: %w", s.table, err)
+			return fmt.Errorf("pgstore: creating %s: %w", s.table, err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("pgstore: %w", err)
+		return fmt.Errorf("pgstore: %w", err)
 	}
-	return s, nil
+	return nil
 }
 
 // Schema is the SQL that creates the store's table and check functions, for
 // a migration of your own (then pass Options.NoCreate).
 func (s *Store) Schema() string {
-	return strings.Join(s.statements(), ";\n\n") + ";\n"
+	return strings.Join(s.b.statements(), ";\n\n") + ";\n"
 }
 
-func (s *Store) statements() []string { return schema(s.table, s.fn, s.unlog) }
+func (s *backend) statements() []string { return schema(s.table, s.fn, s.unlog) }
 
 // Table is the store's table.
-func (s *Store) Table() string { return s.table }
-
-// ErrInvalidRule is wrapped by every error NewRule returns.
-var ErrInvalidRule = errors.New("pgstore: invalid rule")
-
-// Rule is a limit in the integers the check function computes in
-// (shared.Numbers, as on Redis): the units are those shared.MicroUnits
-// computes, with which the generator checks a policy's shared rules, so every
-// value is a bigint far from overflow.
-type Rule struct {
-	name     string
-	n        shared.Numbers
-	fallback *shared.Fallback
-	lease    int64
-}
+func (s *Store) Table() string { return s.b.table }
 
 var ruleName = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,100}$`)
 
 // NewRule computes the numbers of a shared rule named name (letters, digits,
 // and _ . : -), or says why the store cannot hold it.
 func NewRule(name string, l atomicbucket.Limit) (*Rule, error) {
+	r, err := shared.NewStoreRule(name, l)
+	if err == nil {
+		err = checkName(name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: %w: %w", ErrInvalidRule, err)
+	}
+	return r, nil
+}
+
+func checkName(name string) error {
 	if !ruleName.MatchString(name) {
-		return nil, fmt.Errorf("%w: name %q: want 1 to 100 letters, digits, _ . : or -", ErrInvalidRule, name)
+		return fmt.Errorf("name %q: want 1 to 100 letters, digits, _ . : or -", name)
 	}
-	n, err := shared.NewNumbers(l)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidRule, name, err)
-	}
-	return &Rule{name: name, n: n, fallback: &shared.Fallback{}}, nil
+	return nil
 }
 
-// WithFailure returns a copy of r that decides by f when the database
-// cannot (the default is FailDeny).
-func (r *Rule) WithFailure(f shared.Failure) (*Rule, error) {
-	fb, err := shared.NewFallback(r.n.Limit, f)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %w", ErrInvalidRule, r.name, err)
-	}
-	c := *r
-	c.fallback = fb
-	return &c, nil
-}
+func (s *backend) Name() string { return "pgstore" }
 
-// Name is the rule's name, the r column of its rows.
-func (r *Rule) Name() string { return r.name }
+// CheckRule refuses a name the r column does not take.
+func (s *backend) CheckRule(r *Rule) error { return checkName(r.Name()) }
 
-// Limit is the limit the rule was built from.
-func (r *Rule) Limit() atomicbucket.Limit { return r.n.Limit }
+// Place: every bucket is in the one database.
+func (s *backend) Place(shared.Call) (uint32, string) { return 0, "" }
 
-// Exact reports whether the units hold the written rate exactly: then every
-// decision equals the exact reference's at the server's microsecond times.
-func (r *Rule) Exact() bool { return r.n.Exact }
-
-// values appends the rule's 8 values of the function's v for key and cost.
-func (r *Rule) values(dst []int64, key string, cost int64) []int64 {
-	if cost < 0 || cost > r.n.Limit.Burst {
-		cost = r.n.Limit.Burst + 1 // denied like any cost above the burst; answered Never
-	}
-	n := &r.n
+// values appends the 8 values of the function's v for c.
+func values(dst []int64, c shared.Call) []int64 {
+	n := c.Rule.Numbers()
 	if n.Interval {
-		return append(dst, 2, 1, n.Tau, n.Debt, n.Period, n.Tokens, n.Phase(key), cost)
+		return append(dst, 2, 1, n.Tau, n.Debt, n.Period, n.Tokens, n.Phase(c.Key), c.Cost)
 	}
-	return append(dst, 1, n.Emit, n.Tau, n.Debt, n.PerSecond, n.PerMicro, 0, cost)
+	return append(dst, 1, n.Emit, n.Tau, n.Debt, n.PerSecond, n.PerMicro, 0, c.Cost)
 }
 
 // maxKeyBytes: a longer key is stored as its SHA-256 (a btree entry must fit
@@ -236,102 +259,37 @@ func rowKey(key string) []byte {
 	return []byte(key)
 }
 
-// Step is one rule's part in a tier request: its bucket for Key, charged Cost.
-type Step struct {
-	Rule *Rule
-	Key  string
-	Cost int64
+// Tier runs a check function over calls in mode: the one-bucket function
+// for one call, the tier function for more.
+func (s *backend) Tier(ctx context.Context, calls []shared.Call, mode shared.Mode) (shared.Reply, error) {
+	return s.tierAt(ctx, calls, mode, nil)
 }
 
-// AllowN decides a request of cost for key under r at the server's time,
-// taking the tokens if it is allowed, in one statement. A cost below 0 or
-// above the burst is denied (RetryAfter Never); a cost of 0 takes nothing and
-// creates nothing. The error is the database's (the connection, the
-// context): the decision is then the zero Decision, a denial.
-func (s *Store) AllowN(ctx context.Context, r *Rule, key string, cost int64) (atomicbucket.Decision, error) {
-	if s.co != nil && cost >= 0 && cost <= r.n.Limit.Burst {
-		return s.co.Do(ctx, Step{r, key, cost})
-	}
-	d, _, err := s.call(ctx, []Step{{r, key, cost}}, 1, nil)
-	return d, err
-}
-
-// PeekN is what AllowN would decide, taking nothing.
-func (s *Store) PeekN(ctx context.Context, r *Rule, key string, cost int64) (atomicbucket.Decision, error) {
-	d, _, err := s.call(ctx, []Step{{r, key, cost}}, 0, nil)
-	return d, err
-}
-
-// AllowTier checks a request against every step in one statement, all or
-// nothing: when a step's bucket cannot take its cost, nothing is taken from
-// any, and the decision is that step's (index); when all can, each takes its
-// cost and the decision is that of the step left with the fewest whole tokens
-// (the first on a tie). It is atomicbucket.TierAt's rule in one transaction.
-// Two steps naming the same rule and key are refused.
-func (s *Store) AllowTier(ctx context.Context, steps []Step) (atomicbucket.Decision, int, error) {
-	if len(steps) == 0 {
-		return atomicbucket.Decision{Allowed: true}, -1, nil
-	}
-	if i := repeated(steps); i >= 0 {
-		return atomicbucket.Decision{}, i, fmt.Errorf("pgstore: tier step %d names rule %s and its key again", i, steps[i].Rule.name)
-	}
-	return s.call(ctx, steps, 1, nil)
-}
-
-// repeated is the index of the first step that names a bucket an earlier
-// step names, or -1 (each step would see the bucket as it was before the
-// check, and the last write would win: more admitted than the bucket holds).
-func repeated(steps []Step) int {
-	for i := 1; i < len(steps); i++ {
-		for j := range i {
-			if steps[i].Rule.name == steps[j].Rule.name && steps[i].Key == steps[j].Key {
-				return i
-			}
-		}
-	}
-	return -1
-}
-
-// RefundN gives cost tokens back to key's bucket under r, never beyond full.
-func (s *Store) RefundN(ctx context.Context, r *Rule, key string, cost int64) error {
-	if cost <= 0 {
-		return nil
-	}
-	_, _, err := s.call(ctx, []Step{{r, key, min(cost, r.n.Limit.Burst)}}, 2, nil)
-	return err
-}
-
-// call runs a check function over steps in mode (0 decide, 1 take, 2
-// refund), at the server's time or, for tests, at *at (Unix µs).
-func (s *Store) call(ctx context.Context, steps []Step, mode int32, at *int64) (atomicbucket.Decision, int, error) {
-	if !s.gate.Enter() {
-		return atomicbucket.Decision{}, -1, shared.ErrClosed
-	}
-	defer s.gate.Leave()
+// tierAt is Tier at the server's time or, for tests, at *at (Unix µs).
+func (s *backend) tierAt(ctx context.Context, calls []shared.Call, mode shared.Mode, at *int64) (shared.Reply, error) {
 	var res []int64
 	var err error
-	if len(steps) == 1 {
-		res, err = s.exec(ctx, steps[0], mode, at, 0, shared.Settlement{})
+	if len(calls) == 1 {
+		res, err = s.exec(ctx, calls[0], int32(mode), at, 0, shared.Settlement{})
 	} else {
-		res, err = s.execTier(ctx, steps, mode, at)
+		res, err = s.execTier(ctx, calls, int32(mode), at)
 	}
 	if err != nil {
-		return atomicbucket.Decision{}, -1, err
+		return shared.Reply{}, err
 	}
-	if len(res) != 5 || res[1] < 1 || int(res[1]) > len(steps) {
-		return atomicbucket.Decision{}, -1, errReply(res)
+	if len(res) != 5 || res[1] < 1 || int(res[1]) > len(calls) {
+		return shared.Reply{}, errReply(res)
 	}
-	allowed, i, ahead, excess, since := res[0] == 1, int(res[1])-1, res[2], res[3], res[4]
-	return steps[i].Rule.n.Decision(allowed, ahead, excess, since, steps[i].Cost), i, nil
+	return shared.Reply{Allowed: res[0] == 1, Index: int(res[1]) - 1, Ahead: res[2], Excess: res[3], Since: res[4]}, nil
 }
 
-// exec runs the one-bucket function on st in mode, with a lease's want and
-// previous grant (mode 3).
-func (s *Store) exec(ctx context.Context, st Step, mode int32, at *int64, want int64, prev shared.Settlement) ([]int64, error) {
+// exec runs the one-bucket function on c in mode (0 decide, 1 take, 2
+// refund, 3 lease), with a lease's want and previous grant.
+func (s *backend) exec(ctx context.Context, c shared.Call, mode int32, at *int64, want int64, prev shared.Settlement) ([]int64, error) {
 	var v [8]int64
-	st.Rule.values(v[:0], st.Key, st.Cost)
+	values(v[:0], c)
 	var res []int64
-	err := s.pool.QueryRow(ctx, s.one, st.Rule.name, rowKey(st.Key),
+	err := s.pool.QueryRow(ctx, s.one, c.Rule.Name(), rowKey(c.Key),
 		v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], mode, at, want, prev.Second, prev.Size, prev.Unspent).Scan(&res)
 	if err != nil {
 		return nil, err
@@ -340,17 +298,17 @@ func (s *Store) exec(ctx context.Context, st Step, mode int32, at *int64, want i
 	return res, nil
 }
 
-// execTier runs the tier function over steps in mode.
-func (s *Store) execTier(ctx context.Context, steps []Step, mode int32, at *int64) ([]int64, error) {
-	names := make([]string, len(steps))
-	keys := make([][]byte, len(steps))
-	ord := make([]int32, len(steps))
-	v := make([]int64, 0, 8*len(steps))
-	for i, st := range steps {
-		names[i] = st.Rule.name
-		keys[i] = rowKey(st.Key)
+// execTier runs the tier function over calls in mode.
+func (s *backend) execTier(ctx context.Context, calls []shared.Call, mode int32, at *int64) ([]int64, error) {
+	names := make([]string, len(calls))
+	keys := make([][]byte, len(calls))
+	ord := make([]int32, len(calls))
+	v := make([]int64, 0, 8*len(calls))
+	for i, c := range calls {
+		names[i] = c.Rule.Name()
+		keys[i] = rowKey(c.Key)
 		ord[i] = int32(i + 1)
-		v = st.Rule.values(v, st.Key, st.Cost)
+		v = values(v, c)
 	}
 	sortRows(ord, names, keys)
 	var res []int64
@@ -368,6 +326,30 @@ func sortRows(ord []int32, names []string, keys [][]byte) {
 	slices.SortFunc(ord, func(a, b int32) int {
 		return cmp.Or(strings.Compare(names[a-1], names[b-1]), bytes.Compare(keys[a-1], keys[b-1]))
 	})
+}
+
+// Lease runs the one-bucket function's lease mode (shared.Backend): settle
+// the previous grant, then grant at least c.Cost and up to want tokens (none
+// for want 0). While a grant is valid the bucket's row counts its tokens as
+// held (the grants of the server's current and previous second), so all
+// instances together never admit more than the shared bucket allows.
+func (s *backend) Lease(ctx context.Context, c shared.Call, want int64, prev shared.Settlement) (shared.LeaseReply, error) {
+	return s.leaseAt(ctx, c, want, prev, nil)
+}
+
+// leaseAt is Lease at the server's time or, for tests, at *at (Unix µs).
+func (s *backend) leaseAt(ctx context.Context, c shared.Call, want int64, prev shared.Settlement, at *int64) (shared.LeaseReply, error) {
+	res, err := s.exec(ctx, c, 3, at, want, prev)
+	if err != nil {
+		return shared.LeaseReply{}, err
+	}
+	if len(res) != 7 {
+		return shared.LeaseReply{}, errReply(res)
+	}
+	return shared.LeaseReply{
+		Reply:  shared.Reply{Allowed: res[0] == 1, Ahead: res[2], Excess: res[3], Since: res[4]},
+		Second: res[5], Usec: res[6],
+	}, nil
 }
 
 // errReply reports a function reply of the wrong shape.

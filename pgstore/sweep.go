@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/shared"
 )
 
 // sweepBatch is how many rows one sweep statement deletes at most.
@@ -17,16 +17,18 @@ const sweepBatch = 10_000
 // background at most once every Options.SweepEvery; instances sweeping at
 // once skip each other's rows. It scans the table: on a table of millions
 // of keys, sweep less often, or yourself at a quiet time.
-func (s *Store) Sweep(ctx context.Context) (int64, error) {
+func (s *Store) Sweep(ctx context.Context) (int64, error) { return s.b.sweepAll(ctx) }
+
+func (s *backend) sweepAll(ctx context.Context) (int64, error) {
 	q := "DELETE FROM " + s.table + " WHERE ctid = ANY(ARRAY(SELECT ctid FROM " + s.table +
 		" WHERE full_at >= 0 AND full_at <= (extract(epoch FROM clock_timestamp()) * 1000000)::bigint LIMIT $1 FOR UPDATE SKIP LOCKED))"
 	var total int64
 	for {
-		if !s.gate.Enter() {
-			return total, shared.ErrClosed
-		}
-		tag, err := s.pool.Exec(ctx, q, sweepBatch)
-		s.gate.Leave()
+		var tag pgconn.CommandTag
+		err := s.e.Within(func() (err error) {
+			tag, err = s.pool.Exec(ctx, q, sweepBatch)
+			return err
+		})
 		if err != nil {
 			return total, err
 		}
@@ -39,7 +41,7 @@ func (s *Store) Sweep(ctx context.Context) (int64, error) {
 
 // maybeSweep starts a sweep in the background when the last one started
 // SweepEvery ago or more.
-func (s *Store) maybeSweep() {
+func (s *backend) maybeSweep() {
 	if s.sweep < 0 || s.closed.Load() {
 		return
 	}
@@ -56,7 +58,7 @@ func (s *Store) maybeSweep() {
 		defer s.sweeps.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		s.Sweep(ctx) //nolint:errcheck // the next sweep tries again
+		s.sweepAll(ctx) //nolint:errcheck // the next sweep tries again
 	}()
 }
 
@@ -69,16 +71,7 @@ func (s *Store) maybeSweep() {
 // background sweep to end. It is safe while checks run, and may be called
 // more than once. It does not close the pool, which is the caller's.
 func (s *Store) Close() {
-	s.closeOnce.Do(func() {
-		s.guard.Close()
-		if s.co != nil {
-			s.co.Close()
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		s.ReleaseLeases(ctx) //nolint:errcheck // what is not given back comes back when its grant expires
-		cancel()
-		s.closed.Store(true) // no new background sweeps
-		s.gate.Close()
-		s.sweeps.Wait()
-	})
+	s.Engine.Close()
+	s.b.closed.Store(true) // no new background sweeps
+	s.b.sweeps.Wait()
 }

@@ -19,7 +19,7 @@ var _ shared.Store = (*Store)(nil)
 // tier falls to its rules' failure settings, all or nothing.
 func TestBindAndCheck(t *testing.T) {
 	srv := redistest.Start(t)
-	st, err := New(srv.Client(t))
+	st, err := New(context.Background(), srv.Client(t), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestBindLeased(t *testing.T) {
 	var stores []*Store
 	var bounds []*shared.Binding
 	for range 2 {
-		st, err := New(srv.Client(t))
+		st, err := New(context.Background(), srv.Client(t), Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,7 +108,7 @@ func TestBindLeased(t *testing.T) {
 			admitted++
 		}
 	}
-	calls := stores[0].Stats().RedisCalls + stores[1].Stats().RedisCalls
+	calls := stores[0].Stats().Calls + stores[1].Stats().Calls
 	envelope := 40 + int(time.Since(start)/time.Minute)
 	t.Logf("two instances, 200 tier checks: %d admitted (envelope %d), %d Redis calls", admitted, envelope, calls)
 	if admitted > envelope || admitted < 20 {
@@ -139,7 +139,7 @@ func TestBindLeased(t *testing.T) {
 	// No room for another lease: a new key is checked on Redis per request.
 	kept := b.Leases().Len()
 	b.Leases().SetMax(kept) // and no sweep for a second: both leases are in use
-	before := stores[0].Stats().RedisCalls
+	before := stores[0].Stats().Calls
 	for i := range 3 {
 		if res, _ := b.Check(ctx, []shared.Step{{Rule: 0, Key: "carol", Cost: 1}}); !res.Allowed || res.Degraded {
 			t.Fatalf("carol's check %d: %+v", i, res)
@@ -148,7 +148,7 @@ func TestBindLeased(t *testing.T) {
 	if _, ok := b.Leases().Lookup(0, "carol"); ok || b.Leases().Len() != kept {
 		t.Errorf("carol got a lease beyond the most kept (%d kept, room for %d)", b.Leases().Len(), kept)
 	}
-	if got := stores[0].Stats().RedisCalls - before; got != 3 {
+	if got := stores[0].Stats().Calls - before; got != 3 {
 		t.Errorf("carol's 3 checks made %d Redis calls, want 3 (per request)", got)
 	}
 
@@ -181,7 +181,7 @@ func TestBindLeased(t *testing.T) {
 func TestCloseReleasesLeases(t *testing.T) {
 	srv := redistest.Start(t)
 	ctx := context.Background()
-	st, err := New(srv.Client(t))
+	st, err := New(context.Background(), srv.Client(t), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +194,7 @@ func TestCloseReleasesLeases(t *testing.T) {
 			t.Fatalf("%+v", res)
 		}
 	}
-	other, err := New(srv.Client(t))
+	other, err := New(context.Background(), srv.Client(t), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"testing"
 
 	"github.com/limitgen/limitgen/internal/storetest"
@@ -16,12 +17,13 @@ func TestCloseUnderLoad(t *testing.T) {
 	srv := redistest.Start(t)
 	monitor := srv.Client(t)
 	storetest.CloseUnderLoad(t, func(t *testing.T, coalesce bool) storetest.Closer {
-		st, err := New(srv.Client(t))
+		var opts Options
+		if coalesce {
+			opts.Coalesce = 64
+		}
+		st, err := New(context.Background(), srv.Client(t), opts)
 		if err != nil {
 			t.Fatal(err)
-		}
-		if coalesce {
-			st.Coalesce(64)
 		}
 		return st
 	}, func() int64 { return redistest.ScriptCalls(t, monitor) })

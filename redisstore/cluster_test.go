@@ -16,7 +16,7 @@ import (
 // per-user rule beside a global one) runs as ordered takes with refunds and
 // admits exactly what the single-call tier does, taking nothing on a denial.
 func TestCluster(t *testing.T) {
-	_, c, st := clusterStore(t, 0)
+	_, c, st := clusterStore(t, 0, 0)
 	ctx := context.Background()
 	perUser, _ := NewRule("PerUser", atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 5})
 	perUserDaily, _ := NewRule("PerUserDaily", atomicbucket.Limit{Tokens: 100, Period: 24 * time.Hour, Burst: 3})
@@ -37,7 +37,7 @@ func TestCluster(t *testing.T) {
 
 	// One key's rules: one call; the daily rule (burst 3) denies the fourth.
 	for i := range 4 {
-		d, idx, err := st.AllowTier(ctx, []Step{{perUser, "alice", 1}, {perUserDaily, "alice", 1}})
+		d, idx, err := st.AllowTier(ctx, []Step{{Rule: perUser, Key: "alice", Cost: 1}, {Rule: perUserDaily, Key: "alice", Cost: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +53,7 @@ func TestCluster(t *testing.T) {
 	// fifth request; the per-user tokens taken by it are given back.
 	users := []string{"bob", "carol", "dave", "erin", "frank"}
 	for i, u := range users {
-		d, idx, err := st.AllowTier(ctx, []Step{{perUser, u, 1}, {global, "", 1}})
+		d, idx, err := st.AllowTier(ctx, []Step{{Rule: perUser, Key: u, Cost: 1}, {Rule: global, Key: "", Cost: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +73,7 @@ func TestCluster(t *testing.T) {
 // failure setting at once (and the rest keep deciding on Redis until the
 // Cluster marks itself down); none hangs or panics.
 func TestClusterMasterStopped(t *testing.T) {
-	servers, _, st := clusterStore(t, 1)
+	servers, _, st := clusterStore(t, 1, 0)
 	ctx := context.Background()
 	base, _ := NewRule("PerUser", atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 5})
 	r, err := base.WithFailure(Failure{Mode: FailLocal, Share: 0.5})
@@ -112,8 +112,7 @@ func TestClusterMasterStopped(t *testing.T) {
 // Coalesced checks on a Cluster: a batch whose keys fall in several slots is
 // sent as one script call per slot; each key's burst is admitted exactly.
 func TestClusterCoalesced(t *testing.T) {
-	_, _, st := clusterStore(t, 0)
-	st.Coalesce(64)
+	_, _, st := clusterStore(t, 0, 64)
 	t.Cleanup(st.Close)
 	ctx := context.Background()
 	r, _ := NewRule("coalesced", atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 10})
@@ -150,8 +149,9 @@ func TestClusterCoalesced(t *testing.T) {
 
 // clusterStore starts a 3-master Cluster and returns its servers, a client of
 // it (redirects followed at most maxRedirects times; 0: go-redis's default)
-// and a store over that client.
-func clusterStore(t *testing.T, maxRedirects int) ([]*redistest.Server, *redis.ClusterClient, *Store) {
+// and a store over that client (coalescing at most coalesce checks a call;
+// 0: none).
+func clusterStore(t *testing.T, maxRedirects, coalesce int) ([]*redistest.Server, *redis.ClusterClient, *Store) {
 	servers := redistest.StartCluster(t, 3)
 	addrs := make([]string, len(servers))
 	for i, s := range servers {
@@ -159,7 +159,7 @@ func clusterStore(t *testing.T, maxRedirects int) ([]*redistest.Server, *redis.C
 	}
 	c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, MaxRedirects: maxRedirects})
 	t.Cleanup(func() { c.Close() })
-	st, err := New(c)
+	st, err := New(context.Background(), c, Options{Coalesce: coalesce})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,11 +16,10 @@ import (
 // are decided on their own, and far fewer script calls are made than checks.
 func TestCoalescedChecks(t *testing.T) {
 	srv := redistest.Start(t)
-	st, err := New(srv.Client(t))
+	st, err := New(context.Background(), srv.Client(t), Options{Coalesce: 64})
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.Coalesce(64)
 	t.Cleanup(st.Close)
 	ctx := context.Background()
 	r, _ := NewRule("coalesced", atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 50})

@@ -35,7 +35,7 @@ func TestInstancesStayInsideTheEnvelope(t *testing.T) {
 	for range instances {
 		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { c.Close() })
-		st, err := New(c)
+		st, err := New(context.Background(), c, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +52,7 @@ func TestInstancesStayInsideTheEnvelope(t *testing.T) {
 					if d.Allowed {
 						admitted.Add(1)
 					}
-					td, _, err := st.AllowTier(ctx, []Step{{single, "tier-key", 1}, {global, "", 1}})
+					td, _, err := st.AllowTier(ctx, []Step{{Rule: single, Key: "tier-key", Cost: 1}, {Rule: global, Key: "", Cost: 1}})
 					if err != nil {
 						t.Error(err)
 						return
@@ -72,8 +72,8 @@ func TestInstancesStayInsideTheEnvelope(t *testing.T) {
 	if got, most := admitted.Load(), envelope(l); got > most || got < l.Burst {
 		t.Errorf("one key: %d admitted in %v; the envelope is %d (and the burst, %d, must pass)", got, elapsed, most, l.Burst)
 	}
-	most := min(envelope(l), envelope(global.n.Limit))
-	if got := tierAdmitted.Load(); got > most || got < global.n.Limit.Burst {
+	most := min(envelope(l), envelope(global.Limit()))
+	if got := tierAdmitted.Load(); got > most || got < global.Limit().Burst {
 		t.Errorf("tier: %d admitted in %v; the tightest envelope is %d", got, elapsed, most)
 	}
 	t.Logf("%d checks in %v: %d admitted on one key (envelope %d), %d by the tier (envelope %d)",

@@ -1,6 +1,7 @@
 package redisstore_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/limitgen/limitgen/internal/sharedlimits"
@@ -17,7 +18,7 @@ func instances(t *testing.T, addr string) func() *sharedlimits.Limits {
 	return func() *sharedlimits.Limits {
 		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { c.Close() })
-		st, err := redisstore.New(c)
+		st, err := redisstore.New(context.Background(), c, redisstore.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ import (
 func TestRedisKilledAndRestarted(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
-	st, err := New(c)
+	st, err := New(context.Background(), c, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,13 +60,13 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	if admitted != 5 {
 		t.Errorf("the local share of 0.5 admitted %d of 10 from a fresh bucket, want 5", admitted)
 	}
-	calls := st.Stats().RedisCalls
+	calls := st.Stats().Calls
 	for range 100 {
 		if res := st.Check(ctx, deny, "k", 1); res.Err != ErrCircuitOpen {
 			t.Fatalf("with the breaker open: %+v", res)
 		}
 	}
-	if got := st.Stats().RedisCalls - calls; got != 0 {
+	if got := st.Stats().Calls - calls; got != 0 {
 		t.Errorf("100 checks with the breaker open went to Redis %d times", got)
 	}
 
@@ -83,8 +84,10 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	}
 }
 
-// A Redis that accepts connections and never answers: Check returns within
-// its timeout, decided by the failure setting, instead of hanging the request.
+// A Redis that accepts connections and never answers: New fails within a
+// second, naming the address; and a store whose Redis went silent after New
+// (made here without New's check) returns from Check within its timeout,
+// decided by the failure setting, instead of hanging the request.
 func TestSilentRedisTimesOut(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -102,14 +105,17 @@ func TestSilentRedisTimesOut(t *testing.T) {
 	}()
 	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer c.Close()
-	st, err := New(c)
-	if err != nil {
-		t.Fatal(err)
+	start := time.Now()
+	if _, err := New(context.Background(), c, Options{Timeout: 50 * time.Millisecond}); err == nil || !strings.Contains(err.Error(), ln.Addr().String()) {
+		t.Errorf("New on a silent Redis: %v, want an error naming %s", err, ln.Addr())
 	}
-	st.SetTimeout(50 * time.Millisecond)
+	if elapsed := time.Since(start); elapsed > 2*time.Second {
+		t.Errorf("New on a silent Redis took %v", elapsed)
+	}
+	st := newStore(c, false, Options{Timeout: 50 * time.Millisecond})
 	r, _ := NewRule("silent", atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 1})
 	r, _ = r.WithFailure(Failure{Mode: FailAllow})
-	start := time.Now()
+	start = time.Now()
 	res := st.Check(context.Background(), r, "k", 1)
 	if elapsed := time.Since(start); !res.Degraded || !res.Allowed || elapsed > 5*time.Second {
 		t.Fatalf("silent Redis: %+v after %v", res, elapsed)
@@ -120,7 +126,7 @@ func TestSilentRedisTimesOut(t *testing.T) {
 func TestNewRefusesUnboundedClient(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	defer c.Close()
-	if _, err := New(c); err == nil {
+	if _, err := New(context.Background(), c, Options{}); err == nil {
 		t.Error("New accepted a client without ContextTimeoutEnabled")
 	}
 }
@@ -129,7 +135,7 @@ func TestNewRefusesUnboundedClient(t *testing.T) {
 // setting, but say nothing of Redis: ten of them do not open the breaker.
 func TestCallersGivingUpDoNotOpenTheBreaker(t *testing.T) {
 	srv := redistest.Start(t)
-	st, err := New(srv.Client(t))
+	st, err := New(context.Background(), srv.Client(t), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,5 +152,23 @@ func TestCallersGivingUpDoNotOpenTheBreaker(t *testing.T) {
 	}
 	if res := st.Check(context.Background(), r, "k", 1); !res.Allowed || res.Degraded {
 		t.Fatalf("the next check: %+v; the breaker opened for callers that gave up", res)
+	}
+}
+
+// New on a port where no Redis listens fails at once, naming the address and
+// the fix (before, it succeeded, and every check then fell to the failure
+// setting while SharedErr said nothing).
+func TestNewOnDeadRedis(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	defer c.Close()
+	_, err = New(context.Background(), c, Options{})
+	if err == nil || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "start it") {
+		t.Fatalf("New on a dead port: %v, want an error naming %s and the fix", err, addr)
 	}
 }

@@ -1,12 +1,10 @@
 package redisstore
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
-	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/storetest"
 	"github.com/limitgen/limitgen/redisstore/internal/redistest"
 )
@@ -20,21 +18,10 @@ func FuzzScript(f *testing.F) {
 		f.Add(seed)
 	}
 	srv := redistest.Start(f)
-	st := batchStore{scriptStore{newStore(srv.Client(f), true)}}
+	st := scriptStore(srv.Client(f))
 	n, start := 0, time.Now().Unix()+86400
 	f.Fuzz(func(t *testing.T, data []byte) {
 		n++
 		storetest.Program(t, st, fmt.Sprintf("fz%d", n), data, start)
 	})
-}
-
-// batchStore is scriptStore with coalesced batches (mode 4).
-type batchStore struct{ scriptStore }
-
-func (s batchStore) Batch(rule any, keys []string, costs []int64, sec, usec int64) ([]atomicbucket.Decision, error) {
-	batch := make([]*pending, len(keys))
-	for i := range keys {
-		batch[i] = &pending{Check: Step{rule.(*Rule), keys[i], costs[i]}}
-	}
-	return s.st.each(context.Background(), batch, atTime(sec, usec)...)
 }

@@ -46,7 +46,7 @@ func TestLeasesStayInsideTheEnvelope(t *testing.T) {
 			for range 4 {
 				cl := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 				t.Cleanup(func() { cl.Close() })
-				st, err := New(cl)
+				st, err := New(context.Background(), cl, Options{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -102,7 +102,7 @@ func TestLeasesStayInsideTheEnvelope(t *testing.T) {
 // Release gives back what it holds.
 func TestLeaseRelease(t *testing.T) {
 	srv := redistest.Start(t)
-	st, err := New(srv.Client(t))
+	st, err := New(context.Background(), srv.Client(t), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,7 +136,7 @@ func TestLeaseRelease(t *testing.T) {
 // admitted the burst plus everything the lease held).
 func TestLeaseHeldWhileTheBucketRefills(t *testing.T) {
 	srv := redistest.Start(t)
-	st, err := New(srv.Client(t))
+	st, err := New(context.Background(), srv.Client(t), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,16 +195,14 @@ func TestLeaseHeldWhileTheBucketRefills(t *testing.T) {
 // open the breaker.
 func TestLeaseWaitIsNoRedisFailure(t *testing.T) {
 	srv := redistest.Start(t)
-	st, err := New(srv.Client(t))
+	st, err := New(context.Background(), srv.Client(t), Options{Timeout: 2 * time.Second}) // the refill outlasts the pause
 	if err != nil {
 		t.Fatal(err)
 	}
-	st.SetTimeout(2 * time.Second) // the refill outlasts the pause
 	r, _ := NewRule("wait", atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 10})
 	l := st.NewLease(r, "k", 10)
 	check := func(ctx context.Context) Result {
-		res, _, _ := l.Check(ctx, &st.guard, r.fallback.Step("k", 1), 1, int64(atomicbucket.Now()))
-		return res
+		return st.CheckLease(ctx, l, r, "k", 1)
 	}
 	if err := srv.Client(t).Do(context.Background(), "CLIENT", "PAUSE", "20", "ALL").Err(); err != nil {
 		t.Fatal(err)
@@ -228,8 +226,10 @@ func TestLeaseWaitIsNoRedisFailure(t *testing.T) {
 	if res := <-first; !res.Allowed || res.Degraded {
 		t.Fatalf("the refill after the pause: %+v", res)
 	}
-	if n, until := st.guard.Breaker.State(); n != 0 || until != 0 {
-		t.Fatalf("waits counted as %d Redis failures (breaker open until %d)", n, until)
+	for _, b := range st.Breakers() {
+		if b.Failures != 0 || b.Open {
+			t.Fatalf("waits counted as Redis failures: %+v", b)
+		}
 	}
 }
 
@@ -239,7 +239,7 @@ func TestLeaseWaitIsNoRedisFailure(t *testing.T) {
 // every lease call saw a new, empty bucket and was denied forever).
 func TestLeaseOfABucketThatStartsEmpty(t *testing.T) {
 	srv := redistest.Start(t)
-	st, err := New(srv.Client(t))
+	st, err := New(context.Background(), srv.Client(t), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,6 @@ func TestHistoriesAreLinearizable(t *testing.T) {
 	storetest.Histories(t, func(int) storetest.Store {
 		client := redis.NewClient(&redis.Options{Addr: srv.Addr})
 		t.Cleanup(func() { client.Close() })
-		return scriptStore{newStore(client, true)}
+		return scriptStore(client)
 	})
 }

@@ -1,24 +1,24 @@
 // Package redisstore enforces limitgen's shared rules on Redis: the same GCRA
-// as the local runtime (package atomicbucket), one Lua script per check, on
-// the server's clock, in integers that a Lua number holds exactly, so that a
-// limit holds across every instance of a service. It is its own module:
+// as the local runtime (package atomicbucket), one Lua script per round trip,
+// on the server's clock, in integers that a Lua number holds exactly, so that
+// a limit holds across every instance of a service. It is its own module:
 // services that never use Redis never download its client.
 //
-// A generated package reaches it through package shared: give New's store
-// to the generated package's WithStore, and its shared rules are checked
-// here (Bind, Check), per request or, for rules with a lease in the policy,
-// from leases. Used directly: NewRule, then Store.Check (never fails: the
-// rule's failure setting decides when Redis cannot), Store.CheckTier (a tier,
-// all or nothing, in one call where its keys share a slot), Store.NewLease (a
-// batch of tokens spent in the process) and Store.Coalesce (concurrent checks
-// share script calls).
+// The store is a shared.Backend (the script calls: this package) under a
+// shared.Engine (everything else, the same for every store). A generated
+// package reaches it through package shared: give New's store to the
+// generated package's WithStore, and its shared rules are checked here, per
+// request or, for rules with a lease in the policy, from leases. Used
+// directly: NewRule, then Store.Check (never fails: the rule's failure
+// setting decides when Redis cannot), Store.CheckTier (a tier, all or
+// nothing, in one call where its keys share a slot) and Store.NewLease (a
+// batch of tokens spent in the process).
 package redisstore
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -26,216 +26,211 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Store checks shared rules on a Redis server.
-type Store struct {
-	client redis.UniversalClient
-	prefix string
-	check  *redis.Script
-	guard  shared.Guard // the breaker, the timeout (the most a Check waits for Redis), the counts
-
-	co *shared.Coalescer[Step] // coalescing (coalesce.go); nil when off
-
-	closeOnce sync.Once
-	gate      shared.Gate // shut by Close: no more calls
-
-	mu     sync.Mutex
-	bounds []*shared.Binding // what Bind returned: ReleaseLeases gives their leases' tokens back
+// Options configure a Store. The zero Options are the defaults.
+type Options struct {
+	// Timeout bounds a check's wait for Redis when the caller's context
+	// allows longer. Default DefaultTimeout.
+	Timeout time.Duration
+	// Coalesce, when above 0, has concurrent checks share script calls, at
+	// most Coalesce checks a call, each decided on its own: under load a call
+	// then carries many decisions. A check that finds no other waiting goes
+	// alone.
+	Coalesce int
 }
 
-// DefaultTimeout bounds how long Check waits for Redis when the caller's
+// DefaultTimeout bounds how long a check waits for Redis when the caller's
 // context allows longer: a shared limit must not hold a request up for long.
 const DefaultTimeout = 100 * time.Millisecond
 
-// SetTimeout sets how long Check waits for Redis at most (DefaultTimeout by
-// default). Set it before the store is used.
-func (s *Store) SetTimeout(d time.Duration) { s.guard.Timeout = d }
+// Store checks shared rules on Redis: a shared.Engine over the script. Its
+// methods are safe for concurrent use.
+type Store struct {
+	*shared.Engine
+	b *backend
+}
+
+// backend is the store's I/O (shared.Backend): the script's calls.
+type backend struct {
+	client  redis.UniversalClient
+	cluster *redis.ClusterClient // nil unless the client is a Cluster's
+	prefix  string
+	check   *redis.Script
+}
 
 // DefaultPrefix starts every key the store writes.
 const DefaultPrefix = "limitgen:"
 
+// Type aliases: a store's rules, steps, results and failure settings are
+// package shared's.
+type (
+	// Rule is a shared rule prepared for the store (NewRule).
+	Rule = shared.StoreRule
+	// Step is one rule's part in a tier request: its bucket for Key,
+	// charged Cost.
+	Step = shared.Call
+	// Result is a shared check's outcome: the decision, and whether Redis
+	// made it.
+	Result      = shared.Result
+	Stats       = shared.Stats
+	FailureMode = shared.FailureMode
+	Failure     = shared.Failure
+	Lease       = shared.Lease
+)
+
+const (
+	FailDeny  = shared.FailDeny
+	FailAllow = shared.FailAllow
+	FailLocal = shared.FailLocal
+)
+
+// ErrCircuitOpen is the Result.Err of a check a breaker answered without
+// asking Redis; ErrInvalidRule is wrapped by the errors of a rule the store
+// cannot hold.
+var (
+	ErrCircuitOpen = shared.ErrCircuitOpen
+	ErrInvalidRule = shared.ErrInvalidRule
+)
+
+// MaxRelativeError is the most a rule's admitted rate may fall below the
+// written one when its numbers cannot be held exactly (the same bound as the
+// local runtime's).
+const MaxRelativeError = atomicbucket.MaxRelativeError
+
+// MaxLeases is how many leases (a leased rule and a key) a bound package
+// keeps (shared.MaxLeases).
+const MaxLeases = shared.MaxLeases
+
+// NewRule computes the units of a shared rule named name
+// (shared.MicroUnits, with which the generator checks a policy's shared
+// rules): the least fraction of a microsecond in which one token's time is
+// whole; when that would not keep every value below 2^53, the finest unit that
+// does, with the token's time rounded up (never admitting more than the
+// limit), if the admitted rate is then within MaxRelativeError of the written
+// one. Interval rules count whole slots, so they are always exact.
+func NewRule(name string, l atomicbucket.Limit) (*Rule, error) {
+	r, err := shared.NewStoreRule(name, l)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: %w: %w", ErrInvalidRule, err)
+	}
+	return r, nil
+}
+
 // New returns a store over client (single server, Sentinel or Cluster through
-// go-redis's UniversalClient), writing keys under DefaultPrefix. The client
-// must be created with ContextTimeoutEnabled: true, so that a check's context
-// (Check's timeout) bounds its wait for Redis; without it go-redis waits out
+// go-redis's UniversalClient), writing keys under DefaultPrefix. It fails
+// when Redis does not answer within opts.Timeout (or ctx, if sooner; it loads
+// the script, on every master of a Cluster), with an error naming the
+// address: a service then knows at start that its shared limits have no
+// store, instead of finding out from degraded checks. The client must be
+// created with ContextTimeoutEnabled: true, so that a check's context (the
+// store's timeout) bounds its wait for Redis; without it go-redis waits out
 // its own read timeout (3 s by default) on a Redis that does not answer, and
 // New refuses the client.
-func New(client redis.UniversalClient) (*Store, error) {
+func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Store, error) {
 	var enabled bool
+	var addr string
 	switch c := client.(type) {
 	case *redis.Client:
-		enabled = c.Options().ContextTimeoutEnabled
+		enabled, addr = c.Options().ContextTimeoutEnabled, c.Options().Addr
 	case *redis.ClusterClient:
-		enabled = c.Options().ContextTimeoutEnabled
+		enabled, addr = c.Options().ContextTimeoutEnabled, fmt.Sprint(c.Options().Addrs)
 	case *redis.Ring:
-		enabled = c.Options().ContextTimeoutEnabled
+		enabled, addr = c.Options().ContextTimeoutEnabled, fmt.Sprint(c.Options().Addrs)
 	default:
 		enabled = true // another implementation: its documentation says
 	}
 	if !enabled {
 		return nil, errors.New("redisstore: the Redis client must be created with ContextTimeoutEnabled: true, so that a check's deadline bounds its wait for Redis")
 	}
-	return newStore(client, false), nil
+	s := newStore(client, false, opts)
+	timeout := s.Timeout()
+	lctx, cancel := context.WithTimeout(ctx, max(timeout, time.Second))
+	defer cancel()
+	var err error
+	if s.b.cluster != nil {
+		err = s.b.cluster.ForEachMaster(lctx, func(ctx context.Context, c *redis.Client) error {
+			return s.b.check.Load(ctx, c).Err()
+		})
+	} else {
+		err = s.b.check.Load(lctx, client).Err()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: Redis at %s did not answer (%w): start it, or fix the client's address; until it answers, the shared rules have no store", addr, err)
+	}
+	return s, nil
 }
 
-func newStore(client redis.UniversalClient, explicitNow bool) *Store {
-	s := &Store{client: client, prefix: DefaultPrefix, check: redis.NewScript(script(explicitNow))}
-	s.guard.Timeout = DefaultTimeout
-	return s
+func newStore(client redis.UniversalClient, explicitNow bool, opts Options) *Store {
+	if opts.Timeout <= 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	b := &backend{client: client, prefix: DefaultPrefix, check: redis.NewScript(script(explicitNow))}
+	b.cluster, _ = client.(*redis.ClusterClient)
+	return &Store{Engine: shared.NewEngine(b, opts.Timeout, opts.Coalesce), b: b}
 }
 
 // Key is the Redis key of rule r's bucket for key (slot.go: the key is the
 // hash tag).
-func (s *Store) Key(r *Rule, key string) string {
-	return s.prefix + "{" + key + "}:" + r.name
+func (s *Store) Key(r *Rule, key string) string { return s.b.key(r, key) }
+
+func (b *backend) key(r *Rule, key string) string {
+	return b.prefix + "{" + key + "}:" + r.Name()
 }
 
-// AllowN decides a request of cost for key under r at the server's time,
-// taking the tokens if it is allowed. A cost below 0 or above the burst is
-// answered without a round trip (RetryAfter is Never); a cost of 0 takes
-// nothing and creates nothing. The error is Redis's (the connection, the
-// context): the decision is then the zero Decision, a denial, and the caller's
-// failure setting decides what to do.
-func (s *Store) AllowN(ctx context.Context, r *Rule, key string, cost int64) (atomicbucket.Decision, error) {
-	if s.co != nil && cost >= 0 && cost <= r.n.Limit.Burst {
-		return s.co.Do(ctx, Step{r, key, cost})
+func (b *backend) Name() string { return "redisstore" }
+
+// CheckRule accepts every rule: any name can be part of a key.
+func (b *backend) CheckRule(*Rule) error { return nil }
+
+// Place is the bucket's Cluster slot and the address of its master; 0 and
+// "" on a single server.
+func (b *backend) Place(c shared.Call) (uint32, string) {
+	if b.cluster == nil {
+		return 0, ""
 	}
-	return s.run(ctx, r, key, cost, true, nil)
+	k := b.key(c.Rule, c.Key)
+	node := ""
+	if m, err := b.cluster.MasterForKey(context.Background(), k); err == nil {
+		node = m.Options().Addr
+	}
+	return uint32(slot(k)), node
 }
 
-// PeekN is what AllowN would decide, taking nothing.
-func (s *Store) PeekN(ctx context.Context, r *Rule, key string, cost int64) (atomicbucket.Decision, error) {
-	return s.run(ctx, r, key, cost, false, nil)
+// args appends rule r's eight values of a script argument list (mode, then
+// greedy: emit, tau, debt, perSecond, perMicro, 0, 0; interval: tokens, tau,
+// debt, period, p, b, g) and returns it; script.go reads them.
+func args(dst []any, r *Rule) []any {
+	n := r.Numbers()
+	if n.Interval {
+		return append(dst, 2, n.Tokens, n.Tau, n.Debt, n.Period, n.P, n.B, n.G)
+	}
+	return append(dst, 1, n.Emit, n.Tau, n.Debt, n.PerSecond, n.PerMicro, 0, 0)
 }
 
-func (s *Store) run(ctx context.Context, r *Rule, key string, cost int64, take bool, now []any) (atomicbucket.Decision, error) {
-	d, _, err := s.tier(ctx, []Step{{r, key, cost}}, take, now)
-	return d, err
+// Tier runs the script over calls in one call (modes 0 decide, 1 take, 2
+// refund).
+func (b *backend) Tier(ctx context.Context, calls []shared.Call, mode shared.Mode) (shared.Reply, error) {
+	return b.tierAt(ctx, calls, mode)
 }
 
-// Step is one rule's part in a tier request: its bucket for Key, charged Cost.
-type Step struct {
-	Rule *Rule
-	Key  string
-	Cost int64
-}
-
-// AllowTier checks a request against every step in one script call, all or
-// nothing: when a step's bucket cannot take its cost, nothing is taken from
-// any, and the decision is that step's (index); when all can, each takes its
-// cost and the decision is that of the step left with the fewest whole tokens
-// (the first on a tie), which is what rate-limit headers should show. It is
-// atomicbucket.TierAt's rule in one atomic step. On a single server any steps
-// can share a call; on a Cluster, only steps whose keys share a slot. Two
-// steps naming the same rule and key are refused.
-func (s *Store) AllowTier(ctx context.Context, steps []Step) (d atomicbucket.Decision, index int, err error) {
-	if i := repeated(steps); i >= 0 {
-		return atomicbucket.Decision{}, i, fmt.Errorf("redisstore: tier step %d names rule %s and its key again", i, steps[i].Rule.name)
+// tierAt is Tier; now is for the explicit-time script of the tests (seconds,
+// microseconds).
+func (b *backend) tierAt(ctx context.Context, calls []shared.Call, mode shared.Mode, now ...any) (shared.Reply, error) {
+	keys := make([]string, len(calls))
+	a := make([]any, 0, 2+10*len(calls)+len(now))
+	a = append(a, len(calls), [...]string{shared.ModePeek: "0", shared.ModeTake: "1", shared.ModeRefund: "2"}[mode])
+	for i, c := range calls {
+		keys[i] = b.key(c.Rule, c.Key)
+		a = append(args(a, c.Rule), c.Rule.Numbers().Phase(c.Key), c.Cost)
 	}
-	return s.tier(ctx, steps, true, nil)
-}
-
-// repeated is the index of the first step that names a bucket an earlier
-// step names, or -1 (each step would see the bucket as it was before the
-// check, and the last write would win: more admitted than the bucket holds).
-func repeated(steps []Step) int {
-	for i := 1; i < len(steps); i++ {
-		for j := range i {
-			if steps[i].Rule.name == steps[j].Rule.name && steps[i].Key == steps[j].Key {
-				return i
-			}
-		}
-	}
-	return -1
-}
-
-func (s *Store) tier(ctx context.Context, steps []Step, take bool, now []any) (atomicbucket.Decision, int, error) {
-	if len(steps) == 0 {
-		return atomicbucket.Decision{Allowed: true}, -1, nil
-	}
-	if _, cluster := s.client.(*redis.ClusterClient); cluster && len(steps) > 1 && take && s.spansSlots(steps) {
-		return s.orderedTier(ctx, steps)
-	}
-	mode := "0"
-	if take {
-		mode = "1"
-	}
-	return s.call(ctx, steps, mode, now)
-}
-
-// spansSlots reports whether the steps' keys fall in more than one Cluster slot.
-func (s *Store) spansSlots(steps []Step) bool {
-	first := slot(s.Key(steps[0].Rule, steps[0].Key))
-	for _, st := range steps[1:] {
-		if slot(s.Key(st.Rule, st.Key)) != first {
-			return true
-		}
-	}
-	return false
-}
-
-// orderedTier is a tier whose keys span Cluster slots: each step is one
-// script call, in order; when one denies, the steps before it are refunded,
-// last first, as atomicbucket.TierAt does. Between a take and its refund the
-// tokens are held, so other requests may be denied that a single script would
-// have admitted (never the reverse: nothing is admitted beyond any rule's
-// limit). A failed refund leaves its tokens taken: stricter, never looser.
-func (s *Store) orderedTier(ctx context.Context, steps []Step) (atomicbucket.Decision, int, error) {
-	var best atomicbucket.Decision
-	bestIndex := -1
-	for i, st := range steps {
-		d, _, err := s.call(ctx, []Step{st}, "1", nil)
-		if err != nil || !d.Allowed {
-			for j := i - 1; j >= 0; j-- {
-				s.call(ctx, []Step{steps[j]}, "2", nil) //nolint:errcheck // see above
-			}
-			return d, i, err
-		}
-		if bestIndex < 0 || d.Remaining < best.Remaining {
-			best, bestIndex = d, i
-		}
-	}
-	return best, bestIndex, nil
-}
-
-// RefundN gives cost tokens back to key's bucket under r, never beyond full.
-func (s *Store) RefundN(ctx context.Context, r *Rule, key string, cost int64) error {
-	if cost <= 0 {
-		return nil
-	}
-	cost = min(cost, r.n.Limit.Burst)
-	_, _, err := s.call(ctx, []Step{{r, key, cost}}, "2", nil)
-	return err
-}
-
-// call runs the script over steps in one call: mode "1" takes, "0" decides
-// only, "2" refunds.
-func (s *Store) call(ctx context.Context, steps []Step, mode string, now []any) (atomicbucket.Decision, int, error) {
-	if !s.gate.Enter() {
-		return atomicbucket.Decision{}, -1, shared.ErrClosed
-	}
-	defer s.gate.Leave()
-	keys := make([]string, len(steps))
-	t := mode
-	args := make([]any, 0, 2+10*len(steps)+len(now))
-	args = append(args, len(steps), t)
-	for i, st := range steps {
-		r, cost := st.Rule, st.Cost
-		if cost < 0 || cost > r.n.Limit.Burst {
-			cost = r.n.Limit.Burst + 1 // denied by the script like any cost above the burst; answered Never below
-		}
-		keys[i] = s.Key(r, st.Key)
-		args = append(r.args(args), r.keyPhase(st.Key), cost)
-	}
-	args = append(args, now...)
-	res, err := s.check.Run(ctx, s.client, keys, args...).Int64Slice()
+	a = append(a, now...)
+	res, err := b.check.Run(ctx, b.client, keys, a...).Int64Slice()
 	if err != nil {
-		return atomicbucket.Decision{}, -1, err
+		return shared.Reply{}, err
 	}
-	if len(res) != 5 || res[1] < 1 || int(res[1]) > len(steps) {
-		return atomicbucket.Decision{}, -1, errScript(res)
+	if len(res) != 5 || res[1] < 1 || int(res[1]) > len(calls) {
+		return shared.Reply{}, errScript(res)
 	}
-	allowed, i, ahead, excess, since := res[0] == 1, int(res[1])-1, res[2], res[3], res[4]
-	return steps[i].Rule.n.Decision(allowed, ahead, excess, since, steps[i].Cost), i, nil
+	return shared.Reply{Allowed: res[0] == 1, Index: int(res[1]) - 1, Ahead: res[2], Excess: res[3], Since: res[4]}, nil
 }
 
 // errScript reports a script reply of the wrong shape.

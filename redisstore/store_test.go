@@ -9,26 +9,30 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/storetest"
 	"github.com/limitgen/limitgen/redisstore/internal/redistest"
+	"github.com/limitgen/limitgen/shared"
+	"github.com/redis/go-redis/v9"
 )
 
-// scriptStore drives the script's explicit-time variant for package
-// storetest's differential tests.
-type scriptStore struct{ st *Store }
+// timed is the backend of the script's explicit-time variant
+// (storetest.Timed), for package storetest's differential tests.
+type timed struct{ b *backend }
 
-func (s scriptStore) Rule(name string, l atomicbucket.Limit) (any, bool, error) {
-	r, err := NewRule(name, l)
-	if err != nil {
-		return nil, false, err
-	}
-	return r, r.Exact(), nil
+func (t timed) TierAt(calls []shared.Call, mode shared.Mode, sec, usec int64) (shared.Reply, error) {
+	return t.b.tierAt(context.Background(), calls, mode, atTime(sec, usec)...)
 }
 
-func (s scriptStore) Check(steps []storetest.Step, take bool, sec, usec int64) (atomicbucket.Decision, int, error) {
-	st := make([]Step, len(steps))
-	for i, x := range steps {
-		st[i] = Step{x.Rule.(*Rule), x.Key, x.Cost}
-	}
-	return s.st.tier(context.Background(), st, take, atTime(sec, usec))
+func (t timed) EachAt(calls []shared.Call, sec, usec int64) ([]shared.Reply, error) {
+	return t.b.eachAt(context.Background(), calls, atTime(sec, usec)...)
+}
+
+func (t timed) LeaseAt(c shared.Call, want int64, prev shared.Settlement, sec, usec int64) (shared.LeaseReply, error) {
+	return t.b.leaseAt(context.Background(), c, want, prev, atTime(sec, usec)...)
+}
+
+// scriptStore is the explicit-time script on client, as package storetest
+// drives it.
+func scriptStore(client redis.UniversalClient) *storetest.TimedStore {
+	return storetest.Backend(timed{newStore(client, true, Options{}).b}, NewRule)
 }
 
 // TestScriptMatchesReference drives the script's explicit-time variant on a
@@ -37,7 +41,7 @@ func (s scriptStore) Check(steps []storetest.Step, take bool, sec, usec int64) (
 // reference evaluated at the same times, for every rule whose units are exact.
 func TestScriptMatchesReference(t *testing.T) {
 	srv := redistest.Start(t)
-	exact, decisions := storetest.Greedy(t, scriptStore{newStore(srv.Client(t), true)}, 3, 200, 1_790_000_000)
+	exact, decisions := storetest.Greedy(t, scriptStore(srv.Client(t)), 3, 200, 1_790_000_000)
 	if exact < 50 {
 		t.Fatalf("only %d exact rules drawn", exact)
 	}
@@ -52,7 +56,7 @@ func ptr[T any](v T) *T { return &v }
 func TestKeyExpiresWhenFull(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
-	st, err := New(c)
+	st, err := New(context.Background(), c, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +96,7 @@ func TestKeyExpiresWhenFull(t *testing.T) {
 // rule, every time.
 func TestTierMatchesReference(t *testing.T) {
 	srv := redistest.Start(t)
-	decisions, denied := storetest.Tiers(t, scriptStore{newStore(srv.Client(t), true)}, 7, 60, time.Now().Unix()+86400)
+	decisions, denied := storetest.Tiers(t, scriptStore(srv.Client(t)), 7, 60, time.Now().Unix()+86400)
 	t.Logf("%d tier decisions (%d denied) equal to the reference", decisions, denied)
 }
 
@@ -101,7 +105,7 @@ func TestTierMatchesReference(t *testing.T) {
 func TestScriptFlushSurvived(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
-	st, err := New(c)
+	st, err := New(context.Background(), c, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +128,7 @@ func TestScriptFlushSurvived(t *testing.T) {
 			t.Fatalf("check %d: %+v", i, d)
 		}
 	}
-	if n := c.ScriptExists(ctx, st.check.Hash()).Val(); len(n) != 1 || !n[0] {
+	if n := c.ScriptExists(ctx, st.b.check.Hash()).Val(); len(n) != 1 || !n[0] {
 		t.Errorf("the script is not loaded again after SCRIPT FLUSH: %v", n)
 	}
 }
@@ -136,7 +140,7 @@ func TestScriptFlushSurvived(t *testing.T) {
 // every instance and every store puts it.
 func TestIntervalMatchesReference(t *testing.T) {
 	srv := redistest.Start(t)
-	decisions := storetest.Interval(t, scriptStore{newStore(srv.Client(t), true)}, 11, 120, time.Now().Unix()+86400)
+	decisions := storetest.Interval(t, scriptStore(srv.Client(t)), 11, 120, time.Now().Unix()+86400)
 	t.Logf("%d interval decisions equal to the reference", decisions)
 }
 
@@ -149,7 +153,7 @@ func atTime(sec, usec int64) []any {
 // counting as a failure of Redis's.
 func TestTierNamingABucketTwice(t *testing.T) {
 	srv := redistest.Start(t)
-	st, err := New(srv.Client(t))
+	st, err := New(context.Background(), srv.Client(t), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,10 +161,10 @@ func TestTierNamingABucketTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, i := st.CheckTier(context.Background(), []Step{{r, "k", 1}, {r, "k", 1}}); res.Allowed || res.Degraded || res.Err == nil || i != 1 {
+	if res, i := st.CheckTier(context.Background(), []Step{{Rule: r, Key: "k", Cost: 1}, {Rule: r, Key: "k", Cost: 1}}); res.Allowed || res.Degraded || res.Err == nil || i != 1 {
 		t.Fatalf("a tier naming a bucket twice: %+v from %d", res, i)
 	}
-	if st.Stats().RedisCalls != 0 {
+	if st.Stats().Calls != 0 {
 		t.Error("a tier naming a bucket twice went to Redis")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/puzpuzpuz/xsync/v3"
 )
 
 // Fallback is a rule's failure setting, ready to decide while its store
@@ -187,73 +188,55 @@ func (b *Breaker) State() (failures, openUntil int64) {
 	return b.failures.Load(), b.openUntil.Load()
 }
 
-// Guard runs a store's calls behind a Breaker and a timeout, and has the
-// rules' failure settings decide when a call fails. The zero Guard has no
-// timeout of its own.
+// Guard is what a store's calls pass: its timeout, its circuit breakers
+// (one per server: a stalled Cluster master opens only its own), whether it
+// is closed, and its counts. Engine runs every check through it.
 type Guard struct {
-	Breaker  Breaker
 	Timeout  time.Duration // the most a call may take when the caller's context allows longer
+	breakers *xsync.MapOf[string, *Breaker]
 	calls    atomic.Int64
 	degraded atomic.Int64
 	closed   atomic.Bool // Close was called: no more calls
 }
 
-// Close makes Run decide every later check by the fallback, with ErrClosed,
-// without calling (a closed store makes no more calls). It may be called more
-// than once.
+// NewGuard returns a guard with timeout and no breaker open.
+func NewGuard(timeout time.Duration) *Guard {
+	return &Guard{Timeout: timeout, breakers: xsync.NewMapOf[string, *Breaker]()}
+}
+
+// Breaker is the breaker of the server named node ("" for a store of one
+// server).
+func (g *Guard) Breaker(node string) *Breaker {
+	if b, ok := g.breakers.Load(node); ok {
+		return b
+	}
+	b, _ := g.breakers.LoadOrCompute(node, func() *Breaker { return new(Breaker) })
+	return b
+}
+
+// Close makes every later check be decided by the failure settings, with
+// ErrClosed, without a call (a closed store makes no more calls). It may be
+// called more than once.
 func (g *Guard) Close() { g.closed.Store(true) }
 
-// Run makes call unless the breaker is open, within the guard's timeout (or
-// ctx's deadline, if sooner), and returns its decision and step index; when
-// the breaker is open or the call fails, fallback decides, and the Result
-// says so. A call that fails because ctx ended is no failure of the store's
-// for the breaker.
-func (g *Guard) Run(ctx context.Context, call func(context.Context) (atomicbucket.Decision, int, error), fallback func() (atomicbucket.Decision, int)) (Result, int) {
-	if g.closed.Load() {
-		g.degraded.Add(1)
-		d, i := fallback()
-		return Result{Decision: d, Degraded: true, Err: ErrClosed}, i
-	}
-	ok, probe := g.Breaker.Allow(int64(atomicbucket.Now()))
-	if !ok {
-		g.degraded.Add(1)
-		d, i := fallback()
-		return Result{Decision: d, Degraded: true, Err: ErrCircuitOpen}, i
-	}
-	g.calls.Add(1)
-	cctx, cancel := ctx, context.CancelFunc(nil)
-	if g.Timeout > 0 {
-		cctx, cancel = context.WithTimeout(ctx, g.Timeout)
-	}
-	d, i, err := call(cctx)
-	if cancel != nil {
-		cancel()
-	}
-	if err != nil {
-		g.failed(ctx, err, probe)
-		g.degraded.Add(1)
-		d, i := fallback()
-		return Result{Decision: d, Degraded: true, Err: err}, i
-	}
-	g.Breaker.Success(probe)
-	return Result{Decision: d}, i
-}
+// Closed reports whether Close was called.
+func (g *Guard) Closed() bool { return g.closed.Load() }
 
-// failed records a call that failed: a failure of the store's, unless the
-// caller's own context had ended (a client that went away, a deadline
-// shorter than the guard's timeout) or the store was closed, which say
-// nothing of the server: then only a probe's turn ends. Otherwise callers
+// failed records a call to node that failed: a failure of the server's,
+// unless the caller's own context had ended (a client that went away, a
+// deadline shorter than the guard's timeout) or the store was closed, which
+// say nothing of the server: then only a probe's turn ends. Otherwise callers
 // that give up could open the breaker for everyone.
-func (g *Guard) failed(ctx context.Context, err error, probe bool) {
+func (g *Guard) failed(ctx context.Context, b *Breaker, err error, probe bool) {
 	if ctx.Err() != nil || errors.Is(err, ErrClosed) {
-		g.Breaker.EndProbe(probe)
+		b.EndProbe(probe)
 		return
 	}
-	g.Breaker.Failure(int64(atomicbucket.Now()), probe)
+	b.Failure(int64(atomicbucket.Now()), probe)
 }
 
-// Count adds to the guard's counts a call made outside Run (calls), and
-// whether the failure settings decided it.
+// Count adds to the guard's counts calls made, and whether the failure
+// settings decided a check.
 func (g *Guard) Count(calls int64, degraded bool) {
 	g.calls.Add(calls)
 	if degraded {
@@ -261,6 +244,31 @@ func (g *Guard) Count(calls int64, degraded bool) {
 	}
 }
 
-// Counts are the calls Run made to the store, and the checks the failure
-// settings decided (the store failed, or the breaker was open).
+// Counts are the checks that went to the store, and the checks the failure
+// settings decided (the store failed, or a breaker was open).
 func (g *Guard) Counts() (calls, degraded int64) { return g.calls.Load(), g.degraded.Load() }
+
+// BreakerState is one server's breaker as Store.Breakers reports it.
+type BreakerState struct {
+	Node      string    // the server ("" for a store of one server)
+	Failures  int64     // failed calls in a row
+	Open      bool      // checks do not go to the server until OpenUntil
+	OpenUntil time.Time // when a check may probe it again (zero when closed)
+}
+
+// States are the breakers' states, one per server the store has called.
+func (g *Guard) States() []BreakerState {
+	var out []BreakerState
+	now := atomicbucket.Now()
+	g.breakers.Range(func(node string, b *Breaker) bool {
+		n, until := b.State()
+		st := BreakerState{Node: node, Failures: n}
+		if until != 0 {
+			st.Open = true
+			st.OpenUntil = time.Now().Add(time.Duration(until - int64(now)))
+		}
+		out = append(out, st)
+		return true
+	})
+	return out
+}

@@ -60,6 +60,7 @@ func (g Granted) Expires(sent int64) int64 { return sent + (2_000_000-g.Usec)*10
 type Lease struct {
 	call  LeaseFunc
 	burst int64
+	node  string // the server holding the bucket, whose breaker guards the refills (Engine)
 
 	cur         atomic.Pointer[grant] // the grant being spent; nil before the first
 	deniedUntil atomic.Int64          // atomicbucket time (ns) before which the store said the cost is not there: denied locally
@@ -237,16 +238,22 @@ func (l *Lease) Held() int64 {
 func (l *Lease) Calls() int64 { return l.calls.Load() }
 
 // Check decides cost from the lease at now, never failing: locally when the
-// lease can, else by a refill from the store behind g's breaker and within
-// its timeout; when the store cannot, fb decides. It also returns the grant
-// spent from, for a tier's giveBack, and whether the check waited for a
-// refill (time passed).
+// lease can, else by a refill from the store behind the breaker of the
+// lease's server and within g's timeout; when the store cannot, fb decides.
+// It also returns the grant spent from, for a tier's giveBack, and whether
+// the check waited for a refill (time passed).
 func (l *Lease) Check(ctx context.Context, g *Guard, fb FallbackStep, cost, now int64) (Result, *grant, bool) {
 	d, gr, call := l.local(now, cost)
 	if !call {
 		return Result{Decision: d}, gr, false
 	}
-	ok, probe := g.Breaker.Allow(now)
+	if g.Closed() {
+		g.Count(0, true)
+		d, _ := FallbackTier(fb)
+		return Result{Decision: d, Degraded: true, Err: ErrClosed}, nil, false
+	}
+	b := g.Breaker(l.node)
+	ok, probe := b.Allow(now)
 	if !ok {
 		g.Count(0, true)
 		d, _ := FallbackTier(fb)
@@ -261,15 +268,15 @@ func (l *Lease) Check(ctx context.Context, g *Guard, fb FallbackStep, cost, now 
 	cancel()
 	if err != nil {
 		if errors.Is(err, ErrLeaseWait) {
-			g.Breaker.EndProbe(probe) // the store was not asked: no failure of its
+			b.EndProbe(probe) // the store was not asked: no failure of its
 		} else {
-			g.failed(ctx, err, probe)
+			g.failed(ctx, b, err, probe)
 		}
 		g.Count(0, true)
 		d, _ := FallbackTier(fb)
 		return Result{Decision: d, Degraded: true, Err: err}, nil, true
 	}
-	g.Breaker.Success(probe)
+	b.Success(probe)
 	return Result{Decision: d}, gr, true
 }
 
@@ -450,52 +457,4 @@ func (ls *Leases) Release(ctx context.Context) error {
 		})
 	}
 	return first
-}
-
-// Binding is the Bound a store returns from Bind: it checks the steps'
-// rule indexes, decides from leases when every step's rule is leased, and
-// otherwise hands the steps to the store's per-request check.
-type Binding struct {
-	store      string // the store's package, in errors
-	rules      int
-	leases     *Leases
-	perRequest func(ctx context.Context, steps []Step) (Result, int)
-}
-
-// NewBinding returns the Binding of rules rules (by index), their leases,
-// and the store's per-request check (named store in errors).
-func NewBinding(store string, rules int, leases *Leases, perRequest func(ctx context.Context, steps []Step) (Result, int)) *Binding {
-	return &Binding{store: store, rules: rules, leases: leases, perRequest: perRequest}
-}
-
-// Leases are the binding's leases.
-func (b *Binding) Leases() *Leases { return b.leases }
-
-// Check decides steps on the store, or, when every step's rule is leased,
-// from each step's lease in order, all or nothing. A step naming no bound
-// rule is denied, as a rule that cannot be checked.
-func (b *Binding) Check(ctx context.Context, steps []Step) (Result, int) {
-	for i, s := range steps {
-		if s.Rule < 0 || s.Rule >= b.rules {
-			return Result{Err: fmt.Errorf("%s: step %d names rule %d of %d bound", b.store, i, s.Rule, b.rules)}, i
-		}
-	}
-	if len(steps) > 0 {
-		if res, i, ok := b.leases.Check(ctx, steps); ok {
-			return res, i
-		}
-	}
-	return b.perRequest(ctx, steps)
-}
-
-// CheckStep is Check of one step; a leased rule's check allocates nothing.
-func (b *Binding) CheckStep(ctx context.Context, step Step) Result {
-	if step.Rule < 0 || step.Rule >= b.rules {
-		return Result{Err: fmt.Errorf("%s: a step names rule %d of %d bound", b.store, step.Rule, b.rules)}
-	}
-	if res, ok := b.leases.CheckStep(ctx, step); ok {
-		return res
-	}
-	res, _ := b.perRequest(ctx, []Step{step})
-	return res
 }

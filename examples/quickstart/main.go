@@ -94,20 +94,22 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		store, err := pgstore.New(ctx, pool, pgstore.Options{}) // creates table limitgen_buckets and its functions
+		// Creates table limitgen_buckets and its functions; concurrent checks
+		// share statements (and commits).
+		store, err := pgstore.New(ctx, pool, pgstore.Options{Coalesce: 256})
 		cancel()
 		if err != nil {
 			log.Fatal(err)
 		}
-		store.Coalesce(256) // concurrent checks share statements (and commits)
 		lims = limits.New(limits.WithStore(store))
 	case *redisAddr != "":
 		client := redis.NewClient(&redis.Options{Addr: *redisAddr, ContextTimeoutEnabled: true})
-		store, err := redisstore.New(client)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		store, err := redisstore.New(ctx, client, redisstore.Options{Coalesce: 256}) // concurrent checks share script calls
+		cancel()
 		if err != nil {
-			log.Fatal(err)
+			log.Fatal(err) // Redis did not answer: the error names its address
 		}
-		store.Coalesce(256) // concurrent checks share script calls
 		lims = limits.New(limits.WithStore(store))
 	}
 	if err := lims.SharedErr(); err != nil {

@@ -1,0 +1,716 @@
+package shared
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+)
+
+// A store is a Backend (its I/O: one round trip per method) under an Engine
+// (everything else: rules, the all-or-nothing tier, the failure settings and
+// the breakers, coalescing, leases, Bind, Close). redisstore and pgstore are
+// each a Backend and an Engine; a store of your own is the same, and passes
+// the contract tests of internal/storetest.
+
+// StoreRule is a shared rule prepared for a store: its name (part of its
+// keys), its integers on the store's microsecond clock, its failure setting
+// and its lease. Build one with NewStoreRule (a store's NewRule).
+type StoreRule struct {
+	name     string
+	n        Numbers
+	fallback *Fallback // decides when the store cannot
+	lease    int64     // > 0: checked through Bind from leases of at most lease tokens
+}
+
+// NewStoreRule computes the numbers of a shared rule named name (NewNumbers),
+// or says why a store on a microsecond clock cannot hold it. It fails over
+// to denial (FailDeny) until WithFailure says otherwise.
+func NewStoreRule(name string, l atomicbucket.Limit) (*StoreRule, error) {
+	if name == "" {
+		return nil, errors.New("a shared rule needs a name: it is part of its buckets' keys")
+	}
+	n, err := NewNumbers(l)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return &StoreRule{name: name, n: n, fallback: &Fallback{}}, nil
+}
+
+// WithFailure returns a copy of r that decides by f when the store cannot
+// (NewFallback: FailLocal's share never admits more than its share).
+func (r *StoreRule) WithFailure(f Failure) (*StoreRule, error) {
+	fb, err := NewFallback(r.n.Limit, f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", r.name, err)
+	}
+	c := *r
+	c.fallback = fb
+	return &c, nil
+}
+
+// Name is the rule's name, part of its keys.
+func (r *StoreRule) Name() string { return r.name }
+
+// Limit is the limit the rule was built from.
+func (r *StoreRule) Limit() atomicbucket.Limit { return r.n.Limit }
+
+// Numbers are the rule's integers on the store's clock.
+func (r *StoreRule) Numbers() *Numbers { return &r.n }
+
+// Exact reports whether the units hold the written rate exactly: then every
+// decision equals the exact reference's at the server's microsecond times.
+func (r *StoreRule) Exact() bool { return r.n.Exact }
+
+// RelativeError is how much lower than written the admitted rate is: 0 for
+// an exact rule.
+func (r *StoreRule) RelativeError() float64 { return r.n.RelativeError(r.n.Limit) }
+
+// Failure is the rule's failure setting.
+func (r *StoreRule) Failure() Failure { return r.fallback.Failure() }
+
+// Call is one bucket's part in a store's round trip: the rule, the request's
+// key, and the cost. A Backend gets costs in [0, Burst+1]: a cost outside the
+// rule's range arrives as Burst+1, which every check denies and none takes,
+// and the Engine answers it with RetryAfter Never.
+type Call struct {
+	Rule *StoreRule
+	Key  string
+	Cost int64
+}
+
+// Mode is what a Backend's Tier does with its calls' buckets.
+type Mode uint8
+
+const (
+	ModePeek   Mode = iota // decide, taking nothing
+	ModeTake               // take every call's cost, or none
+	ModeRefund             // give the one call's cost back, never beyond full
+)
+
+// Reply is a backend's answer for a check, in the rule's units: whether it
+// was allowed, the deciding call's index (a tier's), the TAT ahead of now
+// after the check, for a denial how far the request would have put it
+// beyond the tolerance, and for an interval rule the ns since its grid's last
+// boundary (Numbers.Decision reads them).
+type Reply struct {
+	Allowed              bool
+	Index                int
+	Ahead, Excess, Since int64
+}
+
+// LeaseReply is a backend's answer to a lease call: the Reply (Excess is the
+// tokens granted when allowed), the store's second the grant is held under
+// and the µs into it at which it was granted.
+type LeaseReply struct {
+	Reply
+	Second, Usec int64
+}
+
+// Backend is a store's I/O, each method one round trip to its server.
+type Backend interface {
+	// Name is the store's package, in errors ("redisstore").
+	Name() string
+	// CheckRule refuses a rule the store cannot hold (a name its keys
+	// cannot carry), saying why.
+	CheckRule(r *StoreRule) error
+	// Tier decides calls (all of one group: see Place) at the server's time,
+	// all or nothing, by atomicbucket.TierAt's rule: when a call's bucket
+	// cannot take its cost, nothing is taken from any and the reply is that
+	// call's; when all can, each takes its cost (ModeTake) and the reply is
+	// that of the call left with the fewest whole tokens, the first on a
+	// tie. ModeRefund has one call.
+	Tier(ctx context.Context, calls []Call, mode Mode) (Reply, error)
+	// Each decides every call on its own, taking its cost if allowed, in
+	// order (calls of one bucket see each other's takes): groups (each of one
+	// group, all on one node) in one round trip, a reply per call.
+	Each(ctx context.Context, groups [][]Call) ([][]Reply, error)
+	// Lease settles the previous grant of c's bucket (while valid, what it
+	// did not spend goes back, never beyond full), then grants at least
+	// c.Cost and up to want tokens, or none for want 0 (LeaseFunc).
+	Lease(ctx context.Context, c Call, want int64, prev Settlement) (LeaseReply, error)
+	// Place is where c's bucket lives: calls of one group may go in one
+	// Tier or Each call (a Redis Cluster's hash slot), and node names the
+	// server that holds the group (its breaker's). A store of one server
+	// answers 0 and "".
+	Place(c Call) (group uint32, node string)
+}
+
+// Stats counts what a store's checks did.
+type Stats struct {
+	Calls    int64 // checks that went to the store (a coalesced batch counts each of its checks)
+	Degraded int64 // checks the failure settings decided (the store failed, a breaker was open, or the store was closed)
+	Batches  int64 // round trips that carried coalesced checks (Coalesce)
+}
+
+// DefaultTimeout bounds how long a check waits for its store when the
+// caller's context allows longer: a shared limit must not hold a request up
+// for long.
+const DefaultTimeout = 200 * time.Millisecond
+
+// Engine is a store over a Backend: what a store's API does, with only I/O
+// left to the backend. Its methods are safe for concurrent use.
+type Engine struct {
+	b     Backend
+	guard *Guard
+	co    *Coalescer[Call] // nil unless Coalesce was called
+
+	batches   atomic.Int64
+	gate      Gate // shut by Close: no more calls
+	closeOnce sync.Once
+
+	mu     sync.Mutex
+	bounds []*Binding // what Bind returned: ReleaseLeases gives their leases' tokens back
+}
+
+// NewEngine returns an engine over b whose checks wait at most timeout
+// (DefaultTimeout when 0) for the store, and coalesce concurrent single
+// checks, at most coalesce a round trip, when coalesce is above 0.
+func NewEngine(b Backend, timeout time.Duration, coalesce int) *Engine {
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	e := &Engine{b: b, guard: NewGuard(timeout)}
+	if coalesce > 0 {
+		e.co = NewCoalescer(coalesce, timeout, e.flush)
+	}
+	return e
+}
+
+// Timeout is the most a check waits for the store.
+func (e *Engine) Timeout() time.Duration { return e.guard.Timeout }
+
+// Stats returns the store's counts so far.
+func (e *Engine) Stats() Stats {
+	calls, degraded := e.guard.Counts()
+	return Stats{Calls: calls, Degraded: degraded, Batches: e.batches.Load()}
+}
+
+// Breakers are the states of the store's circuit breakers, one per server
+// it has called (a Cluster's masters each have their own).
+func (e *Engine) Breakers() []BreakerState { return e.guard.States() }
+
+// Within runs fn, a call of the store's own to its server outside the
+// engine (a sweep), unless the store is closed (ErrClosed): Close waits for
+// it.
+func (e *Engine) Within(fn func() error) error {
+	if !e.gate.Enter() {
+		return ErrClosed
+	}
+	defer e.gate.Leave()
+	return fn()
+}
+
+// Coalescing reports whether concurrent checks share round trips.
+func (e *Engine) Coalescing() bool { return e.co != nil }
+
+// Clamped is c with a cost outside the rule's range made Burst+1 (denied by
+// every backend, taken by none): what a Backend is given.
+func (c Call) Clamped() Call {
+	if c.Cost < 0 || c.Cost > c.Rule.n.Limit.Burst {
+		c.Cost = c.Rule.n.Limit.Burst + 1
+	}
+	return c
+}
+
+// Decision is the Decision a backend's reply describes for c (with its cost
+// as the caller gave it: out of range, RetryAfter is Never).
+func (c Call) Decision(r Reply) atomicbucket.Decision {
+	return c.Rule.n.Decision(r.Allowed, r.Ahead, r.Excess, r.Since, c.Cost)
+}
+
+// Granted is the answer a backend's lease reply describes for c.
+func (c Call) Granted(lr LeaseReply) Granted {
+	d := c.Decision(lr.Reply)
+	if !lr.Allowed {
+		return Granted{Decision: d}
+	}
+	return Granted{Decision: d, Size: lr.Excess, Second: lr.Second, Usec: lr.Usec}
+}
+
+// repeated is the index of the first call that names a bucket an earlier
+// call names, or -1 (each would see the bucket as it was before the check,
+// and the last write would win: more admitted than the bucket holds).
+func repeated(calls []Call) int {
+	for i := 1; i < len(calls); i++ {
+		for j := range i {
+			if calls[i].Rule.name == calls[j].Rule.name && calls[i].Key == calls[j].Key {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+// NodeError is an error of the server named Node: its breaker's failure.
+type NodeError struct {
+	Node string
+	Err  error
+}
+
+func (e *NodeError) Error() string {
+	if e.Node == "" {
+		return e.Err.Error()
+	}
+	return e.Node + ": " + e.Err.Error()
+}
+
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// tier runs calls in one round trip where their buckets share a group, and
+// otherwise (mode ModeTake on a Cluster) as ordered takes with refunds.
+func (e *Engine) tier(ctx context.Context, calls []Call, mode Mode) (atomicbucket.Decision, int, error) {
+	if len(calls) == 0 {
+		return atomicbucket.Decision{Allowed: true}, -1, nil
+	}
+	if i := repeated(calls); i >= 0 {
+		return atomicbucket.Decision{}, i, fmt.Errorf("%s: tier step %d names rule %s and its key again", e.b.Name(), i, calls[i].Rule.name)
+	}
+	var buf [4]Call
+	cl := buf[:0]
+	group, node := e.b.Place(calls[0])
+	spans := false
+	for _, c := range calls {
+		cl = append(cl, c.Clamped())
+		if g, _ := e.b.Place(c); g != group {
+			spans = true
+		}
+	}
+	if spans {
+		if mode != ModeTake {
+			return atomicbucket.Decision{}, -1, fmt.Errorf("%s: a tier whose keys span servers can only be taken", e.b.Name())
+		}
+		return e.orderedTier(ctx, calls, cl)
+	}
+	if !e.gate.Enter() {
+		return atomicbucket.Decision{}, -1, ErrClosed
+	}
+	r, err := e.b.Tier(ctx, cl, mode)
+	e.gate.Leave()
+	if err != nil {
+		return atomicbucket.Decision{}, -1, &NodeError{node, err}
+	}
+	if r.Index < 0 || r.Index >= len(calls) {
+		return atomicbucket.Decision{}, -1, fmt.Errorf("%s: the store replied for step %d of %d", e.b.Name(), r.Index, len(calls))
+	}
+	return calls[r.Index].Decision(r), r.Index, nil
+}
+
+// orderedTier is a tier whose buckets span groups (a Cluster's slots): each
+// call is one round trip, in order; when one denies, the calls before it are
+// refunded, last first, as atomicbucket.TierAt does. Between a take and its
+// refund the tokens are held, so other requests may be denied that a single
+// call would have admitted (never the reverse: nothing is admitted beyond any
+// rule's limit). A failed refund leaves its tokens taken: stricter, never
+// looser.
+func (e *Engine) orderedTier(ctx context.Context, calls, clamped []Call) (atomicbucket.Decision, int, error) {
+	var best atomicbucket.Decision
+	bestIndex := -1
+	for i := range calls {
+		d, err := e.one(ctx, calls[i], clamped[i], ModeTake)
+		if err != nil || !d.Allowed {
+			for j := i - 1; j >= 0; j-- {
+				e.one(ctx, calls[j], clamped[j], ModeRefund) //nolint:errcheck // see above
+			}
+			return d, i, err
+		}
+		if bestIndex < 0 || d.Remaining < best.Remaining {
+			best, bestIndex = d, i
+		}
+	}
+	return best, bestIndex, nil
+}
+
+// one runs a single call's Tier in mode: the decision for c (clamped is c
+// with its cost clamped), or its node's error.
+func (e *Engine) one(ctx context.Context, c, clamped Call, mode Mode) (atomicbucket.Decision, error) {
+	_, node := e.b.Place(c)
+	if !e.gate.Enter() {
+		return atomicbucket.Decision{}, ErrClosed
+	}
+	r, err := e.b.Tier(ctx, []Call{clamped}, mode)
+	e.gate.Leave()
+	if err != nil {
+		return atomicbucket.Decision{}, &NodeError{node, err}
+	}
+	return c.Decision(r), nil
+}
+
+// AllowN decides a request of cost for key under r at the server's time,
+// taking the tokens if it is allowed; concurrent calls share round trips when
+// the store coalesces. A cost below 0 or above the burst is denied
+// (RetryAfter Never); a cost of 0 takes nothing and creates nothing. The
+// error is the store's (the connection, the context): the decision is then
+// the zero Decision, a denial, and the caller decides what to do (Check has
+// the rule's failure setting decide).
+func (e *Engine) AllowN(ctx context.Context, r *StoreRule, key string, cost int64) (atomicbucket.Decision, error) {
+	c := Call{r, key, cost}
+	if e.co != nil && cost >= 0 && cost <= r.n.Limit.Burst {
+		return e.co.Do(ctx, c)
+	}
+	return e.one(ctx, c, c.Clamped(), ModeTake)
+}
+
+// PeekN is what AllowN would decide, taking nothing.
+func (e *Engine) PeekN(ctx context.Context, r *StoreRule, key string, cost int64) (atomicbucket.Decision, error) {
+	c := Call{r, key, cost}
+	return e.one(ctx, c, c.Clamped(), ModePeek)
+}
+
+// RefundN gives cost tokens back to key's bucket under r, never beyond full.
+func (e *Engine) RefundN(ctx context.Context, r *StoreRule, key string, cost int64) error {
+	if cost <= 0 {
+		return nil
+	}
+	c := Call{r, key, min(cost, r.n.Limit.Burst)}
+	_, err := e.one(ctx, c, c, ModeRefund)
+	return err
+}
+
+// AllowTier checks a request against every call, all or nothing: when a
+// call's bucket cannot take its cost, nothing is taken from any, and the
+// decision is that call's (index); when all can, each takes its cost and the
+// decision is that of the call left with the fewest whole tokens (the first
+// on a tie), which is what rate-limit headers should show. It is one round
+// trip where the buckets share a server group (always, but on a Redis
+// Cluster: where they share a slot), and otherwise ordered takes with
+// refunds. Two calls naming the same rule and key are refused.
+func (e *Engine) AllowTier(ctx context.Context, calls []Call) (atomicbucket.Decision, int, error) {
+	return e.tier(ctx, calls, ModeTake)
+}
+
+// Check is AllowN for a service's hot path: it never fails. It asks the
+// store unless the breaker of the bucket's server is open, within the
+// store's timeout (or ctx's deadline, if sooner); when the store cannot
+// answer, the rule's failure setting decides, and the Result says so.
+func (e *Engine) Check(ctx context.Context, r *StoreRule, key string, cost int64) Result {
+	res, _ := e.CheckTier(ctx, []Call{{r, key, cost}})
+	return res
+}
+
+// CheckTier is AllowTier that never fails: when the store cannot decide,
+// the calls' failure settings do, in order and all or nothing (a call that
+// denies gives back what the local shares of the calls before it took). A
+// tier naming one bucket twice is denied with an error, counted as no
+// failure of the store's.
+func (e *Engine) CheckTier(ctx context.Context, calls []Call) (Result, int) {
+	if len(calls) == 0 {
+		return Result{Decision: atomicbucket.Decision{Allowed: true}}, -1
+	}
+	if i := repeated(calls); i >= 0 {
+		return Result{Err: fmt.Errorf("%s: tier step %d names rule %s and its key again", e.b.Name(), i, calls[i].Rule.name)}, i
+	}
+	g := e.guard
+	if g.Closed() {
+		return e.fallback(calls, ErrClosed)
+	}
+	// Every server the tier reaches must have its breaker closed (or be
+	// probed by this check).
+	var nb [4]string
+	var bb [4]*Breaker
+	var pb [4]bool
+	nodes, breakers, probes := nb[:0], bb[:0], pb[:0]
+	now := int64(atomicbucket.Now())
+	for _, c := range calls {
+		_, node := e.b.Place(c)
+		seen := false
+		for _, n := range nodes {
+			seen = seen || n == node
+		}
+		if seen {
+			continue
+		}
+		b := g.Breaker(node)
+		ok, probe := b.Allow(now)
+		if !ok {
+			for i, b := range breakers {
+				b.EndProbe(probes[i])
+			}
+			return e.fallback(calls, ErrCircuitOpen)
+		}
+		nodes, breakers, probes = append(nodes, node), append(breakers, b), append(probes, probe)
+	}
+	g.Count(1, false)
+	cctx, cancel := context.WithTimeout(ctx, g.Timeout)
+	var d atomicbucket.Decision
+	var i int
+	var err error
+	if len(calls) == 1 {
+		d, err = e.AllowN(cctx, calls[0].Rule, calls[0].Key, calls[0].Cost)
+	} else {
+		d, i, err = e.tier(cctx, calls, ModeTake)
+	}
+	cancel()
+	if err != nil {
+		// The server that failed takes the failure; the others' probes end.
+		var ne *NodeError
+		failed := -1
+		if errors.As(err, &ne) {
+			for j, n := range nodes {
+				if n == ne.Node {
+					failed = j
+				}
+			}
+		} else if len(nodes) == 1 {
+			failed = 0
+		}
+		for j, b := range breakers {
+			if j == failed {
+				g.failed(ctx, b, err, probes[j])
+			} else {
+				b.EndProbe(probes[j])
+			}
+		}
+		return e.fallback(calls, err)
+	}
+	for j, b := range breakers {
+		b.Success(probes[j])
+	}
+	return Result{Decision: d}, i
+}
+
+// fallback decides calls by their rules' failure settings, as
+// atomicbucket.TierAt composes them, with err.
+func (e *Engine) fallback(calls []Call, err error) (Result, int) {
+	e.guard.Count(0, true)
+	var buf [4]FallbackStep
+	fs := buf[:0]
+	for _, c := range calls {
+		fs = append(fs, c.Rule.fallback.Step(c.Key, c.Cost))
+	}
+	d, i := FallbackTier(fs...)
+	return Result{Decision: d, Degraded: true, Err: err}, i
+}
+
+// flush sends a coalesced batch: split by node (each node's part in one
+// round trip, the nodes in parallel) and, within a node, by group.
+func (e *Engine) flush(ctx context.Context, batch []*Pending[Call]) {
+	type part struct {
+		node    string
+		groups  [][]Call
+		pending [][]*Pending[Call]
+		index   map[uint32]int
+	}
+	var parts []*part
+	for _, p := range batch {
+		group, node := e.b.Place(p.Check)
+		var pt *part
+		for _, x := range parts {
+			if x.node == node {
+				pt = x
+			}
+		}
+		if pt == nil {
+			pt = &part{node: node, index: map[uint32]int{}}
+			parts = append(parts, pt)
+		}
+		gi, ok := pt.index[group]
+		if !ok {
+			gi = len(pt.groups)
+			pt.index[group] = gi
+			pt.groups, pt.pending = append(pt.groups, nil), append(pt.pending, nil)
+		}
+		pt.groups[gi] = append(pt.groups[gi], p.Check)
+		pt.pending[gi] = append(pt.pending[gi], p)
+	}
+	send := func(pt *part) {
+		e.batches.Add(1)
+		var replies [][]Reply
+		err := ErrClosed
+		if e.gate.Enter() {
+			replies, err = e.b.Each(ctx, pt.groups)
+			e.gate.Leave()
+		}
+		if err == nil && len(replies) != len(pt.groups) {
+			err = fmt.Errorf("%s: %d replies for %d groups", e.b.Name(), len(replies), len(pt.groups))
+		}
+		for gi, ps := range pt.pending {
+			for ci, p := range ps {
+				switch {
+				case err != nil:
+					p.Done(atomicbucket.Decision{}, &NodeError{pt.node, err})
+				case len(replies[gi]) != len(ps):
+					p.Done(atomicbucket.Decision{}, fmt.Errorf("%s: %d replies for %d checks", e.b.Name(), len(replies[gi]), len(ps)))
+				default:
+					p.Done(p.Check.Decision(replies[gi][ci]), nil)
+				}
+			}
+		}
+	}
+	if len(parts) == 1 {
+		send(parts[0])
+		return
+	}
+	var wg sync.WaitGroup
+	for _, pt := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			send(pt)
+		}()
+	}
+	wg.Wait()
+}
+
+// NewLease returns a lease of key's bucket under r, asking for at most
+// maxBatch tokens at a time (at least 1, at most the burst).
+func (e *Engine) NewLease(r *StoreRule, key string, maxBatch int64) *Lease {
+	c := Call{r, key, 0}
+	_, node := e.b.Place(c)
+	l := NewLease(func(ctx context.Context, cost, want int64, prev Settlement) (Granted, error) {
+		if !e.gate.Enter() {
+			return Granted{}, ErrClosed
+		}
+		defer e.gate.Leave()
+		c := Call{r, key, cost}
+		lr, err := e.b.Lease(ctx, c.Clamped(), want, prev)
+		if err != nil {
+			return Granted{}, err
+		}
+		return c.Granted(lr), nil
+	}, r.n.Limit.Burst, maxBatch)
+	l.node = node
+	return l
+}
+
+// CheckLease decides cost from l, never failing: locally when the lease can,
+// else by a refill behind its server's breaker and within the store's
+// timeout; when the store cannot, r's failure setting decides.
+func (e *Engine) CheckLease(ctx context.Context, l *Lease, r *StoreRule, key string, cost int64) Result {
+	res, _, _ := l.Check(ctx, e.guard, r.fallback.Step(key, cost), cost, int64(atomicbucket.Now()))
+	return res
+}
+
+// ErrInvalidRule is wrapped by the errors of Bind for a rule a store cannot
+// hold.
+var ErrInvalidRule = errors.New("invalid rule")
+
+// Bind prepares a generated package's shared rules (Store): each rule's
+// numbers, its failure setting and its lease. It refuses a rule the store
+// cannot hold within the contract, saying why, and two rules with one name.
+func (e *Engine) Bind(rules []Rule) (Bound, error) {
+	bound := make([]*StoreRule, len(rules))
+	seen := map[string]bool{}
+	leased := make([]bool, len(rules))
+	fallbacks := make([]*Fallback, len(rules))
+	for i, sr := range rules {
+		if seen[sr.Name] {
+			return nil, fmt.Errorf("%s: %w: two shared rules named %q", e.b.Name(), ErrInvalidRule, sr.Name)
+		}
+		seen[sr.Name] = true
+		if _, err := NumbersOf(sr); err != nil { // the generated units are the ones this version computes
+			return nil, fmt.Errorf("%s: %w: %s: %w", e.b.Name(), ErrInvalidRule, sr.Name, err)
+		}
+		r, err := NewStoreRule(sr.Name, sr.Limit)
+		if err == nil {
+			err = e.b.CheckRule(r)
+		}
+		if err == nil {
+			r, err = r.WithFailure(sr.Failure)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w: %w", e.b.Name(), ErrInvalidRule, err)
+		}
+		if sr.Lease > 0 {
+			r.lease = min(sr.Lease, r.n.Limit.Burst)
+		}
+		bound[i], leased[i], fallbacks[i] = r, sr.Lease > 0, r.fallback
+	}
+	leases := NewLeases(leased, fallbacks, e.guard, func(rule int, key string) *Lease {
+		r := bound[rule]
+		return e.NewLease(r, key, r.lease)
+	})
+	b := &Binding{e: e, rules: bound, leases: leases}
+	e.mu.Lock()
+	e.bounds = append(e.bounds, b)
+	e.mu.Unlock()
+	return b, nil
+}
+
+// ReleaseLeases gives back to the store the tokens that the leases of every
+// package bound to it hold (Lease.Release), so that a service shutting down
+// leaves them to the other instances instead of holding them until their
+// grants expire. The leases go on working: a later check takes a new grant.
+// It returns the first error, having tried every lease.
+func (e *Engine) ReleaseLeases(ctx context.Context) error {
+	e.mu.Lock()
+	bounds := append([]*Binding(nil), e.bounds...)
+	e.mu.Unlock()
+	var first error
+	for _, b := range bounds {
+		if err := b.leases.Release(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// Close stops the store's traffic: checks after it are decided by their
+// rules' failure settings with ErrClosed, and the direct calls (AllowN,
+// AllowTier, leases) fail with it, without a call; a coalescing store sends
+// what is queued and stops its goroutines. On the way it gives back the
+// tokens the store's leases hold (ReleaseLeases, for at most 2 s: grants
+// expire by then anyway). It returns once no call is in flight; it is safe
+// while checks run, and may be called more than once. The client is the
+// caller's to close.
+func (e *Engine) Close() {
+	e.closeOnce.Do(func() {
+		e.guard.Close()
+		if e.co != nil {
+			e.co.Close()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		e.ReleaseLeases(ctx) //nolint:errcheck // best effort: a grant not given back expires
+		cancel()
+		e.gate.Close()
+	})
+}
+
+// Binding is the Bound an Engine's Bind returns: it checks the steps' rule
+// indexes, decides from leases when every step's rule is leased, and
+// otherwise checks the steps on the store.
+type Binding struct {
+	e      *Engine
+	rules  []*StoreRule
+	leases *Leases
+}
+
+// Leases are the binding's leases.
+func (b *Binding) Leases() *Leases { return b.leases }
+
+// Check decides steps on the store, or, when every step's rule is leased,
+// from each step's lease in order, all or nothing. A step naming no bound
+// rule is denied, as a rule that cannot be checked.
+func (b *Binding) Check(ctx context.Context, steps []Step) (Result, int) {
+	for i, s := range steps {
+		if s.Rule < 0 || s.Rule >= len(b.rules) {
+			return Result{Err: fmt.Errorf("%s: step %d names rule %d of %d bound", b.e.b.Name(), i, s.Rule, len(b.rules))}, i
+		}
+	}
+	if len(steps) > 0 {
+		if res, i, ok := b.leases.Check(ctx, steps); ok {
+			return res, i
+		}
+	}
+	var buf [4]Call
+	calls := buf[:0]
+	for _, s := range steps {
+		calls = append(calls, Call{b.rules[s.Rule], s.Key, s.Cost})
+	}
+	return b.e.CheckTier(ctx, calls)
+}
+
+// CheckStep is Check of one step; a leased rule's check allocates nothing.
+func (b *Binding) CheckStep(ctx context.Context, step Step) Result {
+	if step.Rule < 0 || step.Rule >= len(b.rules) {
+		return Result{Err: fmt.Errorf("%s: a step names rule %d of %d bound", b.e.b.Name(), step.Rule, len(b.rules))}
+	}
+	if res, ok := b.leases.CheckStep(ctx, step); ok {
+		return res
+	}
+	return b.e.Check(ctx, b.rules[step.Rule], step.Key, step.Cost)
+}
