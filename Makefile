@@ -19,11 +19,13 @@ FUZZ_TARGETS := FuzzDifferential FuzzRule
 
 .PHONY: test check unit servers redis pg schema examples getting-started fuzz-smoke fuzz bench bench-full bench-smoke generate
 
-## generate: regenerate generated/ from policy.yaml, the benchmarks' HTTP
-## limits from bench/httppolicy.yaml, and the Redis store's test package.
+## generate: regenerate generated/ from policy.yaml, the benchmarks' HTTP and
+## shared limits from bench/httppolicy.yaml and bench/sharedpolicy.yaml, and
+## the stores' test package.
 generate:
 	$(GO) generate ./...
 	$(GO) run ./gen -policy bench/httppolicy.yaml -out bench/httplimits
+	$(GO) run ./gen -policy bench/sharedpolicy.yaml -out bench/sharedlimits
 	$(GO) run ./gen -policy internal/storetest/sharedpolicy.yaml -out internal/sharedlimits
 
 ## test: everything CI checks — formatting, vet, tidy modules, all tests with -race
@@ -41,6 +43,7 @@ servers:
 check:
 	$(GO) run ./gen -check
 	$(GO) run ./gen -policy bench/httppolicy.yaml -out bench/httplimits -check
+	$(GO) run ./gen -policy bench/sharedpolicy.yaml -out bench/sharedlimits -check
 	$(GO) run ./gen -policy internal/storetest/sharedpolicy.yaml -out internal/sharedlimits -check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...

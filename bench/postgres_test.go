@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/bench/sharedlimits"
 	"github.com/limitgen/limitgen/pgstore"
 	"github.com/limitgen/limitgen/pgstore/pgtest"
 )
@@ -28,33 +28,10 @@ var pgImpls = []struct {
 	make func(b *testing.B, pool *pgxpool.Pool) func(ctx context.Context, key string) (bool, error)
 }{
 	{"limitgen", func(b *testing.B, pool *pgxpool.Pool) func(context.Context, string) (bool, error) {
-		st, err := pgstore.New(context.Background(), pool, pgstore.Options{SweepEvery: -1})
-		if err != nil {
-			b.Fatal(err)
-		}
-		r, err := pgstore.NewRule("bench", atomicbucket.Limit{Tokens: pgRate, Period: time.Second, Burst: pgRate})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return func(ctx context.Context, key string) (bool, error) {
-			d, err := st.AllowN(ctx, r, key, 1)
-			return d.Allowed, err
-		}
+		return generatedOnPostgres(b, pool, 0)
 	}},
 	{"limitgen-coalesced", func(b *testing.B, pool *pgxpool.Pool) func(context.Context, string) (bool, error) {
-		st, err := pgstore.New(context.Background(), pool, pgstore.Options{SweepEvery: -1, Coalesce: 256})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(st.Close)
-		r, err := pgstore.NewRule("benchcoalesced", atomicbucket.Limit{Tokens: pgRate, Period: time.Second, Burst: pgRate})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return func(ctx context.Context, key string) (bool, error) {
-			d, err := st.AllowN(ctx, r, key, 1)
-			return d.Allowed, err
-		}
+		return generatedOnPostgres(b, pool, 256)
 	}},
 	{"seed-for-update", func(b *testing.B, pool *pgxpool.Pool) func(context.Context, string) (bool, error) {
 		s := newSeedLimiter(b, pool, 1, time.Microsecond, pgRate) // 1 token a µs, 1e6 at most
@@ -62,6 +39,26 @@ var pgImpls = []struct {
 			return s.limit(ctx, "bench", key, 1)
 		}
 	}},
+}
+
+// generatedOnPostgres is limitgen as a service uses it: the generated package
+// (bench/sharedlimits, rule Hot) bound to a store over pool, coalescing at
+// most coalesce checks a statement (0: none). A check the store did not
+// decide counts as an error.
+func generatedOnPostgres(b *testing.B, pool *pgxpool.Pool, coalesce int) func(context.Context, string) (bool, error) {
+	st, err := pgstore.New(context.Background(), pool, pgstore.Options{SweepEvery: -1, Coalesce: coalesce})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(st.Close)
+	lims := sharedlimits.New(sharedlimits.WithStore(st))
+	if err := lims.SharedErr(); err != nil {
+		b.Fatal(err)
+	}
+	return func(ctx context.Context, key string) (bool, error) {
+		res := lims.Hot.AllowN(ctx, key, 1)
+		return res.Allowed, res.Err
+	}
 }
 
 // seedLimiter is the PostgreSQL limiter of the project's seed documents as
@@ -129,9 +126,10 @@ func (s *seedLimiter) limit(ctx context.Context, prefix, key string, cost int64)
 // the run (package pgtest: 127.0.0.1, fsync off, the machine's 2 cores shared
 // with the Go process), every check admitted, on one hot key or on 1e4 keys
 // drawn at random, from 1, 16 and 64 concurrent callers with a connection
-// each. limitgen is pgstore's one statement a check; limitgen-coalesced sends
-// the checks that wait meanwhile together (Options.Coalesce: 256), each decided
-// on its own; seed-for-update is the seed documents' transaction (five round
+// each. limitgen is the generated package (bench/sharedlimits) on pgstore,
+// one statement a check, as a service checks a shared rule; limitgen-coalesced
+// is the same with the store's Options.Coalesce: 256 (the checks that wait
+// meanwhile go together, each decided on its own); seed-for-update is the seed documents' transaction (five round
 // trips, the row locked across three). Metrics as BenchmarkRedis's:
 // decisions/s, p50-µs, p99-µs, errors/op and denied/op (0 on a quiet
 // machine: see reportMisses).

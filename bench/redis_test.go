@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/bench/sharedlimits"
 	"github.com/limitgen/limitgen/redisstore"
 	"github.com/limitgen/limitgen/shared"
 	"github.com/redis/go-redis/v9"
@@ -69,37 +70,10 @@ var redisImpls = []struct {
 	make func(b *testing.B, addr string) func(ctx context.Context) (bool, error)
 }{
 	{"limitgen", func(b *testing.B, addr string) func(context.Context) (bool, error) {
-		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-		b.Cleanup(func() { c.Close() })
-		st, err := redisstore.New(context.Background(), c, redisstore.Options{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		r, err := redisstore.NewRule("bench", atomicbucket.Limit{Tokens: redisRate, Period: time.Second, Burst: redisRate})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return func(ctx context.Context) (bool, error) {
-			d, err := st.AllowN(ctx, r, "k", 1)
-			return d.Allowed, err
-		}
+		return generatedOnRedis(b, addr, 0)
 	}},
 	{"limitgen-coalesced", func(b *testing.B, addr string) func(context.Context) (bool, error) {
-		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-		b.Cleanup(func() { c.Close() })
-		st, err := redisstore.New(context.Background(), c, redisstore.Options{Coalesce: 256})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(st.Close)
-		r, err := redisstore.NewRule("benchcoalesced", atomicbucket.Limit{Tokens: redisRate, Period: time.Second, Burst: redisRate})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return func(ctx context.Context) (bool, error) {
-			d, err := st.AllowN(ctx, r, "k", 1)
-			return d.Allowed, err
-		}
+		return generatedOnRedis(b, addr, 256)
 	}},
 	{"redis_rate", func(b *testing.B, addr string) func(context.Context) (bool, error) {
 		c := redis.NewClient(&redis.Options{Addr: addr})
@@ -143,14 +117,38 @@ var redisImpls = []struct {
 	}},
 }
 
+// generatedOnRedis is limitgen as a service uses it: the generated package
+// (bench/sharedlimits, rule Hot) bound to a store on addr, coalescing at most
+// coalesce checks a script call (0: none). A check the store did not decide
+// counts as an error.
+func generatedOnRedis(b *testing.B, addr string, coalesce int) func(context.Context) (bool, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { c.Close() })
+	st, err := redisstore.New(context.Background(), c, redisstore.Options{Coalesce: coalesce})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(st.Close)
+	lims := sharedlimits.New(sharedlimits.WithStore(st))
+	if err := lims.SharedErr(); err != nil {
+		b.Fatal(err)
+	}
+	return func(ctx context.Context) (bool, error) {
+		res := lims.Hot.AllowN(ctx, "k", 1)
+		return res.Allowed, res.Err
+	}
+}
+
 // callerCounts are the concurrent callers each Redis benchmark runs with.
 var callerCounts = []int{1, 16, 64}
 
 // BenchmarkRedis is one shared check on a redis-server started for the run,
 // every check admitted, from 1, 16 and 64 concurrent callers (16 and 64 by
-// b.SetParallelism over the machine's processors). limitgen checks one key
-// per script call; limitgen-coalesced sends the checks that wait meanwhile
-// together, each decided on its own. Metrics: decisions/s of the whole
+// b.SetParallelism over the machine's processors). limitgen is the generated
+// package (bench/sharedlimits) on redisstore, as a service checks a shared
+// rule: one script call a check; limitgen-coalesced is the same with the
+// store's Options.Coalesce: 256 (the checks that wait meanwhile go together,
+// each decided on its own). Metrics: decisions/s of the whole
 // process; p50-µs and p99-µs, each check's latency as its caller sees it;
 // cmds/op, the commands Redis ran per decision (INFO commandstats, the
 // commands a script calls included); scripts/op, the script calls (EVALSHA

@@ -13,16 +13,25 @@ import (
 
 // instances returns a function making one process of a service: its own pool
 // and store on srv, and its own limiters from the generated package; calls
-// counts the statements of every store it made.
+// counts the checks that went to the stores it made.
 func instances(t *testing.T, srv *pgtest.Server) (instance func() *sharedlimits.Limits, calls func() int64) {
+	instance, calls, _ = instancesWith(t, srv, pgstore.Options{})
+	return instance, calls
+}
+
+// instancesWith is instances with the stores' options; statements counts
+// the statements their pools sent (each acquires a connection).
+func instancesWith(t *testing.T, srv *pgtest.Server, opts pgstore.Options) (instance func() *sharedlimits.Limits, calls, statements func() int64) {
 	var stores []*pgstore.Store
+	var pools []*pgxpool.Pool
 	instance = func() *sharedlimits.Limits {
 		pool, err := pgxpool.New(context.Background(), srv.URL())
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(pool.Close)
-		st, err := pgstore.New(context.Background(), pool, pgstore.Options{})
+		pools = append(pools, pool)
+		st, err := pgstore.New(context.Background(), pool, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -41,7 +50,14 @@ func instances(t *testing.T, srv *pgtest.Server) (instance func() *sharedlimits.
 		}
 		return n
 	}
-	return instance, calls
+	statements = func() int64 {
+		var n int64
+		for _, p := range pools {
+			n += p.Stat().AcquireCount()
+		}
+		return n
+	}
+	return instance, calls, statements
 }
 
 // Generated packages on one database (package storetest's end-to-end tests):
@@ -65,6 +81,13 @@ func TestGeneratedMiddlewareShared(t *testing.T) {
 func TestGeneratedSharedTier(t *testing.T) {
 	instance, _ := instances(t, pgtest.Start(t))
 	storetest.GeneratedTier(t, instance)
+}
+
+// Before, a generated package's checks never reached the coalescer (1.00
+// statement a check through it).
+func TestGeneratedCoalesced(t *testing.T) {
+	instance, _, statements := instancesWith(t, pgtest.Start(t), pgstore.Options{Coalesce: 64})
+	storetest.GeneratedCoalesced(t, instance, statements)
 }
 
 func TestGeneratedLeasedTier(t *testing.T) {

@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,4 +166,82 @@ func clusterStore(t *testing.T, maxRedirects, coalesce int) ([]*redistest.Server
 		t.Fatal(err)
 	}
 	return servers, c, st
+}
+
+// One master of three stalled (CLIENT PAUSE for 1.5 s, shorter than the
+// Cluster's node timeout, so the Cluster stays up) while 8 callers check
+// 300 keys: the keys on the two healthy masters keep being decided by Redis
+// (each master has its own breaker), and only the stalled master's keys fall
+// to the failure setting. Before (one breaker per store), 99.9% of the
+// healthy masters' checks were degraded too.
+func TestClusterStalledMasterDegradesOnlyItsSlots(t *testing.T) {
+	for _, coalesce := range []int{0, 64} {
+		t.Run(fmt.Sprintf("coalesce=%d", coalesce), func(t *testing.T) {
+			servers, c, st := clusterStore(t, 1, coalesce)
+			ctx := context.Background()
+			base, _ := NewRule("Stall", atomicbucket.Limit{Tokens: 1_000_000, Period: time.Second, Burst: 1_000_000})
+			r, err := base.WithFailure(Failure{Mode: FailAllow})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stalled := map[string]bool{}
+			keys := make([]string, 300)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("user%d", i)
+				m, err := c.MasterForKey(ctx, st.Key(r, keys[i]))
+				if err != nil {
+					t.Fatal(err)
+				}
+				stalled[keys[i]] = m.Options().Addr == servers[0].Addr
+			}
+			if err := servers[0].Client(t).Do(ctx, "CLIENT", "PAUSE", "1500", "ALL").Err(); err != nil {
+				t.Fatal(err)
+			}
+			var healthy, healthyDegraded, sick, sickDegraded atomic.Int64
+			var wg sync.WaitGroup
+			until := time.Now().Add(1200 * time.Millisecond)
+			for w := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := w; time.Now().Before(until); i++ {
+						k := keys[i%len(keys)]
+						res := st.Check(ctx, r, k, 1)
+						switch {
+						case stalled[k]:
+							sick.Add(1)
+							if res.Degraded {
+								sickDegraded.Add(1)
+							}
+						default:
+							healthy.Add(1)
+							if res.Degraded {
+								healthyDegraded.Add(1)
+							}
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			share := float64(healthyDegraded.Load()) / float64(max(healthy.Load(), 1))
+			t.Logf("stalled master: %d of %d checks degraded; healthy masters: %d of %d (%.2f%%)",
+				sickDegraded.Load(), sick.Load(), healthyDegraded.Load(), healthy.Load(), 100*share)
+			if sick.Load() == 0 || sickDegraded.Load() == 0 {
+				t.Errorf("no check of the stalled master's keys was degraded (%d checks)", sick.Load())
+			}
+			if healthy.Load() < 100 || share > 0.01 {
+				t.Errorf("%d of %d checks of healthy masters' keys degraded; want under 1%%", healthyDegraded.Load(), healthy.Load())
+			}
+			open := 0
+			for _, b := range st.Breakers() {
+				if b.Open {
+					open++
+					if b.Node != servers[0].Addr {
+						t.Errorf("the breaker of %s opened; only %s stalled", b.Node, servers[0].Addr)
+					}
+				}
+			}
+			t.Logf("%d breaker(s) open at the end", open)
+		})
+	}
 }

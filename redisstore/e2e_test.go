@@ -15,10 +15,15 @@ import (
 // Redis client and store on the server at addr, and its own limiters from the
 // generated package.
 func instances(t *testing.T, addr string) func() *sharedlimits.Limits {
+	return instancesWith(t, addr, redisstore.Options{})
+}
+
+// instancesWith is instances with the stores' options.
+func instancesWith(t *testing.T, addr string, opts redisstore.Options) func() *sharedlimits.Limits {
 	return func() *sharedlimits.Limits {
 		c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 		t.Cleanup(func() { c.Close() })
-		st, err := redisstore.New(context.Background(), c, redisstore.Options{})
+		st, err := redisstore.New(context.Background(), c, opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,6 +56,12 @@ func TestGeneratedMiddlewareShared(t *testing.T) {
 func TestGeneratedSharedTier(t *testing.T) {
 	srv := redistest.Start(t)
 	storetest.GeneratedTier(t, instances(t, srv.Addr))
+}
+
+func TestGeneratedCoalesced(t *testing.T) {
+	srv := redistest.Start(t)
+	monitor := srv.Client(t)
+	storetest.GeneratedCoalesced(t, instancesWith(t, srv.Addr, redisstore.Options{Coalesce: 64}), func() int64 { return redistest.ScriptCalls(t, monitor) })
 }
 
 func TestGeneratedLeasedTier(t *testing.T) {

@@ -80,10 +80,12 @@ const (
 	RuleDownloadsGlobal
 	// RuleFast names the rule Fast.
 	RuleFast
+	// RuleWide names the rule Wide.
+	RuleWide
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast"}
+var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -104,6 +106,7 @@ type Limits struct {
 	Downloads       *DownloadsLimiter       // see the package-level Downloads
 	DownloadsGlobal *DownloadsGlobalLimiter // see the package-level DownloadsGlobal
 	Fast            *FastLimiter            // see the package-level Fast
+	Wide            *WideLimiter            // see the package-level Wide
 	shared          *sharedState            // the store the shared rules are checked on, if any
 }
 
@@ -152,6 +155,7 @@ func New(opts ...Option) *Limits {
 		Downloads:       newDownloadsLimiter(),
 		DownloadsGlobal: newDownloadsGlobalLimiter(o.start),
 		Fast:            newFastLimiter(),
+		Wide:            newWideLimiter(),
 		shared:          newSharedState(o.store),
 	}
 	l.PerUser.sh = l.shared
@@ -160,12 +164,13 @@ func New(opts ...Option) *Limits {
 	l.Downloads.sh = l.shared
 	l.DownloadsGlobal.sh = l.shared
 	l.Fast.sh = l.shared
+	l.Wide.sh = l.shared
 	return l
 }
 
 // sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),
 // in the order their checks name them.
-var sharedRules = [7]shared.Rule{{
+var sharedRules = [8]shared.Rule{{
 	Name: "PerUser:free",
 	Limit: atomicbucket.Limit{
 		Tokens: 1,
@@ -276,6 +281,22 @@ var sharedRules = [7]shared.Rule{{
 		Emit:     int64(100000),
 		Exact:    true,
 	},
+}, {
+	Name: "Wide",
+	Limit: atomicbucket.Limit{
+		Tokens: 1000000,
+		Period: time.Second,
+		Burst:  1000000,
+		Refill: atomicbucket.Greedy,
+	},
+	Failure: shared.Failure{
+		Mode: shared.FailDeny,
+	},
+	Units: shared.Units{
+		PerMicro: int64(1),
+		Emit:     int64(1),
+		Exact:    true,
+	},
 }}
 
 // sharedState is where a Limits' shared rules are checked: on bound, or in this process when bound
@@ -332,6 +353,9 @@ var (
 
 	// Fast allows 10 requests per second per key, in bursts of up to 2.
 	Fast = Default.Fast
+
+	// Wide allows 1000000 requests per second per key, in bursts of up to 1000000.
+	Wide = Default.Wide
 )
 
 // newPerUserLocalLimiter returns PerUser's (empty) tables.
@@ -1503,6 +1527,182 @@ func (l *FastLimiter) Wait(ctx context.Context, key string, cost int64) error {
 	})
 }
 
+// newWideLocalLimiter returns Wide's (empty) tables.
+func newWideLocalLimiter() *WideLocalLimiter {
+	return &WideLocalLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+		Tokens: 1000000,
+		Period: time.Second,
+		Burst:  1000000,
+		Refill: atomicbucket.Greedy,
+	}), wideUnitsPerNs, wideUnitsPerToken, wideBurstUnits), atomicbucket.TableOptions{})}
+}
+
+// Wide's fixed-point units, computed when generating and checked against the runtime when the
+// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (wideUnitsPerNs), one token is worth wideUnitsPerToken units (GCRA's emission interval), and a
+// bucket may run wideBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+const (
+	wideUnitsPerNs    = 1
+	wideUnitsPerToken = 1000
+	wideBurstUnits    = 1000000000
+)
+
+// WideLocalLimiter is Wide decided in this process only, with the whole limit: what
+// WideLimiter.Local returns, for tests, and what Wide's checks use while the package has no store
+// (SharedErr says so). Its methods are safe for concurrent use.
+type WideLocalLimiter struct {
+	s *atomicbucket.Table[string]
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *WideLocalLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
+}
+
+// Allow reports whether a request is allowed now, taking its tokens if so.
+func (l *WideLocalLimiter) Allow(key string) bool {
+	return l.s.AllowGreedyAt(key, atomicbucket.Now(), wideUnitsPerNs, wideUnitsPerToken, wideBurstUnits)
+}
+
+// AllowN checks a request of the given cost now, taking its tokens if allowed.
+func (l *WideLocalLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
+	return l.s.AllowN(key, cost)
+}
+
+// AllowAt is Allow at time now.
+func (l *WideLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+	return l.s.AllowGreedyAt(key, now, wideUnitsPerNs, wideUnitsPerToken, wideBurstUnits)
+}
+
+// AllowNAt is AllowN at time now.
+func (l *WideLocalLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.AllowNAt(key, now, cost)
+}
+
+// Peek is what AllowN would decide now, taking nothing.
+func (l *WideLocalLimiter) Peek(key string, cost int64) atomicbucket.Decision {
+	return l.s.Peek(key, cost)
+}
+
+// PeekAt is Peek at time now.
+func (l *WideLocalLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.PeekAt(key, now, cost)
+}
+
+// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
+func (l *WideLocalLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.Reserve(key, cost, maxWait)
+}
+
+// ReserveAt is Reserve at time now.
+func (l *WideLocalLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.ReserveAt(key, now, cost, maxWait)
+}
+
+// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
+func (l *WideLocalLimiter) Wait(ctx context.Context, key string, cost int64) error {
+	return l.s.Wait(ctx, key, cost)
+}
+
+// Refund gives cost tokens back now, never beyond the burst.
+func (l *WideLocalLimiter) Refund(key string, cost int64) {
+	l.s.Refund(key, cost)
+}
+
+// RefundAt is Refund at time now.
+func (l *WideLocalLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
+	l.s.RefundAt(key, now, cost)
+}
+
+// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
+func (l *WideLocalLimiter) Sweep() int {
+	return l.s.Sweep()
+}
+
+// Len is the number of keys tracked.
+func (l *WideLocalLimiter) Len() int64 {
+	return l.s.Len()
+}
+
+// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
+func (l *WideLocalLimiter) Stats() atomicbucket.TableStats {
+	return l.s.Stats()
+}
+
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
+func (l *WideLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+	atomicbucket.RunEvery(ctx, interval, func() {
+		l.Sweep()
+	})
+}
+
+// newWideLimiter returns Wide's limiter over its process-local buckets; New binds it to the store.
+func newWideLimiter() *WideLimiter {
+	return &WideLimiter{local: newWideLocalLimiter()}
+}
+
+// WideLimiter is the type of Wide, a shared rule: Allow, AllowN and Wait decide on the store given
+// to New, so that the limit holds across every instance that shares it, and take the request's
+// context. Without a store they decide in this process with the whole limit, and their results
+// carry SharedErr's error; Local is that process-local limiter, under a name that says so. Its
+// methods are safe for concurrent use.
+type WideLimiter struct {
+	local *WideLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *WideLimiter) Rule() *atomicbucket.Rule {
+	return l.local.Rule()
+}
+
+// Local returns Wide decided in this process only, with the whole limit, on buckets apart from the
+// store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *WideLimiter) Local() *WideLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
+// AllowN, whose Result says more: whether the store decided, and why not).
+func (l *WideLimiter) Allow(ctx context.Context, key string) bool {
+	return l.AllowN(ctx, key, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that Wide holds across every
+// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
+// setting (deny) does, and the Result says so (Degraded, Err). Without a store, Wide's
+// process-local limiter (Local) decides and Err is SharedErr's error.
+func (l *WideLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
+	if l.sh.bound == nil {
+		return shared.Result{
+			Decision: l.local.AllowN(key, cost),
+			Err:      l.sh.err,
+		}
+	}
+	return l.sh.bound.CheckStep(ctx, shared.Step{
+		Cost: cost,
+		Key:  key,
+		Rule: 7,
+	})
+}
+
+// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
+// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
+// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
+// exceeds the burst. Without a store it is Local's Wait.
+func (l *WideLimiter) Wait(ctx context.Context, key string, cost int64) error {
+	if l.sh.bound == nil {
+		return l.local.Wait(ctx, key, cost)
+	}
+	return shared.Wait(ctx, l.sh.bound, shared.Step{
+		Cost: cost,
+		Key:  key,
+		Rule: 7,
+	})
+}
+
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
 // rule allowed, of the most constraining one (the fewest tokens remaining; the first on a tie).
 type TierDecision struct {
@@ -1910,12 +2110,29 @@ var httpPolicyFast = limithttp.Policy{
 	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Fast (2 tokens): waiting cannot admit it.\"}\n",
 }
 
+// httpPolicyWide is rule Wide as the RateLimit fields describe it.
+var httpPolicyWide = limithttp.Policy{
+	Name:   "Wide",
+	Quota:  1000000,
+	Window: 1,
+	Limit: atomicbucket.Limit{
+		Tokens: 1000000,
+		Period: time.Second,
+		Burst:  1000000,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:      "\"Wide\";q=1000000;w=1",
+	Prefix:    "\"Wide\";r=",
+	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Wide; retry after the delay in Retry-After.\",\"violated-policies\":[\"Wide\"]}\n",
+	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Wide (1000000 tokens): waiting cannot admit it.\"}\n",
+}
+
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*limithttp.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}}
+var httpPolicies = [...][numPlans]*limithttp.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}}
+var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
 var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}, {"\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000", "\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000"}}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -245,5 +247,38 @@ func GeneratedLeasedTier(t *testing.T, instance func() *sharedlimits.Limits, cal
 		if n >= 40 {
 			t.Errorf("%s: %d store calls for 80 leased checks", u, n)
 		}
+	}
+}
+
+// GeneratedCoalesced: a generated package's checks reach a coalescing
+// store's coalescer (instance makes one over such a store): 16 callers, 40
+// checks each of one hot key, all admitted, in fewer than half as many round
+// trips as checks (statements counts the store's round trips so far).
+func GeneratedCoalesced(t *testing.T, instance func() *sharedlimits.Limits, statements func() int64) {
+	lims := instance()
+	ctx := context.Background()
+	before := statements()
+	var wg sync.WaitGroup
+	var denied atomic.Int64
+	const callers, each = 16, 40
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range each {
+				if res := lims.Wide.AllowN(ctx, "hot", 1); !res.Allowed || res.Degraded {
+					denied.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	n := statements() - before
+	t.Logf("%d checks through the generated package, %d round trips (%.2f a check)", callers*each, n, float64(n)/(callers*each))
+	if denied.Load() > 0 {
+		t.Errorf("%d checks denied or degraded; the rule admits them all", denied.Load())
+	}
+	if n*2 >= callers*each {
+		t.Errorf("%d round trips for %d concurrent checks: the generated path does not coalesce", n, callers*each)
 	}
 }
