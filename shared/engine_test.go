@@ -32,7 +32,7 @@ func newFake(nodes int) *fake {
 	return &fake{nodes: nodes, used: map[string]int64{}, down: map[string]bool{}, calls: map[string]int{}}
 }
 
-func (f *fake) Name() string                { return "fake" }
+func (f *fake) Name() string                 { return "fake" }
 func (f *fake) CheckRule(r *StoreRule) error { return nil }
 
 func (f *fake) Place(c Call) (uint32, string) {
