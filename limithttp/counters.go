@@ -109,7 +109,9 @@ func NewDenialLog(logger *slog.Logger, perSecond int64) *DenialLog {
 	return &DenialLog{logger: logger, budget: atomicbucket.NewBucket(rule)}
 }
 
-// Observe logs e at level Warn when it is not Allowed.
+// Observe logs e at level Warn when it is not Allowed: every denial, and
+// every request a failed store left to a shared rule's on_failure setting
+// (DegradedAllowed included), with the store error's class.
 func (d *DenialLog) Observe(e Event) {
 	if e.Outcome == Allowed {
 		return
@@ -125,6 +127,7 @@ func (d *DenialLog) Observe(e Event) {
 		slog.String("rule", e.Rule),
 		slog.Int64("cost", e.Cost),
 		slog.Duration("retry_after", e.RetryAfter),
+		slog.String("store_error", e.StoreError),
 		slog.Int64("suppressed", d.suppressed.Swap(0)),
 	)
 }

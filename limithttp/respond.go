@@ -10,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/shared"
 )
 
 // HeaderStyle selects the rate-limit fields a response carries.
@@ -60,10 +61,18 @@ const (
 	ShadowDenied                // over the limit on a Shadow route: let through
 	TooCostly                   // its cost is above the burst, or the cost source's maximum: 400, nothing taken
 	MissingKey                  // no key source had a key: the route's 4xx, nothing taken
+	// DegradedAllowed: a shared rule's store could not decide (down, slow,
+	// its breaker open, closed) and the rule's on_failure setting admitted
+	// the request (allow, or a local share with tokens).
+	DegradedAllowed
+	// DegradedDenied: the store could not decide and the on_failure setting
+	// denied the request (deny, or a local share without tokens): a 429, or
+	// let through on a Shadow route.
+	DegradedDenied
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"allowed", "denied", "shadow_denied", "too_costly", "missing_key"}
+var outcomeNames = [numOutcomes]string{"allowed", "denied", "shadow_denied", "too_costly", "missing_key", "degraded_allowed", "degraded_denied"}
 
 // String returns the outcome's name, as metrics and logs spell it.
 func (o Outcome) String() string {
@@ -83,6 +92,11 @@ type Event struct {
 	Cost       int64         // the request's cost
 	Outcome    Outcome       // what became of the request
 	RetryAfter time.Duration // the decision's wait, when denied
+	// StoreError is, for a shared rule or tier whose store did not decide,
+	// the class of the store's error (shared.ErrorClass: "timeout",
+	// "circuit_open", "closed", "no_store", …); "" when the store decided or
+	// the rule is local.
+	StoreError string
 }
 
 // Observer is told of every decision. Observe is called on the request's
@@ -128,6 +142,11 @@ type Result struct {
 	Route string // for the Event: the route's pattern
 	Tier  string // for the Event: the tier checked, if any
 	Rule  int    // for the Event: the deciding rule's index in the Counters' rules
+	// Degraded is set when a shared rule's store could not decide and its
+	// on_failure setting did; StoreErr is the store's error then, or (not
+	// degraded) shared.ErrNoStore when the package has no store.
+	Degraded bool
+	StoreErr error
 }
 
 // Respond sets the rate-limit fields of res on w and, for a denied request on
@@ -155,7 +174,16 @@ func (c *Config) Respond(w http.ResponseWriter, r *http.Request, mode Mode, res 
 	if outcome == Denied {
 		retry = max(tv, c.retryAfter(d.RetryAfter, seedOf(key, res.SeedInt)))
 	}
-	c.observe(res, outcome)
+	observed := outcome
+	if res.Degraded {
+		switch outcome {
+		case Allowed:
+			observed = DegradedAllowed
+		case Denied, ShadowDenied:
+			observed = DegradedDenied
+		}
+	}
+	c.observe(res, observed)
 	h := w.Header()
 	vals := c.setFields(h, res, rv, tv, retry)
 	switch outcome {
@@ -188,6 +216,7 @@ func (c *Config) observe(res *Result, o Outcome) {
 		c.Observer.Observe(Event{
 			Route: res.Route, Tier: res.Tier, Rule: res.Policy.Name, RuleIndex: res.Rule,
 			Cost: res.Cost, Outcome: o, RetryAfter: res.Decision.RetryAfter,
+			StoreError: shared.ErrorClass(res.StoreErr),
 		})
 	}
 }

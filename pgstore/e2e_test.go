@@ -90,6 +90,13 @@ func TestGeneratedCoalesced(t *testing.T) {
 	storetest.GeneratedCoalesced(t, instance, statements)
 }
 
+// Before, a database outage reached the observers as ordinary outcomes.
+func TestGeneratedMiddlewareDegraded(t *testing.T) {
+	srv := pgtest.Start(t)
+	instance, _ := instances(t, srv)
+	storetest.GeneratedMiddlewareDegraded(t, instance, srv.Stop)
+}
+
 func TestGeneratedLeasedTier(t *testing.T) {
 	instance, calls := instances(t, pgtest.Start(t))
 	storetest.GeneratedLeasedTier(t, instance, calls)

@@ -64,6 +64,12 @@ func TestGeneratedCoalesced(t *testing.T) {
 	storetest.GeneratedCoalesced(t, instancesWith(t, srv.Addr, redisstore.Options{Coalesce: 64}), func() int64 { return redistest.ScriptCalls(t, monitor) })
 }
 
+// Before, a Redis outage reached the observers as ordinary outcomes.
+func TestGeneratedMiddlewareDegraded(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.GeneratedMiddlewareDegraded(t, instances(t, srv.Addr), srv.Stop)
+}
+
 func TestGeneratedLeasedTier(t *testing.T) {
 	srv := redistest.Start(t)
 	monitor := srv.Client(t)

@@ -268,7 +268,7 @@ func (e *Engine) tier(ctx context.Context, calls []Call, mode Mode) (atomicbucke
 		return atomicbucket.Decision{Allowed: true}, -1, nil
 	}
 	if i := repeated(calls); i >= 0 {
-		return atomicbucket.Decision{}, i, fmt.Errorf("%s: tier step %d names rule %s and its key again", e.b.Name(), i, calls[i].Rule.name)
+		return atomicbucket.Decision{}, i, fmt.Errorf("%s: %w: tier step %d names rule %s and its key again", e.b.Name(), ErrInvalidStep, i, calls[i].Rule.name)
 	}
 	var buf [4]Call
 	cl := buf[:0]
@@ -402,7 +402,7 @@ func (e *Engine) CheckTier(ctx context.Context, calls []Call) (Result, int) {
 		return Result{Decision: atomicbucket.Decision{Allowed: true}}, -1
 	}
 	if i := repeated(calls); i >= 0 {
-		return Result{Err: fmt.Errorf("%s: tier step %d names rule %s and its key again", e.b.Name(), i, calls[i].Rule.name)}, i
+		return Result{Err: fmt.Errorf("%s: %w: tier step %d names rule %s and its key again", e.b.Name(), ErrInvalidStep, i, calls[i].Rule.name)}, i
 	}
 	g := e.guard
 	if g.Closed() {
@@ -688,7 +688,7 @@ func (b *Binding) Leases() *Leases { return b.leases }
 func (b *Binding) Check(ctx context.Context, steps []Step) (Result, int) {
 	for i, s := range steps {
 		if s.Rule < 0 || s.Rule >= len(b.rules) {
-			return Result{Err: fmt.Errorf("%s: step %d names rule %d of %d bound", b.e.b.Name(), i, s.Rule, len(b.rules))}, i
+			return Result{Err: fmt.Errorf("%s: %w: step %d names rule %d of %d bound", b.e.b.Name(), ErrInvalidStep, i, s.Rule, len(b.rules))}, i
 		}
 	}
 	if len(steps) > 0 {
@@ -707,7 +707,7 @@ func (b *Binding) Check(ctx context.Context, steps []Step) (Result, int) {
 // CheckStep is Check of one step; a leased rule's check allocates nothing.
 func (b *Binding) CheckStep(ctx context.Context, step Step) Result {
 	if step.Rule < 0 || step.Rule >= len(b.rules) {
-		return Result{Err: fmt.Errorf("%s: a step names rule %d of %d bound", b.e.b.Name(), step.Rule, len(b.rules))}
+		return Result{Err: fmt.Errorf("%s: %w: a step names rule %d of %d bound", b.e.b.Name(), ErrInvalidStep, step.Rule, len(b.rules))}
 	}
 	if res, ok := b.leases.CheckStep(ctx, step); ok {
 		return res

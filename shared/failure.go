@@ -272,3 +272,35 @@ func (g *Guard) States() []BreakerState {
 	})
 	return out
 }
+
+// ErrorClass names the kind of a shared check's error, for metrics and logs
+// (a bounded set, unlike error strings): "circuit_open", "closed",
+// "no_store", "lease_wait", "timeout", "canceled", "invalid" (a step the
+// store refused: a bucket named twice, a rule not bound), "store" for any
+// other error of the store's, and "" for nil.
+func ErrorClass(err error) string {
+	switch {
+	case err == nil:
+		return ""
+	case errors.Is(err, ErrCircuitOpen):
+		return "circuit_open"
+	case errors.Is(err, ErrClosed):
+		return "closed"
+	case errors.Is(err, ErrNoStore):
+		return "no_store"
+	case errors.Is(err, ErrLeaseWait):
+		return "lease_wait"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "canceled"
+	case errors.Is(err, ErrInvalidStep):
+		return "invalid"
+	}
+	return "store"
+}
+
+// ErrInvalidStep is wrapped by the error of a check a store refused as
+// malformed (a tier naming one bucket twice, a step naming no bound rule):
+// the caller's mistake, not the store's.
+var ErrInvalidStep = errors.New("invalid step")

@@ -2300,8 +2300,11 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	}
 	plan := m.plan(r)
 	cost := httpCosts[RulePerUser][plan]
+	sr := m.limits.PerUser.AllowN(r.Context(), plan, k0, cost)
 	res := limithttp.Result{
-		Decision: m.limits.PerUser.AllowN(r.Context(), plan, k0, cost).Decision,
+		Degraded: sr.Degraded,
+		StoreErr: sr.Err,
+		Decision: sr.Decision,
 		Policy:   httpPolicies[RulePerUser][plan],
 		Policies: httpRoutes[0][plan],
 		Cost:     cost,
@@ -2321,9 +2324,12 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /api/\\\" reads it from the service's UserID.\"}\n", limithttp.Event{Route: "GET /api/", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Outcome: limithttp.MissingKey})
 	}
 	plan := m.plan(r)
-	td := m.limits.checkSharedRequest(r.Context(), plan, k0, 0, true).TierDecision
+	tr := m.limits.checkSharedRequest(r.Context(), plan, k0, 0, true)
+	td := tr.TierDecision
 	cost := httpCosts[td.Rule][plan]
 	res := limithttp.Result{
+		Degraded: tr.Degraded,
+		StoreErr: tr.Err,
 		Decision: td.Decision,
 		Policy:   httpPolicies[td.Rule][plan],
 		Policies: httpRoutes[1][plan],
@@ -2350,8 +2356,11 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Exports: route \\\"POST /export/{account}\\\" reads it from the path account.\"}\n", limithttp.Event{Route: "POST /export/{account}", Rule: "Exports", RuleIndex: int(RuleExports), Outcome: limithttp.MissingKey})
 	}
 	cost := httpCosts[RuleExports][0]
+	sr := m.limits.Exports.AllowN(r.Context(), k0, cost)
 	res := limithttp.Result{
-		Decision: m.limits.Exports.AllowN(r.Context(), k0, cost).Decision,
+		Degraded: sr.Degraded,
+		StoreErr: sr.Err,
+		Decision: sr.Decision,
 		Policy:   httpPolicies[RuleExports][0],
 		Policies: httpRoutes[2][0],
 		Cost:     cost,
@@ -2371,9 +2380,12 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	if !ok0 {
 		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Downloads: route \\\"GET /download/\\\" reads it from the service's UserID.\"}\n", limithttp.Event{Route: "GET /download/", Tier: "Download", Rule: "Downloads", RuleIndex: int(RuleDownloads), Outcome: limithttp.MissingKey})
 	}
-	td := m.limits.checkSharedDownload(r.Context(), k0, 0, true).TierDecision
+	tr := m.limits.checkSharedDownload(r.Context(), k0, 0, true)
+	td := tr.TierDecision
 	cost := httpCosts[td.Rule][0]
 	res := limithttp.Result{
+		Degraded: tr.Degraded,
+		StoreErr: tr.Err,
 		Decision: td.Decision,
 		Policy:   httpPolicies[td.Rule][0],
 		Policies: httpRoutes[3][0],

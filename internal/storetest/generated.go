@@ -1,10 +1,13 @@
 package storetest
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/sharedlimits"
+	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/shared"
 )
 
@@ -280,5 +284,80 @@ func GeneratedCoalesced(t *testing.T, instance func() *sharedlimits.Limits, stat
 	}
 	if n*2 >= callers*each {
 		t.Errorf("%d round trips for %d concurrent checks: the generated path does not coalesce", n, callers*each)
+	}
+}
+
+// GeneratedMiddlewareDegraded: the generated middleware on a store whose
+// server stop stops: every observer hears of it. Before the stop, a request
+// is counted allowed; after it, the rule's on_failure setting decides and
+// Counters count degraded_allowed and degraded_denied (PerUser's local share
+// of 0.5 admits 10 of its burst of 20, Exports fails closed), each Event
+// names the store error's class, and the denial log says the store failed.
+func GeneratedMiddlewareDegraded(t *testing.T, instance func() *sharedlimits.Limits, stop func()) {
+	var logged bytes.Buffer
+	var mu sync.Mutex
+	var events []limithttp.Event
+	mw, err := sharedlimits.NewMiddleware(instance(), sharedlimits.Hooks{
+		UserID: func(r *http.Request) (string, bool) { return r.Header.Get("X-User"), r.Header.Get("X-User") != "" },
+		PlanOf: func(r *http.Request) (sharedlimits.Plan, bool) { return sharedlimits.PlanFree, true },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	denials := limithttp.NewDenialLog(slog.New(slog.NewTextHandler(&logged, nil)), 1000)
+	mw.Config.Observer = limithttp.ObserverFunc(func(e limithttp.Event) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+		denials.Observe(e)
+	})
+	h := mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	do := func(method, path string) int {
+		r := httptest.NewRequest(method, path, nil)
+		r.Header.Set("X-User", "uma")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	if code := do("GET", "/hello"); code != 200 {
+		t.Fatalf("before the stop: %d", code)
+	}
+	stop()
+	codes := map[int]int{}
+	for range 12 {
+		codes[do("GET", "/hello")]++
+	}
+	if codes[200] != 10 || codes[429] != 2 {
+		t.Errorf("12 requests with the store stopped: %v, want 10 admitted by the local share and 2 refused", codes)
+	}
+	if code := do("POST", "/export/7"); code != 429 {
+		t.Errorf("an export with the store stopped: %d, want 429 (on_failure: deny)", code)
+	}
+	snap := mw.Config.Counters.Snapshot()
+	var perUser, exports limithttp.Count
+	for _, rc := range snap {
+		switch rc.Rule {
+		case "PerUser":
+			perUser = rc
+		case "Exports":
+			exports = rc
+		}
+	}
+	if o := perUser.Outcomes; o[limithttp.Allowed] != 1 || o[limithttp.DegradedAllowed] != 10 || o[limithttp.DegradedDenied] != 2 || o[limithttp.Denied] != 0 {
+		t.Errorf("PerUser's counts: %v, want 1 allowed, 10 degraded_allowed, 2 degraded_denied", o)
+	}
+	if o := exports.Outcomes; o[limithttp.DegradedDenied] != 1 || o[limithttp.Denied] != 0 {
+		t.Errorf("Exports' counts: %v, want 1 degraded_denied", o)
+	}
+	mu.Lock()
+	for i, e := range events {
+		if (i == 0) != (e.StoreError == "") {
+			t.Errorf("event %d: %+v: want a store error class after the stop, none before", i, e)
+		}
+	}
+	mu.Unlock()
+	out := logged.String()
+	if !strings.Contains(out, "outcome=degraded_denied") || !strings.Contains(out, "store_error=") || strings.Contains(out, "store_error=\"\"") {
+		t.Errorf("the denial log does not say the store failed:\n%s", out)
 	}
 }

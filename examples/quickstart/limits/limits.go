@@ -1132,9 +1132,12 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /hello\\\" reads it from the service's UserID.\"}\n", limithttp.Event{Route: "GET /hello", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Outcome: limithttp.MissingKey})
 	}
 	plan := m.plan(r)
-	td := m.limits.checkSharedRequest(r.Context(), plan, k0, 0, true).TierDecision
+	tr := m.limits.checkSharedRequest(r.Context(), plan, k0, 0, true)
+	td := tr.TierDecision
 	cost := httpCosts[td.Rule][plan]
 	res := limithttp.Result{
+		Degraded: tr.Degraded,
+		StoreErr: tr.Err,
 		Decision: td.Decision,
 		Policy:   httpPolicies[td.Rule][plan],
 		Policies: httpRoutes[0][plan],

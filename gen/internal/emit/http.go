@@ -478,8 +478,11 @@ func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
 		args = append(args, keyArgs...)
 		decision := jen.Id("m").Dot("limits").Dot(rule.GoName).Dot("AllowNAt").Call(append(args, jen.Id("now"), jen.Id("cost"))...)
 		if rule.Shared {
-			// The store decides, or the rule's on_failure setting when it cannot.
-			decision = jen.Id("m").Dot("limits").Dot(rule.GoName).Dot("AllowN").Call(append(args, jen.Id("cost"))...).Dot("Decision")
+			// The store decides, or the rule's on_failure setting when it
+			// cannot: the Result says which, for the observers.
+			body = append(body, jen.Id("sr").Op(":=").Id("m").Dot("limits").Dot(rule.GoName).Dot("AllowN").Call(append(args, jen.Id("cost"))...))
+			decision = jen.Id("sr").Dot("Decision")
+			res = append(res, field("Degraded", jen.Id("sr").Dot("Degraded")), field("StoreErr", jen.Id("sr").Dot("Err")))
 		}
 		res = append(res,
 			field("Decision", decision),
@@ -510,7 +513,9 @@ func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
 		}
 		call := core.Call(args...)
 		if t.Shared {
-			call = call.Dot("TierDecision")
+			body = append(body, jen.Id("tr").Op(":=").Add(call))
+			call = jen.Id("tr").Dot("TierDecision")
+			res = append(res, field("Degraded", jen.Id("tr").Dot("Degraded")), field("StoreErr", jen.Id("tr").Dot("Err")))
 		}
 		body = append(body, jen.Id("td").Op(":=").Add(call))
 		if r.CostKind == "" {
