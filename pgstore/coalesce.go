@@ -60,7 +60,7 @@ func (s *backend) eachAt(ctx context.Context, calls []shared.Call, at *int64) ([
 	}
 	sortRows(ord, names, keys)
 	var res []int64
-	if err := s.pool.QueryRow(ctx, s.each, names, keys, ord, v, ci, cc, at).Scan(&res); err != nil {
+	if err := s.pool.QueryRow(ctx, s.each, execMode, names, keys, ord, v, ci, cc, at).Scan(&res); err != nil {
 		return nil, err
 	}
 	s.maybeSweep()

@@ -97,6 +97,11 @@ func TestGeneratedMiddlewareDegraded(t *testing.T) {
 	storetest.GeneratedMiddlewareDegraded(t, instance, srv.Stop)
 }
 
+func TestGeneratedLeasedFields(t *testing.T) {
+	instance, _ := instances(t, pgtest.Start(t))
+	storetest.GeneratedLeasedFields(t, instance)
+}
+
 func TestGeneratedLeasedTier(t *testing.T) {
 	instance, calls := instances(t, pgtest.Start(t))
 	storetest.GeneratedLeasedTier(t, instance, calls)

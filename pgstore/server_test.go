@@ -493,16 +493,18 @@ func TestFailures(t *testing.T) {
 
 // Behind a real PgBouncer in transaction mode (1.18: it keeps no prepared
 // statements for a client, and gives each transaction whichever of its 3
-// server connections is free), with pgx in exec or simple-protocol mode: 32
-// callers' first checks of a new key admit exactly its burst, tiers are all
-// or nothing, and leases are granted and given back.
+// server connections is free), with pgx in its default mode (prepared
+// statements cached per connection: before, half the checks failed with
+// "prepared statement … already exists") and in exec or simple-protocol
+// mode: 32 callers' first checks of a new key admit exactly its burst, tiers
+// are all or nothing, and leases are granted and given back.
 func TestBehindPgBouncer(t *testing.T) {
 	srv := pgtest.Start(t)
 	bouncer := pgtest.StartPgBouncer(t, srv, 3)
 	ctx := context.Background()
 	// The schema, made directly on the server.
 	open(t, srv, 1, Options{})
-	for _, mode := range []string{"exec", "simple_protocol"} {
+	for _, mode := range []string{"cache_statement", "exec", "simple_protocol"} {
 		t.Run(mode, func(t *testing.T) {
 			cfg, err := pgxpool.ParseConfig(bouncer.URL() + "&default_query_exec_mode=" + mode)
 			if err != nil {

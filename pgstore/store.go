@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/shared"
@@ -259,6 +260,15 @@ func rowKey(key string) []byte {
 	return []byte(key)
 }
 
+// execMode is how the store's statements go, whatever the pool's default:
+// the extended protocol with an unnamed statement, one round trip, no
+// statement kept on the connection. pgx's default mode caches prepared
+// statements per connection, which a pooler in transaction mode (PgBouncer)
+// hands to other clients ("prepared statement … already exists", and half
+// the checks falling back); with this the store works behind one whatever
+// the pool says.
+const execMode = pgx.QueryExecModeExec
+
 // Tier runs a check function over calls in mode: the one-bucket function
 // for one call, the tier function for more.
 func (s *backend) Tier(ctx context.Context, calls []shared.Call, mode shared.Mode) (shared.Reply, error) {
@@ -289,7 +299,7 @@ func (s *backend) exec(ctx context.Context, c shared.Call, mode int32, at *int64
 	var v [8]int64
 	values(v[:0], c)
 	var res []int64
-	err := s.pool.QueryRow(ctx, s.one, c.Rule.Name(), rowKey(c.Key),
+	err := s.pool.QueryRow(ctx, s.one, execMode, c.Rule.Name(), rowKey(c.Key),
 		v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], mode, at, want, prev.Second, prev.Size, prev.Unspent).Scan(&res)
 	if err != nil {
 		return nil, err
@@ -312,7 +322,7 @@ func (s *backend) execTier(ctx context.Context, calls []shared.Call, mode int32,
 	}
 	sortRows(ord, names, keys)
 	var res []int64
-	if err := s.pool.QueryRow(ctx, s.tier, names, keys, ord, v, mode, at).Scan(&res); err != nil {
+	if err := s.pool.QueryRow(ctx, s.tier, execMode, names, keys, ord, v, mode, at).Scan(&res); err != nil {
 		return nil, err
 	}
 	s.maybeSweep()

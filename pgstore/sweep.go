@@ -26,7 +26,7 @@ func (s *backend) sweepAll(ctx context.Context) (int64, error) {
 	for {
 		var tag pgconn.CommandTag
 		err := s.e.Within(func() (err error) {
-			tag, err = s.pool.Exec(ctx, q, sweepBatch)
+			tag, err = s.pool.Exec(ctx, q, execMode, sweepBatch)
 			return err
 		})
 		if err != nil {

@@ -70,6 +70,11 @@ func TestGeneratedMiddlewareDegraded(t *testing.T) {
 	storetest.GeneratedMiddlewareDegraded(t, instances(t, srv.Addr), srv.Stop)
 }
 
+func TestGeneratedLeasedFields(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.GeneratedLeasedFields(t, instances(t, srv.Addr))
+}
+
 func TestGeneratedLeasedTier(t *testing.T) {
 	srv := redistest.Start(t)
 	monitor := srv.Client(t)

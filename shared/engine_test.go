@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -304,6 +306,26 @@ func TestEngineClose(t *testing.T) {
 		wg.Wait()
 		if n := f.callsTo("n0"); n != after {
 			t.Errorf("coalesce %d: %d round trips after Close returned", coalesce, n-after)
+		}
+	}
+}
+
+// A client's network deadline (what go-redis and pgx make of a context's) is
+// a timeout, as the context's own deadline is; other errors are the store's.
+func TestErrorClass(t *testing.T) {
+	for err, want := range map[error]string{
+		nil:                      "",
+		context.DeadlineExceeded: "timeout",
+		&net.OpError{Op: "write", Net: "tcp", Err: os.ErrDeadlineExceeded}: "timeout",
+		fmt.Errorf("x: %w", ErrCircuitOpen):                                "circuit_open",
+		ErrClosed:                                                          "closed",
+		fmt.Errorf("%w: a nil *Store", ErrNoStore):                         "no_store",
+		context.Canceled:                                                   "canceled",
+		fmt.Errorf("%w: tier step 1", ErrInvalidStep):                      "invalid",
+		errors.New("connection refused"):                                   "store",
+	} {
+		if got := ErrorClass(err); got != want {
+			t.Errorf("ErrorClass(%v) = %q, want %q", err, got, want)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -290,7 +291,7 @@ func ErrorClass(err error) string {
 		return "no_store"
 	case errors.Is(err, ErrLeaseWait):
 		return "lease_wait"
-	case errors.Is(err, context.DeadlineExceeded):
+	case IsTimeout(err):
 		return "timeout"
 	case errors.Is(err, context.Canceled):
 		return "canceled"
@@ -304,3 +305,15 @@ func ErrorClass(err error) string {
 // malformed (a tier naming one bucket twice, a step naming no bound rule):
 // the caller's mistake, not the store's.
 var ErrInvalidStep = errors.New("invalid step")
+
+// IsTimeout reports whether err is a timeout: a context's deadline, or a
+// network deadline that a client set from one (go-redis and pgx turn a
+// context's deadline into the connection's, whose error is then an i/o
+// timeout rather than context.DeadlineExceeded).
+func IsTimeout(err error) bool {
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var te interface{ Timeout() bool }
+	return errors.As(err, &te) && te.Timeout()
+}

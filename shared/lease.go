@@ -75,6 +75,21 @@ type grant struct {
 	expires int64        // atomicbucket time (ns) from which none may be spent
 	second  int64        // the store's second the grant is held under (to settle it)
 	size    int64        // tokens granted
+	// What the store said of the shared bucket with the grant taken: the
+	// tokens it still held for everyone, and when it would be full again
+	// (atomicbucket time). A decision from the grant reports the bucket as a
+	// client sees it from here: those tokens and the grant's, not the grant's
+	// alone (which would tell a client to back off while the bucket is full).
+	storeLeft int64
+	fullAt    int64
+}
+
+// decision is a spend of cost from g at now, leaving left in it, as the
+// shared bucket looks from this lease: what the grant holds plus what the
+// store held for everyone at the grant (at most the burst), full again when
+// the store said.
+func (g *grant) decision(now, left int64, burst int64) atomicbucket.Decision {
+	return atomicbucket.Decision{Allowed: true, Remaining: min(left+g.storeLeft, burst), Reset: time.Duration(max(g.fullAt-now, 0))}
 }
 
 // NewLease returns a lease of a bucket of burst tokens through call, asking
@@ -129,7 +144,7 @@ func (l *Lease) spend(now, cost int64) (atomicbucket.Decision, *grant, bool) {
 			return atomicbucket.Decision{}, nil, false
 		}
 		if g.left.CompareAndSwap(left, left-cost) {
-			return atomicbucket.Decision{Allowed: true, Remaining: left - cost}, g, true
+			return g.decision(now, left-cost, l.burst), g, true
 		}
 	}
 }
@@ -172,12 +187,11 @@ func (l *Lease) refill(ctx context.Context, cost int64) (atomicbucket.Decision, 
 		return gr.Decision, nil, err
 	}
 	l.deniedUntil.Store(0)
-	g := &grant{expires: gr.Expires(sent), second: gr.Second, size: gr.Size}
+	g := &grant{expires: gr.Expires(sent), second: gr.Second, size: gr.Size,
+		storeLeft: gr.Remaining, fullAt: sent + int64(gr.Reset)}
 	g.left.Store(g.size - cost)
 	l.cur.Store(g)
-	d := gr.Decision
-	d.Remaining = g.size - cost
-	return d, g, nil
+	return g.decision(sent, g.size-cost, l.burst), g, nil
 }
 
 // idle reports whether the lease holds no valid grant and no refill is under

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -360,4 +361,71 @@ func GeneratedMiddlewareDegraded(t *testing.T, instance func() *sharedlimits.Lim
 	if !strings.Contains(out, "outcome=degraded_denied") || !strings.Contains(out, "store_error=") || strings.Contains(out, "store_error=\"\"") {
 		t.Errorf("the denial log does not say the store failed:\n%s", out)
 	}
+}
+
+// GeneratedLeasedFields: a client that obeys the RateLimit field of a leased
+// tier (Downloads, burst 30 a user, leases of 8; DownloadsGlobal, leases of
+// 100) through the generated middleware: while r is above 0 every request is
+// admitted, and r reaches 0 only when the user's 30 tokens are spent, with t
+// the wait for the next one (a minute's rate). Before, r was the lease's
+// local remainder (r=0 on the first response while the shared bucket held
+// 29): a client obeying it backed off for nothing.
+func GeneratedLeasedFields(t *testing.T, instance func() *sharedlimits.Limits) {
+	mw, err := sharedlimits.NewMiddleware(instance(), sharedlimits.Hooks{
+		UserID: func(r *http.Request) (string, bool) { return r.Header.Get("X-User"), r.Header.Get("X-User") != "" },
+		PlanOf: func(r *http.Request) (sharedlimits.Plan, bool) { return sharedlimits.PlanFree, true },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw.Config.Observer = nil
+	h := mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	admitted := 0
+	var last string
+	for i := range 40 {
+		r := httptest.NewRequest("GET", "/download/file", nil)
+		r.Header.Set("X-User", "vera")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		last = w.Header().Get("RateLimit")
+		rv, tv, ok := rateLimitField(last)
+		if !ok {
+			t.Fatalf("request %d: RateLimit %q", i, last)
+		}
+		if w.Code != 200 {
+			t.Fatalf("request %d refused (%d) although the previous response said r > 0 (RateLimit %q)", i, w.Code, last)
+		}
+		admitted++
+		if want := int64(30 - admitted); rv != want {
+			t.Errorf("request %d: r = %d, want %d (the user's shared tokens left)", i, rv, want)
+		}
+		if rv == 0 {
+			if tv < 55 || tv > 61 {
+				t.Errorf("r = 0 with t = %d; the next token is a minute away", tv)
+			}
+			break
+		}
+	}
+	if admitted != 30 {
+		t.Errorf("a client obeying r made %d requests (last RateLimit %q); the user's burst is 30", admitted, last)
+	}
+}
+
+// rateLimitField reads r and t from a RateLimit field value ("Name";r=9;t=54).
+func rateLimitField(v string) (r, t int64, ok bool) {
+	var nr, nt bool
+	for _, part := range strings.Split(v, ";")[1:] {
+		k, val, _ := strings.Cut(strings.TrimSpace(part), "=")
+		n, err := strconv.ParseInt(val, 10, 64)
+		if err != nil {
+			return 0, 0, false
+		}
+		switch k {
+		case "r":
+			r, nr = n, true
+		case "t":
+			t, nt = n, true
+		}
+	}
+	return r, t, nr && nt
 }
