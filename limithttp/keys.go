@@ -5,14 +5,18 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/limitgen/limitgen/shared"
 )
 
 // MaxKeyLen is the longest key a key source returns, in bytes. Keys read from
 // a request are chosen by whoever sent it; an unbounded one would let a client
 // make every bucket it creates as large as a header can be. A longer value is
 // treated as no key (the next source, or the route's 4xx), never cut short:
-// two long keys cut to one prefix would share a bucket.
-const MaxKeyLen = 256
+// two long keys cut to one prefix would share a bucket. It is the longest key
+// the shared stores take (shared.MaxKeyLen), so that no key the middleware
+// passes is refused there.
+const MaxKeyLen = shared.MaxKeyLen
 
 // keyOK reports whether v can be a key: not empty, at most MaxKeyLen bytes.
 func keyOK(v string) bool { return v != "" && len(v) <= MaxKeyLen }

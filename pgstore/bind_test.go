@@ -35,9 +35,9 @@ func TestBind(t *testing.T) {
 	}
 	rules := []shared.Rule{
 		{Name: "PerUser", Limit: atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 3}},
-		{Name: "Global", Limit: atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 100}},
+		{Name: "Global", Limit: atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 100}, Global: true},
 		{Name: "LeasedUser", Limit: atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 40}, Lease: 10},
-		{Name: "LeasedGlobal", Limit: atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 1000}, Lease: 100},
+		{Name: "LeasedGlobal", Limit: atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 1000}, Global: true, Lease: 100},
 	}
 	b, err := st.Bind(rules)
 	if err != nil {

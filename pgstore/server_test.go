@@ -254,22 +254,37 @@ func TestInstancesKeepTheEnvelope(t *testing.T) {
 	}
 }
 
-// Keys as they come: one of 10 KB (stored as its SHA-256), two long keys that
-// differ only at the end, bytes that are not UTF-8, a NUL, the empty key:
-// each has its own bucket, and none makes a check fail.
+// Keys as they come: two of 200 bytes that differ only at the end (stored
+// as their SHA-256), one of MaxKeyLen bytes, bytes that are not UTF-8, a
+// NUL: each has its own bucket, and none makes a check fail. The empty key
+// and one of 10 KB are refused before the database is asked, as invalid
+// steps (before, a 1 MB key was denied as "deadline exceeded", and the empty
+// key was a bucket like any other).
 func TestHostileKeys(t *testing.T) {
 	srv := pgtest.Start(t)
 	_, st := open(t, srv, 4, Options{})
 	ctx := context.Background()
 	r := mustRule(t, "keys", atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 2})
-	long := strings.Repeat("x", 10_000)
-	for _, key := range []string{long + "a", long + "b", "\xff\xfe\x00", "a\x00b", "", "ключ"} {
+	long := strings.Repeat("x", 199)
+	for _, key := range []string{long + "a", long + "b", strings.Repeat("y", shared.MaxKeyLen), "\xff\xfe\x00", "a\x00b", "ключ"} {
 		for i := range 3 {
 			d, err := st.AllowN(ctx, r, key, 1)
 			if err != nil || d.Allowed != (i < 2) {
 				t.Fatalf("key %q (%d bytes), check %d: %+v, %v", key[:min(len(key), 8)], len(key), i, d, err)
 			}
 		}
+	}
+	calls := st.Stats().Calls
+	for _, key := range []string{"", strings.Repeat("z", 10_000)} {
+		if _, err := st.AllowN(ctx, r, key, 1); !errors.Is(err, shared.ErrInvalidStep) {
+			t.Errorf("AllowN with a key of %d bytes: %v, want ErrInvalidStep", len(key), err)
+		}
+		if res := st.Check(ctx, r, key, 1); res.Allowed || res.Degraded || !errors.Is(res.Err, shared.ErrInvalidStep) {
+			t.Errorf("Check with a key of %d bytes: %+v, want refused as an invalid step", len(key), res)
+		}
+	}
+	if st.Stats().Calls != calls {
+		t.Errorf("refused keys went to the database")
 	}
 }
 

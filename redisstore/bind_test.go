@@ -37,7 +37,7 @@ func TestBindAndCheck(t *testing.T) {
 	}
 	b, err := st.Bind([]shared.Rule{
 		{Name: "PerUser", Limit: atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 3}, Failure: shared.Failure{Mode: shared.FailLocal, Share: 0.5}},
-		{Name: "Global", Limit: atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 100}, Failure: shared.Failure{Mode: shared.FailAllow}},
+		{Name: "Global", Limit: atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 100}, Global: true, Failure: shared.Failure{Mode: shared.FailAllow}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -79,9 +79,9 @@ func TestBindLeased(t *testing.T) {
 	ctx := context.Background()
 	rules := []shared.Rule{
 		{Name: "LeasedUser", Limit: atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 40}, Lease: 10},
-		{Name: "LeasedGlobal", Limit: atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 1000}, Lease: 100,
+		{Name: "LeasedGlobal", Limit: atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 1000}, Global: true, Lease: 100,
 			Failure: shared.Failure{Mode: shared.FailAllow}},
-		{Name: "SmallGlobal", Limit: atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 5}, Lease: 5},
+		{Name: "SmallGlobal", Limit: atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 5}, Global: true, Lease: 5},
 	}
 	var stores []*Store
 	var bounds []*shared.Binding

@@ -23,6 +23,7 @@ func TestCluster(t *testing.T) {
 	perUser, _ := NewRule("PerUser", atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 5})
 	perUserDaily, _ := NewRule("PerUserDaily", atomicbucket.Limit{Tokens: 100, Period: 24 * time.Hour, Burst: 3})
 	global, _ := NewRule("Global", atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 4})
+	global = global.AsGlobal()
 
 	if a, b := slot(st.Key(perUser, "alice")), slot(st.Key(perUserDaily, "alice")); a != b {
 		t.Fatalf("one key's buckets in slots %d and %d", a, b)

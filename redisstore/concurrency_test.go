@@ -24,6 +24,7 @@ func TestInstancesStayInsideTheEnvelope(t *testing.T) {
 		t.Fatal(err)
 	}
 	global, err := NewRule("envglobal", atomicbucket.Limit{Tokens: 300, Period: time.Second, Burst: 20})
+	global = global.AsGlobal()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,9 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -166,5 +168,38 @@ func TestTierNamingABucketTwice(t *testing.T) {
 	}
 	if st.Stats().Calls != 0 {
 		t.Error("a tier naming a bucket twice went to Redis")
+	}
+}
+
+// Keys the shared APIs refuse before Redis is asked: the empty key for a
+// keyed rule, a key for a global one, and one of 1 MB (before, it was sent,
+// and denied as "deadline exceeded" when Redis could not take it in time).
+func TestKeysRefused(t *testing.T) {
+	srv := redistest.Start(t)
+	st, err := New(context.Background(), srv.Client(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	monitor := srv.Client(t)
+	ctx := context.Background()
+	r, _ := NewRule("keyed", atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 2})
+	g := r.AsGlobal()
+	before := redistest.ScriptCalls(t, monitor)
+	for _, c := range []Step{{Rule: r, Key: ""}, {Rule: r, Key: strings.Repeat("k", 1<<20)}, {Rule: g, Key: "alice"}} {
+		if _, err := st.AllowN(ctx, c.Rule, c.Key, 1); !errors.Is(err, shared.ErrInvalidStep) {
+			t.Errorf("AllowN(%s, a key of %d bytes): %v, want ErrInvalidStep", c.Rule.Name(), len(c.Key), err)
+		}
+		if res := st.Check(ctx, c.Rule, c.Key, 1); res.Allowed || res.Degraded || !errors.Is(res.Err, shared.ErrInvalidStep) {
+			t.Errorf("Check(%s, a key of %d bytes): %+v", c.Rule.Name(), len(c.Key), res)
+		}
+	}
+	if n := redistest.ScriptCalls(t, monitor) - before; n != 0 {
+		t.Errorf("%d script calls for refused keys", n)
+	}
+	if d, err := st.AllowN(ctx, g, "", 1); err != nil || !d.Allowed {
+		t.Errorf("a global rule's empty key: %+v, %v", d, err)
+	}
+	if d, err := st.AllowN(ctx, r, strings.Repeat("k", shared.MaxKeyLen), 1); err != nil || !d.Allowed {
+		t.Errorf("a key of MaxKeyLen bytes: %+v, %v", d, err)
 	}
 }

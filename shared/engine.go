@@ -25,6 +25,37 @@ type StoreRule struct {
 	n        Numbers
 	fallback *Fallback // decides when the store cannot
 	lease    int64     // > 0: checked through Bind from leases of at most lease tokens
+	global   bool      // one bucket, key "" (AsGlobal)
+}
+
+// AsGlobal returns a copy of r for a rule without keys: its one bucket's key
+// is "", and a check with another key is refused. A rule from NewStoreRule
+// is keyed: it refuses the empty key.
+func (r *StoreRule) AsGlobal() *StoreRule {
+	c := *r
+	c.global = true
+	return &c
+}
+
+// MaxKeyLen is the longest key a shared check takes, in bytes: what the
+// generated middleware's key sources return at most (limithttp.MaxKeyLen).
+// A longer one is refused before the store is asked.
+const MaxKeyLen = 256
+
+// checkKey refuses a key the rule cannot have: the empty key for a keyed
+// rule (a request without a key must be refused before the check, as the
+// middleware's missing_key does, not pooled in one bucket), another than ""
+// for a global one, and one longer than MaxKeyLen.
+func (c Call) checkKey() error {
+	switch {
+	case len(c.Key) > MaxKeyLen:
+		return fmt.Errorf("%w: a key of %d bytes for rule %s; at most %d", ErrInvalidStep, len(c.Key), c.Rule.name, MaxKeyLen)
+	case c.Rule.global && c.Key != "":
+		return fmt.Errorf("%w: rule %s has no keys, but a check named key %q", ErrInvalidStep, c.Rule.name, c.Key)
+	case !c.Rule.global && c.Key == "":
+		return fmt.Errorf("%w: the empty key for rule %s, which is keyed: refuse a request without a key before checking it", ErrInvalidStep, c.Rule.name)
+	}
+	return nil
 }
 
 // NewStoreRule computes the numbers of a shared rule named name (NewNumbers),
@@ -270,6 +301,11 @@ func (e *Engine) tier(ctx context.Context, calls []Call, mode Mode) (atomicbucke
 	if i := repeated(calls); i >= 0 {
 		return atomicbucket.Decision{}, i, fmt.Errorf("%s: %w: tier step %d names rule %s and its key again", e.b.Name(), ErrInvalidStep, i, calls[i].Rule.name)
 	}
+	for i, c := range calls {
+		if err := c.checkKey(); err != nil {
+			return atomicbucket.Decision{}, i, fmt.Errorf("%s: %w", e.b.Name(), err)
+		}
+	}
 	var buf [4]Call
 	cl := buf[:0]
 	group, node := e.b.Place(calls[0])
@@ -328,6 +364,9 @@ func (e *Engine) orderedTier(ctx context.Context, calls, clamped []Call) (atomic
 // one runs a single call's Tier in mode: the decision for c (clamped is c
 // with its cost clamped), or its node's error.
 func (e *Engine) one(ctx context.Context, c, clamped Call, mode Mode) (atomicbucket.Decision, error) {
+	if err := c.checkKey(); err != nil {
+		return atomicbucket.Decision{}, fmt.Errorf("%s: %w", e.b.Name(), err)
+	}
 	_, node := e.b.Place(c)
 	if !e.gate.Enter() {
 		return atomicbucket.Decision{}, ErrClosed
@@ -349,7 +388,7 @@ func (e *Engine) one(ctx context.Context, c, clamped Call, mode Mode) (atomicbuc
 // the rule's failure setting decide).
 func (e *Engine) AllowN(ctx context.Context, r *StoreRule, key string, cost int64) (atomicbucket.Decision, error) {
 	c := Call{r, key, cost}
-	if e.co != nil && cost >= 0 && cost <= r.n.Limit.Burst {
+	if e.co != nil && cost >= 0 && cost <= r.n.Limit.Burst && c.checkKey() == nil {
 		return e.co.Do(ctx, c)
 	}
 	return e.one(ctx, c, c.Clamped(), ModeTake)
@@ -403,6 +442,11 @@ func (e *Engine) CheckTier(ctx context.Context, calls []Call) (Result, int) {
 	}
 	if i := repeated(calls); i >= 0 {
 		return Result{Err: fmt.Errorf("%s: %w: tier step %d names rule %s and its key again", e.b.Name(), ErrInvalidStep, i, calls[i].Rule.name)}, i
+	}
+	for i, c := range calls { // the caller's mistake, not the store's: denied, no failure counted
+		if err := c.checkKey(); err != nil {
+			return Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}, Err: fmt.Errorf("%s: %w", e.b.Name(), err)}, i
+		}
 	}
 	g := e.guard
 	if g.Closed() {
@@ -618,6 +662,7 @@ func (e *Engine) Bind(rules []Rule) (Bound, error) {
 		if sr.Lease > 0 {
 			r.lease = min(sr.Lease, r.n.Limit.Burst)
 		}
+		r.global = sr.Global
 		bound[i], leased[i], fallbacks[i] = r, sr.Lease > 0, r.fallback
 	}
 	leases := NewLeases(leased, fallbacks, e.guard, func(rule int, key string) *Lease {
@@ -691,6 +736,11 @@ func (b *Binding) Check(ctx context.Context, steps []Step) (Result, int) {
 			return Result{Err: fmt.Errorf("%s: %w: step %d names rule %d of %d bound", b.e.b.Name(), ErrInvalidStep, i, s.Rule, len(b.rules))}, i
 		}
 	}
+	for i, s := range steps {
+		if err := (Call{b.rules[s.Rule], s.Key, s.Cost}).checkKey(); err != nil {
+			return Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}, Err: fmt.Errorf("%s: %w", b.e.b.Name(), err)}, i
+		}
+	}
 	if len(steps) > 0 {
 		if res, i, ok := b.leases.Check(ctx, steps); ok {
 			return res, i
@@ -708,6 +758,9 @@ func (b *Binding) Check(ctx context.Context, steps []Step) (Result, int) {
 func (b *Binding) CheckStep(ctx context.Context, step Step) Result {
 	if step.Rule < 0 || step.Rule >= len(b.rules) {
 		return Result{Err: fmt.Errorf("%s: %w: a step names rule %d of %d bound", b.e.b.Name(), ErrInvalidStep, step.Rule, len(b.rules))}
+	}
+	if err := (Call{b.rules[step.Rule], step.Key, step.Cost}).checkKey(); err != nil {
+		return Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}, Err: fmt.Errorf("%s: %w", b.e.b.Name(), err)}
 	}
 	if res, ok := b.leases.CheckStep(ctx, step); ok {
 		return res

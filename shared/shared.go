@@ -73,6 +73,10 @@ type Rule struct {
 	// of limitgen: regenerate it); zero Units on a greedy rule (a rule built
 	// by hand) are computed at Bind.
 	Units Units
+	// Global marks a rule without keys: its one bucket's key is "" and a
+	// check with another key is refused. A keyed rule (the default) refuses
+	// the empty key.
+	Global bool
 }
 
 // Step is one rule's part in a check: the index of the rule in the slice

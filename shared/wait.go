@@ -2,6 +2,7 @@ package shared
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -25,6 +26,9 @@ func Wait(ctx context.Context, b Bound, step Step) error {
 		res := b.CheckStep(ctx, step)
 		if res.Allowed {
 			return nil
+		}
+		if errors.Is(res.Err, ErrInvalidStep) { // a key the rule cannot have: waiting cannot help
+			return fmt.Errorf("shared: wait for %d tokens: %w", step.Cost, res.Err)
 		}
 		if res.RetryAfter == atomicbucket.Never {
 			return fmt.Errorf("shared: wait for %d tokens: %w", step.Cost, atomicbucket.ErrCostExceedsBurst)

@@ -226,6 +226,7 @@ var sharedRules = [8]shared.Rule{{
 	Failure: shared.Failure{
 		Mode: shared.FailAllow,
 	},
+	Global: true,
 	Units: shared.Units{
 		PerMicro: int64(1),
 		Emit:     int64(60000000),
@@ -259,7 +260,8 @@ var sharedRules = [8]shared.Rule{{
 	Failure: shared.Failure{
 		Mode: shared.FailAllow,
 	},
-	Lease: int64(100),
+	Lease:  int64(100),
+	Global: true,
 	Units: shared.Units{
 		PerMicro: int64(1),
 		Emit:     int64(60000000),

@@ -190,6 +190,7 @@ var sharedRules = [3]shared.Rule{{
 	Failure: shared.Failure{
 		Mode: shared.FailAllow,
 	},
+	Global: true,
 	Units: shared.Units{
 		PerMicro: int64(1),
 		Emit:     int64(1000),

@@ -896,6 +896,9 @@ func emitShared(m *model.Model) jen.Code {
 			if r.Lease > 0 {
 				rf = append(rf, field("Lease", jen.Lit(r.Lease)))
 			}
+			if r.KeyType == "" {
+				rf = append(rf, field("Global", jen.True()))
+			}
 			if u := r.Units[i]; u != (shared.Units{}) {
 				uf := []jen.Code{field("PerMicro", jen.Lit(u.PerMicro)), field("Emit", jen.Lit(u.Emit))}
 				if u.Exact {
