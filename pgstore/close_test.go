@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/limitgen/limitgen/internal/storetest"
@@ -25,4 +26,19 @@ func TestCloseUnderLoad(t *testing.T) {
 		pool = p
 		return st
 	}, func() int64 { return pool.Stat().AcquireCount() })
+}
+
+// The process's own overload is no failure of the database's: 64 callers on
+// a pool of one connection (with a 10 ms timeout; coalesced, the default)
+// never open the breaker (storetest.Overload).
+func TestOverloadIsNoStoreFailure(t *testing.T) {
+	srv := pgtest.Start(t)
+	storetest.Overload(t, func(t *testing.T, coalesce bool) storetest.Breakered {
+		opts := Options{Timeout: 10 * time.Millisecond} // a few round trips: 64 callers on one connection queue past it
+		if coalesce {
+			opts = Options{Coalesce: 256} // the default timeout: a batch is one statement and its commit
+		}
+		_, st := open(t, srv, 1, opts)
+		return st
+	})
 }

@@ -232,6 +232,11 @@ func checkName(name string) error {
 
 func (s *backend) Name() string { return "pgstore" }
 
+// Slots is how many statements go to the pool at once (shared.Slotted): its
+// MaxConns, so that a check waits for a connection in the engine, where the
+// wait is no failure of the database's.
+func (s *backend) Slots() int { return int(s.pool.Config().MaxConns) }
+
 // CheckRule refuses a name the r column does not take.
 func (s *backend) CheckRule(r *Rule) error { return checkName(r.Name()) }
 

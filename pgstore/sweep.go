@@ -25,7 +25,7 @@ func (s *backend) sweepAll(ctx context.Context) (int64, error) {
 	var total int64
 	for {
 		var tag pgconn.CommandTag
-		err := s.e.Within(func() (err error) {
+		err := s.e.Within(ctx, func() (err error) {
 			tag, err = s.pool.Exec(ctx, q, execMode, sweepBatch)
 			return err
 		})

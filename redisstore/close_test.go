@@ -3,9 +3,11 @@ package redisstore
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/limitgen/limitgen/internal/storetest"
 	"github.com/limitgen/limitgen/redisstore/internal/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // Close under load, from two goroutines, with and without coalescing: no
@@ -27,4 +29,25 @@ func TestCloseUnderLoad(t *testing.T) {
 		}
 		return st
 	}, func() int64 { return redistest.ScriptCalls(t, monitor) })
+}
+
+// The process's own overload is no failure of Redis's: 64 callers on a
+// client of one connection (with a 3 ms timeout; coalesced, the default)
+// never open the breaker (storetest.Overload).
+func TestOverloadIsNoStoreFailure(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Overload(t, func(t *testing.T, coalesce bool) storetest.Breakered {
+		opts := Options{Timeout: 3 * time.Millisecond} // a few round trips: 64 callers on one connection queue past it
+		if coalesce {
+			opts = Options{Coalesce: 256} // the default timeout: a batch of 256 checks is one script call of a few ms
+		}
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, PoolSize: 1, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		st, err := New(context.Background(), c, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		return st
+	})
 }

@@ -178,6 +178,19 @@ func (b *backend) key(r *Rule, key string) string {
 
 func (b *backend) Name() string { return "redisstore" }
 
+// Slots is how many calls go to the client at once (shared.Slotted): its
+// pool's size, on every master of a Cluster; 0 (no bound) for a client of
+// another kind.
+func (b *backend) Slots() int {
+	switch c := b.client.(type) {
+	case *redis.Client:
+		return c.Options().PoolSize
+	case *redis.ClusterClient:
+		return c.Options().PoolSize * max(len(c.Options().Addrs), 1)
+	}
+	return 0
+}
+
 // CheckRule accepts every rule: any name can be part of a key.
 func (b *backend) CheckRule(*Rule) error { return nil }
 

@@ -171,6 +171,16 @@ type Backend interface {
 	Place(c Call) (group uint32, node string)
 }
 
+// Slotted is implemented by a backend whose client holds a bounded pool of
+// connections: the Engine lets at most Slots calls go to the client at once,
+// and a check that cannot have one within the store's timeout is decided by
+// its failure setting with ErrOverload, which is no failure of the store's.
+// Without it a busy process's callers would queue inside the client, time
+// out there, and open the breaker against a healthy server.
+type Slotted interface {
+	Slots() int
+}
+
 // Stats counts what a store's checks did.
 type Stats struct {
 	Calls    int64 // checks that went to the store (a coalesced batch counts each of its checks)
@@ -189,6 +199,7 @@ type Engine struct {
 	b     Backend
 	guard *Guard
 	co    *Coalescer[Call] // nil unless Coalesce was called
+	slots chan struct{}    // one per call in flight to the client; nil: no bound (Slotted)
 
 	batches   atomic.Int64
 	gate      Gate // shut by Close: no more calls
@@ -206,6 +217,9 @@ func NewEngine(b Backend, timeout time.Duration, coalesce int) *Engine {
 		timeout = DefaultTimeout
 	}
 	e := &Engine{b: b, guard: NewGuard(timeout)}
+	if sb, ok := b.(Slotted); ok && sb.Slots() > 0 {
+		e.slots = make(chan struct{}, sb.Slots())
+	}
 	if coalesce > 0 {
 		e.co = NewCoalescer(coalesce, timeout, e.flush)
 	}
@@ -225,14 +239,60 @@ func (e *Engine) Stats() Stats {
 // it has called (a Cluster's masters each have their own).
 func (e *Engine) Breakers() []BreakerState { return e.guard.States() }
 
+// enter lets a call go to the server: the store is open and (Slotted) a
+// connection is free within the store's timeout. It returns the call's
+// context, bounded by the timeout from then on (a wait for a connection is
+// not the server's time), and its cancel, for leave. A call that cannot have
+// a connection in time fails with ErrOverload: it never left the process.
+func (e *Engine) enter(ctx context.Context) (context.Context, context.CancelFunc, error) {
+	if !e.gate.Enter() {
+		return nil, nil, ErrClosed
+	}
+	if e.slots != nil {
+		select {
+		case e.slots <- struct{}{}:
+		default:
+			wctx, wcancel := context.WithTimeout(ctx, e.guard.Timeout)
+			select {
+			case e.slots <- struct{}{}:
+				wcancel()
+			case <-wctx.Done():
+				wcancel()
+				e.gate.Leave()
+				return nil, nil, fmt.Errorf("%w: %w", ErrOverload, wctx.Err())
+			}
+		}
+	}
+	cctx, cancel := context.WithTimeout(ctx, e.guard.Timeout)
+	return cctx, cancel, nil
+}
+
+// leave ends a call enter let through.
+func (e *Engine) leave(cancel context.CancelFunc) {
+	cancel()
+	if e.slots != nil {
+		<-e.slots
+	}
+	e.gate.Leave()
+}
+
 // Within runs fn, a call of the store's own to its server outside the
-// engine (a sweep), unless the store is closed (ErrClosed): Close waits for
-// it.
-func (e *Engine) Within(fn func() error) error {
+// engine (a sweep), as the engine's calls go: not after Close (ErrClosed),
+// which waits for it, and (Slotted) holding one of the client's connections,
+// waiting for it within ctx.
+func (e *Engine) Within(ctx context.Context, fn func() error) error {
 	if !e.gate.Enter() {
 		return ErrClosed
 	}
 	defer e.gate.Leave()
+	if e.slots != nil {
+		select {
+		case e.slots <- struct{}{}:
+			defer func() { <-e.slots }()
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %w", ErrOverload, ctx.Err())
+		}
+	}
 	return fn()
 }
 
@@ -322,11 +382,12 @@ func (e *Engine) tier(ctx context.Context, calls []Call, mode Mode) (atomicbucke
 		}
 		return e.orderedTier(ctx, calls, cl)
 	}
-	if !e.gate.Enter() {
-		return atomicbucket.Decision{}, -1, ErrClosed
+	cctx, cancel, err := e.enter(ctx)
+	if err != nil {
+		return atomicbucket.Decision{}, -1, err
 	}
-	r, err := e.b.Tier(ctx, cl, mode)
-	e.gate.Leave()
+	r, err := e.b.Tier(cctx, cl, mode)
+	e.leave(cancel)
 	if err != nil {
 		return atomicbucket.Decision{}, -1, &NodeError{node, err}
 	}
@@ -368,11 +429,12 @@ func (e *Engine) one(ctx context.Context, c, clamped Call, mode Mode) (atomicbuc
 		return atomicbucket.Decision{}, fmt.Errorf("%s: %w", e.b.Name(), err)
 	}
 	_, node := e.b.Place(c)
-	if !e.gate.Enter() {
-		return atomicbucket.Decision{}, ErrClosed
+	cctx, cancel, err := e.enter(ctx)
+	if err != nil {
+		return atomicbucket.Decision{}, err
 	}
-	r, err := e.b.Tier(ctx, []Call{clamped}, mode)
-	e.gate.Leave()
+	r, err := e.b.Tier(cctx, []Call{clamped}, mode)
+	e.leave(cancel)
 	if err != nil {
 		return atomicbucket.Decision{}, &NodeError{node, err}
 	}
@@ -479,16 +541,16 @@ func (e *Engine) CheckTier(ctx context.Context, calls []Call) (Result, int) {
 		nodes, breakers, probes = append(nodes, node), append(breakers, b), append(probes, probe)
 	}
 	g.Count(1, false)
-	cctx, cancel := context.WithTimeout(ctx, g.Timeout)
+	// Each call bounds its wait for the server by the store's timeout (enter),
+	// and a coalesced check its wait in the queue (Coalescer.Do).
 	var d atomicbucket.Decision
 	var i int
 	var err error
 	if len(calls) == 1 {
-		d, err = e.AllowN(cctx, calls[0].Rule, calls[0].Key, calls[0].Cost)
+		d, err = e.AllowN(ctx, calls[0].Rule, calls[0].Key, calls[0].Cost)
 	} else {
-		d, i, err = e.tier(cctx, calls, ModeTake)
+		d, i, err = e.tier(ctx, calls, ModeTake)
 	}
-	cancel()
 	if err != nil {
 		// The server that failed takes the failure; the others' probes end.
 		var ne *NodeError
@@ -564,10 +626,10 @@ func (e *Engine) flush(ctx context.Context, batch []*Pending[Call]) {
 	send := func(pt *part) {
 		e.batches.Add(1)
 		var replies [][]Reply
-		err := ErrClosed
-		if e.gate.Enter() {
-			replies, err = e.b.Each(ctx, pt.groups)
-			e.gate.Leave()
+		cctx, cancel, err := e.enter(ctx)
+		if err == nil {
+			replies, err = e.b.Each(cctx, pt.groups)
+			e.leave(cancel)
 		}
 		if err == nil && len(replies) != len(pt.groups) {
 			err = fmt.Errorf("%s: %d replies for %d groups", e.b.Name(), len(replies), len(pt.groups))
@@ -606,12 +668,13 @@ func (e *Engine) NewLease(r *StoreRule, key string, maxBatch int64) *Lease {
 	c := Call{r, key, 0}
 	_, node := e.b.Place(c)
 	l := NewLease(func(ctx context.Context, cost, want int64, prev Settlement) (Granted, error) {
-		if !e.gate.Enter() {
-			return Granted{}, ErrClosed
+		cctx, cancel, err := e.enter(ctx)
+		if err != nil {
+			return Granted{}, err
 		}
-		defer e.gate.Leave()
+		defer e.leave(cancel)
 		c := Call{r, key, cost}
-		lr, err := e.b.Lease(ctx, c.Clamped(), want, prev)
+		lr, err := e.b.Lease(cctx, c.Clamped(), want, prev)
 		if err != nil {
 			return Granted{}, err
 		}

@@ -225,11 +225,12 @@ func (g *Guard) Closed() bool { return g.closed.Load() }
 
 // failed records a call to node that failed: a failure of the server's,
 // unless the caller's own context had ended (a client that went away, a
-// deadline shorter than the guard's timeout) or the store was closed, which
-// say nothing of the server: then only a probe's turn ends. Otherwise callers
+// deadline shorter than the guard's timeout), the check never left the
+// process (ErrOverload) or the store was closed, which say nothing of the
+// server: then only a probe's turn ends. Otherwise callers
 // that give up could open the breaker for everyone.
 func (g *Guard) failed(ctx context.Context, b *Breaker, err error, probe bool) {
-	if ctx.Err() != nil || errors.Is(err, ErrClosed) {
+	if ctx.Err() != nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrOverload) {
 		b.EndProbe(probe)
 		return
 	}
@@ -276,7 +277,7 @@ func (g *Guard) States() []BreakerState {
 
 // ErrorClass names the kind of a shared check's error, for metrics and logs
 // (a bounded set, unlike error strings): "circuit_open", "closed",
-// "no_store", "lease_wait", "timeout", "canceled", "invalid" (a step the
+// "no_store", "lease_wait", "overload", "timeout", "canceled", "invalid" (a step the
 // store refused: a bucket named twice, a rule not bound), "store" for any
 // other error of the store's, and "" for nil.
 func ErrorClass(err error) string {
@@ -291,6 +292,8 @@ func ErrorClass(err error) string {
 		return "no_store"
 	case errors.Is(err, ErrLeaseWait):
 		return "lease_wait"
+	case errors.Is(err, ErrOverload):
+		return "overload"
 	case IsTimeout(err):
 		return "timeout"
 	case errors.Is(err, context.Canceled):
@@ -317,3 +320,10 @@ func IsTimeout(err error) bool {
 	var te interface{ Timeout() bool }
 	return errors.As(err, &te) && te.Timeout()
 }
+
+// ErrOverload wraps the error of a check that ran out of time in this
+// process, before it reached the store: queued for one of the store's
+// connections (Engine's slots) or for a coalesced call. The failure setting
+// decides it, but it is no failure of the store's: a busy process does not
+// open the breaker against a healthy server.
+var ErrOverload = errors.New("overloaded: the check waited in this process past the store's timeout")

@@ -1,0 +1,106 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/shared"
+)
+
+// Breakered is a store that reports its breakers (shared.Engine.Breakers).
+type Breakered interface {
+	Closer
+	Breakers() []shared.BreakerState
+}
+
+// Overload: 64 callers check a bound rule on a healthy server for two
+// seconds, on a store made by open (coalescing or not) whose client has one
+// connection (not coalescing, with a timeout of a few round trips): the
+// process, not the server, is the bottleneck, as in a service whose callers
+// outnumber its pool. Checks that run out of time before they reach the server are decided
+// by the failure setting with shared.ErrOverload, and no breaker opens
+// (sampled every 5 ms): the process's own overload is no failure of the
+// store's. (Before, the wait was inside the client's pool, its deadline
+// counted as the server's failure, and the breaker opened.)
+func Overload(t *testing.T, open func(t *testing.T, coalesce bool) Breakered) {
+	for _, coalesce := range []bool{false, true} {
+		name := "direct"
+		if coalesce {
+			name = "coalesced"
+		}
+		t.Run(name, func(t *testing.T) {
+			st := open(t, coalesce)
+			b, err := st.Bind([]shared.Rule{{Name: "overload_" + name, Limit: atomicbucket.Limit{Tokens: 1e6, Period: time.Second, Burst: 1e6}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			var decided, overload, timeout, other atomic.Int64
+			var opened atomic.Int64
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for i := range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					key := []string{"a", "b", "c", "d"}[i%4]
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						res := b.CheckStep(ctx, shared.Step{Rule: 0, Key: key, Cost: 1})
+						switch {
+						case !res.Degraded:
+							decided.Add(1)
+						case errors.Is(res.Err, shared.ErrOverload):
+							overload.Add(1)
+						case shared.IsTimeout(res.Err):
+							timeout.Add(1)
+						default:
+							other.Add(1)
+						}
+					}
+				}()
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tick := time.NewTicker(5 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+						for _, br := range st.Breakers() {
+							if br.Open {
+								opened.Add(1)
+							}
+						}
+					}
+				}
+			}()
+			time.Sleep(2 * time.Second)
+			close(stop)
+			wg.Wait()
+			t.Logf("64 callers for 2 s: %d decided by the store, %d waited past the timeout in the process (overload), %d timed out at the server, %d other; breaker seen open %d times",
+				decided.Load(), overload.Load(), timeout.Load(), other.Load(), opened.Load())
+			if opened.Load() != 0 {
+				t.Errorf("a breaker opened %d times against a healthy server", opened.Load())
+			}
+			if decided.Load() == 0 || other.Load() != 0 {
+				t.Errorf("%d decided, %d failed otherwise", decided.Load(), other.Load())
+			}
+			if !coalesce && overload.Load() == 0 {
+				t.Errorf("no check waited past the timeout: the test did not overload the process")
+			}
+		})
+	}
+}
