@@ -466,7 +466,7 @@ func TestRestartUnderLoad(t *testing.T) {
 
 // A check whose row another transaction holds locked waits at most the
 // store's timeout, then its failure setting decides; when the database is
-// gone, after 5 failures the breaker answers without trying it (ErrCircuitOpen).
+// gone, after 5 failures the breaker answers without trying it (shared.ErrCircuitOpen).
 func TestFailures(t *testing.T) {
 	srv := pgtest.Start(t)
 	ctx := context.Background()
@@ -497,11 +497,11 @@ func TestFailures(t *testing.T) {
 	srv.Stop()
 	deny := mustRule(t, "deny", atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 10})
 	for i := range shared.BreakerFailures {
-		if res := st.Check(ctx, deny, "k", 1); res.Allowed || !res.Degraded || errors.Is(res.Err, ErrCircuitOpen) {
+		if res := st.Check(ctx, deny, "k", 1); res.Allowed || !res.Degraded || errors.Is(res.Err, shared.ErrCircuitOpen) {
 			t.Fatalf("check %d with the server gone: %+v", i, res)
 		}
 	}
-	if res := st.Check(ctx, deny, "k", 1); res.Allowed || !res.Degraded || !errors.Is(res.Err, ErrCircuitOpen) {
+	if res := st.Check(ctx, deny, "k", 1); res.Allowed || !res.Degraded || !errors.Is(res.Err, shared.ErrCircuitOpen) {
 		t.Fatalf("after %d failures: %+v, want the breaker's denial", shared.BreakerFailures, res)
 	}
 }

@@ -82,36 +82,15 @@ type backend struct {
 	closed atomic.Bool // Close was called: no more background sweeps start
 }
 
-// Type aliases: a store's rules, steps, results and failure settings are
-// package shared's.
+// Rule is a shared rule prepared for the store (NewRule), and Step one
+// rule's part in a tier request (shared.StoreRule, shared.Call).
 type (
-	// Rule is a shared rule prepared for the store (NewRule).
 	Rule = shared.StoreRule
-	// Step is one rule's part in a tier request: its bucket for Key,
-	// charged Cost.
 	Step = shared.Call
-	// Result is a shared check's outcome: the decision, and whether the
-	// database made it.
-	Result      = shared.Result
-	Stats       = shared.Stats
-	FailureMode = shared.FailureMode
-	Failure     = shared.Failure
-	Lease       = shared.Lease
 )
 
-const (
-	FailDeny  = shared.FailDeny
-	FailAllow = shared.FailAllow
-	FailLocal = shared.FailLocal
-)
-
-// ErrCircuitOpen is the Result.Err of a check the breaker answered without
-// asking the database; ErrInvalidRule is wrapped by the errors of a rule the
-// store cannot hold.
-var (
-	ErrCircuitOpen = shared.ErrCircuitOpen
-	ErrInvalidRule = shared.ErrInvalidRule
-)
+// ErrInvalidRule wraps the errors of a rule the store cannot hold.
+var ErrInvalidRule = shared.ErrInvalidRule
 
 var tableName = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,40}\.)?[a-z_][a-z0-9_]{0,40}$`)
 

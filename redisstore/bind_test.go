@@ -154,7 +154,7 @@ func TestBindLeased(t *testing.T) {
 
 	// Redis gone: dave's lease spends what it holds, then LeasedUser's
 	// failure setting (deny) decides.
-	b.Leases().SetMax(MaxLeases)
+	b.Leases().SetMax(shared.MaxLeases)
 	dave := []shared.Step{{Rule: 0, Key: "dave", Cost: 1}}
 	for range 4 { // batches of 1, then 2: dave's lease holds tokens
 		if res, _ := b.Check(ctx, dave); !res.Allowed {

@@ -30,9 +30,9 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deny, _ := base.WithFailure(Failure{Mode: FailDeny})
-	allow, _ := base.WithFailure(Failure{Mode: FailAllow})
-	local, err := base.WithFailure(Failure{Mode: FailLocal, Share: 0.5})
+	deny, _ := base.WithFailure(shared.Failure{Mode: shared.FailDeny})
+	allow, _ := base.WithFailure(shared.Failure{Mode: shared.FailAllow})
+	local, err := base.WithFailure(shared.Failure{Mode: shared.FailLocal, Share: 0.5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	}
 	calls := st.Stats().Calls
 	for range 100 {
-		if res := st.Check(ctx, deny, "k", 1); res.Err != ErrCircuitOpen {
+		if res := st.Check(ctx, deny, "k", 1); res.Err != shared.ErrCircuitOpen {
 			t.Fatalf("with the breaker open: %+v", res)
 		}
 	}
@@ -72,7 +72,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 
 	srv.Restart(t) // the same port, empty: its state is lost, and the limit starts again full
 	time.Sleep(shared.BreakerPause + 50*time.Millisecond)
-	var res Result
+	var res shared.Result
 	for i := 0; i < 50; i++ { // the probe may meet the pool's dead connections first
 		if res = st.Check(ctx, deny, "k", 1); !res.Degraded {
 			break
@@ -114,7 +114,7 @@ func TestSilentRedisTimesOut(t *testing.T) {
 	}
 	st := newStore(c, false, Options{Timeout: 50 * time.Millisecond})
 	r, _ := NewRule("silent", atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 1})
-	r, _ = r.WithFailure(Failure{Mode: FailAllow})
+	r, _ = r.WithFailure(shared.Failure{Mode: shared.FailAllow})
 	start = time.Now()
 	res := st.Check(context.Background(), r, "k", 1)
 	if elapsed := time.Since(start); !res.Degraded || !res.Allowed || elapsed > 5*time.Second {

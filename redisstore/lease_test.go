@@ -42,7 +42,7 @@ func TestLeasesStayInsideTheEnvelope(t *testing.T) {
 			start := admin.Time(ctx).Val()
 			var admitted, decisions, calls atomic.Int64
 			var wg sync.WaitGroup
-			var leases []*Lease
+			var leases []*shared.Lease
 			for range 4 {
 				cl := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
 				t.Cleanup(func() { cl.Close() })
@@ -201,16 +201,16 @@ func TestLeaseWaitIsNoRedisFailure(t *testing.T) {
 	}
 	r, _ := NewRule("wait", atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 10})
 	l := st.NewLease(r, "k", 10)
-	check := func(ctx context.Context) Result {
+	check := func(ctx context.Context) shared.Result {
 		return st.CheckLease(ctx, l, r, "k", 1)
 	}
 	if err := srv.Client(t).Do(context.Background(), "CLIENT", "PAUSE", "20", "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
-	first := make(chan Result, 1)
+	first := make(chan shared.Result, 1)
 	go func() { first <- check(context.Background()) }() // the refill, held up by the pause
 	time.Sleep(5 * time.Millisecond)
-	results := make(chan Result, 2*shared.BreakerFailures)
+	results := make(chan shared.Result, 2*shared.BreakerFailures)
 	for range 2 * shared.BreakerFailures {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)

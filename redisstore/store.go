@@ -60,45 +60,21 @@ type backend struct {
 // DefaultPrefix starts every key the store writes.
 const DefaultPrefix = "limitgen:"
 
-// Type aliases: a store's rules, steps, results and failure settings are
-// package shared's.
+// Rule is a shared rule prepared for the store (NewRule), and Step one
+// rule's part in a tier request: package shared's, as are the results and
+// failure settings (shared.Result, shared.Failure, shared.ErrCircuitOpen).
 type (
-	// Rule is a shared rule prepared for the store (NewRule).
 	Rule = shared.StoreRule
-	// Step is one rule's part in a tier request: its bucket for Key,
-	// charged Cost.
 	Step = shared.Call
-	// Result is a shared check's outcome: the decision, and whether Redis
-	// made it.
-	Result      = shared.Result
-	Stats       = shared.Stats
-	FailureMode = shared.FailureMode
-	Failure     = shared.Failure
-	Lease       = shared.Lease
 )
 
-const (
-	FailDeny  = shared.FailDeny
-	FailAllow = shared.FailAllow
-	FailLocal = shared.FailLocal
-)
-
-// ErrCircuitOpen is the Result.Err of a check a breaker answered without
-// asking Redis; ErrInvalidRule is wrapped by the errors of a rule the store
-// cannot hold.
-var (
-	ErrCircuitOpen = shared.ErrCircuitOpen
-	ErrInvalidRule = shared.ErrInvalidRule
-)
+// ErrInvalidRule is wrapped by the errors of a rule the store cannot hold.
+var ErrInvalidRule = shared.ErrInvalidRule
 
 // MaxRelativeError is the most a rule's admitted rate may fall below the
 // written one when its numbers cannot be held exactly (the same bound as the
 // local runtime's).
 const MaxRelativeError = atomicbucket.MaxRelativeError
-
-// MaxLeases is how many leases (a leased rule and a key) a bound package
-// keeps (shared.MaxLeases).
-const MaxLeases = shared.MaxLeases
 
 // NewRule computes the units of a shared rule named name
 // (shared.MicroUnits, with which the generator checks a policy's shared
@@ -150,6 +126,13 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 		err = s.b.cluster.ForEachMaster(lctx, func(ctx context.Context, c *redis.Client) error {
 			return s.b.check.Load(ctx, c).Err()
 		})
+		if err == nil {
+			// A Cluster client asks a node for COMMAND's table before its
+			// first routed command, once: ask now, while every master
+			// answers, not during the first check (which a stalled master
+			// then holds up past every timeout).
+			err = s.b.cluster.Do(lctx, "PING").Err()
+		}
 	} else {
 		err = s.b.check.Load(lctx, client).Err()
 	}
