@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/limitgen/limitgen/shared"
 )
@@ -64,12 +63,5 @@ func (s *backend) eachAt(ctx context.Context, calls []shared.Call, at *int64) ([
 		return nil, err
 	}
 	s.maybeSweep()
-	if len(res) != 4*len(calls) {
-		return nil, fmt.Errorf("pgstore: the batch function returned %d values for %d checks, want 4 each", len(res), len(calls))
-	}
-	out := make([]shared.Reply, len(calls))
-	for j := range calls {
-		out[j] = shared.Reply{Allowed: res[4*j] == 1, Ahead: res[4*j+1], Excess: res[4*j+2], Since: res[4*j+3]}
-	}
-	return out, nil
+	return shared.EachReply(res, len(calls))
 }

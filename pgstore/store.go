@@ -271,10 +271,7 @@ func (s *backend) tierAt(ctx context.Context, calls []shared.Call, mode shared.M
 	if err != nil {
 		return shared.Reply{}, err
 	}
-	if len(res) != 5 || res[1] < 1 || int(res[1]) > len(calls) {
-		return shared.Reply{}, errReply(res)
-	}
-	return shared.Reply{Allowed: res[0] == 1, Index: int(res[1]) - 1, Ahead: res[2], Excess: res[3], Since: res[4]}, nil
+	return shared.TierReply(res, len(calls))
 }
 
 // exec runs the one-bucket function on c in mode (0 decide, 1 take, 2
@@ -337,16 +334,5 @@ func (s *backend) leaseAt(ctx context.Context, c shared.Call, want int64, prev s
 	if err != nil {
 		return shared.LeaseReply{}, err
 	}
-	if len(res) != 7 {
-		return shared.LeaseReply{}, errReply(res)
-	}
-	return shared.LeaseReply{
-		Reply:  shared.Reply{Allowed: res[0] == 1, Ahead: res[2], Excess: res[3], Since: res[4]},
-		Second: res[5], Usec: res[6],
-	}, nil
-}
-
-// errReply reports a function reply of the wrong shape.
-func errReply(res []int64) error {
-	return fmt.Errorf("pgstore: the check function returned %v, want {allowed, index, ahead, excess, since}", res)
+	return shared.LeaseReplyOf(res)
 }

@@ -2,7 +2,6 @@ package redisstore
 
 import (
 	"context"
-	"fmt"
 	"slices"
 
 	"github.com/limitgen/limitgen/shared"
@@ -46,7 +45,7 @@ func (b *backend) pipelined(ctx context.Context, groups [][]shared.Call, reload 
 		if err != nil {
 			return nil, err
 		}
-		if out[i], err = eachReplies(res, len(groups[i])); err != nil {
+		if out[i], err = shared.EachReply(res, len(groups[i])); err != nil {
 			return nil, err
 		}
 	}
@@ -101,16 +100,5 @@ func (b *backend) eachAt(ctx context.Context, calls []shared.Call, now ...any) (
 	if err != nil {
 		return nil, err
 	}
-	return eachReplies(res, len(calls))
-}
-
-func eachReplies(res []int64, n int) ([]shared.Reply, error) {
-	if len(res) != 4*n {
-		return nil, fmt.Errorf("redisstore: the script returned %d values for %d checks, want 4 each", len(res), n)
-	}
-	out := make([]shared.Reply, n)
-	for i := range out {
-		out[i] = shared.Reply{Allowed: res[4*i] == 1, Ahead: res[4*i+1], Excess: res[4*i+2], Since: res[4*i+3]}
-	}
-	return out, nil
+	return shared.EachReply(res, len(calls))
 }

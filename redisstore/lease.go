@@ -28,11 +28,5 @@ func (b *backend) leaseAt(ctx context.Context, c shared.Call, want int64, prev s
 	if err != nil {
 		return shared.LeaseReply{}, err
 	}
-	if len(res) != 7 {
-		return shared.LeaseReply{}, errScript(res)
-	}
-	return shared.LeaseReply{
-		Reply:  shared.Reply{Allowed: res[0] == 1, Ahead: res[2], Excess: res[3], Since: res[4]},
-		Second: res[5], Usec: res[6],
-	}, nil
+	return shared.LeaseReplyOf(res)
 }

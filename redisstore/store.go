@@ -223,13 +223,5 @@ func (b *backend) tierAt(ctx context.Context, calls []shared.Call, mode shared.M
 	if err != nil {
 		return shared.Reply{}, err
 	}
-	if len(res) != 5 || res[1] < 1 || int(res[1]) > len(calls) {
-		return shared.Reply{}, errScript(res)
-	}
-	return shared.Reply{Allowed: res[0] == 1, Index: int(res[1]) - 1, Ahead: res[2], Excess: res[3], Since: res[4]}, nil
-}
-
-// errScript reports a script reply of the wrong shape.
-func errScript(res []int64) error {
-	return fmt.Errorf("redisstore: the script returned %v, want {allowed, index, ahead, excess, since}", res)
+	return shared.TierReply(res, len(calls))
 }

@@ -830,3 +830,41 @@ func (b *Binding) CheckStep(ctx context.Context, step Step) Result {
 	}
 	return b.e.Check(ctx, b.rules[step.Rule], step.Key, step.Cost)
 }
+
+// The replies of both stores' server code (the Lua script, the PL/pgSQL
+// functions) are arrays of integers in one form, which these read:
+//
+//	a tier:      {allowed (1 or 0), index (1-based), ahead, excess, since}
+//	each check:  {allowed, ahead, excess, since} per check, in order
+//	a lease:     {allowed, index, ahead, excess (granted when allowed), since, second, usec}
+
+// TierReply reads a tier's reply for n calls.
+func TierReply(res []int64, n int) (Reply, error) {
+	if len(res) != 5 || res[1] < 1 || res[1] > int64(n) {
+		return Reply{}, fmt.Errorf("the store replied %v to a check of %d buckets, want {allowed, index, ahead, excess, since}", res, n)
+	}
+	return Reply{Allowed: res[0] == 1, Index: int(res[1]) - 1, Ahead: res[2], Excess: res[3], Since: res[4]}, nil
+}
+
+// EachReply reads the reply to n checks decided each on its own.
+func EachReply(res []int64, n int) ([]Reply, error) {
+	if len(res) != 4*n {
+		return nil, fmt.Errorf("the store replied %d values for %d checks, want 4 each", len(res), n)
+	}
+	out := make([]Reply, n)
+	for i := range out {
+		out[i] = Reply{Allowed: res[4*i] == 1, Ahead: res[4*i+1], Excess: res[4*i+2], Since: res[4*i+3]}
+	}
+	return out, nil
+}
+
+// LeaseReplyOf reads a lease call's reply.
+func LeaseReplyOf(res []int64) (LeaseReply, error) {
+	if len(res) != 7 {
+		return LeaseReply{}, fmt.Errorf("the store replied %v to a lease call, want 7 values", res)
+	}
+	return LeaseReply{
+		Reply:  Reply{Allowed: res[0] == 1, Ahead: res[2], Excess: res[3], Since: res[4]},
+		Second: res[5], Usec: res[6],
+	}, nil
+}
