@@ -138,9 +138,12 @@ func randomPolicies(t *testing.T, n int) []string {
 		if plans {
 			b.WriteString(pick("plans: [free, pro]\n", "plans: [free, pro]\n", "plans: [free, Free]\n"))
 		}
+		allShared := rng.IntN(3) == 0 // a tier is all shared or all local
+		if allShared {
+			b.WriteString("namespace: random\n")
+		}
 		b.WriteString("rules:\n")
 		nrules := 1 + rng.IntN(4)
-		allShared := rng.IntN(3) == 0 // a tier is all shared or all local
 		var names, keyTypes []string
 		for i := range nrules {
 			name := fmt.Sprintf("R%d", i)

@@ -45,7 +45,7 @@ func (s *backend) eachAt(ctx context.Context, calls []shared.Call, at *int64) ([
 		bk := bucket{c.Rule, c.Key}
 		i, ok := index[bk]
 		if !ok {
-			names = append(names, bk.rule.Name())
+			names = append(names, s.ns+bk.rule.Name())
 			keys = append(keys, rowKey(bk.key))
 			v = values(v, shared.Call{Rule: bk.rule, Key: bk.key})
 			i = int32(len(names))

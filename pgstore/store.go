@@ -22,6 +22,10 @@ import (
 
 // Options configure a Store.
 type Options struct {
+	// Namespace, when set, starts the rule name of every row the store
+	// writes ({Namespace}/{rule}), before the policy's own namespace: stores
+	// of two environments (or tenants) in one table never share a bucket.
+	Namespace string
 	// Table is the buckets' table, optionally schema-qualified
 	// ("limits.api_buckets"); its check functions are the same name with
 	// "_check", "_check_tier" and "_check_each". Lower-case letters, digits
@@ -69,6 +73,7 @@ type Store struct {
 type backend struct {
 	e      *shared.Engine
 	pool   *pgxpool.Pool
+	ns     string // Options.Namespace and "/", or "": before every row's rule name
 	table  string
 	fn     string
 	class  int32  // the advisory lock class that serialises the schema's creation
@@ -119,6 +124,11 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	if len(reserved) > 0 {
 		return nil, fmt.Errorf("pgstore: table name %q: %q is a reserved word in PostgreSQL (every statement would need it quoted); choose another, such as limitgen_%[2]s", opts.Table, reserved[0])
 	}
+	if opts.Namespace != "" {
+		if err := shared.CheckNamespace(opts.Namespace); err != nil {
+			return nil, fmt.Errorf("pgstore: Options.Namespace: %w", err)
+		}
+	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
@@ -128,6 +138,9 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	h := fnv.New32a()
 	h.Write([]byte(opts.Table))
 	b := &backend{pool: pool, table: opts.Table, fn: opts.Table + "_check", class: int32(h.Sum32()), unlog: opts.Unlogged, sweep: opts.SweepEvery}
+	if opts.Namespace != "" {
+		b.ns = opts.Namespace + "/"
+	}
 	b.e = shared.NewEngine(b, opts.Timeout, opts.Coalesce)
 	s := &Store{Engine: b.e, b: b}
 	if err := b.create(ctx, opts.NoCreate); err != nil {
@@ -187,10 +200,10 @@ func (s *backend) statements() []string { return schema(s.table, s.fn, s.unlog) 
 // Table is the store's table.
 func (s *Store) Table() string { return s.b.table }
 
-var ruleName = regexp.MustCompile(`^[A-Za-z0-9_.:-]{1,100}$`)
+var ruleName = regexp.MustCompile(`^[A-Za-z0-9_.:/-]{1,200}$`)
 
 // NewRule computes the numbers of a shared rule named name (letters, digits,
-// and _ . : -), or says why the store cannot hold it.
+// and _ . : / -), or says why the store cannot hold it.
 func NewRule(name string, l atomicbucket.Limit) (*Rule, error) {
 	r, err := shared.NewStoreRule(name, l)
 	if err == nil {
@@ -204,7 +217,7 @@ func NewRule(name string, l atomicbucket.Limit) (*Rule, error) {
 
 func checkName(name string) error {
 	if !ruleName.MatchString(name) {
-		return fmt.Errorf("name %q: want 1 to 100 letters, digits, _ . : or -", name)
+		return fmt.Errorf("name %q: want 1 to 200 letters, digits, _ . : / or -", name)
 	}
 	return nil
 }
@@ -280,7 +293,7 @@ func (s *backend) exec(ctx context.Context, c shared.Call, mode int32, at *int64
 	var v [8]int64
 	values(v[:0], c)
 	var res []int64
-	err := s.pool.QueryRow(ctx, s.one, execMode, c.Rule.Name(), rowKey(c.Key),
+	err := s.pool.QueryRow(ctx, s.one, execMode, s.ns+c.Rule.Name(), rowKey(c.Key),
 		v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], mode, at, want, prev.Second, prev.Size, prev.Unspent).Scan(&res)
 	if err != nil {
 		return nil, err
@@ -296,7 +309,7 @@ func (s *backend) execTier(ctx context.Context, calls []shared.Call, mode int32,
 	ord := make([]int32, len(calls))
 	v := make([]int64, 0, 8*len(calls))
 	for i, c := range calls {
-		names[i] = c.Rule.Name()
+		names[i] = s.ns + c.Rule.Name()
 		keys[i] = rowKey(c.Key)
 		ord[i] = int32(i + 1)
 		v = values(v, c)

@@ -88,3 +88,13 @@ func TestMatchesReference(t *testing.T) {
 	})
 	t.Run("lease-expiry", func(t *testing.T) { storetest.LeaseExpiry(t, atStore(st)) })
 }
+
+// Two namespaces never share a bucket (storetest.Namespaces): rows of one
+// table, told apart by their rule names.
+func TestNamespaces(t *testing.T) {
+	srv := pgtest.Start(t)
+	storetest.Namespaces(t, func(t *testing.T, ns string) shared.Store {
+		_, st := open(t, srv, 2, Options{Namespace: ns})
+		return st
+	})
+}

@@ -28,6 +28,11 @@ import (
 
 // Options configure a Store. The zero Options are the defaults.
 type Options struct {
+	// Namespace, when set, is part of every key the store writes
+	// (limitgen:{Namespace}:{key}:rule), after the policy's own namespace in
+	// the rule's name: stores of two environments (or tenants) on one Redis
+	// never share a bucket.
+	Namespace string
 	// Timeout bounds a check's wait for Redis when the caller's context
 	// allows longer. Default DefaultTimeout.
 	Timeout time.Duration
@@ -92,7 +97,8 @@ func NewRule(name string, l atomicbucket.Limit) (*Rule, error) {
 }
 
 // New returns a store over client (single server, Sentinel or Cluster through
-// go-redis's UniversalClient), writing keys under DefaultPrefix. It fails
+// go-redis's UniversalClient), writing keys under DefaultPrefix and
+// opts.Namespace. It fails
 // when Redis does not answer within opts.Timeout (or ctx, if sooner; it loads
 // the script, on every master of a Cluster), with an error naming the
 // address: a service then knows at start that its shared limits have no
@@ -116,6 +122,11 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 	}
 	if !enabled {
 		return nil, errors.New("redisstore: the Redis client must be created with ContextTimeoutEnabled: true, so that a check's deadline bounds its wait for Redis")
+	}
+	if opts.Namespace != "" {
+		if err := shared.CheckNamespace(opts.Namespace); err != nil {
+			return nil, fmt.Errorf("redisstore: Options.Namespace: %w", err)
+		}
 	}
 	s := newStore(client, false, opts)
 	timeout := s.Timeout()
@@ -146,7 +157,11 @@ func newStore(client redis.UniversalClient, explicitNow bool, opts Options) *Sto
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout
 	}
-	b := &backend{client: client, prefix: DefaultPrefix, check: redis.NewScript(script(explicitNow))}
+	prefix := DefaultPrefix
+	if opts.Namespace != "" {
+		prefix += opts.Namespace + ":"
+	}
+	b := &backend{client: client, prefix: prefix, check: redis.NewScript(script(explicitNow))}
 	b.cluster, _ = client.(*redis.ClusterClient)
 	return &Store{Engine: shared.NewEngine(b, opts.Timeout, opts.Coalesce), b: b}
 }

@@ -203,3 +203,27 @@ func TestKeysRefused(t *testing.T) {
 		t.Errorf("a key of MaxKeyLen bytes: %+v, %v", d, err)
 	}
 }
+
+// Two namespaces never share a bucket (storetest.Namespaces), and a store's
+// namespace is in its keys.
+func TestNamespaces(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.Namespaces(t, func(t *testing.T, ns string) shared.Store {
+		st, err := New(context.Background(), srv.Client(t), Options{Namespace: ns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	})
+	st, err := New(context.Background(), srv.Client(t), Options{Namespace: "staging"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := NewRule("billing/Global", atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 3})
+	if k := st.Key(r, "alice"); k != "limitgen:staging:{alice}:billing/Global" {
+		t.Errorf("key %q", k)
+	}
+	if _, err := New(context.Background(), srv.Client(t), Options{Namespace: "x{y}"}); err == nil {
+		t.Error("New took a namespace that would change the key's hash tag")
+	}
+}

@@ -705,14 +705,21 @@ func (e *Engine) Bind(rules []Rule) (Bound, error) {
 	leased := make([]bool, len(rules))
 	fallbacks := make([]*Fallback, len(rules))
 	for i, sr := range rules {
-		if seen[sr.Name] {
-			return nil, fmt.Errorf("%s: %w: two shared rules named %q", e.b.Name(), ErrInvalidRule, sr.Name)
+		name := sr.Name
+		if sr.Namespace != "" {
+			if err := CheckNamespace(sr.Namespace); err != nil {
+				return nil, fmt.Errorf("%s: %w: %s: %w", e.b.Name(), ErrInvalidRule, sr.Name, err)
+			}
+			name = sr.Namespace + "/" + sr.Name
 		}
-		seen[sr.Name] = true
+		if seen[name] {
+			return nil, fmt.Errorf("%s: %w: two shared rules named %q", e.b.Name(), ErrInvalidRule, name)
+		}
+		seen[name] = true
 		if _, err := NumbersOf(sr); err != nil { // the generated units are the ones this version computes
 			return nil, fmt.Errorf("%s: %w: %s: %w", e.b.Name(), ErrInvalidRule, sr.Name, err)
 		}
-		r, err := NewStoreRule(sr.Name, sr.Limit)
+		r, err := NewStoreRule(name, sr.Limit)
 		if err == nil {
 			err = e.b.CheckRule(r)
 		}

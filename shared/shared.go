@@ -18,6 +18,8 @@ package shared
 
 import (
 	"context"
+	"fmt"
+	"regexp"
 
 	"github.com/limitgen/limitgen/atomicbucket"
 )
@@ -58,9 +60,13 @@ type Failure struct {
 
 // Rule is a shared rule as the policy writes it.
 type Rule struct {
-	Name    string // unique in the package; part of the store's keys
-	Limit   atomicbucket.Limit
-	Failure Failure
+	// Namespace is the policy's namespace: (the service's name), part of the
+	// store's keys before Name, so that two services' rules of one name never
+	// share a bucket.
+	Namespace string
+	Name      string // unique in the package; part of the store's keys
+	Limit     atomicbucket.Limit
+	Failure   Failure
 	// Lease, when above 0, has the rule checked from leases: each instance
 	// takes batches of at most Lease tokens (and at most the burst) from the
 	// store and spends them locally, so that most checks make no call. A
@@ -115,4 +121,17 @@ type Bound interface {
 	// CheckStep is Check of one step: the same decision, without a slice
 	// (a leased rule's check then allocates nothing).
 	CheckStep(ctx context.Context, step Step) Result
+}
+
+// namespaceRe is a namespace: what a store key and a PostgreSQL row's rule
+// name carry as they are.
+var namespaceRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+
+// CheckNamespace says why ns cannot be a namespace (a policy's namespace:, a
+// store's Options.Namespace), or returns nil.
+func CheckNamespace(ns string) error {
+	if !namespaceRe.MatchString(ns) {
+		return fmt.Errorf("namespace %q: use 1 to 63 lower-case letters, digits, _ . or -, starting with a letter or digit", ns)
+	}
+	return nil
 }

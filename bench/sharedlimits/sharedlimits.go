@@ -89,7 +89,8 @@ func New(opts ...Option) *Limits {
 // sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),
 // in the order their checks name them.
 var sharedRules = [1]shared.Rule{{
-	Name: "Hot",
+	Namespace: "bench",
+	Name:      "Hot",
 	Limit: atomicbucket.Limit{
 		Tokens: 1000000,
 		Period: time.Second,

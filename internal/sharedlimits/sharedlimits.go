@@ -171,7 +171,8 @@ func New(opts ...Option) *Limits {
 // sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),
 // in the order their checks name them.
 var sharedRules = [8]shared.Rule{{
-	Name: "PerUser:free",
+	Namespace: "storetest",
+	Name:      "PerUser:free",
 	Limit: atomicbucket.Limit{
 		Tokens: 1,
 		Period: time.Minute,
@@ -188,7 +189,8 @@ var sharedRules = [8]shared.Rule{{
 		Exact:    true,
 	},
 }, {
-	Name: "PerUser:pro",
+	Namespace: "storetest",
+	Name:      "PerUser:pro",
 	Limit: atomicbucket.Limit{
 		Tokens: 10,
 		Period: time.Minute,
@@ -205,7 +207,8 @@ var sharedRules = [8]shared.Rule{{
 		Exact:    true,
 	},
 }, {
-	Name: "Exports",
+	Namespace: "storetest",
+	Name:      "Exports",
 	Limit: atomicbucket.Limit{
 		Tokens: 3,
 		Period: time.Hour,
@@ -216,7 +219,8 @@ var sharedRules = [8]shared.Rule{{
 		Mode: shared.FailDeny,
 	},
 }, {
-	Name: "Global",
+	Namespace: "storetest",
+	Name:      "Global",
 	Limit: atomicbucket.Limit{
 		Tokens: 1,
 		Period: time.Minute,
@@ -233,7 +237,8 @@ var sharedRules = [8]shared.Rule{{
 		Exact:    true,
 	},
 }, {
-	Name: "Downloads",
+	Namespace: "storetest",
+	Name:      "Downloads",
 	Limit: atomicbucket.Limit{
 		Tokens: 1,
 		Period: time.Minute,
@@ -250,7 +255,8 @@ var sharedRules = [8]shared.Rule{{
 		Exact:    true,
 	},
 }, {
-	Name: "DownloadsGlobal",
+	Namespace: "storetest",
+	Name:      "DownloadsGlobal",
 	Limit: atomicbucket.Limit{
 		Tokens: 1,
 		Period: time.Minute,
@@ -268,7 +274,8 @@ var sharedRules = [8]shared.Rule{{
 		Exact:    true,
 	},
 }, {
-	Name: "Fast",
+	Namespace: "storetest",
+	Name:      "Fast",
 	Limit: atomicbucket.Limit{
 		Tokens: 10,
 		Period: time.Second,
@@ -284,7 +291,8 @@ var sharedRules = [8]shared.Rule{{
 		Exact:    true,
 	},
 }, {
-	Name: "Wide",
+	Namespace: "storetest",
+	Name:      "Wide",
 	Limit: atomicbucket.Limit{
 		Tokens: 1000000,
 		Period: time.Second,

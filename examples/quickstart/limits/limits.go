@@ -146,7 +146,8 @@ func New(opts ...Option) *Limits {
 // sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),
 // in the order their checks name them.
 var sharedRules = [3]shared.Rule{{
-	Name: "PerUser:free",
+	Namespace: "quickstart",
+	Name:      "PerUser:free",
 	Limit: atomicbucket.Limit{
 		Tokens: 10,
 		Period: time.Minute,
@@ -163,7 +164,8 @@ var sharedRules = [3]shared.Rule{{
 		Exact:    true,
 	},
 }, {
-	Name: "PerUser:pro",
+	Namespace: "quickstart",
+	Name:      "PerUser:pro",
 	Limit: atomicbucket.Limit{
 		Tokens: 100,
 		Period: time.Minute,
@@ -180,7 +182,8 @@ var sharedRules = [3]shared.Rule{{
 		Exact:    true,
 	},
 }, {
-	Name: "Global",
+	Namespace: "quickstart",
+	Name:      "Global",
 	Limit: atomicbucket.Limit{
 		Tokens: 1000,
 		Period: time.Second,

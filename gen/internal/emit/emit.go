@@ -889,6 +889,7 @@ func emitShared(m *model.Model) jen.Code {
 				f = append(f, field("Share", jen.Lit(r.Share)))
 			}
 			rf := []jen.Code{
+				field("Namespace", jen.Lit(m.Namespace)),
 				field("Name", jen.Lit(name)),
 				field("Limit", limitValue(l)),
 				field("Failure", jen.Qual(sharedPath, "Failure").Add(fields(f...))),

@@ -17,6 +17,7 @@ import (
 type Model struct {
 	Source    string // the policy file's name, as given
 	Pkg       string
+	Namespace string // the namespace: field: part of every store key of the shared rules
 	Plans     []Plan
 	Rules     []Rule
 	Tiers     []Tier

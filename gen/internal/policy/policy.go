@@ -22,6 +22,7 @@ import (
 
 type policyDoc struct {
 	pkg   *yaml.Node
+	ns    *yaml.Node // namespace
 	plans *yaml.Node
 	rules []*ruleDoc
 	tiers []*tierDoc
@@ -49,7 +50,7 @@ type tierDoc struct {
 }
 
 var (
-	topFields  = []string{"package", "plans", "rules", "tiers", "http"}
+	topFields  = []string{"package", "namespace", "plans", "rules", "tiers", "http"}
 	ruleFields = []string{"name", "key", "rate", "tokens_per_second", "rps", "burst", "refill", "aligned", "initial", "cost", "max_keys", "at_cap", "plans", "shared", "on_failure", "local_share", "lease"}
 	planFields = []string{"rate", "tokens_per_second", "rps", "burst", "initial", "cost"}
 	tierFields = []string{"name", "rules"}
@@ -111,6 +112,7 @@ func (p *parser) parse(src []byte) *policyDoc {
 	doc := &policyDoc{node: top}
 	fields, _ := p.mapping(top, topFields, "the policy")
 	doc.pkg = fields["package"]
+	doc.ns = fields["namespace"]
 	doc.plans = fields["plans"]
 	doc.http = fields["http"]
 	if n := fields["rules"]; n != nil {

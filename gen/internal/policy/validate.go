@@ -131,6 +131,7 @@ func (p *parser) validate(doc *policyDoc) *model.Model {
 		}
 	}
 	m.Shared = shared
+	p.namespace(doc, m)
 	if doc.http != nil && len(p.diags) == 0 {
 		m.HTTP = p.httpSection(doc.http, m)
 	}
@@ -659,4 +660,26 @@ func Compile(name string, raw []byte) (*model.Model, error) {
 		return nil, p.diags
 	}
 	return m, nil
+}
+
+// namespace checks the policy's namespace: required when a rule is shared,
+// so that two services' rules of one name never meet in a store.
+func (p *parser) namespace(doc *policyDoc, m *model.Model) {
+	if n := doc.ns; n != nil {
+		if err := shared.CheckNamespace(n.Value); err != nil {
+			p.errorf(n, "%v, such as billing", err)
+			return
+		}
+		m.Namespace = n.Value
+		return
+	}
+	if m.Shared > 0 {
+		var names []string
+		for _, r := range m.Rules {
+			if r.Shared {
+				names = append(names, r.Name)
+			}
+		}
+		p.errorf(doc.node, "shared rules (%s) need a namespace: add namespace: with your service's name (such as namespace: billing), part of every store key, so that another service's rule of the same name never shares their buckets", strings.Join(names, ", "))
+	}
 }
