@@ -10,10 +10,13 @@
 // Bound.Check. A check never fails: when the store cannot decide, the rule's
 // Failure decides, and the Result says so.
 //
-// What both stores share lives here too: a rule's integers on a microsecond
-// clock (Numbers, MicroUnits), the failure settings' fallback and the circuit
-// breaker (Fallback, Breaker, Guard), and leases (Lease, Leases) over a
-// store's lease call.
+// A store is a Backend (its I/O: Tier, Each, Lease, one round trip each,
+// and Place, where a bucket lives) under an Engine, which does everything
+// else once for every store: rules (StoreRule), tiers, the failure settings'
+// fallback (Fallback), the circuit breakers (Breaker, one per server, in a
+// Guard), coalescing (Coalescer), leases (Lease, Leases), Bind and Close.
+// Numbers and MicroUnits are a rule's integers on a store's microsecond
+// clock; internal/storetest is the contract a store passes.
 package shared
 
 import (
