@@ -11,6 +11,7 @@ import (
 
 	"github.com/anishathalye/porcupine"
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/reference"
 )
 
 // linInput is one operation of a concurrent history.
@@ -23,13 +24,13 @@ type linInput struct {
 
 // linOutput is what the implementation answered.
 type linOutput struct {
-	d   Decision
-	res Reservation
+	d   reference.Decision
+	res reference.Reservation
 }
 
 // referenceModel checks histories against the reference: each step clones the
 // state, applies the operation and compares the answer.
-func referenceModel(p Params) porcupine.Model {
+func referenceModel(p reference.Params) porcupine.Model {
 	return porcupine.Model{
 		Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
 			byKey := map[string][]porcupine.Operation{}
@@ -47,10 +48,10 @@ func referenceModel(p Params) porcupine.Model {
 			}
 			return out
 		},
-		Init: func() any { return NewReference(p) },
+		Init: func() any { return reference.NewReference(p) },
 		Step: func(state, input, output any) (bool, any) {
 			in, out := input.(linInput), output.(linOutput)
-			r := state.(*Reference).Clone()
+			r := state.(*reference.Reference).Clone()
 			switch in.kind {
 			case opAllowN:
 				return r.AllowN(in.key, in.t, in.cost) == out.d, r
@@ -65,7 +66,7 @@ func referenceModel(p Params) porcupine.Model {
 			}
 			return false, r
 		},
-		Equal: func(a, b any) bool { return a.(*Reference).Equal(b.(*Reference)) },
+		Equal: func(a, b any) bool { return a.(*reference.Reference).Equal(b.(*reference.Reference)) },
 		DescribeOperation: func(input, output any) string {
 			in, out := input.(linInput), output.(linOutput)
 			return fmt.Sprintf("%v key=%q t=%d cost=%d -> %s %+v", in.kind, in.key, in.t, in.cost, describe(out.d), out.res)
@@ -193,7 +194,7 @@ func TestLinearizable(t *testing.T) {
 				c.im.(*bucketImpl).b = atomicbucket.NewBucketAt(r, atomicbucket.Time(time.Hour))
 			}
 			h := runRounds(t, c.im, c.keys, 4, rounds, 6, step, c.sweep)
-			res := porcupine.CheckOperationsTimeout(referenceModel(ParamsOf(&r, 0, 0)), h, 60*time.Second)
+			res := porcupine.CheckOperationsTimeout(referenceModel(reference.ParamsOf(&r, 0, 0)), h, 60*time.Second)
 			if res != porcupine.Ok {
 				t.Fatalf("history of %d operations is %v against the reference", len(h), res)
 			}

@@ -8,16 +8,17 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/reference"
 )
 
 // impl is one implementation under test, driven with explicit times. Keys are
 // small strings; implementations with other key types map them.
 type impl interface {
-	AllowN(key string, t, cost int64) Decision
+	AllowN(key string, t, cost int64) reference.Decision
 	Allow(key string, t int64) bool
-	Peek(key string, t, cost int64) Decision
+	Peek(key string, t, cost int64) reference.Decision
 	Refund(key string, t, cost int64)
-	Reserve(key string, t, cost int64, maxWait time.Duration) Reservation
+	Reserve(key string, t, cost int64, maxWait time.Duration) reference.Reservation
 	Cancel(id int, t int64) bool // id: the index of the reservation, in order made
 	Sweep(t int64) int
 	Len() int
@@ -40,17 +41,17 @@ func (c config) rule(tb testing.TB) atomicbucket.Rule {
 
 // refImpl adapts the reference.
 type refImpl struct {
-	*Reference
-	res []Reservation
+	*reference.Reference
+	res []reference.Reservation
 	// The reference's last answers, which the other implementations are compared to.
 	lastAllow    bool
-	lastDecision Decision
-	lastRes      Reservation
+	lastDecision reference.Decision
+	lastRes      reference.Reservation
 	lastN        int
 }
 
 func (r *refImpl) Allow(key string, t int64) bool { return r.AllowN(key, t, 1).Allowed }
-func (r *refImpl) Reserve(key string, t, cost int64, maxWait time.Duration) Reservation {
+func (r *refImpl) Reserve(key string, t, cost int64, maxWait time.Duration) reference.Reservation {
 	res := r.Reference.Reserve(key, t, cost, maxWait)
 	r.res = append(r.res, res)
 	return res
@@ -64,11 +65,11 @@ type reservations struct {
 	list []atomicbucket.Reservation
 }
 
-func (rs *reservations) add(key string, cost int64, r atomicbucket.Reservation) Reservation {
+func (rs *reservations) add(key string, cost int64, r atomicbucket.Reservation) reference.Reservation {
 	rs.mu.Lock()
 	rs.list = append(rs.list, r)
 	rs.mu.Unlock()
-	return Reservation{OK: r.OK, Delay: r.Delay, RetryAfter: r.RetryAfter, Key: key, Cost: cost, At: int64(r.At())}
+	return reference.Reservation{OK: r.OK, Delay: r.Delay, RetryAfter: r.RetryAfter, Key: key, Cost: cost, At: int64(r.At())}
 }
 
 func (rs *reservations) cancel(id int, t int64) bool {
@@ -96,11 +97,11 @@ func (b *bucketImpl) get(t, cost int64) *atomicbucket.Bucket {
 	}
 	return b.b
 }
-func (b *bucketImpl) AllowN(_ string, t, cost int64) Decision {
+func (b *bucketImpl) AllowN(_ string, t, cost int64) reference.Decision {
 	return b.get(t, cost).AllowNAt(atomicbucket.Time(t), cost)
 }
 func (b *bucketImpl) Allow(_ string, t int64) bool { return b.get(t, 1).AllowAt(atomicbucket.Time(t)) }
-func (b *bucketImpl) Peek(_ string, t, cost int64) Decision {
+func (b *bucketImpl) Peek(_ string, t, cost int64) reference.Decision {
 	return b.get(t, 0).PeekAt(atomicbucket.Time(t), cost)
 }
 func (b *bucketImpl) Refund(_ string, t, cost int64) {
@@ -108,7 +109,7 @@ func (b *bucketImpl) Refund(_ string, t, cost int64) {
 		b.b.RefundAt(atomicbucket.Time(t), cost)
 	}
 }
-func (b *bucketImpl) Reserve(key string, t, cost int64, maxWait time.Duration) Reservation {
+func (b *bucketImpl) Reserve(key string, t, cost int64, maxWait time.Duration) reference.Reservation {
 	tracked := b.b != nil
 	res := b.get(t, cost).ReserveAt(atomicbucket.Time(t), cost, maxWait)
 	got := b.rs.add(key, cost, res)
@@ -135,19 +136,19 @@ type tableImpl[K comparable] struct {
 	rs  reservations
 }
 
-func (m *tableImpl[K]) AllowN(k string, t, cost int64) Decision {
+func (m *tableImpl[K]) AllowN(k string, t, cost int64) reference.Decision {
 	return m.t.AllowNAt(m.key(k), atomicbucket.Time(t), cost)
 }
 func (m *tableImpl[K]) Allow(k string, t int64) bool {
 	return m.t.AllowAt(m.key(k), atomicbucket.Time(t))
 }
-func (m *tableImpl[K]) Peek(k string, t, cost int64) Decision {
+func (m *tableImpl[K]) Peek(k string, t, cost int64) reference.Decision {
 	return m.t.PeekAt(m.key(k), atomicbucket.Time(t), cost)
 }
 func (m *tableImpl[K]) Refund(k string, t, cost int64) {
 	m.t.RefundAt(m.key(k), atomicbucket.Time(t), cost)
 }
-func (m *tableImpl[K]) Reserve(k string, t, cost int64, maxWait time.Duration) Reservation {
+func (m *tableImpl[K]) Reserve(k string, t, cost int64, maxWait time.Duration) reference.Reservation {
 	return m.rs.add(k, cost, m.t.ReserveAt(m.key(k), atomicbucket.Time(t), cost, maxWait))
 }
 func (m *tableImpl[K]) Cancel(id int, t int64) bool { return m.rs.cancel(id, t) }
@@ -178,11 +179,11 @@ func intKey(s string) int64 {
 // rule one reference serves all.
 func impls(tb testing.TB, c config, single bool) []map[string]impl {
 	r := c.rule(tb)
-	keyed := ParamsOf(&r, c.opts.MaxKeys, c.opts.AtCap)
+	keyed := reference.ParamsOf(&r, c.opts.MaxKeys, c.opts.AtCap)
 	strTable := &tableImpl[string]{t: atomicbucket.NewTable[string](r, c.opts), key: func(s string) string { return s }}
 	intTable := &tableImpl[int64]{t: atomicbucket.NewTable[int64](r, c.opts), key: intKey}
 	if keyed.KeyAnchor == nil {
-		m := map[string]impl{"reference": &refImpl{Reference: NewReference(keyed)}, "table=string": strTable, "table=int64": intTable}
+		m := map[string]impl{"reference": &refImpl{Reference: reference.NewReference(keyed)}, "table=string": strTable, "table=int64": intTable}
 		if single {
 			m["bucket"] = &bucketImpl{rule: r}
 		}
@@ -191,11 +192,11 @@ func impls(tb testing.TB, c config, single bool) []map[string]impl {
 	intParams := keyed
 	intParams.KeyAnchor = func(k string) int64 { return r.KeyAnchor(strconv.FormatInt(intKey(k), 10)) }
 	groups := []map[string]impl{
-		{"reference": &refImpl{Reference: NewReference(keyed)}, "table=string": strTable},
-		{"reference": &refImpl{Reference: NewReference(intParams)}, "table=int64": intTable},
+		{"reference": &refImpl{Reference: reference.NewReference(keyed)}, "table=string": strTable},
+		{"reference": &refImpl{Reference: reference.NewReference(intParams)}, "table=int64": intTable},
 	}
 	if single {
-		groups = append(groups, map[string]impl{"reference": &refImpl{Reference: NewReference(SingleParamsOf(&r))}, "bucket": &bucketImpl{rule: r}})
+		groups = append(groups, map[string]impl{"reference": &refImpl{Reference: reference.NewReference(reference.SingleParamsOf(&r))}, "bucket": &bucketImpl{rule: r}})
 	}
 	return groups
 }
@@ -203,7 +204,7 @@ func impls(tb testing.TB, c config, single bool) []map[string]impl {
 // implNames is the order implementations are run and reported in.
 var implNames = []string{"reference", "bucket", "table=string", "table=int64"}
 
-func describe(d Decision) string {
+func describe(d reference.Decision) string {
 	ra := fmt.Sprint(d.RetryAfter)
 	if d.RetryAfter == atomicbucket.Never {
 		ra = "never"

@@ -3,10 +3,10 @@ package fuzz
 import (
 	"encoding/binary"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/reference"
 )
 
 // program is a decoded fuzz input: a rule, table options and operations.
@@ -175,12 +175,12 @@ func runGroups(p program, groups []map[string]impl, exact bool) error {
 // consumption forgotten) fails here.
 func runDifferential(p program, ims map[string]impl, exact bool) error {
 	ref := ims["reference"]
-	var unswept *Reference
-	if rp := ref.(*refImpl).p; exact && rp.MaxKeys == 0 && rp.Initial == rp.Burst {
-		unswept = NewReference(rp)
-		unswept.sweepAt = math.MaxInt
+	var unswept *reference.Reference
+	if rp := ref.(*refImpl).Params(); exact && rp.MaxKeys == 0 && rp.Initial == rp.Burst {
+		unswept = reference.NewReference(rp)
+		unswept.NeverSweep()
 	}
-	var unsweptRes []Reservation
+	var unsweptRes []reference.Reservation
 	belowHorizon := false
 	t := int64(time.Hour)
 	nres := 0
@@ -212,7 +212,7 @@ func runDifferential(p program, ims map[string]impl, exact bool) error {
 					ref.(*refImpl).lastAllow = got
 				}
 			case opAllowN, opPeek:
-				var got Decision
+				var got reference.Decision
 				if op.kind == opAllowN {
 					got = im.AllowN(op.key, t, op.cost)
 					if got.Allowed && op.cost > 0 {
@@ -283,7 +283,7 @@ func runDifferential(p program, ims map[string]impl, exact bool) error {
 			belowHorizon = true
 			if unswept != nil {
 				unswept = ref.(*refImpl).Clone()
-				unswept.sweepAt = math.MaxInt
+				unswept.NeverSweep()
 				unsweptRes = nil
 			}
 		} else if unswept != nil {
@@ -310,7 +310,7 @@ func runDifferential(p program, ims map[string]impl, exact bool) error {
 
 // sameAsUnswept applies op at t to a reference that never reclaims and compares
 // its answer with the one the reclaiming reference just gave.
-func sameAsUnswept(u *Reference, res *[]Reservation, ref *refImpl, op fuzzOp, t int64) error {
+func sameAsUnswept(u *reference.Reference, res *[]reference.Reservation, ref *refImpl, op fuzzOp, t int64) error {
 	switch op.kind {
 	case opAllow:
 		if got := u.AllowN(op.key, t, 1).Allowed; got != ref.lastAllow {
@@ -343,11 +343,11 @@ func sameAsUnswept(u *Reference, res *[]Reservation, ref *refImpl, op fuzzOp, t 
 // checkEnvelope checks one key's admissions, less the cancelled reservations,
 // against the envelope (fuzz.CheckEnvelope).
 func checkEnvelope(l atomicbucket.Limit, adm []admission) error {
-	var list []Admission
+	var list []reference.Admission
 	for _, a := range adm {
 		if !a.cancelled {
-			list = append(list, Admission{At: a.at, Cost: a.cost, Rounded: a.res >= 0})
+			list = append(list, reference.Admission{At: a.at, Cost: a.cost, Rounded: a.res >= 0})
 		}
 	}
-	return CheckEnvelope(l, list)
+	return reference.CheckEnvelope(l, list)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/reference"
 )
 
 // FuzzRule feeds arbitrary numbers to NewRule. It must never panic; every rule
@@ -62,7 +63,7 @@ func FuzzRule(f *testing.F) {
 		}
 		// Exact rules agree with the reference on a short program.
 		t0 := int64(time.Hour)
-		ref := NewReference(SingleParamsOf(&r))
+		ref := reference.NewReference(reference.SingleParamsOf(&r))
 		bk := atomicbucket.NewBucketAt(r, atomicbucket.Time(t0))
 		step := min(max(period/tokens, 1), (int64(end)-t0)/4) // stay inside MaxUptime, where time stops
 		for i, at := range []int64{t0, t0, t0 + 1, t0 + step, t0 + 3*step} {

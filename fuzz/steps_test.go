@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/reference"
 )
 
 type opKind uint8
@@ -29,17 +30,17 @@ type step struct {
 	cost    int64
 	wait    time.Duration // opReserve: the maximum wait
 	id      int           // opCancel: the reservation, by the order reservations were made
-	want    Decision
-	wantRes Reservation // OK, Delay, RetryAfter
+	want    reference.Decision
+	wantRes reference.Reservation // OK, Delay, RetryAfter
 	wantN   int
 }
 
-func ok(remaining int64, reset time.Duration) Decision {
-	return Decision{Allowed: true, Remaining: remaining, Reset: reset}
+func ok(remaining int64, reset time.Duration) reference.Decision {
+	return reference.Decision{Allowed: true, Remaining: remaining, Reset: reset}
 }
 
-func no(remaining int64, retry, reset time.Duration) Decision {
-	return Decision{Remaining: remaining, RetryAfter: retry, Reset: reset}
+func no(remaining int64, retry, reset time.Duration) reference.Decision {
+	return reference.Decision{Remaining: remaining, RetryAfter: retry, Reset: reset}
 }
 
 const (
@@ -97,16 +98,16 @@ var stepCases = []stepCase{
 	}},
 	{name: "reservations at 1/s burst 1", cfg: config{limit: perSecond(1, 1)}, steps: []step{
 		{at: 0, op: opAllowN, cost: 1, want: ok(0, 1*sec)},
-		{at: 0, op: opReserve, cost: 1, wait: 2 * sec, wantRes: Reservation{OK: true, Delay: 1 * sec}},
-		{at: 0, op: opReserve, cost: 1, wait: 1500 * ms, wantRes: Reservation{RetryAfter: 2 * sec}},
-		{at: 0, op: opReserve, cost: 2, wait: time.Hour, wantRes: Reservation{RetryAfter: never}},
+		{at: 0, op: opReserve, cost: 1, wait: 2 * sec, wantRes: reference.Reservation{OK: true, Delay: 1 * sec}},
+		{at: 0, op: opReserve, cost: 1, wait: 1500 * ms, wantRes: reference.Reservation{RetryAfter: 2 * sec}},
+		{at: 0, op: opReserve, cost: 2, wait: time.Hour, wantRes: reference.Reservation{RetryAfter: never}},
 		{at: 0, op: opAllowN, cost: 0, want: no(0, 1*sec, 2*sec)},
 		{at: 500 * ms, op: opCancel, id: 0, wantN: 1},
 		{at: 500 * ms, op: opCancel, id: 0, wantN: 0},
 		{at: 500 * ms, op: opAllowN, cost: 1, want: no(0, 500*ms, 500*ms)},
-		{at: 1 * sec, op: opReserve, cost: 1, wait: 0, wantRes: Reservation{OK: true}},
+		{at: 1 * sec, op: opReserve, cost: 1, wait: 0, wantRes: reference.Reservation{OK: true}},
 		{at: 1 * sec, op: opCancel, id: 3, wantN: 0},
-		{at: 1 * sec, op: opReserve, cost: 1, wait: 48 * time.Hour, wantRes: Reservation{OK: true, Delay: 1 * sec}},
+		{at: 1 * sec, op: opReserve, cost: 1, wait: 48 * time.Hour, wantRes: reference.Reservation{OK: true, Delay: 1 * sec}},
 	}},
 	{name: "refunds at 10/s burst 5", cfg: config{limit: perSecond(10, 5)}, steps: []step{
 		{at: 0, op: opAllowN, cost: 5, want: ok(0, 500*ms)},
@@ -163,7 +164,7 @@ var stepCases = []stepCase{
 		{at: 0, op: opAllowN, key: "a", cost: 0, want: ok(2, 0)},
 		{at: 0, op: opAllowN, key: "a", cost: -1, want: no(2, never, 0)},
 		{at: 0, op: opAllowN, key: "a", cost: 3, want: no(2, never, 0)},
-		{at: 0, op: opReserve, key: "a", cost: 3, wait: sec, wantRes: Reservation{RetryAfter: never}},
+		{at: 0, op: opReserve, key: "a", cost: 3, wait: sec, wantRes: reference.Reservation{RetryAfter: never}},
 		{at: 0, op: opLen, wantN: 0},
 		{at: 0, op: opAllowN, key: "b", cost: 2, want: ok(0, 2*sec)}, // the cap's one slot is still free
 		{at: 0, op: opLen, wantN: 1},
@@ -196,25 +197,25 @@ var stepCases = []stepCase{
 	{name: "cap 1 reclaims a full key for a new one", keyed: true, cfg: config{limit: perSecond(1, 2), opts: atomicbucket.TableOptions{MaxKeys: 1}}, steps: []step{
 		{at: 0, op: opAllowN, key: "a", cost: 1, want: ok(1, 1*sec)},
 		// a is full at 1s and reclaimable a grace later: that is when b can have a bucket.
-		{at: 0, op: opAllowN, key: "b", cost: 1, want: Decision{RetryAfter: 2 * sec}},
-		{at: 0, op: opAllow, key: "b", want: Decision{}},
-		{at: 0, op: opReserve, key: "b", cost: 1, wantRes: Reservation{RetryAfter: 2 * sec}},
+		{at: 0, op: opAllowN, key: "b", cost: 1, want: reference.Decision{RetryAfter: 2 * sec}},
+		{at: 0, op: opAllow, key: "b", want: reference.Decision{}},
+		{at: 0, op: opReserve, key: "b", cost: 1, wantRes: reference.Reservation{RetryAfter: 2 * sec}},
 		{at: 0, op: opPeek, key: "b", cost: 1, want: ok(1, 1*sec)},
 		{at: 0, op: opLen, wantN: 1},
-		{at: 1500 * ms, op: opAllowN, key: "b", cost: 2, want: Decision{RetryAfter: 500 * ms}},
+		{at: 1500 * ms, op: opAllowN, key: "b", cost: 2, want: reference.Decision{RetryAfter: 500 * ms}},
 		{at: 2 * sec, op: opAllowN, key: "b", cost: 1, want: ok(1, 1*sec)},
 		{at: 2 * sec, op: opLen, wantN: 1},
 		// Within the spacing after the sweep that freed a: the table knows b from
 		// its creation (full, so reclaimable at 3s), not yet that b took a token.
-		{at: 2 * sec, op: opAllowN, key: "a", cost: 2, want: Decision{RetryAfter: 1 * sec}},
-		{at: 2500 * ms, op: opAllowN, key: "a", cost: 2, want: Decision{RetryAfter: 1500 * ms}}, // swept: exact
+		{at: 2 * sec, op: opAllowN, key: "a", cost: 2, want: reference.Decision{RetryAfter: 1 * sec}},
+		{at: 2500 * ms, op: opAllowN, key: "a", cost: 2, want: reference.Decision{RetryAfter: 1500 * ms}}, // swept: exact
 		{at: 4 * sec, op: opAllowN, key: "a", cost: 2, want: ok(0, 2*sec)},
 	}},
 	{name: "cap 1 with new buckets short of the cost", keyed: true, cfg: config{limit: atomicbucket.Limit{Tokens: 1, Period: sec, Burst: 2, Initial: 1, InitialSet: true}, opts: atomicbucket.TableOptions{MaxKeys: 1}}, steps: []step{
 		{at: 0, op: opAllowN, key: "a", cost: 1, want: ok(0, 2*sec)},
 		// a is full at 2s, reclaimable at 3s; b's new bucket would then hold 1
 		// token and need 1s more for 2.
-		{at: 0, op: opAllowN, key: "b", cost: 2, want: Decision{RetryAfter: 4 * sec}},
+		{at: 0, op: opAllowN, key: "b", cost: 2, want: reference.Decision{RetryAfter: 4 * sec}},
 		{at: 3 * sec, op: opAllowN, key: "b", cost: 2, want: no(1, 1*sec, 1*sec)}, // a reclaimed: b is new
 	}},
 	{name: "cap 1 allows new keys untracked", keyed: true, cfg: config{limit: perSecond(1, 2), opts: atomicbucket.TableOptions{MaxKeys: 1, AtCap: atomicbucket.AllowAtCap}}, steps: []step{
@@ -231,7 +232,7 @@ var stepCases = []stepCase{
 // aligned rules to a boundary of their grid, and for anchored interval rules in
 // a table so that the first step's key has a boundary at the first step (where
 // a single Bucket, created by that step, starts its grid).
-func base(tb testing.TB, c stepCase, ref *Reference) int64 {
+func base(tb testing.TB, c stepCase, ref *reference.Reference) int64 {
 	b := int64(time.Hour)
 	p := int64(c.cfg.limit.Period)
 	onGrid := func(a int64) int64 { return a + (b-a+p-1)/p*p }
@@ -239,9 +240,9 @@ func base(tb testing.TB, c stepCase, ref *Reference) int64 {
 	case c.aligns:
 		r := c.cfg.rule(tb)
 		b = onGrid(r.GridAnchor())
-	case ref.p.KeyAnchor != nil:
+	case ref.Params().KeyAnchor != nil:
 		first := c.steps[0]
-		b = onGrid(ref.p.KeyAnchor(first.key)) - int64(first.at)
+		b = onGrid(ref.Params().KeyAnchor(first.key)) - int64(first.at)
 	}
 	return b
 }
@@ -257,7 +258,7 @@ func runSteps(t *testing.T, c stepCase, im impl, t0 int64) {
 				t.Errorf("step %d: Allow(%q) at %v = %v, want %v", i, s.key, s.at, got, s.want.Allowed)
 			}
 		case opAllowN, opPeek:
-			var got Decision
+			var got reference.Decision
 			name := "AllowN"
 			if s.op == opAllowN {
 				got = im.AllowN(s.key, at, s.cost)

@@ -41,6 +41,19 @@ func TestGeneratedPackagesRun(t *testing.T) {
 	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
 	must(t, err)
 	must(t, os.WriteFile(filepath.Join(mod, "go.sum"), sum, 0o644))
+	// The harness holds each package to the exact reference, which is
+	// internal to limitgen's module: it gets a copy, as package
+	// gentest/reference.
+	refs, _ := filepath.Glob(filepath.Join(root, "internal", "reference", "*.go"))
+	must(t, os.MkdirAll(filepath.Join(mod, "reference"), 0o755))
+	for _, f := range refs {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		must(t, err)
+		must(t, os.WriteFile(filepath.Join(mod, "reference", filepath.Base(f)), src, 0o644))
+	}
 
 	for i, path := range policies {
 		raw, err := os.ReadFile(path)
@@ -405,9 +418,9 @@ var harnessTmpl = template.Must(template.New("harness").Funcs(template.FuncMap{
 	},
 	"params": func(r hRule) string { // the reference's parameters for the rule's buckets
 		if r.Keyed {
-			return "fuzz.ParamsOf"
+			return "reference.ParamsOf"
 		}
-		return "fuzz.SingleParamsOf"
+		return "reference.SingleParamsOf"
 	},
 	"atCap": func(r hRule) string {
 		if r.AllowCap {
@@ -424,7 +437,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/fuzz"
+	"gentest/reference"
 )
 
 var _ = strconv.Itoa
@@ -445,13 +458,13 @@ func TestRulesMatchReference(t *testing.T) {
 		l := {{make $r}}
 		rule := l.Rule({{if $p.Const}}{{$p.Const}}{{end}})
 		{{- if $r.Keyed}}
-		ref := fuzz.NewReference(fuzz.ParamsOf(rule, {{$r.MaxKeys}}, {{atCap $r}}))
+		ref := reference.NewReference(reference.ParamsOf(rule, {{$r.MaxKeys}}, {{atCap $r}}))
 		{{- else}}
-		ref := fuzz.NewReference(fuzz.SingleParamsOf(rule))
+		ref := reference.NewReference(reference.SingleParamsOf(rule))
 		ref.Create("", t0) // the global bucket exists from t0, as the limiter's does
 		{{- end}}
 		exact := rule.Exact()
-		var admitted []fuzz.Admission // for rules held only approximately: the envelope
+		var admitted []reference.Admission // for rules held only approximately: the envelope
 		rng := rand.New(rand.NewPCG(1, 2))
 		now := t0
 		for i := range 400 {
@@ -461,7 +474,7 @@ func TestRulesMatchReference(t *testing.T) {
 			if !exact { // the contract is the envelope: record what is admitted
 				cost := costs(rng, {{$p.Burst}})
 				if l.AllowNAt({{plan $p}}{{key $r}}at(now), cost).Allowed && cost > 0 {
-					admitted = append(admitted, fuzz.Admission{Key: {{refKey $r}}, At: now, Cost: cost})
+					admitted = append(admitted, reference.Admission{Key: {{refKey $r}}, At: now, Cost: cost})
 				}
 				continue
 			}
@@ -485,7 +498,7 @@ func TestRulesMatchReference(t *testing.T) {
 				t.Fatalf("an inexact rule reports relative error %g", e)
 			}
 			{{- if not $r.AllowCap}}
-			if err := fuzz.CheckEnvelope(rule.Limit(), admitted); err != nil {
+			if err := reference.CheckEnvelope(rule.Limit(), admitted); err != nil {
 				t.Fatal(err)
 			}
 			{{- else}}
@@ -501,9 +514,9 @@ func TestTiersMatchReference(t *testing.T) {
 	t.Run("{{$t.GoName}}{{if $t.Planned}}{{$pc}}{{end}}", func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(3, 4))
 		lims := New(WithStart(at(t0)))
-		refs := []*fuzz.Reference{
+		refs := []*reference.Reference{
 			{{- range $i, $r := $t.Rules}}
-			fuzz.NewReference({{params $r}}(lims.{{$r.GoName}}.Rule({{if $r.Planned}}{{$pc}}{{end}}){{if $r.Keyed}}, {{$r.MaxKeys}}, {{atCap $r}}{{end}})),
+			reference.NewReference({{params $r}}(lims.{{$r.GoName}}.Rule({{if $r.Planned}}{{$pc}}{{end}}){{if $r.Keyed}}, {{$r.MaxKeys}}, {{atCap $r}}{{end}})),
 			{{- end}}
 		}
 		{{- range $i, $r := $t.Rules}}{{if not $r.Keyed}}
@@ -515,7 +528,7 @@ func TestTiersMatchReference(t *testing.T) {
 		for _, r := range rules {
 			exact = exact && r.Exact()
 		}
-		admitted := make([][]fuzz.Admission, len(rules)) // for tiers with a rule held only approximately
+		admitted := make([][]reference.Admission, len(rules)) // for tiers with a rule held only approximately
 		now := t0
 		for i := range 300 {
 			now += rng.Int64N(int64(20 * time.Millisecond))
@@ -540,7 +553,7 @@ func TestTiersMatchReference(t *testing.T) {
 				if got.Allowed {
 					for j := range rules {
 						if costs[j] > 0 {
-							admitted[j] = append(admitted[j], fuzz.Admission{Key: keys[j], At: now, Cost: costs[j]})
+							admitted[j] = append(admitted[j], reference.Admission{Key: keys[j], At: now, Cost: costs[j]})
 						}
 					}
 				}
@@ -555,7 +568,7 @@ func TestTiersMatchReference(t *testing.T) {
 			if allowCap[j] {
 				continue // keys beyond the cap are admitted untracked, by the rule's choice: no envelope
 			}
-			if err := fuzz.CheckEnvelope(r.Limit(), admitted[j]); err != nil {
+			if err := reference.CheckEnvelope(r.Limit(), admitted[j]); err != nil {
 				t.Fatalf("rule %s: %v", names[j], err)
 			}
 		}

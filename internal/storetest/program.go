@@ -67,7 +67,7 @@ func Program(t *testing.T, st Store, name string, data []byte, start int64) {
 	if _, err := atomicbucket.NewRule(l); err != nil {
 		return
 	}
-	ref := reference(l)
+	ref := referenceOf(l)
 	step := max(int64(l.Period)/1000/l.Tokens, 1) // one token's time, µs
 	sec, usec := start, int64(0)
 	keys := []string{"a", "b", "42"}

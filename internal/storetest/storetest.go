@@ -1,5 +1,5 @@
 // Package storetest holds a shared store to the exact reference (package
-// fuzz): the same random rules, keys, costs and microsecond times for every
+// internal/reference): the same random rules, keys, costs and microsecond times for every
 // store (Redis, PostgreSQL), each driven through its explicit-time variant.
 package storetest
 
@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/fuzz"
+	"github.com/limitgen/limitgen/internal/reference"
 )
 
 // Store is a store's explicit-time check, as the tests drive it.
@@ -45,9 +45,9 @@ func RandomGreedy(rng *rand.Rand) atomicbucket.Limit {
 	return l
 }
 
-func reference(l atomicbucket.Limit) *fuzz.Reference {
+func referenceOf(l atomicbucket.Limit) *reference.Reference {
 	r := atomicbucket.MustRule(l)
-	return fuzz.NewReference(fuzz.ParamsOf(&r, 0, atomicbucket.DenyAtCap))
+	return reference.NewReference(reference.ParamsOf(&r, 0, atomicbucket.DenyAtCap))
 }
 
 // Greedy drives rules random greedy rules, 80 checks each (a fifth of them
@@ -64,7 +64,7 @@ func Greedy(t *testing.T, st Store, seed uint64, rules int, start int64) (exact,
 			continue // a draw that does not fit 2^53 within the error bound, or not exact
 		}
 		exact++
-		ref := reference(l)
+		ref := referenceOf(l)
 		sec, usec := start+rng.Int64N(1e6), rng.Int64N(1e6)
 		keys := []string{"a", "b", "c"}
 		step := max(int64(l.Period)/1000/max(l.Tokens, 1), 1) // one token's time, µs
@@ -117,7 +117,7 @@ func Interval(t *testing.T, st Store, seed uint64, rules int, start int64) (deci
 		if err != nil {
 			t.Fatalf("%+v: %v", l, err)
 		}
-		ref := reference(l)
+		ref := referenceOf(l)
 		sec, usec := start+rng.Int64N(86400), rng.Int64N(1e6)
 		step := max(int64(l.Period)/1000/l.Tokens, 1)
 		for range 60 {
@@ -150,7 +150,7 @@ func Tiers(t *testing.T, st Store, seed uint64, tiers int, start int64) (decisio
 		n := 1 + rng.IntN(4)
 		var rules []any
 		var limits []atomicbucket.Limit
-		var refs []*fuzz.Reference
+		var refs []*reference.Reference
 		minStep := int64(1 << 62)
 		for j := 0; len(rules) < n; j++ {
 			l := RandomGreedy(rng)
@@ -164,7 +164,7 @@ func Tiers(t *testing.T, st Store, seed uint64, tiers int, start int64) (decisio
 				continue
 			}
 			rules, limits = append(rules, r), append(limits, l)
-			refs = append(refs, reference(l))
+			refs = append(refs, referenceOf(l))
 			minStep = min(minStep, max(int64(l.Period)/1000/l.Tokens, 1))
 		}
 		sec, usec := start, rng.Int64N(1e6)

@@ -1,12 +1,15 @@
-// Package fuzz holds the exact reference token bucket and the tests that hold
-// every optimised path of atomicbucket (and of generated limiters) against it.
+// Package reference is the exact reference token bucket that package fuzz's
+// tests hold every optimised path of atomicbucket (and of generated limiters)
+// against, and that the stores' tests (internal/storetest) hold Redis and
+// PostgreSQL to.
 //
-// The reference is written from the contract, not from the implementation:
-// exact rationals (math/big), a mutex, a plain map, and nothing clever, so that
-// it can be read against DESIGN.md line by line. Its state for a bucket is the
+// It is written from the contract, not from the implementation: exact
+// rationals (math/big), a mutex, a plain map, and nothing clever, so that it
+// can be read against the README's "What the runtime guarantees" line by
+// line. Its state for a bucket is the
 // moment the bucket will be full again if nothing more is taken; everything
 // else (tokens at any time, waits) is derived from that by the definitions.
-package fuzz
+package reference
 
 import (
 	"cmp"
@@ -140,6 +143,14 @@ func NewReference(p Params) *Reference {
 	return &Reference{p: p, omega: omega, keys: map[string]*state{}, sweepAt: atomicbucket.AutoSweepMin, next: math.MaxInt64,
 		capSwept: math.MinInt64 / 2}
 }
+
+// Params are the parameters the reference was made with.
+func (r *Reference) Params() Params { return r.p }
+
+// NeverSweep makes the reference keep every bucket (its own Sweep and the
+// reclaims at the key cap aside): the tests' unswept twin, to which a reclaim
+// that changed a later decision shows.
+func (r *Reference) NeverSweep() { r.sweepAt = math.MaxInt }
 
 func rat(v int64) *big.Rat { return new(big.Rat).SetInt64(v) }
 
