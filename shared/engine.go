@@ -296,9 +296,6 @@ func (e *Engine) Within(ctx context.Context, fn func() error) error {
 	return fn()
 }
 
-// Coalescing reports whether concurrent checks share round trips.
-func (e *Engine) Coalescing() bool { return e.co != nil }
-
 // Clamped is c with a cost outside the rule's range made Burst+1 (denied by
 // every backend, taken by none): what a Backend is given.
 func (c Call) Clamped() Call {
