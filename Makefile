@@ -21,12 +21,14 @@ FUZZ_TARGETS := FuzzDifferential FuzzRule
 
 ## generate: regenerate generated/ from policy.yaml, the benchmarks' HTTP and
 ## shared limits from bench/httppolicy.yaml and bench/sharedpolicy.yaml, and
-## the stores' test package.
+## the stores' test packages (one service's, and two versions of another's).
 generate:
 	$(GO) generate ./...
 	$(GO) run ./gen -policy bench/httppolicy.yaml -out bench/httplimits
 	$(GO) run ./gen -policy bench/sharedpolicy.yaml -out bench/sharedlimits
 	$(GO) run ./gen -policy internal/storetest/sharedpolicy.yaml -out internal/sharedlimits
+	$(GO) run ./gen -policy internal/storetest/rolling/v1.yaml -out internal/rolling/v1
+	$(GO) run ./gen -policy internal/storetest/rolling/v2.yaml -out internal/rolling/v2
 
 ## test: everything CI checks — formatting, vet, tidy modules, all tests with -race
 ## (including the committed fuzz corpora), a short run of each fuzz target, and
@@ -45,6 +47,8 @@ check:
 	$(GO) run ./gen -policy bench/httppolicy.yaml -out bench/httplimits -check
 	$(GO) run ./gen -policy bench/sharedpolicy.yaml -out bench/sharedlimits -check
 	$(GO) run ./gen -policy internal/storetest/sharedpolicy.yaml -out internal/sharedlimits -check
+	$(GO) run ./gen -policy internal/storetest/rolling/v1.yaml -out internal/rolling/v1 -check
+	$(GO) run ./gen -policy internal/storetest/rolling/v2.yaml -out internal/rolling/v2 -check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) mod tidy -diff

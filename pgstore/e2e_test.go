@@ -3,12 +3,14 @@ package pgstore_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/limitgen/limitgen/internal/sharedlimits"
 	"github.com/limitgen/limitgen/internal/storetest"
 	"github.com/limitgen/limitgen/pgstore"
 	"github.com/limitgen/limitgen/pgstore/pgtest"
+	"github.com/limitgen/limitgen/shared"
 )
 
 // instances returns a function making one process of a service: its own pool
@@ -105,4 +107,27 @@ func TestGeneratedLeasedFields(t *testing.T) {
 func TestGeneratedLeasedTier(t *testing.T) {
 	instance, calls := instances(t, pgtest.Start(t))
 	storetest.GeneratedLeasedTier(t, instance, calls)
+}
+
+// A rolling deploy: two versions of one rule with other numbers check the
+// same keys at once; every window of what they admit keeps within the
+// larger version's envelope.
+func TestRollingDeploy(t *testing.T) {
+	srv := pgtest.Start(t)
+	figures := storetest.RollingDeploy(t, func(t *testing.T) shared.Store {
+		pool, err := pgxpool.New(context.Background(), srv.URL())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		st, err := pgstore.New(context.Background(), pool, pgstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		return st
+	}, 4*time.Second)
+	for _, f := range figures {
+		t.Log(f)
+	}
 }

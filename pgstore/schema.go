@@ -2,10 +2,10 @@ package pgstore
 
 import "strings"
 
-// The schema: one table of buckets and two PL/pgSQL functions that check
+// The schema: one table of buckets and three PL/pgSQL functions that check
 // them, all named by Options.Table (the functions are the table's name with
-// "_check" and "_check_tier"). Store.Schema returns the SQL, for a migration
-// of your own.
+// "_check", "_check_tier" and "_check_each"). Store.Schema returns the SQL,
+// for a migration of your own.
 //
 // A bucket is a row (r, k): the rule's name and the request's key (bytes, so
 // any key is stored as it is; a key longer than maxKeyBytes is stored as its
@@ -16,6 +16,16 @@ import "strings"
 // is the Unix µs from which the bucket is full again and nothing is held by
 // leases: a full bucket is the same as an absent one, and Store.Sweep deletes
 // such rows. e, hc and hp are the tokens leases hold (see the lease mode).
+// n is the numbers the bucket was written with ("kind:emit:tau:per:pm:phase",
+// as the functions take them; NULL in a row an earlier version of limitgen
+// wrote, read by the checker's numbers): a check with other numbers (another
+// version of the rule, during a rolling deploy) reads the bucket by them and
+// carries what it holds now into its own numbers, never beyond its own burst
+// (held units × emit / the writer's emit, rounded down, so that a bucket
+// converted back and forth never gains; an interval bucket takes what it
+// held at its grid's last boundary, since its next adds a period's tokens).
+// A denied check writes nothing, so until another check writes it the bucket
+// goes on by its writer's numbers.
 //
 // The functions decide one bucket or a tier of them, all or nothing, on the
 // server's clock (clock_timestamp(): the time of the check, not of its
@@ -37,10 +47,11 @@ import "strings"
 // check of one bucket holds one lock, and tiers take theirs in one order, so
 // no two checks can wait for each other.
 //
-// Two functions check buckets: {fn}, one bucket (every single check, and
-// leases), in scalar variables, the fastest PL/pgSQL can be; and {fn}_tier,
-// a tier of buckets, all or nothing. Both are written from the same blocks
-// (readBlock, writeBlock), so a bucket is read and written by one text.
+// Three functions check buckets: {fn}, one bucket (every single check, and
+// leases), in scalar variables, the fastest PL/pgSQL can be; {fn}_tier, a
+// tier of buckets, all or nothing; and {fn}_each, coalesced checks, each
+// decided on its own. All are written from the same blocks (readBlock,
+// writeBlock), so a bucket is read and written by one text.
 //
 // {fn}(rr, kk, kind, emit, tau, debt, per, pm, phase, cost, mode, at_us,
 // want, se, sg, sr): the bucket's rule name and key; its numbers (kind 1
@@ -72,8 +83,12 @@ const tableSQL = `CREATE {{UNLOGGED}}TABLE IF NOT EXISTS {{TABLE}} (
   e bigint NOT NULL DEFAULT 0,
   hc bigint NOT NULL DEFAULT 0,
   hp bigint NOT NULL DEFAULT 0,
+  n text,
   PRIMARY KEY (r, k)
 ) WITH (fillfactor = 70)`
+
+// alterSQL adds n to a table an earlier version of limitgen made.
+const alterSQL = `ALTER TABLE {{TABLE}} ADD COLUMN IF NOT EXISTS n text`
 
 // bucketVars are the variables readBlock and writeBlock use beside the
 // bucket's numbers (kind … cost), its row (rr, kk) and the time (us, nsec,
@@ -82,7 +97,7 @@ const bucketVars = `
   inc bigint; since bigint; idx bigint; horizon bigint; ahead bigint; fresh bool;
   e0 bigint; c0 bigint; p0 bigint; live bigint; t bigint; m bigint; d bigint;
   wa bigint; total bigint; q bigint; hi bigint; lo bigint; full_us bigint;
-  present bool; conflict bool; rec record;`
+  present bool; conflict bool; rec record; sig text; ov bigint[]; oa bigint; held bigint; cu bigint;`
 
 // timeVars read the clock once, or take the test's time.
 const timeVars = `
@@ -97,6 +112,7 @@ const timeVars = `
 // fresh (no row, or a marker), and e0, c0, p0: the leases' holds.
 const readBlock = `
     inc := cost * emit;
+    sig := {{SIG}};
     IF kind = 1 THEN
       since := 0; idx := 0;
       horizon := tau / per + 1;
@@ -106,11 +122,40 @@ const readBlock = `
       horizon := (tau / pm + 2) * per / 1000000000 + 1;
     END IF;
     ahead := debt; fresh := true; e0 := nsec; c0 := 0; p0 := 0;
-    SELECT b.s, b.u, b.e, b.hc, b.hp, b.full_at INTO rec FROM {{TABLE}} b WHERE b.r = rr AND b.k = kk FOR UPDATE;
+    SELECT b.s, b.u, b.e, b.hc, b.hp, b.full_at, b.n INTO rec FROM {{TABLE}} b WHERE b.r = rr AND b.k = kk FOR UPDATE;
     present := FOUND;
     IF present AND rec.full_at >= 0 THEN
       fresh := false;
-      IF kind = 1 THEN
+      IF rec.n IS NOT NULL AND rec.n <> sig THEN
+        -- Written with other numbers ov (kind, emit, tau, per, pm, phase):
+        -- what it holds by them (oa: its TAT ahead of the time cu in their
+        -- units), carried into this check's. cu is now, or for an interval
+        -- bucket the µs at or before its grid's last boundary: its next
+        -- boundary adds a period's tokens, so the refill since the last one
+        -- is not counted twice.
+        ov := string_to_array(rec.n, ':')::bigint[];
+        cu := us;
+        IF kind = 2 THEN
+          cu := us - (since + 999) / 1000;
+        END IF;
+        IF cardinality(ov) <> 6 THEN
+          oa := NULL;
+        ELSIF ov[1] = 1 THEN
+          q := cu / 1000000;
+          oa := CASE WHEN rec.s < q - (ov[3] / ov[4] + 1) THEN 0 WHEN rec.s > q + ov[3] / ov[4] + 1 THEN ov[3]
+            ELSE (rec.s - q) * ov[4] + rec.u - (cu % 1000000) * ov[5] END;
+        ELSE
+          q := (cu * 1000 - ov[6]) / ov[4];
+          oa := CASE WHEN rec.s < q - 1 - ov[3] / ov[5] THEN 0 WHEN rec.s > q + 1 + ov[3] / ov[5] THEN ov[3]
+            ELSE (rec.s - q) * ov[5] + rec.u END;
+        END IF;
+        IF oa IS NULL THEN
+          ahead := tau; -- numbers it cannot read: it holds nothing
+        ELSE
+          held := ov[3] - least(greatest(oa, 0), ov[3]);
+          ahead := tau - least(div(held::numeric * emit, ov[2]), tau)::bigint;
+        END IF;
+      ELSIF kind = 1 THEN
         ahead := {{AHEAD:rec}};
       ELSIF rec.s < idx - 1 - tau / pm THEN
         ahead := 0;
@@ -172,11 +217,13 @@ const fastPath = `
   IF mode = 1 AND kind = 1 AND cost > 0 AND cost * emit <= tau THEN
     inc := cost * emit;
     horizon := tau / per + 1;
+    sig := {{SIG}};
     UPDATE {{TABLE}} b SET
       s = nsec + (usec * pm + inc + {{AHEAD:b}}) / per,
       u = (usec * pm + inc + {{AHEAD:b}}) % per,
-      full_at = us + (inc + {{AHEAD:b}} + pm - 1) / pm
-    WHERE b.r = rr AND b.k = kk AND b.hc = 0 AND b.hp = 0 AND inc + {{AHEAD:b}} <= tau
+      full_at = us + (inc + {{AHEAD:b}} + pm - 1) / pm,
+      n = sig
+    WHERE b.r = rr AND b.k = kk AND b.hc = 0 AND b.hp = 0 AND (b.n = sig OR b.n IS NULL) AND inc + {{AHEAD:b}} <= tau
     RETURNING (b.s - nsec) * per + b.u - usec * pm INTO wa;
     IF FOUND THEN
       RETURN ARRAY[1, 1, wa, 0, 0];
@@ -212,14 +259,17 @@ const writeBlock = `
         full_us := greatest(full_us, (e0 + 2 + horizon) * 1000000);
       END IF;
       IF present THEN
-        UPDATE {{TABLE}} b SET s = hi, u = lo, full_at = full_us, e = e0, hc = c0, hp = p0
+        UPDATE {{TABLE}} b SET s = hi, u = lo, full_at = full_us, e = e0, hc = c0, hp = p0, n = sig
           WHERE b.r = rr AND b.k = kk;
       ELSE
-        INSERT INTO {{TABLE}} (r, k, s, u, full_at, e, hc, hp)
-          VALUES (rr, kk, hi, lo, full_us, e0, c0, p0) ON CONFLICT (r, k) DO NOTHING;
+        INSERT INTO {{TABLE}} (r, k, s, u, full_at, e, hc, hp, n)
+          VALUES (rr, kk, hi, lo, full_us, e0, c0, p0, sig) ON CONFLICT (r, k) DO NOTHING;
         conflict := NOT FOUND;
       END IF;
     END IF;`
+
+// sigExpr is the bucket's numbers as its row's n keeps them.
+const sigExpr = `kind || ':' || emit || ':' || tau || ':' || per || ':' || pm || ':' || phase`
 
 // creates is whether a check makes a new bucket's row although it takes
 // nothing: the first check of a key whose bucket starts below full, by a
@@ -436,7 +486,7 @@ const lockRows = `
 const rowVars = `
   rr text; kk bytea; kind bigint; emit bigint; tau bigint; debt bigint; per bigint; pm bigint; phase bigint; cost bigint;
   aheads bigint[]; incs bigint[]; sinces bigint[]; idxs bigint[]; horizons bigint[]; freshes bool[]; markers bool[];
-  es bigint[]; cs bigint[]; ps bigint[]; was bigint[];
+  es bigint[]; cs bigint[]; ps bigint[]; was bigint[]; sigs text[];
   o int; i int; j int;`
 
 // readRows reads every row (readBlock) at the time after the waits for the
@@ -453,7 +503,7 @@ const readRows = `
     per := v[o + 5]; pm := v[o + 6]; phase := v[o + 7]; cost := v[o + 8];
     {{READ}}
     aheads[i] := ahead; incs[i] := inc; sinces[i] := since; idxs[i] := idx; horizons[i] := horizon;
-    freshes[i] := fresh; es[i] := e0; cs[i] := c0; ps[i] := p0; was[i] := NULL;
+    freshes[i] := fresh; es[i] := e0; cs[i] := c0; ps[i] := p0; was[i] := NULL; sigs[i] := sig;
   END LOOP;`
 
 // writeRows writes each row whose was is set with its TAT was ahead of now
@@ -470,7 +520,7 @@ const writeRows = `
     rr := rs[i]; kk := ks[i];
     kind := v[o + 1]; per := v[o + 5]; pm := v[o + 6];
     idx := idxs[i]; since := sinces[i]; horizon := horizons[i];
-    e0 := es[i]; c0 := cs[i]; p0 := ps[i]; wa := was[i];
+    e0 := es[i]; c0 := cs[i]; p0 := ps[i]; wa := was[i]; sig := sigs[i];
     present := true; -- locked above: a row, or a marker
     {{WRITE}}
   END LOOP;`
@@ -486,8 +536,8 @@ func schema(table, fn string, unlogged bool) []string {
 	blocks := strings.NewReplacer("{{TIMEVARS}}", timeVars, "{{BUCKETVARS}}", bucketVars, "{{FAST}}", fastPath,
 		"{{READ}}", readBlock, "{{WRITE}}", writeBlock, "{{CREATES}}", creates)
 	ahead := strings.NewReplacer("{{AHEAD:rec}}", strings.ReplaceAll(aheadExpr, "X.", "rec."),
-		"{{AHEAD:b}}", strings.ReplaceAll(aheadExpr, "X.", "b."))
+		"{{AHEAD:b}}", strings.ReplaceAll(aheadExpr, "X.", "b."), "{{SIG}}", sigExpr)
 	r := strings.NewReplacer("{{UNLOGGED}}", u, "{{TABLE}}", table, "{{FUNC}}", fn)
 	function := func(sql string) string { return r.Replace(ahead.Replace(blocks.Replace(rows.Replace(sql)))) }
-	return []string{r.Replace(tableSQL), function(oneSQL), function(tierSQL), function(eachSQL)}
+	return []string{r.Replace(tableSQL), r.Replace(alterSQL), function(oneSQL), function(tierSQL), function(eachSQL)}
 }

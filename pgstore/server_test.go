@@ -382,6 +382,36 @@ func TestSchema(t *testing.T) {
 	}
 }
 
+// A table an earlier version made has no column n (the numbers a bucket
+// was written with): New adds it, and a row written before is read by the
+// checker's numbers; with NoCreate, New refuses the table and names the fix.
+func TestSchemaMigratesNumbers(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	pool, st := open(t, srv, 4, Options{Table: "old_buckets"})
+	r := mustRule(t, "m", atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 3})
+	if d, err := st.AllowN(ctx, r, "k", 2); err != nil || !d.Allowed {
+		t.Fatalf("%+v, %v", d, err)
+	}
+	if _, err := pool.Exec(ctx, "ALTER TABLE old_buckets DROP COLUMN n"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(ctx, pool, Options{Table: "old_buckets", NoCreate: true}); err == nil || !strings.Contains(err.Error(), "no column n") {
+		t.Fatalf("NoCreate on a table without n: %v", err)
+	}
+	again, err := New(ctx, pool, Options{Table: "old_buckets", SweepEvery: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := again.AllowN(ctx, r, "k", 1); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("the row written before the migration: %+v, %v (want 1 token left, taken)", d, err)
+	}
+	var n *string
+	if err := pool.QueryRow(ctx, "SELECT n FROM old_buckets WHERE r = 'm' AND k = 'k'").Scan(&n); err != nil || n == nil {
+		t.Fatalf("the row's numbers after a check: %v, %v", n, err)
+	}
+}
+
 // The server killed while 16 callers check, and started again on its data:
 // checks while it is down are decided by the rule's failure setting (deny),
 // within the store's timeout; after the restart they go back to the

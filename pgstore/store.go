@@ -158,15 +158,20 @@ func (s *backend) create(ctx context.Context, noCreate bool) error {
 	s.each = "SELECT " + s.fn + "_each($1::text[], $2::bytea[], $3::int4[], $4::int8[], $5::int4[], $6::int8[], $7::int8)"
 	if noCreate {
 		var table, fn, tier, each *string
-		err := pool.QueryRow(ctx, "SELECT to_regclass($1)::text, to_regprocedure($2)::text, to_regprocedure($3)::text, to_regprocedure($4)::text",
+		var numbers bool
+		err := pool.QueryRow(ctx, "SELECT to_regclass($1)::text, to_regprocedure($2)::text, to_regprocedure($3)::text, to_regprocedure($4)::text,"+
+			" EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'n' AND NOT attisdropped)",
 			s.table, s.fn+"(text, bytea, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, int, bigint, bigint, bigint, bigint, bigint)",
 			s.fn+"_tier(text[], bytea[], int[], bigint[], int, bigint)",
-			s.fn+"_each(text[], bytea[], int[], bigint[], int[], bigint[], bigint)").Scan(&table, &fn, &tier, &each)
+			s.fn+"_each(text[], bytea[], int[], bigint[], int[], bigint[], bigint)").Scan(&table, &fn, &tier, &each, &numbers)
 		if err != nil {
 			return fmt.Errorf("pgstore: %w", err)
 		}
 		if table == nil || fn == nil || tier == nil || each == nil {
 			return fmt.Errorf("pgstore: NoCreate, but table %s or its functions %s, %[2]s_tier and %[2]s_each are missing: run Store.Schema's SQL first", s.table, s.fn)
+		}
+		if !numbers {
+			return fmt.Errorf("pgstore: NoCreate, but table %s has no column n (the numbers a bucket was written with, added by this version): run Store.Schema's SQL, which adds it and replaces the functions", s.table)
 		}
 		return nil
 	}

@@ -82,6 +82,13 @@ func TestMatchesReference(t *testing.T) {
 		decisions, denied := storetest.Tiers(t, atStore(st), 7, 60, time.Now().Unix()+86400)
 		t.Logf("%d tier decisions (%d denied) equal to the reference", decisions, denied)
 	})
+	t.Run("versions", func(t *testing.T) {
+		decisions, converted := storetest.Versions(t, atStore(st), 5, 150, time.Now().Unix()+86400)
+		if converted < 1000 {
+			t.Fatalf("only %d of %d decisions on a converted bucket", converted, decisions)
+		}
+		t.Logf("%d decisions equal to the reference, %d of them on a bucket the other version wrote", decisions, converted)
+	})
 	t.Run("lease-envelope", func(t *testing.T) {
 		rules, total, leased := storetest.LeaseEnvelope(t, atStore(st))
 		t.Logf("%d rules: %d tokens admitted, %d of them from leases; no window beyond the envelope", rules, total, leased)

@@ -3,11 +3,13 @@ package redisstore_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/limitgen/limitgen/internal/sharedlimits"
 	"github.com/limitgen/limitgen/internal/storetest"
 	"github.com/limitgen/limitgen/redisstore"
 	"github.com/limitgen/limitgen/redisstore/internal/redistest"
+	"github.com/limitgen/limitgen/shared"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -79,4 +81,23 @@ func TestGeneratedLeasedTier(t *testing.T) {
 	srv := redistest.Start(t)
 	monitor := srv.Client(t)
 	storetest.GeneratedLeasedTier(t, instances(t, srv.Addr), func() int64 { return redistest.ScriptCalls(t, monitor) })
+}
+
+// A rolling deploy: two versions of one rule with other numbers check the
+// same keys at once; every window of what they admit keeps within the
+// larger version's envelope.
+func TestRollingDeploy(t *testing.T) {
+	srv := redistest.Start(t)
+	figures := storetest.RollingDeploy(t, func(t *testing.T) shared.Store {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		st, err := redisstore.New(context.Background(), c, redisstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}, 4*time.Second)
+	for _, f := range figures {
+		t.Log(f)
+	}
 }

@@ -30,6 +30,19 @@ import "strings"
 // valid until the start of the second after next), and the bucket never holds
 // more than its burst minus them (the function held below).
 //
+// A value ends with the numbers it was written with, as their arguments
+// spell them: "g emit tau perSecond" or "i tokens tau period p b g phase".
+// A check with other numbers (another version of the rule, during a rolling
+// deploy) reads the bucket by the numbers it was written with, and carries
+// the tokens it holds now into its own numbers, never beyond its own burst
+// (convert, below): held units × emit / the writer's emit, rounded down, so
+// that a bucket converted back and forth never gains. A denied check writes
+// nothing, so until another check writes it, the bucket goes on refilling by
+// its writer's numbers. An interval bucket converts what the bucket held at
+// its grid's last boundary, since its next boundary adds a period's tokens.
+// A value without numbers (written by an earlier version of limitgen) is
+// read by the checker's.
+//
 // Greedy buckets count in the rule's units (a fraction of a microsecond) and
 // store their TAT as "seconds units". Interval buckets count token slots, with
 // now quantised to the last boundary of the key's grid (boundaries at the Unix
@@ -93,6 +106,32 @@ local function fdiv(a, b)
     return idiv(a, b)
   end
   return -idiv(-a + b - 1, b)
+end
+
+-- floor(a · b / c) for 0 <= a, b < 2^52 and 0 < c < 2^52, exactly: the
+-- product as four 26-bit digits, divided by c a bit at a time (the remainder
+-- stays below 2c <= 2^53). The caller makes sure the quotient is below 2^53.
+local function muldiv(a, b, c)
+  local B = 67108864
+  local a1, a0 = math.floor(a / B), a % B
+  local b1, b0 = math.floor(b / B), b % B
+  local t = a0 * b0
+  local d0 = t % B
+  t = math.floor(t / B) + a1 * b0 + a0 * b1
+  local d1 = t % B
+  t = math.floor(t / B) + a1 * b1
+  local q, rem = 0, 0
+  for _, d in ipairs({math.floor(t / B), t % B, d1, d0}) do
+    for k = 25, 0, -1 do
+      local p = 2 ^ k
+      local bit = math.floor(d / p) % 2
+      rem, q = rem * 2 + bit, q * 2
+      if rem >= c then
+        rem, q = rem - c, q + 1
+      end
+    end
+  end
+  return q
 end
 
 -- Where bucket i's rule, phase and cost are: 10 values a bucket from
@@ -164,6 +203,63 @@ local function held(r, E, hc, hp)
   r.E, r.hc, r.hp = E, hc, hp
 end
 
+-- convert is how far bucket r's TAT is past now, in its own units, when
+-- its value (TAT hi, lo) was written with other numbers, sig: what the bucket
+-- holds by the numbers it was written with, carried into r's, rounded down,
+-- never beyond r's burst. An interval bucket takes what it held at its
+-- grid's last boundary (the µs at or before it), not now: its next boundary
+-- adds a whole period's tokens, so the refill since the last one is not
+-- counted twice. A value whose numbers cannot be read holds nothing.
+local function convert(r, hi, lo, sig)
+  local nsec, usec = nsec, usec
+  if r.mode == 2 then
+    usec = usec - idiv(r.since + 999, 1000)
+    if usec < 0 then
+      local borrow = idiv(-usec + 999999, 1000000)
+      nsec, usec = nsec - borrow, usec + borrow * 1000000
+    end
+  end
+  local f = {}
+  for x in string.gmatch(sig, '%d+') do
+    f[#f + 1] = tonumber(x)
+  end
+  local kind = string.sub(sig, 1, 1)
+  local tau, unit, ahead
+  if kind == 'g' and #f == 3 then
+    local perSecond
+    unit, tau, perSecond = f[1], f[2], f[3]
+    local horizon = idiv(tau, perSecond) + 1
+    if hi < nsec - horizon then
+      ahead = 0
+    elseif hi > nsec + horizon then
+      ahead = tau
+    else
+      ahead = (hi - nsec) * perSecond + lo - usec * (perSecond / 1000000)
+    end
+  elseif kind == 'i' and #f == 7 then
+    local w = {tokens = f[1], period = f[3], p = f[4], bb = f[5], g = f[6], phase = f[7]}
+    unit, tau = 1, f[2]
+    local index = indexAt(w, nsec, usec)
+    if hi < index - 1 - tau / w.tokens then
+      ahead = 0
+    elseif hi > index + 1 + tau / w.tokens then
+      ahead = tau
+    else
+      ahead = (hi - index) * w.tokens + lo
+    end
+  else
+    return r.tau
+  end
+  local held = tau - math.min(math.max(ahead, 0), tau)
+  if idiv(held, unit) >= idiv(r.tau, r.emit) then
+    return 0
+  end
+  if unit == r.emit then
+    return r.tau - held
+  end
+  return r.tau - muldiv(held, r.emit, unit)
+end
+
 local b = {}
 for i = 1, n do
   local o = ruleAt(i)
@@ -175,23 +271,32 @@ for i = 1, n do
     r.perMicro = tonumber(ARGV[o + 6])
     r.nsub = usec * r.perMicro
     r.horizon = idiv(r.tau, r.perSecond) + 1
+    r.sig = 'g ' .. ARGV[o + 2] .. ' ' .. ARGV[o + 3] .. ' ' .. ARGV[o + 5]
   else
     r.tokens, r.emit = r.emit, 1
     r.period = tonumber(ARGV[o + 5])
     r.p, r.bb, r.g, r.phase = tonumber(ARGV[o + 6]), tonumber(ARGV[o + 7]), tonumber(ARGV[o + 8]), tonumber(ARGV[phaseAt(i)])
     r.index, r.since = indexAt(r, nsec, usec)
     r.horizon = idiv((idiv(r.tau, r.tokens) + 2) * r.period, 1000000000) + 1
+    r.sig = 'i ' .. ARGV[o + 2] .. ' ' .. ARGV[o + 3] .. ' ' .. ARGV[o + 5] .. ' ' .. ARGV[o + 6] .. ' ' ..
+      ARGV[o + 7] .. ' ' .. ARGV[o + 8] .. ' ' .. ARGV[phaseAt(i)]
   end
   r.inc = r.cost * r.emit
   r.ahead = r.debt
   r.fresh = true
   local v = redis.call('GET', KEYS[i])
   if v then
-    local hi, lo, rest = string.match(v, '^(%d+) (%d+)(.*)$')
+    local hi, lo, rest = string.match(v, '^(%d+) (%d+) ?(.*)$')
     if hi then
       r.fresh = false
       hi, lo = tonumber(hi), tonumber(lo)
-      if r.mode == 1 then
+      local E, hc, hp, sig = string.match(rest, '^(%d+) (%d+) (%d+) ?(.*)$')
+      if not E then
+        sig = rest
+      end
+      if sig ~= '' and sig ~= r.sig then
+        r.ahead = convert(r, hi, lo, sig)
+      elseif r.mode == 1 then
         r.ahead = (hi - nsec) * r.perSecond + (lo - r.nsub)
       elseif hi < r.index - 1 - r.tau / r.tokens then
         r.ahead = 0 -- long past: do not multiply a large difference
@@ -201,7 +306,6 @@ for i = 1, n do
       if r.ahead < 0 then
         r.ahead = 0
       end
-      local E, hc, hp = string.match(rest, '^ (%d+) (%d+) (%d+)$')
       if E then
         held(r, tonumber(E), tonumber(hc), tonumber(hp))
       end
@@ -250,6 +354,7 @@ local function write(i, ahead)
       ms = hold
     end
   end
+  value = value .. ' ' .. r.sig
   ms = ms + {{SLACK}}
   redis.call('SET', KEYS[i], value, 'PX', string.format('%d', ms))
 end

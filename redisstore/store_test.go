@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -144,6 +145,73 @@ func TestIntervalMatchesReference(t *testing.T) {
 	srv := redistest.Start(t)
 	decisions := storetest.Interval(t, scriptStore(srv.Client(t)), 11, 120, time.Now().Unix()+86400)
 	t.Logf("%d interval decisions equal to the reference", decisions)
+}
+
+// Two versions of one rule on one bucket (a rolling deploy): a check by one
+// version of a bucket the other wrote converts it as the reference does
+// (storetest.Versions).
+func TestScriptConvertsVersions(t *testing.T) {
+	srv := redistest.Start(t)
+	decisions, converted := storetest.Versions(t, scriptStore(srv.Client(t)), 5, 150, time.Now().Unix()+86400)
+	if converted < 1000 {
+		t.Fatalf("only %d of %d decisions on a converted bucket", converted, decisions)
+	}
+	t.Logf("%d decisions equal to the reference, %d of them on a bucket the other version wrote", decisions, converted)
+}
+
+// A bucket's value ends with the numbers it was written with; a value an
+// earlier version wrote (without them, with and without a lease's holds) is
+// read by the checker's numbers, and a value whose numbers cannot be read
+// holds nothing.
+func TestScriptValueNumbers(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	c := srv.Client(t)
+	st := newStore(c, false, Options{})
+	r, err := NewRule("legacy", atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := st.b.key(r, "k")
+	if d, err := st.AllowN(ctx, r, "k", 2); err != nil || !d.Allowed || d.Remaining != 3 {
+		t.Fatalf("%+v, %v", d, err)
+	}
+	v, err := c.Get(ctx, k).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := r.Numbers()
+	numbers := fmt.Sprintf(" g %d %d %d", n.Emit, n.Tau, n.PerSecond)
+	if !strings.HasSuffix(v, numbers) {
+		t.Fatalf("value %q does not end with the rule's numbers %q", v, numbers)
+	}
+	tat := strings.TrimSuffix(v, numbers)
+	for _, c0 := range []struct {
+		value string
+		left  int64 // after taking 1
+	}{
+		{tat, 2},                       // an earlier version's value
+		{tat + " 0 0 0", 2},            // … with a lease's (expired) holds
+		{tat + " g 1 2", -1},           // numbers it cannot read: nothing held
+		{tat + " q 1 2 3 4 5 6 7", -1}, // nor these
+	} {
+		if err := c.Set(ctx, k, c0.value, time.Hour).Err(); err != nil {
+			t.Fatal(err)
+		}
+		d, err := st.AllowN(ctx, r, "k", 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c0.left < 0 {
+			if d.Allowed {
+				t.Errorf("value %q: %+v, want a denial", c0.value, d)
+			}
+			continue
+		}
+		if !d.Allowed || d.Remaining != c0.left {
+			t.Errorf("value %q: %+v, want %d left", c0.value, d, c0.left)
+		}
+	}
 }
 
 // atTime is the explicit-time arguments of the test variant of the script.

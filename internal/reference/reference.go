@@ -398,6 +398,63 @@ func (r *Reference) Peek(key string, t, cost int64) Decision {
 	return r.check(s, t, cost, false)
 }
 
+// Tokens is what key's bucket holds at t: a rational, never below 0; Initial
+// for a key without a bucket.
+func (r *Reference) Tokens(key string, t int64) *big.Rat {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.keys[key]
+	if s == nil {
+		s = r.newState(key, t)
+	}
+	held := r.tokens(s, t)
+	if held.Sign() < 0 {
+		held.SetInt64(0)
+	}
+	return held
+}
+
+// Boundary is the last boundary of key's grid at or before t under interval
+// refill (where a bucket key would get places it); t under greedy refill.
+func (r *Reference) Boundary(key string, t int64) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.p.Interval {
+		return t
+	}
+	s := r.keys[key]
+	if s == nil {
+		s = r.newState(key, t)
+	}
+	return s.anchor + floorDiv(t-s.anchor, r.p.Period)*r.p.Period
+}
+
+// Rebase makes key's bucket hold held tokens at t, as a store converts a
+// bucket written with other numbers (a rolling deploy): at most Burst; under
+// interval refill whole tokens (the fraction is dropped), on the key's grid;
+// under greedy refill the time it owes is rounded up to a whole number of
+// grains (ns, a rational: the unit the store counts in; nil for none), so
+// that a conversion never adds tokens.
+func (r *Reference) Rebase(key string, t int64, held, grain *big.Rat) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.newState(key, t)
+	h := new(big.Rat).Set(held)
+	if h.Cmp(rat(r.p.Burst)) > 0 {
+		h.SetInt64(r.p.Burst)
+	}
+	if r.p.Interval {
+		h.SetInt64(floorRat(h))
+	}
+	owed := new(big.Rat).Mul(new(big.Rat).Sub(rat(r.p.Burst), h), r.omega)
+	if !r.p.Interval && grain != nil {
+		owed.Mul(rat(ceilRat(new(big.Rat).Quo(owed, grain))), grain)
+	}
+	s.due = owed.Add(owed, r.clock(s, t))
+	r.keys[key] = s
+	r.learn(s)
+}
+
 // Refund gives cost tokens back to key at t, never beyond the burst.
 func (r *Reference) Refund(key string, t, cost int64) {
 	r.mu.Lock()

@@ -1,0 +1,287 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"math/big"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/reference"
+	rollingv1 "github.com/limitgen/limitgen/internal/rolling/v1"
+	rollingv2 "github.com/limitgen/limitgen/internal/rolling/v2"
+	"github.com/limitgen/limitgen/shared"
+)
+
+// DeployFigures are what RollingDeploy measured for one rule.
+type DeployFigures struct {
+	Rule     string
+	Admitted [2]int // by v1's instances and by v2's
+	// Worst is the largest count of admissions in one window less that
+	// window's envelope (max burst + max rate·Δ): at most 0 when the stream
+	// kept within it.
+	Worst float64
+	// Converted is how many admissions followed one by the other version:
+	// each was decided on a bucket the other version wrote last.
+	Converted int
+}
+
+func (f DeployFigures) String() string {
+	return fmt.Sprintf("%s: v1 admitted %d, v2 %d (%d after the other version's write); worst window %+.2f against the envelope",
+		f.Rule, f.Admitted[0], f.Admitted[1], f.Converted, f.Worst)
+}
+
+// admitted is one allowed check: when its call started and returned, and
+// which version made it.
+type admitted struct {
+	start, end time.Duration
+	version    int
+}
+
+// RollingDeploy: two generated versions of one service's shared rules
+// (internal/storetest/rolling: v1.yaml, then v2.yaml with other rates,
+// bursts, units, and for Batch interval refill instead of greedy) check the
+// same keys on one store, two instances of each, as during a rolling deploy
+// that takes d: both from the start, and v2 alone for the last quarter. A bucket is kept in the numbers it was written with
+// and converted by a check with other numbers (tokens held carried, clamped
+// to the new burst), so the admitted stream of each rule keeps, in every
+// window of length Δ, within the larger rule's envelope: max burst (with an
+// interval rule's boundary tokens) + max rate·Δ. A store that judged a bucket by the reader's numbers alone
+// admitted about twice the burst at once (a TAT of 10/min read as 7 per 3 s
+// is nearly full).
+//
+// The window is judged from the calls' start and end times on this
+// machine's clock, so that the store's own decision times lie inside them.
+func RollingDeploy(t *testing.T, open func(t *testing.T) shared.Store, d time.Duration) []DeployFigures {
+	ctx := context.Background()
+	var v1s []*rollingv1.Limits
+	var v2s []*rollingv2.Limits
+	for range 2 {
+		v1s = append(v1s, rollingv1.New(rollingv1.WithStore(open(t))))
+		v2s = append(v2s, rollingv2.New(rollingv2.WithStore(open(t))))
+	}
+	for _, l := range v1s {
+		if err := l.SharedErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type rule struct {
+		name  string
+		key   string
+		check [2]func(i int, key string) shared.Result
+		// The envelope: at most lead + rate·Δ in any window of length Δ.
+		// lead is the larger burst, or for an interval rule its burst plus
+		// the tokens of one boundary (a full bucket spent just before a
+		// boundary is given them at once); rate is the larger version's.
+		lead  int64
+		rate  float64 // tokens a second
+		least int64   // the smaller burst: admitted at least, from full
+	}
+	rules := []rule{
+		{name: "PerUser", key: "alice", lead: 10, rate: 7.0 / 3, least: 7,
+			check: [2]func(int, string) shared.Result{
+				func(i int, key string) shared.Result { return v1s[i].PerUser.AllowN(ctx, key, 1) },
+				func(i int, key string) shared.Result { return v2s[i].PerUser.AllowN(ctx, key, 1) },
+			}},
+		{name: "Batch", key: "bob", lead: 8 + 4, rate: 5, least: 5,
+			check: [2]func(int, string) shared.Result{
+				func(i int, key string) shared.Result { return v1s[i].Batch.AllowN(ctx, key, 1) },
+				func(i int, key string) shared.Result { return v2s[i].Batch.AllowN(ctx, key, 1) },
+			}},
+	}
+	// Every instance has its connections before the deploy starts (else
+	// one version could empty a bucket before the other's first check).
+	for i := range 2 {
+		for _, r := range rules {
+			for version := range 2 {
+				r.check[version](i, "warm-up")
+			}
+		}
+	}
+	// Both versions start on full buckets, and v2 runs alone for the last
+	// quarter, when the deploy is done.
+	epoch := time.Now()
+	active := [2][2]time.Time{{epoch, epoch.Add(d * 3 / 4)}, {epoch, epoch.Add(d)}}
+	streams := make([][]admitted, len(rules))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for ri, r := range rules {
+		for version := range 2 {
+			for i := range 2 {
+				wg.Go(func() {
+					time.Sleep(time.Until(active[version][0]))
+					for time.Now().Before(active[version][1]) {
+						start := time.Since(epoch)
+						res := r.check[version](i, r.key)
+						end := time.Since(epoch)
+						if res.Degraded || res.Err != nil {
+							errs <- fmt.Errorf("%s v%d: degraded: %v", r.name, version+1, res.Err)
+							return
+						}
+						if res.Allowed {
+							mu.Lock()
+							streams[ri] = append(streams[ri], admitted{start, end, version})
+							mu.Unlock()
+						}
+						time.Sleep(time.Millisecond)
+					}
+				})
+			}
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+
+	var figures []DeployFigures
+	for ri, r := range rules {
+		adm := streams[ri]
+		f := DeployFigures{Rule: r.name, Worst: envelopeExcess(adm, r.lead, r.rate)}
+		slices.SortFunc(adm, func(a, b admitted) int { return int(a.end - b.end) })
+		for j, a := range adm {
+			f.Admitted[a.version]++
+			if j > 0 && adm[j-1].version != a.version {
+				f.Converted++
+			}
+		}
+		figures = append(figures, f)
+		if f.Worst > 0 {
+			t.Errorf("%s: a window admitted %.2f beyond the larger version's envelope (%d + %.3g/s)", r.name, f.Worst, r.lead, r.rate)
+		}
+		if f.Admitted[0] == 0 || f.Admitted[1] == 0 {
+			// Both check a full bucket from the start, so each admits part of
+			// it (a version that read the other's TAT in its own units was
+			// shut out for as long as a minute).
+			t.Errorf("%s: one version admitted nothing", r.name)
+		}
+		if n := int64(f.Admitted[0] + f.Admitted[1]); n < r.least {
+			t.Errorf("%s: the two versions admitted %d together; a full bucket holds at least %d", r.name, n, r.least)
+		}
+	}
+	return figures
+}
+
+// envelopeExcess is the largest, over every window, of the admissions whose
+// calls lie inside it less lead + rate·(its length): a window from one
+// call's start to another's end holds at least the admissions whose calls
+// started and ended within it, whatever the store's decision times were.
+func envelopeExcess(adm []admitted, lead int64, rate float64) float64 {
+	worst := -float64(lead)
+	ends := make([]time.Duration, 0, len(adm))
+	for _, first := range adm {
+		ends = ends[:0]
+		for _, a := range adm {
+			if a.start >= first.start {
+				ends = append(ends, a.end)
+			}
+		}
+		slices.Sort(ends)
+		for k, end := range ends {
+			excess := float64(k+1) - float64(lead) - rate*(end-first.start).Seconds()
+			worst = max(worst, excess)
+		}
+	}
+	return worst
+}
+
+// Versions holds a store's conversions to the reference: pairs random
+// pairs of rules of one name (greedy or interval, other rates, bursts and
+// units: two versions of a rule), 100 checks each by either version at
+// random microsecond times from start on, every decision equal to the
+// reference's. The reference keeps each key's bucket in the numbers of the
+// version whose check last wrote it (an admission that took tokens) and
+// converts it for a check by the other version as a store must: what it
+// holds by its writer's numbers at the check's time (for an interval
+// checker, at its grid's last boundary: the next adds a period's tokens),
+// never more than the checker's burst, whole tokens for interval refill, and
+// for greedy refill the time owed rounded up to the checker's unit. Only rules whose units are
+// exact are drawn. It returns the decisions compared and how many were of a
+// converted bucket.
+func Versions(t *testing.T, st Store, seed uint64, pairs int, start int64) (decisions, converted int) {
+	rng := rand.New(rand.NewPCG(seed, 23))
+	draw := func() atomicbucket.Limit {
+		if rng.IntN(2) == 0 {
+			l := RandomGreedy(rng)
+			l.Initial, l.InitialSet = 0, false
+			return l
+		}
+		periods := []time.Duration{time.Millisecond, 250 * time.Millisecond, time.Second, 10 * time.Second, time.Hour, 7*time.Millisecond + 3*time.Microsecond}
+		return atomicbucket.Limit{
+			Tokens: 1 + rng.Int64N(20), Period: periods[rng.IntN(len(periods))],
+			Burst: 1 + rng.Int64N(60), Refill: atomicbucket.Interval, Aligned: rng.IntN(3) == 0,
+		}
+	}
+	for p := 0; p < pairs; {
+		name := fmt.Sprintf("v%d_%d", seed, p)
+		var ls [2]atomicbucket.Limit
+		var rules [2]any
+		var refs [2]*reference.Reference
+		var grains [2]*big.Rat
+		ok := true
+		for v := range 2 {
+			ls[v] = draw()
+			r, exact, err := st.Rule(name, ls[v])
+			if err != nil || !exact {
+				ok = false
+				break
+			}
+			rules[v], refs[v] = r, referenceOf(ls[v])
+			refs[v].NeverSweep()
+			if u, _ := shared.MicroUnits(ls[v]); u.PerMicro > 0 {
+				grains[v] = big.NewRat(1000, u.PerMicro)
+			}
+		}
+		if !ok {
+			continue
+		}
+		p++
+		owner := map[string]int{} // the version whose check last wrote the key
+		sec, usec := start+rng.Int64N(86400), rng.Int64N(1e6)
+		for range 100 {
+			v := rng.IntN(2)
+			l := ls[rng.IntN(2)]
+			usec += rng.Int64N(3 * max(int64(l.Period)/1000/l.Tokens, 1))
+			sec, usec = sec+usec/1e6, usec%1e6
+			key := []string{"a", "b"}[rng.IntN(2)]
+			cost := rng.Int64N(max(ls[0].Burst, ls[1].Burst) + 2)
+			take := rng.IntN(5) != 0
+			tns := int64(atomicbucket.FromWall(sec*1e9 + usec*1e3))
+			w, written := owner[key]
+			if written && w != v {
+				// An interval bucket converts what the other held at its own
+				// grid's last boundary, at the store's µs before it.
+				at := refs[v].Boundary(key, tns)
+				wall := at - int64(atomicbucket.FromWall(0))
+				at = int64(atomicbucket.FromWall(floorDiv(wall, 1000) * 1000))
+				refs[v].Rebase(key, tns, refs[w].Tokens(key, at), grains[v])
+				converted++
+			}
+			got, _, err := st.Check([]Step{{rules[v], key, cost}}, take, sec, usec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want atomicbucket.Decision
+			if take {
+				want = refs[v].AllowN(key, tns, cost)
+			} else {
+				want = refs[v].Peek(key, tns, cost)
+			}
+			decisions++
+			if got != want {
+				t.Fatalf("v%d of %+v / %+v, key %s at %d.%06d cost %d take %v (written by v%d: %v): store %+v, reference %+v",
+					v+1, ls[0], ls[1], key, sec, usec, cost, take, w+1, written, got, want)
+			}
+			if take && want.Allowed && cost > 0 {
+				owner[key] = v
+			}
+		}
+	}
+	return decisions, converted
+}
