@@ -365,17 +365,16 @@ func (t *Table[K]) absent(key K, now, cost int64) Decision {
 
 // capDecision decides a request for a new key at the cap with nothing to
 // reclaim before next (ns): against an untracked fresh bucket (AllowAtCap), or
-// denied with the wait until a bucket can be reclaimed and the new one would
-// admit the cost.
+// denied with the wait until a bucket can be reclaimed for it. The key gets no
+// bucket now, so a new bucket that starts below the cost starts when that
+// wait is over: the request that makes it is told the bucket's own wait, as
+// any key's first request is (a wait promised now for both would be a second
+// short, the bucket's clock starting only then).
 func (t *Table[K]) capDecision(key K, now, next, cost int64) Decision {
 	if t.atCap == AllowAtCap {
 		return t.absent(key, now, cost)
 	}
-	wait := time.Duration(next - now) // > 0: nothing was reclaimable at now
-	if d := t.absent(key, now, cost); !d.Allowed {
-		wait += d.RetryAfter // a new bucket holds fewer tokens than the cost
-	}
-	return Decision{RetryAfter: wait}
+	return Decision{RetryAfter: time.Duration(next - now)} // > 0: nothing was reclaimable at now
 }
 
 // Peek is what AllowN(key, cost) would decide now, without taking anything or

@@ -213,10 +213,22 @@ var stepCases = []stepCase{
 	}},
 	{name: "cap 1 with new buckets short of the cost", keyed: true, cfg: config{limit: atomicbucket.Limit{Tokens: 1, Period: sec, Burst: 2, Initial: 1, InitialSet: true}, opts: atomicbucket.TableOptions{MaxKeys: 1}}, steps: []step{
 		{at: 0, op: opAllowN, key: "a", cost: 1, want: ok(0, 2*sec)},
-		// a is full at 2s, reclaimable at 3s; b's new bucket would then hold 1
-		// token and need 1s more for 2.
-		{at: 0, op: opAllowN, key: "b", cost: 2, want: reference.Decision{RetryAfter: 4 * sec}},
+		// a is full at 2s, reclaimable at 3s: b may have a bucket then. It
+		// starts with 1 token, and its first check (made when told) is told
+		// the 1s more it needs for 2, after which it is allowed: a client that
+		// trusts RetryAfter is served at 4s. (Promising 4s at once made the
+		// bucket at 4s, and the client was denied there and served at 5s.)
+		{at: 0, op: opAllowN, key: "b", cost: 2, want: reference.Decision{RetryAfter: 3 * sec}},
 		{at: 3 * sec, op: opAllowN, key: "b", cost: 2, want: no(1, 1*sec, 1*sec)}, // a reclaimed: b is new
+		{at: 4 * sec, op: opAllowN, key: "b", cost: 2, want: ok(0, 2*sec)},
+	}},
+	{name: "cap 1, a client trusting RetryAfter with initial below the cost", keyed: true, cfg: config{limit: atomicbucket.Limit{Tokens: 1, Period: sec, Burst: 5, Initial: 2, InitialSet: true}, opts: atomicbucket.TableOptions{MaxKeys: 1}}, steps: []step{
+		{at: 0, op: opAllowN, key: "a", cost: 1, want: ok(1, 4*sec)},
+		// a is full at 4s, reclaimable at 5s. Before, b was told 7s (the cap,
+		// then a new bucket's 3s), made its bucket at 8s and was told 3s more.
+		{at: 1 * sec, op: opAllowN, key: "b", cost: 5, want: reference.Decision{RetryAfter: 4 * sec}},
+		{at: 5 * sec, op: opAllowN, key: "b", cost: 5, want: no(2, 3*sec, 3*sec)},
+		{at: 8 * sec, op: opAllowN, key: "b", cost: 5, want: ok(0, 5*sec)},
 	}},
 	{name: "cap 1 allows new keys untracked", keyed: true, cfg: config{limit: perSecond(1, 2), opts: atomicbucket.TableOptions{MaxKeys: 1, AtCap: atomicbucket.AllowAtCap}}, steps: []step{
 		{at: 0, op: opAllowN, key: "a", cost: 1, want: ok(1, 1*sec)},

@@ -112,8 +112,9 @@ type state struct {
 //   - a new key that meets the cap sweeps when the last sweep at the cap is
 //     MaxKeys × atomicbucket.CapSweepSpacing behind; when none can be
 //     reclaimed it is denied with RetryAfter until max(next, the next sweep
-//     at the cap may run), plus the wait for a fresh bucket to hold the cost
-//     (a sweep learns next exactly, so right after one this is exact);
+//     at the cap may run) (a sweep learns next exactly, so right after one
+//     this is exact); a fresh bucket short of the cost tells its own wait
+//     when it is made;
 //   - a new key that takes the number of keys past sweepAt (twice what the last
 //     sweep left, at least atomicbucket.AutoSweepMin) sweeps;
 //   - Sweep sweeps.
@@ -336,18 +337,13 @@ func (r *Reference) capSpacing() int64 {
 func (r *Reference) capFree() int64 { return max(r.next, r.capSwept+r.capSpacing()) }
 
 // atCap is the decision for a new key at the cap with nothing to reclaim: an
-// untracked fresh bucket's, or a denial until the table may reclaim a bucket and
-// a fresh one would admit the cost.
+// untracked fresh bucket's, or a denial until the table may reclaim a bucket
+// for it (a fresh bucket short of the cost then tells its own wait).
 func (r *Reference) atCap(key string, t, cost int64) Decision {
-	fresh := r.newState(key, t)
 	if r.p.AllowCap {
-		return r.check(fresh, t, cost, false)
+		return r.check(r.newState(key, t), t, cost, false)
 	}
-	wait := time.Duration(r.capFree() - t)
-	if d := r.check(fresh, t, cost, false); !d.Allowed {
-		wait += d.RetryAfter
-	}
-	return Decision{RetryAfter: wait}
+	return Decision{RetryAfter: time.Duration(r.capFree() - t)}
 }
 
 // Create makes key's bucket at t if it has none, as when a single
