@@ -3,6 +3,9 @@ package bench
 import (
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,6 +15,9 @@ import (
 	"github.com/sethvargo/go-limiter/memorystore"
 	"github.com/throttled/throttled/v2"
 	"github.com/throttled/throttled/v2/store/memstore"
+	ulule "github.com/ulule/limiter/v3"
+	ululestdlib "github.com/ulule/limiter/v3/drivers/middleware/stdlib"
+	ululememory "github.com/ulule/limiter/v3/drivers/store/memory"
 )
 
 // nopWriter is a ResponseWriter that allocates nothing: its header map is kept
@@ -30,31 +36,50 @@ func (w *nopWriter) WriteHeader(code int)        { w.code = code }
 // middleware's cost is its ns/op minus bare's.
 var bare = http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 
-// The limit every implementation enforces: per client address, 1e9 a second
-// in bursts of 1e9 (bench/httppolicy.yaml), so every request is admitted.
-const httpRate = 1_000_000_000
+// httpCase is what every implementation enforces, per client address: a
+// limit so high that every request is admitted, or one of a request an hour
+// whose first request (the warm-up) takes the only token, so that every
+// request the benchmark sends is denied (bench/httppolicy.yaml: PerIP on
+// GET /bench, Tight on GET /denied).
+type httpCase struct {
+	name   string
+	path   string
+	tokens int64 // per period, and the burst
+	period time.Duration
+	code   int // what every measured request gets
+}
 
-// httpImpls builds each middleware over bare.
+var httpCases = []httpCase{
+	{"allowed", "/bench", 1_000_000_000, time.Second, http.StatusOK},
+	{"denied", "/denied", 1, time.Hour, http.StatusTooManyRequests},
+}
+
+// httpImpls builds each middleware over bare, set up as its own README
+// shows, for a case.
 var httpImpls = []struct {
 	name string
-	make func(b *testing.B) http.Handler
+	make func(b testing.TB, c httpCase) http.Handler
 }{
-	{"bare", func(b *testing.B) http.Handler { return bare }},
-	{"limitgen", func(b *testing.B) http.Handler {
+	{"bare", func(testing.TB, httpCase) http.Handler { return bare }},
+	{"limitgen", func(b testing.TB, c httpCase) http.Handler {
 		mw, err := httplimits.NewMiddleware(httplimits.New(), httplimits.Hooks{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		return mw.Wrap(bare)
 	}},
-	{"httprate", func(b *testing.B) http.Handler {
-		return httprate.Limit(httpRate, time.Second, httprate.WithKeyFuncs(httprate.KeyByIP))(bare)
+	{"httprate", func(b testing.TB, c httpCase) http.Handler {
+		return httprate.Limit(int(c.tokens), c.period, httprate.WithKeyFuncs(httprate.KeyByIP))(bare)
 	}},
-	{"httplimit", func(b *testing.B) http.Handler {
-		// Configured as 1e9 a second it answered the benchmark's second request
-		// 429; this is an allow-everything limit in the form it admits, as the
-		// keyed benchmarks configure it (newSethvargo).
-		store, err := memorystore.New(&memorystore.Config{Tokens: 1 << 40, Interval: 24 * time.Hour})
+	{"httplimit", func(b testing.TB, c httpCase) http.Handler {
+		cfg := &memorystore.Config{Tokens: uint64(c.tokens), Interval: c.period}
+		if c.code == http.StatusOK {
+			// Configured as 1e9 a second it answered the benchmark's second
+			// request 429; this is an allow-everything limit in the form it
+			// admits, as the keyed benchmarks configure it (newSethvargo).
+			cfg = &memorystore.Config{Tokens: 1 << 40, Interval: 24 * time.Hour}
+		}
+		store, err := memorystore.New(cfg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -64,79 +89,110 @@ var httpImpls = []struct {
 		}
 		return mw.Handle(bare)
 	}},
-	{"throttled", func(b *testing.B) http.Handler {
-		store, err := memstore.NewCtx(65536)
+	{"throttled", func(b testing.TB, c httpCase) http.Handler {
+		store, err := memstore.NewCtx(65536) // as throttled's README writes it
 		if err != nil {
 			b.Fatal(err)
 		}
-		rl, err := throttled.NewGCRARateLimiterCtx(store, throttled.RateQuota{MaxRate: throttled.PerSec(httpRate), MaxBurst: httpRate})
+		quota := throttled.RateQuota{MaxRate: throttled.PerDuration(int(c.tokens), c.period), MaxBurst: int(c.tokens) - 1}
+		rl, err := throttled.NewGCRARateLimiterCtx(store, quota)
 		if err != nil {
 			b.Fatal(err)
 		}
 		return (&throttled.HTTPRateLimiterCtx{RateLimiter: rl, VaryBy: &throttled.VaryBy{RemoteAddr: true}}).RateLimit(bare)
 	}},
+	{"ulule", func(b testing.TB, c httpCase) http.Handler {
+		lim := ulule.New(ululememory.NewStore(), ulule.Rate{Period: c.period, Limit: c.tokens})
+		return ululestdlib.NewMiddleware(lim).Handler(bare)
+	}},
 }
 
-// benchRequest is an allowed request from one client. limitgen finds its
-// route among the policy's patterns (as it must, whatever router runs
-// before it); the peers limit every request alike.
-func benchRequest() *http.Request {
-	r := httptest.NewRequest("GET", "/bench", nil)
+// benchRequest is a request from one client to path. limitgen finds its
+// route among the policy's patterns (as it must, whatever router runs before
+// it); the peers limit every request alike.
+func benchRequest(path string) *http.Request {
+	r := httptest.NewRequest("GET", path, nil)
 	r.RemoteAddr = "203.0.113.7:51234"
 	return r
 }
 
-// BenchmarkHTTP is one allowed request through each middleware on the same
-// limit, from a warmed key, with a writer that allocates nothing; core is
-// limitgen's check alone (the table the middleware's rule uses), the
-// denominator of the overhead target.
-func BenchmarkHTTP(b *testing.B) {
-	for _, impl := range httpImpls {
-		b.Run("impl="+impl.name, func(b *testing.B) {
-			h := impl.make(b)
-			r := benchRequest()
-			w := &nopWriter{h: http.Header{}}
-			h.ServeHTTP(w, r) // warm the key, and check it is admitted
-			if w.code != 0 && w.code != http.StatusOK {
-				b.Fatalf("%s: status %d", impl.name, w.code)
-			}
-			b.ReportAllocs()
-			for b.Loop() {
-				h.ServeHTTP(w, r)
-			}
-			if w.code != 0 && w.code != http.StatusOK {
-				b.Fatalf("%s: status %d", impl.name, w.code)
-			}
-		})
-	}
-	b.Run("impl=core", func(b *testing.B) {
-		l := httplimits.New()
-		const key = "203.0.113.7"
-		l.PerIP.Allow(key)
-		b.ReportAllocs()
-		for b.Loop() {
-			if !l.PerIP.Allow(key) {
-				b.Fatal("denied")
-			}
-		}
-	})
+// rotated is impls in the order this run measures them: rotated by the run's
+// number (LIMITGEN_BENCH_RUN, set by bench/run.sh), so that no implementation
+// always runs first or after the same neighbour.
+func rotated[T any](impls []T) []T {
+	n, _ := strconv.Atoi(os.Getenv("LIMITGEN_BENCH_RUN"))
+	k := n % len(impls)
+	return append(slices.Clone(impls[k:]), impls[:k]...)
 }
 
-// TestHTTPImplsSendFields checks what each middleware sends on an allowed
-// request: limitgen the IETF fields, the peers their legacy ones; each
-// admits it.
+// BenchmarkHTTP is one request through each middleware on the same limit,
+// from a warmed key: allowed, or denied. The response's header map is
+// cleared before every request (as a server gives each response a new one),
+// with a writer that allocates nothing else, so what an implementation
+// allocates is its own; bare is the handler alone, and an implementation's
+// overhead is its ns/op less bare's. core is limitgen's check alone (the
+// table the middleware's rule uses), the denominator of the overhead target.
+func BenchmarkHTTP(b *testing.B) {
+	for _, c := range httpCases {
+		b.Run("case="+c.name, func(b *testing.B) {
+			for _, impl := range rotated(httpImpls) {
+				b.Run("impl="+impl.name, func(b *testing.B) {
+					h := impl.make(b, c)
+					r := benchRequest(c.path)
+					w := &nopWriter{h: http.Header{}}
+					h.ServeHTTP(w, r) // warm the key (and take the only token of a denied case)
+					w.code = 0
+					h.ServeHTTP(w, r)
+					if impl.name != "bare" && w.code != c.code && !(w.code == 0 && c.code == http.StatusOK) {
+						b.Fatalf("%s: status %d, want %d", impl.name, w.code, c.code)
+					}
+					b.ReportAllocs()
+					for b.Loop() {
+						clear(w.h)
+						h.ServeHTTP(w, r)
+					}
+				})
+			}
+			b.Run("impl=core", func(b *testing.B) {
+				l := httplimits.New()
+				const key = "203.0.113.7"
+				check := l.PerIP.Allow
+				if c.code != http.StatusOK {
+					check = l.Tight.Allow
+				}
+				check(key)
+				want := c.code == http.StatusOK
+				b.ReportAllocs()
+				for b.Loop() {
+					if check(key) != want {
+						b.Fatal("the core check decided otherwise")
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestHTTPImplsSendFields checks what each middleware answers in each case:
+// an allowed request, then (a limit of one an hour) a second request denied;
+// limitgen sends the IETF fields, the peers their own.
 func TestHTTPImplsSendFields(t *testing.T) {
-	b := &testing.B{}
-	for _, impl := range httpImpls[1:] {
-		w := httptest.NewRecorder()
-		impl.make(b).ServeHTTP(w, benchRequest())
-		if w.Code != http.StatusOK {
-			t.Errorf("%s: status %d", impl.name, w.Code)
-		}
-		rl, legacy := w.Header().Get("RateLimit"), w.Header().Get("X-RateLimit-Limit")+w.Header().Get("X-Ratelimit-Limit")
-		t.Logf("%s: RateLimit %q, X-RateLimit-Limit %q, headers %v", impl.name, rl, legacy, w.Header())
-		if impl.name == "limitgen" && rl == "" {
-			t.Errorf("limitgen sent no RateLimit field: %v", w.Header())
+	for _, c := range httpCases {
+		for _, impl := range httpImpls[1:] {
+			h := impl.make(t, c)
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, benchRequest(c.path))
+			if c.code != http.StatusOK {
+				w = httptest.NewRecorder()
+				h.ServeHTTP(w, benchRequest(c.path))
+			}
+			if w.Code != c.code {
+				t.Errorf("%s %s: status %d, want %d", c.name, impl.name, w.Code, c.code)
+			}
+			t.Logf("%s %s: %d, headers %v", c.name, impl.name, w.Code, w.Header())
+			if impl.name == "limitgen" && w.Header().Get("RateLimit") == "" {
+				t.Errorf("limitgen sent no RateLimit field: %v", w.Header())
+			}
 		}
 	}
 }

@@ -10,7 +10,9 @@
 # Redis at 64 callers and on PostgreSQL (hot key, 16 callers). full is every
 # benchmark of the package (about 3 minutes a run on 2 cores).
 #
-# The test binary is built once. A run that fails is reported and the others
+# Each run tells the benchmarks its number (LIMITGEN_BENCH_RUN), by which
+# BenchmarkHTTP rotates the order of its implementations. The test binary is
+# built once. A run that fails is reported and the others
 # go on: the table is printed from what finished, and the command then fails,
 # naming what did not.
 set -uo pipefail
@@ -44,7 +46,7 @@ failed=()
 for i in $(seq "$runs"); do
   for set in "${sets[@]}"; do
     echo "== run $i of $runs, $(elapsed): $set"
-    ./results/bench.test -test.run '^$' -test.bench "$set" -test.benchmem \
+    LIMITGEN_BENCH_RUN=$i ./results/bench.test -test.run '^$' -test.bench "$set" -test.benchmem \
       -test.benchtime "$benchtime" -test.count 1 2>&1 | tee -a "$out" |
       { grep -v '^\(goos\|goarch\|pkg\|cpu\|PASS\)' || true; }
     [ "${PIPESTATUS[0]}" -eq 0 ] || failed+=("run $i: $set")

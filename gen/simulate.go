@@ -41,7 +41,9 @@ import (
 //
 // Output: CSV with a header, one line a request: the input's time, key
 // columns and cost, then allowed, remaining, retry_after_ns and, for tiers,
-// denied_by; then a summary per rule and key as # comment lines.
+// denied_by; then a summary per rule and key as # comment lines (allowed,
+// denied, and for a tier refunded: passed, then given back when a later rule
+// denied the request).
 func simulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gen simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -80,11 +82,13 @@ func simulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 
 // simRule is one rule's buckets in a simulation.
 type simRule struct {
-	rule            model.Rule
-	limit           model.Limit
-	table           *atomicbucket.Table[string]
-	bucket          *atomicbucket.Bucket
-	allowed, denied map[string]int
+	rule   model.Rule
+	limit  model.Limit
+	table  *atomicbucket.Table[string]
+	bucket *atomicbucket.Bucket
+	// By key: requests the rule admitted, denied, and (in a tier) passed
+	// but were then denied by a later rule, so that its take was refunded.
+	allowed, denied, refunded map[string]int
 }
 
 type simulation struct {
@@ -92,6 +96,10 @@ type simulation struct {
 	tier  bool
 	rules []*simRule
 	keyed []int // indices into rules of the keyed rules, in order
+	// timeForm is how the log writes its times (the first line's form), and
+	// timeLine that line.
+	timeForm string
+	timeLine int
 }
 
 func newSimulation(m *model.Model, name, planName string) (*simulation, error) {
@@ -148,7 +156,7 @@ func newSimulation(m *model.Model, name, planName string) (*simulation, error) {
 			}
 			l = r.Limits[plan]
 		}
-		s.rules = append(s.rules, &simRule{rule: r, limit: l, allowed: map[string]int{}, denied: map[string]int{}})
+		s.rules = append(s.rules, &simRule{rule: r, limit: l, allowed: map[string]int{}, denied: map[string]int{}, refunded: map[string]int{}})
 		if r.KeyType != "" {
 			s.keyed = append(s.keyed, i)
 		}
@@ -351,12 +359,20 @@ func (s *simulation) splitKeys(field string) ([]string, error) {
 // integer key does), a whole cost.
 func (s *simulation) request(line int, timeField string, keys []string, costField string) (request, error) {
 	req := request{line: line, keys: keys}
+	form := ""
 	if ns, err := strconv.ParseInt(timeField, 10, 64); err == nil {
-		req.wall = ns
+		req.wall, form = ns, "Unix nanoseconds"
 	} else if t, err := time.Parse(time.RFC3339Nano, timeField); err == nil {
-		req.wall = t.UnixNano()
+		req.wall, form = t.UnixNano(), "RFC 3339"
 	} else {
 		return req, fmt.Errorf("line %d: time %q is neither nanoseconds nor RFC 3339", line, timeField)
+	}
+	// One form a log: a number after RFC 3339 times is far more likely a
+	// mistake (seconds, an offset) than a time in 1970.
+	if s.timeForm == "" {
+		s.timeForm, s.timeLine = form, line
+	} else if form != s.timeForm {
+		return req, fmt.Errorf("line %d: time %q is %s, but line %d's was %s; write every time one way", line, timeField, form, s.timeLine, s.timeForm)
 	}
 	for _, j := range s.keyed {
 		r := s.rules[j].rule
@@ -519,29 +535,42 @@ func (s *simulation) keyColumns(req request, lr *logReader) []string {
 	return cols
 }
 
-// summary writes, as # comment lines, the admissions and denials per rule and key.
+// summary writes, as # comment lines, the admissions and denials per rule and
+// key; in a tier, the requests a rule passed but a later rule denied
+// (refunded) are counted apart from the ones it admitted.
 func (s *simulation) summary(w io.Writer) {
-	fmt.Fprintln(w, "# summary: rule,key,allowed,denied")
+	if s.tier {
+		fmt.Fprintln(w, "# summary: rule,key,allowed,denied,refunded")
+	} else {
+		fmt.Fprintln(w, "# summary: rule,key,allowed,denied")
+	}
 	for _, r := range s.rules {
 		keys := map[string]bool{}
-		for k := range r.allowed {
-			keys[k] = true
-		}
-		for k := range r.denied {
-			keys[k] = true
+		for _, m := range []map[string]int{r.allowed, r.denied, r.refunded} {
+			for k := range m {
+				keys[k] = true
+			}
 		}
 		sorted := make([]string, 0, len(keys))
 		for k := range keys {
 			sorted = append(sorted, k)
 		}
 		slices.Sort(sorted)
-		ta, td := 0, 0
+		line := func(k string, allowed, denied, refunded int) {
+			if s.tier {
+				fmt.Fprintf(w, "# %s,%s,%d,%d,%d\n", r.rule.Name, k, allowed, denied, refunded)
+			} else {
+				fmt.Fprintf(w, "# %s,%s,%d,%d\n", r.rule.Name, k, allowed, denied)
+			}
+		}
+		ta, td, tr := 0, 0, 0
 		for _, k := range sorted {
-			fmt.Fprintf(w, "# %s,%s,%d,%d\n", r.rule.Name, k, r.allowed[k], r.denied[k])
+			line(k, r.allowed[k], r.denied[k], r.refunded[k])
 			ta += r.allowed[k]
 			td += r.denied[k]
+			tr += r.refunded[k]
 		}
-		fmt.Fprintf(w, "# %s,(all keys),%d,%d\n", r.rule.Name, ta, td)
+		line("(all keys)", ta, td, tr)
 	}
 }
 
@@ -569,10 +598,13 @@ func (s *simulation) decide(req request, now atomicbucket.Time) (atomicbucket.De
 		checked = at + 1
 	}
 	for i, r := range s.rules[:checked] {
-		if denied && i == at {
-			r.denied[req.keys[i]]++
-		} else {
+		switch {
+		case !denied:
 			r.allowed[req.keys[i]]++
+		case i == at:
+			r.denied[req.keys[i]]++
+		default:
+			r.refunded[req.keys[i]]++
 		}
 	}
 	if denied {

@@ -72,6 +72,39 @@ func TestSimulateTier(t *testing.T) {
 	}
 }
 
+// TestSimulateTierRefunds: four users take PerEndpoint 7's burst of 200 (50
+// each, PerUser's burst on the free plan); a fifth user's request passes
+// PerUser and is denied by PerEndpoint, so PerUser's take is given back: the
+// summary counts it as refunded, not allowed.
+func TestSimulateTierRefunds(t *testing.T) {
+	var log strings.Builder
+	for _, user := range []string{"u0", "u1", "u2", "u3"} {
+		for range 50 {
+			log.WriteString("0," + user + "|7\n")
+		}
+	}
+	log.WriteString("0,u4|7\n")
+	out, errOut, code := runSimulate(t, []string{"-policy", "../policy.yaml", "-rule", "API", "-plan", "free"}, log.String())
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "\n0,u4|7,,false,0,60000000,PerEndpoint\n") {
+		t.Errorf("u4's request is not denied by PerEndpoint (1000 a minute: one token in 60 ms):\n%s", out)
+	}
+	for _, want := range []string{
+		"# summary: rule,key,allowed,denied,refunded\n",
+		"# PerUser,u0,50,0,0\n",
+		"# PerUser,u4,0,0,1\n",
+		"# PerUser,(all keys),200,0,1\n",
+		"# PerEndpoint,7,200,1,0\n",
+		"# Global,,200,0,0\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out[strings.Index(out, "# summary"):])
+		}
+	}
+}
+
 func TestSimulateRefusesBadInput(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -91,6 +124,10 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 		{[]string{"-policy", "../policy.yaml", "-rule", "Login"}, "0,a,lots\n", `cost "lots" is not a whole number`},
 		{[]string{"-policy", "../policy.yaml", "-rule", "Login"}, "", "no requests"},
 		{[]string{"-policy", "../policy.yaml", "-rule", "API", "-plan", "free"}, "0,a|b|c|d\n", "4 keys for 2 keyed rules"},
+		// One time form a log: before, a 1 after RFC 3339 times was read as 1970
+		// and judged against the bucket's later state (a retry of 3,598 s).
+		{[]string{"-policy", "../policy.yaml", "-rule", "Login"}, "2026-11-21T10:00:00Z,a\n1,a\n", `line 2: time "1" is Unix nanoseconds, but line 1's was RFC 3339`},
+		{[]string{"-policy", "../policy.yaml", "-rule", "Login"}, "time,key\n5,a\n2026-11-21T10:00:00Z,a\n", `line 3: time "2026-11-21T10:00:00Z" is RFC 3339, but line 2's was Unix nanoseconds`},
 	} {
 		_, errOut, code := runSimulate(t, c.args, c.log)
 		if code == 0 || !strings.Contains(errOut, c.want) {

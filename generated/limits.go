@@ -1166,10 +1166,11 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 			IPv6Prefix:     64,
 		},
 		Config: limithttp.Config{
-			Headers:  limithttp.HeadersIETF,
-			Jitter:   0.5,
-			Counters: limithttp.NewCounters(ruleNames[:]...),
-			Observer: limithttp.NewDenialLog(nil, 10),
+			Headers:   limithttp.HeadersIETF,
+			Jitter:    0.5,
+			Counters:  limithttp.NewCounters(ruleNames[:]...),
+			Observer:  limithttp.NewDenialLog(nil, 10),
+			Challenge: "Bearer",
 		},
 	}, nil
 }
@@ -1292,7 +1293,7 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != ""
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Upload: route \\\"POST /v1/upload\\\" reads it from the service's UserID.\"}\n", limithttp.Event{Route: "POST /v1/upload", Rule: "Upload", RuleIndex: int(RuleUpload), Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Upload: route \\\"POST /v1/upload\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "POST /v1/upload", Rule: "Upload", RuleIndex: int(RuleUpload), Outcome: limithttp.MissingKey})
 	}
 	cost, st := limithttp.HeaderCost(r, "X-Upload-Units", 1000)
 	switch st {
@@ -1348,7 +1349,7 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != ""
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the service's UserID.\"}\n", limithttp.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Outcome: limithttp.MissingKey})
 	}
 	var k1 int64
 	var ok1 bool

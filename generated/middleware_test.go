@@ -106,6 +106,18 @@ func (s *service) run(t *testing.T, calls []call) {
 			t.Errorf("call %d: problem body %q (%v), Content-Type %q", i, w.Body.String(), err, w.Header().Get("Content-Type"))
 			continue
 		}
+		if c.code == 401 {
+			// RFC 9110: a 401 carries a challenge (the policy's default, Bearer);
+			// the body names no function of the service.
+			if got := w.Header().Get("WWW-Authenticate"); got != "Bearer" {
+				t.Errorf("call %d: a 401 with WWW-Authenticate %q, want Bearer", i, got)
+			}
+			if strings.Contains(w.Body.String(), "UserID") {
+				t.Errorf("call %d: the 401's body names the service's hook: %s", i, w.Body.String())
+			}
+		} else if got := w.Header().Get("WWW-Authenticate"); got != "" {
+			t.Errorf("call %d: a %d with WWW-Authenticate %q", i, c.code, got)
+		}
 		want := c.problem
 		if c.code == 429 {
 			want = "429 " + c.problem

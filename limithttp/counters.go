@@ -109,9 +109,11 @@ func NewDenialLog(logger *slog.Logger, perSecond int64) *DenialLog {
 	return &DenialLog{logger: logger, budget: atomicbucket.NewBucket(rule)}
 }
 
-// Observe logs e at level Warn when it is not Allowed: every denial, and
+// Observe logs e when it is not Allowed: at level Warn every denial, and
 // every request a failed store left to a shared rule's on_failure setting
-// (DegradedAllowed included), with the store error's class.
+// (DegradedAllowed included), with the store error's class; at level Info,
+// as "rate limit key missing", a request no key source had a key for (a
+// client's mistake, or one not signed in: not a limit at work).
 func (d *DenialLog) Observe(e Event) {
 	if e.Outcome == Allowed {
 		return
@@ -120,7 +122,11 @@ func (d *DenialLog) Observe(e Event) {
 		d.suppressed.Add(1)
 		return
 	}
-	d.logger.LogAttrs(context.Background(), slog.LevelWarn, "rate limit",
+	level, msg := slog.LevelWarn, "rate limit"
+	if e.Outcome == MissingKey {
+		level, msg = slog.LevelInfo, "rate limit key missing"
+	}
+	d.logger.LogAttrs(context.Background(), level, msg,
 		slog.String("outcome", e.Outcome.String()),
 		slog.String("route", e.Route),
 		slog.String("tier", e.Tier),

@@ -33,6 +33,7 @@ const (
 	HeaderLegacyLimit    = "X-Ratelimit-Limit"
 	HeaderLegacyRemain   = "X-Ratelimit-Remaining"
 	HeaderLegacyReset    = "X-Ratelimit-Reset"
+	headerAuthenticate   = "Www-Authenticate"
 	headerContentType    = "Content-Type"
 	headerContentOptions = "X-Content-Type-Options"
 )

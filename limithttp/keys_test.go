@@ -176,9 +176,18 @@ func TestDenialLog(t *testing.T) {
 	if len(lines) != 2 { // a burst of 2, then silence for the rest of the second
 		t.Fatalf("logged %d lines, want 2:\n%s", len(lines), buf.String())
 	}
-	for _, want := range []string{"outcome=denied", "route=\"GET /x\"", "rule=PerUser", "cost=1", "suppressed=0"} {
+	for _, want := range []string{"level=WARN", `msg="rate limit"`, "outcome=denied", "route=\"GET /x\"", "rule=PerUser", "cost=1", "suppressed=0"} {
 		if !strings.Contains(lines[0], want) {
 			t.Errorf("line %q lacks %s", lines[0], want)
+		}
+	}
+	// A request without a key is not a limit at work: logged at Info, as such.
+	buf.Reset()
+	log = NewDenialLog(slog.New(slog.NewTextHandler(&buf, nil)), 2)
+	log.Observe(Event{Route: "GET /x", Rule: "PerUser", Outcome: MissingKey})
+	for _, want := range []string{"level=INFO", `msg="rate limit key missing"`, "outcome=missing_key"} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("line %q lacks %s", buf.String(), want)
 		}
 	}
 }
@@ -203,6 +212,18 @@ func TestReject(t *testing.T) {
 	}
 	if !cfg.Reject(httptest.NewRecorder(), Off, 401, body, Event{}) {
 		t.Error("off rejected")
+	}
+	// A 401 carries the Challenge (RFC 9110); another status does not.
+	cfg.Challenge = `Bearer realm="api"`
+	w = httptest.NewRecorder()
+	cfg.Reject(w, Enforce, 401, body, Event{Outcome: MissingKey})
+	if got := w.Header().Values("WWW-Authenticate"); len(got) != 1 || got[0] != `Bearer realm="api"` {
+		t.Errorf("401: WWW-Authenticate %q", got)
+	}
+	w = httptest.NewRecorder()
+	cfg.Reject(w, Enforce, 400, ProblemBody("about:blank", "Bad Request", 400, "no key", ""), Event{Outcome: MissingKey})
+	if got := w.Header().Get("WWW-Authenticate"); got != "" {
+		t.Errorf("400: WWW-Authenticate %q", got)
 	}
 	_ = http.StatusOK
 }

@@ -127,6 +127,9 @@ type Config struct {
 	Observer Observer
 	// Counters, when set, counts every decision by rule and outcome.
 	Counters *Counters
+	// Challenge is the WWW-Authenticate value Reject sends with a 401 (RFC
+	// 9110 requires one), such as `Bearer realm="api"`; empty sends none.
+	Challenge string
 }
 
 // Result is a decision and what the response needs to describe it.
@@ -239,6 +242,9 @@ func (c *Config) Reject(w http.ResponseWriter, mode Mode, status int, body strin
 		return true
 	}
 	h := w.Header()
+	if status == http.StatusUnauthorized && c.Challenge != "" {
+		h[headerAuthenticate] = []string{c.Challenge}
+	}
 	writeProblem(h, w, nil, status, body)
 	return false
 }

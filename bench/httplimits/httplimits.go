@@ -24,10 +24,12 @@ type RuleName uint16
 const (
 	// RulePerIP names the rule PerIP.
 	RulePerIP RuleName = iota + 1
+	// RuleTight names the rule Tight.
+	RuleTight
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerIP"}
+var ruleNames = [...]string{"", "PerIP", "Tight"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -42,6 +44,7 @@ func (r RuleName) String() string {
 // and functions use.
 type Limits struct {
 	PerIP *PerIPLimiter // see the package-level PerIP
+	Tight *TightLimiter // see the package-level Tight
 }
 
 // Option configures New.
@@ -70,6 +73,7 @@ func New(opts ...Option) *Limits {
 	}
 	return &Limits{
 		PerIP: newPerIPLimiter(),
+		Tight: newTightLimiter(),
 	}
 }
 
@@ -80,6 +84,9 @@ var Default = New()
 var (
 	// PerIP allows 1000000000 requests per second per key, in bursts of up to 1000000000.
 	PerIP = Default.PerIP
+
+	// Tight allows 1 request per hour per key, in bursts of up to 1.
+	Tight = Default.Tight
 )
 
 // newPerIPLimiter returns PerIP's (empty) tables.
@@ -191,6 +198,115 @@ func (l *PerIPLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
 	})
 }
 
+// newTightLimiter returns Tight's (empty) tables.
+func newTightLimiter() *TightLimiter {
+	return &TightLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+		Tokens: 1,
+		Period: time.Hour,
+		Burst:  1,
+		Refill: atomicbucket.Greedy,
+	}), tightUnitsPerNs, tightUnitsPerToken, tightBurstUnits), atomicbucket.TableOptions{})}
+}
+
+// Tight's fixed-point units, computed when generating and checked against the runtime when the
+// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (tightUnitsPerNs), one token is worth tightUnitsPerToken units (GCRA's emission interval), and a
+// bucket may run tightBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+const (
+	tightUnitsPerNs    = 1
+	tightUnitsPerToken = 3600000000000
+	tightBurstUnits    = 3600000000000
+)
+
+// TightLimiter is the type of Tight. Its methods are safe for concurrent use.
+type TightLimiter struct {
+	s *atomicbucket.Table[string]
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *TightLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
+}
+
+// Allow reports whether a request is allowed now, taking its tokens if so.
+func (l *TightLimiter) Allow(key string) bool {
+	return l.s.AllowGreedyAt(key, atomicbucket.Now(), tightUnitsPerNs, tightUnitsPerToken, tightBurstUnits)
+}
+
+// AllowN checks a request of the given cost now, taking its tokens if allowed.
+func (l *TightLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
+	return l.s.AllowN(key, cost)
+}
+
+// AllowAt is Allow at time now.
+func (l *TightLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+	return l.s.AllowGreedyAt(key, now, tightUnitsPerNs, tightUnitsPerToken, tightBurstUnits)
+}
+
+// AllowNAt is AllowN at time now.
+func (l *TightLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.AllowNAt(key, now, cost)
+}
+
+// Peek is what AllowN would decide now, taking nothing.
+func (l *TightLimiter) Peek(key string, cost int64) atomicbucket.Decision {
+	return l.s.Peek(key, cost)
+}
+
+// PeekAt is Peek at time now.
+func (l *TightLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.PeekAt(key, now, cost)
+}
+
+// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
+func (l *TightLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.Reserve(key, cost, maxWait)
+}
+
+// ReserveAt is Reserve at time now.
+func (l *TightLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.ReserveAt(key, now, cost, maxWait)
+}
+
+// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
+func (l *TightLimiter) Wait(ctx context.Context, key string, cost int64) error {
+	return l.s.Wait(ctx, key, cost)
+}
+
+// Refund gives cost tokens back now, never beyond the burst.
+func (l *TightLimiter) Refund(key string, cost int64) {
+	l.s.Refund(key, cost)
+}
+
+// RefundAt is Refund at time now.
+func (l *TightLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
+	l.s.RefundAt(key, now, cost)
+}
+
+// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
+func (l *TightLimiter) Sweep() int {
+	return l.s.Sweep()
+}
+
+// Len is the number of keys tracked.
+func (l *TightLimiter) Len() int64 {
+	return l.s.Len()
+}
+
+// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
+func (l *TightLimiter) Stats() atomicbucket.TableStats {
+	return l.s.Stats()
+}
+
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
+func (l *TightLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+	atomicbucket.RunEvery(ctx, interval, func() {
+		l.Sweep()
+	})
+}
+
 // httpPolicyPerIP is rule PerIP as the RateLimit fields describe it.
 var httpPolicyPerIP = limithttp.Policy{
 	Name:   "PerIP",
@@ -208,15 +324,32 @@ var httpPolicyPerIP = limithttp.Policy{
 	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerIP (1000000000 tokens): waiting cannot admit it.\"}\n",
 }
 
+// httpPolicyTight is rule Tight as the RateLimit fields describe it.
+var httpPolicyTight = limithttp.Policy{
+	Name:   "Tight",
+	Quota:  1,
+	Window: 3600,
+	Limit: atomicbucket.Limit{
+		Tokens: 1,
+		Period: time.Hour,
+		Burst:  1,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:      "\"Tight\";q=1;w=3600",
+	Prefix:    "\"Tight\";r=",
+	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Tight; retry after the delay in Retry-After.\",\"violated-policies\":[\"Tight\"]}\n",
+	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Tight (1 tokens): waiting cannot admit it.\"}\n",
+}
+
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][1]*limithttp.Policy{RulePerIP: {&httpPolicyPerIP}}
+var httpPolicies = [...][1]*limithttp.Policy{RulePerIP: {&httpPolicyPerIP}, RuleTight: {&httpPolicyTight}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][1]int64{RulePerIP: {1}}
+var httpCosts = [...][1]int64{RulePerIP: {1}, RuleTight: {1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
-var httpRoutes = [...][1]string{{"\"PerIP\";q=1000000000;w=1"}}
+var httpRoutes = [...][1]string{{"\"PerIP\";q=1000000000;w=1"}, {"\"Tight\";q=1;w=3600"}}
 
 // Hooks are the functions of your service that the policy's http: section names: what only
 // your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
@@ -231,7 +364,7 @@ type Hooks struct{}
 // RateLimit fields; and answers 429 (or the policy's 4xx) when the request may not go on. A
 // request no route covers goes on unchecked.
 //
-// Routes: GET /bench.
+// Routes: GET /bench; GET /denied.
 type Middleware struct {
 	limits *Limits
 	hooks  Hooks
@@ -242,8 +375,8 @@ type Middleware struct {
 	// with it.
 	Clock func() atomicbucket.Time
 	// Config is what every route shares: the field style, the jitter, the counters, the observer (logs
-	// denials with log/slog's default logger, at most 10 a second), and Denied, the response to a
-	// denied request when problem+json will not do. Set it before serving.
+	// no denials), and Denied, the response to a denied request when problem+json will not do. Set it
+	// before serving.
 	Config limithttp.Config
 }
 
@@ -261,7 +394,6 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 			Headers:  limithttp.HeadersIETF,
 			Jitter:   0.0,
 			Counters: limithttp.NewCounters(ruleNames[:]...),
-			Observer: limithttp.NewDenialLog(nil, 10),
 		},
 	}, nil
 }
@@ -292,6 +424,8 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request) bool {
 	switch route {
 	case 0:
 		return m.route1(w, r, path)
+	case 1:
+		return m.route2(w, r, path)
 	}
 	return true
 }
@@ -308,7 +442,7 @@ type ServeMux struct {
 }
 
 // httpPatterns are the policy's route patterns, in policy order.
-var httpPatterns = [...]string{"GET /bench"}
+var httpPatterns = [...]string{"GET /bench", "GET /denied"}
 
 // httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.
 var httpRouter = limithttp.MustRouter(httpPatterns[:]...)
@@ -367,6 +501,27 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 		Cost:     cost,
 		Route:    "GET /bench",
 		Rule:     int(RulePerIP),
+	}
+	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
+}
+
+// route2 checks GET /denied (rule Tight, enforce) and reports whether the request may go on.
+func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string) bool {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = m.ClientIP.Key(r)
+	if !ok0 {
+		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Tight: route \\\"GET /denied\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "GET /denied", Rule: "Tight", RuleIndex: int(RuleTight), Outcome: limithttp.MissingKey})
+	}
+	now := m.now()
+	cost := httpCosts[RuleTight][0]
+	res := limithttp.Result{
+		Decision: m.limits.Tight.AllowNAt(k0, now, cost),
+		Policy:   httpPolicies[RuleTight][0],
+		Policies: httpRoutes[1][0],
+		Cost:     cost,
+		Route:    "GET /denied",
+		Rule:     int(RuleTight),
 	}
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }

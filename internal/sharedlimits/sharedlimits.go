@@ -2306,7 +2306,7 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != ""
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /hello\\\" reads it from the service's UserID.\"}\n", limithttp.Event{Route: "GET /hello", Rule: "PerUser", RuleIndex: int(RulePerUser), Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /hello\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "GET /hello", Rule: "PerUser", RuleIndex: int(RulePerUser), Outcome: limithttp.MissingKey})
 	}
 	plan := m.plan(r)
 	cost := httpCosts[RulePerUser][plan]
@@ -2331,7 +2331,7 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != ""
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /api/\\\" reads it from the service's UserID.\"}\n", limithttp.Event{Route: "GET /api/", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /api/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "GET /api/", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Outcome: limithttp.MissingKey})
 	}
 	plan := m.plan(r)
 	tr := m.limits.checkSharedRequest(r.Context(), plan, k0, 0, true)
@@ -2388,7 +2388,7 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != ""
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Downloads: route \\\"GET /download/\\\" reads it from the service's UserID.\"}\n", limithttp.Event{Route: "GET /download/", Tier: "Download", Rule: "Downloads", RuleIndex: int(RuleDownloads), Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Downloads: route \\\"GET /download/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "GET /download/", Tier: "Download", Rule: "Downloads", RuleIndex: int(RuleDownloads), Outcome: limithttp.MissingKey})
 	}
 	tr := m.limits.checkSharedDownload(r.Context(), k0, 0, true)
 	td := tr.TierDecision

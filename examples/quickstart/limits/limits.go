@@ -1032,10 +1032,11 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 		hooks:    h,
 		ClientIP: limithttp.ClientIP{},
 		Config: limithttp.Config{
-			Headers:  limithttp.HeadersIETF,
-			Jitter:   0.5,
-			Counters: limithttp.NewCounters(ruleNames[:]...),
-			Observer: limithttp.NewDenialLog(nil, 10),
+			Headers:   limithttp.HeadersIETF,
+			Jitter:    0.5,
+			Counters:  limithttp.NewCounters(ruleNames[:]...),
+			Observer:  limithttp.NewDenialLog(nil, 10),
+			Challenge: "Bearer",
 		},
 	}, nil
 }
@@ -1133,7 +1134,7 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != ""
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /hello\\\" reads it from the service's UserID.\"}\n", limithttp.Event{Route: "GET /hello", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /hello\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "GET /hello", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Outcome: limithttp.MissingKey})
 	}
 	plan := m.plan(r)
 	tr := m.limits.checkSharedRequest(r.Context(), plan, k0, 0, true)

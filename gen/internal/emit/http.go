@@ -204,6 +204,9 @@ func emitMiddleware(m *model.Model) jen.Code {
 	if h.LogDenials > 0 {
 		cfg = append(cfg, field("Observer", lh("NewDenialLog").Call(jen.Nil(), lit(h.LogDenials))))
 	}
+	if h.Challenge != "" {
+		cfg = append(cfg, field("Challenge", jen.Lit(h.Challenge)))
+	}
 	var cases, patternLits []jen.Code
 	var patterns []string
 	for i, r := range h.Routes {

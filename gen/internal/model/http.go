@@ -8,6 +8,7 @@ type HTTP struct {
 	Jitter     float64 // Retry-After jitter, in [0, 1]
 	LogDenials int64   // denials logged a second at most; 0: no log
 	Missing    int     // the status of a request no key source has a key for
+	Challenge  string  // the WWW-Authenticate value of a 401 for a missing key; empty: none
 	Plan       PlanSource
 	Hooks      []Hook     // the service's functions, in order of first use
 	Routes     []Route    // in policy order

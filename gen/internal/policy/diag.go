@@ -47,7 +47,7 @@ func (ds Diags) Error() string {
 func didYouMean(s string, known []string) string {
 	best, bestDist := "", len(s)/2+2
 	for _, k := range known {
-		if d := editDistance(strings.ToLower(s), k); d < bestDist {
+		if d := editDistance(strings.ToLower(s), strings.ToLower(k)); d < bestDist {
 			best, bestDist = k, d
 		}
 	}

@@ -20,8 +20,13 @@ var (
 	clientIPFields = []string{"trusted_proxies", "header", "ipv6_prefix", "ipv4_prefix"}
 	planSrcFields  = []string{"from", "trusted", "default"}
 	routeFields    = []string{"pattern", "rule", "tier", "keys", "cost", "mode"}
-	costFields     = []string{"from", "default", "max"}
-	keyKinds       = []string{"ip", "header", "query", "path", "pattern", "route", "func"}
+	// httpMethods are the methods a route's pattern may name: RFC 9110's, PATCH
+	// (RFC 5789), QUERY, and WebDAV's (RFC 4918, 3253, 5323). A pattern with
+	// another, such as GETT, would never match the request it was meant for.
+	httpMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "CONNECT", "OPTIONS", "TRACE", "QUERY",
+		"PROPFIND", "PROPPATCH", "MKCOL", "COPY", "MOVE", "LOCK", "UNLOCK", "REPORT", "SEARCH"}
+	costFields = []string{"from", "default", "max"}
+	keyKinds   = []string{"ip", "header", "query", "path", "pattern", "route", "func"}
 )
 
 // maxRoutes bounds the routes of an http: section (a route's ordinal is the key
@@ -57,12 +62,7 @@ func (p *parser) httpSection(n *yaml.Node, m *model.Model) *model.HTTP {
 		}
 	}
 	if v := f["missing_key"]; v != nil {
-		s, err := strconv.Atoi(v.Value)
-		if err != nil || s < 400 || s > 499 {
-			p.errorf(v, "http: missing_key %q: the status of a request without a key must be a 4xx, such as 400 or 401", v.Value)
-		} else {
-			h.Missing = s
-		}
+		p.missingKey(v, h)
 	}
 	hooks := map[string]*hookUse{}
 	addHook := func(at *yaml.Node, name, typ string) bool {
@@ -359,6 +359,16 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 	}
 	r.Pattern = pat.Value
 	what := fmt.Sprintf("route %q", r.Pattern)
+	if method, _, found := strings.Cut(strings.TrimLeft(r.Pattern, " \t"), " "); found && !strings.Contains(method, "/") && !slices.Contains(httpMethods, method) {
+		msg := fmt.Sprintf("%s: %q is not an HTTP method, so the route would match no request", what, method)
+		if s := didYouMean(strings.ToUpper(method), httpMethods); s != "" {
+			msg += fmt.Sprintf("; did you mean %q? (methods are case-sensitive)", s)
+		} else {
+			msg += "; use GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS (or another method net/http knows), or no method for all of them"
+		}
+		p.errorf(pat, "%s", msg)
+		return r, false
+	}
 	if msg := registerPattern(mux, r.Pattern, pat.Line, lines); msg != "" {
 		p.errorf(pat, "%s: %s", what, msg)
 		return r, false
@@ -472,6 +482,58 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 	return r, valid
 }
 
+// missingKey reads missing_key: the status of a request without a key (a
+// 4xx), alone or as {status, challenge}: the WWW-Authenticate value a 401
+// carries (RFC 9110 requires one), by default "Bearer".
+func (p *parser) missingKey(v *yaml.Node, h *model.HTTP) {
+	status, challenge := v, (*yaml.Node)(nil)
+	if v.Kind == yaml.MappingNode {
+		f, _ := p.mapping(v, []string{"status", "challenge"}, "missing_key")
+		if status = f["status"]; status == nil {
+			p.errorf(v, "http: missing_key needs status:, a 4xx such as 400 or 401")
+			return
+		}
+		challenge = f["challenge"]
+	}
+	s, err := strconv.Atoi(status.Value)
+	if err != nil || s < 400 || s > 499 || status.Kind != yaml.ScalarNode {
+		p.errorf(status, "http: missing_key %q: the status of a request without a key must be a 4xx, such as 400 or 401", status.Value)
+		return
+	}
+	h.Missing = s
+	switch {
+	case challenge == nil && s == http.StatusUnauthorized:
+		h.Challenge = "Bearer"
+	case challenge == nil:
+	case s != http.StatusUnauthorized:
+		p.errorf(challenge, "http: missing_key: a challenge (WWW-Authenticate) goes with status 401 only")
+	case challenge.Kind != yaml.ScalarNode || !validChallenge(challenge.Value):
+		p.errorf(challenge, "http: missing_key: challenge %q is not a WWW-Authenticate value: an auth scheme and its parameters in printable ASCII, such as 'Bearer realm=\"api\"'", challenge.Value)
+	default:
+		h.Challenge = challenge.Value
+	}
+}
+
+// validChallenge reports whether v can be a WWW-Authenticate field value: a
+// scheme (a token) first, then printable ASCII.
+func validChallenge(v string) bool {
+	if v == "" || len(v) > 256 {
+		return false
+	}
+	scheme, _, _ := strings.Cut(v, " ")
+	for _, c := range scheme {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("!#$%&'*+-.^_`|~", c)) {
+			return false
+		}
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < 0x20 || v[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
 func describeSource(s model.KeySource) string {
 	switch s.Kind {
 	case "ip":
@@ -479,7 +541,7 @@ func describeSource(s model.KeySource) string {
 	case "pattern", "route":
 		return "the route"
 	case "func":
-		return "the service's " + s.Name
+		return "the caller's identity, as the service establishes it"
 	}
 	return "the " + s.Kind + " " + s.Name
 }

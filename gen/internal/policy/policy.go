@@ -84,7 +84,7 @@ func (p *parser) parse(src []byte) *policyDoc {
 	var root yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(src))
 	if err := dec.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
-		p.diags = append(p.diags, p.yamlDiag(err))
+		p.diags = append(p.diags, p.yamlDiag(err, src))
 		return nil
 	}
 	if root.Kind == 0 || len(root.Content) == 0 {
@@ -95,7 +95,7 @@ func (p *parser) parse(src []byte) *policyDoc {
 	switch err := dec.Decode(&second); {
 	case errors.Is(err, io.EOF):
 	case err != nil:
-		p.diags = append(p.diags, p.yamlDiag(err))
+		p.diags = append(p.diags, p.yamlDiag(err, src))
 		return nil
 	default:
 		p.errorf(&second, "a second YAML document (after ---): a policy is one document; merge them, or keep each in a file of its own")
@@ -169,8 +169,16 @@ func (p *parser) resolveAliases(n *yaml.Node, seen map[*yaml.Node]bool) bool {
 // yamlDiag reports a YAML syntax error at the line the YAML library names
 // ("yaml: line 3: did not find expected ','"); it names no column. The library
 // names no line for a problem on the first line (it counts lines from 0 and
-// omits line 0).
-func (p *parser) yamlDiag(err error) Diag {
+// omits line 0). A policy indented with tabs (which YAML does not allow) is
+// told so, at the first tab in a line's indentation.
+func (p *parser) yamlDiag(err error, src []byte) Diag {
+	for i, line := range strings.Split(string(src), "\n") {
+		indent := len(line) - len(strings.TrimLeft(line, " \t"))
+		if col := strings.IndexByte(line[:indent], '\t'); col >= 0 && indent < len(line) {
+			return Diag{File: p.file, Line: i + 1, Col: col + 1,
+				Msg: "indented with a tab: YAML indents with spaces only; replace the tabs at the start of this line (and any others) with spaces"}
+		}
+	}
 	msg := strings.TrimPrefix(err.Error(), "yaml: ")
 	d := Diag{File: p.file, Line: 1, Msg: "not valid YAML: " + msg}
 	if rest, ok := strings.CutPrefix(msg, "line "); ok {

@@ -41,6 +41,7 @@ const (
 	maxTierRules = 32   // rules in one tier
 	maxPlans     = 255  // plans: a Plan is a uint8 index, and numPlans must fit one
 	maxPlanSets  = 2048 // bucket sets of planned rules (rules with plans: × plans)
+	maxMaxKeys   = 1e9  // max_keys: about 100 GB of buckets
 )
 
 // names is every package-level identifier the generated package will declare,
@@ -256,6 +257,8 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 			valid = false
 		case r.KeyType == "":
 			bad(n, "max_keys needs keys: a rule without key: is one global bucket")
+		case v > maxMaxKeys:
+			bad(n, "max_keys %d is beyond what one process can hold (a key's bucket takes about 100 bytes: a billion keys, 100 GB); at most %d", v, int64(maxMaxKeys))
 		default:
 			r.MaxKeys = v
 		}
@@ -351,9 +354,27 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 				continue
 			}
 			given[pd.name.Value] = true
+			if _, burst := pd.fields["burst"]; !burst {
+				for _, f := range []string{"rate", "tokens_per_second", "rps"} {
+					if n := pd.fields[f]; n != nil {
+						bad(pd.keys[f], "plan %q sets %s but not burst, so the rule's burst (%d) would stay while the rate changes; give the plan's burst too (burst: %d keeps it)",
+							pd.name.Value, f, base.Burst, base.Burst)
+						break
+					}
+				}
+			}
 			l, ok := p.limit(pd.fields, pd.keys, pd.name, what+" plan "+strconv.Quote(pd.name.Value), &base)
 			valid = valid && ok
 			r.Limits[i] = l
+		}
+	}
+	if r.Lease > 0 {
+		most := int64(0)
+		for _, l := range r.Limits {
+			most = max(most, l.Burst)
+		}
+		if r.Lease > most {
+			bad(rd.fields["lease"], "lease %d is more than the burst (%d): a lease takes at most the burst, so it would never be what it says; give lease: %d or less", r.Lease, most, most)
 		}
 	}
 	if !valid {
@@ -523,15 +544,51 @@ func parseRate(s string, interval bool) (tokens, periodNs int64, err error) {
 		return 0, 0, fmt.Errorf("rate %q is not a rate; write it as 100/s, 1000/min, 2/h or 5 per 10s", s)
 	}
 	num, per = strings.TrimSpace(num), strings.TrimSpace(per)
-	d, ok := unitNames[per]
-	if !ok {
-		pd, perr := time.ParseDuration(per)
-		if perr != nil || pd <= 0 {
-			return 0, 0, fmt.Errorf("rate %q: %q is not a period; use s, min, h, d or a duration such as 10s", s, per)
-		}
-		d = pd
+	d, err := parsePeriod(per)
+	if err != nil {
+		return 0, 0, fmt.Errorf("rate %q: %w", s, err)
 	}
-	return wholeRate(s, num, int64(d), interval)
+	return wholeRate(s, num, d, interval)
+}
+
+// unitOf finds a period's unit by name: s, sec, second, min, minute, h, hr,
+// hour, d, day (and ns, us, µs, ms), or their plural.
+func unitOf(name string) (time.Duration, bool) {
+	if d, ok := unitNames[name]; ok {
+		return d, true
+	}
+	if one, ok := strings.CutSuffix(name, "s"); ok && len(one) > 1 {
+		d, ok := unitNames[one]
+		return d, ok
+	}
+	return 0, false
+}
+
+// parsePeriod reads a rate's period in ns: a unit ("s", "min", "day"), a count
+// of units ("10s", "10d", "90min", "2 hours", "1.5h"), or a Go duration
+// ("1h30m"). It must be a whole number of ns, at least 1.
+func parsePeriod(per string) (int64, error) {
+	if d, ok := unitOf(per); ok {
+		return int64(d), nil
+	}
+	end := strings.IndexFunc(per, func(r rune) bool { return (r < '0' || r > '9') && r != '.' })
+	if end > 0 {
+		if d, ok := unitOf(strings.TrimSpace(per[end:])); ok {
+			count, good := new(big.Rat).SetString(per[:end])
+			if !good || count.Sign() <= 0 {
+				return 0, fmt.Errorf("%q is not a period: %q is not a positive count", per, per[:end])
+			}
+			ns := count.Mul(count, new(big.Rat).SetInt64(int64(d)))
+			if !ns.IsInt() || !ns.Num().IsInt64() {
+				return 0, fmt.Errorf("period %q is not a whole number of nanoseconds, or is beyond 292 years", per)
+			}
+			return ns.Num().Int64(), nil
+		}
+	}
+	if d, err := time.ParseDuration(per); err == nil && d > 0 {
+		return int64(d), nil
+	}
+	return 0, fmt.Errorf("%q is not a period; write a unit (s, min, h, d), a count of one (10s, 90min, 10d, 2 hours) or a duration such as 1h30m", per)
 }
 
 // parsePerSecond reads a tokens_per_second or rps value.
@@ -544,16 +601,25 @@ func parsePerSecond(s string, interval bool) (int64, int64, error) {
 // must be whole.
 func wholeRate(s, num string, periodNs int64, interval bool) (int64, int64, error) {
 	r, ok := new(big.Rat).SetString(num)
-	if !ok || strings.ContainsAny(num, "eE/") {
-		return 0, 0, fmt.Errorf("rate %q: %q is not a number of tokens", s, num)
+	if !ok || strings.Contains(num, "/") {
+		return 0, 0, fmt.Errorf("rate %q: %q is not a number of tokens (write it as 100, 0.5 or 1e6)", s, num)
 	}
-	if r.Sign() <= 0 {
+	if r.Sign() < 0 {
+		return 0, 0, fmt.Errorf("rate %q is negative; a rate is the tokens added per period, above 0", s)
+	}
+	if r.Sign() == 0 {
 		return 0, 0, fmt.Errorf("rate %q admits nothing: a rate of 0 never refills; give a positive rate", s)
 	}
 	if interval && !r.IsInt() {
 		return 0, 0, fmt.Errorf("rate %q: interval refill adds whole tokens at each period; %s per period is not whole, write the rate over a longer period", s, num)
 	}
 	per := new(big.Int).Mul(r.Denom(), big.NewInt(periodNs))
+	switch {
+	case r.Num().Cmp(per) > 0:
+		return 0, 0, fmt.Errorf("rate %q is more than one token a nanosecond, finer than the clock the buckets count in; limit a cost instead (cost:, with a smaller rate)", s)
+	case new(big.Int).Quo(per, r.Num()).Cmp(big.NewInt(int64(atomicbucket.MaxUptime))) > 0:
+		return 0, 0, fmt.Errorf("rate %q is less than one token in ten years (the longest a process's clock is planned for); no bucket would refill: give a larger rate", s)
+	}
 	if !r.Num().IsInt64() || !per.IsInt64() {
 		return 0, 0, fmt.Errorf("rate %q does not fit: the tokens or the period is too large", s)
 	}
