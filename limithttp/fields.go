@@ -219,6 +219,9 @@ func mulDiv(a, b, c int64) time.Duration {
 		return 0
 	}
 	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi == 0 { // the common case: a 64-bit division, a third of a 128-bit one's cost
+		return time.Duration(min(lo/uint64(c), math.MaxInt64))
+	}
 	if hi >= uint64(c) {
 		return math.MaxInt64
 	}
@@ -228,6 +231,45 @@ func mulDiv(a, b, c int64) time.Duration {
 	}
 	return time.Duration(q)
 }
+
+// appendDecimal appends v ≥ 0 in decimal to b, as strconv.AppendInt does,
+// writing the digits in place (two at a time) when b has room: the
+// RateLimit field's numbers are most of what formatting an allowed
+// response's fields costs.
+func appendDecimal(b []byte, v int64) []byte {
+	if v < 0 {
+		return strconv.AppendInt(b, v, 10)
+	}
+	n := 1
+	for x := v; x >= 10; x /= 10 {
+		n++
+	}
+	if cap(b)-len(b) < n {
+		return strconv.AppendInt(b, v, 10)
+	}
+	end := len(b) + n
+	b = b[:end]
+	i := end
+	u := uint64(v)
+	for u >= 100 {
+		q := u / 100
+		r := u - q*100
+		i -= 2
+		b[i], b[i+1] = digitPairs[2*r], digitPairs[2*r+1]
+		u = q
+	}
+	if u >= 10 {
+		i -= 2
+		b[i], b[i+1] = digitPairs[2*u], digitPairs[2*u+1]
+	} else {
+		b[i-1] = byte('0' + u)
+	}
+	return b
+}
+
+const digitPairs = "00010203040506070809101112131415161718192021222324252627282930313233343536373839" +
+	"40414243444546474849505152535455565758596061626364656667686970717273747576777879" +
+	"8081828384858687888990919293949596979899"
 
 // ceilSeconds is d in whole seconds, rounded up; 0 for d ≤ 0.
 func ceilSeconds(d time.Duration) int64 {

@@ -1,6 +1,7 @@
 package limithttp
 
 import (
+	"math"
 	"math/rand/v2"
 	"net/http/httptest"
 	"strconv"
@@ -221,5 +222,19 @@ func TestRetryAfterJitter(t *testing.T) {
 	}
 	if got := (&Config{Jitter: 1}).retryAfter(atomicbucket.Never-1, seedA); got <= 0 {
 		t.Errorf("a huge wait overflows to %d", got)
+	}
+}
+
+// appendDecimal writes what strconv.AppendInt writes, in place or not.
+func TestAppendDecimal(t *testing.T) {
+	for _, v := range []int64{0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 12345, 999_999_999, 1_000_000_000, math.MaxInt64, -1, -12345, math.MinInt64} {
+		for _, room := range []int{0, 3, 32} {
+			b := make([]byte, 2, 2+room)
+			b[0], b[1] = 'x', 'y'
+			got := string(appendDecimal(b, v))
+			if want := "xy" + strconv.FormatInt(v, 10); got != want {
+				t.Errorf("%d with room %d: %q, want %q", v, room, got, want)
+			}
+		}
 	}
 }

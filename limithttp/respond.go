@@ -283,9 +283,9 @@ func (c *Config) setFields(h http.Header, res *Result, rv, tv, retry int64) []st
 		// allocation is most of what Respond costs.
 		fv := new(allowedValues)
 		b := append(fv.buf[:0], res.Policy.Prefix...)
-		b = strconv.AppendInt(b, rv, 10)
+		b = appendDecimal(b, rv)
 		b = append(b, ";"+ParamReset+"="...)
-		b = strconv.AppendInt(b, tv, 10)
+		b = appendDecimal(b, tv)
 		fv.vals[0], fv.vals[1] = res.Policies, unsafe.String(unsafe.SliceData(b), len(b))
 		h[HeaderPolicy] = fv.vals[0:1:1]
 		h[HeaderRateLimit] = fv.vals[1:2:2]

@@ -32,6 +32,19 @@ type Router struct {
 	root    rnode   // its children are hosts ("" for patterns without one), theirs methods ("" for none)
 	routes  []route // by pattern index
 	hasHost bool    // some pattern names a host
+	// literal finds the patterns whose whole path is literal, by that path,
+	// when no pattern names a host: for a clean path equal to one, the most
+	// specific pattern for the method is among them (a literal path is more
+	// specific than any wildcard that matches it, and patterns for one path
+	// differ only by method), so Match needs no walk of the tree.
+	literal map[string][]literalRoute
+}
+
+// literalRoute is a pattern of a literal path: its method ("" for any) and
+// index+1.
+type literalRoute struct {
+	method string
+	route  int
 }
 
 // route is what exactMatch needs of a pattern.
@@ -199,8 +212,58 @@ func NewRouter(patterns ...string) (*Router, error) {
 		n.route = i + 1
 		last := p.Segments[len(p.Segments)-1]
 		rt.routes[i] = route{segs: len(p.Segments), multi: last.Multi}
+		if path, ok := literalPath(s, p); ok {
+			if rt.literal == nil {
+				rt.literal = map[string][]literalRoute{}
+			}
+			rt.literal[path] = append(rt.literal[path], literalRoute{p.Method, i + 1})
+		}
+	}
+	if rt.hasHost {
+		rt.literal = nil // a pattern for the host would be more specific
 	}
 	return rt, nil
+}
+
+// literalPath is the path a pattern matches when its path is all literal
+// segments ({$} included) written without %-escapes, as a clean request path
+// that matches it spells it; false for any other pattern.
+func literalPath(pattern string, p Pattern) (string, bool) {
+	if strings.Contains(pattern, "%") {
+		return "", false
+	}
+	path := ""
+	for _, seg := range p.Segments {
+		switch {
+		case seg.Wild:
+			return "", false
+		case seg.Name == "/": // {$}
+			path += "/"
+		default:
+			path += "/" + seg.Name
+		}
+	}
+	return path, true
+}
+
+// pick is the most specific of a literal path's patterns for method: its
+// own, then (for HEAD) GET's, then the one for any method; 0 for none.
+func pick(routes []literalRoute, method string) int {
+	get, anyMethod := 0, 0
+	for _, r := range routes {
+		switch r.method {
+		case method:
+			return r.route
+		case "GET":
+			get = r.route
+		case "":
+			anyMethod = r.route
+		}
+	}
+	if method == "HEAD" && get != 0 {
+		return get
+	}
+	return anyMethod
 }
 
 // MustRouter is NewRouter for patterns a generator checked: it panics on an
@@ -228,6 +291,13 @@ func (rt *Router) Match(r *http.Request) (index int, cleanPath string) {
 			}
 		}
 		return rt.routeOf(rt.match(r.Host, r.Method, p, false)), p
+	}
+	if clean && rt.literal != nil {
+		if routes, ok := rt.literal[p]; ok {
+			if i := pick(routes, r.Method); i != 0 {
+				return i - 1, p
+			}
+		}
 	}
 	host := ""
 	if rt.hasHost {
