@@ -90,8 +90,9 @@ func build(t *testing.T) string {
 	return bin
 }
 
-// startService starts an instance on 127.0.0.1 on a free port, with extra
-// flags, and returns its address; it is killed by its pid when the test ends.
+// startService starts an instance on 127.0.0.1 on a free port (flags may
+// say so again), with extra flags, and returns its address; it is killed by
+// its pid when the test ends.
 func startService(t *testing.T, bin string, flags ...string) string {
 	t.Helper()
 	cmd := exec.Command(bin, append([]string{"-addr", "127.0.0.1:0"}, flags...)...)
@@ -142,7 +143,7 @@ func client(t *testing.T, addr string) func(method, path, token string) (*http.R
 // on 127.0.0.1, and two instances of the service with -redis.
 func TestTwoInstancesShareRedis(t *testing.T) {
 	addr := startRedis(t)
-	twoInstances(t, "-redis", addr)
+	twoInstances(t, readmeRuns(t, "-redis", addr)...)
 }
 
 // TestTwoInstancesSharePostgres is the README's two-instance run on
@@ -150,15 +151,65 @@ func TestTwoInstancesShareRedis(t *testing.T) {
 // the service with -postgres, the first of which creates the store's table.
 func TestTwoInstancesSharePostgres(t *testing.T) {
 	srv := pgtest.Start(t)
-	twoInstances(t, "-postgres", srv.URL())
+	twoInstances(t, readmeRuns(t, "-postgres", srv.URL())...)
 }
 
-// twoInstances starts two instances of the service with args and spreads a
-// free user's requests over both: together they admit her burst of 10, not
-// 20. Login attempts (a local rule) are counted by each instance alone.
-func twoInstances(t *testing.T, args ...string) {
+// readmeRuns are the flags of the README's lines that start the quickstart
+// with store (-redis or -postgres): `go run . FLAGS &`, in a sh block that
+// changes to examples/quickstart first. The value of -addr becomes
+// 127.0.0.1:0 (a free port) and store's the test's server, value; every
+// other flag is run as the README writes it.
+func readmeRuns(t *testing.T, store, value string) [][]string {
+	t.Helper()
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var runs [][]string
+	inSh, cd := false, false
+	for _, line := range strings.Split(string(raw), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "```sh":
+			inSh, cd = true, false
+		case strings.HasPrefix(line, "```"):
+			inSh = false
+		case inSh && strings.HasPrefix(line, "cd examples/quickstart"):
+			cd = true
+		case inSh && strings.HasPrefix(line, "go run ") && strings.Contains(line, " "+store+" "):
+			if !cd {
+				t.Errorf("README: %q runs before cd examples/quickstart (the example is a module of its own)", line)
+			}
+			fields := strings.Fields(strings.TrimSuffix(line, "&"))
+			if len(fields) < 3 || fields[2] != "." {
+				t.Errorf("README: %q: want go run . FLAGS", line)
+				continue
+			}
+			flags := fields[3:]
+			for i := 0; i+1 < len(flags); i++ {
+				switch flags[i] {
+				case "-addr":
+					flags[i+1] = "127.0.0.1:0"
+				case store:
+					flags[i+1] = value
+				}
+			}
+			runs = append(runs, flags)
+		}
+	}
+	if len(runs) != 2 {
+		t.Fatalf("README: %d lines start the quickstart with %s, want the two instances", len(runs), store)
+	}
+	return runs
+}
+
+// twoInstances starts two instances of the service, with the flags of runs,
+// and spreads a free user's requests over both: together they admit her
+// burst of 10, not 20. Login attempts (a local rule) are counted by each
+// instance alone.
+func twoInstances(t *testing.T, runs ...[]string) {
 	bin := build(t)
-	a, b := client(t, startService(t, bin, args...)), client(t, startService(t, bin, args...))
+	a, b := client(t, startService(t, bin, runs[0]...)), client(t, startService(t, bin, runs[1]...))
 	codes := map[int]int{}
 	for i := range 14 {
 		do := a

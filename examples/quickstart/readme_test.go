@@ -1,0 +1,195 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// readmeHarnesses are the files the README's Go snippets are compiled in, by
+// the start of each snippet's first line: what a fragment uses and does not
+// declare (the service's own functions, the request, its writer) is
+// declared here, and the harness uses what the fragment declares for the
+// reader to go on with. {{SNIPPET}} is replaced by the snippet.
+var readmeHarnesses = []struct {
+	first, file string
+}{
+	{"//go:generate", `package s
+
+{{SNIPPET}}
+`},
+	{"lims := limits.New() // the service's limiters", `package s
+
+import (
+	"log"
+	"net/http"
+
+	"example.com/quickstart/limits"
+)
+
+type account struct{ name, plan string }
+
+func accountOf(*http.Request) (account, bool)   { return account{}, false }
+func hello(http.ResponseWriter, *http.Request) {}
+
+func snippet() {
+{{SNIPPET}}
+}
+`},
+	{"ctx := r.Context()", `package s
+
+import (
+	"log"
+	"net/http"
+
+	"example.com/quickstart/limits"
+)
+
+func planOf(string) limits.Plan { return limits.PlanFree }
+
+func snippet(w http.ResponseWriter, r *http.Request, lims *limits.Limits, user string) {
+{{SNIPPET}}
+	_, _, _ = ok, res, d3
+}
+`},
+	{"client := redis.NewClient(", `package s
+
+import (
+	"context"
+	"log"
+
+	"example.com/quickstart/limits"
+	"github.com/limitgen/limitgen/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+func snippet(ctx context.Context) *limits.Limits {
+{{SNIPPET}}
+	return lims
+}
+`},
+	{"pool, err := pgxpool.New(", `package s
+
+import (
+	"context"
+	"log"
+
+	"example.com/quickstart/limits"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/limitgen/limitgen/pgstore"
+)
+
+func snippet(ctx context.Context) *limits.Limits {
+{{SNIPPET}}
+	return lims
+}
+`},
+	{"rule, err := atomicbucket.NewRule(", `package s
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+)
+
+func snippet(ctx context.Context, w http.ResponseWriter, userID int64) error {
+{{SNIPPET}}
+	return err
+}
+`},
+}
+
+// goSnippet is a Go block of the README: its text, without the indentation
+// of the list item it is in, and the line it starts on.
+type goSnippet struct {
+	line int
+	text string
+}
+
+// readmeGoSnippets returns the README's Go blocks.
+func readmeGoSnippets(t *testing.T) []goSnippet {
+	t.Helper()
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []goSnippet
+	var cur *goSnippet
+	indent := ""
+	for i, line := range strings.Split(string(raw), "\n") {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case cur == nil && trimmed == "```go":
+			cur = &goSnippet{line: i + 2}
+			indent = line[:len(line)-len(strings.TrimLeft(line, " "))]
+		case cur != nil && trimmed == "```":
+			out = append(out, *cur)
+			cur = nil
+		case cur != nil:
+			cur.text += strings.TrimPrefix(line, indent) + "\n"
+		}
+	}
+	return out
+}
+
+// TestREADMEGoSnippets compiles every Go snippet of the repository's README,
+// each in the harness for its first line (go vet: it type-checks, and
+// checks what vet checks). A snippet without a harness fails the test: add
+// one when you add a snippet. Before, the Redis snippet declared an error it
+// never used, the PostgreSQL one another, and the runtime's had "{ ... }" in
+// it: none of them compiled.
+func TestREADMEGoSnippets(t *testing.T) {
+	snippets := readmeGoSnippets(t)
+	if len(snippets) < len(readmeHarnesses) {
+		t.Fatalf("%d Go snippets in the README, fewer than the %d harnesses", len(snippets), len(readmeHarnesses))
+	}
+	dir, err := os.MkdirTemp(".", "_readme-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	used := make([]bool, len(readmeHarnesses))
+	var pkgs []string
+	for _, s := range snippets {
+		first, _, _ := strings.Cut(s.text, "\n")
+		h := -1
+		for i, c := range readmeHarnesses {
+			if strings.HasPrefix(first, c.first) {
+				h = i
+			}
+		}
+		if h < 0 {
+			t.Errorf("README line %d: a Go snippet with no harness (%q): add one to readmeHarnesses", s.line, first)
+			continue
+		}
+		if used[h] {
+			t.Errorf("README line %d: a second snippet starting %q: give it a harness of its own", s.line, first)
+		}
+		used[h] = true
+		pkg := filepath.Join(dir, fmt.Sprintf("line%d", s.line))
+		if err := os.Mkdir(pkg, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		src := strings.Replace(readmeHarnesses[h].file, "{{SNIPPET}}", s.text, 1)
+		if err := os.WriteFile(filepath.Join(pkg, "snippet.go"), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		pkgs = append(pkgs, "./"+filepath.ToSlash(pkg))
+	}
+	for i, u := range used {
+		if !u {
+			t.Errorf("harness %q matched no README snippet: remove it, or the snippet lost its first line", readmeHarnesses[i].first)
+		}
+	}
+	if len(pkgs) == 0 {
+		return
+	}
+	if out, err := exec.Command("go", append([]string{"vet"}, pkgs...)...).CombinedOutput(); err != nil {
+		t.Errorf("README snippets do not compile (the package name is the README line):\n%s", out)
+	}
+}
