@@ -175,7 +175,11 @@ func (c *Config) Respond(w http.ResponseWriter, r *http.Request, mode Mode, res 
 	rv, tv := res.Policy.Fields(res.Decision, res.Cost)
 	retry := int64(-1)
 	if outcome == Denied {
-		retry = max(tv, c.retryAfter(d.RetryAfter, seedOf(key, res.SeedInt)))
+		seed := uint64(0)
+		if c.Jitter > 0 { // the key's hash places the jitter; without one, no hash
+			seed = seedOf(key, res.SeedInt)
+		}
+		retry = max(tv, c.retryAfter(d.RetryAfter, seed))
 	}
 	observed := outcome
 	if res.Degraded {
@@ -301,22 +305,22 @@ func (c *Config) setFields(h http.Header, res *Result, rv, tv, retry int64) []st
 		return vals[1:]
 	}
 	b := append(fv.buf[:0], res.Policy.Prefix...)
-	b = strconv.AppendInt(b, rv, 10)
+	b = appendDecimal(b, rv)
 	b = append(b, ";"+ParamReset+"="...)
-	b = strconv.AppendInt(b, tv, 10)
+	b = appendDecimal(b, tv)
 	var ends [5]int // where each value after the first ends
 	n := 0
 	ends[n], n = len(b), n+1
 	if retry >= 0 {
-		b = strconv.AppendInt(b, retry, 10)
+		b = appendDecimal(b, retry)
 		ends[n], n = len(b), n+1
 	}
 	if c.Headers == HeadersLegacy {
-		b = strconv.AppendInt(b, res.Policy.Quota, 10)
+		b = appendDecimal(b, res.Policy.Quota)
 		ends[n], n = len(b), n+1
-		b = strconv.AppendInt(b, rv, 10)
+		b = appendDecimal(b, rv)
 		ends[n], n = len(b), n+1
-		b = strconv.AppendInt(b, tv, 10)
+		b = appendDecimal(b, tv)
 		ends[n], n = len(b), n+1
 	}
 	// b is fv.buf, or a copy that append made on the heap; nothing writes to
