@@ -173,3 +173,39 @@ func BenchmarkKeyedParallel(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkKeyedNewKey is the check of a key the table does not hold: a new
+// client, or one that comes back after its bucket was reclaimed (a table
+// forgets a key whose bucket has been full for a while, so its return makes a
+// bucket again). Every check is of a key the implementation has never seen,
+// 2^20 of them a table; then a new table, made while the timer is stopped.
+// B/op is what a new key costs in memory at once (its bucket, and for
+// limitgen a copy of the key's bytes).
+func BenchmarkKeyedNewKey(b *testing.B) {
+	const n = 1 << 20
+	keys, _ := keySet(n)
+	keys = queryKeys(keys)
+	for _, im := range keyedImpls {
+		if im.name == "sethvargo" {
+			continue // its store is shared with the other benchmarks and never closed: a new one a table would leave sweepers running
+		}
+		b.Run("impl="+im.name, func(b *testing.B) {
+			allow := im.make(b, n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			j := 0
+			for range b.N {
+				if j == n {
+					b.StopTimer()
+					allow, j = im.make(b, n), 0
+					runtime.GC()
+					b.StartTimer()
+				}
+				if !allow(keys[j]) {
+					b.Fatalf("%s denied a new key", im.name)
+				}
+				j++
+			}
+		})
+	}
+}
