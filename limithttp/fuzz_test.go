@@ -33,6 +33,12 @@ func FuzzClientIP(f *testing.F) {
 		if ok != peerOK {
 			t.Fatalf("Key ok = %v for RemoteAddr %q", ok, remote)
 		}
+		// With no proxy trusted, Key reads an IPv4 RemoteAddr in one pass:
+		// the same key as the address parseNode reads.
+		plain := ClientIP{}
+		if pk, pok := plain.Key(request(remote, name, header)); pok != peerOK || pok && pk != plain.KeyOf(peer) {
+			t.Fatalf("no trusted proxy, RemoteAddr %q: key %q, %v; want %q, %v", remote, pk, pok, plain.KeyOf(peer), peerOK)
+		}
 		if !ok {
 			return
 		}
