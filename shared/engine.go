@@ -186,6 +186,59 @@ type Stats struct {
 	Calls    int64 // checks that went to the store (a coalesced batch counts each of its checks)
 	Degraded int64 // checks the failure settings decided (the store failed, a breaker was open, or the store was closed)
 	Batches  int64 // round trips that carried coalesced checks (Coalesce)
+	// Grants and GrantedTokens are the lease calls the store granted tokens
+	// in, and the tokens (leased rules).
+	Grants, GrantedTokens int64
+	// Latency is how long round trips to the server took (every one that
+	// was sent: checks, batches, lease calls, failed ones included), from a
+	// connection in hand to the reply.
+	Latency Latency
+}
+
+// LatencyBounds are the upper bounds of Latency's buckets: a round trip to a
+// store on the same network takes 50 µs to a few ms, and the default timeout
+// is 200 ms.
+var LatencyBounds = [...]time.Duration{
+	50 * time.Microsecond, 100 * time.Microsecond, 250 * time.Microsecond, 500 * time.Microsecond,
+	time.Millisecond, 2500 * time.Microsecond, 5 * time.Millisecond, 10 * time.Millisecond,
+	25 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 250 * time.Millisecond,
+	500 * time.Millisecond, time.Second,
+}
+
+// Latency is a histogram of round-trip times: Counts[i] is how many took at
+// most LatencyBounds[i] and more than the bound before it; the last count is
+// those above every bound. Count and Sum are their number and total.
+type Latency struct {
+	Counts [len(LatencyBounds) + 1]int64
+	Count  int64
+	Sum    time.Duration
+}
+
+// latency records round trips into a Latency, without a lock.
+type latency struct {
+	counts [len(LatencyBounds) + 1]atomic.Int64
+	sum    atomic.Int64
+}
+
+func (l *latency) record(d time.Duration) {
+	i := 0
+	for i < len(LatencyBounds) && d > LatencyBounds[i] {
+		i++
+	}
+	l.counts[i].Add(1)
+	l.sum.Add(int64(d))
+}
+
+// snapshot reads l. Its counts are read one by one while calls may be
+// recorded: Count is their sum, so Count and Counts always agree.
+func (l *latency) snapshot() Latency {
+	var s Latency
+	for i := range l.counts {
+		s.Counts[i] = l.counts[i].Load()
+		s.Count += s.Counts[i]
+	}
+	s.Sum = time.Duration(l.sum.Load())
+	return s
 }
 
 // DefaultTimeout bounds how long a check waits for its store when the
@@ -202,6 +255,9 @@ type Engine struct {
 	slots chan struct{}    // one per call in flight to the client; nil: no bound (Slotted)
 
 	batches   atomic.Int64
+	grants    atomic.Int64 // lease calls that granted tokens
+	granted   atomic.Int64 // the tokens they granted
+	latency   latency
 	gate      Gate // shut by Close: no more calls
 	closeOnce sync.Once
 
@@ -232,21 +288,29 @@ func (e *Engine) Timeout() time.Duration { return e.guard.Timeout }
 // Stats returns the store's counts so far.
 func (e *Engine) Stats() Stats {
 	calls, degraded := e.guard.Counts()
-	return Stats{Calls: calls, Degraded: degraded, Batches: e.batches.Load()}
+	return Stats{Calls: calls, Degraded: degraded, Batches: e.batches.Load(),
+		Grants: e.grants.Load(), GrantedTokens: e.granted.Load(), Latency: e.latency.snapshot()}
 }
 
 // Breakers are the states of the store's circuit breakers, one per server
 // it has called (a Cluster's masters each have their own).
 func (e *Engine) Breakers() []BreakerState { return e.guard.States() }
 
+// roundTrip is a call enter let through: its context's cancel, and when it
+// started (for Stats.Latency).
+type roundTrip struct {
+	cancel context.CancelFunc
+	start  atomicbucket.Time
+}
+
 // enter lets a call go to the server: the store is open and (Slotted) a
 // connection is free within the store's timeout. It returns the call's
 // context, bounded by the timeout from then on (a wait for a connection is
-// not the server's time), and its cancel, for leave. A call that cannot have
-// a connection in time fails with ErrOverload: it never left the process.
-func (e *Engine) enter(ctx context.Context) (context.Context, context.CancelFunc, error) {
+// not the server's time), and the call, for leave. A call that cannot have a
+// connection in time fails with ErrOverload: it never left the process.
+func (e *Engine) enter(ctx context.Context) (context.Context, roundTrip, error) {
 	if !e.gate.Enter() {
-		return nil, nil, ErrClosed
+		return nil, roundTrip{}, ErrClosed
 	}
 	if e.slots != nil {
 		select {
@@ -259,17 +323,18 @@ func (e *Engine) enter(ctx context.Context) (context.Context, context.CancelFunc
 			case <-wctx.Done():
 				wcancel()
 				e.gate.Leave()
-				return nil, nil, fmt.Errorf("%w: %w", ErrOverload, wctx.Err())
+				return nil, roundTrip{}, fmt.Errorf("%w: %w", ErrOverload, wctx.Err())
 			}
 		}
 	}
 	cctx, cancel := context.WithTimeout(ctx, e.guard.Timeout)
-	return cctx, cancel, nil
+	return cctx, roundTrip{cancel, atomicbucket.Now()}, nil
 }
 
-// leave ends a call enter let through.
-func (e *Engine) leave(cancel context.CancelFunc) {
-	cancel()
+// leave ends a call enter let through, recording how long it took.
+func (e *Engine) leave(c roundTrip) {
+	e.latency.record(atomicbucket.Now().Sub(c.start))
+	c.cancel()
 	if e.slots != nil {
 		<-e.slots
 	}
@@ -379,12 +444,12 @@ func (e *Engine) tier(ctx context.Context, calls []Call, mode Mode) (atomicbucke
 		}
 		return e.orderedTier(ctx, calls, cl)
 	}
-	cctx, cancel, err := e.enter(ctx)
+	cctx, rt, err := e.enter(ctx)
 	if err != nil {
 		return atomicbucket.Decision{}, -1, err
 	}
 	r, err := e.b.Tier(cctx, cl, mode)
-	e.leave(cancel)
+	e.leave(rt)
 	if err != nil {
 		return atomicbucket.Decision{}, -1, &NodeError{node, err}
 	}
@@ -426,12 +491,12 @@ func (e *Engine) one(ctx context.Context, c, clamped Call, mode Mode) (atomicbuc
 		return atomicbucket.Decision{}, fmt.Errorf("%s: %w", e.b.Name(), err)
 	}
 	_, node := e.b.Place(c)
-	cctx, cancel, err := e.enter(ctx)
+	cctx, rt, err := e.enter(ctx)
 	if err != nil {
 		return atomicbucket.Decision{}, err
 	}
 	r, err := e.b.Tier(cctx, []Call{clamped}, mode)
-	e.leave(cancel)
+	e.leave(rt)
 	if err != nil {
 		return atomicbucket.Decision{}, &NodeError{node, err}
 	}
@@ -623,10 +688,10 @@ func (e *Engine) flush(ctx context.Context, batch []*Pending[Call]) {
 	send := func(pt *part) {
 		e.batches.Add(1)
 		var replies [][]Reply
-		cctx, cancel, err := e.enter(ctx)
+		cctx, rt, err := e.enter(ctx)
 		if err == nil {
 			replies, err = e.b.Each(cctx, pt.groups)
-			e.leave(cancel)
+			e.leave(rt)
 		}
 		if err == nil && len(replies) != len(pt.groups) {
 			err = fmt.Errorf("%s: %d replies for %d groups", e.b.Name(), len(replies), len(pt.groups))
@@ -665,17 +730,22 @@ func (e *Engine) NewLease(r *StoreRule, key string, maxBatch int64) *Lease {
 	c := Call{r, key, 0}
 	_, node := e.b.Place(c)
 	l := NewLease(func(ctx context.Context, cost, want int64, prev Settlement) (Granted, error) {
-		cctx, cancel, err := e.enter(ctx)
+		cctx, rt, err := e.enter(ctx)
 		if err != nil {
 			return Granted{}, err
 		}
-		defer e.leave(cancel)
+		defer e.leave(rt)
 		c := Call{r, key, cost}
 		lr, err := e.b.Lease(cctx, c.Clamped(), want, prev)
 		if err != nil {
 			return Granted{}, err
 		}
-		return c.Granted(lr), nil
+		g := c.Granted(lr)
+		if g.Allowed && g.Size > 0 {
+			e.grants.Add(1)
+			e.granted.Add(g.Size)
+		}
+		return g, nil
 	}, r.n.Limit.Burst, maxBatch)
 	l.node = node
 	return l

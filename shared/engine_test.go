@@ -140,8 +140,25 @@ func (f *fake) Each(ctx context.Context, groups [][]Call) ([][]Reply, error) {
 	return out, nil
 }
 
+// Lease grants up to want tokens (at least the cost) of what the bucket
+// has left; the previous grant's unspent tokens are not given back.
 func (f *fake) Lease(ctx context.Context, c Call, want int64, prev Settlement) (LeaseReply, error) {
-	return LeaseReply{}, errors.New("the fake has no leases")
+	_, node := f.Place(c)
+	if err := f.enter(node); err != nil {
+		return LeaseReply{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	k := c.Rule.name + "/" + c.Key
+	if f.used[k]+c.Cost > c.Rule.n.Limit.Burst {
+		return LeaseReply{Reply: reply(c, f.used[k]+c.Cost, false)}, nil
+	}
+	g := max(min(want, c.Rule.n.Limit.Burst-f.used[k]), c.Cost)
+	f.used[k] += g
+	now := time.Now()
+	r := reply(c, f.used[k], true)
+	r.Excess = g
+	return LeaseReply{Reply: r, Second: now.Unix(), Usec: int64(now.Nanosecond() / 1000)}, nil
 }
 
 func (f *fake) setDown(node string, down bool) {
@@ -327,5 +344,53 @@ func TestErrorClass(t *testing.T) {
 		if got := ErrorClass(err); got != want {
 			t.Errorf("ErrorClass(%v) = %q, want %q", err, got, want)
 		}
+	}
+}
+
+// Stats.Latency counts every round trip by how long it took (a failed one
+// too), and Stats.Grants and GrantedTokens the lease calls that granted
+// tokens and how many.
+func TestStatsLatencyAndGrants(t *testing.T) {
+	f := newFake(1)
+	f.delay = 3 * time.Millisecond
+	e := NewEngine(f, time.Second, 0)
+	r := fakeRule(t, "r", 10)
+	ctx := context.Background()
+	for range 4 {
+		if res := e.Check(ctx, r, "a", 1); !res.Allowed || res.Degraded {
+			t.Fatalf("%+v", res)
+		}
+	}
+	f.setDown("n0", true)
+	if res := e.Check(ctx, r, "a", 1); !res.Degraded {
+		t.Fatalf("a check of a down node: %+v", res)
+	}
+	f.setDown("n0", false)
+	st := e.Stats()
+	if st.Latency.Count != 5 {
+		t.Fatalf("%d round trips in the histogram, want 5: %+v", st.Latency.Count, st.Latency)
+	}
+	var below int64
+	for i, b := range LatencyBounds {
+		if b < f.delay {
+			below += st.Latency.Counts[i]
+		}
+	}
+	if below != 0 || st.Latency.Sum < 5*f.delay {
+		t.Errorf("round trips of at least %v: %d counted below it, %v in all: %+v", f.delay, below, st.Latency.Sum, st.Latency)
+	}
+
+	l := e.NewLease(r, "b", 4)
+	for range 3 {
+		if d, err := l.AllowN(ctx, 1); err != nil || !d.Allowed {
+			t.Fatalf("%+v, %v", d, err)
+		}
+	}
+	st = e.Stats()
+	if st.Grants < 1 || st.GrantedTokens < 3 || st.GrantedTokens > 10 {
+		t.Errorf("three tokens spent from a lease: %d grants of %d tokens", st.Grants, st.GrantedTokens)
+	}
+	if st.Latency.Count != 5+st.Grants {
+		t.Errorf("%d round trips counted after %d lease calls, want %d", st.Latency.Count, st.Grants, 5+st.Grants)
 	}
 }
