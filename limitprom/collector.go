@@ -1,0 +1,134 @@
+// Package limitprom exports limitgen's observations to Prometheus: a
+// prometheus.Collector that reads, when Prometheus scrapes, the counters
+// limitgen keeps anyway (the middleware's decisions, the tables' keys, the
+// stores' calls and breakers), so that collecting adds nothing to a check.
+//
+// Metrics (names after Prometheus's conventions: a unit suffix, _total on
+// counters; never a per-key label):
+//
+//	limitgen_decisions_total{rule, outcome}          counter: the middleware's decisions (limithttp.Counters), degraded outcomes included
+//	limitgen_table_keys{rule}                        gauge: keys tracked
+//	limitgen_table_evictions_total{rule}             counter: buckets reclaimed
+//	limitgen_table_cap_refusals_total{rule}          counter: new keys that met the key cap with nothing to reclaim
+//	limitgen_store_checks_total{store}               counter: checks sent to the store
+//	limitgen_store_degraded_total{store}             counter: checks the failure settings decided
+//	limitgen_store_batches_total{store}              counter: coalesced round trips
+//	limitgen_store_lease_grants_total{store}         counter: lease calls that granted tokens
+//	limitgen_store_leased_tokens_total{store}        counter: the tokens they granted
+//	limitgen_store_round_trip_seconds{store}         histogram: round trips to the server
+//	limitgen_store_breaker_open{store, node}         gauge: 1 while the node's breaker is open
+//	limitgen_store_breaker_failures{store, node}     gauge: the node's failed calls in a row
+//
+// It lives in a module of its own so that a service without Prometheus
+// depends on no Prometheus client.
+package limitprom
+
+import (
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/limithttp"
+	"github.com/limitgen/limitgen/shared"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Store is what the collector reads of a store (redisstore.Store,
+// pgstore.Store: a shared.Engine).
+type Store interface {
+	Stats() shared.Stats
+	Breakers() []shared.BreakerState
+}
+
+// Table is what the collector reads of a keyed limiter (a generated
+// limiter's Local(), or an atomicbucket.Table).
+type Table interface {
+	Stats() atomicbucket.TableStats
+}
+
+// Options name what a Collector reads; each is optional.
+type Options struct {
+	// Counters are the generated middleware's decisions by rule and outcome
+	// (its Config.Counters).
+	Counters *limithttp.Counters
+	// Tables are keyed limiters, by rule name.
+	Tables map[string]Table
+	// Stores are stores, by a name of the service's choice ("redis").
+	Stores map[string]Store
+}
+
+// Collector is a prometheus.Collector over Options' sources. Register it
+// once (prometheus.MustRegister(limitprom.New(opts))).
+type Collector struct {
+	o Options
+
+	decisions, keys, evictions, capRefusals                       *prometheus.Desc
+	checks, degraded, batches, grants, leased, trips, open, fails *prometheus.Desc
+}
+
+// New returns a Collector over o.
+func New(o Options) *Collector {
+	d := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc("limitgen_"+name, help, labels, nil)
+	}
+	return &Collector{
+		o:           o,
+		decisions:   d("decisions_total", "Requests the generated middleware decided, by rule and outcome (degraded_*: the store could not decide and the rule's on_failure setting did).", "rule", "outcome"),
+		keys:        d("table_keys", "Keys a rule's table tracks.", "rule"),
+		evictions:   d("table_evictions_total", "Buckets a rule's table reclaimed (full ones: nothing is lost).", "rule"),
+		capRefusals: d("table_cap_refusals_total", "New keys that met a rule's key cap with nothing to reclaim.", "rule"),
+		checks:      d("store_checks_total", "Checks sent to the store (a coalesced batch counts each of its checks).", "store"),
+		degraded:    d("store_degraded_total", "Checks the failure settings decided: the store failed, a breaker was open, or the store was closed.", "store"),
+		batches:     d("store_batches_total", "Round trips that carried coalesced checks.", "store"),
+		grants:      d("store_lease_grants_total", "Lease calls that granted tokens.", "store"),
+		leased:      d("store_leased_tokens_total", "Tokens granted to leases.", "store"),
+		trips:       d("store_round_trip_seconds", "Round trips to the store's server, from a connection in hand to the reply; failed ones included.", "store"),
+		open:        d("store_breaker_open", "1 while the circuit breaker of the store's server (a Cluster's master) is open.", "store", "node"),
+		fails:       d("store_breaker_failures", "Failed calls in a row to the store's server.", "store", "node"),
+	}
+}
+
+// Describe sends the metrics' descriptions.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.decisions, c.keys, c.evictions, c.capRefusals,
+		c.checks, c.degraded, c.batches, c.grants, c.leased, c.trips, c.open, c.fails} {
+		ch <- d
+	}
+}
+
+// Collect reads every source once and sends its metrics.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	if c.o.Counters != nil {
+		for _, n := range c.o.Counters.Snapshot() {
+			for o, v := range n.Outcomes {
+				ch <- prometheus.MustNewConstMetric(c.decisions, prometheus.CounterValue, float64(v), n.Rule, limithttp.Outcome(o).String())
+			}
+		}
+	}
+	for rule, t := range c.o.Tables {
+		s := t.Stats()
+		ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(s.Keys), rule)
+		ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(s.Evictions), rule)
+		ch <- prometheus.MustNewConstMetric(c.capRefusals, prometheus.CounterValue, float64(s.AtCapHits), rule)
+	}
+	for name, st := range c.o.Stores {
+		s := st.Stats()
+		ch <- prometheus.MustNewConstMetric(c.checks, prometheus.CounterValue, float64(s.Calls), name)
+		ch <- prometheus.MustNewConstMetric(c.degraded, prometheus.CounterValue, float64(s.Degraded), name)
+		ch <- prometheus.MustNewConstMetric(c.batches, prometheus.CounterValue, float64(s.Batches), name)
+		ch <- prometheus.MustNewConstMetric(c.grants, prometheus.CounterValue, float64(s.Grants), name)
+		ch <- prometheus.MustNewConstMetric(c.leased, prometheus.CounterValue, float64(s.GrantedTokens), name)
+		buckets := make(map[float64]uint64, len(shared.LatencyBounds))
+		var cum uint64
+		for i, b := range shared.LatencyBounds {
+			cum += uint64(s.Latency.Counts[i])
+			buckets[b.Seconds()] = cum
+		}
+		ch <- prometheus.MustNewConstHistogram(c.trips, uint64(s.Latency.Count), s.Latency.Sum.Seconds(), buckets, name)
+		for _, b := range st.Breakers() {
+			open := 0.0
+			if b.Open {
+				open = 1
+			}
+			ch <- prometheus.MustNewConstMetric(c.open, prometheus.GaugeValue, open, name, b.Node)
+			ch <- prometheus.MustNewConstMetric(c.fails, prometheus.GaugeValue, float64(b.Failures), name, b.Node)
+		}
+	}
+}

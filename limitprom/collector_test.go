@@ -1,0 +1,136 @@
+package limitprom_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"regexp"
+	"strconv"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/limitgen/limitgen/internal/sharedlimits"
+	"github.com/limitgen/limitgen/limitprom"
+	"github.com/limitgen/limitgen/pgstore"
+	"github.com/limitgen/limitgen/pgstore/pgtest"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// scrape fetches url over HTTP and returns the value of each sample line,
+// by its name and labels as the exposition writes them.
+func scrape(t *testing.T, url string) map[string]float64 {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET %s: %d, %v", url, resp.StatusCode, err)
+	}
+	out := map[string]float64{}
+	for _, m := range regexp.MustCompile(`(?m)^(limitgen_[^ ]+) ([^ \n]+)$`).FindAllStringSubmatch(string(body), -1) {
+		v, err := strconv.ParseFloat(m[2], 64)
+		if err != nil {
+			t.Fatalf("sample %q: %v", m[0], err)
+		}
+		out[m[1]] = v
+	}
+	return out
+}
+
+// A service generated from internal/storetest/sharedpolicy.yaml, its shared
+// rules on a PostgreSQL server the test starts, its middleware counting
+// decisions; the collector registered, and /metrics served on 127.0.0.1 and
+// scraped over HTTP: the middleware's decisions by rule and outcome, a local
+// rule's table, the store's checks, round trips and breaker; then the server
+// is stopped, and the degraded decisions, the store's failures and its open
+// breaker show.
+func TestScrape(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st, err := pgstore.New(ctx, pool, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	lims := sharedlimits.New(sharedlimits.WithStore(st))
+	mw, err := sharedlimits.NewMiddleware(lims, sharedlimits.Hooks{
+		UserID: func(r *http.Request) (string, bool) { return r.Header.Get("X-User"), r.Header.Get("X-User") != "" },
+		PlanOf: func(*http.Request) (sharedlimits.Plan, bool) { return sharedlimits.PlanFree, true },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw.Config.Observer = nil // no denial log in the test's output
+	app := mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	hello := func(user string) int {
+		r := httptest.NewRequest("GET", "/hello", nil)
+		if user != "" {
+			r.Header.Set("X-User", user)
+		}
+		w := httptest.NewRecorder()
+		app.ServeHTTP(w, r)
+		return w.Code
+	}
+	for range 25 { // PerUser's free burst is 20
+		hello("alice")
+	}
+	hello("") // no key
+	for _, k := range []string{"a", "b", "c"} {
+		lims.PerInstance.Allow(k)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(limitprom.New(limitprom.Options{
+		Counters: mw.Config.Counters,
+		Tables:   map[string]limitprom.Table{"PerInstance": lims.PerInstance},
+		Stores:   map[string]limitprom.Store{"postgres": st},
+	}))
+	metrics := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	t.Cleanup(metrics.Close)
+
+	got := scrape(t, metrics.URL)
+	for name, want := range map[string]float64{
+		`limitgen_decisions_total{outcome="allowed",rule="PerUser"}`:           20,
+		`limitgen_decisions_total{outcome="denied",rule="PerUser"}`:            5,
+		`limitgen_decisions_total{outcome="missing_key",rule="PerUser"}`:       1,
+		`limitgen_decisions_total{outcome="degraded_denied",rule="PerUser"}`:   0,
+		`limitgen_table_keys{rule="PerInstance"}`:                              3,
+		`limitgen_table_cap_refusals_total{rule="PerInstance"}`:                0,
+		`limitgen_store_checks_total{store="postgres"}`:                        25,
+		`limitgen_store_degraded_total{store="postgres"}`:                      0,
+		`limitgen_store_round_trip_seconds_count{store="postgres"}`:            25,
+		`limitgen_store_round_trip_seconds_bucket{store="postgres",le="+Inf"}`: 25,
+		`limitgen_store_breaker_open{node="",store="postgres"}`:                0,
+	} {
+		if v, ok := got[name]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
+		}
+	}
+	if got[`limitgen_store_round_trip_seconds_sum{store="postgres"}`] <= 0 {
+		t.Errorf("round trips took no time: %v", got)
+	}
+
+	srv.Stop() // the store's server is gone: PerUser's on_failure (local) decides
+	for range 10 {
+		hello("bob")
+	}
+	got = scrape(t, metrics.URL)
+	degraded := got[`limitgen_decisions_total{outcome="degraded_allowed",rule="PerUser"}`] +
+		got[`limitgen_decisions_total{outcome="degraded_denied",rule="PerUser"}`]
+	if degraded != 10 || got[`limitgen_store_degraded_total{store="postgres"}`] != 10 {
+		t.Errorf("after the server stopped, %v degraded decisions and %v degraded checks, want 10 and 10", degraded, got[`limitgen_store_degraded_total{store="postgres"}`])
+	}
+	if got[`limitgen_store_breaker_open{node="",store="postgres"}`] != 1 {
+		t.Errorf("the breaker of a stopped server is not open: %v", got[`limitgen_store_breaker_open{node="",store="postgres"}`])
+	}
+}
