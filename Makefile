@@ -17,7 +17,7 @@ BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
 BENCHTIME ?= 0.5s
 FUZZ_TARGETS := FuzzDifferential FuzzRule
 
-.PHONY: test check unit servers redis pg prom schema examples getting-started fuzz-smoke fuzz bench bench-full bench-smoke generate
+.PHONY: test check unit servers redis pg prom otel schema examples getting-started fuzz-smoke fuzz bench bench-full bench-smoke generate
 
 ## generate: regenerate generated/ from policy.yaml, the benchmarks' HTTP and
 ## shared limits from bench/httppolicy.yaml and bench/sharedpolicy.yaml, and
@@ -33,7 +33,7 @@ generate:
 ## test: everything CI checks — formatting, vet, tidy modules, all tests with -race
 ## (including the committed fuzz corpora), a short run of each fuzz target, and
 ## a smoke run of the benchmarks.
-test: servers check unit redis pg prom schema examples getting-started fuzz-smoke bench-smoke
+test: servers check unit redis pg prom otel schema examples getting-started fuzz-smoke bench-smoke
 
 # The servers the stores' tests and benchmarks start for themselves
 # (redis-server, PostgreSQL, PgBouncer): installed with apt-get when missing
@@ -57,6 +57,7 @@ check:
 	cd redisstore && $(GO) vet ./... && $(GO) mod tidy -diff
 	cd pgstore && $(GO) vet ./... && $(GO) mod tidy -diff
 	cd limitprom && $(GO) vet ./... && $(GO) mod tidy -diff
+	cd limitotel && $(GO) vet ./... && $(GO) mod tidy -diff
 
 unit:
 	$(GO) test -race -count=1 ./...
@@ -78,6 +79,12 @@ pg:
 prom:
 	.ci/servers postgres
 	cd limitprom && $(GO) test -race -count=1 ./...
+
+# The OpenTelemetry instruments (module limitotel), read through the SDK's
+# manual reader, with a PostgreSQL store its test starts on 127.0.0.1.
+otel:
+	.ci/servers postgres
+	cd limitotel && $(GO) test -race -count=1 ./...
 
 # The JSON Schema for editors, checked against the repository's policies.
 schema:

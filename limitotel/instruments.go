@@ -1,0 +1,131 @@
+// Package limitotel exports limitgen's observations as OpenTelemetry
+// instruments (go.opentelemetry.io/otel/metric): asynchronous ones, read by
+// one callback when the SDK collects, from the counters limitgen keeps
+// anyway (the middleware's decisions, the tables' keys, the stores' calls
+// and breakers), so that collecting adds nothing to a check. The same
+// observations as package limitprom's, named after OpenTelemetry's
+// conventions (dotted names, units as UCUM, attributes, never a key):
+//
+//	limitgen.decisions              counter {decision}: the middleware's decisions; attributes rule, outcome
+//	limitgen.table.keys             gauge   {key}: keys a rule's table tracks; attribute rule
+//	limitgen.table.evictions        counter {bucket}: buckets reclaimed; attribute rule
+//	limitgen.table.cap_refusals     counter {key}: new keys that met the key cap with nothing to reclaim
+//	limitgen.store.checks           counter {check}: checks sent to the store; attribute store
+//	limitgen.store.degraded         counter {check}: checks the failure settings decided
+//	limitgen.store.batches          counter {round_trip}: coalesced round trips
+//	limitgen.store.lease.grants     counter {grant}: lease calls that granted tokens
+//	limitgen.store.lease.tokens     counter {token}: the tokens they granted
+//	limitgen.store.round_trips      counter {round_trip}: round trips to the store's server
+//	limitgen.store.round_trip.time  counter s: their total duration (with round_trips, the mean)
+//	limitgen.store.breaker.open     gauge   {breaker}: 1 while a server's breaker is open; attributes store, node
+//
+// The SDK has no asynchronous histogram, so the round trips' distribution
+// (shared.Stats.Latency's buckets) is exported by limitprom only; here their
+// count and total.
+//
+// It lives in a module of its own so that a service without OpenTelemetry
+// depends on none of it.
+package limitotel
+
+import (
+	"context"
+	"errors"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/limithttp"
+	"github.com/limitgen/limitgen/shared"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Store is what the instruments read of a store (redisstore.Store,
+// pgstore.Store: a shared.Engine).
+type Store interface {
+	Stats() shared.Stats
+	Breakers() []shared.BreakerState
+}
+
+// Table is what the instruments read of a keyed limiter.
+type Table interface {
+	Stats() atomicbucket.TableStats
+}
+
+// Options name what the instruments read; each is optional.
+type Options struct {
+	// Counters are the generated middleware's decisions by rule and outcome
+	// (its Config.Counters).
+	Counters *limithttp.Counters
+	// Tables are keyed limiters, by rule name.
+	Tables map[string]Table
+	// Stores are stores, by a name of the service's choice ("redis").
+	Stores map[string]Store
+}
+
+// Register creates the instruments on meter and the callback that reads o;
+// unregister with the returned Registration.
+func Register(meter metric.Meter, o Options) (metric.Registration, error) {
+	var errs []error
+	counter := func(name, unit, desc string) metric.Int64ObservableCounter {
+		c, err := meter.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	gauge := func(name, unit, desc string) metric.Int64ObservableGauge {
+		g, err := meter.Int64ObservableGauge(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return g
+	}
+	decisions := counter("limitgen.decisions", "{decision}", "Requests the generated middleware decided, by rule and outcome (degraded_*: the store could not decide and the rule's on_failure setting did).")
+	keys := gauge("limitgen.table.keys", "{key}", "Keys a rule's table tracks.")
+	evictions := counter("limitgen.table.evictions", "{bucket}", "Buckets a rule's table reclaimed (full ones: nothing is lost).")
+	refusals := counter("limitgen.table.cap_refusals", "{key}", "New keys that met a rule's key cap with nothing to reclaim.")
+	checks := counter("limitgen.store.checks", "{check}", "Checks sent to the store (a coalesced batch counts each of its checks).")
+	degraded := counter("limitgen.store.degraded", "{check}", "Checks the failure settings decided: the store failed, a breaker was open, or the store was closed.")
+	batches := counter("limitgen.store.batches", "{round_trip}", "Round trips that carried coalesced checks.")
+	grants := counter("limitgen.store.lease.grants", "{grant}", "Lease calls that granted tokens.")
+	tokens := counter("limitgen.store.lease.tokens", "{token}", "Tokens granted to leases.")
+	trips := counter("limitgen.store.round_trips", "{round_trip}", "Round trips to the store's server, failed ones included.")
+	tripTime, err := meter.Float64ObservableCounter("limitgen.store.round_trip.time", metric.WithUnit("s"),
+		metric.WithDescription("Total duration of the round trips to the store's server, from a connection in hand to the reply."))
+	errs = append(errs, err)
+	open := gauge("limitgen.store.breaker.open", "{breaker}", "1 while the circuit breaker of the store's server (a Cluster's master) is open.")
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return meter.RegisterCallback(func(_ context.Context, ob metric.Observer) error {
+		if o.Counters != nil {
+			for _, n := range o.Counters.Snapshot() {
+				for oc, v := range n.Outcomes {
+					ob.ObserveInt64(decisions, int64(v), metric.WithAttributes(
+						attribute.String("rule", n.Rule), attribute.String("outcome", limithttp.Outcome(oc).String())))
+				}
+			}
+		}
+		for rule, t := range o.Tables {
+			s := t.Stats()
+			at := metric.WithAttributes(attribute.String("rule", rule))
+			ob.ObserveInt64(keys, s.Keys, at)
+			ob.ObserveInt64(evictions, s.Evictions, at)
+			ob.ObserveInt64(refusals, s.AtCapHits, at)
+		}
+		for name, st := range o.Stores {
+			s := st.Stats()
+			at := metric.WithAttributes(attribute.String("store", name))
+			ob.ObserveInt64(checks, s.Calls, at)
+			ob.ObserveInt64(degraded, s.Degraded, at)
+			ob.ObserveInt64(batches, s.Batches, at)
+			ob.ObserveInt64(grants, s.Grants, at)
+			ob.ObserveInt64(tokens, s.GrantedTokens, at)
+			ob.ObserveInt64(trips, s.Latency.Count, at)
+			ob.ObserveFloat64(tripTime, s.Latency.Sum.Seconds(), at)
+			for _, b := range st.Breakers() {
+				v := int64(0)
+				if b.Open {
+					v = 1
+				}
+				ob.ObserveInt64(open, v, metric.WithAttributes(attribute.String("store", name), attribute.String("node", b.Node)))
+			}
+		}
+		return nil
+	}, decisions, keys, evictions, refusals, checks, degraded, batches, grants, tokens, trips, tripTime, open)
+}

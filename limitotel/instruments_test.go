@@ -1,0 +1,148 @@
+package limitotel_test
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/limitgen/limitgen/internal/sharedlimits"
+	"github.com/limitgen/limitgen/limitotel"
+	"github.com/limitgen/limitgen/pgstore"
+	"github.com/limitgen/limitgen/pgstore/pgtest"
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+)
+
+// collect reads every instrument through the manual reader and returns each
+// data point's value by the instrument's name and its attributes
+// ("name{k=v,…}", attributes sorted), and each instrument's unit.
+func collect(t *testing.T, reader *sdkmetric.ManualReader) (points map[string]float64, units map[string]string) {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatal(err)
+	}
+	points, units = map[string]float64{}, map[string]string{}
+	name := func(n string, set attribute.Set) string {
+		var kv []string
+		for _, a := range set.ToSlice() {
+			kv = append(kv, string(a.Key)+"="+a.Value.Emit())
+		}
+		sort.Strings(kv)
+		return n + "{" + strings.Join(kv, ",") + "}"
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			units[m.Name] = m.Unit
+			switch d := m.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, p := range d.DataPoints {
+					points[name(m.Name, p.Attributes)] = float64(p.Value)
+				}
+			case metricdata.Sum[float64]:
+				for _, p := range d.DataPoints {
+					points[name(m.Name, p.Attributes)] = p.Value
+				}
+			case metricdata.Gauge[int64]:
+				for _, p := range d.DataPoints {
+					points[name(m.Name, p.Attributes)] = float64(p.Value)
+				}
+			default:
+				t.Fatalf("%s: data of type %T", m.Name, m.Data)
+			}
+		}
+	}
+	return points, units
+}
+
+// A service generated from internal/storetest/sharedpolicy.yaml, its shared
+// rules on a PostgreSQL server the test starts, read through the
+// OpenTelemetry SDK's manual reader: the middleware's decisions by rule and
+// outcome, a local rule's table, the store's checks and round trips and its
+// breaker; then the server is stopped, and the degraded decisions and the
+// open breaker show.
+func TestManualReader(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	st, err := pgstore.New(ctx, pool, pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	lims := sharedlimits.New(sharedlimits.WithStore(st))
+	mw, err := sharedlimits.NewMiddleware(lims, sharedlimits.Hooks{
+		UserID: func(r *http.Request) (string, bool) { return r.Header.Get("X-User"), r.Header.Get("X-User") != "" },
+		PlanOf: func(*http.Request) (sharedlimits.Plan, bool) { return sharedlimits.PlanFree, true },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw.Config.Observer = nil // no denial log in the test's output
+	app := mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	hello := func(user string) {
+		r := httptest.NewRequest("GET", "/hello", nil)
+		r.Header.Set("X-User", user)
+		app.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	for range 23 { // PerUser's free burst is 20
+		hello("alice")
+	}
+	lims.PerInstance.Allow("a")
+	lims.PerInstance.Allow("b")
+
+	reader := sdkmetric.NewManualReader()
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { provider.Shutdown(ctx) })
+	reg, err := limitotel.Register(provider.Meter("limitgen"), limitotel.Options{
+		Counters: mw.Config.Counters,
+		Tables:   map[string]limitotel.Table{"PerInstance": lims.PerInstance},
+		Stores:   map[string]limitotel.Store{"postgres": st},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Unregister() })
+
+	got, units := collect(t, reader)
+	for name, want := range map[string]float64{
+		"limitgen.decisions{outcome=allowed,rule=PerUser}":         20,
+		"limitgen.decisions{outcome=denied,rule=PerUser}":          3,
+		"limitgen.decisions{outcome=degraded_denied,rule=PerUser}": 0,
+		"limitgen.table.keys{rule=PerInstance}":                    2,
+		"limitgen.table.cap_refusals{rule=PerInstance}":            0,
+		"limitgen.store.checks{store=postgres}":                    23,
+		"limitgen.store.degraded{store=postgres}":                  0,
+		"limitgen.store.round_trips{store=postgres}":               23,
+		"limitgen.store.breaker.open{node=,store=postgres}":        0,
+	} {
+		if v, ok := got[name]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
+		}
+	}
+	if got["limitgen.store.round_trip.time{store=postgres}"] <= 0 || units["limitgen.store.round_trip.time"] != "s" {
+		t.Errorf("round trips took %v %s", got["limitgen.store.round_trip.time{store=postgres}"], units["limitgen.store.round_trip.time"])
+	}
+
+	srv.Stop() // the store's server is gone: PerUser's on_failure (local) decides
+	for range 10 {
+		hello("bob")
+	}
+	got, _ = collect(t, reader)
+	degraded := got["limitgen.decisions{outcome=degraded_allowed,rule=PerUser}"] + got["limitgen.decisions{outcome=degraded_denied,rule=PerUser}"]
+	if degraded != 10 || got["limitgen.store.degraded{store=postgres}"] != 10 {
+		t.Errorf("after the server stopped, %v degraded decisions and %v degraded checks, want 10 and 10", degraded, got["limitgen.store.degraded{store=postgres}"])
+	}
+	if got["limitgen.store.breaker.open{node=,store=postgres}"] != 1 {
+		t.Errorf("the breaker of a stopped server is not open: %v", got["limitgen.store.breaker.open{node=,store=postgres}"])
+	}
+}
