@@ -19,8 +19,11 @@ import (
 
 	"example.com/quickstart/limits"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/limitgen/limitgen/limitprom"
 	"github.com/limitgen/limitgen/pgstore"
 	"github.com/limitgen/limitgen/redisstore"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -59,13 +62,21 @@ func newMiddleware(lims *limits.Limits) (*limits.Middleware, error) {
 	})
 }
 
-// newServer returns the service's handler, limited by lims.
-func newServer(lims *limits.Limits) (http.Handler, error) {
+// newServer returns the service's handler, limited by lims, with its
+// metrics (and store's, when it has one) at GET /metrics for Prometheus.
+func newServer(lims *limits.Limits, store limitprom.Store) (http.Handler, error) {
 	mw, err := newMiddleware(lims)
 	if err != nil {
 		return nil, err
 	}
 	mux := mw.NewServeMux() // every handler registered on it is behind the middleware
+	metrics := limitprom.Options{Counters: mw.Config.Counters, Tables: map[string]limitprom.Table{"Login": lims.Login}}
+	if store != nil {
+		metrics.Stores = map[string]limitprom.Store{"shared": store}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(limitprom.New(metrics))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{})) // no policy route: not limited
 	mux.HandleFunc("GET /hello", func(w http.ResponseWriter, r *http.Request) {
 		a, _ := accountOf(r) // the middleware let the request in: it has an account
 		fmt.Fprintf(w, "hello, %s\n", a.name)
@@ -85,6 +96,7 @@ func main() {
 	pgURL := flag.String("postgres", "", "a PostgreSQL database to share the shared rules' limits with other instances (postgres://user@host:port/db)")
 	flag.Parse()
 	lims := limits.New() // without -redis or -postgres: no store, and SharedErr says so
+	var metricsStore limitprom.Store
 	switch {
 	case *redisAddr != "" && *pgURL != "":
 		log.Fatal("-redis and -postgres: choose one store")
@@ -101,7 +113,7 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		lims = limits.New(limits.WithStore(store))
+		lims, metricsStore = limits.New(limits.WithStore(store)), store
 	case *redisAddr != "":
 		client := redis.NewClient(&redis.Options{Addr: *redisAddr, ContextTimeoutEnabled: true})
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -110,12 +122,12 @@ func main() {
 		if err != nil {
 			log.Fatal(err) // Redis did not answer: the error names its address
 		}
-		lims = limits.New(limits.WithStore(store))
+		lims, metricsStore = limits.New(limits.WithStore(store)), store
 	}
 	if err := lims.SharedErr(); err != nil {
 		log.Printf("warning: %v", err) // each instance then enforces the shared limits alone
 	}
-	h, err := newServer(lims)
+	h, err := newServer(lims, metricsStore)
 	if err != nil {
 		log.Fatal(err)
 	}

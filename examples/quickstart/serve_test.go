@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -236,6 +237,23 @@ func twoInstances(t *testing.T, runs ...[]string) {
 	}
 	if logins[200] != 10 || logins[429] != 2 {
 		t.Errorf("12 logins over two instances: %v, want 5 admitted by each", logins)
+	}
+	// Instance a served alice's requests 0, 2, … 12: five admitted, two
+	// refused; its /metrics (for Prometheus, not limited) says so, and that
+	// its checks went to the store.
+	resp, body := a("GET", "/metrics", "")
+	for _, want := range []string{
+		`limitgen_decisions_total{outcome="allowed",rule="PerUser"} 5`,
+		`limitgen_decisions_total{outcome="denied",rule="PerUser"} 2`,
+		`limitgen_table_keys{rule="Login"} 1`,
+		`limitgen_store_breaker_open{node="",store="shared"} 0`,
+	} {
+		if resp.StatusCode != 200 || !strings.Contains(body, want+"\n") {
+			t.Errorf("GET /metrics: %d, lacks %q:\n%s", resp.StatusCode, want, body)
+		}
+	}
+	if !regexp.MustCompile(`limitgen_store_checks_total\{store="shared"\} [1-9]`).MatchString(body) {
+		t.Errorf("GET /metrics: no checks went to the store:\n%s", body)
 	}
 }
 
