@@ -250,32 +250,46 @@ func parseIPv4(s string) (netip.Addr, bool) {
 }
 
 // scanIPv4 reads a dotted-quad IPv4 address in netip's form from the start
-// of s, up to its end or a ':', and returns it and where it stopped.
+// of s, up to its end or a ':', and returns it and where it stopped. An octet
+// is read by its length (one to three digits) with its digits weighed at
+// once, not folded one after the other: keying a request by its address is
+// mostly this.
 func scanIPv4(s string) (ip [4]byte, n int, ok bool) {
-	field, digits, val := 0, 0, 0
-	for n = 0; n < len(s) && s[n] != ':'; n++ {
-		c := s[n]
-		switch {
-		case c >= '0' && c <= '9':
-			if digits > 0 && val == 0 { // a leading zero
+	for field := range 4 {
+		if field > 0 {
+			if n >= len(s) || s[n] != '.' {
 				return ip, n, false
 			}
-			val = val*10 + int(c-'0')
-			digits++
-			if val > 255 {
-				return ip, n, false
-			}
-		case c == '.' && digits > 0 && field < 3:
-			ip[field] = byte(val)
-			field, digits, val = field+1, 0, 0
-		default:
+			n++
+		}
+		if n >= len(s) {
 			return ip, n, false
 		}
+		d0 := uint(s[n]) - '0'
+		if d0 > 9 {
+			return ip, n, false
+		}
+		if n+1 >= len(s) || uint(s[n+1])-'0' > 9 {
+			ip[field], n = byte(d0), n+1
+			continue
+		}
+		if d0 == 0 { // a leading zero
+			return ip, n, false
+		}
+		d1 := uint(s[n+1]) - '0'
+		if n+2 >= len(s) || uint(s[n+2])-'0' > 9 {
+			ip[field], n = byte(d0*10+d1), n+2
+			continue
+		}
+		v := d0*100 + d1*10 + (uint(s[n+2]) - '0')
+		if v > 255 || n+3 < len(s) && uint(s[n+3])-'0' <= 9 {
+			return ip, n, false
+		}
+		ip[field], n = byte(v), n+3
 	}
-	if field != 3 || digits == 0 {
+	if n < len(s) && s[n] != ':' {
 		return ip, n, false
 	}
-	ip[3] = byte(val)
 	return ip, n, true
 }
 

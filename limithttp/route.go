@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 )
 
@@ -32,12 +33,19 @@ type Router struct {
 	root    rnode   // its children are hosts ("" for patterns without one), theirs methods ("" for none)
 	routes  []route // by pattern index
 	hasHost bool    // some pattern names a host
-	// literal finds the patterns whose whole path is literal, by that path,
+	// literal finds the patterns whose whole path is literal and plain
+	// (isPlain), by that path,
 	// when no pattern names a host: for a clean path equal to one, the most
 	// specific pattern for the method is among them (a literal path is more
 	// specific than any wildcard that matches it, and patterns for one path
 	// differ only by method), so Match needs no walk of the tree.
 	literal map[string][]literalRoute
+	// lookup, when set (MustRouterSwitch), replaces literal: the index+1 of
+	// a path in literalList (LiteralPaths' order), 0 for none, by a switch
+	// the compiler builds over constants, which costs a fraction of a map
+	// lookup.
+	lookup      func(path string) int
+	literalList [][]literalRoute
 }
 
 // literalRoute is a pattern of a literal path: its method ("" for any) and
@@ -212,7 +220,7 @@ func NewRouter(patterns ...string) (*Router, error) {
 		n.route = i + 1
 		last := p.Segments[len(p.Segments)-1]
 		rt.routes[i] = route{segs: len(p.Segments), multi: last.Multi}
-		if path, ok := literalPath(s, p); ok {
+		if path, ok := literalPath(s, p); ok && isPlain(path) {
 			if rt.literal == nil {
 				rt.literal = map[string][]literalRoute{}
 			}
@@ -246,6 +254,15 @@ func literalPath(pattern string, p Pattern) (string, bool) {
 	return path, true
 }
 
+// isPlain reports whether a request path spelled path is clean and has
+// nothing EscapedPath would escape: then a request whose URL.Path is path and
+// whose RawPath is empty is matched on path as it is, and Match may look it
+// up before it looks at the path.
+func isPlain(path string) bool {
+	p, clean := plainPath(&url.URL{Path: path})
+	return clean && p == path
+}
+
 // pick is the most specific of a literal path's patterns for method: its
 // own, then (for HEAD) GET's, then the one for any method; 0 for none.
 func pick(routes []literalRoute, method string) int {
@@ -266,6 +283,43 @@ func pick(routes []literalRoute, method string) int {
 	return anyMethod
 }
 
+// LiteralPaths returns, sorted, the paths of patterns whose whole path is
+// literal, as a clean request path that matches one spells it: the cases of
+// the switch a generator gives MustRouterSwitch. It is empty when a pattern
+// names a host (such a pattern is more specific than any path alone).
+func LiteralPaths(patterns ...string) ([]string, error) {
+	rt, err := NewRouter(patterns...)
+	if err != nil {
+		return nil, err
+	}
+	paths := make([]string, 0, len(rt.literal))
+	for p := range rt.literal {
+		paths = append(paths, p)
+	}
+	slices.Sort(paths)
+	return paths, nil
+}
+
+// MustRouterSwitch is MustRouter with lookup in place of the router's map of
+// literal paths: lookup(path) must be the index+1 of path in
+// LiteralPaths(patterns...), and 0 for every other path (a generated switch).
+// It panics when lookup disagrees with LiteralPaths on one of its paths.
+func MustRouterSwitch(lookup func(path string) int, patterns ...string) *Router {
+	rt := MustRouter(patterns...)
+	paths, _ := LiteralPaths(patterns...) // MustRouter accepted them
+	if len(paths) == 0 {
+		return rt
+	}
+	for i, p := range paths {
+		if got := lookup(p); got != i+1 {
+			panic(fmt.Sprintf("limithttp: the literal-path switch gives %d for %q, want %d (regenerate the package)", got, p, i+1))
+		}
+		rt.literalList = append(rt.literalList, rt.literal[p])
+	}
+	rt.lookup, rt.literal = lookup, nil
+	return rt
+}
+
 // MustRouter is NewRouter for patterns a generator checked: it panics on an
 // error.
 func MustRouter(patterns ...string) *Router {
@@ -283,6 +337,13 @@ func (rt *Router) Match(r *http.Request) (index int, cleanPath string) {
 	if r.URL == nil {
 		return -1, ""
 	}
+	if u := r.URL; u.RawPath == "" && r.Method != "CONNECT" {
+		// A path equal to a literal one is clean (isPlain), and then the
+		// literal route for the method is the most specific.
+		if i := rt.literalRoute(u.Path, r.Method); i >= 0 {
+			return i, u.Path
+		}
+	}
 	p, clean := plainPath(r.URL)
 	if r.Method == "CONNECT" { // not cleaned; the redirect judged on the URL's host, the match on r.Host
 		if n := rt.match(r.URL.Host, r.Method, p, false); n == nil || !rt.exact(n, p, false) {
@@ -291,13 +352,6 @@ func (rt *Router) Match(r *http.Request) (index int, cleanPath string) {
 			}
 		}
 		return rt.routeOf(rt.match(r.Host, r.Method, p, false)), p
-	}
-	if clean && rt.literal != nil {
-		if routes, ok := rt.literal[p]; ok {
-			if i := pick(routes, r.Method); i != 0 {
-				return i - 1, p
-			}
-		}
 	}
 	host := ""
 	if rt.hasHost {
@@ -313,6 +367,22 @@ func (rt *Router) Match(r *http.Request) (index int, cleanPath string) {
 		}
 	}
 	return rt.routeOf(n), p
+}
+
+// literalRoute is the index of the most specific pattern for method whose
+// path is literally path, or -1.
+func (rt *Router) literalRoute(path, method string) int {
+	var routes []literalRoute
+	if rt.lookup != nil {
+		k := rt.lookup(path)
+		if k <= 0 || k > len(rt.literalList) {
+			return -1
+		}
+		routes = rt.literalList[k-1]
+	} else if rt.literal != nil {
+		routes = rt.literal[path]
+	}
+	return pick(routes, method) - 1
 }
 
 func (rt *Router) routeOf(n *rnode) int {

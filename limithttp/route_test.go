@@ -157,7 +157,7 @@ func FuzzRouter(f *testing.F) {
 		}
 		methods := []string{"", "GET ", "POST ", "HEAD ", "DELETE "}
 		hosts := []string{"", "", "", "example.com", "a.example.com"}
-		segs := []string{"a", "b", "{x}", "{y}", "a%2Fb", "%61", "c d"}
+		segs := []string{"a", "b", "{x}", "{y}", "a%2Fb", "%61", "c d", "é"}
 		ends := []string{"", "/", "/{$}", "/{rest...}"}
 		var patterns []string
 		mux := http.NewServeMux()
@@ -188,9 +188,20 @@ func FuzzRouter(f *testing.F) {
 		if err != nil {
 			t.Fatalf("%q: ServeMux takes them, NewRouter: %v", patterns, err)
 		}
+		// The router a generated package builds: its literal paths looked up
+		// by a function (a switch there), which must answer as rt does.
+		paths, err := LiteralPaths(patterns...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		index := map[string]int{}
+		for i, p := range paths {
+			index[p] = i + 1
+		}
+		sw := MustRouterSwitch(func(p string) int { return index[p] }, patterns...)
 		reqMethods := []string{"GET", "HEAD", "POST", "DELETE", "PUT", "CONNECT"}
 		reqHosts := []string{"example.com", "example.com:8080", "a.example.com", "other", "[::1]:80", "a.example.com:1"}
-		reqSegs := []string{"a", "b", "c", "a%2Fb", "%61", "c%20d", "", ".", "..", "%zz"}
+		reqSegs := []string{"a", "b", "c", "a%2Fb", "%61", "c%20d", "", ".", "..", "%zz", "é", "%C3%A9"}
 		for range next()%6 + 1 {
 			var b strings.Builder
 			for range next() % 5 {
@@ -210,6 +221,9 @@ func FuzzRouter(f *testing.F) {
 			r.Host = reqHosts[next()%len(reqHosts)]
 			_, want := mux.Handler(r)
 			i, clean := rt.Match(r)
+			if si, sclean := sw.Match(r); si != i || sclean != clean {
+				t.Fatalf("patterns %q, %s %s: the switch's router %d %q, the map's %d %q", patterns, r.Method, r.URL.EscapedPath(), si, sclean, i, clean)
+			}
 			got := ""
 			if i >= 0 {
 				got = patterns[i]

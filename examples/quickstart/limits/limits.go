@@ -1087,8 +1087,21 @@ type ServeMux struct {
 // httpPatterns are the policy's route patterns, in policy order.
 var httpPatterns = [...]string{"GET /hello", "POST /login"}
 
+// httpLiteral is the index+1 of a clean request path among the policy's literal paths
+// (limithttp.LiteralPaths: the paths of the patterns without wildcards), 0 for any other: a
+// switch over constants where the router would look the path up in a map.
+func httpLiteral(path string) int {
+	switch path {
+	case "/hello":
+		return 1
+	case "/login":
+		return 2
+	}
+	return 0
+}
+
 // httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.
-var httpRouter = limithttp.MustRouter(httpPatterns[:]...)
+var httpRouter = limithttp.MustRouterSwitch(httpLiteral, httpPatterns[:]...)
 
 // NewServeMux returns an empty ServeMux behind m.
 func (m *Middleware) NewServeMux() *ServeMux {

@@ -7,11 +7,38 @@ import (
 
 	"github.com/dave/jennifer/jen"
 	"github.com/limitgen/limitgen/gen/internal/model"
+	"github.com/limitgen/limitgen/limithttp"
 )
 
 const httpPath = "github.com/limitgen/limitgen/limithttp"
 
 func lh(name string) *jen.Statement { return jen.Qual(httpPath, name) }
+
+// routerDecl declares httpRouter over httpPatterns: with a switch over the
+// policy's literal paths (limithttp.LiteralPaths) when it has some, which the
+// compiler turns into comparisons of constants where the router would look
+// the path up in a map.
+func routerDecl(patterns []string) *jen.Statement {
+	all := jen.Id("httpPatterns").Index(jen.Empty(), jen.Empty()).Op("...")
+	paths, err := limithttp.LiteralPaths(patterns...)
+	if err != nil || len(paths) == 0 { // the policy's validation refused what NewRouter refuses
+		return jen.Comment("httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.").Line().
+			Var().Id("httpRouter").Op("=").Add(lh("MustRouter")).Call(all)
+	}
+	var cases []jen.Code
+	for i, p := range paths {
+		cases = append(cases, jen.Case(jen.Lit(p)).Block(jen.Return(jen.Lit(i+1))))
+	}
+	return jen.Comment("httpLiteral is the index+1 of a clean request path among the policy's literal paths").Line().
+		Comment("(limithttp.LiteralPaths: the paths of the patterns without wildcards), 0 for any other: a").Line().
+		Comment("switch over constants where the router would look the path up in a map.").Line().
+		Func().Id("httpLiteral").Params(jen.Id("path").String()).Int().Block(
+		jen.Switch(jen.Id("path")).Block(cases...),
+		jen.Return(jen.Lit(0)),
+	).Line().Line().
+		Comment("httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.").Line().
+		Var().Id("httpRouter").Op("=").Add(lh("MustRouterSwitch")).Call(jen.Id("httpLiteral"), all)
+}
 
 func req() *jen.Statement  { return jen.Op("*").Qual("net/http", "Request") }
 func resw() *jen.Statement { return jen.Qual("net/http", "ResponseWriter") }
@@ -283,8 +310,7 @@ func emitMiddleware(m *model.Model) jen.Code {
 	).Line().Line().
 		Comment("httpPatterns are the policy's route patterns, in policy order.").Line().
 		Var().Id("httpPatterns").Op("=").Index(jen.Op("...")).String().Values(patternLits...).Line().Line().
-		Comment("httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.").Line().
-		Var().Id("httpRouter").Op("=").Add(lh("MustRouter")).Call(jen.Id("httpPatterns").Index(jen.Empty(), jen.Empty()).Op("...")).Line().Line().
+		Add(routerDecl(patterns)).Line().Line().
 		Comment("NewServeMux returns an empty ServeMux behind m.").Line().
 		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("NewServeMux").Params().Op("*").Id("ServeMux").Block(
 		jen.Return(jen.Op("&").Id("ServeMux").Values(jen.Dict{
