@@ -41,21 +41,29 @@ func (w *nopWriter) WriteHeader(code int)              { w.code = code }
 var bare = http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 
 // httpCase is what every implementation enforces, per client address: a
-// limit so high that every request is admitted, or one of a request an hour
+// limit so high that every request is admitted; one of a request an hour
 // whose first request (the warm-up) takes the only token, so that every
-// request the benchmark sends is denied (bench/httppolicy.yaml: PerIP on
-// GET /bench, Tight on GET /denied).
+// request the benchmark sends is denied; or a burst so large that every
+// request is admitted but a refill so slow that each request leaves a token
+// fewer than the last (bench/httppolicy.yaml: PerIP on GET /bench, Tight on
+// GET /denied, Drain on GET /drain). limitgen keeps the field values it
+// made and reuses them for a response with the same fields (limithttp's
+// values.go): allowed and denied responses find theirs there after the
+// first, a draining one never does, so its figure is the cost of making
+// them.
 type httpCase struct {
 	name   string
 	path   string
 	tokens int64 // per period, and the burst
 	period time.Duration
 	code   int // what every measured request gets
+	rule   func(*httplimits.Limits) func(string) bool
 }
 
 var httpCases = []httpCase{
-	{"allowed", "/bench", 1_000_000_000, time.Second, http.StatusOK},
-	{"denied", "/denied", 1, time.Hour, http.StatusTooManyRequests},
+	{"allowed", "/bench", 1_000_000_000, time.Second, http.StatusOK, func(l *httplimits.Limits) func(string) bool { return l.PerIP.Allow }},
+	{"denied", "/denied", 1, time.Hour, http.StatusTooManyRequests, func(l *httplimits.Limits) func(string) bool { return l.Tight.Allow }},
+	{"draining", "/drain", 1_000_000_000, time.Hour, http.StatusOK, func(l *httplimits.Limits) func(string) bool { return l.Drain.Allow }},
 }
 
 // httpImpls builds each middleware over bare, set up as its own README
@@ -160,10 +168,7 @@ func BenchmarkHTTP(b *testing.B) {
 			b.Run("impl=core", func(b *testing.B) {
 				l := httplimits.New()
 				const key = "203.0.113.7"
-				check := l.PerIP.Allow
-				if c.code != http.StatusOK {
-					check = l.Tight.Allow
-				}
+				check := c.rule(l)
 				check(key)
 				want := c.code == http.StatusOK
 				b.ReportAllocs()

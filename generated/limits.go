@@ -1288,14 +1288,13 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	}
 	now := m.now()
 	cost := httpCosts[RuleLogin][0]
-	res := limithttp.Result{
-		Decision: m.limits.Login.AllowNAt(k0, now, cost),
-		Policy:   httpPolicies[RuleLogin][0],
-		Policies: httpRoutes[0][0],
-		Cost:     cost,
-		Route:    "POST /v1/login",
-		Rule:     int(RuleLogin),
-	}
+	var res limithttp.Result
+	res.Decision = m.limits.Login.AllowNAt(k0, now, cost)
+	res.Policy = httpPolicies[RuleLogin][0]
+	res.Policies = httpRoutes[0][0]
+	res.Cost = cost
+	res.Route = "POST /v1/login"
+	res.Rule = int(RuleLogin)
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
@@ -1316,14 +1315,13 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Upload-Units) is above the most a request may cost on route \\\"POST /v1/upload\\\": 1000.\"}\n", limithttp.Event{Route: "POST /v1/upload", Rule: "Upload", RuleIndex: int(RuleUpload), Outcome: limithttp.TooCostly, Cost: cost})
 	}
 	now := m.now()
-	res := limithttp.Result{
-		Decision: m.limits.Upload.AllowNAt(k0, now, cost),
-		Policy:   httpPolicies[RuleUpload][0],
-		Policies: httpRoutes[1][0],
-		Cost:     cost,
-		Route:    "POST /v1/upload",
-		Rule:     int(RuleUpload),
-	}
+	var res limithttp.Result
+	res.Decision = m.limits.Upload.AllowNAt(k0, now, cost)
+	res.Policy = httpPolicies[RuleUpload][0]
+	res.Policies = httpRoutes[1][0]
+	res.Cost = cost
+	res.Route = "POST /v1/upload"
+	res.Rule = int(RuleUpload)
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
@@ -1343,15 +1341,14 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	}
 	now := m.now()
 	cost := httpCosts[RuleDailyExport][0]
-	res := limithttp.Result{
-		Decision: m.limits.DailyExport.AllowNAt(k0, now, cost),
-		Policy:   httpPolicies[RuleDailyExport][0],
-		Policies: httpRoutes[2][0],
-		Cost:     cost,
-		Route:    "GET /v1/export/{account}",
-		Rule:     int(RuleDailyExport),
-		SeedInt:  uint64(k0),
-	}
+	var res limithttp.Result
+	res.Decision = m.limits.DailyExport.AllowNAt(k0, now, cost)
+	res.Policy = httpPolicies[RuleDailyExport][0]
+	res.Policies = httpRoutes[2][0]
+	res.Cost = cost
+	res.Route = "GET /v1/export/{account}"
+	res.Rule = int(RuleDailyExport)
+	res.SeedInt = uint64(k0)
 	return m.Config.Respond(w, r, limithttp.Shadow, &res, "")
 }
 
@@ -1374,15 +1371,14 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	now := m.now()
 	td := m.limits.checkAPI(plan, k0, k1, now, 0, true)
 	cost := httpCosts[td.Rule][plan]
-	res := limithttp.Result{
-		Decision: td.Decision,
-		Policy:   httpPolicies[td.Rule][plan],
-		Policies: httpRoutes[3][plan],
-		Cost:     cost,
-		Route:    "/v1/",
-		Tier:     "API",
-		Rule:     int(td.Rule),
-	}
+	var res limithttp.Result
+	res.Decision = td.Decision
+	res.Policy = httpPolicies[td.Rule][plan]
+	res.Policies = httpRoutes[3][plan]
+	res.Cost = cost
+	res.Route = "/v1/"
+	res.Tier = "API"
+	res.Rule = int(td.Rule)
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 

@@ -70,6 +70,16 @@
 // client always gets the same offset. It is never earlier than t. A request that
 // can never be admitted (its cost is above the burst) gets no Retry-After.
 //
+// The fields' values are strings a response's header map keeps after the
+// request. Respond keeps the ones it made in a table of its Config (512
+// entries for allowed responses, 512 for the others, by rule, route and the
+// numbers in them) and gives a response whose fields are already there the
+// same strings and the same []string values: a rule's fields take few values
+// (r is at most its burst; for a given r, t is a second or two), so most
+// responses allocate nothing, and a response whose fields are new allocates
+// one entry. The values are shared between responses: a handler may replace a
+// field (Header.Set, Add, Del) but must not write into the slice it holds.
+//
 // HeadersLegacy adds the X-RateLimit-Limit, -Remaining and -Reset headers that
 // older clients parse (Limit is q, Remaining is r, Reset is t: seconds, not a
 // date); HeadersNone sends no rate-limit fields at all.

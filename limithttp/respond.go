@@ -130,6 +130,9 @@ type Config struct {
 	// Challenge is the WWW-Authenticate value Reject sends with a 401 (RFC
 	// 9110 requires one), such as `Bearer realm="api"`; empty sends none.
 	Challenge string
+
+	values unsafe.Pointer // *valueTable: allowed responses' field values (values.go), made on first use
+	full   unsafe.Pointer // *fullTable: other responses' field values
 }
 
 // Result is a decision and what the response needs to describe it.
@@ -253,113 +256,40 @@ func (c *Config) Reject(w http.ResponseWriter, mode Mode, status int, body strin
 	return false
 }
 
-// numValues is the most header values Respond sets: RateLimit-Policy,
-// RateLimit, Retry-After, three legacy fields, Content-Type and
-// X-Content-Type-Options.
-const numValues = 8
-
-// fieldValues is everything a response's fields need that is not a constant,
-// in one allocation: every header's []string is a slice of vals, and the
-// numbers are written into buf, which the strings in vals point into. Header.Set
-// would make one or two allocations per header.
-type fieldValues struct {
-	vals [numValues]string
-	buf  [fieldBuf]byte
-}
-
-// allowedValues is fieldValues for the IETF fields alone: 64 bytes, where
-// fieldValues is 192.
-type allowedValues struct {
-	vals [2]string
-	buf  [32]byte
-}
-
-// fieldBuf holds the numbers of a typical response ("PerUser";r=999998;t=1
-// and the legacy values); a longer one (a long policy name) spills to a
-// second allocation.
-const fieldBuf = 64
-
-// setFields sets the fields on h and returns the spare values for
-// writeProblem.
+// setFields sets the fields on h and returns the values writeProblem sets
+// (Content-Type and X-Content-Type-Options, filled in), or nil when it has
+// none: the allowed path's values have no room for them. The values are the
+// Config's table's (values.go): shared, never written after they are made.
 func (c *Config) setFields(h http.Header, res *Result, rv, tv, retry int64) []string {
 	if c.Headers == HeadersIETF && retry < 0 {
-		// The common case, an allowed request, in the smallest object: the
-		// allocation is most of what Respond costs.
-		fv := new(allowedValues)
-		b := append(fv.buf[:0], res.Policy.Prefix...)
-		b = appendDecimal(b, rv)
-		b = append(b, ";"+ParamReset+"="...)
-		b = appendDecimal(b, tv)
-		fv.vals[0], fv.vals[1] = res.Policies, unsafe.String(unsafe.SliceData(b), len(b))
-		h[HeaderPolicy] = fv.vals[0:1:1]
-		h[HeaderRateLimit] = fv.vals[1:2:2]
+		// The common case, an allowed request, in the smallest entry.
+		vals := c.allowedValues(res, rv, tv)
+		h[HeaderPolicy] = vals[0:1:1]
+		h[HeaderRateLimit] = vals[1:2:2]
 		return nil // writeProblem allocates its own, on the rare path that needs them
 	}
-	fv := new(fieldValues)
-	vals := &fv.vals
-	if c.Headers == HeadersNone {
-		if retry >= 0 {
-			vals[0] = strconv.FormatInt(retry, 10)
-			h[HeaderRetryAfter] = vals[0:1:1]
-		}
-		return vals[1:]
+	e := c.fullValues(res, rv, tv, retry)
+	for i, name := range e.names {
+		h[name] = e.vals[i : i+1 : i+1]
 	}
-	b := append(fv.buf[:0], res.Policy.Prefix...)
-	b = appendDecimal(b, rv)
-	b = append(b, ";"+ParamReset+"="...)
-	b = appendDecimal(b, tv)
-	var ends [5]int // where each value after the first ends
-	n := 0
-	ends[n], n = len(b), n+1
-	if retry >= 0 {
-		b = appendDecimal(b, retry)
-		ends[n], n = len(b), n+1
-	}
-	if c.Headers == HeadersLegacy {
-		b = appendDecimal(b, res.Policy.Quota)
-		ends[n], n = len(b), n+1
-		b = appendDecimal(b, rv)
-		ends[n], n = len(b), n+1
-		b = appendDecimal(b, tv)
-		ends[n], n = len(b), n+1
-	}
-	// b is fv.buf, or a copy that append made on the heap; nothing writes to
-	// it after this, so the strings may share its bytes.
-	s := unsafe.String(unsafe.SliceData(b), len(b))
-	vals[0] = res.Policies
-	start := 0
-	for i := range n {
-		vals[i+1] = s[start:ends[i]]
-		start = ends[i]
-	}
-	h[HeaderPolicy] = vals[0:1:1]
-	h[HeaderRateLimit] = vals[1:2:2]
-	i := 2
-	if retry >= 0 {
-		h[HeaderRetryAfter] = vals[i : i+1 : i+1]
-		i++
-	}
-	if c.Headers == HeadersLegacy {
-		h[HeaderLegacyLimit] = vals[i : i+1 : i+1]
-		h[HeaderLegacyRemain] = vals[i+1 : i+2 : i+2]
-		h[HeaderLegacyReset] = vals[i+2 : i+3 : i+3]
-		i += 3
-	}
-	return vals[i:]
+	n := len(e.names)
+	return e.vals[n : n+2 : n+2]
 }
 
-// writeProblem writes status and an RFC 9457 body, using two of spare for the
-// header values (allocating them when spare is too short).
-func writeProblem(h http.Header, w http.ResponseWriter, spare []string, status int, body string) {
-	if len(spare) < 2 {
-		spare = make([]string, 2)
+// writeProblem writes status and an RFC 9457 body. problem holds the values
+// of Content-Type and X-Content-Type-Options (from setFields), or is nil: then
+// it allocates them.
+func writeProblem(h http.Header, w http.ResponseWriter, problem []string, status int, body string) {
+	if len(problem) < 2 {
+		problem = []string{problemType, "nosniff"}
 	}
-	spare[0], spare[1] = "application/problem+json", "nosniff"
-	h[headerContentType] = spare[0:1:1]
-	h[headerContentOptions] = spare[1:2:2]
+	h[headerContentType] = problem[0:1:1]
+	h[headerContentOptions] = problem[1:2:2]
 	w.WriteHeader(status)
 	io.WriteString(w, body) //nolint:errcheck // the client is gone; nothing to do
 }
+
+const problemType = "application/problem+json"
 
 // seedOf is the hash that places a request's jitter: of its key, or of its
 // integer key when the key is "".

@@ -26,10 +26,12 @@ const (
 	RulePerIP RuleName = iota + 1
 	// RuleTight names the rule Tight.
 	RuleTight
+	// RuleDrain names the rule Drain.
+	RuleDrain
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerIP", "Tight"}
+var ruleNames = [...]string{"", "PerIP", "Tight", "Drain"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -45,6 +47,7 @@ func (r RuleName) String() string {
 type Limits struct {
 	PerIP *PerIPLimiter // see the package-level PerIP
 	Tight *TightLimiter // see the package-level Tight
+	Drain *DrainLimiter // see the package-level Drain
 }
 
 // Option configures New.
@@ -74,6 +77,7 @@ func New(opts ...Option) *Limits {
 	return &Limits{
 		PerIP: newPerIPLimiter(),
 		Tight: newTightLimiter(),
+		Drain: newDrainLimiter(),
 	}
 }
 
@@ -87,6 +91,9 @@ var (
 
 	// Tight allows 1 request per hour per key, in bursts of up to 1.
 	Tight = Default.Tight
+
+	// Drain allows 1000000000 requests per hour per key, in bursts of up to 1000000000.
+	Drain = Default.Drain
 )
 
 // newPerIPLimiter returns PerIP's (empty) tables.
@@ -307,6 +314,115 @@ func (l *TightLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
 	})
 }
 
+// newDrainLimiter returns Drain's (empty) tables.
+func newDrainLimiter() *DrainLimiter {
+	return &DrainLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+		Tokens: 1000000000,
+		Period: time.Hour,
+		Burst:  1000000000,
+		Refill: atomicbucket.Greedy,
+	}), drainUnitsPerNs, drainUnitsPerToken, drainBurstUnits), atomicbucket.TableOptions{})}
+}
+
+// Drain's fixed-point units, computed when generating and checked against the runtime when the
+// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (drainUnitsPerNs), one token is worth drainUnitsPerToken units (GCRA's emission interval), and a
+// bucket may run drainBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+const (
+	drainUnitsPerNs    = 1
+	drainUnitsPerToken = 3600
+	drainBurstUnits    = 3600000000000
+)
+
+// DrainLimiter is the type of Drain. Its methods are safe for concurrent use.
+type DrainLimiter struct {
+	s *atomicbucket.Table[string]
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *DrainLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
+}
+
+// Allow reports whether a request is allowed now, taking its tokens if so.
+func (l *DrainLimiter) Allow(key string) bool {
+	return l.s.AllowGreedyAt(key, atomicbucket.Now(), drainUnitsPerNs, drainUnitsPerToken, drainBurstUnits)
+}
+
+// AllowN checks a request of the given cost now, taking its tokens if allowed.
+func (l *DrainLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
+	return l.s.AllowN(key, cost)
+}
+
+// AllowAt is Allow at time now.
+func (l *DrainLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+	return l.s.AllowGreedyAt(key, now, drainUnitsPerNs, drainUnitsPerToken, drainBurstUnits)
+}
+
+// AllowNAt is AllowN at time now.
+func (l *DrainLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.AllowNAt(key, now, cost)
+}
+
+// Peek is what AllowN would decide now, taking nothing.
+func (l *DrainLimiter) Peek(key string, cost int64) atomicbucket.Decision {
+	return l.s.Peek(key, cost)
+}
+
+// PeekAt is Peek at time now.
+func (l *DrainLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.PeekAt(key, now, cost)
+}
+
+// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
+func (l *DrainLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.Reserve(key, cost, maxWait)
+}
+
+// ReserveAt is Reserve at time now.
+func (l *DrainLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.ReserveAt(key, now, cost, maxWait)
+}
+
+// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
+func (l *DrainLimiter) Wait(ctx context.Context, key string, cost int64) error {
+	return l.s.Wait(ctx, key, cost)
+}
+
+// Refund gives cost tokens back now, never beyond the burst.
+func (l *DrainLimiter) Refund(key string, cost int64) {
+	l.s.Refund(key, cost)
+}
+
+// RefundAt is Refund at time now.
+func (l *DrainLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
+	l.s.RefundAt(key, now, cost)
+}
+
+// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
+func (l *DrainLimiter) Sweep() int {
+	return l.s.Sweep()
+}
+
+// Len is the number of keys tracked.
+func (l *DrainLimiter) Len() int64 {
+	return l.s.Len()
+}
+
+// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
+func (l *DrainLimiter) Stats() atomicbucket.TableStats {
+	return l.s.Stats()
+}
+
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
+func (l *DrainLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+	atomicbucket.RunEvery(ctx, interval, func() {
+		l.Sweep()
+	})
+}
+
 // httpPolicyPerIP is rule PerIP as the RateLimit fields describe it.
 var httpPolicyPerIP = limithttp.Policy{
 	Name:   "PerIP",
@@ -341,15 +457,32 @@ var httpPolicyTight = limithttp.Policy{
 	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Tight (1 tokens): waiting cannot admit it.\"}\n",
 }
 
+// httpPolicyDrain is rule Drain as the RateLimit fields describe it.
+var httpPolicyDrain = limithttp.Policy{
+	Name:   "Drain",
+	Quota:  1000000000,
+	Window: 3600,
+	Limit: atomicbucket.Limit{
+		Tokens: 1000000000,
+		Period: time.Hour,
+		Burst:  1000000000,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:      "\"Drain\";q=1000000000;w=3600",
+	Prefix:    "\"Drain\";r=",
+	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Drain; retry after the delay in Retry-After.\",\"violated-policies\":[\"Drain\"]}\n",
+	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Drain (1000000000 tokens): waiting cannot admit it.\"}\n",
+}
+
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][1]*limithttp.Policy{RulePerIP: {&httpPolicyPerIP}, RuleTight: {&httpPolicyTight}}
+var httpPolicies = [...][1]*limithttp.Policy{RulePerIP: {&httpPolicyPerIP}, RuleTight: {&httpPolicyTight}, RuleDrain: {&httpPolicyDrain}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][1]int64{RulePerIP: {1}, RuleTight: {1}}
+var httpCosts = [...][1]int64{RulePerIP: {1}, RuleTight: {1}, RuleDrain: {1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
-var httpRoutes = [...][1]string{{"\"PerIP\";q=1000000000;w=1"}, {"\"Tight\";q=1;w=3600"}}
+var httpRoutes = [...][1]string{{"\"PerIP\";q=1000000000;w=1"}, {"\"Tight\";q=1;w=3600"}, {"\"Drain\";q=1000000000;w=3600"}}
 
 // Hooks are the functions of your service that the policy's http: section names: what only
 // your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
@@ -364,7 +497,7 @@ type Hooks struct{}
 // RateLimit fields; and answers 429 (or the policy's 4xx) when the request may not go on. A
 // request no route covers goes on unchecked.
 //
-// Routes: GET /bench; GET /denied.
+// Routes: GET /bench; GET /denied; GET /drain.
 type Middleware struct {
 	limits *Limits
 	hooks  Hooks
@@ -426,6 +559,8 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request) bool {
 		return m.route1(w, r, path)
 	case 1:
 		return m.route2(w, r, path)
+	case 2:
+		return m.route3(w, r, path)
 	}
 	return true
 }
@@ -442,7 +577,7 @@ type ServeMux struct {
 }
 
 // httpPatterns are the policy's route patterns, in policy order.
-var httpPatterns = [...]string{"GET /bench", "GET /denied"}
+var httpPatterns = [...]string{"GET /bench", "GET /denied", "GET /drain"}
 
 // httpLiteral is the index+1 of a clean request path among the policy's literal paths
 // (limithttp.LiteralPaths: the paths of the patterns without wildcards), 0 for any other: a
@@ -453,6 +588,8 @@ func httpLiteral(path string) int {
 		return 1
 	case "/denied":
 		return 2
+	case "/drain":
+		return 3
 	}
 	return 0
 }
@@ -507,14 +644,13 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	}
 	now := m.now()
 	cost := httpCosts[RulePerIP][0]
-	res := limithttp.Result{
-		Decision: m.limits.PerIP.AllowNAt(k0, now, cost),
-		Policy:   httpPolicies[RulePerIP][0],
-		Policies: httpRoutes[0][0],
-		Cost:     cost,
-		Route:    "GET /bench",
-		Rule:     int(RulePerIP),
-	}
+	var res limithttp.Result
+	res.Decision = m.limits.PerIP.AllowNAt(k0, now, cost)
+	res.Policy = httpPolicies[RulePerIP][0]
+	res.Policies = httpRoutes[0][0]
+	res.Cost = cost
+	res.Route = "GET /bench"
+	res.Rule = int(RulePerIP)
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
@@ -528,13 +664,32 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	}
 	now := m.now()
 	cost := httpCosts[RuleTight][0]
-	res := limithttp.Result{
-		Decision: m.limits.Tight.AllowNAt(k0, now, cost),
-		Policy:   httpPolicies[RuleTight][0],
-		Policies: httpRoutes[1][0],
-		Cost:     cost,
-		Route:    "GET /denied",
-		Rule:     int(RuleTight),
+	var res limithttp.Result
+	res.Decision = m.limits.Tight.AllowNAt(k0, now, cost)
+	res.Policy = httpPolicies[RuleTight][0]
+	res.Policies = httpRoutes[1][0]
+	res.Cost = cost
+	res.Route = "GET /denied"
+	res.Rule = int(RuleTight)
+	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
+}
+
+// route3 checks GET /drain (rule Drain, enforce) and reports whether the request may go on.
+func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string) bool {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = m.ClientIP.Key(r)
+	if !ok0 {
+		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Drain: route \\\"GET /drain\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "GET /drain", Rule: "Drain", RuleIndex: int(RuleDrain), Outcome: limithttp.MissingKey})
 	}
+	now := m.now()
+	cost := httpCosts[RuleDrain][0]
+	var res limithttp.Result
+	res.Decision = m.limits.Drain.AllowNAt(k0, now, cost)
+	res.Policy = httpPolicies[RuleDrain][0]
+	res.Policies = httpRoutes[2][0]
+	res.Cost = cost
+	res.Route = "GET /drain"
+	res.Rule = int(RuleDrain)
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }

@@ -2322,16 +2322,15 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	plan := m.plan(r)
 	cost := httpCosts[RulePerUser][plan]
 	sr := m.limits.PerUser.AllowN(r.Context(), plan, k0, cost)
-	res := limithttp.Result{
-		Degraded: sr.Degraded,
-		StoreErr: sr.Err,
-		Decision: sr.Decision,
-		Policy:   httpPolicies[RulePerUser][plan],
-		Policies: httpRoutes[0][plan],
-		Cost:     cost,
-		Route:    "GET /hello",
-		Rule:     int(RulePerUser),
-	}
+	var res limithttp.Result
+	res.Degraded = sr.Degraded
+	res.StoreErr = sr.Err
+	res.Decision = sr.Decision
+	res.Policy = httpPolicies[RulePerUser][plan]
+	res.Policies = httpRoutes[0][plan]
+	res.Cost = cost
+	res.Route = "GET /hello"
+	res.Rule = int(RulePerUser)
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
@@ -2348,17 +2347,16 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	tr := m.limits.checkSharedRequest(r.Context(), plan, k0, 0, true)
 	td := tr.TierDecision
 	cost := httpCosts[td.Rule][plan]
-	res := limithttp.Result{
-		Degraded: tr.Degraded,
-		StoreErr: tr.Err,
-		Decision: td.Decision,
-		Policy:   httpPolicies[td.Rule][plan],
-		Policies: httpRoutes[1][plan],
-		Cost:     cost,
-		Route:    "GET /api/",
-		Tier:     "Request",
-		Rule:     int(td.Rule),
-	}
+	var res limithttp.Result
+	res.Degraded = tr.Degraded
+	res.StoreErr = tr.Err
+	res.Decision = td.Decision
+	res.Policy = httpPolicies[td.Rule][plan]
+	res.Policies = httpRoutes[1][plan]
+	res.Cost = cost
+	res.Route = "GET /api/"
+	res.Tier = "Request"
+	res.Rule = int(td.Rule)
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
@@ -2378,17 +2376,16 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	}
 	cost := httpCosts[RuleExports][0]
 	sr := m.limits.Exports.AllowN(r.Context(), k0, cost)
-	res := limithttp.Result{
-		Degraded: sr.Degraded,
-		StoreErr: sr.Err,
-		Decision: sr.Decision,
-		Policy:   httpPolicies[RuleExports][0],
-		Policies: httpRoutes[2][0],
-		Cost:     cost,
-		Route:    "POST /export/{account}",
-		Rule:     int(RuleExports),
-		SeedInt:  uint64(k0),
-	}
+	var res limithttp.Result
+	res.Degraded = sr.Degraded
+	res.StoreErr = sr.Err
+	res.Decision = sr.Decision
+	res.Policy = httpPolicies[RuleExports][0]
+	res.Policies = httpRoutes[2][0]
+	res.Cost = cost
+	res.Route = "POST /export/{account}"
+	res.Rule = int(RuleExports)
+	res.SeedInt = uint64(k0)
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, "")
 }
 
@@ -2404,17 +2401,16 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	tr := m.limits.checkSharedDownload(r.Context(), k0, 0, true)
 	td := tr.TierDecision
 	cost := httpCosts[td.Rule][0]
-	res := limithttp.Result{
-		Degraded: tr.Degraded,
-		StoreErr: tr.Err,
-		Decision: td.Decision,
-		Policy:   httpPolicies[td.Rule][0],
-		Policies: httpRoutes[3][0],
-		Cost:     cost,
-		Route:    "GET /download/",
-		Tier:     "Download",
-		Rule:     int(td.Rule),
-	}
+	var res limithttp.Result
+	res.Degraded = tr.Degraded
+	res.StoreErr = tr.Err
+	res.Decision = td.Decision
+	res.Policy = httpPolicies[td.Rule][0]
+	res.Policies = httpRoutes[3][0]
+	res.Cost = cost
+	res.Route = "GET /download/"
+	res.Tier = "Download"
+	res.Rule = int(td.Rule)
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 

@@ -1153,17 +1153,16 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	tr := m.limits.checkSharedRequest(r.Context(), plan, k0, 0, true)
 	td := tr.TierDecision
 	cost := httpCosts[td.Rule][plan]
-	res := limithttp.Result{
-		Degraded: tr.Degraded,
-		StoreErr: tr.Err,
-		Decision: td.Decision,
-		Policy:   httpPolicies[td.Rule][plan],
-		Policies: httpRoutes[0][plan],
-		Cost:     cost,
-		Route:    "GET /hello",
-		Tier:     "Request",
-		Rule:     int(td.Rule),
-	}
+	var res limithttp.Result
+	res.Degraded = tr.Degraded
+	res.StoreErr = tr.Err
+	res.Decision = td.Decision
+	res.Policy = httpPolicies[td.Rule][plan]
+	res.Policies = httpRoutes[0][plan]
+	res.Cost = cost
+	res.Route = "GET /hello"
+	res.Tier = "Request"
+	res.Rule = int(td.Rule)
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
@@ -1177,14 +1176,13 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	}
 	now := m.now()
 	cost := httpCosts[RuleLogin][0]
-	res := limithttp.Result{
-		Decision: m.limits.Login.AllowNAt(k0, now, cost),
-		Policy:   httpPolicies[RuleLogin][0],
-		Policies: httpRoutes[1][0],
-		Cost:     cost,
-		Route:    "POST /login",
-		Rule:     int(RuleLogin),
-	}
+	var res limithttp.Result
+	res.Decision = m.limits.Login.AllowNAt(k0, now, cost)
+	res.Policy = httpPolicies[RuleLogin][0]
+	res.Policies = httpRoutes[1][0]
+	res.Cost = cost
+	res.Route = "POST /login"
+	res.Rule = int(RuleLogin)
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 

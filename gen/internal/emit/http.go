@@ -14,6 +14,17 @@ const httpPath = "github.com/limitgen/limitgen/limithttp"
 
 func lh(name string) *jen.Statement { return jen.Qual(httpPath, name) }
 
+// resField is a field of a route's limithttp.Result and its value. The Result
+// is declared and then set field by field: a composite literal around the
+// check's call was built aside and copied whole (152 bytes, a tenth of an
+// allowed request's overhead).
+type resField struct {
+	name string
+	v    jen.Code
+}
+
+func setField(name string, v jen.Code) resField { return resField{name, v} }
+
 // routerDecl declares httpRouter over httpPatterns: with a switch over the
 // policy's literal paths (limithttp.LiteralPaths) when it has some, which the
 // compiler turns into comparisons of constants where the router would look
@@ -438,7 +449,7 @@ func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
 	var body []jen.Code
 	// Keys, in rule order; the first key seeds the jitter.
 	var keyArgs []jen.Code
-	seed := []jen.Code{}
+	seed := []resField{}
 	keyArg := jen.Lit("")
 	for j, ri := range r.Rules {
 		rule := m.Rules[ri]
@@ -454,7 +465,7 @@ func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
 			if rule.KeyType == "string" {
 				keyArg = jen.Id(k)
 			} else {
-				seed = append(seed, field("SeedInt", jen.Uint64().Call(jen.Id(k))))
+				seed = append(seed, setField("SeedInt", jen.Uint64().Call(jen.Id(k))))
 			}
 		}
 	}
@@ -491,7 +502,7 @@ func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
 	if !sharedRoute { // a shared rule or tier is decided on the store's clock
 		body = append(body, jen.Id("now").Op(":=").Id("m").Dot("now").Call())
 	}
-	res := []jen.Code{}
+	res := []resField{}
 	if r.Rule >= 0 {
 		rule := m.Rules[r.Rule]
 		if r.CostKind == "" {
@@ -511,15 +522,15 @@ func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
 			// cannot: the Result says which, for the observers.
 			body = append(body, jen.Id("sr").Op(":=").Id("m").Dot("limits").Dot(rule.GoName).Dot("AllowN").Call(append(args, jen.Id("cost"))...))
 			decision = jen.Id("sr").Dot("Decision")
-			res = append(res, field("Degraded", jen.Id("sr").Dot("Degraded")), field("StoreErr", jen.Id("sr").Dot("Err")))
+			res = append(res, setField("Degraded", jen.Id("sr").Dot("Degraded")), setField("StoreErr", jen.Id("sr").Dot("Err")))
 		}
 		res = append(res,
-			field("Decision", decision),
-			field("Policy", jen.Id("httpPolicies").Index(jen.Id(rule.RuleConst())).Index(planIdx)),
-			field("Policies", jen.Id("httpRoutes").Index(jen.Lit(i)).Index(planIdx)),
-			field("Cost", jen.Id("cost")),
-			field("Route", jen.Lit(r.Pattern)),
-			field("Rule", jen.Int().Call(jen.Id(rule.RuleConst()))),
+			setField("Decision", decision),
+			setField("Policy", jen.Id("httpPolicies").Index(jen.Id(rule.RuleConst())).Index(planIdx)),
+			setField("Policies", jen.Id("httpRoutes").Index(jen.Lit(i)).Index(planIdx)),
+			setField("Cost", jen.Id("cost")),
+			setField("Route", jen.Lit(r.Pattern)),
+			setField("Rule", jen.Int().Call(jen.Id(rule.RuleConst()))),
 		)
 	} else {
 		t := m.Tiers[r.Tier]
@@ -544,25 +555,30 @@ func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
 		if t.Shared {
 			body = append(body, jen.Id("tr").Op(":=").Add(call))
 			call = jen.Id("tr").Dot("TierDecision")
-			res = append(res, field("Degraded", jen.Id("tr").Dot("Degraded")), field("StoreErr", jen.Id("tr").Dot("Err")))
+			res = append(res, setField("Degraded", jen.Id("tr").Dot("Degraded")), setField("StoreErr", jen.Id("tr").Dot("Err")))
 		}
 		body = append(body, jen.Id("td").Op(":=").Add(call))
 		if r.CostKind == "" {
 			body = append(body, jen.Id("cost").Op(":=").Id("httpCosts").Index(jen.Id("td").Dot("Rule")).Index(planIdx))
 		}
 		res = append(res,
-			field("Decision", jen.Id("td").Dot("Decision")),
-			field("Policy", jen.Id("httpPolicies").Index(jen.Id("td").Dot("Rule")).Index(planIdx)),
-			field("Policies", jen.Id("httpRoutes").Index(jen.Lit(i)).Index(planIdx)),
-			field("Cost", jen.Id("cost")),
-			field("Route", jen.Lit(r.Pattern)),
-			field("Tier", jen.Lit(t.Name)),
-			field("Rule", jen.Int().Call(jen.Id("td").Dot("Rule"))),
+			setField("Decision", jen.Id("td").Dot("Decision")),
+			setField("Policy", jen.Id("httpPolicies").Index(jen.Id("td").Dot("Rule")).Index(planIdx)),
+			setField("Policies", jen.Id("httpRoutes").Index(jen.Lit(i)).Index(planIdx)),
+			setField("Cost", jen.Id("cost")),
+			setField("Route", jen.Lit(r.Pattern)),
+			setField("Tier", jen.Lit(t.Name)),
+			setField("Rule", jen.Int().Call(jen.Id("td").Dot("Rule"))),
 		)
 	}
 	res = append(res, seed...)
 	body = append(body,
-		jen.Id("res").Op(":=").Add(lh("Result")).Add(fields(res...)),
+		jen.Var().Id("res").Add(lh("Result")),
+	)
+	for _, f := range res {
+		body = append(body, jen.Id("res").Dot(f.name).Op("=").Add(f.v))
+	}
+	body = append(body,
 		jen.Return(jen.Id("m").Dot("Config").Dot("Respond").Call(jen.Id("w"), jen.Id("r"), mode, jen.Op("&").Id("res"), keyArg)),
 	)
 	what := "rule " + m.Rules[firstRule].Name
