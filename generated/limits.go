@@ -1168,7 +1168,7 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 		Config: limithttp.Config{
 			Headers:   limithttp.HeadersIETF,
 			Jitter:    0.5,
-			Counters:  limithttp.NewCounters(ruleNames[:]...),
+			Counters:  limithttp.NewSeriesCounters(httpSeries[:]...),
 			Observer:  limithttp.NewDenialLog(nil, 10),
 			Challenge: "Bearer",
 		},
@@ -1278,13 +1278,20 @@ func (s *ServeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.
 	s.Handle(pattern, http.HandlerFunc(f))
 }
 
+// httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
+// each of its rules, in policy order (a decision's Series is its index here).
+var httpSeries = [...]limithttp.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/upload", Rule: "Upload"}, {Route: "GET /v1/export/{account}", Rule: "DailyExport"}, {Route: "/v1/", Tier: "API", Rule: "PerUser"}, {Route: "/v1/", Tier: "API", Rule: "PerEndpoint"}, {Route: "/v1/", Tier: "API", Rule: "Global"}}
+
+// httpSeriesRoute4 are the series of /v1/'s rules in the Counters, by RuleName.
+var httpSeriesRoute4 = [...]int{RulePerUser: 3, RulePerEndpoint: 4, RuleGlobal: 5}
+
 // route1 checks POST /v1/login (rule Login, enforce) and reports whether the request may go on.
 func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string) bool {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.ClientIP.Key(r)
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Login: route \\\"POST /v1/login\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "POST /v1/login", Rule: "Login", RuleIndex: int(RuleLogin), Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Login: route \\\"POST /v1/login\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "POST /v1/login", Rule: "Login", RuleIndex: int(RuleLogin), Series: 0, Outcome: limithttp.MissingKey})
 	}
 	now := m.now()
 	cost := httpCosts[RuleLogin][0]
@@ -1295,6 +1302,7 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	res.Cost = cost
 	res.Route = "POST /v1/login"
 	res.Rule = int(RuleLogin)
+	res.Series = 0
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
@@ -1305,14 +1313,14 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != ""
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Upload: route \\\"POST /v1/upload\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "POST /v1/upload", Rule: "Upload", RuleIndex: int(RuleUpload), Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Upload: route \\\"POST /v1/upload\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "POST /v1/upload", Rule: "Upload", RuleIndex: int(RuleUpload), Series: 1, Outcome: limithttp.MissingKey})
 	}
 	cost, st := limithttp.HeaderCost(r, "X-Upload-Units", 1000)
 	switch st {
 	case limithttp.CostMissing:
 		cost = 10
 	case limithttp.CostTooHigh:
-		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Upload-Units) is above the most a request may cost on route \\\"POST /v1/upload\\\": 1000.\"}\n", limithttp.Event{Route: "POST /v1/upload", Rule: "Upload", RuleIndex: int(RuleUpload), Outcome: limithttp.TooCostly, Cost: cost})
+		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Upload-Units) is above the most a request may cost on route \\\"POST /v1/upload\\\": 1000.\"}\n", limithttp.Event{Route: "POST /v1/upload", Rule: "Upload", RuleIndex: int(RuleUpload), Series: 1, Outcome: limithttp.TooCostly, Cost: cost})
 	}
 	now := m.now()
 	var res limithttp.Result
@@ -1322,6 +1330,7 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	res.Cost = cost
 	res.Route = "POST /v1/upload"
 	res.Rule = int(RuleUpload)
+	res.Series = 1
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
@@ -1337,7 +1346,7 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 		k0 = n
 	}
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Shadow, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule DailyExport: route \\\"GET /v1/export/{account}\\\" reads it from the path account.\"}\n", limithttp.Event{Route: "GET /v1/export/{account}", Rule: "DailyExport", RuleIndex: int(RuleDailyExport), Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, limithttp.Shadow, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule DailyExport: route \\\"GET /v1/export/{account}\\\" reads it from the path account.\"}\n", limithttp.Event{Route: "GET /v1/export/{account}", Rule: "DailyExport", RuleIndex: int(RuleDailyExport), Series: 2, Outcome: limithttp.MissingKey})
 	}
 	now := m.now()
 	cost := httpCosts[RuleDailyExport][0]
@@ -1348,6 +1357,7 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	res.Cost = cost
 	res.Route = "GET /v1/export/{account}"
 	res.Rule = int(RuleDailyExport)
+	res.Series = 2
 	res.SeedInt = uint64(k0)
 	return m.Config.Respond(w, r, limithttp.Shadow, &res, "")
 }
@@ -1359,13 +1369,13 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != ""
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 3, Outcome: limithttp.MissingKey})
 	}
 	var k1 int64
 	var ok1 bool
 	k1, ok1 = 4, true
 	if !ok1 {
-		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", limithttp.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", limithttp.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Series: 4, Outcome: limithttp.MissingKey})
 	}
 	plan := m.plan(r)
 	now := m.now()
@@ -1379,6 +1389,7 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	res.Route = "/v1/"
 	res.Tier = "API"
 	res.Rule = int(td.Rule)
+	res.Series = httpSeriesRoute4[td.Rule]
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 

@@ -27,6 +27,19 @@ type service struct {
 // The users the hooks know: their plans. Any other user has none (401).
 var users = map[string]limits.Plan{"alice": limits.PlanFree, "bob": limits.PlanFree, "carol": limits.PlanPro}
 
+// counts is the middleware's counts of a route's series for rule (the
+// route's tier's, when it checks one).
+func (s *service) counts(t *testing.T, route, rule string) [7]uint64 {
+	t.Helper()
+	for _, c := range s.mw.Config.Counters.Snapshot() {
+		if c.Route == route && c.Rule == rule {
+			return c.Outcomes
+		}
+	}
+	t.Fatalf("no series for %s, rule %s", route, rule)
+	return [7]uint64{}
+}
+
 func newService(t *testing.T) *service {
 	t.Helper()
 	s := &service{now: atomicbucket.Now()}
@@ -153,7 +166,7 @@ func TestMiddlewareUpload(t *testing.T) {
 		{"GET", "/v1/upload", "", alice, 0, 200, [2]string{`"PerUser";q=50;w=5, "PerEndpoint";q=200;w=12, "Global";q=4000;w=2`, `"PerUser";r=49;t=5`}, "", ""}, // GET is the /v1/ tier
 		{"GET", "/health", "", nil, 0, 200, [2]string{}, "", ""},
 	})
-	c := s.mw.Config.Counters.Snapshot()[limits.RuleUpload].Outcomes
+	c := s.counts(t, "POST /v1/upload", "Upload")
 	if c[limithttp.Allowed] != 7 || c[limithttp.Denied] != 1 || c[limithttp.TooCostly] != 2 || c[limithttp.MissingKey] != 2 {
 		t.Errorf("Upload's counts: %v", c)
 	}
@@ -183,8 +196,7 @@ func TestMiddlewareTier(t *testing.T) {
 		call{"GET", "/v1/x", "", nil, 0, 401, [2]string{}, "", "401"},
 	)
 	s.run(t, calls)
-	c := s.mw.Config.Counters.Snapshot()
-	if got := c[limits.RulePerUser].Outcomes[limithttp.Denied]; got != 1 {
+	if got := s.counts(t, "/v1/", "PerUser")[limithttp.Denied]; got != 1 {
 		t.Errorf("PerUser denied %d, want 1", got)
 	}
 }
@@ -222,7 +234,7 @@ func TestMiddlewareClientIP(t *testing.T) {
 			t.Errorf("request %d (%s, %q): %d %q; want %d %s…", i, c.remote, c.xff, w.Code, w.Header().Get("RateLimit"), c.code, c.rl)
 		}
 	}
-	if n := s.mw.Config.Counters.Snapshot()[limits.RuleLogin].Outcomes; n[limithttp.Allowed] != 9 || n[limithttp.Denied] != 1 {
+	if n := s.counts(t, "POST /v1/login", "Login"); n[limithttp.Allowed] != 9 || n[limithttp.Denied] != 1 {
 		t.Errorf("Login's counts: %v", n)
 	}
 	r := httptest.NewRequest("POST", "/v1/login", nil)
@@ -250,7 +262,7 @@ func TestMiddlewareShadow(t *testing.T) {
 	if w.Code != 200 || w.Header().Get("RateLimit") != "" {
 		t.Errorf("a shadow route refused a request without a key: %d %v", w.Code, w.Header())
 	}
-	c := s.mw.Config.Counters.Snapshot()[limits.RuleDailyExport].Outcomes
+	c := s.counts(t, "GET /v1/export/{account}", "DailyExport")
 	if c[limithttp.Allowed] != 100 || c[limithttp.ShadowDenied] != 2 || c[limithttp.MissingKey] != 1 {
 		t.Errorf("DailyExport's counts: %v", c)
 	}

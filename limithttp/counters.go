@@ -4,52 +4,75 @@ import (
 	"context"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 
 	"github.com/limitgen/limitgen/atomicbucket"
 )
 
-// Counters counts decisions by rule and outcome. Each count is spread over
-// stripes, four per processor (at least 8, at most 256), each goroutine
+// Counters counts decisions by series and outcome: a series is a route, the
+// tier it checks and a rule (of the tier), what a dashboard groups decisions
+// by; NewCounters makes one series a rule, with no route. Each count is spread
+// over stripes, four per processor (at least 8, at most 256), each goroutine
 // picking one by its stack (stripe), so that cores counting at once seldom
 // touch the same cache line; Snapshot adds the stripes up.
 type Counters struct {
-	rules   []string
-	stride  int // cells per stripe: rules × outcomes, rounded up to whole cache lines, plus a line of padding
+	series  []Series
+	stride  int // cells per stripe: series × outcomes, rounded up to whole cache lines, plus a line of padding
 	mask    uint32
 	stripes []atomic.Uint64
+}
+
+// Series is a row of Counters: decisions on a route (its pattern) by a rule,
+// of a tier when the route checks one. Route and Tier are "" for counters
+// made by NewCounters.
+type Series struct {
+	Route string
+	Tier  string
+	Rule  string
 }
 
 // cellsPerLine is how many uint64 counters fill a 64-byte cache line.
 const cellsPerLine = 8
 
-// NewCounters returns counters for the named rules (a rule's index in rules
-// is Result.Rule and Event.RuleIndex), with four stripes per processor
-// (rounded up to a power of two, at least 8, at most 256): with as many
-// stripes as processors, two goroutines would share one half the time.
+// NewCounters returns counters with one series for each named rule (a rule's
+// index in rules is Result.Series and Event.Series).
 func NewCounters(rules ...string) *Counters {
+	series := make([]Series, len(rules))
+	for i, r := range rules {
+		series[i].Rule = r
+	}
+	return NewSeriesCounters(series...)
+}
+
+// NewSeriesCounters returns counters for series (a series' index is
+// Result.Series and Event.Series), with four stripes per processor (rounded
+// up to a power of two, at least 8, at most 256): with as many stripes as
+// processors, two goroutines would share one half the time. The generated
+// middleware makes one series for each rule each route checks.
+func NewSeriesCounters(series ...Series) *Counters {
 	n := 8
 	for n < 4*runtime.GOMAXPROCS(0) && n < 256 {
 		n *= 2
 	}
-	cells := len(rules) * int(numOutcomes)
+	cells := len(series) * int(numOutcomes)
 	stride := (cells+cellsPerLine-1)/cellsPerLine*cellsPerLine + cellsPerLine
 	return &Counters{
-		rules:   rules,
+		series:  slices.Clone(series),
 		stride:  stride,
 		mask:    uint32(n - 1),
 		stripes: make([]atomic.Uint64, n*stride),
 	}
 }
 
-// Add counts one outcome of the rule at index rule; an index out of range is
-// ignored.
-func (c *Counters) Add(rule int, o Outcome) {
-	if uint(rule) >= uint(len(c.rules)) || o >= numOutcomes {
+// Add counts one outcome of the series at index series; an index out of range
+// is ignored.
+func (c *Counters) Add(series int, o Outcome) {
+	if uint(series) >= uint(len(c.series)) || o >= numOutcomes {
 		return
 	}
-	c.stripes[c.stripe()*c.stride+rule*int(numOutcomes)+int(o)].Add(1)
+	c.stripes[c.stripe()*c.stride+series*int(numOutcomes)+int(o)].Add(1)
 }
 
 // stripe picks the calling goroutine's stripe from the address of a local
@@ -67,21 +90,21 @@ func (c *Counters) stripe() int {
 	return int(uint32(h>>32) & c.mask)
 }
 
-// Count is one rule's counts.
+// Count is one series' counts.
 type Count struct {
-	Rule     string
+	Series
 	Outcomes [numOutcomes]uint64 // indexed by Outcome
 }
 
-// Snapshot returns the counts of every rule, in the order NewCounters was
+// Snapshot returns the counts of every series, in the order the Counters were
 // given them. Counts added while it runs may or may not be in it.
 func (c *Counters) Snapshot() []Count {
-	out := make([]Count, len(c.rules))
-	for i, name := range c.rules {
-		out[i].Rule = name
-		for s := 0; s*c.stride < len(c.stripes); s++ {
+	out := make([]Count, len(c.series))
+	for i, s := range c.series {
+		out[i].Series = s
+		for st := 0; st*c.stride < len(c.stripes); st++ {
 			for o := range numOutcomes {
-				out[i].Outcomes[o] += c.stripes[s*c.stride+i*int(numOutcomes)+int(o)].Load()
+				out[i].Outcomes[o] += c.stripes[st*c.stride+i*int(numOutcomes)+int(o)].Load()
 			}
 		}
 	}

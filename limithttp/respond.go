@@ -88,7 +88,8 @@ type Event struct {
 	Route      string        // the route's ServeMux pattern
 	Tier       string        // the tier checked; "" when the route checks one rule
 	Rule       string        // the rule that decided (that denied, or the most constraining)
-	RuleIndex  int           // Rule's index in the Counters' rules
+	RuleIndex  int           // Rule's index among the package's rules (its RuleName)
+	Series     int           // the decision's series in the Counters: its route, tier and rule
 	Cost       int64         // the request's cost
 	Outcome    Outcome       // what became of the request
 	RetryAfter time.Duration // the decision's wait, when denied
@@ -125,7 +126,8 @@ type Config struct {
 	Denied func(w http.ResponseWriter, r *http.Request, res *Result)
 	// Observer, when set, is told of every decision.
 	Observer Observer
-	// Counters, when set, counts every decision by rule and outcome.
+	// Counters, when set, counts every decision by series (route, tier and
+	// rule) and outcome.
 	Counters *Counters
 	// Challenge is the WWW-Authenticate value Reject sends with a 401 (RFC
 	// 9110 requires one), such as `Bearer realm="api"`; empty sends none.
@@ -147,7 +149,10 @@ type Result struct {
 	Key   string
 	Route string // for the Event: the route's pattern
 	Tier  string // for the Event: the tier checked, if any
-	Rule  int    // for the Event: the deciding rule's index in the Counters' rules
+	Rule  int    // for the Event: the deciding rule's index among the package's rules
+	// Series is the decision's series in the Counters: the route's row for
+	// the deciding rule.
+	Series int
 	// Degraded is set when a shared rule's store could not decide and its
 	// on_failure setting did; StoreErr is the store's error then, or (not
 	// degraded) shared.ErrNoStore when the package has no store.
@@ -220,11 +225,11 @@ func (c *Config) Respond(w http.ResponseWriter, r *http.Request, mode Mode, res 
 
 func (c *Config) observe(res *Result, o Outcome) {
 	if c.Counters != nil {
-		c.Counters.Add(res.Rule, o)
+		c.Counters.Add(res.Series, o)
 	}
 	if c.Observer != nil {
 		c.Observer.Observe(Event{
-			Route: res.Route, Tier: res.Tier, Rule: res.Policy.Name, RuleIndex: res.Rule,
+			Route: res.Route, Tier: res.Tier, Rule: res.Policy.Name, RuleIndex: res.Rule, Series: res.Series,
 			Cost: res.Cost, Outcome: o, RetryAfter: res.Decision.RetryAfter,
 			StoreError: shared.ErrorClass(res.StoreErr),
 		})
@@ -240,7 +245,7 @@ func (c *Config) Reject(w http.ResponseWriter, mode Mode, status int, body strin
 		return true
 	}
 	if c.Counters != nil {
-		c.Counters.Add(ev.RuleIndex, ev.Outcome)
+		c.Counters.Add(ev.Series, ev.Outcome)
 	}
 	if c.Observer != nil {
 		c.Observer.Observe(ev)

@@ -6,7 +6,7 @@
 // observations as package limitprom's, named after OpenTelemetry's
 // conventions (dotted names, units as UCUM, attributes, never a key):
 //
-//	limitgen.decisions              counter {decision}: the middleware's decisions; attributes rule, outcome
+//	limitgen.decisions              counter {decision}: the middleware's decisions; attributes route, tier, rule, outcome
 //	limitgen.table.keys             gauge   {key}: keys a rule's table tracks; attribute rule
 //	limitgen.table.evictions        counter {bucket}: buckets reclaimed; attribute rule
 //	limitgen.table.cap_refusals     counter {key}: new keys that met the key cap with nothing to reclaim
@@ -52,8 +52,8 @@ type Table interface {
 
 // Options name what the instruments read; each is optional.
 type Options struct {
-	// Counters are the generated middleware's decisions by rule and outcome
-	// (its Config.Counters).
+	// Counters are the generated middleware's decisions by route, tier, rule
+	// and outcome (its Config.Counters).
 	Counters *limithttp.Counters
 	// Tables are keyed limiters, by rule name.
 	Tables map[string]Table
@@ -75,7 +75,7 @@ func Register(meter metric.Meter, o Options) (metric.Registration, error) {
 		errs = append(errs, err)
 		return g
 	}
-	decisions := counter("limitgen.decisions", "{decision}", "Requests the generated middleware decided, by rule and outcome (degraded_*: the store could not decide and the rule's on_failure setting did).")
+	decisions := counter("limitgen.decisions", "{decision}", "Requests the generated middleware decided, by route (its pattern), tier (empty for a route that checks one rule), deciding rule and outcome (degraded_*: the store could not decide and the rule's on_failure setting did).")
 	keys := gauge("limitgen.table.keys", "{key}", "Keys a rule's table tracks.")
 	evictions := counter("limitgen.table.evictions", "{bucket}", "Buckets a rule's table reclaimed (full ones: nothing is lost).")
 	refusals := counter("limitgen.table.cap_refusals", "{key}", "New keys that met a rule's key cap with nothing to reclaim.")
@@ -97,6 +97,7 @@ func Register(meter metric.Meter, o Options) (metric.Registration, error) {
 			for _, n := range o.Counters.Snapshot() {
 				for oc, v := range n.Outcomes {
 					ob.ObserveInt64(decisions, int64(v), metric.WithAttributes(
+						attribute.String("route", n.Route), attribute.String("tier", n.Tier),
 						attribute.String("rule", n.Rule), attribute.String("outcome", limithttp.Outcome(oc).String())))
 				}
 			}

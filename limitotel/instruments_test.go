@@ -115,15 +115,16 @@ func TestManualReader(t *testing.T) {
 
 	got, units := collect(t, reader)
 	for name, want := range map[string]float64{
-		"limitgen.decisions{outcome=allowed,rule=PerUser}":         20,
-		"limitgen.decisions{outcome=denied,rule=PerUser}":          3,
-		"limitgen.decisions{outcome=degraded_denied,rule=PerUser}": 0,
-		"limitgen.table.keys{rule=PerInstance}":                    2,
-		"limitgen.table.cap_refusals{rule=PerInstance}":            0,
-		"limitgen.store.checks{store=postgres}":                    23,
-		"limitgen.store.degraded{store=postgres}":                  0,
-		"limitgen.store.round_trips{store=postgres}":               23,
-		"limitgen.store.breaker.open{node=,store=postgres}":        0,
+		"limitgen.decisions{outcome=allowed,route=GET /hello,rule=PerUser,tier=}":         20,
+		"limitgen.decisions{outcome=denied,route=GET /hello,rule=PerUser,tier=}":          3,
+		"limitgen.decisions{outcome=degraded_denied,route=GET /hello,rule=PerUser,tier=}": 0,
+		"limitgen.decisions{outcome=allowed,route=GET /api/,rule=PerUser,tier=Request}":   0,
+		"limitgen.table.keys{rule=PerInstance}":                                           2,
+		"limitgen.table.cap_refusals{rule=PerInstance}":                                   0,
+		"limitgen.store.checks{store=postgres}":                                           23,
+		"limitgen.store.degraded{store=postgres}":                                         0,
+		"limitgen.store.round_trips{store=postgres}":                                      23,
+		"limitgen.store.breaker.open{node=,store=postgres}":                               0,
 	} {
 		if v, ok := got[name]; !ok || v != want {
 			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
@@ -138,7 +139,7 @@ func TestManualReader(t *testing.T) {
 		hello("bob")
 	}
 	got, _ = collect(t, reader)
-	degraded := got["limitgen.decisions{outcome=degraded_allowed,rule=PerUser}"] + got["limitgen.decisions{outcome=degraded_denied,rule=PerUser}"]
+	degraded := got["limitgen.decisions{outcome=degraded_allowed,route=GET /hello,rule=PerUser,tier=}"] + got["limitgen.decisions{outcome=degraded_denied,route=GET /hello,rule=PerUser,tier=}"]
 	if degraded != 10 || got["limitgen.store.degraded{store=postgres}"] != 10 {
 		t.Errorf("after the server stopped, %v degraded decisions and %v degraded checks, want 10 and 10", degraded, got["limitgen.store.degraded{store=postgres}"])
 	}

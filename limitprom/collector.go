@@ -6,7 +6,7 @@
 // Metrics (names after Prometheus's conventions: a unit suffix, _total on
 // counters; never a per-key label):
 //
-//	limitgen_decisions_total{rule, outcome}          counter: the middleware's decisions (limithttp.Counters), degraded outcomes included
+//	limitgen_decisions_total{route, tier, rule, outcome}  counter: the middleware's decisions (limithttp.Counters), degraded outcomes included
 //	limitgen_table_keys{rule}                        gauge: keys tracked
 //	limitgen_table_evictions_total{rule}             counter: buckets reclaimed
 //	limitgen_table_cap_refusals_total{rule}          counter: new keys that met the key cap with nothing to reclaim
@@ -45,8 +45,8 @@ type Table interface {
 
 // Options name what a Collector reads; each is optional.
 type Options struct {
-	// Counters are the generated middleware's decisions by rule and outcome
-	// (its Config.Counters).
+	// Counters are the generated middleware's decisions by route, tier, rule
+	// and outcome (its Config.Counters).
 	Counters *limithttp.Counters
 	// Tables are keyed limiters, by rule name.
 	Tables map[string]Table
@@ -70,7 +70,7 @@ func New(o Options) *Collector {
 	}
 	return &Collector{
 		o:           o,
-		decisions:   d("decisions_total", "Requests the generated middleware decided, by rule and outcome (degraded_*: the store could not decide and the rule's on_failure setting did).", "rule", "outcome"),
+		decisions:   d("decisions_total", "Requests the generated middleware decided, by route (its pattern), tier (empty for a route that checks one rule), deciding rule and outcome (degraded_*: the store could not decide and the rule's on_failure setting did).", "route", "tier", "rule", "outcome"),
 		keys:        d("table_keys", "Keys a rule's table tracks.", "rule"),
 		evictions:   d("table_evictions_total", "Buckets a rule's table reclaimed (full ones: nothing is lost).", "rule"),
 		capRefusals: d("table_cap_refusals_total", "New keys that met a rule's key cap with nothing to reclaim.", "rule"),
@@ -98,7 +98,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if c.o.Counters != nil {
 		for _, n := range c.o.Counters.Snapshot() {
 			for o, v := range n.Outcomes {
-				ch <- prometheus.MustNewConstMetric(c.decisions, prometheus.CounterValue, float64(v), n.Rule, limithttp.Outcome(o).String())
+				ch <- prometheus.MustNewConstMetric(c.decisions, prometheus.CounterValue, float64(v), n.Route, n.Tier, n.Rule, limithttp.Outcome(o).String())
 			}
 		}
 	}

@@ -32,7 +32,7 @@ func scrape(t *testing.T, url string) map[string]float64 {
 		t.Fatalf("GET %s: %d, %v", url, resp.StatusCode, err)
 	}
 	out := map[string]float64{}
-	for _, m := range regexp.MustCompile(`(?m)^(limitgen_[^ ]+) ([^ \n]+)$`).FindAllStringSubmatch(string(body), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^(limitgen_[^{ ]+(?:\{.*\})?) ([^ \n]+)$`).FindAllStringSubmatch(string(body), -1) {
 		v, err := strconv.ParseFloat(m[2], 64)
 		if err != nil {
 			t.Fatalf("sample %q: %v", m[0], err)
@@ -100,17 +100,18 @@ func TestScrape(t *testing.T) {
 
 	got := scrape(t, metrics.URL)
 	for name, want := range map[string]float64{
-		`limitgen_decisions_total{outcome="allowed",rule="PerUser"}`:           20,
-		`limitgen_decisions_total{outcome="denied",rule="PerUser"}`:            5,
-		`limitgen_decisions_total{outcome="missing_key",rule="PerUser"}`:       1,
-		`limitgen_decisions_total{outcome="degraded_denied",rule="PerUser"}`:   0,
-		`limitgen_table_keys{rule="PerInstance"}`:                              3,
-		`limitgen_table_cap_refusals_total{rule="PerInstance"}`:                0,
-		`limitgen_store_checks_total{store="postgres"}`:                        25,
-		`limitgen_store_degraded_total{store="postgres"}`:                      0,
-		`limitgen_store_round_trip_seconds_count{store="postgres"}`:            25,
-		`limitgen_store_round_trip_seconds_bucket{store="postgres",le="+Inf"}`: 25,
-		`limitgen_store_breaker_open{node="",store="postgres"}`:                0,
+		`limitgen_decisions_total{outcome="allowed",route="GET /hello",rule="PerUser",tier=""}`:         20,
+		`limitgen_decisions_total{outcome="denied",route="GET /hello",rule="PerUser",tier=""}`:          5,
+		`limitgen_decisions_total{outcome="missing_key",route="GET /hello",rule="PerUser",tier=""}`:     1,
+		`limitgen_decisions_total{outcome="degraded_denied",route="GET /hello",rule="PerUser",tier=""}`: 0,
+		`limitgen_decisions_total{outcome="allowed",route="GET /api/",rule="PerUser",tier="Request"}`:   0,
+		`limitgen_table_keys{rule="PerInstance"}`:                                                       3,
+		`limitgen_table_cap_refusals_total{rule="PerInstance"}`:                                         0,
+		`limitgen_store_checks_total{store="postgres"}`:                                                 25,
+		`limitgen_store_degraded_total{store="postgres"}`:                                               0,
+		`limitgen_store_round_trip_seconds_count{store="postgres"}`:                                     25,
+		`limitgen_store_round_trip_seconds_bucket{store="postgres",le="+Inf"}`:                          25,
+		`limitgen_store_breaker_open{node="",store="postgres"}`:                                         0,
 	} {
 		if v, ok := got[name]; !ok || v != want {
 			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
@@ -120,13 +121,29 @@ func TestScrape(t *testing.T) {
 		t.Errorf("round trips took no time: %v", got)
 	}
 
+	// A route that checks a tier: its decisions are counted by the route,
+	// the tier and the rule that decided (PerUser: fewer tokens left than
+	// Global's).
+	for range 3 {
+		r := httptest.NewRequest("GET", "/api/items", nil)
+		r.Header.Set("X-User", "carol")
+		app.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	got = scrape(t, metrics.URL)
+	if v := got[`limitgen_decisions_total{outcome="allowed",route="GET /api/",rule="PerUser",tier="Request"}`]; v != 3 {
+		t.Errorf("tier Request on GET /api/: %v allowed decisions by PerUser, want 3", v)
+	}
+	if v := got[`limitgen_decisions_total{outcome="allowed",route="GET /hello",rule="PerUser",tier=""}`]; v != 20 {
+		t.Errorf("GET /hello: %v allowed after requests to another route, want 20", v)
+	}
+
 	srv.Stop() // the store's server is gone: PerUser's on_failure (local) decides
 	for range 10 {
 		hello("bob")
 	}
 	got = scrape(t, metrics.URL)
-	degraded := got[`limitgen_decisions_total{outcome="degraded_allowed",rule="PerUser"}`] +
-		got[`limitgen_decisions_total{outcome="degraded_denied",rule="PerUser"}`]
+	degraded := got[`limitgen_decisions_total{outcome="degraded_allowed",route="GET /hello",rule="PerUser",tier=""}`] +
+		got[`limitgen_decisions_total{outcome="degraded_denied",route="GET /hello",rule="PerUser",tier=""}`]
 	if degraded != 10 || got[`limitgen_store_degraded_total{store="postgres"}`] != 10 {
 		t.Errorf("after the server stopped, %v degraded decisions and %v degraded checks, want 10 and 10", degraded, got[`limitgen_store_degraded_total{store="postgres"}`])
 	}

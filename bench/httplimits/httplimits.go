@@ -526,7 +526,7 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 		Config: limithttp.Config{
 			Headers:  limithttp.HeadersIETF,
 			Jitter:   0.0,
-			Counters: limithttp.NewCounters(ruleNames[:]...),
+			Counters: limithttp.NewSeriesCounters(httpSeries[:]...),
 		},
 	}, nil
 }
@@ -634,13 +634,17 @@ func (s *ServeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.
 	s.Handle(pattern, http.HandlerFunc(f))
 }
 
+// httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
+// each of its rules, in policy order (a decision's Series is its index here).
+var httpSeries = [...]limithttp.Series{{Route: "GET /bench", Rule: "PerIP"}, {Route: "GET /denied", Rule: "Tight"}, {Route: "GET /drain", Rule: "Drain"}}
+
 // route1 checks GET /bench (rule PerIP, enforce) and reports whether the request may go on.
 func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string) bool {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.ClientIP.Key(r)
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerIP: route \\\"GET /bench\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "GET /bench", Rule: "PerIP", RuleIndex: int(RulePerIP), Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerIP: route \\\"GET /bench\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "GET /bench", Rule: "PerIP", RuleIndex: int(RulePerIP), Series: 0, Outcome: limithttp.MissingKey})
 	}
 	now := m.now()
 	cost := httpCosts[RulePerIP][0]
@@ -651,6 +655,7 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	res.Cost = cost
 	res.Route = "GET /bench"
 	res.Rule = int(RulePerIP)
+	res.Series = 0
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
@@ -660,7 +665,7 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	var ok0 bool
 	k0, ok0 = m.ClientIP.Key(r)
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Tight: route \\\"GET /denied\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "GET /denied", Rule: "Tight", RuleIndex: int(RuleTight), Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Tight: route \\\"GET /denied\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "GET /denied", Rule: "Tight", RuleIndex: int(RuleTight), Series: 1, Outcome: limithttp.MissingKey})
 	}
 	now := m.now()
 	cost := httpCosts[RuleTight][0]
@@ -671,6 +676,7 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	res.Cost = cost
 	res.Route = "GET /denied"
 	res.Rule = int(RuleTight)
+	res.Series = 1
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
@@ -680,7 +686,7 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	var ok0 bool
 	k0, ok0 = m.ClientIP.Key(r)
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Drain: route \\\"GET /drain\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "GET /drain", Rule: "Drain", RuleIndex: int(RuleDrain), Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Drain: route \\\"GET /drain\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "GET /drain", Rule: "Drain", RuleIndex: int(RuleDrain), Series: 2, Outcome: limithttp.MissingKey})
 	}
 	now := m.now()
 	cost := httpCosts[RuleDrain][0]
@@ -691,5 +697,6 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	res.Cost = cost
 	res.Route = "GET /drain"
 	res.Rule = int(RuleDrain)
+	res.Series = 2
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }

@@ -2203,7 +2203,7 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 		Config: limithttp.Config{
 			Headers:  limithttp.HeadersIETF,
 			Jitter:   0.0,
-			Counters: limithttp.NewCounters(ruleNames[:]...),
+			Counters: limithttp.NewSeriesCounters(httpSeries[:]...),
 			Observer: limithttp.NewDenialLog(nil, 10),
 		},
 	}, nil
@@ -2310,6 +2310,16 @@ func (s *ServeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.
 	s.Handle(pattern, http.HandlerFunc(f))
 }
 
+// httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
+// each of its rules, in policy order (a decision's Series is its index here).
+var httpSeries = [...]limithttp.Series{{Route: "GET /hello", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "Global"}, {Route: "POST /export/{account}", Rule: "Exports"}, {Route: "GET /download/", Tier: "Download", Rule: "Downloads"}, {Route: "GET /download/", Tier: "Download", Rule: "DownloadsGlobal"}}
+
+// httpSeriesRoute2 are the series of GET /api/'s rules in the Counters, by RuleName.
+var httpSeriesRoute2 = [...]int{RulePerUser: 1, RuleGlobal: 2}
+
+// httpSeriesRoute4 are the series of GET /download/'s rules in the Counters, by RuleName.
+var httpSeriesRoute4 = [...]int{RuleDownloads: 4, RuleDownloadsGlobal: 5}
+
 // route1 checks GET /hello (rule PerUser, enforce) and reports whether the request may go on.
 func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string) bool {
 	var k0 string
@@ -2317,7 +2327,7 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != ""
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /hello\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "GET /hello", Rule: "PerUser", RuleIndex: int(RulePerUser), Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /hello\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "GET /hello", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 0, Outcome: limithttp.MissingKey})
 	}
 	plan := m.plan(r)
 	cost := httpCosts[RulePerUser][plan]
@@ -2331,6 +2341,7 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	res.Cost = cost
 	res.Route = "GET /hello"
 	res.Rule = int(RulePerUser)
+	res.Series = 0
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
@@ -2341,7 +2352,7 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != ""
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /api/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "GET /api/", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /api/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "GET /api/", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 1, Outcome: limithttp.MissingKey})
 	}
 	plan := m.plan(r)
 	tr := m.limits.checkSharedRequest(r.Context(), plan, k0, 0, true)
@@ -2357,6 +2368,7 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	res.Route = "GET /api/"
 	res.Tier = "Request"
 	res.Rule = int(td.Rule)
+	res.Series = httpSeriesRoute2[td.Rule]
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
@@ -2372,7 +2384,7 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 		k0 = n
 	}
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Exports: route \\\"POST /export/{account}\\\" reads it from the path account.\"}\n", limithttp.Event{Route: "POST /export/{account}", Rule: "Exports", RuleIndex: int(RuleExports), Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Exports: route \\\"POST /export/{account}\\\" reads it from the path account.\"}\n", limithttp.Event{Route: "POST /export/{account}", Rule: "Exports", RuleIndex: int(RuleExports), Series: 3, Outcome: limithttp.MissingKey})
 	}
 	cost := httpCosts[RuleExports][0]
 	sr := m.limits.Exports.AllowN(r.Context(), k0, cost)
@@ -2385,6 +2397,7 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	res.Cost = cost
 	res.Route = "POST /export/{account}"
 	res.Rule = int(RuleExports)
+	res.Series = 3
 	res.SeedInt = uint64(k0)
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, "")
 }
@@ -2396,7 +2409,7 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != ""
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Downloads: route \\\"GET /download/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "GET /download/", Tier: "Download", Rule: "Downloads", RuleIndex: int(RuleDownloads), Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Downloads: route \\\"GET /download/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "GET /download/", Tier: "Download", Rule: "Downloads", RuleIndex: int(RuleDownloads), Series: 4, Outcome: limithttp.MissingKey})
 	}
 	tr := m.limits.checkSharedDownload(r.Context(), k0, 0, true)
 	td := tr.TierDecision
@@ -2411,6 +2424,7 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	res.Route = "GET /download/"
 	res.Tier = "Download"
 	res.Rule = int(td.Rule)
+	res.Series = httpSeriesRoute4[td.Rule]
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 

@@ -337,10 +337,10 @@ func GeneratedMiddlewareDegraded(t *testing.T, instance func() *sharedlimits.Lim
 	snap := mw.Config.Counters.Snapshot()
 	var perUser, exports limithttp.Count
 	for _, rc := range snap {
-		switch rc.Rule {
-		case "PerUser":
+		switch {
+		case rc.Route == "GET /hello" && rc.Rule == "PerUser":
 			perUser = rc
-		case "Exports":
+		case rc.Route == "POST /export/{account}" && rc.Rule == "Exports":
 			exports = rc
 		}
 	}

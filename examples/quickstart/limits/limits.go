@@ -1034,7 +1034,7 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 		Config: limithttp.Config{
 			Headers:   limithttp.HeadersIETF,
 			Jitter:    0.5,
-			Counters:  limithttp.NewCounters(ruleNames[:]...),
+			Counters:  limithttp.NewSeriesCounters(httpSeries[:]...),
 			Observer:  limithttp.NewDenialLog(nil, 10),
 			Challenge: "Bearer",
 		},
@@ -1140,6 +1140,13 @@ func (s *ServeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.
 	s.Handle(pattern, http.HandlerFunc(f))
 }
 
+// httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
+// each of its rules, in policy order (a decision's Series is its index here).
+var httpSeries = [...]limithttp.Series{{Route: "GET /hello", Tier: "Request", Rule: "PerUser"}, {Route: "GET /hello", Tier: "Request", Rule: "Global"}, {Route: "POST /login", Rule: "Login"}}
+
+// httpSeriesRoute1 are the series of GET /hello's rules in the Counters, by RuleName.
+var httpSeriesRoute1 = [...]int{RulePerUser: 0, RuleGlobal: 1}
+
 // route1 checks GET /hello (tier Request, enforce) and reports whether the request may go on.
 func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string) bool {
 	var k0 string
@@ -1147,7 +1154,7 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != ""
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /hello\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "GET /hello", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /hello\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "GET /hello", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 0, Outcome: limithttp.MissingKey})
 	}
 	plan := m.plan(r)
 	tr := m.limits.checkSharedRequest(r.Context(), plan, k0, 0, true)
@@ -1163,6 +1170,7 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	res.Route = "GET /hello"
 	res.Tier = "Request"
 	res.Rule = int(td.Rule)
+	res.Series = httpSeriesRoute1[td.Rule]
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
@@ -1172,7 +1180,7 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	var ok0 bool
 	k0, ok0 = m.ClientIP.Key(r)
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Login: route \\\"POST /login\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "POST /login", Rule: "Login", RuleIndex: int(RuleLogin), Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Login: route \\\"POST /login\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "POST /login", Rule: "Login", RuleIndex: int(RuleLogin), Series: 2, Outcome: limithttp.MissingKey})
 	}
 	now := m.now()
 	cost := httpCosts[RuleLogin][0]
@@ -1183,6 +1191,7 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	res.Cost = cost
 	res.Route = "POST /login"
 	res.Rule = int(RuleLogin)
+	res.Series = 2
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 

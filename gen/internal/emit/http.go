@@ -2,6 +2,7 @@ package emit
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -71,9 +72,11 @@ func emitHTTP(m *model.Model) jen.Code {
 	g.Add(emitHTTPTables(m))
 	g.Add(emitHooks(m))
 	g.Add(emitMiddleware(m))
+	bases := seriesBases(h)
+	g.Add(emitSeries(m, bases))
 	for i, r := range h.Routes {
 		if r.Mode != "Off" {
-			g.Add(emitRoute(m, i, r))
+			g.Add(emitRoute(m, i, r, bases[i]))
 		}
 	}
 	if h.Plan.Kind != "" {
@@ -81,6 +84,62 @@ func emitHTTP(m *model.Model) jen.Code {
 	}
 	return g
 }
+
+// seriesBases is, by route, the index of its first series in the Counters:
+// a route checked (not Off) has a series for each rule it checks, in the
+// order of its Rules; -1 for an Off route.
+func seriesBases(h *model.HTTP) []int {
+	bases := make([]int, len(h.Routes))
+	n := 0
+	for i, r := range h.Routes {
+		if r.Mode == "Off" {
+			bases[i] = -1
+			continue
+		}
+		bases[i] = n
+		n += len(r.Rules)
+	}
+	return bases
+}
+
+// emitSeries is httpSeries, the Counters' series (a route, its tier, a rule),
+// and for each route that checks a tier its series by RuleName.
+func emitSeries(m *model.Model, bases []int) jen.Code {
+	h := m.HTTP
+	var lits []jen.Code
+	g := jen.Null()
+	for i, r := range h.Routes {
+		if bases[i] < 0 {
+			continue
+		}
+		tier := ""
+		if r.Tier >= 0 {
+			tier = m.Tiers[r.Tier].Name
+		}
+		var byRule []jen.Code
+		for j, ri := range r.Rules {
+			kv := []jen.Code{field("Route", jen.Lit(r.Pattern))}
+			if tier != "" {
+				kv = append(kv, field("Tier", jen.Lit(tier)))
+			}
+			kv = append(kv, field("Rule", jen.Lit(m.Rules[ri].Name)))
+			lits = append(lits, jen.Values(kv...))
+			byRule = append(byRule, jen.Id(m.Rules[ri].RuleConst()).Op(":").Lit(bases[i]+j))
+		}
+		if r.Tier >= 0 {
+			g.Add(jen.Comment(fmt.Sprintf("%s are the series of %s's rules in the Counters, by RuleName.", seriesVar(i), r.Pattern)).Line().
+				Var().Id(seriesVar(i)).Op("=").Index(jen.Op("...")).Int().Values(byRule...).Line().Line())
+		}
+	}
+	return jen.Line().
+		Comment("httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and").Line().
+		Comment("each of its rules, in policy order (a decision's Series is its index here).").Line().
+		Var().Id("httpSeries").Op("=").Index(jen.Op("...")).Add(lh("Series")).Values(lits...).Line().Line().
+		Add(g)
+}
+
+// seriesVar is the name of route i's series by RuleName (a tier's route).
+func seriesVar(i int) string { return "httpSeriesRoute" + strconv.Itoa(i+1) }
 
 // emitHTTPTables is every rule's Policy and default cost per plan, and every
 // route's RateLimit-Policy value per plan: constants computed when generating.
@@ -237,7 +296,7 @@ func emitMiddleware(m *model.Model) jen.Code {
 	cfg := []jen.Code{
 		field("Headers", lh(h.Headers)),
 		field("Jitter", jen.Lit(h.Jitter)),
-		field("Counters", lh("NewCounters").Call(jen.Id("ruleNames").Index(jen.Empty(), jen.Empty()).Op("..."))),
+		field("Counters", lh("NewSeriesCounters").Call(jen.Id("httpSeries").Index(jen.Empty(), jen.Empty()).Op("..."))),
 	}
 	if h.LogDenials > 0 {
 		cfg = append(cfg, field("Observer", lh("NewDenialLog").Call(jen.Nil(), lit(h.LogDenials))))
@@ -426,7 +485,7 @@ func emitKey(k, ok string, t string, srcs []model.KeySource, ord int, pattern st
 	return out
 }
 
-func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
+func emitRoute(m *model.Model, i int, r model.Route, base int) jen.Code {
 	h := m.HTTP
 	mode := lh(r.Mode)
 	event := func(rule int, outcome string, cost jen.Code) jen.Code {
@@ -439,6 +498,7 @@ func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
 		kv = append(kv,
 			field("Rule", jen.Lit(m.Rules[rule].Name)),
 			field("RuleIndex", jen.Int().Call(jen.Id(m.Rules[rule].RuleConst()))),
+			field("Series", jen.Lit(base+slices.Index(r.Rules, rule))),
 			field("Outcome", lh(outcome)),
 		)
 		if cost != nil {
@@ -531,6 +591,7 @@ func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
 			setField("Cost", jen.Id("cost")),
 			setField("Route", jen.Lit(r.Pattern)),
 			setField("Rule", jen.Int().Call(jen.Id(rule.RuleConst()))),
+			setField("Series", jen.Lit(base)),
 		)
 	} else {
 		t := m.Tiers[r.Tier]
@@ -569,6 +630,7 @@ func emitRoute(m *model.Model, i int, r model.Route) jen.Code {
 			setField("Route", jen.Lit(r.Pattern)),
 			setField("Tier", jen.Lit(t.Name)),
 			setField("Rule", jen.Int().Call(jen.Id("td").Dot("Rule"))),
+			setField("Series", jen.Id(seriesVar(i)).Index(jen.Id("td").Dot("Rule"))),
 		)
 	}
 	res = append(res, seed...)
