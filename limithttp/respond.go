@@ -133,8 +133,8 @@ type Config struct {
 	// 9110 requires one), such as `Bearer realm="api"`; empty sends none.
 	Challenge string
 
-	values unsafe.Pointer // *valueTable: allowed responses' field values (values.go), made on first use
-	full   unsafe.Pointer // *fullTable: other responses' field values
+	values unsafe.Pointer // table[valueEntry]: allowed responses' field values (values.go), made on first use
+	full   unsafe.Pointer // table[fullEntry]: other responses' field values
 }
 
 // Result is a decision and what the response needs to describe it.

@@ -20,12 +20,38 @@ import (
 // (Header.Set, Header.Del, Header.Add) but must not write into the slice a
 // field holds. Nothing in net/http does.
 
-// valueSlots is the table's size: 512 entries (4 KiB of pointers, and ~112
-// bytes an entry), enough for the fields of a rule with a burst of a few
-// hundred, or of many rules whose keys are mostly full.
-const valueSlots = 512
+// valueSlots is a table's size: 512 entries (4 KiB of pointers, and 112
+// bytes an allowed response's entry), enough for the fields of a rule with a
+// burst of a few hundred, or of many rules whose keys are mostly full.
+const (
+	valueBits  = 9
+	valueSlots = 1 << valueBits
+)
 
-type valueTable [valueSlots]atomic.Pointer[valueEntry]
+// table returns the table *p points to, making it on first use.
+func table[E any](p *unsafe.Pointer) *[valueSlots]atomic.Pointer[E] {
+	t := (*[valueSlots]atomic.Pointer[E])(atomic.LoadPointer(p))
+	if t == nil {
+		atomic.CompareAndSwapPointer(p, nil, unsafe.Pointer(new([valueSlots]atomic.Pointer[E])))
+		t = (*[valueSlots]atomic.Pointer[E])(atomic.LoadPointer(p))
+	}
+	return t
+}
+
+// slotOf is the slot of a response's fields: by its policy, r, t, and extra
+// (what else the entry depends on).
+func slotOf(p *Policy, r, t int64, extra uint64) uint64 {
+	h := (uint64(uintptr(unsafe.Pointer(p))) ^ uint64(r)*0x9e3779b97f4a7c15 ^ uint64(t)<<32 ^ extra) * 0xff51afd7ed558ccd
+	return h >> (64 - valueBits)
+}
+
+// appendRateLimit appends p's RateLimit value for r and t to b.
+func appendRateLimit(b []byte, p *Policy, r, t int64) []byte {
+	b = append(b, p.Prefix...)
+	b = appendDecimal(b, r)
+	b = append(b, ";"+ParamReset+"="...)
+	return appendDecimal(b, t)
+}
 
 // valueEntry is an allowed response's field values; nothing writes to one
 // after it is published.
@@ -39,21 +65,12 @@ type valueEntry struct {
 
 // allowedValues returns the values of an allowed response's two fields.
 func (c *Config) allowedValues(res *Result, r, t int64) *[2]string {
-	table := (*valueTable)(atomic.LoadPointer(&c.values))
-	if table == nil {
-		atomic.CompareAndSwapPointer(&c.values, nil, unsafe.Pointer(new(valueTable)))
-		table = (*valueTable)(atomic.LoadPointer(&c.values))
-	}
-	h := (uint64(uintptr(unsafe.Pointer(res.Policy))) ^ uint64(r)*0x9e3779b97f4a7c15 ^ uint64(t)<<32) * 0xff51afd7ed558ccd
-	slot := &table[h>>(64-9)] // valueSlots is 1<<9
+	slot := &table[valueEntry](&c.values)[slotOf(res.Policy, r, t, 0)]
 	if e := slot.Load(); e != nil && e.r == r && e.t == t && e.policy == res.Policy && e.policies == res.Policies {
 		return &e.vals
 	}
 	e := &valueEntry{policy: res.Policy, policies: res.Policies, r: r, t: t}
-	b := append(e.buf[:0], res.Policy.Prefix...)
-	b = appendDecimal(b, r)
-	b = append(b, ";"+ParamReset+"="...)
-	b = appendDecimal(b, t)
+	b := appendRateLimit(e.buf[:0], res.Policy, r, t)
 	// b is e.buf, or a copy that append made on the heap; nothing writes to
 	// it after this.
 	e.vals[0], e.vals[1] = res.Policies, unsafe.String(unsafe.SliceData(b), len(b))
@@ -92,22 +109,14 @@ var fieldNames = [3][2][]string{
 	HeadersNone:   {{}, {HeaderRetryAfter}},
 }
 
-type fullTable [valueSlots]atomic.Pointer[fullEntry]
-
 // fullValues returns the values of a response's fields other than an
 // allowed one's under HeadersIETF.
 func (c *Config) fullValues(res *Result, r, t, retry int64) *fullEntry {
-	table := (*fullTable)(atomic.LoadPointer(&c.full))
-	if table == nil {
-		atomic.CompareAndSwapPointer(&c.full, nil, unsafe.Pointer(new(fullTable)))
-		table = (*fullTable)(atomic.LoadPointer(&c.full))
-	}
 	style := c.Headers
 	if style > HeadersNone {
 		style = HeadersIETF
 	}
-	h := (uint64(uintptr(unsafe.Pointer(res.Policy))) ^ uint64(r)*0x9e3779b97f4a7c15 ^ uint64(t)<<32 ^ uint64(retry)<<48 ^ uint64(style)) * 0xff51afd7ed558ccd
-	slot := &table[h>>(64-9)]
+	slot := &table[fullEntry](&c.full)[slotOf(res.Policy, r, t, uint64(retry)<<48^uint64(style))]
 	if e := slot.Load(); e != nil && e.r == r && e.t == t && e.retry == retry && e.style == style && e.policy == res.Policy && e.policies == res.Policies {
 		return e
 	}
@@ -122,10 +131,7 @@ func (c *Config) fullValues(res *Result, r, t, retry int64) *fullEntry {
 	n := 0
 	mark := func() { ends[n], n = len(b), n+1 }
 	if style != HeadersNone {
-		b = append(b, res.Policy.Prefix...)
-		b = appendDecimal(b, r)
-		b = append(b, ";"+ParamReset+"="...)
-		b = appendDecimal(b, t)
+		b = appendRateLimit(b, res.Policy, r, t)
 		mark()
 	}
 	if retry >= 0 {
