@@ -19,7 +19,8 @@ import (
 // touch the same cache line; Snapshot adds the stripes up.
 type Counters struct {
 	series  []Series
-	stride  int // cells per stripe: series × outcomes, rounded up to whole cache lines, plus a line of padding
+	byRule  bool // made by NewCounters: a decision's row is its rule's index (Result.Rule, Event.RuleIndex)
+	stride  int  // cells per stripe: series × outcomes, rounded up to whole cache lines, plus a line of padding
 	mask    uint32
 	stripes []atomic.Uint64
 }
@@ -36,18 +37,30 @@ type Series struct {
 // cellsPerLine is how many uint64 counters fill a 64-byte cache line.
 const cellsPerLine = 8
 
-// NewCounters returns counters with one series for each named rule (a rule's
-// index in rules is Result.Series and Event.Series).
+// NewCounters returns counters with one series for each named rule, with no
+// route: Config counts a decision in the row of its rule's index in rules
+// (Result.Rule, Event.RuleIndex), as a hand-wired middleware sets it.
 func NewCounters(rules ...string) *Counters {
 	series := make([]Series, len(rules))
 	for i, r := range rules {
 		series[i].Rule = r
 	}
-	return NewSeriesCounters(series...)
+	c := NewSeriesCounters(series...)
+	c.byRule = true
+	return c
 }
 
-// NewSeriesCounters returns counters for series (a series' index is
-// Result.Series and Event.Series), with four stripes per processor (rounded
+// row is the row Config counts a decision in: its rule's index for counters
+// made by NewCounters, its series otherwise.
+func (c *Counters) row(rule, series int) int {
+	if c.byRule {
+		return rule
+	}
+	return series
+}
+
+// NewSeriesCounters returns counters for series (Config counts a decision in
+// the row of its Result.Series or Event.Series), with four stripes per processor (rounded
 // up to a power of two, at least 8, at most 256): with as many stripes as
 // processors, two goroutines would share one half the time. The generated
 // middleware makes one series for each rule each route checks.

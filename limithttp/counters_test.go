@@ -1,6 +1,12 @@
 package limithttp
 
-import "testing"
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+)
 
 // Counters made from series count each series apart, and give each back
 // with its route, tier and rule; an index out of range counts nothing.
@@ -40,5 +46,19 @@ func TestSeriesCounters(t *testing.T) {
 	}
 	if r := NewCounters("A", "B").Snapshot(); r[1].Series != (Series{Rule: "B"}) {
 		t.Errorf("NewCounters' second series: %+v", r[1].Series)
+	}
+}
+
+// A hand-wired middleware over NewCounters sets a Result's Rule (and an
+// Event's RuleIndex), not its Series: Config counts those by the rule.
+func TestRuleCountersCountByRule(t *testing.T) {
+	c := &Config{Counters: NewCounters("A", "B")}
+	p := MustPolicy("B", atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 1})
+	res := Result{Decision: atomicbucket.Decision{Allowed: true}, Policy: &p, Policies: p.Item, Cost: 1, Rule: 1}
+	c.Respond(&mapWriter{h: http.Header{}}, nil, Enforce, &res, "k")
+	c.Reject(&mapWriter{h: http.Header{}}, Enforce, 400, "{}", Event{RuleIndex: 1, Outcome: MissingKey})
+	got := c.Counters.Snapshot()
+	if got[1].Outcomes[Allowed] != 1 || got[1].Outcomes[MissingKey] != 1 || got[0].Outcomes != ([numOutcomes]uint64{}) {
+		t.Errorf("counts %+v, want B's allowed and missing_key at 1, A's at 0", got)
 	}
 }

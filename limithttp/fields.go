@@ -48,7 +48,9 @@ const MaxPolicyName = 64
 // Policy is one rule (on one plan) as the rate-limit fields describe it. Its
 // strings are computed once, by NewPolicy or by the generator (which emits a
 // Policy literal with the same values); a request only appends numbers to
-// them. The zero Policy is not usable.
+// them. The zero Policy is not usable. A Config keeps the field values it
+// made by the Policy's address (values.go): do not change a Policy once a
+// Config has used it; make a new one.
 type Policy struct {
 	Name   string // the rule's name, printable ASCII
 	Quota  int64  // q: the burst, in tokens

@@ -225,7 +225,7 @@ func (c *Config) Respond(w http.ResponseWriter, r *http.Request, mode Mode, res 
 
 func (c *Config) observe(res *Result, o Outcome) {
 	if c.Counters != nil {
-		c.Counters.Add(res.Series, o)
+		c.Counters.Add(c.Counters.row(res.Rule, res.Series), o)
 	}
 	if c.Observer != nil {
 		c.Observer.Observe(Event{
@@ -245,7 +245,7 @@ func (c *Config) Reject(w http.ResponseWriter, mode Mode, status int, body strin
 		return true
 	}
 	if c.Counters != nil {
-		c.Counters.Add(ev.Series, ev.Outcome)
+		c.Counters.Add(c.Counters.row(ev.RuleIndex, ev.Series), ev.Outcome)
 	}
 	if c.Observer != nil {
 		c.Observer.Observe(ev)
