@@ -17,11 +17,12 @@ BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
 BENCHTIME ?= 0.5s
 FUZZ_TARGETS := FuzzDifferential FuzzRule
 
-.PHONY: test check unit servers redis pg prom otel schema examples getting-started fuzz-smoke fuzz bench bench-full bench-smoke generate
+.PHONY: test check unit servers redis pg prom otel grpc schema examples getting-started fuzz-smoke fuzz bench bench-full bench-smoke generate
 
 ## generate: regenerate generated/ from policy.yaml, the benchmarks' HTTP and
-## shared limits from bench/httppolicy.yaml and bench/sharedpolicy.yaml, and
-## the stores' test packages (one service's, and two versions of another's).
+## shared limits from bench/httppolicy.yaml and bench/sharedpolicy.yaml, the
+## stores' test packages (one service's, and two versions of another's), and
+## limitgrpc's test package.
 generate:
 	$(GO) generate ./...
 	$(GO) run ./gen -policy bench/httppolicy.yaml -out bench/httplimits
@@ -29,11 +30,12 @@ generate:
 	$(GO) run ./gen -policy internal/storetest/sharedpolicy.yaml -out internal/sharedlimits
 	$(GO) run ./gen -policy internal/storetest/rolling/v1.yaml -out internal/rolling/v1
 	$(GO) run ./gen -policy internal/storetest/rolling/v2.yaml -out internal/rolling/v2
+	$(GO) run ./gen -policy limitgrpc/testdata/policy.yaml -out limitgrpc/internal/grpclimits
 
 ## test: everything CI checks — formatting, vet, tidy modules, all tests with -race
 ## (including the committed fuzz corpora), a short run of each fuzz target, and
 ## a smoke run of the benchmarks.
-test: servers check unit redis pg prom otel schema examples getting-started fuzz-smoke bench-smoke
+test: servers check unit redis pg prom otel grpc schema examples getting-started fuzz-smoke bench-smoke
 
 # The servers the stores' tests and benchmarks start for themselves
 # (redis-server, PostgreSQL, PgBouncer): installed with apt-get when missing
@@ -49,6 +51,7 @@ check:
 	$(GO) run ./gen -policy internal/storetest/sharedpolicy.yaml -out internal/sharedlimits -check
 	$(GO) run ./gen -policy internal/storetest/rolling/v1.yaml -out internal/rolling/v1 -check
 	$(GO) run ./gen -policy internal/storetest/rolling/v2.yaml -out internal/rolling/v2 -check
+	$(GO) run ./gen -policy limitgrpc/testdata/policy.yaml -out limitgrpc/internal/grpclimits -check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
@@ -58,6 +61,7 @@ check:
 	cd pgstore && $(GO) vet ./... && $(GO) mod tidy -diff
 	cd limitprom && $(GO) vet ./... && $(GO) mod tidy -diff
 	cd limitotel && $(GO) vet ./... && $(GO) mod tidy -diff
+	cd limitgrpc && $(GO) vet ./... && $(GO) mod tidy -diff
 
 unit:
 	$(GO) test -race -count=1 ./...
@@ -85,6 +89,13 @@ prom:
 otel:
 	.ci/servers postgres
 	cd limitotel && $(GO) test -race -count=1 ./...
+
+# The gRPC interceptors (module limitgrpc), generated from
+# limitgrpc/testdata/policy.yaml, between a real gRPC server and client on
+# 127.0.0.1, with a PostgreSQL store its test starts for the shared rule.
+grpc:
+	.ci/servers postgres
+	cd limitgrpc && $(GO) test -race -count=1 ./...
 
 # The JSON Schema for editors, checked against the repository's policies.
 schema:

@@ -84,7 +84,13 @@ func (c *ClientIP) client(r *http.Request) (netip.Addr, string, bool) {
 	if c.Header == Forwarded {
 		name = "Forwarded"
 	}
-	lines := r.Header.Values(name)
+	addr, text := c.forwarded(peer, text, r.Header.Values(name))
+	return addr, text, true
+}
+
+// forwarded walks the forwarding header's lines from the right, from the
+// trusted peer, to the client (see ClientIP).
+func (c *ClientIP) forwarded(peer netip.Addr, text string, lines []string) (netip.Addr, string) {
 	client, clientText := peer, text // the innermost trusted hop so far
 	hops := 0
 	maxHops := c.MaxHops
@@ -101,19 +107,46 @@ func (c *ClientIP) client(r *http.Request) (netip.Addr, string, bool) {
 				entry, rest = lastListItem(rest)
 			}
 			if hops++; hops > maxHops {
-				return client, clientText, true
+				return client, clientText
 			}
 			addr, text, ok := c.entryAddr(entry)
 			if !ok {
-				return client, clientText, true // not an address: the trusted hop that wrote it is the client
+				return client, clientText // not an address: the trusted hop that wrote it is the client
 			}
 			if !c.trusted(addr) {
-				return addr, text, true
+				return addr, text
 			}
 			client, clientText = addr, text
 		}
 	}
-	return client, clientText, true
+	return client, clientText
+}
+
+// HeaderName is the name of the forwarding header c reads, in lower case
+// (as gRPC's metadata keys are): "x-forwarded-for" or "forwarded".
+func (c *ClientIP) HeaderName() string {
+	if c.Header == Forwarded {
+		return "forwarded"
+	}
+	return "x-forwarded-for"
+}
+
+// PeerKey is Key for a caller known by its peer's address and the values of
+// its forwarding header (HeaderName), read only when the peer is a trusted
+// proxy: what a gRPC server knows of a call. False when peer is not an
+// address (the peer of a Unix socket, of an in-memory listener).
+func (c *ClientIP) PeerKey(peer netip.Addr, lines []string) (string, bool) {
+	if !peer.IsValid() {
+		return "", false
+	}
+	addr, text := peer.Unmap().WithZone(""), ""
+	if c.trusted(addr) {
+		addr, text = c.forwarded(addr, "", lines)
+	}
+	if text != "" && c.bitsFor(addr) == 32 {
+		return text, true
+	}
+	return c.KeyOf(addr), true
 }
 
 // Key returns the key of r's client: its address, or for IPv6 (and IPv4 with

@@ -167,3 +167,33 @@ func FuzzParseIPv4(f *testing.F) {
 		}
 	})
 }
+
+// TestPeerKey: a gRPC call's peer is keyed as a request from it is: its own
+// address unless it is a trusted proxy, the forwarding header's client then;
+// no address, no key.
+func TestPeerKey(t *testing.T) {
+	c := ClientIP{TrustedProxies: trusted}
+	for _, tc := range []struct {
+		peer  string
+		lines []string
+		want  string
+		ok    bool
+	}{
+		{"203.0.113.7", []string{"198.51.100.9"}, "203.0.113.7", true},           // untrusted: its header is not read
+		{"10.1.2.3", []string{"6.6.6.6, 198.51.100.9"}, "198.51.100.9", true},    // the rightmost untrusted entry
+		{"10.1.2.3", nil, "10.1.2.3", true},                                      // no header: the proxy itself
+		{"::ffff:10.1.2.3", []string{"198.51.100.9"}, "198.51.100.9", true},      // mapped: read as IPv4
+		{"2001:db8:1:2:3:4:5:6", nil, "2001:db8:1:2::/64", true},                 // IPv6: its /64
+		{"2001:db8:ffff::1", []string{"2001:db8:1::9"}, "2001:db8:1::/64", true}, // a trusted IPv6 proxy
+		{"", nil, "", false},
+	} {
+		var peer netip.Addr
+		if tc.peer != "" {
+			peer = netip.MustParseAddr(tc.peer)
+		}
+		got, ok := c.PeerKey(peer, tc.lines)
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("PeerKey(%s, %q) = %q, %v; want %q, %v", tc.peer, tc.lines, got, ok, tc.want, tc.ok)
+		}
+	}
+}

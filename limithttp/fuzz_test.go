@@ -30,6 +30,13 @@ func FuzzClientIP(f *testing.F) {
 			t.Fatalf("a %d-byte key: %q", len(key), key)
 		}
 		peer, _, peerOK := parseNode(remote)
+		// A gRPC call's peer is an address, its header a metadata value:
+		// PeerKey must key it as Key keys the request.
+		if peerOK {
+			if pk, pok := ip.PeerKey(peer, []string{header}); !pok || pk != key {
+				t.Fatalf("PeerKey(%v, %q) = %q, %v; Key = %q", peer, header, pk, pok, key)
+			}
+		}
 		if ok != peerOK {
 			t.Fatalf("Key ok = %v for RemoteAddr %q", ok, remote)
 		}

@@ -169,6 +169,47 @@ func (c *Config) Respond(w http.ResponseWriter, r *http.Request, mode Mode, res 
 	if mode == Off {
 		return true
 	}
+	v := c.Judge(mode, res, key)
+	outcome, rv, tv, retry := v.Outcome, v.R, v.T, v.Retry
+	h := w.Header()
+	vals := c.setFields(h, res, rv, tv, retry)
+	switch outcome {
+	case Allowed, ShadowDenied:
+		return true
+	case TooCostly:
+		if mode == Shadow {
+			return true
+		}
+		writeProblem(h, w, vals, http.StatusBadRequest, res.Policy.TooCostly)
+		return false
+	}
+	if c.Denied != nil {
+		// A copy, with a key of its own: res stays on the caller's stack, and
+		// key may share a buffer the caller reuses.
+		cp := *res
+		cp.Key = strings.Clone(key)
+		c.Denied(w, r, &cp)
+		return false
+	}
+	writeProblem(h, w, vals, http.StatusTooManyRequests, res.Policy.Problem)
+	return false
+}
+
+// Verdict is what a response says of a decision (Judge).
+type Verdict struct {
+	// Outcome is the response's: Allowed, Denied, ShadowDenied (a Shadow
+	// route's denial, let through) or TooCostly (on any route: the front door
+	// lets it through on a Shadow route).
+	Outcome Outcome
+	R, T    int64 // the RateLimit field's r (remaining) and t (seconds until r would be the quota)
+	Retry   int64 // Denied: the wait in whole seconds, jitter added (Retry-After); −1 otherwise
+}
+
+// Judge reads res's decision as mode answers it, counts and observes it
+// (degraded when res.Degraded), and returns what the response says: the work
+// of Respond before it writes, for another front door (gRPC's, in module
+// limitgrpc). key seeds the jitter, as for Respond. mode must not be Off.
+func (c *Config) Judge(mode Mode, res *Result, key string) Verdict {
 	d := &res.Decision
 	outcome := Allowed
 	switch {
@@ -199,28 +240,26 @@ func (c *Config) Respond(w http.ResponseWriter, r *http.Request, mode Mode, res 
 		}
 	}
 	c.observe(res, observed)
-	h := w.Header()
-	vals := c.setFields(h, res, rv, tv, retry)
-	switch outcome {
-	case Allowed, ShadowDenied:
-		return true
-	case TooCostly:
-		if mode == Shadow {
-			return true
-		}
-		writeProblem(h, w, vals, http.StatusBadRequest, res.Policy.TooCostly)
-		return false
+	return Verdict{Outcome: outcome, R: rv, T: tv, Retry: retry}
+}
+
+// FieldValues returns the values of the RateLimit-Policy and RateLimit
+// fields of res as v reads it, from the Config's table (values.go): no
+// allocation when the table holds them already.
+func (c *Config) FieldValues(res *Result, v Verdict) (policy, rateLimit string) {
+	vals := c.allowedValues(res, v.R, v.T)
+	return vals[0], vals[1]
+}
+
+// Record counts and observes a decision that was not checked (no key, an
+// unreadable cost), as Reject does before it answers.
+func (c *Config) Record(ev Event) {
+	if c.Counters != nil {
+		c.Counters.Add(c.Counters.row(ev.RuleIndex, ev.Series), ev.Outcome)
 	}
-	if c.Denied != nil {
-		// A copy, with a key of its own: res stays on the caller's stack, and
-		// key may share a buffer the caller reuses.
-		cp := *res
-		cp.Key = strings.Clone(key)
-		c.Denied(w, r, &cp)
-		return false
+	if c.Observer != nil {
+		c.Observer.Observe(ev)
 	}
-	writeProblem(h, w, vals, http.StatusTooManyRequests, res.Policy.Problem)
-	return false
 }
 
 func (c *Config) observe(res *Result, o Outcome) {
@@ -244,12 +283,7 @@ func (c *Config) Reject(w http.ResponseWriter, mode Mode, status int, body strin
 	if mode == Off {
 		return true
 	}
-	if c.Counters != nil {
-		c.Counters.Add(c.Counters.row(ev.RuleIndex, ev.Series), ev.Outcome)
-	}
-	if c.Observer != nil {
-		c.Observer.Observe(ev)
-	}
+	c.Record(ev)
 	if mode == Shadow {
 		return true
 	}

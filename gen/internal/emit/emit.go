@@ -111,9 +111,18 @@ func file(m *model.Model) *jen.File {
 	if m.Shared > 0 {
 		f.ImportName(sharedPath, "shared")
 	}
-	if m.HTTP != nil {
+	if m.HTTP != nil || m.GRPC != nil {
 		f.ImportName(httpPath, "limithttp")
+		f.Add(emitHTTPTables(m))
+	}
+	if m.HTTP != nil {
 		f.Add(emitHTTP(m))
+	}
+	if m.GRPC != nil {
+		f.ImportName(grpcPath, "limitgrpc")
+		f.ImportName(grpcLib, "grpc")
+		f.ImportName(codesPath, "codes")
+		f.Add(emitGRPC(m))
 	}
 	return f
 }

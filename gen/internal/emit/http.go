@@ -52,6 +52,73 @@ func routerDecl(patterns []string) *jen.Statement {
 		Var().Id("httpRouter").Op("=").Add(lh("MustRouterSwitch")).Call(jen.Id("httpLiteral"), all)
 }
 
+// door is what a front door's generated checks differ in: the HTTP
+// middleware's routes and the gRPC interceptors' method entries are made by
+// the same code (emitRoute, emitKey, emitSeries, emitPlanOf).
+type door struct {
+	recv, typ string        // the receiver and its type: m *Middleware, g *GRPC
+	prefix    string        // of the tables' names: http, grpc
+	routes    []model.Route // the routes, or method entries
+	plan      model.PlanSource
+	params    []jen.Code // an entry's parameters after the receiver
+	result    jen.Code   // an entry's result type
+	ctx       jen.Code   // the call's context, for a shared rule's store
+	req       jen.Code   // what hooks and the plan take: r, ctx
+	respond   []jen.Code // Respond's arguments before mode
+	reject    []jen.Code // Reject's arguments before mode
+	missing   jen.Code   // the status of a call without a key
+	tooCostly jen.Code   // the status of a declared cost above the source's maximum
+	entryName func(int) string
+	ip        jen.Code // the ip key source's call
+	// source is a named key source's expression, (value, found) or (key, ok),
+	// for header, query, path and metadata sources.
+	source func(model.KeySource) jen.Code
+	cost   func(model.Route) jen.Code // (cost, status) of a declared cost
+}
+
+func (d *door) r() *jen.Statement { return jen.Id(d.recv) }
+
+// seriesVar is the name of route i's series by RuleName (a tier's route).
+func (d *door) seriesVar(i int) string {
+	if d.prefix == "http" {
+		return "httpSeriesRoute" + strconv.Itoa(i+1)
+	}
+	return d.prefix + "SeriesEntry" + strconv.Itoa(i+1)
+}
+
+func httpDoor(m *model.Model) *door {
+	h := m.HTTP
+	return &door{
+		recv: "m", typ: "Middleware", prefix: "http", routes: h.Routes, plan: h.Plan,
+		params:    []jen.Code{jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("path").String()},
+		result:    jen.Bool(),
+		ctx:       jen.Id("r").Dot("Context").Call(),
+		req:       jen.Id("r"),
+		respond:   []jen.Code{jen.Id("w"), jen.Id("r")},
+		reject:    []jen.Code{jen.Id("w")},
+		missing:   jen.Lit(h.Missing),
+		tooCostly: jen.Lit(400),
+		entryName: routeFunc,
+		ip:        jen.Id("m").Dot("ClientIP").Dot("Key").Call(jen.Id("r")),
+		source: func(s model.KeySource) jen.Code {
+			switch s.Kind {
+			case "header":
+				return lh("HeaderKey").Call(jen.Id("r"), jen.Lit(s.Name))
+			case "query":
+				return lh("QueryKey").Call(jen.Id("r"), jen.Lit(s.Name))
+			}
+			return lh("PathKeyAt").Call(jen.Id("path"), jen.Lit(s.Segment), jen.Lit(s.Multi))
+		},
+		cost: func(r model.Route) jen.Code {
+			fn := "HeaderCost"
+			if r.CostKind == "query" {
+				fn = "QueryCost"
+			}
+			return lh(fn).Call(jen.Id("r"), jen.Lit(r.CostName), lit(r.CostMax))
+		},
+	}
+}
+
 func req() *jen.Statement  { return jen.Op("*").Qual("net/http", "Request") }
 func resw() *jen.Statement { return jen.Qual("net/http", "ResponseWriter") }
 
@@ -69,18 +136,19 @@ func plansDim(m *model.Model) jen.Code {
 func emitHTTP(m *model.Model) jen.Code {
 	h := m.HTTP
 	g := jen.Null()
-	g.Add(emitHTTPTables(m))
+	d := httpDoor(m)
+	g.Add(emitRouteLists(m, d))
 	g.Add(emitHooks(m))
 	g.Add(emitMiddleware(m))
-	bases := seriesBases(h)
-	g.Add(emitSeries(m, bases))
+	bases := seriesBases(h.Routes)
+	g.Add(emitSeries(m, d, bases))
 	for i, r := range h.Routes {
 		if r.Mode != "Off" {
-			g.Add(emitRoute(m, i, r, bases[i]))
+			g.Add(emitRoute(m, d, i, r, bases[i]))
 		}
 	}
 	if h.Plan.Kind != "" {
-		g.Add(emitPlanOf(m))
+		g.Add(emitPlanOf(m, d))
 	}
 	return g
 }
@@ -88,10 +156,10 @@ func emitHTTP(m *model.Model) jen.Code {
 // seriesBases is, by route, the index of its first series in the Counters:
 // a route checked (not Off) has a series for each rule it checks, in the
 // order of its Rules; -1 for an Off route.
-func seriesBases(h *model.HTTP) []int {
-	bases := make([]int, len(h.Routes))
+func seriesBases(routes []model.Route) []int {
+	bases := make([]int, len(routes))
 	n := 0
-	for i, r := range h.Routes {
+	for i, r := range routes {
 		if r.Mode == "Off" {
 			bases[i] = -1
 			continue
@@ -104,11 +172,10 @@ func seriesBases(h *model.HTTP) []int {
 
 // emitSeries is httpSeries, the Counters' series (a route, its tier, a rule),
 // and for each route that checks a tier its series by RuleName.
-func emitSeries(m *model.Model, bases []int) jen.Code {
-	h := m.HTTP
+func emitSeries(m *model.Model, d *door, bases []int) jen.Code {
 	var lits []jen.Code
 	g := jen.Null()
-	for i, r := range h.Routes {
+	for i, r := range d.routes {
 		if bases[i] < 0 {
 			continue
 		}
@@ -127,24 +194,24 @@ func emitSeries(m *model.Model, bases []int) jen.Code {
 			byRule = append(byRule, jen.Id(m.Rules[ri].RuleConst()).Op(":").Lit(bases[i]+j))
 		}
 		if r.Tier >= 0 {
-			g.Add(jen.Comment(fmt.Sprintf("%s are the series of %s's rules in the Counters, by RuleName.", seriesVar(i), r.Pattern)).Line().
-				Var().Id(seriesVar(i)).Op("=").Index(jen.Op("...")).Int().Values(byRule...).Line().Line())
+			g.Add(jen.Comment(fmt.Sprintf("%s are the series of %s's rules in the Counters, by RuleName.", d.seriesVar(i), r.Pattern)).Line().
+				Var().Id(d.seriesVar(i)).Op("=").Index(jen.Op("...")).Int().Values(byRule...).Line().Line())
 		}
 	}
+	what := "middleware's Counters: each route checked"
+	if d.prefix != "http" {
+		what = "interceptors' Counters: each method entry checked"
+	}
 	return jen.Line().
-		Comment("httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and").Line().
+		Comment(d.prefix + "Series are the rows of the " + what + ", the tier it checks, and").Line().
 		Comment("each of its rules, in policy order (a decision's Series is its index here).").Line().
-		Var().Id("httpSeries").Op("=").Index(jen.Op("...")).Add(lh("Series")).Values(lits...).Line().Line().
+		Var().Id(d.prefix + "Series").Op("=").Index(jen.Op("...")).Add(lh("Series")).Values(lits...).Line().Line().
 		Add(g)
 }
-
-// seriesVar is the name of route i's series by RuleName (a tier's route).
-func seriesVar(i int) string { return "httpSeriesRoute" + strconv.Itoa(i+1) }
 
 // emitHTTPTables is every rule's Policy and default cost per plan, and every
 // route's RateLimit-Policy value per plan: constants computed when generating.
 func emitHTTPTables(m *model.Model) jen.Code {
-	h := m.HTTP
 	dim := len(m.Plans)
 	if dim == 0 {
 		dim = 1
@@ -153,7 +220,7 @@ func emitHTTPTables(m *model.Model) jen.Code {
 	for i, r := range m.Rules {
 		var perPlan, perCost []jen.Code
 		for j, l := range r.Limits {
-			p := h.Policies[i][j]
+			p := m.Fields[i][j]
 			name := policyVar(m, r, j)
 			doc := fmt.Sprintf("%s is rule %s as the RateLimit fields describe it.", name, r.Name)
 			if r.Planned {
@@ -173,27 +240,38 @@ func emitHTTPTables(m *model.Model) jen.Code {
 		for pl := range dim {
 			j := min(pl, len(r.Limits)-1)
 			perPlan = append(perPlan, jen.Op("&").Id(policyVar(m, r, j)))
-			perCost = append(perCost, lit(h.Costs[i][j]))
+			perCost = append(perCost, lit(m.Costs[i][j]))
 		}
 		pols = append(pols, jen.Id(r.RuleConst()).Op(":").Values(perPlan...))
 		costs = append(costs, jen.Id(r.RuleConst()).Op(":").Values(perCost...))
-	}
-	var lists []jen.Code
-	for _, r := range h.Routes {
-		var perPlan []jen.Code
-		for pl := range dim {
-			perPlan = append(perPlan, jen.Lit(r.PolicyLists[min(pl, len(r.PolicyLists)-1)]))
-		}
-		lists = append(lists, jen.Values(perPlan...))
 	}
 	return jen.Line().Add(vars...).Line().
 		Comment("httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:").Line().
 		Comment("every string a response needs, computed when this package was generated.").Line().
 		Var().Id("httpPolicies").Op("=").Index(jen.Op("...")).Index(plansDim(m)).Op("*").Add(lh("Policy")).Values(pols...).Line().Line().
 		Comment("httpCosts are the rules' default costs, by RuleName and plan.").Line().
-		Var().Id("httpCosts").Op("=").Index(jen.Op("...")).Index(plansDim(m)).Int64().Values(costs...).Line().Line().
-		Comment("httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.").Line().
-		Var().Id("httpRoutes").Op("=").Index(jen.Op("...")).Index(plansDim(m)).String().Values(lists...).Line()
+		Var().Id("httpCosts").Op("=").Index(jen.Op("...")).Index(plansDim(m)).Int64().Values(costs...).Line()
+}
+
+// emitRouteLists is every route's (or method entry's) RateLimit-Policy value
+// per plan.
+func emitRouteLists(m *model.Model, d *door) jen.Code {
+	dim := max(len(m.Plans), 1)
+	var lists []jen.Code
+	for _, r := range d.routes {
+		var perPlan []jen.Code
+		for pl := range dim {
+			perPlan = append(perPlan, jen.Lit(r.PolicyLists[min(pl, len(r.PolicyLists)-1)]))
+		}
+		lists = append(lists, jen.Values(perPlan...))
+	}
+	what := "routes' RateLimit-Policy values, by route"
+	if d.prefix != "http" {
+		what = "method entries' RateLimit-Policy values, by entry"
+	}
+	return jen.Line().
+		Comment(d.prefix + "Routes are the " + what + " (in policy order) and plan.").Line().
+		Var().Id(d.prefix + "Routes").Op("=").Index(jen.Op("...")).Index(plansDim(m)).String().Values(lists...).Line()
 }
 
 // policyVar is the variable holding rule r's Policy for its j-th limit.
@@ -226,9 +304,9 @@ func limitValue(l model.Limit) jen.Code {
 }
 
 // hookUses lists, for each hook, the rules whose keys it gives.
-func hookUses(m *model.Model, name string) []string {
+func hookUses(m *model.Model, routes []model.Route, name string) []string {
 	var out []string
-	for _, r := range m.HTTP.Routes {
+	for _, r := range routes {
 		for i, srcs := range r.Keys {
 			for _, s := range srcs {
 				n := m.Rules[r.Rules[i]].Name
@@ -258,7 +336,7 @@ func emitHooks(m *model.Model) jen.Code {
 				hk.Name, m.Plans[m.HTTP.Plan.Default].Name)).Id(hk.Name).Func().Params(req()).Params(jen.Id("Plan"), jen.Bool()))
 			continue
 		}
-		uses := hookUses(m, hk.Name)
+		uses := hookUses(m, m.HTTP.Routes, hk.Name)
 		fs = append(fs, comment(fmt.Sprintf("%s returns the key of %s for a request, and false when it has none (then the next key source is tried, or the request is refused with the policy's missing_key status). An empty key counts as none.",
 			hk.Name, strings.Join(uses, ", "))).Id(hk.Name).Func().Params(req()).Params(jen.Id(hk.Type), jen.Bool()))
 	}
@@ -276,23 +354,7 @@ func emitMiddleware(m *model.Model) jen.Code {
 		checks = append(checks, jen.If(jen.Id("h").Dot(hk.Name).Op("==").Nil()).Block(
 			jen.Return(jen.Nil(), jen.Qual("errors", "New").Call(jen.Lit(m.Pkg+": NewMiddleware: Hooks."+hk.Name+" is nil")))))
 	}
-	var proxies []jen.Code
-	for _, p := range h.ClientIP.TrustedProxies {
-		proxies = append(proxies, jen.Qual("net/netip", "MustParsePrefix").Call(jen.Lit(p)))
-	}
-	ipFields := []jen.Code{}
-	if len(proxies) > 0 {
-		ipFields = append(ipFields, field("TrustedProxies", jen.Index().Qual("net/netip", "Prefix").Values(proxies...)))
-	}
-	if h.ClientIP.Forwarded {
-		ipFields = append(ipFields, field("Header", lh("Forwarded")))
-	}
-	if h.ClientIP.IPv6Prefix != 0 {
-		ipFields = append(ipFields, field("IPv6Prefix", jen.Lit(h.ClientIP.IPv6Prefix)))
-	}
-	if h.ClientIP.IPv4Prefix != 0 {
-		ipFields = append(ipFields, field("IPv4Prefix", jen.Lit(h.ClientIP.IPv4Prefix)))
-	}
+	ipFields := clientIPFields(h.ClientIP)
 	cfg := []jen.Code{
 		field("Headers", lh(h.Headers)),
 		field("Jitter", jen.Lit(h.Jitter)),
@@ -430,7 +492,7 @@ func intBits(t string) (unsigned bool, bits int) {
 
 // emitKey is the statements that set k (and ok) from a rule's key sources, in
 // order, for a key of type t.
-func emitKey(k, ok string, t string, srcs []model.KeySource, ord int, pattern string) []jen.Code {
+func emitKey(d *door, k, ok string, t string, srcs []model.KeySource, ord int, pattern string) []jen.Code {
 	var out []jen.Code
 	out = append(out, jen.Var().Id(k).Id(t), jen.Var().Id(ok).Bool())
 	for i, s := range srcs {
@@ -438,22 +500,20 @@ func emitKey(k, ok string, t string, srcs []model.KeySource, ord int, pattern st
 		var src jen.Code
 		switch s.Kind {
 		case "ip":
-			set = append(set, jen.List(jen.Id(k), jen.Id(ok)).Op("=").Id("m").Dot("ClientIP").Dot("Key").Call(jen.Id("r")))
+			set = append(set, jen.List(jen.Id(k), jen.Id(ok)).Op("=").Add(d.ip))
 		case "pattern":
 			set = append(set, jen.List(jen.Id(k), jen.Id(ok)).Op("=").List(jen.Lit(pattern), jen.True()))
+		case "method":
+			set = append(set, jen.List(jen.Id(k), jen.Id(ok)).Op("=").List(jen.Id("method"), jen.True()))
 		case "route":
 			set = append(set, jen.List(jen.Id(k), jen.Id(ok)).Op("=").List(jen.Lit(ord), jen.True()))
 		case "func":
-			set = append(set, jen.List(jen.Id(k), jen.Id(ok)).Op("=").Id("m").Dot("hooks").Dot(s.Name).Call(jen.Id("r")))
+			set = append(set, jen.List(jen.Id(k), jen.Id(ok)).Op("=").Add(d.r()).Dot("hooks").Dot(s.Name).Call(d.req))
 			if t == "string" {
 				set = append(set, jen.Id(ok).Op("=").Id(ok).Op("&&").Id(k).Op("!=").Lit(""))
 			}
-		case "header":
-			src = lh("HeaderKey").Call(jen.Id("r"), jen.Lit(s.Name))
-		case "query":
-			src = lh("QueryKey").Call(jen.Id("r"), jen.Lit(s.Name))
-		case "path":
-			src = lh("PathKeyAt").Call(jen.Id("path"), jen.Lit(s.Segment), jen.Lit(s.Multi))
+		default:
+			src = d.source(s)
 		}
 		if src != nil {
 			if t == "string" {
@@ -485,9 +545,11 @@ func emitKey(k, ok string, t string, srcs []model.KeySource, ord int, pattern st
 	return out
 }
 
-func emitRoute(m *model.Model, i int, r model.Route, base int) jen.Code {
-	h := m.HTTP
+// emitRoute is the check of one route (or method entry) i of d, whose first
+// series in the Counters is base.
+func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code {
 	mode := lh(r.Mode)
+	recv := d.r
 	event := func(rule int, outcome string, cost jen.Code) jen.Code {
 		kv := []jen.Code{
 			field("Route", jen.Lit(r.Pattern)),
@@ -506,6 +568,10 @@ func emitRoute(m *model.Model, i int, r model.Route, base int) jen.Code {
 		}
 		return lh("Event").Values(kv...)
 	}
+	reject := func(status, body jen.Code, ev jen.Code) jen.Code {
+		args := append(slices.Clone(d.reject), mode, status, body, ev)
+		return jen.Return(recv().Dot("Config").Dot("Reject").Call(args...))
+	}
 	var body []jen.Code
 	// Keys, in rule order; the first key seeds the jitter.
 	var keyArgs []jen.Code
@@ -517,9 +583,8 @@ func emitRoute(m *model.Model, i int, r model.Route, base int) jen.Code {
 			continue
 		}
 		k, ok := "k"+strconv.Itoa(j), "ok"+strconv.Itoa(j)
-		body = append(body, emitKey(k, ok, rule.KeyType, r.Keys[j], r.Ordinal, r.Pattern)...)
-		body = append(body, jen.If(jen.Op("!").Id(ok)).Block(jen.Return(jen.Id("m").Dot("Config").Dot("Reject").Call(
-			jen.Id("w"), mode, jen.Lit(h.Missing), jen.Lit(r.MissingBodies[j]), event(ri, "MissingKey", nil)))))
+		body = append(body, emitKey(d, k, ok, rule.KeyType, r.Keys[j], r.Ordinal, r.Pattern)...)
+		body = append(body, jen.If(jen.Op("!").Id(ok)).Block(reject(d.missing, jen.Lit(r.MissingBodies[j]), event(ri, "MissingKey", nil))))
 		keyArgs = append(keyArgs, jen.Id(k))
 		if len(seed) == 0 && len(keyArgs) == 1 {
 			if rule.KeyType == "string" {
@@ -537,31 +602,28 @@ func emitRoute(m *model.Model, i int, r model.Route, base int) jen.Code {
 	// column of the tables: the route reads column 0 and asks for no plan.
 	planIdx := jen.Lit(0)
 	if planned {
-		body = append(body, jen.Id("plan").Op(":=").Id("m").Dot("plan").Call(jen.Id("r")))
+		body = append(body, jen.Id("plan").Op(":=").Add(recv()).Dot("plan").Call(d.req))
 		planIdx = jen.Id("plan")
 	}
 	// The cost.
 	firstRule := r.Rules[0]
 	switch r.CostKind {
-	case "header", "query":
-		fn := "HeaderCost"
-		if r.CostKind == "query" {
-			fn = "QueryCost"
-		}
-		body = append(body,
-			jen.List(jen.Id("cost"), jen.Id("st")).Op(":=").Add(lh(fn)).Call(jen.Id("r"), jen.Lit(r.CostName), lit(r.CostMax)),
-			jen.Switch(jen.Id("st")).Block(
-				jen.Case(lh("CostMissing")).Block(jen.Id("cost").Op("=").Add(lit(r.CostFixed))),
-				jen.Case(lh("CostTooHigh")).Block(jen.Return(jen.Id("m").Dot("Config").Dot("Reject").Call(
-					jen.Id("w"), mode, jen.Lit(400), jen.Lit(r.CostBody), event(firstRule, "TooCostly", jen.Id("cost"))))),
-			))
+	case "":
 	case "fixed":
 		body = append(body, jen.Id("cost").Op(":=").Add(jen.Int64().Call(lit(r.CostFixed))))
+	default: // declared by the request: header, query, metadata
+		body = append(body,
+			jen.List(jen.Id("cost"), jen.Id("st")).Op(":=").Add(d.cost(r)),
+			jen.Switch(jen.Id("st")).Block(
+				jen.Case(lh("CostMissing")).Block(jen.Id("cost").Op("=").Add(lit(r.CostFixed))),
+				jen.Case(lh("CostTooHigh")).Block(reject(d.tooCostly, jen.Lit(r.CostBody), event(firstRule, "TooCostly", jen.Id("cost")))),
+			))
 	}
 	sharedRoute := r.Rule >= 0 && m.Rules[r.Rule].Shared || r.Tier >= 0 && m.Tiers[r.Tier].Shared
 	if !sharedRoute { // a shared rule or tier is decided on the store's clock
-		body = append(body, jen.Id("now").Op(":=").Id("m").Dot("now").Call())
+		body = append(body, jen.Id("now").Op(":=").Add(recv()).Dot("now").Call())
 	}
+	routes := d.prefix + "Routes"
 	res := []resField{}
 	if r.Rule >= 0 {
 		rule := m.Rules[r.Rule]
@@ -570,24 +632,24 @@ func emitRoute(m *model.Model, i int, r model.Route, base int) jen.Code {
 		}
 		var args []jen.Code
 		if rule.Shared {
-			args = append(args, jen.Id("r").Dot("Context").Call())
+			args = append(args, d.ctx)
 		}
 		if rule.Planned {
 			args = append(args, jen.Id("plan"))
 		}
 		args = append(args, keyArgs...)
-		decision := jen.Id("m").Dot("limits").Dot(rule.GoName).Dot("AllowNAt").Call(append(args, jen.Id("now"), jen.Id("cost"))...)
+		decision := recv().Dot("limits").Dot(rule.GoName).Dot("AllowNAt").Call(append(args, jen.Id("now"), jen.Id("cost"))...)
 		if rule.Shared {
 			// The store decides, or the rule's on_failure setting when it
 			// cannot: the Result says which, for the observers.
-			body = append(body, jen.Id("sr").Op(":=").Id("m").Dot("limits").Dot(rule.GoName).Dot("AllowN").Call(append(args, jen.Id("cost"))...))
+			body = append(body, jen.Id("sr").Op(":=").Add(recv()).Dot("limits").Dot(rule.GoName).Dot("AllowN").Call(append(args, jen.Id("cost"))...))
 			decision = jen.Id("sr").Dot("Decision")
 			res = append(res, setField("Degraded", jen.Id("sr").Dot("Degraded")), setField("StoreErr", jen.Id("sr").Dot("Err")))
 		}
 		res = append(res,
 			setField("Decision", decision),
 			setField("Policy", jen.Id("httpPolicies").Index(jen.Id(rule.RuleConst())).Index(planIdx)),
-			setField("Policies", jen.Id("httpRoutes").Index(jen.Lit(i)).Index(planIdx)),
+			setField("Policies", jen.Id(routes).Index(jen.Lit(i)).Index(planIdx)),
 			setField("Cost", jen.Id("cost")),
 			setField("Route", jen.Lit(r.Pattern)),
 			setField("Rule", jen.Int().Call(jen.Id(rule.RuleConst()))),
@@ -600,10 +662,10 @@ func emitRoute(m *model.Model, i int, r model.Route, base int) jen.Code {
 			args = append(args, jen.Id("plan"))
 		}
 		args = append(args, keyArgs...)
-		core := jen.Id("m").Dot("limits").Dot(t.CoreName())
+		core := recv().Dot("limits").Dot(t.CoreName())
 		if t.Shared {
-			core = jen.Id("m").Dot("limits").Dot(t.SharedCoreName())
-			args = append([]jen.Code{jen.Id("r").Dot("Context").Call()}, args...)
+			core = recv().Dot("limits").Dot(t.SharedCoreName())
+			args = append([]jen.Code{d.ctx}, args...)
 		} else {
 			args = append(args, jen.Id("now"))
 		}
@@ -625,12 +687,12 @@ func emitRoute(m *model.Model, i int, r model.Route, base int) jen.Code {
 		res = append(res,
 			setField("Decision", jen.Id("td").Dot("Decision")),
 			setField("Policy", jen.Id("httpPolicies").Index(jen.Id("td").Dot("Rule")).Index(planIdx)),
-			setField("Policies", jen.Id("httpRoutes").Index(jen.Lit(i)).Index(planIdx)),
+			setField("Policies", jen.Id(routes).Index(jen.Lit(i)).Index(planIdx)),
 			setField("Cost", jen.Id("cost")),
 			setField("Route", jen.Lit(r.Pattern)),
 			setField("Tier", jen.Lit(t.Name)),
 			setField("Rule", jen.Int().Call(jen.Id("td").Dot("Rule"))),
-			setField("Series", jen.Id(seriesVar(i)).Index(jen.Id("td").Dot("Rule"))),
+			setField("Series", jen.Id(d.seriesVar(i)).Index(jen.Id("td").Dot("Rule"))),
 		)
 	}
 	res = append(res, seed...)
@@ -641,32 +703,46 @@ func emitRoute(m *model.Model, i int, r model.Route, base int) jen.Code {
 		body = append(body, jen.Id("res").Dot(f.name).Op("=").Add(f.v))
 	}
 	body = append(body,
-		jen.Return(jen.Id("m").Dot("Config").Dot("Respond").Call(jen.Id("w"), jen.Id("r"), mode, jen.Op("&").Id("res"), keyArg)),
+		jen.Return(recv().Dot("Config").Dot("Respond").Call(append(slices.Clone(d.respond), mode, jen.Op("&").Id("res"), keyArg)...)),
 	)
 	what := "rule " + m.Rules[firstRule].Name
 	if r.Tier >= 0 {
 		what = "tier " + m.Tiers[r.Tier].Name
 	}
+	doc := fmt.Sprintf("%s checks %s (%s, %s) and reports whether the request may go on.", d.entryName(i), r.Pattern, what, strings.ToLower(r.Mode))
+	if d.prefix != "http" {
+		doc = fmt.Sprintf("%s checks a call of %s (%s, %s) and returns the status that ends it, or nil.", d.entryName(i), r.Pattern, what, strings.ToLower(r.Mode))
+	}
 	return jen.Line().
-		Add(comment(fmt.Sprintf("%s checks %s (%s, %s) and reports whether the request may go on.", routeFunc(i), r.Pattern, what, strings.ToLower(r.Mode)))).
-		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id(routeFunc(i)).Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("path").String()).Bool().Block(body...).Line()
+		Add(comment(doc)).
+		Func().Params(recv().Op("*").Id(d.typ)).Id(d.entryName(i)).Params(d.params...).Add(d.result).Block(body...).Line()
 }
 
-func emitPlanOf(m *model.Model) jen.Code {
-	h := m.HTTP
-	def := jen.Id(m.Plans[h.Plan.Default].GoName)
+// emitPlanOf is the plan method of d's type: the plan source's.
+func emitPlanOf(m *model.Model, d *door) jen.Code {
+	ps := d.plan
+	def := jen.Id(m.Plans[ps.Default].GoName)
 	var body []jen.Code
-	switch h.Plan.Kind {
+	switch ps.Kind {
 	case "func":
 		body = append(body,
-			jen.If(jen.List(jen.Id("p"), jen.Id("ok")).Op(":=").Id("m").Dot("hooks").Dot(h.Plan.Name).Call(jen.Id("r")), jen.Id("ok").Op("&&").Id("p").Op("<").Id("numPlans")).Block(jen.Return(jen.Id("p"))))
-	case "header":
+			jen.If(jen.List(jen.Id("p"), jen.Id("ok")).Op(":=").Add(d.r()).Dot("hooks").Dot(ps.Name).Call(d.req), jen.Id("ok").Op("&&").Id("p").Op("<").Id("numPlans")).Block(jen.Return(jen.Id("p"))))
+	case "header", "metadata":
+		src := lh("HeaderKey").Call(jen.Id("r"), jen.Lit(ps.Name))
+		if ps.Kind == "metadata" {
+			src = jen.Qual(grpcPath, "MetadataKey").Call(jen.Id("ctx"), jen.Lit(ps.Name))
+		}
 		body = append(body,
-			jen.If(jen.List(jen.Id("v"), jen.Id("ok")).Op(":=").Add(lh("HeaderKey")).Call(jen.Id("r"), jen.Lit(h.Plan.Name)), jen.Id("ok")).Block(
+			jen.If(jen.List(jen.Id("v"), jen.Id("ok")).Op(":=").Add(src), jen.Id("ok")).Block(
 				jen.If(jen.List(jen.Id("p"), jen.Id("ok")).Op(":=").Id("ParsePlan").Call(jen.Id("v")), jen.Id("ok")).Block(jen.Return(jen.Id("p")))))
 	}
 	body = append(body, jen.Return(def))
+	param := jen.Id("r").Add(req())
+	what := "request"
+	if d.prefix != "http" {
+		param, what = jen.Id("ctx").Qual("context", "Context"), "call"
+	}
 	return jen.Line().
-		Comment(fmt.Sprintf("plan is the request's plan, from %s:%s, or %s.", h.Plan.Kind, h.Plan.Name, m.Plans[h.Plan.Default].Name)).Line().
-		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("plan").Params(jen.Id("r").Add(req())).Id("Plan").Block(body...).Line()
+		Comment(fmt.Sprintf("plan is the %s's plan, from %s:%s, or %s.", what, ps.Kind, ps.Name, m.Plans[ps.Default].Name)).Line().
+		Func().Params(d.r().Op("*").Id(d.typ)).Id("plan").Params(param).Id("Plan").Block(body...).Line()
 }

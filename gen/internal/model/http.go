@@ -10,10 +10,25 @@ type HTTP struct {
 	Missing    int     // the status of a request no key source has a key for
 	Challenge  string  // the WWW-Authenticate value of a 401 for a missing key; empty: none
 	Plan       PlanSource
-	Hooks      []Hook     // the service's functions, in order of first use
-	Routes     []Route    // in policy order
-	Policies   [][]Policy // per rule, one per Limit (per plan when planned)
-	Costs      [][]int64  // per rule, the default cost per Limit
+	Hooks      []Hook  // the service's functions, in order of first use
+	Routes     []Route // in policy order
+}
+
+// GRPC is the policy's grpc: section, validated: what the generated
+// interceptors check for each method entry. Its Routes' Patterns are full
+// method names ("/pkg.Service/Method") or services ("pkg.Service"); their
+// key sources are ip, metadata (Name lower case), method, route and func;
+// their cost kinds "", "fixed" and "metadata"; their MissingBodies and
+// CostBody the status messages.
+type GRPC struct {
+	ClientIP   ClientIP
+	Metadata   string // the limithttp HeaderStyle constant: HeadersIETF or HeadersNone
+	Jitter     float64
+	LogDenials int64
+	Missing    string // the codes constant of a call no key source has a key for
+	Plan       PlanSource
+	Hooks      []Hook
+	Routes     []Route
 }
 
 // ClientIP is limithttp.ClientIP's configuration.
@@ -26,8 +41,8 @@ type ClientIP struct {
 
 // PlanSource is where a request's plan comes from.
 type PlanSource struct {
-	Kind    string // "func", "header", or "" (every request has the Default plan)
-	Name    string // the hook, or the canonical header name
+	Kind    string // "func", "header", "metadata", or "" (every request has the Default plan)
+	Name    string // the hook, the canonical header name, or the metadata key
 	Default int    // the plan index when the source has none
 }
 

@@ -21,7 +21,13 @@ type Model struct {
 	Plans     []Plan
 	Rules     []Rule
 	Tiers     []Tier
-	HTTP      *HTTP  // the http: section; nil when there is none
+	HTTP      *HTTP // the http: section; nil when there is none
+	GRPC      *GRPC // the grpc: section; nil when there is none
+	// Fields and Costs are, with a front door (HTTP or GRPC), every rule's
+	// RateLimit description and default cost, one per Limit (per plan when
+	// planned).
+	Fields    [][]Policy
+	Costs     [][]int64
 	Shared    int    // the number of shared limits (a shared rule's, one per plan when planned)
 	Doc       string // the package's doc comment
 	LimitsDoc string // the Limits type's doc comment
@@ -153,6 +159,7 @@ var ReservedIdents = []string{
 	"Plan", "ParsePlan", "ErrUnknownPlan", "TierDecision", "New", "Option", "WithStart", "Limits", "Default",
 	"RuleName", "Stats", "numPlans", "planNames", "ruleNames", "options",
 	"Middleware", "NewMiddleware", "Hooks", "ServeMux", "NewServeMux", "httpPolicies", "httpCosts", "httpRoutes", "httpPatterns",
+	"GRPC", "NewGRPC", "GRPCHooks", "grpcRoutes", "grpcSeries", "grpcMethod", "grpcService", "grpcEntries",
 	"WithStore", "sharedRules", "sharedState", "newSharedState", "TierResult", "SharedErr",
 }
 

@@ -38,7 +38,7 @@ func (p *parser) httpSection(n *yaml.Node, m *model.Model) *model.HTTP {
 	f, _ := p.mapping(n, httpFields, "the http section")
 	h := &model.HTTP{Headers: "HeadersIETF", LogDenials: 10, Missing: http.StatusBadRequest}
 	if c := f["client_ip"]; c != nil {
-		h.ClientIP = p.clientIP(c)
+		h.ClientIP = p.clientIP(c, "http")
 	}
 	if v := f["headers"]; v != nil {
 		styles := map[string]string{"ietf": "HeadersIETF", "legacy": "HeadersLegacy", "none": "HeadersNone"}
@@ -64,44 +64,18 @@ func (p *parser) httpSection(n *yaml.Node, m *model.Model) *model.HTTP {
 	if v := f["missing_key"]; v != nil {
 		p.missingKey(v, h)
 	}
-	hooks := map[string]*hookUse{}
-	addHook := func(at *yaml.Node, name, typ string) bool {
-		if u, ok := hooks[name]; ok {
-			if u.typ != typ {
-				p.errorf(at, "http: func:%s returns %s here but %s at line %d; a hook has one type, use two names", name, goType(typ), goType(u.typ), u.line)
-				return false
-			}
-			return true
-		}
-		if !identRe.MatchString(name) || token.IsKeyword(name) || !token.IsExported(name) {
-			p.errorf(at, "http: func:%s: a hook's name is an exported Go identifier (a field of the generated Hooks), such as func:UserID", name)
-			return false
-		}
-		hooks[name] = &hookUse{typ: typ, line: at.Line}
-		h.Hooks = append(h.Hooks, model.Hook{Name: name, Type: typ})
-		return true
-	}
+	addHook := p.hookSet("http", "Hooks", &h.Hooks)
 	if v := f["plan"]; v != nil {
-		h.Plan = p.planSource(v, m, addHook)
+		h.Plan = p.planSource(v, m, "http", addHook)
+	}
+	source := func(s *yaml.Node, r model.Rule, what string) (model.KeySource, bool) {
+		return p.keySource(s, r, what, addHook)
 	}
 	defaults := map[int][]model.KeySource{}
 	if v := f["keys"]; v != nil {
-		defaults = p.keyMap(v, m, "http: keys", addHook)
+		defaults = p.keyMap(v, m, "http: keys", source)
 	}
-	for i, r := range m.Rules {
-		h.Policies = append(h.Policies, nil)
-		h.Costs = append(h.Costs, nil)
-		for _, l := range r.Limits {
-			pol, err := limithttp.NewPolicy(r.Name, l.Atomic())
-			if err != nil {
-				p.errorf(nil, "rule %q: %v", r.Name, err)
-				continue
-			}
-			h.Policies[i] = append(h.Policies[i], model.Policy{Name: pol.Name, Quota: pol.Quota, Window: pol.Window,
-				Item: pol.Item, Prefix: pol.Prefix, Problem: pol.Problem, TooCostly: pol.TooCostly})
-			h.Costs[i] = append(h.Costs[i], l.Cost)
-		}
-	}
+	p.fieldPolicies(m)
 	routes := f["routes"]
 	if routes == nil {
 		p.errorf(n, "http: no routes; map ServeMux patterns to rules or tiers, such as routes: [{pattern: \"POST /v1/upload\", rule: Upload}]")
@@ -114,7 +88,7 @@ func (p *parser) httpSection(n *yaml.Node, m *model.Model) *model.HTTP {
 	}
 	mux, lines := http.NewServeMux(), map[string]int{}
 	for i, item := range items {
-		if r, ok := p.route(item, i+1, m, h, defaults, mux, lines, addHook); ok {
+		if r, ok := p.route(item, i+1, m, h, defaults, mux, lines, source); ok {
 			h.Routes = append(h.Routes, r)
 		}
 	}
@@ -135,6 +109,49 @@ type hookUse struct {
 	line int
 }
 
+// hookSet returns the function that adds a func: source's hook to list, a
+// field of the generated struct typ: each name has one type.
+func (p *parser) hookSet(door, typ string, list *[]model.Hook) func(at *yaml.Node, name, typ string) bool {
+	hooks := map[string]*hookUse{}
+	return func(at *yaml.Node, name, t string) bool {
+		if u, ok := hooks[name]; ok {
+			if u.typ != t {
+				p.errorf(at, "%s: func:%s returns %s here but %s at line %d; a hook has one type, use two names", door, name, goType(t), goType(u.typ), u.line)
+				return false
+			}
+			return true
+		}
+		if !identRe.MatchString(name) || token.IsKeyword(name) || !token.IsExported(name) {
+			p.errorf(at, "%s: func:%s: a hook's name is an exported Go identifier (a field of the generated %s), such as func:UserID", door, name, typ)
+			return false
+		}
+		hooks[name] = &hookUse{typ: t, line: at.Line}
+		*list = append(*list, model.Hook{Name: name, Type: t})
+		return true
+	}
+}
+
+// fieldPolicies computes, once for both front doors, every rule's
+// RateLimit description and default cost per limit (m.Fields, m.Costs).
+func (p *parser) fieldPolicies(m *model.Model) {
+	if m.Fields != nil {
+		return
+	}
+	m.Fields, m.Costs = make([][]model.Policy, len(m.Rules)), make([][]int64, len(m.Rules))
+	for i, r := range m.Rules {
+		for _, l := range r.Limits {
+			pol, err := limithttp.NewPolicy(r.Name, l.Atomic())
+			if err != nil {
+				p.errorf(nil, "rule %q: %v", r.Name, err)
+				continue
+			}
+			m.Fields[i] = append(m.Fields[i], model.Policy{Name: pol.Name, Quota: pol.Quota, Window: pol.Window,
+				Item: pol.Item, Prefix: pol.Prefix, Problem: pol.Problem, TooCostly: pol.TooCostly})
+			m.Costs[i] = append(m.Costs[i], l.Cost)
+		}
+	}
+}
+
 func goType(t string) string {
 	if t == "Plan" {
 		return "a Plan"
@@ -142,8 +159,8 @@ func goType(t string) string {
 	return "a " + t + " key"
 }
 
-func (p *parser) clientIP(n *yaml.Node) model.ClientIP {
-	f, _ := p.mapping(n, clientIPFields, "http: client_ip")
+func (p *parser) clientIP(n *yaml.Node, door string) model.ClientIP {
+	f, _ := p.mapping(n, clientIPFields, door+": client_ip")
 	var c model.ClientIP
 	if v := f["trusted_proxies"]; v != nil {
 		for _, item := range p.sequence(v, "http: client_ip: trusted_proxies") {
@@ -155,9 +172,9 @@ func (p *parser) clientIP(n *yaml.Node) model.ClientIP {
 			}
 			switch {
 			case err != nil:
-				p.errorf(item, "http: trusted proxy %q is not a network or an address, such as 10.0.0.0/8 or 2001:db8::/32", item.Value)
+				p.errorf(item, door+": trusted proxy %q is not a network or an address, such as 10.0.0.0/8 or 2001:db8::/32", item.Value)
 			case pfx.Addr().Is4In6():
-				p.errorf(item, "http: trusted proxy %q is an IPv4-mapped network; write it as IPv4 (requests are keyed by unmapped addresses)", item.Value)
+				p.errorf(item, door+": trusted proxy %q is an IPv4-mapped network; write it as IPv4 (requests are keyed by unmapped addresses)", item.Value)
 			default:
 				c.TrustedProxies = append(c.TrustedProxies, pfx.Masked().String())
 			}
@@ -169,7 +186,7 @@ func (p *parser) clientIP(n *yaml.Node) model.ClientIP {
 		case "forwarded":
 			c.Forwarded = true
 		default:
-			p.errorf(v, "http: client_ip header %q: use x-forwarded-for or forwarded (RFC 7239)", v.Value)
+			p.errorf(v, door+": client_ip header %q: use x-forwarded-for or forwarded (RFC 7239)", v.Value)
 		}
 	}
 	bits := func(field string, most int) int {
@@ -179,7 +196,7 @@ func (p *parser) clientIP(n *yaml.Node) model.ClientIP {
 		}
 		b, err := strconv.Atoi(v.Value)
 		if err != nil || b < 1 || b > most {
-			p.errorf(v, "http: client_ip %s %q: a prefix length from 1 to %d", field, v.Value, most)
+			p.errorf(v, door+": client_ip %s %q: a prefix length from 1 to %d", field, v.Value, most)
 			return 0
 		}
 		return b
@@ -188,27 +205,31 @@ func (p *parser) clientIP(n *yaml.Node) model.ClientIP {
 	return c
 }
 
-func (p *parser) planSource(n *yaml.Node, m *model.Model, addHook func(*yaml.Node, string, string) bool) model.PlanSource {
+func (p *parser) planSource(n *yaml.Node, m *model.Model, door string, addHook func(*yaml.Node, string, string) bool) model.PlanSource {
 	var ps model.PlanSource
+	hdr := "header" // where a trusted upstream can set it
+	if door == "grpc" {
+		hdr = "metadata"
+	}
 	if len(m.Plans) == 0 {
-		p.errorf(n, "http: plan given, but the policy declares no plans")
+		p.errorf(n, "%s: plan given, but the policy declares no plans", door)
 		return ps
 	}
-	f, _ := p.mapping(n, planSrcFields, "http: plan")
+	f, _ := p.mapping(n, planSrcFields, door+": plan")
 	names := make([]string, len(m.Plans))
 	for i, pl := range m.Plans {
 		names[i] = pl.Name
 	}
 	if d := f["default"]; d == nil {
-		p.errorf(n, "http: plan needs a default (the plan of a request the source has none for), such as default: %s", names[0])
+		p.errorf(n, door+": plan needs a default (the plan of a request the source has none for), such as default: %s", names[0])
 	} else if i := slices.Index(names, d.Value); i < 0 {
-		p.errorf(d, "http: plan default %q is not one of the plans (%s)", d.Value, strings.Join(names, ", "))
+		p.errorf(d, door+": plan default %q is not one of the plans (%s)", d.Value, strings.Join(names, ", "))
 	} else {
 		ps.Default = i
 	}
 	from := f["from"]
 	if from == nil {
-		p.errorf(n, "http: plan needs from: func:Name (your auth decides) or header:Name with trusted: true")
+		p.errorf(n, "%s: plan needs from: func:Name (your auth decides) or %s:Name with trusted: true", door, hdr)
 		return ps
 	}
 	kind, name, _ := strings.Cut(from.Value, ":")
@@ -217,25 +238,37 @@ func (p *parser) planSource(n *yaml.Node, m *model.Model, addHook func(*yaml.Nod
 		if addHook(from, name, "Plan") {
 			ps.Kind, ps.Name = "func", name
 		}
-	case "header":
-		t := f["trusted"]
-		if t == nil || t.Value != "true" {
-			p.errorf(from, "http: plan from %s: a client can send any plan in a header; take it from func:Name, or add trusted: true if only a trusted upstream sets it", from.Value)
+	case "header", "metadata":
+		if kind != hdr {
+			p.errorf(from, "%s: plan from %q: use func:Name or %s:Name", door, from.Value, hdr)
 			return ps
 		}
+		t := f["trusted"]
+		if t == nil || t.Value != "true" {
+			p.errorf(from, "%s: plan from %s: a client can send any plan in %s; take it from func:Name, or add trusted: true if only a trusted upstream sets it", door, from.Value, map[string]string{"header": "a header", "metadata": "metadata"}[hdr])
+			return ps
+		}
+		if kind == "metadata" {
+			if msg := metadataName(name); msg != "" {
+				p.errorf(from, "%s: plan from %s: %s", door, from.Value, msg)
+				return ps
+			}
+			ps.Kind, ps.Name = kind, strings.ToLower(name)
+			break
+		}
 		if !validHeaderName(name) {
-			p.errorf(from, "http: plan from %s: %q is not a header name", from.Value, name)
+			p.errorf(from, door+": plan from %s: %q is not a header name", from.Value, name)
 			return ps
 		}
 		ps.Kind, ps.Name = "header", http.CanonicalHeaderKey(name)
 	default:
-		p.errorf(from, "http: plan from %q: use func:Name or header:Name", from.Value)
+		p.errorf(from, "%s: plan from %q: use func:Name or %s:Name", door, from.Value, hdr)
 	}
 	return ps
 }
 
 // keyMap reads a mapping from rule names to key-source lists.
-func (p *parser) keyMap(n *yaml.Node, m *model.Model, what string, addHook func(*yaml.Node, string, string) bool) map[int][]model.KeySource {
+func (p *parser) keyMap(n *yaml.Node, m *model.Model, what string, source func(*yaml.Node, model.Rule, string) (model.KeySource, bool)) map[int][]model.KeySource {
 	out := map[int][]model.KeySource{}
 	if n.Kind != yaml.MappingNode {
 		p.errorf(n, "%s must map rule names to key sources, such as PerUser: [func:UserID, ip]", what)
@@ -275,7 +308,7 @@ func (p *parser) keyMap(n *yaml.Node, m *model.Model, what string, addHook func(
 		}
 		var srcs []model.KeySource
 		for _, s := range list {
-			if src, ok := p.keySource(s, r, what, addHook); ok {
+			if src, ok := source(s, r, what); ok {
 				srcs = append(srcs, src)
 			}
 		}
@@ -349,7 +382,7 @@ func validHeaderName(s string) bool {
 // pattern that does not parse or conflicts with an earlier one is refused
 // with net/http's own reason.
 func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP, defaults map[int][]model.KeySource,
-	mux *http.ServeMux, lines map[string]int, addHook func(*yaml.Node, string, string) bool) (model.Route, bool) {
+	mux *http.ServeMux, lines map[string]int, source func(*yaml.Node, model.Rule, string) (model.KeySource, bool)) (model.Route, bool) {
 	f, _ := p.mapping(n, routeFields, "a route")
 	r := model.Route{Ordinal: ordinal, Rule: -1, Tier: -1, Mode: "Enforce"}
 	pat := f["pattern"]
@@ -410,7 +443,7 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 	}
 	own := map[int][]model.KeySource{}
 	if v := f["keys"]; v != nil {
-		own = p.keyMap(v, m, what+": keys", addHook)
+		own = p.keyMap(v, m, what+": keys", source)
 	}
 	pp, _ := limithttp.ParsePattern(r.Pattern) // registerPattern reported it when it does not parse
 	for _, ri := range r.Rules {
@@ -422,7 +455,11 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 		}
 		srcs, ok := own[ri]
 		if !ok {
-			srcs = defaults[ri]
+			srcs, ok = defaults[ri]
+		}
+		if len(srcs) == 0 && ok { // its sources were refused, each with its reason
+			valid = false
+			continue
 		}
 		if len(srcs) == 0 {
 			p.errorf(pat, "%s: rule %q is keyed (%s) but has no key source; add it under http: keys or the route's keys, such as %s: [func:UserID]", what, rule.Name, rule.KeyType, rule.Name)
@@ -467,7 +504,7 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 	for pl := range lists {
 		var items []string
 		for _, ri := range r.Rules {
-			pols := h.Policies[ri]
+			pols := m.Fields[ri]
 			if len(pols) == 0 {
 				continue
 			}

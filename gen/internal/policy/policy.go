@@ -27,6 +27,7 @@ type policyDoc struct {
 	rules []*ruleDoc
 	tiers []*tierDoc
 	http  *yaml.Node
+	grpc  *yaml.Node
 	node  *yaml.Node
 }
 
@@ -50,7 +51,7 @@ type tierDoc struct {
 }
 
 var (
-	topFields  = []string{"package", "namespace", "plans", "rules", "tiers", "http"}
+	topFields  = []string{"package", "namespace", "plans", "rules", "tiers", "http", "grpc"}
 	ruleFields = []string{"name", "key", "rate", "tokens_per_second", "rps", "burst", "refill", "aligned", "initial", "cost", "max_keys", "at_cap", "plans", "shared", "on_failure", "local_share", "lease"}
 	planFields = []string{"rate", "tokens_per_second", "rps", "burst", "initial", "cost"}
 	tierFields = []string{"name", "rules"}
@@ -115,6 +116,7 @@ func (p *parser) parse(src []byte) *policyDoc {
 	doc.ns = fields["namespace"]
 	doc.plans = fields["plans"]
 	doc.http = fields["http"]
+	doc.grpc = fields["grpc"]
 	if n := fields["rules"]; n != nil {
 		for _, item := range p.sequence(n, "rules") {
 			doc.rules = append(doc.rules, p.ruleDoc(item))

@@ -46,6 +46,9 @@ func TestSchemaMatchesParser(t *testing.T) {
 		{"plan source", keys(s.Definitions["planSource"].Properties), planSrcFields},
 		{"route", keys(s.Definitions["route"].Properties), routeFields},
 		{"cost source", keys(s.Definitions["costSource"].Properties), costFields},
+		{"grpc", keys(s.Definitions["grpc"].Properties), grpcFields},
+		{"grpc method", keys(s.Definitions["grpcMethod"].Properties), grpcEntryFields},
+		{"grpc cost source", keys(s.Definitions["grpcCostSource"].Properties), costFields},
 	} {
 		if !slices.Equal(c.schema, sorted(c.code)) {
 			t.Errorf("%s: schema has %v, parser knows %v", c.where, c.schema, sorted(c.code))

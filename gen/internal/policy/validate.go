@@ -136,6 +136,9 @@ func (p *parser) validate(doc *policyDoc) *model.Model {
 	if doc.http != nil && len(p.diags) == 0 {
 		m.HTTP = p.httpSection(doc.http, m)
 	}
+	if doc.grpc != nil && len(p.diags) == 0 {
+		m.GRPC = p.grpcSection(doc.grpc, m)
+	}
 	modelDocs(m)
 	return m
 }

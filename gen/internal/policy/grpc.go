@@ -1,0 +1,399 @@
+package policy
+
+import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/limitgen/limitgen/gen/internal/model"
+	"go.yaml.in/yaml/v3"
+)
+
+var (
+	grpcFields      = []string{"client_ip", "metadata", "jitter", "log_denials", "missing_key", "plan", "keys", "methods"}
+	grpcEntryFields = []string{"method", "service", "rule", "tier", "keys", "cost", "mode"}
+	grpcKeyKinds    = []string{"ip", "metadata", "method", "route", "func"}
+	// grpcMissing are the status codes a call without a key may end with, by
+	// the name the policy gives them, and their codes constants.
+	grpcMissing = map[string]string{
+		"invalid_argument":    "InvalidArgument",
+		"unauthenticated":     "Unauthenticated",
+		"permission_denied":   "PermissionDenied",
+		"failed_precondition": "FailedPrecondition",
+	}
+)
+
+// grpcSection validates the grpc: section against the rules and tiers: the
+// methods and services the generated interceptors check, and where their
+// keys, cost and plan come from.
+func (p *parser) grpcSection(n *yaml.Node, m *model.Model) *model.GRPC {
+	f, _ := p.mapping(n, grpcFields, "the grpc section")
+	g := &model.GRPC{Metadata: "HeadersIETF", LogDenials: 10, Missing: "InvalidArgument"}
+	if c := f["client_ip"]; c != nil {
+		g.ClientIP = p.clientIP(c, "grpc")
+	}
+	if v := f["metadata"]; v != nil {
+		switch v.Value {
+		case "ietf":
+		case "none":
+			g.Metadata = "HeadersNone"
+		default:
+			p.errorf(v, "grpc: metadata %q: use ietf (ratelimit-policy and ratelimit in the response's header metadata) or none", v.Value)
+		}
+	}
+	if v := f["jitter"]; v != nil {
+		j, err := strconv.ParseFloat(v.Value, 64)
+		if err != nil || v.Kind != yaml.ScalarNode || !(j >= 0 && j <= 1) {
+			p.errorf(v, "grpc: jitter %q: a fraction of the wait from 0 to 1, such as 0.5", v.Value)
+		} else {
+			g.Jitter = j
+		}
+	}
+	if v := f["log_denials"]; v != nil {
+		if n, ok := p.int(v, "grpc", "log_denials", 0); ok {
+			g.LogDenials = n
+		}
+	}
+	if v := f["missing_key"]; v != nil {
+		if c, ok := grpcMissing[v.Value]; ok && v.Kind == yaml.ScalarNode {
+			g.Missing = c
+		} else {
+			names := slices.Sorted(func(yield func(string) bool) {
+				for k := range grpcMissing {
+					if !yield(k) {
+						return
+					}
+				}
+			})
+			p.errorf(v, "grpc: missing_key %q: the status of a call without a key: one of %s", v.Value, strings.Join(names, ", "))
+		}
+	}
+	addHook := p.hookSet("grpc", "GRPCHooks", &g.Hooks)
+	if v := f["plan"]; v != nil {
+		g.Plan = p.planSource(v, m, "grpc", addHook)
+	}
+	source := func(s *yaml.Node, r model.Rule, what string) (model.KeySource, bool) {
+		return p.grpcKeySource(s, r, what, addHook)
+	}
+	defaults := map[int][]model.KeySource{}
+	if v := f["keys"]; v != nil {
+		defaults = p.keyMap(v, m, "grpc: keys", source)
+	}
+	p.fieldPolicies(m)
+	methods := f["methods"]
+	if methods == nil {
+		p.errorf(n, "grpc: no methods; map full method names or services to rules or tiers, such as methods: [{method: /shop.v1.Cart/Checkout, rule: PerUser}, {service: shop.v1.Catalog, tier: API}]")
+		return g
+	}
+	items := p.sequence(methods, "grpc: methods")
+	if len(items) > maxRoutes {
+		p.errorf(items[maxRoutes], "grpc: %d methods; at most %d", len(items), maxRoutes)
+		return g
+	}
+	lines := map[string]int{}
+	for i, item := range items {
+		if r, ok := p.grpcEntry(item, i+1, m, g, defaults, lines, source); ok {
+			g.Routes = append(g.Routes, r)
+		}
+	}
+	planned := false
+	for _, r := range g.Routes {
+		for _, ri := range r.Rules {
+			planned = planned || m.Rules[ri].Planned
+		}
+	}
+	if planned && g.Plan.Kind == "" && f["plan"] == nil {
+		p.errorf(n, "grpc: methods check rules whose numbers differ by plan, but no plan source is given; add plan: {from: func:PlanOf, default: %s}", m.Plans[0].Name)
+	}
+	return g
+}
+
+// grpcName reports why s is not a gRPC name (a package-qualified service,
+// or a method): "" when it is one. Each dot-separated part is an identifier,
+// as protobuf's are.
+func grpcName(s string) string {
+	if s == "" {
+		return "empty"
+	}
+	for _, part := range strings.Split(s, ".") {
+		if !protoIdent(part) {
+			return fmt.Sprintf("%q is not a protobuf identifier", part)
+		}
+	}
+	return ""
+}
+
+func protoIdent(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_' || i > 0 && c >= '0' && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// metadataName reports why s is not a gRPC metadata key a policy may read:
+// "" when it is one. Keys are lower case on the wire (they are compared as
+// such: the policy's are lowered), of digits, letters, -, _ and .; the grpc-
+// prefix is gRPC's own, and -bin keys carry bytes, not text.
+func metadataName(s string) string {
+	low := strings.ToLower(s)
+	switch {
+	case s == "" || len(s) > 128:
+		return "a metadata key is 1 to 128 characters, such as x-tenant"
+	case strings.HasPrefix(low, "grpc-"):
+		return fmt.Sprintf("%q: keys starting grpc- are gRPC's own", s)
+	case strings.HasSuffix(low, "-bin"):
+		return fmt.Sprintf("%q: a -bin key holds bytes; read a text key", s)
+	case strings.HasPrefix(s, ":"):
+		return fmt.Sprintf("%q is a pseudo-header, not metadata", s)
+	}
+	for i := 0; i < len(low); i++ {
+		c := low[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return fmt.Sprintf("%q is not a metadata key (digits, letters, -, _ and . only)", s)
+		}
+	}
+	return ""
+}
+
+// grpcKeySource reads one key source of a grpc: section for rule r.
+func (p *parser) grpcKeySource(n *yaml.Node, r model.Rule, what string, addHook func(*yaml.Node, string, string) bool) (model.KeySource, bool) {
+	kind, name, hasName := strings.Cut(n.Value, ":")
+	bad := func(format string, args ...any) (model.KeySource, bool) {
+		p.errorf(n, "%s: rule %q: key source %q: "+format, append([]any{what, r.Name, n.Value}, args...)...)
+		return model.KeySource{}, false
+	}
+	if n.Kind != yaml.ScalarNode {
+		return bad("a key source is a string, such as ip, metadata:x-tenant or func:UserID")
+	}
+	integer := r.KeyType != "string"
+	switch kind {
+	case "ip", "method", "route":
+		if hasName {
+			return bad("%s takes no name", kind)
+		}
+		if kind == "route" && !integer {
+			return bad("route keys by the entry's number, for integer keys; use method for a string key")
+		}
+		if kind != "route" && integer {
+			return bad("%s gives a string, but the rule's key is %s", kind, r.KeyType)
+		}
+		return model.KeySource{Kind: kind}, true
+	case "metadata":
+		if msg := metadataName(name); msg != "" {
+			return bad("%s", msg)
+		}
+		return model.KeySource{Kind: kind, Name: strings.ToLower(name)}, true
+	case "func":
+		if !addHook(n, name, r.KeyType) {
+			return model.KeySource{}, false
+		}
+		return model.KeySource{Kind: kind, Name: name}, true
+	}
+	msg := "use one of ip (the peer, behind client_ip's trusted proxies), metadata:name, method, route, func:Name"
+	if s := didYouMean(kind, grpcKeyKinds); s != "" {
+		msg = fmt.Sprintf("did you mean %s? (%s)", s, msg)
+	} else if kind == "header" {
+		msg = "a gRPC call has metadata, not headers: metadata:" + strings.ToLower(name)
+	}
+	return bad("%s", msg)
+}
+
+// grpcEntry validates one entry of grpc: methods; lines holds the entries
+// before it (full methods, and services as "pkg.Service/"), by line.
+func (p *parser) grpcEntry(n *yaml.Node, ordinal int, m *model.Model, g *model.GRPC, defaults map[int][]model.KeySource,
+	lines map[string]int, source func(*yaml.Node, model.Rule, string) (model.KeySource, bool)) (model.Route, bool) {
+	f, _ := p.mapping(n, grpcEntryFields, "a grpc method")
+	r := model.Route{Ordinal: ordinal, Rule: -1, Tier: -1, Mode: "Enforce"}
+	method, service := f["method"], f["service"]
+	var at *yaml.Node
+	var seen string
+	switch {
+	case (method == nil) == (service == nil):
+		p.errorf(n, "a grpc method entry needs method: (a full method name, such as /shop.v1.Cart/Checkout) or service: (all of a service's methods, such as shop.v1.Cart), one of them")
+		return r, false
+	case method != nil:
+		at = method
+		r.Pattern = method.Value
+		svc, meth, ok := strings.Cut(strings.TrimPrefix(method.Value, "/"), "/")
+		switch {
+		case !ok || !strings.HasPrefix(method.Value, "/"):
+			p.errorf(method, "grpc: method %q: a full method name is /package.Service/Method, as grpc.UnaryServerInfo.FullMethod writes it", method.Value)
+			return r, false
+		case grpcName(svc) != "":
+			p.errorf(method, "grpc: method %q: service %s", method.Value, grpcName(svc))
+			return r, false
+		case !protoIdent(meth):
+			p.errorf(method, "grpc: method %q: %q is not a method name (a protobuf identifier)", method.Value, meth)
+			return r, false
+		}
+		seen = method.Value
+	default:
+		at = service
+		r.Pattern = service.Value
+		if strings.Contains(service.Value, "/") {
+			p.errorf(service, "grpc: service %q: a service is package.Service, with no slash; a single method is method: /package.Service/Method", service.Value)
+			return r, false
+		}
+		if msg := grpcName(service.Value); msg != "" {
+			p.errorf(service, "grpc: service %q: %s", service.Value, msg)
+			return r, false
+		}
+		seen = service.Value + "/"
+	}
+	if line, dup := lines[seen]; dup {
+		p.errorf(at, "grpc: %q is given twice (first at line %d); one entry decides a call", r.Pattern, line)
+		return r, false
+	}
+	lines[seen] = at.Line
+	what := fmt.Sprintf("grpc %s %q", map[bool]string{true: "method", false: "service"}[method != nil], r.Pattern)
+	valid := true
+	switch rule, tier := f["rule"], f["tier"]; {
+	case (rule == nil) == (tier == nil):
+		p.errorf(n, "%s: give either rule: or tier: (what the calls check)", what)
+		return r, false
+	case rule != nil:
+		for i, x := range m.Rules {
+			if x.Name == rule.Value {
+				r.Rule, r.Rules = i, []int{i}
+			}
+		}
+		if r.Rule < 0 {
+			p.errorf(rule, "%s: no rule named %q", what, rule.Value)
+			return r, false
+		}
+	default:
+		for i, x := range m.Tiers {
+			if x.Name == tier.Value {
+				r.Tier, r.Rules = i, x.Rules
+			}
+		}
+		if r.Tier < 0 {
+			p.errorf(tier, "%s: no tier named %q", what, tier.Value)
+			return r, false
+		}
+	}
+	if v := f["mode"]; v != nil {
+		modes := map[string]string{"enforce": "Enforce", "shadow": "Shadow", "off": "Off"}
+		if s, ok := modes[v.Value]; ok {
+			r.Mode = s
+		} else {
+			p.errorf(v, "%s: mode %q: use enforce, shadow (decide and report, never deny) or off", what, v.Value)
+			valid = false
+		}
+	}
+	own := map[int][]model.KeySource{}
+	if v := f["keys"]; v != nil {
+		own = p.keyMap(v, m, what+": keys", source)
+	}
+	for _, ri := range r.Rules {
+		rule := m.Rules[ri]
+		if rule.KeyType == "" {
+			r.Keys = append(r.Keys, nil)
+			r.MissingBodies = append(r.MissingBodies, "")
+			continue
+		}
+		srcs, ok := own[ri]
+		if !ok {
+			srcs, ok = defaults[ri]
+		}
+		if len(srcs) == 0 && ok { // its sources were refused, each with its reason
+			valid = false
+			continue
+		}
+		if len(srcs) == 0 {
+			p.errorf(at, "%s: rule %q is keyed (%s) but has no key source; add it under grpc: keys or the entry's keys, such as %s: [func:UserID]", what, rule.Name, rule.KeyType, rule.Name)
+			valid = false
+			continue
+		}
+		var from []string
+		for _, s := range srcs {
+			if s.Kind == "route" && !routeFits(ordinal, rule.KeyType) {
+				p.errorf(at, "%s: entry number %d does not fit rule %q's %s key", what, ordinal, rule.Name, rule.KeyType)
+				valid = false
+			}
+			from = append(from, describeGRPCSource(s))
+		}
+		r.Keys = append(r.Keys, srcs)
+		r.MissingBodies = append(r.MissingBodies, "the call has no key for rule "+rule.Name+": "+what+" reads it from "+strings.Join(from, ", then "))
+	}
+	if v := f["cost"]; v != nil {
+		valid = p.grpcCost(v, &r, what) && valid
+	}
+	planned := false
+	for _, ri := range r.Rules {
+		planned = planned || m.Rules[ri].Planned
+	}
+	lists := 1
+	if planned {
+		lists = len(m.Plans)
+	}
+	for pl := range lists {
+		var items []string
+		for _, ri := range r.Rules {
+			if pols := m.Fields[ri]; len(pols) > 0 {
+				items = append(items, pols[min(pl, len(pols)-1)].Item)
+			}
+		}
+		r.PolicyLists = append(r.PolicyLists, strings.Join(items, ", "))
+	}
+	return r, valid
+}
+
+func describeGRPCSource(s model.KeySource) string {
+	switch s.Kind {
+	case "ip":
+		return "the client address"
+	case "method", "route":
+		return "the method"
+	case "func":
+		return "the caller's identity, as the service establishes it"
+	}
+	return "metadata " + s.Name
+}
+
+// grpcCost reads an entry's cost: a number, or {from: metadata:name, default,
+// max}.
+func (p *parser) grpcCost(n *yaml.Node, r *model.Route, what string) bool {
+	if n.Kind == yaml.ScalarNode {
+		c, ok := p.int(n, what, "cost", 1)
+		if ok {
+			r.CostKind, r.CostFixed = "fixed", c
+		}
+		return ok
+	}
+	f, _ := p.mapping(n, costFields, what+": cost")
+	from, def, most := f["from"], f["default"], f["max"]
+	if from == nil || def == nil || most == nil {
+		p.errorf(n, "%s: cost needs from (metadata:name), default (for an absent or unreadable value) and max (the most a call may declare)", what)
+		return false
+	}
+	kind, name, _ := strings.Cut(from.Value, ":")
+	if kind != "metadata" {
+		p.errorf(from, "%s: cost from %q: use metadata:name", what, from.Value)
+		return false
+	}
+	if msg := metadataName(name); msg != "" {
+		p.errorf(from, "%s: cost from %q: %s", what, from.Value, msg)
+		return false
+	}
+	r.CostKind, r.CostName = kind, strings.ToLower(name)
+	d, ok1 := p.int(def, what, "cost default", 1)
+	x, ok2 := p.int(most, what, "cost max", 1)
+	if !ok1 || !ok2 {
+		return false
+	}
+	if d > x {
+		p.errorf(def, "%s: cost default %d is above max %d", what, d, x)
+		return false
+	}
+	r.CostFixed, r.CostMax = d, x
+	r.CostBody = fmt.Sprintf("the call's declared cost (metadata %s) is above the most a call may cost on %s: %d", r.CostName, what, x)
+	return true
+}
