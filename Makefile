@@ -27,6 +27,7 @@ generate:
 	$(GO) generate ./...
 	$(GO) run ./gen -policy bench/httppolicy.yaml -out bench/httplimits
 	$(GO) run ./gen -policy bench/sharedpolicy.yaml -out bench/sharedlimits
+	$(GO) run ./gen -policy bench/grpcpolicy.yaml -out bench/grpclimits
 	$(GO) run ./gen -policy internal/storetest/sharedpolicy.yaml -out internal/sharedlimits
 	$(GO) run ./gen -policy internal/storetest/rolling/v1.yaml -out internal/rolling/v1
 	$(GO) run ./gen -policy internal/storetest/rolling/v2.yaml -out internal/rolling/v2
@@ -48,6 +49,7 @@ check:
 	$(GO) run ./gen -check
 	$(GO) run ./gen -policy bench/httppolicy.yaml -out bench/httplimits -check
 	$(GO) run ./gen -policy bench/sharedpolicy.yaml -out bench/sharedlimits -check
+	$(GO) run ./gen -policy bench/grpcpolicy.yaml -out bench/grpclimits -check
 	$(GO) run ./gen -policy internal/storetest/sharedpolicy.yaml -out internal/sharedlimits -check
 	$(GO) run ./gen -policy internal/storetest/rolling/v1.yaml -out internal/rolling/v1 -check
 	$(GO) run ./gen -policy internal/storetest/rolling/v2.yaml -out internal/rolling/v2 -check

@@ -13,9 +13,11 @@ tool golang.org/x/perf/cmd/benchstat
 require (
 	github.com/go-chi/httprate v0.16.1
 	github.com/go-redis/redis_rate/v10 v10.0.1
+	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.4
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/juju/ratelimit v1.0.2
 	github.com/limitgen/limitgen v0.0.0
+	github.com/limitgen/limitgen/limitgrpc v0.0.0-00010101000000-000000000000
 	github.com/limitgen/limitgen/limitotel v0.0.0-00010101000000-000000000000
 	github.com/limitgen/limitgen/limitprom v0.0.0-00010101000000-000000000000
 	github.com/limitgen/limitgen/pgstore v0.0.0-00010101000000-000000000000
@@ -28,6 +30,7 @@ require (
 	github.com/ulule/limiter/v3 v3.11.2
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	golang.org/x/time v0.16.0
+	google.golang.org/grpc v1.85.0
 )
 
 require (
@@ -57,13 +60,17 @@ require (
 	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/perf v0.0.0-20260908200009-22c9c6c9d4da // indirect
 	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261104224025-d1e00e9f33ab // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
 replace github.com/limitgen/limitgen/limitprom => ../limitprom
 
 replace github.com/limitgen/limitgen/limitotel => ../limitotel
+
+replace github.com/limitgen/limitgen/limitgrpc => ../limitgrpc

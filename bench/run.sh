@@ -7,7 +7,7 @@
 # headline is each part beside its peers, in a few minutes: the generated
 # package beside the runtime under it, the local check (one bucket; a table of
 # 1e3 keys), the HTTP middleware (and with a metrics collector read every
-# 10 ms), a shared check on
+# 10 ms), the gRPC interceptors (alone, and in a call on loopback), a shared check on
 # Redis at 64 callers and on PostgreSQL (hot key, 16 callers). full is every
 # benchmark of the package (about 3 minutes a run on 2 cores).
 #
@@ -28,6 +28,8 @@ headline)
     '^BenchmarkKeyed$/^keys=1e\+03$'
     '^BenchmarkHTTP$'
     '^BenchmarkHTTPCollector$'
+    '^BenchmarkGRPC$'
+    '^BenchmarkGRPCLoopback$'
     '^BenchmarkRedis$/^callers=64$'
     '^BenchmarkPostgres$/^keys=1$/^callers=16$'
   ) ;;

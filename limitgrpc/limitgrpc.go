@@ -65,7 +65,53 @@ type Config struct {
 	Counters *limithttp.Counters
 
 	core    atomic.Pointer[limithttp.Config]
+	mds     unsafe.Pointer // *[mdSlots]atomic.Pointer[mdEntry], made on first use
 	denials unsafe.Pointer // *[denialSlots]atomic.Pointer[denial], made on first denial
+}
+
+// slots returns the table *p points to, making it on first use.
+func slots[E any, T ~[256]atomic.Pointer[E] | ~[512]atomic.Pointer[E]](p *unsafe.Pointer) *T {
+	t := (*T)(atomic.LoadPointer(p))
+	if t == nil {
+		atomic.CompareAndSwapPointer(p, nil, unsafe.Pointer(new(T)))
+		t = (*T)(atomic.LoadPointer(p))
+	}
+	return t
+}
+
+// A response's metadata depends only on its rule, its entry's policy list,
+// r, t and (denied) the retry, which take few values (limithttp's values.go
+// says why), so the last few hundred are kept and set again: a response
+// whose metadata was made before allocates none of its own (grpc.SetHeader
+// still copies it into the stream's, as it copies any). Nothing writes to a
+// kept MD: grpc reads what SetHeader is given.
+const mdSlots = 512
+
+type mdEntry struct {
+	policy      *limithttp.Policy
+	policies    string
+	r, t, retry int64
+	md          metadata.MD
+}
+
+func (c *Config) metadata(h *limithttp.Config, res *limithttp.Result, v limithttp.Verdict) metadata.MD {
+	retry := int64(-1)
+	if v.Outcome == limithttp.Denied {
+		retry = v.Retry
+	}
+	tp := slots[mdEntry, [mdSlots]atomic.Pointer[mdEntry]](&c.mds)
+	x := (uint64(uintptr(unsafe.Pointer(res.Policy))) ^ uint64(v.R)*0x9e3779b97f4a7c15 ^ uint64(v.T)<<32 ^ uint64(retry)<<48) * 0xff51afd7ed558ccd
+	slot := &tp[x>>(64-9)]
+	if e := slot.Load(); e != nil && e.r == v.R && e.t == v.T && e.retry == retry && e.policy == res.Policy && e.policies == res.Policies {
+		return e.md
+	}
+	pol, rl := h.FieldValues(res, v)
+	md := metadata.MD{KeyPolicy: {pol}, KeyRateLimit: {rl}}
+	if retry >= 0 {
+		md[KeyRetryAfter] = []string{strconv.FormatInt(retry, 10)}
+	}
+	slot.Store(&mdEntry{policy: res.Policy, policies: res.Policies, r: v.R, t: v.T, retry: retry, md: md})
+	return md
 }
 
 // http is the limithttp.Config the fields describe, made on first use.
@@ -88,14 +134,9 @@ func (c *Config) Respond(ctx context.Context, mode limithttp.Mode, res *limithtt
 	h := c.http()
 	v := h.Judge(mode, res, key)
 	if c.Metadata != limithttp.HeadersNone {
-		pol, rl := h.FieldValues(res, v)
-		md := metadata.MD{KeyPolicy: []string{pol}, KeyRateLimit: []string{rl}}
-		if v.Outcome == limithttp.Denied {
-			md[KeyRetryAfter] = []string{strconv.FormatInt(v.Retry, 10)}
-		}
 		// An error here means the call has no server stream (a unit test's
 		// context) or its headers are sent: the decision stands without them.
-		_ = grpc.SetHeader(ctx, md)
+		_ = grpc.SetHeader(ctx, c.metadata(h, res, v))
 	}
 	switch v.Outcome {
 	case limithttp.Allowed, limithttp.ShadowDenied:
@@ -141,11 +182,7 @@ func (c *Config) denial(code codes.Code, p *limithttp.Policy, retry, cost int64)
 	if code != codes.ResourceExhausted {
 		n = cost
 	}
-	tp := (*[denialSlots]atomic.Pointer[denial])(atomic.LoadPointer(&c.denials))
-	if tp == nil {
-		atomic.CompareAndSwapPointer(&c.denials, nil, unsafe.Pointer(new([denialSlots]atomic.Pointer[denial])))
-		tp = (*[denialSlots]atomic.Pointer[denial])(atomic.LoadPointer(&c.denials))
-	}
+	tp := slots[denial, [denialSlots]atomic.Pointer[denial]](&c.denials)
 	h := (uint64(uintptr(unsafe.Pointer(p))) ^ uint64(n)*0x9e3779b97f4a7c15 ^ uint64(code)<<40) * 0xff51afd7ed558ccd
 	slot := &tp[h>>56]
 	if d := slot.Load(); d != nil && d.code == code && d.policy == p && d.n == n {

@@ -1,0 +1,236 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
+	"github.com/limitgen/limitgen/bench/grpclimits"
+	"github.com/limitgen/limitgen/limithttp"
+	"golang.org/x/time/rate"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+)
+
+// keyedLimiter is go-grpc-middleware's ratelimit.Limiter as a service keys
+// it per user: an x/time/rate limiter per x-user value, made on first use and
+// kept in a sync.Map.
+type keyedLimiter struct {
+	limit rate.Limit
+	burst int
+	m     sync.Map // string → *rate.Limiter
+}
+
+var errLimited = errors.New("rate limit exceeded")
+
+func (k *keyedLimiter) Limit(ctx context.Context) error {
+	user := metadata.ValueFromIncomingContext(ctx, "x-user")
+	if len(user) == 0 {
+		return errors.New("no user")
+	}
+	l, ok := k.m.Load(user[0])
+	if !ok {
+		l, _ = k.m.LoadOrStore(user[0], rate.NewLimiter(k.limit, k.burst))
+	}
+	if !l.(*rate.Limiter).Allow() {
+		return errLimited
+	}
+	return nil
+}
+
+// grpcCase is what every interceptor enforces per user: a limit so high that
+// every call is admitted (bench/grpcpolicy.yaml: PerUser, on Check), or one
+// of a call an hour whose first call takes the only token (Tight, on List).
+type grpcCase struct {
+	name   string
+	method string
+	limit  rate.Limit
+	burst  int
+	code   codes.Code
+}
+
+var grpcCases = []grpcCase{
+	{"allowed", "/grpc.health.v1.Health/Check", 1e9, 1e9, codes.OK},
+	{"denied", "/grpc.health.v1.Health/List", rate.Every(time.Hour), 1, codes.ResourceExhausted},
+}
+
+// grpcImpls are the unary interceptors measured: none (the handler alone),
+// limitgen's with the RateLimit metadata (the default) and without it
+// (metadata: none, which is what the peer sends), and go-grpc-middleware's
+// ratelimit interceptor over keyedLimiter.
+var grpcImpls = []struct {
+	name string
+	make func(b testing.TB, c grpcCase) grpc.UnaryServerInterceptor
+}{
+	{"bare", func(testing.TB, grpcCase) grpc.UnaryServerInterceptor { return nil }},
+	{"limitgen", func(b testing.TB, c grpcCase) grpc.UnaryServerInterceptor {
+		g, err := grpclimits.NewGRPC(grpclimits.New(), grpclimits.GRPCHooks{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return g.UnaryInterceptor()
+	}},
+	{"limitgen-nometadata", func(b testing.TB, c grpcCase) grpc.UnaryServerInterceptor {
+		g, err := grpclimits.NewGRPC(grpclimits.New(), grpclimits.GRPCHooks{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		g.Config.Metadata = limithttp.HeadersNone
+		return g.UnaryInterceptor()
+	}},
+	{"grpc-middleware", func(b testing.TB, c grpcCase) grpc.UnaryServerInterceptor {
+		return ratelimit.UnaryServerInterceptor(&keyedLimiter{limit: c.limit, burst: c.burst})
+	}},
+}
+
+// serverStream is what a gRPC server puts in a call's context for
+// grpc.SetHeader: it joins the metadata set as grpc's own transport stream
+// does (metadata.Join), and is reset for every call.
+type serverStream struct {
+	method string
+	header metadata.MD
+}
+
+func (s *serverStream) Method() string { return s.method }
+func (s *serverStream) SetHeader(md metadata.MD) error {
+	s.header = metadata.Join(s.header, md)
+	return nil
+}
+func (s *serverStream) SendHeader(md metadata.MD) error { return s.SetHeader(md) }
+func (s *serverStream) SetTrailer(metadata.MD) error    { return nil }
+
+// grpcHandler is the handler behind every interceptor: it does nothing.
+func grpcHandler(context.Context, any) (any, error) { return nil, nil }
+
+// BenchmarkGRPC is one unary call through each interceptor on the same
+// limit, from a warmed user: allowed, or denied. The call's context is what
+// a server gives its handler (incoming metadata with x-user, the peer, a
+// transport stream that keeps the header metadata set), made once; the
+// stream's header is cleared before every call. bare is the handler alone,
+// and an interceptor's overhead is its ns/op less bare's.
+func BenchmarkGRPC(b *testing.B) {
+	for _, c := range grpcCases {
+		b.Run("case="+c.name, func(b *testing.B) {
+			for _, impl := range rotated(grpcImpls) {
+				b.Run("impl="+impl.name, func(b *testing.B) {
+					ic := impl.make(b, c)
+					st := &serverStream{method: c.method}
+					ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-user", "alice"))
+					ctx = peer.NewContext(ctx, &peer.Peer{Addr: &net.TCPAddr{IP: net.IPv4(203, 0, 113, 7), Port: 51234}})
+					ctx = grpc.NewContextWithServerTransportStream(ctx, st)
+					info := &grpc.UnaryServerInfo{FullMethod: c.method}
+					call := func() error {
+						if ic == nil {
+							_, err := grpcHandler(ctx, nil)
+							return err
+						}
+						_, err := ic(ctx, nil, info, grpcHandler)
+						return err
+					}
+					call() // warm the key (and take the only token of a denied case)
+					if err := call(); impl.name != "bare" && status.Code(err) != c.code {
+						b.Fatalf("%s: %v, want %v", impl.name, err, c.code)
+					}
+					b.ReportAllocs()
+					for b.Loop() {
+						st.header = nil
+						call()
+					}
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkGRPCLoopback is one unary Check through a real server on
+// 127.0.0.1 and a client on one connection, with each interceptor (allowed):
+// what the interceptor's overhead is beside a call's.
+func BenchmarkGRPCLoopback(b *testing.B) {
+	c := grpcCases[0]
+	for _, impl := range rotated(grpcImpls) {
+		if impl.name == "limitgen-nometadata" {
+			continue
+		}
+		b.Run("impl="+impl.name, func(b *testing.B) {
+			var opts []grpc.ServerOption
+			if ic := impl.make(b, c); ic != nil {
+				opts = append(opts, grpc.UnaryInterceptor(ic))
+			}
+			client := loopback(b, opts...)
+			ctx := metadata.AppendToOutgoingContext(context.Background(), "x-user", "alice")
+			if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := client.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// loopback serves grpc's health service on 127.0.0.1 with opts and returns a
+// client of it; both end with the benchmark.
+func loopback(b testing.TB, opts ...grpc.ServerOption) healthpb.HealthClient {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := grpc.NewServer(opts...)
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go srv.Serve(lis) //nolint:errcheck // ends with Stop
+	b.Cleanup(srv.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cc.Close() })
+	return healthpb.NewHealthClient(cc)
+}
+
+// TestGRPCImplsDecide checks what each interceptor answers over a real
+// server: the allowed case's call passes; the denied case's second call is
+// ResourceExhausted, and limitgen's carries RetryInfo and the fields.
+func TestGRPCImplsDecide(t *testing.T) {
+	for _, c := range grpcCases {
+		for _, impl := range grpcImpls[1:] {
+			client := loopback(t, grpc.UnaryInterceptor(impl.make(t, c)))
+			ctx := metadata.AppendToOutgoingContext(context.Background(), "x-user", "alice")
+			call := func() (metadata.MD, error) {
+				var hdr metadata.MD
+				var err error
+				if c.name == "allowed" {
+					_, err = client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr))
+				} else {
+					_, err = client.List(ctx, &healthpb.HealthListRequest{}, grpc.Header(&hdr))
+				}
+				return hdr, err
+			}
+			hdr, err := call()
+			if c.code != codes.OK {
+				hdr, err = call()
+			}
+			if status.Code(err) != c.code {
+				t.Errorf("%s %s: %v, want %v", c.name, impl.name, err, c.code)
+			}
+			if impl.name == "limitgen" && len(hdr.Get("ratelimit")) != 1 {
+				t.Errorf("%s limitgen: no ratelimit metadata: %v", c.name, hdr)
+			}
+			if impl.name == "limitgen" && c.code != codes.OK && len(status.Convert(err).Details()) != 2 {
+				t.Errorf("limitgen's denial: details %v, want RetryInfo and QuotaFailure", status.Convert(err).Details())
+			}
+		}
+	}
+}
