@@ -9,11 +9,14 @@ require (
 	github.com/gorilla/mux v1.8.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/limitgen/limitgen v0.0.0
+	github.com/limitgen/limitgen/limitgrpc v0.0.0-00010101000000-000000000000
 	github.com/limitgen/limitgen/limitprom v0.0.0-00010101000000-000000000000
 	github.com/limitgen/limitgen/pgstore v0.0.0-00010101000000-000000000000
 	github.com/limitgen/limitgen/redisstore v0.0.0-00010101000000-000000000000
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
+	google.golang.org/genproto/googleapis/rpc v0.0.0-20261104224025-d1e00e9f33ab
+	google.golang.org/grpc v1.85.0
 )
 
 require (
@@ -30,6 +33,7 @@ require (
 	github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
 	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
+	golang.org/x/net v0.60.0 // indirect
 	golang.org/x/sync v0.23.0 // indirect
 	golang.org/x/sys v0.49.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
@@ -45,3 +49,5 @@ replace github.com/limitgen/limitgen/redisstore => ../../redisstore
 replace github.com/limitgen/limitgen/pgstore => ../../pgstore
 
 replace github.com/limitgen/limitgen/limitprom => ../../limitprom
+
+replace github.com/limitgen/limitgen/limitgrpc => ../../limitgrpc

@@ -2,7 +2,8 @@
 // policy.yaml, a tool line in go.mod, a go:generate directive, and the
 // generated middleware in front of its handlers. Run several instances with
 // -redis host:port, or with -postgres and a database's URL, and the policy's
-// shared rules hold across all of them.
+// shared rules hold across all of them. With -grpc it also serves grpc's
+// health service behind the policy's gRPC interceptors.
 package main
 
 //go:generate go tool gen -policy policy.yaml -out limits
@@ -25,6 +26,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
 )
 
 // account is what the service knows of a user.
@@ -42,6 +47,51 @@ func accountOf(r *http.Request) (account, bool) {
 	}
 	a, ok := accounts[token]
 	return a, ok
+}
+
+// accountOfCall is accountOf for a gRPC call: the bearer token in its
+// authorization metadata.
+func accountOfCall(ctx context.Context) (account, bool) {
+	v := metadata.ValueFromIncomingContext(ctx, "authorization")
+	if len(v) == 0 {
+		return account{}, false
+	}
+	token, ok := strings.CutPrefix(v[0], "Bearer ")
+	if !ok {
+		return account{}, false
+	}
+	a, ok := accounts[token]
+	return a, ok
+}
+
+// newGRPC returns a gRPC server of grpc's health service behind the policy's
+// interceptors over lims. It fails when the server has a method no entry of
+// the policy covers: that method would go unlimited.
+func newGRPC(lims *limits.Limits) (*grpc.Server, error) {
+	g, err := limits.NewGRPC(lims, limits.GRPCHooks{
+		UserID: func(ctx context.Context) (string, bool) {
+			a, ok := accountOfCall(ctx)
+			return a.name, ok
+		},
+		PlanOf: func(ctx context.Context) (limits.Plan, bool) {
+			a, ok := accountOfCall(ctx)
+			if !ok {
+				return 0, false
+			}
+			return limits.ParsePlan(a.plan)
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	srv := grpc.NewServer(g.ServerOptions()...)
+	hs := health.NewServer()
+	hs.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	healthpb.RegisterHealthServer(srv, hs)
+	if unlimited, _ := g.Coverage(srv); len(unlimited) > 0 {
+		return nil, fmt.Errorf("gRPC methods no policy entry limits: %q", unlimited)
+	}
+	return srv, nil
 }
 
 // newMiddleware returns the policy's middleware over lims, with the service's
@@ -92,6 +142,7 @@ func newServer(lims *limits.Limits, store limitprom.Store) (http.Handler, error)
 
 func main() {
 	addr := flag.String("addr", "127.0.0.1:8080", "the address to listen on")
+	grpcAddr := flag.String("grpc", "", "an address to serve gRPC's health service on, behind the policy's interceptors")
 	redisAddr := flag.String("redis", "", "a Redis server to share the shared rules' limits with other instances (host:port)")
 	pgURL := flag.String("postgres", "", "a PostgreSQL database to share the shared rules' limits with other instances (postgres://user@host:port/db)")
 	flag.Parse()
@@ -130,6 +181,18 @@ func main() {
 	h, err := newServer(lims, metricsStore)
 	if err != nil {
 		log.Fatal(err)
+	}
+	if *grpcAddr != "" {
+		srv, err := newGRPC(lims)
+		if err != nil {
+			log.Fatal(err)
+		}
+		gl, err := net.Listen("tcp", *grpcAddr)
+		if err != nil {
+			log.Fatal(err)
+		}
+		fmt.Println("gRPC on", gl.Addr())
+		go func() { log.Fatal(srv.Serve(gl)) }()
 	}
 	ln, err := net.Listen("tcp", *addr)
 	if err != nil {

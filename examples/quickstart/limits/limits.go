@@ -13,8 +13,11 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/shared"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
@@ -1198,6 +1201,176 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 // plan is the request's plan, from func:PlanOf, or free.
 func (m *Middleware) plan(r *http.Request) Plan {
 	if p, ok := m.hooks.PlanOf(r); ok && p < numPlans {
+		return p
+	}
+	return PlanFree
+}
+
+// grpcRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
+var grpcRoutes = [...][numPlans]string{{"\"PerUser\";q=10;w=60, \"Global\";q=2000;w=2", "\"PerUser\";q=100;w=60, \"Global\";q=2000;w=2"}}
+
+// GRPCHooks are the functions of your service that the policy's grpc: section names: what only
+// your service knows of a call (a verified token's subject, the caller's plan). NewGRPC refuses a
+// nil one.
+type GRPCHooks struct {
+	// PlanOf returns the call's plan; false (or a value outside the plans) means the default plan,
+	// free. Take it from what your authentication verified (an earlier interceptor's value in the
+	// context).
+	PlanOf func(context.Context) (Plan, bool)
+	// UserID returns the key of PerUser for a call, from its context (metadata.FromIncomingContext,
+	// peer.FromContext, or what an authentication interceptor stored), and false when it has none (then
+	// the next key source is tried, or the call ends with the policy's missing_key status). An empty
+	// key counts as none.
+	UserID func(context.Context) (string, bool)
+}
+
+// GRPC enforces the policy's grpc: section with unary and stream server interceptors: it finds
+// the entry that covers a call (its full method's own, else its service's), reads the keys, cost and
+// plan the policy names, checks the entry's rule or tier, sends the RateLimit fields as header
+// metadata, and ends a denied call with codes.ResourceExhausted and its RetryInfo and QuotaFailure
+// (package limitgrpc). A stream is checked once, when it opens. A call no entry covers goes on
+// unchecked: Coverage lists a server's methods that no entry covers.
+//
+// Entries: grpc.health.v1.Health.
+type GRPC struct {
+	limits *Limits
+	hooks  GRPCHooks
+	// ClientIP finds the client address that ip key sources read: the peer, or behind a trusted proxy
+	// the client its forwarding metadata names. It starts as the policy's grpc: client_ip.
+	ClientIP limithttp.ClientIP
+	// Clock, when set, is read instead of atomicbucket.Now: tests drive the interceptors through time
+	// with it.
+	Clock func() atomicbucket.Time
+	// Config is what every entry shares: the metadata, the jitter, the counters, the observer (logs
+	// denials with log/slog's default logger, at most 10 a second). Set it before serving.
+	Config limitgrpc.Config
+}
+
+// NewGRPC returns the interceptors over l (Default when nil), calling h's functions. It fails
+// when one of them is nil.
+func NewGRPC(l *Limits, h GRPCHooks) (*GRPC, error) {
+	if h.PlanOf == nil {
+		return nil, errors.New("limits: NewGRPC: GRPCHooks.PlanOf is nil")
+	}
+	if h.UserID == nil {
+		return nil, errors.New("limits: NewGRPC: GRPCHooks.UserID is nil")
+	}
+	if l == nil {
+		l = Default
+	}
+	return &GRPC{
+		limits:   l,
+		hooks:    h,
+		ClientIP: limithttp.ClientIP{},
+		Config: limitgrpc.Config{
+			Metadata: limithttp.HeadersIETF,
+			Jitter:   0.0,
+			Counters: limithttp.NewSeriesCounters(grpcSeries[:]...),
+			Observer: limithttp.NewDenialLog(nil, 10),
+		},
+	}, nil
+}
+
+// UnaryInterceptor checks each unary call before its handler runs.
+func (g *GRPC) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := g.check(ctx, info.FullMethod); err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamInterceptor checks each stream once, when it opens, before its handler runs.
+func (g *GRPC) StreamInterceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if err := g.check(ss.Context(), info.FullMethod); err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+}
+
+// ServerOptions chains both interceptors onto a server: grpc.NewServer(g.ServerOptions()...).
+func (g *GRPC) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(g.UnaryInterceptor()), grpc.ChainStreamInterceptor(g.StreamInterceptor())}
+}
+
+// now reads the clock once: Clock, or atomicbucket.Now.
+func (g *GRPC) now() atomicbucket.Time {
+	if g.Clock != nil {
+		return g.Clock()
+	}
+	return atomicbucket.Now()
+}
+
+// grpcEntries are the policy's method entries, in policy order: full methods, and services.
+var grpcEntries = [...]string{"grpc.health.v1.Health"}
+
+// grpcEntry is the index of the entry that covers a full method name: its own entry, else its
+// service's; -1 when none does.
+func grpcEntry(method string) int {
+	switch limitgrpc.Service(method) {
+	case "grpc.health.v1.Health":
+		return 0
+	}
+	return -1
+}
+
+// check checks a call of method against its entry and returns the status that ends it, or nil.
+func (g *GRPC) check(ctx context.Context, method string) error {
+	switch grpcEntry(method) {
+	case 0:
+		return g.entry1(ctx, method)
+	}
+	return nil
+}
+
+// Coverage compares the policy's entries with the methods s serves (a *grpc.Server): unlimited
+// are s's methods no entry covers, which go unchecked; stale are the entries that cover none of
+// them, a sign of a policy out of step with the service. Both are sorted.
+func (g *GRPC) Coverage(s limitgrpc.ServiceInfoProvider) (unlimited, stale []string) {
+	return limitgrpc.Coverage(s, grpcEntries[:], grpcEntry)
+}
+
+// grpcSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and
+// each of its rules, in policy order (a decision's Series is its index here).
+var grpcSeries = [...]limithttp.Series{{Route: "grpc.health.v1.Health", Tier: "Request", Rule: "PerUser"}, {Route: "grpc.health.v1.Health", Tier: "Request", Rule: "Global"}}
+
+// grpcSeriesEntry1 are the series of grpc.health.v1.Health's rules in the Counters, by RuleName.
+var grpcSeriesEntry1 = [...]int{RulePerUser: 0, RuleGlobal: 1}
+
+// entry1 checks a call of grpc.health.v1.Health (tier Request, enforce) and returns the status that
+// ends it, or nil.
+func (g *GRPC) entry1(ctx context.Context, method string) error {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = g.hooks.UserID(ctx)
+	ok0 = ok0 && k0 != ""
+	if !ok0 {
+		return g.Config.Reject(limithttp.Enforce, codes.Unauthenticated, "the call has no key for rule PerUser: grpc service \"grpc.health.v1.Health\" reads it from the caller's identity, as the service establishes it", limithttp.Event{Route: "grpc.health.v1.Health", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 0, Outcome: limithttp.MissingKey})
+	}
+	plan := g.plan(ctx)
+	tr := g.limits.checkSharedRequest(ctx, plan, k0, 0, true)
+	td := tr.TierDecision
+	cost := httpCosts[td.Rule][plan]
+	var res limithttp.Result
+	res.Degraded = tr.Degraded
+	res.StoreErr = tr.Err
+	res.Decision = td.Decision
+	res.Policy = httpPolicies[td.Rule][plan]
+	res.Policies = grpcRoutes[0][plan]
+	res.Cost = cost
+	res.Route = "grpc.health.v1.Health"
+	res.Tier = "Request"
+	res.Rule = int(td.Rule)
+	res.Series = grpcSeriesEntry1[td.Rule]
+	return g.Config.Respond(ctx, limithttp.Enforce, &res, k0)
+}
+
+// plan is the call's plan, from func:PlanOf, or free.
+func (g *GRPC) plan(ctx context.Context) Plan {
+	if p, ok := g.hooks.PlanOf(ctx); ok && p < numPlans {
 		return p
 	}
 	return PlanFree
