@@ -55,6 +55,10 @@ type Options struct {
 	// Counters are the generated middleware's decisions by route, tier, rule
 	// and outcome (its Config.Counters).
 	Counters *limithttp.Counters
+	// GRPC are the generated gRPC interceptors' decisions by method entry,
+	// tier, rule and outcome (their Config.Counters): limitgen.grpc.decisions,
+	// with the entry as attribute method.
+	GRPC *limithttp.Counters
 	// Tables are keyed limiters, by rule name.
 	Tables map[string]Table
 	// Stores are stores, by a name of the service's choice ("redis").
@@ -76,6 +80,7 @@ func Register(meter metric.Meter, o Options) (metric.Registration, error) {
 		return g
 	}
 	decisions := counter("limitgen.decisions", "{decision}", "Requests the generated middleware decided, by route (its pattern), tier (empty for a route that checks one rule), deciding rule and outcome (degraded_*: the store could not decide and the rule's on_failure setting did).")
+	grpcDecisions := counter("limitgen.grpc.decisions", "{decision}", "Calls the generated gRPC interceptors decided, by method (the policy's entry: a full method name, or a service), tier (empty for an entry that checks one rule), deciding rule and outcome.")
 	keys := gauge("limitgen.table.keys", "{key}", "Keys a rule's table tracks.")
 	evictions := counter("limitgen.table.evictions", "{bucket}", "Buckets a rule's table reclaimed (full ones: nothing is lost).")
 	refusals := counter("limitgen.table.cap_refusals", "{key}", "New keys that met a rule's key cap with nothing to reclaim.")
@@ -98,6 +103,15 @@ func Register(meter metric.Meter, o Options) (metric.Registration, error) {
 				for oc, v := range n.Outcomes {
 					ob.ObserveInt64(decisions, int64(v), metric.WithAttributes(
 						attribute.String("route", n.Route), attribute.String("tier", n.Tier),
+						attribute.String("rule", n.Rule), attribute.String("outcome", limithttp.Outcome(oc).String())))
+				}
+			}
+		}
+		if o.GRPC != nil {
+			for _, n := range o.GRPC.Snapshot() {
+				for oc, v := range n.Outcomes {
+					ob.ObserveInt64(grpcDecisions, int64(v), metric.WithAttributes(
+						attribute.String("method", n.Route), attribute.String("tier", n.Tier),
 						attribute.String("rule", n.Rule), attribute.String("outcome", limithttp.Outcome(oc).String())))
 				}
 			}
@@ -128,5 +142,5 @@ func Register(meter metric.Meter, o Options) (metric.Registration, error) {
 			}
 		}
 		return nil
-	}, decisions, keys, evictions, refusals, checks, degraded, batches, grants, tokens, trips, tripTime, open)
+	}, decisions, grpcDecisions, keys, evictions, refusals, checks, degraded, batches, grants, tokens, trips, tripTime, open)
 }

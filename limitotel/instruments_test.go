@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/limitgen/limitgen/internal/sharedlimits"
+	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/limitotel"
 	"github.com/limitgen/limitgen/pgstore"
 	"github.com/limitgen/limitgen/pgstore/pgtest"
@@ -145,5 +146,46 @@ func TestManualReader(t *testing.T) {
 	}
 	if got["limitgen.store.breaker.open{node=,store=postgres}"] != 1 {
 		t.Errorf("the breaker of a stopped server is not open: %v", got["limitgen.store.breaker.open{node=,store=postgres}"])
+	}
+}
+
+// TestGRPCDecisions: the gRPC interceptors' counters (as the generated GRPC
+// makes them: a series per method entry and rule) are read as
+// limitgen.grpc.decisions with the entry as attribute method, apart from the
+// middleware's limitgen.decisions.
+func TestGRPCDecisions(t *testing.T) {
+	grpc := limithttp.NewSeriesCounters(
+		limithttp.Series{Route: "/grpc.health.v1.Health/Check", Rule: "Checks"},
+		limithttp.Series{Route: "shop.v1.Cart", Tier: "API", Rule: "PerUser"},
+	)
+	grpc.Add(0, limithttp.Allowed)
+	grpc.Add(0, limithttp.Denied)
+	grpc.Add(0, limithttp.Denied)
+	grpc.Add(1, limithttp.DegradedDenied)
+	reader := sdkmetric.NewManualReader()
+	meter := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
+	reg, err := limitotel.Register(meter, limitotel.Options{GRPC: grpc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reg.Unregister()
+	points, units := collect(t, reader)
+	for name, want := range map[string]float64{
+		"limitgen.grpc.decisions{method=/grpc.health.v1.Health/Check,outcome=allowed,rule=Checks,tier=}": 1,
+		"limitgen.grpc.decisions{method=/grpc.health.v1.Health/Check,outcome=denied,rule=Checks,tier=}":  2,
+		"limitgen.grpc.decisions{method=shop.v1.Cart,outcome=degraded_denied,rule=PerUser,tier=API}":     1,
+		"limitgen.grpc.decisions{method=shop.v1.Cart,outcome=allowed,rule=PerUser,tier=API}":             0,
+	} {
+		if v, ok := points[name]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
+		}
+	}
+	if units["limitgen.grpc.decisions"] != "{decision}" {
+		t.Errorf("unit %q", units["limitgen.grpc.decisions"])
+	}
+	for name := range points {
+		if strings.HasPrefix(name, "limitgen.decisions{") {
+			t.Errorf("a gRPC decision counted as the middleware's: %s", name)
+		}
 	}
 }

@@ -7,6 +7,7 @@
 // counters; never a per-key label):
 //
 //	limitgen_decisions_total{route, tier, rule, outcome}  counter: the middleware's decisions (limithttp.Counters), degraded outcomes included
+//	limitgen_grpc_decisions_total{method, tier, rule, outcome}  counter: the gRPC interceptors' (method: the policy's entry, a full method or a service)
 //	limitgen_table_keys{rule}                        gauge: keys tracked
 //	limitgen_table_evictions_total{rule}             counter: buckets reclaimed
 //	limitgen_table_cap_refusals_total{rule}          counter: new keys that met the key cap with nothing to reclaim
@@ -48,6 +49,9 @@ type Options struct {
 	// Counters are the generated middleware's decisions by route, tier, rule
 	// and outcome (its Config.Counters).
 	Counters *limithttp.Counters
+	// GRPC are the generated gRPC interceptors' decisions by method entry,
+	// tier, rule and outcome (their Config.Counters).
+	GRPC *limithttp.Counters
 	// Tables are keyed limiters, by rule name.
 	Tables map[string]Table
 	// Stores are stores, by a name of the service's choice ("redis").
@@ -59,7 +63,7 @@ type Options struct {
 type Collector struct {
 	o Options
 
-	decisions, keys, evictions, capRefusals                       *prometheus.Desc
+	decisions, grpcDecisions, keys, evictions, capRefusals        *prometheus.Desc
 	checks, degraded, batches, grants, leased, trips, open, fails *prometheus.Desc
 }
 
@@ -69,25 +73,26 @@ func New(o Options) *Collector {
 		return prometheus.NewDesc("limitgen_"+name, help, labels, nil)
 	}
 	return &Collector{
-		o:           o,
-		decisions:   d("decisions_total", "Requests the generated middleware decided, by route (its pattern), tier (empty for a route that checks one rule), deciding rule and outcome (degraded_*: the store could not decide and the rule's on_failure setting did).", "route", "tier", "rule", "outcome"),
-		keys:        d("table_keys", "Keys a rule's table tracks.", "rule"),
-		evictions:   d("table_evictions_total", "Buckets a rule's table reclaimed (full ones: nothing is lost).", "rule"),
-		capRefusals: d("table_cap_refusals_total", "New keys that met a rule's key cap with nothing to reclaim.", "rule"),
-		checks:      d("store_checks_total", "Checks sent to the store (a coalesced batch counts each of its checks).", "store"),
-		degraded:    d("store_degraded_total", "Checks the failure settings decided: the store failed, a breaker was open, or the store was closed.", "store"),
-		batches:     d("store_batches_total", "Round trips that carried coalesced checks.", "store"),
-		grants:      d("store_lease_grants_total", "Lease calls that granted tokens.", "store"),
-		leased:      d("store_leased_tokens_total", "Tokens granted to leases.", "store"),
-		trips:       d("store_round_trip_seconds", "Round trips to the store's server, from a connection in hand to the reply; failed ones included.", "store"),
-		open:        d("store_breaker_open", "1 while the circuit breaker of the store's server (a Cluster's master) is open.", "store", "node"),
-		fails:       d("store_breaker_failures", "Failed calls in a row to the store's server.", "store", "node"),
+		o:             o,
+		decisions:     d("decisions_total", "Requests the generated middleware decided, by route (its pattern), tier (empty for a route that checks one rule), deciding rule and outcome (degraded_*: the store could not decide and the rule's on_failure setting did).", "route", "tier", "rule", "outcome"),
+		grpcDecisions: d("grpc_decisions_total", "Calls the generated gRPC interceptors decided, by method (the policy's entry: a full method name, or a service), tier (empty for an entry that checks one rule), deciding rule and outcome.", "method", "tier", "rule", "outcome"),
+		keys:          d("table_keys", "Keys a rule's table tracks.", "rule"),
+		evictions:     d("table_evictions_total", "Buckets a rule's table reclaimed (full ones: nothing is lost).", "rule"),
+		capRefusals:   d("table_cap_refusals_total", "New keys that met a rule's key cap with nothing to reclaim.", "rule"),
+		checks:        d("store_checks_total", "Checks sent to the store (a coalesced batch counts each of its checks).", "store"),
+		degraded:      d("store_degraded_total", "Checks the failure settings decided: the store failed, a breaker was open, or the store was closed.", "store"),
+		batches:       d("store_batches_total", "Round trips that carried coalesced checks.", "store"),
+		grants:        d("store_lease_grants_total", "Lease calls that granted tokens.", "store"),
+		leased:        d("store_leased_tokens_total", "Tokens granted to leases.", "store"),
+		trips:         d("store_round_trip_seconds", "Round trips to the store's server, from a connection in hand to the reply; failed ones included.", "store"),
+		open:          d("store_breaker_open", "1 while the circuit breaker of the store's server (a Cluster's master) is open.", "store", "node"),
+		fails:         d("store_breaker_failures", "Failed calls in a row to the store's server.", "store", "node"),
 	}
 }
 
 // Describe sends the metrics' descriptions.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.decisions, c.keys, c.evictions, c.capRefusals,
+	for _, d := range []*prometheus.Desc{c.decisions, c.grpcDecisions, c.keys, c.evictions, c.capRefusals,
 		c.checks, c.degraded, c.batches, c.grants, c.leased, c.trips, c.open, c.fails} {
 		ch <- d
 	}
@@ -99,6 +104,13 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for _, n := range c.o.Counters.Snapshot() {
 			for o, v := range n.Outcomes {
 				ch <- prometheus.MustNewConstMetric(c.decisions, prometheus.CounterValue, float64(v), n.Route, n.Tier, n.Rule, limithttp.Outcome(o).String())
+			}
+		}
+	}
+	if c.o.GRPC != nil {
+		for _, n := range c.o.GRPC.Snapshot() {
+			for o, v := range n.Outcomes {
+				ch <- prometheus.MustNewConstMetric(c.grpcDecisions, prometheus.CounterValue, float64(v), n.Route, n.Tier, n.Rule, limithttp.Outcome(o).String())
 			}
 		}
 	}

@@ -7,10 +7,12 @@ import (
 	"net/http/httptest"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/limitgen/limitgen/internal/sharedlimits"
+	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/limitprom"
 	"github.com/limitgen/limitgen/pgstore"
 	"github.com/limitgen/limitgen/pgstore/pgtest"
@@ -149,5 +151,40 @@ func TestScrape(t *testing.T) {
 	}
 	if got[`limitgen_store_breaker_open{node="",store="postgres"}`] != 1 {
 		t.Errorf("the breaker of a stopped server is not open: %v", got[`limitgen_store_breaker_open{node="",store="postgres"}`])
+	}
+}
+
+// TestGRPCDecisions: the gRPC interceptors' counters (as the generated GRPC
+// makes them: a series per method entry and rule) are scraped as
+// limitgen_grpc_decisions_total with the entry as label method, apart from
+// the middleware's limitgen_decisions_total.
+func TestGRPCDecisions(t *testing.T) {
+	grpc := limithttp.NewSeriesCounters(
+		limithttp.Series{Route: "/grpc.health.v1.Health/Check", Rule: "Checks"},
+		limithttp.Series{Route: "shop.v1.Cart", Tier: "API", Rule: "PerUser"},
+	)
+	grpc.Add(0, limithttp.Allowed)
+	grpc.Add(0, limithttp.Denied)
+	grpc.Add(0, limithttp.Denied)
+	grpc.Add(1, limithttp.DegradedDenied)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(limitprom.New(limitprom.Options{GRPC: grpc}))
+	metrics := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	t.Cleanup(metrics.Close)
+	got := scrape(t, metrics.URL)
+	for name, want := range map[string]float64{
+		`limitgen_grpc_decisions_total{method="/grpc.health.v1.Health/Check",outcome="allowed",rule="Checks",tier=""}`: 1,
+		`limitgen_grpc_decisions_total{method="/grpc.health.v1.Health/Check",outcome="denied",rule="Checks",tier=""}`:  2,
+		`limitgen_grpc_decisions_total{method="shop.v1.Cart",outcome="degraded_denied",rule="PerUser",tier="API"}`:     1,
+		`limitgen_grpc_decisions_total{method="shop.v1.Cart",outcome="allowed",rule="PerUser",tier="API"}`:             0,
+	} {
+		if v, ok := got[name]; !ok || v != want {
+			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
+		}
+	}
+	for name := range got {
+		if strings.HasPrefix(name, "limitgen_decisions_total") {
+			t.Errorf("a gRPC decision counted as the middleware's: %s", name)
+		}
 	}
 }

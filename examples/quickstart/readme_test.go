@@ -87,6 +87,27 @@ func snippet(ctx context.Context) *limits.Limits {
 	return lims
 }
 `},
+	{"g, err := limits.NewGRPC(lims, limits.GRPCHooks{", `package s
+
+import (
+	"context"
+	"log"
+
+	"example.com/quickstart/limits"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+type account struct{ name, plan string }
+
+func accountOfCall(context.Context) (account, bool) { return account{}, false }
+
+func snippet(lims *limits.Limits) *grpc.Server {
+{{SNIPPET}}
+	return srv
+}
+`},
 	{"rule, err := atomicbucket.NewRule(", `package s
 
 import (

@@ -1,0 +1,119 @@
+package limitgrpc
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/limithttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+func TestService(t *testing.T) {
+	for method, want := range map[string]string{
+		"/grpc.health.v1.Health/Check": "grpc.health.v1.Health",
+		"/a/b":                         "a",
+		"/Svc/M":                       "Svc",
+		"grpc.health.v1.Health/Check":  "", // no leading slash
+		"/grpc.health.v1.Health/":      "", // no method
+		"/Check":                       "",
+		"//M":                          "",
+		"":                             "",
+		"/":                            "",
+	} {
+		if got := Service(method); got != want {
+			t.Errorf("Service(%q) = %q, want %q", method, got, want)
+		}
+	}
+}
+
+// stream is a grpc.ServerTransportStream that keeps the header metadata set
+// on it, as grpc's joins it.
+type stream struct {
+	mu     sync.Mutex
+	header metadata.MD
+}
+
+func (s *stream) Method() string { return "/t.T/M" }
+func (s *stream) SetHeader(md metadata.MD) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.header = metadata.Join(s.header, md)
+	return nil
+}
+func (s *stream) SendHeader(md metadata.MD) error { return s.SetHeader(md) }
+func (s *stream) SetTrailer(metadata.MD) error    { return nil }
+
+// TestRespondAnswersAsMade: 4 × 3,000 random decisions of two policies and two
+// entries' policy lists, in three rounds (the kept metadata and statuses
+// are reused and replaced), each answered with the metadata and status
+// strconv-formatted values give: the kept ones are never another decision's.
+// Run by 4 goroutines at once (under -race in make test).
+func TestRespondAnswersAsMade(t *testing.T) {
+	pols := []*limithttp.Policy{
+		ptr(limithttp.MustPolicy("Fast", atomicbucket.Limit{Tokens: 100, Period: time.Second, Burst: 100})),
+		ptr(limithttp.MustPolicy("Slow", atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 7})),
+	}
+	var c Config
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			for range 3000 {
+				p := pols[rng.IntN(2)]
+				lists := []string{p.Item, p.Item + ", other"}
+				res := limithttp.Result{Policy: p, Policies: lists[rng.IntN(2)], Cost: 1}
+				res.Decision.Allowed = rng.IntN(3) > 0
+				res.Decision.Remaining = int64(rng.IntN(8))
+				// Waits over a day: the table's slots are filled by many
+				// decisions that differ only in t or the retry.
+				res.Decision.Reset = time.Duration(rng.IntN(100_000)) * time.Second
+				if !res.Decision.Allowed {
+					res.Decision.Remaining = 0
+					res.Decision.RetryAfter = time.Duration(1+rng.IntN(100_000)) * time.Second
+				}
+				st := &stream{}
+				ctx := grpc.NewContextWithServerTransportStream(context.Background(), st)
+				err := c.Respond(ctx, limithttp.Enforce, &res, "k")
+				r, tt := p.Fields(res.Decision, 1)
+				if got := st.header.Get(KeyRateLimit); len(got) != 1 || got[0] != fmt.Sprintf("\"%s\";r=%d;t=%d", p.Name, r, tt) {
+					t.Errorf("ratelimit %q, want r=%d t=%d of %s", got, r, tt, p.Name)
+					return
+				}
+				if got := st.header.Get(KeyPolicy); len(got) != 1 || got[0] != res.Policies {
+					t.Errorf("ratelimit-policy %q, want %q", got, res.Policies)
+					return
+				}
+				if res.Decision.Allowed {
+					if err != nil || len(st.header.Get(KeyRetryAfter)) != 0 {
+						t.Errorf("allowed: %v, retry-after %q", err, st.header.Get(KeyRetryAfter))
+						return
+					}
+					continue
+				}
+				secs := int64((res.Decision.RetryAfter + time.Second - 1) / time.Second)
+				want := fmt.Sprintf("rate limited by rule %s; retry in %d s", p.Name, secs)
+				if s := status.Convert(err); s.Code() != codes.ResourceExhausted || s.Message() != want {
+					t.Errorf("denied: %v, want %q", err, want)
+					return
+				}
+				if got := st.header.Get(KeyRetryAfter); len(got) != 1 || got[0] != fmt.Sprint(secs) {
+					t.Errorf("retry-after %q, want %d", got, secs)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+func ptr[T any](v T) *T { return &v }
