@@ -394,3 +394,27 @@ func TestConcurrentExact(t *testing.T) {
 		t.Errorf("%d admitted, %d denied; want 6 (pro's burst) and %d", ok.Load(), denied.Load(), 8*40-6)
 	}
 }
+
+// TestNewGRPCRefusesNilHooks: a hook the policy names must be given.
+func TestNewGRPCRefusesNilHooks(t *testing.T) {
+	h := hooks()
+	h.UserID = nil
+	if _, err := grpclimits.NewGRPC(nil, h); err == nil || !strings.Contains(err.Error(), "GRPCHooks.UserID is nil") {
+		t.Errorf("NewGRPC without UserID: %v", err)
+	}
+}
+
+// TestCoverageStale: a server that serves only the health service leaves
+// the reflection entry stale, and no method unlimited.
+func TestCoverageStale(t *testing.T) {
+	g, err := grpclimits.NewGRPC(nil, hooks())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	unlimited, stale := g.Coverage(srv)
+	if len(unlimited) != 0 || !slices.Equal(stale, []string{"grpc.reflection.v1.ServerReflection"}) {
+		t.Errorf("Coverage: unlimited %v, stale %v; want none and the reflection entry", unlimited, stale)
+	}
+}
