@@ -253,40 +253,9 @@ func (p *parser) grpcEntry(n *yaml.Node, ordinal int, m *model.Model, g *model.G
 	}
 	lines[seen] = at.Line
 	what := fmt.Sprintf("grpc %s %q", map[bool]string{true: "method", false: "service"}[method != nil], r.Pattern)
-	valid := true
-	switch rule, tier := f["rule"], f["tier"]; {
-	case (rule == nil) == (tier == nil):
-		p.errorf(n, "%s: give either rule: or tier: (what the calls check)", what)
+	valid, ok := p.target(n, f, m, what, "the calls check", &r)
+	if !ok {
 		return r, false
-	case rule != nil:
-		for i, x := range m.Rules {
-			if x.Name == rule.Value {
-				r.Rule, r.Rules = i, []int{i}
-			}
-		}
-		if r.Rule < 0 {
-			p.errorf(rule, "%s: no rule named %q", what, rule.Value)
-			return r, false
-		}
-	default:
-		for i, x := range m.Tiers {
-			if x.Name == tier.Value {
-				r.Tier, r.Rules = i, x.Rules
-			}
-		}
-		if r.Tier < 0 {
-			p.errorf(tier, "%s: no tier named %q", what, tier.Value)
-			return r, false
-		}
-	}
-	if v := f["mode"]; v != nil {
-		modes := map[string]string{"enforce": "Enforce", "shadow": "Shadow", "off": "Off"}
-		if s, ok := modes[v.Value]; ok {
-			r.Mode = s
-		} else {
-			p.errorf(v, "%s: mode %q: use enforce, shadow (decide and report, never deny) or off", what, v.Value)
-			valid = false
-		}
 	}
 	own := map[int][]model.KeySource{}
 	if v := f["keys"]; v != nil {
@@ -326,23 +295,7 @@ func (p *parser) grpcEntry(n *yaml.Node, ordinal int, m *model.Model, g *model.G
 	if v := f["cost"]; v != nil {
 		valid = p.grpcCost(v, &r, what) && valid
 	}
-	planned := false
-	for _, ri := range r.Rules {
-		planned = planned || m.Rules[ri].Planned
-	}
-	lists := 1
-	if planned {
-		lists = len(m.Plans)
-	}
-	for pl := range lists {
-		var items []string
-		for _, ri := range r.Rules {
-			if pols := m.Fields[ri]; len(pols) > 0 {
-				items = append(items, pols[min(pl, len(pols)-1)].Item)
-			}
-		}
-		r.PolicyLists = append(r.PolicyLists, strings.Join(items, ", "))
-	}
+	r.PolicyLists = policyLists(m, r.Rules)
 	return r, valid
 }
 

@@ -406,40 +406,9 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 		p.errorf(pat, "%s: %s", what, msg)
 		return r, false
 	}
-	valid := true
-	switch rule, tier := f["rule"], f["tier"]; {
-	case (rule == nil) == (tier == nil):
-		p.errorf(n, "%s: give either rule: or tier: (what the route checks)", what)
+	valid, ok := p.target(n, f, m, what, "the route checks", &r)
+	if !ok {
 		return r, false
-	case rule != nil:
-		for i, x := range m.Rules {
-			if x.Name == rule.Value {
-				r.Rule, r.Rules = i, []int{i}
-			}
-		}
-		if r.Rule < 0 {
-			p.errorf(rule, "%s: no rule named %q", what, rule.Value)
-			return r, false
-		}
-	default:
-		for i, x := range m.Tiers {
-			if x.Name == tier.Value {
-				r.Tier, r.Rules = i, x.Rules
-			}
-		}
-		if r.Tier < 0 {
-			p.errorf(tier, "%s: no tier named %q", what, tier.Value)
-			return r, false
-		}
-	}
-	if v := f["mode"]; v != nil {
-		modes := map[string]string{"enforce": "Enforce", "shadow": "Shadow", "off": "Off"}
-		if s, ok := modes[v.Value]; ok {
-			r.Mode = s
-		} else {
-			p.errorf(v, "%s: mode %q: use enforce, shadow (decide and report, never deny) or off", what, v.Value)
-			valid = false
-		}
 	}
 	own := map[int][]model.KeySource{}
 	if v := f["keys"]; v != nil {
@@ -493,25 +462,7 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 	if v := f["cost"]; v != nil {
 		valid = p.routeCost(v, &r, m, what) && valid
 	}
-	planned := false
-	for _, ri := range r.Rules {
-		planned = planned || m.Rules[ri].Planned
-	}
-	lists := 1
-	if planned {
-		lists = len(m.Plans)
-	}
-	for pl := range lists {
-		var items []string
-		for _, ri := range r.Rules {
-			pols := m.Fields[ri]
-			if len(pols) == 0 {
-				continue
-			}
-			items = append(items, pols[min(pl, len(pols)-1)].Item)
-		}
-		r.PolicyLists = append(r.PolicyLists, strings.Join(items, ", "))
-	}
+	r.PolicyLists = policyLists(m, r.Rules)
 	if r.CostKind == "header" || r.CostKind == "query" {
 		r.CostBody = limithttp.ProblemBody("about:blank", "Bad Request", http.StatusBadRequest,
 			fmt.Sprintf("The request's declared cost (%s %s) is above the most a request may cost on %s: %d.", r.CostKind, r.CostName, what, r.CostMax), "")
@@ -659,3 +610,69 @@ var (
 	registeredAt = regexp.MustCompile(` \(registered at [^)]*\)`)
 	conflictRe   = regexp.MustCompile(`(?s)^pattern ".*?" conflicts with pattern "(.*?)":(.*)$`)
 )
+
+// target reads what an entry (a route, a gRPC method entry) checks: its
+// rule: or tier: (checks says what, in the message when neither is given), into r's Rule or Tier and Rules, and its mode:. ok is
+// false when the entry checks nothing it can name (reported); valid is false
+// when another field of it was refused.
+func (p *parser) target(n *yaml.Node, f map[string]*yaml.Node, m *model.Model, what, checks string, r *model.Route) (valid, ok bool) {
+	switch rule, tier := f["rule"], f["tier"]; {
+	case (rule == nil) == (tier == nil):
+		p.errorf(n, "%s: give either rule: or tier: (what %s)", what, checks)
+		return false, false
+	case rule != nil:
+		for i, x := range m.Rules {
+			if x.Name == rule.Value {
+				r.Rule, r.Rules = i, []int{i}
+			}
+		}
+		if r.Rule < 0 {
+			p.errorf(rule, "%s: no rule named %q", what, rule.Value)
+			return false, false
+		}
+	default:
+		for i, x := range m.Tiers {
+			if x.Name == tier.Value {
+				r.Tier, r.Rules = i, x.Rules
+			}
+		}
+		if r.Tier < 0 {
+			p.errorf(tier, "%s: no tier named %q", what, tier.Value)
+			return false, false
+		}
+	}
+	if v := f["mode"]; v != nil {
+		modes := map[string]string{"enforce": "Enforce", "shadow": "Shadow", "off": "Off"}
+		s, known := modes[v.Value]
+		if !known {
+			p.errorf(v, "%s: mode %q: use enforce, shadow (decide and report, never deny) or off", what, v.Value)
+			return false, true
+		}
+		r.Mode = s
+	}
+	return true, true
+}
+
+// policyLists is the RateLimit-Policy value of an entry checking rules, per
+// plan (one when none of them differs by plan).
+func policyLists(m *model.Model, rules []int) []string {
+	planned := false
+	for _, ri := range rules {
+		planned = planned || m.Rules[ri].Planned
+	}
+	lists := 1
+	if planned {
+		lists = len(m.Plans)
+	}
+	var out []string
+	for pl := range lists {
+		var items []string
+		for _, ri := range rules {
+			if pols := m.Fields[ri]; len(pols) > 0 {
+				items = append(items, pols[min(pl, len(pols)-1)].Item)
+			}
+		}
+		out = append(out, strings.Join(items, ", "))
+	}
+	return out
+}
