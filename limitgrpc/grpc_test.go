@@ -405,16 +405,22 @@ func TestNewGRPCRefusesNilHooks(t *testing.T) {
 }
 
 // TestCoverageStale: a server that serves only the health service leaves
-// the reflection entry stale, and no method unlimited.
+// the reflection entry stale; a server given only the unary interceptor
+// serves Watch, a stream, unchecked, and Coverage says so until the stream
+// interceptor is made too.
 func TestCoverageStale(t *testing.T) {
 	g, err := grpclimits.NewGRPC(nil, hooks())
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer()
+	srv := grpc.NewServer(grpc.UnaryInterceptor(g.UnaryInterceptor()))
 	healthpb.RegisterHealthServer(srv, health.NewServer())
 	unlimited, stale := g.Coverage(srv)
-	if len(unlimited) != 0 || !slices.Equal(stale, []string{"grpc.reflection.v1.ServerReflection"}) {
-		t.Errorf("Coverage: unlimited %v, stale %v; want none and the reflection entry", unlimited, stale)
+	if !slices.Equal(unlimited, []string{"/grpc.health.v1.Health/Watch"}) || !slices.Equal(stale, []string{"grpc.reflection.v1.ServerReflection"}) {
+		t.Errorf("unary interceptor only: unlimited %v, stale %v; want Watch, and the reflection entry", unlimited, stale)
+	}
+	g.StreamInterceptor()
+	if unlimited, _ := g.Coverage(srv); len(unlimited) != 0 {
+		t.Errorf("both interceptors: unlimited %v, want none", unlimited)
 	}
 }

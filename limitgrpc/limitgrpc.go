@@ -85,7 +85,10 @@ func slots[E any, T ~[256]atomic.Pointer[E] | ~[512]atomic.Pointer[E]](p *unsafe
 // whose metadata was made before allocates none of its own (grpc.SetHeader
 // still copies it into the stream's, as it copies any). Nothing writes to a
 // kept MD: grpc reads what SetHeader is given.
-const mdSlots = 512
+const (
+	mdBits  = 9
+	mdSlots = 1 << mdBits
+)
 
 type mdEntry struct {
 	policy      *limithttp.Policy
@@ -101,7 +104,7 @@ func (c *Config) metadata(h *limithttp.Config, res *limithttp.Result, v limithtt
 	}
 	tp := slots[mdEntry, [mdSlots]atomic.Pointer[mdEntry]](&c.mds)
 	x := (uint64(uintptr(unsafe.Pointer(res.Policy))) ^ uint64(v.R)*0x9e3779b97f4a7c15 ^ uint64(v.T)<<32 ^ uint64(retry)<<48) * 0xff51afd7ed558ccd
-	slot := &tp[x>>(64-9)]
+	slot := &tp[x>>(64-mdBits)]
 	if e := slot.Load(); e != nil && e.r == v.R && e.t == v.T && e.retry == retry && e.policy == res.Policy && e.policies == res.Policies {
 		return e.md
 	}
@@ -168,7 +171,10 @@ func (c *Config) Reject(mode limithttp.Mode, code codes.Code, msg string, ev lim
 // so the last few hundred are kept, as limithttp keeps field values: a denied
 // call allocates nothing when its error was made before. A status error is
 // never modified once made (grpc reads it, copying its proto).
-const denialSlots = 256
+const (
+	denialBits  = 8
+	denialSlots = 1 << denialBits
+)
 
 type denial struct {
 	code   codes.Code
@@ -184,7 +190,7 @@ func (c *Config) denial(code codes.Code, p *limithttp.Policy, retry, cost int64)
 	}
 	tp := slots[denial, [denialSlots]atomic.Pointer[denial]](&c.denials)
 	h := (uint64(uintptr(unsafe.Pointer(p))) ^ uint64(n)*0x9e3779b97f4a7c15 ^ uint64(code)<<40) * 0xff51afd7ed558ccd
-	slot := &tp[h>>56]
+	slot := &tp[h>>(64-denialBits)]
 	if d := slot.Load(); d != nil && d.code == code && d.policy == p && d.n == n {
 		return d.err
 	}
@@ -286,16 +292,25 @@ type ServiceInfoProvider interface {
 
 // Coverage compares a policy's method entries (full methods and services)
 // with the methods s serves: unlimited are s's methods no entry covers (entry
-// returns the index of the entry that covers a full method, −1 for none),
-// stale are the entries that cover none of them. Both are sorted.
-func Coverage(s ServiceInfoProvider, entries []string, entry func(method string) int) (unlimited, stale []string) {
+// returns the index of the entry that covers a full method, −1 for none), and
+// those whose kind of interceptor was never made (unary false: unary methods;
+// stream false: streaming ones), which a server given only one of the two
+// interceptors serves unchecked; stale are the entries that cover none of
+// s's methods. Both are sorted.
+func Coverage(s ServiceInfoProvider, entries []string, entry func(method string) int, unary, stream bool) (unlimited, stale []string) {
 	used := make([]bool, len(entries))
 	for svc, info := range s.GetServiceInfo() {
 		for _, mi := range info.Methods {
 			full := "/" + svc + "/" + mi.Name
-			if i := entry(full); i >= 0 && i < len(used) {
+			i := entry(full)
+			if i >= 0 && i < len(used) {
 				used[i] = true
-			} else {
+			}
+			checked := unary
+			if mi.IsClientStream || mi.IsServerStream {
+				checked = stream
+			}
+			if i < 0 || !checked {
 				unlimited = append(unlimited, full)
 			}
 		}

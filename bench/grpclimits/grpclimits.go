@@ -6,6 +6,7 @@ package grpclimits
 import (
 	"context"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -362,7 +363,8 @@ type GRPCHooks struct{}
 // plan the policy names, checks the entry's rule or tier, sends the RateLimit fields as header
 // metadata, and ends a denied call with codes.ResourceExhausted and its RetryInfo and QuotaFailure
 // (package limitgrpc). A stream is checked once, when it opens. A call no entry covers goes on
-// unchecked: Coverage lists a server's methods that no entry covers.
+// unchecked: Coverage lists a server's methods that no entry covers, or that the interceptors
+// made here do not see (a server given UnaryInterceptor alone serves its streams unchecked).
 //
 // Entries: /grpc.health.v1.Health/Check; /grpc.health.v1.Health/List.
 type GRPC struct {
@@ -377,6 +379,8 @@ type GRPC struct {
 	// Config is what every entry shares: the metadata, the jitter, the counters, the observer (logs no
 	// denials). Set it before serving.
 	Config limitgrpc.Config
+	// unary and stream record which interceptors were made, for Coverage.
+	unary, stream atomic.Bool
 }
 
 // NewGRPC returns the interceptors over l (Default when nil), calling h's functions. It fails
@@ -399,6 +403,7 @@ func NewGRPC(l *Limits, h GRPCHooks) (*GRPC, error) {
 
 // UnaryInterceptor checks each unary call before its handler runs.
 func (g *GRPC) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	g.unary.Store(true)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if err := g.check(ctx, info.FullMethod); err != nil {
 			return nil, err
@@ -409,6 +414,7 @@ func (g *GRPC) UnaryInterceptor() grpc.UnaryServerInterceptor {
 
 // StreamInterceptor checks each stream once, when it opens, before its handler runs.
 func (g *GRPC) StreamInterceptor() grpc.StreamServerInterceptor {
+	g.stream.Store(true)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if err := g.check(ss.Context(), info.FullMethod); err != nil {
 			return err
@@ -457,10 +463,11 @@ func (g *GRPC) check(ctx context.Context, method string) error {
 }
 
 // Coverage compares the policy's entries with the methods s serves (a *grpc.Server): unlimited
-// are s's methods no entry covers, which go unchecked; stale are the entries that cover none of
-// them, a sign of a policy out of step with the service. Both are sorted.
+// are s's methods no entry covers, and those of a kind (unary, streaming) whose interceptor was
+// never made here, which go unchecked; stale are the entries that cover none of them, a sign of a
+// policy out of step with the service. Both are sorted. Call it once the server is set up.
 func (g *GRPC) Coverage(s limitgrpc.ServiceInfoProvider) (unlimited, stale []string) {
-	return limitgrpc.Coverage(s, grpcEntries[:], grpcEntry)
+	return limitgrpc.Coverage(s, grpcEntries[:], grpcEntry, g.unary.Load(), g.stream.Load())
 }
 
 // grpcSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -1229,7 +1230,8 @@ type GRPCHooks struct {
 // plan the policy names, checks the entry's rule or tier, sends the RateLimit fields as header
 // metadata, and ends a denied call with codes.ResourceExhausted and its RetryInfo and QuotaFailure
 // (package limitgrpc). A stream is checked once, when it opens. A call no entry covers goes on
-// unchecked: Coverage lists a server's methods that no entry covers.
+// unchecked: Coverage lists a server's methods that no entry covers, or that the interceptors
+// made here do not see (a server given UnaryInterceptor alone serves its streams unchecked).
 //
 // Entries: grpc.health.v1.Health.
 type GRPC struct {
@@ -1244,6 +1246,8 @@ type GRPC struct {
 	// Config is what every entry shares: the metadata, the jitter, the counters, the observer (logs
 	// denials with log/slog's default logger, at most 10 a second). Set it before serving.
 	Config limitgrpc.Config
+	// unary and stream record which interceptors were made, for Coverage.
+	unary, stream atomic.Bool
 }
 
 // NewGRPC returns the interceptors over l (Default when nil), calling h's functions. It fails
@@ -1273,6 +1277,7 @@ func NewGRPC(l *Limits, h GRPCHooks) (*GRPC, error) {
 
 // UnaryInterceptor checks each unary call before its handler runs.
 func (g *GRPC) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	g.unary.Store(true)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		if err := g.check(ctx, info.FullMethod); err != nil {
 			return nil, err
@@ -1283,6 +1288,7 @@ func (g *GRPC) UnaryInterceptor() grpc.UnaryServerInterceptor {
 
 // StreamInterceptor checks each stream once, when it opens, before its handler runs.
 func (g *GRPC) StreamInterceptor() grpc.StreamServerInterceptor {
+	g.stream.Store(true)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if err := g.check(ss.Context(), info.FullMethod); err != nil {
 			return err
@@ -1327,10 +1333,11 @@ func (g *GRPC) check(ctx context.Context, method string) error {
 }
 
 // Coverage compares the policy's entries with the methods s serves (a *grpc.Server): unlimited
-// are s's methods no entry covers, which go unchecked; stale are the entries that cover none of
-// them, a sign of a policy out of step with the service. Both are sorted.
+// are s's methods no entry covers, and those of a kind (unary, streaming) whose interceptor was
+// never made here, which go unchecked; stale are the entries that cover none of them, a sign of a
+// policy out of step with the service. Both are sorted. Call it once the server is set up.
 func (g *GRPC) Coverage(s limitgrpc.ServiceInfoProvider) (unlimited, stale []string) {
-	return limitgrpc.Coverage(s, grpcEntries[:], grpcEntry)
+	return limitgrpc.Coverage(s, grpcEntries[:], grpcEntry, g.unary.Load(), g.stream.Load())
 }
 
 // grpcSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and

@@ -136,7 +136,8 @@ func emitGRPCType(m *model.Model) jen.Code {
 		Comment("plan the policy names, checks the entry's rule or tier, sends the RateLimit fields as header").Line().
 		Comment("metadata, and ends a denied call with codes.ResourceExhausted and its RetryInfo and QuotaFailure").Line().
 		Comment("(package limitgrpc). A stream is checked once, when it opens. A call no entry covers goes on").Line().
-		Comment("unchecked: Coverage lists a server's methods that no entry covers.").Line().
+		Comment("unchecked: Coverage lists a server's methods that no entry covers, or that the interceptors").Line().
+		Comment("made here do not see (a server given UnaryInterceptor alone serves its streams unchecked).").Line().
 		Comment("").Line().
 		Comment("Entries: "+strings.Join(listed, "; ")+".").Line().
 		Type().Id("GRPC").Struct(
@@ -145,6 +146,7 @@ func emitGRPCType(m *model.Model) jen.Code {
 		comment("ClientIP finds the client address that ip key sources read: the peer, or behind a trusted proxy the client its forwarding metadata names. It starts as the policy's grpc: client_ip.").Id("ClientIP").Add(lh("ClientIP")),
 		comment("Clock, when set, is read instead of atomicbucket.Now: tests drive the interceptors through time with it.").Id("Clock").Func().Params().Add(rt("Time")),
 		comment("Config is what every entry shares: the metadata, the jitter, the counters, the observer ("+logDoc+"). Set it before serving.").Id("Config").Add(lg("Config")),
+		comment("unary and stream record which interceptors were made, for Coverage.").Id("unary").Op(",").Id("stream").Qual("sync/atomic", "Bool"),
 	).Line().Line().
 		Comment("NewGRPC returns the interceptors over l (Default when nil), calling h's functions. It fails").Line().
 		Comment("when one of them is nil.").Line().
@@ -161,6 +163,7 @@ func emitGRPCType(m *model.Model) jen.Code {
 	).Line().Line().
 		Comment("UnaryInterceptor checks each unary call before its handler runs.").Line().
 		Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("UnaryInterceptor").Params().Add(gp("UnaryServerInterceptor")).Block(
+		jen.Id("g").Dot("unary").Dot("Store").Call(jen.True()),
 		jen.Return(jen.Func().Params(jen.Id("ctx").Add(ctxType()), jen.Id("req").Any(), jen.Id("info").Op("*").Add(gp("UnaryServerInfo")), jen.Id("handler").Add(gp("UnaryHandler"))).Params(jen.Any(), jen.Error()).Block(
 			jen.If(jen.Err().Op(":=").Id("g").Dot("check").Call(jen.Id("ctx"), jen.Id("info").Dot("FullMethod")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Nil(), jen.Err())),
 			jen.Return(jen.Id("handler").Call(jen.Id("ctx"), jen.Id("req"))),
@@ -168,6 +171,7 @@ func emitGRPCType(m *model.Model) jen.Code {
 	).Line().Line().
 		Comment("StreamInterceptor checks each stream once, when it opens, before its handler runs.").Line().
 		Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("StreamInterceptor").Params().Add(gp("StreamServerInterceptor")).Block(
+		jen.Id("g").Dot("stream").Dot("Store").Call(jen.True()),
 		jen.Return(jen.Func().Params(jen.Id("srv").Any(), jen.Id("ss").Add(gp("ServerStream")), jen.Id("info").Op("*").Add(gp("StreamServerInfo")), jen.Id("handler").Add(gp("StreamHandler"))).Error().Block(
 			jen.If(jen.Err().Op(":=").Id("g").Dot("check").Call(jen.Id("ss").Dot("Context").Call(), jen.Id("info").Dot("FullMethod")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err())),
 			jen.Return(jen.Id("handler").Call(jen.Id("srv"), jen.Id("ss"))),
@@ -193,10 +197,11 @@ func emitGRPCType(m *model.Model) jen.Code {
 		Comment("check checks a call of method against its entry and returns the status that ends it, or nil.").Line().
 		Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("check").Params(jen.Id("ctx").Add(ctxType()), jen.Id("method").String()).Error().Block(checkBody...).Line().Line().
 		Comment("Coverage compares the policy's entries with the methods s serves (a *grpc.Server): unlimited").Line().
-		Comment("are s's methods no entry covers, which go unchecked; stale are the entries that cover none of").Line().
-		Comment("them, a sign of a policy out of step with the service. Both are sorted.").Line().
+		Comment("are s's methods no entry covers, and those of a kind (unary, streaming) whose interceptor was").Line().
+		Comment("never made here, which go unchecked; stale are the entries that cover none of them, a sign of a").Line().
+		Comment("policy out of step with the service. Both are sorted. Call it once the server is set up.").Line().
 		Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("Coverage").Params(jen.Id("s").Add(lg("ServiceInfoProvider"))).Params(jen.Id("unlimited"), jen.Id("stale").Index().String()).Block(
-		jen.Return(lg("Coverage").Call(jen.Id("s"), jen.Id("grpcEntries").Index(jen.Empty(), jen.Empty()), jen.Id("grpcEntry"))),
+		jen.Return(lg("Coverage").Call(jen.Id("s"), jen.Id("grpcEntries").Index(jen.Empty(), jen.Empty()), jen.Id("grpcEntry"), jen.Id("g").Dot("unary").Dot("Load").Call(), jen.Id("g").Dot("stream").Dot("Load").Call())),
 	).Line()
 }
 
