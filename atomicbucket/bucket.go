@@ -2,6 +2,7 @@ package atomicbucket
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -16,11 +17,13 @@ import (
 // bucket is not in debt from reservations and takes nothing; a negative cost, or
 // one above the burst, is denied with RetryAfter Never and changes nothing.
 type Bucket struct {
-	_      cpu.CacheLinePad // tat is written by every check: keep it off the line of whatever precedes the Bucket
-	tat    atomic.Int64     // theoretical arrival time in the rule's units (token slots since anchor for interval rules)
-	anchor int64            // interval rules: the grid anchor in ns since epoch (the bucket's creation, or the rule's aligned anchor)
-	rule   Rule
-	_      cpu.CacheLinePad // and off the line of whatever follows it
+	_       cpu.CacheLinePad           // tat is written by every check: keep it off the line of whatever precedes the Bucket
+	tat     atomic.Int64               // theoretical arrival time in the rule's units (token slots since anchor for interval rules); dead once the numbers change
+	over    atomic.Pointer[bucketWord] // nil until the numbers first change; then the word in force (bucket_numbers.go)
+	anchor  int64                      // interval rules: the grid anchor in ns since epoch (the bucket's creation, or the rule's aligned anchor)
+	rule    Rule
+	changes sync.Mutex       // serialises changes of numbers; never taken by a check
+	_       cpu.CacheLinePad // and off the line of whatever follows it
 }
 
 // NewBucket returns a bucket for rule r, created now: it starts with the rule's
@@ -58,8 +61,14 @@ func (b *Bucket) Allow() bool { return b.AllowAt(Now()) }
 // Keep in step with Bucket.AllowGreedyAt (generated.go), which is this check
 // with a greedy rule's units passed as constants.
 func (b *Bucket) AllowAt(now Time) bool {
+	if b.over.Load() != nil {
+		return b.allowOver(clampNow(now), 1)
+	}
 	nowU := b.rule.units(clampNow(now), b.anchor)
-	_, ok := advance(&b.tat, nowU, b.rule.emit, nowU+b.rule.tau)
+	tat, ok := advance(&b.tat, nowU, b.rule.emit, nowU+b.rule.tau)
+	if tat < 0 {
+		return b.allowOver(clampNow(now), 1) // the numbers changed meanwhile
+	}
 	return ok
 }
 
@@ -69,12 +78,21 @@ func (b *Bucket) AllowN(cost int64) Decision { return b.AllowNAt(Now(), cost) }
 // AllowNAt is AllowN at time now.
 func (b *Bucket) AllowNAt(now Time, cost int64) Decision {
 	n := clampNow(now)
+	if b.over.Load() != nil {
+		return b.allowNOver(n, cost)
+	}
 	nowU := b.rule.units(n, b.anchor)
 	if cost < 0 || cost > b.rule.burst {
-		return b.rule.outOfRange(b.tat.Load(), n, nowU, b.anchor)
+		if tat := b.tat.Load(); tat >= 0 {
+			return b.rule.outOfRange(tat, n, nowU, b.anchor)
+		}
+		return b.allowNOver(n, cost)
 	}
 	inc := cost * b.rule.emit
 	tat, ok := advance(&b.tat, nowU, inc, nowU+b.rule.tau)
+	if tat < 0 {
+		return b.allowNOver(n, cost) // the numbers changed meanwhile
+	}
 	return b.rule.decide(ok, tat, inc, n, nowU, b.anchor)
 }
 
@@ -83,7 +101,10 @@ func (b *Bucket) Peek(cost int64) Decision { return b.PeekAt(Now(), cost) }
 
 // PeekAt is Peek at time now.
 func (b *Bucket) PeekAt(now Time, cost int64) Decision {
-	return b.rule.peek(b.tat.Load(), clampNow(now), b.anchor, cost)
+	if tat := b.tat.Load(); tat >= 0 {
+		return b.rule.peek(tat, clampNow(now), b.anchor, cost)
+	}
+	return b.peekOver(clampNow(now), cost)
 }
 
 // peek decides a request of cost against a bucket whose word holds tat, without
@@ -115,10 +136,16 @@ func (b *Bucket) Refund(cost int64) { b.RefundAt(Now(), cost) }
 
 // RefundAt is Refund at time now.
 func (b *Bucket) RefundAt(now Time, cost int64) {
+	if b.over.Load() != nil {
+		b.refundOver(clampNow(now), cost)
+		return
+	}
 	if cost <= 0 || cost > b.rule.burst {
 		return
 	}
-	giveBack(&b.tat, b.rule.units(clampNow(now), b.anchor), cost*b.rule.emit)
+	if !giveBack(&b.tat, b.rule.units(clampNow(now), b.anchor), cost*b.rule.emit) {
+		b.refundOver(clampNow(now), cost) // the numbers changed meanwhile
+	}
 }
 
 // Reserve takes cost tokens now if the request can be served within maxWait,
@@ -131,8 +158,12 @@ func (b *Bucket) Reserve(cost int64, maxWait time.Duration) Reservation {
 
 // ReserveAt is Reserve at time now.
 func (b *Bucket) ReserveAt(now Time, cost int64, maxWait time.Duration) Reservation {
-	res, _ := b.rule.reserve(&b.tat, clampNow(now), b.anchor, cost, maxWait) // a Bucket is never dead
-	return res
+	if b.over.Load() == nil {
+		if res, alive := b.rule.reserve(&b.tat, clampNow(now), b.anchor, cost, maxWait); alive {
+			return res
+		}
+	}
+	return b.reserveOver(clampNow(now), cost, maxWait)
 }
 
 // Wait blocks until a request of cost may proceed, taking its tokens, or until

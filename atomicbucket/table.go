@@ -4,7 +4,9 @@ import (
 	"context"
 	"hash/maphash"
 	"math"
+	"reflect"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -68,8 +70,12 @@ type TableOptions struct {
 // slot is one key's bucket. It is not padded: keyed buckets are many and mostly
 // cold, so bytes per key matter more than false sharing.
 type slot struct {
-	tat    atomic.Int64 // theoretical arrival time in the rule's units; dead (−1) once swept
+	tat    atomic.Int64 // theoretical arrival time in the rule's units; dead (−1) once swept or converted
 	anchor int64        // interval rules: the grid anchor in ns since epoch, placed by the key (phase.go)
+	// nums is the installation of numbers the word is written in; nil for the
+	// table's own rule (the policy's numbers). It never changes: a bucket
+	// moved to other numbers is a new slot (numbers.go).
+	nums *numbers
 }
 
 // reclaimer is what a table knows about reclaiming its buckets; reservations
@@ -125,8 +131,12 @@ func (c *reclaimer) filled(r *Rule, tat, anchor int64) {
 //
 // Build one with NewTable; the zero Table is not usable.
 type Table[K comparable] struct {
-	m       *xsync.MapOf[K, *slot]
+	m *xsync.MapOf[K, *slot]
+	// ov is nil until the table's numbers first change (table_numbers.go);
+	// every check loads it once, and takes the general path when it is set.
+	ov      atomic.Pointer[overlay[K]]
 	rule    Rule
+	base    numbers // the installation of rule: what a slot with nil nums is written in
 	maxKeys int64
 	atCap   AtCap
 	seed    maphash.Seed // places the grids of keys that are neither strings nor integers
@@ -136,6 +146,7 @@ type Table[K comparable] struct {
 	evictions atomic.Int64 // buckets removed by sweeps
 	atCapHits atomic.Int64 // new-key requests that met the cap with nothing to reclaim
 	reclaim   reclaimer
+	changes   sync.Mutex // serialises changes of numbers; never taken by a check
 }
 
 // NewTable returns an empty table of buckets for rule r.
@@ -145,6 +156,7 @@ func NewTable[K comparable](r Rule, o TableOptions) *Table[K] {
 		opts = append(opts, xsync.WithPresize(o.Presize))
 	}
 	t := &Table[K]{m: xsync.NewMapOf[K, *slot](opts...), rule: r, maxKeys: o.MaxKeys, atCap: o.AtCap, seed: maphash.MakeSeed()}
+	t.base.rule, t.base.origin = r, FromPolicy
 	t.reclaim.next.Store(math.MaxInt64)
 	t.reclaim.sweepAt.Store(AutoSweepMin)
 	t.reclaim.capSwept.Store(math.MinInt64 / 2) // no cap sweep yet: the first may run at once
@@ -192,7 +204,11 @@ func (t *Table[K]) Stats() TableStats {
 // the key up with the map's Load inline (a helper doing both would be a call
 // frame more: two calls exceed the inliner's budget). A slot a check gets may
 // be dead by the time it is used: checks retry then.
-func (t *Table[K]) create(key K, now int64) (*slot, int64) {
+func (t *Table[K]) create(key K, now int64) (*slot, int64) { return t.createIn(nil, key, now) }
+
+// createIn is create with the numbers of ov (nil: the table's own rule, for
+// a table whose numbers have never changed).
+func (t *Table[K]) createIn(ov *overlay[K], key K, now int64) (*slot, int64) {
 	for !t.claimKey() {
 		if s, ok := t.m.Load(key); ok { // created meanwhile by another goroutine
 			return s, 0
@@ -210,15 +226,29 @@ func (t *Table[K]) create(key K, now int64) (*slot, int64) {
 		}
 	}
 	s, k := newSlot(key)
-	s.anchor = t.rule.anchorFor(keyHash(key, t.seed))
-	tat := t.rule.fresh(now, s.anchor)
+	r := &t.rule
+	if ov != nil {
+		if s.nums = ov.forKey(key); s.nums == &t.base {
+			s.nums = nil
+		} else {
+			r = &s.nums.rule
+		}
+	}
+	s.anchor = r.anchorFor(keyHash(key, t.seed))
+	tat := r.fresh(now, s.anchor)
 	s.tat.Store(tat)
 	got, loaded := t.m.LoadOrStore(k, s)
 	if loaded {
 		t.keys.Add(-1)
 		return got, 0
 	}
-	t.reclaim.filled(&t.rule, tat, s.anchor)
+	t.reclaim.filled(r, tat, s.anchor)
+	if t.ov.Load() != ov {
+		// The numbers changed while the bucket was made: a key given numbers of
+		// its own may have been looked for before its bucket existed. Bring the
+		// bucket in line (a caller finding it dead looks again).
+		t.settle(key)
+	}
 	if n := t.keys.Load(); n > t.reclaim.sweepAt.Load() && t.reclaim.sweeping.CompareAndSwap(false, true) {
 		t.sweepHeld(now)
 	}
@@ -256,23 +286,52 @@ func (t *Table[K]) reclaimAt(now int64) (freed bool, next int64) {
 	}
 }
 
-// slotSize is the bytes a slot takes at the front of a co-allocated block.
-const slotSize = int(unsafe.Sizeof(slot{}))
-
 // newSlot allocates a bucket for key. For a non-empty string key it copies the
 // key's bytes into the same allocation, right after the slot, and returns the
 // key pointing at that copy: the map's key comparison on a lookup then brings
 // the bucket's cache line in with it (one memory miss fewer per check on large
 // tables), and the table never keeps a caller's larger buffer alive through a
-// substring key. The block holds no pointers, so the collector does not scan it.
+// substring key. The block is of a struct type made for its size (slotBlock),
+// so that the collector sees the slot's pointer and skips the key's bytes.
 func newSlot[K comparable](key K) (*slot, K) {
 	ks, ok := any(key).(string)
 	if !ok || len(ks) == 0 {
 		return new(slot), key
 	}
-	buf := make([]byte, slotSize+len(ks)) // 8-byte aligned: it is at least 16 bytes
-	copy(buf[slotSize:], ks)
-	return (*slot)(unsafe.Pointer(&buf[0])), any(unsafe.String(&buf[slotSize], len(ks))).(K)
+	p := reflect.New(slotBlock(len(ks))).UnsafePointer()
+	kp := unsafe.Add(p, slotSize)
+	copy(unsafe.Slice((*byte)(kp), len(ks)), ks)
+	return (*slot)(p), any(unsafe.String((*byte)(kp), len(ks))).(K)
+}
+
+// slotSize is the bytes a slot takes at the front of a co-allocated block.
+const slotSize = unsafe.Sizeof(slot{})
+
+// slotBlocks are the block types of newSlot, by key length in 8-byte steps:
+// struct{ S slot; K [8·i]byte }.
+var slotBlocks [33]atomic.Pointer[reflect.Type]
+
+// slotBlock is the type of a block for a slot and a key of n bytes: a key up
+// to 256 bytes gets the block of its 8-byte step (made once), a longer one
+// its own.
+func slotBlock(n int) reflect.Type {
+	i := (n + 7) / 8
+	if i >= len(slotBlocks) {
+		return blockOf(n)
+	}
+	if t := slotBlocks[i].Load(); t != nil {
+		return *t
+	}
+	t := blockOf(8 * i)
+	slotBlocks[i].Store(&t)
+	return t
+}
+
+func blockOf(n int) reflect.Type {
+	return reflect.StructOf([]reflect.StructField{
+		{Name: "S", Type: reflect.TypeFor[slot]()},
+		{Name: "K", Type: reflect.ArrayOf(n, reflect.TypeFor[byte]())},
+	})
 }
 
 // claimKey counts one more key, unless that would pass the cap. The count never
@@ -308,11 +367,17 @@ func (t *Table[K]) Allow(key K) bool { return t.AllowAt(key, Now()) }
 func (t *Table[K]) AllowAt(key K, now Time) bool {
 	n := clampNow(now)
 	for {
+		if ov := t.ov.Load(); ov != nil {
+			return t.allowOver(ov, key, n, 1)
+		}
 		s, ok := t.m.Load(key)
 		if !ok {
 			if s, _ = t.create(key, n); s == nil {
 				return t.atCap == AllowAtCap && t.rule.debt+t.rule.emit <= t.rule.tau
 			}
+		}
+		if s.nums != nil {
+			continue // written in other numbers: the table's have changed since ov was loaded
 		}
 		nowU := t.rule.units(n, s.anchor)
 		tat, ok := advance(&s.tat, nowU, t.rule.emit, nowU+t.rule.tau)
@@ -333,6 +398,9 @@ func (t *Table[K]) AllowN(key K, cost int64) Decision { return t.AllowNAt(key, N
 func (t *Table[K]) AllowNAt(key K, now Time, cost int64) Decision {
 	n := clampNow(now)
 	for {
+		if ov := t.ov.Load(); ov != nil {
+			return t.allowNOver(ov, key, n, cost)
+		}
 		s, ok := t.m.Load(key)
 		if !ok {
 			if cost <= 0 || cost > t.rule.burst {
@@ -342,6 +410,9 @@ func (t *Table[K]) AllowNAt(key K, now Time, cost int64) Decision {
 			if s, next = t.create(key, n); s == nil {
 				return t.capDecision(key, n, next, cost)
 			}
+		}
+		if s.nums != nil {
+			continue
 		}
 		nowU := t.rule.units(n, s.anchor)
 		if cost < 0 || cost > t.rule.burst {
@@ -384,7 +455,13 @@ func (t *Table[K]) Peek(key K, cost int64) Decision { return t.PeekAt(key, Now()
 // PeekAt is Peek at time now.
 func (t *Table[K]) PeekAt(key K, now Time, cost int64) Decision {
 	n := clampNow(now)
+	if ov := t.ov.Load(); ov != nil {
+		return t.peekOver(ov, key, n, cost)
+	}
 	if s, ok := t.m.Load(key); ok {
+		if s.nums != nil {
+			return t.PeekAt(key, now, cost) // the numbers changed since ov was loaded
+		}
 		if tat := s.tat.Load(); tat >= 0 {
 			return t.rule.peek(tat, n, s.anchor, cost)
 		}
@@ -399,12 +476,24 @@ func (t *Table[K]) Refund(key K, cost int64) { t.RefundAt(key, Now(), cost) }
 
 // RefundAt is Refund at time now.
 func (t *Table[K]) RefundAt(key K, now Time, cost int64) {
-	if cost <= 0 || cost > t.rule.burst {
-		return
-	}
-	if s, ok := t.m.Load(key); ok {
-		giveBack(&s.tat, t.rule.units(clampNow(now), s.anchor), cost*t.rule.emit)
-		t.reclaim.filled(&t.rule, s.tat.Load(), s.anchor)
+	n := clampNow(now)
+	for {
+		if ov := t.ov.Load(); ov != nil {
+			t.refundOver(ov, key, n, cost)
+			return
+		}
+		if cost <= 0 || cost > t.rule.burst {
+			return
+		}
+		s, ok := t.m.Load(key)
+		if !ok {
+			return
+		}
+		if s.nums == nil && giveBack(&s.tat, t.rule.units(n, s.anchor), cost*t.rule.emit) {
+			t.reclaim.filled(&t.rule, s.tat.Load(), s.anchor)
+			return
+		}
+		retry() // swept (it was full: nothing to give back, as the next look finds) or converted
 	}
 }
 
@@ -418,6 +507,9 @@ func (t *Table[K]) Reserve(key K, cost int64, maxWait time.Duration) Reservation
 func (t *Table[K]) ReserveAt(key K, now Time, cost int64, maxWait time.Duration) Reservation {
 	n := clampNow(now)
 	for {
+		if ov := t.ov.Load(); ov != nil {
+			return t.reserveOver(ov, key, now, cost, maxWait)
+		}
 		s, ok := t.m.Load(key)
 		if !ok {
 			if cost <= 0 || cost > t.rule.burst {
@@ -428,6 +520,9 @@ func (t *Table[K]) ReserveAt(key K, now Time, cost int64, maxWait time.Duration)
 				// Untracked keys cannot hold tokens for later: only an immediate admission.
 				return immediate(t.capDecision(key, n, next, cost), now)
 			}
+		}
+		if s.nums != nil {
+			continue
 		}
 		if res, alive := t.rule.reserve(&s.tat, n, s.anchor, cost, maxWait); alive {
 			res.owner = &t.reclaim
@@ -483,8 +578,17 @@ func (t *Table[K]) sweepHeld(now int64) int {
 		if tat < 0 {
 			return true
 		}
-		if !t.rule.fullBy(tat, graced, s.anchor) {
-			t.reclaim.filled(&t.rule, tat, s.anchor)
+		n := t.numsOf(s)
+		if n.succ.Load() != nil {
+			// Written in numbers since replaced: whether it is full is a
+			// question for the numbers in force. Convert it; the next sweep
+			// judges it.
+			t.settle(key)
+			return true
+		}
+		r := &n.rule
+		if !r.fullBy(tat, graced, s.anchor) {
+			t.reclaim.filled(r, tat, s.anchor)
 			return true
 		}
 		t.m.Compute(key, func(cur *slot, loaded bool) (*slot, bool) {
@@ -492,8 +596,8 @@ func (t *Table[K]) sweepHeld(now int64) int {
 				return cur, !loaded // gone, or replaced by a new bucket: leave it
 			}
 			tat := s.tat.Load()
-			if !t.rule.fullBy(tat, graced, s.anchor) || !s.tat.CompareAndSwap(tat, dead) {
-				t.reclaim.filled(&t.rule, s.tat.Load(), s.anchor) // in use again
+			if !r.fullBy(tat, graced, s.anchor) || !s.tat.CompareAndSwap(tat, dead) {
+				t.reclaim.filled(r, s.tat.Load(), s.anchor) // in use again
 				return cur, false
 			}
 			removed++

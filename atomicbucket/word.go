@@ -47,15 +47,16 @@ func advance(w *atomic.Int64, now, inc, bound int64) (tat int64, ok bool) {
 
 // giveBack returns inc units to the bucket in w at now (both in units), never
 // filling it beyond full: TAT ← max(TAT − inc, now). A full or dead bucket is
-// left as it is.
-func giveBack(w *atomic.Int64, now, inc int64) {
+// left as it is; alive is false for a dead one (swept, or converted to other
+// numbers: the caller may look for its successor).
+func giveBack(w *atomic.Int64, now, inc int64) (alive bool) {
 	for {
 		old := w.Load()
 		if old <= now { // full (old ≥ 0) or dead (old < 0): nothing to give back
-			return
+			return old >= 0
 		}
 		if w.CompareAndSwap(old, max(old-inc, now)) {
-			return
+			return true
 		}
 	}
 }

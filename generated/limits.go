@@ -17,7 +17,7 @@ import (
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
-const _ = atomicbucket.GeneratedAPIVersion2
+const _ = atomicbucket.GeneratedAPIVersion3
 
 // Plan selects the numbers of a rule that differs by plan (free, pro, enterprise).
 // It is an index, not a string: choosing a plan costs no map lookup. A value
@@ -804,7 +804,11 @@ func (l *GlobalLimiter) Rule() *atomicbucket.Rule {
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
 func (l *GlobalLimiter) Allow() bool {
-	return l.s.AllowGreedyAt(atomicbucket.Now(), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits)
+	now := atomicbucket.Now()
+	if word, ok := l.s.AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits); word >= 0 {
+		return ok
+	}
+	return l.s.AllowAt(now)
 }
 
 // AllowN checks a request of the given cost now, taking its tokens if allowed.
@@ -814,7 +818,10 @@ func (l *GlobalLimiter) AllowN(cost int64) atomicbucket.Decision {
 
 // AllowAt is Allow at time now.
 func (l *GlobalLimiter) AllowAt(now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits)
+	if word, ok := l.s.AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits); word >= 0 {
+		return ok
+	}
+	return l.s.AllowAt(now)
 }
 
 // AllowNAt is AllowN at time now.

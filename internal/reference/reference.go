@@ -451,6 +451,53 @@ func (r *Reference) Rebase(key string, t int64, held, grain *big.Rat) {
 	r.learn(s)
 }
 
+// Held is what key's bucket holds at t and where its grid is anchored; ok is
+// false when the key has no bucket.
+func (r *Reference) Held(key string, t int64) (held *big.Rat, anchor int64, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.keys[key]
+	if s == nil {
+		return nil, 0, false
+	}
+	return r.tokens(s, t), s.anchor, true
+}
+
+// Place makes key's bucket hold held tokens at t on a grid anchored at
+// anchor, as a change of numbers does (Rebase, with the grid kept).
+func (r *Reference) Place(key string, t int64, held, grain *big.Rat, anchor int64) {
+	r.Rebase(key, t, held, grain)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.keys[key]
+	if s.anchor != anchor {
+		// Rebase placed the grid where a new bucket's goes; move it and the
+		// debt with it.
+		owed := new(big.Rat).Sub(s.due, r.clock(s, t))
+		s.anchor = anchor
+		s.due = owed.Add(owed, r.clock(s, t))
+	}
+}
+
+// Forget removes key's bucket: its next check finds a new one.
+func (r *Reference) Forget(key string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.keys, key)
+}
+
+// Keys are the keys with a bucket, sorted.
+func (r *Reference) Keys() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	keys := make([]string, 0, len(r.keys))
+	for k := range r.keys {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
 // Refund gives cost tokens back to key at t, never beyond the burst.
 func (r *Reference) Refund(key string, t, cost int64) {
 	r.mu.Lock()

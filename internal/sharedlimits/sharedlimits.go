@@ -18,7 +18,7 @@ import (
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
-const _ = atomicbucket.GeneratedAPIVersion2
+const _ = atomicbucket.GeneratedAPIVersion3
 
 // Plan selects the numbers of a rule that differs by plan (free, pro).
 // It is an index, not a string: choosing a plan costs no map lookup. A value
@@ -909,7 +909,11 @@ func (l *GlobalLocalLimiter) Rule() *atomicbucket.Rule {
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
 func (l *GlobalLocalLimiter) Allow() bool {
-	return l.s.AllowGreedyAt(atomicbucket.Now(), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits)
+	now := atomicbucket.Now()
+	if word, ok := l.s.AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits); word >= 0 {
+		return ok
+	}
+	return l.s.AllowAt(now)
 }
 
 // AllowN checks a request of the given cost now, taking its tokens if allowed.
@@ -919,7 +923,10 @@ func (l *GlobalLocalLimiter) AllowN(cost int64) atomicbucket.Decision {
 
 // AllowAt is Allow at time now.
 func (l *GlobalLocalLimiter) AllowAt(now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits)
+	if word, ok := l.s.AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits); word >= 0 {
+		return ok
+	}
+	return l.s.AllowAt(now)
 }
 
 // AllowNAt is AllowN at time now.
@@ -1241,7 +1248,11 @@ func (l *DownloadsGlobalLocalLimiter) Rule() *atomicbucket.Rule {
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
 func (l *DownloadsGlobalLocalLimiter) Allow() bool {
-	return l.s.AllowGreedyAt(atomicbucket.Now(), downloadsGlobalUnitsPerNs, downloadsGlobalUnitsPerToken, downloadsGlobalBurstUnits)
+	now := atomicbucket.Now()
+	if word, ok := l.s.AllowGreedyAt(now, downloadsGlobalUnitsPerNs, downloadsGlobalUnitsPerToken, downloadsGlobalBurstUnits); word >= 0 {
+		return ok
+	}
+	return l.s.AllowAt(now)
 }
 
 // AllowN checks a request of the given cost now, taking its tokens if allowed.
@@ -1251,7 +1262,10 @@ func (l *DownloadsGlobalLocalLimiter) AllowN(cost int64) atomicbucket.Decision {
 
 // AllowAt is Allow at time now.
 func (l *DownloadsGlobalLocalLimiter) AllowAt(now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(now, downloadsGlobalUnitsPerNs, downloadsGlobalUnitsPerToken, downloadsGlobalBurstUnits)
+	if word, ok := l.s.AllowGreedyAt(now, downloadsGlobalUnitsPerNs, downloadsGlobalUnitsPerToken, downloadsGlobalBurstUnits); word >= 0 {
+		return ok
+	}
+	return l.s.AllowAt(now)
 }
 
 // AllowNAt is AllowN at time now.

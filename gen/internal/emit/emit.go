@@ -87,7 +87,7 @@ func file(m *model.Model) *jen.File {
 	f.PackageComment(m.Doc)
 	f.ImportName(runtimePath, "atomicbucket")
 	f.Comment("The runtime this package was generated for: an incompatible one fails to build here.")
-	f.Const().Id("_").Op("=").Add(rt("GeneratedAPIVersion2"))
+	f.Const().Id("_").Op("=").Add(rt("GeneratedAPIVersion3"))
 	if len(m.Plans) > 0 {
 		f.Add(emitPlans(m))
 	}
@@ -336,6 +336,9 @@ type method struct {
 	results   jen.Code
 	suffix    jen.Code // appended to the runtime call (.Allowed)
 	onBadPlan jen.Code // returned for a plan outside the constants
+	// body, when set, is the method's body after the plan check, given the
+	// bucket set it calls (l.s or l.s[plan]).
+	body func(target *jen.Statement) []jen.Code
 }
 
 func methods(r model.Rule) []method {
@@ -358,8 +361,30 @@ func methods(r model.Rule) []method {
 			inc = jen.Id(r.UnitsPerToken())
 		}
 		consts := []jen.Code{jen.Id(r.UnitsPerNs()), inc, jen.Id(r.BurstUnits())}
-		allow.call, allow.args = "AllowGreedyAt", append([]jen.Code{rt("Now").Call()}, consts...)
-		allowAt.call, allowAt.args = "AllowGreedyAt", append([]jen.Code{now}, consts...)
+		if r.KeyType != "" {
+			allow.call, allow.args = "AllowGreedyAt", append([]jen.Code{rt("Now").Call()}, consts...)
+			allowAt.call, allowAt.args = "AllowGreedyAt", append([]jen.Code{now}, consts...)
+			break
+		}
+		// A single bucket's folded check decides unless the bucket's numbers
+		// have changed at run time; then the runtime's check, which judges by
+		// the numbers in force, does.
+		cost := lit(r.Limits[0].Cost)
+		folded := func(target *jen.Statement) []jen.Code {
+			fallback := target.Clone().Dot("AllowAt").Call(now)
+			if r.Limits[0].Cost != 1 {
+				fallback = target.Clone().Dot("AllowNAt").Call(now, cost).Dot("Allowed")
+			}
+			return []jen.Code{
+				jen.If(jen.List(jen.Id("word"), jen.Id("ok")).Op(":=").Add(target.Clone().Dot("AllowGreedyAt").Call(append([]jen.Code{now}, consts...)...)), jen.Id("word").Op(">=").Lit(0)).Block(
+					jen.Return(jen.Id("ok"))),
+				jen.Return(fallback),
+			}
+		}
+		allow.body = func(target *jen.Statement) []jen.Code {
+			return append([]jen.Code{jen.Id("now").Op(":=").Add(rt("Now").Call())}, folded(target)...)
+		}
+		allowAt.body = folded
 	case r.Limits[0].Cost != 1 || r.Planned && r.CostDiffers():
 		// The default cost is not 1: go through AllowN with the rule's cost.
 		allow.call, allow.args, allow.suffix = "AllowN", []jen.Code{costExpr(r)}, jen.Dot("Allowed")
@@ -504,9 +529,16 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 			}
 			body = append(body, jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(bad))
 		}
-		if mt.results != nil {
+		switch {
+		case mt.body != nil:
+			tgt := jen.Id("l").Dot("s")
+			if r.Planned {
+				tgt = jen.Id("l").Dot("s").Index(jen.Id("plan"))
+			}
+			body = append(body, mt.body(tgt)...)
+		case mt.results != nil:
 			body = append(body, jen.Return(call))
-		} else {
+		default:
 			body = append(body, call)
 		}
 		g.Line().Comment(fmt.Sprintf("%s %s", mt.name, mt.doc)).Line()

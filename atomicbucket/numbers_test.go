@@ -1,0 +1,208 @@
+package atomicbucket
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// A change is refused exactly as a policy with those numbers would be: by
+// NewRule, with its message, and nothing changes.
+func TestNumbersRefused(t *testing.T) {
+	r := MustRule(Limit{Tokens: 10, Period: time.Second, Burst: 50})
+	iv := MustRule(Limit{Tokens: 5, Period: 10 * time.Second, Burst: 5, Refill: Interval})
+	for _, c := range []struct {
+		name string
+		rule Rule
+		n    Numbers
+		want string // part of the error; "" for NewRule's own
+	}{
+		{"zero rate", r, Numbers{Tokens: 0, Period: time.Second, Burst: 5}, ""},
+		{"zero burst", r, Numbers{Tokens: 10, Period: time.Second, Burst: 0}, ""},
+		{"zero period", r, Numbers{Tokens: 10, Period: 0, Burst: 5}, ""},
+		{"beyond the horizon", r, Numbers{Tokens: 1, Period: 1000 * 24 * time.Hour, Burst: 1 << 40}, ""},
+		{"unrepresentable", r, Numbers{Tokens: 999_999_937, Period: time.Hour, Burst: 5}, ""},
+		{"interval period", iv, Numbers{Tokens: 5, Period: time.Second, Burst: 5}, "period 10s cannot change"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tb := NewTable[string](c.rule, TableOptions{})
+			b := NewBucket(c.rule)
+			want := c.want
+			if want == "" {
+				l := c.rule.Limit()
+				l.Tokens, l.Period, l.Burst = c.n.Tokens, c.n.Period, c.n.Burst
+				_, err := NewRule(l)
+				if err == nil {
+					t.Fatalf("NewRule takes %+v", l)
+				}
+				want = err.Error()
+			}
+			for name, err := range map[string]error{
+				"Table.SetNumbersAt":    tb.SetNumbersAt(Now(), c.n, CarryAsIs),
+				"Table.SetKeyNumbersAt": tb.SetKeyNumbersAt(Now(), "k", c.n, CarryAsIs),
+				"Bucket.SetNumbersAt":   b.SetNumbersAt(Now(), c.n, CarryAsIs),
+			} {
+				if !errors.Is(err, ErrInvalidLimit) || !strings.Contains(err.Error(), want) {
+					t.Errorf("%s(%v) = %v, want an ErrInvalidLimit saying %q", name, c.n, err, want)
+				}
+			}
+			if n, o := tb.NumbersFor("k"); n != NumbersOf(c.rule.Limit()) || o != FromPolicy {
+				t.Errorf("after a refused change the table's numbers for k are %v (%v)", n, o)
+			}
+			if n, o := b.NumbersFor(); n != NumbersOf(c.rule.Limit()) || o != FromPolicy {
+				t.Errorf("after a refused change the bucket's numbers are %v (%v)", n, o)
+			}
+			if tb.ov.Load() != nil || b.over.Load() != nil {
+				t.Error("a refused change left the fast path")
+			}
+		})
+	}
+}
+
+// What is in force is reported, per key, with where it comes from; Reset
+// forgets a key's bucket; a key's own numbers survive its bucket being swept.
+func TestNumbersInForce(t *testing.T) {
+	r := MustRule(Limit{Tokens: 10, Period: time.Second, Burst: 50})
+	tb := NewTable[string](r, TableOptions{})
+	now := Time(int64(time.Hour))
+	for range 50 {
+		tb.AllowAt("vip", now)
+		tb.AllowAt("other", now)
+	}
+	if tb.AllowAt("vip", now) {
+		t.Fatal("an empty bucket allowed")
+	}
+	big := Numbers{Tokens: 1000, Period: time.Second, Burst: 2000}
+	if err := tb.SetKeyNumbersAt(now, "vip", big, CarryAsIs); err != nil {
+		t.Fatal(err)
+	}
+	if n, o := tb.NumbersFor("vip"); n != big || o != FromKeyOverride {
+		t.Fatalf("vip: %v (%v)", n, o)
+	}
+	if n, o := tb.NumbersFor("other"); n != NumbersOf(r.Limit()) || o != FromPolicy {
+		t.Fatalf("other: %v (%v)", n, o)
+	}
+	if tb.KeysWithNumbers() != 1 {
+		t.Fatalf("KeysWithNumbers = %d", tb.KeysWithNumbers())
+	}
+	// Carried as is: the empty bucket is still empty; a millisecond later
+	// the new rate has added one token, which the old would not.
+	if d := tb.AllowNAt("vip", now, 1); d.Allowed {
+		t.Fatalf("a change reset vip's bucket: %+v", d)
+	}
+	if !tb.AllowAt("vip", now.Add(time.Millisecond)) {
+		t.Fatal("vip is judged by the old numbers")
+	}
+	if tb.AllowAt("other", now.Add(time.Millisecond)) {
+		t.Fatal("other took vip's numbers")
+	}
+	// Reset: the bucket is forgotten, the numbers stay.
+	if !tb.Reset("other") {
+		t.Fatal("Reset found no bucket for other")
+	}
+	if d := tb.AllowNAt("other", now.Add(time.Millisecond), 50); !d.Allowed {
+		t.Fatalf("other after Reset: %+v", d)
+	}
+	// A key's own numbers outlive its bucket: swept when full, made again under them.
+	later := now.Add(time.Hour)
+	if tb.SweepAt(later) != 2 || tb.Len() != 0 {
+		t.Fatalf("the sweep left %d keys", tb.Len())
+	}
+	if d := tb.AllowNAt("vip", later, 2000); !d.Allowed {
+		t.Fatalf("vip's new bucket is not under its own numbers: %+v", d)
+	}
+	tb.ClearKeyNumbersAt(later, "vip", CarryAsIs)
+	if n, o := tb.NumbersFor("vip"); n != NumbersOf(r.Limit()) || o != FromPolicy || tb.KeysWithNumbers() != 0 {
+		t.Fatalf("vip after ClearKeyNumbersAt: %v (%v)", n, o)
+	}
+	// Back under 10/s, burst 50, vip's empty bucket stays empty.
+	if tb.AllowAt("vip", later) {
+		t.Fatal("clearing vip's numbers refilled its bucket")
+	}
+	// A change for the whole table, then back to the policy's.
+	if err := tb.SetNumbersAt(later, big, CarryProportional); err != nil {
+		t.Fatal(err)
+	}
+	if n, o := tb.NumbersFor("anyone"); n != big || o != FromOverride {
+		t.Fatalf("after SetNumbersAt: %v (%v)", n, o)
+	}
+	tb.ClearNumbersAt(later, CarryProportional)
+	if n, o := tb.NumbersFor("anyone"); n != NumbersOf(r.Limit()) || o != FromPolicy {
+		t.Fatalf("after ClearNumbersAt: %v (%v)", n, o)
+	}
+}
+
+// Checks after a change allocate nothing (only a bucket's conversion, once,
+// makes a new slot).
+func TestZeroAllocsAfterChange(t *testing.T) {
+	r := mustRule(t, Limit{Tokens: 1_000_000, Period: time.Second, Burst: 1_000_000})
+	b := NewBucket(r)
+	tb := NewTable[string](r, TableOptions{})
+	tb.Allow("key")
+	tb.Allow("vip")
+	n := Numbers{Tokens: 2_000_000, Period: time.Second, Burst: 1_000_000}
+	if err := tb.SetKeyNumbersAt(Now(), "vip", n, CarryAsIs); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.SetNumbersAt(Now(), n, CarryAsIs); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	scale, emit, tau, _ := r.Units()
+	for name, f := range map[string]func(){
+		"Bucket.Allow":                          func() { b.Allow() },
+		"Bucket.AllowN":                         func() { b.AllowN(2) },
+		"Bucket.Peek":                           func() { b.Peek(1) },
+		"Bucket.Refund":                         func() { b.Refund(1) },
+		"Bucket.Wait":                           func() { _ = b.Wait(ctx, 1) },
+		"Bucket.AllowGreedyAt (generated code)": func() { b.AllowGreedyAt(Now(), scale, emit, tau) },
+		"Table.Allow (key without its own)":     func() { tb.Allow("key") },
+		"Table.Allow (key with its own)":        func() { tb.Allow("vip") },
+		"Table.AllowN":                          func() { tb.AllowN("vip", 2) },
+		"Table.Peek":                            func() { tb.Peek("vip", 1) },
+		"Table.Refund":                          func() { tb.Refund("vip", 1) },
+		"Table.Reserve":                         func() { tb.Reserve("vip", 1, 0) },
+		"Table.AllowGreedyAt (generated code)":  func() { tb.AllowGreedyAt("key", Now(), scale, emit, tau) },
+	} {
+		if n := testing.AllocsPerRun(1000, f); n != 0 {
+			t.Errorf("%s: %v allocs per call, want 0", name, n)
+		}
+	}
+}
+
+// The block a string key's slot shares with the key's bytes is scanned by
+// the collector for the slot's pointer to its numbers: numbers reachable
+// only from a slot survive collections (a block of bytes would hide the
+// pointer, and the numbers would be freed under the slot).
+func TestSlotKeepsItsNumbers(t *testing.T) {
+	var freed atomic.Int64
+	slots := make([]*slot, 0, 300)
+	for i := range 300 {
+		s, key := newSlot(strings.Repeat("k", i+1))
+		if len(key) != i+1 || uintptr(unsafe.Pointer(unsafe.StringData(key))) != uintptr(unsafe.Pointer(s))+slotSize {
+			t.Fatalf("key %d is not beside its slot", i)
+		}
+		n := &numbers{since: int64(i)}
+		runtime.SetFinalizer(n, func(*numbers) { freed.Add(1) })
+		s.nums = n
+		slots = append(slots, s)
+	}
+	for range 3 {
+		runtime.GC()
+	}
+	time.Sleep(10 * time.Millisecond) // finalizers run on their own goroutine
+	if n := freed.Load(); n != 0 {
+		t.Fatalf("%d numbers held only by slots were freed", n)
+	}
+	for i, s := range slots {
+		if s.nums.since != int64(i) {
+			t.Fatalf("slot %d's numbers changed under it", i)
+		}
+	}
+	runtime.KeepAlive(slots)
+}

@@ -1,0 +1,384 @@
+package atomicbucket
+
+import (
+	"maps"
+	"time"
+)
+
+// A table's numbers at run time.
+//
+// Until its numbers first change, a table is what it always was: every bucket
+// is written in the table's own rule, and a check pays one atomic load (ov,
+// nil) to know it. The first change sets ov, for good: from then on every
+// check resolves the numbers its bucket is written in (slot.nums, an
+// installation: numbers.go) and judges by them.
+//
+// Why no check is judged by replaced numbers, and no bucket is reset: an
+// installation that is replaced records its successor (succ) before the
+// change returns, and a check that finds its bucket written in a replaced
+// installation converts it first (settle), following the successions in
+// order, each as of the moment it was made (convertWord), so that a bucket
+// untouched since a change equals one converted at the change. A conversion
+// replaces the bucket's slot under the map's lock for the key, after a
+// compare-and-swap of the old word to dead: a check that took tokens from the
+// old word before that is in the converted one, and a check that comes after
+// finds the word dead and looks the key up again, as after a sweep. A key
+// given numbers of its own is converted when they are set (its old numbers
+// are still in force for the other keys, so nothing else would tell it); a
+// bucket made while they were being set is brought in line by its maker
+// (createIn rechecks ov).
+
+// overlay is a table's numbers in force: for every key, and for some keys of
+// their own. It is never modified: a change installs a new one.
+type overlay[K comparable] struct {
+	plan *numbers
+	keys map[K]*numbers
+}
+
+// forKey is the installation in force for key.
+func (o *overlay[K]) forKey(key K) *numbers {
+	if n, ok := o.keys[key]; ok {
+		return n
+	}
+	return o.plan
+}
+
+// numsOf is the installation s is written in.
+func (t *Table[K]) numsOf(s *slot) *numbers {
+	if s.nums == nil {
+		return &t.base
+	}
+	return s.nums
+}
+
+// settle brings key's bucket, if it has one, to the numbers in force for it:
+// the successions of the numbers it is written in, then, when the key was
+// given numbers of its own (or lost them) and it is not yet written in them,
+// a conversion as of the moment they were set.
+func (t *Table[K]) settle(key K) {
+	t.m.Compute(key, func(cur *slot, loaded bool) (*slot, bool) {
+		if !loaded {
+			return nil, true // no bucket: nothing to convert
+		}
+		ov := t.ov.Load()
+		if ov == nil {
+			return cur, false
+		}
+		target := ov.forKey(key)
+		n := t.numsOf(cur)
+		if n == target && n.succ.Load() == nil {
+			return cur, false
+		}
+		var w int64
+		for {
+			w = cur.tat.Load()
+			if w < 0 {
+				return cur, false // dead: being removed by whoever killed it, under this lock
+			}
+			if cur.tat.CompareAndSwap(w, dead) {
+				break
+			}
+		}
+		for s := n.succ.Load(); s != nil; s = n.succ.Load() {
+			w = convertWord(&n.rule, &s.to.rule, w, cur.anchor, s.at, s.carry)
+			n = s.to
+		}
+		if n != target {
+			w = convertWord(&n.rule, &target.rule, w, cur.anchor, target.since, target.carryIn)
+			n = target
+		}
+		next := &slot{anchor: cur.anchor, nums: n}
+		if n == &t.base {
+			next.nums = nil
+		}
+		next.tat.Store(w)
+		t.reclaim.filled(&n.rule, w, cur.anchor)
+		return next, false
+	})
+}
+
+// current returns key's bucket, written in the numbers in force, and those
+// numbers, converting a bucket written in replaced ones; when make is set, a
+// key without a bucket gets one (s nil: the key is new and the table is at its
+// cap, with create's next). Without a bucket, n is the key's numbers.
+// ov is the overlay the caller loaded (not nil).
+func (t *Table[K]) current(ov *overlay[K], key K, now int64, mk bool) (s *slot, n *numbers, next int64) {
+	for {
+		var ok bool
+		if s, ok = t.m.Load(key); !ok {
+			if !mk {
+				return nil, ov.forKey(key), 0
+			}
+			if s, next = t.createIn(ov, key, now); s == nil {
+				return nil, ov.forKey(key), next
+			}
+		}
+		n = t.numsOf(s)
+		if n.succ.Load() == nil {
+			return s, n, 0
+		}
+		t.settle(key)
+		ov = t.ov.Load()
+	}
+}
+
+// allowOver is AllowAt (cost 1) or the Allowed of AllowNAt for a table whose
+// numbers have changed; now in ns, clamped.
+func (t *Table[K]) allowOver(ov *overlay[K], key K, now, cost int64) bool {
+	for {
+		s, n, _ := t.current(ov, key, now, true)
+		r := &n.rule
+		if cost < 0 || cost > r.burst {
+			return false
+		}
+		if s == nil {
+			return t.atCap == AllowAtCap && r.debt+cost*r.emit <= r.tau
+		}
+		nowU := r.units(now, s.anchor)
+		tat, ok := advance(&s.tat, nowU, cost*r.emit, nowU+r.tau)
+		if tat >= 0 {
+			return ok
+		}
+		retry()
+		ov = t.ov.Load()
+	}
+}
+
+// allowNOver is AllowNAt for a table whose numbers have changed.
+func (t *Table[K]) allowNOver(ov *overlay[K], key K, now, cost int64) Decision {
+	for {
+		// A cost the key's numbers can never take makes no bucket.
+		mk := cost > 0 && cost <= ov.forKey(key).rule.burst
+		s, n, next := t.current(ov, key, now, mk)
+		r := &n.rule
+		switch {
+		case s == nil && (!mk || t.atCap == AllowAtCap):
+			return t.absentIn(r, key, now, cost)
+		case s == nil:
+			return Decision{RetryAfter: time.Duration(next - now)} // at the cap
+		}
+		nowU := r.units(now, s.anchor)
+		if cost < 0 || cost > r.burst {
+			if tat := s.tat.Load(); tat >= 0 {
+				return r.outOfRange(tat, now, nowU, s.anchor)
+			}
+		} else {
+			inc := cost * r.emit
+			tat, ok := advance(&s.tat, nowU, inc, nowU+r.tau)
+			if tat >= 0 {
+				return r.decide(ok, tat, inc, now, nowU, s.anchor)
+			}
+		}
+		retry()
+		ov = t.ov.Load()
+	}
+}
+
+// absentIn decides a request of cost against the fresh bucket key would get
+// under r at now (ns), without making it.
+func (t *Table[K]) absentIn(r *Rule, key K, now, cost int64) Decision {
+	anchor := r.anchorFor(keyHash(key, t.seed))
+	return r.peek(r.fresh(now, anchor), now, anchor, cost)
+}
+
+// peekOver is PeekAt for a table whose numbers have changed.
+func (t *Table[K]) peekOver(ov *overlay[K], key K, now, cost int64) Decision {
+	for {
+		s, n, _ := t.current(ov, key, now, false)
+		if s == nil {
+			return t.absentIn(&n.rule, key, now, cost)
+		}
+		if tat := s.tat.Load(); tat >= 0 {
+			return n.rule.peek(tat, now, s.anchor, cost)
+		}
+		retry()
+		ov = t.ov.Load()
+	}
+}
+
+// refundOver is RefundAt for a table whose numbers have changed.
+func (t *Table[K]) refundOver(ov *overlay[K], key K, now, cost int64) {
+	for {
+		s, n, _ := t.current(ov, key, now, false)
+		r := &n.rule
+		if s == nil || cost <= 0 || cost > r.burst {
+			return
+		}
+		if giveBack(&s.tat, r.units(now, s.anchor), cost*r.emit) {
+			t.reclaim.filled(r, s.tat.Load(), s.anchor)
+			return
+		}
+		retry()
+		ov = t.ov.Load()
+	}
+}
+
+// reserveOver is ReserveAt for a table whose numbers have changed.
+func (t *Table[K]) reserveOver(ov *overlay[K], key K, now Time, cost int64, maxWait time.Duration) Reservation {
+	n := clampNow(now)
+	for {
+		mk := cost > 0 && cost <= ov.forKey(key).rule.burst
+		s, nm, next := t.current(ov, key, n, mk)
+		r := &nm.rule
+		switch {
+		case s == nil && (!mk || t.atCap == AllowAtCap):
+			// Untracked keys cannot hold tokens for later: only an immediate admission.
+			return immediate(t.absentIn(r, key, n, cost), now)
+		case s == nil:
+			return immediate(Decision{RetryAfter: time.Duration(next - n)}, now)
+		}
+		if res, alive := r.reserve(&s.tat, n, s.anchor, cost, maxWait); alive {
+			res.owner = &t.reclaim
+			return res
+		}
+		retry()
+		ov = t.ov.Load()
+	}
+}
+
+// overlayHeld is the table's numbers in force, as an overlay even before
+// the first change. Callers hold t.changes.
+func (t *Table[K]) overlayHeld() *overlay[K] {
+	if ov := t.ov.Load(); ov != nil {
+		return ov
+	}
+	return &overlay[K]{plan: &t.base}
+}
+
+// SetNumbersAt makes n the numbers of every key without numbers of its own,
+// from now on: every bucket is carried into them as of now, by c. Numbers a
+// rule cannot hold are refused with NewRule's error (wrapping
+// ErrInvalidLimit), and nothing changes. See Numbers.
+func (t *Table[K]) SetNumbersAt(now Time, n Numbers, c Carry) error {
+	r, err := t.rule.WithNumbers(n)
+	if err != nil {
+		return err
+	}
+	t.setPlan(clampNow(now), &numbers{rule: r, origin: FromOverride}, c)
+	return nil
+}
+
+// ClearNumbersAt returns the keys without numbers of their own to the table's
+// own rule (the policy's numbers), carrying their buckets by c.
+func (t *Table[K]) ClearNumbersAt(now Time, c Carry) {
+	t.changes.Lock()
+	defer t.changes.Unlock()
+	if t.ov.Load() == nil {
+		return // never changed
+	}
+	t.setPlanHeld(clampNow(now), &numbers{rule: t.rule, origin: FromPolicy}, c)
+}
+
+func (t *Table[K]) setPlan(now int64, n *numbers, c Carry) {
+	t.changes.Lock()
+	defer t.changes.Unlock()
+	t.setPlanHeld(now, n, c)
+}
+
+func (t *Table[K]) setPlanHeld(now int64, n *numbers, c Carry) {
+	old := t.overlayHeld()
+	n.since = now
+	t.ov.Store(&overlay[K]{plan: n, keys: old.keys})
+	old.plan.supersede(n, now, c)
+}
+
+// SetKeyNumbersAt gives key numbers of its own, from now on, whatever the
+// table's: its bucket is carried into them as of now, by c. Numbers a rule
+// cannot hold are refused (see SetNumbersAt).
+func (t *Table[K]) SetKeyNumbersAt(now Time, key K, n Numbers, c Carry) error {
+	r, err := t.rule.WithNumbers(n)
+	if err != nil {
+		return err
+	}
+	at := clampNow(now)
+	t.changes.Lock()
+	defer t.changes.Unlock()
+	old := t.overlayHeld()
+	nk := &numbers{rule: r, since: at, origin: FromKeyOverride, carryIn: c}
+	keys := make(map[K]*numbers, len(old.keys)+1)
+	maps.Copy(keys, old.keys)
+	keys[key] = nk
+	t.ov.Store(&overlay[K]{plan: old.plan, keys: keys})
+	if prev, ok := old.keys[key]; ok {
+		prev.supersede(nk, at, c)
+	}
+	t.settle(key)
+	return nil
+}
+
+// ClearKeyNumbersAt takes key's own numbers away: from now on it has the
+// table's, its bucket carried into them as of now, by c. A key without
+// numbers of its own is left alone.
+func (t *Table[K]) ClearKeyNumbersAt(now Time, key K, c Carry) {
+	at := clampNow(now)
+	t.changes.Lock()
+	defer t.changes.Unlock()
+	old := t.ov.Load()
+	if old == nil {
+		return
+	}
+	prev, ok := old.keys[key]
+	if !ok {
+		return
+	}
+	keys := maps.Clone(old.keys)
+	delete(keys, key)
+	t.ov.Store(&overlay[K]{plan: old.plan, keys: keys})
+	prev.supersede(old.plan, at, c)
+	t.settle(key)
+}
+
+// NumbersFor returns the numbers in force for key and where they come from.
+func (t *Table[K]) NumbersFor(key K) (Numbers, Origin) {
+	ov := t.ov.Load()
+	if ov == nil {
+		return NumbersOf(t.rule.limit), FromPolicy
+	}
+	n := ov.forKey(key)
+	return n.Numbers(), n.origin
+}
+
+// RuleFor returns the rule in force for key (the table's own rule, or one
+// with changed numbers).
+func (t *Table[K]) RuleFor(key K) *Rule {
+	ov := t.ov.Load()
+	if ov == nil {
+		return &t.rule
+	}
+	return &ov.forKey(key).rule
+}
+
+// KeysWithNumbers is the number of keys with numbers of their own.
+func (t *Table[K]) KeysWithNumbers() int {
+	if ov := t.ov.Load(); ov != nil {
+		return len(ov.keys)
+	}
+	return 0
+}
+
+// Reset forgets key's bucket: its next check finds a new one, with the
+// initial tokens of the numbers in force ("unblock this user"). Checks under
+// way either took their tokens before (and are forgotten with the bucket) or
+// find the new bucket. It reports whether the key had a bucket.
+func (t *Table[K]) Reset(key K) bool {
+	removed := false
+	t.m.Compute(key, func(cur *slot, loaded bool) (*slot, bool) {
+		if !loaded {
+			return nil, true
+		}
+		for {
+			w := cur.tat.Load()
+			if w < 0 {
+				return cur, false
+			}
+			if cur.tat.CompareAndSwap(w, dead) {
+				removed = true
+				return nil, true
+			}
+		}
+	})
+	if removed {
+		t.keys.Add(-1)
+	}
+	return removed
+}

@@ -1,0 +1,469 @@
+package fuzz
+
+import (
+	"fmt"
+	"math/big"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/reference"
+)
+
+// Numbers that change at run time, held to the reference: a trace of checks
+// over a few keys in which the numbers change at random points — for the
+// whole table, for one key, back to the policy's, a key reset — with each
+// carry, under every refill mode. The reference converts every bucket at the
+// moment of each change (Place: the tokens held, carried, clamped, in whole
+// units of the new numbers), which is what the contract says; the runtime
+// converts lazily, when a bucket is next used, and must decide identically.
+
+// numbersOp is one step of a numbers trace.
+type numbersOp struct {
+	kind  byte // see the numbers* constants
+	key   string
+	cost  int64
+	dt    int64
+	n     atomicbucket.Numbers
+	carry atomicbucket.Carry
+}
+
+const (
+	numbersAllowN byte = iota
+	numbersAllow
+	numbersPeek
+	numbersRefund
+	numbersSetPlan
+	numbersSetKey
+	numbersClearKey
+	numbersClearPlan
+	numbersReset
+	numbersKinds
+)
+
+// numbersProgram is a rule and a trace.
+type numbersProgram struct {
+	limit  atomicbucket.Limit
+	single bool
+	ops    []numbersOp
+}
+
+func (p numbersProgram) String() string {
+	return fmt.Sprintf("limit=%+v single=%v ops=%d", p.limit, p.single, len(p.ops))
+}
+
+// decodeNumbers turns fuzz bytes into a trace; false for a rule NewRule refuses.
+func decodeNumbers(data []byte) (numbersProgram, bool) {
+	r := &reader{b: data}
+	flags := r.byte()
+	var p numbersProgram
+	l := &p.limit
+	switch flags % 3 {
+	case 1:
+		l.Refill = atomicbucket.Interval
+	case 2:
+		l.Refill, l.Aligned = atomicbucket.Interval, true
+	}
+	p.single = flags&8 != 0
+	l.Period = fuzzPeriods[int(r.byte())%len(fuzzPeriods)]
+	l.Tokens = 1 + int64(r.byte()%40)
+	l.Burst = 1 + int64(r.byte()%40)
+	if flags&4 != 0 {
+		l.Initial, l.InitialSet = int64(r.byte())%(l.Burst+1), true
+	}
+	if _, err := atomicbucket.NewRule(*l); err != nil {
+		return p, false
+	}
+	emitNs := max(int64(l.Period)/l.Tokens, 1)
+	for len(r.b) > 0 && len(p.ops) < 300 {
+		op := numbersOp{kind: r.byte() % numbersKinds, key: fuzzKeys[r.byte()%4]}
+		if p.single {
+			op.key = ""
+		}
+		switch v := r.byte(); {
+		case v == 255:
+			op.dt = int64(365 * 24 * time.Hour)
+		case v >= 240:
+			op.dt = int64(v - 240)
+		default:
+			op.dt = int64(v) * emitNs / 16
+		}
+		c := r.byte()
+		op.cost = 1 + int64(c)%min(l.Burst, 8)
+		if c%16 == 15 {
+			op.cost = 0
+		}
+		switch op.kind {
+		case numbersSetPlan, numbersSetKey:
+			op.n = atomicbucket.Numbers{Tokens: 1 + int64(r.byte()%40), Period: fuzzPeriods[int(r.byte())%len(fuzzPeriods)], Burst: 1 + int64(r.byte()%40)}
+			if l.Refill == atomicbucket.Interval {
+				op.n.Period = l.Period
+			}
+			fallthrough
+		case numbersClearKey, numbersClearPlan:
+			op.carry = atomicbucket.Carry(r.byte() % 3)
+		}
+		if p.single && (op.kind == numbersSetKey || op.kind == numbersClearKey) {
+			op.kind = numbersAllowN
+		}
+		p.ops = append(p.ops, op)
+	}
+	return p, true
+}
+
+// changing is the reference with changing numbers: one reference per
+// installation in force (the table's, and each key's own), each bucket moved
+// between them at a change by Place.
+type changing struct {
+	base  atomicbucket.Limit
+	rule  *atomicbucket.Rule
+	plan  *reference.Reference
+	keys  map[string]*reference.Reference
+	limit map[*reference.Reference]atomicbucket.Limit
+	// single: one bucket (key ""), made at start, its grid anchored there.
+	single bool
+	start  int64
+}
+
+func newChanging(rule *atomicbucket.Rule, single bool, start int64) *changing {
+	c := &changing{base: rule.Limit(), rule: rule, keys: map[string]*reference.Reference{},
+		limit: map[*reference.Reference]atomicbucket.Limit{}, single: single, start: start}
+	c.plan = c.ref(rule.Limit())
+	if single {
+		c.plan.Create("", start)
+	}
+	return c
+}
+
+// ref is a reference for l's numbers, placed as the table's buckets are.
+func (c *changing) ref(l atomicbucket.Limit) *reference.Reference {
+	r := atomicbucket.MustRule(l)
+	var p reference.Params
+	if c.single {
+		p = reference.SingleParamsOf(&r)
+	} else {
+		p = reference.ParamsOf(&r, 0, atomicbucket.DenyAtCap)
+		// Grids are placed by the policy's rule (the period never changes).
+		p.KeyAnchor = nil
+		if p.Interval && !p.Aligned {
+			p.KeyAnchor = c.rule.KeyAnchor
+		}
+	}
+	ref := reference.NewReference(p)
+	ref.NeverSweep()
+	c.limit[ref] = l
+	return ref
+}
+
+func (c *changing) of(key string) *reference.Reference {
+	if r, ok := c.keys[key]; ok {
+		return r
+	}
+	return c.plan
+}
+
+// grain is the unit a greedy rule's buckets count in (1/scale ns); nil for interval rules.
+func grain(l atomicbucket.Limit) *big.Rat {
+	r := atomicbucket.MustRule(l)
+	scale, _, _, ok := r.Units()
+	if !ok {
+		return nil
+	}
+	return big.NewRat(1, scale)
+}
+
+// move carries key's bucket, if it has one, from one reference to another at t.
+func (c *changing) move(key string, from, to *reference.Reference, t int64, carry atomicbucket.Carry) {
+	held, anchor, ok := from.Held(key, t)
+	if !ok {
+		return
+	}
+	from.Forget(key)
+	lf, lt := c.limit[from], c.limit[to]
+	switch {
+	case held.Cmp(big.NewRat(lf.Burst, 1)) >= 0:
+		held = big.NewRat(lt.Burst, 1) // full stays full
+	case carry == atomicbucket.CarryProportional:
+		held.Mul(held, big.NewRat(lt.Burst, lf.Burst))
+	case carry == atomicbucket.CarryAdditive && lt.Burst > lf.Burst:
+		held.Add(held, big.NewRat(lt.Burst-lf.Burst, 1))
+	}
+	to.Place(key, t, held, grain(lt), anchor)
+}
+
+func (c *changing) limitWith(n atomicbucket.Numbers) atomicbucket.Limit {
+	r, err := c.rule.WithNumbers(n)
+	if err != nil {
+		panic(err) // only called for numbers the runtime took
+	}
+	return r.Limit()
+}
+
+func (c *changing) setPlan(l atomicbucket.Limit, t int64, carry atomicbucket.Carry) {
+	old := c.plan
+	c.plan = c.ref(l)
+	for _, k := range old.Keys() {
+		c.move(k, old, c.plan, t, carry)
+	}
+}
+
+func (c *changing) setKey(key string, l atomicbucket.Limit, t int64, carry atomicbucket.Carry) {
+	old := c.of(key)
+	c.keys[key] = c.ref(l)
+	c.move(key, old, c.keys[key], t, carry)
+}
+
+func (c *changing) clearKey(key string, t int64, carry atomicbucket.Carry) {
+	old, ok := c.keys[key]
+	if !ok {
+		return
+	}
+	delete(c.keys, key)
+	c.move(key, old, c.plan, t, carry)
+}
+
+func (c *changing) reset(key string, t int64) {
+	r := c.of(key)
+	_, anchor, _ := r.Held(key, t)
+	r.Forget(key)
+	if c.single {
+		// A bucket is never absent: reset makes it anew, with the initial
+		// tokens, on the grid it always had.
+		l := c.limit[r]
+		initial := l.Burst
+		if l.InitialSet {
+			initial = l.Initial
+		}
+		r.Place("", t, big.NewRat(initial, 1), grain(l), anchor)
+	}
+}
+
+// exactNow reports whether every installation in force is exact, so that
+// decisions must be equal (otherwise only the envelope binds, which
+// FuzzDifferential checks for fixed numbers).
+func exactNow(rules ...*atomicbucket.Rule) bool {
+	for _, r := range rules {
+		if !r.Exact() {
+			return false
+		}
+	}
+	return true
+}
+
+// numbersTarget is a table or a bucket under test.
+type numbersTarget interface {
+	AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision
+	AllowAt(key string, now atomicbucket.Time) bool
+	PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision
+	RefundAt(key string, now atomicbucket.Time, cost int64)
+	SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, c atomicbucket.Carry) error
+	SetKeyNumbersAt(now atomicbucket.Time, key string, n atomicbucket.Numbers, c atomicbucket.Carry) error
+	ClearKeyNumbersAt(now atomicbucket.Time, key string, c atomicbucket.Carry)
+	ClearNumbersAt(now atomicbucket.Time, c atomicbucket.Carry)
+	Reset(key string, now atomicbucket.Time)
+	NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin)
+}
+
+type tableTarget struct{ *atomicbucket.Table[string] }
+
+func (t tableTarget) Reset(key string, _ atomicbucket.Time) { t.Table.Reset(key) }
+
+type bucketTarget struct{ *atomicbucket.Bucket }
+
+func (b bucketTarget) AllowNAt(_ string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return b.Bucket.AllowNAt(now, cost)
+}
+func (b bucketTarget) AllowAt(_ string, now atomicbucket.Time) bool { return b.Bucket.AllowAt(now) }
+func (b bucketTarget) PeekAt(_ string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return b.Bucket.PeekAt(now, cost)
+}
+func (b bucketTarget) RefundAt(_ string, now atomicbucket.Time, cost int64) {
+	b.Bucket.RefundAt(now, cost)
+}
+func (b bucketTarget) SetKeyNumbersAt(atomicbucket.Time, string, atomicbucket.Numbers, atomicbucket.Carry) error {
+	panic("a bucket has no keys")
+}
+func (b bucketTarget) ClearKeyNumbersAt(atomicbucket.Time, string, atomicbucket.Carry) {
+	panic("a bucket has no keys")
+}
+func (b bucketTarget) Reset(_ string, now atomicbucket.Time) { b.Bucket.ResetAt(now) }
+func (b bucketTarget) NumbersFor(string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return b.Bucket.NumbersFor()
+}
+
+// runNumbers applies p to the changing reference and to the runtime, and
+// returns the first difference. It reports how many decisions it compared
+// after a change.
+func runNumbers(p numbersProgram) (compared int, err error) {
+	rule, err := atomicbucket.NewRule(p.limit)
+	if err != nil {
+		return 0, nil
+	}
+	start := int64(time.Hour)
+	var target numbersTarget
+	if p.single {
+		target = bucketTarget{atomicbucket.NewBucketAt(rule, atomicbucket.Time(start))}
+	} else {
+		target = tableTarget{atomicbucket.NewTable[string](rule, atomicbucket.TableOptions{})}
+	}
+	ref := newChanging(&rule, p.single, start)
+	inForce := map[string]*atomicbucket.Rule{"": &rule}
+	changed := false
+	planOrigin := atomicbucket.FromPolicy
+	t := start
+	for i, op := range p.ops {
+		t = min(t+op.dt, maxFuzzTime)
+		now := atomicbucket.Time(t)
+		at := func(what string, got, want any) error {
+			return fmt.Errorf("op %d (%+v) at t=%d: %s: runtime %v, reference %v", i, op, t, what, got, want)
+		}
+		switch op.kind {
+		case numbersSetPlan, numbersSetKey:
+			var err error
+			if op.kind == numbersSetPlan {
+				err = target.SetNumbersAt(now, op.n, op.carry)
+			} else {
+				err = target.SetKeyNumbersAt(now, op.key, op.n, op.carry)
+			}
+			_, refuse := rule.WithNumbers(op.n)
+			if (err == nil) != (refuse == nil) {
+				return compared, at("refusal", err, refuse)
+			}
+			if err != nil {
+				continue
+			}
+			l := ref.limitWith(op.n)
+			r := atomicbucket.MustRule(l)
+			if !r.Exact() {
+				// Buckets carried through inexact numbers part from the exact
+				// reference for good; FuzzDifferential holds inexact numbers to
+				// the envelope.
+				return compared, nil
+			}
+			if op.kind == numbersSetPlan {
+				ref.setPlan(l, t, op.carry)
+				inForce[""] = &r
+				planOrigin = atomicbucket.FromOverride
+			} else {
+				ref.setKey(op.key, l, t, op.carry)
+				inForce[op.key] = &r
+			}
+			changed = true
+		case numbersClearKey:
+			target.ClearKeyNumbersAt(now, op.key, op.carry)
+			ref.clearKey(op.key, t, op.carry)
+			delete(inForce, op.key)
+		case numbersClearPlan:
+			target.ClearNumbersAt(now, op.carry)
+			if changed {
+				ref.setPlan(p.limit, t, op.carry)
+				inForce[""] = &rule
+				planOrigin = atomicbucket.FromPolicy
+			}
+		case numbersReset:
+			target.Reset(op.key, now)
+			ref.reset(op.key, t)
+		default:
+			rules := []*atomicbucket.Rule{inForce[""]}
+			if r, ok := inForce[op.key]; ok {
+				rules = append(rules, r)
+			}
+			exact := exactNow(rules...)
+			r := ref.of(op.key)
+			switch op.kind {
+			case numbersAllowN:
+				got, want := target.AllowNAt(op.key, now, op.cost), r.AllowN(op.key, t, op.cost)
+				if exact && got != want {
+					return compared, at("AllowN", describe(got), describe(want))
+				}
+			case numbersAllow:
+				got, want := target.AllowAt(op.key, now), r.AllowN(op.key, t, 1).Allowed
+				if exact && got != want {
+					return compared, at("Allow", got, want)
+				}
+			case numbersPeek:
+				got, want := target.PeekAt(op.key, now, op.cost), r.Peek(op.key, t, op.cost)
+				if exact && got != want {
+					return compared, at("Peek", describe(got), describe(want))
+				}
+			case numbersRefund:
+				target.RefundAt(op.key, now, op.cost)
+				r.Refund(op.key, t, op.cost)
+			}
+			if !exact {
+				return compared, nil // the reference and the runtime may part from here
+			}
+			if changed {
+				compared++
+			}
+		}
+		// What is in force is reported as set.
+		n, origin := target.NumbersFor(op.key)
+		want, wantOrigin := atomicbucket.NumbersOf(ref.limit[ref.of(op.key)]), planOrigin
+		if ref.of(op.key) != ref.plan {
+			wantOrigin = atomicbucket.FromKeyOverride
+		}
+		if n != want || origin != wantOrigin {
+			return compared, at("NumbersFor", fmt.Sprint(n, " ", origin), fmt.Sprint(want, " ", wantOrigin))
+		}
+	}
+	return compared, nil
+}
+
+// FuzzNumbers holds the runtime, with numbers changing at random points of
+// the trace, to the reference converting at each change.
+func FuzzNumbers(f *testing.F) {
+	for _, s := range numbersSeeds() {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, ok := decodeNumbers(data)
+		if !ok {
+			return
+		}
+		if _, err := runNumbers(p); err != nil {
+			t.Fatalf("%v\n%v", p, err)
+		}
+	})
+}
+
+func numbersSeeds() [][]byte {
+	rng := rand.New(rand.NewPCG(7, 11))
+	var seeds [][]byte
+	for _, flags := range []byte{0, 1, 2, 4, 8, 9, 10, 12} {
+		b := []byte{flags, 5, 9, 19, 3}
+		for range 400 {
+			b = append(b, byte(rng.IntN(256)))
+		}
+		seeds = append(seeds, b)
+	}
+	return seeds
+}
+
+// TestNumbersRandom runs random traces (a fixed seed: the same in every run),
+// and fails unless enough decisions after a change were compared.
+func TestNumbersRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	compared, programs := 0, 0
+	for range 3000 {
+		b := make([]byte, 600)
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
+		}
+		p, ok := decodeNumbers(b)
+		if !ok {
+			continue
+		}
+		n, err := runNumbers(p)
+		if err != nil {
+			t.Fatalf("%v\n%v", p, err)
+		}
+		compared += n
+		programs++
+	}
+	if compared < 50000 {
+		t.Fatalf("only %d decisions after a change compared in %d programs", compared, programs)
+	}
+	t.Logf("%d decisions after a change equal to the reference's, in %d programs", compared, programs)
+}
