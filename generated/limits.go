@@ -349,6 +349,67 @@ func (l *PerUserLimiter) RunSweeper(ctx context.Context, interval time.Duration)
 	})
 }
 
+// SetNumbers makes n PerUser's numbers on plan for every key without numbers of its own from now
+// on: every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
+// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
+// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *PerUserLimiter) SetNumbers(plan Plan, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if plan >= numPlans {
+		return ErrUnknownPlan
+	}
+	return l.s[plan].SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns PerUser on plan to the policy's numbers, its buckets carried by carry.
+func (l *PerUserLimiter) ClearNumbers(plan Plan, carry atomicbucket.Carry) {
+	if plan >= numPlans {
+		return
+	}
+	l.s[plan].ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// SetKeyNumbers gives key numbers of its own on every plan from now on (an enterprise customer's
+// quota), whatever PerUser's; its bucket is carried into them as of now by carry. Numbers the rule
+// cannot hold are refused as by SetNumbers, and nothing changes.
+func (l *PerUserLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	for _, t := range l.s {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	now := atomicbucket.Now()
+	for _, t := range l.s {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away on every plan: from now on it has PerUser's, its
+// bucket carried by carry.
+func (l *PerUserLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+	now := atomicbucket.Now()
+	for _, t := range l.s {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key on plan and where they come from (the policy,
+// SetNumbers, SetKeyNumbers).
+func (l *PerUserLimiter) NumbersFor(plan Plan, key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if plan >= numPlans {
+		return atomicbucket.Numbers{}, atomicbucket.FromPolicy
+	}
+	return l.s[plan].NumbersFor(key)
+}
+
+// Reset forgets key's bucket on every plan ("unblock this user"): its next request finds a new one,
+// with the initial tokens of the numbers in force.
+func (l *PerUserLimiter) Reset(key string) {
+	for _, t := range l.s {
+		t.Reset(key)
+	}
+}
+
 // newPerEndpointLimiter returns PerEndpoint's (empty) tables.
 func newPerEndpointLimiter() *PerEndpointLimiter {
 	return &PerEndpointLimiter{s: atomicbucket.NewTable[int64](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
@@ -459,6 +520,58 @@ func (l *PerEndpointLimiter) RunSweeper(ctx context.Context, interval time.Durat
 	})
 }
 
+// SetNumbers makes n PerEndpoint's numbers for every key without numbers of its own from now on:
+// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
+// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
+// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *PerEndpointLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns PerEndpoint to the policy's numbers, its buckets carried by carry.
+func (l *PerEndpointLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// PerEndpoint's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold
+// are refused as by SetNumbers, and nothing changes.
+func (l *PerEndpointLimiter) SetKeyNumbers(key int64, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	for _, t := range []*atomicbucket.Table[int64]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[int64]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has PerEndpoint's, its bucket
+// carried by carry.
+func (l *PerEndpointLimiter) ClearKeyNumbers(key int64, carry atomicbucket.Carry) {
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[int64]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *PerEndpointLimiter) NumbersFor(key int64) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
+// initial tokens of the numbers in force.
+func (l *PerEndpointLimiter) Reset(key int64) {
+	for _, t := range []*atomicbucket.Table[int64]{l.s} {
+		t.Reset(key)
+	}
+}
+
 // newLoginLimiter returns Login's (empty) tables.
 func newLoginLimiter() *LoginLimiter {
 	return &LoginLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
@@ -560,6 +673,58 @@ func (l *LoginLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
 	})
 }
 
+// SetNumbers makes n Login's numbers for every key without numbers of its own from now on: every
+// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
+// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
+// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *LoginLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns Login to the policy's numbers, its buckets carried by carry.
+func (l *LoginLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// Login's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
+// refused as by SetNumbers, and nothing changes.
+func (l *LoginLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has Login's, its bucket carried by
+// carry.
+func (l *LoginLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *LoginLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
+// initial tokens of the numbers in force.
+func (l *LoginLimiter) Reset(key string) {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.Reset(key)
+	}
+}
+
 // newDailyExportLimiter returns DailyExport's (empty) tables.
 func newDailyExportLimiter() *DailyExportLimiter {
 	return &DailyExportLimiter{s: atomicbucket.NewTable[uint64](atomicbucket.MustRule(atomicbucket.Limit{
@@ -658,6 +823,58 @@ func (l *DailyExportLimiter) RunSweeper(ctx context.Context, interval time.Durat
 	atomicbucket.RunEvery(ctx, interval, func() {
 		l.Sweep()
 	})
+}
+
+// SetNumbers makes n DailyExport's numbers for every key without numbers of its own from now on:
+// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
+// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
+// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *DailyExportLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns DailyExport to the policy's numbers, its buckets carried by carry.
+func (l *DailyExportLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// DailyExport's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold
+// are refused as by SetNumbers, and nothing changes.
+func (l *DailyExportLimiter) SetKeyNumbers(key uint64, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has DailyExport's, its bucket
+// carried by carry.
+func (l *DailyExportLimiter) ClearKeyNumbers(key uint64, carry atomicbucket.Carry) {
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *DailyExportLimiter) NumbersFor(key uint64) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
+// initial tokens of the numbers in force.
+func (l *DailyExportLimiter) Reset(key uint64) {
+	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
+		t.Reset(key)
+	}
 }
 
 // newUploadLimiter returns Upload's (empty) tables.
@@ -772,6 +989,58 @@ func (l *UploadLimiter) RunSweeper(ctx context.Context, interval time.Duration) 
 	})
 }
 
+// SetNumbers makes n Upload's numbers for every key without numbers of its own from now on: every
+// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
+// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
+// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *UploadLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns Upload to the policy's numbers, its buckets carried by carry.
+func (l *UploadLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// Upload's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
+// refused as by SetNumbers, and nothing changes.
+func (l *UploadLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has Upload's, its bucket carried by
+// carry.
+func (l *UploadLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *UploadLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
+// initial tokens of the numbers in force.
+func (l *UploadLimiter) Reset(key string) {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.Reset(key)
+	}
+}
+
 // newGlobalLimiter returns Global's bucket, created at now.
 func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
 	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
@@ -862,6 +1131,29 @@ func (l *GlobalLimiter) Refund(cost int64) {
 // RefundAt is Refund at time now.
 func (l *GlobalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(now, cost)
+}
+
+// SetNumbers makes n Global's numbers from now on: every bucket is carried into them as of now by
+// carry (atomicbucket.CarryAsIs keeps the tokens held, at most the new burst). Numbers the rule
+// cannot hold are refused with the generator's own message (an error wrapping
+// atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *GlobalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns Global to the policy's numbers, its buckets carried by carry.
+func (l *GlobalLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// NumbersFor returns Global's numbers in force and where they come from.
+func (l *GlobalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor()
+}
+
+// Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force.
+func (l *GlobalLimiter) Reset() {
+	l.s.ResetAt(atomicbucket.Now())
 }
 
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every

@@ -200,6 +200,58 @@ func (l *PerUserLimiter) RunSweeper(ctx context.Context, interval time.Duration)
 	})
 }
 
+// SetNumbers makes n PerUser's numbers for every key without numbers of its own from now on: every
+// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
+// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
+// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *PerUserLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns PerUser to the policy's numbers, its buckets carried by carry.
+func (l *PerUserLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// PerUser's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
+// refused as by SetNumbers, and nothing changes.
+func (l *PerUserLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has PerUser's, its bucket carried by
+// carry.
+func (l *PerUserLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *PerUserLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
+// initial tokens of the numbers in force.
+func (l *PerUserLimiter) Reset(key string) {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.Reset(key)
+	}
+}
+
 // newTightLimiter returns Tight's (empty) tables.
 func newTightLimiter() *TightLimiter {
 	return &TightLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
@@ -307,6 +359,58 @@ func (l *TightLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
 	atomicbucket.RunEvery(ctx, interval, func() {
 		l.Sweep()
 	})
+}
+
+// SetNumbers makes n Tight's numbers for every key without numbers of its own from now on: every
+// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
+// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
+// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *TightLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns Tight to the policy's numbers, its buckets carried by carry.
+func (l *TightLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// Tight's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
+// refused as by SetNumbers, and nothing changes.
+func (l *TightLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has Tight's, its bucket carried by
+// carry.
+func (l *TightLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *TightLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
+// initial tokens of the numbers in force.
+func (l *TightLimiter) Reset(key string) {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.Reset(key)
+	}
 }
 
 // httpPolicyPerUser is rule PerUser as the RateLimit fields describe it.

@@ -254,6 +254,58 @@ func (l *HotLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration
 	})
 }
 
+// SetNumbers makes n Hot's numbers for every key without numbers of its own from now on: every
+// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
+// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
+// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *HotLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns Hot to the policy's numbers, its buckets carried by carry.
+func (l *HotLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// Hot's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
+// refused as by SetNumbers, and nothing changes.
+func (l *HotLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has Hot's, its bucket carried by
+// carry.
+func (l *HotLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *HotLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
+// initial tokens of the numbers in force.
+func (l *HotLocalLimiter) Reset(key string) {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.Reset(key)
+	}
+}
+
 // newHotLimiter returns Hot's limiter over its process-local buckets; New binds it to the store.
 func newHotLimiter() *HotLimiter {
 	return &HotLimiter{local: newHotLocalLimiter()}

@@ -528,6 +528,67 @@ func (l *PerUserLocalLimiter) RunSweeper(ctx context.Context, interval time.Dura
 	})
 }
 
+// SetNumbers makes n PerUser's numbers on plan for every key without numbers of its own from now
+// on: every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
+// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
+// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *PerUserLocalLimiter) SetNumbers(plan Plan, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if plan >= numPlans {
+		return ErrUnknownPlan
+	}
+	return l.s[plan].SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns PerUser on plan to the policy's numbers, its buckets carried by carry.
+func (l *PerUserLocalLimiter) ClearNumbers(plan Plan, carry atomicbucket.Carry) {
+	if plan >= numPlans {
+		return
+	}
+	l.s[plan].ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// SetKeyNumbers gives key numbers of its own on every plan from now on (an enterprise customer's
+// quota), whatever PerUser's; its bucket is carried into them as of now by carry. Numbers the rule
+// cannot hold are refused as by SetNumbers, and nothing changes.
+func (l *PerUserLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	for _, t := range l.s {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	now := atomicbucket.Now()
+	for _, t := range l.s {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away on every plan: from now on it has PerUser's, its
+// bucket carried by carry.
+func (l *PerUserLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+	now := atomicbucket.Now()
+	for _, t := range l.s {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key on plan and where they come from (the policy,
+// SetNumbers, SetKeyNumbers).
+func (l *PerUserLocalLimiter) NumbersFor(plan Plan, key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if plan >= numPlans {
+		return atomicbucket.Numbers{}, atomicbucket.FromPolicy
+	}
+	return l.s[plan].NumbersFor(key)
+}
+
+// Reset forgets key's bucket on every plan ("unblock this user"): its next request finds a new one,
+// with the initial tokens of the numbers in force.
+func (l *PerUserLocalLimiter) Reset(key string) {
+	for _, t := range l.s {
+		t.Reset(key)
+	}
+}
+
 // newPerUserLimiter returns PerUser's limiter over its process-local buckets; New binds it to the store.
 func newPerUserLimiter() *PerUserLimiter {
 	return &PerUserLimiter{local: newPerUserLocalLimiter()}
@@ -698,6 +759,58 @@ func (l *ExportsLocalLimiter) RunSweeper(ctx context.Context, interval time.Dura
 	atomicbucket.RunEvery(ctx, interval, func() {
 		l.Sweep()
 	})
+}
+
+// SetNumbers makes n Exports's numbers for every key without numbers of its own from now on: every
+// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
+// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
+// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *ExportsLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns Exports to the policy's numbers, its buckets carried by carry.
+func (l *ExportsLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// Exports's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
+// refused as by SetNumbers, and nothing changes.
+func (l *ExportsLocalLimiter) SetKeyNumbers(key uint64, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has Exports's, its bucket carried by
+// carry.
+func (l *ExportsLocalLimiter) ClearKeyNumbers(key uint64, carry atomicbucket.Carry) {
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *ExportsLocalLimiter) NumbersFor(key uint64) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
+// initial tokens of the numbers in force.
+func (l *ExportsLocalLimiter) Reset(key uint64) {
+	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
+		t.Reset(key)
+	}
 }
 
 // newExportsLimiter returns Exports's limiter over its process-local buckets; New binds it to the store.
@@ -875,6 +988,58 @@ func (l *PerInstanceLimiter) RunSweeper(ctx context.Context, interval time.Durat
 	})
 }
 
+// SetNumbers makes n PerInstance's numbers for every key without numbers of its own from now on:
+// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
+// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
+// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *PerInstanceLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns PerInstance to the policy's numbers, its buckets carried by carry.
+func (l *PerInstanceLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// PerInstance's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold
+// are refused as by SetNumbers, and nothing changes.
+func (l *PerInstanceLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has PerInstance's, its bucket
+// carried by carry.
+func (l *PerInstanceLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *PerInstanceLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
+// initial tokens of the numbers in force.
+func (l *PerInstanceLimiter) Reset(key string) {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.Reset(key)
+	}
+}
+
 // newGlobalLocalLimiter returns Global's bucket, created at now.
 func newGlobalLocalLimiter(now atomicbucket.Time) *GlobalLocalLimiter {
 	return &GlobalLocalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
@@ -967,6 +1132,29 @@ func (l *GlobalLocalLimiter) Refund(cost int64) {
 // RefundAt is Refund at time now.
 func (l *GlobalLocalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(now, cost)
+}
+
+// SetNumbers makes n Global's numbers from now on: every bucket is carried into them as of now by
+// carry (atomicbucket.CarryAsIs keeps the tokens held, at most the new burst). Numbers the rule
+// cannot hold are refused with the generator's own message (an error wrapping
+// atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *GlobalLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns Global to the policy's numbers, its buckets carried by carry.
+func (l *GlobalLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// NumbersFor returns Global's numbers in force and where they come from.
+func (l *GlobalLocalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor()
+}
+
+// Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force.
+func (l *GlobalLocalLimiter) Reset() {
+	l.s.ResetAt(atomicbucket.Now())
 }
 
 // newGlobalLimiter returns Global's limiter over its process-local buckets; New binds it to the store.
@@ -1146,6 +1334,58 @@ func (l *DownloadsLocalLimiter) RunSweeper(ctx context.Context, interval time.Du
 	})
 }
 
+// SetNumbers makes n Downloads's numbers for every key without numbers of its own from now on:
+// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
+// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
+// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *DownloadsLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns Downloads to the policy's numbers, its buckets carried by carry.
+func (l *DownloadsLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// Downloads's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
+// refused as by SetNumbers, and nothing changes.
+func (l *DownloadsLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has Downloads's, its bucket carried
+// by carry.
+func (l *DownloadsLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *DownloadsLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
+// initial tokens of the numbers in force.
+func (l *DownloadsLocalLimiter) Reset(key string) {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.Reset(key)
+	}
+}
+
 // newDownloadsLimiter returns Downloads's limiter over its process-local buckets; New binds it to the store.
 func newDownloadsLimiter() *DownloadsLimiter {
 	return &DownloadsLimiter{local: newDownloadsLocalLimiter()}
@@ -1306,6 +1546,29 @@ func (l *DownloadsGlobalLocalLimiter) Refund(cost int64) {
 // RefundAt is Refund at time now.
 func (l *DownloadsGlobalLocalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(now, cost)
+}
+
+// SetNumbers makes n DownloadsGlobal's numbers from now on: every bucket is carried into them as of
+// now by carry (atomicbucket.CarryAsIs keeps the tokens held, at most the new burst). Numbers the
+// rule cannot hold are refused with the generator's own message (an error wrapping
+// atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *DownloadsGlobalLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns DownloadsGlobal to the policy's numbers, its buckets carried by carry.
+func (l *DownloadsGlobalLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// NumbersFor returns DownloadsGlobal's numbers in force and where they come from.
+func (l *DownloadsGlobalLocalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor()
+}
+
+// Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force.
+func (l *DownloadsGlobalLocalLimiter) Reset() {
+	l.s.ResetAt(atomicbucket.Now())
 }
 
 // newDownloadsGlobalLimiter returns DownloadsGlobal's limiter over its process-local buckets; New binds it to the store.
@@ -1486,6 +1749,58 @@ func (l *FastLocalLimiter) RunSweeper(ctx context.Context, interval time.Duratio
 	})
 }
 
+// SetNumbers makes n Fast's numbers for every key without numbers of its own from now on: every
+// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
+// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
+// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *FastLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns Fast to the policy's numbers, its buckets carried by carry.
+func (l *FastLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// Fast's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
+// refused as by SetNumbers, and nothing changes.
+func (l *FastLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has Fast's, its bucket carried by
+// carry.
+func (l *FastLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *FastLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
+// initial tokens of the numbers in force.
+func (l *FastLocalLimiter) Reset(key string) {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.Reset(key)
+	}
+}
+
 // newFastLimiter returns Fast's limiter over its process-local buckets; New binds it to the store.
 func newFastLimiter() *FastLimiter {
 	return &FastLimiter{local: newFastLocalLimiter()}
@@ -1660,6 +1975,58 @@ func (l *WideLocalLimiter) RunSweeper(ctx context.Context, interval time.Duratio
 	atomicbucket.RunEvery(ctx, interval, func() {
 		l.Sweep()
 	})
+}
+
+// SetNumbers makes n Wide's numbers for every key without numbers of its own from now on: every
+// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
+// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
+// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *WideLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns Wide to the policy's numbers, its buckets carried by carry.
+func (l *WideLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// Wide's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
+// refused as by SetNumbers, and nothing changes.
+func (l *WideLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has Wide's, its bucket carried by
+// carry.
+func (l *WideLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *WideLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
+// initial tokens of the numbers in force.
+func (l *WideLocalLimiter) Reset(key string) {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.Reset(key)
+	}
 }
 
 // newWideLimiter returns Wide's limiter over its process-local buckets; New binds it to the store.

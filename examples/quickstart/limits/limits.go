@@ -419,6 +419,67 @@ func (l *PerUserLocalLimiter) RunSweeper(ctx context.Context, interval time.Dura
 	})
 }
 
+// SetNumbers makes n PerUser's numbers on plan for every key without numbers of its own from now
+// on: every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
+// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
+// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *PerUserLocalLimiter) SetNumbers(plan Plan, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if plan >= numPlans {
+		return ErrUnknownPlan
+	}
+	return l.s[plan].SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns PerUser on plan to the policy's numbers, its buckets carried by carry.
+func (l *PerUserLocalLimiter) ClearNumbers(plan Plan, carry atomicbucket.Carry) {
+	if plan >= numPlans {
+		return
+	}
+	l.s[plan].ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// SetKeyNumbers gives key numbers of its own on every plan from now on (an enterprise customer's
+// quota), whatever PerUser's; its bucket is carried into them as of now by carry. Numbers the rule
+// cannot hold are refused as by SetNumbers, and nothing changes.
+func (l *PerUserLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	for _, t := range l.s {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	now := atomicbucket.Now()
+	for _, t := range l.s {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away on every plan: from now on it has PerUser's, its
+// bucket carried by carry.
+func (l *PerUserLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+	now := atomicbucket.Now()
+	for _, t := range l.s {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key on plan and where they come from (the policy,
+// SetNumbers, SetKeyNumbers).
+func (l *PerUserLocalLimiter) NumbersFor(plan Plan, key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if plan >= numPlans {
+		return atomicbucket.Numbers{}, atomicbucket.FromPolicy
+	}
+	return l.s[plan].NumbersFor(key)
+}
+
+// Reset forgets key's bucket on every plan ("unblock this user"): its next request finds a new one,
+// with the initial tokens of the numbers in force.
+func (l *PerUserLocalLimiter) Reset(key string) {
+	for _, t := range l.s {
+		t.Reset(key)
+	}
+}
+
 // newPerUserLimiter returns PerUser's limiter over its process-local buckets; New binds it to the store.
 func newPerUserLimiter() *PerUserLimiter {
 	return &PerUserLimiter{local: newPerUserLocalLimiter()}
@@ -582,6 +643,29 @@ func (l *GlobalLocalLimiter) Refund(cost int64) {
 // RefundAt is Refund at time now.
 func (l *GlobalLocalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(now, cost)
+}
+
+// SetNumbers makes n Global's numbers from now on: every bucket is carried into them as of now by
+// carry (atomicbucket.CarryAsIs keeps the tokens held, at most the new burst). Numbers the rule
+// cannot hold are refused with the generator's own message (an error wrapping
+// atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *GlobalLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns Global to the policy's numbers, its buckets carried by carry.
+func (l *GlobalLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// NumbersFor returns Global's numbers in force and where they come from.
+func (l *GlobalLocalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor()
+}
+
+// Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force.
+func (l *GlobalLocalLimiter) Reset() {
+	l.s.ResetAt(atomicbucket.Now())
 }
 
 // newGlobalLimiter returns Global's limiter over its process-local buckets; New binds it to the store.
@@ -759,6 +843,58 @@ func (l *LoginLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
 	atomicbucket.RunEvery(ctx, interval, func() {
 		l.Sweep()
 	})
+}
+
+// SetNumbers makes n Login's numbers for every key without numbers of its own from now on: every
+// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
+// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
+// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *LoginLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns Login to the policy's numbers, its buckets carried by carry.
+func (l *LoginLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// Login's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
+// refused as by SetNumbers, and nothing changes.
+func (l *LoginLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has Login's, its bucket carried by
+// carry.
+func (l *LoginLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *LoginLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
+// initial tokens of the numbers in force.
+func (l *LoginLimiter) Reset(key string) {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.Reset(key)
+	}
 }
 
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every

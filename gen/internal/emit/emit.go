@@ -551,9 +551,85 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 	if r.KeyType != "" {
 		g.Add(emitKeyedExtras(r, recv))
 	}
+	g.Add(emitNumbers(r, recv))
 	if r.Shared {
 		g.Add(emitSharedRule(r))
 	}
+	return g
+}
+
+// emitNumbers are the methods that change the rule's numbers at run time:
+// SetNumbers, ClearNumbers, NumbersFor and Reset, and for a keyed rule
+// SetKeyNumbers and ClearKeyNumbers, whose numbers hold on every plan.
+func emitNumbers(r model.Rule, recv jen.Code) jen.Code {
+	g := jen.Line()
+	nowCall := rt("Now").Call()
+	numbers, carry := jen.Id("n").Add(rt("Numbers")), jen.Id("carry").Add(rt("Carry"))
+	var planParam []jen.Code
+	target := jen.Id("l").Dot("s")
+	badPlan := func(ret ...jen.Code) []jen.Code { return nil }
+	if r.Planned {
+		planParam = []jen.Code{jen.Id("plan").Id("Plan")}
+		target = jen.Id("l").Dot("s").Index(jen.Id("plan"))
+		badPlan = func(ret ...jen.Code) []jen.Code {
+			return []jen.Code{jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(ret...))}
+		}
+	}
+	onPlan, every := "", ""
+	if r.Planned {
+		onPlan, every = " on plan", " on every plan"
+	}
+	keyed := r.KeyType != ""
+	forKeys := ""
+	if keyed {
+		forKeys = " for every key without numbers of its own"
+	}
+	g.Add(comment(fmt.Sprintf("SetNumbers makes n %s's numbers%s%s from now on: every bucket is carried into them "+
+		"as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at most the new burst). Numbers the rule cannot "+
+		"hold are refused with the generator's own message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.",
+		r.GoName, onPlan, forKeys)))
+	g.Func().Params(recv).Id("SetNumbers").Params(append(planParam, numbers, carry)...).Error().Block(
+		append(badPlan(jen.Id("ErrUnknownPlan")), jen.Return(target.Clone().Dot("SetNumbersAt").Call(nowCall, jen.Id("n"), jen.Id("carry"))))...).Line().Line()
+	g.Add(comment(fmt.Sprintf("ClearNumbers returns %s%s to the policy's numbers, its buckets carried by carry.", r.GoName, onPlan)))
+	g.Func().Params(recv).Id("ClearNumbers").Params(append(planParam, carry)...).Block(
+		append(badPlan(), target.Clone().Dot("ClearNumbersAt").Call(nowCall, jen.Id("carry")))...).Line().Line()
+	if !keyed {
+		g.Add(comment(fmt.Sprintf("NumbersFor returns %s's numbers in force%s and where they come from.", r.GoName, onPlan)))
+		g.Func().Params(recv).Id("NumbersFor").Params(planParam...).Params(rt("Numbers"), rt("Origin")).Block(
+			append(badPlan(rt("Numbers").Values(), rt("FromPolicy")), jen.Return(target.Clone().Dot("NumbersFor").Call()))...).Line().Line()
+		g.Add(comment(fmt.Sprintf("Reset forgets the bucket's state%s: from now it holds the initial tokens of the numbers in force.", onPlan)))
+		g.Func().Params(recv).Id("Reset").Params(planParam...).Block(
+			append(badPlan(), target.Clone().Dot("ResetAt").Call(nowCall))...).Line()
+		return g
+	}
+	tables := jen.Id("l").Dot("s")
+	if !r.Planned {
+		tables = jen.Index().Op("*").Add(store(r)).Values(jen.Id("l").Dot("s"))
+	}
+	key := jen.Id("key").Id(r.KeyType)
+	g.Add(comment(fmt.Sprintf("SetKeyNumbers gives key numbers of its own%s from now on (an enterprise customer's quota), "+
+		"whatever %s's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are refused "+
+		"as by SetNumbers, and nothing changes.", every, r.GoName)))
+	g.Func().Params(recv).Id("SetKeyNumbers").Params(key, numbers, carry).Error().Block(
+		jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Add(tables)).Block(
+			jen.If(jen.List(jen.Id("_"), jen.Err()).Op(":=").Id("t").Dot("Rule").Call().Dot("WithNumbers").Call(jen.Id("n")), jen.Err().Op("!=").Nil()).Block(
+				jen.Return(jen.Err()))),
+		jen.Id("now").Op(":=").Add(nowCall),
+		jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Add(tables)).Block(
+			jen.Id("_").Op("=").Id("t").Dot("SetKeyNumbersAt").Call(jen.Id("now"), jen.Id("key"), jen.Id("n"), jen.Id("carry")).Comment("cannot fail: checked above")),
+		jen.Return(jen.Nil())).Line().Line()
+	g.Add(comment(fmt.Sprintf("ClearKeyNumbers takes key's own numbers away%s: from now on it has %s's, its bucket carried by carry.", every, r.GoName)))
+	g.Func().Params(recv).Id("ClearKeyNumbers").Params(key, carry).Block(
+		jen.Id("now").Op(":=").Add(nowCall),
+		jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Add(tables)).Block(
+			jen.Id("t").Dot("ClearKeyNumbersAt").Call(jen.Id("now"), jen.Id("key"), jen.Id("carry")))).Line().Line()
+	g.Add(comment(fmt.Sprintf("NumbersFor returns the numbers in force for key%s and where they come from (the policy, SetNumbers, SetKeyNumbers).", onPlan)))
+	g.Func().Params(recv).Id("NumbersFor").Params(append(planParam, key)...).Params(rt("Numbers"), rt("Origin")).Block(
+		append(badPlan(rt("Numbers").Values(), rt("FromPolicy")), jen.Return(target.Clone().Dot("NumbersFor").Call(jen.Id("key"))))...).Line().Line()
+	g.Add(comment(fmt.Sprintf("Reset forgets key's bucket%s (\"unblock this user\"): its next request finds a new one, with the initial tokens of the numbers in force.", every)))
+	g.Func().Params(recv).Id("Reset").Params(key).Block(
+		jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Add(tables)).Block(
+			jen.Id("t").Dot("Reset").Call(jen.Id("key")))).Line()
 	return g
 }
 

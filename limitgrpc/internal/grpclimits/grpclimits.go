@@ -381,6 +381,67 @@ func (l *ChecksLimiter) RunSweeper(ctx context.Context, interval time.Duration) 
 	})
 }
 
+// SetNumbers makes n Checks's numbers on plan for every key without numbers of its own from now on:
+// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
+// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
+// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *ChecksLimiter) SetNumbers(plan Plan, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if plan >= numPlans {
+		return ErrUnknownPlan
+	}
+	return l.s[plan].SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns Checks on plan to the policy's numbers, its buckets carried by carry.
+func (l *ChecksLimiter) ClearNumbers(plan Plan, carry atomicbucket.Carry) {
+	if plan >= numPlans {
+		return
+	}
+	l.s[plan].ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// SetKeyNumbers gives key numbers of its own on every plan from now on (an enterprise customer's
+// quota), whatever Checks's; its bucket is carried into them as of now by carry. Numbers the rule
+// cannot hold are refused as by SetNumbers, and nothing changes.
+func (l *ChecksLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	for _, t := range l.s {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	now := atomicbucket.Now()
+	for _, t := range l.s {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away on every plan: from now on it has Checks's, its
+// bucket carried by carry.
+func (l *ChecksLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+	now := atomicbucket.Now()
+	for _, t := range l.s {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key on plan and where they come from (the policy,
+// SetNumbers, SetKeyNumbers).
+func (l *ChecksLimiter) NumbersFor(plan Plan, key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if plan >= numPlans {
+		return atomicbucket.Numbers{}, atomicbucket.FromPolicy
+	}
+	return l.s[plan].NumbersFor(key)
+}
+
+// Reset forgets key's bucket on every plan ("unblock this user"): its next request finds a new one,
+// with the initial tokens of the numbers in force.
+func (l *ChecksLimiter) Reset(key string) {
+	for _, t := range l.s {
+		t.Reset(key)
+	}
+}
+
 // newWatchesLimiter returns Watches's (empty) tables.
 func newWatchesLimiter() *WatchesLimiter {
 	return &WatchesLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
@@ -488,6 +549,58 @@ func (l *WatchesLimiter) RunSweeper(ctx context.Context, interval time.Duration)
 	atomicbucket.RunEvery(ctx, interval, func() {
 		l.Sweep()
 	})
+}
+
+// SetNumbers makes n Watches's numbers for every key without numbers of its own from now on: every
+// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
+// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
+// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *WatchesLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns Watches to the policy's numbers, its buckets carried by carry.
+func (l *WatchesLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// Watches's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
+// refused as by SetNumbers, and nothing changes.
+func (l *WatchesLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has Watches's, its bucket carried by
+// carry.
+func (l *WatchesLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *WatchesLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
+// initial tokens of the numbers in force.
+func (l *WatchesLimiter) Reset(key string) {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.Reset(key)
+	}
 }
 
 // newTenantsLocalLimiter returns Tenants's (empty) tables.
@@ -599,6 +712,58 @@ func (l *TenantsLocalLimiter) RunSweeper(ctx context.Context, interval time.Dura
 	atomicbucket.RunEvery(ctx, interval, func() {
 		l.Sweep()
 	})
+}
+
+// SetNumbers makes n Tenants's numbers for every key without numbers of its own from now on: every
+// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
+// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
+// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *TenantsLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns Tenants to the policy's numbers, its buckets carried by carry.
+func (l *TenantsLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// Tenants's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
+// refused as by SetNumbers, and nothing changes.
+func (l *TenantsLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has Tenants's, its bucket carried by
+// carry.
+func (l *TenantsLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *TenantsLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
+// initial tokens of the numbers in force.
+func (l *TenantsLocalLimiter) Reset(key string) {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.Reset(key)
+	}
 }
 
 // newTenantsLimiter returns Tenants's limiter over its process-local buckets; New binds it to the store.
@@ -776,6 +941,58 @@ func (l *PerMethodLimiter) RunSweeper(ctx context.Context, interval time.Duratio
 	})
 }
 
+// SetNumbers makes n PerMethod's numbers for every key without numbers of its own from now on:
+// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
+// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
+// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *PerMethodLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns PerMethod to the policy's numbers, its buckets carried by carry.
+func (l *PerMethodLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// PerMethod's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
+// refused as by SetNumbers, and nothing changes.
+func (l *PerMethodLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has PerMethod's, its bucket carried
+// by carry.
+func (l *PerMethodLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+	now := atomicbucket.Now()
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *PerMethodLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
+// initial tokens of the numbers in force.
+func (l *PerMethodLimiter) Reset(key string) {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.Reset(key)
+	}
+}
+
 // newGlobalLimiter returns Global's bucket, created at now.
 func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
 	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
@@ -866,6 +1083,29 @@ func (l *GlobalLimiter) Refund(cost int64) {
 // RefundAt is Refund at time now.
 func (l *GlobalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(now, cost)
+}
+
+// SetNumbers makes n Global's numbers from now on: every bucket is carried into them as of now by
+// carry (atomicbucket.CarryAsIs keeps the tokens held, at most the new burst). Numbers the rule
+// cannot hold are refused with the generator's own message (an error wrapping
+// atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *GlobalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// ClearNumbers returns Global to the policy's numbers, its buckets carried by carry.
+func (l *GlobalLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// NumbersFor returns Global's numbers in force and where they come from.
+func (l *GlobalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor()
+}
+
+// Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force.
+func (l *GlobalLimiter) Reset() {
+	l.s.ResetAt(atomicbucket.Now())
 }
 
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
