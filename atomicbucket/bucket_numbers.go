@@ -27,14 +27,15 @@ func (b *Bucket) word() (*atomic.Int64, *Rule) {
 	return &b.tat, &b.rule
 }
 
-// in is the word in force after a change, loaded again until it is live.
+// in is the word in force after a change, loaded again until it is live (a
+// check that found the bucket's own word dead may come here before the first
+// change has installed its word).
 func (b *Bucket) in() *bucketWord {
 	for {
-		o := b.over.Load()
-		if o.tat.Load() >= 0 {
+		if o := b.over.Load(); o != nil && o.tat.Load() >= 0 {
 			return o
 		}
-		retry() // a change is installing its successor
+		retry() // a change is installing its word
 	}
 }
 

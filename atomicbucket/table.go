@@ -204,11 +204,7 @@ func (t *Table[K]) Stats() TableStats {
 // the key up with the map's Load inline (a helper doing both would be a call
 // frame more: two calls exceed the inliner's budget). A slot a check gets may
 // be dead by the time it is used: checks retry then.
-func (t *Table[K]) create(key K, now int64) (*slot, int64) { return t.createIn(nil, key, now) }
-
-// createIn is create with the numbers of ov (nil: the table's own rule, for
-// a table whose numbers have never changed).
-func (t *Table[K]) createIn(ov *overlay[K], key K, now int64) (*slot, int64) {
+func (t *Table[K]) create(key K, now int64) (*slot, int64) {
 	for !t.claimKey() {
 		if s, ok := t.m.Load(key); ok { // created meanwhile by another goroutine
 			return s, 0
@@ -226,29 +222,31 @@ func (t *Table[K]) createIn(ov *overlay[K], key K, now int64) (*slot, int64) {
 		}
 	}
 	s, k := newSlot(key)
+	s.anchor = t.rule.anchorFor(keyHash(key, t.seed)) // the same under any numbers: an interval rule's period never changes
 	r := &t.rule
-	if ov != nil {
-		if s.nums = ov.forKey(key); s.nums == &t.base {
-			s.nums = nil
-		} else {
-			r = &s.nums.rule
+	// The bucket is made in the numbers in force for the key, read under the
+	// map's lock for it, which a change of the key's own numbers takes after
+	// installing them (settle): a bucket made before the change's turn is
+	// converted by it, one made after reads the new numbers.
+	got, _ := t.m.Compute(k, func(cur *slot, found bool) (*slot, bool) {
+		if found {
+			return cur, false // made meanwhile by another goroutine
 		}
-	}
-	s.anchor = r.anchorFor(keyHash(key, t.seed))
-	tat := r.fresh(now, s.anchor)
-	s.tat.Store(tat)
-	got, loaded := t.m.LoadOrStore(k, s)
+		if ov := t.ov.Load(); ov != nil {
+			if s.nums = ov.forKey(key); s.nums == &t.base {
+				s.nums = nil
+			}
+			r = &t.numsOf(s).rule
+		}
+		s.tat.Store(r.fresh(now, s.anchor))
+		return s, false
+	})
+	loaded := got != s
 	if loaded {
 		t.keys.Add(-1)
 		return got, 0
 	}
-	t.reclaim.filled(r, tat, s.anchor)
-	if t.ov.Load() != ov {
-		// The numbers changed while the bucket was made: a key given numbers of
-		// its own may have been looked for before its bucket existed. Bring the
-		// bucket in line (a caller finding it dead looks again).
-		t.settle(key)
-	}
+	t.reclaim.filled(r, s.tat.Load(), s.anchor)
 	if n := t.keys.Load(); n > t.reclaim.sweepAt.Load() && t.reclaim.sweeping.CompareAndSwap(false, true) {
 		t.sweepHeld(now)
 	}

@@ -25,8 +25,8 @@ import (
 // finds the word dead and looks the key up again, as after a sweep. A key
 // given numbers of its own is converted when they are set (its old numbers
 // are still in force for the other keys, so nothing else would tell it); a
-// bucket made while they were being set is brought in line by its maker
-// (createIn rechecks ov).
+// bucket is made in the numbers it reads under the map's lock for its key,
+// which the change takes after installing them (create).
 
 // overlay is a table's numbers in force: for every key, and for some keys of
 // their own. It is never modified: a change installs a new one.
@@ -52,21 +52,32 @@ func (t *Table[K]) numsOf(s *slot) *numbers {
 }
 
 // settle brings key's bucket, if it has one, to the numbers in force for it:
-// the successions of the numbers it is written in, then, when the key was
-// given numbers of its own (or lost them) and it is not yet written in them,
-// a conversion as of the moment they were set.
+// the successions of the numbers it is written in, in order, then, when the
+// key has been given numbers of its own since, a conversion into them as of
+// the moment they were set. A change under way (installed, its successions
+// not yet recorded) is left to the changer, which settles the key after it:
+// until then the bucket's numbers are the ones in force.
 func (t *Table[K]) settle(key K) {
 	t.m.Compute(key, func(cur *slot, loaded bool) (*slot, bool) {
 		if !loaded {
 			return nil, true // no bucket: nothing to convert
 		}
-		ov := t.ov.Load()
-		if ov == nil {
-			return cur, false
+		from := t.numsOf(cur)
+		var chain []*succession
+		n := from
+		for s := n.succ.Load(); s != nil; s = n.succ.Load() {
+			chain = append(chain, s)
+			n = s.to
 		}
-		target := ov.forKey(key)
-		n := t.numsOf(cur)
-		if n == target && n.succ.Load() == nil {
+		// The key's own numbers, read after the successions: a change installs
+		// its overlay before it records successions.
+		var own *numbers
+		if ov := t.ov.Load(); ov != nil {
+			if k := ov.forKey(key); k != n && k.origin == FromKeyOverride && k.succ.Load() == nil {
+				own = k
+			}
+		}
+		if len(chain) == 0 && own == nil {
 			return cur, false
 		}
 		var w int64
@@ -79,13 +90,14 @@ func (t *Table[K]) settle(key K) {
 				break
 			}
 		}
-		for s := n.succ.Load(); s != nil; s = n.succ.Load() {
+		n = from
+		for _, s := range chain {
 			w = convertWord(&n.rule, &s.to.rule, w, cur.anchor, s.at, s.carry)
 			n = s.to
 		}
-		if n != target {
-			w = convertWord(&n.rule, &target.rule, w, cur.anchor, target.since, target.carryIn)
-			n = target
+		if own != nil {
+			w = convertWord(&n.rule, &own.rule, w, cur.anchor, own.since, own.carryIn)
+			n = own
 		}
 		next := &slot{anchor: cur.anchor, nums: n}
 		if n == &t.base {
@@ -109,7 +121,7 @@ func (t *Table[K]) current(ov *overlay[K], key K, now int64, mk bool) (s *slot, 
 			if !mk {
 				return nil, ov.forKey(key), 0
 			}
-			if s, next = t.createIn(ov, key, now); s == nil {
+			if s, next = t.create(key, now); s == nil {
 				return nil, ov.forKey(key), next
 			}
 		}
