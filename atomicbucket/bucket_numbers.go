@@ -169,3 +169,12 @@ func (b *Bucket) RuleFor() *Rule {
 	_, r := b.word()
 	return r
 }
+
+// ChangedRule is, once the bucket's numbers have ever changed, the rule in
+// force; nil before (one atomic load).
+func (b *Bucket) ChangedRule() *Rule {
+	if o := b.over.Load(); o != nil {
+		return &o.n.rule
+	}
+	return nil
+}

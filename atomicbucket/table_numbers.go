@@ -394,3 +394,13 @@ func (t *Table[K]) Reset(key K) bool {
 	}
 	return removed
 }
+
+// ChangedRule is, once the table's numbers have ever changed, the rule in
+// force for key; nil before (one atomic load). Generated middlewares use it to
+// keep their constant fields until then.
+func (t *Table[K]) ChangedRule(key K) *Rule {
+	if ov := t.ov.Load(); ov != nil {
+		return &ov.forKey(key).rule
+	}
+	return nil
+}

@@ -354,30 +354,50 @@ func (l *PerUserLimiter) RunSweeper(ctx context.Context, interval time.Duration)
 // held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
 // message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *PerUserLimiter) SetNumbers(plan Plan, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetNumbersAt(plan, atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *PerUserLimiter) SetNumbersAt(plan Plan, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	if plan >= numPlans {
 		return ErrUnknownPlan
 	}
-	return l.s[plan].SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.s[plan].SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns PerUser on plan to the policy's numbers, its buckets carried by carry.
 func (l *PerUserLimiter) ClearNumbers(plan Plan, carry atomicbucket.Carry) {
+	l.ClearNumbersAt(plan, atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *PerUserLimiter) ClearNumbersAt(plan Plan, now atomicbucket.Time, carry atomicbucket.Carry) {
 	if plan >= numPlans {
 		return
 	}
-	l.s[plan].ClearNumbersAt(atomicbucket.Now(), carry)
+	l.s[plan].ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *PerUserLimiter) ruleInForce(plan Plan, key string) *atomicbucket.Rule {
+	return l.s[plan].ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own on every plan from now on (an enterprise customer's
 // quota), whatever PerUser's; its bucket is carried into them as of now by carry. Numbers the rule
 // cannot hold are refused as by SetNumbers, and nothing changes.
 func (l *PerUserLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *PerUserLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range l.s {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range l.s {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -387,7 +407,11 @@ func (l *PerUserLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry
 // ClearKeyNumbers takes key's own numbers away on every plan: from now on it has PerUser's, its
 // bucket carried by carry.
 func (l *PerUserLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *PerUserLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range l.s {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -525,24 +549,44 @@ func (l *PerEndpointLimiter) RunSweeper(ctx context.Context, interval time.Durat
 // held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
 // message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *PerEndpointLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *PerEndpointLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns PerEndpoint to the policy's numbers, its buckets carried by carry.
 func (l *PerEndpointLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *PerEndpointLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *PerEndpointLimiter) ruleInForce(key int64) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
 // PerEndpoint's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold
 // are refused as by SetNumbers, and nothing changes.
 func (l *PerEndpointLimiter) SetKeyNumbers(key int64, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *PerEndpointLimiter) SetKeyNumbersAt(key int64, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range []*atomicbucket.Table[int64]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range []*atomicbucket.Table[int64]{l.s} {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -552,7 +596,11 @@ func (l *PerEndpointLimiter) SetKeyNumbers(key int64, n atomicbucket.Numbers, ca
 // ClearKeyNumbers takes key's own numbers away: from now on it has PerEndpoint's, its bucket
 // carried by carry.
 func (l *PerEndpointLimiter) ClearKeyNumbers(key int64, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *PerEndpointLimiter) ClearKeyNumbersAt(key int64, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range []*atomicbucket.Table[int64]{l.s} {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -678,24 +726,44 @@ func (l *LoginLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
 // most the new burst). Numbers the rule cannot hold are refused with the generator's own message
 // (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *LoginLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *LoginLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns Login to the policy's numbers, its buckets carried by carry.
 func (l *LoginLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *LoginLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *LoginLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
 // Login's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
 // refused as by SetNumbers, and nothing changes.
 func (l *LoginLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *LoginLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -705,7 +773,11 @@ func (l *LoginLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry a
 // ClearKeyNumbers takes key's own numbers away: from now on it has Login's, its bucket carried by
 // carry.
 func (l *LoginLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *LoginLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -830,24 +902,44 @@ func (l *DailyExportLimiter) RunSweeper(ctx context.Context, interval time.Durat
 // held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
 // message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *DailyExportLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *DailyExportLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns DailyExport to the policy's numbers, its buckets carried by carry.
 func (l *DailyExportLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *DailyExportLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *DailyExportLimiter) ruleInForce(key uint64) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
 // DailyExport's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold
 // are refused as by SetNumbers, and nothing changes.
 func (l *DailyExportLimiter) SetKeyNumbers(key uint64, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *DailyExportLimiter) SetKeyNumbersAt(key uint64, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -857,7 +949,11 @@ func (l *DailyExportLimiter) SetKeyNumbers(key uint64, n atomicbucket.Numbers, c
 // ClearKeyNumbers takes key's own numbers away: from now on it has DailyExport's, its bucket
 // carried by carry.
 func (l *DailyExportLimiter) ClearKeyNumbers(key uint64, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *DailyExportLimiter) ClearKeyNumbersAt(key uint64, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -994,24 +1090,44 @@ func (l *UploadLimiter) RunSweeper(ctx context.Context, interval time.Duration) 
 // most the new burst). Numbers the rule cannot hold are refused with the generator's own message
 // (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *UploadLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *UploadLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns Upload to the policy's numbers, its buckets carried by carry.
 func (l *UploadLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *UploadLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *UploadLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
 // Upload's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
 // refused as by SetNumbers, and nothing changes.
 func (l *UploadLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *UploadLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -1021,7 +1137,11 @@ func (l *UploadLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry 
 // ClearKeyNumbers takes key's own numbers away: from now on it has Upload's, its bucket carried by
 // carry.
 func (l *UploadLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *UploadLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -1138,12 +1258,28 @@ func (l *GlobalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
 // cannot hold are refused with the generator's own message (an error wrapping
 // atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *GlobalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *GlobalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns Global to the policy's numbers, its buckets carried by carry.
 func (l *GlobalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *GlobalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *GlobalLimiter) ruleInForce() *atomicbucket.Rule {
+	return l.s.ChangedRule()
 }
 
 // NumbersFor returns Global's numbers in force and where they come from.
@@ -1153,7 +1289,12 @@ func (l *GlobalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin)
 
 // Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force.
 func (l *GlobalLimiter) Reset() {
-	l.s.ResetAt(atomicbucket.Now())
+	l.ResetAt(atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *GlobalLimiter) ResetAt(now atomicbucket.Time) {
+	l.s.ResetAt(now)
 }
 
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
@@ -1602,6 +1743,10 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	res.Route = "POST /v1/login"
 	res.Rule = int(RuleLogin)
 	res.Series = 0
+	if rf0 := m.limits.Login.ruleInForce(k0); rf0 != nil {
+		res.Policy = limithttp.InForce(res.Policy, rf0)
+		res.Policies = limithttp.InForceList(res.Policy)
+	}
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
@@ -1630,6 +1775,10 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	res.Route = "POST /v1/upload"
 	res.Rule = int(RuleUpload)
 	res.Series = 1
+	if rf0 := m.limits.Upload.ruleInForce(k0); rf0 != nil {
+		res.Policy = limithttp.InForce(res.Policy, rf0)
+		res.Policies = limithttp.InForceList(res.Policy)
+	}
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
@@ -1658,6 +1807,10 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RuleDailyExport)
 	res.Series = 2
 	res.SeedInt = uint64(k0)
+	if rf0 := m.limits.DailyExport.ruleInForce(k0); rf0 != nil {
+		res.Policy = limithttp.InForce(res.Policy, rf0)
+		res.Policies = limithttp.InForceList(res.Policy)
+	}
 	return m.Config.Respond(w, r, limithttp.Shadow, &res, "")
 }
 
@@ -1689,6 +1842,21 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	res.Tier = "API"
 	res.Rule = int(td.Rule)
 	res.Series = httpSeriesRoute4[td.Rule]
+	rf0, rf1, rf2 := m.limits.PerUser.ruleInForce(plan, k0), m.limits.PerEndpoint.ruleInForce(k1), m.limits.Global.ruleInForce()
+	if rf0 != nil || rf1 != nil || rf2 != nil {
+		p0 := limithttp.InForce(httpPolicies[RulePerUser][plan], rf0)
+		p1 := limithttp.InForce(httpPolicies[RulePerEndpoint][plan], rf1)
+		p2 := limithttp.InForce(httpPolicies[RuleGlobal][plan], rf2)
+		res.Policies = limithttp.InForceList(p0, p1, p2)
+		switch td.Rule {
+		case RulePerUser:
+			res.Policy = p0
+		case RulePerEndpoint:
+			res.Policy = p1
+		case RuleGlobal:
+			res.Policy = p2
+		}
+	}
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 

@@ -19,6 +19,7 @@ import (
 // service is policy.yaml's http: section in front of handlers that answer
 // "ok", over limiters of its own, at a time the test sets.
 type service struct {
+	lim *limits.Limits
 	mw  *limits.Middleware
 	mux *limits.ServeMux
 	now atomicbucket.Time
@@ -42,8 +43,8 @@ func (s *service) counts(t *testing.T, route, rule string) [7]uint64 {
 
 func newService(t *testing.T) *service {
 	t.Helper()
-	s := &service{now: atomicbucket.Now()}
-	mw, err := limits.NewMiddleware(limits.New(), limits.Hooks{
+	s := &service{now: atomicbucket.Now(), lim: limits.New()}
+	mw, err := limits.NewMiddleware(s.lim, limits.Hooks{
 		UserID: func(r *http.Request) (string, bool) {
 			u := r.Header.Get("X-Test-User") // stands for a verified token's subject
 			_, ok := users[u]
@@ -347,5 +348,57 @@ func TestMiddlewarePathKeyWithoutMux(t *testing.T) {
 		if !strings.HasPrefix(w.Header().Get("RateLimit"), c.want) {
 			t.Errorf("GET %s: RateLimit %q, want %s…", c.path, w.Header().Get("RateLimit"), c.want)
 		}
+	}
+}
+
+// Numbers changed at run time are the numbers the fields describe: the
+// constants until then; a key's own numbers for that key only; the rule's
+// new numbers for everyone; the constants again once cleared. Every change
+// is made at the middleware's clock. The expected r and t are worked out by
+// hand: t is the later of the time to full and r paced at the rate, rounded up.
+func TestMiddlewareNumbersInForce(t *testing.T) {
+	s := newService(t)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	const free = `"PerUser";q=50;w=5, "PerEndpoint";q=200;w=12, "Global";q=4000;w=2`
+	bob := map[string]string{"X-Test-User": "bob"}
+	alice := map[string]string{"X-Test-User": "alice"}
+	s.run(t, []call{{"GET", "/v1/x", "", bob, 0, 200, [2]string{free, `"PerUser";r=49;t=5`}, "", ""}})
+	// bob, an enterprise customer on the free plan, gets 1000/s, burst 3000:
+	// his bucket carries its 49 tokens; after this request 48, 2952 short of
+	// full at 1000/s: t=3.
+	must(s.lim.PerUser.SetKeyNumbersAt("bob", s.now, atomicbucket.Numbers{Tokens: 1000, Period: time.Second, Burst: 3000}, atomicbucket.CarryAsIs))
+	const bobs = `"PerUser";q=3000;w=3, "PerEndpoint";q=200;w=12, "Global";q=4000;w=2`
+	s.run(t, []call{
+		{"GET", "/v1/x", "", bob, 0, 200, [2]string{bobs, `"PerUser";r=48;t=3`}, "", ""},
+		{"GET", "/v1/x", "", alice, 0, 200, [2]string{free, `"PerUser";r=49;t=5`}, "", ""},
+	})
+	// Upload for everyone: 50 per second, burst 100 (w=2). bob has no upload
+	// bucket yet: a full 100, less this request's 10: 90, paced at 50/s: t=2.
+	must(s.lim.Upload.SetNumbersAt(s.now, atomicbucket.Numbers{Tokens: 50, Period: time.Second, Burst: 100}, atomicbucket.CarryProportional))
+	s.run(t, []call{
+		{"POST", "/v1/upload", "", bob, 0, 200, [2]string{`"Upload";q=100;w=2`, `"Upload";r=90;t=2`}, "", ""},
+		// A declared cost of 500 is within the route's 1000 but above the new
+		// burst: no wait can serve it (400, alice's bucket untouched at 100).
+		{"POST", "/v1/upload", "", map[string]string{"X-Test-User": "alice", "X-Upload-Units": "500"}, 0, 400,
+			[2]string{`"Upload";q=100;w=2`, `"Upload";r=100;t=2`}, "", "400"},
+	})
+	// Back to the policy's numbers (100/s, burst 1000), proportionally: bob's
+	// 90 of 100 become 900 of 1000, 890 after this request (110 short of full:
+	// 1.1 s; paced 8.9 s: t=9); alice has no bucket: 1000, then 990 (t=10).
+	s.lim.Upload.ClearNumbersAt(s.now, atomicbucket.CarryProportional)
+	// bob's own numbers go: his 48 tokens carry as is into 10/s, burst 50: 47 after this request.
+	s.lim.PerUser.ClearKeyNumbersAt("bob", s.now, atomicbucket.CarryAsIs)
+	s.run(t, []call{
+		{"POST", "/v1/upload", "", bob, 0, 200, [2]string{`"Upload";q=1000;w=10`, `"Upload";r=890;t=9`}, "", ""},
+		{"POST", "/v1/upload", "", alice, 0, 200, [2]string{`"Upload";q=1000;w=10`, `"Upload";r=990;t=10`}, "", ""},
+		{"GET", "/v1/x", "", bob, 0, 200, [2]string{free, `"PerUser";r=47;t=5`}, "", ""},
+	})
+	if n, o := s.lim.PerUser.NumbersFor(limits.PlanFree, "bob"); o != atomicbucket.FromPolicy || n.Burst != 50 {
+		t.Errorf("bob's numbers after ClearKeyNumbers: %v (%v)", n, o)
 	}
 }

@@ -205,24 +205,44 @@ func (l *PerUserLimiter) RunSweeper(ctx context.Context, interval time.Duration)
 // most the new burst). Numbers the rule cannot hold are refused with the generator's own message
 // (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *PerUserLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *PerUserLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns PerUser to the policy's numbers, its buckets carried by carry.
 func (l *PerUserLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *PerUserLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *PerUserLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
 // PerUser's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
 // refused as by SetNumbers, and nothing changes.
 func (l *PerUserLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *PerUserLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -232,7 +252,11 @@ func (l *PerUserLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry
 // ClearKeyNumbers takes key's own numbers away: from now on it has PerUser's, its bucket carried by
 // carry.
 func (l *PerUserLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *PerUserLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -366,24 +390,44 @@ func (l *TightLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
 // most the new burst). Numbers the rule cannot hold are refused with the generator's own message
 // (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *TightLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *TightLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns Tight to the policy's numbers, its buckets carried by carry.
 func (l *TightLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *TightLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *TightLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
 // Tight's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
 // refused as by SetNumbers, and nothing changes.
 func (l *TightLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *TightLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -393,7 +437,11 @@ func (l *TightLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry a
 // ClearKeyNumbers takes key's own numbers away: from now on it has Tight's, its bucket carried by
 // carry.
 func (l *TightLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *TightLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -597,6 +645,10 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 	res.Route = "/grpc.health.v1.Health/Check"
 	res.Rule = int(RulePerUser)
 	res.Series = 0
+	if rf0 := g.limits.PerUser.ruleInForce(k0); rf0 != nil {
+		res.Policy = limithttp.InForce(res.Policy, rf0)
+		res.Policies = limithttp.InForceList(res.Policy)
+	}
 	return g.Config.Respond(ctx, limithttp.Enforce, &res, k0)
 }
 
@@ -619,5 +671,9 @@ func (g *GRPC) entry2(ctx context.Context, method string) error {
 	res.Route = "/grpc.health.v1.Health/List"
 	res.Rule = int(RuleTight)
 	res.Series = 1
+	if rf0 := g.limits.Tight.ruleInForce(k0); rf0 != nil {
+		res.Policy = limithttp.InForce(res.Policy, rf0)
+		res.Policies = limithttp.InForceList(res.Policy)
+	}
 	return g.Config.Respond(ctx, limithttp.Enforce, &res, k0)
 }

@@ -210,24 +210,44 @@ func (l *PerIPLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
 // most the new burst). Numbers the rule cannot hold are refused with the generator's own message
 // (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *PerIPLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *PerIPLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns PerIP to the policy's numbers, its buckets carried by carry.
 func (l *PerIPLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *PerIPLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *PerIPLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
 // PerIP's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
 // refused as by SetNumbers, and nothing changes.
 func (l *PerIPLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *PerIPLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -237,7 +257,11 @@ func (l *PerIPLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry a
 // ClearKeyNumbers takes key's own numbers away: from now on it has PerIP's, its bucket carried by
 // carry.
 func (l *PerIPLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *PerIPLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -371,24 +395,44 @@ func (l *TightLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
 // most the new burst). Numbers the rule cannot hold are refused with the generator's own message
 // (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *TightLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *TightLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns Tight to the policy's numbers, its buckets carried by carry.
 func (l *TightLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *TightLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *TightLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
 // Tight's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
 // refused as by SetNumbers, and nothing changes.
 func (l *TightLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *TightLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -398,7 +442,11 @@ func (l *TightLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry a
 // ClearKeyNumbers takes key's own numbers away: from now on it has Tight's, its bucket carried by
 // carry.
 func (l *TightLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *TightLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -532,24 +580,44 @@ func (l *DrainLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
 // most the new burst). Numbers the rule cannot hold are refused with the generator's own message
 // (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *DrainLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *DrainLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns Drain to the policy's numbers, its buckets carried by carry.
 func (l *DrainLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *DrainLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *DrainLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
 // Drain's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
 // refused as by SetNumbers, and nothing changes.
 func (l *DrainLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *DrainLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -559,7 +627,11 @@ func (l *DrainLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry a
 // ClearKeyNumbers takes key's own numbers away: from now on it has Drain's, its bucket carried by
 // carry.
 func (l *DrainLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *DrainLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -812,6 +884,10 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	res.Route = "GET /bench"
 	res.Rule = int(RulePerIP)
 	res.Series = 0
+	if rf0 := m.limits.PerIP.ruleInForce(k0); rf0 != nil {
+		res.Policy = limithttp.InForce(res.Policy, rf0)
+		res.Policies = limithttp.InForceList(res.Policy)
+	}
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
@@ -833,6 +909,10 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	res.Route = "GET /denied"
 	res.Rule = int(RuleTight)
 	res.Series = 1
+	if rf0 := m.limits.Tight.ruleInForce(k0); rf0 != nil {
+		res.Policy = limithttp.InForce(res.Policy, rf0)
+		res.Policies = limithttp.InForceList(res.Policy)
+	}
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
@@ -854,5 +934,9 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	res.Route = "GET /drain"
 	res.Rule = int(RuleDrain)
 	res.Series = 2
+	if rf0 := m.limits.Drain.ruleInForce(k0); rf0 != nil {
+		res.Policy = limithttp.InForce(res.Policy, rf0)
+		res.Policies = limithttp.InForceList(res.Policy)
+	}
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }

@@ -259,24 +259,44 @@ func (l *HotLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration
 // most the new burst). Numbers the rule cannot hold are refused with the generator's own message
 // (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *HotLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *HotLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns Hot to the policy's numbers, its buckets carried by carry.
 func (l *HotLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *HotLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *HotLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
 // Hot's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
 // refused as by SetNumbers, and nothing changes.
 func (l *HotLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *HotLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -286,7 +306,11 @@ func (l *HotLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carr
 // ClearKeyNumbers takes key's own numbers away: from now on it has Hot's, its bucket carried by
 // carry.
 func (l *HotLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *HotLocalLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}

@@ -533,30 +533,50 @@ func (l *PerUserLocalLimiter) RunSweeper(ctx context.Context, interval time.Dura
 // held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
 // message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *PerUserLocalLimiter) SetNumbers(plan Plan, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetNumbersAt(plan, atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *PerUserLocalLimiter) SetNumbersAt(plan Plan, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	if plan >= numPlans {
 		return ErrUnknownPlan
 	}
-	return l.s[plan].SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.s[plan].SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns PerUser on plan to the policy's numbers, its buckets carried by carry.
 func (l *PerUserLocalLimiter) ClearNumbers(plan Plan, carry atomicbucket.Carry) {
+	l.ClearNumbersAt(plan, atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *PerUserLocalLimiter) ClearNumbersAt(plan Plan, now atomicbucket.Time, carry atomicbucket.Carry) {
 	if plan >= numPlans {
 		return
 	}
-	l.s[plan].ClearNumbersAt(atomicbucket.Now(), carry)
+	l.s[plan].ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *PerUserLocalLimiter) ruleInForce(plan Plan, key string) *atomicbucket.Rule {
+	return l.s[plan].ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own on every plan from now on (an enterprise customer's
 // quota), whatever PerUser's; its bucket is carried into them as of now by carry. Numbers the rule
 // cannot hold are refused as by SetNumbers, and nothing changes.
 func (l *PerUserLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *PerUserLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range l.s {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range l.s {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -566,7 +586,11 @@ func (l *PerUserLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, 
 // ClearKeyNumbers takes key's own numbers away on every plan: from now on it has PerUser's, its
 // bucket carried by carry.
 func (l *PerUserLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *PerUserLocalLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range l.s {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -766,24 +790,44 @@ func (l *ExportsLocalLimiter) RunSweeper(ctx context.Context, interval time.Dura
 // most the new burst). Numbers the rule cannot hold are refused with the generator's own message
 // (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *ExportsLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *ExportsLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns Exports to the policy's numbers, its buckets carried by carry.
 func (l *ExportsLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *ExportsLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *ExportsLocalLimiter) ruleInForce(key uint64) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
 // Exports's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
 // refused as by SetNumbers, and nothing changes.
 func (l *ExportsLocalLimiter) SetKeyNumbers(key uint64, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *ExportsLocalLimiter) SetKeyNumbersAt(key uint64, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -793,7 +837,11 @@ func (l *ExportsLocalLimiter) SetKeyNumbers(key uint64, n atomicbucket.Numbers, 
 // ClearKeyNumbers takes key's own numbers away: from now on it has Exports's, its bucket carried by
 // carry.
 func (l *ExportsLocalLimiter) ClearKeyNumbers(key uint64, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *ExportsLocalLimiter) ClearKeyNumbersAt(key uint64, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -993,24 +1041,44 @@ func (l *PerInstanceLimiter) RunSweeper(ctx context.Context, interval time.Durat
 // held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
 // message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *PerInstanceLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *PerInstanceLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns PerInstance to the policy's numbers, its buckets carried by carry.
 func (l *PerInstanceLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *PerInstanceLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *PerInstanceLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
 // PerInstance's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold
 // are refused as by SetNumbers, and nothing changes.
 func (l *PerInstanceLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *PerInstanceLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -1020,7 +1088,11 @@ func (l *PerInstanceLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, c
 // ClearKeyNumbers takes key's own numbers away: from now on it has PerInstance's, its bucket
 // carried by carry.
 func (l *PerInstanceLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *PerInstanceLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -1139,12 +1211,28 @@ func (l *GlobalLocalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
 // cannot hold are refused with the generator's own message (an error wrapping
 // atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *GlobalLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *GlobalLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns Global to the policy's numbers, its buckets carried by carry.
 func (l *GlobalLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *GlobalLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *GlobalLocalLimiter) ruleInForce() *atomicbucket.Rule {
+	return l.s.ChangedRule()
 }
 
 // NumbersFor returns Global's numbers in force and where they come from.
@@ -1154,7 +1242,12 @@ func (l *GlobalLocalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Or
 
 // Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force.
 func (l *GlobalLocalLimiter) Reset() {
-	l.s.ResetAt(atomicbucket.Now())
+	l.ResetAt(atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *GlobalLocalLimiter) ResetAt(now atomicbucket.Time) {
+	l.s.ResetAt(now)
 }
 
 // newGlobalLimiter returns Global's limiter over its process-local buckets; New binds it to the store.
@@ -1339,24 +1432,44 @@ func (l *DownloadsLocalLimiter) RunSweeper(ctx context.Context, interval time.Du
 // held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
 // message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *DownloadsLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *DownloadsLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns Downloads to the policy's numbers, its buckets carried by carry.
 func (l *DownloadsLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *DownloadsLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *DownloadsLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
 // Downloads's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
 // refused as by SetNumbers, and nothing changes.
 func (l *DownloadsLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *DownloadsLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -1366,7 +1479,11 @@ func (l *DownloadsLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers
 // ClearKeyNumbers takes key's own numbers away: from now on it has Downloads's, its bucket carried
 // by carry.
 func (l *DownloadsLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *DownloadsLocalLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -1553,12 +1670,28 @@ func (l *DownloadsGlobalLocalLimiter) RefundAt(now atomicbucket.Time, cost int64
 // rule cannot hold are refused with the generator's own message (an error wrapping
 // atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *DownloadsGlobalLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *DownloadsGlobalLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns DownloadsGlobal to the policy's numbers, its buckets carried by carry.
 func (l *DownloadsGlobalLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *DownloadsGlobalLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *DownloadsGlobalLocalLimiter) ruleInForce() *atomicbucket.Rule {
+	return l.s.ChangedRule()
 }
 
 // NumbersFor returns DownloadsGlobal's numbers in force and where they come from.
@@ -1568,7 +1701,12 @@ func (l *DownloadsGlobalLocalLimiter) NumbersFor() (atomicbucket.Numbers, atomic
 
 // Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force.
 func (l *DownloadsGlobalLocalLimiter) Reset() {
-	l.s.ResetAt(atomicbucket.Now())
+	l.ResetAt(atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *DownloadsGlobalLocalLimiter) ResetAt(now atomicbucket.Time) {
+	l.s.ResetAt(now)
 }
 
 // newDownloadsGlobalLimiter returns DownloadsGlobal's limiter over its process-local buckets; New binds it to the store.
@@ -1754,24 +1892,44 @@ func (l *FastLocalLimiter) RunSweeper(ctx context.Context, interval time.Duratio
 // most the new burst). Numbers the rule cannot hold are refused with the generator's own message
 // (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *FastLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *FastLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns Fast to the policy's numbers, its buckets carried by carry.
 func (l *FastLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *FastLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *FastLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
 // Fast's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
 // refused as by SetNumbers, and nothing changes.
 func (l *FastLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *FastLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -1781,7 +1939,11 @@ func (l *FastLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, car
 // ClearKeyNumbers takes key's own numbers away: from now on it has Fast's, its bucket carried by
 // carry.
 func (l *FastLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *FastLocalLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -1982,24 +2144,44 @@ func (l *WideLocalLimiter) RunSweeper(ctx context.Context, interval time.Duratio
 // most the new burst). Numbers the rule cannot hold are refused with the generator's own message
 // (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *WideLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *WideLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns Wide to the policy's numbers, its buckets carried by carry.
 func (l *WideLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *WideLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *WideLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
 // Wide's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
 // refused as by SetNumbers, and nothing changes.
 func (l *WideLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *WideLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -2009,7 +2191,11 @@ func (l *WideLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, car
 // ClearKeyNumbers takes key's own numbers away: from now on it has Wide's, its bucket carried by
 // carry.
 func (l *WideLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *WideLocalLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}

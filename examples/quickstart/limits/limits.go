@@ -424,30 +424,50 @@ func (l *PerUserLocalLimiter) RunSweeper(ctx context.Context, interval time.Dura
 // held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
 // message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *PerUserLocalLimiter) SetNumbers(plan Plan, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetNumbersAt(plan, atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *PerUserLocalLimiter) SetNumbersAt(plan Plan, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	if plan >= numPlans {
 		return ErrUnknownPlan
 	}
-	return l.s[plan].SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.s[plan].SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns PerUser on plan to the policy's numbers, its buckets carried by carry.
 func (l *PerUserLocalLimiter) ClearNumbers(plan Plan, carry atomicbucket.Carry) {
+	l.ClearNumbersAt(plan, atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *PerUserLocalLimiter) ClearNumbersAt(plan Plan, now atomicbucket.Time, carry atomicbucket.Carry) {
 	if plan >= numPlans {
 		return
 	}
-	l.s[plan].ClearNumbersAt(atomicbucket.Now(), carry)
+	l.s[plan].ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *PerUserLocalLimiter) ruleInForce(plan Plan, key string) *atomicbucket.Rule {
+	return l.s[plan].ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own on every plan from now on (an enterprise customer's
 // quota), whatever PerUser's; its bucket is carried into them as of now by carry. Numbers the rule
 // cannot hold are refused as by SetNumbers, and nothing changes.
 func (l *PerUserLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *PerUserLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range l.s {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range l.s {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -457,7 +477,11 @@ func (l *PerUserLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, 
 // ClearKeyNumbers takes key's own numbers away on every plan: from now on it has PerUser's, its
 // bucket carried by carry.
 func (l *PerUserLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *PerUserLocalLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range l.s {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -650,12 +674,28 @@ func (l *GlobalLocalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
 // cannot hold are refused with the generator's own message (an error wrapping
 // atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *GlobalLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *GlobalLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns Global to the policy's numbers, its buckets carried by carry.
 func (l *GlobalLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *GlobalLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *GlobalLocalLimiter) ruleInForce() *atomicbucket.Rule {
+	return l.s.ChangedRule()
 }
 
 // NumbersFor returns Global's numbers in force and where they come from.
@@ -665,7 +705,12 @@ func (l *GlobalLocalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Or
 
 // Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force.
 func (l *GlobalLocalLimiter) Reset() {
-	l.s.ResetAt(atomicbucket.Now())
+	l.ResetAt(atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *GlobalLocalLimiter) ResetAt(now atomicbucket.Time) {
+	l.s.ResetAt(now)
 }
 
 // newGlobalLimiter returns Global's limiter over its process-local buckets; New binds it to the store.
@@ -850,24 +895,44 @@ func (l *LoginLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
 // most the new burst). Numbers the rule cannot hold are refused with the generator's own message
 // (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *LoginLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *LoginLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns Login to the policy's numbers, its buckets carried by carry.
 func (l *LoginLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *LoginLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *LoginLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
 // Login's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
 // refused as by SetNumbers, and nothing changes.
 func (l *LoginLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *LoginLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -877,7 +942,11 @@ func (l *LoginLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry a
 // ClearKeyNumbers takes key's own numbers away: from now on it has Login's, its bucket carried by
 // carry.
 func (l *LoginLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *LoginLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -1339,6 +1408,10 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	res.Route = "POST /login"
 	res.Rule = int(RuleLogin)
 	res.Series = 2
+	if rf0 := m.limits.Login.ruleInForce(k0); rf0 != nil {
+		res.Policy = limithttp.InForce(res.Policy, rf0)
+		res.Policies = limithttp.InForceList(res.Policy)
+	}
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 

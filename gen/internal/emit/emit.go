@@ -564,7 +564,7 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 func emitNumbers(r model.Rule, recv jen.Code) jen.Code {
 	g := jen.Line()
 	nowCall := rt("Now").Call()
-	numbers, carry := jen.Id("n").Add(rt("Numbers")), jen.Id("carry").Add(rt("Carry"))
+	now, nowP := jen.Id("now"), jen.Id("now").Add(rt("Time"))
 	var planParam []jen.Code
 	target := jen.Id("l").Dot("s")
 	badPlan := func(ret ...jen.Code) []jen.Code { return nil }
@@ -584,22 +584,64 @@ func emitNumbers(r model.Rule, recv jen.Code) jen.Code {
 	if keyed {
 		forKeys = " for every key without numbers of its own"
 	}
-	g.Add(comment(fmt.Sprintf("SetNumbers makes n %s's numbers%s%s from now on: every bucket is carried into them "+
+	// pair emits a method and its At form: the first calls the second with
+	// the clock read once. before and after are the parameters around now.
+	pair := func(name, doc string, before, after []param, result jen.Code, body []jen.Code) {
+		decl := func(ps []param) []jen.Code {
+			out := []jen.Code{}
+			for _, p := range ps {
+				out = append(out, jen.Id(p.name).Add(p.typ))
+			}
+			return out
+		}
+		use := func(ps []param) []jen.Code {
+			out := []jen.Code{}
+			for _, p := range ps {
+				out = append(out, jen.Id(p.name))
+			}
+			return out
+		}
+		g.Add(comment(fmt.Sprintf("%s %s", name, doc)))
+		call := jen.Id("l").Dot(name + "At").Call(append(append(use(before), nowCall), use(after)...)...)
+		f := g.Func().Params(recv).Id(name).Params(append(decl(before), decl(after)...)...)
+		if result != nil {
+			f.Add(result).Block(jen.Return(call))
+		} else {
+			f.Block(call)
+		}
+		g.Line().Line()
+		g.Add(comment(fmt.Sprintf("%sAt is %s at time now.", name, name)))
+		f = g.Func().Params(recv).Id(name + "At").Params(append(append(decl(before), nowP), decl(after)...)...)
+		if result != nil {
+			f.Add(result)
+		}
+		f.Block(body...)
+		g.Line().Line()
+	}
+	numbers, carry := param{"n", rt("Numbers")}, param{"carry", rt("Carry")}
+	keyP := param{"key", jen.Id(r.KeyType)}
+	var planP []param
+	if r.Planned {
+		planP = []param{{"plan", jen.Id("Plan")}}
+	}
+	pair("SetNumbers", fmt.Sprintf("makes n %s's numbers%s%s from now on: every bucket is carried into them "+
 		"as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at most the new burst). Numbers the rule cannot "+
 		"hold are refused with the generator's own message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.",
-		r.GoName, onPlan, forKeys)))
-	g.Func().Params(recv).Id("SetNumbers").Params(append(planParam, numbers, carry)...).Error().Block(
-		append(badPlan(jen.Id("ErrUnknownPlan")), jen.Return(target.Clone().Dot("SetNumbersAt").Call(nowCall, jen.Id("n"), jen.Id("carry"))))...).Line().Line()
-	g.Add(comment(fmt.Sprintf("ClearNumbers returns %s%s to the policy's numbers, its buckets carried by carry.", r.GoName, onPlan)))
-	g.Func().Params(recv).Id("ClearNumbers").Params(append(planParam, carry)...).Block(
-		append(badPlan(), target.Clone().Dot("ClearNumbersAt").Call(nowCall, jen.Id("carry")))...).Line().Line()
+		r.GoName, onPlan, forKeys), planP, []param{numbers, carry}, jen.Error(),
+		append(badPlan(jen.Id("ErrUnknownPlan")), jen.Return(target.Clone().Dot("SetNumbersAt").Call(now, jen.Id("n"), jen.Id("carry")))))
+	pair("ClearNumbers", fmt.Sprintf("returns %s%s to the policy's numbers, its buckets carried by carry.", r.GoName, onPlan),
+		planP, []param{carry}, nil,
+		append(badPlan(), target.Clone().Dot("ClearNumbersAt").Call(now, jen.Id("carry"))))
+	inForceDoc := comment("ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.")
 	if !keyed {
+		g.Add(inForceDoc)
+		g.Func().Params(recv).Id("ruleInForce").Params(planParam...).Op("*").Add(rt("Rule")).Block(
+			jen.Return(target.Clone().Dot("ChangedRule").Call())).Line().Line()
 		g.Add(comment(fmt.Sprintf("NumbersFor returns %s's numbers in force%s and where they come from.", r.GoName, onPlan)))
 		g.Func().Params(recv).Id("NumbersFor").Params(planParam...).Params(rt("Numbers"), rt("Origin")).Block(
 			append(badPlan(rt("Numbers").Values(), rt("FromPolicy")), jen.Return(target.Clone().Dot("NumbersFor").Call()))...).Line().Line()
-		g.Add(comment(fmt.Sprintf("Reset forgets the bucket's state%s: from now it holds the initial tokens of the numbers in force.", onPlan)))
-		g.Func().Params(recv).Id("Reset").Params(planParam...).Block(
-			append(badPlan(), target.Clone().Dot("ResetAt").Call(nowCall))...).Line()
+		pair("Reset", fmt.Sprintf("forgets the bucket's state%s: from now it holds the initial tokens of the numbers in force.", onPlan),
+			planP, nil, nil, append(badPlan(), target.Clone().Dot("ResetAt").Call(now)))
 		return g
 	}
 	tables := jen.Id("l").Dot("s")
@@ -607,22 +649,24 @@ func emitNumbers(r model.Rule, recv jen.Code) jen.Code {
 		tables = jen.Index().Op("*").Add(store(r)).Values(jen.Id("l").Dot("s"))
 	}
 	key := jen.Id("key").Id(r.KeyType)
-	g.Add(comment(fmt.Sprintf("SetKeyNumbers gives key numbers of its own%s from now on (an enterprise customer's quota), "+
+	g.Add(inForceDoc)
+	g.Func().Params(recv).Id("ruleInForce").Params(append(planParam, key)...).Op("*").Add(rt("Rule")).Block(
+		jen.Return(target.Clone().Dot("ChangedRule").Call(jen.Id("key")))).Line().Line()
+	pair("SetKeyNumbers", fmt.Sprintf("gives key numbers of its own%s from now on (an enterprise customer's quota), "+
 		"whatever %s's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are refused "+
-		"as by SetNumbers, and nothing changes.", every, r.GoName)))
-	g.Func().Params(recv).Id("SetKeyNumbers").Params(key, numbers, carry).Error().Block(
-		jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Add(tables)).Block(
-			jen.If(jen.List(jen.Id("_"), jen.Err()).Op(":=").Id("t").Dot("Rule").Call().Dot("WithNumbers").Call(jen.Id("n")), jen.Err().Op("!=").Nil()).Block(
-				jen.Return(jen.Err()))),
-		jen.Id("now").Op(":=").Add(nowCall),
-		jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Add(tables)).Block(
-			jen.Id("_").Op("=").Id("t").Dot("SetKeyNumbersAt").Call(jen.Id("now"), jen.Id("key"), jen.Id("n"), jen.Id("carry")).Comment("cannot fail: checked above")),
-		jen.Return(jen.Nil())).Line().Line()
-	g.Add(comment(fmt.Sprintf("ClearKeyNumbers takes key's own numbers away%s: from now on it has %s's, its bucket carried by carry.", every, r.GoName)))
-	g.Func().Params(recv).Id("ClearKeyNumbers").Params(key, carry).Block(
-		jen.Id("now").Op(":=").Add(nowCall),
-		jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Add(tables)).Block(
-			jen.Id("t").Dot("ClearKeyNumbersAt").Call(jen.Id("now"), jen.Id("key"), jen.Id("carry")))).Line().Line()
+		"as by SetNumbers, and nothing changes.", every, r.GoName), []param{keyP}, []param{numbers, carry}, jen.Error(),
+		[]jen.Code{
+			jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Add(tables)).Block(
+				jen.If(jen.List(jen.Id("_"), jen.Err()).Op(":=").Id("t").Dot("Rule").Call().Dot("WithNumbers").Call(jen.Id("n")), jen.Err().Op("!=").Nil()).Block(
+					jen.Return(jen.Err()))),
+			jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Add(tables)).Block(
+				jen.Id("_").Op("=").Id("t").Dot("SetKeyNumbersAt").Call(now, jen.Id("key"), jen.Id("n"), jen.Id("carry")).Comment("cannot fail: checked above")),
+			jen.Return(jen.Nil()),
+		})
+	pair("ClearKeyNumbers", fmt.Sprintf("takes key's own numbers away%s: from now on it has %s's, its bucket carried by carry.", every, r.GoName),
+		[]param{keyP}, []param{carry}, nil,
+		[]jen.Code{jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Add(tables)).Block(
+			jen.Id("t").Dot("ClearKeyNumbersAt").Call(now, jen.Id("key"), jen.Id("carry")))})
 	g.Add(comment(fmt.Sprintf("NumbersFor returns the numbers in force for key%s and where they come from (the policy, SetNumbers, SetKeyNumbers).", onPlan)))
 	g.Func().Params(recv).Id("NumbersFor").Params(append(planParam, key)...).Params(rt("Numbers"), rt("Origin")).Block(
 		append(badPlan(rt("Numbers").Values(), rt("FromPolicy")), jen.Return(target.Clone().Dot("NumbersFor").Call(jen.Id("key"))))...).Line().Line()
@@ -631,6 +675,12 @@ func emitNumbers(r model.Rule, recv jen.Code) jen.Code {
 		jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Add(tables)).Block(
 			jen.Id("t").Dot("Reset").Call(jen.Id("key")))).Line()
 	return g
+}
+
+// param is a generated method's parameter.
+type param struct {
+	name string
+	typ  jen.Code
 }
 
 // emitKeyedExtras are Sweep, Len, Stats and RunSweeper, over every plan's table.

@@ -702,6 +702,7 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 	for _, f := range res {
 		body = append(body, jen.Id("res").Dot(f.name).Op("=").Add(f.v))
 	}
+	body = append(body, emitInForce(m, r, recv, planIdx)...)
 	body = append(body,
 		jen.Return(recv().Dot("Config").Dot("Respond").Call(append(slices.Clone(d.respond), mode, jen.Op("&").Id("res"), keyArg)...)),
 	)
@@ -745,4 +746,79 @@ func emitPlanOf(m *model.Model, d *door) jen.Code {
 	return jen.Line().
 		Comment(fmt.Sprintf("plan is the %s's plan, from %s:%s, or %s.", what, ps.Kind, ps.Name, m.Plans[ps.Default].Name)).Line().
 		Func().Params(d.r().Op("*").Id(d.typ)).Id("plan").Params(param).Id("Plan").Block(body...).Line()
+}
+
+// emitInForce is the code that makes a route's fields describe the numbers
+// in force when a rule's have changed at run time (SetNumbers,
+// SetKeyNumbers): each local rule is asked for its rule in force (nil, one
+// atomic load, while its numbers never changed), and only when one has
+// changed are the Policy and the RateLimit-Policy value replaced. Shared
+// rules keep their constants.
+func emitInForce(m *model.Model, r model.Route, recv func() *jen.Statement, planIdx jen.Code) []jen.Code {
+	type part struct {
+		rule model.Rule
+		rf   string
+		call jen.Code
+	}
+	var parts []part
+	for j, ri := range r.Rules {
+		rule := m.Rules[ri]
+		if rule.Shared {
+			continue
+		}
+		var args []jen.Code
+		if rule.Planned {
+			args = append(args, jen.Id("plan"))
+		}
+		if rule.KeyType != "" {
+			args = append(args, jen.Id("k"+strconv.Itoa(j)))
+		}
+		parts = append(parts, part{rule, "rf" + strconv.Itoa(j), recv().Dot("limits").Dot(rule.GoName).Dot("ruleInForce").Call(args...)})
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	if r.Rule >= 0 {
+		p := parts[0]
+		return []jen.Code{jen.If(jen.Id(p.rf).Op(":=").Add(p.call), jen.Id(p.rf).Op("!=").Nil()).Block(
+			jen.Id("res").Dot("Policy").Op("=").Add(lh("InForce")).Call(jen.Id("res").Dot("Policy"), jen.Id(p.rf)),
+			jen.Id("res").Dot("Policies").Op("=").Add(lh("InForceList")).Call(jen.Id("res").Dot("Policy")),
+		)}
+	}
+	names, calls := []jen.Code{}, []jen.Code{}
+	var changed *jen.Statement
+	for _, p := range parts {
+		names, calls = append(names, jen.Id(p.rf)), append(calls, p.call)
+		c := jen.Id(p.rf).Op("!=").Nil()
+		if changed == nil {
+			changed = c
+		} else {
+			changed = changed.Op("||").Add(c)
+		}
+	}
+	// Every rule of the tier, in order, for the list; the local ones in force.
+	var pols, cases []jen.Code
+	for j, ri := range r.Rules {
+		rule := m.Rules[ri]
+		base := jen.Id("httpPolicies").Index(jen.Id(rule.RuleConst())).Index(planIdx)
+		pj := "p" + strconv.Itoa(j)
+		v := base
+		if !rule.Shared {
+			v = lh("InForce").Call(base, jen.Id("rf"+strconv.Itoa(j)))
+		}
+		pols = append(pols, jen.Id(pj).Op(":=").Add(v))
+		cases = append(cases, jen.Case(jen.Id(rule.RuleConst())).Block(jen.Id("res").Dot("Policy").Op("=").Id(pj)))
+	}
+	list := []jen.Code{}
+	for j := range r.Rules {
+		list = append(list, jen.Id("p"+strconv.Itoa(j)))
+	}
+	block := append(pols,
+		jen.Id("res").Dot("Policies").Op("=").Add(lh("InForceList")).Call(list...),
+		jen.Switch(jen.Id("td").Dot("Rule")).Block(cases...),
+	)
+	return []jen.Code{
+		jen.List(names...).Op(":=").List(calls...),
+		jen.If(changed).Block(block...),
+	}
 }

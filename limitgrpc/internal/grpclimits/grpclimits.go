@@ -386,30 +386,50 @@ func (l *ChecksLimiter) RunSweeper(ctx context.Context, interval time.Duration) 
 // held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
 // message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *ChecksLimiter) SetNumbers(plan Plan, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetNumbersAt(plan, atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *ChecksLimiter) SetNumbersAt(plan Plan, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	if plan >= numPlans {
 		return ErrUnknownPlan
 	}
-	return l.s[plan].SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.s[plan].SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns Checks on plan to the policy's numbers, its buckets carried by carry.
 func (l *ChecksLimiter) ClearNumbers(plan Plan, carry atomicbucket.Carry) {
+	l.ClearNumbersAt(plan, atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *ChecksLimiter) ClearNumbersAt(plan Plan, now atomicbucket.Time, carry atomicbucket.Carry) {
 	if plan >= numPlans {
 		return
 	}
-	l.s[plan].ClearNumbersAt(atomicbucket.Now(), carry)
+	l.s[plan].ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *ChecksLimiter) ruleInForce(plan Plan, key string) *atomicbucket.Rule {
+	return l.s[plan].ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own on every plan from now on (an enterprise customer's
 // quota), whatever Checks's; its bucket is carried into them as of now by carry. Numbers the rule
 // cannot hold are refused as by SetNumbers, and nothing changes.
 func (l *ChecksLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *ChecksLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range l.s {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range l.s {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -419,7 +439,11 @@ func (l *ChecksLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry 
 // ClearKeyNumbers takes key's own numbers away on every plan: from now on it has Checks's, its
 // bucket carried by carry.
 func (l *ChecksLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *ChecksLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range l.s {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -556,24 +580,44 @@ func (l *WatchesLimiter) RunSweeper(ctx context.Context, interval time.Duration)
 // most the new burst). Numbers the rule cannot hold are refused with the generator's own message
 // (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *WatchesLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *WatchesLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns Watches to the policy's numbers, its buckets carried by carry.
 func (l *WatchesLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *WatchesLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *WatchesLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
 // Watches's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
 // refused as by SetNumbers, and nothing changes.
 func (l *WatchesLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *WatchesLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -583,7 +627,11 @@ func (l *WatchesLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry
 // ClearKeyNumbers takes key's own numbers away: from now on it has Watches's, its bucket carried by
 // carry.
 func (l *WatchesLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *WatchesLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -719,24 +767,44 @@ func (l *TenantsLocalLimiter) RunSweeper(ctx context.Context, interval time.Dura
 // most the new burst). Numbers the rule cannot hold are refused with the generator's own message
 // (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *TenantsLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *TenantsLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns Tenants to the policy's numbers, its buckets carried by carry.
 func (l *TenantsLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *TenantsLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *TenantsLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
 // Tenants's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
 // refused as by SetNumbers, and nothing changes.
 func (l *TenantsLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *TenantsLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -746,7 +814,11 @@ func (l *TenantsLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, 
 // ClearKeyNumbers takes key's own numbers away: from now on it has Tenants's, its bucket carried by
 // carry.
 func (l *TenantsLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *TenantsLocalLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -946,24 +1018,44 @@ func (l *PerMethodLimiter) RunSweeper(ctx context.Context, interval time.Duratio
 // held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
 // message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *PerMethodLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *PerMethodLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns PerMethod to the policy's numbers, its buckets carried by carry.
 func (l *PerMethodLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *PerMethodLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *PerMethodLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
 // PerMethod's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
 // refused as by SetNumbers, and nothing changes.
 func (l *PerMethodLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *PerMethodLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	now := atomicbucket.Now()
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
@@ -973,7 +1065,11 @@ func (l *PerMethodLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, car
 // ClearKeyNumbers takes key's own numbers away: from now on it has PerMethod's, its bucket carried
 // by carry.
 func (l *PerMethodLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	now := atomicbucket.Now()
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *PerMethodLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
@@ -1090,12 +1186,28 @@ func (l *GlobalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
 // cannot hold are refused with the generator's own message (an error wrapping
 // atomicbucket.ErrInvalidLimit), and nothing changes.
 func (l *GlobalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(atomicbucket.Now(), n, carry)
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *GlobalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
 }
 
 // ClearNumbers returns Global to the policy's numbers, its buckets carried by carry.
 func (l *GlobalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(atomicbucket.Now(), carry)
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *GlobalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *GlobalLimiter) ruleInForce() *atomicbucket.Rule {
+	return l.s.ChangedRule()
 }
 
 // NumbersFor returns Global's numbers in force and where they come from.
@@ -1105,7 +1217,12 @@ func (l *GlobalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin)
 
 // Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force.
 func (l *GlobalLimiter) Reset() {
-	l.s.ResetAt(atomicbucket.Now())
+	l.ResetAt(atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *GlobalLimiter) ResetAt(now atomicbucket.Time) {
+	l.s.ResetAt(now)
 }
 
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
@@ -1484,6 +1601,10 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 	res.Route = "/grpc.health.v1.Health/Check"
 	res.Rule = int(RuleChecks)
 	res.Series = 0
+	if rf0 := g.limits.Checks.ruleInForce(plan, k0); rf0 != nil {
+		res.Policy = limithttp.InForce(res.Policy, rf0)
+		res.Policies = limithttp.InForceList(res.Policy)
+	}
 	return g.Config.Respond(ctx, limithttp.Enforce, &res, k0)
 }
 
@@ -1506,6 +1627,10 @@ func (g *GRPC) entry2(ctx context.Context, method string) error {
 	res.Route = "/grpc.health.v1.Health/Watch"
 	res.Rule = int(RuleWatches)
 	res.Series = 1
+	if rf0 := g.limits.Watches.ruleInForce(k0); rf0 != nil {
+		res.Policy = limithttp.InForce(res.Policy, rf0)
+		res.Policies = limithttp.InForceList(res.Policy)
+	}
 	return g.Config.Respond(ctx, limithttp.Enforce, &res, k0)
 }
 
@@ -1554,6 +1679,18 @@ func (g *GRPC) entry4(ctx context.Context, method string) error {
 	res.Tier = "Service"
 	res.Rule = int(td.Rule)
 	res.Series = grpcSeriesEntry4[td.Rule]
+	rf0, rf1 := g.limits.PerMethod.ruleInForce(k0), g.limits.Global.ruleInForce()
+	if rf0 != nil || rf1 != nil {
+		p0 := limithttp.InForce(httpPolicies[RulePerMethod][0], rf0)
+		p1 := limithttp.InForce(httpPolicies[RuleGlobal][0], rf1)
+		res.Policies = limithttp.InForceList(p0, p1)
+		switch td.Rule {
+		case RulePerMethod:
+			res.Policy = p0
+		case RuleGlobal:
+			res.Policy = p1
+		}
+	}
 	return g.Config.Respond(ctx, limithttp.Shadow, &res, k0)
 }
 
