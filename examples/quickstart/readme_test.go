@@ -39,6 +39,20 @@ func snippet() {
 {{SNIPPET}}
 }
 `},
+	{"// The login limit for one client address", `package s
+
+import (
+	"log"
+	"time"
+
+	"example.com/quickstart/limits"
+	"github.com/limitgen/limitgen/atomicbucket"
+)
+
+func snippet(lims *limits.Limits, addr string) {
+{{SNIPPET}}
+}
+`},
 	{"ctx := r.Context()", `package s
 
 import (
