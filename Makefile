@@ -8,6 +8,7 @@ FUZZTIME  ?= 10m          # per target, for `make fuzz`
 # a duration budget can end in go1.26's coordinator deadline race (golang/go#75804).
 SMOKE_FuzzDifferential ?= 150000x
 SMOKE_FuzzRule         ?= 300000x
+SMOKE_FuzzNumbers      ?= 100000x
 SMOKE_FuzzPolicy       ?= 100000x
 SMOKE_FuzzClientIP     ?= 200000x
 SMOKE_FuzzHTTP         ?= 100000x
@@ -15,7 +16,7 @@ SMOKE_FuzzScript       ?= 5000x
 SMOKE_FuzzFunction     ?= 3000x
 BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
 BENCHTIME ?= 0.5s
-FUZZ_TARGETS := FuzzDifferential FuzzRule
+FUZZ_TARGETS := FuzzDifferential FuzzRule FuzzNumbers
 
 .PHONY: test check unit servers redis pg prom otel grpc schema examples getting-started fuzz-smoke fuzz bench bench-full bench-smoke generate
 
@@ -117,6 +118,7 @@ getting-started:
 fuzz-smoke:
 	fuzz/run.sh FuzzDifferential $(SMOKE_FuzzDifferential)
 	fuzz/run.sh FuzzRule $(SMOKE_FuzzRule)
+	fuzz/run.sh FuzzNumbers $(SMOKE_FuzzNumbers)
 	fuzz/run.sh FuzzPolicy $(SMOKE_FuzzPolicy) ./gen
 	fuzz/run.sh FuzzClientIP $(SMOKE_FuzzClientIP) ./limithttp
 	fuzz/run.sh FuzzQueryValue $(SMOKE_FuzzHTTP) ./limithttp
