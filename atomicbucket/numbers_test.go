@@ -206,3 +206,18 @@ func TestSlotKeepsItsNumbers(t *testing.T) {
 	}
 	runtime.KeepAlive(slots)
 }
+
+// Carries are named as they print; an unknown name is refused with the valid ones.
+func TestParseCarry(t *testing.T) {
+	for _, c := range []Carry{CarryAsIs, CarryProportional, CarryAdditive} {
+		if got, err := ParseCarry(c.String()); err != nil || got != c {
+			t.Errorf("ParseCarry(%q) = %v, %v", c.String(), got, err)
+		}
+	}
+	if got, err := ParseCarry(""); err != nil || got != CarryAsIs {
+		t.Errorf(`ParseCarry("") = %v, %v; want as-is`, got, err)
+	}
+	if _, err := ParseCarry("reset"); err == nil || !strings.Contains(err.Error(), "as-is, proportional or additive") {
+		t.Errorf(`ParseCarry("reset") = %v`, err)
+	}
+}

@@ -99,8 +99,8 @@ func (c *changing) equal(d *changing) bool {
 
 // clone is a deep copy of the changing reference.
 func (c *changing) clone() *changing {
-	d := &changing{base: c.base, rule: c.rule, keys: map[string]*reference.Reference{},
-		limit: map[*reference.Reference]atomicbucket.Limit{}, single: c.single, start: c.start}
+	d := &changing{rule: c.rule, keys: map[string]*reference.Reference{},
+		limit: map[*reference.Reference]atomicbucket.Limit{}, single: c.single}
 	d.plan = c.plan.Clone()
 	d.limit[d.plan] = c.limit[c.plan]
 	for k, r := range c.keys {

@@ -116,19 +116,17 @@ func decodeNumbers(data []byte) (numbersProgram, bool) {
 // installation in force (the table's, and each key's own), each bucket moved
 // between them at a change by Place.
 type changing struct {
-	base  atomicbucket.Limit
 	rule  *atomicbucket.Rule
 	plan  *reference.Reference
 	keys  map[string]*reference.Reference
 	limit map[*reference.Reference]atomicbucket.Limit
 	// single: one bucket (key ""), made at start, its grid anchored there.
 	single bool
-	start  int64
 }
 
 func newChanging(rule *atomicbucket.Rule, single bool, start int64) *changing {
-	c := &changing{base: rule.Limit(), rule: rule, keys: map[string]*reference.Reference{},
-		limit: map[*reference.Reference]atomicbucket.Limit{}, single: single, start: start}
+	c := &changing{rule: rule, keys: map[string]*reference.Reference{},
+		limit: map[*reference.Reference]atomicbucket.Limit{}, single: single}
 	c.plan = c.ref(rule.Limit())
 	if single {
 		c.plan.Create("", start)
