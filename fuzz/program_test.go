@@ -3,6 +3,7 @@ package fuzz
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -284,7 +285,9 @@ func runDifferential(p program, ims map[string]impl, exact bool) error {
 			if unswept != nil {
 				unswept = ref.(*refImpl).Clone()
 				unswept.NeverSweep()
-				unsweptRes = nil
+				// The reservations so far, as they stand: a later Cancel names
+				// one by its place among all of them.
+				unsweptRes = slices.Clone(ref.(*refImpl).res)
 			}
 		} else if unswept != nil {
 			if err := sameAsUnswept(unswept, &unsweptRes, ref.(*refImpl), op, t); err != nil {
@@ -333,7 +336,7 @@ func sameAsUnswept(u *reference.Reference, res *[]reference.Reservation, ref *re
 			return fmt.Errorf("after reclaiming, reservation %+v; never reclaimed, %+v", w, got)
 		}
 	case opCancel:
-		if len(*res) > 0 {
+		if len(*res) > 0 { // as many as the reclaiming reference's: the same pick
 			u.Cancel(&(*res)[int(op.pick)%len(*res)], t)
 		}
 	}
