@@ -131,3 +131,10 @@ func TestRollingDeploy(t *testing.T) {
 		t.Log(f)
 	}
 }
+
+// Shared rules' numbers changed at run time on eight instances of one
+// service (storetest.GeneratedNumbers).
+func TestGeneratedNumbers(t *testing.T) {
+	instance, _ := instances(t, pgtest.Start(t))
+	storetest.GeneratedNumbers(t, instance)
+}

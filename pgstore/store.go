@@ -240,6 +240,12 @@ func (s *backend) CheckRule(r *Rule) error { return checkName(r.Name()) }
 // Place: every bucket is in the one database.
 func (s *backend) Place(shared.Call) (uint32, string) { return 0, "" }
 
+// Forget deletes c's bucket's row (shared.Backend: a Reset).
+func (s *backend) Forget(ctx context.Context, c shared.Call) error {
+	_, err := s.pool.Exec(ctx, "DELETE FROM "+s.table+" WHERE r = $1 AND k = $2", execMode, s.ns+c.Rule.Name(), rowKey(c.Key))
+	return err
+}
+
 // values appends the 8 values of the function's v for c.
 func values(dst []int64, c shared.Call) []int64 {
 	n := c.Rule.Numbers()

@@ -101,3 +101,10 @@ func TestRollingDeploy(t *testing.T) {
 		t.Log(f)
 	}
 }
+
+// Shared rules' numbers changed at run time on eight instances of one
+// service (storetest.GeneratedNumbers).
+func TestGeneratedNumbers(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.GeneratedNumbers(t, instances(t, srv.Addr))
+}

@@ -206,6 +206,11 @@ func (b *backend) Place(c shared.Call) (uint32, string) {
 	return uint32(slot(k)), node
 }
 
+// Forget deletes c's bucket (shared.Backend: a Reset).
+func (b *backend) Forget(ctx context.Context, c shared.Call) error {
+	return b.client.Del(ctx, b.key(c.Rule, c.Key)).Err()
+}
+
 // args appends rule r's eight values of a script argument list (mode, then
 // greedy: emit, tau, debt, perSecond, perMicro, 0, 0; interval: tokens, tau,
 // debt, period, p, b, g) and returns it; script.go reads them.

@@ -169,6 +169,9 @@ type Backend interface {
 	// server that holds the group (its breaker's). A store of one server
 	// answers 0 and "".
 	Place(c Call) (group uint32, node string)
+	// Forget deletes c's bucket (a Reset: its next check finds it full),
+	// whatever numbers it was written with.
+	Forget(ctx context.Context, c Call) error
 }
 
 // Slotted is implemented by a backend whose client holds a bounded pool of
@@ -802,11 +805,15 @@ func (e *Engine) Bind(rules []Rule) (Bound, error) {
 		r.global = sr.Global
 		bound[i], leased[i], fallbacks[i] = r, sr.Lease > 0, r.fallback
 	}
-	leases := NewLeases(leased, fallbacks, e.guard, func(rule int, key string) *Lease {
-		r := bound[rule]
+	b := &Binding{e: e, rules: bound}
+	b.leaseOf = make([]int64, len(rules))
+	for i, sr := range rules {
+		b.leaseOf[i] = sr.Lease
+	}
+	b.leases = NewLeases(leased, fallbacks, e.guard, func(rule int, key string) *Lease {
+		r := b.ruleFor(rule, key)
 		return e.NewLease(r, key, r.lease)
 	})
-	b := &Binding{e: e, rules: bound, leases: leases}
 	e.mu.Lock()
 	e.bounds = append(e.bounds, b)
 	e.mu.Unlock()
@@ -857,8 +864,9 @@ func (e *Engine) Close() {
 // otherwise checks the steps on the store.
 type Binding struct {
 	e      *Engine
-	rules  []*StoreRule
+	rules  []*StoreRule // as bound
 	leases *Leases
+	numbersState
 }
 
 // Leases are the binding's leases.
@@ -874,7 +882,7 @@ func (b *Binding) Check(ctx context.Context, steps []Step) (Result, int) {
 		}
 	}
 	for i, s := range steps {
-		if err := (Call{b.rules[s.Rule], s.Key, s.Cost}).checkKey(); err != nil {
+		if err := (Call{b.ruleFor(s.Rule, s.Key), s.Key, s.Cost}).checkKey(); err != nil {
 			return Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}, Err: fmt.Errorf("%s: %w", b.e.b.Name(), err)}, i
 		}
 	}
@@ -886,7 +894,7 @@ func (b *Binding) Check(ctx context.Context, steps []Step) (Result, int) {
 	var buf [4]Call
 	calls := buf[:0]
 	for _, s := range steps {
-		calls = append(calls, Call{b.rules[s.Rule], s.Key, s.Cost})
+		calls = append(calls, Call{b.ruleFor(s.Rule, s.Key), s.Key, s.Cost})
 	}
 	return b.e.CheckTier(ctx, calls)
 }
@@ -896,13 +904,14 @@ func (b *Binding) CheckStep(ctx context.Context, step Step) Result {
 	if step.Rule < 0 || step.Rule >= len(b.rules) {
 		return Result{Err: fmt.Errorf("%s: %w: a step names rule %d of %d bound", b.e.b.Name(), ErrInvalidStep, step.Rule, len(b.rules))}
 	}
-	if err := (Call{b.rules[step.Rule], step.Key, step.Cost}).checkKey(); err != nil {
+	r := b.ruleFor(step.Rule, step.Key)
+	if err := (Call{r, step.Key, step.Cost}).checkKey(); err != nil {
 		return Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}, Err: fmt.Errorf("%s: %w", b.e.b.Name(), err)}
 	}
 	if res, ok := b.leases.CheckStep(ctx, step); ok {
 		return res
 	}
-	return b.e.Check(ctx, b.rules[step.Rule], step.Key, step.Cost)
+	return b.e.Check(ctx, r, step.Key, step.Cost)
 }
 
 // The replies of both stores' server code (the Lua script, the PL/pgSQL

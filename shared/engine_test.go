@@ -37,6 +37,13 @@ func newFake(nodes int) *fake {
 func (f *fake) Name() string                 { return "fake" }
 func (f *fake) CheckRule(r *StoreRule) error { return nil }
 
+func (f *fake) Forget(ctx context.Context, c Call) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.used, c.Rule.name+"/"+c.Key)
+	return nil
+}
+
 func (f *fake) Place(c Call) (uint32, string) {
 	h := fnv.New32a()
 	h.Write([]byte(c.Key))

@@ -32,13 +32,9 @@ func NewFallback(l atomicbucket.Limit, f Failure) (*Fallback, error) {
 	if f.Mode != FailLocal {
 		return fb, nil
 	}
-	if !(f.Share > 0 && f.Share <= 1) {
-		return nil, fmt.Errorf("%w, not %v", ErrLocalShare, f.Share)
-	}
-	l.Period = time.Duration(float64(l.Period)/f.Share + 0.999999) // rate × share, rounded down
-	l.Burst = max(int64(float64(l.Burst)*f.Share), 1)
-	if l.InitialSet {
-		l.Initial = min(l.Initial, l.Burst)
+	l, err := shareOf(l, f.Share)
+	if err != nil {
+		return nil, err
 	}
 	rule, err := atomicbucket.NewRule(l)
 	if err != nil {

@@ -67,6 +67,7 @@ type Lease struct {
 	mu          sync.Mutex            // one refill at a time
 	maxBatch    int64
 	calls       atomic.Int64 // store calls made
+	epoch       int64        // Leases: the change of its rule's numbers it was made in
 }
 
 // grant is one batch of tokens the store granted a lease.
@@ -309,6 +310,7 @@ type Leases struct {
 	fallbacks []*Fallback
 	newLease  func(rule int, key string) *Lease
 	maps      []*xsync.MapOf[string, *Lease] // a leased rule's leases by key; nil for other rules
+	epochs    []atomic.Int64                 // by rule: changes of its numbers (Changed); a lease of an older one is replaced
 	count     atomic.Int64                   // leases in the maps
 	swept     atomic.Int64                   // atomicbucket time of the last sweep
 	max       atomic.Int64
@@ -318,7 +320,7 @@ type Leases struct {
 // rule's failure settings, by index), made by newLease and checked behind
 // guard.
 func NewLeases(leased []bool, fallbacks []*Fallback, guard *Guard, newLease func(rule int, key string) *Lease) *Leases {
-	ls := &Leases{guard: guard, fallbacks: fallbacks, newLease: newLease, maps: make([]*xsync.MapOf[string, *Lease], len(leased))}
+	ls := &Leases{guard: guard, fallbacks: fallbacks, newLease: newLease, maps: make([]*xsync.MapOf[string, *Lease], len(leased)), epochs: make([]atomic.Int64, len(leased))}
 	for i, on := range leased {
 		if on {
 			ls.maps[i] = xsync.NewMapOf[string, *Lease]()
@@ -357,7 +359,7 @@ func (ls *Leases) CheckStep(ctx context.Context, step Step) (res Result, ok bool
 	if !ls.Leased(step.Rule) {
 		return Result{}, false
 	}
-	l := ls.lease(step.Rule, step.Key)
+	l := ls.lease(ctx, step.Rule, step.Key)
 	if l == nil {
 		return Result{}, false
 	}
@@ -377,7 +379,7 @@ func (ls *Leases) Check(ctx context.Context, steps []Step) (res Result, index in
 		if !ls.Leased(st.Rule) {
 			return Result{}, 0, false
 		}
-		l := ls.lease(st.Rule, st.Key)
+		l := ls.lease(ctx, st.Rule, st.Key)
 		if l == nil {
 			return Result{}, 0, false
 		}
@@ -415,20 +417,110 @@ func (ls *Leases) Check(ctx context.Context, steps []Step) (res Result, index in
 }
 
 // lease returns rule's lease for key, or nil when the most leases are kept
-// and none can be dropped.
-func (ls *Leases) lease(rule int, key string) *Lease {
+// and none can be dropped. A lease made before the rule's numbers last
+// changed is replaced: the old one gives its grant back (within ctx) before
+// the new one, made by newLease in the numbers in force, takes one.
+func (ls *Leases) lease(ctx context.Context, rule int, key string) *Lease {
 	m := ls.maps[rule]
-	if l, ok := m.Load(key); ok {
+	e := ls.epochs[rule].Load()
+	l, ok := m.Load(key)
+	if ok && l.epoch >= e {
 		return l
 	}
-	if ls.count.Load() >= ls.max.Load() && !ls.sweep() {
+	if !ok && ls.count.Load() >= ls.max.Load() && !ls.sweep() {
 		return nil
 	}
-	l, _ := m.LoadOrCompute(strings.Clone(key), func() *Lease {
-		ls.count.Add(1)
-		return ls.newLease(rule, key)
+	var old *Lease
+	l, _ = m.Compute(strings.Clone(key), func(cur *Lease, loaded bool) (*Lease, bool) {
+		if loaded && cur.epoch >= e {
+			return cur, false
+		}
+		if loaded {
+			old = cur
+		} else {
+			ls.count.Add(1)
+		}
+		nl := ls.newLease(rule, key)
+		nl.epoch = e
+		return nl, false
 	})
+	if old != nil {
+		old.Release(ctx) //nolint:errcheck // best effort: a grant not given back expires
+	}
 	return l
+}
+
+// Changed tells the leases that rule's numbers changed: a lease made before
+// is replaced at its next check by one in the numbers then in force (the old
+// one's grant given back first).
+func (ls *Leases) Changed(rule int) {
+	if ls.Leased(rule) {
+		ls.epochs[rule].Add(1)
+	}
+}
+
+// ReleaseStale drops rule's leases made before its numbers last changed, or
+// when keys are given, those keys' leases (whose own numbers changed: a
+// lease made after is made in them), giving back what they hold, 16 at a
+// time, within ctx: so that a change does not leave this
+// instance's grants of the old numbers held in the store, where they would
+// keep other instances' first checks in the new numbers from the tokens
+// until they expire.
+func (ls *Leases) ReleaseStale(ctx context.Context, rule int, key ...string) {
+	if !ls.Leased(rule) {
+		return
+	}
+	m, e := ls.maps[rule], ls.epochs[rule].Load()
+	var stale []*Lease
+	drop := func(k string, all bool) {
+		m.Compute(k, func(cur *Lease, loaded bool) (*Lease, bool) {
+			if !loaded || !all && cur.epoch >= e {
+				return cur, !loaded
+			}
+			stale = append(stale, cur)
+			ls.count.Add(-1)
+			return nil, true
+		})
+	}
+	if len(key) > 0 {
+		for _, k := range key {
+			drop(k, true)
+		}
+	} else {
+		var keys []string
+		m.Range(func(k string, l *Lease) bool {
+			if l.epoch < e {
+				keys = append(keys, k)
+			}
+			return true
+		})
+		for _, k := range keys {
+			drop(k, false)
+		}
+	}
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for _, l := range stale {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			l.Release(ctx) //nolint:errcheck // best effort: a grant not given back expires
+		}()
+	}
+	wg.Wait()
+}
+
+// Forget drops rule's lease for key, giving back what it holds first (for a
+// Reset).
+func (ls *Leases) Forget(ctx context.Context, rule int, key string) {
+	if !ls.Leased(rule) {
+		return
+	}
+	if l, ok := ls.maps[rule].LoadAndDelete(key); ok {
+		ls.count.Add(-1)
+		l.Release(ctx) //nolint:errcheck // best effort: the bucket is forgotten next
+	}
 }
 
 // sweep drops the leases whose grants have expired, at most once a second,

@@ -329,6 +329,18 @@ func newSharedState(store shared.Store) *sharedState {
 	return &sharedState{bound: b}
 }
 
+// numbered is the store's binding, which changes the shared rules' numbers; nil without a store.
+func (s *sharedState) numbered() (shared.Numbered, error) {
+	if s.bound == nil {
+		return nil, nil
+	}
+	nb, ok := s.bound.(shared.Numbered)
+	if !ok {
+		return nil, fmt.Errorf("sharedlimits: the store's %T cannot change numbers (it is no shared.Numbered): nothing changed", s.bound)
+	}
+	return nb, nil
+}
+
 // SharedErr is nil when the policy's shared rules are checked on the store given to New, and
 // otherwise says why they run in this process only (no store, or the store refused them): a
 // service should report it at startup, since each instance then enforces the whole limit alone.
@@ -684,6 +696,105 @@ func (l *PerUserLimiter) Wait(ctx context.Context, plan Plan, key string, cost i
 	})
 }
 
+// SetNumbers makes n PerUser's numbers on plan for every key without numbers of its own, on the
+// store and in this process (Local, and the on_failure share). Numbers the rule or the store cannot
+// hold are refused, and nothing changes. A store converts each bucket at its next check (tokens
+// held carried as they are, never beyond the new burst); every instance sharing the store must be
+// given the same numbers, or each converts the buckets to its own (never gaining tokens): give them
+// from one source (shared.Numbered says more).
+func (l *PerUserLimiter) SetNumbers(plan Plan, n atomicbucket.Numbers) error {
+	if plan >= numPlans {
+		return ErrUnknownPlan
+	}
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetNumbers(0+int(plan), n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(plan, n, atomicbucket.CarryAsIs)
+}
+
+// ClearNumbers returns PerUser on plan to the policy's numbers, on the store and in this process.
+func (l *PerUserLimiter) ClearNumbers(plan Plan) error {
+	if plan >= numPlans {
+		return ErrUnknownPlan
+	}
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearNumbers(0 + int(plan))
+	}
+	l.local.ClearNumbers(plan, atomicbucket.CarryAsIs)
+	return nil
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields): Local's, which every change keeps equal to the store's; nil before.
+func (l *PerUserLimiter) ruleInForce(plan Plan, key string) *atomicbucket.Rule {
+	return l.local.ruleInForce(plan, key)
+}
+
+// NumbersFor returns the numbers in force for key on plan and where they come from: the store's
+// binding's, or without a store Local's.
+func (l *PerUserLimiter) NumbersFor(plan Plan, key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if plan >= numPlans {
+		return atomicbucket.Numbers{}, atomicbucket.FromPolicy
+	}
+	if nb, _ := l.sh.numbered(); nb != nil {
+		return nb.NumbersFor(0+int(plan), key)
+	}
+	return l.local.NumbersFor(plan, key)
+}
+
+// SetKeyNumbers gives key numbers of its own on every plan (an enterprise customer's quota),
+// whatever PerUser's, on the store and in this process; refused as by SetNumbers, all or nothing.
+func (l *PerUserLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetKeyNumbers([]int{0, 1}, key, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
+}
+
+// ClearKeyNumbers takes key's own numbers away on every plan, on the store and in this process.
+func (l *PerUserLimiter) ClearKeyNumbers(key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearKeyNumbers([]int{0, 1}, key)
+	}
+	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
+	return nil
+}
+
+// Reset forgets key's bucket on every plan on the store ("unblock this user": its next check finds
+// it full) and in this process. Other instances' leases keep what they were granted until it
+// expires.
+func (l *PerUserLimiter) Reset(ctx context.Context, key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	l.local.Reset(key)
+	if nb != nil {
+		return nb.Reset(ctx, []int{0, 1}, key)
+	}
+	return nil
+}
+
 // newExportsLocalLimiter returns Exports's (empty) tables.
 func newExportsLocalLimiter() *ExportsLocalLimiter {
 	return &ExportsLocalLimiter{s: atomicbucket.NewTable[uint64](atomicbucket.MustRule(atomicbucket.Limit{
@@ -924,6 +1035,95 @@ func (l *ExportsLimiter) Wait(ctx context.Context, key uint64, cost int64) error
 		Key:  strconv.FormatUint(uint64(key), 10),
 		Rule: 2,
 	})
+}
+
+// SetNumbers makes n Exports's numbers for every key without numbers of its own, on the store and
+// in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
+// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
+// as they are, never beyond the new burst); every instance sharing the store must be given the same
+// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
+// source (shared.Numbered says more).
+func (l *ExportsLimiter) SetNumbers(n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetNumbers(2, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+// ClearNumbers returns Exports to the policy's numbers, on the store and in this process.
+func (l *ExportsLimiter) ClearNumbers() error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearNumbers(2)
+	}
+	l.local.ClearNumbers(atomicbucket.CarryAsIs)
+	return nil
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields): Local's, which every change keeps equal to the store's; nil before.
+func (l *ExportsLimiter) ruleInForce(key uint64) *atomicbucket.Rule {
+	return l.local.ruleInForce(key)
+}
+
+// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
+// or without a store Local's.
+func (l *ExportsLimiter) NumbersFor(key uint64) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if nb, _ := l.sh.numbered(); nb != nil {
+		return nb.NumbersFor(2, strconv.FormatUint(uint64(key), 10))
+	}
+	return l.local.NumbersFor(key)
+}
+
+// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever Exports's,
+// on the store and in this process; refused as by SetNumbers, all or nothing.
+func (l *ExportsLimiter) SetKeyNumbers(key uint64, n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetKeyNumbers([]int{2}, strconv.FormatUint(uint64(key), 10), n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
+}
+
+// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
+func (l *ExportsLimiter) ClearKeyNumbers(key uint64) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearKeyNumbers([]int{2}, strconv.FormatUint(uint64(key), 10))
+	}
+	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
+	return nil
+}
+
+// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
+// in this process. Other instances' leases keep what they were granted until it expires.
+func (l *ExportsLimiter) Reset(ctx context.Context, key uint64) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	l.local.Reset(key)
+	if nb != nil {
+		return nb.Reset(ctx, []int{2}, strconv.FormatUint(uint64(key), 10))
+	}
+	return nil
 }
 
 // newPerInstanceLimiter returns PerInstance's (empty) tables.
@@ -1315,6 +1515,66 @@ func (l *GlobalLimiter) Wait(ctx context.Context, cost int64) error {
 	})
 }
 
+// SetNumbers makes n Global's numbers, on the store and in this process (Local, and the on_failure
+// share). Numbers the rule or the store cannot hold are refused, and nothing changes. A store
+// converts each bucket at its next check (tokens held carried as they are, never beyond the new
+// burst); every instance sharing the store must be given the same numbers, or each converts the
+// buckets to its own (never gaining tokens): give them from one source (shared.Numbered says more).
+func (l *GlobalLimiter) SetNumbers(n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetNumbers(3, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+// ClearNumbers returns Global to the policy's numbers, on the store and in this process.
+func (l *GlobalLimiter) ClearNumbers() error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearNumbers(3)
+	}
+	l.local.ClearNumbers(atomicbucket.CarryAsIs)
+	return nil
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields): Local's, which every change keeps equal to the store's; nil before.
+func (l *GlobalLimiter) ruleInForce() *atomicbucket.Rule {
+	return l.local.ruleInForce()
+}
+
+// NumbersFor returns the numbers in force and where they come from: the store's binding's, or
+// without a store Local's.
+func (l *GlobalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
+	if nb, _ := l.sh.numbered(); nb != nil {
+		return nb.NumbersFor(3, "")
+	}
+	return l.local.NumbersFor()
+}
+
+// Reset forgets Global's bucket on the store (its next check finds it full) and in this process.
+// Other instances' leases keep what they were granted until it expires.
+func (l *GlobalLimiter) Reset(ctx context.Context) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	l.local.Reset()
+	if nb != nil {
+		return nb.Reset(ctx, []int{3}, "")
+	}
+	return nil
+}
+
 // newDownloadsLocalLimiter returns Downloads's (empty) tables.
 func newDownloadsLocalLimiter() *DownloadsLocalLimiter {
 	return &DownloadsLocalLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
@@ -1570,6 +1830,95 @@ func (l *DownloadsLimiter) Wait(ctx context.Context, key string, cost int64) err
 	})
 }
 
+// SetNumbers makes n Downloads's numbers for every key without numbers of its own, on the store and
+// in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
+// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
+// as they are, never beyond the new burst); every instance sharing the store must be given the same
+// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
+// source (shared.Numbered says more).
+func (l *DownloadsLimiter) SetNumbers(n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetNumbers(4, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+// ClearNumbers returns Downloads to the policy's numbers, on the store and in this process.
+func (l *DownloadsLimiter) ClearNumbers() error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearNumbers(4)
+	}
+	l.local.ClearNumbers(atomicbucket.CarryAsIs)
+	return nil
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields): Local's, which every change keeps equal to the store's; nil before.
+func (l *DownloadsLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.local.ruleInForce(key)
+}
+
+// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
+// or without a store Local's.
+func (l *DownloadsLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if nb, _ := l.sh.numbered(); nb != nil {
+		return nb.NumbersFor(4, key)
+	}
+	return l.local.NumbersFor(key)
+}
+
+// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever
+// Downloads's, on the store and in this process; refused as by SetNumbers, all or nothing.
+func (l *DownloadsLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetKeyNumbers([]int{4}, key, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
+}
+
+// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
+func (l *DownloadsLimiter) ClearKeyNumbers(key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearKeyNumbers([]int{4}, key)
+	}
+	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
+	return nil
+}
+
+// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
+// in this process. Other instances' leases keep what they were granted until it expires.
+func (l *DownloadsLimiter) Reset(ctx context.Context, key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	l.local.Reset(key)
+	if nb != nil {
+		return nb.Reset(ctx, []int{4}, key)
+	}
+	return nil
+}
+
 // newDownloadsGlobalLocalLimiter returns DownloadsGlobal's bucket, created at now.
 func newDownloadsGlobalLocalLimiter(now atomicbucket.Time) *DownloadsGlobalLocalLimiter {
 	return &DownloadsGlobalLocalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
@@ -1774,6 +2123,66 @@ func (l *DownloadsGlobalLimiter) Wait(ctx context.Context, cost int64) error {
 		Key:  "",
 		Rule: 5,
 	})
+}
+
+// SetNumbers makes n DownloadsGlobal's numbers, on the store and in this process (Local, and the
+// on_failure share). Numbers the rule or the store cannot hold are refused, and nothing changes. A
+// store converts each bucket at its next check (tokens held carried as they are, never beyond the
+// new burst); every instance sharing the store must be given the same numbers, or each converts the
+// buckets to its own (never gaining tokens): give them from one source (shared.Numbered says more).
+func (l *DownloadsGlobalLimiter) SetNumbers(n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetNumbers(5, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+// ClearNumbers returns DownloadsGlobal to the policy's numbers, on the store and in this process.
+func (l *DownloadsGlobalLimiter) ClearNumbers() error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearNumbers(5)
+	}
+	l.local.ClearNumbers(atomicbucket.CarryAsIs)
+	return nil
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields): Local's, which every change keeps equal to the store's; nil before.
+func (l *DownloadsGlobalLimiter) ruleInForce() *atomicbucket.Rule {
+	return l.local.ruleInForce()
+}
+
+// NumbersFor returns the numbers in force and where they come from: the store's binding's, or
+// without a store Local's.
+func (l *DownloadsGlobalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
+	if nb, _ := l.sh.numbered(); nb != nil {
+		return nb.NumbersFor(5, "")
+	}
+	return l.local.NumbersFor()
+}
+
+// Reset forgets DownloadsGlobal's bucket on the store (its next check finds it full) and in this
+// process. Other instances' leases keep what they were granted until it expires.
+func (l *DownloadsGlobalLimiter) Reset(ctx context.Context) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	l.local.Reset()
+	if nb != nil {
+		return nb.Reset(ctx, []int{5}, "")
+	}
+	return nil
 }
 
 // newFastLocalLimiter returns Fast's (empty) tables.
@@ -2028,6 +2437,95 @@ func (l *FastLimiter) Wait(ctx context.Context, key string, cost int64) error {
 	})
 }
 
+// SetNumbers makes n Fast's numbers for every key without numbers of its own, on the store and in
+// this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
+// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
+// as they are, never beyond the new burst); every instance sharing the store must be given the same
+// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
+// source (shared.Numbered says more).
+func (l *FastLimiter) SetNumbers(n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetNumbers(6, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+// ClearNumbers returns Fast to the policy's numbers, on the store and in this process.
+func (l *FastLimiter) ClearNumbers() error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearNumbers(6)
+	}
+	l.local.ClearNumbers(atomicbucket.CarryAsIs)
+	return nil
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields): Local's, which every change keeps equal to the store's; nil before.
+func (l *FastLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.local.ruleInForce(key)
+}
+
+// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
+// or without a store Local's.
+func (l *FastLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if nb, _ := l.sh.numbered(); nb != nil {
+		return nb.NumbersFor(6, key)
+	}
+	return l.local.NumbersFor(key)
+}
+
+// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever Fast's, on
+// the store and in this process; refused as by SetNumbers, all or nothing.
+func (l *FastLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetKeyNumbers([]int{6}, key, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
+}
+
+// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
+func (l *FastLimiter) ClearKeyNumbers(key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearKeyNumbers([]int{6}, key)
+	}
+	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
+	return nil
+}
+
+// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
+// in this process. Other instances' leases keep what they were granted until it expires.
+func (l *FastLimiter) Reset(ctx context.Context, key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	l.local.Reset(key)
+	if nb != nil {
+		return nb.Reset(ctx, []int{6}, key)
+	}
+	return nil
+}
+
 // newWideLocalLimiter returns Wide's (empty) tables.
 func newWideLocalLimiter() *WideLocalLimiter {
 	return &WideLocalLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
@@ -2278,6 +2776,95 @@ func (l *WideLimiter) Wait(ctx context.Context, key string, cost int64) error {
 		Key:  key,
 		Rule: 7,
 	})
+}
+
+// SetNumbers makes n Wide's numbers for every key without numbers of its own, on the store and in
+// this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
+// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
+// as they are, never beyond the new burst); every instance sharing the store must be given the same
+// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
+// source (shared.Numbered says more).
+func (l *WideLimiter) SetNumbers(n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetNumbers(7, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+// ClearNumbers returns Wide to the policy's numbers, on the store and in this process.
+func (l *WideLimiter) ClearNumbers() error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearNumbers(7)
+	}
+	l.local.ClearNumbers(atomicbucket.CarryAsIs)
+	return nil
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields): Local's, which every change keeps equal to the store's; nil before.
+func (l *WideLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.local.ruleInForce(key)
+}
+
+// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
+// or without a store Local's.
+func (l *WideLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if nb, _ := l.sh.numbered(); nb != nil {
+		return nb.NumbersFor(7, key)
+	}
+	return l.local.NumbersFor(key)
+}
+
+// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever Wide's, on
+// the store and in this process; refused as by SetNumbers, all or nothing.
+func (l *WideLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetKeyNumbers([]int{7}, key, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
+}
+
+// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
+func (l *WideLimiter) ClearKeyNumbers(key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearKeyNumbers([]int{7}, key)
+	}
+	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
+	return nil
+}
+
+// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
+// in this process. Other instances' leases keep what they were granted until it expires.
+func (l *WideLimiter) Reset(ctx context.Context, key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	l.local.Reset(key)
+	if nb != nil {
+		return nb.Reset(ctx, []int{7}, key)
+	}
+	return nil
 }
 
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
@@ -2909,6 +3496,10 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	res.Route = "GET /hello"
 	res.Rule = int(RulePerUser)
 	res.Series = 0
+	if rf0 := m.limits.PerUser.ruleInForce(plan, k0); rf0 != nil {
+		res.Policy = limithttp.InForce(res.Policy, rf0)
+		res.Policies = limithttp.InForceList(res.Policy)
+	}
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
@@ -2936,6 +3527,18 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	res.Tier = "Request"
 	res.Rule = int(td.Rule)
 	res.Series = httpSeriesRoute2[td.Rule]
+	rf0, rf1 := m.limits.PerUser.ruleInForce(plan, k0), m.limits.Global.ruleInForce()
+	if rf0 != nil || rf1 != nil {
+		p0 := limithttp.InForce(httpPolicies[RulePerUser][plan], rf0)
+		p1 := limithttp.InForce(httpPolicies[RuleGlobal][plan], rf1)
+		res.Policies = limithttp.InForceList(p0, p1)
+		switch td.Rule {
+		case RulePerUser:
+			res.Policy = p0
+		case RuleGlobal:
+			res.Policy = p1
+		}
+	}
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
@@ -2966,6 +3569,10 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RuleExports)
 	res.Series = 3
 	res.SeedInt = uint64(k0)
+	if rf0 := m.limits.Exports.ruleInForce(k0); rf0 != nil {
+		res.Policy = limithttp.InForce(res.Policy, rf0)
+		res.Policies = limithttp.InForceList(res.Policy)
+	}
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, "")
 }
 
@@ -2992,6 +3599,18 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	res.Tier = "Download"
 	res.Rule = int(td.Rule)
 	res.Series = httpSeriesRoute4[td.Rule]
+	rf0, rf1 := m.limits.Downloads.ruleInForce(k0), m.limits.DownloadsGlobal.ruleInForce()
+	if rf0 != nil || rf1 != nil {
+		p0 := limithttp.InForce(httpPolicies[RuleDownloads][0], rf0)
+		p1 := limithttp.InForce(httpPolicies[RuleDownloadsGlobal][0], rf1)
+		res.Policies = limithttp.InForceList(p0, p1)
+		switch td.Rule {
+		case RuleDownloads:
+			res.Policy = p0
+		case RuleDownloadsGlobal:
+			res.Policy = p1
+		}
+	}
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 

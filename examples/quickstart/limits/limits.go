@@ -225,6 +225,18 @@ func newSharedState(store shared.Store) *sharedState {
 	return &sharedState{bound: b}
 }
 
+// numbered is the store's binding, which changes the shared rules' numbers; nil without a store.
+func (s *sharedState) numbered() (shared.Numbered, error) {
+	if s.bound == nil {
+		return nil, nil
+	}
+	nb, ok := s.bound.(shared.Numbered)
+	if !ok {
+		return nil, fmt.Errorf("limits: the store's %T cannot change numbers (it is no shared.Numbered): nothing changed", s.bound)
+	}
+	return nb, nil
+}
+
 // SharedErr is nil when the policy's shared rules are checked on the store given to New, and
 // otherwise says why they run in this process only (no store, or the store refused them): a
 // service should report it at startup, since each instance then enforces the whole limit alone.
@@ -575,6 +587,105 @@ func (l *PerUserLimiter) Wait(ctx context.Context, plan Plan, key string, cost i
 	})
 }
 
+// SetNumbers makes n PerUser's numbers on plan for every key without numbers of its own, on the
+// store and in this process (Local, and the on_failure share). Numbers the rule or the store cannot
+// hold are refused, and nothing changes. A store converts each bucket at its next check (tokens
+// held carried as they are, never beyond the new burst); every instance sharing the store must be
+// given the same numbers, or each converts the buckets to its own (never gaining tokens): give them
+// from one source (shared.Numbered says more).
+func (l *PerUserLimiter) SetNumbers(plan Plan, n atomicbucket.Numbers) error {
+	if plan >= numPlans {
+		return ErrUnknownPlan
+	}
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetNumbers(0+int(plan), n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(plan, n, atomicbucket.CarryAsIs)
+}
+
+// ClearNumbers returns PerUser on plan to the policy's numbers, on the store and in this process.
+func (l *PerUserLimiter) ClearNumbers(plan Plan) error {
+	if plan >= numPlans {
+		return ErrUnknownPlan
+	}
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearNumbers(0 + int(plan))
+	}
+	l.local.ClearNumbers(plan, atomicbucket.CarryAsIs)
+	return nil
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields): Local's, which every change keeps equal to the store's; nil before.
+func (l *PerUserLimiter) ruleInForce(plan Plan, key string) *atomicbucket.Rule {
+	return l.local.ruleInForce(plan, key)
+}
+
+// NumbersFor returns the numbers in force for key on plan and where they come from: the store's
+// binding's, or without a store Local's.
+func (l *PerUserLimiter) NumbersFor(plan Plan, key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if plan >= numPlans {
+		return atomicbucket.Numbers{}, atomicbucket.FromPolicy
+	}
+	if nb, _ := l.sh.numbered(); nb != nil {
+		return nb.NumbersFor(0+int(plan), key)
+	}
+	return l.local.NumbersFor(plan, key)
+}
+
+// SetKeyNumbers gives key numbers of its own on every plan (an enterprise customer's quota),
+// whatever PerUser's, on the store and in this process; refused as by SetNumbers, all or nothing.
+func (l *PerUserLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetKeyNumbers([]int{0, 1}, key, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
+}
+
+// ClearKeyNumbers takes key's own numbers away on every plan, on the store and in this process.
+func (l *PerUserLimiter) ClearKeyNumbers(key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearKeyNumbers([]int{0, 1}, key)
+	}
+	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
+	return nil
+}
+
+// Reset forgets key's bucket on every plan on the store ("unblock this user": its next check finds
+// it full) and in this process. Other instances' leases keep what they were granted until it
+// expires.
+func (l *PerUserLimiter) Reset(ctx context.Context, key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	l.local.Reset(key)
+	if nb != nil {
+		return nb.Reset(ctx, []int{0, 1}, key)
+	}
+	return nil
+}
+
 // newGlobalLocalLimiter returns Global's bucket, created at now.
 func newGlobalLocalLimiter(now atomicbucket.Time) *GlobalLocalLimiter {
 	return &GlobalLocalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
@@ -776,6 +887,66 @@ func (l *GlobalLimiter) Wait(ctx context.Context, cost int64) error {
 		Key:  "",
 		Rule: 2,
 	})
+}
+
+// SetNumbers makes n Global's numbers, on the store and in this process (Local, and the on_failure
+// share). Numbers the rule or the store cannot hold are refused, and nothing changes. A store
+// converts each bucket at its next check (tokens held carried as they are, never beyond the new
+// burst); every instance sharing the store must be given the same numbers, or each converts the
+// buckets to its own (never gaining tokens): give them from one source (shared.Numbered says more).
+func (l *GlobalLimiter) SetNumbers(n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetNumbers(2, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+// ClearNumbers returns Global to the policy's numbers, on the store and in this process.
+func (l *GlobalLimiter) ClearNumbers() error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearNumbers(2)
+	}
+	l.local.ClearNumbers(atomicbucket.CarryAsIs)
+	return nil
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields): Local's, which every change keeps equal to the store's; nil before.
+func (l *GlobalLimiter) ruleInForce() *atomicbucket.Rule {
+	return l.local.ruleInForce()
+}
+
+// NumbersFor returns the numbers in force and where they come from: the store's binding's, or
+// without a store Local's.
+func (l *GlobalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
+	if nb, _ := l.sh.numbered(); nb != nil {
+		return nb.NumbersFor(2, "")
+	}
+	return l.local.NumbersFor()
+}
+
+// Reset forgets Global's bucket on the store (its next check finds it full) and in this process.
+// Other instances' leases keep what they were granted until it expires.
+func (l *GlobalLimiter) Reset(ctx context.Context) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	l.local.Reset()
+	if nb != nil {
+		return nb.Reset(ctx, []int{2}, "")
+	}
+	return nil
 }
 
 // newLoginLimiter returns Login's (empty) tables.
@@ -1387,6 +1558,18 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	res.Tier = "Request"
 	res.Rule = int(td.Rule)
 	res.Series = httpSeriesRoute1[td.Rule]
+	rf0, rf1 := m.limits.PerUser.ruleInForce(plan, k0), m.limits.Global.ruleInForce()
+	if rf0 != nil || rf1 != nil {
+		p0 := limithttp.InForce(httpPolicies[RulePerUser][plan], rf0)
+		p1 := limithttp.InForce(httpPolicies[RuleGlobal][plan], rf1)
+		res.Policies = limithttp.InForceList(p0, p1)
+		switch td.Rule {
+		case RulePerUser:
+			res.Policy = p0
+		case RuleGlobal:
+			res.Policy = p1
+		}
+	}
 	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
 }
 
@@ -1588,6 +1771,18 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 	res.Tier = "Request"
 	res.Rule = int(td.Rule)
 	res.Series = grpcSeriesEntry1[td.Rule]
+	rf0, rf1 := g.limits.PerUser.ruleInForce(plan, k0), g.limits.Global.ruleInForce()
+	if rf0 != nil || rf1 != nil {
+		p0 := limithttp.InForce(httpPolicies[RulePerUser][plan], rf0)
+		p1 := limithttp.InForce(httpPolicies[RuleGlobal][plan], rf1)
+		res.Policies = limithttp.InForceList(p0, p1)
+		switch td.Rule {
+		case RulePerUser:
+			res.Policy = p0
+		case RuleGlobal:
+			res.Policy = p1
+		}
+	}
 	return g.Config.Respond(ctx, limithttp.Enforce, &res, k0)
 }
 

@@ -1098,6 +1098,14 @@ func emitShared(m *model.Model) jen.Code {
 		}))),
 		jen.Return(jen.Op("&").Id("sharedState").Values(jen.Dict{jen.Id("bound"): jen.Id("b")})),
 	).Line().Line().
+		Comment("numbered is the store's binding, which changes the shared rules' numbers; nil without a store.").Line().
+		Func().Params(jen.Id("s").Op("*").Id("sharedState")).Id("numbered").Params().Params(jen.Qual(sharedPath, "Numbered"), jen.Error()).Block(
+		jen.If(jen.Id("s").Dot("bound").Op("==").Nil()).Block(jen.Return(jen.Nil(), jen.Nil())),
+		jen.List(jen.Id("nb"), jen.Id("ok")).Op(":=").Id("s").Dot("bound").Assert(jen.Qual(sharedPath, "Numbered")),
+		jen.If(jen.Op("!").Id("ok")).Block(jen.Return(jen.Nil(), jen.Qual("fmt", "Errorf").Call(
+			jen.Lit(m.Pkg+": the store's %T cannot change numbers (it is no shared.Numbered): nothing changed"), jen.Id("s").Dot("bound")))),
+		jen.Return(jen.Id("nb"), jen.Nil()),
+	).Line().Line().
 		Comment("SharedErr is nil when the policy's shared rules are checked on the store given to New, and").Line().
 		Comment("otherwise says why they run in this process only (no store, or the store refused them): a").Line().
 		Comment("service should report it at startup, since each instance then enforces the whole limit alone.").Line().
@@ -1191,6 +1199,118 @@ func emitSharedRule(r model.Rule) jen.Code {
 		jen.If(jen.Id("l").Dot("sh").Dot("bound").Op("==").Nil()).Block(
 			jen.Return(jen.Id("l").Dot("local").Dot("Wait").Call(with(jen.Id("ctx"), args, jen.Id("cost"))...))),
 		jen.Return(jen.Qual(sharedPath, "Wait").Call(jen.Id("ctx"), jen.Id("l").Dot("sh").Dot("bound"), step)),
+	).Line()
+	g.Add(emitSharedNumbers(r, recv, idx))
+	return g
+}
+
+// emitSharedNumbers are a shared rule's changes of numbers: on the store's
+// binding (shared.Numbered) and on its process-local limiter alike, so that
+// Local, the failure setting's share and the middleware's fields have the
+// numbers the store has.
+func emitSharedNumbers(r model.Rule, recv, idx jen.Code) jen.Code {
+	g := jen.Line()
+	var planP, planA []jen.Code
+	onPlan, every := "", ""
+	if r.Planned {
+		planP, planA = []jen.Code{jen.Id("plan").Id("Plan")}, []jen.Code{jen.Id("plan")}
+		onPlan, every = " on plan", " on every plan"
+	}
+	keyed := r.KeyType != ""
+	var keyP, keyA []jen.Code
+	if keyed {
+		keyP, keyA = []jen.Code{jen.Id("key").Id(r.KeyType)}, []jen.Code{jen.Id("key")}
+	}
+	badPlan := func(ret ...jen.Code) jen.Code {
+		if !r.Planned {
+			return jen.Null()
+		}
+		return jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(ret...))
+	}
+	var ruleList []jen.Code // every plan's index of the rule
+	for i := range r.Limits {
+		ruleList = append(ruleList, jen.Lit(r.SharedAt+i))
+	}
+	rules := jen.Index().Int().Values(ruleList...)
+	nb := jen.List(jen.Id("nb"), jen.Err()).Op(":=").Id("l").Dot("sh").Dot("numbered").Call()
+	nbErr := jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err()))
+	asIs := rt("CarryAsIs")
+	forKeys := ""
+	if keyed {
+		forKeys = " for every key without numbers of its own"
+	}
+	storeWords := "A store converts each bucket at its next check (tokens held carried as they are, never beyond the " +
+		"new burst); every instance sharing the store must be given the same numbers, or each converts the buckets to its own " +
+		"(never gaining tokens): give them from one source (shared.Numbered says more)."
+	g.Add(comment(fmt.Sprintf("SetNumbers makes n %s's numbers%s%s, on the store and in this process (Local, and the "+
+		"on_failure share). Numbers the rule or the store cannot hold are refused, and nothing changes. %s",
+		r.GoName, onPlan, forKeys, storeWords)))
+	g.Func().Params(recv).Id("SetNumbers").Params(append(append([]jen.Code{}, planP...), jen.Id("n").Add(rt("Numbers")))...).Error().Block(
+		badPlan(jen.Id("ErrUnknownPlan")),
+		nb, nbErr,
+		jen.If(jen.Id("nb").Op("!=").Nil()).Block(
+			jen.If(jen.Err().Op(":=").Id("nb").Dot("SetNumbers").Call(idx, jen.Id("n")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err()))),
+		jen.Return(jen.Id("l").Dot("local").Dot("SetNumbers").Call(append(append([]jen.Code{}, planA...), jen.Id("n"), asIs)...)),
+	).Line().Line()
+	g.Add(comment(fmt.Sprintf("ClearNumbers returns %s%s to the policy's numbers, on the store and in this process.", r.GoName, onPlan)))
+	g.Func().Params(recv).Id("ClearNumbers").Params(planP...).Error().Block(
+		badPlan(jen.Id("ErrUnknownPlan")),
+		nb, nbErr,
+		jen.If(jen.Id("nb").Op("!=").Nil()).Block(jen.Id("nb").Dot("ClearNumbers").Call(idx)),
+		jen.Id("l").Dot("local").Dot("ClearNumbers").Call(append(append([]jen.Code{}, planA...), asIs)...),
+		jen.Return(jen.Nil()),
+	).Line().Line()
+	g.Add(comment("ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields): Local's, which every change keeps equal to the store's; nil before."))
+	g.Func().Params(recv).Id("ruleInForce").Params(append(append([]jen.Code{}, planP...), keyP...)...).Op("*").Add(rt("Rule")).Block(
+		jen.Return(jen.Id("l").Dot("local").Dot("ruleInForce").Call(append(append([]jen.Code{}, planA...), keyA...)...))).Line().Line()
+	key := sharedKey(r, jen.Id("key"))
+	g.Add(comment(fmt.Sprintf("NumbersFor returns the numbers in force%s%s and where they come from: the store's binding's, or without a store Local's.",
+		map[bool]string{true: " for key", false: ""}[keyed], onPlan)))
+	g.Func().Params(recv).Id("NumbersFor").Params(append(append([]jen.Code{}, planP...), keyP...)...).Params(rt("Numbers"), rt("Origin")).Block(
+		badPlan(rt("Numbers").Values(), rt("FromPolicy")),
+		jen.If(jen.List(jen.Id("nb"), jen.Id("_")).Op(":=").Id("l").Dot("sh").Dot("numbered").Call(), jen.Id("nb").Op("!=").Nil()).Block(
+			jen.Return(jen.Id("nb").Dot("NumbersFor").Call(idx, key))),
+		jen.Return(jen.Id("l").Dot("local").Dot("NumbersFor").Call(append(append([]jen.Code{}, planA...), keyA...)...)),
+	).Line().Line()
+	ctxP := jen.Id("ctx").Qual("context", "Context")
+	if !keyed {
+		var localReset jen.Code = jen.Id("l").Dot("local").Dot("Reset").Call()
+		if r.Planned {
+			localReset = jen.For(jen.Id("p").Op(":=").Id("Plan").Call(jen.Lit(0)), jen.Id("p").Op("<").Id("numPlans"), jen.Id("p").Op("++")).Block(
+				jen.Id("l").Dot("local").Dot("Reset").Call(jen.Id("p")))
+		}
+		g.Add(comment(fmt.Sprintf("Reset forgets %s's bucket%s on the store (its next check finds it full) and in this process. "+
+			"Other instances' leases keep what they were granted until it expires.", r.GoName, every)))
+		g.Func().Params(recv).Id("Reset").Params(ctxP).Error().Block(
+			nb, nbErr,
+			localReset,
+			jen.If(jen.Id("nb").Op("!=").Nil()).Block(jen.Return(jen.Id("nb").Dot("Reset").Call(jen.Id("ctx"), rules, jen.Lit("")))),
+			jen.Return(jen.Nil()),
+		).Line()
+		return g
+	}
+	g.Add(comment(fmt.Sprintf("SetKeyNumbers gives key numbers of its own%s (an enterprise customer's quota), whatever %s's, "+
+		"on the store and in this process; refused as by SetNumbers, all or nothing.", every, r.GoName)))
+	g.Func().Params(recv).Id("SetKeyNumbers").Params(jen.Id("key").Id(r.KeyType), jen.Id("n").Add(rt("Numbers"))).Error().Block(
+		nb, nbErr,
+		jen.If(jen.Id("nb").Op("!=").Nil()).Block(
+			jen.If(jen.Err().Op(":=").Id("nb").Dot("SetKeyNumbers").Call(rules, key, jen.Id("n")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err()))),
+		jen.Return(jen.Id("l").Dot("local").Dot("SetKeyNumbers").Call(jen.Id("key"), jen.Id("n"), asIs)),
+	).Line().Line()
+	g.Add(comment(fmt.Sprintf("ClearKeyNumbers takes key's own numbers away%s, on the store and in this process.", every)))
+	g.Func().Params(recv).Id("ClearKeyNumbers").Params(jen.Id("key").Id(r.KeyType)).Error().Block(
+		nb, nbErr,
+		jen.If(jen.Id("nb").Op("!=").Nil()).Block(jen.Id("nb").Dot("ClearKeyNumbers").Call(rules, key)),
+		jen.Id("l").Dot("local").Dot("ClearKeyNumbers").Call(jen.Id("key"), asIs),
+		jen.Return(jen.Nil()),
+	).Line().Line()
+	g.Add(comment(fmt.Sprintf("Reset forgets key's bucket%s on the store (\"unblock this user\": its next check finds it full) "+
+		"and in this process. Other instances' leases keep what they were granted until it expires.", every)))
+	g.Func().Params(recv).Id("Reset").Params(ctxP, jen.Id("key").Id(r.KeyType)).Error().Block(
+		nb, nbErr,
+		jen.Id("l").Dot("local").Dot("Reset").Call(jen.Id("key")),
+		jen.If(jen.Id("nb").Op("!=").Nil()).Block(jen.Return(jen.Id("nb").Dot("Reset").Call(jen.Id("ctx"), rules, key))),
+		jen.Return(jen.Nil()),
 	).Line()
 	return g
 }

@@ -752,8 +752,9 @@ func emitPlanOf(m *model.Model, d *door) jen.Code {
 // in force when a rule's have changed at run time (SetNumbers,
 // SetKeyNumbers): each local rule is asked for its rule in force (nil, one
 // atomic load, while its numbers never changed), and only when one has
-// changed are the Policy and the RateLimit-Policy value replaced. Shared
-// rules keep their constants.
+// changed are the Policy and the RateLimit-Policy value replaced. A shared
+// rule answers from its process-local limiter, which every change of its
+// numbers keeps equal to the store's.
 func emitInForce(m *model.Model, r model.Route, recv func() *jen.Statement, planIdx jen.Code) []jen.Code {
 	type part struct {
 		rule model.Rule
@@ -763,9 +764,6 @@ func emitInForce(m *model.Model, r model.Route, recv func() *jen.Statement, plan
 	var parts []part
 	for j, ri := range r.Rules {
 		rule := m.Rules[ri]
-		if rule.Shared {
-			continue
-		}
 		var args []jen.Code
 		if rule.Planned {
 			args = append(args, jen.Id("plan"))
@@ -802,11 +800,7 @@ func emitInForce(m *model.Model, r model.Route, recv func() *jen.Statement, plan
 		rule := m.Rules[ri]
 		base := jen.Id("httpPolicies").Index(jen.Id(rule.RuleConst())).Index(planIdx)
 		pj := "p" + strconv.Itoa(j)
-		v := base
-		if !rule.Shared {
-			v = lh("InForce").Call(base, jen.Id("rf"+strconv.Itoa(j)))
-		}
-		pols = append(pols, jen.Id(pj).Op(":=").Add(v))
+		pols = append(pols, jen.Id(pj).Op(":=").Add(lh("InForce").Call(base, jen.Id("rf"+strconv.Itoa(j)))))
 		cases = append(cases, jen.Case(jen.Id(rule.RuleConst())).Block(jen.Id("res").Dot("Policy").Op("=").Id(pj)))
 	}
 	list := []jen.Code{}

@@ -194,6 +194,18 @@ func newSharedState(store shared.Store) *sharedState {
 	return &sharedState{bound: b}
 }
 
+// numbered is the store's binding, which changes the shared rules' numbers; nil without a store.
+func (s *sharedState) numbered() (shared.Numbered, error) {
+	if s.bound == nil {
+		return nil, nil
+	}
+	nb, ok := s.bound.(shared.Numbered)
+	if !ok {
+		return nil, fmt.Errorf("grpclimits: the store's %T cannot change numbers (it is no shared.Numbered): nothing changed", s.bound)
+	}
+	return nb, nil
+}
+
 // SharedErr is nil when the policy's shared rules are checked on the store given to New, and
 // otherwise says why they run in this process only (no store, or the store refused them): a
 // service should report it at startup, since each instance then enforces the whole limit alone.
@@ -901,6 +913,95 @@ func (l *TenantsLimiter) Wait(ctx context.Context, key string, cost int64) error
 		Key:  key,
 		Rule: 0,
 	})
+}
+
+// SetNumbers makes n Tenants's numbers for every key without numbers of its own, on the store and
+// in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
+// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
+// as they are, never beyond the new burst); every instance sharing the store must be given the same
+// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
+// source (shared.Numbered says more).
+func (l *TenantsLimiter) SetNumbers(n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetNumbers(0, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+// ClearNumbers returns Tenants to the policy's numbers, on the store and in this process.
+func (l *TenantsLimiter) ClearNumbers() error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearNumbers(0)
+	}
+	l.local.ClearNumbers(atomicbucket.CarryAsIs)
+	return nil
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields): Local's, which every change keeps equal to the store's; nil before.
+func (l *TenantsLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.local.ruleInForce(key)
+}
+
+// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
+// or without a store Local's.
+func (l *TenantsLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if nb, _ := l.sh.numbered(); nb != nil {
+		return nb.NumbersFor(0, key)
+	}
+	return l.local.NumbersFor(key)
+}
+
+// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever Tenants's,
+// on the store and in this process; refused as by SetNumbers, all or nothing.
+func (l *TenantsLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetKeyNumbers([]int{0}, key, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
+}
+
+// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
+func (l *TenantsLimiter) ClearKeyNumbers(key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearKeyNumbers([]int{0}, key)
+	}
+	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
+	return nil
+}
+
+// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
+// in this process. Other instances' leases keep what they were granted until it expires.
+func (l *TenantsLimiter) Reset(ctx context.Context, key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	l.local.Reset(key)
+	if nb != nil {
+		return nb.Reset(ctx, []int{0}, key)
+	}
+	return nil
 }
 
 // newPerMethodLimiter returns PerMethod's (empty) tables.
@@ -1655,6 +1756,10 @@ func (g *GRPC) entry3(ctx context.Context, method string) error {
 	res.Route = "/grpc.health.v1.Health/List"
 	res.Rule = int(RuleTenants)
 	res.Series = 2
+	if rf0 := g.limits.Tenants.ruleInForce(k0); rf0 != nil {
+		res.Policy = limithttp.InForce(res.Policy, rf0)
+		res.Policies = limithttp.InForceList(res.Policy)
+	}
 	return g.Config.Respond(ctx, limithttp.Enforce, &res, k0)
 }
 

@@ -1,0 +1,197 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/sharedlimits"
+	"github.com/limitgen/limitgen/shared"
+)
+
+// NumbersInstances is how many instances GeneratedNumbers runs on one store.
+const NumbersInstances = 8
+
+// GeneratedNumbers: shared rules' numbers changed at run time, on eight
+// instances of a service generated from sharedpolicy.yaml (instance makes
+// one, with its own store client) on one server, each given the same
+// changes. The rules refill by 1 a minute or slower, so a test's checks see
+// no refill: every count below is the burst in force less what was taken.
+//
+//   - a rule's changed numbers hold across the instances (a burst cut from 20
+//     to 5 admits 5 of 40 checks spread over them), a key with numbers of its
+//     own gets them and the others do not, and NumbersFor says where numbers
+//     come from;
+//   - a bucket keeps what it holds across a change (3 of 5 left, then the
+//     burst raised to 10: 3 more, not a new bucket's 10), and a key's own
+//     numbers taken away leave what it held, at most the rule's burst;
+//   - Reset forgets a key's bucket on the store: the next checks, from any
+//     instance, find it full;
+//   - a leased rule's change reaches the leases: 10 of 40 after its burst of
+//     30 is cut to 10, for a new key and for one that had spent 8 of 30;
+//   - an interval rule's tokens per period change, its period cannot;
+//   - bad numbers are refused whole, everywhere, with nothing changed;
+//   - the middleware's RateLimit-Policy field describes the numbers in force.
+func GeneratedNumbers(t *testing.T, instance func() *sharedlimits.Limits) {
+	ctx := context.Background()
+	var ls []*sharedlimits.Limits
+	for range NumbersInstances {
+		ls = append(ls, instance())
+	}
+	every := func(what string, change func(l *sharedlimits.Limits) error) {
+		t.Helper()
+		for i, l := range ls {
+			if err := change(l); err != nil {
+				t.Fatalf("%s on instance %d: %v", what, i, err)
+			}
+		}
+	}
+	// spread checks the key n times, round robin over the instances, and
+	// returns how many were admitted.
+	spread := func(check func(l *sharedlimits.Limits) shared.Result, n int) int {
+		t.Helper()
+		admitted := 0
+		for i := range n {
+			res := check(ls[i%len(ls)])
+			if res.Degraded {
+				t.Fatalf("check %d degraded: %v", i, res.Err)
+			}
+			if res.Allowed {
+				admitted++
+			}
+		}
+		return admitted
+	}
+	perUser := func(key string) func(l *sharedlimits.Limits) shared.Result {
+		return func(l *sharedlimits.Limits) shared.Result {
+			return l.PerUser.AllowN(ctx, sharedlimits.PlanFree, key, 1)
+		}
+	}
+	perMin := func(burst int64) atomicbucket.Numbers {
+		return atomicbucket.Numbers{Tokens: 1, Period: time.Minute, Burst: burst}
+	}
+
+	every("PerUser's free plan cut to a burst of 5", func(l *sharedlimits.Limits) error { return l.PerUser.SetNumbers(sharedlimits.PlanFree, perMin(5)) })
+	if got := spread(perUser("alice"), 40); got != 5 {
+		t.Errorf("a burst cut to 5: %d instances admitted %d of 40 for alice", len(ls), got)
+	}
+	if res := ls[3].PerUser.AllowN(ctx, sharedlimits.PlanPro, "alice", 1); !res.Allowed || res.Remaining != 199 {
+		t.Errorf("alice on pro keeps the policy's burst of 200: %+v", res)
+	}
+	every("vip given a burst of 40", func(l *sharedlimits.Limits) error { return l.PerUser.SetKeyNumbers("vip", perMin(40)) })
+	if got := spread(perUser("vip"), 60); got != 40 {
+		t.Errorf("vip's own burst of 40: admitted %d of 60", got)
+	}
+	if got := spread(perUser("bob"), 10); got != 5 {
+		t.Errorf("bob, without numbers of his own: admitted %d of 10, want the plan's 5", got)
+	}
+	for _, c := range []struct {
+		plan   sharedlimits.Plan
+		key    string
+		n      atomicbucket.Numbers
+		origin atomicbucket.Origin
+	}{
+		{sharedlimits.PlanFree, "vip", perMin(40), atomicbucket.FromKeyOverride},
+		{sharedlimits.PlanPro, "vip", perMin(40), atomicbucket.FromKeyOverride},
+		{sharedlimits.PlanFree, "bob", perMin(5), atomicbucket.FromOverride},
+		{sharedlimits.PlanPro, "bob", atomicbucket.Numbers{Tokens: 10, Period: time.Minute, Burst: 200}, atomicbucket.FromPolicy},
+	} {
+		if n, o := ls[5].PerUser.NumbersFor(c.plan, c.key); n != c.n || o != c.origin {
+			t.Errorf("NumbersFor(%v, %s) = %v %v, want %v %v", c.plan, c.key, n, o, c.n, c.origin)
+		}
+	}
+
+	// Carried across a change: 2 of carol's 5 taken, then the burst raised
+	// to 10: she has 3, not a full bucket's 10.
+	if got := spread(perUser("carol"), 2); got != 2 {
+		t.Fatalf("carol admitted %d of 2", got)
+	}
+	every("PerUser's free plan raised to a burst of 10", func(l *sharedlimits.Limits) error { return l.PerUser.SetNumbers(sharedlimits.PlanFree, perMin(10)) })
+	if got := spread(perUser("carol"), 20); got != 3 {
+		t.Errorf("carol with 3 left when the burst rose from 5 to 10: admitted %d of 20, want 3", got)
+	}
+	every("vip's own numbers taken away", func(l *sharedlimits.Limits) error { return l.PerUser.ClearKeyNumbers("vip") })
+	if got := spread(perUser("vip"), 5); got != 0 {
+		t.Errorf("vip, who spent all 40 of his own, back on the plan's numbers: admitted %d of 5, want 0", got)
+	}
+	if err := ls[6].PerUser.Reset(ctx, "vip"); err != nil {
+		t.Fatal(err)
+	}
+	if got := spread(perUser("vip"), 20); got != 10 {
+		t.Errorf("vip after Reset from one instance: admitted %d of 20, want the plan's burst of 10", got)
+	}
+
+	// A leased rule: the leases follow the change.
+	downloads := func(key string) func(l *sharedlimits.Limits) shared.Result {
+		return func(l *sharedlimits.Limits) shared.Result { return l.Downloads.AllowN(ctx, key, 1) }
+	}
+	if got := spread(downloads("dan"), 8); got != 8 {
+		t.Fatalf("dan's downloads admitted %d of 8", got)
+	}
+	every("Downloads cut to a burst of 10", func(l *sharedlimits.Limits) error { return l.Downloads.SetNumbers(perMin(10)) })
+	if got := spread(downloads("erin"), 40); got != 10 {
+		t.Errorf("erin's downloads under the leased rule's burst cut to 10: admitted %d of 40", got)
+	}
+	if got := spread(downloads("dan"), 40); got != 10 {
+		t.Errorf("dan, who took 8 of 30 before the burst was cut to 10 (22 held, carried as at most 10), admitted %d more of 40, want 10", got)
+	}
+
+	// An interval rule: 3 exports an hour become 6; the period stays.
+	if err := ls[0].Exports.SetNumbers(atomicbucket.Numbers{Tokens: 6, Period: 2 * time.Hour, Burst: 6}); !errors.Is(err, atomicbucket.ErrInvalidLimit) {
+		t.Errorf("an interval rule's period changed: %v", err)
+	}
+	every("Exports raised to 6 an hour", func(l *sharedlimits.Limits) error {
+		return l.Exports.SetNumbers(atomicbucket.Numbers{Tokens: 6, Period: time.Hour, Burst: 6})
+	})
+	if got := spread(func(l *sharedlimits.Limits) shared.Result { return l.Exports.AllowN(ctx, 77, 1) }, 10); got != 6 {
+		t.Errorf("exports of account 77 under 6 an hour: admitted %d of 10", got)
+	}
+
+	// Refused whole: nothing changes on the store or in the process.
+	for _, c := range []struct {
+		name string
+		err  error
+		is   error
+	}{
+		{"no tokens", ls[1].PerUser.SetNumbers(sharedlimits.PlanFree, atomicbucket.Numbers{Period: time.Minute, Burst: 5}), atomicbucket.ErrInvalidLimit},
+		{"too fine for a store's µs clock", ls[1].PerUser.SetKeyNumbers("x", atomicbucket.Numbers{Tokens: 1_000_000_000, Period: time.Second, Burst: 5_000_000_000_000_000}), shared.ErrInvalidNumbers},
+		{"an unknown plan", ls[1].PerUser.SetNumbers(sharedlimits.Plan(9), perMin(5)), sharedlimits.ErrUnknownPlan},
+	} {
+		if !errors.Is(c.err, c.is) {
+			t.Errorf("%s: %v, want an error wrapping %v", c.name, c.err, c.is)
+		}
+	}
+	if n, o := ls[1].PerUser.NumbersFor(sharedlimits.PlanFree, "x"); n != perMin(10) || o != atomicbucket.FromOverride {
+		t.Errorf("after refused changes x has %v %v", n, o)
+	}
+	if n, o := ls[1].PerUser.Local().NumbersFor(sharedlimits.PlanFree, "x"); n != perMin(10) || o != atomicbucket.FromOverride {
+		t.Errorf("after refused changes Local has %v %v for x", n, o)
+	}
+
+	// The fields describe the numbers in force: a burst of 10 at 1 a minute
+	// is a quota of 10 in 600 s.
+	mw, err := sharedlimits.NewMiddleware(ls[2], sharedlimits.Hooks{
+		UserID: func(r *http.Request) (string, bool) { return r.Header.Get("X-User"), r.Header.Get("X-User") != "" },
+		PlanOf: func(r *http.Request) (sharedlimits.Plan, bool) { return sharedlimits.PlanFree, true },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw.Config.Observer = nil
+	mux := mw.NewServeMux()
+	mux.HandleFunc("GET /hello", func(http.ResponseWriter, *http.Request) {})
+	r := httptest.NewRequest("GET", "/hello", nil)
+	r.Header.Set("X-User", "frank")
+	w := httptest.NewRecorder()
+	mux.ServeHTTP(w, r)
+	if got, want := w.Header().Get("RateLimit-Policy"), `"PerUser";q=10;w=600`; w.Code != 200 || got != want {
+		t.Errorf("GET /hello: %d, RateLimit-Policy %q, want %q", w.Code, got, want)
+	}
+	if got, want := w.Header().Get("RateLimit"), `"PerUser";r=9;t=540`; got != want { // paced: 9 tokens at 1 a minute
+		t.Errorf("GET /hello: RateLimit %q, want %q", got, want)
+	}
+}
