@@ -14,6 +14,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/limithttp"
+	overlay "github.com/limitgen/limitgen/overlay"
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
@@ -104,6 +105,7 @@ type Limits struct {
 	DailyExport *DailyExportLimiter // see the package-level DailyExport
 	Upload      *UploadLimiter      // see the package-level Upload
 	Global      *GlobalLimiter      // see the package-level Global
+	numbers     *overlay.Applier    // ApplyNumbers's
 }
 
 // Option configures New.
@@ -133,7 +135,7 @@ func New(opts ...Option) *Limits {
 	if !o.startSet {
 		o.start = atomicbucket.Now()
 	}
-	return &Limits{
+	l := &Limits{
 		PerUser:     newPerUserLimiter(),
 		PerEndpoint: newPerEndpointLimiter(),
 		Login:       newLoginLimiter(),
@@ -141,6 +143,319 @@ func New(opts ...Option) *Limits {
 		Upload:      newUploadLimiter(),
 		Global:      newGlobalLimiter(o.start),
 	}
+	l.numbers = l.newApplier()
+	return l
+}
+
+// perUserNumbers is PerUser as an overlay Set changes it (overlay.Target).
+type perUserNumbers struct {
+	l *PerUserLimiter
+}
+
+func (t perUserNumbers) Plans() int {
+	return numPlans
+}
+
+func (t perUserNumbers) Keyed() bool {
+	return true
+}
+
+func (t perUserNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule(Plan(plan)).WithNumbers(n); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (t perUserNumbers) CheckKey(key string) error {
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t perUserNumbers) clearKey(key string) error {
+	k := key
+	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
+	return nil
+}
+
+func (t perUserNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
+	}
+	return t.l.SetNumbers(Plan(plan), n, atomicbucket.CarryAsIs)
+}
+
+func (t perUserNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	t.l.ClearNumbers(Plan(plan), atomicbucket.CarryAsIs)
+}
+
+// perEndpointNumbers is PerEndpoint as an overlay Set changes it (overlay.Target).
+type perEndpointNumbers struct {
+	l *PerEndpointLimiter
+}
+
+func (t perEndpointNumbers) Plans() int {
+	return 0
+}
+
+func (t perEndpointNumbers) Keyed() bool {
+	return true
+}
+
+func (t perEndpointNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (t perEndpointNumbers) CheckKey(key string) error {
+	_, err := strconv.ParseInt(key, 10, 64)
+	return err
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t perEndpointNumbers) clearKey(key string) error {
+	v, err := strconv.ParseInt(key, 10, 64)
+	if err != nil {
+		return err
+	}
+	k := int64(v)
+	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
+	return nil
+}
+
+func (t perEndpointNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		v, err := strconv.ParseInt(*key, 10, 64)
+		if err != nil {
+			return err
+		}
+		k := int64(v)
+		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
+	}
+	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+func (t perEndpointNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	t.l.ClearNumbers(atomicbucket.CarryAsIs)
+}
+
+// loginNumbers is Login as an overlay Set changes it (overlay.Target).
+type loginNumbers struct {
+	l *LoginLimiter
+}
+
+func (t loginNumbers) Plans() int {
+	return 0
+}
+
+func (t loginNumbers) Keyed() bool {
+	return true
+}
+
+func (t loginNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (t loginNumbers) CheckKey(key string) error {
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t loginNumbers) clearKey(key string) error {
+	k := key
+	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
+	return nil
+}
+
+func (t loginNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
+	}
+	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+func (t loginNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	t.l.ClearNumbers(atomicbucket.CarryAsIs)
+}
+
+// dailyExportNumbers is DailyExport as an overlay Set changes it (overlay.Target).
+type dailyExportNumbers struct {
+	l *DailyExportLimiter
+}
+
+func (t dailyExportNumbers) Plans() int {
+	return 0
+}
+
+func (t dailyExportNumbers) Keyed() bool {
+	return true
+}
+
+func (t dailyExportNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (t dailyExportNumbers) CheckKey(key string) error {
+	_, err := strconv.ParseUint(key, 10, 64)
+	return err
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t dailyExportNumbers) clearKey(key string) error {
+	v, err := strconv.ParseUint(key, 10, 64)
+	if err != nil {
+		return err
+	}
+	k := uint64(v)
+	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
+	return nil
+}
+
+func (t dailyExportNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		v, err := strconv.ParseUint(*key, 10, 64)
+		if err != nil {
+			return err
+		}
+		k := uint64(v)
+		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
+	}
+	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+func (t dailyExportNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	t.l.ClearNumbers(atomicbucket.CarryAsIs)
+}
+
+// uploadNumbers is Upload as an overlay Set changes it (overlay.Target).
+type uploadNumbers struct {
+	l *UploadLimiter
+}
+
+func (t uploadNumbers) Plans() int {
+	return 0
+}
+
+func (t uploadNumbers) Keyed() bool {
+	return true
+}
+
+func (t uploadNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (t uploadNumbers) CheckKey(key string) error {
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t uploadNumbers) clearKey(key string) error {
+	k := key
+	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
+	return nil
+}
+
+func (t uploadNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
+	}
+	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+func (t uploadNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	t.l.ClearNumbers(atomicbucket.CarryAsIs)
+}
+
+// globalNumbers is Global as an overlay Set changes it (overlay.Target).
+type globalNumbers struct {
+	l *GlobalLimiter
+}
+
+func (t globalNumbers) Plans() int {
+	return 0
+}
+
+func (t globalNumbers) Keyed() bool {
+	return false
+}
+
+func (t globalNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (t globalNumbers) CheckKey(key string) error {
+	return nil
+}
+
+func (t globalNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+func (t globalNumbers) Clear(plan int, key *string) {
+	t.l.ClearNumbers(atomicbucket.CarryAsIs)
+}
+
+// newApplier is l's rules as overlay Sets change them.
+func (l *Limits) newApplier() *overlay.Applier {
+	return overlay.NewApplier(overlay.Policy[overlay.Target]{
+		Plans: planNames[:],
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "PerEndpoint": perEndpointNumbers{l.PerEndpoint}, "Login": loginNumbers{l.Login}, "DailyExport": dailyExportNumbers{l.DailyExport}, "Upload": uploadNumbers{l.Upload}, "Global": globalNumbers{l.Global}},
+	})
+}
+
+// ApplyNumbers makes set's numbers the ones in force (an overlay file, a table or a hash: package
+// overlay), all or nothing: every entry is checked first (its rule, plan and key, and its numbers
+// as the generator and the rule's store would check them), and a Set with a bad entry is refused
+// whole, its error giving each bad entry's position, with the numbers in force unchanged. Then what
+// differs from the Set applied before is changed, buckets carried as they are
+// (atomicbucket.CarryAsIs), and what that Set gave and this one does not goes back to the policy's
+// numbers. Changes made by the limiters' own SetNumbers and SetKeyNumbers are the Sets' to
+// override.
+func (l *Limits) ApplyNumbers(set overlay.Set) error {
+	return l.numbers.Apply(set)
+}
+
+// NumbersApplied is how many numbers the last Set applied put in force (a rule's entry for every
+// plan counted per plan), how many Sets were applied, and when the last was.
+func (l *Limits) NumbersApplied() (int, int64, time.Time) {
+	return l.numbers.Applied()
 }
 
 // Default is the set of limiters the package-level variables and functions use.

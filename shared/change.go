@@ -34,6 +34,8 @@ type Numbered interface {
 	// validates a policy's numbers and as the store can hold them: an error
 	// changes nothing.
 	SetNumbers(rule int, n atomicbucket.Numbers) error
+	// CheckNumbers says why SetNumbers would refuse n, changing nothing.
+	CheckNumbers(rule int, n atomicbucket.Numbers) error
 	// ClearNumbers gives rule back its bound numbers, for every key without
 	// its own.
 	ClearNumbers(rule int)
@@ -154,6 +156,12 @@ func (b *Binding) SetNumbers(rule int, n atomicbucket.Numbers) error {
 	b.mu.Unlock()
 	b.releaseStale([]int{rule})
 	return nil
+}
+
+// CheckNumbers says why SetNumbers would refuse n (Numbered).
+func (b *Binding) CheckNumbers(rule int, n atomicbucket.Numbers) error {
+	_, _, err := b.variant(rule, n)
+	return err
 }
 
 // ClearNumbers gives rule back its bound numbers (Numbered).

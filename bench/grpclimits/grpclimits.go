@@ -12,6 +12,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/limithttp"
+	overlay "github.com/limitgen/limitgen/overlay"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )
@@ -45,8 +46,9 @@ func (r RuleName) String() string {
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
 // and functions use.
 type Limits struct {
-	PerUser *PerUserLimiter // see the package-level PerUser
-	Tight   *TightLimiter   // see the package-level Tight
+	PerUser *PerUserLimiter  // see the package-level PerUser
+	Tight   *TightLimiter    // see the package-level Tight
+	numbers *overlay.Applier // ApplyNumbers's
 }
 
 // Option configures New.
@@ -73,10 +75,132 @@ func New(opts ...Option) *Limits {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	return &Limits{
+	l := &Limits{
 		PerUser: newPerUserLimiter(),
 		Tight:   newTightLimiter(),
 	}
+	l.numbers = l.newApplier()
+	return l
+}
+
+// perUserNumbers is PerUser as an overlay Set changes it (overlay.Target).
+type perUserNumbers struct {
+	l *PerUserLimiter
+}
+
+func (t perUserNumbers) Plans() int {
+	return 0
+}
+
+func (t perUserNumbers) Keyed() bool {
+	return true
+}
+
+func (t perUserNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (t perUserNumbers) CheckKey(key string) error {
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t perUserNumbers) clearKey(key string) error {
+	k := key
+	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
+	return nil
+}
+
+func (t perUserNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
+	}
+	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+func (t perUserNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	t.l.ClearNumbers(atomicbucket.CarryAsIs)
+}
+
+// tightNumbers is Tight as an overlay Set changes it (overlay.Target).
+type tightNumbers struct {
+	l *TightLimiter
+}
+
+func (t tightNumbers) Plans() int {
+	return 0
+}
+
+func (t tightNumbers) Keyed() bool {
+	return true
+}
+
+func (t tightNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (t tightNumbers) CheckKey(key string) error {
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t tightNumbers) clearKey(key string) error {
+	k := key
+	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
+	return nil
+}
+
+func (t tightNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
+	}
+	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+func (t tightNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	t.l.ClearNumbers(atomicbucket.CarryAsIs)
+}
+
+// newApplier is l's rules as overlay Sets change them.
+func (l *Limits) newApplier() *overlay.Applier {
+	return overlay.NewApplier(overlay.Policy[overlay.Target]{
+		Plans: nil,
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Tight": tightNumbers{l.Tight}},
+	})
+}
+
+// ApplyNumbers makes set's numbers the ones in force (an overlay file, a table or a hash: package
+// overlay), all or nothing: every entry is checked first (its rule, plan and key, and its numbers
+// as the generator and the rule's store would check them), and a Set with a bad entry is refused
+// whole, its error giving each bad entry's position, with the numbers in force unchanged. Then what
+// differs from the Set applied before is changed, buckets carried as they are
+// (atomicbucket.CarryAsIs), and what that Set gave and this one does not goes back to the policy's
+// numbers. Changes made by the limiters' own SetNumbers and SetKeyNumbers are the Sets' to
+// override.
+func (l *Limits) ApplyNumbers(set overlay.Set) error {
+	return l.numbers.Apply(set)
+}
+
+// NumbersApplied is how many numbers the last Set applied put in force (a rule's entry for every
+// plan counted per plan), how many Sets were applied, and when the last was.
+func (l *Limits) NumbersApplied() (int, int64, time.Time) {
+	return l.numbers.Applied()
 }
 
 // Default is the set of limiters the package-level variables and functions use.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/limithttp"
+	overlay "github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
 )
 
@@ -108,6 +109,7 @@ type Limits struct {
 	Fast            *FastLimiter            // see the package-level Fast
 	Wide            *WideLimiter            // see the package-level Wide
 	shared          *sharedState            // the store the shared rules are checked on, if any
+	numbers         *overlay.Applier        // ApplyNumbers's
 }
 
 // Option configures New.
@@ -165,6 +167,7 @@ func New(opts ...Option) *Limits {
 	l.DownloadsGlobal.sh = l.shared
 	l.Fast.sh = l.shared
 	l.Wide.sh = l.shared
+	l.numbers = l.newApplier()
 	return l
 }
 
@@ -346,6 +349,427 @@ func (s *sharedState) numbered() (shared.Numbered, error) {
 // service should report it at startup, since each instance then enforces the whole limit alone.
 func (l *Limits) SharedErr() error {
 	return l.shared.err
+}
+
+// perUserNumbers is PerUser as an overlay Set changes it (overlay.Target).
+type perUserNumbers struct {
+	l *PerUserLimiter
+}
+
+func (t perUserNumbers) Plans() int {
+	return numPlans
+}
+
+func (t perUserNumbers) Keyed() bool {
+	return true
+}
+
+func (t perUserNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule(Plan(plan)).WithNumbers(n); err != nil {
+		return err
+	}
+	nb, err := t.l.sh.numbered()
+	if err != nil || nb == nil {
+		return err
+	}
+	return nb.CheckNumbers(0+plan, n)
+}
+
+func (t perUserNumbers) CheckKey(key string) error {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t perUserNumbers) clearKey(key string) error {
+	k := key
+	_ = t.l.ClearKeyNumbers(k)
+	return nil
+}
+
+func (t perUserNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n)
+	}
+	return t.l.SetNumbers(Plan(plan), n)
+}
+
+func (t perUserNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	_ = t.l.ClearNumbers(Plan(plan)) // fails only as Set failed before
+}
+
+// exportsNumbers is Exports as an overlay Set changes it (overlay.Target).
+type exportsNumbers struct {
+	l *ExportsLimiter
+}
+
+func (t exportsNumbers) Plans() int {
+	return 0
+}
+
+func (t exportsNumbers) Keyed() bool {
+	return true
+}
+
+func (t exportsNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	nb, err := t.l.sh.numbered()
+	if err != nil || nb == nil {
+		return err
+	}
+	return nb.CheckNumbers(2, n)
+}
+
+func (t exportsNumbers) CheckKey(key string) error {
+	_, err := strconv.ParseUint(key, 10, 64)
+	return err
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t exportsNumbers) clearKey(key string) error {
+	v, err := strconv.ParseUint(key, 10, 64)
+	if err != nil {
+		return err
+	}
+	k := uint64(v)
+	_ = t.l.ClearKeyNumbers(k)
+	return nil
+}
+
+func (t exportsNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		v, err := strconv.ParseUint(*key, 10, 64)
+		if err != nil {
+			return err
+		}
+		k := uint64(v)
+		return t.l.SetKeyNumbers(k, n)
+	}
+	return t.l.SetNumbers(n)
+}
+
+func (t exportsNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	_ = t.l.ClearNumbers() // fails only as Set failed before
+}
+
+// perInstanceNumbers is PerInstance as an overlay Set changes it (overlay.Target).
+type perInstanceNumbers struct {
+	l *PerInstanceLimiter
+}
+
+func (t perInstanceNumbers) Plans() int {
+	return 0
+}
+
+func (t perInstanceNumbers) Keyed() bool {
+	return true
+}
+
+func (t perInstanceNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (t perInstanceNumbers) CheckKey(key string) error {
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t perInstanceNumbers) clearKey(key string) error {
+	k := key
+	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
+	return nil
+}
+
+func (t perInstanceNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
+	}
+	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+func (t perInstanceNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	t.l.ClearNumbers(atomicbucket.CarryAsIs)
+}
+
+// globalNumbers is Global as an overlay Set changes it (overlay.Target).
+type globalNumbers struct {
+	l *GlobalLimiter
+}
+
+func (t globalNumbers) Plans() int {
+	return 0
+}
+
+func (t globalNumbers) Keyed() bool {
+	return false
+}
+
+func (t globalNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	nb, err := t.l.sh.numbered()
+	if err != nil || nb == nil {
+		return err
+	}
+	return nb.CheckNumbers(3, n)
+}
+
+func (t globalNumbers) CheckKey(key string) error {
+	return nil
+}
+
+func (t globalNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	return t.l.SetNumbers(n)
+}
+
+func (t globalNumbers) Clear(plan int, key *string) {
+	_ = t.l.ClearNumbers() // fails only as Set failed before
+}
+
+// downloadsNumbers is Downloads as an overlay Set changes it (overlay.Target).
+type downloadsNumbers struct {
+	l *DownloadsLimiter
+}
+
+func (t downloadsNumbers) Plans() int {
+	return 0
+}
+
+func (t downloadsNumbers) Keyed() bool {
+	return true
+}
+
+func (t downloadsNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	nb, err := t.l.sh.numbered()
+	if err != nil || nb == nil {
+		return err
+	}
+	return nb.CheckNumbers(4, n)
+}
+
+func (t downloadsNumbers) CheckKey(key string) error {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t downloadsNumbers) clearKey(key string) error {
+	k := key
+	_ = t.l.ClearKeyNumbers(k)
+	return nil
+}
+
+func (t downloadsNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n)
+	}
+	return t.l.SetNumbers(n)
+}
+
+func (t downloadsNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	_ = t.l.ClearNumbers() // fails only as Set failed before
+}
+
+// downloadsGlobalNumbers is DownloadsGlobal as an overlay Set changes it (overlay.Target).
+type downloadsGlobalNumbers struct {
+	l *DownloadsGlobalLimiter
+}
+
+func (t downloadsGlobalNumbers) Plans() int {
+	return 0
+}
+
+func (t downloadsGlobalNumbers) Keyed() bool {
+	return false
+}
+
+func (t downloadsGlobalNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	nb, err := t.l.sh.numbered()
+	if err != nil || nb == nil {
+		return err
+	}
+	return nb.CheckNumbers(5, n)
+}
+
+func (t downloadsGlobalNumbers) CheckKey(key string) error {
+	return nil
+}
+
+func (t downloadsGlobalNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	return t.l.SetNumbers(n)
+}
+
+func (t downloadsGlobalNumbers) Clear(plan int, key *string) {
+	_ = t.l.ClearNumbers() // fails only as Set failed before
+}
+
+// fastNumbers is Fast as an overlay Set changes it (overlay.Target).
+type fastNumbers struct {
+	l *FastLimiter
+}
+
+func (t fastNumbers) Plans() int {
+	return 0
+}
+
+func (t fastNumbers) Keyed() bool {
+	return true
+}
+
+func (t fastNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	nb, err := t.l.sh.numbered()
+	if err != nil || nb == nil {
+		return err
+	}
+	return nb.CheckNumbers(6, n)
+}
+
+func (t fastNumbers) CheckKey(key string) error {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t fastNumbers) clearKey(key string) error {
+	k := key
+	_ = t.l.ClearKeyNumbers(k)
+	return nil
+}
+
+func (t fastNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n)
+	}
+	return t.l.SetNumbers(n)
+}
+
+func (t fastNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	_ = t.l.ClearNumbers() // fails only as Set failed before
+}
+
+// wideNumbers is Wide as an overlay Set changes it (overlay.Target).
+type wideNumbers struct {
+	l *WideLimiter
+}
+
+func (t wideNumbers) Plans() int {
+	return 0
+}
+
+func (t wideNumbers) Keyed() bool {
+	return true
+}
+
+func (t wideNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	nb, err := t.l.sh.numbered()
+	if err != nil || nb == nil {
+		return err
+	}
+	return nb.CheckNumbers(7, n)
+}
+
+func (t wideNumbers) CheckKey(key string) error {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t wideNumbers) clearKey(key string) error {
+	k := key
+	_ = t.l.ClearKeyNumbers(k)
+	return nil
+}
+
+func (t wideNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n)
+	}
+	return t.l.SetNumbers(n)
+}
+
+func (t wideNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	_ = t.l.ClearNumbers() // fails only as Set failed before
+}
+
+// newApplier is l's rules as overlay Sets change them.
+func (l *Limits) newApplier() *overlay.Applier {
+	return overlay.NewApplier(overlay.Policy[overlay.Target]{
+		Plans: planNames[:],
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": perInstanceNumbers{l.PerInstance}, "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}},
+	})
+}
+
+// ApplyNumbers makes set's numbers the ones in force (an overlay file, a table or a hash: package
+// overlay), all or nothing: every entry is checked first (its rule, plan and key, and its numbers
+// as the generator and the rule's store would check them), and a Set with a bad entry is refused
+// whole, its error giving each bad entry's position, with the numbers in force unchanged. Then what
+// differs from the Set applied before is changed, buckets carried as they are
+// (atomicbucket.CarryAsIs), and what that Set gave and this one does not goes back to the policy's
+// numbers. Changes made by the limiters' own SetNumbers and SetKeyNumbers are the Sets' to
+// override.
+func (l *Limits) ApplyNumbers(set overlay.Set) error {
+	return l.numbers.Apply(set)
+}
+
+// NumbersApplied is how many numbers the last Set applied put in force (a rule's entry for every
+// plan counted per plan), how many Sets were applied, and when the last was.
+func (l *Limits) NumbersApplied() (int, int64, time.Time) {
+	return l.numbers.Applied()
 }
 
 // Default is the set of limiters the package-level variables and functions use.

@@ -16,6 +16,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/limithttp"
+	overlay "github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -93,10 +94,11 @@ func (r RuleName) String() string {
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
 // and functions use.
 type Limits struct {
-	PerUser *PerUserLimiter // see the package-level PerUser
-	Global  *GlobalLimiter  // see the package-level Global
-	Login   *LoginLimiter   // see the package-level Login
-	shared  *sharedState    // the store the shared rules are checked on, if any
+	PerUser *PerUserLimiter  // see the package-level PerUser
+	Global  *GlobalLimiter   // see the package-level Global
+	Login   *LoginLimiter    // see the package-level Login
+	shared  *sharedState     // the store the shared rules are checked on, if any
+	numbers *overlay.Applier // ApplyNumbers's
 }
 
 // Option configures New.
@@ -144,6 +146,7 @@ func New(opts ...Option) *Limits {
 	}
 	l.PerUser.sh = l.shared
 	l.Global.sh = l.shared
+	l.numbers = l.newApplier()
 	return l
 }
 
@@ -242,6 +245,169 @@ func (s *sharedState) numbered() (shared.Numbered, error) {
 // service should report it at startup, since each instance then enforces the whole limit alone.
 func (l *Limits) SharedErr() error {
 	return l.shared.err
+}
+
+// perUserNumbers is PerUser as an overlay Set changes it (overlay.Target).
+type perUserNumbers struct {
+	l *PerUserLimiter
+}
+
+func (t perUserNumbers) Plans() int {
+	return numPlans
+}
+
+func (t perUserNumbers) Keyed() bool {
+	return true
+}
+
+func (t perUserNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule(Plan(plan)).WithNumbers(n); err != nil {
+		return err
+	}
+	nb, err := t.l.sh.numbered()
+	if err != nil || nb == nil {
+		return err
+	}
+	return nb.CheckNumbers(0+plan, n)
+}
+
+func (t perUserNumbers) CheckKey(key string) error {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t perUserNumbers) clearKey(key string) error {
+	k := key
+	_ = t.l.ClearKeyNumbers(k)
+	return nil
+}
+
+func (t perUserNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n)
+	}
+	return t.l.SetNumbers(Plan(plan), n)
+}
+
+func (t perUserNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	_ = t.l.ClearNumbers(Plan(plan)) // fails only as Set failed before
+}
+
+// globalNumbers is Global as an overlay Set changes it (overlay.Target).
+type globalNumbers struct {
+	l *GlobalLimiter
+}
+
+func (t globalNumbers) Plans() int {
+	return 0
+}
+
+func (t globalNumbers) Keyed() bool {
+	return false
+}
+
+func (t globalNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	nb, err := t.l.sh.numbered()
+	if err != nil || nb == nil {
+		return err
+	}
+	return nb.CheckNumbers(2, n)
+}
+
+func (t globalNumbers) CheckKey(key string) error {
+	return nil
+}
+
+func (t globalNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	return t.l.SetNumbers(n)
+}
+
+func (t globalNumbers) Clear(plan int, key *string) {
+	_ = t.l.ClearNumbers() // fails only as Set failed before
+}
+
+// loginNumbers is Login as an overlay Set changes it (overlay.Target).
+type loginNumbers struct {
+	l *LoginLimiter
+}
+
+func (t loginNumbers) Plans() int {
+	return 0
+}
+
+func (t loginNumbers) Keyed() bool {
+	return true
+}
+
+func (t loginNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (t loginNumbers) CheckKey(key string) error {
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t loginNumbers) clearKey(key string) error {
+	k := key
+	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
+	return nil
+}
+
+func (t loginNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
+	}
+	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+func (t loginNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	t.l.ClearNumbers(atomicbucket.CarryAsIs)
+}
+
+// newApplier is l's rules as overlay Sets change them.
+func (l *Limits) newApplier() *overlay.Applier {
+	return overlay.NewApplier(overlay.Policy[overlay.Target]{
+		Plans: planNames[:],
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Global": globalNumbers{l.Global}, "Login": loginNumbers{l.Login}},
+	})
+}
+
+// ApplyNumbers makes set's numbers the ones in force (an overlay file, a table or a hash: package
+// overlay), all or nothing: every entry is checked first (its rule, plan and key, and its numbers
+// as the generator and the rule's store would check them), and a Set with a bad entry is refused
+// whole, its error giving each bad entry's position, with the numbers in force unchanged. Then what
+// differs from the Set applied before is changed, buckets carried as they are
+// (atomicbucket.CarryAsIs), and what that Set gave and this one does not goes back to the policy's
+// numbers. Changes made by the limiters' own SetNumbers and SetKeyNumbers are the Sets' to
+// override.
+func (l *Limits) ApplyNumbers(set overlay.Set) error {
+	return l.numbers.Apply(set)
+}
+
+// NumbersApplied is how many numbers the last Set applied put in force (a rule's entry for every
+// plan counted per plan), how many Sets were applied, and when the last was.
+func (l *Limits) NumbersApplied() (int, int64, time.Time) {
+	return l.numbers.Applied()
 }
 
 // Default is the set of limiters the package-level variables and functions use.

@@ -210,6 +210,7 @@ func emitLimits(m *model.Model) jen.Code {
 	if m.Shared > 0 {
 		fieldsDecl = append(fieldsDecl, jen.Id("shared").Op("*").Id("sharedState").Comment("the store the shared rules are checked on, if any"))
 	}
+	fieldsDecl = append(fieldsDecl, jen.Id("numbers").Op("*").Qual(overlayPath, "Applier").Comment("ApplyNumbers's"))
 	g := jen.Line().Add(comment(m.LimitsDoc))
 	g.Type().Id("Limits").Struct(fieldsDecl...).Line().Line()
 	g.Comment("Option configures New.").Line()
@@ -245,22 +246,21 @@ func emitLimits(m *model.Model) jen.Code {
 	if global {
 		body = append(body, jen.If(jen.Op("!").Id("o").Dot("startSet")).Block(jen.Id("o").Dot("start").Op("=").Add(rt("Now")).Call()))
 	}
-	if m.Shared == 0 {
-		body = append(body, jen.Return(jen.Op("&").Id("Limits").Add(fields(inits...))))
-	} else {
+	if m.Shared > 0 {
 		inits = append(inits, field("shared", jen.Id("newSharedState").Call(jen.Id("o").Dot("store"))))
-		body = append(body, jen.Id("l").Op(":=").Op("&").Id("Limits").Add(fields(inits...)))
-		for _, r := range m.Rules {
-			if r.Shared {
-				body = append(body, jen.Id("l").Dot(r.GoName).Dot("sh").Op("=").Id("l").Dot("shared"))
-			}
-		}
-		body = append(body, jen.Return(jen.Id("l")))
 	}
+	body = append(body, jen.Id("l").Op(":=").Op("&").Id("Limits").Add(fields(inits...)))
+	for _, r := range m.Rules {
+		if r.Shared {
+			body = append(body, jen.Id("l").Dot(r.GoName).Dot("sh").Op("=").Id("l").Dot("shared"))
+		}
+	}
+	body = append(body, jen.Id("l").Dot("numbers").Op("=").Id("l").Dot("newApplier").Call(), jen.Return(jen.Id("l")))
 	g.Func().Id("New").Params(jen.Id("opts").Op("...").Id("Option")).Op("*").Id("Limits").Block(body...).Line().Line()
 	if m.Shared > 0 {
 		g.Add(emitShared(m))
 	}
+	g.Add(emitOverlay(m))
 	g.Comment("Default is the set of limiters the package-level variables and functions use.").Line()
 	g.Var().Id("Default").Op("=").Id("New").Call().Line().Line()
 	g.Comment("The package-level limiters: Default's.").Line()

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	overlay "github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
 )
 
@@ -42,9 +43,10 @@ func (r RuleName) String() string {
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
 // and functions use.
 type Limits struct {
-	PerUser *PerUserLimiter // see the package-level PerUser
-	Batch   *BatchLimiter   // see the package-level Batch
-	shared  *sharedState    // the store the shared rules are checked on, if any
+	PerUser *PerUserLimiter  // see the package-level PerUser
+	Batch   *BatchLimiter    // see the package-level Batch
+	shared  *sharedState     // the store the shared rules are checked on, if any
+	numbers *overlay.Applier // ApplyNumbers's
 }
 
 // Option configures New.
@@ -88,6 +90,7 @@ func New(opts ...Option) *Limits {
 	}
 	l.PerUser.sh = l.shared
 	l.Batch.sh = l.shared
+	l.numbers = l.newApplier()
 	return l
 }
 
@@ -166,6 +169,140 @@ func (s *sharedState) numbered() (shared.Numbered, error) {
 // service should report it at startup, since each instance then enforces the whole limit alone.
 func (l *Limits) SharedErr() error {
 	return l.shared.err
+}
+
+// perUserNumbers is PerUser as an overlay Set changes it (overlay.Target).
+type perUserNumbers struct {
+	l *PerUserLimiter
+}
+
+func (t perUserNumbers) Plans() int {
+	return 0
+}
+
+func (t perUserNumbers) Keyed() bool {
+	return true
+}
+
+func (t perUserNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	nb, err := t.l.sh.numbered()
+	if err != nil || nb == nil {
+		return err
+	}
+	return nb.CheckNumbers(0, n)
+}
+
+func (t perUserNumbers) CheckKey(key string) error {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t perUserNumbers) clearKey(key string) error {
+	k := key
+	_ = t.l.ClearKeyNumbers(k)
+	return nil
+}
+
+func (t perUserNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n)
+	}
+	return t.l.SetNumbers(n)
+}
+
+func (t perUserNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	_ = t.l.ClearNumbers() // fails only as Set failed before
+}
+
+// batchNumbers is Batch as an overlay Set changes it (overlay.Target).
+type batchNumbers struct {
+	l *BatchLimiter
+}
+
+func (t batchNumbers) Plans() int {
+	return 0
+}
+
+func (t batchNumbers) Keyed() bool {
+	return true
+}
+
+func (t batchNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	nb, err := t.l.sh.numbered()
+	if err != nil || nb == nil {
+		return err
+	}
+	return nb.CheckNumbers(1, n)
+}
+
+func (t batchNumbers) CheckKey(key string) error {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t batchNumbers) clearKey(key string) error {
+	k := key
+	_ = t.l.ClearKeyNumbers(k)
+	return nil
+}
+
+func (t batchNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n)
+	}
+	return t.l.SetNumbers(n)
+}
+
+func (t batchNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	_ = t.l.ClearNumbers() // fails only as Set failed before
+}
+
+// newApplier is l's rules as overlay Sets change them.
+func (l *Limits) newApplier() *overlay.Applier {
+	return overlay.NewApplier(overlay.Policy[overlay.Target]{
+		Plans: nil,
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Batch": batchNumbers{l.Batch}},
+	})
+}
+
+// ApplyNumbers makes set's numbers the ones in force (an overlay file, a table or a hash: package
+// overlay), all or nothing: every entry is checked first (its rule, plan and key, and its numbers
+// as the generator and the rule's store would check them), and a Set with a bad entry is refused
+// whole, its error giving each bad entry's position, with the numbers in force unchanged. Then what
+// differs from the Set applied before is changed, buckets carried as they are
+// (atomicbucket.CarryAsIs), and what that Set gave and this one does not goes back to the policy's
+// numbers. Changes made by the limiters' own SetNumbers and SetKeyNumbers are the Sets' to
+// override.
+func (l *Limits) ApplyNumbers(set overlay.Set) error {
+	return l.numbers.Apply(set)
+}
+
+// NumbersApplied is how many numbers the last Set applied put in force (a rule's entry for every
+// plan counted per plan), how many Sets were applied, and when the last was.
+func (l *Limits) NumbersApplied() (int, int64, time.Time) {
+	return l.numbers.Applied()
 }
 
 // Default is the set of limiters the package-level variables and functions use.

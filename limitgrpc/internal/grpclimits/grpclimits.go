@@ -15,6 +15,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/limithttp"
+	overlay "github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -102,6 +103,7 @@ type Limits struct {
 	PerMethod *PerMethodLimiter // see the package-level PerMethod
 	Global    *GlobalLimiter    // see the package-level Global
 	shared    *sharedState      // the store the shared rules are checked on, if any
+	numbers   *overlay.Applier  // ApplyNumbers's
 }
 
 // Option configures New.
@@ -150,6 +152,7 @@ func New(opts ...Option) *Limits {
 		shared:    newSharedState(o.store),
 	}
 	l.Tenants.sh = l.shared
+	l.numbers = l.newApplier()
 	return l
 }
 
@@ -211,6 +214,259 @@ func (s *sharedState) numbered() (shared.Numbered, error) {
 // service should report it at startup, since each instance then enforces the whole limit alone.
 func (l *Limits) SharedErr() error {
 	return l.shared.err
+}
+
+// checksNumbers is Checks as an overlay Set changes it (overlay.Target).
+type checksNumbers struct {
+	l *ChecksLimiter
+}
+
+func (t checksNumbers) Plans() int {
+	return numPlans
+}
+
+func (t checksNumbers) Keyed() bool {
+	return true
+}
+
+func (t checksNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule(Plan(plan)).WithNumbers(n); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (t checksNumbers) CheckKey(key string) error {
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t checksNumbers) clearKey(key string) error {
+	k := key
+	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
+	return nil
+}
+
+func (t checksNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
+	}
+	return t.l.SetNumbers(Plan(plan), n, atomicbucket.CarryAsIs)
+}
+
+func (t checksNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	t.l.ClearNumbers(Plan(plan), atomicbucket.CarryAsIs)
+}
+
+// watchesNumbers is Watches as an overlay Set changes it (overlay.Target).
+type watchesNumbers struct {
+	l *WatchesLimiter
+}
+
+func (t watchesNumbers) Plans() int {
+	return 0
+}
+
+func (t watchesNumbers) Keyed() bool {
+	return true
+}
+
+func (t watchesNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (t watchesNumbers) CheckKey(key string) error {
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t watchesNumbers) clearKey(key string) error {
+	k := key
+	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
+	return nil
+}
+
+func (t watchesNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
+	}
+	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+func (t watchesNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	t.l.ClearNumbers(atomicbucket.CarryAsIs)
+}
+
+// tenantsNumbers is Tenants as an overlay Set changes it (overlay.Target).
+type tenantsNumbers struct {
+	l *TenantsLimiter
+}
+
+func (t tenantsNumbers) Plans() int {
+	return 0
+}
+
+func (t tenantsNumbers) Keyed() bool {
+	return true
+}
+
+func (t tenantsNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	nb, err := t.l.sh.numbered()
+	if err != nil || nb == nil {
+		return err
+	}
+	return nb.CheckNumbers(0, n)
+}
+
+func (t tenantsNumbers) CheckKey(key string) error {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t tenantsNumbers) clearKey(key string) error {
+	k := key
+	_ = t.l.ClearKeyNumbers(k)
+	return nil
+}
+
+func (t tenantsNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n)
+	}
+	return t.l.SetNumbers(n)
+}
+
+func (t tenantsNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	_ = t.l.ClearNumbers() // fails only as Set failed before
+}
+
+// perMethodNumbers is PerMethod as an overlay Set changes it (overlay.Target).
+type perMethodNumbers struct {
+	l *PerMethodLimiter
+}
+
+func (t perMethodNumbers) Plans() int {
+	return 0
+}
+
+func (t perMethodNumbers) Keyed() bool {
+	return true
+}
+
+func (t perMethodNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (t perMethodNumbers) CheckKey(key string) error {
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t perMethodNumbers) clearKey(key string) error {
+	k := key
+	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
+	return nil
+}
+
+func (t perMethodNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
+	}
+	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+func (t perMethodNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	t.l.ClearNumbers(atomicbucket.CarryAsIs)
+}
+
+// globalNumbers is Global as an overlay Set changes it (overlay.Target).
+type globalNumbers struct {
+	l *GlobalLimiter
+}
+
+func (t globalNumbers) Plans() int {
+	return 0
+}
+
+func (t globalNumbers) Keyed() bool {
+	return false
+}
+
+func (t globalNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (t globalNumbers) CheckKey(key string) error {
+	return nil
+}
+
+func (t globalNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+func (t globalNumbers) Clear(plan int, key *string) {
+	t.l.ClearNumbers(atomicbucket.CarryAsIs)
+}
+
+// newApplier is l's rules as overlay Sets change them.
+func (l *Limits) newApplier() *overlay.Applier {
+	return overlay.NewApplier(overlay.Policy[overlay.Target]{
+		Plans: planNames[:],
+		Rules: map[string]overlay.Target{"Checks": checksNumbers{l.Checks}, "Watches": watchesNumbers{l.Watches}, "Tenants": tenantsNumbers{l.Tenants}, "PerMethod": perMethodNumbers{l.PerMethod}, "Global": globalNumbers{l.Global}},
+	})
+}
+
+// ApplyNumbers makes set's numbers the ones in force (an overlay file, a table or a hash: package
+// overlay), all or nothing: every entry is checked first (its rule, plan and key, and its numbers
+// as the generator and the rule's store would check them), and a Set with a bad entry is refused
+// whole, its error giving each bad entry's position, with the numbers in force unchanged. Then what
+// differs from the Set applied before is changed, buckets carried as they are
+// (atomicbucket.CarryAsIs), and what that Set gave and this one does not goes back to the policy's
+// numbers. Changes made by the limiters' own SetNumbers and SetKeyNumbers are the Sets' to
+// override.
+func (l *Limits) ApplyNumbers(set overlay.Set) error {
+	return l.numbers.Apply(set)
+}
+
+// NumbersApplied is how many numbers the last Set applied put in force (a rule's entry for every
+// plan counted per plan), how many Sets were applied, and when the last was.
+func (l *Limits) NumbersApplied() (int, int64, time.Time) {
+	return l.numbers.Applied()
 }
 
 // Default is the set of limiters the package-level variables and functions use.

@@ -1,0 +1,160 @@
+package emit
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/dave/jennifer/jen"
+	"github.com/limitgen/limitgen/gen/internal/model"
+)
+
+const overlayPath = "github.com/limitgen/limitgen/overlay"
+
+// emitOverlay is each rule as an overlay Set changes it (an overlay.Target)
+// and Limits.ApplyNumbers, which applies a whole Set.
+func emitOverlay(m *model.Model) jen.Code {
+	g := jen.Line()
+	for _, r := range m.Rules {
+		g.Add(emitTarget(r))
+	}
+	var entries []jen.Code
+	for _, r := range m.Rules {
+		entries = append(entries, jen.Lit(r.Name).Op(":").Id(targetName(r)).Values(jen.Id("l").Dot(r.GoName)))
+	}
+	plans := jen.Nil()
+	if len(m.Plans) > 0 {
+		plans = jen.Id("planNames").Index(jen.Empty(), jen.Empty())
+	}
+	g.Comment("newApplier is l's rules as overlay Sets change them.").Line()
+	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("newApplier").Params().Op("*").Qual(overlayPath, "Applier").Block(
+		jen.Return(jen.Qual(overlayPath, "NewApplier").Call(jen.Qual(overlayPath, "Policy").Index(jen.Qual(overlayPath, "Target")).Values(jen.Dict{
+			jen.Id("Plans"): plans,
+			jen.Id("Rules"): jen.Map(jen.String()).Qual(overlayPath, "Target").Values(entries...),
+		})))).Line().Line()
+	g.Add(comment("ApplyNumbers makes set's numbers the ones in force (an overlay file, a table or a hash: package overlay), " +
+		"all or nothing: every entry is checked first (its rule, plan and key, and its numbers as the generator and the " +
+		"rule's store would check them), and a Set with a bad entry is refused whole, its error giving each bad entry's " +
+		"position, with the numbers in force unchanged. Then what differs from the Set applied before is changed, " +
+		"buckets carried as they are (atomicbucket.CarryAsIs), and what that Set gave and this one does not goes back to " +
+		"the policy's numbers. Changes made by the limiters' own SetNumbers and SetKeyNumbers are the Sets' to override."))
+	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("ApplyNumbers").Params(jen.Id("set").Qual(overlayPath, "Set")).Error().Block(
+		jen.Return(jen.Id("l").Dot("numbers").Dot("Apply").Call(jen.Id("set")))).Line().Line()
+	g.Add(comment("NumbersApplied is how many numbers the last Set applied put in force (a rule's entry for every plan " +
+		"counted per plan), how many Sets were applied, and when the last was."))
+	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("NumbersApplied").Params().Params(jen.Int(), jen.Int64(), jen.Qual("time", "Time")).Block(
+		jen.Return(jen.Id("l").Dot("numbers").Dot("Applied").Call())).Line()
+	return g
+}
+
+func targetName(r model.Rule) string {
+	return strings.ToLower(r.GoName[:1]) + r.GoName[1:] + "Numbers"
+}
+
+// emitTarget is rule r as an overlay.Target.
+func emitTarget(r model.Rule) jen.Code {
+	name := targetName(r)
+	recv := jen.Id("t").Id(name)
+	g := jen.Line()
+	g.Comment(fmt.Sprintf("%s is %s as an overlay Set changes it (overlay.Target).", name, r.GoName)).Line()
+	g.Type().Id(name).Struct(jen.Id("l").Op("*").Id(r.TypeName())).Line().Line()
+	plans := jen.Lit(0)
+	var planA []jen.Code
+	if r.Planned {
+		plans = jen.Id("numPlans")
+		planA = []jen.Code{jen.Id("Plan").Call(jen.Id("plan"))}
+	}
+	g.Func().Params(recv).Id("Plans").Params().Int().Block(jen.Return(plans)).Line().Line()
+	g.Func().Params(recv).Id("Keyed").Params().Bool().Block(jen.Return(jen.Lit(r.KeyType != ""))).Line().Line()
+	check := []jen.Code{
+		jen.If(jen.List(jen.Id("_"), jen.Err()).Op(":=").Id("t").Dot("l").Dot("Rule").Call(planA...).Dot("WithNumbers").Call(jen.Id("n")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err())),
+	}
+	if r.Shared {
+		var idx jen.Code = jen.Lit(r.SharedAt)
+		if r.Planned {
+			idx = jen.Lit(r.SharedAt).Op("+").Id("plan")
+		}
+		check = append(check,
+			jen.List(jen.Id("nb"), jen.Err()).Op(":=").Id("t").Dot("l").Dot("sh").Dot("numbered").Call(),
+			jen.If(jen.Err().Op("!=").Nil().Op("||").Id("nb").Op("==").Nil()).Block(jen.Return(jen.Err())),
+			jen.Return(jen.Id("nb").Dot("CheckNumbers").Call(idx, jen.Id("n"))))
+	} else {
+		check = append(check, jen.Return(jen.Nil()))
+	}
+	g.Func().Params(recv).Id("Check").Params(jen.Id("plan").Int(), jen.Id("n").Add(rt("Numbers"))).Error().Block(check...).Line().Line()
+	keyed := r.KeyType != ""
+	// parse is the statements that make k, the key, from key; err is set
+	// for an integer key that does not parse.
+	parse := func(key jen.Code) []jen.Code {
+		switch {
+		case !keyed:
+			return nil
+		case r.KeyType == "string":
+			return []jen.Code{jen.Id("k").Op(":=").Add(key)}
+		}
+		call := jen.Qual("strconv", "ParseInt")
+		if strings.HasPrefix(r.KeyType, "uint") {
+			call = jen.Qual("strconv", "ParseUint")
+		}
+		return []jen.Code{
+			jen.List(jen.Id("v"), jen.Err()).Op(":=").Add(call).Call(key, jen.Lit(10), jen.Lit(bits(r.KeyType))),
+			jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err())),
+			jen.Id("k").Op(":=").Id(r.KeyType).Call(jen.Id("v")),
+		}
+	}
+	switch {
+	case keyed && r.KeyType != "string":
+		call := jen.Qual("strconv", "ParseInt")
+		if strings.HasPrefix(r.KeyType, "uint") {
+			call = jen.Qual("strconv", "ParseUint")
+		}
+		g.Func().Params(recv).Id("CheckKey").Params(jen.Id("key").String()).Error().Block(
+			jen.List(jen.Id("_"), jen.Err()).Op(":=").Add(call).Call(jen.Id("key"), jen.Lit(10), jen.Lit(bits(r.KeyType))),
+			jen.Return(jen.Err())).Line().Line()
+	case keyed && r.Shared:
+		g.Func().Params(recv).Id("CheckKey").Params(jen.Id("key").String()).Error().Block(
+			jen.If(jen.Id("key").Op("==").Lit("").Op("||").Len(jen.Id("key")).Op(">").Qual(sharedPath, "MaxKeyLen")).Block(
+				jen.Return(jen.Qual("fmt", "Errorf").Call(jen.Lit("a shared rule's key has 1 to %d bytes, not %d"), jen.Qual(sharedPath, "MaxKeyLen"), jen.Len(jen.Id("key"))))),
+			jen.Return(jen.Nil())).Line().Line()
+	default:
+		g.Func().Params(recv).Id("CheckKey").Params(jen.Id("key").String()).Error().Block(jen.Return(jen.Nil())).Line().Line()
+	}
+	var carry []jen.Code
+	if !r.Shared {
+		carry = []jen.Code{rt("CarryAsIs")}
+	}
+	args := func(first []jen.Code, rest ...jen.Code) []jen.Code {
+		return append(append(append([]jen.Code{}, first...), rest...), carry...)
+	}
+	setPlan := jen.Return(jen.Id("t").Dot("l").Dot("SetNumbers").Call(args(planA, jen.Id("n"))...))
+	var clearPlan jen.Code = jen.Id("t").Dot("l").Dot("ClearNumbers").Call(args(planA)...)
+	if r.Shared {
+		clearPlan = jen.Id("_").Op("=").Add(clearPlan).Comment("fails only as Set failed before")
+	}
+	set, clr := []jen.Code{}, []jen.Code{}
+	if keyed {
+		var clearKey jen.Code = jen.Id("t").Dot("l").Dot("ClearKeyNumbers").Call(args(nil, jen.Id("k"))...)
+		if r.Shared {
+			clearKey = jen.Id("_").Op("=").Add(clearKey)
+		}
+		set = append(set, jen.If(jen.Id("key").Op("!=").Nil()).Block(append(parse(jen.Op("*").Id("key")),
+			jen.Return(jen.Id("t").Dot("l").Dot("SetKeyNumbers").Call(args(nil, jen.Id("k"), jen.Id("n"))...)))...))
+		clr = append(clr, jen.If(jen.Id("key").Op("!=").Nil()).Block(
+			jen.Id("t").Dot("clearKey").Call(jen.Op("*").Id("key")),
+			jen.Return()))
+		g.Comment("clearKey takes key's own numbers away; a key that does not parse has none.").Line()
+		g.Func().Params(recv).Id("clearKey").Params(jen.Id("key").String()).Error().Block(
+			append(parse(jen.Id("key")), clearKey, jen.Return(jen.Nil()))...).Line().Line()
+	}
+	g.Func().Params(recv).Id("Set").Params(jen.Id("plan").Int(), jen.Id("key").Op("*").String(), jen.Id("n").Add(rt("Numbers"))).Error().Block(
+		append(set, setPlan)...).Line().Line()
+	g.Func().Params(recv).Id("Clear").Params(jen.Id("plan").Int(), jen.Id("key").Op("*").String()).Block(
+		append(clr, clearPlan)...).Line()
+	return g
+}
+
+// bits is an integer key type's size for strconv (0: int's).
+func bits(typ string) int {
+	n, _ := strconv.Atoi(strings.TrimLeft(typ, "uint"))
+	return n
+}
