@@ -82,7 +82,9 @@ func TestParseFile(t *testing.T) {
 // for 42 and 7, Login, Global.
 func numbersOf(l *limits.Limits) map[string]string {
 	out := map[string]string{}
-	put := func(what string, n atomicbucket.Numbers, o atomicbucket.Origin) { out[what] = n.String() + " (" + o.String() + ")" }
+	put := func(what string, n atomicbucket.Numbers, o atomicbucket.Origin) {
+		out[what] = n.String() + " (" + o.String() + ")"
+	}
 	for _, p := range []limits.Plan{limits.PlanFree, limits.PlanPro, limits.PlanEnterprise} {
 		n, o := l.PerUser.NumbersFor(p, "someone")
 		put("PerUser "+p.String(), n, o)

@@ -17,9 +17,9 @@ import (
 )
 
 var (
-	identRe   = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*$`)
-	pkgRe     = regexp.MustCompile(`^[a-z][a-z0-9]*$`)
-	keyTypes  = []string{"string", "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64", "none"}
+	identRe  = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*$`)
+	pkgRe    = regexp.MustCompile(`^[a-z][a-z0-9]*$`)
+	keyTypes = []string{"string", "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64", "none"}
 )
 
 // Limits on what one policy may hold: beyond them the generated package would
