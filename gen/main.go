@@ -38,13 +38,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "simulate" {
 		return simulate(args[1:], os.Stdin, stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "numbers" {
+		return numbers(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: gen [-policy policy.yaml] [-out generated] [-check]")
 		fmt.Fprintln(stderr, "       gen simulate -policy policy.yaml -rule RULE|TIER [-plan PLAN] < requests")
 		fmt.Fprintln(stderr, "Generates a Go package of rate limiters from a policy; -check compares instead of writing.")
-		fmt.Fprintln(stderr, "simulate replays a request log through a rule or tier (gen simulate -h for more).")
+		fmt.Fprintln(stderr, "       gen numbers -policy policy.yaml numbers.yaml...")
+		fmt.Fprintln(stderr, "simulate replays a request log through a rule or tier (gen simulate -h for more);")
+		fmt.Fprintln(stderr, "numbers checks overlay files of numbers against the policy (gen numbers -h).")
 		fs.PrintDefaults()
 	}
 	policy := fs.String("policy", "policy.yaml", "the policy file")

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/gen/internal/model"
+	"github.com/limitgen/limitgen/gen/internal/policy"
+	"github.com/limitgen/limitgen/overlay"
+	"github.com/limitgen/limitgen/shared"
+)
+
+// numbers checks overlay files against a policy offline, as the generated
+// package's ApplyNumbers would check them: every problem, with its position.
+func numbers(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("gen numbers", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: gen numbers [-policy policy.yaml] numbers.yaml...")
+		fmt.Fprintln(stderr, "Checks overlay files (numbers per rule, plan and key: package overlay) against the policy,")
+		fmt.Fprintln(stderr, "as a service's ApplyNumbers would; exit 1 with every problem, file:line:col first.")
+		fs.PrintDefaults()
+	}
+	policyFile := fs.String("policy", "policy.yaml", "the policy file")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() == 0 {
+		fs.Usage()
+		return 2
+	}
+	raw, err := os.ReadFile(*policyFile)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	m, err := policy.Compile(*policyFile, raw)
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	p := overlay.Policy[overlay.Checker]{Rules: map[string]overlay.Checker{}}
+	for _, pl := range m.Plans {
+		p.Plans = append(p.Plans, pl.Name)
+	}
+	for _, r := range m.Rules {
+		p.Rules[r.Name] = ruleChecker{r}
+	}
+	status := 0
+	for _, name := range fs.Args() {
+		src, err := os.ReadFile(name)
+		if err == nil {
+			var set overlay.Set
+			if set, err = overlay.ParseFile(name, src); err == nil {
+				if err = overlay.Check(p, set); err == nil {
+					fmt.Fprintf(stdout, "%s: %d entries, all good for %s\n", name, len(set), *policyFile)
+				}
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, err)
+			status = 1
+		}
+	}
+	return status
+}
+
+// ruleChecker is a policy's rule as an overlay.Checker: the generator's
+// checks of numbers, and a store's for a shared rule.
+type ruleChecker struct{ r model.Rule }
+
+func (c ruleChecker) Plans() int {
+	if c.r.Planned {
+		return len(c.r.Limits)
+	}
+	return 0
+}
+
+func (c ruleChecker) Keyed() bool { return c.r.KeyType != "" }
+
+func (c ruleChecker) Check(plan int, n atomicbucket.Numbers) error {
+	base, err := atomicbucket.NewRule(c.r.Limits[max(plan, 0)].Atomic())
+	if err != nil {
+		return err
+	}
+	nr, err := base.WithNumbers(n)
+	if err != nil {
+		return err
+	}
+	if c.r.Shared {
+		if _, err := shared.NewNumbers(nr.Limit()); err != nil {
+			return fmt.Errorf("%w: a store cannot hold %v: %w", shared.ErrInvalidNumbers, n, err)
+		}
+	}
+	return nil
+}
+
+func (c ruleChecker) CheckKey(key string) error {
+	var err error
+	bits, _ := strconv.Atoi(strings.TrimLeft(c.r.KeyType, "uint"))
+	switch {
+	case c.r.KeyType == "string":
+		if c.r.Shared && (key == "" || len(key) > shared.MaxKeyLen) {
+			err = fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+		}
+	case strings.HasPrefix(c.r.KeyType, "uint"):
+		_, err = strconv.ParseUint(key, 10, bits)
+	default:
+		_, err = strconv.ParseInt(key, 10, bits)
+	}
+	return err
+}

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestNumbersCommand: gen numbers checks overlay files against a policy
+// offline, with the checks a service's ApplyNumbers makes: the rule, plan
+// and key exist, the numbers are what the generator accepts, and a shared
+// rule's are what a store on a microsecond clock can hold.
+func TestNumbersCommand(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, src string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := file("good.yaml", "rules:\n  PerUser:\n    plans: {pro: {rate: 200/min, burst: 200}}\n    keys: {acme: {rate: 1000/min, burst: 1000}}\n  Login: {rate: 10/min, burst: 10}\n")
+	bad := file("bad.yaml", "rules:\n  PerUser:\n    keys: {acme: {rate: 1000000000/s, burst: 5000000000000000}}\n  Login:\n    plans: {pro: {rate: 1/s, burst: 1}}\n  Global: {rate: 0.5/s, burst: 0}\n")
+	policy := filepath.Join("..", "examples", "quickstart", "policy.yaml")
+
+	var out, errs bytes.Buffer
+	if code := run([]string{"numbers", "-policy", policy, good}, &out, &errs); code != 0 {
+		t.Fatalf("a good file: exit %d: %s", code, errs.String())
+	}
+	if !strings.Contains(out.String(), "good.yaml: 3 entries, all good") {
+		t.Errorf("a good file: %q", out.String())
+	}
+	out.Reset()
+	if code := run([]string{"numbers", "-policy", policy, good, bad}, &out, &errs); code != 1 {
+		t.Fatalf("a bad file: exit %d", code)
+	}
+	for _, msg := range []string{
+		"bad.yaml:6:32: rule Global: burst 0 admits nothing",
+	} {
+		if !strings.Contains(errs.String(), msg) {
+			t.Errorf("stderr %q lacks %q", errs.String(), msg)
+		}
+	}
+	fixed := file("bad2.yaml", "rules:\n  PerUser:\n    keys: {acme: {rate: 1000000000/s, burst: 5000000000000000}}\n  Login:\n    plans: {pro: {rate: 1/s, burst: 1}}\n")
+	errs.Reset()
+	if code := run([]string{"numbers", "-policy", policy, fixed}, &out, &errs); code != 1 {
+		t.Fatalf("a file the policy refuses: exit %d", code)
+	}
+	for _, msg := range []string{
+		`bad2.yaml:3:18: rule PerUser, key "acme", plan free: invalid numbers: a store cannot hold`,
+		"bad2.yaml:5:18: rule Login has the same numbers on every plan",
+	} {
+		if !strings.Contains(errs.String(), msg) {
+			t.Errorf("stderr %q lacks %q", errs.String(), msg)
+		}
+	}
+	if code := run([]string{"numbers", "-policy", policy}, &out, &errs); code != 2 {
+		t.Errorf("no file: exit %d, want 2 (usage)", code)
+	}
+}
