@@ -1,0 +1,203 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/limitgen/limitgen/overlay"
+	"github.com/redis/go-redis/v9"
+)
+
+// A hash of numbers, the Redis form of pgstore's numbers table: each field
+// (a row's id) holds one row as JSON, NumbersRow; a row gives a rule's rate
+// and burst for every plan (plan ""), one plan, or one key (on every plan),
+// while it is active. Writers change rows with PutNumbers and DeleteNumbers,
+// which publish to the hash's channel (its name) in the same transaction,
+// and the instances watching it (Numbers) reload the whole hash and apply it
+// all or nothing.
+
+// DefaultNumbersHash is the numbers hash's key unless NumbersOptions say.
+const DefaultNumbersHash = "limitgen:numbers"
+
+// DefaultNumbersRefresh is how often Numbers reloads the hash without a
+// message, a safety net for one it missed (pub/sub delivers at most once).
+const DefaultNumbersRefresh = time.Minute
+
+// NumbersRow is one row of the numbers hash.
+type NumbersRow struct {
+	Rule   string  `json:"rule"`
+	Plan   string  `json:"plan,omitempty"`
+	Key    *string `json:"key,omitempty"`
+	Rate   string  `json:"rate"` // the policy's syntax: 100/s, 5 per 10s
+	Burst  int64   `json:"burst"`
+	Active bool    `json:"active"`
+}
+
+// NumbersOptions configure Numbers.
+type NumbersOptions struct {
+	// Hash is the numbers hash's key (DefaultNumbersHash when empty), also
+	// its channel's name.
+	Hash string
+	// Refresh is how often the hash is reloaded without a message
+	// (DefaultNumbersRefresh when 0).
+	Refresh time.Duration
+	// Report is given every reload's error (a refused hash, a lost
+	// connection); nil drops them, which a service should not do.
+	Report func(error)
+	// Applied, if set, is called after each reload that applied the hash.
+	Applied func(rows int)
+}
+
+func hashOf(name string) string {
+	if name == "" {
+		return DefaultNumbersHash
+	}
+	return name
+}
+
+// PutNumbers writes row id of the numbers hash (DefaultNumbersHash when
+// hash is empty) and tells its watchers, in one transaction.
+func PutNumbers(ctx context.Context, client redis.UniversalClient, hash, id string, row NumbersRow) error {
+	v, err := json.Marshal(row)
+	if err != nil {
+		return err
+	}
+	hash = hashOf(hash)
+	_, err = client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HSet(ctx, hash, id, v)
+		p.Publish(ctx, hash, id)
+		return nil
+	})
+	return err
+}
+
+// DeleteNumbers removes row id of the numbers hash and tells its watchers.
+func DeleteNumbers(ctx context.Context, client redis.UniversalClient, hash, id string) error {
+	hash = hashOf(hash)
+	_, err := client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.HDel(ctx, hash, id)
+		p.Publish(ctx, hash, id)
+		return nil
+	})
+	return err
+}
+
+// LoadNumbers reads the numbers hash's active rows as a Set, in the order
+// of their ids, each entry's position its field ("limitgen:numbers field
+// 7"). A row that does not parse is an error naming its field.
+func LoadNumbers(ctx context.Context, client redis.UniversalClient, hash string) (overlay.Set, error) {
+	hash = hashOf(hash)
+	all, err := client.HGetAll(ctx, hash).Result()
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: reading numbers hash %s: %w", hash, err)
+	}
+	ids := make([]string, 0, len(all))
+	for id := range all {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	var set overlay.Set
+	var errs []error
+	for _, id := range ids {
+		pos := fmt.Sprintf("%s field %s", hash, id)
+		var row NumbersRow
+		if err := json.Unmarshal([]byte(all[id]), &row); err != nil {
+			errs = append(errs, fmt.Errorf("%s: not a row (JSON with rule, plan, key, rate, burst, active): %w", pos, err))
+			continue
+		}
+		if !row.Active {
+			continue
+		}
+		e := overlay.Entry{Rule: row.Rule, Plan: row.Plan, Pos: pos}
+		if row.Key != nil {
+			e.Key, e.HasKey = *row.Key, true
+		}
+		tokens, period, err := overlay.ParseRate(row.Rate, false)
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("%s: %w", pos, err))
+			continue
+		case row.Burst < 1:
+			errs = append(errs, fmt.Errorf("%s: burst %d admits nothing; burst must be at least 1", pos, row.Burst))
+			continue
+		}
+		e.Numbers.Tokens, e.Numbers.Period, e.Numbers.Burst = tokens, period, row.Burst
+		set = append(set, e)
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("redisstore: %w: %w", overlay.ErrInvalid, errors.Join(errs...))
+	}
+	return set, nil
+}
+
+// Numbers keeps a generated package's numbers equal to the numbers hash's
+// active rows, applying the whole hash with apply (the package's
+// ApplyNumbers) at once, then on every message on its channel, and every
+// Refresh as a safety net (pub/sub loses messages while a subscriber is
+// disconnected), until ctx is done. A hash that apply refuses (a bad row:
+// its error names it) leaves the numbers in force as they were, and so does
+// a lost connection; both go to Report.
+//
+// Instances sharing the server converge within the time a message takes to
+// arrive and the hash to be read (milliseconds); an instance that missed
+// one, within Refresh.
+func Numbers(ctx context.Context, client redis.UniversalClient, apply func(overlay.Set) error, opts NumbersOptions) error {
+	hash := hashOf(opts.Hash)
+	if opts.Refresh <= 0 {
+		opts.Refresh = DefaultNumbersRefresh
+	}
+	report := func(err error) {
+		if opts.Report != nil && err != nil && ctx.Err() == nil {
+			opts.Report(err)
+		}
+	}
+	reload := func() {
+		set, err := LoadNumbers(ctx, client, hash)
+		if err == nil {
+			err = apply(set)
+		}
+		if err != nil {
+			report(fmt.Errorf("redisstore: numbers hash %s not applied, the numbers in force stay: %w", hash, err))
+			return
+		}
+		if opts.Applied != nil {
+			opts.Applied(len(set))
+		}
+	}
+	sub := client.Subscribe(ctx, hash)
+	defer sub.Close()
+	// The subscription is confirmed before the first load, so no change
+	// falls between them.
+	if _, err := sub.Receive(ctx); err != nil {
+		report(fmt.Errorf("redisstore: subscribing to numbers channel %s (the refresh goes on): %w", hash, err))
+	}
+	reload()
+	tick := time.NewTicker(opts.Refresh)
+	defer tick.Stop()
+	msgs := sub.Channel()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case _, ok := <-msgs:
+			if !ok {
+				return nil
+			}
+			// Messages that arrived meanwhile are covered by one reload.
+			for drained := false; !drained; {
+				select {
+				case <-msgs:
+				default:
+					drained = true
+				}
+			}
+			reload()
+		case <-tick.C:
+			reload()
+		}
+	}
+}
