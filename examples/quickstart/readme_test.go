@@ -53,6 +53,52 @@ func snippet(lims *limits.Limits, addr string) {
 {{SNIPPET}}
 }
 `},
+	{"// Numbers from an overlay file", `package s
+
+import (
+	"context"
+	"log"
+	"time"
+
+	"example.com/quickstart/limits"
+	"github.com/limitgen/limitgen/overlay"
+)
+
+func snippet(ctx context.Context, lims *limits.Limits) {
+{{SNIPPET}}
+}
+`},
+	{"// Numbers from the limitgen_numbers table", `package s
+
+import (
+	"context"
+	"log"
+
+	"example.com/quickstart/limits"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/limitgen/limitgen/pgstore"
+)
+
+func snippet(ctx context.Context, lims *limits.Limits, pool *pgxpool.Pool) {
+{{SNIPPET}}
+}
+`},
+	{"// Numbers from the limitgen:numbers hash", `package s
+
+import (
+	"context"
+	"log"
+
+	"example.com/quickstart/limits"
+	"github.com/limitgen/limitgen/redisstore"
+	"github.com/redis/go-redis/v9"
+)
+
+func snippet(ctx context.Context, lims *limits.Limits, client *redis.Client) {
+{{SNIPPET}}
+	_ = err
+}
+`},
 	{"ctx := r.Context()", `package s
 
 import (
