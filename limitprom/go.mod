@@ -8,6 +8,8 @@ require (
 	github.com/limitgen/limitgen/pgstore v0.0.0-00010101000000-000000000000
 )
 
+require go.yaml.in/yaml/v3 v3.0.5 // indirect
+
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
