@@ -14,7 +14,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/limithttp"
-	overlay "github.com/limitgen/limitgen/overlay"
+	"github.com/limitgen/limitgen/overlay"
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.

@@ -12,7 +12,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/limithttp"
-	overlay "github.com/limitgen/limitgen/overlay"
+	"github.com/limitgen/limitgen/overlay"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )

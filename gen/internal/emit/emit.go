@@ -86,6 +86,7 @@ func file(m *model.Model) *jen.File {
 	f.HeaderComment(Header)
 	f.PackageComment(m.Doc)
 	f.ImportName(runtimePath, "atomicbucket")
+	f.ImportName(overlayPath, "overlay")
 	f.Comment("The runtime this package was generated for: an incompatible one fails to build here.")
 	f.Const().Id("_").Op("=").Add(rt("GeneratedAPIVersion3"))
 	if len(m.Plans) > 0 {

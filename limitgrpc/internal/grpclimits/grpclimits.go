@@ -15,7 +15,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/limithttp"
-	overlay "github.com/limitgen/limitgen/overlay"
+	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
