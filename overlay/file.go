@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -63,8 +64,8 @@ func (f *File) load(force bool) error {
 
 // Watch reads the file every interval and applies it when its content has
 // changed since it was last read (a refused content is not retried until it
-// changes again), calling report with each error, until ctx is done. An
-// interval ≤ 0 is a second.
+// changes again), calling report with each error (nil: log/slog's default
+// logger), until ctx is done. An interval ≤ 0 is a second.
 func (f *File) Watch(ctx context.Context, interval time.Duration, report func(error)) {
 	if interval <= 0 {
 		interval = time.Second
@@ -75,7 +76,11 @@ func (f *File) Watch(ctx context.Context, interval time.Duration, report func(er
 		f.mu.Lock()
 		err := f.load(false)
 		f.mu.Unlock()
-		if err != nil && report != nil {
+		switch {
+		case err == nil:
+		case report == nil:
+			slog.Error(err.Error())
+		default:
 			report(err)
 		}
 		select {

@@ -1,8 +1,10 @@
 package overlay_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
@@ -274,4 +276,23 @@ func TestFileWatch(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// TestWatchWithoutReport: a Watch given no report logs a refused file with
+// log/slog's default logger instead of dropping it.
+func TestWatchWithoutReport(t *testing.T) {
+	var buf bytes.Buffer
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, nil)))
+	defer slog.SetDefault(old)
+	path := filepath.Join(t.TempDir(), "numbers.yaml")
+	if err := os.WriteFile(path, []byte("rules:\n  Nope: {rate: 1/s, burst: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	overlay.NewFile(path, limits.New().ApplyNumbers).Watch(ctx, 5*time.Millisecond, nil)
+	if !strings.Contains(buf.String(), `no rule \"Nope\"`) {
+		t.Errorf("the log after a refused file: %q", buf.String())
+	}
 }

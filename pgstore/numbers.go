@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"regexp"
 	"time"
 
@@ -48,7 +49,8 @@ type NumbersOptions struct {
 	// Numbers then fails if they are missing, instead of creating them.
 	NoCreate bool
 	// Report is given every reload's error (a refused table, a lost
-	// connection); nil drops them, which a service should not do.
+	// connection); nil logs them with log/slog's default logger, so that
+	// a source that stopped applying is never silent.
 	Report func(error)
 	// Applied, if set, is called after each reload that applied the table.
 	Applied func(rows int)
@@ -177,9 +179,14 @@ func Numbers(ctx context.Context, pool *pgxpool.Pool, apply func(overlay.Set) er
 		}
 	}
 	report := func(err error) {
-		if opts.Report != nil && err != nil && ctx.Err() == nil {
-			opts.Report(err)
+		if err == nil || ctx.Err() != nil {
+			return
 		}
+		if opts.Report == nil {
+			slog.Error(err.Error())
+			return
+		}
+		opts.Report(err)
 	}
 	reload := func() {
 		set, err := LoadNumbers(ctx, pool, opts.Table)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -46,7 +47,8 @@ type NumbersOptions struct {
 	// (DefaultNumbersRefresh when 0).
 	Refresh time.Duration
 	// Report is given every reload's error (a refused hash, a lost
-	// connection); nil drops them, which a service should not do.
+	// connection); nil logs them with log/slog's default logger, so that
+	// a source that stopped applying is never silent.
 	Report func(error)
 	// Applied, if set, is called after each reload that applied the hash.
 	Applied func(rows int)
@@ -151,9 +153,14 @@ func Numbers(ctx context.Context, client redis.UniversalClient, apply func(overl
 		opts.Refresh = DefaultNumbersRefresh
 	}
 	report := func(err error) {
-		if opts.Report != nil && err != nil && ctx.Err() == nil {
-			opts.Report(err)
+		if err == nil || ctx.Err() != nil {
+			return
 		}
+		if opts.Report == nil {
+			slog.Error(err.Error())
+			return
+		}
+		opts.Report(err)
 	}
 	reload := func() {
 		set, err := LoadNumbers(ctx, client, hash)

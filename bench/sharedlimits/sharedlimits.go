@@ -217,8 +217,8 @@ func (l *Limits) newApplier() *overlay.Applier {
 // whole, its error giving each bad entry's position, with the numbers in force unchanged. Then what
 // differs from the Set applied before is changed, buckets carried as they are
 // (atomicbucket.CarryAsIs), and what that Set gave and this one does not goes back to the policy's
-// numbers. Changes made by the limiters' own SetNumbers and SetKeyNumbers are the Sets' to
-// override.
+// numbers. A change made with a limiter's own SetNumbers or SetKeyNumbers stays until a later Set
+// changes what it gives for the same rule, plan or key.
 func (l *Limits) ApplyNumbers(set overlay.Set) error {
 	return l.numbers.Apply(set)
 }

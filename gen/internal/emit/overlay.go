@@ -37,7 +37,7 @@ func emitOverlay(m *model.Model) jen.Code {
 		"rule's store would check them), and a Set with a bad entry is refused whole, its error giving each bad entry's " +
 		"position, with the numbers in force unchanged. Then what differs from the Set applied before is changed, " +
 		"buckets carried as they are (atomicbucket.CarryAsIs), and what that Set gave and this one does not goes back to " +
-		"the policy's numbers. Changes made by the limiters' own SetNumbers and SetKeyNumbers are the Sets' to override."))
+		"the policy's numbers. A change made with a limiter's own SetNumbers or SetKeyNumbers stays until a later Set changes what it gives for the same rule, plan or key."))
 	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("ApplyNumbers").Params(jen.Id("set").Qual(overlayPath, "Set")).Error().Block(
 		jen.Return(jen.Id("l").Dot("numbers").Dot("Apply").Call(jen.Id("set")))).Line().Line()
 	g.Add(comment("NumbersApplied is how many numbers the last Set applied put in force (a rule's entry for every plan " +
