@@ -92,6 +92,9 @@ func (c ruleChecker) Check(plan int, n atomicbucket.Numbers) error {
 	if err != nil {
 		return err
 	}
+	if err := atomicbucket.CheckCost(n.Burst, c.r.Limits[max(plan, 0)].Cost); err != nil {
+		return err
+	}
 	if c.r.Shared {
 		if _, err := shared.NewNumbers(nr.Limit()); err != nil {
 			return fmt.Errorf("%w: a store cannot hold %v: %w", shared.ErrInvalidNumbers, n, err)

@@ -56,6 +56,13 @@ func TestNumbersCommand(t *testing.T) {
 			t.Errorf("stderr %q lacks %q", errs.String(), msg)
 		}
 	}
+	// A burst below the cost of a request, as the generator refuses it.
+	upload := file("upload.yaml", "rules:\n  Upload: {rate: 100/s, burst: 9}\n")
+	errs.Reset()
+	if code := run([]string{"numbers", "-policy", filepath.Join("..", "policy.yaml"), upload}, &out, &errs); code != 1 ||
+		!strings.Contains(errs.String(), "upload.yaml:2:11: rule Upload: atomicbucket: invalid limit: burst 9 is below the cost 10 of one request") {
+		t.Errorf("a burst below Upload's cost of 10: exit %d, %q", code, errs.String())
+	}
 	if code := run([]string{"numbers", "-policy", policy}, &out, &errs); code != 2 {
 		t.Errorf("no file: exit %d, want 2 (usage)", code)
 	}

@@ -370,6 +370,9 @@ func (t uploadNumbers) Check(plan int, n atomicbucket.Numbers) error {
 	if _, err := t.l.Rule().WithNumbers(n); err != nil {
 		return err
 	}
+	if err := atomicbucket.CheckCost(n.Burst, 10); err != nil {
+		return err
+	}
 	return nil
 }
 
@@ -1410,6 +1413,9 @@ func (l *UploadLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Ca
 
 // SetNumbersAt is SetNumbers at time now.
 func (l *UploadLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if err := atomicbucket.CheckCost(n.Burst, 10); err != nil {
+		return err
+	}
 	return l.s.SetNumbersAt(now, n, carry)
 }
 
@@ -1438,6 +1444,9 @@ func (l *UploadLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry 
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *UploadLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if err := atomicbucket.CheckCost(n.Burst, 10); err != nil {
+		return err
+	}
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err

@@ -157,6 +157,7 @@ func TestApplyNumbers(t *testing.T) {
 		{Rule: "Global", Numbers: per(1, time.Second, 1), Pos: "p7"},
 		{Rule: "Upload", Numbers: per(0, time.Second, 10), Pos: "p8"},
 		{Rule: "PerUser", Key: "acme", Plan: "pro", HasKey: true, Numbers: per(1, time.Second, 1), Pos: "p9"},
+		{Rule: "Upload", Key: "big", HasKey: true, Numbers: per(100, time.Second, 5), Pos: "p10"},
 	}...)
 	err = l.ApplyNumbers(bad)
 	for _, msg := range []string{
@@ -169,6 +170,8 @@ func TestApplyNumbers(t *testing.T) {
 		"p7: rule Global: given twice",
 		"p8: rule Upload: ",
 		`p9: rule PerUser, key "acme": a key's numbers are on every plan`,
+		// Upload's requests cost 10: the generator's own refusal.
+		`p10: rule Upload, key "big": atomicbucket: invalid limit: burst 5 is below the cost 10 of one request, which could never pass; raise burst to at least 10`,
 	} {
 		if !errors.Is(err, overlay.ErrInvalid) || !strings.Contains(err.Error(), msg) {
 			t.Errorf("the bad Set's error %v\nlacks %q", err, msg)
@@ -176,6 +179,18 @@ func TestApplyNumbers(t *testing.T) {
 	}
 	if got := numbersOf(l); !equalMaps(got, want) {
 		t.Errorf("a refused Set changed the numbers: %v", got)
+	}
+	// The limiter's own methods refuse a burst below the cost alike.
+	for what, err := range map[string]error{
+		"SetNumbers":    l.Upload.SetNumbers(per(100, time.Second, 9), atomicbucket.CarryAsIs),
+		"SetKeyNumbers": l.Upload.SetKeyNumbers("big", per(100, time.Second, 9), atomicbucket.CarryAsIs),
+	} {
+		if !errors.Is(err, atomicbucket.ErrInvalidLimit) || !strings.Contains(err.Error(), "burst 9 is below the cost 10") {
+			t.Errorf("Upload.%s with a burst of 9 under a cost of 10: %v", what, err)
+		}
+	}
+	if n, origin := l.Upload.NumbersFor("big"); origin != atomicbucket.FromPolicy || n.Burst != 1000 {
+		t.Errorf("after refused changes Upload's numbers are %v (%v)", n, origin)
 	}
 
 	// A smaller Set: what it no longer gives goes back to the policy's.

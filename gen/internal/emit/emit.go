@@ -629,7 +629,7 @@ func emitNumbers(r model.Rule, recv jen.Code) jen.Code {
 		"as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at most the new burst). Numbers the rule cannot "+
 		"hold are refused with the generator's own message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.",
 		r.GoName, onPlan, forKeys), planP, []param{numbers, carry}, jen.Error(),
-		append(badPlan(jen.Id("ErrUnknownPlan")), jen.Return(target.Clone().Dot("SetNumbersAt").Call(now, jen.Id("n"), jen.Id("carry")))))
+		append(badPlan(jen.Id("ErrUnknownPlan")), costCheck(r, planExpr(r)), jen.Return(target.Clone().Dot("SetNumbersAt").Call(now, jen.Id("n"), jen.Id("carry")))))
 	pair("ClearNumbers", fmt.Sprintf("returns %s%s to the policy's numbers, its buckets carried by carry.", r.GoName, onPlan),
 		planP, []param{carry}, nil,
 		append(badPlan(), target.Clone().Dot("ClearNumbersAt").Call(now, jen.Id("carry"))))
@@ -657,6 +657,7 @@ func emitNumbers(r model.Rule, recv jen.Code) jen.Code {
 		"whatever %s's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are refused "+
 		"as by SetNumbers, and nothing changes.", every, r.GoName), []param{keyP}, []param{numbers, carry}, jen.Error(),
 		[]jen.Code{
+			costCheck(r, nil),
 			jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Add(tables)).Block(
 				jen.If(jen.List(jen.Id("_"), jen.Err()).Op(":=").Id("t").Dot("Rule").Call().Dot("WithNumbers").Call(jen.Id("n")), jen.Err().Op("!=").Nil()).Block(
 					jen.Return(jen.Err()))),
@@ -676,6 +677,40 @@ func emitNumbers(r model.Rule, recv jen.Code) jen.Code {
 		jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Add(tables)).Block(
 			jen.Id("t").Dot("Reset").Call(jen.Id("key")))).Line()
 	return g
+}
+
+// costCheck refuses numbers whose burst is below the cost of one of r's
+// requests, as the generator refuses such a policy: on plan (an expression
+// of type Plan or int), or, for plan nil, on every plan. Nothing for a rule
+// whose requests cost 1.
+func costCheck(r model.Rule, plan jen.Code) jen.Code {
+	costs := make([]int64, len(r.Limits))
+	most, same := int64(1), true
+	for i, l := range r.Limits {
+		costs[i] = max(l.Cost, 1)
+		most = max(most, costs[i])
+		same = same && costs[i] == costs[0]
+	}
+	if most <= 1 {
+		return jen.Null()
+	}
+	var cost jen.Code = jen.Lit(int(most))
+	if plan != nil && !same {
+		var lits []jen.Code
+		for _, c := range costs {
+			lits = append(lits, jen.Lit(int(c)))
+		}
+		cost = jen.Index(jen.Lit(len(costs))).Int64().Values(lits...).Index(plan)
+	}
+	return jen.If(jen.Err().Op(":=").Add(rt("CheckCost")).Call(jen.Id("n").Dot("Burst"), cost), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err()))
+}
+
+// planExpr is the plan parameter of a method of r, nil without plans.
+func planExpr(r model.Rule) jen.Code {
+	if !r.Planned {
+		return nil
+	}
+	return jen.Id("plan")
 }
 
 // param is a generated method's parameter.
@@ -1248,6 +1283,7 @@ func emitSharedNumbers(r model.Rule, recv, idx jen.Code) jen.Code {
 		r.GoName, onPlan, forKeys, storeWords)))
 	g.Func().Params(recv).Id("SetNumbers").Params(append(append([]jen.Code{}, planP...), jen.Id("n").Add(rt("Numbers")))...).Error().Block(
 		badPlan(jen.Id("ErrUnknownPlan")),
+		costCheck(r, planExpr(r)),
 		nb, nbErr,
 		jen.If(jen.Id("nb").Op("!=").Nil()).Block(
 			jen.If(jen.Err().Op(":=").Id("nb").Dot("SetNumbers").Call(idx, jen.Id("n")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err()))),
@@ -1293,6 +1329,7 @@ func emitSharedNumbers(r model.Rule, recv, idx jen.Code) jen.Code {
 	g.Add(comment(fmt.Sprintf("SetKeyNumbers gives key numbers of its own%s (an enterprise customer's quota), whatever %s's, "+
 		"on the store and in this process; refused as by SetNumbers, all or nothing.", every, r.GoName)))
 	g.Func().Params(recv).Id("SetKeyNumbers").Params(jen.Id("key").Id(r.KeyType), jen.Id("n").Add(rt("Numbers"))).Error().Block(
+		costCheck(r, nil),
 		nb, nbErr,
 		jen.If(jen.Id("nb").Op("!=").Nil()).Block(
 			jen.If(jen.Err().Op(":=").Id("nb").Dot("SetKeyNumbers").Call(rules, key, jen.Id("n")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err()))),

@@ -68,6 +68,7 @@ func emitTarget(r model.Rule) jen.Code {
 	g.Func().Params(recv).Id("Keyed").Params().Bool().Block(jen.Return(jen.Lit(r.KeyType != ""))).Line().Line()
 	check := []jen.Code{
 		jen.If(jen.List(jen.Id("_"), jen.Err()).Op(":=").Id("t").Dot("l").Dot("Rule").Call(planA...).Dot("WithNumbers").Call(jen.Id("n")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err())),
+		costCheck(r, planExpr(r)),
 	}
 	if r.Shared {
 		var idx jen.Code = jen.Lit(r.SharedAt)

@@ -486,12 +486,12 @@ func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what s
 	if !ok {
 		return l, false
 	}
-	if l.Burst > 0 && l.Cost > l.Burst {
+	if err := atomicbucket.CheckCost(l.Burst, l.Cost); err != nil {
 		n := fields["cost"]
 		if n == nil {
 			n = fields["burst"]
 		}
-		bad(n, "burst %d is below the cost %d of one request, which could never pass; raise burst to at least %d", l.Burst, l.Cost, l.Cost)
+		bad(n, "%s", strings.TrimPrefix(strings.TrimPrefix(err.Error(), atomicbucket.ErrInvalidLimit.Error()), ": "))
 		return l, false
 	}
 	if l.InitialSet && l.Initial > l.Burst {
