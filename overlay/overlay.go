@@ -27,6 +27,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -234,6 +235,9 @@ type Target interface {
 	Checker
 	Set(plan int, key *string, n atomicbucket.Numbers) error
 	Clear(plan int, key *string)
+	// Base is the policy's numbers on plan (-1 without plans), which
+	// scaling multiplies where no Set gives numbers.
+	Base(plan int) Base
 }
 
 // Policy is a generated package's rules by name, and its plans' names by
@@ -368,11 +372,15 @@ func Check[T Checker](p Policy[T], s Set) error {
 
 // Applier applies whole Sets to a generated package's rules: each Apply is
 // checked all of it first, and then the differences from the Set applied
-// before are made (what it set and this one does not is cleared). One Apply
-// at a time.
+// before are made (what it set and this one does not is cleared). It also
+// scales rules' numbers (Scale). One Apply or Scale at a time.
 type Applier struct {
-	p       Policy[Target]
-	mu      sync.Mutex
+	p  Policy[Target]
+	mu sync.Mutex
+	// base is the last Set's numbers, resolved; scales the rules' factors;
+	// applied what the Applier has put in force (base, scaled).
+	base    map[at]atomicbucket.Numbers
+	scales  map[string]scaling
 	applied map[at]atomicbucket.Numbers
 	version int64
 	at      time.Time
@@ -385,6 +393,9 @@ func NewApplier(p Policy[Target]) *Applier { return &Applier{p: p} }
 // ones in force: keys' numbers cleared first, then plans', then what s sets.
 // A refused Set changes nothing; its error lists every bad entry with its
 // position (wrapping ErrInvalid).
+//
+// A rule scaled by Scale has the Set's numbers scaled; a Set whose scaled
+// numbers a rule refuses is refused whole, saying so.
 func (a *Applier) Apply(s Set) error {
 	want, err := resolve(a.p, s)
 	if err != nil {
@@ -392,6 +403,21 @@ func (a *Applier) Apply(s Set) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	eff, err := a.effective(want, a.scales)
+	if err != nil {
+		return fmt.Errorf("the Set is good, but scaled by the factors in force: %w", err)
+	}
+	a.base = want
+	a.version++
+	a.at = time.Now()
+	return a.commit(eff)
+}
+
+// commit makes want the numbers in force: what the Applier put in force
+// before and want does not give is cleared (keys first), then what differs
+// is set.
+func (a *Applier) commit(want map[at]atomicbucket.Numbers) error {
+	want = maps.Clone(want) // what fails to be set is taken out
 	var gone []at
 	for k := range a.applied {
 		if _, ok := want[k]; !ok {
@@ -427,8 +453,6 @@ func (a *Applier) Apply(s Set) error {
 		}
 	}
 	a.applied = want
-	a.version++
-	a.at = time.Now()
 	if len(errs) > 0 {
 		return fmt.Errorf("numbers checked, but not all applied: %w", errors.Join(errs...))
 	}
@@ -449,5 +473,7 @@ func keyOf(k at) *string {
 func (a *Applier) Applied() (numbers int, sets int64, at time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return len(a.applied), a.version, a.at
+	return len(a.base), a.version, a.at
 }
+
+func joinKeys[T any](m map[string]T) string { return strings.Join(sortedKeys(m), ", ") }

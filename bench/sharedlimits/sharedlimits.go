@@ -173,6 +173,15 @@ func (t hotNumbers) Check(plan int, n atomicbucket.Numbers) error {
 	return nb.CheckNumbers(0, n)
 }
 
+func (t hotNumbers) Base(plan int) overlay.Base {
+	r := t.l.Rule().Limit()
+	return overlay.Base{
+		Cost:     1,
+		Interval: r.Refill == atomicbucket.Interval,
+		Numbers:  atomicbucket.NumbersOf(r),
+	}
+}
+
 func (t hotNumbers) CheckKey(key string) error {
 	if key == "" || len(key) > shared.MaxKeyLen {
 		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
@@ -221,6 +230,22 @@ func (l *Limits) newApplier() *overlay.Applier {
 // changes what it gives for the same rule, plan or key.
 func (l *Limits) ApplyNumbers(set overlay.Set) error {
 	return l.numbers.Apply(set)
+}
+
+// ScaleNumbers multiplies the numbers in force for rule (a rule's name in the policy) by a factor:
+// its rate by rate and its burst by burst (1 leaves it), on every plan and for every key with
+// numbers of its own, until the next ScaleNumbers of the rule (factors do not compound; 1 and 1
+// take the scaling away). It scales what ApplyNumbers put in force, and the policy's numbers where
+// no Set gives any, so a later Set is scaled too. Factors are applied in thousandths, a scaled
+// burst is at least one request's cost, and a factor whose numbers the rule refuses changes nothing
+// (an error wrapping overlay.ErrInvalid). Package adaptive's controller calls it.
+func (l *Limits) ScaleNumbers(rule string, rate, burst float64) error {
+	return l.numbers.Scale(rule, rate, burst)
+}
+
+// ScaledNumbers is rule's factor in force (1 and 1 when it is not scaled).
+func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
+	return l.numbers.Scaled(rule)
 }
 
 // NumbersApplied is how many numbers the last Set applied put in force (a rule's entry for every

@@ -40,6 +40,17 @@ func emitOverlay(m *model.Model) jen.Code {
 		"the policy's numbers. A change made with a limiter's own SetNumbers or SetKeyNumbers stays until a later Set changes what it gives for the same rule, plan or key."))
 	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("ApplyNumbers").Params(jen.Id("set").Qual(overlayPath, "Set")).Error().Block(
 		jen.Return(jen.Id("l").Dot("numbers").Dot("Apply").Call(jen.Id("set")))).Line().Line()
+	g.Add(comment("ScaleNumbers multiplies the numbers in force for rule (a rule's name in the policy) by a factor: its " +
+		"rate by rate and its burst by burst (1 leaves it), on every plan and for every key with numbers of its own, " +
+		"until the next ScaleNumbers of the rule (factors do not compound; 1 and 1 take the scaling away). It scales what " +
+		"ApplyNumbers put in force, and the policy's numbers where no Set gives any, so a later Set is scaled too. " +
+		"Factors are applied in thousandths, a scaled burst is at least one request's cost, and a factor whose numbers " +
+		"the rule refuses changes nothing (an error wrapping overlay.ErrInvalid). Package adaptive's controller calls it."))
+	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("ScaleNumbers").Params(jen.Id("rule").String(), jen.List(jen.Id("rate"), jen.Id("burst")).Float64()).Error().Block(
+		jen.Return(jen.Id("l").Dot("numbers").Dot("Scale").Call(jen.Id("rule"), jen.Id("rate"), jen.Id("burst")))).Line().Line()
+	g.Add(comment("ScaledNumbers is rule's factor in force (1 and 1 when it is not scaled)."))
+	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("ScaledNumbers").Params(jen.Id("rule").String()).Qual(overlayPath, "Scaled").Block(
+		jen.Return(jen.Id("l").Dot("numbers").Dot("Scaled").Call(jen.Id("rule")))).Line().Line()
 	g.Add(comment("NumbersApplied is how many numbers the last Set applied put in force (a rule's entry for every plan " +
 		"counted per plan), how many Sets were applied, and when the last was."))
 	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("NumbersApplied").Params().Params(jen.Int(), jen.Int64(), jen.Qual("time", "Time")).Block(
@@ -83,6 +94,25 @@ func emitTarget(r model.Rule) jen.Code {
 		check = append(check, jen.Return(jen.Nil()))
 	}
 	g.Func().Params(recv).Id("Check").Params(jen.Id("plan").Int(), jen.Id("n").Add(rt("Numbers"))).Error().Block(check...).Line().Line()
+	var cost jen.Code = jen.Lit(int(max(r.Limits[0].Cost, 1)))
+	if r.Planned {
+		var costs []jen.Code
+		same := true
+		for _, l := range r.Limits {
+			costs = append(costs, jen.Lit(int(max(l.Cost, 1))))
+			same = same && l.Cost == r.Limits[0].Cost
+		}
+		if !same {
+			cost = jen.Index(jen.Lit(len(costs))).Int64().Values(costs...).Index(jen.Id("plan"))
+		}
+	}
+	g.Func().Params(recv).Id("Base").Params(jen.Id("plan").Int()).Qual(overlayPath, "Base").Block(
+		jen.Id("r").Op(":=").Id("t").Dot("l").Dot("Rule").Call(planA...).Dot("Limit").Call(),
+		jen.Return(jen.Qual(overlayPath, "Base").Values(jen.Dict{
+			jen.Id("Numbers"):  rt("NumbersOf").Call(jen.Id("r")),
+			jen.Id("Cost"):     cost,
+			jen.Id("Interval"): jen.Id("r").Dot("Refill").Op("==").Add(rt("Interval")),
+		}))).Line().Line()
 	keyed := r.KeyType != ""
 	// parse is the statements that make k, the key, from key; err is set
 	// for an integer key that does not parse.

@@ -1,0 +1,170 @@
+package overlay_test
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	limits "github.com/limitgen/limitgen/generated"
+	"github.com/limitgen/limitgen/overlay"
+)
+
+// TestScaleNumbers: a factor multiplies what is in force — a Set's numbers,
+// plans' and keys' alike, and the policy's where the Set gives none — and a
+// later Set is scaled by it; factors do not compound; 1 and 1 take it away.
+func TestScaleNumbers(t *testing.T) {
+	l := limits.New()
+	policy := numbersOf(l)
+	set, err := overlay.ParseFile("numbers.yaml", []byte(goodFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ApplyNumbers(set); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []struct {
+		rule        string
+		rate, burst float64
+	}{{"PerUser", 0.5, 0.5}, {"Login", 0.25, 1}, {"Global", 0.537, 1}, {"PerEndpoint", 0.3, 0.3}} {
+		if err := l.ScaleNumbers(s.rule, s.rate, s.burst); err != nil {
+			t.Fatalf("ScaleNumbers(%s, %v, %v): %v", s.rule, s.rate, s.burst, err)
+		}
+	}
+	// The numbers written out by hand from goodFile and the policy.
+	want := map[string]string{
+		"PerUser free":            "10 per 1s, burst 50 (override)",
+		"PerUser free acme":       "2500 per 1s, burst 5000 (key override)",
+		"PerUser pro":             "100 per 1s, burst 500 (override)",
+		"PerUser pro acme":        "2500 per 1s, burst 5000 (key override)",
+		"PerUser enterprise":      "10 per 1s, burst 50 (override)",
+		"PerUser enterprise acme": "2500 per 1s, burst 5000 (key override)",
+		"PerEndpoint 42":          "15 per 1s, burst 18 (key override)", // 50/s, burst 60, from the Set
+		"PerEndpoint 7":           "300 per 1m0s, burst 60 (override)",  // the policy's 1000/min, burst 200
+		"Login":                   "3 per 10s, burst 10 (override)",     // 10 per 10s: an interval rule's tokens, rounded
+		"Global":                  "1611 per 1s, burst 6000 (override)", // 3000/s · 0.537
+	}
+	if got := numbersOf(l); !equalMaps(got, want) {
+		t.Errorf("scaled:\n got %v\nwant %v", got, want)
+	}
+	if s := l.ScaledNumbers("PerUser"); s != (overlay.Scaled{Rate: 0.5, Burst: 0.5}) {
+		t.Errorf("ScaledNumbers(PerUser) = %+v", s)
+	}
+	// The scaled numbers decide: endpoint 42 holds 18 at once.
+	now := atomicbucket.Now()
+	if !l.PerEndpoint.AllowNAt(42, now, 18).Allowed || l.PerEndpoint.AllowAt(42, now) {
+		t.Error("endpoint 42 scaled to a burst of 18: not 18 and no more at once")
+	}
+
+	// Factors do not compound.
+	if err := l.ScaleNumbers("PerUser", 0.5, 0.5); err != nil {
+		t.Fatal(err)
+	}
+	if got := numbersOf(l)["PerUser pro"]; got != want["PerUser pro"] {
+		t.Errorf("the same factor again: PerUser pro %s, want %s", got, want["PerUser pro"])
+	}
+
+	// A later Set is scaled by the factors in force; what it no longer gives
+	// is the policy's numbers, scaled.
+	if err := l.ApplyNumbers(overlay.Set{{Rule: "PerUser", Plan: "pro", Numbers: per(300, time.Second, 900), Pos: "q"}}); err != nil {
+		t.Fatal(err)
+	}
+	later := map[string]string{
+		"PerUser free":            "5 per 1s, burst 25 (override)", // the policy's 10/s, burst 50
+		"PerUser pro":             "150 per 1s, burst 450 (override)",
+		"PerUser pro acme":        "150 per 1s, burst 450 (override)",
+		"PerUser enterprise":      "500 per 1s, burst 1000 (override)",
+		"PerEndpoint 42":          "300 per 1m0s, burst 60 (override)",
+		"Global":                  "1074 per 1s, burst 4000 (override)", // 2000/s · 0.537
+		"Login":                   "1 per 10s, burst 5 (override)",      // 5 per 10s · 0.25 = 1.25
+		"PerUser free acme":       "5 per 1s, burst 25 (override)",
+		"PerUser enterprise acme": "500 per 1s, burst 1000 (override)",
+		"PerEndpoint 7":           "300 per 1m0s, burst 60 (override)",
+	}
+	if got := numbersOf(l); !equalMaps(got, later) {
+		t.Errorf("a Set under factors:\n got %v\nwant %v", got, later)
+	}
+
+	// 1 and 1 take a factor away: the Set's numbers, then the policy's.
+	for _, rule := range []string{"PerUser", "Login", "Global", "PerEndpoint"} {
+		if err := l.ScaleNumbers(rule, 1, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want = maps(policy)
+	want["PerUser pro"] = "300 per 1s, burst 900 (override)"
+	want["PerUser pro acme"] = "300 per 1s, burst 900 (override)"
+	if got := numbersOf(l); !equalMaps(got, want) {
+		t.Errorf("factors taken away:\n got %v\nwant %v", got, want)
+	}
+	if err := l.ApplyNumbers(nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := numbersOf(l); !equalMaps(got, policy) {
+		t.Errorf("no Set and no factor: %v, want the policy's %v", got, policy)
+	}
+
+	// A scaled burst keeps one request's cost: Upload's requests cost 10.
+	if err := l.ScaleNumbers("Upload", 1, 0.001); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := l.Upload.NumbersFor("k"); n.Burst != 10 {
+		t.Errorf("Upload's burst of 1000 scaled by 0.001: %d, want the cost, 10", n.Burst)
+	}
+}
+
+// TestScaleRefused: bad factors and factors whose numbers a rule refuses
+// change nothing and say why.
+func TestScaleRefused(t *testing.T) {
+	l := limits.New()
+	if err := l.ApplyNumbers(overlay.Set{{Rule: "Global", Numbers: per(1, 24*time.Hour, 1000), Pos: "g"}}); err != nil {
+		t.Fatal(err)
+	}
+	before := numbersOf(l)
+	for _, c := range []struct {
+		rule        string
+		rate, burst float64
+		msg         string
+	}{
+		{"Nope", 0.5, 1, `no rule "Nope" in the policy (its rules: DailyExport, Global, Login, PerEndpoint, PerUser, Upload)`},
+		{"Global", 0, 1, "rate factor 0: a factor is above 0"},
+		{"Global", -1, 1, "rate factor -1"},
+		{"Global", math.NaN(), 1, "rate factor NaN"},
+		{"Global", math.Inf(1), 1, "rate factor +Inf"},
+		{"Global", 1, 1001, "burst factor 1001"},
+		// From a Set's 1 per day, burst 1000: a burst of 100000 days does
+		// not fit the rule's fixed point.
+		{"Global", 1, 100, "rule Global: 1 per 24h0m0s, burst 1000 scaled by 1 (rate) and 100 (burst): atomicbucket: invalid limit: rate 1 per 24h0m0s with burst 100000 does not fit"},
+	} {
+		err := l.ScaleNumbers(c.rule, c.rate, c.burst)
+		if !errors.Is(err, overlay.ErrInvalid) || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("ScaleNumbers(%s, %v, %v) = %v, want %q", c.rule, c.rate, c.burst, err, c.msg)
+		}
+	}
+	if got := numbersOf(l); !equalMaps(got, before) {
+		t.Errorf("refused factors changed the numbers: %v", got)
+	}
+
+	// A good Set whose numbers the factor in force makes ones the rule
+	// refuses is refused whole.
+	if err := l.ApplyNumbers(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.ScaleNumbers("Global", 1, 100); err != nil {
+		t.Fatal(err)
+	}
+	before = numbersOf(l)
+	if before["Global"] != "2000 per 1s, burst 400000 (override)" {
+		t.Errorf("Global scaled by 1 and 100: %s", before["Global"])
+	}
+	err := l.ApplyNumbers(overlay.Set{{Rule: "Global", Numbers: per(1, 24*time.Hour, 1000), Pos: "g"}, {Rule: "Login", Numbers: per(9, 10*time.Second, 9), Pos: "h"}})
+	if !errors.Is(err, overlay.ErrInvalid) || !strings.Contains(err.Error(), "the Set is good, but scaled by the factors in force") ||
+		!strings.Contains(err.Error(), "burst 100000 does not fit") {
+		t.Errorf("a Set the factor in force makes too large: %v", err)
+	}
+	if got := numbersOf(l); !equalMaps(got, before) {
+		t.Errorf("a refused Set changed the numbers: %v", got)
+	}
+}
