@@ -89,6 +89,22 @@ func roundDiv(v *big.Int, f int64) int64 {
 	return q.Int64()
 }
 
+// ScaleNumbers is b's numbers scaled as Applier.Scale scales them: the rate
+// by rate and the burst by burst, in thousandths (a greedy rule's rate kept
+// exact, an interval rule's tokens per period rounded, at least 1; the burst
+// rounded, at least b.Cost). For a target of one's own.
+func ScaleNumbers(b Base, rate, burst float64) (atomicbucket.Numbers, error) {
+	qr, err := permille("rate", rate)
+	if err != nil {
+		return atomicbucket.Numbers{}, err
+	}
+	qb, err := permille("burst", burst)
+	if err != nil {
+		return atomicbucket.Numbers{}, err
+	}
+	return scaleNumbers(b, qr, qb)
+}
+
 // scaling is a rule's factor in thousandths.
 type scaling struct{ rate, burst int64 }
 
