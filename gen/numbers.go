@@ -44,13 +44,7 @@ func numbers(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	p := overlay.Policy[overlay.Checker]{Rules: map[string]overlay.Checker{}}
-	for _, pl := range m.Plans {
-		p.Plans = append(p.Plans, pl.Name)
-	}
-	for _, r := range m.Rules {
-		p.Rules[r.Name] = ruleChecker{r}
-	}
+	p := checkers(m)
 	status := 0
 	for _, name := range fs.Args() {
 		src, err := os.ReadFile(name)
@@ -68,6 +62,18 @@ func numbers(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	return status
+}
+
+// checkers is m's rules as an overlay Set is checked against them.
+func checkers(m *model.Model) overlay.Policy[overlay.Checker] {
+	p := overlay.Policy[overlay.Checker]{Rules: map[string]overlay.Checker{}}
+	for _, pl := range m.Plans {
+		p.Plans = append(p.Plans, pl.Name)
+	}
+	for _, r := range m.Rules {
+		p.Rules[r.Name] = ruleChecker{r}
+	}
+	return p
 }
 
 // ruleChecker is a policy's rule as an overlay.Checker: the generator's

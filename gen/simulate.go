@@ -15,8 +15,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/limitgen/limitgen/adaptive"
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/gen/internal/model"
+	"github.com/limitgen/limitgen/overlay"
 )
 
 // simulate replays a request log through one rule or tier of a policy and
@@ -44,17 +46,35 @@ import (
 // denied_by; then a summary per rule and key as # comment lines (allowed,
 // denied, and for a tier refunded: passed, then given back when a later rule
 // denied the request).
+//
+// Numbers can change as they would in the service (simnumbers.go): -numbers
+// puts an overlay file's numbers in force from the start; set, clear and
+// reset events among the log's lines (JSON) change them at their time; and
+// with -adapt RULE, health rows drive an adaptive controller (the flags are
+// adaptive.Config's) whose factor scales that rule, shown in a factor
+// column. Each event is echoed as a # line where it happened.
 func simulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gen simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gen simulate -policy policy.yaml -rule RULE|TIER [-plan PLAN] < requests")
+		fmt.Fprintln(stderr, "usage: gen simulate -policy policy.yaml -rule RULE|TIER [-plan PLAN] [-numbers numbers.yaml] [-adapt RULE -latency D|-errors R ...] < requests")
 		fmt.Fprintln(stderr, "Replays a request log (CSV or JSON lines) through a rule or tier and prints each decision.")
 		fs.PrintDefaults()
 	}
 	policy := fs.String("policy", "policy.yaml", "the policy file")
 	name := fs.String("rule", "", "the rule or tier to replay the log through (required)")
 	planName := fs.String("plan", "", "the plan, for rules that differ by plan")
+	numbersFile := fs.String("numbers", "", "an overlay file of numbers in force from the start (as gen numbers checks it)")
+	adapt := fs.String("adapt", "", "a rule an adaptive controller scales from the log's health rows")
+	var cfg adaptive.Config
+	fs.DurationVar(&cfg.Latency, "latency", 0, "-adapt: the latency target (unhealthy above it)")
+	fs.Float64Var(&cfg.Errors, "errors", 0, "-adapt: the error ratio target (unhealthy above it)")
+	fs.Float64Var(&cfg.Min, "min", 0.1, "-adapt: the least factor")
+	fs.Float64Var(&cfg.Max, "max", 1, "-adapt: the greatest factor")
+	fs.Float64Var(&cfg.Increase, "increase", 0.05, "-adapt: added to the factor after a healthy row")
+	fs.Float64Var(&cfg.Decrease, "decrease", 0.5, "-adapt: multiplies the factor after an unhealthy row")
+	fs.Int64Var(&cfg.MinSamples, "min-samples", 20, "-adapt: a health row with fewer samples holds the factor")
+	fs.BoolVar(&cfg.Burst, "scale-burst", false, "-adapt: scale the burst too")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -73,6 +93,19 @@ func simulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "simulate:", err)
 		return 2
 	}
+	if *numbersFile != "" {
+		if err := sim.loadOverlay(*numbersFile); err != nil {
+			fmt.Fprintln(stderr, "simulate:", err)
+			return 1
+		}
+	}
+	if *adapt != "" {
+		cfg.Start = min(max(1, cfg.Min), cfg.Max) // the policy's numbers, when the bounds allow them
+		if err := sim.newController(*adapt, cfg); err != nil {
+			fmt.Fprintln(stderr, "simulate:", err)
+			return 2
+		}
+	}
 	if err := sim.run(stdin, stdout); err != nil {
 		fmt.Fprintln(stderr, "simulate:", err)
 		return 1
@@ -84,6 +117,7 @@ func simulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 type simRule struct {
 	rule   model.Rule
 	limit  model.Limit
+	nums   *simNumbers
 	table  *atomicbucket.Table[string]
 	bucket *atomicbucket.Bucket
 	// By key: requests the rule admitted, denied, and (in a tier) passed
@@ -100,6 +134,15 @@ type simulation struct {
 	// timeLine that line.
 	timeForm string
 	timeLine int
+	// Numbers that change: the policy's rules as overlays are checked, the
+	// plan replayed, the -adapt controller (nil without), the time of the
+	// line being replayed (for the controller's changes), and how many
+	// events were for rules or plans outside the simulation.
+	checkers overlay.Policy[overlay.Checker]
+	planName string
+	ctl      *adaptive.Controller
+	now      atomicbucket.Time
+	skipped  int
 }
 
 func newSimulation(m *model.Model, name, planName string) (*simulation, error) {
@@ -131,7 +174,7 @@ func newSimulation(m *model.Model, name, planName string) (*simulation, error) {
 		}
 	}
 	var picked []model.Rule
-	s := &simulation{name: name}
+	s := &simulation{name: name, checkers: checkers(m), planName: planName}
 	for _, r := range m.Rules {
 		if r.Name == name || r.GoName == name {
 			picked = []model.Rule{r}
@@ -156,7 +199,7 @@ func newSimulation(m *model.Model, name, planName string) (*simulation, error) {
 			}
 			l = r.Limits[plan]
 		}
-		s.rules = append(s.rules, &simRule{rule: r, limit: l, allowed: map[string]int{}, denied: map[string]int{}, refunded: map[string]int{}})
+		s.rules = append(s.rules, &simRule{rule: r, limit: l, nums: newSimNumbers(atomicbucket.NumbersOf(l.Atomic())), allowed: map[string]int{}, denied: map[string]int{}, refunded: map[string]int{}})
 		if r.KeyType != "" {
 			s.keyed = append(s.keyed, i)
 		}
@@ -166,6 +209,7 @@ func newSimulation(m *model.Model, name, planName string) (*simulation, error) {
 
 // request is one line of the log.
 type request struct {
+	event   *simEvent // an event line: no request
 	line    int
 	wall    int64    // Unix ns
 	keys    []string // one per rule of the simulation ("" for global rules)
@@ -205,6 +249,13 @@ func (lr *logReader) next() (request, error) {
 			continue
 		}
 		if strings.HasPrefix(text, "{") {
+			e, isEvent, err := lr.event(text)
+			if err != nil {
+				return request{}, err
+			}
+			if isEvent {
+				return request{event: &e, line: e.line, wall: e.wall}, nil
+			}
 			return lr.jsonLine(text)
 		}
 		rec, err := csv.NewReader(strings.NewReader(text)).Read()
@@ -359,20 +410,9 @@ func (s *simulation) splitKeys(field string) ([]string, error) {
 // integer key does), a whole cost.
 func (s *simulation) request(line int, timeField string, keys []string, costField string) (request, error) {
 	req := request{line: line, keys: keys}
-	form := ""
-	if ns, err := strconv.ParseInt(timeField, 10, 64); err == nil {
-		req.wall, form = ns, "Unix nanoseconds"
-	} else if t, err := time.Parse(time.RFC3339Nano, timeField); err == nil {
-		req.wall, form = t.UnixNano(), "RFC 3339"
-	} else {
-		return req, fmt.Errorf("line %d: time %q is neither nanoseconds nor RFC 3339", line, timeField)
-	}
-	// One form a log: a number after RFC 3339 times is far more likely a
-	// mistake (seconds, an offset) than a time in 1970.
-	if s.timeForm == "" {
-		s.timeForm, s.timeLine = form, line
-	} else if form != s.timeForm {
-		return req, fmt.Errorf("line %d: time %q is %s, but line %d's was %s; write every time one way", line, timeField, form, s.timeLine, s.timeForm)
+	var err error
+	if req.wall, err = s.parseTime(line, timeField); err != nil {
+		return req, err
 	}
 	for _, j := range s.keyed {
 		r := s.rules[j].rule
@@ -390,6 +430,27 @@ func (s *simulation) request(line int, timeField string, keys []string, costFiel
 		req.cost, req.hasCost = c, true
 	}
 	return req, nil
+}
+
+// parseTime reads a line's time: Unix nanoseconds or RFC 3339, one form a log.
+func (s *simulation) parseTime(line int, timeField string) (int64, error) {
+	var wall int64
+	form := ""
+	if ns, err := strconv.ParseInt(timeField, 10, 64); err == nil {
+		wall, form = ns, "Unix nanoseconds"
+	} else if t, err := time.Parse(time.RFC3339Nano, timeField); err == nil {
+		wall, form = t.UnixNano(), "RFC 3339"
+	} else {
+		return 0, fmt.Errorf("line %d: time %q is neither nanoseconds nor RFC 3339", line, timeField)
+	}
+	// One form a log: a number after RFC 3339 times is far more likely a
+	// mistake (seconds, an offset) than a time in 1970.
+	if s.timeForm == "" {
+		s.timeForm, s.timeLine = form, line
+	} else if form != s.timeForm {
+		return 0, fmt.Errorf("line %d: time %q is %s, but line %d's was %s; write every time one way", line, timeField, form, s.timeLine, s.timeForm)
+	}
+	return wall, nil
 }
 
 // canonicalKey checks that key is a value of the Go key type and returns its
@@ -462,6 +523,7 @@ func (s *simulation) run(in io.Reader, w io.Writer) error {
 	out := csv.NewWriter(w)
 	var shift int64
 	n := 0
+	started := false
 	for {
 		req, err := lr.next()
 		if errors.Is(err, io.EOF) {
@@ -471,22 +533,46 @@ func (s *simulation) run(in io.Reader, w io.Writer) error {
 			out.Flush()
 			return err
 		}
-		if n == 0 {
+		if !started {
+			started = true
 			if shift, err = s.shift(req.wall); err != nil {
 				return err
 			}
-			if err := s.start(atomicbucket.FromWall(req.wall).Add(time.Duration(shift))); err != nil {
+			at := atomicbucket.FromWall(req.wall).Add(time.Duration(shift))
+			if err := s.start(at); err != nil {
 				return err
 			}
+			for _, r := range s.rules { // the overlay's numbers and the controller's starting factor
+				if err := s.inForce(r, at); err != nil {
+					return fmt.Errorf("line %d: %v", req.line, err)
+				}
+			}
+		}
+		now := atomicbucket.FromWall(req.wall).Add(time.Duration(shift))
+		if req.event != nil {
+			what, err := s.event(*req.event, now)
+			if err != nil {
+				out.Flush()
+				return err
+			}
+			if what != "" {
+				out.Flush()
+				fmt.Fprintf(w, "# %d: %s\n", req.wall, what)
+			}
+			continue
+		}
+		if n == 0 {
 			head := append([]string{"time"}, lr.head...)
 			head = append(head, "cost", "allowed", "remaining", "retry_after_ns")
 			if s.tier {
 				head = append(head, "denied_by")
 			}
+			if s.ctl != nil {
+				head = append(head, "factor")
+			}
 			out.Write(head)
 		}
 		n++
-		now := atomicbucket.FromWall(req.wall).Add(time.Duration(shift))
 		d, deniedBy := s.decide(req, now)
 		rec := []string{strconv.FormatInt(req.wall, 10)}
 		rec = append(rec, s.keyColumns(req, lr)...)
@@ -498,6 +584,9 @@ func (s *simulation) run(in io.Reader, w io.Writer) error {
 		if s.tier {
 			rec = append(rec, deniedBy)
 		}
+		if s.ctl != nil {
+			rec = append(rec, strconv.FormatFloat(s.ctl.Factor(), 'f', 3, 64))
+		}
 		out.Write(rec)
 	}
 	out.Flush()
@@ -505,6 +594,9 @@ func (s *simulation) run(in io.Reader, w io.Writer) error {
 		return fmt.Errorf("no requests on standard input")
 	}
 	s.summary(w)
+	if s.skipped > 0 {
+		fmt.Fprintf(w, "# events for rules or plans outside the simulation, skipped: %d\n", s.skipped)
+	}
 	return out.Error()
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"os"
 	"strings"
 	"testing"
 )
@@ -172,5 +173,117 @@ func TestGenUsageListsSimulate(t *testing.T) {
 	var out bytes.Buffer
 	if code := run([]string{"-h"}, &out, &out); code != 2 || !strings.Contains(out.String(), "gen simulate -policy") {
 		t.Fatalf("gen -h: exit %d, %q", code, out.String())
+	}
+}
+
+// TestSimulateNumbers: an overlay file in force from the start, and events
+// in the log — a key's own numbers, a reset, a clear, an event for another
+// plan — applied at their time, with the conversions a service's would make.
+// PerUser on the free plan, from the overlay: 1/s, burst 2; acme 1/s, burst 5.
+func TestSimulateNumbers(t *testing.T) {
+	dir := t.TempDir()
+	numbers := dir + "/numbers.yaml"
+	if err := os.WriteFile(numbers, []byte("rules:\n  PerUser:\n    plans: {free: {rate: 1/s, burst: 2}}\n    keys: {acme: {rate: 1/s, burst: 5}}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log := "0,alice\n0,alice\n0,alice\n0,acme\n" +
+		`{"time": 0, "set": {"rule": "PerUser", "key": "alice", "rate": "1/s", "burst": 3}}` + "\n" +
+		"0,alice\n" + // holds 0 of 3: denied
+		`{"time": 0, "reset": {"key": "alice"}}` + "\n" +
+		"0,alice\n" + // a new bucket: 3
+		`{"time": 0, "clear": {"key": "alice"}}` + "\n" +
+		"0,alice\n" + // 2 held, carried into a burst of 2: full stays full
+		`{"time": 0, "set": {"plan": "pro", "rate": "1/s", "burst": 1}}` + "\n" + // another plan: skipped
+		`{"time": 500000000, "set": {"rate": "10/s", "burst": 10}}` + "\n" +
+		"500000000,alice\n" // 1 held at 0, + 0.5 s at 1/s = 1.5, into 10/s burst 10: 1.5 − 1
+	out, errOut, code := runSimulate(t, []string{"-policy", "../policy.yaml", "-rule", "PerUser", "-plan", "free", "-numbers", numbers}, log)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	want := `time,key,cost,allowed,remaining,retry_after_ns
+0,alice,,true,1,0
+0,alice,,true,0,0
+0,alice,,false,0,1000000000
+0,acme,,true,4,0
+# 0: set PerUser key "alice": 1 per 1s, burst 3
+0,alice,,false,0,1000000000
+# 0: reset PerUser key "alice"
+0,alice,,true,2,0
+# 0: clear PerUser key "alice"
+0,alice,,true,1,0
+# 500000000: set PerUser: 10 per 1s, burst 10
+500000000,alice,,true,0,0
+# summary: rule,key,allowed,denied
+# PerUser,acme,1,0
+# PerUser,alice,5,2
+# PerUser,(all keys),6,2
+# events for rules or plans outside the simulation, skipped: 1
+`
+	if out != want {
+		t.Fatalf("got:\n%s\nwant:\n%s", out, want)
+	}
+}
+
+// TestSimulateAdaptive: health rows drive a controller over Login (5 per 10s
+// at each boundary of the key's grid, burst 5, new keys start with 3); the
+// factor scales its tokens per period and its burst. alice's boundaries are
+// at 9.149266183s + k·10s (TestSimulateRule).
+func TestSimulateAdaptive(t *testing.T) {
+	log := `{"time": 0, "health": {"samples": 10, "latency": "300ms"}}` + "\n" + // unhealthy: 0.5, 3 per 10s, burst 3
+		"0,alice\n0,alice\n0,alice\n0,alice\n" +
+		`{"time": 1000000000, "health": {"samples": 0}}` + "\n" + // too few: holds
+		`{"time": 2000000000, "health": {"samples": 10, "latency": "20ms"}}` + "\n" + // healthy: 1, the policy's
+		"9200000000,alice\n"
+	args := []string{"-policy", "../policy.yaml", "-rule", "Login", "-adapt", "Login", "-latency", "100ms", "-min-samples", "1", "-increase", "0.5", "-scale-burst"}
+	out, errOut, code := runSimulate(t, args, log)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	want := `# 0: health: 10 samples, latency 300ms, errors 0.0000: unhealthy, factor 0.500
+time,key,cost,allowed,remaining,retry_after_ns,factor
+0,alice,,true,2,0,0.500
+0,alice,,true,1,0,0.500
+0,alice,,true,0,0,0.500
+0,alice,,false,0,9149266183,0.500
+# 1000000000: health: 0 samples, latency 0s, errors 0.0000: too few samples, factor 0.500
+# 2000000000: health: 10 samples, latency 20ms, errors 0.0000: healthy, factor 1.000
+9200000000,alice,,true,4,0,1.000
+# summary: rule,key,allowed,denied
+# Login,alice,4,1
+# Login,(all keys),4,1
+`
+	if out != want {
+		t.Fatalf("got:\n%s\nwant:\n%s", out, want)
+	}
+}
+
+// TestSimulateBadEvents: each bad event is refused with its line.
+func TestSimulateBadEvents(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		log  string
+		msg  string
+	}{
+		{nil, `{"time": 0, "health": {"samples": 3}}`, "line 1: a health row needs -adapt RULE"},
+		{nil, `{"time": 0, "set": {"rule": "Nope", "rate": "1/s", "burst": 1}}`, `line 1: set: no rule "Nope" in the policy`},
+		{nil, `{"time": 0, "set": {"rate": "fast", "burst": 1}}`, "line 1: set: "},
+		{nil, `{"time": 0, "set": {"rate": "1/s"}}`, "line 1: set needs a rate and a burst"},
+		{nil, `{"time": 0, "set": {"rate": "1 per 10s", "burst": 0}}`, "line 1: set: rule Login: atomicbucket: invalid limit: burst 0 admits nothing"},
+		{nil, `{"time": 0, "set": {"rate": "1/min", "burst": 5}}`, "interval rule's period 10s cannot change to 1m0s"},
+		{nil, `{"time": 0, "set": {"rule": "Global", "key": "k", "rate": "1/s", "burst": 1}}`, "line 1: set: rule Global has no keys"},
+		{nil, `{"time": 0, "set": {"plan": "gold", "rate": "1/s", "burst": 1}}`, `line 1: set: no plan "gold"`},
+		{nil, `{"time": 0, "reset": {}}`, "line 1: reset: rule Login is keyed: give the key"},
+		{nil, `{"time": 0, "set": {"rate": "1/s", "burst": 1}, "reset": {"key": "a"}}`, "line 1: one event a line"},
+		{nil, `{"time": 0, "health": {"samples": 3, "errors": 2}}`, "line 1: health errors 2 is not a ratio"},
+		{nil, "0,alice\n" + `{"time": "2026-11-21T10:00:00Z", "reset": {"key": "a"}}`, "line 2: time \"2026-11-21T10:00:00Z\" is RFC 3339, but line 1's was Unix nanoseconds"},
+		{[]string{"-adapt", "Global", "-latency", "1s"}, "0,alice\n", "-adapt Global: not a rule of the simulation (Login)"},
+		{[]string{"-adapt", "Login"}, "0,alice\n", "-adapt: adaptive: invalid config: no target"},
+		{[]string{"-adapt", "Login", "-latency", "1s", "-decrease", "1.5"}, "0,alice\n", "Decrease 1.5 is not in (0, 1)"},
+	} {
+		args := append([]string{"-policy", "../policy.yaml", "-rule", "Login"}, c.args...)
+		_, errOut, code := runSimulate(t, args, c.log+"\n")
+		if code == 0 || !strings.Contains(errOut, c.msg) {
+			t.Errorf("%v %q: exit %d, %q; want %q", c.args, c.log, code, errOut, c.msg)
+		}
 	}
 }
