@@ -402,3 +402,32 @@ func TestMiddlewareNumbersInForce(t *testing.T) {
 		t.Errorf("bob's numbers after ClearKeyNumbers: %v (%v)", n, o)
 	}
 }
+
+// TestMiddlewareEventKeys: observers are told whose request it was (for a
+// violation log): a string key as it is, an integer key in KeyInt.
+func TestMiddlewareEventKeys(t *testing.T) {
+	s := newService(t)
+	var events []limithttp.Event
+	s.mw.Config.Observer = limithttp.ObserverFunc(func(e limithttp.Event) { events = append(events, e) })
+	for _, c := range []struct{ method, path, user string }{
+		{"GET", "/v1/items", "bob"},
+		{"GET", "/v1/export/7", "bob"},
+	} {
+		r := httptest.NewRequest(c.method, c.path, nil)
+		r.Header.Set("X-Test-User", c.user)
+		s.mux.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	want := []struct {
+		rule   string
+		key    string
+		keyInt uint64
+	}{{"PerUser", "bob", 0}, {"DailyExport", "", 7}}
+	if len(events) != len(want) {
+		t.Fatalf("%d events, want %d: %+v", len(events), len(want), events)
+	}
+	for i, w := range want {
+		if e := events[i]; e.Rule != w.rule || e.Key != w.key || e.KeyInt != w.keyInt {
+			t.Errorf("event %d: rule %s, key %q, KeyInt %d; want %s, %q, %d", i, e.Rule, e.Key, e.KeyInt, w.rule, w.key, w.keyInt)
+		}
+	}
+}

@@ -83,7 +83,8 @@ func (o Outcome) String() string {
 }
 
 // Event is one decision, as observers see it: what was decided and by which
-// rule, never for whom (a key in a metric label makes its series unbounded).
+// rule. Key and KeyInt say for whom, for a violation log only: never put a
+// key in a metric label (it makes the metric's series unbounded).
 type Event struct {
 	Route      string        // the route's ServeMux pattern
 	Tier       string        // the tier checked; "" when the route checks one rule
@@ -98,6 +99,12 @@ type Event struct {
 	// "circuit_open", "closed", "no_store", …); "" when the store decided or
 	// the rule is local.
 	StoreError string
+	// Key is the request's first key (the one Respond's jitter is seeded
+	// by; in a tier, the first rule's); "" for an integer key, which is
+	// KeyInt (its bits as a uint64), and for a route whose rules have no key
+	// (KeyInt 0). Unchecked requests (Reject) have none.
+	Key    string
+	KeyInt uint64
 }
 
 // Observer is told of every decision. Observe is called on the request's
@@ -239,7 +246,7 @@ func (c *Config) Judge(mode Mode, res *Result, key string) Verdict {
 			observed = DegradedDenied
 		}
 	}
-	c.observe(res, observed)
+	c.observe(res, observed, key)
 	return Verdict{Outcome: outcome, R: rv, T: tv, Retry: retry}
 }
 
@@ -262,7 +269,7 @@ func (c *Config) Record(ev Event) {
 	}
 }
 
-func (c *Config) observe(res *Result, o Outcome) {
+func (c *Config) observe(res *Result, o Outcome, key string) {
 	if c.Counters != nil {
 		c.Counters.Add(c.Counters.row(res.Rule, res.Series), o)
 	}
@@ -271,6 +278,7 @@ func (c *Config) observe(res *Result, o Outcome) {
 			Route: res.Route, Tier: res.Tier, Rule: res.Policy.Name, RuleIndex: res.Rule, Series: res.Series,
 			Cost: res.Cost, Outcome: o, RetryAfter: res.Decision.RetryAfter,
 			StoreError: shared.ErrorClass(res.StoreErr),
+			Key:        key, KeyInt: res.SeedInt,
 		})
 	}
 }

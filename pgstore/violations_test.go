@@ -1,0 +1,198 @@
+package pgstore_test
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/limitgen/limitgen/limithttp"
+	"github.com/limitgen/limitgen/pgstore"
+	"github.com/limitgen/limitgen/pgstore/pgtest"
+)
+
+func denied(rule, key string, keyInt uint64) limithttp.Event {
+	return limithttp.Event{Route: "/v1/", Tier: "API", Rule: rule, Cost: 1, Outcome: limithttp.Denied, RetryAfter: 1500 * time.Millisecond, Key: key, KeyInt: keyInt}
+}
+
+type violationRow struct {
+	rule, outcome string
+	key           *string
+	retryMs       int64
+}
+
+func violationRows(t *testing.T, pool *pgxpool.Pool, table string) []violationRow {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), "SELECT rule, outcome, key, retry_after_ms FROM "+table+" ORDER BY at, rule")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []violationRow
+	for rows.Next() {
+		var r violationRow
+		if err := rows.Scan(&r.rule, &r.outcome, &r.key, &r.retryMs); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// TestViolationLog: denials written in batches, allowed requests not; keys
+// hashed by default (one client's rows alike, the key itself nowhere), or
+// as they are with RawKey.
+func TestViolationLog(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+
+	for _, raw := range []bool{false, true} {
+		table := "violations_hashed"
+		opts := pgstore.ViolationOptions{Table: table, Batch: 3, Flush: 20 * time.Millisecond, Salt: []byte("pepper")}
+		if raw {
+			table = "violations_raw"
+			opts.Table, opts.Key = table, pgstore.RawKey
+		}
+		v, err := pgstore.NewViolationLog(ctx, pool, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.Observe(limithttp.Event{Rule: "PerUser", Outcome: limithttp.Allowed, Key: "alice"})
+		for range 4 {
+			v.Observe(denied("PerUser", "alice", 0))
+		}
+		v.Observe(denied("PerUser", "bob", 0))
+		v.Observe(denied("PerEndpoint", "", 42))
+		v.Observe(denied("Global", "", 0))
+		if err := v.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if written, dropped, failed := v.Stats(); written != 7 || dropped != 0 || failed != 0 {
+			t.Errorf("raw=%v: written %d, dropped %d, failed batches %d; want 7, 0, 0", raw, written, dropped, failed)
+		}
+		rows := violationRows(t, pool, table)
+		if len(rows) != 7 {
+			t.Fatalf("raw=%v: %d rows, want the 7 denials", raw, len(rows))
+		}
+		keys := map[string][]string{}
+		for _, r := range rows {
+			if r.outcome != "denied" || r.retryMs != 1500 {
+				t.Errorf("raw=%v: row %+v", raw, r)
+			}
+			k := "<null>"
+			if r.key != nil {
+				k = *r.key
+			}
+			keys[r.rule] = append(keys[r.rule], k)
+		}
+		if keys["Global"][0] != "<null>" {
+			t.Errorf("raw=%v: a global rule's row has key %q, want none", raw, keys["Global"][0])
+		}
+		perUser := keys["PerUser"]
+		if raw {
+			if strings.Join(perUser, ",") != "alice,alice,alice,alice,bob" && strings.Join(perUser, ",") != "bob,alice,alice,alice,alice" {
+				t.Errorf("raw keys: PerUser %v", perUser)
+			}
+			if keys["PerEndpoint"][0] != "42" {
+				t.Errorf("raw keys: PerEndpoint %v, want 42", keys["PerEndpoint"])
+			}
+			continue
+		}
+		count := map[string]int{}
+		for _, k := range append(perUser, keys["PerEndpoint"]...) {
+			count[k]++
+			if len(k) != 32 || strings.Contains(k, "alice") || strings.Contains(k, "bob") || k == "42" {
+				t.Errorf("hashed key %q", k)
+			}
+		}
+		if len(count) != 3 || !hasCount(count, 4) {
+			t.Errorf("hashed keys %v: want alice's 4 rows alike, bob's and 42's apart", count)
+		}
+	}
+}
+
+func hasCount(m map[string]int, n int) bool {
+	for _, c := range m {
+		if c == n {
+			return true
+		}
+	}
+	return false
+}
+
+// TestViolationLogBounded: a flood beyond the queue is dropped and counted,
+// never blocking; every event is either written or counted as dropped.
+func TestViolationLogBounded(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	v, err := pgstore.NewViolationLog(ctx, pool, pgstore.ViolationOptions{Queue: 3, Batch: 1000, Flush: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 100 {
+		v.Observe(denied("PerUser", "alice", 0))
+	}
+	if err := v.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	written, dropped, _ := v.Stats()
+	if written+dropped != 100 || written > 6 || dropped < 94 {
+		t.Errorf("written %d, dropped %d: want at most 6 (queue and batch) written, the rest dropped, 100 in all", written, dropped)
+	}
+	if rows := violationRows(t, pool, pgstore.DefaultViolationsTable); len(rows) != int(written) {
+		t.Errorf("%d rows, %d written", len(rows), written)
+	}
+}
+
+// TestViolationLogDatabaseDown: batches that fail while the database is down
+// are reported and kept; after it is back they are written, none lost.
+func TestViolationLogDatabaseDown(t *testing.T) {
+	srv := pgtest.Start(t)
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, srv.URL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	var reports atomic.Int64
+	v, err := pgstore.NewViolationLog(ctx, pool, pgstore.ViolationOptions{Flush: 20 * time.Millisecond,
+		Report: func(error) { reports.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop()
+	for range 10 {
+		v.Observe(denied("PerUser", "alice", 0))
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for reports.Load() == 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, _, failed := v.Stats(); failed == 0 || reports.Load() == 0 {
+		t.Fatalf("the database down: %d failed batches, %d reports", failed, reports.Load())
+	}
+	srv.Restart(t)
+	closeCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := v.Close(closeCtx); err != nil {
+		t.Fatal(err)
+	}
+	if written, dropped, _ := v.Stats(); written != 10 || dropped != 0 {
+		t.Errorf("after the database came back: written %d, dropped %d; want 10, 0", written, dropped)
+	}
+	if rows := violationRows(t, pool, pgstore.DefaultViolationsTable); len(rows) != 10 {
+		t.Errorf("%d rows, want 10", len(rows))
+	}
+}
