@@ -99,6 +99,39 @@ func snippet(ctx context.Context, lims *limits.Limits, client *redis.Client) {
 	_ = err
 }
 `},
+	{"// Adaptive rates", `package s
+
+import (
+	"context"
+	"log"
+	"time"
+
+	"example.com/quickstart/limits"
+	"github.com/limitgen/limitgen/adaptive"
+)
+
+func callDownstream(context.Context) error { return nil }
+
+func snippet(ctx context.Context, lims *limits.Limits) {
+{{SNIPPET}}
+}
+`},
+	{"// The violation log", `package s
+
+import (
+	"context"
+	"log"
+	"os"
+
+	"example.com/quickstart/limits"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/limitgen/limitgen/pgstore"
+)
+
+func snippet(ctx context.Context, pool *pgxpool.Pool, mw *limits.Middleware) {
+{{SNIPPET}}
+}
+`},
 	{"ctx := r.Context()", `package s
 
 import (
