@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/limitgen/limitgen/limitgrpc/internal/grpclimits"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/pgstore"
@@ -39,11 +38,7 @@ func list(t *testing.T, c healthpb.HealthClient, tenant string) error {
 func TestSharedOnStore(t *testing.T) {
 	srv := pgtest.Start(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := srv.Pool(t)
 	st, err := pgstore.New(ctx, pool, pgstore.Options{})
 	if err != nil {
 		t.Fatal(err)

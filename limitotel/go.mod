@@ -3,7 +3,6 @@ module github.com/limitgen/limitgen/limitotel
 go 1.26.0
 
 require (
-	github.com/jackc/pgx/v5 v5.12.0
 	github.com/limitgen/limitgen v0.0.0
 	github.com/limitgen/limitgen/pgstore v0.0.0-00010101000000-000000000000
 	go.opentelemetry.io/otel v1.47.0
@@ -18,6 +17,7 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
+	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/puzpuzpuz/xsync/v3 v3.5.1 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/limitgen/limitgen/internal/sharedlimits"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/limitotel"
@@ -70,11 +69,7 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) (points map[string]fl
 func TestManualReader(t *testing.T) {
 	srv := pgtest.Start(t)
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close)
+	pool := srv.Pool(t)
 	st, err := pgstore.New(ctx, pool, pgstore.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -146,6 +141,14 @@ func TestManualReader(t *testing.T) {
 	}
 	if got["limitgen.store.breaker.open{node=,store=postgres}"] != 1 {
 		t.Errorf("the breaker of a stopped server is not open: %v", got["limitgen.store.breaker.open{node=,store=postgres}"])
+	}
+	// Never a per-key attribute: no point names a key that made requests.
+	for point := range got {
+		for _, key := range []string{"alice", "bob", "=a,", "=b,", "=a}", "=b}"} {
+			if strings.Contains(point, key) {
+				t.Errorf("point %s carries the key %s", point, key)
+			}
+		}
 	}
 }
 

@@ -3,12 +3,14 @@ module github.com/limitgen/limitgen/limitprom
 go 1.26.0
 
 require (
-	github.com/jackc/pgx/v5 v5.12.0
 	github.com/limitgen/limitgen v0.0.0
 	github.com/limitgen/limitgen/pgstore v0.0.0-00010101000000-000000000000
 )
 
-require go.yaml.in/yaml/v3 v3.0.5 // indirect
+require (
+	github.com/jackc/pgx/v5 v5.12.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

@@ -27,11 +27,7 @@ func instancesWith(t *testing.T, srv *pgtest.Server, opts pgstore.Options) (inst
 	var stores []*pgstore.Store
 	var pools []*pgxpool.Pool
 	instance = func() *sharedlimits.Limits {
-		pool, err := pgxpool.New(context.Background(), srv.URL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
+		pool := srv.Pool(t)
 		pools = append(pools, pool)
 		st, err := pgstore.New(context.Background(), pool, opts)
 		if err != nil {
@@ -115,11 +111,7 @@ func TestGeneratedLeasedTier(t *testing.T) {
 func TestRollingDeploy(t *testing.T) {
 	srv := pgtest.Start(t)
 	figures := storetest.RollingDeploy(t, func(t *testing.T) shared.Store {
-		pool, err := pgxpool.New(context.Background(), srv.URL())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
+		pool := srv.Pool(t)
 		st, err := pgstore.New(context.Background(), pool, pgstore.Options{})
 		if err != nil {
 			t.Fatal(err)

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/limitgen/limitgen/internal/sharedlimits"
 	"github.com/limitgen/limitgen/internal/storetest"
 	"github.com/limitgen/limitgen/pgstore"
@@ -18,11 +17,7 @@ import (
 func TestNumbersTable(t *testing.T) {
 	srv := pgtest.Start(t)
 	ctx := context.Background()
-	admin, err := pgxpool.New(ctx, srv.URL())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(admin.Close)
+	admin := srv.Pool(t)
 	if err := pgstore.CreateNumbersTable(ctx, admin, pgstore.DefaultNumbersTable); err != nil {
 		t.Fatal(err)
 	}
@@ -41,11 +36,7 @@ func TestNumbersTable(t *testing.T) {
 	src := storetest.Source{
 		Refresh: refresh,
 		Instance: func(t *testing.T, report func(error)) *sharedlimits.Limits {
-			pool, err := pgxpool.New(ctx, srv.URL())
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(pool.Close)
+			pool := srv.Pool(t)
 			st, err := pgstore.New(ctx, pool, pgstore.Options{})
 			if err != nil {
 				t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/limitgen/limitgen/internal/servertest"
 )
 
@@ -38,6 +39,18 @@ type Server struct {
 // "limitgen", over TCP on 127.0.0.1.
 func (s *Server) URL() string {
 	return fmt.Sprintf("postgres://limitgen@127.0.0.1:%d/postgres?sslmode=disable", s.Port)
+}
+
+// Pool is a connection pool on s (URL) with pgxpool's defaults, closed when
+// the test ends.
+func (s *Server) Pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), s.URL())
+	if err != nil {
+		t.Fatalf("pgtest: a pool on %s: %v", s.Addr, err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
 }
 
 // Start makes a cluster and starts PostgreSQL on it, with fsync off (tests
