@@ -51,7 +51,11 @@ type ViolationOptions struct {
 	// one client's violations can be told apart and counted without the log
 	// holding who it is. RawKey records the key as it is; a function of
 	// one's own may map it to an account, or return "" for none.
-	Key  func(e limithttp.Event) string
+	Key func(e limithttp.Event) string
+	// Salt is the default hash's secret, at least MinSalt bytes, kept out of
+	// the database: without it, keys as short as user IDs or addresses are
+	// recovered by hashing guesses. NewViolationLog refuses a shorter one
+	// when Key is nil.
 	Salt []byte
 	// Outcomes are the outcomes logged: default every one but Allowed
 	// (denials, shadow denials, too costly, missing keys, degraded).
@@ -60,6 +64,9 @@ type ViolationOptions struct {
 	// with log/slog's default logger).
 	Report func(error)
 }
+
+// MinSalt is the shortest ViolationOptions.Salt the default key hash takes.
+const MinSalt = 16
 
 // RawKey records a request's key as it is (ViolationOptions.Key).
 func RawKey(e limithttp.Event) string {
@@ -116,6 +123,9 @@ func NewViolationLog(ctx context.Context, pool *pgxpool.Pool, opts ViolationOpti
 		opts.Flush = time.Second
 	}
 	if opts.Key == nil {
+		if len(opts.Salt) < MinSalt {
+			return nil, fmt.Errorf("pgstore: violation log: the default key hash needs a secret Salt of at least %d bytes (got %d): without one, short keys are recovered from their hashes by guessing; set Key: pgstore.RawKey to record keys as they are", MinSalt, len(opts.Salt))
+		}
 		mac := hmac.New(sha256.New, opts.Salt)
 		var mu sync.Mutex // the writer's goroutine alone calls Key; the lock keeps mac safe for any other caller
 		opts.Key = func(e limithttp.Event) string {
