@@ -91,7 +91,7 @@ type Event struct {
 	Rule       string        // the rule that decided (that denied, or the most constraining)
 	RuleIndex  int           // Rule's index among the package's rules (its RuleName)
 	Series     int           // the decision's series in the Counters: its route, tier and rule
-	Cost       int64         // the request's cost
+	Cost       int64         // the request's cost; 0 for a request refused unchecked (Reject: nothing taken)
 	Outcome    Outcome       // what became of the request
 	RetryAfter time.Duration // the decision's wait, when denied
 	// StoreError is, for a shared rule or tier whose store did not decide,

@@ -2,6 +2,12 @@ package pgstore_test
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -9,6 +15,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/limitgen/limitgen/internal/sharedlimits"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/pgstore"
 	"github.com/limitgen/limitgen/pgstore/pgtest"
@@ -223,5 +230,99 @@ func TestViolationLogDatabaseDown(t *testing.T) {
 	}
 	if rows := violationRows(t, pool, pgstore.DefaultViolationsTable); len(rows) != 10 {
 		t.Errorf("%d rows, want 10", len(rows))
+	}
+}
+
+// TestViolationLogMiddleware: end to end, the generated middleware's
+// observer is a ViolationLog on one PostgreSQL while its shared rules are
+// checked on another. Denials, a request without a key, and the decisions
+// the failure settings make after the store's server is stopped all reach
+// the table, with their route, rule, cost, wait, store error and the key
+// hashed as documented (HMAC-SHA-256 with the salt, 16 bytes in hex);
+// allowed requests do not. An integer key is hashed as its decimal digits.
+func TestViolationLogMiddleware(t *testing.T) {
+	store, logs := pgtest.Start(t), pgtest.Start(t)
+	ctx := context.Background()
+	st, err := pgstore.New(ctx, store.Pool(t), pgstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	lims := sharedlimits.New(sharedlimits.WithStore(st))
+	mw, err := sharedlimits.NewMiddleware(lims, sharedlimits.Hooks{
+		UserID: func(r *http.Request) (string, bool) { return r.Header.Get("X-User"), r.Header.Get("X-User") != "" },
+		PlanOf: func(*http.Request) (sharedlimits.Plan, bool) { return sharedlimits.PlanFree, true },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPool := logs.Pool(t)
+	vlog, err := pgstore.NewViolationLog(ctx, logPool, pgstore.ViolationOptions{Salt: salt, Flush: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw.Config.Observer = vlog
+	app := mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	send := func(method, path, user string) int {
+		r := httptest.NewRequest(method, path, nil)
+		if user != "" {
+			r.Header.Set("X-User", user)
+		}
+		w := httptest.NewRecorder()
+		app.ServeHTTP(w, r)
+		return w.Code
+	}
+	codes := map[int]int{}
+	for range 23 { // PerUser's free burst is 20
+		codes[send("GET", "/hello", "alice")]++
+	}
+	codes[send("GET", "/hello", "")]++ // no key
+	for range 4 {                      // Exports: 3 an hour, an integer key
+		codes[send("POST", "/export/77", "")]++
+	}
+	if codes[http.StatusOK] != 23 || codes[http.StatusTooManyRequests] != 4 || len(codes) != 3 {
+		t.Fatalf("statuses %v: want 23 admitted, 4 denied, one refused for its missing key", codes)
+	}
+	store.Stop() // PerUser's on_failure is local (half its burst), Exports' is deny
+	for range 3 {
+		send("GET", "/hello", "bob")
+	}
+	send("POST", "/export/78", "")
+	if err := vlog.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	hash := func(k string) string {
+		mac := hmac.New(sha256.New, salt)
+		mac.Write([]byte(k))
+		return hex.EncodeToString(mac.Sum(nil)[:16])
+	}
+	rows, err := logPool.Query(ctx, `SELECT route, tier, rule, coalesce(key, '<none>'), cost, outcome, retry_after_ms > 0, store_error <> '', count(*)
+		FROM `+pgstore.DefaultViolationsTable+` GROUP BY 1, 2, 3, 4, 5, 6, 7, 8 ORDER BY 1, 3, 6, 4`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for rows.Next() {
+		var route, tier, rule, key, outcome string
+		var cost, n int64
+		var waits, storeErr bool
+		if err := rows.Scan(&route, &tier, &rule, &key, &cost, &outcome, &waits, &storeErr, &n); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%s|%s|%s|%s|%d|%s|wait %v|store error %v|%d", route, tier, rule, key, cost, outcome, waits, storeErr, n))
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"GET /hello||PerUser|" + hash("bob") + "|1|degraded_allowed|wait false|store error true|3",
+		"GET /hello||PerUser|" + hash("alice") + "|1|denied|wait true|store error false|3",
+		"GET /hello||PerUser|<none>|0|missing_key|wait false|store error false|1",                           // refused unchecked: nothing taken
+		"POST /export/{account}||Exports|" + hash("78") + "|1|degraded_denied|wait true|store error true|1", // on_failure deny: retry after a second
+		"POST /export/{account}||Exports|" + hash("77") + "|1|denied|wait true|store error false|1",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("violation log:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
