@@ -18,17 +18,44 @@ import (
 // (storetest.SourceConvergence).
 func TestNumbersHash(t *testing.T) {
 	srv := redistest.Start(t)
-	ctx := context.Background()
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { admin.Close() })
+	f := storetest.SourceConvergence(t, numbersSource(admin, func() redis.UniversalClient {
+		return redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	}))
+	t.Logf("Redis numbers hash: %v", f)
+}
+
+// The numbers hash on a Cluster of three masters: PutNumbers's transaction
+// (HSET and PUBLISH) runs on the hash's master, the message reaches
+// subscribers on every node, and eight instances with Cluster clients
+// converge as on one server.
+func TestNumbersHashCluster(t *testing.T) {
+	nodes := redistest.StartCluster(t, 3)
+	addrs := make([]string, len(nodes))
+	for i, n := range nodes {
+		addrs[i] = n.Addr
+	}
+	admin := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs})
+	t.Cleanup(func() { admin.Close() })
+	f := storetest.SourceConvergence(t, numbersSource(admin, func() redis.UniversalClient {
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true})
+	}))
+	t.Logf("Redis Cluster numbers hash: %v", f)
+}
+
+// numbersSource is the numbers hash as storetest.SourceConvergence drives
+// it: rows written through admin, instances on clients newClient makes.
+func numbersSource(admin redis.UniversalClient, newClient func() redis.UniversalClient) storetest.Source {
+	ctx := context.Background()
 	row := func(r storetest.Row) redisstore.NumbersRow {
 		return redisstore.NumbersRow{Rule: r.Rule, Plan: r.Plan, Key: r.Key, Rate: r.Rate, Burst: r.Burst, Active: r.Active}
 	}
 	const refresh = 500 * time.Millisecond
-	src := storetest.Source{
+	return storetest.Source{
 		Refresh: refresh,
 		Instance: func(t *testing.T, report func(error)) *sharedlimits.Limits {
-			c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+			c := newClient()
 			t.Cleanup(func() { c.Close() })
 			st, err := redisstore.New(ctx, c, redisstore.Options{})
 			if err != nil {
@@ -67,6 +94,4 @@ func TestNumbersHash(t *testing.T) {
 		},
 		RowName: func(id int) string { return redisstore.DefaultNumbersHash + " field " + strconv.Itoa(id) },
 	}
-	f := storetest.SourceConvergence(t, src)
-	t.Logf("Redis numbers hash: %v", f)
 }
