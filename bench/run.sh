@@ -8,8 +8,10 @@
 # package beside the runtime under it, the local check (one bucket; a table of
 # 1e3 keys), the HTTP middleware (and with a metrics collector read every
 # 10 ms), the gRPC interceptors (alone, and in a call on loopback), a shared check on
-# Redis at 64 callers and on PostgreSQL (hot key, 16 callers). full is every
-# benchmark of the package (about 3 minutes a run on 2 cores).
+# Redis at 64 callers and on PostgreSQL (hot key, 16 callers), and what numbers
+# changed at run time cost a generated check (BenchmarkNumbers: a table of its
+# own, one column per case of numbers). full is every benchmark of the package
+# (about 3 minutes a run on 2 cores).
 #
 # Each run tells the benchmarks its number (LIMITGEN_BENCH_RUN), by which
 # BenchmarkHTTP rotates the order of its implementations. The test binary is
@@ -32,6 +34,7 @@ headline)
     '^BenchmarkGRPCLoopback$'
     '^BenchmarkRedis$/^callers=64$'
     '^BenchmarkPostgres$/^keys=1$/^callers=16$'
+    '^BenchmarkNumbers$'
   ) ;;
 full) sets=('.') ;;
 *) echo "bench/run.sh: mode is headline or full, not $mode" >&2; exit 2 ;;
@@ -58,7 +61,14 @@ for i in $(seq "$runs"); do
 done
 
 echo "== benchstat ($runs runs, $(elapsed))"
-go tool benchstat -col /impl "$out" | tee results/benchstat.txt
+{
+  go tool benchstat -filter '-.name:Numbers' -col /impl "$out"
+  if grep -q '^BenchmarkNumbers/' "$out"; then
+    echo
+    echo "== numbers changed at run time (BenchmarkNumbers: policy = never changed, the folded check)"
+    go tool benchstat -filter '.name:Numbers' -col /numbers "$out"
+  fi
+} | tee results/benchstat.txt
 if [ ${#failed[@]} -gt 0 ]; then
   echo "== these benchmark runs failed (their output is above and in bench/$out):" >&2
   printf '   %s\n' "${failed[@]}" >&2
