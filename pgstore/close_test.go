@@ -28,13 +28,14 @@ func TestCloseUnderLoad(t *testing.T) {
 	}, func() int64 { return pool.Stat().AcquireCount() })
 }
 
-// The process's own overload is no failure of the database's: 64 callers on
-// a pool of one connection (with a 10 ms timeout; coalesced, the default)
-// never open the breaker (storetest.Overload).
+// The process's own overload is no failure of the database's: 512 callers
+// on a pool of one connection (with a 40 ms timeout, which their queue for
+// the connection outlasts while a statement does not; coalesced, the
+// default) never open the breaker (storetest.Overload).
 func TestOverloadIsNoStoreFailure(t *testing.T) {
 	srv := pgtest.Start(t)
-	storetest.Overload(t, func(t *testing.T, coalesce bool) storetest.Breakered {
-		opts := Options{Timeout: 10 * time.Millisecond} // a few round trips: 64 callers on one connection queue past it
+	storetest.Overload(t, 512, func(t *testing.T, coalesce bool) storetest.Breakered {
+		opts := Options{Timeout: 40 * time.Millisecond}
 		if coalesce {
 			opts = Options{Coalesce: 256} // the default timeout: a batch is one statement and its commit
 		}

@@ -18,7 +18,7 @@ type Breakered interface {
 	Breakers() []shared.BreakerState
 }
 
-// Overload: 64 callers check a bound rule on a healthy server for two
+// Overload: callers check a bound rule on a healthy server for two
 // seconds, on a store made by open (coalescing or not) whose client has one
 // connection (not coalescing, with a timeout of a few round trips): the
 // process, not the server, is the bottleneck, as in a service whose callers
@@ -29,7 +29,7 @@ type Breakered interface {
 // counted as the server's failure, and the breaker opened.) A loaded machine
 // can make round trips themselves outlast the timeout; such an attempt is
 // run again (see below), never passed.
-func Overload(t *testing.T, open func(t *testing.T, coalesce bool) Breakered) {
+func Overload(t *testing.T, callers int, open func(t *testing.T, coalesce bool) Breakered) {
 	for _, coalesce := range []bool{false, true} {
 		name := "direct"
 		if coalesce {
@@ -62,7 +62,7 @@ func Overload(t *testing.T, open func(t *testing.T, coalesce bool) Breakered) {
 				}
 				stop := make(chan struct{})
 				var wg sync.WaitGroup
-				for i := range 64 {
+				for i := range callers {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
@@ -108,8 +108,8 @@ func Overload(t *testing.T, open func(t *testing.T, coalesce bool) Breakered) {
 				time.Sleep(2 * time.Second)
 				close(stop)
 				wg.Wait()
-				t.Logf("attempt %d, 64 callers for 2 s: %d decided by the store, %d waited past the timeout in the process (overload), %d timed out at the server, %d other; breaker seen open %d times",
-					attempt, decided.Load(), overload.Load(), timeout.Load(), other.Load(), opened.Load())
+				t.Logf("attempt %d, %d callers for 2 s: %d decided by the store, %d waited past the timeout in the process (overload), %d timed out at the server, %d other; breaker seen open %d times",
+					attempt, callers, decided.Load(), overload.Load(), timeout.Load(), other.Load(), opened.Load())
 				if opened.Load() == 0 || timeout.Load() < shared.BreakerFailures || attempt == 3 {
 					break
 				}
