@@ -1,8 +1,9 @@
 package atomicbucket
 
 import (
-	"maps"
 	"time"
+
+	"github.com/puzpuzpuz/xsync/v3"
 )
 
 // A table's numbers at run time.
@@ -28,17 +29,24 @@ import (
 // bucket is made in the numbers it reads under the map's lock for its key,
 // which the change takes after installing them (create).
 
-// overlay is a table's numbers in force: for every key, and for some keys of
-// their own. It is never modified: a change installs a new one.
+// overlay is a table's numbers in force: for every key (plan), and for some
+// keys of their own (keys). A change of plan installs a new overlay; keys is
+// one concurrent map for the table's life (nil until a key is first given
+// numbers), shared by its overlays and changed in place under t.changes, so
+// that giving n keys numbers of their own costs O(n), not a copy of the map
+// per key. A key's entry is its installation; it is stored (installed)
+// before its successions are recorded, as a new overlay is.
 type overlay[K comparable] struct {
 	plan *numbers
-	keys map[K]*numbers
+	keys *xsync.MapOf[K, *numbers]
 }
 
 // forKey is the installation in force for key.
 func (o *overlay[K]) forKey(key K) *numbers {
-	if n, ok := o.keys[key]; ok {
-		return n
+	if o.keys != nil {
+		if n, ok := o.keys.Load(key); ok {
+			return n
+		}
 	}
 	return o.plan
 }
@@ -307,11 +315,11 @@ func (t *Table[K]) SetKeyNumbersAt(now Time, key K, n Numbers, c Carry) error {
 	defer t.changes.Unlock()
 	old := t.overlayHeld()
 	nk := &numbers{rule: r, since: at, origin: FromKeyOverride, carryIn: c}
-	keys := make(map[K]*numbers, len(old.keys)+1)
-	maps.Copy(keys, old.keys)
-	keys[key] = nk
-	t.ov.Store(&overlay[K]{plan: old.plan, keys: keys})
-	if prev, ok := old.keys[key]; ok {
+	if old.keys == nil { // the first key with numbers of its own
+		keys := xsync.NewMapOf[K, *numbers]()
+		keys.Store(key, nk)
+		t.ov.Store(&overlay[K]{plan: old.plan, keys: keys})
+	} else if prev, ok := old.keys.LoadAndStore(key, nk); ok {
 		prev.supersede(nk, at, c)
 	}
 	t.settle(key)
@@ -326,16 +334,13 @@ func (t *Table[K]) ClearKeyNumbersAt(now Time, key K, c Carry) {
 	t.changes.Lock()
 	defer t.changes.Unlock()
 	old := t.ov.Load()
-	if old == nil {
+	if old == nil || old.keys == nil {
 		return
 	}
-	prev, ok := old.keys[key]
+	prev, ok := old.keys.LoadAndDelete(key)
 	if !ok {
 		return
 	}
-	keys := maps.Clone(old.keys)
-	delete(keys, key)
-	t.ov.Store(&overlay[K]{plan: old.plan, keys: keys})
 	prev.supersede(old.plan, at, c)
 	t.settle(key)
 }
@@ -362,8 +367,8 @@ func (t *Table[K]) RuleFor(key K) *Rule {
 
 // KeysWithNumbers is the number of keys with numbers of their own.
 func (t *Table[K]) KeysWithNumbers() int {
-	if ov := t.ov.Load(); ov != nil {
-		return len(ov.keys)
+	if ov := t.ov.Load(); ov != nil && ov.keys != nil {
+		return ov.keys.Size()
 	}
 	return 0
 }

@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/puzpuzpuz/xsync/v3"
 )
 
 // Numbered is a Bound whose rules' numbers change at run time (an Engine's
@@ -54,11 +54,13 @@ type Numbered interface {
 
 // changes are a binding's numbers where they differ from the bound rules':
 // by rule index, the rule in force for keys without their own (nil: the
-// bound rule) and the keys with their own. A change copies what it changes
-// and replaces the whole; a check reads it with one atomic load.
+// bound rule) and the keys with their own. A change of plan numbers copies
+// plan and replaces the whole; a check reads it with one atomic load. A
+// rule's keys are one concurrent map from its first key on, changed in place
+// under b.mu (so that n keys given numbers cost O(n), not a copy per key).
 type changes struct {
 	plan []*StoreRule
-	keys []map[string]*StoreRule
+	keys []*xsync.MapOf[string, *StoreRule]
 }
 
 // ErrInvalidNumbers is wrapped by the errors of a change of numbers a store
@@ -72,7 +74,7 @@ func (b *Binding) ruleFor(i int, key string) *StoreRule {
 		return b.rules[i]
 	}
 	if m := ch.keys[i]; m != nil {
-		if r, ok := m[key]; ok {
+		if r, ok := m.Load(key); ok {
 			return r
 		}
 	}
@@ -134,7 +136,7 @@ func (b *Binding) load() *changes {
 	if ch := b.ch.Load(); ch != nil {
 		return ch
 	}
-	return &changes{plan: make([]*StoreRule, len(b.rules)), keys: make([]map[string]*StoreRule, len(b.rules))}
+	return &changes{plan: make([]*StoreRule, len(b.rules)), keys: make([]*xsync.MapOf[string, *StoreRule], len(b.rules))}
 }
 
 // SetNumbers makes n rule's numbers for every key without its own
@@ -203,14 +205,25 @@ func (b *Binding) SetKeyNumbers(rules []int, key string, n atomicbucket.Numbers)
 	}
 	b.mu.Lock()
 	old := b.load()
-	ch := &changes{plan: old.plan, keys: append([]map[string]*StoreRule(nil), old.keys...)}
-	for j, i := range rules {
-		m := make(map[string]*StoreRule, len(ch.keys[i])+1)
-		maps.Copy(m, ch.keys[i])
-		m[key] = vs[j]
-		ch.keys[i] = m
+	var fresh *changes // made when a rule gets its first key, or at the first change
+	if b.ch.Load() == nil {
+		fresh = old
 	}
-	b.ch.Store(ch)
+	for j, i := range rules {
+		if m := old.keys[i]; m != nil {
+			m.Store(key, vs[j])
+			continue
+		}
+		if fresh == nil {
+			fresh = &changes{plan: old.plan, keys: append([]*xsync.MapOf[string, *StoreRule](nil), old.keys...)}
+		}
+		m := xsync.NewMapOf[string, *StoreRule]()
+		m.Store(key, vs[j])
+		fresh.keys[i] = m
+	}
+	if fresh != nil {
+		b.ch.Store(fresh)
+	}
 	now := atomicbucket.Now()
 	for j, i := range rules {
 		if f := b.rules[i].fallback; f.local != nil {
@@ -230,26 +243,18 @@ func (b *Binding) ClearKeyNumbers(rules []int, key string) {
 		b.mu.Unlock()
 		return
 	}
-	ch := &changes{plan: old.plan, keys: append([]map[string]*StoreRule(nil), old.keys...)}
 	now := atomicbucket.Now()
 	for _, i := range rules {
-		if b.index(i) != nil {
+		if b.index(i) != nil || old.keys[i] == nil {
 			continue
 		}
-		if _, ok := ch.keys[i][key]; !ok {
+		if _, ok := old.keys[i].LoadAndDelete(key); !ok {
 			continue
 		}
-		m := maps.Clone(ch.keys[i])
-		delete(m, key)
-		if len(m) == 0 {
-			m = nil
-		}
-		ch.keys[i] = m
 		if f := b.rules[i].fallback; f.local != nil {
 			f.local.ClearKeyNumbersAt(now, key, atomicbucket.CarryAsIs)
 		}
 	}
-	b.ch.Store(ch)
 	b.mu.Unlock()
 	b.releaseStale(rules, key)
 }
@@ -276,13 +281,18 @@ func (b *Binding) NumbersFor(rule int, key string) (atomicbucket.Numbers, atomic
 	r := b.ruleFor(rule, key)
 	o := atomicbucket.FromPolicy
 	if ch := b.ch.Load(); ch != nil {
-		if _, ok := ch.keys[rule][key]; ok {
+		if m := ch.keys[rule]; m != nil && has(m, key) {
 			o = atomicbucket.FromKeyOverride
 		} else if ch.plan[rule] != nil {
 			o = atomicbucket.FromOverride
 		}
 	}
 	return atomicbucket.NumbersOf(r.n.Limit), o
+}
+
+func has(m *xsync.MapOf[string, *StoreRule], key string) bool {
+	_, ok := m.Load(key)
+	return ok
 }
 
 // RuleFor is the rule a check of rule for key is decided by on the store
