@@ -68,7 +68,10 @@ type ViolationOptions struct {
 // MinSalt is the shortest ViolationOptions.Salt the default key hash takes.
 const MinSalt = 16
 
-// RawKey records a request's key as it is (ViolationOptions.Key).
+// RawKey records a request's key as it is (ViolationOptions.Key): a string
+// key, or an integer key's decimal digits (Event.KeyInt, its bits unsigned:
+// a negative int64 key reads as 2⁶⁴ less its magnitude). An Event does not
+// tell an integer key 0 from no key, so both are recorded as none (NULL).
 func RawKey(e limithttp.Event) string {
 	if e.Key == "" && e.KeyInt != 0 {
 		return strconv.FormatUint(e.KeyInt, 10)
