@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/big"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,9 +13,9 @@ import (
 )
 
 // Numbers that change at run time, held to the reference: a trace of checks
-// over a few keys in which the numbers change at random points — for the
-// whole table, for one key, back to the policy's, a key reset — with each
-// carry, under every refill mode. The reference converts every bucket at the
+// (and tiers of two keys) over a few keys in which the numbers change at
+// random points — for the whole table, for one key, back to the policy's, a
+// key reset — with each carry, under every refill mode. The reference converts every bucket at the
 // moment of each change (Place: the tokens held, carried, clamped, in whole
 // units of the new numbers), which is what the contract says; the runtime
 // converts lazily, when a bucket is next used, and must decide identically.
@@ -40,6 +41,10 @@ const (
 	numbersClearPlan
 	numbersReset
 	numbersKinds
+	// numbersTier is an AllowN made a tier (decodeNumbers: a table's AllowN
+	// with cost byte 14 mod 16): op.key's bucket, then the next key's, all
+	// or nothing through atomicbucket.TierAt, the reference composed alike.
+	numbersTier
 )
 
 // numbersProgram is a rule and a trace.
@@ -106,6 +111,9 @@ func decodeNumbers(data []byte) (numbersProgram, bool) {
 		}
 		if p.single && (op.kind == numbersSetKey || op.kind == numbersClearKey) {
 			op.kind = numbersAllowN
+		}
+		if !p.single && op.kind == numbersAllowN && c%16 == 14 {
+			op.kind = numbersTier
 		}
 		p.ops = append(p.ops, op)
 	}
@@ -318,12 +326,12 @@ func (b bucketTarget) NumbersFor(string) (atomicbucket.Numbers, atomicbucket.Ori
 }
 
 // runNumbers applies p to the changing reference and to the runtime, and
-// returns the first difference. It reports how many decisions it compared
-// after a change.
-func runNumbers(p numbersProgram) (compared int, err error) {
+// returns the first difference. It reports how many decisions (and of them
+// tiers) it compared// after a change.
+func runNumbers(p numbersProgram) (compared, tiers int, err error) {
 	rule, err := atomicbucket.NewRule(p.limit)
 	if err != nil {
-		return 0, nil
+		return 0, 0, nil
 	}
 	start := int64(time.Hour)
 	var target numbersTarget
@@ -347,7 +355,7 @@ func runNumbers(p numbersProgram) (compared int, err error) {
 			// The buckets this change carries were written by inexact numbers
 			// (the runtime's fixed point, not the reference's rationals): they
 			// part from the reference for good, as after any inexact decision.
-			return compared, nil
+			return compared, tiers, nil
 		}
 		switch op.kind {
 		case numbersSetPlan, numbersSetKey:
@@ -359,7 +367,7 @@ func runNumbers(p numbersProgram) (compared int, err error) {
 			}
 			_, refuse := rule.WithNumbers(op.n)
 			if (err == nil) != (refuse == nil) {
-				return compared, at("refusal", err, refuse)
+				return compared, tiers, at("refusal", err, refuse)
 			}
 			if err != nil {
 				continue
@@ -370,7 +378,7 @@ func runNumbers(p numbersProgram) (compared int, err error) {
 				// Buckets carried through inexact numbers part from the exact
 				// reference for good; FuzzDifferential holds inexact numbers to
 				// the envelope.
-				return compared, nil
+				return compared, tiers, nil
 			}
 			if op.kind == numbersSetPlan {
 				ref.setPlan(l, t, op.carry)
@@ -396,37 +404,53 @@ func runNumbers(p numbersProgram) (compared int, err error) {
 			target.Reset(op.key, now)
 			ref.reset(op.key, t)
 		default:
+			keys := []string{op.key}
+			if op.kind == numbersTier {
+				keys = append(keys, nextKey(op.key))
+			}
 			rules := []*atomicbucket.Rule{inForce[""]}
-			if r, ok := inForce[op.key]; ok {
-				rules = append(rules, r)
+			for _, k := range keys {
+				if r, ok := inForce[k]; ok {
+					rules = append(rules, r)
+				}
 			}
 			exact := exactNow(rules...)
 			r := ref.of(op.key)
 			switch op.kind {
+			case numbersTier:
+				tbl := target.(tableTarget).Table
+				gd, gi, gden := atomicbucket.TierAt(now, tbl.Step(keys[0], op.cost), tbl.Step(keys[1], op.cost))
+				wd, wi, wden := atomicbucket.TierAt(now, refStep{ref, keys[0], op.cost}, refStep{ref, keys[1], op.cost})
+				if exact && (gd != wd || gi != wi || gden != wden) {
+					return compared, tiers, at("Tier", fmt.Sprint(describe(gd), " step ", gi, " denied ", gden), fmt.Sprint(describe(wd), " step ", wi, " denied ", wden))
+				}
 			case numbersAllowN:
 				got, want := target.AllowNAt(op.key, now, op.cost), r.AllowN(op.key, t, op.cost)
 				if exact && got != want {
-					return compared, at("AllowN", describe(got), describe(want))
+					return compared, tiers, at("AllowN", describe(got), describe(want))
 				}
 			case numbersAllow:
 				got, want := target.AllowAt(op.key, now), r.AllowN(op.key, t, 1).Allowed
 				if exact && got != want {
-					return compared, at("Allow", got, want)
+					return compared, tiers, at("Allow", got, want)
 				}
 			case numbersPeek:
 				got, want := target.PeekAt(op.key, now, op.cost), r.Peek(op.key, t, op.cost)
 				if exact && got != want {
-					return compared, at("Peek", describe(got), describe(want))
+					return compared, tiers, at("Peek", describe(got), describe(want))
 				}
 			case numbersRefund:
 				target.RefundAt(op.key, now, op.cost)
 				r.Refund(op.key, t, op.cost)
 			}
 			if !exact {
-				return compared, nil // the reference and the runtime may part from here
+				return compared, tiers, nil // the reference and the runtime may part from here
 			}
 			if changed {
 				compared++
+				if op.kind == numbersTier {
+					tiers++
+				}
 			}
 		}
 		// What is in force is reported as set.
@@ -436,11 +460,29 @@ func runNumbers(p numbersProgram) (compared int, err error) {
 			wantOrigin = atomicbucket.FromKeyOverride
 		}
 		if n != want || origin != wantOrigin {
-			return compared, at("NumbersFor", fmt.Sprint(n, " ", origin), fmt.Sprint(want, " ", wantOrigin))
+			return compared, tiers, at("NumbersFor", fmt.Sprint(n, " ", origin), fmt.Sprint(want, " ", wantOrigin))
 		}
 	}
-	return compared, nil
+	return compared, tiers, nil
 }
+
+// nextKey is the key after key among fuzzKeys (a tier's second step).
+func nextKey(key string) string {
+	return fuzzKeys[(slices.Index(fuzzKeys, key)+1)%len(fuzzKeys)]
+}
+
+// refStep is a key's part in a tier on the changing reference: the
+// reference in force for the key when the step runs.
+type refStep struct {
+	c    *changing
+	key  string
+	cost int64
+}
+
+func (s refStep) AllowNAt(now atomicbucket.Time) atomicbucket.Decision {
+	return s.c.of(s.key).AllowN(s.key, int64(now), s.cost)
+}
+func (s refStep) RefundAt(now atomicbucket.Time) { s.c.of(s.key).Refund(s.key, int64(now), s.cost) }
 
 // FuzzNumbers holds the runtime, with numbers changing at random points of
 // the trace, to the reference converting at each change.
@@ -453,7 +495,7 @@ func FuzzNumbers(f *testing.F) {
 		if !ok {
 			return
 		}
-		if _, err := runNumbers(p); err != nil {
+		if _, _, err := runNumbers(p); err != nil {
 			t.Fatalf("%v\n%v", p, err)
 		}
 	})
@@ -476,7 +518,7 @@ func numbersSeeds() [][]byte {
 // and fails unless enough decisions after a change were compared.
 func TestNumbersRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
-	compared, programs := 0, 0
+	compared, tiers, programs := 0, 0, 0
 	for range 3000 {
 		b := make([]byte, 600)
 		for i := range b {
@@ -486,15 +528,16 @@ func TestNumbersRandom(t *testing.T) {
 		if !ok {
 			continue
 		}
-		n, err := runNumbers(p)
+		n, nt, err := runNumbers(p)
 		if err != nil {
 			t.Fatalf("%v\n%v", p, err)
 		}
 		compared += n
+		tiers += nt
 		programs++
 	}
-	if compared < 50000 {
-		t.Fatalf("only %d decisions after a change compared in %d programs", compared, programs)
+	if compared < 50000 || tiers < 900 {
+		t.Fatalf("only %d decisions (%d tiers) after a change compared in %d programs", compared, tiers, programs)
 	}
-	t.Logf("%d decisions after a change equal to the reference's, in %d programs", compared, programs)
+	t.Logf("%d decisions (%d tiers) after a change equal to the reference's, in %d programs", compared, tiers, programs)
 }
