@@ -20,7 +20,9 @@
 // Each entry gives a rate (rate:, tokens_per_second: or rps:, read as the
 // policy reads them) and a burst. A rule, plan or key the Set leaves out has
 // the policy's numbers: applying a Set clears what the previous one set and
-// this one does not.
+// this one does not. A file must say rules: — `rules: {}` takes every number
+// back to the policy's — so that an empty file (one caught half written, or
+// emptied by mistake) is refused rather than clearing every override.
 package overlay
 
 import (
@@ -71,16 +73,19 @@ func ParseFile(name string, src []byte) (Set, error) {
 	}
 	p := fileParser{name: name}
 	if len(doc.Content) == 0 {
-		return nil, nil // an empty file: the policy's numbers everywhere
+		return nil, fmt.Errorf("%s: %w: the file is empty (written half, or emptied by mistake?); `rules: {}` takes every number back to the policy's", name, ErrInvalid)
 	}
 	root := doc.Content[0]
 	top := p.mapping(root, "the file", "rules")
 	rules := top["rules"]
 	if rules == nil {
 		if len(p.errs) == 0 {
-			return nil, nil
+			p.errorf(root, "no rules: (`rules: {}` takes every number back to the policy's)")
 		}
 		return nil, p.err()
+	}
+	if rules.Kind == yaml.ScalarNode && rules.Tag == "!!null" {
+		return nil, nil // rules: with nothing: the policy's numbers everywhere
 	}
 	var set Set
 	for _, rn := range p.pairs(rules, "rules") {

@@ -54,8 +54,21 @@ func TestParseFile(t *testing.T) {
 	if !slices.Equal(set, want) {
 		t.Errorf("parsed\n%+v\nwant\n%+v", set, want)
 	}
-	if set, err := overlay.ParseFile("empty.yaml", []byte("# nothing changed\n")); err != nil || set != nil {
-		t.Errorf("an empty file: %v %v", set, err)
+	for _, src := range []string{"rules: {}\n", "# the policy's numbers\nrules:\n"} {
+		if set, err := overlay.ParseFile("none.yaml", []byte(src)); err != nil || set != nil {
+			t.Errorf("%q: %v %v; want no numbers, no error", src, set, err)
+		}
+	}
+	// A file with nothing in it is refused (a write caught half done would
+	// otherwise clear every override), and so is one without rules:.
+	for _, c := range []struct{ src, msg string }{
+		{"", "empty.yaml: numbers refused, none applied: the file is empty"},
+		{"# nothing changed\n", "the file is empty"},
+		{"{}\n", "empty.yaml:1:1: no rules:"},
+	} {
+		if set, err := overlay.ParseFile("empty.yaml", []byte(c.src)); err == nil || !errors.Is(err, overlay.ErrInvalid) || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("%q: %v %v; want refused with %q", c.src, set, err, c.msg)
+		}
 	}
 
 	for _, c := range []struct{ src, msg string }{
@@ -291,6 +304,55 @@ func TestFileWatch(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// TestWatchHalfWritten: Watch reads a file while it may be being written. A
+// content is applied only when two reads in a row find it, so a write caught
+// half done (here: emptied, then cut short in a way that still parses) is
+// never applied, and an empty file that stays empty is refused, not taken
+// for "every number back to the policy's". Each poll is one Watch with a
+// cancelled context: one read, no timing.
+func TestWatchHalfWritten(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "numbers.yaml")
+	write := func(src string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := limits.New()
+	f := overlay.NewFile(path, l.ApplyNumbers)
+	var reports []error
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	poll := func() { f.Watch(done, time.Hour, func(err error) { reports = append(reports, err) }) }
+	global := func() atomicbucket.Numbers { n, _ := l.Global.NumbersFor(); return n }
+	keyed := func() atomicbucket.Origin { _, o := l.PerEndpoint.NumbersFor(42); return o }
+
+	write("rules:\n  Global: {rate: 100/s, burst: 100}\n  PerEndpoint:\n    keys: {\"42\": {rate: 5/s, burst: 5}}\n")
+	if err := f.Reload(); err != nil || global() != per(100, time.Second, 100) || keyed() != atomicbucket.FromKeyOverride {
+		t.Fatalf("Reload: %v; Global %v, key 42 %v", err, global(), keyed())
+	}
+	write("") // truncated, before the new content is written
+	poll()
+	if global() != per(100, time.Second, 100) || keyed() != atomicbucket.FromKeyOverride || len(reports) != 0 {
+		t.Fatalf("an empty file read once: Global %v, key 42 %v, reports %v; want nothing changed, nothing said", global(), keyed(), reports)
+	}
+	poll() // still empty: refused, said once
+	if global() != per(100, time.Second, 100) || keyed() != atomicbucket.FromKeyOverride || len(reports) != 1 || !strings.Contains(reports[0].Error(), "the file is empty") {
+		t.Fatalf("an empty file read twice: Global %v, key 42 %v, reports %v; want it refused", global(), keyed(), reports)
+	}
+	write("rules:\n  Global: {rate: 200/s, burst: 200}\n") // cut short: PerEndpoint's key not yet written
+	poll()
+	write("rules:\n  Global: {rate: 200/s, burst: 200}\n  PerEndpoint:\n    keys: {\"42\": {rate: 5/s, burst: 5}}\n")
+	poll()
+	if global() != per(100, time.Second, 100) || keyed() != atomicbucket.FromKeyOverride {
+		t.Fatalf("two different contents in two reads: Global %v, key 42 %v; want neither applied", global(), keyed())
+	}
+	poll()
+	if global() != per(200, time.Second, 200) || keyed() != atomicbucket.FromKeyOverride || len(reports) != 1 {
+		t.Fatalf("the whole file read twice: Global %v, key 42 %v, reports %v; want it applied", global(), keyed(), reports)
+	}
 }
 
 // TestWatchWithoutReport: a Watch given no report logs a refused file with
