@@ -61,27 +61,46 @@ func hashOf(name string) string {
 	return name
 }
 
+// NumbersMarker is a field PutNumbers and DeleteNumbers keep in the numbers
+// hash, so that a hash whose rows were all deleted still exists: a hash that
+// is gone (a Redis restarted without its data, a deleted key) is then told
+// from one emptied on purpose, and Numbers keeps the numbers in force,
+// reporting it, rather than taking every number back to the policy's. It is
+// no row: no row's id may be it.
+const NumbersMarker = "~limitgen"
+
+// errMarkerID refuses a row id that is the marker's.
+var errMarkerID = fmt.Errorf("redisstore: %q is the numbers hash's marker, not a row id", NumbersMarker)
+
 // PutNumbers writes row id of the numbers hash (DefaultNumbersHash when
 // hash is empty) and tells its watchers, in one transaction.
 func PutNumbers(ctx context.Context, client redis.UniversalClient, hash, id string, row NumbersRow) error {
+	if id == NumbersMarker {
+		return errMarkerID
+	}
 	v, err := json.Marshal(row)
 	if err != nil {
 		return err
 	}
 	hash = hashOf(hash)
 	_, err = client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.HSet(ctx, hash, id, v)
+		p.HSet(ctx, hash, id, v, NumbersMarker, "1")
 		p.Publish(ctx, hash, id)
 		return nil
 	})
 	return err
 }
 
-// DeleteNumbers removes row id of the numbers hash and tells its watchers.
+// DeleteNumbers removes row id of the numbers hash and tells its watchers;
+// the hash stays, with its marker, when it was the last row.
 func DeleteNumbers(ctx context.Context, client redis.UniversalClient, hash, id string) error {
+	if id == NumbersMarker {
+		return errMarkerID
+	}
 	hash = hashOf(hash)
 	_, err := client.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		p.HDel(ctx, hash, id)
+		p.HSet(ctx, hash, NumbersMarker, "1")
 		p.Publish(ctx, hash, id)
 		return nil
 	})
@@ -92,11 +111,20 @@ func DeleteNumbers(ctx context.Context, client redis.UniversalClient, hash, id s
 // of their ids, each entry's position its field ("limitgen:numbers field
 // 7"). A row that does not parse is an error naming its field.
 func LoadNumbers(ctx context.Context, client redis.UniversalClient, hash string) (overlay.Set, error) {
+	set, _, err := loadNumbers(ctx, client, hash)
+	return set, err
+}
+
+// loadNumbers is LoadNumbers, and whether the hash exists (any field, the
+// marker included).
+func loadNumbers(ctx context.Context, client redis.UniversalClient, hash string) (overlay.Set, bool, error) {
 	hash = hashOf(hash)
 	all, err := client.HGetAll(ctx, hash).Result()
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: reading numbers hash %s: %w", hash, err)
+		return nil, false, fmt.Errorf("redisstore: reading numbers hash %s: %w", hash, err)
 	}
+	exists := len(all) > 0
+	delete(all, NumbersMarker)
 	ids := make([]string, 0, len(all))
 	for id := range all {
 		ids = append(ids, id)
@@ -131,9 +159,9 @@ func LoadNumbers(ctx context.Context, client redis.UniversalClient, hash string)
 		set = append(set, e)
 	}
 	if len(errs) > 0 {
-		return nil, fmt.Errorf("redisstore: %w: %w", overlay.ErrInvalid, errors.Join(errs...))
+		return nil, exists, fmt.Errorf("redisstore: %w: %w", overlay.ErrInvalid, errors.Join(errs...))
 	}
-	return set, nil
+	return set, exists, nil
 }
 
 // Numbers keeps a generated package's numbers equal to the numbers hash's
@@ -142,7 +170,9 @@ func LoadNumbers(ctx context.Context, client redis.UniversalClient, hash string)
 // Refresh as a safety net (pub/sub loses messages while a subscriber is
 // disconnected), until ctx is done. A hash that apply refuses (a bad row:
 // its error names it) leaves the numbers in force as they were, and so does
-// a lost connection; both go to Report.
+// a lost connection, and so does a hash that is gone after a reload found it
+// (NumbersMarker); each goes to Report, a gone hash at every reload until it
+// is written again.
 //
 // Instances sharing the server converge within the time a message takes to
 // arrive and the hash to be read (milliseconds); an instance that missed
@@ -162,9 +192,15 @@ func Numbers(ctx context.Context, client redis.UniversalClient, apply func(overl
 		}
 		opts.Report(err)
 	}
+	seen := false // a reload found the hash
 	reload := func() {
-		set, err := LoadNumbers(ctx, client, hash)
-		if err == nil {
+		set, exists, err := loadNumbers(ctx, client, hash)
+		switch {
+		case err != nil:
+		case !exists && seen:
+			err = fmt.Errorf("the hash is gone (a Redis restarted without its data, or its key deleted; rows deleted with DeleteNumbers leave its marker, %s)", NumbersMarker)
+		default:
+			seen = seen || exists
 			err = apply(set)
 		}
 		if err != nil {
