@@ -195,12 +195,13 @@ func Numbers(ctx context.Context, client redis.UniversalClient, apply func(overl
 	seen := false // a reload found the hash
 	reload := func() {
 		set, exists, err := loadNumbers(ctx, client, hash)
+		gone := err == nil && !exists && seen
+		seen = seen || exists // a hash with a bad row was found too
 		switch {
 		case err != nil:
-		case !exists && seen:
+		case gone:
 			err = fmt.Errorf("the hash is gone (a Redis restarted without its data, or its key deleted; rows deleted with DeleteNumbers leave its marker, %s)", NumbersMarker)
 		default:
-			seen = seen || exists
 			err = apply(set)
 		}
 		if err != nil {
