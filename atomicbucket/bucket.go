@@ -23,6 +23,7 @@ type Bucket struct {
 	anchor  int64                      // interval rules: the grid anchor in ns since epoch (the bucket's creation, or the rule's aligned anchor)
 	rule    Rule
 	changes sync.Mutex       // serialises changes of numbers; never taken by a check
+	env     *envelope        // the envelope of every number the bucket has had (numbers.go); nil before the first change; under changes
 	_       cpu.CacheLinePad // and off the line of whatever follows it
 }
 

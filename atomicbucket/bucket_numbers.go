@@ -142,16 +142,20 @@ func (b *Bucket) change(now int64, n *numbers, c Carry) {
 	var tat int64
 	for {
 		tat = w.Load()
-		if w.CompareAndSwap(tat, dead) {
+		if w.CompareAndSwap(tat, moved) {
 			break
 		}
 	}
 	n.since = now
+	if b.env == nil {
+		b.env = envelopeOf(b.rule.limit)
+	}
+	b.env = b.env.widen(n.rule.limit)
 	o := &bucketWord{n: n}
 	if fresh {
 		o.tat.Store(n.rule.fresh(now, b.anchor))
 	} else {
-		o.tat.Store(convertWord(from, &n.rule, tat, b.anchor, now, c))
+		o.tat.Store(convertWord(from, &n.rule, b.env, tat, b.anchor, now, c))
 	}
 	b.over.Store(o)
 }

@@ -3,6 +3,7 @@ package atomicbucket
 import (
 	"fmt"
 	"math/big"
+	"math/bits"
 	"sync/atomic"
 	"time"
 )
@@ -16,7 +17,8 @@ import (
 // policy's, the numbers set for the whole table (SetNumbersAt), or a key's own
 // (Table.SetKeyNumbersAt). A change moves every existing bucket to the new
 // numbers by an exact conversion at the moment of the change (see Carry):
-// never reset to full, never judged by the numbers it replaced.
+// never reset to full, never judged by the numbers it replaced, never given
+// tokens by a cut and a restore.
 type Numbers struct {
 	Tokens int64         // tokens added per Period; at least 1
 	Period time.Duration // at least 1ns; an interval rule's must be its policy's
@@ -34,15 +36,29 @@ func NumbersOf(l Limit) Numbers { return Numbers{Tokens: l.Tokens, Period: l.Per
 // Carry says how a change of numbers carries the tokens a bucket holds at
 // the moment of the change into the new numbers. Whatever the choice, the
 // result is clamped to the new burst, the fraction of a token that the new
-// units cannot hold is dropped (a change never adds tokens), a bucket in debt
-// (reservations ahead of time) carries its debt, and a full bucket stays full:
-// a full bucket is the same as none (tables reclaim them), and a key without
-// a bucket gets the new burst.
+// units cannot hold is dropped, and a bucket in debt (reservations taken
+// ahead of time) holds no tokens to carry: it keeps its debt, in tokens, under
+// every choice (proportional does not scale it, additive does not pay it).
+// A key without a bucket gets the new numbers' initial tokens (the burst,
+// unless the policy gives the rule an initial count, then at most that).
+//
+// Full stays full only when it is safe: a bucket full by its numbers is full
+// by the new ones once a bucket with the largest burst and the fastest rate
+// the table or bucket has had would be full too (after a cut, once it has been
+// idle long enough to refill the burst it lacks); until then it holds its
+// burst, carried like any other count. So with CarryAsIs, whatever numbers
+// come and go, a bucket never holds more than a bucket that had those largest
+// numbers all along and took the same requests; in particular, cutting numbers
+// and restoring them never leaves a bucket fuller than no change would have.
+// CarryProportional and CarryAdditive give tokens when a burst grows, by their
+// definition, including when it grows back after a cut: choose them only
+// where that is meant.
 type Carry uint8
 
 const (
 	// CarryAsIs keeps the tokens held: a bucket with 30 tokens has 30 under the
-	// new numbers (at most the new burst). The default, and the conversion a
+	// new numbers (at most the new burst). The default, the one ApplyNumbers,
+	// ScaleNumbers and the adaptive controller use, and the conversion a
 	// shared rule's store makes during a rolling deploy.
 	CarryAsIs Carry = iota
 	// CarryProportional keeps the fraction of the burst held: 30 of 50 becomes
@@ -144,22 +160,26 @@ type numbers struct {
 	since  int64 // ns: when it was installed
 	origin Origin
 	// carryIn is how a bucket of the key's former numbers carries into a
-	// key's own (FromKeyOverride).
+	// key's own (FromKeyOverride); env is the envelope as of then.
 	carryIn Carry
+	env     *envelope
 	succ    atomic.Pointer[succession]
 }
 
-// succession is what replaced an installation: to, from at (ns), carrying tokens by carry.
+// succession is what replaced an installation: to, from at (ns), carrying
+// tokens by carry, with env the envelope as of then (a bucket converted later
+// is converted as it would have been at the change).
 type succession struct {
 	to    *numbers
 	at    int64
 	carry Carry
+	env   *envelope
 }
 
 // supersede records that n was replaced by to at at; an installation is
 // replaced once.
-func (n *numbers) supersede(to *numbers, at int64, carry Carry) {
-	n.succ.Store(&succession{to: to, at: at, carry: carry})
+func (n *numbers) supersede(to *numbers, at int64, carry Carry, env *envelope) {
+	n.succ.Store(&succession{to: to, at: at, carry: carry, env: env})
 }
 
 // Numbers is the installation's numbers.
@@ -174,21 +194,30 @@ func ratOf(v int64) *big.Rat { return new(big.Rat).SetInt64(v) }
 // carried by carry and clamped to b's burst, become b's word at at. Whole
 // units only: the part of a token b's units cannot hold is dropped (rounded
 // towards fewer tokens), and a debt beyond b's reservation horizon is held at
-// it. Both rules have the same refill and, for interval rules, the same
-// period, hence the same anchor.
-func convertWord(a, b *Rule, tat, anchor, at int64, carry Carry) int64 {
+// it. A bucket in debt (reservations ahead of time) holds no tokens to carry:
+// it keeps its debt, in tokens, under every carry. A bucket full by a's
+// numbers is full by b's, since the moment it became full, when it is full for
+// the envelope e (fullFor); otherwise it holds a's burst, carried like any
+// other count. Both rules have
+// the same refill and, for interval rules, the same period, hence the same
+// anchor.
+func convertWord(a, b *Rule, e *envelope, tat, anchor, at int64, carry Carry) int64 {
 	at = min(max(at, 0), int64(MaxUptime))
 	nowA, nowB := a.units(at, anchor), b.units(at, anchor)
 	owedA := max(tat-nowA, 0)
-	if owedA == 0 {
-		return nowB // full stays full, as a key without a bucket is
+	if owedA == 0 && a.fullFor(e, tat, anchor, at) {
+		// Full stays full, as a key without a bucket is, and full since the
+		// moment it was: a change does not move it (which reclaiming, and
+		// the next change's fullFor, read).
+		return min(b.units(a.fullAt(tat, anchor), anchor), nowB)
 	}
 	// held = (tauA − owedA) / emitA tokens: exact as a rational.
 	held := new(big.Rat).SetFrac(big.NewInt(a.tau-owedA), big.NewInt(a.emit))
-	switch carry {
-	case CarryProportional:
+	switch {
+	case held.Sign() <= 0: // debt is carried as it is
+	case carry == CarryProportional:
 		held.Mul(held, big.NewRat(b.burst, a.burst))
-	case CarryAdditive:
+	case carry == CarryAdditive:
 		if grow := b.burst - a.burst; grow > 0 {
 			held.Add(held, ratOf(grow))
 		}
@@ -208,4 +237,81 @@ func convertWord(a, b *Rule, tat, anchor, at int64, carry Carry) int64 {
 		owed = limit
 	}
 	return nowB + owed.Int64()
+}
+
+// envelope is the largest numbers a table or a bucket has had in force since
+// its first change: the largest burst and the fastest rate, each taken from
+// whichever installation had it. A bucket under changing numbers never holds
+// more than a bucket that had the envelope's numbers all along and took the
+// same requests (the no-minting invariant, TestChangesNeverMint): a change
+// never adds tokens, and a bucket that is full by its numbers counts as full
+// by the envelope's (full stays full across a change, and a table may reclaim
+// it) only once an envelope bucket would surely be full too (settled).
+type envelope struct {
+	burst  int64 // the largest burst
+	tokens int64 // the fastest rate: tokens per period
+	period int64 // ns
+}
+
+// envelopeOf is the envelope of one limit's numbers.
+func envelopeOf(l Limit) *envelope {
+	return &envelope{burst: l.Burst, tokens: l.Tokens, period: int64(l.Period)}
+}
+
+// widen is e with l's numbers taken in; e may be nil (nothing yet).
+func (e *envelope) widen(l Limit) *envelope {
+	if e == nil {
+		return envelopeOf(l)
+	}
+	w := *e
+	w.burst = max(w.burst, l.Burst)
+	// l is faster iff l.Tokens/l.Period > w.tokens/w.period.
+	ah, al := bits.Mul64(uint64(l.Tokens), uint64(w.period))
+	bh, bl := bits.Mul64(uint64(w.tokens), uint64(l.Period))
+	if ah > bh || ah == bh && al > bl {
+		w.tokens, w.period = l.Tokens, int64(l.Period)
+	}
+	return &w
+}
+
+// settled is how long (ns) after a bucket of burst b became full a bucket of
+// the envelope's numbers that took the same requests is surely full too: the
+// time the envelope's rate takes to add the burst b lacks of the envelope's
+// (whole periods for an interval rule, whose envelope keeps the period). Why
+// that suffices: from the bucket's last take to the moment it became full,
+// the envelope bucket gained at least what it did (a faster rate, a higher
+// cap), so it held at least b then; after that it gains at the envelope's
+// rate. 0 when b is the envelope's burst; MaxUptime when it does not fit.
+func (e *envelope) settled(b int64, interval bool) int64 {
+	if e == nil || b >= e.burst {
+		return 0
+	}
+	lack := uint64(e.burst - b)
+	if interval {
+		periods := (lack + uint64(e.tokens) - 1) / uint64(e.tokens)
+		hi, lo := bits.Mul64(periods, uint64(e.period))
+		if hi != 0 || lo > uint64(MaxUptime) {
+			return int64(MaxUptime)
+		}
+		return int64(lo)
+	}
+	hi, lo := bits.Mul64(lack, uint64(e.period))
+	if hi >= uint64(e.tokens) {
+		return int64(MaxUptime)
+	}
+	q, rem := bits.Div64(hi, lo, uint64(e.tokens))
+	if rem != 0 {
+		q++
+	}
+	return int64(min(q, uint64(MaxUptime)))
+}
+
+// fullFor reports whether a bucket of rule r holding tat is full at time at
+// (ns) for the purposes of a change and of reclaiming: full by r, and, once
+// the numbers have changed (e not nil), settled by the envelope.
+func (r *Rule) fullFor(e *envelope, tat, anchor, at int64) bool {
+	if tat > r.units(at, anchor) {
+		return false
+	}
+	return e == nil || r.burst >= e.burst || r.fullAt(tat, anchor)+e.settled(r.burst, r.mode != modeGreedy) <= at
 }

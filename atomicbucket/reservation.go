@@ -26,6 +26,7 @@ type Reservation struct {
 	rule   *Rule
 	anchor int64
 	owner  *reclaimer // the table of a keyed bucket, told when a cancel fills it; nil for a Bucket
+	nums   *numbers   // a table's: the numbers the units were taken in (a Bucket's word is moved when they change)
 }
 
 // At is the time at which the holder may act.
@@ -34,6 +35,10 @@ func (r *Reservation) At() Time { return r.at }
 // Cancel gives the reserved tokens back if the holder has not reached its time
 // to act (now < At) and reports whether it did. Once the time to act has come the
 // tokens count as used and Cancel does nothing; a second Cancel does nothing.
+// After a change of the numbers in force for the bucket (SetNumbersAt,
+// SetKeyNumbersAt, ClearNumbersAt and the like) the tokens are carried into the
+// new numbers with the rest of the bucket: Cancel gives nothing back and
+// returns false.
 func (r *Reservation) Cancel() bool { return r.CancelAt(Now()) }
 
 // CancelAt is Cancel at time now.
@@ -41,12 +46,18 @@ func (r *Reservation) CancelAt(now Time) bool {
 	if !r.OK || r.word == nil || now >= r.at {
 		return false
 	}
-	giveBack(r.word, r.rule.units(clampNow(now), r.anchor), r.inc)
-	if r.owner != nil {
+	if r.nums != nil && r.nums.succ.Load() != nil {
+		r.word = nil // carried into the numbers that replaced them
+		return false
+	}
+	found := giveBackWord(r.word, r.rule.units(clampNow(now), r.anchor), r.inc)
+	if found >= 0 && r.owner != nil {
 		r.owner.filled(r.rule, r.word.Load(), r.anchor)
 	}
 	r.word = nil
-	return true
+	// A bucket swept since was full: the tokens were spent, and the
+	// reservation is cancelled all the same.
+	return found != moved
 }
 
 // immediate is the reservation that holds no tokens for later: d's admission at

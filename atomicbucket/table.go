@@ -96,6 +96,20 @@ type reclaimer struct {
 	// is how long after it the next may start (MaxKeys × CapSweepSpacing).
 	capSwept   atomic.Int64
 	capSpacing int64
+	// env is nil until the table's numbers first change; then the envelope of
+	// every number it has had (numbers.go): a bucket counts as full, to be
+	// reclaimed, once it is full for it (Rule.fullFor).
+	env atomic.Pointer[envelope]
+}
+
+// widen takes l, numbers being installed, into the envelope; base is the
+// table's own numbers. Callers hold the table's change lock.
+func (c *reclaimer) widen(base, l Limit) {
+	e := c.env.Load()
+	if e == nil {
+		e = envelopeOf(base)
+	}
+	c.env.Store(e.widen(l))
 }
 
 // filled lowers next to the time a bucket holding tat becomes reclaimable.
@@ -103,7 +117,7 @@ func (c *reclaimer) filled(r *Rule, tat, anchor int64) {
 	if tat < 0 {
 		return // dead: swept meanwhile
 	}
-	at := r.fullAt(tat, anchor) + int64(SweepGrace)
+	at := r.fullAt(tat, anchor) + int64(SweepGrace) + c.env.Load().settled(r.burst, r.mode != modeGreedy)
 	for {
 		old := c.next.Load()
 		if at >= old || c.next.CompareAndSwap(old, at) {
@@ -523,7 +537,7 @@ func (t *Table[K]) ReserveAt(key K, now Time, cost int64, maxWait time.Duration)
 			continue
 		}
 		if res, alive := t.rule.reserve(&s.tat, n, s.anchor, cost, maxWait); alive {
-			res.owner = &t.reclaim
+			res.owner, res.nums = &t.reclaim, &t.base
 			return res
 		}
 		retry()
@@ -569,6 +583,7 @@ func (t *Table[K]) SweepAt(now Time) int {
 func (t *Table[K]) sweepHeld(now int64) int {
 	defer t.reclaim.sweeping.Store(false)
 	graced := max(now-int64(SweepGrace), 0)
+	env := t.reclaim.env.Load()
 	removed := 0
 	t.reclaim.next.Store(math.MaxInt64)
 	t.m.Range(func(key K, s *slot) bool {
@@ -585,7 +600,7 @@ func (t *Table[K]) sweepHeld(now int64) int {
 			return true
 		}
 		r := &n.rule
-		if !r.fullBy(tat, graced, s.anchor) {
+		if !r.fullFor(env, tat, s.anchor, graced) {
 			t.reclaim.filled(r, tat, s.anchor)
 			return true
 		}
@@ -594,7 +609,7 @@ func (t *Table[K]) sweepHeld(now int64) int {
 				return cur, !loaded // gone, or replaced by a new bucket: leave it
 			}
 			tat := s.tat.Load()
-			if !r.fullBy(tat, graced, s.anchor) || !s.tat.CompareAndSwap(tat, dead) {
+			if !r.fullFor(env, tat, s.anchor, graced) || !s.tat.CompareAndSwap(tat, dead) {
 				t.reclaim.filled(r, s.tat.Load(), s.anchor) // in use again
 				return cur, false
 			}
@@ -609,11 +624,6 @@ func (t *Table[K]) sweepHeld(now int64) int {
 	}
 	t.reclaim.sweepAt.Store(max(2*t.keys.Load(), AutoSweepMin))
 	return removed
-}
-
-// fullBy reports whether a bucket holding tat was full at time t (ns).
-func (r *Rule) fullBy(tat, t, anchor int64) bool {
-	return tat <= r.units(t, anchor)
 }
 
 // RunSweeper calls Sweep every interval (DefaultSweepInterval when interval is

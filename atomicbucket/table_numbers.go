@@ -94,17 +94,17 @@ func (t *Table[K]) settle(key K) {
 			if w < 0 {
 				return cur, false // dead: being removed by whoever killed it, under this lock
 			}
-			if cur.tat.CompareAndSwap(w, dead) {
+			if cur.tat.CompareAndSwap(w, moved) {
 				break
 			}
 		}
 		n = from
 		for _, s := range chain {
-			w = convertWord(&n.rule, &s.to.rule, w, cur.anchor, s.at, s.carry)
+			w = convertWord(&n.rule, &s.to.rule, s.env, w, cur.anchor, s.at, s.carry)
 			n = s.to
 		}
 		if own != nil {
-			w = convertWord(&n.rule, &own.rule, w, cur.anchor, own.since, own.carryIn)
+			w = convertWord(&n.rule, &own.rule, own.env, w, cur.anchor, own.since, own.carryIn)
 			n = own
 		}
 		next := &slot{anchor: cur.anchor, nums: n}
@@ -248,7 +248,7 @@ func (t *Table[K]) reserveOver(ov *overlay[K], key K, now Time, cost int64, maxW
 			return immediate(Decision{RetryAfter: time.Duration(next - n)}, now)
 		}
 		if res, alive := r.reserve(&s.tat, n, s.anchor, cost, maxWait); alive {
-			res.owner = &t.reclaim
+			res.owner, res.nums = &t.reclaim, nm
 			return res
 		}
 		retry()
@@ -298,8 +298,9 @@ func (t *Table[K]) setPlan(now int64, n *numbers, c Carry) {
 func (t *Table[K]) setPlanHeld(now int64, n *numbers, c Carry) {
 	old := t.overlayHeld()
 	n.since = now
+	t.reclaim.widen(t.rule.limit, n.rule.limit)
 	t.ov.Store(&overlay[K]{plan: n, keys: old.keys})
-	old.plan.supersede(n, now, c)
+	old.plan.supersede(n, now, c, t.reclaim.env.Load())
 }
 
 // SetKeyNumbersAt gives key numbers of its own, from now on, whatever the
@@ -314,13 +315,14 @@ func (t *Table[K]) SetKeyNumbersAt(now Time, key K, n Numbers, c Carry) error {
 	t.changes.Lock()
 	defer t.changes.Unlock()
 	old := t.overlayHeld()
-	nk := &numbers{rule: r, since: at, origin: FromKeyOverride, carryIn: c}
+	t.reclaim.widen(t.rule.limit, r.limit)
+	nk := &numbers{rule: r, since: at, origin: FromKeyOverride, carryIn: c, env: t.reclaim.env.Load()}
 	if old.keys == nil { // the first key with numbers of its own
 		keys := xsync.NewMapOf[K, *numbers]()
 		keys.Store(key, nk)
 		t.ov.Store(&overlay[K]{plan: old.plan, keys: keys})
 	} else if prev, ok := old.keys.LoadAndStore(key, nk); ok {
-		prev.supersede(nk, at, c)
+		prev.supersede(nk, at, c, nk.env)
 	}
 	t.settle(key)
 	return nil
@@ -341,7 +343,7 @@ func (t *Table[K]) ClearKeyNumbersAt(now Time, key K, c Carry) {
 	if !ok {
 		return
 	}
-	prev.supersede(old.plan, at, c)
+	prev.supersede(old.plan, at, c, t.reclaim.env.Load())
 	t.settle(key)
 }
 

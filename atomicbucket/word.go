@@ -20,6 +20,10 @@ import (
 // dead is the word a sweep leaves in a bucket it removes from its table.
 const dead int64 = -1
 
+// moved is the word a change of numbers leaves in a bucket it carries into
+// new numbers (a new word): dead too, but what it held lives on, converted.
+const moved int64 = -2
+
 // Never is the RetryAfter of a request that can never be allowed: its cost is
 // negative or exceeds the burst.
 const Never = time.Duration(math.MaxInt64)
@@ -50,13 +54,19 @@ func advance(w *atomic.Int64, now, inc, bound int64) (tat int64, ok bool) {
 // left as it is; alive is false for a dead one (swept, or converted to other
 // numbers: the caller may look for its successor).
 func giveBack(w *atomic.Int64, now, inc int64) (alive bool) {
+	return giveBackWord(w, now, inc) >= 0
+}
+
+// giveBackWord is giveBack returning the word it found: negative (dead or
+// moved) when it gave nothing back for that reason.
+func giveBackWord(w *atomic.Int64, now, inc int64) int64 {
 	for {
 		old := w.Load()
 		if old <= now { // full (old ≥ 0) or dead (old < 0): nothing to give back
-			return old >= 0
+			return old
 		}
 		if w.CompareAndSwap(old, max(old-inc, now)) {
-			return true
+			return old
 		}
 	}
 }

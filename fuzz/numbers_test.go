@@ -130,12 +130,55 @@ type changing struct {
 	limit map[*reference.Reference]atomicbucket.Limit
 	// single: one bucket (key ""), made at start, its grid anchored there.
 	single bool
+	// The envelope: the largest burst and the fastest rate (tokens per
+	// period) of every number installed so far, the policy's included.
+	maxBurst           int64
+	fastTokens, fastNs int64
+}
+
+// widen takes l into the envelope.
+func (c *changing) widen(l atomicbucket.Limit) {
+	c.maxBurst = max(c.maxBurst, l.Burst)
+	if c.fastNs == 0 || big.NewRat(l.Tokens, int64(l.Period)).Cmp(big.NewRat(c.fastTokens, c.fastNs)) > 0 {
+		c.fastTokens, c.fastNs = l.Tokens, int64(l.Period)
+	}
+}
+
+// settledFull reports whether key's bucket in from, full at t, counts as full
+// for a change at t: its burst is the envelope's, or the envelope's rate has
+// had time since it became full to add what its burst lacks (whole periods
+// under interval refill), so a bucket with the envelope's numbers would be
+// full too.
+func (c *changing) settledFull(key string, from *reference.Reference, lf atomicbucket.Limit, t int64) bool {
+	if lf.Burst >= c.maxBurst {
+		return true
+	}
+	full, _ := from.FullFrom(key)
+	lack := big.NewRat(c.maxBurst-lf.Burst, 1)
+	var wait *big.Rat
+	if lf.Refill == atomicbucket.Interval {
+		periods := new(big.Rat).Quo(lack, big.NewRat(c.fastTokens, 1))
+		wait = new(big.Rat).Mul(ceil(periods), big.NewRat(c.fastNs, 1))
+	} else {
+		wait = ceil(new(big.Rat).Mul(lack, big.NewRat(c.fastNs, c.fastTokens)))
+	}
+	return new(big.Rat).Add(big.NewRat(full, 1), wait).Cmp(big.NewRat(t, 1)) <= 0
+}
+
+// ceil is the least integer ≥ x, as a rational.
+func ceil(x *big.Rat) *big.Rat {
+	q, m := new(big.Int).DivMod(x.Num(), x.Denom(), new(big.Int))
+	if m.Sign() != 0 {
+		q.Add(q, big.NewInt(1))
+	}
+	return new(big.Rat).SetInt(q)
 }
 
 func newChanging(rule *atomicbucket.Rule, single bool, start int64) *changing {
 	c := &changing{rule: rule, keys: map[string]*reference.Reference{},
 		limit: map[*reference.Reference]atomicbucket.Limit{}, single: single}
 	c.plan = c.ref(rule.Limit())
+	c.widen(rule.Limit())
 	if single {
 		c.plan.Create("", start)
 	}
@@ -185,11 +228,16 @@ func (c *changing) move(key string, from, to *reference.Reference, t int64, carr
 	if !ok {
 		return
 	}
-	from.Forget(key)
 	lf, lt := c.limit[from], c.limit[to]
+	settled := held.Cmp(big.NewRat(lf.Burst, 1)) >= 0 && c.settledFull(key, from, lf, t)
+	fullFrom, _ := from.FullFrom(key)
+	from.Forget(key)
 	switch {
-	case held.Cmp(big.NewRat(lf.Burst, 1)) >= 0:
-		held = big.NewRat(lt.Burst, 1) // full stays full
+	case settled:
+		// Full stays full, since the moment it became full.
+		to.Place(key, fullFrom, big.NewRat(lt.Burst, 1), grain(lt), anchor)
+		return
+	case held.Sign() <= 0: // debt is carried as it is
 	case carry == atomicbucket.CarryProportional:
 		held.Mul(held, big.NewRat(lt.Burst, lf.Burst))
 	case carry == atomicbucket.CarryAdditive && lt.Burst > lf.Burst:
@@ -207,6 +255,7 @@ func (c *changing) limitWith(n atomicbucket.Numbers) atomicbucket.Limit {
 }
 
 func (c *changing) setPlan(l atomicbucket.Limit, t int64, carry atomicbucket.Carry) {
+	c.widen(l)
 	old := c.plan
 	c.plan = c.ref(l)
 	for _, k := range old.Keys() {
@@ -215,6 +264,7 @@ func (c *changing) setPlan(l atomicbucket.Limit, t int64, carry atomicbucket.Car
 }
 
 func (c *changing) setKey(key string, l atomicbucket.Limit, t int64, carry atomicbucket.Carry) {
+	c.widen(l)
 	old := c.of(key)
 	c.keys[key] = c.ref(l)
 	c.move(key, old, c.keys[key], t, carry)

@@ -418,43 +418,55 @@ func (a *Applier) Apply(s Set) error {
 	return a.commit(eff)
 }
 
-// commit makes want the numbers in force: what the Applier put in force
-// before and want does not give is cleared (keys first), then what differs
-// is set.
+// commit makes want the numbers in force, converting every bucket directly
+// from the numbers in force for it before to those after, never through
+// others on the way: keys given numbers of their own (or new ones) first,
+// while the rule's numbers they leave are still in force; then the rules'
+// and plans' numbers, set or cleared; then keys whose own numbers go, into the
+// rule's numbers now in force. Each key's numbers change once, so a check
+// meanwhile is judged by its numbers before or after the Set, never by the
+// policy's or a plan's on the way.
 func (a *Applier) commit(want map[at]atomicbucket.Numbers) error {
 	want = maps.Clone(want) // what fails to be set is taken out
-	var gone []at
+	var keysSet, plans, keysGone []at
+	for k, n := range want {
+		if old, ok := a.applied[k]; ok && old == n {
+			continue
+		}
+		if k.hasKey {
+			keysSet = append(keysSet, k)
+		} else {
+			plans = append(plans, k)
+		}
+	}
 	for k := range a.applied {
-		if _, ok := want[k]; !ok {
-			gone = append(gone, k)
+		if _, ok := want[k]; ok {
+			continue
+		}
+		if k.hasKey {
+			keysGone = append(keysGone, k)
+		} else {
+			plans = append(plans, k)
 		}
 	}
 	order := func(x, y at) int {
-		// keys first, then plans; by rule, plan, key
-		if x.hasKey != y.hasKey {
-			if x.hasKey {
-				return -1
-			}
-			return 1
-		}
 		return cmp.Or(strings.Compare(x.rule, y.rule), cmp.Compare(x.plan, y.plan), strings.Compare(x.key, y.key))
 	}
-	slices.SortFunc(gone, order)
-	for _, k := range gone {
-		a.p.Rules[k.rule].Clear(k.plan, keyOf(k))
-	}
-	var set []at
-	for k, n := range want {
-		if old, ok := a.applied[k]; !ok || old != n {
-			set = append(set, k)
-		}
-	}
-	slices.SortFunc(set, order)
+	slices.SortFunc(keysSet, order)
+	slices.SortFunc(plans, order)
+	slices.SortFunc(keysGone, order)
 	var errs []error
-	for _, k := range set {
-		if err := a.p.Rules[k.rule].Set(k.plan, keyOf(k), want[k]); err != nil {
-			errs = append(errs, err)
-			delete(want, k)
+	for _, step := range [][]at{keysSet, plans, keysGone} {
+		for _, k := range step {
+			n, ok := want[k]
+			if !ok {
+				a.p.Rules[k.rule].Clear(k.plan, keyOf(k))
+				continue
+			}
+			if err := a.p.Rules[k.rule].Set(k.plan, keyOf(k), n); err != nil {
+				errs = append(errs, err)
+				delete(want, k)
+			}
 		}
 	}
 	a.applied = want

@@ -451,6 +451,18 @@ func (r *Reference) Rebase(key string, t int64, held, grain *big.Rat) {
 	r.learn(s)
 }
 
+// FullFrom is the first time (ns) at which key's bucket is full with no other
+// traffic; ok is false when the key has no bucket.
+func (r *Reference) FullFrom(key string) (at int64, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.keys[key]
+	if s == nil {
+		return 0, false
+	}
+	return r.fullFrom(s), true
+}
+
 // Held is what key's bucket holds at t and where its grid is anchored; ok is
 // false when the key has no bucket.
 func (r *Reference) Held(key string, t int64) (held *big.Rat, anchor int64, ok bool) {

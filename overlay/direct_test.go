@@ -1,0 +1,53 @@
+package overlay_test
+
+import (
+	"testing"
+	"time"
+
+	limits "github.com/limitgen/limitgen/generated"
+	"github.com/limitgen/limitgen/overlay"
+)
+
+// A Set that moves a key between the rule's numbers and its own converts its
+// bucket directly from the numbers in force before to those in force after,
+// never through the policy's or the previous Set's on the way (which, with a
+// smaller burst there, clamped the bucket, and, when that made it full, gave
+// it the whole new burst: 190 admitted at once on burst 100 in the outside
+// check). PerEndpoint's policy numbers are 1000/min, burst 200; the Sets' rate
+// of 1 an hour adds nothing while the test runs.
+func TestApplyConvertsDirectly(t *testing.T) {
+	hourly := func(burst int64, key bool) overlay.Entry {
+		e := overlay.Entry{Rule: "PerEndpoint", Numbers: per(1, time.Hour, burst), Pos: "t"}
+		if key {
+			e.Key, e.HasKey = "7", true
+		}
+		return e
+	}
+	for _, c := range []struct {
+		name          string
+		before, after overlay.Set
+		want          int64 // key 7's tokens after the second Set, having spent 10 under the first
+	}{
+		{"key entry added, rule entry dropped", overlay.Set{hourly(500, false)}, overlay.Set{hourly(500, true)}, 490},
+		{"key entry added, rule entry changed", overlay.Set{hourly(500, false)}, overlay.Set{hourly(5, false), hourly(300, true)}, 300},
+		{"key entry dropped, rule entry changed", overlay.Set{hourly(5, false), hourly(100, true)}, overlay.Set{hourly(100, false)}, 90},
+		{"both changed", overlay.Set{hourly(500, false), hourly(500, true)}, overlay.Set{hourly(400, false), hourly(450, true)}, 450},
+		{"key entry dropped, rule entry dropped", overlay.Set{hourly(5, false), hourly(300, true)}, nil, 200},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := limits.New()
+			if err := l.ApplyNumbers(c.before); err != nil {
+				t.Fatal(err)
+			}
+			if d := l.PerEndpoint.AllowN(7, 10); !d.Allowed {
+				t.Fatalf("10 refused on a fresh bucket: %+v", d)
+			}
+			if err := l.ApplyNumbers(c.after); err != nil {
+				t.Fatal(err)
+			}
+			if got := l.PerEndpoint.Peek(7, 0).Remaining; got != c.want {
+				t.Errorf("after the second Set key 7 holds %d, want %d", got, c.want)
+			}
+		})
+	}
+}
