@@ -62,6 +62,7 @@ var structural = []string{
 	"rule_without_name", "rule_name_not_identifier", "rate_not_a_rate", "rate_given_twice", "no_rate",
 	"burst_zero", "no_burst", "cost_zero", "bad_refill", "bad_key_type", "bad_at_cap", "tier_rule_twice",
 	"tier_without_rules", "many_problems_at_once", "rate_negative",
+	"burst_negative", "cost_negative", "max_keys_negative", "plan_burst_negative",
 }
 
 // TestStructuralErrorsFailSchema: the schema catches the structural mistakes

@@ -293,7 +293,7 @@ func (p *parser) grpcEntry(n *yaml.Node, ordinal int, m *model.Model, g *model.G
 		r.MissingBodies = append(r.MissingBodies, "the call has no key for rule "+rule.Name+": "+what+" reads it from "+strings.Join(from, ", then "))
 	}
 	if v := f["cost"]; v != nil {
-		valid = p.grpcCost(v, &r, what) && valid
+		valid = p.grpcCost(v, &r, m, what) && valid
 	}
 	r.PolicyLists = policyLists(m, r.Rules)
 	return r, valid
@@ -313,9 +313,12 @@ func describeGRPCSource(s model.KeySource) string {
 
 // grpcCost reads an entry's cost: a number, or {from: metadata:name, default,
 // max}.
-func (p *parser) grpcCost(n *yaml.Node, r *model.Route, what string) bool {
+func (p *parser) grpcCost(n *yaml.Node, r *model.Route, m *model.Model, what string) bool {
 	if n.Kind == yaml.ScalarNode {
 		c, ok := p.int(n, what, "cost", 1)
+		if ok && !p.costAdmitted(n, m, r, what, "cost", c) {
+			return false
+		}
 		if ok {
 			r.CostKind, r.CostFixed = "fixed", c
 		}
@@ -344,6 +347,13 @@ func (p *parser) grpcCost(n *yaml.Node, r *model.Route, what string) bool {
 	}
 	if d > x {
 		p.errorf(def, "%s: cost default %d is above max %d", what, d, x)
+		return false
+	}
+	if !p.costAdmitted(def, m, r, what, "cost default", d) {
+		return false
+	}
+	if top, plan := routeBurst(m, r, false); x > top {
+		p.errorf(most, "%s: cost max %d: no call can cost more than %d here (the burst%s), so a declared cost above it is refused for good, not limited; lower max to %d", what, x, top, plan, top)
 		return false
 	}
 	r.CostFixed, r.CostMax = d, x

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"go/token"
+	"math/big"
 	"net/http"
 	"net/netip"
 	"regexp"
@@ -163,6 +164,12 @@ func (p *parser) clientIP(n *yaml.Node, door string) model.ClientIP {
 	f, _ := p.mapping(n, clientIPFields, door+": client_ip")
 	var c model.ClientIP
 	if v := f["trusted_proxies"]; v != nil {
+		var nets []netip.Prefix
+		defer func() {
+			if fam := coversAll(nets); fam != "" {
+				p.errorf(v, "%s: trusted_proxies trust every %s address: any client could then send X-Forwarded-For (or Forwarded) and pick its own ip key; list only your proxies' networks (a load balancer's subnet, such as 10.0.0.0/8, 172.16.0.0/12, 192.168.0.0/16 or fc00::/7 for private ones)", door, fam)
+			}
+		}()
 		for _, item := range p.sequence(v, "http: client_ip: trusted_proxies") {
 			pfx, err := netip.ParsePrefix(item.Value)
 			if err != nil {
@@ -177,6 +184,7 @@ func (p *parser) clientIP(n *yaml.Node, door string) model.ClientIP {
 				p.errorf(item, door+": trusted proxy %q is an IPv4-mapped network; write it as IPv4 (requests are keyed by unmapped addresses)", item.Value)
 			default:
 				c.TrustedProxies = append(c.TrustedProxies, pfx.Masked().String())
+				nets = append(nets, pfx.Masked())
 			}
 		}
 	}
@@ -203,6 +211,39 @@ func (p *parser) clientIP(n *yaml.Node, door string) model.ClientIP {
 	}
 	c.IPv6Prefix, c.IPv4Prefix = bits("ipv6_prefix", 128), bits("ipv4_prefix", 32)
 	return c
+}
+
+// coversAll is "IPv4" or "IPv6" when nets together hold every address of that
+// family (0.0.0.0/0, or 0.0.0.0/1 with 128.0.0.0/1, ...), "" otherwise. Two
+// prefixes are nested or disjoint, so the family is covered when the outermost
+// ones add up to its whole space.
+func coversAll(nets []netip.Prefix) string {
+	for _, fam := range []struct {
+		name string
+		bits int
+	}{{"IPv4", 32}, {"IPv6", 128}} {
+		var outer []netip.Prefix
+		for _, n := range nets {
+			if n.Addr().BitLen() != fam.bits || slices.Contains(outer, n) {
+				continue
+			}
+			inside := false
+			for _, o := range nets {
+				inside = inside || o.Bits() < n.Bits() && o.Contains(n.Addr())
+			}
+			if !inside {
+				outer = append(outer, n)
+			}
+		}
+		total, whole := new(big.Int), new(big.Int).Lsh(big.NewInt(1), uint(fam.bits))
+		for _, n := range outer {
+			total.Add(total, new(big.Int).Lsh(big.NewInt(1), uint(fam.bits-n.Bits())))
+		}
+		if total.Cmp(whole) >= 0 {
+			return fam.name
+		}
+	}
+	return ""
 }
 
 func (p *parser) planSource(n *yaml.Node, m *model.Model, door string, addHook func(*yaml.Node, string, string) bool) model.PlanSource {
@@ -548,6 +589,9 @@ func routeFits(ordinal int, keyType string) bool {
 func (p *parser) routeCost(n *yaml.Node, r *model.Route, m *model.Model, what string) bool {
 	if n.Kind == yaml.ScalarNode {
 		c, ok := p.int(n, what, "cost", 1)
+		if ok && !p.costAdmitted(n, m, r, what, "cost", c) {
+			return false
+		}
 		if ok {
 			r.CostKind, r.CostFixed = "fixed", c
 		}
@@ -578,8 +622,60 @@ func (p *parser) routeCost(n *yaml.Node, r *model.Route, m *model.Model, what st
 		p.errorf(def, "%s: cost default %d is above max %d", what, d, x)
 		return false
 	}
+	if !p.costAdmitted(def, m, r, what, "cost default", d) {
+		return false
+	}
+	if top, plan := routeBurst(m, r, false); x > top {
+		p.errorf(most, "%s: cost max %d: no request can cost more than %d here (the burst%s), so a declared cost above it is refused for good, not limited; lower max to %d", what, x, top, plan, top)
+		return false
+	}
 	r.CostFixed, r.CostMax = d, x
 	return true
+}
+
+// costAdmitted reports whether c, a cost every request (or every request that
+// declares none) of route r pays, is within the burst of each rule it checks
+// on every plan; otherwise it says so at n. Above a burst such a request is
+// refused for good (400), never admitted: a policy mistake, refused as a rule's
+// own cost above its burst is.
+func (p *parser) costAdmitted(n *yaml.Node, m *model.Model, r *model.Route, what, name string, c int64) bool {
+	least, plan := routeBurst(m, r, true)
+	if c > least {
+		p.errorf(n, "%s: %s %d is above the burst %d%s: every such request would be refused for good, never admitted; lower the %s to at most %d or raise the burst", what, name, c, least, plan, name, least)
+		return false
+	}
+	return true
+}
+
+// routeBurst is the most a request to route r can cost and still pass: the
+// least burst of the rules it checks, on the plan where that is least (least)
+// or most (!least), with words naming the rule and plan.
+func routeBurst(m *model.Model, r *model.Route, least bool) (int64, string) {
+	plans := max(len(m.Plans), 1)
+	var best int64 = -1
+	words := ""
+	for pl := range plans {
+		var b int64 = -1
+		w := ""
+		for _, ri := range r.Rules {
+			rule := m.Rules[ri]
+			l := rule.Limits[0]
+			planned := rule.Planned && pl < len(rule.Limits)
+			if planned {
+				l = rule.Limits[pl]
+			}
+			if b < 0 || l.Burst < b {
+				b, w = l.Burst, " of rule "+rule.Name
+				if planned {
+					w += " on plan " + m.Plans[pl].Name
+				}
+			}
+		}
+		if best < 0 || least && b < best || !least && b > best {
+			best, words = b, w
+		}
+	}
+	return best, words
 }
 
 // registerPattern registers pattern (from the policy's line) on mux and
