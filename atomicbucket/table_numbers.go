@@ -1,6 +1,7 @@
 package atomicbucket
 
 import (
+	"errors"
 	"time"
 
 	"github.com/puzpuzpuz/xsync/v3"
@@ -303,10 +304,19 @@ func (t *Table[K]) setPlanHeld(now int64, n *numbers, c Carry) {
 	old.plan.supersede(n, now, c, t.reclaim.env.Load())
 }
 
+// ErrEmptyKey refuses numbers for the empty string key, which no door ever
+// checks (a request without a key is answered as missing its key), so that
+// numbers given to it would never apply.
+var ErrEmptyKey = errors.New("atomicbucket: the empty key has no numbers of its own: no door checks it (a request without a key is missing_key)")
+
 // SetKeyNumbersAt gives key numbers of its own, from now on, whatever the
 // table's: its bucket is carried into them as of now, by c. Numbers a rule
-// cannot hold are refused (see SetNumbersAt).
+// cannot hold are refused (see SetNumbersAt), and so is the empty string key
+// (ErrEmptyKey).
 func (t *Table[K]) SetKeyNumbersAt(now Time, key K, n Numbers, c Carry) error {
+	if s, ok := any(key).(string); ok && s == "" {
+		return ErrEmptyKey
+	}
 	r, err := t.rule.WithNumbers(n)
 	if err != nil {
 		return err

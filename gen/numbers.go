@@ -113,6 +113,8 @@ func (c ruleChecker) CheckKey(key string) error {
 	var err error
 	bits, _ := strconv.Atoi(strings.TrimLeft(c.r.KeyType, "uint"))
 	switch {
+	case c.r.KeyType == "string" && key == "":
+		err = fmt.Errorf("an empty key: no door checks one (a request without a key is missing_key), so its numbers would never apply")
 	case c.r.KeyType == "string":
 		if c.r.Shared && (key == "" || len(key) > shared.MaxKeyLen) {
 			err = fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))

@@ -781,6 +781,9 @@ func (l *PerUserLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *PerUserLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range l.s {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
@@ -1147,6 +1150,9 @@ func (l *LoginLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry a
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *LoginLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
@@ -1514,6 +1520,9 @@ func (l *UploadLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry 
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *UploadLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	if err := atomicbucket.CheckCost(n.Burst, 10); err != nil {
 		return err
 	}

@@ -1,9 +1,12 @@
 package overlay_test
 
 import (
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/limitgen/limitgen/atomicbucket"
 	limits "github.com/limitgen/limitgen/generated"
 	"github.com/limitgen/limitgen/overlay"
 )
@@ -49,5 +52,30 @@ func TestApplyConvertsDirectly(t *testing.T) {
 				t.Errorf("after the second Set key 7 holds %d, want %d", got, c.want)
 			}
 		})
+	}
+}
+
+// The empty key has no numbers of its own: no door checks it (a request
+// without a key is missing_key), so numbers given to it would never apply.
+// The generated API, the table under it and a Set all refuse it.
+func TestEmptyKeyRefused(t *testing.T) {
+	l := limits.New()
+	n := per(1, time.Second, 10)
+	if err := l.PerUser.SetKeyNumbers("", n, atomicbucket.CarryAsIs); !errors.Is(err, atomicbucket.ErrEmptyKey) {
+		t.Errorf("PerUser.SetKeyNumbers(\"\") = %v, want ErrEmptyKey", err)
+	}
+	if err := l.Login.SetKeyNumbers("", n, atomicbucket.CarryAsIs); !errors.Is(err, atomicbucket.ErrEmptyKey) {
+		t.Errorf("Login.SetKeyNumbers(\"\") = %v, want ErrEmptyKey", err)
+	}
+	tb := atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 5}), atomicbucket.TableOptions{})
+	if err := tb.SetKeyNumbersAt(atomicbucket.Now(), "", n, atomicbucket.CarryAsIs); !errors.Is(err, atomicbucket.ErrEmptyKey) {
+		t.Errorf("Table.SetKeyNumbersAt(\"\") = %v, want ErrEmptyKey", err)
+	}
+	err := l.ApplyNumbers(overlay.Set{{Rule: "PerUser", Key: "", HasKey: true, Numbers: n, Pos: "numbers.yaml:3:5"}})
+	if !errors.Is(err, overlay.ErrInvalid) || !strings.Contains(err.Error(), "numbers.yaml:3:5: rule PerUser: an empty key") {
+		t.Errorf("a Set with an empty key: %v, want it refused at its position", err)
+	}
+	if _, o := l.PerUser.NumbersFor(limits.PlanFree, ""); o != atomicbucket.FromPolicy {
+		t.Errorf("the empty key has numbers from %v", o)
 	}
 }

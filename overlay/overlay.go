@@ -296,6 +296,9 @@ func resolve[T Checker](p Policy[T], s Set) (map[at]atomicbucket.Numbers, error)
 		case e.HasKey && !r.Keyed():
 			bad(e, "rule %s has no keys", e.Rule)
 			continue
+		case e.HasKey && e.Key == "":
+			bad(e, "rule %s: an empty key: no door checks one (a request without a key is missing_key), so its numbers would never apply", e.Rule)
+			continue
 		case e.HasKey:
 			if err := r.CheckKey(e.Key); err != nil {
 				bad(e, "rule %s, key %q: %v", e.Rule, e.Key, err)

@@ -39,12 +39,17 @@ const factorUnit = 1000
 // maxFactor bounds a factor (a thousandfold rise).
 const maxFactor = 1000
 
-// permille is f in thousandths, or an error for a factor outside (0, maxFactor].
+// permille is f in thousandths (rounded to the nearest), or an error for a
+// factor outside (0, maxFactor] or one that rounds to 0 thousandths.
 func permille(what string, f float64) (int64, error) {
 	if !(f > 0 && f <= maxFactor) { // also NaN
 		return 0, fmt.Errorf("%w: %s factor %v: a factor is above 0 and at most %d", ErrInvalid, what, f, maxFactor)
 	}
-	return max(int64(math.Round(f*factorUnit)), 1), nil
+	q := int64(math.Round(f * factorUnit))
+	if q < 1 {
+		return 0, fmt.Errorf("%w: %s factor %v is below the resolution of factors, 0.001 (they are applied in thousandths): use 0.001 or more", ErrInvalid, what, f)
+	}
+	return q, nil
 }
 
 // scaleNumbers is n with its rate multiplied by rate/1000 and its burst by

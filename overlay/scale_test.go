@@ -134,6 +134,8 @@ func TestScaleRefused(t *testing.T) {
 		{"Global", math.NaN(), 1, "rate factor NaN"},
 		{"Global", math.Inf(1), 1, "rate factor +Inf"},
 		{"Global", 1, 1001, "burst factor 1001"},
+		{"Global", 0.0001, 1, "rate factor 0.0001 is below the resolution of factors, 0.001"},
+		{"Global", 1, 0.00049, "burst factor 0.00049 is below the resolution of factors, 0.001"},
 		// From a Set's 1 per day, burst 1000: a burst of 100000 days does
 		// not fit the rule's fixed point.
 		{"Global", 1, 100, "rule Global: 1 per 24h0m0s, burst 1000 scaled by 1 (rate) and 100 (burst): atomicbucket: invalid limit: rate 1 per 24h0m0s with burst 100000 does not fit"},

@@ -396,6 +396,9 @@ func (l *PerUserLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *PerUserLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
@@ -581,6 +584,9 @@ func (l *TightLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry a
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *TightLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err

@@ -457,6 +457,9 @@ func (l *PerIPLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry a
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *PerIPLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
@@ -642,6 +645,9 @@ func (l *TightLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry a
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *TightLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
@@ -827,6 +833,9 @@ func (l *DrainLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry a
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *DrainLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err

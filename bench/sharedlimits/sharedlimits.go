@@ -412,6 +412,9 @@ func (l *HotLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carr
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *HotLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err

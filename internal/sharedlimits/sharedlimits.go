@@ -1096,6 +1096,9 @@ func (l *PerUserLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, 
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *PerUserLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range l.s {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
@@ -1786,6 +1789,9 @@ func (l *PerInstanceLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, c
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *PerInstanceLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
@@ -2237,6 +2243,9 @@ func (l *DownloadsLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *DownloadsLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
@@ -2846,6 +2855,9 @@ func (l *FastLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, car
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *FastLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
@@ -3187,6 +3199,9 @@ func (l *WideLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, car
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *WideLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err

@@ -684,6 +684,9 @@ func (l *PerUserLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, 
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *PerUserLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range l.s {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
@@ -1308,6 +1311,9 @@ func (l *LoginLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry a
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *LoginLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err

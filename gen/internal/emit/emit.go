@@ -657,6 +657,7 @@ func emitNumbers(r model.Rule, recv jen.Code) jen.Code {
 		"whatever %s's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are refused "+
 		"as by SetNumbers, and nothing changes.", every, r.GoName), []param{keyP}, []param{numbers, carry}, jen.Error(),
 		[]jen.Code{
+			emptyKeyCheck(r),
 			costCheck(r, nil),
 			jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Add(tables)).Block(
 				jen.If(jen.List(jen.Id("_"), jen.Err()).Op(":=").Id("t").Dot("Rule").Call().Dot("WithNumbers").Call(jen.Id("n")), jen.Err().Op("!=").Nil()).Block(
@@ -677,6 +678,16 @@ func emitNumbers(r model.Rule, recv jen.Code) jen.Code {
 		jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Add(tables)).Block(
 			jen.Id("t").Dot("Reset").Call(jen.Id("key")))).Line()
 	return g
+}
+
+// emptyKeyCheck refuses the empty key of a string-keyed rule, which no door
+// ever checks (a request without a key is missing_key): numbers given to it
+// would never apply. Nothing for other key types.
+func emptyKeyCheck(r model.Rule) jen.Code {
+	if r.KeyType != "string" {
+		return jen.Null()
+	}
+	return jen.If(jen.Id("key").Op("==").Lit("")).Block(jen.Return(rt("ErrEmptyKey")))
 }
 
 // costCheck refuses numbers whose burst is below the cost of one of r's

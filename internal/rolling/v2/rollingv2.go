@@ -496,6 +496,9 @@ func (l *PerUserLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, 
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *PerUserLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
@@ -827,6 +830,9 @@ func (l *BatchLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, ca
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *BatchLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err

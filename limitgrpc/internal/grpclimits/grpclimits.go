@@ -754,6 +754,9 @@ func (l *ChecksLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry 
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *ChecksLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range l.s {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
@@ -942,6 +945,9 @@ func (l *WatchesLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *WatchesLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
@@ -1129,6 +1135,9 @@ func (l *TenantsLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, 
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *TenantsLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
@@ -1469,6 +1478,9 @@ func (l *PerMethodLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, car
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *PerMethodLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
