@@ -150,7 +150,7 @@ func (b *Bucket) change(now int64, n *numbers, c Carry) {
 	if b.env == nil {
 		b.env = envelopeOf(b.rule.limit)
 	}
-	b.env = b.env.widen(n.rule.limit)
+	b.env = b.env.widen(n.rule.limit, now)
 	o := &bucketWord{n: n}
 	if fresh {
 		o.tat.Store(n.rule.fresh(now, b.anchor))

@@ -11,7 +11,8 @@ import (
 // goes through (plans' and keys' numbers set and cleared, sweeps between),
 // it never admits a request that a bucket with the envelope's numbers (the
 // largest burst and the fastest rate it has had), fed the same admissions,
-// would deny, and never holds more tokens than that bucket. A sequence of
+// would deny, and never holds more tokens than that bucket — keys' own
+// numbers kept within the rule's, since above them they are a raise. A sequence of
 // cuts that ends at the numbers it started from is the case the envelope is
 // the starting numbers themselves: no change would have been fuller.
 //
@@ -98,7 +99,12 @@ func mintTrace(t *testing.T, seed uint64, refill Refill, cutsOnly bool) {
 				t.Fatal(err)
 			}
 		case op == 6:
+			// A key's own numbers are not taken into the envelope: above the
+			// rule's (here, the starting numbers) they are a raise, which
+			// gives a bucket full long enough the new burst as it gives a new
+			// key. Keep them within the rule's.
 			k, n := keys[rng.IntN(len(keys))], pool[rng.IntN(len(pool))]
+			n.Tokens, n.Burst = min(n.Tokens, start.Tokens), min(n.Burst, start.Burst)
 			what = fmt.Sprintf("step %d: key %d set %v", step, k, n)
 			if err := tb.SetKeyNumbersAt(now, k, n, CarryAsIs); err != nil {
 				t.Fatal(err)

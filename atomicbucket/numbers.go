@@ -43,13 +43,17 @@ func NumbersOf(l Limit) Numbers { return Numbers{Tokens: l.Tokens, Period: l.Per
 // unless the policy gives the rule an initial count, then at most that).
 //
 // Full stays full only when it is safe: a bucket full by its numbers is full
-// by the new ones once a bucket with the largest burst and the fastest rate
-// the table or bucket has had would be full too (after a cut, once it has been
-// idle long enough to refill the burst it lacks); until then it holds its
-// burst, carried like any other count. So with CarryAsIs, whatever numbers
-// come and go, a bucket never holds more than a bucket that had those largest
-// numbers all along and took the same requests; in particular, cutting numbers
-// and restoring them never leaves a bucket fuller than no change would have.
+// by the new ones once it has been full long enough that a bucket with the
+// largest burst and the fastest rate the rule has had (for every key: the
+// policy's and the rule- and plan-level changes', not keys' own) would be
+// full too: after a cut, once idle long enough to refill the burst the cut
+// took off. Until then it holds its burst, carried like any other count, and
+// a table does not reclaim it. So with CarryAsIs a cut and a restore never
+// leave a bucket fuller than no change would have, and in general a bucket
+// never holds more than one that had those largest numbers all along and
+// took the same requests, except where a change raises the numbers above
+// them: a raise gives a key without a bucket (or one full long enough to
+// count as none) the new burst, as it gives a new key.
 // CarryProportional and CarryAdditive give tokens when a burst grows, by their
 // definition, including when it grows back after a cut: choose them only
 // where that is meant.
@@ -160,7 +164,7 @@ type numbers struct {
 	since  int64 // ns: when it was installed
 	origin Origin
 	// carryIn is how a bucket of the key's former numbers carries into a
-	// key's own (FromKeyOverride); env is the envelope as of then.
+	// key's own (FromKeyOverride); env is the rule's envelope as of then.
 	carryIn Carry
 	env     *envelope
 	succ    atomic.Pointer[succession]
@@ -196,9 +200,10 @@ func ratOf(v int64) *big.Rat { return new(big.Rat).SetInt64(v) }
 // towards fewer tokens), and a debt beyond b's reservation horizon is held at
 // it. A bucket in debt (reservations ahead of time) holds no tokens to carry:
 // it keeps its debt, in tokens, under every carry. A bucket full by a's
-// numbers is full by b's, since the moment it became full, when it is full for
-// the envelope e (fullFor); otherwise it holds a's burst, carried like any
-// other count. Both rules have
+// numbers is full by b's when it is full for the envelope e (fullFor), and
+// made to count as full at the next change too (settled for b's burst, as a
+// key reclaimed meanwhile would); otherwise it holds a's burst, carried like
+// any other count. Both rules have
 // the same refill and, for interval rules, the same period, hence the same
 // anchor.
 func convertWord(a, b *Rule, e *envelope, tat, anchor, at int64, carry Carry) int64 {
@@ -206,10 +211,12 @@ func convertWord(a, b *Rule, e *envelope, tat, anchor, at int64, carry Carry) in
 	nowA, nowB := a.units(at, anchor), b.units(at, anchor)
 	owedA := max(tat-nowA, 0)
 	if owedA == 0 && a.fullFor(e, tat, anchor, at) {
-		// Full stays full, as a key without a bucket is, and full since the
-		// moment it was: a change does not move it (which reclaiming, and
-		// the next change's fullFor, read).
-		return min(b.units(a.fullAt(tat, anchor), anchor), nowB)
+		// Full stays full, as a key without a bucket is, and still counts as
+		// full at the next change until it is used, whatever its new burst
+		// (as a key the table had reclaimed would): full since early enough
+		// for b's burst to be settled by e.
+		since := min(a.fullAt(tat, anchor), at-e.wait(b.burst, b.mode != modeGreedy))
+		return min(b.units(max(since, 0), anchor), nowB)
 	}
 	// held = (tauA − owedA) / emitA tokens: exact as a rational.
 	held := new(big.Rat).SetFrac(big.NewInt(a.tau-owedA), big.NewInt(a.emit))
@@ -239,30 +246,35 @@ func convertWord(a, b *Rule, e *envelope, tat, anchor, at int64, carry Carry) in
 	return nowB + owed.Int64()
 }
 
-// envelope is the largest numbers a table or a bucket has had in force since
-// its first change: the largest burst and the fastest rate, each taken from
-// whichever installation had it. A bucket under changing numbers never holds
-// more than a bucket that had the envelope's numbers all along and took the
-// same requests (the no-minting invariant, TestChangesNeverMint): a change
-// never adds tokens, and a bucket that is full by its numbers counts as full
-// by the envelope's (full stays full across a change, and a table may reclaim
-// it) only once an envelope bucket would surely be full too (settled).
+// envelope is the largest numbers a table's rule (or a bucket) has had in
+// force, for every key without numbers of its own, since its numbers first
+// changed: the largest burst and the fastest rate, each taken from whichever
+// installation had it; from when (from, ns), and the envelope before (prev).
+// A bucket under changing numbers never holds more than a bucket that had
+// the envelope's numbers all along and took the same requests (the
+// no-minting invariant, TestChangesNeverMint): a change never adds tokens,
+// and a bucket that is full by its numbers counts as full by any (full stays
+// full across a change, and a table may reclaim it) only once it has been
+// full, at some moment, long enough that a bucket with the envelope's
+// numbers of that moment would be full too (settled). Keys' own numbers do
+// not widen it: numbers above every rule-level number that a key is given
+// are a raise, under which a key without a bucket gets the new burst anyway.
 type envelope struct {
 	burst  int64 // the largest burst
-	tokens int64 // the fastest rate: tokens per period
+	tokens int64 // with period: the fastest rate, tokens per period
 	period int64 // ns
+	from   int64 // ns: since when
+	prev   *envelope
 }
 
-// envelopeOf is the envelope of one limit's numbers.
+// envelopeOf is the envelope of one limit's numbers, from the start.
 func envelopeOf(l Limit) *envelope {
 	return &envelope{burst: l.Burst, tokens: l.Tokens, period: int64(l.Period)}
 }
 
-// widen is e with l's numbers taken in; e may be nil (nothing yet).
-func (e *envelope) widen(l Limit) *envelope {
-	if e == nil {
-		return envelopeOf(l)
-	}
+// widen is e with l's numbers taken in from at (ns): e itself when they
+// add nothing.
+func (e *envelope) widen(l Limit, at int64) *envelope {
 	w := *e
 	w.burst = max(w.burst, l.Burst)
 	// l is faster iff l.Tokens/l.Period > w.tokens/w.period.
@@ -271,10 +283,14 @@ func (e *envelope) widen(l Limit) *envelope {
 	if ah > bh || ah == bh && al > bl {
 		w.tokens, w.period = l.Tokens, int64(l.Period)
 	}
+	if w.burst == e.burst && w.tokens == e.tokens && w.period == e.period {
+		return e
+	}
+	w.from, w.prev = at, e
 	return &w
 }
 
-// settled is how long (ns) after a bucket of burst b became full a bucket of
+// wait is how long (ns) after a bucket of burst b became full a bucket of
 // the envelope's numbers that took the same requests is surely full too: the
 // time the envelope's rate takes to add the burst b lacks of the envelope's
 // (whole periods for an interval rule, whose envelope keeps the period). Why
@@ -282,8 +298,8 @@ func (e *envelope) widen(l Limit) *envelope {
 // the envelope bucket gained at least what it did (a faster rate, a higher
 // cap), so it held at least b then; after that it gains at the envelope's
 // rate. 0 when b is the envelope's burst; MaxUptime when it does not fit.
-func (e *envelope) settled(b int64, interval bool) int64 {
-	if e == nil || b >= e.burst {
+func (e *envelope) wait(b int64, interval bool) int64 {
+	if b >= e.burst {
 		return 0
 	}
 	lack := uint64(e.burst - b)
@@ -306,12 +322,42 @@ func (e *envelope) settled(b int64, interval bool) int64 {
 	return int64(min(q, uint64(MaxUptime)))
 }
 
+// settled reports whether a bucket of burst b, full since full (ns) and still
+// full at at, counts as full: while one of the envelopes was in force (e and
+// the ones before it), the bucket had been full for that envelope's wait.
+func (e *envelope) settled(b int64, interval bool, full, at int64) bool {
+	end := at
+	for v := e; v != nil; v = v.prev {
+		if full+v.wait(b, interval) <= end {
+			return true
+		}
+		if v.from <= full {
+			return false
+		}
+		end = min(end, v.from)
+	}
+	return false
+}
+
+// freshChanged is fresh for a table whose numbers have changed (e, not nil):
+// a new bucket that starts full counts as full at a change (fullFor) until a
+// check takes from it, as a key without a bucket does: full since early
+// enough for r's burst to be settled by e. (A check makes a bucket and takes
+// from it at once; a change can come between the two.)
+func (r *Rule) freshChanged(e *envelope, now, anchor int64) int64 {
+	tat := r.fresh(now, anchor)
+	if r.debt != 0 {
+		return tat // starts with fewer tokens than the burst: not full
+	}
+	return min(r.units(max(now-e.wait(r.burst, r.mode != modeGreedy), 0), anchor), tat)
+}
+
 // fullFor reports whether a bucket of rule r holding tat is full at time at
 // (ns) for the purposes of a change and of reclaiming: full by r, and, once
-// the numbers have changed (e not nil), settled by the envelope.
+// the numbers have changed (e not nil), settled by the envelopes.
 func (r *Rule) fullFor(e *envelope, tat, anchor, at int64) bool {
 	if tat > r.units(at, anchor) {
 		return false
 	}
-	return e == nil || r.burst >= e.burst || r.fullAt(tat, anchor)+e.settled(r.burst, r.mode != modeGreedy) <= at
+	return e == nil || e.settled(r.burst, r.mode != modeGreedy, r.fullAt(tat, anchor), at)
 }

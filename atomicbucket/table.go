@@ -96,20 +96,26 @@ type reclaimer struct {
 	// is how long after it the next may start (MaxKeys × CapSweepSpacing).
 	capSwept   atomic.Int64
 	capSpacing int64
-	// env is nil until the table's numbers first change; then the envelope of
-	// every number it has had (numbers.go): a bucket counts as full, to be
-	// reclaimed, once it is full for it (Rule.fullFor).
+	// env is nil until the table's numbers first change (its own or a key's);
+	// then the envelope of the numbers its rule has had (numbers.go): a
+	// bucket counts as full, to be reclaimed, once it is full for it
+	// (Rule.fullFor). Changed under the table's change lock.
 	env atomic.Pointer[envelope]
 }
 
-// widen takes l, numbers being installed, into the envelope; base is the
-// table's own numbers. Callers hold the table's change lock.
-func (c *reclaimer) widen(base, l Limit) {
+// changing readies the envelope for a change at at (ns) that installs l for
+// the rule (l nil: a key's own numbers, which do not widen it), and returns
+// it; base is the table's own numbers. Callers hold the table's change lock.
+func (c *reclaimer) changing(base Limit, l *Limit, at int64) *envelope {
 	e := c.env.Load()
 	if e == nil {
 		e = envelopeOf(base)
 	}
-	c.env.Store(e.widen(l))
+	if l != nil {
+		e = e.widen(*l, at)
+	}
+	c.env.Store(e)
+	return e
 }
 
 // filled lowers next to the time a bucket holding tat becomes reclaimable.
@@ -117,7 +123,7 @@ func (c *reclaimer) filled(r *Rule, tat, anchor int64) {
 	if tat < 0 {
 		return // dead: swept meanwhile
 	}
-	at := r.fullAt(tat, anchor) + int64(SweepGrace) + c.env.Load().settled(r.burst, r.mode != modeGreedy)
+	at := r.fullAt(tat, anchor) + int64(SweepGrace) // a lower bound: the envelope may ask for more
 	for {
 		old := c.next.Load()
 		if at >= old || c.next.CompareAndSwap(old, at) {
@@ -251,6 +257,8 @@ func (t *Table[K]) create(key K, now int64) (*slot, int64) {
 				s.nums = nil
 			}
 			r = &t.numsOf(s).rule
+			s.tat.Store(r.freshChanged(t.reclaim.env.Load(), now, s.anchor))
+			return s, false
 		}
 		s.tat.Store(r.fresh(now, s.anchor))
 		return s, false

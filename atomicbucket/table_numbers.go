@@ -299,9 +299,9 @@ func (t *Table[K]) setPlan(now int64, n *numbers, c Carry) {
 func (t *Table[K]) setPlanHeld(now int64, n *numbers, c Carry) {
 	old := t.overlayHeld()
 	n.since = now
-	t.reclaim.widen(t.rule.limit, n.rule.limit)
+	env := t.reclaim.changing(t.rule.limit, &n.rule.limit, now)
 	t.ov.Store(&overlay[K]{plan: n, keys: old.keys})
-	old.plan.supersede(n, now, c, t.reclaim.env.Load())
+	old.plan.supersede(n, now, c, env)
 }
 
 // ErrEmptyKey refuses numbers for the empty string key, which no door ever
@@ -325,8 +325,7 @@ func (t *Table[K]) SetKeyNumbersAt(now Time, key K, n Numbers, c Carry) error {
 	t.changes.Lock()
 	defer t.changes.Unlock()
 	old := t.overlayHeld()
-	t.reclaim.widen(t.rule.limit, r.limit)
-	nk := &numbers{rule: r, since: at, origin: FromKeyOverride, carryIn: c, env: t.reclaim.env.Load()}
+	nk := &numbers{rule: r, since: at, origin: FromKeyOverride, carryIn: c, env: t.reclaim.changing(t.rule.limit, nil, at)}
 	if old.keys == nil { // the first key with numbers of its own
 		keys := xsync.NewMapOf[K, *numbers]()
 		keys.Store(key, nk)
@@ -353,7 +352,7 @@ func (t *Table[K]) ClearKeyNumbersAt(now Time, key K, c Carry) {
 	if !ok {
 		return
 	}
-	prev.supersede(old.plan, at, c, t.reclaim.env.Load())
+	prev.supersede(old.plan, at, c, t.reclaim.changing(t.rule.limit, nil, at))
 	t.settle(key)
 }
 

@@ -3,6 +3,7 @@ package fuzz
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -85,7 +86,7 @@ func numbersModel(rule *atomicbucket.Rule, single bool) porcupine.Model {
 
 // equal reports whether two changing references hold the same numbers and buckets.
 func (c *changing) equal(d *changing) bool {
-	if c.limit[c.plan] != d.limit[d.plan] || !c.plan.Equal(d.plan) || len(c.keys) != len(d.keys) {
+	if c.limit[c.plan] != d.limit[d.plan] || !c.plan.Equal(d.plan) || len(c.keys) != len(d.keys) || !slices.Equal(c.envs, d.envs) {
 		return false
 	}
 	for k, r := range c.keys {
@@ -100,7 +101,7 @@ func (c *changing) equal(d *changing) bool {
 // clone is a deep copy of the changing reference.
 func (c *changing) clone() *changing {
 	d := &changing{rule: c.rule, keys: map[string]*reference.Reference{},
-		limit: map[*reference.Reference]atomicbucket.Limit{}, single: c.single}
+		limit: map[*reference.Reference]atomicbucket.Limit{}, single: c.single, envs: slices.Clone(c.envs)}
 	d.plan = c.plan.Clone()
 	d.limit[d.plan] = c.limit[c.plan]
 	for k, r := range c.keys {

@@ -130,39 +130,73 @@ type changing struct {
 	limit map[*reference.Reference]atomicbucket.Limit
 	// single: one bucket (key ""), made at start, its grid anchored there.
 	single bool
-	// The envelope: the largest burst and the fastest rate (tokens per
-	// period) of every number installed so far, the policy's included.
-	maxBurst           int64
-	fastTokens, fastNs int64
+	// The envelopes: the largest burst and the fastest rate of the rule's
+	// numbers (the policy's and every plan-level change's, not keys' own),
+	// each version from the change that made it.
+	envs []envelopeAt
 }
 
-// widen takes l into the envelope.
-func (c *changing) widen(l atomicbucket.Limit) {
-	c.maxBurst = max(c.maxBurst, l.Burst)
-	if c.fastNs == 0 || big.NewRat(l.Tokens, int64(l.Period)).Cmp(big.NewRat(c.fastTokens, c.fastNs)) > 0 {
-		c.fastTokens, c.fastNs = l.Tokens, int64(l.Period)
+// envelopeAt is one version of the envelope, in force from from (ns).
+type envelopeAt struct {
+	burst, tokens, periodNs, from int64
+}
+
+// widen takes l into the envelope from t.
+func (c *changing) widen(l atomicbucket.Limit, t int64) {
+	if len(c.envs) == 0 {
+		c.envs = []envelopeAt{{burst: l.Burst, tokens: l.Tokens, periodNs: int64(l.Period)}}
+		return
+	}
+	e := c.envs[len(c.envs)-1]
+	n := e
+	n.burst = max(n.burst, l.Burst)
+	if big.NewRat(l.Tokens, int64(l.Period)).Cmp(big.NewRat(e.tokens, e.periodNs)) > 0 {
+		n.tokens, n.periodNs = l.Tokens, int64(l.Period)
+	}
+	if n != e {
+		n.from = t
+		c.envs = append(c.envs, n)
 	}
 }
 
 // settledFull reports whether key's bucket in from, full at t, counts as full
-// for a change at t: its burst is the envelope's, or the envelope's rate has
-// had time since it became full to add what its burst lacks (whole periods
-// under interval refill), so a bucket with the envelope's numbers would be
-// full too.
+// for a change at t: while one of the envelopes was in force, it had been
+// full long enough that a bucket with that envelope's numbers would be full
+// too: the time the envelope's rate takes to add what lf's burst lacks of its
+// burst (whole periods under interval refill).
 func (c *changing) settledFull(key string, from *reference.Reference, lf atomicbucket.Limit, t int64) bool {
-	if lf.Burst >= c.maxBurst {
-		return true
-	}
 	full, _ := from.FullFrom(key)
-	lack := big.NewRat(c.maxBurst-lf.Burst, 1)
-	var wait *big.Rat
-	if lf.Refill == atomicbucket.Interval {
-		periods := new(big.Rat).Quo(lack, big.NewRat(c.fastTokens, 1))
-		wait = new(big.Rat).Mul(ceil(periods), big.NewRat(c.fastNs, 1))
-	} else {
-		wait = ceil(new(big.Rat).Mul(lack, big.NewRat(c.fastNs, c.fastTokens)))
+	end := t
+	for i := len(c.envs) - 1; i >= 0; i-- {
+		e := c.envs[i]
+		if new(big.Rat).Add(big.NewRat(full, 1), e.wait(lf)).Cmp(big.NewRat(end, 1)) <= 0 {
+			return true
+		}
+		if e.from <= full {
+			return false
+		}
+		end = min(end, e.from)
 	}
-	return new(big.Rat).Add(big.NewRat(full, 1), wait).Cmp(big.NewRat(t, 1)) <= 0
+	return false
+}
+
+// wait is the time (ns) e's rate takes to add what l's burst lacks of e's
+// burst: whole periods under interval refill.
+func (e envelopeAt) wait(l atomicbucket.Limit) *big.Rat {
+	lack := e.burst - l.Burst
+	if lack <= 0 {
+		return new(big.Rat)
+	}
+	if l.Refill == atomicbucket.Interval {
+		return new(big.Rat).Mul(ceil(big.NewRat(lack, e.tokens)), big.NewRat(e.periodNs, 1))
+	}
+	return ceil(new(big.Rat).Mul(big.NewRat(lack, 1), big.NewRat(e.periodNs, e.tokens)))
+}
+
+// envWait is the newest envelope's wait for l, in whole ns.
+func (c *changing) envWait(l atomicbucket.Limit) int64 {
+	w := c.envs[len(c.envs)-1].wait(l)
+	return w.Num().Int64() / w.Denom().Int64()
 }
 
 // ceil is the least integer ≥ x, as a rational.
@@ -178,7 +212,7 @@ func newChanging(rule *atomicbucket.Rule, single bool, start int64) *changing {
 	c := &changing{rule: rule, keys: map[string]*reference.Reference{},
 		limit: map[*reference.Reference]atomicbucket.Limit{}, single: single}
 	c.plan = c.ref(rule.Limit())
-	c.widen(rule.Limit())
+	c.widen(rule.Limit(), 0)
 	if single {
 		c.plan.Create("", start)
 	}
@@ -234,8 +268,11 @@ func (c *changing) move(key string, from, to *reference.Reference, t int64, carr
 	from.Forget(key)
 	switch {
 	case settled:
-		// Full stays full, since the moment it became full.
-		to.Place(key, fullFrom, big.NewRat(lt.Burst, 1), grain(lt), anchor)
+		// Full stays full, and counts as full at the next change until used,
+		// whatever its new burst: full since early enough for lt's burst to
+		// be settled by the envelope.
+		since := min(fullFrom, t-c.envWait(lt))
+		to.Place(key, max(since, 0), big.NewRat(lt.Burst, 1), grain(lt), anchor)
 		return
 	case held.Sign() <= 0: // debt is carried as it is
 	case carry == atomicbucket.CarryProportional:
@@ -255,7 +292,7 @@ func (c *changing) limitWith(n atomicbucket.Numbers) atomicbucket.Limit {
 }
 
 func (c *changing) setPlan(l atomicbucket.Limit, t int64, carry atomicbucket.Carry) {
-	c.widen(l)
+	c.widen(l, t)
 	old := c.plan
 	c.plan = c.ref(l)
 	for _, k := range old.Keys() {
@@ -264,7 +301,6 @@ func (c *changing) setPlan(l atomicbucket.Limit, t int64, carry atomicbucket.Car
 }
 
 func (c *changing) setKey(key string, l atomicbucket.Limit, t int64, carry atomicbucket.Carry) {
-	c.widen(l)
 	old := c.of(key)
 	c.keys[key] = c.ref(l)
 	c.move(key, old, c.keys[key], t, carry)
