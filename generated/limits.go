@@ -1992,11 +1992,8 @@ type Middleware struct {
 // NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It
 // fails when one of them is nil.
 func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
-	if h.PlanOf == nil {
-		return nil, errors.New("limits: NewMiddleware: Hooks.PlanOf is nil")
-	}
-	if h.UserID == nil {
-		return nil, errors.New("limits: NewMiddleware: Hooks.UserID is nil")
+	if err := limithttp.NilHooks("limits: NewMiddleware: Hooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
+		return nil, err
 	}
 	if l == nil {
 		l = Default

@@ -170,8 +170,8 @@ func TestUnary(t *testing.T) {
 	if ri == nil || ri.RetryDelay.AsDuration() != time.Minute {
 		t.Errorf("RetryInfo %v, want a minute", ri)
 	}
-	if qf == nil || len(qf.Violations) != 1 || qf.Violations[0].Subject != "rule:Checks" || !strings.Contains(qf.Violations[0].Description, "3 per 180 s") {
-		t.Errorf("QuotaFailure %v, want rule:Checks, 3 per 180 s", qf)
+	if qf == nil || len(qf.Violations) != 1 || qf.Violations[0].Subject != "rule:Checks" || qf.Violations[0].Description != "Checks: 1/min, burst 3" {
+		t.Errorf("QuotaFailure %v, want rule:Checks, \"Checks: 1/min, burst 3\" (the policy's words)", qf)
 	}
 	// A second denial of the same wait: the same answer (the status is kept).
 	if again := check(t, c, "x-auth", "alice"); again.code() != codes.ResourceExhausted || status.Convert(again.err).Message() != status.Convert(denied.err).Message() {

@@ -9,7 +9,10 @@
 // read: google.rpc.RetryInfo (the wait) and google.rpc.QuotaFailure (the rule,
 // as subject "rule:Name", and its numbers). A call whose cost can never be
 // admitted (above the rule's burst, or above the most its cost source
-// allows) ends with codes.InvalidArgument and a QuotaFailure; a call with no
+// allows) ends with codes.InvalidArgument and a QuotaFailure. A call a shared
+// rule's failure setting refuses because its store could not decide
+// (on_failure: deny) is an outage, not a quota: it ends with
+// codes.Unavailable and a RetryInfo, and no QuotaFailure. A call with no
 // key for a keyed rule ends with the policy's missing_key code. Nothing is
 // taken for either.
 //
@@ -30,6 +33,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/limithttp"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -150,6 +154,9 @@ func (c *Config) Respond(ctx context.Context, mode limithttp.Mode, res *limithtt
 		}
 		return c.denial(codes.InvalidArgument, res.Policy, -1, res.Cost)
 	}
+	if v.Outage {
+		return c.denial(codes.Unavailable, res.Policy, v.Retry, 0)
+	}
 	return c.denial(codes.ResourceExhausted, res.Policy, v.Retry, 0)
 }
 
@@ -185,7 +192,7 @@ type denial struct {
 
 func (c *Config) denial(code codes.Code, p *limithttp.Policy, retry, cost int64) error {
 	n := retry
-	if code != codes.ResourceExhausted {
+	if code == codes.InvalidArgument {
 		n = cost
 	}
 	tp := slots[denial, [denialSlots]atomic.Pointer[denial]](&c.denials)
@@ -205,19 +212,28 @@ func denialError(code codes.Code, p *limithttp.Policy, retry, cost int64) error 
 	var details []*anypb.Any
 	quota := &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
 		Subject:     "rule:" + p.Name,
-		Description: p.Name + ": " + strconv.FormatInt(p.Quota, 10) + " per " + strconv.FormatInt(p.Window, 10) + " s",
+		Description: p.Name + ": " + Describe(p.Limit),
 	}}}
-	if code == codes.ResourceExhausted {
+	switch code {
+	case codes.ResourceExhausted, codes.Unavailable:
 		msg = "rate limited by rule " + p.Name + "; retry in " + strconv.FormatInt(retry, 10) + " s"
+		if code == codes.Unavailable {
+			msg = "the store that keeps rule " + p.Name + "'s counts could not decide, and the rule denies while it cannot; retry in " + strconv.FormatInt(retry, 10) + " s"
+		}
 		ri, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(retry) * time.Second)})
 		if err == nil {
 			details = append(details, ri)
 		}
-	} else {
+	default:
 		msg = "the call's cost, " + strconv.FormatInt(cost, 10) + ", is more than rule " + p.Name + " can ever admit"
 	}
-	if q, err := anypb.New(quota); err == nil {
-		details = append(details, q)
+	if code == codes.Unavailable {
+		quota = nil // an outage, not a quota
+	}
+	if quota != nil {
+		if q, err := anypb.New(quota); err == nil {
+			details = append(details, q)
+		}
 	}
 	return status.ErrorProto(&spb.Status{Code: int32(code), Message: msg, Details: details})
 }
@@ -323,4 +339,15 @@ func Coverage(s ServiceInfoProvider, entries []string, entry func(method string)
 	slices.Sort(unlimited)
 	slices.Sort(stale)
 	return unlimited, stale
+}
+
+// Describe is a limit's numbers as a policy writes them: "30/min, burst 10",
+// "5 per 10s, burst 5".
+func Describe(l atomicbucket.Limit) string {
+	units := map[time.Duration]string{time.Second: "s", time.Minute: "min", time.Hour: "h", 24 * time.Hour: "d"}
+	rate := strconv.FormatInt(l.Tokens, 10) + " per " + l.Period.String()
+	if u, ok := units[l.Period]; ok {
+		rate = strconv.FormatInt(l.Tokens, 10) + "/" + u
+	}
+	return rate + ", burst " + strconv.FormatInt(l.Burst, 10)
 }

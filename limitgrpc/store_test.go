@@ -13,6 +13,7 @@ import (
 	"github.com/limitgen/limitgen/pgstore"
 	"github.com/limitgen/limitgen/pgstore/pgtest"
 	"github.com/limitgen/limitgen/shared"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
@@ -73,8 +74,22 @@ func TestSharedOnStore(t *testing.T) {
 
 	srv.Stop()
 	for i := range 3 {
-		if err := list(t, ca, "initech"); status.Code(err) != codes.ResourceExhausted {
-			t.Errorf("store down, call %d: %v, want ResourceExhausted (on_failure: deny)", i, err)
+		err := list(t, ca, "initech")
+		if status.Code(err) != codes.Unavailable {
+			t.Errorf("store down, call %d: %v, want Unavailable (on_failure: deny: an outage, not a quota)", i, err)
+			continue
+		}
+		var retry *errdetails.RetryInfo
+		for _, d := range status.Convert(err).Details() {
+			switch d := d.(type) {
+			case *errdetails.RetryInfo:
+				retry = d
+			case *errdetails.QuotaFailure:
+				t.Errorf("store down, call %d: a QuotaFailure (%v) on an outage", i, d)
+			}
+		}
+		if retry == nil || retry.RetryDelay.AsDuration() <= 0 {
+			t.Errorf("store down, call %d: RetryInfo %v, want a wait", i, retry)
 		}
 	}
 	if n := degraded(a); n != 3 {

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"slices"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -168,8 +169,17 @@ func (d *DenialLog) Observe(e Event) {
 		slog.String("tier", e.Tier),
 		slog.String("rule", e.Rule),
 		slog.Int64("cost", e.Cost),
-		slog.Duration("retry_after", e.RetryAfter),
+		retryAttr(e.RetryAfter),
 		slog.String("store_error", e.StoreError),
 		slog.Int64("suppressed", d.suppressed.Swap(0)),
 	)
+}
+
+// retryAttr is a logged wait: a duration, or "never" for a request no wait
+// can admit (its cost is above the burst).
+func retryAttr(d time.Duration) slog.Attr {
+	if d == atomicbucket.Never {
+		return slog.String("retry_after", "never")
+	}
+	return slog.Duration("retry_after", d)
 }

@@ -89,7 +89,11 @@
 // A denied request gets 429 with an RFC 9457 problem body of the draft's type
 // https://iana.org/assignments/http-problem-types#quota-exceeded, naming the
 // violated policy in its violated-policies member, or whatever Config.Denied
-// writes instead. Each route has a Mode: Enforce denies; Shadow decides, counts
+// writes instead. A request a shared rule's failure setting refuses because
+// its store could not decide (on_failure: deny; Result.Outage) is not over a
+// quota: it gets 503 with a problem body of type ProblemStoreUnavailable and
+// a Retry-After, so that clients and dashboards tell an outage from a limit
+// (Config.Denied, when set, writes it instead, seeing Result.Outage). Each route has a Mode: Enforce denies; Shadow decides, counts
 // and sends the fields but lets every request through (the way a policy is
 // rolled out); Off skips the check.
 //

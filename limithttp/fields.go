@@ -42,6 +42,11 @@ const (
 // that exceeds a quota policy (RFC 9457).
 const ProblemQuotaExceeded = "https://iana.org/assignments/http-problem-types#quota-exceeded"
 
+// ProblemStoreUnavailable is the problem type of a request refused because a
+// shared rule's store could not decide and the rule's failure setting denies
+// (on_failure: deny): an outage, answered 503, not a quota (RFC 9457).
+const ProblemStoreUnavailable = "https://github.com/limitgen/limitgen#store-unavailable"
+
 // MaxPolicyName is the longest policy name NewPolicy accepts, in bytes.
 const MaxPolicyName = 64
 
@@ -68,6 +73,9 @@ type Policy struct {
 	Problem string
 	// TooCostly is the problem body of a request whose cost is above the burst.
 	TooCostly string
+	// Unavailable is the problem body of a 503: the rule's store could not
+	// decide and its failure setting denies (Result.Outage).
+	Unavailable string
 }
 
 // ErrPolicy is wrapped by every error NewPolicy returns.
@@ -89,6 +97,8 @@ func NewPolicy(name string, l atomicbucket.Limit) (Policy, error) {
 	p.Prefix = q + ";" + ParamRemaining + "="
 	p.Problem = problemBody(ProblemQuotaExceeded, "Too Many Requests", 429,
 		"The request exceeds the quota of policy "+name+"; retry after the delay in Retry-After.", name)
+	p.Unavailable = problemBody(ProblemStoreUnavailable, "Service Unavailable", 503,
+		"The store that keeps the counts of policy "+name+" could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.", "")
 	p.TooCostly = problemBody("about:blank", "Bad Request", 400,
 		"The request costs more than the burst of policy "+name+" ("+strconv.FormatInt(l.Burst, 10)+" tokens): waiting cannot admit it.", "")
 	return p, nil

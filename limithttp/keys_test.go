@@ -9,6 +9,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/shared"
 )
 
 func TestParseCost(t *testing.T) {
@@ -179,6 +183,19 @@ func TestDenialLog(t *testing.T) {
 	for _, want := range []string{"level=WARN", `msg="rate limit"`, "outcome=denied", "route=\"GET /x\"", "rule=PerUser", "cost=1", "suppressed=0"} {
 		if !strings.Contains(lines[0], want) {
 			t.Errorf("line %q lacks %s", lines[0], want)
+		}
+	}
+	// A request no wait can admit says "never", not 2562047h47m16.85s, and a
+	// decision made by its cost alone names no store error.
+	buf.Reset()
+	log = NewDenialLog(slog.New(slog.NewTextHandler(&buf, nil)), 2)
+	cfg := Config{Observer: log}
+	p := MustPolicy("PerUser", atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 5})
+	res := Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}, Policy: &p, Cost: 9, StoreErr: shared.ErrNoStore}
+	cfg.Judge(Enforce, &res, "k")
+	for _, want := range []string{"outcome=too_costly", "retry_after=never", `store_error=""`} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("line %q lacks %s", buf.String(), want)
 		}
 	}
 	// A request without a key is not a limit at work: logged at Info, as such.

@@ -2,6 +2,7 @@ package limithttp
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -165,6 +166,10 @@ type Result struct {
 	// degraded) shared.ErrNoStore when the package has no store.
 	Degraded bool
 	StoreErr error
+	// Outage is set when the store could not decide and the rule's failure
+	// setting denied the request for it (shared.Result.Outage): the denial
+	// is answered 503 with Policy.Unavailable, not 429.
+	Outage bool
 }
 
 // Respond sets the rate-limit fields of res on w and, for a denied request on
@@ -198,6 +203,10 @@ func (c *Config) Respond(w http.ResponseWriter, r *http.Request, mode Mode, res 
 		c.Denied(w, r, &cp)
 		return false
 	}
+	if v.Outage {
+		writeProblem(h, w, vals, http.StatusServiceUnavailable, res.Policy.Unavailable)
+		return false
+	}
 	writeProblem(h, w, vals, http.StatusTooManyRequests, res.Policy.Problem)
 	return false
 }
@@ -210,6 +219,9 @@ type Verdict struct {
 	Outcome Outcome
 	R, T    int64 // the RateLimit field's r (remaining) and t (seconds until r would be the quota)
 	Retry   int64 // Denied: the wait in whole seconds, jitter added (Retry-After); −1 otherwise
+	// Outage: a Denied outcome made because the store could not decide
+	// (Result.Outage), to be answered as the service unavailable.
+	Outage bool
 }
 
 // Judge reads res's decision as mode answers it, counts and observes it
@@ -247,7 +259,7 @@ func (c *Config) Judge(mode Mode, res *Result, key string) Verdict {
 		}
 	}
 	c.observe(res, observed, key)
-	return Verdict{Outcome: outcome, R: rv, T: tv, Retry: retry}
+	return Verdict{Outcome: outcome, R: rv, T: tv, Retry: retry, Outage: outcome == Denied && res.Outage}
 }
 
 // FieldValues returns the values of the RateLimit-Policy and RateLimit
@@ -274,10 +286,14 @@ func (c *Config) observe(res *Result, o Outcome, key string) {
 		c.Counters.Add(c.Counters.row(res.Rule, res.Series), o)
 	}
 	if c.Observer != nil {
+		storeErr := res.StoreErr
+		if o == TooCostly {
+			storeErr = nil // decided by the cost alone: no store was asked
+		}
 		c.Observer.Observe(Event{
 			Route: res.Route, Tier: res.Tier, Rule: res.Policy.Name, RuleIndex: res.Rule, Series: res.Series,
 			Cost: res.Cost, Outcome: o, RetryAfter: res.Decision.RetryAfter,
-			StoreError: shared.ErrorClass(res.StoreErr),
+			StoreError: shared.ErrorClass(storeErr),
 			Key:        key, KeyInt: res.SeedInt,
 		})
 	}
@@ -401,4 +417,23 @@ func problemBody(typ, title string, status int, detail, violated string) string 
 		panic(err)
 	}
 	return string(b) + "\n"
+}
+
+// NilHooks is the error of a generated constructor given nil hooks: names are
+// the hooks' names, isNil says which are nil, and the error names every nil
+// one, each after prefix ("limits: NewMiddleware: Hooks."); nil when none is.
+func NilHooks(prefix string, names []string, isNil ...bool) error {
+	var missing []string
+	for i, n := range isNil {
+		if n && i < len(names) {
+			missing = append(missing, prefix+names[i])
+		}
+	}
+	switch len(missing) {
+	case 0:
+		return nil
+	case 1:
+		return errors.New(missing[0] + " is nil")
+	}
+	return errors.New(strings.Join(missing[:len(missing)-1], ", ") + " and " + missing[len(missing)-1] + " are nil")
 }

@@ -653,8 +653,7 @@ func (e *Engine) fallback(calls []Call, err error) (Result, int) {
 	for _, c := range calls {
 		fs = append(fs, c.Rule.fallback.Step(c.Key, c.Cost))
 	}
-	d, i := FallbackTier(fs...)
-	return Result{Decision: d, Degraded: true, Err: err}, i
+	return degraded(err, fs...)
 }
 
 // flush sends a coalesced batch: split by node (each node's part in one

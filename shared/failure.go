@@ -82,6 +82,20 @@ func (s FallbackStep) AllowNAt(now atomicbucket.Time) atomicbucket.Decision {
 	return atomicbucket.Decision{RetryAfter: time.Second}
 }
 
+// outage reports whether the step denies because the store could not decide
+// (FailDeny, or no setting), rather than by a local share's limit.
+func (s FallbackStep) outage() bool {
+	return s.f == nil || s.f.failure.Mode != FailAllow && (s.f.failure.Mode != FailLocal || s.f.local == nil)
+}
+
+// degraded is the Result of steps decided by their failure settings for
+// err: FallbackTier's decision, an outage when the step that denied refuses
+// for the outage itself, and the index of that step.
+func degraded(err error, steps ...FallbackStep) (Result, int) {
+	d, i := FallbackTier(steps...)
+	return Result{Decision: d, Degraded: true, Outage: !d.Allowed && steps[i].outage(), Err: err}, i
+}
+
 // RefundAt gives a local share back what AllowNAt took (a tier's later step
 // denied).
 func (s FallbackStep) RefundAt(now atomicbucket.Time) {

@@ -264,15 +264,15 @@ func (l *Lease) Check(ctx context.Context, g *Guard, fb FallbackStep, cost, now 
 	}
 	if g.Closed() {
 		g.Count(0, true)
-		d, _ := FallbackTier(fb)
-		return Result{Decision: d, Degraded: true, Err: ErrClosed}, nil, false
+		r, _ := degraded(ErrClosed, fb)
+		return r, nil, false
 	}
 	b := g.Breaker(l.node)
 	ok, probe := b.Allow(now)
 	if !ok {
 		g.Count(0, true)
-		d, _ := FallbackTier(fb)
-		return Result{Decision: d, Degraded: true, Err: ErrCircuitOpen}, nil, false
+		r, _ := degraded(ErrCircuitOpen, fb)
+		return r, nil, false
 	}
 	g.Count(1, false)
 	cctx, cancel := ctx, context.CancelFunc(func() {})
@@ -288,8 +288,8 @@ func (l *Lease) Check(ctx context.Context, g *Guard, fb FallbackStep, cost, now 
 			g.failed(ctx, b, err, probe)
 		}
 		g.Count(0, true)
-		d, _ := FallbackTier(fb)
-		return Result{Decision: d, Degraded: true, Err: err}, nil, true
+		r, _ := degraded(err, fb)
+		return r, nil, true
 	}
 	b.Success(probe)
 	return Result{Decision: d}, gr, true

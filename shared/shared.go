@@ -102,7 +102,13 @@ type Step struct {
 type Result struct {
 	atomicbucket.Decision
 	Degraded bool
-	Err      error
+	// Outage is set for a denial the failure settings made because the store
+	// could not decide (on_failure: deny), not by a limit: a door answers it
+	// as the service unavailable (HTTP 503, gRPC UNAVAILABLE), so clients and
+	// dashboards can tell an outage from a quota. A local share that denies
+	// is a limit (its share of the quota), and not an outage.
+	Outage bool
+	Err    error
 }
 
 // Store enforces shared rules.

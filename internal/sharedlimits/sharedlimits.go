@@ -3403,10 +3403,12 @@ type TierDecision struct {
 }
 
 // TierResult is the outcome of a tier of shared rules: its TierDecision, and whether the store
-// made it (Degraded is set when the rules' on_failure settings decided instead, with the error).
+// made it (Degraded is set when the rules' on_failure settings decided instead, with the error;
+// Outage when they denied because the store could not decide: not a limit, an outage).
 type TierResult struct {
 	TierDecision
 	Degraded bool
+	Outage   bool
 	Err      error
 }
 
@@ -3540,6 +3542,7 @@ func (l *Limits) checkSharedRequest(ctx context.Context, plan Plan, perUserKey s
 	return TierResult{
 		Degraded:     res.Degraded,
 		Err:          res.Err,
+		Outage:       res.Outage,
 		TierDecision: td,
 	}
 }
@@ -3661,6 +3664,7 @@ func (l *Limits) checkSharedDownload(ctx context.Context, downloadsKey string, c
 	return TierResult{
 		Degraded:     res.Degraded,
 		Err:          res.Err,
+		Outage:       res.Outage,
 		TierDecision: td,
 	}
 }
@@ -3676,10 +3680,11 @@ var httpPolicyPerUserPlanFree = limithttp.Policy{
 		Burst:  20,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"PerUser\";q=20;w=1200",
-	Prefix:    "\"PerUser\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (20 tokens): waiting cannot admit it.\"}\n",
+	Item:        "\"PerUser\";q=20;w=1200",
+	Prefix:      "\"PerUser\";r=",
+	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
+	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (20 tokens): waiting cannot admit it.\"}\n",
+	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy PerUser could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
 }
 
 // httpPolicyPerUserPlanPro is rule PerUser on the pro plan as the RateLimit fields describe it.
@@ -3693,10 +3698,11 @@ var httpPolicyPerUserPlanPro = limithttp.Policy{
 		Burst:  200,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"PerUser\";q=200;w=1200",
-	Prefix:    "\"PerUser\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (200 tokens): waiting cannot admit it.\"}\n",
+	Item:        "\"PerUser\";q=200;w=1200",
+	Prefix:      "\"PerUser\";r=",
+	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
+	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (200 tokens): waiting cannot admit it.\"}\n",
+	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy PerUser could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
 }
 
 // httpPolicyExports is rule Exports as the RateLimit fields describe it.
@@ -3710,10 +3716,11 @@ var httpPolicyExports = limithttp.Policy{
 		Burst:  3,
 		Refill: atomicbucket.Interval,
 	},
-	Item:      "\"Exports\";q=3;w=3600",
-	Prefix:    "\"Exports\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Exports; retry after the delay in Retry-After.\",\"violated-policies\":[\"Exports\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Exports (3 tokens): waiting cannot admit it.\"}\n",
+	Item:        "\"Exports\";q=3;w=3600",
+	Prefix:      "\"Exports\";r=",
+	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Exports; retry after the delay in Retry-After.\",\"violated-policies\":[\"Exports\"]}\n",
+	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Exports (3 tokens): waiting cannot admit it.\"}\n",
+	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy Exports could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
 }
 
 // httpPolicyPerInstance is rule PerInstance as the RateLimit fields describe it.
@@ -3744,10 +3751,11 @@ var httpPolicyGlobal = limithttp.Policy{
 		Burst:  50,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"Global\";q=50;w=3000",
-	Prefix:    "\"Global\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Global; retry after the delay in Retry-After.\",\"violated-policies\":[\"Global\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Global (50 tokens): waiting cannot admit it.\"}\n",
+	Item:        "\"Global\";q=50;w=3000",
+	Prefix:      "\"Global\";r=",
+	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Global; retry after the delay in Retry-After.\",\"violated-policies\":[\"Global\"]}\n",
+	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Global (50 tokens): waiting cannot admit it.\"}\n",
+	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy Global could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
 }
 
 // httpPolicyDownloads is rule Downloads as the RateLimit fields describe it.
@@ -3761,10 +3769,11 @@ var httpPolicyDownloads = limithttp.Policy{
 		Burst:  30,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"Downloads\";q=30;w=1800",
-	Prefix:    "\"Downloads\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Downloads; retry after the delay in Retry-After.\",\"violated-policies\":[\"Downloads\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Downloads (30 tokens): waiting cannot admit it.\"}\n",
+	Item:        "\"Downloads\";q=30;w=1800",
+	Prefix:      "\"Downloads\";r=",
+	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Downloads; retry after the delay in Retry-After.\",\"violated-policies\":[\"Downloads\"]}\n",
+	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Downloads (30 tokens): waiting cannot admit it.\"}\n",
+	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy Downloads could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
 }
 
 // httpPolicyDownloadsGlobal is rule DownloadsGlobal as the RateLimit fields describe it.
@@ -3778,10 +3787,11 @@ var httpPolicyDownloadsGlobal = limithttp.Policy{
 		Burst:  1000,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"DownloadsGlobal\";q=1000;w=60000",
-	Prefix:    "\"DownloadsGlobal\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy DownloadsGlobal; retry after the delay in Retry-After.\",\"violated-policies\":[\"DownloadsGlobal\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy DownloadsGlobal (1000 tokens): waiting cannot admit it.\"}\n",
+	Item:        "\"DownloadsGlobal\";q=1000;w=60000",
+	Prefix:      "\"DownloadsGlobal\";r=",
+	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy DownloadsGlobal; retry after the delay in Retry-After.\",\"violated-policies\":[\"DownloadsGlobal\"]}\n",
+	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy DownloadsGlobal (1000 tokens): waiting cannot admit it.\"}\n",
+	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy DownloadsGlobal could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
 }
 
 // httpPolicyFast is rule Fast as the RateLimit fields describe it.
@@ -3795,10 +3805,11 @@ var httpPolicyFast = limithttp.Policy{
 		Burst:  2,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"Fast\";q=2;w=1",
-	Prefix:    "\"Fast\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Fast; retry after the delay in Retry-After.\",\"violated-policies\":[\"Fast\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Fast (2 tokens): waiting cannot admit it.\"}\n",
+	Item:        "\"Fast\";q=2;w=1",
+	Prefix:      "\"Fast\";r=",
+	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Fast; retry after the delay in Retry-After.\",\"violated-policies\":[\"Fast\"]}\n",
+	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Fast (2 tokens): waiting cannot admit it.\"}\n",
+	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy Fast could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
 }
 
 // httpPolicyWide is rule Wide as the RateLimit fields describe it.
@@ -3812,10 +3823,11 @@ var httpPolicyWide = limithttp.Policy{
 		Burst:  1000000,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"Wide\";q=1000000;w=1",
-	Prefix:    "\"Wide\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Wide; retry after the delay in Retry-After.\",\"violated-policies\":[\"Wide\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Wide (1000000 tokens): waiting cannot admit it.\"}\n",
+	Item:        "\"Wide\";q=1000000;w=1",
+	Prefix:      "\"Wide\";r=",
+	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Wide; retry after the delay in Retry-After.\",\"violated-policies\":[\"Wide\"]}\n",
+	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Wide (1000000 tokens): waiting cannot admit it.\"}\n",
+	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy Wide could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
 }
 
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
@@ -3868,11 +3880,8 @@ type Middleware struct {
 // NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It
 // fails when one of them is nil.
 func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
-	if h.PlanOf == nil {
-		return nil, errors.New("sharedlimits: NewMiddleware: Hooks.PlanOf is nil")
-	}
-	if h.UserID == nil {
-		return nil, errors.New("sharedlimits: NewMiddleware: Hooks.UserID is nil")
+	if err := limithttp.NilHooks("sharedlimits: NewMiddleware: Hooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
+		return nil, err
 	}
 	if l == nil {
 		l = Default
@@ -4015,6 +4024,7 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	sr := m.limits.PerUser.AllowN(r.Context(), plan, k0, cost)
 	var res limithttp.Result
 	res.Degraded = sr.Degraded
+	res.Outage = sr.Outage
 	res.StoreErr = sr.Err
 	res.Decision = sr.Decision
 	res.Policy = httpPolicies[RulePerUser][plan]
@@ -4045,6 +4055,7 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	cost := httpCosts[td.Rule][plan]
 	var res limithttp.Result
 	res.Degraded = tr.Degraded
+	res.Outage = tr.Outage
 	res.StoreErr = tr.Err
 	res.Decision = td.Decision
 	res.Policy = httpPolicies[td.Rule][plan]
@@ -4087,6 +4098,7 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	sr := m.limits.Exports.AllowN(r.Context(), k0, cost)
 	var res limithttp.Result
 	res.Degraded = sr.Degraded
+	res.Outage = sr.Outage
 	res.StoreErr = sr.Err
 	res.Decision = sr.Decision
 	res.Policy = httpPolicies[RuleExports][0]
@@ -4117,6 +4129,7 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	cost := httpCosts[td.Rule][0]
 	var res limithttp.Result
 	res.Degraded = tr.Degraded
+	res.Outage = tr.Outage
 	res.StoreErr = tr.Err
 	res.Decision = td.Decision
 	res.Policy = httpPolicies[td.Rule][0]

@@ -313,11 +313,13 @@ func GeneratedMiddlewareDegraded(t *testing.T, instance func() *sharedlimits.Lim
 		denials.Observe(e)
 	})
 	h := mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	var last *httptest.ResponseRecorder
 	do := func(method, path string) int {
 		r := httptest.NewRequest(method, path, nil)
 		r.Header.Set("X-User", "uma")
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
+		last = w
 		return w.Code
 	}
 	if code := do("GET", "/hello"); code != 200 {
@@ -331,8 +333,10 @@ func GeneratedMiddlewareDegraded(t *testing.T, instance func() *sharedlimits.Lim
 	if codes[200] != 10 || codes[429] != 2 {
 		t.Errorf("12 requests with the store stopped: %v, want 10 admitted by the local share and 2 refused", codes)
 	}
-	if code := do("POST", "/export/7"); code != 429 {
-		t.Errorf("an export with the store stopped: %d, want 429 (on_failure: deny)", code)
+	if code := do("POST", "/export/7"); code != 503 {
+		t.Errorf("an export with the store stopped: %d, want 503 (on_failure: deny: an outage, not a quota)", code)
+	} else if ra, body := last.Header().Get("Retry-After"), last.Body.String(); ra == "" || !strings.Contains(body, limithttp.ProblemStoreUnavailable) {
+		t.Errorf("the outage's answer: Retry-After %q, body %s; want a Retry-After and the problem type %s", ra, body, limithttp.ProblemStoreUnavailable)
 	}
 	snap := mw.Config.Counters.Snapshot()
 	var perUser, exports limithttp.Count

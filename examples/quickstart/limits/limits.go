@@ -1361,10 +1361,12 @@ type TierDecision struct {
 }
 
 // TierResult is the outcome of a tier of shared rules: its TierDecision, and whether the store
-// made it (Degraded is set when the rules' on_failure settings decided instead, with the error).
+// made it (Degraded is set when the rules' on_failure settings decided instead, with the error;
+// Outage when they denied because the store could not decide: not a limit, an outage).
 type TierResult struct {
 	TierDecision
 	Degraded bool
+	Outage   bool
 	Err      error
 }
 
@@ -1498,6 +1500,7 @@ func (l *Limits) checkSharedRequest(ctx context.Context, plan Plan, perUserKey s
 	return TierResult{
 		Degraded:     res.Degraded,
 		Err:          res.Err,
+		Outage:       res.Outage,
 		TierDecision: td,
 	}
 }
@@ -1513,10 +1516,11 @@ var httpPolicyPerUserPlanFree = limithttp.Policy{
 		Burst:  10,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"PerUser\";q=10;w=60",
-	Prefix:    "\"PerUser\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (10 tokens): waiting cannot admit it.\"}\n",
+	Item:        "\"PerUser\";q=10;w=60",
+	Prefix:      "\"PerUser\";r=",
+	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
+	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (10 tokens): waiting cannot admit it.\"}\n",
+	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy PerUser could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
 }
 
 // httpPolicyPerUserPlanPro is rule PerUser on the pro plan as the RateLimit fields describe it.
@@ -1530,10 +1534,11 @@ var httpPolicyPerUserPlanPro = limithttp.Policy{
 		Burst:  100,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"PerUser\";q=100;w=60",
-	Prefix:    "\"PerUser\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (100 tokens): waiting cannot admit it.\"}\n",
+	Item:        "\"PerUser\";q=100;w=60",
+	Prefix:      "\"PerUser\";r=",
+	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
+	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (100 tokens): waiting cannot admit it.\"}\n",
+	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy PerUser could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
 }
 
 // httpPolicyGlobal is rule Global as the RateLimit fields describe it.
@@ -1547,10 +1552,11 @@ var httpPolicyGlobal = limithttp.Policy{
 		Burst:  2000,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"Global\";q=2000;w=2",
-	Prefix:    "\"Global\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Global; retry after the delay in Retry-After.\",\"violated-policies\":[\"Global\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Global (2000 tokens): waiting cannot admit it.\"}\n",
+	Item:        "\"Global\";q=2000;w=2",
+	Prefix:      "\"Global\";r=",
+	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Global; retry after the delay in Retry-After.\",\"violated-policies\":[\"Global\"]}\n",
+	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Global (2000 tokens): waiting cannot admit it.\"}\n",
+	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy Global could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
 }
 
 // httpPolicyLogin is rule Login as the RateLimit fields describe it.
@@ -1620,11 +1626,8 @@ type Middleware struct {
 // NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It
 // fails when one of them is nil.
 func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
-	if h.PlanOf == nil {
-		return nil, errors.New("limits: NewMiddleware: Hooks.PlanOf is nil")
-	}
-	if h.UserID == nil {
-		return nil, errors.New("limits: NewMiddleware: Hooks.UserID is nil")
+	if err := limithttp.NilHooks("limits: NewMiddleware: Hooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
+		return nil, err
 	}
 	if l == nil {
 		l = Default
@@ -1764,6 +1767,7 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	cost := httpCosts[td.Rule][plan]
 	var res limithttp.Result
 	res.Degraded = tr.Degraded
+	res.Outage = tr.Outage
 	res.StoreErr = tr.Err
 	res.Decision = td.Decision
 	res.Policy = httpPolicies[td.Rule][plan]
@@ -1867,11 +1871,8 @@ type GRPC struct {
 // NewGRPC returns the interceptors over l (Default when nil), calling h's functions. It fails
 // when one of them is nil.
 func NewGRPC(l *Limits, h GRPCHooks) (*GRPC, error) {
-	if h.PlanOf == nil {
-		return nil, errors.New("limits: NewGRPC: GRPCHooks.PlanOf is nil")
-	}
-	if h.UserID == nil {
-		return nil, errors.New("limits: NewGRPC: GRPCHooks.UserID is nil")
+	if err := limithttp.NilHooks("limits: NewGRPC: GRPCHooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
+		return nil, err
 	}
 	if l == nil {
 		l = Default
@@ -1977,6 +1978,7 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 	cost := httpCosts[td.Rule][plan]
 	var res limithttp.Result
 	res.Degraded = tr.Degraded
+	res.Outage = tr.Outage
 	res.StoreErr = tr.Err
 	res.Decision = td.Decision
 	res.Policy = httpPolicies[td.Rule][plan]

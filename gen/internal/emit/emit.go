@@ -996,7 +996,7 @@ func emitSharedTier(m *model.Model, t model.Tier, planned bool, decl func(...str
 		jen.If(jen.Id("i").Op("<").Lit(0).Op("||").Id("i").Op(">=").Len(jen.Id("rules"))).Block(jen.Id("i").Op("=").Lit(0)),
 		jen.Id("td").Op(":=").Id("TierDecision").Values(jen.Dict{jen.Id("Decision"): jen.Id("res").Dot("Decision"), jen.Id("Rule"): jen.Id("rules").Index(jen.Id("i"))}),
 		jen.If(jen.Op("!").Id("res").Dot("Allowed")).Block(jen.Id("td").Dot("DeniedBy").Op("=").Id("rules").Index(jen.Id("i"))),
-		jen.Return(jen.Id("TierResult").Values(jen.Dict{jen.Id("TierDecision"): jen.Id("td"), jen.Id("Degraded"): jen.Id("res").Dot("Degraded"), jen.Id("Err"): jen.Id("res").Dot("Err")})),
+		jen.Return(jen.Id("TierResult").Values(jen.Dict{jen.Id("TierDecision"): jen.Id("td"), jen.Id("Degraded"): jen.Id("res").Dot("Degraded"), jen.Id("Outage"): jen.Id("res").Dot("Outage"), jen.Id("Err"): jen.Id("res").Dot("Err")})),
 	)
 	g.Add(comment(fmt.Sprintf("%s is %s's store call, with each rule charged cost, or its own default cost when defaults is set.", t.SharedCoreName(), t.GoName)))
 	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(t.SharedCoreName()).Params(append(append([]jen.Code{ctxParam}, decl("cost")...), jen.Id("defaults").Bool())...).Id("TierResult").Block(body...).Line()
@@ -1028,10 +1028,12 @@ func sharedKey(r model.Rule, key jen.Code) jen.Code {
 func emitTierResult() jen.Code {
 	return jen.Line().
 		Comment("TierResult is the outcome of a tier of shared rules: its TierDecision, and whether the store").Line().
-		Comment("made it (Degraded is set when the rules' on_failure settings decided instead, with the error).").Line().
+		Comment("made it (Degraded is set when the rules' on_failure settings decided instead, with the error;").Line().
+		Comment("Outage when they denied because the store could not decide: not a limit, an outage).").Line().
 		Type().Id("TierResult").Struct(
 		jen.Id("TierDecision"),
 		jen.Id("Degraded").Bool(),
+		jen.Id("Outage").Bool(),
 		jen.Id("Err").Error(),
 	).Line()
 }

@@ -85,11 +85,7 @@ func emitGRPCHooks(m *model.Model) jen.Code {
 
 func emitGRPCType(m *model.Model) jen.Code {
 	g := m.GRPC
-	var checks []jen.Code
-	for _, hk := range g.Hooks {
-		checks = append(checks, jen.If(jen.Id("h").Dot(hk.Name).Op("==").Nil()).Block(
-			jen.Return(jen.Nil(), jen.Qual("errors", "New").Call(jen.Lit(m.Pkg+": NewGRPC: GRPCHooks."+hk.Name+" is nil")))))
-	}
+	checks := nilHooks(m.Pkg+": NewGRPC: GRPCHooks.", g.Hooks)
 	cfg := []jen.Code{
 		field("Metadata", lh(g.Metadata)),
 		field("Jitter", jen.Lit(g.Jitter)),

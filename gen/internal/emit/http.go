@@ -235,6 +235,7 @@ func emitHTTPTables(m *model.Model) jen.Code {
 				field("Prefix", jen.Lit(p.Prefix)),
 				field("Problem", jen.Lit(p.Problem)),
 				field("TooCostly", jen.Lit(p.TooCostly)),
+				unavailable(r, p),
 			)).Line())
 		}
 		for pl := range dim {
@@ -349,11 +350,7 @@ func emitHooks(m *model.Model) jen.Code {
 
 func emitMiddleware(m *model.Model) jen.Code {
 	h := m.HTTP
-	var checks []jen.Code
-	for _, hk := range h.Hooks {
-		checks = append(checks, jen.If(jen.Id("h").Dot(hk.Name).Op("==").Nil()).Block(
-			jen.Return(jen.Nil(), jen.Qual("errors", "New").Call(jen.Lit(m.Pkg+": NewMiddleware: Hooks."+hk.Name+" is nil")))))
-	}
+	checks := nilHooks(m.Pkg+": NewMiddleware: Hooks.", h.Hooks)
 	ipFields := clientIPFields(h.ClientIP)
 	cfg := []jen.Code{
 		field("Headers", lh(h.Headers)),
@@ -644,7 +641,7 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 			// cannot: the Result says which, for the observers.
 			body = append(body, jen.Id("sr").Op(":=").Add(recv()).Dot("limits").Dot(rule.GoName).Dot("AllowN").Call(append(args, jen.Id("cost"))...))
 			decision = jen.Id("sr").Dot("Decision")
-			res = append(res, setField("Degraded", jen.Id("sr").Dot("Degraded")), setField("StoreErr", jen.Id("sr").Dot("Err")))
+			res = append(res, setField("Degraded", jen.Id("sr").Dot("Degraded")), setField("Outage", jen.Id("sr").Dot("Outage")), setField("StoreErr", jen.Id("sr").Dot("Err")))
 		}
 		res = append(res,
 			setField("Decision", decision),
@@ -678,7 +675,7 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 		if t.Shared {
 			body = append(body, jen.Id("tr").Op(":=").Add(call))
 			call = jen.Id("tr").Dot("TierDecision")
-			res = append(res, setField("Degraded", jen.Id("tr").Dot("Degraded")), setField("StoreErr", jen.Id("tr").Dot("Err")))
+			res = append(res, setField("Degraded", jen.Id("tr").Dot("Degraded")), setField("Outage", jen.Id("tr").Dot("Outage")), setField("StoreErr", jen.Id("tr").Dot("Err")))
 		}
 		body = append(body, jen.Id("td").Op(":=").Add(call))
 		if r.CostKind == "" {
@@ -815,4 +812,28 @@ func emitInForce(m *model.Model, r model.Route, recv func() *jen.Statement, plan
 		jen.List(names...).Op(":=").List(calls...),
 		jen.If(changed).Block(block...),
 	}
+}
+
+// unavailable is a shared rule's Unavailable field (its 503 body); nothing for
+// a local rule, which has no store to be down.
+func unavailable(r model.Rule, p model.Policy) jen.Code {
+	if !r.Shared {
+		return jen.Null()
+	}
+	return field("Unavailable", jen.Lit(p.Unavailable))
+}
+
+// nilHooks is the check that refuses nil hooks, naming every one (prefix
+// goes before each name); nothing without hooks.
+func nilHooks(prefix string, hooks []model.Hook) []jen.Code {
+	if len(hooks) == 0 {
+		return nil
+	}
+	var names, nils []jen.Code
+	for _, hk := range hooks {
+		names = append(names, jen.Lit(hk.Name))
+		nils = append(nils, jen.Id("h").Dot(hk.Name).Op("==").Nil())
+	}
+	return []jen.Code{jen.If(jen.Err().Op(":=").Add(lh("NilHooks")).Call(append([]jen.Code{jen.Lit(prefix), jen.Index().String().Values(names...)}, nils...)...), jen.Err().Op("!=").Nil()).Block(
+		jen.Return(jen.Nil(), jen.Err()))}
 }

@@ -87,4 +87,5 @@ type Policy struct {
 	Name                             string
 	Quota, Window                    int64
 	Item, Prefix, Problem, TooCostly string
+	Unavailable                      string // the 503 body of a shared rule's outage
 }

@@ -147,7 +147,7 @@ func (p *parser) fieldPolicies(m *model.Model) {
 				continue
 			}
 			m.Fields[i] = append(m.Fields[i], model.Policy{Name: pol.Name, Quota: pol.Quota, Window: pol.Window,
-				Item: pol.Item, Prefix: pol.Prefix, Problem: pol.Problem, TooCostly: pol.TooCostly})
+				Item: pol.Item, Prefix: pol.Prefix, Problem: pol.Problem, TooCostly: pol.TooCostly, Unavailable: pol.Unavailable})
 			m.Costs[i] = append(m.Costs[i], l.Cost)
 		}
 	}

@@ -1798,10 +1798,11 @@ var httpPolicyTenants = limithttp.Policy{
 		Burst:  4,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"Tenants\";q=4;w=240",
-	Prefix:    "\"Tenants\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Tenants; retry after the delay in Retry-After.\",\"violated-policies\":[\"Tenants\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Tenants (4 tokens): waiting cannot admit it.\"}\n",
+	Item:        "\"Tenants\";q=4;w=240",
+	Prefix:      "\"Tenants\";r=",
+	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Tenants; retry after the delay in Retry-After.\",\"violated-policies\":[\"Tenants\"]}\n",
+	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Tenants (4 tokens): waiting cannot admit it.\"}\n",
+	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy Tenants could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
 }
 
 // httpPolicyPerMethod is rule PerMethod as the RateLimit fields describe it.
@@ -1891,11 +1892,8 @@ type GRPC struct {
 // NewGRPC returns the interceptors over l (Default when nil), calling h's functions. It fails
 // when one of them is nil.
 func NewGRPC(l *Limits, h GRPCHooks) (*GRPC, error) {
-	if h.PlanOf == nil {
-		return nil, errors.New("grpclimits: NewGRPC: GRPCHooks.PlanOf is nil")
-	}
-	if h.UserID == nil {
-		return nil, errors.New("grpclimits: NewGRPC: GRPCHooks.UserID is nil")
+	if err := limithttp.NilHooks("grpclimits: NewGRPC: GRPCHooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
+		return nil, err
 	}
 	if l == nil {
 		l = Default
@@ -2077,6 +2075,7 @@ func (g *GRPC) entry3(ctx context.Context, method string) error {
 	sr := g.limits.Tenants.AllowN(ctx, k0, cost)
 	var res limithttp.Result
 	res.Degraded = sr.Degraded
+	res.Outage = sr.Outage
 	res.StoreErr = sr.Err
 	res.Decision = sr.Decision
 	res.Policy = httpPolicies[RuleTenants][0]
