@@ -2155,7 +2155,7 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
-	ok0 = ok0 && k0 != ""
+	ok0 = ok0 && k0 != "" && len(k0) <= limithttp.MaxKeyLen
 	if !ok0 {
 		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Upload: route \\\"POST /v1/upload\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "POST /v1/upload", Rule: "Upload", RuleIndex: int(RuleUpload), Series: 1, Outcome: limithttp.MissingKey})
 	}
@@ -2219,7 +2219,7 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
-	ok0 = ok0 && k0 != ""
+	ok0 = ok0 && k0 != "" && len(k0) <= limithttp.MaxKeyLen
 	if !ok0 {
 		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 3, Outcome: limithttp.MissingKey})
 	}

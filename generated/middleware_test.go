@@ -431,3 +431,30 @@ func TestMiddlewareEventKeys(t *testing.T) {
 		}
 	}
 }
+
+// A hook's key longer than MaxKeyLen is no key, as a header's is: the request
+// gets the policy's missing_key answer (401 here), never a bucket of its own
+// nor a 400 about its cost.
+func TestMiddlewareHookKeyTooLong(t *testing.T) {
+	long := strings.Repeat("u", limithttp.MaxKeyLen+1)
+	lim := limits.New()
+	mw, err := limits.NewMiddleware(lim, limits.Hooks{
+		UserID: func(*http.Request) (string, bool) { return long, true },
+		PlanOf: func(*http.Request) (limits.Plan, bool) { return limits.PlanFree, true },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw.Config.Observer = nil
+	h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	for _, path := range []string{"/v1/things", "/v1/upload"} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("POST", path, nil))
+		if w.Code != http.StatusUnauthorized {
+			t.Errorf("POST %s with a %d-byte key from the hook: %d %s, want 401 (missing_key)", path, len(long), w.Code, w.Body)
+		}
+	}
+	if n := lim.PerUser.Len(); n != 0 {
+		t.Errorf("%d PerUser buckets made for an over-long key", n)
+	}
+}

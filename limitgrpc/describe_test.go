@@ -1,11 +1,18 @@
 package limitgrpc_test
 
 import (
+	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/limitgrpc"
+	"github.com/limitgen/limitgen/limitgrpc/internal/grpclimits"
+	"github.com/limitgen/limitgen/limithttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // A QuotaFailure says what the policy says: its rate and burst, not the
@@ -23,5 +30,28 @@ func TestDescribe(t *testing.T) {
 		if got := limitgrpc.Describe(c.l); got != c.want {
 			t.Errorf("Describe(%+v) = %q, want %q", c.l, got, c.want)
 		}
+	}
+}
+
+// A hook's key longer than MaxKeyLen is no key, as metadata's is: the call
+// ends with the policy's missing_key code, and no bucket is made.
+func TestHookKeyTooLong(t *testing.T) {
+	lims := grpclimits.New()
+	g, err := grpclimits.NewGRPC(lims, grpclimits.GRPCHooks{
+		UserID: func(context.Context) (string, bool) { return strings.Repeat("u", limithttp.MaxKeyLen+1), true },
+		PlanOf: func(context.Context) (grpclimits.Plan, bool) { return grpclimits.PlanFree, true },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g.Config.Observer = nil
+	called := false
+	_, err = g.UnaryInterceptor()(context.Background(), nil, &grpc.UnaryServerInfo{FullMethod: "/grpc.health.v1.Health/Check"},
+		func(context.Context, any) (any, error) { called = true; return nil, nil })
+	if status.Code(err) != codes.Unauthenticated || called {
+		t.Errorf("a %d-byte key from the hook: %v (handler called: %v), want Unauthenticated (missing_key)", limithttp.MaxKeyLen+1, err, called)
+	}
+	if n := lims.Checks.Len(); n != 0 {
+		t.Errorf("%d Checks buckets made for an over-long key", n)
 	}
 }

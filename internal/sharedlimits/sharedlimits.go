@@ -4015,7 +4015,7 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
-	ok0 = ok0 && k0 != ""
+	ok0 = ok0 && k0 != "" && len(k0) <= limithttp.MaxKeyLen
 	if !ok0 {
 		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /hello\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "GET /hello", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 0, Outcome: limithttp.MissingKey})
 	}
@@ -4045,7 +4045,7 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
-	ok0 = ok0 && k0 != ""
+	ok0 = ok0 && k0 != "" && len(k0) <= limithttp.MaxKeyLen
 	if !ok0 {
 		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /api/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "GET /api/", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 1, Outcome: limithttp.MissingKey})
 	}
@@ -4120,7 +4120,7 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
-	ok0 = ok0 && k0 != ""
+	ok0 = ok0 && k0 != "" && len(k0) <= limithttp.MaxKeyLen
 	if !ok0 {
 		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Downloads: route \\\"GET /download/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "GET /download/", Tier: "Download", Rule: "Downloads", RuleIndex: int(RuleDownloads), Series: 4, Outcome: limithttp.MissingKey})
 	}

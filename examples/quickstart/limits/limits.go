@@ -1757,7 +1757,7 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
-	ok0 = ok0 && k0 != ""
+	ok0 = ok0 && k0 != "" && len(k0) <= limithttp.MaxKeyLen
 	if !ok0 {
 		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /hello\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "GET /hello", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 0, Outcome: limithttp.MissingKey})
 	}
@@ -1968,7 +1968,7 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = g.hooks.UserID(ctx)
-	ok0 = ok0 && k0 != ""
+	ok0 = ok0 && k0 != "" && len(k0) <= limithttp.MaxKeyLen
 	if !ok0 {
 		return g.Config.Reject(limithttp.Enforce, codes.Unauthenticated, "the call has no key for rule PerUser: grpc service \"grpc.health.v1.Health\" reads it from the caller's identity, as the service establishes it", limithttp.Event{Route: "grpc.health.v1.Health", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 0, Outcome: limithttp.MissingKey})
 	}

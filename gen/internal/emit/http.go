@@ -507,7 +507,9 @@ func emitKey(d *door, k, ok string, t string, srcs []model.KeySource, ord int, p
 		case "func":
 			set = append(set, jen.List(jen.Id(k), jen.Id(ok)).Op("=").Add(d.r()).Dot("hooks").Dot(s.Name).Call(d.req))
 			if t == "string" {
-				set = append(set, jen.Id(ok).Op("=").Id(ok).Op("&&").Id(k).Op("!=").Lit(""))
+				// A hook's key is held to what the other sources' are: an
+				// empty key, or one longer than MaxKeyLen, is none.
+				set = append(set, jen.Id(ok).Op("=").Id(ok).Op("&&").Id(k).Op("!=").Lit("").Op("&&").Len(jen.Id(k)).Op("<=").Add(lh("MaxKeyLen")))
 			}
 		default:
 			src = d.source(s)

@@ -2005,7 +2005,7 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = g.hooks.UserID(ctx)
-	ok0 = ok0 && k0 != ""
+	ok0 = ok0 && k0 != "" && len(k0) <= limithttp.MaxKeyLen
 	if !ok0 {
 		k0, ok0 = limitgrpc.MetadataKey(ctx, "x-user")
 	}
