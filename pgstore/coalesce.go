@@ -31,6 +31,9 @@ func (s *backend) Each(ctx context.Context, groups [][]shared.Call) ([][]shared.
 // of one bucket see each other's takes), each bucket read and written once,
 // at the server's time or, for tests, at *at (Unix µs).
 func (s *backend) eachAt(ctx context.Context, calls []shared.Call, at *int64) ([]shared.Reply, error) {
+	if err := s.ensure(); err != nil {
+		return nil, err
+	}
 	type bucket struct {
 		rule *Rule
 		key  string

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/shared"
@@ -57,7 +59,7 @@ type Options struct {
 // Defaults of Options.
 const (
 	DefaultTable      = "limitgen_buckets"
-	DefaultTimeout    = 200 * time.Millisecond
+	DefaultTimeout    = shared.DefaultTimeout // every store's default, 200 ms
 	DefaultSweepEvery = 30 * time.Second
 )
 
@@ -85,6 +87,11 @@ type backend struct {
 	swept  atomic.Int64 // atomicbucket time of the last sweep started
 	sweeps sync.WaitGroup
 	closed atomic.Bool // Close was called: no more background sweeps start
+
+	noCreate bool
+	ready    atomic.Bool  // the table and functions are there (created, or checked with NoCreate)
+	setting  atomic.Bool  // a background setup is running
+	tried    atomic.Int64 // atomicbucket time of the last background setup started
 }
 
 // Rule is a shared rule prepared for the store (NewRule), and Step one
@@ -101,7 +108,13 @@ var tableName = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,40}\.)?[a-z_][a-z0-9_]{0
 
 // New returns a store over pool, creating its table and functions unless
 // opts.NoCreate (then it checks that they are there). Concurrent New calls
-// of several instances are safe: the creation is serialised by a lock.
+// of several instances are safe: the creation is serialised by a lock. It
+// fails when the database refuses (a reserved table name, NoCreate with the
+// table missing). A database that does not answer does not fail New: a
+// service starts while PostgreSQL is down, each shared rule's on_failure
+// decides (counted as degraded), and once the database answers the table is
+// set up in the background and the store decides; Health (and a generated
+// package's SharedErr) says so until then.
 //
 // Behind PgBouncer in transaction mode, give the pool a query exec mode that
 // needs no server-side prepared statements (default_query_exec_mode=exec or
@@ -113,16 +126,6 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	}
 	if !tableName.MatchString(opts.Table) {
 		return nil, fmt.Errorf("pgstore: table name %q: want lower-case letters, digits and underscores, optionally schema-qualified", opts.Table)
-	}
-	// A reserved word (user, order, …) would need quoting in every statement:
-	// the server's own list says which are.
-	var reserved []string
-	if err := pool.QueryRow(ctx, "SELECT coalesce(array_agg(word), '{}') FROM pg_get_keywords() WHERE catcode IN ('R', 'T') AND word = ANY($1)",
-		strings.Split(opts.Table, ".")).Scan(&reserved); err != nil {
-		return nil, fmt.Errorf("pgstore: %w", err)
-	}
-	if len(reserved) > 0 {
-		return nil, fmt.Errorf("pgstore: table name %q: %q is a reserved word in PostgreSQL (every statement would need it quoted); choose another, such as limitgen_%[2]s", opts.Table, reserved[0])
 	}
 	if opts.Namespace != "" {
 		if err := shared.CheckNamespace(opts.Namespace); err != nil {
@@ -143,19 +146,84 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	}
 	b.e = shared.NewEngine(b, opts.Timeout, opts.Coalesce)
 	s := &Store{Engine: b.e, b: b}
-	if err := b.create(ctx, opts.NoCreate); err != nil {
-		return nil, err
+	b.noCreate = opts.NoCreate
+	b.one = "SELECT " + b.fn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, $6::int8, $7::int8, $8::int8, $9::int8, $10::int8, $11::int4, $12::int8, $13::int8, $14::int8, $15::int8, $16::int8)"
+	b.tier = "SELECT " + b.fn + "_tier($1::text[], $2::bytea[], $3::int4[], $4::int8[], $5::int4, $6::int8)"
+	b.each = "SELECT " + b.fn + "_each($1::text[], $2::bytea[], $3::int4[], $4::int8[], $5::int4[], $6::int8[], $7::int8)"
+	sctx, cancel := context.WithTimeout(ctx, max(opts.Timeout, setupTimeout))
+	err := b.setup(sctx)
+	cancel()
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		b.ready.Store(true)
+	case errors.Is(err, errRefused) || errors.As(err, &pgErr):
+		return nil, err // the database answered: no
+	default:
+		// Down at start: the store works once the database answers (a
+		// check then sets the table up first, in the background); until
+		// then each rule's on_failure decides, and Health says why.
+		s.StartFailed(fmt.Errorf("pgstore: PostgreSQL did not answer at start (%w): start it, or fix the pool's address", err))
 	}
 	return s, nil
 }
+
+// setupTimeout bounds New's own setup, and each background one.
+const setupTimeout = 10 * time.Second
+
+// errRefused wraps the errors of a setup the database answered with a no (a
+// reserved table name, NoCreate with the table or its functions missing).
+var errRefused = errors.New("refused")
+
+// setup checks the table's name against the server's reserved words, then
+// creates the table and functions, or (NoCreate) checks that they are there.
+func (s *backend) setup(ctx context.Context) error {
+	// A reserved word (user, order, …) would need quoting in every statement:
+	// the server's own list says which are.
+	var reserved []string
+	if err := s.pool.QueryRow(ctx, "SELECT coalesce(array_agg(word), '{}') FROM pg_get_keywords() WHERE catcode IN ('R', 'T') AND word = ANY($1)",
+		strings.Split(s.table, ".")).Scan(&reserved); err != nil {
+		return fmt.Errorf("pgstore: %w", err)
+	}
+	if len(reserved) > 0 {
+		return fmt.Errorf("pgstore: %w: table name %q: %q is a reserved word in PostgreSQL (every statement would need it quoted); choose another, such as limitgen_%[3]s", errRefused, s.table, reserved[0])
+	}
+	return s.create(ctx, s.noCreate)
+}
+
+// ensure is nil once the table and functions are there. Before (the store
+// was made while the database was down), it starts a setup in the background,
+// at most one at a time and one a second, with a timeout of its own (a
+// check's is too short for creating functions under the creation lock), and
+// fails the call: the rule's failure setting decides it, as for any call the
+// store could not answer.
+func (s *backend) ensure() error {
+	if s.ready.Load() {
+		return nil
+	}
+	now := int64(atomicbucket.Now())
+	if last := s.tried.Load(); !s.closed.Load() && now-last >= int64(time.Second) && s.tried.CompareAndSwap(last, now) && s.setting.CompareAndSwap(false, true) {
+		s.sweeps.Add(1)
+		go func() {
+			defer s.sweeps.Done()
+			defer s.setting.Store(false)
+			ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+			defer cancel()
+			if s.setup(ctx) == nil {
+				s.ready.Store(true)
+			}
+		}()
+	}
+	return errNotSetUp
+}
+
+// errNotSetUp fails a call made before the store's table is set up.
+var errNotSetUp = errors.New("pgstore: the table is not set up yet: PostgreSQL did not answer when the store was made, and has not since")
 
 // create creates the table and functions, or (noCreate) checks that they
 // are there.
 func (s *backend) create(ctx context.Context, noCreate bool) error {
 	pool := s.pool
-	s.one = "SELECT " + s.fn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, $6::int8, $7::int8, $8::int8, $9::int8, $10::int8, $11::int4, $12::int8, $13::int8, $14::int8, $15::int8, $16::int8)"
-	s.tier = "SELECT " + s.fn + "_tier($1::text[], $2::bytea[], $3::int4[], $4::int8[], $5::int4, $6::int8)"
-	s.each = "SELECT " + s.fn + "_each($1::text[], $2::bytea[], $3::int4[], $4::int8[], $5::int4[], $6::int8[], $7::int8)"
 	if noCreate {
 		var table, fn, tier, each *string
 		var numbers bool
@@ -168,10 +236,10 @@ func (s *backend) create(ctx context.Context, noCreate bool) error {
 			return fmt.Errorf("pgstore: %w", err)
 		}
 		if table == nil || fn == nil || tier == nil || each == nil {
-			return fmt.Errorf("pgstore: NoCreate, but table %s or its functions %s, %[2]s_tier and %[2]s_each are missing: run Store.Schema's SQL first", s.table, s.fn)
+			return fmt.Errorf("pgstore: %w: NoCreate, but table %s or its functions %s, %[3]s_tier and %[3]s_each are missing: run Store.Schema's SQL first", errRefused, s.table, s.fn)
 		}
 		if !numbers {
-			return fmt.Errorf("pgstore: NoCreate, but table %s has no column n (the numbers a bucket was written with, added by this version): run Store.Schema's SQL, which adds it and replaces the functions", s.table)
+			return fmt.Errorf("pgstore: %w: NoCreate, but table %s has no column n (the numbers a bucket was written with, added by this version): run Store.Schema's SQL, which adds it and replaces the functions", errRefused, s.table)
 		}
 		return nil
 	}
@@ -242,6 +310,9 @@ func (s *backend) Place(shared.Call) (uint32, string) { return 0, "" }
 
 // Forget deletes c's bucket's row (shared.Backend: a Reset).
 func (s *backend) Forget(ctx context.Context, c shared.Call) error {
+	if err := s.ensure(); err != nil {
+		return err
+	}
 	_, err := s.pool.Exec(ctx, "DELETE FROM "+s.table+" WHERE r = $1 AND k = $2", execMode, s.ns+c.Rule.Name(), rowKey(c.Key))
 	return err
 }
@@ -301,6 +372,9 @@ func (s *backend) tierAt(ctx context.Context, calls []shared.Call, mode shared.M
 // exec runs the one-bucket function on c in mode (0 decide, 1 take, 2
 // refund, 3 lease), with a lease's want and previous grant.
 func (s *backend) exec(ctx context.Context, c shared.Call, mode int32, at *int64, want int64, prev shared.Settlement) ([]int64, error) {
+	if err := s.ensure(); err != nil {
+		return nil, err
+	}
 	var v [8]int64
 	values(v[:0], c)
 	var res []int64
@@ -315,6 +389,9 @@ func (s *backend) exec(ctx context.Context, c shared.Call, mode int32, at *int64
 
 // execTier runs the tier function over calls in mode.
 func (s *backend) execTier(ctx context.Context, calls []shared.Call, mode int32, at *int64) ([]int64, error) {
+	if err := s.ensure(); err != nil {
+		return nil, err
+	}
 	names := make([]string, len(calls))
 	keys := make([][]byte, len(calls))
 	ord := make([]int32, len(calls))

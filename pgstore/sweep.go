@@ -20,6 +20,9 @@ const sweepBatch = 10_000
 func (s *Store) Sweep(ctx context.Context) (int64, error) { return s.b.sweepAll(ctx) }
 
 func (s *backend) sweepAll(ctx context.Context) (int64, error) {
+	if err := s.ensure(); err != nil {
+		return 0, err
+	}
 	q := "DELETE FROM " + s.table + " WHERE ctid = ANY(ARRAY(SELECT ctid FROM " + s.table +
 		" WHERE full_at >= 0 AND full_at <= (extract(epoch FROM clock_timestamp()) * 1000000)::bigint LIMIT $1 FOR UPDATE SKIP LOCKED))"
 	var total int64

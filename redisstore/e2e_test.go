@@ -95,6 +95,9 @@ func TestRollingDeploy(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if st.Timeout() != 200*time.Millisecond {
+			t.Fatalf("a store's default timeout is %v; the README and shared.DefaultTimeout say 200ms", st.Timeout())
+		}
 		return st
 	}, 4*time.Second)
 	for _, f := range figures {

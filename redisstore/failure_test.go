@@ -77,15 +77,15 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 		if res = st.Check(ctx, deny, "k", 1); !res.Degraded {
 			break
 		}
-		time.Sleep(shared.BreakerMaxPause / 100)
+		time.Sleep(50 * time.Millisecond)
 	}
 	if res.Degraded || !res.Allowed || res.Remaining != 9 {
 		t.Fatalf("after Redis came back: %+v", res)
 	}
 }
 
-// A Redis that accepts connections and never answers: New fails within a
-// second, naming the address; and a store whose Redis went silent after New
+// A Redis that accepts connections and never answers: New returns within a
+// second, its Health naming the address; and a store whose Redis went silent after New
 // (made here without New's check) returns from Check within its timeout,
 // decided by the failure setting, instead of hanging the request.
 func TestSilentRedisTimesOut(t *testing.T) {
@@ -106,8 +106,10 @@ func TestSilentRedisTimesOut(t *testing.T) {
 	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), MaxRetries: -1, ContextTimeoutEnabled: true})
 	defer c.Close()
 	start := time.Now()
-	if _, err := New(context.Background(), c, Options{Timeout: 50 * time.Millisecond}); err == nil || !strings.Contains(err.Error(), ln.Addr().String()) {
-		t.Errorf("New on a silent Redis: %v, want an error naming %s", err, ln.Addr())
+	if st, err := New(context.Background(), c, Options{Timeout: 50 * time.Millisecond}); err != nil {
+		t.Errorf("New on a silent Redis: %v, want a store that waits for it", err)
+	} else if h := st.Health(); h == nil || !strings.Contains(h.Error(), ln.Addr().String()) {
+		t.Errorf("Health of a store made on a silent Redis: %v, want an error naming %s", h, ln.Addr())
 	}
 	if elapsed := time.Since(start); elapsed > 2*time.Second {
 		t.Errorf("New on a silent Redis took %v", elapsed)
@@ -155,9 +157,10 @@ func TestCallersGivingUpDoNotOpenTheBreaker(t *testing.T) {
 	}
 }
 
-// New on a port where no Redis listens fails at once, naming the address and
-// the fix (before, it succeeded, and every check then fell to the failure
-// setting while SharedErr said nothing).
+// New on a port where no Redis listens returns a store whose Health names
+// the address and the fix (before New failed, and a service had to run
+// without a store, each instance enforcing the whole limit, nothing counted
+// degraded; earlier still, it succeeded and nothing said so).
 func TestNewOnDeadRedis(t *testing.T) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -167,8 +170,11 @@ func TestNewOnDeadRedis(t *testing.T) {
 	ln.Close() // nothing listens there now
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	defer c.Close()
-	_, err = New(context.Background(), c, Options{})
-	if err == nil || !strings.Contains(err.Error(), addr) || !strings.Contains(err.Error(), "start it") {
-		t.Fatalf("New on a dead port: %v, want an error naming %s and the fix", err, addr)
+	st, err := New(context.Background(), c, Options{})
+	if err != nil {
+		t.Fatalf("New on a dead port: %v, want a store that waits for Redis", err)
+	}
+	if h := st.Health(); !errors.Is(h, shared.ErrUnhealthy) || !strings.Contains(h.Error(), addr) || !strings.Contains(h.Error(), "start it") {
+		t.Fatalf("Health of a store on a dead port: %v, want ErrUnhealthy naming %s and the fix", h, addr)
 	}
 }

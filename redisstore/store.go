@@ -45,7 +45,8 @@ type Options struct {
 
 // DefaultTimeout bounds how long a check waits for Redis when the caller's
 // context allows longer: a shared limit must not hold a request up for long.
-const DefaultTimeout = 100 * time.Millisecond
+// It is every store's default, shared.DefaultTimeout (200 ms).
+const DefaultTimeout = shared.DefaultTimeout
 
 // Store checks shared rules on Redis: a shared.Engine over the script. Its
 // methods are safe for concurrent use.
@@ -98,11 +99,12 @@ func NewRule(name string, l atomicbucket.Limit) (*Rule, error) {
 
 // New returns a store over client (single server, Sentinel or Cluster through
 // go-redis's UniversalClient), writing keys under DefaultPrefix and
-// opts.Namespace. It fails
-// when Redis does not answer within opts.Timeout (or ctx, if sooner; it loads
-// the script, on every master of a Cluster), with an error naming the
-// address: a service then knows at start that its shared limits have no
-// store, instead of finding out from degraded checks. The client must be
+// opts.Namespace. It loads the script (on every master of a Cluster), waiting
+// at most opts.Timeout (at least a second, or ctx, if sooner). A Redis that
+// does not answer then does not fail New: a service starts while its store is
+// down, each shared rule's on_failure decides (counted as degraded) until
+// Redis answers, and from then on the store works; Health (and a generated
+// package's SharedErr) says so, naming the address, until then. The client must be
 // created with ContextTimeoutEnabled: true, so that a check's context (the
 // store's timeout) bounds its wait for Redis; without it go-redis waits out
 // its own read timeout (3 s by default) on a Redis that does not answer, and
@@ -148,7 +150,10 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 		err = s.b.check.Load(lctx, client).Err()
 	}
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: Redis at %s did not answer (%w): start it, or fix the client's address; until it answers, the shared rules have no store", addr, err)
+		// Down at start: the store works from the moment Redis answers (a
+		// check that finds the script missing loads it); until then each
+		// rule's on_failure decides, and Health says why.
+		s.StartFailed(fmt.Errorf("redisstore: Redis at %s did not answer at start (%w): start it, or fix the client's address", addr, err))
 	}
 	return s, nil
 }

@@ -35,3 +35,13 @@ func Bind(store Store, rules []Rule) (b Bound, err error) {
 	}
 	return b, err
 }
+
+// Health is b's store's live state when it reports one (a Bound with a
+// Health method, as an Engine's binding has): nil while the store answers.
+// A generated package's SharedErr returns it.
+func Health(b Bound) error {
+	if h, ok := b.(interface{ Health() error }); ok {
+		return h.Health()
+	}
+	return nil
+}

@@ -107,7 +107,7 @@ func TestBindingNumbers(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(BreakerMaxPause / 20) // let the breaker's pause pass
-	for deadline := time.Now().Add(BreakerMaxPause); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(3 * BreakerMaxPause); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
 		if res := b.CheckStep(ctx, Step{Rule: 0, Key: "probe", Cost: 0}); !res.Degraded {
 			break
 		}

@@ -299,6 +299,14 @@ func (e *Engine) Stats() Stats {
 // it has called (a Cluster's masters each have their own).
 func (e *Engine) Breakers() []BreakerState { return e.guard.States() }
 
+// Health is the store's live state: nil while it answers, otherwise why not
+// (Guard.Health). A generated package's SharedErr reports it.
+func (e *Engine) Health() error { return e.guard.Health() }
+
+// StartFailed records that the store could not reach its server when made
+// (Guard.StartFailed): Health says so until a call succeeds.
+func (e *Engine) StartFailed(err error) { e.guard.StartFailed(err) }
+
 // roundTrip is a call enter let through: its context's cancel, and when it
 // started (for Stats.Latency).
 type roundTrip struct {
@@ -870,6 +878,9 @@ type Binding struct {
 
 // Leases are the binding's leases.
 func (b *Binding) Leases() *Leases { return b.leases }
+
+// Health is the store's live state (Engine.Health).
+func (b *Binding) Health() error { return b.e.Health() }
 
 // Check decides steps on the store, or, when every step's rule is leased,
 // from each step's lease in order, all or nothing. A step naming no bound

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -129,15 +131,17 @@ var ErrCircuitOpen = fmt.Errorf("circuit open: the store failed %d checks in a r
 const (
 	BreakerFailures = 5
 	BreakerPause    = 250 * time.Millisecond
-	BreakerMaxPause = 10 * time.Second
+	BreakerMaxPause = time.Second
 )
 
 // Breaker is a store's circuit breaker. The zero Breaker is closed.
 type Breaker struct {
-	failures  atomic.Int64 // failed calls in a row
-	openUntil atomic.Int64 // atomicbucket time (ns) before which no check goes to the store; 0 when closed
-	pause     atomic.Int64 // the current pause, ns
-	probing   atomic.Bool  // one check is probing a half-open breaker
+	failures  atomic.Int64          // failed calls in a row
+	openUntil atomic.Int64          // atomicbucket time (ns) before which no check goes to the store; 0 when closed
+	pause     atomic.Int64          // the current pause, ns
+	probing   atomic.Bool           // one check is probing a half-open breaker
+	last      atomic.Pointer[error] // the last failure's error, for Health
+	g         *Guard                // the guard whose breaker it is (nil for a Breaker of one's own)
 }
 
 // Allow reports whether a check may go to the store at now (atomicbucket
@@ -156,6 +160,9 @@ func (b *Breaker) Allow(now int64) (ok, probe bool) {
 
 // Success records a call the store answered.
 func (b *Breaker) Success(probe bool) {
+	if b.g != nil && b.g.start.Load() != nil {
+		b.g.start.Store(nil) // the store answers: what start said is over
+	}
 	b.failures.Store(0)
 	if probe || b.openUntil.Load() != 0 {
 		b.openUntil.Store(0)
@@ -207,7 +214,8 @@ type Guard struct {
 	breakers *xsync.MapOf[string, *Breaker]
 	calls    atomic.Int64
 	degraded atomic.Int64
-	closed   atomic.Bool // Close was called: no more calls
+	closed   atomic.Bool           // Close was called: no more calls
+	start    atomic.Pointer[error] // why the store could not be reached when made (StartFailed), until a call succeeds
 }
 
 // NewGuard returns a guard with timeout and no breaker open.
@@ -221,8 +229,57 @@ func (g *Guard) Breaker(node string) *Breaker {
 	if b, ok := g.breakers.Load(node); ok {
 		return b
 	}
-	b, _ := g.breakers.LoadOrCompute(node, func() *Breaker { return new(Breaker) })
+	b, _ := g.breakers.LoadOrCompute(node, func() *Breaker { return &Breaker{g: g} })
 	return b
+}
+
+// ErrUnhealthy is wrapped by Health's error.
+var ErrUnhealthy = errors.New("the store is not answering")
+
+// StartFailed records that the store could not be reached when it was made
+// (err says how): Health reports it until a call succeeds. A store made while
+// its server is down works from the moment the server answers; until then
+// each rule's failure setting decides, counted as degraded.
+func (g *Guard) StartFailed(err error) {
+	g.start.Store(&err)
+}
+
+// Health is nil while the store answers: it reached its server when made (or
+// a call has succeeded since) and no server's last call failed. Otherwise it
+// says which servers failed how many calls in a row, with the last error,
+// wrapping ErrUnhealthy. It is the live state, as a health check reads it.
+func (g *Guard) Health() error {
+	if g.closed.Load() {
+		return fmt.Errorf("%w: %w", ErrUnhealthy, ErrClosed)
+	}
+	var bad []string
+	g.breakers.Range(func(node string, b *Breaker) bool {
+		n := b.failures.Load()
+		if n == 0 {
+			return true
+		}
+		what := "the server"
+		if node != "" {
+			what = "server " + node
+		}
+		msg := fmt.Sprintf("%s failed %d calls in a row", what, n)
+		if b.openUntil.Load() != 0 {
+			msg += " (circuit open)"
+		}
+		if last := b.last.Load(); last != nil {
+			msg += ", the last: " + (*last).Error()
+		}
+		bad = append(bad, msg)
+		return true
+	})
+	slices.Sort(bad)
+	if start := g.start.Load(); start != nil {
+		bad = append([]string{"not reached since it was made: " + (*start).Error()}, bad...)
+	}
+	if len(bad) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s; the rules' failure settings decide meanwhile", ErrUnhealthy, strings.Join(bad, "; "))
 }
 
 // Close makes every later check be decided by the failure settings, with
@@ -244,6 +301,7 @@ func (g *Guard) failed(ctx context.Context, b *Breaker, err error, probe bool) {
 		b.EndProbe(probe)
 		return
 	}
+	b.last.Store(&err)
 	b.Failure(int64(atomicbucket.Now()), probe)
 }
 

@@ -240,11 +240,17 @@ func (s *sharedState) numbered() (shared.Numbered, error) {
 	return nb, nil
 }
 
-// SharedErr is nil when the policy's shared rules are checked on the store given to New, and
-// otherwise says why they run in this process only (no store, or the store refused them): a
-// service should report it at startup, since each instance then enforces the whole limit alone.
+// SharedErr is nil while the policy's shared rules are checked on the store given to New and
+// the store answers. Otherwise it says why not: there is no store, or it refused the rules (they
+// then run in this process only, each instance enforcing the whole limit alone), or the store is
+// not answering now (down at start, or since: each rule's on_failure decides meanwhile, counted
+// as degraded, until it answers again). It is the live state: report it at startup, and from a
+// health check.
 func (l *Limits) SharedErr() error {
-	return l.shared.err
+	if l.shared.err != nil {
+		return l.shared.err
+	}
+	return shared.Health(l.shared.bound)
 }
 
 // perUserNumbers is PerUser as an overlay Set changes it (overlay.Target).

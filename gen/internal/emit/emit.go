@@ -1155,11 +1155,15 @@ func emitShared(m *model.Model) jen.Code {
 			jen.Lit(m.Pkg+": the store's %T cannot change numbers (it is no shared.Numbered): nothing changed"), jen.Id("s").Dot("bound")))),
 		jen.Return(jen.Id("nb"), jen.Nil()),
 	).Line().Line().
-		Comment("SharedErr is nil when the policy's shared rules are checked on the store given to New, and").Line().
-		Comment("otherwise says why they run in this process only (no store, or the store refused them): a").Line().
-		Comment("service should report it at startup, since each instance then enforces the whole limit alone.").Line().
+		Comment("SharedErr is nil while the policy's shared rules are checked on the store given to New and").Line().
+		Comment("the store answers. Otherwise it says why not: there is no store, or it refused the rules (they").Line().
+		Comment("then run in this process only, each instance enforcing the whole limit alone), or the store is").Line().
+		Comment("not answering now (down at start, or since: each rule's on_failure decides meanwhile, counted").Line().
+		Comment("as degraded, until it answers again). It is the live state: report it at startup, and from a").Line().
+		Comment("health check.").Line().
 		Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("SharedErr").Params().Error().Block(
-		jen.Return(jen.Id("l").Dot("shared").Dot("err")),
+		jen.If(jen.Id("l").Dot("shared").Dot("err").Op("!=").Nil()).Block(jen.Return(jen.Id("l").Dot("shared").Dot("err"))),
+		jen.Return(jen.Qual(sharedPath, "Health").Call(jen.Id("l").Dot("shared").Dot("bound"))),
 	).Line()
 }
 

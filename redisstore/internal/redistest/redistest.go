@@ -31,6 +31,16 @@ type Server struct {
 // arguments are passed to it.
 func Start(t testing.TB, extra ...string) *Server {
 	t.Helper()
+	s := Prepare(t, extra...)
+	s.start(t)
+	return s
+}
+
+// Prepare is Start without the start: a server whose port is chosen and
+// nothing listens on it yet (a store made while Redis is down); Restart
+// starts it.
+func Prepare(t testing.TB, extra ...string) *Server {
+	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		t.Fatalf("redis-server is not installed (apt-get install redis-server; .ci/run does): %v", err)
@@ -41,11 +51,11 @@ func Start(t testing.TB, extra ...string) *Server {
 		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log")}, extra...)
 	s := &Server{Addr: "127.0.0.1:" + strconv.Itoa(port), bin: bin, args: args, log: filepath.Join(dir, "redis.log")}
 	t.Cleanup(s.Stop)
-	s.start(t)
 	return s
 }
 
-// Restart starts the server again on its port, after Stop (a test's crash).
+// Restart starts the server again on its port, after Stop (a test's crash),
+// or for the first time after Prepare.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.Stop()
