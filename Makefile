@@ -38,15 +38,18 @@ generate:
 ## (including the committed fuzz corpora), a short run of each fuzz target, and
 ## a smoke run of the benchmarks.
 test: servers check unit redis pg prom otel grpc schema examples getting-started fuzz-smoke bench-smoke
+	@echo "== make test passed: $$(date +%T)"
 
 # The servers the stores' tests and benchmarks start for themselves
 # (redis-server, PostgreSQL, PgBouncer): installed with apt-get when missing
 # where that can be done (root, or sudo without a password); otherwise the
 # command to run is printed. .ci/run uses the same script.
 servers:
+	@echo "== make servers: $$(date +%T)"
 	.ci/servers
 
 check:
+	@echo "== make check: $$(date +%T)"
 	$(GO) run ./gen -check
 	$(GO) run ./gen -policy bench/httppolicy.yaml -out bench/httplimits -check
 	$(GO) run ./gen -policy bench/sharedpolicy.yaml -out bench/sharedlimits -check
@@ -67,29 +70,34 @@ check:
 	cd limitgrpc && $(GO) vet ./... && $(GO) mod tidy -diff
 
 unit:
+	@echo "== make unit: $$(date +%T)"
 	$(GO) test -race -count=1 ./...
 
 # The Redis store, against redis-servers its tests start on 127.0.0.1 (never
 # skipped: without redis-server the target says how to install it).
 redis:
+	@echo "== make redis: $$(date +%T)"
 	.ci/servers redis
 	cd redisstore && $(GO) test -race -count=1 ./...
 
 # The PostgreSQL store, against PostgreSQL servers its tests start on
 # 127.0.0.1 (never skipped: without initdb the target says how to install it).
 pg:
+	@echo "== make pg: $$(date +%T)"
 	.ci/servers postgres pgbouncer
 	cd pgstore && $(GO) test -race -count=1 ./...
 
 # The Prometheus collector (module limitprom), scraped over HTTP, with a
 # PostgreSQL store its test starts on 127.0.0.1.
 prom:
+	@echo "== make prom: $$(date +%T)"
 	.ci/servers postgres
 	cd limitprom && $(GO) test -race -count=1 ./...
 
 # The OpenTelemetry instruments (module limitotel), read through the SDK's
 # manual reader, with a PostgreSQL store its test starts on 127.0.0.1.
 otel:
+	@echo "== make otel: $$(date +%T)"
 	.ci/servers postgres
 	cd limitotel && $(GO) test -race -count=1 ./...
 
@@ -97,25 +105,30 @@ otel:
 # limitgrpc/testdata/policy.yaml, between a real gRPC server and client on
 # 127.0.0.1, with a PostgreSQL store its test starts for the shared rule.
 grpc:
+	@echo "== make grpc: $$(date +%T)"
 	.ci/servers postgres
 	cd limitgrpc && $(GO) test -race -count=1 ./...
 
 # The JSON Schema for editors, checked against the repository's policies.
 schema:
+	@echo "== make schema: $$(date +%T)"
 	cd schema && $(GO) test -count=1 ./...
 
 # The example user module: through its go.mod tool line (the command its
 # go:generate directive runs), check that its generated package matches its
 # policy; then vet and test it.
 examples:
+	@echo "== make examples: $$(date +%T)"
 	cd examples/quickstart && $(GO) tool gen -policy policy.yaml -out limits -check && \
 	  $(GO) mod tidy -diff && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 # The README's first steps on a new module that points at this checkout.
 getting-started:
+	@echo "== make getting-started: $$(date +%T)"
 	examples/getting-started.sh
 
 fuzz-smoke:
+	@echo "== make fuzz-smoke: $$(date +%T)"
 	fuzz/run.sh FuzzDifferential $(SMOKE_FuzzDifferential)
 	fuzz/run.sh FuzzRule $(SMOKE_FuzzRule)
 	fuzz/run.sh FuzzNumbers $(SMOKE_FuzzNumbers)
@@ -131,6 +144,7 @@ fuzz-smoke:
 # Every benchmark a few hundred times: it proves they build, set up and admit
 # (each keyed table checks that it admits before timing), not how fast they are.
 bench-smoke:
+	@echo "== make bench-smoke: $$(date +%T)"
 	cd bench && $(GO) test -run '^$$' -bench . -benchtime 200x ./...
 
 ## fuzz: run each fuzz target for FUZZTIME (default 10 minutes).
