@@ -127,6 +127,8 @@ getting-started:
 	@echo "== make getting-started: $$(date +%T)"
 	examples/getting-started.sh
 
+# A failing input is still minimized (for up to 2 s) before it is written.
+fuzz-smoke: export FUZZMINIMIZE := 2s
 fuzz-smoke:
 	@echo "== make fuzz-smoke: $$(date +%T)"
 	fuzz/run.sh FuzzDifferential $(SMOKE_FuzzDifferential)

@@ -2,6 +2,10 @@
 # fuzz/run.sh TARGET BUDGET [PACKAGE] — runs one fuzz target of PACKAGE (./fuzz
 # by default) for BUDGET (a duration such as 10m, or a count such as 200000x).
 #
+# FUZZMINIMIZE (default 10s) bounds how long the fuzzer minimizes each new
+# input; make test's short runs set it lower, where minimizing the inputs that
+# widen coverage would take much of the budget.
+#
 # It fails on a real finding: a reproducer written under testdata/fuzz/TARGET, or
 # any other failure. It does not fail on one thing: go1.26's fuzz coordinator can
 # report "context deadline exceeded" when a duration budget runs out while a
@@ -17,7 +21,7 @@ dir=$pkg/testdata/fuzz/$target
 before=$(ls "$dir" 2>/dev/null | sort)
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-go test -run '^$' -fuzz "^${target}\$" -fuzztime "$budget" -fuzzminimizetime 10s "$pkg" 2>&1 | tee "$log"
+go test -run '^$' -fuzz "^${target}\$" -fuzztime "$budget" -fuzzminimizetime "${FUZZMINIMIZE:-10s}" "$pkg" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 [ "$status" -eq 0 ] && exit 0
 after=$(ls "$dir" 2>/dev/null | sort)
