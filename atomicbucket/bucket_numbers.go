@@ -122,7 +122,9 @@ func (b *Bucket) ClearNumbersAt(now Time, c Carry) {
 }
 
 // ResetAt forgets the bucket's state: from now it holds the initial tokens of
-// the numbers in force, as a new bucket would.
+// the numbers in force, as a new bucket would, refilling from now. An interval
+// rule's grid stays where it was placed (at the bucket's creation, or the
+// aligned wall-clock grid): its next boundary comes when it would have.
 func (b *Bucket) ResetAt(now Time) { b.change(clampNow(now), nil, CarryAsIs) }
 
 // change installs n at now: the word in force is killed and its tokens carried

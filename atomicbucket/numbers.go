@@ -53,7 +53,8 @@ func NumbersOf(l Limit) Numbers { return Numbers{Tokens: l.Tokens, Period: l.Per
 // never holds more than one that had those largest numbers all along and
 // took the same requests, except where a change raises the numbers above
 // them: a raise gives a key without a bucket (or one full long enough to
-// count as none) the new burst, as it gives a new key.
+// count as none) the new numbers' initial tokens (their burst unless the
+// rule sets an initial count, then at most that), as it gives a new key.
 // CarryProportional and CarryAdditive give tokens when a burst grows, by their
 // definition, including when it grows back after a cut: choose them only
 // where that is meant.

@@ -65,8 +65,42 @@ func TestNumbersRefused(t *testing.T) {
 	}
 }
 
-// What is in force is reported, per key, with where it comes from; Reset
-// forgets a key's bucket; a key's own numbers survive its bucket being swept.
+// ResetAt makes a key's bucket new as of its time: the initial tokens then,
+// refilling from then on; a reservation on the old bucket gives nothing back
+// to the new one; a key without a bucket is left without one.
+func TestResetAt(t *testing.T) {
+	r := MustRule(Limit{Tokens: 10, Period: time.Second, Burst: 20, Initial: 5, InitialSet: true})
+	tb := NewTable[string](r, TableOptions{})
+	now := Time(int64(time.Hour))
+	if tb.ResetAt("u", now) || tb.Len() != 0 {
+		t.Fatalf("ResetAt made a bucket for a key without one (Len %d)", tb.Len())
+	}
+	if d := tb.AllowNAt("u", now, 5); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("a new key: %+v", d)
+	}
+	res := tb.ReserveAt("u", now, 3, time.Second)
+	if !res.OK {
+		t.Fatal("the reservation was refused")
+	}
+	at := now.Add(100 * time.Millisecond)
+	if !tb.ResetAt("u", at) {
+		t.Fatal("ResetAt found no bucket")
+	}
+	res.CancelAt(at.Add(time.Millisecond))
+	if d := tb.PeekAt("u", at.Add(time.Millisecond), 0); d.Remaining != 5 {
+		t.Fatalf("after cancelling a reservation on the old bucket: remaining %d, want 5", d.Remaining)
+	}
+	// 5 at the reset, 10/s from it: 7 at 200 ms after.
+	if d := tb.PeekAt("u", at.Add(200*time.Millisecond), 0); d.Remaining != 7 {
+		t.Fatalf("200 ms after the reset: remaining %d, want 7 (5 initial + 2 refilled)", d.Remaining)
+	}
+	if d := tb.PeekAt("u", at, 0); d.Remaining != 5 {
+		t.Fatalf("at the reset: remaining %d, want the initial 5", d.Remaining)
+	}
+}
+
+// What is in force is reported, per key, with where it comes from; ResetAt
+// makes a key's bucket new; a key's own numbers survive its bucket being swept.
 func TestNumbersInForce(t *testing.T) {
 	r := MustRule(Limit{Tokens: 10, Period: time.Second, Burst: 50})
 	tb := NewTable[string](r, TableOptions{})
@@ -103,7 +137,7 @@ func TestNumbersInForce(t *testing.T) {
 		t.Fatal("other took vip's numbers")
 	}
 	// Reset: the bucket is forgotten, the numbers stay.
-	if !tb.Reset("other") {
+	if !tb.ResetAt("other", now.Add(time.Millisecond)) {
 		t.Fatal("Reset found no bucket for other")
 	}
 	if d := tb.AllowNAt("other", now.Add(time.Millisecond), 50); !d.Allowed {

@@ -384,12 +384,20 @@ func (t *Table[K]) KeysWithNumbers() int {
 	return 0
 }
 
-// Reset forgets key's bucket: its next check finds a new one, with the
-// initial tokens of the numbers in force ("unblock this user"). Checks under
-// way either took their tokens before (and are forgotten with the bucket) or
-// find the new bucket. It reports whether the key had a bucket.
-func (t *Table[K]) Reset(key K) bool {
-	removed := false
+// Reset is ResetAt at the present time.
+func (t *Table[K]) Reset(key K) bool { return t.ResetAt(key, Now()) }
+
+// ResetAt makes key's bucket new as of now ("unblock this user"): from now it
+// holds the initial tokens of the numbers in force for the key, as a key first
+// seen at now would (its interval grid, placed by the key, stays). Checks
+// under way either took their tokens before (and are forgotten with the old
+// bucket) or find the new one; a reservation on the old bucket gives nothing
+// back. A key without a bucket is new already and is left as it is. It reports
+// whether the key had a bucket.
+func (t *Table[K]) ResetAt(key K, now Time) bool {
+	at := clampNow(now)
+	var made *slot
+	r := &t.rule
 	t.m.Compute(key, func(cur *slot, loaded bool) (*slot, bool) {
 		if !loaded {
 			return nil, true
@@ -397,18 +405,31 @@ func (t *Table[K]) Reset(key K) bool {
 		for {
 			w := cur.tat.Load()
 			if w < 0 {
-				return cur, false
+				return cur, false // swept: its sweep removes it
 			}
 			if cur.tat.CompareAndSwap(w, dead) {
-				removed = true
-				return nil, true
+				break
 			}
 		}
+		// Made under the key's lock, in the numbers in force for the key, as
+		// create makes a bucket, but full only from now: a bucket full since
+		// its reset counts as full at a later change once full long enough,
+		// like any other (Carry), so a reset never mints through a change.
+		made = &slot{anchor: cur.anchor}
+		if ov := t.ov.Load(); ov != nil {
+			if made.nums = ov.forKey(key); made.nums == &t.base {
+				made.nums = nil
+			}
+			r = &t.numsOf(made).rule
+		}
+		made.tat.Store(r.fresh(at, made.anchor))
+		return made, false
 	})
-	if removed {
-		t.keys.Add(-1)
+	if made == nil {
+		return false
 	}
-	return removed
+	t.reclaim.filled(r, made.tat.Load(), made.anchor)
+	return true
 }
 
 // ChangedRule is, once the table's numbers have ever changed, the rule in

@@ -317,18 +317,23 @@ func (c *changing) clearKey(key string, t int64, carry atomicbucket.Carry) {
 
 func (c *changing) reset(key string, t int64) {
 	r := c.of(key)
-	_, anchor, _ := r.Held(key, t)
+	_, anchor, held := r.Held(key, t)
 	r.Forget(key)
-	if c.single {
-		// A bucket is never absent: reset makes it anew, with the initial
-		// tokens, on the grid it always had.
-		l := c.limit[r]
-		initial := l.Burst
-		if l.InitialSet {
-			initial = l.Initial
+	if !c.single {
+		if held {
+			// A keyed bucket is made anew at t, as a key first seen then.
+			r.Create(key, t)
 		}
-		r.Place("", t, big.NewRat(initial, 1), grain(l), anchor)
+		return
 	}
+	// A bucket is never absent: reset makes it anew, with the initial
+	// tokens, on the grid it always had.
+	l := c.limit[r]
+	initial := l.Burst
+	if l.InitialSet {
+		initial = l.Initial
+	}
+	r.Place("", t, big.NewRat(initial, 1), grain(l), anchor)
 }
 
 // carriesInexact reports whether op carries a bucket out of numbers that are
@@ -386,7 +391,7 @@ type numbersTarget interface {
 
 type tableTarget struct{ *atomicbucket.Table[string] }
 
-func (t tableTarget) Reset(key string, _ atomicbucket.Time) { t.Table.Reset(key) }
+func (t tableTarget) Reset(key string, now atomicbucket.Time) { t.Table.ResetAt(key, now) }
 
 type bucketTarget struct{ *atomicbucket.Bucket }
 

@@ -235,7 +235,7 @@ func (s *simulation) event(e simEvent, now atomicbucket.Time) (string, error) {
 	switch e.kind {
 	case "reset":
 		if r.table != nil {
-			r.table.Reset(*e.key)
+			r.table.ResetAt(*e.key, now)
 		} else {
 			r.bucket.ResetAt(now)
 		}

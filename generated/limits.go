@@ -817,11 +817,17 @@ func (l *PerUserLimiter) NumbersFor(plan Plan, key string) (atomicbucket.Numbers
 	return l.s[plan].NumbersFor(key)
 }
 
-// Reset forgets key's bucket on every plan ("unblock this user"): its next request finds a new one,
-// with the initial tokens of the numbers in force.
+// Reset makes key's bucket new on every plan ("unblock this user"): from now it holds the initial
+// tokens of the numbers in force for key, refilling from now, as a key first seen now would; a key
+// without a bucket is left as it is.
 func (l *PerUserLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *PerUserLimiter) ResetAt(key string, now atomicbucket.Time) {
 	for _, t := range l.s {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 
@@ -1003,11 +1009,17 @@ func (l *PerEndpointLimiter) NumbersFor(key int64) (atomicbucket.Numbers, atomic
 	return l.s.NumbersFor(key)
 }
 
-// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
-// initial tokens of the numbers in force.
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
 func (l *PerEndpointLimiter) Reset(key int64) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *PerEndpointLimiter) ResetAt(key int64, now atomicbucket.Time) {
 	for _, t := range []*atomicbucket.Table[int64]{l.s} {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 
@@ -1183,11 +1195,17 @@ func (l *LoginLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucke
 	return l.s.NumbersFor(key)
 }
 
-// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
-// initial tokens of the numbers in force.
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
 func (l *LoginLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *LoginLimiter) ResetAt(key string, now atomicbucket.Time) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 
@@ -1359,11 +1377,17 @@ func (l *DailyExportLimiter) NumbersFor(key uint64) (atomicbucket.Numbers, atomi
 	return l.s.NumbersFor(key)
 }
 
-// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
-// initial tokens of the numbers in force.
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
 func (l *DailyExportLimiter) Reset(key uint64) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *DailyExportLimiter) ResetAt(key uint64, now atomicbucket.Time) {
 	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 
@@ -1556,11 +1580,17 @@ func (l *UploadLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbuck
 	return l.s.NumbersFor(key)
 }
 
-// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
-// initial tokens of the numbers in force.
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
 func (l *UploadLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *UploadLimiter) ResetAt(key string, now atomicbucket.Time) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 
@@ -1690,7 +1720,8 @@ func (l *GlobalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin)
 	return l.s.NumbersFor()
 }
 
-// Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force.
+// Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force,
+// refilling from now.
 func (l *GlobalLimiter) Reset() {
 	l.ResetAt(atomicbucket.Now())
 }

@@ -429,11 +429,17 @@ func (l *PerUserLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbuc
 	return l.s.NumbersFor(key)
 }
 
-// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
-// initial tokens of the numbers in force.
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
 func (l *PerUserLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *PerUserLimiter) ResetAt(key string, now atomicbucket.Time) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 
@@ -617,11 +623,17 @@ func (l *TightLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucke
 	return l.s.NumbersFor(key)
 }
 
-// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
-// initial tokens of the numbers in force.
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
 func (l *TightLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *TightLimiter) ResetAt(key string, now atomicbucket.Time) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 

@@ -1138,11 +1138,17 @@ func (l *PerUserLocalLimiter) NumbersFor(plan Plan, key string) (atomicbucket.Nu
 	return l.s[plan].NumbersFor(key)
 }
 
-// Reset forgets key's bucket on every plan ("unblock this user"): its next request finds a new one,
-// with the initial tokens of the numbers in force.
+// Reset makes key's bucket new on every plan ("unblock this user"): from now it holds the initial
+// tokens of the numbers in force for key, refilling from now, as a key first seen now would; a key
+// without a bucket is left as it is.
 func (l *PerUserLocalLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *PerUserLocalLimiter) ResetAt(key string, now atomicbucket.Time) {
 	for _, t := range l.s {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 
@@ -1485,11 +1491,17 @@ func (l *ExportsLocalLimiter) NumbersFor(key uint64) (atomicbucket.Numbers, atom
 	return l.s.NumbersFor(key)
 }
 
-// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
-// initial tokens of the numbers in force.
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
 func (l *ExportsLocalLimiter) Reset(key uint64) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *ExportsLocalLimiter) ResetAt(key uint64, now atomicbucket.Time) {
 	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 
@@ -1828,11 +1840,17 @@ func (l *PerInstanceLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomi
 	return l.s.NumbersFor(key)
 }
 
-// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
-// initial tokens of the numbers in force.
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
 func (l *PerInstanceLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *PerInstanceLimiter) ResetAt(key string, now atomicbucket.Time) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 
@@ -1964,7 +1982,8 @@ func (l *GlobalLocalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Or
 	return l.s.NumbersFor()
 }
 
-// Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force.
+// Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force,
+// refilling from now.
 func (l *GlobalLocalLimiter) Reset() {
 	l.ResetAt(atomicbucket.Now())
 }
@@ -2282,11 +2301,17 @@ func (l *DownloadsLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, at
 	return l.s.NumbersFor(key)
 }
 
-// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
-// initial tokens of the numbers in force.
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
 func (l *DownloadsLocalLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *DownloadsLocalLimiter) ResetAt(key string, now atomicbucket.Time) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 
@@ -2575,7 +2600,8 @@ func (l *DownloadsGlobalLocalLimiter) NumbersFor() (atomicbucket.Numbers, atomic
 	return l.s.NumbersFor()
 }
 
-// Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force.
+// Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force,
+// refilling from now.
 func (l *DownloadsGlobalLocalLimiter) Reset() {
 	l.ResetAt(atomicbucket.Now())
 }
@@ -2894,11 +2920,17 @@ func (l *FastLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicb
 	return l.s.NumbersFor(key)
 }
 
-// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
-// initial tokens of the numbers in force.
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
 func (l *FastLocalLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *FastLocalLimiter) ResetAt(key string, now atomicbucket.Time) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 
@@ -3238,11 +3270,17 @@ func (l *WideLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicb
 	return l.s.NumbersFor(key)
 }
 
-// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
-// initial tokens of the numbers in force.
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
 func (l *WideLocalLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *WideLocalLimiter) ResetAt(key string, now atomicbucket.Time) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 

@@ -726,11 +726,17 @@ func (l *PerUserLocalLimiter) NumbersFor(plan Plan, key string) (atomicbucket.Nu
 	return l.s[plan].NumbersFor(key)
 }
 
-// Reset forgets key's bucket on every plan ("unblock this user"): its next request finds a new one,
-// with the initial tokens of the numbers in force.
+// Reset makes key's bucket new on every plan ("unblock this user"): from now it holds the initial
+// tokens of the numbers in force for key, refilling from now, as a key first seen now would; a key
+// without a bucket is left as it is.
 func (l *PerUserLocalLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *PerUserLocalLimiter) ResetAt(key string, now atomicbucket.Time) {
 	for _, t := range l.s {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 
@@ -1032,7 +1038,8 @@ func (l *GlobalLocalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Or
 	return l.s.NumbersFor()
 }
 
-// Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force.
+// Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force,
+// refilling from now.
 func (l *GlobalLocalLimiter) Reset() {
 	l.ResetAt(atomicbucket.Now())
 }
@@ -1350,11 +1357,17 @@ func (l *LoginLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucke
 	return l.s.NumbersFor(key)
 }
 
-// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
-// initial tokens of the numbers in force.
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
 func (l *LoginLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *LoginLimiter) ResetAt(key string, now atomicbucket.Time) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 

@@ -641,7 +641,7 @@ func emitNumbers(r model.Rule, recv jen.Code) jen.Code {
 		g.Add(comment(fmt.Sprintf("NumbersFor returns %s's numbers in force%s and where they come from.", r.GoName, onPlan)))
 		g.Func().Params(recv).Id("NumbersFor").Params(planParam...).Params(rt("Numbers"), rt("Origin")).Block(
 			append(badPlan(rt("Numbers").Values(), rt("FromPolicy")), jen.Return(target.Clone().Dot("NumbersFor").Call()))...).Line().Line()
-		pair("Reset", fmt.Sprintf("forgets the bucket's state%s: from now it holds the initial tokens of the numbers in force.", onPlan),
+		pair("Reset", fmt.Sprintf("forgets the bucket's state%s: from now it holds the initial tokens of the numbers in force, refilling from now%s.", onPlan, gridStays(r)),
 			planP, nil, nil, append(badPlan(), target.Clone().Dot("ResetAt").Call(now)))
 		return g
 	}
@@ -673,11 +673,21 @@ func emitNumbers(r model.Rule, recv jen.Code) jen.Code {
 	g.Add(comment(fmt.Sprintf("NumbersFor returns the numbers in force for key%s and where they come from (the policy, SetNumbers, SetKeyNumbers).", onPlan)))
 	g.Func().Params(recv).Id("NumbersFor").Params(append(planParam, key)...).Params(rt("Numbers"), rt("Origin")).Block(
 		append(badPlan(rt("Numbers").Values(), rt("FromPolicy")), jen.Return(target.Clone().Dot("NumbersFor").Call(jen.Id("key"))))...).Line().Line()
-	g.Add(comment(fmt.Sprintf("Reset forgets key's bucket%s (\"unblock this user\"): its next request finds a new one, with the initial tokens of the numbers in force.", every)))
-	g.Func().Params(recv).Id("Reset").Params(key).Block(
-		jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Add(tables)).Block(
-			jen.Id("t").Dot("Reset").Call(jen.Id("key")))).Line()
+	pair("Reset", fmt.Sprintf("makes key's bucket new%s (\"unblock this user\"): from now it holds the initial tokens of the numbers in force for key, "+
+		"refilling from now, as a key first seen now would; a key without a bucket is left as it is.", every),
+		[]param{keyP}, nil, nil,
+		[]jen.Code{jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Add(tables)).Block(
+			jen.Id("t").Dot("ResetAt").Call(jen.Id("key"), now))})
 	return g
+}
+
+// gridStays is what Reset says of a global interval rule's grid: it stays
+// where the bucket was made (or the wall clock's, aligned).
+func gridStays(r model.Rule) string {
+	if !r.Limits[0].Interval {
+		return ""
+	}
+	return " on the same interval grid (its next boundary comes when it would have)"
 }
 
 // emptyKeyCheck refuses the empty key of a string-keyed rule, which no door

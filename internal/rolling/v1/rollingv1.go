@@ -539,11 +539,17 @@ func (l *PerUserLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atom
 	return l.s.NumbersFor(key)
 }
 
-// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
-// initial tokens of the numbers in force.
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
 func (l *PerUserLocalLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *PerUserLocalLimiter) ResetAt(key string, now atomicbucket.Time) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 
@@ -883,11 +889,17 @@ func (l *BatchLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomic
 	return l.s.NumbersFor(key)
 }
 
-// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
-// initial tokens of the numbers in force.
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
 func (l *BatchLocalLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *BatchLocalLimiter) ResetAt(key string, now atomicbucket.Time) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 

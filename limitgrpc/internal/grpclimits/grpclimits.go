@@ -796,11 +796,17 @@ func (l *ChecksLimiter) NumbersFor(plan Plan, key string) (atomicbucket.Numbers,
 	return l.s[plan].NumbersFor(key)
 }
 
-// Reset forgets key's bucket on every plan ("unblock this user"): its next request finds a new one,
-// with the initial tokens of the numbers in force.
+// Reset makes key's bucket new on every plan ("unblock this user"): from now it holds the initial
+// tokens of the numbers in force for key, refilling from now, as a key first seen now would; a key
+// without a bucket is left as it is.
 func (l *ChecksLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *ChecksLimiter) ResetAt(key string, now atomicbucket.Time) {
 	for _, t := range l.s {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 
@@ -984,11 +990,17 @@ func (l *WatchesLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbuc
 	return l.s.NumbersFor(key)
 }
 
-// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
-// initial tokens of the numbers in force.
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
 func (l *WatchesLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *WatchesLimiter) ResetAt(key string, now atomicbucket.Time) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 
@@ -1174,11 +1186,17 @@ func (l *TenantsLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atom
 	return l.s.NumbersFor(key)
 }
 
-// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
-// initial tokens of the numbers in force.
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
 func (l *TenantsLocalLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *TenantsLocalLimiter) ResetAt(key string, now atomicbucket.Time) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 
@@ -1517,11 +1535,17 @@ func (l *PerMethodLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicb
 	return l.s.NumbersFor(key)
 }
 
-// Reset forgets key's bucket ("unblock this user"): its next request finds a new one, with the
-// initial tokens of the numbers in force.
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
 func (l *PerMethodLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *PerMethodLimiter) ResetAt(key string, now atomicbucket.Time) {
 	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.Reset(key)
+		t.ResetAt(key, now)
 	}
 }
 
@@ -1651,7 +1675,8 @@ func (l *GlobalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin)
 	return l.s.NumbersFor()
 }
 
-// Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force.
+// Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force,
+// refilling from now.
 func (l *GlobalLimiter) Reset() {
 	l.ResetAt(atomicbucket.Now())
 }
