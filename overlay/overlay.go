@@ -421,6 +421,21 @@ func (a *Applier) Apply(s Set) error {
 	return a.commit(eff)
 }
 
+// Check says why Apply would refuse s now (its entries, and their numbers
+// scaled by the factors in force), changing nothing.
+func (a *Applier) Check(s Set) error {
+	want, err := resolve(a.p, s)
+	if err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, err := a.effective(want, a.scales); err != nil {
+		return fmt.Errorf("the Set is good, but scaled by the factors in force: %w", err)
+	}
+	return nil
+}
+
 // commit makes want the numbers in force, converting every bucket directly
 // from the numbers in force for it before to those after, never through
 // others on the way: keys given numbers of their own (or new ones) first,

@@ -28,14 +28,60 @@ const DefaultNumbersHash = "limitgen:numbers"
 // message, a safety net for one it missed (pub/sub delivers at most once).
 const DefaultNumbersRefresh = time.Minute
 
-// NumbersRow is one row of the numbers hash.
+// NumbersRow is one row of the numbers hash. Its zero value is active, as
+// pgstore's column defaults to true: a row is in force unless Inactive. In
+// JSON it is {"rule", "plan", "key", "rate", "burst", "active"}, where a row
+// without "active" is active.
 type NumbersRow struct {
+	Rule     string
+	Plan     string
+	Key      *string
+	Rate     string // the policy's syntax: 100/s, 5 per 10s
+	Burst    int64
+	Inactive bool // kept in the hash but not applied
+}
+
+// numbersJSON is a row's JSON form.
+type numbersJSON struct {
 	Rule   string  `json:"rule"`
 	Plan   string  `json:"plan,omitempty"`
 	Key    *string `json:"key,omitempty"`
-	Rate   string  `json:"rate"` // the policy's syntax: 100/s, 5 per 10s
+	Rate   string  `json:"rate"`
 	Burst  int64   `json:"burst"`
-	Active bool    `json:"active"`
+	Active *bool   `json:"active,omitempty"`
+}
+
+// MarshalJSON writes the row with "active" always given.
+func (r NumbersRow) MarshalJSON() ([]byte, error) {
+	active := !r.Inactive
+	return json.Marshal(numbersJSON{Rule: r.Rule, Plan: r.Plan, Key: r.Key, Rate: r.Rate, Burst: r.Burst, Active: &active})
+}
+
+// UnmarshalJSON reads a row; one without "active" is active.
+func (r *NumbersRow) UnmarshalJSON(b []byte) error {
+	var j numbersJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*r = NumbersRow{Rule: j.Rule, Plan: j.Plan, Key: j.Key, Rate: j.Rate, Burst: j.Burst, Inactive: j.Active != nil && !*j.Active}
+	return nil
+}
+
+// entry is row as every reader checks and applies it, at position pos.
+func (r NumbersRow) entry(pos string) (overlay.Entry, error) {
+	e := overlay.Entry{Rule: r.Rule, Plan: r.Plan, Pos: pos}
+	if r.Key != nil {
+		e.Key, e.HasKey = *r.Key, true
+	}
+	tokens, period, err := overlay.ParseRate(r.Rate, false)
+	switch {
+	case err != nil:
+		return e, fmt.Errorf("%s: %w", pos, err)
+	case r.Burst < 1:
+		return e, fmt.Errorf("%s: burst %d admits nothing; burst must be at least 1", pos, r.Burst)
+	}
+	e.Numbers.Tokens, e.Numbers.Period, e.Numbers.Burst = tokens, period, r.Burst
+	return e, nil
 }
 
 // NumbersOptions configure Numbers.
@@ -73,22 +119,59 @@ const NumbersMarker = "~limitgen"
 var errMarkerID = fmt.Errorf("redisstore: %q is the numbers hash's marker, not a row id", NumbersMarker)
 
 // PutNumbers writes row id of the numbers hash (DefaultNumbersHash when
-// hash is empty) and tells its watchers, in one transaction.
-func PutNumbers(ctx context.Context, client redis.UniversalClient, hash, id string, row NumbersRow) error {
+// hash is empty) and tells its watchers, in one transaction, after checking
+// it as every reader will: a row that does not parse (its rate, a burst
+// below 1) is refused, and nothing is written. With check (a generated
+// package's CheckNumbers) the hash as it would be with the row written, all
+// of it, is checked too, as Numbers applies it: a row naming a rule, plan or
+// key the policy does not have, or numbers its rule refuses, is refused
+// before any reader sees it, so it cannot hold back every later change.
+// The hash is watched meanwhile (WATCH): a concurrent writer's change makes
+// PutNumbers check again.
+func PutNumbers(ctx context.Context, client redis.UniversalClient, hash, id string, row NumbersRow, check func(overlay.Set) error) error {
 	if id == NumbersMarker {
 		return errMarkerID
+	}
+	hash = hashOf(hash)
+	pos := fmt.Sprintf("%s field %s", hash, id)
+	if _, err := row.entry(pos); err != nil {
+		return fmt.Errorf("redisstore: row not written: %w: %w", overlay.ErrInvalid, err)
 	}
 	v, err := json.Marshal(row)
 	if err != nil {
 		return err
 	}
-	hash = hashOf(hash)
-	_, err = client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	write := func(p redis.Pipeliner) error {
 		p.HSet(ctx, hash, id, v, NumbersMarker, "1")
 		p.Publish(ctx, hash, id)
 		return nil
-	})
-	return err
+	}
+	if check == nil {
+		_, err = client.TxPipelined(ctx, write)
+		return err
+	}
+	for range 16 {
+		err = client.Watch(ctx, func(tx *redis.Tx) error {
+			all, err := tx.HGetAll(ctx, hash).Result()
+			if err != nil {
+				return fmt.Errorf("redisstore: reading numbers hash %s: %w", hash, err)
+			}
+			all[id] = string(v)
+			set, err := parseNumbers(hash, all)
+			if err == nil {
+				err = check(set)
+			}
+			if err != nil {
+				return fmt.Errorf("redisstore: row %s not written: the hash with it would be refused: %w", pos, err)
+			}
+			_, err = tx.TxPipelined(ctx, write)
+			return err
+		}, hash)
+		if !errors.Is(err, redis.TxFailedErr) {
+			return err
+		}
+	}
+	return fmt.Errorf("redisstore: row %s not written: the hash kept changing under 16 attempts: %w", pos, err)
 }
 
 // DeleteNumbers removes row id of the numbers hash and tells its watchers;
@@ -124,10 +207,18 @@ func loadNumbers(ctx context.Context, client redis.UniversalClient, hash string)
 		return nil, false, fmt.Errorf("redisstore: reading numbers hash %s: %w", hash, err)
 	}
 	exists := len(all) > 0
-	delete(all, NumbersMarker)
+	set, err := parseNumbers(hash, all)
+	return set, exists, err
+}
+
+// parseNumbers is the Set of a numbers hash's fields (all, the marker
+// ignored): its active rows, in the order of their ids.
+func parseNumbers(hash string, all map[string]string) (overlay.Set, error) {
 	ids := make([]string, 0, len(all))
 	for id := range all {
-		ids = append(ids, id)
+		if id != NumbersMarker {
+			ids = append(ids, id)
+		}
 	}
 	slices.Sort(ids)
 	var set overlay.Set
@@ -139,29 +230,20 @@ func loadNumbers(ctx context.Context, client redis.UniversalClient, hash string)
 			errs = append(errs, fmt.Errorf("%s: not a row (JSON with rule, plan, key, rate, burst, active): %w", pos, err))
 			continue
 		}
-		if !row.Active {
+		if row.Inactive {
 			continue
 		}
-		e := overlay.Entry{Rule: row.Rule, Plan: row.Plan, Pos: pos}
-		if row.Key != nil {
-			e.Key, e.HasKey = *row.Key, true
-		}
-		tokens, period, err := overlay.ParseRate(row.Rate, false)
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("%s: %w", pos, err))
-			continue
-		case row.Burst < 1:
-			errs = append(errs, fmt.Errorf("%s: burst %d admits nothing; burst must be at least 1", pos, row.Burst))
+		e, err := row.entry(pos)
+		if err != nil {
+			errs = append(errs, err)
 			continue
 		}
-		e.Numbers.Tokens, e.Numbers.Period, e.Numbers.Burst = tokens, period, row.Burst
 		set = append(set, e)
 	}
 	if len(errs) > 0 {
-		return nil, exists, fmt.Errorf("redisstore: %w: %w", overlay.ErrInvalid, errors.Join(errs...))
+		return nil, fmt.Errorf("redisstore: %w: %w", overlay.ErrInvalid, errors.Join(errs...))
 	}
-	return set, exists, nil
+	return set, nil
 }
 
 // Numbers keeps a generated package's numbers equal to the numbers hash's

@@ -3,6 +3,8 @@ package redisstore_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -10,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/sharedlimits"
 	"github.com/limitgen/limitgen/internal/storetest"
 	"github.com/limitgen/limitgen/overlay"
@@ -53,7 +56,7 @@ func TestNumbersHashCluster(t *testing.T) {
 func numbersSource(admin redis.UniversalClient, newClient func() redis.UniversalClient) storetest.Source {
 	ctx := context.Background()
 	row := func(r storetest.Row) redisstore.NumbersRow {
-		return redisstore.NumbersRow{Rule: r.Rule, Plan: r.Plan, Key: r.Key, Rate: r.Rate, Burst: r.Burst, Active: r.Active}
+		return redisstore.NumbersRow{Rule: r.Rule, Plan: r.Plan, Key: r.Key, Rate: r.Rate, Burst: r.Burst, Inactive: !r.Active}
 	}
 	const refresh = 500 * time.Millisecond
 	return storetest.Source{
@@ -78,7 +81,20 @@ func numbersSource(admin redis.UniversalClient, newClient func() redis.Universal
 			return l
 		},
 		Put: func(t *testing.T, id int, r storetest.Row) {
-			if err := redisstore.PutNumbers(ctx, admin, "", strconv.Itoa(id), row(r)); err != nil {
+			err := redisstore.PutNumbers(ctx, admin, "", strconv.Itoa(id), row(r), nil)
+			if errors.Is(err, overlay.ErrInvalid) {
+				// A row PutNumbers refuses reaches readers only from another
+				// writer (redis-cli): write it and notify as one would.
+				v, merr := json.Marshal(row(r))
+				if merr != nil {
+					t.Fatal(merr)
+				}
+				err = admin.HSet(ctx, redisstore.DefaultNumbersHash, strconv.Itoa(id), v).Err()
+				if err == nil {
+					err = admin.Publish(ctx, redisstore.DefaultNumbersHash, strconv.Itoa(id)).Err()
+				}
+			}
+			if err != nil {
 				t.Fatal(err)
 			}
 		},
@@ -146,10 +162,10 @@ func TestNumbersHashGone(t *testing.T) {
 			}
 		}
 	}
-	row := redisstore.NumbersRow{Rule: "PerUser", Rate: "5/min", Burst: 5, Active: true}
+	row := redisstore.NumbersRow{Rule: "PerUser", Rate: "5/min", Burst: 5}
 	put := func(id string) {
 		t.Helper()
-		if err := redisstore.PutNumbers(ctx, c, "", id, row); err != nil {
+		if err := redisstore.PutNumbers(ctx, c, "", id, row, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -175,11 +191,91 @@ func TestNumbersHashGone(t *testing.T) {
 	put("2")
 	waitFor("row 2 applied after the hash was written again", func() bool { size, n, _ := last(); return n > before && size == 1 })
 	for _, err := range []error{
-		redisstore.PutNumbers(ctx, c, "", redisstore.NumbersMarker, row),
+		redisstore.PutNumbers(ctx, c, "", redisstore.NumbersMarker, row, nil),
 		redisstore.DeleteNumbers(ctx, c, "", redisstore.NumbersMarker),
 	} {
 		if err == nil || !strings.Contains(err.Error(), "marker") {
 			t.Errorf("the marker as a row id: %v", err)
 		}
+	}
+}
+
+// A row's zero value is active (as pgstore's column defaults to true), and
+// so is a JSON row without "active"; PutNumbers refuses, writing nothing, a
+// row every reader would refuse, and with a package's CheckNumbers a row
+// that makes the whole hash one ApplyNumbers refuses.
+func TestPutNumbersChecks(t *testing.T) {
+	srv := redistest.Start(t)
+	ctx := context.Background()
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { c.Close() })
+	lims := sharedlimits.New()
+	hlen := func() int64 {
+		t.Helper()
+		n, err := c.HLen(ctx, redisstore.DefaultNumbersHash).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name string
+		row  redisstore.NumbersRow
+		want string
+	}{
+		{"a rate that does not parse", redisstore.NumbersRow{Rule: "PerUser", Rate: "5 a minute", Burst: 5}, "field 1: "},
+		{"burst 0", redisstore.NumbersRow{Rule: "PerUser", Rate: "5/min"}, "burst 0 admits nothing"},
+		{"an unknown rule", redisstore.NumbersRow{Rule: "PerUsr", Rate: "5/min", Burst: 5}, "PerUsr"},
+		{"numbers the rule refuses", redisstore.NumbersRow{Rule: "PerUser", Rate: "5/min", Burst: 1 << 62}, "field 1"},
+	} {
+		err := redisstore.PutNumbers(ctx, c, "", "1", tc.row, lims.CheckNumbers)
+		if err == nil || !errors.Is(err, overlay.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want a refusal wrapping overlay.ErrInvalid that says %q", tc.name, err, tc.want)
+		}
+		if n := hlen(); n != 0 {
+			t.Fatalf("%s: refused, but the hash has %d fields", tc.name, n)
+		}
+	}
+	// A good row is written; then a bad one beside it is refused for what
+	// the whole hash would be.
+	if err := redisstore.PutNumbers(ctx, c, "", "1", redisstore.NumbersRow{Rule: "PerUser", Rate: "5/min", Burst: 5}, lims.CheckNumbers); err != nil {
+		t.Fatal(err)
+	}
+	acme := "acme"
+	dup := redisstore.NumbersRow{Rule: "PerUser", Rate: "6/min", Burst: 6}
+	if err := redisstore.PutNumbers(ctx, c, "", "2", dup, lims.CheckNumbers); err == nil || !strings.Contains(err.Error(), "field 2") {
+		t.Errorf("a second row for the same rule and plan: %v, want a refusal naming field 2", err)
+	}
+	if err := redisstore.PutNumbers(ctx, c, "", "2", redisstore.NumbersRow{Rule: "PerUser", Key: &acme, Rate: "60/min", Burst: 60}, lims.CheckNumbers); err != nil {
+		t.Fatal(err)
+	}
+	// Raw JSON as another writer would put it: without "active" a row is
+	// active, with "active": false it is kept and not applied.
+	if err := c.HSet(ctx, redisstore.DefaultNumbersHash,
+		"3", `{"rule":"PerUser","key":"beta","rate":"7/min","burst":7}`,
+		"4", `{"rule":"PerUser","key":"gamma","rate":"8/min","burst":8,"active":false}`).Err(); err != nil {
+		t.Fatal(err)
+	}
+	set, err := redisstore.LoadNumbers(ctx, c, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range set {
+		got = append(got, fmt.Sprintf("%s %s %v", e.Pos, e.Key, e.Numbers))
+	}
+	want := []string{
+		"limitgen:numbers field 1  5 per 1m0s, burst 5",
+		"limitgen:numbers field 2 acme 60 per 1m0s, burst 60",
+		"limitgen:numbers field 3 beta 7 per 1m0s, burst 7",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("loaded %q, want %q", got, want)
+	}
+	if err := lims.ApplyNumbers(set); err != nil {
+		t.Fatal(err)
+	}
+	if n, o := lims.PerUser.NumbersFor(sharedlimits.PlanFree, "acme"); n.Burst != 60 || o != atomicbucket.FromKeyOverride {
+		t.Fatalf("acme: %v %v", n, o)
 	}
 }

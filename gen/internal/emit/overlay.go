@@ -40,6 +40,10 @@ func emitOverlay(m *model.Model) jen.Code {
 		"the policy's numbers. A change made with a limiter's own SetNumbers or SetKeyNumbers stays until a later Set changes what it gives for the same rule, plan or key."))
 	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("ApplyNumbers").Params(jen.Id("set").Qual(overlayPath, "Set")).Error().Block(
 		jen.Return(jen.Id("l").Dot("numbers").Dot("Apply").Call(jen.Id("set")))).Line().Line()
+	g.Add(comment("CheckNumbers says why ApplyNumbers would refuse set (every bad entry, with its position), changing " +
+		"nothing: a writer of a numbers source checks a change before readers see it (redisstore.PutNumbers)."))
+	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("CheckNumbers").Params(jen.Id("set").Qual(overlayPath, "Set")).Error().Block(
+		jen.Return(jen.Id("l").Dot("numbers").Dot("Check").Call(jen.Id("set")))).Line().Line()
 	g.Add(comment("ScaleNumbers multiplies the numbers in force for rule (a rule's name in the policy) by a factor: its " +
 		"rate by rate and its burst by burst (1 leaves it), on every plan and for every key with numbers of its own, " +
 		"until the next ScaleNumbers of the rule (factors do not compound; 1 and 1 take the scaling away). It scales what " +

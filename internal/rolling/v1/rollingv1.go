@@ -323,6 +323,13 @@ func (l *Limits) ApplyNumbers(set overlay.Set) error {
 	return l.numbers.Apply(set)
 }
 
+// CheckNumbers says why ApplyNumbers would refuse set (every bad entry, with its position),
+// changing nothing: a writer of a numbers source checks a change before readers see it
+// (redisstore.PutNumbers).
+func (l *Limits) CheckNumbers(set overlay.Set) error {
+	return l.numbers.Check(set)
+}
+
 // ScaleNumbers multiplies the numbers in force for rule (a rule's name in the policy) by a factor:
 // its rate by rate and its burst by burst (1 leaves it), on every plan and for every key with
 // numbers of its own, until the next ScaleNumbers of the rule (factors do not compound; 1 and 1
