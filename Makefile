@@ -142,6 +142,7 @@ fuzz-smoke:
 	fuzz/run.sh FuzzMiddleware $(SMOKE_FuzzHTTP) ./generated
 	fuzz/run.sh FuzzScript $(SMOKE_FuzzScript) ./redisstore
 	fuzz/run.sh FuzzFunction $(SMOKE_FuzzFunction) ./pgstore
+	fuzz/run.sh FuzzParseFile $(SMOKE_FuzzHTTP) ./overlay
 
 # Every benchmark a few hundred times: it proves they build, set up and admit
 # (each keyed table checks that it admits before timing), not how fast they are.
@@ -160,6 +161,7 @@ fuzz:
 	fuzz/run.sh FuzzMiddleware $(FUZZTIME) ./generated
 	fuzz/run.sh FuzzScript $(FUZZTIME) ./redisstore
 	fuzz/run.sh FuzzFunction $(FUZZTIME) ./pgstore
+	fuzz/run.sh FuzzParseFile $(FUZZTIME) ./overlay
 
 ## bench: the main job. Regenerate, then the headline comparison (the local
 ## check, HTTP, Redis, PostgreSQL, each beside its peers): BENCHRUNS

@@ -16,7 +16,8 @@ var positioned = regexp.MustCompile(`^[a-z_]+\.yaml:\d+(:\d+)?: .+`)
 // with the messages its "# want: LINE:COL: text" lines give (a line of the
 // error that starts with file:LINE:COL: and contains text; "-" for a problem
 // with no place to point at), every message must carry its position unless the
-// policy has none, and the generator must write nothing.
+// policy has none, and the generator must write nothing. A policy with a line
+// "# exactly" must get those messages and no others.
 func TestInvalidPolicies(t *testing.T) {
 	files, _ := filepath.Glob("testdata/invalid/*.yaml")
 	if len(files) < 30 {
@@ -58,6 +59,11 @@ func TestInvalidPolicies(t *testing.T) {
 				}
 				if !found {
 					t.Errorf("error does not say %q at %s; it says:\n%s", text, pos, msg)
+				}
+			}
+			if strings.Contains(string(raw), "\n# exactly\n") {
+				if n := len(strings.Split(msg, "\n")); n != len(wants) {
+					t.Errorf("%d messages, want exactly the %d above (each mistake once):\n%s", n, len(wants), msg)
 				}
 			}
 			for _, line := range strings.Split(msg, "\n") {

@@ -61,6 +61,10 @@ var (
 type parser struct {
 	file  string
 	diags Diags
+	// broken are the rules (by name) and plans ("plan " and its name) given
+	// with a mistake of their own, already reported: what names them (a
+	// tier, a rule's plans:) says nothing more about them.
+	broken map[string]bool
 }
 
 func (p *parser) errorf(n *yaml.Node, format string, args ...any) {

@@ -83,6 +83,7 @@ func (p *parser) validate(doc *policyDoc) *model.Model {
 	} else {
 		m.Pkg = v
 	}
+	p.broken = map[string]bool{}
 	m.Plans = p.plans(doc.plans, ids)
 	switch {
 	case len(doc.rules) == 0:
@@ -91,9 +92,20 @@ func (p *parser) validate(doc *policyDoc) *model.Model {
 		p.errorf(doc.rules[maxRules].node, "%d rules; a policy may have at most %d (this is rule %d): split the policy into packages", len(doc.rules), maxRules, maxRules+1)
 		return m
 	}
+	given := map[string]int{} // each rule's name, at its first line
 	for _, rd := range doc.rules {
+		if n := rd.fields["name"]; n != nil && n.Kind == yaml.ScalarNode {
+			if line, twice := given[n.Value]; twice {
+				p.errorf(n, "rule %q given twice, first at line %d; each rule needs a name of its own", n.Value, line)
+				continue
+			}
+			given[n.Value] = n.Line
+		}
 		r, ok := p.rule(rd, m.Plans)
 		if !ok || !ids.claim(fmt.Sprintf("rule %q", r.Name), rd.fields["name"], r.Idents()) {
+			if n := rd.fields["name"]; n != nil {
+				p.broken[n.Value] = true
+			}
 			continue
 		}
 		m.Rules = append(m.Rules, r)
@@ -111,7 +123,15 @@ func (p *parser) validate(doc *policyDoc) *model.Model {
 		p.errorf(doc.tiers[maxTiers].node, "%d tiers; a policy may have at most %d (this is tier %d)", len(doc.tiers), maxTiers, maxTiers+1)
 		return m
 	}
+	givenTier := map[string]int{}
 	for _, td := range doc.tiers {
+		if n := td.fields["name"]; n != nil && n.Kind == yaml.ScalarNode {
+			if line, twice := givenTier[n.Value]; twice {
+				p.errorf(n, "tier %q given twice, first at line %d; each tier needs a name of its own", n.Value, line)
+				continue
+			}
+			givenTier[n.Value] = n.Line
+		}
 		if t, ok := p.tier(td, m); ok && ids.claim(fmt.Sprintf("tier %q", t.Name), td.fields["name"], t.Idents()) {
 			m.Tiers = append(m.Tiers, t)
 		}
@@ -150,9 +170,11 @@ func (p *parser) plans(n *yaml.Node, ids *names) []model.Plan {
 		switch {
 		case item.Kind != yaml.ScalarNode || !identRe.MatchString(name):
 			p.errorf(item, "plan %q is not a name; use letters, digits and underscores, starting with a letter", name)
+			p.broken["plan "+name] = true
 			continue
 		case len(name) > maxNameLen:
 			p.errorf(item, "plan name is %d bytes long; at most %d", len(name), maxNameLen)
+			p.broken["plan "+name] = true
 			continue
 		case slices.ContainsFunc(out, func(q model.Plan) bool { return q.Name == name }):
 			p.errorf(item, "plan %q listed twice", name)
@@ -161,6 +183,8 @@ func (p *parser) plans(n *yaml.Node, ids *names) []model.Plan {
 		pl := model.Plan{Name: name, GoName: "Plan" + camel(name)}
 		if ids.claim(fmt.Sprintf("plan %q", name), item, [][2]string{{pl.GoName, "its constant"}}) {
 			out = append(out, pl)
+		} else {
+			p.broken["plan "+name] = true
 		}
 	}
 	return out
@@ -336,6 +360,10 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 		given := map[string]bool{}
 		for _, pd := range rd.plans {
 			i := slices.Index(names, pd.name.Value)
+			if i < 0 && p.broken["plan "+pd.name.Value] {
+				valid = false // the plan's own mistake is reported where it is declared
+				continue
+			}
 			if i < 0 {
 				msg := fmt.Sprintf("plan %q is not declared under plans: (%s)", pd.name.Value, strings.Join(names, ", "))
 				if s := didYouMean(pd.name.Value, names); s != "" {
@@ -577,6 +605,8 @@ func (p *parser) tier(td *tierDoc, m *model.Model) (model.Tier, bool) {
 	for _, n := range items {
 		i := slices.Index(names, n.Value)
 		switch {
+		case i < 0 && p.broken[n.Value]:
+			valid = false // the rule's own mistake is reported where it is
 		case i < 0:
 			msg := fmt.Sprintf("tier %q: no rule named %q", t.Name, n.Value)
 			if s := didYouMean(n.Value, names); s != "" {
