@@ -6,14 +6,14 @@ GO        ?= go
 FUZZTIME  ?= 10m          # per target, for `make fuzz`
 # Inside `make test` the fuzzers run for a number of executions, not a duration:
 # a duration budget can end in go1.26's coordinator deadline race (golang/go#75804).
-SMOKE_FuzzDifferential ?= 150000x
-SMOKE_FuzzRule         ?= 300000x
-SMOKE_FuzzNumbers      ?= 100000x
-SMOKE_FuzzPolicy       ?= 100000x
-SMOKE_FuzzClientIP     ?= 200000x
-SMOKE_FuzzHTTP         ?= 100000x
-SMOKE_FuzzScript       ?= 5000x
-SMOKE_FuzzFunction     ?= 3000x
+SMOKE_FuzzDifferential ?= 40000x
+SMOKE_FuzzRule         ?= 100000x
+SMOKE_FuzzNumbers      ?= 30000x
+SMOKE_FuzzPolicy       ?= 30000x
+SMOKE_FuzzClientIP     ?= 60000x
+SMOKE_FuzzHTTP         ?= 30000x
+SMOKE_FuzzScript       ?= 1500x
+SMOKE_FuzzFunction     ?= 1000x
 BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
 BENCHTIME ?= 0.5s
 FUZZ_TARGETS := FuzzDifferential FuzzRule FuzzNumbers
@@ -142,7 +142,7 @@ fuzz-smoke:
 	fuzz/run.sh FuzzMiddleware $(SMOKE_FuzzHTTP) ./generated
 	fuzz/run.sh FuzzScript $(SMOKE_FuzzScript) ./redisstore
 	fuzz/run.sh FuzzFunction $(SMOKE_FuzzFunction) ./pgstore
-	fuzz/run.sh FuzzParseFile $(SMOKE_FuzzHTTP) ./overlay
+	fuzz/run.sh FuzzParseFile $(SMOKE_FuzzHTTP) ./overlay/yamlfile
 
 # Every benchmark a few hundred times: it proves they build, set up and admit
 # (each keyed table checks that it admits before timing), not how fast they are.
@@ -161,7 +161,7 @@ fuzz:
 	fuzz/run.sh FuzzMiddleware $(FUZZTIME) ./generated
 	fuzz/run.sh FuzzScript $(FUZZTIME) ./redisstore
 	fuzz/run.sh FuzzFunction $(FUZZTIME) ./pgstore
-	fuzz/run.sh FuzzParseFile $(FUZZTIME) ./overlay
+	fuzz/run.sh FuzzParseFile $(FUZZTIME) ./overlay/yamlfile
 
 ## bench: the main job. Regenerate, then the headline comparison (the local
 ## check, HTTP, Redis, PostgreSQL, each beside its peers): BENCHRUNS

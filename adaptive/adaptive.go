@@ -10,18 +10,19 @@
 // as they are, never reset), and it scales whatever a source put in force.
 //
 //	c, err := adaptive.New(adaptive.Config{Latency: 250 * time.Millisecond},
-//		func(rate, burst float64) error { return lims.ScaleNumbers("Global", rate, burst) })
+//		func(rate, burst overlay.Factor) error { return lims.ScaleNumbers("Global", rate, burst) })
 //	...
 //	start := time.Now()
 //	resp, err := downstream.Call(ctx, req)
 //	c.Observe(time.Since(start), err != nil)
 //	...
-//	go c.Run(ctx, func(s adaptive.Step) { log.Print(s) })
+//	go c.Run(ctx, func(r adaptive.Round) { log.Print(r) })
 //
 // An interval with fewer than MinSamples observations holds the factor: no
 // traffic says nothing about health. A factor the rule refuses (its scaled
-// numbers cannot be held) is not applied; the step reports the error and the
-// factor stays.
+// numbers cannot be held) is not applied; the round reports the error and the
+// factor stays. The factor is kept, and crosses to ScaleNumbers, as an
+// integer in thousandths (overlay.Factor), never a float re-rounded.
 package adaptive
 
 import (
@@ -32,6 +33,8 @@ import (
 	"math"
 	"sync"
 	"time"
+
+	"github.com/limitgen/limitgen/overlay"
 )
 
 // Config is a Controller's targets and steps. At least one target (Latency
@@ -99,19 +102,19 @@ func (v Verdict) String() string {
 	return fmt.Sprintf("Verdict(%d)", uint8(v))
 }
 
-// Step is one interval judged: its health, the verdict, and the factor in
+// Round is one interval judged: its health, the verdict, and the factor in
 // force after it. Err is set when the new factor could not be applied (the
 // factor stayed).
-type Step struct {
+type Round struct {
 	At      time.Time
 	Health  Health
 	Verdict Verdict
-	Factor  float64
+	Factor  overlay.Factor
 	Err     error
 }
 
-func (s Step) String() string {
-	out := fmt.Sprintf("%s: %d samples, latency %v, errors %.4f: %s, factor %.3f",
+func (s Round) String() string {
+	out := fmt.Sprintf("%s: %d samples, latency %v, errors %.4f: %s, factor %v",
 		s.At.Format(time.RFC3339Nano), s.Health.Samples, s.Health.Latency, s.Health.Errors, s.Verdict, s.Factor)
 	if s.Err != nil {
 		out += ": not applied: " + s.Err.Error()
@@ -124,26 +127,22 @@ func (s Step) String() string {
 // at a time.
 type Controller struct {
 	cfg   Config
-	apply func(rate, burst float64) error
+	apply func(rate, burst overlay.Factor) error
 	w     window
 
 	mu sync.Mutex
-	// factor is in force, in thousandths (the resolution numbers are scaled
-	// in); min, max, inc as configured, in thousandths.
-	factor, min, max, inc int64
+	// factor is in force; min, max, inc as configured, in thousandths.
+	factor, min, max, inc overlay.Factor
 }
-
-// unit is the factor's resolution, as overlay scales numbers: thousandths.
-const unit = 1000
 
 // ErrConfig is wrapped by New's errors for a bad Config.
 var ErrConfig = errors.New("adaptive: invalid config")
 
 // New returns a Controller for cfg that applies its factor with apply (a
 // generated package's ScaleNumbers for one rule, or a function of one's
-// own): apply(rate, burst) with burst 1 unless cfg.Burst. It applies the
-// starting factor now, and returns apply's error if that fails.
-func New(cfg Config, apply func(rate, burst float64) error) (*Controller, error) {
+// own): apply(rate, burst) with burst overlay.One unless cfg.Burst. It
+// applies the starting factor now, and returns apply's error if that fails.
+func New(cfg Config, apply func(rate, burst overlay.Factor) error) (*Controller, error) {
 	if cfg.Quantile == 0 {
 		cfg.Quantile = 0.99
 	}
@@ -200,7 +199,7 @@ func New(cfg Config, apply func(rate, burst float64) error) (*Controller, error)
 	return c, nil
 }
 
-func thousandths(f float64) int64 { return int64(math.Round(f * unit)) }
+func thousandths(f float64) overlay.Factor { return overlay.Factor(math.Round(f * float64(overlay.One))) }
 
 func joinWords(s []string) string {
 	out := s[0]
@@ -210,13 +209,13 @@ func joinWords(s []string) string {
 	return out
 }
 
-// set applies factor f (thousandths).
-func (c *Controller) set(f int64) error {
-	burst := 1.0
+// set applies factor f.
+func (c *Controller) set(f overlay.Factor) error {
+	burst := overlay.One
 	if c.cfg.Burst {
-		burst = float64(f) / unit
+		burst = f
 	}
-	return c.apply(float64(f)/unit, burst)
+	return c.apply(f, burst)
 }
 
 // Observe records one call to what the rule protects: its latency, and
@@ -224,10 +223,10 @@ func (c *Controller) set(f int64) error {
 func (c *Controller) Observe(latency time.Duration, failed bool) { c.w.observe(latency, failed) }
 
 // Factor is the factor in force.
-func (c *Controller) Factor() float64 {
+func (c *Controller) Factor() overlay.Factor {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return float64(c.factor) / unit
+	return c.factor
 }
 
 // Config is the Controller's configuration, defaults filled in.
@@ -235,23 +234,23 @@ func (c *Controller) Config() Config { return c.cfg }
 
 // Step judges the observations since the last step (at is only recorded)
 // and moves the factor.
-func (c *Controller) Step(at time.Time) Step {
+func (c *Controller) Step(at time.Time) Round {
 	return c.Judge(at, c.w.drain(c.cfg.Quantile))
 }
 
 // Judge moves the factor from h, an interval's health measured elsewhere
 // (a service's own metrics, a replayed series): Step is Judge of what
 // Observe recorded.
-func (c *Controller) Judge(at time.Time, h Health) Step {
+func (c *Controller) Judge(at time.Time, h Health) Round {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	s := Step{At: at, Health: h, Verdict: c.verdict(h)}
+	s := Round{At: at, Health: h, Verdict: c.verdict(h)}
 	next := c.factor
 	switch s.Verdict {
 	case Healthy:
 		next = min(c.factor+c.inc, c.max)
 	case Unhealthy:
-		next = max(int64(math.Floor(float64(c.factor)*c.cfg.Decrease)), c.min)
+		next = max(overlay.Factor(math.Floor(float64(c.factor)*c.cfg.Decrease)), c.min)
 	}
 	if next != c.factor {
 		if err := c.set(next); err != nil {
@@ -260,7 +259,7 @@ func (c *Controller) Judge(at time.Time, h Health) Step {
 			c.factor = next
 		}
 	}
-	s.Factor = float64(c.factor) / unit
+	s.Factor = c.factor
 	return s
 }
 
@@ -274,10 +273,10 @@ func (c *Controller) verdict(h Health) Verdict {
 	return Healthy
 }
 
-// Run takes a Step every Interval until ctx is done, passing each to report
-// (nil: steps whose factor could not be applied are logged with log/slog's
-// default logger, the rest dropped).
-func (c *Controller) Run(ctx context.Context, report func(Step)) {
+// Run takes a Step every Interval until ctx is done, passing each Round to
+// report (nil: rounds whose factor could not be applied are logged with
+// log/slog's default logger, the rest dropped).
+func (c *Controller) Run(ctx context.Context, report func(Round)) {
 	t := time.NewTicker(c.cfg.Interval)
 	defer t.Stop()
 	for {
@@ -290,7 +289,7 @@ func (c *Controller) Run(ctx context.Context, report func(Step)) {
 			case report != nil:
 				report(s)
 			case s.Err != nil:
-				slog.Error("adaptive: a new factor was refused; the factor in force stays", "factor", s.Factor, "err", s.Err)
+				slog.Error("adaptive: a new factor was refused; the factor in force stays", "factor", s.Factor.String(), "err", s.Err)
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package adaptive
 
 import (
 	"errors"
+	"github.com/limitgen/limitgen/overlay"
 	"math"
 	"slices"
 	"strings"
@@ -65,7 +66,7 @@ func TestDrain(t *testing.T) {
 }
 
 func TestObserveAllocates(t *testing.T) {
-	c, err := New(Config{Latency: time.Second}, func(float64, float64) error { return nil })
+	c, err := New(Config{Latency: time.Second}, func(overlay.Factor, overlay.Factor) error { return nil })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,9 +77,12 @@ func TestObserveAllocates(t *testing.T) {
 
 // TestAIMD: a step table of health and the factor after it.
 func TestAIMD(t *testing.T) {
-	var applied [][2]float64
+	var applied [][2]overlay.Factor
 	c, err := New(Config{Latency: 100 * time.Millisecond, Errors: 0.05, Min: 0.2, Max: 1.2, Increase: 0.1, Decrease: 0.5, MinSamples: 10, Burst: true},
-		func(rate, burst float64) error { applied = append(applied, [2]float64{rate, burst}); return nil })
+		func(rate, burst overlay.Factor) error {
+			applied = append(applied, [2]overlay.Factor{rate, burst})
+			return nil
+		})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,26 +93,26 @@ func TestAIMD(t *testing.T) {
 	for i, row := range []struct {
 		h       Health
 		verdict Verdict
-		factor  float64
+		factor  overlay.Factor // thousandths
 	}{
-		{good, Healthy, 1.2}, // starts at Max; held there
-		{slow, Unhealthy, 0.6},
-		{few, TooFew, 0.6},
-		{failing, Unhealthy, 0.3},
-		{slow, Unhealthy, 0.2}, // 0.15, held at Min
-		{slow, Unhealthy, 0.2},
-		{good, Healthy, 0.3},
-		{good, Healthy, 0.4},
-		{Health{Samples: 10, Latency: 100 * time.Millisecond, Errors: 0.05}, Healthy, 0.5}, // at the targets: healthy
-		{failing, Unhealthy, 0.25},
-		{good, Healthy, 0.35},
+		{good, Healthy, 1200}, // starts at Max; held there
+		{slow, Unhealthy, 600},
+		{few, TooFew, 600},
+		{failing, Unhealthy, 300},
+		{slow, Unhealthy, 200}, // 150, held at Min
+		{slow, Unhealthy, 200},
+		{good, Healthy, 300},
+		{good, Healthy, 400},
+		{Health{Samples: 10, Latency: 100 * time.Millisecond, Errors: 0.05}, Healthy, 500}, // at the targets: healthy
+		{failing, Unhealthy, 250},
+		{good, Healthy, 350},
 	} {
 		s := c.Judge(time.Unix(int64(i), 0), row.h)
 		if s.Verdict != row.verdict || s.Factor != row.factor || s.Err != nil {
 			t.Errorf("row %d (%+v): %v, want %v and factor %v", i, row.h, s, row.verdict, row.factor)
 		}
 	}
-	want := [][2]float64{{1.2, 1.2}, {0.6, 0.6}, {0.3, 0.3}, {0.2, 0.2}, {0.3, 0.3}, {0.4, 0.4}, {0.5, 0.5}, {0.25, 0.25}, {0.35, 0.35}}
+	want := [][2]overlay.Factor{{1200, 1200}, {600, 600}, {300, 300}, {200, 200}, {300, 300}, {400, 400}, {500, 500}, {250, 250}, {350, 350}}
 	if !slices.Equal(applied, want) {
 		t.Errorf("applied %v\nwant    %v", applied, want)
 	}
@@ -117,7 +121,7 @@ func TestAIMD(t *testing.T) {
 // TestRefusedFactor: a factor apply refuses is reported and the factor stays.
 func TestRefusedFactor(t *testing.T) {
 	refuse := false
-	c, err := New(Config{Errors: 0.01, MinSamples: 1}, func(rate, _ float64) error {
+	c, err := New(Config{Errors: 0.01, MinSamples: 1}, func(rate, _ overlay.Factor) error {
 		if refuse {
 			return errors.New("no")
 		}
@@ -128,17 +132,17 @@ func TestRefusedFactor(t *testing.T) {
 	}
 	refuse = true
 	s := c.Judge(time.Time{}, Health{Samples: 5, Errors: 1})
-	if s.Err == nil || s.Factor != 1 || c.Factor() != 1 || !strings.Contains(s.String(), "not applied: no") {
+	if s.Err == nil || s.Factor != overlay.One || c.Factor() != overlay.One || !strings.Contains(s.String(), "not applied: no") {
 		t.Errorf("a refused factor: %v (factor %v)", s, c.Factor())
 	}
 	refuse = false
-	if s := c.Judge(time.Time{}, Health{Samples: 5, Errors: 1}); s.Err != nil || s.Factor != 0.5 {
+	if s := c.Judge(time.Time{}, Health{Samples: 5, Errors: 1}); s.Err != nil || s.Factor != 500 {
 		t.Errorf("then accepted: %v", s)
 	}
 }
 
 func TestConfigRefused(t *testing.T) {
-	ok := func(float64, float64) error { return nil }
+	ok := func(overlay.Factor, overlay.Factor) error { return nil }
 	for _, c := range []struct {
 		cfg Config
 		msg string
@@ -162,7 +166,7 @@ func TestConfigRefused(t *testing.T) {
 		t.Errorf("no apply: %v", err)
 	}
 	start := errors.New("unknown rule")
-	if _, err := New(Config{Latency: time.Second}, func(float64, float64) error { return start }); !errors.Is(err, start) {
+	if _, err := New(Config{Latency: time.Second}, func(overlay.Factor, overlay.Factor) error { return start }); !errors.Is(err, start) {
 		t.Errorf("a starting factor refused: %v", err)
 	}
 }

@@ -56,7 +56,7 @@ func TestSyntheticDownstream(t *testing.T) {
 		if controlled {
 			var err error
 			c, err = adaptive.New(adaptive.Config{Latency: 100 * time.Millisecond, Errors: 0.01, Min: 0.05},
-				func(rate, burst float64) error {
+				func(rate, burst overlay.Factor) error {
 					n, err := overlay.ScaleNumbers(overlay.Base{Numbers: atomicbucket.NumbersOf(policy), Cost: 1}, rate, burst)
 					if err != nil {
 						return err
@@ -88,7 +88,7 @@ func TestSyntheticDownstream(t *testing.T) {
 				if s.Err != nil {
 					t.Fatalf("second %d: %v", sec, s)
 				}
-				factor = s.Factor
+				factor = s.Factor.Float()
 			}
 			each(sec, admitted, worst, factor)
 		}
@@ -147,15 +147,15 @@ func TestRunScalesGenerated(t *testing.T) {
 	l := limits.New()
 	policy, _ := l.Global.NumbersFor()
 	c, err := adaptive.New(adaptive.Config{Latency: 50 * time.Millisecond, Interval: 5 * time.Millisecond, MinSamples: 1, Increase: 0.25, Burst: true},
-		func(rate, burst float64) error { return l.ScaleNumbers("Global", rate, burst) })
+		func(rate, burst overlay.Factor) error { return l.ScaleNumbers("Global", rate, burst) })
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	steps := make(chan adaptive.Step, 1000)
-	go c.Run(ctx, func(s adaptive.Step) { steps <- s })
-	wait := func(what string, feed time.Duration, done func(adaptive.Step) bool) {
+	steps := make(chan adaptive.Round, 1000)
+	go c.Run(ctx, func(s adaptive.Round) { steps <- s })
+	wait := func(what string, feed time.Duration, done func(adaptive.Round) bool) {
 		deadline := time.After(10 * time.Second)
 		for {
 			c.Observe(feed, false)
@@ -172,7 +172,7 @@ func TestRunScalesGenerated(t *testing.T) {
 			}
 		}
 	}
-	wait("slow calls cut the factor", time.Second, func(s adaptive.Step) bool { return s.Factor <= 0.25 })
+	wait("slow calls cut the factor", time.Second, func(s adaptive.Round) bool { return s.Factor <= 250 })
 	n, origin := l.Global.NumbersFor()
 	if origin != atomicbucket.FromOverride || n.Tokens*4 > policy.Tokens || n.Burst*4 > policy.Burst {
 		t.Errorf("Global at factor %v: %v (%v); the policy's %v", c.Factor(), n, origin, policy)
@@ -180,7 +180,7 @@ func TestRunScalesGenerated(t *testing.T) {
 	if s := l.ScaledNumbers("Global"); s.Rate != c.Factor() || s.Burst != c.Factor() {
 		t.Errorf("ScaledNumbers %+v, the controller's factor %v", s, c.Factor())
 	}
-	wait("fast calls restore it", time.Millisecond, func(s adaptive.Step) bool { return s.Factor == 1 })
+	wait("fast calls restore it", time.Millisecond, func(s adaptive.Round) bool { return s.Factor == overlay.One })
 	if n, origin := l.Global.NumbersFor(); n != policy || origin != atomicbucket.FromPolicy {
 		t.Errorf("back at factor 1: %v (%v), want the policy's %v", n, origin, policy)
 	}

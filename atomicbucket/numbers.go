@@ -127,8 +127,10 @@ func (o Origin) String() string {
 }
 
 // WithNumbers is the rule with n in place of its numbers, validated by NewRule
-// (same checks, same messages): an override is refused exactly as a policy
-// with those numbers would be. A new bucket's initial tokens stay the
+// (same checks, same messages) and refused, as the generator refuses such a
+// policy, when its rate is more than one token a nanosecond or less than one
+// in MaxUptime: an override is refused exactly as a policy with those numbers
+// would be. A new bucket's initial tokens stay the
 // policy's, at most the new burst. An interval rule's period cannot change.
 func (r *Rule) WithNumbers(n Numbers) (Rule, error) {
 	l := r.limit
@@ -136,6 +138,14 @@ func (r *Rule) WithNumbers(n Numbers) (Rule, error) {
 		return Rule{}, invalid("interval rule's period %v cannot change to %v: its grid is the policy's (change the tokens per period instead)", l.Period, n.Period)
 	}
 	l.Tokens, l.Period, l.Burst = n.Tokens, n.Period, n.Burst
+	// What a policy's rate may be (the generator refuses the rest), beyond
+	// what NewRule can hold.
+	switch {
+	case n.Tokens >= 1 && n.Period >= 1 && n.Tokens > int64(n.Period):
+		return Rule{}, invalid("rate %d per %v is more than one token a nanosecond, finer than the clock the buckets count in; limit a cost instead (with a smaller rate)", n.Tokens, n.Period)
+	case n.Tokens >= 1 && n.Period >= 1 && int64(n.Period)/n.Tokens > int64(MaxUptime):
+		return Rule{}, invalid("rate %d per %v is less than one token in ten years (the longest a process's clock is planned for); no bucket would refill: give a larger rate", n.Tokens, n.Period)
+	}
 	if l.InitialSet && l.Initial > l.Burst && l.Burst >= 1 {
 		l.Initial = l.Burst
 	}

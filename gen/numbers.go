@@ -12,6 +12,7 @@ import (
 	"github.com/limitgen/limitgen/gen/internal/model"
 	"github.com/limitgen/limitgen/gen/internal/policy"
 	"github.com/limitgen/limitgen/overlay"
+	"github.com/limitgen/limitgen/overlay/yamlfile"
 	"github.com/limitgen/limitgen/shared"
 )
 
@@ -50,7 +51,7 @@ func numbers(args []string, stdout, stderr io.Writer) int {
 		src, err := os.ReadFile(name)
 		if err == nil {
 			var set overlay.Set
-			if set, err = overlay.ParseFile(name, src); err == nil {
+			if set, err = yamlfile.Parse(name, src); err == nil {
 				if err = overlay.Check(p, set); err == nil {
 					fmt.Fprintf(stdout, "%s: %d entries, all good for %s\n", name, len(set), *policyFile)
 				}
@@ -102,7 +103,7 @@ func (c ruleChecker) Check(plan int, n atomicbucket.Numbers) error {
 		return err
 	}
 	if c.r.Shared {
-		if _, err := shared.NewNumbers(nr.Limit()); err != nil {
+		if _, err := shared.NewIntegers(nr.Limit()); err != nil {
 			return fmt.Errorf("%w: a store cannot hold %v: %w", shared.ErrInvalidNumbers, n, err)
 		}
 	}

@@ -37,7 +37,7 @@ func TestNumbersCommand(t *testing.T) {
 		t.Fatalf("a bad file: exit %d", code)
 	}
 	for _, msg := range []string{
-		"bad.yaml:6:32: rule Global: burst 0 admits nothing",
+		"bad.yaml:6:11: rule Global: atomicbucket: invalid limit: burst 0 admits nothing",
 	} {
 		if !strings.Contains(errs.String(), msg) {
 			t.Errorf("stderr %q lacks %q", errs.String(), msg)

@@ -13,6 +13,7 @@ import (
 	"github.com/limitgen/limitgen/adaptive"
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/overlay"
+	"github.com/limitgen/limitgen/overlay/yamlfile"
 )
 
 // Numbers in a simulation: an overlay file (-numbers) gives the numbers at
@@ -37,14 +38,14 @@ import (
 type simNumbers struct {
 	policy, base atomicbucket.Numbers
 	keys         map[string]atomicbucket.Numbers
-	rate, burst  float64
+	rate, burst  overlay.Factor
 	// in force, scaled: what the runtime has been given
 	plan    atomicbucket.Numbers
 	keysNow map[string]atomicbucket.Numbers
 }
 
 func newSimNumbers(l atomicbucket.Numbers) *simNumbers {
-	return &simNumbers{policy: l, base: l, plan: l, rate: 1, burst: 1,
+	return &simNumbers{policy: l, base: l, plan: l, rate: overlay.One, burst: overlay.One,
 		keys: map[string]atomicbucket.Numbers{}, keysNow: map[string]atomicbucket.Numbers{}}
 }
 
@@ -219,7 +220,7 @@ func (s *simulation) event(e simEvent, now atomicbucket.Time) (string, error) {
 		if st.Err != nil {
 			return "", fmt.Errorf("line %d: the factor %v refused: %v", e.line, st.Factor, st.Err)
 		}
-		return fmt.Sprintf("health: %d samples, latency %v, errors %.4f: %s, factor %.3f", e.health.Samples, e.health.Latency, e.health.Errors, st.Verdict, st.Factor), nil
+		return fmt.Sprintf("health: %d samples, latency %v, errors %.4f: %s, factor %.3f", e.health.Samples, e.health.Latency, e.health.Errors, st.Verdict, st.Factor.Float()), nil
 	}
 	r, err := s.target(e)
 	if err != nil || r == nil {
@@ -316,7 +317,7 @@ func (s *simulation) loadOverlay(name string) error {
 	if err != nil {
 		return err
 	}
-	set, err := overlay.ParseFile(name, src)
+	set, err := yamlfile.Parse(name, src)
 	if err != nil {
 		return err
 	}
@@ -366,7 +367,7 @@ func (s *simulation) newController(name string, cfg adaptive.Config) error {
 	if r == nil {
 		return fmt.Errorf("-adapt %s: not a rule of the simulation (%s)", name, strings.Join(names, ", "))
 	}
-	c, err := adaptive.New(cfg, func(rate, burst float64) error {
+	c, err := adaptive.New(cfg, func(rate, burst overlay.Factor) error {
 		if s.now == 0 { // the starting factor: put in force with the rest at the first line
 			r.nums.rate, r.nums.burst = rate, burst
 			return nil

@@ -585,7 +585,7 @@ func (s *simulation) run(in io.Reader, w io.Writer) error {
 			rec = append(rec, deniedBy)
 		}
 		if s.ctl != nil {
-			rec = append(rec, strconv.FormatFloat(s.ctl.Factor(), 'f', 3, 64))
+			rec = append(rec, strconv.FormatFloat(s.ctl.Factor().Float(), 'f', 3, 64))
 		}
 		out.Write(rec)
 	}

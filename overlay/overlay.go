@@ -1,28 +1,16 @@
 // Package overlay changes a generated package's numbers at run time from a
-// source: an overlay file in the policy's own syntax for numbers only
-// (ParseFile, File), or a table or hash that pgstore and redisstore read. A
-// source produces a whole Set, and a generated package's ApplyNumbers
-// applies it all or nothing: a bad entry refuses the Set, saying where it
-// is, and the numbers in force stay.
+// source: an overlay file (package overlay/yamlfile), a table (pgstore) or a
+// hash (redisstore). A source produces a whole Set, and a generated
+// package's ApplyNumbers applies it all or nothing: a bad entry refuses the
+// Set, every problem of every entry reported at once with its position, and
+// the numbers in force stay. Watch is the one loop every source runs in:
+// read the source whole, apply what changed, report each change of state.
 //
-// An overlay file:
+// A rule, plan or key a Set leaves out has the policy's numbers: applying a
+// Set clears what the previous one set and this one does not.
 //
-//	rules:
-//	  PerUser:                          # a rule of the policy, by name
-//	    rate: 20/min                    # its numbers on every plan without its own
-//	    burst: 20
-//	    plans:
-//	      pro: {rate: 200/min, burst: 200}
-//	    keys:                           # a key's own numbers, on every plan
-//	      acme: {rate: 1000/min, burst: 1000}
-//	  Global: {rate: 2000/s, burst: 4000}
-//
-// Each entry gives a rate (rate:, tokens_per_second: or rps:, read as the
-// policy reads them) and a burst. A rule, plan or key the Set leaves out has
-// the policy's numbers: applying a Set clears what the previous one set and
-// this one does not. A file must say rules: — `rules: {}` takes every number
-// back to the policy's — so that an empty file (one caught half written, or
-// emptied by mistake) is refused rather than clearing every override.
+// A generated package imports this package; it holds no parser of any
+// source's format.
 package overlay
 
 import (
@@ -31,18 +19,21 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
-	"go.yaml.in/yaml/v3"
 )
 
 // Entry is one rule's numbers from a source: for every plan (Plan ""), one
 // plan, or one key (HasKey; on every plan). Pos says where it came from
 // (file:line:col, a row's id), for errors.
+//
+// Err is a problem the source found reading the entry (a rate that does not
+// parse; with Rule "", a problem of the source's form at Pos): a Set with
+// such an entry is refused, with this problem beside every other of every
+// entry, its rule, plan and key checked all the same.
 type Entry struct {
 	Rule    string
 	Plan    string
@@ -50,6 +41,22 @@ type Entry struct {
 	HasKey  bool
 	Numbers atomicbucket.Numbers
 	Pos     string
+	Err     error
+}
+
+// NewEntry is the entry a source's row makes (at pos: "limitgen_numbers id
+// 7"): rule's numbers for every plan (plan ""), one plan, or one key (key not
+// nil), with rate in the policy's syntax (ReadRate) and burst. A rate that
+// does not read is the entry's Err; whether the numbers are good is the
+// rule's check, at Apply.
+func NewEntry(pos, rule, plan string, key *string, rate string, burst int64) Entry {
+	e := Entry{Rule: rule, Plan: plan, Pos: pos}
+	if key != nil {
+		e.Key, e.HasKey = *key, true
+	}
+	e.Numbers.Tokens, e.Numbers.Period, e.Err = ReadRate(rate)
+	e.Numbers.Burst = burst
+	return e
 }
 
 // Set is a source's whole numbers: what a reload applies.
@@ -57,164 +64,6 @@ type Set []Entry
 
 // ErrInvalid is wrapped by the errors of a Set refused whole.
 var ErrInvalid = errors.New("numbers refused, none applied")
-
-// maxFileBytes bounds an overlay file, as the policy's is bounded.
-const maxFileBytes = 16 << 20
-
-// ParseFile reads an overlay file (the package doc's syntax) named name.
-// Every problem is reported, each with its line and column.
-func ParseFile(name string, src []byte) (Set, error) {
-	if len(src) > maxFileBytes {
-		return nil, fmt.Errorf("%s: %w: the file has %d bytes, at most %d", name, ErrInvalid, len(src), maxFileBytes)
-	}
-	var doc yaml.Node
-	if err := yaml.Unmarshal(src, &doc); err != nil {
-		return nil, fmt.Errorf("%s: %w: not valid YAML: %s", name, ErrInvalid, strings.TrimPrefix(err.Error(), "yaml: "))
-	}
-	p := fileParser{name: name}
-	if len(doc.Content) == 0 {
-		return nil, fmt.Errorf("%s: %w: the file is empty (written half, or emptied by mistake?); `rules: {}` takes every number back to the policy's", name, ErrInvalid)
-	}
-	root := doc.Content[0]
-	top := p.mapping(root, "the file", "rules")
-	rules := top["rules"]
-	if rules == nil {
-		if len(p.errs) == 0 {
-			p.errorf(root, "no rules: (`rules: {}` takes every number back to the policy's)")
-		}
-		return nil, p.err()
-	}
-	if rules.Kind == yaml.ScalarNode && rules.Tag == "!!null" {
-		return nil, nil // rules: with nothing: the policy's numbers everywhere
-	}
-	var set Set
-	for _, rn := range p.pairs(rules, "rules") {
-		name, n := rn[0], rn[1]
-		f := p.mapping(n, "rule "+name.Value, "rate", "tokens_per_second", "rps", "burst", "plans", "keys")
-		if e, ok := p.entry(n, f, "rule "+name.Value); ok {
-			e.Rule = name.Value
-			set = append(set, e)
-		}
-		if f["plans"] != nil {
-			for _, pn := range p.pairs(f["plans"], "rule "+name.Value+"'s plans") {
-				what := fmt.Sprintf("rule %s, plan %s", name.Value, pn[0].Value)
-				if e, ok := p.entry(pn[1], p.mapping(pn[1], what, "rate", "tokens_per_second", "rps", "burst"), what); ok {
-					e.Rule, e.Plan = name.Value, pn[0].Value
-					set = append(set, e)
-				}
-			}
-		}
-		if f["keys"] != nil {
-			for _, kn := range p.pairs(f["keys"], "rule "+name.Value+"'s keys") {
-				what := fmt.Sprintf("rule %s, key %q", name.Value, kn[0].Value)
-				if e, ok := p.entry(kn[1], p.mapping(kn[1], what, "rate", "tokens_per_second", "rps", "burst"), what); ok {
-					e.Rule, e.Key, e.HasKey = name.Value, kn[0].Value, true
-					set = append(set, e)
-				}
-			}
-		}
-	}
-	if len(p.errs) > 0 {
-		return nil, p.err()
-	}
-	return set, nil
-}
-
-// fileParser collects an overlay file's problems.
-type fileParser struct {
-	name string
-	errs []string
-}
-
-func (p *fileParser) errorf(n *yaml.Node, format string, args ...any) {
-	p.errs = append(p.errs, fmt.Sprintf("%s:%d:%d: %s", p.name, n.Line, n.Column, fmt.Sprintf(format, args...)))
-}
-
-func (p *fileParser) err() error {
-	return fmt.Errorf("%w:\n%s", ErrInvalid, strings.Join(p.errs, "\n"))
-}
-
-// pairs are a mapping's key and value nodes, in order.
-func (p *fileParser) pairs(n *yaml.Node, what string) [][2]*yaml.Node {
-	if n.Kind != yaml.MappingNode {
-		p.errorf(n, "%s must be a mapping", what)
-		return nil
-	}
-	var out [][2]*yaml.Node
-	seen := map[string]bool{}
-	for i := 0; i+1 < len(n.Content); i += 2 {
-		k := n.Content[i]
-		if seen[k.Value] {
-			p.errorf(k, "%s: %q is given twice", what, k.Value)
-			continue
-		}
-		seen[k.Value] = true
-		out = append(out, [2]*yaml.Node{k, n.Content[i+1]})
-	}
-	return out
-}
-
-// mapping reads a mapping's fields, refusing the ones not in known.
-func (p *fileParser) mapping(n *yaml.Node, what string, known ...string) map[string]*yaml.Node {
-	out := map[string]*yaml.Node{}
-	for _, kv := range p.pairs(n, what) {
-		if !slices.Contains(known, kv[0].Value) {
-			p.errorf(kv[0], "%s: unknown field %q; an overlay gives numbers only: %s", what, kv[0].Value, strings.Join(known, ", "))
-			continue
-		}
-		out[kv[0].Value] = kv[1]
-	}
-	return out
-}
-
-// entry reads one entry's rate and burst; ok is false when n gives neither
-// (a rule with only plans or keys) or has a problem (recorded).
-func (p *fileParser) entry(n *yaml.Node, f map[string]*yaml.Node, what string) (Entry, bool) {
-	var rates []string
-	for _, k := range []string{"rate", "tokens_per_second", "rps"} {
-		if f[k] != nil {
-			rates = append(rates, k)
-		}
-	}
-	if len(rates) == 0 && f["burst"] == nil {
-		return Entry{}, false
-	}
-	e := Entry{Pos: fmt.Sprintf("%s:%d:%d", p.name, n.Line, n.Column)}
-	ok := true
-	switch {
-	case len(rates) > 1:
-		p.errorf(f[rates[1]], "%s: give the rate once: %s and %s both set it", what, rates[0], rates[1])
-		ok = false
-	case len(rates) == 0:
-		p.errorf(n, "%s: no rate: an overlay entry gives both a rate and a burst", what)
-		ok = false
-	default:
-		v := f[rates[0]]
-		var err error
-		if rates[0] == "rate" {
-			e.Numbers.Tokens, e.Numbers.Period, err = ParseRate(v.Value, false)
-		} else {
-			e.Numbers.Tokens, e.Numbers.Period, err = ParsePerSecond(v.Value, false)
-		}
-		if err != nil {
-			p.errorf(v, "%s: %v", what, err)
-			ok = false
-		}
-	}
-	if b := f["burst"]; b == nil {
-		p.errorf(n, "%s: no burst: an overlay entry gives both a rate and a burst", what)
-		ok = false
-	} else if v, err := strconv.ParseInt(strings.ReplaceAll(b.Value, "_", ""), 10, 64); err != nil || b.Kind != yaml.ScalarNode {
-		p.errorf(b, "%s: burst %q is not a whole number", what, b.Value)
-		ok = false
-	} else if v < 1 {
-		p.errorf(b, "%s: burst %d admits nothing; burst must be at least 1", what, v)
-		ok = false
-	} else {
-		e.Numbers.Burst = v
-	}
-	return e, ok
-}
 
 // Checker is one rule of a policy as a Set is checked against it: its
 // plans' count (0 for a rule without plans), whether it is keyed, and its
@@ -277,45 +126,19 @@ func resolve[T Checker](p Policy[T], s Set) (map[at]atomicbucket.Numbers, error)
 		}
 	}
 	for _, e := range s {
-		r, ok := p.Rules[e.Rule]
+		if e.Err != nil && e.Rule == "" {
+			bad(e, "%v", e.Err) // the source's form
+			continue
+		}
+		plans, ok := locate(p, e, bad)
+		if e.Err != nil {
+			bad(e, "rule %s%s: %v", e.Rule, entryWords(e), e.Err)
+			continue
+		}
 		if !ok {
-			bad(e, "no rule %q in the policy (its rules: %s)", e.Rule, strings.Join(sortedKeys(p.Rules), ", "))
 			continue
 		}
-		plans := []int{-1}
-		if n := r.Plans(); n > 0 {
-			plans = plans[:0]
-			for i := range n {
-				plans = append(plans, i)
-			}
-		}
-		switch {
-		case e.HasKey && e.Plan != "":
-			bad(e, "rule %s, key %q: a key's numbers are on every plan; give them without a plan", e.Rule, e.Key)
-			continue
-		case e.HasKey && !r.Keyed():
-			bad(e, "rule %s has no keys", e.Rule)
-			continue
-		case e.HasKey && e.Key == "":
-			bad(e, "rule %s: an empty key: no door checks one (a request without a key is missing_key), so its numbers would never apply", e.Rule)
-			continue
-		case e.HasKey:
-			if err := r.CheckKey(e.Key); err != nil {
-				bad(e, "rule %s, key %q: %v", e.Rule, e.Key, err)
-				continue
-			}
-		case e.Plan != "":
-			i := slices.Index(p.Plans, e.Plan)
-			if i < 0 {
-				bad(e, "rule %s: no plan %q in the policy (its plans: %s)", e.Rule, e.Plan, strings.Join(p.Plans, ", "))
-				continue
-			}
-			if r.Plans() == 0 {
-				bad(e, "rule %s has the same numbers on every plan: give them without a plan", e.Rule)
-				continue
-			}
-			plans = []int{i}
-		}
+		r := p.Rules[e.Rule]
 		if e.HasKey { // one entry, checked on every plan
 			a := at{rule: e.Rule, plan: -1, key: e.Key, hasKey: true}
 			good := true
@@ -353,6 +176,63 @@ func resolve[T Checker](p Policy[T], s Set) (map[at]atomicbucket.Numbers, error)
 		return nil, fmt.Errorf("%w:\n%s", ErrInvalid, strings.Join(errs, "\n"))
 	}
 	return out, nil
+}
+
+// locate checks where e's numbers go (its rule, plan and key) against p,
+// reporting each problem with bad, and returns the plans they go on (-1 for
+// a rule without plans).
+func locate[T Checker](p Policy[T], e Entry, bad func(Entry, string, ...any)) ([]int, bool) {
+	r, ok := p.Rules[e.Rule]
+	if !ok {
+		bad(e, "no rule %q in the policy (its rules: %s)", e.Rule, strings.Join(sortedKeys(p.Rules), ", "))
+		return nil, false
+	}
+	plans := []int{-1}
+	if n := r.Plans(); n > 0 {
+		plans = plans[:0]
+		for i := range n {
+			plans = append(plans, i)
+		}
+	}
+	switch {
+	case e.HasKey && e.Plan != "":
+		bad(e, "rule %s, key %q: a key's numbers are on every plan; give them without a plan", e.Rule, e.Key)
+		return nil, false
+	case e.HasKey && !r.Keyed():
+		bad(e, "rule %s has no keys", e.Rule)
+		return nil, false
+	case e.HasKey && e.Key == "":
+		bad(e, "rule %s: an empty key: no door checks one (a request without a key is missing_key), so its numbers would never apply", e.Rule)
+		return nil, false
+	case e.HasKey:
+		if err := r.CheckKey(e.Key); err != nil {
+			bad(e, "rule %s, key %q: %v", e.Rule, e.Key, err)
+			return nil, false
+		}
+	case e.Plan != "":
+		i := slices.Index(p.Plans, e.Plan)
+		if i < 0 {
+			bad(e, "rule %s: no plan %q in the policy (its plans: %s)", e.Rule, e.Plan, strings.Join(p.Plans, ", "))
+			return nil, false
+		}
+		if r.Plans() == 0 {
+			bad(e, "rule %s has the same numbers on every plan: give them without a plan", e.Rule)
+			return nil, false
+		}
+		plans = []int{i}
+	}
+	return plans, true
+}
+
+// entryWords is where in its rule e's numbers go, for messages.
+func entryWords(e Entry) string {
+	switch {
+	case e.HasKey:
+		return fmt.Sprintf(", key %q", e.Key)
+	case e.Plan != "":
+		return ", plan " + e.Plan
+	}
+	return ""
 }
 
 func planWords[T Checker](p Policy[T], plan int) string {

@@ -23,6 +23,19 @@ var unitNames = map[string]time.Duration{
 // field is read (interval refill keeps its period, so its count must be
 // whole).
 func ParseRate(s string, interval bool) (tokens int64, period time.Duration, err error) {
+	return parseRate(s, interval, true)
+}
+
+// ReadRate reads a rate as ParseRate does, checking its syntax only: whether
+// its numbers make a good rule (above 0, not finer than a nanosecond, …) is
+// the rule's own check, which numbers given in Go meet too, so that a source
+// and the Go API say the same of the same numbers. A rate of 0 or below
+// reads as such (tokens ≤ 0) for that check to refuse.
+func ReadRate(s string) (tokens int64, period time.Duration, err error) {
+	return parseRate(s, false, false)
+}
+
+func parseRate(s string, interval, judge bool) (tokens int64, period time.Duration, err error) {
 	s = strings.TrimSpace(s)
 	var num, per string
 	if i := strings.Index(s, "/"); i >= 0 {
@@ -37,7 +50,7 @@ func ParseRate(s string, interval bool) (tokens int64, period time.Duration, err
 	if err != nil {
 		return 0, 0, fmt.Errorf("rate %q: %w", s, err)
 	}
-	tokens, ns, err := wholeRate(s, num, d, interval)
+	tokens, ns, err := wholeRate(s, num, d, interval, judge)
 	return tokens, time.Duration(ns), err
 }
 
@@ -83,17 +96,34 @@ func parsePeriod(per string) (int64, error) {
 
 // ParsePerSecond reads a tokens_per_second or rps value (ParseRate's rules).
 func ParsePerSecond(s string, interval bool) (tokens int64, period time.Duration, err error) {
-	tokens, ns, err := wholeRate(s, strings.TrimSpace(s), int64(time.Second), interval)
+	tokens, ns, err := wholeRate(s, strings.TrimSpace(s), int64(time.Second), interval, true)
+	return tokens, time.Duration(ns), err
+}
+
+// ReadPerSecond is ReadRate for a tokens_per_second or rps value.
+func ReadPerSecond(s string) (tokens int64, period time.Duration, err error) {
+	tokens, ns, err := wholeRate(s, strings.TrimSpace(s), int64(time.Second), false, false)
 	return tokens, time.Duration(ns), err
 }
 
 // wholeRate turns a decimal count per period into whole tokens per whole ns:
 // 0.5 per 1s becomes 1 per 2s. Interval refill keeps its period, so its count
-// must be whole.
-func wholeRate(s, num string, periodNs int64, interval bool) (int64, int64, error) {
+// must be whole. Unless judge, only the syntax and the fit in 64 bits are
+// checked (ReadRate).
+func wholeRate(s, num string, periodNs int64, interval, judge bool) (int64, int64, error) {
 	r, ok := new(big.Rat).SetString(num)
 	if !ok || strings.Contains(num, "/") {
 		return 0, 0, fmt.Errorf("rate %q: %q is not a number of tokens (write it as 100, 0.5 or 1e6)", s, num)
+	}
+	if !judge {
+		if r.Sign() <= 0 {
+			return r.Num().Int64(), periodNs, nil // 0 or negative: the rule's check refuses it
+		}
+		per := new(big.Int).Mul(r.Denom(), big.NewInt(periodNs))
+		if !r.Num().IsInt64() || !per.IsInt64() {
+			return 0, 0, fmt.Errorf("rate %q is too large: its tokens or its period do not fit 64 bits", s)
+		}
+		return r.Num().Int64(), per.Int64(), nil
 	}
 	if r.Sign() < 0 {
 		return 0, 0, fmt.Errorf("rate %q is negative; a rate is the tokens added per period, above 0", s)
@@ -112,7 +142,7 @@ func wholeRate(s, num string, periodNs int64, interval bool) (int64, int64, erro
 		return 0, 0, fmt.Errorf("rate %q is less than one token in ten years (the longest a process's clock is planned for); no bucket would refill: give a larger rate", s)
 	}
 	if !r.Num().IsInt64() || !per.IsInt64() {
-		return 0, 0, fmt.Errorf("rate %q does not fit: the tokens or the period is too large", s)
+		return 0, 0, fmt.Errorf("rate %q is too large: its tokens or its period do not fit 64 bits", s)
 	}
 	return r.Num().Int64(), per.Int64(), nil
 }

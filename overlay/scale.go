@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/big"
+	"strconv"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -28,28 +29,47 @@ type Base struct {
 	Interval bool
 }
 
-// Scaled is Applier.Scale's factor for a rule.
-type Scaled struct {
-	Rate, Burst float64
-}
+// Factor is a scaling factor in thousandths, the resolution numbers are
+// scaled in: One (1000) leaves numbers as they are, 537 is 0.537. It crosses
+// from a controller to the numbers as this integer, never a float re-rounded.
+type Factor int64
 
-// factorUnit is the factor's resolution: factors are applied in thousandths.
-const factorUnit = 1000
+// One is the factor that leaves numbers as they are.
+const One Factor = 1000
 
 // maxFactor bounds a factor (a thousandfold rise).
-const maxFactor = 1000
+const maxFactor = 1000 * One
 
-// permille is f in thousandths (rounded to the nearest), or an error for a
-// factor outside (0, maxFactor] or one that rounds to 0 thousandths.
-func permille(what string, f float64) (int64, error) {
-	if !(f > 0 && f <= maxFactor) { // also NaN
-		return 0, fmt.Errorf("%w: %s factor %v: a factor is above 0 and at most %d", ErrInvalid, what, f, maxFactor)
+// FactorOf is f in thousandths, rounded to the nearest, or an error (wrapping
+// ErrInvalid) for a factor outside (0, 1000] or one below the resolution,
+// 0.001.
+func FactorOf(f float64) (Factor, error) {
+	if !(f > 0 && f <= float64(maxFactor/One)) { // also NaN
+		return 0, fmt.Errorf("%w: factor %v: a factor is above 0 and at most %d", ErrInvalid, f, maxFactor/One)
 	}
-	q := int64(math.Round(f * factorUnit))
+	q := Factor(math.Round(f * float64(One)))
 	if q < 1 {
-		return 0, fmt.Errorf("%w: %s factor %v is below the resolution of factors, 0.001 (they are applied in thousandths): use 0.001 or more", ErrInvalid, what, f)
+		return 0, fmt.Errorf("%w: factor %v is below the resolution of factors, 0.001 (they are applied in thousandths): use 0.001 or more", ErrInvalid, f)
 	}
 	return q, nil
+}
+
+// Float is f as a number (0.537).
+func (f Factor) Float() float64 { return float64(f) / float64(One) }
+
+func (f Factor) String() string { return strconv.FormatFloat(f.Float(), 'f', -1, 64) }
+
+// check says why f cannot scale numbers.
+func (f Factor) check(what string) error {
+	if f < 1 || f > maxFactor {
+		return fmt.Errorf("%w: %s factor %d thousandths: a factor is at least 1 thousandth (0.001) and at most %d (%d)", ErrInvalid, what, int64(f), int64(maxFactor), maxFactor/One)
+	}
+	return nil
+}
+
+// Scaled is Applier.Scale's factors for a rule.
+type Scaled struct {
+	Rate, Burst Factor
 }
 
 // scaleNumbers is n with its rate multiplied by rate/1000 and its burst by
@@ -58,34 +78,34 @@ func permille(what string, f float64) (int64, error) {
 // an interval rule's period stays, its tokens rounded to a whole number, at
 // least 1. A burst is rounded to a whole number, at least the cost of one
 // request and at least 1.
-func scaleNumbers(b Base, rate, burst int64) (atomicbucket.Numbers, error) {
+func scaleNumbers(b Base, rate, burst Factor) (atomicbucket.Numbers, error) {
 	n := b.Numbers
-	if rate != factorUnit {
+	if rate != One {
 		if b.Interval {
-			n.Tokens = max(roundDiv(big.NewInt(n.Tokens), rate), 1)
+			n.Tokens = max(roundDiv(big.NewInt(n.Tokens), int64(rate)), 1)
 		} else {
 			// The period is kept when it can be, else lengthened by the
 			// least factor that makes the tokens whole (100/s by 0.537 is
 			// 537 per 10s, not 1 per 18.6ms).
-			num := new(big.Int).Mul(big.NewInt(n.Tokens), big.NewInt(rate))
-			k := new(big.Int).Quo(big.NewInt(factorUnit), new(big.Int).GCD(nil, nil, num, big.NewInt(factorUnit)))
-			num.Quo(num.Mul(num, k), big.NewInt(factorUnit))
+			num := new(big.Int).Mul(big.NewInt(n.Tokens), big.NewInt(int64(rate)))
+			k := new(big.Int).Quo(big.NewInt(int64(One)), new(big.Int).GCD(nil, nil, num, big.NewInt(int64(One))))
+			num.Quo(num.Mul(num, k), big.NewInt(int64(One)))
 			den := new(big.Int).Mul(big.NewInt(int64(n.Period)), k)
 			if !num.IsInt64() || !den.IsInt64() {
-				return n, fmt.Errorf("%v scaled by %v: the rate is too large to hold", n, float64(rate)/factorUnit)
+				return n, fmt.Errorf("%v scaled by %v: the rate is too large to hold", n, rate)
 			}
 			n.Tokens, n.Period = num.Int64(), time.Duration(den.Int64())
 		}
 	}
-	if burst != factorUnit {
-		n.Burst = max(roundDiv(big.NewInt(n.Burst), burst), b.Cost, 1)
+	if burst != One {
+		n.Burst = max(roundDiv(big.NewInt(n.Burst), int64(burst)), b.Cost, 1)
 	}
 	return n, nil
 }
 
 // roundDiv is v·f/1000 rounded to the nearest whole number (at most MaxInt64).
 func roundDiv(v *big.Int, f int64) int64 {
-	x := new(big.Rat).SetFrac(new(big.Int).Mul(v, big.NewInt(f)), big.NewInt(factorUnit))
+	x := new(big.Rat).SetFrac(new(big.Int).Mul(v, big.NewInt(f)), big.NewInt(int64(One)))
 	x.Add(x, big.NewRat(1, 2))
 	q := new(big.Int).Quo(x.Num(), x.Denom())
 	if !q.IsInt64() {
@@ -95,23 +115,21 @@ func roundDiv(v *big.Int, f int64) int64 {
 }
 
 // ScaleNumbers is b's numbers scaled as Applier.Scale scales them: the rate
-// by rate and the burst by burst, in thousandths (a greedy rule's rate kept
-// exact, an interval rule's tokens per period rounded, at least 1; the burst
-// rounded, at least b.Cost). For a target of one's own.
-func ScaleNumbers(b Base, rate, burst float64) (atomicbucket.Numbers, error) {
-	qr, err := permille("rate", rate)
-	if err != nil {
+// by rate and the burst by burst (a greedy rule's rate kept exact, an
+// interval rule's tokens per period rounded, at least 1; the burst rounded,
+// at least b.Cost). For a target of one's own.
+func ScaleNumbers(b Base, rate, burst Factor) (atomicbucket.Numbers, error) {
+	if err := rate.check("rate"); err != nil {
 		return atomicbucket.Numbers{}, err
 	}
-	qb, err := permille("burst", burst)
-	if err != nil {
+	if err := burst.check("burst"); err != nil {
 		return atomicbucket.Numbers{}, err
 	}
-	return scaleNumbers(b, qr, qb)
+	return scaleNumbers(b, rate, burst)
 }
 
-// scaling is a rule's factor in thousandths.
-type scaling struct{ rate, burst int64 }
+// scaling is a rule's factors.
+type scaling struct{ rate, burst Factor }
 
 // effective is what is in force for base (a resolved Set) with the rules'
 // factors: base's numbers scaled, and each scaled rule's plans that base
@@ -151,8 +169,7 @@ func (a *Applier) effective(base map[at]atomicbucket.Numbers, scales map[string]
 			if k.hasKey {
 				what += fmt.Sprintf(", key %q", k.key)
 			}
-			errs = append(errs, fmt.Errorf("%s: %v scaled by %v (rate) and %v (burst): %w", what, from,
-				float64(s.rate)/factorUnit, float64(s.burst)/factorUnit, err))
+			errs = append(errs, fmt.Errorf("%s: %v scaled by %v (rate) and %v (burst): %w", what, from, s.rate, s.burst, err))
 			return
 		}
 		out[k] = n
@@ -187,31 +204,30 @@ func (a *Applier) effective(base map[at]atomicbucket.Numbers, scales map[string]
 }
 
 // Scale multiplies rule's numbers in force by rate (its rate) and burst
-// (its burst; 1 leaves it), on every plan and for every key with numbers of
+// (its burst; One leaves it), on every plan and for every key with numbers of
 // its own, until the next Scale of the rule: factors do not compound, and
-// 1 and 1 take the scaling away. Factors are applied in thousandths; a
+// One and One take the scaling away. Factors are in thousandths; a
 // scaled burst is at least one request's cost. A factor whose numbers a rule
 // refuses (checked as a Set's are) changes nothing and is an error wrapping
 // ErrInvalid that names them.
-func (a *Applier) Scale(rule string, rate, burst float64) error {
+func (a *Applier) Scale(rule string, rate, burst Factor) error {
 	if _, ok := a.p.Rules[rule]; !ok {
 		return fmt.Errorf("%w: no rule %q in the policy (its rules: %s)", ErrInvalid, rule, joinKeys(a.p.Rules))
 	}
-	qr, err := permille("rate", rate)
-	if err != nil {
+	if err := rate.check("rate"); err != nil {
 		return err
 	}
-	qb, err := permille("burst", burst)
-	if err != nil {
+	if err := burst.check("burst"); err != nil {
 		return err
 	}
+	qr, qb := rate, burst
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	scales := make(map[string]scaling, len(a.scales)+1)
 	for k, v := range a.scales {
 		scales[k] = v
 	}
-	if qr == factorUnit && qb == factorUnit {
+	if qr == One && qb == One {
 		delete(scales, rule)
 	} else {
 		scales[rule] = scaling{qr, qb}
@@ -224,13 +240,13 @@ func (a *Applier) Scale(rule string, rate, burst float64) error {
 	return a.commit(eff)
 }
 
-// Scaled is rule's factor in force (1 and 1 when it is not scaled).
+// Scaled is rule's factors in force (One and One when it is not scaled).
 func (a *Applier) Scaled(rule string) Scaled {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	s, ok := a.scales[rule]
 	if !ok {
-		return Scaled{1, 1}
+		return Scaled{One, One}
 	}
-	return Scaled{float64(s.rate) / factorUnit, float64(s.burst) / factorUnit}
+	return Scaled{s.rate, s.burst}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	limits "github.com/limitgen/limitgen/generated"
 	"github.com/limitgen/limitgen/overlay"
+	"github.com/limitgen/limitgen/overlay/yamlfile"
 )
 
 // TestScaleNumbers: a factor multiplies what is in force — a Set's numbers,
@@ -18,7 +19,7 @@ import (
 func TestScaleNumbers(t *testing.T) {
 	l := limits.New()
 	policy := numbersOf(l)
-	set, err := overlay.ParseFile("numbers.yaml", []byte(goodFile))
+	set, err := yamlfile.Parse("numbers.yaml", []byte(goodFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,8 +28,8 @@ func TestScaleNumbers(t *testing.T) {
 	}
 	for _, s := range []struct {
 		rule        string
-		rate, burst float64
-	}{{"PerUser", 0.5, 0.5}, {"Login", 0.25, 1}, {"Global", 0.537, 1}, {"PerEndpoint", 0.3, 0.3}} {
+		rate, burst overlay.Factor
+	}{{"PerUser", 500, 500}, {"Login", 250, overlay.One}, {"Global", 537, overlay.One}, {"PerEndpoint", 300, 300}} {
 		if err := l.ScaleNumbers(s.rule, s.rate, s.burst); err != nil {
 			t.Fatalf("ScaleNumbers(%s, %v, %v): %v", s.rule, s.rate, s.burst, err)
 		}
@@ -49,7 +50,7 @@ func TestScaleNumbers(t *testing.T) {
 	if got := numbersOf(l); !equalMaps(got, want) {
 		t.Errorf("scaled:\n got %v\nwant %v", got, want)
 	}
-	if s := l.ScaledNumbers("PerUser"); s != (overlay.Scaled{Rate: 0.5, Burst: 0.5}) {
+	if s := l.ScaledNumbers("PerUser"); s != (overlay.Scaled{Rate: 500, Burst: 500}) {
 		t.Errorf("ScaledNumbers(PerUser) = %+v", s)
 	}
 	// The scaled numbers decide: endpoint 42 holds 18 at once.
@@ -59,7 +60,7 @@ func TestScaleNumbers(t *testing.T) {
 	}
 
 	// Factors do not compound.
-	if err := l.ScaleNumbers("PerUser", 0.5, 0.5); err != nil {
+	if err := l.ScaleNumbers("PerUser", 500, 500); err != nil {
 		t.Fatal(err)
 	}
 	if got := numbersOf(l)["PerUser pro"]; got != want["PerUser pro"] {
@@ -89,7 +90,7 @@ func TestScaleNumbers(t *testing.T) {
 
 	// 1 and 1 take a factor away: the Set's numbers, then the policy's.
 	for _, rule := range []string{"PerUser", "Login", "Global", "PerEndpoint"} {
-		if err := l.ScaleNumbers(rule, 1, 1); err != nil {
+		if err := l.ScaleNumbers(rule, overlay.One, overlay.One); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -107,7 +108,7 @@ func TestScaleNumbers(t *testing.T) {
 	}
 
 	// A scaled burst keeps one request's cost: Upload's requests cost 10.
-	if err := l.ScaleNumbers("Upload", 1, 0.001); err != nil {
+	if err := l.ScaleNumbers("Upload", overlay.One, 1); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := l.Upload.NumbersFor("k"); n.Burst != 10 {
@@ -125,20 +126,16 @@ func TestScaleRefused(t *testing.T) {
 	before := numbersOf(l)
 	for _, c := range []struct {
 		rule        string
-		rate, burst float64
+		rate, burst overlay.Factor
 		msg         string
 	}{
-		{"Nope", 0.5, 1, `no rule "Nope" in the policy (its rules: DailyExport, Global, Login, PerEndpoint, PerUser, Upload)`},
-		{"Global", 0, 1, "rate factor 0: a factor is above 0"},
-		{"Global", -1, 1, "rate factor -1"},
-		{"Global", math.NaN(), 1, "rate factor NaN"},
-		{"Global", math.Inf(1), 1, "rate factor +Inf"},
-		{"Global", 1, 1001, "burst factor 1001"},
-		{"Global", 0.0001, 1, "rate factor 0.0001 is below the resolution of factors, 0.001"},
-		{"Global", 1, 0.00049, "burst factor 0.00049 is below the resolution of factors, 0.001"},
+		{"Nope", 500, overlay.One, `no rule "Nope" in the policy (its rules: DailyExport, Global, Login, PerEndpoint, PerUser, Upload)`},
+		{"Global", 0, overlay.One, "rate factor 0 thousandths: a factor is at least 1 thousandth"},
+		{"Global", -1, overlay.One, "rate factor -1 thousandths"},
+		{"Global", overlay.One, 1000001, "burst factor 1000001 thousandths"},
 		// From a Set's 1 per day, burst 1000: a burst of 100000 days does
 		// not fit the rule's fixed point.
-		{"Global", 1, 100, "rule Global: 1 per 24h0m0s, burst 1000 scaled by 1 (rate) and 100 (burst): atomicbucket: invalid limit: rate 1 per 24h0m0s with burst 100000 does not fit"},
+		{"Global", overlay.One, 100 * overlay.One, "rule Global: 1 per 24h0m0s, burst 1000 scaled by 1 (rate) and 100 (burst): atomicbucket: invalid limit: rate 1 per 24h0m0s with burst 100000 does not fit"},
 	} {
 		err := l.ScaleNumbers(c.rule, c.rate, c.burst)
 		if !errors.Is(err, overlay.ErrInvalid) || !strings.Contains(err.Error(), c.msg) {
@@ -154,7 +151,7 @@ func TestScaleRefused(t *testing.T) {
 	if err := l.ApplyNumbers(nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := l.ScaleNumbers("Global", 1, 100); err != nil {
+	if err := l.ScaleNumbers("Global", overlay.One, 100*overlay.One); err != nil {
 		t.Fatal(err)
 	}
 	before = numbersOf(l)
@@ -168,5 +165,34 @@ func TestScaleRefused(t *testing.T) {
 	}
 	if got := numbersOf(l); !equalMaps(got, before) {
 		t.Errorf("a refused Set changed the numbers: %v", got)
+	}
+}
+
+// FactorOf takes a factor to thousandths, rounded to the nearest, and
+// refuses what no factor can be, naming the resolution.
+func TestFactorOf(t *testing.T) {
+	for f, want := range map[float64]overlay.Factor{0.537: 537, 1: overlay.One, 0.0005: 1, 0.0015: 2, 1000: 1000 * overlay.One} {
+		if got, err := overlay.FactorOf(f); err != nil || got != want {
+			t.Errorf("FactorOf(%v) = %v, %v; want %d thousandths", f, got, err, want)
+		}
+	}
+	for _, c := range []struct {
+		f   float64
+		msg string
+	}{
+		{0, "factor 0: a factor is above 0"},
+		{-1, "factor -1"},
+		{math.NaN(), "factor NaN"},
+		{math.Inf(1), "factor +Inf"},
+		{1001, "factor 1001"},
+		{0.0001, "factor 0.0001 is below the resolution of factors, 0.001"},
+		{0.00049, "factor 0.00049 is below the resolution of factors, 0.001"},
+	} {
+		if _, err := overlay.FactorOf(c.f); !errors.Is(err, overlay.ErrInvalid) || !strings.Contains(err.Error(), c.msg) {
+			t.Errorf("FactorOf(%v) = %v, want %q", c.f, err, c.msg)
+		}
+	}
+	if s := overlay.Factor(537).String(); s != "0.537" {
+		t.Errorf("537 thousandths print as %q", s)
 	}
 }

@@ -2,9 +2,7 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
 	"regexp"
 	"time"
 
@@ -48,9 +46,10 @@ type NumbersOptions struct {
 	// NoCreate leaves the table and its trigger to the caller's migrations:
 	// Numbers then fails if they are missing, instead of creating them.
 	NoCreate bool
-	// Report is given every reload's error (a refused table, a lost
-	// connection); nil logs them with log/slog's default logger, so that
-	// a source that stopped applying is never silent.
+	// Report is given each change of the table's state (a refused table, a
+	// lost connection: once when it happens, as overlay.WatchOptions says);
+	// nil logs with log/slog's default logger, so that a source that
+	// stopped applying is never silent.
 	Report func(error)
 	// Applied, if set, is called after each reload that applied the table.
 	Applied func(rows int)
@@ -108,7 +107,7 @@ func NumbersSchema(table string) string {
 
 // LoadNumbers reads the numbers table's active rows as a Set, each entry's
 // position its row ("limitgen_numbers id 7"). A rate that does not parse is
-// an error naming its row.
+// an entry with its Err, which ApplyNumbers refuses with every other problem.
 func LoadNumbers(ctx context.Context, pool *pgxpool.Pool, table string) (overlay.Set, error) {
 	if !tableNameRe.MatchString(table) {
 		return nil, fmt.Errorf("pgstore: numbers table %q: use 1 to 63 lower-case letters, digits and _", table)
@@ -119,7 +118,6 @@ func LoadNumbers(ctx context.Context, pool *pgxpool.Pool, table string) (overlay
 	}
 	defer rows.Close()
 	var set overlay.Set
-	var errs []error
 	for rows.Next() {
 		var id, burst int64
 		var rule, plan, rate string
@@ -127,110 +125,119 @@ func LoadNumbers(ctx context.Context, pool *pgxpool.Pool, table string) (overlay
 		if err := rows.Scan(&id, &rule, &plan, &key, &rate, &burst); err != nil {
 			return nil, fmt.Errorf("pgstore: reading numbers table %s: %w", table, err)
 		}
-		e := overlay.Entry{Rule: rule, Plan: plan, Pos: fmt.Sprintf("%s id %d", table, id)}
-		if key != nil {
-			e.Key, e.HasKey = *key, true
-		}
-		tokens, period, err := overlay.ParseRate(rate, false)
-		switch {
-		case err != nil:
-			errs = append(errs, fmt.Errorf("%s: %w", e.Pos, err))
-			continue
-		case burst < 1:
-			errs = append(errs, fmt.Errorf("%s: burst %d admits nothing; burst must be at least 1", e.Pos, burst))
-			continue
-		}
-		e.Numbers.Tokens, e.Numbers.Period, e.Numbers.Burst = tokens, period, burst
-		set = append(set, e)
+		set = append(set, overlay.NewEntry(fmt.Sprintf("%s id %d", table, id), rule, plan, key, rate, burst))
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("pgstore: reading numbers table %s: %w", table, err)
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("pgstore: %w: %w", overlay.ErrInvalid, errors.Join(errs...))
-	}
 	return set, nil
 }
 
+// NumbersSource is the numbers table as a source (overlay.Notifier): Load
+// reads the whole table, Changes is its channel's notifications, on a
+// connection of its own from the pool.
+type NumbersSource struct {
+	pool  *pgxpool.Pool
+	table string
+}
+
+// NewNumbersSource returns the numbers table (DefaultNumbersTable when table
+// is empty) on pool as a source.
+func NewNumbersSource(pool *pgxpool.Pool, table string) (*NumbersSource, error) {
+	if table == "" {
+		table = DefaultNumbersTable
+	}
+	if !tableNameRe.MatchString(table) {
+		return nil, fmt.Errorf("pgstore: numbers table %q: use 1 to 63 lower-case letters, digits and _", table)
+	}
+	return &NumbersSource{pool: pool, table: table}, nil
+}
+
+// String names the table.
+func (s *NumbersSource) String() string { return "PostgreSQL numbers table " + s.table }
+
+// Load reads the table's active rows (LoadNumbers).
+func (s *NumbersSource) Load(ctx context.Context) (overlay.Set, error) {
+	return LoadNumbers(ctx, s.pool, s.table)
+}
+
+// Changes listens on the table's channel on a connection of its own, and
+// sends on every notification, and each time it listens again after a lost
+// connection (what changed meanwhile), which it retries every second.
+func (s *NumbersSource) Changes(ctx context.Context, report func(error)) <-chan struct{} {
+	out := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case out <- struct{}{}:
+		default: // one is waiting: it covers this one
+		}
+	}
+	listen := func() (*pgxpool.Conn, error) {
+		conn, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := conn.Exec(ctx, "LISTEN "+s.table); err != nil {
+			conn.Release()
+			return nil, err
+		}
+		return conn, nil
+	}
+	conn, err := listen()
+	go func() {
+		for ctx.Err() == nil {
+			if err != nil {
+				report(fmt.Errorf("listening for notifications (retrying every second; the refresh goes on): %w", err))
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
+				if conn, err = listen(); err == nil {
+					notify() // what changed while it did not listen
+				}
+				continue
+			}
+			report(nil)
+			for {
+				_, werr := conn.Conn().WaitForNotification(ctx)
+				if werr != nil {
+					err = fmt.Errorf("the notifications stopped: %w", werr)
+					break
+				}
+				notify()
+			}
+			conn.Conn().Close(context.Background()) //nolint:errcheck // a LISTEN connection is not given back to the pool
+			conn.Release()
+		}
+	}()
+	return out
+}
+
 // Numbers keeps a generated package's numbers equal to the numbers table's
-// active rows, applying the whole table with apply (the package's
-// ApplyNumbers) at once, then on every change the table notifies, and every
-// Refresh as a safety net, until ctx is done. A table that apply refuses (a
-// bad row: its error names it) leaves the numbers in force as they were, and
-// so does a lost connection, which is retried every second; both go to
-// Report. It listens on a connection of its own from pool.
+// active rows: overlay.Watch of the table (creating it and its trigger
+// first, unless NoCreate), with opts' Refresh (DefaultNumbersRefresh when
+// 0), Report and Applied, until ctx is done. A table that apply refuses (its
+// error names each bad row) and a lost connection leave the numbers in
+// force, each reported once when it happens; a lost LISTEN connection is
+// retried every second.
 //
 // Instances sharing the database converge within the time a notification
 // takes to arrive and the table to be read (milliseconds); an instance that
 // missed one, within Refresh.
 func Numbers(ctx context.Context, pool *pgxpool.Pool, apply func(overlay.Set) error, opts NumbersOptions) error {
-	if opts.Table == "" {
-		opts.Table = DefaultNumbersTable
-	}
 	if opts.Refresh <= 0 {
 		opts.Refresh = DefaultNumbersRefresh
 	}
-	if !tableNameRe.MatchString(opts.Table) {
-		return fmt.Errorf("pgstore: numbers table %q: use 1 to 63 lower-case letters, digits and _", opts.Table)
+	src, err := NewNumbersSource(pool, opts.Table)
+	if err != nil {
+		return err
 	}
 	if !opts.NoCreate {
-		if err := CreateNumbersTable(ctx, pool, opts.Table); err != nil {
+		if err := CreateNumbersTable(ctx, pool, src.table); err != nil {
 			return err
 		}
 	}
-	report := func(err error) {
-		if err == nil || ctx.Err() != nil {
-			return
-		}
-		if opts.Report == nil {
-			slog.Error(err.Error())
-			return
-		}
-		opts.Report(err)
-	}
-	reload := func() {
-		set, err := LoadNumbers(ctx, pool, opts.Table)
-		if err == nil {
-			err = apply(set)
-		}
-		if err != nil {
-			report(fmt.Errorf("pgstore: numbers table %s not applied, the numbers in force stay: %w", opts.Table, err))
-			return
-		}
-		if opts.Applied != nil {
-			opts.Applied(len(set))
-		}
-	}
-	for ctx.Err() == nil {
-		conn, err := pool.Acquire(ctx)
-		if err == nil {
-			_, err = conn.Exec(ctx, "LISTEN "+opts.Table)
-			if err != nil {
-				conn.Release()
-			}
-		}
-		if err != nil {
-			report(fmt.Errorf("pgstore: listening for numbers (retrying in a second): %w", err))
-			reload() // the refresh still works if the pool does
-			select {
-			case <-ctx.Done():
-			case <-time.After(time.Second):
-			}
-			continue
-		}
-		reload() // what changed before the LISTEN took effect
-		for ctx.Err() == nil {
-			wctx, cancel := context.WithTimeout(ctx, opts.Refresh)
-			_, err := conn.Conn().WaitForNotification(wctx)
-			cancel()
-			if err != nil && ctx.Err() == nil && !errors.Is(err, context.DeadlineExceeded) {
-				report(fmt.Errorf("pgstore: the numbers table's notifications stopped (listening again): %w", err))
-				break
-			}
-			reload()
-		}
-		conn.Conn().Close(context.Background()) //nolint:errcheck // a LISTEN connection is not given back to the pool
-		conn.Release()
-	}
+	overlay.Watch(ctx, src, apply, overlay.WatchOptions{Refresh: opts.Refresh, Report: opts.Report, Applied: opts.Applied})
 	return nil
 }

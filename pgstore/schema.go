@@ -11,7 +11,7 @@ import "strings"
 // any key is stored as it is; a key longer than maxKeyBytes is stored as its
 // SHA-256). s and u are its theoretical arrival time (TAT): whole Unix seconds
 // and units within the second (greedy rules), or the period index and slots
-// (interval rules), as shared.Numbers counts them, so that only the part of
+// (interval rules), as shared.Integers counts them, so that only the part of
 // the TAT ahead of now, at most a burst's worth, is ever multiplied. full_at
 // is the Unix µs from which the bucket is full again and nothing is held by
 // leases: a full bucket is the same as an absent one, and Store.Sweep deletes

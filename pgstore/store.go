@@ -319,7 +319,7 @@ func (s *backend) Forget(ctx context.Context, c shared.Call) error {
 
 // values appends the 8 values of the function's v for c.
 func values(dst []int64, c shared.Call) []int64 {
-	n := c.Rule.Numbers()
+	n := c.Rule.Integers()
 	if n.Interval {
 		return append(dst, 2, 1, n.Tau, n.Debt, n.Period, n.Tokens, n.Phase(c.Key), c.Cost)
 	}

@@ -87,7 +87,7 @@ func (b *backend) eachArgs(calls []shared.Call) ([]string, []any) {
 		a = args(a, r)
 	}
 	for _, bk := range buckets {
-		a = append(a, slices.Index(rules, bk.rule)+1, bk.rule.Numbers().Phase(bk.key))
+		a = append(a, slices.Index(rules, bk.rule)+1, bk.rule.Integers().Phase(bk.key))
 	}
 	return keys, append(a, checks...)
 }

@@ -22,7 +22,7 @@ func (b *backend) Lease(ctx context.Context, c shared.Call, want int64, prev sha
 // leaseAt is Lease; now is for the explicit-time script of the tests
 // (seconds, microseconds).
 func (b *backend) leaseAt(ctx context.Context, c shared.Call, want int64, prev shared.Settlement, now ...any) (shared.LeaseReply, error) {
-	a := append(args([]any{1, "3"}, c.Rule), c.Rule.Numbers().Phase(c.Key), c.Cost, want, prev.Second, prev.Size, prev.Unspent)
+	a := append(args([]any{1, "3"}, c.Rule), c.Rule.Integers().Phase(c.Key), c.Cost, want, prev.Second, prev.Size, prev.Unspent)
 	a = append(a, now...)
 	res, err := b.check.Run(ctx, b.client, []string{b.key(c.Rule, c.Key)}, a...).Int64Slice()
 	if err != nil {

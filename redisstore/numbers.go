@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/limitgen/limitgen/overlay"
@@ -67,21 +67,9 @@ func (r *NumbersRow) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// entry is row as every reader checks and applies it, at position pos.
-func (r NumbersRow) entry(pos string) (overlay.Entry, error) {
-	e := overlay.Entry{Rule: r.Rule, Plan: r.Plan, Pos: pos}
-	if r.Key != nil {
-		e.Key, e.HasKey = *r.Key, true
-	}
-	tokens, period, err := overlay.ParseRate(r.Rate, false)
-	switch {
-	case err != nil:
-		return e, fmt.Errorf("%s: %w", pos, err)
-	case r.Burst < 1:
-		return e, fmt.Errorf("%s: burst %d admits nothing; burst must be at least 1", pos, r.Burst)
-	}
-	e.Numbers.Tokens, e.Numbers.Period, e.Numbers.Burst = tokens, period, r.Burst
-	return e, nil
+// entry is row as every reader reads it, at position pos.
+func (r NumbersRow) entry(pos string) overlay.Entry {
+	return overlay.NewEntry(pos, r.Rule, r.Plan, r.Key, r.Rate, r.Burst)
 }
 
 // NumbersOptions configure Numbers.
@@ -92,9 +80,10 @@ type NumbersOptions struct {
 	// Refresh is how often the hash is reloaded without a message
 	// (DefaultNumbersRefresh when 0).
 	Refresh time.Duration
-	// Report is given every reload's error (a refused hash, a lost
-	// connection); nil logs them with log/slog's default logger, so that
-	// a source that stopped applying is never silent.
+	// Report is given each change of the hash's state (a refused hash, a
+	// lost connection, a hash gone: once when it happens, as
+	// overlay.WatchOptions says); nil logs with log/slog's default logger,
+	// so that a source that stopped applying is never silent.
 	Report func(error)
 	// Applied, if set, is called after each reload that applied the hash.
 	Applied func(rows int)
@@ -134,8 +123,12 @@ func PutNumbers(ctx context.Context, client redis.UniversalClient, hash, id stri
 	}
 	hash = hashOf(hash)
 	pos := fmt.Sprintf("%s field %s", hash, id)
-	if _, err := row.entry(pos); err != nil {
-		return fmt.Errorf("redisstore: row not written: %w: %w", overlay.ErrInvalid, err)
+	if e := row.entry(pos); e.Err != nil || row.Burst < 1 {
+		err := e.Err
+		if err == nil {
+			err = fmt.Errorf("burst %d admits nothing; burst must be at least 1", row.Burst)
+		}
+		return fmt.Errorf("redisstore: row not written: %w: %s: %w", overlay.ErrInvalid, pos, err)
 	}
 	v, err := json.Marshal(row)
 	if err != nil {
@@ -192,7 +185,8 @@ func DeleteNumbers(ctx context.Context, client redis.UniversalClient, hash, id s
 
 // LoadNumbers reads the numbers hash's active rows as a Set, in the order
 // of their ids, each entry's position its field ("limitgen:numbers field
-// 7"). A row that does not parse is an error naming its field.
+// 7"). A row that does not read (not JSON, a rate that does not parse) is an
+// entry with its Err, which ApplyNumbers refuses with every other problem.
 func LoadNumbers(ctx context.Context, client redis.UniversalClient, hash string) (overlay.Set, error) {
 	set, _, err := loadNumbers(ctx, client, hash)
 	return set, err
@@ -222,108 +216,101 @@ func parseNumbers(hash string, all map[string]string) (overlay.Set, error) {
 	}
 	slices.Sort(ids)
 	var set overlay.Set
-	var errs []error
 	for _, id := range ids {
 		pos := fmt.Sprintf("%s field %s", hash, id)
 		var row NumbersRow
 		if err := json.Unmarshal([]byte(all[id]), &row); err != nil {
-			errs = append(errs, fmt.Errorf("%s: not a row (JSON with rule, plan, key, rate, burst, active): %w", pos, err))
+			set = append(set, overlay.Entry{Pos: pos, Err: fmt.Errorf("not a row (JSON with rule, plan, key, rate, burst, active): %w", err)})
 			continue
 		}
-		if row.Inactive {
-			continue
+		if !row.Inactive {
+			set = append(set, row.entry(pos))
 		}
-		e, err := row.entry(pos)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		set = append(set, e)
-	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("redisstore: %w: %w", overlay.ErrInvalid, errors.Join(errs...))
 	}
 	return set, nil
 }
 
+// NumbersSource is the numbers hash as a source (overlay.Notifier): Load
+// reads the whole hash, Changes is its channel's messages.
+type NumbersSource struct {
+	client redis.UniversalClient
+	hash   string
+	seen   atomic.Bool // a Load found the hash
+}
+
+// NewNumbersSource returns the numbers hash (DefaultNumbersHash when hash is
+// empty) on client as a source.
+func NewNumbersSource(client redis.UniversalClient, hash string) *NumbersSource {
+	return &NumbersSource{client: client, hash: hashOf(hash)}
+}
+
+// String names the hash.
+func (s *NumbersSource) String() string { return "Redis numbers hash " + s.hash }
+
+// Load reads the hash's active rows (LoadNumbers). A hash that is gone after
+// a Load found it (a Redis restarted without its data, its key deleted; rows
+// deleted with DeleteNumbers leave its marker) is an error: the numbers in
+// force stay.
+func (s *NumbersSource) Load(ctx context.Context) (overlay.Set, error) {
+	set, exists, err := loadNumbers(ctx, s.client, s.hash)
+	if err != nil {
+		return nil, err
+	}
+	if !exists && s.seen.Load() {
+		return nil, fmt.Errorf("the hash is gone (a Redis restarted without its data, or its key deleted; rows deleted with DeleteNumbers leave its marker, %s)", NumbersMarker)
+	}
+	if exists {
+		s.seen.Store(true)
+	}
+	return set, nil
+}
+
+// Changes subscribes to the hash's channel before it returns, so that no
+// write after it is missed, and sends on every message (a burst of them is
+// one notice).
+func (s *NumbersSource) Changes(ctx context.Context, report func(error)) <-chan struct{} {
+	out := make(chan struct{}, 1)
+	sub := s.client.Subscribe(ctx, s.hash)
+	if _, err := sub.Receive(ctx); err != nil {
+		report(fmt.Errorf("subscribing to channel %s (the refresh goes on): %w", s.hash, err))
+	} else {
+		report(nil)
+	}
+	go func() {
+		defer sub.Close()
+		msgs := sub.Channel()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case _, ok := <-msgs:
+				if !ok {
+					return
+				}
+				select {
+				case out <- struct{}{}:
+				default: // one is waiting: it covers this one
+				}
+			}
+		}
+	}()
+	return out
+}
+
 // Numbers keeps a generated package's numbers equal to the numbers hash's
-// active rows, applying the whole hash with apply (the package's
-// ApplyNumbers) at once, then on every message on its channel, and every
-// Refresh as a safety net (pub/sub loses messages while a subscriber is
-// disconnected), until ctx is done. A hash that apply refuses (a bad row:
-// its error names it) leaves the numbers in force as they were, and so does
-// a lost connection, and so does a hash that is gone after a reload found it
-// (NumbersMarker); each goes to Report, a gone hash at every reload until it
-// is written again.
+// active rows: overlay.Watch of NewNumbersSource(client, opts.Hash), with
+// opts' Refresh (DefaultNumbersRefresh when 0), Report and Applied, until
+// ctx is done. A hash that apply refuses (its error names each bad row), a
+// lost connection and a hash that is gone leave the numbers in force, each
+// reported once when it happens.
 //
 // Instances sharing the server converge within the time a message takes to
 // arrive and the hash to be read (milliseconds); an instance that missed
 // one, within Refresh.
 func Numbers(ctx context.Context, client redis.UniversalClient, apply func(overlay.Set) error, opts NumbersOptions) error {
-	hash := hashOf(opts.Hash)
 	if opts.Refresh <= 0 {
 		opts.Refresh = DefaultNumbersRefresh
 	}
-	report := func(err error) {
-		if err == nil || ctx.Err() != nil {
-			return
-		}
-		if opts.Report == nil {
-			slog.Error(err.Error())
-			return
-		}
-		opts.Report(err)
-	}
-	seen := false // a reload found the hash
-	reload := func() {
-		set, exists, err := loadNumbers(ctx, client, hash)
-		gone := err == nil && !exists && seen
-		seen = seen || exists // a hash with a bad row was found too
-		switch {
-		case err != nil:
-		case gone:
-			err = fmt.Errorf("the hash is gone (a Redis restarted without its data, or its key deleted; rows deleted with DeleteNumbers leave its marker, %s)", NumbersMarker)
-		default:
-			err = apply(set)
-		}
-		if err != nil {
-			report(fmt.Errorf("redisstore: numbers hash %s not applied, the numbers in force stay: %w", hash, err))
-			return
-		}
-		if opts.Applied != nil {
-			opts.Applied(len(set))
-		}
-	}
-	sub := client.Subscribe(ctx, hash)
-	defer sub.Close()
-	// The subscription is confirmed before the first load, so no change
-	// falls between them.
-	if _, err := sub.Receive(ctx); err != nil {
-		report(fmt.Errorf("redisstore: subscribing to numbers channel %s (the refresh goes on): %w", hash, err))
-	}
-	reload()
-	tick := time.NewTicker(opts.Refresh)
-	defer tick.Stop()
-	msgs := sub.Channel()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case _, ok := <-msgs:
-			if !ok {
-				return nil
-			}
-			// Messages that arrived meanwhile are covered by one reload.
-			for drained := false; !drained; {
-				select {
-				case <-msgs:
-				default:
-					drained = true
-				}
-			}
-			reload()
-		case <-tick.C:
-			reload()
-		}
-	}
+	overlay.Watch(ctx, NewNumbersSource(client, opts.Hash), apply, overlay.WatchOptions{Refresh: opts.Refresh, Report: opts.Report, Applied: opts.Applied})
+	return nil
 }

@@ -220,7 +220,7 @@ func (b *backend) Forget(ctx context.Context, c shared.Call) error {
 // greedy: emit, tau, debt, perSecond, perMicro, 0, 0; interval: tokens, tau,
 // debt, period, p, b, g) and returns it; script.go reads them.
 func args(dst []any, r *Rule) []any {
-	n := r.Numbers()
+	n := r.Integers()
 	if n.Interval {
 		return append(dst, 2, n.Tokens, n.Tau, n.Debt, n.Period, n.P, n.B, n.G)
 	}
@@ -241,7 +241,7 @@ func (b *backend) tierAt(ctx context.Context, calls []shared.Call, mode shared.M
 	a = append(a, len(calls), [...]string{shared.ModePeek: "0", shared.ModeTake: "1", shared.ModeRefund: "2"}[mode])
 	for i, c := range calls {
 		keys[i] = b.key(c.Rule, c.Key)
-		a = append(args(a, c.Rule), c.Rule.Numbers().Phase(c.Key), c.Cost)
+		a = append(args(a, c.Rule), c.Rule.Integers().Phase(c.Key), c.Cost)
 	}
 	a = append(a, now...)
 	res, err := b.check.Run(ctx, b.client, keys, a...).Int64Slice()

@@ -180,7 +180,7 @@ func TestScriptValueNumbers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := r.Numbers()
+	n := r.Integers()
 	numbers := fmt.Sprintf(" g %d %d %d", n.Emit, n.Tau, n.PerSecond)
 	if !strings.HasSuffix(v, numbers) {
 		t.Fatalf("value %q does not end with the rule's numbers %q", v, numbers)

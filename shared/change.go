@@ -86,7 +86,7 @@ func (b *Binding) ruleFor(i int, key string) *StoreRule {
 
 // variant is rule i's bound rule with numbers n: validated by
 // atomicbucket.Rule.WithNumbers (the generator's checks and messages), then
-// as a store on a microsecond clock holds it (NewNumbers), with its local
+// as a store on a microsecond clock holds it (NewIntegers), with its local
 // share's numbers (for FailLocal) checked too.
 func (b *Binding) variant(i int, n atomicbucket.Numbers) (*StoreRule, atomicbucket.Numbers, error) {
 	if err := b.index(i); err != nil {
@@ -101,7 +101,7 @@ func (b *Binding) variant(i int, n atomicbucket.Numbers) (*StoreRule, atomicbuck
 	if err != nil {
 		return nil, atomicbucket.Numbers{}, fmt.Errorf("%s: rule %s: %w", b.e.b.Name(), base.name, err)
 	}
-	nums, err := NewNumbers(nr.Limit())
+	nums, err := NewIntegers(nr.Limit())
 	if err != nil {
 		return nil, atomicbucket.Numbers{}, fmt.Errorf("%s: %w: rule %s with %v: %w", b.e.b.Name(), ErrInvalidNumbers, base.name, n, err)
 	}

@@ -22,7 +22,7 @@ import (
 // and its lease. Build one with NewStoreRule (a store's NewRule).
 type StoreRule struct {
 	name     string
-	n        Numbers
+	n        Integers
 	fallback *Fallback // decides when the store cannot
 	lease    int64     // > 0: checked through Bind from leases of at most lease tokens
 	global   bool      // one bucket, key "" (AsGlobal)
@@ -58,14 +58,14 @@ func (c Call) checkKey() error {
 	return nil
 }
 
-// NewStoreRule computes the numbers of a shared rule named name (NewNumbers),
+// NewStoreRule computes the numbers of a shared rule named name (NewIntegers),
 // or says why a store on a microsecond clock cannot hold it. It fails over
 // to denial (FailDeny) until WithFailure says otherwise.
 func NewStoreRule(name string, l atomicbucket.Limit) (*StoreRule, error) {
 	if name == "" {
 		return nil, errors.New("a shared rule needs a name: it is part of its buckets' keys")
 	}
-	n, err := NewNumbers(l)
+	n, err := NewIntegers(l)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -90,8 +90,8 @@ func (r *StoreRule) Name() string { return r.name }
 // Limit is the limit the rule was built from.
 func (r *StoreRule) Limit() atomicbucket.Limit { return r.n.Limit }
 
-// Numbers are the rule's integers on the store's clock.
-func (r *StoreRule) Numbers() *Numbers { return &r.n }
+// Integers are the rule's integers on the store's clock.
+func (r *StoreRule) Integers() *Integers { return &r.n }
 
 // Exact reports whether the units hold the written rate exactly: then every
 // decision equals the exact reference's at the server's microsecond times.
@@ -127,7 +127,7 @@ const (
 // was allowed, the deciding call's index (a tier's), the TAT ahead of now
 // after the check, for a denial how far the request would have put it
 // beyond the tolerance, and for an interval rule the ns since its grid's last
-// boundary (Numbers.Decision reads them).
+// boundary (Integers.Decision reads them).
 type Reply struct {
 	Allowed              bool
 	Index                int
@@ -793,7 +793,7 @@ func (e *Engine) Bind(rules []Rule) (Bound, error) {
 			return nil, fmt.Errorf("%s: %w: two shared rules named %q", e.b.Name(), ErrInvalidRule, name)
 		}
 		seen[name] = true
-		if _, err := NumbersOf(sr); err != nil { // the generated units are the ones this version computes
+		if _, err := IntegersOf(sr); err != nil { // the generated units are the ones this version computes
 			return nil, fmt.Errorf("%s: %w: %s: %w", e.b.Name(), ErrInvalidRule, sr.Name, err)
 		}
 		r, err := NewStoreRule(name, sr.Limit)

@@ -9,7 +9,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 )
 
-// Numbers are a shared rule's integers in a store on a microsecond clock
+// Integers are a shared rule's integers in a store on a microsecond clock
 // (Redis's TIME, PostgreSQL's clock_timestamp()), computed once, when the rule
 // is bound. A bucket's theoretical arrival time (TAT) is kept as whole Unix
 // seconds and units within the second, so that only the part of the TAT ahead
@@ -19,7 +19,7 @@ import (
 // a token). Interval rules count whole token slots (Emit 1), with now
 // quantised to the last boundary of the key's grid, whose boundaries are the
 // Unix times ≡ Phase(key) (mod Period) ns, as atomicbucket's tables place them.
-type Numbers struct {
+type Integers struct {
 	Limit atomicbucket.Limit
 	Units
 	PerSecond int64 // greedy: units in a second, 1e6·PerMicro
@@ -33,14 +33,14 @@ type Numbers struct {
 	G, P, B  int64 // interval: gcd(Period, 1e9), Period/G, 1e9/G
 }
 
-// NewNumbers computes l's numbers (MicroUnits), or says why a store on a
+// NewIntegers computes l's numbers (MicroUnits), or says why a store on a
 // microsecond clock cannot hold it.
-func NewNumbers(l atomicbucket.Limit) (Numbers, error) {
+func NewIntegers(l atomicbucket.Limit) (Integers, error) {
 	u, err := MicroUnits(l)
 	if err != nil {
-		return Numbers{}, err
+		return Integers{}, err
 	}
-	n := Numbers{Limit: l, Units: Units{Exact: true}}
+	n := Integers{Limit: l, Units: Units{Exact: true}}
 	initial := l.Burst
 	if l.InitialSet {
 		initial = l.Initial
@@ -64,16 +64,16 @@ func NewNumbers(l atomicbucket.Limit) (Numbers, error) {
 // other units than this version of limitgen computes.
 var ErrStaleUnits = errors.New("the rule's generated units are not this version's")
 
-// NumbersOf computes r's numbers (NewNumbers), refusing a rule whose
+// NumbersOf computes r's numbers (NewIntegers), refusing a rule whose
 // generated Units differ from what this version computes.
-func NumbersOf(r Rule) (Numbers, error) {
-	n, err := NewNumbers(r.Limit)
+func IntegersOf(r Rule) (Integers, error) {
+	n, err := NewIntegers(r.Limit)
 	if err != nil {
-		return Numbers{}, err
+		return Integers{}, err
 	}
 	if r.Units != (Units{}) {
 		if u, _ := MicroUnits(r.Limit); u != r.Units {
-			return Numbers{}, fmt.Errorf("%w: generated with %+v, but this version computes %+v: regenerate the package", ErrStaleUnits, r.Units, u)
+			return Integers{}, fmt.Errorf("%w: generated with %+v, but this version computes %+v: regenerate the package", ErrStaleUnits, r.Units, u)
 		}
 	}
 	return n, nil
@@ -82,7 +82,7 @@ func NumbersOf(r Rule) (Numbers, error) {
 // Phase is where key's grid is placed for an interval rule (the Unix times ≡
 // Phase (mod Period) ns are its boundaries), by atomicbucket.KeyHash as
 // atomicbucket's tables place it; 0 for an aligned or a greedy rule.
-func (n *Numbers) Phase(key string) int64 {
+func (n *Integers) Phase(key string) int64 {
 	if !n.Interval || n.Aligned {
 		return 0
 	}
@@ -93,7 +93,7 @@ func (n *Numbers) Phase(key string) int64 {
 // 1000/PerMicro ns. For an interval rule it is the wait until units slots have
 // been added: ⌈units/Tokens⌉ boundaries, the first of them Period − since ns
 // away.
-func (n *Numbers) Duration(units, since int64) time.Duration {
+func (n *Integers) Duration(units, since int64) time.Duration {
 	if units <= 0 {
 		return 0
 	}
@@ -114,7 +114,7 @@ func (n *Numbers) Duration(units, since int64) time.Duration {
 // for a denial how far the request would have put it beyond Tau (excess), and
 // for an interval rule the ns since the grid's last boundary (since). A cost
 // below 0 or above the burst is never allowed (RetryAfter Never).
-func (n *Numbers) Decision(allowed bool, ahead, excess, since, cost int64) atomicbucket.Decision {
+func (n *Integers) Decision(allowed bool, ahead, excess, since, cost int64) atomicbucket.Decision {
 	d := atomicbucket.Decision{
 		Allowed:   allowed,
 		Remaining: max((n.Tau-ahead)/n.Emit, 0),

@@ -15,7 +15,7 @@
 // else once for every store: rules (StoreRule), tiers, the failure settings'
 // fallback (Fallback), the circuit breakers (Breaker, one per server, in a
 // Guard), coalescing (Coalescer), leases (Lease, Leases), Bind and Close.
-// Numbers and MicroUnits are a rule's integers on a store's microsecond
+// Integers and MicroUnits are a rule's integers on a store's microsecond
 // clock; internal/storetest is the contract a store passes.
 package shared
 

@@ -852,17 +852,18 @@ func (l *Limits) CheckNumbers(set overlay.Set) error {
 }
 
 // ScaleNumbers multiplies the numbers in force for rule (a rule's name in the policy) by a factor:
-// its rate by rate and its burst by burst (1 leaves it), on every plan and for every key with
-// numbers of its own, until the next ScaleNumbers of the rule (factors do not compound; 1 and 1
-// take the scaling away). It scales what ApplyNumbers put in force, and the policy's numbers where
-// no Set gives any, so a later Set is scaled too. Factors are applied in thousandths, a scaled
-// burst is at least one request's cost, and a factor whose numbers the rule refuses changes nothing
-// (an error wrapping overlay.ErrInvalid). Package adaptive's controller calls it.
-func (l *Limits) ScaleNumbers(rule string, rate, burst float64) error {
+// its rate by rate and its burst by burst, in thousandths (overlay.One leaves it;
+// overlay.FactorOf(0.5) is 500), on every plan and for every key with numbers of its own, until the
+// next ScaleNumbers of the rule (factors do not compound; One and One take the scaling away). It
+// scales what ApplyNumbers put in force, and the policy's numbers where no Set gives any, so a
+// later Set is scaled too. A scaled burst is at least one request's cost, and a factor whose
+// numbers the rule refuses changes nothing (an error wrapping overlay.ErrInvalid). Package
+// adaptive's controller calls it.
+func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
 	return l.numbers.Scale(rule, rate, burst)
 }
 
-// ScaledNumbers is rule's factor in force (1 and 1 when it is not scaled).
+// ScaledNumbers is rule's factors in force (overlay.One and One when it is not scaled).
 func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
 	return l.numbers.Scaled(rule)
 }

@@ -35,7 +35,7 @@ func (s *TimedStore) Rule(name string, l atomicbucket.Limit) (any, bool, error) 
 	return r, r.Exact(), nil
 }
 
-func (s *TimedStore) Check(steps []Step, take bool, sec, usec int64) (atomicbucket.Decision, int, error) {
+func (s *TimedStore) Check(steps []Part, take bool, sec, usec int64) (atomicbucket.Decision, int, error) {
 	calls := make([]shared.Call, len(steps))
 	clamped := make([]shared.Call, len(steps))
 	for i, x := range steps {

@@ -24,7 +24,7 @@ type admission struct{ t, count int64 }
 // window [a, b]: burst plus, for greedy refill, Tokens per Period of b − a;
 // for interval refill, Tokens per grid boundary in (a, b] (the grid of key,
 // phase from the rule). 0 when every window is inside.
-func windowExcess(n *shared.Numbers, key string, adm []admission) int64 {
+func windowExcess(n *shared.Integers, key string, adm []admission) int64 {
 	l := n.Limit
 	var worst int64
 	for i := range adm {
@@ -78,7 +78,7 @@ func LeaseEnvelope(t *testing.T, st LeaseStore) (rules int, total, leased int64)
 		if err != nil {
 			continue // a rate the local runtime cannot hold either
 		}
-		n, err := shared.NewNumbers(l)
+		n, err := shared.NewIntegers(l)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,7 +136,7 @@ func LeaseEnvelope(t *testing.T, st LeaseStore) (rules int, total, leased int64)
 			default: // checks per request at one time, until one is denied
 				for range 50 {
 					cost := 1 + rng.Int64N(min(l.Burst, 5))
-					d, _, err := st.Check([]Step{{r, key, cost}}, true, sec, usec)
+					d, _, err := st.Check([]Part{{r, key, cost}}, true, sec, usec)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -184,7 +184,7 @@ func LeaseExpiry(t *testing.T, st LeaseStore) {
 			t.Fatalf("the grant expires at %d, want %d", got, want)
 		}
 		if between { // a check at sec+1.1 s: the grant is now the previous second's
-			if d, _, err := st.Check([]Step{{r, "k", 1}}, true, sec+1, 100_000); err != nil || !d.Allowed {
+			if d, _, err := st.Check([]Part{{r, "k", 1}}, true, sec+1, 100_000); err != nil || !d.Allowed {
 				t.Fatalf("%+v %v", d, err)
 			}
 		}
@@ -192,7 +192,7 @@ func LeaseExpiry(t *testing.T, st LeaseStore) {
 		// expires at sec+2; a flood at sec+2.000001.
 		admitted := int64(0)
 		for range 30 {
-			d, _, err := st.Check([]Step{{r, "k", 1}}, true, sec+2, 1)
+			d, _, err := st.Check([]Part{{r, "k", 1}}, true, sec+2, 1)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -89,10 +89,10 @@ func Histories(t *testing.T, client func(c int) Store) {
 					tns := base + us*1000
 					sec, usec := tns/1e9, tns%1e9/1000
 					in := linInput{t: tns, buckets: []int{0}, cost: 1 + rng.Int64N(3)}
-					steps := []Step{{user, "k", in.cost}}
+					steps := []Part{{user, "k", in.cost}}
 					if rng.IntN(2) == 0 {
 						in.buckets = []int{0, 1}
-						steps = append(steps, Step{global, "g", in.cost})
+						steps = append(steps, Part{global, "g", in.cost})
 					}
 					call := int64(time.Since(start))
 					d, index, err := st.Check(steps, true, sec, usec)

@@ -80,7 +80,7 @@ func Program(t *testing.T, st Store, name string, data []byte, start int64) {
 		switch {
 		case op%3 < 2: // one check, taking (0) or not (1)
 			key, cost := keys[p.next()%3], p.next()%(l.Burst+2)
-			got, _, err := st.Check([]Step{{r, key, cost}}, op%3 == 0, sec, usec)
+			got, _, err := st.Check([]Part{{r, key, cost}}, op%3 == 0, sec, usec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -110,11 +110,11 @@ func Program(t *testing.T, st Store, name string, data []byte, start int64) {
 			}
 		default: // a tier of the rule's buckets for up to three keys, all or nothing
 			first := p.next()
-			steps := make([]Step, 1+op/3%3)
+			steps := make([]Part, 1+op/3%3)
 			ts := make([]atomicbucket.TierStep, len(steps))
 			for i := range steps {
 				key, cost := keys[(first+int64(i))%3], p.next()%(l.Burst+2)
-				steps[i], ts[i] = Step{r, key, cost}, ref.Step(key, cost)
+				steps[i], ts[i] = Part{r, key, cost}, ref.Step(key, cost)
 			}
 			got, gi, err := st.Check(steps, true, sec, usec)
 			if err != nil {

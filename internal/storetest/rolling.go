@@ -263,7 +263,7 @@ func Versions(t *testing.T, st Store, seed uint64, pairs int, start int64) (deci
 				refs[v].Rebase(key, tns, refs[w].Tokens(key, at), grains[v])
 				converted++
 			}
-			got, _, err := st.Check([]Step{{rules[v], key, cost}}, take, sec, usec)
+			got, _, err := st.Check([]Part{{rules[v], key, cost}}, take, sec, usec)
 			if err != nil {
 				t.Fatal(err)
 			}

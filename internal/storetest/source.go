@@ -157,7 +157,7 @@ func SourceConvergence(t *testing.T, src Source) SourceFigures {
 	src.Put(t, 3, Row{Rule: "PerUser", Plan: "pro", Rate: "fast", Burst: 5, Active: true})
 	converge("the bad row reported", time.Second, func(l *sharedlimits.Limits) bool {
 		for _, r := range reports {
-			if s, _ := r.Load().(string); !strings.Contains(s, src.RowName(3)+`: rate "fast" is not a rate`) {
+			if s, _ := r.Load().(string); !strings.Contains(s, src.RowName(3)+`: rule PerUser, plan pro: rate "fast" is not a rate`) {
 				return false
 			}
 		}

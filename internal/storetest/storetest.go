@@ -21,11 +21,11 @@ type Store interface {
 	// Check decides steps (rules from Rule) all or nothing at Unix time sec
 	// seconds and usec µs, taking their costs when take is set: the decision
 	// and the index of the step it is from.
-	Check(steps []Step, take bool, sec, usec int64) (atomicbucket.Decision, int, error)
+	Check(steps []Part, take bool, sec, usec int64) (atomicbucket.Decision, int, error)
 }
 
-// Step is one rule's part in a check.
-type Step struct {
+// Part is one rule's part in a check.
+type Part struct {
 	Rule any
 	Key  string
 	Cost int64
@@ -74,7 +74,7 @@ func Greedy(t *testing.T, st Store, seed uint64, rules int, start int64) (exact,
 			key := keys[rng.IntN(len(keys))]
 			cost := rng.Int64N(l.Burst + 2) // 0 and burst+1 included
 			take := rng.IntN(5) != 0
-			got, _, err := st.Check([]Step{{r, key, cost}}, take, sec, usec)
+			got, _, err := st.Check([]Part{{r, key, cost}}, take, sec, usec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,7 +125,7 @@ func Interval(t *testing.T, st Store, seed uint64, rules int, start int64) (deci
 			sec, usec = sec+usec/1e6, usec%1e6
 			key := []string{"alice", "bob", "42"}[rng.IntN(3)]
 			cost := rng.Int64N(l.Burst + 2)
-			got, _, err := st.Check([]Step{{r, key, cost}}, true, sec, usec)
+			got, _, err := st.Check([]Part{{r, key, cost}}, true, sec, usec)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -171,12 +171,12 @@ func Tiers(t *testing.T, st Store, seed uint64, tiers int, start int64) (decisio
 		for range 60 {
 			usec += rng.Int64N(3 * minStep)
 			sec, usec = sec+usec/1e6, usec%1e6
-			steps := make([]Step, n)
+			steps := make([]Part, n)
 			refSteps := make([]atomicbucket.TierStep, n)
 			for k := range n {
 				key := []string{"a", "b"}[rng.IntN(2)]
 				cost := rng.Int64N(limits[k].Burst/2 + 2)
-				steps[k] = Step{rules[k], key, cost}
+				steps[k] = Part{rules[k], key, cost}
 				refSteps[k] = refs[k].Step(key, cost)
 			}
 			got, gi, err := st.Check(steps, true, sec, usec)

@@ -45,14 +45,14 @@ func emitOverlay(m *model.Model) jen.Code {
 	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("CheckNumbers").Params(jen.Id("set").Qual(overlayPath, "Set")).Error().Block(
 		jen.Return(jen.Id("l").Dot("numbers").Dot("Check").Call(jen.Id("set")))).Line().Line()
 	g.Add(comment("ScaleNumbers multiplies the numbers in force for rule (a rule's name in the policy) by a factor: its " +
-		"rate by rate and its burst by burst (1 leaves it), on every plan and for every key with numbers of its own, " +
-		"until the next ScaleNumbers of the rule (factors do not compound; 1 and 1 take the scaling away). It scales what " +
+		"rate by rate and its burst by burst, in thousandths (overlay.One leaves it; overlay.FactorOf(0.5) is 500), on every plan and for every key with numbers of its own, " +
+		"until the next ScaleNumbers of the rule (factors do not compound; One and One take the scaling away). It scales what " +
 		"ApplyNumbers put in force, and the policy's numbers where no Set gives any, so a later Set is scaled too. " +
-		"Factors are applied in thousandths, a scaled burst is at least one request's cost, and a factor whose numbers " +
+		"A scaled burst is at least one request's cost, and a factor whose numbers " +
 		"the rule refuses changes nothing (an error wrapping overlay.ErrInvalid). Package adaptive's controller calls it."))
-	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("ScaleNumbers").Params(jen.Id("rule").String(), jen.List(jen.Id("rate"), jen.Id("burst")).Float64()).Error().Block(
+	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("ScaleNumbers").Params(jen.Id("rule").String(), jen.List(jen.Id("rate"), jen.Id("burst")).Qual(overlayPath, "Factor")).Error().Block(
 		jen.Return(jen.Id("l").Dot("numbers").Dot("Scale").Call(jen.Id("rule"), jen.Id("rate"), jen.Id("burst")))).Line().Line()
-	g.Add(comment("ScaledNumbers is rule's factor in force (1 and 1 when it is not scaled)."))
+	g.Add(comment("ScaledNumbers is rule's factors in force (overlay.One and One when it is not scaled)."))
 	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("ScaledNumbers").Params(jen.Id("rule").String()).Qual(overlayPath, "Scaled").Block(
 		jen.Return(jen.Id("l").Dot("numbers").Dot("Scaled").Call(jen.Id("rule")))).Line().Line()
 	g.Add(comment("NumbersApplied is how many numbers the last Set applied put in force (a rule's entry for every plan " +
