@@ -199,7 +199,9 @@ func New(cfg Config, apply func(rate, burst overlay.Factor) error) (*Controller,
 	return c, nil
 }
 
-func thousandths(f float64) overlay.Factor { return overlay.Factor(math.Round(f * float64(overlay.One))) }
+func thousandths(f float64) overlay.Factor {
+	return overlay.Factor(math.Round(f * float64(overlay.One)))
+}
 
 func joinWords(s []string) string {
 	out := s[0]
