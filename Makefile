@@ -18,7 +18,7 @@ BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
 BENCHTIME ?= 0.5s
 FUZZ_TARGETS := FuzzDifferential FuzzRule FuzzNumbers
 
-.PHONY: test check unit servers redis pg prom otel grpc schema examples getting-started fuzz-smoke fuzz bench bench-full bench-smoke generate
+.PHONY: test lane-cpu lane-servers check unit servers redis pg prom otel grpc schema examples getting-started fuzz-smoke fuzz bench bench-full bench-smoke generate
 
 ## generate: regenerate generated/ from policy.yaml, the benchmarks' HTTP and
 ## shared limits from bench/httppolicy.yaml and bench/sharedpolicy.yaml, the
@@ -37,8 +37,23 @@ generate:
 ## test: everything CI checks — formatting, vet, tidy modules, all tests with -race
 ## (including the committed fuzz corpora), a short run of each fuzz target, and
 ## a smoke run of the benchmarks.
-test: servers check unit redis pg prom otel grpc schema examples getting-started fuzz-smoke bench-smoke
+##
+## On 2 cores it runs two lanes side by side, each line prefixed with its
+## lane: the CPU-bound one (unit tests with -race, then the fuzz runs) and the
+## one that mostly waits on its servers (Redis, PostgreSQL, the modules that
+## use them, then the schema and the examples); then the benchmarks' smoke
+## run. `make unit`, `make pg`, … run one stage alone.
+test: servers check
+	@$(MAKE) --no-print-directory -j2 lane-cpu lane-servers
+	@$(MAKE) --no-print-directory bench-smoke
 	@echo "== make test passed: $$(date +%T)"
+
+# The lanes of make test. Each stage prints its start; a lane's lines carry
+# its name, so that the two stay readable side by side.
+lane-cpu:
+	@$(MAKE) --no-print-directory unit fuzz-smoke 2>&1 | sed -u 's/^/[cpu] /'
+lane-servers:
+	@$(MAKE) --no-print-directory redis pg prom otel grpc schema examples getting-started 2>&1 | sed -u 's/^/[servers] /'
 
 # The servers the stores' tests and benchmarks start for themselves
 # (redis-server, PostgreSQL, PgBouncer): installed with apt-get when missing

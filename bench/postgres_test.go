@@ -46,6 +46,9 @@ var pgImpls = []struct {
 // most coalesce checks a statement (0: none). A check the store did not
 // decide counts as an error.
 func generatedOnPostgres(b *testing.B, pool *pgxpool.Pool, coalesce int) func(context.Context, string) (bool, error) {
+	if coalesce == 0 {
+		coalesce = -1 // a statement a check (the store's default coalesces)
+	}
 	st, err := pgstore.New(context.Background(), pool, pgstore.Options{SweepEvery: -1, Coalesce: coalesce})
 	if err != nil {
 		b.Fatal(err)

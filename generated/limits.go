@@ -2090,13 +2090,15 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// ServeMux is an http.ServeMux whose every handler is wrapped by the middleware. The routes
-// are limited by the policy's patterns whatever patterns are registered here; Unregistered lists
-// the policy's patterns with no handler of the same spelling, a hint of a policy out of step with
-// the service.
+// ServeMux is an http.ServeMux behind the middleware: every request it serves is checked first,
+// those its handlers answer and those it answers itself (404, 405, a redirect to the clean
+// path) alike. The routes are limited by the policy's patterns whatever patterns are registered
+// here; Uncovered lists the registered patterns whose requests no policy route covers (served
+// unlimited), and Unregistered the policy's patterns with no handler of the same spelling.
 type ServeMux struct {
 	*http.ServeMux
 	m          *Middleware
+	h          http.Handler // the mux behind the middleware
 	mu         sync.Mutex
 	registered map[string]bool
 }
@@ -2122,19 +2124,42 @@ var httpRouter = limithttp.MustRouterSwitch(httpLiteral, httpPatterns[:]...)
 
 // NewServeMux returns an empty ServeMux behind m.
 func (m *Middleware) NewServeMux() *ServeMux {
+	mux := http.NewServeMux()
 	return &ServeMux{
-		ServeMux:   http.NewServeMux(),
+		ServeMux:   mux,
+		h:          m.Wrap(mux),
 		m:          m,
 		registered: map[string]bool{},
 	}
 }
 
-// Handle registers h for pattern, behind the middleware.
+// ServeHTTP checks r against the policy's route that covers it, then serves it with the mux.
+func (s *ServeMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.h.ServeHTTP(w, r)
+}
+
+// Handle registers h for pattern (the middleware checks every request before the mux).
 func (s *ServeMux) Handle(pattern string, h http.Handler) {
-	s.ServeMux.Handle(pattern, s.m.Wrap(h))
+	s.ServeMux.Handle(pattern, h)
 	s.mu.Lock()
 	s.registered[pattern] = true
 	s.mu.Unlock()
+}
+
+// Uncovered returns the patterns registered on s whose requests no policy route covers, all or
+// in part (limithttp.Uncovered: each tried with requests of its shape): they are served
+// unlimited. A service checks it at start, and fails or logs when it is not empty.
+func (s *ServeMux) Uncovered() []string {
+	s.mu.Lock()
+	patterns := make([]string, 0, len(s.registered))
+	for p := range s.registered {
+		patterns = append(patterns, p)
+	}
+	s.mu.Unlock()
+	return limithttp.Uncovered(patterns, func(r *http.Request) int {
+		route, _ := httpRouter.Match(r)
+		return route
+	})
 }
 
 // Unregistered returns the policy's patterns that no handler has been registered for on s under

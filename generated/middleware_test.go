@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -456,5 +457,49 @@ func TestMiddlewareHookKeyTooLong(t *testing.T) {
 	}
 	if n := lim.PerUser.Len(); n != 0 {
 		t.Errorf("%d PerUser buckets made for an over-long key", n)
+	}
+}
+
+// The ServeMux checks every request it serves, its own answers too: a
+// method its handlers do not take (405), a path none serves (404) and an
+// unclean path (a redirect) under a policy route are limited as the route
+// says, never an unlimited way around it; Uncovered names the registered
+// patterns no policy route covers, served unlimited.
+func TestServeMuxOwnAnswersAndCoverage(t *testing.T) {
+	lim := limits.New()
+	mw, err := limits.NewMiddleware(lim, limits.Hooks{
+		UserID: func(r *http.Request) (string, bool) { u := r.Header.Get("X-Test-User"); return u, u != "" },
+		PlanOf: func(*http.Request) (limits.Plan, bool) { return limits.PlanFree, true },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw.Config.Observer = nil
+	now := atomicbucket.Now()
+	mw.Clock = func() atomicbucket.Time { return now }
+	mux := mw.NewServeMux()
+	ok := func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }
+	mux.HandleFunc("GET /v1/things", ok)
+	mux.HandleFunc("GET /metrics", ok)
+	mux.HandleFunc("/admin/", ok)
+	if got, want := mux.Uncovered(), []string{"/admin/", "GET /metrics"}; !slices.Equal(got, want) {
+		t.Errorf("Uncovered = %q, want %q", got, want)
+	}
+	// PerUser's free plan: a burst of the policy's; each of the mux's own
+	// answers takes from it, and once it is spent they are 429.
+	burst := lim.PerUser.Rule(limits.PlanFree).Limit().Burst
+	for _, c := range []struct{ method, path string }{{"POST", "/v1/things"}, {"GET", "/v1/nothing"}, {"GET", "/v1//things"}} {
+		lim.PerUser.Reset("eve")
+		codes := map[int]int{}
+		for range burst + 1 {
+			r := httptest.NewRequest(c.method, c.path, nil)
+			r.Header.Set("X-Test-User", "eve")
+			w := httptest.NewRecorder()
+			mux.ServeHTTP(w, r)
+			codes[w.Code]++
+		}
+		if codes[http.StatusTooManyRequests] == 0 {
+			t.Errorf("%s %s, %d times on a burst of %d: %v, want the last limited (429)", c.method, c.path, burst+1, burst, codes)
+		}
 	}
 }

@@ -257,8 +257,13 @@ func TestInstancesKeepTheEnvelope(t *testing.T) {
 	elapsed := serverNow() - start // µs, from before the first check to after the last
 	envelope := l.Burst + l.Tokens*elapsed/1_000_000
 	t.Logf("%d checks, %d admitted in %d µs; envelope %d", checks.Load(), admitted.Load(), elapsed, envelope)
-	if admitted.Load() > envelope || admitted.Load() < envelope*8/10 || checks.Load() < 2*admitted.Load() {
+	if admitted.Load() > envelope {
 		t.Fatalf("%d admitted of %d checks; the envelope is %d", admitted.Load(), checks.Load(), envelope)
+	}
+	// Not too strict either, judged where the checks asked for twice the
+	// envelope (a loaded machine, under -race beside other tests, may not).
+	if checks.Load() >= 2*envelope && admitted.Load() < envelope*8/10 {
+		t.Fatalf("%d admitted of %d checks: below 80%% of the envelope, %d", admitted.Load(), checks.Load(), envelope)
 	}
 }
 

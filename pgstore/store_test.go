@@ -12,8 +12,8 @@ import (
 )
 
 // open connects a pool of at most conns connections to srv (closed when the
-// test ends) and makes a store over it with opts (no background sweeps
-// unless opts asks).
+// test ends) and makes a store over it with opts (no background sweeps and a
+// statement a check unless opts asks).
 func open(t testing.TB, srv *pgtest.Server, conns int32, opts Options) (*pgxpool.Pool, *Store) {
 	t.Helper()
 	cfg, err := pgxpool.ParseConfig(srv.URL())
@@ -28,6 +28,9 @@ func open(t testing.TB, srv *pgtest.Server, conns int32, opts Options) (*pgxpool
 	t.Cleanup(pool.Close)
 	if opts.SweepEvery == 0 {
 		opts.SweepEvery = -1
+	}
+	if opts.Coalesce == 0 {
+		opts.Coalesce = -1 // a statement a check, unless the test asks (the default coalesces: TestOwnQueueNoDegraded)
 	}
 	st, err := New(context.Background(), pool, opts)
 	if err != nil {

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"slices"
+	"time"
 
 	"github.com/limitgen/limitgen/shared"
 	"github.com/redis/go-redis/v9"
@@ -13,7 +14,13 @@ import (
 // pipeline: the engine hands it one node's groups, and runs the nodes in
 // parallel.
 func (b *backend) Each(ctx context.Context, groups [][]shared.Call) ([][]shared.Reply, error) {
-	return b.pipelined(ctx, groups, true)
+	start := time.Now()
+	out, err := b.pipelined(ctx, groups, true)
+	if err != nil {
+		_, node := b.Place(groups[0][0])
+		return nil, b.dials.classify(err, node, start)
+	}
+	return out, nil
 }
 
 // pipelined is Each; reload loads the script once where a master lacks it.

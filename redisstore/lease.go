@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"time"
 
 	"github.com/limitgen/limitgen/shared"
 )
@@ -24,9 +25,11 @@ func (b *backend) Lease(ctx context.Context, c shared.Call, want int64, prev sha
 func (b *backend) leaseAt(ctx context.Context, c shared.Call, want int64, prev shared.Settlement, now ...any) (shared.LeaseReply, error) {
 	a := append(args([]any{1, "3"}, c.Rule), c.Rule.Integers().Phase(c.Key), c.Cost, want, prev.Second, prev.Size, prev.Unspent)
 	a = append(a, now...)
+	start := time.Now()
 	res, err := b.check.Run(ctx, b.client, []string{b.key(c.Rule, c.Key)}, a...).Int64Slice()
 	if err != nil {
-		return shared.LeaseReply{}, err
+		_, node := b.Place(c)
+		return shared.LeaseReply{}, b.dials.classify(err, node, start)
 	}
 	return shared.LeaseReplyOf(res)
 }

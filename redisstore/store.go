@@ -61,6 +61,7 @@ type backend struct {
 	cluster *redis.ClusterClient // nil unless the client is a Cluster's
 	prefix  string
 	check   *redis.Script
+	dials   *dials // what the client's dials said, to tell a refused server from a slow one
 }
 
 // DefaultPrefix starts every key the store writes.
@@ -166,8 +167,9 @@ func newStore(client redis.UniversalClient, explicitNow bool, opts Options) *Sto
 	if opts.Namespace != "" {
 		prefix += opts.Namespace + ":"
 	}
-	b := &backend{client: client, prefix: prefix, check: redis.NewScript(script(explicitNow))}
+	b := &backend{client: client, prefix: prefix, check: redis.NewScript(script(explicitNow)), dials: &dials{}}
 	b.cluster, _ = client.(*redis.ClusterClient)
+	client.AddHook(b.dials)
 	return &Store{Engine: shared.NewEngine(b, opts.Timeout, opts.Coalesce), b: b}
 }
 
@@ -244,9 +246,11 @@ func (b *backend) tierAt(ctx context.Context, calls []shared.Call, mode shared.M
 		a = append(args(a, c.Rule), c.Rule.Integers().Phase(c.Key), c.Cost)
 	}
 	a = append(a, now...)
+	start := time.Now()
 	res, err := b.check.Run(ctx, b.client, keys, a...).Int64Slice()
 	if err != nil {
-		return shared.Reply{}, err
+		_, node := b.Place(calls[0])
+		return shared.Reply{}, b.dials.classify(err, node, start)
 	}
 	return shared.TierReply(res, len(calls))
 }

@@ -18,7 +18,7 @@ import (
 // database, committing once a batch instead of once a check); with one caller
 // at a time it costs a channel hand-off.
 type Coalescer[C any] struct {
-	timeout   time.Duration // the most a check waits in the queue, and a call takes
+	timeout   time.Duration // the most a check waits in all: in the queue, then for its call
 	queue     chan *Pending[C]
 	closing   chan struct{} // closed by Close: flushers drain the queue and stop
 	stopped   chan struct{} // closed when every flusher has stopped
@@ -27,10 +27,18 @@ type Coalescer[C any] struct {
 
 // Pending is one coalesced check, waiting for its call.
 type Pending[C any] struct {
-	Check C
-	done  chan outcome // buffered: the flusher never blocks on a caller that gave up
-	taken atomic.Bool  // a flusher took it from the queue: its call is the store's
+	Check    C
+	deadline time.Time    // when its wait ends, queue and call together
+	done     chan outcome // buffered: the flusher never blocks on a caller that gave up
+	state    atomic.Int32 // queued, then taken by a flusher (its call is the store's) or given up by Do
 }
+
+// A Pending's states.
+const (
+	queued int32 = iota
+	taken
+	givenUp
+)
 
 type outcome struct {
 	d   atomicbucket.Decision
@@ -46,10 +54,10 @@ func (p *Pending[C]) Done(d atomicbucket.Decision, err error) { p.done <- outcom
 const CoalesceFlushers = 2
 
 // NewCoalescer starts the goroutines that send batches of at most maxBatch
-// checks through call, each batch within twice timeout (call may first wait
-// for a connection, then for the store, each within timeout); call must
-// answer every check of its batch (Pending.Done). A check waits in the queue
-// at most timeout (Do).
+// checks through call; call must answer every check of its batch
+// (Pending.Done). A check waits at most timeout in all, in the queue and then
+// for its call (Do): a batch's call gets a context that ends at the earliest
+// of its checks' deadlines.
 func NewCoalescer[C any](maxBatch int, timeout time.Duration, call func(ctx context.Context, batch []*Pending[C])) *Coalescer[C] {
 	maxBatch = max(maxBatch, 1)
 	c := &Coalescer[C]{timeout: timeout, queue: make(chan *Pending[C], 4*maxBatch), closing: make(chan struct{}), stopped: make(chan struct{})}
@@ -60,17 +68,27 @@ func NewCoalescer[C any](maxBatch int, timeout time.Duration, call func(ctx cont
 			defer wg.Done()
 			batch := make([]*Pending[C], 0, maxBatch)
 			send := func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
+				end := batch[0].deadline
+				for _, p := range batch[1:] {
+					if p.deadline.Before(end) {
+						end = p.deadline
+					}
+				}
+				ctx, cancel := context.WithDeadline(context.Background(), end)
 				call(ctx, batch)
 				cancel()
 			}
 			for {
 				select {
 				case first := <-c.queue:
-					first.taken.Store(true)
-					batch = append(batch[:0], first)
+					batch = batch[:0]
+					if first.state.CompareAndSwap(queued, taken) {
+						batch = append(batch, first)
+					}
 					batch = c.fill(batch, maxBatch)
-					send()
+					if len(batch) > 0 {
+						send()
+					}
 				case <-c.closing:
 					// Send what is queued, then stop. A check queued after
 					// this drain finds the flushers stopped (Do).
@@ -97,8 +115,9 @@ func (c *Coalescer[C]) fill(batch []*Pending[C], maxBatch int) []*Pending[C] {
 	for len(batch) < maxBatch {
 		select {
 		case p := <-c.queue:
-			p.taken.Store(true)
-			batch = append(batch, p)
+			if p.state.CompareAndSwap(queued, taken) { // else its caller gave up
+				batch = append(batch, p)
+			}
 		default:
 			return batch
 		}
@@ -110,20 +129,27 @@ func (c *Coalescer[C]) fill(batch []*Pending[C], maxBatch int) []*Pending[C] {
 // store makes no more calls, and the rules' failure settings decide.
 var ErrClosed = errors.New("the store is closed")
 
-// Do queues check and waits for its call. Its wait in the queue is bounded
-// by the Coalescer's timeout (or ctx): a check no flusher took by then fails
-// with ErrOverload (it never reached the store). Once taken, its call is
-// bounded by the flush's own timeout, and Do waits for it, or for ctx (the
-// call may then still run, and take the check's tokens). After Close it fails
-// with ErrClosed.
+// Do queues check and waits for its call, at most the Coalescer's timeout
+// in all (or until ctx is done, if sooner): a check no flusher took within
+// half the timeout fails with ErrOverload (it never reached the store), so
+// that a taken check's call has the other half at least; its call ends by
+// the check's deadline, the call's context's being the earliest of its
+// batch's (the call may then still run on the server, and take the check's
+// tokens). After Close it fails with ErrClosed.
 func (c *Coalescer[C]) Do(ctx context.Context, check C) (atomicbucket.Decision, error) {
 	select {
 	case <-c.closing:
 		return atomicbucket.Decision{}, ErrClosed
 	default:
 	}
-	p := &Pending[C]{Check: check, done: make(chan outcome, 1)}
-	qctx, cancel := context.WithTimeout(ctx, c.timeout)
+	now := time.Now()
+	deadline := now.Add(c.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	p := &Pending[C]{Check: check, deadline: deadline, done: make(chan outcome, 1)}
+	// The wait to be taken: half the timeout (or ctx's deadline, if sooner).
+	qctx, cancel := context.WithDeadline(ctx, now.Add(c.timeout/2))
 	defer cancel()
 	select {
 	case c.queue <- p:
@@ -136,13 +162,13 @@ func (c *Coalescer[C]) Do(ctx context.Context, check C) (atomicbucket.Decision, 
 	case o := <-p.done:
 		return o.d, o.err
 	case <-qctx.Done():
-		if !p.taken.Load() { // still queued: the store never saw it
+		if p.state.CompareAndSwap(queued, givenUp) { // still queued: the store never sees it
 			return atomicbucket.Decision{}, fmt.Errorf("%w: %w", ErrOverload, qctx.Err())
 		}
 	case <-c.stopped:
 		return c.afterStop(p)
 	}
-	select { // taken: its call is in flight, and answers within the flush's timeout
+	select { // taken: its call is in flight, and ends by the check's deadline
 	case o := <-p.done:
 		return o.d, o.err
 	case <-ctx.Done():

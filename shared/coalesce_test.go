@@ -62,3 +62,51 @@ func TestCoalescerCloseUnderLoad(t *testing.T) {
 		c.Close()
 	}
 }
+
+// No coalesced check waits longer than the timeout in all, queue and call
+// together, whatever the store does: here a store that answers a batch only
+// when its context ends (a stalled server) and 64 callers on two flushers.
+// Before, a check could wait a timeout in the queue and then a flush's twice
+// the timeout for its call. Every check ends with an error, in about the
+// timeout: never past it by more than scheduling (25 ms allowed, on a
+// 100 ms timeout).
+func TestCoalescerBoundsTheWait(t *testing.T) {
+	const timeout = 100 * time.Millisecond
+	c := NewCoalescer(4, timeout, func(ctx context.Context, batch []*Pending[int]) {
+		<-ctx.Done()
+		for _, p := range batch {
+			p.Done(atomicbucket.Decision{}, ctx.Err())
+		}
+	})
+	defer c.Close()
+	var worst atomic.Int64
+	var answered atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 3 {
+				start := time.Now()
+				if _, err := c.Do(context.Background(), i); err == nil {
+					t.Error("a stalled store answered")
+				}
+				took := int64(time.Since(start))
+				for {
+					w := worst.Load()
+					if took <= w || worst.CompareAndSwap(w, took) {
+						break
+					}
+				}
+				answered.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	if w := time.Duration(worst.Load()); w > timeout+25*time.Millisecond {
+		t.Errorf("a check waited %v in all, the timeout is %v", w, timeout)
+	}
+	if answered.Load() != 192 {
+		t.Errorf("%d checks ended, want 192", answered.Load())
+	}
+}

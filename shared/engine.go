@@ -315,31 +315,46 @@ type roundTrip struct {
 }
 
 // enter lets a call go to the server: the store is open and (Slotted) a
-// connection is free within the store's timeout. It returns the call's
-// context, bounded by the timeout from then on (a wait for a connection is
-// not the server's time), and the call, for leave. A call that cannot have a
-// connection in time fails with ErrOverload: it never left the process.
+// connection is free. The call's context ends the store's timeout after
+// enter began (or at ctx's deadline, if sooner: a coalesced batch's is its
+// earliest check's), so that a check's wait for a connection and its round
+// trip together never pass the timeout; the wait for a connection is at most
+// half of it, so that a call has the other half at least. A call that cannot
+// have a connection in time fails with ErrOverload: it never left the
+// process.
 func (e *Engine) enter(ctx context.Context) (context.Context, roundTrip, error) {
 	if !e.gate.Enter() {
 		return nil, roundTrip{}, ErrClosed
 	}
+	cctx, cancel := context.WithTimeout(ctx, e.guard.Timeout)
 	if e.slots != nil {
 		select {
 		case e.slots <- struct{}{}:
 		default:
-			wctx, wcancel := context.WithTimeout(ctx, e.guard.Timeout)
+			wctx, wcancel := context.WithTimeout(cctx, e.guard.Timeout/2)
 			select {
 			case e.slots <- struct{}{}:
 				wcancel()
 			case <-wctx.Done():
 				wcancel()
+				cancel()
 				e.gate.Leave()
 				return nil, roundTrip{}, fmt.Errorf("%w: %w", ErrOverload, wctx.Err())
 			}
 		}
 	}
-	cctx, cancel := context.WithTimeout(ctx, e.guard.Timeout)
 	return cctx, roundTrip{cancel, atomicbucket.Now()}, nil
+}
+
+// ended is err, a call's error, saying so when the call's context had ended
+// (its deadline, the caller's cancellation): a client that reacts to the
+// context by cancelling the statement on the server (pgstore.ConfigurePool)
+// reports the server's "canceled" error, which is the deadline's doing.
+func ended(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("%w: %w", ctx.Err(), err)
+	}
+	return err
 }
 
 // leave ends a call enter let through, recording how long it took.
@@ -460,6 +475,7 @@ func (e *Engine) tier(ctx context.Context, calls []Call, mode Mode) (atomicbucke
 		return atomicbucket.Decision{}, -1, err
 	}
 	r, err := e.b.Tier(cctx, cl, mode)
+	err = ended(cctx, err)
 	e.leave(rt)
 	if err != nil {
 		return atomicbucket.Decision{}, -1, &NodeError{node, err}
@@ -507,6 +523,7 @@ func (e *Engine) one(ctx context.Context, c, clamped Call, mode Mode) (atomicbuc
 		return atomicbucket.Decision{}, err
 	}
 	r, err := e.b.Tier(cctx, []Call{clamped}, mode)
+	err = ended(cctx, err)
 	e.leave(rt)
 	if err != nil {
 		return atomicbucket.Decision{}, &NodeError{node, err}
@@ -592,7 +609,8 @@ func (e *Engine) CheckTier(ctx context.Context, calls []Call) (Result, int) {
 	var nb [4]string
 	var bb [4]*Breaker
 	var pb [4]bool
-	nodes, breakers, probes := nb[:0], bb[:0], pb[:0]
+	var mb [4]uint64
+	nodes, breakers, probes, marks := nb[:0], bb[:0], pb[:0], mb[:0]
 	now := int64(atomicbucket.Now())
 	for _, c := range calls {
 		_, node := e.b.Place(c)
@@ -611,7 +629,7 @@ func (e *Engine) CheckTier(ctx context.Context, calls []Call) (Result, int) {
 			}
 			return e.fallback(calls, ErrCircuitOpen)
 		}
-		nodes, breakers, probes = append(nodes, node), append(breakers, b), append(probes, probe)
+		nodes, breakers, probes, marks = append(nodes, node), append(breakers, b), append(probes, probe), append(marks, b.Answered())
 	}
 	g.Count(1, false)
 	// Each call bounds its wait for the server by the store's timeout (enter),
@@ -639,7 +657,7 @@ func (e *Engine) CheckTier(ctx context.Context, calls []Call) (Result, int) {
 		}
 		for j, b := range breakers {
 			if j == failed {
-				g.failed(ctx, b, err, probes[j])
+				g.failed(ctx, b, err, probes[j], marks[j])
 			} else {
 				b.EndProbe(probes[j])
 			}
@@ -701,6 +719,7 @@ func (e *Engine) flush(ctx context.Context, batch []*Pending[Call]) {
 		cctx, rt, err := e.enter(ctx)
 		if err == nil {
 			replies, err = e.b.Each(cctx, pt.groups)
+			err = ended(cctx, err)
 			e.leave(rt)
 		}
 		if err == nil && len(replies) != len(pt.groups) {
@@ -744,9 +763,10 @@ func (e *Engine) NewLease(r *StoreRule, key string, maxBatch int64) *Lease {
 		if err != nil {
 			return Granted{}, err
 		}
-		defer e.leave(rt)
 		c := Call{r, key, cost}
 		lr, err := e.b.Lease(cctx, c.Clamped(), want, prev)
+		err = ended(cctx, err)
+		e.leave(rt)
 		if err != nil {
 			return Granted{}, err
 		}

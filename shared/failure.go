@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -141,6 +143,7 @@ type Breaker struct {
 	pause     atomic.Int64          // the current pause, ns
 	probing   atomic.Bool           // one check is probing a half-open breaker
 	last      atomic.Pointer[error] // the last failure's error, for Health
+	answered  atomic.Uint64         // calls the server answered so far (Success)
 	g         *Guard                // the guard whose breaker it is (nil for a Breaker of one's own)
 }
 
@@ -158,8 +161,13 @@ func (b *Breaker) Allow(now int64) (ok, probe bool) {
 	return true, true
 }
 
+// Answered is how many calls the server has answered so far: a check reads
+// it before its call, and Guard's failure accounting compares (see failed).
+func (b *Breaker) Answered() uint64 { return b.answered.Load() }
+
 // Success records a call the store answered.
 func (b *Breaker) Success(probe bool) {
+	b.answered.Add(1)
 	if b.g != nil && b.g.start.Load() != nil {
 		b.g.start.Store(nil) // the store answers: what start said is over
 	}
@@ -291,13 +299,18 @@ func (g *Guard) Close() { g.closed.Store(true) }
 func (g *Guard) Closed() bool { return g.closed.Load() }
 
 // failed records a call to node that failed: a failure of the server's,
-// unless the caller's own context had ended (a client that went away, a
-// deadline shorter than the guard's timeout), the check never left the
-// process (ErrOverload) or the store was closed, which say nothing of the
-// server: then only a probe's turn ends. Otherwise callers
-// that give up could open the breaker for everyone.
-func (g *Guard) failed(ctx context.Context, b *Breaker, err error, probe bool) {
-	if ctx.Err() != nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrOverload) {
+// unless it says nothing of the server: the caller's own context had ended
+// (a client that went away, a deadline shorter than the guard's timeout),
+// the check never left the process (ErrOverload), the store was closed, or
+// the call timed out while the server answered other calls (answered moved
+// past mark, read before the call): the time went waiting behind this
+// process's own calls (a connection, a coalescer's queue, a row lock its
+// callers queue on), not to a server that stopped answering. Then only a
+// probe's turn ends. Otherwise callers that give up, or a process that
+// queues its own checks, could open the breaker against a healthy server.
+func (g *Guard) failed(ctx context.Context, b *Breaker, err error, probe bool, mark uint64) {
+	if ctx.Err() != nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrOverload) ||
+		IsTimeout(err) && b.answered.Load() != mark {
 		b.EndProbe(probe)
 		return
 	}
@@ -345,7 +358,8 @@ func (g *Guard) States() []BreakerState {
 
 // ErrorClass names the kind of a shared check's error, for metrics and logs
 // (a bounded set, unlike error strings): "circuit_open", "closed",
-// "no_store", "lease_wait", "overload", "timeout", "canceled", "invalid" (a step the
+// "no_store", "lease_wait", "overload", "unavailable" (the server refused
+// the connection, or cannot be reached), "timeout", "canceled", "invalid" (a step the
 // store refused: a bucket named twice, a rule not bound), "store" for any
 // other error of the store's, and "" for nil.
 func ErrorClass(err error) string {
@@ -362,6 +376,8 @@ func ErrorClass(err error) string {
 		return "lease_wait"
 	case errors.Is(err, ErrOverload):
 		return "overload"
+	case Unavailable(err):
+		return "unavailable"
 	case IsTimeout(err):
 		return "timeout"
 	case errors.Is(err, context.Canceled):
@@ -370,6 +386,23 @@ func ErrorClass(err error) string {
 		return "invalid"
 	}
 	return "store"
+}
+
+// ErrUnavailable is wrapped by the error of a call whose server could not be
+// reached (its dials refused, or found no route), where the client's own
+// error was only a deadline (go-redis dials again until then).
+var ErrUnavailable = errors.New("the store's server is unavailable")
+
+// Unavailable reports whether err says the server could not be reached: a
+// connection refused or reset, no route to it, its name not found, or
+// ErrUnavailable.
+func Unavailable(err error) bool {
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.ECONNRESET) {
+		return true
+	}
+	var dns *net.DNSError
+	return errors.As(err, &dns)
 }
 
 // ErrInvalidStep is wrapped by the error of a check a store refused as

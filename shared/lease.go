@@ -275,6 +275,7 @@ func (l *Lease) Check(ctx context.Context, g *Guard, fb FallbackStep, cost, now 
 		return r, nil, false
 	}
 	g.Count(1, false)
+	mark := b.Answered()
 	cctx, cancel := ctx, context.CancelFunc(func() {})
 	if g.Timeout > 0 {
 		cctx, cancel = context.WithTimeout(ctx, g.Timeout)
@@ -285,7 +286,7 @@ func (l *Lease) Check(ctx context.Context, g *Guard, fb FallbackStep, cost, now 
 		if errors.Is(err, ErrLeaseWait) {
 			b.EndProbe(probe) // the store was not asked: no failure of its
 		} else {
-			g.failed(ctx, b, err, probe)
+			g.failed(ctx, b, err, probe, mark)
 		}
 		g.Count(0, true)
 		r, _ := degraded(err, fb)
