@@ -7,10 +7,7 @@ require (
 	github.com/limitgen/limitgen/pgstore v0.0.0-00010101000000-000000000000
 )
 
-require (
-	github.com/jackc/pgx/v5 v5.12.0 // indirect
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
-)
+require github.com/jackc/pgx/v5 v5.12.0 // indirect
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"syscall"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -246,6 +247,106 @@ func TestClusterStalledMasterDegradesOnlyItsSlots(t *testing.T) {
 				}
 			}
 			t.Logf("%d breaker(s) open at the end", open)
+		})
+	}
+}
+
+// A stalled master recovers: one master of three stopped (SIGSTOP) for 3 s,
+// within the Cluster's node timeout (10 s here, so the Cluster stays up),
+// while 8 callers check 300 keys; from 1 s after it is resumed, at most 1%
+// of its keys' checks are degraded (the breaker's pause is at most a second,
+// and its half-open probe closes it once the master answers), and the other
+// masters' keys were never more than 1% degraded. Before, 50-55% of the
+// stalled master's checks stayed degraded after it answered again (the pause
+// had grown to 10 s).
+func TestClusterStalledMasterRecovers(t *testing.T) {
+	for _, coalesce := range []int{0, 64} {
+		t.Run(fmt.Sprintf("coalesce=%d", coalesce), func(t *testing.T) {
+			servers := redistest.StartClusterTimeout(t, 3, 10*time.Second)
+			addrs := make([]string, len(servers))
+			for i, s := range servers {
+				addrs[i] = s.Addr
+			}
+			c := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, ContextTimeoutEnabled: true, MaxRedirects: 1})
+			t.Cleanup(func() { c.Close() })
+			st, err := New(context.Background(), c, Options{Coalesce: coalesce})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			base, _ := NewRule("Recover", atomicbucket.Limit{Tokens: 1_000_000, Period: time.Second, Burst: 1_000_000})
+			r, err := base.WithFailure(shared.Failure{Mode: shared.FailAllow})
+			if err != nil {
+				t.Fatal(err)
+			}
+			stalled := map[string]bool{}
+			keys := make([]string, 300)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("user%d", i)
+				m, err := c.MasterForKey(ctx, st.Key(r, keys[i]))
+				if err != nil {
+					t.Fatal(err)
+				}
+				stalled[keys[i]] = m.Options().Addr == servers[0].Addr
+			}
+			// Phases: 0 stopped, 1 the first second after it resumed, 2 the
+			// two seconds after that.
+			var phase atomic.Int32
+			var checks, degraded [3][2]atomic.Int64 // [phase][stalled master's key]
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			for w := range 8 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := w; ; i++ {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						k := keys[i%len(keys)]
+						p := phase.Load()
+						res := st.Check(ctx, r, k, 1)
+						s := 0
+						if stalled[k] {
+							s = 1
+						}
+						checks[p][s].Add(1)
+						if res.Degraded {
+							degraded[p][s].Add(1)
+						}
+					}
+				}()
+			}
+			if err := servers[0].Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(3 * time.Second)
+			if err := servers[0].Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			phase.Store(1)
+			time.Sleep(time.Second)
+			phase.Store(2)
+			time.Sleep(2 * time.Second)
+			close(stop)
+			wg.Wait()
+			pct := func(p, s int) float64 {
+				return 100 * float64(degraded[p][s].Load()) / float64(max(checks[p][s].Load(), 1))
+			}
+			for p, name := range []string{"stopped 3 s", "first second after", "then 2 s"} {
+				t.Logf("%s: stalled master %d of %d degraded (%.2f%%); others %d of %d (%.2f%%)", name,
+					degraded[p][1].Load(), checks[p][1].Load(), pct(p, 1), degraded[p][0].Load(), checks[p][0].Load(), pct(p, 0))
+			}
+			if checks[2][1].Load() < 100 || pct(2, 1) > 1 {
+				t.Errorf("from 1 s after the master resumed, %.2f%% of its %d checks degraded; want at most 1%%", pct(2, 1), checks[2][1].Load())
+			}
+			for p := range 3 {
+				if pct(p, 0) > 1 {
+					t.Errorf("phase %d: %.2f%% of the healthy masters' checks degraded; want at most 1%%", p, pct(p, 0))
+				}
+			}
 		})
 	}
 }

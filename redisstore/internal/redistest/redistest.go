@@ -6,11 +6,13 @@ package redistest
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -95,6 +97,15 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 	return c
 }
 
+// Signal sends sig to the server: SIGSTOP stalls it (its connections stay
+// open, its clients' calls wait), SIGCONT resumes it.
+func (s *Server) Signal(sig syscall.Signal) error {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return fmt.Errorf("redistest: the server is not running")
+	}
+	return s.cmd.Process.Signal(sig)
+}
+
 // Stop kills the server by its pid and waits for it.
 func (s *Server) Stop() { servertest.Kill(s.cmd) }
 
@@ -103,10 +114,18 @@ func (s *Server) Stop() { servertest.Kill(s.cmd) }
 // it once every slot is served. The servers are stopped when the test ends.
 func StartCluster(t testing.TB, n int) []*Server {
 	t.Helper()
+	return StartClusterTimeout(t, n, 2*time.Second)
+}
+
+// StartClusterTimeout is StartCluster with the nodes' cluster-node-timeout:
+// a master stalled for longer is marked failed by the others (and, without
+// replicas, the Cluster stops serving).
+func StartClusterTimeout(t testing.TB, n int, nodeTimeout time.Duration) []*Server {
+	t.Helper()
 	servers := make([]*Server, n)
 	addrs := make([]string, n)
 	for i := range servers {
-		servers[i] = Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000")
+		servers[i] = Start(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", strconv.FormatInt(nodeTimeout.Milliseconds(), 10))
 		addrs[i] = servers[i].Addr
 	}
 	cli, err := exec.LookPath("redis-cli")
