@@ -101,6 +101,16 @@ type populated struct {
 	bytesPerKey float64 // live heap per key after populating (key strings excluded)
 }
 
+// keyedSizes are the tables' sizes: 1e3 and 1e6 keys; with -short (make
+// test's smoke run, which shows that the benchmarks build and admit) only 1e3,
+// whose populating takes milliseconds where 1e6's takes seconds.
+func keyedSizes() []int {
+	if testing.Short() {
+		return []int{1_000}
+	}
+	return []int{1_000, 1_000_000}
+}
+
 // tables caches populated implementations by name and size, so that the
 // benchmark functions, which testing calls once per b.N probe, build each once.
 var tables = map[string]*populated{}
@@ -130,7 +140,7 @@ func table(b *testing.B, name string, make func(*testing.B, int) func(string) bo
 // Every key exists before timing starts; at 1e6 keys it also reports the live
 // heap bytes per key (B/key).
 func BenchmarkKeyed(b *testing.B) {
-	for _, n := range []int{1_000, 1_000_000} {
+	for _, n := range keyedSizes() {
 		for _, im := range keyedImpls {
 			b.Run(fmt.Sprintf("keys=%.0e/impl=%s", float64(n), im.name), func(b *testing.B) {
 				p := table(b, im.name, im.make, n)
@@ -154,7 +164,7 @@ func BenchmarkKeyed(b *testing.B) {
 
 // BenchmarkKeyedParallel is BenchmarkKeyed from every core at once.
 func BenchmarkKeyedParallel(b *testing.B) {
-	for _, n := range []int{1_000, 1_000_000} {
+	for _, n := range keyedSizes() {
 		for _, im := range keyedImpls {
 			b.Run(fmt.Sprintf("keys=%.0e/impl=%s", float64(n), im.name), func(b *testing.B) {
 				p := table(b, im.name, im.make, n)
@@ -182,7 +192,10 @@ func BenchmarkKeyedParallel(b *testing.B) {
 // B/op is what a new key costs in memory at once (its bucket, and for
 // limitgen a copy of the key's bytes).
 func BenchmarkKeyedNewKey(b *testing.B) {
-	const n = 1 << 20
+	n := 1 << 20
+	if testing.Short() {
+		n = 1 << 12 // make test's smoke run: that it builds and admits, not its speed
+	}
 	keys, _ := keySet(n)
 	keys = queryKeys(keys)
 	for _, im := range keyedImpls {

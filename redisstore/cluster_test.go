@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
