@@ -11,29 +11,29 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 )
 
-// Coalescer sends a store's concurrent checks together: while a call is in
+// batcher sends a store's concurrent checks together: while a call is in
 // flight, the checks that arrive wait, and go together in the next call, each
 // decided on its own. Under load a call then carries many decisions, and the
 // store spends its time deciding instead of answering round trips (and, on a
 // database, committing once a batch instead of once a check); with one caller
 // at a time it costs a channel hand-off.
-type Coalescer[C any] struct {
+type batcher[C any] struct {
 	timeout   time.Duration // the most a check waits in all: in the queue, then for its call
-	queue     chan *Pending[C]
+	queue     chan *waitingCheck[C]
 	closing   chan struct{} // closed by Close: flushers drain the queue and stop
 	stopped   chan struct{} // closed when every flusher has stopped
 	closeOnce sync.Once
 }
 
-// Pending is one coalesced check, waiting for its call.
-type Pending[C any] struct {
+// waitingCheck is one coalesced check, waiting for its call.
+type waitingCheck[C any] struct {
 	Check    C
 	deadline time.Time    // when its wait ends, queue and call together
 	done     chan outcome // buffered: the flusher never blocks on a caller that gave up
 	state    atomic.Int32 // queued, then taken by a flusher (its call is the store's) or given up by Do
 }
 
-// A Pending's states.
+// A waitingCheck's states.
 const (
 	queued int32 = iota
 	taken
@@ -46,27 +46,27 @@ type outcome struct {
 }
 
 // Done answers the check.
-func (p *Pending[C]) Done(d atomicbucket.Decision, err error) { p.done <- outcome{d, err} }
+func (p *waitingCheck[C]) Done(d atomicbucket.Decision, err error) { p.done <- outcome{d, err} }
 
-// CoalesceFlushers is how many calls a Coalescer keeps in flight at once:
+// coalesceFlushers is how many calls a batcher keeps in flight at once:
 // two, so that one batch is encoded and decoded while the store runs the
 // other.
-const CoalesceFlushers = 2
+const coalesceFlushers = 2
 
-// NewCoalescer starts the goroutines that send batches of at most maxBatch
+// newBatcher starts the goroutines that send batches of at most maxBatch
 // checks through call; call must answer every check of its batch
-// (Pending.Done). A check waits at most timeout in all, in the queue and then
+// (waitingCheck.Done). A check waits at most timeout in all, in the queue and then
 // for its call (Do): a batch's call gets a context that ends at the earliest
 // of its checks' deadlines.
-func NewCoalescer[C any](maxBatch int, timeout time.Duration, call func(ctx context.Context, batch []*Pending[C])) *Coalescer[C] {
+func newBatcher[C any](maxBatch int, timeout time.Duration, call func(ctx context.Context, batch []*waitingCheck[C])) *batcher[C] {
 	maxBatch = max(maxBatch, 1)
-	c := &Coalescer[C]{timeout: timeout, queue: make(chan *Pending[C], 4*maxBatch), closing: make(chan struct{}), stopped: make(chan struct{})}
+	c := &batcher[C]{timeout: timeout, queue: make(chan *waitingCheck[C], 4*maxBatch), closing: make(chan struct{}), stopped: make(chan struct{})}
 	var wg sync.WaitGroup
-	for range CoalesceFlushers {
+	for range coalesceFlushers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			batch := make([]*Pending[C], 0, maxBatch)
+			batch := make([]*waitingCheck[C], 0, maxBatch)
 			send := func() {
 				end := batch[0].deadline
 				for _, p := range batch[1:] {
@@ -111,7 +111,7 @@ func NewCoalescer[C any](maxBatch int, timeout time.Duration, call func(ctx cont
 }
 
 // fill appends to batch what is queued, up to maxBatch checks, without waiting.
-func (c *Coalescer[C]) fill(batch []*Pending[C], maxBatch int) []*Pending[C] {
+func (c *batcher[C]) fill(batch []*waitingCheck[C], maxBatch int) []*waitingCheck[C] {
 	for len(batch) < maxBatch {
 		select {
 		case p := <-c.queue:
@@ -125,18 +125,18 @@ func (c *Coalescer[C]) fill(batch []*Pending[C], maxBatch int) []*Pending[C] {
 	return batch
 }
 
-// ErrClosed is the error of a check on a closed store (or Coalescer): the
+// ErrClosed is the error of a check on a closed store (or batcher): the
 // store makes no more calls, and the rules' failure settings decide.
 var ErrClosed = errors.New("the store is closed")
 
-// Do queues check and waits for its call, at most the Coalescer's timeout
+// Do queues check and waits for its call, at most the batcher's timeout
 // in all (or until ctx is done, if sooner): a check no flusher took within
 // half the timeout fails with ErrOverload (it never reached the store), so
 // that a taken check's call has the other half at least; its call ends by
 // the check's deadline, the call's context's being the earliest of its
 // batch's (the call may then still run on the server, and take the check's
 // tokens). After Close it fails with ErrClosed.
-func (c *Coalescer[C]) Do(ctx context.Context, check C) (atomicbucket.Decision, error) {
+func (c *batcher[C]) Do(ctx context.Context, check C) (atomicbucket.Decision, error) {
 	select {
 	case <-c.closing:
 		return atomicbucket.Decision{}, ErrClosed
@@ -147,7 +147,7 @@ func (c *Coalescer[C]) Do(ctx context.Context, check C) (atomicbucket.Decision, 
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	p := &Pending[C]{Check: check, deadline: deadline, done: make(chan outcome, 1)}
+	p := &waitingCheck[C]{Check: check, deadline: deadline, done: make(chan outcome, 1)}
 	// The wait to be taken: half the timeout (or ctx's deadline, if sooner).
 	qctx, cancel := context.WithDeadline(ctx, now.Add(c.timeout/2))
 	defer cancel()
@@ -180,7 +180,7 @@ func (c *Coalescer[C]) Do(ctx context.Context, check C) (atomicbucket.Decision, 
 
 // afterStop is the answer of a check queued as Close drained the queue:
 // every call has returned, so it was answered or never will be.
-func (c *Coalescer[C]) afterStop(p *Pending[C]) (atomicbucket.Decision, error) {
+func (c *batcher[C]) afterStop(p *waitingCheck[C]) (atomicbucket.Decision, error) {
 	select {
 	case o := <-p.done:
 		return o.d, o.err
@@ -192,7 +192,7 @@ func (c *Coalescer[C]) afterStop(p *Pending[C]) (atomicbucket.Decision, error) {
 // Close sends the checks already queued, stops the goroutines and returns
 // when they have stopped; checks after it fail with ErrClosed. It may be
 // called more than once, and concurrently with Do.
-func (c *Coalescer[C]) Close() {
+func (c *batcher[C]) Close() {
 	c.closeOnce.Do(func() { close(c.closing) })
 	<-c.stopped
 }

@@ -11,7 +11,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 )
 
-// A Coalescer closed while 32 goroutines check (a fake call that answers each
+// A batcher closed while 32 goroutines check (a fake call that answers each
 // check after a short wait): with -race, no race (before, a check's send
 // raced Close's close of the queue); every check is answered, by the call or
 // with ErrClosed; none is answered twice or lost; checks after Close fail at
@@ -19,7 +19,7 @@ import (
 func TestCoalescerCloseUnderLoad(t *testing.T) {
 	for range 20 {
 		var answered atomic.Int64
-		c := NewCoalescer(8, time.Second, func(ctx context.Context, batch []*Pending[int]) {
+		c := newBatcher(8, time.Second, func(ctx context.Context, batch []*waitingCheck[int]) {
 			time.Sleep(50 * time.Microsecond)
 			for _, p := range batch {
 				answered.Add(1)
@@ -72,7 +72,7 @@ func TestCoalescerCloseUnderLoad(t *testing.T) {
 // 100 ms timeout).
 func TestCoalescerBoundsTheWait(t *testing.T) {
 	const timeout = 100 * time.Millisecond
-	c := NewCoalescer(4, timeout, func(ctx context.Context, batch []*Pending[int]) {
+	c := newBatcher(4, timeout, func(ctx context.Context, batch []*waitingCheck[int]) {
 		<-ctx.Done()
 		for _, p := range batch {
 			p.Done(atomicbucket.Decision{}, ctx.Err())

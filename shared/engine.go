@@ -23,9 +23,9 @@ import (
 type StoreRule struct {
 	name     string
 	n        Integers
-	fallback *Fallback // decides when the store cannot
-	lease    int64     // > 0: checked through Bind from leases of at most lease tokens
-	global   bool      // one bucket, key "" (AsGlobal)
+	fallback *fallbackRule // decides when the store cannot
+	lease    int64         // > 0: checked through Bind from leases of at most lease tokens
+	global   bool          // one bucket, key "" (AsGlobal)
 }
 
 // AsGlobal returns a copy of r for a rule without keys: its one bucket's key
@@ -69,13 +69,13 @@ func NewStoreRule(name string, l atomicbucket.Limit) (*StoreRule, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return &StoreRule{name: name, n: n, fallback: &Fallback{}}, nil
+	return &StoreRule{name: name, n: n, fallback: &fallbackRule{}}, nil
 }
 
 // WithFailure returns a copy of r that decides by f when the store cannot
-// (NewFallback: FailLocal's share never admits more than its share).
+// (newFallbackRule: FailLocal's share never admits more than its share).
 func (r *StoreRule) WithFailure(f Failure) (*StoreRule, error) {
-	fb, err := NewFallback(r.n.Limit, f)
+	fb, err := newFallbackRule(r.n.Limit, f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", r.name, err)
 	}
@@ -253,15 +253,15 @@ const DefaultTimeout = 200 * time.Millisecond
 // left to the backend. Its methods are safe for concurrent use.
 type Engine struct {
 	b     Backend
-	guard *Guard
-	co    *Coalescer[Call] // nil unless Coalesce was called
-	slots chan struct{}    // one per call in flight to the client; nil: no bound (Slotted)
+	guard *storeGuard
+	co    *batcher[Call] // nil unless Coalesce was called
+	slots chan struct{}  // one per call in flight to the client; nil: no bound (Slotted)
 
 	batches   atomic.Int64
 	grants    atomic.Int64 // lease calls that granted tokens
 	granted   atomic.Int64 // the tokens they granted
 	latency   latency
-	gate      Gate // shut by Close: no more calls
+	gate      callGate // shut by Close: no more calls
 	closeOnce sync.Once
 
 	mu     sync.Mutex
@@ -275,12 +275,12 @@ func NewEngine(b Backend, timeout time.Duration, coalesce int) *Engine {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	e := &Engine{b: b, guard: NewGuard(timeout)}
+	e := &Engine{b: b, guard: newStoreGuard(timeout)}
 	if sb, ok := b.(Slotted); ok && sb.Slots() > 0 {
 		e.slots = make(chan struct{}, sb.Slots())
 	}
 	if coalesce > 0 {
-		e.co = NewCoalescer(coalesce, timeout, e.flush)
+		e.co = newBatcher(coalesce, timeout, e.flush)
 	}
 	return e
 }
@@ -300,11 +300,11 @@ func (e *Engine) Stats() Stats {
 func (e *Engine) Breakers() []BreakerState { return e.guard.States() }
 
 // Health is the store's live state: nil while it answers, otherwise why not
-// (Guard.Health). A generated package's SharedErr reports it.
+// (storeGuard.Health). A generated package's SharedErr reports it.
 func (e *Engine) Health() error { return e.guard.Health() }
 
 // StartFailed records that the store could not reach its server when made
-// (Guard.StartFailed): Health says so until a call succeeds.
+// (storeGuard.StartFailed): Health says so until a call succeeds.
 func (e *Engine) StartFailed(err error) { e.guard.StartFailed(err) }
 
 // roundTrip is a call enter let through: its context's cancel, and when it
@@ -425,20 +425,20 @@ func repeated(calls []Call) int {
 	return -1
 }
 
-// NodeError is an error of the server named Node: its breaker's failure.
-type NodeError struct {
+// nodeError is an error of the server named Node: its breaker's failure.
+type nodeError struct {
 	Node string
 	Err  error
 }
 
-func (e *NodeError) Error() string {
+func (e *nodeError) Error() string {
 	if e.Node == "" {
 		return e.Err.Error()
 	}
 	return e.Node + ": " + e.Err.Error()
 }
 
-func (e *NodeError) Unwrap() error { return e.Err }
+func (e *nodeError) Unwrap() error { return e.Err }
 
 // tier runs calls in one round trip where their buckets share a group, and
 // otherwise (mode ModeTake on a Cluster) as ordered takes with refunds.
@@ -478,7 +478,7 @@ func (e *Engine) tier(ctx context.Context, calls []Call, mode Mode) (atomicbucke
 	err = ended(cctx, err)
 	e.leave(rt)
 	if err != nil {
-		return atomicbucket.Decision{}, -1, &NodeError{node, err}
+		return atomicbucket.Decision{}, -1, &nodeError{node, err}
 	}
 	if r.Index < 0 || r.Index >= len(calls) {
 		return atomicbucket.Decision{}, -1, fmt.Errorf("%s: the store replied for step %d of %d", e.b.Name(), r.Index, len(calls))
@@ -526,7 +526,7 @@ func (e *Engine) one(ctx context.Context, c, clamped Call, mode Mode) (atomicbuc
 	err = ended(cctx, err)
 	e.leave(rt)
 	if err != nil {
-		return atomicbucket.Decision{}, &NodeError{node, err}
+		return atomicbucket.Decision{}, &nodeError{node, err}
 	}
 	return c.Decision(r), nil
 }
@@ -607,7 +607,7 @@ func (e *Engine) CheckTier(ctx context.Context, calls []Call) (Result, int) {
 	// Every server the tier reaches must have its breaker closed (or be
 	// probed by this check).
 	var nb [4]string
-	var bb [4]*Breaker
+	var bb [4]*circuit
 	var pb [4]bool
 	var mb [4]uint64
 	nodes, breakers, probes, marks := nb[:0], bb[:0], pb[:0], mb[:0]
@@ -621,7 +621,7 @@ func (e *Engine) CheckTier(ctx context.Context, calls []Call) (Result, int) {
 		if seen {
 			continue
 		}
-		b := g.Breaker(node)
+		b := g.circuit(node)
 		ok, probe := b.Allow(now)
 		if !ok {
 			for i, b := range breakers {
@@ -633,7 +633,7 @@ func (e *Engine) CheckTier(ctx context.Context, calls []Call) (Result, int) {
 	}
 	g.Count(1, false)
 	// Each call bounds its wait for the server by the store's timeout (enter),
-	// and a coalesced check its wait in the queue (Coalescer.Do).
+	// and a coalesced check its wait in the queue (batcher.Do).
 	var d atomicbucket.Decision
 	var i int
 	var err error
@@ -644,7 +644,7 @@ func (e *Engine) CheckTier(ctx context.Context, calls []Call) (Result, int) {
 	}
 	if err != nil {
 		// The server that failed takes the failure; the others' probes end.
-		var ne *NodeError
+		var ne *nodeError
 		failed := -1
 		if errors.As(err, &ne) {
 			for j, n := range nodes {
@@ -674,7 +674,7 @@ func (e *Engine) CheckTier(ctx context.Context, calls []Call) (Result, int) {
 // atomicbucket.TierAt composes them, with err.
 func (e *Engine) fallback(calls []Call, err error) (Result, int) {
 	e.guard.Count(0, true)
-	var buf [4]FallbackStep
+	var buf [4]fallbackStep
 	fs := buf[:0]
 	for _, c := range calls {
 		fs = append(fs, c.Rule.fallback.Step(c.Key, c.Cost))
@@ -684,11 +684,11 @@ func (e *Engine) fallback(calls []Call, err error) (Result, int) {
 
 // flush sends a coalesced batch: split by node (each node's part in one
 // round trip, the nodes in parallel) and, within a node, by group.
-func (e *Engine) flush(ctx context.Context, batch []*Pending[Call]) {
+func (e *Engine) flush(ctx context.Context, batch []*waitingCheck[Call]) {
 	type part struct {
 		node    string
 		groups  [][]Call
-		pending [][]*Pending[Call]
+		pending [][]*waitingCheck[Call]
 		index   map[uint32]int
 	}
 	var parts []*part
@@ -729,7 +729,7 @@ func (e *Engine) flush(ctx context.Context, batch []*Pending[Call]) {
 			for ci, p := range ps {
 				switch {
 				case err != nil:
-					p.Done(atomicbucket.Decision{}, &NodeError{pt.node, err})
+					p.Done(atomicbucket.Decision{}, &nodeError{pt.node, err})
 				case len(replies[gi]) != len(ps):
 					p.Done(atomicbucket.Decision{}, fmt.Errorf("%s: %d replies for %d checks", e.b.Name(), len(replies[gi]), len(ps)))
 				default:
@@ -800,7 +800,7 @@ func (e *Engine) Bind(rules []Rule) (Bound, error) {
 	bound := make([]*StoreRule, len(rules))
 	seen := map[string]bool{}
 	leased := make([]bool, len(rules))
-	fallbacks := make([]*Fallback, len(rules))
+	fallbacks := make([]*fallbackRule, len(rules))
 	for i, sr := range rules {
 		name := sr.Name
 		if sr.Namespace != "" {
@@ -813,7 +813,7 @@ func (e *Engine) Bind(rules []Rule) (Bound, error) {
 			return nil, fmt.Errorf("%s: %w: two shared rules named %q", e.b.Name(), ErrInvalidRule, name)
 		}
 		seen[name] = true
-		if _, err := IntegersOf(sr); err != nil { // the generated units are the ones this version computes
+		if _, err := integersOf(sr); err != nil { // the generated units are the ones this version computes
 			return nil, fmt.Errorf("%s: %w: %s: %w", e.b.Name(), ErrInvalidRule, sr.Name, err)
 		}
 		r, err := NewStoreRule(name, sr.Limit)
@@ -837,7 +837,7 @@ func (e *Engine) Bind(rules []Rule) (Bound, error) {
 	for i, sr := range rules {
 		b.leaseOf[i] = sr.Lease
 	}
-	b.leases = NewLeases(leased, fallbacks, e.guard, func(rule int, key string) *Lease {
+	b.leases = newLeases(leased, fallbacks, e.guard, func(rule int, key string) *Lease {
 		r := b.ruleFor(rule, key)
 		return e.NewLease(r, key, r.lease)
 	})

@@ -247,10 +247,10 @@ func TestFlushPerNodeInParallel(t *testing.T) {
 	f.delay = 50 * time.Millisecond
 	e := NewEngine(f, time.Second, 0)
 	r := fakeRule(t, "r", 1000)
-	var batch []*Pending[Call]
+	var batch []*waitingCheck[Call]
 	for _, node := range []string{"n0", "n1", "n2"} {
 		for _, k := range keysOn(f, r, node, 4) {
-			batch = append(batch, &Pending[Call]{Check: Call{r, k, 1}, done: make(chan outcome, 1)})
+			batch = append(batch, &waitingCheck[Call]{Check: Call{r, k, 1}, done: make(chan outcome, 1)})
 		}
 	}
 	start := time.Now()

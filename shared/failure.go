@@ -16,23 +16,23 @@ import (
 	"github.com/puzpuzpuz/xsync/v3"
 )
 
-// Fallback is a rule's failure setting, ready to decide while its store
-// cannot. The zero Fallback denies.
-type Fallback struct {
+// fallbackRule is a rule's failure setting, ready to decide while its store
+// cannot. The zero fallbackRule denies.
+type fallbackRule struct {
 	failure Failure
 	burst   int64
 	local   *atomicbucket.Table[string] // FailLocal's buckets
 }
 
-// ErrLocalShare is wrapped by NewFallback's error for a share outside (0, 1].
+// ErrLocalShare is wrapped by newFallbackRule's error for a share outside (0, 1].
 var ErrLocalShare = errors.New("a local share must be in (0, 1]")
 
-// NewFallback prepares f for a rule of limit l. For FailLocal it builds the
+// newFallbackRule prepares f for a rule of limit l. For FailLocal it builds the
 // local buckets: l's rate and burst times Share, the period stretched and
 // the burst rounded down, so that the fallback never admits more than its
 // share.
-func NewFallback(l atomicbucket.Limit, f Failure) (*Fallback, error) {
-	fb := &Fallback{failure: f, burst: l.Burst}
+func newFallbackRule(l atomicbucket.Limit, f Failure) (*fallbackRule, error) {
+	fb := &fallbackRule{failure: f, burst: l.Burst}
 	if f.Mode != FailLocal {
 		return fb, nil
 	}
@@ -49,7 +49,7 @@ func NewFallback(l atomicbucket.Limit, f Failure) (*Fallback, error) {
 }
 
 // Failure is the setting the fallback decides by.
-func (f *Fallback) Failure() Failure {
+func (f *fallbackRule) Failure() Failure {
 	if f == nil {
 		return Failure{}
 	}
@@ -58,13 +58,13 @@ func (f *Fallback) Failure() Failure {
 
 // Step is a request of cost for key decided by the fallback, as a step of
 // atomicbucket.TierAt.
-func (f *Fallback) Step(key string, cost int64) FallbackStep {
-	return FallbackStep{f, key, cost}
+func (f *fallbackRule) Step(key string, cost int64) fallbackStep {
+	return fallbackStep{f, key, cost}
 }
 
-// FallbackStep is one step of a tier decided by its rule's failure setting.
-type FallbackStep struct {
-	f    *Fallback
+// fallbackStep is one step of a tier decided by its rule's failure setting.
+type fallbackStep struct {
+	f    *fallbackRule
 	key  string
 	cost int64
 }
@@ -72,7 +72,7 @@ type FallbackStep struct {
 // AllowNAt decides the step at now: FailAllow admits, FailLocal asks the
 // local share, FailDeny denies with a RetryAfter of a second (when the store
 // may be back).
-func (s FallbackStep) AllowNAt(now atomicbucket.Time) atomicbucket.Decision {
+func (s fallbackStep) AllowNAt(now atomicbucket.Time) atomicbucket.Decision {
 	if f := s.f; f != nil {
 		switch f.failure.Mode {
 		case FailAllow:
@@ -88,30 +88,30 @@ func (s FallbackStep) AllowNAt(now atomicbucket.Time) atomicbucket.Decision {
 
 // outage reports whether the step denies because the store could not decide
 // (FailDeny, or no setting), rather than by a local share's limit.
-func (s FallbackStep) outage() bool {
+func (s fallbackStep) outage() bool {
 	return s.f == nil || s.f.failure.Mode != FailAllow && (s.f.failure.Mode != FailLocal || s.f.local == nil)
 }
 
 // degraded is the Result of steps decided by their failure settings for
-// err: FallbackTier's decision, an outage when the step that denied refuses
+// err: fallbackTier's decision, an outage when the step that denied refuses
 // for the outage itself, and the index of that step.
-func degraded(err error, steps ...FallbackStep) (Result, int) {
-	d, i := FallbackTier(steps...)
+func degraded(err error, steps ...fallbackStep) (Result, int) {
+	d, i := fallbackTier(steps...)
 	return Result{Decision: d, Degraded: true, Outage: !d.Allowed && steps[i].outage(), Err: err}, i
 }
 
 // RefundAt gives a local share back what AllowNAt took (a tier's later step
 // denied).
-func (s FallbackStep) RefundAt(now atomicbucket.Time) {
+func (s fallbackStep) RefundAt(now atomicbucket.Time) {
 	if f := s.f; f != nil && f.failure.Mode == FailLocal && f.local != nil {
 		f.local.RefundAt(s.key, now, s.cost)
 	}
 }
 
-// FallbackTier decides steps by their rules' failure settings, as
+// fallbackTier decides steps by their rules' failure settings, as
 // atomicbucket.TierAt composes them: the decision, and the index of the step
 // it is from.
-func FallbackTier(steps ...FallbackStep) (atomicbucket.Decision, int) {
+func fallbackTier(steps ...fallbackStep) (atomicbucket.Decision, int) {
 	var buf [4]atomicbucket.TierStep
 	ts := buf[:0]
 	for _, s := range steps {
@@ -136,21 +136,21 @@ const (
 	BreakerMaxPause = time.Second
 )
 
-// Breaker is a store's circuit breaker. The zero Breaker is closed.
-type Breaker struct {
+// circuit is a store's circuit breaker. The zero circuit is closed.
+type circuit struct {
 	failures  atomic.Int64          // failed calls in a row
 	openUntil atomic.Int64          // atomicbucket time (ns) before which no check goes to the store; 0 when closed
 	pause     atomic.Int64          // the current pause, ns
 	probing   atomic.Bool           // one check is probing a half-open breaker
 	last      atomic.Pointer[error] // the last failure's error, for Health
 	answered  atomic.Uint64         // calls the server answered so far (Success)
-	g         *Guard                // the guard whose breaker it is (nil for a Breaker of one's own)
+	g         *storeGuard           // the guard whose breaker it is (nil for a circuit of one's own)
 }
 
 // Allow reports whether a check may go to the store at now (atomicbucket
 // time), and whether it is the probe of a half-open breaker: the caller then
 // reports its outcome with Success, Failure or EndProbe.
-func (b *Breaker) Allow(now int64) (ok, probe bool) {
+func (b *circuit) Allow(now int64) (ok, probe bool) {
 	until := b.openUntil.Load()
 	if until == 0 {
 		return true, false
@@ -162,11 +162,11 @@ func (b *Breaker) Allow(now int64) (ok, probe bool) {
 }
 
 // Answered is how many calls the server has answered so far: a check reads
-// it before its call, and Guard's failure accounting compares (see failed).
-func (b *Breaker) Answered() uint64 { return b.answered.Load() }
+// it before its call, and storeGuard's failure accounting compares (see failed).
+func (b *circuit) Answered() uint64 { return b.answered.Load() }
 
 // Success records a call the store answered.
-func (b *Breaker) Success(probe bool) {
+func (b *circuit) Success(probe bool) {
 	b.answered.Add(1)
 	if b.g != nil && b.g.start.Load() != nil {
 		b.g.start.Store(nil) // the store answers: what start said is over
@@ -182,7 +182,7 @@ func (b *Breaker) Success(probe bool) {
 }
 
 // Failure records a call the store failed at now.
-func (b *Breaker) Failure(now int64, probe bool) {
+func (b *circuit) Failure(now int64, probe bool) {
 	n := b.failures.Add(1)
 	if probe || n >= BreakerFailures {
 		p := b.pause.Load()
@@ -202,7 +202,7 @@ func (b *Breaker) Failure(now int64, probe bool) {
 
 // EndProbe ends a probe's turn without a verdict on the store (the check
 // never reached it).
-func (b *Breaker) EndProbe(probe bool) {
+func (b *circuit) EndProbe(probe bool) {
 	if probe {
 		b.probing.Store(false)
 	}
@@ -210,34 +210,34 @@ func (b *Breaker) EndProbe(probe bool) {
 
 // State is the failed calls in a row and the atomicbucket time until which
 // the breaker is open (0: closed).
-func (b *Breaker) State() (failures, openUntil int64) {
+func (b *circuit) State() (failures, openUntil int64) {
 	return b.failures.Load(), b.openUntil.Load()
 }
 
-// Guard is what a store's calls pass: its timeout, its circuit breakers
+// storeGuard is what a store's calls pass: its timeout, its circuit breakers
 // (one per server: a stalled Cluster master opens only its own), whether it
 // is closed, and its counts. Engine runs every check through it.
-type Guard struct {
+type storeGuard struct {
 	Timeout  time.Duration // the most a call may take when the caller's context allows longer
-	breakers *xsync.MapOf[string, *Breaker]
+	breakers *xsync.MapOf[string, *circuit]
 	calls    atomic.Int64
 	degraded atomic.Int64
 	closed   atomic.Bool           // Close was called: no more calls
 	start    atomic.Pointer[error] // why the store could not be reached when made (StartFailed), until a call succeeds
 }
 
-// NewGuard returns a guard with timeout and no breaker open.
-func NewGuard(timeout time.Duration) *Guard {
-	return &Guard{Timeout: timeout, breakers: xsync.NewMapOf[string, *Breaker]()}
+// newStoreGuard returns a guard with timeout and no breaker open.
+func newStoreGuard(timeout time.Duration) *storeGuard {
+	return &storeGuard{Timeout: timeout, breakers: xsync.NewMapOf[string, *circuit]()}
 }
 
-// Breaker is the breaker of the server named node ("" for a store of one
+// circuit is the breaker of the server named node ("" for a store of one
 // server).
-func (g *Guard) Breaker(node string) *Breaker {
+func (g *storeGuard) circuit(node string) *circuit {
 	if b, ok := g.breakers.Load(node); ok {
 		return b
 	}
-	b, _ := g.breakers.LoadOrCompute(node, func() *Breaker { return &Breaker{g: g} })
+	b, _ := g.breakers.LoadOrCompute(node, func() *circuit { return &circuit{g: g} })
 	return b
 }
 
@@ -248,7 +248,7 @@ var ErrUnhealthy = errors.New("the store is not answering")
 // (err says how): Health reports it until a call succeeds. A store made while
 // its server is down works from the moment the server answers; until then
 // each rule's failure setting decides, counted as degraded.
-func (g *Guard) StartFailed(err error) {
+func (g *storeGuard) StartFailed(err error) {
 	g.start.Store(&err)
 }
 
@@ -256,12 +256,12 @@ func (g *Guard) StartFailed(err error) {
 // a call has succeeded since) and no server's last call failed. Otherwise it
 // says which servers failed how many calls in a row, with the last error,
 // wrapping ErrUnhealthy. It is the live state, as a health check reads it.
-func (g *Guard) Health() error {
+func (g *storeGuard) Health() error {
 	if g.closed.Load() {
 		return fmt.Errorf("%w: %w", ErrUnhealthy, ErrClosed)
 	}
 	var bad []string
-	g.breakers.Range(func(node string, b *Breaker) bool {
+	g.breakers.Range(func(node string, b *circuit) bool {
 		n := b.failures.Load()
 		if n == 0 {
 			return true
@@ -293,10 +293,10 @@ func (g *Guard) Health() error {
 // Close makes every later check be decided by the failure settings, with
 // ErrClosed, without a call (a closed store makes no more calls). It may be
 // called more than once.
-func (g *Guard) Close() { g.closed.Store(true) }
+func (g *storeGuard) Close() { g.closed.Store(true) }
 
 // Closed reports whether Close was called.
-func (g *Guard) Closed() bool { return g.closed.Load() }
+func (g *storeGuard) Closed() bool { return g.closed.Load() }
 
 // failed records a call to node that failed: a failure of the server's,
 // unless it says nothing of the server: the caller's own context had ended
@@ -308,7 +308,7 @@ func (g *Guard) Closed() bool { return g.closed.Load() }
 // callers queue on), not to a server that stopped answering. Then only a
 // probe's turn ends. Otherwise callers that give up, or a process that
 // queues its own checks, could open the breaker against a healthy server.
-func (g *Guard) failed(ctx context.Context, b *Breaker, err error, probe bool, mark uint64) {
+func (g *storeGuard) failed(ctx context.Context, b *circuit, err error, probe bool, mark uint64) {
 	if ctx.Err() != nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrOverload) ||
 		IsTimeout(err) && b.answered.Load() != mark {
 		b.EndProbe(probe)
@@ -320,7 +320,7 @@ func (g *Guard) failed(ctx context.Context, b *Breaker, err error, probe bool, m
 
 // Count adds to the guard's counts calls made, and whether the failure
 // settings decided a check.
-func (g *Guard) Count(calls int64, degraded bool) {
+func (g *storeGuard) Count(calls int64, degraded bool) {
 	g.calls.Add(calls)
 	if degraded {
 		g.degraded.Add(1)
@@ -329,7 +329,7 @@ func (g *Guard) Count(calls int64, degraded bool) {
 
 // Counts are the checks that went to the store, and the checks the failure
 // settings decided (the store failed, or a breaker was open).
-func (g *Guard) Counts() (calls, degraded int64) { return g.calls.Load(), g.degraded.Load() }
+func (g *storeGuard) Counts() (calls, degraded int64) { return g.calls.Load(), g.degraded.Load() }
 
 // BreakerState is one server's breaker as Store.Breakers reports it.
 type BreakerState struct {
@@ -340,10 +340,10 @@ type BreakerState struct {
 }
 
 // States are the breakers' states, one per server the store has called.
-func (g *Guard) States() []BreakerState {
+func (g *storeGuard) States() []BreakerState {
 	var out []BreakerState
 	now := atomicbucket.Now()
-	g.breakers.Range(func(node string, b *Breaker) bool {
+	g.breakers.Range(func(node string, b *circuit) bool {
 		n, until := b.State()
 		st := BreakerState{Node: node, Failures: n}
 		if until != 0 {
@@ -376,7 +376,7 @@ func ErrorClass(err error) string {
 		return "lease_wait"
 	case errors.Is(err, ErrOverload):
 		return "overload"
-	case Unavailable(err):
+	case isUnavailable(err):
 		return "unavailable"
 	case IsTimeout(err):
 		return "timeout"
@@ -393,10 +393,10 @@ func ErrorClass(err error) string {
 // error was only a deadline (go-redis dials again until then).
 var ErrUnavailable = errors.New("the store's server is unavailable")
 
-// Unavailable reports whether err says the server could not be reached: a
+// isUnavailable reports whether err says the server could not be reached: a
 // connection refused or reset, no route to it, its name not found, or
 // ErrUnavailable.
-func Unavailable(err error) bool {
+func isUnavailable(err error) bool {
 	if errors.Is(err, ErrUnavailable) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) ||
 		errors.Is(err, syscall.ENETUNREACH) || errors.Is(err, syscall.ECONNRESET) {
 		return true

@@ -257,7 +257,7 @@ func (l *Lease) Calls() int64 { return l.calls.Load() }
 // lease's server and within g's timeout; when the store cannot, fb decides.
 // It also returns the grant spent from, for a tier's giveBack, and whether
 // the check waited for a refill (time passed).
-func (l *Lease) Check(ctx context.Context, g *Guard, fb FallbackStep, cost, now int64) (Result, *grant, bool) {
+func (l *Lease) Check(ctx context.Context, g *storeGuard, fb fallbackStep, cost, now int64) (Result, *grant, bool) {
 	d, gr, call := l.local(now, cost)
 	if !call {
 		return Result{Decision: d}, gr, false
@@ -267,7 +267,7 @@ func (l *Lease) Check(ctx context.Context, g *Guard, fb FallbackStep, cost, now 
 		r, _ := degraded(ErrClosed, fb)
 		return r, nil, false
 	}
-	b := g.Breaker(l.node)
+	b := g.circuit(l.node)
 	ok, probe := b.Allow(now)
 	if !ok {
 		g.Count(0, true)
@@ -307,8 +307,8 @@ const MaxLeases = 1 << 16
 // and decides checks from them: a store's Bound uses it for the steps whose
 // rules are all leased.
 type Leases struct {
-	guard     *Guard
-	fallbacks []*Fallback
+	guard     *storeGuard
+	fallbacks []*fallbackRule
 	newLease  func(rule int, key string) *Lease
 	maps      []*xsync.MapOf[string, *Lease] // a leased rule's leases by key; nil for other rules
 	epochs    []atomic.Int64                 // by rule: changes of its numbers (Changed); a lease of an older one is replaced
@@ -317,10 +317,10 @@ type Leases struct {
 	max       atomic.Int64
 }
 
-// NewLeases keeps leases for the rules marked in leased (fallbacks are every
+// newLeases keeps leases for the rules marked in leased (fallbacks are every
 // rule's failure settings, by index), made by newLease and checked behind
 // guard.
-func NewLeases(leased []bool, fallbacks []*Fallback, guard *Guard, newLease func(rule int, key string) *Lease) *Leases {
+func newLeases(leased []bool, fallbacks []*fallbackRule, guard *storeGuard, newLease func(rule int, key string) *Lease) *Leases {
 	ls := &Leases{guard: guard, fallbacks: fallbacks, newLease: newLease, maps: make([]*xsync.MapOf[string, *Lease], len(leased)), epochs: make([]atomic.Int64, len(leased))}
 	for i, on := range leased {
 		if on {

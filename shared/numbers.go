@@ -66,7 +66,7 @@ var ErrStaleUnits = errors.New("the rule's generated units are not this version'
 
 // NumbersOf computes r's numbers (NewIntegers), refusing a rule whose
 // generated Units differ from what this version computes.
-func IntegersOf(r Rule) (Integers, error) {
+func integersOf(r Rule) (Integers, error) {
 	n, err := NewIntegers(r.Limit)
 	if err != nil {
 		return Integers{}, err

@@ -12,11 +12,11 @@
 //
 // A store is a Backend (its I/O: Tier, Each, Lease, one round trip each,
 // and Place, where a bucket lives) under an Engine, which does everything
-// else once for every store: rules (StoreRule), tiers, the failure settings'
-// fallback (Fallback), the circuit breakers (Breaker, one per server, in a
-// Guard), coalescing (Coalescer), leases (Lease, Leases), Bind and Close.
-// Integers and MicroUnits are a rule's integers on a store's microsecond
-// clock; internal/storetest is the contract a store passes.
+// else once for every store: rules (StoreRule), tiers, the failure settings,
+// a circuit breaker per server (BreakerState), coalescing, leases (Lease),
+// Bind and Close. Integers and MicroUnits are a rule's integers on a store's
+// microsecond clock; internal/storetest is the contract a store passes. The
+// package exports what stores and generated packages use, and no more.
 package shared
 
 import (

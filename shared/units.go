@@ -8,9 +8,9 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 )
 
-// MaxExact is 2^53: a store that computes in doubles (Redis's Lua) holds every
+// maxExact is 2^53: a store that computes in doubles (Redis's Lua) holds every
 // integer below it exactly, and every value a check computes must stay below.
-const MaxExact = 1 << 53
+const maxExact = 1 << 53
 
 // Units is how a store on a microsecond clock (Redis's TIME) counts a greedy
 // rule: PerMicro units to a microsecond and Emit units to a token, Exact when
@@ -51,7 +51,7 @@ func MicroUnits(l atomicbucket.Limit) (Units, error) {
 			return Units{PerMicro: exactScale.Int64(), Emit: emit, Exact: true}, nil
 		}
 	}
-	hi := int64(MaxExact / 1_000_000)
+	hi := int64(maxExact / 1_000_000)
 	if exactScale.IsInt64() {
 		hi = min(hi, exactScale.Int64()-1)
 	}
@@ -105,7 +105,7 @@ func fitsScale(l atomicbucket.Limit, scale int64) (int64, bool) {
 	sum := new(big.Int).Mul(big.NewInt(1_000_000), big.NewInt(scale))
 	tau := new(big.Int).Mul(big.NewInt(l.Burst), e)
 	sum.Add(sum, tau).Add(sum, tau)
-	return e.Int64(), sum.Cmp(big.NewInt(MaxExact)) < 0
+	return e.Int64(), sum.Cmp(big.NewInt(maxExact)) < 0
 }
 
 // intervalFits checks that an interval rule's arithmetic stays below 2^53:
@@ -118,7 +118,7 @@ func intervalFits(l atomicbucket.Limit) error {
 	y := new(big.Int).Mul(big.NewInt(1e9/g), big.NewInt(p))
 	y.Add(y, big.NewInt(1e9+p))
 	full := new(big.Int).Mul(big.NewInt(l.Burst/l.Tokens+2), big.NewInt(p))
-	if y.Cmp(big.NewInt(MaxExact)) >= 0 || full.Cmp(big.NewInt(MaxExact)) >= 0 {
+	if y.Cmp(big.NewInt(maxExact)) >= 0 || full.Cmp(big.NewInt(maxExact)) >= 0 {
 		return fmt.Errorf("%w: interval rate %d per %v with burst %d needs values beyond 2^53; use a period of whole milliseconds, or a smaller burst",
 			ErrMicroUnits, l.Tokens, l.Period, l.Burst)
 	}

@@ -54,14 +54,14 @@ func TestNumbersOf(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, given := range []Units{u, {}} {
-		n, err := IntegersOf(Rule{Name: "r", Limit: l, Units: given})
+		n, err := integersOf(Rule{Name: "r", Limit: l, Units: given})
 		if err != nil || n.Units != u || n.Tau != 10*u.Emit {
 			t.Errorf("units %+v: %+v, %v", given, n, err)
 		}
 	}
 	stale := u
 	stale.Emit++
-	if _, err := IntegersOf(Rule{Name: "r", Limit: l, Units: stale}); !errors.Is(err, ErrStaleUnits) {
+	if _, err := integersOf(Rule{Name: "r", Limit: l, Units: stale}); !errors.Is(err, ErrStaleUnits) {
 		t.Errorf("stale units %+v: %v", stale, err)
 	}
 }
