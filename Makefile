@@ -51,9 +51,9 @@ test: servers check
 # The lanes of make test. Each stage prints its start; a lane's lines carry
 # its name, so that the two stay readable side by side.
 lane-cpu:
-	@$(MAKE) --no-print-directory unit fuzz-smoke 2>&1 | sed -u 's/^/[cpu] /'
+	@$(MAKE) --no-print-directory -j1 unit fuzz-smoke 2>&1 | sed -u 's/^/[cpu] /'
 lane-servers:
-	@$(MAKE) --no-print-directory redis pg prom otel grpc schema examples getting-started 2>&1 | sed -u 's/^/[servers] /'
+	@$(MAKE) --no-print-directory -j1 redis pg prom otel grpc schema examples getting-started 2>&1 | sed -u 's/^/[servers] /'
 
 # The servers the stores' tests and benchmarks start for themselves
 # (redis-server, PostgreSQL, PgBouncer): installed with apt-get when missing

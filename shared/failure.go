@@ -318,6 +318,72 @@ func (g *storeGuard) failed(ctx context.Context, b *circuit, err error, probe bo
 	b.Failure(int64(atomicbucket.Now()), probe)
 }
 
+// passage is one check's way through the breakers of the servers it
+// reaches (at most four: a tier's buckets on a Cluster's masters): admit
+// lets it through, counting it as a call, and done records the outcome. It
+// is the only place the breakers' sequence is written: Engine.CheckTier and
+// Lease.Check both go through it.
+type passage struct {
+	g        *storeGuard
+	nodes    [4]string
+	breakers [4]*circuit
+	probes   [4]bool
+	marks    [4]uint64 // each breaker's Answered before the call
+	n        int
+}
+
+// admit lets a check to nodes through at now when every one's breaker
+// allows it (closed, or this check is its half-open probe), counting the
+// call; otherwise it ends the probes it took and reports false (the check
+// is then the failure settings', ErrCircuitOpen). At most four nodes.
+func (g *storeGuard) admit(p *passage, now int64, nodes ...string) bool {
+	p.g, p.n = g, 0
+	for _, node := range nodes[:min(len(nodes), len(p.nodes))] {
+		b := g.circuit(node)
+		ok, probe := b.Allow(now)
+		if !ok {
+			for i := range p.n {
+				p.breakers[i].EndProbe(p.probes[i])
+			}
+			return false
+		}
+		p.nodes[p.n], p.breakers[p.n], p.probes[p.n], p.marks[p.n] = node, b, probe, b.Answered()
+		p.n++
+	}
+	g.Count(1, false)
+	return true
+}
+
+// done records the call's outcome: a success closes every breaker it went
+// through (or keeps it closed); a failure is the failing server's (the
+// node a nodeError names, or the only one), and the other probes end.
+func (p *passage) done(ctx context.Context, err error) {
+	if err == nil {
+		for i := range p.n {
+			p.breakers[i].Success(p.probes[i])
+		}
+		return
+	}
+	failed := -1
+	var ne *nodeError
+	if errors.As(err, &ne) {
+		for i := range p.n {
+			if p.nodes[i] == ne.Node {
+				failed = i
+			}
+		}
+	} else if p.n == 1 {
+		failed = 0
+	}
+	for i := range p.n {
+		if i == failed {
+			p.g.failed(ctx, p.breakers[i], err, p.probes[i], p.marks[i])
+		} else {
+			p.breakers[i].EndProbe(p.probes[i])
+		}
+	}
+}
+
 // Count adds to the guard's counts calls made, and whether the failure
 // settings decided a check.
 func (g *storeGuard) Count(calls int64, degraded bool) {

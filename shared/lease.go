@@ -267,32 +267,28 @@ func (l *Lease) Check(ctx context.Context, g *storeGuard, fb fallbackStep, cost,
 		r, _ := degraded(ErrClosed, fb)
 		return r, nil, false
 	}
-	b := g.circuit(l.node)
-	ok, probe := b.Allow(now)
-	if !ok {
+	var ps passage
+	if !g.admit(&ps, now, l.node) {
 		g.Count(0, true)
 		r, _ := degraded(ErrCircuitOpen, fb)
 		return r, nil, false
 	}
-	g.Count(1, false)
-	mark := b.Answered()
 	cctx, cancel := ctx, context.CancelFunc(func() {})
 	if g.Timeout > 0 {
 		cctx, cancel = context.WithTimeout(ctx, g.Timeout)
 	}
 	d, gr, err := l.refill(cctx, cost)
 	cancel()
+	if errors.Is(err, ErrLeaseWait) {
+		ps.done(ctx, fmt.Errorf("%w: %w", ErrOverload, err)) // the store was not asked: no failure of its
+	} else {
+		ps.done(ctx, err)
+	}
 	if err != nil {
-		if errors.Is(err, ErrLeaseWait) {
-			b.EndProbe(probe) // the store was not asked: no failure of its
-		} else {
-			g.failed(ctx, b, err, probe, mark)
-		}
 		g.Count(0, true)
 		r, _ := degraded(err, fb)
 		return r, nil, true
 	}
-	b.Success(probe)
 	return Result{Decision: d}, gr, true
 }
 

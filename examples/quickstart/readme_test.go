@@ -62,6 +62,7 @@ import (
 
 	"example.com/quickstart/limits"
 	"github.com/limitgen/limitgen/overlay"
+	"github.com/limitgen/limitgen/overlay/yamlfile"
 )
 
 func snippet(ctx context.Context, lims *limits.Limits) {
@@ -108,6 +109,7 @@ import (
 
 	"example.com/quickstart/limits"
 	"github.com/limitgen/limitgen/adaptive"
+	"github.com/limitgen/limitgen/overlay"
 )
 
 func callDownstream(context.Context) error { return nil }

@@ -198,9 +198,13 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 // back and goes again.
 func TestWatch(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "numbers.yaml")
-	write := func(src string) {
+	write := func(src string) { // whole, as the README says: renamed over it
 		t.Helper()
-		if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		tmp := path + ".new"
+		if err := os.WriteFile(tmp, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, path); err != nil {
 			t.Fatal(err)
 		}
 	}
