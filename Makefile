@@ -6,14 +6,14 @@ GO        ?= go
 FUZZTIME  ?= 10m          # per target, for `make fuzz`
 # Inside `make test` the fuzzers run for a number of executions, not a duration:
 # a duration budget can end in go1.26's coordinator deadline race (golang/go#75804).
-SMOKE_FuzzDifferential ?= 40000x
-SMOKE_FuzzRule         ?= 100000x
-SMOKE_FuzzNumbers      ?= 30000x
-SMOKE_FuzzPolicy       ?= 30000x
-SMOKE_FuzzClientIP     ?= 60000x
-SMOKE_FuzzHTTP         ?= 30000x
-SMOKE_FuzzScript       ?= 1500x
-SMOKE_FuzzFunction     ?= 1000x
+SMOKE_FuzzDifferential ?= 20000x
+SMOKE_FuzzRule         ?= 50000x
+SMOKE_FuzzNumbers      ?= 15000x
+SMOKE_FuzzPolicy       ?= 15000x
+SMOKE_FuzzClientIP     ?= 30000x
+SMOKE_FuzzHTTP         ?= 15000x
+SMOKE_FuzzScript       ?= 1000x
+SMOKE_FuzzFunction     ?= 600x
 BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
 BENCHTIME ?= 0.5s
 FUZZ_TARGETS := FuzzDifferential FuzzRule FuzzNumbers
@@ -41,11 +41,10 @@ generate:
 ## On 2 cores it runs two lanes side by side, each line prefixed with its
 ## lane: the CPU-bound one (unit tests with -race, then the fuzz runs) and the
 ## one that mostly waits on its servers (Redis, PostgreSQL, the modules that
-## use them, then the schema and the examples); then the benchmarks' smoke
-## run. `make unit`, `make pg`, … run one stage alone.
+## use them, the schema, the examples, the benchmarks' smoke run). `make
+## unit`, `make pg`, … run one stage alone.
 test: servers check
 	@$(MAKE) --no-print-directory -j2 lane-cpu lane-servers
-	@$(MAKE) --no-print-directory bench-smoke
 	@echo "== make test passed: $$(date +%T)"
 
 # The lanes of make test. Each stage prints its start; a lane's lines carry
@@ -53,7 +52,7 @@ test: servers check
 lane-cpu:
 	@$(MAKE) --no-print-directory -j1 unit fuzz-smoke 2>&1 | sed -u 's/^/[cpu] /'
 lane-servers:
-	@$(MAKE) --no-print-directory -j1 redis pg prom otel grpc schema examples getting-started 2>&1 | sed -u 's/^/[servers] /'
+	@$(MAKE) --no-print-directory -j1 redis pg prom otel grpc schema examples getting-started bench-smoke 2>&1 | sed -u 's/^/[servers] /'
 
 # The servers the stores' tests and benchmarks start for themselves
 # (redis-server, PostgreSQL, PgBouncer): installed with apt-get when missing

@@ -32,14 +32,14 @@ func TestCloseUnderLoad(t *testing.T) {
 }
 
 // The process's own overload is no failure of Redis's: 1024 callers on a
-// client of one connection (with a 40 ms timeout, half of which their queue for the
+// client of one connection (with an 80 ms timeout, half of which their queue for the
 // connection outlasts while a round trip does not, even under -race on a busy
 // two-core machine; coalesced, the default) never open the breaker
 // (storetest.Overload). A 3 ms timeout made round trips themselves time out.
 func TestOverloadIsNoStoreFailure(t *testing.T) {
 	srv := redistest.Start(t)
 	storetest.Overload(t, 1024, func(t *testing.T, coalesce bool) storetest.Breakered {
-		opts := Options{Timeout: 40 * time.Millisecond}
+		opts := Options{Timeout: 80 * time.Millisecond}
 		if coalesce {
 			opts = Options{Coalesce: 256} // the default timeout: a batch of 256 checks is one script call of a few ms
 		}

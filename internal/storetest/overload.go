@@ -82,7 +82,9 @@ func Overload(t *testing.T, callers int, open func(t *testing.T, coalesce bool) 
 							case shared.IsTimeout(res.Err):
 								timeout.Add(1)
 							default:
-								other.Add(1)
+								if other.Add(1) == 1 {
+									t.Logf("the first other failure: %s: %v", shared.ErrorClass(res.Err), res.Err)
+								}
 							}
 						}
 					}()
