@@ -39,9 +39,9 @@ generate:
 ## a smoke run of the benchmarks.
 ##
 ## On 2 cores it runs two lanes side by side, each line prefixed with its
-## lane: the CPU-bound one (unit tests with -race, then the fuzz runs) and the
-## one that mostly waits on its servers (Redis, PostgreSQL, the modules that
-## use them, the schema, the examples, the benchmarks' smoke run). `make
+## lane: the CPU-bound one (unit tests with -race, the fuzz runs, the schema,
+## the examples) and the one that mostly waits on its servers (Redis,
+## PostgreSQL, the modules that use them, the benchmarks' smoke run). `make
 ## unit`, `make pg`, … run one stage alone.
 test: servers check
 	@$(MAKE) --no-print-directory -j2 lane-cpu lane-servers
@@ -50,9 +50,9 @@ test: servers check
 # The lanes of make test. Each stage prints its start; a lane's lines carry
 # its name, so that the two stay readable side by side.
 lane-cpu:
-	@$(MAKE) --no-print-directory -j1 unit fuzz-smoke 2>&1 | sed -u 's/^/[cpu] /'
+	@$(MAKE) --no-print-directory -j1 unit fuzz-smoke schema examples getting-started 2>&1 | sed -u 's/^/[cpu] /'
 lane-servers:
-	@$(MAKE) --no-print-directory -j1 redis pg prom otel grpc schema examples getting-started bench-smoke 2>&1 | sed -u 's/^/[servers] /'
+	@$(MAKE) --no-print-directory -j1 redis pg prom otel grpc bench-smoke 2>&1 | sed -u 's/^/[servers] /'
 
 # The servers the stores' tests and benchmarks start for themselves
 # (redis-server, PostgreSQL, PgBouncer): installed with apt-get when missing

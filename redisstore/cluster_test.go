@@ -182,21 +182,7 @@ func TestClusterStalledMasterDegradesOnlyItsSlots(t *testing.T) {
 		t.Run(fmt.Sprintf("coalesce=%d", coalesce), func(t *testing.T) {
 			servers, c, st := clusterStore(t, 1, coalesce)
 			ctx := context.Background()
-			base, _ := NewRule("Stall", atomicbucket.Limit{Tokens: 1_000_000, Period: time.Second, Burst: 1_000_000})
-			r, err := base.WithFailure(shared.Failure{Mode: shared.FailAllow})
-			if err != nil {
-				t.Fatal(err)
-			}
-			stalled := map[string]bool{}
-			keys := make([]string, 300)
-			for i := range keys {
-				keys[i] = fmt.Sprintf("user%d", i)
-				m, err := c.MasterForKey(ctx, st.Key(r, keys[i]))
-				if err != nil {
-					t.Fatal(err)
-				}
-				stalled[keys[i]] = m.Options().Addr == servers[0].Addr
-			}
+			r, keys, stalled := stallKeys(t, c, st, "Stall", servers[0].Addr)
 			if err := servers[0].Client(t).Do(ctx, "CLIENT", "PAUSE", "1500", "ALL").Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -274,21 +260,7 @@ func TestClusterStalledMasterRecovers(t *testing.T) {
 				t.Fatal(err)
 			}
 			ctx := context.Background()
-			base, _ := NewRule("Recover", atomicbucket.Limit{Tokens: 1_000_000, Period: time.Second, Burst: 1_000_000})
-			r, err := base.WithFailure(shared.Failure{Mode: shared.FailAllow})
-			if err != nil {
-				t.Fatal(err)
-			}
-			stalled := map[string]bool{}
-			keys := make([]string, 300)
-			for i := range keys {
-				keys[i] = fmt.Sprintf("user%d", i)
-				m, err := c.MasterForKey(ctx, st.Key(r, keys[i]))
-				if err != nil {
-					t.Fatal(err)
-				}
-				stalled[keys[i]] = m.Options().Addr == servers[0].Addr
-			}
+			r, keys, stalled := stallKeys(t, c, st, "Recover", servers[0].Addr)
 			// Phases: 0 stopped, 1 the first second after it resumed, 2 the
 			// two seconds after that.
 			var phase atomic.Int32
@@ -349,4 +321,27 @@ func TestClusterStalledMasterRecovers(t *testing.T) {
 			}
 		})
 	}
+}
+
+// stallKeys is a rule named name that allows when the store cannot decide,
+// 300 keys for it, and which of them live on the master at addr (the one a
+// test stalls).
+func stallKeys(t *testing.T, c *redis.ClusterClient, st *Store, name, addr string) (*Rule, []string, map[string]bool) {
+	t.Helper()
+	base, _ := NewRule(name, atomicbucket.Limit{Tokens: 1_000_000, Period: time.Second, Burst: 1_000_000})
+	r, err := base.WithFailure(shared.Failure{Mode: shared.FailAllow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stalled := map[string]bool{}
+	keys := make([]string, 300)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user%d", i)
+		m, err := c.MasterForKey(context.Background(), st.Key(r, keys[i]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		stalled[keys[i]] = m.Options().Addr == addr
+	}
+	return r, keys, stalled
 }

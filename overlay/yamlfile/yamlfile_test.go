@@ -19,21 +19,15 @@ import (
 	"github.com/limitgen/limitgen/overlay/yamlfile"
 )
 
-const goodFile = `# numbers for policy.yaml's rules
-rules:
-  PerUser:
-    rate: 20/s
-    burst: 100
-    plans:
-      pro: {rate: 200/s, burst: 1000}
-    keys:
-      acme: {rate: 5000/s, burst: 10000}
-  PerEndpoint:
-    keys:
-      "42": {tokens_per_second: 50, burst: 60}
-  Login: {rate: 10 per 10s, burst: 10}
-  Global: {rps: 3000, burst: 6000}
-`
+// goodFile is an overlay file for policy.yaml's rules, which the overlay
+// and yamlfile tests share.
+var goodFile = func() string {
+	b, err := os.ReadFile("testdata/numbers.yaml")
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
 
 func per(tokens int64, period time.Duration, burst int64) atomicbucket.Numbers {
 	return atomicbucket.Numbers{Tokens: tokens, Period: period, Burst: burst}
