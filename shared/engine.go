@@ -228,11 +228,12 @@ func (e *Engine) Health() error { return e.guard.Health() }
 // (storeGuard.StartFailed): Health says so until a call succeeds.
 func (e *Engine) StartFailed(err error) { e.guard.StartFailed(err) }
 
-// roundTrip is a call enter let through: its context's cancel, and when it
-// started (for Stats.Latency).
+// roundTrip is a call enter let through: its context's cancel, when it
+// started (for Stats.Latency), and the time it had for the server.
 type roundTrip struct {
 	cancel context.CancelFunc
 	start  atomicbucket.Time
+	budget time.Duration
 }
 
 // enter lets a call go to the server: the store is open and (Slotted) a
@@ -264,7 +265,11 @@ func (e *Engine) enter(ctx context.Context) (context.Context, roundTrip, error) 
 			}
 		}
 	}
-	return cctx, roundTrip{cancel, atomicbucket.Now()}, nil
+	rt := roundTrip{cancel: cancel, start: atomicbucket.Now(), budget: e.guard.Timeout}
+	if d, ok := cctx.Deadline(); ok {
+		rt.budget = time.Until(d)
+	}
+	return cctx, rt, nil
 }
 
 // ended is err, a call's error, saying so when the call's context had ended
@@ -278,14 +283,22 @@ func ended(ctx context.Context, err error) error {
 	return err
 }
 
-// leave ends a call enter let through, recording how long it took.
-func (e *Engine) leave(c roundTrip) {
+// leave ends a call enter let through, recording how long it took, and
+// returns its error as the breaker should count it: a call that timed out
+// having had less than half the store's timeout for the server (the rest
+// went waiting in this process: in a coalescer's queue, for a connection)
+// says nothing of the server, and is ErrOverload.
+func (e *Engine) leave(c roundTrip, err error) error {
 	e.latency.record(atomicbucket.Now().Sub(c.start))
 	c.cancel()
 	if e.slots != nil {
 		<-e.slots
 	}
 	e.gate.Leave()
+	if err != nil && c.budget < e.guard.Timeout/2 && IsTimeout(err) {
+		return fmt.Errorf("%w: the call had %v of the %v timeout for the server: %w", ErrOverload, c.budget.Round(time.Microsecond), e.guard.Timeout, err)
+	}
+	return err
 }
 
 // Within runs fn, a call of the store's own to its server outside the
@@ -396,8 +409,7 @@ func (e *Engine) tier(ctx context.Context, calls []Call, mode Mode) (atomicbucke
 		return atomicbucket.Decision{}, -1, err
 	}
 	r, err := e.b.Tier(cctx, cl, mode)
-	err = ended(cctx, err)
-	e.leave(rt)
+	err = e.leave(rt, ended(cctx, err))
 	if err != nil {
 		return atomicbucket.Decision{}, -1, &nodeError{node, err}
 	}
@@ -444,8 +456,7 @@ func (e *Engine) one(ctx context.Context, c, clamped Call, mode Mode) (atomicbuc
 		return atomicbucket.Decision{}, err
 	}
 	r, err := e.b.Tier(cctx, []Call{clamped}, mode)
-	err = ended(cctx, err)
-	e.leave(rt)
+	err = e.leave(rt, ended(cctx, err))
 	if err != nil {
 		return atomicbucket.Decision{}, &nodeError{node, err}
 	}
@@ -604,8 +615,7 @@ func (e *Engine) flush(ctx context.Context, batch []*waitingCheck[Call]) {
 		cctx, rt, err := e.enter(ctx)
 		if err == nil {
 			replies, err = e.b.Each(cctx, pt.groups)
-			err = ended(cctx, err)
-			e.leave(rt)
+			err = e.leave(rt, ended(cctx, err))
 		}
 		if err == nil && len(replies) != len(pt.groups) {
 			err = fmt.Errorf("%s: %d replies for %d groups", e.b.Name(), len(replies), len(pt.groups))
@@ -650,8 +660,7 @@ func (e *Engine) NewLease(r *StoreRule, key string, maxBatch int64) *Lease {
 		}
 		c := Call{r, key, cost}
 		lr, err := e.b.Lease(cctx, c.Clamped(), want, prev)
-		err = ended(cctx, err)
-		e.leave(rt)
+		err = e.leave(rt, ended(cctx, err))
 		if err != nil {
 			return Granted{}, err
 		}
