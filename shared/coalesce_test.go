@@ -68,8 +68,9 @@ func TestCoalescerCloseUnderLoad(t *testing.T) {
 // when its context ends (a stalled server) and 64 callers on two flushers.
 // Before, a check could wait a timeout in the queue and then a flush's twice
 // the timeout for its call. Every check ends with an error, in about the
-// timeout: never past it by more than scheduling (25 ms allowed, on a
-// 100 ms timeout).
+// timeout: never past it by more than scheduling (90 ms allowed, on a
+// 100 ms timeout, for -race beside make test's other lane, where 135 ms was
+// seen; the old code's call alone took twice the timeout, 200 ms).
 func TestCoalescerBoundsTheWait(t *testing.T) {
 	const timeout = 100 * time.Millisecond
 	c := newBatcher(4, timeout, func(ctx context.Context, batch []*waitingCheck[int]) {
@@ -103,7 +104,7 @@ func TestCoalescerBoundsTheWait(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if w := time.Duration(worst.Load()); w > timeout+25*time.Millisecond {
+	if w := time.Duration(worst.Load()); w > timeout+90*time.Millisecond {
 		t.Errorf("a check waited %v in all, the timeout is %v", w, timeout)
 	}
 	if answered.Load() != 192 {
