@@ -110,6 +110,14 @@ func SourceConvergence(t *testing.T, src Source) SourceFigures {
 		return admitted
 	}
 
+	// Every instance has read the source once (its watch started: a table
+	// and its trigger created, a channel listened to) before the first
+	// change, which is then a notified one for all of them.
+	converge("every instance's first read", 10*time.Second, func(l *sharedlimits.Limits) bool {
+		_, sets, _ := l.NumbersApplied()
+		return sets >= 1
+	})
+
 	// A cut of PerUser's free plan from the policy's burst of 20 to 5, made
 	// while every instance checks key "busy".
 	var admitted atomic.Int64
