@@ -129,6 +129,29 @@ func TestRollingDeploy(t *testing.T) {
 	}
 }
 
+// A drained bucket read by a version with a larger burst is kept until
+// that version's bucket is full (storetest.KeptForTheLargerBurst): the
+// sweep, run just before the last check, leaves its row.
+func TestKeptForTheLargerBurst(t *testing.T) {
+	srv := pgtest.Start(t)
+	var stores []*pgstore.Store
+	storetest.KeptForTheLargerBurst(t, func(t *testing.T) shared.Store {
+		st, err := pgstore.New(context.Background(), srv.Pool(t), pgstore.Options{Timeout: 10 * time.Second, SweepEvery: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		stores = append(stores, st)
+		return st
+	}, func() {
+		for _, st := range stores {
+			if _, err := st.Sweep(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
 // Shared rules' numbers changed at run time on eight instances of one
 // service (storetest.GeneratedNumbers).
 func TestGeneratedNumbers(t *testing.T) {

@@ -155,6 +155,19 @@ const readBlock = `
           held := ov[3] - least(greatest(oa, 0), ov[3]);
           ahead := tau - least(div(held::numeric * emit, ov[2]), tau)::bigint;
         END IF;
+        IF ahead > 0 THEN
+          -- The row is kept at least until the bucket is full by these
+          -- numbers too, whether or not this check writes it: a row swept
+          -- when full by its writer's smaller burst would be new, and full,
+          -- to a version with a larger one.
+          IF kind = 1 THEN
+            full_us := us + (ahead + pm - 1) / pm;
+          ELSE
+            q := (ahead + pm - 1) / pm;
+            full_us := us + (q * per - since + 999) / 1000;
+          END IF;
+          UPDATE {{TABLE}} b SET full_at = full_us WHERE b.r = rr AND b.k = kk AND b.full_at < full_us;
+        END IF;
       ELSIF kind = 1 THEN
         ahead := {{AHEAD:rec}};
       ELSIF rec.s < idx - 1 - tau / pm THEN

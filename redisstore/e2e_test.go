@@ -111,3 +111,18 @@ func TestGeneratedNumbers(t *testing.T) {
 	srv := redistest.Start(t)
 	storetest.GeneratedNumbers(t, instances(t, srv.Addr))
 }
+
+// A drained bucket read by a version with a larger burst is kept until
+// that version's bucket is full (storetest.KeptForTheLargerBurst).
+func TestKeptForTheLargerBurst(t *testing.T) {
+	srv := redistest.Start(t)
+	storetest.KeptForTheLargerBurst(t, func(t *testing.T) shared.Store {
+		c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+		t.Cleanup(func() { c.Close() })
+		st, err := redisstore.New(context.Background(), c, redisstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}, nil)
+}

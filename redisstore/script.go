@@ -40,6 +40,9 @@ import "strings"
 // nothing, so until another check writes it, the bucket goes on refilling by
 // its writer's numbers. An interval bucket converts what the bucket held at
 // its grid's last boundary, since its next boundary adds a period's tokens.
+// A check that converts a bucket keeps its key at least until the bucket is
+// full by the checker's numbers too, written or not: expired when full by a
+// smaller burst, it would be new, and full, to a version with a larger one.
 // A value without numbers (written by an earlier version of limitgen) is
 // read by the checker's.
 //
@@ -260,6 +263,35 @@ local function convert(r, hi, lo, sig)
   return r.tau - muldiv(held, r.emit, unit)
 end
 
+-- fullIn is how long (ms, at least 1) bucket r takes to be full by its own
+-- numbers from ahead units past now: when its key may expire.
+local function fullIn(r, ahead)
+  local ns
+  if r.mode == 1 then
+    local perMilli = r.perSecond / 1000
+    local ms = idiv(ahead, perMilli)
+    if ms * perMilli < ahead then
+      ms = ms + 1
+    end
+    ns = ms * 1000000
+  else
+    local q = idiv(ahead, r.tokens)
+    local periods = q
+    if ahead > q * r.tokens then
+      periods = q + 1
+    end
+    ns = periods * r.period - r.since
+  end
+  local ms = idiv(ns, 1000000)
+  if ms * 1000000 < ns then
+    ms = ms + 1
+  end
+  if ms < 1 then
+    ms = 1
+  end
+  return ms
+end
+
 local b = {}
 for i = 1, n do
   local o = ruleAt(i)
@@ -296,6 +328,7 @@ for i = 1, n do
       end
       if sig ~= '' and sig ~= r.sig then
         r.ahead = convert(r, hi, lo, sig)
+        r.converted = true
       elseif r.mode == 1 then
         r.ahead = (hi - nsec) * r.perSecond + (lo - r.nsub)
       elseif hi < r.index - 1 - r.tau / r.tokens then
@@ -309,6 +342,16 @@ for i = 1, n do
       if E then
         held(r, tonumber(E), tonumber(hc), tonumber(hp))
       end
+      if r.converted and r.ahead > 0 then
+        -- The key is kept at least until the bucket is full by this
+        -- check's numbers too, whether or not the check writes it: a key
+        -- that expired when full by its writer's smaller burst would be
+        -- new, and full, to a version with a larger one.
+        local ms = fullIn(r, r.ahead) + {{SLACK}}
+        if redis.call('PTTL', KEYS[i]) < ms then
+          redis.call('PEXPIRE', KEYS[i], string.format('%d', ms))
+        end
+      end
     end
   end
   b[i] = r
@@ -318,33 +361,16 @@ end
 -- when the bucket is full again.
 local function write(i, ahead)
   local r = b[i]
-  local hi, lo, ns
+  local hi, lo
   if r.mode == 1 then
     local total = r.nsub + ahead
     local q = idiv(total, r.perSecond)
     hi, lo = nsec + q, total - q * r.perSecond
-    local perMilli = r.perSecond / 1000
-    local ms = idiv(ahead, perMilli)
-    if ms * perMilli < ahead then
-      ms = ms + 1
-    end
-    ns = ms * 1000000
   else
     local q = idiv(ahead, r.tokens)
     hi, lo = r.index + q, ahead - q * r.tokens
-    local periods = q
-    if lo > 0 then
-      periods = q + 1
-    end
-    ns = periods * r.period - r.since
   end
-  local ms = idiv(ns, 1000000)
-  if ms * 1000000 < ns then
-    ms = ms + 1
-  end
-  if ms < 1 then
-    ms = 1
-  end
+  local ms = fullIn(r, ahead)
   local value = string.format('%d %d', hi, lo)
   if r.hc > 0 or r.hp > 0 then
     -- kept while a lease may hold tokens, and until their time has passed

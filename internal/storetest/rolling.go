@@ -285,3 +285,55 @@ func Versions(t *testing.T, st Store, seed uint64, pairs int, start int64) (deci
 	}
 	return decisions, converted
 }
+
+// KeptForTheLargerBurst: a bucket that one version drains and another
+// (with a larger burst) then reads is kept until it is full by the reader's
+// numbers too. v1's Batch (5/s, burst 5) takes its whole burst; v2's (4 per
+// 1s, burst 8, interval) checks it at once, converted and denied; a second
+// later, when v1's bucket is full by v1's numbers but not yet by v2's, v2
+// asks for 8. The bucket holds at most v1's 5 then, so it is denied. A
+// store that forgot the bucket when it was full by its writer's numbers (an
+// expired Redis key, a swept row) gave v2 a new, full bucket of 8: a
+// version's burst refilled by a version change. forget runs just before
+// that check (a store that sweeps full buckets on a schedule sweeps then).
+func KeptForTheLargerBurst(t *testing.T, open func(t *testing.T) shared.Store, forget func()) {
+	ctx := context.Background()
+	v1 := rollingv1.New(rollingv1.WithStore(open(t)))
+	v2 := rollingv2.New(rollingv2.WithStore(open(t)))
+	const v1Full = time.Second // v1's burst over its rate
+	for attempt := range 10 {
+		key := fmt.Sprintf("kept-%d-%d", time.Now().UnixNano(), attempt)
+		drained := v1.Batch.AllowN(ctx, key, 5)
+		if !drained.Allowed || drained.Err != nil {
+			t.Fatalf("v1 could not take its full burst of a new bucket: %+v", drained)
+		}
+		read := v2.Batch.AllowN(ctx, key, 1)
+		if read.Err != nil {
+			t.Fatal(read.Err)
+		}
+		if read.Allowed {
+			t.Fatalf("v2 took a token of a bucket v1 had just drained: %+v", read)
+		}
+		// v2's bucket is full only after its next two boundaries: when that
+		// is too soon after v1's second, another key is tried.
+		if read.Reset < v1Full+300*time.Millisecond {
+			continue
+		}
+		time.Sleep(v1Full + 100*time.Millisecond)
+		if forget != nil {
+			forget()
+		}
+		got := v2.Batch.AllowN(ctx, key, 8)
+		if got.Err != nil {
+			t.Fatal(got.Err)
+		}
+		if got.Allowed {
+			t.Fatalf("v2 took 8 from a bucket v1 had drained %v before (it holds at most v1's burst of 5): the store forgot it and gave v2 a new one", v1Full+100*time.Millisecond)
+		}
+		if got.Remaining > 5 {
+			t.Fatalf("v2 sees %d tokens in a bucket that holds at most v1's burst of 5", got.Remaining)
+		}
+		return
+	}
+	t.Fatal("v2's bucket was due full within 1.3 s in ten tries")
+}
