@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -457,6 +458,36 @@ func TestMiddlewareHookKeyTooLong(t *testing.T) {
 	}
 	if n := lim.PerUser.Len(); n != 0 {
 		t.Errorf("%d PerUser buckets made for an over-long key", n)
+	}
+}
+
+// TestServeMuxHasNoWayAround: the generated ServeMux gives no way to the
+// mux it wraps: no exported field (an embedded *http.ServeMux served as
+// mux.ServeMux was unlimited) and no method that returns a handler or a mux
+// (the promoted Handler(r) returned the registered handler, unchecked).
+func TestServeMuxHasNoWayAround(t *testing.T) {
+	typ := reflect.TypeFor[limits.ServeMux]()
+	for f := range typ.Fields() {
+		if f.IsExported() {
+			t.Errorf("ServeMux has the exported field %s %v", f.Name, f.Type)
+		}
+	}
+	handler := reflect.TypeFor[http.Handler]()
+	ptr := reflect.PointerTo(typ)
+	for m := range ptr.Methods() {
+		for out := range m.Type.Outs() {
+			if out.Implements(handler) || out == reflect.TypeFor[*http.ServeMux]() {
+				t.Errorf("(*ServeMux).%s returns a %v: a way to serve requests unchecked", m.Name, out)
+			}
+		}
+	}
+	want := []string{"Handle", "HandleFunc", "ServeHTTP", "Uncovered", "Unregistered"}
+	var got []string
+	for m := range ptr.Methods() {
+		got = append(got, m.Name)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("(*ServeMux)'s methods are %v; want %v (a new one must be checked for a way around the middleware)", got, want)
 	}
 }
 

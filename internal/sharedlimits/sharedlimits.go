@@ -3992,8 +3992,9 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request) bool {
 // path) alike. The routes are limited by the policy's patterns whatever patterns are registered
 // here; Uncovered lists the registered patterns whose requests no policy route covers (served
 // unlimited), and Unregistered the policy's patterns with no handler of the same spelling.
+// The mux it wraps is out of reach (no field, no Handler method), so nothing serves it unchecked.
 type ServeMux struct {
-	*http.ServeMux
+	mux        *http.ServeMux
 	m          *Middleware
 	h          http.Handler // the mux behind the middleware
 	mu         sync.Mutex
@@ -4021,9 +4022,9 @@ var httpRouter = limithttp.MustRouterSwitch(httpLiteral, httpPatterns[:]...)
 func (m *Middleware) NewServeMux() *ServeMux {
 	mux := http.NewServeMux()
 	return &ServeMux{
-		ServeMux:   mux,
 		h:          m.Wrap(mux),
 		m:          m,
+		mux:        mux,
 		registered: map[string]bool{},
 	}
 }
@@ -4035,7 +4036,7 @@ func (s *ServeMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // Handle registers h for pattern (the middleware checks every request before the mux).
 func (s *ServeMux) Handle(pattern string, h http.Handler) {
-	s.ServeMux.Handle(pattern, h)
+	s.mux.Handle(pattern, h)
 	s.mu.Lock()
 	s.registered[pattern] = true
 	s.mu.Unlock()

@@ -432,8 +432,9 @@ func emitMiddleware(m *model.Model) jen.Code {
 		Comment("path) alike. The routes are limited by the policy's patterns whatever patterns are registered").Line().
 		Comment("here; Uncovered lists the registered patterns whose requests no policy route covers (served").Line().
 		Comment("unlimited), and Unregistered the policy's patterns with no handler of the same spelling.").Line().
+		Comment("The mux it wraps is out of reach (no field, no Handler method), so nothing serves it unchecked.").Line().
 		Type().Id("ServeMux").Struct(
-		jen.Op("*").Qual("net/http", "ServeMux"),
+		jen.Id("mux").Op("*").Qual("net/http", "ServeMux"),
 		jen.Id("m").Op("*").Id("Middleware"),
 		jen.Id("h").Qual("net/http", "Handler").Comment("the mux behind the middleware"),
 		jen.Id("mu").Qual("sync", "Mutex"),
@@ -446,7 +447,7 @@ func emitMiddleware(m *model.Model) jen.Code {
 		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("NewServeMux").Params().Op("*").Id("ServeMux").Block(
 		jen.Id("mux").Op(":=").Qual("net/http", "NewServeMux").Call(),
 		jen.Return(jen.Op("&").Id("ServeMux").Values(jen.Dict{
-			jen.Id("ServeMux"):   jen.Id("mux"),
+			jen.Id("mux"):        jen.Id("mux"),
 			jen.Id("m"):          jen.Id("m"),
 			jen.Id("h"):          jen.Id("m").Dot("Wrap").Call(jen.Id("mux")),
 			jen.Id("registered"): jen.Map(jen.String()).Bool().Values(),
@@ -458,7 +459,7 @@ func emitMiddleware(m *model.Model) jen.Code {
 	).Line().Line().
 		Comment("Handle registers h for pattern (the middleware checks every request before the mux).").Line().
 		Func().Params(jen.Id("s").Op("*").Id("ServeMux")).Id("Handle").Params(jen.Id("pattern").String(), jen.Id("h").Qual("net/http", "Handler")).Block(
-		jen.Id("s").Dot("ServeMux").Dot("Handle").Call(jen.Id("pattern"), jen.Id("h")),
+		jen.Id("s").Dot("mux").Dot("Handle").Call(jen.Id("pattern"), jen.Id("h")),
 		jen.Id("s").Dot("mu").Dot("Lock").Call(),
 		jen.Id("s").Dot("registered").Index(jen.Id("pattern")).Op("=").True(),
 		jen.Id("s").Dot("mu").Dot("Unlock").Call(),
