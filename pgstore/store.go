@@ -50,8 +50,10 @@ type Options struct {
 	// lock one commit at a time (with fsync on, a hot key's statements one at
 	// a time decided about 540 checks a second here, and 64 callers then
 	// waited past 200 ms; coalesced, 9,500 and none). A check that finds no
-	// other waiting goes alone, as without coalescing. Default
-	// DefaultCoalesce; below 0, a statement a check.
+	// other waiting goes alone, as without coalescing. Default (and 0)
+	// DefaultCoalesce; below 0, a statement a check. Before coalescing was
+	// the default, 0 meant a statement a check: set -1 for that now
+	// (Store.Coalesce says what runs; redisstore's 0 is still a call a check).
 	Coalesce int
 	// SweepEvery is how often, at most, checks start a sweep of the rows of
 	// full buckets (Store.Sweep) in the background. Default

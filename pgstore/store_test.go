@@ -108,3 +108,20 @@ func TestNamespaces(t *testing.T) {
 		return st
 	})
 }
+
+// Store.Coalesce says what runs: pgstore coalesces by default, also when
+// Options.Coalesce is 0 (which once meant a statement a check), and -1 turns
+// it off.
+func TestCoalesceAsRun(t *testing.T) {
+	srv := pgtest.Start(t)
+	for _, c := range []struct{ set, runs int }{{0, DefaultCoalesce}, {-1, 0}, {8, 8}} {
+		st, err := New(context.Background(), srv.Pool(t), Options{Coalesce: c.set, SweepEvery: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(st.Close)
+		if got := st.Coalesce(); got != c.runs {
+			t.Errorf("Options.Coalesce %d: the store carries up to %d checks a statement; want %d", c.set, got, c.runs)
+		}
+	}
+}

@@ -39,7 +39,8 @@ type Options struct {
 	// Coalesce, when above 0, has concurrent checks share script calls, at
 	// most Coalesce checks a call, each decided on its own: under load a call
 	// then carries many decisions. A check that finds no other waiting goes
-	// alone.
+	// alone. 0, the default: a call a check (pgstore's 0 means its default
+	// batch; Store.Coalesce says what runs).
 	Coalesce int
 }
 

@@ -295,3 +295,19 @@ func TestNamespaces(t *testing.T) {
 		t.Error("New took a namespace that would change the key's hash tag")
 	}
 }
+
+// Store.Coalesce says what runs: on Redis, 0 (the default) is a call a
+// check.
+func TestCoalesceAsRun(t *testing.T) {
+	srv := redistest.Start(t)
+	for _, c := range []struct{ set, runs int }{{0, 0}, {-1, 0}, {8, 8}} {
+		st, err := New(context.Background(), srv.Client(t), Options{Coalesce: c.set})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := st.Coalesce(); got != c.runs {
+			t.Errorf("Options.Coalesce %d: the store carries up to %d checks a call; want %d", c.set, got, c.runs)
+		}
+		st.Close()
+	}
+}

@@ -19,6 +19,7 @@ import (
 // at a time it costs a channel hand-off.
 type batcher[C any] struct {
 	timeout   time.Duration // the most a check waits in all: in the queue, then for its call
+	size      int           // the most checks a call carries
 	queue     chan *waitingCheck[C]
 	closing   chan struct{} // closed by Close: flushers drain the queue and stop
 	stopped   chan struct{} // closed when every flusher has stopped
@@ -60,7 +61,7 @@ const coalesceFlushers = 2
 // of its checks' deadlines.
 func newBatcher[C any](maxBatch int, timeout time.Duration, call func(ctx context.Context, batch []*waitingCheck[C])) *batcher[C] {
 	maxBatch = max(maxBatch, 1)
-	c := &batcher[C]{timeout: timeout, queue: make(chan *waitingCheck[C], 4*maxBatch), closing: make(chan struct{}), stopped: make(chan struct{})}
+	c := &batcher[C]{timeout: timeout, size: maxBatch, queue: make(chan *waitingCheck[C], 4*maxBatch), closing: make(chan struct{}), stopped: make(chan struct{})}
 	var wg sync.WaitGroup
 	for range coalesceFlushers {
 		wg.Add(1)

@@ -209,6 +209,16 @@ func NewEngine(b Backend, timeout time.Duration, coalesce int) *Engine {
 // Timeout is the most a check waits for the store.
 func (e *Engine) Timeout() time.Duration { return e.guard.Timeout }
 
+// Coalesce is the most checks one call to the store carries, as the store
+// runs: 0 when each check makes its own call (stores differ in their
+// default: see each one's Options.Coalesce).
+func (e *Engine) Coalesce() int {
+	if e.co == nil {
+		return 0
+	}
+	return e.co.size
+}
+
 // Stats returns the store's counts so far.
 func (e *Engine) Stats() Stats {
 	calls, degraded := e.guard.Counts()
