@@ -29,9 +29,9 @@ generate:
 	$(GO) run ./gen -policy bench/httppolicy.yaml -out bench/httplimits
 	$(GO) run ./gen -policy bench/sharedpolicy.yaml -out bench/sharedlimits
 	$(GO) run ./gen -policy bench/grpcpolicy.yaml -out bench/grpclimits
-	$(GO) run ./gen -policy internal/storetest/sharedpolicy.yaml -out internal/sharedlimits
-	$(GO) run ./gen -policy internal/storetest/rolling/v1.yaml -out internal/rolling/v1
-	$(GO) run ./gen -policy internal/storetest/rolling/v2.yaml -out internal/rolling/v2
+	$(GO) run ./gen -policy storetest/sharedpolicy.yaml -out internal/sharedlimits
+	$(GO) run ./gen -policy storetest/rolling/v1.yaml -out internal/rolling/v1
+	$(GO) run ./gen -policy storetest/rolling/v2.yaml -out internal/rolling/v2
 	$(GO) run ./gen -policy limitgrpc/testdata/policy.yaml -out limitgrpc/internal/grpclimits
 
 ## test: everything CI checks — formatting, vet, tidy modules, all tests with -race
@@ -64,9 +64,9 @@ check:
 	$(GO) run ./gen -policy bench/httppolicy.yaml -out bench/httplimits -check
 	$(GO) run ./gen -policy bench/sharedpolicy.yaml -out bench/sharedlimits -check
 	$(GO) run ./gen -policy bench/grpcpolicy.yaml -out bench/grpclimits -check
-	$(GO) run ./gen -policy internal/storetest/sharedpolicy.yaml -out internal/sharedlimits -check
-	$(GO) run ./gen -policy internal/storetest/rolling/v1.yaml -out internal/rolling/v1 -check
-	$(GO) run ./gen -policy internal/storetest/rolling/v2.yaml -out internal/rolling/v2 -check
+	$(GO) run ./gen -policy storetest/sharedpolicy.yaml -out internal/sharedlimits -check
+	$(GO) run ./gen -policy storetest/rolling/v1.yaml -out internal/rolling/v1 -check
+	$(GO) run ./gen -policy storetest/rolling/v2.yaml -out internal/rolling/v2 -check
 	$(GO) run ./gen -policy limitgrpc/testdata/policy.yaml -out limitgrpc/internal/grpclimits -check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...

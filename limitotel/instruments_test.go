@@ -60,7 +60,7 @@ func collect(t *testing.T, reader *sdkmetric.ManualReader) (points map[string]fl
 	return points, units
 }
 
-// A service generated from internal/storetest/sharedpolicy.yaml, its shared
+// A service generated from storetest/sharedpolicy.yaml, its shared
 // rules on a PostgreSQL server the test starts, read through the
 // OpenTelemetry SDK's manual reader: the middleware's decisions by rule and
 // outcome, a local rule's table, the store's checks and round trips and its

@@ -43,7 +43,7 @@ func scrape(t *testing.T, url string) map[string]float64 {
 	return out
 }
 
-// A service generated from internal/storetest/sharedpolicy.yaml, its shared
+// A service generated from storetest/sharedpolicy.yaml, its shared
 // rules on a PostgreSQL server the test starts, its middleware counting
 // decisions; the collector registered, and /metrics served on 127.0.0.1 and
 // scraped over HTTP: the middleware's decisions by rule and outcome, a local

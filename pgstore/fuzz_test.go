@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitgen/limitgen/internal/storetest"
 	"github.com/limitgen/limitgen/pgstore/pgtest"
+	"github.com/limitgen/limitgen/storetest"
 )
 
 // FuzzFunction runs fuzzed programs (storetest.Program) through the check

@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/internal/sharedlimits"
-	"github.com/limitgen/limitgen/internal/storetest"
 	"github.com/limitgen/limitgen/pgstore"
 	"github.com/limitgen/limitgen/pgstore/pgtest"
+	"github.com/limitgen/limitgen/storetest"
 )
 
 // The numbers table on one database, watched by eight instances

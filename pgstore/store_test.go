@@ -3,12 +3,11 @@ package pgstore
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/limitgen/limitgen/internal/storetest"
 	"github.com/limitgen/limitgen/pgstore/pgtest"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/storetest"
 )
 
 // open connects a pool of at most conns connections to srv (closed when the
@@ -64,50 +63,6 @@ func (t timed) LeaseAt(c shared.Call, want int64, prev shared.Settlement, sec, u
 // atStore is st's check functions at explicit times, as package storetest
 // drives them.
 func atStore(st *Store) *storetest.TimedStore { return storetest.Backend(timed{st.b}, NewRule) }
-
-// The check function at explicit microsecond times, against the exact
-// reference: random greedy rules (checks and peeks), interval rules on their
-// keys' grids, and tiers of up to four rules, all or nothing; and leases,
-// whose grants and per-request checks together never exceed the envelope in
-// any window, and whose expired grants count as spent at their expiry.
-func TestMatchesReference(t *testing.T) {
-	srv := pgtest.Start(t)
-	_, st := open(t, srv, 4, Options{})
-	t.Run("greedy", func(t *testing.T) {
-		exact, decisions := storetest.Greedy(t, atStore(st), 3, 200, 1_790_000_000)
-		t.Logf("%d exact rules, %d decisions equal to the reference", exact, decisions)
-	})
-	t.Run("interval", func(t *testing.T) {
-		decisions := storetest.Interval(t, atStore(st), 11, 120, time.Now().Unix()+86400)
-		t.Logf("%d interval decisions equal to the reference", decisions)
-	})
-	t.Run("tier", func(t *testing.T) {
-		decisions, denied := storetest.Tiers(t, atStore(st), 7, 60, time.Now().Unix()+86400)
-		t.Logf("%d tier decisions (%d denied) equal to the reference", decisions, denied)
-	})
-	t.Run("versions", func(t *testing.T) {
-		decisions, converted := storetest.Versions(t, atStore(st), 5, 150, time.Now().Unix()+86400)
-		if converted < 1000 {
-			t.Fatalf("only %d of %d decisions on a converted bucket", converted, decisions)
-		}
-		t.Logf("%d decisions equal to the reference, %d of them on a bucket the other version wrote", decisions, converted)
-	})
-	t.Run("lease-envelope", func(t *testing.T) {
-		rules, total, leased := storetest.LeaseEnvelope(t, atStore(st))
-		t.Logf("%d rules: %d tokens admitted, %d of them from leases; no window beyond the envelope", rules, total, leased)
-	})
-	t.Run("lease-expiry", func(t *testing.T) { storetest.LeaseExpiry(t, atStore(st)) })
-}
-
-// Two namespaces never share a bucket (storetest.Namespaces): rows of one
-// table, told apart by their rule names.
-func TestNamespaces(t *testing.T) {
-	srv := pgtest.Start(t)
-	storetest.Namespaces(t, func(t *testing.T, ns string) shared.Store {
-		_, st := open(t, srv, 2, Options{Namespace: ns})
-		return st
-	})
-}
 
 // Store.Coalesce says what runs: pgstore coalesces by default, also when
 // Options.Coalesce is 0 (which once meant a statement a check), and -1 turns

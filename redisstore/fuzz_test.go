@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitgen/limitgen/internal/storetest"
 	"github.com/limitgen/limitgen/redisstore/internal/redistest"
+	"github.com/limitgen/limitgen/storetest"
 )
 
 // FuzzScript runs fuzzed programs (storetest.Program) through the script's

@@ -14,10 +14,10 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/sharedlimits"
-	"github.com/limitgen/limitgen/internal/storetest"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/redisstore"
 	"github.com/limitgen/limitgen/redisstore/internal/redistest"
+	"github.com/limitgen/limitgen/storetest"
 	"github.com/redis/go-redis/v9"
 )
 

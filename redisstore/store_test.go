@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/internal/storetest"
 	"github.com/limitgen/limitgen/redisstore/internal/redistest"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/storetest"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -36,19 +36,6 @@ func (t timed) LeaseAt(c shared.Call, want int64, prev shared.Settlement, sec, u
 // drives it.
 func scriptStore(client redis.UniversalClient) *storetest.TimedStore {
 	return storetest.Backend(timed{newStore(client, true, Options{}).b}, NewRule)
-}
-
-// TestScriptMatchesReference drives the script's explicit-time variant on a
-// real redis-server with random rules, keys, microsecond times and costs, and
-// holds every decision (allowed, remaining, retry-after, reset) to the exact
-// reference evaluated at the same times, for every rule whose units are exact.
-func TestScriptMatchesReference(t *testing.T) {
-	srv := redistest.Start(t)
-	exact, decisions := storetest.Greedy(t, scriptStore(srv.Client(t)), 3, 200, 1_790_000_000)
-	if exact < 50 {
-		t.Fatalf("only %d exact rules drawn", exact)
-	}
-	t.Logf("%d exact rules, %d decisions equal to the reference", exact, decisions)
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -92,17 +79,6 @@ func TestKeyExpiresWhenFull(t *testing.T) {
 	}
 }
 
-// TestTierMatchesReference: tiers of 1 to 4 random exact rules (greedy, and
-// interval ones among them) in one script call, at explicit microsecond
-// times, against the exact reference composed with atomicbucket.TierAt
-// (ordered takes, refunded on a denial): the same decision, from the same
-// rule, every time.
-func TestTierMatchesReference(t *testing.T) {
-	srv := redistest.Start(t)
-	decisions, denied := storetest.Tiers(t, scriptStore(srv.Client(t)), 7, 60, time.Now().Unix()+86400)
-	t.Logf("%d tier decisions (%d denied) equal to the reference", decisions, denied)
-}
-
 // SCRIPT FLUSH between checks: the next check loads the script again (EVALSHA
 // answered NOSCRIPT, then EVAL) and the bucket's state is intact.
 func TestScriptFlushSurvived(t *testing.T) {
@@ -134,29 +110,6 @@ func TestScriptFlushSurvived(t *testing.T) {
 	if n := c.ScriptExists(ctx, st.b.check.Hash()).Val(); len(n) != 1 || !n[0] {
 		t.Errorf("the script is not loaded again after SCRIPT FLUSH: %v", n)
 	}
-}
-
-// TestIntervalMatchesReference: interval rules (grids placed by the key, or
-// aligned to the wall clock) on Redis's microsecond clock, against the exact
-// reference with the local tables' grids (atomicbucket.Rule.KeyAnchor), at
-// the same wall-clock times: the same decisions, so a key's grid is where
-// every instance and every store puts it.
-func TestIntervalMatchesReference(t *testing.T) {
-	srv := redistest.Start(t)
-	decisions := storetest.Interval(t, scriptStore(srv.Client(t)), 11, 120, time.Now().Unix()+86400)
-	t.Logf("%d interval decisions equal to the reference", decisions)
-}
-
-// Two versions of one rule on one bucket (a rolling deploy): a check by one
-// version of a bucket the other wrote converts it as the reference does
-// (storetest.Versions).
-func TestScriptConvertsVersions(t *testing.T) {
-	srv := redistest.Start(t)
-	decisions, converted := storetest.Versions(t, scriptStore(srv.Client(t)), 5, 150, time.Now().Unix()+86400)
-	if converted < 1000 {
-		t.Fatalf("only %d of %d decisions on a converted bucket", converted, decisions)
-	}
-	t.Logf("%d decisions equal to the reference, %d of them on a bucket the other version wrote", decisions, converted)
 }
 
 // A bucket's value ends with the numbers it was written with; a value an
@@ -272,17 +225,11 @@ func TestKeysRefused(t *testing.T) {
 	}
 }
 
-// Two namespaces never share a bucket (storetest.Namespaces), and a store's
-// namespace is in its keys.
-func TestNamespaces(t *testing.T) {
+// A store's namespace is in its keys, and one that would change a key's
+// hash tag is refused (that two never share a bucket is storetest.Run's
+// Namespaces).
+func TestNamespaceInKeys(t *testing.T) {
 	srv := redistest.Start(t)
-	storetest.Namespaces(t, func(t *testing.T, ns string) shared.Store {
-		st, err := New(context.Background(), srv.Client(t), Options{Namespace: ns})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	})
 	st, err := New(context.Background(), srv.Client(t), Options{Namespace: "staging"})
 	if err != nil {
 		t.Fatal(err)
@@ -307,6 +254,9 @@ func TestCoalesceAsRun(t *testing.T) {
 		}
 		if got := st.Coalesce(); got != c.runs {
 			t.Errorf("Options.Coalesce %d: the store carries up to %d checks a call; want %d", c.set, got, c.runs)
+		}
+		if st.Timeout() != 200*time.Millisecond {
+			t.Errorf("a store's default timeout is %v; the README and shared.DefaultTimeout say 200ms", st.Timeout())
 		}
 		st.Close()
 	}

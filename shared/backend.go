@@ -10,7 +10,7 @@ import (
 // which does everything else: rules, tiers, failure settings, breakers,
 // coalescing, leases, Bind and Close. A Backend is given Calls and answers
 // Replies, in the rule's integers on the server's clock (Integers);
-// internal/storetest holds a store to the exact reference.
+// storetest holds a store to the exact reference.
 
 // Call is one bucket's part in a store's round trip: the rule, the request's
 // key, and the cost. A Backend gets costs in [0, Burst+1]: a cost outside the

@@ -16,7 +16,7 @@ import (
 // (everything else: rules, the all-or-nothing tier, the failure settings and
 // the breakers, coalescing, leases, Bind, Close). redisstore and pgstore are
 // each a Backend and an Engine; a store of your own is the same, and passes
-// the contract tests of internal/storetest.
+// the contract tests of storetest.
 
 // StoreRule is a shared rule prepared for a store: its name (part of its
 // keys), its integers on the store's microsecond clock, its failure setting

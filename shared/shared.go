@@ -15,7 +15,7 @@
 // else once for every store: rules (StoreRule), tiers, the failure settings,
 // a circuit breaker per server (BreakerState), coalescing, leases (Lease),
 // Bind and Close. Integers and MicroUnits are a rule's integers on a store's
-// microsecond clock; internal/storetest is the contract a store passes. The
+// microsecond clock; storetest is the contract a store passes. The
 // package exports what stores and generated packages use, and no more.
 package shared
 

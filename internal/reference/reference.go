@@ -1,6 +1,6 @@
 // Package reference is the exact reference token bucket that package fuzz's
 // tests hold every optimised path of atomicbucket (and of generated limiters)
-// against, and that the stores' tests (internal/storetest) hold Redis and
+// against, and that the stores' tests (storetest) hold Redis and
 // PostgreSQL to.
 //
 // It is written from the contract, not from the implementation: exact

@@ -43,7 +43,7 @@ type admitted struct {
 }
 
 // RollingDeploy: two generated versions of one service's shared rules
-// (internal/storetest/rolling: v1.yaml, then v2.yaml with other rates,
+// (storetest/rolling: v1.yaml, then v2.yaml with other rates,
 // bursts, units, and for Batch interval refill instead of greedy) check the
 // same keys on one store, two instances of each, as during a rolling deploy
 // that takes d: both from the start, and v2 alone for the last quarter. A bucket is kept in the numbers it was written with

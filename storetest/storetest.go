@@ -1,6 +1,9 @@
-// Package storetest holds a shared store to the exact reference (package
-// internal/reference): the same random rules, keys, costs and microsecond times for every
-// store (Redis, PostgreSQL), each driven through its explicit-time variant.
+// Package storetest is the contract a shared store passes: Run(t, harness)
+// runs every property, each on a server of its own, for Redis, PostgreSQL
+// or a store written elsewhere. It holds the store to the exact reference
+// (package internal/reference) with the same random rules, keys, costs and
+// microsecond times for every store, each driven through its explicit-time
+// variant (Backend), and drives generated packages over it as services do.
 package storetest
 
 import (
