@@ -62,7 +62,12 @@ func (s *backend) eachAt(ctx context.Context, calls []shared.Call, at *int64) ([
 	}
 	sortRows(ord, names, keys)
 	var res []int64
-	if err := s.pool.QueryRow(ctx, s.each, execMode, names, keys, ord, v, ci, cc, at).Scan(&res); err != nil {
+	qm := s.queryMode()
+	err := s.pool.QueryRow(ctx, s.each, qm, names, keys, ord, v, ci, cc, at).Scan(&res)
+	if s.unprepared(qm, err) {
+		err = s.pool.QueryRow(ctx, s.each, execMode, names, keys, ord, v, ci, cc, at).Scan(&res)
+	}
+	if err != nil {
 		return nil, err
 	}
 	s.maybeSweep()

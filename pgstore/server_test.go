@@ -552,8 +552,9 @@ func TestFailures(t *testing.T) {
 // Behind a real PgBouncer in transaction mode (1.18: it keeps no prepared
 // statements for a client, and gives each transaction whichever of its 3
 // server connections is free), with pgx in its default mode (prepared
-// statements cached per connection: before, half the checks failed with
-// "prepared statement … already exists") and in exec or simple-protocol
+// statements cached per connection: the first "prepared statement …
+// already exists" turns the store to exec mode, and the check is sent again)
+// and in exec or simple-protocol
 // mode: 32 callers' first checks of a new key admit exactly its burst, tiers
 // are all or nothing, and leases are granted and given back.
 func TestBehindPgBouncer(t *testing.T) {
