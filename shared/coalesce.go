@@ -30,6 +30,7 @@ type batcher[C any] struct {
 type waitingCheck[C any] struct {
 	Check    C
 	deadline time.Time    // when its wait ends, queue and call together
+	takeBy   time.Time    // a flusher that takes it later answers ErrOverload: the call would have less than half the timeout
 	done     chan outcome // buffered: the flusher never blocks on a caller that gave up
 	state    atomic.Int32 // queued, then taken by a flusher (its call is the store's) or given up by Do
 }
@@ -82,10 +83,7 @@ func newBatcher[C any](maxBatch int, timeout time.Duration, call func(ctx contex
 			for {
 				select {
 				case first := <-c.queue:
-					batch = batch[:0]
-					if first.state.CompareAndSwap(queued, taken) {
-						batch = append(batch, first)
-					}
+					batch = c.take(batch[:0], first, time.Now())
 					batch = c.fill(batch, maxBatch)
 					if len(batch) > 0 {
 						send()
@@ -113,17 +111,30 @@ func newBatcher[C any](maxBatch int, timeout time.Duration, call func(ctx contex
 
 // fill appends to batch what is queued, up to maxBatch checks, without waiting.
 func (c *batcher[C]) fill(batch []*waitingCheck[C], maxBatch int) []*waitingCheck[C] {
+	now := time.Now()
 	for len(batch) < maxBatch {
 		select {
 		case p := <-c.queue:
-			if p.state.CompareAndSwap(queued, taken) { // else its caller gave up
-				batch = append(batch, p)
-			}
+			batch = c.take(batch, p, now)
 		default:
 			return batch
 		}
 	}
 	return batch
+}
+
+// take appends p to batch unless its caller gave up, or it waited past its
+// takeBy (at now): then it is answered ErrOverload, never sent.
+func (c *batcher[C]) take(batch []*waitingCheck[C], p *waitingCheck[C], now time.Time) []*waitingCheck[C] {
+	if !p.state.CompareAndSwap(queued, taken) {
+		return batch // its caller gave up
+	}
+	if now.After(p.takeBy) {
+		p.Done(atomicbucket.Decision{}, fmt.Errorf("%w: %v in the queue, more than half of the %v timeout: %w",
+			ErrOverload, now.Sub(p.takeBy.Add(-c.timeout/2)).Round(time.Microsecond), c.timeout, context.DeadlineExceeded))
+		return batch
+	}
+	return append(batch, p)
 }
 
 // ErrClosed is the error of a check on a closed store (or batcher): the
@@ -148,23 +159,28 @@ func (c *batcher[C]) Do(ctx context.Context, check C) (atomicbucket.Decision, er
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
-	p := &waitingCheck[C]{Check: check, deadline: deadline, done: make(chan outcome, 1)}
-	// The wait to be taken: half the timeout (or ctx's deadline, if sooner).
-	qctx, cancel := context.WithDeadline(ctx, now.Add(c.timeout/2))
-	defer cancel()
+	takeBy := now.Add(c.timeout / 2)
+	if takeBy.After(deadline) {
+		takeBy = deadline
+	}
+	p := &waitingCheck[C]{Check: check, deadline: deadline, takeBy: takeBy, done: make(chan outcome, 1)}
+	// No timer of its own: a flusher answers a check it takes after takeBy
+	// with ErrOverload, and every flusher is free again by the deadline of
+	// the checks queued before this one (a call ends by its batch's
+	// earliest), so the wait ends by this check's deadline in all.
 	select {
 	case c.queue <- p:
 	case <-c.closing:
 		return atomicbucket.Decision{}, ErrClosed
-	case <-qctx.Done():
-		return atomicbucket.Decision{}, fmt.Errorf("%w: %w", ErrOverload, qctx.Err())
+	case <-ctx.Done():
+		return atomicbucket.Decision{}, ctx.Err()
 	}
 	select {
 	case o := <-p.done:
 		return o.d, o.err
-	case <-qctx.Done():
+	case <-ctx.Done():
 		if p.state.CompareAndSwap(queued, givenUp) { // still queued: the store never sees it
-			return atomicbucket.Decision{}, fmt.Errorf("%w: %w", ErrOverload, qctx.Err())
+			return atomicbucket.Decision{}, ctx.Err()
 		}
 	case <-c.stopped:
 		return c.afterStop(p)

@@ -250,28 +250,35 @@ type roundTrip struct {
 // connection is free. The call's context ends the store's timeout after
 // enter began (or at ctx's deadline, if sooner: a coalesced batch's is its
 // earliest check's), so that a check's wait for a connection and its round
-// trip together never pass the timeout; the wait for a connection is at most
-// half of it, so that a call has the other half at least. A call that cannot
-// have a connection in time fails with ErrOverload: it never left the
+// trip together never pass the timeout; a connection had only after half of
+// it is given back, so that a call has the other half at least. A call that
+// cannot have a connection in time fails with ErrOverload: it never left the
 // process.
 func (e *Engine) enter(ctx context.Context) (context.Context, roundTrip, error) {
 	if !e.gate.Enter() {
 		return nil, roundTrip{}, ErrClosed
 	}
+	start := atomicbucket.Now()
 	cctx, cancel := context.WithTimeout(ctx, e.guard.Timeout)
 	if e.slots != nil {
 		select {
 		case e.slots <- struct{}{}:
 		default:
-			wctx, wcancel := context.WithTimeout(cctx, e.guard.Timeout/2)
+			// No timer of its own: the call's context bounds the wait, and a
+			// slot had after half the timeout is given back (ErrOverload).
 			select {
 			case e.slots <- struct{}{}:
-				wcancel()
-			case <-wctx.Done():
-				wcancel()
+				if waited := atomicbucket.Now().Sub(start); waited > e.guard.Timeout/2 {
+					<-e.slots
+					cancel()
+					e.gate.Leave()
+					return nil, roundTrip{}, fmt.Errorf("%w: waited %v for a connection, more than half the %v timeout: %w",
+						ErrOverload, waited.Round(time.Microsecond), e.guard.Timeout, context.DeadlineExceeded)
+				}
+			case <-cctx.Done():
 				cancel()
 				e.gate.Leave()
-				return nil, roundTrip{}, fmt.Errorf("%w: %w", ErrOverload, wctx.Err())
+				return nil, roundTrip{}, fmt.Errorf("%w: %w", ErrOverload, cctx.Err())
 			}
 		}
 	}
