@@ -230,6 +230,10 @@ func args(dst []any, r *Rule) []any {
 	return append(dst, 1, n.Emit, n.Tau, n.Debt, n.PerSecond, n.PerMicro, 0, 0)
 }
 
+// modeArgs are the script's ARGV[2] for each mode, boxed once (a string
+// made an interface value on every call was an allocation a check).
+var modeArgs = [...]any{shared.ModePeek: "0", shared.ModeTake: "1", shared.ModeRefund: "2"}
+
 // Tier runs the script over calls in one call (modes 0 decide, 1 take, 2
 // refund).
 func (b *backend) Tier(ctx context.Context, calls []shared.Call, mode shared.Mode) (shared.Reply, error) {
@@ -241,7 +245,7 @@ func (b *backend) Tier(ctx context.Context, calls []shared.Call, mode shared.Mod
 func (b *backend) tierAt(ctx context.Context, calls []shared.Call, mode shared.Mode, now ...any) (shared.Reply, error) {
 	keys := make([]string, len(calls))
 	a := make([]any, 0, 2+10*len(calls)+len(now))
-	a = append(a, len(calls), [...]string{shared.ModePeek: "0", shared.ModeTake: "1", shared.ModeRefund: "2"}[mode])
+	a = append(a, len(calls), modeArgs[mode])
 	for i, c := range calls {
 		keys[i] = b.key(c.Rule, c.Key)
 		a = append(args(a, c.Rule), c.Rule.Integers().Phase(c.Key), c.Cost)

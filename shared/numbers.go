@@ -3,7 +3,9 @@ package shared
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
+	"math/bits"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -100,13 +102,18 @@ func (n *Integers) Duration(units, since int64) time.Duration {
 	if n.Interval {
 		return time.Duration(((units+n.Tokens-1)/n.Tokens)*n.Period - since)
 	}
-	ns := new(big.Int).Mul(big.NewInt(units), big.NewInt(1000))
-	ns.Add(ns, big.NewInt(n.PerMicro-1))
-	ns.Quo(ns, big.NewInt(n.PerMicro))
-	if !ns.IsInt64() {
+	// ⌈units·1000 / PerMicro⌉ in 128 bits, without allocating.
+	hi, lo := bits.Mul64(uint64(units), 1000)
+	lo, carry := bits.Add64(lo, uint64(n.PerMicro-1), 0)
+	hi += carry
+	if hi >= uint64(n.PerMicro) {
+		return atomicbucket.Never // the quotient would not fit 64 bits
+	}
+	q, _ := bits.Div64(hi, lo, uint64(n.PerMicro))
+	if q > math.MaxInt64 {
 		return atomicbucket.Never
 	}
-	return time.Duration(ns.Int64())
+	return time.Duration(q)
 }
 
 // Decision is the decision a store's reply describes for a request of cost:

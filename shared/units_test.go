@@ -2,6 +2,9 @@ package shared
 
 import (
 	"errors"
+	"math"
+	"math/big"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -63,5 +66,36 @@ func TestNumbersOf(t *testing.T) {
 	stale.Emit++
 	if _, err := integersOf(Rule{Name: "r", Limit: l, Units: stale}); !errors.Is(err, ErrStaleUnits) {
 		t.Errorf("stale units %+v: %v", stale, err)
+	}
+}
+
+// Integers.Duration rounds units up to whole ns in 128-bit integers: the
+// same as math/big's exact quotient, Never where that does not fit an int64,
+// over random units and units a µs (extremes included).
+func TestDurationAgreesWithBig(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 9))
+	perMicros := []int64{1, 7, 1000, 999_999_937, math.MaxInt64}
+	unitsOf := []int64{1, 999, 1000, math.MaxInt64 / 1000, math.MaxInt64/1000 + 1, math.MaxInt64}
+	for range 20000 {
+		perMicros = append(perMicros[:5], 1+rng.Int64N(1<<rng.IntN(63)))
+		unitsOf = append(unitsOf[:6], 1+rng.Int64N(1<<rng.IntN(63)))
+		for _, pm := range perMicros {
+			for _, u := range unitsOf {
+				n := Integers{Units: Units{PerMicro: pm}}
+				want := new(big.Int).Mul(big.NewInt(u), big.NewInt(1000))
+				want.Add(want, big.NewInt(pm-1))
+				want.Quo(want, big.NewInt(pm))
+				got := n.Duration(u, 0)
+				if !want.IsInt64() {
+					if got != atomicbucket.Never {
+						t.Fatalf("%d units at %d a µs: %v, want Never (%v ns does not fit)", u, pm, got, want)
+					}
+					continue
+				}
+				if int64(got) != want.Int64() {
+					t.Fatalf("%d units at %d a µs: %d ns, want %v", u, pm, got, want)
+				}
+			}
+		}
 	}
 }
