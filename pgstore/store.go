@@ -410,8 +410,17 @@ func (s *backend) queryMode() pgx.QueryExecMode {
 // statement runs: then the store sends every statement unprepared from now
 // on, and the caller sends this one again.
 func (s *backend) unprepared(mode pgx.QueryExecMode, err error) bool {
+	if err == nil || mode == execMode {
+		return false
+	}
+	return s.mixedUp(err)
+}
+
+// mixedUp is unprepared's look at an error (apart, so that a statement
+// without one allocates nothing for it).
+func (s *backend) mixedUp(err error) bool {
 	var pgErr *pgconn.PgError
-	if err == nil || mode == execMode || !errors.As(err, &pgErr) {
+	if !errors.As(err, &pgErr) {
 		return false
 	}
 	switch pgErr.Code {
