@@ -152,7 +152,9 @@ var callerCounts = []int{1, 16, 64}
 // process; p50-µs and p99-µs, each check's latency as its caller sees it;
 // cmds/op, the commands Redis ran per decision (INFO commandstats, the
 // commands a script calls included); scripts/op, the script calls (EVALSHA
-// and EVAL) per decision; errors/op, the checks that failed (throttled's store
+// and EVAL) per decision; redis-µs/op, the time Redis spent running
+// commands per decision (INFO commandstats' usec: the script's cost on the
+// server, which shares the machine's two cores); errors/op, the checks that failed (throttled's store
 // gives up when its compare-and-swap keeps losing under contention);
 // denied/op, the checks denied (none should be: see reportMisses).
 func BenchmarkRedis(b *testing.B) {
@@ -179,6 +181,7 @@ func runRedis(b *testing.B, addr string, callers int, check func(context.Context
 	n := float64(b.N)
 	b.ReportMetric(float64(after.all-before.all)/n, "cmds/op")
 	b.ReportMetric(float64(after.scripts-before.scripts)/n, "scripts/op")
+	b.ReportMetric(float64(after.usec-before.usec)/n, "redis-µs/op")
 }
 
 // runCallers runs check b.N times from callers goroutines (above 1, by
@@ -264,7 +267,7 @@ func reportMisses(b *testing.B, errs, denied int64) {
 
 // commands is what INFO commandstats counts: every command Redis ran (those
 // a script calls included, INFO itself left out) and the script calls.
-type commands struct{ all, scripts int64 }
+type commands struct{ all, scripts, usec int64 }
 
 func commandStats(b *testing.B, c *redis.Client) commands {
 	b.Helper()
@@ -284,6 +287,12 @@ func commandStats(b *testing.B, c *redis.Client) commands {
 			b.Fatalf("INFO commandstats: %q: %v", line, err)
 		}
 		n.all += v
+		if _, u, ok := strings.Cut(rest, "usec="); ok {
+			u, _, _ = strings.Cut(u, ",")
+			if us, err := strconv.ParseInt(u, 10, 64); err == nil {
+				n.usec += us
+			}
+		}
 		if name == "cmdstat_evalsha" || name == "cmdstat_eval" {
 			n.scripts += v
 		}
