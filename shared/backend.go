@@ -62,7 +62,8 @@ type Backend interface {
 	// cannot take its cost, nothing is taken from any and the reply is that
 	// call's; when all can, each takes its cost (ModeTake) and the reply is
 	// that of the call left with the fewest whole tokens, the first on a
-	// tie. ModeRefund has one call.
+	// tie. ModeRefund has one call. calls is the engine's: Tier keeps no
+	// reference to it once it returns.
 	Tier(ctx context.Context, calls []Call, mode Mode) (Reply, error)
 	// Each decides every call on its own, taking its cost if allowed, in
 	// order (calls of one bucket see each other's takes): groups (each of one

@@ -461,6 +461,11 @@ func (e *Engine) orderedTier(ctx context.Context, calls, clamped []Call) (atomic
 	return best, bestIndex, nil
 }
 
+// oneCall holds the one-call slices one hands to Backend.Tier (which keeps
+// no reference to it after it returns): a slice made on every check was an
+// allocation.
+var oneCall = sync.Pool{New: func() any { return new([1]Call) }}
+
 // one runs a single call's Tier in mode: the decision for c (clamped is c
 // with its cost clamped), or its node's error.
 func (e *Engine) one(ctx context.Context, c, clamped Call, mode Mode) (atomicbucket.Decision, error) {
@@ -472,7 +477,11 @@ func (e *Engine) one(ctx context.Context, c, clamped Call, mode Mode) (atomicbuc
 	if err != nil {
 		return atomicbucket.Decision{}, err
 	}
-	r, err := e.b.Tier(cctx, []Call{clamped}, mode)
+	one := oneCall.Get().(*[1]Call)
+	one[0] = clamped
+	r, err := e.b.Tier(cctx, one[:], mode)
+	one[0] = Call{}
+	oneCall.Put(one)
 	err = e.leave(rt, ended(cctx, err))
 	if err != nil {
 		return atomicbucket.Decision{}, &nodeError{node, err}
@@ -598,6 +607,15 @@ func (e *Engine) fallback(calls []Call, err error) (Result, int) {
 // flush sends a coalesced batch: split by node (each node's part in one
 // round trip, the nodes in parallel) and, within a node, by group.
 func (e *Engine) flush(ctx context.Context, batch []*waitingCheck[Call]) {
+	if len(batch) == 1 {
+		// A check alone (a quiet moment): its own call, as without
+		// coalescing, without the batch's bookkeeping.
+		p := batch[0]
+		e.batches.Add(1)
+		d, err := e.one(ctx, p.Check, p.Check.Clamped(), ModeTake)
+		p.Done(d, err)
+		return
+	}
 	type part struct {
 		node    string
 		groups  [][]Call
