@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"math/rand/v2"
 	"net"
 	"os/exec"
 	"runtime"
@@ -99,6 +100,20 @@ var redisImpls = []struct {
 			return err == nil && res.Allowed > 0, err
 		}
 	}},
+	{"ping-autopipeline", func(b *testing.B, addr string) func(context.Context) (bool, error) {
+		// The physical anchor: one PING a decision through go-redis's
+		// AutoPipeline, no limit at all (what a round trip costs here).
+		c := redis.NewClient(&redis.Options{Addr: addr})
+		b.Cleanup(func() { c.Close() })
+		ap, err := c.AutoPipeline()
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func(ctx context.Context) (bool, error) {
+			err := ap.Ping(ctx).Err()
+			return err == nil, err
+		}
+	}},
 	{"throttled", func(b *testing.B, addr string) func(context.Context) (bool, error) {
 		c := redis.NewClient(&redis.Options{Addr: addr})
 		b.Cleanup(func() { c.Close() })
@@ -115,6 +130,75 @@ var redisImpls = []struct {
 			return !limited, err
 		}
 	}},
+}
+
+// redisKeys is how many keys BenchmarkRedisKeys draws from, at random.
+const redisKeys = 10_000
+
+// BenchmarkRedisKeys is BenchmarkRedis's check on 1e4 keys drawn at random
+// (as a per-user limit sees them), 64 callers: limitgen a call a check and
+// coalesced (256), against redis_rate plain and on go-redis's AutoPipeline.
+// Same metrics as BenchmarkRedis.
+func BenchmarkRedisKeys(b *testing.B) {
+	addr := benchRedis(b)
+	keys := make([]string, redisKeys)
+	for i := range keys {
+		keys[i] = "user-" + strconv.Itoa(i)
+	}
+	key := func() string { return keys[rand.IntN(len(keys))] }
+	limit := redis_rate.Limit{Rate: redisRate, Burst: redisRate, Period: time.Second}
+	rateOn := func(c redis.Cmdable) func(context.Context) (bool, error) {
+		l := redis_rate.NewLimiter(c)
+		return func(ctx context.Context) (bool, error) {
+			res, err := l.Allow(ctx, key(), limit)
+			return err == nil && res.Allowed > 0, err
+		}
+	}
+	impls := []struct {
+		name string
+		make func(b *testing.B) func(context.Context) (bool, error)
+	}{
+		{"limitgen", func(b *testing.B) func(context.Context) (bool, error) { return generatedKeysOnRedis(b, addr, 0, key) }},
+		{"limitgen-coalesced", func(b *testing.B) func(context.Context) (bool, error) { return generatedKeysOnRedis(b, addr, 256, key) }},
+		{"redis_rate", func(b *testing.B) func(context.Context) (bool, error) {
+			c := redis.NewClient(&redis.Options{Addr: addr})
+			b.Cleanup(func() { c.Close() })
+			return rateOn(c)
+		}},
+		{"redis_rate-autopipeline", func(b *testing.B) func(context.Context) (bool, error) {
+			c := redis.NewClient(&redis.Options{Addr: addr})
+			b.Cleanup(func() { c.Close() })
+			ap, err := c.AutoPipeline()
+			if err != nil {
+				b.Fatal(err)
+			}
+			return rateOn(ap)
+		}},
+	}
+	for _, impl := range impls {
+		b.Run("keys=10000/callers=64/impl="+impl.name, func(b *testing.B) {
+			runRedis(b, addr, 64, impl.make(b))
+		})
+	}
+}
+
+// generatedKeysOnRedis is generatedOnRedis with the key each check draws.
+func generatedKeysOnRedis(b *testing.B, addr string, coalesce int, key func() string) func(context.Context) (bool, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { c.Close() })
+	st, err := redisstore.New(context.Background(), c, redisstore.Options{Coalesce: coalesce})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(st.Close)
+	lims := sharedlimits.New(sharedlimits.WithStore(st))
+	if err := lims.SharedErr(); err != nil {
+		b.Fatal(err)
+	}
+	return func(ctx context.Context) (bool, error) {
+		res := lims.Hot.AllowN(ctx, key(), 1)
+		return res.Allowed, res.Err
+	}
 }
 
 // generatedOnRedis is limitgen as a service uses it: the generated package
@@ -148,7 +232,9 @@ var callerCounts = []int{1, 16, 64}
 // package (bench/sharedlimits) on redisstore, as a service checks a shared
 // rule: one script call a check; limitgen-coalesced is the same with the
 // store's Options.Coalesce: 256 (the checks that wait meanwhile go together,
-// each decided on its own). Metrics: decisions/s of the whole
+// each decided on its own); ping-autopipeline is no limit at all, a PING a
+// decision on go-redis's AutoPipeline: the round trip's cost here, the
+// anchor coalesced checks are measured against. Metrics: decisions/s of the whole
 // process; p50-µs and p99-µs, each check's latency as its caller sees it;
 // cmds/op, the commands Redis ran per decision (INFO commandstats, the
 // commands a script calls included); scripts/op, the script calls (EVALSHA
