@@ -160,12 +160,7 @@ const readBlock = `
           -- numbers too, whether or not this check writes it: a row swept
           -- when full by its writer's smaller burst would be new, and full,
           -- to a version with a larger one.
-          IF kind = 1 THEN
-            full_us := us + (ahead + pm - 1) / pm;
-          ELSE
-            q := (ahead + pm - 1) / pm;
-            full_us := us + (q * per - since + 999) / 1000;
-          END IF;
+          {{FULL_US:ahead}}
           UPDATE {{TABLE}} b SET full_at = full_us WHERE b.r = rr AND b.k = kk AND b.full_at < full_us;
         END IF;
       ELSIF kind = 1 THEN
@@ -259,15 +254,11 @@ const writeBlock = `
         total := usec * pm + wa;
         q := total / per;
         hi := nsec + q; lo := total - q * per;
-        full_us := us + (wa + pm - 1) / pm;
       ELSE
         q := wa / pm;
         hi := idx + q; lo := wa - q * pm;
-        IF lo > 0 THEN
-          q := q + 1;
-        END IF;
-        full_us := us + (q * per - since + 999) / 1000;
       END IF;
+      {{FULL_US:wa}}
       IF c0 + p0 > 0 THEN
         full_us := greatest(full_us, (e0 + 2 + horizon) * 1000000);
       END IF;
@@ -280,6 +271,19 @@ const writeBlock = `
         conflict := NOT FOUND;
       END IF;
     END IF;`
+
+// fullUsBlock sets full_us, when a bucket X units ahead of now is full
+// again: by its rate under greedy refill, at the boundary that brings its
+// last slot under interval refill. It overwrites q.
+const fullUsBlock = `IF kind = 1 THEN
+        full_us := us + (X + pm - 1) / pm;
+      ELSE
+        q := X / pm;
+        IF X - q * pm > 0 THEN
+          q := q + 1;
+        END IF;
+        full_us := us + (q * per - since + 999) / 1000;
+      END IF;`
 
 // sigExpr is the bucket's numbers as its row's n keeps them.
 const sigExpr = `kind || ':' || emit || ':' || tau || ':' || per || ':' || pm || ':' || phase`
@@ -549,7 +553,8 @@ func schema(table, fn string, unlogged bool) []string {
 	blocks := strings.NewReplacer("{{TIMEVARS}}", timeVars, "{{BUCKETVARS}}", bucketVars, "{{FAST}}", fastPath,
 		"{{READ}}", readBlock, "{{WRITE}}", writeBlock, "{{CREATES}}", creates)
 	ahead := strings.NewReplacer("{{AHEAD:rec}}", strings.ReplaceAll(aheadExpr, "X.", "rec."),
-		"{{AHEAD:b}}", strings.ReplaceAll(aheadExpr, "X.", "b."), "{{SIG}}", sigExpr)
+		"{{AHEAD:b}}", strings.ReplaceAll(aheadExpr, "X.", "b."), "{{SIG}}", sigExpr,
+		"{{FULL_US:ahead}}", strings.ReplaceAll(fullUsBlock, "X", "ahead"), "{{FULL_US:wa}}", strings.ReplaceAll(fullUsBlock, "X", "wa"))
 	r := strings.NewReplacer("{{UNLOGGED}}", u, "{{TABLE}}", table, "{{FUNC}}", fn)
 	function := func(sql string) string { return r.Replace(ahead.Replace(blocks.Replace(rows.Replace(sql)))) }
 	return []string{r.Replace(tableSQL), r.Replace(alterSQL), function(oneSQL), function(tierSQL), function(eachSQL)}
