@@ -206,21 +206,7 @@ func generatedKeysOnRedis(b *testing.B, addr string, coalesce int, key func() st
 // coalesce checks a script call (0: none). A check the store did not decide
 // counts as an error.
 func generatedOnRedis(b *testing.B, addr string, coalesce int) func(context.Context) (bool, error) {
-	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
-	b.Cleanup(func() { c.Close() })
-	st, err := redisstore.New(context.Background(), c, redisstore.Options{Coalesce: coalesce})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(st.Close)
-	lims := sharedlimits.New(sharedlimits.WithStore(st))
-	if err := lims.SharedErr(); err != nil {
-		b.Fatal(err)
-	}
-	return func(ctx context.Context) (bool, error) {
-		res := lims.Hot.AllowN(ctx, "k", 1)
-		return res.Allowed, res.Err
-	}
+	return generatedKeysOnRedis(b, addr, coalesce, func() string { return "k" })
 }
 
 // callerCounts are the concurrent callers each Redis benchmark runs with.
