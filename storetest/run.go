@@ -84,6 +84,18 @@ type Instance interface {
 // Numbers sources have their own property (SourceConvergence), and fuzzed
 // programs theirs (Program).
 func Run(t *testing.T, h Harness) {
+	// A harness missing a part would pass a property vacuously (Overload
+	// with no callers) or panic: say which part instead.
+	switch {
+	case h.Name == "":
+		t.Fatal("storetest.Harness: Name is empty")
+	case h.Start == nil:
+		t.Fatal("storetest.Harness: Start is nil")
+	case h.UpWithin <= 0:
+		t.Fatal("storetest.Harness: UpWithin is not above 0")
+	case h.OverloadCallers <= 0 || h.OverloadTimeout <= 0:
+		t.Fatal("storetest.Harness: OverloadCallers and OverloadTimeout must be above 0")
+	}
 	instances := func(t *testing.T, srv Server, o Options) func() *sharedlimits.Limits {
 		return func() *sharedlimits.Limits {
 			l := sharedlimits.New(sharedlimits.WithStore(srv.Open(t, o)))
@@ -94,7 +106,13 @@ func Run(t *testing.T, h Harness) {
 		}
 	}
 	on := func(name string, f func(t *testing.T, srv Server)) {
-		t.Run(name, func(t *testing.T) { f(t, h.Start(t)) })
+		t.Run(name, func(t *testing.T) {
+			srv := h.Start(t)
+			if srv.Open == nil || srv.Timed == nil || srv.Calls == nil || srv.Stop == nil || srv.Restart == nil || srv.Says == "" {
+				t.Fatalf("storetest.Server from Start: Open, Timed, Calls, Stop, Restart and Says are required (Forget alone may be nil): %+v", srv)
+			}
+			f(t, srv)
+		})
 	}
 	later := time.Now().Unix() + 86400
 
