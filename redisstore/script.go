@@ -53,6 +53,14 @@ import "strings"
 // TAT as "period-index slot". Either way only the part of the TAT ahead of now
 // is ever multiplied, and it is at most a burst's worth.
 //
+// The common check, one greedy bucket taking its cost, has a short argument
+// list and a path of its own at the top (ARGV 'g', emit, tau, debt,
+// perSecond, perMicro, cost): the same decision and the same value written as
+// the general code's, without its tables and closures (a call a check costs
+// about a third less of Redis's time). A value it cannot read that way (other
+// numbers, a lease's grants, an earlier version's) goes on to the general
+// code, its arguments laid out as below.
+//
 // KEYS     the buckets, in the tier's order
 // ARGV[1]  n, the number of buckets; ARGV[2] take (1), decide only (0),
 //
@@ -80,11 +88,79 @@ import "strings"
 //	put it beyond tau; sinceBoundary is, for an interval bucket, the ns since
 //	its grid's last boundary (the caller turns slots into waits with it).
 const gcraSource = `
-local n = tonumber(ARGV[1])
-local take = ARGV[2] == '1'
-local refund = ARGV[2] == '2'
-local lease = ARGV[2] == '3'
-local each = ARGV[2] == '4'
+local A = ARGV
+if A[1] == 'g' then
+  -- The common check, decided without the general code below: one greedy
+  -- bucket, taking, its value absent or written with the same numbers and
+  -- no lease. ARGV: 'g', emit, tau, debt, perSecond, perMicro, cost. Any
+  -- other value goes on to the general code, in its argument layout.
+  local v = redis.call('GET', KEYS[1])
+  local hi, lo
+  if v then
+    local e, t, p
+    hi, lo, e, t, p = string.match(v, '^(%d+) (%d+) g (%d+) (%d+) (%d+)$')
+    if hi and (e ~= A[2] or t ~= A[3] or p ~= A[5]) then
+      hi = nil
+    end
+  end
+  if hi or not v then
+    local now = {{NOW}}
+    local nsec = tonumber(now[1])
+    local emit, tau, perSecond = tonumber(A[2]), tonumber(A[3]), tonumber(A[5])
+    local nsub = tonumber(now[2]) * tonumber(A[6])
+    local inc = tonumber(A[7]) * emit
+    local ahead = tonumber(A[4])
+    local fresh = not hi
+    if hi then
+      ahead = (tonumber(hi) - nsec) * perSecond + (tonumber(lo) - nsub)
+      if ahead < 0 then
+        ahead = 0
+      end
+    end
+    local after = ahead + inc
+    if after > tau then
+      if not (fresh and ahead > 0 and inc > 0 and inc <= tau) then
+        return {0, 1, ahead, after - tau, 0}
+      end
+      after = ahead -- a new bucket below full starts with its first check
+    elseif inc == 0 then
+      return {1, 1, after, 0, 0}
+    end
+    -- write(1, after) and fullIn, below, for this case
+    local total = nsub + after
+    local q = math.floor(total / perSecond)
+    if q * perSecond > total then
+      q = q - 1
+    elseif (q + 1) * perSecond <= total then
+      q = q + 1
+    end
+    local perMilli = perSecond / 1000
+    local ms = math.floor(after / perMilli)
+    if ms * perMilli > after then
+      ms = ms - 1
+    elseif (ms + 1) * perMilli <= after then
+      ms = ms + 1
+    end
+    if ms * perMilli < after then
+      ms = ms + 1
+    end
+    if ms < 1 then
+      ms = 1
+    end
+    redis.call('SET', KEYS[1], string.format('%d %d g %s %s %s', nsec + q, total - q * perSecond, A[2], A[3], A[5]),
+      'PX', string.format('%d', ms + {{SLACK}}))
+    if after == ahead then
+      return {0, 1, ahead, ahead + inc - tau, 0}
+    end
+    return {1, 1, after, 0, 0}
+  end
+  A = {'1', '1', '1', A[2], A[3], A[4], A[5], A[6], '0', '0', '0', A[7]}
+end
+local n = tonumber(A[1])
+local take = A[2] == '1'
+local refund = A[2] == '2'
+local lease = A[2] == '3'
+local each = A[2] == '4'
 if each then
   take = true
 end
@@ -138,14 +214,14 @@ local function muldiv(a, b, c)
 end
 
 -- Where bucket i's rule, phase and cost are: 10 values a bucket from
--- ARGV[3]; or, for mode 4 (coalesced checks, many of one rule and often of
--- one key), a table of m rules of 8 values from ARGV[4], then (rule, phase) a
+-- A[3]; or, for mode 4 (coalesced checks, many of one rule and often of
+-- one key), a table of m rules of 8 values from A[4], then (rule, phase) a
 -- bucket, and the checks' costs later (cost 0 here).
 local ruleAt, phaseAt, costAt, checksAt
 if each then
-  local m = tonumber(ARGV[3])
+  local m = tonumber(A[3])
   local base = 3 + m * 8
-  ruleAt = function(i) return 3 + (tonumber(ARGV[base + (i - 1) * 2 + 1]) - 1) * 8 end
+  ruleAt = function(i) return 3 + (tonumber(A[base + (i - 1) * 2 + 1]) - 1) * 8 end
   phaseAt = function(i) return base + (i - 1) * 2 + 2 end
   costAt = function(i) return nil end
   checksAt = base + n * 2 + 1
@@ -295,23 +371,23 @@ end
 local b = {}
 for i = 1, n do
   local o = ruleAt(i)
-  local r = {mode = tonumber(ARGV[o + 1]), emit = tonumber(ARGV[o + 2]), tau = tonumber(ARGV[o + 3]),
-    debt = tonumber(ARGV[o + 4]), cost = tonumber(ARGV[costAt(i)] or 0), since = 0,
+  local r = {mode = tonumber(A[o + 1]), emit = tonumber(A[o + 2]), tau = tonumber(A[o + 3]),
+    debt = tonumber(A[o + 4]), cost = tonumber(A[costAt(i)] or 0), since = 0,
     E = nsec, hc = 0, hp = 0}
   if r.mode == 1 then
-    r.perSecond = tonumber(ARGV[o + 5])
-    r.perMicro = tonumber(ARGV[o + 6])
+    r.perSecond = tonumber(A[o + 5])
+    r.perMicro = tonumber(A[o + 6])
     r.nsub = usec * r.perMicro
     r.horizon = idiv(r.tau, r.perSecond) + 1
-    r.sig = 'g ' .. ARGV[o + 2] .. ' ' .. ARGV[o + 3] .. ' ' .. ARGV[o + 5]
+    r.sig = 'g ' .. A[o + 2] .. ' ' .. A[o + 3] .. ' ' .. A[o + 5]
   else
     r.tokens, r.emit = r.emit, 1
-    r.period = tonumber(ARGV[o + 5])
-    r.p, r.bb, r.g, r.phase = tonumber(ARGV[o + 6]), tonumber(ARGV[o + 7]), tonumber(ARGV[o + 8]), tonumber(ARGV[phaseAt(i)])
+    r.period = tonumber(A[o + 5])
+    r.p, r.bb, r.g, r.phase = tonumber(A[o + 6]), tonumber(A[o + 7]), tonumber(A[o + 8]), tonumber(A[phaseAt(i)])
     r.index, r.since = indexAt(r, nsec, usec)
     r.horizon = idiv((idiv(r.tau, r.tokens) + 2) * r.period, 1000000000) + 1
-    r.sig = 'i ' .. ARGV[o + 2] .. ' ' .. ARGV[o + 3] .. ' ' .. ARGV[o + 5] .. ' ' .. ARGV[o + 6] .. ' ' ..
-      ARGV[o + 7] .. ' ' .. ARGV[o + 8] .. ' ' .. ARGV[phaseAt(i)]
+    r.sig = 'i ' .. A[o + 2] .. ' ' .. A[o + 3] .. ' ' .. A[o + 5] .. ' ' .. A[o + 6] .. ' ' ..
+      A[o + 7] .. ' ' .. A[o + 8] .. ' ' .. A[phaseAt(i)]
   end
   r.inc = r.cost * r.emit
   r.ahead = r.debt
@@ -404,8 +480,8 @@ if lease then
   -- Returns {allowed, 1, ahead, granted (or the excess), since, second, µs}:
   -- the grant is valid until the start of Redis's second after next.
   local r = b[1]
-  local want = tonumber(ARGV[3 + 10 * n])
-  local se, sg, sr = tonumber(ARGV[4 + 10 * n]), tonumber(ARGV[5 + 10 * n]), tonumber(ARGV[6 + 10 * n])
+  local want = tonumber(A[3 + 10 * n])
+  local se, sg, sr = tonumber(A[4 + 10 * n]), tonumber(A[5 + 10 * n]), tonumber(A[6 + 10 * n])
   local changed = false
   if sg > 0 and (se == r.E or se == r.E - 1) then
     if se == r.E then
@@ -459,11 +535,11 @@ if each then
   -- Independent checks (coalesced requests of many callers), each decided
   -- and taking its cost as if alone, in order; checks of one bucket see each
   -- other's takes. A bucket is written once, after its last check.
-  local c = tonumber(ARGV[checksAt])
+  local c = tonumber(A[checksAt])
   local out = {}
   for j = 1, c do
-    local i = tonumber(ARGV[checksAt + 2 * j - 1])
-    local cost = tonumber(ARGV[checksAt + 2 * j])
+    local i = tonumber(A[checksAt + 2 * j - 1])
+    local cost = tonumber(A[checksAt + 2 * j])
     local r = b[i]
     local inc = cost * r.emit
     if r.ahead + inc > r.tau then

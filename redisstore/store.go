@@ -244,11 +244,19 @@ func (b *backend) Tier(ctx context.Context, calls []shared.Call, mode shared.Mod
 // microseconds).
 func (b *backend) tierAt(ctx context.Context, calls []shared.Call, mode shared.Mode, now ...any) (shared.Reply, error) {
 	keys := make([]string, len(calls))
-	a := make([]any, 0, 2+10*len(calls)+len(now))
-	a = append(a, len(calls), modeArgs[mode])
-	for i, c := range calls {
-		keys[i] = b.key(c.Rule, c.Key)
-		a = append(args(a, c.Rule), c.Rule.Integers().Phase(c.Key), c.Cost)
+	var a []any
+	if n := calls[0].Rule.Integers(); len(calls) == 1 && mode == shared.ModeTake && !n.Interval {
+		// the script's short form for the common check (script.go)
+		a = make([]any, 0, 7+len(now))
+		a = append(a, "g", n.Emit, n.Tau, n.Debt, n.PerSecond, n.PerMicro, calls[0].Cost)
+		keys[0] = b.key(calls[0].Rule, calls[0].Key)
+	} else {
+		a = make([]any, 0, 2+10*len(calls)+len(now))
+		a = append(a, len(calls), modeArgs[mode])
+		for i, c := range calls {
+			keys[i] = b.key(c.Rule, c.Key)
+			a = append(args(a, c.Rule), c.Rule.Integers().Phase(c.Key), c.Cost)
+		}
 	}
 	a = append(a, now...)
 	start := time.Now()
