@@ -137,7 +137,7 @@ func (s *seedLimiter) limit(ctx context.Context, prefix, key string, cost int64)
 // decisions/s, p50-µs, p99-µs, errors/op and denied/op (0 on a quiet
 // machine: see reportMisses).
 func BenchmarkPostgres(b *testing.B) {
-	srv := pgtest.Start(b)
+	srv := pgtest.StartOnDisk(b)
 	for _, keys := range pgKeys {
 		for _, callers := range callerCounts {
 			for _, impl := range pgImpls {
@@ -154,7 +154,7 @@ func BenchmarkPostgres(b *testing.B) {
 // waits for the disk, and a hot key's row is locked until its commit is
 // durable, so the disk sets the pace of checks that commit one by one.
 func BenchmarkPostgresDurable(b *testing.B) {
-	srv := pgtest.Start(b, "-c", "fsync=on")
+	srv := pgtest.StartOnDisk(b, "-c", "fsync=on")
 	for _, impl := range pgImpls {
 		b.Run("keys=1/callers=16/impl="+impl.name, func(b *testing.B) {
 			runPostgres(b, srv, 1, 16, impl.make)
