@@ -15,7 +15,8 @@ type Harness struct {
 	Name string
 	// Start starts a new, empty server for one property (Run starts one a
 	// property, so that no property sees another's buckets) and stops it
-	// when t ends.
+	// when t ends. It may be called from several goroutines at once (Run's
+	// properties at explicit times run in parallel).
 	Start func(t *testing.T) Server
 	// UpWithin is how soon after its server comes up a store made while it
 	// was down must decide (the breaker's longest pause, and whatever the
@@ -71,6 +72,12 @@ type Instance interface {
 	Close()
 }
 
+// atExplicitTimes names the properties Run runs in parallel: those that
+// check a store only through Server.Timed, at times they give.
+var atExplicitTimes = map[string]bool{
+	"Greedy": true, "Interval": true, "Tiers": true, "Versions": true, "LeaseEnvelope": true, "LeaseExpiry": true,
+}
+
 // Run holds a store to the whole contract, each property a subtest on a
 // server of its own: decisions equal to the exact reference at explicit
 // times (greedy, interval, tiers, two versions of a rule, leases), histories
@@ -83,6 +90,12 @@ type Instance interface {
 // outside this repository passes the same tests through its own Harness.
 // Numbers sources have their own property (SourceConvergence), and fuzzed
 // programs theirs (Program).
+//
+// The properties at explicit times (atExplicitTimes) run in parallel with
+// each other (go test's -parallel at a time), after the others: they read no
+// clock and set no timeout, so a busy machine cannot fail them, and two of
+// them keep two cores busy where one keeps a round trip waiting. Start must
+// then be safe to call from several goroutines at once.
 func Run(t *testing.T, h Harness) {
 	// A harness missing a part would pass a property vacuously (Overload
 	// with no callers) or panic: say which part instead.
@@ -107,6 +120,9 @@ func Run(t *testing.T, h Harness) {
 	}
 	on := func(name string, f func(t *testing.T, srv Server)) {
 		t.Run(name, func(t *testing.T) {
+			if atExplicitTimes[name] {
+				t.Parallel()
+			}
 			srv := h.Start(t)
 			if srv.Open == nil || srv.Timed == nil || srv.Calls == nil || srv.Stop == nil || srv.Restart == nil || srv.Says == "" {
 				t.Fatalf("storetest.Server from Start: Open, Timed, Calls, Stop, Restart and Says are required (Forget alone may be nil): %+v", srv)
