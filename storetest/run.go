@@ -75,18 +75,18 @@ type Instance interface {
 // atExplicitTimes names the properties Run runs in parallel: those that
 // check a store only through Server.Timed, at times they give.
 var atExplicitTimes = map[string]bool{
-	"Greedy": true, "Interval": true, "Tiers": true, "Versions": true, "LeaseEnvelope": true, "LeaseExpiry": true,
+	"Greedy": true, "Interval": true, "Tiers": true, "Batches": true, "Versions": true, "LeaseEnvelope": true, "LeaseExpiry": true,
 }
 
-// Run holds a store to the whole contract, each property a subtest on a
-// server of its own: decisions equal to the exact reference at explicit
-// times (greedy, interval, tiers, two versions of a rule, leases), histories
-// linearizable, namespaces apart, a rolling deploy within its envelope, a
-// converted bucket kept for the larger burst, generated packages sharing
-// their limits across instances (rules, tiers, leased tiers, coalesced
-// checks, numbers changed at run time, the middleware), close under load,
-// the process's own overload no failure of the server's, a start while the
-// server is down, and the middleware's answers once it is gone. A store
+// Run holds a store to the whole contract, each property a subtest on a server
+// of its own: decisions equal to the exact reference at explicit times
+// (greedy, interval, tiers, coalesced batches, two versions of a rule,
+// leases), histories linearizable, namespaces apart, a rolling deploy within
+// its envelope, a converted bucket kept for the larger burst, generated
+// packages sharing their limits across instances (rules, tiers, leased tiers,
+// coalesced checks, numbers changed at run time, the middleware), close under
+// load, the process's own overload no failure of the server's, a start while
+// the server is down, and the middleware's answers once it is gone. A store
 // outside this repository passes the same tests through its own Harness.
 // Numbers sources have their own property (SourceConvergence), and fuzzed
 // programs theirs (Program).
@@ -145,6 +145,10 @@ func Run(t *testing.T, h Harness) {
 	on("Tiers", func(t *testing.T, srv Server) {
 		decisions, denied := Tiers(t, srv.Timed(t), 7, 60, later)
 		t.Logf("%d tier decisions (%d denied) equal to the reference", decisions, denied)
+	})
+	on("Batches", func(t *testing.T, srv Server) {
+		decisions, runs := Batches(t, srv.Timed(t), 13, 40, later)
+		t.Logf("%d batched decisions (%d runs of one key and cost) equal to the reference", decisions, runs)
 	})
 	on("Versions", func(t *testing.T, srv Server) {
 		decisions, converted := Versions(t, srv.Timed(t), 5, 150, later)
