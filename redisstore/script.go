@@ -61,16 +61,27 @@ import "strings"
 // numbers, a lease's grants, an earlier version's) goes on to the general
 // code, its arguments laid out as below.
 //
+// Coalesced checks (mode 4) whose rules are all greedy and whose buckets'
+// values are absent or written with the same numbers and no lease have a path
+// of their own too, after that one: the same decisions and values, without the
+// general code's tables and closures. Either path decides a run of checks of
+// one bucket and cost at once (how many it admits, in closed form), so a hot
+// key's batch of 18 costs Redis 37 µs a call where one check costs 26 µs
+// (redis-benchmark, 8 clients; the general code took 80 µs for it).
+//
 // KEYS     the buckets, in the tier's order
 // ARGV[1]  n, the number of buckets; ARGV[2] take (1), decide only (0),
 //
 //	give each bucket its cost back (2: a refund, never beyond full), lease
 //	(3: one bucket; after its 10 values: want, then the lessee's previous
-//	grant's second, size and unspent tokens; returns 7 values, see below), or decide many checks each on its own (4: coalesced
-//	requests; its arguments are a table of m rules of 8 values, then rule
-//	and phase a bucket, then the number of checks c and bucket and cost a
-//	check; each bucket is read once and written once, and it returns
-//	{allowed, ahead, excess, since} per check)
+//	grant's second, size and unspent tokens; returns 7 values, see below), or
+//	decide many checks each on its own (4: coalesced requests; its
+//	arguments are a table of m rules of 8 values, then rule and phase a
+//	bucket, then the number of runs and, a run, bucket, cost and how many
+//	checks in a row; each bucket is read once and written once, and it
+//	returns, a run, how far its bucket was ahead before it and how many of
+//	its checks were admitted, then each bucket's since; coalesce.go turns
+//	them into each check's decision)
 //
 // ARGV     then, per bucket, 10 values:
 //
@@ -88,6 +99,48 @@ import "strings"
 //	put it beyond tau; sinceBoundary is, for an interval bucket, the ns since
 //	its grid's last boundary (the caller turns slots into waits with it).
 const gcraSource = `
+-- floor(a / b) for 0 <= a, 0 < b, both below 2^53.
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+-- admitted is how many of a run of k checks of inc units each a bucket
+-- ahead units past now admits, of tau: each admitted check takes inc, and
+-- once one is denied the rest see the same bucket and are denied too.
+local function admitted(ahead, inc, tau, k)
+  if ahead + inc > tau then
+    return 0
+  end
+  if inc == 0 then
+    return k
+  end
+  local q = idiv(tau - ahead, inc)
+  if q > k then
+    return k
+  end
+  return q
+end
+
+-- fullMs is how long (ms, at least 1) a greedy bucket perSecond units a
+-- second takes to be full from ahead units past now (fullIn, below).
+local function fullMs(ahead, perSecond)
+  local perMilli = perSecond / 1000
+  local ms = idiv(ahead, perMilli)
+  if ms * perMilli < ahead then
+    ms = ms + 1
+  end
+  if ms < 1 then
+    ms = 1
+  end
+  return ms
+end
+
 local A = ARGV
 if A[1] == 'g' then
   -- The common check, decided without the general code below: one greedy
@@ -126,35 +179,94 @@ if A[1] == 'g' then
     elseif inc == 0 then
       return {1, 1, after, 0, 0}
     end
-    -- write(1, after) and fullIn, below, for this case
+    -- write(1, after), below, for this case
     local total = nsub + after
-    local q = math.floor(total / perSecond)
-    if q * perSecond > total then
-      q = q - 1
-    elseif (q + 1) * perSecond <= total then
-      q = q + 1
-    end
-    local perMilli = perSecond / 1000
-    local ms = math.floor(after / perMilli)
-    if ms * perMilli > after then
-      ms = ms - 1
-    elseif (ms + 1) * perMilli <= after then
-      ms = ms + 1
-    end
-    if ms * perMilli < after then
-      ms = ms + 1
-    end
-    if ms < 1 then
-      ms = 1
-    end
+    local q = idiv(total, perSecond)
     redis.call('SET', KEYS[1], string.format('%d %d g %s %s %s', nsec + q, total - q * perSecond, A[2], A[3], A[5]),
-      'PX', string.format('%d', ms + {{SLACK}}))
+      'PX', string.format('%d', fullMs(after, perSecond) + {{SLACK}}))
     if after == ahead then
       return {0, 1, ahead, ahead + inc - tau, 0}
     end
     return {1, 1, after, 0, 0}
   end
   A = {'1', '1', '1', A[2], A[3], A[4], A[5], A[6], '0', '0', '0', A[7]}
+end
+if A[2] == '4' then
+  -- Coalesced checks (mode 4) whose rules are all greedy and whose buckets'
+  -- values are absent or written with the same numbers and no lease, decided
+  -- without the general code below, as it would decide them (else on to it).
+  local n, m = tonumber(A[1]), tonumber(A[3])
+  local base = 3 + m * 8
+  local lean = true
+  for o = 3, 3 + (m - 1) * 8, 8 do
+    if A[o + 1] ~= '1' then
+      lean = false
+      break
+    end
+  end
+  local ro, hi, lo = {}, {}, {}
+  if lean then
+    local vals = redis.call('MGET', unpack(KEYS))
+    for i = 1, n do
+      local o = 3 + (tonumber(A[base + 2 * i - 1]) - 1) * 8
+      ro[i] = o
+      local v = vals[i]
+      if v then
+        local e, t, p
+        hi[i], lo[i], e, t, p = string.match(v, '^(%d+) (%d+) g (%d+) (%d+) (%d+)$')
+        if not hi[i] or e ~= A[o + 2] or t ~= A[o + 3] or p ~= A[o + 5] then
+          lean = false
+          break
+        end
+      end
+    end
+  end
+  if lean then
+    local now = {{NOW}}
+    local nsec, usec = tonumber(now[1]), tonumber(now[2])
+    local ahead, fresh, dirty = {}, {}, {}
+    for i = 1, n do
+      local o = ro[i]
+      if hi[i] then
+        local a = (tonumber(hi[i]) - nsec) * tonumber(A[o + 5]) + (tonumber(lo[i]) - usec * tonumber(A[o + 6]))
+        if a < 0 then
+          a = 0
+        end
+        ahead[i], fresh[i] = a, false
+      else
+        ahead[i], fresh[i] = tonumber(A[o + 4]), true
+      end
+    end
+    local at = base + n * 2 + 1
+    local runs = tonumber(A[at])
+    local out = {}
+    for j = 1, runs do
+      local i, cost, k = tonumber(A[at + 3 * j - 2]), tonumber(A[at + 3 * j - 1]), tonumber(A[at + 3 * j])
+      local o = ro[i]
+      local emit, tau = tonumber(A[o + 2]), tonumber(A[o + 3])
+      local inc, a = cost * emit, ahead[i]
+      local took = admitted(a, inc, tau, k)
+      if took > 0 and inc > 0 then
+        ahead[i] = a + took * inc
+        dirty[i], fresh[i] = true, false
+      elseif took < k and fresh[i] and tonumber(A[o + 4]) > 0 and cost > 0 and inc <= tau then
+        dirty[i], fresh[i] = true, false -- a new bucket below full starts with its first check
+      end
+      out[2 * j - 1], out[2 * j] = a, took
+    end
+    for i = 1, n do
+      out[2 * runs + i] = 0
+      if dirty[i] then
+        local o = ro[i]
+        local perSecond = tonumber(A[o + 5])
+        local total = usec * tonumber(A[o + 6]) + ahead[i]
+        local q = idiv(total, perSecond)
+        redis.call('SET', KEYS[i], string.format('%d %d g %s %s %s', nsec + q, total - q * perSecond, A[o + 2], A[o + 3], A[o + 5]),
+          'PX', string.format('%d', fullMs(ahead[i], perSecond) + {{SLACK}}))
+      end
+    end
+    return out
+  end
 end
 local n = tonumber(A[1])
 local take = A[2] == '1'
@@ -167,17 +279,6 @@ end
 local now = {{NOW}}
 local nsec = tonumber(now[1])
 local usec = tonumber(now[2])
-
--- floor(a / b) for 0 <= a, 0 < b, both below 2^53.
-local function idiv(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then
-    q = q - 1
-  elseif (q + 1) * b <= a then
-    q = q + 1
-  end
-  return q
-end
 
 -- floor(a / b) for any a, 0 < b, |a| + b below 2^53.
 local function fdiv(a, b)
@@ -534,35 +635,29 @@ end
 if each then
   -- Independent checks (coalesced requests of many callers), each decided
   -- and taking its cost as if alone, in order; checks of one bucket see each
-  -- other's takes. A bucket is written once, after its last check.
-  local c = tonumber(A[checksAt])
+  -- other's takes. They come as runs (a bucket, a cost, how many checks in a
+  -- row), each decided at once. A bucket is written once, after its last run.
+  local runs = tonumber(A[checksAt])
   local out = {}
-  for j = 1, c do
-    local i = tonumber(A[checksAt + 2 * j - 1])
-    local cost = tonumber(A[checksAt + 2 * j])
+  for j = 1, runs do
+    local i = tonumber(A[checksAt + 3 * j - 2])
+    local cost = tonumber(A[checksAt + 3 * j - 1])
+    local k = tonumber(A[checksAt + 3 * j])
     local r = b[i]
-    local inc = cost * r.emit
-    if r.ahead + inc > r.tau then
-      if take and r.fresh and r.debt > 0 and cost > 0 and inc <= r.tau then
-        r.dirty = true -- a new bucket below full starts with its first check
-        r.fresh = false
-      end
-      out[#out + 1] = 0
-      out[#out + 1] = r.ahead
-      out[#out + 1] = r.ahead + inc - r.tau
-    else
-      if inc > 0 then
-        r.ahead = r.ahead + inc
-        r.dirty = true
-        r.fresh = false
-      end
-      out[#out + 1] = 1
-      out[#out + 1] = r.ahead
-      out[#out + 1] = 0
+    local inc, a = cost * r.emit, r.ahead
+    local took = admitted(a, inc, r.tau, k)
+    if took > 0 and inc > 0 then
+      r.ahead = a + took * inc
+      r.dirty = true
+      r.fresh = false
+    elseif took < k and r.fresh and r.debt > 0 and cost > 0 and inc <= r.tau then
+      r.dirty = true -- a new bucket below full starts with its first check
+      r.fresh = false
     end
-    out[#out + 1] = r.since
+    out[2 * j - 1], out[2 * j] = a, took
   end
   for i = 1, n do
+    out[2 * runs + i] = b[i].since
     if b[i].dirty then
       write(i, b[i].ahead)
     end
