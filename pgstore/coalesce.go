@@ -29,7 +29,8 @@ func (s *backend) Each(ctx context.Context, groups [][]shared.Call) ([][]shared.
 
 // eachAt runs the batch function: every check on its own, in order (checks
 // of one bucket see each other's takes), each bucket read and written once,
-// at the server's time or, for tests, at *at (Unix µs).
+// the checks sent as runs (shared.Runs) and each run decided at once, at the
+// server's time or, for tests, at *at (Unix µs).
 func (s *backend) eachAt(ctx context.Context, calls []shared.Call, at *int64) ([]shared.Reply, error) {
 	if err := s.ensure(); err != nil {
 		return nil, err
@@ -42,8 +43,7 @@ func (s *backend) eachAt(ctx context.Context, calls []shared.Call, at *int64) ([
 	var names []string
 	var keys [][]byte
 	var v []int64
-	ci := make([]int32, len(calls))
-	cc := make([]int64, len(calls))
+	of := make([]int32, len(calls))
 	for j, c := range calls {
 		bk := bucket{c.Rule, c.Key}
 		i, ok := index[bk]
@@ -54,7 +54,12 @@ func (s *backend) eachAt(ctx context.Context, calls []shared.Call, at *int64) ([
 			i = int32(len(names))
 			index[bk] = i
 		}
-		ci[j], cc[j] = i, c.Cost
+		of[j] = i
+	}
+	runs := shared.Runs(calls, of)
+	ci, cc, cn := make([]int32, len(runs)), make([]int64, len(runs)), make([]int32, len(runs))
+	for j, r := range runs {
+		ci[j], cc[j], cn[j] = r.Bucket, r.Cost, r.N
 	}
 	ord := make([]int32, len(names))
 	for i := range ord {
@@ -63,13 +68,13 @@ func (s *backend) eachAt(ctx context.Context, calls []shared.Call, at *int64) ([
 	sortRows(ord, names, keys)
 	var res []int64
 	qm := s.queryMode()
-	err := s.pool.QueryRow(ctx, s.each, qm, names, keys, ord, v, ci, cc, at).Scan(&res)
+	err := s.pool.QueryRow(ctx, s.each, qm, names, keys, ord, v, ci, cc, cn, at).Scan(&res)
 	if s.unprepared(qm, err) {
-		err = s.pool.QueryRow(ctx, s.each, execMode, names, keys, ord, v, ci, cc, at).Scan(&res)
+		err = s.pool.QueryRow(ctx, s.each, execMode, names, keys, ord, v, ci, cc, cn, at).Scan(&res)
 	}
 	if err != nil {
 		return nil, err
 	}
 	s.maybeSweep()
-	return shared.EachReply(res, len(calls))
+	return shared.RunsReply(res, calls, runs, len(names))
 }

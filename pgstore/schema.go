@@ -66,8 +66,16 @@ import "strings"
 // their indexes (1-based) in (r, k) order, 8 values a bucket (kind … cost, as
 // above), mode 0, 1 or 2, at_us.
 //
-// Both return {allowed, index (1-based), ahead, excess, since}: the bucket
-// whose decision this is (the one that denied, or the one left with the
+// {fn}_each(rs, ks, ord, v, ci, cc, cn, at_us): the buckets as for a tier,
+// then the checks as runs (shared.Runs): a run's bucket (1-based), cost and
+// length. It returns, a run, how far its bucket was ahead of now before it
+// and how many of its checks were admitted, then each bucket's since
+// (shared.RunsReply). (An earlier version's {fn}_each took a check a value,
+// without cn: its signature differs, so both live side by side during a
+// rolling deploy.)
+//
+// The first two return {allowed, index (1-based), ahead, excess, since}: the
+// bucket whose decision this is (the one that denied, or the one left with the
 // fewest whole tokens, the first on a tie), how far its TAT is ahead of now
 // after the check, for a denial how far the request would have put it beyond
 // tau, and for an interval bucket the ns since its grid's last boundary. A
@@ -441,41 +449,55 @@ BEGIN
 END
 $fn$`
 
-const eachSQL = `CREATE OR REPLACE FUNCTION {{FUNC}}_each(rs text[], ks bytea[], ord int[], v bigint[], ci int[], cc bigint[], at_us bigint)
+const eachSQL = `CREATE OR REPLACE FUNCTION {{FUNC}}_each(rs text[], ks bytea[], ord int[], v bigint[], ci int[], cc bigint[], cn int[], at_us bigint)
 RETURNS bigint[] LANGUAGE plpgsql AS $fn$
 DECLARE{{TIMEVARS}}{{BUCKETVARS}}
   n int := cardinality(rs);
+  runs int := cardinality(ci);
   take bool := true;
 {{ROWVARS}}
-  res bigint[] := '{}';
+  rlen bigint; took bigint;
+  res bigint[];
 BEGIN
-  IF n IS NULL OR n = 0 OR cardinality(v) <> 8 * n OR cardinality(ord) <> n OR cardinality(ci) <> cardinality(cc) THEN
-    RAISE EXCEPTION 'limitgen: % buckets with % values and % in order, % checks with % costs', n, cardinality(v), cardinality(ord), cardinality(ci), cardinality(cc);
+  IF n IS NULL OR n = 0 OR cardinality(v) <> 8 * n OR cardinality(ord) <> n OR runs IS NULL
+      OR cardinality(cc) <> runs OR cardinality(cn) <> runs THEN
+    RAISE EXCEPTION 'limitgen: % buckets with % values and % in order, % runs with % costs and % lengths', n, cardinality(v), cardinality(ord), runs, cardinality(cc), cardinality(cn);
   END IF;
   FOR j IN 1..n LOOP
     markers[j] := false;
   END LOOP;
   {{LOCKROWS}}
   {{READROWS}}
-  -- Each check on its own, in order: checks of one bucket see each other's
-  -- takes; a bucket is written once, after its last check.
-  FOR j IN 1..cardinality(ci) LOOP
-    i := ci[j]; cost := cc[j];
+  -- The checks come as runs (a bucket, a cost, how many checks in a row),
+  -- each decided at once as its checks would be one by one, in order: the
+  -- checks that fit are admitted, each taking the cost, and the rest are
+  -- denied on the bucket the last admitted one left. Checks of one bucket see
+  -- each other's takes; a bucket is written once, after its last run. The
+  -- reply: a run, how far its bucket was ahead before it and how many it
+  -- admitted; then each bucket's since.
+  res := array_fill(0::bigint, ARRAY[2 * runs + n]);
+  FOR j IN 1..runs LOOP
+    i := ci[j]; cost := cc[j]; rlen := cn[j];
     o := (i - 1) * 8;
     emit := v[o + 2]; tau := v[o + 3]; debt := v[o + 4];
-    inc := cost * emit; fresh := freshes[i];
-    IF aheads[i] + inc > tau THEN
-      IF {{CREATES}} THEN -- a new bucket below full starts with its first check
-        was[i] := aheads[i]; freshes[i] := false;
-      END IF;
-      res := res || ARRAY[0, aheads[i], aheads[i] + inc - tau, sinces[i]];
+    inc := cost * emit; fresh := freshes[i]; ahead := aheads[i];
+    IF ahead + inc > tau THEN
+      took := 0;
+    ELSIF inc = 0 THEN
+      took := rlen;
     ELSE
-      IF inc > 0 THEN
-        aheads[i] := aheads[i] + inc;
-        was[i] := aheads[i]; freshes[i] := false;
-      END IF;
-      res := res || ARRAY[1, aheads[i], 0, sinces[i]];
+      took := least((tau - ahead) / inc, rlen);
     END IF;
+    IF took > 0 AND inc > 0 THEN
+      aheads[i] := ahead + took * inc;
+      was[i] := aheads[i]; freshes[i] := false;
+    ELSIF took < rlen AND {{CREATES}} THEN -- a new bucket below full starts with its first check
+      was[i] := ahead; freshes[i] := false;
+    END IF;
+    res[2 * j - 1] := ahead; res[2 * j] := took;
+  END LOOP;
+  FOR i IN 1..n LOOP
+    res[2 * runs + i] := sinces[i];
   END LOOP;
   {{WRITEROWS}}
   RETURN res;

@@ -187,7 +187,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	b.noCreate = opts.NoCreate
 	b.one = "SELECT " + b.fn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, $6::int8, $7::int8, $8::int8, $9::int8, $10::int8, $11::int4, $12::int8, $13::int8, $14::int8, $15::int8, $16::int8)"
 	b.tier = "SELECT " + b.fn + "_tier($1::text[], $2::bytea[], $3::int4[], $4::int8[], $5::int4, $6::int8)"
-	b.each = "SELECT " + b.fn + "_each($1::text[], $2::bytea[], $3::int4[], $4::int8[], $5::int4[], $6::int8[], $7::int8)"
+	b.each = "SELECT " + b.fn + "_each($1::text[], $2::bytea[], $3::int4[], $4::int8[], $5::int4[], $6::int8[], $7::int4[], $8::int8)"
 	sctx, cancel := context.WithTimeout(ctx, max(opts.Timeout, setupTimeout))
 	err := b.setup(sctx)
 	cancel()
@@ -275,7 +275,7 @@ func (s *backend) create(ctx context.Context, noCreate bool) error {
 			" EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'n' AND NOT attisdropped)",
 			s.table, s.fn+"(text, bytea, bigint, bigint, bigint, bigint, bigint, bigint, bigint, bigint, int, bigint, bigint, bigint, bigint, bigint)",
 			s.fn+"_tier(text[], bytea[], int[], bigint[], int, bigint)",
-			s.fn+"_each(text[], bytea[], int[], bigint[], int[], bigint[], bigint)").Scan(&table, &fn, &tier, &each, &numbers)
+			s.fn+"_each(text[], bytea[], int[], bigint[], int[], bigint[], int[], bigint)").Scan(&table, &fn, &tier, &each, &numbers)
 		if err != nil {
 			return fmt.Errorf("pgstore: %w", err)
 		}

@@ -97,7 +97,7 @@ type Slotted interface {
 // functions) are arrays of integers in one form, which these read:
 //
 //	a tier:      {allowed (1 or 0), index (1-based), ahead, excess, since}
-//	each check:  {allowed, ahead, excess, since} per check, in order
+//	a batch:     {ahead before, admitted} per run (Runs), then since per bucket
 //	a lease:     {allowed, index, ahead, excess (granted when allowed), since, second, usec}
 
 // TierReply reads a tier's reply for n calls.
@@ -108,14 +108,56 @@ func TierReply(res []int64, n int) (Reply, error) {
 	return Reply{Allowed: res[0] == 1, Index: int(res[1]) - 1, Ahead: res[2], Excess: res[3], Since: res[4]}, nil
 }
 
-// EachReply reads the reply to n checks decided each on its own.
-func EachReply(res []int64, n int) ([]Reply, error) {
-	if len(res) != 4*n {
-		return nil, fmt.Errorf("the store replied %d values for %d checks, want 4 each", len(res), n)
+// A Run is checks of a batch in a row on one bucket at one cost: a batch goes
+// to the server as runs (Runs), and the server decides a run at once, since
+// its checks differ only in what the ones before them took.
+type Run struct {
+	Bucket int32 // the bucket's number in the batch, from 1
+	Cost   int64
+	N      int32 // how many checks in a row
+}
+
+// Runs groups a batch's calls into runs, bucket[j] being call j's bucket
+// (from 1).
+func Runs(calls []Call, bucket []int32) []Run {
+	var runs []Run
+	for j, c := range calls {
+		if n := len(runs); n > 0 && runs[n-1].Bucket == bucket[j] && runs[n-1].Cost == c.Cost {
+			runs[n-1].N++
+			continue
+		}
+		runs = append(runs, Run{Bucket: bucket[j], Cost: c.Cost, N: 1})
 	}
-	out := make([]Reply, n)
-	for i := range out {
-		out[i] = Reply{Allowed: res[4*i] == 1, Ahead: res[4*i+1], Excess: res[4*i+2], Since: res[4*i+3]}
+	return runs
+}
+
+// RunsReply reads the reply to a batch sent as runs over buckets buckets:
+// a run, how far its bucket was ahead of now before it and how many of its
+// checks were admitted, then each bucket's since. Check k of a run (from 1)
+// is admitted when k ≤ admitted, its bucket then k costs further ahead;
+// the others are denied on the bucket as the last admitted one left it, by
+// the excess one more cost would have put it past the rule's tau: what
+// deciding each check on its own, in order, gives.
+func RunsReply(res []int64, calls []Call, runs []Run, buckets int) ([]Reply, error) {
+	if len(res) != 2*len(runs)+buckets {
+		return nil, fmt.Errorf("the store replied %d values for %d runs of checks on %d buckets, want 2 a run and 1 a bucket", len(res), len(runs), buckets)
+	}
+	out := make([]Reply, 0, len(calls))
+	for i, r := range runs {
+		ahead, took := res[2*i], res[2*i+1]
+		if took < 0 || took > int64(r.N) || r.Bucket < 1 || int(r.Bucket) > buckets {
+			return nil, fmt.Errorf("the store admitted %d of a run of %d checks", took, r.N)
+		}
+		n := calls[len(out)].Rule.Integers()
+		inc, since := r.Cost*n.Emit, res[2*len(runs)+int(r.Bucket)-1]
+		left := ahead + took*inc
+		for k := int64(1); k <= int64(r.N); k++ {
+			if k <= took {
+				out = append(out, Reply{Allowed: true, Ahead: ahead + k*inc, Since: since})
+			} else {
+				out = append(out, Reply{Ahead: left, Excess: left + inc - n.Tau, Since: since})
+			}
+		}
 	}
 	return out, nil
 }
