@@ -127,18 +127,23 @@ local function admitted(ahead, inc, tau, k)
   return q
 end
 
+-- ceilMs is ceil(a / b) for 0 <= a, 0 < b, at least 1: a key's time to
+-- live in ms, from a time in units of which b make a ms.
+local function ceilMs(a, b)
+  local q = idiv(a, b)
+  if q * b < a then
+    q = q + 1
+  end
+  if q < 1 then
+    q = 1
+  end
+  return q
+end
+
 -- fullMs is how long (ms, at least 1) a greedy bucket perSecond units a
 -- second takes to be full from ahead units past now (fullIn, below).
 local function fullMs(ahead, perSecond)
-  local perMilli = perSecond / 1000
-  local ms = idiv(ahead, perMilli)
-  if ms * perMilli < ahead then
-    ms = ms + 1
-  end
-  if ms < 1 then
-    ms = 1
-  end
-  return ms
+  return ceilMs(ahead, perSecond / 1000)
 end
 
 local A = ARGV
@@ -443,30 +448,14 @@ end
 -- fullIn is how long (ms, at least 1) bucket r takes to be full by its own
 -- numbers from ahead units past now: when its key may expire.
 local function fullIn(r, ahead)
-  local ns
   if r.mode == 1 then
-    local perMilli = r.perSecond / 1000
-    local ms = idiv(ahead, perMilli)
-    if ms * perMilli < ahead then
-      ms = ms + 1
-    end
-    ns = ms * 1000000
-  else
-    local q = idiv(ahead, r.tokens)
-    local periods = q
-    if ahead > q * r.tokens then
-      periods = q + 1
-    end
-    ns = periods * r.period - r.since
+    return fullMs(ahead, r.perSecond)
   end
-  local ms = idiv(ns, 1000000)
-  if ms * 1000000 < ns then
-    ms = ms + 1
+  local periods = idiv(ahead, r.tokens)
+  if ahead > periods * r.tokens then
+    periods = periods + 1
   end
-  if ms < 1 then
-    ms = 1
-  end
-  return ms
+  return ceilMs(periods * r.period - r.since, 1000000)
 end
 
 local b = {}
