@@ -374,6 +374,18 @@ func values(dst []int64, c shared.Call) []int64 {
 	return append(dst, 1, n.Emit, n.Tau, n.Debt, n.PerSecond, n.PerMicro, 0, c.Cost)
 }
 
+// boxedValues are values(nil, c) as interface values for a statement's
+// arguments, the rule's integers boxed once, with its numbers (shared.Args):
+// boxed at every check, they were an allocation each.
+func boxedValues(c shared.Call) [8]any {
+	n := c.Rule.Integers()
+	x := n.Args()
+	if n.Interval {
+		return [8]any{int64(2), int64(1), x.Tau, x.Debt, x.Period, x.Tokens, n.Phase(c.Key), c.Cost}
+	}
+	return [8]any{int64(1), x.Emit, x.Tau, x.Debt, x.PerSecond, x.PerMicro, int64(0), c.Cost}
+}
+
 // maxKeyBytes: a longer key is stored as its SHA-256 (a btree entry must fit
 // a third of a page, and a hostile key must not make checks fail).
 const maxKeyBytes = 128
@@ -458,8 +470,7 @@ func (s *backend) exec(ctx context.Context, c shared.Call, mode int32, at *int64
 	if err := s.ensure(); err != nil {
 		return nil, err
 	}
-	var v [8]int64
-	values(v[:0], c)
+	v := boxedValues(c)
 	var res []int64
 	name, key := s.ns+c.Rule.Name(), rowKey(c.Key)
 	qm := s.queryMode()

@@ -3,8 +3,10 @@ package pgstore
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/pgstore/pgtest"
 	"github.com/limitgen/limitgen/shared"
 	"github.com/limitgen/limitgen/storetest"
@@ -77,6 +79,32 @@ func TestCoalesceAsRun(t *testing.T) {
 		t.Cleanup(st.Close)
 		if got := st.Coalesce(); got != c.runs {
 			t.Errorf("Options.Coalesce %d: the store carries up to %d checks a statement; want %d", c.set, got, c.runs)
+		}
+	}
+}
+
+// The boxed arguments of a single check are the values the tier and batch
+// functions get, for greedy and interval rules (keys with their own phase).
+func TestBoxedValuesAreValues(t *testing.T) {
+	for _, l := range []atomicbucket.Limit{
+		{Tokens: 7, Period: time.Second, Burst: 1000},
+		{Tokens: 3, Period: 250 * time.Millisecond, Burst: 9, Initial: 2, InitialSet: true},
+		{Tokens: 5, Period: time.Hour, Burst: 30, Refill: atomicbucket.Interval},
+		{Tokens: 5, Period: time.Hour, Burst: 30, Refill: atomicbucket.Interval, Aligned: true},
+	} {
+		r, err := NewRule("boxed", l)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, key := range []string{"a", "some user"} {
+			c := shared.Call{Rule: r, Key: key, Cost: 300}
+			want := values(nil, c)
+			got := boxedValues(c)
+			for i, g := range got {
+				if v, ok := g.(int64); !ok || v != want[i] {
+					t.Errorf("%+v key %q: value %d is %#v, want int64 %d", l, key, i, g, want[i])
+				}
+			}
 		}
 	}
 }

@@ -224,10 +224,11 @@ func (b *backend) Forget(ctx context.Context, c shared.Call) error {
 // debt, period, p, b, g) and returns it; script.go reads them.
 func args(dst []any, r *Rule) []any {
 	n := r.Integers()
+	x := n.Args()
 	if n.Interval {
-		return append(dst, 2, n.Tokens, n.Tau, n.Debt, n.Period, n.P, n.B, n.G)
+		return append(dst, 2, x.Tokens, x.Tau, x.Debt, x.Period, x.P, x.B, x.G)
 	}
-	return append(dst, 1, n.Emit, n.Tau, n.Debt, n.PerSecond, n.PerMicro, 0, 0)
+	return append(dst, 1, x.Emit, x.Tau, x.Debt, x.PerSecond, x.PerMicro, 0, 0)
 }
 
 // modeArgs are the script's ARGV[2] for each mode, boxed once (a string
@@ -243,14 +244,20 @@ func (b *backend) Tier(ctx context.Context, calls []shared.Call, mode shared.Mod
 // tierAt is Tier; now is for the explicit-time script of the tests (seconds,
 // microseconds).
 func (b *backend) tierAt(ctx context.Context, calls []shared.Call, mode shared.Mode, now ...any) (shared.Reply, error) {
-	keys := make([]string, len(calls))
+	var keys []string
 	var a []any
 	if n := calls[0].Rule.Integers(); len(calls) == 1 && mode == shared.ModeTake && !n.Interval {
-		// the script's short form for the common check (script.go)
-		a = make([]any, 0, 7+len(now))
-		a = append(a, "g", n.Emit, n.Tau, n.Debt, n.PerSecond, n.PerMicro, calls[0].Cost)
+		// the script's short form for the common check (script.go), its
+		// key and arguments in one allocation
+		one := &struct {
+			keys [1]string
+			args [9]any
+		}{}
+		x := n.Args()
+		keys, a = one.keys[:], append(one.args[:0], "g", x.Emit, x.Tau, x.Debt, x.PerSecond, x.PerMicro, calls[0].Cost)
 		keys[0] = b.key(calls[0].Rule, calls[0].Key)
 	} else {
+		keys = make([]string, len(calls))
 		a = make([]any, 0, 2+10*len(calls)+len(now))
 		a = append(a, len(calls), modeArgs[mode])
 		for i, c := range calls {

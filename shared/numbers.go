@@ -33,6 +33,25 @@ type Integers struct {
 	Period   int64 // interval: ns, G·P
 	Tokens   int64 // interval: slots added at each boundary
 	G, P, B  int64 // interval: gcd(Period, 1e9), Period/G, 1e9/G
+
+	args *Args // the same integers as interface values (Args)
+}
+
+// Args are a rule's integers as interface values, made once, with the
+// numbers (NewIntegers): a store's client takes a call's arguments as `any`,
+// and an integer above 255 made one at every call was an allocation a value.
+type Args struct {
+	Emit, Tau, Debt, PerSecond, PerMicro any
+	Tokens, Period, G, P, B              any
+}
+
+// Args are n's integers as interface values; nil for Integers not made by
+// NewIntegers.
+func (n *Integers) Args() *Args { return n.args }
+
+func (n *Integers) box() {
+	n.args = &Args{Emit: n.Emit, Tau: n.Tau, Debt: n.Debt, PerSecond: n.PerSecond, PerMicro: n.PerMicro,
+		Tokens: n.Tokens, Period: n.Period, G: n.G, P: n.P, B: n.B}
 }
 
 // NewIntegers computes l's numbers (MicroUnits), or says why a store on a
@@ -53,12 +72,14 @@ func NewIntegers(l atomicbucket.Limit) (Integers, error) {
 		n.Interval, n.Aligned, n.Period, n.Tokens = true, l.Aligned, p, l.Tokens
 		n.G, n.P, n.B = g, p/g, 1e9/g
 		n.Emit, n.Tau, n.Debt = 1, l.Burst, l.Burst-initial
+		n.box()
 		return n, nil
 	}
 	n.Units = u
 	n.PerSecond = 1_000_000 * u.PerMicro
 	n.Tau = l.Burst * u.Emit
 	n.Debt = (l.Burst - initial) * u.Emit
+	n.box()
 	return n, nil
 }
 
