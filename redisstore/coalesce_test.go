@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/redisstore/internal/redistest"
+	"github.com/limitgen/limitgen/shared"
 )
 
 // Coalesced checks from 64 goroutines: one key's burst of 50 is admitted
@@ -74,5 +76,31 @@ func TestCoalescedChecks(t *testing.T) {
 	st.Close()
 	if _, err := st.AllowN(ctx, r, "d", 1); err == nil {
 		t.Error("a check after Close did not fail")
+	}
+}
+
+// A batch of more distinct keys than Lua can unpack at once (8,000) is
+// decided, each key's first check admitted: the script's short path for
+// greedy batches reads its buckets in one MGET only up to a bound.
+func TestCoalescedBatchOfManyKeys(t *testing.T) {
+	srv := redistest.Start(t)
+	b := newStore(srv.Client(t), false, Options{}).b
+	r, err := NewRule("manykeys", atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := make([]shared.Call, 9000)
+	for i := range calls {
+		calls[i] = shared.Call{Rule: r, Key: strconv.Itoa(i), Cost: 1}
+	}
+	calls = append(calls, shared.Call{Rule: r, Key: "0", Cost: 1}) // the first key again: denied
+	got, err := b.eachAt(context.Background(), calls)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range got {
+		if want := i < 9000; d.Allowed != want {
+			t.Fatalf("check %d (key %s): allowed %v, want %v", i, calls[i].Key, d.Allowed, want)
+		}
 	}
 }

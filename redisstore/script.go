@@ -202,7 +202,7 @@ if A[2] == '4' then
   -- without the general code below, as it would decide them (else on to it).
   local n, m = tonumber(A[1]), tonumber(A[3])
   local base = 3 + m * 8
-  local lean = true
+  local lean = n <= 1024 -- its MGET unpacks the keys: Lua unpacks at most 8,000
   for o = 3, 3 + (m - 1) * 8, 8 do
     if A[o + 1] ~= '1' then
       lean = false
