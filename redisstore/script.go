@@ -181,6 +181,26 @@ local function setGreedy(key, nsec, usec, ahead, e, t, p, perMicro)
 end
 
 local A = ARGV
+
+-- greedyValues reads every bucket of KEYS in one MGET (at most 1,024 keys:
+-- Lua unpacks at most 8,000), bucket i's numbers at A[o + 2], A[o + 3] and
+-- A[o + 5] for o = at(i): the TATs of those it finds (hi, lo), or nil when a
+-- value is not one greedyValue reads.
+local function greedyValues(at)
+  local vals = redis.call('MGET', unpack(KEYS))
+  local hi, lo = {}, {}
+  for i = 1, #KEYS do
+    if vals[i] then
+      local o = at(i)
+      hi[i], lo[i] = greedyValue(vals[i], A[o + 2], A[o + 3], A[o + 5])
+      if not hi[i] then
+        return nil
+      end
+    end
+  end
+  return hi, lo
+end
+
 if A[1] == 'g' then
   -- The common check, decided without the general code below: one greedy
   -- bucket, taking, its value absent or written with the same numbers and
@@ -229,21 +249,11 @@ elseif A[2] == '1' and tonumber(A[1]) > 1 and tonumber(A[1]) <= 1024 then
       break
     end
   end
-  local hi, lo = {}, {}
+  local hi, lo
   if lean then
-    local vals = redis.call('MGET', unpack(KEYS))
-    for i = 1, n do
-      local o = 2 + (i - 1) * 10
-      if vals[i] then
-        hi[i], lo[i] = greedyValue(vals[i], A[o + 2], A[o + 3], A[o + 5])
-        if not hi[i] then
-          lean = false
-          break
-        end
-      end
-    end
+    hi, lo = greedyValues(function(i) return 2 + (i - 1) * 10 end)
   end
-  if lean then
+  if hi then
     local now = {{NOW}}
     local nsec, usec = tonumber(now[1]), tonumber(now[2])
     local ahead, inc, tau, debt, cost = {}, {}, {}, {}, {}
@@ -303,22 +313,14 @@ if A[2] == '4' then
       break
     end
   end
-  local ro, hi, lo = {}, {}, {}
-  if lean then
-    local vals = redis.call('MGET', unpack(KEYS))
-    for i = 1, n do
-      local o = 3 + (tonumber(A[base + 2 * i - 1]) - 1) * 8
-      ro[i] = o
-      if vals[i] then
-        hi[i], lo[i] = greedyValue(vals[i], A[o + 2], A[o + 3], A[o + 5])
-        if not hi[i] then
-          lean = false
-          break
-        end
-      end
-    end
+  local ro, hi, lo = {}, nil, nil
+  for i = 1, n do
+    ro[i] = 3 + (tonumber(A[base + 2 * i - 1]) - 1) * 8
   end
   if lean then
+    hi, lo = greedyValues(function(i) return ro[i] end)
+  end
+  if hi then
     local now = {{NOW}}
     local nsec, usec = tonumber(now[1]), tonumber(now[2])
     local ahead, fresh, dirty = {}, {}, {}

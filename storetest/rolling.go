@@ -202,7 +202,9 @@ func envelopeExcess(adm []admitted, lead int64, rate float64) float64 {
 // checker, at its grid's last boundary: the next adds a period's tokens),
 // never more than the checker's burst, whole tokens for interval refill, and
 // for greedy refill the time owed rounded up to the checker's unit. Only rules whose units are
-// exact are drawn. It returns the decisions compared and how many were of a
+// exact are drawn. A check goes alone, in a tier beside a rule that always
+// admits, or (taking, on a Batcher) in a batch: a store's paths for each must
+// convert alike. It returns the decisions compared and how many were of a
 // converted bucket.
 func Versions(t *testing.T, st Store, seed uint64, pairs int, start int64) (decisions, converted int) {
 	rng := rand.New(rand.NewPCG(seed, 23))
@@ -218,6 +220,11 @@ func Versions(t *testing.T, st Store, seed uint64, pairs int, start int64) (deci
 			Burst: 1 + rng.Int64N(60), Refill: atomicbucket.Interval, Aligned: rng.IntN(3) == 0,
 		}
 	}
+	loose, _, err := st.Rule(fmt.Sprintf("v%d_loose", seed), atomicbucket.Limit{Tokens: 1_000_000, Period: time.Second, Burst: 1_000_000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	batcher, _ := st.(Batcher)
 	for p := 0; p < pairs; {
 		name := fmt.Sprintf("v%d_%d", seed, p)
 		var ls [2]atomicbucket.Limit
@@ -263,7 +270,27 @@ func Versions(t *testing.T, st Store, seed uint64, pairs int, start int64) (deci
 				refs[v].Rebase(key, tns, refs[w].Tokens(key, at), grains[v])
 				converted++
 			}
-			got, _, err := st.Check([]Part{{rules[v], key, cost}}, take, sec, usec)
+			// The check goes alone, in a tier beside a rule that always
+			// admits, or in a batch: each has its own path on a store that
+			// must convert the bucket (Redis's short paths read only values
+			// written with their own numbers).
+			var got atomicbucket.Decision
+			var err error
+			switch via := rng.IntN(3); {
+			case via == 1:
+				var i int
+				got, i, err = st.Check([]Part{{rules[v], key, cost}, {loose, key, 0}}, take, sec, usec)
+				if err == nil && i != 0 {
+					t.Fatalf("a tier with a rule that always admits decided by it: %+v", got)
+				}
+			case via == 2 && take && batcher != nil:
+				var ds []atomicbucket.Decision
+				if ds, err = batcher.Batch(rules[v], []string{key}, []int64{cost}, sec, usec); err == nil {
+					got = ds[0]
+				}
+			default:
+				got, _, err = st.Check([]Part{{rules[v], key, cost}}, take, sec, usec)
+			}
 			if err != nil {
 				t.Fatal(err)
 			}
