@@ -1,8 +1,8 @@
-// Package pgtest starts PostgreSQL servers for tests: a cluster made by
-// initdb in memory (/dev/shm) where the machine has it, listening on 127.0.0.1 on a free port (and
-// on a Unix socket in its own directory), stopped by its pid when the test
-// ends. PostgreSQL refuses to run as root: when the test runs as root, the
-// server runs as the user nobody.
+// Package pgtest starts PostgreSQL servers for tests: a copy of a cluster
+// initdb made once, in memory (/dev/shm) where the machine has room for it,
+// listening on 127.0.0.1 on a free port (and on a Unix socket in its own
+// directory), stopped by its pid when the test ends. PostgreSQL refuses to
+// run as root: when the test runs as root, the server runs as the user nobody.
 package pgtest
 
 import (
@@ -124,22 +124,31 @@ func startIn(t testing.TB, base string, settings []string) *Server {
 }
 
 // clusterDir is where clusters are made: /dev/shm, a tmpfs, when it is a
-// directory this process can write, else the temporary directory. On a
-// disk of a virtual machine, copying the template (39 MB) took 0.5 to 1.9 s a
-// server, most of a test's time; in memory it is a copy of memory. The
-// clusters are removed when their tests end (a test process killed leaves
-// one behind, as it would in the temporary directory).
+// directory this process can write with at least shmRoom free, else the
+// temporary directory. On a disk of a virtual machine, copying the template
+// (39 MB) took 0.5 to 1.9 s a server, most of a test's time; in memory it is
+// a copy of memory. A container's /dev/shm is often 64 MB, too small for the
+// template and one cluster: then the disk. The clusters are removed when their
+// tests end (a test process killed leaves one behind, as it would in the
+// temporary directory).
 func clusterDir() string {
 	const shm = "/dev/shm"
-	if st, err := os.Stat(shm); err == nil && st.IsDir() {
-		if f, err := os.CreateTemp(shm, "pgtest-probe"); err == nil {
-			f.Close()
-			os.Remove(f.Name())
-			return shm
-		}
+	var fs syscall.Statfs_t
+	if err := syscall.Statfs(shm, &fs); err != nil || uint64(fs.Bavail)*uint64(fs.Bsize) < shmRoom {
+		return os.TempDir()
 	}
-	return os.TempDir()
+	f, err := os.CreateTemp(shm, "pgtest-probe")
+	if err != nil {
+		return os.TempDir()
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return shm
 }
+
+// shmRoom is the free space clusterDir asks of /dev/shm: the template and a
+// few clusters that grow while their tests write.
+const shmRoom = 1 << 30
 
 // template is a cluster initdb made once for every test process on the
 // machine (kept in clusterDir, named by initdb's path and
@@ -210,7 +219,11 @@ func (s *Server) command(name string, args ...string) *exec.Cmd {
 func (s *Server) start(t testing.TB) {
 	t.Helper()
 	args := append([]string{"-D", s.dir, "-h", "127.0.0.1", "-p", strconv.Itoa(s.Port),
-		"-k", s.dir, "-c", "fsync=off", "-c", "logging_collector=off"}, s.settings...)
+		"-k", s.dir, "-c", "fsync=off", "-c", "logging_collector=off",
+		// Dynamic shared memory in the data directory, removed with it: by
+		// default it is files in /dev/shm that a killed server leaves behind
+		// (1,494 of them, 767 MB, on this machine after a few days of tests).
+		"-c", "dynamic_shared_memory_type=mmap"}, s.settings...)
 	s.cmd = s.command(filepath.Join(s.bin, "postgres"), args...)
 	var log strings.Builder
 	s.cmd.Stderr = &log
