@@ -87,13 +87,7 @@ var redisImpls = []struct {
 		}
 	}},
 	{"redis_rate-autopipeline", func(b *testing.B, addr string) func(context.Context) (bool, error) {
-		c := redis.NewClient(&redis.Options{Addr: addr})
-		b.Cleanup(func() { c.Close() })
-		ap, err := c.AutoPipeline()
-		if err != nil {
-			b.Fatal(err)
-		}
-		l := redis_rate.NewLimiter(ap)
+		l := redis_rate.NewLimiter(autoPipeline(b, addr))
 		limit := redis_rate.Limit{Rate: redisRate, Burst: redisRate, Period: time.Second}
 		return func(ctx context.Context) (bool, error) {
 			res, err := l.Allow(ctx, "k", limit)
@@ -103,12 +97,7 @@ var redisImpls = []struct {
 	{"ping-autopipeline", func(b *testing.B, addr string) func(context.Context) (bool, error) {
 		// The physical anchor: one PING a decision through go-redis's
 		// AutoPipeline, no limit at all (what a round trip costs here).
-		c := redis.NewClient(&redis.Options{Addr: addr})
-		b.Cleanup(func() { c.Close() })
-		ap, err := c.AutoPipeline()
-		if err != nil {
-			b.Fatal(err)
-		}
+		ap := autoPipeline(b, addr)
 		return func(ctx context.Context) (bool, error) {
 			err := ap.Ping(ctx).Err()
 			return err == nil, err
@@ -130,6 +119,18 @@ var redisImpls = []struct {
 			return !limited, err
 		}
 	}},
+}
+
+// autoPipeline is go-redis's AutoPipeline over a new client of addr, both
+// closed when the benchmark ends.
+func autoPipeline(b *testing.B, addr string) *redis.AutoPipeliner {
+	c := redis.NewClient(&redis.Options{Addr: addr})
+	b.Cleanup(func() { c.Close() })
+	ap, err := c.AutoPipeline()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ap
 }
 
 // redisKeys is how many keys BenchmarkRedisKeys draws from, at random.
@@ -165,15 +166,7 @@ func BenchmarkRedisKeys(b *testing.B) {
 			b.Cleanup(func() { c.Close() })
 			return rateOn(c)
 		}},
-		{"redis_rate-autopipeline", func(b *testing.B) func(context.Context) (bool, error) {
-			c := redis.NewClient(&redis.Options{Addr: addr})
-			b.Cleanup(func() { c.Close() })
-			ap, err := c.AutoPipeline()
-			if err != nil {
-				b.Fatal(err)
-			}
-			return rateOn(ap)
-		}},
+		{"redis_rate-autopipeline", func(b *testing.B) func(context.Context) (bool, error) { return rateOn(autoPipeline(b, addr)) }},
 	}
 	for _, impl := range impls {
 		b.Run("keys=10000/callers=64/impl="+impl.name, func(b *testing.B) {

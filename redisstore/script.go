@@ -201,6 +201,17 @@ local function greedyValues(at)
   return hi, lo
 end
 
+-- allGreedy reports whether the count rules whose values start at A[first]
+-- and every step after it are all greedy (their kind, A[o + 1], is 1).
+local function allGreedy(first, step, count)
+  for o = first, first + (count - 1) * step, step do
+    if A[o + 1] ~= '1' then
+      return false
+    end
+  end
+  return true
+end
+
 if A[1] == 'g' then
   -- The common check, decided without the general code below: one greedy
   -- bucket, taking, its value absent or written with the same numbers and
@@ -242,15 +253,8 @@ elseif A[2] == '1' and tonumber(A[1]) > 1 and tonumber(A[1]) <= 1024 then
   -- as it would decide it (else on to it). Its MGET unpacks the keys: Lua
   -- unpacks at most 8,000.
   local n = tonumber(A[1])
-  local lean = true
-  for o = 2, 2 + (n - 1) * 10, 10 do
-    if A[o + 1] ~= '1' then
-      lean = false
-      break
-    end
-  end
   local hi, lo
-  if lean then
+  if allGreedy(2, 10, n) then
     hi, lo = greedyValues(function(i) return 2 + (i - 1) * 10 end)
   end
   if hi then
@@ -306,18 +310,11 @@ if A[2] == '4' then
   -- without the general code below, as it would decide them (else on to it).
   local n, m = tonumber(A[1]), tonumber(A[3])
   local base = 3 + m * 8
-  local lean = n <= 1024 -- its MGET unpacks the keys: Lua unpacks at most 8,000
-  for o = 3, 3 + (m - 1) * 8, 8 do
-    if A[o + 1] ~= '1' then
-      lean = false
-      break
-    end
-  end
   local ro, hi, lo = {}, nil, nil
   for i = 1, n do
     ro[i] = 3 + (tonumber(A[base + 2 * i - 1]) - 1) * 8
   end
-  if lean then
+  if n <= 1024 and allGreedy(3, 8, m) then -- its MGET unpacks the keys: Lua unpacks at most 8,000
     hi, lo = greedyValues(function(i) return ro[i] end)
   end
   if hi then
