@@ -151,9 +151,9 @@ fuzz-smoke:
 	fuzz/run.sh FuzzRule $(SMOKE_FuzzRule)
 	fuzz/run.sh FuzzNumbers $(SMOKE_FuzzNumbers)
 	fuzz/run.sh FuzzPolicy $(SMOKE_FuzzPolicy) ./gen
-	fuzz/run.sh FuzzClientIP $(SMOKE_FuzzClientIP) ./limithttp
+	fuzz/run.sh FuzzClientIP $(SMOKE_FuzzClientIP) ./clientip
 	fuzz/run.sh FuzzQueryValue $(SMOKE_FuzzHTTP) ./limithttp
-	fuzz/run.sh FuzzParseIPv4 $(SMOKE_FuzzHTTP) ./limithttp
+	fuzz/run.sh FuzzParseIPv4 $(SMOKE_FuzzHTTP) ./clientip
 	fuzz/run.sh FuzzRouter $(SMOKE_FuzzHTTP) ./limithttp
 	fuzz/run.sh FuzzMiddleware $(SMOKE_FuzzHTTP) ./generated
 	fuzz/run.sh FuzzScript $(SMOKE_FuzzScript) ./redisstore
@@ -171,9 +171,9 @@ bench-smoke:
 fuzz:
 	for t in $(FUZZ_TARGETS); do fuzz/run.sh $$t $(FUZZTIME); done
 	fuzz/run.sh FuzzPolicy $(FUZZTIME) ./gen
-	fuzz/run.sh FuzzClientIP $(FUZZTIME) ./limithttp
+	fuzz/run.sh FuzzClientIP $(FUZZTIME) ./clientip
 	fuzz/run.sh FuzzQueryValue $(FUZZTIME) ./limithttp
-	fuzz/run.sh FuzzParseIPv4 $(FUZZTIME) ./limithttp
+	fuzz/run.sh FuzzParseIPv4 $(FUZZTIME) ./clientip
 	fuzz/run.sh FuzzRouter $(FUZZTIME) ./limithttp
 	fuzz/run.sh FuzzMiddleware $(FUZZTIME) ./generated
 	fuzz/run.sh FuzzScript $(FUZZTIME) ./redisstore

@@ -11,6 +11,7 @@ import (
 	"github.com/limitgen/limitgen/bench/httplimits"
 	"github.com/limitgen/limitgen/limitotel"
 	"github.com/limitgen/limitgen/limitprom"
+	"github.com/limitgen/limitgen/verdict"
 	"github.com/prometheus/client_golang/prometheus"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -31,7 +32,7 @@ var collectors = []struct {
 	{"no-collector", func(*testing.B, *httplimits.Middleware, *httplimits.Limits, *atomic.Int64) func() { return func() {} }},
 	{"prometheus", func(b *testing.B, mw *httplimits.Middleware, l *httplimits.Limits, reads *atomic.Int64) func() {
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(limitprom.New(limitprom.Options{Counters: mw.Config.Counters, Tables: map[string]limitprom.Table{"PerIP": l.PerIP}}))
+		reg.MustRegister(limitprom.New(limitprom.Options{Doors: map[string]*verdict.Counters{verdict.DoorHTTP: mw.Config.Counters}, Tables: map[string]limitprom.Table{"PerIP": l.PerIP}}))
 		return every(func() {
 			if _, err := reg.Gather(); err != nil {
 				b.Error(err)
@@ -42,7 +43,7 @@ var collectors = []struct {
 	{"otel", func(b *testing.B, mw *httplimits.Middleware, l *httplimits.Limits, reads *atomic.Int64) func() {
 		reader := sdkmetric.NewManualReader()
 		provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
-		reg, err := limitotel.Register(provider.Meter("bench"), limitotel.Options{Counters: mw.Config.Counters, Tables: map[string]limitotel.Table{"PerIP": l.PerIP}})
+		reg, err := limitotel.Register(provider.Meter("bench"), limitotel.Options{Doors: map[string]*verdict.Counters{verdict.DoorHTTP: mw.Config.Counters}, Tables: map[string]limitotel.Table{"PerIP": l.PerIP}})
 		if err != nil {
 			b.Fatal(err)
 		}

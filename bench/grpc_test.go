@@ -10,7 +10,7 @@ import (
 
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/ratelimit"
 	"github.com/limitgen/limitgen/bench/grpclimits"
-	"github.com/limitgen/limitgen/limithttp"
+	"github.com/limitgen/limitgen/limitgrpc"
 	"golang.org/x/time/rate"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -85,7 +85,7 @@ var grpcImpls = []struct {
 		if err != nil {
 			b.Fatal(err)
 		}
-		g.Config.Metadata = limithttp.HeadersNone
+		g.Config.Metadata = limitgrpc.MetadataNone
 		return g.UnaryInterceptor()
 	}},
 	{"grpc-middleware", func(b testing.TB, c grpcCase) grpc.UnaryServerInterceptor {

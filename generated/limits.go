@@ -13,8 +13,10 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/overlay"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
@@ -1842,7 +1844,7 @@ func (l *Limits) checkAPI(plan Plan, perUserKey string, perEndpointKey int64, no
 }
 
 // httpPolicyPerUserPlanFree is rule PerUser on the free plan as the RateLimit fields describe it.
-var httpPolicyPerUserPlanFree = limithttp.Policy{
+var httpPolicyPerUserPlanFree = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  50,
 	Window: 5,
@@ -1852,14 +1854,12 @@ var httpPolicyPerUserPlanFree = limithttp.Policy{
 		Burst:  50,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"PerUser\";q=50;w=5",
-	Prefix:    "\"PerUser\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (50 tokens): waiting cannot admit it.\"}\n",
+	Item:   "\"PerUser\";q=50;w=5",
+	Prefix: "\"PerUser\";r=",
 }
 
 // httpPolicyPerUserPlanPro is rule PerUser on the pro plan as the RateLimit fields describe it.
-var httpPolicyPerUserPlanPro = limithttp.Policy{
+var httpPolicyPerUserPlanPro = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  500,
 	Window: 5,
@@ -1869,15 +1869,13 @@ var httpPolicyPerUserPlanPro = limithttp.Policy{
 		Burst:  500,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"PerUser\";q=500;w=5",
-	Prefix:    "\"PerUser\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (500 tokens): waiting cannot admit it.\"}\n",
+	Item:   "\"PerUser\";q=500;w=5",
+	Prefix: "\"PerUser\";r=",
 }
 
 // httpPolicyPerUserPlanEnterprise is rule PerUser on the enterprise plan as the RateLimit fields
 // describe it.
-var httpPolicyPerUserPlanEnterprise = limithttp.Policy{
+var httpPolicyPerUserPlanEnterprise = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  2000,
 	Window: 2,
@@ -1887,14 +1885,12 @@ var httpPolicyPerUserPlanEnterprise = limithttp.Policy{
 		Burst:  2000,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"PerUser\";q=2000;w=2",
-	Prefix:    "\"PerUser\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (2000 tokens): waiting cannot admit it.\"}\n",
+	Item:   "\"PerUser\";q=2000;w=2",
+	Prefix: "\"PerUser\";r=",
 }
 
 // httpPolicyPerEndpoint is rule PerEndpoint as the RateLimit fields describe it.
-var httpPolicyPerEndpoint = limithttp.Policy{
+var httpPolicyPerEndpoint = verdict.Policy{
 	Name:   "PerEndpoint",
 	Quota:  200,
 	Window: 12,
@@ -1904,14 +1900,12 @@ var httpPolicyPerEndpoint = limithttp.Policy{
 		Burst:  200,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"PerEndpoint\";q=200;w=12",
-	Prefix:    "\"PerEndpoint\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerEndpoint; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerEndpoint\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerEndpoint (200 tokens): waiting cannot admit it.\"}\n",
+	Item:   "\"PerEndpoint\";q=200;w=12",
+	Prefix: "\"PerEndpoint\";r=",
 }
 
 // httpPolicyLogin is rule Login as the RateLimit fields describe it.
-var httpPolicyLogin = limithttp.Policy{
+var httpPolicyLogin = verdict.Policy{
 	Name:   "Login",
 	Quota:  5,
 	Window: 10,
@@ -1923,14 +1917,12 @@ var httpPolicyLogin = limithttp.Policy{
 		Initial:    3,
 		InitialSet: true,
 	},
-	Item:      "\"Login\";q=5;w=10",
-	Prefix:    "\"Login\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Login; retry after the delay in Retry-After.\",\"violated-policies\":[\"Login\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Login (5 tokens): waiting cannot admit it.\"}\n",
+	Item:   "\"Login\";q=5;w=10",
+	Prefix: "\"Login\";r=",
 }
 
 // httpPolicyDailyExport is rule DailyExport as the RateLimit fields describe it.
-var httpPolicyDailyExport = limithttp.Policy{
+var httpPolicyDailyExport = verdict.Policy{
 	Name:   "DailyExport",
 	Quota:  100,
 	Window: 86400,
@@ -1941,14 +1933,12 @@ var httpPolicyDailyExport = limithttp.Policy{
 		Refill:  atomicbucket.Interval,
 		Aligned: true,
 	},
-	Item:      "\"DailyExport\";q=100;w=86400",
-	Prefix:    "\"DailyExport\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy DailyExport; retry after the delay in Retry-After.\",\"violated-policies\":[\"DailyExport\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy DailyExport (100 tokens): waiting cannot admit it.\"}\n",
+	Item:   "\"DailyExport\";q=100;w=86400",
+	Prefix: "\"DailyExport\";r=",
 }
 
 // httpPolicyUpload is rule Upload as the RateLimit fields describe it.
-var httpPolicyUpload = limithttp.Policy{
+var httpPolicyUpload = verdict.Policy{
 	Name:   "Upload",
 	Quota:  1000,
 	Window: 10,
@@ -1958,14 +1948,12 @@ var httpPolicyUpload = limithttp.Policy{
 		Burst:  1000,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"Upload\";q=1000;w=10",
-	Prefix:    "\"Upload\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Upload; retry after the delay in Retry-After.\",\"violated-policies\":[\"Upload\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Upload (1000 tokens): waiting cannot admit it.\"}\n",
+	Item:   "\"Upload\";q=1000;w=10",
+	Prefix: "\"Upload\";r=",
 }
 
 // httpPolicyGlobal is rule Global as the RateLimit fields describe it.
-var httpPolicyGlobal = limithttp.Policy{
+var httpPolicyGlobal = verdict.Policy{
 	Name:   "Global",
 	Quota:  4000,
 	Window: 2,
@@ -1975,15 +1963,13 @@ var httpPolicyGlobal = limithttp.Policy{
 		Burst:  4000,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"Global\";q=4000;w=2",
-	Prefix:    "\"Global\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Global; retry after the delay in Retry-After.\",\"violated-policies\":[\"Global\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Global (4000 tokens): waiting cannot admit it.\"}\n",
+	Item:   "\"Global\";q=4000;w=2",
+	Prefix: "\"Global\";r=",
 }
 
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*limithttp.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro, &httpPolicyPerUserPlanEnterprise}, RulePerEndpoint: {&httpPolicyPerEndpoint, &httpPolicyPerEndpoint, &httpPolicyPerEndpoint}, RuleLogin: {&httpPolicyLogin, &httpPolicyLogin, &httpPolicyLogin}, RuleDailyExport: {&httpPolicyDailyExport, &httpPolicyDailyExport, &httpPolicyDailyExport}, RuleUpload: {&httpPolicyUpload, &httpPolicyUpload, &httpPolicyUpload}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal, &httpPolicyGlobal}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro, &httpPolicyPerUserPlanEnterprise}, RulePerEndpoint: {&httpPolicyPerEndpoint, &httpPolicyPerEndpoint, &httpPolicyPerEndpoint}, RuleLogin: {&httpPolicyLogin, &httpPolicyLogin, &httpPolicyLogin}, RuleDailyExport: {&httpPolicyDailyExport, &httpPolicyDailyExport, &httpPolicyDailyExport}, RuleUpload: {&httpPolicyUpload, &httpPolicyUpload, &httpPolicyUpload}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal, &httpPolicyGlobal}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
 var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1, 1}, RulePerEndpoint: {1, 1, 1}, RuleLogin: {1, 1, 1}, RuleDailyExport: {1, 1, 1}, RuleUpload: {10, 10, 10}, RuleGlobal: {1, 1, 1}}
@@ -2018,7 +2004,7 @@ type Middleware struct {
 	hooks  Hooks
 	// ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip
 	// (set TrustedProxies here when they differ by deployment).
-	ClientIP limithttp.ClientIP
+	ClientIP clientip.Config
 	// Clock, when set, is read instead of atomicbucket.Now: tests drive the middleware through time
 	// with it.
 	Clock func() atomicbucket.Time
@@ -2031,7 +2017,7 @@ type Middleware struct {
 // NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It
 // fails when one of them is nil.
 func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
-	if err := limithttp.NilHooks("limits: NewMiddleware: Hooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
+	if err := verdict.NilHooks("limits: NewMiddleware: Hooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
 		return nil, err
 	}
 	if l == nil {
@@ -2040,15 +2026,17 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 	return &Middleware{
 		limits: l,
 		hooks:  h,
-		ClientIP: limithttp.ClientIP{
+		ClientIP: clientip.Config{
 			TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
 			IPv6Prefix:     64,
 		},
 		Config: limithttp.Config{
+			Judge: verdict.Judge{
+				Jitter:   0.5,
+				Counters: verdict.NewSeriesCounters(httpSeries[:]...),
+				Observer: verdict.NewDenialLog(nil, 10),
+			},
 			Headers:   limithttp.HeadersIETF,
-			Jitter:    0.5,
-			Counters:  limithttp.NewSeriesCounters(httpSeries[:]...),
-			Observer:  limithttp.NewDenialLog(nil, 10),
 			Challenge: "Bearer",
 		},
 	}, nil
@@ -2185,7 +2173,7 @@ func (s *ServeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var httpSeries = [...]limithttp.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/upload", Rule: "Upload"}, {Route: "GET /v1/export/{account}", Rule: "DailyExport"}, {Route: "/v1/", Tier: "API", Rule: "PerUser"}, {Route: "/v1/", Tier: "API", Rule: "PerEndpoint"}, {Route: "/v1/", Tier: "API", Rule: "Global"}}
+var httpSeries = [...]verdict.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/upload", Rule: "Upload"}, {Route: "GET /v1/export/{account}", Rule: "DailyExport"}, {Route: "/v1/", Tier: "API", Rule: "PerUser"}, {Route: "/v1/", Tier: "API", Rule: "PerEndpoint"}, {Route: "/v1/", Tier: "API", Rule: "Global"}}
 
 // httpSeriesRoute4 are the series of /v1/'s rules in the Counters, by RuleName.
 var httpSeriesRoute4 = [...]int{RulePerUser: 3, RulePerEndpoint: 4, RuleGlobal: 5}
@@ -2194,13 +2182,13 @@ var httpSeriesRoute4 = [...]int{RulePerUser: 3, RulePerEndpoint: 4, RuleGlobal: 
 func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string) bool {
 	var k0 string
 	var ok0 bool
-	k0, ok0 = m.ClientIP.Key(r)
+	k0, ok0 = m.ClientIP.Key(r.RemoteAddr, r.Header)
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Login: route \\\"POST /v1/login\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "POST /v1/login", Rule: "Login", RuleIndex: int(RuleLogin), Series: 0, Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Login: route \\\"POST /v1/login\\\" reads it from the client address.\"}\n", verdict.Event{Route: "POST /v1/login", Rule: "Login", RuleIndex: int(RuleLogin), Series: 0, Outcome: verdict.MissingKey})
 	}
 	now := m.now()
 	cost := httpCosts[RuleLogin][0]
-	var res limithttp.Result
+	var res verdict.Result
 	res.Decision = m.limits.Login.AllowNAt(k0, now, cost)
 	res.Policy = httpPolicies[RuleLogin][0]
 	res.Policies = httpRoutes[0][0]
@@ -2209,10 +2197,10 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RuleLogin)
 	res.Series = 0
 	if rf0 := m.limits.Login.ruleInForce(k0); rf0 != nil {
-		res.Policy = limithttp.InForce(res.Policy, rf0)
-		res.Policies = limithttp.InForceList(res.Policy)
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
 	}
-	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
 
 // route2 checks POST /v1/upload (rule Upload, enforce) and reports whether the request may go on.
@@ -2220,19 +2208,19 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
-	ok0 = ok0 && k0 != "" && len(k0) <= limithttp.MaxKeyLen
+	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Upload: route \\\"POST /v1/upload\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "POST /v1/upload", Rule: "Upload", RuleIndex: int(RuleUpload), Series: 1, Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Upload: route \\\"POST /v1/upload\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/upload", Rule: "Upload", RuleIndex: int(RuleUpload), Series: 1, Outcome: verdict.MissingKey})
 	}
 	cost, st := limithttp.HeaderCost(r, "X-Upload-Units", 1000)
 	switch st {
-	case limithttp.CostMissing:
+	case verdict.CostMissing:
 		cost = 10
-	case limithttp.CostTooHigh:
-		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Upload-Units) is above the most a request may cost on route \\\"POST /v1/upload\\\": 1000.\"}\n", limithttp.Event{Route: "POST /v1/upload", Rule: "Upload", RuleIndex: int(RuleUpload), Series: 1, Outcome: limithttp.TooCostly, Cost: cost})
+	case verdict.CostTooHigh:
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Upload-Units) is above the most a request may cost on route \\\"POST /v1/upload\\\": 1000.\"}\n", verdict.Event{Route: "POST /v1/upload", Rule: "Upload", RuleIndex: int(RuleUpload), Series: 1, Outcome: verdict.TooCostly, Cost: cost})
 	}
 	now := m.now()
-	var res limithttp.Result
+	var res verdict.Result
 	res.Decision = m.limits.Upload.AllowNAt(k0, now, cost)
 	res.Policy = httpPolicies[RuleUpload][0]
 	res.Policies = httpRoutes[1][0]
@@ -2241,10 +2229,10 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RuleUpload)
 	res.Series = 1
 	if rf0 := m.limits.Upload.ruleInForce(k0); rf0 != nil {
-		res.Policy = limithttp.InForce(res.Policy, rf0)
-		res.Policies = limithttp.InForceList(res.Policy)
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
 	}
-	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
 
 // route3 checks GET /v1/export/{account} (rule DailyExport, shadow) and reports whether the request
@@ -2255,15 +2243,15 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	{
 		v, found := limithttp.PathKeyAt(path, 2, false)
 		var n uint64
-		n, ok0 = limithttp.UintKey(v, found, 64)
+		n, ok0 = verdict.UintKey(v, found, 64)
 		k0 = n
 	}
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Shadow, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule DailyExport: route \\\"GET /v1/export/{account}\\\" reads it from the path account.\"}\n", limithttp.Event{Route: "GET /v1/export/{account}", Rule: "DailyExport", RuleIndex: int(RuleDailyExport), Series: 2, Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, verdict.Shadow, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule DailyExport: route \\\"GET /v1/export/{account}\\\" reads it from the path account.\"}\n", verdict.Event{Route: "GET /v1/export/{account}", Rule: "DailyExport", RuleIndex: int(RuleDailyExport), Series: 2, Outcome: verdict.MissingKey})
 	}
 	now := m.now()
 	cost := httpCosts[RuleDailyExport][0]
-	var res limithttp.Result
+	var res verdict.Result
 	res.Decision = m.limits.DailyExport.AllowNAt(k0, now, cost)
 	res.Policy = httpPolicies[RuleDailyExport][0]
 	res.Policies = httpRoutes[2][0]
@@ -2273,10 +2261,10 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	res.Series = 2
 	res.SeedInt = uint64(k0)
 	if rf0 := m.limits.DailyExport.ruleInForce(k0); rf0 != nil {
-		res.Policy = limithttp.InForce(res.Policy, rf0)
-		res.Policies = limithttp.InForceList(res.Policy)
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
 	}
-	return m.Config.Respond(w, r, limithttp.Shadow, &res, "")
+	return m.Config.Respond(w, r, verdict.Shadow, &res, "")
 }
 
 // route4 checks /v1/ (tier API, enforce) and reports whether the request may go on.
@@ -2284,21 +2272,21 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
-	ok0 = ok0 && k0 != "" && len(k0) <= limithttp.MaxKeyLen
+	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 3, Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 3, Outcome: verdict.MissingKey})
 	}
 	var k1 int64
 	var ok1 bool
 	k1, ok1 = 4, true
 	if !ok1 {
-		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", limithttp.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Series: 4, Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Series: 4, Outcome: verdict.MissingKey})
 	}
 	plan := m.plan(r)
 	now := m.now()
 	td := m.limits.checkAPI(plan, k0, k1, now, 0, true)
 	cost := httpCosts[td.Rule][plan]
-	var res limithttp.Result
+	var res verdict.Result
 	res.Decision = td.Decision
 	res.Policy = httpPolicies[td.Rule][plan]
 	res.Policies = httpRoutes[3][plan]
@@ -2309,10 +2297,10 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	res.Series = httpSeriesRoute4[td.Rule]
 	rf0, rf1, rf2 := m.limits.PerUser.ruleInForce(plan, k0), m.limits.PerEndpoint.ruleInForce(k1), m.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil || rf2 != nil {
-		p0 := limithttp.InForce(httpPolicies[RulePerUser][plan], rf0)
-		p1 := limithttp.InForce(httpPolicies[RulePerEndpoint][plan], rf1)
-		p2 := limithttp.InForce(httpPolicies[RuleGlobal][plan], rf2)
-		res.Policies = limithttp.InForceList(p0, p1, p2)
+		p0 := verdict.InForce(httpPolicies[RulePerUser][plan], rf0)
+		p1 := verdict.InForce(httpPolicies[RulePerEndpoint][plan], rf1)
+		p2 := verdict.InForce(httpPolicies[RuleGlobal][plan], rf2)
+		res.Policies = verdict.InForceList(p0, p1, p2)
 		switch td.Rule {
 		case RulePerUser:
 			res.Policy = p0
@@ -2322,7 +2310,7 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 			res.Policy = p2
 		}
 	}
-	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
 
 // plan is the request's plan, from func:PlanOf, or free.

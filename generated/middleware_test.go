@@ -15,7 +15,7 @@ import (
 	"github.com/dunglas/httpsfv"
 	"github.com/limitgen/limitgen/atomicbucket"
 	limits "github.com/limitgen/limitgen/generated"
-	"github.com/limitgen/limitgen/limithttp"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // service is policy.yaml's http: section in front of handlers that answer
@@ -170,7 +170,7 @@ func TestMiddlewareUpload(t *testing.T) {
 		{"GET", "/health", "", nil, 0, 200, [2]string{}, "", ""},
 	})
 	c := s.counts(t, "POST /v1/upload", "Upload")
-	if c[limithttp.Allowed] != 7 || c[limithttp.Denied] != 1 || c[limithttp.TooCostly] != 2 || c[limithttp.MissingKey] != 2 {
+	if c[verdict.Allowed] != 7 || c[verdict.Denied] != 1 || c[verdict.TooCostly] != 2 || c[verdict.MissingKey] != 2 {
 		t.Errorf("Upload's counts: %v", c)
 	}
 }
@@ -199,7 +199,7 @@ func TestMiddlewareTier(t *testing.T) {
 		call{"GET", "/v1/x", "", nil, 0, 401, [2]string{}, "", "401"},
 	)
 	s.run(t, calls)
-	if got := s.counts(t, "/v1/", "PerUser")[limithttp.Denied]; got != 1 {
+	if got := s.counts(t, "/v1/", "PerUser")[verdict.Denied]; got != 1 {
 		t.Errorf("PerUser denied %d, want 1", got)
 	}
 }
@@ -237,7 +237,7 @@ func TestMiddlewareClientIP(t *testing.T) {
 			t.Errorf("request %d (%s, %q): %d %q; want %d %s…", i, c.remote, c.xff, w.Code, w.Header().Get("RateLimit"), c.code, c.rl)
 		}
 	}
-	if n := s.counts(t, "POST /v1/login", "Login"); n[limithttp.Allowed] != 9 || n[limithttp.Denied] != 1 {
+	if n := s.counts(t, "POST /v1/login", "Login"); n[verdict.Allowed] != 9 || n[verdict.Denied] != 1 {
 		t.Errorf("Login's counts: %v", n)
 	}
 	r := httptest.NewRequest("POST", "/v1/login", nil)
@@ -266,7 +266,7 @@ func TestMiddlewareShadow(t *testing.T) {
 		t.Errorf("a shadow route refused a request without a key: %d %v", w.Code, w.Header())
 	}
 	c := s.counts(t, "GET /v1/export/{account}", "DailyExport")
-	if c[limithttp.Allowed] != 100 || c[limithttp.ShadowDenied] != 2 || c[limithttp.MissingKey] != 1 {
+	if c[verdict.Allowed] != 100 || c[verdict.ShadowDenied] != 2 || c[verdict.MissingKey] != 1 {
 		t.Errorf("DailyExport's counts: %v", c)
 	}
 }
@@ -409,8 +409,8 @@ func TestMiddlewareNumbersInForce(t *testing.T) {
 // violation log): a string key as it is, an integer key in KeyInt.
 func TestMiddlewareEventKeys(t *testing.T) {
 	s := newService(t)
-	var events []limithttp.Event
-	s.mw.Config.Observer = limithttp.ObserverFunc(func(e limithttp.Event) { events = append(events, e) })
+	var events []verdict.Event
+	s.mw.Config.Observer = verdict.ObserverFunc(func(e verdict.Event) { events = append(events, e) })
 	for _, c := range []struct{ method, path, user string }{
 		{"GET", "/v1/items", "bob"},
 		{"GET", "/v1/export/7", "bob"},
@@ -438,7 +438,7 @@ func TestMiddlewareEventKeys(t *testing.T) {
 // gets the policy's missing_key answer (401 here), never a bucket of its own
 // nor a 400 about its cost.
 func TestMiddlewareHookKeyTooLong(t *testing.T) {
-	long := strings.Repeat("u", limithttp.MaxKeyLen+1)
+	long := strings.Repeat("u", verdict.MaxKeyLen+1)
 	lim := limits.New()
 	mw, err := limits.NewMiddleware(lim, limits.Hooks{
 		UserID: func(*http.Request) (string, bool) { return long, true },

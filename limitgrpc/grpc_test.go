@@ -13,7 +13,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/limitgrpc/internal/grpclimits"
-	"github.com/limitgen/limitgen/limithttp"
+	"github.com/limitgen/limitgen/verdict"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -199,7 +199,7 @@ func TestUnary(t *testing.T) {
 	counts := map[string]uint64{}
 	for _, cnt := range s.g.Config.Counters.Snapshot() {
 		for o, n := range cnt.Outcomes {
-			counts[cnt.Route+" "+limithttp.Outcome(o).String()] += n
+			counts[cnt.Route+" "+verdict.Outcome(o).String()] += n
 		}
 	}
 	for k, want := range map[string]uint64{
@@ -223,14 +223,14 @@ func TestHostileMetadata(t *testing.T) {
 	for name, kv := range map[string][]string{
 		"no key":    nil,
 		"empty key": {"x-user", ""},
-		"long key":  {"x-user", strings.Repeat("k", limithttp.MaxKeyLen+1)},
+		"long key":  {"x-user", strings.Repeat("k", verdict.MaxKeyLen+1)},
 	} {
 		got := check(t, c, kv...)
 		if got.code() != codes.Unauthenticated || !strings.Contains(status.Convert(got.err).Message(), "no key for rule Checks") {
 			t.Errorf("%s: %v, want Unauthenticated naming the rule", name, got.err)
 		}
 	}
-	if got := check(t, c, "x-user", strings.Repeat("k", limithttp.MaxKeyLen)); got.err != nil {
+	if got := check(t, c, "x-user", strings.Repeat("k", verdict.MaxKeyLen)); got.err != nil {
 		t.Errorf("a key of MaxKeyLen bytes: %v", got.err)
 	}
 	// Two values: the first keys the call. dave spends 3 (x-cost), then
@@ -338,8 +338,8 @@ func TestShadowAndCoverage(t *testing.T) {
 	var shadow, allowed uint64
 	for _, cnt := range s.g.Config.Counters.Snapshot() {
 		if cnt.Route == "grpc.reflection.v1.ServerReflection" && cnt.Rule == "PerMethod" {
-			shadow += cnt.Outcomes[limithttp.ShadowDenied]
-			allowed += cnt.Outcomes[limithttp.Allowed]
+			shadow += cnt.Outcomes[verdict.ShadowDenied]
+			allowed += cnt.Outcomes[verdict.Allowed]
 		}
 	}
 	if allowed != 100 || shadow != 2 {
@@ -351,7 +351,7 @@ func TestShadowAndCoverage(t *testing.T) {
 // RateLimit metadata, and a denial still has its RetryInfo.
 func TestNoMetadata(t *testing.T) {
 	now := atomicbucket.Time(0)
-	s := start(t, grpclimits.New(), &now, func(g *grpclimits.GRPC) { g.Config.Metadata = limithttp.HeadersNone })
+	s := start(t, grpclimits.New(), &now, func(g *grpclimits.GRPC) { g.Config.Metadata = limitgrpc.MetadataNone })
 	c := s.client(t, "")
 	for range 3 {
 		if got := check(t, c, "x-user", "u"); got.err != nil || got.field("ratelimit") != "" || got.field("ratelimit-policy") != "" {

@@ -6,8 +6,8 @@
 // metadata: ratelimit-policy and ratelimit, as the HTTP middleware sends
 // them. A denied call ends with codes.ResourceExhausted, the same two entries
 // and retry-after (whole seconds), and two details a client library can
-// read: google.rpc.RetryInfo (the wait) and google.rpc.QuotaFailure (the rule,
-// as subject "rule:Name", and its numbers). A call whose cost can never be
+// read: google.rpc.RetryInfo (the wait, to the millisecond) and
+// google.rpc.QuotaFailure (the rule, as subject "rule:Name", and its numbers). A call whose cost can never be
 // admitted (above the rule's burst, or above the most its cost source
 // allows) ends with codes.InvalidArgument and a QuotaFailure. A call a shared
 // rule's failure setting refuses because its store could not decide
@@ -19,6 +19,10 @@
 // A stream is checked once, when it opens, at the cost its metadata declares:
 // its messages are not counted.
 //
+// Judging, counting, the fields' numbers, keys and costs are package
+// verdict's, shared with the other doors; a client's address behind trusted
+// proxies is package clientip's.
+//
 // It is a module of its own so that google.golang.org/grpc is a dependency
 // only of the services that use it.
 package limitgrpc
@@ -29,12 +33,10 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
-	"sync/atomic"
 	"time"
-	"unsafe"
 
-	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/limithttp"
+	"github.com/limitgen/limitgen/clientip"
+	"github.com/limitgen/limitgen/verdict"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
@@ -53,174 +55,142 @@ const (
 	KeyRetryAfter = "retry-after"
 )
 
+// MetadataStyle selects the rate-limit metadata a response carries.
+type MetadataStyle uint8
+
+const (
+	// MetadataIETF sends ratelimit-policy and ratelimit (the zero value).
+	MetadataIETF MetadataStyle = iota
+	// MetadataNone sends no rate-limit metadata; a denial still has its
+	// RetryInfo.
+	MetadataNone
+)
+
 // Config is what every method of a generated interceptor shares. Set it
-// before serving: the first call fixes it.
+// before serving.
 type Config struct {
-	// Metadata is limithttp.HeadersNone to send no RateLimit metadata (a
-	// denial still has its RetryInfo); any other value sends it.
-	Metadata limithttp.HeaderStyle
-	// Jitter is the largest fraction of a denial's wait added to its retry
-	// delay, per key, as for HTTP's Retry-After.
-	Jitter float64
-	// Observer, when set, is told of every decision.
-	Observer limithttp.Observer
-	// Counters, when set, counts every decision by series (method entry, tier
-	// and rule) and outcome.
-	Counters *limithttp.Counters
+	// Judge judges, counts and observes the decisions (its Jitter is the
+	// largest fraction of a denial's wait added to its retry delay, per
+	// key).
+	verdict.Judge
+	Metadata MetadataStyle
 
-	core    atomic.Pointer[limithttp.Config]
-	mds     unsafe.Pointer // *[mdSlots]atomic.Pointer[mdEntry], made on first use
-	denials unsafe.Pointer // *[denialSlots]atomic.Pointer[denial], made on first denial
-}
-
-// slots returns the table *p points to, making it on first use.
-func slots[E any, T ~[256]atomic.Pointer[E] | ~[512]atomic.Pointer[E]](p *unsafe.Pointer) *T {
-	t := (*T)(atomic.LoadPointer(p))
-	if t == nil {
-		atomic.CompareAndSwapPointer(p, nil, unsafe.Pointer(new(T)))
-		t = (*T)(atomic.LoadPointer(p))
-	}
-	return t
+	mds     verdict.Memo[mdEntry] // responses' metadata
+	denials verdict.Memo[denial]  // denials' status errors
 }
 
 // A response's metadata depends only on its rule, its entry's policy list,
-// r, t and (denied) the retry, which take few values (limithttp's values.go
-// says why), so the last few hundred are kept and set again: a response
-// whose metadata was made before allocates none of its own (grpc.SetHeader
-// still copies it into the stream's, as it copies any). Nothing writes to a
-// kept MD: grpc reads what SetHeader is given.
-const (
-	mdBits  = 9
-	mdSlots = 1 << mdBits
-)
-
+// r, t and (denied) the retry, which take few values (verdict.Memo), so the
+// last few hundred are kept and set again: a response whose metadata was
+// made before allocates none of its own (grpc.SetHeader still copies it into
+// the stream's, as it copies any). Nothing writes to a kept MD: grpc reads
+// what SetHeader is given.
 type mdEntry struct {
-	policy      *limithttp.Policy
+	policy      *verdict.Policy
 	policies    string
 	r, t, retry int64
 	md          metadata.MD
 }
 
-func (c *Config) metadata(h *limithttp.Config, res *limithttp.Result, v limithttp.Verdict) metadata.MD {
-	retry := int64(-1)
-	if v.Outcome == limithttp.Denied {
-		retry = v.Retry
-	}
-	tp := slots[mdEntry, [mdSlots]atomic.Pointer[mdEntry]](&c.mds)
-	x := (uint64(uintptr(unsafe.Pointer(res.Policy))) ^ uint64(v.R)*0x9e3779b97f4a7c15 ^ uint64(v.T)<<32 ^ uint64(retry)<<48) * 0xff51afd7ed558ccd
-	slot := &tp[x>>(64-mdBits)]
-	if e := slot.Load(); e != nil && e.r == v.R && e.t == v.T && e.retry == retry && e.policy == res.Policy && e.policies == res.Policies {
+func (c *Config) metadata(res *verdict.Result, v verdict.Verdict) metadata.MD {
+	slot := c.mds.Slot(verdict.MemoHash(res.Policy, v.R, v.T, uint64(v.Retry)<<48))
+	if e := slot.Load(); e != nil && e.r == v.R && e.t == v.T && e.retry == v.Retry && e.policy == res.Policy && e.policies == res.Policies {
 		return e.md
 	}
-	pol, rl := h.FieldValues(res, v)
-	md := metadata.MD{KeyPolicy: {pol}, KeyRateLimit: {rl}}
-	if retry >= 0 {
-		md[KeyRetryAfter] = []string{strconv.FormatInt(retry, 10)}
+	rl := string(verdict.AppendRateLimit(nil, res.Policy, v.R, v.T))
+	md := metadata.MD{KeyPolicy: {res.Policies}, KeyRateLimit: {rl}}
+	if v.Retry >= 0 {
+		md[KeyRetryAfter] = []string{strconv.FormatInt(v.Retry, 10)}
 	}
-	slot.Store(&mdEntry{policy: res.Policy, policies: res.Policies, r: v.R, t: v.T, retry: retry, md: md})
+	slot.Store(&mdEntry{policy: res.Policy, policies: res.Policies, r: v.R, t: v.T, retry: v.Retry, md: md})
 	return md
-}
-
-// http is the limithttp.Config the fields describe, made on first use.
-func (c *Config) http() *limithttp.Config {
-	if p := c.core.Load(); p != nil {
-		return p
-	}
-	c.core.CompareAndSwap(nil, &limithttp.Config{Headers: c.Metadata, Jitter: c.Jitter, Observer: c.Observer, Counters: c.Counters})
-	return c.core.Load()
 }
 
 // Respond answers a checked call: it counts and observes the decision, sets
 // the RateLimit metadata, and returns nil when the call may go on, or the
 // status error that ends it. key seeds the jitter (the call's first string
 // key; "" with res.SeedInt for an integer one). mode Off returns nil at once.
-func (c *Config) Respond(ctx context.Context, mode limithttp.Mode, res *limithttp.Result, key string) error {
-	if mode == limithttp.Off {
+func (c *Config) Respond(ctx context.Context, mode verdict.Mode, res *verdict.Result, key string) error {
+	if mode == verdict.Off {
 		return nil
 	}
-	h := c.http()
-	v := h.Judge(mode, res, key)
-	if c.Metadata != limithttp.HeadersNone {
+	res.Door = verdict.DoorGRPC
+	v := c.Verdict(mode, res, key)
+	if c.Metadata != MetadataNone {
 		// An error here means the call has no server stream (a unit test's
 		// context) or its headers are sent: the decision stands without them.
-		_ = grpc.SetHeader(ctx, c.metadata(h, res, v))
+		_ = grpc.SetHeader(ctx, c.metadata(res, v))
 	}
 	switch v.Outcome {
-	case limithttp.Allowed, limithttp.ShadowDenied:
+	case verdict.Allowed, verdict.ShadowDenied:
 		return nil
-	case limithttp.TooCostly:
-		if mode == limithttp.Shadow {
+	case verdict.TooCostly:
+		if mode == verdict.Shadow {
 			return nil
 		}
-		return c.denial(codes.InvalidArgument, res.Policy, -1, res.Cost)
+		return c.denial(codes.InvalidArgument, res.Policy, 0, res.Cost)
 	}
 	if v.Outage {
-		return c.denial(codes.Unavailable, res.Policy, v.Retry, 0)
+		return c.denial(codes.Unavailable, res.Policy, v.Wait, 0)
 	}
-	return c.denial(codes.ResourceExhausted, res.Policy, v.Retry, 0)
+	return c.denial(codes.ResourceExhausted, res.Policy, v.Wait, 0)
 }
 
 // Reject answers a call that was not checked (no key, a cost above its
 // source's maximum) with code and msg, counting it as ev. On a Shadow route it
 // only counts, and returns nil; Off returns nil at once.
-func (c *Config) Reject(mode limithttp.Mode, code codes.Code, msg string, ev limithttp.Event) error {
-	if mode == limithttp.Off {
+func (c *Config) Reject(mode verdict.Mode, code codes.Code, msg string, ev verdict.Event) error {
+	if mode == verdict.Off {
 		return nil
 	}
-	c.http().Record(ev)
-	if mode == limithttp.Shadow {
+	ev.Door = verdict.DoorGRPC
+	c.Record(ev)
+	if mode == verdict.Shadow {
 		return nil
 	}
 	return status.Error(code, msg)
 }
 
 // A denial's status error depends only on its code, rule and wait (or cost),
-// so the last few hundred are kept, as limithttp keeps field values: a denied
-// call allocates nothing when its error was made before. A status error is
-// never modified once made (grpc reads it, copying its proto).
-const (
-	denialBits  = 8
-	denialSlots = 1 << denialBits
-)
-
+// so the last few hundred are kept (verdict.Memo): a denied call allocates
+// nothing when its error was made before. A status error is never modified
+// once made (grpc reads it, copying its proto).
 type denial struct {
 	code   codes.Code
-	policy *limithttp.Policy
-	n      int64 // the retry's seconds, or the cost
+	policy *verdict.Policy
+	n      int64 // the wait, or the cost
 	err    error
 }
 
-func (c *Config) denial(code codes.Code, p *limithttp.Policy, retry, cost int64) error {
-	n := retry
+func (c *Config) denial(code codes.Code, p *verdict.Policy, wait time.Duration, cost int64) error {
+	n := int64(wait)
 	if code == codes.InvalidArgument {
 		n = cost
 	}
-	tp := slots[denial, [denialSlots]atomic.Pointer[denial]](&c.denials)
-	h := (uint64(uintptr(unsafe.Pointer(p))) ^ uint64(n)*0x9e3779b97f4a7c15 ^ uint64(code)<<40) * 0xff51afd7ed558ccd
-	slot := &tp[h>>(64-denialBits)]
+	slot := c.denials.Slot(verdict.MemoHash(p, n, 0, uint64(code)<<40))
 	if d := slot.Load(); d != nil && d.code == code && d.policy == p && d.n == n {
 		return d.err
 	}
-	d := &denial{code: code, policy: p, n: n, err: denialError(code, p, retry, cost)}
+	d := &denial{code: code, policy: p, n: n, err: denialError(code, p, wait, cost)}
 	slot.Store(d)
 	return d.err
 }
 
 // denialError is a denial's status: its message, and its details.
-func denialError(code codes.Code, p *limithttp.Policy, retry, cost int64) error {
+func denialError(code codes.Code, p *verdict.Policy, wait time.Duration, cost int64) error {
 	var msg string
 	var details []*anypb.Any
 	quota := &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
 		Subject:     "rule:" + p.Name,
-		Description: p.Name + ": " + Describe(p.Limit),
+		Description: p.Name + ": " + verdict.Describe(p.Limit),
 	}}}
 	switch code {
 	case codes.ResourceExhausted, codes.Unavailable:
-		msg = "rate limited by rule " + p.Name + "; retry in " + strconv.FormatInt(retry, 10) + " s"
+		msg = "rate limited by rule " + p.Name + "; retry in " + wait.String()
 		if code == codes.Unavailable {
-			msg = "the store that keeps rule " + p.Name + "'s counts could not decide, and the rule denies while it cannot; retry in " + strconv.FormatInt(retry, 10) + " s"
+			msg = "the store that keeps rule " + p.Name + "'s counts could not decide, and the rule denies while it cannot; retry in " + wait.String()
 		}
-		ri, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(time.Duration(retry) * time.Second)})
+		ri, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)})
 		if err == nil {
 			details = append(details, ri)
 		}
@@ -239,31 +209,45 @@ func denialError(code codes.Code, p *limithttp.Policy, retry, cost int64) error 
 }
 
 // MetadataKey returns the first value of the call's incoming metadata name
-// (lower case), and whether it can be a key: present, not empty, at most
-// limithttp.MaxKeyLen bytes.
+// (lower case), and whether it can be a key (verdict.KeyOK).
 func MetadataKey(ctx context.Context, name string) (string, bool) {
 	vs := metadata.ValueFromIncomingContext(ctx, name)
-	if len(vs) == 0 || vs[0] == "" || len(vs[0]) > limithttp.MaxKeyLen {
+	if len(vs) == 0 || !verdict.KeyOK(vs[0]) {
 		return "", false
 	}
 	return vs[0], true
 }
 
 // MetadataCost reads a call's cost from the first value of its metadata
-// name, as limithttp.HeaderCost reads a header's.
-func MetadataCost(ctx context.Context, name string, max int64) (int64, limithttp.CostStatus) {
+// name (verdict.ParseCost).
+func MetadataCost(ctx context.Context, name string, max int64) (int64, verdict.CostStatus) {
 	vs := metadata.ValueFromIncomingContext(ctx, name)
 	if len(vs) == 0 {
-		return limithttp.ParseCost("", max)
+		return verdict.ParseCost("", max)
 	}
-	return limithttp.ParseCost(vs[0], max)
+	return verdict.ParseCost(vs[0], max)
+}
+
+// incoming is a call's incoming metadata as clientip reads a forwarding
+// header: by the header's name, in lower case.
+type incoming struct{ ctx context.Context }
+
+func (m incoming) Values(name string) []string {
+	switch name { // clientip's canonical names, lower-cased without an allocation
+	case "X-Forwarded-For":
+		name = "x-forwarded-for"
+	case "Forwarded":
+		name = "forwarded"
+	}
+	return metadata.ValueFromIncomingContext(m.ctx, name)
 }
 
 // PeerKey is the key of the call's client: its peer's address (a TCP peer's),
 // or behind a trusted proxy of c the client its forwarding metadata
-// (c.HeaderName()) names, keyed as c keys an HTTP request's; false when the
-// peer has no IP address (a Unix socket, an in-memory listener).
-func PeerKey(ctx context.Context, c *limithttp.ClientIP) (string, bool) {
+// (x-forwarded-for or forwarded) names, keyed as c keys an HTTP request's;
+// false when the peer has no IP address (a Unix socket, an in-memory
+// listener).
+func PeerKey(ctx context.Context, c *clientip.Config) (string, bool) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
 		return "", false
@@ -277,11 +261,7 @@ func PeerKey(ctx context.Context, c *limithttp.ClientIP) (string, bool) {
 	default:
 		return "", false
 	}
-	var lines []string
-	if len(c.TrustedProxies) > 0 {
-		lines = metadata.ValueFromIncomingContext(ctx, c.HeaderName())
-	}
-	return c.PeerKey(addr, lines)
+	return c.PeerKey(addr, incoming{ctx})
 }
 
 // Service is the service of a full method name ("/pkg.Service/Method"):
@@ -339,15 +319,4 @@ func Coverage(s ServiceInfoProvider, entries []string, entry func(method string)
 	slices.Sort(unlimited)
 	slices.Sort(stale)
 	return unlimited, stale
-}
-
-// Describe is a limit's numbers as a policy writes them: "30/min, burst 10",
-// "5 per 10s, burst 5".
-func Describe(l atomicbucket.Limit) string {
-	units := map[time.Duration]string{time.Second: "s", time.Minute: "min", time.Hour: "h", 24 * time.Hour: "d"}
-	rate := strconv.FormatInt(l.Tokens, 10) + " per " + l.Period.String()
-	if u, ok := units[l.Period]; ok {
-		rate = strconv.FormatInt(l.Tokens, 10) + "/" + u
-	}
-	return rate + ", burst " + strconv.FormatInt(l.Burst, 10)
 }

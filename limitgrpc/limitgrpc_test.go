@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/limithttp"
+	"github.com/limitgen/limitgen/verdict"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -57,9 +58,9 @@ func (s *stream) SetTrailer(metadata.MD) error    { return nil }
 // strconv-formatted values give: the kept ones are never another decision's.
 // Run by 4 goroutines at once (under -race in make test).
 func TestRespondAnswersAsMade(t *testing.T) {
-	pols := []*limithttp.Policy{
-		ptr(limithttp.MustPolicy("Fast", atomicbucket.Limit{Tokens: 100, Period: time.Second, Burst: 100})),
-		ptr(limithttp.MustPolicy("Slow", atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 7})),
+	pols := []*verdict.Policy{
+		ptr(verdict.MustPolicy("Fast", atomicbucket.Limit{Tokens: 100, Period: time.Second, Burst: 100})),
+		ptr(verdict.MustPolicy("Slow", atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 7})),
 	}
 	var c Config
 	var wg sync.WaitGroup
@@ -71,7 +72,7 @@ func TestRespondAnswersAsMade(t *testing.T) {
 			for range 3000 {
 				p := pols[rng.IntN(2)]
 				lists := []string{p.Item, p.Item + ", other"}
-				res := limithttp.Result{Policy: p, Policies: lists[rng.IntN(2)], Cost: 1}
+				res := verdict.Result{Policy: p, Policies: lists[rng.IntN(2)], Cost: 1}
 				res.Decision.Allowed = rng.IntN(3) > 0
 				res.Decision.Remaining = int64(rng.IntN(8))
 				// Waits over a day: the table's slots are filled by many
@@ -79,11 +80,11 @@ func TestRespondAnswersAsMade(t *testing.T) {
 				res.Decision.Reset = time.Duration(rng.IntN(100_000)) * time.Second
 				if !res.Decision.Allowed {
 					res.Decision.Remaining = 0
-					res.Decision.RetryAfter = time.Duration(1+rng.IntN(100_000)) * time.Second
+					res.Decision.RetryAfter = time.Duration(1 + rng.Int64N(100_000*int64(time.Second)))
 				}
 				st := &stream{}
 				ctx := grpc.NewContextWithServerTransportStream(context.Background(), st)
-				err := c.Respond(ctx, limithttp.Enforce, &res, "k")
+				err := c.Respond(ctx, verdict.Enforce, &res, "k")
 				r, tt := p.Fields(res.Decision, 1)
 				if got := st.header.Get(KeyRateLimit); len(got) != 1 || got[0] != fmt.Sprintf("\"%s\";r=%d;t=%d", p.Name, r, tt) {
 					t.Errorf("ratelimit %q, want r=%d t=%d of %s", got, r, tt, p.Name)
@@ -101,9 +102,21 @@ func TestRespondAnswersAsMade(t *testing.T) {
 					continue
 				}
 				secs := int64((res.Decision.RetryAfter + time.Second - 1) / time.Second)
-				want := fmt.Sprintf("rate limited by rule %s; retry in %d s", p.Name, secs)
-				if s := status.Convert(err); s.Code() != codes.ResourceExhausted || s.Message() != want {
+				wait := (res.Decision.RetryAfter + time.Millisecond - 1) / time.Millisecond * time.Millisecond
+				want := fmt.Sprintf("rate limited by rule %s; retry in %v", p.Name, wait)
+				s := status.Convert(err)
+				if s.Code() != codes.ResourceExhausted || s.Message() != want {
 					t.Errorf("denied: %v, want %q", err, want)
+					return
+				}
+				var delay time.Duration
+				for _, d := range s.Details() {
+					if ri, ok := d.(*errdetails.RetryInfo); ok {
+						delay = ri.RetryDelay.AsDuration()
+					}
+				}
+				if delay != wait {
+					t.Errorf("RetryInfo %v, want %v (the decision's %v to the millisecond)", delay, wait, res.Decision.RetryAfter)
 					return
 				}
 				if got := st.header.Get(KeyRetryAfter); len(got) != 1 || got[0] != fmt.Sprint(secs) {

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/limitgrpc/internal/grpclimits"
-	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/pgstore"
 	"github.com/limitgen/limitgen/pgstore/pgtest"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/verdict"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -99,7 +99,7 @@ func TestSharedOnStore(t *testing.T) {
 	var mu sync.Mutex // the observer runs on the server's goroutines
 	var classes []string
 	none := start(t, grpclimits.New(), nil, func(g *grpclimits.GRPC) {
-		g.Config.Observer = limithttp.ObserverFunc(func(e limithttp.Event) {
+		g.Config.Observer = verdict.ObserverFunc(func(e verdict.Event) {
 			mu.Lock()
 			classes = append(classes, e.StoreError)
 			mu.Unlock()
@@ -125,7 +125,7 @@ func TestSharedOnStore(t *testing.T) {
 func degraded(s *service) uint64 {
 	for _, c := range s.g.Config.Counters.Snapshot() {
 		if c.Route == "/grpc.health.v1.Health/List" {
-			return c.Outcomes[limithttp.DegradedDenied]
+			return c.Outcomes[verdict.DegradedDenied]
 		}
 	}
 	return 0

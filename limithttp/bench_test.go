@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // nopWriter is a ResponseWriter that allocates nothing: its header map is
@@ -26,7 +27,7 @@ func (w *nopWriter) WriteHeader(code int)        { w.code = code }
 // array the header values share.
 func BenchmarkRespond(b *testing.B) {
 	l := atomicbucket.Limit{Tokens: 1e6, Period: time.Second, Burst: 1e6}
-	p := MustPolicy("PerUser", l)
+	p := verdict.MustPolicy("PerUser", l)
 	r := httptest.NewRequest("GET", "/", nil)
 	for _, c := range []struct {
 		name    string
@@ -38,29 +39,29 @@ func BenchmarkRespond(b *testing.B) {
 		{"denied/ietf", HeadersIETF, atomicbucket.Decision{RetryAfter: 1500 * time.Millisecond, Reset: 2 * time.Second}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			cfg := Config{Headers: c.headers, Jitter: 0.5, Counters: NewCounters("PerUser")}
+			cfg := Config{Headers: c.headers, Judge: verdict.Judge{Jitter: 0.5, Counters: verdict.NewCounters("PerUser")}}
 			w := &nopWriter{h: http.Header{}}
-			res := Result{Decision: c.d, Policy: &p, Policies: p.Item, Cost: 1}
+			res := verdict.Result{Decision: c.d, Policy: &p, Policies: p.Item, Cost: 1}
 			b.ReportAllocs()
 			for b.Loop() {
-				cfg.Respond(w, r, Enforce, &res, "192.0.2.1")
+				cfg.Respond(w, r, verdict.Enforce, &res, "192.0.2.1")
 			}
 		})
 	}
 }
 
-// BenchmarkCountersParallel backs Counters' claim: cores counting at once do
-// not contend. impl=striped is Counters.Add from every core; impl=shared is
+// BenchmarkCountersParallel backs verdict.Counters' claim: cores counting at once do
+// not contend. impl=striped is verdict.Counters.Add from every core; impl=shared is
 // one atomic counter for all of them, what a naive counter does.
 func BenchmarkCountersParallel(b *testing.B) {
 	b.Run("impl=striped", func(b *testing.B) {
-		c := NewCounters("PerUser")
+		c := verdict.NewCounters("PerUser")
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				c.Add(0, Allowed)
+				c.Add(0, verdict.Allowed)
 			}
 		})
-		if got := c.Snapshot()[0].Outcomes[Allowed]; got != uint64(b.N) {
+		if got := c.Snapshot()[0].Outcomes[verdict.Allowed]; got != uint64(b.N) {
 			b.Fatalf("counted %d of %d", got, b.N)
 		}
 	})

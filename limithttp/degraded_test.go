@@ -9,33 +9,34 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // A decision a shared rule's failure setting made is counted and observed as
 // degraded, with the store error's class; the response is what the decision
-// says (a 429 on an Enforce route, let through on a Shadow one).
+// says (a 429 on an verdict.Enforce route, let through on a verdict.Shadow one).
 func TestRespondDegraded(t *testing.T) {
-	p := MustPolicy("R", atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 5})
-	var events []Event
-	c := &Config{Counters: NewCounters("R"), Observer: ObserverFunc(func(e Event) { events = append(events, e) })}
+	p := verdict.MustPolicy("R", atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 5})
+	var events []verdict.Event
+	c := &Config{Judge: verdict.Judge{Counters: verdict.NewCounters("R"), Observer: verdict.ObserverFunc(func(e verdict.Event) { events = append(events, e) })}}
 	timeout := fmt.Errorf("redis: %w", context.DeadlineExceeded)
 	cases := []struct {
-		mode    Mode
+		mode    verdict.Mode
 		d       atomicbucket.Decision
 		err     error
 		degrade bool
 		goOn    bool
-		want    Outcome
+		want    verdict.Outcome
 		class   string
 	}{
-		{Enforce, atomicbucket.Decision{Allowed: true, Remaining: 4}, timeout, true, true, DegradedAllowed, "timeout"},
-		{Enforce, atomicbucket.Decision{RetryAfter: time.Second}, shared.ErrCircuitOpen, true, false, DegradedDenied, "circuit_open"},
-		{Shadow, atomicbucket.Decision{RetryAfter: time.Second}, shared.ErrClosed, true, true, DegradedDenied, "closed"},
-		{Enforce, atomicbucket.Decision{Allowed: true, Remaining: 4}, fmt.Errorf("x: %w", shared.ErrNoStore), false, true, Allowed, "no_store"},
-		{Enforce, atomicbucket.Decision{RetryAfter: time.Second}, nil, false, false, Denied, ""},
+		{verdict.Enforce, atomicbucket.Decision{Allowed: true, Remaining: 4}, timeout, true, true, verdict.DegradedAllowed, "timeout"},
+		{verdict.Enforce, atomicbucket.Decision{RetryAfter: time.Second}, shared.ErrCircuitOpen, true, false, verdict.DegradedDenied, "circuit_open"},
+		{verdict.Shadow, atomicbucket.Decision{RetryAfter: time.Second}, shared.ErrClosed, true, true, verdict.DegradedDenied, "closed"},
+		{verdict.Enforce, atomicbucket.Decision{Allowed: true, Remaining: 4}, fmt.Errorf("x: %w", shared.ErrNoStore), false, true, verdict.Allowed, "no_store"},
+		{verdict.Enforce, atomicbucket.Decision{RetryAfter: time.Second}, nil, false, false, verdict.Denied, ""},
 	}
 	for i, tc := range cases {
-		res := Result{Decision: tc.d, Policy: &p, Cost: 1, Degraded: tc.degrade, StoreErr: tc.err}
+		res := verdict.Result{Decision: tc.d, Policy: &p, Cost: 1, Degraded: tc.degrade, StoreErr: tc.err}
 		w := httptest.NewRecorder()
 		if goOn := c.Respond(w, httptest.NewRequest("GET", "/", nil), tc.mode, &res, "k"); goOn != tc.goOn {
 			t.Errorf("case %d: went on %v, want %v (status %d)", i, goOn, tc.goOn, w.Code)
@@ -45,7 +46,7 @@ func TestRespondDegraded(t *testing.T) {
 		}
 	}
 	o := c.Counters.Snapshot()[0].Outcomes
-	if o[DegradedAllowed] != 1 || o[DegradedDenied] != 2 || o[Allowed] != 1 || o[Denied] != 1 {
+	if o[verdict.DegradedAllowed] != 1 || o[verdict.DegradedDenied] != 2 || o[verdict.Allowed] != 1 || o[verdict.Denied] != 1 {
 		t.Errorf("counts %v", o)
 	}
 }

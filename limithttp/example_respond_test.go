@@ -7,7 +7,9 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/limithttp"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // A middleware written by hand: 2 requests a second per client address, in
@@ -17,23 +19,23 @@ import (
 func Example() {
 	limit := atomicbucket.Limit{Tokens: 2, Period: time.Second, Burst: 3}
 	perIP := atomicbucket.NewTable[string](atomicbucket.MustRule(limit), atomicbucket.TableOptions{MaxKeys: 100_000})
-	policy := limithttp.MustPolicy("PerIP", limit)
-	var ip limithttp.ClientIP // the peer's address: no proxy is trusted
+	policy := verdict.MustPolicy("PerIP", limit)
+	var ip clientip.Config // the peer's address: no proxy is trusted
 	cfg := &limithttp.Config{}
 
 	var now atomicbucket.Time // a real middleware checks at atomicbucket.Now()
 	limited := func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			key, ok := ip.Key(r)
+			key, ok := ip.Key(r.RemoteAddr, r.Header)
 			if !ok {
 				http.Error(w, "no client address", http.StatusBadRequest)
 				return
 			}
-			res := limithttp.Result{
+			res := verdict.Result{
 				Decision: perIP.AllowNAt(key, now, 1),
 				Policy:   &policy, Policies: policy.Item, Cost: 1,
 			}
-			if cfg.Respond(w, r, limithttp.Enforce, &res, key) {
+			if cfg.Respond(w, r, verdict.Enforce, &res, key) {
 				next.ServeHTTP(w, r)
 			}
 		})

@@ -3,27 +3,17 @@ package limithttp
 import (
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 
-	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/verdict"
 )
 
-// MaxKeyLen is the longest key a key source returns, in bytes. Keys read from
-// a request are chosen by whoever sent it; an unbounded one would let a client
-// make every bucket it creates as large as a header can be. A longer value is
-// treated as no key (the next source, or the route's 4xx), never cut short:
-// two long keys cut to one prefix would share a bucket. It is the longest key
-// the shared stores take (shared.MaxKeyLen), so that no key the middleware
-// passes is refused there.
-const MaxKeyLen = shared.MaxKeyLen
-
-// keyOK reports whether v can be a key: not empty, at most MaxKeyLen bytes.
-func keyOK(v string) bool { return v != "" && len(v) <= MaxKeyLen }
+// keyOK reports whether v can be a key (verdict.KeyOK).
+func keyOK(v string) bool { return verdict.KeyOK(v) }
 
 // HeaderKey returns the first value of the header name (in canonical form,
 // http.CanonicalHeaderKey: the generator emits it so), or false when it is
-// absent, empty or longer than MaxKeyLen. A header is a key only when the
+// absent, empty or longer than verdict.MaxKeyLen. A header is a key only when the
 // service or a trusted upstream sets it: anything a client sends it can vary.
 func HeaderKey(r *http.Request, name string) (string, bool) {
 	v := r.Header[name]
@@ -34,7 +24,7 @@ func HeaderKey(r *http.Request, name string) (string, bool) {
 }
 
 // QueryKey returns the first value of the query parameter name, decoded, or
-// false when it is absent, empty, longer than MaxKeyLen or badly escaped. It
+// false when it is absent, empty, longer than verdict.MaxKeyLen or badly escaped. It
 // scans the raw query instead of parsing all of it (url.Values would allocate a
 // map per request), and allocates only to decode an escaped value.
 func QueryKey(r *http.Request, name string) (string, bool) {
@@ -49,7 +39,7 @@ func QueryKey(r *http.Request, name string) (string, bool) {
 }
 
 // PathKey returns the value of the ServeMux path wildcard name (r.PathValue),
-// or false when it is empty or longer than MaxKeyLen. Only a ServeMux sets
+// or false when it is empty or longer than verdict.MaxKeyLen. Only a ServeMux sets
 // r.PathValue, in the handlers it calls: generated middleware reads its
 // routes' wildcards with Router and PathKeyAt instead, under any router.
 func PathKey(r *http.Request, name string) (string, bool) {
@@ -68,32 +58,6 @@ func PatternKey(r *http.Request) (string, bool) {
 		return "", false
 	}
 	return r.Pattern, true
-}
-
-// IntKey reads a signed integer key of the given bit size (0 for int) from a
-// key source's value: decimal, an optional minus sign, no spaces. False when
-// the source found none, or v is not such a number or does not fit.
-func IntKey(v string, ok bool, bits int) (int64, bool) {
-	if !ok || v == "" || len(v) > 20 || v[0] == '+' {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(v, 10, bits)
-	if err != nil {
-		return 0, false
-	}
-	return n, true
-}
-
-// UintKey is IntKey for unsigned keys: decimal digits only.
-func UintKey(v string, ok bool, bits int) (uint64, bool) {
-	if !ok || v == "" || len(v) > 20 || v[0] == '+' {
-		return 0, false
-	}
-	n, err := strconv.ParseUint(v, 10, bits)
-	if err != nil {
-		return 0, false
-	}
-	return n, true
 }
 
 // queryValue finds the first value of name in a raw query string: pairs
@@ -129,64 +93,25 @@ func queryValue(raw, name string) (string, bool) {
 	return "", false
 }
 
-// ParseCost reads a declared cost: ASCII decimal digits (no sign, no spaces,
-// no exponent, no base prefix), at least 1. It returns the cost and
-// CostOK, CostMissing for an absent or malformed value (the caller uses its
-// default), or CostTooHigh for a well-formed value above max (or too long to
-// be read: more than 18 significant digits), which the caller must refuse. "0" is
-// malformed: a cost of nothing would let a client turn the limit off.
-func ParseCost(v string, max int64) (int64, CostStatus) {
-	if v == "" {
-		return 0, CostMissing
-	}
-	for i := 0; i < len(v); i++ {
-		if v[i] < '0' || v[i] > '9' {
-			return 0, CostMissing
-		}
-	}
-	v = strings.TrimLeft(v, "0")
-	switch {
-	case v == "":
-		return 0, CostMissing
-	case len(v) > 18: // 18 digits always fit an int64
-		return 0, CostTooHigh
-	}
-	var n int64
-	for i := 0; i < len(v); i++ {
-		n = n*10 + int64(v[i]-'0')
-	}
-	if n > max {
-		return n, CostTooHigh
-	}
-	return n, CostOK
-}
-
-// CostStatus is what ParseCost made of a value.
-type CostStatus uint8
-
-const (
-	CostOK      CostStatus = iota // a cost from 1 to the maximum
-	CostMissing                   // absent or malformed: use the default
-	CostTooHigh                   // above the maximum: refuse the request
-)
-
-// HeaderCost is ParseCost of the first value of the header name (canonical).
-func HeaderCost(r *http.Request, name string, max int64) (int64, CostStatus) {
+// HeaderCost is verdict.ParseCost of the first value of the header name
+// (canonical).
+func HeaderCost(r *http.Request, name string, max int64) (int64, verdict.CostStatus) {
 	v := r.Header[name]
 	if len(v) == 0 {
-		return 0, CostMissing
+		return 0, verdict.CostMissing
 	}
-	return ParseCost(v[0], max)
+	return verdict.ParseCost(v[0], max)
 }
 
-// QueryCost is ParseCost of the first value of the query parameter name.
-func QueryCost(r *http.Request, name string, max int64) (int64, CostStatus) {
+// QueryCost is verdict.ParseCost of the first value of the query parameter
+// name.
+func QueryCost(r *http.Request, name string, max int64) (int64, verdict.CostStatus) {
 	if r.URL == nil {
-		return 0, CostMissing
+		return 0, verdict.CostMissing
 	}
 	v, ok := queryValue(r.URL.RawQuery, name)
 	if !ok {
-		return 0, CostMissing
+		return 0, verdict.CostMissing
 	}
-	return ParseCost(v, max)
+	return verdict.ParseCost(v, max)
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // stepHandler is a hand-wired middleware over check, at the times and costs
@@ -18,18 +19,18 @@ import (
 type stepHandler struct {
 	now  atomicbucket.Time
 	cost int64
-	mode Mode
+	mode verdict.Mode
 	cfg  Config
 	// check decides a request; it returns the deciding policy.
-	check    func(now atomicbucket.Time, cost int64) (atomicbucket.Decision, *Policy)
+	check    func(now atomicbucket.Time, cost int64) (atomicbucket.Decision, *verdict.Policy)
 	policies string
 	reached  int // requests the inner handler served
 }
 
 func (s *stepHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if s.mode != Off {
+	if s.mode != verdict.Off {
 		d, p := s.check(s.now, s.cost)
-		res := Result{Decision: d, Policy: p, Policies: s.policies, Cost: s.cost}
+		res := verdict.Result{Decision: d, Policy: p, Policies: s.policies, Cost: s.cost}
 		if !s.cfg.Respond(w, r, s.mode, &res, "192.0.2.1") {
 			return
 		}
@@ -54,15 +55,15 @@ type step struct {
 	reason string            // the problem body's violated policy ("" for none), or "cost" for the too-costly body
 }
 
-func bucketCheck(b *atomicbucket.Bucket, p *Policy) func(atomicbucket.Time, int64) (atomicbucket.Decision, *Policy) {
-	return func(now atomicbucket.Time, cost int64) (atomicbucket.Decision, *Policy) {
+func bucketCheck(b *atomicbucket.Bucket, p *verdict.Policy) func(atomicbucket.Time, int64) (atomicbucket.Decision, *verdict.Policy) {
+	return func(now atomicbucket.Time, cost int64) (atomicbucket.Decision, *verdict.Policy) {
 		return b.AllowNAt(now, cost), p
 	}
 }
 
-func newPolicyBucket(t *testing.T, name string, l atomicbucket.Limit) (*Policy, *atomicbucket.Bucket) {
+func newPolicyBucket(t *testing.T, name string, l atomicbucket.Limit) (*verdict.Policy, *atomicbucket.Bucket) {
 	t.Helper()
-	p, err := NewPolicy(name, l)
+	p, err := verdict.NewPolicy(name, l)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,7 +204,7 @@ func TestRespondSteps(t *testing.T) {
 	t.Run("shadow", func(t *testing.T) {
 		p, b := newPolicyBucket(t, "E", atomicbucket.Limit{Tokens: 1, Period: s, Burst: 1})
 		pol := `"E";q=1;w=1`
-		runSteps(t, &stepHandler{check: bucketCheck(b, p), policies: p.Item, mode: Shadow}, []step{
+		runSteps(t, &stepHandler{check: bucketCheck(b, p), policies: p.Item, mode: verdict.Shadow}, []step{
 			{0, 1, 200, h("RateLimit-Policy", pol, "RateLimit", `"E";r=0;t=1`), ""},
 			{0, 1, 200, h("RateLimit-Policy", pol, "RateLimit", `"E";r=0;t=1`), ""},
 			{0, 5, 200, h("RateLimit-Policy", pol, "RateLimit", `"E";r=0;t=1`), ""},
@@ -212,7 +213,7 @@ func TestRespondSteps(t *testing.T) {
 
 	t.Run("off", func(t *testing.T) {
 		p, b := newPolicyBucket(t, "F", atomicbucket.Limit{Tokens: 1, Period: s, Burst: 1})
-		runSteps(t, &stepHandler{check: bucketCheck(b, p), policies: p.Item, mode: Off}, []step{
+		runSteps(t, &stepHandler{check: bucketCheck(b, p), policies: p.Item, mode: verdict.Off}, []step{
 			{0, 1, 200, h(), ""},
 			{0, 1, 200, h(), ""},
 		})
@@ -221,13 +222,13 @@ func TestRespondSteps(t *testing.T) {
 	t.Run("tier", func(t *testing.T) {
 		p1, b1 := newPolicyBucket(t, "G1", atomicbucket.Limit{Tokens: 10, Period: s, Burst: 10})
 		p2, b2 := newPolicyBucket(t, "G2", atomicbucket.Limit{Tokens: 1, Period: s, Burst: 2})
-		ps := []*Policy{p1, p2}
-		check := func(now atomicbucket.Time, cost int64) (atomicbucket.Decision, *Policy) {
+		ps := []*verdict.Policy{p1, p2}
+		check := func(now atomicbucket.Time, cost int64) (atomicbucket.Decision, *verdict.Policy) {
 			d, i, _ := atomicbucket.TierAt(now, b1.Step(cost), b2.Step(cost))
 			return d, ps[i]
 		}
 		pol := `"G1";q=10;w=1, "G2";q=2;w=2`
-		s := &stepHandler{check: check, policies: PolicyList(p1, p2)}
+		s := &stepHandler{check: check, policies: verdict.PolicyList(p1, p2)}
 		runSteps(t, s, []step{
 			{0, 1, 200, h("RateLimit-Policy", pol, "RateLimit", `"G2";r=1;t=1`), ""},
 			{0, 1, 200, h("RateLimit-Policy", pol, "RateLimit", `"G2";r=0;t=1`), ""},
@@ -240,12 +241,11 @@ func TestRespondSteps(t *testing.T) {
 
 	t.Run("service's denial handler", func(t *testing.T) {
 		p, b := newPolicyBucket(t, "H", atomicbucket.Limit{Tokens: 1, Period: s, Burst: 1})
-		var seen *Result
-		cfg := Config{Denied: func(w http.ResponseWriter, r *http.Request, res *Result) {
+		var seen *verdict.Result
+		s := &stepHandler{check: bucketCheck(b, p), policies: p.Item, cost: 1, cfg: Config{Denied: func(w http.ResponseWriter, r *http.Request, res *verdict.Result) {
 			seen = res
 			w.WriteHeader(http.StatusServiceUnavailable)
-		}}
-		s := &stepHandler{check: bucketCheck(b, p), policies: p.Item, cfg: cfg, cost: 1}
+		}}}
 		s.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/", nil))
 		w := httptest.NewRecorder()
 		s.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))

@@ -1,8 +1,9 @@
 package limithttp
 
 import (
-	"sync/atomic"
 	"unsafe"
+
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // The values of an allowed response's fields: RateLimit-Policy (a constant
@@ -14,49 +15,16 @@ import (
 // table of its Config, by rule, route, r and t, and answers a request that
 // needs the same fields with the same strings and the same []string: an
 // allowed response allocates only when its fields are new to the table (then
-// one entry, which replaces the slot's last).
+// one entry, which replaces the slot's last): verdict.Memo.
 //
 // The values are shared between responses: a handler may replace a field
 // (Header.Set, Header.Del, Header.Add) but must not write into the slice a
 // field holds. Nothing in net/http does.
 
-// valueSlots is a table's size: 512 entries (4 KiB of pointers, and 112
-// bytes an allowed response's entry), enough for the fields of a rule with a
-// burst of a few hundred, or of many rules whose keys are mostly full.
-const (
-	valueBits  = 9
-	valueSlots = 1 << valueBits
-)
-
-// table returns the table *p points to, making it on first use.
-func table[E any](p *unsafe.Pointer) *[valueSlots]atomic.Pointer[E] {
-	t := (*[valueSlots]atomic.Pointer[E])(atomic.LoadPointer(p))
-	if t == nil {
-		atomic.CompareAndSwapPointer(p, nil, unsafe.Pointer(new([valueSlots]atomic.Pointer[E])))
-		t = (*[valueSlots]atomic.Pointer[E])(atomic.LoadPointer(p))
-	}
-	return t
-}
-
-// slotOf is the slot of a response's fields: by its policy, r, t, and extra
-// (what else the entry depends on).
-func slotOf(p *Policy, r, t int64, extra uint64) uint64 {
-	h := (uint64(uintptr(unsafe.Pointer(p))) ^ uint64(r)*0x9e3779b97f4a7c15 ^ uint64(t)<<32 ^ extra) * 0xff51afd7ed558ccd
-	return h >> (64 - valueBits)
-}
-
-// appendRateLimit appends p's RateLimit value for r and t to b.
-func appendRateLimit(b []byte, p *Policy, r, t int64) []byte {
-	b = append(b, p.Prefix...)
-	b = appendDecimal(b, r)
-	b = append(b, ";"+ParamReset+"="...)
-	return appendDecimal(b, t)
-}
-
 // valueEntry is an allowed response's field values; nothing writes to one
 // after it is published.
 type valueEntry struct {
-	policy   *Policy
+	policy   *verdict.Policy
 	policies string // the route's RateLimit-Policy value
 	r, t     int64
 	vals     [2]string // RateLimit-Policy, RateLimit
@@ -64,13 +32,13 @@ type valueEntry struct {
 }
 
 // allowedValues returns the values of an allowed response's two fields.
-func (c *Config) allowedValues(res *Result, r, t int64) *[2]string {
-	slot := &table[valueEntry](&c.values)[slotOf(res.Policy, r, t, 0)]
+func (c *Config) allowedValues(res *verdict.Result, r, t int64) *[2]string {
+	slot := c.values.Slot(verdict.MemoHash(res.Policy, r, t, 0))
 	if e := slot.Load(); e != nil && e.r == r && e.t == t && e.policy == res.Policy && e.policies == res.Policies {
 		return &e.vals
 	}
 	e := &valueEntry{policy: res.Policy, policies: res.Policies, r: r, t: t}
-	b := appendRateLimit(e.buf[:0], res.Policy, r, t)
+	b := verdict.AppendRateLimit(e.buf[:0], res.Policy, r, t)
 	// b is e.buf, or a copy that append made on the heap; nothing writes to
 	// it after this.
 	e.vals[0], e.vals[1] = res.Policies, unsafe.String(unsafe.SliceData(b), len(b))
@@ -92,7 +60,7 @@ const fieldBuf = 64
 // HeaderStyle): names[i] is set to vals[i:i+1], and the two values after the
 // last name are the problem body's Content-Type and X-Content-Type-Options.
 type fullEntry struct {
-	policy      *Policy
+	policy      *verdict.Policy
 	policies    string
 	r, t, retry int64
 	style       HeaderStyle
@@ -111,12 +79,12 @@ var fieldNames = [3][2][]string{
 
 // fullValues returns the values of a response's fields other than an
 // allowed one's under HeadersIETF.
-func (c *Config) fullValues(res *Result, r, t, retry int64) *fullEntry {
+func (c *Config) fullValues(res *verdict.Result, r, t, retry int64) *fullEntry {
 	style := c.Headers
 	if style > HeadersNone {
 		style = HeadersIETF
 	}
-	slot := &table[fullEntry](&c.full)[slotOf(res.Policy, r, t, uint64(retry)<<48^uint64(style))]
+	slot := c.full.Slot(verdict.MemoHash(res.Policy, r, t, uint64(retry)<<48^uint64(style)))
 	if e := slot.Load(); e != nil && e.r == r && e.t == t && e.retry == retry && e.style == style && e.policy == res.Policy && e.policies == res.Policies {
 		return e
 	}
@@ -131,19 +99,19 @@ func (c *Config) fullValues(res *Result, r, t, retry int64) *fullEntry {
 	n := 0
 	mark := func() { ends[n], n = len(b), n+1 }
 	if style != HeadersNone {
-		b = appendRateLimit(b, res.Policy, r, t)
+		b = verdict.AppendRateLimit(b, res.Policy, r, t)
 		mark()
 	}
 	if retry >= 0 {
-		b = appendDecimal(b, retry)
+		b = verdict.AppendDecimal(b, retry)
 		mark()
 	}
 	if style == HeadersLegacy {
-		b = appendDecimal(b, res.Policy.Quota)
+		b = verdict.AppendDecimal(b, res.Policy.Quota)
 		mark()
-		b = appendDecimal(b, r)
+		b = verdict.AppendDecimal(b, r)
 		mark()
-		b = appendDecimal(b, t)
+		b = verdict.AppendDecimal(b, t)
 		mark()
 	}
 	// b is e.buf, or a copy that append made on the heap; nothing writes to

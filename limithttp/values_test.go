@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // valueCase is one response whose fields Respond sets: a decision of a
 // policy on a route, under a header style.
 type valueCase struct {
-	p        *Policy
+	p        *verdict.Policy
 	policies string
 	style    HeaderStyle
 	d        atomicbucket.Decision
@@ -31,7 +32,7 @@ func wantFields(c valueCase) map[string]string {
 		out[HeaderRateLimit] = c.p.Prefix + strconv.FormatInt(r, 10) + ";t=" + strconv.FormatInt(t, 10)
 	}
 	if !c.d.Allowed {
-		out[HeaderRetryAfter] = strconv.FormatInt(max(t, ceilSeconds(c.d.RetryAfter)), 10)
+		out[HeaderRetryAfter] = strconv.FormatInt(max(t, verdict.CeilSeconds(c.d.RetryAfter)), 10)
 		out[headerContentType] = problemType
 		out[headerContentOptions] = "nosniff"
 	}
@@ -43,7 +44,7 @@ func wantFields(c valueCase) map[string]string {
 	return out
 }
 
-func randomCase(rng *rand.Rand, ps []*Policy, routes []string) valueCase {
+func randomCase(rng *rand.Rand, ps []*verdict.Policy, routes []string) valueCase {
 	c := valueCase{p: ps[rng.IntN(len(ps))], policies: routes[rng.IntN(len(routes))], style: HeaderStyle(rng.IntN(3))}
 	burst := c.p.Limit.Burst
 	if rng.IntN(3) == 0 {
@@ -58,8 +59,8 @@ func randomCase(rng *rand.Rand, ps []*Policy, routes []string) valueCase {
 // every field with wantFields.
 func checkResponse(t testing.TB, cfgs *[3]Config, c valueCase) {
 	w := &mapWriter{h: http.Header{}}
-	res := Result{Decision: c.d, Policy: c.p, Policies: c.policies, Cost: 1}
-	cfgs[c.style].Respond(w, nil, Enforce, &res, "k")
+	res := verdict.Result{Decision: c.d, Policy: c.p, Policies: c.policies, Cost: 1}
+	cfgs[c.style].Respond(w, nil, verdict.Enforce, &res, "k")
 	want := wantFields(c)
 	if len(w.h) != len(want) {
 		t.Fatalf("%+v: fields %v, want %v", c, w.h, want)
@@ -80,8 +81,8 @@ func (w *mapWriter) Header() http.Header         { return w.h }
 func (w *mapWriter) Write(b []byte) (int, error) { return len(b), nil }
 func (w *mapWriter) WriteHeader(code int)        { w.code = code }
 
-func valuePolicies(t testing.TB) ([]*Policy, []string) {
-	var ps []*Policy
+func valuePolicies(t testing.TB) ([]*verdict.Policy, []string) {
+	var ps []*verdict.Policy
 	for i, l := range []atomicbucket.Limit{
 		{Tokens: 10, Period: time.Second, Burst: 20},
 		{Tokens: 1000, Period: time.Second, Burst: 1_000_000_000},
@@ -91,13 +92,13 @@ func valuePolicies(t testing.TB) ([]*Policy, []string) {
 		if i == 1 { // a prefix longer than an entry's buffer
 			name = "a-rule-with-a-name-that-does-not-fit-in-the-buffer"
 		}
-		p, err := NewPolicy(name, l)
+		p, err := verdict.NewPolicy(name, l)
 		if err != nil {
 			t.Fatal(err)
 		}
 		ps = append(ps, &p)
 	}
-	return ps, []string{ps[0].Item, PolicyList(ps[0], ps[1]), PolicyList(ps[2], ps[1], ps[0])}
+	return ps, []string{ps[0].Item, verdict.PolicyList(ps[0], ps[1]), verdict.PolicyList(ps[2], ps[1], ps[0])}
 }
 
 // The values Respond reuses are those it would make: for thousands of
@@ -108,7 +109,7 @@ func TestValueTablesAnswerAsMade(t *testing.T) {
 	cfgs := [3]Config{{Headers: HeadersIETF}, {Headers: HeadersLegacy}, {Headers: HeadersNone}}
 	rng := rand.New(rand.NewPCG(1, 2))
 	var cases []valueCase
-	for range 4 * valueSlots {
+	for range 4 << verdict.MemoBits {
 		cases = append(cases, randomCase(rng, ps, routes))
 	}
 	for round := range 3 {
@@ -126,10 +127,10 @@ func TestValueTablesAnswerAsMade(t *testing.T) {
 	c := valueCase{p: ps[0], policies: routes[0], style: HeadersIETF, d: atomicbucket.Decision{Allowed: true, Remaining: 3, Reset: time.Second}}
 	checkResponse(t, &cfgs, c)
 	w := &mapWriter{h: http.Header{}}
-	res := Result{Decision: c.d, Policy: c.p, Policies: c.policies, Cost: 1}
+	res := verdict.Result{Decision: c.d, Policy: c.p, Policies: c.policies, Cost: 1}
 	if n := testing.AllocsPerRun(100, func() {
 		clear(w.h)
-		cfgs[0].Respond(w, nil, Enforce, &res, "k")
+		cfgs[0].Respond(w, nil, verdict.Enforce, &res, "k")
 	}); n != 0 {
 		t.Errorf("an allowed response whose fields are in the table: %v allocations, want 0", n)
 	}

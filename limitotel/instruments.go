@@ -1,12 +1,12 @@
 // Package limitotel exports limitgen's observations as OpenTelemetry
 // instruments (go.opentelemetry.io/otel/metric): asynchronous ones, read by
 // one callback when the SDK collects, from the counters limitgen keeps
-// anyway (the middleware's decisions, the tables' keys, the stores' calls
-// and breakers), so that collecting adds nothing to a check. The same
+// anyway (the doors' decisions, the tables' keys, the stores' calls and
+// breakers), so that collecting adds nothing to a check. The same
 // observations as package limitprom's, named after OpenTelemetry's
 // conventions (dotted names, units as UCUM, attributes, never a key):
 //
-//	limitgen.decisions              counter {decision}: the middleware's decisions; attributes route, tier, rule, outcome
+//	limitgen.decisions              counter {decision}: the doors' decisions; attributes door, route, tier, rule, outcome
 //	limitgen.table.keys             gauge   {key}: keys a rule's table tracks; attribute rule
 //	limitgen.table.evictions        counter {bucket}: buckets reclaimed; attribute rule
 //	limitgen.table.cap_refusals     counter {key}: new keys that met the key cap with nothing to reclaim
@@ -32,8 +32,8 @@ import (
 	"errors"
 
 	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/verdict"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -52,13 +52,12 @@ type Table interface {
 
 // Options name what the instruments read; each is optional.
 type Options struct {
-	// Counters are the generated middleware's decisions by route, tier, rule
-	// and outcome (its Config.Counters).
-	Counters *limithttp.Counters
-	// GRPC are the generated gRPC interceptors' decisions by method entry,
-	// tier, rule and outcome (their Config.Counters): limitgen.grpc.decisions,
-	// with the entry as attribute method.
-	GRPC *limithttp.Counters
+	// Doors are the doors' decisions by route, tier, rule and outcome (each
+	// door's Config.Counters), by the door's name: verdict.DoorHTTP for the
+	// generated middleware, verdict.DoorGRPC for the interceptors (whose
+	// routes are method entries), verdict.DoorRLS for Envoy's rate-limit
+	// service (descriptors). The name is the decisions' door attribute.
+	Doors map[string]*verdict.Counters
 	// Tables are keyed limiters, by rule name.
 	Tables map[string]Table
 	// Stores are stores, by a name of the service's choice ("redis").
@@ -79,8 +78,7 @@ func Register(meter metric.Meter, o Options) (metric.Registration, error) {
 		errs = append(errs, err)
 		return g
 	}
-	decisions := counter("limitgen.decisions", "{decision}", "Requests the generated middleware decided, by route (its pattern), tier (empty for a route that checks one rule), deciding rule and outcome (degraded_*: the store could not decide and the rule's on_failure setting did).")
-	grpcDecisions := counter("limitgen.grpc.decisions", "{decision}", "Calls the generated gRPC interceptors decided, by method (the policy's entry: a full method name, or a service), tier (empty for an entry that checks one rule), deciding rule and outcome.")
+	decisions := counter("limitgen.decisions", "{decision}", "Requests the doors decided, by door (http, grpc, rls), route (an HTTP route's pattern, a gRPC method entry, an RLS descriptor), tier (empty for a route that checks one rule), deciding rule and outcome (degraded_*: the store could not decide and the rule's on_failure setting did).")
 	keys := gauge("limitgen.table.keys", "{key}", "Keys a rule's table tracks.")
 	evictions := counter("limitgen.table.evictions", "{bucket}", "Buckets a rule's table reclaimed (full ones: nothing is lost).")
 	refusals := counter("limitgen.table.cap_refusals", "{key}", "New keys that met a rule's key cap with nothing to reclaim.")
@@ -98,21 +96,15 @@ func Register(meter metric.Meter, o Options) (metric.Registration, error) {
 		return nil, err
 	}
 	return meter.RegisterCallback(func(_ context.Context, ob metric.Observer) error {
-		if o.Counters != nil {
-			for _, n := range o.Counters.Snapshot() {
-				for oc, v := range n.Outcomes {
-					ob.ObserveInt64(decisions, int64(v), metric.WithAttributes(
-						attribute.String("route", n.Route), attribute.String("tier", n.Tier),
-						attribute.String("rule", n.Rule), attribute.String("outcome", limithttp.Outcome(oc).String())))
-				}
+		for door, c := range o.Doors {
+			if c == nil {
+				continue
 			}
-		}
-		if o.GRPC != nil {
-			for _, n := range o.GRPC.Snapshot() {
+			for _, n := range c.Snapshot() {
 				for oc, v := range n.Outcomes {
-					ob.ObserveInt64(grpcDecisions, int64(v), metric.WithAttributes(
-						attribute.String("method", n.Route), attribute.String("tier", n.Tier),
-						attribute.String("rule", n.Rule), attribute.String("outcome", limithttp.Outcome(oc).String())))
+					ob.ObserveInt64(decisions, int64(v), metric.WithAttributes(attribute.String("door", door),
+						attribute.String("route", n.Route), attribute.String("tier", n.Tier),
+						attribute.String("rule", n.Rule), attribute.String("outcome", verdict.Outcome(oc).String())))
 				}
 			}
 		}
@@ -142,5 +134,5 @@ func Register(meter metric.Meter, o Options) (metric.Registration, error) {
 			}
 		}
 		return nil
-	}, decisions, grpcDecisions, keys, evictions, refusals, checks, degraded, batches, grants, tokens, trips, tripTime, open)
+	}, decisions, keys, evictions, refusals, checks, degraded, batches, grants, tokens, trips, tripTime, open)
 }

@@ -9,10 +9,10 @@ import (
 	"testing"
 
 	"github.com/limitgen/limitgen/internal/sharedlimits"
-	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/limitotel"
 	"github.com/limitgen/limitgen/pgstore"
 	"github.com/limitgen/limitgen/pgstore/pgtest"
+	"github.com/limitgen/limitgen/verdict"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -100,9 +100,9 @@ func TestManualReader(t *testing.T) {
 	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
 	t.Cleanup(func() { provider.Shutdown(ctx) })
 	reg, err := limitotel.Register(provider.Meter("limitgen"), limitotel.Options{
-		Counters: mw.Config.Counters,
-		Tables:   map[string]limitotel.Table{"PerInstance": lims.PerInstance},
-		Stores:   map[string]limitotel.Store{"postgres": st},
+		Doors:  map[string]*verdict.Counters{verdict.DoorHTTP: mw.Config.Counters},
+		Tables: map[string]limitotel.Table{"PerInstance": lims.PerInstance},
+		Stores: map[string]limitotel.Store{"postgres": st},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -111,16 +111,16 @@ func TestManualReader(t *testing.T) {
 
 	got, units := collect(t, reader)
 	for name, want := range map[string]float64{
-		"limitgen.decisions{outcome=allowed,route=GET /hello,rule=PerUser,tier=}":         20,
-		"limitgen.decisions{outcome=denied,route=GET /hello,rule=PerUser,tier=}":          3,
-		"limitgen.decisions{outcome=degraded_denied,route=GET /hello,rule=PerUser,tier=}": 0,
-		"limitgen.decisions{outcome=allowed,route=GET /api/,rule=PerUser,tier=Request}":   0,
-		"limitgen.table.keys{rule=PerInstance}":                                           2,
-		"limitgen.table.cap_refusals{rule=PerInstance}":                                   0,
-		"limitgen.store.checks{store=postgres}":                                           23,
-		"limitgen.store.degraded{store=postgres}":                                         0,
-		"limitgen.store.round_trips{store=postgres}":                                      23,
-		"limitgen.store.breaker.open{node=,store=postgres}":                               0,
+		"limitgen.decisions{door=http,outcome=allowed,route=GET /hello,rule=PerUser,tier=}":         20,
+		"limitgen.decisions{door=http,outcome=denied,route=GET /hello,rule=PerUser,tier=}":          3,
+		"limitgen.decisions{door=http,outcome=degraded_denied,route=GET /hello,rule=PerUser,tier=}": 0,
+		"limitgen.decisions{door=http,outcome=allowed,route=GET /api/,rule=PerUser,tier=Request}":   0,
+		"limitgen.table.keys{rule=PerInstance}":                                                     2,
+		"limitgen.table.cap_refusals{rule=PerInstance}":                                             0,
+		"limitgen.store.checks{store=postgres}":                                                     23,
+		"limitgen.store.degraded{store=postgres}":                                                   0,
+		"limitgen.store.round_trips{store=postgres}":                                                23,
+		"limitgen.store.breaker.open{node=,store=postgres}":                                         0,
 	} {
 		if v, ok := got[name]; !ok || v != want {
 			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
@@ -135,7 +135,7 @@ func TestManualReader(t *testing.T) {
 		hello("bob")
 	}
 	got, _ = collect(t, reader)
-	degraded := got["limitgen.decisions{outcome=degraded_allowed,route=GET /hello,rule=PerUser,tier=}"] + got["limitgen.decisions{outcome=degraded_denied,route=GET /hello,rule=PerUser,tier=}"]
+	degraded := got["limitgen.decisions{door=http,outcome=degraded_allowed,route=GET /hello,rule=PerUser,tier=}"] + got["limitgen.decisions{door=http,outcome=degraded_denied,route=GET /hello,rule=PerUser,tier=}"]
 	if degraded != 10 || got["limitgen.store.degraded{store=postgres}"] != 10 {
 		t.Errorf("after the server stopped, %v degraded decisions and %v degraded checks, want 10 and 10", degraded, got["limitgen.store.degraded{store=postgres}"])
 	}
@@ -154,41 +154,45 @@ func TestManualReader(t *testing.T) {
 
 // TestGRPCDecisions: the gRPC interceptors' counters (as the generated GRPC
 // makes them: a series per method entry and rule) are read as
-// limitgen.grpc.decisions with the entry as attribute method, apart from the
-// middleware's limitgen.decisions.
+// limitgen.decisions with door grpc and the entry as attribute route, apart
+// from the middleware's (door http).
 func TestGRPCDecisions(t *testing.T) {
-	grpc := limithttp.NewSeriesCounters(
-		limithttp.Series{Route: "/grpc.health.v1.Health/Check", Rule: "Checks"},
-		limithttp.Series{Route: "shop.v1.Cart", Tier: "API", Rule: "PerUser"},
+	grpc := verdict.NewSeriesCounters(
+		verdict.Series{Route: "/grpc.health.v1.Health/Check", Rule: "Checks"},
+		verdict.Series{Route: "shop.v1.Cart", Tier: "API", Rule: "PerUser"},
 	)
-	grpc.Add(0, limithttp.Allowed)
-	grpc.Add(0, limithttp.Denied)
-	grpc.Add(0, limithttp.Denied)
-	grpc.Add(1, limithttp.DegradedDenied)
+	grpc.Add(0, verdict.Allowed)
+	grpc.Add(0, verdict.Denied)
+	grpc.Add(0, verdict.Denied)
+	grpc.Add(1, verdict.DegradedDenied)
+	http := verdict.NewSeriesCounters(verdict.Series{Route: "GET /hello", Rule: "PerUser"})
+	http.Add(0, verdict.Allowed)
 	reader := sdkmetric.NewManualReader()
 	meter := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
-	reg, err := limitotel.Register(meter, limitotel.Options{GRPC: grpc})
+	reg, err := limitotel.Register(meter, limitotel.Options{Doors: map[string]*verdict.Counters{verdict.DoorGRPC: grpc, verdict.DoorHTTP: http}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer reg.Unregister()
 	points, units := collect(t, reader)
 	for name, want := range map[string]float64{
-		"limitgen.grpc.decisions{method=/grpc.health.v1.Health/Check,outcome=allowed,rule=Checks,tier=}": 1,
-		"limitgen.grpc.decisions{method=/grpc.health.v1.Health/Check,outcome=denied,rule=Checks,tier=}":  2,
-		"limitgen.grpc.decisions{method=shop.v1.Cart,outcome=degraded_denied,rule=PerUser,tier=API}":     1,
-		"limitgen.grpc.decisions{method=shop.v1.Cart,outcome=allowed,rule=PerUser,tier=API}":             0,
+		"limitgen.decisions{door=grpc,outcome=allowed,route=/grpc.health.v1.Health/Check,rule=Checks,tier=}": 1,
+		"limitgen.decisions{door=grpc,outcome=denied,route=/grpc.health.v1.Health/Check,rule=Checks,tier=}":  2,
+		"limitgen.decisions{door=grpc,outcome=degraded_denied,route=shop.v1.Cart,rule=PerUser,tier=API}":     1,
+		"limitgen.decisions{door=grpc,outcome=allowed,route=shop.v1.Cart,rule=PerUser,tier=API}":             0,
+		"limitgen.decisions{door=http,outcome=allowed,route=GET /hello,rule=PerUser,tier=}":                  1,
+		"limitgen.decisions{door=http,outcome=denied,route=GET /hello,rule=PerUser,tier=}":                   0,
 	} {
 		if v, ok := points[name]; !ok || v != want {
 			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
 		}
 	}
-	if units["limitgen.grpc.decisions"] != "{decision}" {
-		t.Errorf("unit %q", units["limitgen.grpc.decisions"])
+	if units["limitgen.decisions"] != "{decision}" {
+		t.Errorf("unit %q", units["limitgen.decisions"])
 	}
 	for name := range points {
-		if strings.HasPrefix(name, "limitgen.decisions{") {
-			t.Errorf("a gRPC decision counted as the middleware's: %s", name)
+		if strings.HasPrefix(name, "limitgen.decisions{") && strings.Contains(name, "route=GET /hello") != strings.Contains(name, "door=http") {
+			t.Errorf("a decision counted under another door: %s", name)
 		}
 	}
 }

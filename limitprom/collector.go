@@ -1,13 +1,12 @@
 // Package limitprom exports limitgen's observations to Prometheus: a
 // prometheus.Collector that reads, when Prometheus scrapes, the counters
-// limitgen keeps anyway (the middleware's decisions, the tables' keys, the
+// limitgen keeps anyway (the doors' decisions, the tables' keys, the
 // stores' calls and breakers), so that collecting adds nothing to a check.
 //
 // Metrics (names after Prometheus's conventions: a unit suffix, _total on
 // counters; never a per-key label):
 //
-//	limitgen_decisions_total{route, tier, rule, outcome}  counter: the middleware's decisions (limithttp.Counters), degraded outcomes included
-//	limitgen_grpc_decisions_total{method, tier, rule, outcome}  counter: the gRPC interceptors' (method: the policy's entry, a full method or a service)
+//	limitgen_decisions_total{door, route, tier, rule, outcome}  counter: the doors' decisions (verdict.Counters), degraded outcomes included
 //	limitgen_table_keys{rule}                        gauge: keys tracked
 //	limitgen_table_evictions_total{rule}             counter: buckets reclaimed
 //	limitgen_table_cap_refusals_total{rule}          counter: new keys that met the key cap with nothing to reclaim
@@ -26,8 +25,8 @@ package limitprom
 
 import (
 	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/verdict"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -46,12 +45,12 @@ type Table interface {
 
 // Options name what a Collector reads; each is optional.
 type Options struct {
-	// Counters are the generated middleware's decisions by route, tier, rule
-	// and outcome (its Config.Counters).
-	Counters *limithttp.Counters
-	// GRPC are the generated gRPC interceptors' decisions by method entry,
-	// tier, rule and outcome (their Config.Counters).
-	GRPC *limithttp.Counters
+	// Doors are the doors' decisions by route, tier, rule and outcome (each
+	// door's Config.Counters), by the door's name: verdict.DoorHTTP for the
+	// generated middleware, verdict.DoorGRPC for the interceptors (whose
+	// routes are method entries), verdict.DoorRLS for Envoy's rate-limit
+	// service (descriptors). The name is the decisions' door label.
+	Doors map[string]*verdict.Counters
 	// Tables are keyed limiters, by rule name.
 	Tables map[string]Table
 	// Stores are stores, by a name of the service's choice ("redis").
@@ -63,7 +62,7 @@ type Options struct {
 type Collector struct {
 	o Options
 
-	decisions, grpcDecisions, keys, evictions, capRefusals        *prometheus.Desc
+	decisions, keys, evictions, capRefusals                       *prometheus.Desc
 	checks, degraded, batches, grants, leased, trips, open, fails *prometheus.Desc
 }
 
@@ -73,26 +72,25 @@ func New(o Options) *Collector {
 		return prometheus.NewDesc("limitgen_"+name, help, labels, nil)
 	}
 	return &Collector{
-		o:             o,
-		decisions:     d("decisions_total", "Requests the generated middleware decided, by route (its pattern), tier (empty for a route that checks one rule), deciding rule and outcome (degraded_*: the store could not decide and the rule's on_failure setting did).", "route", "tier", "rule", "outcome"),
-		grpcDecisions: d("grpc_decisions_total", "Calls the generated gRPC interceptors decided, by method (the policy's entry: a full method name, or a service), tier (empty for an entry that checks one rule), deciding rule and outcome.", "method", "tier", "rule", "outcome"),
-		keys:          d("table_keys", "Keys a rule's table tracks.", "rule"),
-		evictions:     d("table_evictions_total", "Buckets a rule's table reclaimed (full ones: nothing is lost).", "rule"),
-		capRefusals:   d("table_cap_refusals_total", "New keys that met a rule's key cap with nothing to reclaim.", "rule"),
-		checks:        d("store_checks_total", "Checks sent to the store (a coalesced batch counts each of its checks).", "store"),
-		degraded:      d("store_degraded_total", "Checks the failure settings decided: the store failed, a breaker was open, or the store was closed.", "store"),
-		batches:       d("store_batches_total", "Round trips that carried coalesced checks.", "store"),
-		grants:        d("store_lease_grants_total", "Lease calls that granted tokens.", "store"),
-		leased:        d("store_leased_tokens_total", "Tokens granted to leases.", "store"),
-		trips:         d("store_round_trip_seconds", "Round trips to the store's server, from a connection in hand to the reply; failed ones included.", "store"),
-		open:          d("store_breaker_open", "1 while the circuit breaker of the store's server (a Cluster's master) is open.", "store", "node"),
-		fails:         d("store_breaker_failures", "Failed calls in a row to the store's server.", "store", "node"),
+		o:           o,
+		decisions:   d("decisions_total", "Requests the doors decided, by door (http, grpc, rls), route (an HTTP route's pattern, a gRPC method entry, an RLS descriptor), tier (empty for a route that checks one rule), deciding rule and outcome (degraded_*: the store could not decide and the rule's on_failure setting did).", "door", "route", "tier", "rule", "outcome"),
+		keys:        d("table_keys", "Keys a rule's table tracks.", "rule"),
+		evictions:   d("table_evictions_total", "Buckets a rule's table reclaimed (full ones: nothing is lost).", "rule"),
+		capRefusals: d("table_cap_refusals_total", "New keys that met a rule's key cap with nothing to reclaim.", "rule"),
+		checks:      d("store_checks_total", "Checks sent to the store (a coalesced batch counts each of its checks).", "store"),
+		degraded:    d("store_degraded_total", "Checks the failure settings decided: the store failed, a breaker was open, or the store was closed.", "store"),
+		batches:     d("store_batches_total", "Round trips that carried coalesced checks.", "store"),
+		grants:      d("store_lease_grants_total", "Lease calls that granted tokens.", "store"),
+		leased:      d("store_leased_tokens_total", "Tokens granted to leases.", "store"),
+		trips:       d("store_round_trip_seconds", "Round trips to the store's server, from a connection in hand to the reply; failed ones included.", "store"),
+		open:        d("store_breaker_open", "1 while the circuit breaker of the store's server (a Cluster's master) is open.", "store", "node"),
+		fails:       d("store_breaker_failures", "Failed calls in a row to the store's server.", "store", "node"),
 	}
 }
 
 // Describe sends the metrics' descriptions.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.decisions, c.grpcDecisions, c.keys, c.evictions, c.capRefusals,
+	for _, d := range []*prometheus.Desc{c.decisions, c.keys, c.evictions, c.capRefusals,
 		c.checks, c.degraded, c.batches, c.grants, c.leased, c.trips, c.open, c.fails} {
 		ch <- d
 	}
@@ -100,17 +98,13 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 
 // Collect reads every source once and sends its metrics.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	if c.o.Counters != nil {
-		for _, n := range c.o.Counters.Snapshot() {
-			for o, v := range n.Outcomes {
-				ch <- prometheus.MustNewConstMetric(c.decisions, prometheus.CounterValue, float64(v), n.Route, n.Tier, n.Rule, limithttp.Outcome(o).String())
-			}
+	for door, dc := range c.o.Doors {
+		if dc == nil {
+			continue
 		}
-	}
-	if c.o.GRPC != nil {
-		for _, n := range c.o.GRPC.Snapshot() {
+		for _, n := range dc.Snapshot() {
 			for o, v := range n.Outcomes {
-				ch <- prometheus.MustNewConstMetric(c.grpcDecisions, prometheus.CounterValue, float64(v), n.Route, n.Tier, n.Rule, limithttp.Outcome(o).String())
+				ch <- prometheus.MustNewConstMetric(c.decisions, prometheus.CounterValue, float64(v), door, n.Route, n.Tier, n.Rule, verdict.Outcome(o).String())
 			}
 		}
 	}

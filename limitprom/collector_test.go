@@ -11,10 +11,10 @@ import (
 	"testing"
 
 	"github.com/limitgen/limitgen/internal/sharedlimits"
-	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/limitprom"
 	"github.com/limitgen/limitgen/pgstore"
 	"github.com/limitgen/limitgen/pgstore/pgtest"
+	"github.com/limitgen/limitgen/verdict"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
@@ -88,27 +88,27 @@ func TestScrape(t *testing.T) {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(limitprom.New(limitprom.Options{
-		Counters: mw.Config.Counters,
-		Tables:   map[string]limitprom.Table{"PerInstance": lims.PerInstance},
-		Stores:   map[string]limitprom.Store{"postgres": st},
+		Doors:  map[string]*verdict.Counters{verdict.DoorHTTP: mw.Config.Counters},
+		Tables: map[string]limitprom.Table{"PerInstance": lims.PerInstance},
+		Stores: map[string]limitprom.Store{"postgres": st},
 	}))
 	metrics := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	t.Cleanup(metrics.Close)
 
 	got := scrape(t, metrics.URL)
 	for name, want := range map[string]float64{
-		`limitgen_decisions_total{outcome="allowed",route="GET /hello",rule="PerUser",tier=""}`:         20,
-		`limitgen_decisions_total{outcome="denied",route="GET /hello",rule="PerUser",tier=""}`:          5,
-		`limitgen_decisions_total{outcome="missing_key",route="GET /hello",rule="PerUser",tier=""}`:     1,
-		`limitgen_decisions_total{outcome="degraded_denied",route="GET /hello",rule="PerUser",tier=""}`: 0,
-		`limitgen_decisions_total{outcome="allowed",route="GET /api/",rule="PerUser",tier="Request"}`:   0,
-		`limitgen_table_keys{rule="PerInstance"}`:                                                       3,
-		`limitgen_table_cap_refusals_total{rule="PerInstance"}`:                                         0,
-		`limitgen_store_checks_total{store="postgres"}`:                                                 25,
-		`limitgen_store_degraded_total{store="postgres"}`:                                               0,
-		`limitgen_store_round_trip_seconds_count{store="postgres"}`:                                     25,
-		`limitgen_store_round_trip_seconds_bucket{store="postgres",le="+Inf"}`:                          25,
-		`limitgen_store_breaker_open{node="",store="postgres"}`:                                         0,
+		`limitgen_decisions_total{door="http",outcome="allowed",route="GET /hello",rule="PerUser",tier=""}`:         20,
+		`limitgen_decisions_total{door="http",outcome="denied",route="GET /hello",rule="PerUser",tier=""}`:          5,
+		`limitgen_decisions_total{door="http",outcome="missing_key",route="GET /hello",rule="PerUser",tier=""}`:     1,
+		`limitgen_decisions_total{door="http",outcome="degraded_denied",route="GET /hello",rule="PerUser",tier=""}`: 0,
+		`limitgen_decisions_total{door="http",outcome="allowed",route="GET /api/",rule="PerUser",tier="Request"}`:   0,
+		`limitgen_table_keys{rule="PerInstance"}`:                                                                   3,
+		`limitgen_table_cap_refusals_total{rule="PerInstance"}`:                                                     0,
+		`limitgen_store_checks_total{store="postgres"}`:                                                             25,
+		`limitgen_store_degraded_total{store="postgres"}`:                                                           0,
+		`limitgen_store_round_trip_seconds_count{store="postgres"}`:                                                 25,
+		`limitgen_store_round_trip_seconds_bucket{store="postgres",le="+Inf"}`:                                      25,
+		`limitgen_store_breaker_open{node="",store="postgres"}`:                                                     0,
 	} {
 		if v, ok := got[name]; !ok || v != want {
 			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
@@ -127,10 +127,10 @@ func TestScrape(t *testing.T) {
 		app.ServeHTTP(httptest.NewRecorder(), r)
 	}
 	got = scrape(t, metrics.URL)
-	if v := got[`limitgen_decisions_total{outcome="allowed",route="GET /api/",rule="PerUser",tier="Request"}`]; v != 3 {
+	if v := got[`limitgen_decisions_total{door="http",outcome="allowed",route="GET /api/",rule="PerUser",tier="Request"}`]; v != 3 {
 		t.Errorf("tier Request on GET /api/: %v allowed decisions by PerUser, want 3", v)
 	}
-	if v := got[`limitgen_decisions_total{outcome="allowed",route="GET /hello",rule="PerUser",tier=""}`]; v != 20 {
+	if v := got[`limitgen_decisions_total{door="http",outcome="allowed",route="GET /hello",rule="PerUser",tier=""}`]; v != 20 {
 		t.Errorf("GET /hello: %v allowed after requests to another route, want 20", v)
 	}
 
@@ -139,8 +139,8 @@ func TestScrape(t *testing.T) {
 		hello("bob")
 	}
 	got = scrape(t, metrics.URL)
-	degraded := got[`limitgen_decisions_total{outcome="degraded_allowed",route="GET /hello",rule="PerUser",tier=""}`] +
-		got[`limitgen_decisions_total{outcome="degraded_denied",route="GET /hello",rule="PerUser",tier=""}`]
+	degraded := got[`limitgen_decisions_total{door="http",outcome="degraded_allowed",route="GET /hello",rule="PerUser",tier=""}`] +
+		got[`limitgen_decisions_total{door="http",outcome="degraded_denied",route="GET /hello",rule="PerUser",tier=""}`]
 	if degraded != 10 || got[`limitgen_store_degraded_total{store="postgres"}`] != 10 {
 		t.Errorf("after the server stopped, %v degraded decisions and %v degraded checks, want 10 and 10", degraded, got[`limitgen_store_degraded_total{store="postgres"}`])
 	}
@@ -159,35 +159,39 @@ func TestScrape(t *testing.T) {
 
 // TestGRPCDecisions: the gRPC interceptors' counters (as the generated GRPC
 // makes them: a series per method entry and rule) are scraped as
-// limitgen_grpc_decisions_total with the entry as label method, apart from
-// the middleware's limitgen_decisions_total.
+// limitgen_decisions_total with door "grpc" and the entry as label route,
+// apart from the middleware's (door "http").
 func TestGRPCDecisions(t *testing.T) {
-	grpc := limithttp.NewSeriesCounters(
-		limithttp.Series{Route: "/grpc.health.v1.Health/Check", Rule: "Checks"},
-		limithttp.Series{Route: "shop.v1.Cart", Tier: "API", Rule: "PerUser"},
+	grpc := verdict.NewSeriesCounters(
+		verdict.Series{Route: "/grpc.health.v1.Health/Check", Rule: "Checks"},
+		verdict.Series{Route: "shop.v1.Cart", Tier: "API", Rule: "PerUser"},
 	)
-	grpc.Add(0, limithttp.Allowed)
-	grpc.Add(0, limithttp.Denied)
-	grpc.Add(0, limithttp.Denied)
-	grpc.Add(1, limithttp.DegradedDenied)
+	grpc.Add(0, verdict.Allowed)
+	grpc.Add(0, verdict.Denied)
+	grpc.Add(0, verdict.Denied)
+	grpc.Add(1, verdict.DegradedDenied)
+	http := verdict.NewSeriesCounters(verdict.Series{Route: "GET /hello", Rule: "PerUser"})
+	http.Add(0, verdict.Allowed)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(limitprom.New(limitprom.Options{GRPC: grpc}))
+	reg.MustRegister(limitprom.New(limitprom.Options{Doors: map[string]*verdict.Counters{verdict.DoorGRPC: grpc, verdict.DoorHTTP: http}}))
 	metrics := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	t.Cleanup(metrics.Close)
 	got := scrape(t, metrics.URL)
 	for name, want := range map[string]float64{
-		`limitgen_grpc_decisions_total{method="/grpc.health.v1.Health/Check",outcome="allowed",rule="Checks",tier=""}`: 1,
-		`limitgen_grpc_decisions_total{method="/grpc.health.v1.Health/Check",outcome="denied",rule="Checks",tier=""}`:  2,
-		`limitgen_grpc_decisions_total{method="shop.v1.Cart",outcome="degraded_denied",rule="PerUser",tier="API"}`:     1,
-		`limitgen_grpc_decisions_total{method="shop.v1.Cart",outcome="allowed",rule="PerUser",tier="API"}`:             0,
+		`limitgen_decisions_total{door="grpc",outcome="allowed",route="/grpc.health.v1.Health/Check",rule="Checks",tier=""}`: 1,
+		`limitgen_decisions_total{door="grpc",outcome="denied",route="/grpc.health.v1.Health/Check",rule="Checks",tier=""}`:  2,
+		`limitgen_decisions_total{door="grpc",outcome="degraded_denied",route="shop.v1.Cart",rule="PerUser",tier="API"}`:     1,
+		`limitgen_decisions_total{door="grpc",outcome="allowed",route="shop.v1.Cart",rule="PerUser",tier="API"}`:             0,
+		`limitgen_decisions_total{door="http",outcome="allowed",route="GET /hello",rule="PerUser",tier=""}`:                  1,
+		`limitgen_decisions_total{door="http",outcome="denied",route="GET /hello",rule="PerUser",tier=""}`:                   0,
 	} {
 		if v, ok := got[name]; !ok || v != want {
 			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)
 		}
 	}
 	for name := range got {
-		if strings.HasPrefix(name, "limitgen_decisions_total") {
-			t.Errorf("a gRPC decision counted as the middleware's: %s", name)
+		if strings.HasPrefix(name, "limitgen_decisions_total") && strings.Contains(name, `route="GET /hello"`) != strings.Contains(name, `door="http"`) {
+			t.Errorf("a decision counted under another door: %s", name)
 		}
 	}
 }

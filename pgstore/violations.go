@@ -15,7 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/limitgen/limitgen/limithttp"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // The violation log (the multi-tier design's RateLimitViolation): every
@@ -51,7 +51,7 @@ type ViolationOptions struct {
 	// one client's violations can be told apart and counted without the log
 	// holding who it is. RawKey records the key as it is; a function of
 	// one's own may map it to an account, or return "" for none.
-	Key func(e limithttp.Event) string
+	Key func(e verdict.Event) string
 	// Salt is the default hash's secret, at least MinSalt bytes, kept out of
 	// the database: without it, keys as short as user IDs or addresses are
 	// recovered by hashing guesses. NewViolationLog refuses a shorter one
@@ -59,7 +59,7 @@ type ViolationOptions struct {
 	Salt []byte
 	// Outcomes are the outcomes logged: default every one but Allowed
 	// (denials, shadow denials, too costly, missing keys, degraded).
-	Outcomes []limithttp.Outcome
+	Outcomes []verdict.Outcome
 	// Report is told of each batch that could not be written (nil: logged
 	// with log/slog's default logger).
 	Report func(error)
@@ -72,7 +72,7 @@ const MinSalt = 16
 // key, or an integer key's decimal digits (Event.KeyInt, its bits unsigned:
 // a negative int64 key reads as 2⁶⁴ less its magnitude). An Event does not
 // tell an integer key 0 from no key, so both are recorded as none (NULL).
-func RawKey(e limithttp.Event) string {
+func RawKey(e verdict.Event) string {
 	if e.Key == "" && e.KeyInt != 0 {
 		return strconv.FormatUint(e.KeyInt, 10)
 	}
@@ -82,11 +82,12 @@ func RawKey(e limithttp.Event) string {
 // violation is one queued event, with its time.
 type violation struct {
 	at time.Time
-	e  limithttp.Event
+	e  verdict.Event
 }
 
-// ViolationLog is a limithttp.Observer (and a limitgrpc one) that writes the
-// requests a limiter did not admit to a PostgreSQL table. Close it to write
+// ViolationLog is a verdict.Observer (of any door: HTTP, gRPC, Envoy's
+// rate-limit service) that writes the requests a limiter did not admit to a
+// PostgreSQL table, with the door that decided. Close it to write
 // what is queued.
 type ViolationLog struct {
 	pool    *pgxpool.Pool
@@ -131,7 +132,7 @@ func NewViolationLog(ctx context.Context, pool *pgxpool.Pool, opts ViolationOpti
 		}
 		mac := hmac.New(sha256.New, opts.Salt)
 		var mu sync.Mutex // the writer's goroutine alone calls Key; the lock keeps mac safe for any other caller
-		opts.Key = func(e limithttp.Event) string {
+		opts.Key = func(e verdict.Event) string {
 			k := RawKey(e)
 			if k == "" && e.KeyInt == 0 {
 				return ""
@@ -144,8 +145,8 @@ func NewViolationLog(ctx context.Context, pool *pgxpool.Pool, opts ViolationOpti
 		}
 	}
 	if opts.Outcomes == nil {
-		opts.Outcomes = []limithttp.Outcome{limithttp.Denied, limithttp.ShadowDenied, limithttp.TooCostly,
-			limithttp.MissingKey, limithttp.DegradedAllowed, limithttp.DegradedDenied}
+		opts.Outcomes = []verdict.Outcome{verdict.Denied, verdict.ShadowDenied, verdict.TooCostly,
+			verdict.MissingKey, verdict.DegradedAllowed, verdict.DegradedDenied}
 	}
 	if opts.Report == nil {
 		opts.Report = func(err error) { slog.Error("pgstore: violation log", "err", err) }
@@ -169,6 +170,7 @@ func NewViolationLog(ctx context.Context, pool *pgxpool.Pool, opts ViolationOpti
 func violationsStatement(table string) string {
 	return `CREATE TABLE IF NOT EXISTS ` + table + ` (
 	at timestamptz NOT NULL,
+	door text NOT NULL DEFAULT '',
 	route text NOT NULL,
 	tier text NOT NULL,
 	rule text NOT NULL,
@@ -177,7 +179,8 @@ func violationsStatement(table string) string {
 	outcome text NOT NULL,
 	retry_after_ms bigint NOT NULL,
 	store_error text NOT NULL
-)`
+);
+ALTER TABLE ` + table + ` ADD COLUMN IF NOT EXISTS door text NOT NULL DEFAULT ''`
 }
 
 // ViolationsSchema is the SQL that creates the violations table, for
@@ -186,7 +189,7 @@ func ViolationsSchema(table string) string { return violationsStatement(table) +
 
 // Observe queues e if its outcome is logged; it never blocks: when the
 // queue is full, e is dropped and counted. Safe from any goroutine.
-func (v *ViolationLog) Observe(e limithttp.Event) {
+func (v *ViolationLog) Observe(e verdict.Event) {
 	if int(e.Outcome) >= len(v.logged) || !v.logged[e.Outcome] {
 		return
 	}
@@ -296,10 +299,10 @@ func (v *ViolationLog) copy(ctx context.Context, events []violation) error {
 		if k := v.opts.Key(e); k != "" {
 			key = k
 		}
-		rows[i] = []any{ev.at, e.Route, e.Tier, e.Rule, key, e.Cost, e.Outcome.String(), e.RetryAfter.Milliseconds(), e.StoreError}
+		rows[i] = []any{ev.at, e.Door, e.Route, e.Tier, e.Rule, key, e.Cost, e.Outcome.String(), e.RetryAfter.Milliseconds(), e.StoreError}
 	}
 	n, err := v.pool.CopyFrom(ctx, pgx.Identifier{v.table},
-		[]string{"at", "route", "tier", "rule", "key", "cost", "outcome", "retry_after_ms", "store_error"}, pgx.CopyFromRows(rows))
+		[]string{"at", "door", "route", "tier", "rule", "key", "cost", "outcome", "retry_after_ms", "store_error"}, pgx.CopyFromRows(rows))
 	if err == nil && n != int64(len(rows)) {
 		err = errors.New("COPY wrote " + strconv.FormatInt(n, 10) + " rows of " + strconv.Itoa(len(rows)))
 	}

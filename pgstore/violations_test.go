@@ -16,13 +16,13 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/limitgen/limitgen/internal/sharedlimits"
-	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/pgstore"
 	"github.com/limitgen/limitgen/pgstore/pgtest"
+	"github.com/limitgen/limitgen/verdict"
 )
 
-func denied(rule, key string, keyInt uint64) limithttp.Event {
-	return limithttp.Event{Route: "/v1/", Tier: "API", Rule: rule, Cost: 1, Outcome: limithttp.Denied, RetryAfter: 1500 * time.Millisecond, Key: key, KeyInt: keyInt}
+func denied(rule, key string, keyInt uint64) verdict.Event {
+	return verdict.Event{Route: "/v1/", Tier: "API", Rule: rule, Cost: 1, Outcome: verdict.Denied, RetryAfter: 1500 * time.Millisecond, Key: key, KeyInt: keyInt}
 }
 
 // salt is the tests' secret for the default key hash (MinSalt bytes).
@@ -71,7 +71,7 @@ func TestViolationLog(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		v.Observe(limithttp.Event{Rule: "PerUser", Outcome: limithttp.Allowed, Key: "alice"})
+		v.Observe(verdict.Event{Rule: "PerUser", Outcome: verdict.Allowed, Key: "alice"})
 		for range 4 {
 			v.Observe(denied("PerUser", "alice", 0))
 		}
@@ -149,7 +149,7 @@ func TestViolationLogSalt(t *testing.T) {
 	}
 	for _, opts := range []pgstore.ViolationOptions{
 		{Table: "raw", Key: pgstore.RawKey},
-		{Table: "own", Key: func(limithttp.Event) string { return "account" }},
+		{Table: "own", Key: func(verdict.Event) string { return "account" }},
 		{Table: "salted", Salt: salt},
 	} {
 		v, err := pgstore.NewViolationLog(ctx, pool, opts)
@@ -237,7 +237,7 @@ func TestViolationLogDatabaseDown(t *testing.T) {
 // observer is a ViolationLog on one PostgreSQL while its shared rules are
 // checked on another. Denials, a request without a key, and the decisions
 // the failure settings make after the store's server is stopped all reach
-// the table, with their route, rule, cost, wait, store error and the key
+// the table, with their door, route, rule, cost, wait, store error and the key
 // hashed as documented (HMAC-SHA-256 with the salt, 16 bytes in hex);
 // allowed requests do not. An integer key is hashed as its decimal digits.
 func TestViolationLogMiddleware(t *testing.T) {
@@ -297,7 +297,7 @@ func TestViolationLogMiddleware(t *testing.T) {
 		mac.Write([]byte(k))
 		return hex.EncodeToString(mac.Sum(nil)[:16])
 	}
-	rows, err := logPool.Query(ctx, `SELECT route, tier, rule, coalesce(key, '<none>'), cost, outcome, retry_after_ms > 0, store_error <> '', count(*)
+	rows, err := logPool.Query(ctx, `SELECT door || ' ' || route, tier, rule, coalesce(key, '<none>'), cost, outcome, retry_after_ms > 0, store_error <> '', count(*)
 		FROM `+pgstore.DefaultViolationsTable+` GROUP BY 1, 2, 3, 4, 5, 6, 7, 8 ORDER BY 1, 3, 6, 4`)
 	if err != nil {
 		t.Fatal(err)
@@ -316,13 +316,48 @@ func TestViolationLogMiddleware(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []string{
-		"GET /hello||PerUser|" + hash("bob") + "|1|degraded_allowed|wait false|store error true|3",
-		"GET /hello||PerUser|" + hash("alice") + "|1|denied|wait true|store error false|3",
-		"GET /hello||PerUser|<none>|0|missing_key|wait false|store error false|1",                           // refused unchecked: nothing taken
-		"POST /export/{account}||Exports|" + hash("78") + "|1|degraded_denied|wait true|store error true|1", // on_failure deny: retry after a second
-		"POST /export/{account}||Exports|" + hash("77") + "|1|denied|wait true|store error false|1",
+		"http GET /hello||PerUser|" + hash("bob") + "|1|degraded_allowed|wait false|store error true|3",
+		"http GET /hello||PerUser|" + hash("alice") + "|1|denied|wait true|store error false|3",
+		"http GET /hello||PerUser|<none>|0|missing_key|wait false|store error false|1",                           // refused unchecked: nothing taken
+		"http POST /export/{account}||Exports|" + hash("78") + "|1|degraded_denied|wait true|store error true|1", // on_failure deny: retry after a second
+		"http POST /export/{account}||Exports|" + hash("77") + "|1|denied|wait true|store error false|1",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("violation log:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// A table an earlier version made, without the door column, gains it when a
+// ViolationLog opens it: its rows say "" (unknown), new ones their door.
+func TestViolationLogAddsDoor(t *testing.T) {
+	pool := pgtest.Start(t).Pool(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `CREATE TABLE old_violations (at timestamptz NOT NULL, route text NOT NULL, tier text NOT NULL,
+		rule text NOT NULL, key text, cost bigint NOT NULL, outcome text NOT NULL, retry_after_ms bigint NOT NULL, store_error text NOT NULL);
+		INSERT INTO old_violations VALUES (now(), 'GET /a', '', 'R', NULL, 1, 'denied', 1000, '')`); err != nil {
+		t.Fatal(err)
+	}
+	vlog, err := pgstore.NewViolationLog(ctx, pool, pgstore.ViolationOptions{Table: "old_violations", Key: pgstore.RawKey})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vlog.Observe(verdict.Event{Door: verdict.DoorGRPC, Route: "/pkg.S/M", Rule: "R", Cost: 1, Outcome: verdict.Denied})
+	if err := vlog.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var doors []string
+	rows, err := pool.Query(ctx, "SELECT door || ':' || route FROM old_violations ORDER BY at")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var d string
+		if err := rows.Scan(&d); err != nil {
+			t.Fatal(err)
+		}
+		doors = append(doors, d)
+	}
+	if strings.Join(doors, ",") != ":GET /a,grpc:/pkg.S/M" {
+		t.Errorf("rows %q, want the old row with no door and the new one with grpc", doors)
 	}
 }

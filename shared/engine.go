@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // A store is a Backend (its I/O: one round trip per method) under an Engine
@@ -39,9 +40,9 @@ func (r *StoreRule) AsGlobal() *StoreRule {
 }
 
 // MaxKeyLen is the longest key a shared check takes, in bytes: what the
-// generated middleware's key sources return at most (limithttp.MaxKeyLen).
-// A longer one is refused before the store is asked.
-const MaxKeyLen = 256
+// doors' key sources return at most (verdict.MaxKeyLen). A longer one is
+// refused before the store is asked.
+const MaxKeyLen = verdict.MaxKeyLen
 
 // checkKey refuses a key the rule cannot have: the empty key for a keyed
 // rule (a request without a key must be refused before the check, as the

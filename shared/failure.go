@@ -13,8 +13,13 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/verdict"
 	"github.com/puzpuzpuz/xsync/v3"
 )
+
+// The doors' events name a store error by its class (verdict.Event's
+// StoreError): ErrorClass.
+func init() { verdict.SetErrorClass(ErrorClass) }
 
 // fallbackRule is a rule's failure setting, ready to decide while its store
 // cannot. The zero fallbackRule denies.

@@ -18,6 +18,7 @@ import (
 	"github.com/limitgen/limitgen/internal/sharedlimits"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // GeneratedInstances: two instances of a service generated from
@@ -297,7 +298,7 @@ func GeneratedCoalesced(t *testing.T, instance func() *sharedlimits.Limits, stat
 func GeneratedMiddlewareDegraded(t *testing.T, instance func() *sharedlimits.Limits, stop func()) {
 	var logged bytes.Buffer
 	var mu sync.Mutex
-	var events []limithttp.Event
+	var events []verdict.Event
 	mw, err := sharedlimits.NewMiddleware(instance(), sharedlimits.Hooks{
 		UserID: func(r *http.Request) (string, bool) { return r.Header.Get("X-User"), r.Header.Get("X-User") != "" },
 		PlanOf: func(r *http.Request) (sharedlimits.Plan, bool) { return sharedlimits.PlanFree, true },
@@ -305,8 +306,8 @@ func GeneratedMiddlewareDegraded(t *testing.T, instance func() *sharedlimits.Lim
 	if err != nil {
 		t.Fatal(err)
 	}
-	denials := limithttp.NewDenialLog(slog.New(slog.NewTextHandler(&logged, nil)), 1000)
-	mw.Config.Observer = limithttp.ObserverFunc(func(e limithttp.Event) {
+	denials := verdict.NewDenialLog(slog.New(slog.NewTextHandler(&logged, nil)), 1000)
+	mw.Config.Observer = verdict.ObserverFunc(func(e verdict.Event) {
 		mu.Lock()
 		events = append(events, e)
 		mu.Unlock()
@@ -339,7 +340,7 @@ func GeneratedMiddlewareDegraded(t *testing.T, instance func() *sharedlimits.Lim
 		t.Errorf("the outage's answer: Retry-After %q, body %s; want a Retry-After and the problem type %s", ra, body, limithttp.ProblemStoreUnavailable)
 	}
 	snap := mw.Config.Counters.Snapshot()
-	var perUser, exports limithttp.Count
+	var perUser, exports verdict.Count
 	for _, rc := range snap {
 		switch {
 		case rc.Route == "GET /hello" && rc.Rule == "PerUser":
@@ -348,10 +349,10 @@ func GeneratedMiddlewareDegraded(t *testing.T, instance func() *sharedlimits.Lim
 			exports = rc
 		}
 	}
-	if o := perUser.Outcomes; o[limithttp.Allowed] != 1 || o[limithttp.DegradedAllowed] != 10 || o[limithttp.DegradedDenied] != 2 || o[limithttp.Denied] != 0 {
+	if o := perUser.Outcomes; o[verdict.Allowed] != 1 || o[verdict.DegradedAllowed] != 10 || o[verdict.DegradedDenied] != 2 || o[verdict.Denied] != 0 {
 		t.Errorf("PerUser's counts: %v, want 1 allowed, 10 degraded_allowed, 2 degraded_denied", o)
 	}
-	if o := exports.Outcomes; o[limithttp.DegradedDenied] != 1 || o[limithttp.Denied] != 0 {
+	if o := exports.Outcomes; o[verdict.DegradedDenied] != 1 || o[verdict.Denied] != 0 {
 		t.Errorf("Exports' counts: %v, want 1 degraded_denied", o)
 	}
 	mu.Lock()

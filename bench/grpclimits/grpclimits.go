@@ -10,9 +10,10 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/limitgrpc"
-	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/overlay"
+	"github.com/limitgen/limitgen/verdict"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )
@@ -646,7 +647,7 @@ func (l *TightLimiter) ResetAt(key string, now atomicbucket.Time) {
 }
 
 // httpPolicyPerUser is rule PerUser as the RateLimit fields describe it.
-var httpPolicyPerUser = limithttp.Policy{
+var httpPolicyPerUser = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  1000000000,
 	Window: 1,
@@ -656,14 +657,12 @@ var httpPolicyPerUser = limithttp.Policy{
 		Burst:  1000000000,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"PerUser\";q=1000000000;w=1",
-	Prefix:    "\"PerUser\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (1000000000 tokens): waiting cannot admit it.\"}\n",
+	Item:   "\"PerUser\";q=1000000000;w=1",
+	Prefix: "\"PerUser\";r=",
 }
 
 // httpPolicyTight is rule Tight as the RateLimit fields describe it.
-var httpPolicyTight = limithttp.Policy{
+var httpPolicyTight = verdict.Policy{
 	Name:   "Tight",
 	Quota:  1,
 	Window: 3600,
@@ -673,15 +672,13 @@ var httpPolicyTight = limithttp.Policy{
 		Burst:  1,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"Tight\";q=1;w=3600",
-	Prefix:    "\"Tight\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Tight; retry after the delay in Retry-After.\",\"violated-policies\":[\"Tight\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Tight (1 tokens): waiting cannot admit it.\"}\n",
+	Item:   "\"Tight\";q=1;w=3600",
+	Prefix: "\"Tight\";r=",
 }
 
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][1]*limithttp.Policy{RulePerUser: {&httpPolicyPerUser}, RuleTight: {&httpPolicyTight}}
+var httpPolicies = [...][1]*verdict.Policy{RulePerUser: {&httpPolicyPerUser}, RuleTight: {&httpPolicyTight}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
 var httpCosts = [...][1]int64{RulePerUser: {1}, RuleTight: {1}}
@@ -708,7 +705,7 @@ type GRPC struct {
 	hooks  GRPCHooks
 	// ClientIP finds the client address that ip key sources read: the peer, or behind a trusted proxy
 	// the client its forwarding metadata names. It starts as the policy's grpc: client_ip.
-	ClientIP limithttp.ClientIP
+	ClientIP clientip.Config
 	// Clock, when set, is read instead of atomicbucket.Now: tests drive the interceptors through time
 	// with it.
 	Clock func() atomicbucket.Time
@@ -728,11 +725,13 @@ func NewGRPC(l *Limits, h GRPCHooks) (*GRPC, error) {
 	return &GRPC{
 		limits:   l,
 		hooks:    h,
-		ClientIP: limithttp.ClientIP{},
+		ClientIP: clientip.Config{},
 		Config: limitgrpc.Config{
-			Metadata: limithttp.HeadersIETF,
-			Jitter:   0.0,
-			Counters: limithttp.NewSeriesCounters(grpcSeries[:]...),
+			Judge: verdict.Judge{
+				Jitter:   0.0,
+				Counters: verdict.NewSeriesCounters(grpcSeries[:]...),
+			},
+			Metadata: limitgrpc.MetadataIETF,
 		},
 	}, nil
 }
@@ -808,7 +807,7 @@ func (g *GRPC) Coverage(s limitgrpc.ServiceInfoProvider) (unlimited, stale []str
 
 // grpcSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var grpcSeries = [...]limithttp.Series{{Route: "/grpc.health.v1.Health/Check", Rule: "PerUser"}, {Route: "/grpc.health.v1.Health/List", Rule: "Tight"}}
+var grpcSeries = [...]verdict.Series{{Route: "/grpc.health.v1.Health/Check", Rule: "PerUser"}, {Route: "/grpc.health.v1.Health/List", Rule: "Tight"}}
 
 // entry1 checks a call of /grpc.health.v1.Health/Check (rule PerUser, enforce) and returns the
 // status that ends it, or nil.
@@ -817,11 +816,11 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 	var ok0 bool
 	k0, ok0 = limitgrpc.MetadataKey(ctx, "x-user")
 	if !ok0 {
-		return g.Config.Reject(limithttp.Enforce, codes.InvalidArgument, "the call has no key for rule PerUser: grpc method \"/grpc.health.v1.Health/Check\" reads it from metadata x-user", limithttp.Event{Route: "/grpc.health.v1.Health/Check", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 0, Outcome: limithttp.MissingKey})
+		return g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule PerUser: grpc method \"/grpc.health.v1.Health/Check\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/Check", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 0, Outcome: verdict.MissingKey})
 	}
 	now := g.now()
 	cost := httpCosts[RulePerUser][0]
-	var res limithttp.Result
+	var res verdict.Result
 	res.Decision = g.limits.PerUser.AllowNAt(k0, now, cost)
 	res.Policy = httpPolicies[RulePerUser][0]
 	res.Policies = grpcRoutes[0][0]
@@ -830,10 +829,10 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 	res.Rule = int(RulePerUser)
 	res.Series = 0
 	if rf0 := g.limits.PerUser.ruleInForce(k0); rf0 != nil {
-		res.Policy = limithttp.InForce(res.Policy, rf0)
-		res.Policies = limithttp.InForceList(res.Policy)
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
 	}
-	return g.Config.Respond(ctx, limithttp.Enforce, &res, k0)
+	return g.Config.Respond(ctx, verdict.Enforce, &res, k0)
 }
 
 // entry2 checks a call of /grpc.health.v1.Health/List (rule Tight, enforce) and returns the status
@@ -843,11 +842,11 @@ func (g *GRPC) entry2(ctx context.Context, method string) error {
 	var ok0 bool
 	k0, ok0 = limitgrpc.MetadataKey(ctx, "x-user")
 	if !ok0 {
-		return g.Config.Reject(limithttp.Enforce, codes.InvalidArgument, "the call has no key for rule Tight: grpc method \"/grpc.health.v1.Health/List\" reads it from metadata x-user", limithttp.Event{Route: "/grpc.health.v1.Health/List", Rule: "Tight", RuleIndex: int(RuleTight), Series: 1, Outcome: limithttp.MissingKey})
+		return g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule Tight: grpc method \"/grpc.health.v1.Health/List\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/List", Rule: "Tight", RuleIndex: int(RuleTight), Series: 1, Outcome: verdict.MissingKey})
 	}
 	now := g.now()
 	cost := httpCosts[RuleTight][0]
-	var res limithttp.Result
+	var res verdict.Result
 	res.Decision = g.limits.Tight.AllowNAt(k0, now, cost)
 	res.Policy = httpPolicies[RuleTight][0]
 	res.Policies = grpcRoutes[1][0]
@@ -856,8 +855,8 @@ func (g *GRPC) entry2(ctx context.Context, method string) error {
 	res.Rule = int(RuleTight)
 	res.Series = 1
 	if rf0 := g.limits.Tight.ruleInForce(k0); rf0 != nil {
-		res.Policy = limithttp.InForce(res.Policy, rf0)
-		res.Policies = limithttp.InForceList(res.Policy)
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
 	}
-	return g.Config.Respond(ctx, limithttp.Enforce, &res, k0)
+	return g.Config.Respond(ctx, verdict.Enforce, &res, k0)
 }

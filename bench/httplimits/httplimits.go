@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/overlay"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
@@ -901,7 +903,7 @@ func (l *DrainLimiter) ResetAt(key string, now atomicbucket.Time) {
 }
 
 // httpPolicyPerIP is rule PerIP as the RateLimit fields describe it.
-var httpPolicyPerIP = limithttp.Policy{
+var httpPolicyPerIP = verdict.Policy{
 	Name:   "PerIP",
 	Quota:  1000000000,
 	Window: 1,
@@ -911,14 +913,12 @@ var httpPolicyPerIP = limithttp.Policy{
 		Burst:  1000000000,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"PerIP\";q=1000000000;w=1",
-	Prefix:    "\"PerIP\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerIP; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerIP\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerIP (1000000000 tokens): waiting cannot admit it.\"}\n",
+	Item:   "\"PerIP\";q=1000000000;w=1",
+	Prefix: "\"PerIP\";r=",
 }
 
 // httpPolicyTight is rule Tight as the RateLimit fields describe it.
-var httpPolicyTight = limithttp.Policy{
+var httpPolicyTight = verdict.Policy{
 	Name:   "Tight",
 	Quota:  1,
 	Window: 3600,
@@ -928,14 +928,12 @@ var httpPolicyTight = limithttp.Policy{
 		Burst:  1,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"Tight\";q=1;w=3600",
-	Prefix:    "\"Tight\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Tight; retry after the delay in Retry-After.\",\"violated-policies\":[\"Tight\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Tight (1 tokens): waiting cannot admit it.\"}\n",
+	Item:   "\"Tight\";q=1;w=3600",
+	Prefix: "\"Tight\";r=",
 }
 
 // httpPolicyDrain is rule Drain as the RateLimit fields describe it.
-var httpPolicyDrain = limithttp.Policy{
+var httpPolicyDrain = verdict.Policy{
 	Name:   "Drain",
 	Quota:  1000000000,
 	Window: 3600,
@@ -945,15 +943,13 @@ var httpPolicyDrain = limithttp.Policy{
 		Burst:  1000000000,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"Drain\";q=1000000000;w=3600",
-	Prefix:    "\"Drain\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Drain; retry after the delay in Retry-After.\",\"violated-policies\":[\"Drain\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Drain (1000000000 tokens): waiting cannot admit it.\"}\n",
+	Item:   "\"Drain\";q=1000000000;w=3600",
+	Prefix: "\"Drain\";r=",
 }
 
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][1]*limithttp.Policy{RulePerIP: {&httpPolicyPerIP}, RuleTight: {&httpPolicyTight}, RuleDrain: {&httpPolicyDrain}}
+var httpPolicies = [...][1]*verdict.Policy{RulePerIP: {&httpPolicyPerIP}, RuleTight: {&httpPolicyTight}, RuleDrain: {&httpPolicyDrain}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
 var httpCosts = [...][1]int64{RulePerIP: {1}, RuleTight: {1}, RuleDrain: {1}}
@@ -980,7 +976,7 @@ type Middleware struct {
 	hooks  Hooks
 	// ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip
 	// (set TrustedProxies here when they differ by deployment).
-	ClientIP limithttp.ClientIP
+	ClientIP clientip.Config
 	// Clock, when set, is read instead of atomicbucket.Now: tests drive the middleware through time
 	// with it.
 	Clock func() atomicbucket.Time
@@ -999,11 +995,13 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 	return &Middleware{
 		limits:   l,
 		hooks:    h,
-		ClientIP: limithttp.ClientIP{},
+		ClientIP: clientip.Config{},
 		Config: limithttp.Config{
-			Headers:  limithttp.HeadersIETF,
-			Jitter:   0.0,
-			Counters: limithttp.NewSeriesCounters(httpSeries[:]...),
+			Judge: verdict.Judge{
+				Jitter:   0.0,
+				Counters: verdict.NewSeriesCounters(httpSeries[:]...),
+			},
+			Headers: limithttp.HeadersIETF,
 		},
 	}, nil
 }
@@ -1139,19 +1137,19 @@ func (s *ServeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var httpSeries = [...]limithttp.Series{{Route: "GET /bench", Rule: "PerIP"}, {Route: "GET /denied", Rule: "Tight"}, {Route: "GET /drain", Rule: "Drain"}}
+var httpSeries = [...]verdict.Series{{Route: "GET /bench", Rule: "PerIP"}, {Route: "GET /denied", Rule: "Tight"}, {Route: "GET /drain", Rule: "Drain"}}
 
 // route1 checks GET /bench (rule PerIP, enforce) and reports whether the request may go on.
 func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string) bool {
 	var k0 string
 	var ok0 bool
-	k0, ok0 = m.ClientIP.Key(r)
+	k0, ok0 = m.ClientIP.Key(r.RemoteAddr, r.Header)
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerIP: route \\\"GET /bench\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "GET /bench", Rule: "PerIP", RuleIndex: int(RulePerIP), Series: 0, Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerIP: route \\\"GET /bench\\\" reads it from the client address.\"}\n", verdict.Event{Route: "GET /bench", Rule: "PerIP", RuleIndex: int(RulePerIP), Series: 0, Outcome: verdict.MissingKey})
 	}
 	now := m.now()
 	cost := httpCosts[RulePerIP][0]
-	var res limithttp.Result
+	var res verdict.Result
 	res.Decision = m.limits.PerIP.AllowNAt(k0, now, cost)
 	res.Policy = httpPolicies[RulePerIP][0]
 	res.Policies = httpRoutes[0][0]
@@ -1160,23 +1158,23 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RulePerIP)
 	res.Series = 0
 	if rf0 := m.limits.PerIP.ruleInForce(k0); rf0 != nil {
-		res.Policy = limithttp.InForce(res.Policy, rf0)
-		res.Policies = limithttp.InForceList(res.Policy)
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
 	}
-	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
 
 // route2 checks GET /denied (rule Tight, enforce) and reports whether the request may go on.
 func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string) bool {
 	var k0 string
 	var ok0 bool
-	k0, ok0 = m.ClientIP.Key(r)
+	k0, ok0 = m.ClientIP.Key(r.RemoteAddr, r.Header)
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Tight: route \\\"GET /denied\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "GET /denied", Rule: "Tight", RuleIndex: int(RuleTight), Series: 1, Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Tight: route \\\"GET /denied\\\" reads it from the client address.\"}\n", verdict.Event{Route: "GET /denied", Rule: "Tight", RuleIndex: int(RuleTight), Series: 1, Outcome: verdict.MissingKey})
 	}
 	now := m.now()
 	cost := httpCosts[RuleTight][0]
-	var res limithttp.Result
+	var res verdict.Result
 	res.Decision = m.limits.Tight.AllowNAt(k0, now, cost)
 	res.Policy = httpPolicies[RuleTight][0]
 	res.Policies = httpRoutes[1][0]
@@ -1185,23 +1183,23 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RuleTight)
 	res.Series = 1
 	if rf0 := m.limits.Tight.ruleInForce(k0); rf0 != nil {
-		res.Policy = limithttp.InForce(res.Policy, rf0)
-		res.Policies = limithttp.InForceList(res.Policy)
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
 	}
-	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
 
 // route3 checks GET /drain (rule Drain, enforce) and reports whether the request may go on.
 func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string) bool {
 	var k0 string
 	var ok0 bool
-	k0, ok0 = m.ClientIP.Key(r)
+	k0, ok0 = m.ClientIP.Key(r.RemoteAddr, r.Header)
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Drain: route \\\"GET /drain\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "GET /drain", Rule: "Drain", RuleIndex: int(RuleDrain), Series: 2, Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Drain: route \\\"GET /drain\\\" reads it from the client address.\"}\n", verdict.Event{Route: "GET /drain", Rule: "Drain", RuleIndex: int(RuleDrain), Series: 2, Outcome: verdict.MissingKey})
 	}
 	now := m.now()
 	cost := httpCosts[RuleDrain][0]
-	var res limithttp.Result
+	var res verdict.Result
 	res.Decision = m.limits.Drain.AllowNAt(k0, now, cost)
 	res.Policy = httpPolicies[RuleDrain][0]
 	res.Policies = httpRoutes[2][0]
@@ -1210,8 +1208,8 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RuleDrain)
 	res.Series = 2
 	if rf0 := m.limits.Drain.ruleInForce(k0); rf0 != nil {
-		res.Policy = limithttp.InForce(res.Policy, rf0)
-		res.Policies = limithttp.InForceList(res.Policy)
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
 	}
-	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }

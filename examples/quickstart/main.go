@@ -23,6 +23,7 @@ import (
 	"github.com/limitgen/limitgen/limitprom"
 	"github.com/limitgen/limitgen/pgstore"
 	"github.com/limitgen/limitgen/redisstore"
+	"github.com/limitgen/limitgen/verdict"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
@@ -120,7 +121,7 @@ func newServer(lims *limits.Limits, store limitprom.Store) (http.Handler, error)
 		return nil, err
 	}
 	mux := mw.NewServeMux() // every handler registered on it is behind the middleware
-	metrics := limitprom.Options{Counters: mw.Config.Counters, Tables: map[string]limitprom.Table{"Login": lims.Login}}
+	metrics := limitprom.Options{Doors: map[string]*verdict.Counters{verdict.DoorHTTP: mw.Config.Counters}, Tables: map[string]limitprom.Table{"Login": lims.Login}}
 	if store != nil {
 		metrics.Stores = map[string]limitprom.Store{"shared": store}
 	}

@@ -243,8 +243,8 @@ func twoInstances(t *testing.T, runs ...[]string) {
 	// its checks went to the store.
 	resp, body := a("GET", "/metrics", "")
 	for _, want := range []string{
-		`limitgen_decisions_total{outcome="allowed",route="GET /hello",rule="PerUser",tier="Request"} 5`,
-		`limitgen_decisions_total{outcome="denied",route="GET /hello",rule="PerUser",tier="Request"} 2`,
+		`limitgen_decisions_total{door="http",outcome="allowed",route="GET /hello",rule="PerUser",tier="Request"} 5`,
+		`limitgen_decisions_total{door="http",outcome="denied",route="GET /hello",rule="PerUser",tier="Request"} 2`,
 		`limitgen_table_keys{rule="Login"} 1`,
 		`limitgen_store_breaker_open{node="",store="shared"} 0`,
 	} {

@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
@@ -3722,7 +3724,7 @@ func (l *Limits) checkSharedDownload(ctx context.Context, downloadsKey string, c
 }
 
 // httpPolicyPerUserPlanFree is rule PerUser on the free plan as the RateLimit fields describe it.
-var httpPolicyPerUserPlanFree = limithttp.Policy{
+var httpPolicyPerUserPlanFree = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  20,
 	Window: 1200,
@@ -3732,15 +3734,12 @@ var httpPolicyPerUserPlanFree = limithttp.Policy{
 		Burst:  20,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:        "\"PerUser\";q=20;w=1200",
-	Prefix:      "\"PerUser\";r=",
-	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
-	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (20 tokens): waiting cannot admit it.\"}\n",
-	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy PerUser could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
+	Item:   "\"PerUser\";q=20;w=1200",
+	Prefix: "\"PerUser\";r=",
 }
 
 // httpPolicyPerUserPlanPro is rule PerUser on the pro plan as the RateLimit fields describe it.
-var httpPolicyPerUserPlanPro = limithttp.Policy{
+var httpPolicyPerUserPlanPro = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  200,
 	Window: 1200,
@@ -3750,15 +3749,12 @@ var httpPolicyPerUserPlanPro = limithttp.Policy{
 		Burst:  200,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:        "\"PerUser\";q=200;w=1200",
-	Prefix:      "\"PerUser\";r=",
-	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
-	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (200 tokens): waiting cannot admit it.\"}\n",
-	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy PerUser could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
+	Item:   "\"PerUser\";q=200;w=1200",
+	Prefix: "\"PerUser\";r=",
 }
 
 // httpPolicyExports is rule Exports as the RateLimit fields describe it.
-var httpPolicyExports = limithttp.Policy{
+var httpPolicyExports = verdict.Policy{
 	Name:   "Exports",
 	Quota:  3,
 	Window: 3600,
@@ -3768,15 +3764,12 @@ var httpPolicyExports = limithttp.Policy{
 		Burst:  3,
 		Refill: atomicbucket.Interval,
 	},
-	Item:        "\"Exports\";q=3;w=3600",
-	Prefix:      "\"Exports\";r=",
-	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Exports; retry after the delay in Retry-After.\",\"violated-policies\":[\"Exports\"]}\n",
-	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Exports (3 tokens): waiting cannot admit it.\"}\n",
-	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy Exports could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
+	Item:   "\"Exports\";q=3;w=3600",
+	Prefix: "\"Exports\";r=",
 }
 
 // httpPolicyPerInstance is rule PerInstance as the RateLimit fields describe it.
-var httpPolicyPerInstance = limithttp.Policy{
+var httpPolicyPerInstance = verdict.Policy{
 	Name:   "PerInstance",
 	Quota:  5,
 	Window: 300,
@@ -3786,14 +3779,12 @@ var httpPolicyPerInstance = limithttp.Policy{
 		Burst:  5,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"PerInstance\";q=5;w=300",
-	Prefix:    "\"PerInstance\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerInstance; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerInstance\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerInstance (5 tokens): waiting cannot admit it.\"}\n",
+	Item:   "\"PerInstance\";q=5;w=300",
+	Prefix: "\"PerInstance\";r=",
 }
 
 // httpPolicyGlobal is rule Global as the RateLimit fields describe it.
-var httpPolicyGlobal = limithttp.Policy{
+var httpPolicyGlobal = verdict.Policy{
 	Name:   "Global",
 	Quota:  50,
 	Window: 3000,
@@ -3803,15 +3794,12 @@ var httpPolicyGlobal = limithttp.Policy{
 		Burst:  50,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:        "\"Global\";q=50;w=3000",
-	Prefix:      "\"Global\";r=",
-	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Global; retry after the delay in Retry-After.\",\"violated-policies\":[\"Global\"]}\n",
-	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Global (50 tokens): waiting cannot admit it.\"}\n",
-	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy Global could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
+	Item:   "\"Global\";q=50;w=3000",
+	Prefix: "\"Global\";r=",
 }
 
 // httpPolicyDownloads is rule Downloads as the RateLimit fields describe it.
-var httpPolicyDownloads = limithttp.Policy{
+var httpPolicyDownloads = verdict.Policy{
 	Name:   "Downloads",
 	Quota:  30,
 	Window: 1800,
@@ -3821,15 +3809,12 @@ var httpPolicyDownloads = limithttp.Policy{
 		Burst:  30,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:        "\"Downloads\";q=30;w=1800",
-	Prefix:      "\"Downloads\";r=",
-	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Downloads; retry after the delay in Retry-After.\",\"violated-policies\":[\"Downloads\"]}\n",
-	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Downloads (30 tokens): waiting cannot admit it.\"}\n",
-	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy Downloads could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
+	Item:   "\"Downloads\";q=30;w=1800",
+	Prefix: "\"Downloads\";r=",
 }
 
 // httpPolicyDownloadsGlobal is rule DownloadsGlobal as the RateLimit fields describe it.
-var httpPolicyDownloadsGlobal = limithttp.Policy{
+var httpPolicyDownloadsGlobal = verdict.Policy{
 	Name:   "DownloadsGlobal",
 	Quota:  1000,
 	Window: 60000,
@@ -3839,15 +3824,12 @@ var httpPolicyDownloadsGlobal = limithttp.Policy{
 		Burst:  1000,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:        "\"DownloadsGlobal\";q=1000;w=60000",
-	Prefix:      "\"DownloadsGlobal\";r=",
-	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy DownloadsGlobal; retry after the delay in Retry-After.\",\"violated-policies\":[\"DownloadsGlobal\"]}\n",
-	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy DownloadsGlobal (1000 tokens): waiting cannot admit it.\"}\n",
-	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy DownloadsGlobal could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
+	Item:   "\"DownloadsGlobal\";q=1000;w=60000",
+	Prefix: "\"DownloadsGlobal\";r=",
 }
 
 // httpPolicyFast is rule Fast as the RateLimit fields describe it.
-var httpPolicyFast = limithttp.Policy{
+var httpPolicyFast = verdict.Policy{
 	Name:   "Fast",
 	Quota:  2,
 	Window: 1,
@@ -3857,15 +3839,12 @@ var httpPolicyFast = limithttp.Policy{
 		Burst:  2,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:        "\"Fast\";q=2;w=1",
-	Prefix:      "\"Fast\";r=",
-	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Fast; retry after the delay in Retry-After.\",\"violated-policies\":[\"Fast\"]}\n",
-	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Fast (2 tokens): waiting cannot admit it.\"}\n",
-	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy Fast could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
+	Item:   "\"Fast\";q=2;w=1",
+	Prefix: "\"Fast\";r=",
 }
 
 // httpPolicyWide is rule Wide as the RateLimit fields describe it.
-var httpPolicyWide = limithttp.Policy{
+var httpPolicyWide = verdict.Policy{
 	Name:   "Wide",
 	Quota:  1000000,
 	Window: 1,
@@ -3875,16 +3854,13 @@ var httpPolicyWide = limithttp.Policy{
 		Burst:  1000000,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:        "\"Wide\";q=1000000;w=1",
-	Prefix:      "\"Wide\";r=",
-	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Wide; retry after the delay in Retry-After.\",\"violated-policies\":[\"Wide\"]}\n",
-	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Wide (1000000 tokens): waiting cannot admit it.\"}\n",
-	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy Wide could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
+	Item:   "\"Wide\";q=1000000;w=1",
+	Prefix: "\"Wide\";r=",
 }
 
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*limithttp.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
 var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}}
@@ -3919,7 +3895,7 @@ type Middleware struct {
 	hooks  Hooks
 	// ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip
 	// (set TrustedProxies here when they differ by deployment).
-	ClientIP limithttp.ClientIP
+	ClientIP clientip.Config
 	// Clock, when set, is read instead of atomicbucket.Now: tests drive the middleware through time
 	// with it.
 	Clock func() atomicbucket.Time
@@ -3932,7 +3908,7 @@ type Middleware struct {
 // NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It
 // fails when one of them is nil.
 func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
-	if err := limithttp.NilHooks("sharedlimits: NewMiddleware: Hooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
+	if err := verdict.NilHooks("sharedlimits: NewMiddleware: Hooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
 		return nil, err
 	}
 	if l == nil {
@@ -3941,12 +3917,14 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 	return &Middleware{
 		limits:   l,
 		hooks:    h,
-		ClientIP: limithttp.ClientIP{},
+		ClientIP: clientip.Config{},
 		Config: limithttp.Config{
-			Headers:  limithttp.HeadersIETF,
-			Jitter:   0.0,
-			Counters: limithttp.NewSeriesCounters(httpSeries[:]...),
-			Observer: limithttp.NewDenialLog(nil, 10),
+			Judge: verdict.Judge{
+				Jitter:   0.0,
+				Counters: verdict.NewSeriesCounters(httpSeries[:]...),
+				Observer: verdict.NewDenialLog(nil, 10),
+			},
+			Headers: limithttp.HeadersIETF,
 		},
 	}, nil
 }
@@ -4080,7 +4058,7 @@ func (s *ServeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var httpSeries = [...]limithttp.Series{{Route: "GET /hello", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "Global"}, {Route: "POST /export/{account}", Rule: "Exports"}, {Route: "GET /download/", Tier: "Download", Rule: "Downloads"}, {Route: "GET /download/", Tier: "Download", Rule: "DownloadsGlobal"}}
+var httpSeries = [...]verdict.Series{{Route: "GET /hello", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "Global"}, {Route: "POST /export/{account}", Rule: "Exports"}, {Route: "GET /download/", Tier: "Download", Rule: "Downloads"}, {Route: "GET /download/", Tier: "Download", Rule: "DownloadsGlobal"}}
 
 // httpSeriesRoute2 are the series of GET /api/'s rules in the Counters, by RuleName.
 var httpSeriesRoute2 = [...]int{RulePerUser: 1, RuleGlobal: 2}
@@ -4093,14 +4071,14 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
-	ok0 = ok0 && k0 != "" && len(k0) <= limithttp.MaxKeyLen
+	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /hello\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "GET /hello", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 0, Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /hello\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "GET /hello", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 0, Outcome: verdict.MissingKey})
 	}
 	plan := m.plan(r)
 	cost := httpCosts[RulePerUser][plan]
 	sr := m.limits.PerUser.AllowN(r.Context(), plan, k0, cost)
-	var res limithttp.Result
+	var res verdict.Result
 	res.Degraded = sr.Degraded
 	res.Outage = sr.Outage
 	res.StoreErr = sr.Err
@@ -4112,10 +4090,10 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RulePerUser)
 	res.Series = 0
 	if rf0 := m.limits.PerUser.ruleInForce(plan, k0); rf0 != nil {
-		res.Policy = limithttp.InForce(res.Policy, rf0)
-		res.Policies = limithttp.InForceList(res.Policy)
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
 	}
-	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
 
 // route2 checks GET /api/ (tier Request, enforce) and reports whether the request may go on.
@@ -4123,15 +4101,15 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
-	ok0 = ok0 && k0 != "" && len(k0) <= limithttp.MaxKeyLen
+	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /api/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "GET /api/", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 1, Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /api/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "GET /api/", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 1, Outcome: verdict.MissingKey})
 	}
 	plan := m.plan(r)
 	tr := m.limits.checkSharedRequest(r.Context(), plan, k0, 0, true)
 	td := tr.TierDecision
 	cost := httpCosts[td.Rule][plan]
-	var res limithttp.Result
+	var res verdict.Result
 	res.Degraded = tr.Degraded
 	res.Outage = tr.Outage
 	res.StoreErr = tr.Err
@@ -4145,9 +4123,9 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	res.Series = httpSeriesRoute2[td.Rule]
 	rf0, rf1 := m.limits.PerUser.ruleInForce(plan, k0), m.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil {
-		p0 := limithttp.InForce(httpPolicies[RulePerUser][plan], rf0)
-		p1 := limithttp.InForce(httpPolicies[RuleGlobal][plan], rf1)
-		res.Policies = limithttp.InForceList(p0, p1)
+		p0 := verdict.InForce(httpPolicies[RulePerUser][plan], rf0)
+		p1 := verdict.InForce(httpPolicies[RuleGlobal][plan], rf1)
+		res.Policies = verdict.InForceList(p0, p1)
 		switch td.Rule {
 		case RulePerUser:
 			res.Policy = p0
@@ -4155,7 +4133,7 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 			res.Policy = p1
 		}
 	}
-	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
 
 // route3 checks POST /export/{account} (rule Exports, enforce) and reports whether the request may
@@ -4166,15 +4144,15 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	{
 		v, found := limithttp.PathKeyAt(path, 1, false)
 		var n uint64
-		n, ok0 = limithttp.UintKey(v, found, 64)
+		n, ok0 = verdict.UintKey(v, found, 64)
 		k0 = n
 	}
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Exports: route \\\"POST /export/{account}\\\" reads it from the path account.\"}\n", limithttp.Event{Route: "POST /export/{account}", Rule: "Exports", RuleIndex: int(RuleExports), Series: 3, Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Exports: route \\\"POST /export/{account}\\\" reads it from the path account.\"}\n", verdict.Event{Route: "POST /export/{account}", Rule: "Exports", RuleIndex: int(RuleExports), Series: 3, Outcome: verdict.MissingKey})
 	}
 	cost := httpCosts[RuleExports][0]
 	sr := m.limits.Exports.AllowN(r.Context(), k0, cost)
-	var res limithttp.Result
+	var res verdict.Result
 	res.Degraded = sr.Degraded
 	res.Outage = sr.Outage
 	res.StoreErr = sr.Err
@@ -4187,10 +4165,10 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	res.Series = 3
 	res.SeedInt = uint64(k0)
 	if rf0 := m.limits.Exports.ruleInForce(k0); rf0 != nil {
-		res.Policy = limithttp.InForce(res.Policy, rf0)
-		res.Policies = limithttp.InForceList(res.Policy)
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
 	}
-	return m.Config.Respond(w, r, limithttp.Enforce, &res, "")
+	return m.Config.Respond(w, r, verdict.Enforce, &res, "")
 }
 
 // route4 checks GET /download/ (tier Download, enforce) and reports whether the request may go on.
@@ -4198,14 +4176,14 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
-	ok0 = ok0 && k0 != "" && len(k0) <= limithttp.MaxKeyLen
+	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Downloads: route \\\"GET /download/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "GET /download/", Tier: "Download", Rule: "Downloads", RuleIndex: int(RuleDownloads), Series: 4, Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Downloads: route \\\"GET /download/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "GET /download/", Tier: "Download", Rule: "Downloads", RuleIndex: int(RuleDownloads), Series: 4, Outcome: verdict.MissingKey})
 	}
 	tr := m.limits.checkSharedDownload(r.Context(), k0, 0, true)
 	td := tr.TierDecision
 	cost := httpCosts[td.Rule][0]
-	var res limithttp.Result
+	var res verdict.Result
 	res.Degraded = tr.Degraded
 	res.Outage = tr.Outage
 	res.StoreErr = tr.Err
@@ -4219,9 +4197,9 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	res.Series = httpSeriesRoute4[td.Rule]
 	rf0, rf1 := m.limits.Downloads.ruleInForce(k0), m.limits.DownloadsGlobal.ruleInForce()
 	if rf0 != nil || rf1 != nil {
-		p0 := limithttp.InForce(httpPolicies[RuleDownloads][0], rf0)
-		p1 := limithttp.InForce(httpPolicies[RuleDownloadsGlobal][0], rf1)
-		res.Policies = limithttp.InForceList(p0, p1)
+		p0 := verdict.InForce(httpPolicies[RuleDownloads][0], rf0)
+		p1 := verdict.InForce(httpPolicies[RuleDownloadsGlobal][0], rf1)
+		res.Policies = verdict.InForceList(p0, p1)
 		switch td.Rule {
 		case RuleDownloads:
 			res.Policy = p0
@@ -4229,7 +4207,7 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 			res.Policy = p1
 		}
 	}
-	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
 
 // plan is the request's plan, from func:PlanOf, or free.

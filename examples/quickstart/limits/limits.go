@@ -14,10 +14,12 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/verdict"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )
@@ -1533,7 +1535,7 @@ func (l *Limits) checkSharedRequest(ctx context.Context, plan Plan, perUserKey s
 }
 
 // httpPolicyPerUserPlanFree is rule PerUser on the free plan as the RateLimit fields describe it.
-var httpPolicyPerUserPlanFree = limithttp.Policy{
+var httpPolicyPerUserPlanFree = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  10,
 	Window: 60,
@@ -1543,15 +1545,12 @@ var httpPolicyPerUserPlanFree = limithttp.Policy{
 		Burst:  10,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:        "\"PerUser\";q=10;w=60",
-	Prefix:      "\"PerUser\";r=",
-	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
-	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (10 tokens): waiting cannot admit it.\"}\n",
-	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy PerUser could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
+	Item:   "\"PerUser\";q=10;w=60",
+	Prefix: "\"PerUser\";r=",
 }
 
 // httpPolicyPerUserPlanPro is rule PerUser on the pro plan as the RateLimit fields describe it.
-var httpPolicyPerUserPlanPro = limithttp.Policy{
+var httpPolicyPerUserPlanPro = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  100,
 	Window: 60,
@@ -1561,15 +1560,12 @@ var httpPolicyPerUserPlanPro = limithttp.Policy{
 		Burst:  100,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:        "\"PerUser\";q=100;w=60",
-	Prefix:      "\"PerUser\";r=",
-	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerUser; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerUser\"]}\n",
-	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerUser (100 tokens): waiting cannot admit it.\"}\n",
-	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy PerUser could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
+	Item:   "\"PerUser\";q=100;w=60",
+	Prefix: "\"PerUser\";r=",
 }
 
 // httpPolicyGlobal is rule Global as the RateLimit fields describe it.
-var httpPolicyGlobal = limithttp.Policy{
+var httpPolicyGlobal = verdict.Policy{
 	Name:   "Global",
 	Quota:  2000,
 	Window: 2,
@@ -1579,15 +1575,12 @@ var httpPolicyGlobal = limithttp.Policy{
 		Burst:  2000,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:        "\"Global\";q=2000;w=2",
-	Prefix:      "\"Global\";r=",
-	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Global; retry after the delay in Retry-After.\",\"violated-policies\":[\"Global\"]}\n",
-	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Global (2000 tokens): waiting cannot admit it.\"}\n",
-	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy Global could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
+	Item:   "\"Global\";q=2000;w=2",
+	Prefix: "\"Global\";r=",
 }
 
 // httpPolicyLogin is rule Login as the RateLimit fields describe it.
-var httpPolicyLogin = limithttp.Policy{
+var httpPolicyLogin = verdict.Policy{
 	Name:   "Login",
 	Quota:  5,
 	Window: 60,
@@ -1597,15 +1590,13 @@ var httpPolicyLogin = limithttp.Policy{
 		Burst:  5,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"Login\";q=5;w=60",
-	Prefix:    "\"Login\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Login; retry after the delay in Retry-After.\",\"violated-policies\":[\"Login\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Login (5 tokens): waiting cannot admit it.\"}\n",
+	Item:   "\"Login\";q=5;w=60",
+	Prefix: "\"Login\";r=",
 }
 
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*limithttp.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleLogin: {&httpPolicyLogin, &httpPolicyLogin}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleLogin: {&httpPolicyLogin, &httpPolicyLogin}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
 var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleGlobal: {1, 1}, RuleLogin: {1, 1}}
@@ -1640,7 +1631,7 @@ type Middleware struct {
 	hooks  Hooks
 	// ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip
 	// (set TrustedProxies here when they differ by deployment).
-	ClientIP limithttp.ClientIP
+	ClientIP clientip.Config
 	// Clock, when set, is read instead of atomicbucket.Now: tests drive the middleware through time
 	// with it.
 	Clock func() atomicbucket.Time
@@ -1653,7 +1644,7 @@ type Middleware struct {
 // NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It
 // fails when one of them is nil.
 func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
-	if err := limithttp.NilHooks("limits: NewMiddleware: Hooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
+	if err := verdict.NilHooks("limits: NewMiddleware: Hooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
 		return nil, err
 	}
 	if l == nil {
@@ -1662,12 +1653,14 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 	return &Middleware{
 		limits:   l,
 		hooks:    h,
-		ClientIP: limithttp.ClientIP{},
+		ClientIP: clientip.Config{},
 		Config: limithttp.Config{
+			Judge: verdict.Judge{
+				Jitter:   0.5,
+				Counters: verdict.NewSeriesCounters(httpSeries[:]...),
+				Observer: verdict.NewDenialLog(nil, 10),
+			},
 			Headers:   limithttp.HeadersIETF,
-			Jitter:    0.5,
-			Counters:  limithttp.NewSeriesCounters(httpSeries[:]...),
-			Observer:  limithttp.NewDenialLog(nil, 10),
 			Challenge: "Bearer",
 		},
 	}, nil
@@ -1800,7 +1793,7 @@ func (s *ServeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var httpSeries = [...]limithttp.Series{{Route: "GET /hello", Tier: "Request", Rule: "PerUser"}, {Route: "GET /hello", Tier: "Request", Rule: "Global"}, {Route: "POST /login", Rule: "Login"}}
+var httpSeries = [...]verdict.Series{{Route: "GET /hello", Tier: "Request", Rule: "PerUser"}, {Route: "GET /hello", Tier: "Request", Rule: "Global"}, {Route: "POST /login", Rule: "Login"}}
 
 // httpSeriesRoute1 are the series of GET /hello's rules in the Counters, by RuleName.
 var httpSeriesRoute1 = [...]int{RulePerUser: 0, RuleGlobal: 1}
@@ -1810,15 +1803,15 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
-	ok0 = ok0 && k0 != "" && len(k0) <= limithttp.MaxKeyLen
+	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /hello\\\" reads it from the caller's identity, as the service establishes it.\"}\n", limithttp.Event{Route: "GET /hello", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 0, Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /hello\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "GET /hello", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 0, Outcome: verdict.MissingKey})
 	}
 	plan := m.plan(r)
 	tr := m.limits.checkSharedRequest(r.Context(), plan, k0, 0, true)
 	td := tr.TierDecision
 	cost := httpCosts[td.Rule][plan]
-	var res limithttp.Result
+	var res verdict.Result
 	res.Degraded = tr.Degraded
 	res.Outage = tr.Outage
 	res.StoreErr = tr.Err
@@ -1832,9 +1825,9 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	res.Series = httpSeriesRoute1[td.Rule]
 	rf0, rf1 := m.limits.PerUser.ruleInForce(plan, k0), m.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil {
-		p0 := limithttp.InForce(httpPolicies[RulePerUser][plan], rf0)
-		p1 := limithttp.InForce(httpPolicies[RuleGlobal][plan], rf1)
-		res.Policies = limithttp.InForceList(p0, p1)
+		p0 := verdict.InForce(httpPolicies[RulePerUser][plan], rf0)
+		p1 := verdict.InForce(httpPolicies[RuleGlobal][plan], rf1)
+		res.Policies = verdict.InForceList(p0, p1)
 		switch td.Rule {
 		case RulePerUser:
 			res.Policy = p0
@@ -1842,20 +1835,20 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 			res.Policy = p1
 		}
 	}
-	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
 
 // route2 checks POST /login (rule Login, enforce) and reports whether the request may go on.
 func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string) bool {
 	var k0 string
 	var ok0 bool
-	k0, ok0 = m.ClientIP.Key(r)
+	k0, ok0 = m.ClientIP.Key(r.RemoteAddr, r.Header)
 	if !ok0 {
-		return m.Config.Reject(w, limithttp.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Login: route \\\"POST /login\\\" reads it from the client address.\"}\n", limithttp.Event{Route: "POST /login", Rule: "Login", RuleIndex: int(RuleLogin), Series: 2, Outcome: limithttp.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Login: route \\\"POST /login\\\" reads it from the client address.\"}\n", verdict.Event{Route: "POST /login", Rule: "Login", RuleIndex: int(RuleLogin), Series: 2, Outcome: verdict.MissingKey})
 	}
 	now := m.now()
 	cost := httpCosts[RuleLogin][0]
-	var res limithttp.Result
+	var res verdict.Result
 	res.Decision = m.limits.Login.AllowNAt(k0, now, cost)
 	res.Policy = httpPolicies[RuleLogin][0]
 	res.Policies = httpRoutes[1][0]
@@ -1864,10 +1857,10 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RuleLogin)
 	res.Series = 2
 	if rf0 := m.limits.Login.ruleInForce(k0); rf0 != nil {
-		res.Policy = limithttp.InForce(res.Policy, rf0)
-		res.Policies = limithttp.InForceList(res.Policy)
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
 	}
-	return m.Config.Respond(w, r, limithttp.Enforce, &res, k0)
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
 
 // plan is the request's plan, from func:PlanOf, or free.
@@ -1910,7 +1903,7 @@ type GRPC struct {
 	hooks  GRPCHooks
 	// ClientIP finds the client address that ip key sources read: the peer, or behind a trusted proxy
 	// the client its forwarding metadata names. It starts as the policy's grpc: client_ip.
-	ClientIP limithttp.ClientIP
+	ClientIP clientip.Config
 	// Clock, when set, is read instead of atomicbucket.Now: tests drive the interceptors through time
 	// with it.
 	Clock func() atomicbucket.Time
@@ -1924,7 +1917,7 @@ type GRPC struct {
 // NewGRPC returns the interceptors over l (Default when nil), calling h's functions. It fails
 // when one of them is nil.
 func NewGRPC(l *Limits, h GRPCHooks) (*GRPC, error) {
-	if err := limithttp.NilHooks("limits: NewGRPC: GRPCHooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
+	if err := verdict.NilHooks("limits: NewGRPC: GRPCHooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
 		return nil, err
 	}
 	if l == nil {
@@ -1933,12 +1926,14 @@ func NewGRPC(l *Limits, h GRPCHooks) (*GRPC, error) {
 	return &GRPC{
 		limits:   l,
 		hooks:    h,
-		ClientIP: limithttp.ClientIP{},
+		ClientIP: clientip.Config{},
 		Config: limitgrpc.Config{
-			Metadata: limithttp.HeadersIETF,
-			Jitter:   0.0,
-			Counters: limithttp.NewSeriesCounters(grpcSeries[:]...),
-			Observer: limithttp.NewDenialLog(nil, 10),
+			Judge: verdict.Judge{
+				Jitter:   0.0,
+				Counters: verdict.NewSeriesCounters(grpcSeries[:]...),
+				Observer: verdict.NewDenialLog(nil, 10),
+			},
+			Metadata: limitgrpc.MetadataIETF,
 		},
 	}, nil
 }
@@ -2010,7 +2005,7 @@ func (g *GRPC) Coverage(s limitgrpc.ServiceInfoProvider) (unlimited, stale []str
 
 // grpcSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var grpcSeries = [...]limithttp.Series{{Route: "grpc.health.v1.Health", Tier: "Request", Rule: "PerUser"}, {Route: "grpc.health.v1.Health", Tier: "Request", Rule: "Global"}}
+var grpcSeries = [...]verdict.Series{{Route: "grpc.health.v1.Health", Tier: "Request", Rule: "PerUser"}, {Route: "grpc.health.v1.Health", Tier: "Request", Rule: "Global"}}
 
 // grpcSeriesEntry1 are the series of grpc.health.v1.Health's rules in the Counters, by RuleName.
 var grpcSeriesEntry1 = [...]int{RulePerUser: 0, RuleGlobal: 1}
@@ -2021,15 +2016,15 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = g.hooks.UserID(ctx)
-	ok0 = ok0 && k0 != "" && len(k0) <= limithttp.MaxKeyLen
+	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return g.Config.Reject(limithttp.Enforce, codes.Unauthenticated, "the call has no key for rule PerUser: grpc service \"grpc.health.v1.Health\" reads it from the caller's identity, as the service establishes it", limithttp.Event{Route: "grpc.health.v1.Health", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 0, Outcome: limithttp.MissingKey})
+		return g.Config.Reject(verdict.Enforce, codes.Unauthenticated, "the call has no key for rule PerUser: grpc service \"grpc.health.v1.Health\" reads it from the caller's identity, as the service establishes it", verdict.Event{Route: "grpc.health.v1.Health", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 0, Outcome: verdict.MissingKey})
 	}
 	plan := g.plan(ctx)
 	tr := g.limits.checkSharedRequest(ctx, plan, k0, 0, true)
 	td := tr.TierDecision
 	cost := httpCosts[td.Rule][plan]
-	var res limithttp.Result
+	var res verdict.Result
 	res.Degraded = tr.Degraded
 	res.Outage = tr.Outage
 	res.StoreErr = tr.Err
@@ -2043,9 +2038,9 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 	res.Series = grpcSeriesEntry1[td.Rule]
 	rf0, rf1 := g.limits.PerUser.ruleInForce(plan, k0), g.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil {
-		p0 := limithttp.InForce(httpPolicies[RulePerUser][plan], rf0)
-		p1 := limithttp.InForce(httpPolicies[RuleGlobal][plan], rf1)
-		res.Policies = limithttp.InForceList(p0, p1)
+		p0 := verdict.InForce(httpPolicies[RulePerUser][plan], rf0)
+		p1 := verdict.InForce(httpPolicies[RuleGlobal][plan], rf1)
+		res.Policies = verdict.InForceList(p0, p1)
 		switch td.Rule {
 		case RulePerUser:
 			res.Policy = p0
@@ -2053,7 +2048,7 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 			res.Policy = p1
 		}
 	}
-	return g.Config.Respond(ctx, limithttp.Enforce, &res, k0)
+	return g.Config.Respond(ctx, verdict.Enforce, &res, k0)
 }
 
 // plan is the call's plan, from func:PlanOf, or free.

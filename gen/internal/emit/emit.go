@@ -113,10 +113,12 @@ func file(m *model.Model) *jen.File {
 		f.ImportName(sharedPath, "shared")
 	}
 	if m.HTTP != nil || m.GRPC != nil {
-		f.ImportName(httpPath, "limithttp")
+		f.ImportName(verdictPath, "verdict")
+		f.ImportName(clientipPath, "clientip")
 		f.Add(emitHTTPTables(m))
 	}
 	if m.HTTP != nil {
+		f.ImportName(httpPath, "limithttp")
 		f.Add(emitHTTP(m))
 	}
 	if m.GRPC != nil {

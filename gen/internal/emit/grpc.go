@@ -86,13 +86,16 @@ func emitGRPCHooks(m *model.Model) jen.Code {
 func emitGRPCType(m *model.Model) jen.Code {
 	g := m.GRPC
 	checks := nilHooks(m.Pkg+": NewGRPC: GRPCHooks.", g.Hooks)
-	cfg := []jen.Code{
-		field("Metadata", lh(g.Metadata)),
+	judge := []jen.Code{
 		field("Jitter", jen.Lit(g.Jitter)),
-		field("Counters", lh("NewSeriesCounters").Call(jen.Id("grpcSeries").Index(jen.Empty(), jen.Empty()).Op("..."))),
+		field("Counters", vd("NewSeriesCounters").Call(jen.Id("grpcSeries").Index(jen.Empty(), jen.Empty()).Op("..."))),
 	}
 	if g.LogDenials > 0 {
-		cfg = append(cfg, field("Observer", lh("NewDenialLog").Call(jen.Nil(), lit(g.LogDenials))))
+		judge = append(judge, field("Observer", vd("NewDenialLog").Call(jen.Nil(), lit(g.LogDenials))))
+	}
+	cfg := []jen.Code{
+		field("Judge", vd("Judge").Add(fields(judge...))),
+		field("Metadata", lg(g.Metadata)),
 	}
 	logDoc := "logs no denials"
 	if g.LogDenials > 0 {
@@ -139,7 +142,7 @@ func emitGRPCType(m *model.Model) jen.Code {
 		Type().Id("GRPC").Struct(
 		jen.Id("limits").Op("*").Id("Limits"),
 		jen.Id("hooks").Id("GRPCHooks"),
-		comment("ClientIP finds the client address that ip key sources read: the peer, or behind a trusted proxy the client its forwarding metadata names. It starts as the policy's grpc: client_ip.").Id("ClientIP").Add(lh("ClientIP")),
+		comment("ClientIP finds the client address that ip key sources read: the peer, or behind a trusted proxy the client its forwarding metadata names. It starts as the policy's grpc: client_ip.").Id("ClientIP").Add(jen.Qual(clientipPath, "Config")),
 		comment("Clock, when set, is read instead of atomicbucket.Now: tests drive the interceptors through time with it.").Id("Clock").Func().Params().Add(rt("Time")),
 		comment("Config is what every entry shares: the metadata, the jitter, the counters, the observer ("+logDoc+"). Set it before serving.").Id("Config").Add(lg("Config")),
 		comment("unary and stream record which interceptors were made, for Coverage.").Id("unary").Op(",").Id("stream").Qual("sync/atomic", "Bool"),
@@ -152,7 +155,7 @@ func emitGRPCType(m *model.Model) jen.Code {
 			jen.Return(jen.Op("&").Id("GRPC").Add(fields(
 				field("limits", jen.Id("l")),
 				field("hooks", jen.Id("h")),
-				field("ClientIP", lh("ClientIP").Add(fields(clientIPFields(g.ClientIP)...))),
+				field("ClientIP", jen.Qual(clientipPath, "Config").Add(fields(clientIPFields(g.ClientIP)...))),
 				field("Config", lg("Config").Add(fields(cfg...))),
 			)), jen.Nil()),
 		)...,
@@ -201,7 +204,7 @@ func emitGRPCType(m *model.Model) jen.Code {
 	).Line()
 }
 
-// clientIPFields is a limithttp.ClientIP literal's fields for c.
+// clientIPFields is a clientip.Config literal's fields for c.
 func clientIPFields(c model.ClientIP) []jen.Code {
 	var proxies []jen.Code
 	for _, p := range c.TrustedProxies {
@@ -212,7 +215,7 @@ func clientIPFields(c model.ClientIP) []jen.Code {
 		out = append(out, field("TrustedProxies", jen.Index().Qual("net/netip", "Prefix").Values(proxies...)))
 	}
 	if c.Forwarded {
-		out = append(out, field("Header", lh("Forwarded")))
+		out = append(out, field("Header", jen.Qual(clientipPath, "Forwarded")))
 	}
 	if c.IPv6Prefix != 0 {
 		out = append(out, field("IPv6Prefix", jen.Lit(c.IPv6Prefix)))

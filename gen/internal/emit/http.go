@@ -11,11 +11,18 @@ import (
 	"github.com/limitgen/limitgen/limithttp"
 )
 
-const httpPath = "github.com/limitgen/limitgen/limithttp"
+const (
+	httpPath     = "github.com/limitgen/limitgen/limithttp"
+	verdictPath  = "github.com/limitgen/limitgen/verdict"
+	clientipPath = "github.com/limitgen/limitgen/clientip"
+)
 
 func lh(name string) *jen.Statement { return jen.Qual(httpPath, name) }
 
-// resField is a field of a route's limithttp.Result and its value. The Result
+// vd is a name of package verdict: what every door shares.
+func vd(name string) *jen.Statement { return jen.Qual(verdictPath, name) }
+
+// resField is a field of a route's verdict.Result and its value. The Result
 // is declared and then set field by field: a composite literal around the
 // check's call was built aside and copied whole (152 bytes, a tenth of an
 // allowed request's overhead).
@@ -99,7 +106,7 @@ func httpDoor(m *model.Model) *door {
 		missing:   jen.Lit(h.Missing),
 		tooCostly: jen.Lit(400),
 		entryName: routeFunc,
-		ip:        jen.Id("m").Dot("ClientIP").Dot("Key").Call(jen.Id("r")),
+		ip:        jen.Id("m").Dot("ClientIP").Dot("Key").Call(jen.Id("r").Dot("RemoteAddr"), jen.Id("r").Dot("Header")),
 		source: func(s model.KeySource) jen.Code {
 			switch s.Kind {
 			case "header":
@@ -205,7 +212,7 @@ func emitSeries(m *model.Model, d *door, bases []int) jen.Code {
 	return jen.Line().
 		Comment(d.prefix + "Series are the rows of the " + what + ", the tier it checks, and").Line().
 		Comment("each of its rules, in policy order (a decision's Series is its index here).").Line().
-		Var().Id(d.prefix + "Series").Op("=").Index(jen.Op("...")).Add(lh("Series")).Values(lits...).Line().Line().
+		Var().Id(d.prefix + "Series").Op("=").Index(jen.Op("...")).Add(vd("Series")).Values(lits...).Line().Line().
 		Add(g)
 }
 
@@ -226,16 +233,13 @@ func emitHTTPTables(m *model.Model) jen.Code {
 			if r.Planned {
 				doc = fmt.Sprintf("%s is rule %s on the %s plan as the RateLimit fields describe it.", name, r.Name, m.Plans[j].Name)
 			}
-			vars = append(vars, comment(doc).Var().Id(name).Op("=").Add(lh("Policy")).Add(fields(
+			vars = append(vars, comment(doc).Var().Id(name).Op("=").Add(vd("Policy")).Add(fields(
 				field("Name", jen.Lit(p.Name)),
 				field("Quota", lit(p.Quota)),
 				field("Window", lit(p.Window)),
 				field("Limit", limitValue(l)),
 				field("Item", jen.Lit(p.Item)),
 				field("Prefix", jen.Lit(p.Prefix)),
-				field("Problem", jen.Lit(p.Problem)),
-				field("TooCostly", jen.Lit(p.TooCostly)),
-				unavailable(r, p),
 			)).Line())
 		}
 		for pl := range dim {
@@ -249,7 +253,7 @@ func emitHTTPTables(m *model.Model) jen.Code {
 	return jen.Line().Add(vars...).Line().
 		Comment("httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:").Line().
 		Comment("every string a response needs, computed when this package was generated.").Line().
-		Var().Id("httpPolicies").Op("=").Index(jen.Op("...")).Index(plansDim(m)).Op("*").Add(lh("Policy")).Values(pols...).Line().Line().
+		Var().Id("httpPolicies").Op("=").Index(jen.Op("...")).Index(plansDim(m)).Op("*").Add(vd("Policy")).Values(pols...).Line().Line().
 		Comment("httpCosts are the rules' default costs, by RuleName and plan.").Line().
 		Var().Id("httpCosts").Op("=").Index(jen.Op("...")).Index(plansDim(m)).Int64().Values(costs...).Line()
 }
@@ -352,13 +356,16 @@ func emitMiddleware(m *model.Model) jen.Code {
 	h := m.HTTP
 	checks := nilHooks(m.Pkg+": NewMiddleware: Hooks.", h.Hooks)
 	ipFields := clientIPFields(h.ClientIP)
-	cfg := []jen.Code{
-		field("Headers", lh(h.Headers)),
+	judge := []jen.Code{
 		field("Jitter", jen.Lit(h.Jitter)),
-		field("Counters", lh("NewSeriesCounters").Call(jen.Id("httpSeries").Index(jen.Empty(), jen.Empty()).Op("..."))),
+		field("Counters", vd("NewSeriesCounters").Call(jen.Id("httpSeries").Index(jen.Empty(), jen.Empty()).Op("..."))),
 	}
 	if h.LogDenials > 0 {
-		cfg = append(cfg, field("Observer", lh("NewDenialLog").Call(jen.Nil(), lit(h.LogDenials))))
+		judge = append(judge, field("Observer", vd("NewDenialLog").Call(jen.Nil(), lit(h.LogDenials))))
+	}
+	cfg := []jen.Code{
+		field("Judge", vd("Judge").Add(fields(judge...))),
+		field("Headers", lh(h.Headers)),
 	}
 	if h.Challenge != "" {
 		cfg = append(cfg, field("Challenge", jen.Lit(h.Challenge)))
@@ -390,7 +397,7 @@ func emitMiddleware(m *model.Model) jen.Code {
 		Type().Id("Middleware").Struct(
 		jen.Id("limits").Op("*").Id("Limits"),
 		jen.Id("hooks").Id("Hooks"),
-		comment("ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip (set TrustedProxies here when they differ by deployment).").Id("ClientIP").Add(lh("ClientIP")),
+		comment("ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip (set TrustedProxies here when they differ by deployment).").Id("ClientIP").Add(jen.Qual(clientipPath, "Config")),
 		comment("Clock, when set, is read instead of atomicbucket.Now: tests drive the middleware through time with it.").Id("Clock").Func().Params().Add(rt("Time")),
 		comment("Config is what every route shares: the field style, the jitter, the counters, the observer ("+logDoc+"), and Denied, the response to a denied request when problem+json will not do. Set it before serving.").Id("Config").Add(lh("Config")),
 	).Line().Line().
@@ -402,7 +409,7 @@ func emitMiddleware(m *model.Model) jen.Code {
 			jen.Return(jen.Op("&").Id("Middleware").Add(fields(
 				field("limits", jen.Id("l")),
 				field("hooks", jen.Id("h")),
-				field("ClientIP", lh("ClientIP").Add(fields(ipFields...))),
+				field("ClientIP", jen.Qual(clientipPath, "Config").Add(fields(ipFields...))),
 				field("Config", lh("Config").Add(fields(cfg...))),
 			)), jen.Nil()),
 		)...,
@@ -531,7 +538,7 @@ func emitKey(d *door, k, ok string, t string, srcs []model.KeySource, ord int, p
 			if t == "string" {
 				// A hook's key is held to what the other sources' are: an
 				// empty key, or one longer than MaxKeyLen, is none.
-				set = append(set, jen.Id(ok).Op("=").Id(ok).Op("&&").Id(k).Op("!=").Lit("").Op("&&").Len(jen.Id(k)).Op("<=").Add(lh("MaxKeyLen")))
+				set = append(set, jen.Id(ok).Op("=").Id(ok).Op("&&").Id(k).Op("!=").Lit("").Op("&&").Len(jen.Id(k)).Op("<=").Add(vd("MaxKeyLen")))
 			}
 		default:
 			src = d.source(s)
@@ -552,7 +559,7 @@ func emitKey(d *door, k, ok string, t string, srcs []model.KeySource, ord int, p
 				set = append(set, jen.Block(
 					jen.List(jen.Id("v"), jen.Id("found")).Op(":=").Add(src),
 					jen.Var().Id("n").Id(wide),
-					jen.List(jen.Id("n"), jen.Id(ok)).Op("=").Add(lh(parse)).Call(jen.Id("v"), jen.Id("found"), jen.Lit(bits)),
+					jen.List(jen.Id("n"), jen.Id(ok)).Op("=").Add(vd(parse)).Call(jen.Id("v"), jen.Id("found"), jen.Lit(bits)),
 					conv,
 				))
 			}
@@ -569,7 +576,7 @@ func emitKey(d *door, k, ok string, t string, srcs []model.KeySource, ord int, p
 // emitRoute is the check of one route (or method entry) i of d, whose first
 // series in the Counters is base.
 func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code {
-	mode := lh(r.Mode)
+	mode := vd(r.Mode)
 	recv := d.r
 	event := func(rule int, outcome string, cost jen.Code) jen.Code {
 		kv := []jen.Code{
@@ -582,12 +589,12 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 			field("Rule", jen.Lit(m.Rules[rule].Name)),
 			field("RuleIndex", jen.Int().Call(jen.Id(m.Rules[rule].RuleConst()))),
 			field("Series", jen.Lit(base+slices.Index(r.Rules, rule))),
-			field("Outcome", lh(outcome)),
+			field("Outcome", vd(outcome)),
 		)
 		if cost != nil {
 			kv = append(kv, field("Cost", cost))
 		}
-		return lh("Event").Values(kv...)
+		return vd("Event").Values(kv...)
 	}
 	reject := func(status, body jen.Code, ev jen.Code) jen.Code {
 		args := append(slices.Clone(d.reject), mode, status, body, ev)
@@ -636,8 +643,8 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 		body = append(body,
 			jen.List(jen.Id("cost"), jen.Id("st")).Op(":=").Add(d.cost(r)),
 			jen.Switch(jen.Id("st")).Block(
-				jen.Case(lh("CostMissing")).Block(jen.Id("cost").Op("=").Add(lit(r.CostFixed))),
-				jen.Case(lh("CostTooHigh")).Block(reject(d.tooCostly, jen.Lit(r.CostBody), event(firstRule, "TooCostly", jen.Id("cost")))),
+				jen.Case(vd("CostMissing")).Block(jen.Id("cost").Op("=").Add(lit(r.CostFixed))),
+				jen.Case(vd("CostTooHigh")).Block(reject(d.tooCostly, jen.Lit(r.CostBody), event(firstRule, "TooCostly", jen.Id("cost")))),
 			))
 	}
 	sharedRoute := r.Rule >= 0 && m.Rules[r.Rule].Shared || r.Tier >= 0 && m.Tiers[r.Tier].Shared
@@ -718,7 +725,7 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 	}
 	res = append(res, seed...)
 	body = append(body,
-		jen.Var().Id("res").Add(lh("Result")),
+		jen.Var().Id("res").Add(vd("Result")),
 	)
 	for _, f := range res {
 		body = append(body, jen.Id("res").Dot(f.name).Op("=").Add(f.v))
@@ -800,8 +807,8 @@ func emitInForce(m *model.Model, r model.Route, recv func() *jen.Statement, plan
 	if r.Rule >= 0 {
 		p := parts[0]
 		return []jen.Code{jen.If(jen.Id(p.rf).Op(":=").Add(p.call), jen.Id(p.rf).Op("!=").Nil()).Block(
-			jen.Id("res").Dot("Policy").Op("=").Add(lh("InForce")).Call(jen.Id("res").Dot("Policy"), jen.Id(p.rf)),
-			jen.Id("res").Dot("Policies").Op("=").Add(lh("InForceList")).Call(jen.Id("res").Dot("Policy")),
+			jen.Id("res").Dot("Policy").Op("=").Add(vd("InForce")).Call(jen.Id("res").Dot("Policy"), jen.Id(p.rf)),
+			jen.Id("res").Dot("Policies").Op("=").Add(vd("InForceList")).Call(jen.Id("res").Dot("Policy")),
 		)}
 	}
 	names, calls := []jen.Code{}, []jen.Code{}
@@ -821,7 +828,7 @@ func emitInForce(m *model.Model, r model.Route, recv func() *jen.Statement, plan
 		rule := m.Rules[ri]
 		base := jen.Id("httpPolicies").Index(jen.Id(rule.RuleConst())).Index(planIdx)
 		pj := "p" + strconv.Itoa(j)
-		pols = append(pols, jen.Id(pj).Op(":=").Add(lh("InForce").Call(base, jen.Id("rf"+strconv.Itoa(j)))))
+		pols = append(pols, jen.Id(pj).Op(":=").Add(vd("InForce").Call(base, jen.Id("rf"+strconv.Itoa(j)))))
 		cases = append(cases, jen.Case(jen.Id(rule.RuleConst())).Block(jen.Id("res").Dot("Policy").Op("=").Id(pj)))
 	}
 	list := []jen.Code{}
@@ -829,7 +836,7 @@ func emitInForce(m *model.Model, r model.Route, recv func() *jen.Statement, plan
 		list = append(list, jen.Id("p"+strconv.Itoa(j)))
 	}
 	block := append(pols,
-		jen.Id("res").Dot("Policies").Op("=").Add(lh("InForceList")).Call(list...),
+		jen.Id("res").Dot("Policies").Op("=").Add(vd("InForceList")).Call(list...),
 		jen.Switch(jen.Id("td").Dot("Rule")).Block(cases...),
 	)
 	return []jen.Code{
@@ -840,13 +847,6 @@ func emitInForce(m *model.Model, r model.Route, recv func() *jen.Statement, plan
 
 // unavailable is a shared rule's Unavailable field (its 503 body); nothing for
 // a local rule, which has no store to be down.
-func unavailable(r model.Rule, p model.Policy) jen.Code {
-	if !r.Shared {
-		return jen.Null()
-	}
-	return field("Unavailable", jen.Lit(p.Unavailable))
-}
-
 // nilHooks is the check that refuses nil hooks, naming every one (prefix
 // goes before each name); nothing without hooks.
 func nilHooks(prefix string, hooks []model.Hook) []jen.Code {
@@ -858,6 +858,6 @@ func nilHooks(prefix string, hooks []model.Hook) []jen.Code {
 		names = append(names, jen.Lit(hk.Name))
 		nils = append(nils, jen.Id("h").Dot(hk.Name).Op("==").Nil())
 	}
-	return []jen.Code{jen.If(jen.Err().Op(":=").Add(lh("NilHooks")).Call(append([]jen.Code{jen.Lit(prefix), jen.Index().String().Values(names...)}, nils...)...), jen.Err().Op("!=").Nil()).Block(
+	return []jen.Code{jen.If(jen.Err().Op(":=").Add(vd("NilHooks")).Call(append([]jen.Code{jen.Lit(prefix), jen.Index().String().Values(names...)}, nils...)...), jen.Err().Op("!=").Nil()).Block(
 		jen.Return(jen.Nil(), jen.Err()))}
 }

@@ -22,7 +22,7 @@ type HTTP struct {
 // CostBody the status messages.
 type GRPC struct {
 	ClientIP   ClientIP
-	Metadata   string // the limithttp HeaderStyle constant: HeadersIETF or HeadersNone
+	Metadata   string // the limitgrpc MetadataStyle constant: MetadataIETF or MetadataNone
 	Jitter     float64
 	LogDenials int64
 	Missing    string // the codes constant of a call no key source has a key for
@@ -31,7 +31,7 @@ type GRPC struct {
 	Routes     []Route
 }
 
-// ClientIP is limithttp.ClientIP's configuration.
+// ClientIP is clientip.Config's configuration.
 type ClientIP struct {
 	TrustedProxies []string // canonical CIDR prefixes
 	Forwarded      bool     // read Forwarded (RFC 7239), not X-Forwarded-For
@@ -65,7 +65,7 @@ type KeySource struct {
 // Route is one ServeMux pattern and what it checks.
 type Route struct {
 	Pattern string
-	Mode    string        // the limithttp Mode constant: Enforce, Shadow, Off
+	Mode    string        // the verdict Mode constant: Enforce, Shadow, Off
 	Ordinal int           // 1-based position in the policy: the key of a route source
 	Rule    int           // the rule checked, or −1
 	Tier    int           // the tier checked, or −1
@@ -82,10 +82,9 @@ type Route struct {
 	CostBody      string   // the problem body when the declared cost is above CostMax
 }
 
-// Policy is limithttp.Policy's values for one rule on one plan.
+// Policy is verdict.Policy's values for one rule on one plan.
 type Policy struct {
-	Name                             string
-	Quota, Window                    int64
-	Item, Prefix, Problem, TooCostly string
-	Unavailable                      string // the 503 body of a shared rule's outage
+	Name          string
+	Quota, Window int64
+	Item, Prefix  string
 }

@@ -29,7 +29,7 @@ var (
 // keys, cost and plan come from.
 func (p *parser) grpcSection(n *yaml.Node, m *model.Model) *model.GRPC {
 	f, _ := p.mapping(n, grpcFields, "the grpc section")
-	g := &model.GRPC{Metadata: "HeadersIETF", LogDenials: 10, Missing: "InvalidArgument"}
+	g := &model.GRPC{Metadata: "MetadataIETF", LogDenials: 10, Missing: "InvalidArgument"}
 	if c := f["client_ip"]; c != nil {
 		g.ClientIP = p.clientIP(c, "grpc")
 	}
@@ -37,7 +37,7 @@ func (p *parser) grpcSection(n *yaml.Node, m *model.Model) *model.GRPC {
 		switch v.Value {
 		case "ietf":
 		case "none":
-			g.Metadata = "HeadersNone"
+			g.Metadata = "MetadataNone"
 		default:
 			p.errorf(v, "grpc: metadata %q: use ietf (ratelimit-policy and ratelimit in the response's header metadata) or none", v.Value)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/limitgen/limitgen/gen/internal/model"
 	"github.com/limitgen/limitgen/limithttp"
+	"github.com/limitgen/limitgen/verdict"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -141,13 +142,13 @@ func (p *parser) fieldPolicies(m *model.Model) {
 	m.Fields, m.Costs = make([][]model.Policy, len(m.Rules)), make([][]int64, len(m.Rules))
 	for i, r := range m.Rules {
 		for _, l := range r.Limits {
-			pol, err := limithttp.NewPolicy(r.Name, l.Atomic())
+			pol, err := verdict.NewPolicy(r.Name, l.Atomic())
 			if err != nil {
 				p.errorf(nil, "rule %q: %v", r.Name, err)
 				continue
 			}
 			m.Fields[i] = append(m.Fields[i], model.Policy{Name: pol.Name, Quota: pol.Quota, Window: pol.Window,
-				Item: pol.Item, Prefix: pol.Prefix, Problem: pol.Problem, TooCostly: pol.TooCostly, Unavailable: pol.Unavailable})
+				Item: pol.Item, Prefix: pol.Prefix})
 			m.Costs[i] = append(m.Costs[i], l.Cost)
 		}
 	}

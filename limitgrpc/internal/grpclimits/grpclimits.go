@@ -13,10 +13,11 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/limitgrpc"
-	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/verdict"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )
@@ -1776,7 +1777,7 @@ func (l *Limits) checkService(perMethodKey string, now atomicbucket.Time, cost i
 }
 
 // httpPolicyChecksPlanFree is rule Checks on the free plan as the RateLimit fields describe it.
-var httpPolicyChecksPlanFree = limithttp.Policy{
+var httpPolicyChecksPlanFree = verdict.Policy{
 	Name:   "Checks",
 	Quota:  3,
 	Window: 180,
@@ -1786,14 +1787,12 @@ var httpPolicyChecksPlanFree = limithttp.Policy{
 		Burst:  3,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"Checks\";q=3;w=180",
-	Prefix:    "\"Checks\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Checks; retry after the delay in Retry-After.\",\"violated-policies\":[\"Checks\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Checks (3 tokens): waiting cannot admit it.\"}\n",
+	Item:   "\"Checks\";q=3;w=180",
+	Prefix: "\"Checks\";r=",
 }
 
 // httpPolicyChecksPlanPro is rule Checks on the pro plan as the RateLimit fields describe it.
-var httpPolicyChecksPlanPro = limithttp.Policy{
+var httpPolicyChecksPlanPro = verdict.Policy{
 	Name:   "Checks",
 	Quota:  6,
 	Window: 360,
@@ -1803,14 +1802,12 @@ var httpPolicyChecksPlanPro = limithttp.Policy{
 		Burst:  6,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"Checks\";q=6;w=360",
-	Prefix:    "\"Checks\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Checks; retry after the delay in Retry-After.\",\"violated-policies\":[\"Checks\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Checks (6 tokens): waiting cannot admit it.\"}\n",
+	Item:   "\"Checks\";q=6;w=360",
+	Prefix: "\"Checks\";r=",
 }
 
 // httpPolicyWatches is rule Watches as the RateLimit fields describe it.
-var httpPolicyWatches = limithttp.Policy{
+var httpPolicyWatches = verdict.Policy{
 	Name:   "Watches",
 	Quota:  2,
 	Window: 120,
@@ -1820,14 +1817,12 @@ var httpPolicyWatches = limithttp.Policy{
 		Burst:  2,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"Watches\";q=2;w=120",
-	Prefix:    "\"Watches\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Watches; retry after the delay in Retry-After.\",\"violated-policies\":[\"Watches\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Watches (2 tokens): waiting cannot admit it.\"}\n",
+	Item:   "\"Watches\";q=2;w=120",
+	Prefix: "\"Watches\";r=",
 }
 
 // httpPolicyTenants is rule Tenants as the RateLimit fields describe it.
-var httpPolicyTenants = limithttp.Policy{
+var httpPolicyTenants = verdict.Policy{
 	Name:   "Tenants",
 	Quota:  4,
 	Window: 240,
@@ -1837,15 +1832,12 @@ var httpPolicyTenants = limithttp.Policy{
 		Burst:  4,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:        "\"Tenants\";q=4;w=240",
-	Prefix:      "\"Tenants\";r=",
-	Problem:     "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Tenants; retry after the delay in Retry-After.\",\"violated-policies\":[\"Tenants\"]}\n",
-	TooCostly:   "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Tenants (4 tokens): waiting cannot admit it.\"}\n",
-	Unavailable: "{\"type\":\"https://github.com/limitgen/limitgen#store-unavailable\",\"title\":\"Service Unavailable\",\"status\":503,\"detail\":\"The store that keeps the counts of policy Tenants could not decide, and the policy denies while it cannot; retry after the delay in Retry-After.\"}\n",
+	Item:   "\"Tenants\";q=4;w=240",
+	Prefix: "\"Tenants\";r=",
 }
 
 // httpPolicyPerMethod is rule PerMethod as the RateLimit fields describe it.
-var httpPolicyPerMethod = limithttp.Policy{
+var httpPolicyPerMethod = verdict.Policy{
 	Name:   "PerMethod",
 	Quota:  100,
 	Window: 6000,
@@ -1855,14 +1847,12 @@ var httpPolicyPerMethod = limithttp.Policy{
 		Burst:  100,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"PerMethod\";q=100;w=6000",
-	Prefix:    "\"PerMethod\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy PerMethod; retry after the delay in Retry-After.\",\"violated-policies\":[\"PerMethod\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy PerMethod (100 tokens): waiting cannot admit it.\"}\n",
+	Item:   "\"PerMethod\";q=100;w=6000",
+	Prefix: "\"PerMethod\";r=",
 }
 
 // httpPolicyGlobal is rule Global as the RateLimit fields describe it.
-var httpPolicyGlobal = limithttp.Policy{
+var httpPolicyGlobal = verdict.Policy{
 	Name:   "Global",
 	Quota:  1000,
 	Window: 60000,
@@ -1872,15 +1862,13 @@ var httpPolicyGlobal = limithttp.Policy{
 		Burst:  1000,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:      "\"Global\";q=1000;w=60000",
-	Prefix:    "\"Global\";r=",
-	Problem:   "{\"type\":\"https://iana.org/assignments/http-problem-types#quota-exceeded\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"The request exceeds the quota of policy Global; retry after the delay in Retry-After.\",\"violated-policies\":[\"Global\"]}\n",
-	TooCostly: "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request costs more than the burst of policy Global (1000 tokens): waiting cannot admit it.\"}\n",
+	Item:   "\"Global\";q=1000;w=60000",
+	Prefix: "\"Global\";r=",
 }
 
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*limithttp.Policy{RuleChecks: {&httpPolicyChecksPlanFree, &httpPolicyChecksPlanPro}, RuleWatches: {&httpPolicyWatches, &httpPolicyWatches}, RuleTenants: {&httpPolicyTenants, &httpPolicyTenants}, RulePerMethod: {&httpPolicyPerMethod, &httpPolicyPerMethod}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RuleChecks: {&httpPolicyChecksPlanFree, &httpPolicyChecksPlanPro}, RuleWatches: {&httpPolicyWatches, &httpPolicyWatches}, RuleTenants: {&httpPolicyTenants, &httpPolicyTenants}, RulePerMethod: {&httpPolicyPerMethod, &httpPolicyPerMethod}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
 var httpCosts = [...][numPlans]int64{RuleChecks: {1, 1}, RuleWatches: {1, 1}, RuleTenants: {1, 1}, RulePerMethod: {1, 1}, RuleGlobal: {1, 1}}
@@ -1917,7 +1905,7 @@ type GRPC struct {
 	hooks  GRPCHooks
 	// ClientIP finds the client address that ip key sources read: the peer, or behind a trusted proxy
 	// the client its forwarding metadata names. It starts as the policy's grpc: client_ip.
-	ClientIP limithttp.ClientIP
+	ClientIP clientip.Config
 	// Clock, when set, is read instead of atomicbucket.Now: tests drive the interceptors through time
 	// with it.
 	Clock func() atomicbucket.Time
@@ -1931,7 +1919,7 @@ type GRPC struct {
 // NewGRPC returns the interceptors over l (Default when nil), calling h's functions. It fails
 // when one of them is nil.
 func NewGRPC(l *Limits, h GRPCHooks) (*GRPC, error) {
-	if err := limithttp.NilHooks("grpclimits: NewGRPC: GRPCHooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
+	if err := verdict.NilHooks("grpclimits: NewGRPC: GRPCHooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
 		return nil, err
 	}
 	if l == nil {
@@ -1940,14 +1928,16 @@ func NewGRPC(l *Limits, h GRPCHooks) (*GRPC, error) {
 	return &GRPC{
 		limits: l,
 		hooks:  h,
-		ClientIP: limithttp.ClientIP{
+		ClientIP: clientip.Config{
 			TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")},
 		},
 		Config: limitgrpc.Config{
-			Metadata: limithttp.HeadersIETF,
-			Jitter:   0.0,
-			Counters: limithttp.NewSeriesCounters(grpcSeries[:]...),
-			Observer: limithttp.NewDenialLog(nil, 10),
+			Judge: verdict.Judge{
+				Jitter:   0.0,
+				Counters: verdict.NewSeriesCounters(grpcSeries[:]...),
+				Observer: verdict.NewDenialLog(nil, 10),
+			},
+			Metadata: limitgrpc.MetadataIETF,
 		},
 	}, nil
 }
@@ -2033,7 +2023,7 @@ func (g *GRPC) Coverage(s limitgrpc.ServiceInfoProvider) (unlimited, stale []str
 
 // grpcSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var grpcSeries = [...]limithttp.Series{{Route: "/grpc.health.v1.Health/Check", Rule: "Checks"}, {Route: "/grpc.health.v1.Health/Watch", Rule: "Watches"}, {Route: "/grpc.health.v1.Health/List", Rule: "Tenants"}, {Route: "grpc.reflection.v1.ServerReflection", Tier: "Service", Rule: "PerMethod"}, {Route: "grpc.reflection.v1.ServerReflection", Tier: "Service", Rule: "Global"}}
+var grpcSeries = [...]verdict.Series{{Route: "/grpc.health.v1.Health/Check", Rule: "Checks"}, {Route: "/grpc.health.v1.Health/Watch", Rule: "Watches"}, {Route: "/grpc.health.v1.Health/List", Rule: "Tenants"}, {Route: "grpc.reflection.v1.ServerReflection", Tier: "Service", Rule: "PerMethod"}, {Route: "grpc.reflection.v1.ServerReflection", Tier: "Service", Rule: "Global"}}
 
 // grpcSeriesEntry4 are the series of grpc.reflection.v1.ServerReflection's rules in the Counters, by RuleName.
 var grpcSeriesEntry4 = [...]int{RulePerMethod: 3, RuleGlobal: 4}
@@ -2044,23 +2034,23 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = g.hooks.UserID(ctx)
-	ok0 = ok0 && k0 != "" && len(k0) <= limithttp.MaxKeyLen
+	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
 		k0, ok0 = limitgrpc.MetadataKey(ctx, "x-user")
 	}
 	if !ok0 {
-		return g.Config.Reject(limithttp.Enforce, codes.Unauthenticated, "the call has no key for rule Checks: grpc method \"/grpc.health.v1.Health/Check\" reads it from the caller's identity, as the service establishes it, then metadata x-user", limithttp.Event{Route: "/grpc.health.v1.Health/Check", Rule: "Checks", RuleIndex: int(RuleChecks), Series: 0, Outcome: limithttp.MissingKey})
+		return g.Config.Reject(verdict.Enforce, codes.Unauthenticated, "the call has no key for rule Checks: grpc method \"/grpc.health.v1.Health/Check\" reads it from the caller's identity, as the service establishes it, then metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/Check", Rule: "Checks", RuleIndex: int(RuleChecks), Series: 0, Outcome: verdict.MissingKey})
 	}
 	plan := g.plan(ctx)
 	cost, st := limitgrpc.MetadataCost(ctx, "x-cost", 3)
 	switch st {
-	case limithttp.CostMissing:
+	case verdict.CostMissing:
 		cost = 1
-	case limithttp.CostTooHigh:
-		return g.Config.Reject(limithttp.Enforce, codes.InvalidArgument, "the call's declared cost (metadata x-cost) is above the most a call may cost on grpc method \"/grpc.health.v1.Health/Check\": 3", limithttp.Event{Route: "/grpc.health.v1.Health/Check", Rule: "Checks", RuleIndex: int(RuleChecks), Series: 0, Outcome: limithttp.TooCostly, Cost: cost})
+	case verdict.CostTooHigh:
+		return g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call's declared cost (metadata x-cost) is above the most a call may cost on grpc method \"/grpc.health.v1.Health/Check\": 3", verdict.Event{Route: "/grpc.health.v1.Health/Check", Rule: "Checks", RuleIndex: int(RuleChecks), Series: 0, Outcome: verdict.TooCostly, Cost: cost})
 	}
 	now := g.now()
-	var res limithttp.Result
+	var res verdict.Result
 	res.Decision = g.limits.Checks.AllowNAt(plan, k0, now, cost)
 	res.Policy = httpPolicies[RuleChecks][plan]
 	res.Policies = grpcRoutes[0][plan]
@@ -2069,10 +2059,10 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 	res.Rule = int(RuleChecks)
 	res.Series = 0
 	if rf0 := g.limits.Checks.ruleInForce(plan, k0); rf0 != nil {
-		res.Policy = limithttp.InForce(res.Policy, rf0)
-		res.Policies = limithttp.InForceList(res.Policy)
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
 	}
-	return g.Config.Respond(ctx, limithttp.Enforce, &res, k0)
+	return g.Config.Respond(ctx, verdict.Enforce, &res, k0)
 }
 
 // entry2 checks a call of /grpc.health.v1.Health/Watch (rule Watches, enforce) and returns the
@@ -2082,11 +2072,11 @@ func (g *GRPC) entry2(ctx context.Context, method string) error {
 	var ok0 bool
 	k0, ok0 = limitgrpc.PeerKey(ctx, &g.ClientIP)
 	if !ok0 {
-		return g.Config.Reject(limithttp.Enforce, codes.Unauthenticated, "the call has no key for rule Watches: grpc method \"/grpc.health.v1.Health/Watch\" reads it from the client address", limithttp.Event{Route: "/grpc.health.v1.Health/Watch", Rule: "Watches", RuleIndex: int(RuleWatches), Series: 1, Outcome: limithttp.MissingKey})
+		return g.Config.Reject(verdict.Enforce, codes.Unauthenticated, "the call has no key for rule Watches: grpc method \"/grpc.health.v1.Health/Watch\" reads it from the client address", verdict.Event{Route: "/grpc.health.v1.Health/Watch", Rule: "Watches", RuleIndex: int(RuleWatches), Series: 1, Outcome: verdict.MissingKey})
 	}
 	now := g.now()
 	cost := httpCosts[RuleWatches][0]
-	var res limithttp.Result
+	var res verdict.Result
 	res.Decision = g.limits.Watches.AllowNAt(k0, now, cost)
 	res.Policy = httpPolicies[RuleWatches][0]
 	res.Policies = grpcRoutes[1][0]
@@ -2095,10 +2085,10 @@ func (g *GRPC) entry2(ctx context.Context, method string) error {
 	res.Rule = int(RuleWatches)
 	res.Series = 1
 	if rf0 := g.limits.Watches.ruleInForce(k0); rf0 != nil {
-		res.Policy = limithttp.InForce(res.Policy, rf0)
-		res.Policies = limithttp.InForceList(res.Policy)
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
 	}
-	return g.Config.Respond(ctx, limithttp.Enforce, &res, k0)
+	return g.Config.Respond(ctx, verdict.Enforce, &res, k0)
 }
 
 // entry3 checks a call of /grpc.health.v1.Health/List (rule Tenants, enforce) and returns the
@@ -2108,11 +2098,11 @@ func (g *GRPC) entry3(ctx context.Context, method string) error {
 	var ok0 bool
 	k0, ok0 = limitgrpc.MetadataKey(ctx, "x-tenant")
 	if !ok0 {
-		return g.Config.Reject(limithttp.Enforce, codes.Unauthenticated, "the call has no key for rule Tenants: grpc method \"/grpc.health.v1.Health/List\" reads it from metadata x-tenant", limithttp.Event{Route: "/grpc.health.v1.Health/List", Rule: "Tenants", RuleIndex: int(RuleTenants), Series: 2, Outcome: limithttp.MissingKey})
+		return g.Config.Reject(verdict.Enforce, codes.Unauthenticated, "the call has no key for rule Tenants: grpc method \"/grpc.health.v1.Health/List\" reads it from metadata x-tenant", verdict.Event{Route: "/grpc.health.v1.Health/List", Rule: "Tenants", RuleIndex: int(RuleTenants), Series: 2, Outcome: verdict.MissingKey})
 	}
 	cost := httpCosts[RuleTenants][0]
 	sr := g.limits.Tenants.AllowN(ctx, k0, cost)
-	var res limithttp.Result
+	var res verdict.Result
 	res.Degraded = sr.Degraded
 	res.Outage = sr.Outage
 	res.StoreErr = sr.Err
@@ -2124,10 +2114,10 @@ func (g *GRPC) entry3(ctx context.Context, method string) error {
 	res.Rule = int(RuleTenants)
 	res.Series = 2
 	if rf0 := g.limits.Tenants.ruleInForce(k0); rf0 != nil {
-		res.Policy = limithttp.InForce(res.Policy, rf0)
-		res.Policies = limithttp.InForceList(res.Policy)
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
 	}
-	return g.Config.Respond(ctx, limithttp.Enforce, &res, k0)
+	return g.Config.Respond(ctx, verdict.Enforce, &res, k0)
 }
 
 // entry4 checks a call of grpc.reflection.v1.ServerReflection (tier Service, shadow) and returns
@@ -2137,12 +2127,12 @@ func (g *GRPC) entry4(ctx context.Context, method string) error {
 	var ok0 bool
 	k0, ok0 = method, true
 	if !ok0 {
-		return g.Config.Reject(limithttp.Shadow, codes.Unauthenticated, "the call has no key for rule PerMethod: grpc service \"grpc.reflection.v1.ServerReflection\" reads it from the method", limithttp.Event{Route: "grpc.reflection.v1.ServerReflection", Tier: "Service", Rule: "PerMethod", RuleIndex: int(RulePerMethod), Series: 3, Outcome: limithttp.MissingKey})
+		return g.Config.Reject(verdict.Shadow, codes.Unauthenticated, "the call has no key for rule PerMethod: grpc service \"grpc.reflection.v1.ServerReflection\" reads it from the method", verdict.Event{Route: "grpc.reflection.v1.ServerReflection", Tier: "Service", Rule: "PerMethod", RuleIndex: int(RulePerMethod), Series: 3, Outcome: verdict.MissingKey})
 	}
 	now := g.now()
 	td := g.limits.checkService(k0, now, 0, true)
 	cost := httpCosts[td.Rule][0]
-	var res limithttp.Result
+	var res verdict.Result
 	res.Decision = td.Decision
 	res.Policy = httpPolicies[td.Rule][0]
 	res.Policies = grpcRoutes[3][0]
@@ -2153,9 +2143,9 @@ func (g *GRPC) entry4(ctx context.Context, method string) error {
 	res.Series = grpcSeriesEntry4[td.Rule]
 	rf0, rf1 := g.limits.PerMethod.ruleInForce(k0), g.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil {
-		p0 := limithttp.InForce(httpPolicies[RulePerMethod][0], rf0)
-		p1 := limithttp.InForce(httpPolicies[RuleGlobal][0], rf1)
-		res.Policies = limithttp.InForceList(p0, p1)
+		p0 := verdict.InForce(httpPolicies[RulePerMethod][0], rf0)
+		p1 := verdict.InForce(httpPolicies[RuleGlobal][0], rf1)
+		res.Policies = verdict.InForceList(p0, p1)
 		switch td.Rule {
 		case RulePerMethod:
 			res.Policy = p0
@@ -2163,7 +2153,7 @@ func (g *GRPC) entry4(ctx context.Context, method string) error {
 			res.Policy = p1
 		}
 	}
-	return g.Config.Respond(ctx, limithttp.Shadow, &res, k0)
+	return g.Config.Respond(ctx, verdict.Shadow, &res, k0)
 }
 
 // plan is the call's plan, from func:PlanOf, or free.

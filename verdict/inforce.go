@@ -1,4 +1,4 @@
-package limithttp
+package verdict
 
 import (
 	"slices"
@@ -10,13 +10,13 @@ import (
 
 // The fields of a rule whose numbers changed at run time.
 //
-// A generated middleware's Policies are constants of the policy's numbers.
+// A generated door's Policies are constants of the policy's numbers.
 // When a rule's numbers change (SetNumbers, SetKeyNumbers), the fields of a
 // request must describe the numbers that judged it: InForce gives the Policy
 // of those numbers and InForceList the route's RateLimit-Policy value. Both
 // keep what they made in small tables (by the policy and the numbers, by
 // the policies listed), so that a request whose fields are not new to them
-// allocates nothing: the middlewares' own field tables (values.go), keyed by
+// allocates nothing: the doors' own Memos, keyed by
 // Policy pointer and list, then go on working. A rule whose numbers never
 // changed pays nothing here: its generated check asks for the rule in force
 // only to learn that there is none (one atomic load), and keeps its constant.

@@ -1,4 +1,4 @@
-package limithttp
+package clientip
 
 import "strings"
 

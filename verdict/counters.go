@@ -1,4 +1,4 @@
-package limithttp
+package verdict
 
 import (
 	"context"
@@ -39,8 +39,8 @@ type Series struct {
 const cellsPerLine = 8
 
 // NewCounters returns counters with one series for each named rule, with no
-// route: Config counts a decision in the row of its rule's index in rules
-// (Result.Rule, Event.RuleIndex), as a hand-wired middleware sets it.
+// route: a Judge counts a decision in the row of its rule's index in rules
+// (Result.Rule, Event.RuleIndex), as a hand-wired door sets it.
 func NewCounters(rules ...string) *Counters {
 	series := make([]Series, len(rules))
 	for i, r := range rules {
@@ -51,7 +51,7 @@ func NewCounters(rules ...string) *Counters {
 	return c
 }
 
-// row is the row Config counts a decision in: its rule's index for counters
+// row is the row a Judge counts a decision in: its rule's index for counters
 // made by NewCounters, its series otherwise.
 func (c *Counters) row(rule, series int) int {
 	if c.byRule {
@@ -60,17 +60,17 @@ func (c *Counters) row(rule, series int) int {
 	return series
 }
 
-// NewSeriesCounters returns counters for series (Config counts a decision in
+// NewSeriesCounters returns counters for series (a Judge counts a decision in
 // the row of its Result.Series or Event.Series), with four stripes per processor (rounded
 // up to a power of two, at least 8, at most 256): with as many stripes as
 // processors, two goroutines would share one half the time. The generated
-// middleware makes one series for each rule each route checks.
+// doors make one series for each rule each route checks.
 func NewSeriesCounters(series ...Series) *Counters {
 	n := 8
 	for n < 4*runtime.GOMAXPROCS(0) && n < 256 {
 		n *= 2
 	}
-	cells := len(series) * int(numOutcomes)
+	cells := len(series) * int(NumOutcomes)
 	stride := (cells+cellsPerLine-1)/cellsPerLine*cellsPerLine + cellsPerLine
 	return &Counters{
 		series:  slices.Clone(series),
@@ -83,10 +83,10 @@ func NewSeriesCounters(series ...Series) *Counters {
 // Add counts one outcome of the series at index series; an index out of range
 // is ignored.
 func (c *Counters) Add(series int, o Outcome) {
-	if uint(series) >= uint(len(c.series)) || o >= numOutcomes {
+	if uint(series) >= uint(len(c.series)) || o >= NumOutcomes {
 		return
 	}
-	c.stripes[c.stripe()*c.stride+series*int(numOutcomes)+int(o)].Add(1)
+	c.stripes[c.stripe()*c.stride+series*int(NumOutcomes)+int(o)].Add(1)
 }
 
 // stripe picks the calling goroutine's stripe from the address of a local
@@ -107,7 +107,7 @@ func (c *Counters) stripe() int {
 // Count is one series' counts.
 type Count struct {
 	Series
-	Outcomes [numOutcomes]uint64 // indexed by Outcome
+	Outcomes [NumOutcomes]uint64 // indexed by Outcome
 }
 
 // Snapshot returns the counts of every series, in the order the Counters were
@@ -117,8 +117,8 @@ func (c *Counters) Snapshot() []Count {
 	for i, s := range c.series {
 		out[i].Series = s
 		for st := 0; st*c.stride < len(c.stripes); st++ {
-			for o := range numOutcomes {
-				out[i].Outcomes[o] += c.stripes[st*c.stride+i*int(numOutcomes)+int(o)].Load()
+			for o := range NumOutcomes {
+				out[i].Outcomes[o] += c.stripes[st*c.stride+i*int(NumOutcomes)+int(o)].Load()
 			}
 		}
 	}

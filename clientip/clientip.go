@@ -1,7 +1,12 @@
-package limithttp
+// Package clientip finds the client of a request or call behind trusted
+// proxies, from its connection's peer and the forwarding header the proxies
+// write (X-Forwarded-For, or RFC 7239's Forwarded), and keys it for a rate
+// limit: IPv4 clients by their address, IPv6 ones by their network. It knows
+// no protocol: an HTTP door gives it r.RemoteAddr and r.Header, a gRPC door
+// the peer's address and the call's metadata.
+package clientip
 
 import (
-	"net/http"
 	"net/netip"
 	"strings"
 )
@@ -19,7 +24,7 @@ const (
 	Forwarded
 )
 
-// Defaults of ClientIP's zero fields.
+// Defaults of Config's zero fields.
 const (
 	// DefaultIPv6Prefix keys IPv6 clients by their /64: one end site's
 	// network is typically a /64 or larger, and a client can pick any address
@@ -32,14 +37,14 @@ const (
 	DefaultMaxHops = 32
 )
 
-// ClientIP finds a request's client address and keys it. The zero value keys
-// the immediate peer (RemoteAddr) and reads no forwarding header.
+// Config finds a request's client address and keys it. The zero value keys
+// the immediate peer and reads no forwarding header.
 //
 // Forwarding headers are read only when the immediate peer is inside
 // TrustedProxies, and from the right: each trusted proxy appends the address it
 // received the request from, so the entries to the right were written by
 // trusted proxies and the leftmost ones by whoever sent the request (an
-// attacker can put anything there). ClientIP walks from the right past entries
+// attacker can put anything there). Config walks from the right past entries
 // that are themselves trusted proxies, and takes the first entry that is not.
 // An entry that is not an address (garbage, "unknown", an obfuscated RFC 7239
 // identifier) stops the walk: the client is then the trusted proxy that wrote
@@ -49,7 +54,7 @@ const (
 // IPv4-mapped IPv6 addresses are read as IPv4, zones are dropped, and IPv6
 // clients are keyed by their IPv6Prefix network, IPv4 ones by IPv4Prefix (32:
 // the address). A key is at most 43 bytes ("ffff:…:ffff/128").
-type ClientIP struct {
+type Config struct {
 	// TrustedProxies are the networks of the proxies in front of the service
 	// whose forwarding headers are believed. Write IPv4 networks as IPv4
 	// (10.0.0.0/8), not as IPv4-mapped IPv6.
@@ -60,37 +65,43 @@ type ClientIP struct {
 	MaxHops        int              // forwarding entries read at most; 0 means DefaultMaxHops
 }
 
-// Addr returns the address of r's client, or false when RemoteAddr holds no
-// IP address (a Unix socket, a test that set none): then there is no client
-// address to key, and the caller must decide (another key source, or a 4xx);
-// it must not fall back to one shared key.
-func (c *ClientIP) Addr(r *http.Request) (netip.Addr, bool) {
-	addr, _, ok := c.client(r)
+// Fields reads the values of a forwarding header, in the order they came:
+// an http.Header is one (its Values), a door's own type another. name is the
+// header's canonical name (Config.HeaderName).
+type Fields interface {
+	Values(name string) []string
+}
+
+// Addr returns the address of the client whose connection's peer is remote
+// (as http.Request's RemoteAddr holds it: "192.0.2.1:1234", "[2001:db8::1]:80",
+// or an address alone) and whose forwarding header is read from h (only when
+// the peer is a trusted proxy; h may be nil when none is), or false when
+// remote holds no IP address (a Unix socket, a test that set none): then
+// there is no client address to key, and the caller must decide (another key
+// source, or a 4xx); it must not fall back to one shared key.
+func (c *Config) Addr(remote string, h Fields) (netip.Addr, bool) {
+	addr, _, ok := c.client(remote, h)
 	return addr, ok
 }
 
 // client is Addr, with the text the address was read from when that text is
 // its canonical IPv4 form ("" otherwise): the key of an IPv4 client is then
 // that text, with nothing to format or allocate.
-func (c *ClientIP) client(r *http.Request) (netip.Addr, string, bool) {
-	peer, text, ok := parseNode(r.RemoteAddr)
+func (c *Config) client(remote string, h Fields) (netip.Addr, string, bool) {
+	peer, text, ok := parseNode(remote)
 	if !ok {
 		return netip.Addr{}, "", false
 	}
-	if !c.trusted(peer) {
+	if !c.trusted(peer) || h == nil {
 		return peer, text, true
 	}
-	name := "X-Forwarded-For"
-	if c.Header == Forwarded {
-		name = "Forwarded"
-	}
-	addr, text := c.forwarded(peer, text, r.Header.Values(name))
+	addr, text := c.forwarded(peer, text, h.Values(c.HeaderName()))
 	return addr, text, true
 }
 
 // forwarded walks the forwarding header's lines from the right, from the
-// trusted peer, to the client (see ClientIP).
-func (c *ClientIP) forwarded(peer netip.Addr, text string, lines []string) (netip.Addr, string) {
+// trusted peer, to the client (see Config).
+func (c *Config) forwarded(peer netip.Addr, text string, lines []string) (netip.Addr, string) {
 	client, clientText := peer, text // the innermost trusted hop so far
 	hops := 0
 	maxHops := c.MaxHops
@@ -122,26 +133,33 @@ func (c *ClientIP) forwarded(peer netip.Addr, text string, lines []string) (neti
 	return client, clientText
 }
 
-// HeaderName is the name of the forwarding header c reads, in lower case
-// (as gRPC's metadata keys are): "x-forwarded-for" or "forwarded".
-func (c *ClientIP) HeaderName() string {
+// HeaderName is the canonical name of the forwarding header c reads:
+// "X-Forwarded-For" or "Forwarded" (gRPC's metadata spells them in lower
+// case).
+func (c *Config) HeaderName() string {
 	if c.Header == Forwarded {
-		return "forwarded"
+		return "Forwarded"
 	}
-	return "x-forwarded-for"
+	return "X-Forwarded-For"
 }
 
-// PeerKey is Key for a caller known by its peer's address and the values of
-// its forwarding header (HeaderName), read only when the peer is a trusted
-// proxy: what a gRPC server knows of a call. False when peer is not an
+// Trusts reports whether peer is one of the trusted proxies: only then is
+// a forwarding header read.
+func (c *Config) Trusts(peer netip.Addr) bool {
+	return peer.IsValid() && c.trusted(peer.Unmap().WithZone(""))
+}
+
+// PeerKey is Key for a caller known by its peer's address rather than its
+// text (what a gRPC server knows of a call), with the forwarding header read
+// from h only when the peer is a trusted proxy. False when peer is not an
 // address (the peer of a Unix socket, of an in-memory listener).
-func (c *ClientIP) PeerKey(peer netip.Addr, lines []string) (string, bool) {
+func (c *Config) PeerKey(peer netip.Addr, h Fields) (string, bool) {
 	if !peer.IsValid() {
 		return "", false
 	}
 	addr, text := peer.Unmap().WithZone(""), ""
-	if c.trusted(addr) {
-		addr, text = c.forwarded(addr, "", lines)
+	if c.trusted(addr) && h != nil {
+		addr, text = c.forwarded(addr, "", h.Values(c.HeaderName()))
 	}
 	if text != "" && c.bitsFor(addr) == 32 {
 		return text, true
@@ -149,19 +167,20 @@ func (c *ClientIP) PeerKey(peer netip.Addr, lines []string) (string, bool) {
 	return c.KeyOf(addr), true
 }
 
-// Key returns the key of r's client: its address, or for IPv6 (and IPv4 with
-// IPv4Prefix below 32) its network in CIDR form; false as for Addr. An IPv4
-// client's key is the text the address came in (RemoteAddr, or the forwarding
-// header), which is already canonical: no allocation.
-func (c *ClientIP) Key(r *http.Request) (string, bool) {
+// Key returns the key of the client (remote and h as for Addr): its address,
+// or for IPv6 (and IPv4 with IPv4Prefix below 32) its network in CIDR form;
+// false as for Addr. An IPv4 client's key is the text the address came in
+// (remote, or the forwarding header), which is already canonical: no
+// allocation.
+func (c *Config) Key(remote string, h Fields) (string, bool) {
 	if len(c.TrustedProxies) == 0 && (c.IPv4Prefix <= 0 || c.IPv4Prefix >= 32) {
 		// No forwarding header is read, and an IPv4 key is its address: the
-		// text of RemoteAddr's, when it is one.
-		if host, ok := peerIPv4(r.RemoteAddr); ok {
+		// text of remote's, when it is one.
+		if host, ok := peerIPv4(remote); ok {
 			return host, true
 		}
 	}
-	addr, text, ok := c.client(r)
+	addr, text, ok := c.client(remote, h)
 	if !ok {
 		return "", false
 	}
@@ -171,10 +190,10 @@ func (c *ClientIP) Key(r *http.Request) (string, bool) {
 	return c.KeyOf(addr), true
 }
 
-// AppendKey appends the key of r's client to dst, as Key returns it, without
+// AppendKey appends the client's key to dst, as Key returns it, without
 // allocating when dst has room (64 bytes always are).
-func (c *ClientIP) AppendKey(dst []byte, r *http.Request) ([]byte, bool) {
-	addr, _, ok := c.client(r)
+func (c *Config) AppendKey(dst []byte, remote string, h Fields) ([]byte, bool) {
+	addr, _, ok := c.client(remote, h)
 	if !ok {
 		return dst, false
 	}
@@ -187,7 +206,7 @@ func (c *ClientIP) AppendKey(dst []byte, r *http.Request) ([]byte, bool) {
 }
 
 // KeyOf is the key of a client address.
-func (c *ClientIP) KeyOf(addr netip.Addr) string {
+func (c *Config) KeyOf(addr netip.Addr) string {
 	bits := c.bitsFor(addr)
 	if bits == addr.BitLen() {
 		return addr.String()
@@ -197,7 +216,7 @@ func (c *ClientIP) KeyOf(addr netip.Addr) string {
 }
 
 // bitsFor is the prefix length that keys addr.
-func (c *ClientIP) bitsFor(addr netip.Addr) int {
+func (c *Config) bitsFor(addr netip.Addr) int {
 	bits := c.IPv4Prefix
 	if bits <= 0 || bits > 32 {
 		bits = 32
@@ -212,7 +231,7 @@ func (c *ClientIP) bitsFor(addr netip.Addr) int {
 }
 
 // trusted reports whether addr is inside one of the trusted networks.
-func (c *ClientIP) trusted(addr netip.Addr) bool {
+func (c *Config) trusted(addr netip.Addr) bool {
 	for _, p := range c.TrustedProxies {
 		if p.Contains(addr) {
 			return true
@@ -223,7 +242,7 @@ func (c *ClientIP) trusted(addr netip.Addr) bool {
 
 // entryAddr reads one forwarding entry: an X-Forwarded-For item, or the for=
 // parameter of a Forwarded element; with the canonical IPv4 text as parseNode.
-func (c *ClientIP) entryAddr(entry string) (netip.Addr, string, bool) {
+func (c *Config) entryAddr(entry string) (netip.Addr, string, bool) {
 	if c.Header == Forwarded {
 		v, ok := forParam(entry)
 		if !ok {

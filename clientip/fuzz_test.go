@@ -1,4 +1,4 @@
-package limithttp
+package clientip
 
 import (
 	"net/netip"
@@ -16,14 +16,15 @@ func FuzzClientIP(f *testing.F) {
 	f.Add("[::ffff:10.1.2.3]:9", `for="\"`, true)
 	f.Add("@", "198.51.100.9", false)
 	f.Fuzz(func(t *testing.T, remote, header string, forwarded bool) {
-		ip := ClientIP{TrustedProxies: trusted}
+		ip := Config{TrustedProxies: trusted}
 		name := "X-Forwarded-For"
 		client := "198.51.100.9"
 		if forwarded {
 			ip.Header, name, client = Forwarded, "Forwarded", "for=198.51.100.9"
 		}
 		key, ok := ip.Key(request(remote, name, header))
-		if b, bok := ip.AppendKey(nil, request(remote, name, header)); bok != ok || string(b) != key {
+		r := httpRequest(remote, name, header)
+		if b, bok := ip.AppendKey(nil, r.RemoteAddr, r.Header); bok != ok || string(b) != key {
 			t.Fatalf("AppendKey = %q, %v; Key = %q, %v", b, bok, key, ok)
 		}
 		if len(key) > 43 {
@@ -33,7 +34,7 @@ func FuzzClientIP(f *testing.F) {
 		// A gRPC call's peer is an address, its header a metadata value:
 		// PeerKey must key it as Key keys the request.
 		if peerOK {
-			if pk, pok := ip.PeerKey(peer, []string{header}); !pok || pk != key {
+			if pk, pok := ip.PeerKey(peer, lines{header}); !pok || pk != key {
 				t.Fatalf("PeerKey(%v, %q) = %q, %v; Key = %q", peer, header, pk, pok, key)
 			}
 		}
@@ -42,7 +43,7 @@ func FuzzClientIP(f *testing.F) {
 		}
 		// With no proxy trusted, Key reads an IPv4 RemoteAddr in one pass:
 		// the same key as the address parseNode reads.
-		plain := ClientIP{}
+		plain := Config{}
 		if pk, pok := plain.Key(request(remote, name, header)); pok != peerOK || pok && pk != plain.KeyOf(peer) {
 			t.Fatalf("no trusted proxy, RemoteAddr %q: key %q, %v; want %q, %v", remote, pk, pok, plain.KeyOf(peer), peerOK)
 		}

@@ -1,0 +1,97 @@
+// Package verdict is what every door of limitgen shares below its wire: an
+// HTTP middleware, a gRPC interceptor and Envoy's rate-limit service each turn
+// a request into a rule (or tier), a key and a cost, ask the generated
+// package, and hand its decision to a Judge, which says what the response
+// must say (a Verdict), counts it and tells the observers. The door then
+// writes the verdict in its own protocol. The package knows the standard
+// library and atomicbucket's Decision, no protocol.
+//
+// # Keys and costs
+//
+// A key a door reads from a request is chosen by whoever sent it: KeyOK bounds
+// it (MaxKeyLen bytes, not empty), and a door that finds none tries its next
+// source or refuses the request (MissingKey), never pooling every keyless
+// request in one bucket. IntKey and UintKey read integer keys. ParseCost
+// reads a declared cost: decimal digits only, at least 1; an absent or
+// malformed value gets the caller's default, and a value above the caller's
+// maximum, or above the rule's burst, is refused without taking anything,
+// because no wait can admit it.
+//
+// # The numbers of the fields
+//
+// Responses describe a decision with the fields of
+// draft-ietf-httpapi-ratelimit-headers-11 (HTTP headers, gRPC metadata, the
+// headers Envoy adds), whose values are Structured Fields (RFC 9651) lists:
+//
+//	RateLimit-Policy: "PerUser";q=50;w=5
+//	RateLimit: "PerUser";r=17;t=4
+//
+// The draft's authors have floated renaming the parameters, so their names are
+// kept in one table, the Param constants:
+//
+//	field             parameter  constant        meaning here
+//	RateLimit-Policy  q          ParamQuota      the rule's burst, in tokens
+//	RateLimit-Policy  w          ParamWindow     seconds an empty bucket takes to refill: ⌈burst/rate⌉, at least 1
+//	RateLimit         r          ParamRemaining  whole tokens left after this request
+//	RateLimit         t          ParamReset      seconds (see below)
+//
+// A token bucket has no fixed window, so the numbers are chosen so that a
+// client that believes them is never denied for it:
+//   - q and w: a client that sends at most q tokens' worth in any w seconds is
+//     always admitted (an empty bucket refills completely in w). When the
+//     bucket refills in less than a second, w is 1 and q stays the burst, which
+//     understates the rate rather than promising a burst the bucket cannot give.
+//     RateLimit-Policy is a constant per rule and plan (Policy.Item), computed
+//     when the package is generated (NewPolicy computes the same by hand).
+//   - r is the whole tokens left now. When it is 0, t is the seconds until the
+//     request's own cost is available again: on a denial that is its wait (the
+//     decision's RetryAfter); after an allowed request that took the last whole
+//     token, the wait a request of the same cost would have.
+//   - When r is positive, t is the seconds until the bucket is full again (the
+//     decision's Reset; on a denial, the request's wait instead), stretched when
+//     needed so that r/t is at most the rule's rate: a client that paces r over
+//     t seconds never outruns the refill.
+//   - A request that can never be admitted (its cost is above the burst) has
+//     no wait: t is then the time until the bucket is full.
+//   - Every t is rounded up to whole seconds: rounding down would tell a client
+//     to come back before its tokens are there.
+//
+// A request checked against a tier carries, in RateLimit-Policy, every rule of
+// the tier, and in RateLimit the rule that decided: the one that denied, or the
+// most constraining one (the fewest tokens left).
+//
+// # Waits
+//
+// A denial's wait (Verdict.Wait) is the decision's RetryAfter plus a
+// deterministic jitter of up to Judge.Jitter of it, seeded by the request's
+// key, rounded up to the millisecond: clients denied together do not all come
+// back at once, a client always gets the same offset, and no client is told
+// to come back before its tokens are there. Verdict.Retry is the same wait in
+// whole seconds (an HTTP Retry-After), never earlier than t.
+//
+// # Denials
+//
+// A request over its rule's limit is Denied. A request a shared rule's
+// failure setting refuses because its store could not decide (on_failure:
+// deny; Result.Outage) is not over a quota: its Verdict has Outage set, and
+// every door answers it as the service unavailable (HTTP 503, gRPC
+// UNAVAILABLE), so that clients and dashboards tell an outage from a limit.
+// Each route has a Mode: Enforce denies; Shadow decides, counts and sends the
+// fields but lets every request through (the way a policy is rolled out);
+// Off skips the check.
+//
+// # Observing
+//
+// Every decision is counted in Counters, whose cells are striped so that
+// cores counting at once do not share a cache line, and handed to the
+// Judge's Observer as an Event with the door, route, rule, tier, cost and
+// outcome; its key only for a violation log, never for metrics: per-user
+// labels would make them unbounded. DenialLog is an Observer that logs
+// denials with log/slog, at most a configured number a second.
+//
+// # Memos
+//
+// What a door writes for a decision depends on the rule and a few small
+// numbers, so a door keeps what it made in a Memo (memo.go) and a response
+// whose values were made before allocates nothing.
+package verdict

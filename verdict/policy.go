@@ -1,0 +1,273 @@
+package verdict
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/big"
+	"math/bits"
+	"strconv"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+)
+
+// The parameter names of draft-ietf-httpapi-ratelimit-headers-11. They are
+// kept here, and only here, because the draft's authors have floated renaming
+// them; the package doc's table says what each one holds.
+const (
+	ParamQuota     = "q" // RateLimit-Policy: the quota
+	ParamWindow    = "w" // RateLimit-Policy: the window, in seconds
+	ParamRemaining = "r" // RateLimit: what is left
+	ParamReset     = "t" // RateLimit: seconds until it resets
+)
+
+// MaxPolicyName is the longest policy name NewPolicy accepts, in bytes.
+const MaxPolicyName = 64
+
+// Policy is one rule (on one plan) as the rate-limit fields describe it. Its
+// strings are computed once, by NewPolicy or by the generator (which emits a
+// Policy literal with the same values); a response only appends numbers to
+// them. The zero Policy is not usable. The doors keep what they made of a
+// Policy by its address (Memo): do not change a Policy once a door has used
+// it; make a new one.
+type Policy struct {
+	Name   string // the rule's name, printable ASCII
+	Quota  int64  // q: the burst, in tokens
+	Window int64  // w: seconds an empty bucket takes to refill, at least 1
+
+	Limit atomicbucket.Limit // the rule's numbers: r/t is capped by its rate, waits are derived from its refill
+
+	// Item is the rule's member of a RateLimit-Policy list:
+	// "Name";q=Quota;w=Window.
+	Item string
+	// Prefix is the start of its RateLimit member, up to the value of r:
+	// "Name";r=
+	Prefix string
+}
+
+// ErrPolicy is wrapped by every error NewPolicy returns.
+var ErrPolicy = errors.New("verdict: invalid policy")
+
+// NewPolicy describes the rule named name with limit l. name must be 1 to
+// MaxPolicyName bytes of printable ASCII (a Structured Fields string); l must
+// be a limit atomicbucket.NewRule accepts.
+func NewPolicy(name string, l atomicbucket.Limit) (Policy, error) {
+	if err := checkName(name); err != nil {
+		return Policy{}, err
+	}
+	if _, err := atomicbucket.NewRule(l); err != nil {
+		return Policy{}, fmt.Errorf("%w: %q: %w", ErrPolicy, name, err)
+	}
+	p := Policy{Name: name, Quota: l.Burst, Window: window(l), Limit: l}
+	q := sfString(name)
+	p.Item = q + ";" + ParamQuota + "=" + strconv.FormatInt(p.Quota, 10) + ";" + ParamWindow + "=" + strconv.FormatInt(p.Window, 10)
+	p.Prefix = q + ";" + ParamRemaining + "="
+	return p, nil
+}
+
+// MustPolicy is NewPolicy for values known to be valid; it panics otherwise.
+func MustPolicy(name string, l atomicbucket.Limit) Policy {
+	p, err := NewPolicy(name, l)
+	if err != nil {
+		panic(err)
+	}
+	return p
+}
+
+// PolicyList joins policies' Items into one RateLimit-Policy value.
+func PolicyList(ps ...*Policy) string {
+	s := ""
+	for i, p := range ps {
+		if i > 0 {
+			s += ", "
+		}
+		s += p.Item
+	}
+	return s
+}
+
+// checkName reports whether name can be a policy name: 1 to MaxPolicyName
+// bytes in %x20-7E, the characters a Structured Fields string may hold.
+func checkName(name string) error {
+	if name == "" || len(name) > MaxPolicyName {
+		return fmt.Errorf("%w: name %.80q: must be 1 to %d bytes", ErrPolicy, name, MaxPolicyName)
+	}
+	for i := 0; i < len(name); i++ {
+		if c := name[i]; c < 0x20 || c > 0x7e {
+			return fmt.Errorf("%w: name %q: byte %#x at %d is not printable ASCII (a Structured Fields string holds only %%x20-7E)", ErrPolicy, name, c, i)
+		}
+	}
+	return nil
+}
+
+// sfString quotes s as a Structured Fields string: DQUOTE and backslash are
+// escaped with a backslash. s is printable ASCII (checkName).
+func sfString(s string) string {
+	b := make([]byte, 0, len(s)+2)
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		if s[i] == '"' || s[i] == '\\' {
+			b = append(b, '\\')
+		}
+		b = append(b, s[i])
+	}
+	return string(append(b, '"'))
+}
+
+// window is the time an empty bucket takes to refill, in seconds rounded up,
+// at least 1, so that a client sending q per w never outruns the refill.
+// Greedy refill: Burst·Period/Tokens. Interval refill adds Tokens at each
+// boundary, and any ⌈Burst/Tokens⌉ periods hold that many boundaries.
+func window(l atomicbucket.Limit) int64 {
+	num := new(big.Int).Mul(big.NewInt(l.Burst), big.NewInt(int64(l.Period)))
+	den := new(big.Int).Mul(big.NewInt(l.Tokens), big.NewInt(int64(time.Second)))
+	if l.Refill == atomicbucket.Interval {
+		// Tokens arrive Tokens at a time, so a full refill takes ⌈Burst/Tokens⌉
+		// whole periods.
+		periods := (l.Burst + l.Tokens - 1) / l.Tokens
+		num = new(big.Int).Mul(big.NewInt(periods), big.NewInt(int64(l.Period)))
+		den = big.NewInt(int64(time.Second))
+	}
+	w := new(big.Int).Add(num, new(big.Int).Sub(den, big.NewInt(1)))
+	w.Quo(w, den)
+	switch {
+	case w.Sign() <= 0:
+		return 1
+	case !w.IsInt64() || w.Int64() > maxSFInteger:
+		return maxSFInteger
+	}
+	return w.Int64()
+}
+
+// maxSFInteger is the largest Structured Fields integer (15 digits).
+const maxSFInteger = 999_999_999_999_999
+
+// Fields returns the RateLimit parameters r and t for decision d of a request
+// of the given cost, by the rules of the package doc.
+func (p *Policy) Fields(d atomicbucket.Decision, cost int64) (r, t int64) {
+	r = max(d.Remaining, 0)
+	var base time.Duration
+	switch {
+	case !d.Allowed && d.RetryAfter != atomicbucket.Never && d.RetryAfter >= 0:
+		base = d.RetryAfter
+	case !d.Allowed, r > 0:
+		base = d.Reset
+	default:
+		base = p.waitAfter(d.Reset, cost)
+	}
+	if r > 0 {
+		base = max(base, p.paced(r))
+	}
+	return r, CeilSeconds(base)
+}
+
+// waitAfter is, for a bucket that is reset away from full, the wait until it
+// holds cost tokens. Greedy refill: it holds Burst − rate·reset now, so it needs
+// reset − (Burst − cost)/rate more. Interval refill: tokens arrive Tokens at a
+// time at boundaries, the last of which is reset away; cost tokens are there
+// ⌈Burst/Tokens⌉ − ⌈cost/Tokens⌉ periods earlier than that.
+func (p *Policy) waitAfter(reset time.Duration, cost int64) time.Duration {
+	l := &p.Limit
+	if cost <= 0 || cost > l.Burst {
+		return reset
+	}
+	var early time.Duration
+	if l.Refill == atomicbucket.Interval {
+		early = mulDiv(int64((l.Burst+l.Tokens-1)/l.Tokens-(cost+l.Tokens-1)/l.Tokens), int64(l.Period), 1)
+	} else {
+		early = mulDiv(l.Burst-cost, int64(l.Period), l.Tokens)
+	}
+	return max(reset-early, 0)
+}
+
+// paced is the time the rule's rate takes to add r tokens: r·Period/Tokens.
+func (p *Policy) paced(r int64) time.Duration {
+	return mulDiv(r, int64(p.Limit.Period), p.Limit.Tokens)
+}
+
+// mulDiv is a·b/c rounded down, for non-negative a, b and positive c, as a
+// Duration; math.MaxInt64 when it does not fit.
+func mulDiv(a, b, c int64) time.Duration {
+	if a <= 0 || b <= 0 || c <= 0 {
+		return 0
+	}
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi == 0 { // the common case: a 64-bit division, a third of a 128-bit one's cost
+		return time.Duration(min(lo/uint64(c), math.MaxInt64))
+	}
+	if hi >= uint64(c) {
+		return math.MaxInt64
+	}
+	q, _ := bits.Div64(hi, lo, uint64(c))
+	if q > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(q)
+}
+
+// AppendDecimal appends v ≥ 0 in decimal to b, as strconv.AppendInt does,
+// writing the digits in place when b has room: their count comes from v's
+// bit length (no division counts them), and they are written from the last,
+// eight at a time in two halves that do not wait for each other, then two at
+// a time. The RateLimit field's numbers are most of what formatting an
+// allowed response's fields costs.
+func AppendDecimal(b []byte, v int64) []byte {
+	u := uint64(v)
+	n := (bits.Len64(u|1)*1233)>>12 + 1 // ⌊log10(2)·bits⌋+1: the count, or one more
+	if n > 1 && u < pow10[n-1] {
+		n--
+	}
+	if v < 0 || cap(b)-len(b) < n {
+		return strconv.AppendInt(b, v, 10)
+	}
+	i := len(b) + n
+	b = b[:i]
+	for u >= 1e8 {
+		q := u / 1e8
+		r := u - q*1e8
+		hi, lo := r/1e4, r%1e4
+		h1, h2, l1, l2 := hi/100, hi%100, lo/100, lo%100
+		i -= 8
+		b[i], b[i+1], b[i+2], b[i+3] = digitPairs[2*h1], digitPairs[2*h1+1], digitPairs[2*h2], digitPairs[2*h2+1]
+		b[i+4], b[i+5], b[i+6], b[i+7] = digitPairs[2*l1], digitPairs[2*l1+1], digitPairs[2*l2], digitPairs[2*l2+1]
+		u = q
+	}
+	for u >= 100 {
+		q := u / 100
+		r := u - q*100
+		i -= 2
+		b[i], b[i+1] = digitPairs[2*r], digitPairs[2*r+1]
+		u = q
+	}
+	if u >= 10 {
+		b[i-2], b[i-1] = digitPairs[2*u], digitPairs[2*u+1]
+	} else {
+		b[i-1] = byte('0' + u)
+	}
+	return b
+}
+
+// pow10 are the powers of ten up to 10¹⁹, the largest a uint64 holds.
+var pow10 = [20]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19}
+
+const digitPairs = "00010203040506070809101112131415161718192021222324252627282930313233343536373839" +
+	"40414243444546474849505152535455565758596061626364656667686970717273747576777879" +
+	"8081828384858687888990919293949596979899"
+
+// CeilSeconds is d in whole seconds, rounded up; 0 for d ≤ 0.
+func CeilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d-1)/time.Second) + 1
+}
+
+// AppendRateLimit appends p's member of a RateLimit field for r and t to b:
+// "Name";r=R;t=T.
+func AppendRateLimit(b []byte, p *Policy, r, t int64) []byte {
+	b = append(b, p.Prefix...)
+	b = AppendDecimal(b, r)
+	b = append(b, ";"+ParamReset+"="...)
+	return AppendDecimal(b, t)
+}

@@ -1,0 +1,133 @@
+package verdict
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+)
+
+// A denial's wait is the decision's, rounded up to the millisecond: a 5/s
+// rule's empty bucket says 200 ms, not a second; never earlier than the
+// decision's wait. Retry is the same wait in whole seconds, at least t.
+func TestVerdictWaitToTheMillisecond(t *testing.T) {
+	p := MustPolicy("R", atomicbucket.Limit{Tokens: 5, Period: time.Second, Burst: 5})
+	b := atomicbucket.NewBucketAt(atomicbucket.MustRule(p.Limit), 0)
+	var j Judge
+	for range 5 {
+		b.AllowAt(0)
+	}
+	for _, c := range []struct {
+		at   time.Duration
+		wait time.Duration
+	}{
+		{0, 200 * time.Millisecond},
+		{time.Millisecond, 199 * time.Millisecond},
+		{1500 * time.Microsecond, 199 * time.Millisecond}, // 198.5 ms, rounded up
+		{199*time.Millisecond + 1, time.Millisecond},      // 1 ns less than a millisecond: a whole one
+	} {
+		res := Result{Decision: b.PeekAt(atomicbucket.Time(c.at), 1), Policy: &p, Policies: p.Item, Cost: 1}
+		v := j.Verdict(Enforce, &res, "k")
+		if v.Outcome != Denied || v.Wait != c.wait || v.Retry != 1 {
+			t.Errorf("at %v: %+v, want Denied, wait %v, retry 1 s (decision %+v)", c.at, v, c.wait, res.Decision)
+		}
+	}
+	// Allowed and shadow-denied requests have no wait.
+	res := Result{Decision: b.PeekAt(atomicbucket.Time(time.Second), 1), Policy: &p, Policies: p.Item, Cost: 1}
+	if v := j.Verdict(Enforce, &res, "k"); v.Outcome != Allowed || v.Wait != 0 || v.Retry != -1 {
+		t.Errorf("allowed: %+v", v)
+	}
+	res = Result{Decision: b.PeekAt(0, 1), Policy: &p, Policies: p.Item, Cost: 1}
+	if v := j.Verdict(Shadow, &res, "k"); v.Outcome != ShadowDenied || v.Wait != 0 || v.Retry != -1 {
+		t.Errorf("shadow: %+v", v)
+	}
+	res = Result{Decision: b.PeekAt(0, 6), Policy: &p, Policies: p.Item, Cost: 6}
+	if v := j.Verdict(Enforce, &res, "k"); v.Outcome != TooCostly || v.Wait != 0 || v.Retry != -1 {
+		t.Errorf("too costly: %+v", v)
+	}
+	res = Result{Decision: b.PeekAt(0, 1), Policy: &p, Policies: p.Item, Cost: 1, Outage: true, Degraded: true}
+	if v := j.Verdict(Enforce, &res, "k"); v.Outcome != Denied || !v.Outage || v.Wait != 200*time.Millisecond {
+		t.Errorf("outage: %+v", v)
+	}
+}
+
+// The Judge's events carry the door and route the Result names, the outcome
+// (degraded when the store did not decide) and the store error's class.
+func TestJudgeEvents(t *testing.T) {
+	var got []Event
+	j := Judge{Observer: ObserverFunc(func(e Event) { got = append(got, e) })}
+	p := MustPolicy("R", atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 1})
+	res := Result{Decision: atomicbucket.Decision{Allowed: true}, Policy: &p, Cost: 1, Door: DoorGRPC, Route: "/pkg.S/M",
+		Degraded: true, StoreErr: errors.New("down")}
+	j.Verdict(Enforce, &res, "alice")
+	SetErrorClass(func(error) string { return "timeout" })
+	defer errorClass.Store(nil)
+	res.Decision = atomicbucket.Decision{RetryAfter: time.Second}
+	j.Verdict(Enforce, &res, "")
+	want := []Event{
+		{Door: DoorGRPC, Route: "/pkg.S/M", Rule: "R", Cost: 1, Outcome: DegradedAllowed, StoreError: "store", Key: "alice"},
+		{Door: DoorGRPC, Route: "/pkg.S/M", Rule: "R", Cost: 1, Outcome: DegradedDenied, RetryAfter: time.Second, StoreError: "timeout"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("%d events, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("event %d: %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+// A Memo hands back the entry stored in a hash's slot, and its slots are
+// made once.
+func TestMemo(t *testing.T) {
+	var m Memo[int]
+	p := MustPolicy("R", atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 1})
+	h := MemoHash(&p, 3, 4, 0)
+	if m.Slot(h).Load() != nil {
+		t.Fatal("a new Memo holds an entry")
+	}
+	v := 7
+	m.Slot(h).Store(&v)
+	if got := m.Slot(h).Load(); got != &v {
+		t.Fatalf("slot holds %v, want the stored entry", got)
+	}
+	if MemoHash(&p, 3, 4, 0) == MemoHash(&p, 4, 3, 0) || MemoHash(&p, 3, 4, 0) == MemoHash(&p, 3, 4, 1) {
+		t.Error("MemoHash ignores an argument")
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	for _, c := range []struct {
+		l    atomicbucket.Limit
+		want string
+	}{
+		{atomicbucket.Limit{Tokens: 30, Period: time.Minute, Burst: 10}, "30/min, burst 10"},
+		{atomicbucket.Limit{Tokens: 5, Period: 10 * time.Second, Burst: 5}, "5 per 10s, burst 5"},
+		{atomicbucket.Limit{Tokens: 100, Period: 24 * time.Hour, Burst: 100}, "100/d, burst 100"},
+	} {
+		if got := Describe(c.l); got != c.want {
+			t.Errorf("Describe(%+v) = %q, want %q", c.l, got, c.want)
+		}
+	}
+}
+
+// A generated constructor given nil hooks names every one, not the first.
+func TestNilHooks(t *testing.T) {
+	for _, c := range []struct {
+		nils []bool
+		want string
+	}{
+		{[]bool{false, false, false}, ""},
+		{[]bool{false, true, false}, "limits: NewMiddleware: Hooks.UserID is nil"},
+		{[]bool{true, false, true}, "limits: NewMiddleware: Hooks.PlanOf and Hooks.TenantOf are nil"},
+		{[]bool{true, true, true}, "limits: NewMiddleware: Hooks.PlanOf, Hooks.UserID and Hooks.TenantOf are nil"},
+	} {
+		err := NilHooks("limits: NewMiddleware: Hooks.", []string{"PlanOf", "UserID", "TenantOf"}, c.nils...)
+		if got := fmt.Sprint(err); c.want == "" && err != nil || c.want != "" && got != c.want {
+			t.Errorf("NilHooks(%v) = %v, want %q", c.nils, err, c.want)
+		}
+	}
+}
