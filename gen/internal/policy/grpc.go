@@ -13,7 +13,6 @@ import (
 var (
 	grpcFields      = []string{"client_ip", "metadata", "jitter", "log_denials", "missing_key", "plan", "keys", "methods"}
 	grpcEntryFields = []string{"method", "service", "rule", "tier", "keys", "cost", "mode"}
-	grpcKeyKinds    = []string{"ip", "metadata", "method", "route", "func"}
 	// grpcMissing are the status codes a call without a key may end with, by
 	// the name the policy gives them, and their codes constants.
 	grpcMissing = map[string]string{
@@ -74,7 +73,7 @@ func (p *parser) grpcSection(n *yaml.Node, m *model.Model) *model.GRPC {
 		g.Plan = p.planSource(v, m, "grpc", addHook)
 	}
 	source := func(s *yaml.Node, r model.Rule, what string) (model.KeySource, bool) {
-		return p.grpcKeySource(s, r, what, addHook)
+		return p.keySource(doors["grpc"], s, r, what, addHook)
 	}
 	defaults := map[int][]model.KeySource{}
 	if v := f["keys"]; v != nil {
@@ -162,49 +161,6 @@ func metadataName(s string) string {
 	return ""
 }
 
-// grpcKeySource reads one key source of a grpc: section for rule r.
-func (p *parser) grpcKeySource(n *yaml.Node, r model.Rule, what string, addHook func(*yaml.Node, string, string) bool) (model.KeySource, bool) {
-	kind, name, hasName := strings.Cut(n.Value, ":")
-	bad := func(format string, args ...any) (model.KeySource, bool) {
-		p.errorf(n, "%s: rule %q: key source %q: "+format, append([]any{what, r.Name, n.Value}, args...)...)
-		return model.KeySource{}, false
-	}
-	if n.Kind != yaml.ScalarNode {
-		return bad("a key source is a string, such as ip, metadata:x-tenant or func:UserID")
-	}
-	integer := r.KeyType != "string"
-	switch kind {
-	case "ip", "method", "route":
-		if hasName {
-			return bad("%s takes no name", kind)
-		}
-		if kind == "route" && !integer {
-			return bad("route keys by the entry's number, for integer keys; use method for a string key")
-		}
-		if kind != "route" && integer {
-			return bad("%s gives a string, but the rule's key is %s", kind, r.KeyType)
-		}
-		return model.KeySource{Kind: kind}, true
-	case "metadata":
-		if msg := metadataName(name); msg != "" {
-			return bad("%s", msg)
-		}
-		return model.KeySource{Kind: kind, Name: strings.ToLower(name)}, true
-	case "func":
-		if !addHook(n, name, r.KeyType) {
-			return model.KeySource{}, false
-		}
-		return model.KeySource{Kind: kind, Name: name}, true
-	}
-	msg := "use one of ip (the peer, behind client_ip's trusted proxies), metadata:name, method, route, func:Name"
-	if s := didYouMean(kind, grpcKeyKinds); s != "" {
-		msg = fmt.Sprintf("did you mean %s? (%s)", s, msg)
-	} else if kind == "header" {
-		msg = "a gRPC call has metadata, not headers: metadata:" + strings.ToLower(name)
-	}
-	return bad("%s", msg)
-}
-
 // grpcEntry validates one entry of grpc: methods; lines holds the entries
 // before it (full methods, and services as "pkg.Service/"), by line.
 func (p *parser) grpcEntry(n *yaml.Node, ordinal int, m *model.Model, g *model.GRPC, defaults map[int][]model.KeySource,
@@ -287,7 +243,7 @@ func (p *parser) grpcEntry(n *yaml.Node, ordinal int, m *model.Model, g *model.G
 				p.errorf(at, "%s: entry number %d does not fit rule %q's %s key", what, ordinal, rule.Name, rule.KeyType)
 				valid = false
 			}
-			from = append(from, describeGRPCSource(s))
+			from = append(from, doors["grpc"].describe(s))
 		}
 		r.Keys = append(r.Keys, srcs)
 		r.MissingBodies = append(r.MissingBodies, "the call has no key for rule "+rule.Name+": "+what+" reads it from "+strings.Join(from, ", then "))
@@ -297,18 +253,6 @@ func (p *parser) grpcEntry(n *yaml.Node, ordinal int, m *model.Model, g *model.G
 	}
 	r.PolicyLists = policyLists(m, r.Rules)
 	return r, valid
-}
-
-func describeGRPCSource(s model.KeySource) string {
-	switch s.Kind {
-	case "ip":
-		return "the client address"
-	case "method", "route":
-		return "the method"
-	case "func":
-		return "the caller's identity, as the service establishes it"
-	}
-	return "metadata " + s.Name
 }
 
 // grpcCost reads an entry's cost: a number, or {from: metadata:name, default,

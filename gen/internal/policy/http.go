@@ -28,7 +28,6 @@ var (
 	httpMethods = []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "CONNECT", "OPTIONS", "TRACE", "QUERY",
 		"PROPFIND", "PROPPATCH", "MKCOL", "COPY", "MOVE", "LOCK", "UNLOCK", "REPORT", "SEARCH"}
 	costFields = []string{"from", "default", "max"}
-	keyKinds   = []string{"ip", "header", "query", "path", "pattern", "route", "func"}
 )
 
 // maxRoutes bounds the routes of an http: section (a route's ordinal is the key
@@ -71,7 +70,7 @@ func (p *parser) httpSection(n *yaml.Node, m *model.Model) *model.HTTP {
 		h.Plan = p.planSource(v, m, "http", addHook)
 	}
 	source := func(s *yaml.Node, r model.Rule, what string) (model.KeySource, bool) {
-		return p.keySource(s, r, what, addHook)
+		return p.keySource(doors["http"], s, r, what, addHook)
 	}
 	defaults := map[int][]model.KeySource{}
 	if v := f["keys"]; v != nil {
@@ -359,53 +358,6 @@ func (p *parser) keyMap(n *yaml.Node, m *model.Model, what string, source func(*
 	return out
 }
 
-// keySource reads one source ("ip", "header:X-Tenant", "func:UserID", ...) for
-// rule r, checking that it can produce r's key type.
-func (p *parser) keySource(n *yaml.Node, r model.Rule, what string, addHook func(*yaml.Node, string, string) bool) (model.KeySource, bool) {
-	kind, name, hasName := strings.Cut(n.Value, ":")
-	bad := func(format string, args ...any) (model.KeySource, bool) {
-		p.errorf(n, "%s: rule %q: key source %q: "+format, append([]any{what, r.Name, n.Value}, args...)...)
-		return model.KeySource{}, false
-	}
-	if n.Kind != yaml.ScalarNode {
-		return bad("a key source is a string, such as ip, header:X-Tenant or func:UserID")
-	}
-	integer := r.KeyType != "string"
-	switch kind {
-	case "ip", "pattern", "route":
-		if hasName {
-			return bad("%s takes no name", kind)
-		}
-		if kind == "route" && !integer {
-			return bad("route keys by the route's number, for integer keys; use pattern for a string key")
-		}
-		if kind != "route" && integer {
-			return bad("%s gives a string, but the rule's key is %s", kind, r.KeyType)
-		}
-		return model.KeySource{Kind: kind}, true
-	case "header":
-		if !validHeaderName(name) {
-			return bad("%q is not a header name", name)
-		}
-		return model.KeySource{Kind: kind, Name: http.CanonicalHeaderKey(name)}, true
-	case "query", "path":
-		if name == "" {
-			return bad("name the %s parameter, such as %s:id", kind, kind)
-		}
-		return model.KeySource{Kind: kind, Name: name}, true
-	case "func":
-		if !addHook(n, name, r.KeyType) {
-			return model.KeySource{}, false
-		}
-		return model.KeySource{Kind: kind, Name: name}, true
-	}
-	msg := "use one of ip, header:Name, query:name, path:wildcard, pattern, route, func:Name"
-	if s := didYouMean(kind, keyKinds); s != "" {
-		msg = fmt.Sprintf("did you mean %s? (%s)", s, msg)
-	}
-	return bad("%s", msg)
-}
-
 // validHeaderName reports whether s is an HTTP field name (an RFC 9110 token).
 func validHeaderName(s string) bool {
 	if s == "" || len(s) > 128 {
@@ -489,7 +441,7 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 		}
 		var from []string
 		for _, s := range srcs {
-			from = append(from, describeSource(s))
+			from = append(from, doors["http"].describe(s))
 		}
 		srcs = slices.Clone(srcs) // the route's own: its path sources' segments are its pattern's
 		for i, s := range srcs {
@@ -562,18 +514,6 @@ func validChallenge(v string) bool {
 		}
 	}
 	return true
-}
-
-func describeSource(s model.KeySource) string {
-	switch s.Kind {
-	case "ip":
-		return "the client address"
-	case "pattern", "route":
-		return "the route"
-	case "func":
-		return "the caller's identity, as the service establishes it"
-	}
-	return "the " + s.Kind + " " + s.Name
 }
 
 // routeFits reports whether a route number fits an integer key type.

@@ -1,0 +1,182 @@
+package policy
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/limitgen/limitgen/gen/internal/model"
+	"go.yaml.in/yaml/v3"
+)
+
+// keyKind is a key source a door offers, as a policy writes it: its kind
+// ("ip", "header"), whether it takes a name (header:X-Tenant), which key
+// types it gives, and how a reader is told where a key came from.
+type keyKind struct {
+	kind string
+	// name, for a named kind, checks the name and returns it as the door
+	// reads it (canonical, lower case), or the reason it is refused. Nil
+	// for a kind without a name.
+	name func(string) (string, string)
+	// gives is what the source gives: "string", "integer" (a route's
+	// number) or "any" (a func: hook of the rule's own key type).
+	gives string
+	// describe says where the key comes from, for refusals' bodies.
+	describe func(name string) string
+}
+
+// door is one door's key sources, in the order its errors list them.
+type door struct {
+	name    string // the policy's section: http, grpc
+	example string // a key source or two, for errors
+	// route is what the door calls the thing a route key numbers (route,
+	// entry), and byName the string kind that keys by it (pattern, method).
+	route, byName string
+	kinds         []keyKind
+	// wrong are kinds other doors offer, with what to write here instead.
+	wrong map[string]func(name string) string
+}
+
+// doors is the one table of what each door offers as key sources.
+var doors = map[string]*door{
+	"http": {
+		name: "http", example: "ip, header:X-Tenant or func:UserID", route: "route", byName: "pattern",
+		kinds: []keyKind{
+			{kind: "ip", gives: "string", describe: func(string) string { return "the client address" }},
+			{kind: "header", gives: "string", name: headerName, describe: func(n string) string { return "the header " + n }},
+			{kind: "query", gives: "string", name: paramName("query"), describe: func(n string) string { return "the query " + n }},
+			{kind: "path", gives: "string", name: paramName("path"), describe: func(n string) string { return "the path " + n }},
+			{kind: "pattern", gives: "string", describe: func(string) string { return "the route" }},
+			{kind: "route", gives: "integer", describe: func(string) string { return "the route" }},
+			{kind: "func", gives: "any", describe: func(string) string { return "the caller's identity, as the service establishes it" }},
+		},
+		wrong: map[string]func(string) string{
+			"metadata": func(n string) string { return "an HTTP request has headers, not metadata: header:" + n },
+			"method":   func(string) string { return "an HTTP route keys by its pattern: pattern" },
+		},
+	},
+	"grpc": {
+		name: "grpc", example: "ip, metadata:x-tenant or func:UserID", route: "entry", byName: "method",
+		kinds: []keyKind{
+			{kind: "ip", gives: "string", describe: func(string) string { return "the client address" }},
+			{kind: "metadata", gives: "string", name: metadataKey, describe: func(n string) string { return "metadata " + n }},
+			{kind: "method", gives: "string", describe: func(string) string { return "the method" }},
+			{kind: "route", gives: "integer", describe: func(string) string { return "the method" }},
+			{kind: "func", gives: "any", describe: func(string) string { return "the caller's identity, as the service establishes it" }},
+		},
+		wrong: map[string]func(string) string{
+			"header": func(n string) string { return "a gRPC call has metadata, not headers: metadata:" + strings.ToLower(n) },
+		},
+	},
+}
+
+// kind is d's key kind named k, or nil.
+func (d *door) kind(k string) *keyKind {
+	for i := range d.kinds {
+		if d.kinds[i].kind == k {
+			return &d.kinds[i]
+		}
+	}
+	return nil
+}
+
+// list is d's kinds as a policy writes them, for errors: ip, header:Name, ...
+func (d *door) list() string {
+	var out []string
+	for _, k := range d.kinds {
+		s := k.kind
+		if k.name != nil {
+			s += ":name"
+		}
+		if k.kind == "func" {
+			s = "func:Name"
+		}
+		out = append(out, s)
+	}
+	return strings.Join(out, ", ")
+}
+
+// describe says where a source's key comes from.
+func (d *door) describe(s model.KeySource) string {
+	if k := d.kind(s.Kind); k != nil {
+		return k.describe(s.Name)
+	}
+	return s.Kind + " " + s.Name
+}
+
+// keySource reads one of door d's key sources ("ip", "header:X-Tenant",
+// "func:UserID", ...) for rule r, checking that it can give r's key type.
+func (p *parser) keySource(d *door, n *yaml.Node, r model.Rule, what string, addHook func(*yaml.Node, string, string) bool) (model.KeySource, bool) {
+	kind, name, hasName := strings.Cut(n.Value, ":")
+	bad := func(format string, args ...any) (model.KeySource, bool) {
+		p.errorf(n, "%s: rule %q: key source %q: "+format, append([]any{what, r.Name, n.Value}, args...)...)
+		return model.KeySource{}, false
+	}
+	if n.Kind != yaml.ScalarNode {
+		return bad("a key source is a string, such as %s", d.example)
+	}
+	k := d.kind(kind)
+	if k == nil {
+		msg := "use one of " + d.list()
+		var names []string
+		for _, k := range d.kinds {
+			names = append(names, k.kind)
+		}
+		if w := d.wrong[kind]; w != nil {
+			msg = w(name)
+		} else if s := didYouMean(kind, names); s != "" {
+			msg = fmt.Sprintf("did you mean %s? (%s)", s, msg)
+		}
+		return bad("%s", msg)
+	}
+	integer := r.KeyType != "string"
+	switch {
+	case k.kind == "func":
+		if !addHook(n, name, r.KeyType) {
+			return model.KeySource{}, false
+		}
+		return model.KeySource{Kind: kind, Name: name}, true
+	case k.name == nil && hasName:
+		return bad("%s takes no name", kind)
+	case k.gives == "integer" && !integer:
+		return bad("%s keys by the %s's number, for integer keys; use %s for a string key", kind, d.route, d.byName)
+	case k.gives == "string" && integer && k.name == nil:
+		return bad("%s gives a string, but the rule's key is %s", kind, r.KeyType)
+	}
+	if k.name != nil {
+		canon, msg := k.name(name)
+		if msg != "" {
+			return bad("%s", msg)
+		}
+		name = canon
+	}
+	return model.KeySource{Kind: kind, Name: name}, true
+}
+
+// headerName checks an HTTP field name (an RFC 9110 token) and returns it in
+// canonical form, as net/http's Header keys it.
+func headerName(s string) (string, string) {
+	if !validHeaderName(s) {
+		return "", fmt.Sprintf("%q is not a header name", s)
+	}
+	return http.CanonicalHeaderKey(s), ""
+}
+
+// paramName is the check of a query or path parameter's name.
+func paramName(kind string) func(string) (string, string) {
+	return func(s string) (string, string) {
+		if s == "" {
+			return "", fmt.Sprintf("name the %s parameter, such as %s:id", kind, kind)
+		}
+		return s, ""
+	}
+}
+
+// metadataKey checks a gRPC metadata key and returns it in lower case, as
+// grpc-go keys incoming metadata.
+func metadataKey(s string) (string, string) {
+	if msg := metadataName(s); msg != "" {
+		return "", msg
+	}
+	return strings.ToLower(s), ""
+}
