@@ -202,31 +202,33 @@ func loopback(b testing.TB, opts ...grpc.ServerOption) healthpb.HealthClient {
 
 // TestGRPCImplsDecide checks what each interceptor answers over a real
 // server: the allowed case's call passes; the denied case's second call is
-// ResourceExhausted, and limitgen's carries RetryInfo and the fields.
+// ResourceExhausted, and limitgen's carries RetryInfo and, in its trailers,
+// the fields and the pushback (its allowed calls carry nothing: the
+// default).
 func TestGRPCImplsDecide(t *testing.T) {
 	for _, c := range grpcCases {
 		for _, impl := range grpcImpls[1:] {
 			client := loopback(t, grpc.UnaryInterceptor(impl.make(t, c)))
 			ctx := metadata.AppendToOutgoingContext(context.Background(), "x-user", "alice")
-			call := func() (metadata.MD, error) {
-				var hdr metadata.MD
+			call := func() (metadata.MD, metadata.MD, error) {
+				var hdr, tr metadata.MD
 				var err error
 				if c.name == "allowed" {
-					_, err = client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr))
+					_, err = client.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr), grpc.Trailer(&tr))
 				} else {
-					_, err = client.List(ctx, &healthpb.HealthListRequest{}, grpc.Header(&hdr))
+					_, err = client.List(ctx, &healthpb.HealthListRequest{}, grpc.Header(&hdr), grpc.Trailer(&tr))
 				}
-				return hdr, err
+				return hdr, tr, err
 			}
-			hdr, err := call()
+			hdr, tr, err := call()
 			if c.code != codes.OK {
-				hdr, err = call()
+				hdr, tr, err = call()
 			}
 			if status.Code(err) != c.code {
 				t.Errorf("%s %s: %v, want %v", c.name, impl.name, err, c.code)
 			}
-			if impl.name == "limitgen" && len(hdr.Get("ratelimit")) != 1 {
-				t.Errorf("%s limitgen: no ratelimit metadata: %v", c.name, hdr)
+			if impl.name == "limitgen" && (len(hdr.Get("ratelimit")) != 0 || (c.code != codes.OK) != (len(tr.Get("ratelimit")) == 1 && len(tr.Get("grpc-retry-pushback-ms")) == 1)) {
+				t.Errorf("%s limitgen: header %v, trailer %v; want the fields and the pushback in a denial's trailers only", c.name, hdr, tr)
 			}
 			if impl.name == "limitgen" && c.code != codes.OK && len(status.Convert(err).Details()) != 2 {
 				t.Errorf("limitgen's denial: details %v, want RetryInfo and QuotaFailure", status.Convert(err).Details())

@@ -98,23 +98,29 @@ func (s *service) client(t *testing.T, from string) healthpb.HealthClient {
 
 // call is one unary Check with metadata kv, and what came back.
 type call struct {
-	err    error
-	header metadata.MD
+	err             error
+	header, trailer metadata.MD
 }
 
 func check(t *testing.T, c healthpb.HealthClient, kv ...string) call {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(metadata.NewOutgoingContext(context.Background(), metadata.Pairs(kv...)), 10*time.Second)
 	defer cancel()
-	var hdr metadata.MD
-	_, err := c.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr))
-	return call{err, hdr}
+	var hdr, tr metadata.MD
+	_, err := c.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr), grpc.Trailer(&tr))
+	return call{err, hdr, tr}
 }
 
 func (c call) code() codes.Code { return status.Code(c.err) }
 
+// field is the value of metadata name: an allowed call's header, or a
+// denial's trailer.
 func (c call) field(name string) string {
-	if v := c.header.Get(name); len(v) == 1 {
+	md := c.header
+	if c.err != nil {
+		md = c.trailer
+	}
+	if v := md.Get(name); len(v) == 1 {
 		return v[0]
 	}
 	return ""
@@ -138,9 +144,10 @@ func details(t *testing.T, err error) (*errdetails.RetryInfo, *errdetails.QuotaF
 
 // TestUnary: Check is limited per user (the hook's, else x-user), 3 on the
 // free plan and 6 on pro, with a fixed clock: each allowed call carries the
-// RateLimit fields as header metadata; the 4th is ResourceExhausted with the
-// fields, retry-after, a RetryInfo of the whole wait and a QuotaFailure
-// naming the rule; counters count each outcome.
+// RateLimit fields as header metadata (metadata: all); the 4th is
+// ResourceExhausted, trailers-only, with the fields, retry-after and
+// grpc-retry-pushback-ms in its trailers, a RetryInfo of the whole wait and a
+// QuotaFailure naming the rule; counters count each outcome.
 func TestUnary(t *testing.T) {
 	now := atomicbucket.Time(0)
 	s := start(t, grpclimits.New(), &now, nil)
@@ -163,8 +170,11 @@ func TestUnary(t *testing.T) {
 	if denied.code() != codes.ResourceExhausted {
 		t.Fatalf("4th call: %v, want ResourceExhausted", denied.err)
 	}
-	if ra, rl := denied.field("retry-after"), denied.field("ratelimit"); ra != "60" || rl != `"Checks";r=0;t=60` {
-		t.Errorf("denial's metadata: retry-after %q, ratelimit %q", ra, rl)
+	if ra, rl, pb := denied.field("retry-after"), denied.field("ratelimit"), denied.field("grpc-retry-pushback-ms"); ra != "60" || rl != `"Checks";r=0;t=60` || pb != "60000" {
+		t.Errorf("denial's trailers: retry-after %q, ratelimit %q, grpc-retry-pushback-ms %q", ra, rl, pb)
+	}
+	if len(denied.header) != 0 {
+		t.Errorf("the denial sent header metadata %v: not trailers-only, so grpc-go would not retry it", denied.header)
 	}
 	ri, qf := details(t, denied.err)
 	if ri == nil || ri.RetryDelay.AsDuration() != time.Minute {
@@ -347,8 +357,10 @@ func TestShadowAndCoverage(t *testing.T) {
 	}
 }
 
-// TestNoMetadata: with Config.Metadata HeadersNone an allowed call carries no
-// RateLimit metadata, and a denial still has its RetryInfo.
+// TestNoMetadata: with Config.Metadata MetadataNone no call carries
+// RateLimit metadata, and a denial still has its RetryInfo and
+// grpc-retry-pushback-ms; with MetadataDenials (the default) only the
+// denial carries the fields, in its trailers.
 func TestNoMetadata(t *testing.T) {
 	now := atomicbucket.Time(0)
 	s := start(t, grpclimits.New(), &now, func(g *grpclimits.GRPC) { g.Config.Metadata = limitgrpc.MetadataNone })
@@ -361,6 +373,22 @@ func TestNoMetadata(t *testing.T) {
 	got := check(t, c, "x-user", "u")
 	if ri, _ := details(t, got.err); got.code() != codes.ResourceExhausted || ri == nil {
 		t.Errorf("denied: %v, RetryInfo %v", got.err, ri)
+	}
+	if got.field("grpc-retry-pushback-ms") != "60000" || got.field("ratelimit") != "" || got.field("retry-after") != "" {
+		t.Errorf("denied: trailers %v, want grpc-retry-pushback-ms 60000 and no RateLimit fields", got.trailer)
+	}
+
+	s = start(t, grpclimits.New(), &now, func(g *grpclimits.GRPC) { g.Config.Metadata = limitgrpc.MetadataDenials })
+	c = s.client(t, "")
+	for range 3 {
+		if got := check(t, c, "x-user", "u"); got.err != nil || got.field("ratelimit") != "" || got.field("ratelimit-policy") != "" {
+			t.Fatalf("allowed: %v, header %v; want no RateLimit fields", got.err, got.header)
+		}
+	}
+	got = check(t, c, "x-user", "u")
+	if got.code() != codes.ResourceExhausted || len(got.header) != 0 || got.field("ratelimit") != `"Checks";r=0;t=60` ||
+		got.field("retry-after") != "60" || got.field("grpc-retry-pushback-ms") != "60000" {
+		t.Errorf("denied: %v, header %v, trailer %v; want the fields and the pushback in the trailer alone", got.err, got.header, got.trailer)
 	}
 }
 

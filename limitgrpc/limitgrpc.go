@@ -2,19 +2,23 @@
 // generates from a policy's grpc: section: how a call's keys and cost are
 // read from its metadata and peer, and how a decision is answered.
 //
-// An allowed call carries the IETF RateLimit fields as response header
-// metadata: ratelimit-policy and ratelimit, as the HTTP middleware sends
-// them. A denied call ends with codes.ResourceExhausted, the same two entries
-// and retry-after (whole seconds), and two details a client library can
-// read: google.rpc.RetryInfo (the wait, to the millisecond) and
-// google.rpc.QuotaFailure (the rule, as subject "rule:Name", and its numbers). A call whose cost can never be
-// admitted (above the rule's burst, or above the most its cost source
-// allows) ends with codes.InvalidArgument and a QuotaFailure. A call a shared
-// rule's failure setting refuses because its store could not decide
-// (on_failure: deny) is an outage, not a quota: it ends with
-// codes.Unavailable and a RetryInfo, and no QuotaFailure. A call with no
-// key for a keyed rule ends with the policy's missing_key code. Nothing is
-// taken for either.
+// A denied call ends with codes.ResourceExhausted and a trailers-only
+// response: the status, two details a client library can read
+// (google.rpc.RetryInfo, the wait to the millisecond, jitter included; and
+// google.rpc.QuotaFailure, the rule as subject "rule:Name" and its numbers),
+// and trailer metadata: grpc-retry-pushback-ms (the same wait, which
+// grpc-go's own retry policy obeys: a service config retrying
+// RESOURCE_EXHAUSTED waits it, then succeeds), and the IETF RateLimit fields
+// as the HTTP middleware sends them (ratelimit-policy, ratelimit, and
+// retry-after in whole seconds). With MetadataAll, allowed calls carry
+// ratelimit-policy and ratelimit in their header metadata too. A call whose
+// cost can never be admitted (above the rule's burst, or above the most its
+// cost source allows) ends with codes.InvalidArgument and a QuotaFailure. A
+// call a shared rule's failure setting refuses because its store could not
+// decide (on_failure: deny) is an outage, not a quota: it ends with
+// codes.Unavailable, a RetryInfo and the pushback, and no QuotaFailure. A
+// call with no key for a keyed rule ends with the policy's missing_key code.
+// Nothing is taken for either.
 //
 // A stream is checked once, when it opens, at the cost its metadata declares:
 // its messages are not counted.
@@ -53,16 +57,25 @@ const (
 	KeyPolicy     = "ratelimit-policy"
 	KeyRateLimit  = "ratelimit"
 	KeyRetryAfter = "retry-after"
+	// KeyPushback is gRPC's own retry hint (gRFC A6): on a denial, the wait
+	// in milliseconds after which grpc-go's retry policy tries again.
+	KeyPushback = "grpc-retry-pushback-ms"
 )
 
 // MetadataStyle selects the rate-limit metadata a response carries.
 type MetadataStyle uint8
 
 const (
-	// MetadataIETF sends ratelimit-policy and ratelimit (the zero value).
-	MetadataIETF MetadataStyle = iota
-	// MetadataNone sends no rate-limit metadata; a denial still has its
-	// RetryInfo.
+	// MetadataDenials (the zero value) sends the RateLimit fields on
+	// denials only, in their trailers: ratelimit-policy, ratelimit and
+	// retry-after. An allowed call carries nothing and costs nothing more.
+	MetadataDenials MetadataStyle = iota
+	// MetadataAll also sends ratelimit-policy and ratelimit in every allowed
+	// call's header metadata, so that a client can pace itself before it is
+	// denied (ObeyingClient).
+	MetadataAll
+	// MetadataNone sends no RateLimit fields; a denial still carries its
+	// RetryInfo and grpc-retry-pushback-ms.
 	MetadataNone
 )
 
@@ -80,56 +93,76 @@ type Config struct {
 }
 
 // A response's metadata depends only on its rule, its entry's policy list,
-// r, t and (denied) the retry, which take few values (verdict.Memo), so the
+// r, t and (denied) the wait, which take few values (verdict.Memo), so the
 // last few hundred are kept and set again: a response whose metadata was
-// made before allocates none of its own (grpc.SetHeader still copies it into
-// the stream's, as it copies any). Nothing writes to a kept MD: grpc reads
-// what SetHeader is given.
+// made before allocates none of its own (grpc.SetHeader and SetTrailer still
+// join it into the stream's, as they join any). Nothing writes to a kept MD:
+// grpc reads what it is given.
 type mdEntry struct {
-	policy      *verdict.Policy
-	policies    string
-	r, t, retry int64
-	md          metadata.MD
+	policy   *verdict.Policy
+	policies string
+	r, t     int64
+	wait     time.Duration // a denial's; −1 for an allowed call's header
+	style    MetadataStyle
+	md       metadata.MD
 }
 
-func (c *Config) metadata(res *verdict.Result, v verdict.Verdict) metadata.MD {
-	slot := c.mds.Slot(verdict.MemoHash(res.Policy, v.R, v.T, uint64(v.Retry)<<48))
-	if e := slot.Load(); e != nil && e.r == v.R && e.t == v.T && e.retry == v.Retry && e.policy == res.Policy && e.policies == res.Policies {
+// metadata is an allowed call's header metadata (wait −1) or a denial's
+// trailer (wait ≥ 0): the fields unless MetadataNone, and on a denial
+// retry-after and grpc-retry-pushback-ms.
+func (c *Config) metadata(res *verdict.Result, v verdict.Verdict, wait time.Duration) metadata.MD {
+	style := c.Metadata
+	slot := c.mds.Slot(verdict.MemoHash(res.Policy, v.R, v.T, uint64(wait)<<8^uint64(style)))
+	if e := slot.Load(); e != nil && e.r == v.R && e.t == v.T && e.wait == wait && e.style == style && e.policy == res.Policy && e.policies == res.Policies {
 		return e.md
 	}
-	rl := string(verdict.AppendRateLimit(nil, res.Policy, v.R, v.T))
-	md := metadata.MD{KeyPolicy: {res.Policies}, KeyRateLimit: {rl}}
-	if v.Retry >= 0 {
-		md[KeyRetryAfter] = []string{strconv.FormatInt(v.Retry, 10)}
+	md := metadata.MD{}
+	if style != MetadataNone {
+		md[KeyPolicy] = []string{res.Policies}
+		md[KeyRateLimit] = []string{string(verdict.AppendRateLimit(nil, res.Policy, v.R, v.T))}
+		if wait >= 0 {
+			md[KeyRetryAfter] = []string{strconv.FormatInt(max(v.Retry, 0), 10)}
+		}
 	}
-	slot.Store(&mdEntry{policy: res.Policy, policies: res.Policies, r: v.R, t: v.T, retry: v.Retry, md: md})
+	if wait >= 0 {
+		md[KeyPushback] = []string{strconv.FormatInt(int64(wait/time.Millisecond), 10)}
+	}
+	slot.Store(&mdEntry{policy: res.Policy, policies: res.Policies, r: v.R, t: v.T, wait: wait, style: style, md: md})
 	return md
 }
 
-// Respond answers a checked call: it counts and observes the decision, sets
-// the RateLimit metadata, and returns nil when the call may go on, or the
-// status error that ends it. key seeds the jitter (the call's first string
-// key; "" with res.SeedInt for an integer one). mode Off returns nil at once.
+// Respond answers a checked call: it counts and observes the decision and
+// returns nil when the call may go on, or the status error that ends it. A
+// denial's metadata goes in its trailers (SetTrailer), so that the
+// response is trailers-only, as grpc-go's retry policy requires before it
+// reads grpc-retry-pushback-ms; an allowed call's (MetadataAll) in its
+// header. key seeds the jitter (the call's first string key; "" with
+// res.SeedInt for an integer one). mode Off returns nil at once.
 func (c *Config) Respond(ctx context.Context, mode verdict.Mode, res *verdict.Result, key string) error {
 	if mode == verdict.Off {
 		return nil
 	}
 	res.Door = verdict.DoorGRPC
 	v := c.Verdict(mode, res, key)
-	if c.Metadata != MetadataNone {
-		// An error here means the call has no server stream (a unit test's
-		// context) or its headers are sent: the decision stands without them.
-		_ = grpc.SetHeader(ctx, c.metadata(res, v))
-	}
 	switch v.Outcome {
 	case verdict.Allowed, verdict.ShadowDenied:
+		if c.Metadata == MetadataAll {
+			// An error here means the call has no server stream (a unit
+			// test's context) or its headers are sent: the decision stands
+			// without them.
+			_ = grpc.SetHeader(ctx, c.metadata(res, v, -1))
+		}
 		return nil
 	case verdict.TooCostly:
 		if mode == verdict.Shadow {
 			return nil
 		}
+		if c.Metadata != MetadataNone {
+			_ = grpc.SetTrailer(ctx, c.metadata(res, v, -1))
+		}
 		return c.denial(codes.InvalidArgument, res.Policy, 0, res.Cost)
 	}
+	_ = grpc.SetTrailer(ctx, c.metadata(res, v, v.Wait))
 	if v.Outage {
 		return c.denial(codes.Unavailable, res.Policy, v.Wait, 0)
 	}

@@ -35,11 +35,11 @@ func TestService(t *testing.T) {
 	}
 }
 
-// stream is a grpc.ServerTransportStream that keeps the header metadata set
-// on it, as grpc's joins it.
+// stream is a grpc.ServerTransportStream that keeps the header and trailer
+// metadata set on it, as grpc's joins them.
 type stream struct {
-	mu     sync.Mutex
-	header metadata.MD
+	mu              sync.Mutex
+	header, trailer metadata.MD
 }
 
 func (s *stream) Method() string { return "/t.T/M" }
@@ -50,7 +50,12 @@ func (s *stream) SetHeader(md metadata.MD) error {
 	return nil
 }
 func (s *stream) SendHeader(md metadata.MD) error { return s.SetHeader(md) }
-func (s *stream) SetTrailer(metadata.MD) error    { return nil }
+func (s *stream) SetTrailer(md metadata.MD) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.trailer = metadata.Join(s.trailer, md)
+	return nil
+}
 
 // TestRespondAnswersAsMade: 4 × 3,000 random decisions of two policies and two
 // entries' policy lists, in three rounds (the kept metadata and statuses
@@ -62,7 +67,7 @@ func TestRespondAnswersAsMade(t *testing.T) {
 		ptr(verdict.MustPolicy("Fast", atomicbucket.Limit{Tokens: 100, Period: time.Second, Burst: 100})),
 		ptr(verdict.MustPolicy("Slow", atomicbucket.Limit{Tokens: 1, Period: time.Minute, Burst: 7})),
 	}
-	var c Config
+	c := Config{Metadata: MetadataAll}
 	var wg sync.WaitGroup
 	for w := range 4 {
 		wg.Add(1)
@@ -86,17 +91,25 @@ func TestRespondAnswersAsMade(t *testing.T) {
 				ctx := grpc.NewContextWithServerTransportStream(context.Background(), st)
 				err := c.Respond(ctx, verdict.Enforce, &res, "k")
 				r, tt := p.Fields(res.Decision, 1)
-				if got := st.header.Get(KeyRateLimit); len(got) != 1 || got[0] != fmt.Sprintf("\"%s\";r=%d;t=%d", p.Name, r, tt) {
+				md := st.header // an allowed call's fields are its header's
+				if !res.Decision.Allowed {
+					md = st.trailer // a denial's its trailers'
+					if len(st.header) != 0 {
+						t.Errorf("denial with header metadata %v", st.header)
+						return
+					}
+				}
+				if got := md.Get(KeyRateLimit); len(got) != 1 || got[0] != fmt.Sprintf("\"%s\";r=%d;t=%d", p.Name, r, tt) {
 					t.Errorf("ratelimit %q, want r=%d t=%d of %s", got, r, tt, p.Name)
 					return
 				}
-				if got := st.header.Get(KeyPolicy); len(got) != 1 || got[0] != res.Policies {
+				if got := md.Get(KeyPolicy); len(got) != 1 || got[0] != res.Policies {
 					t.Errorf("ratelimit-policy %q, want %q", got, res.Policies)
 					return
 				}
 				if res.Decision.Allowed {
-					if err != nil || len(st.header.Get(KeyRetryAfter)) != 0 {
-						t.Errorf("allowed: %v, retry-after %q", err, st.header.Get(KeyRetryAfter))
+					if err != nil || len(md.Get(KeyRetryAfter)) != 0 || len(st.trailer) != 0 {
+						t.Errorf("allowed: %v, retry-after %q, trailer %v", err, md.Get(KeyRetryAfter), st.trailer)
 						return
 					}
 					continue
@@ -119,8 +132,12 @@ func TestRespondAnswersAsMade(t *testing.T) {
 					t.Errorf("RetryInfo %v, want %v (the decision's %v to the millisecond)", delay, wait, res.Decision.RetryAfter)
 					return
 				}
-				if got := st.header.Get(KeyRetryAfter); len(got) != 1 || got[0] != fmt.Sprint(secs) {
+				if got := md.Get(KeyRetryAfter); len(got) != 1 || got[0] != fmt.Sprint(secs) {
 					t.Errorf("retry-after %q, want %d", got, secs)
+					return
+				}
+				if got := md.Get(KeyPushback); len(got) != 1 || got[0] != fmt.Sprint(int64(wait/time.Millisecond)) {
+					t.Errorf("grpc-retry-pushback-ms %q, want %d", got, wait/time.Millisecond)
 					return
 				}
 			}

@@ -731,7 +731,7 @@ func NewGRPC(l *Limits, h GRPCHooks) (*GRPC, error) {
 				Jitter:   0.0,
 				Counters: verdict.NewSeriesCounters(grpcSeries[:]...),
 			},
-			Metadata: limitgrpc.MetadataIETF,
+			Metadata: limitgrpc.MetadataDenials,
 		},
 	}, nil
 }

@@ -22,7 +22,7 @@ type HTTP struct {
 // CostBody the status messages.
 type GRPC struct {
 	ClientIP   ClientIP
-	Metadata   string // the limitgrpc MetadataStyle constant: MetadataIETF or MetadataNone
+	Metadata   string // the limitgrpc MetadataStyle constant: MetadataDenials, MetadataAll or MetadataNone
 	Jitter     float64
 	LogDenials int64
 	Missing    string // the codes constant of a call no key source has a key for

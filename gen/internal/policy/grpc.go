@@ -28,17 +28,19 @@ var (
 // keys, cost and plan come from.
 func (p *parser) grpcSection(n *yaml.Node, m *model.Model) *model.GRPC {
 	f, _ := p.mapping(n, grpcFields, "the grpc section")
-	g := &model.GRPC{Metadata: "MetadataIETF", LogDenials: 10, Missing: "InvalidArgument"}
+	g := &model.GRPC{Metadata: "MetadataDenials", LogDenials: 10, Missing: "InvalidArgument"}
 	if c := f["client_ip"]; c != nil {
 		g.ClientIP = p.clientIP(c, "grpc")
 	}
 	if v := f["metadata"]; v != nil {
 		switch v.Value {
-		case "ietf":
+		case "denials":
+		case "all", "ietf":
+			g.Metadata = "MetadataAll"
 		case "none":
 			g.Metadata = "MetadataNone"
 		default:
-			p.errorf(v, "grpc: metadata %q: use ietf (ratelimit-policy and ratelimit in the response's header metadata) or none", v.Value)
+			p.errorf(v, "grpc: metadata %q: use denials (the RateLimit fields in a denial's trailers: the default), all (also in every allowed call's header metadata) or none", v.Value)
 		}
 	}
 	if v := f["jitter"]; v != nil {

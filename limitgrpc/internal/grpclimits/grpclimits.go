@@ -1937,7 +1937,7 @@ func NewGRPC(l *Limits, h GRPCHooks) (*GRPC, error) {
 				Counters: verdict.NewSeriesCounters(grpcSeries[:]...),
 				Observer: verdict.NewDenialLog(nil, 10),
 			},
-			Metadata: limitgrpc.MetadataIETF,
+			Metadata: limitgrpc.MetadataAll,
 		},
 	}, nil
 }
