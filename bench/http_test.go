@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -63,7 +64,7 @@ type httpCase struct {
 var httpCases = []httpCase{
 	{"allowed", "/bench", 1_000_000_000, time.Second, http.StatusOK, func(l *httplimits.Limits) func(string) bool { return l.PerIP.Allow }},
 	{"denied", "/denied", 1, time.Hour, http.StatusTooManyRequests, func(l *httplimits.Limits) func(string) bool { return l.Tight.Allow }},
-	{"draining", "/drain", 1_000_000_000, time.Hour, http.StatusOK, func(l *httplimits.Limits) func(string) bool { return l.Drain.Allow }},
+	{"draining", "/drain", 1_000_000_000, 24 * time.Hour, http.StatusOK, func(l *httplimits.Limits) func(string) bool { return l.Drain.Allow }},
 }
 
 // httpImpls builds each middleware over bare, set up as its own README
@@ -204,4 +205,116 @@ func TestHTTPImplsSendFields(t *testing.T) {
 			}
 		}
 	}
+}
+
+// handlerLike is the handler behind every middleware in BenchmarkHTTPPaired:
+// what a minimal real handler does (a Content-Type, a short body), so that
+// the response's header map has its first entry whether or not a middleware
+// set one (net/http's map is made empty for each response; whoever sets its
+// first entry pays for its storage, and the baseline pays it too).
+var handlerLike = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	w.Header()["Content-Type"] = textPlain
+	w.WriteHeader(http.StatusOK)
+	io.WriteString(w, "ok\n") //nolint:errcheck // a nopWriter
+})
+
+var textPlain = []string{"text/plain; charset=utf-8"}
+
+// BenchmarkHTTPPaired measures every middleware in one process, in turn, in
+// slices of about a millisecond (paired), each over its own README's default
+// in-memory store and handlerLike, with a fresh header map per request as
+// net/http gives each response, and a ResponseWriter that has WriteString as
+// net/http's does. Cases: allowed while the bucket drains (1e9 a day: the
+// remaining count changes at every request), allowed with a full bucket,
+// denied; from one client address, or from 1e3 in turn. Each
+// implementation's figures are its overhead over the handler alone (bare);
+// <peer>/limitgen is a peer's overhead over limitgen's.
+func BenchmarkHTTPPaired(b *testing.B) {
+	cases := []struct {
+		name string
+		c    httpCase
+	}{{"draining", httpCases[2]}, {"full", httpCases[0]}, {"denied", httpCases[1]}}
+	for _, cs := range cases {
+		for _, keys := range []int{1, 1000} {
+			b.Run("case="+cs.name+"/keys="+strconv.Itoa(keys), func(b *testing.B) {
+				reqs := make([]*http.Request, keys)
+				for i := range reqs {
+					reqs[i] = benchRequest(cs.c.path)
+					reqs[i].RemoteAddr = "203.0." + strconv.Itoa(113+i/250) + "." + strconv.Itoa(i%250) + ":51234"
+				}
+				var impls []pairedImpl
+				for _, im := range httpImpls {
+					h := im.make(b, cs.c)
+					if im.name == "bare" {
+						h = handlerLike
+					} else {
+						h = wrapLike(b, im.name, cs.c)
+					}
+					w := &nopWriter{}
+					n := 0
+					serve := func() {
+						w.h = make(http.Header)
+						w.code = 0
+						h.ServeHTTP(w, reqs[n%keys])
+						n++
+					}
+					// Warm every key (a denied case's first request takes the
+					// only token); then check the case's answer.
+					for range keys {
+						serve()
+					}
+					serve()
+					if im.name != "bare" && w.code != cs.c.code {
+						b.Fatalf("%s: status %d, want %d", im.name, w.code, cs.c.code)
+					}
+					impls = append(impls, pairedImpl{im.name, serve})
+				}
+				paired(b, impls, "limitgen")
+			})
+		}
+	}
+}
+
+// wrapLike is implementation name of httpImpls over handlerLike for c.
+func wrapLike(b testing.TB, name string, c httpCase) http.Handler {
+	switch name {
+	case "limitgen":
+		mw, err := httplimits.NewMiddleware(httplimits.New(), httplimits.Hooks{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return mw.Wrap(handlerLike)
+	case "httprate":
+		return httprate.Limit(int(c.tokens), c.period, httprate.WithKeyFuncs(httprate.KeyByIP))(handlerLike)
+	case "httplimit":
+		cfg := &memorystore.Config{Tokens: uint64(c.tokens), Interval: c.period}
+		if c.code == http.StatusOK && c.period == time.Second {
+			cfg = &memorystore.Config{Tokens: 1 << 40, Interval: 24 * time.Hour} // see httpImpls
+		}
+		store, err := memorystore.New(cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		mw, err := httplimit.NewMiddleware(store, httplimit.IPKeyFunc())
+		if err != nil {
+			b.Fatal(err)
+		}
+		return mw.Handle(handlerLike)
+	case "throttled":
+		store, err := memstore.NewCtx(65536)
+		if err != nil {
+			b.Fatal(err)
+		}
+		quota := throttled.RateQuota{MaxRate: throttled.PerDuration(int(c.tokens), c.period), MaxBurst: int(c.tokens) - 1}
+		rl, err := throttled.NewGCRARateLimiterCtx(store, quota)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return (&throttled.HTTPRateLimiterCtx{RateLimiter: rl, VaryBy: &throttled.VaryBy{RemoteAddr: true}}).RateLimit(handlerLike)
+	case "ulule":
+		lim := ulule.New(ululememory.NewStore(), ulule.Rate{Period: c.period, Limit: c.tokens})
+		return ululestdlib.NewMiddleware(lim).Handler(handlerLike)
+	}
+	b.Fatalf("no implementation %s", name)
+	return nil
 }

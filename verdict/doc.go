@@ -43,7 +43,10 @@
 //     understates the rate rather than promising a burst the bucket cannot give.
 //     RateLimit-Policy is a constant per rule and plan (Policy.Item), computed
 //     when the package is generated (NewPolicy computes the same by hand).
-//   - r is the whole tokens left now. When it is 0, t is the seconds until the
+//   - r is the whole tokens left now: exactly, below 1000; from 1000 up,
+//     rounded down to three significant digits (Shown), never more than is
+//     left, so that a draining bucket's responses share their field values.
+//     When it is 0, t is the seconds until the
 //     request's own cost is available again: on a denial that is its wait (the
 //     decision's RetryAfter); after an allowed request that took the last whole
 //     token, the wait a request of the same cost would have.

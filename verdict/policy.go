@@ -146,7 +146,7 @@ const maxSFInteger = 999_999_999_999_999
 // Fields returns the RateLimit parameters r and t for decision d of a request
 // of the given cost, by the rules of the package doc.
 func (p *Policy) Fields(d atomicbucket.Decision, cost int64) (r, t int64) {
-	r = max(d.Remaining, 0)
+	r = Shown(d.Remaining)
 	var base time.Duration
 	switch {
 	case !d.Allowed && d.RetryAfter != atomicbucket.Never && d.RetryAfter >= 0:
@@ -160,6 +160,25 @@ func (p *Policy) Fields(d atomicbucket.Decision, cost int64) (r, t int64) {
 		base = max(base, p.paced(r))
 	}
 	return r, CeilSeconds(base)
+}
+
+// Shown is a count of whole tokens left as the RateLimit field shows it (r):
+// exact below 1000; from 1000 up, rounded down to three significant digits
+// (1,234,567 shows as 1,230,000). It is never more than is left, and less by
+// under 1%, so a client that believes it is never denied for it; and a
+// bucket that drains one token a request shows the same r for many requests
+// in a row, so that the doors give them the field values they made before
+// (Memo) instead of a string each. Negative counts show as 0.
+func Shown(r int64) int64 {
+	if r < 1000 {
+		return max(r, 0)
+	}
+	n := (bits.Len64(uint64(r))*1233)>>12 + 1 // the digit count, or one more (AppendDecimal)
+	if uint64(r) < pow10[n-1] {
+		n--
+	}
+	unit := int64(pow10[n-3])
+	return r / unit * unit
 }
 
 // waitAfter is, for a bucket that is reset away from full, the wait until it

@@ -2,6 +2,7 @@ package verdict
 
 import (
 	"math"
+	"math/big"
 	"math/rand/v2"
 	"strconv"
 	"testing"
@@ -19,6 +20,10 @@ func randomLimit(t *testing.T, rng *rand.Rand) atomicbucket.Limit {
 			Tokens: 1 + rng.Int64N(50),
 			Period: periods[rng.IntN(len(periods))],
 			Burst:  1 + rng.Int64N(200),
+		}
+		if rng.IntN(5) == 0 { // a burst whose r is shown to three digits, refilled within days
+			l.Burst = 1000 + rng.Int64N(10_000_000)
+			l.Tokens = 1 + l.Burst/1000 + rng.Int64N(l.Burst)
 		}
 		if rng.IntN(3) == 0 {
 			l.Refill = atomicbucket.Interval
@@ -46,17 +51,18 @@ func TestFieldsKeepTheirPromises(t *testing.T) {
 		b := atomicbucket.NewBucketAt(atomicbucket.MustRule(l), 0)
 		now := atomicbucket.Time(0)
 		for range 60 {
-			now = now.Add(time.Duration(rng.Int64N(int64(l.Period) * 2 / (1 + l.Tokens))))
+			now = now.Add(time.Duration(rng.Int64N(max(int64(l.Period)*2/(1+l.Tokens), 1))))
 			cost := 1 + rng.Int64N(l.Burst+1)
 			d := b.AllowNAt(now, cost)
 			r, tv := p.Fields(d, cost)
-			if r != max(d.Remaining, 0) {
+			left := max(d.Remaining, 0)
+			if r > left || left < 1000 && r != left || left >= 1000 && r*100 <= left*99 {
 				t.Fatalf("%+v: r = %d, decision %+v", l, r, d)
 			}
 			if r > 0 && !b.PeekAt(now, r).Allowed {
 				t.Fatalf("%+v at %v: r = %d but %d tokens are not there", l, now, r, r)
 			}
-			if r > 0 && r*int64(l.Period) > tv*s*l.Tokens {
+			if r > 0 && new(big.Int).Mul(big.NewInt(r), big.NewInt(int64(l.Period))).Cmp(new(big.Int).Mul(big.NewInt(tv*s), big.NewInt(l.Tokens))) > 0 {
 				t.Fatalf("%+v: r/t = %d/%d is faster than the rate", l, r, tv)
 			}
 			never := !d.Allowed && d.RetryAfter == atomicbucket.Never
@@ -226,6 +232,20 @@ func TestAppendDecimal(t *testing.T) {
 			if want := "xy" + strconv.FormatInt(v, 10); got != want {
 				t.Errorf("%d with room %d: %q, want %q", v, room, got, want)
 			}
+		}
+	}
+}
+
+// Shown: exact below 1000, three significant digits from there, never more
+// than what is left.
+func TestShown(t *testing.T) {
+	for _, c := range []struct{ in, want int64 }{
+		{-5, 0}, {0, 0}, {1, 1}, {999, 999}, {1000, 1000}, {1009, 1000}, {1010, 1010}, {9999, 9990},
+		{10_000, 10_000}, {12_345, 12_300}, {999_999, 999_000}, {1_234_567, 1_230_000},
+		{999_999_999, 999_000_000}, {1_000_000_000, 1_000_000_000}, {math.MaxInt64, 9_220_000_000_000_000_000},
+	} {
+		if got := Shown(c.in); got != c.want {
+			t.Errorf("Shown(%d) = %d, want %d", c.in, got, c.want)
 		}
 	}
 }

@@ -316,7 +316,7 @@ var (
 	// Tight allows 1 request per hour per key, in bursts of up to 1.
 	Tight = Default.Tight
 
-	// Drain allows 1000000000 requests per hour per key, in bursts of up to 1000000000.
+	// Drain allows 1000000000 requests per day per key, in bursts of up to 1000000000.
 	Drain = Default.Drain
 )
 
@@ -712,7 +712,7 @@ func (l *TightLimiter) ResetAt(key string, now atomicbucket.Time) {
 func newDrainLimiter() *DrainLimiter {
 	return &DrainLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 1000000000,
-		Period: time.Hour,
+		Period: 24 * time.Hour,
 		Burst:  1000000000,
 		Refill: atomicbucket.Greedy,
 	}), drainUnitsPerNs, drainUnitsPerToken, drainBurstUnits), atomicbucket.TableOptions{})}
@@ -724,8 +724,8 @@ func newDrainLimiter() *DrainLimiter {
 // bucket may run drainBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
 const (
 	drainUnitsPerNs    = 1
-	drainUnitsPerToken = 3600
-	drainBurstUnits    = 3600000000000
+	drainUnitsPerToken = 86400
+	drainBurstUnits    = 86400000000000
 )
 
 // DrainLimiter is the type of Drain. Its methods are safe for concurrent use.
@@ -936,14 +936,14 @@ var httpPolicyTight = verdict.Policy{
 var httpPolicyDrain = verdict.Policy{
 	Name:   "Drain",
 	Quota:  1000000000,
-	Window: 3600,
+	Window: 86400,
 	Limit: atomicbucket.Limit{
 		Tokens: 1000000000,
-		Period: time.Hour,
+		Period: 24 * time.Hour,
 		Burst:  1000000000,
 		Refill: atomicbucket.Greedy,
 	},
-	Item:   "\"Drain\";q=1000000000;w=3600",
+	Item:   "\"Drain\";q=1000000000;w=86400",
 	Prefix: "\"Drain\";r=",
 }
 
@@ -955,7 +955,7 @@ var httpPolicies = [...][1]*verdict.Policy{RulePerIP: {&httpPolicyPerIP}, RuleTi
 var httpCosts = [...][1]int64{RulePerIP: {1}, RuleTight: {1}, RuleDrain: {1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
-var httpRoutes = [...][1]string{{"\"PerIP\";q=1000000000;w=1"}, {"\"Tight\";q=1;w=3600"}, {"\"Drain\";q=1000000000;w=3600"}}
+var httpRoutes = [...][1]string{{"\"PerIP\";q=1000000000;w=1"}, {"\"Tight\";q=1;w=3600"}, {"\"Drain\";q=1000000000;w=86400"}}
 
 // Hooks are the functions of your service that the policy's http: section names: what only
 // your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
