@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
 )
 
 // keyedLimiter is go-grpc-middleware's ratelimit.Limiter as a service keys
@@ -65,9 +66,10 @@ var grpcCases = []grpcCase{
 }
 
 // grpcImpls are the unary interceptors measured: none (the handler alone),
-// limitgen's with the RateLimit metadata (the default) and without it
-// (metadata: none, which is what the peer sends), and go-grpc-middleware's
-// ratelimit interceptor over keyedLimiter.
+// limitgen's with its default (the RateLimit fields on denials, in their
+// trailers, with the pushback), with the fields on every call (metadata:
+// all), and without them (metadata: none: the pushback and RetryInfo alone),
+// and go-grpc-middleware's ratelimit interceptor over keyedLimiter.
 var grpcImpls = []struct {
 	name string
 	make func(b testing.TB, c grpcCase) grpc.UnaryServerInterceptor
@@ -78,6 +80,14 @@ var grpcImpls = []struct {
 		if err != nil {
 			b.Fatal(err)
 		}
+		return g.UnaryInterceptor()
+	}},
+	{"limitgen-all", func(b testing.TB, c grpcCase) grpc.UnaryServerInterceptor {
+		g, err := grpclimits.NewGRPC(grpclimits.New(), grpclimits.GRPCHooks{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		g.Config.Metadata = limitgrpc.MetadataAll
 		return g.UnaryInterceptor()
 	}},
 	{"limitgen-nometadata", func(b testing.TB, c grpcCase) grpc.UnaryServerInterceptor {
@@ -97,8 +107,8 @@ var grpcImpls = []struct {
 // grpc.SetHeader: it joins the metadata set as grpc's own transport stream
 // does (metadata.Join), and is reset for every call.
 type serverStream struct {
-	method string
-	header metadata.MD
+	method          string
+	header, trailer metadata.MD
 }
 
 func (s *serverStream) Method() string { return s.method }
@@ -107,7 +117,10 @@ func (s *serverStream) SetHeader(md metadata.MD) error {
 	return nil
 }
 func (s *serverStream) SendHeader(md metadata.MD) error { return s.SetHeader(md) }
-func (s *serverStream) SetTrailer(metadata.MD) error    { return nil }
+func (s *serverStream) SetTrailer(md metadata.MD) error {
+	s.trailer = metadata.Join(s.trailer, md) // as grpc's stream joins it
+	return nil
+}
 
 // grpcHandler is the handler behind every interceptor: it does nothing.
 func grpcHandler(context.Context, any) (any, error) { return nil, nil }
@@ -143,7 +156,7 @@ func BenchmarkGRPC(b *testing.B) {
 					}
 					b.ReportAllocs()
 					for b.Loop() {
-						st.header = nil
+						st.header, st.trailer = nil, nil
 						call()
 					}
 				})
@@ -235,4 +248,71 @@ func TestGRPCImplsDecide(t *testing.T) {
 			}
 		}
 	}
+}
+
+// BenchmarkGRPCPaired is one unary call over a real transport (bufconn: gRPC's
+// HTTP/2 framing and encoding, in memory) through each interceptor, measured
+// in one process in 1 ms slices (paired): allowed (Check, every call
+// admitted) and denied (List, every call after the first denied), from a
+// warmed user. Each implementation has its own server and client on one
+// connection, and its figures are its call's over bare's: the cost of its
+// decision and of what it puts on the wire. bare is, allowed, a server
+// without an interceptor; denied, one whose interceptor ends every call with
+// the same ResourceExhausted status and nothing else (the transport's cost
+// of a denial, which no limiter can go below).
+func BenchmarkGRPCPaired(b *testing.B) {
+	for _, c := range grpcCases {
+		b.Run("case="+c.name, func(b *testing.B) {
+			var impls []pairedImpl
+			for _, im := range grpcImpls {
+				var opts []grpc.ServerOption
+				if ic := im.make(b, c); ic != nil {
+					opts = append(opts, grpc.UnaryInterceptor(ic))
+				} else if c.code != codes.OK {
+					opts = append(opts, grpc.UnaryInterceptor(func(context.Context, any, *grpc.UnaryServerInfo, grpc.UnaryHandler) (any, error) {
+						return nil, errBareDenial
+					}))
+				}
+				client := bufconnClient(b, opts...)
+				ctx := metadata.AppendToOutgoingContext(context.Background(), "x-user", "alice")
+				call := func() error {
+					if c.name == "allowed" {
+						_, err := client.Check(ctx, &healthpb.HealthCheckRequest{})
+						return err
+					}
+					_, err := client.List(ctx, &healthpb.HealthListRequest{})
+					return err
+				}
+				call() // warm the user (a denied case's first call takes the only token)
+				if err := call(); status.Code(err) != c.code {
+					b.Fatalf("%s: %v, want %v", im.name, err, c.code)
+				}
+				impls = append(impls, pairedImpl{im.name, func() { call() }})
+			}
+			paired(b, impls, "limitgen")
+		})
+	}
+}
+
+// errBareDenial is the denied case's baseline: a denial with nothing to say.
+var errBareDenial = status.Error(codes.ResourceExhausted, "rate limited")
+
+// bufconnClient serves grpc's health service in memory (bufconn) with opts
+// and returns a client of it on one connection; both end with the
+// benchmark.
+func bufconnClient(b testing.TB, opts ...grpc.ServerOption) healthpb.HealthClient {
+	lis := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer(opts...)
+	hs := health.NewServer()
+	healthpb.RegisterHealthServer(srv, hs)
+	go srv.Serve(lis) //nolint:errcheck // ends with Stop
+	b.Cleanup(srv.Stop)
+	cc, err := grpc.NewClient("passthrough:///bufconn",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cc.Close() })
+	return healthpb.NewHealthClient(cc)
 }
