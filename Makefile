@@ -33,6 +33,7 @@ generate:
 	$(GO) run ./gen -policy storetest/rolling/v1.yaml -out internal/rolling/v1
 	$(GO) run ./gen -policy storetest/rolling/v2.yaml -out internal/rolling/v2
 	$(GO) run ./gen -policy limitgrpc/testdata/policy.yaml -out limitgrpc/internal/grpclimits
+	$(GO) run ./gen -policy limitgrpc/testdata/messages.yaml -out limitgrpc/internal/msglimits
 
 ## test: everything CI checks — formatting, vet, tidy modules, all tests with -race
 ## (including the committed fuzz corpora), a short run of each fuzz target, and
@@ -68,6 +69,7 @@ check:
 	$(GO) run ./gen -policy storetest/rolling/v1.yaml -out internal/rolling/v1 -check
 	$(GO) run ./gen -policy storetest/rolling/v2.yaml -out internal/rolling/v2 -check
 	$(GO) run ./gen -policy limitgrpc/testdata/policy.yaml -out limitgrpc/internal/grpclimits -check
+	$(GO) run ./gen -policy limitgrpc/testdata/messages.yaml -out limitgrpc/internal/msglimits -check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) mod tidy -diff

@@ -139,6 +139,12 @@ func (c *Config) metadata(res *verdict.Result, v verdict.Verdict, wait time.Dura
 // header. key seeds the jitter (the call's first string key; "" with
 // res.SeedInt for an integer one). mode Off returns nil at once.
 func (c *Config) Respond(ctx context.Context, mode verdict.Mode, res *verdict.Result, key string) error {
+	return c.respond(ctx, mode, res, key, true)
+}
+
+// respond is Respond; header says whether an admitted call sets its header
+// metadata (MetadataAll).
+func (c *Config) respond(ctx context.Context, mode verdict.Mode, res *verdict.Result, key string, header bool) error {
 	if mode == verdict.Off {
 		return nil
 	}
@@ -146,7 +152,7 @@ func (c *Config) Respond(ctx context.Context, mode verdict.Mode, res *verdict.Re
 	v := c.Verdict(mode, res, key)
 	switch v.Outcome {
 	case verdict.Allowed, verdict.ShadowDenied:
-		if c.Metadata == MetadataAll {
+		if header && c.Metadata == MetadataAll {
 			// An error here means the call has no server stream (a unit
 			// test's context) or its headers are sent: the decision stands
 			// without them.

@@ -57,6 +57,17 @@ func emitGRPC(m *model.Model) jen.Code {
 			out.Add(emitRoute(m, d, i, r, bases[i]))
 		}
 	}
+	md := *d
+	md.message = true
+	md.result = jen.Params(vd("Result"), jen.String(), jen.Error())
+	md.entryName = messageFunc
+	for i, r := range g.Routes {
+		if r.Mode != "Off" && r.Messages != nil {
+			mr := r
+			mr.CostKind, mr.CostFixed = "fixed", r.Messages.Cost
+			out.Add(emitRoute(m, &md, i, mr, bases[i]))
+		}
+	}
 	if g.Plan.Kind != "" {
 		out.Add(emitPlanOf(m, d))
 	}
@@ -168,12 +179,13 @@ func emitGRPCType(m *model.Model) jen.Code {
 			jen.Return(jen.Id("handler").Call(jen.Id("ctx"), jen.Id("req"))),
 		)),
 	).Line().Line().
-		Comment("StreamInterceptor checks each stream once, when it opens, before its handler runs.").Line().
+		Add(streamDoc(m)).
 		Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("StreamInterceptor").Params().Add(gp("StreamServerInterceptor")).Block(
 		jen.Id("g").Dot("stream").Dot("Store").Call(jen.True()),
 		jen.Return(jen.Func().Params(jen.Id("srv").Any(), jen.Id("ss").Add(gp("ServerStream")), jen.Id("info").Op("*").Add(gp("StreamServerInfo")), jen.Id("handler").Add(gp("StreamHandler"))).Error().Block(
 			jen.If(jen.Err().Op(":=").Id("g").Dot("check").Call(jen.Id("ss").Dot("Context").Call(), jen.Id("info").Dot("FullMethod")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err())),
-			jen.Return(jen.Id("handler").Call(jen.Id("srv"), jen.Id("ss"))),
+			countMessages(m),
+			handlerCall(m),
 		)),
 	).Line().Line().
 		Comment("ServerOptions chains both interceptors onto a server: grpc.NewServer(g.ServerOptions()...).").Line().
@@ -224,4 +236,63 @@ func clientIPFields(c model.ClientIP) []jen.Code {
 		out = append(out, field("IPv4Prefix", jen.Lit(c.IPv4Prefix)))
 	}
 	return out
+}
+
+// streamDoc is StreamInterceptor's doc comment.
+func streamDoc(m *model.Model) jen.Code {
+	for _, r := range m.GRPC.Routes {
+		if r.Messages != nil && r.Mode != "Off" {
+			return jen.Comment("StreamInterceptor checks each stream when it opens, before its handler runs, and each message of").Line().
+				Comment("the streams whose entry counts them (limitgrpc.CountMessages).").Line()
+		}
+	}
+	return jen.Comment("StreamInterceptor checks each stream once, when it opens, before its handler runs.").Line()
+}
+
+// handlerCall is the stream interceptor's call of the handler, whose error
+// is a message's denial when one ended the stream (limitgrpc.Ended).
+func handlerCall(m *model.Model) jen.Code {
+	call := jen.Id("handler").Call(jen.Id("srv"), jen.Id("ss"))
+	for _, r := range m.GRPC.Routes {
+		if r.Messages != nil && r.Mode != "Off" {
+			return jen.Return(lg("Ended").Call(jen.Id("ss"), call))
+		}
+	}
+	return jen.Return(call)
+}
+
+// messageFunc is the name of entry i's check of one stream message.
+func messageFunc(i int) string { return "entry" + strconv.Itoa(i+1) + "Message" }
+
+// countMessages is the stream interceptor's wrapping of a stream whose entry
+// counts its messages (limitgrpc.CountMessages); nothing when no entry does.
+func countMessages(m *model.Model) jen.Code {
+	var cases []jen.Code
+	for i, r := range m.GRPC.Routes {
+		ms := r.Messages
+		if ms == nil || r.Mode == "Off" {
+			continue
+		}
+		kv := []jen.Code{field("Mode", vd(r.Mode))}
+		if ms.Recv {
+			kv = append(kv, field("Recv", jen.True()))
+		}
+		if ms.Send {
+			kv = append(kv, field("Send", jen.True()))
+		}
+		if ms.Pace {
+			kv = append(kv, field("Pace", jen.True()))
+		}
+		kv = append(kv, field("Check", jen.Func().Params(jen.Id("ctx").Add(ctxType())).Params(vd("Result"), jen.String(), jen.Error()).Block(
+			jen.Return(jen.Id("g").Dot(messageFunc(i)).Call(jen.Id("ctx"), jen.Id("info").Dot("FullMethod"))),
+		)))
+		cases = append(cases, jen.Case(jen.Lit(i)).Block(
+			jen.Id("ss").Op("=").Add(lg("CountMessages")).Call(jen.Id("ss"), jen.Op("&").Id("g").Dot("Config"), lg("Messages").Add(fields(kv...))),
+		))
+	}
+	if len(cases) == 0 {
+		return jen.Null()
+	}
+	return jen.Comment("The entries that count their streams' messages check each one.").Line().
+		Switch(jen.Id("grpcEntry").Call(jen.Id("info").Dot("FullMethod"))).Block(cases...)
 }

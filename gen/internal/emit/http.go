@@ -81,6 +81,10 @@ type door struct {
 	// for header, query, path and metadata sources.
 	source func(model.KeySource) jen.Code
 	cost   func(model.Route) jen.Code // (cost, status) of a declared cost
+	// message makes an entry's check of one of its stream's messages: it
+	// returns the decision unanswered (verdict.Result, the jitter's key)
+	// for limitgrpc.CountMessages to answer, or the status of a refusal.
+	message bool
 }
 
 func (d *door) r() *jen.Statement { return jen.Id(d.recv) }
@@ -598,6 +602,9 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 	}
 	reject := func(status, body jen.Code, ev jen.Code) jen.Code {
 		args := append(slices.Clone(d.reject), mode, status, body, ev)
+		if d.message {
+			return jen.Return(vd("Result").Values(), jen.Lit(""), recv().Dot("Config").Dot("Reject").Call(args...))
+		}
 		return jen.Return(recv().Dot("Config").Dot("Reject").Call(args...))
 	}
 	var body []jen.Code
@@ -731,9 +738,13 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 		body = append(body, jen.Id("res").Dot(f.name).Op("=").Add(f.v))
 	}
 	body = append(body, emitInForce(m, r, recv, planIdx)...)
-	body = append(body,
-		jen.Return(recv().Dot("Config").Dot("Respond").Call(append(slices.Clone(d.respond), mode, jen.Op("&").Id("res"), keyArg)...)),
-	)
+	if d.message {
+		body = append(body, jen.Return(jen.Id("res"), keyArg, jen.Nil()))
+	} else {
+		body = append(body,
+			jen.Return(recv().Dot("Config").Dot("Respond").Call(append(slices.Clone(d.respond), mode, jen.Op("&").Id("res"), keyArg)...)),
+		)
+	}
 	what := "rule " + m.Rules[firstRule].Name
 	if r.Tier >= 0 {
 		what = "tier " + m.Tiers[r.Tier].Name
@@ -741,6 +752,9 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 	doc := fmt.Sprintf("%s checks %s (%s, %s) and reports whether the request may go on.", d.entryName(i), r.Pattern, what, strings.ToLower(r.Mode))
 	if d.prefix != "http" {
 		doc = fmt.Sprintf("%s checks a call of %s (%s, %s) and returns the status that ends it, or nil.", d.entryName(i), r.Pattern, what, strings.ToLower(r.Mode))
+	}
+	if d.message {
+		doc = fmt.Sprintf("%s checks one message of a stream of %s (%s, %s, %d a message) and returns the decision for limitgrpc.CountMessages to answer, with the key that seeds its jitter, or the status that ends the stream when it has no key.", d.entryName(i), r.Pattern, what, strings.ToLower(r.Mode), r.CostFixed)
 	}
 	return jen.Line().
 		Add(comment(doc)).

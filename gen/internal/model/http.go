@@ -80,6 +80,18 @@ type Route struct {
 
 	MissingBodies []string // per entry of Rules: the problem body when no source has its key
 	CostBody      string   // the problem body when the declared cost is above CostMax
+
+	// Messages, for a gRPC entry whose streams' messages are counted: each
+	// message's cost, which ones are counted, and whether a denied one waits
+	// (pace) or ends the stream. Nil when only a stream's opening is checked.
+	Messages *Messages
+}
+
+// Messages is how a gRPC entry's streams count their messages.
+type Messages struct {
+	Cost       int64
+	Recv, Send bool
+	Pace       bool
 }
 
 // Policy is verdict.Policy's values for one rule on one plan.

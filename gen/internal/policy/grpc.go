@@ -12,7 +12,8 @@ import (
 
 var (
 	grpcFields      = []string{"client_ip", "metadata", "jitter", "log_denials", "missing_key", "plan", "keys", "methods"}
-	grpcEntryFields = []string{"method", "service", "rule", "tier", "keys", "cost", "mode"}
+	grpcEntryFields = []string{"method", "service", "rule", "tier", "keys", "cost", "mode", "messages"}
+	messagesFields  = []string{"cost", "count", "on_limit"}
 	// grpcMissing are the status codes a call without a key may end with, by
 	// the name the policy gives them, and their codes constants.
 	grpcMissing = map[string]string{
@@ -253,8 +254,55 @@ func (p *parser) grpcEntry(n *yaml.Node, ordinal int, m *model.Model, g *model.G
 	if v := f["cost"]; v != nil {
 		valid = p.grpcCost(v, &r, m, what) && valid
 	}
+	if v := f["messages"]; v != nil {
+		valid = p.grpcMessages(v, &r, m, what) && valid
+	}
 	r.PolicyLists = policyLists(m, r.Rules)
 	return r, valid
+}
+
+// grpcMessages reads how an entry's streams count their messages:
+// {cost: 1, count: received|sent|both, on_limit: end|pace}, each optional
+// (cost 1, both, end).
+func (p *parser) grpcMessages(n *yaml.Node, r *model.Route, m *model.Model, what string) bool {
+	if n.Kind != yaml.MappingNode {
+		p.errorf(n, "%s: messages is a mapping, such as {cost: 1, count: received, on_limit: end}", what)
+		return false
+	}
+	f, _ := p.mapping(n, messagesFields, what+": messages")
+	ms := &model.Messages{Cost: 1, Recv: true, Send: true}
+	valid := true
+	if v := f["cost"]; v != nil {
+		c, ok := p.int(v, what, "messages cost", 1)
+		if ok && !p.costAdmitted(v, m, r, what, "messages cost", c) {
+			ok = false
+		}
+		ms.Cost, valid = c, ok
+	}
+	if v := f["count"]; v != nil {
+		switch v.Value {
+		case "received":
+			ms.Send = false
+		case "sent":
+			ms.Recv = false
+		case "both":
+		default:
+			p.errorf(v, "%s: messages count %q: use received (the client's messages), sent (the server's) or both", what, v.Value)
+			valid = false
+		}
+	}
+	if v := f["on_limit"]; v != nil {
+		switch v.Value {
+		case "end":
+		case "pace":
+			ms.Pace = true
+		default:
+			p.errorf(v, "%s: messages on_limit %q: use end (a denied message ends the stream with RESOURCE_EXHAUSTED and RetryInfo) or pace (it waits until its tokens are there)", what, v.Value)
+			valid = false
+		}
+	}
+	r.Messages = ms
+	return valid
 }
 
 // grpcCost reads an entry's cost: a number, or {from: metadata:name, default,
