@@ -21,6 +21,22 @@ var readmeHarnesses = []struct {
 
 {{SNIPPET}}
 `},
+	{"client := &http.Client{Transport: &limithttp.Obey{}}", `package s
+
+import (
+	"net/http"
+
+	"github.com/limitgen/limitgen/limitgrpc"
+	"github.com/limitgen/limitgen/limithttp"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+func snippet(addr string) (*http.Client, *grpc.ClientConn, error) {
+{{SNIPPET}}
+	return client, cc, err
+}
+`},
 	{"lims := limits.New() // the service's limiters", `package s
 
 import (
