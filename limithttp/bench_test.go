@@ -100,3 +100,48 @@ func BenchmarkRouter(b *testing.B) {
 		})
 	}
 }
+
+// tenRoutes is a policy's ten routes, as an API's are: literal paths by
+// method, and a few with a wildcard.
+var tenRoutes = []string{
+	"GET /v1/users", "POST /v1/users", "GET /v1/users/{id}", "DELETE /v1/users/{id}",
+	"POST /v1/login", "POST /v1/upload", "GET /v1/export/{account}", "GET /v1/health",
+	"GET /v1/items", "/v1/",
+}
+
+// tenLiteral is the switch the generator writes over tenRoutes' literal
+// paths (LiteralPaths: sorted), for MustRouterSwitch.
+func tenLiteral(path string) int {
+	switch path {
+	case "/v1/health":
+		return 1
+	case "/v1/items":
+		return 2
+	case "/v1/login":
+		return 3
+	case "/v1/upload":
+		return 4
+	case "/v1/users":
+		return 5
+	}
+	return 0
+}
+
+// BenchmarkRouterTenRoutes is Wrap's route matching for a ten-route policy,
+// as generated middleware builds its router (MustRouterSwitch): a literal
+// path, a path with a wildcard, and one only the catch-all covers.
+func BenchmarkRouterTenRoutes(b *testing.B) {
+	rt := MustRouterSwitch(tenLiteral, tenRoutes...)
+	for _, c := range []struct{ method, target string }{{"POST", "/v1/upload"}, {"GET", "/v1/users/42"}, {"GET", "/v1/other"}} {
+		r := httptest.NewRequest(c.method, c.target, nil)
+		want, _ := rt.Match(r)
+		b.Run("path="+c.target, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if got, _ := rt.Match(r); got != want {
+					b.Fatal(got)
+				}
+			}
+		})
+	}
+}

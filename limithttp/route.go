@@ -46,6 +46,13 @@ type Router struct {
 	// lookup.
 	lookup      func(path string) int
 	literalList [][]literalRoute
+	// redirectSegs has bit k set when a pattern of k segments ends with a
+	// trailing slash, a {x...} wildcard or {$}: only such a pattern can
+	// match a path with a slash added, so redirect looks no further for a
+	// path of k−1 slashes whose bit is clear. redirectAny: a pattern of 64
+	// segments or more, which the mask cannot hold, so redirect always looks.
+	redirectSegs uint64
+	redirectAny  bool
 }
 
 // literalRoute is a pattern of a literal path: its method ("" for any) and
@@ -220,6 +227,13 @@ func NewRouter(patterns ...string) (*Router, error) {
 		n.route = i + 1
 		last := p.Segments[len(p.Segments)-1]
 		rt.routes[i] = route{segs: len(p.Segments), multi: last.Multi}
+		if last.Multi || !last.Wild && last.Name == "/" {
+			if k := len(p.Segments); k < 64 {
+				rt.redirectSegs |= 1 << k
+			} else {
+				rt.redirectAny = true
+			}
+		}
 		if path, ok := literalPath(s, p); ok && isPlain(path) {
 			if rt.literal == nil {
 				rt.literal = map[string][]literalRoute{}
@@ -399,6 +413,9 @@ func (rt *Router) redirect(host, method, p string) int {
 	if p == "" || p[len(p)-1] == '/' {
 		return -1
 	}
+	if k := strings.Count(p, "/") + 1; !rt.redirectAny && (k >= 64 || rt.redirectSegs&(1<<k) == 0) {
+		return -1 // no pattern of k segments could match p with a slash added
+	}
 	if n := rt.match(host, method, p, true); n != nil && rt.exact(n, p, true) {
 		return n.route - 1
 	}
@@ -426,35 +443,36 @@ func (rt *Router) exact(n *rnode, p string, slash bool) bool {
 // over those for any host; the method's patterns (GET's for HEAD) over those
 // for any method. slash appends a "/" to p without building the string.
 func (rt *Router) match(host, method, p string, slash bool) *rnode {
+	esc := strings.IndexByte(p, '%') >= 0 // one look for escapes, not one a segment
 	if host != "" {
-		if n := matchMethod(rt.root.child(host), method, p, slash); n != nil {
+		if n := matchMethod(rt.root.child(host), method, p, slash, esc); n != nil {
 			return n
 		}
 	}
-	return matchMethod(rt.root.child(""), method, p, slash)
+	return matchMethod(rt.root.child(""), method, p, slash, esc)
 }
 
-func matchMethod(n *rnode, method, p string, slash bool) *rnode {
+func matchMethod(n *rnode, method, p string, slash, esc bool) *rnode {
 	if n == nil {
 		return nil
 	}
 	if method != "" {
-		if l := matchPath(n.child(method), p, slash); l != nil {
+		if l := matchPath(n.child(method), p, slash, esc); l != nil {
 			return l
 		}
 	}
 	if method == "HEAD" {
-		if l := matchPath(n.child("GET"), p, slash); l != nil {
+		if l := matchPath(n.child("GET"), p, slash, esc); l != nil {
 			return l
 		}
 	}
-	return matchPath(n.child(""), p, slash)
+	return matchPath(n.child(""), p, slash, esc)
 }
 
 // matchPath is net/http's routingNode.matchPath without recording the
 // wildcards' values: a literal child first, then a single wildcard (never on
 // a trailing slash), then a multi wildcard, which takes the rest.
-func matchPath(n *rnode, p string, slash bool) *rnode {
+func matchPath(n *rnode, p string, slash, esc bool) *rnode {
 	if n == nil {
 		return nil
 	}
@@ -467,12 +485,12 @@ func matchPath(n *rnode, p string, slash bool) *rnode {
 		}
 		p, slash = "/", false
 	}
-	seg, rest := firstSegment(p)
-	if l := matchPath(n.child(seg), rest, slash); l != nil {
+	seg, rest := firstSegment(p, esc)
+	if l := matchPath(n.child(seg), rest, slash, esc); l != nil {
 		return l
 	}
 	if seg != "/" {
-		if l := matchPath(n.wild, rest, slash); l != nil {
+		if l := matchPath(n.wild, rest, slash, esc); l != nil {
 			return l
 		}
 	}
@@ -480,8 +498,9 @@ func matchPath(n *rnode, p string, slash bool) *rnode {
 }
 
 // firstSegment is net/http's: the first segment of p, unescaped ("/" for the
-// path "/"), and the rest of p from its next slash.
-func firstSegment(p string) (seg, rest string) {
+// path "/"), and the rest of p from its next slash. esc says whether p may
+// hold escapes at all: when not, no segment is looked at for them.
+func firstSegment(p string, esc bool) (seg, rest string) {
 	if p == "/" {
 		return "/", ""
 	}
@@ -489,6 +508,9 @@ func firstSegment(p string) (seg, rest string) {
 	i := strings.IndexByte(p, '/')
 	if i < 0 {
 		i = len(p)
+	}
+	if !esc {
+		return p[:i], p[i:]
 	}
 	return pathUnescape(p[:i]), p[i:]
 }
