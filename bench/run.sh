@@ -6,8 +6,9 @@
 #
 # headline is each part beside its peers, in a few minutes: the generated
 # package beside the runtime under it, the local check (one bucket; a table of
-# 1e3 keys), the HTTP middleware (and with a metrics collector read every
-# 10 ms), the gRPC interceptors (alone, and in a call on loopback), a shared check on
+# 1e3 keys), the HTTP middleware (alone; paired with its peers in 1 ms slices;
+# and with a metrics collector read every 10 ms), the gRPC interceptors
+# (alone, paired over bufconn, and in a call on loopback), a shared check on
 # Redis at 64 callers and on PostgreSQL (hot key, 16 callers), and what numbers
 # changed at run time cost a generated check (BenchmarkNumbers: a table of its
 # own, one column per case of numbers). full is every benchmark of the package
@@ -29,8 +30,10 @@ headline)
     '^BenchmarkSingle$/^case=allow$'
     '^BenchmarkKeyed$/^keys=1e\+03$'
     '^BenchmarkHTTP$'
+    '^BenchmarkHTTPPaired$'
     '^BenchmarkHTTPCollector$'
     '^BenchmarkGRPC$'
+    '^BenchmarkGRPCPaired$'
     '^BenchmarkGRPCLoopback$'
     '^BenchmarkRedis$/^callers=64$'
     '^BenchmarkPostgres$/^keys=1$/^callers=16$'
@@ -62,7 +65,13 @@ done
 
 echo "== benchstat ($runs runs, $(elapsed))"
 {
-  go tool benchstat -filter '-.name:Numbers' -col /impl "$out"
+  go tool benchstat -filter '-.name:(Numbers OR HTTPPaired OR GRPCPaired)' -col /impl "$out"
+  if grep -q 'Paired/' "$out"; then
+    echo
+    echo "== paired (every implementation in one process, in 1 ms slices): <impl>-ns, -B, -allocs are overhead"
+    echo "   over the handler alone; <peer>/limitgen is the peer's overhead over limitgen's"
+    go tool benchstat -filter '.name:(HTTPPaired OR GRPCPaired)' "$out"
+  fi
   if grep -q '^BenchmarkNumbers/' "$out"; then
     echo
     echo "== numbers changed at run time (BenchmarkNumbers: policy = never changed, the folded check)"
