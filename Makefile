@@ -80,6 +80,7 @@ check:
 	cd limitprom && $(GO) vet ./... && $(GO) mod tidy -diff
 	cd limitotel && $(GO) vet ./... && $(GO) mod tidy -diff
 	cd limitgrpc && $(GO) vet ./... && $(GO) mod tidy -diff
+	cd limitrls && $(GO) vet ./... && $(GO) mod tidy -diff
 
 # Every package under the race detector, but for fuzz's two long random
 # differential runs, which check on one goroutine (nothing to race) and take
@@ -126,6 +127,7 @@ grpc:
 	@echo "== make grpc: $$(date +%T)"
 	.ci/servers postgres
 	cd limitgrpc && $(GO) test -race -count=1 ./...
+	cd limitrls && $(GO) test -race -count=1 ./...
 
 # The JSON Schema for editors, checked against the repository's policies.
 schema:
