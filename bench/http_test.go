@@ -71,20 +71,20 @@ var httpCases = []httpCase{
 // shows, for a case.
 var httpImpls = []struct {
 	name string
-	make func(b testing.TB, c httpCase) http.Handler
+	make func(b testing.TB, c httpCase, next http.Handler) http.Handler
 }{
-	{"bare", func(testing.TB, httpCase) http.Handler { return bare }},
-	{"limitgen", func(b testing.TB, c httpCase) http.Handler {
+	{"bare", func(_ testing.TB, _ httpCase, next http.Handler) http.Handler { return next }},
+	{"limitgen", func(b testing.TB, c httpCase, next http.Handler) http.Handler {
 		mw, err := httplimits.NewMiddleware(httplimits.New(), httplimits.Hooks{})
 		if err != nil {
 			b.Fatal(err)
 		}
-		return mw.Wrap(bare)
+		return mw.Wrap(next)
 	}},
-	{"httprate", func(b testing.TB, c httpCase) http.Handler {
-		return httprate.Limit(int(c.tokens), c.period, httprate.WithKeyFuncs(httprate.KeyByIP))(bare)
+	{"httprate", func(b testing.TB, c httpCase, next http.Handler) http.Handler {
+		return httprate.Limit(int(c.tokens), c.period, httprate.WithKeyFuncs(httprate.KeyByIP))(next)
 	}},
-	{"httplimit", func(b testing.TB, c httpCase) http.Handler {
+	{"httplimit", func(b testing.TB, c httpCase, next http.Handler) http.Handler {
 		cfg := &memorystore.Config{Tokens: uint64(c.tokens), Interval: c.period}
 		if c.code == http.StatusOK {
 			// Configured as 1e9 a second it answered the benchmark's second
@@ -100,9 +100,9 @@ var httpImpls = []struct {
 		if err != nil {
 			b.Fatal(err)
 		}
-		return mw.Handle(bare)
+		return mw.Handle(next)
 	}},
-	{"throttled", func(b testing.TB, c httpCase) http.Handler {
+	{"throttled", func(b testing.TB, c httpCase, next http.Handler) http.Handler {
 		store, err := memstore.NewCtx(65536) // as throttled's README writes it
 		if err != nil {
 			b.Fatal(err)
@@ -112,11 +112,11 @@ var httpImpls = []struct {
 		if err != nil {
 			b.Fatal(err)
 		}
-		return (&throttled.HTTPRateLimiterCtx{RateLimiter: rl, VaryBy: &throttled.VaryBy{RemoteAddr: true}}).RateLimit(bare)
+		return (&throttled.HTTPRateLimiterCtx{RateLimiter: rl, VaryBy: &throttled.VaryBy{RemoteAddr: true}}).RateLimit(next)
 	}},
-	{"ulule", func(b testing.TB, c httpCase) http.Handler {
+	{"ulule", func(b testing.TB, c httpCase, next http.Handler) http.Handler {
 		lim := ulule.New(ululememory.NewStore(), ulule.Rate{Period: c.period, Limit: c.tokens})
-		return ululestdlib.NewMiddleware(lim).Handler(bare)
+		return ululestdlib.NewMiddleware(lim).Handler(next)
 	}},
 }
 
@@ -150,7 +150,7 @@ func BenchmarkHTTP(b *testing.B) {
 		b.Run("case="+c.name, func(b *testing.B) {
 			for _, impl := range rotated(httpImpls) {
 				b.Run("impl="+impl.name, func(b *testing.B) {
-					h := impl.make(b, c)
+					h := impl.make(b, c, bare)
 					r := benchRequest(c.path)
 					w := &nopWriter{h: http.Header{}}
 					h.ServeHTTP(w, r) // warm the key (and take the only token of a denied case)
@@ -189,7 +189,7 @@ func BenchmarkHTTP(b *testing.B) {
 func TestHTTPImplsSendFields(t *testing.T) {
 	for _, c := range httpCases {
 		for _, impl := range httpImpls[1:] {
-			h := impl.make(t, c)
+			h := impl.make(t, c, bare)
 			w := httptest.NewRecorder()
 			h.ServeHTTP(w, benchRequest(c.path))
 			if c.code != http.StatusOK {
@@ -244,12 +244,7 @@ func BenchmarkHTTPPaired(b *testing.B) {
 				}
 				var impls []pairedImpl
 				for _, im := range httpImpls {
-					h := im.make(b, cs.c)
-					if im.name == "bare" {
-						h = handlerLike
-					} else {
-						h = wrapLike(b, im.name, cs.c)
-					}
+					h := im.make(b, cs.c, handlerLike)
 					w := &nopWriter{}
 					n := 0
 					serve := func() {
@@ -273,48 +268,4 @@ func BenchmarkHTTPPaired(b *testing.B) {
 			})
 		}
 	}
-}
-
-// wrapLike is implementation name of httpImpls over handlerLike for c.
-func wrapLike(b testing.TB, name string, c httpCase) http.Handler {
-	switch name {
-	case "limitgen":
-		mw, err := httplimits.NewMiddleware(httplimits.New(), httplimits.Hooks{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		return mw.Wrap(handlerLike)
-	case "httprate":
-		return httprate.Limit(int(c.tokens), c.period, httprate.WithKeyFuncs(httprate.KeyByIP))(handlerLike)
-	case "httplimit":
-		cfg := &memorystore.Config{Tokens: uint64(c.tokens), Interval: c.period}
-		if c.code == http.StatusOK && c.period == time.Second {
-			cfg = &memorystore.Config{Tokens: 1 << 40, Interval: 24 * time.Hour} // see httpImpls
-		}
-		store, err := memorystore.New(cfg)
-		if err != nil {
-			b.Fatal(err)
-		}
-		mw, err := httplimit.NewMiddleware(store, httplimit.IPKeyFunc())
-		if err != nil {
-			b.Fatal(err)
-		}
-		return mw.Handle(handlerLike)
-	case "throttled":
-		store, err := memstore.NewCtx(65536)
-		if err != nil {
-			b.Fatal(err)
-		}
-		quota := throttled.RateQuota{MaxRate: throttled.PerDuration(int(c.tokens), c.period), MaxBurst: int(c.tokens) - 1}
-		rl, err := throttled.NewGCRARateLimiterCtx(store, quota)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return (&throttled.HTTPRateLimiterCtx{RateLimiter: rl, VaryBy: &throttled.VaryBy{RemoteAddr: true}}).RateLimit(handlerLike)
-	case "ulule":
-		lim := ulule.New(ululememory.NewStore(), ulule.Rate{Period: c.period, Limit: c.tokens})
-		return ululestdlib.NewMiddleware(lim).Handler(handlerLike)
-	}
-	b.Fatalf("no implementation %s", name)
-	return nil
 }
