@@ -100,6 +100,7 @@ func TestStreamMessagesEnd(t *testing.T) {
 // 12 requests on one stream are all answered, none denied, in about the
 // time the rate allows ((12+1−2)/20 s: the opening takes a token too).
 func TestStreamMessagesPace(t *testing.T) {
+	t.Parallel() // it waits on the real clock, as the others that do
 	var denials atomic.Int64
 	_, cc := messageServer(t, nil, &denials)
 	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-user", "u"), 10*time.Second)

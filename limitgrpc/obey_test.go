@@ -52,6 +52,7 @@ func obeyed(t *testing.T, tokens, burst int64, style limitgrpc.MetadataStyle) (h
 // the RateLimit metadata: none of its calls is denied, and at least 95% of
 // what the limit allows in that time is admitted.
 func TestObeyPacesGRPC(t *testing.T) {
+	t.Parallel() // it waits on the real clock, as the others that do
 	c, admitted, denied := obeyed(t, 10, 20, limitgrpc.MetadataAll)
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-user", "pacer")
 	start := time.Now()
@@ -73,6 +74,7 @@ func TestObeyPacesGRPC(t *testing.T) {
 // pushback and sends the call again, so every call succeeds, at the limit's
 // rate (5 a second, burst 1: 8 calls in about 1.4 s).
 func TestObeyRetriesGRPC(t *testing.T) {
+	t.Parallel() // it waits on the real clock, as the others that do
 	c, admitted, denied := obeyed(t, 5, 1, limitgrpc.MetadataDenials)
 	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-user", "retrier")
 	start := time.Now()

@@ -31,6 +31,7 @@ const retryConfig = `{"methodConfig": [{"name": [{"service": "grpc.health.v1.Hea
 // call at most once (a retry is never early), where without the pushback the
 // attempts' millisecond backoffs would spend all 5 attempts at once.
 func TestGRPCRetryObeysPushback(t *testing.T) {
+	t.Parallel() // it waits on the real clock, as the others that do
 	lims := grpclimits.New()
 	if err := lims.Checks.SetNumbers(grpclimits.PlanFree, atomicbucket.Numbers{Tokens: 5, Period: time.Second, Burst: 1}, atomicbucket.CarryAsIs); err != nil {
 		t.Fatal(err)

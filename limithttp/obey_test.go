@@ -42,6 +42,7 @@ func limitedServer(t *testing.T, l atomicbucket.Limit, admitted, denied *atomic.
 // its requests, and admits at least 95% of what the limit allows in that
 // time (the burst and 10 a second).
 func TestObeyPaces(t *testing.T) {
+	t.Parallel() // it waits on the real clock, as the others that do
 	var admitted, denied atomic.Int64
 	srv := limitedServer(t, atomicbucket.Limit{Tokens: 10, Period: time.Second, Burst: 20}, &admitted, &denied)
 	client := &http.Client{Transport: &limithttp.Obey{}}
@@ -67,6 +68,7 @@ func TestObeyPaces(t *testing.T) {
 // request is denied (429, Retry-After 1), and Obey sends it again a second
 // later, when it is admitted; the caller sees the 200.
 func TestObeyRetries(t *testing.T) {
+	t.Parallel() // it waits on the real clock, as the others that do
 	var admitted, denied atomic.Int64
 	srv := limitedServer(t, atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 1}, &admitted, &denied)
 	drain, _ := http.NewRequest("GET", srv.URL, nil)
