@@ -34,6 +34,7 @@ generate:
 	$(GO) run ./gen -policy storetest/rolling/v2.yaml -out internal/rolling/v2
 	$(GO) run ./gen -policy limitgrpc/testdata/policy.yaml -out limitgrpc/internal/grpclimits
 	$(GO) run ./gen -policy limitgrpc/testdata/messages.yaml -out limitgrpc/internal/msglimits
+	$(GO) run ./gen -policy limitrls/testdata/policy.yaml -out limitrls/internal/rlslimits
 
 ## test: everything CI checks — formatting, vet, tidy modules, all tests with -race
 ## (including the committed fuzz corpora), a short run of each fuzz target, and
@@ -70,6 +71,7 @@ check:
 	$(GO) run ./gen -policy storetest/rolling/v2.yaml -out internal/rolling/v2 -check
 	$(GO) run ./gen -policy limitgrpc/testdata/policy.yaml -out limitgrpc/internal/grpclimits -check
 	$(GO) run ./gen -policy limitgrpc/testdata/messages.yaml -out limitgrpc/internal/msglimits -check
+	$(GO) run ./gen -policy limitrls/testdata/policy.yaml -out limitrls/internal/rlslimits -check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) mod tidy -diff

@@ -147,3 +147,32 @@ func TestRespondAnswersAsMade(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// fakeServerStream is a grpc.ServerStream whose messages go nowhere.
+type fakeServerStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *fakeServerStream) Context() context.Context { return s.ctx }
+func (s *fakeServerStream) SendMsg(any) error        { return nil }
+func (s *fakeServerStream) RecvMsg(any) error        { return nil }
+
+// A message check refused unchecked on a Shadow route (no key: Reject
+// recorded it and returned nil, and no decision) lets the message through,
+// and does not judge an empty decision.
+func TestCountMessagesShadowRefusal(t *testing.T) {
+	var observed int
+	c := Config{Judge: verdict.Judge{Observer: verdict.ObserverFunc(func(verdict.Event) { observed++ })}}
+	ss := CountMessages(&fakeServerStream{ctx: context.Background()}, &c, Messages{Mode: verdict.Shadow, Recv: true, Send: true,
+		Check: func(context.Context) (verdict.Result, string, error) { return verdict.Result{}, "", nil }})
+	if err := ss.SendMsg(nil); err != nil {
+		t.Errorf("SendMsg: %v", err)
+	}
+	if err := ss.RecvMsg(nil); err != nil {
+		t.Errorf("RecvMsg: %v", err)
+	}
+	if observed != 0 {
+		t.Errorf("%d decisions observed for messages refused unchecked (Reject observes those)", observed)
+	}
+}

@@ -85,6 +85,9 @@ func (s *countedStream) take() error {
 		if err != nil {
 			return err
 		}
+		if res.Policy == nil {
+			return nil // refused unchecked on a Shadow route (no key): recorded, let through
+		}
 		d := res.Decision
 		if s.m.Pace && s.m.Mode == verdict.Enforce && !d.Allowed && !res.Outage && d.RetryAfter > 0 && d.RetryAfter != atomicbucket.Never {
 			t := time.NewTimer(d.RetryAfter)

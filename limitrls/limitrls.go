@@ -34,6 +34,7 @@ package limitrls
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strconv"
 	"sync/atomic"
@@ -93,6 +94,38 @@ type Config struct {
 // Unmatched is how many descriptors no rule matched (answered OK).
 func (c *Config) Unmatched() uint64 { return c.unmatched.Load() }
 
+// ErrMissingKey is what a Decider returns (from Reject) for a descriptor
+// that matched a pattern whose entry holds no key for its rule (empty,
+// longer than verdict.MaxKeyLen, or not a number the rule's key can be):
+// Serve answers it OVER_LIMIT.
+var ErrMissingKey = errors.New("limitrls: the descriptor holds no key for its rule")
+
+// Reject records a descriptor refused unchecked (ev: no key) and returns
+// ErrMissingKey; on a Shadow route it records it and returns nil, and the
+// descriptor is answered OK. Generated descriptor checks call it; status and
+// msg are the other doors' and are not sent (a descriptor status has no
+// message).
+func (c *Config) Reject(mode verdict.Mode, status int, msg string, ev verdict.Event) error {
+	if mode == verdict.Off {
+		return nil
+	}
+	ev.Door = verdict.DoorRLS
+	c.Record(ev)
+	if mode == verdict.Shadow {
+		return nil
+	}
+	return ErrMissingKey
+}
+
+// EntryKey is the value of entry i of a descriptor, as a key: false when it
+// is empty or longer than verdict.MaxKeyLen.
+func EntryKey(en []*rlv3.RateLimitDescriptor_Entry, i int) (string, bool) {
+	if i < 0 || i >= len(en) || en[i] == nil || !verdict.KeyOK(en[i].Value) {
+		return "", false
+	}
+	return en[i].Value, true
+}
+
 // Serve answers req, checking each of its descriptors with decide at now
 // (the request's one clock read).
 func (c *Config) Serve(ctx context.Context, req *rlsv3.RateLimitRequest, now atomicbucket.Time, decide Decider) (*rlsv3.RateLimitResponse, error) {
@@ -115,6 +148,13 @@ func (c *Config) Serve(ctx context.Context, req *rlsv3.RateLimitRequest, now ato
 			cost = int64(d.HitsAddend.Value)
 		}
 		dec, err := decide(ctx, req.Domain, d, cost, now)
+		if errors.Is(err, ErrMissingKey) {
+			// A pattern matched, but its entry held no key: refused (and
+			// counted by Reject), never let through on one shared bucket.
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OVER_LIMIT}
+			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -124,7 +164,7 @@ func (c *Config) Serve(ctx context.Context, req *rlsv3.RateLimitRequest, now ato
 			continue
 		}
 		mode := dec.Mode
-		if mode == verdict.Off {
+		if mode == verdict.Off || dec.Policy == nil { // off, or refused unchecked on a Shadow route (recorded)
 			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 			continue
 		}

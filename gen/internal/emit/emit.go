@@ -112,7 +112,7 @@ func file(m *model.Model) *jen.File {
 	if m.Shared > 0 {
 		f.ImportName(sharedPath, "shared")
 	}
-	if m.HTTP != nil || m.GRPC != nil {
+	if m.HTTP != nil || m.GRPC != nil || m.RLS != nil {
 		f.ImportName(verdictPath, "verdict")
 		f.ImportName(clientipPath, "clientip")
 		f.Add(emitHTTPTables(m))
@@ -126,6 +126,11 @@ func file(m *model.Model) *jen.File {
 		f.ImportName(grpcLib, "grpc")
 		f.ImportName(codesPath, "codes")
 		f.Add(emitGRPC(m))
+	}
+	if m.RLS != nil {
+		f.ImportName(rlsPath, "limitrls")
+		f.ImportName(rlsProtos, "ratelimitv3")
+		f.Add(emitRLS(m))
 	}
 	return f
 }

@@ -85,6 +85,9 @@ type door struct {
 	// returns the decision unanswered (verdict.Result, the jitter's key)
 	// for limitgrpc.CountMessages to answer, or the status of a refusal.
 	message bool
+	// nowParam: the check's now is a parameter (the request's one clock
+	// read, for all its descriptors), not read in the check.
+	nowParam bool
 }
 
 func (d *door) r() *jen.Statement { return jen.Id(d.recv) }
@@ -643,7 +646,7 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 	// The cost.
 	firstRule := r.Rules[0]
 	switch r.CostKind {
-	case "":
+	case "", "hits": // the rule's cost, or (hits: an RLS descriptor's) the cost parameter
 	case "fixed":
 		body = append(body, jen.Id("cost").Op(":=").Add(jen.Int64().Call(lit(r.CostFixed))))
 	default: // declared by the request: header, query, metadata
@@ -655,7 +658,7 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 			))
 	}
 	sharedRoute := r.Rule >= 0 && m.Rules[r.Rule].Shared || r.Tier >= 0 && m.Tiers[r.Tier].Shared
-	if !sharedRoute { // a shared rule or tier is decided on the store's clock
+	if !sharedRoute && !d.nowParam { // a shared rule or tier is decided on the store's clock
 		body = append(body, jen.Id("now").Op(":=").Add(recv()).Dot("now").Call())
 	}
 	routes := d.prefix + "Routes"

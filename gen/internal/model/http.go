@@ -31,6 +31,30 @@ type GRPC struct {
 	Routes     []Route
 }
 
+// RLS is the rls: section: the domains and descriptors Envoy's rate-limit
+// service answers. Each descriptor pattern is a Route (its Pattern is
+// "domain: key, key=value, ..."), in policy order.
+type RLS struct {
+	Headers    bool // the IETF fields in response_headers_to_add
+	LogDenials int64
+	Domains    []RLSDomain
+	Routes     []Route
+}
+
+// RLSDomain is a domain and the descriptor patterns of it: Routes[First :
+// First+Count].
+type RLSDomain struct {
+	Name         string
+	First, Count int
+}
+
+// Entry is one entry of an RLS descriptor pattern: its key, and the value
+// it must have (Fixed), or any value (one a rule's key may be read from).
+type Entry struct {
+	Key, Value string
+	Fixed      bool
+}
+
 // ClientIP is clientip.Config's configuration.
 type ClientIP struct {
 	TrustedProxies []string // canonical CIDR prefixes
@@ -80,6 +104,10 @@ type Route struct {
 
 	MissingBodies []string // per entry of Rules: the problem body when no source has its key
 	CostBody      string   // the problem body when the declared cost is above CostMax
+
+	// Entries, for an RLS descriptor pattern: the entries a descriptor must
+	// have, in order (its key sources are kind "entry", Segment the index).
+	Entries []Entry
 
 	// Messages, for a gRPC entry whose streams' messages are counted: each
 	// message's cost, which ones are counted, and whether a denied one waits

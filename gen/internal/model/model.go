@@ -23,6 +23,7 @@ type Model struct {
 	Tiers     []Tier
 	HTTP      *HTTP // the http: section; nil when there is none
 	GRPC      *GRPC // the grpc: section; nil when there is none
+	RLS       *RLS  // the rls: section (Envoy's rate-limit service); nil when there is none
 	// Fields and Costs are, with a front door (HTTP or GRPC), every rule's
 	// RateLimit description and default cost, one per Limit (per plan when
 	// planned).

@@ -28,6 +28,7 @@ type policyDoc struct {
 	tiers []*tierDoc
 	http  *yaml.Node
 	grpc  *yaml.Node
+	rls   *yaml.Node
 	node  *yaml.Node
 }
 
@@ -51,7 +52,7 @@ type tierDoc struct {
 }
 
 var (
-	topFields  = []string{"package", "namespace", "plans", "rules", "tiers", "http", "grpc"}
+	topFields  = []string{"package", "namespace", "plans", "rules", "tiers", "http", "grpc", "rls"}
 	ruleFields = []string{"name", "key", "rate", "tokens_per_second", "rps", "burst", "refill", "aligned", "initial", "cost", "max_keys", "at_cap", "plans", "shared", "on_failure", "local_share", "lease"}
 	planFields = []string{"rate", "tokens_per_second", "rps", "burst", "initial", "cost"}
 	tierFields = []string{"name", "rules"}
@@ -121,6 +122,7 @@ func (p *parser) parse(src []byte) *policyDoc {
 	doc.plans = fields["plans"]
 	doc.http = fields["http"]
 	doc.grpc = fields["grpc"]
+	doc.rls = fields["rls"]
 	if n := fields["rules"]; n != nil {
 		for _, item := range p.sequence(n, "rules") {
 			doc.rules = append(doc.rules, p.ruleDoc(item))

@@ -151,6 +151,9 @@ func (p *parser) validate(doc *policyDoc) *model.Model {
 	if doc.grpc != nil && len(p.diags) == 0 {
 		m.GRPC = p.grpcSection(doc.grpc, m)
 	}
+	if doc.rls != nil && len(p.diags) == 0 {
+		m.RLS = p.rlsSection(doc.rls, m)
+	}
 	modelDocs(m)
 	return m
 }

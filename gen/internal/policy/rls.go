@@ -1,0 +1,171 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/limitgen/limitgen/gen/internal/model"
+	"go.yaml.in/yaml/v3"
+)
+
+var (
+	rlsFields        = []string{"headers", "log_denials", "domains"}
+	rlsDomainFields  = []string{"domain", "descriptors"}
+	rlsPatternFields = []string{"entries", "rule", "tier", "keys", "mode"}
+)
+
+// maxRLSEntries is the most entries a descriptor pattern may have: what
+// limitrls reads of a descriptor by default (DefaultMaxEntries).
+const maxRLSEntries = 16
+
+// rlsSection validates the rls: section: the domains Envoy's rate-limit
+// service answers, and in each the descriptor patterns that select a rule or
+// tier and the entries their keys are read from.
+func (p *parser) rlsSection(n *yaml.Node, m *model.Model) *model.RLS {
+	f, _ := p.mapping(n, rlsFields, "the rls section")
+	p.fieldPolicies(m)
+	s := &model.RLS{LogDenials: 10}
+	if v := f["headers"]; v != nil {
+		switch v.Value {
+		case "ietf":
+			s.Headers = true
+		case "none":
+		default:
+			p.errorf(v, "rls: headers %q: use ietf (RateLimit-Policy, RateLimit and Retry-After in response_headers_to_add) or none", v.Value)
+		}
+	}
+	if v := f["log_denials"]; v != nil {
+		if n, ok := p.int(v, "rls", "log_denials", 0); ok {
+			s.LogDenials = n
+		}
+	}
+	ds := f["domains"]
+	if ds == nil {
+		p.errorf(n, "the rls section needs domains: a list of {domain: name, descriptors: [...]}, one for each domain Envoy's rate limit filters name")
+		return s
+	}
+	seen := map[string]int{}
+	ordinal := 0
+	for _, dn := range p.sequence(ds, "rls: domains") {
+		df, _ := p.mapping(dn, rlsDomainFields, "an rls domain")
+		name := df["domain"]
+		if name == nil || name.Kind != yaml.ScalarNode || name.Value == "" || len(name.Value) > 256 {
+			p.errorf(dn, "an rls domain needs domain: its name, as Envoy's rate limit filter sets it (1 to 256 bytes)")
+			continue
+		}
+		if line, dup := seen[name.Value]; dup {
+			p.errorf(name, "rls: domain %q is given twice (first at line %d)", name.Value, line)
+			continue
+		}
+		seen[name.Value] = name.Line
+		dom := model.RLSDomain{Name: name.Value, First: len(s.Routes)}
+		patterns := map[string]int{}
+		if df["descriptors"] == nil {
+			p.errorf(dn, "rls: domain %q has no descriptors", name.Value)
+			continue
+		}
+		for _, pn := range p.sequence(df["descriptors"], "rls: domain "+name.Value+": descriptors") {
+			ordinal++
+			r, ok := p.rlsPattern(pn, ordinal, name.Value, m, patterns)
+			if ok {
+				s.Routes = append(s.Routes, r)
+			}
+		}
+		dom.Count = len(s.Routes) - dom.First
+		s.Domains = append(s.Domains, dom)
+	}
+	return s
+}
+
+// rlsPattern validates one descriptor pattern of a domain; patterns holds the
+// domain's patterns before it, by line.
+func (p *parser) rlsPattern(n *yaml.Node, ordinal int, domain string, m *model.Model, patterns map[string]int) (model.Route, bool) {
+	f, _ := p.mapping(n, rlsPatternFields, "an rls descriptor")
+	r := model.Route{Ordinal: ordinal, Rule: -1, Tier: -1, Mode: "Enforce", CostKind: "hits"}
+	en := f["entries"]
+	if en == nil || en.Kind != yaml.SequenceNode || len(en.Content) == 0 || len(en.Content) > maxRLSEntries {
+		p.errorf(n, "an rls descriptor needs entries: the keys of a descriptor's entries in order, 1 to %d, each key (any value) or key=value (that value only), such as [remote_address] or [generic_key=api, user_id]", maxRLSEntries)
+		return r, false
+	}
+	var spelled []string
+	for _, e := range en.Content {
+		k, v, fixed := strings.Cut(e.Value, "=")
+		if e.Kind != yaml.ScalarNode || k == "" || len(k) > 256 || len(v) > 256 || fixed && v == "" {
+			p.errorf(e, "rls: domain %q: entry %q: an entry is key or key=value, the key 1 to 256 bytes", domain, e.Value)
+			return r, false
+		}
+		r.Entries = append(r.Entries, model.Entry{Key: k, Value: v, Fixed: fixed})
+		spelled = append(spelled, e.Value)
+	}
+	r.Pattern = domain + ": " + strings.Join(spelled, ", ")
+	what := fmt.Sprintf("rls descriptor %q", r.Pattern)
+	if line, dup := patterns[strings.Join(spelled, "\x00")]; dup {
+		p.errorf(en, "%s is given twice (first at line %d); one pattern decides a descriptor", what, line)
+		return r, false
+	}
+	patterns[strings.Join(spelled, "\x00")] = en.Line
+	valid, ok := p.target(n, f, m, what, "the descriptors check", &r)
+	if !ok {
+		return r, false
+	}
+	keys := map[string]*yaml.Node{}
+	if v := f["keys"]; v != nil {
+		if v.Kind != yaml.MappingNode {
+			p.errorf(v, "%s: keys is a mapping of rule to entry key, such as {PerUser: user_id}", what)
+			return r, false
+		}
+		for i := 0; i+1 < len(v.Content); i += 2 {
+			keys[v.Content[i].Value] = v.Content[i+1]
+		}
+	}
+	for _, ri := range r.Rules {
+		rule := m.Rules[ri]
+		if rule.Planned {
+			p.errorf(n, "%s: rule %q differs by plan, and the rls section reads no plan: give the rls section rules whose numbers every plan shares", what, rule.Name)
+			valid = false
+		}
+		if rule.KeyType == "" {
+			r.Keys = append(r.Keys, nil)
+			r.MissingBodies = append(r.MissingBodies, "")
+			continue
+		}
+		idx := -1
+		if kn := keys[rule.Name]; kn != nil {
+			for i, e := range r.Entries {
+				if e.Key == kn.Value && !e.Fixed {
+					idx = i
+				}
+			}
+			if idx < 0 {
+				p.errorf(kn, "%s: rule %q's key from %q: no entry of that key without a fixed value", what, rule.Name, kn.Value)
+				valid = false
+				continue
+			}
+		} else {
+			for i, e := range r.Entries {
+				if !e.Fixed {
+					idx = i // the last entry with any value
+				}
+			}
+			if idx < 0 {
+				p.errorf(en, "%s: rule %q is keyed (%s) but every entry has a fixed value; add one that is read, such as user_id", what, rule.Name, rule.KeyType)
+				valid = false
+				continue
+			}
+		}
+		r.Keys = append(r.Keys, []model.KeySource{{Kind: "entry", Name: r.Entries[idx].Key, Segment: idx}})
+		r.MissingBodies = append(r.MissingBodies, "the descriptor's entry "+r.Entries[idx].Key+" holds no key for rule "+rule.Name)
+	}
+	for name, kn := range keys {
+		found := false
+		for _, ri := range r.Rules {
+			found = found || m.Rules[ri].Name == name
+		}
+		if !found {
+			p.errorf(kn, "%s: keys names rule %q, which the descriptor does not check", what, name)
+			valid = false
+		}
+	}
+	r.PolicyLists = policyLists(m, r.Rules)
+	return r, valid
+}

@@ -1,0 +1,108 @@
+package limitrls_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/limitrls/internal/rlslimits"
+	"github.com/limitgen/limitgen/verdict"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// TestGeneratedService: the service generated from testdata/policy.yaml's
+// rls: section, over a real gRPC connection on 127.0.0.1, on a fixed clock:
+// the edge domain's remote_address descriptor checks PerIP (burst 2); the
+// api pattern checks the API tier by a numeric user_id, and a user_id that
+// is not a number is OVER_LIMIT (counted missing_key), never one shared
+// bucket; the trial pattern is shadow (OK past its burst); the internal
+// domain's pattern is off; unknown domains and descriptors are OK and
+// counted; counters count by door, pattern and rule.
+func TestGeneratedService(t *testing.T) {
+	var now atomicbucket.Time
+	s := rlslimits.NewRLS(rlslimits.New())
+	s.Clock = func() atomicbucket.Time { return now }
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(srv, s.Service())
+	go srv.Serve(lis) //nolint:errcheck // ends with Stop
+	t.Cleanup(srv.Stop)
+	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	c := rlsv3.NewRateLimitServiceClient(cc)
+	ask := func(domain string, ds ...*rlv3.RateLimitDescriptor) rlsv3.RateLimitResponse_Code {
+		t.Helper()
+		resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.OverallCode
+	}
+	const ok, over = rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT
+	for n, want := range []rlsv3.RateLimitResponse_Code{ok, ok, over} {
+		if got := ask("edge", entries("remote_address", "192.0.2.1")); got != want {
+			t.Errorf("remote_address call %d: %v, want %v", n+1, got, want)
+		}
+	}
+	if got := ask("edge", entries("remote_address", "192.0.2.2")); got != ok {
+		t.Errorf("another address: %v", got)
+	}
+	for n, want := range []rlsv3.RateLimitResponse_Code{ok, ok, ok, over} {
+		if got := ask("edge", entries("generic_key", "api", "user_id", "42")); got != want {
+			t.Errorf("user 42 call %d: %v, want %v", n+1, got, want)
+		}
+	}
+	if got := ask("edge", entries("generic_key", "api", "user_id", "not-a-number")); got != over {
+		t.Errorf("a user_id that is not a number: %v, want OVER_LIMIT", got)
+	}
+	for n := range 5 {
+		if got := ask("edge", entries("generic_key", "trial", "user_id", "7")); got != ok {
+			t.Errorf("trial call %d: %v, want OK (shadow)", n+1, got)
+		}
+	}
+	for range 5 {
+		if got := ask("internal", entries("remote_address", "192.0.2.1")); got != ok {
+			t.Errorf("internal (off): %v", got)
+		}
+	}
+	if ask("other", entries("remote_address", "192.0.2.1")) != ok || ask("edge", entries("path", "/x")) != ok || s.Config.Unmatched() != 2 {
+		t.Errorf("unmatched: %d counted, want 2", s.Config.Unmatched())
+	}
+	// A second later the address has its tokens again (5/s, burst 2).
+	now += atomicbucket.Time(time.Second)
+	if got := ask("edge", entries("remote_address", "192.0.2.1")); got != ok {
+		t.Errorf("a second later: %v", got)
+	}
+	counts := map[string]uint64{}
+	for _, cnt := range s.Config.Counters.Snapshot() {
+		for o, n := range cnt.Outcomes {
+			if n > 0 {
+				counts[cnt.Route+" "+cnt.Rule+" "+verdict.Outcome(o).String()] += n
+			}
+		}
+	}
+	for k, want := range map[string]uint64{
+		"edge: remote_address PerIP allowed":                     4,
+		"edge: remote_address PerIP denied":                      1,
+		"edge: generic_key=api, user_id PerUser allowed":         3,
+		"edge: generic_key=api, user_id PerUser denied":          1,
+		"edge: generic_key=api, user_id PerUser missing_key":     1,
+		"edge: generic_key=trial, user_id PerUser allowed":       3,
+		"edge: generic_key=trial, user_id PerUser shadow_denied": 2,
+	} {
+		if counts[k] != want {
+			t.Errorf("%s: %d, want %d (all: %v)", k, counts[k], want, counts)
+		}
+	}
+}
