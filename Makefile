@@ -35,6 +35,8 @@ generate:
 	$(GO) run ./gen -policy limitgrpc/testdata/policy.yaml -out limitgrpc/internal/grpclimits
 	$(GO) run ./gen -policy limitgrpc/testdata/messages.yaml -out limitgrpc/internal/msglimits
 	$(GO) run ./gen -policy limitrls/testdata/policy.yaml -out limitrls/internal/rlslimits
+	$(GO) run ./gen envoy -package envoylimits -o limitrls/testdata/envoy.policy.yaml limitrls/testdata/envoy/rl.yaml
+	$(GO) run ./gen -policy limitrls/testdata/envoy.policy.yaml -out limitrls/internal/envoylimits
 
 ## test: everything CI checks — formatting, vet, tidy modules, all tests with -race
 ## (including the committed fuzz corpora), a short run of each fuzz target, and
@@ -72,6 +74,7 @@ check:
 	$(GO) run ./gen -policy limitgrpc/testdata/policy.yaml -out limitgrpc/internal/grpclimits -check
 	$(GO) run ./gen -policy limitgrpc/testdata/messages.yaml -out limitgrpc/internal/msglimits -check
 	$(GO) run ./gen -policy limitrls/testdata/policy.yaml -out limitrls/internal/rlslimits -check
+	$(GO) run ./gen -policy limitrls/testdata/envoy.policy.yaml -out limitrls/internal/envoylimits -check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) mod tidy -diff

@@ -5,6 +5,7 @@
 //	go run github.com/limitgen/limitgen/gen -policy policy.yaml -out generated
 //	go run github.com/limitgen/limitgen/gen -policy policy.yaml -out generated -check
 //	go run github.com/limitgen/limitgen/gen simulate -policy policy.yaml -rule API -plan free < requests.csv
+//	go run github.com/limitgen/limitgen/gen envoy -o policy.yaml config/*.yaml
 //
 // With -check it writes nothing and exits 1, showing a diff, when the files in
 // -out are not what the policy generates. On any error in the policy it reports
@@ -41,6 +42,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "numbers" {
 		return numbers(args[1:], stdout, stderr)
 	}
+	if len(args) > 0 && args[0] == "envoy" {
+		return envoy(args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -48,8 +52,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "       gen simulate -policy policy.yaml -rule RULE|TIER [-plan PLAN] < requests")
 		fmt.Fprintln(stderr, "Generates a Go package of rate limiters from a policy; -check compares instead of writing.")
 		fmt.Fprintln(stderr, "       gen numbers -policy policy.yaml numbers.yaml...")
+		fmt.Fprintln(stderr, "       gen envoy [-package limits] [-o policy.yaml] config.yaml...")
 		fmt.Fprintln(stderr, "simulate replays a request log through a rule or tier (gen simulate -h for more);")
-		fmt.Fprintln(stderr, "numbers checks overlay files of numbers against the policy (gen numbers -h).")
+		fmt.Fprintln(stderr, "numbers checks overlay files of numbers against the policy (gen numbers -h);")
+		fmt.Fprintln(stderr, "envoy translates envoyproxy/ratelimit's configuration into a policy (gen envoy -h).")
 		fs.PrintDefaults()
 	}
 	policy := fs.String("policy", "policy.yaml", "the policy file")

@@ -81,7 +81,7 @@ func emitRLSType(m *model.Model) jen.Code {
 	var listed []string
 	for _, dom := range s.Domains {
 		var conds []jen.Code
-		for i := dom.First; i < dom.First+dom.Count; i++ {
+		for _, i := range dom.Match {
 			r := s.Routes[i]
 			listed = append(listed, r.Pattern)
 			cond := jen.Len(jen.Id("en")).Op("==").Lit(len(r.Entries))

@@ -42,10 +42,13 @@ type RLS struct {
 }
 
 // RLSDomain is a domain and the descriptor patterns of it: Routes[First :
-// First+Count].
+// First+Count], tried in the order Match lists them (indices into Routes):
+// as envoyproxy/ratelimit matches, an entry with a fixed value before one
+// with any value, from the first entry on; policy order otherwise.
 type RLSDomain struct {
 	Name         string
 	First, Count int
+	Match        []int
 }
 
 // Entry is one entry of an RLS descriptor pattern: its key, and the value

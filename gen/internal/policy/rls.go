@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/limitgen/limitgen/gen/internal/model"
@@ -72,9 +73,28 @@ func (p *parser) rlsSection(n *yaml.Node, m *model.Model) *model.RLS {
 			}
 		}
 		dom.Count = len(s.Routes) - dom.First
+		for i := dom.First; i < dom.First+dom.Count; i++ {
+			dom.Match = append(dom.Match, i)
+		}
+		slices.SortStableFunc(dom.Match, func(a, b int) int { return moreSpecific(s.Routes[a].Entries, s.Routes[b].Entries) })
 		s.Domains = append(s.Domains, dom)
 	}
 	return s
+}
+
+// moreSpecific orders two patterns as envoyproxy/ratelimit prefers them
+// for one descriptor: at the first entry where one fixes the value and the
+// other does not, the one that fixes it first (−1), else neither (0).
+func moreSpecific(a, b []model.Entry) int {
+	for i := range min(len(a), len(b)) {
+		switch {
+		case a[i].Fixed && !b[i].Fixed:
+			return -1
+		case !a[i].Fixed && b[i].Fixed:
+			return 1
+		}
+	}
+	return 0
 }
 
 // rlsPattern validates one descriptor pattern of a domain; patterns holds the

@@ -980,7 +980,7 @@ var rlsRoutes = [...][1]string{{"\"PerIP\";q=2;w=1"}, {"\"PerUser\";q=3;w=2, \"G
 // with limitrls (statuses, the overall code, the IETF fields when asked). A descriptor no pattern
 // matches is OK and counted (Config.Unmatched).
 //
-// Descriptors: edge: remote_address; edge: generic_key=api, user_id; edge: generic_key=trial, user_id; internal: remote_address.
+// Descriptors: edge: generic_key=api, user_id; edge: generic_key=trial, user_id; edge: remote_address; internal: remote_address.
 type RLS struct {
 	limits *Limits
 	// Clock, when set, is read instead of atomicbucket.Now: tests drive the service through time with
@@ -1023,12 +1023,12 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 	switch domain {
 	case "edge":
 		switch {
-		case len(en) == 1 && en[0].Key == "remote_address":
-			i = 0
 		case len(en) == 2 && en[0].Key == "generic_key" && en[0].Value == "api" && en[1].Key == "user_id":
 			i = 1
 		case len(en) == 2 && en[0].Key == "generic_key" && en[0].Value == "trial" && en[1].Key == "user_id":
 			i = 2
+		case len(en) == 1 && en[0].Key == "remote_address":
+			i = 0
 		}
 	case "internal":
 		switch {
@@ -1037,14 +1037,6 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 		}
 	}
 	switch i {
-	case 0:
-		res, key, err := s.descriptor1(ctx, en, cost, now)
-		return limitrls.Decision{
-			Found:  true,
-			Key:    key,
-			Mode:   verdict.Enforce,
-			Result: res,
-		}, err
 	case 1:
 		res, key, err := s.descriptor2(ctx, en, cost, now)
 		return limitrls.Decision{
@@ -1059,6 +1051,14 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 			Found:  true,
 			Key:    key,
 			Mode:   verdict.Shadow,
+			Result: res,
+		}, err
+	case 0:
+		res, key, err := s.descriptor1(ctx, en, cost, now)
+		return limitrls.Decision{
+			Found:  true,
+			Key:    key,
+			Mode:   verdict.Enforce,
 			Result: res,
 		}, err
 	case 3:

@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The checked-in translation of limitrls's envoyproxy/ratelimit fixture is
+// what gen envoy writes now (limitrls's tests serve the package generated
+// from it), and it is a valid policy.
+func TestEnvoyTranslationUpToDate(t *testing.T) {
+	var out, errs bytes.Buffer
+	// The translation names its source as given: run it from the
+	// repository's root, as make generate does.
+	t.Chdir("..")
+	in := filepath.Join("limitrls", "testdata", "envoy", "rl.yaml")
+	if code := run([]string{"envoy", "-package", "envoylimits", in}, &out, &errs); code != 0 {
+		t.Fatalf("gen envoy: exit %d: %s", code, errs.String())
+	}
+	want, err := os.ReadFile(filepath.Join("limitrls", "testdata", "envoy.policy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != string(want) {
+		t.Errorf("limitrls/testdata/envoy.policy.yaml is not what gen envoy writes (make generate):\n%s", out.String())
+	}
+}
+
+// What a policy cannot say is refused, with the file, line and column of
+// what says it.
+func TestEnvoyRefusals(t *testing.T) {
+	for _, c := range []struct{ name, src, want string }{
+		{"composite key", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit: {unit: second, requests_per_unit: 1}\n",
+			`x.yaml:5:14: "a" and "b" both have no value: a limit per pair of values is a composite key`},
+		{"replaces", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces: [{name: other}]\n",
+			"x.yaml:7:7: replaces cannot be translated"},
+		{"wildcard", "domain: d\ndescriptors:\n  - key: path\n    value: /api/*\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			`x.yaml:4:12: value "/api/*": a wildcard value`},
+		{"unit", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n",
+			`x.yaml:4:24: unit "fortnight": use second, minute, hour, day, week, month or year`},
+		{"zero", "domain: d\ndescriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 0}\n",
+			`x.yaml:4:51: requests_per_unit "0": a whole number, at least 1`},
+		{"unknown field", "domain: d\ndescriptors:\n  - key: a\n    quota: 5\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			`x.yaml:4:5: descriptor field "quota" cannot be translated`},
+		{"no domain", "descriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			"x.yaml:1:1: the file names no domain"},
+	} {
+		_, errs := translateEnvoy("x.yaml", []byte(c.src))
+		var msgs []string
+		for _, e := range errs {
+			msgs = append(msgs, e.Error())
+		}
+		if !strings.Contains(strings.Join(msgs, "\n"), c.want) {
+			t.Errorf("%s: errors %q, want one saying %q", c.name, msgs, c.want)
+		}
+	}
+}
+
+// A translation compiles as a policy: keyed rules for descriptors without a
+// value, the most specific pattern first, shadow_mode as shadow, unlimited
+// as no pattern; weeks as 168 hours.
+func TestEnvoyTranslates(t *testing.T) {
+	src := "domain: edge\ndescriptors:\n" +
+		"  - key: user\n    rate_limit: {unit: week, requests_per_unit: 7}\n" +
+		"  - key: user\n    value: vip\n    shadow_mode: true\n    rate_limit: {unit: second, requests_per_unit: 100}\n" +
+		"  - key: health\n    rate_limit: {unlimited: true}\n"
+	d, errs := translateEnvoy("edge.yaml", []byte(src))
+	if len(errs) != 0 {
+		t.Fatal(errs)
+	}
+	pol, err := envoyPolicy("limits", []envoyDomain{d})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := compile("translated", pol)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, pol)
+	}
+	if len(m.Rules) != 2 || m.Rules[0].KeyType != "string" || m.Rules[1].KeyType != "" || m.Rules[0].Limits[0].PeriodNs != int64(168*3600e9) {
+		t.Errorf("rules %+v\n%s", m.Rules, pol)
+	}
+	s := m.RLS
+	if len(s.Routes) != 2 || s.Routes[1].Mode != "Shadow" || s.Domains[0].Match[0] != 1 {
+		t.Errorf("patterns %+v, match order %v\n%s", s.Routes, s.Domains[0].Match, pol)
+	}
+	if !strings.Contains(string(pol), "# health: unlimited") {
+		t.Errorf("unlimited not noted:\n%s", pol)
+	}
+}
