@@ -144,7 +144,7 @@ schema:
 # policy; then vet and test it.
 examples:
 	@echo "== make examples: $$(date +%T)"
-	cd examples/quickstart && $(GO) tool gen -policy policy.yaml -out limits -check && \
+	cd examples/quickstart && $(GO) tool gen -policy policy.yaml -out limits -main cmd/ratelimit -check && \
 	  $(GO) mod tidy -diff && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 # The README's first steps on a new module that points at this checkout.

@@ -48,7 +48,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gen [-policy policy.yaml] [-out generated] [-check]")
+		fmt.Fprintln(stderr, "usage: gen [-policy policy.yaml] [-out generated] [-main cmd/ratelimit] [-check]")
 		fmt.Fprintln(stderr, "       gen simulate -policy policy.yaml -rule RULE|TIER [-plan PLAN] < requests")
 		fmt.Fprintln(stderr, "Generates a Go package of rate limiters from a policy; -check compares instead of writing.")
 		fmt.Fprintln(stderr, "       gen numbers -policy policy.yaml numbers.yaml...")
@@ -61,6 +61,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	policy := fs.String("policy", "policy.yaml", "the policy file")
 	out := fs.String("out", "generated", "the directory of the generated package")
 	check := fs.Bool("check", false, "write nothing; exit 1 with a diff when -out is not what the policy generates")
+	mainDir := fs.String("main", "", "also write a ready server of the policy's rls: section (a main package) into this directory, such as cmd/ratelimit")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -70,14 +71,79 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	path := filepath.Join(*out, name)
+	var mainSrc []byte
+	if *mainDir != "" {
+		if mainSrc, err = generateMain(*policy, *out); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+	}
 	if *check {
-		return checkDir(*out, path, src, stdout, stderr)
+		code := checkDir(*out, path, src, stdout, stderr)
+		if mainSrc != nil {
+			code = max(code, checkDir(*mainDir, filepath.Join(*mainDir, "main.go"), mainSrc, stdout, stderr))
+		}
+		return code
 	}
 	if err := writeDir(*out, path, pkgOf(src), src, stdout); err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
+	if mainSrc != nil {
+		if err := writeDir(*mainDir, filepath.Join(*mainDir, "main.go"), "main", mainSrc, stdout); err != nil {
+			fmt.Fprintln(stderr, err)
+			return 1
+		}
+	}
 	return 0
+}
+
+// generateMain is the ready server of the policy's rls: section, importing
+// the package generated into out: its import path is the path of out below
+// the module that holds it (its go.mod's module line).
+func generateMain(policyPath, out string) ([]byte, error) {
+	raw, err := os.ReadFile(policyPath)
+	if err != nil {
+		return nil, err
+	}
+	m, err := compile(filepath.Base(policyPath), raw)
+	if err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(out)
+	if err != nil {
+		return nil, err
+	}
+	for dir := abs; ; dir = filepath.Dir(dir) {
+		if gomod, err := os.ReadFile(filepath.Join(dir, "go.mod")); err == nil {
+			mod := modulePath(gomod)
+			if mod == "" {
+				return nil, fmt.Errorf("%s: no module line", filepath.Join(dir, "go.mod"))
+			}
+			rel, err := filepath.Rel(dir, abs)
+			if err != nil {
+				return nil, err
+			}
+			imp := mod
+			if rel != "." {
+				imp += "/" + filepath.ToSlash(rel)
+			}
+			return emit.RenderMain(m, imp)
+		}
+		if filepath.Dir(dir) == dir {
+			return nil, fmt.Errorf("-main: no go.mod holds %s: the server imports the generated package by its module's path", out)
+		}
+	}
+}
+
+// modulePath is a go.mod's module path.
+func modulePath(gomod []byte) string {
+	for _, line := range strings.Split(string(gomod), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == "module" {
+			return strings.Trim(f[1], `"`)
+		}
+	}
+	return ""
 }
 
 // pkgOf is the package name of generated source.

@@ -6,7 +6,7 @@
 // health service behind the policy's gRPC interceptors.
 package main
 
-//go:generate go tool gen -policy policy.yaml -out limits
+//go:generate go tool gen -policy policy.yaml -out limits -main cmd/ratelimit
 
 import (
 	"context"

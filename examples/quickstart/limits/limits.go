@@ -13,10 +13,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/limithttp"
+	"github.com/limitgen/limitgen/limitrls"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
 	"github.com/limitgen/limitgen/verdict"
@@ -77,12 +79,14 @@ const (
 	RulePerUser RuleName = iota + 1
 	// RuleGlobal names the rule Global.
 	RuleGlobal
+	// RulePerCaller names the rule PerCaller.
+	RulePerCaller
 	// RuleLogin names the rule Login.
 	RuleLogin
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "Global", "Login"}
+var ruleNames = [...]string{"", "PerUser", "Global", "PerCaller", "Login"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -96,11 +100,12 @@ func (r RuleName) String() string {
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
 // and functions use.
 type Limits struct {
-	PerUser *PerUserLimiter  // see the package-level PerUser
-	Global  *GlobalLimiter   // see the package-level Global
-	Login   *LoginLimiter    // see the package-level Login
-	shared  *sharedState     // the store the shared rules are checked on, if any
-	numbers *overlay.Applier // ApplyNumbers's
+	PerUser   *PerUserLimiter   // see the package-level PerUser
+	Global    *GlobalLimiter    // see the package-level Global
+	PerCaller *PerCallerLimiter // see the package-level PerCaller
+	Login     *LoginLimiter     // see the package-level Login
+	shared    *sharedState      // the store the shared rules are checked on, if any
+	numbers   *overlay.Applier  // ApplyNumbers's
 }
 
 // Option configures New.
@@ -141,20 +146,22 @@ func New(opts ...Option) *Limits {
 		o.start = atomicbucket.Now()
 	}
 	l := &Limits{
-		PerUser: newPerUserLimiter(),
-		Global:  newGlobalLimiter(o.start),
-		Login:   newLoginLimiter(),
-		shared:  newSharedState(o.store),
+		PerUser:   newPerUserLimiter(),
+		Global:    newGlobalLimiter(o.start),
+		PerCaller: newPerCallerLimiter(),
+		Login:     newLoginLimiter(),
+		shared:    newSharedState(o.store),
 	}
 	l.PerUser.sh = l.shared
 	l.Global.sh = l.shared
+	l.PerCaller.sh = l.shared
 	l.numbers = l.newApplier()
 	return l
 }
 
 // sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),
 // in the order their checks name them.
-var sharedRules = [3]shared.Rule{{
+var sharedRules = [4]shared.Rule{{
 	Namespace: "quickstart",
 	Name:      "PerUser:free",
 	Limit: atomicbucket.Limit{
@@ -206,6 +213,24 @@ var sharedRules = [3]shared.Rule{{
 	Units: shared.Units{
 		PerMicro: int64(1),
 		Emit:     int64(1000),
+		Exact:    true,
+	},
+}, {
+	Namespace: "quickstart",
+	Name:      "PerCaller",
+	Limit: atomicbucket.Limit{
+		Tokens: 60,
+		Period: time.Minute,
+		Burst:  20,
+		Refill: atomicbucket.Greedy,
+	},
+	Failure: shared.Failure{
+		Mode:  shared.FailLocal,
+		Share: 0.5,
+	},
+	Units: shared.Units{
+		PerMicro: int64(1),
+		Emit:     int64(1000000),
 		Exact:    true,
 	},
 }}
@@ -363,6 +388,69 @@ func (t globalNumbers) Clear(plan int, key *string) {
 	_ = t.l.ClearNumbers() // fails only as Set failed before
 }
 
+// perCallerNumbers is PerCaller as an overlay Set changes it (overlay.Target).
+type perCallerNumbers struct {
+	l *PerCallerLimiter
+}
+
+func (t perCallerNumbers) Plans() int {
+	return 0
+}
+
+func (t perCallerNumbers) Keyed() bool {
+	return true
+}
+
+func (t perCallerNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	nb, err := t.l.sh.numbered()
+	if err != nil || nb == nil {
+		return err
+	}
+	return nb.CheckNumbers(3, n)
+}
+
+func (t perCallerNumbers) Base(plan int) overlay.Base {
+	r := t.l.Rule().Limit()
+	return overlay.Base{
+		Cost:     1,
+		Interval: r.Refill == atomicbucket.Interval,
+		Numbers:  atomicbucket.NumbersOf(r),
+	}
+}
+
+func (t perCallerNumbers) CheckKey(key string) error {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t perCallerNumbers) clearKey(key string) error {
+	k := key
+	_ = t.l.ClearKeyNumbers(k)
+	return nil
+}
+
+func (t perCallerNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n)
+	}
+	return t.l.SetNumbers(n)
+}
+
+func (t perCallerNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	_ = t.l.ClearNumbers() // fails only as Set failed before
+}
+
 // loginNumbers is Login as an overlay Set changes it (overlay.Target).
 type loginNumbers struct {
 	l *LoginLimiter
@@ -423,7 +511,7 @@ func (t loginNumbers) Clear(plan int, key *string) {
 func (l *Limits) newApplier() *overlay.Applier {
 	return overlay.NewApplier(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Global": globalNumbers{l.Global}, "Login": loginNumbers{l.Login}},
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Global": globalNumbers{l.Global}, "PerCaller": perCallerNumbers{l.PerCaller}, "Login": loginNumbers{l.Login}},
 	})
 }
 
@@ -482,6 +570,11 @@ var (
 
 	// Global allows 1000 requests per second in total, in bursts of up to 2000.
 	Global = Default.Global
+
+	// PerCaller allows 60 requests per minute per key, in bursts of up to 20. It tracks at most 100000
+	// keys; at that cap it reclaims keys whose buckets have been full for a second, and when there are
+	// none it denies new keys.
+	PerCaller = Default.PerCaller
 
 	// Login allows 5 requests per minute per key, in bursts of up to 5. It tracks at most 100000 keys;
 	// at that cap it reclaims keys whose buckets have been full for a second, and when there are none
@@ -1184,6 +1277,360 @@ func (l *GlobalLimiter) Reset(ctx context.Context) error {
 	return nil
 }
 
+// newPerCallerLocalLimiter returns PerCaller's (empty) tables.
+func newPerCallerLocalLimiter() *PerCallerLocalLimiter {
+	return &PerCallerLocalLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+		Tokens: 60,
+		Period: time.Minute,
+		Burst:  20,
+		Refill: atomicbucket.Greedy,
+	}), perCallerUnitsPerNs, perCallerUnitsPerToken, perCallerBurstUnits), atomicbucket.TableOptions{
+		MaxKeys: 100000,
+		AtCap:   atomicbucket.DenyAtCap,
+	})}
+}
+
+// PerCaller's fixed-point units, computed when generating and checked against the runtime when the
+// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (perCallerUnitsPerNs), one token is worth perCallerUnitsPerToken units (GCRA's emission
+// interval), and a bucket may run perCallerBurstUnits units ahead of now (the burst's worth: GCRA's
+// tolerance).
+const (
+	perCallerUnitsPerNs    = 1
+	perCallerUnitsPerToken = 1000000000
+	perCallerBurstUnits    = 20000000000
+)
+
+// PerCallerLocalLimiter is PerCaller decided in this process only, with the whole limit: what
+// PerCallerLimiter.Local returns, for tests, and what PerCaller's checks use while the package has
+// no store (SharedErr says so). Its methods are safe for concurrent use.
+type PerCallerLocalLimiter struct {
+	s *atomicbucket.Table[string]
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *PerCallerLocalLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
+}
+
+// Allow reports whether a request is allowed now, taking its tokens if so.
+func (l *PerCallerLocalLimiter) Allow(key string) bool {
+	return l.s.AllowGreedyAt(key, atomicbucket.Now(), perCallerUnitsPerNs, perCallerUnitsPerToken, perCallerBurstUnits)
+}
+
+// AllowN checks a request of the given cost now, taking its tokens if allowed.
+func (l *PerCallerLocalLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
+	return l.s.AllowN(key, cost)
+}
+
+// AllowAt is Allow at time now.
+func (l *PerCallerLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+	return l.s.AllowGreedyAt(key, now, perCallerUnitsPerNs, perCallerUnitsPerToken, perCallerBurstUnits)
+}
+
+// AllowNAt is AllowN at time now.
+func (l *PerCallerLocalLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.AllowNAt(key, now, cost)
+}
+
+// Peek is what AllowN would decide now, taking nothing.
+func (l *PerCallerLocalLimiter) Peek(key string, cost int64) atomicbucket.Decision {
+	return l.s.Peek(key, cost)
+}
+
+// PeekAt is Peek at time now.
+func (l *PerCallerLocalLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.PeekAt(key, now, cost)
+}
+
+// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
+func (l *PerCallerLocalLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.Reserve(key, cost, maxWait)
+}
+
+// ReserveAt is Reserve at time now.
+func (l *PerCallerLocalLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.ReserveAt(key, now, cost, maxWait)
+}
+
+// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
+func (l *PerCallerLocalLimiter) Wait(ctx context.Context, key string, cost int64) error {
+	return l.s.Wait(ctx, key, cost)
+}
+
+// Refund gives cost tokens back now, never beyond the burst.
+func (l *PerCallerLocalLimiter) Refund(key string, cost int64) {
+	l.s.Refund(key, cost)
+}
+
+// RefundAt is Refund at time now.
+func (l *PerCallerLocalLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
+	l.s.RefundAt(key, now, cost)
+}
+
+// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
+func (l *PerCallerLocalLimiter) Sweep() int {
+	return l.s.Sweep()
+}
+
+// Len is the number of keys tracked.
+func (l *PerCallerLocalLimiter) Len() int64 {
+	return l.s.Len()
+}
+
+// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
+func (l *PerCallerLocalLimiter) Stats() atomicbucket.TableStats {
+	return l.s.Stats()
+}
+
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
+func (l *PerCallerLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+	atomicbucket.RunEvery(ctx, interval, func() {
+		l.Sweep()
+	})
+}
+
+// SetNumbers makes n PerCaller's numbers for every key without numbers of its own from now on:
+// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
+// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
+// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *PerCallerLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *PerCallerLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
+}
+
+// ClearNumbers returns PerCaller to the policy's numbers, its buckets carried by carry.
+func (l *PerCallerLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *PerCallerLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *PerCallerLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// PerCaller's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
+// refused as by SetNumbers, and nothing changes.
+func (l *PerCallerLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *PerCallerLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has PerCaller's, its bucket carried
+// by carry.
+func (l *PerCallerLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *PerCallerLocalLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *PerCallerLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
+func (l *PerCallerLocalLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *PerCallerLocalLimiter) ResetAt(key string, now atomicbucket.Time) {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.ResetAt(key, now)
+	}
+}
+
+// newPerCallerLimiter returns PerCaller's limiter over its process-local buckets; New binds it to the store.
+func newPerCallerLimiter() *PerCallerLimiter {
+	return &PerCallerLimiter{local: newPerCallerLocalLimiter()}
+}
+
+// PerCallerLimiter is the type of PerCaller, a shared rule: Allow, AllowN and Wait decide on the
+// store given to New, so that the limit holds across every instance that shares it, and take the
+// request's context. Without a store they decide in this process with the whole limit, and their
+// results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
+// Its methods are safe for concurrent use.
+type PerCallerLimiter struct {
+	local *PerCallerLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *PerCallerLimiter) Rule() *atomicbucket.Rule {
+	return l.local.Rule()
+}
+
+// Local returns PerCaller decided in this process only, with the whole limit, on buckets apart from
+// the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *PerCallerLimiter) Local() *PerCallerLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
+// AllowN, whose Result says more: whether the store decided, and why not).
+func (l *PerCallerLimiter) Allow(ctx context.Context, key string) bool {
+	return l.AllowN(ctx, key, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that PerCaller holds across every
+// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
+// setting (a local share of 0.5 of the limit) does, and the Result says so (Degraded, Err). Without
+// a store, PerCaller's process-local limiter (Local) decides and Err is SharedErr's error.
+func (l *PerCallerLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
+	if l.sh.bound == nil {
+		return shared.Result{
+			Decision: l.local.AllowN(key, cost),
+			Err:      l.sh.err,
+		}
+	}
+	return l.sh.bound.CheckStep(ctx, shared.Step{
+		Cost: cost,
+		Key:  key,
+		Rule: 3,
+	})
+}
+
+// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
+// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
+// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
+// exceeds the burst. Without a store it is Local's Wait.
+func (l *PerCallerLimiter) Wait(ctx context.Context, key string, cost int64) error {
+	if l.sh.bound == nil {
+		return l.local.Wait(ctx, key, cost)
+	}
+	return shared.Wait(ctx, l.sh.bound, shared.Step{
+		Cost: cost,
+		Key:  key,
+		Rule: 3,
+	})
+}
+
+// SetNumbers makes n PerCaller's numbers for every key without numbers of its own, on the store and
+// in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
+// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
+// as they are, never beyond the new burst); every instance sharing the store must be given the same
+// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
+// source (shared.Numbered says more).
+func (l *PerCallerLimiter) SetNumbers(n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetNumbers(3, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+// ClearNumbers returns PerCaller to the policy's numbers, on the store and in this process.
+func (l *PerCallerLimiter) ClearNumbers() error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearNumbers(3)
+	}
+	l.local.ClearNumbers(atomicbucket.CarryAsIs)
+	return nil
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields): Local's, which every change keeps equal to the store's; nil before.
+func (l *PerCallerLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.local.ruleInForce(key)
+}
+
+// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
+// or without a store Local's.
+func (l *PerCallerLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if nb, _ := l.sh.numbered(); nb != nil {
+		return nb.NumbersFor(3, key)
+	}
+	return l.local.NumbersFor(key)
+}
+
+// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever
+// PerCaller's, on the store and in this process; refused as by SetNumbers, all or nothing.
+func (l *PerCallerLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetKeyNumbers([]int{3}, key, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
+}
+
+// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
+func (l *PerCallerLimiter) ClearKeyNumbers(key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearKeyNumbers([]int{3}, key)
+	}
+	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
+	return nil
+}
+
+// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
+// in this process. Other instances' leases keep what they were granted until it expires.
+func (l *PerCallerLimiter) Reset(ctx context.Context, key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	l.local.Reset(key)
+	if nb != nil {
+		return nb.Reset(ctx, []int{3}, key)
+	}
+	return nil
+}
+
 // newLoginLimiter returns Login's (empty) tables.
 func newLoginLimiter() *LoginLimiter {
 	return &LoginLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
@@ -1534,6 +1981,127 @@ func (l *Limits) checkSharedRequest(ctx context.Context, plan Plan, perUserKey s
 	}
 }
 
+// LocalEdge checks a request against PerCaller, Global as Edge does. It decides in this process
+// only, with the whole limits, on the rules' Local limiters: the store's tier is Edge.
+func (l *Limits) LocalEdge(perCallerKey string) TierDecision {
+	return l.checkEdge(perCallerKey, atomicbucket.Now(), 0, true)
+}
+
+// LocalEdgeN is LocalEdge with a cost every rule is charged instead of its default.
+func (l *Limits) LocalEdgeN(perCallerKey string, cost int64) TierDecision {
+	return l.checkEdge(perCallerKey, atomicbucket.Now(), cost, false)
+}
+
+// LocalEdgeAt is LocalEdge at time now.
+func (l *Limits) LocalEdgeAt(perCallerKey string, now atomicbucket.Time) TierDecision {
+	return l.checkEdge(perCallerKey, now, 0, true)
+}
+
+// LocalEdgeNAt is LocalEdgeN at time now.
+func (l *Limits) LocalEdgeNAt(perCallerKey string, now atomicbucket.Time, cost int64) TierDecision {
+	return l.checkEdge(perCallerKey, now, cost, false)
+}
+
+// checkEdge is Edge with each rule charged cost, or its own default cost when defaults is set. It
+// is atomicbucket.TierAt unrolled, with typed calls: keep the two in step.
+func (l *Limits) checkEdge(perCallerKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
+	c0, c1 := cost, cost
+	if defaults {
+		c0, c1 = 1, 1
+	}
+	d0 := l.PerCaller.local.AllowNAt(perCallerKey, now, c0)
+	if !d0.Allowed {
+		return TierDecision{
+			Decision: d0,
+			Rule:     RulePerCaller,
+			DeniedBy: RulePerCaller,
+		}
+	}
+	d1 := l.Global.local.AllowNAt(now, c1)
+	if !d1.Allowed {
+		l.PerCaller.local.RefundAt(perCallerKey, now, c0)
+		return TierDecision{
+			Decision: d1,
+			Rule:     RuleGlobal,
+			DeniedBy: RuleGlobal,
+		}
+	}
+	most, rule := d0, RulePerCaller
+	if d1.Remaining < most.Remaining {
+		most, rule = d1, RuleGlobal
+	}
+	return TierDecision{Decision: most, Rule: rule}
+}
+
+// Edge checks a request against PerCaller, Global on the store given to New, all or nothing, in one
+// call where the store can (on a Redis Cluster, one per slot, with refunds), so that the tier holds
+// across every instance. It never fails: when the store cannot decide, the rules' on_failure
+// settings do, and the result says so (Degraded, Err). Without a store, LocalEdge decides and Err
+// is SharedErr's error. It uses Default.
+func Edge(ctx context.Context, perCallerKey string) TierResult {
+	return Default.Edge(ctx, perCallerKey)
+}
+
+// Edge checks a request against PerCaller, Global on the store given to New, all or nothing, in one
+// call where the store can (on a Redis Cluster, one per slot, with refunds), so that the tier holds
+// across every instance. It never fails: when the store cannot decide, the rules' on_failure
+// settings do, and the result says so (Degraded, Err). Without a store, LocalEdge decides and Err
+// is SharedErr's error.
+func (l *Limits) Edge(ctx context.Context, perCallerKey string) TierResult {
+	return l.checkSharedEdge(ctx, perCallerKey, 0, true)
+}
+
+// EdgeN is Edge with a cost every rule is charged instead of its default. It uses Default.
+func EdgeN(ctx context.Context, perCallerKey string, cost int64) TierResult {
+	return Default.EdgeN(ctx, perCallerKey, cost)
+}
+
+// EdgeN is Edge with a cost every rule is charged instead of its default.
+func (l *Limits) EdgeN(ctx context.Context, perCallerKey string, cost int64) TierResult {
+	return l.checkSharedEdge(ctx, perCallerKey, cost, false)
+}
+
+// checkSharedEdge is Edge's store call, with each rule charged cost, or its own default cost when
+// defaults is set.
+func (l *Limits) checkSharedEdge(ctx context.Context, perCallerKey string, cost int64, defaults bool) TierResult {
+	if l.shared.bound == nil {
+		return TierResult{
+			Err:          l.shared.err,
+			TierDecision: l.checkEdge(perCallerKey, atomicbucket.Now(), cost, defaults),
+		}
+	}
+	c0, c1 := cost, cost
+	if defaults {
+		c0, c1 = 1, 1
+	}
+	res, i := l.shared.bound.Check(ctx, []shared.Step{{
+		Cost: c0,
+		Key:  perCallerKey,
+		Rule: 3,
+	}, {
+		Cost: c1,
+		Key:  "",
+		Rule: 2,
+	}})
+	rules := [2]RuleName{RulePerCaller, RuleGlobal}
+	if i < 0 || i >= len(rules) {
+		i = 0
+	}
+	td := TierDecision{
+		Decision: res.Decision,
+		Rule:     rules[i],
+	}
+	if !res.Allowed {
+		td.DeniedBy = rules[i]
+	}
+	return TierResult{
+		Degraded:     res.Degraded,
+		Err:          res.Err,
+		Outage:       res.Outage,
+		TierDecision: td,
+	}
+}
+
 // httpPolicyPerUserPlanFree is rule PerUser on the free plan as the RateLimit fields describe it.
 var httpPolicyPerUserPlanFree = verdict.Policy{
 	Name:   "PerUser",
@@ -1579,6 +2147,21 @@ var httpPolicyGlobal = verdict.Policy{
 	Prefix: "\"Global\";r=",
 }
 
+// httpPolicyPerCaller is rule PerCaller as the RateLimit fields describe it.
+var httpPolicyPerCaller = verdict.Policy{
+	Name:   "PerCaller",
+	Quota:  20,
+	Window: 20,
+	Limit: atomicbucket.Limit{
+		Tokens: 60,
+		Period: time.Minute,
+		Burst:  20,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:   "\"PerCaller\";q=20;w=20",
+	Prefix: "\"PerCaller\";r=",
+}
+
 // httpPolicyLogin is rule Login as the RateLimit fields describe it.
 var httpPolicyLogin = verdict.Policy{
 	Name:   "Login",
@@ -1596,10 +2179,10 @@ var httpPolicyLogin = verdict.Policy{
 
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleLogin: {&httpPolicyLogin, &httpPolicyLogin}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RulePerCaller: {&httpPolicyPerCaller, &httpPolicyPerCaller}, RuleLogin: {&httpPolicyLogin, &httpPolicyLogin}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleGlobal: {1, 1}, RuleLogin: {1, 1}}
+var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleGlobal: {1, 1}, RulePerCaller: {1, 1}, RuleLogin: {1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
 var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=10;w=60, \"Global\";q=2000;w=2", "\"PerUser\";q=100;w=60, \"Global\";q=2000;w=2"}, {"\"Login\";q=5;w=60", "\"Login\";q=5;w=60"}}
@@ -2057,4 +2640,121 @@ func (g *GRPC) plan(ctx context.Context) Plan {
 		return p
 	}
 	return PlanFree
+}
+
+// rlsRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
+var rlsRoutes = [...][numPlans]string{{"\"PerCaller\";q=20;w=20, \"Global\";q=2000;w=2", "\"PerCaller\";q=20;w=20, \"Global\";q=2000;w=2"}}
+
+// RLS serves Envoy's rate-limit service (envoy.service.ratelimit.v3.RateLimitService) for the
+// policy's rls: section: it finds the descriptor pattern a request's descriptor matches in its
+// domain (the same entry keys in order, and the values the pattern fixes), reads its rule's key
+// from the pattern's entry, checks the rule or tier at the descriptor's hits_addend, and answers
+// with limitrls (statuses, the overall code, the IETF fields when asked). A descriptor no pattern
+// matches is OK and counted (Config.Unmatched).
+//
+// Descriptors: quickstart: caller.
+type RLS struct {
+	limits *Limits
+	// Clock, when set, is read instead of atomicbucket.Now: tests drive the service through time with
+	// it. Set it before calling Service.
+	Clock func() atomicbucket.Time
+	// Config is what every request shares: the fields, the counters, the observer (logs denials with
+	// log/slog's default logger, at most 10 a second). Set it before serving.
+	Config limitrls.Config
+}
+
+// NewRLS returns the rate-limit service over l (Default when nil).
+func NewRLS(l *Limits) *RLS {
+	if l == nil {
+		l = Default
+	}
+	return &RLS{
+		Config: limitrls.Config{
+			Judge: verdict.Judge{
+				Counters: verdict.NewSeriesCounters(rlsSeries[:]...),
+				Observer: verdict.NewDenialLog(nil, 10),
+			},
+			Headers: true,
+		},
+		limits: l,
+	}
+}
+
+// Service is the gRPC service to register: rlsv3.RegisterRateLimitServiceServer(srv, s.Service()).
+func (s *RLS) Service() *limitrls.Service {
+	return &limitrls.Service{
+		Clock:  s.Clock,
+		Config: &s.Config,
+		Decide: s.decide,
+	}
+}
+
+// decide checks one descriptor of domain at cost (limitrls.Decider).
+func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimitDescriptor, cost int64, now atomicbucket.Time) (limitrls.Decision, error) {
+	en := d.Entries
+	i := -1
+	switch domain {
+	case "quickstart":
+		switch {
+		case len(en) == 1 && en[0].Key == "caller":
+			i = 0
+		}
+	}
+	switch i {
+	case 0:
+		res, key, err := s.descriptor1(ctx, en, cost, now)
+		return limitrls.Decision{
+			Found:  true,
+			Key:    key,
+			Mode:   verdict.Enforce,
+			Result: res,
+		}, err
+	}
+	return limitrls.Decision{}, nil
+}
+
+// rlsSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and
+// each of its rules, in policy order (a decision's Series is its index here).
+var rlsSeries = [...]verdict.Series{{Route: "quickstart: caller", Tier: "Edge", Rule: "PerCaller"}, {Route: "quickstart: caller", Tier: "Edge", Rule: "Global"}}
+
+// rlsSeriesEntry1 are the series of quickstart: caller's rules in the Counters, by RuleName.
+var rlsSeriesEntry1 = [...]int{RulePerCaller: 0, RuleGlobal: 1}
+
+// descriptor1 checks one message of a stream of quickstart: caller (tier Edge, enforce, 0 a
+// message) and returns the decision for limitgrpc.CountMessages to answer, with the key that seeds
+// its jitter, or the status that ends the stream when it has no key.
+func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = limitrls.EntryKey(en, 0)
+	if !ok0 {
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry caller holds no key for rule PerCaller", verdict.Event{Route: "quickstart: caller", Tier: "Edge", Rule: "PerCaller", RuleIndex: int(RulePerCaller), Series: 0, Outcome: verdict.MissingKey})
+	}
+	tr := s.limits.checkSharedEdge(ctx, k0, cost, false)
+	td := tr.TierDecision
+	var res verdict.Result
+	res.Degraded = tr.Degraded
+	res.Outage = tr.Outage
+	res.StoreErr = tr.Err
+	res.Decision = td.Decision
+	res.Policy = httpPolicies[td.Rule][0]
+	res.Policies = rlsRoutes[0][0]
+	res.Cost = cost
+	res.Route = "quickstart: caller"
+	res.Tier = "Edge"
+	res.Rule = int(td.Rule)
+	res.Series = rlsSeriesEntry1[td.Rule]
+	rf0, rf1 := s.limits.PerCaller.ruleInForce(k0), s.limits.Global.ruleInForce()
+	if rf0 != nil || rf1 != nil {
+		p0 := verdict.InForce(httpPolicies[RulePerCaller][0], rf0)
+		p1 := verdict.InForce(httpPolicies[RuleGlobal][0], rf1)
+		res.Policies = verdict.InForceList(p0, p1)
+		switch td.Rule {
+		case RulePerCaller:
+			res.Policy = p0
+		case RuleGlobal:
+			res.Policy = p1
+		}
+	}
+	return res, k0, nil
 }
