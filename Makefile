@@ -29,6 +29,7 @@ generate:
 	$(GO) run ./gen -policy bench/httppolicy.yaml -out bench/httplimits
 	$(GO) run ./gen -policy bench/sharedpolicy.yaml -out bench/sharedlimits
 	$(GO) run ./gen -policy bench/grpcpolicy.yaml -out bench/grpclimits
+	$(GO) run ./gen -policy bench/rlspolicy.yaml -out bench/rlslimits
 	$(GO) run ./gen -policy storetest/sharedpolicy.yaml -out internal/sharedlimits
 	$(GO) run ./gen -policy storetest/rolling/v1.yaml -out internal/rolling/v1
 	$(GO) run ./gen -policy storetest/rolling/v2.yaml -out internal/rolling/v2
@@ -68,6 +69,7 @@ check:
 	$(GO) run ./gen -policy bench/httppolicy.yaml -out bench/httplimits -check
 	$(GO) run ./gen -policy bench/sharedpolicy.yaml -out bench/sharedlimits -check
 	$(GO) run ./gen -policy bench/grpcpolicy.yaml -out bench/grpclimits -check
+	$(GO) run ./gen -policy bench/rlspolicy.yaml -out bench/rlslimits -check
 	$(GO) run ./gen -policy storetest/sharedpolicy.yaml -out internal/sharedlimits -check
 	$(GO) run ./gen -policy storetest/rolling/v1.yaml -out internal/rolling/v1 -check
 	$(GO) run ./gen -policy storetest/rolling/v2.yaml -out internal/rolling/v2 -check

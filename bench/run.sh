@@ -8,7 +8,8 @@
 # package beside the runtime under it, the local check (one bucket; a table of
 # 1e3 keys), the HTTP middleware (alone; paired with its peers in 1 ms slices;
 # and with a metrics collector read every 10 ms), the gRPC interceptors
-# (alone, paired over bufconn, and in a call on loopback), a shared check on
+# (alone, paired over bufconn, and in a call on loopback), Envoy's rate-limit
+# service beside envoyproxy/ratelimit on one redis-server (64 callers), a shared check on
 # Redis at 64 callers and on PostgreSQL (hot key, 16 callers), and what numbers
 # changed at run time cost a generated check (BenchmarkNumbers: a table of its
 # own, one column per case of numbers). full is every benchmark of the package
@@ -35,6 +36,7 @@ headline)
     '^BenchmarkGRPC$'
     '^BenchmarkGRPCPaired$'
     '^BenchmarkGRPCLoopback$'
+    '^BenchmarkRLS$'
     '^BenchmarkRedis$/^callers=64$'
     '^BenchmarkPostgres$/^keys=1$/^callers=16$'
     '^BenchmarkNumbers$'

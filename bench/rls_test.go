@@ -1,0 +1,195 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	envoyrunner "github.com/envoyproxy/ratelimit/src/service_cmd/runner"
+	envoysettings "github.com/envoyproxy/ratelimit/src/settings"
+	"github.com/limitgen/limitgen/bench/rlslimits"
+	"github.com/limitgen/limitgen/redisstore"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// envoyConfig is envoyproxy/ratelimit's configuration of the limit
+// bench/rlspolicy.yaml sets: per value of the entry k, so high that every
+// decision admits (its fixed window of a second; its most, 2³²−1).
+const envoyConfig = `domain: bench
+descriptors:
+  - key: k
+    rate_limit:
+      unit: second
+      requests_per_unit: 1000000000
+`
+
+// rlsServers are the rate-limit services measured, on one redis-server:
+// limitgen's generated for bench/rlspolicy.yaml (Redis, coalesced),
+// envoyproxy/ratelimit (Redis, its fixed windows, the pipelining it offers:
+// REDIS_PIPELINE_WINDOW), and a service that answers OK without deciding
+// anything (the gRPC round trip's ceiling). They stop when the benchmark
+// that started them ends.
+type rlsServers struct {
+	redis                 string
+	limitgen, envoy, noop string
+}
+
+type noopRLS struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+}
+
+var okResponse = &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK}
+
+func (noopRLS) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	return okResponse, nil
+}
+
+func serveRLS(b *testing.B, svc rlsv3.RateLimitServiceServer) string {
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := grpc.NewServer()
+	rlsv3.RegisterRateLimitServiceServer(srv, svc)
+	go srv.Serve(lis) //nolint:errcheck // ends with Stop
+	b.Cleanup(srv.Stop)
+	return lis.Addr().String()
+}
+
+func freePort(b *testing.B) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func startRLS(b *testing.B) *rlsServers {
+	s := &rlsServers{}
+	fail := func(err error) { b.Fatal(err) }
+	{
+		s.redis = benchRedis(b)
+		// limitgen: the generated service over a coalescing Redis store.
+		client := redis.NewClient(&redis.Options{Addr: s.redis, ContextTimeoutEnabled: true, PoolSize: 64})
+		b.Cleanup(func() { client.Close() })
+		st, err := redisstore.New(context.Background(), client, redisstore.Options{Coalesce: 256})
+		if err != nil {
+			fail(err)
+		}
+		b.Cleanup(st.Close)
+		svc := rlslimits.NewRLS(rlslimits.New(rlslimits.WithStore(st)))
+		s.limitgen = serveRLS(b, svc.Service())
+		s.noop = serveRLS(b, noopRLS{})
+		// envoyproxy/ratelimit, in this process, configured by its
+		// environment variables.
+		root := b.TempDir()
+		if err := os.MkdirAll(filepath.Join(root, "ratelimit", "config"), 0o755); err != nil {
+			fail(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "ratelimit", "config", "bench.yaml"), []byte(envoyConfig), 0o644); err != nil {
+			fail(err)
+		}
+		grpcPort := freePort(b)
+		for k, v := range map[string]string{
+			"HOST": "127.0.0.1", "PORT": strconv.Itoa(freePort(b)), "DEBUG_HOST": "127.0.0.1", "DEBUG_PORT": strconv.Itoa(freePort(b)),
+			"GRPC_HOST": "127.0.0.1", "GRPC_PORT": strconv.Itoa(grpcPort),
+			"USE_STATSD": "false", "DISABLE_STATS": "true", "LOG_LEVEL": "ERROR", "RUNTIME_ROOT": root, "RUNTIME_SUBDIRECTORY": "ratelimit",
+			"RUNTIME_WATCH_ROOT": "false", "BACKEND_TYPE": "redis", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": s.redis,
+			"REDIS_POOL_SIZE": "64", "REDIS_PIPELINE_WINDOW": "150us",
+		} {
+			b.Setenv(k, v)
+		}
+		r := envoyrunner.NewRunner(envoysettings.NewSettings())
+		go r.Run()
+		b.Cleanup(r.Stop)
+		s.envoy = "127.0.0.1:" + strconv.Itoa(grpcPort)
+		// Wait for its configuration to be loaded: a first decision.
+		c := rlsClient(b, s.envoy)
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			resp, err := c.ShouldRateLimit(context.Background(), rlsRequest("warm"))
+			if err == nil && resp.OverallCode == rlsv3.RateLimitResponse_OK && len(resp.Statuses) == 1 && resp.Statuses[0].CurrentLimit != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				fail(fmt.Errorf("envoyproxy/ratelimit did not start: %v, %v", resp, err))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return s
+}
+
+func rlsClient(b *testing.B, addr string) rlsv3.RateLimitServiceClient {
+	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cc.Close() })
+	return rlsv3.NewRateLimitServiceClient(cc)
+}
+
+func rlsRequest(value string) *rlsv3.RateLimitRequest {
+	return &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "k", Value: value}}}}}
+}
+
+// BenchmarkRLS is Envoy's rate-limit service as Envoy calls it: 64 callers
+// on one gRPC connection asking ShouldRateLimit of one descriptor, the same
+// one (keys=1, a hot descriptor) or one of 1e4, over loopback, against
+// limitgen's generated service (Redis, coalesced), envoyproxy/ratelimit
+// (Redis, fixed windows, its pipelining) and a service that decides nothing
+// (the ceiling: a gRPC round trip). Metrics: decisions/s, p50-µs and p99-µs
+// as the callers see them, the Redis commands a decision (cmds/op) and
+// Redis's time, and cpu-µs/op, the whole process's CPU a decision (client
+// and server share it: compare it between implementations).
+func BenchmarkRLS(b *testing.B) {
+	rls := startRLS(b)
+	for _, keys := range []int{1, 10_000} {
+		for _, impl := range []struct{ name, addr string }{{"limitgen", rls.limitgen}, {"envoy-ratelimit", rls.envoy}, {"noop", rls.noop}} {
+			b.Run(fmt.Sprintf("keys=%s/callers=64/impl=%s", keyLabel(keys), impl.name), func(b *testing.B) {
+				c := rlsClient(b, impl.addr)
+				reqs := make([]*rlsv3.RateLimitRequest, keys)
+				for i := range reqs {
+					reqs[i] = rlsRequest("v" + strconv.Itoa(i))
+				}
+				var next sync.Mutex
+				n := 0
+				check := func(ctx context.Context) (bool, error) {
+					next.Lock()
+					req := reqs[n%keys]
+					n++
+					next.Unlock()
+					resp, err := c.ShouldRateLimit(ctx, req)
+					if err != nil {
+						return false, err
+					}
+					return resp.OverallCode == rlsv3.RateLimitResponse_OK, nil
+				}
+				var before, after syscall.Rusage
+				syscall.Getrusage(syscall.RUSAGE_SELF, &before)
+				runRedis(b, rls.redis, 64, check)
+				syscall.Getrusage(syscall.RUSAGE_SELF, &after)
+				cpu := time.Duration(after.Utime.Nano() + after.Stime.Nano() - before.Utime.Nano() - before.Stime.Nano())
+				b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/op")
+			})
+		}
+	}
+}
+
+func keyLabel(n int) string {
+	if n == 1 {
+		return "1"
+	}
+	return "1e" + strconv.Itoa(len(strconv.Itoa(n))-1)
+}
