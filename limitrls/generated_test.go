@@ -2,7 +2,6 @@ package limitrls_test
 
 import (
 	"context"
-	"net"
 	"testing"
 	"time"
 
@@ -11,8 +10,6 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/limitrls/internal/rlslimits"
 	"github.com/limitgen/limitgen/verdict"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 )
 
 // TestGeneratedService: the service generated from testdata/policy.yaml's
@@ -27,20 +24,7 @@ func TestGeneratedService(t *testing.T) {
 	var now atomicbucket.Time
 	s := rlslimits.NewRLS(rlslimits.New(rlslimits.WithStart(0))) // global buckets start at the test clock's 0
 	s.Clock = func() atomicbucket.Time { return now }
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(srv, s.Service())
-	go srv.Serve(lis) //nolint:errcheck // ends with Stop
-	t.Cleanup(srv.Stop)
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cc.Close() })
-	c := rlsv3.NewRateLimitServiceClient(cc)
+	c := serveService(t, s.Service())
 	ask := func(domain string, ds ...*rlv3.RateLimitDescriptor) rlsv3.RateLimitResponse_Code {
 		t.Helper()
 		resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: domain, Descriptors: ds})

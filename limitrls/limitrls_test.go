@@ -69,12 +69,19 @@ func (e *edge) decide(_ context.Context, domain string, d *rlv3.RateLimitDescrip
 // client of it.
 func serve(t *testing.T, cfg *limitrls.Config, e *edge, now *atomicbucket.Time) rlsv3.RateLimitServiceClient {
 	t.Helper()
+	return serveService(t, &limitrls.Service{Config: cfg, Decide: e.decide, Clock: func() atomicbucket.Time { return *now }})
+}
+
+// serveService serves svc on 127.0.0.1 over gRPC and returns a client of it;
+// both end with the test.
+func serveService(t *testing.T, svc rlsv3.RateLimitServiceServer) rlsv3.RateLimitServiceClient {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv := grpc.NewServer()
-	rlsv3.RegisterRateLimitServiceServer(srv, &limitrls.Service{Config: cfg, Decide: e.decide, Clock: func() atomicbucket.Time { return *now }})
+	rlsv3.RegisterRateLimitServiceServer(srv, svc)
 	go srv.Serve(lis) //nolint:errcheck // ends with Stop
 	t.Cleanup(srv.Stop)
 	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
