@@ -141,7 +141,11 @@ func rlsClient(b *testing.B, addr string) rlsv3.RateLimitServiceClient {
 }
 
 func rlsRequest(value string) *rlsv3.RateLimitRequest {
-	return &rlsv3.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "k", Value: value}}}}}
+	return rlsDomainRequest("bench", value)
+}
+
+func rlsDomainRequest(domain, value string) *rlsv3.RateLimitRequest {
+	return &rlsv3.RateLimitRequest{Domain: domain, Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "k", Value: value}}}}}
 }
 
 // BenchmarkRLS is Envoy's rate-limit service as Envoy calls it: 64 callers
@@ -149,19 +153,23 @@ func rlsRequest(value string) *rlsv3.RateLimitRequest {
 // one (keys=1, a hot descriptor) or one of 1e4, over loopback, against
 // limitgen's generated service (Redis, coalesced), envoyproxy/ratelimit
 // (Redis, fixed windows, its pipelining) and a service that decides nothing
-// (the ceiling: a gRPC round trip). Metrics: decisions/s, p50-µs and p99-µs
+// (the ceiling: a gRPC round trip); limitgen-local is limitgen's service
+// deciding the same limit in the process (domain local), against the
+// ceiling. Metrics: decisions/s, p50-µs and p99-µs
 // as the callers see them, the Redis commands a decision (cmds/op) and
 // Redis's time, and cpu-µs/op, the whole process's CPU a decision (client
 // and server share it: compare it between implementations).
 func BenchmarkRLS(b *testing.B) {
 	rls := startRLS(b)
 	for _, keys := range []int{1, 10_000} {
-		for _, impl := range []struct{ name, addr string }{{"limitgen", rls.limitgen}, {"envoy-ratelimit", rls.envoy}, {"noop", rls.noop}} {
+		for _, impl := range []struct{ name, addr, domain string }{
+			{"limitgen", rls.limitgen, "bench"}, {"limitgen-local", rls.limitgen, "local"}, {"envoy-ratelimit", rls.envoy, "bench"}, {"noop", rls.noop, "bench"},
+		} {
 			b.Run(fmt.Sprintf("keys=%s/callers=64/impl=%s", keyLabel(keys), impl.name), func(b *testing.B) {
 				c := rlsClient(b, impl.addr)
 				reqs := make([]*rlsv3.RateLimitRequest, keys)
 				for i := range reqs {
-					reqs[i] = rlsRequest("v" + strconv.Itoa(i))
+					reqs[i] = rlsDomainRequest(impl.domain, "v"+strconv.Itoa(i))
 				}
 				var next sync.Mutex
 				n := 0

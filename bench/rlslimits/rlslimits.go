@@ -27,10 +27,12 @@ type RuleName uint16
 const (
 	// RulePerKey names the rule PerKey.
 	RulePerKey RuleName = iota + 1
+	// RuleInProcess names the rule InProcess.
+	RuleInProcess
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerKey"}
+var ruleNames = [...]string{"", "PerKey", "InProcess"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -44,9 +46,10 @@ func (r RuleName) String() string {
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
 // and functions use.
 type Limits struct {
-	PerKey  *PerKeyLimiter   // see the package-level PerKey
-	shared  *sharedState     // the store the shared rules are checked on, if any
-	numbers *overlay.Applier // ApplyNumbers's
+	PerKey    *PerKeyLimiter    // see the package-level PerKey
+	InProcess *InProcessLimiter // see the package-level InProcess
+	shared    *sharedState      // the store the shared rules are checked on, if any
+	numbers   *overlay.Applier  // ApplyNumbers's
 }
 
 // Option configures New.
@@ -84,8 +87,9 @@ func New(opts ...Option) *Limits {
 		opt(&o)
 	}
 	l := &Limits{
-		PerKey: newPerKeyLimiter(),
-		shared: newSharedState(o.store),
+		PerKey:    newPerKeyLimiter(),
+		InProcess: newInProcessLimiter(),
+		shared:    newSharedState(o.store),
 	}
 	l.PerKey.sh = l.shared
 	l.numbers = l.newApplier()
@@ -221,11 +225,67 @@ func (t perKeyNumbers) Clear(plan int, key *string) {
 	_ = t.l.ClearNumbers() // fails only as Set failed before
 }
 
+// inProcessNumbers is InProcess as an overlay Set changes it (overlay.Target).
+type inProcessNumbers struct {
+	l *InProcessLimiter
+}
+
+func (t inProcessNumbers) Plans() int {
+	return 0
+}
+
+func (t inProcessNumbers) Keyed() bool {
+	return true
+}
+
+func (t inProcessNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (t inProcessNumbers) Base(plan int) overlay.Base {
+	r := t.l.Rule().Limit()
+	return overlay.Base{
+		Cost:     1,
+		Interval: r.Refill == atomicbucket.Interval,
+		Numbers:  atomicbucket.NumbersOf(r),
+	}
+}
+
+func (t inProcessNumbers) CheckKey(key string) error {
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t inProcessNumbers) clearKey(key string) error {
+	k := key
+	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
+	return nil
+}
+
+func (t inProcessNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
+	}
+	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+func (t inProcessNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	t.l.ClearNumbers(atomicbucket.CarryAsIs)
+}
+
 // newApplier is l's rules as overlay Sets change them.
 func (l *Limits) newApplier() *overlay.Applier {
 	return overlay.NewApplier(overlay.Policy[overlay.Target]{
 		Plans: nil,
-		Rules: map[string]overlay.Target{"PerKey": perKeyNumbers{l.PerKey}},
+		Rules: map[string]overlay.Target{"PerKey": perKeyNumbers{l.PerKey}, "InProcess": inProcessNumbers{l.InProcess}},
 	})
 }
 
@@ -278,6 +338,9 @@ var Default = New()
 var (
 	// PerKey allows 1000000000 requests per second per key, in bursts of up to 1000000000.
 	PerKey = Default.PerKey
+
+	// InProcess allows 1000000000 requests per second per key, in bursts of up to 1000000000.
+	InProcess = Default.InProcess
 )
 
 // newPerKeyLocalLimiter returns PerKey's (empty) tables.
@@ -630,6 +693,201 @@ func (l *PerKeyLimiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
+// newInProcessLimiter returns InProcess's (empty) tables.
+func newInProcessLimiter() *InProcessLimiter {
+	return &InProcessLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+		Tokens: 1000000000,
+		Period: time.Second,
+		Burst:  1000000000,
+		Refill: atomicbucket.Greedy,
+	}), inProcessUnitsPerNs, inProcessUnitsPerToken, inProcessBurstUnits), atomicbucket.TableOptions{})}
+}
+
+// InProcess's fixed-point units, computed when generating and checked against the runtime when the
+// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (inProcessUnitsPerNs), one token is worth inProcessUnitsPerToken units (GCRA's emission
+// interval), and a bucket may run inProcessBurstUnits units ahead of now (the burst's worth: GCRA's
+// tolerance).
+const (
+	inProcessUnitsPerNs    = 1
+	inProcessUnitsPerToken = 1
+	inProcessBurstUnits    = 1000000000
+)
+
+// InProcessLimiter is the type of InProcess. Its methods are safe for concurrent use.
+type InProcessLimiter struct {
+	s *atomicbucket.Table[string]
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *InProcessLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
+}
+
+// Allow reports whether a request is allowed now, taking its tokens if so.
+func (l *InProcessLimiter) Allow(key string) bool {
+	return l.s.AllowGreedyAt(key, atomicbucket.Now(), inProcessUnitsPerNs, inProcessUnitsPerToken, inProcessBurstUnits)
+}
+
+// AllowN checks a request of the given cost now, taking its tokens if allowed.
+func (l *InProcessLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
+	return l.s.AllowN(key, cost)
+}
+
+// AllowAt is Allow at time now.
+func (l *InProcessLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+	return l.s.AllowGreedyAt(key, now, inProcessUnitsPerNs, inProcessUnitsPerToken, inProcessBurstUnits)
+}
+
+// AllowNAt is AllowN at time now.
+func (l *InProcessLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.AllowNAt(key, now, cost)
+}
+
+// Peek is what AllowN would decide now, taking nothing.
+func (l *InProcessLimiter) Peek(key string, cost int64) atomicbucket.Decision {
+	return l.s.Peek(key, cost)
+}
+
+// PeekAt is Peek at time now.
+func (l *InProcessLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.PeekAt(key, now, cost)
+}
+
+// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
+func (l *InProcessLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.Reserve(key, cost, maxWait)
+}
+
+// ReserveAt is Reserve at time now.
+func (l *InProcessLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.ReserveAt(key, now, cost, maxWait)
+}
+
+// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
+func (l *InProcessLimiter) Wait(ctx context.Context, key string, cost int64) error {
+	return l.s.Wait(ctx, key, cost)
+}
+
+// Refund gives cost tokens back now, never beyond the burst.
+func (l *InProcessLimiter) Refund(key string, cost int64) {
+	l.s.Refund(key, cost)
+}
+
+// RefundAt is Refund at time now.
+func (l *InProcessLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
+	l.s.RefundAt(key, now, cost)
+}
+
+// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
+func (l *InProcessLimiter) Sweep() int {
+	return l.s.Sweep()
+}
+
+// Len is the number of keys tracked.
+func (l *InProcessLimiter) Len() int64 {
+	return l.s.Len()
+}
+
+// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
+func (l *InProcessLimiter) Stats() atomicbucket.TableStats {
+	return l.s.Stats()
+}
+
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
+func (l *InProcessLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+	atomicbucket.RunEvery(ctx, interval, func() {
+		l.Sweep()
+	})
+}
+
+// SetNumbers makes n InProcess's numbers for every key without numbers of its own from now on:
+// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
+// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
+// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *InProcessLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *InProcessLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
+}
+
+// ClearNumbers returns InProcess to the policy's numbers, its buckets carried by carry.
+func (l *InProcessLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *InProcessLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *InProcessLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// InProcess's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
+// refused as by SetNumbers, and nothing changes.
+func (l *InProcessLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *InProcessLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has InProcess's, its bucket carried
+// by carry.
+func (l *InProcessLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *InProcessLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *InProcessLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
+func (l *InProcessLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *InProcessLimiter) ResetAt(key string, now atomicbucket.Time) {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.ResetAt(key, now)
+	}
+}
+
 // httpPolicyPerKey is rule PerKey as the RateLimit fields describe it.
 var httpPolicyPerKey = verdict.Policy{
 	Name:   "PerKey",
@@ -645,15 +903,30 @@ var httpPolicyPerKey = verdict.Policy{
 	Prefix: "\"PerKey\";r=",
 }
 
+// httpPolicyInProcess is rule InProcess as the RateLimit fields describe it.
+var httpPolicyInProcess = verdict.Policy{
+	Name:   "InProcess",
+	Quota:  1000000000,
+	Window: 1,
+	Limit: atomicbucket.Limit{
+		Tokens: 1000000000,
+		Period: time.Second,
+		Burst:  1000000000,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:   "\"InProcess\";q=1000000000;w=1",
+	Prefix: "\"InProcess\";r=",
+}
+
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][1]*verdict.Policy{RulePerKey: {&httpPolicyPerKey}}
+var httpPolicies = [...][1]*verdict.Policy{RulePerKey: {&httpPolicyPerKey}, RuleInProcess: {&httpPolicyInProcess}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][1]int64{RulePerKey: {1}}
+var httpCosts = [...][1]int64{RulePerKey: {1}, RuleInProcess: {1}}
 
 // rlsRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
-var rlsRoutes = [...][1]string{{"\"PerKey\";q=1000000000;w=1"}}
+var rlsRoutes = [...][1]string{{"\"PerKey\";q=1000000000;w=1"}, {"\"InProcess\";q=1000000000;w=1"}}
 
 // RLS serves Envoy's rate-limit service (envoy.service.ratelimit.v3.RateLimitService) for the
 // policy's rls: section: it finds the descriptor pattern a request's descriptor matches in its
@@ -662,7 +935,7 @@ var rlsRoutes = [...][1]string{{"\"PerKey\";q=1000000000;w=1"}}
 // with limitrls (statuses, the overall code, the IETF fields when asked). A descriptor no pattern
 // matches is OK and counted (Config.Unmatched).
 //
-// Descriptors: bench: k.
+// Descriptors: bench: k; local: k.
 type RLS struct {
 	limits *Limits
 	// Clock, when set, is read instead of atomicbucket.Now: tests drive the service through time with
@@ -707,10 +980,23 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 		case len(en) == 1 && en[0].Key == "k":
 			i = 0
 		}
+	case "local":
+		switch {
+		case len(en) == 1 && en[0].Key == "k":
+			i = 1
+		}
 	}
 	switch i {
 	case 0:
 		res, key, err := s.descriptor1(ctx, en, cost, now)
+		return limitrls.Decision{
+			Found:  true,
+			Key:    key,
+			Mode:   verdict.Enforce,
+			Result: res,
+		}, err
+	case 1:
+		res, key, err := s.descriptor2(ctx, en, cost, now)
 		return limitrls.Decision{
 			Found:  true,
 			Key:    key,
@@ -723,7 +1009,7 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 
 // rlsSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var rlsSeries = [...]verdict.Series{{Route: "bench: k", Rule: "PerKey"}}
+var rlsSeries = [...]verdict.Series{{Route: "bench: k", Rule: "PerKey"}, {Route: "local: k", Rule: "InProcess"}}
 
 // descriptor1 checks one message of a stream of bench: k (rule PerKey, enforce, 0 a message) and
 // returns the decision for limitgrpc.CountMessages to answer, with the key that seeds its jitter,
@@ -748,6 +1034,31 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	res.Rule = int(RulePerKey)
 	res.Series = 0
 	if rf0 := s.limits.PerKey.ruleInForce(k0); rf0 != nil {
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
+	}
+	return res, k0, nil
+}
+
+// descriptor2 checks one message of a stream of local: k (rule InProcess, enforce, 0 a message) and
+// returns the decision for limitgrpc.CountMessages to answer, with the key that seeds its jitter,
+// or the status that ends the stream when it has no key.
+func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = limitrls.EntryKey(en, 0)
+	if !ok0 {
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry k holds no key for rule InProcess", verdict.Event{Route: "local: k", Rule: "InProcess", RuleIndex: int(RuleInProcess), Series: 1, Outcome: verdict.MissingKey})
+	}
+	var res verdict.Result
+	res.Decision = s.limits.InProcess.AllowNAt(k0, now, cost)
+	res.Policy = httpPolicies[RuleInProcess][0]
+	res.Policies = rlsRoutes[1][0]
+	res.Cost = cost
+	res.Route = "local: k"
+	res.Rule = int(RuleInProcess)
+	res.Series = 1
+	if rf0 := s.limits.InProcess.ruleInForce(k0); rf0 != nil {
 		res.Policy = verdict.InForce(res.Policy, rf0)
 		res.Policies = verdict.InForceList(res.Policy)
 	}
