@@ -179,15 +179,16 @@ func (c *Config) Serve(ctx context.Context, req *rlsv3.RateLimitRequest, now ato
 			CurrentLimit:   CurrentLimit(res.Policy),
 			LimitRemaining: uint32(min(v.R, math.MaxUint32)),
 		}
-		switch v.Outcome {
-		case verdict.Denied, verdict.TooCostly:
+		over := v.Outcome == verdict.Denied || v.Outcome == verdict.TooCostly && mode == verdict.Enforce
+		switch {
+		case over:
 			st.Code = rlsv3.RateLimitResponse_OVER_LIMIT
 			resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
 			st.DurationUntilReset = durationpb.New(v.Wait)
 			if v.Outcome == verdict.TooCostly {
 				st.DurationUntilReset = durationpb.New(res.Decision.Reset)
 			}
-		default:
+		default: // allowed, or over the limit on a Shadow route (counted so)
 			st.DurationUntilReset = durationpb.New(max(res.Decision.Reset, 0))
 		}
 		resp.Statuses[i] = st
@@ -196,7 +197,6 @@ func (c *Config) Serve(ctx context.Context, req *rlsv3.RateLimitRequest, now ato
 				policies += ", "
 			}
 			policies += res.Policies
-			over := v.Outcome == verdict.Denied || v.Outcome == verdict.TooCostly
 			if deciding == nil || over && !denied || over == denied && v.R < shown.R {
 				r := res
 				deciding, shown, denied = &r, v, over

@@ -156,6 +156,10 @@ func TestShouldRateLimit(t *testing.T) {
 	if resp, err := ask(entries("generic_key", "trial", "user", "bob")); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Errorf("shadow route past its burst: %v, %v; want OK", resp, err)
 	}
+	// A cost above the burst on the shadow route: reported, not enforced.
+	if resp, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 9, Descriptors: []*rlv3.RateLimitDescriptor{entries("generic_key", "trial", "user", "carl")}}); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Errorf("shadow route, a cost above the burst: %v, %v; want OK", resp, err)
+	}
 	if resp, err := ask(entries("path", "/nothing")); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit != nil || cfg.Unmatched() != 1 {
 		t.Errorf("unmatched: %v, %v, %d counted", resp, err, cfg.Unmatched())
 	}
