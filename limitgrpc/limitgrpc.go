@@ -20,8 +20,9 @@
 // call with no key for a keyed rule ends with the policy's missing_key code.
 // Nothing is taken for either.
 //
-// A stream is checked once, when it opens, at the cost its metadata declares:
-// its messages are not counted.
+// A stream is checked when it opens, at the cost its metadata declares; an
+// entry whose policy counts messages checks each message too
+// (CountMessages). Clients that pace themselves by these answers: Obey.
 //
 // Judging, counting, the fields' numbers, keys and costs are package
 // verdict's, shared with the other doors; a client's address behind trusted

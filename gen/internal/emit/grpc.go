@@ -143,9 +143,10 @@ func emitGRPCType(m *model.Model) jen.Code {
 	return jen.Line().
 		Comment("GRPC enforces the policy's grpc: section with unary and stream server interceptors: it finds").Line().
 		Comment("the entry that covers a call (its full method's own, else its service's), reads the keys, cost and").Line().
-		Comment("plan the policy names, checks the entry's rule or tier, sends the RateLimit fields as header").Line().
-		Comment("metadata, and ends a denied call with codes.ResourceExhausted and its RetryInfo and QuotaFailure").Line().
-		Comment("(package limitgrpc). A stream is checked once, when it opens. A call no entry covers goes on").Line().
+		Comment("plan the policy names, checks the entry's rule or tier, and ends a denied call with").Line().
+		Comment("codes.ResourceExhausted, its RetryInfo and QuotaFailure, and grpc-retry-pushback-ms and the").Line().
+		Comment("RateLimit fields in its trailers (package limitgrpc). A stream is checked when it opens, and each").Line().
+		Comment("message too where its entry counts messages. A call no entry covers goes on").Line().
 		Comment("unchecked: Coverage lists a server's methods that no entry covers, or that the interceptors").Line().
 		Comment("made here do not see (a server given UnaryInterceptor alone serves its streams unchecked).").Line().
 		Comment("").Line().

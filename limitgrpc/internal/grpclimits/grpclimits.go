@@ -1893,9 +1893,10 @@ type GRPCHooks struct {
 
 // GRPC enforces the policy's grpc: section with unary and stream server interceptors: it finds
 // the entry that covers a call (its full method's own, else its service's), reads the keys, cost and
-// plan the policy names, checks the entry's rule or tier, sends the RateLimit fields as header
-// metadata, and ends a denied call with codes.ResourceExhausted and its RetryInfo and QuotaFailure
-// (package limitgrpc). A stream is checked once, when it opens. A call no entry covers goes on
+// plan the policy names, checks the entry's rule or tier, and ends a denied call with
+// codes.ResourceExhausted, its RetryInfo and QuotaFailure, and grpc-retry-pushback-ms and the
+// RateLimit fields in its trailers (package limitgrpc). A stream is checked when it opens, and each
+// message too where its entry counts messages. A call no entry covers goes on
 // unchecked: Coverage lists a server's methods that no entry covers, or that the interceptors
 // made here do not see (a server given UnaryInterceptor alone serves its streams unchecked).
 //
