@@ -47,6 +47,18 @@ func TestGeneratedService(t *testing.T) {
 			t.Errorf("user 42 call %d: %v, want %v", n+1, got, want)
 		}
 	}
+	// On the pro plan (the descriptor's plan entry), the burst is 6; an
+	// unknown plan is the default, free (3).
+	for n, want := range []rlsv3.RateLimitResponse_Code{ok, ok, ok, ok, ok, ok, over} {
+		if got := ask("edge", entries("generic_key", "api", "plan", "pro", "user_id", "77")); got != want {
+			t.Errorf("pro user 77 call %d: %v, want %v", n+1, got, want)
+		}
+	}
+	for n, want := range []rlsv3.RateLimitResponse_Code{ok, ok, ok, over} {
+		if got := ask("edge", entries("generic_key", "api", "plan", "platinum", "user_id", "78")); got != want {
+			t.Errorf("user 78 of an unknown plan, call %d: %v, want %v (free's burst)", n+1, got, want)
+		}
+	}
 	if got := ask("edge", entries("generic_key", "api", "user_id", "not-a-number")); got != over {
 		t.Errorf("a user_id that is not a number: %v, want OVER_LIMIT", got)
 	}

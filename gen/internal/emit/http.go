@@ -773,6 +773,13 @@ func emitPlanOf(m *model.Model, d *door) jen.Code {
 	case "func":
 		body = append(body,
 			jen.If(jen.List(jen.Id("p"), jen.Id("ok")).Op(":=").Add(d.r()).Dot("hooks").Dot(ps.Name).Call(d.req), jen.Id("ok").Op("&&").Id("p").Op("<").Id("numPlans")).Block(jen.Return(jen.Id("p"))))
+	case "entry": // an RLS descriptor's entry of that key, wherever it stands
+		body = append(body, jen.For(jen.List(jen.Id("_"), jen.Id("e")).Op(":=").Range().Id("en")).Block(
+			jen.If(jen.Id("e").Dot("Key").Op("==").Lit(ps.Name)).Block(
+				jen.If(jen.List(jen.Id("p"), jen.Id("ok")).Op(":=").Id("ParsePlan").Call(jen.Id("e").Dot("Value")), jen.Id("ok")).Block(jen.Return(jen.Id("p"))),
+				jen.Break(),
+			),
+		))
 	case "header", "metadata":
 		src := lh("HeaderKey").Call(jen.Id("r"), jen.Lit(ps.Name))
 		if ps.Kind == "metadata" {
@@ -785,8 +792,11 @@ func emitPlanOf(m *model.Model, d *door) jen.Code {
 	body = append(body, jen.Return(def))
 	param := jen.Id("r").Add(req())
 	what := "request"
-	if d.prefix != "http" {
+	switch d.prefix {
+	case "grpc":
 		param, what = jen.Id("ctx").Qual("context", "Context"), "call"
+	case "rls":
+		param, what = jen.Id("en").Index().Op("*").Qual(rlsProtos, "RateLimitDescriptor_Entry"), "descriptor"
 	}
 	return jen.Line().
 		Comment(fmt.Sprintf("plan is the %s's plan, from %s:%s, or %s.", what, ps.Kind, ps.Name, m.Plans[ps.Default].Name)).Line().

@@ -21,7 +21,7 @@ func descriptorFunc(i int) string { return "descriptor" + strconv.Itoa(i+1) }
 
 func rlsDoor(m *model.Model) *door {
 	return &door{
-		recv: "s", typ: "RLS", prefix: "rls", routes: m.RLS.Routes,
+		recv: "s", typ: "RLS", prefix: "rls", routes: m.RLS.Routes, plan: m.RLS.Plan,
 		params: []jen.Code{
 			jen.Id("ctx").Add(ctxType()),
 			jen.Id("en").Index().Op("*").Qual(rlsProtos, "RateLimitDescriptor_Entry"),
@@ -30,7 +30,7 @@ func rlsDoor(m *model.Model) *door {
 		},
 		result:    jen.Params(vd("Result"), jen.String(), jen.Error()),
 		ctx:       jen.Id("ctx"),
-		req:       jen.Id("ctx"),
+		req:       jen.Id("en"), // what the plan is read from
 		missing:   jen.Lit(0),
 		tooCostly: jen.Lit(0),
 		entryName: descriptorFunc,
@@ -57,6 +57,9 @@ func emitRLS(m *model.Model) jen.Code {
 		if r.Mode != "Off" {
 			out.Add(emitRoute(m, d, i, r, bases[i]))
 		}
+	}
+	if s.Plan.Kind != "" {
+		out.Add(emitPlanOf(m, d))
 	}
 	return out
 }

@@ -37,6 +37,7 @@ type GRPC struct {
 type RLS struct {
 	Headers    bool // the IETF fields in response_headers_to_add
 	LogDenials int64
+	Plan       PlanSource // Kind "entry": the descriptor entry whose value names the plan
 	Domains    []RLSDomain
 	Routes     []Route
 }

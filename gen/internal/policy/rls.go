@@ -10,7 +10,7 @@ import (
 )
 
 var (
-	rlsFields        = []string{"headers", "log_denials", "domains"}
+	rlsFields        = []string{"headers", "log_denials", "plan", "domains"}
 	rlsDomainFields  = []string{"domain", "descriptors"}
 	rlsPatternFields = []string{"entries", "rule", "tier", "keys", "mode"}
 )
@@ -40,6 +40,9 @@ func (p *parser) rlsSection(n *yaml.Node, m *model.Model) *model.RLS {
 			s.LogDenials = n
 		}
 	}
+	if v := f["plan"]; v != nil {
+		s.Plan = p.rlsPlan(v, m)
+	}
 	ds := f["domains"]
 	if ds == nil {
 		p.errorf(n, "the rls section needs domains: a list of {domain: name, descriptors: [...]}, one for each domain Envoy's rate limit filters name")
@@ -67,7 +70,7 @@ func (p *parser) rlsSection(n *yaml.Node, m *model.Model) *model.RLS {
 		}
 		for _, pn := range p.sequence(df["descriptors"], "rls: domain "+name.Value+": descriptors") {
 			ordinal++
-			r, ok := p.rlsPattern(pn, ordinal, name.Value, m, patterns)
+			r, ok := p.rlsPattern(pn, ordinal, name.Value, m, patterns, s.Plan.Kind != "")
 			if ok {
 				s.Routes = append(s.Routes, r)
 			}
@@ -80,6 +83,44 @@ func (p *parser) rlsSection(n *yaml.Node, m *model.Model) *model.RLS {
 		s.Domains = append(s.Domains, dom)
 	}
 	return s
+}
+
+// rlsPlan reads the rls section's plan source: {from: entry:KEY, default,
+// trusted: true}. The descriptor's entry KEY, wherever it stands, names the
+// plan; Envoy builds descriptors from what its route says, a client's header
+// among them, so the policy must say that the proxy sets it (trusted).
+func (p *parser) rlsPlan(n *yaml.Node, m *model.Model) model.PlanSource {
+	var ps model.PlanSource
+	if len(m.Plans) == 0 {
+		p.errorf(n, "rls: plan given, but the policy declares no plans")
+		return ps
+	}
+	f, _ := p.mapping(n, planSrcFields, "rls: plan")
+	names := make([]string, len(m.Plans))
+	for i, pl := range m.Plans {
+		names[i] = pl.Name
+	}
+	if d := f["default"]; d == nil {
+		p.errorf(n, "rls: plan needs a default (the plan of a descriptor without the entry), such as default: %s", names[0])
+	} else if i := slices.Index(names, d.Value); i < 0 {
+		p.errorf(d, "rls: plan default %q is not one of the plans (%s)", d.Value, strings.Join(names, ", "))
+	} else {
+		ps.Default = i
+	}
+	from := f["from"]
+	kind, key := "", ""
+	if from != nil {
+		kind, key, _ = strings.Cut(from.Value, ":")
+	}
+	switch {
+	case from == nil || kind != "entry" || key == "" || len(key) > 256:
+		p.errorf(n, "rls: plan needs from: entry:KEY, the descriptor entry whose value names the plan")
+	case f["trusted"] == nil || f["trusted"].Value != "true":
+		p.errorf(from, "rls: plan from %s: Envoy may build that entry from a client's header; add trusted: true once the proxy sets it itself", from.Value)
+	default:
+		ps.Kind, ps.Name = "entry", key
+	}
+	return ps
 }
 
 // moreSpecific orders two patterns as envoyproxy/ratelimit prefers them
@@ -98,8 +139,9 @@ func moreSpecific(a, b []model.Entry) int {
 }
 
 // rlsPattern validates one descriptor pattern of a domain; patterns holds the
-// domain's patterns before it, by line.
-func (p *parser) rlsPattern(n *yaml.Node, ordinal int, domain string, m *model.Model, patterns map[string]int) (model.Route, bool) {
+// domain's patterns before it, by line; planned says the section reads a
+// plan (its rules may differ by plan).
+func (p *parser) rlsPattern(n *yaml.Node, ordinal int, domain string, m *model.Model, patterns map[string]int, planned bool) (model.Route, bool) {
 	f, _ := p.mapping(n, rlsPatternFields, "an rls descriptor")
 	r := model.Route{Ordinal: ordinal, Rule: -1, Tier: -1, Mode: "Enforce", CostKind: "hits"}
 	en := f["entries"]
@@ -140,8 +182,8 @@ func (p *parser) rlsPattern(n *yaml.Node, ordinal int, domain string, m *model.M
 	}
 	for _, ri := range r.Rules {
 		rule := m.Rules[ri]
-		if rule.Planned {
-			p.errorf(n, "%s: rule %q differs by plan, and the rls section reads no plan: give the rls section rules whose numbers every plan shares", what, rule.Name)
+		if rule.Planned && !planned {
+			p.errorf(n, "%s: rule %q differs by plan, and the rls section reads no plan: add plan: {from: \"entry:plan\", default: ..., trusted: true} to the rls section, or give it rules whose numbers every plan shares", what, rule.Name)
 			valid = false
 		}
 		if rule.KeyType == "" {

@@ -5,6 +5,7 @@ package rlslimits
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"time"
 
@@ -17,6 +18,47 @@ import (
 
 // The runtime this package was generated for: an incompatible one fails to build here.
 const _ = atomicbucket.GeneratedAPIVersion3
+
+// Plan selects the numbers of a rule that differs by plan (free, pro).
+// It is an index, not a string: choosing a plan costs no map lookup. A value
+// outside the constants below is denied. Take it from your service's own records
+// of the caller (ParsePlan reads a stored name), never from what a client sends.
+type Plan uint8
+
+const (
+	// PlanFree selects the numbers of the free plan.
+	PlanFree Plan = iota
+	// PlanPro selects the numbers of the pro plan.
+	PlanPro
+)
+
+// numPlans is the number of plans.
+const numPlans = 2
+
+// planNames are the plans' names as policy.yaml writes them.
+var planNames = [numPlans]string{"free", "pro"}
+
+// String returns the plan's name as policy.yaml writes it.
+func (p Plan) String() string {
+	if p < numPlans {
+		return planNames[p]
+	}
+	return "Plan(" + strconv.Itoa(int(p)) + ")"
+}
+
+// ParsePlan returns the plan named s (as policy.yaml writes it), and whether there is one.
+func ParsePlan(s string) (Plan, bool) {
+	switch s {
+	case "free":
+		return PlanFree, true
+	case "pro":
+		return PlanPro, true
+	}
+	return 0, false
+}
+
+// ErrUnknownPlan is returned by Wait for a Plan value outside the constants.
+var ErrUnknownPlan = errors.New("rlslimits: unknown plan")
 
 // RuleName names a rule of the policy (the rule that denied a tier's request, say). The zero
 // RuleName names none.
@@ -150,7 +192,7 @@ type perUserNumbers struct {
 }
 
 func (t perUserNumbers) Plans() int {
-	return 0
+	return numPlans
 }
 
 func (t perUserNumbers) Keyed() bool {
@@ -158,14 +200,14 @@ func (t perUserNumbers) Keyed() bool {
 }
 
 func (t perUserNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+	if _, err := t.l.Rule(Plan(plan)).WithNumbers(n); err != nil {
 		return err
 	}
 	return nil
 }
 
 func (t perUserNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
+	r := t.l.Rule(Plan(plan)).Limit()
 	return overlay.Base{
 		Cost:     1,
 		Interval: r.Refill == atomicbucket.Interval,
@@ -198,7 +240,7 @@ func (t perUserNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error
 		k := uint64(v)
 		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
 	}
-	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
+	return t.l.SetNumbers(Plan(plan), n, atomicbucket.CarryAsIs)
 }
 
 func (t perUserNumbers) Clear(plan int, key *string) {
@@ -206,7 +248,7 @@ func (t perUserNumbers) Clear(plan int, key *string) {
 		t.clearKey(*key)
 		return
 	}
-	t.l.ClearNumbers(atomicbucket.CarryAsIs)
+	t.l.ClearNumbers(Plan(plan), atomicbucket.CarryAsIs)
 }
 
 // globalNumbers is Global as an overlay Set changes it (overlay.Target).
@@ -253,7 +295,7 @@ func (t globalNumbers) Clear(plan int, key *string) {
 // newApplier is l's rules as overlay Sets change them.
 func (l *Limits) newApplier() *overlay.Applier {
 	return overlay.NewApplier(overlay.Policy[overlay.Target]{
-		Plans: nil,
+		Plans: planNames[:],
 		Rules: map[string]overlay.Target{"PerIP": perIPNumbers{l.PerIP}, "PerUser": perUserNumbers{l.PerUser}, "Global": globalNumbers{l.Global}},
 	})
 }
@@ -308,7 +350,8 @@ var (
 	// PerIP allows 5 requests per second per key, in bursts of up to 2.
 	PerIP = Default.PerIP
 
-	// PerUser allows 100 requests per minute per key, in bursts of up to 3.
+	// PerUser allows on the free plan 100 requests per minute per key, in bursts of up to 3; on the pro
+	// plan 100 requests per minute per key, in bursts of up to 6.
 	PerUser = Default.PerUser
 
 	// Global allows 1000 requests per second in total, in bursts of up to 1000.
@@ -511,102 +554,151 @@ func (l *PerIPLimiter) ResetAt(key string, now atomicbucket.Time) {
 
 // newPerUserLimiter returns PerUser's (empty) tables.
 func newPerUserLimiter() *PerUserLimiter {
-	return &PerUserLimiter{s: atomicbucket.NewTable[uint64](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 100,
-		Period: time.Minute,
-		Burst:  3,
-		Refill: atomicbucket.Greedy,
-	}), perUserUnitsPerNs, perUserUnitsPerToken, perUserBurstUnits), atomicbucket.TableOptions{})}
+	return &PerUserLimiter{s: [numPlans]*atomicbucket.Table[uint64]{
+		PlanFree: atomicbucket.NewTable[uint64](atomicbucket.MustRule(atomicbucket.Limit{
+			Tokens: 100,
+			Period: time.Minute,
+			Burst:  3,
+			Refill: atomicbucket.Greedy,
+		}), atomicbucket.TableOptions{}),
+		PlanPro: atomicbucket.NewTable[uint64](atomicbucket.MustRule(atomicbucket.Limit{
+			Tokens: 100,
+			Period: time.Minute,
+			Burst:  6,
+			Refill: atomicbucket.Greedy,
+		}), atomicbucket.TableOptions{}),
+	}}
 }
 
-// PerUser's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (perUserUnitsPerNs), one token is worth perUserUnitsPerToken units (GCRA's emission interval),
-// and a bucket may run perUserBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
-const (
-	perUserUnitsPerNs    = 1
-	perUserUnitsPerToken = 600000000
-	perUserBurstUnits    = 1800000000
-)
-
-// PerUserLimiter is the type of PerUser. Its methods are safe for concurrent use.
+// PerUserLimiter is the type of PerUser. Its methods are safe for concurrent use. Each plan has a
+// table of its own: a key that changes plan is checked against the new plan's bucket for it (full,
+// if it has none), and finds its old one, refilled by the time that passed, if it changes back. The
+// plan comes from your service's records of the caller, so a client cannot switch at will.
 type PerUserLimiter struct {
-	s *atomicbucket.Table[uint64]
+	s [numPlans]*atomicbucket.Table[uint64]
 }
 
 // Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *PerUserLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
+func (l *PerUserLimiter) Rule(plan Plan) *atomicbucket.Rule {
+	if plan >= numPlans {
+		return nil
+	}
+	return l.s[plan].Rule()
 }
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
-func (l *PerUserLimiter) Allow(key uint64) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), perUserUnitsPerNs, perUserUnitsPerToken, perUserBurstUnits)
+func (l *PerUserLimiter) Allow(plan Plan, key uint64) bool {
+	if plan >= numPlans {
+		return false
+	}
+	return l.s[plan].Allow(key)
 }
 
 // AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *PerUserLimiter) AllowN(key uint64, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+func (l *PerUserLimiter) AllowN(plan Plan, key uint64, cost int64) atomicbucket.Decision {
+	if plan >= numPlans {
+		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
+	}
+	return l.s[plan].AllowN(key, cost)
 }
 
 // AllowAt is Allow at time now.
-func (l *PerUserLimiter) AllowAt(key uint64, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, perUserUnitsPerNs, perUserUnitsPerToken, perUserBurstUnits)
+func (l *PerUserLimiter) AllowAt(plan Plan, key uint64, now atomicbucket.Time) bool {
+	if plan >= numPlans {
+		return false
+	}
+	return l.s[plan].AllowAt(key, now)
 }
 
 // AllowNAt is AllowN at time now.
-func (l *PerUserLimiter) AllowNAt(key uint64, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
+func (l *PerUserLimiter) AllowNAt(plan Plan, key uint64, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	if plan >= numPlans {
+		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
+	}
+	return l.s[plan].AllowNAt(key, now, cost)
 }
 
 // Peek is what AllowN would decide now, taking nothing.
-func (l *PerUserLimiter) Peek(key uint64, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
+func (l *PerUserLimiter) Peek(plan Plan, key uint64, cost int64) atomicbucket.Decision {
+	if plan >= numPlans {
+		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
+	}
+	return l.s[plan].Peek(key, cost)
 }
 
 // PeekAt is Peek at time now.
-func (l *PerUserLimiter) PeekAt(key uint64, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
+func (l *PerUserLimiter) PeekAt(plan Plan, key uint64, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	if plan >= numPlans {
+		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
+	}
+	return l.s[plan].PeekAt(key, now, cost)
 }
 
 // Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *PerUserLimiter) Reserve(key uint64, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
+func (l *PerUserLimiter) Reserve(plan Plan, key uint64, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	if plan >= numPlans {
+		return atomicbucket.Reservation{RetryAfter: atomicbucket.Never}
+	}
+	return l.s[plan].Reserve(key, cost, maxWait)
 }
 
 // ReserveAt is Reserve at time now.
-func (l *PerUserLimiter) ReserveAt(key uint64, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
+func (l *PerUserLimiter) ReserveAt(plan Plan, key uint64, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	if plan >= numPlans {
+		return atomicbucket.Reservation{RetryAfter: atomicbucket.Never}
+	}
+	return l.s[plan].ReserveAt(key, now, cost, maxWait)
 }
 
 // Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *PerUserLimiter) Wait(ctx context.Context, key uint64, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
+func (l *PerUserLimiter) Wait(ctx context.Context, plan Plan, key uint64, cost int64) error {
+	if plan >= numPlans {
+		return ErrUnknownPlan
+	}
+	return l.s[plan].Wait(ctx, key, cost)
 }
 
 // Refund gives cost tokens back now, never beyond the burst.
-func (l *PerUserLimiter) Refund(key uint64, cost int64) {
-	l.s.Refund(key, cost)
+func (l *PerUserLimiter) Refund(plan Plan, key uint64, cost int64) {
+	if plan >= numPlans {
+		return
+	}
+	l.s[plan].Refund(key, cost)
 }
 
 // RefundAt is Refund at time now.
-func (l *PerUserLimiter) RefundAt(key uint64, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
+func (l *PerUserLimiter) RefundAt(plan Plan, key uint64, now atomicbucket.Time, cost int64) {
+	if plan >= numPlans {
+		return
+	}
+	l.s[plan].RefundAt(key, now, cost)
 }
 
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
+// Sweep removes the buckets, of every plan, that have been full for atomicbucket.SweepGrace, and returns how many.
 func (l *PerUserLimiter) Sweep() int {
-	return l.s.Sweep()
+	var n int
+	for _, t := range l.s {
+		n += t.Sweep()
+	}
+	return n
 }
 
-// Len is the number of keys tracked.
+// Len is the number of keys tracked, over every plan.
 func (l *PerUserLimiter) Len() int64 {
-	return l.s.Len()
+	var n int64
+	for _, t := range l.s {
+		n += t.Len()
+	}
+	return n
 }
 
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
+// Stats returns the tables' counters, summed over every plan.
 func (l *PerUserLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
+	var s atomicbucket.TableStats
+	for _, t := range l.s {
+		s = s.Add(t.Stats())
+	}
+	return s
 }
 
 // RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
@@ -618,84 +710,93 @@ func (l *PerUserLimiter) RunSweeper(ctx context.Context, interval time.Duration)
 	})
 }
 
-// SetNumbers makes n PerUser's numbers for every key without numbers of its own from now on: every
-// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
-// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
-// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *PerUserLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+// SetNumbers makes n PerUser's numbers on plan for every key without numbers of its own from now
+// on: every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
+// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
+// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *PerUserLimiter) SetNumbers(plan Plan, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetNumbersAt(plan, atomicbucket.Now(), n, carry)
 }
 
 // SetNumbersAt is SetNumbers at time now.
-func (l *PerUserLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
+func (l *PerUserLimiter) SetNumbersAt(plan Plan, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if plan >= numPlans {
+		return ErrUnknownPlan
+	}
+	return l.s[plan].SetNumbersAt(now, n, carry)
 }
 
-// ClearNumbers returns PerUser to the policy's numbers, its buckets carried by carry.
-func (l *PerUserLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
+// ClearNumbers returns PerUser on plan to the policy's numbers, its buckets carried by carry.
+func (l *PerUserLimiter) ClearNumbers(plan Plan, carry atomicbucket.Carry) {
+	l.ClearNumbersAt(plan, atomicbucket.Now(), carry)
 }
 
 // ClearNumbersAt is ClearNumbers at time now.
-func (l *PerUserLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
+func (l *PerUserLimiter) ClearNumbersAt(plan Plan, now atomicbucket.Time, carry atomicbucket.Carry) {
+	if plan >= numPlans {
+		return
+	}
+	l.s[plan].ClearNumbersAt(now, carry)
 }
 
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
 // fields); nil before.
-func (l *PerUserLimiter) ruleInForce(key uint64) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
+func (l *PerUserLimiter) ruleInForce(plan Plan, key uint64) *atomicbucket.Rule {
+	return l.s[plan].ChangedRule(key)
 }
 
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// PerUser's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
-// refused as by SetNumbers, and nothing changes.
+// SetKeyNumbers gives key numbers of its own on every plan from now on (an enterprise customer's
+// quota), whatever PerUser's; its bucket is carried into them as of now by carry. Numbers the rule
+// cannot hold are refused as by SetNumbers, and nothing changes.
 func (l *PerUserLimiter) SetKeyNumbers(key uint64, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
 }
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *PerUserLimiter) SetKeyNumbersAt(key uint64, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
+	for _, t := range l.s {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
+	for _, t := range l.s {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
 	return nil
 }
 
-// ClearKeyNumbers takes key's own numbers away: from now on it has PerUser's, its bucket carried by
-// carry.
+// ClearKeyNumbers takes key's own numbers away on every plan: from now on it has PerUser's, its
+// bucket carried by carry.
 func (l *PerUserLimiter) ClearKeyNumbers(key uint64, carry atomicbucket.Carry) {
 	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
 }
 
 // ClearKeyNumbersAt is ClearKeyNumbers at time now.
 func (l *PerUserLimiter) ClearKeyNumbersAt(key uint64, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
+	for _, t := range l.s {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
 }
 
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *PerUserLimiter) NumbersFor(key uint64) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
+// NumbersFor returns the numbers in force for key on plan and where they come from (the policy,
+// SetNumbers, SetKeyNumbers).
+func (l *PerUserLimiter) NumbersFor(plan Plan, key uint64) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if plan >= numPlans {
+		return atomicbucket.Numbers{}, atomicbucket.FromPolicy
+	}
+	return l.s[plan].NumbersFor(key)
 }
 
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
+// Reset makes key's bucket new on every plan ("unblock this user"): from now it holds the initial
+// tokens of the numbers in force for key, refilling from now, as a key first seen now would; a key
+// without a bucket is left as it is.
 func (l *PerUserLimiter) Reset(key uint64) {
 	l.ResetAt(key, atomicbucket.Now())
 }
 
 // ResetAt is Reset at time now.
 func (l *PerUserLimiter) ResetAt(key uint64, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
+	for _, t := range l.s {
 		t.ResetAt(key, now)
 	}
 }
@@ -847,54 +948,61 @@ type TierDecision struct {
 
 // API checks a request against PerUser, Global, in that order, and allows it only if every rule
 // does: when a rule denies, the tokens the earlier rules took are given back. It uses Default.
-func API(perUserKey uint64) TierDecision {
-	return Default.API(perUserKey)
+func API(plan Plan, perUserKey uint64) TierDecision {
+	return Default.API(plan, perUserKey)
 }
 
 // API checks a request against PerUser, Global, in that order, and allows it only if every rule
 // does: when a rule denies, the tokens the earlier rules took are given back.
-func (l *Limits) API(perUserKey uint64) TierDecision {
-	return l.checkAPI(perUserKey, atomicbucket.Now(), 0, true)
+func (l *Limits) API(plan Plan, perUserKey uint64) TierDecision {
+	return l.checkAPI(plan, perUserKey, atomicbucket.Now(), 0, true)
 }
 
 // APIN is API with a cost every rule is charged instead of its default. It uses Default.
-func APIN(perUserKey uint64, cost int64) TierDecision {
-	return Default.APIN(perUserKey, cost)
+func APIN(plan Plan, perUserKey uint64, cost int64) TierDecision {
+	return Default.APIN(plan, perUserKey, cost)
 }
 
 // APIN is API with a cost every rule is charged instead of its default.
-func (l *Limits) APIN(perUserKey uint64, cost int64) TierDecision {
-	return l.checkAPI(perUserKey, atomicbucket.Now(), cost, false)
+func (l *Limits) APIN(plan Plan, perUserKey uint64, cost int64) TierDecision {
+	return l.checkAPI(plan, perUserKey, atomicbucket.Now(), cost, false)
 }
 
 // APIAt is API at time now. It uses Default.
-func APIAt(perUserKey uint64, now atomicbucket.Time) TierDecision {
-	return Default.APIAt(perUserKey, now)
+func APIAt(plan Plan, perUserKey uint64, now atomicbucket.Time) TierDecision {
+	return Default.APIAt(plan, perUserKey, now)
 }
 
 // APIAt is API at time now.
-func (l *Limits) APIAt(perUserKey uint64, now atomicbucket.Time) TierDecision {
-	return l.checkAPI(perUserKey, now, 0, true)
+func (l *Limits) APIAt(plan Plan, perUserKey uint64, now atomicbucket.Time) TierDecision {
+	return l.checkAPI(plan, perUserKey, now, 0, true)
 }
 
 // APINAt is APIN at time now. It uses Default.
-func APINAt(perUserKey uint64, now atomicbucket.Time, cost int64) TierDecision {
-	return Default.APINAt(perUserKey, now, cost)
+func APINAt(plan Plan, perUserKey uint64, now atomicbucket.Time, cost int64) TierDecision {
+	return Default.APINAt(plan, perUserKey, now, cost)
 }
 
 // APINAt is APIN at time now.
-func (l *Limits) APINAt(perUserKey uint64, now atomicbucket.Time, cost int64) TierDecision {
-	return l.checkAPI(perUserKey, now, cost, false)
+func (l *Limits) APINAt(plan Plan, perUserKey uint64, now atomicbucket.Time, cost int64) TierDecision {
+	return l.checkAPI(plan, perUserKey, now, cost, false)
 }
 
 // checkAPI is API with each rule charged cost, or its own default cost when defaults is set. It is
 // atomicbucket.TierAt unrolled, with typed calls: keep the two in step.
-func (l *Limits) checkAPI(perUserKey uint64, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
+func (l *Limits) checkAPI(plan Plan, perUserKey uint64, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
+	if plan >= numPlans {
+		return TierDecision{
+			Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never},
+			Rule:     RulePerUser,
+			DeniedBy: RulePerUser,
+		}
+	}
 	c0, c1 := cost, cost
 	if defaults {
 		c0, c1 = 1, 1
 	}
-	d0 := l.PerUser.AllowNAt(perUserKey, now, c0)
+	d0 := l.PerUser.AllowNAt(plan, perUserKey, now, c0)
 	if !d0.Allowed {
 		return TierDecision{
 			Decision: d0,
@@ -904,7 +1012,7 @@ func (l *Limits) checkAPI(perUserKey uint64, now atomicbucket.Time, cost int64, 
 	}
 	d1 := l.Global.AllowNAt(now, c1)
 	if !d1.Allowed {
-		l.PerUser.RefundAt(perUserKey, now, c0)
+		l.PerUser.RefundAt(plan, perUserKey, now, c0)
 		return TierDecision{
 			Decision: d1,
 			Rule:     RuleGlobal,
@@ -933,8 +1041,8 @@ var httpPolicyPerIP = verdict.Policy{
 	Prefix: "\"PerIP\";r=",
 }
 
-// httpPolicyPerUser is rule PerUser as the RateLimit fields describe it.
-var httpPolicyPerUser = verdict.Policy{
+// httpPolicyPerUserPlanFree is rule PerUser on the free plan as the RateLimit fields describe it.
+var httpPolicyPerUserPlanFree = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  3,
 	Window: 2,
@@ -945,6 +1053,21 @@ var httpPolicyPerUser = verdict.Policy{
 		Refill: atomicbucket.Greedy,
 	},
 	Item:   "\"PerUser\";q=3;w=2",
+	Prefix: "\"PerUser\";r=",
+}
+
+// httpPolicyPerUserPlanPro is rule PerUser on the pro plan as the RateLimit fields describe it.
+var httpPolicyPerUserPlanPro = verdict.Policy{
+	Name:   "PerUser",
+	Quota:  6,
+	Window: 4,
+	Limit: atomicbucket.Limit{
+		Tokens: 100,
+		Period: time.Minute,
+		Burst:  6,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:   "\"PerUser\";q=6;w=4",
 	Prefix: "\"PerUser\";r=",
 }
 
@@ -965,13 +1088,13 @@ var httpPolicyGlobal = verdict.Policy{
 
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][1]*verdict.Policy{RulePerIP: {&httpPolicyPerIP}, RulePerUser: {&httpPolicyPerUser}, RuleGlobal: {&httpPolicyGlobal}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerIP: {&httpPolicyPerIP, &httpPolicyPerIP}, RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][1]int64{RulePerIP: {1}, RulePerUser: {1}, RuleGlobal: {1}}
+var httpCosts = [...][numPlans]int64{RulePerIP: {1, 1}, RulePerUser: {1, 1}, RuleGlobal: {1, 1}}
 
 // rlsRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
-var rlsRoutes = [...][1]string{{"\"PerIP\";q=2;w=1"}, {"\"PerUser\";q=3;w=2, \"Global\";q=1000;w=1"}, {"\"PerUser\";q=3;w=2"}, {"\"PerIP\";q=2;w=1"}}
+var rlsRoutes = [...][numPlans]string{{"\"PerIP\";q=2;w=1", "\"PerIP\";q=2;w=1"}, {"\"PerUser\";q=3;w=2, \"Global\";q=1000;w=1", "\"PerUser\";q=6;w=4, \"Global\";q=1000;w=1"}, {"\"PerUser\";q=3;w=2, \"Global\";q=1000;w=1", "\"PerUser\";q=6;w=4, \"Global\";q=1000;w=1"}, {"\"PerUser\";q=3;w=2", "\"PerUser\";q=6;w=4"}, {"\"PerIP\";q=2;w=1", "\"PerIP\";q=2;w=1"}}
 
 // RLS serves Envoy's rate-limit service (envoy.service.ratelimit.v3.RateLimitService) for the
 // policy's rls: section: it finds the descriptor pattern a request's descriptor matches in its
@@ -980,7 +1103,7 @@ var rlsRoutes = [...][1]string{{"\"PerIP\";q=2;w=1"}, {"\"PerUser\";q=3;w=2, \"G
 // with limitrls (statuses, the overall code, the IETF fields when asked). A descriptor no pattern
 // matches is OK and counted (Config.Unmatched).
 //
-// Descriptors: edge: generic_key=api, user_id; edge: generic_key=trial, user_id; edge: remote_address; internal: remote_address.
+// Descriptors: edge: generic_key=api, user_id; edge: generic_key=api, plan, user_id; edge: generic_key=trial, user_id; edge: remote_address; internal: remote_address.
 type RLS struct {
 	limits *Limits
 	// Clock, when set, is read instead of atomicbucket.Now: tests drive the service through time with
@@ -1025,15 +1148,17 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 		switch {
 		case len(en) == 2 && en[0].Key == "generic_key" && en[0].Value == "api" && en[1].Key == "user_id":
 			i = 1
-		case len(en) == 2 && en[0].Key == "generic_key" && en[0].Value == "trial" && en[1].Key == "user_id":
+		case len(en) == 3 && en[0].Key == "generic_key" && en[0].Value == "api" && en[1].Key == "plan" && en[2].Key == "user_id":
 			i = 2
+		case len(en) == 2 && en[0].Key == "generic_key" && en[0].Value == "trial" && en[1].Key == "user_id":
+			i = 3
 		case len(en) == 1 && en[0].Key == "remote_address":
 			i = 0
 		}
 	case "internal":
 		switch {
 		case len(en) == 1 && en[0].Key == "remote_address":
-			i = 3
+			i = 4
 		}
 	}
 	switch i {
@@ -1050,6 +1175,14 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 		return limitrls.Decision{
 			Found:  true,
 			Key:    key,
+			Mode:   verdict.Enforce,
+			Result: res,
+		}, err
+	case 3:
+		res, key, err := s.descriptor4(ctx, en, cost, now)
+		return limitrls.Decision{
+			Found:  true,
+			Key:    key,
 			Mode:   verdict.Shadow,
 			Result: res,
 		}, err
@@ -1061,7 +1194,7 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 			Mode:   verdict.Enforce,
 			Result: res,
 		}, err
-	case 3:
+	case 4:
 		return limitrls.Decision{
 			Found: true,
 			Mode:  verdict.Off,
@@ -1072,10 +1205,13 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 
 // rlsSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var rlsSeries = [...]verdict.Series{{Route: "edge: remote_address", Rule: "PerIP"}, {Route: "edge: generic_key=api, user_id", Tier: "API", Rule: "PerUser"}, {Route: "edge: generic_key=api, user_id", Tier: "API", Rule: "Global"}, {Route: "edge: generic_key=trial, user_id", Rule: "PerUser"}}
+var rlsSeries = [...]verdict.Series{{Route: "edge: remote_address", Rule: "PerIP"}, {Route: "edge: generic_key=api, user_id", Tier: "API", Rule: "PerUser"}, {Route: "edge: generic_key=api, user_id", Tier: "API", Rule: "Global"}, {Route: "edge: generic_key=api, plan, user_id", Tier: "API", Rule: "PerUser"}, {Route: "edge: generic_key=api, plan, user_id", Tier: "API", Rule: "Global"}, {Route: "edge: generic_key=trial, user_id", Rule: "PerUser"}}
 
 // rlsSeriesEntry2 are the series of edge: generic_key=api, user_id's rules in the Counters, by RuleName.
 var rlsSeriesEntry2 = [...]int{RulePerUser: 1, RuleGlobal: 2}
+
+// rlsSeriesEntry3 are the series of edge: generic_key=api, plan, user_id's rules in the Counters, by RuleName.
+var rlsSeriesEntry3 = [...]int{RulePerUser: 3, RuleGlobal: 4}
 
 // descriptor1 checks one message of a stream of edge: remote_address (rule PerIP, enforce, 0 a
 // message) and returns the decision for limitgrpc.CountMessages to answer, with the key that seeds
@@ -1117,21 +1253,22 @@ func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	if !ok0 {
 		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry user_id holds no key for rule PerUser", verdict.Event{Route: "edge: generic_key=api, user_id", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 1, Outcome: verdict.MissingKey})
 	}
-	td := s.limits.checkAPI(k0, now, cost, false)
+	plan := s.plan(en)
+	td := s.limits.checkAPI(plan, k0, now, cost, false)
 	var res verdict.Result
 	res.Decision = td.Decision
-	res.Policy = httpPolicies[td.Rule][0]
-	res.Policies = rlsRoutes[1][0]
+	res.Policy = httpPolicies[td.Rule][plan]
+	res.Policies = rlsRoutes[1][plan]
 	res.Cost = cost
 	res.Route = "edge: generic_key=api, user_id"
 	res.Tier = "API"
 	res.Rule = int(td.Rule)
 	res.Series = rlsSeriesEntry2[td.Rule]
 	res.SeedInt = uint64(k0)
-	rf0, rf1 := s.limits.PerUser.ruleInForce(k0), s.limits.Global.ruleInForce()
+	rf0, rf1 := s.limits.PerUser.ruleInForce(plan, k0), s.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil {
-		p0 := verdict.InForce(httpPolicies[RulePerUser][0], rf0)
-		p1 := verdict.InForce(httpPolicies[RuleGlobal][0], rf1)
+		p0 := verdict.InForce(httpPolicies[RulePerUser][plan], rf0)
+		p1 := verdict.InForce(httpPolicies[RuleGlobal][plan], rf1)
 		res.Policies = verdict.InForceList(p0, p1)
 		switch td.Rule {
 		case RulePerUser:
@@ -1143,10 +1280,52 @@ func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	return res, "", nil
 }
 
-// descriptor3 checks one message of a stream of edge: generic_key=trial, user_id (rule PerUser,
+// descriptor3 checks one message of a stream of edge: generic_key=api, plan, user_id (tier API,
+// enforce, 0 a message) and returns the decision for limitgrpc.CountMessages to answer, with the
+// key that seeds its jitter, or the status that ends the stream when it has no key.
+func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
+	var k0 uint64
+	var ok0 bool
+	{
+		v, found := limitrls.EntryKey(en, 2)
+		var n uint64
+		n, ok0 = verdict.UintKey(v, found, 64)
+		k0 = n
+	}
+	if !ok0 {
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry user_id holds no key for rule PerUser", verdict.Event{Route: "edge: generic_key=api, plan, user_id", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 3, Outcome: verdict.MissingKey})
+	}
+	plan := s.plan(en)
+	td := s.limits.checkAPI(plan, k0, now, cost, false)
+	var res verdict.Result
+	res.Decision = td.Decision
+	res.Policy = httpPolicies[td.Rule][plan]
+	res.Policies = rlsRoutes[2][plan]
+	res.Cost = cost
+	res.Route = "edge: generic_key=api, plan, user_id"
+	res.Tier = "API"
+	res.Rule = int(td.Rule)
+	res.Series = rlsSeriesEntry3[td.Rule]
+	res.SeedInt = uint64(k0)
+	rf0, rf1 := s.limits.PerUser.ruleInForce(plan, k0), s.limits.Global.ruleInForce()
+	if rf0 != nil || rf1 != nil {
+		p0 := verdict.InForce(httpPolicies[RulePerUser][plan], rf0)
+		p1 := verdict.InForce(httpPolicies[RuleGlobal][plan], rf1)
+		res.Policies = verdict.InForceList(p0, p1)
+		switch td.Rule {
+		case RulePerUser:
+			res.Policy = p0
+		case RuleGlobal:
+			res.Policy = p1
+		}
+	}
+	return res, "", nil
+}
+
+// descriptor4 checks one message of a stream of edge: generic_key=trial, user_id (rule PerUser,
 // shadow, 0 a message) and returns the decision for limitgrpc.CountMessages to answer, with the key
 // that seeds its jitter, or the status that ends the stream when it has no key.
-func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
+func (s *RLS) descriptor4(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
 	var k0 uint64
 	var ok0 bool
 	{
@@ -1156,20 +1335,34 @@ func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 		k0 = n
 	}
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Shadow, 0, "the descriptor's entry user_id holds no key for rule PerUser", verdict.Event{Route: "edge: generic_key=trial, user_id", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 3, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Shadow, 0, "the descriptor's entry user_id holds no key for rule PerUser", verdict.Event{Route: "edge: generic_key=trial, user_id", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 5, Outcome: verdict.MissingKey})
 	}
+	plan := s.plan(en)
 	var res verdict.Result
-	res.Decision = s.limits.PerUser.AllowNAt(k0, now, cost)
-	res.Policy = httpPolicies[RulePerUser][0]
-	res.Policies = rlsRoutes[2][0]
+	res.Decision = s.limits.PerUser.AllowNAt(plan, k0, now, cost)
+	res.Policy = httpPolicies[RulePerUser][plan]
+	res.Policies = rlsRoutes[3][plan]
 	res.Cost = cost
 	res.Route = "edge: generic_key=trial, user_id"
 	res.Rule = int(RulePerUser)
-	res.Series = 3
+	res.Series = 5
 	res.SeedInt = uint64(k0)
-	if rf0 := s.limits.PerUser.ruleInForce(k0); rf0 != nil {
+	if rf0 := s.limits.PerUser.ruleInForce(plan, k0); rf0 != nil {
 		res.Policy = verdict.InForce(res.Policy, rf0)
 		res.Policies = verdict.InForceList(res.Policy)
 	}
 	return res, "", nil
+}
+
+// plan is the descriptor's plan, from entry:plan, or free.
+func (s *RLS) plan(en []*ratelimitv3.RateLimitDescriptor_Entry) Plan {
+	for _, e := range en {
+		if e.Key == "plan" {
+			if p, ok := ParsePlan(e.Value); ok {
+				return p
+			}
+			break
+		}
+	}
+	return PlanFree
 }
