@@ -7,7 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -171,13 +171,9 @@ func BenchmarkRLS(b *testing.B) {
 				for i := range reqs {
 					reqs[i] = rlsDomainRequest(impl.domain, "v"+strconv.Itoa(i))
 				}
-				var next sync.Mutex
-				n := 0
+				var n atomic.Int64
 				check := func(ctx context.Context) (bool, error) {
-					next.Lock()
-					req := reqs[n%keys]
-					n++
-					next.Unlock()
+					req := reqs[(n.Add(1)-1)%int64(keys)]
 					resp, err := c.ShouldRateLimit(ctx, req)
 					if err != nil {
 						return false, err

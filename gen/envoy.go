@@ -270,7 +270,7 @@ func envoyPolicy(pkg string, domains []envoyDomain) ([]byte, error) {
 	fmt.Fprintf(&b, "package: %s\nrules:\n", pkg)
 	used := map[string]bool{}
 	names := make([][]string, len(domains))
-	any := false
+	limited := false
 	for i, d := range domains {
 		for _, r := range d.rules {
 			if r.rate == "" {
@@ -279,7 +279,7 @@ func envoyPolicy(pkg string, domains []envoyDomain) ([]byte, error) {
 			}
 			name := ruleName(r, d.name, used)
 			names[i] = append(names[i], name)
-			any = true
+			limited = true
 			fmt.Fprintf(&b, "  - name: %s   # %s:%d\n", name, d.file, r.line)
 			if r.keyed {
 				b.WriteString("    key: string\n")
@@ -287,7 +287,7 @@ func envoyPolicy(pkg string, domains []envoyDomain) ([]byte, error) {
 			fmt.Fprintf(&b, "    rate: %s\n    burst: %d\n", r.rate, r.burst)
 		}
 	}
-	if !any {
+	if !limited {
 		return nil, fmt.Errorf("gen envoy: no descriptor has a limit (every one is unlimited): nothing to translate")
 	}
 	b.WriteString("rls:\n  domains:\n")

@@ -8,16 +8,13 @@ import (
 	"github.com/limitgen/limitgen/verdict"
 )
 
-// keyOK reports whether v can be a key (verdict.KeyOK).
-func keyOK(v string) bool { return verdict.KeyOK(v) }
-
 // HeaderKey returns the first value of the header name (in canonical form,
 // http.CanonicalHeaderKey: the generator emits it so), or false when it is
 // absent, empty or longer than verdict.MaxKeyLen. A header is a key only when the
 // service or a trusted upstream sets it: anything a client sends it can vary.
 func HeaderKey(r *http.Request, name string) (string, bool) {
 	v := r.Header[name]
-	if len(v) == 0 || !keyOK(v[0]) {
+	if len(v) == 0 || !verdict.KeyOK(v[0]) {
 		return "", false
 	}
 	return v[0], true
@@ -32,7 +29,7 @@ func QueryKey(r *http.Request, name string) (string, bool) {
 		return "", false
 	}
 	v, ok := queryValue(r.URL.RawQuery, name)
-	if !ok || !keyOK(v) {
+	if !ok || !verdict.KeyOK(v) {
 		return "", false
 	}
 	return v, true
@@ -44,7 +41,7 @@ func QueryKey(r *http.Request, name string) (string, bool) {
 // routes' wildcards with Router and PathKeyAt instead, under any router.
 func PathKey(r *http.Request, name string) (string, bool) {
 	v := r.PathValue(name)
-	if !keyOK(v) {
+	if !verdict.KeyOK(v) {
 		return "", false
 	}
 	return v, true

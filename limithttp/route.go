@@ -9,6 +9,8 @@ import (
 	"path"
 	"slices"
 	"strings"
+
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // Router finds which of a policy's route patterns covers a request, by
@@ -534,7 +536,7 @@ func PathKeyAt(cleanPath string, index int, multi bool) (string, bool) {
 		}
 	}
 	v := pathUnescape(p)
-	if !keyOK(v) {
+	if !verdict.KeyOK(v) {
 		return "", false
 	}
 	return v, true

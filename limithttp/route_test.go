@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // routePatterns is a policy's worth of patterns that exercise each of
@@ -271,7 +273,7 @@ func FuzzRouter(f *testing.F) {
 			for name, want := range values {
 				idx, multi := pp.Wildcard(name)
 				v, ok := PathKeyAt(clean, idx, multi)
-				if wantOK := keyOK(want); ok != wantOK || ok && v != want {
+				if wantOK := verdict.KeyOK(want); ok != wantOK || ok && v != want {
 					t.Fatalf("pattern %q, %s: wildcard %s = %q, %v; r.PathValue %q", got, r.URL.EscapedPath(), name, v, ok, want)
 				}
 			}
