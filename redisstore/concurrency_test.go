@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/redisstore/internal/redistest"
+	"github.com/limitgen/limitgen/redisstore/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

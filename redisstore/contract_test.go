@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitgen/limitgen/redisstore/internal/redistest"
+	"github.com/limitgen/limitgen/redisstore/redistest"
 	"github.com/limitgen/limitgen/storetest"
 	"github.com/redis/go-redis/v9"
 )

@@ -16,7 +16,7 @@ import (
 	"github.com/limitgen/limitgen/internal/sharedlimits"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/redisstore"
-	"github.com/limitgen/limitgen/redisstore/internal/redistest"
+	"github.com/limitgen/limitgen/redisstore/redistest"
 	"github.com/limitgen/limitgen/storetest"
 	"github.com/redis/go-redis/v9"
 )

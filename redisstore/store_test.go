@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/redisstore/internal/redistest"
+	"github.com/limitgen/limitgen/redisstore/redistest"
 	"github.com/limitgen/limitgen/shared"
 	"github.com/limitgen/limitgen/storetest"
 	"github.com/redis/go-redis/v9"
