@@ -38,6 +38,8 @@ generate:
 	$(GO) run ./gen -policy limitrls/testdata/policy.yaml -out limitrls/internal/rlslimits
 	$(GO) run ./gen envoy -package envoylimits -o limitrls/testdata/envoy.policy.yaml limitrls/testdata/envoy/rl.yaml
 	$(GO) run ./gen -policy limitrls/testdata/envoy.policy.yaml -out limitrls/internal/envoylimits
+	cd examples/quickstart && $(GO) generate ./...
+	cd examples/envoy && $(GO) generate ./...
 
 ## test: everything CI checks — formatting, vet, tidy modules, all tests with -race
 ## (including the committed fuzz corpora), a short run of each fuzz target, and
@@ -141,12 +143,16 @@ schema:
 	@echo "== make schema: $$(date +%T)"
 	cd schema && $(GO) test -count=1 ./...
 
-# The example user module: through its go.mod tool line (the command its
+# The example user modules (examples/quickstart; examples/envoy, Envoy's
+# rate-limit service run on each store): through their go.mod tool line (the command its
 # go:generate directive runs), check that its generated package matches its
 # policy; then vet and test it.
 examples:
 	@echo "== make examples: $$(date +%T)"
+	.ci/servers redis postgres
 	cd examples/quickstart && $(GO) tool gen -policy policy.yaml -out limits -main cmd/ratelimit -check && \
+	  $(GO) mod tidy -diff && $(GO) vet ./... && $(GO) test -count=1 ./...
+	cd examples/envoy && $(GO) tool gen -policy policy.yaml -out limits -main cmd/ratelimit -check && \
 	  $(GO) mod tidy -diff && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 # The README's first steps on a new module that points at this checkout.

@@ -3,6 +3,7 @@ package emit
 import (
 	"bytes"
 	"fmt"
+	"strings"
 
 	"github.com/dave/jennifer/jen"
 	"github.com/limitgen/limitgen/gen/internal/model"
@@ -21,6 +22,7 @@ const (
 	redisstorePath = "github.com/limitgen/limitgen/redisstore"
 	pgxpoolPath    = "github.com/jackc/pgx/v5/pgxpool"
 	pgstorePath    = "github.com/limitgen/limitgen/pgstore"
+	yamlfilePath   = "github.com/limitgen/limitgen/overlay/yamlfile"
 )
 
 // RenderMain is a ready server for a policy's rls: section: a main package
@@ -40,7 +42,7 @@ func RenderMain(m *model.Model, importPath string) ([]byte, error) {
 	f.ImportAlias(healthpbPath, "healthpb")
 	for path, name := range map[string]string{grpcLib: "grpc", healthPath: "health", credsPath: "credentials", limitpromPath: "limitprom",
 		promPath: "prometheus", promhttpPath: "promhttp", verdictPath: "verdict", redisPath: "redis", redisstorePath: "redisstore",
-		pgxpoolPath: "pgxpool", pgstorePath: "pgstore"} {
+		pgxpoolPath: "pgxpool", pgstorePath: "pgstore", overlayPath: "overlay", yamlfilePath: "yamlfile"} {
 		f.ImportName(path, name)
 	}
 	pkg := func(name string) *jen.Statement { return jen.Qual(importPath, name) }
@@ -57,10 +59,24 @@ func RenderMain(m *model.Model, importPath string) ([]byte, error) {
 		flagStr("keyFile", "tls-key", "LIMITGEN_TLS_KEY", "", "the server's TLS key (PEM)"),
 	}
 	stores := m.Shared > 0
+	var sharedNames []string
+	for _, r := range m.Rules {
+		if r.Shared {
+			sharedNames = append(sharedNames, r.Name)
+		}
+	}
 	if stores {
 		body = append(body,
 			flagStr("redisAddr", "redis", "LIMITGEN_REDIS", "", "the Redis server (host:port) that keeps the shared rules"),
+			flagStr("redisCluster", "redis-cluster", "LIMITGEN_REDIS_CLUSTER", "", "the nodes of a Redis Cluster (host:port, comma-separated; one is enough) that keeps the shared rules"),
 			flagStr("postgresURL", "postgres", "LIMITGEN_POSTGRES", "", "the PostgreSQL database (a URL) that keeps the shared rules"),
+			flagStr("numbers", "numbers", "LIMITGEN_NUMBERS", "", "run-time numbers: an overlay file (its path; read every second), or the store's numbers hash (redis:NAME) or table (postgres:NAME); empty keeps the policy's"),
+			jen.Id("local").Op(":=").Qual("flag", "Bool").Call(jen.Lit("local"), jen.Id("envOr").Call(jen.Lit("LIMITGEN_LOCAL"), jen.Lit("")).Op("==").Lit("true"),
+				jen.Lit("keep the shared rules in this process, without a store: for one instance only, as each instance would admit the whole limit ($LIMITGEN_LOCAL=true)")),
+		)
+	} else {
+		body = append(body,
+			flagStr("numbers", "numbers", "LIMITGEN_NUMBERS", "", "run-time numbers: an overlay file (its path; read every second); empty keeps the policy's"),
 		)
 	}
 	body = append(body,
@@ -70,23 +86,44 @@ func RenderMain(m *model.Model, importPath string) ([]byte, error) {
 		jen.Var().Id("opts").Index().Add(pkg("Option")),
 		jen.Id("storeStats").Op(":=").Map(jen.String()).Qual(limitpromPath, "Store").Values(),
 	)
+	// The numbers' source: a file, or (with a store) the store's hash or table.
+	var numbersSource []jen.Code
 	if stores {
 		body = append(body,
-			jen.If(jen.Op("*").Id("redisAddr").Op("!=").Lit("").Op("&&").Op("*").Id("postgresURL").Op("!=").Lit("")).Block(
-				fail("ratelimit: -redis and -postgres both given; the shared rules live in one store"),
+			jen.Id("given").Op(":=").Lit(0),
+			jen.For(jen.List(jen.Id("_"), jen.Id("s")).Op(":=").Range().Index().String().Values(jen.Op("*").Id("redisAddr"), jen.Op("*").Id("redisCluster"), jen.Op("*").Id("postgresURL"))).Block(
+				jen.If(jen.Id("s").Op("!=").Lit("")).Block(jen.Id("given").Op("++")),
 			),
-			jen.If(jen.Op("*").Id("redisAddr").Op("!=").Lit("")).Block(
-				jen.Id("client").Op(":=").Qual(redisPath, "NewClient").Call(jen.Op("&").Qual(redisPath, "Options").Values(jen.Dict{jen.Id("Addr"): jen.Op("*").Id("redisAddr"), jen.Id("ContextTimeoutEnabled"): jen.True()})),
+			jen.If(jen.Id("given").Op(">").Lit(1)).Block(
+				fail("ratelimit: give one of -redis, -redis-cluster and -postgres: the shared rules live in one store"),
+			),
+			jen.If(jen.Id("given").Op(">").Lit(0).Op("&&").Op("*").Id("local")).Block(
+				fail("ratelimit: -local keeps the shared rules in this process; it goes with no store"),
+			),
+			jen.If(jen.Id("given").Op("==").Lit(0).Op("&&").Op("!").Op("*").Id("local")).Block(
+				fail("ratelimit: the policy's shared rules ("+strings.Join(sharedNames, ", ")+") are kept in a store every instance shares: give -redis, -redis-cluster or -postgres (or -local to keep them in this process: for one instance only)"),
+			),
+			jen.Var().Id("client").Qual(redisPath, "UniversalClient"),
+			jen.Switch().Block(
+				jen.Case(jen.Op("*").Id("redisAddr").Op("!=").Lit("")).Block(
+					jen.Id("client").Op("=").Qual(redisPath, "NewClient").Call(jen.Op("&").Qual(redisPath, "Options").Values(jen.Dict{jen.Id("Addr"): jen.Op("*").Id("redisAddr"), jen.Id("ContextTimeoutEnabled"): jen.True()})),
+				),
+				jen.Case(jen.Op("*").Id("redisCluster").Op("!=").Lit("")).Block(
+					jen.Id("client").Op("=").Qual(redisPath, "NewClusterClient").Call(jen.Op("&").Qual(redisPath, "ClusterOptions").Values(jen.Dict{jen.Id("Addrs"): jen.Qual("strings", "Split").Call(jen.Op("*").Id("redisCluster"), jen.Lit(",")), jen.Id("ContextTimeoutEnabled"): jen.True()})),
+				),
+			),
+			jen.If(jen.Id("client").Op("!=").Nil()).Block(
 				jen.Defer().Id("client").Dot("Close").Call(),
 				jen.List(jen.Id("st"), jen.Err()).Op(":=").Qual(redisstorePath, "New").Call(jen.Id("ctx"), jen.Id("client"), jen.Qual(redisstorePath, "Options").Values(jen.Dict{jen.Id("Coalesce"): jen.Lit(256)})),
-				jen.If(jen.Err().Op("!=").Nil()).Block(fail("ratelimit: redis %s: %v", jen.Op("*").Id("redisAddr"), jen.Err())),
+				jen.If(jen.Err().Op("!=").Nil()).Block(fail("ratelimit: redis %s%s: %v", jen.Op("*").Id("redisAddr"), jen.Op("*").Id("redisCluster"), jen.Err())),
 				jen.Defer().Id("st").Dot("Close").Call(),
 				jen.Id("opts").Op("=").Append(jen.Id("opts"), pkg("WithStore").Call(jen.Id("st"))),
 				jen.Id("storeStats").Index(jen.Lit("redis")).Op("=").Id("st"),
 			),
+			jen.Var().Id("pool").Op("*").Qual(pgxpoolPath, "Pool"),
 			jen.If(jen.Op("*").Id("postgresURL").Op("!=").Lit("")).Block(
-				jen.List(jen.Id("pool"), jen.Err()).Op(":=").Qual(pgxpoolPath, "New").Call(jen.Id("ctx"), jen.Op("*").Id("postgresURL")),
-				jen.If(jen.Err().Op("!=").Nil()).Block(fail("ratelimit: postgres: %v", jen.Err())),
+				jen.Var().Err().Error(),
+				jen.If(jen.List(jen.Id("pool"), jen.Err()).Op("=").Qual(pgxpoolPath, "New").Call(jen.Id("ctx"), jen.Op("*").Id("postgresURL")), jen.Err().Op("!=").Nil()).Block(fail("ratelimit: postgres: %v", jen.Err())),
 				jen.Defer().Id("pool").Dot("Close").Call(),
 				jen.List(jen.Id("st"), jen.Err()).Op(":=").Qual(pgstorePath, "New").Call(jen.Id("ctx"), jen.Id("pool"), jen.Qual(pgstorePath, "Options").Values(jen.Dict{jen.Id("Coalesce"): jen.Lit(256)})),
 				jen.If(jen.Err().Op("!=").Nil()).Block(fail("ratelimit: postgres: %v", jen.Err())),
@@ -95,9 +132,37 @@ func RenderMain(m *model.Model, importPath string) ([]byte, error) {
 				jen.Id("storeStats").Index(jen.Lit("postgres")).Op("=").Id("st"),
 			),
 		)
+		numbersSource = []jen.Code{
+			jen.Case(jen.Id("kind").Op("==").Lit("redis").Op("&&").Id("client").Op("!=").Nil()).Block(
+				jen.Id("src").Op("=").Qual(redisstorePath, "NewNumbersSource").Call(jen.Id("client"), jen.Id("name")),
+			),
+			jen.Case(jen.Id("kind").Op("==").Lit("postgres").Op("&&").Id("pool").Op("!=").Nil()).Block(
+				jen.List(jen.Id("s"), jen.Err()).Op(":=").Qual(pgstorePath, "NewNumbersSource").Call(jen.Id("pool"), jen.Id("name")),
+				jen.If(jen.Err().Op("!=").Nil()).Block(fail("ratelimit: -numbers %s: %v", jen.Op("*").Id("numbers"), jen.Err())),
+				jen.Id("src").Op("=").Id("s"),
+			),
+			jen.Case(jen.Id("kind").Op("==").Lit("redis").Op("||").Id("kind").Op("==").Lit("postgres")).Block(
+				fail("ratelimit: -numbers %s: no %s store is given", jen.Op("*").Id("numbers"), jen.Id("kind")),
+			),
+		}
 	}
 	body = append(body,
-		jen.Id("rls").Op(":=").Add(pkg("NewRLS")).Call(pkg("New").Call(jen.Id("opts").Op("..."))),
+		jen.Id("lims").Op(":=").Add(pkg("New")).Call(jen.Id("opts").Op("...")),
+		jen.If(jen.Op("*").Id("numbers").Op("!=").Lit("")).Block(
+			jen.Var().Id("src").Qual(overlayPath, "Source"),
+			jen.Var().Id("refresh").Qual("time", "Duration"),
+			jen.Switch(jen.List(jen.Id("kind"), jen.Id("name"), jen.Id("_")).Op(":=").Qual("strings", "Cut").Call(jen.Op("*").Id("numbers"), jen.Lit(":")), jen.Empty()).Block(append(numbersSource,
+				jen.Default().Block(
+					jen.Comment("A file: its numbers are in force before the first call is served, or the server does not start."),
+					jen.Id("f").Op(":=").Qual(yamlfilePath, "New").Call(jen.Op("*").Id("numbers")),
+					jen.If(jen.Err().Op(":=").Id("f").Dot("Apply").Call(jen.Id("lims").Dot("ApplyNumbers")), jen.Err().Op("!=").Nil()).Block(fail("ratelimit: -numbers: %v", jen.Err())),
+					jen.List(jen.Id("src"), jen.Id("refresh")).Op("=").List(jen.Id("f"), jen.Qual("time", "Second")),
+				),
+			)...),
+			jen.Comment("Watch applies the source's numbers at once and on every change, and logs what it cannot read or apply (the numbers in force stay)."),
+			jen.Go().Qual(overlayPath, "Watch").Call(jen.Id("ctx"), jen.Id("src"), jen.Id("lims").Dot("ApplyNumbers"), jen.Qual(overlayPath, "WatchOptions").Values(jen.Dict{jen.Id("Refresh"): jen.Id("refresh")})),
+		),
+		jen.Id("rls").Op(":=").Add(pkg("NewRLS")).Call(jen.Id("lims")),
 		jen.Var().Id("serverOpts").Index().Qual(grpcLib, "ServerOption"),
 		jen.If(jen.Op("*").Id("certFile").Op("!=").Lit("")).Block(
 			jen.List(jen.Id("creds"), jen.Err()).Op(":=").Qual(credsPath, "NewServerTLSFromFile").Call(jen.Op("*").Id("certFile"), jen.Op("*").Id("keyFile")),

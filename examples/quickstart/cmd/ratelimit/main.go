@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -22,6 +23,8 @@ import (
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/limitgen/limitgen/limitprom"
+	"github.com/limitgen/limitgen/overlay"
+	"github.com/limitgen/limitgen/overlay/yamlfile"
 	"github.com/limitgen/limitgen/pgstore"
 	"github.com/limitgen/limitgen/redisstore"
 	"github.com/limitgen/limitgen/verdict"
@@ -40,32 +43,57 @@ func main() {
 	certFile := flag.String("tls-cert", envOr("LIMITGEN_TLS_CERT", ""), "the server's TLS certificate (PEM); empty serves without TLS ($LIMITGEN_TLS_CERT)")
 	keyFile := flag.String("tls-key", envOr("LIMITGEN_TLS_KEY", ""), "the server's TLS key (PEM) ($LIMITGEN_TLS_KEY)")
 	redisAddr := flag.String("redis", envOr("LIMITGEN_REDIS", ""), "the Redis server (host:port) that keeps the shared rules ($LIMITGEN_REDIS)")
+	redisCluster := flag.String("redis-cluster", envOr("LIMITGEN_REDIS_CLUSTER", ""), "the nodes of a Redis Cluster (host:port, comma-separated; one is enough) that keeps the shared rules ($LIMITGEN_REDIS_CLUSTER)")
 	postgresURL := flag.String("postgres", envOr("LIMITGEN_POSTGRES", ""), "the PostgreSQL database (a URL) that keeps the shared rules ($LIMITGEN_POSTGRES)")
+	numbers := flag.String("numbers", envOr("LIMITGEN_NUMBERS", ""), "run-time numbers: an overlay file (its path; read every second), or the store's numbers hash (redis:NAME) or table (postgres:NAME); empty keeps the policy's ($LIMITGEN_NUMBERS)")
+	local := flag.Bool("local", envOr("LIMITGEN_LOCAL", "") == "true", "keep the shared rules in this process, without a store: for one instance only, as each instance would admit the whole limit ($LIMITGEN_LOCAL=true)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var opts []limits.Option
 	storeStats := map[string]limitprom.Store{}
-	if *redisAddr != "" && *postgresURL != "" {
-		log.Fatalf("ratelimit: -redis and -postgres both given; the shared rules live in one store")
+	given := 0
+	for _, s := range []string{*redisAddr, *redisCluster, *postgresURL} {
+		if s != "" {
+			given++
+		}
 	}
-	if *redisAddr != "" {
-		client := redis.NewClient(&redis.Options{
+	if given > 1 {
+		log.Fatalf("ratelimit: give one of -redis, -redis-cluster and -postgres: the shared rules live in one store")
+	}
+	if given > 0 && *local {
+		log.Fatalf("ratelimit: -local keeps the shared rules in this process; it goes with no store")
+	}
+	if given == 0 && !*local {
+		log.Fatalf("ratelimit: the policy's shared rules (PerUser, Global, PerCaller) are kept in a store every instance shares: give -redis, -redis-cluster or -postgres (or -local to keep them in this process: for one instance only)")
+	}
+	var client redis.UniversalClient
+	switch {
+	case *redisAddr != "":
+		client = redis.NewClient(&redis.Options{
 			Addr:                  *redisAddr,
 			ContextTimeoutEnabled: true,
 		})
+	case *redisCluster != "":
+		client = redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs:                 strings.Split(*redisCluster, ","),
+			ContextTimeoutEnabled: true,
+		})
+	}
+	if client != nil {
 		defer client.Close()
 		st, err := redisstore.New(ctx, client, redisstore.Options{Coalesce: 256})
 		if err != nil {
-			log.Fatalf("ratelimit: redis %s: %v", *redisAddr, err)
+			log.Fatalf("ratelimit: redis %s%s: %v", *redisAddr, *redisCluster, err)
 		}
 		defer st.Close()
 		opts = append(opts, limits.WithStore(st))
 		storeStats["redis"] = st
 	}
+	var pool *pgxpool.Pool
 	if *postgresURL != "" {
-		pool, err := pgxpool.New(ctx, *postgresURL)
-		if err != nil {
+		var err error
+		if pool, err = pgxpool.New(ctx, *postgresURL); err != nil {
 			log.Fatalf("ratelimit: postgres: %v", err)
 		}
 		defer pool.Close()
@@ -77,7 +105,33 @@ func main() {
 		opts = append(opts, limits.WithStore(st))
 		storeStats["postgres"] = st
 	}
-	rls := limits.NewRLS(limits.New(opts...))
+	lims := limits.New(opts...)
+	if *numbers != "" {
+		var src overlay.Source
+		var refresh time.Duration
+		switch kind, name, _ := strings.Cut(*numbers, ":"); {
+		case kind == "redis" && client != nil:
+			src = redisstore.NewNumbersSource(client, name)
+		case kind == "postgres" && pool != nil:
+			s, err := pgstore.NewNumbersSource(pool, name)
+			if err != nil {
+				log.Fatalf("ratelimit: -numbers %s: %v", *numbers, err)
+			}
+			src = s
+		case kind == "redis" || kind == "postgres":
+			log.Fatalf("ratelimit: -numbers %s: no %s store is given", *numbers, kind)
+		default:
+			// A file: its numbers are in force before the first call is served, or the server does not start.
+			f := yamlfile.New(*numbers)
+			if err := f.Apply(lims.ApplyNumbers); err != nil {
+				log.Fatalf("ratelimit: -numbers: %v", err)
+			}
+			src, refresh = f, time.Second
+		}
+		// Watch applies the source's numbers at once and on every change, and logs what it cannot read or apply (the numbers in force stay).
+		go overlay.Watch(ctx, src, lims.ApplyNumbers, overlay.WatchOptions{Refresh: refresh})
+	}
+	rls := limits.NewRLS(lims)
 	var serverOpts []grpc.ServerOption
 	if *certFile != "" {
 		creds, err := credentials.NewServerTLSFromFile(*certFile, *keyFile)
