@@ -114,6 +114,8 @@ func (c ruleChecker) CheckKey(key string) error {
 	var err error
 	bits, _ := strconv.Atoi(strings.TrimLeft(c.r.KeyType, "uint"))
 	switch {
+	case c.r.Composite():
+		_, err = canonicalKey(c.r, key)
 	case c.r.KeyType == "string" && key == "":
 		err = fmt.Errorf("an empty key: no door checks one (a request without a key is missing_key), so its numbers would never apply")
 	case c.r.KeyType == "string":

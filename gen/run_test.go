@@ -192,10 +192,14 @@ func randomPolicies(t *testing.T, n int) []string {
 			names = append(names, name)
 			burst := 1 + rng.IntN(20)
 			fmt.Fprintf(&b, "  - name: %s\n", name)
-			k := pick("", "string", "int64", "uint32", "int")
+			k := pick("", "string", "int64", "uint32", "int", "composite")
 			keyTypes = append(keyTypes, k)
-			if k != "" {
+			if k == "composite" {
+				b.WriteString("    key: {tenant: string, n: int64}\n")
+			} else if k != "" {
 				fmt.Fprintf(&b, "    key: %s\n", k)
+			}
+			if k != "" {
 				if rng.IntN(3) == 0 {
 					fmt.Fprintf(&b, "    max_keys: %d\n    at_cap: %s\n", 1+rng.IntN(3), pick("deny", "allow"))
 				}
@@ -278,6 +282,10 @@ func randomHTTP(b *strings.Builder, rng *rand.Rand, pick func(...string) string,
 		if k == "" {
 			continue
 		}
+		if k == "composite" {
+			fmt.Fprintf(b, "    %s: {tenant: [%s], n: [%s]}\n", names[i], pick("ip", "header:X-Key", "pattern"), pick("header:X-Num", "query:n", "route"))
+			continue
+		}
 		var srcs []string
 		for range 1 + rng.IntN(3) {
 			if k == "string" {
@@ -297,7 +305,10 @@ func randomHTTP(b *strings.Builder, rng *rand.Rand, pick func(...string) string,
 		case 2:
 			fmt.Fprintf(b, ", cost: {from: \"%s\", default: 1, max: %d}", pick("header:X-Cost", "query:cost"), 1+rng.IntN(100))
 		}
-		if keyTypes[i] != "" && rng.IntN(3) == 0 {
+		switch {
+		case keyTypes[i] == "composite" && rng.IntN(3) == 0:
+			fmt.Fprintf(b, ", keys: {%s: {tenant: \"path:id\", n: [\"query:n\", \"header:X-Num\"]}}", n)
+		case keyTypes[i] != "" && rng.IntN(3) == 0:
 			fmt.Fprintf(b, ", keys: {%s: [\"path:id\"]}", n)
 		}
 		b.WriteString("}\n")
@@ -351,6 +362,7 @@ type hRule struct {
 	Plans           []hPlan // one entry ("", no plan) for rules without plans
 	MaxKeys         int64
 	AllowCap        bool
+	Fields          []model.KeyField // a composite key's
 }
 
 type hPlan struct {
@@ -380,7 +392,7 @@ func harnessData(m *model.Model) hModel {
 		h.Plans = append(h.Plans, p.GoName)
 	}
 	conv := func(r model.Rule) hRule {
-		hr := hRule{Name: r.Name, GoName: r.GoName, KeyType: r.KeyType, Keyed: r.KeyType != "", Planned: r.Planned, Shared: r.Shared, MaxKeys: r.MaxKeys, AllowCap: r.AllowCap}
+		hr := hRule{Name: r.Name, GoName: r.GoName, KeyType: r.KeyType, Keyed: r.KeyType != "", Planned: r.Planned, Shared: r.Shared, MaxKeys: r.MaxKeys, AllowCap: r.AllowCap, Fields: r.Fields}
 		for i, l := range r.Limits {
 			p := hPlan{Burst: l.Burst, Emit: max(l.PeriodNs/l.Tokens, 1), Cost: l.Cost}
 			if r.Planned {
@@ -412,6 +424,16 @@ var harnessTmpl = template.Must(template.New("harness").Funcs(template.FuncMap{
 			return ""
 		case r.KeyType == "string":
 			return `"k"+strconv.Itoa(k), `
+		case len(r.Fields) > 0: // every field from k: one struct a k
+			var fs []string
+			for _, f := range r.Fields {
+				v := f.Type + "(k)"
+				if f.Type == "string" {
+					v = `"k"+strconv.Itoa(k)`
+				}
+				fs = append(fs, f.GoName+": "+v)
+			}
+			return r.KeyType + "{" + strings.Join(fs, ", ") + "}, "
 		default:
 			return r.KeyType + "(k), "
 		}
@@ -422,6 +444,16 @@ var harnessTmpl = template.Must(template.New("harness").Funcs(template.FuncMap{
 			return `""`
 		case r.KeyType == "string":
 			return `"k"+strconv.Itoa(k)`
+		case len(r.Fields) > 0: // its text form: an interval rule's grid is placed by its hash
+			var fs []string
+			for _, f := range r.Fields {
+				if f.Type == "string" {
+					fs = append(fs, `"k"+strconv.Itoa(k)`)
+				} else {
+					fs = append(fs, "strconv.Itoa(k)")
+				}
+			}
+			return strings.Join(fs, `+","+`)
 		default:
 			return "strconv.Itoa(k)"
 		}

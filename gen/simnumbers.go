@@ -333,7 +333,7 @@ func (s *simulation) loadOverlay(name string) error {
 			n := e.Numbers
 			switch {
 			case e.HasKey:
-				k, err := canonicalKey(r.rule.KeyType, e.Key)
+				k, err := canonicalKey(r.rule, e.Key)
 				if err != nil {
 					return fmt.Errorf("%s: %v", e.Pos, err)
 				}

@@ -19,6 +19,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/gen/internal/model"
 	"github.com/limitgen/limitgen/overlay"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // simulate replays a request log through one rule or tier of a policy and
@@ -416,7 +417,7 @@ func (s *simulation) request(line int, timeField string, keys []string, costFiel
 	}
 	for _, j := range s.keyed {
 		r := s.rules[j].rule
-		k, err := canonicalKey(r.KeyType, keys[j])
+		k, err := canonicalKey(r, keys[j])
 		if err != nil {
 			return req, fmt.Errorf("line %d: rule %s: %v", line, r.Name, err)
 		}
@@ -455,7 +456,42 @@ func (s *simulation) parseTime(line int, timeField string) (int64, error) {
 
 // canonicalKey checks that key is a value of the Go key type and returns its
 // canonical form.
-func canonicalKey(keyType, key string) (string, error) {
+func canonicalKey(r model.Rule, key string) (string, error) {
+	if !r.Composite() {
+		return canonicalValue(r.KeyType, key)
+	}
+	var desc []string
+	for _, f := range r.Fields {
+		desc = append(desc, f.Name+" ("+f.Type+")")
+	}
+	fields, ok := verdict.KeyFields(key, len(r.Fields))
+	if !ok {
+		return "", fmt.Errorf("key %q is not one of rule %s: %s, comma-separated (a string's '%%', ',' and '#' as %%25, %%2C and %%23)", key, r.Name, strings.Join(desc, ", "))
+	}
+	var b []byte
+	for i, f := range r.Fields {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if f.Type == "string" {
+			if !verdict.KeyOK(fields[i]) {
+				return "", fmt.Errorf("key %q: field %s is empty or longer than %d bytes", key, f.Name, verdict.MaxKeyLen)
+			}
+			b = verdict.AppendKeyField(b, fields[i])
+			continue
+		}
+		v, err := canonicalValue(f.Type, fields[i])
+		if err != nil {
+			return "", fmt.Errorf("key %q: field %s: %v", key, f.Name, err)
+		}
+		b = append(b, v...)
+	}
+	return string(b), nil
+}
+
+// canonicalValue checks that key is a value of a key of one value's type, and
+// returns its canonical form.
+func canonicalValue(keyType, key string) (string, error) {
 	if keyType == "string" {
 		return key, nil
 	}

@@ -5,6 +5,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/limitgen/limitgen/gen/internal/model"
 )
 
 func runSimulate(t *testing.T, args []string, log string) (string, string, int) {
@@ -112,7 +114,7 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 		log  string
 		want string
 	}{
-		{[]string{"-policy", "../policy.yaml", "-rule", "Nope"}, "0,a\n", `no rule or tier named "Nope"; the rules are PerUser, PerEndpoint, Login, DailyExport, Upload, Global; the tiers are API`},
+		{[]string{"-policy", "../policy.yaml", "-rule", "Nope"}, "0,a\n", `no rule or tier named "Nope"; the rules are PerUser, PerEndpoint, Login, DailyExport, Upload, TenantUser, Global; the tiers are API`},
 		{[]string{"-policy", "../policy.yaml"}, "0,a\n", "-rule is required: the rules are PerUser,"},
 		{[]string{"-policy", "../policy.yaml", "-rule", "PerEndpoint"}, "0,99999999999999999999\n", `line 1: rule PerEndpoint: key "99999999999999999999" is not an int64`},
 		{[]string{"-policy", "../policy.yaml", "-rule", "DailyExport"}, "# a comment\n0,-1\n", `line 2: rule DailyExport: key "-1" is not a uint64 (0 to 18446744073709551615)`},
@@ -284,6 +286,23 @@ func TestSimulateBadEvents(t *testing.T) {
 		_, errOut, code := runSimulate(t, args, c.log+"\n")
 		if code == 0 || !strings.Contains(errOut, c.msg) {
 			t.Errorf("%v %q: exit %d, %q; want %q", c.args, c.log, code, errOut, c.msg)
+		}
+	}
+}
+
+// A composite key's text form, as simulate and the numbers checks read it:
+// canonical (integers without leading zeros, escapes in upper case), and
+// refused when it has not every field, or a field the rule's key cannot be.
+func TestCanonicalCompositeKey(t *testing.T) {
+	r := model.Rule{Name: "TenantUser", KeyType: "TenantUserKey", Fields: []model.KeyField{{Name: "tenant", GoName: "Tenant", Type: "string"}, {Name: "user", GoName: "User", Type: "uint16"}}}
+	for in, want := range map[string]string{"acme,7": "acme,7", "acme,007": "acme,7", "a%2cb,7": "a%2Cb,7", "a%25,65535": "a%25,65535"} {
+		if got, err := canonicalKey(r, in); err != nil || got != want {
+			t.Errorf("%q: %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"acme", "acme,7,8", ",7", "acme,-1", "acme,65536", "acme,x", "a#b,7", "a%zz,7"} {
+		if got, err := canonicalKey(r, in); err == nil {
+			t.Errorf("%q: %q, want it refused", in, got)
 		}
 	}
 }

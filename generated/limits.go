@@ -6,6 +6,7 @@ package limits
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -82,12 +83,14 @@ const (
 	RuleDailyExport
 	// RuleUpload names the rule Upload.
 	RuleUpload
+	// RuleTenantUser names the rule TenantUser.
+	RuleTenantUser
 	// RuleGlobal names the rule Global.
 	RuleGlobal
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "PerEndpoint", "Login", "DailyExport", "Upload", "Global"}
+var ruleNames = [...]string{"", "PerUser", "PerEndpoint", "Login", "DailyExport", "Upload", "TenantUser", "Global"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -106,6 +109,7 @@ type Limits struct {
 	Login       *LoginLimiter       // see the package-level Login
 	DailyExport *DailyExportLimiter // see the package-level DailyExport
 	Upload      *UploadLimiter      // see the package-level Upload
+	TenantUser  *TenantUserLimiter  // see the package-level TenantUser
 	Global      *GlobalLimiter      // see the package-level Global
 	numbers     *overlay.Applier    // ApplyNumbers's
 }
@@ -143,6 +147,7 @@ func New(opts ...Option) *Limits {
 		Login:       newLoginLimiter(),
 		DailyExport: newDailyExportLimiter(),
 		Upload:      newUploadLimiter(),
+		TenantUser:  newTenantUserLimiter(),
 		Global:      newGlobalLimiter(o.start),
 	}
 	l.numbers = l.newApplier()
@@ -450,6 +455,69 @@ func (t uploadNumbers) Clear(plan int, key *string) {
 	t.l.ClearNumbers(atomicbucket.CarryAsIs)
 }
 
+// tenantUserNumbers is TenantUser as an overlay Set changes it (overlay.Target).
+type tenantUserNumbers struct {
+	l *TenantUserLimiter
+}
+
+func (t tenantUserNumbers) Plans() int {
+	return 0
+}
+
+func (t tenantUserNumbers) Keyed() bool {
+	return true
+}
+
+func (t tenantUserNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (t tenantUserNumbers) Base(plan int) overlay.Base {
+	r := t.l.Rule().Limit()
+	return overlay.Base{
+		Cost:     1,
+		Interval: r.Refill == atomicbucket.Interval,
+		Numbers:  atomicbucket.NumbersOf(r),
+	}
+}
+
+func (t tenantUserNumbers) CheckKey(key string) error {
+	_, err := ParseTenantUserKey(key)
+	return err
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t tenantUserNumbers) clearKey(key string) error {
+	k, err := ParseTenantUserKey(key)
+	if err != nil {
+		return err
+	}
+	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
+	return nil
+}
+
+func (t tenantUserNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k, err := ParseTenantUserKey(*key)
+		if err != nil {
+			return err
+		}
+		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
+	}
+	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+func (t tenantUserNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	t.l.ClearNumbers(atomicbucket.CarryAsIs)
+}
+
 // globalNumbers is Global as an overlay Set changes it (overlay.Target).
 type globalNumbers struct {
 	l *GlobalLimiter
@@ -495,7 +563,7 @@ func (t globalNumbers) Clear(plan int, key *string) {
 func (l *Limits) newApplier() *overlay.Applier {
 	return overlay.NewApplier(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "PerEndpoint": perEndpointNumbers{l.PerEndpoint}, "Login": loginNumbers{l.Login}, "DailyExport": dailyExportNumbers{l.DailyExport}, "Upload": uploadNumbers{l.Upload}, "Global": globalNumbers{l.Global}},
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "PerEndpoint": perEndpointNumbers{l.PerEndpoint}, "Login": loginNumbers{l.Login}, "DailyExport": dailyExportNumbers{l.DailyExport}, "Upload": uploadNumbers{l.Upload}, "TenantUser": tenantUserNumbers{l.TenantUser}, "Global": globalNumbers{l.Global}},
 	})
 }
 
@@ -568,6 +636,9 @@ var (
 	// unless told otherwise. It tracks at most 100000 keys; at that cap it reclaims keys whose buckets
 	// have been full for a second, and when there are none it admits new keys without tracking them.
 	Upload = Default.Upload
+
+	// TenantUser allows 30 requests per minute per tenant and user, in bursts of up to 5.
+	TenantUser = Default.TenantUser
 
 	// Global allows 2000 requests per second in total, in bursts of up to 4000.
 	Global = Default.Global
@@ -1604,6 +1675,242 @@ func (l *UploadLimiter) ResetAt(key string, now atomicbucket.Time) {
 	}
 }
 
+// TenantUserKey is rule TenantUser's key: tenant (string), user (uint64).
+type TenantUserKey struct {
+	Tenant string
+	User   uint64
+}
+
+// AppendText appends the key's text form to b: its fields in order, comma-separated, a string's
+// '%', ',' and '#' escaped (verdict.AppendKeyField). Run-time numbers name the key by it, a store
+// keeps its bucket under it, and an interval rule places the key's grid by its hash.
+func (k TenantUserKey) AppendText(b []byte) ([]byte, error) {
+	b = verdict.AppendKeyField(b, k.Tenant)
+	b = append(b, ',')
+	b = strconv.AppendUint(b, uint64(k.User), 10)
+	return b, nil
+}
+
+// String is the key's text form (AppendText).
+func (k TenantUserKey) String() string {
+	b, _ := k.AppendText(nil)
+	return string(b)
+}
+
+// ParseTenantUserKey reads a TenantUserKey from its text form (String).
+func ParseTenantUserKey(s string) (TenantUserKey, error) {
+	f, ok := verdict.KeyFields(s, 2)
+	if !ok {
+		return TenantUserKey{}, fmt.Errorf("%q is not a key of rule TenantUser: tenant (string), user (uint64), comma-separated", s)
+	}
+	var k TenantUserKey
+	if !verdict.KeyOK(f[0]) {
+		return TenantUserKey{}, fmt.Errorf("key %q of rule TenantUser: field tenant is empty or longer than %d bytes", s, verdict.MaxKeyLen)
+	}
+	k.Tenant = f[0]
+	v1, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		return TenantUserKey{}, fmt.Errorf("key %q of rule TenantUser: field user is not a uint64", s)
+	}
+	k.User = uint64(v1)
+	return k, nil
+}
+
+// newTenantUserLimiter returns TenantUser's (empty) tables.
+func newTenantUserLimiter() *TenantUserLimiter {
+	return &TenantUserLimiter{s: atomicbucket.NewTable[TenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+		Tokens: 30,
+		Period: time.Minute,
+		Burst:  5,
+		Refill: atomicbucket.Greedy,
+	}), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits), atomicbucket.TableOptions{})}
+}
+
+// TenantUser's fixed-point units, computed when generating and checked against the runtime when the
+// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (tenantUserUnitsPerNs), one token is worth tenantUserUnitsPerToken units (GCRA's emission
+// interval), and a bucket may run tenantUserBurstUnits units ahead of now (the burst's worth:
+// GCRA's tolerance).
+const (
+	tenantUserUnitsPerNs    = 1
+	tenantUserUnitsPerToken = 2000000000
+	tenantUserBurstUnits    = 10000000000
+)
+
+// TenantUserLimiter is the type of TenantUser. Its methods are safe for concurrent use.
+type TenantUserLimiter struct {
+	s *atomicbucket.Table[TenantUserKey]
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *TenantUserLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
+}
+
+// Allow reports whether a request is allowed now, taking its tokens if so.
+func (l *TenantUserLimiter) Allow(key TenantUserKey) bool {
+	return l.s.AllowGreedyAt(key, atomicbucket.Now(), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits)
+}
+
+// AllowN checks a request of the given cost now, taking its tokens if allowed.
+func (l *TenantUserLimiter) AllowN(key TenantUserKey, cost int64) atomicbucket.Decision {
+	return l.s.AllowN(key, cost)
+}
+
+// AllowAt is Allow at time now.
+func (l *TenantUserLimiter) AllowAt(key TenantUserKey, now atomicbucket.Time) bool {
+	return l.s.AllowGreedyAt(key, now, tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits)
+}
+
+// AllowNAt is AllowN at time now.
+func (l *TenantUserLimiter) AllowNAt(key TenantUserKey, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.AllowNAt(key, now, cost)
+}
+
+// Peek is what AllowN would decide now, taking nothing.
+func (l *TenantUserLimiter) Peek(key TenantUserKey, cost int64) atomicbucket.Decision {
+	return l.s.Peek(key, cost)
+}
+
+// PeekAt is Peek at time now.
+func (l *TenantUserLimiter) PeekAt(key TenantUserKey, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.PeekAt(key, now, cost)
+}
+
+// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
+func (l *TenantUserLimiter) Reserve(key TenantUserKey, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.Reserve(key, cost, maxWait)
+}
+
+// ReserveAt is Reserve at time now.
+func (l *TenantUserLimiter) ReserveAt(key TenantUserKey, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.ReserveAt(key, now, cost, maxWait)
+}
+
+// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
+func (l *TenantUserLimiter) Wait(ctx context.Context, key TenantUserKey, cost int64) error {
+	return l.s.Wait(ctx, key, cost)
+}
+
+// Refund gives cost tokens back now, never beyond the burst.
+func (l *TenantUserLimiter) Refund(key TenantUserKey, cost int64) {
+	l.s.Refund(key, cost)
+}
+
+// RefundAt is Refund at time now.
+func (l *TenantUserLimiter) RefundAt(key TenantUserKey, now atomicbucket.Time, cost int64) {
+	l.s.RefundAt(key, now, cost)
+}
+
+// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
+func (l *TenantUserLimiter) Sweep() int {
+	return l.s.Sweep()
+}
+
+// Len is the number of keys tracked.
+func (l *TenantUserLimiter) Len() int64 {
+	return l.s.Len()
+}
+
+// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
+func (l *TenantUserLimiter) Stats() atomicbucket.TableStats {
+	return l.s.Stats()
+}
+
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
+func (l *TenantUserLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+	atomicbucket.RunEvery(ctx, interval, func() {
+		l.Sweep()
+	})
+}
+
+// SetNumbers makes n TenantUser's numbers for every key without numbers of its own from now on:
+// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
+// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
+// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *TenantUserLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *TenantUserLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
+}
+
+// ClearNumbers returns TenantUser to the policy's numbers, its buckets carried by carry.
+func (l *TenantUserLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *TenantUserLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *TenantUserLimiter) ruleInForce(key TenantUserKey) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// TenantUser's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold
+// are refused as by SetNumbers, and nothing changes.
+func (l *TenantUserLimiter) SetKeyNumbers(key TenantUserKey, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *TenantUserLimiter) SetKeyNumbersAt(key TenantUserKey, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if !verdict.KeyOK(key.Tenant) {
+		return atomicbucket.ErrEmptyKey
+	}
+	for _, t := range []*atomicbucket.Table[TenantUserKey]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	for _, t := range []*atomicbucket.Table[TenantUserKey]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has TenantUser's, its bucket carried
+// by carry.
+func (l *TenantUserLimiter) ClearKeyNumbers(key TenantUserKey, carry atomicbucket.Carry) {
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *TenantUserLimiter) ClearKeyNumbersAt(key TenantUserKey, now atomicbucket.Time, carry atomicbucket.Carry) {
+	for _, t := range []*atomicbucket.Table[TenantUserKey]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *TenantUserLimiter) NumbersFor(key TenantUserKey) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
+func (l *TenantUserLimiter) Reset(key TenantUserKey) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *TenantUserLimiter) ResetAt(key TenantUserKey, now atomicbucket.Time) {
+	for _, t := range []*atomicbucket.Table[TenantUserKey]{l.s} {
+		t.ResetAt(key, now)
+	}
+}
+
 // newGlobalLimiter returns Global's bucket, created at now.
 func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
 	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
@@ -1952,6 +2259,21 @@ var httpPolicyUpload = verdict.Policy{
 	Prefix: "\"Upload\";r=",
 }
 
+// httpPolicyTenantUser is rule TenantUser as the RateLimit fields describe it.
+var httpPolicyTenantUser = verdict.Policy{
+	Name:   "TenantUser",
+	Quota:  5,
+	Window: 10,
+	Limit: atomicbucket.Limit{
+		Tokens: 30,
+		Period: time.Minute,
+		Burst:  5,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:   "\"TenantUser\";q=5;w=10",
+	Prefix: "\"TenantUser\";r=",
+}
+
 // httpPolicyGlobal is rule Global as the RateLimit fields describe it.
 var httpPolicyGlobal = verdict.Policy{
 	Name:   "Global",
@@ -1969,13 +2291,13 @@ var httpPolicyGlobal = verdict.Policy{
 
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro, &httpPolicyPerUserPlanEnterprise}, RulePerEndpoint: {&httpPolicyPerEndpoint, &httpPolicyPerEndpoint, &httpPolicyPerEndpoint}, RuleLogin: {&httpPolicyLogin, &httpPolicyLogin, &httpPolicyLogin}, RuleDailyExport: {&httpPolicyDailyExport, &httpPolicyDailyExport, &httpPolicyDailyExport}, RuleUpload: {&httpPolicyUpload, &httpPolicyUpload, &httpPolicyUpload}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal, &httpPolicyGlobal}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro, &httpPolicyPerUserPlanEnterprise}, RulePerEndpoint: {&httpPolicyPerEndpoint, &httpPolicyPerEndpoint, &httpPolicyPerEndpoint}, RuleLogin: {&httpPolicyLogin, &httpPolicyLogin, &httpPolicyLogin}, RuleDailyExport: {&httpPolicyDailyExport, &httpPolicyDailyExport, &httpPolicyDailyExport}, RuleUpload: {&httpPolicyUpload, &httpPolicyUpload, &httpPolicyUpload}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser, &httpPolicyTenantUser}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal, &httpPolicyGlobal}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1, 1}, RulePerEndpoint: {1, 1, 1}, RuleLogin: {1, 1, 1}, RuleDailyExport: {1, 1, 1}, RuleUpload: {10, 10, 10}, RuleGlobal: {1, 1, 1}}
+var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1, 1}, RulePerEndpoint: {1, 1, 1}, RuleLogin: {1, 1, 1}, RuleDailyExport: {1, 1, 1}, RuleUpload: {10, 10, 10}, RuleTenantUser: {1, 1, 1}, RuleGlobal: {1, 1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
-var httpRoutes = [...][numPlans]string{{"\"Login\";q=5;w=10", "\"Login\";q=5;w=10", "\"Login\";q=5;w=10"}, {"\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10"}, {"\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400"}, {"\"PerUser\";q=50;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=500;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=2000;w=2, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2"}}
+var httpRoutes = [...][numPlans]string{{"\"Login\";q=5;w=10", "\"Login\";q=5;w=10", "\"Login\";q=5;w=10"}, {"\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10"}, {"\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400"}, {"\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10"}, {"\"PerUser\";q=50;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=500;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=2000;w=2, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2"}}
 
 // Hooks are the functions of your service that the policy's http: section names: what only
 // your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
@@ -1998,7 +2320,7 @@ type Hooks struct {
 // RateLimit fields; and answers 429 (or the policy's 4xx) when the request may not go on. A
 // request no route covers goes on unchecked.
 //
-// Routes: POST /v1/login; POST /v1/upload; GET /v1/export/{account}; /v1/.
+// Routes: POST /v1/login; POST /v1/upload; GET /v1/export/{account}; GET /v1/tenants/{tenant}/users/{user}; /v1/.
 type Middleware struct {
 	limits *Limits
 	hooks  Hooks
@@ -2074,6 +2396,8 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request) bool {
 		return m.route3(w, r, path)
 	case 3:
 		return m.route4(w, r, path)
+	case 4:
+		return m.route5(w, r, path)
 	}
 	return true
 }
@@ -2093,7 +2417,7 @@ type ServeMux struct {
 }
 
 // httpPatterns are the policy's route patterns, in policy order.
-var httpPatterns = [...]string{"POST /v1/login", "POST /v1/upload", "GET /v1/export/{account}", "/v1/"}
+var httpPatterns = [...]string{"POST /v1/login", "POST /v1/upload", "GET /v1/export/{account}", "GET /v1/tenants/{tenant}/users/{user}", "/v1/"}
 
 // httpLiteral is the index+1 of a clean request path among the policy's literal paths
 // (limithttp.LiteralPaths: the paths of the patterns without wildcards), 0 for any other: a
@@ -2173,10 +2497,10 @@ func (s *ServeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var httpSeries = [...]verdict.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/upload", Rule: "Upload"}, {Route: "GET /v1/export/{account}", Rule: "DailyExport"}, {Route: "/v1/", Tier: "API", Rule: "PerUser"}, {Route: "/v1/", Tier: "API", Rule: "PerEndpoint"}, {Route: "/v1/", Tier: "API", Rule: "Global"}}
+var httpSeries = [...]verdict.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/upload", Rule: "Upload"}, {Route: "GET /v1/export/{account}", Rule: "DailyExport"}, {Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser"}, {Route: "/v1/", Tier: "API", Rule: "PerUser"}, {Route: "/v1/", Tier: "API", Rule: "PerEndpoint"}, {Route: "/v1/", Tier: "API", Rule: "Global"}}
 
-// httpSeriesRoute4 are the series of /v1/'s rules in the Counters, by RuleName.
-var httpSeriesRoute4 = [...]int{RulePerUser: 3, RulePerEndpoint: 4, RuleGlobal: 5}
+// httpSeriesRoute5 are the series of /v1/'s rules in the Counters, by RuleName.
+var httpSeriesRoute5 = [...]int{RulePerUser: 4, RulePerEndpoint: 5, RuleGlobal: 6}
 
 // route1 checks POST /v1/login (rule Login, enforce) and reports whether the request may go on.
 func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string) bool {
@@ -2267,20 +2591,62 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	return m.Config.Respond(w, r, verdict.Shadow, &res, "")
 }
 
-// route4 checks /v1/ (tier API, enforce) and reports whether the request may go on.
+// route4 checks GET /v1/tenants/{tenant}/users/{user} (rule TenantUser, enforce) and reports
+// whether the request may go on.
 func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string) bool {
+	var k0 TenantUserKey
+	ok0 := true
+	{
+		var k0f0 string
+		var ok0f0 bool
+		k0f0, ok0f0 = limithttp.PathKeyAt(path, 2, false)
+		k0.Tenant, ok0 = k0f0, ok0 && ok0f0
+	}
+	{
+		var k0f1 uint64
+		var ok0f1 bool
+		{
+			v, found := limithttp.PathKeyAt(path, 4, false)
+			var n uint64
+			n, ok0f1 = verdict.UintKey(v, found, 64)
+			k0f1 = n
+		}
+		k0.User, ok0 = k0f1, ok0 && ok0f1
+	}
+	if !ok0 {
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule TenantUser: route \\\"GET /v1/tenants/{tenant}/users/{user}\\\" reads it from tenant from the path tenant; user from the path user.\"}\n", verdict.Event{Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser", RuleIndex: int(RuleTenantUser), Series: 3, Outcome: verdict.MissingKey})
+	}
+	now := m.now()
+	cost := httpCosts[RuleTenantUser][0]
+	var res verdict.Result
+	res.Decision = m.limits.TenantUser.AllowNAt(k0, now, cost)
+	res.Policy = httpPolicies[RuleTenantUser][0]
+	res.Policies = httpRoutes[3][0]
+	res.Cost = cost
+	res.Route = "GET /v1/tenants/{tenant}/users/{user}"
+	res.Rule = int(RuleTenantUser)
+	res.Series = 3
+	if rf0 := m.limits.TenantUser.ruleInForce(k0); rf0 != nil {
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
+	}
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0.Tenant)
+}
+
+// route5 checks /v1/ (tier API, enforce) and reports whether the request may go on.
+func (m *Middleware) route5(w http.ResponseWriter, r *http.Request, path string) bool {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 3, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 4, Outcome: verdict.MissingKey})
 	}
 	var k1 int64
 	var ok1 bool
-	k1, ok1 = 4, true
+	k1, ok1 = 5, true
 	if !ok1 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Series: 4, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Series: 5, Outcome: verdict.MissingKey})
 	}
 	plan := m.plan(r)
 	now := m.now()
@@ -2289,12 +2655,12 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	var res verdict.Result
 	res.Decision = td.Decision
 	res.Policy = httpPolicies[td.Rule][plan]
-	res.Policies = httpRoutes[3][plan]
+	res.Policies = httpRoutes[4][plan]
 	res.Cost = cost
 	res.Route = "/v1/"
 	res.Tier = "API"
 	res.Rule = int(td.Rule)
-	res.Series = httpSeriesRoute4[td.Rule]
+	res.Series = httpSeriesRoute5[td.Rule]
 	rf0, rf1, rf2 := m.limits.PerUser.ruleInForce(plan, k0), m.limits.PerEndpoint.ruleInForce(k1), m.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil || rf2 != nil {
 		p0 := verdict.InForce(httpPolicies[RulePerUser][plan], rf0)

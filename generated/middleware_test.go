@@ -64,7 +64,7 @@ func newService(t *testing.T) *service {
 	mw.Config.Observer = nil // the denial log is tested in limithttp
 	s.mw, s.mux = mw, mw.NewServeMux()
 	ok := func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }
-	for _, p := range []string{"POST /v1/login", "POST /v1/upload", "GET /v1/export/{account}", "/v1/"} {
+	for _, p := range []string{"POST /v1/login", "POST /v1/upload", "GET /v1/export/{account}", "GET /v1/tenants/{tenant}/users/{user}", "/v1/"} {
 		s.mux.HandleFunc(p, ok)
 	}
 	s.mux.HandleFunc("GET /health", ok) // not in the policy: never limited
@@ -295,7 +295,7 @@ func TestServeMuxUnregistered(t *testing.T) {
 	mux := mw.NewServeMux()
 	mux.HandleFunc("POST /v1/login", func(http.ResponseWriter, *http.Request) {})
 	mux.HandleFunc("/v1", func(http.ResponseWriter, *http.Request) {}) // not the policy's "/v1/"
-	if got := strings.Join(mux.Unregistered(), "; "); got != "POST /v1/upload; GET /v1/export/{account}; /v1/" {
+	if got := strings.Join(mux.Unregistered(), "; "); got != "POST /v1/upload; GET /v1/export/{account}; GET /v1/tenants/{tenant}/users/{user}; /v1/" {
 		t.Errorf("Unregistered = %q", got)
 	}
 }
@@ -350,6 +350,42 @@ func TestMiddlewarePathKeyWithoutMux(t *testing.T) {
 		if !strings.HasPrefix(w.Header().Get("RateLimit"), c.want) {
 			t.Errorf("GET %s: RateLimit %q, want %s…", c.path, w.Header().Get("RateLimit"), c.want)
 		}
+	}
+}
+
+// A composite key, (tenant, user) from the path: each pair its own bucket
+// of 5, whatever the tenant holds; a user that is not a number is no key.
+func TestMiddlewareCompositeKey(t *testing.T) {
+	s := newService(t)
+	h := s.mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	get := func(path string) int {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest("GET", path, nil))
+		return w.Code
+	}
+	for _, c := range []struct {
+		path string
+		want int // admitted of 7
+	}{
+		{"/v1/tenants/acme/users/7", 5},
+		{"/v1/tenants/acme/users/8", 5},
+		{"/v1/tenants/globex/users/7", 5},
+		{"/v1/tenants/acme,7/users/7", 5},
+		{"/v1/tenants/acme%252C7/users/7", 5}, // the tenant "acme%2C7" (a path is read decoded)
+		{"/v1/tenants/acme/users/x", 0},
+	} {
+		admitted := 0
+		for range 7 {
+			if get(c.path) == http.StatusOK {
+				admitted++
+			}
+		}
+		if admitted != c.want {
+			t.Errorf("GET %s: %d of 7 admitted, want %d", c.path, admitted, c.want)
+		}
+	}
+	if got := s.counts(t, "GET /v1/tenants/{tenant}/users/{user}", "TenantUser"); got[verdict.Allowed] != 25 || got[verdict.Denied] != 10 || got[verdict.MissingKey] != 7 {
+		t.Errorf("TenantUser's counts: %v", got)
 	}
 }
 
@@ -534,3 +570,36 @@ func TestServeMuxOwnAnswersAndCoverage(t *testing.T) {
 		}
 	}
 }
+
+// A composite key's check allocates nothing once its bucket exists: the
+// struct is the table's key as it is (no text form on the local path), and
+// the middleware reads both fields from the path without a string of its own
+// (allowed, then denied: the bucket of 5 drains in the first requests).
+func TestCompositeKeyAllocatesNothing(t *testing.T) {
+	lim := limits.New()
+	k := limits.TenantUserKey{Tenant: "acme", User: 7}
+	lim.TenantUser.Allow(k)
+	if n := testing.AllocsPerRun(1000, func() { lim.TenantUser.Allow(k) }); n != 0 {
+		t.Errorf("TenantUser.Allow: %v allocations a check, want 0", n)
+	}
+	s := newService(t)
+	h := s.mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	r := httptest.NewRequest("GET", "/v1/tenants/acme/users/7", nil)
+	w := &discard{h: http.Header{}}
+	h.ServeHTTP(w, r)
+	if n := testing.AllocsPerRun(1000, func() {
+		clear(w.h)
+		h.ServeHTTP(w, r)
+	}); n != 0 {
+		t.Errorf("the middleware on a composite key: %v allocations a request, want 0", n)
+	}
+}
+
+// discard is a ResponseWriter that keeps only its header map, and has
+// WriteString as net/http's has.
+type discard struct{ h http.Header }
+
+func (d *discard) Header() http.Header               { return d.h }
+func (d *discard) Write(b []byte) (int, error)       { return len(b), nil }
+func (d *discard) WriteString(s string) (int, error) { return len(s), nil }
+func (d *discard) WriteHeader(int)                   {}

@@ -20,18 +20,19 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-func list(t *testing.T, c healthpb.HealthClient, tenant string) error {
+func list(t *testing.T, c healthpb.HealthClient, tenant string, md ...string) error {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-tenant", tenant), 10*time.Second)
+	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), append([]string{"x-tenant", tenant}, md...)...), 10*time.Second)
 	defer cancel()
 	_, err := c.List(ctx, &healthpb.HealthListRequest{})
 	return err
 }
 
 // TestSharedOnStore: List's rule, Tenants (burst 4, shared, on_failure
-// deny), is decided by a PostgreSQL server the test starts: two instances,
-// each a gRPC server with its own Limits over one store, admit 4 calls of a
-// tenant between them, whichever they reach. With the server stopped, every
+// deny, keyed by a tenant and a region), is decided by a PostgreSQL server
+// the test starts: two instances, each a gRPC server with its own Limits over
+// one store, admit 4 calls of a tenant and region between them, whichever
+// they reach. With the server stopped, every
 // call is denied (degraded) and counted so. An instance given no store
 // decides the rule in its own process with the whole limit, as the
 // generated package documents, and says so: SharedErr wraps
@@ -67,6 +68,17 @@ func TestSharedOnStore(t *testing.T) {
 	}
 	if err := list(t, cb, "globex"); err != nil {
 		t.Errorf("another tenant: %v", err)
+	}
+	// Its key is composite: (tenant, region), the region from x-region or
+	// else the method. Acme in region eu is a key of its own: 4 more.
+	allowed = 0
+	for i := range 6 {
+		if list(t, []healthpb.HealthClient{ca, cb}[i%2], "acme", "x-region", "eu") == nil {
+			allowed++
+		}
+	}
+	if allowed != 4 {
+		t.Errorf("tenant acme in region eu: %d of 6 calls admitted, want 4", allowed)
 	}
 	if err := list(t, ca, ""); status.Code(err) != codes.Unauthenticated {
 		t.Errorf("no tenant: %v, want Unauthenticated", err)

@@ -59,6 +59,26 @@ func TestGeneratedService(t *testing.T) {
 			t.Errorf("user 78 of an unknown plan, call %d: %v, want %v (free's burst)", n+1, got, want)
 		}
 	}
+	// A composite key: (tenant, user) pairs are keys apart, whatever bytes
+	// the tenant holds; a pair without its tenant is refused.
+	for _, c := range []struct {
+		tenant, user string
+		want         []rlsv3.RateLimitResponse_Code
+	}{
+		{"acme", "7", []rlsv3.RateLimitResponse_Code{ok, ok, over}},
+		{"acme", "8", []rlsv3.RateLimitResponse_Code{ok, ok, over}},
+		{"globex", "7", []rlsv3.RateLimitResponse_Code{ok, ok, over}},
+		{"acme,7", "7", []rlsv3.RateLimitResponse_Code{ok, ok, over}},
+		{"acme%2C7", "7", []rlsv3.RateLimitResponse_Code{ok, ok, over}},
+		{"", "7", []rlsv3.RateLimitResponse_Code{over}},
+		{"acme", "-1", []rlsv3.RateLimitResponse_Code{over}},
+	} {
+		for n, want := range c.want {
+			if got := ask("edge", entries("generic_key", "tenants", "tenant", c.tenant, "user_id", c.user)); got != want {
+				t.Errorf("tenant %q, user %s, call %d: %v, want %v", c.tenant, c.user, n+1, got, want)
+			}
+		}
+	}
 	if got := ask("edge", entries("generic_key", "api", "user_id", "not-a-number")); got != over {
 		t.Errorf("a user_id that is not a number: %v, want OVER_LIMIT", got)
 	}
@@ -89,13 +109,16 @@ func TestGeneratedService(t *testing.T) {
 		}
 	}
 	for k, want := range map[string]uint64{
-		"edge: remote_address PerIP allowed":                     4,
-		"edge: remote_address PerIP denied":                      1,
-		"edge: generic_key=api, user_id PerUser allowed":         3,
-		"edge: generic_key=api, user_id PerUser denied":          1,
-		"edge: generic_key=api, user_id PerUser missing_key":     1,
-		"edge: generic_key=trial, user_id PerUser allowed":       3,
-		"edge: generic_key=trial, user_id PerUser shadow_denied": 2,
+		"edge: remote_address PerIP allowed":                                   4,
+		"edge: remote_address PerIP denied":                                    1,
+		"edge: generic_key=api, user_id PerUser allowed":                       3,
+		"edge: generic_key=api, user_id PerUser denied":                        1,
+		"edge: generic_key=api, user_id PerUser missing_key":                   1,
+		"edge: generic_key=trial, user_id PerUser allowed":                     3,
+		"edge: generic_key=trial, user_id PerUser shadow_denied":               2,
+		"edge: generic_key=tenants, tenant, user_id PerTenantUser allowed":     10,
+		"edge: generic_key=tenants, tenant, user_id PerTenantUser denied":      5,
+		"edge: generic_key=tenants, tenant, user_id PerTenantUser missing_key": 2,
 	} {
 		if counts[k] != want {
 			t.Errorf("%s: %d, want %d (all: %v)", k, counts[k], want, counts)

@@ -17,6 +17,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/sharedlimits"
 	"github.com/limitgen/limitgen/limithttp"
+	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
 	"github.com/limitgen/limitgen/verdict"
 )
@@ -77,6 +78,61 @@ func GeneratedInstances(t *testing.T, instance func() *sharedlimits.Limits) {
 	}
 	if res := alone.PerUser.AllowN(ctx, sharedlimits.PlanFree, "alice", 1); !res.Allowed || res.Remaining != 19 {
 		t.Errorf("without a store, AllowN decides locally: %+v", res)
+	}
+}
+
+// GeneratedCompositeKey: a shared rule keyed by a tenant's user, from two
+// instances on one server: a key's burst of 4 holds across both; a key
+// differing in either field, or whose tenant holds the form's separator or
+// escapes ("acme,7" is not acme's user 7), is a bucket of its own; two
+// tenants of 256 bytes (a form longer than a store key, kept under its hash)
+// differing in their last byte are two; a key's own numbers (run-time
+// numbers, by its text form) apply to it alone.
+func GeneratedCompositeKey(t *testing.T, instance func() *sharedlimits.Limits) {
+	ctx := context.Background()
+	a, b := instance(), instance()
+	admitted := func(k sharedlimits.TenantUserKey, n int) int {
+		got := 0
+		for i := range n {
+			lim := a
+			if i%2 == 1 {
+				lim = b
+			}
+			res := lim.TenantUser.AllowN(ctx, k, 1)
+			if res.Degraded {
+				t.Fatalf("%v: degraded: %v", k, res.Err)
+			}
+			if res.Allowed {
+				got++
+			}
+		}
+		return got
+	}
+	long := strings.Repeat("t", verdict.MaxKeyLen-1)
+	for _, k := range []sharedlimits.TenantUserKey{
+		{Tenant: "acme", User: 7}, {Tenant: "acme", User: 8}, {Tenant: "globex", User: 7},
+		{Tenant: "acme,7", User: 7}, {Tenant: "acme%2C7", User: 7}, {Tenant: "#acme", User: 7},
+		{Tenant: long + "a", User: 7}, {Tenant: long + "b", User: 7},
+	} {
+		if got := admitted(k, 6); got != 4 {
+			t.Errorf("%q: %d of 6 admitted across two instances, want its burst, 4", k.String(), got)
+		}
+	}
+	key := "acme,9"
+	for _, lim := range []*sharedlimits.Limits{a, b} {
+		if err := lim.ApplyNumbers(overlay.Set{overlay.NewEntry("test", "TenantUser", "", &key, "1/min", 2)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := admitted(sharedlimits.TenantUserKey{Tenant: "acme", User: 9}, 6); got != 2 {
+		t.Errorf("acme's user 9, given a burst of 2 by run-time numbers: %d of 6 admitted", got)
+	}
+	if got := admitted(sharedlimits.TenantUserKey{Tenant: "acme", User: 10}, 6); got != 4 {
+		t.Errorf("acme's user 10, beside 9's own numbers: %d of 6 admitted, want 4", got)
+	}
+	bad := "acme"
+	if err := a.CheckNumbers(overlay.Set{overlay.NewEntry("test", "TenantUser", "", &bad, "1/min", 2)}); err == nil {
+		t.Error("numbers for key \"acme\" (no user) were taken")
 	}
 }
 

@@ -189,6 +189,7 @@ func Run(t *testing.T, h Harness) {
 		})
 	})
 	on("GeneratedInstances", func(t *testing.T, srv Server) { GeneratedInstances(t, instances(t, srv, Options{})) })
+	on("GeneratedCompositeKey", func(t *testing.T, srv Server) { GeneratedCompositeKey(t, instances(t, srv, Options{})) })
 	on("GeneratedOneWay", func(t *testing.T, srv Server) { GeneratedOneWay(t, instances(t, srv, Options{})) })
 	on("GeneratedMiddleware", func(t *testing.T, srv Server) { GeneratedMiddleware(t, instances(t, srv, Options{})) })
 	on("GeneratedTier", func(t *testing.T, srv Server) { GeneratedTier(t, instances(t, srv, Options{})) })

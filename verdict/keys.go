@@ -1,6 +1,8 @@
 package verdict
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
 	"strconv"
 	"strings"
 )
@@ -84,3 +86,78 @@ const (
 	CostMissing                   // absent or malformed: use the default
 	CostTooHigh                   // above the maximum: refuse the request
 )
+
+// A composite key (a rule's key of several fields, such as a tenant and a
+// user) has a text form: its fields in order, separated by commas, integers
+// in decimal, strings with '%', ',' and '#' escaped as %25, %2C and %23. It
+// is what run-time numbers name a key by, and (StoreKey) what a store keeps
+// it under. Distinct keys have distinct forms, and a form is read back to
+// its key (KeyFields).
+
+// AppendKeyField appends s, a string field of a composite key, to the text
+// form in dst, escaped.
+func AppendKeyField(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '%':
+			dst = append(dst, "%25"...)
+		case ',':
+			dst = append(dst, "%2C"...)
+		case '#':
+			dst = append(dst, "%23"...)
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return dst
+}
+
+// KeyFields splits the text form of a composite key of n fields into its
+// fields, unescaped. False when s does not have n fields, or holds an escape
+// other than the three AppendKeyField writes (or a '#').
+func KeyFields(s string, n int) ([]string, bool) {
+	if strings.Count(s, ",") != n-1 || strings.IndexByte(s, '#') >= 0 {
+		return nil, false
+	}
+	out := strings.Split(s, ",")
+	for i, f := range out {
+		if strings.IndexByte(f, '%') < 0 {
+			continue
+		}
+		var b strings.Builder
+		for j := 0; j < len(f); j++ {
+			if f[j] != '%' {
+				b.WriteByte(f[j])
+				continue
+			}
+			if j+2 >= len(f) {
+				return nil, false
+			}
+			switch f[j+1 : j+3] {
+			case "25":
+				b.WriteByte('%')
+			case "2C", "2c":
+				b.WriteByte(',')
+			case "23":
+				b.WriteByte('#')
+			default:
+				return nil, false
+			}
+			j += 2
+		}
+		out[i] = b.String()
+	}
+	return out, true
+}
+
+// StoreKey is the key a store keeps a composite key's bucket under: its text
+// form, or, when that is longer than MaxKeyLen (each field may have up to
+// MaxKeyLen bytes), '#' and the form's SHA-256 in base64 (URL alphabet, no
+// padding): 44 bytes, never a text form (which holds no '#').
+func StoreKey(text string) string {
+	if len(text) <= MaxKeyLen {
+		return text
+	}
+	sum := sha256.Sum256([]byte(text))
+	return "#" + base64.RawURLEncoding.EncodeToString(sum[:])
+}

@@ -1,6 +1,7 @@
 package verdict
 
 import (
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -74,5 +75,65 @@ func TestIntKeys(t *testing.T) {
 		if got, ok := UintKey(c.in, true, 64); got != c.want || ok != c.ok {
 			t.Errorf("UintKey(%q) = %d, %v", c.in, got, ok)
 		}
+	}
+}
+
+// A composite key's text form is read back to its fields, and distinct
+// fields make distinct forms, whatever bytes the strings hold; a form that
+// is not one is refused.
+func TestKeyFields(t *testing.T) {
+	form := func(fields ...string) string {
+		var b []byte
+		for i, f := range fields {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = AppendKeyField(b, f)
+		}
+		return string(b)
+	}
+	if got := form("acme,eu", "42%", "#1"); got != "acme%2Ceu,42%25,%231" {
+		t.Errorf("the form of (acme,eu | 42%% | #1): %q", got)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	seen := map[string][3]string{}
+	alphabet := "a,%#2C5"
+	for range 20000 {
+		var k [3]string
+		for i := range k {
+			b := make([]byte, rng.IntN(4))
+			for j := range b {
+				b[j] = alphabet[rng.IntN(len(alphabet))]
+			}
+			k[i] = string(b)
+		}
+		s := form(k[:]...)
+		if prev, dup := seen[s]; dup && prev != k {
+			t.Fatalf("%q and %q have one form, %q", prev, k, s)
+		}
+		seen[s] = k
+		got, ok := KeyFields(s, 3)
+		if !ok || [3]string(got) != k {
+			t.Fatalf("KeyFields(%q) = %q, %v; want %q", s, got, ok, k)
+		}
+	}
+	for _, bad := range []string{"a", "a,b,c,d", "a%2,b,c", "a%,b,c", "a%41,b,c", "#x,b,c", "a,b%2", "a,b,%"} {
+		if got, ok := KeyFields(bad, 3); ok {
+			t.Errorf("KeyFields(%q, 3) = %q, want it refused", bad, got)
+		}
+	}
+}
+
+// StoreKey keeps a short form, and hashes a long one into MaxKeyLen, apart
+// from every form.
+func TestStoreKey(t *testing.T) {
+	short := strings.Repeat("a", MaxKeyLen)
+	if StoreKey(short) != short {
+		t.Error("a form of MaxKeyLen bytes is not kept as it is")
+	}
+	long1, long2 := short+",1", short+",2"
+	k1, k2 := StoreKey(long1), StoreKey(long2)
+	if k1 == k2 || len(k1) > MaxKeyLen || k1[0] != '#' || StoreKey(long1) != k1 {
+		t.Errorf("long forms: %q, %q", k1, k2)
 	}
 }

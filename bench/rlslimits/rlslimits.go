@@ -1011,9 +1011,9 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 // each of its rules, in policy order (a decision's Series is its index here).
 var rlsSeries = [...]verdict.Series{{Route: "bench: k", Rule: "PerKey"}, {Route: "local: k", Rule: "InProcess"}}
 
-// descriptor1 checks one message of a stream of bench: k (rule PerKey, enforce, 0 a message) and
-// returns the decision for limitgrpc.CountMessages to answer, with the key that seeds its jitter,
-// or the status that ends the stream when it has no key.
+// descriptor1 checks a descriptor of bench: k (rule PerKey, enforce) at cost and returns the
+// decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or the error
+// that answers it when it holds no key.
 func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
 	var k0 string
 	var ok0 bool
@@ -1040,9 +1040,9 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	return res, k0, nil
 }
 
-// descriptor2 checks one message of a stream of local: k (rule InProcess, enforce, 0 a message) and
-// returns the decision for limitgrpc.CountMessages to answer, with the key that seeds its jitter,
-// or the status that ends the stream when it has no key.
+// descriptor2 checks a descriptor of local: k (rule InProcess, enforce) at cost and returns the
+// decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or the error
+// that answers it when it holds no key.
 func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
 	var k0 string
 	var ok0 bool

@@ -85,10 +85,12 @@ const (
 	RuleFast
 	// RuleWide names the rule Wide.
 	RuleWide
+	// RuleTenantUser names the rule TenantUser.
+	RuleTenantUser
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide"}
+var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -110,6 +112,7 @@ type Limits struct {
 	DownloadsGlobal *DownloadsGlobalLimiter // see the package-level DownloadsGlobal
 	Fast            *FastLimiter            // see the package-level Fast
 	Wide            *WideLimiter            // see the package-level Wide
+	TenantUser      *TenantUserLimiter      // see the package-level TenantUser
 	shared          *sharedState            // the store the shared rules are checked on, if any
 	numbers         *overlay.Applier        // ApplyNumbers's
 }
@@ -160,6 +163,7 @@ func New(opts ...Option) *Limits {
 		DownloadsGlobal: newDownloadsGlobalLimiter(o.start),
 		Fast:            newFastLimiter(),
 		Wide:            newWideLimiter(),
+		TenantUser:      newTenantUserLimiter(),
 		shared:          newSharedState(o.store),
 	}
 	l.PerUser.sh = l.shared
@@ -169,13 +173,14 @@ func New(opts ...Option) *Limits {
 	l.DownloadsGlobal.sh = l.shared
 	l.Fast.sh = l.shared
 	l.Wide.sh = l.shared
+	l.TenantUser.sh = l.shared
 	l.numbers = l.newApplier()
 	return l
 }
 
 // sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),
 // in the order their checks name them.
-var sharedRules = [8]shared.Rule{{
+var sharedRules = [9]shared.Rule{{
 	Namespace: "storetest",
 	Name:      "PerUser:free",
 	Limit: atomicbucket.Limit{
@@ -310,6 +315,23 @@ var sharedRules = [8]shared.Rule{{
 	Units: shared.Units{
 		PerMicro: int64(1),
 		Emit:     int64(1),
+		Exact:    true,
+	},
+}, {
+	Namespace: "storetest",
+	Name:      "TenantUser",
+	Limit: atomicbucket.Limit{
+		Tokens: 1,
+		Period: time.Minute,
+		Burst:  4,
+		Refill: atomicbucket.Greedy,
+	},
+	Failure: shared.Failure{
+		Mode: shared.FailDeny,
+	},
+	Units: shared.Units{
+		PerMicro: int64(1),
+		Emit:     int64(60000000),
 		Exact:    true,
 	},
 }}
@@ -826,11 +848,78 @@ func (t wideNumbers) Clear(plan int, key *string) {
 	_ = t.l.ClearNumbers() // fails only as Set failed before
 }
 
+// tenantUserNumbers is TenantUser as an overlay Set changes it (overlay.Target).
+type tenantUserNumbers struct {
+	l *TenantUserLimiter
+}
+
+func (t tenantUserNumbers) Plans() int {
+	return 0
+}
+
+func (t tenantUserNumbers) Keyed() bool {
+	return true
+}
+
+func (t tenantUserNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	nb, err := t.l.sh.numbered()
+	if err != nil || nb == nil {
+		return err
+	}
+	return nb.CheckNumbers(8, n)
+}
+
+func (t tenantUserNumbers) Base(plan int) overlay.Base {
+	r := t.l.Rule().Limit()
+	return overlay.Base{
+		Cost:     1,
+		Interval: r.Refill == atomicbucket.Interval,
+		Numbers:  atomicbucket.NumbersOf(r),
+	}
+}
+
+func (t tenantUserNumbers) CheckKey(key string) error {
+	_, err := ParseTenantUserKey(key)
+	return err
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t tenantUserNumbers) clearKey(key string) error {
+	k, err := ParseTenantUserKey(key)
+	if err != nil {
+		return err
+	}
+	_ = t.l.ClearKeyNumbers(k)
+	return nil
+}
+
+func (t tenantUserNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k, err := ParseTenantUserKey(*key)
+		if err != nil {
+			return err
+		}
+		return t.l.SetKeyNumbers(k, n)
+	}
+	return t.l.SetNumbers(n)
+}
+
+func (t tenantUserNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	_ = t.l.ClearNumbers() // fails only as Set failed before
+}
+
 // newApplier is l's rules as overlay Sets change them.
 func (l *Limits) newApplier() *overlay.Applier {
 	return overlay.NewApplier(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": perInstanceNumbers{l.PerInstance}, "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}},
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": perInstanceNumbers{l.PerInstance}, "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}},
 	})
 }
 
@@ -906,6 +995,9 @@ var (
 
 	// Wide allows 1000000 requests per second per key, in bursts of up to 1000000.
 	Wide = Default.Wide
+
+	// TenantUser allows 1 request per minute per tenant and user, in bursts of up to 4.
+	TenantUser = Default.TenantUser
 )
 
 // newPerUserLocalLimiter returns PerUser's (empty) tables.
@@ -3448,6 +3540,398 @@ func (l *WideLimiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
+// TenantUserKey is rule TenantUser's key: tenant (string), user (uint64).
+type TenantUserKey struct {
+	Tenant string
+	User   uint64
+}
+
+// AppendText appends the key's text form to b: its fields in order, comma-separated, a string's
+// '%', ',' and '#' escaped (verdict.AppendKeyField). Run-time numbers name the key by it, a store
+// keeps its bucket under it, and an interval rule places the key's grid by its hash.
+func (k TenantUserKey) AppendText(b []byte) ([]byte, error) {
+	b = verdict.AppendKeyField(b, k.Tenant)
+	b = append(b, ',')
+	b = strconv.AppendUint(b, uint64(k.User), 10)
+	return b, nil
+}
+
+// String is the key's text form (AppendText).
+func (k TenantUserKey) String() string {
+	b, _ := k.AppendText(nil)
+	return string(b)
+}
+
+// ParseTenantUserKey reads a TenantUserKey from its text form (String).
+func ParseTenantUserKey(s string) (TenantUserKey, error) {
+	f, ok := verdict.KeyFields(s, 2)
+	if !ok {
+		return TenantUserKey{}, fmt.Errorf("%q is not a key of rule TenantUser: tenant (string), user (uint64), comma-separated", s)
+	}
+	var k TenantUserKey
+	if !verdict.KeyOK(f[0]) {
+		return TenantUserKey{}, fmt.Errorf("key %q of rule TenantUser: field tenant is empty or longer than %d bytes", s, verdict.MaxKeyLen)
+	}
+	k.Tenant = f[0]
+	v1, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		return TenantUserKey{}, fmt.Errorf("key %q of rule TenantUser: field user is not a uint64", s)
+	}
+	k.User = uint64(v1)
+	return k, nil
+}
+
+// newTenantUserLocalLimiter returns TenantUser's (empty) tables.
+func newTenantUserLocalLimiter() *TenantUserLocalLimiter {
+	return &TenantUserLocalLimiter{s: atomicbucket.NewTable[TenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+		Tokens: 1,
+		Period: time.Minute,
+		Burst:  4,
+		Refill: atomicbucket.Greedy,
+	}), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits), atomicbucket.TableOptions{})}
+}
+
+// TenantUser's fixed-point units, computed when generating and checked against the runtime when the
+// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (tenantUserUnitsPerNs), one token is worth tenantUserUnitsPerToken units (GCRA's emission
+// interval), and a bucket may run tenantUserBurstUnits units ahead of now (the burst's worth:
+// GCRA's tolerance).
+const (
+	tenantUserUnitsPerNs    = 1
+	tenantUserUnitsPerToken = 60000000000
+	tenantUserBurstUnits    = 240000000000
+)
+
+// TenantUserLocalLimiter is TenantUser decided in this process only, with the whole limit: what
+// TenantUserLimiter.Local returns, for tests, and what TenantUser's checks use while the package
+// has no store (SharedErr says so). Its methods are safe for concurrent use.
+type TenantUserLocalLimiter struct {
+	s *atomicbucket.Table[TenantUserKey]
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *TenantUserLocalLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
+}
+
+// Allow reports whether a request is allowed now, taking its tokens if so.
+func (l *TenantUserLocalLimiter) Allow(key TenantUserKey) bool {
+	return l.s.AllowGreedyAt(key, atomicbucket.Now(), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits)
+}
+
+// AllowN checks a request of the given cost now, taking its tokens if allowed.
+func (l *TenantUserLocalLimiter) AllowN(key TenantUserKey, cost int64) atomicbucket.Decision {
+	return l.s.AllowN(key, cost)
+}
+
+// AllowAt is Allow at time now.
+func (l *TenantUserLocalLimiter) AllowAt(key TenantUserKey, now atomicbucket.Time) bool {
+	return l.s.AllowGreedyAt(key, now, tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits)
+}
+
+// AllowNAt is AllowN at time now.
+func (l *TenantUserLocalLimiter) AllowNAt(key TenantUserKey, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.AllowNAt(key, now, cost)
+}
+
+// Peek is what AllowN would decide now, taking nothing.
+func (l *TenantUserLocalLimiter) Peek(key TenantUserKey, cost int64) atomicbucket.Decision {
+	return l.s.Peek(key, cost)
+}
+
+// PeekAt is Peek at time now.
+func (l *TenantUserLocalLimiter) PeekAt(key TenantUserKey, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.PeekAt(key, now, cost)
+}
+
+// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
+func (l *TenantUserLocalLimiter) Reserve(key TenantUserKey, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.Reserve(key, cost, maxWait)
+}
+
+// ReserveAt is Reserve at time now.
+func (l *TenantUserLocalLimiter) ReserveAt(key TenantUserKey, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.ReserveAt(key, now, cost, maxWait)
+}
+
+// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
+func (l *TenantUserLocalLimiter) Wait(ctx context.Context, key TenantUserKey, cost int64) error {
+	return l.s.Wait(ctx, key, cost)
+}
+
+// Refund gives cost tokens back now, never beyond the burst.
+func (l *TenantUserLocalLimiter) Refund(key TenantUserKey, cost int64) {
+	l.s.Refund(key, cost)
+}
+
+// RefundAt is Refund at time now.
+func (l *TenantUserLocalLimiter) RefundAt(key TenantUserKey, now atomicbucket.Time, cost int64) {
+	l.s.RefundAt(key, now, cost)
+}
+
+// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
+func (l *TenantUserLocalLimiter) Sweep() int {
+	return l.s.Sweep()
+}
+
+// Len is the number of keys tracked.
+func (l *TenantUserLocalLimiter) Len() int64 {
+	return l.s.Len()
+}
+
+// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
+func (l *TenantUserLocalLimiter) Stats() atomicbucket.TableStats {
+	return l.s.Stats()
+}
+
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
+func (l *TenantUserLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+	atomicbucket.RunEvery(ctx, interval, func() {
+		l.Sweep()
+	})
+}
+
+// SetNumbers makes n TenantUser's numbers for every key without numbers of its own from now on:
+// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
+// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
+// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *TenantUserLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *TenantUserLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
+}
+
+// ClearNumbers returns TenantUser to the policy's numbers, its buckets carried by carry.
+func (l *TenantUserLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *TenantUserLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *TenantUserLocalLimiter) ruleInForce(key TenantUserKey) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// TenantUser's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold
+// are refused as by SetNumbers, and nothing changes.
+func (l *TenantUserLocalLimiter) SetKeyNumbers(key TenantUserKey, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *TenantUserLocalLimiter) SetKeyNumbersAt(key TenantUserKey, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if !verdict.KeyOK(key.Tenant) {
+		return atomicbucket.ErrEmptyKey
+	}
+	for _, t := range []*atomicbucket.Table[TenantUserKey]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	for _, t := range []*atomicbucket.Table[TenantUserKey]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has TenantUser's, its bucket carried
+// by carry.
+func (l *TenantUserLocalLimiter) ClearKeyNumbers(key TenantUserKey, carry atomicbucket.Carry) {
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *TenantUserLocalLimiter) ClearKeyNumbersAt(key TenantUserKey, now atomicbucket.Time, carry atomicbucket.Carry) {
+	for _, t := range []*atomicbucket.Table[TenantUserKey]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *TenantUserLocalLimiter) NumbersFor(key TenantUserKey) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
+func (l *TenantUserLocalLimiter) Reset(key TenantUserKey) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *TenantUserLocalLimiter) ResetAt(key TenantUserKey, now atomicbucket.Time) {
+	for _, t := range []*atomicbucket.Table[TenantUserKey]{l.s} {
+		t.ResetAt(key, now)
+	}
+}
+
+// newTenantUserLimiter returns TenantUser's limiter over its process-local buckets; New binds it to the store.
+func newTenantUserLimiter() *TenantUserLimiter {
+	return &TenantUserLimiter{local: newTenantUserLocalLimiter()}
+}
+
+// TenantUserLimiter is the type of TenantUser, a shared rule: Allow, AllowN and Wait decide on the
+// store given to New, so that the limit holds across every instance that shares it, and take the
+// request's context. Without a store they decide in this process with the whole limit, and their
+// results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
+// Its methods are safe for concurrent use.
+type TenantUserLimiter struct {
+	local *TenantUserLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *TenantUserLimiter) Rule() *atomicbucket.Rule {
+	return l.local.Rule()
+}
+
+// Local returns TenantUser decided in this process only, with the whole limit, on buckets apart
+// from the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *TenantUserLimiter) Local() *TenantUserLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
+// AllowN, whose Result says more: whether the store decided, and why not).
+func (l *TenantUserLimiter) Allow(ctx context.Context, key TenantUserKey) bool {
+	return l.AllowN(ctx, key, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that TenantUser holds across every
+// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
+// setting (deny) does, and the Result says so (Degraded, Err). Without a store, TenantUser's
+// process-local limiter (Local) decides and Err is SharedErr's error.
+func (l *TenantUserLimiter) AllowN(ctx context.Context, key TenantUserKey, cost int64) shared.Result {
+	if l.sh.bound == nil {
+		return shared.Result{
+			Decision: l.local.AllowN(key, cost),
+			Err:      l.sh.err,
+		}
+	}
+	return l.sh.bound.CheckStep(ctx, shared.Step{
+		Cost: cost,
+		Key:  verdict.StoreKey(key.String()),
+		Rule: 8,
+	})
+}
+
+// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
+// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
+// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
+// exceeds the burst. Without a store it is Local's Wait.
+func (l *TenantUserLimiter) Wait(ctx context.Context, key TenantUserKey, cost int64) error {
+	if l.sh.bound == nil {
+		return l.local.Wait(ctx, key, cost)
+	}
+	return shared.Wait(ctx, l.sh.bound, shared.Step{
+		Cost: cost,
+		Key:  verdict.StoreKey(key.String()),
+		Rule: 8,
+	})
+}
+
+// SetNumbers makes n TenantUser's numbers for every key without numbers of its own, on the store
+// and in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold
+// are refused, and nothing changes. A store converts each bucket at its next check (tokens held
+// carried as they are, never beyond the new burst); every instance sharing the store must be given
+// the same numbers, or each converts the buckets to its own (never gaining tokens): give them from
+// one source (shared.Numbered says more).
+func (l *TenantUserLimiter) SetNumbers(n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetNumbers(8, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+// ClearNumbers returns TenantUser to the policy's numbers, on the store and in this process.
+func (l *TenantUserLimiter) ClearNumbers() error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearNumbers(8)
+	}
+	l.local.ClearNumbers(atomicbucket.CarryAsIs)
+	return nil
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields): Local's, which every change keeps equal to the store's; nil before.
+func (l *TenantUserLimiter) ruleInForce(key TenantUserKey) *atomicbucket.Rule {
+	return l.local.ruleInForce(key)
+}
+
+// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
+// or without a store Local's.
+func (l *TenantUserLimiter) NumbersFor(key TenantUserKey) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if nb, _ := l.sh.numbered(); nb != nil {
+		return nb.NumbersFor(8, verdict.StoreKey(key.String()))
+	}
+	return l.local.NumbersFor(key)
+}
+
+// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever
+// TenantUser's, on the store and in this process; refused as by SetNumbers, all or nothing.
+func (l *TenantUserLimiter) SetKeyNumbers(key TenantUserKey, n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetKeyNumbers([]int{8}, verdict.StoreKey(key.String()), n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
+}
+
+// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
+func (l *TenantUserLimiter) ClearKeyNumbers(key TenantUserKey) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearKeyNumbers([]int{8}, verdict.StoreKey(key.String()))
+	}
+	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
+	return nil
+}
+
+// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
+// in this process. Other instances' leases keep what they were granted until it expires.
+func (l *TenantUserLimiter) Reset(ctx context.Context, key TenantUserKey) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	l.local.Reset(key)
+	if nb != nil {
+		return nb.Reset(ctx, []int{8}, verdict.StoreKey(key.String()))
+	}
+	return nil
+}
+
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
 // rule allowed, of the most constraining one (the fewest tokens remaining; the first on a tie).
 type TierDecision struct {
@@ -3858,12 +4342,27 @@ var httpPolicyWide = verdict.Policy{
 	Prefix: "\"Wide\";r=",
 }
 
+// httpPolicyTenantUser is rule TenantUser as the RateLimit fields describe it.
+var httpPolicyTenantUser = verdict.Policy{
+	Name:   "TenantUser",
+	Quota:  4,
+	Window: 240,
+	Limit: atomicbucket.Limit{
+		Tokens: 1,
+		Period: time.Minute,
+		Burst:  4,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:   "\"TenantUser\";q=4;w=240",
+	Prefix: "\"TenantUser\";r=",
+}
+
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}}
+var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
 var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}, {"\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000", "\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000"}}

@@ -2611,9 +2611,9 @@ var rlsSeries = [...]verdict.Series{{Route: "edge: remote_address", Rule: "PerCl
 // rlsSeriesEntry2 are the series of edge: generic_key=api, plan, user_id's rules in the Counters, by RuleName.
 var rlsSeriesEntry2 = [...]int{RulePerUser: 1, RuleGlobal: 2}
 
-// descriptor1 checks one message of a stream of edge: remote_address (rule PerClient, enforce, 0 a
-// message) and returns the decision for limitgrpc.CountMessages to answer, with the key that seeds
-// its jitter, or the status that ends the stream when it has no key.
+// descriptor1 checks a descriptor of edge: remote_address (rule PerClient, enforce) at cost and
+// returns the decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or
+// the error that answers it when it holds no key.
 func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
 	var k0 string
 	var ok0 bool
@@ -2640,9 +2640,9 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	return res, k0, nil
 }
 
-// descriptor2 checks one message of a stream of edge: generic_key=api, plan, user_id (tier API,
-// enforce, 0 a message) and returns the decision for limitgrpc.CountMessages to answer, with the
-// key that seeds its jitter, or the status that ends the stream when it has no key.
+// descriptor2 checks a descriptor of edge: generic_key=api, plan, user_id (tier API, enforce) at
+// cost and returns the decision for limitrls.Config.Serve to answer, with the key that seeds its
+// jitter, or the error that answers it when it holds no key.
 func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
 	var k0 uint64
 	var ok0 bool
@@ -2686,9 +2686,9 @@ func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	return res, "", nil
 }
 
-// descriptor3 checks one message of a stream of edge: tenant (rule PerTenant, enforce, 0 a message)
-// and returns the decision for limitgrpc.CountMessages to answer, with the key that seeds its
-// jitter, or the status that ends the stream when it has no key.
+// descriptor3 checks a descriptor of edge: tenant (rule PerTenant, enforce) at cost and returns the
+// decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or the error
+// that answers it when it holds no key.
 func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
 	var k0 string
 	var ok0 bool
@@ -2715,9 +2715,9 @@ func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	return res, k0, nil
 }
 
-// descriptor4 checks one message of a stream of edge: generic_key=search, remote_address (rule
-// Search, enforce, 0 a message) and returns the decision for limitgrpc.CountMessages to answer,
-// with the key that seeds its jitter, or the status that ends the stream when it has no key.
+// descriptor4 checks a descriptor of edge: generic_key=search, remote_address (rule Search,
+// enforce) at cost and returns the decision for limitrls.Config.Serve to answer, with the key that
+// seeds its jitter, or the error that answers it when it holds no key.
 func (s *RLS) descriptor4(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
 	var k0 string
 	var ok0 bool

@@ -2721,9 +2721,9 @@ var rlsSeries = [...]verdict.Series{{Route: "quickstart: caller", Tier: "Edge", 
 // rlsSeriesEntry1 are the series of quickstart: caller's rules in the Counters, by RuleName.
 var rlsSeriesEntry1 = [...]int{RulePerCaller: 0, RuleGlobal: 1}
 
-// descriptor1 checks one message of a stream of quickstart: caller (tier Edge, enforce, 0 a
-// message) and returns the decision for limitgrpc.CountMessages to answer, with the key that seeds
-// its jitter, or the status that ends the stream when it has no key.
+// descriptor1 checks a descriptor of quickstart: caller (tier Edge, enforce) at cost and returns
+// the decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or the
+// error that answers it when it holds no key.
 func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
 	var k0 string
 	var ok0 bool

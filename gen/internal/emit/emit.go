@@ -95,6 +95,9 @@ func file(m *model.Model) *jen.File {
 	f.Add(emitRuleNames(m))
 	f.Add(emitLimits(m))
 	for _, r := range m.Rules {
+		if r.Composite() {
+			f.Add(emitCompositeKey(r))
+		}
 		f.Add(emitRule(m, r))
 	}
 	if len(m.Tiers) > 0 {
@@ -701,6 +704,24 @@ func gridStays(r model.Rule) string {
 // ever checks (a request without a key is missing_key): numbers given to it
 // would never apply. Nothing for other key types.
 func emptyKeyCheck(r model.Rule) jen.Code {
+	if r.Composite() { // a string field empty or too long, as no door reads it
+		var cond *jen.Statement
+		for _, f := range r.Fields {
+			if f.Type != "string" {
+				continue
+			}
+			c := jen.Op("!").Add(vd("KeyOK")).Call(jen.Id("key").Dot(f.GoName))
+			if cond == nil {
+				cond = c
+			} else {
+				cond = cond.Op("||").Add(c)
+			}
+		}
+		if cond == nil {
+			return jen.Null()
+		}
+		return jen.If(cond).Block(jen.Return(rt("ErrEmptyKey")))
+	}
 	if r.KeyType != "string" {
 		return jen.Null()
 	}
@@ -1036,6 +1057,8 @@ func sharedKey(r model.Rule, key jen.Code) jen.Code {
 		return jen.Lit("")
 	case r.KeyType == "string":
 		return key
+	case r.Composite(): // its text form, hashed when longer than a store's keys may be
+		return vd("StoreKey").Call(jen.Add(key).Dot("String").Call())
 	case strings.HasPrefix(r.KeyType, "uint"):
 		return jen.Qual("strconv", "FormatUint").Call(jen.Uint64().Call(key), jen.Lit(10))
 	}

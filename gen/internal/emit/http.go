@@ -387,6 +387,14 @@ func emitMiddleware(m *model.Model) jen.Code {
 		}
 		cases = append(cases, jen.Case(jen.Lit(i)).Block(jen.Return(jen.Id("m").Dot(routeFunc(i)).Call(jen.Id("w"), jen.Id("r"), jen.Id("path")))))
 	}
+	checkBody := []jen.Code{jen.Return(jen.True())} // every route off: nothing to match
+	if len(cases) > 0 {
+		checkBody = []jen.Code{
+			jen.List(jen.Id("route"), jen.Id("path")).Op(":=").Id("httpRouter").Dot("Match").Call(jen.Id("r")),
+			jen.Switch(jen.Id("route")).Block(cases...),
+			jen.Return(jen.True()),
+		}
+	}
 	logDoc := "logs no denials"
 	if h.LogDenials > 0 {
 		logDoc = fmt.Sprintf("logs denials with log/slog's default logger, at most %d a second", h.LogDenials)
@@ -437,9 +445,7 @@ func emitMiddleware(m *model.Model) jen.Code {
 		Comment("rules over the policy's patterns, whatever router the service uses) and reports whether it").Line().
 		Comment("may go on.").Line().
 		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("check").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req())).Bool().Block(
-		jen.List(jen.Id("route"), jen.Id("path")).Op(":=").Id("httpRouter").Dot("Match").Call(jen.Id("r")),
-		jen.Switch(jen.Id("route")).Block(cases...),
-		jen.Return(jen.True()),
+		checkBody...,
 	).Line().Line().
 		Comment("ServeMux is an http.ServeMux behind the middleware: every request it serves is checked first,").Line().
 		Comment("those its handlers answer and those it answers itself (404, 405, a redirect to the clean").Line().
@@ -621,14 +627,22 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 			continue
 		}
 		k, ok := "k"+strconv.Itoa(j), "ok"+strconv.Itoa(j)
-		body = append(body, emitKey(d, k, ok, rule.KeyType, r.Keys[j], r.Ordinal, r.Pattern)...)
+		if rule.Composite() {
+			body = append(body, emitCompositeKeyRead(d, k, ok, rule, r.Keys[j], r.Ordinal, r.Pattern)...)
+		} else {
+			body = append(body, emitKey(d, k, ok, rule.KeyType, r.Keys[j], r.Ordinal, r.Pattern)...)
+		}
 		body = append(body, jen.If(jen.Op("!").Id(ok)).Block(reject(d.missing, jen.Lit(r.MissingBodies[j]), event(ri, "MissingKey", nil))))
 		keyArgs = append(keyArgs, jen.Id(k))
 		if len(seed) == 0 && len(keyArgs) == 1 {
-			if rule.KeyType == "string" {
-				keyArg = jen.Id(k)
+			first := jen.Id(k) // the key, or a composite key's first field
+			if rule.Composite() {
+				first = jen.Id(k).Dot(rule.Fields[0].GoName)
+			}
+			if rule.FieldType(0) == "string" {
+				keyArg = first
 			} else {
-				seed = append(seed, setField("SeedInt", jen.Uint64().Call(jen.Id(k))))
+				seed = append(seed, setField("SeedInt", jen.Uint64().Call(first)))
 			}
 		}
 	}
@@ -756,7 +770,10 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 	if d.prefix != "http" {
 		doc = fmt.Sprintf("%s checks a call of %s (%s, %s) and returns the status that ends it, or nil.", d.entryName(i), r.Pattern, what, strings.ToLower(r.Mode))
 	}
-	if d.message {
+	switch {
+	case d.prefix == "rls":
+		doc = fmt.Sprintf("%s checks a descriptor of %s (%s, %s) at cost and returns the decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or the error that answers it when it holds no key.", d.entryName(i), r.Pattern, what, strings.ToLower(r.Mode))
+	case d.message:
 		doc = fmt.Sprintf("%s checks one message of a stream of %s (%s, %s, %d a message) and returns the decision for limitgrpc.CountMessages to answer, with the key that seeds its jitter, or the status that ends the stream when it has no key.", d.entryName(i), r.Pattern, what, strings.ToLower(r.Mode), r.CostFixed)
 	}
 	return jen.Line().

@@ -126,6 +126,11 @@ func emitTarget(r model.Rule) jen.Code {
 			return nil
 		case r.KeyType == "string":
 			return []jen.Code{jen.Id("k").Op(":=").Add(key)}
+		case r.Composite():
+			return []jen.Code{
+				jen.List(jen.Id("k"), jen.Err()).Op(":=").Id("Parse" + r.KeyType).Call(key),
+				jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err())),
+			}
 		}
 		call := jen.Qual("strconv", "ParseInt")
 		if strings.HasPrefix(r.KeyType, "uint") {
@@ -138,6 +143,10 @@ func emitTarget(r model.Rule) jen.Code {
 		}
 	}
 	switch {
+	case r.Composite():
+		g.Func().Params(recv).Id("CheckKey").Params(jen.Id("key").String()).Error().Block(
+			jen.List(jen.Id("_"), jen.Err()).Op(":=").Id("Parse"+r.KeyType).Call(jen.Id("key")),
+			jen.Return(jen.Err())).Line().Line()
 	case keyed && r.KeyType != "string":
 		call := jen.Qual("strconv", "ParseInt")
 		if strings.HasPrefix(r.KeyType, "uint") {

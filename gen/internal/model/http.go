@@ -88,6 +88,9 @@ type KeySource struct {
 	// read from the path the middleware's router matched.
 	Segment int
 	Multi   bool
+	// Field is the field of a composite key the source gives (0 for a key
+	// of one value).
+	Field int
 }
 
 // Route is one ServeMux pattern and what it checks.

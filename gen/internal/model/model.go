@@ -42,7 +42,8 @@ type Plan struct {
 type Rule struct {
 	Name     string         // as written in the policy
 	GoName   string         // exported Go identifier
-	KeyType  string         // Go type of the key; "" for a global (single-bucket) rule
+	KeyType  string         // Go type of the key; "" for a global (single-bucket) rule; a composite key's struct (GoName+"Key")
+	Fields   []KeyField     // a composite key's fields, in order (two or more); nil for a key of one value
 	Planned  bool           // the rule has its own numbers per plan, and a bucket set per plan
 	Limits   []Limit        // one, or one per plan (in the order of model.plans) when planned
 	Cost     int64          // default cost of Allow
@@ -59,6 +60,25 @@ type Rule struct {
 	LocalDoc string         // shared: the process-local limiter type's doc comment
 	FieldDoc string         // the Limits field's line comment
 	UnitsDoc string         // the folded units' doc comment (folded rules only)
+}
+
+// KeyField is one field of a composite key.
+type KeyField struct {
+	Name   string // as written (tenant)
+	GoName string // the struct field (Tenant)
+	Type   string // string or an integer type
+}
+
+// Composite reports whether the rule's key has several fields (a struct).
+func (r Rule) Composite() bool { return len(r.Fields) > 0 }
+
+// FieldType is the type of field i of the rule's key: the key's type for a
+// key of one value.
+func (r Rule) FieldType(i int) string {
+	if r.Composite() {
+		return r.Fields[i].Type
+	}
+	return r.KeyType
 }
 
 // Limit is one bucket's numbers: the rule's, or one per plan when the policy
@@ -120,13 +140,17 @@ func (r Rule) BurstUnits() string    { return r.Unexported() + "BurstUnits" }
 // is. Its variable's name is also a field of Limits.
 func (r Rule) Idents() [][2]string {
 	p := r.Unexported()
-	return [][2]string{
+	var key [][2]string
+	if r.Composite() {
+		key = [][2]string{{r.KeyType, "its key type"}, {"Parse" + r.KeyType, "its key's parser"}}
+	}
+	return append(key, [][2]string{
 		{r.GoName, "its limiter variable"}, {r.TypeName(), "its limiter type"}, {r.CtorName(), "its constructor"},
 		{r.LocalTypeName(), "its process-local limiter type"}, {r.LocalCtorName(), "its process-local constructor"},
 		{r.RuleConst(), "its RuleName constant"},
 		{r.UnitsPerNs(), "a units constant"}, {r.UnitsPerToken(), "a units constant"}, {r.BurstUnits(), "a units constant"},
 		{p + "Cost", "its per-plan costs"},
-	}
+	}...)
 }
 
 // AtName is the tier's function with an explicit time.

@@ -97,6 +97,13 @@ func ruleDoc_(r model.Rule, plans []model.Plan) string {
 	if r.KeyType != "" {
 		scope = "per key"
 	}
+	if r.Composite() {
+		var names []string
+		for _, f := range r.Fields {
+			names = append(names, f.Name)
+		}
+		scope = "per " + strings.Join(names, " and ")
+	}
 	var b strings.Builder
 	if !r.Planned {
 		fmt.Fprintf(&b, "%s allows %s", r.GoName, phrase(r.Limits[0], scope))

@@ -104,6 +104,31 @@ func (d *door) describe(s model.KeySource) string {
 	return s.Kind + " " + s.Name
 }
 
+// from says where a rule's key comes from, for refusals' bodies: its
+// sources in order ("the header X-Tenant, then the client address"), for a
+// composite key each field's ("tenant from the header X-Tenant; user from
+// ...").
+func (d *door) from(r model.Rule, srcs []model.KeySource) string {
+	if !r.Composite() {
+		var from []string
+		for _, s := range srcs {
+			from = append(from, d.describe(s))
+		}
+		return strings.Join(from, ", then ")
+	}
+	var fields []string
+	for fi, f := range r.Fields {
+		var from []string
+		for _, s := range srcs {
+			if s.Field == fi {
+				from = append(from, d.describe(s))
+			}
+		}
+		fields = append(fields, f.Name+" from "+strings.Join(from, ", then "))
+	}
+	return strings.Join(fields, "; ")
+}
+
 // keySource reads one of door d's key sources ("ip", "header:X-Tenant",
 // "func:UserID", ...) for rule r, checking that it can give r's key type.
 func (p *parser) keySource(d *door, n *yaml.Node, r model.Rule, what string, addHook func(*yaml.Node, string, string) bool) (model.KeySource, bool) {

@@ -240,16 +240,14 @@ func (p *parser) grpcEntry(n *yaml.Node, ordinal int, m *model.Model, g *model.G
 			valid = false
 			continue
 		}
-		var from []string
 		for _, s := range srcs {
-			if s.Kind == "route" && !routeFits(ordinal, rule.KeyType) {
-				p.errorf(at, "%s: entry number %d does not fit rule %q's %s key", what, ordinal, rule.Name, rule.KeyType)
+			if s.Kind == "route" && !routeFits(ordinal, rule.FieldType(s.Field)) {
+				p.errorf(at, "%s: entry number %d does not fit rule %q's %s key", what, ordinal, rule.Name, rule.FieldType(s.Field))
 				valid = false
 			}
-			from = append(from, doors["grpc"].describe(s))
 		}
 		r.Keys = append(r.Keys, srcs)
-		r.MissingBodies = append(r.MissingBodies, "the call has no key for rule "+rule.Name+": "+what+" reads it from "+strings.Join(from, ", then "))
+		r.MissingBodies = append(r.MissingBodies, "the call has no key for rule "+rule.Name+": "+what+" reads it from "+doors["grpc"].from(rule, srcs))
 	}
 	if v := f["cost"]; v != nil {
 		valid = p.grpcCost(v, &r, m, what) && valid

@@ -339,6 +339,10 @@ func (p *parser) keyMap(n *yaml.Node, m *model.Model, what string, source func(*
 			p.errorf(k, "%s: rule %q given twice", what, r.Name)
 			continue
 		}
+		if r.Composite() {
+			out[ri] = p.fieldSources(v, r, what, source)
+			continue
+		}
 		list := []*yaml.Node{v}
 		if v.Kind == yaml.SequenceNode {
 			list = v.Content
@@ -356,6 +360,65 @@ func (p *parser) keyMap(n *yaml.Node, m *model.Model, what string, source func(*
 		out[ri] = srcs
 	}
 	return out
+}
+
+// fieldSources reads the key sources of a rule with a composite key: a
+// source (or a list, the first that gives one) for each of its fields, such
+// as {tenant: header:X-Tenant, user: func:UserID}. Each field must have
+// one; nil when any is refused (each with its reason).
+func (p *parser) fieldSources(v *yaml.Node, r model.Rule, what string, source func(*yaml.Node, model.Rule, string) (model.KeySource, bool)) []model.KeySource {
+	if v.Kind != yaml.MappingNode {
+		p.errorf(v, "%s: rule %q has a composite key: map each of its fields to its source, such as {%s: ...}", what, r.Name, r.Fields[0].Name)
+		return nil
+	}
+	var srcs []model.KeySource
+	given := map[string]bool{}
+	valid := true
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		k, fv := v.Content[i], v.Content[i+1]
+		fi := slices.IndexFunc(r.Fields, func(f model.KeyField) bool { return f.Name == k.Value })
+		if fi < 0 || given[k.Value] {
+			p.errorf(k, "%s: rule %q: %q is not a field of its key, or given twice (its fields: %s)", what, r.Name, k.Value, fieldNames(r))
+			valid = false
+			continue
+		}
+		given[k.Value] = true
+		fr := r
+		fr.KeyType, fr.Fields = r.Fields[fi].Type, nil // the field, as a key of one value
+		list := []*yaml.Node{fv}
+		if fv.Kind == yaml.SequenceNode {
+			list = fv.Content
+		}
+		if len(list) == 0 {
+			p.errorf(fv, "%s: rule %q: field %s: no key sources", what, r.Name, k.Value)
+			valid = false
+		}
+		for _, s := range list {
+			src, ok := source(s, fr, what)
+			valid = valid && ok
+			src.Field = fi
+			srcs = append(srcs, src)
+		}
+	}
+	for _, f := range r.Fields {
+		if !given[f.Name] {
+			p.errorf(v, "%s: rule %q: field %s of its key has no source", what, r.Name, f.Name)
+			valid = false
+		}
+	}
+	if !valid {
+		return nil
+	}
+	return srcs
+}
+
+// fieldNames lists a composite key's fields, for errors.
+func fieldNames(r model.Rule) string {
+	var names []string
+	for _, f := range r.Fields {
+		names = append(names, f.Name)
+	}
+	return strings.Join(names, ", ")
 }
 
 // validHeaderName reports whether s is an HTTP field name (an RFC 9110 token).
@@ -434,14 +497,10 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 				p.errorf(pat, "%s: rule %q reads path:%s, but the pattern has no wildcard {%s}", what, rule.Name, s.Name, s.Name)
 				valid = false
 			}
-			if s.Kind == "route" && !routeFits(ordinal, rule.KeyType) {
-				p.errorf(pat, "%s: route number %d does not fit rule %q's %s key", what, ordinal, rule.Name, rule.KeyType)
+			if s.Kind == "route" && !routeFits(ordinal, rule.FieldType(s.Field)) {
+				p.errorf(pat, "%s: route number %d does not fit rule %q's %s key", what, ordinal, rule.Name, rule.FieldType(s.Field))
 				valid = false
 			}
-		}
-		var from []string
-		for _, s := range srcs {
-			from = append(from, doors["http"].describe(s))
 		}
 		srcs = slices.Clone(srcs) // the route's own: its path sources' segments are its pattern's
 		for i, s := range srcs {
@@ -451,7 +510,7 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 		}
 		r.Keys = append(r.Keys, srcs)
 		r.MissingBodies = append(r.MissingBodies, limithttp.ProblemBody("about:blank", http.StatusText(h.Missing), h.Missing,
-			"The request has no key for rule "+rule.Name+": "+what+" reads it from "+strings.Join(from, ", then ")+".", ""))
+			"The request has no key for rule "+rule.Name+": "+what+" reads it from "+doors["http"].from(rule, srcs)+".", ""))
 	}
 	if v := f["cost"]; v != nil {
 		valid = p.routeCost(v, &r, m, what) && valid

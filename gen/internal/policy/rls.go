@@ -191,6 +191,17 @@ func (p *parser) rlsPattern(n *yaml.Node, ordinal int, domain string, m *model.M
 			r.MissingBodies = append(r.MissingBodies, "")
 			continue
 		}
+		if rule.Composite() {
+			srcs, ok := p.rlsFieldSources(en, keys[rule.Name], rule, r.Entries, what)
+			valid = valid && ok
+			var names []string
+			for _, s := range srcs {
+				names = append(names, s.Name)
+			}
+			r.Keys = append(r.Keys, srcs)
+			r.MissingBodies = append(r.MissingBodies, "the descriptor's entries "+strings.Join(names, ", ")+" hold no key for rule "+rule.Name)
+			continue
+		}
 		idx := -1
 		if kn := keys[rule.Name]; kn != nil {
 			for i, e := range r.Entries {
@@ -230,4 +241,42 @@ func (p *parser) rlsPattern(n *yaml.Node, ordinal int, domain string, m *model.M
 	}
 	r.PolicyLists = policyLists(m, r.Rules)
 	return r, valid
+}
+
+// rlsFieldSources are the entries a composite key's fields are read from:
+// each field from the entry of its name, or the one kn (the descriptor's
+// keys: for the rule, {field: entry key, ...}) names; that entry has no
+// fixed value.
+func (p *parser) rlsFieldSources(en, kn *yaml.Node, rule model.Rule, entries []model.Entry, what string) ([]model.KeySource, bool) {
+	named := map[string]*yaml.Node{}
+	if kn != nil {
+		if kn.Kind != yaml.MappingNode {
+			p.errorf(kn, "%s: rule %q has a composite key: map its fields to entry keys, such as {%s: %s_id}", what, rule.Name, rule.Fields[0].Name, rule.Fields[0].Name)
+			return nil, false
+		}
+		for i := 0; i+1 < len(kn.Content); i += 2 {
+			k := kn.Content[i]
+			if !slices.ContainsFunc(rule.Fields, func(f model.KeyField) bool { return f.Name == k.Value }) {
+				p.errorf(k, "%s: rule %q: %q is not a field of its key (its fields: %s)", what, rule.Name, k.Value, fieldNames(rule))
+				return nil, false
+			}
+			named[k.Value] = kn.Content[i+1]
+		}
+	}
+	var srcs []model.KeySource
+	valid := true
+	for fi, f := range rule.Fields {
+		entry, at := f.Name, en
+		if v := named[f.Name]; v != nil {
+			entry, at = v.Value, v
+		}
+		idx := slices.IndexFunc(entries, func(e model.Entry) bool { return e.Key == entry && !e.Fixed })
+		if idx < 0 {
+			p.errorf(at, "%s: rule %q's key field %s is read from entry %q, and the descriptor has no such entry without a fixed value; name its entry with keys: {%s: {%s: ENTRY}}", what, rule.Name, f.Name, entry, rule.Name, f.Name)
+			valid = false
+			continue
+		}
+		srcs = append(srcs, model.KeySource{Kind: "entry", Name: entry, Segment: idx, Field: fi})
+	}
+	return srcs, valid
 }

@@ -234,6 +234,45 @@ func (p *parser) goName(n *yaml.Node, what string) (string, bool) {
 	return "", false
 }
 
+// maxKeyFields is the most fields a composite key has.
+const maxKeyFields = 8
+
+// compositeKey reads a key of several fields (key: {tenant: string, user:
+// uint64}): its struct's name (the rule's GoName and Key) and its fields.
+func (p *parser) compositeKey(n *yaml.Node, r model.Rule, bad func(*yaml.Node, string, ...any)) (string, []model.KeyField) {
+	var fields []model.KeyField
+	goNames := map[string]string{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		switch {
+		case !fieldRe.MatchString(k.Value) || token.IsKeyword(k.Value):
+			bad(k, "key field %q: a field's name is lower case letters, digits and underscores, starting with a letter, such as tenant or user_id", k.Value)
+			continue
+		case camel(k.Value) == "String" || camel(k.Value) == "AppendText":
+			bad(k, "key field %q would be the Go field %s, the name of its key's method; choose another name", k.Value, camel(k.Value))
+			continue
+		case goNames[camel(k.Value)] != "":
+			bad(k, "key field %q is the same Go field as %q (%s)", k.Value, goNames[camel(k.Value)], camel(k.Value))
+			continue
+		case v.Kind != yaml.ScalarNode || v.Value == "none" || !slices.Contains(keyTypes, v.Value):
+			bad(v, "key field %q: type %q; a field is string or an integer type such as uint64", k.Value, v.Value)
+			continue
+		}
+		goNames[camel(k.Value)] = k.Value
+		fields = append(fields, model.KeyField{Name: k.Value, GoName: camel(k.Value), Type: v.Value})
+	}
+	switch {
+	case len(n.Content) < 4:
+		bad(n, "a composite key has two fields or more, such as key: {tenant: string, user: uint64}; a key of one value is key: string")
+	case len(n.Content)/2 > maxKeyFields:
+		bad(n, "a composite key has at most %d fields, not %d", maxKeyFields, len(n.Content)/2)
+	}
+	return r.GoName + "Key", fields
+}
+
+// fieldRe is a composite key field's name.
+var fieldRe = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+
 func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 	var r model.Rule
 	nameNode := rd.fields["name"]
@@ -254,7 +293,9 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 	}
 
 	r.KeyType = "none"
-	if n := rd.fields["key"]; n != nil {
+	if n := rd.fields["key"]; n != nil && n.Kind == yaml.MappingNode {
+		r.KeyType, r.Fields = p.compositeKey(n, r, bad)
+	} else if n != nil {
 		if !slices.Contains(keyTypes, n.Value) {
 			if s := didYouMean(n.Value, keyTypes); s != "" {
 				bad(n, "key type %q is not supported; did you mean %q? (string, an integer type, or none)", n.Value, s)

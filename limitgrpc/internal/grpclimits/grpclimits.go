@@ -369,22 +369,26 @@ func (t tenantsNumbers) Base(plan int) overlay.Base {
 }
 
 func (t tenantsNumbers) CheckKey(key string) error {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
-	}
-	return nil
+	_, err := ParseTenantsKey(key)
+	return err
 }
 
 // clearKey takes key's own numbers away; a key that does not parse has none.
 func (t tenantsNumbers) clearKey(key string) error {
-	k := key
+	k, err := ParseTenantsKey(key)
+	if err != nil {
+		return err
+	}
 	_ = t.l.ClearKeyNumbers(k)
 	return nil
 }
 
 func (t tenantsNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
 	if key != nil {
-		k := *key
+		k, err := ParseTenantsKey(*key)
+		if err != nil {
+			return err
+		}
 		return t.l.SetKeyNumbers(k, n)
 	}
 	return t.l.SetNumbers(n)
@@ -557,7 +561,7 @@ var (
 	// Watches allows 1 request per minute per key, in bursts of up to 2.
 	Watches = Default.Watches
 
-	// Tenants allows 1 request per minute per key, in bursts of up to 4.
+	// Tenants allows 1 request per minute per tenant and region, in bursts of up to 4.
 	Tenants = Default.Tenants
 
 	// PerMethod allows 1 request per minute per key, in bursts of up to 100.
@@ -1013,9 +1017,49 @@ func (l *WatchesLimiter) ResetAt(key string, now atomicbucket.Time) {
 	}
 }
 
+// TenantsKey is rule Tenants's key: tenant (string), region (string).
+type TenantsKey struct {
+	Tenant string
+	Region string
+}
+
+// AppendText appends the key's text form to b: its fields in order, comma-separated, a string's
+// '%', ',' and '#' escaped (verdict.AppendKeyField). Run-time numbers name the key by it, a store
+// keeps its bucket under it, and an interval rule places the key's grid by its hash.
+func (k TenantsKey) AppendText(b []byte) ([]byte, error) {
+	b = verdict.AppendKeyField(b, k.Tenant)
+	b = append(b, ',')
+	b = verdict.AppendKeyField(b, k.Region)
+	return b, nil
+}
+
+// String is the key's text form (AppendText).
+func (k TenantsKey) String() string {
+	b, _ := k.AppendText(nil)
+	return string(b)
+}
+
+// ParseTenantsKey reads a TenantsKey from its text form (String).
+func ParseTenantsKey(s string) (TenantsKey, error) {
+	f, ok := verdict.KeyFields(s, 2)
+	if !ok {
+		return TenantsKey{}, fmt.Errorf("%q is not a key of rule Tenants: tenant (string), region (string), comma-separated", s)
+	}
+	var k TenantsKey
+	if !verdict.KeyOK(f[0]) {
+		return TenantsKey{}, fmt.Errorf("key %q of rule Tenants: field tenant is empty or longer than %d bytes", s, verdict.MaxKeyLen)
+	}
+	k.Tenant = f[0]
+	if !verdict.KeyOK(f[1]) {
+		return TenantsKey{}, fmt.Errorf("key %q of rule Tenants: field region is empty or longer than %d bytes", s, verdict.MaxKeyLen)
+	}
+	k.Region = f[1]
+	return k, nil
+}
+
 // newTenantsLocalLimiter returns Tenants's (empty) tables.
 func newTenantsLocalLimiter() *TenantsLocalLimiter {
-	return &TenantsLocalLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &TenantsLocalLimiter{s: atomicbucket.NewTable[TenantsKey](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 1,
 		Period: time.Minute,
 		Burst:  4,
@@ -1037,7 +1081,7 @@ const (
 // TenantsLimiter.Local returns, for tests, and what Tenants's checks use while the package has no
 // store (SharedErr says so). Its methods are safe for concurrent use.
 type TenantsLocalLimiter struct {
-	s *atomicbucket.Table[string]
+	s *atomicbucket.Table[TenantsKey]
 }
 
 // Rule returns the runtime rule behind the limiter (its units, exactness and limits).
@@ -1046,57 +1090,57 @@ func (l *TenantsLocalLimiter) Rule() *atomicbucket.Rule {
 }
 
 // Allow reports whether a request is allowed now, taking its tokens if so.
-func (l *TenantsLocalLimiter) Allow(key string) bool {
+func (l *TenantsLocalLimiter) Allow(key TenantsKey) bool {
 	return l.s.AllowGreedyAt(key, atomicbucket.Now(), tenantsUnitsPerNs, tenantsUnitsPerToken, tenantsBurstUnits)
 }
 
 // AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *TenantsLocalLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
+func (l *TenantsLocalLimiter) AllowN(key TenantsKey, cost int64) atomicbucket.Decision {
 	return l.s.AllowN(key, cost)
 }
 
 // AllowAt is Allow at time now.
-func (l *TenantsLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+func (l *TenantsLocalLimiter) AllowAt(key TenantsKey, now atomicbucket.Time) bool {
 	return l.s.AllowGreedyAt(key, now, tenantsUnitsPerNs, tenantsUnitsPerToken, tenantsBurstUnits)
 }
 
 // AllowNAt is AllowN at time now.
-func (l *TenantsLocalLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+func (l *TenantsLocalLimiter) AllowNAt(key TenantsKey, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.AllowNAt(key, now, cost)
 }
 
 // Peek is what AllowN would decide now, taking nothing.
-func (l *TenantsLocalLimiter) Peek(key string, cost int64) atomicbucket.Decision {
+func (l *TenantsLocalLimiter) Peek(key TenantsKey, cost int64) atomicbucket.Decision {
 	return l.s.Peek(key, cost)
 }
 
 // PeekAt is Peek at time now.
-func (l *TenantsLocalLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+func (l *TenantsLocalLimiter) PeekAt(key TenantsKey, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.s.PeekAt(key, now, cost)
 }
 
 // Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *TenantsLocalLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *TenantsLocalLimiter) Reserve(key TenantsKey, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	return l.s.Reserve(key, cost, maxWait)
 }
 
 // ReserveAt is Reserve at time now.
-func (l *TenantsLocalLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+func (l *TenantsLocalLimiter) ReserveAt(key TenantsKey, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	return l.s.ReserveAt(key, now, cost, maxWait)
 }
 
 // Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *TenantsLocalLimiter) Wait(ctx context.Context, key string, cost int64) error {
+func (l *TenantsLocalLimiter) Wait(ctx context.Context, key TenantsKey, cost int64) error {
 	return l.s.Wait(ctx, key, cost)
 }
 
 // Refund gives cost tokens back now, never beyond the burst.
-func (l *TenantsLocalLimiter) Refund(key string, cost int64) {
+func (l *TenantsLocalLimiter) Refund(key TenantsKey, cost int64) {
 	l.s.Refund(key, cost)
 }
 
 // RefundAt is Refund at time now.
-func (l *TenantsLocalLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
+func (l *TenantsLocalLimiter) RefundAt(key TenantsKey, now atomicbucket.Time, cost int64) {
 	l.s.RefundAt(key, now, cost)
 }
 
@@ -1149,28 +1193,28 @@ func (l *TenantsLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomic
 
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
 // fields); nil before.
-func (l *TenantsLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
+func (l *TenantsLocalLimiter) ruleInForce(key TenantsKey) *atomicbucket.Rule {
 	return l.s.ChangedRule(key)
 }
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
 // Tenants's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
 // refused as by SetNumbers, and nothing changes.
-func (l *TenantsLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+func (l *TenantsLocalLimiter) SetKeyNumbers(key TenantsKey, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
 }
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *TenantsLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if key == "" {
+func (l *TenantsLocalLimiter) SetKeyNumbersAt(key TenantsKey, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if !verdict.KeyOK(key.Tenant) || !verdict.KeyOK(key.Region) {
 		return atomicbucket.ErrEmptyKey
 	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
+	for _, t := range []*atomicbucket.Table[TenantsKey]{l.s} {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
 			return err
 		}
 	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
+	for _, t := range []*atomicbucket.Table[TenantsKey]{l.s} {
 		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
 	}
 	return nil
@@ -1178,33 +1222,33 @@ func (l *TenantsLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time,
 
 // ClearKeyNumbers takes key's own numbers away: from now on it has Tenants's, its bucket carried by
 // carry.
-func (l *TenantsLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+func (l *TenantsLocalLimiter) ClearKeyNumbers(key TenantsKey, carry atomicbucket.Carry) {
 	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
 }
 
 // ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *TenantsLocalLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
+func (l *TenantsLocalLimiter) ClearKeyNumbersAt(key TenantsKey, now atomicbucket.Time, carry atomicbucket.Carry) {
+	for _, t := range []*atomicbucket.Table[TenantsKey]{l.s} {
 		t.ClearKeyNumbersAt(now, key, carry)
 	}
 }
 
 // NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
 // SetKeyNumbers).
-func (l *TenantsLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+func (l *TenantsLocalLimiter) NumbersFor(key TenantsKey) (atomicbucket.Numbers, atomicbucket.Origin) {
 	return l.s.NumbersFor(key)
 }
 
 // Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
 // numbers in force for key, refilling from now, as a key first seen now would; a key without a
 // bucket is left as it is.
-func (l *TenantsLocalLimiter) Reset(key string) {
+func (l *TenantsLocalLimiter) Reset(key TenantsKey) {
 	l.ResetAt(key, atomicbucket.Now())
 }
 
 // ResetAt is Reset at time now.
-func (l *TenantsLocalLimiter) ResetAt(key string, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
+func (l *TenantsLocalLimiter) ResetAt(key TenantsKey, now atomicbucket.Time) {
+	for _, t := range []*atomicbucket.Table[TenantsKey]{l.s} {
 		t.ResetAt(key, now)
 	}
 }
@@ -1237,7 +1281,7 @@ func (l *TenantsLimiter) Local() *TenantsLocalLimiter {
 
 // Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
 // AllowN, whose Result says more: whether the store decided, and why not).
-func (l *TenantsLimiter) Allow(ctx context.Context, key string) bool {
+func (l *TenantsLimiter) Allow(ctx context.Context, key TenantsKey) bool {
 	return l.AllowN(ctx, key, 1).Allowed
 }
 
@@ -1245,7 +1289,7 @@ func (l *TenantsLimiter) Allow(ctx context.Context, key string) bool {
 // instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
 // setting (deny) does, and the Result says so (Degraded, Err). Without a store, Tenants's
 // process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *TenantsLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
+func (l *TenantsLimiter) AllowN(ctx context.Context, key TenantsKey, cost int64) shared.Result {
 	if l.sh.bound == nil {
 		return shared.Result{
 			Decision: l.local.AllowN(key, cost),
@@ -1254,7 +1298,7 @@ func (l *TenantsLimiter) AllowN(ctx context.Context, key string, cost int64) sha
 	}
 	return l.sh.bound.CheckStep(ctx, shared.Step{
 		Cost: cost,
-		Key:  key,
+		Key:  verdict.StoreKey(key.String()),
 		Rule: 0,
 	})
 }
@@ -1263,13 +1307,13 @@ func (l *TenantsLimiter) AllowN(ctx context.Context, key string, cost int64) sha
 // a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
 // served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
 // exceeds the burst. Without a store it is Local's Wait.
-func (l *TenantsLimiter) Wait(ctx context.Context, key string, cost int64) error {
+func (l *TenantsLimiter) Wait(ctx context.Context, key TenantsKey, cost int64) error {
 	if l.sh.bound == nil {
 		return l.local.Wait(ctx, key, cost)
 	}
 	return shared.Wait(ctx, l.sh.bound, shared.Step{
 		Cost: cost,
-		Key:  key,
+		Key:  verdict.StoreKey(key.String()),
 		Rule: 0,
 	})
 }
@@ -1308,28 +1352,28 @@ func (l *TenantsLimiter) ClearNumbers() error {
 
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
 // fields): Local's, which every change keeps equal to the store's; nil before.
-func (l *TenantsLimiter) ruleInForce(key string) *atomicbucket.Rule {
+func (l *TenantsLimiter) ruleInForce(key TenantsKey) *atomicbucket.Rule {
 	return l.local.ruleInForce(key)
 }
 
 // NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
 // or without a store Local's.
-func (l *TenantsLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+func (l *TenantsLimiter) NumbersFor(key TenantsKey) (atomicbucket.Numbers, atomicbucket.Origin) {
 	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(0, key)
+		return nb.NumbersFor(0, verdict.StoreKey(key.String()))
 	}
 	return l.local.NumbersFor(key)
 }
 
 // SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever Tenants's,
 // on the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *TenantsLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
+func (l *TenantsLimiter) SetKeyNumbers(key TenantsKey, n atomicbucket.Numbers) error {
 	nb, err := l.sh.numbered()
 	if err != nil {
 		return err
 	}
 	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{0}, key, n); err != nil {
+		if err := nb.SetKeyNumbers([]int{0}, verdict.StoreKey(key.String()), n); err != nil {
 			return err
 		}
 	}
@@ -1337,13 +1381,13 @@ func (l *TenantsLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error
 }
 
 // ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *TenantsLimiter) ClearKeyNumbers(key string) error {
+func (l *TenantsLimiter) ClearKeyNumbers(key TenantsKey) error {
 	nb, err := l.sh.numbered()
 	if err != nil {
 		return err
 	}
 	if nb != nil {
-		nb.ClearKeyNumbers([]int{0}, key)
+		nb.ClearKeyNumbers([]int{0}, verdict.StoreKey(key.String()))
 	}
 	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
 	return nil
@@ -1351,14 +1395,14 @@ func (l *TenantsLimiter) ClearKeyNumbers(key string) error {
 
 // Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
 // in this process. Other instances' leases keep what they were granted until it expires.
-func (l *TenantsLimiter) Reset(ctx context.Context, key string) error {
+func (l *TenantsLimiter) Reset(ctx context.Context, key TenantsKey) error {
 	nb, err := l.sh.numbered()
 	if err != nil {
 		return err
 	}
 	l.local.Reset(key)
 	if nb != nil {
-		return nb.Reset(ctx, []int{0}, key)
+		return nb.Reset(ctx, []int{0}, verdict.StoreKey(key.String()))
 	}
 	return nil
 }
@@ -2095,11 +2139,25 @@ func (g *GRPC) entry2(ctx context.Context, method string) error {
 // entry3 checks a call of /grpc.health.v1.Health/List (rule Tenants, enforce) and returns the
 // status that ends it, or nil.
 func (g *GRPC) entry3(ctx context.Context, method string) error {
-	var k0 string
-	var ok0 bool
-	k0, ok0 = limitgrpc.MetadataKey(ctx, "x-tenant")
+	var k0 TenantsKey
+	ok0 := true
+	{
+		var k0f0 string
+		var ok0f0 bool
+		k0f0, ok0f0 = limitgrpc.MetadataKey(ctx, "x-tenant")
+		k0.Tenant, ok0 = k0f0, ok0 && ok0f0
+	}
+	{
+		var k0f1 string
+		var ok0f1 bool
+		k0f1, ok0f1 = limitgrpc.MetadataKey(ctx, "x-region")
+		if !ok0f1 {
+			k0f1, ok0f1 = method, true
+		}
+		k0.Region, ok0 = k0f1, ok0 && ok0f1
+	}
 	if !ok0 {
-		return g.Config.Reject(verdict.Enforce, codes.Unauthenticated, "the call has no key for rule Tenants: grpc method \"/grpc.health.v1.Health/List\" reads it from metadata x-tenant", verdict.Event{Route: "/grpc.health.v1.Health/List", Rule: "Tenants", RuleIndex: int(RuleTenants), Series: 2, Outcome: verdict.MissingKey})
+		return g.Config.Reject(verdict.Enforce, codes.Unauthenticated, "the call has no key for rule Tenants: grpc method \"/grpc.health.v1.Health/List\" reads it from tenant from metadata x-tenant; region from metadata x-region, then the method", verdict.Event{Route: "/grpc.health.v1.Health/List", Rule: "Tenants", RuleIndex: int(RuleTenants), Series: 2, Outcome: verdict.MissingKey})
 	}
 	cost := httpCosts[RuleTenants][0]
 	sr := g.limits.Tenants.AllowN(ctx, k0, cost)
@@ -2118,7 +2176,7 @@ func (g *GRPC) entry3(ctx context.Context, method string) error {
 		res.Policy = verdict.InForce(res.Policy, rf0)
 		res.Policies = verdict.InForceList(res.Policy)
 	}
-	return g.Config.Respond(ctx, verdict.Enforce, &res, k0)
+	return g.Config.Respond(ctx, verdict.Enforce, &res, k0.Tenant)
 }
 
 // entry4 checks a call of grpc.reflection.v1.ServerReflection (tier Service, shadow) and returns

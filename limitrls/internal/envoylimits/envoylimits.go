@@ -1202,10 +1202,10 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 // each of its rules, in policy order (a decision's Series is its index here).
 var rlsSeries = [...]verdict.Series{{Route: "rl: source_cluster=proxy, destination_cluster", Rule: "RlSourceClusterProxyDestinationCluster"}, {Route: "rl: source_cluster=proxy, destination_cluster=bar", Rule: "RlSourceClusterProxyDestinationClusterBar"}, {Route: "rl: remote_address", Rule: "RlRemoteAddress"}, {Route: "rl: generic_key=reports", Rule: "Reports"}}
 
-// descriptor1 checks one message of a stream of rl: source_cluster=proxy, destination_cluster (rule
-// RlSourceClusterProxyDestinationCluster, enforce, 0 a message) and returns the decision for
-// limitgrpc.CountMessages to answer, with the key that seeds its jitter, or the status that ends
-// the stream when it has no key.
+// descriptor1 checks a descriptor of rl: source_cluster=proxy, destination_cluster (rule
+// RlSourceClusterProxyDestinationCluster, enforce) at cost and returns the decision for
+// limitrls.Config.Serve to answer, with the key that seeds its jitter, or the error that answers it
+// when it holds no key.
 func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
 	var k0 string
 	var ok0 bool
@@ -1228,10 +1228,10 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	return res, k0, nil
 }
 
-// descriptor2 checks one message of a stream of rl: source_cluster=proxy, destination_cluster=bar
-// (rule RlSourceClusterProxyDestinationClusterBar, enforce, 0 a message) and returns the decision
-// for limitgrpc.CountMessages to answer, with the key that seeds its jitter, or the status that
-// ends the stream when it has no key.
+// descriptor2 checks a descriptor of rl: source_cluster=proxy, destination_cluster=bar (rule
+// RlSourceClusterProxyDestinationClusterBar, enforce) at cost and returns the decision for
+// limitrls.Config.Serve to answer, with the key that seeds its jitter, or the error that answers it
+// when it holds no key.
 func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
 	var res verdict.Result
 	res.Decision = s.limits.RlSourceClusterProxyDestinationClusterBar.AllowNAt(now, cost)
@@ -1248,9 +1248,9 @@ func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	return res, "", nil
 }
 
-// descriptor3 checks one message of a stream of rl: remote_address (rule RlRemoteAddress, enforce,
-// 0 a message) and returns the decision for limitgrpc.CountMessages to answer, with the key that
-// seeds its jitter, or the status that ends the stream when it has no key.
+// descriptor3 checks a descriptor of rl: remote_address (rule RlRemoteAddress, enforce) at cost and
+// returns the decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or
+// the error that answers it when it holds no key.
 func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
 	var k0 string
 	var ok0 bool
@@ -1273,9 +1273,9 @@ func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	return res, k0, nil
 }
 
-// descriptor4 checks one message of a stream of rl: generic_key=reports (rule Reports, shadow, 0 a
-// message) and returns the decision for limitgrpc.CountMessages to answer, with the key that seeds
-// its jitter, or the status that ends the stream when it has no key.
+// descriptor4 checks a descriptor of rl: generic_key=reports (rule Reports, shadow) at cost and
+// returns the decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or
+// the error that answers it when it holds no key.
 func (s *RLS) descriptor4(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
 	var res verdict.Result
 	res.Decision = s.limits.Reports.AllowNAt(now, cost)

@@ -6,6 +6,7 @@ package rlslimits
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -69,12 +70,14 @@ const (
 	RulePerIP RuleName = iota + 1
 	// RulePerUser names the rule PerUser.
 	RulePerUser
+	// RulePerTenantUser names the rule PerTenantUser.
+	RulePerTenantUser
 	// RuleGlobal names the rule Global.
 	RuleGlobal
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerIP", "PerUser", "Global"}
+var ruleNames = [...]string{"", "PerIP", "PerUser", "PerTenantUser", "Global"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -88,10 +91,11 @@ func (r RuleName) String() string {
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
 // and functions use.
 type Limits struct {
-	PerIP   *PerIPLimiter    // see the package-level PerIP
-	PerUser *PerUserLimiter  // see the package-level PerUser
-	Global  *GlobalLimiter   // see the package-level Global
-	numbers *overlay.Applier // ApplyNumbers's
+	PerIP         *PerIPLimiter         // see the package-level PerIP
+	PerUser       *PerUserLimiter       // see the package-level PerUser
+	PerTenantUser *PerTenantUserLimiter // see the package-level PerTenantUser
+	Global        *GlobalLimiter        // see the package-level Global
+	numbers       *overlay.Applier      // ApplyNumbers's
 }
 
 // Option configures New.
@@ -122,9 +126,10 @@ func New(opts ...Option) *Limits {
 		o.start = atomicbucket.Now()
 	}
 	l := &Limits{
-		PerIP:   newPerIPLimiter(),
-		PerUser: newPerUserLimiter(),
-		Global:  newGlobalLimiter(o.start),
+		PerIP:         newPerIPLimiter(),
+		PerUser:       newPerUserLimiter(),
+		PerTenantUser: newPerTenantUserLimiter(),
+		Global:        newGlobalLimiter(o.start),
 	}
 	l.numbers = l.newApplier()
 	return l
@@ -251,6 +256,69 @@ func (t perUserNumbers) Clear(plan int, key *string) {
 	t.l.ClearNumbers(Plan(plan), atomicbucket.CarryAsIs)
 }
 
+// perTenantUserNumbers is PerTenantUser as an overlay Set changes it (overlay.Target).
+type perTenantUserNumbers struct {
+	l *PerTenantUserLimiter
+}
+
+func (t perTenantUserNumbers) Plans() int {
+	return 0
+}
+
+func (t perTenantUserNumbers) Keyed() bool {
+	return true
+}
+
+func (t perTenantUserNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (t perTenantUserNumbers) Base(plan int) overlay.Base {
+	r := t.l.Rule().Limit()
+	return overlay.Base{
+		Cost:     1,
+		Interval: r.Refill == atomicbucket.Interval,
+		Numbers:  atomicbucket.NumbersOf(r),
+	}
+}
+
+func (t perTenantUserNumbers) CheckKey(key string) error {
+	_, err := ParsePerTenantUserKey(key)
+	return err
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t perTenantUserNumbers) clearKey(key string) error {
+	k, err := ParsePerTenantUserKey(key)
+	if err != nil {
+		return err
+	}
+	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
+	return nil
+}
+
+func (t perTenantUserNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k, err := ParsePerTenantUserKey(*key)
+		if err != nil {
+			return err
+		}
+		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
+	}
+	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+func (t perTenantUserNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	t.l.ClearNumbers(atomicbucket.CarryAsIs)
+}
+
 // globalNumbers is Global as an overlay Set changes it (overlay.Target).
 type globalNumbers struct {
 	l *GlobalLimiter
@@ -296,7 +364,7 @@ func (t globalNumbers) Clear(plan int, key *string) {
 func (l *Limits) newApplier() *overlay.Applier {
 	return overlay.NewApplier(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerIP": perIPNumbers{l.PerIP}, "PerUser": perUserNumbers{l.PerUser}, "Global": globalNumbers{l.Global}},
+		Rules: map[string]overlay.Target{"PerIP": perIPNumbers{l.PerIP}, "PerUser": perUserNumbers{l.PerUser}, "PerTenantUser": perTenantUserNumbers{l.PerTenantUser}, "Global": globalNumbers{l.Global}},
 	})
 }
 
@@ -353,6 +421,9 @@ var (
 	// PerUser allows on the free plan 100 requests per minute per key, in bursts of up to 3; on the pro
 	// plan 100 requests per minute per key, in bursts of up to 6.
 	PerUser = Default.PerUser
+
+	// PerTenantUser allows 1 request per minute per tenant and user, in bursts of up to 2.
+	PerTenantUser = Default.PerTenantUser
 
 	// Global allows 1000 requests per second in total, in bursts of up to 1000.
 	Global = Default.Global
@@ -801,6 +872,242 @@ func (l *PerUserLimiter) ResetAt(key uint64, now atomicbucket.Time) {
 	}
 }
 
+// PerTenantUserKey is rule PerTenantUser's key: tenant (string), user (uint64).
+type PerTenantUserKey struct {
+	Tenant string
+	User   uint64
+}
+
+// AppendText appends the key's text form to b: its fields in order, comma-separated, a string's
+// '%', ',' and '#' escaped (verdict.AppendKeyField). Run-time numbers name the key by it, a store
+// keeps its bucket under it, and an interval rule places the key's grid by its hash.
+func (k PerTenantUserKey) AppendText(b []byte) ([]byte, error) {
+	b = verdict.AppendKeyField(b, k.Tenant)
+	b = append(b, ',')
+	b = strconv.AppendUint(b, uint64(k.User), 10)
+	return b, nil
+}
+
+// String is the key's text form (AppendText).
+func (k PerTenantUserKey) String() string {
+	b, _ := k.AppendText(nil)
+	return string(b)
+}
+
+// ParsePerTenantUserKey reads a PerTenantUserKey from its text form (String).
+func ParsePerTenantUserKey(s string) (PerTenantUserKey, error) {
+	f, ok := verdict.KeyFields(s, 2)
+	if !ok {
+		return PerTenantUserKey{}, fmt.Errorf("%q is not a key of rule PerTenantUser: tenant (string), user (uint64), comma-separated", s)
+	}
+	var k PerTenantUserKey
+	if !verdict.KeyOK(f[0]) {
+		return PerTenantUserKey{}, fmt.Errorf("key %q of rule PerTenantUser: field tenant is empty or longer than %d bytes", s, verdict.MaxKeyLen)
+	}
+	k.Tenant = f[0]
+	v1, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		return PerTenantUserKey{}, fmt.Errorf("key %q of rule PerTenantUser: field user is not a uint64", s)
+	}
+	k.User = uint64(v1)
+	return k, nil
+}
+
+// newPerTenantUserLimiter returns PerTenantUser's (empty) tables.
+func newPerTenantUserLimiter() *PerTenantUserLimiter {
+	return &PerTenantUserLimiter{s: atomicbucket.NewTable[PerTenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+		Tokens: 1,
+		Period: time.Minute,
+		Burst:  2,
+		Refill: atomicbucket.Greedy,
+	}), perTenantUserUnitsPerNs, perTenantUserUnitsPerToken, perTenantUserBurstUnits), atomicbucket.TableOptions{})}
+}
+
+// PerTenantUser's fixed-point units, computed when generating and checked against the runtime when
+// the package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (perTenantUserUnitsPerNs), one token is worth perTenantUserUnitsPerToken units (GCRA's emission
+// interval), and a bucket may run perTenantUserBurstUnits units ahead of now (the burst's worth:
+// GCRA's tolerance).
+const (
+	perTenantUserUnitsPerNs    = 1
+	perTenantUserUnitsPerToken = 60000000000
+	perTenantUserBurstUnits    = 120000000000
+)
+
+// PerTenantUserLimiter is the type of PerTenantUser. Its methods are safe for concurrent use.
+type PerTenantUserLimiter struct {
+	s *atomicbucket.Table[PerTenantUserKey]
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *PerTenantUserLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
+}
+
+// Allow reports whether a request is allowed now, taking its tokens if so.
+func (l *PerTenantUserLimiter) Allow(key PerTenantUserKey) bool {
+	return l.s.AllowGreedyAt(key, atomicbucket.Now(), perTenantUserUnitsPerNs, perTenantUserUnitsPerToken, perTenantUserBurstUnits)
+}
+
+// AllowN checks a request of the given cost now, taking its tokens if allowed.
+func (l *PerTenantUserLimiter) AllowN(key PerTenantUserKey, cost int64) atomicbucket.Decision {
+	return l.s.AllowN(key, cost)
+}
+
+// AllowAt is Allow at time now.
+func (l *PerTenantUserLimiter) AllowAt(key PerTenantUserKey, now atomicbucket.Time) bool {
+	return l.s.AllowGreedyAt(key, now, perTenantUserUnitsPerNs, perTenantUserUnitsPerToken, perTenantUserBurstUnits)
+}
+
+// AllowNAt is AllowN at time now.
+func (l *PerTenantUserLimiter) AllowNAt(key PerTenantUserKey, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.AllowNAt(key, now, cost)
+}
+
+// Peek is what AllowN would decide now, taking nothing.
+func (l *PerTenantUserLimiter) Peek(key PerTenantUserKey, cost int64) atomicbucket.Decision {
+	return l.s.Peek(key, cost)
+}
+
+// PeekAt is Peek at time now.
+func (l *PerTenantUserLimiter) PeekAt(key PerTenantUserKey, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.PeekAt(key, now, cost)
+}
+
+// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
+func (l *PerTenantUserLimiter) Reserve(key PerTenantUserKey, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.Reserve(key, cost, maxWait)
+}
+
+// ReserveAt is Reserve at time now.
+func (l *PerTenantUserLimiter) ReserveAt(key PerTenantUserKey, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.ReserveAt(key, now, cost, maxWait)
+}
+
+// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
+func (l *PerTenantUserLimiter) Wait(ctx context.Context, key PerTenantUserKey, cost int64) error {
+	return l.s.Wait(ctx, key, cost)
+}
+
+// Refund gives cost tokens back now, never beyond the burst.
+func (l *PerTenantUserLimiter) Refund(key PerTenantUserKey, cost int64) {
+	l.s.Refund(key, cost)
+}
+
+// RefundAt is Refund at time now.
+func (l *PerTenantUserLimiter) RefundAt(key PerTenantUserKey, now atomicbucket.Time, cost int64) {
+	l.s.RefundAt(key, now, cost)
+}
+
+// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
+func (l *PerTenantUserLimiter) Sweep() int {
+	return l.s.Sweep()
+}
+
+// Len is the number of keys tracked.
+func (l *PerTenantUserLimiter) Len() int64 {
+	return l.s.Len()
+}
+
+// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
+func (l *PerTenantUserLimiter) Stats() atomicbucket.TableStats {
+	return l.s.Stats()
+}
+
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
+func (l *PerTenantUserLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+	atomicbucket.RunEvery(ctx, interval, func() {
+		l.Sweep()
+	})
+}
+
+// SetNumbers makes n PerTenantUser's numbers for every key without numbers of its own from now on:
+// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
+// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
+// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *PerTenantUserLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *PerTenantUserLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
+}
+
+// ClearNumbers returns PerTenantUser to the policy's numbers, its buckets carried by carry.
+func (l *PerTenantUserLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *PerTenantUserLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *PerTenantUserLimiter) ruleInForce(key PerTenantUserKey) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// PerTenantUser's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold
+// are refused as by SetNumbers, and nothing changes.
+func (l *PerTenantUserLimiter) SetKeyNumbers(key PerTenantUserKey, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *PerTenantUserLimiter) SetKeyNumbersAt(key PerTenantUserKey, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if !verdict.KeyOK(key.Tenant) {
+		return atomicbucket.ErrEmptyKey
+	}
+	for _, t := range []*atomicbucket.Table[PerTenantUserKey]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	for _, t := range []*atomicbucket.Table[PerTenantUserKey]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has PerTenantUser's, its bucket
+// carried by carry.
+func (l *PerTenantUserLimiter) ClearKeyNumbers(key PerTenantUserKey, carry atomicbucket.Carry) {
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *PerTenantUserLimiter) ClearKeyNumbersAt(key PerTenantUserKey, now atomicbucket.Time, carry atomicbucket.Carry) {
+	for _, t := range []*atomicbucket.Table[PerTenantUserKey]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *PerTenantUserLimiter) NumbersFor(key PerTenantUserKey) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
+func (l *PerTenantUserLimiter) Reset(key PerTenantUserKey) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *PerTenantUserLimiter) ResetAt(key PerTenantUserKey, now atomicbucket.Time) {
+	for _, t := range []*atomicbucket.Table[PerTenantUserKey]{l.s} {
+		t.ResetAt(key, now)
+	}
+}
+
 // newGlobalLimiter returns Global's bucket, created at now.
 func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
 	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
@@ -1071,6 +1378,21 @@ var httpPolicyPerUserPlanPro = verdict.Policy{
 	Prefix: "\"PerUser\";r=",
 }
 
+// httpPolicyPerTenantUser is rule PerTenantUser as the RateLimit fields describe it.
+var httpPolicyPerTenantUser = verdict.Policy{
+	Name:   "PerTenantUser",
+	Quota:  2,
+	Window: 120,
+	Limit: atomicbucket.Limit{
+		Tokens: 1,
+		Period: time.Minute,
+		Burst:  2,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:   "\"PerTenantUser\";q=2;w=120",
+	Prefix: "\"PerTenantUser\";r=",
+}
+
 // httpPolicyGlobal is rule Global as the RateLimit fields describe it.
 var httpPolicyGlobal = verdict.Policy{
 	Name:   "Global",
@@ -1088,13 +1410,13 @@ var httpPolicyGlobal = verdict.Policy{
 
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*verdict.Policy{RulePerIP: {&httpPolicyPerIP, &httpPolicyPerIP}, RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerIP: {&httpPolicyPerIP, &httpPolicyPerIP}, RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RulePerTenantUser: {&httpPolicyPerTenantUser, &httpPolicyPerTenantUser}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerIP: {1, 1}, RulePerUser: {1, 1}, RuleGlobal: {1, 1}}
+var httpCosts = [...][numPlans]int64{RulePerIP: {1, 1}, RulePerUser: {1, 1}, RulePerTenantUser: {1, 1}, RuleGlobal: {1, 1}}
 
 // rlsRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
-var rlsRoutes = [...][numPlans]string{{"\"PerIP\";q=2;w=1", "\"PerIP\";q=2;w=1"}, {"\"PerUser\";q=3;w=2, \"Global\";q=1000;w=1", "\"PerUser\";q=6;w=4, \"Global\";q=1000;w=1"}, {"\"PerUser\";q=3;w=2, \"Global\";q=1000;w=1", "\"PerUser\";q=6;w=4, \"Global\";q=1000;w=1"}, {"\"PerUser\";q=3;w=2", "\"PerUser\";q=6;w=4"}, {"\"PerIP\";q=2;w=1", "\"PerIP\";q=2;w=1"}}
+var rlsRoutes = [...][numPlans]string{{"\"PerIP\";q=2;w=1", "\"PerIP\";q=2;w=1"}, {"\"PerUser\";q=3;w=2, \"Global\";q=1000;w=1", "\"PerUser\";q=6;w=4, \"Global\";q=1000;w=1"}, {"\"PerUser\";q=3;w=2, \"Global\";q=1000;w=1", "\"PerUser\";q=6;w=4, \"Global\";q=1000;w=1"}, {"\"PerTenantUser\";q=2;w=120", "\"PerTenantUser\";q=2;w=120"}, {"\"PerUser\";q=3;w=2", "\"PerUser\";q=6;w=4"}, {"\"PerIP\";q=2;w=1", "\"PerIP\";q=2;w=1"}}
 
 // RLS serves Envoy's rate-limit service (envoy.service.ratelimit.v3.RateLimitService) for the
 // policy's rls: section: it finds the descriptor pattern a request's descriptor matches in its
@@ -1103,7 +1425,7 @@ var rlsRoutes = [...][numPlans]string{{"\"PerIP\";q=2;w=1", "\"PerIP\";q=2;w=1"}
 // with limitrls (statuses, the overall code, the IETF fields when asked). A descriptor no pattern
 // matches is OK and counted (Config.Unmatched).
 //
-// Descriptors: edge: generic_key=api, user_id; edge: generic_key=api, plan, user_id; edge: generic_key=trial, user_id; edge: remote_address; internal: remote_address.
+// Descriptors: edge: generic_key=api, user_id; edge: generic_key=api, plan, user_id; edge: generic_key=tenants, tenant, user_id; edge: generic_key=trial, user_id; edge: remote_address; internal: remote_address.
 type RLS struct {
 	limits *Limits
 	// Clock, when set, is read instead of atomicbucket.Now: tests drive the service through time with
@@ -1150,15 +1472,17 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 			i = 1
 		case len(en) == 3 && en[0].Key == "generic_key" && en[0].Value == "api" && en[1].Key == "plan" && en[2].Key == "user_id":
 			i = 2
-		case len(en) == 2 && en[0].Key == "generic_key" && en[0].Value == "trial" && en[1].Key == "user_id":
+		case len(en) == 3 && en[0].Key == "generic_key" && en[0].Value == "tenants" && en[1].Key == "tenant" && en[2].Key == "user_id":
 			i = 3
+		case len(en) == 2 && en[0].Key == "generic_key" && en[0].Value == "trial" && en[1].Key == "user_id":
+			i = 4
 		case len(en) == 1 && en[0].Key == "remote_address":
 			i = 0
 		}
 	case "internal":
 		switch {
 		case len(en) == 1 && en[0].Key == "remote_address":
-			i = 4
+			i = 5
 		}
 	}
 	switch i {
@@ -1183,6 +1507,14 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 		return limitrls.Decision{
 			Found:  true,
 			Key:    key,
+			Mode:   verdict.Enforce,
+			Result: res,
+		}, err
+	case 4:
+		res, key, err := s.descriptor5(ctx, en, cost, now)
+		return limitrls.Decision{
+			Found:  true,
+			Key:    key,
 			Mode:   verdict.Shadow,
 			Result: res,
 		}, err
@@ -1194,7 +1526,7 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 			Mode:   verdict.Enforce,
 			Result: res,
 		}, err
-	case 4:
+	case 5:
 		return limitrls.Decision{
 			Found: true,
 			Mode:  verdict.Off,
@@ -1205,7 +1537,7 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 
 // rlsSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var rlsSeries = [...]verdict.Series{{Route: "edge: remote_address", Rule: "PerIP"}, {Route: "edge: generic_key=api, user_id", Tier: "API", Rule: "PerUser"}, {Route: "edge: generic_key=api, user_id", Tier: "API", Rule: "Global"}, {Route: "edge: generic_key=api, plan, user_id", Tier: "API", Rule: "PerUser"}, {Route: "edge: generic_key=api, plan, user_id", Tier: "API", Rule: "Global"}, {Route: "edge: generic_key=trial, user_id", Rule: "PerUser"}}
+var rlsSeries = [...]verdict.Series{{Route: "edge: remote_address", Rule: "PerIP"}, {Route: "edge: generic_key=api, user_id", Tier: "API", Rule: "PerUser"}, {Route: "edge: generic_key=api, user_id", Tier: "API", Rule: "Global"}, {Route: "edge: generic_key=api, plan, user_id", Tier: "API", Rule: "PerUser"}, {Route: "edge: generic_key=api, plan, user_id", Tier: "API", Rule: "Global"}, {Route: "edge: generic_key=tenants, tenant, user_id", Rule: "PerTenantUser"}, {Route: "edge: generic_key=trial, user_id", Rule: "PerUser"}}
 
 // rlsSeriesEntry2 are the series of edge: generic_key=api, user_id's rules in the Counters, by RuleName.
 var rlsSeriesEntry2 = [...]int{RulePerUser: 1, RuleGlobal: 2}
@@ -1213,9 +1545,9 @@ var rlsSeriesEntry2 = [...]int{RulePerUser: 1, RuleGlobal: 2}
 // rlsSeriesEntry3 are the series of edge: generic_key=api, plan, user_id's rules in the Counters, by RuleName.
 var rlsSeriesEntry3 = [...]int{RulePerUser: 3, RuleGlobal: 4}
 
-// descriptor1 checks one message of a stream of edge: remote_address (rule PerIP, enforce, 0 a
-// message) and returns the decision for limitgrpc.CountMessages to answer, with the key that seeds
-// its jitter, or the status that ends the stream when it has no key.
+// descriptor1 checks a descriptor of edge: remote_address (rule PerIP, enforce) at cost and returns
+// the decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or the
+// error that answers it when it holds no key.
 func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
 	var k0 string
 	var ok0 bool
@@ -1238,9 +1570,9 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	return res, k0, nil
 }
 
-// descriptor2 checks one message of a stream of edge: generic_key=api, user_id (tier API, enforce,
-// 0 a message) and returns the decision for limitgrpc.CountMessages to answer, with the key that
-// seeds its jitter, or the status that ends the stream when it has no key.
+// descriptor2 checks a descriptor of edge: generic_key=api, user_id (tier API, enforce) at cost and
+// returns the decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or
+// the error that answers it when it holds no key.
 func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
 	var k0 uint64
 	var ok0 bool
@@ -1280,9 +1612,9 @@ func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	return res, "", nil
 }
 
-// descriptor3 checks one message of a stream of edge: generic_key=api, plan, user_id (tier API,
-// enforce, 0 a message) and returns the decision for limitgrpc.CountMessages to answer, with the
-// key that seeds its jitter, or the status that ends the stream when it has no key.
+// descriptor3 checks a descriptor of edge: generic_key=api, plan, user_id (tier API, enforce) at
+// cost and returns the decision for limitrls.Config.Serve to answer, with the key that seeds its
+// jitter, or the error that answers it when it holds no key.
 func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
 	var k0 uint64
 	var ok0 bool
@@ -1322,10 +1654,51 @@ func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	return res, "", nil
 }
 
-// descriptor4 checks one message of a stream of edge: generic_key=trial, user_id (rule PerUser,
-// shadow, 0 a message) and returns the decision for limitgrpc.CountMessages to answer, with the key
-// that seeds its jitter, or the status that ends the stream when it has no key.
+// descriptor4 checks a descriptor of edge: generic_key=tenants, tenant, user_id (rule
+// PerTenantUser, enforce) at cost and returns the decision for limitrls.Config.Serve to answer,
+// with the key that seeds its jitter, or the error that answers it when it holds no key.
 func (s *RLS) descriptor4(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
+	var k0 PerTenantUserKey
+	ok0 := true
+	{
+		var k0f0 string
+		var ok0f0 bool
+		k0f0, ok0f0 = limitrls.EntryKey(en, 1)
+		k0.Tenant, ok0 = k0f0, ok0 && ok0f0
+	}
+	{
+		var k0f1 uint64
+		var ok0f1 bool
+		{
+			v, found := limitrls.EntryKey(en, 2)
+			var n uint64
+			n, ok0f1 = verdict.UintKey(v, found, 64)
+			k0f1 = n
+		}
+		k0.User, ok0 = k0f1, ok0 && ok0f1
+	}
+	if !ok0 {
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entries tenant, user_id hold no key for rule PerTenantUser", verdict.Event{Route: "edge: generic_key=tenants, tenant, user_id", Rule: "PerTenantUser", RuleIndex: int(RulePerTenantUser), Series: 5, Outcome: verdict.MissingKey})
+	}
+	var res verdict.Result
+	res.Decision = s.limits.PerTenantUser.AllowNAt(k0, now, cost)
+	res.Policy = httpPolicies[RulePerTenantUser][0]
+	res.Policies = rlsRoutes[3][0]
+	res.Cost = cost
+	res.Route = "edge: generic_key=tenants, tenant, user_id"
+	res.Rule = int(RulePerTenantUser)
+	res.Series = 5
+	if rf0 := s.limits.PerTenantUser.ruleInForce(k0); rf0 != nil {
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
+	}
+	return res, k0.Tenant, nil
+}
+
+// descriptor5 checks a descriptor of edge: generic_key=trial, user_id (rule PerUser, shadow) at
+// cost and returns the decision for limitrls.Config.Serve to answer, with the key that seeds its
+// jitter, or the error that answers it when it holds no key.
+func (s *RLS) descriptor5(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
 	var k0 uint64
 	var ok0 bool
 	{
@@ -1335,17 +1708,17 @@ func (s *RLS) descriptor4(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 		k0 = n
 	}
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Shadow, 0, "the descriptor's entry user_id holds no key for rule PerUser", verdict.Event{Route: "edge: generic_key=trial, user_id", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 5, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Shadow, 0, "the descriptor's entry user_id holds no key for rule PerUser", verdict.Event{Route: "edge: generic_key=trial, user_id", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 6, Outcome: verdict.MissingKey})
 	}
 	plan := s.plan(en)
 	var res verdict.Result
 	res.Decision = s.limits.PerUser.AllowNAt(plan, k0, now, cost)
 	res.Policy = httpPolicies[RulePerUser][plan]
-	res.Policies = rlsRoutes[3][plan]
+	res.Policies = rlsRoutes[4][plan]
 	res.Cost = cost
 	res.Route = "edge: generic_key=trial, user_id"
 	res.Rule = int(RulePerUser)
-	res.Series = 5
+	res.Series = 6
 	res.SeedInt = uint64(k0)
 	if rf0 := s.limits.PerUser.ruleInForce(plan, k0); rf0 != nil {
 		res.Policy = verdict.InForce(res.Policy, rf0)
