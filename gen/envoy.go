@@ -9,15 +9,16 @@ package main
 // translation makes a rule for each leaf (a token bucket of
 // requests_per_unit a unit with a burst of as many: it admits as many in any
 // one unit as a fixed window admits in one window, and never the double a
-// fixed window admits across its edge), keyed by the one entry without a
-// value, and an rls: pattern of the leaf's path that checks it. What a policy
-// cannot say is refused with its line: two entries without a value (a
-// composite key), replaces, wildcard values.
+// fixed window admits across its edge), keyed by the entry without a value
+// (several: a composite key, a field each, at most 8), and an rls: pattern
+// of the leaf's path that checks it. What a policy cannot say is refused
+// with its line: replaces, wildcard values.
 
 import (
 	"bytes"
 	"flag"
 	"fmt"
+	"go/token"
 	"io"
 	"os"
 	"strconv"
@@ -37,8 +38,7 @@ var envoyUnits = map[string]string{
 // envoyRule is one translated leaf: its rule and its pattern.
 type envoyRule struct {
 	name    string // the rule's name; "" for an unlimited leaf
-	keyed   bool
-	keyFrom string // the entry key the rule's key is read from
+	keyFrom []string // the entry keys the rule's key is read from: none, one, or a composite key's fields
 	rate    string
 	burst   int64
 	entries []string
@@ -150,8 +150,8 @@ func translateEnvoy(file string, raw []byte) (envoyDomain, []error) {
 		bad(root.Content[0], "domain %q has no descriptors list", d.name)
 		return d, errs
 	}
-	var walk func(list *yaml.Node, path []string, keyFrom string)
-	walk = func(list *yaml.Node, path []string, keyFrom string) {
+	var walk func(list *yaml.Node, path, keyFrom []string)
+	walk = func(list *yaml.Node, path, keyFrom []string) {
 		for _, n := range list.Content {
 			if n.Kind != yaml.MappingNode {
 				bad(n, "a descriptor is a mapping with key, and value, rate_limit or descriptors")
@@ -179,11 +179,11 @@ func translateEnvoy(file string, raw []byte) (envoyDomain, []error) {
 				}
 				entry += "=" + v
 			} else {
-				if from != "" {
-					bad(kn.val, "%q and %q both have no value: a limit per pair of values is a composite key, which a policy cannot hold yet", from, kn.val.Value)
+				if len(from) == maxEnvoyFields {
+					bad(kn.val, "%q: a descriptor path with more than %d entries without a value: a composite key has at most %d fields", kn.val.Value, maxEnvoyFields, maxEnvoyFields)
 					continue
 				}
-				from = kn.val.Value
+				from = append(append([]string(nil), from...), kn.val.Value)
 			}
 			here := append(append([]string(nil), path...), entry)
 			if sub := f["descriptors"]; sub != nil {
@@ -197,7 +197,7 @@ func translateEnvoy(file string, raw []byte) (envoyDomain, []error) {
 			if rl == nil {
 				continue
 			}
-			r := envoyRule{keyed: from != "", keyFrom: from, entries: here, line: rl.key.Line}
+			r := envoyRule{keyFrom: from, entries: here, line: rl.key.Line}
 			if sm := f["shadow_mode"]; sm != nil && sm.val.Value == "true" {
 				r.shadow = true
 			}
@@ -242,7 +242,7 @@ func translateEnvoy(file string, raw []byte) (envoyDomain, []error) {
 			d.rules = append(d.rules, r)
 		}
 	}
-	walk(ds.val, nil, "")
+	walk(ds.val, nil, nil)
 	return d, errs
 }
 
@@ -281,8 +281,16 @@ func envoyPolicy(pkg string, domains []envoyDomain) ([]byte, error) {
 			names[i] = append(names[i], name)
 			limited = true
 			fmt.Fprintf(&b, "  - name: %s   # %s:%d\n", name, d.file, r.line)
-			if r.keyed {
+			switch fields := fieldNamesOf(r.keyFrom); len(fields) {
+			case 0:
+			case 1:
 				b.WriteString("    key: string\n")
+			default:
+				var fs []string
+				for _, f := range fields {
+					fs = append(fs, f+": string")
+				}
+				fmt.Fprintf(&b, "    key: {%s}\n", strings.Join(fs, ", "))
 			}
 			fmt.Fprintf(&b, "    rate: %s\n    burst: %d\n", r.rate, r.burst)
 		}
@@ -305,8 +313,16 @@ func envoyPolicy(pkg string, domains []envoyDomain) ([]byte, error) {
 				quoted[k] = yamlString(e)
 			}
 			fmt.Fprintf(&b, "        - entries: [%s]\n          rule: %s\n", strings.Join(quoted, ", "), names[i][j])
-			if r.keyed {
-				fmt.Fprintf(&b, "          keys: {%s: %s}\n", names[i][j], yamlString(r.keyFrom))
+			switch fields := fieldNamesOf(r.keyFrom); len(fields) {
+			case 0:
+			case 1:
+				fmt.Fprintf(&b, "          keys: {%s: %s}\n", names[i][j], yamlString(r.keyFrom[0]))
+			default:
+				var fs []string
+				for k, f := range fields {
+					fs = append(fs, f+": "+yamlString(r.keyFrom[k]))
+				}
+				fmt.Fprintf(&b, "          keys: {%s: {%s}}\n", names[i][j], strings.Join(fs, ", "))
 			}
 			if r.shadow {
 				b.WriteString("          mode: shadow\n")
@@ -369,4 +385,41 @@ func yamlString(s string) string {
 		return strconv.Quote(s)
 	}
 	return strings.TrimSuffix(string(out), "\n")
+}
+
+// maxEnvoyFields is the most entries without a value a descriptor path may
+// have: a composite key's most fields.
+const maxEnvoyFields = 8
+
+// fieldNamesOf names a composite key's fields after the entry keys they are
+// read from (user_id; X-User as x_user), or f1, f2, … when one would not be
+// a field's name or two would be the same.
+func fieldNamesOf(entries []string) []string {
+	names := make([]string, len(entries))
+	seen := map[string]bool{}
+	ok := true
+	for i, e := range entries {
+		var b strings.Builder
+		for _, c := range strings.ToLower(e) {
+			switch {
+			case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+				b.WriteRune(c)
+			default:
+				b.WriteByte('_')
+			}
+		}
+		n := b.String()
+		camelName := strings.ReplaceAll(n, "_", "")
+		if n == "" || n[0] < 'a' || n[0] > 'z' || len(n) > 32 || seen[camelName] || camelName == "string" || camelName == "appendtext" || token.IsKeyword(n) {
+			ok = false
+		}
+		seen[camelName] = true
+		names[i] = n
+	}
+	if !ok {
+		for i := range names {
+			names[i] = "f" + strconv.Itoa(i+1)
+		}
+	}
+	return names
 }

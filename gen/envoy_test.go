@@ -33,8 +33,8 @@ func TestEnvoyTranslationUpToDate(t *testing.T) {
 // what says it.
 func TestEnvoyRefusals(t *testing.T) {
 	for _, c := range []struct{ name, src, want string }{
-		{"composite key", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        rate_limit: {unit: second, requests_per_unit: 1}\n",
-			`x.yaml:5:14: "a" and "b" both have no value: a limit per pair of values is a composite key`},
+		{"composite key of 9 fields", "domain: d\ndescriptors:\n  - key: a\n    descriptors:\n      - key: b\n        descriptors:\n          - key: c\n            descriptors:\n              - key: d\n                descriptors:\n                  - key: e\n                    descriptors:\n                      - key: f\n                        descriptors:\n                          - key: g\n                            descriptors:\n                              - key: h\n                                descriptors:\n                                  - key: i\n                                    rate_limit: {unit: second, requests_per_unit: 1}\n",
+			`x.yaml:19:42: "i": a descriptor path with more than 8 entries without a value: a composite key has at most 8 fields`},
 		{"replaces", "domain: d\ndescriptors:\n  - key: a\n    rate_limit:\n      unit: second\n      requests_per_unit: 1\n      replaces: [{name: other}]\n",
 			"x.yaml:7:7: replaces cannot be translated"},
 		{"wildcard", "domain: d\ndescriptors:\n  - key: path\n    value: /api/*\n    rate_limit: {unit: second, requests_per_unit: 1}\n",

@@ -63,6 +63,13 @@ func TestTranslatedEnvoyConfig(t *testing.T) {
 	if got := admitted(10, entries("generic_key", "reports")); got != 10 {
 		t.Errorf("shadow_mode: %d of 10 OK, want all", got)
 	}
+	// A limit per pair of values (tenant, then user, neither with a value):
+	// a composite key, 2 a minute for each pair.
+	for _, pair := range [][2]string{{"acme", "u1"}, {"acme", "u2"}, {"globex", "u1"}, {"acme,u1", "u1"}} {
+		if got := admitted(4, entries("tenant", pair[0], "user", pair[1])); got != 2 {
+			t.Errorf("tenant %s, user %s: %d of 4 admitted, want 2", pair[0], pair[1], got)
+		}
+	}
 	if ask(entries("source_cluster", "other", "destination_cluster", "x")) != ok {
 		t.Error("a source the configuration does not name is limited")
 	}

@@ -5,6 +5,7 @@ package envoylimits
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"time"
 
@@ -31,10 +32,12 @@ const (
 	RuleRlRemoteAddress
 	// RuleReports names the rule Reports.
 	RuleReports
+	// RuleRlTenantUser names the rule RlTenantUser.
+	RuleRlTenantUser
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "RlSourceClusterProxyDestinationCluster", "RlSourceClusterProxyDestinationClusterBar", "RlRemoteAddress", "Reports"}
+var ruleNames = [...]string{"", "RlSourceClusterProxyDestinationCluster", "RlSourceClusterProxyDestinationClusterBar", "RlRemoteAddress", "Reports", "RlTenantUser"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -52,6 +55,7 @@ type Limits struct {
 	RlSourceClusterProxyDestinationClusterBar *RlSourceClusterProxyDestinationClusterBarLimiter // see the package-level RlSourceClusterProxyDestinationClusterBar
 	RlRemoteAddress                           *RlRemoteAddressLimiter                           // see the package-level RlRemoteAddress
 	Reports                                   *ReportsLimiter                                   // see the package-level Reports
+	RlTenantUser                              *RlTenantUserLimiter                              // see the package-level RlTenantUser
 	numbers                                   *overlay.Applier                                  // ApplyNumbers's
 }
 
@@ -87,6 +91,7 @@ func New(opts ...Option) *Limits {
 		RlSourceClusterProxyDestinationClusterBar: newRlSourceClusterProxyDestinationClusterBarLimiter(o.start),
 		RlRemoteAddress: newRlRemoteAddressLimiter(),
 		Reports:         newReportsLimiter(o.start),
+		RlTenantUser:    newRlTenantUserLimiter(),
 	}
 	l.numbers = l.newApplier()
 	return l
@@ -286,11 +291,74 @@ func (t reportsNumbers) Clear(plan int, key *string) {
 	t.l.ClearNumbers(atomicbucket.CarryAsIs)
 }
 
+// rlTenantUserNumbers is RlTenantUser as an overlay Set changes it (overlay.Target).
+type rlTenantUserNumbers struct {
+	l *RlTenantUserLimiter
+}
+
+func (t rlTenantUserNumbers) Plans() int {
+	return 0
+}
+
+func (t rlTenantUserNumbers) Keyed() bool {
+	return true
+}
+
+func (t rlTenantUserNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (t rlTenantUserNumbers) Base(plan int) overlay.Base {
+	r := t.l.Rule().Limit()
+	return overlay.Base{
+		Cost:     1,
+		Interval: r.Refill == atomicbucket.Interval,
+		Numbers:  atomicbucket.NumbersOf(r),
+	}
+}
+
+func (t rlTenantUserNumbers) CheckKey(key string) error {
+	_, err := ParseRlTenantUserKey(key)
+	return err
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t rlTenantUserNumbers) clearKey(key string) error {
+	k, err := ParseRlTenantUserKey(key)
+	if err != nil {
+		return err
+	}
+	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
+	return nil
+}
+
+func (t rlTenantUserNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k, err := ParseRlTenantUserKey(*key)
+		if err != nil {
+			return err
+		}
+		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
+	}
+	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+func (t rlTenantUserNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	t.l.ClearNumbers(atomicbucket.CarryAsIs)
+}
+
 // newApplier is l's rules as overlay Sets change them.
 func (l *Limits) newApplier() *overlay.Applier {
 	return overlay.NewApplier(overlay.Policy[overlay.Target]{
 		Plans: nil,
-		Rules: map[string]overlay.Target{"RlSourceClusterProxyDestinationCluster": rlSourceClusterProxyDestinationClusterNumbers{l.RlSourceClusterProxyDestinationCluster}, "RlSourceClusterProxyDestinationClusterBar": rlSourceClusterProxyDestinationClusterBarNumbers{l.RlSourceClusterProxyDestinationClusterBar}, "RlRemoteAddress": rlRemoteAddressNumbers{l.RlRemoteAddress}, "Reports": reportsNumbers{l.Reports}},
+		Rules: map[string]overlay.Target{"RlSourceClusterProxyDestinationCluster": rlSourceClusterProxyDestinationClusterNumbers{l.RlSourceClusterProxyDestinationCluster}, "RlSourceClusterProxyDestinationClusterBar": rlSourceClusterProxyDestinationClusterBarNumbers{l.RlSourceClusterProxyDestinationClusterBar}, "RlRemoteAddress": rlRemoteAddressNumbers{l.RlRemoteAddress}, "Reports": reportsNumbers{l.Reports}, "RlTenantUser": rlTenantUserNumbers{l.RlTenantUser}},
 	})
 }
 
@@ -354,6 +422,9 @@ var (
 
 	// Reports allows 2 requests per hour in total, in bursts of up to 2.
 	Reports = Default.Reports
+
+	// RlTenantUser allows 2 requests per minute per tenant and user, in bursts of up to 2.
+	RlTenantUser = Default.RlTenantUser
 )
 
 // newRlSourceClusterProxyDestinationClusterLimiter returns RlSourceClusterProxyDestinationCluster's (empty) tables.
@@ -1029,6 +1100,241 @@ func (l *ReportsLimiter) ResetAt(now atomicbucket.Time) {
 	l.s.ResetAt(now)
 }
 
+// RlTenantUserKey is rule RlTenantUser's key: tenant (string), user (string).
+type RlTenantUserKey struct {
+	Tenant string
+	User   string
+}
+
+// AppendText appends the key's text form to b: its fields in order, comma-separated, a string's
+// '%', ',' and '#' escaped (verdict.AppendKeyField). Run-time numbers name the key by it, a store
+// keeps its bucket under it, and an interval rule places the key's grid by its hash.
+func (k RlTenantUserKey) AppendText(b []byte) ([]byte, error) {
+	b = verdict.AppendKeyField(b, k.Tenant)
+	b = append(b, ',')
+	b = verdict.AppendKeyField(b, k.User)
+	return b, nil
+}
+
+// String is the key's text form (AppendText).
+func (k RlTenantUserKey) String() string {
+	b, _ := k.AppendText(nil)
+	return string(b)
+}
+
+// ParseRlTenantUserKey reads a RlTenantUserKey from its text form (String).
+func ParseRlTenantUserKey(s string) (RlTenantUserKey, error) {
+	f, ok := verdict.KeyFields(s, 2)
+	if !ok {
+		return RlTenantUserKey{}, fmt.Errorf("%q is not a key of rule RlTenantUser: tenant (string), user (string), comma-separated", s)
+	}
+	var k RlTenantUserKey
+	if !verdict.KeyOK(f[0]) {
+		return RlTenantUserKey{}, fmt.Errorf("key %q of rule RlTenantUser: field tenant is empty or longer than %d bytes", s, verdict.MaxKeyLen)
+	}
+	k.Tenant = f[0]
+	if !verdict.KeyOK(f[1]) {
+		return RlTenantUserKey{}, fmt.Errorf("key %q of rule RlTenantUser: field user is empty or longer than %d bytes", s, verdict.MaxKeyLen)
+	}
+	k.User = f[1]
+	return k, nil
+}
+
+// newRlTenantUserLimiter returns RlTenantUser's (empty) tables.
+func newRlTenantUserLimiter() *RlTenantUserLimiter {
+	return &RlTenantUserLimiter{s: atomicbucket.NewTable[RlTenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+		Tokens: 2,
+		Period: time.Minute,
+		Burst:  2,
+		Refill: atomicbucket.Greedy,
+	}), rlTenantUserUnitsPerNs, rlTenantUserUnitsPerToken, rlTenantUserBurstUnits), atomicbucket.TableOptions{})}
+}
+
+// RlTenantUser's fixed-point units, computed when generating and checked against the runtime when
+// the package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (rlTenantUserUnitsPerNs), one token is worth rlTenantUserUnitsPerToken units (GCRA's emission
+// interval), and a bucket may run rlTenantUserBurstUnits units ahead of now (the burst's worth:
+// GCRA's tolerance).
+const (
+	rlTenantUserUnitsPerNs    = 1
+	rlTenantUserUnitsPerToken = 30000000000
+	rlTenantUserBurstUnits    = 60000000000
+)
+
+// RlTenantUserLimiter is the type of RlTenantUser. Its methods are safe for concurrent use.
+type RlTenantUserLimiter struct {
+	s *atomicbucket.Table[RlTenantUserKey]
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *RlTenantUserLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
+}
+
+// Allow reports whether a request is allowed now, taking its tokens if so.
+func (l *RlTenantUserLimiter) Allow(key RlTenantUserKey) bool {
+	return l.s.AllowGreedyAt(key, atomicbucket.Now(), rlTenantUserUnitsPerNs, rlTenantUserUnitsPerToken, rlTenantUserBurstUnits)
+}
+
+// AllowN checks a request of the given cost now, taking its tokens if allowed.
+func (l *RlTenantUserLimiter) AllowN(key RlTenantUserKey, cost int64) atomicbucket.Decision {
+	return l.s.AllowN(key, cost)
+}
+
+// AllowAt is Allow at time now.
+func (l *RlTenantUserLimiter) AllowAt(key RlTenantUserKey, now atomicbucket.Time) bool {
+	return l.s.AllowGreedyAt(key, now, rlTenantUserUnitsPerNs, rlTenantUserUnitsPerToken, rlTenantUserBurstUnits)
+}
+
+// AllowNAt is AllowN at time now.
+func (l *RlTenantUserLimiter) AllowNAt(key RlTenantUserKey, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.AllowNAt(key, now, cost)
+}
+
+// Peek is what AllowN would decide now, taking nothing.
+func (l *RlTenantUserLimiter) Peek(key RlTenantUserKey, cost int64) atomicbucket.Decision {
+	return l.s.Peek(key, cost)
+}
+
+// PeekAt is Peek at time now.
+func (l *RlTenantUserLimiter) PeekAt(key RlTenantUserKey, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.PeekAt(key, now, cost)
+}
+
+// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
+func (l *RlTenantUserLimiter) Reserve(key RlTenantUserKey, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.Reserve(key, cost, maxWait)
+}
+
+// ReserveAt is Reserve at time now.
+func (l *RlTenantUserLimiter) ReserveAt(key RlTenantUserKey, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.ReserveAt(key, now, cost, maxWait)
+}
+
+// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
+func (l *RlTenantUserLimiter) Wait(ctx context.Context, key RlTenantUserKey, cost int64) error {
+	return l.s.Wait(ctx, key, cost)
+}
+
+// Refund gives cost tokens back now, never beyond the burst.
+func (l *RlTenantUserLimiter) Refund(key RlTenantUserKey, cost int64) {
+	l.s.Refund(key, cost)
+}
+
+// RefundAt is Refund at time now.
+func (l *RlTenantUserLimiter) RefundAt(key RlTenantUserKey, now atomicbucket.Time, cost int64) {
+	l.s.RefundAt(key, now, cost)
+}
+
+// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
+func (l *RlTenantUserLimiter) Sweep() int {
+	return l.s.Sweep()
+}
+
+// Len is the number of keys tracked.
+func (l *RlTenantUserLimiter) Len() int64 {
+	return l.s.Len()
+}
+
+// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
+func (l *RlTenantUserLimiter) Stats() atomicbucket.TableStats {
+	return l.s.Stats()
+}
+
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
+func (l *RlTenantUserLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+	atomicbucket.RunEvery(ctx, interval, func() {
+		l.Sweep()
+	})
+}
+
+// SetNumbers makes n RlTenantUser's numbers for every key without numbers of its own from now on:
+// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
+// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
+// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *RlTenantUserLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *RlTenantUserLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
+}
+
+// ClearNumbers returns RlTenantUser to the policy's numbers, its buckets carried by carry.
+func (l *RlTenantUserLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *RlTenantUserLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *RlTenantUserLimiter) ruleInForce(key RlTenantUserKey) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// RlTenantUser's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold
+// are refused as by SetNumbers, and nothing changes.
+func (l *RlTenantUserLimiter) SetKeyNumbers(key RlTenantUserKey, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *RlTenantUserLimiter) SetKeyNumbersAt(key RlTenantUserKey, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if !verdict.KeyOK(key.Tenant) || !verdict.KeyOK(key.User) {
+		return atomicbucket.ErrEmptyKey
+	}
+	for _, t := range []*atomicbucket.Table[RlTenantUserKey]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	for _, t := range []*atomicbucket.Table[RlTenantUserKey]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has RlTenantUser's, its bucket
+// carried by carry.
+func (l *RlTenantUserLimiter) ClearKeyNumbers(key RlTenantUserKey, carry atomicbucket.Carry) {
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *RlTenantUserLimiter) ClearKeyNumbersAt(key RlTenantUserKey, now atomicbucket.Time, carry atomicbucket.Carry) {
+	for _, t := range []*atomicbucket.Table[RlTenantUserKey]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *RlTenantUserLimiter) NumbersFor(key RlTenantUserKey) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
+func (l *RlTenantUserLimiter) Reset(key RlTenantUserKey) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *RlTenantUserLimiter) ResetAt(key RlTenantUserKey, now atomicbucket.Time) {
+	for _, t := range []*atomicbucket.Table[RlTenantUserKey]{l.s} {
+		t.ResetAt(key, now)
+	}
+}
+
 // httpPolicyRlSourceClusterProxyDestinationCluster is rule RlSourceClusterProxyDestinationCluster
 // as the RateLimit fields describe it.
 var httpPolicyRlSourceClusterProxyDestinationCluster = verdict.Policy{
@@ -1091,15 +1397,30 @@ var httpPolicyReports = verdict.Policy{
 	Prefix: "\"Reports\";r=",
 }
 
+// httpPolicyRlTenantUser is rule RlTenantUser as the RateLimit fields describe it.
+var httpPolicyRlTenantUser = verdict.Policy{
+	Name:   "RlTenantUser",
+	Quota:  2,
+	Window: 60,
+	Limit: atomicbucket.Limit{
+		Tokens: 2,
+		Period: time.Minute,
+		Burst:  2,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:   "\"RlTenantUser\";q=2;w=60",
+	Prefix: "\"RlTenantUser\";r=",
+}
+
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][1]*verdict.Policy{RuleRlSourceClusterProxyDestinationCluster: {&httpPolicyRlSourceClusterProxyDestinationCluster}, RuleRlSourceClusterProxyDestinationClusterBar: {&httpPolicyRlSourceClusterProxyDestinationClusterBar}, RuleRlRemoteAddress: {&httpPolicyRlRemoteAddress}, RuleReports: {&httpPolicyReports}}
+var httpPolicies = [...][1]*verdict.Policy{RuleRlSourceClusterProxyDestinationCluster: {&httpPolicyRlSourceClusterProxyDestinationCluster}, RuleRlSourceClusterProxyDestinationClusterBar: {&httpPolicyRlSourceClusterProxyDestinationClusterBar}, RuleRlRemoteAddress: {&httpPolicyRlRemoteAddress}, RuleReports: {&httpPolicyReports}, RuleRlTenantUser: {&httpPolicyRlTenantUser}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][1]int64{RuleRlSourceClusterProxyDestinationCluster: {1}, RuleRlSourceClusterProxyDestinationClusterBar: {1}, RuleRlRemoteAddress: {1}, RuleReports: {1}}
+var httpCosts = [...][1]int64{RuleRlSourceClusterProxyDestinationCluster: {1}, RuleRlSourceClusterProxyDestinationClusterBar: {1}, RuleRlRemoteAddress: {1}, RuleReports: {1}, RuleRlTenantUser: {1}}
 
 // rlsRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
-var rlsRoutes = [...][1]string{{"\"RlSourceClusterProxyDestinationCluster\";q=100;w=60"}, {"\"RlSourceClusterProxyDestinationClusterBar\";q=1;w=60"}, {"\"RlRemoteAddress\";q=10;w=1"}, {"\"Reports\";q=2;w=3600"}}
+var rlsRoutes = [...][1]string{{"\"RlSourceClusterProxyDestinationCluster\";q=100;w=60"}, {"\"RlSourceClusterProxyDestinationClusterBar\";q=1;w=60"}, {"\"RlRemoteAddress\";q=10;w=1"}, {"\"Reports\";q=2;w=3600"}, {"\"RlTenantUser\";q=2;w=60"}}
 
 // RLS serves Envoy's rate-limit service (envoy.service.ratelimit.v3.RateLimitService) for the
 // policy's rls: section: it finds the descriptor pattern a request's descriptor matches in its
@@ -1108,7 +1429,7 @@ var rlsRoutes = [...][1]string{{"\"RlSourceClusterProxyDestinationCluster\";q=10
 // with limitrls (statuses, the overall code, the IETF fields when asked). A descriptor no pattern
 // matches is OK and counted (Config.Unmatched).
 //
-// Descriptors: rl: source_cluster=proxy, destination_cluster=bar; rl: source_cluster=proxy, destination_cluster; rl: generic_key=reports; rl: remote_address.
+// Descriptors: rl: source_cluster=proxy, destination_cluster=bar; rl: source_cluster=proxy, destination_cluster; rl: generic_key=reports; rl: remote_address; rl: tenant, user.
 type RLS struct {
 	limits *Limits
 	// Clock, when set, is read instead of atomicbucket.Now: tests drive the service through time with
@@ -1159,6 +1480,8 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 			i = 3
 		case len(en) == 1 && en[0].Key == "remote_address":
 			i = 2
+		case len(en) == 2 && en[0].Key == "tenant" && en[1].Key == "user":
+			i = 4
 		}
 	}
 	switch i {
@@ -1194,13 +1517,21 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 			Mode:   verdict.Enforce,
 			Result: res,
 		}, err
+	case 4:
+		res, key, err := s.descriptor5(ctx, en, cost, now)
+		return limitrls.Decision{
+			Found:  true,
+			Key:    key,
+			Mode:   verdict.Enforce,
+			Result: res,
+		}, err
 	}
 	return limitrls.Decision{}, nil
 }
 
 // rlsSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var rlsSeries = [...]verdict.Series{{Route: "rl: source_cluster=proxy, destination_cluster", Rule: "RlSourceClusterProxyDestinationCluster"}, {Route: "rl: source_cluster=proxy, destination_cluster=bar", Rule: "RlSourceClusterProxyDestinationClusterBar"}, {Route: "rl: remote_address", Rule: "RlRemoteAddress"}, {Route: "rl: generic_key=reports", Rule: "Reports"}}
+var rlsSeries = [...]verdict.Series{{Route: "rl: source_cluster=proxy, destination_cluster", Rule: "RlSourceClusterProxyDestinationCluster"}, {Route: "rl: source_cluster=proxy, destination_cluster=bar", Rule: "RlSourceClusterProxyDestinationClusterBar"}, {Route: "rl: remote_address", Rule: "RlRemoteAddress"}, {Route: "rl: generic_key=reports", Rule: "Reports"}, {Route: "rl: tenant, user", Rule: "RlTenantUser"}}
 
 // descriptor1 checks a descriptor of rl: source_cluster=proxy, destination_cluster (rule
 // RlSourceClusterProxyDestinationCluster, enforce) at cost and returns the decision for
@@ -1290,4 +1621,40 @@ func (s *RLS) descriptor4(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 		res.Policies = verdict.InForceList(res.Policy)
 	}
 	return res, "", nil
+}
+
+// descriptor5 checks a descriptor of rl: tenant, user (rule RlTenantUser, enforce) at cost and
+// returns the decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or
+// the error that answers it when it holds no key.
+func (s *RLS) descriptor5(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
+	var k0 RlTenantUserKey
+	ok0 := true
+	{
+		var k0f0 string
+		var ok0f0 bool
+		k0f0, ok0f0 = limitrls.EntryKey(en, 0)
+		k0.Tenant, ok0 = k0f0, ok0 && ok0f0
+	}
+	{
+		var k0f1 string
+		var ok0f1 bool
+		k0f1, ok0f1 = limitrls.EntryKey(en, 1)
+		k0.User, ok0 = k0f1, ok0 && ok0f1
+	}
+	if !ok0 {
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entries tenant, user hold no key for rule RlTenantUser", verdict.Event{Route: "rl: tenant, user", Rule: "RlTenantUser", RuleIndex: int(RuleRlTenantUser), Series: 4, Outcome: verdict.MissingKey})
+	}
+	var res verdict.Result
+	res.Decision = s.limits.RlTenantUser.AllowNAt(k0, now, cost)
+	res.Policy = httpPolicies[RuleRlTenantUser][0]
+	res.Policies = rlsRoutes[4][0]
+	res.Cost = cost
+	res.Route = "rl: tenant, user"
+	res.Rule = int(RuleRlTenantUser)
+	res.Series = 4
+	if rf0 := s.limits.RlTenantUser.ruleInForce(k0); rf0 != nil {
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
+	}
+	return res, k0.Tenant, nil
 }
