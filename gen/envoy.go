@@ -37,7 +37,7 @@ var envoyUnits = map[string]string{
 
 // envoyRule is one translated leaf: its rule and its pattern.
 type envoyRule struct {
-	name    string // the rule's name; "" for an unlimited leaf
+	name    string   // the rule's name; "" for an unlimited leaf
 	keyFrom []string // the entry keys the rule's key is read from: none, one, or a composite key's fields
 	rate    string
 	burst   int64
