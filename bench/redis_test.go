@@ -247,6 +247,7 @@ func runRedis(b *testing.B, addr string, callers int, check func(context.Context
 	b.ReportMetric(float64(after.all-before.all)/n, "cmds/op")
 	b.ReportMetric(float64(after.scripts-before.scripts)/n, "scripts/op")
 	b.ReportMetric(float64(after.usec-before.usec)/n, "redis-µs/op")
+	b.ReportMetric((after.cpu-before.cpu)*1e6/n, "redis-cpu-µs/op")
 }
 
 // runCallers runs check b.N times from callers goroutines (above 1, by
@@ -332,7 +333,15 @@ func reportMisses(b *testing.B, errs, denied int64) {
 
 // commands is what INFO commandstats counts: every command Redis ran (those
 // a script calls included, INFO itself left out) and the script calls.
-type commands struct{ all, scripts, usec int64 }
+// commands are a redis-server's counts: the commands it ran (all: a
+// script's own calls counted too; scripts: EVAL and EVALSHA, the calls a
+// client sent), their time as commandstats sums it (a script's and its
+// calls' both), and cpu, the seconds of CPU its process used (INFO cpu:
+// user and system), the one measure of its load that counts nothing twice.
+type commands struct {
+	all, scripts, usec int64
+	cpu                float64
+}
 
 func commandStats(b *testing.B, c *redis.Client) commands {
 	b.Helper()
@@ -360,6 +369,20 @@ func commandStats(b *testing.B, c *redis.Client) commands {
 		}
 		if name == "cmdstat_evalsha" || name == "cmdstat_eval" {
 			n.scripts += v
+		}
+	}
+	cpu, err := c.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(cpu, "\n") {
+		name, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (name == "used_cpu_sys" || name == "used_cpu_user") {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu: %q: %v", line, err)
+			}
+			n.cpu += f
 		}
 	}
 	return n
