@@ -118,13 +118,19 @@ func start(t *testing.T, flags ...string) *instance {
 // ask asks for one descriptor of domain edge, entries as key, value pairs.
 func (in *instance) ask(t *testing.T, entries ...string) (*rlsv3.RateLimitResponse, error) {
 	t.Helper()
+	return in.askCost(t, 0, entries...)
+}
+
+// askCost is ask with the request's hits_addend (0: none, a cost of 1).
+func (in *instance) askCost(t *testing.T, cost uint32, entries ...string) (*rlsv3.RateLimitResponse, error) {
+	t.Helper()
 	d := &rlv3.RateLimitDescriptor{}
 	for i := 0; i+1 < len(entries); i += 2 {
 		d.Entries = append(d.Entries, &rlv3.RateLimitDescriptor_Entry{Key: entries[i], Value: entries[i+1]})
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return in.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{d}})
+	return in.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{d}, HitsAddend: cost})
 }
 
 // admitted asks n times, from the instances in turn, and counts the OKs; an
@@ -159,8 +165,9 @@ const numbersFile = `rules:
 // differs by plan (5 for a free user, 15 for a pro one), a key's own numbers
 // from the -numbers file (25) and a change of that file taking effect while
 // they serve, a leased rule (at most its 40, at least 40 less what the two
-// instances' leases can hold), and a rule kept in each instance's memory
-// (3 on each).
+// instances' leases can hold), a rule kept in each instance's memory (3 on
+// each), and an aligned interval rule keyed by a tenant and a user (3 for
+// each pair; hits_addend 2 takes 2 of them).
 func TestStores(t *testing.T) {
 	for _, store := range []struct {
 		name  string
@@ -215,6 +222,20 @@ func TestStores(t *testing.T) {
 			for i, in := range both {
 				if got := admitted(t, 5, []*instance{in}, "generic_key", "search", "remote_address", "198.51.100.7"); got != 3 {
 					t.Errorf("Search (local) on instance %d: %d of 5 admitted, want 3", i, got)
+				}
+			}
+
+			// A composite key on an aligned interval rule: 3 an hour for each
+			// user of each tenant; hits_addend is the cost.
+			for _, tu := range [][2]string{{"acme", "7"}, {"acme", "8"}, {"globex", "7"}} {
+				if got := admitted(t, 5, both, "generic_key", "exports", "tenant", tu[0], "user_id", tu[1]); got != 3 {
+					t.Errorf("Exports, tenant %s, user %s: %d of 5 admitted, want 3", tu[0], tu[1], got)
+				}
+			}
+			for i, want := range []rlsv3.RateLimitResponse_Code{rlsv3.RateLimitResponse_OK, rlsv3.RateLimitResponse_OVER_LIMIT} {
+				resp, err := both[i].askCost(t, 2, "generic_key", "exports", "tenant", "initech", "user_id", "1")
+				if err != nil || resp.OverallCode != want {
+					t.Errorf("Exports at a cost of 2, call %d: %v, %v; want %v", i+1, resp, err, want)
 				}
 			}
 

@@ -77,10 +77,12 @@ const (
 	RulePerTenant
 	// RuleSearch names the rule Search.
 	RuleSearch
+	// RuleExports names the rule Exports.
+	RuleExports
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerClient", "PerUser", "Global", "PerTenant", "Search"}
+var ruleNames = [...]string{"", "PerClient", "PerUser", "Global", "PerTenant", "Search", "Exports"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -99,6 +101,7 @@ type Limits struct {
 	Global    *GlobalLimiter    // see the package-level Global
 	PerTenant *PerTenantLimiter // see the package-level PerTenant
 	Search    *SearchLimiter    // see the package-level Search
+	Exports   *ExportsLimiter   // see the package-level Exports
 	shared    *sharedState      // the store the shared rules are checked on, if any
 	numbers   *overlay.Applier  // ApplyNumbers's
 }
@@ -146,19 +149,21 @@ func New(opts ...Option) *Limits {
 		Global:    newGlobalLimiter(o.start),
 		PerTenant: newPerTenantLimiter(),
 		Search:    newSearchLimiter(),
+		Exports:   newExportsLimiter(),
 		shared:    newSharedState(o.store),
 	}
 	l.PerClient.sh = l.shared
 	l.PerUser.sh = l.shared
 	l.Global.sh = l.shared
 	l.PerTenant.sh = l.shared
+	l.Exports.sh = l.shared
 	l.numbers = l.newApplier()
 	return l
 }
 
 // sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),
 // in the order their checks name them.
-var sharedRules = [5]shared.Rule{{
+var sharedRules = [6]shared.Rule{{
 	Namespace: "envoyexample",
 	Name:      "PerClient",
 	Limit: atomicbucket.Limit{
@@ -244,6 +249,19 @@ var sharedRules = [5]shared.Rule{{
 		PerMicro: int64(1),
 		Emit:     int64(6000000),
 		Exact:    true,
+	},
+}, {
+	Namespace: "envoyexample",
+	Name:      "Exports",
+	Limit: atomicbucket.Limit{
+		Tokens:  3,
+		Period:  time.Hour,
+		Burst:   3,
+		Refill:  atomicbucket.Interval,
+		Aligned: true,
+	},
+	Failure: shared.Failure{
+		Mode: shared.FailDeny,
 	},
 }}
 
@@ -588,11 +606,78 @@ func (t searchNumbers) Clear(plan int, key *string) {
 	t.l.ClearNumbers(atomicbucket.CarryAsIs)
 }
 
+// exportsNumbers is Exports as an overlay Set changes it (overlay.Target).
+type exportsNumbers struct {
+	l *ExportsLimiter
+}
+
+func (t exportsNumbers) Plans() int {
+	return 0
+}
+
+func (t exportsNumbers) Keyed() bool {
+	return true
+}
+
+func (t exportsNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	nb, err := t.l.sh.numbered()
+	if err != nil || nb == nil {
+		return err
+	}
+	return nb.CheckNumbers(5, n)
+}
+
+func (t exportsNumbers) Base(plan int) overlay.Base {
+	r := t.l.Rule().Limit()
+	return overlay.Base{
+		Cost:     1,
+		Interval: r.Refill == atomicbucket.Interval,
+		Numbers:  atomicbucket.NumbersOf(r),
+	}
+}
+
+func (t exportsNumbers) CheckKey(key string) error {
+	_, err := ParseExportsKey(key)
+	return err
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t exportsNumbers) clearKey(key string) error {
+	k, err := ParseExportsKey(key)
+	if err != nil {
+		return err
+	}
+	_ = t.l.ClearKeyNumbers(k)
+	return nil
+}
+
+func (t exportsNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k, err := ParseExportsKey(*key)
+		if err != nil {
+			return err
+		}
+		return t.l.SetKeyNumbers(k, n)
+	}
+	return t.l.SetNumbers(n)
+}
+
+func (t exportsNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	_ = t.l.ClearNumbers() // fails only as Set failed before
+}
+
 // newApplier is l's rules as overlay Sets change them.
 func (l *Limits) newApplier() *overlay.Applier {
 	return overlay.NewApplier(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerClient": perClientNumbers{l.PerClient}, "PerUser": perUserNumbers{l.PerUser}, "Global": globalNumbers{l.Global}, "PerTenant": perTenantNumbers{l.PerTenant}, "Search": searchNumbers{l.Search}},
+		Rules: map[string]overlay.Target{"PerClient": perClientNumbers{l.PerClient}, "PerUser": perUserNumbers{l.PerUser}, "Global": globalNumbers{l.Global}, "PerTenant": perTenantNumbers{l.PerTenant}, "Search": searchNumbers{l.Search}, "Exports": exportsNumbers{l.Exports}},
 	})
 }
 
@@ -662,6 +747,10 @@ var (
 	// at that cap it reclaims keys whose buckets have been full for a second, and when there are none
 	// it denies new keys.
 	Search = Default.Search
+
+	// Exports allows 3 requests per hour per tenant and user, added 3 at a time at each hour boundary
+	// of the wall clock, in bursts of up to 3.
+	Exports = Default.Exports
 )
 
 // newPerClientLocalLimiter returns PerClient's (empty) tables.
@@ -2253,6 +2342,388 @@ func (l *SearchLimiter) ResetAt(key string, now atomicbucket.Time) {
 	}
 }
 
+// ExportsKey is rule Exports's key: tenant (string), user (uint64).
+type ExportsKey struct {
+	Tenant string
+	User   uint64
+}
+
+// AppendText appends the key's text form to b: its fields in order, comma-separated, a string's
+// '%', ',' and '#' escaped (verdict.AppendKeyField). Run-time numbers name the key by it, a store
+// keeps its bucket under it, and an interval rule places the key's grid by its hash.
+func (k ExportsKey) AppendText(b []byte) ([]byte, error) {
+	b = verdict.AppendKeyField(b, k.Tenant)
+	b = append(b, ',')
+	b = strconv.AppendUint(b, uint64(k.User), 10)
+	return b, nil
+}
+
+// String is the key's text form (AppendText).
+func (k ExportsKey) String() string {
+	b, _ := k.AppendText(nil)
+	return string(b)
+}
+
+// ParseExportsKey reads a ExportsKey from its text form (String).
+func ParseExportsKey(s string) (ExportsKey, error) {
+	f, ok := verdict.KeyFields(s, 2)
+	if !ok {
+		return ExportsKey{}, fmt.Errorf("%q is not a key of rule Exports: tenant (string), user (uint64), comma-separated", s)
+	}
+	var k ExportsKey
+	if !verdict.KeyOK(f[0]) {
+		return ExportsKey{}, fmt.Errorf("key %q of rule Exports: field tenant is empty or longer than %d bytes", s, verdict.MaxKeyLen)
+	}
+	k.Tenant = f[0]
+	v1, err := strconv.ParseUint(f[1], 10, 64)
+	if err != nil {
+		return ExportsKey{}, fmt.Errorf("key %q of rule Exports: field user is not a uint64", s)
+	}
+	k.User = uint64(v1)
+	return k, nil
+}
+
+// newExportsLocalLimiter returns Exports's (empty) tables.
+func newExportsLocalLimiter() *ExportsLocalLimiter {
+	return &ExportsLocalLimiter{s: atomicbucket.NewTable[ExportsKey](atomicbucket.MustRule(atomicbucket.Limit{
+		Tokens:  3,
+		Period:  time.Hour,
+		Burst:   3,
+		Refill:  atomicbucket.Interval,
+		Aligned: true,
+	}), atomicbucket.TableOptions{})}
+}
+
+// ExportsLocalLimiter is Exports decided in this process only, with the whole limit: what
+// ExportsLimiter.Local returns, for tests, and what Exports's checks use while the package has no
+// store (SharedErr says so). Its methods are safe for concurrent use.
+type ExportsLocalLimiter struct {
+	s *atomicbucket.Table[ExportsKey]
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *ExportsLocalLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
+}
+
+// Allow reports whether a request is allowed now, taking its tokens if so.
+func (l *ExportsLocalLimiter) Allow(key ExportsKey) bool {
+	return l.s.Allow(key)
+}
+
+// AllowN checks a request of the given cost now, taking its tokens if allowed.
+func (l *ExportsLocalLimiter) AllowN(key ExportsKey, cost int64) atomicbucket.Decision {
+	return l.s.AllowN(key, cost)
+}
+
+// AllowAt is Allow at time now.
+func (l *ExportsLocalLimiter) AllowAt(key ExportsKey, now atomicbucket.Time) bool {
+	return l.s.AllowAt(key, now)
+}
+
+// AllowNAt is AllowN at time now.
+func (l *ExportsLocalLimiter) AllowNAt(key ExportsKey, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.AllowNAt(key, now, cost)
+}
+
+// Peek is what AllowN would decide now, taking nothing.
+func (l *ExportsLocalLimiter) Peek(key ExportsKey, cost int64) atomicbucket.Decision {
+	return l.s.Peek(key, cost)
+}
+
+// PeekAt is Peek at time now.
+func (l *ExportsLocalLimiter) PeekAt(key ExportsKey, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.PeekAt(key, now, cost)
+}
+
+// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
+func (l *ExportsLocalLimiter) Reserve(key ExportsKey, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.Reserve(key, cost, maxWait)
+}
+
+// ReserveAt is Reserve at time now.
+func (l *ExportsLocalLimiter) ReserveAt(key ExportsKey, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.ReserveAt(key, now, cost, maxWait)
+}
+
+// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
+func (l *ExportsLocalLimiter) Wait(ctx context.Context, key ExportsKey, cost int64) error {
+	return l.s.Wait(ctx, key, cost)
+}
+
+// Refund gives cost tokens back now, never beyond the burst.
+func (l *ExportsLocalLimiter) Refund(key ExportsKey, cost int64) {
+	l.s.Refund(key, cost)
+}
+
+// RefundAt is Refund at time now.
+func (l *ExportsLocalLimiter) RefundAt(key ExportsKey, now atomicbucket.Time, cost int64) {
+	l.s.RefundAt(key, now, cost)
+}
+
+// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
+func (l *ExportsLocalLimiter) Sweep() int {
+	return l.s.Sweep()
+}
+
+// Len is the number of keys tracked.
+func (l *ExportsLocalLimiter) Len() int64 {
+	return l.s.Len()
+}
+
+// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
+func (l *ExportsLocalLimiter) Stats() atomicbucket.TableStats {
+	return l.s.Stats()
+}
+
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
+func (l *ExportsLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+	atomicbucket.RunEvery(ctx, interval, func() {
+		l.Sweep()
+	})
+}
+
+// SetNumbers makes n Exports's numbers for every key without numbers of its own from now on: every
+// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
+// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
+// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *ExportsLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *ExportsLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
+}
+
+// ClearNumbers returns Exports to the policy's numbers, its buckets carried by carry.
+func (l *ExportsLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *ExportsLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *ExportsLocalLimiter) ruleInForce(key ExportsKey) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// Exports's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
+// refused as by SetNumbers, and nothing changes.
+func (l *ExportsLocalLimiter) SetKeyNumbers(key ExportsKey, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *ExportsLocalLimiter) SetKeyNumbersAt(key ExportsKey, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if !verdict.KeyOK(key.Tenant) {
+		return atomicbucket.ErrEmptyKey
+	}
+	for _, t := range []*atomicbucket.Table[ExportsKey]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	for _, t := range []*atomicbucket.Table[ExportsKey]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has Exports's, its bucket carried by
+// carry.
+func (l *ExportsLocalLimiter) ClearKeyNumbers(key ExportsKey, carry atomicbucket.Carry) {
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *ExportsLocalLimiter) ClearKeyNumbersAt(key ExportsKey, now atomicbucket.Time, carry atomicbucket.Carry) {
+	for _, t := range []*atomicbucket.Table[ExportsKey]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *ExportsLocalLimiter) NumbersFor(key ExportsKey) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
+func (l *ExportsLocalLimiter) Reset(key ExportsKey) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *ExportsLocalLimiter) ResetAt(key ExportsKey, now atomicbucket.Time) {
+	for _, t := range []*atomicbucket.Table[ExportsKey]{l.s} {
+		t.ResetAt(key, now)
+	}
+}
+
+// newExportsLimiter returns Exports's limiter over its process-local buckets; New binds it to the store.
+func newExportsLimiter() *ExportsLimiter {
+	return &ExportsLimiter{local: newExportsLocalLimiter()}
+}
+
+// ExportsLimiter is the type of Exports, a shared rule: Allow, AllowN and Wait decide on the store
+// given to New, so that the limit holds across every instance that shares it, and take the
+// request's context. Without a store they decide in this process with the whole limit, and their
+// results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
+// Its methods are safe for concurrent use.
+type ExportsLimiter struct {
+	local *ExportsLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *ExportsLimiter) Rule() *atomicbucket.Rule {
+	return l.local.Rule()
+}
+
+// Local returns Exports decided in this process only, with the whole limit, on buckets apart from
+// the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *ExportsLimiter) Local() *ExportsLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
+// AllowN, whose Result says more: whether the store decided, and why not).
+func (l *ExportsLimiter) Allow(ctx context.Context, key ExportsKey) bool {
+	return l.AllowN(ctx, key, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that Exports holds across every
+// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
+// setting (deny) does, and the Result says so (Degraded, Err). Without a store, Exports's
+// process-local limiter (Local) decides and Err is SharedErr's error.
+func (l *ExportsLimiter) AllowN(ctx context.Context, key ExportsKey, cost int64) shared.Result {
+	if l.sh.bound == nil {
+		return shared.Result{
+			Decision: l.local.AllowN(key, cost),
+			Err:      l.sh.err,
+		}
+	}
+	return l.sh.bound.CheckStep(ctx, shared.Step{
+		Cost: cost,
+		Key:  verdict.StoreKey(key.String()),
+		Rule: 5,
+	})
+}
+
+// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
+// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
+// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
+// exceeds the burst. Without a store it is Local's Wait.
+func (l *ExportsLimiter) Wait(ctx context.Context, key ExportsKey, cost int64) error {
+	if l.sh.bound == nil {
+		return l.local.Wait(ctx, key, cost)
+	}
+	return shared.Wait(ctx, l.sh.bound, shared.Step{
+		Cost: cost,
+		Key:  verdict.StoreKey(key.String()),
+		Rule: 5,
+	})
+}
+
+// SetNumbers makes n Exports's numbers for every key without numbers of its own, on the store and
+// in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
+// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
+// as they are, never beyond the new burst); every instance sharing the store must be given the same
+// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
+// source (shared.Numbered says more).
+func (l *ExportsLimiter) SetNumbers(n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetNumbers(5, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+// ClearNumbers returns Exports to the policy's numbers, on the store and in this process.
+func (l *ExportsLimiter) ClearNumbers() error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearNumbers(5)
+	}
+	l.local.ClearNumbers(atomicbucket.CarryAsIs)
+	return nil
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields): Local's, which every change keeps equal to the store's; nil before.
+func (l *ExportsLimiter) ruleInForce(key ExportsKey) *atomicbucket.Rule {
+	return l.local.ruleInForce(key)
+}
+
+// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
+// or without a store Local's.
+func (l *ExportsLimiter) NumbersFor(key ExportsKey) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if nb, _ := l.sh.numbered(); nb != nil {
+		return nb.NumbersFor(5, verdict.StoreKey(key.String()))
+	}
+	return l.local.NumbersFor(key)
+}
+
+// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever Exports's,
+// on the store and in this process; refused as by SetNumbers, all or nothing.
+func (l *ExportsLimiter) SetKeyNumbers(key ExportsKey, n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetKeyNumbers([]int{5}, verdict.StoreKey(key.String()), n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
+}
+
+// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
+func (l *ExportsLimiter) ClearKeyNumbers(key ExportsKey) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearKeyNumbers([]int{5}, verdict.StoreKey(key.String()))
+	}
+	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
+	return nil
+}
+
+// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
+// in this process. Other instances' leases keep what they were granted until it expires.
+func (l *ExportsLimiter) Reset(ctx context.Context, key ExportsKey) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	l.local.Reset(key)
+	if nb != nil {
+		return nb.Reset(ctx, []int{5}, verdict.StoreKey(key.String()))
+	}
+	return nil
+}
+
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
 // rule allowed, of the most constraining one (the fewest tokens remaining; the first on a tie).
 type TierDecision struct {
@@ -2496,15 +2967,31 @@ var httpPolicySearch = verdict.Policy{
 	Prefix: "\"Search\";r=",
 }
 
+// httpPolicyExports is rule Exports as the RateLimit fields describe it.
+var httpPolicyExports = verdict.Policy{
+	Name:   "Exports",
+	Quota:  3,
+	Window: 3600,
+	Limit: atomicbucket.Limit{
+		Tokens:  3,
+		Period:  time.Hour,
+		Burst:   3,
+		Refill:  atomicbucket.Interval,
+		Aligned: true,
+	},
+	Item:   "\"Exports\";q=3;w=3600",
+	Prefix: "\"Exports\";r=",
+}
+
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*verdict.Policy{RulePerClient: {&httpPolicyPerClient, &httpPolicyPerClient}, RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RulePerTenant: {&httpPolicyPerTenant, &httpPolicyPerTenant}, RuleSearch: {&httpPolicySearch, &httpPolicySearch}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerClient: {&httpPolicyPerClient, &httpPolicyPerClient}, RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RulePerTenant: {&httpPolicyPerTenant, &httpPolicyPerTenant}, RuleSearch: {&httpPolicySearch, &httpPolicySearch}, RuleExports: {&httpPolicyExports, &httpPolicyExports}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerClient: {1, 1}, RulePerUser: {1, 1}, RuleGlobal: {1, 1}, RulePerTenant: {1, 1}, RuleSearch: {1, 1}}
+var httpCosts = [...][numPlans]int64{RulePerClient: {1, 1}, RulePerUser: {1, 1}, RuleGlobal: {1, 1}, RulePerTenant: {1, 1}, RuleSearch: {1, 1}, RuleExports: {1, 1}}
 
 // rlsRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
-var rlsRoutes = [...][numPlans]string{{"\"PerClient\";q=10;w=10", "\"PerClient\";q=10;w=10"}, {"\"PerUser\";q=5;w=3, \"Global\";q=1000;w=1", "\"PerUser\";q=15;w=9, \"Global\";q=1000;w=1"}, {"\"PerTenant\";q=40;w=240", "\"PerTenant\";q=40;w=240"}, {"\"Search\";q=3;w=180", "\"Search\";q=3;w=180"}}
+var rlsRoutes = [...][numPlans]string{{"\"PerClient\";q=10;w=10", "\"PerClient\";q=10;w=10"}, {"\"PerUser\";q=5;w=3, \"Global\";q=1000;w=1", "\"PerUser\";q=15;w=9, \"Global\";q=1000;w=1"}, {"\"PerTenant\";q=40;w=240", "\"PerTenant\";q=40;w=240"}, {"\"Search\";q=3;w=180", "\"Search\";q=3;w=180"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}}
 
 // RLS serves Envoy's rate-limit service (envoy.service.ratelimit.v3.RateLimitService) for the
 // policy's rls: section: it finds the descriptor pattern a request's descriptor matches in its
@@ -2513,7 +3000,7 @@ var rlsRoutes = [...][numPlans]string{{"\"PerClient\";q=10;w=10", "\"PerClient\"
 // with limitrls (statuses, the overall code, the IETF fields when asked). A descriptor no pattern
 // matches is OK and counted (Config.Unmatched).
 //
-// Descriptors: edge: generic_key=api, plan, user_id; edge: generic_key=search, remote_address; edge: remote_address; edge: tenant.
+// Descriptors: edge: generic_key=api, plan, user_id; edge: generic_key=search, remote_address; edge: generic_key=exports, tenant, user_id; edge: remote_address; edge: tenant.
 type RLS struct {
 	limits *Limits
 	// Clock, when set, is read instead of atomicbucket.Now: tests drive the service through time with
@@ -2561,6 +3048,8 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 			i = 1
 		case len(en) == 2 && en[0].Key == "generic_key" && en[0].Value == "search" && en[1].Key == "remote_address":
 			i = 3
+		case len(en) == 3 && en[0].Key == "generic_key" && en[0].Value == "exports" && en[1].Key == "tenant" && en[2].Key == "user_id":
+			i = 4
 		case len(en) == 1 && en[0].Key == "remote_address":
 			i = 0
 		case len(en) == 1 && en[0].Key == "tenant":
@@ -2578,6 +3067,14 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 		}, err
 	case 3:
 		res, key, err := s.descriptor4(ctx, en, cost, now)
+		return limitrls.Decision{
+			Found:  true,
+			Key:    key,
+			Mode:   verdict.Enforce,
+			Result: res,
+		}, err
+	case 4:
+		res, key, err := s.descriptor5(ctx, en, cost, now)
 		return limitrls.Decision{
 			Found:  true,
 			Key:    key,
@@ -2606,7 +3103,7 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 
 // rlsSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var rlsSeries = [...]verdict.Series{{Route: "edge: remote_address", Rule: "PerClient"}, {Route: "edge: generic_key=api, plan, user_id", Tier: "API", Rule: "PerUser"}, {Route: "edge: generic_key=api, plan, user_id", Tier: "API", Rule: "Global"}, {Route: "edge: tenant", Rule: "PerTenant"}, {Route: "edge: generic_key=search, remote_address", Rule: "Search"}}
+var rlsSeries = [...]verdict.Series{{Route: "edge: remote_address", Rule: "PerClient"}, {Route: "edge: generic_key=api, plan, user_id", Tier: "API", Rule: "PerUser"}, {Route: "edge: generic_key=api, plan, user_id", Tier: "API", Rule: "Global"}, {Route: "edge: tenant", Rule: "PerTenant"}, {Route: "edge: generic_key=search, remote_address", Rule: "Search"}, {Route: "edge: generic_key=exports, tenant, user_id", Rule: "Exports"}}
 
 // rlsSeriesEntry2 are the series of edge: generic_key=api, plan, user_id's rules in the Counters, by RuleName.
 var rlsSeriesEntry2 = [...]int{RulePerUser: 1, RuleGlobal: 2}
@@ -2738,6 +3235,51 @@ func (s *RLS) descriptor4(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 		res.Policies = verdict.InForceList(res.Policy)
 	}
 	return res, k0, nil
+}
+
+// descriptor5 checks a descriptor of edge: generic_key=exports, tenant, user_id (rule Exports,
+// enforce) at cost and returns the decision for limitrls.Config.Serve to answer, with the key that
+// seeds its jitter, or the error that answers it when it holds no key.
+func (s *RLS) descriptor5(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
+	var k0 ExportsKey
+	ok0 := true
+	{
+		var k0f0 string
+		var ok0f0 bool
+		k0f0, ok0f0 = limitrls.EntryKey(en, 1)
+		k0.Tenant, ok0 = k0f0, ok0 && ok0f0
+	}
+	{
+		var k0f1 uint64
+		var ok0f1 bool
+		{
+			v, found := limitrls.EntryKey(en, 2)
+			var n uint64
+			n, ok0f1 = verdict.UintKey(v, found, 64)
+			k0f1 = n
+		}
+		k0.User, ok0 = k0f1, ok0 && ok0f1
+	}
+	if !ok0 {
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entries tenant, user_id hold no key for rule Exports", verdict.Event{Route: "edge: generic_key=exports, tenant, user_id", Rule: "Exports", RuleIndex: int(RuleExports), Series: 5, Outcome: verdict.MissingKey})
+	}
+	sr := s.limits.Exports.AllowN(ctx, k0, cost)
+	var res verdict.Result
+	res.Degraded = sr.Degraded
+	res.Outage = sr.Outage
+	res.StoreErr = sr.Err
+	res.Decision = sr.Decision
+	res.Policy = httpPolicies[RuleExports][0]
+	res.Policies = rlsRoutes[4][0]
+	res.Cost = cost
+	res.Route = "edge: generic_key=exports, tenant, user_id"
+	res.Rule = int(RuleExports)
+	res.Series = 5
+	if rf0 := s.limits.Exports.ruleInForce(k0); rf0 != nil {
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
+	}
+	return res, k0.Tenant, nil
 }
 
 // plan is the descriptor's plan, from entry:plan, or free.

@@ -65,7 +65,7 @@ func main() {
 		log.Fatalf("ratelimit: -local keeps the shared rules in this process; it goes with no store")
 	}
 	if given == 0 && !*local {
-		log.Fatalf("ratelimit: the policy's shared rules (PerClient, PerUser, Global, PerTenant) are kept in a store every instance shares: give -redis, -redis-cluster or -postgres (or -local to keep them in this process: for one instance only)")
+		log.Fatalf("ratelimit: the policy's shared rules (PerClient, PerUser, Global, PerTenant, Exports) are kept in a store every instance shares: give -redis, -redis-cluster or -postgres (or -local to keep them in this process: for one instance only)")
 	}
 	var client redis.UniversalClient
 	switch {
