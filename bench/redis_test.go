@@ -28,7 +28,7 @@ import (
 // benchRedis starts a redis-server on 127.0.0.1 on a free port for the
 // benchmarks of one run, without persistence; it is stopped by its pid when
 // the benchmark ends.
-func benchRedis(b *testing.B) string {
+func benchRedis(b testing.TB) string {
 	b.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {

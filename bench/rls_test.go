@@ -23,15 +23,20 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 )
 
-// envoyConfig is envoyproxy/ratelimit's configuration of the limit
+// envoyConfig is envoyproxy/ratelimit's configuration of the limits
 // bench/rlspolicy.yaml sets: per value of the entry k, so high that every
-// decision admits (its fixed window of a second; its most, 2³²−1).
+// decision admits (its fixed window of a second; its most, 2³²−1); per value
+// of the entry edge, 10 a second (TestAcrossAWindowEdge).
 const envoyConfig = `domain: bench
 descriptors:
   - key: k
     rate_limit:
       unit: second
       requests_per_unit: 1000000000
+  - key: edge
+    rate_limit:
+      unit: second
+      requests_per_unit: 10
 `
 
 // rlsServers are the rate-limit services measured, on one redis-server:
@@ -55,7 +60,7 @@ func (noopRLS) ShouldRateLimit(context.Context, *rlsv3.RateLimitRequest) (*rlsv3
 	return okResponse, nil
 }
 
-func serveRLS(b *testing.B, svc rlsv3.RateLimitServiceServer) string {
+func serveRLS(b testing.TB, svc rlsv3.RateLimitServiceServer) string {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -67,7 +72,7 @@ func serveRLS(b *testing.B, svc rlsv3.RateLimitServiceServer) string {
 	return lis.Addr().String()
 }
 
-func freePort(b *testing.B) int {
+func freePort(b testing.TB) int {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
@@ -76,7 +81,7 @@ func freePort(b *testing.B) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func startRLS(b *testing.B) *rlsServers {
+func startRLS(b testing.TB) *rlsServers {
 	s := &rlsServers{}
 	fail := func(err error) { b.Fatal(err) }
 	{
@@ -131,7 +136,7 @@ func startRLS(b *testing.B) *rlsServers {
 	return s
 }
 
-func rlsClient(b *testing.B, addr string) rlsv3.RateLimitServiceClient {
+func rlsClient(b testing.TB, addr string) rlsv3.RateLimitServiceClient {
 	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
@@ -196,4 +201,64 @@ func keyLabel(n int) string {
 		return "1"
 	}
 	return "1e" + strconv.Itoa(len(strconv.Itoa(n))-1)
+}
+
+// TestAcrossAWindowEdge is what a fixed window admits that a token bucket
+// does not: 10 a second per value of the entry edge, on envoyproxy/ratelimit
+// (Redis, its fixed windows of a second) and on limitgen's service (Redis,
+// a bucket of 10/s, burst 10), one redis-server, asked 10 times just before
+// a second's edge and 10 times just after it, within 40 ms. envoyproxy/
+// ratelimit admits all 20 (a new window); limitgen 10, and at most the
+// envelope: 10 + 10/s × the time between the first and the last call.
+func TestAcrossAWindowEdge(t *testing.T) {
+	rls := startRLS(t)
+	for _, impl := range []struct {
+		name, addr string
+		lo, hi     int
+	}{{"envoy-ratelimit", rls.envoy, 20, 20}, {"limitgen", rls.limitgen, 10, 10}} {
+		c := rlsClient(t, impl.addr)
+		value := "v" + strconv.FormatInt(time.Now().UnixNano(), 10)
+		ask := func() bool {
+			resp, err := c.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "bench",
+				Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "edge", Value: value}}}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return resp.OverallCode == rlsv3.RateLimitResponse_OK
+		}
+		ask() // warm the connection: this value is spent now, not in the window measured
+		value += "-edge"
+		for {
+			// 30 ms before the next whole second, with time to spare
+			edge := time.Now().Truncate(time.Second).Add(time.Second)
+			if time.Until(edge) > 200*time.Millisecond {
+				time.Sleep(time.Until(edge) - 30*time.Millisecond)
+				break
+			}
+			time.Sleep(time.Until(edge))
+		}
+		start := time.Now()
+		edge := start.Truncate(time.Second).Add(time.Second)
+		admitted := 0
+		for range 10 {
+			if ask() {
+				admitted++
+			}
+		}
+		if time.Now().After(edge) {
+			t.Fatalf("%s: the first 10 calls took past the edge (%v): the machine is too slow for the test", impl.name, time.Since(start))
+		}
+		time.Sleep(time.Until(edge) + 5*time.Millisecond)
+		for range 10 {
+			if ask() {
+				admitted++
+			}
+		}
+		took := time.Since(start)
+		envelope := 10 + int(10*took.Seconds())
+		t.Logf("%s: %d of 20 admitted in %v across a second's edge (envelope %d)", impl.name, admitted, took.Round(time.Millisecond), envelope)
+		if admitted < impl.lo || admitted > impl.hi && admitted > envelope {
+			t.Errorf("%s: %d of 20 admitted in %v across a second's edge, want %d to %d", impl.name, admitted, took.Round(time.Millisecond), impl.lo, max(impl.hi, envelope))
+		}
+	}
 }

@@ -29,10 +29,12 @@ const (
 	RulePerKey RuleName = iota + 1
 	// RuleInProcess names the rule InProcess.
 	RuleInProcess
+	// RuleTenPerSecond names the rule TenPerSecond.
+	RuleTenPerSecond
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerKey", "InProcess"}
+var ruleNames = [...]string{"", "PerKey", "InProcess", "TenPerSecond"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -46,10 +48,11 @@ func (r RuleName) String() string {
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
 // and functions use.
 type Limits struct {
-	PerKey    *PerKeyLimiter    // see the package-level PerKey
-	InProcess *InProcessLimiter // see the package-level InProcess
-	shared    *sharedState      // the store the shared rules are checked on, if any
-	numbers   *overlay.Applier  // ApplyNumbers's
+	PerKey       *PerKeyLimiter       // see the package-level PerKey
+	InProcess    *InProcessLimiter    // see the package-level InProcess
+	TenPerSecond *TenPerSecondLimiter // see the package-level TenPerSecond
+	shared       *sharedState         // the store the shared rules are checked on, if any
+	numbers      *overlay.Applier     // ApplyNumbers's
 }
 
 // Option configures New.
@@ -87,18 +90,20 @@ func New(opts ...Option) *Limits {
 		opt(&o)
 	}
 	l := &Limits{
-		PerKey:    newPerKeyLimiter(),
-		InProcess: newInProcessLimiter(),
-		shared:    newSharedState(o.store),
+		PerKey:       newPerKeyLimiter(),
+		InProcess:    newInProcessLimiter(),
+		TenPerSecond: newTenPerSecondLimiter(),
+		shared:       newSharedState(o.store),
 	}
 	l.PerKey.sh = l.shared
+	l.TenPerSecond.sh = l.shared
 	l.numbers = l.newApplier()
 	return l
 }
 
 // sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),
 // in the order their checks name them.
-var sharedRules = [1]shared.Rule{{
+var sharedRules = [2]shared.Rule{{
 	Namespace: "bench",
 	Name:      "PerKey",
 	Limit: atomicbucket.Limit{
@@ -113,6 +118,23 @@ var sharedRules = [1]shared.Rule{{
 	Units: shared.Units{
 		PerMicro: int64(1000),
 		Emit:     int64(1),
+		Exact:    true,
+	},
+}, {
+	Namespace: "bench",
+	Name:      "TenPerSecond",
+	Limit: atomicbucket.Limit{
+		Tokens: 10,
+		Period: time.Second,
+		Burst:  10,
+		Refill: atomicbucket.Greedy,
+	},
+	Failure: shared.Failure{
+		Mode: shared.FailDeny,
+	},
+	Units: shared.Units{
+		PerMicro: int64(1),
+		Emit:     int64(100000),
 		Exact:    true,
 	},
 }}
@@ -281,11 +303,74 @@ func (t inProcessNumbers) Clear(plan int, key *string) {
 	t.l.ClearNumbers(atomicbucket.CarryAsIs)
 }
 
+// tenPerSecondNumbers is TenPerSecond as an overlay Set changes it (overlay.Target).
+type tenPerSecondNumbers struct {
+	l *TenPerSecondLimiter
+}
+
+func (t tenPerSecondNumbers) Plans() int {
+	return 0
+}
+
+func (t tenPerSecondNumbers) Keyed() bool {
+	return true
+}
+
+func (t tenPerSecondNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	nb, err := t.l.sh.numbered()
+	if err != nil || nb == nil {
+		return err
+	}
+	return nb.CheckNumbers(1, n)
+}
+
+func (t tenPerSecondNumbers) Base(plan int) overlay.Base {
+	r := t.l.Rule().Limit()
+	return overlay.Base{
+		Cost:     1,
+		Interval: r.Refill == atomicbucket.Interval,
+		Numbers:  atomicbucket.NumbersOf(r),
+	}
+}
+
+func (t tenPerSecondNumbers) CheckKey(key string) error {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t tenPerSecondNumbers) clearKey(key string) error {
+	k := key
+	_ = t.l.ClearKeyNumbers(k)
+	return nil
+}
+
+func (t tenPerSecondNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n)
+	}
+	return t.l.SetNumbers(n)
+}
+
+func (t tenPerSecondNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	_ = t.l.ClearNumbers() // fails only as Set failed before
+}
+
 // newApplier is l's rules as overlay Sets change them.
 func (l *Limits) newApplier() *overlay.Applier {
 	return overlay.NewApplier(overlay.Policy[overlay.Target]{
 		Plans: nil,
-		Rules: map[string]overlay.Target{"PerKey": perKeyNumbers{l.PerKey}, "InProcess": inProcessNumbers{l.InProcess}},
+		Rules: map[string]overlay.Target{"PerKey": perKeyNumbers{l.PerKey}, "InProcess": inProcessNumbers{l.InProcess}, "TenPerSecond": tenPerSecondNumbers{l.TenPerSecond}},
 	})
 }
 
@@ -341,6 +426,9 @@ var (
 
 	// InProcess allows 1000000000 requests per second per key, in bursts of up to 1000000000.
 	InProcess = Default.InProcess
+
+	// TenPerSecond allows 10 requests per second per key, in bursts of up to 10.
+	TenPerSecond = Default.TenPerSecond
 )
 
 // newPerKeyLocalLimiter returns PerKey's (empty) tables.
@@ -888,6 +976,357 @@ func (l *InProcessLimiter) ResetAt(key string, now atomicbucket.Time) {
 	}
 }
 
+// newTenPerSecondLocalLimiter returns TenPerSecond's (empty) tables.
+func newTenPerSecondLocalLimiter() *TenPerSecondLocalLimiter {
+	return &TenPerSecondLocalLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+		Tokens: 10,
+		Period: time.Second,
+		Burst:  10,
+		Refill: atomicbucket.Greedy,
+	}), tenPerSecondUnitsPerNs, tenPerSecondUnitsPerToken, tenPerSecondBurstUnits), atomicbucket.TableOptions{})}
+}
+
+// TenPerSecond's fixed-point units, computed when generating and checked against the runtime when
+// the package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (tenPerSecondUnitsPerNs), one token is worth tenPerSecondUnitsPerToken units (GCRA's emission
+// interval), and a bucket may run tenPerSecondBurstUnits units ahead of now (the burst's worth:
+// GCRA's tolerance).
+const (
+	tenPerSecondUnitsPerNs    = 1
+	tenPerSecondUnitsPerToken = 100000000
+	tenPerSecondBurstUnits    = 1000000000
+)
+
+// TenPerSecondLocalLimiter is TenPerSecond decided in this process only, with the whole limit: what
+// TenPerSecondLimiter.Local returns, for tests, and what TenPerSecond's checks use while the
+// package has no store (SharedErr says so). Its methods are safe for concurrent use.
+type TenPerSecondLocalLimiter struct {
+	s *atomicbucket.Table[string]
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *TenPerSecondLocalLimiter) Rule() *atomicbucket.Rule {
+	return l.s.Rule()
+}
+
+// Allow reports whether a request is allowed now, taking its tokens if so.
+func (l *TenPerSecondLocalLimiter) Allow(key string) bool {
+	return l.s.AllowGreedyAt(key, atomicbucket.Now(), tenPerSecondUnitsPerNs, tenPerSecondUnitsPerToken, tenPerSecondBurstUnits)
+}
+
+// AllowN checks a request of the given cost now, taking its tokens if allowed.
+func (l *TenPerSecondLocalLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
+	return l.s.AllowN(key, cost)
+}
+
+// AllowAt is Allow at time now.
+func (l *TenPerSecondLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+	return l.s.AllowGreedyAt(key, now, tenPerSecondUnitsPerNs, tenPerSecondUnitsPerToken, tenPerSecondBurstUnits)
+}
+
+// AllowNAt is AllowN at time now.
+func (l *TenPerSecondLocalLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.AllowNAt(key, now, cost)
+}
+
+// Peek is what AllowN would decide now, taking nothing.
+func (l *TenPerSecondLocalLimiter) Peek(key string, cost int64) atomicbucket.Decision {
+	return l.s.Peek(key, cost)
+}
+
+// PeekAt is Peek at time now.
+func (l *TenPerSecondLocalLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.s.PeekAt(key, now, cost)
+}
+
+// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
+func (l *TenPerSecondLocalLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.Reserve(key, cost, maxWait)
+}
+
+// ReserveAt is Reserve at time now.
+func (l *TenPerSecondLocalLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
+	return l.s.ReserveAt(key, now, cost, maxWait)
+}
+
+// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
+func (l *TenPerSecondLocalLimiter) Wait(ctx context.Context, key string, cost int64) error {
+	return l.s.Wait(ctx, key, cost)
+}
+
+// Refund gives cost tokens back now, never beyond the burst.
+func (l *TenPerSecondLocalLimiter) Refund(key string, cost int64) {
+	l.s.Refund(key, cost)
+}
+
+// RefundAt is Refund at time now.
+func (l *TenPerSecondLocalLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
+	l.s.RefundAt(key, now, cost)
+}
+
+// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
+func (l *TenPerSecondLocalLimiter) Sweep() int {
+	return l.s.Sweep()
+}
+
+// Len is the number of keys tracked.
+func (l *TenPerSecondLocalLimiter) Len() int64 {
+	return l.s.Len()
+}
+
+// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
+func (l *TenPerSecondLocalLimiter) Stats() atomicbucket.TableStats {
+	return l.s.Stats()
+}
+
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
+func (l *TenPerSecondLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+	atomicbucket.RunEvery(ctx, interval, func() {
+		l.Sweep()
+	})
+}
+
+// SetNumbers makes n TenPerSecond's numbers for every key without numbers of its own from now on:
+// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
+// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
+// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
+func (l *TenPerSecondLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
+
+// SetNumbersAt is SetNumbers at time now.
+func (l *TenPerSecondLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.s.SetNumbersAt(now, n, carry)
+}
+
+// ClearNumbers returns TenPerSecond to the policy's numbers, its buckets carried by carry.
+func (l *TenPerSecondLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
+	l.ClearNumbersAt(atomicbucket.Now(), carry)
+}
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l *TenPerSecondLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.s.ClearNumbersAt(now, carry)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields); nil before.
+func (l *TenPerSecondLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.s.ChangedRule(key)
+}
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
+// TenPerSecond's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold
+// are refused as by SetNumbers, and nothing changes.
+func (l *TenPerSecondLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *TenPerSecondLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		if _, err := t.Rule().WithNumbers(n); err != nil {
+			return err
+		}
+	}
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has TenPerSecond's, its bucket
+// carried by carry.
+func (l *TenPerSecondLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
+	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *TenPerSecondLocalLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.ClearKeyNumbersAt(now, key, carry)
+	}
+}
+
+// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
+// SetKeyNumbers).
+func (l *TenPerSecondLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.s.NumbersFor(key)
+}
+
+// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
+// numbers in force for key, refilling from now, as a key first seen now would; a key without a
+// bucket is left as it is.
+func (l *TenPerSecondLocalLimiter) Reset(key string) {
+	l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now.
+func (l *TenPerSecondLocalLimiter) ResetAt(key string, now atomicbucket.Time) {
+	for _, t := range []*atomicbucket.Table[string]{l.s} {
+		t.ResetAt(key, now)
+	}
+}
+
+// newTenPerSecondLimiter returns TenPerSecond's limiter over its process-local buckets; New binds it to the store.
+func newTenPerSecondLimiter() *TenPerSecondLimiter {
+	return &TenPerSecondLimiter{local: newTenPerSecondLocalLimiter()}
+}
+
+// TenPerSecondLimiter is the type of TenPerSecond, a shared rule: Allow, AllowN and Wait decide on
+// the store given to New, so that the limit holds across every instance that shares it, and take
+// the request's context. Without a store they decide in this process with the whole limit, and
+// their results carry SharedErr's error; Local is that process-local limiter, under a name that
+// says so. Its methods are safe for concurrent use.
+type TenPerSecondLimiter struct {
+	local *TenPerSecondLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *TenPerSecondLimiter) Rule() *atomicbucket.Rule {
+	return l.local.Rule()
+}
+
+// Local returns TenPerSecond decided in this process only, with the whole limit, on buckets apart
+// from the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *TenPerSecondLimiter) Local() *TenPerSecondLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
+// AllowN, whose Result says more: whether the store decided, and why not).
+func (l *TenPerSecondLimiter) Allow(ctx context.Context, key string) bool {
+	return l.AllowN(ctx, key, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that TenPerSecond holds across
+// every instance that shares it. It never fails: when the store cannot decide, the rule's
+// on_failure setting (deny) does, and the Result says so (Degraded, Err). Without a store,
+// TenPerSecond's process-local limiter (Local) decides and Err is SharedErr's error.
+func (l *TenPerSecondLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
+	if l.sh.bound == nil {
+		return shared.Result{
+			Decision: l.local.AllowN(key, cost),
+			Err:      l.sh.err,
+		}
+	}
+	return l.sh.bound.CheckStep(ctx, shared.Step{
+		Cost: cost,
+		Key:  key,
+		Rule: 1,
+	})
+}
+
+// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
+// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
+// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
+// exceeds the burst. Without a store it is Local's Wait.
+func (l *TenPerSecondLimiter) Wait(ctx context.Context, key string, cost int64) error {
+	if l.sh.bound == nil {
+		return l.local.Wait(ctx, key, cost)
+	}
+	return shared.Wait(ctx, l.sh.bound, shared.Step{
+		Cost: cost,
+		Key:  key,
+		Rule: 1,
+	})
+}
+
+// SetNumbers makes n TenPerSecond's numbers for every key without numbers of its own, on the store
+// and in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold
+// are refused, and nothing changes. A store converts each bucket at its next check (tokens held
+// carried as they are, never beyond the new burst); every instance sharing the store must be given
+// the same numbers, or each converts the buckets to its own (never gaining tokens): give them from
+// one source (shared.Numbered says more).
+func (l *TenPerSecondLimiter) SetNumbers(n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetNumbers(1, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+// ClearNumbers returns TenPerSecond to the policy's numbers, on the store and in this process.
+func (l *TenPerSecondLimiter) ClearNumbers() error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearNumbers(1)
+	}
+	l.local.ClearNumbers(atomicbucket.CarryAsIs)
+	return nil
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields): Local's, which every change keeps equal to the store's; nil before.
+func (l *TenPerSecondLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.local.ruleInForce(key)
+}
+
+// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
+// or without a store Local's.
+func (l *TenPerSecondLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if nb, _ := l.sh.numbered(); nb != nil {
+		return nb.NumbersFor(1, key)
+	}
+	return l.local.NumbersFor(key)
+}
+
+// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever
+// TenPerSecond's, on the store and in this process; refused as by SetNumbers, all or nothing.
+func (l *TenPerSecondLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetKeyNumbers([]int{1}, key, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
+}
+
+// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
+func (l *TenPerSecondLimiter) ClearKeyNumbers(key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearKeyNumbers([]int{1}, key)
+	}
+	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
+	return nil
+}
+
+// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
+// in this process. Other instances' leases keep what they were granted until it expires.
+func (l *TenPerSecondLimiter) Reset(ctx context.Context, key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	l.local.Reset(key)
+	if nb != nil {
+		return nb.Reset(ctx, []int{1}, key)
+	}
+	return nil
+}
+
 // httpPolicyPerKey is rule PerKey as the RateLimit fields describe it.
 var httpPolicyPerKey = verdict.Policy{
 	Name:   "PerKey",
@@ -918,15 +1357,30 @@ var httpPolicyInProcess = verdict.Policy{
 	Prefix: "\"InProcess\";r=",
 }
 
+// httpPolicyTenPerSecond is rule TenPerSecond as the RateLimit fields describe it.
+var httpPolicyTenPerSecond = verdict.Policy{
+	Name:   "TenPerSecond",
+	Quota:  10,
+	Window: 1,
+	Limit: atomicbucket.Limit{
+		Tokens: 10,
+		Period: time.Second,
+		Burst:  10,
+		Refill: atomicbucket.Greedy,
+	},
+	Item:   "\"TenPerSecond\";q=10;w=1",
+	Prefix: "\"TenPerSecond\";r=",
+}
+
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][1]*verdict.Policy{RulePerKey: {&httpPolicyPerKey}, RuleInProcess: {&httpPolicyInProcess}}
+var httpPolicies = [...][1]*verdict.Policy{RulePerKey: {&httpPolicyPerKey}, RuleInProcess: {&httpPolicyInProcess}, RuleTenPerSecond: {&httpPolicyTenPerSecond}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][1]int64{RulePerKey: {1}, RuleInProcess: {1}}
+var httpCosts = [...][1]int64{RulePerKey: {1}, RuleInProcess: {1}, RuleTenPerSecond: {1}}
 
 // rlsRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
-var rlsRoutes = [...][1]string{{"\"PerKey\";q=1000000000;w=1"}, {"\"InProcess\";q=1000000000;w=1"}}
+var rlsRoutes = [...][1]string{{"\"PerKey\";q=1000000000;w=1"}, {"\"TenPerSecond\";q=10;w=1"}, {"\"InProcess\";q=1000000000;w=1"}}
 
 // RLS serves Envoy's rate-limit service (envoy.service.ratelimit.v3.RateLimitService) for the
 // policy's rls: section: it finds the descriptor pattern a request's descriptor matches in its
@@ -935,7 +1389,7 @@ var rlsRoutes = [...][1]string{{"\"PerKey\";q=1000000000;w=1"}, {"\"InProcess\";
 // with limitrls (statuses, the overall code, the IETF fields when asked). A descriptor no pattern
 // matches is OK and counted (Config.Unmatched).
 //
-// Descriptors: bench: k; local: k.
+// Descriptors: bench: k; bench: edge; local: k.
 type RLS struct {
 	limits *Limits
 	// Clock, when set, is read instead of atomicbucket.Now: tests drive the service through time with
@@ -979,11 +1433,13 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 		switch {
 		case len(en) == 1 && en[0].Key == "k":
 			i = 0
+		case len(en) == 1 && en[0].Key == "edge":
+			i = 1
 		}
 	case "local":
 		switch {
 		case len(en) == 1 && en[0].Key == "k":
-			i = 1
+			i = 2
 		}
 	}
 	switch i {
@@ -1003,13 +1459,21 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 			Mode:   verdict.Enforce,
 			Result: res,
 		}, err
+	case 2:
+		res, key, err := s.descriptor3(ctx, en, cost, now)
+		return limitrls.Decision{
+			Found:  true,
+			Key:    key,
+			Mode:   verdict.Enforce,
+			Result: res,
+		}, err
 	}
 	return limitrls.Decision{}, nil
 }
 
 // rlsSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var rlsSeries = [...]verdict.Series{{Route: "bench: k", Rule: "PerKey"}, {Route: "local: k", Rule: "InProcess"}}
+var rlsSeries = [...]verdict.Series{{Route: "bench: k", Rule: "PerKey"}, {Route: "bench: edge", Rule: "TenPerSecond"}, {Route: "local: k", Rule: "InProcess"}}
 
 // descriptor1 checks a descriptor of bench: k (rule PerKey, enforce) at cost and returns the
 // decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or the error
@@ -1040,24 +1504,53 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	return res, k0, nil
 }
 
-// descriptor2 checks a descriptor of local: k (rule InProcess, enforce) at cost and returns the
-// decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or the error
-// that answers it when it holds no key.
+// descriptor2 checks a descriptor of bench: edge (rule TenPerSecond, enforce) at cost and returns
+// the decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or the
+// error that answers it when it holds no key.
 func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = limitrls.EntryKey(en, 0)
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry k holds no key for rule InProcess", verdict.Event{Route: "local: k", Rule: "InProcess", RuleIndex: int(RuleInProcess), Series: 1, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry edge holds no key for rule TenPerSecond", verdict.Event{Route: "bench: edge", Rule: "TenPerSecond", RuleIndex: int(RuleTenPerSecond), Series: 1, Outcome: verdict.MissingKey})
+	}
+	sr := s.limits.TenPerSecond.AllowN(ctx, k0, cost)
+	var res verdict.Result
+	res.Degraded = sr.Degraded
+	res.Outage = sr.Outage
+	res.StoreErr = sr.Err
+	res.Decision = sr.Decision
+	res.Policy = httpPolicies[RuleTenPerSecond][0]
+	res.Policies = rlsRoutes[1][0]
+	res.Cost = cost
+	res.Route = "bench: edge"
+	res.Rule = int(RuleTenPerSecond)
+	res.Series = 1
+	if rf0 := s.limits.TenPerSecond.ruleInForce(k0); rf0 != nil {
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
+	}
+	return res, k0, nil
+}
+
+// descriptor3 checks a descriptor of local: k (rule InProcess, enforce) at cost and returns the
+// decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or the error
+// that answers it when it holds no key.
+func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = limitrls.EntryKey(en, 0)
+	if !ok0 {
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry k holds no key for rule InProcess", verdict.Event{Route: "local: k", Rule: "InProcess", RuleIndex: int(RuleInProcess), Series: 2, Outcome: verdict.MissingKey})
 	}
 	var res verdict.Result
 	res.Decision = s.limits.InProcess.AllowNAt(k0, now, cost)
 	res.Policy = httpPolicies[RuleInProcess][0]
-	res.Policies = rlsRoutes[1][0]
+	res.Policies = rlsRoutes[2][0]
 	res.Cost = cost
 	res.Route = "local: k"
 	res.Rule = int(RuleInProcess)
-	res.Series = 1
+	res.Series = 2
 	if rf0 := s.limits.InProcess.ruleInForce(k0); rf0 != nil {
 		res.Policy = verdict.InForce(res.Policy, rf0)
 		res.Policies = verdict.InForceList(res.Policy)
