@@ -685,6 +685,9 @@ func (s *simulation) summary(w io.Writer) {
 		}
 		slices.Sort(sorted)
 		line := func(k string, allowed, denied, refunded int) {
+			if strings.ContainsAny(k, ",\"\r\n") { // a composite key's comma: quoted, as CSV quotes it
+				k = `"` + strings.ReplaceAll(k, `"`, `""`) + `"`
+			}
 			if s.tier {
 				fmt.Fprintf(w, "# %s,%s,%d,%d,%d\n", r.rule.Name, k, allowed, denied, refunded)
 			} else {

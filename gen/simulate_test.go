@@ -306,3 +306,29 @@ func TestCanonicalCompositeKey(t *testing.T) {
 		}
 	}
 }
+
+// A composite key in a log: its text form, quoted as CSV quotes a comma;
+// "acme,007" is acme's user 7 (one key, canonical in the output), a key's
+// own numbers apply to it alone, and the summary quotes the key.
+func TestSimulateCompositeKey(t *testing.T) {
+	numbers := t.TempDir() + "/numbers.yaml"
+	if err := os.WriteFile(numbers, []byte("rules:\n  TenantUser:\n    rate: 30/min\n    burst: 5\n    keys:\n      \"acme,8\": {rate: 1/min, burst: 1}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code := runSimulate(t, []string{"-policy", "../policy.yaml", "-rule", "TenantUser", "-numbers", numbers},
+		"0,\"acme,7\"\n0,\"acme,007\"\n0,\"acme,8\"\n0,\"acme,8\"\n0,\"a%2Cb,7\"\n")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"0,\"acme,7\",,true,3,0\n", // the second request of acme's user 7
+		"0,\"acme,8\",,false,0,",   // its own burst of 1
+		"# TenantUser,\"acme,7\",2,0\n",
+		"# TenantUser,\"acme,8\",1,1\n",
+		"# TenantUser,\"a%2Cb,7\",1,0\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
