@@ -294,7 +294,7 @@ func TestNoStore(t *testing.T) {
 		flags []string
 		want  string
 	}{
-		{nil, "the policy's shared rules (PerClient, PerUser, Global, PerTenant) are kept in a store every instance shares"},
+		{nil, "the policy's shared rules (PerClient, PerUser, Global, PerTenant, Exports) are kept in a store every instance shares"},
 		{[]string{"-local", "-redis", "127.0.0.1:1"}, "-local keeps the shared rules in this process; it goes with no store"},
 		{[]string{"-redis", "127.0.0.1:1", "-postgres", "postgres://127.0.0.1:1/x"}, "give one of -redis, -redis-cluster and -postgres"},
 		{[]string{"-local", "-numbers", "redis:numbers"}, "-numbers redis:numbers: no redis store is given"},
