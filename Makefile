@@ -6,10 +6,10 @@ GO        ?= go
 FUZZTIME  ?= 10m          # per target, for `make fuzz`
 # Inside `make test` the fuzzers run for a number of executions, not a duration:
 # a duration budget can end in go1.26's coordinator deadline race (golang/go#75804).
-SMOKE_FuzzDifferential ?= 20000x
-SMOKE_FuzzRule         ?= 50000x
-SMOKE_FuzzNumbers      ?= 15000x
-SMOKE_FuzzPolicy       ?= 15000x
+SMOKE_FuzzDifferential ?= 12000x
+SMOKE_FuzzRule         ?= 30000x
+SMOKE_FuzzNumbers      ?= 9000x
+SMOKE_FuzzPolicy       ?= 9000x
 SMOKE_FuzzClientIP     ?= 30000x
 SMOKE_FuzzHTTP         ?= 15000x
 SMOKE_FuzzScript       ?= 1000x

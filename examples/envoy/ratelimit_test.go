@@ -163,8 +163,8 @@ const numbersFile = `rules:
 // team that writes no Go runs them, and holds each rule kind of policy.yaml
 // to its numbers across both: a keyed rule (10 of 14), a tier whose burst
 // differs by plan (5 for a free user, 15 for a pro one), a key's own numbers
-// from the -numbers file (25) and a change of that file taking effect while
-// they serve, a leased rule (at most its 40, at least 40 less what the two
+// from the -numbers file (25) and (on Redis) a change of that file taking
+// effect while they serve, a leased rule (at most its 40, at least 40 less what the two
 // instances' leases can hold), a rule kept in each instance's memory (3 on
 // each), and an aligned interval rule keyed by a tenant and a user (3 for
 // each pair; hits_addend 2 takes 2 of them).
@@ -241,7 +241,11 @@ func TestStores(t *testing.T) {
 
 			// A change of the numbers file: a new key's burst of 2 is in force
 			// within a few seconds (the file is read every second, and a new
-			// content taken when two reads agree).
+			// content taken when two reads agree). The file is the store's
+			// neighbour, not its part: one store shows it.
+			if store.name != "redis" {
+				return
+			}
 			if err := os.WriteFile(numbers+".new", []byte(numbersFile+"      192.0.2.1: {rate: 1/min, burst: 2}\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
