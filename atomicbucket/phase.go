@@ -1,7 +1,6 @@
 package atomicbucket
 
 import (
-	"encoding"
 	"hash/maphash"
 	"strconv"
 )
@@ -18,9 +17,9 @@ import (
 // instant (as they do under Aligned).
 //
 // The phase is stable across processes for string and integer keys (FNV-1a of
-// the string, or of the integer's decimal form) and for keys with a text form
-// (encoding.TextAppender: FNV-1a of that form, as a generated composite key
-// writes it), so every instance of a service places a key's grid alike. Other
+// the string, or of the integer's decimal form), and for keys whose table was
+// given TableOptions.KeyHash (a generated composite key's: TextHash of its
+// text form), so every instance of a service places a key's grid alike. Other
 // key types use the table's own hash seed.
 
 // fnv1a is the 64-bit FNV-1a hash of s.
@@ -33,9 +32,20 @@ func fnv1a[S string | []byte](s S) uint64 {
 	return h
 }
 
-// keyHash is the hash that places key's grid: FNV-1a of a string key, of an
-// integer key's decimal form, or of a key's text form (AppendText); for
-// other types, maphash with seed.
+// TextHash is the hash that places the grid of a key whose text form is b
+// (FNV-1a, as a string key's): a key type's TableOptions.KeyHash returns it.
+func TextHash(b []byte) uint64 { return fnv1a(b) }
+
+// gridHash is the hash that places key's grid: the table's KeyHash, or keyHash.
+func (t *Table[K]) gridHash(key K) uint64 {
+	if t.hashFn != nil {
+		return t.hashFn(key)
+	}
+	return keyHash(key, t.seed)
+}
+
+// keyHash is the hash that places key's grid: FNV-1a of a string key, or of an
+// integer key's decimal form; for other types, maphash with seed.
 func keyHash[K comparable](key K, seed maphash.Seed) uint64 {
 	var buf [24]byte
 	switch k := any(key).(type) {
@@ -61,10 +71,6 @@ func keyHash[K comparable](key K, seed maphash.Seed) uint64 {
 		return fnv1a(strconv.AppendUint(buf[:0], uint64(k), 10))
 	case uint64:
 		return fnv1a(strconv.AppendUint(buf[:0], k, 10))
-	case encoding.TextAppender: // read when a bucket is made, never on a check of one that is
-		if b, err := k.AppendText(buf[:0]); err == nil {
-			return fnv1a(b)
-		}
 	}
 	return maphash.Comparable(seed, key)
 }

@@ -65,6 +65,12 @@ type TableOptions struct {
 	MaxKeys int64 // the most keys tracked at once; 0 or less means no cap
 	AtCap   AtCap // what happens to a new key at the cap when nothing can be reclaimed
 	Presize int   // the number of keys to size the map for at creation
+	// KeyHash, a func(K) uint64 for the table's key type K, places a key's
+	// interval grid (its phase of the period) for a key type that is neither
+	// a string nor an integer, the same in every process (a generated
+	// composite key's: TextHash of its text form). Nil, or a func of another
+	// type: such keys' grids are placed by the table's own random seed.
+	KeyHash any
 }
 
 // slot is one key's bucket. It is not padded: keyed buckets are many and mostly
@@ -159,7 +165,8 @@ type Table[K comparable] struct {
 	base    numbers // the installation of rule: what a slot with nil nums is written in
 	maxKeys int64
 	atCap   AtCap
-	seed    maphash.Seed // places the grids of keys that are neither strings nor integers
+	seed    maphash.Seed   // places the grids of keys that are neither strings nor integers, without hashFn
+	hashFn  func(K) uint64 // TableOptions.KeyHash
 	_       cpu.CacheLinePad
 	// The counters below change on key creation and removal only.
 	keys      atomic.Int64 // keys held (or being created), ≤ maxKeys when capped
@@ -176,6 +183,7 @@ func NewTable[K comparable](r Rule, o TableOptions) *Table[K] {
 		opts = append(opts, xsync.WithPresize(o.Presize))
 	}
 	t := &Table[K]{m: xsync.NewMapOf[K, *slot](opts...), rule: r, maxKeys: o.MaxKeys, atCap: o.AtCap, seed: maphash.MakeSeed()}
+	t.hashFn, _ = o.KeyHash.(func(K) uint64)
 	t.base.rule, t.base.origin = r, FromPolicy
 	t.reclaim.next.Store(math.MaxInt64)
 	t.reclaim.sweepAt.Store(AutoSweepMin)
@@ -242,7 +250,7 @@ func (t *Table[K]) create(key K, now int64) (*slot, int64) {
 		}
 	}
 	s, k := newSlot(key)
-	s.anchor = t.rule.anchorFor(keyHash(key, t.seed)) // the same under any numbers: an interval rule's period never changes
+	s.anchor = t.rule.anchorFor(t.gridHash(key)) // the same under any numbers: an interval rule's period never changes
 	r := &t.rule
 	// The bucket is made in the numbers in force for the key, read under the
 	// map's lock for it, which a change of the key's own numbers takes after
@@ -450,7 +458,7 @@ func (t *Table[K]) AllowNAt(key K, now Time, cost int64) Decision {
 // absent decides a request of cost against the fresh bucket key would get at
 // now (ns), without making it.
 func (t *Table[K]) absent(key K, now, cost int64) Decision {
-	anchor := t.rule.anchorFor(keyHash(key, t.seed))
+	anchor := t.rule.anchorFor(t.gridHash(key))
 	return t.rule.peek(t.rule.fresh(now, anchor), now, anchor, cost)
 }
 

@@ -198,7 +198,7 @@ func (t *Table[K]) allowNOver(ov *overlay[K], key K, now, cost int64) Decision {
 // absentIn decides a request of cost against the fresh bucket key would get
 // under r at now (ns), without making it.
 func (t *Table[K]) absentIn(r *Rule, key K, now, cost int64) Decision {
-	anchor := r.anchorFor(keyHash(key, t.seed))
+	anchor := r.anchorFor(t.gridHash(key))
 	return r.peek(r.fresh(now, anchor), now, anchor, cost)
 }
 

@@ -1,6 +1,7 @@
 package atomicbucket
 
 import (
+	"strconv"
 	"testing"
 	"time"
 	"unsafe"
@@ -87,5 +88,42 @@ func TestTableKeepsNoCallerKey(t *testing.T) {
 	}
 	if tab.Len() != 1 {
 		t.Errorf("Len = %d, want 1", tab.Len())
+	}
+}
+
+// TableOptions.KeyHash places a key's interval grid: a struct key whose
+// KeyHash is TextHash of its text form gets the grid the string key of that
+// form gets, in this process or any other; without one, or with a func of
+// another type, a struct key's grid is placed by the table's seed.
+func TestKeyHashPlacesTheGrid(t *testing.T) {
+	type pair struct {
+		tenant string
+		user   int
+	}
+	text := func(k pair) string { return k.tenant + "," + strconv.Itoa(k.user) }
+	r := mustRule(t, Limit{Tokens: 1, Period: time.Hour, Burst: 1, Refill: Interval})
+	byText := NewTable[string](r, TableOptions{})
+	for i := range 50 {
+		k := pair{"t" + strconv.Itoa(i), i}
+		hashed := NewTable[pair](r, TableOptions{KeyHash: func(k pair) uint64 { return TextHash([]byte(text(k))) }})
+		const now = int64(5 * time.Hour)
+		want := byText.PeekAt(text(k), Time(now), 1)
+		if got := hashed.PeekAt(k, Time(now), 1); got != want {
+			t.Fatalf("%v: %+v, want the grid of %q: %+v", k, got, text(k), want)
+		}
+	}
+	// A KeyHash of another type is not taken: the seed places the grid, and
+	// the resets of 50 keys are not all the text form's.
+	same := 0
+	for i := range 50 {
+		k := pair{"t" + strconv.Itoa(i), i}
+		seeded := NewTable[pair](r, TableOptions{KeyHash: func(k string) uint64 { return 0 }})
+		const now = int64(5 * time.Hour)
+		if seeded.PeekAt(k, Time(now), 1) == byText.PeekAt(text(k), Time(now), 1) {
+			same++
+		}
+	}
+	if same == 50 {
+		t.Error("a KeyHash of the wrong type placed every grid as the text form would")
 	}
 }

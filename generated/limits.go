@@ -1697,6 +1697,13 @@ func (k TenantUserKey) String() string {
 	return string(b)
 }
 
+// gridHash places the key's interval grid: the hash of its text form (atomicbucket.TextHash).
+func (k TenantUserKey) gridHash() uint64 {
+	var buf [64]byte
+	b, _ := k.AppendText(buf[:0])
+	return atomicbucket.TextHash(b)
+}
+
 // ParseTenantUserKey reads a TenantUserKey from its text form (String).
 func ParseTenantUserKey(s string) (TenantUserKey, error) {
 	f, ok := verdict.KeyFields(s, 2)
@@ -1723,7 +1730,9 @@ func newTenantUserLimiter() *TenantUserLimiter {
 		Period: time.Minute,
 		Burst:  5,
 		Refill: atomicbucket.Greedy,
-	}), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits), atomicbucket.TableOptions{})}
+	}), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits), atomicbucket.TableOptions{
+		KeyHash: TenantUserKey.gridHash,
+	})}
 }
 
 // TenantUser's fixed-point units, computed when generating and checked against the runtime when the

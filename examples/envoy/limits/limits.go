@@ -2364,6 +2364,13 @@ func (k ExportsKey) String() string {
 	return string(b)
 }
 
+// gridHash places the key's interval grid: the hash of its text form (atomicbucket.TextHash).
+func (k ExportsKey) gridHash() uint64 {
+	var buf [64]byte
+	b, _ := k.AppendText(buf[:0])
+	return atomicbucket.TextHash(b)
+}
+
 // ParseExportsKey reads a ExportsKey from its text form (String).
 func ParseExportsKey(s string) (ExportsKey, error) {
 	f, ok := verdict.KeyFields(s, 2)
@@ -2391,7 +2398,9 @@ func newExportsLocalLimiter() *ExportsLocalLimiter {
 		Burst:   3,
 		Refill:  atomicbucket.Interval,
 		Aligned: true,
-	}), atomicbucket.TableOptions{})}
+	}), atomicbucket.TableOptions{
+		KeyHash: ExportsKey.gridHash,
+	})}
 }
 
 // ExportsLocalLimiter is Exports decided in this process only, with the whole limit: what

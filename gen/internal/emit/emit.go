@@ -330,6 +330,9 @@ func newStore(r model.Rule, l model.Limit) jen.Code {
 		}
 		opts = append(opts, field("MaxKeys", lit(r.MaxKeys)), field("AtCap", rt(atCap)))
 	}
+	if r.Composite() { // its grid placed by its text form, alike in every process
+		opts = append(opts, field("KeyHash", jen.Id(r.KeyType).Dot("gridHash")))
+	}
 	o := rt("TableOptions").Values()
 	if len(opts) > 0 {
 		o = rt("TableOptions").Add(fields(opts...))

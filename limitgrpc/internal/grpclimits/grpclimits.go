@@ -1039,6 +1039,13 @@ func (k TenantsKey) String() string {
 	return string(b)
 }
 
+// gridHash places the key's interval grid: the hash of its text form (atomicbucket.TextHash).
+func (k TenantsKey) gridHash() uint64 {
+	var buf [64]byte
+	b, _ := k.AppendText(buf[:0])
+	return atomicbucket.TextHash(b)
+}
+
 // ParseTenantsKey reads a TenantsKey from its text form (String).
 func ParseTenantsKey(s string) (TenantsKey, error) {
 	f, ok := verdict.KeyFields(s, 2)
@@ -1064,7 +1071,9 @@ func newTenantsLocalLimiter() *TenantsLocalLimiter {
 		Period: time.Minute,
 		Burst:  4,
 		Refill: atomicbucket.Greedy,
-	}), tenantsUnitsPerNs, tenantsUnitsPerToken, tenantsBurstUnits), atomicbucket.TableOptions{})}
+	}), tenantsUnitsPerNs, tenantsUnitsPerToken, tenantsBurstUnits), atomicbucket.TableOptions{
+		KeyHash: TenantsKey.gridHash,
+	})}
 }
 
 // Tenants's fixed-point units, computed when generating and checked against the runtime when the

@@ -1122,6 +1122,13 @@ func (k RlTenantUserKey) String() string {
 	return string(b)
 }
 
+// gridHash places the key's interval grid: the hash of its text form (atomicbucket.TextHash).
+func (k RlTenantUserKey) gridHash() uint64 {
+	var buf [64]byte
+	b, _ := k.AppendText(buf[:0])
+	return atomicbucket.TextHash(b)
+}
+
 // ParseRlTenantUserKey reads a RlTenantUserKey from its text form (String).
 func ParseRlTenantUserKey(s string) (RlTenantUserKey, error) {
 	f, ok := verdict.KeyFields(s, 2)
@@ -1147,7 +1154,9 @@ func newRlTenantUserLimiter() *RlTenantUserLimiter {
 		Period: time.Minute,
 		Burst:  2,
 		Refill: atomicbucket.Greedy,
-	}), rlTenantUserUnitsPerNs, rlTenantUserUnitsPerToken, rlTenantUserBurstUnits), atomicbucket.TableOptions{})}
+	}), rlTenantUserUnitsPerNs, rlTenantUserUnitsPerToken, rlTenantUserBurstUnits), atomicbucket.TableOptions{
+		KeyHash: RlTenantUserKey.gridHash,
+	})}
 }
 
 // RlTenantUser's fixed-point units, computed when generating and checked against the runtime when

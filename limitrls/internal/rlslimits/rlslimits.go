@@ -894,6 +894,13 @@ func (k PerTenantUserKey) String() string {
 	return string(b)
 }
 
+// gridHash places the key's interval grid: the hash of its text form (atomicbucket.TextHash).
+func (k PerTenantUserKey) gridHash() uint64 {
+	var buf [64]byte
+	b, _ := k.AppendText(buf[:0])
+	return atomicbucket.TextHash(b)
+}
+
 // ParsePerTenantUserKey reads a PerTenantUserKey from its text form (String).
 func ParsePerTenantUserKey(s string) (PerTenantUserKey, error) {
 	f, ok := verdict.KeyFields(s, 2)
@@ -920,7 +927,9 @@ func newPerTenantUserLimiter() *PerTenantUserLimiter {
 		Period: time.Minute,
 		Burst:  2,
 		Refill: atomicbucket.Greedy,
-	}), perTenantUserUnitsPerNs, perTenantUserUnitsPerToken, perTenantUserBurstUnits), atomicbucket.TableOptions{})}
+	}), perTenantUserUnitsPerNs, perTenantUserUnitsPerToken, perTenantUserBurstUnits), atomicbucket.TableOptions{
+		KeyHash: PerTenantUserKey.gridHash,
+	})}
 }
 
 // PerTenantUser's fixed-point units, computed when generating and checked against the runtime when
