@@ -30,6 +30,7 @@ package limitotel
 import (
 	"context"
 	"errors"
+	"math"
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/shared"
@@ -62,6 +63,10 @@ type Options struct {
 	Tables map[string]Table
 	// Stores are stores, by a name of the service's choice ("redis").
 	Stores map[string]Store
+	// Unmatched are the requests a door let through because no route of the
+	// policy covers them, by the door's name: verdict.DoorRLS's descriptors
+	// no pattern matched (limitrls.Config.Unmatched).
+	Unmatched map[string]func() uint64
 }
 
 // Register creates the instruments on meter and the callback that reads o;
@@ -79,6 +84,7 @@ func Register(meter metric.Meter, o Options) (metric.Registration, error) {
 		return g
 	}
 	decisions := counter("limitgen.decisions", "{decision}", "Requests the doors decided, by door (http, grpc, rls), route (an HTTP route's pattern, a gRPC method entry, an RLS descriptor), tier (empty for a route that checks one rule), deciding rule and outcome (degraded_*: the store could not decide and the rule's on_failure setting did).")
+	unmatched := counter("limitgen.unmatched", "{request}", "Requests a door let through unchecked because no route of the policy covers them (Envoy's rate-limit service: descriptors no pattern matched), by door.")
 	keys := gauge("limitgen.table.keys", "{key}", "Keys a rule's table tracks.")
 	evictions := counter("limitgen.table.evictions", "{bucket}", "Buckets a rule's table reclaimed (full ones: nothing is lost).")
 	refusals := counter("limitgen.table.cap_refusals", "{key}", "New keys that met a rule's key cap with nothing to reclaim.")
@@ -108,6 +114,11 @@ func Register(meter metric.Meter, o Options) (metric.Registration, error) {
 				}
 			}
 		}
+		for door, f := range o.Unmatched {
+			if f != nil {
+				ob.ObserveInt64(unmatched, int64(min(f(), math.MaxInt64)), metric.WithAttributes(attribute.String("door", door)))
+			}
+		}
 		for rule, t := range o.Tables {
 			s := t.Stats()
 			at := metric.WithAttributes(attribute.String("rule", rule))
@@ -134,5 +145,5 @@ func Register(meter metric.Meter, o Options) (metric.Registration, error) {
 			}
 		}
 		return nil
-	}, decisions, keys, evictions, refusals, checks, degraded, batches, grants, tokens, trips, tripTime, open)
+	}, decisions, unmatched, keys, evictions, refusals, checks, degraded, batches, grants, tokens, trips, tripTime, open)
 }

@@ -103,6 +103,9 @@ func TestManualReader(t *testing.T) {
 		Doors:  map[string]*verdict.Counters{verdict.DoorHTTP: mw.Config.Counters},
 		Tables: map[string]limitotel.Table{"PerInstance": lims.PerInstance},
 		Stores: map[string]limitotel.Store{"postgres": st},
+		// Envoy's rate-limit service's descriptors no pattern matched
+		// (limitrls.Config.Unmatched).
+		Unmatched: map[string]func() uint64{verdict.DoorRLS: func() uint64 { return 7 }},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -115,12 +118,13 @@ func TestManualReader(t *testing.T) {
 		"limitgen.decisions{door=http,outcome=denied,route=GET /hello,rule=PerUser,tier=}":          3,
 		"limitgen.decisions{door=http,outcome=degraded_denied,route=GET /hello,rule=PerUser,tier=}": 0,
 		"limitgen.decisions{door=http,outcome=allowed,route=GET /api/,rule=PerUser,tier=Request}":   0,
-		"limitgen.table.keys{rule=PerInstance}":                                                     2,
-		"limitgen.table.cap_refusals{rule=PerInstance}":                                             0,
-		"limitgen.store.checks{store=postgres}":                                                     23,
-		"limitgen.store.degraded{store=postgres}":                                                   0,
-		"limitgen.store.round_trips{store=postgres}":                                                23,
-		"limitgen.store.breaker.open{node=,store=postgres}":                                         0,
+		"limitgen.unmatched{door=rls}":                      7,
+		"limitgen.table.keys{rule=PerInstance}":             2,
+		"limitgen.table.cap_refusals{rule=PerInstance}":     0,
+		"limitgen.store.checks{store=postgres}":             23,
+		"limitgen.store.degraded{store=postgres}":           0,
+		"limitgen.store.round_trips{store=postgres}":        23,
+		"limitgen.store.breaker.open{node=,store=postgres}": 0,
 	} {
 		if v, ok := got[name]; !ok || v != want {
 			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)

@@ -55,6 +55,10 @@ type Options struct {
 	Tables map[string]Table
 	// Stores are stores, by a name of the service's choice ("redis").
 	Stores map[string]Store
+	// Unmatched are the requests a door let through because no route of the
+	// policy covers them, by the door's name: verdict.DoorRLS's descriptors
+	// no pattern matched (limitrls.Config.Unmatched).
+	Unmatched map[string]func() uint64
 }
 
 // Collector is a prometheus.Collector over Options' sources. Register it
@@ -62,7 +66,7 @@ type Options struct {
 type Collector struct {
 	o Options
 
-	decisions, keys, evictions, capRefusals                       *prometheus.Desc
+	decisions, unmatched, keys, evictions, capRefusals            *prometheus.Desc
 	checks, degraded, batches, grants, leased, trips, open, fails *prometheus.Desc
 }
 
@@ -74,6 +78,7 @@ func New(o Options) *Collector {
 	return &Collector{
 		o:           o,
 		decisions:   d("decisions_total", "Requests the doors decided, by door (http, grpc, rls), route (an HTTP route's pattern, a gRPC method entry, an RLS descriptor), tier (empty for a route that checks one rule), deciding rule and outcome (degraded_*: the store could not decide and the rule's on_failure setting did).", "door", "route", "tier", "rule", "outcome"),
+		unmatched:   d("unmatched_total", "Requests a door let through unchecked because no route of the policy covers them (Envoy's rate-limit service: descriptors no pattern matched), by door.", "door"),
 		keys:        d("table_keys", "Keys a rule's table tracks.", "rule"),
 		evictions:   d("table_evictions_total", "Buckets a rule's table reclaimed (full ones: nothing is lost).", "rule"),
 		capRefusals: d("table_cap_refusals_total", "New keys that met a rule's key cap with nothing to reclaim.", "rule"),
@@ -90,7 +95,7 @@ func New(o Options) *Collector {
 
 // Describe sends the metrics' descriptions.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.decisions, c.keys, c.evictions, c.capRefusals,
+	for _, d := range []*prometheus.Desc{c.decisions, c.unmatched, c.keys, c.evictions, c.capRefusals,
 		c.checks, c.degraded, c.batches, c.grants, c.leased, c.trips, c.open, c.fails} {
 		ch <- d
 	}
@@ -106,6 +111,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			for o, v := range n.Outcomes {
 				ch <- prometheus.MustNewConstMetric(c.decisions, prometheus.CounterValue, float64(v), door, n.Route, n.Tier, n.Rule, verdict.Outcome(o).String())
 			}
+		}
+	}
+	for door, f := range c.o.Unmatched {
+		if f != nil {
+			ch <- prometheus.MustNewConstMetric(c.unmatched, prometheus.CounterValue, float64(f()), door)
 		}
 	}
 	for rule, t := range c.o.Tables {

@@ -91,6 +91,10 @@ func TestScrape(t *testing.T) {
 		Doors:  map[string]*verdict.Counters{verdict.DoorHTTP: mw.Config.Counters},
 		Tables: map[string]limitprom.Table{"PerInstance": lims.PerInstance},
 		Stores: map[string]limitprom.Store{"postgres": st},
+		// Envoy's rate-limit service's descriptors no pattern matched
+		// (limitrls.Config.Unmatched; the ready server's own is tested in
+		// examples/quickstart).
+		Unmatched: map[string]func() uint64{verdict.DoorRLS: func() uint64 { return 7 }},
 	}))
 	metrics := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	t.Cleanup(metrics.Close)
@@ -102,13 +106,14 @@ func TestScrape(t *testing.T) {
 		`limitgen_decisions_total{door="http",outcome="missing_key",route="GET /hello",rule="PerUser",tier=""}`:     1,
 		`limitgen_decisions_total{door="http",outcome="degraded_denied",route="GET /hello",rule="PerUser",tier=""}`: 0,
 		`limitgen_decisions_total{door="http",outcome="allowed",route="GET /api/",rule="PerUser",tier="Request"}`:   0,
-		`limitgen_table_keys{rule="PerInstance"}`:                                                                   3,
-		`limitgen_table_cap_refusals_total{rule="PerInstance"}`:                                                     0,
-		`limitgen_store_checks_total{store="postgres"}`:                                                             25,
-		`limitgen_store_degraded_total{store="postgres"}`:                                                           0,
-		`limitgen_store_round_trip_seconds_count{store="postgres"}`:                                                 25,
-		`limitgen_store_round_trip_seconds_bucket{store="postgres",le="+Inf"}`:                                      25,
-		`limitgen_store_breaker_open{node="",store="postgres"}`:                                                     0,
+		`limitgen_unmatched_total{door="rls"}`:                                 7,
+		`limitgen_table_keys{rule="PerInstance"}`:                              3,
+		`limitgen_table_cap_refusals_total{rule="PerInstance"}`:                0,
+		`limitgen_store_checks_total{store="postgres"}`:                        25,
+		`limitgen_store_degraded_total{store="postgres"}`:                      0,
+		`limitgen_store_round_trip_seconds_count{store="postgres"}`:            25,
+		`limitgen_store_round_trip_seconds_bucket{store="postgres",le="+Inf"}`: 25,
+		`limitgen_store_breaker_open{node="",store="postgres"}`:                0,
 	} {
 		if v, ok := got[name]; !ok || v != want {
 			t.Errorf("%s = %v (present %v), want %v", name, v, ok, want)

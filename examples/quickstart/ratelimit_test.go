@@ -118,6 +118,11 @@ func TestRatelimitServer(t *testing.T) {
 	if ask(ccA, "bob").OverallCode != rlsv3.RateLimitResponse_OK {
 		t.Error("bob is limited by alice's calls")
 	}
+	// A descriptor no pattern matches: OK, and counted on /metrics.
+	if resp, err := rlsv3.NewRateLimitServiceClient(ccA).ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "quickstart",
+		Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: "path", Value: "/x"}}}}}); err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK {
+		t.Errorf("an unmatched descriptor: %v, %v", resp, err)
+	}
 	mr, err := http.Get("http://" + metrics + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -125,8 +130,9 @@ func TestRatelimitServer(t *testing.T) {
 	body, _ := io.ReadAll(mr.Body)
 	mr.Body.Close()
 	if !strings.Contains(string(body), `limitgen_decisions_total{door="rls",outcome="denied",route="quickstart: caller",rule="PerCaller",tier="Edge"}`) ||
-		!strings.Contains(string(body), `limitgen_store_checks_total{store="redis"}`) {
-		t.Errorf("/metrics lacks the rls door's decisions or the store's checks:\n%s", body)
+		!strings.Contains(string(body), `limitgen_store_checks_total{store="redis"}`) ||
+		!strings.Contains(string(body), `limitgen_unmatched_total{door="rls"} 1`+"\n") {
+		t.Errorf("/metrics lacks the rls door's decisions, the store's checks or the unmatched descriptor:\n%s", body)
 	}
 	rest := make(chan string, 1)
 	go func() { b, _ := io.ReadAll(logA); rest <- string(b) }() // to its end: the process's exit

@@ -152,8 +152,9 @@ func main() {
 	if *metrics != "" {
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(limitprom.New(limitprom.Options{
-			Doors:  map[string]*verdict.Counters{verdict.DoorRLS: rls.Config.Counters},
-			Stores: storeStats,
+			Doors:     map[string]*verdict.Counters{verdict.DoorRLS: rls.Config.Counters},
+			Stores:    storeStats,
+			Unmatched: map[string]func() uint64{verdict.DoorRLS: rls.Config.Unmatched},
 		}))
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
