@@ -179,8 +179,8 @@ func RenderMain(m *model.Model, importPath string) ([]byte, error) {
 		jen.If(jen.Op("*").Id("metrics").Op("!=").Lit("")).Block(
 			jen.Id("reg").Op(":=").Qual(promPath, "NewRegistry").Call(),
 			jen.Id("reg").Dot("MustRegister").Call(jen.Qual(limitpromPath, "New").Call(jen.Qual(limitpromPath, "Options").Values(jen.Dict{
-				jen.Id("Doors"):  jen.Map(jen.String()).Op("*").Qual(verdictPath, "Counters").Values(jen.Dict{jen.Qual(verdictPath, "DoorRLS"): jen.Id("rls").Dot("Config").Dot("Counters")}),
-				jen.Id("Stores"): jen.Id("storeStats"),
+				jen.Id("Doors"):     jen.Map(jen.String()).Op("*").Qual(verdictPath, "Counters").Values(jen.Dict{jen.Qual(verdictPath, "DoorRLS"): jen.Id("rls").Dot("Config").Dot("Counters")}),
+				jen.Id("Stores"):    jen.Id("storeStats"),
 				jen.Id("Unmatched"): jen.Map(jen.String()).Func().Params().Uint64().Values(jen.Dict{jen.Qual(verdictPath, "DoorRLS"): jen.Id("rls").Dot("Config").Dot("Unmatched")}),
 			}))),
 			jen.Id("mux").Op(":=").Qual("net/http", "NewServeMux").Call(),
