@@ -564,16 +564,24 @@ func plainPath(u *url.URL) (p string, clean bool) {
 		return u.EscapedPath(), false
 	}
 	for i := 0; i < len(p); i++ {
-		switch c := p[i]; {
-		case plainByte[c], c == '.':
-		case c == '/':
-			// "//", "/./", "/../", and "/." or "/.." at the end are not clean.
-			if rest := p[i+1:]; strings.HasPrefix(rest, "/") || rest == "." || rest == ".." ||
-				strings.HasPrefix(rest, "./") || strings.HasPrefix(rest, "../") {
+		c := p[i]
+		if plainByte[c] || c == '.' {
+			continue
+		}
+		if c != '/' { // escaped by EscapedPath
+			return u.EscapedPath(), false
+		}
+		// "//", "/./", "/../", and "/." or "/.." at the end are not clean.
+		if i+1 == len(p) {
+			break
+		}
+		switch p[i+1] {
+		case '/':
+			return u.EscapedPath(), false
+		case '.':
+			if j := i + 2; j == len(p) || p[j] == '/' || p[j] == '.' && (j+1 == len(p) || p[j+1] == '/') {
 				return u.EscapedPath(), false
 			}
-		default: // escaped by EscapedPath
-			return u.EscapedPath(), false
 		}
 	}
 	return p, true
