@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -313,5 +314,55 @@ func TestNoStore(t *testing.T) {
 	in := start(t, "-local")
 	if got := admitted(t, 14, []*instance{in}, "remote_address", "198.51.100.7"); got != 10 {
 		t.Errorf("-local: %d of 14 admitted, want 10", got)
+	}
+}
+
+// TestRedisStalls: a Redis that stops answering (SIGSTOP: its connections
+// stay open, nothing comes back) is not a hang. Each request on a rule that
+// denies while its store cannot decide is answered UNAVAILABLE within the
+// store's timeout (200 ms; well under a second here), never OK; once Redis
+// answers again (SIGCONT) the limit holds: never more than what was left.
+func TestRedisStalls(t *testing.T) {
+	rs := redistest.Start(t)
+	in := start(t, "-redis", rs.Addr)
+	if got := admitted(t, 4, []*instance{in}, "remote_address", "198.51.100.7"); got != 4 {
+		t.Fatalf("before the stall: %d of 4 admitted", got)
+	}
+	if err := rs.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := true
+	t.Cleanup(func() {
+		if stopped {
+			rs.Signal(syscall.SIGCONT)
+		}
+	})
+	for i := range 5 {
+		began := time.Now()
+		resp, err := in.ask(t, "remote_address", "198.51.100.7")
+		took := time.Since(began)
+		if status.Code(err) != codes.Unavailable || took > time.Second {
+			t.Errorf("stalled Redis, call %d: %v, %v after %v; want UNAVAILABLE within a second", i+1, resp, err, took)
+		}
+	}
+	if err := rs.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	stopped = false
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := in.ask(t, "remote_address", "198.51.100.1")
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
+			t.Fatalf("after the stall: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// 4 of its 10 were taken before the stall; a call that timed out may
+	// still have run when Redis resumed (and taken its token), never more.
+	if got := admitted(t, 10, []*instance{in}, "remote_address", "198.51.100.7"); got > 6 || got < 1 {
+		t.Errorf("after the stall: %d of 10 admitted, want at most the 6 left (and some)", got)
 	}
 }
