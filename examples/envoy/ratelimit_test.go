@@ -275,17 +275,7 @@ func TestRedisDownAtBoot(t *testing.T) {
 		}
 	}
 	rs.Restart(t)
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		_, err := in.ask(t, "remote_address", "198.51.100.1")
-		if err == nil {
-			break
-		}
-		if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
-			t.Fatalf("after Redis started: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitDecides(t, in, "after Redis started")
 	if got := admitted(t, 14, []*instance{in}, "remote_address", "198.51.100.7"); got != 10 {
 		t.Errorf("PerClient once Redis is up: %d of 14 admitted, want 10", got)
 	}
@@ -349,6 +339,19 @@ func TestRedisStalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped = false
+	waitDecides(t, in, "after the stall")
+	// 4 of its 10 were taken before the stall; a call that timed out may
+	// still have run when Redis resumed (and taken its token), never more.
+	if got := admitted(t, 10, []*instance{in}, "remote_address", "198.51.100.7"); got > 6 || got < 1 {
+		t.Errorf("after the stall: %d of 10 admitted, want at most the 6 left (and some)", got)
+	}
+}
+
+// waitDecides waits (20 s at most) until the server decides again after its
+// Redis came back (a store's breaker waits before it tries the server again):
+// UNAVAILABLE until then, and nothing else.
+func waitDecides(t *testing.T, in *instance, when string) {
+	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		_, err := in.ask(t, "remote_address", "198.51.100.1")
@@ -356,13 +359,8 @@ func TestRedisStalls(t *testing.T) {
 			break
 		}
 		if status.Code(err) != codes.Unavailable || time.Now().After(deadline) {
-			t.Fatalf("after the stall: %v", err)
+			t.Fatalf("%s: %v", when, err)
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-	// 4 of its 10 were taken before the stall; a call that timed out may
-	// still have run when Redis resumed (and taken its token), never more.
-	if got := admitted(t, 10, []*instance{in}, "remote_address", "198.51.100.7"); got > 6 || got < 1 {
-		t.Errorf("after the stall: %d of 10 admitted, want at most the 6 left (and some)", got)
 	}
 }
