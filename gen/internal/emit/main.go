@@ -71,6 +71,7 @@ func RenderMain(m *model.Model, importPath string) ([]byte, error) {
 			flagStr("redisCluster", "redis-cluster", "LIMITGEN_REDIS_CLUSTER", "", "the nodes of a Redis Cluster (host:port, comma-separated; one is enough) that keeps the shared rules"),
 			flagStr("postgresURL", "postgres", "LIMITGEN_POSTGRES", "", "the PostgreSQL database (a URL) that keeps the shared rules"),
 			flagStr("numbers", "numbers", "LIMITGEN_NUMBERS", "", "run-time numbers: an overlay file (its path; read every second), or the store's numbers hash (redis:NAME) or table (postgres:NAME); empty keeps the policy's"),
+			flagStr("storeTimeoutFlag", "store-timeout", "LIMITGEN_STORE_TIMEOUT", "200ms", "the most a decision waits for the store; then the rule's on_failure decides (give Envoy's filter a longer timeout: its default is 20ms)"),
 			jen.Id("local").Op(":=").Qual("flag", "Bool").Call(jen.Lit("local"), jen.Id("envOr").Call(jen.Lit("LIMITGEN_LOCAL"), jen.Lit("")).Op("==").Lit("true"),
 				jen.Lit("keep the shared rules in this process, without a store: for one instance only, as each instance would admit the whole limit ($LIMITGEN_LOCAL=true)")),
 		)
@@ -94,6 +95,10 @@ func RenderMain(m *model.Model, importPath string) ([]byte, error) {
 			jen.For(jen.List(jen.Id("_"), jen.Id("s")).Op(":=").Range().Index().String().Values(jen.Op("*").Id("redisAddr"), jen.Op("*").Id("redisCluster"), jen.Op("*").Id("postgresURL"))).Block(
 				jen.If(jen.Id("s").Op("!=").Lit("")).Block(jen.Id("given").Op("++")),
 			),
+			jen.List(jen.Id("storeTimeout"), jen.Err()).Op(":=").Qual("time", "ParseDuration").Call(jen.Op("*").Id("storeTimeoutFlag")),
+			jen.If(jen.Err().Op("!=").Nil().Op("||").Id("storeTimeout").Op("<=").Lit(0)).Block(
+				fail("ratelimit: -store-timeout %q: a duration above 0, such as 200ms", jen.Op("*").Id("storeTimeoutFlag")),
+			),
 			jen.If(jen.Id("given").Op(">").Lit(1)).Block(
 				fail("ratelimit: give one of -redis, -redis-cluster and -postgres: the shared rules live in one store"),
 			),
@@ -114,7 +119,7 @@ func RenderMain(m *model.Model, importPath string) ([]byte, error) {
 			),
 			jen.If(jen.Id("client").Op("!=").Nil()).Block(
 				jen.Defer().Id("client").Dot("Close").Call(),
-				jen.List(jen.Id("st"), jen.Err()).Op(":=").Qual(redisstorePath, "New").Call(jen.Id("ctx"), jen.Id("client"), jen.Qual(redisstorePath, "Options").Values(jen.Dict{jen.Id("Coalesce"): jen.Lit(256)})),
+				jen.List(jen.Id("st"), jen.Err()).Op(":=").Qual(redisstorePath, "New").Call(jen.Id("ctx"), jen.Id("client"), jen.Qual(redisstorePath, "Options").Values(jen.Dict{jen.Id("Coalesce"): jen.Lit(256), jen.Id("Timeout"): jen.Id("storeTimeout")})),
 				jen.If(jen.Err().Op("!=").Nil()).Block(fail("ratelimit: redis %s%s: %v", jen.Op("*").Id("redisAddr"), jen.Op("*").Id("redisCluster"), jen.Err())),
 				jen.Defer().Id("st").Dot("Close").Call(),
 				jen.Id("opts").Op("=").Append(jen.Id("opts"), pkg("WithStore").Call(jen.Id("st"))),
@@ -125,7 +130,7 @@ func RenderMain(m *model.Model, importPath string) ([]byte, error) {
 				jen.Var().Err().Error(),
 				jen.If(jen.List(jen.Id("pool"), jen.Err()).Op("=").Qual(pgxpoolPath, "New").Call(jen.Id("ctx"), jen.Op("*").Id("postgresURL")), jen.Err().Op("!=").Nil()).Block(fail("ratelimit: postgres: %v", jen.Err())),
 				jen.Defer().Id("pool").Dot("Close").Call(),
-				jen.List(jen.Id("st"), jen.Err()).Op(":=").Qual(pgstorePath, "New").Call(jen.Id("ctx"), jen.Id("pool"), jen.Qual(pgstorePath, "Options").Values(jen.Dict{jen.Id("Coalesce"): jen.Lit(256)})),
+				jen.List(jen.Id("st"), jen.Err()).Op(":=").Qual(pgstorePath, "New").Call(jen.Id("ctx"), jen.Id("pool"), jen.Qual(pgstorePath, "Options").Values(jen.Dict{jen.Id("Coalesce"): jen.Lit(256), jen.Id("Timeout"): jen.Id("storeTimeout")})),
 				jen.If(jen.Err().Op("!=").Nil()).Block(fail("ratelimit: postgres: %v", jen.Err())),
 				jen.Defer().Id("st").Dot("Close").Call(),
 				jen.Id("opts").Op("=").Append(jen.Id("opts"), pkg("WithStore").Call(jen.Id("st"))),

@@ -46,6 +46,7 @@ func main() {
 	redisCluster := flag.String("redis-cluster", envOr("LIMITGEN_REDIS_CLUSTER", ""), "the nodes of a Redis Cluster (host:port, comma-separated; one is enough) that keeps the shared rules ($LIMITGEN_REDIS_CLUSTER)")
 	postgresURL := flag.String("postgres", envOr("LIMITGEN_POSTGRES", ""), "the PostgreSQL database (a URL) that keeps the shared rules ($LIMITGEN_POSTGRES)")
 	numbers := flag.String("numbers", envOr("LIMITGEN_NUMBERS", ""), "run-time numbers: an overlay file (its path; read every second), or the store's numbers hash (redis:NAME) or table (postgres:NAME); empty keeps the policy's ($LIMITGEN_NUMBERS)")
+	storeTimeoutFlag := flag.String("store-timeout", envOr("LIMITGEN_STORE_TIMEOUT", "200ms"), "the most a decision waits for the store; then the rule's on_failure decides (give Envoy's filter a longer timeout: its default is 20ms) ($LIMITGEN_STORE_TIMEOUT)")
 	local := flag.Bool("local", envOr("LIMITGEN_LOCAL", "") == "true", "keep the shared rules in this process, without a store: for one instance only, as each instance would admit the whole limit ($LIMITGEN_LOCAL=true)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -57,6 +58,10 @@ func main() {
 		if s != "" {
 			given++
 		}
+	}
+	storeTimeout, err := time.ParseDuration(*storeTimeoutFlag)
+	if err != nil || storeTimeout <= 0 {
+		log.Fatalf("ratelimit: -store-timeout %q: a duration above 0, such as 200ms", *storeTimeoutFlag)
 	}
 	if given > 1 {
 		log.Fatalf("ratelimit: give one of -redis, -redis-cluster and -postgres: the shared rules live in one store")
@@ -82,7 +87,10 @@ func main() {
 	}
 	if client != nil {
 		defer client.Close()
-		st, err := redisstore.New(ctx, client, redisstore.Options{Coalesce: 256})
+		st, err := redisstore.New(ctx, client, redisstore.Options{
+			Coalesce: 256,
+			Timeout:  storeTimeout,
+		})
 		if err != nil {
 			log.Fatalf("ratelimit: redis %s%s: %v", *redisAddr, *redisCluster, err)
 		}
@@ -97,7 +105,10 @@ func main() {
 			log.Fatalf("ratelimit: postgres: %v", err)
 		}
 		defer pool.Close()
-		st, err := pgstore.New(ctx, pool, pgstore.Options{Coalesce: 256})
+		st, err := pgstore.New(ctx, pool, pgstore.Options{
+			Coalesce: 256,
+			Timeout:  storeTimeout,
+		})
 		if err != nil {
 			log.Fatalf("ratelimit: postgres: %v", err)
 		}
