@@ -1693,7 +1693,8 @@ func (k TenantUserKey) AppendText(b []byte) ([]byte, error) {
 
 // String is the key's text form (AppendText).
 func (k TenantUserKey) String() string {
-	b, _ := k.AppendText(nil)
+	var buf [64]byte
+	b, _ := k.AppendText(buf[:0])
 	return string(b)
 }
 
@@ -2639,7 +2640,11 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 		res.Policy = verdict.InForce(res.Policy, rf0)
 		res.Policies = verdict.InForceList(res.Policy)
 	}
-	return m.Config.Respond(w, r, verdict.Enforce, &res, k0.Tenant)
+	key := ""
+	if !res.Decision.Allowed || res.Degraded {
+		key = k0.String()
+	}
+	return m.Config.Respond(w, r, verdict.Enforce, &res, key)
 }
 
 // route5 checks /v1/ (tier API, enforce) and reports whether the request may go on.

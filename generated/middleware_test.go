@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -573,8 +574,10 @@ func TestServeMuxOwnAnswersAndCoverage(t *testing.T) {
 
 // A composite key's check allocates nothing once its bucket exists: the
 // struct is the table's key as it is (no text form on the local path), and
-// the middleware reads both fields from the path without a string of its own
-// (allowed, then denied: the bucket of 5 drains in the first requests).
+// the middleware reads both fields from the path without a string of its
+// own while it admits (the clock moved on 2 s a request: 30/min refills one
+// token each time). A denial builds the key's text form, once, for its
+// jitter and the violation log, and its events carry it whole.
 func TestCompositeKeyAllocatesNothing(t *testing.T) {
 	lim := limits.New()
 	k := limits.TenantUserKey{Tenant: "acme", User: 7}
@@ -584,22 +587,48 @@ func TestCompositeKeyAllocatesNothing(t *testing.T) {
 	}
 	s := newService(t)
 	h := s.mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
-	r := httptest.NewRequest("GET", "/v1/tenants/acme/users/7", nil)
+	r := httptest.NewRequest("GET", "/v1/tenants/ac,me/users/7", nil)
 	w := &discard{h: http.Header{}}
 	h.ServeHTTP(w, r)
 	if n := testing.AllocsPerRun(1000, func() {
 		clear(w.h)
+		s.now += atomicbucket.Time(2 * time.Second)
 		h.ServeHTTP(w, r)
-	}); n != 0 {
-		t.Errorf("the middleware on a composite key: %v allocations a request, want 0", n)
+	}); n != 0 || w.code != 0 {
+		t.Errorf("the middleware admitting on a composite key: %v allocations a request (status %d), want 0", n, w.code)
+	}
+	if n := testing.AllocsPerRun(1000, func() {
+		clear(w.h)
+		h.ServeHTTP(w, r)
+	}); n != 1 || w.code != http.StatusTooManyRequests {
+		t.Errorf("the middleware denying on a composite key: %v allocations a request (status %d), want 1 (the key's text form)", n, w.code)
+	}
+	var mu sync.Mutex
+	keys := map[string]verdict.Outcome{}
+	s.mw.Config.Observer = verdict.ObserverFunc(func(e verdict.Event) {
+		mu.Lock()
+		keys[e.Key] = e.Outcome
+		mu.Unlock()
+	})
+	h.ServeHTTP(w, r) // denied
+	s.now += atomicbucket.Time(2 * time.Second)
+	h.ServeHTTP(w, r) // admitted
+	mu.Lock()
+	defer mu.Unlock()
+	if keys[`ac%2Cme,7`] != verdict.Denied || keys[""] != verdict.Allowed || len(keys) != 2 {
+		t.Errorf("the events' keys: %v; want the key's whole text form on a denial, none on an admission", keys)
 	}
 }
 
-// discard is a ResponseWriter that keeps only its header map, and has
-// WriteString as net/http's has.
-type discard struct{ h http.Header }
+// discard is a ResponseWriter that keeps only its header map and the
+// status it was given (0 for none: 200), and has WriteString as net/http's
+// has.
+type discard struct {
+	h    http.Header
+	code int
+}
 
 func (d *discard) Header() http.Header               { return d.h }
 func (d *discard) Write(b []byte) (int, error)       { return len(b), nil }
 func (d *discard) WriteString(s string) (int, error) { return len(s), nil }
-func (d *discard) WriteHeader(int)                   {}
+func (d *discard) WriteHeader(code int)              { d.code = code }

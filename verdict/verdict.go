@@ -97,7 +97,9 @@ type Event struct {
 	// Key is the request's first key (the one the jitter is seeded by; in a
 	// tier, the first rule's); "" for an integer key, which is KeyInt (its
 	// bits as a uint64), and for a route whose rules have no key (KeyInt 0).
-	// Unchecked requests have none.
+	// A composite key is its text form on every outcome but Allowed, and ""
+	// (KeyInt 0) on Allowed, where it is not built. Unchecked requests have
+	// none.
 	Key    string
 	KeyInt uint64
 }

@@ -3558,7 +3558,8 @@ func (k TenantUserKey) AppendText(b []byte) ([]byte, error) {
 
 // String is the key's text form (AppendText).
 func (k TenantUserKey) String() string {
-	b, _ := k.AppendText(nil)
+	var buf [64]byte
+	b, _ := k.AppendText(buf[:0])
 	return string(b)
 }
 

@@ -621,6 +621,7 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 	var keyArgs []jen.Code
 	seed := []resField{}
 	keyArg := jen.Lit("")
+	compositeKey := "" // the first key, when it is composite: its text form, built only when read
 	for j, ri := range r.Rules {
 		rule := m.Rules[ri]
 		if rule.KeyType == "" {
@@ -635,14 +636,13 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 		body = append(body, jen.If(jen.Op("!").Id(ok)).Block(reject(d.missing, jen.Lit(r.MissingBodies[j]), event(ri, "MissingKey", nil))))
 		keyArgs = append(keyArgs, jen.Id(k))
 		if len(seed) == 0 && len(keyArgs) == 1 {
-			first := jen.Id(k) // the key, or a composite key's first field
-			if rule.Composite() {
-				first = jen.Id(k).Dot(rule.Fields[0].GoName)
-			}
-			if rule.FieldType(0) == "string" {
-				keyArg = first
-			} else {
-				seed = append(seed, setField("SeedInt", jen.Uint64().Call(first)))
+			switch {
+			case rule.Composite():
+				compositeKey, keyArg = k, jen.Id("key")
+			case rule.KeyType == "string":
+				keyArg = jen.Id(k)
+			default:
+				seed = append(seed, setField("SeedInt", jen.Uint64().Call(jen.Id(k))))
 			}
 		}
 	}
@@ -755,6 +755,17 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 		body = append(body, jen.Id("res").Dot(f.name).Op("=").Add(f.v))
 	}
 	body = append(body, emitInForce(m, r, recv, planIdx)...)
+	if compositeKey != "" {
+		// A composite key's text form is what a denial's jitter and the
+		// violation log read (every outcome but Allowed): built for those
+		// only, so that an admitted request allocates nothing.
+		body = append(body,
+			jen.Id("key").Op(":=").Lit(""),
+			jen.If(jen.Op("!").Id("res").Dot("Decision").Dot("Allowed").Op("||").Id("res").Dot("Degraded")).Block(
+				jen.Id("key").Op("=").Id(compositeKey).Dot("String").Call(),
+			),
+		)
+	}
 	if d.message {
 		body = append(body, jen.Return(jen.Id("res"), keyArg, jen.Nil()))
 	} else {

@@ -45,7 +45,8 @@ func emitCompositeKey(r model.Rule) jen.Code {
 	g.Func().Params(jen.Id("k").Id(typ)).Id("AppendText").Params(jen.Id("b").Index().Byte()).Params(jen.Index().Byte(), jen.Error()).Block(str...).Line().Line()
 	g.Comment("String is the key's text form (AppendText).").Line()
 	g.Func().Params(jen.Id("k").Id(typ)).Id("String").Params().String().Block(
-		jen.List(jen.Id("b"), jen.Id("_")).Op(":=").Id("k").Dot("AppendText").Call(jen.Nil()),
+		jen.Var().Id("buf").Index(jen.Lit(64)).Byte(),
+		jen.List(jen.Id("b"), jen.Id("_")).Op(":=").Id("k").Dot("AppendText").Call(jen.Id("buf").Index(jen.Op(":").Lit(0))),
 		jen.Return(jen.String().Call(jen.Id("b"))),
 	).Line().Line()
 

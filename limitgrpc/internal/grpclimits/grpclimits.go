@@ -1035,7 +1035,8 @@ func (k TenantsKey) AppendText(b []byte) ([]byte, error) {
 
 // String is the key's text form (AppendText).
 func (k TenantsKey) String() string {
-	b, _ := k.AppendText(nil)
+	var buf [64]byte
+	b, _ := k.AppendText(buf[:0])
 	return string(b)
 }
 
@@ -2185,7 +2186,11 @@ func (g *GRPC) entry3(ctx context.Context, method string) error {
 		res.Policy = verdict.InForce(res.Policy, rf0)
 		res.Policies = verdict.InForceList(res.Policy)
 	}
-	return g.Config.Respond(ctx, verdict.Enforce, &res, k0.Tenant)
+	key := ""
+	if !res.Decision.Allowed || res.Degraded {
+		key = k0.String()
+	}
+	return g.Config.Respond(ctx, verdict.Enforce, &res, key)
 }
 
 // entry4 checks a call of grpc.reflection.v1.ServerReflection (tier Service, shadow) and returns

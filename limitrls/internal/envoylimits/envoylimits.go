@@ -1118,7 +1118,8 @@ func (k RlTenantUserKey) AppendText(b []byte) ([]byte, error) {
 
 // String is the key's text form (AppendText).
 func (k RlTenantUserKey) String() string {
-	b, _ := k.AppendText(nil)
+	var buf [64]byte
+	b, _ := k.AppendText(buf[:0])
 	return string(b)
 }
 
@@ -1665,5 +1666,9 @@ func (s *RLS) descriptor5(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 		res.Policy = verdict.InForce(res.Policy, rf0)
 		res.Policies = verdict.InForceList(res.Policy)
 	}
-	return res, k0.Tenant, nil
+	key := ""
+	if !res.Decision.Allowed || res.Degraded {
+		key = k0.String()
+	}
+	return res, key, nil
 }

@@ -890,7 +890,8 @@ func (k PerTenantUserKey) AppendText(b []byte) ([]byte, error) {
 
 // String is the key's text form (AppendText).
 func (k PerTenantUserKey) String() string {
-	b, _ := k.AppendText(nil)
+	var buf [64]byte
+	b, _ := k.AppendText(buf[:0])
 	return string(b)
 }
 
@@ -1701,7 +1702,11 @@ func (s *RLS) descriptor4(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 		res.Policy = verdict.InForce(res.Policy, rf0)
 		res.Policies = verdict.InForceList(res.Policy)
 	}
-	return res, k0.Tenant, nil
+	key := ""
+	if !res.Decision.Allowed || res.Degraded {
+		key = k0.String()
+	}
+	return res, key, nil
 }
 
 // descriptor5 checks a descriptor of edge: generic_key=trial, user_id (rule PerUser, shadow) at
