@@ -297,6 +297,7 @@ func randomHTTP(b *strings.Builder, rng *rand.Rand, pick func(...string) string,
 		fmt.Fprintf(b, "    %s: [%s]\n", names[i], "\""+strings.Join(srcs, "\", \"")+"\"")
 	}
 	b.WriteString("  routes:\n")
+	literals := map[string]bool{}
 	for i, n := range names {
 		fmt.Fprintf(b, "    - {pattern: \"%s /r%d/{id}\", rule: %s, mode: %s", pick("GET", "POST", "PUT"), i, n, pick("enforce", "enforce", "shadow", "off"))
 		switch rng.IntN(3) {
@@ -312,6 +313,13 @@ func randomHTTP(b *strings.Builder, rng *rand.Rand, pick func(...string) string,
 			fmt.Fprintf(b, ", keys: {%s: [\"path:id\"]}", n)
 		}
 		b.WriteString("}\n")
+		// A literal path, shared by some rules with other methods (or
+		// none): the generated switch over literal paths and methods
+		// (httpRoute) is checked against the router when the package loads.
+		if lit := fmt.Sprintf("%s/l%d", pick("", "GET ", "HEAD ", "POST ", "DELETE "), rng.IntN(2)); rng.IntN(2) == 0 && !literals[lit] {
+			literals[lit] = true
+			fmt.Fprintf(b, "    - {pattern: \"%s\", rule: %s}\n", lit, n)
+		}
 	}
 	if tier != "" {
 		fmt.Fprintf(b, "    - {pattern: /t/, tier: %s}\n", tier)

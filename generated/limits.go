@@ -2429,21 +2429,25 @@ type ServeMux struct {
 // httpPatterns are the policy's route patterns, in policy order.
 var httpPatterns = [...]string{"POST /v1/login", "POST /v1/upload", "GET /v1/export/{account}", "GET /v1/tenants/{tenant}/users/{user}", "/v1/"}
 
-// httpLiteral is the index+1 of a clean request path among the policy's literal paths
-// (limithttp.LiteralPaths: the paths of the patterns without wildcards), 0 for any other: a
+// httpRoute is the index+1 of the route of httpPatterns for a method on a clean request path
+// that is one of the policy's literal paths (limithttp.LiteralRoutes), 0 for any other path: a
 // switch over constants where the router would look the path up in a map.
-func httpLiteral(path string) int {
+func httpRoute(method, path string) int {
 	switch path {
 	case "/v1/login":
-		return 1
+		if method == "POST" {
+			return 1
+		}
 	case "/v1/upload":
-		return 2
+		if method == "POST" {
+			return 2
+		}
 	}
 	return 0
 }
 
 // httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.
-var httpRouter = limithttp.MustRouterSwitch(httpLiteral, httpPatterns[:]...)
+var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
 // NewServeMux returns an empty ServeMux behind m.
 func (m *Middleware) NewServeMux() *ServeMux {

@@ -110,28 +110,41 @@ var tenRoutes = []string{
 }
 
 // tenLiteral is the switch the generator writes over tenRoutes' literal
-// paths (LiteralPaths: sorted), for MustRouterSwitch.
-func tenLiteral(path string) int {
+// paths (LiteralRoutes), for MustRouterFunc.
+func tenLiteral(method, path string) int {
 	switch path {
 	case "/v1/health":
-		return 1
+		if method == "GET" || method == "HEAD" {
+			return 8
+		}
 	case "/v1/items":
-		return 2
+		if method == "GET" || method == "HEAD" {
+			return 9
+		}
 	case "/v1/login":
-		return 3
+		if method == "POST" {
+			return 5
+		}
 	case "/v1/upload":
-		return 4
+		if method == "POST" {
+			return 6
+		}
 	case "/v1/users":
-		return 5
+		switch method {
+		case "GET", "HEAD":
+			return 1
+		case "POST":
+			return 2
+		}
 	}
 	return 0
 }
 
 // BenchmarkRouterTenRoutes is Wrap's route matching for a ten-route policy,
-// as generated middleware builds its router (MustRouterSwitch): a literal
+// as generated middleware builds its router (MustRouterFunc): a literal
 // path, a path with a wildcard, and one only the catch-all covers.
 func BenchmarkRouterTenRoutes(b *testing.B) {
-	rt := MustRouterSwitch(tenLiteral, tenRoutes...)
+	rt := MustRouterFunc(tenLiteral, tenRoutes...)
 	for _, c := range []struct{ method, target string }{{"POST", "/v1/upload"}, {"GET", "/v1/users/42"}, {"GET", "/v1/other"}} {
 		r := httptest.NewRequest(c.method, c.target, nil)
 		want, _ := rt.Match(r)

@@ -42,12 +42,11 @@ type Router struct {
 	// specific than any wildcard that matches it, and patterns for one path
 	// differ only by method), so Match needs no walk of the tree.
 	literal map[string][]literalRoute
-	// lookup, when set (MustRouterSwitch), replaces literal: the index+1 of
-	// a path in literalList (LiteralPaths' order), 0 for none, by a switch
-	// the compiler builds over constants, which costs a fraction of a map
-	// lookup.
-	lookup      func(path string) int
-	literalList [][]literalRoute
+	// direct, when set (MustRouterFunc), replaces literal: the index+1 of
+	// the route for a method and a clean literal path, 0 for none, by a
+	// switch the compiler builds over constants, which costs a fraction of
+	// a map lookup and of choosing among the path's methods.
+	direct func(method, path string) int
 	// redirectSegs has bit k set when a pattern of k segments ends with a
 	// trailing slash, a {x...} wildcard or {$}: only such a pattern can
 	// match a path with a slash added, so redirect looks no further for a
@@ -299,40 +298,84 @@ func pick(routes []literalRoute, method string) int {
 	return anyMethod
 }
 
-// LiteralPaths returns, sorted, the paths of patterns whose whole path is
-// literal, as a clean request path that matches one spells it: the cases of
-// the switch a generator gives MustRouterSwitch. It is empty when a pattern
-// names a host (such a pattern is more specific than any path alone).
-func LiteralPaths(patterns ...string) ([]string, error) {
+// LiteralPath is a path that patterns spell literally, as a clean request
+// path that matches it spells it, and the route each method takes on it
+// (LiteralRoutes).
+type LiteralPath struct {
+	Path string
+	// Methods are the methods the path's patterns name, each with its
+	// route; HEAD takes GET's route when no pattern names
+	// HEAD, and is listed with it.
+	Methods []LiteralMethod
+	// Any is the index+1 of the path's pattern for any method, 0 for none:
+	// the route of every method not in Methods.
+	Any int
+}
+
+// LiteralMethod is a method's route on a LiteralPath.
+type LiteralMethod struct {
+	Method string
+	Route  int // the index+1 of its pattern
+}
+
+// LiteralRoutes returns, sorted by path, the paths of patterns whose whole
+// path is literal and the route each method takes on them: the switch a
+// generator gives MustRouterFunc. It is empty when a pattern names a host
+// (such a pattern is more specific than any path alone).
+func LiteralRoutes(patterns ...string) ([]LiteralPath, error) {
 	rt, err := NewRouter(patterns...)
 	if err != nil {
 		return nil, err
 	}
-	paths := make([]string, 0, len(rt.literal))
-	for p := range rt.literal {
-		paths = append(paths, p)
+	paths := make([]LiteralPath, 0, len(rt.literal))
+	for p, routes := range rt.literal {
+		lp := LiteralPath{Path: p}
+		hasHead := false
+		for _, r := range routes {
+			hasHead = hasHead || r.method == "HEAD"
+		}
+		for _, r := range routes {
+			switch {
+			case r.method == "":
+				lp.Any = r.route
+			case r.method == "GET" && !hasHead:
+				lp.Methods = append(lp.Methods, LiteralMethod{"GET", r.route}, LiteralMethod{"HEAD", r.route})
+			default:
+				lp.Methods = append(lp.Methods, LiteralMethod{r.method, r.route})
+			}
+		}
+		paths = append(paths, lp)
 	}
-	slices.Sort(paths)
+	slices.SortFunc(paths, func(a, b LiteralPath) int { return strings.Compare(a.Path, b.Path) })
 	return paths, nil
 }
 
-// MustRouterSwitch is MustRouter with lookup in place of the router's map of
-// literal paths: lookup(path) must be the index+1 of path in
-// LiteralPaths(patterns...), and 0 for every other path (a generated switch).
-// It panics when lookup disagrees with LiteralPaths on one of its paths.
-func MustRouterSwitch(lookup func(path string) int, patterns ...string) *Router {
+// MustRouterFunc is MustRouter with route in place of the router's map of
+// literal paths: route(method, path) must be the index+1 of the pattern
+// LiteralRoutes gives method on path, and 0 for any path not among them. It
+// panics when route disagrees with LiteralRoutes on one of its paths.
+func MustRouterFunc(route func(method, path string) int, patterns ...string) *Router {
 	rt := MustRouter(patterns...)
-	paths, _ := LiteralPaths(patterns...) // MustRouter accepted them
-	if len(paths) == 0 {
+	if len(rt.literal) == 0 {
 		return rt
 	}
-	for i, p := range paths {
-		if got := lookup(p); got != i+1 {
-			panic(fmt.Sprintf("limithttp: the literal-path switch gives %d for %q, want %d (regenerate the package)", got, p, i+1))
+	methods := []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "QUERY", "BREW"}
+	for _, rs := range rt.literal {
+		for _, r := range rs {
+			methods = append(methods, r.method)
 		}
-		rt.literalList = append(rt.literalList, rt.literal[p])
 	}
-	rt.lookup, rt.literal = lookup, nil
+	for p, rs := range rt.literal {
+		for _, m := range methods {
+			if m == "" {
+				continue
+			}
+			if got, want := route(m, p), pick(rs, m); got != want {
+				panic(fmt.Sprintf("limithttp: the literal-path switch gives %d for %s %q, want %d (regenerate the package)", got, m, p, want))
+			}
+		}
+	}
+	rt.direct, rt.literal = route, nil
 	return rt
 }
 
@@ -362,23 +405,26 @@ func (rt *Router) Match(r *http.Request) (index int, cleanPath string) {
 	}
 	p, clean := plainPath(r.URL)
 	if r.Method == "CONNECT" { // not cleaned; the redirect judged on the URL's host, the match on r.Host
-		if n := rt.match(r.URL.Host, r.Method, p, false); n == nil || !rt.exact(n, p, false) {
-			if i := rt.redirect(r.URL.Host, r.Method, p); i >= 0 {
+		esc := strings.IndexByte(p, '%') >= 0
+		if n := rt.match(r.URL.Host, r.Method, p, false, esc); n == nil || !rt.exact(n, p, false) {
+			if i := rt.redirect(r.URL.Host, r.Method, p, esc); i >= 0 {
 				return i, p
 			}
 		}
-		return rt.routeOf(rt.match(r.Host, r.Method, p, false)), p
+		return rt.routeOf(rt.match(r.Host, r.Method, p, false, esc)), p
 	}
 	host := ""
 	if rt.hasHost {
 		host = stripHostPort(r.Host)
 	}
+	esc := false // a clean path holds no escapes (plainPath)
 	if !clean {
 		p = cleanURLPath(p)
+		esc = strings.IndexByte(p, '%') >= 0
 	}
-	n := rt.match(host, r.Method, p, false)
+	n := rt.match(host, r.Method, p, false, esc)
 	if n == nil || !rt.exact(n, p, false) {
-		if i := rt.redirect(host, r.Method, p); i >= 0 {
+		if i := rt.redirect(host, r.Method, p, esc); i >= 0 {
 			return i, p
 		}
 	}
@@ -388,17 +434,10 @@ func (rt *Router) Match(r *http.Request) (index int, cleanPath string) {
 // literalRoute is the index of the most specific pattern for method whose
 // path is literally path, or -1.
 func (rt *Router) literalRoute(path, method string) int {
-	var routes []literalRoute
-	if rt.lookup != nil {
-		k := rt.lookup(path)
-		if k <= 0 || k > len(rt.literalList) {
-			return -1
-		}
-		routes = rt.literalList[k-1]
-	} else if rt.literal != nil {
-		routes = rt.literal[path]
+	if rt.direct != nil {
+		return rt.direct(method, path) - 1
 	}
-	return pick(routes, method) - 1
+	return pick(rt.literal[path], method) - 1
 }
 
 func (rt *Router) routeOf(n *rnode) int {
@@ -411,14 +450,14 @@ func (rt *Router) routeOf(n *rnode) int {
 // redirect is ServeMux's trailing-slash redirect: for a path that has no
 // exact match and no trailing slash, the pattern that matches it exactly with
 // one (/tree for /tree/), or -1.
-func (rt *Router) redirect(host, method, p string) int {
+func (rt *Router) redirect(host, method, p string, esc bool) int {
 	if p == "" || p[len(p)-1] == '/' {
 		return -1
 	}
 	if k := strings.Count(p, "/") + 1; !rt.redirectAny && (k >= 64 || rt.redirectSegs&(1<<k) == 0) {
 		return -1 // no pattern of k segments could match p with a slash added
 	}
-	if n := rt.match(host, method, p, true); n != nil && rt.exact(n, p, true) {
+	if n := rt.match(host, method, p, true, esc); n != nil && rt.exact(n, p, true) {
 		return n.route - 1
 	}
 	return -1
@@ -443,9 +482,9 @@ func (rt *Router) exact(n *rnode, p string, slash bool) bool {
 
 // match is the routing tree's: a pattern for the host (when there is one) wins
 // over those for any host; the method's patterns (GET's for HEAD) over those
-// for any method. slash appends a "/" to p without building the string.
-func (rt *Router) match(host, method, p string, slash bool) *rnode {
-	esc := strings.IndexByte(p, '%') >= 0 // one look for escapes, not one a segment
+// for any method. slash appends a "/" to p without building the string. esc
+// says whether p holds an escape (one look for them, not one a segment).
+func (rt *Router) match(host, method, p string, slash, esc bool) *rnode {
 	if host != "" {
 		if n := matchMethod(rt.root.child(host), method, p, slash, esc); n != nil {
 			return n
@@ -507,9 +546,9 @@ func firstSegment(p string, esc bool) (seg, rest string) {
 		return "/", ""
 	}
 	p = p[1:]
-	i := strings.IndexByte(p, '/')
-	if i < 0 {
-		i = len(p)
+	i := 0 // a loop: segments are short, shorter than IndexByte's call
+	for i < len(p) && p[i] != '/' {
+		i++
 	}
 	if !esc {
 		return p[:i], p[i:]

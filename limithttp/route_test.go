@@ -1,6 +1,7 @@
 package limithttp
 
 import (
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -190,17 +191,29 @@ func FuzzRouter(f *testing.F) {
 		if err != nil {
 			t.Fatalf("%q: ServeMux takes them, NewRouter: %v", patterns, err)
 		}
-		// The router a generated package builds: its literal paths looked up
-		// by a function (a switch there), which must answer as rt does.
-		paths, err := LiteralPaths(patterns...)
+		// The router a generated package builds: its literal routes chosen
+		// by a function (a switch there, written from LiteralRoutes), which
+		// must answer as rt does (MustRouterFunc panics where it does not).
+		lits, err := LiteralRoutes(patterns...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		index := map[string]int{}
-		for i, p := range paths {
-			index[p] = i + 1
+		index := map[string]LiteralPath{}
+		for _, lp := range lits {
+			index[lp.Path] = lp
 		}
-		sw := MustRouterSwitch(func(p string) int { return index[p] }, patterns...)
+		sw := MustRouterFunc(func(m, p string) int {
+			lp, ok := index[p]
+			if !ok {
+				return 0
+			}
+			for _, x := range lp.Methods {
+				if x.Method == m {
+					return x.Route
+				}
+			}
+			return lp.Any
+		}, patterns...)
 		reqMethods := []string{"GET", "HEAD", "POST", "DELETE", "PUT", "CONNECT"}
 		reqHosts := []string{"example.com", "example.com:8080", "a.example.com", "other", "[::1]:80", "a.example.com:1"}
 		reqSegs := []string{"a", "b", "c", "a%2Fb", "%61", "c%20d", "", ".", "..", "%zz", "é", "%C3%A9"}
@@ -279,4 +292,55 @@ func FuzzRouter(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestMustRouterFuncRefuses checks that a literal-route function that
+// disagrees with the patterns (a package generated from other ones) panics
+// with the pair it got wrong, rather than route requests elsewhere.
+func TestMustRouterFuncRefuses(t *testing.T) {
+	patterns := []string{"GET /a", "POST /a", "/b", "GET /c/{x}"}
+	right := func(m, p string) int {
+		switch p {
+		case "/a":
+			switch m {
+			case "GET", "HEAD":
+				return 1
+			case "POST":
+				return 2
+			}
+		case "/b":
+			return 3
+		}
+		return 0
+	}
+	MustRouterFunc(right, patterns...) // must not panic
+	for name, wrong := range map[string]func(m, p string) int{
+		"HEAD not GET's": func(m, p string) int {
+			if p == "/a" && m == "HEAD" {
+				return 0
+			}
+			return right(m, p)
+		},
+		"a path left out": func(m, p string) int {
+			if p == "/b" {
+				return 0
+			}
+			return right(m, p)
+		},
+		"any method for one": func(m, p string) int {
+			if p == "/a" {
+				return 1
+			}
+			return right(m, p)
+		},
+	} {
+		func() {
+			defer func() {
+				if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "regenerate") {
+					t.Errorf("%s: recovered %v, want the panic naming the pair", name, r)
+				}
+			}()
+			MustRouterFunc(wrong, patterns...)
+		}()
+	}
 }

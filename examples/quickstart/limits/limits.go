@@ -2298,21 +2298,25 @@ type ServeMux struct {
 // httpPatterns are the policy's route patterns, in policy order.
 var httpPatterns = [...]string{"GET /hello", "POST /login"}
 
-// httpLiteral is the index+1 of a clean request path among the policy's literal paths
-// (limithttp.LiteralPaths: the paths of the patterns without wildcards), 0 for any other: a
+// httpRoute is the index+1 of the route of httpPatterns for a method on a clean request path
+// that is one of the policy's literal paths (limithttp.LiteralRoutes), 0 for any other path: a
 // switch over constants where the router would look the path up in a map.
-func httpLiteral(path string) int {
+func httpRoute(method, path string) int {
 	switch path {
 	case "/hello":
-		return 1
+		if method == "GET" || method == "HEAD" {
+			return 1
+		}
 	case "/login":
-		return 2
+		if method == "POST" {
+			return 2
+		}
 	}
 	return 0
 }
 
 // httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.
-var httpRouter = limithttp.MustRouterSwitch(httpLiteral, httpPatterns[:]...)
+var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
 // NewServeMux returns an empty ServeMux behind m.
 func (m *Middleware) NewServeMux() *ServeMux {

@@ -34,29 +34,68 @@ type resField struct {
 func setField(name string, v jen.Code) resField { return resField{name, v} }
 
 // routerDecl declares httpRouter over httpPatterns: with a switch over the
-// policy's literal paths (limithttp.LiteralPaths) when it has some, which the
-// compiler turns into comparisons of constants where the router would look
-// the path up in a map.
+// policy's literal paths and their methods (limithttp.LiteralRoutes) when it
+// has some, which the compiler turns into comparisons of constants where the
+// router would look the path up in a map and then choose among its methods.
 func routerDecl(patterns []string) *jen.Statement {
 	all := jen.Id("httpPatterns").Index(jen.Empty(), jen.Empty()).Op("...")
-	paths, err := limithttp.LiteralPaths(patterns...)
+	paths, err := limithttp.LiteralRoutes(patterns...)
 	if err != nil || len(paths) == 0 { // the policy's validation refused what NewRouter refuses
 		return jen.Comment("httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.").Line().
 			Var().Id("httpRouter").Op("=").Add(lh("MustRouter")).Call(all)
 	}
 	var cases []jen.Code
-	for i, p := range paths {
-		cases = append(cases, jen.Case(jen.Lit(p)).Block(jen.Return(jen.Lit(i+1))))
+	for _, p := range paths {
+		cases = append(cases, jen.Case(jen.Lit(p.Path)).Block(literalMethods(p)...))
 	}
-	return jen.Comment("httpLiteral is the index+1 of a clean request path among the policy's literal paths").Line().
-		Comment("(limithttp.LiteralPaths: the paths of the patterns without wildcards), 0 for any other: a").Line().
+	return jen.Comment("httpRoute is the index+1 of the route of httpPatterns for a method on a clean request path").Line().
+		Comment("that is one of the policy's literal paths (limithttp.LiteralRoutes), 0 for any other path: a").Line().
 		Comment("switch over constants where the router would look the path up in a map.").Line().
-		Func().Id("httpLiteral").Params(jen.Id("path").String()).Int().Block(
+		Func().Id("httpRoute").Params(jen.List(jen.Id("method"), jen.Id("path")).String()).Int().Block(
 		jen.Switch(jen.Id("path")).Block(cases...),
 		jen.Return(jen.Lit(0)),
 	).Line().Line().
 		Comment("httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.").Line().
-		Var().Id("httpRouter").Op("=").Add(lh("MustRouterSwitch")).Call(jen.Id("httpLiteral"), all)
+		Var().Id("httpRouter").Op("=").Add(lh("MustRouterFunc")).Call(jen.Id("httpRoute"), all)
+}
+
+// literalMethods is the body of a literal path's case in httpRoute: the
+// route of each method its patterns name (methods sharing a route in one
+// comparison), then the route for any other method, if any.
+func literalMethods(p limithttp.LiteralPath) []jen.Code {
+	var order []int
+	byRoute := map[int][]jen.Code{}
+	for _, m := range p.Methods {
+		if byRoute[m.Route] == nil {
+			order = append(order, m.Route)
+		}
+		byRoute[m.Route] = append(byRoute[m.Route], jen.Lit(m.Method))
+	}
+	var body []jen.Code
+	switch len(order) {
+	case 0:
+	case 1:
+		var cond *jen.Statement
+		for _, m := range byRoute[order[0]] {
+			eq := jen.Id("method").Op("==").Add(m)
+			if cond == nil {
+				cond = eq
+			} else {
+				cond = cond.Op("||").Add(eq)
+			}
+		}
+		body = append(body, jen.If(cond).Block(jen.Return(jen.Lit(order[0]))))
+	default:
+		var cases []jen.Code
+		for _, r := range order {
+			cases = append(cases, jen.Case(byRoute[r]...).Block(jen.Return(jen.Lit(r))))
+		}
+		body = append(body, jen.Switch(jen.Id("method")).Block(cases...))
+	}
+	if p.Any != 0 {
+		body = append(body, jen.Return(jen.Lit(p.Any)))
+	}
+	return body
 }
 
 // door is what a front door's generated checks differ in: the HTTP
