@@ -58,7 +58,7 @@ func simulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gen simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gen simulate -policy policy.yaml -rule RULE|TIER [-plan PLAN] [-numbers numbers.yaml] [-adapt RULE -latency D|-errors R ...] < requests")
+		fmt.Fprintln(stderr, "usage: gen simulate -policy policy.yaml -rule RULE|TIER [-plan PLAN] [-numbers numbers.yaml] [-adapt RULE -latency D|-errors R ...] [-html report.html] < requests")
 		fmt.Fprintln(stderr, "Replays a request log (CSV or JSON lines) through a rule or tier and prints each decision.")
 		fs.PrintDefaults()
 	}
@@ -67,6 +67,7 @@ func simulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	planName := fs.String("plan", "", "the plan, for rules that differ by plan")
 	numbersFile := fs.String("numbers", "", "an overlay file of numbers in force from the start (as gen numbers checks it)")
 	adapt := fs.String("adapt", "", "a rule an adaptive controller scales from the log's health rows")
+	htmlFile := fs.String("html", "", "also write a picture of the run to this file: one self-contained HTML page, per rule the cost admitted and denied over time, the number changes, the keys that hit the limit")
 	var cfg adaptive.Config
 	fs.DurationVar(&cfg.Latency, "latency", 0, "-adapt: the latency target (unhealthy above it)")
 	fs.Float64Var(&cfg.Errors, "errors", 0, "-adapt: the error ratio target (unhealthy above it)")
@@ -107,9 +108,28 @@ func simulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 2
 		}
 	}
+	if *htmlFile != "" {
+		sim.pic = newPicture(len(sim.rules))
+		if *numbersFile != "" {
+			sim.pic.notes = append(sim.pic.notes, "Numbers from "+*numbersFile+" in force from the start.")
+		}
+	}
 	if err := sim.run(stdin, stdout); err != nil {
 		fmt.Fprintln(stderr, "simulate:", err)
 		return 1
+	}
+	if sim.pic != nil {
+		f, err := os.Create(*htmlFile)
+		if err == nil {
+			err = sim.writeHTML(f, sim.pic)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "simulate:", err)
+			return 1
+		}
 	}
 	return 0
 }
@@ -144,6 +164,7 @@ type simulation struct {
 	ctl      *adaptive.Controller
 	now      atomicbucket.Time
 	skipped  int
+	pic      *picture // what -html draws; nil without
 }
 
 func newSimulation(m *model.Model, name, planName string) (*simulation, error) {
@@ -594,6 +615,9 @@ func (s *simulation) run(in io.Reader, w io.Writer) error {
 			if what != "" {
 				out.Flush()
 				fmt.Fprintf(w, "# %d: %s\n", req.wall, what)
+				if s.pic != nil {
+					s.pic.change(req.wall, what)
+				}
 			}
 			continue
 		}
@@ -610,6 +634,20 @@ func (s *simulation) run(in io.Reader, w io.Writer) error {
 		}
 		n++
 		d, deniedBy := s.decide(req, now)
+		if s.pic != nil {
+			costs := make([]int64, len(s.rules))
+			at := -1
+			for i, r := range s.rules {
+				costs[i] = s.costOf(r, req)
+				if r.rule.Name == deniedBy {
+					at = i
+				}
+			}
+			if !d.Allowed && at < 0 {
+				at = 0 // a lone rule's denial
+			}
+			s.pic.request(req.wall, costs, d.Allowed, at)
+		}
 		rec := []string{strconv.FormatInt(req.wall, 10)}
 		rec = append(rec, s.keyColumns(req, lr)...)
 		cost := ""

@@ -2,9 +2,18 @@ package main
 
 import (
 	"bytes"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/limitgen/limitgen/gen/internal/model"
 )
@@ -331,4 +340,275 @@ func TestSimulateCompositeKey(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+}
+
+// TestSimulateHTML replays a long log (ten hours, so that the picture's
+// series coarsen many times, with bursts that hit the limits and number
+// changes in the middle) through a rule and through a tier with -html, and
+// reads the page back as XML: every rule's bins must hold the cost the text
+// report admitted and denied in them, every change of numbers the report
+// echoes must be marked, and each rule's table of keys must be the summary's
+// keys with denials. The page must need nothing outside itself.
+func TestSimulateHTML(t *testing.T) {
+	// The log: the keys a user and, for the tier, an endpoint (user|endpoint).
+	makeLog := func(tier bool) string {
+		rng := rand.New(rand.NewPCG(7, 30))
+		var log strings.Builder
+		key := func(user, endpoint int) string {
+			if tier {
+				return fmt.Sprintf("u%d|%d", user, endpoint)
+			}
+			return fmt.Sprintf("u%d", user)
+		}
+		at := int64(1795255200000000000)
+		for i := range 3000 {
+			switch {
+			case i%500 == 499: // a burst: one user, one endpoint, many at once
+				for range 80 {
+					fmt.Fprintf(&log, "%d,%s,%d\n", at, key(i%3, i%2), 1+rng.IntN(3))
+				}
+			case i%1000 == 250: // many users on one endpoint: the tier's PerEndpoint denies
+				for u := range 300 {
+					fmt.Fprintf(&log, "%d,%s,1\n", at, key(10+u, 7))
+				}
+			case i == 1500:
+				fmt.Fprintf(&log, `{"time": %d, "set": {"rule": "PerUser", "plan": "free", "rate": "1/s", "burst": 2}}`+"\n", at)
+			case i == 2200:
+				fmt.Fprintf(&log, `{"time": %d, "clear": {"rule": "PerUser", "plan": "free"}}`+"\n", at)
+			}
+			fmt.Fprintf(&log, "%d,%s,%d\n", at, key(rng.IntN(9), rng.IntN(4)), 1+rng.IntN(3))
+			at += rng.Int64N(int64(24 * time.Second))
+		}
+		return log.String()
+	}
+	for _, c := range []struct{ rule, plan string }{{"PerUser", "free"}, {"API", "free"}} {
+		t.Run(c.rule, func(t *testing.T) {
+			page := filepath.Join(t.TempDir(), "report.html")
+			args := []string{"-policy", "../policy.yaml", "-rule", c.rule, "-plan", c.plan, "-html", page}
+			out, errOut, code := runSimulate(t, args, makeLog(c.rule == "API"))
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, errOut)
+			}
+			raw, err := os.ReadFile(page)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, outside := range []string{"<script", "src=", "href=", "url(", "@import"} {
+				if strings.Contains(string(raw), outside) {
+					t.Errorf("the page holds %q: it must need nothing outside itself", outside)
+				}
+			}
+			got := readPicture(t, raw)
+			want := reportSeries(t, out, got)
+			if len(got.rules) != len(want.rules) || len(got.rules) == 0 {
+				t.Fatalf("the page draws rules %v, the report has %v", got.order, want.order)
+			}
+			for name, g := range got.rules {
+				w, ok := want.rules[name]
+				if !ok {
+					t.Fatalf("the page draws rule %s, which the report does not have", name)
+				}
+				if !slices.Equal(g.admitted, w.admitted) || !slices.Equal(g.denied, w.denied) {
+					t.Errorf("%s: the page's bins\nadmitted %v\ndenied   %v\nthe report's\nadmitted %v\ndenied   %v", name, g.admitted, g.denied, w.admitted, w.denied)
+				}
+				if !maps.Equal(g.keys, w.keys) {
+					t.Errorf("%s: the page's keys that hit the limit %v, the report's %v", name, g.keys, w.keys)
+				}
+				if !slices.Equal(g.changes, want.changes) {
+					t.Errorf("%s: the page marks changes at %v, the report echoes %v", name, g.changes, want.changes)
+				}
+			}
+			if len(want.changes) != 2 || len(got.table) != 2 {
+				t.Errorf("changes: the report echoes %v, the page's table lists %v; want the set and the clear", want.changes, got.table)
+			}
+			denying := 0 // the rules that denied something
+			for _, w := range want.rules {
+				if slices.ContainsFunc(w.denied, func(d int64) bool { return d > 0 }) {
+					denying++
+				}
+			}
+			if denying == 0 || c.rule == "API" && denying < 2 {
+				t.Errorf("%d rules denied requests: the log tests too little of the denials' series", denying)
+			}
+		})
+	}
+}
+
+type pictureSeries struct {
+	admitted, denied []int64
+	keys             map[string]string // key → "allowed,denied"
+	changes          []int64           // the marked lines' times
+}
+
+type readSeries struct {
+	start, width int64
+	bins         int
+	order        []string
+	rules        map[string]*pictureSeries
+	changes      []int64
+	table        []int64 // the changes table's times
+}
+
+// readPicture reads the series of a page simulate -html wrote, as XML.
+func readPicture(t *testing.T, raw []byte) *readSeries {
+	t.Helper()
+	dec := xml.NewDecoder(bytes.NewReader(raw))
+	attr := func(e xml.StartElement, name string) string {
+		for _, a := range e.Attr {
+			if a.Name.Local == name {
+				return a.Value
+			}
+		}
+		return ""
+	}
+	num := func(s string) int64 {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			t.Fatalf("the page holds %q where a number belongs", s)
+		}
+		return n
+	}
+	r := &readSeries{rules: map[string]*pictureSeries{}}
+	var cur *pictureSeries
+	var inKeys bool
+	var row []string
+	var text strings.Builder
+	for {
+		tok, err := dec.Token()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("the page is not well-formed: %v", err)
+		}
+		switch e := tok.(type) {
+		case xml.StartElement:
+			switch {
+			case e.Name.Local == "section":
+				cur = &pictureSeries{keys: map[string]string{}}
+				name := attr(e, "data-rule")
+				r.rules[name] = cur
+				r.order = append(r.order, name)
+			case e.Name.Local == "svg":
+				r.start, r.width, r.bins = num(attr(e, "data-start")), num(attr(e, "data-width")), int(num(attr(e, "data-bins")))
+			case e.Name.Local == "g" && attr(e, "class") == "bin":
+				cur.admitted = append(cur.admitted, num(attr(e, "data-admitted")))
+				cur.denied = append(cur.denied, num(attr(e, "data-denied")))
+			case e.Name.Local == "line" && attr(e, "class") == "chg":
+				cur.changes = append(cur.changes, num(attr(e, "data-time")))
+			case e.Name.Local == "table":
+				inKeys = attr(e, "class") == "keys"
+			case e.Name.Local == "tr":
+				row = row[:0]
+				if d := attr(e, "data-time"); d != "" {
+					r.table = append(r.table, num(d))
+				}
+			case e.Name.Local == "td":
+				text.Reset()
+			}
+		case xml.CharData:
+			text.Write(e)
+		case xml.EndElement:
+			switch e.Name.Local {
+			case "td":
+				row = append(row, text.String())
+			case "tr":
+				if inKeys && len(row) == 3 {
+					key := row[0]
+					if key == "(global)" {
+						key = ""
+					}
+					cur.keys[key] = row[1] + "," + row[2]
+				}
+			case "table":
+				inKeys = false
+			}
+		}
+	}
+	return r
+}
+
+// reportSeries bins the text report's decisions as the page says it binned
+// them (its start and width), and reads its summary's keys with denials and
+// its echoed changes.
+func reportSeries(t *testing.T, out string, pic *readSeries) *readSeries {
+	t.Helper()
+	r := &readSeries{rules: map[string]*pictureSeries{}}
+	if pic.width <= 0 || pic.bins <= 0 {
+		t.Fatalf("the page's bins: width %d, %d of them", pic.width, pic.bins)
+	}
+	var head []string
+	var names []string // the rules, from the summary
+	type line struct {
+		time, cost int64
+		allowed    bool
+		deniedBy   string
+	}
+	var lines []line
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if rest, ok := strings.CutPrefix(l, "# "); ok {
+			if ts, _, ok := strings.Cut(rest, ": "); ok {
+				if n, err := strconv.ParseInt(ts, 10, 64); err == nil {
+					r.changes = append(r.changes, n)
+				}
+				continue
+			}
+			f := strings.Split(rest, ",")
+			if len(f) < 4 || strings.HasPrefix(rest, "summary:") {
+				continue
+			}
+			if !slices.Contains(names, f[0]) {
+				names = append(names, f[0])
+				r.rules[f[0]] = &pictureSeries{keys: map[string]string{}, admitted: make([]int64, pic.bins), denied: make([]int64, pic.bins)}
+			}
+			if f[1] != "(all keys)" && f[3] != "0" {
+				r.rules[f[0]].keys[f[1]] = f[2] + "," + f[3]
+			}
+			continue
+		}
+		f := strings.Split(l, ",")
+		if head == nil {
+			head = f
+			continue
+		}
+		col := func(name string) string { return f[slices.Index(head, name)] }
+		tm, _ := strconv.ParseInt(col("time"), 10, 64)
+		cost, err := strconv.ParseInt(col("cost"), 10, 64)
+		if err != nil {
+			t.Fatalf("report line %q: every line of the log has its cost", l)
+		}
+		ln := line{time: tm, cost: cost, allowed: col("allowed") == "true"}
+		if slices.Contains(head, "denied_by") {
+			ln.deniedBy = col("denied_by")
+		}
+		lines = append(lines, ln)
+	}
+	r.order = names
+	if pic.start != lines[0].time {
+		t.Errorf("the page starts at %d, the report's first request at %d", pic.start, lines[0].time)
+	}
+	for _, ln := range lines {
+		b := (ln.time - pic.start) / pic.width
+		if b < 0 || b >= int64(pic.bins) {
+			t.Fatalf("the request at %d falls outside the page's %d bins of %d ns from %d", ln.time, pic.bins, pic.width, pic.start)
+		}
+		switch {
+		case ln.allowed:
+			for _, n := range names {
+				r.rules[n].admitted[b] += ln.cost
+			}
+		case ln.deniedBy != "":
+			r.rules[ln.deniedBy].denied[b] += ln.cost
+		default:
+			r.rules[names[0]].denied[b] += ln.cost
+		}
+	}
+	for _, s := range r.rules {
+		for _, c := range r.changes {
+			if c >= pic.start && c <= pic.start+pic.width*int64(pic.bins) {
+				s.changes = append(s.changes, c)
+			}
+		}
+	}
+	return r
 }
