@@ -4,7 +4,7 @@
 //
 // A denied call ends with codes.ResourceExhausted and a trailers-only
 // response: the status, two details a client library can read
-// (google.rpc.RetryInfo, the wait to the millisecond, jitter included; and
+// (google.rpc.RetryInfo, the wait as verdict.ShownWait says it, jitter included; and
 // google.rpc.QuotaFailure, the rule as subject "rule:Name" and its numbers),
 // and trailer metadata: grpc-retry-pushback-ms (the same wait, which
 // grpc-go's own retry policy obeys: a service config retrying

@@ -114,8 +114,8 @@ func TestRespondAnswersAsMade(t *testing.T) {
 					}
 					continue
 				}
-				secs := int64((res.Decision.RetryAfter + time.Second - 1) / time.Second)
-				wait := (res.Decision.RetryAfter + time.Millisecond - 1) / time.Millisecond * time.Millisecond
+				wait := verdict.ShownWait(res.Decision.RetryAfter) // to the ms, three digits from a second up
+				secs := int64((wait + time.Second - 1) / time.Second)
 				want := fmt.Sprintf("rate limited by rule %s; retry in %v", p.Name, wait)
 				s := status.Convert(err)
 				if s.Code() != codes.ResourceExhausted || s.Message() != want {
@@ -129,7 +129,7 @@ func TestRespondAnswersAsMade(t *testing.T) {
 					}
 				}
 				if delay != wait {
-					t.Errorf("RetryInfo %v, want %v (the decision's %v to the millisecond)", delay, wait, res.Decision.RetryAfter)
+					t.Errorf("RetryInfo %v, want %v (the decision's %v as verdict says it)", delay, wait, res.Decision.RetryAfter)
 					return
 				}
 				if got := md.Get(KeyRetryAfter); len(got) != 1 || got[0] != fmt.Sprint(secs) {

@@ -32,7 +32,7 @@ func wantFields(c valueCase) map[string]string {
 		out[HeaderRateLimit] = c.p.Prefix + strconv.FormatInt(r, 10) + ";t=" + strconv.FormatInt(t, 10)
 	}
 	if !c.d.Allowed {
-		out[HeaderRetryAfter] = strconv.FormatInt(max(t, verdict.CeilSeconds(c.d.RetryAfter)), 10)
+		out[HeaderRetryAfter] = strconv.FormatInt(max(t, verdict.CeilSeconds(verdict.ShownWait(c.d.RetryAfter))), 10)
 		out[headerContentType] = problemType
 		out[headerContentOptions] = "nosniff"
 	}

@@ -67,10 +67,14 @@
 //
 // A denial's wait (Verdict.Wait) is the decision's RetryAfter plus a
 // deterministic jitter of up to Judge.Jitter of it, seeded by the request's
-// key, rounded up to the millisecond: clients denied together do not all come
-// back at once, a client always gets the same offset, and no client is told
-// to come back before its tokens are there. Verdict.Retry is the same wait in
-// whole seconds (an HTTP Retry-After), never earlier than t.
+// key, rounded up to the millisecond, and from a second up to three
+// significant digits (at most 1% later: 3,599,937 ms is said as 3,600,000):
+// clients denied together do not all come back at once, a client always gets
+// the same offset, and no client is told to come back before its tokens are
+// there; and a long wait stays the same for a while, so that the doors reuse
+// what they encoded for it (a gRPC status, its RetryInfo and pushback) and
+// their transports' header compression sends it as an index. Verdict.Retry is
+// the same wait in whole seconds (an HTTP Retry-After), never earlier than t.
 //
 // # Denials
 //

@@ -2,6 +2,7 @@ package verdict
 
 import (
 	"errors"
+	"math/bits"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -191,8 +192,9 @@ type Verdict struct {
 	Outcome Outcome
 	R, T    int64 // the RateLimit field's r (remaining) and t (whole seconds; see Policy.Fields)
 	// Wait is, for Denied, the time to wait before retrying: the decision's
-	// RetryAfter with the key's jitter added, rounded up to the millisecond,
-	// so never early and never coarser than a millisecond. 0 otherwise.
+	// RetryAfter with the key's jitter added, rounded up to the millisecond
+	// (from a second up, to three significant digits: at most 1% late), so
+	// never early. 0 otherwise.
 	Wait time.Duration
 	// Retry is, for Denied, the wait in whole seconds, rounded up, at least
 	// T (an HTTP Retry-After); −1 otherwise.
@@ -295,10 +297,33 @@ func (j *Judge) wait(wait time.Duration, seed uint64) time.Duration {
 		}
 		wait = max(time.Duration(f), wait) // the float's rounding must not make it earlier
 	}
+	return ShownWait(wait)
+}
+
+// ShownWait is how a wait is said (Verdict.Wait): rounded up to the
+// millisecond, and from a second up to three significant digits (at most 1%
+// later; 3,599,937 ms is said as 3,600,000), so that a long wait stays the
+// same for a while and the doors reuse what they encoded for it. Waits past
+// atomicbucket.Never are Never.
+func ShownWait(wait time.Duration) time.Duration {
+	if wait <= 0 {
+		return 0
+	}
 	if wait > atomicbucket.Never-time.Millisecond {
 		return atomicbucket.Never
 	}
-	return (wait + time.Millisecond - 1) / time.Millisecond * time.Millisecond
+	ms := int64((wait + time.Millisecond - 1) / time.Millisecond)
+	if ms >= 1000 {
+		n := (bits.Len64(uint64(ms))*1233)>>12 + 1 // the digit count, or one more (as Shown)
+		if uint64(ms) < pow10[n-1] {
+			n--
+		}
+		unit := int64(pow10[n-3])
+		if up := (ms + unit - 1) / unit * unit; up <= int64(atomicbucket.Never/time.Millisecond) {
+			ms = up
+		}
+	}
+	return time.Duration(ms) * time.Millisecond
 }
 
 // mix64 is MurmurHash3's 64-bit finaliser: FNV-1a (atomicbucket.KeyHash: cheap,

@@ -3,6 +3,8 @@ package verdict
 import (
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"testing"
 	"time"
 
@@ -50,6 +52,51 @@ func TestVerdictWaitToTheMillisecond(t *testing.T) {
 	res = Result{Decision: b.PeekAt(0, 1), Policy: &p, Policies: p.Item, Cost: 1, Outage: true, Degraded: true}
 	if v := j.Verdict(Enforce, &res, "k"); v.Outcome != Denied || !v.Outage || v.Wait != 200*time.Millisecond {
 		t.Errorf("outage: %+v", v)
+	}
+}
+
+// A wait of a second or more is said to three significant digits, rounded
+// up: never early, at most 1% late, and the same for a while (a 1/h rule's
+// wait changes every 10 s, not every millisecond), with and without jitter.
+func TestVerdictLongWaitThreeDigits(t *testing.T) {
+	p := MustPolicy("R", atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 1})
+	b := atomicbucket.NewBucketAt(atomicbucket.MustRule(p.Limit), 0)
+	b.AllowAt(0)
+	for _, c := range []struct {
+		at   time.Duration
+		wait time.Duration
+	}{
+		{0, time.Hour},
+		{63 * time.Millisecond, time.Hour},                              // 3,599,937 ms
+		{10 * time.Second, 3590 * time.Second},                          // exactly 3,590,000 ms
+		{10*time.Second + 1, 3590 * time.Second},                        // 3,589,999.999… ms
+		{20*time.Second - 1, 3590 * time.Second},                        // 3,580,000.000… ms: 3,580,001 up to 3,590,000
+		{time.Hour - 998765*time.Microsecond, 999 * time.Millisecond},   // below a second: to the ms
+		{time.Hour - 1998765*time.Microsecond, 2000 * time.Millisecond}, // 1,998.765 ms: 1,999 → 2,000
+		{time.Hour - 12345678*time.Microsecond, 12400 * time.Millisecond},
+	} {
+		res := Result{Decision: b.PeekAt(atomicbucket.Time(c.at), 1), Policy: &p, Policies: p.Item, Cost: 1}
+		var j Judge
+		if v := j.Verdict(Enforce, &res, "k"); v.Wait != c.wait {
+			t.Errorf("at %v (decision's wait %v): wait %v, want %v", c.at, res.Decision.RetryAfter, v.Wait, c.wait)
+		}
+	}
+	j := Judge{Jitter: 0.5}
+	for at := time.Duration(0); at < time.Hour; at += 7*time.Second + 13*time.Millisecond {
+		res := Result{Decision: b.PeekAt(atomicbucket.Time(at), 1), Policy: &p, Policies: p.Item, Cost: 1}
+		for _, key := range []string{"a", "b", "client-17"} {
+			v := j.Verdict(Enforce, &res, key)
+			ra := res.Decision.RetryAfter
+			if v.Wait < ra || float64(v.Wait) > float64(ra)*1.5*1.01+float64(time.Millisecond) {
+				t.Fatalf("at %v, key %s: wait %v for a decision's %v (jitter at most 50%%, then 1%%)", at, key, v.Wait, ra)
+			}
+			if ms := v.Wait.Milliseconds(); ms >= 1000 {
+				digits := len(strconv.FormatInt(ms, 10))
+				if unit := int64(math.Pow10(digits - 3)); ms%unit != 0 {
+					t.Fatalf("at %v, key %s: wait %d ms has more than three significant digits", at, key, ms)
+				}
+			}
+		}
 	}
 }
 
