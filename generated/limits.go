@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"net/netip"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -912,14 +911,20 @@ func (l *PerUserLimiter) ResetAt(key string, now atomicbucket.Time) {
 	}
 }
 
-// newPerEndpointLimiter returns PerEndpoint's (empty) tables.
+// newPerEndpointLimiter returns PerEndpoint's (empty) table.
 func newPerEndpointLimiter() *PerEndpointLimiter {
-	return &PerEndpointLimiter{s: atomicbucket.NewTable[int64](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &PerEndpointLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[int64](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 1000,
 		Period: time.Minute,
 		Burst:  200,
 		Refill: atomicbucket.Greedy,
-	}), perEndpointUnitsPerNs, perEndpointUnitsPerToken, perEndpointBurstUnits), atomicbucket.TableOptions{})}
+	}), perEndpointUnitsPerNs, perEndpointUnitsPerToken, perEndpointBurstUnits), atomicbucket.TableOptions{}), 1, nil)}
+}
+
+// PerEndpointLimiter is the type of PerEndpoint. Its methods are safe for concurrent use. Its
+// methods are atomicbucket.Keyed's.
+type PerEndpointLimiter struct {
+	atomicbucket.Keyed[int64]
 }
 
 // PerEndpoint's fixed-point units, computed when generating and checked against the runtime when
@@ -933,548 +938,69 @@ const (
 	perEndpointBurstUnits    = 12000000000
 )
 
-// PerEndpointLimiter is the type of PerEndpoint. Its methods are safe for concurrent use.
-type PerEndpointLimiter struct {
-	s *atomicbucket.Table[int64]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *PerEndpointLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *PerEndpointLimiter) Allow(key int64) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), perEndpointUnitsPerNs, perEndpointUnitsPerToken, perEndpointBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *PerEndpointLimiter) AllowN(key int64, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), perEndpointUnitsPerNs, perEndpointUnitsPerToken, perEndpointBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *PerEndpointLimiter) AllowAt(key int64, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, perEndpointUnitsPerNs, perEndpointUnitsPerToken, perEndpointBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, perEndpointUnitsPerNs, perEndpointUnitsPerToken, perEndpointBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *PerEndpointLimiter) AllowNAt(key int64, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *PerEndpointLimiter) Peek(key int64, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *PerEndpointLimiter) PeekAt(key int64, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *PerEndpointLimiter) Reserve(key int64, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *PerEndpointLimiter) ReserveAt(key int64, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *PerEndpointLimiter) Wait(ctx context.Context, key int64, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *PerEndpointLimiter) Refund(key int64, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *PerEndpointLimiter) RefundAt(key int64, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *PerEndpointLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *PerEndpointLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *PerEndpointLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *PerEndpointLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n PerEndpoint's numbers for every key without numbers of its own from now on:
-// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
-// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
-// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *PerEndpointLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *PerEndpointLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns PerEndpoint to the policy's numbers, its buckets carried by carry.
-func (l *PerEndpointLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *PerEndpointLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *PerEndpointLimiter) ruleInForce(key int64) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
+	return l.Table().ChangedRule(key)
 }
 
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// PerEndpoint's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold
-// are refused as by SetNumbers, and nothing changes.
-func (l *PerEndpointLimiter) SetKeyNumbers(key int64, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *PerEndpointLimiter) SetKeyNumbersAt(key int64, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	for _, t := range []*atomicbucket.Table[int64]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[int64]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has PerEndpoint's, its bucket
-// carried by carry.
-func (l *PerEndpointLimiter) ClearKeyNumbers(key int64, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *PerEndpointLimiter) ClearKeyNumbersAt(key int64, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[int64]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *PerEndpointLimiter) NumbersFor(key int64) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *PerEndpointLimiter) Reset(key int64) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *PerEndpointLimiter) ResetAt(key int64, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[int64]{l.s} {
-		t.ResetAt(key, now)
-	}
-}
-
-// newLoginLimiter returns Login's (empty) tables.
+// newLoginLimiter returns Login's (empty) table.
 func newLoginLimiter() *LoginLimiter {
-	return &LoginLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
+	return &LoginLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens:     5,
 		Period:     10 * time.Second,
 		Burst:      5,
 		Refill:     atomicbucket.Interval,
 		Initial:    3,
 		InitialSet: true,
-	}), atomicbucket.TableOptions{})}
+	}), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
-// LoginLimiter is the type of Login. Its methods are safe for concurrent use.
+// LoginLimiter is the type of Login. Its methods are safe for concurrent use. Its methods are
+// atomicbucket.Keyed's.
 type LoginLimiter struct {
-	s *atomicbucket.Table[string]
+	atomicbucket.Keyed[string]
 }
 
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *LoginLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
-func (l *LoginLimiter) Allow(key string) bool {
-	return l.s.Allow(key)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *LoginLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
-}
-
-// AllowAt is Allow at time now.
-func (l *LoginLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.s.AllowAt(key, now)
-}
-
-// AllowNAt is AllowN at time now.
-func (l *LoginLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *LoginLimiter) Peek(key string, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *LoginLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *LoginLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *LoginLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *LoginLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *LoginLimiter) Refund(key string, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *LoginLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *LoginLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *LoginLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *LoginLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *LoginLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n Login's numbers for every key without numbers of its own from now on: every
-// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
-// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
-// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *LoginLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *LoginLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns Login to the policy's numbers, its buckets carried by carry.
-func (l *LoginLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *LoginLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *LoginLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
+	return l.Table().ChangedRule(key)
 }
 
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// Login's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
-// refused as by SetNumbers, and nothing changes.
-func (l *LoginLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *LoginLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if key == "" {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has Login's, its bucket carried by
-// carry.
-func (l *LoginLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *LoginLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *LoginLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *LoginLimiter) Reset(key string) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *LoginLimiter) ResetAt(key string, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ResetAt(key, now)
-	}
-}
-
-// newDailyExportLimiter returns DailyExport's (empty) tables.
+// newDailyExportLimiter returns DailyExport's (empty) table.
 func newDailyExportLimiter() *DailyExportLimiter {
-	return &DailyExportLimiter{s: atomicbucket.NewTable[uint64](atomicbucket.MustRule(atomicbucket.Limit{
+	return &DailyExportLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[uint64](atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens:  100,
 		Period:  24 * time.Hour,
 		Burst:   100,
 		Refill:  atomicbucket.Interval,
 		Aligned: true,
-	}), atomicbucket.TableOptions{})}
+	}), atomicbucket.TableOptions{}), 1, nil)}
 }
 
-// DailyExportLimiter is the type of DailyExport. Its methods are safe for concurrent use.
+// DailyExportLimiter is the type of DailyExport. Its methods are safe for concurrent use. Its
+// methods are atomicbucket.Keyed's.
 type DailyExportLimiter struct {
-	s *atomicbucket.Table[uint64]
+	atomicbucket.Keyed[uint64]
 }
 
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *DailyExportLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
-func (l *DailyExportLimiter) Allow(key uint64) bool {
-	return l.s.Allow(key)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *DailyExportLimiter) AllowN(key uint64, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
-}
-
-// AllowAt is Allow at time now.
-func (l *DailyExportLimiter) AllowAt(key uint64, now atomicbucket.Time) bool {
-	return l.s.AllowAt(key, now)
-}
-
-// AllowNAt is AllowN at time now.
-func (l *DailyExportLimiter) AllowNAt(key uint64, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *DailyExportLimiter) Peek(key uint64, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *DailyExportLimiter) PeekAt(key uint64, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *DailyExportLimiter) Reserve(key uint64, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *DailyExportLimiter) ReserveAt(key uint64, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *DailyExportLimiter) Wait(ctx context.Context, key uint64, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *DailyExportLimiter) Refund(key uint64, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *DailyExportLimiter) RefundAt(key uint64, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *DailyExportLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *DailyExportLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *DailyExportLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *DailyExportLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n DailyExport's numbers for every key without numbers of its own from now on:
-// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
-// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
-// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *DailyExportLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *DailyExportLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns DailyExport to the policy's numbers, its buckets carried by carry.
-func (l *DailyExportLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *DailyExportLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *DailyExportLimiter) ruleInForce(key uint64) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
+	return l.Table().ChangedRule(key)
 }
 
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// DailyExport's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold
-// are refused as by SetNumbers, and nothing changes.
-func (l *DailyExportLimiter) SetKeyNumbers(key uint64, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *DailyExportLimiter) SetKeyNumbersAt(key uint64, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has DailyExport's, its bucket
-// carried by carry.
-func (l *DailyExportLimiter) ClearKeyNumbers(key uint64, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *DailyExportLimiter) ClearKeyNumbersAt(key uint64, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *DailyExportLimiter) NumbersFor(key uint64) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *DailyExportLimiter) Reset(key uint64) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *DailyExportLimiter) ResetAt(key uint64, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
-		t.ResetAt(key, now)
-	}
-}
-
-// newUploadLimiter returns Upload's (empty) tables.
+// newUploadLimiter returns Upload's (empty) table.
 func newUploadLimiter() *UploadLimiter {
-	return &UploadLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &UploadLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 100,
 		Period: time.Second,
 		Burst:  1000,
@@ -1482,7 +1008,13 @@ func newUploadLimiter() *UploadLimiter {
 	}), uploadUnitsPerNs, uploadUnitsPerToken, uploadBurstUnits), atomicbucket.TableOptions{
 		MaxKeys: 100000,
 		AtCap:   atomicbucket.AllowAtCap,
-	})}
+	}), 10, atomicbucket.NonEmpty)}
+}
+
+// UploadLimiter is the type of Upload. Its methods are safe for concurrent use. Its methods are
+// atomicbucket.Keyed's.
+type UploadLimiter struct {
+	atomicbucket.Keyed[string]
 }
 
 // Upload's fixed-point units, computed when generating and checked against the runtime when the
@@ -1495,184 +1027,19 @@ const (
 	uploadBurstUnits    = 10000000000
 )
 
-// UploadLimiter is the type of Upload. Its methods are safe for concurrent use.
-type UploadLimiter struct {
-	s *atomicbucket.Table[string]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *UploadLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *UploadLimiter) Allow(key string) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), uploadUnitsPerNs, uploadUnitsPerToken*10, uploadBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *UploadLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), uploadUnitsPerNs, uploadUnitsPerToken*10, uploadBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *UploadLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, uploadUnitsPerNs, uploadUnitsPerToken*10, uploadBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, uploadUnitsPerNs, uploadUnitsPerToken*10, uploadBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *UploadLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *UploadLimiter) Peek(key string, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *UploadLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *UploadLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *UploadLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *UploadLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *UploadLimiter) Refund(key string, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *UploadLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *UploadLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *UploadLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *UploadLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *UploadLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n Upload's numbers for every key without numbers of its own from now on: every
-// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
-// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
-// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *UploadLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *UploadLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if err := atomicbucket.CheckCost(n.Burst, 10); err != nil {
-		return err
-	}
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns Upload to the policy's numbers, its buckets carried by carry.
-func (l *UploadLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *UploadLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *UploadLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
-}
-
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// Upload's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
-// refused as by SetNumbers, and nothing changes.
-func (l *UploadLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *UploadLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if key == "" {
-		return atomicbucket.ErrEmptyKey
-	}
-	if err := atomicbucket.CheckCost(n.Burst, 10); err != nil {
-		return err
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has Upload's, its bucket carried by
-// carry.
-func (l *UploadLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *UploadLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *UploadLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *UploadLimiter) Reset(key string) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *UploadLimiter) ResetAt(key string, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ResetAt(key, now)
-	}
+	return l.Table().ChangedRule(key)
 }
 
 // TenantUserKey is rule TenantUser's key: tenant (string), user (uint64).
@@ -1724,16 +1091,24 @@ func ParseTenantUserKey(s string) (TenantUserKey, error) {
 	return k, nil
 }
 
-// newTenantUserLimiter returns TenantUser's (empty) tables.
+// newTenantUserLimiter returns TenantUser's (empty) table.
 func newTenantUserLimiter() *TenantUserLimiter {
-	return &TenantUserLimiter{s: atomicbucket.NewTable[TenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &TenantUserLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[TenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 30,
 		Period: time.Minute,
 		Burst:  5,
 		Refill: atomicbucket.Greedy,
 	}), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits), atomicbucket.TableOptions{
 		KeyHash: TenantUserKey.gridHash,
+	}), 1, func(k TenantUserKey) bool {
+		return verdict.KeyOK(k.Tenant)
 	})}
+}
+
+// TenantUserLimiter is the type of TenantUser. Its methods are safe for concurrent use. Its methods
+// are atomicbucket.Keyed's.
+type TenantUserLimiter struct {
+	atomicbucket.Keyed[TenantUserKey]
 }
 
 // TenantUser's fixed-point units, computed when generating and checked against the runtime when the
@@ -1747,178 +1122,19 @@ const (
 	tenantUserBurstUnits    = 10000000000
 )
 
-// TenantUserLimiter is the type of TenantUser. Its methods are safe for concurrent use.
-type TenantUserLimiter struct {
-	s *atomicbucket.Table[TenantUserKey]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *TenantUserLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *TenantUserLimiter) Allow(key TenantUserKey) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *TenantUserLimiter) AllowN(key TenantUserKey, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *TenantUserLimiter) AllowAt(key TenantUserKey, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *TenantUserLimiter) AllowNAt(key TenantUserKey, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *TenantUserLimiter) Peek(key TenantUserKey, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *TenantUserLimiter) PeekAt(key TenantUserKey, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *TenantUserLimiter) Reserve(key TenantUserKey, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *TenantUserLimiter) ReserveAt(key TenantUserKey, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *TenantUserLimiter) Wait(ctx context.Context, key TenantUserKey, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *TenantUserLimiter) Refund(key TenantUserKey, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *TenantUserLimiter) RefundAt(key TenantUserKey, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *TenantUserLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *TenantUserLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *TenantUserLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *TenantUserLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n TenantUser's numbers for every key without numbers of its own from now on:
-// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
-// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
-// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *TenantUserLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *TenantUserLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns TenantUser to the policy's numbers, its buckets carried by carry.
-func (l *TenantUserLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *TenantUserLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *TenantUserLimiter) ruleInForce(key TenantUserKey) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
-}
-
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// TenantUser's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold
-// are refused as by SetNumbers, and nothing changes.
-func (l *TenantUserLimiter) SetKeyNumbers(key TenantUserKey, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *TenantUserLimiter) SetKeyNumbersAt(key TenantUserKey, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if !verdict.KeyOK(key.Tenant) {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[TenantUserKey]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[TenantUserKey]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has TenantUser's, its bucket carried
-// by carry.
-func (l *TenantUserLimiter) ClearKeyNumbers(key TenantUserKey, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *TenantUserLimiter) ClearKeyNumbersAt(key TenantUserKey, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[TenantUserKey]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *TenantUserLimiter) NumbersFor(key TenantUserKey) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *TenantUserLimiter) Reset(key TenantUserKey) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *TenantUserLimiter) ResetAt(key TenantUserKey, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[TenantUserKey]{l.s} {
-		t.ResetAt(key, now)
-	}
+	return l.Table().ChangedRule(key)
 }
 
 // newGlobalLimiter returns Global's bucket, created at now.
@@ -2412,19 +1628,8 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// ServeMux is an http.ServeMux behind the middleware: every request it serves is checked first,
-// those its handlers answer and those it answers itself (404, 405, a redirect to the clean
-// path) alike. The routes are limited by the policy's patterns whatever patterns are registered
-// here; Uncovered lists the registered patterns whose requests no policy route covers (served
-// unlimited), and Unregistered the policy's patterns with no handler of the same spelling.
-// The mux it wraps is out of reach (no field, no Handler method), so nothing serves it unchecked.
-type ServeMux struct {
-	mux        *http.ServeMux
-	m          *Middleware
-	h          http.Handler // the mux behind the middleware
-	mu         sync.Mutex
-	registered map[string]bool
-}
+// ServeMux is the http.ServeMux behind the middleware that NewServeMux returns (see limithttp.ServeMux).
+type ServeMux = limithttp.ServeMux
 
 // httpPatterns are the policy's route patterns, in policy order.
 var httpPatterns = [...]string{"POST /v1/login", "POST /v1/upload", "GET /v1/export/{account}", "GET /v1/tenants/{tenant}/users/{user}", "/v1/"}
@@ -2449,64 +1654,11 @@ func httpRoute(method, path string) int {
 // httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.
 var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
-// NewServeMux returns an empty ServeMux behind m.
+// NewServeMux returns an empty ServeMux behind m: every request it serves is checked first, those
+// its handlers answer and those it answers itself alike; Uncovered lists the registered patterns
+// no policy route covers (served unlimited).
 func (m *Middleware) NewServeMux() *ServeMux {
-	mux := http.NewServeMux()
-	return &ServeMux{
-		h:          m.Wrap(mux),
-		m:          m,
-		mux:        mux,
-		registered: map[string]bool{},
-	}
-}
-
-// ServeHTTP checks r against the policy's route that covers it, then serves it with the mux.
-func (s *ServeMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.h.ServeHTTP(w, r)
-}
-
-// Handle registers h for pattern (the middleware checks every request before the mux).
-func (s *ServeMux) Handle(pattern string, h http.Handler) {
-	s.mux.Handle(pattern, h)
-	s.mu.Lock()
-	s.registered[pattern] = true
-	s.mu.Unlock()
-}
-
-// Uncovered returns the patterns registered on s whose requests no policy route covers, all or
-// in part (limithttp.Uncovered: each tried with requests of its shape): they are served
-// unlimited. A service checks it at start, and fails or logs when it is not empty.
-func (s *ServeMux) Uncovered() []string {
-	s.mu.Lock()
-	patterns := make([]string, 0, len(s.registered))
-	for p := range s.registered {
-		patterns = append(patterns, p)
-	}
-	s.mu.Unlock()
-	return limithttp.Uncovered(patterns, func(r *http.Request) int {
-		route, _ := httpRouter.Match(r)
-		return route
-	})
-}
-
-// Unregistered returns the policy's patterns that no handler has been registered for on s under
-// the same spelling. Such a route is still limited (the middleware matches the policy's own
-// patterns), but a policy route the service serves under no pattern of its own may be stale.
-func (s *ServeMux) Unregistered() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for _, p := range httpPatterns {
-		if !s.registered[p] {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// HandleFunc registers f for pattern, behind the middleware.
-func (s *ServeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.Request)) {
-	s.Handle(pattern, http.HandlerFunc(f))
+	return limithttp.NewServeMux(m.Wrap, httpRouter, httpPatterns[:])
 }
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and

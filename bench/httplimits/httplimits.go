@@ -4,10 +4,8 @@
 package httplimits
 
 import (
-	"context"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -320,14 +318,20 @@ var (
 	Drain = Default.Drain
 )
 
-// newPerIPLimiter returns PerIP's (empty) tables.
+// newPerIPLimiter returns PerIP's (empty) table.
 func newPerIPLimiter() *PerIPLimiter {
-	return &PerIPLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &PerIPLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 1000000000,
 		Period: time.Second,
 		Burst:  1000000000,
 		Refill: atomicbucket.Greedy,
-	}), perIPUnitsPerNs, perIPUnitsPerToken, perIPBurstUnits), atomicbucket.TableOptions{})}
+	}), perIPUnitsPerNs, perIPUnitsPerToken, perIPBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+}
+
+// PerIPLimiter is the type of PerIP. Its methods are safe for concurrent use. Its methods are
+// atomicbucket.Keyed's.
+type PerIPLimiter struct {
+	atomicbucket.Keyed[string]
 }
 
 // PerIP's fixed-point units, computed when generating and checked against the runtime when the
@@ -340,188 +344,35 @@ const (
 	perIPBurstUnits    = 1000000000
 )
 
-// PerIPLimiter is the type of PerIP. Its methods are safe for concurrent use.
-type PerIPLimiter struct {
-	s *atomicbucket.Table[string]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *PerIPLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *PerIPLimiter) Allow(key string) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), perIPUnitsPerNs, perIPUnitsPerToken, perIPBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *PerIPLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), perIPUnitsPerNs, perIPUnitsPerToken, perIPBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *PerIPLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, perIPUnitsPerNs, perIPUnitsPerToken, perIPBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, perIPUnitsPerNs, perIPUnitsPerToken, perIPBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *PerIPLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *PerIPLimiter) Peek(key string, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *PerIPLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *PerIPLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *PerIPLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *PerIPLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *PerIPLimiter) Refund(key string, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *PerIPLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *PerIPLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *PerIPLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *PerIPLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *PerIPLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n PerIP's numbers for every key without numbers of its own from now on: every
-// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
-// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
-// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *PerIPLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *PerIPLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns PerIP to the policy's numbers, its buckets carried by carry.
-func (l *PerIPLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *PerIPLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *PerIPLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
+	return l.Table().ChangedRule(key)
 }
 
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// PerIP's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
-// refused as by SetNumbers, and nothing changes.
-func (l *PerIPLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *PerIPLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if key == "" {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has PerIP's, its bucket carried by
-// carry.
-func (l *PerIPLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *PerIPLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *PerIPLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *PerIPLimiter) Reset(key string) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *PerIPLimiter) ResetAt(key string, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ResetAt(key, now)
-	}
-}
-
-// newTightLimiter returns Tight's (empty) tables.
+// newTightLimiter returns Tight's (empty) table.
 func newTightLimiter() *TightLimiter {
-	return &TightLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &TightLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 1,
 		Period: time.Hour,
 		Burst:  1,
 		Refill: atomicbucket.Greedy,
-	}), tightUnitsPerNs, tightUnitsPerToken, tightBurstUnits), atomicbucket.TableOptions{})}
+	}), tightUnitsPerNs, tightUnitsPerToken, tightBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+}
+
+// TightLimiter is the type of Tight. Its methods are safe for concurrent use. Its methods are
+// atomicbucket.Keyed's.
+type TightLimiter struct {
+	atomicbucket.Keyed[string]
 }
 
 // Tight's fixed-point units, computed when generating and checked against the runtime when the
@@ -534,188 +385,35 @@ const (
 	tightBurstUnits    = 3600000000000
 )
 
-// TightLimiter is the type of Tight. Its methods are safe for concurrent use.
-type TightLimiter struct {
-	s *atomicbucket.Table[string]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *TightLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *TightLimiter) Allow(key string) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), tightUnitsPerNs, tightUnitsPerToken, tightBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *TightLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), tightUnitsPerNs, tightUnitsPerToken, tightBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *TightLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, tightUnitsPerNs, tightUnitsPerToken, tightBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, tightUnitsPerNs, tightUnitsPerToken, tightBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *TightLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *TightLimiter) Peek(key string, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *TightLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *TightLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *TightLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *TightLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *TightLimiter) Refund(key string, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *TightLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *TightLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *TightLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *TightLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *TightLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n Tight's numbers for every key without numbers of its own from now on: every
-// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
-// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
-// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *TightLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *TightLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns Tight to the policy's numbers, its buckets carried by carry.
-func (l *TightLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *TightLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *TightLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
+	return l.Table().ChangedRule(key)
 }
 
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// Tight's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
-// refused as by SetNumbers, and nothing changes.
-func (l *TightLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *TightLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if key == "" {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has Tight's, its bucket carried by
-// carry.
-func (l *TightLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *TightLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *TightLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *TightLimiter) Reset(key string) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *TightLimiter) ResetAt(key string, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ResetAt(key, now)
-	}
-}
-
-// newDrainLimiter returns Drain's (empty) tables.
+// newDrainLimiter returns Drain's (empty) table.
 func newDrainLimiter() *DrainLimiter {
-	return &DrainLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &DrainLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 1000000000,
 		Period: 24 * time.Hour,
 		Burst:  1000000000,
 		Refill: atomicbucket.Greedy,
-	}), drainUnitsPerNs, drainUnitsPerToken, drainBurstUnits), atomicbucket.TableOptions{})}
+	}), drainUnitsPerNs, drainUnitsPerToken, drainBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+}
+
+// DrainLimiter is the type of Drain. Its methods are safe for concurrent use. Its methods are
+// atomicbucket.Keyed's.
+type DrainLimiter struct {
+	atomicbucket.Keyed[string]
 }
 
 // Drain's fixed-point units, computed when generating and checked against the runtime when the
@@ -728,178 +426,19 @@ const (
 	drainBurstUnits    = 86400000000000
 )
 
-// DrainLimiter is the type of Drain. Its methods are safe for concurrent use.
-type DrainLimiter struct {
-	s *atomicbucket.Table[string]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *DrainLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *DrainLimiter) Allow(key string) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), drainUnitsPerNs, drainUnitsPerToken, drainBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *DrainLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), drainUnitsPerNs, drainUnitsPerToken, drainBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *DrainLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, drainUnitsPerNs, drainUnitsPerToken, drainBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, drainUnitsPerNs, drainUnitsPerToken, drainBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *DrainLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *DrainLimiter) Peek(key string, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *DrainLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *DrainLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *DrainLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *DrainLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *DrainLimiter) Refund(key string, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *DrainLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *DrainLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *DrainLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *DrainLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *DrainLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n Drain's numbers for every key without numbers of its own from now on: every
-// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
-// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
-// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *DrainLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *DrainLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns Drain to the policy's numbers, its buckets carried by carry.
-func (l *DrainLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *DrainLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *DrainLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
-}
-
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// Drain's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
-// refused as by SetNumbers, and nothing changes.
-func (l *DrainLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *DrainLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if key == "" {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has Drain's, its bucket carried by
-// carry.
-func (l *DrainLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *DrainLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *DrainLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *DrainLimiter) Reset(key string) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *DrainLimiter) ResetAt(key string, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ResetAt(key, now)
-	}
+	return l.Table().ChangedRule(key)
 }
 
 // httpPolicyPerIP is rule PerIP as the RateLimit fields describe it.
@@ -1040,19 +579,8 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// ServeMux is an http.ServeMux behind the middleware: every request it serves is checked first,
-// those its handlers answer and those it answers itself (404, 405, a redirect to the clean
-// path) alike. The routes are limited by the policy's patterns whatever patterns are registered
-// here; Uncovered lists the registered patterns whose requests no policy route covers (served
-// unlimited), and Unregistered the policy's patterns with no handler of the same spelling.
-// The mux it wraps is out of reach (no field, no Handler method), so nothing serves it unchecked.
-type ServeMux struct {
-	mux        *http.ServeMux
-	m          *Middleware
-	h          http.Handler // the mux behind the middleware
-	mu         sync.Mutex
-	registered map[string]bool
-}
+// ServeMux is the http.ServeMux behind the middleware that NewServeMux returns (see limithttp.ServeMux).
+type ServeMux = limithttp.ServeMux
 
 // httpPatterns are the policy's route patterns, in policy order.
 var httpPatterns = [...]string{"GET /bench", "GET /denied", "GET /drain"}
@@ -1081,64 +609,11 @@ func httpRoute(method, path string) int {
 // httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.
 var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
-// NewServeMux returns an empty ServeMux behind m.
+// NewServeMux returns an empty ServeMux behind m: every request it serves is checked first, those
+// its handlers answer and those it answers itself alike; Uncovered lists the registered patterns
+// no policy route covers (served unlimited).
 func (m *Middleware) NewServeMux() *ServeMux {
-	mux := http.NewServeMux()
-	return &ServeMux{
-		h:          m.Wrap(mux),
-		m:          m,
-		mux:        mux,
-		registered: map[string]bool{},
-	}
-}
-
-// ServeHTTP checks r against the policy's route that covers it, then serves it with the mux.
-func (s *ServeMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.h.ServeHTTP(w, r)
-}
-
-// Handle registers h for pattern (the middleware checks every request before the mux).
-func (s *ServeMux) Handle(pattern string, h http.Handler) {
-	s.mux.Handle(pattern, h)
-	s.mu.Lock()
-	s.registered[pattern] = true
-	s.mu.Unlock()
-}
-
-// Uncovered returns the patterns registered on s whose requests no policy route covers, all or
-// in part (limithttp.Uncovered: each tried with requests of its shape): they are served
-// unlimited. A service checks it at start, and fails or logs when it is not empty.
-func (s *ServeMux) Uncovered() []string {
-	s.mu.Lock()
-	patterns := make([]string, 0, len(s.registered))
-	for p := range s.registered {
-		patterns = append(patterns, p)
-	}
-	s.mu.Unlock()
-	return limithttp.Uncovered(patterns, func(r *http.Request) int {
-		route, _ := httpRouter.Match(r)
-		return route
-	})
-}
-
-// Unregistered returns the policy's patterns that no handler has been registered for on s under
-// the same spelling. Such a route is still limited (the middleware matches the policy's own
-// patterns), but a policy route the service serves under no pattern of its own may be stale.
-func (s *ServeMux) Unregistered() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for _, p := range httpPatterns {
-		if !s.registered[p] {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// HandleFunc registers f for pattern, behind the middleware.
-func (s *ServeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.Request)) {
-	s.Handle(pattern, http.HandlerFunc(f))
+	return limithttp.NewServeMux(m.Wrap, httpRouter, httpPatterns[:])
 }
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and

@@ -431,14 +431,22 @@ var (
 	TenPerSecond = Default.TenPerSecond
 )
 
-// newPerKeyLocalLimiter returns PerKey's (empty) tables.
+// newPerKeyLocalLimiter returns PerKey's (empty) table.
 func newPerKeyLocalLimiter() *PerKeyLocalLimiter {
-	return &PerKeyLocalLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &PerKeyLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 1000000000,
 		Period: time.Second,
 		Burst:  1000000000,
 		Refill: atomicbucket.Greedy,
-	}), perKeyUnitsPerNs, perKeyUnitsPerToken, perKeyBurstUnits), atomicbucket.TableOptions{})}
+	}), perKeyUnitsPerNs, perKeyUnitsPerToken, perKeyBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+}
+
+// PerKeyLocalLimiter is PerKey decided in this process only, with the whole limit: what
+// PerKeyLimiter.Local returns, for tests, and what PerKey's checks use while the package has no
+// store (SharedErr says so). Its methods are safe for concurrent use. Its methods are
+// atomicbucket.Keyed's.
+type PerKeyLocalLimiter struct {
+	atomicbucket.Keyed[string]
 }
 
 // PerKey's fixed-point units, computed when generating and checked against the runtime when the
@@ -451,180 +459,19 @@ const (
 	perKeyBurstUnits    = 1000000000
 )
 
-// PerKeyLocalLimiter is PerKey decided in this process only, with the whole limit: what
-// PerKeyLimiter.Local returns, for tests, and what PerKey's checks use while the package has no
-// store (SharedErr says so). Its methods are safe for concurrent use.
-type PerKeyLocalLimiter struct {
-	s *atomicbucket.Table[string]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *PerKeyLocalLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *PerKeyLocalLimiter) Allow(key string) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), perKeyUnitsPerNs, perKeyUnitsPerToken, perKeyBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *PerKeyLocalLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), perKeyUnitsPerNs, perKeyUnitsPerToken, perKeyBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *PerKeyLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, perKeyUnitsPerNs, perKeyUnitsPerToken, perKeyBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, perKeyUnitsPerNs, perKeyUnitsPerToken, perKeyBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *PerKeyLocalLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *PerKeyLocalLimiter) Peek(key string, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *PerKeyLocalLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *PerKeyLocalLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *PerKeyLocalLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *PerKeyLocalLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *PerKeyLocalLimiter) Refund(key string, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *PerKeyLocalLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *PerKeyLocalLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *PerKeyLocalLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *PerKeyLocalLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *PerKeyLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n PerKey's numbers for every key without numbers of its own from now on: every
-// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
-// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
-// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *PerKeyLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *PerKeyLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns PerKey to the policy's numbers, its buckets carried by carry.
-func (l *PerKeyLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *PerKeyLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *PerKeyLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
-}
-
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// PerKey's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
-// refused as by SetNumbers, and nothing changes.
-func (l *PerKeyLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *PerKeyLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if key == "" {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has PerKey's, its bucket carried by
-// carry.
-func (l *PerKeyLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *PerKeyLocalLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *PerKeyLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *PerKeyLocalLimiter) Reset(key string) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *PerKeyLocalLimiter) ResetAt(key string, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ResetAt(key, now)
-	}
+	return l.Table().ChangedRule(key)
 }
 
 // newPerKeyLimiter returns PerKey's limiter over its process-local buckets; New binds it to the store.
@@ -781,14 +628,20 @@ func (l *PerKeyLimiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
-// newInProcessLimiter returns InProcess's (empty) tables.
+// newInProcessLimiter returns InProcess's (empty) table.
 func newInProcessLimiter() *InProcessLimiter {
-	return &InProcessLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &InProcessLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 1000000000,
 		Period: time.Second,
 		Burst:  1000000000,
 		Refill: atomicbucket.Greedy,
-	}), inProcessUnitsPerNs, inProcessUnitsPerToken, inProcessBurstUnits), atomicbucket.TableOptions{})}
+	}), inProcessUnitsPerNs, inProcessUnitsPerToken, inProcessBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+}
+
+// InProcessLimiter is the type of InProcess. Its methods are safe for concurrent use. Its methods
+// are atomicbucket.Keyed's.
+type InProcessLimiter struct {
+	atomicbucket.Keyed[string]
 }
 
 // InProcess's fixed-point units, computed when generating and checked against the runtime when the
@@ -802,188 +655,37 @@ const (
 	inProcessBurstUnits    = 1000000000
 )
 
-// InProcessLimiter is the type of InProcess. Its methods are safe for concurrent use.
-type InProcessLimiter struct {
-	s *atomicbucket.Table[string]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *InProcessLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *InProcessLimiter) Allow(key string) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), inProcessUnitsPerNs, inProcessUnitsPerToken, inProcessBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *InProcessLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), inProcessUnitsPerNs, inProcessUnitsPerToken, inProcessBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *InProcessLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, inProcessUnitsPerNs, inProcessUnitsPerToken, inProcessBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, inProcessUnitsPerNs, inProcessUnitsPerToken, inProcessBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *InProcessLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *InProcessLimiter) Peek(key string, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *InProcessLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *InProcessLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *InProcessLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *InProcessLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *InProcessLimiter) Refund(key string, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *InProcessLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *InProcessLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *InProcessLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *InProcessLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *InProcessLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n InProcess's numbers for every key without numbers of its own from now on:
-// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
-// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
-// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *InProcessLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *InProcessLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns InProcess to the policy's numbers, its buckets carried by carry.
-func (l *InProcessLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *InProcessLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *InProcessLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
+	return l.Table().ChangedRule(key)
 }
 
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// InProcess's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
-// refused as by SetNumbers, and nothing changes.
-func (l *InProcessLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *InProcessLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if key == "" {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has InProcess's, its bucket carried
-// by carry.
-func (l *InProcessLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *InProcessLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *InProcessLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *InProcessLimiter) Reset(key string) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *InProcessLimiter) ResetAt(key string, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ResetAt(key, now)
-	}
-}
-
-// newTenPerSecondLocalLimiter returns TenPerSecond's (empty) tables.
+// newTenPerSecondLocalLimiter returns TenPerSecond's (empty) table.
 func newTenPerSecondLocalLimiter() *TenPerSecondLocalLimiter {
-	return &TenPerSecondLocalLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &TenPerSecondLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 10,
 		Period: time.Second,
 		Burst:  10,
 		Refill: atomicbucket.Greedy,
-	}), tenPerSecondUnitsPerNs, tenPerSecondUnitsPerToken, tenPerSecondBurstUnits), atomicbucket.TableOptions{})}
+	}), tenPerSecondUnitsPerNs, tenPerSecondUnitsPerToken, tenPerSecondBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+}
+
+// TenPerSecondLocalLimiter is TenPerSecond decided in this process only, with the whole limit: what
+// TenPerSecondLimiter.Local returns, for tests, and what TenPerSecond's checks use while the
+// package has no store (SharedErr says so). Its methods are safe for concurrent use. Its methods
+// are atomicbucket.Keyed's.
+type TenPerSecondLocalLimiter struct {
+	atomicbucket.Keyed[string]
 }
 
 // TenPerSecond's fixed-point units, computed when generating and checked against the runtime when
@@ -997,180 +699,19 @@ const (
 	tenPerSecondBurstUnits    = 1000000000
 )
 
-// TenPerSecondLocalLimiter is TenPerSecond decided in this process only, with the whole limit: what
-// TenPerSecondLimiter.Local returns, for tests, and what TenPerSecond's checks use while the
-// package has no store (SharedErr says so). Its methods are safe for concurrent use.
-type TenPerSecondLocalLimiter struct {
-	s *atomicbucket.Table[string]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *TenPerSecondLocalLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *TenPerSecondLocalLimiter) Allow(key string) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), tenPerSecondUnitsPerNs, tenPerSecondUnitsPerToken, tenPerSecondBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *TenPerSecondLocalLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), tenPerSecondUnitsPerNs, tenPerSecondUnitsPerToken, tenPerSecondBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *TenPerSecondLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, tenPerSecondUnitsPerNs, tenPerSecondUnitsPerToken, tenPerSecondBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, tenPerSecondUnitsPerNs, tenPerSecondUnitsPerToken, tenPerSecondBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *TenPerSecondLocalLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *TenPerSecondLocalLimiter) Peek(key string, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *TenPerSecondLocalLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *TenPerSecondLocalLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *TenPerSecondLocalLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *TenPerSecondLocalLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *TenPerSecondLocalLimiter) Refund(key string, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *TenPerSecondLocalLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *TenPerSecondLocalLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *TenPerSecondLocalLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *TenPerSecondLocalLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *TenPerSecondLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n TenPerSecond's numbers for every key without numbers of its own from now on:
-// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
-// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
-// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *TenPerSecondLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *TenPerSecondLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns TenPerSecond to the policy's numbers, its buckets carried by carry.
-func (l *TenPerSecondLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *TenPerSecondLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *TenPerSecondLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
-}
-
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// TenPerSecond's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold
-// are refused as by SetNumbers, and nothing changes.
-func (l *TenPerSecondLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *TenPerSecondLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if key == "" {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has TenPerSecond's, its bucket
-// carried by carry.
-func (l *TenPerSecondLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *TenPerSecondLocalLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *TenPerSecondLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *TenPerSecondLocalLimiter) Reset(key string) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *TenPerSecondLocalLimiter) ResetAt(key string, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ResetAt(key, now)
-	}
+	return l.Table().ChangedRule(key)
 }
 
 // newTenPerSecondLimiter returns TenPerSecond's limiter over its process-local buckets; New binds it to the store.

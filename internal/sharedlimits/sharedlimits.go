@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -1424,187 +1423,27 @@ func (l *PerUserLimiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
-// newExportsLocalLimiter returns Exports's (empty) tables.
+// newExportsLocalLimiter returns Exports's (empty) table.
 func newExportsLocalLimiter() *ExportsLocalLimiter {
-	return &ExportsLocalLimiter{s: atomicbucket.NewTable[uint64](atomicbucket.MustRule(atomicbucket.Limit{
+	return &ExportsLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[uint64](atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 3,
 		Period: time.Hour,
 		Burst:  3,
 		Refill: atomicbucket.Interval,
-	}), atomicbucket.TableOptions{})}
+	}), atomicbucket.TableOptions{}), 1, nil)}
 }
 
 // ExportsLocalLimiter is Exports decided in this process only, with the whole limit: what
 // ExportsLimiter.Local returns, for tests, and what Exports's checks use while the package has no
-// store (SharedErr says so). Its methods are safe for concurrent use.
+// store (SharedErr says so). Its methods are safe for concurrent use. Its methods are
+// atomicbucket.Keyed's.
 type ExportsLocalLimiter struct {
-	s *atomicbucket.Table[uint64]
+	atomicbucket.Keyed[uint64]
 }
 
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *ExportsLocalLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
-func (l *ExportsLocalLimiter) Allow(key uint64) bool {
-	return l.s.Allow(key)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *ExportsLocalLimiter) AllowN(key uint64, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
-}
-
-// AllowAt is Allow at time now.
-func (l *ExportsLocalLimiter) AllowAt(key uint64, now atomicbucket.Time) bool {
-	return l.s.AllowAt(key, now)
-}
-
-// AllowNAt is AllowN at time now.
-func (l *ExportsLocalLimiter) AllowNAt(key uint64, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *ExportsLocalLimiter) Peek(key uint64, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *ExportsLocalLimiter) PeekAt(key uint64, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *ExportsLocalLimiter) Reserve(key uint64, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *ExportsLocalLimiter) ReserveAt(key uint64, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *ExportsLocalLimiter) Wait(ctx context.Context, key uint64, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *ExportsLocalLimiter) Refund(key uint64, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *ExportsLocalLimiter) RefundAt(key uint64, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *ExportsLocalLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *ExportsLocalLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *ExportsLocalLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *ExportsLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n Exports's numbers for every key without numbers of its own from now on: every
-// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
-// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
-// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *ExportsLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *ExportsLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns Exports to the policy's numbers, its buckets carried by carry.
-func (l *ExportsLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *ExportsLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *ExportsLocalLimiter) ruleInForce(key uint64) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
-}
-
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// Exports's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
-// refused as by SetNumbers, and nothing changes.
-func (l *ExportsLocalLimiter) SetKeyNumbers(key uint64, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *ExportsLocalLimiter) SetKeyNumbersAt(key uint64, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has Exports's, its bucket carried by
-// carry.
-func (l *ExportsLocalLimiter) ClearKeyNumbers(key uint64, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *ExportsLocalLimiter) ClearKeyNumbersAt(key uint64, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *ExportsLocalLimiter) NumbersFor(key uint64) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *ExportsLocalLimiter) Reset(key uint64) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *ExportsLocalLimiter) ResetAt(key uint64, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[uint64]{l.s} {
-		t.ResetAt(key, now)
-	}
+	return l.Table().ChangedRule(key)
 }
 
 // newExportsLimiter returns Exports's limiter over its process-local buckets; New binds it to the store.
@@ -1761,14 +1600,20 @@ func (l *ExportsLimiter) Reset(ctx context.Context, key uint64) error {
 	return nil
 }
 
-// newPerInstanceLimiter returns PerInstance's (empty) tables.
+// newPerInstanceLimiter returns PerInstance's (empty) table.
 func newPerInstanceLimiter() *PerInstanceLimiter {
-	return &PerInstanceLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &PerInstanceLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 1,
 		Period: time.Minute,
 		Burst:  5,
 		Refill: atomicbucket.Greedy,
-	}), perInstanceUnitsPerNs, perInstanceUnitsPerToken, perInstanceBurstUnits), atomicbucket.TableOptions{})}
+	}), perInstanceUnitsPerNs, perInstanceUnitsPerToken, perInstanceBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+}
+
+// PerInstanceLimiter is the type of PerInstance. Its methods are safe for concurrent use. Its
+// methods are atomicbucket.Keyed's.
+type PerInstanceLimiter struct {
+	atomicbucket.Keyed[string]
 }
 
 // PerInstance's fixed-point units, computed when generating and checked against the runtime when
@@ -1782,178 +1627,19 @@ const (
 	perInstanceBurstUnits    = 300000000000
 )
 
-// PerInstanceLimiter is the type of PerInstance. Its methods are safe for concurrent use.
-type PerInstanceLimiter struct {
-	s *atomicbucket.Table[string]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *PerInstanceLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *PerInstanceLimiter) Allow(key string) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), perInstanceUnitsPerNs, perInstanceUnitsPerToken, perInstanceBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *PerInstanceLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), perInstanceUnitsPerNs, perInstanceUnitsPerToken, perInstanceBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *PerInstanceLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, perInstanceUnitsPerNs, perInstanceUnitsPerToken, perInstanceBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, perInstanceUnitsPerNs, perInstanceUnitsPerToken, perInstanceBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *PerInstanceLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *PerInstanceLimiter) Peek(key string, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *PerInstanceLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *PerInstanceLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *PerInstanceLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *PerInstanceLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *PerInstanceLimiter) Refund(key string, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *PerInstanceLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *PerInstanceLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *PerInstanceLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *PerInstanceLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *PerInstanceLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n PerInstance's numbers for every key without numbers of its own from now on:
-// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
-// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
-// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *PerInstanceLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *PerInstanceLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns PerInstance to the policy's numbers, its buckets carried by carry.
-func (l *PerInstanceLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *PerInstanceLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *PerInstanceLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
-}
-
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// PerInstance's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold
-// are refused as by SetNumbers, and nothing changes.
-func (l *PerInstanceLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *PerInstanceLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if key == "" {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has PerInstance's, its bucket
-// carried by carry.
-func (l *PerInstanceLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *PerInstanceLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *PerInstanceLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *PerInstanceLimiter) Reset(key string) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *PerInstanceLimiter) ResetAt(key string, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ResetAt(key, now)
-	}
+	return l.Table().ChangedRule(key)
 }
 
 // newGlobalLocalLimiter returns Global's bucket, created at now.
@@ -2220,14 +1906,22 @@ func (l *GlobalLimiter) Reset(ctx context.Context) error {
 	return nil
 }
 
-// newDownloadsLocalLimiter returns Downloads's (empty) tables.
+// newDownloadsLocalLimiter returns Downloads's (empty) table.
 func newDownloadsLocalLimiter() *DownloadsLocalLimiter {
-	return &DownloadsLocalLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &DownloadsLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 1,
 		Period: time.Minute,
 		Burst:  30,
 		Refill: atomicbucket.Greedy,
-	}), downloadsUnitsPerNs, downloadsUnitsPerToken, downloadsBurstUnits), atomicbucket.TableOptions{})}
+	}), downloadsUnitsPerNs, downloadsUnitsPerToken, downloadsBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+}
+
+// DownloadsLocalLimiter is Downloads decided in this process only, with the whole limit: what
+// DownloadsLimiter.Local returns, for tests, and what Downloads's checks use while the package has
+// no store (SharedErr says so). Its methods are safe for concurrent use. Its methods are
+// atomicbucket.Keyed's.
+type DownloadsLocalLimiter struct {
+	atomicbucket.Keyed[string]
 }
 
 // Downloads's fixed-point units, computed when generating and checked against the runtime when the
@@ -2241,180 +1935,19 @@ const (
 	downloadsBurstUnits    = 1800000000000
 )
 
-// DownloadsLocalLimiter is Downloads decided in this process only, with the whole limit: what
-// DownloadsLimiter.Local returns, for tests, and what Downloads's checks use while the package has
-// no store (SharedErr says so). Its methods are safe for concurrent use.
-type DownloadsLocalLimiter struct {
-	s *atomicbucket.Table[string]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *DownloadsLocalLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *DownloadsLocalLimiter) Allow(key string) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), downloadsUnitsPerNs, downloadsUnitsPerToken, downloadsBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *DownloadsLocalLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), downloadsUnitsPerNs, downloadsUnitsPerToken, downloadsBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *DownloadsLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, downloadsUnitsPerNs, downloadsUnitsPerToken, downloadsBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, downloadsUnitsPerNs, downloadsUnitsPerToken, downloadsBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *DownloadsLocalLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *DownloadsLocalLimiter) Peek(key string, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *DownloadsLocalLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *DownloadsLocalLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *DownloadsLocalLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *DownloadsLocalLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *DownloadsLocalLimiter) Refund(key string, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *DownloadsLocalLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *DownloadsLocalLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *DownloadsLocalLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *DownloadsLocalLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *DownloadsLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n Downloads's numbers for every key without numbers of its own from now on:
-// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
-// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
-// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *DownloadsLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *DownloadsLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns Downloads to the policy's numbers, its buckets carried by carry.
-func (l *DownloadsLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *DownloadsLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *DownloadsLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
-}
-
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// Downloads's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
-// refused as by SetNumbers, and nothing changes.
-func (l *DownloadsLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *DownloadsLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if key == "" {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has Downloads's, its bucket carried
-// by carry.
-func (l *DownloadsLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *DownloadsLocalLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *DownloadsLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *DownloadsLocalLimiter) Reset(key string) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *DownloadsLocalLimiter) ResetAt(key string, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ResetAt(key, now)
-	}
+	return l.Table().ChangedRule(key)
 }
 
 // newDownloadsLimiter returns Downloads's limiter over its process-local buckets; New binds it to the store.
@@ -2840,14 +2373,22 @@ func (l *DownloadsGlobalLimiter) Reset(ctx context.Context) error {
 	return nil
 }
 
-// newFastLocalLimiter returns Fast's (empty) tables.
+// newFastLocalLimiter returns Fast's (empty) table.
 func newFastLocalLimiter() *FastLocalLimiter {
-	return &FastLocalLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &FastLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 10,
 		Period: time.Second,
 		Burst:  2,
 		Refill: atomicbucket.Greedy,
-	}), fastUnitsPerNs, fastUnitsPerToken, fastBurstUnits), atomicbucket.TableOptions{})}
+	}), fastUnitsPerNs, fastUnitsPerToken, fastBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+}
+
+// FastLocalLimiter is Fast decided in this process only, with the whole limit: what
+// FastLimiter.Local returns, for tests, and what Fast's checks use while the package has no store
+// (SharedErr says so). Its methods are safe for concurrent use. Its methods are
+// atomicbucket.Keyed's.
+type FastLocalLimiter struct {
+	atomicbucket.Keyed[string]
 }
 
 // Fast's fixed-point units, computed when generating and checked against the runtime when the
@@ -2860,180 +2401,19 @@ const (
 	fastBurstUnits    = 200000000
 )
 
-// FastLocalLimiter is Fast decided in this process only, with the whole limit: what
-// FastLimiter.Local returns, for tests, and what Fast's checks use while the package has no store
-// (SharedErr says so). Its methods are safe for concurrent use.
-type FastLocalLimiter struct {
-	s *atomicbucket.Table[string]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *FastLocalLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *FastLocalLimiter) Allow(key string) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), fastUnitsPerNs, fastUnitsPerToken, fastBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *FastLocalLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), fastUnitsPerNs, fastUnitsPerToken, fastBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *FastLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, fastUnitsPerNs, fastUnitsPerToken, fastBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, fastUnitsPerNs, fastUnitsPerToken, fastBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *FastLocalLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *FastLocalLimiter) Peek(key string, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *FastLocalLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *FastLocalLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *FastLocalLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *FastLocalLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *FastLocalLimiter) Refund(key string, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *FastLocalLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *FastLocalLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *FastLocalLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *FastLocalLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *FastLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n Fast's numbers for every key without numbers of its own from now on: every
-// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
-// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
-// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *FastLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *FastLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns Fast to the policy's numbers, its buckets carried by carry.
-func (l *FastLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *FastLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *FastLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
-}
-
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// Fast's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
-// refused as by SetNumbers, and nothing changes.
-func (l *FastLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *FastLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if key == "" {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has Fast's, its bucket carried by
-// carry.
-func (l *FastLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *FastLocalLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *FastLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *FastLocalLimiter) Reset(key string) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *FastLocalLimiter) ResetAt(key string, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ResetAt(key, now)
-	}
+	return l.Table().ChangedRule(key)
 }
 
 // newFastLimiter returns Fast's limiter over its process-local buckets; New binds it to the store.
@@ -3190,14 +2570,22 @@ func (l *FastLimiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
-// newWideLocalLimiter returns Wide's (empty) tables.
+// newWideLocalLimiter returns Wide's (empty) table.
 func newWideLocalLimiter() *WideLocalLimiter {
-	return &WideLocalLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &WideLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 1000000,
 		Period: time.Second,
 		Burst:  1000000,
 		Refill: atomicbucket.Greedy,
-	}), wideUnitsPerNs, wideUnitsPerToken, wideBurstUnits), atomicbucket.TableOptions{})}
+	}), wideUnitsPerNs, wideUnitsPerToken, wideBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+}
+
+// WideLocalLimiter is Wide decided in this process only, with the whole limit: what
+// WideLimiter.Local returns, for tests, and what Wide's checks use while the package has no store
+// (SharedErr says so). Its methods are safe for concurrent use. Its methods are
+// atomicbucket.Keyed's.
+type WideLocalLimiter struct {
+	atomicbucket.Keyed[string]
 }
 
 // Wide's fixed-point units, computed when generating and checked against the runtime when the
@@ -3210,180 +2598,19 @@ const (
 	wideBurstUnits    = 1000000000
 )
 
-// WideLocalLimiter is Wide decided in this process only, with the whole limit: what
-// WideLimiter.Local returns, for tests, and what Wide's checks use while the package has no store
-// (SharedErr says so). Its methods are safe for concurrent use.
-type WideLocalLimiter struct {
-	s *atomicbucket.Table[string]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *WideLocalLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *WideLocalLimiter) Allow(key string) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), wideUnitsPerNs, wideUnitsPerToken, wideBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *WideLocalLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), wideUnitsPerNs, wideUnitsPerToken, wideBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *WideLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, wideUnitsPerNs, wideUnitsPerToken, wideBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, wideUnitsPerNs, wideUnitsPerToken, wideBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *WideLocalLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *WideLocalLimiter) Peek(key string, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *WideLocalLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *WideLocalLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *WideLocalLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *WideLocalLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *WideLocalLimiter) Refund(key string, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *WideLocalLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *WideLocalLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *WideLocalLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *WideLocalLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *WideLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n Wide's numbers for every key without numbers of its own from now on: every
-// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
-// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
-// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *WideLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *WideLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns Wide to the policy's numbers, its buckets carried by carry.
-func (l *WideLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *WideLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *WideLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
-}
-
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// Wide's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
-// refused as by SetNumbers, and nothing changes.
-func (l *WideLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *WideLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if key == "" {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has Wide's, its bucket carried by
-// carry.
-func (l *WideLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *WideLocalLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *WideLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *WideLocalLimiter) Reset(key string) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *WideLocalLimiter) ResetAt(key string, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ResetAt(key, now)
-	}
+	return l.Table().ChangedRule(key)
 }
 
 // newWideLimiter returns Wide's limiter over its process-local buckets; New binds it to the store.
@@ -3589,16 +2816,26 @@ func ParseTenantUserKey(s string) (TenantUserKey, error) {
 	return k, nil
 }
 
-// newTenantUserLocalLimiter returns TenantUser's (empty) tables.
+// newTenantUserLocalLimiter returns TenantUser's (empty) table.
 func newTenantUserLocalLimiter() *TenantUserLocalLimiter {
-	return &TenantUserLocalLimiter{s: atomicbucket.NewTable[TenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &TenantUserLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[TenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 1,
 		Period: time.Minute,
 		Burst:  4,
 		Refill: atomicbucket.Greedy,
 	}), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits), atomicbucket.TableOptions{
 		KeyHash: TenantUserKey.gridHash,
+	}), 1, func(k TenantUserKey) bool {
+		return verdict.KeyOK(k.Tenant)
 	})}
+}
+
+// TenantUserLocalLimiter is TenantUser decided in this process only, with the whole limit: what
+// TenantUserLimiter.Local returns, for tests, and what TenantUser's checks use while the package
+// has no store (SharedErr says so). Its methods are safe for concurrent use. Its methods are
+// atomicbucket.Keyed's.
+type TenantUserLocalLimiter struct {
+	atomicbucket.Keyed[TenantUserKey]
 }
 
 // TenantUser's fixed-point units, computed when generating and checked against the runtime when the
@@ -3612,180 +2849,19 @@ const (
 	tenantUserBurstUnits    = 240000000000
 )
 
-// TenantUserLocalLimiter is TenantUser decided in this process only, with the whole limit: what
-// TenantUserLimiter.Local returns, for tests, and what TenantUser's checks use while the package
-// has no store (SharedErr says so). Its methods are safe for concurrent use.
-type TenantUserLocalLimiter struct {
-	s *atomicbucket.Table[TenantUserKey]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *TenantUserLocalLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *TenantUserLocalLimiter) Allow(key TenantUserKey) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *TenantUserLocalLimiter) AllowN(key TenantUserKey, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *TenantUserLocalLimiter) AllowAt(key TenantUserKey, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *TenantUserLocalLimiter) AllowNAt(key TenantUserKey, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *TenantUserLocalLimiter) Peek(key TenantUserKey, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *TenantUserLocalLimiter) PeekAt(key TenantUserKey, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *TenantUserLocalLimiter) Reserve(key TenantUserKey, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *TenantUserLocalLimiter) ReserveAt(key TenantUserKey, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *TenantUserLocalLimiter) Wait(ctx context.Context, key TenantUserKey, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *TenantUserLocalLimiter) Refund(key TenantUserKey, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *TenantUserLocalLimiter) RefundAt(key TenantUserKey, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *TenantUserLocalLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *TenantUserLocalLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *TenantUserLocalLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *TenantUserLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n TenantUser's numbers for every key without numbers of its own from now on:
-// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
-// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
-// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *TenantUserLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *TenantUserLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns TenantUser to the policy's numbers, its buckets carried by carry.
-func (l *TenantUserLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *TenantUserLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *TenantUserLocalLimiter) ruleInForce(key TenantUserKey) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
-}
-
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// TenantUser's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold
-// are refused as by SetNumbers, and nothing changes.
-func (l *TenantUserLocalLimiter) SetKeyNumbers(key TenantUserKey, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *TenantUserLocalLimiter) SetKeyNumbersAt(key TenantUserKey, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if !verdict.KeyOK(key.Tenant) {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[TenantUserKey]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[TenantUserKey]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has TenantUser's, its bucket carried
-// by carry.
-func (l *TenantUserLocalLimiter) ClearKeyNumbers(key TenantUserKey, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *TenantUserLocalLimiter) ClearKeyNumbersAt(key TenantUserKey, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[TenantUserKey]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *TenantUserLocalLimiter) NumbersFor(key TenantUserKey) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *TenantUserLocalLimiter) Reset(key TenantUserKey) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *TenantUserLocalLimiter) ResetAt(key TenantUserKey, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[TenantUserKey]{l.s} {
-		t.ResetAt(key, now)
-	}
+	return l.Table().ChangedRule(key)
 }
 
 // newTenantUserLimiter returns TenantUser's limiter over its process-local buckets; New binds it to the store.
@@ -4474,19 +3550,8 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// ServeMux is an http.ServeMux behind the middleware: every request it serves is checked first,
-// those its handlers answer and those it answers itself (404, 405, a redirect to the clean
-// path) alike. The routes are limited by the policy's patterns whatever patterns are registered
-// here; Uncovered lists the registered patterns whose requests no policy route covers (served
-// unlimited), and Unregistered the policy's patterns with no handler of the same spelling.
-// The mux it wraps is out of reach (no field, no Handler method), so nothing serves it unchecked.
-type ServeMux struct {
-	mux        *http.ServeMux
-	m          *Middleware
-	h          http.Handler // the mux behind the middleware
-	mu         sync.Mutex
-	registered map[string]bool
-}
+// ServeMux is the http.ServeMux behind the middleware that NewServeMux returns (see limithttp.ServeMux).
+type ServeMux = limithttp.ServeMux
 
 // httpPatterns are the policy's route patterns, in policy order.
 var httpPatterns = [...]string{"GET /hello", "GET /api/", "POST /export/{account}", "GET /download/"}
@@ -4507,64 +3572,11 @@ func httpRoute(method, path string) int {
 // httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.
 var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
-// NewServeMux returns an empty ServeMux behind m.
+// NewServeMux returns an empty ServeMux behind m: every request it serves is checked first, those
+// its handlers answer and those it answers itself alike; Uncovered lists the registered patterns
+// no policy route covers (served unlimited).
 func (m *Middleware) NewServeMux() *ServeMux {
-	mux := http.NewServeMux()
-	return &ServeMux{
-		h:          m.Wrap(mux),
-		m:          m,
-		mux:        mux,
-		registered: map[string]bool{},
-	}
-}
-
-// ServeHTTP checks r against the policy's route that covers it, then serves it with the mux.
-func (s *ServeMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.h.ServeHTTP(w, r)
-}
-
-// Handle registers h for pattern (the middleware checks every request before the mux).
-func (s *ServeMux) Handle(pattern string, h http.Handler) {
-	s.mux.Handle(pattern, h)
-	s.mu.Lock()
-	s.registered[pattern] = true
-	s.mu.Unlock()
-}
-
-// Uncovered returns the patterns registered on s whose requests no policy route covers, all or
-// in part (limithttp.Uncovered: each tried with requests of its shape): they are served
-// unlimited. A service checks it at start, and fails or logs when it is not empty.
-func (s *ServeMux) Uncovered() []string {
-	s.mu.Lock()
-	patterns := make([]string, 0, len(s.registered))
-	for p := range s.registered {
-		patterns = append(patterns, p)
-	}
-	s.mu.Unlock()
-	return limithttp.Uncovered(patterns, func(r *http.Request) int {
-		route, _ := httpRouter.Match(r)
-		return route
-	})
-}
-
-// Unregistered returns the policy's patterns that no handler has been registered for on s under
-// the same spelling. Such a route is still limited (the middleware matches the policy's own
-// patterns), but a policy route the service serves under no pattern of its own may be stale.
-func (s *ServeMux) Unregistered() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for _, p := range httpPatterns {
-		if !s.registered[p] {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// HandleFunc registers f for pattern, behind the middleware.
-func (s *ServeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.Request)) {
-	s.Handle(pattern, http.HandlerFunc(f))
+	return limithttp.NewServeMux(m.Wrap, httpRouter, httpPatterns[:])
 }
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and

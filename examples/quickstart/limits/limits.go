@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -1277,9 +1276,9 @@ func (l *GlobalLimiter) Reset(ctx context.Context) error {
 	return nil
 }
 
-// newPerCallerLocalLimiter returns PerCaller's (empty) tables.
+// newPerCallerLocalLimiter returns PerCaller's (empty) table.
 func newPerCallerLocalLimiter() *PerCallerLocalLimiter {
-	return &PerCallerLocalLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &PerCallerLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 60,
 		Period: time.Minute,
 		Burst:  20,
@@ -1287,7 +1286,15 @@ func newPerCallerLocalLimiter() *PerCallerLocalLimiter {
 	}), perCallerUnitsPerNs, perCallerUnitsPerToken, perCallerBurstUnits), atomicbucket.TableOptions{
 		MaxKeys: 100000,
 		AtCap:   atomicbucket.DenyAtCap,
-	})}
+	}), 1, atomicbucket.NonEmpty)}
+}
+
+// PerCallerLocalLimiter is PerCaller decided in this process only, with the whole limit: what
+// PerCallerLimiter.Local returns, for tests, and what PerCaller's checks use while the package has
+// no store (SharedErr says so). Its methods are safe for concurrent use. Its methods are
+// atomicbucket.Keyed's.
+type PerCallerLocalLimiter struct {
+	atomicbucket.Keyed[string]
 }
 
 // PerCaller's fixed-point units, computed when generating and checked against the runtime when the
@@ -1301,180 +1308,19 @@ const (
 	perCallerBurstUnits    = 20000000000
 )
 
-// PerCallerLocalLimiter is PerCaller decided in this process only, with the whole limit: what
-// PerCallerLimiter.Local returns, for tests, and what PerCaller's checks use while the package has
-// no store (SharedErr says so). Its methods are safe for concurrent use.
-type PerCallerLocalLimiter struct {
-	s *atomicbucket.Table[string]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *PerCallerLocalLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *PerCallerLocalLimiter) Allow(key string) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), perCallerUnitsPerNs, perCallerUnitsPerToken, perCallerBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *PerCallerLocalLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), perCallerUnitsPerNs, perCallerUnitsPerToken, perCallerBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *PerCallerLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, perCallerUnitsPerNs, perCallerUnitsPerToken, perCallerBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, perCallerUnitsPerNs, perCallerUnitsPerToken, perCallerBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *PerCallerLocalLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *PerCallerLocalLimiter) Peek(key string, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *PerCallerLocalLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *PerCallerLocalLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *PerCallerLocalLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *PerCallerLocalLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *PerCallerLocalLimiter) Refund(key string, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *PerCallerLocalLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *PerCallerLocalLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *PerCallerLocalLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *PerCallerLocalLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *PerCallerLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n PerCaller's numbers for every key without numbers of its own from now on:
-// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
-// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
-// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *PerCallerLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *PerCallerLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns PerCaller to the policy's numbers, its buckets carried by carry.
-func (l *PerCallerLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *PerCallerLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *PerCallerLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
-}
-
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// PerCaller's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
-// refused as by SetNumbers, and nothing changes.
-func (l *PerCallerLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *PerCallerLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if key == "" {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has PerCaller's, its bucket carried
-// by carry.
-func (l *PerCallerLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *PerCallerLocalLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *PerCallerLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *PerCallerLocalLimiter) Reset(key string) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *PerCallerLocalLimiter) ResetAt(key string, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ResetAt(key, now)
-	}
+	return l.Table().ChangedRule(key)
 }
 
 // newPerCallerLimiter returns PerCaller's limiter over its process-local buckets; New binds it to the store.
@@ -1631,9 +1477,9 @@ func (l *PerCallerLimiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
-// newLoginLimiter returns Login's (empty) tables.
+// newLoginLimiter returns Login's (empty) table.
 func newLoginLimiter() *LoginLimiter {
-	return &LoginLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &LoginLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 5,
 		Period: time.Minute,
 		Burst:  5,
@@ -1641,7 +1487,13 @@ func newLoginLimiter() *LoginLimiter {
 	}), loginUnitsPerNs, loginUnitsPerToken, loginBurstUnits), atomicbucket.TableOptions{
 		MaxKeys: 100000,
 		AtCap:   atomicbucket.DenyAtCap,
-	})}
+	}), 1, atomicbucket.NonEmpty)}
+}
+
+// LoginLimiter is the type of Login. Its methods are safe for concurrent use. Its methods are
+// atomicbucket.Keyed's.
+type LoginLimiter struct {
+	atomicbucket.Keyed[string]
 }
 
 // Login's fixed-point units, computed when generating and checked against the runtime when the
@@ -1654,178 +1506,19 @@ const (
 	loginBurstUnits    = 60000000000
 )
 
-// LoginLimiter is the type of Login. Its methods are safe for concurrent use.
-type LoginLimiter struct {
-	s *atomicbucket.Table[string]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *LoginLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *LoginLimiter) Allow(key string) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), loginUnitsPerNs, loginUnitsPerToken, loginBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *LoginLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), loginUnitsPerNs, loginUnitsPerToken, loginBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *LoginLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, loginUnitsPerNs, loginUnitsPerToken, loginBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, loginUnitsPerNs, loginUnitsPerToken, loginBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *LoginLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *LoginLimiter) Peek(key string, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *LoginLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *LoginLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *LoginLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *LoginLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *LoginLimiter) Refund(key string, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *LoginLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *LoginLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *LoginLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *LoginLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *LoginLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n Login's numbers for every key without numbers of its own from now on: every
-// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
-// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
-// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *LoginLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *LoginLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns Login to the policy's numbers, its buckets carried by carry.
-func (l *LoginLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *LoginLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *LoginLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
-}
-
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// Login's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
-// refused as by SetNumbers, and nothing changes.
-func (l *LoginLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *LoginLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if key == "" {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has Login's, its bucket carried by
-// carry.
-func (l *LoginLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *LoginLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *LoginLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *LoginLimiter) Reset(key string) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *LoginLimiter) ResetAt(key string, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ResetAt(key, now)
-	}
+	return l.Table().ChangedRule(key)
 }
 
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
@@ -2281,19 +1974,8 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
-// ServeMux is an http.ServeMux behind the middleware: every request it serves is checked first,
-// those its handlers answer and those it answers itself (404, 405, a redirect to the clean
-// path) alike. The routes are limited by the policy's patterns whatever patterns are registered
-// here; Uncovered lists the registered patterns whose requests no policy route covers (served
-// unlimited), and Unregistered the policy's patterns with no handler of the same spelling.
-// The mux it wraps is out of reach (no field, no Handler method), so nothing serves it unchecked.
-type ServeMux struct {
-	mux        *http.ServeMux
-	m          *Middleware
-	h          http.Handler // the mux behind the middleware
-	mu         sync.Mutex
-	registered map[string]bool
-}
+// ServeMux is the http.ServeMux behind the middleware that NewServeMux returns (see limithttp.ServeMux).
+type ServeMux = limithttp.ServeMux
 
 // httpPatterns are the policy's route patterns, in policy order.
 var httpPatterns = [...]string{"GET /hello", "POST /login"}
@@ -2318,64 +2000,11 @@ func httpRoute(method, path string) int {
 // httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.
 var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
-// NewServeMux returns an empty ServeMux behind m.
+// NewServeMux returns an empty ServeMux behind m: every request it serves is checked first, those
+// its handlers answer and those it answers itself alike; Uncovered lists the registered patterns
+// no policy route covers (served unlimited).
 func (m *Middleware) NewServeMux() *ServeMux {
-	mux := http.NewServeMux()
-	return &ServeMux{
-		h:          m.Wrap(mux),
-		m:          m,
-		mux:        mux,
-		registered: map[string]bool{},
-	}
-}
-
-// ServeHTTP checks r against the policy's route that covers it, then serves it with the mux.
-func (s *ServeMux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	s.h.ServeHTTP(w, r)
-}
-
-// Handle registers h for pattern (the middleware checks every request before the mux).
-func (s *ServeMux) Handle(pattern string, h http.Handler) {
-	s.mux.Handle(pattern, h)
-	s.mu.Lock()
-	s.registered[pattern] = true
-	s.mu.Unlock()
-}
-
-// Uncovered returns the patterns registered on s whose requests no policy route covers, all or
-// in part (limithttp.Uncovered: each tried with requests of its shape): they are served
-// unlimited. A service checks it at start, and fails or logs when it is not empty.
-func (s *ServeMux) Uncovered() []string {
-	s.mu.Lock()
-	patterns := make([]string, 0, len(s.registered))
-	for p := range s.registered {
-		patterns = append(patterns, p)
-	}
-	s.mu.Unlock()
-	return limithttp.Uncovered(patterns, func(r *http.Request) int {
-		route, _ := httpRouter.Match(r)
-		return route
-	})
-}
-
-// Unregistered returns the policy's patterns that no handler has been registered for on s under
-// the same spelling. Such a route is still limited (the middleware matches the policy's own
-// patterns), but a policy route the service serves under no pattern of its own may be stale.
-func (s *ServeMux) Unregistered() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for _, p := range httpPatterns {
-		if !s.registered[p] {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-// HandleFunc registers f for pattern, behind the middleware.
-func (s *ServeMux) HandleFunc(pattern string, f func(http.ResponseWriter, *http.Request)) {
-	s.Handle(pattern, http.HandlerFunc(f))
+	return limithttp.NewServeMux(m.Wrap, httpRouter, httpPatterns[:])
 }
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and

@@ -450,6 +450,13 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 	}
 	recv := jen.Id("l").Op("*").Id(typ)
 	g := jen.Line()
+	if r.KeyType != "" && !r.Planned {
+		g.Add(emitKeyed(r, typ, ctor, doc, recv))
+		if r.Shared {
+			g.Add(emitSharedRule(r))
+		}
+		return g
+	}
 
 	// The constructor and the type.
 	var field jen.Code
@@ -569,6 +576,66 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 	if r.Shared {
 		g.Add(emitSharedRule(r))
 	}
+	return g
+}
+
+// emitKeyed is a keyed rule without plans: a type that embeds the runtime's
+// atomicbucket.Keyed, which has every method, and adds what is specialised:
+// the rule's units as constants and, when they fold, an Allow that takes
+// them as arguments.
+func emitKeyed(r model.Rule, typ, ctor, doc string, recv jen.Code) jen.Code {
+	g := jen.Null()
+	keyed := rt("Keyed").Types(jen.Id(r.KeyType))
+	keyOK := jen.Nil()
+	switch {
+	case r.KeyType == "string":
+		keyOK = rt("NonEmpty")
+	case r.Composite(): // a string field empty or too long, as no door reads it
+		var cond *jen.Statement
+		for _, f := range r.Fields {
+			if f.Type != "string" {
+				continue
+			}
+			c := vd("KeyOK").Call(jen.Id("k").Dot(f.GoName))
+			if cond == nil {
+				cond = c
+			} else {
+				cond = cond.Op("&&").Add(c)
+			}
+		}
+		if cond != nil {
+			keyOK = jen.Func().Params(jen.Id("k").Id(r.KeyType)).Bool().Block(jen.Return(cond))
+		}
+	}
+	g.Comment(fmt.Sprintf("%s returns %s's (empty) table.", ctor, r.GoName)).Line()
+	g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
+		jen.Return(jen.Op("&").Id(typ).Values(rt("NewKeyed").Call(newStore(r, r.Limits[0]), lit(r.Limits[0].Cost), keyOK)))).Line().Line()
+	g.Add(comment(doc + " Its methods are atomicbucket.Keyed's."))
+	g.Type().Id(typ).Struct(keyed).Line().Line()
+	if r.Folded() {
+		l := r.Limits[0]
+		g.Add(comment(r.UnitsDoc))
+		g.Const().Defs(
+			jen.Id(r.UnitsPerNs()).Op("=").Add(lit(l.Scale)),
+			jen.Id(r.UnitsPerToken()).Op("=").Add(lit(l.Emit)),
+			jen.Id(r.BurstUnits()).Op("=").Add(lit(l.Tau)),
+		).Line().Line()
+		inc := jen.Id(r.UnitsPerToken()).Op("*").Add(lit(l.Cost))
+		if l.Cost == 1 {
+			inc = jen.Id(r.UnitsPerToken())
+		}
+		call := func(now jen.Code) jen.Code {
+			return jen.Return(jen.Id("l").Dot("Table").Call().Dot("AllowGreedyAt").Call(jen.Id("key"), now, jen.Id(r.UnitsPerNs()), inc, jen.Id(r.BurstUnits())))
+		}
+		key := jen.Id("key").Id(r.KeyType)
+		g.Comment("Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.").Line()
+		g.Func().Params(recv).Id("Allow").Params(key).Bool().Block(call(rt("Now").Call())).Line().Line()
+		g.Comment("AllowAt is Allow at time now.").Line()
+		g.Func().Params(recv).Id("AllowAt").Params(key, jen.Id("now").Add(rt("Time"))).Bool().Block(call(jen.Id("now"))).Line().Line()
+	}
+	g.Comment("ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.").Line()
+	g.Func().Params(recv).Id("ruleInForce").Params(jen.Id("key").Id(r.KeyType)).Op("*").Add(rt("Rule")).Block(
+		jen.Return(jen.Id("l").Dot("Table").Call().Dot("ChangedRule").Call(jen.Id("key")))).Line()
 	return g
 }
 

@@ -486,71 +486,16 @@ func emitMiddleware(m *model.Model) jen.Code {
 		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("check").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req())).Bool().Block(
 		checkBody...,
 	).Line().Line().
-		Comment("ServeMux is an http.ServeMux behind the middleware: every request it serves is checked first,").Line().
-		Comment("those its handlers answer and those it answers itself (404, 405, a redirect to the clean").Line().
-		Comment("path) alike. The routes are limited by the policy's patterns whatever patterns are registered").Line().
-		Comment("here; Uncovered lists the registered patterns whose requests no policy route covers (served").Line().
-		Comment("unlimited), and Unregistered the policy's patterns with no handler of the same spelling.").Line().
-		Comment("The mux it wraps is out of reach (no field, no Handler method), so nothing serves it unchecked.").Line().
-		Type().Id("ServeMux").Struct(
-		jen.Id("mux").Op("*").Qual("net/http", "ServeMux"),
-		jen.Id("m").Op("*").Id("Middleware"),
-		jen.Id("h").Qual("net/http", "Handler").Comment("the mux behind the middleware"),
-		jen.Id("mu").Qual("sync", "Mutex"),
-		jen.Id("registered").Map(jen.String()).Bool(),
-	).Line().Line().
+		Comment("ServeMux is the http.ServeMux behind the middleware that NewServeMux returns (see limithttp.ServeMux).").Line().
+		Type().Id("ServeMux").Op("=").Qual(httpPath, "ServeMux").Line().Line().
 		Comment("httpPatterns are the policy's route patterns, in policy order.").Line().
 		Var().Id("httpPatterns").Op("=").Index(jen.Op("...")).String().Values(patternLits...).Line().Line().
 		Add(routerDecl(patterns)).Line().Line().
-		Comment("NewServeMux returns an empty ServeMux behind m.").Line().
+		Comment("NewServeMux returns an empty ServeMux behind m: every request it serves is checked first, those").Line().
+		Comment("its handlers answer and those it answers itself alike; Uncovered lists the registered patterns").Line().
+		Comment("no policy route covers (served unlimited).").Line().
 		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("NewServeMux").Params().Op("*").Id("ServeMux").Block(
-		jen.Id("mux").Op(":=").Qual("net/http", "NewServeMux").Call(),
-		jen.Return(jen.Op("&").Id("ServeMux").Values(jen.Dict{
-			jen.Id("mux"):        jen.Id("mux"),
-			jen.Id("m"):          jen.Id("m"),
-			jen.Id("h"):          jen.Id("m").Dot("Wrap").Call(jen.Id("mux")),
-			jen.Id("registered"): jen.Map(jen.String()).Bool().Values(),
-		})),
-	).Line().Line().
-		Comment("ServeHTTP checks r against the policy's route that covers it, then serves it with the mux.").Line().
-		Func().Params(jen.Id("s").Op("*").Id("ServeMux")).Id("ServeHTTP").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req())).Block(
-		jen.Id("s").Dot("h").Dot("ServeHTTP").Call(jen.Id("w"), jen.Id("r")),
-	).Line().Line().
-		Comment("Handle registers h for pattern (the middleware checks every request before the mux).").Line().
-		Func().Params(jen.Id("s").Op("*").Id("ServeMux")).Id("Handle").Params(jen.Id("pattern").String(), jen.Id("h").Qual("net/http", "Handler")).Block(
-		jen.Id("s").Dot("mux").Dot("Handle").Call(jen.Id("pattern"), jen.Id("h")),
-		jen.Id("s").Dot("mu").Dot("Lock").Call(),
-		jen.Id("s").Dot("registered").Index(jen.Id("pattern")).Op("=").True(),
-		jen.Id("s").Dot("mu").Dot("Unlock").Call(),
-	).Line().Line().
-		Comment("Uncovered returns the patterns registered on s whose requests no policy route covers, all or").Line().
-		Comment("in part (limithttp.Uncovered: each tried with requests of its shape): they are served").Line().
-		Comment("unlimited. A service checks it at start, and fails or logs when it is not empty.").Line().
-		Func().Params(jen.Id("s").Op("*").Id("ServeMux")).Id("Uncovered").Params().Index().String().Block(
-		jen.Id("s").Dot("mu").Dot("Lock").Call(),
-		jen.Id("patterns").Op(":=").Make(jen.Index().String(), jen.Lit(0), jen.Len(jen.Id("s").Dot("registered"))),
-		jen.For(jen.Id("p").Op(":=").Range().Id("s").Dot("registered")).Block(
-			jen.Id("patterns").Op("=").Append(jen.Id("patterns"), jen.Id("p"))),
-		jen.Id("s").Dot("mu").Dot("Unlock").Call(),
-		jen.Return(jen.Qual(httpPath, "Uncovered").Call(jen.Id("patterns"), jen.Func().Params(jen.Id("r").Add(req())).Int().Block(
-			jen.List(jen.Id("route"), jen.Id("_")).Op(":=").Id("httpRouter").Dot("Match").Call(jen.Id("r")),
-			jen.Return(jen.Id("route"))))),
-	).Line().Line().
-		Comment("Unregistered returns the policy's patterns that no handler has been registered for on s under").Line().
-		Comment("the same spelling. Such a route is still limited (the middleware matches the policy's own").Line().
-		Comment("patterns), but a policy route the service serves under no pattern of its own may be stale.").Line().
-		Func().Params(jen.Id("s").Op("*").Id("ServeMux")).Id("Unregistered").Params().Index().String().Block(
-		jen.Id("s").Dot("mu").Dot("Lock").Call(),
-		jen.Defer().Id("s").Dot("mu").Dot("Unlock").Call(),
-		jen.Var().Id("out").Index().String(),
-		jen.For(jen.List(jen.Id("_"), jen.Id("p")).Op(":=").Range().Id("httpPatterns")).Block(
-			jen.If(jen.Op("!").Id("s").Dot("registered").Index(jen.Id("p"))).Block(jen.Id("out").Op("=").Append(jen.Id("out"), jen.Id("p"))),
-		),
-		jen.Return(jen.Id("out")),
-	).Line().Line().
-		Comment("HandleFunc registers f for pattern, behind the middleware.").Line().
-		Func().Params(jen.Id("s").Op("*").Id("ServeMux")).Id("HandleFunc").Params(jen.Id("pattern").String(), jen.Id("f").Func().Params(resw(), req())).Block(
-		jen.Id("s").Dot("Handle").Call(jen.Id("pattern"), jen.Qual("net/http", "HandlerFunc").Call(jen.Id("f"))),
+		jen.Return(jen.Qual(httpPath, "NewServeMux").Call(jen.Id("m").Dot("Wrap"), jen.Id("httpRouter"), jen.Id("httpPatterns").Index(jen.Empty(), jen.Empty()))),
 	).Line()
 	return g
 }

@@ -361,14 +361,22 @@ var (
 	Batch = Default.Batch
 )
 
-// newPerUserLocalLimiter returns PerUser's (empty) tables.
+// newPerUserLocalLimiter returns PerUser's (empty) table.
 func newPerUserLocalLimiter() *PerUserLocalLimiter {
-	return &PerUserLocalLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &PerUserLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 7,
 		Period: 3 * time.Second,
 		Burst:  7,
 		Refill: atomicbucket.Greedy,
-	}), perUserUnitsPerNs, perUserUnitsPerToken, perUserBurstUnits), atomicbucket.TableOptions{})}
+	}), perUserUnitsPerNs, perUserUnitsPerToken, perUserBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+}
+
+// PerUserLocalLimiter is PerUser decided in this process only, with the whole limit: what
+// PerUserLimiter.Local returns, for tests, and what PerUser's checks use while the package has no
+// store (SharedErr says so). Its methods are safe for concurrent use. Its methods are
+// atomicbucket.Keyed's.
+type PerUserLocalLimiter struct {
+	atomicbucket.Keyed[string]
 }
 
 // PerUser's fixed-point units, computed when generating and checked against the runtime when the
@@ -381,180 +389,19 @@ const (
 	perUserBurstUnits    = 21000000000
 )
 
-// PerUserLocalLimiter is PerUser decided in this process only, with the whole limit: what
-// PerUserLimiter.Local returns, for tests, and what PerUser's checks use while the package has no
-// store (SharedErr says so). Its methods are safe for concurrent use.
-type PerUserLocalLimiter struct {
-	s *atomicbucket.Table[string]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *PerUserLocalLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *PerUserLocalLimiter) Allow(key string) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), perUserUnitsPerNs, perUserUnitsPerToken, perUserBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *PerUserLocalLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), perUserUnitsPerNs, perUserUnitsPerToken, perUserBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *PerUserLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, perUserUnitsPerNs, perUserUnitsPerToken, perUserBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, perUserUnitsPerNs, perUserUnitsPerToken, perUserBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *PerUserLocalLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *PerUserLocalLimiter) Peek(key string, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *PerUserLocalLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *PerUserLocalLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *PerUserLocalLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *PerUserLocalLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *PerUserLocalLimiter) Refund(key string, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *PerUserLocalLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *PerUserLocalLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *PerUserLocalLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *PerUserLocalLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *PerUserLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n PerUser's numbers for every key without numbers of its own from now on: every
-// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
-// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
-// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *PerUserLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *PerUserLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns PerUser to the policy's numbers, its buckets carried by carry.
-func (l *PerUserLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *PerUserLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *PerUserLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
-}
-
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// PerUser's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
-// refused as by SetNumbers, and nothing changes.
-func (l *PerUserLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *PerUserLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if key == "" {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has PerUser's, its bucket carried by
-// carry.
-func (l *PerUserLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *PerUserLocalLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *PerUserLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *PerUserLocalLimiter) Reset(key string) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *PerUserLocalLimiter) ResetAt(key string, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ResetAt(key, now)
-	}
+	return l.Table().ChangedRule(key)
 }
 
 // newPerUserLimiter returns PerUser's limiter over its process-local buckets; New binds it to the store.
@@ -711,190 +558,27 @@ func (l *PerUserLimiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
-// newBatchLocalLimiter returns Batch's (empty) tables.
+// newBatchLocalLimiter returns Batch's (empty) table.
 func newBatchLocalLimiter() *BatchLocalLimiter {
-	return &BatchLocalLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
+	return &BatchLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 4,
 		Period: time.Second,
 		Burst:  8,
 		Refill: atomicbucket.Interval,
-	}), atomicbucket.TableOptions{})}
+	}), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // BatchLocalLimiter is Batch decided in this process only, with the whole limit: what
 // BatchLimiter.Local returns, for tests, and what Batch's checks use while the package has no store
-// (SharedErr says so). Its methods are safe for concurrent use.
+// (SharedErr says so). Its methods are safe for concurrent use. Its methods are
+// atomicbucket.Keyed's.
 type BatchLocalLimiter struct {
-	s *atomicbucket.Table[string]
+	atomicbucket.Keyed[string]
 }
 
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *BatchLocalLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
-func (l *BatchLocalLimiter) Allow(key string) bool {
-	return l.s.Allow(key)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *BatchLocalLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
-}
-
-// AllowAt is Allow at time now.
-func (l *BatchLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.s.AllowAt(key, now)
-}
-
-// AllowNAt is AllowN at time now.
-func (l *BatchLocalLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *BatchLocalLimiter) Peek(key string, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *BatchLocalLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *BatchLocalLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *BatchLocalLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *BatchLocalLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *BatchLocalLimiter) Refund(key string, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *BatchLocalLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *BatchLocalLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *BatchLocalLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *BatchLocalLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *BatchLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n Batch's numbers for every key without numbers of its own from now on: every
-// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
-// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
-// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *BatchLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *BatchLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns Batch to the policy's numbers, its buckets carried by carry.
-func (l *BatchLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *BatchLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *BatchLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
-}
-
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// Batch's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
-// refused as by SetNumbers, and nothing changes.
-func (l *BatchLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *BatchLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if key == "" {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has Batch's, its bucket carried by
-// carry.
-func (l *BatchLocalLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *BatchLocalLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *BatchLocalLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *BatchLocalLimiter) Reset(key string) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *BatchLocalLimiter) ResetAt(key string, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ResetAt(key, now)
-	}
+	return l.Table().ChangedRule(key)
 }
 
 // newBatchLimiter returns Batch's limiter over its process-local buckets; New binds it to the store.

@@ -427,14 +427,21 @@ var (
 	RlTenantUser = Default.RlTenantUser
 )
 
-// newRlSourceClusterProxyDestinationClusterLimiter returns RlSourceClusterProxyDestinationCluster's (empty) tables.
+// newRlSourceClusterProxyDestinationClusterLimiter returns RlSourceClusterProxyDestinationCluster's (empty) table.
 func newRlSourceClusterProxyDestinationClusterLimiter() *RlSourceClusterProxyDestinationClusterLimiter {
-	return &RlSourceClusterProxyDestinationClusterLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &RlSourceClusterProxyDestinationClusterLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 100,
 		Period: time.Minute,
 		Burst:  100,
 		Refill: atomicbucket.Greedy,
-	}), rlSourceClusterProxyDestinationClusterUnitsPerNs, rlSourceClusterProxyDestinationClusterUnitsPerToken, rlSourceClusterProxyDestinationClusterBurstUnits), atomicbucket.TableOptions{})}
+	}), rlSourceClusterProxyDestinationClusterUnitsPerNs, rlSourceClusterProxyDestinationClusterUnitsPerToken, rlSourceClusterProxyDestinationClusterBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+}
+
+// RlSourceClusterProxyDestinationClusterLimiter is the type of
+// RlSourceClusterProxyDestinationCluster. Its methods are safe for concurrent use. Its methods are
+// atomicbucket.Keyed's.
+type RlSourceClusterProxyDestinationClusterLimiter struct {
+	atomicbucket.Keyed[string]
 }
 
 // RlSourceClusterProxyDestinationCluster's fixed-point units, computed when generating and checked
@@ -449,181 +456,19 @@ const (
 	rlSourceClusterProxyDestinationClusterBurstUnits    = 60000000000
 )
 
-// RlSourceClusterProxyDestinationClusterLimiter is the type of
-// RlSourceClusterProxyDestinationCluster. Its methods are safe for concurrent use.
-type RlSourceClusterProxyDestinationClusterLimiter struct {
-	s *atomicbucket.Table[string]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *RlSourceClusterProxyDestinationClusterLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *RlSourceClusterProxyDestinationClusterLimiter) Allow(key string) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), rlSourceClusterProxyDestinationClusterUnitsPerNs, rlSourceClusterProxyDestinationClusterUnitsPerToken, rlSourceClusterProxyDestinationClusterBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), rlSourceClusterProxyDestinationClusterUnitsPerNs, rlSourceClusterProxyDestinationClusterUnitsPerToken, rlSourceClusterProxyDestinationClusterBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *RlSourceClusterProxyDestinationClusterLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, rlSourceClusterProxyDestinationClusterUnitsPerNs, rlSourceClusterProxyDestinationClusterUnitsPerToken, rlSourceClusterProxyDestinationClusterBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, rlSourceClusterProxyDestinationClusterUnitsPerNs, rlSourceClusterProxyDestinationClusterUnitsPerToken, rlSourceClusterProxyDestinationClusterBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) Peek(key string, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) Refund(key string, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n RlSourceClusterProxyDestinationCluster's numbers for every key without numbers
-// of its own from now on: every bucket is carried into them as of now by carry
-// (atomicbucket.CarryAsIs keeps the tokens held, at most the new burst). Numbers the rule cannot
-// hold are refused with the generator's own message (an error wrapping
-// atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns RlSourceClusterProxyDestinationCluster to the policy's numbers, its buckets
-// carried by carry.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *RlSourceClusterProxyDestinationClusterLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
-}
-
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// RlSourceClusterProxyDestinationCluster's; its bucket is carried into them as of now by carry.
-// Numbers the rule cannot hold are refused as by SetNumbers, and nothing changes.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if key == "" {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has
-// RlSourceClusterProxyDestinationCluster's, its bucket carried by carry.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *RlSourceClusterProxyDestinationClusterLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) Reset(key string) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) ResetAt(key string, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ResetAt(key, now)
-	}
+	return l.Table().ChangedRule(key)
 }
 
 // newRlSourceClusterProxyDestinationClusterBarLimiter returns RlSourceClusterProxyDestinationClusterBar's bucket, created at now.
@@ -768,14 +613,20 @@ func (l *RlSourceClusterProxyDestinationClusterBarLimiter) ResetAt(now atomicbuc
 	l.s.ResetAt(now)
 }
 
-// newRlRemoteAddressLimiter returns RlRemoteAddress's (empty) tables.
+// newRlRemoteAddressLimiter returns RlRemoteAddress's (empty) table.
 func newRlRemoteAddressLimiter() *RlRemoteAddressLimiter {
-	return &RlRemoteAddressLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &RlRemoteAddressLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 10,
 		Period: time.Second,
 		Burst:  10,
 		Refill: atomicbucket.Greedy,
-	}), rlRemoteAddressUnitsPerNs, rlRemoteAddressUnitsPerToken, rlRemoteAddressBurstUnits), atomicbucket.TableOptions{})}
+	}), rlRemoteAddressUnitsPerNs, rlRemoteAddressUnitsPerToken, rlRemoteAddressBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+}
+
+// RlRemoteAddressLimiter is the type of RlRemoteAddress. Its methods are safe for concurrent use.
+// Its methods are atomicbucket.Keyed's.
+type RlRemoteAddressLimiter struct {
+	atomicbucket.Keyed[string]
 }
 
 // RlRemoteAddress's fixed-point units, computed when generating and checked against the runtime
@@ -789,178 +640,19 @@ const (
 	rlRemoteAddressBurstUnits    = 1000000000
 )
 
-// RlRemoteAddressLimiter is the type of RlRemoteAddress. Its methods are safe for concurrent use.
-type RlRemoteAddressLimiter struct {
-	s *atomicbucket.Table[string]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *RlRemoteAddressLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *RlRemoteAddressLimiter) Allow(key string) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), rlRemoteAddressUnitsPerNs, rlRemoteAddressUnitsPerToken, rlRemoteAddressBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *RlRemoteAddressLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), rlRemoteAddressUnitsPerNs, rlRemoteAddressUnitsPerToken, rlRemoteAddressBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *RlRemoteAddressLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, rlRemoteAddressUnitsPerNs, rlRemoteAddressUnitsPerToken, rlRemoteAddressBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, rlRemoteAddressUnitsPerNs, rlRemoteAddressUnitsPerToken, rlRemoteAddressBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *RlRemoteAddressLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *RlRemoteAddressLimiter) Peek(key string, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *RlRemoteAddressLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *RlRemoteAddressLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *RlRemoteAddressLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *RlRemoteAddressLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *RlRemoteAddressLimiter) Refund(key string, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *RlRemoteAddressLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *RlRemoteAddressLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *RlRemoteAddressLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *RlRemoteAddressLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *RlRemoteAddressLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n RlRemoteAddress's numbers for every key without numbers of its own from now
-// on: every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
-// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
-// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *RlRemoteAddressLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *RlRemoteAddressLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns RlRemoteAddress to the policy's numbers, its buckets carried by carry.
-func (l *RlRemoteAddressLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *RlRemoteAddressLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *RlRemoteAddressLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
-}
-
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// RlRemoteAddress's; its bucket is carried into them as of now by carry. Numbers the rule cannot
-// hold are refused as by SetNumbers, and nothing changes.
-func (l *RlRemoteAddressLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *RlRemoteAddressLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if key == "" {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has RlRemoteAddress's, its bucket
-// carried by carry.
-func (l *RlRemoteAddressLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *RlRemoteAddressLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *RlRemoteAddressLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *RlRemoteAddressLimiter) Reset(key string) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *RlRemoteAddressLimiter) ResetAt(key string, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ResetAt(key, now)
-	}
+	return l.Table().ChangedRule(key)
 }
 
 // newReportsLimiter returns Reports's bucket, created at now.
@@ -1148,16 +840,24 @@ func ParseRlTenantUserKey(s string) (RlTenantUserKey, error) {
 	return k, nil
 }
 
-// newRlTenantUserLimiter returns RlTenantUser's (empty) tables.
+// newRlTenantUserLimiter returns RlTenantUser's (empty) table.
 func newRlTenantUserLimiter() *RlTenantUserLimiter {
-	return &RlTenantUserLimiter{s: atomicbucket.NewTable[RlTenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &RlTenantUserLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[RlTenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 2,
 		Period: time.Minute,
 		Burst:  2,
 		Refill: atomicbucket.Greedy,
 	}), rlTenantUserUnitsPerNs, rlTenantUserUnitsPerToken, rlTenantUserBurstUnits), atomicbucket.TableOptions{
 		KeyHash: RlTenantUserKey.gridHash,
+	}), 1, func(k RlTenantUserKey) bool {
+		return verdict.KeyOK(k.Tenant) && verdict.KeyOK(k.User)
 	})}
+}
+
+// RlTenantUserLimiter is the type of RlTenantUser. Its methods are safe for concurrent use. Its
+// methods are atomicbucket.Keyed's.
+type RlTenantUserLimiter struct {
+	atomicbucket.Keyed[RlTenantUserKey]
 }
 
 // RlTenantUser's fixed-point units, computed when generating and checked against the runtime when
@@ -1171,178 +871,19 @@ const (
 	rlTenantUserBurstUnits    = 60000000000
 )
 
-// RlTenantUserLimiter is the type of RlTenantUser. Its methods are safe for concurrent use.
-type RlTenantUserLimiter struct {
-	s *atomicbucket.Table[RlTenantUserKey]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *RlTenantUserLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *RlTenantUserLimiter) Allow(key RlTenantUserKey) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), rlTenantUserUnitsPerNs, rlTenantUserUnitsPerToken, rlTenantUserBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *RlTenantUserLimiter) AllowN(key RlTenantUserKey, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), rlTenantUserUnitsPerNs, rlTenantUserUnitsPerToken, rlTenantUserBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *RlTenantUserLimiter) AllowAt(key RlTenantUserKey, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, rlTenantUserUnitsPerNs, rlTenantUserUnitsPerToken, rlTenantUserBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, rlTenantUserUnitsPerNs, rlTenantUserUnitsPerToken, rlTenantUserBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *RlTenantUserLimiter) AllowNAt(key RlTenantUserKey, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *RlTenantUserLimiter) Peek(key RlTenantUserKey, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *RlTenantUserLimiter) PeekAt(key RlTenantUserKey, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *RlTenantUserLimiter) Reserve(key RlTenantUserKey, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *RlTenantUserLimiter) ReserveAt(key RlTenantUserKey, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *RlTenantUserLimiter) Wait(ctx context.Context, key RlTenantUserKey, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *RlTenantUserLimiter) Refund(key RlTenantUserKey, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *RlTenantUserLimiter) RefundAt(key RlTenantUserKey, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *RlTenantUserLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *RlTenantUserLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *RlTenantUserLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *RlTenantUserLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n RlTenantUser's numbers for every key without numbers of its own from now on:
-// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
-// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
-// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *RlTenantUserLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *RlTenantUserLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns RlTenantUser to the policy's numbers, its buckets carried by carry.
-func (l *RlTenantUserLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *RlTenantUserLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *RlTenantUserLimiter) ruleInForce(key RlTenantUserKey) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
-}
-
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// RlTenantUser's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold
-// are refused as by SetNumbers, and nothing changes.
-func (l *RlTenantUserLimiter) SetKeyNumbers(key RlTenantUserKey, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *RlTenantUserLimiter) SetKeyNumbersAt(key RlTenantUserKey, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if !verdict.KeyOK(key.Tenant) || !verdict.KeyOK(key.User) {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[RlTenantUserKey]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[RlTenantUserKey]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has RlTenantUser's, its bucket
-// carried by carry.
-func (l *RlTenantUserLimiter) ClearKeyNumbers(key RlTenantUserKey, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *RlTenantUserLimiter) ClearKeyNumbersAt(key RlTenantUserKey, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[RlTenantUserKey]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *RlTenantUserLimiter) NumbersFor(key RlTenantUserKey) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *RlTenantUserLimiter) Reset(key RlTenantUserKey) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *RlTenantUserLimiter) ResetAt(key RlTenantUserKey, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[RlTenantUserKey]{l.s} {
-		t.ResetAt(key, now)
-	}
+	return l.Table().ChangedRule(key)
 }
 
 // httpPolicyRlSourceClusterProxyDestinationCluster is rule RlSourceClusterProxyDestinationCluster

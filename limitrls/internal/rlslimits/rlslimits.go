@@ -429,14 +429,20 @@ var (
 	Global = Default.Global
 )
 
-// newPerIPLimiter returns PerIP's (empty) tables.
+// newPerIPLimiter returns PerIP's (empty) table.
 func newPerIPLimiter() *PerIPLimiter {
-	return &PerIPLimiter{s: atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &PerIPLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 5,
 		Period: time.Second,
 		Burst:  2,
 		Refill: atomicbucket.Greedy,
-	}), perIPUnitsPerNs, perIPUnitsPerToken, perIPBurstUnits), atomicbucket.TableOptions{})}
+	}), perIPUnitsPerNs, perIPUnitsPerToken, perIPBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+}
+
+// PerIPLimiter is the type of PerIP. Its methods are safe for concurrent use. Its methods are
+// atomicbucket.Keyed's.
+type PerIPLimiter struct {
+	atomicbucket.Keyed[string]
 }
 
 // PerIP's fixed-point units, computed when generating and checked against the runtime when the
@@ -449,178 +455,19 @@ const (
 	perIPBurstUnits    = 400000000
 )
 
-// PerIPLimiter is the type of PerIP. Its methods are safe for concurrent use.
-type PerIPLimiter struct {
-	s *atomicbucket.Table[string]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *PerIPLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *PerIPLimiter) Allow(key string) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), perIPUnitsPerNs, perIPUnitsPerToken, perIPBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *PerIPLimiter) AllowN(key string, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), perIPUnitsPerNs, perIPUnitsPerToken, perIPBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *PerIPLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, perIPUnitsPerNs, perIPUnitsPerToken, perIPBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, perIPUnitsPerNs, perIPUnitsPerToken, perIPBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *PerIPLimiter) AllowNAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *PerIPLimiter) Peek(key string, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *PerIPLimiter) PeekAt(key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *PerIPLimiter) Reserve(key string, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *PerIPLimiter) ReserveAt(key string, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *PerIPLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *PerIPLimiter) Refund(key string, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *PerIPLimiter) RefundAt(key string, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *PerIPLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *PerIPLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *PerIPLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *PerIPLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n PerIP's numbers for every key without numbers of its own from now on: every
-// bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at
-// most the new burst). Numbers the rule cannot hold are refused with the generator's own message
-// (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *PerIPLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *PerIPLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns PerIP to the policy's numbers, its buckets carried by carry.
-func (l *PerIPLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *PerIPLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *PerIPLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
-}
-
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// PerIP's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are
-// refused as by SetNumbers, and nothing changes.
-func (l *PerIPLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *PerIPLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if key == "" {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has PerIP's, its bucket carried by
-// carry.
-func (l *PerIPLimiter) ClearKeyNumbers(key string, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *PerIPLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *PerIPLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *PerIPLimiter) Reset(key string) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *PerIPLimiter) ResetAt(key string, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[string]{l.s} {
-		t.ResetAt(key, now)
-	}
+	return l.Table().ChangedRule(key)
 }
 
 // newPerUserLimiter returns PerUser's (empty) tables.
@@ -921,16 +768,24 @@ func ParsePerTenantUserKey(s string) (PerTenantUserKey, error) {
 	return k, nil
 }
 
-// newPerTenantUserLimiter returns PerTenantUser's (empty) tables.
+// newPerTenantUserLimiter returns PerTenantUser's (empty) table.
 func newPerTenantUserLimiter() *PerTenantUserLimiter {
-	return &PerTenantUserLimiter{s: atomicbucket.NewTable[PerTenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
+	return &PerTenantUserLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[PerTenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
 		Tokens: 1,
 		Period: time.Minute,
 		Burst:  2,
 		Refill: atomicbucket.Greedy,
 	}), perTenantUserUnitsPerNs, perTenantUserUnitsPerToken, perTenantUserBurstUnits), atomicbucket.TableOptions{
 		KeyHash: PerTenantUserKey.gridHash,
+	}), 1, func(k PerTenantUserKey) bool {
+		return verdict.KeyOK(k.Tenant)
 	})}
+}
+
+// PerTenantUserLimiter is the type of PerTenantUser. Its methods are safe for concurrent use. Its
+// methods are atomicbucket.Keyed's.
+type PerTenantUserLimiter struct {
+	atomicbucket.Keyed[PerTenantUserKey]
 }
 
 // PerTenantUser's fixed-point units, computed when generating and checked against the runtime when
@@ -944,178 +799,19 @@ const (
 	perTenantUserBurstUnits    = 120000000000
 )
 
-// PerTenantUserLimiter is the type of PerTenantUser. Its methods are safe for concurrent use.
-type PerTenantUserLimiter struct {
-	s *atomicbucket.Table[PerTenantUserKey]
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *PerTenantUserLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *PerTenantUserLimiter) Allow(key PerTenantUserKey) bool {
-	return l.s.AllowGreedyAt(key, atomicbucket.Now(), perTenantUserUnitsPerNs, perTenantUserUnitsPerToken, perTenantUserBurstUnits)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *PerTenantUserLimiter) AllowN(key PerTenantUserKey, cost int64) atomicbucket.Decision {
-	return l.s.AllowN(key, cost)
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), perTenantUserUnitsPerNs, perTenantUserUnitsPerToken, perTenantUserBurstUnits)
 }
 
 // AllowAt is Allow at time now.
 func (l *PerTenantUserLimiter) AllowAt(key PerTenantUserKey, now atomicbucket.Time) bool {
-	return l.s.AllowGreedyAt(key, now, perTenantUserUnitsPerNs, perTenantUserUnitsPerToken, perTenantUserBurstUnits)
+	return l.Table().AllowGreedyAt(key, now, perTenantUserUnitsPerNs, perTenantUserUnitsPerToken, perTenantUserBurstUnits)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *PerTenantUserLimiter) AllowNAt(key PerTenantUserKey, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(key, now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *PerTenantUserLimiter) Peek(key PerTenantUserKey, cost int64) atomicbucket.Decision {
-	return l.s.Peek(key, cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *PerTenantUserLimiter) PeekAt(key PerTenantUserKey, now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(key, now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *PerTenantUserLimiter) Reserve(key PerTenantUserKey, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(key, cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *PerTenantUserLimiter) ReserveAt(key PerTenantUserKey, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(key, now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *PerTenantUserLimiter) Wait(ctx context.Context, key PerTenantUserKey, cost int64) error {
-	return l.s.Wait(ctx, key, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *PerTenantUserLimiter) Refund(key PerTenantUserKey, cost int64) {
-	l.s.Refund(key, cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *PerTenantUserLimiter) RefundAt(key PerTenantUserKey, now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(key, now, cost)
-}
-
-// Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.
-func (l *PerTenantUserLimiter) Sweep() int {
-	return l.s.Sweep()
-}
-
-// Len is the number of keys tracked.
-func (l *PerTenantUserLimiter) Len() int64 {
-	return l.s.Len()
-}
-
-// Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.
-func (l *PerTenantUserLimiter) Stats() atomicbucket.TableStats {
-	return l.s.Stats()
-}
-
-// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
-// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
-// new keys come.
-func (l *PerTenantUserLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
-		l.Sweep()
-	})
-}
-
-// SetNumbers makes n PerTenantUser's numbers for every key without numbers of its own from now on:
-// every bucket is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens
-// held, at most the new burst). Numbers the rule cannot hold are refused with the generator's own
-// message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *PerTenantUserLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *PerTenantUserLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns PerTenantUser to the policy's numbers, its buckets carried by carry.
-func (l *PerTenantUserLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *PerTenantUserLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *PerTenantUserLimiter) ruleInForce(key PerTenantUserKey) *atomicbucket.Rule {
-	return l.s.ChangedRule(key)
-}
-
-// SetKeyNumbers gives key numbers of its own from now on (an enterprise customer's quota), whatever
-// PerTenantUser's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold
-// are refused as by SetNumbers, and nothing changes.
-func (l *PerTenantUserLimiter) SetKeyNumbers(key PerTenantUserKey, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
-}
-
-// SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l *PerTenantUserLimiter) SetKeyNumbersAt(key PerTenantUserKey, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	if !verdict.KeyOK(key.Tenant) {
-		return atomicbucket.ErrEmptyKey
-	}
-	for _, t := range []*atomicbucket.Table[PerTenantUserKey]{l.s} {
-		if _, err := t.Rule().WithNumbers(n); err != nil {
-			return err
-		}
-	}
-	for _, t := range []*atomicbucket.Table[PerTenantUserKey]{l.s} {
-		_ = t.SetKeyNumbersAt(now, key, n, carry) // cannot fail: checked above
-	}
-	return nil
-}
-
-// ClearKeyNumbers takes key's own numbers away: from now on it has PerTenantUser's, its bucket
-// carried by carry.
-func (l *PerTenantUserLimiter) ClearKeyNumbers(key PerTenantUserKey, carry atomicbucket.Carry) {
-	l.ClearKeyNumbersAt(key, atomicbucket.Now(), carry)
-}
-
-// ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l *PerTenantUserLimiter) ClearKeyNumbersAt(key PerTenantUserKey, now atomicbucket.Time, carry atomicbucket.Carry) {
-	for _, t := range []*atomicbucket.Table[PerTenantUserKey]{l.s} {
-		t.ClearKeyNumbersAt(now, key, carry)
-	}
-}
-
-// NumbersFor returns the numbers in force for key and where they come from (the policy, SetNumbers,
-// SetKeyNumbers).
-func (l *PerTenantUserLimiter) NumbersFor(key PerTenantUserKey) (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor(key)
-}
-
-// Reset makes key's bucket new ("unblock this user"): from now it holds the initial tokens of the
-// numbers in force for key, refilling from now, as a key first seen now would; a key without a
-// bucket is left as it is.
-func (l *PerTenantUserLimiter) Reset(key PerTenantUserKey) {
-	l.ResetAt(key, atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *PerTenantUserLimiter) ResetAt(key PerTenantUserKey, now atomicbucket.Time) {
-	for _, t := range []*atomicbucket.Table[PerTenantUserKey]{l.s} {
-		t.ResetAt(key, now)
-	}
+	return l.Table().ChangedRule(key)
 }
 
 // newGlobalLimiter returns Global's bucket, created at now.

@@ -1,0 +1,177 @@
+package atomicbucket
+
+import (
+	"context"
+	"time"
+)
+
+// Keyed is a keyed rule's limiter as a generated package gives it, over one
+// Table: a generated limiter embeds it and adds only what is specialised
+// (its Allow with the rule's units folded in as constants). Its methods are
+// safe for concurrent use.
+type Keyed[K comparable] struct {
+	t     *Table[K]
+	cost  int64        // a request's default cost (Allow's)
+	keyOK func(K) bool // whether a key may have numbers of its own; nil: every key
+}
+
+// NewKeyed returns the limiter over t whose requests cost cost by default;
+// keyOK, when not nil, says which keys may be given numbers of their own (a
+// key no door ever checks, such as the empty string, may not: its numbers
+// would never apply).
+func NewKeyed[K comparable](t *Table[K], cost int64, keyOK func(K) bool) Keyed[K] {
+	return Keyed[K]{t: t, cost: max(cost, 1), keyOK: keyOK}
+}
+
+// NonEmpty is NewKeyed's keyOK for string keys: the empty key is no key.
+func NonEmpty(key string) bool { return key != "" }
+
+// Table returns the runtime table behind the limiter.
+func (l Keyed[K]) Table() *Table[K] { return l.t }
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and
+// limits).
+func (l Keyed[K]) Rule() *Rule { return l.t.Rule() }
+
+// Allow reports whether a request of the rule's default cost is allowed now,
+// taking its tokens if so.
+func (l Keyed[K]) Allow(key K) bool { return l.t.allowCostNow(key, l.cost) }
+
+// AllowAt is Allow at time now.
+func (l Keyed[K]) AllowAt(key K, now Time) bool { return l.t.allowCost(key, now, l.cost) }
+
+// AllowN checks a request of the given cost now, taking its tokens if
+// allowed.
+func (l Keyed[K]) AllowN(key K, cost int64) Decision { return l.t.AllowN(key, cost) }
+
+// AllowNAt is AllowN at time now.
+func (l Keyed[K]) AllowNAt(key K, now Time, cost int64) Decision { return l.t.AllowNAt(key, now, cost) }
+
+// Peek is what AllowN would decide now, taking nothing.
+func (l Keyed[K]) Peek(key K, cost int64) Decision { return l.t.Peek(key, cost) }
+
+// PeekAt is Peek at time now.
+func (l Keyed[K]) PeekAt(key K, now Time, cost int64) Decision { return l.t.PeekAt(key, now, cost) }
+
+// Reserve takes cost tokens now if they can be had within maxWait; see
+// Reservation.
+func (l Keyed[K]) Reserve(key K, cost int64, maxWait time.Duration) Reservation {
+	return l.t.Reserve(key, cost, maxWait)
+}
+
+// ReserveAt is Reserve at time now.
+func (l Keyed[K]) ReserveAt(key K, now Time, cost int64, maxWait time.Duration) Reservation {
+	return l.t.ReserveAt(key, now, cost, maxWait)
+}
+
+// Wait blocks until a request of cost may proceed, or ctx is done; its
+// errors wrap ctx's.
+func (l Keyed[K]) Wait(ctx context.Context, key K, cost int64) error { return l.t.Wait(ctx, key, cost) }
+
+// Refund gives cost tokens back now, never beyond the burst.
+func (l Keyed[K]) Refund(key K, cost int64) { l.t.Refund(key, cost) }
+
+// RefundAt is Refund at time now.
+func (l Keyed[K]) RefundAt(key K, now Time, cost int64) { l.t.RefundAt(key, now, cost) }
+
+// Sweep removes the buckets that have been full for SweepGrace, and returns
+// how many.
+func (l Keyed[K]) Sweep() int { return l.t.Sweep() }
+
+// Len is the number of keys tracked.
+func (l Keyed[K]) Len() int64 { return l.t.Len() }
+
+// Stats returns the table's counters: keys tracked, evictions, new keys that
+// met the cap.
+func (l Keyed[K]) Stats() TableStats { return l.t.Stats() }
+
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own
+// goroutine. It is optional: the tables reclaim full buckets themselves; it
+// returns idle keys' memory sooner when no new keys come.
+func (l Keyed[K]) RunSweeper(ctx context.Context, interval time.Duration) {
+	RunEvery(ctx, interval, func() { l.t.Sweep() })
+}
+
+// SetNumbers makes n the rule's numbers for every key without numbers of its
+// own from now on: every bucket is carried into them as of now by carry
+// (CarryAsIs keeps the tokens held, at most the new burst). Numbers the rule
+// cannot hold (or whose burst is below a request's default cost) are refused
+// with the generator's own message (an error wrapping ErrInvalidLimit), and
+// nothing changes.
+func (l Keyed[K]) SetNumbers(n Numbers, carry Carry) error { return l.SetNumbersAt(Now(), n, carry) }
+
+// SetNumbersAt is SetNumbers at time now.
+func (l Keyed[K]) SetNumbersAt(now Time, n Numbers, carry Carry) error {
+	if err := l.checkCost(n); err != nil {
+		return err
+	}
+	return l.t.SetNumbersAt(now, n, carry)
+}
+
+// ClearNumbers returns the rule to the policy's numbers, its buckets carried
+// by carry.
+func (l Keyed[K]) ClearNumbers(carry Carry) { l.ClearNumbersAt(Now(), carry) }
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l Keyed[K]) ClearNumbersAt(now Time, carry Carry) { l.t.ClearNumbersAt(now, carry) }
+
+// SetKeyNumbers gives key numbers of its own from now on (an enterprise
+// customer's quota), whatever the rule's; its bucket is carried into them as
+// of now by carry. Numbers the rule cannot hold are refused as by SetNumbers,
+// a key no door checks with ErrEmptyKey, and nothing changes.
+func (l Keyed[K]) SetKeyNumbers(key K, n Numbers, carry Carry) error {
+	return l.SetKeyNumbersAt(key, Now(), n, carry)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l Keyed[K]) SetKeyNumbersAt(key K, now Time, n Numbers, carry Carry) error {
+	if l.keyOK != nil && !l.keyOK(key) {
+		return ErrEmptyKey
+	}
+	if err := l.checkCost(n); err != nil {
+		return err
+	}
+	return l.t.SetKeyNumbersAt(now, key, n, carry)
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has the
+// rule's, its bucket carried by carry.
+func (l Keyed[K]) ClearKeyNumbers(key K, carry Carry) { l.t.ClearKeyNumbersAt(Now(), key, carry) }
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l Keyed[K]) ClearKeyNumbersAt(key K, now Time, carry Carry) {
+	l.t.ClearKeyNumbersAt(now, key, carry)
+}
+
+// NumbersFor returns the numbers in force for key and where they come from
+// (the policy, SetNumbers, SetKeyNumbers).
+func (l Keyed[K]) NumbersFor(key K) (Numbers, Origin) { return l.t.NumbersFor(key) }
+
+// Reset makes key's bucket new ("unblock this user"): from now it holds the
+// initial tokens of the numbers in force for key, refilling from now, as a
+// key first seen now would; a key without a bucket is left as it is.
+func (l Keyed[K]) Reset(key K) { l.t.Reset(key) }
+
+// ResetAt is Reset at time now.
+func (l Keyed[K]) ResetAt(key K, now Time) { l.t.ResetAt(key, now) }
+
+// checkCost refuses numbers whose burst is below a request's default cost, as
+// the generator refuses such a policy.
+func (l Keyed[K]) checkCost(n Numbers) error {
+	if l.cost <= 1 {
+		return nil
+	}
+	return CheckCost(n.Burst, l.cost)
+}
+
+// allowCost is AllowAt for a request of cost (AllowAt's loop when it is 1):
+// one call, so that Keyed's Allow inlines.
+func (t *Table[K]) allowCost(key K, now Time, cost int64) bool {
+	if cost == 1 {
+		return t.AllowAt(key, now)
+	}
+	return t.AllowNAt(key, now, cost).Allowed
+}
+
+// allowCostNow is allowCost now.
+func (t *Table[K]) allowCostNow(key K, cost int64) bool { return t.allowCost(key, Now(), cost) }
