@@ -175,3 +175,6 @@ func (t *Table[K]) allowCost(key K, now Time, cost int64) bool {
 
 // allowCostNow is allowCost now.
 func (t *Table[K]) allowCostNow(key K, cost int64) bool { return t.allowCost(key, Now(), cost) }
+
+// Cost is a request's default cost under the rule.
+func (l Keyed[K]) Cost() int64 { return l.cost }

@@ -247,62 +247,6 @@ func (t perKeyNumbers) Clear(plan int, key *string) {
 	_ = t.l.ClearNumbers() // fails only as Set failed before
 }
 
-// inProcessNumbers is InProcess as an overlay Set changes it (overlay.Target).
-type inProcessNumbers struct {
-	l *InProcessLimiter
-}
-
-func (t inProcessNumbers) Plans() int {
-	return 0
-}
-
-func (t inProcessNumbers) Keyed() bool {
-	return true
-}
-
-func (t inProcessNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	return nil
-}
-
-func (t inProcessNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t inProcessNumbers) CheckKey(key string) error {
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t inProcessNumbers) clearKey(key string) error {
-	k := key
-	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
-	return nil
-}
-
-func (t inProcessNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
-	}
-	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-func (t inProcessNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	t.l.ClearNumbers(atomicbucket.CarryAsIs)
-}
-
 // tenPerSecondNumbers is TenPerSecond as an overlay Set changes it (overlay.Target).
 type tenPerSecondNumbers struct {
 	l *TenPerSecondLimiter
@@ -370,7 +314,7 @@ func (t tenPerSecondNumbers) Clear(plan int, key *string) {
 func (l *Limits) newApplier() *overlay.Applier {
 	return overlay.NewApplier(overlay.Policy[overlay.Target]{
 		Plans: nil,
-		Rules: map[string]overlay.Target{"PerKey": perKeyNumbers{l.PerKey}, "InProcess": inProcessNumbers{l.InProcess}, "TenPerSecond": tenPerSecondNumbers{l.TenPerSecond}},
+		Rules: map[string]overlay.Target{"PerKey": perKeyNumbers{l.PerKey}, "InProcess": overlay.KeyedTarget(l.InProcess.Keyed, nil), "TenPerSecond": tenPerSecondNumbers{l.TenPerSecond}},
 	})
 }
 

@@ -512,62 +512,6 @@ func (t exportsNumbers) Clear(plan int, key *string) {
 	_ = t.l.ClearNumbers() // fails only as Set failed before
 }
 
-// perInstanceNumbers is PerInstance as an overlay Set changes it (overlay.Target).
-type perInstanceNumbers struct {
-	l *PerInstanceLimiter
-}
-
-func (t perInstanceNumbers) Plans() int {
-	return 0
-}
-
-func (t perInstanceNumbers) Keyed() bool {
-	return true
-}
-
-func (t perInstanceNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	return nil
-}
-
-func (t perInstanceNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t perInstanceNumbers) CheckKey(key string) error {
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t perInstanceNumbers) clearKey(key string) error {
-	k := key
-	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
-	return nil
-}
-
-func (t perInstanceNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
-	}
-	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-func (t perInstanceNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	t.l.ClearNumbers(atomicbucket.CarryAsIs)
-}
-
 // globalNumbers is Global as an overlay Set changes it (overlay.Target).
 type globalNumbers struct {
 	l *GlobalLimiter
@@ -918,7 +862,7 @@ func (t tenantUserNumbers) Clear(plan int, key *string) {
 func (l *Limits) newApplier() *overlay.Applier {
 	return overlay.NewApplier(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": perInstanceNumbers{l.PerInstance}, "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}},
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}},
 	})
 }
 

@@ -550,62 +550,6 @@ func (t perTenantNumbers) Clear(plan int, key *string) {
 	_ = t.l.ClearNumbers() // fails only as Set failed before
 }
 
-// searchNumbers is Search as an overlay Set changes it (overlay.Target).
-type searchNumbers struct {
-	l *SearchLimiter
-}
-
-func (t searchNumbers) Plans() int {
-	return 0
-}
-
-func (t searchNumbers) Keyed() bool {
-	return true
-}
-
-func (t searchNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	return nil
-}
-
-func (t searchNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t searchNumbers) CheckKey(key string) error {
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t searchNumbers) clearKey(key string) error {
-	k := key
-	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
-	return nil
-}
-
-func (t searchNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
-	}
-	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-func (t searchNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	t.l.ClearNumbers(atomicbucket.CarryAsIs)
-}
-
 // exportsNumbers is Exports as an overlay Set changes it (overlay.Target).
 type exportsNumbers struct {
 	l *ExportsLimiter
@@ -677,7 +621,7 @@ func (t exportsNumbers) Clear(plan int, key *string) {
 func (l *Limits) newApplier() *overlay.Applier {
 	return overlay.NewApplier(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerClient": perClientNumbers{l.PerClient}, "PerUser": perUserNumbers{l.PerUser}, "Global": globalNumbers{l.Global}, "PerTenant": perTenantNumbers{l.PerTenant}, "Search": searchNumbers{l.Search}, "Exports": exportsNumbers{l.Exports}},
+		Rules: map[string]overlay.Target{"PerClient": perClientNumbers{l.PerClient}, "PerUser": perUserNumbers{l.PerUser}, "Global": globalNumbers{l.Global}, "PerTenant": perTenantNumbers{l.PerTenant}, "Search": overlay.KeyedTarget(l.Search.Keyed, nil), "Exports": exportsNumbers{l.Exports}},
 	})
 }
 

@@ -450,67 +450,11 @@ func (t perCallerNumbers) Clear(plan int, key *string) {
 	_ = t.l.ClearNumbers() // fails only as Set failed before
 }
 
-// loginNumbers is Login as an overlay Set changes it (overlay.Target).
-type loginNumbers struct {
-	l *LoginLimiter
-}
-
-func (t loginNumbers) Plans() int {
-	return 0
-}
-
-func (t loginNumbers) Keyed() bool {
-	return true
-}
-
-func (t loginNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	return nil
-}
-
-func (t loginNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t loginNumbers) CheckKey(key string) error {
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t loginNumbers) clearKey(key string) error {
-	k := key
-	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
-	return nil
-}
-
-func (t loginNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
-	}
-	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-func (t loginNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	t.l.ClearNumbers(atomicbucket.CarryAsIs)
-}
-
 // newApplier is l's rules as overlay Sets change them.
 func (l *Limits) newApplier() *overlay.Applier {
 	return overlay.NewApplier(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Global": globalNumbers{l.Global}, "PerCaller": perCallerNumbers{l.PerCaller}, "Login": loginNumbers{l.Login}},
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Global": globalNumbers{l.Global}, "PerCaller": perCallerNumbers{l.PerCaller}, "Login": overlay.KeyedTarget(l.Login.Keyed, nil)},
 	})
 }
 

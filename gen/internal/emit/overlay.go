@@ -15,11 +15,23 @@ const overlayPath = "github.com/limitgen/limitgen/overlay"
 // and Limits.ApplyNumbers, which applies a whole Set.
 func emitOverlay(m *model.Model) jen.Code {
 	g := jen.Line()
-	for _, r := range m.Rules {
-		g.Add(emitTarget(r))
-	}
 	var entries []jen.Code
 	for _, r := range m.Rules {
+		if keyedTarget(r) {
+			// atomicbucket.Keyed's, which the limiter embeds.
+			parse := jen.Nil()
+			switch {
+			case r.Composite():
+				parse = jen.Id("Parse" + r.KeyType)
+			case strings.HasPrefix(r.KeyType, "uint"):
+				parse = jen.Qual(overlayPath, "ParseUint").Index(jen.Id(r.KeyType))
+			case r.KeyType != "string":
+				parse = jen.Qual(overlayPath, "ParseInt").Index(jen.Id(r.KeyType))
+			}
+			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "KeyedTarget").Call(jen.Id("l").Dot(r.GoName).Dot("Keyed"), parse))
+			continue
+		}
+		g.Add(emitTarget(r))
 		entries = append(entries, jen.Lit(r.Name).Op(":").Id(targetName(r)).Values(jen.Id("l").Dot(r.GoName)))
 	}
 	plans := jen.Nil()
@@ -61,6 +73,10 @@ func emitOverlay(m *model.Model) jen.Code {
 		jen.Return(jen.Id("l").Dot("numbers").Dot("Applied").Call())).Line()
 	return g
 }
+
+// keyedTarget says whether r is an overlay.KeyedTarget: a keyed rule without
+// plans kept in the process, whose limiter embeds atomicbucket.Keyed.
+func keyedTarget(r model.Rule) bool { return r.KeyType != "" && !r.Planned && !r.Shared }
 
 func targetName(r model.Rule) string {
 	return strings.ToLower(r.GoName[:1]) + r.GoName[1:] + "Numbers"

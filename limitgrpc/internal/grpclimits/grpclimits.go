@@ -279,62 +279,6 @@ func (t checksNumbers) Clear(plan int, key *string) {
 	t.l.ClearNumbers(Plan(plan), atomicbucket.CarryAsIs)
 }
 
-// watchesNumbers is Watches as an overlay Set changes it (overlay.Target).
-type watchesNumbers struct {
-	l *WatchesLimiter
-}
-
-func (t watchesNumbers) Plans() int {
-	return 0
-}
-
-func (t watchesNumbers) Keyed() bool {
-	return true
-}
-
-func (t watchesNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	return nil
-}
-
-func (t watchesNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t watchesNumbers) CheckKey(key string) error {
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t watchesNumbers) clearKey(key string) error {
-	k := key
-	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
-	return nil
-}
-
-func (t watchesNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
-	}
-	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-func (t watchesNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	t.l.ClearNumbers(atomicbucket.CarryAsIs)
-}
-
 // tenantsNumbers is Tenants as an overlay Set changes it (overlay.Target).
 type tenantsNumbers struct {
 	l *TenantsLimiter
@@ -402,62 +346,6 @@ func (t tenantsNumbers) Clear(plan int, key *string) {
 	_ = t.l.ClearNumbers() // fails only as Set failed before
 }
 
-// perMethodNumbers is PerMethod as an overlay Set changes it (overlay.Target).
-type perMethodNumbers struct {
-	l *PerMethodLimiter
-}
-
-func (t perMethodNumbers) Plans() int {
-	return 0
-}
-
-func (t perMethodNumbers) Keyed() bool {
-	return true
-}
-
-func (t perMethodNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	return nil
-}
-
-func (t perMethodNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t perMethodNumbers) CheckKey(key string) error {
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t perMethodNumbers) clearKey(key string) error {
-	k := key
-	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
-	return nil
-}
-
-func (t perMethodNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
-	}
-	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-func (t perMethodNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	t.l.ClearNumbers(atomicbucket.CarryAsIs)
-}
-
 // globalNumbers is Global as an overlay Set changes it (overlay.Target).
 type globalNumbers struct {
 	l *GlobalLimiter
@@ -503,7 +391,7 @@ func (t globalNumbers) Clear(plan int, key *string) {
 func (l *Limits) newApplier() *overlay.Applier {
 	return overlay.NewApplier(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"Checks": checksNumbers{l.Checks}, "Watches": watchesNumbers{l.Watches}, "Tenants": tenantsNumbers{l.Tenants}, "PerMethod": perMethodNumbers{l.PerMethod}, "Global": globalNumbers{l.Global}},
+		Rules: map[string]overlay.Target{"Checks": checksNumbers{l.Checks}, "Watches": overlay.KeyedTarget(l.Watches.Keyed, nil), "Tenants": tenantsNumbers{l.Tenants}, "PerMethod": overlay.KeyedTarget(l.PerMethod.Keyed, nil), "Global": globalNumbers{l.Global}},
 	})
 }
 

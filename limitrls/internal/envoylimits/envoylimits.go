@@ -97,62 +97,6 @@ func New(opts ...Option) *Limits {
 	return l
 }
 
-// rlSourceClusterProxyDestinationClusterNumbers is RlSourceClusterProxyDestinationCluster as an overlay Set changes it (overlay.Target).
-type rlSourceClusterProxyDestinationClusterNumbers struct {
-	l *RlSourceClusterProxyDestinationClusterLimiter
-}
-
-func (t rlSourceClusterProxyDestinationClusterNumbers) Plans() int {
-	return 0
-}
-
-func (t rlSourceClusterProxyDestinationClusterNumbers) Keyed() bool {
-	return true
-}
-
-func (t rlSourceClusterProxyDestinationClusterNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	return nil
-}
-
-func (t rlSourceClusterProxyDestinationClusterNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t rlSourceClusterProxyDestinationClusterNumbers) CheckKey(key string) error {
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t rlSourceClusterProxyDestinationClusterNumbers) clearKey(key string) error {
-	k := key
-	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
-	return nil
-}
-
-func (t rlSourceClusterProxyDestinationClusterNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
-	}
-	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-func (t rlSourceClusterProxyDestinationClusterNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	t.l.ClearNumbers(atomicbucket.CarryAsIs)
-}
-
 // rlSourceClusterProxyDestinationClusterBarNumbers is RlSourceClusterProxyDestinationClusterBar as an overlay Set changes it (overlay.Target).
 type rlSourceClusterProxyDestinationClusterBarNumbers struct {
 	l *RlSourceClusterProxyDestinationClusterBarLimiter
@@ -191,62 +135,6 @@ func (t rlSourceClusterProxyDestinationClusterBarNumbers) Set(plan int, key *str
 }
 
 func (t rlSourceClusterProxyDestinationClusterBarNumbers) Clear(plan int, key *string) {
-	t.l.ClearNumbers(atomicbucket.CarryAsIs)
-}
-
-// rlRemoteAddressNumbers is RlRemoteAddress as an overlay Set changes it (overlay.Target).
-type rlRemoteAddressNumbers struct {
-	l *RlRemoteAddressLimiter
-}
-
-func (t rlRemoteAddressNumbers) Plans() int {
-	return 0
-}
-
-func (t rlRemoteAddressNumbers) Keyed() bool {
-	return true
-}
-
-func (t rlRemoteAddressNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	return nil
-}
-
-func (t rlRemoteAddressNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t rlRemoteAddressNumbers) CheckKey(key string) error {
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t rlRemoteAddressNumbers) clearKey(key string) error {
-	k := key
-	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
-	return nil
-}
-
-func (t rlRemoteAddressNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
-	}
-	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-func (t rlRemoteAddressNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
 	t.l.ClearNumbers(atomicbucket.CarryAsIs)
 }
 
@@ -291,74 +179,11 @@ func (t reportsNumbers) Clear(plan int, key *string) {
 	t.l.ClearNumbers(atomicbucket.CarryAsIs)
 }
 
-// rlTenantUserNumbers is RlTenantUser as an overlay Set changes it (overlay.Target).
-type rlTenantUserNumbers struct {
-	l *RlTenantUserLimiter
-}
-
-func (t rlTenantUserNumbers) Plans() int {
-	return 0
-}
-
-func (t rlTenantUserNumbers) Keyed() bool {
-	return true
-}
-
-func (t rlTenantUserNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	return nil
-}
-
-func (t rlTenantUserNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t rlTenantUserNumbers) CheckKey(key string) error {
-	_, err := ParseRlTenantUserKey(key)
-	return err
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t rlTenantUserNumbers) clearKey(key string) error {
-	k, err := ParseRlTenantUserKey(key)
-	if err != nil {
-		return err
-	}
-	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
-	return nil
-}
-
-func (t rlTenantUserNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k, err := ParseRlTenantUserKey(*key)
-		if err != nil {
-			return err
-		}
-		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
-	}
-	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-func (t rlTenantUserNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	t.l.ClearNumbers(atomicbucket.CarryAsIs)
-}
-
 // newApplier is l's rules as overlay Sets change them.
 func (l *Limits) newApplier() *overlay.Applier {
 	return overlay.NewApplier(overlay.Policy[overlay.Target]{
 		Plans: nil,
-		Rules: map[string]overlay.Target{"RlSourceClusterProxyDestinationCluster": rlSourceClusterProxyDestinationClusterNumbers{l.RlSourceClusterProxyDestinationCluster}, "RlSourceClusterProxyDestinationClusterBar": rlSourceClusterProxyDestinationClusterBarNumbers{l.RlSourceClusterProxyDestinationClusterBar}, "RlRemoteAddress": rlRemoteAddressNumbers{l.RlRemoteAddress}, "Reports": reportsNumbers{l.Reports}, "RlTenantUser": rlTenantUserNumbers{l.RlTenantUser}},
+		Rules: map[string]overlay.Target{"RlSourceClusterProxyDestinationCluster": overlay.KeyedTarget(l.RlSourceClusterProxyDestinationCluster.Keyed, nil), "RlSourceClusterProxyDestinationClusterBar": rlSourceClusterProxyDestinationClusterBarNumbers{l.RlSourceClusterProxyDestinationClusterBar}, "RlRemoteAddress": overlay.KeyedTarget(l.RlRemoteAddress.Keyed, nil), "Reports": reportsNumbers{l.Reports}, "RlTenantUser": overlay.KeyedTarget(l.RlTenantUser.Keyed, ParseRlTenantUserKey)},
 	})
 }
 

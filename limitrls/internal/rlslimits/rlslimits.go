@@ -135,62 +135,6 @@ func New(opts ...Option) *Limits {
 	return l
 }
 
-// perIPNumbers is PerIP as an overlay Set changes it (overlay.Target).
-type perIPNumbers struct {
-	l *PerIPLimiter
-}
-
-func (t perIPNumbers) Plans() int {
-	return 0
-}
-
-func (t perIPNumbers) Keyed() bool {
-	return true
-}
-
-func (t perIPNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	return nil
-}
-
-func (t perIPNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t perIPNumbers) CheckKey(key string) error {
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t perIPNumbers) clearKey(key string) error {
-	k := key
-	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
-	return nil
-}
-
-func (t perIPNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
-	}
-	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-func (t perIPNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	t.l.ClearNumbers(atomicbucket.CarryAsIs)
-}
-
 // perUserNumbers is PerUser as an overlay Set changes it (overlay.Target).
 type perUserNumbers struct {
 	l *PerUserLimiter
@@ -256,69 +200,6 @@ func (t perUserNumbers) Clear(plan int, key *string) {
 	t.l.ClearNumbers(Plan(plan), atomicbucket.CarryAsIs)
 }
 
-// perTenantUserNumbers is PerTenantUser as an overlay Set changes it (overlay.Target).
-type perTenantUserNumbers struct {
-	l *PerTenantUserLimiter
-}
-
-func (t perTenantUserNumbers) Plans() int {
-	return 0
-}
-
-func (t perTenantUserNumbers) Keyed() bool {
-	return true
-}
-
-func (t perTenantUserNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	return nil
-}
-
-func (t perTenantUserNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t perTenantUserNumbers) CheckKey(key string) error {
-	_, err := ParsePerTenantUserKey(key)
-	return err
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t perTenantUserNumbers) clearKey(key string) error {
-	k, err := ParsePerTenantUserKey(key)
-	if err != nil {
-		return err
-	}
-	t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
-	return nil
-}
-
-func (t perTenantUserNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k, err := ParsePerTenantUserKey(*key)
-		if err != nil {
-			return err
-		}
-		return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
-	}
-	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-func (t perTenantUserNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	t.l.ClearNumbers(atomicbucket.CarryAsIs)
-}
-
 // globalNumbers is Global as an overlay Set changes it (overlay.Target).
 type globalNumbers struct {
 	l *GlobalLimiter
@@ -364,7 +245,7 @@ func (t globalNumbers) Clear(plan int, key *string) {
 func (l *Limits) newApplier() *overlay.Applier {
 	return overlay.NewApplier(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerIP": perIPNumbers{l.PerIP}, "PerUser": perUserNumbers{l.PerUser}, "PerTenantUser": perTenantUserNumbers{l.PerTenantUser}, "Global": globalNumbers{l.Global}},
+		Rules: map[string]overlay.Target{"PerIP": overlay.KeyedTarget(l.PerIP.Keyed, nil), "PerUser": perUserNumbers{l.PerUser}, "PerTenantUser": overlay.KeyedTarget(l.PerTenantUser.Keyed, ParsePerTenantUserKey), "Global": globalNumbers{l.Global}},
 	})
 }
 

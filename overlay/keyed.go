@@ -1,0 +1,93 @@
+package overlay
+
+import (
+	"strconv"
+	"unsafe"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+)
+
+// KeyedTarget is a keyed rule without plans, kept in the process
+// (atomicbucket.Keyed, which a generated limiter embeds), as a Set changes
+// it: numbers are checked as the generator checks a policy's (the rule's
+// limits, a burst of at least a request's cost), and a key given as text is
+// read by parse (nil for string keys; ParseInt or ParseUint for integers; a
+// generated Parse…Key for composite keys). A Set's buckets are carried as
+// they are (atomicbucket.CarryAsIs).
+func KeyedTarget[K comparable](l atomicbucket.Keyed[K], parse func(string) (K, error)) Target {
+	return keyedTarget[K]{l, parse}
+}
+
+type keyedTarget[K comparable] struct {
+	l     atomicbucket.Keyed[K]
+	parse func(string) (K, error)
+}
+
+func (t keyedTarget[K]) Plans() int  { return 0 }
+func (t keyedTarget[K]) Keyed() bool { return true }
+
+func (t keyedTarget[K]) Check(_ int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	if c := t.l.Cost(); c > 1 {
+		return atomicbucket.CheckCost(n.Burst, c)
+	}
+	return nil
+}
+
+func (t keyedTarget[K]) Base(int) Base {
+	r := t.l.Rule().Limit()
+	return Base{Numbers: atomicbucket.NumbersOf(r), Cost: t.l.Cost(), Interval: r.Refill == atomicbucket.Interval}
+}
+
+func (t keyedTarget[K]) CheckKey(key string) error {
+	_, err := t.key(key)
+	return err
+}
+
+// key is key's value: parsed, or for a string key (parse nil) key itself.
+func (t keyedTarget[K]) key(key string) (K, error) {
+	if t.parse != nil {
+		return t.parse(key)
+	}
+	k, _ := any(key).(K) // KeyedTarget's callers give nil parse for string keys only
+	return k, nil
+}
+
+func (t keyedTarget[K]) Set(_ int, key *string, n atomicbucket.Numbers) error {
+	if key == nil {
+		return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
+	}
+	k, err := t.key(*key)
+	if err != nil {
+		return err
+	}
+	return t.l.SetKeyNumbers(k, n, atomicbucket.CarryAsIs)
+}
+
+func (t keyedTarget[K]) Clear(_ int, key *string) {
+	if key == nil {
+		t.l.ClearNumbers(atomicbucket.CarryAsIs)
+		return
+	}
+	if k, err := t.key(*key); err == nil { // a key that does not parse has no numbers
+		t.l.ClearKeyNumbers(k, atomicbucket.CarryAsIs)
+	}
+}
+
+// ParseInt reads a signed integer key of K's size in base 10, as
+// KeyedTarget's parse.
+func ParseInt[K ~int | ~int8 | ~int16 | ~int32 | ~int64](s string) (K, error) {
+	var zero K
+	v, err := strconv.ParseInt(s, 10, int(unsafe.Sizeof(zero))*8)
+	return K(v), err
+}
+
+// ParseUint reads an unsigned integer key of K's size in base 10, as
+// KeyedTarget's parse.
+func ParseUint[K ~uint | ~uint8 | ~uint16 | ~uint32 | ~uint64](s string) (K, error) {
+	var zero K
+	v, err := strconv.ParseUint(s, 10, int(unsafe.Sizeof(zero))*8)
+	return K(v), err
+}
