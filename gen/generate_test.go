@@ -155,3 +155,52 @@ tiers:
 		t.Fatal("two renders of one model differ")
 	}
 }
+
+// TestSmallPolicySmallPackage holds the generated package of the smallest
+// useful policies to what is specialised (issue: a one-rule, one-route
+// policy in at most 350 lines): what every rule shares lives in the runtime
+// (atomicbucket.Keyed, overlay.KeyedTarget, limithttp.ServeMux), and
+// nothing is emitted that the policy cannot use (WithStart without a global
+// rule).
+func TestSmallPolicySmallPackage(t *testing.T) {
+	for _, c := range []struct {
+		name, policy string
+		most         int
+	}{
+		{"one keyed rule, one route", `package: limits
+rules:
+  - name: PerUser
+    key: string
+    rate: 10/s
+    burst: 20
+http:
+  keys: {PerUser: ["header:X-User"]}
+  routes:
+    - {pattern: "GET /api/", rule: PerUser}
+`, 350},
+		{"one keyed rule", `package: limits
+rules:
+  - name: PerUser
+    key: uint64
+    rate: 10/s
+    burst: 20
+`, 200},
+	} {
+		m, err := compile("policy.yaml", []byte(c.policy))
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		src, err := render(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := bytes.Count(src, []byte("\n"))
+		if lines > c.most {
+			t.Errorf("%s: %d lines, want at most %d", c.name, lines, c.most)
+		}
+		if bytes.Contains(src, []byte("func WithStart")) {
+			t.Errorf("%s: WithStart without a global rule", c.name)
+		}
+		t.Logf("%s: %d lines", c.name, lines)
+	}
+}

@@ -388,10 +388,11 @@ type hTier struct {
 }
 
 type hModel struct {
-	Pkg   string
-	Plans []string
-	Rules []hRule
-	Tiers []hTier
+	Pkg    string
+	Global bool // a rule without a key: the package has WithStart
+	Plans  []string
+	Rules  []hRule
+	Tiers  []hTier
 }
 
 func harnessData(m *model.Model) hModel {
@@ -412,6 +413,7 @@ func harnessData(m *model.Model) hModel {
 	}
 	for _, r := range m.Rules {
 		h.Rules = append(h.Rules, conv(r))
+		h.Global = h.Global || r.KeyType == ""
 	}
 	for _, t := range m.Tiers {
 		ht := hTier{GoName: t.GoName, Shared: t.Shared}
@@ -581,7 +583,7 @@ func TestTiersMatchReference(t *testing.T) {
 {{- range $t := .Tiers}}{{range $pi, $pc := $.Plans}}{{if or $t.Planned (eq $pi 0)}}
 	t.Run("{{$t.GoName}}{{if $t.Planned}}{{$pc}}{{end}}", func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(3, 4))
-		lims := New(WithStart(at(t0)))
+		lims := New({{if $.Global}}WithStart(at(t0)){{end}})
 		refs := []*reference.Reference{
 			{{- range $i, $r := $t.Rules}}
 			reference.NewReference({{params $r}}(lims.{{$r.GoName}}.Rule({{if $r.Planned}}{{$pc}}{{end}}){{if $r.Keyed}}, {{$r.MaxKeys}}, {{atCap $r}}{{end}})),

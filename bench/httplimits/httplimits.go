@@ -56,19 +56,7 @@ type Limits struct {
 type Option func(*options)
 
 // options are what the Options given to New set.
-type options struct {
-	start    atomicbucket.Time // when the global buckets are created
-	startSet bool
-}
-
-// WithStart makes New create the policy's global (unkeyed) buckets at t instead of now: their
-// initial tokens, and the grids of interval rules, start then. Tests that drive the limiters with
-// explicit times use it.
-func WithStart(t atomicbucket.Time) Option {
-	return func(o *options) {
-		o.start, o.startSet = t, true
-	}
-}
+type options struct{}
 
 // New returns a new set of the policy's limiters, with buckets of its own.
 func New(opts ...Option) *Limits {

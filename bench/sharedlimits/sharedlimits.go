@@ -51,9 +51,7 @@ type Option func(*options)
 
 // options are what the Options given to New set.
 type options struct {
-	start    atomicbucket.Time // when the global buckets are created
-	startSet bool
-	store    shared.Store // the store of the shared rules
+	store shared.Store // the store of the shared rules
 }
 
 // WithStore makes New check the policy's shared rules on s (a Redis store, say: module
@@ -62,15 +60,6 @@ type options struct {
 func WithStore(s shared.Store) Option {
 	return func(o *options) {
 		o.store = s
-	}
-}
-
-// WithStart makes New create the policy's global (unkeyed) buckets at t instead of now: their
-// initial tokens, and the grids of interval rules, start then. Tests that drive the limiters with
-// explicit times use it.
-func WithStart(t atomicbucket.Time) Option {
-	return func(o *options) {
-		o.start, o.startSet = t, true
 	}
 }
 

@@ -227,9 +227,11 @@ func emitLimits(m *model.Model) jen.Code {
 	g.Comment("Option configures New.").Line()
 	g.Type().Id("Option").Func().Params(jen.Op("*").Id("options")).Line().Line()
 	g.Comment("options are what the Options given to New set.").Line()
-	optFields := []jen.Code{
-		jen.Id("start").Add(rt("Time")).Comment("when the global buckets are created"),
-		jen.Id("startSet").Bool(),
+	var optFields []jen.Code
+	if global {
+		optFields = append(optFields,
+			jen.Id("start").Add(rt("Time")).Comment("when the global buckets are created"),
+			jen.Id("startSet").Bool())
 	}
 	if m.Shared > 0 {
 		optFields = append(optFields, jen.Id("store").Qual(sharedPath, "Store").Comment("the store of the shared rules"))
@@ -243,12 +245,14 @@ func emitLimits(m *model.Model) jen.Code {
 			jen.Return(jen.Func().Params(jen.Id("o").Op("*").Id("options")).Block(
 				jen.Id("o").Dot("store").Op("=").Id("s")))).Line().Line()
 	}
-	g.Add(comment("WithStart makes New create the policy's global (unkeyed) buckets at t instead of now: their " +
-		"initial tokens, and the grids of interval rules, start then. Tests that drive the limiters with explicit " +
-		"times use it."))
-	g.Func().Id("WithStart").Params(jen.Id("t").Add(rt("Time"))).Id("Option").Block(
-		jen.Return(jen.Func().Params(jen.Id("o").Op("*").Id("options")).Block(
-			jen.List(jen.Id("o").Dot("start"), jen.Id("o").Dot("startSet")).Op("=").List(jen.Id("t"), jen.True())))).Line().Line()
+	if global { // keyed buckets are made when their key first comes: nothing to start
+		g.Add(comment("WithStart makes New create the policy's global (unkeyed) buckets at t instead of now: their " +
+			"initial tokens, and the grids of interval rules, start then. Tests that drive the limiters with explicit " +
+			"times use it."))
+		g.Func().Id("WithStart").Params(jen.Id("t").Add(rt("Time"))).Id("Option").Block(
+			jen.Return(jen.Func().Params(jen.Id("o").Op("*").Id("options")).Block(
+				jen.List(jen.Id("o").Dot("start"), jen.Id("o").Dot("startSet")).Op("=").List(jen.Id("t"), jen.True())))).Line().Line()
+	}
 	g.Comment("New returns a new set of the policy's limiters, with buckets of its own.").Line()
 	body := []jen.Code{
 		jen.Var().Id("o").Id("options"),
