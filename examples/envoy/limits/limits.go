@@ -103,7 +103,7 @@ type Limits struct {
 	Search    *SearchLimiter    // see the package-level Search
 	Exports   *ExportsLimiter   // see the package-level Exports
 	shared    *sharedState      // the store the shared rules are checked on, if any
-	numbers   *overlay.Applier  // ApplyNumbers's
+	numbers                     // ApplyNumbers and the other numbers methods (overlay.Numbers)
 }
 
 // Option configures New.
@@ -157,7 +157,7 @@ func New(opts ...Option) *Limits {
 	l.Global.sh = l.shared
 	l.PerTenant.sh = l.shared
 	l.Exports.sh = l.shared
-	l.numbers = l.newApplier()
+	l.numbers = l.newNumbers()
 	return l
 }
 
@@ -617,54 +617,17 @@ func (t exportsNumbers) Clear(plan int, key *string) {
 	_ = t.l.ClearNumbers() // fails only as Set failed before
 }
 
-// newApplier is l's rules as overlay Sets change them.
-func (l *Limits) newApplier() *overlay.Applier {
-	return overlay.NewApplier(overlay.Policy[overlay.Target]{
+// numbers is overlay.Numbers under a name of the package's own, so that Limits embeds it in an
+// unexported field: its methods (ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers,
+// NumbersApplied) are Limits'.
+type numbers = overlay.Numbers
+
+// newNumbers is l's rules as overlay Sets change them.
+func (l *Limits) newNumbers() numbers {
+	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
 		Rules: map[string]overlay.Target{"PerClient": perClientNumbers{l.PerClient}, "PerUser": perUserNumbers{l.PerUser}, "Global": globalNumbers{l.Global}, "PerTenant": perTenantNumbers{l.PerTenant}, "Search": overlay.KeyedTarget(l.Search.Keyed, nil), "Exports": exportsNumbers{l.Exports}},
 	})
-}
-
-// ApplyNumbers makes set's numbers the ones in force (an overlay file, a table or a hash: package
-// overlay), all or nothing: every entry is checked first (its rule, plan and key, and its numbers
-// as the generator and the rule's store would check them), and a Set with a bad entry is refused
-// whole, its error giving each bad entry's position, with the numbers in force unchanged. Then what
-// differs from the Set applied before is changed, buckets carried as they are
-// (atomicbucket.CarryAsIs), and what that Set gave and this one does not goes back to the policy's
-// numbers. A change made with a limiter's own SetNumbers or SetKeyNumbers stays until a later Set
-// changes what it gives for the same rule, plan or key.
-func (l *Limits) ApplyNumbers(set overlay.Set) error {
-	return l.numbers.Apply(set)
-}
-
-// CheckNumbers says why ApplyNumbers would refuse set (every bad entry, with its position),
-// changing nothing: a writer of a numbers source checks a change before readers see it
-// (redisstore.PutNumbers).
-func (l *Limits) CheckNumbers(set overlay.Set) error {
-	return l.numbers.Check(set)
-}
-
-// ScaleNumbers multiplies the numbers in force for rule (a rule's name in the policy) by a factor:
-// its rate by rate and its burst by burst, in thousandths (overlay.One leaves it;
-// overlay.FactorOf(0.5) is 500), on every plan and for every key with numbers of its own, until the
-// next ScaleNumbers of the rule (factors do not compound; One and One take the scaling away). It
-// scales what ApplyNumbers put in force, and the policy's numbers where no Set gives any, so a
-// later Set is scaled too. A scaled burst is at least one request's cost, and a factor whose
-// numbers the rule refuses changes nothing (an error wrapping overlay.ErrInvalid). Package
-// adaptive's controller calls it.
-func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
-	return l.numbers.Scale(rule, rate, burst)
-}
-
-// ScaledNumbers is rule's factors in force (overlay.One and One when it is not scaled).
-func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
-	return l.numbers.Scaled(rule)
-}
-
-// NumbersApplied is how many numbers the last Set applied put in force (a rule's entry for every
-// plan counted per plan), how many Sets were applied, and when the last was.
-func (l *Limits) NumbersApplied() (int, int64, time.Time) {
-	return l.numbers.Applied()
 }
 
 // Default is the set of limiters the package-level variables and functions use.
@@ -712,8 +675,8 @@ func newPerClientLocalLimiter() *PerClientLocalLimiter {
 
 // PerClientLocalLimiter is PerClient decided in this process only, with the whole limit: what
 // PerClientLimiter.Local returns, for tests, and what PerClient's checks use while the package has
-// no store (SharedErr says so). Its methods are safe for concurrent use. Its methods are
-// atomicbucket.Keyed's.
+// no store (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow below, are
+// safe for concurrent use.
 type PerClientLocalLimiter struct {
 	atomicbucket.Keyed[string]
 }
@@ -1595,8 +1558,8 @@ func newPerTenantLocalLimiter() *PerTenantLocalLimiter {
 
 // PerTenantLocalLimiter is PerTenant decided in this process only, with the whole limit: what
 // PerTenantLimiter.Local returns, for tests, and what PerTenant's checks use while the package has
-// no store (SharedErr says so). Its methods are safe for concurrent use. Its methods are
-// atomicbucket.Keyed's.
+// no store (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow below, are
+// safe for concurrent use.
 type PerTenantLocalLimiter struct {
 	atomicbucket.Keyed[string]
 }
@@ -1796,8 +1759,8 @@ func newSearchLimiter() *SearchLimiter {
 	}), 1, atomicbucket.NonEmpty)}
 }
 
-// SearchLimiter is the type of Search. Its methods are safe for concurrent use. Its methods are
-// atomicbucket.Keyed's.
+// SearchLimiter is the type of Search. Its methods, atomicbucket.Keyed's and the folded Allow
+// below, are safe for concurrent use.
 type SearchLimiter struct {
 	atomicbucket.Keyed[string]
 }
@@ -1893,8 +1856,7 @@ func newExportsLocalLimiter() *ExportsLocalLimiter {
 
 // ExportsLocalLimiter is Exports decided in this process only, with the whole limit: what
 // ExportsLimiter.Local returns, for tests, and what Exports's checks use while the package has no
-// store (SharedErr says so). Its methods are safe for concurrent use. Its methods are
-// atomicbucket.Keyed's.
+// store (SharedErr says so). Its methods, atomicbucket.Keyed's, are safe for concurrent use.
 type ExportsLocalLimiter struct {
 	atomicbucket.Keyed[ExportsKey]
 }

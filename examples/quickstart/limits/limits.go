@@ -104,7 +104,7 @@ type Limits struct {
 	PerCaller *PerCallerLimiter // see the package-level PerCaller
 	Login     *LoginLimiter     // see the package-level Login
 	shared    *sharedState      // the store the shared rules are checked on, if any
-	numbers   *overlay.Applier  // ApplyNumbers's
+	numbers                     // ApplyNumbers and the other numbers methods (overlay.Numbers)
 }
 
 // Option configures New.
@@ -154,7 +154,7 @@ func New(opts ...Option) *Limits {
 	l.PerUser.sh = l.shared
 	l.Global.sh = l.shared
 	l.PerCaller.sh = l.shared
-	l.numbers = l.newApplier()
+	l.numbers = l.newNumbers()
 	return l
 }
 
@@ -450,54 +450,17 @@ func (t perCallerNumbers) Clear(plan int, key *string) {
 	_ = t.l.ClearNumbers() // fails only as Set failed before
 }
 
-// newApplier is l's rules as overlay Sets change them.
-func (l *Limits) newApplier() *overlay.Applier {
-	return overlay.NewApplier(overlay.Policy[overlay.Target]{
+// numbers is overlay.Numbers under a name of the package's own, so that Limits embeds it in an
+// unexported field: its methods (ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers,
+// NumbersApplied) are Limits'.
+type numbers = overlay.Numbers
+
+// newNumbers is l's rules as overlay Sets change them.
+func (l *Limits) newNumbers() numbers {
+	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
 		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Global": globalNumbers{l.Global}, "PerCaller": perCallerNumbers{l.PerCaller}, "Login": overlay.KeyedTarget(l.Login.Keyed, nil)},
 	})
-}
-
-// ApplyNumbers makes set's numbers the ones in force (an overlay file, a table or a hash: package
-// overlay), all or nothing: every entry is checked first (its rule, plan and key, and its numbers
-// as the generator and the rule's store would check them), and a Set with a bad entry is refused
-// whole, its error giving each bad entry's position, with the numbers in force unchanged. Then what
-// differs from the Set applied before is changed, buckets carried as they are
-// (atomicbucket.CarryAsIs), and what that Set gave and this one does not goes back to the policy's
-// numbers. A change made with a limiter's own SetNumbers or SetKeyNumbers stays until a later Set
-// changes what it gives for the same rule, plan or key.
-func (l *Limits) ApplyNumbers(set overlay.Set) error {
-	return l.numbers.Apply(set)
-}
-
-// CheckNumbers says why ApplyNumbers would refuse set (every bad entry, with its position),
-// changing nothing: a writer of a numbers source checks a change before readers see it
-// (redisstore.PutNumbers).
-func (l *Limits) CheckNumbers(set overlay.Set) error {
-	return l.numbers.Check(set)
-}
-
-// ScaleNumbers multiplies the numbers in force for rule (a rule's name in the policy) by a factor:
-// its rate by rate and its burst by burst, in thousandths (overlay.One leaves it;
-// overlay.FactorOf(0.5) is 500), on every plan and for every key with numbers of its own, until the
-// next ScaleNumbers of the rule (factors do not compound; One and One take the scaling away). It
-// scales what ApplyNumbers put in force, and the policy's numbers where no Set gives any, so a
-// later Set is scaled too. A scaled burst is at least one request's cost, and a factor whose
-// numbers the rule refuses changes nothing (an error wrapping overlay.ErrInvalid). Package
-// adaptive's controller calls it.
-func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
-	return l.numbers.Scale(rule, rate, burst)
-}
-
-// ScaledNumbers is rule's factors in force (overlay.One and One when it is not scaled).
-func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
-	return l.numbers.Scaled(rule)
-}
-
-// NumbersApplied is how many numbers the last Set applied put in force (a rule's entry for every
-// plan counted per plan), how many Sets were applied, and when the last was.
-func (l *Limits) NumbersApplied() (int, int64, time.Time) {
-	return l.numbers.Applied()
 }
 
 // Default is the set of limiters the package-level variables and functions use.
@@ -1235,8 +1198,8 @@ func newPerCallerLocalLimiter() *PerCallerLocalLimiter {
 
 // PerCallerLocalLimiter is PerCaller decided in this process only, with the whole limit: what
 // PerCallerLimiter.Local returns, for tests, and what PerCaller's checks use while the package has
-// no store (SharedErr says so). Its methods are safe for concurrent use. Its methods are
-// atomicbucket.Keyed's.
+// no store (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow below, are
+// safe for concurrent use.
 type PerCallerLocalLimiter struct {
 	atomicbucket.Keyed[string]
 }
@@ -1434,8 +1397,8 @@ func newLoginLimiter() *LoginLimiter {
 	}), 1, atomicbucket.NonEmpty)}
 }
 
-// LoginLimiter is the type of Login. Its methods are safe for concurrent use. Its methods are
-// atomicbucket.Keyed's.
+// LoginLimiter is the type of Login. Its methods, atomicbucket.Keyed's and the folded Allow below,
+// are safe for concurrent use.
 type LoginLimiter struct {
 	atomicbucket.Keyed[string]
 }

@@ -221,7 +221,7 @@ func emitLimits(m *model.Model) jen.Code {
 	if m.Shared > 0 {
 		fieldsDecl = append(fieldsDecl, jen.Id("shared").Op("*").Id("sharedState").Comment("the store the shared rules are checked on, if any"))
 	}
-	fieldsDecl = append(fieldsDecl, jen.Id("numbers").Op("*").Qual(overlayPath, "Applier").Comment("ApplyNumbers's"))
+	fieldsDecl = append(fieldsDecl, jen.Id("numbers").Comment("ApplyNumbers and the other numbers methods (overlay.Numbers)"))
 	g := jen.Line().Add(comment(m.LimitsDoc))
 	g.Type().Id("Limits").Struct(fieldsDecl...).Line().Line()
 	g.Comment("Option configures New.").Line()
@@ -270,7 +270,7 @@ func emitLimits(m *model.Model) jen.Code {
 			body = append(body, jen.Id("l").Dot(r.GoName).Dot("sh").Op("=").Id("l").Dot("shared"))
 		}
 	}
-	body = append(body, jen.Id("l").Dot("numbers").Op("=").Id("l").Dot("newApplier").Call(), jen.Return(jen.Id("l")))
+	body = append(body, jen.Id("l").Dot("numbers").Op("=").Id("l").Dot("newNumbers").Call(), jen.Return(jen.Id("l")))
 	g.Func().Id("New").Params(jen.Id("opts").Op("...").Id("Option")).Op("*").Id("Limits").Block(body...).Line().Line()
 	if m.Shared > 0 {
 		g.Add(emitShared(m))
@@ -614,7 +614,11 @@ func emitKeyed(r model.Rule, typ, ctor, doc string, recv jen.Code) jen.Code {
 	g.Comment(fmt.Sprintf("%s returns %s's (empty) table.", ctor, r.GoName)).Line()
 	g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
 		jen.Return(jen.Op("&").Id(typ).Values(rt("NewKeyed").Call(newStore(r, r.Limits[0]), lit(r.Limits[0].Cost), keyOK)))).Line().Line()
-	g.Add(comment(doc + " Its methods are atomicbucket.Keyed's."))
+	whose := "Its methods, atomicbucket.Keyed's, are"
+	if r.Folded() {
+		whose = "Its methods, atomicbucket.Keyed's and the folded Allow below, are"
+	}
+	g.Add(comment(strings.Replace(doc, "Its methods are", whose, 1)))
 	g.Type().Id(typ).Struct(keyed).Line().Line()
 	if r.Folded() {
 		l := r.Limits[0]

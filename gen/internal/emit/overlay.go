@@ -12,7 +12,8 @@ import (
 const overlayPath = "github.com/limitgen/limitgen/overlay"
 
 // emitOverlay is each rule as an overlay Set changes it (an overlay.Target)
-// and Limits.ApplyNumbers, which applies a whole Set.
+// and the overlay.Numbers Limits embeds, whose ApplyNumbers applies a whole
+// Set.
 func emitOverlay(m *model.Model) jen.Code {
 	g := jen.Line()
 	var entries []jen.Code
@@ -38,39 +39,16 @@ func emitOverlay(m *model.Model) jen.Code {
 	if len(m.Plans) > 0 {
 		plans = jen.Id("planNames").Index(jen.Empty(), jen.Empty())
 	}
-	g.Comment("newApplier is l's rules as overlay Sets change them.").Line()
-	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("newApplier").Params().Op("*").Qual(overlayPath, "Applier").Block(
-		jen.Return(jen.Qual(overlayPath, "NewApplier").Call(jen.Qual(overlayPath, "Policy").Index(jen.Qual(overlayPath, "Target")).Values(jen.Dict{
+	g.Comment("numbers is overlay.Numbers under a name of the package's own, so that Limits embeds it in an").Line()
+	g.Comment("unexported field: its methods (ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers,").Line()
+	g.Comment("NumbersApplied) are Limits'.").Line()
+	g.Type().Id("numbers").Op("=").Qual(overlayPath, "Numbers").Line().Line()
+	g.Comment("newNumbers is l's rules as overlay Sets change them.").Line()
+	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("newNumbers").Params().Id("numbers").Block(
+		jen.Return(jen.Qual(overlayPath, "NewNumbers").Call(jen.Qual(overlayPath, "Policy").Index(jen.Qual(overlayPath, "Target")).Values(jen.Dict{
 			jen.Id("Plans"): plans,
 			jen.Id("Rules"): jen.Map(jen.String()).Qual(overlayPath, "Target").Values(entries...),
 		})))).Line().Line()
-	g.Add(comment("ApplyNumbers makes set's numbers the ones in force (an overlay file, a table or a hash: package overlay), " +
-		"all or nothing: every entry is checked first (its rule, plan and key, and its numbers as the generator and the " +
-		"rule's store would check them), and a Set with a bad entry is refused whole, its error giving each bad entry's " +
-		"position, with the numbers in force unchanged. Then what differs from the Set applied before is changed, " +
-		"buckets carried as they are (atomicbucket.CarryAsIs), and what that Set gave and this one does not goes back to " +
-		"the policy's numbers. A change made with a limiter's own SetNumbers or SetKeyNumbers stays until a later Set changes what it gives for the same rule, plan or key."))
-	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("ApplyNumbers").Params(jen.Id("set").Qual(overlayPath, "Set")).Error().Block(
-		jen.Return(jen.Id("l").Dot("numbers").Dot("Apply").Call(jen.Id("set")))).Line().Line()
-	g.Add(comment("CheckNumbers says why ApplyNumbers would refuse set (every bad entry, with its position), changing " +
-		"nothing: a writer of a numbers source checks a change before readers see it (redisstore.PutNumbers)."))
-	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("CheckNumbers").Params(jen.Id("set").Qual(overlayPath, "Set")).Error().Block(
-		jen.Return(jen.Id("l").Dot("numbers").Dot("Check").Call(jen.Id("set")))).Line().Line()
-	g.Add(comment("ScaleNumbers multiplies the numbers in force for rule (a rule's name in the policy) by a factor: its " +
-		"rate by rate and its burst by burst, in thousandths (overlay.One leaves it; overlay.FactorOf(0.5) is 500), on every plan and for every key with numbers of its own, " +
-		"until the next ScaleNumbers of the rule (factors do not compound; One and One take the scaling away). It scales what " +
-		"ApplyNumbers put in force, and the policy's numbers where no Set gives any, so a later Set is scaled too. " +
-		"A scaled burst is at least one request's cost, and a factor whose numbers " +
-		"the rule refuses changes nothing (an error wrapping overlay.ErrInvalid). Package adaptive's controller calls it."))
-	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("ScaleNumbers").Params(jen.Id("rule").String(), jen.List(jen.Id("rate"), jen.Id("burst")).Qual(overlayPath, "Factor")).Error().Block(
-		jen.Return(jen.Id("l").Dot("numbers").Dot("Scale").Call(jen.Id("rule"), jen.Id("rate"), jen.Id("burst")))).Line().Line()
-	g.Add(comment("ScaledNumbers is rule's factors in force (overlay.One and One when it is not scaled)."))
-	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("ScaledNumbers").Params(jen.Id("rule").String()).Qual(overlayPath, "Scaled").Block(
-		jen.Return(jen.Id("l").Dot("numbers").Dot("Scaled").Call(jen.Id("rule")))).Line().Line()
-	g.Add(comment("NumbersApplied is how many numbers the last Set applied put in force (a rule's entry for every plan " +
-		"counted per plan), how many Sets were applied, and when the last was."))
-	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("NumbersApplied").Params().Params(jen.Int(), jen.Int64(), jen.Qual("time", "Time")).Block(
-		jen.Return(jen.Id("l").Dot("numbers").Dot("Applied").Call())).Line()
 	return g
 }
 
