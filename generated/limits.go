@@ -298,33 +298,36 @@ var (
 	Global = Default.Global
 )
 
+// perUserLimit is PerUser's limit on each plan, as the policy gives it.
+var perUserLimit = [3]atomicbucket.Limit{atomicbucket.Limit{
+	Tokens: 10,
+	Period: time.Second,
+	Burst:  50,
+	Refill: atomicbucket.Greedy,
+}, atomicbucket.Limit{
+	Tokens: 100,
+	Period: time.Second,
+	Burst:  500,
+	Refill: atomicbucket.Greedy,
+}, atomicbucket.Limit{
+	Tokens: 1000,
+	Period: time.Second,
+	Burst:  2000,
+	Refill: atomicbucket.Greedy,
+}}
+
 // newPerUserLimiter returns PerUser's (empty) tables.
 func newPerUserLimiter() *PerUserLimiter {
 	return &PerUserLimiter{s: [numPlans]*atomicbucket.Table[string]{
-		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-			Tokens: 10,
-			Period: time.Second,
-			Burst:  50,
-			Refill: atomicbucket.Greedy,
-		}), atomicbucket.TableOptions{
+		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(perUserLimit[0]), atomicbucket.TableOptions{
 			MaxKeys: 1000000,
 			AtCap:   atomicbucket.DenyAtCap,
 		}),
-		PlanPro: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-			Tokens: 100,
-			Period: time.Second,
-			Burst:  500,
-			Refill: atomicbucket.Greedy,
-		}), atomicbucket.TableOptions{
+		PlanPro: atomicbucket.NewTable[string](atomicbucket.MustRule(perUserLimit[1]), atomicbucket.TableOptions{
 			MaxKeys: 1000000,
 			AtCap:   atomicbucket.DenyAtCap,
 		}),
-		PlanEnterprise: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-			Tokens: 1000,
-			Period: time.Second,
-			Burst:  2000,
-			Refill: atomicbucket.Greedy,
-		}), atomicbucket.TableOptions{
+		PlanEnterprise: atomicbucket.NewTable[string](atomicbucket.MustRule(perUserLimit[2]), atomicbucket.TableOptions{
 			MaxKeys: 1000000,
 			AtCap:   atomicbucket.DenyAtCap,
 		}),
@@ -566,14 +569,17 @@ func (l *PerUserLimiter) ResetAt(key string, now atomicbucket.Time) {
 	}
 }
 
+// perEndpointLimit is PerEndpoint's limit, as the policy gives it.
+var perEndpointLimit = atomicbucket.Limit{
+	Tokens: 1000,
+	Period: time.Minute,
+	Burst:  200,
+	Refill: atomicbucket.Greedy,
+}
+
 // newPerEndpointLimiter returns PerEndpoint's (empty) table.
 func newPerEndpointLimiter() *PerEndpointLimiter {
-	return &PerEndpointLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[int64](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1000,
-		Period: time.Minute,
-		Burst:  200,
-		Refill: atomicbucket.Greedy,
-	}), perEndpointUnitsPerNs, perEndpointUnitsPerToken, perEndpointBurstUnits), atomicbucket.TableOptions{}), 1, nil)}
+	return &PerEndpointLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[int64](atomicbucket.MustUnits(atomicbucket.MustRule(perEndpointLimit), perEndpointUnitsPerNs, perEndpointUnitsPerToken, perEndpointBurstUnits), atomicbucket.TableOptions{}), 1, nil)}
 }
 
 // PerEndpointLimiter is the type of PerEndpoint. Its methods, atomicbucket.Keyed's and the folded
@@ -608,16 +614,19 @@ func (l *PerEndpointLimiter) ruleInForce(key int64) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
+// loginLimit is Login's limit, as the policy gives it.
+var loginLimit = atomicbucket.Limit{
+	Tokens:     5,
+	Period:     10 * time.Second,
+	Burst:      5,
+	Refill:     atomicbucket.Interval,
+	Initial:    3,
+	InitialSet: true,
+}
+
 // newLoginLimiter returns Login's (empty) table.
 func newLoginLimiter() *LoginLimiter {
-	return &LoginLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens:     5,
-		Period:     10 * time.Second,
-		Burst:      5,
-		Refill:     atomicbucket.Interval,
-		Initial:    3,
-		InitialSet: true,
-	}), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &LoginLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustRule(loginLimit), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // LoginLimiter is the type of Login. Its methods, atomicbucket.Keyed's, are safe for concurrent
@@ -631,15 +640,18 @@ func (l *LoginLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
+// dailyExportLimit is DailyExport's limit, as the policy gives it.
+var dailyExportLimit = atomicbucket.Limit{
+	Tokens:  100,
+	Period:  24 * time.Hour,
+	Burst:   100,
+	Refill:  atomicbucket.Interval,
+	Aligned: true,
+}
+
 // newDailyExportLimiter returns DailyExport's (empty) table.
 func newDailyExportLimiter() *DailyExportLimiter {
-	return &DailyExportLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[uint64](atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens:  100,
-		Period:  24 * time.Hour,
-		Burst:   100,
-		Refill:  atomicbucket.Interval,
-		Aligned: true,
-	}), atomicbucket.TableOptions{}), 1, nil)}
+	return &DailyExportLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[uint64](atomicbucket.MustRule(dailyExportLimit), atomicbucket.TableOptions{}), 1, nil)}
 }
 
 // DailyExportLimiter is the type of DailyExport. Its methods, atomicbucket.Keyed's, are safe for
@@ -653,14 +665,17 @@ func (l *DailyExportLimiter) ruleInForce(key uint64) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
+// uploadLimit is Upload's limit, as the policy gives it.
+var uploadLimit = atomicbucket.Limit{
+	Tokens: 100,
+	Period: time.Second,
+	Burst:  1000,
+	Refill: atomicbucket.Greedy,
+}
+
 // newUploadLimiter returns Upload's (empty) table.
 func newUploadLimiter() *UploadLimiter {
-	return &UploadLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 100,
-		Period: time.Second,
-		Burst:  1000,
-		Refill: atomicbucket.Greedy,
-	}), uploadUnitsPerNs, uploadUnitsPerToken, uploadBurstUnits), atomicbucket.TableOptions{
+	return &UploadLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(uploadLimit), uploadUnitsPerNs, uploadUnitsPerToken, uploadBurstUnits), atomicbucket.TableOptions{
 		MaxKeys: 100000,
 		AtCap:   atomicbucket.AllowAtCap,
 	}), 10, atomicbucket.NonEmpty)}
@@ -746,14 +761,17 @@ func ParseTenantUserKey(s string) (TenantUserKey, error) {
 	return k, nil
 }
 
+// tenantUserLimit is TenantUser's limit, as the policy gives it.
+var tenantUserLimit = atomicbucket.Limit{
+	Tokens: 30,
+	Period: time.Minute,
+	Burst:  5,
+	Refill: atomicbucket.Greedy,
+}
+
 // newTenantUserLimiter returns TenantUser's (empty) table.
 func newTenantUserLimiter() *TenantUserLimiter {
-	return &TenantUserLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[TenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 30,
-		Period: time.Minute,
-		Burst:  5,
-		Refill: atomicbucket.Greedy,
-	}), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits), atomicbucket.TableOptions{
+	return &TenantUserLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[TenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(tenantUserLimit), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits), atomicbucket.TableOptions{
 		KeyHash: TenantUserKey.gridHash,
 	}), 1, func(k TenantUserKey) bool {
 		return verdict.KeyOK(k.Tenant)
@@ -792,14 +810,17 @@ func (l *TenantUserLimiter) ruleInForce(key TenantUserKey) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
+// globalLimit is Global's limit, as the policy gives it.
+var globalLimit = atomicbucket.Limit{
+	Tokens: 2000,
+	Period: time.Second,
+	Burst:  4000,
+	Refill: atomicbucket.Greedy,
+}
+
 // newGlobalLimiter returns Global's bucket, created at now.
 func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
-	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 2000,
-		Period: time.Second,
-		Burst:  4000,
-		Refill: atomicbucket.Greedy,
-	}), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now)}
+	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now)}
 }
 
 // Global's fixed-point units, computed when generating and checked against the runtime when the
@@ -1036,12 +1057,7 @@ var httpPolicyPerUserPlanFree = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  50,
 	Window: 5,
-	Limit: atomicbucket.Limit{
-		Tokens: 10,
-		Period: time.Second,
-		Burst:  50,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perUserLimit[0],
 	Item:   "\"PerUser\";q=50;w=5",
 	Prefix: "\"PerUser\";r=",
 }
@@ -1051,12 +1067,7 @@ var httpPolicyPerUserPlanPro = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  500,
 	Window: 5,
-	Limit: atomicbucket.Limit{
-		Tokens: 100,
-		Period: time.Second,
-		Burst:  500,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perUserLimit[1],
 	Item:   "\"PerUser\";q=500;w=5",
 	Prefix: "\"PerUser\";r=",
 }
@@ -1067,12 +1078,7 @@ var httpPolicyPerUserPlanEnterprise = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  2000,
 	Window: 2,
-	Limit: atomicbucket.Limit{
-		Tokens: 1000,
-		Period: time.Second,
-		Burst:  2000,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perUserLimit[2],
 	Item:   "\"PerUser\";q=2000;w=2",
 	Prefix: "\"PerUser\";r=",
 }
@@ -1082,12 +1088,7 @@ var httpPolicyPerEndpoint = verdict.Policy{
 	Name:   "PerEndpoint",
 	Quota:  200,
 	Window: 12,
-	Limit: atomicbucket.Limit{
-		Tokens: 1000,
-		Period: time.Minute,
-		Burst:  200,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perEndpointLimit,
 	Item:   "\"PerEndpoint\";q=200;w=12",
 	Prefix: "\"PerEndpoint\";r=",
 }
@@ -1097,14 +1098,7 @@ var httpPolicyLogin = verdict.Policy{
 	Name:   "Login",
 	Quota:  5,
 	Window: 10,
-	Limit: atomicbucket.Limit{
-		Tokens:     5,
-		Period:     10 * time.Second,
-		Burst:      5,
-		Refill:     atomicbucket.Interval,
-		Initial:    3,
-		InitialSet: true,
-	},
+	Limit:  loginLimit,
 	Item:   "\"Login\";q=5;w=10",
 	Prefix: "\"Login\";r=",
 }
@@ -1114,13 +1108,7 @@ var httpPolicyDailyExport = verdict.Policy{
 	Name:   "DailyExport",
 	Quota:  100,
 	Window: 86400,
-	Limit: atomicbucket.Limit{
-		Tokens:  100,
-		Period:  24 * time.Hour,
-		Burst:   100,
-		Refill:  atomicbucket.Interval,
-		Aligned: true,
-	},
+	Limit:  dailyExportLimit,
 	Item:   "\"DailyExport\";q=100;w=86400",
 	Prefix: "\"DailyExport\";r=",
 }
@@ -1130,12 +1118,7 @@ var httpPolicyUpload = verdict.Policy{
 	Name:   "Upload",
 	Quota:  1000,
 	Window: 10,
-	Limit: atomicbucket.Limit{
-		Tokens: 100,
-		Period: time.Second,
-		Burst:  1000,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  uploadLimit,
 	Item:   "\"Upload\";q=1000;w=10",
 	Prefix: "\"Upload\";r=",
 }
@@ -1145,12 +1128,7 @@ var httpPolicyTenantUser = verdict.Policy{
 	Name:   "TenantUser",
 	Quota:  5,
 	Window: 10,
-	Limit: atomicbucket.Limit{
-		Tokens: 30,
-		Period: time.Minute,
-		Burst:  5,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  tenantUserLimit,
 	Item:   "\"TenantUser\";q=5;w=10",
 	Prefix: "\"TenantUser\";r=",
 }
@@ -1160,12 +1138,7 @@ var httpPolicyGlobal = verdict.Policy{
 	Name:   "Global",
 	Quota:  4000,
 	Window: 2,
-	Limit: atomicbucket.Limit{
-		Tokens: 2000,
-		Period: time.Second,
-		Burst:  4000,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  globalLimit,
 	Item:   "\"Global\";q=4000;w=2",
 	Prefix: "\"Global\";r=",
 }

@@ -97,14 +97,17 @@ var (
 	Tight = Default.Tight
 )
 
+// perUserLimit is PerUser's limit, as the policy gives it.
+var perUserLimit = atomicbucket.Limit{
+	Tokens: 1000000000,
+	Period: time.Second,
+	Burst:  1000000000,
+	Refill: atomicbucket.Greedy,
+}
+
 // newPerUserLimiter returns PerUser's (empty) table.
 func newPerUserLimiter() *PerUserLimiter {
-	return &PerUserLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1000000000,
-		Period: time.Second,
-		Burst:  1000000000,
-		Refill: atomicbucket.Greedy,
-	}), perUserUnitsPerNs, perUserUnitsPerToken, perUserBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &PerUserLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perUserLimit), perUserUnitsPerNs, perUserUnitsPerToken, perUserBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // PerUserLimiter is the type of PerUser. Its methods, atomicbucket.Keyed's and the folded Allow
@@ -138,14 +141,17 @@ func (l *PerUserLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
+// tightLimit is Tight's limit, as the policy gives it.
+var tightLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Hour,
+	Burst:  1,
+	Refill: atomicbucket.Greedy,
+}
+
 // newTightLimiter returns Tight's (empty) table.
 func newTightLimiter() *TightLimiter {
-	return &TightLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Hour,
-		Burst:  1,
-		Refill: atomicbucket.Greedy,
-	}), tightUnitsPerNs, tightUnitsPerToken, tightBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &TightLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(tightLimit), tightUnitsPerNs, tightUnitsPerToken, tightBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // TightLimiter is the type of Tight. Its methods, atomicbucket.Keyed's and the folded Allow below,
@@ -184,12 +190,7 @@ var httpPolicyPerUser = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  1000000000,
 	Window: 1,
-	Limit: atomicbucket.Limit{
-		Tokens: 1000000000,
-		Period: time.Second,
-		Burst:  1000000000,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perUserLimit,
 	Item:   "\"PerUser\";q=1000000000;w=1",
 	Prefix: "\"PerUser\";r=",
 }
@@ -199,12 +200,7 @@ var httpPolicyTight = verdict.Policy{
 	Name:   "Tight",
 	Quota:  1,
 	Window: 3600,
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Hour,
-		Burst:  1,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  tightLimit,
 	Item:   "\"Tight\";q=1;w=3600",
 	Prefix: "\"Tight\";r=",
 }

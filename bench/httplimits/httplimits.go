@@ -101,14 +101,17 @@ var (
 	Drain = Default.Drain
 )
 
+// perIPLimit is PerIP's limit, as the policy gives it.
+var perIPLimit = atomicbucket.Limit{
+	Tokens: 1000000000,
+	Period: time.Second,
+	Burst:  1000000000,
+	Refill: atomicbucket.Greedy,
+}
+
 // newPerIPLimiter returns PerIP's (empty) table.
 func newPerIPLimiter() *PerIPLimiter {
-	return &PerIPLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1000000000,
-		Period: time.Second,
-		Burst:  1000000000,
-		Refill: atomicbucket.Greedy,
-	}), perIPUnitsPerNs, perIPUnitsPerToken, perIPBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &PerIPLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perIPLimit), perIPUnitsPerNs, perIPUnitsPerToken, perIPBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // PerIPLimiter is the type of PerIP. Its methods, atomicbucket.Keyed's and the folded Allow below,
@@ -142,14 +145,17 @@ func (l *PerIPLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
+// tightLimit is Tight's limit, as the policy gives it.
+var tightLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Hour,
+	Burst:  1,
+	Refill: atomicbucket.Greedy,
+}
+
 // newTightLimiter returns Tight's (empty) table.
 func newTightLimiter() *TightLimiter {
-	return &TightLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Hour,
-		Burst:  1,
-		Refill: atomicbucket.Greedy,
-	}), tightUnitsPerNs, tightUnitsPerToken, tightBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &TightLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(tightLimit), tightUnitsPerNs, tightUnitsPerToken, tightBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // TightLimiter is the type of Tight. Its methods, atomicbucket.Keyed's and the folded Allow below,
@@ -183,14 +189,17 @@ func (l *TightLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
+// drainLimit is Drain's limit, as the policy gives it.
+var drainLimit = atomicbucket.Limit{
+	Tokens: 1000000000,
+	Period: 24 * time.Hour,
+	Burst:  1000000000,
+	Refill: atomicbucket.Greedy,
+}
+
 // newDrainLimiter returns Drain's (empty) table.
 func newDrainLimiter() *DrainLimiter {
-	return &DrainLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1000000000,
-		Period: 24 * time.Hour,
-		Burst:  1000000000,
-		Refill: atomicbucket.Greedy,
-	}), drainUnitsPerNs, drainUnitsPerToken, drainBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &DrainLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(drainLimit), drainUnitsPerNs, drainUnitsPerToken, drainBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // DrainLimiter is the type of Drain. Its methods, atomicbucket.Keyed's and the folded Allow below,
@@ -229,12 +238,7 @@ var httpPolicyPerIP = verdict.Policy{
 	Name:   "PerIP",
 	Quota:  1000000000,
 	Window: 1,
-	Limit: atomicbucket.Limit{
-		Tokens: 1000000000,
-		Period: time.Second,
-		Burst:  1000000000,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perIPLimit,
 	Item:   "\"PerIP\";q=1000000000;w=1",
 	Prefix: "\"PerIP\";r=",
 }
@@ -244,12 +248,7 @@ var httpPolicyTight = verdict.Policy{
 	Name:   "Tight",
 	Quota:  1,
 	Window: 3600,
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Hour,
-		Burst:  1,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  tightLimit,
 	Item:   "\"Tight\";q=1;w=3600",
 	Prefix: "\"Tight\";r=",
 }
@@ -259,12 +258,7 @@ var httpPolicyDrain = verdict.Policy{
 	Name:   "Drain",
 	Quota:  1000000000,
 	Window: 86400,
-	Limit: atomicbucket.Limit{
-		Tokens: 1000000000,
-		Period: 24 * time.Hour,
-		Burst:  1000000000,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  drainLimit,
 	Item:   "\"Drain\";q=1000000000;w=86400",
 	Prefix: "\"Drain\";r=",
 }

@@ -95,12 +95,7 @@ func New(opts ...Option) *Limits {
 var sharedRules = [2]shared.Rule{{
 	Namespace: "bench",
 	Name:      "PerKey",
-	Limit: atomicbucket.Limit{
-		Tokens: 1000000000,
-		Period: time.Second,
-		Burst:  1000000000,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     perKeyLimit,
 	Failure: shared.Failure{
 		Mode: shared.FailDeny,
 	},
@@ -112,12 +107,7 @@ var sharedRules = [2]shared.Rule{{
 }, {
 	Namespace: "bench",
 	Name:      "TenPerSecond",
-	Limit: atomicbucket.Limit{
-		Tokens: 10,
-		Period: time.Second,
-		Burst:  10,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     tenPerSecondLimit,
 	Failure: shared.Failure{
 		Mode: shared.FailDeny,
 	},
@@ -327,14 +317,17 @@ var (
 	TenPerSecond = Default.TenPerSecond
 )
 
+// perKeyLimit is PerKey's limit, as the policy gives it.
+var perKeyLimit = atomicbucket.Limit{
+	Tokens: 1000000000,
+	Period: time.Second,
+	Burst:  1000000000,
+	Refill: atomicbucket.Greedy,
+}
+
 // newPerKeyLocalLimiter returns PerKey's (empty) table.
 func newPerKeyLocalLimiter() *PerKeyLocalLimiter {
-	return &PerKeyLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1000000000,
-		Period: time.Second,
-		Burst:  1000000000,
-		Refill: atomicbucket.Greedy,
-	}), perKeyUnitsPerNs, perKeyUnitsPerToken, perKeyBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &PerKeyLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perKeyLimit), perKeyUnitsPerNs, perKeyUnitsPerToken, perKeyBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // PerKeyLocalLimiter is PerKey decided in this process only, with the whole limit: what
@@ -524,14 +517,17 @@ func (l *PerKeyLimiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
+// inProcessLimit is InProcess's limit, as the policy gives it.
+var inProcessLimit = atomicbucket.Limit{
+	Tokens: 1000000000,
+	Period: time.Second,
+	Burst:  1000000000,
+	Refill: atomicbucket.Greedy,
+}
+
 // newInProcessLimiter returns InProcess's (empty) table.
 func newInProcessLimiter() *InProcessLimiter {
-	return &InProcessLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1000000000,
-		Period: time.Second,
-		Burst:  1000000000,
-		Refill: atomicbucket.Greedy,
-	}), inProcessUnitsPerNs, inProcessUnitsPerToken, inProcessBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &InProcessLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(inProcessLimit), inProcessUnitsPerNs, inProcessUnitsPerToken, inProcessBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // InProcessLimiter is the type of InProcess. Its methods, atomicbucket.Keyed's and the folded Allow
@@ -566,14 +562,17 @@ func (l *InProcessLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
+// tenPerSecondLimit is TenPerSecond's limit, as the policy gives it.
+var tenPerSecondLimit = atomicbucket.Limit{
+	Tokens: 10,
+	Period: time.Second,
+	Burst:  10,
+	Refill: atomicbucket.Greedy,
+}
+
 // newTenPerSecondLocalLimiter returns TenPerSecond's (empty) table.
 func newTenPerSecondLocalLimiter() *TenPerSecondLocalLimiter {
-	return &TenPerSecondLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 10,
-		Period: time.Second,
-		Burst:  10,
-		Refill: atomicbucket.Greedy,
-	}), tenPerSecondUnitsPerNs, tenPerSecondUnitsPerToken, tenPerSecondBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &TenPerSecondLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(tenPerSecondLimit), tenPerSecondUnitsPerNs, tenPerSecondUnitsPerToken, tenPerSecondBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // TenPerSecondLocalLimiter is TenPerSecond decided in this process only, with the whole limit: what
@@ -769,12 +768,7 @@ var httpPolicyPerKey = verdict.Policy{
 	Name:   "PerKey",
 	Quota:  1000000000,
 	Window: 1,
-	Limit: atomicbucket.Limit{
-		Tokens: 1000000000,
-		Period: time.Second,
-		Burst:  1000000000,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perKeyLimit,
 	Item:   "\"PerKey\";q=1000000000;w=1",
 	Prefix: "\"PerKey\";r=",
 }
@@ -784,12 +778,7 @@ var httpPolicyInProcess = verdict.Policy{
 	Name:   "InProcess",
 	Quota:  1000000000,
 	Window: 1,
-	Limit: atomicbucket.Limit{
-		Tokens: 1000000000,
-		Period: time.Second,
-		Burst:  1000000000,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  inProcessLimit,
 	Item:   "\"InProcess\";q=1000000000;w=1",
 	Prefix: "\"InProcess\";r=",
 }
@@ -799,12 +788,7 @@ var httpPolicyTenPerSecond = verdict.Policy{
 	Name:   "TenPerSecond",
 	Quota:  10,
 	Window: 1,
-	Limit: atomicbucket.Limit{
-		Tokens: 10,
-		Period: time.Second,
-		Burst:  10,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  tenPerSecondLimit,
 	Item:   "\"TenPerSecond\";q=10;w=1",
 	Prefix: "\"TenPerSecond\";r=",
 }

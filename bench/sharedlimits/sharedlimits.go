@@ -83,12 +83,7 @@ func New(opts ...Option) *Limits {
 var sharedRules = [1]shared.Rule{{
 	Namespace: "bench",
 	Name:      "Hot",
-	Limit: atomicbucket.Limit{
-		Tokens: 1000000,
-		Period: time.Second,
-		Burst:  1000000,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     hotLimit,
 	Failure: shared.Failure{
 		Mode: shared.FailDeny,
 	},
@@ -229,14 +224,17 @@ var (
 	Hot = Default.Hot
 )
 
+// hotLimit is Hot's limit, as the policy gives it.
+var hotLimit = atomicbucket.Limit{
+	Tokens: 1000000,
+	Period: time.Second,
+	Burst:  1000000,
+	Refill: atomicbucket.Greedy,
+}
+
 // newHotLocalLimiter returns Hot's (empty) table.
 func newHotLocalLimiter() *HotLocalLimiter {
-	return &HotLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1000000,
-		Period: time.Second,
-		Burst:  1000000,
-		Refill: atomicbucket.Greedy,
-	}), hotUnitsPerNs, hotUnitsPerToken, hotBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &HotLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(hotLimit), hotUnitsPerNs, hotUnitsPerToken, hotBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // HotLocalLimiter is Hot decided in this process only, with the whole limit: what HotLimiter.Local

@@ -182,12 +182,7 @@ func New(opts ...Option) *Limits {
 var sharedRules = [9]shared.Rule{{
 	Namespace: "storetest",
 	Name:      "PerUser:free",
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  20,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     perUserLimit[0],
 	Failure: shared.Failure{
 		Mode:  shared.FailLocal,
 		Share: 0.5,
@@ -200,12 +195,7 @@ var sharedRules = [9]shared.Rule{{
 }, {
 	Namespace: "storetest",
 	Name:      "PerUser:pro",
-	Limit: atomicbucket.Limit{
-		Tokens: 10,
-		Period: time.Minute,
-		Burst:  200,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     perUserLimit[1],
 	Failure: shared.Failure{
 		Mode:  shared.FailLocal,
 		Share: 0.5,
@@ -218,24 +208,14 @@ var sharedRules = [9]shared.Rule{{
 }, {
 	Namespace: "storetest",
 	Name:      "Exports",
-	Limit: atomicbucket.Limit{
-		Tokens: 3,
-		Period: time.Hour,
-		Burst:  3,
-		Refill: atomicbucket.Interval,
-	},
+	Limit:     exportsLimit,
 	Failure: shared.Failure{
 		Mode: shared.FailDeny,
 	},
 }, {
 	Namespace: "storetest",
 	Name:      "Global",
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  50,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     globalLimit,
 	Failure: shared.Failure{
 		Mode: shared.FailAllow,
 	},
@@ -248,12 +228,7 @@ var sharedRules = [9]shared.Rule{{
 }, {
 	Namespace: "storetest",
 	Name:      "Downloads",
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  30,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     downloadsLimit,
 	Failure: shared.Failure{
 		Mode: shared.FailDeny,
 	},
@@ -266,12 +241,7 @@ var sharedRules = [9]shared.Rule{{
 }, {
 	Namespace: "storetest",
 	Name:      "DownloadsGlobal",
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  1000,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     downloadsGlobalLimit,
 	Failure: shared.Failure{
 		Mode: shared.FailAllow,
 	},
@@ -285,12 +255,7 @@ var sharedRules = [9]shared.Rule{{
 }, {
 	Namespace: "storetest",
 	Name:      "Fast",
-	Limit: atomicbucket.Limit{
-		Tokens: 10,
-		Period: time.Second,
-		Burst:  2,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     fastLimit,
 	Failure: shared.Failure{
 		Mode: shared.FailDeny,
 	},
@@ -302,12 +267,7 @@ var sharedRules = [9]shared.Rule{{
 }, {
 	Namespace: "storetest",
 	Name:      "Wide",
-	Limit: atomicbucket.Limit{
-		Tokens: 1000000,
-		Period: time.Second,
-		Burst:  1000000,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     wideLimit,
 	Failure: shared.Failure{
 		Mode: shared.FailDeny,
 	},
@@ -319,12 +279,7 @@ var sharedRules = [9]shared.Rule{{
 }, {
 	Namespace: "storetest",
 	Name:      "TenantUser",
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  4,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     tenantUserLimit,
 	Failure: shared.Failure{
 		Mode: shared.FailDeny,
 	},
@@ -906,21 +861,24 @@ var (
 	TenantUser = Default.TenantUser
 )
 
+// perUserLimit is PerUser's limit on each plan, as the policy gives it.
+var perUserLimit = [2]atomicbucket.Limit{atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Minute,
+	Burst:  20,
+	Refill: atomicbucket.Greedy,
+}, atomicbucket.Limit{
+	Tokens: 10,
+	Period: time.Minute,
+	Burst:  200,
+	Refill: atomicbucket.Greedy,
+}}
+
 // newPerUserLocalLimiter returns PerUser's (empty) tables.
 func newPerUserLocalLimiter() *PerUserLocalLimiter {
 	return &PerUserLocalLimiter{s: [numPlans]*atomicbucket.Table[string]{
-		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-			Tokens: 1,
-			Period: time.Minute,
-			Burst:  20,
-			Refill: atomicbucket.Greedy,
-		}), atomicbucket.TableOptions{}),
-		PlanPro: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-			Tokens: 10,
-			Period: time.Minute,
-			Burst:  200,
-			Refill: atomicbucket.Greedy,
-		}), atomicbucket.TableOptions{}),
+		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(perUserLimit[0]), atomicbucket.TableOptions{}),
+		PlanPro:  atomicbucket.NewTable[string](atomicbucket.MustRule(perUserLimit[1]), atomicbucket.TableOptions{}),
 	}}
 }
 
@@ -1330,14 +1288,17 @@ func (l *PerUserLimiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
+// exportsLimit is Exports's limit, as the policy gives it.
+var exportsLimit = atomicbucket.Limit{
+	Tokens: 3,
+	Period: time.Hour,
+	Burst:  3,
+	Refill: atomicbucket.Interval,
+}
+
 // newExportsLocalLimiter returns Exports's (empty) table.
 func newExportsLocalLimiter() *ExportsLocalLimiter {
-	return &ExportsLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[uint64](atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 3,
-		Period: time.Hour,
-		Burst:  3,
-		Refill: atomicbucket.Interval,
-	}), atomicbucket.TableOptions{}), 1, nil)}
+	return &ExportsLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[uint64](atomicbucket.MustRule(exportsLimit), atomicbucket.TableOptions{}), 1, nil)}
 }
 
 // ExportsLocalLimiter is Exports decided in this process only, with the whole limit: what
@@ -1506,14 +1467,17 @@ func (l *ExportsLimiter) Reset(ctx context.Context, key uint64) error {
 	return nil
 }
 
+// perInstanceLimit is PerInstance's limit, as the policy gives it.
+var perInstanceLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Minute,
+	Burst:  5,
+	Refill: atomicbucket.Greedy,
+}
+
 // newPerInstanceLimiter returns PerInstance's (empty) table.
 func newPerInstanceLimiter() *PerInstanceLimiter {
-	return &PerInstanceLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  5,
-		Refill: atomicbucket.Greedy,
-	}), perInstanceUnitsPerNs, perInstanceUnitsPerToken, perInstanceBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &PerInstanceLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perInstanceLimit), perInstanceUnitsPerNs, perInstanceUnitsPerToken, perInstanceBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // PerInstanceLimiter is the type of PerInstance. Its methods, atomicbucket.Keyed's and the folded
@@ -1548,14 +1512,17 @@ func (l *PerInstanceLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
+// globalLimit is Global's limit, as the policy gives it.
+var globalLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Minute,
+	Burst:  50,
+	Refill: atomicbucket.Greedy,
+}
+
 // newGlobalLocalLimiter returns Global's bucket, created at now.
 func newGlobalLocalLimiter(now atomicbucket.Time) *GlobalLocalLimiter {
-	return &GlobalLocalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  50,
-		Refill: atomicbucket.Greedy,
-	}), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now)}
+	return &GlobalLocalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now)}
 }
 
 // Global's fixed-point units, computed when generating and checked against the runtime when the
@@ -1812,14 +1779,17 @@ func (l *GlobalLimiter) Reset(ctx context.Context) error {
 	return nil
 }
 
+// downloadsLimit is Downloads's limit, as the policy gives it.
+var downloadsLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Minute,
+	Burst:  30,
+	Refill: atomicbucket.Greedy,
+}
+
 // newDownloadsLocalLimiter returns Downloads's (empty) table.
 func newDownloadsLocalLimiter() *DownloadsLocalLimiter {
-	return &DownloadsLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  30,
-		Refill: atomicbucket.Greedy,
-	}), downloadsUnitsPerNs, downloadsUnitsPerToken, downloadsBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &DownloadsLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(downloadsLimit), downloadsUnitsPerNs, downloadsUnitsPerToken, downloadsBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // DownloadsLocalLimiter is Downloads decided in this process only, with the whole limit: what
@@ -2012,14 +1982,17 @@ func (l *DownloadsLimiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
+// downloadsGlobalLimit is DownloadsGlobal's limit, as the policy gives it.
+var downloadsGlobalLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Minute,
+	Burst:  1000,
+	Refill: atomicbucket.Greedy,
+}
+
 // newDownloadsGlobalLocalLimiter returns DownloadsGlobal's bucket, created at now.
 func newDownloadsGlobalLocalLimiter(now atomicbucket.Time) *DownloadsGlobalLocalLimiter {
-	return &DownloadsGlobalLocalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  1000,
-		Refill: atomicbucket.Greedy,
-	}), downloadsGlobalUnitsPerNs, downloadsGlobalUnitsPerToken, downloadsGlobalBurstUnits), now)}
+	return &DownloadsGlobalLocalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(downloadsGlobalLimit), downloadsGlobalUnitsPerNs, downloadsGlobalUnitsPerToken, downloadsGlobalBurstUnits), now)}
 }
 
 // DownloadsGlobal's fixed-point units, computed when generating and checked against the runtime
@@ -2279,14 +2252,17 @@ func (l *DownloadsGlobalLimiter) Reset(ctx context.Context) error {
 	return nil
 }
 
+// fastLimit is Fast's limit, as the policy gives it.
+var fastLimit = atomicbucket.Limit{
+	Tokens: 10,
+	Period: time.Second,
+	Burst:  2,
+	Refill: atomicbucket.Greedy,
+}
+
 // newFastLocalLimiter returns Fast's (empty) table.
 func newFastLocalLimiter() *FastLocalLimiter {
-	return &FastLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 10,
-		Period: time.Second,
-		Burst:  2,
-		Refill: atomicbucket.Greedy,
-	}), fastUnitsPerNs, fastUnitsPerToken, fastBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &FastLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(fastLimit), fastUnitsPerNs, fastUnitsPerToken, fastBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // FastLocalLimiter is Fast decided in this process only, with the whole limit: what
@@ -2476,14 +2452,17 @@ func (l *FastLimiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
+// wideLimit is Wide's limit, as the policy gives it.
+var wideLimit = atomicbucket.Limit{
+	Tokens: 1000000,
+	Period: time.Second,
+	Burst:  1000000,
+	Refill: atomicbucket.Greedy,
+}
+
 // newWideLocalLimiter returns Wide's (empty) table.
 func newWideLocalLimiter() *WideLocalLimiter {
-	return &WideLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1000000,
-		Period: time.Second,
-		Burst:  1000000,
-		Refill: atomicbucket.Greedy,
-	}), wideUnitsPerNs, wideUnitsPerToken, wideBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &WideLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(wideLimit), wideUnitsPerNs, wideUnitsPerToken, wideBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // WideLocalLimiter is Wide decided in this process only, with the whole limit: what
@@ -2722,14 +2701,17 @@ func ParseTenantUserKey(s string) (TenantUserKey, error) {
 	return k, nil
 }
 
+// tenantUserLimit is TenantUser's limit, as the policy gives it.
+var tenantUserLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Minute,
+	Burst:  4,
+	Refill: atomicbucket.Greedy,
+}
+
 // newTenantUserLocalLimiter returns TenantUser's (empty) table.
 func newTenantUserLocalLimiter() *TenantUserLocalLimiter {
-	return &TenantUserLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[TenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  4,
-		Refill: atomicbucket.Greedy,
-	}), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits), atomicbucket.TableOptions{
+	return &TenantUserLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[TenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(tenantUserLimit), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits), atomicbucket.TableOptions{
 		KeyHash: TenantUserKey.gridHash,
 	}), 1, func(k TenantUserKey) bool {
 		return verdict.KeyOK(k.Tenant)
@@ -3204,12 +3186,7 @@ var httpPolicyPerUserPlanFree = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  20,
 	Window: 1200,
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  20,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perUserLimit[0],
 	Item:   "\"PerUser\";q=20;w=1200",
 	Prefix: "\"PerUser\";r=",
 }
@@ -3219,12 +3196,7 @@ var httpPolicyPerUserPlanPro = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  200,
 	Window: 1200,
-	Limit: atomicbucket.Limit{
-		Tokens: 10,
-		Period: time.Minute,
-		Burst:  200,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perUserLimit[1],
 	Item:   "\"PerUser\";q=200;w=1200",
 	Prefix: "\"PerUser\";r=",
 }
@@ -3234,12 +3206,7 @@ var httpPolicyExports = verdict.Policy{
 	Name:   "Exports",
 	Quota:  3,
 	Window: 3600,
-	Limit: atomicbucket.Limit{
-		Tokens: 3,
-		Period: time.Hour,
-		Burst:  3,
-		Refill: atomicbucket.Interval,
-	},
+	Limit:  exportsLimit,
 	Item:   "\"Exports\";q=3;w=3600",
 	Prefix: "\"Exports\";r=",
 }
@@ -3249,12 +3216,7 @@ var httpPolicyPerInstance = verdict.Policy{
 	Name:   "PerInstance",
 	Quota:  5,
 	Window: 300,
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  5,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perInstanceLimit,
 	Item:   "\"PerInstance\";q=5;w=300",
 	Prefix: "\"PerInstance\";r=",
 }
@@ -3264,12 +3226,7 @@ var httpPolicyGlobal = verdict.Policy{
 	Name:   "Global",
 	Quota:  50,
 	Window: 3000,
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  50,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  globalLimit,
 	Item:   "\"Global\";q=50;w=3000",
 	Prefix: "\"Global\";r=",
 }
@@ -3279,12 +3236,7 @@ var httpPolicyDownloads = verdict.Policy{
 	Name:   "Downloads",
 	Quota:  30,
 	Window: 1800,
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  30,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  downloadsLimit,
 	Item:   "\"Downloads\";q=30;w=1800",
 	Prefix: "\"Downloads\";r=",
 }
@@ -3294,12 +3246,7 @@ var httpPolicyDownloadsGlobal = verdict.Policy{
 	Name:   "DownloadsGlobal",
 	Quota:  1000,
 	Window: 60000,
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  1000,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  downloadsGlobalLimit,
 	Item:   "\"DownloadsGlobal\";q=1000;w=60000",
 	Prefix: "\"DownloadsGlobal\";r=",
 }
@@ -3309,12 +3256,7 @@ var httpPolicyFast = verdict.Policy{
 	Name:   "Fast",
 	Quota:  2,
 	Window: 1,
-	Limit: atomicbucket.Limit{
-		Tokens: 10,
-		Period: time.Second,
-		Burst:  2,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  fastLimit,
 	Item:   "\"Fast\";q=2;w=1",
 	Prefix: "\"Fast\";r=",
 }
@@ -3324,12 +3266,7 @@ var httpPolicyWide = verdict.Policy{
 	Name:   "Wide",
 	Quota:  1000000,
 	Window: 1,
-	Limit: atomicbucket.Limit{
-		Tokens: 1000000,
-		Period: time.Second,
-		Burst:  1000000,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  wideLimit,
 	Item:   "\"Wide\";q=1000000;w=1",
 	Prefix: "\"Wide\";r=",
 }
@@ -3339,12 +3276,7 @@ var httpPolicyTenantUser = verdict.Policy{
 	Name:   "TenantUser",
 	Quota:  4,
 	Window: 240,
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  4,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  tenantUserLimit,
 	Item:   "\"TenantUser\";q=4;w=240",
 	Prefix: "\"TenantUser\";r=",
 }

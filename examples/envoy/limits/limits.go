@@ -166,12 +166,7 @@ func New(opts ...Option) *Limits {
 var sharedRules = [6]shared.Rule{{
 	Namespace: "envoyexample",
 	Name:      "PerClient",
-	Limit: atomicbucket.Limit{
-		Tokens: 60,
-		Period: time.Minute,
-		Burst:  10,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     perClientLimit,
 	Failure: shared.Failure{
 		Mode: shared.FailDeny,
 	},
@@ -183,12 +178,7 @@ var sharedRules = [6]shared.Rule{{
 }, {
 	Namespace: "envoyexample",
 	Name:      "PerUser:free",
-	Limit: atomicbucket.Limit{
-		Tokens: 100,
-		Period: time.Minute,
-		Burst:  5,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     perUserLimit[0],
 	Failure: shared.Failure{
 		Mode: shared.FailDeny,
 	},
@@ -200,12 +190,7 @@ var sharedRules = [6]shared.Rule{{
 }, {
 	Namespace: "envoyexample",
 	Name:      "PerUser:pro",
-	Limit: atomicbucket.Limit{
-		Tokens: 100,
-		Period: time.Minute,
-		Burst:  15,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     perUserLimit[1],
 	Failure: shared.Failure{
 		Mode: shared.FailDeny,
 	},
@@ -217,12 +202,7 @@ var sharedRules = [6]shared.Rule{{
 }, {
 	Namespace: "envoyexample",
 	Name:      "Global",
-	Limit: atomicbucket.Limit{
-		Tokens: 1000,
-		Period: time.Second,
-		Burst:  1000,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     globalLimit,
 	Failure: shared.Failure{
 		Mode: shared.FailDeny,
 	},
@@ -235,12 +215,7 @@ var sharedRules = [6]shared.Rule{{
 }, {
 	Namespace: "envoyexample",
 	Name:      "PerTenant",
-	Limit: atomicbucket.Limit{
-		Tokens: 10,
-		Period: time.Minute,
-		Burst:  40,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     perTenantLimit,
 	Failure: shared.Failure{
 		Mode: shared.FailDeny,
 	},
@@ -253,13 +228,7 @@ var sharedRules = [6]shared.Rule{{
 }, {
 	Namespace: "envoyexample",
 	Name:      "Exports",
-	Limit: atomicbucket.Limit{
-		Tokens:  3,
-		Period:  time.Hour,
-		Burst:   3,
-		Refill:  atomicbucket.Interval,
-		Aligned: true,
-	},
+	Limit:     exportsLimit,
 	Failure: shared.Failure{
 		Mode: shared.FailDeny,
 	},
@@ -660,14 +629,17 @@ var (
 	Exports = Default.Exports
 )
 
+// perClientLimit is PerClient's limit, as the policy gives it.
+var perClientLimit = atomicbucket.Limit{
+	Tokens: 60,
+	Period: time.Minute,
+	Burst:  10,
+	Refill: atomicbucket.Greedy,
+}
+
 // newPerClientLocalLimiter returns PerClient's (empty) table.
 func newPerClientLocalLimiter() *PerClientLocalLimiter {
-	return &PerClientLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 60,
-		Period: time.Minute,
-		Burst:  10,
-		Refill: atomicbucket.Greedy,
-	}), perClientUnitsPerNs, perClientUnitsPerToken, perClientBurstUnits), atomicbucket.TableOptions{
+	return &PerClientLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perClientLimit), perClientUnitsPerNs, perClientUnitsPerToken, perClientBurstUnits), atomicbucket.TableOptions{
 		MaxKeys: 100000,
 		AtCap:   atomicbucket.DenyAtCap,
 	}), 1, atomicbucket.NonEmpty)}
@@ -861,21 +833,24 @@ func (l *PerClientLimiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
+// perUserLimit is PerUser's limit on each plan, as the policy gives it.
+var perUserLimit = [2]atomicbucket.Limit{atomicbucket.Limit{
+	Tokens: 100,
+	Period: time.Minute,
+	Burst:  5,
+	Refill: atomicbucket.Greedy,
+}, atomicbucket.Limit{
+	Tokens: 100,
+	Period: time.Minute,
+	Burst:  15,
+	Refill: atomicbucket.Greedy,
+}}
+
 // newPerUserLocalLimiter returns PerUser's (empty) tables.
 func newPerUserLocalLimiter() *PerUserLocalLimiter {
 	return &PerUserLocalLimiter{s: [numPlans]*atomicbucket.Table[uint64]{
-		PlanFree: atomicbucket.NewTable[uint64](atomicbucket.MustRule(atomicbucket.Limit{
-			Tokens: 100,
-			Period: time.Minute,
-			Burst:  5,
-			Refill: atomicbucket.Greedy,
-		}), atomicbucket.TableOptions{}),
-		PlanPro: atomicbucket.NewTable[uint64](atomicbucket.MustRule(atomicbucket.Limit{
-			Tokens: 100,
-			Period: time.Minute,
-			Burst:  15,
-			Refill: atomicbucket.Greedy,
-		}), atomicbucket.TableOptions{}),
+		PlanFree: atomicbucket.NewTable[uint64](atomicbucket.MustRule(perUserLimit[0]), atomicbucket.TableOptions{}),
+		PlanPro:  atomicbucket.NewTable[uint64](atomicbucket.MustRule(perUserLimit[1]), atomicbucket.TableOptions{}),
 	}}
 }
 
@@ -1282,14 +1257,17 @@ func (l *PerUserLimiter) Reset(ctx context.Context, key uint64) error {
 	return nil
 }
 
+// globalLimit is Global's limit, as the policy gives it.
+var globalLimit = atomicbucket.Limit{
+	Tokens: 1000,
+	Period: time.Second,
+	Burst:  1000,
+	Refill: atomicbucket.Greedy,
+}
+
 // newGlobalLocalLimiter returns Global's bucket, created at now.
 func newGlobalLocalLimiter(now atomicbucket.Time) *GlobalLocalLimiter {
-	return &GlobalLocalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1000,
-		Period: time.Second,
-		Burst:  1000,
-		Refill: atomicbucket.Greedy,
-	}), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now)}
+	return &GlobalLocalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now)}
 }
 
 // Global's fixed-point units, computed when generating and checked against the runtime when the
@@ -1546,14 +1524,17 @@ func (l *GlobalLimiter) Reset(ctx context.Context) error {
 	return nil
 }
 
+// perTenantLimit is PerTenant's limit, as the policy gives it.
+var perTenantLimit = atomicbucket.Limit{
+	Tokens: 10,
+	Period: time.Minute,
+	Burst:  40,
+	Refill: atomicbucket.Greedy,
+}
+
 // newPerTenantLocalLimiter returns PerTenant's (empty) table.
 func newPerTenantLocalLimiter() *PerTenantLocalLimiter {
-	return &PerTenantLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 10,
-		Period: time.Minute,
-		Burst:  40,
-		Refill: atomicbucket.Greedy,
-	}), perTenantUnitsPerNs, perTenantUnitsPerToken, perTenantBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &PerTenantLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perTenantLimit), perTenantUnitsPerNs, perTenantUnitsPerToken, perTenantBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // PerTenantLocalLimiter is PerTenant decided in this process only, with the whole limit: what
@@ -1746,14 +1727,17 @@ func (l *PerTenantLimiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
+// searchLimit is Search's limit, as the policy gives it.
+var searchLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Minute,
+	Burst:  3,
+	Refill: atomicbucket.Greedy,
+}
+
 // newSearchLimiter returns Search's (empty) table.
 func newSearchLimiter() *SearchLimiter {
-	return &SearchLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  3,
-		Refill: atomicbucket.Greedy,
-	}), searchUnitsPerNs, searchUnitsPerToken, searchBurstUnits), atomicbucket.TableOptions{
+	return &SearchLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(searchLimit), searchUnitsPerNs, searchUnitsPerToken, searchBurstUnits), atomicbucket.TableOptions{
 		MaxKeys: 100000,
 		AtCap:   atomicbucket.DenyAtCap,
 	}), 1, atomicbucket.NonEmpty)}
@@ -1839,15 +1823,18 @@ func ParseExportsKey(s string) (ExportsKey, error) {
 	return k, nil
 }
 
+// exportsLimit is Exports's limit, as the policy gives it.
+var exportsLimit = atomicbucket.Limit{
+	Tokens:  3,
+	Period:  time.Hour,
+	Burst:   3,
+	Refill:  atomicbucket.Interval,
+	Aligned: true,
+}
+
 // newExportsLocalLimiter returns Exports's (empty) table.
 func newExportsLocalLimiter() *ExportsLocalLimiter {
-	return &ExportsLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[ExportsKey](atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens:  3,
-		Period:  time.Hour,
-		Burst:   3,
-		Refill:  atomicbucket.Interval,
-		Aligned: true,
-	}), atomicbucket.TableOptions{
+	return &ExportsLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[ExportsKey](atomicbucket.MustRule(exportsLimit), atomicbucket.TableOptions{
 		KeyHash: ExportsKey.gridHash,
 	}), 1, func(k ExportsKey) bool {
 		return verdict.KeyOK(k.Tenant)
@@ -2178,12 +2165,7 @@ var httpPolicyPerClient = verdict.Policy{
 	Name:   "PerClient",
 	Quota:  10,
 	Window: 10,
-	Limit: atomicbucket.Limit{
-		Tokens: 60,
-		Period: time.Minute,
-		Burst:  10,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perClientLimit,
 	Item:   "\"PerClient\";q=10;w=10",
 	Prefix: "\"PerClient\";r=",
 }
@@ -2193,12 +2175,7 @@ var httpPolicyPerUserPlanFree = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  5,
 	Window: 3,
-	Limit: atomicbucket.Limit{
-		Tokens: 100,
-		Period: time.Minute,
-		Burst:  5,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perUserLimit[0],
 	Item:   "\"PerUser\";q=5;w=3",
 	Prefix: "\"PerUser\";r=",
 }
@@ -2208,12 +2185,7 @@ var httpPolicyPerUserPlanPro = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  15,
 	Window: 9,
-	Limit: atomicbucket.Limit{
-		Tokens: 100,
-		Period: time.Minute,
-		Burst:  15,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perUserLimit[1],
 	Item:   "\"PerUser\";q=15;w=9",
 	Prefix: "\"PerUser\";r=",
 }
@@ -2223,12 +2195,7 @@ var httpPolicyGlobal = verdict.Policy{
 	Name:   "Global",
 	Quota:  1000,
 	Window: 1,
-	Limit: atomicbucket.Limit{
-		Tokens: 1000,
-		Period: time.Second,
-		Burst:  1000,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  globalLimit,
 	Item:   "\"Global\";q=1000;w=1",
 	Prefix: "\"Global\";r=",
 }
@@ -2238,12 +2205,7 @@ var httpPolicyPerTenant = verdict.Policy{
 	Name:   "PerTenant",
 	Quota:  40,
 	Window: 240,
-	Limit: atomicbucket.Limit{
-		Tokens: 10,
-		Period: time.Minute,
-		Burst:  40,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perTenantLimit,
 	Item:   "\"PerTenant\";q=40;w=240",
 	Prefix: "\"PerTenant\";r=",
 }
@@ -2253,12 +2215,7 @@ var httpPolicySearch = verdict.Policy{
 	Name:   "Search",
 	Quota:  3,
 	Window: 180,
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  3,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  searchLimit,
 	Item:   "\"Search\";q=3;w=180",
 	Prefix: "\"Search\";r=",
 }
@@ -2268,13 +2225,7 @@ var httpPolicyExports = verdict.Policy{
 	Name:   "Exports",
 	Quota:  3,
 	Window: 3600,
-	Limit: atomicbucket.Limit{
-		Tokens:  3,
-		Period:  time.Hour,
-		Burst:   3,
-		Refill:  atomicbucket.Interval,
-		Aligned: true,
-	},
+	Limit:  exportsLimit,
 	Item:   "\"Exports\";q=3;w=3600",
 	Prefix: "\"Exports\";r=",
 }

@@ -163,12 +163,7 @@ func New(opts ...Option) *Limits {
 var sharedRules = [4]shared.Rule{{
 	Namespace: "quickstart",
 	Name:      "PerUser:free",
-	Limit: atomicbucket.Limit{
-		Tokens: 10,
-		Period: time.Minute,
-		Burst:  10,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     perUserLimit[0],
 	Failure: shared.Failure{
 		Mode:  shared.FailLocal,
 		Share: 0.5,
@@ -181,12 +176,7 @@ var sharedRules = [4]shared.Rule{{
 }, {
 	Namespace: "quickstart",
 	Name:      "PerUser:pro",
-	Limit: atomicbucket.Limit{
-		Tokens: 100,
-		Period: time.Minute,
-		Burst:  100,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     perUserLimit[1],
 	Failure: shared.Failure{
 		Mode:  shared.FailLocal,
 		Share: 0.5,
@@ -199,12 +189,7 @@ var sharedRules = [4]shared.Rule{{
 }, {
 	Namespace: "quickstart",
 	Name:      "Global",
-	Limit: atomicbucket.Limit{
-		Tokens: 1000,
-		Period: time.Second,
-		Burst:  2000,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     globalLimit,
 	Failure: shared.Failure{
 		Mode: shared.FailAllow,
 	},
@@ -217,12 +202,7 @@ var sharedRules = [4]shared.Rule{{
 }, {
 	Namespace: "quickstart",
 	Name:      "PerCaller",
-	Limit: atomicbucket.Limit{
-		Tokens: 60,
-		Period: time.Minute,
-		Burst:  20,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     perCallerLimit,
 	Failure: shared.Failure{
 		Mode:  shared.FailLocal,
 		Share: 0.5,
@@ -488,24 +468,27 @@ var (
 	Login = Default.Login
 )
 
+// perUserLimit is PerUser's limit on each plan, as the policy gives it.
+var perUserLimit = [2]atomicbucket.Limit{atomicbucket.Limit{
+	Tokens: 10,
+	Period: time.Minute,
+	Burst:  10,
+	Refill: atomicbucket.Greedy,
+}, atomicbucket.Limit{
+	Tokens: 100,
+	Period: time.Minute,
+	Burst:  100,
+	Refill: atomicbucket.Greedy,
+}}
+
 // newPerUserLocalLimiter returns PerUser's (empty) tables.
 func newPerUserLocalLimiter() *PerUserLocalLimiter {
 	return &PerUserLocalLimiter{s: [numPlans]*atomicbucket.Table[string]{
-		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-			Tokens: 10,
-			Period: time.Minute,
-			Burst:  10,
-			Refill: atomicbucket.Greedy,
-		}), atomicbucket.TableOptions{
+		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(perUserLimit[0]), atomicbucket.TableOptions{
 			MaxKeys: 100000,
 			AtCap:   atomicbucket.DenyAtCap,
 		}),
-		PlanPro: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-			Tokens: 100,
-			Period: time.Minute,
-			Burst:  100,
-			Refill: atomicbucket.Greedy,
-		}), atomicbucket.TableOptions{
+		PlanPro: atomicbucket.NewTable[string](atomicbucket.MustRule(perUserLimit[1]), atomicbucket.TableOptions{
 			MaxKeys: 100000,
 			AtCap:   atomicbucket.DenyAtCap,
 		}),
@@ -919,14 +902,17 @@ func (l *PerUserLimiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
+// globalLimit is Global's limit, as the policy gives it.
+var globalLimit = atomicbucket.Limit{
+	Tokens: 1000,
+	Period: time.Second,
+	Burst:  2000,
+	Refill: atomicbucket.Greedy,
+}
+
 // newGlobalLocalLimiter returns Global's bucket, created at now.
 func newGlobalLocalLimiter(now atomicbucket.Time) *GlobalLocalLimiter {
-	return &GlobalLocalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1000,
-		Period: time.Second,
-		Burst:  2000,
-		Refill: atomicbucket.Greedy,
-	}), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now)}
+	return &GlobalLocalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now)}
 }
 
 // Global's fixed-point units, computed when generating and checked against the runtime when the
@@ -1183,14 +1169,17 @@ func (l *GlobalLimiter) Reset(ctx context.Context) error {
 	return nil
 }
 
+// perCallerLimit is PerCaller's limit, as the policy gives it.
+var perCallerLimit = atomicbucket.Limit{
+	Tokens: 60,
+	Period: time.Minute,
+	Burst:  20,
+	Refill: atomicbucket.Greedy,
+}
+
 // newPerCallerLocalLimiter returns PerCaller's (empty) table.
 func newPerCallerLocalLimiter() *PerCallerLocalLimiter {
-	return &PerCallerLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 60,
-		Period: time.Minute,
-		Burst:  20,
-		Refill: atomicbucket.Greedy,
-	}), perCallerUnitsPerNs, perCallerUnitsPerToken, perCallerBurstUnits), atomicbucket.TableOptions{
+	return &PerCallerLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perCallerLimit), perCallerUnitsPerNs, perCallerUnitsPerToken, perCallerBurstUnits), atomicbucket.TableOptions{
 		MaxKeys: 100000,
 		AtCap:   atomicbucket.DenyAtCap,
 	}), 1, atomicbucket.NonEmpty)}
@@ -1384,14 +1373,17 @@ func (l *PerCallerLimiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
+// loginLimit is Login's limit, as the policy gives it.
+var loginLimit = atomicbucket.Limit{
+	Tokens: 5,
+	Period: time.Minute,
+	Burst:  5,
+	Refill: atomicbucket.Greedy,
+}
+
 // newLoginLimiter returns Login's (empty) table.
 func newLoginLimiter() *LoginLimiter {
-	return &LoginLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 5,
-		Period: time.Minute,
-		Burst:  5,
-		Refill: atomicbucket.Greedy,
-	}), loginUnitsPerNs, loginUnitsPerToken, loginBurstUnits), atomicbucket.TableOptions{
+	return &LoginLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(loginLimit), loginUnitsPerNs, loginUnitsPerToken, loginBurstUnits), atomicbucket.TableOptions{
 		MaxKeys: 100000,
 		AtCap:   atomicbucket.DenyAtCap,
 	}), 1, atomicbucket.NonEmpty)}
@@ -1707,12 +1699,7 @@ var httpPolicyPerUserPlanFree = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  10,
 	Window: 60,
-	Limit: atomicbucket.Limit{
-		Tokens: 10,
-		Period: time.Minute,
-		Burst:  10,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perUserLimit[0],
 	Item:   "\"PerUser\";q=10;w=60",
 	Prefix: "\"PerUser\";r=",
 }
@@ -1722,12 +1709,7 @@ var httpPolicyPerUserPlanPro = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  100,
 	Window: 60,
-	Limit: atomicbucket.Limit{
-		Tokens: 100,
-		Period: time.Minute,
-		Burst:  100,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perUserLimit[1],
 	Item:   "\"PerUser\";q=100;w=60",
 	Prefix: "\"PerUser\";r=",
 }
@@ -1737,12 +1719,7 @@ var httpPolicyGlobal = verdict.Policy{
 	Name:   "Global",
 	Quota:  2000,
 	Window: 2,
-	Limit: atomicbucket.Limit{
-		Tokens: 1000,
-		Period: time.Second,
-		Burst:  2000,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  globalLimit,
 	Item:   "\"Global\";q=2000;w=2",
 	Prefix: "\"Global\";r=",
 }
@@ -1752,12 +1729,7 @@ var httpPolicyPerCaller = verdict.Policy{
 	Name:   "PerCaller",
 	Quota:  20,
 	Window: 20,
-	Limit: atomicbucket.Limit{
-		Tokens: 60,
-		Period: time.Minute,
-		Burst:  20,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perCallerLimit,
 	Item:   "\"PerCaller\";q=20;w=20",
 	Prefix: "\"PerCaller\";r=",
 }
@@ -1767,12 +1739,7 @@ var httpPolicyLogin = verdict.Policy{
 	Name:   "Login",
 	Quota:  5,
 	Window: 60,
-	Limit: atomicbucket.Limit{
-		Tokens: 5,
-		Period: time.Minute,
-		Burst:  5,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  loginLimit,
 	Item:   "\"Login\";q=5;w=60",
 	Prefix: "\"Login\";r=",
 }

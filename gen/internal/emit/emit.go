@@ -291,40 +291,45 @@ func store(r model.Rule) *jen.Statement {
 	return rt("Table").Types(jen.Id(r.KeyType))
 }
 
-func limitLit(l model.Limit) jen.Code {
-	refill := "Greedy"
-	if l.Interval {
-		refill = "Interval"
+// limitRef is the rule's limit on plan i (its only one without plans): its
+// LimitVar, which emitLimitVar declares.
+func limitRef(r model.Rule, i int) jen.Code {
+	if r.Planned {
+		return jen.Id(r.LimitVar()).Index(jen.Lit(i))
 	}
-	kv := []jen.Code{
-		field("Tokens", lit(l.Tokens)),
-		field("Period", duration(l.PeriodNs)),
-		field("Burst", lit(l.Burst)),
-		field("Refill", rt(refill)),
-	}
-	if l.Aligned {
-		kv = append(kv, field("Aligned", jen.True()))
-	}
-	if l.InitialSet {
-		kv = append(kv, field("Initial", lit(l.Initial)), field("InitialSet", jen.True()))
-	}
-	return rt("MustRule").Call(rt("Limit").Add(fields(kv...)))
+	return jen.Id(r.LimitVar())
 }
 
-// ruleOf is the runtime rule for a limit; for a folded rule, checked against
-// the constants the checks use.
-func ruleOf(r model.Rule, l model.Limit) jen.Code {
-	if !r.Folded() {
-		return limitLit(l)
+// emitLimitVar declares the rule's LimitVar: its limit, or by plan its
+// limits, as literals of atomicbucket.Limit.
+func emitLimitVar(r model.Rule) jen.Code {
+	if !r.Planned {
+		return comment(fmt.Sprintf("%s is %s's limit, as the policy gives it.", r.LimitVar(), r.GoName)).
+			Var().Id(r.LimitVar()).Op("=").Add(limitValue(r.Limits[0])).Line().Line()
 	}
-	return rt("MustUnits").Call(limitLit(l), jen.Id(r.UnitsPerNs()), jen.Id(r.UnitsPerToken()), jen.Id(r.BurstUnits()))
+	var vals []jen.Code
+	for _, l := range r.Limits {
+		vals = append(vals, limitValue(l))
+	}
+	return comment(fmt.Sprintf("%s is %s's limit on each plan, as the policy gives it.", r.LimitVar(), r.GoName)).
+		Var().Id(r.LimitVar()).Op("=").Index(jen.Lit(len(vals))).Add(rt("Limit")).Values(vals...).Line().Line()
+}
+
+// ruleOf is the runtime rule for the rule's limit on plan i; for a folded
+// rule, checked against the constants the checks use.
+func ruleOf(r model.Rule, i int) jen.Code {
+	rule := rt("MustRule").Call(limitRef(r, i))
+	if !r.Folded() {
+		return rule
+	}
+	return rt("MustUnits").Call(rule, jen.Id(r.UnitsPerNs()), jen.Id(r.UnitsPerToken()), jen.Id(r.BurstUnits()))
 }
 
 // newStore builds one bucket set for a limit. A global rule's bucket is created
 // at now (its initial tokens and its interval grid start then).
-func newStore(r model.Rule, l model.Limit) jen.Code {
+func newStore(r model.Rule, i int) jen.Code {
 	if r.KeyType == "" {
-		return rt("NewBucketAt").Call(ruleOf(r, l), jen.Id("now"))
+		return rt("NewBucketAt").Call(ruleOf(r, i), jen.Id("now"))
 	}
 	var opts []jen.Code
 	if r.MaxKeys > 0 {
@@ -341,7 +346,7 @@ func newStore(r model.Rule, l model.Limit) jen.Code {
 	if len(opts) > 0 {
 		o = rt("TableOptions").Add(fields(opts...))
 	}
-	return rt("NewTable").Types(jen.Id(r.KeyType)).Call(ruleOf(r, l), o)
+	return rt("NewTable").Types(jen.Id(r.KeyType)).Call(ruleOf(r, i), o)
 }
 
 // method describes one generated method and the runtime call behind it.
@@ -453,7 +458,7 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 		typ, ctor, doc = r.LocalTypeName(), r.LocalCtorName(), r.LocalDoc
 	}
 	recv := jen.Id("l").Op("*").Id(typ)
-	g := jen.Line()
+	g := jen.Line().Add(emitLimitVar(r))
 	if r.KeyType != "" && !r.Planned {
 		g.Add(emitKeyed(r, typ, ctor, doc, recv))
 		if r.Shared {
@@ -469,12 +474,12 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 		field = jen.Id("s").Index(jen.Id("numPlans")).Op("*").Add(store(r))
 		vals := make([]jen.Code, len(m.Plans))
 		for i, p := range m.Plans {
-			vals[i] = jen.Id(p.GoName).Op(":").Add(newStore(r, r.Limits[i]))
+			vals[i] = jen.Id(p.GoName).Op(":").Add(newStore(r, i))
 		}
 		init = jen.Index(jen.Id("numPlans")).Op("*").Add(store(r)).Add(fields(vals...))
 	} else {
 		field = jen.Id("s").Op("*").Add(store(r))
-		init = newStore(r, r.Limits[0])
+		init = newStore(r, 0)
 	}
 	if r.KeyType == "" {
 		g.Comment(fmt.Sprintf("%s returns %s's bucket, created at now.", ctor, r.GoName)).Line()
@@ -613,7 +618,7 @@ func emitKeyed(r model.Rule, typ, ctor, doc string, recv jen.Code) jen.Code {
 	}
 	g.Comment(fmt.Sprintf("%s returns %s's (empty) table.", ctor, r.GoName)).Line()
 	g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
-		jen.Return(jen.Op("&").Id(typ).Values(rt("NewKeyed").Call(newStore(r, r.Limits[0]), lit(r.Limits[0].Cost), keyOK)))).Line().Line()
+		jen.Return(jen.Op("&").Id(typ).Values(rt("NewKeyed").Call(newStore(r, 0), lit(r.Limits[0].Cost), keyOK)))).Line().Line()
 	whose := "Its methods, atomicbucket.Keyed's, are"
 	if r.Folded() {
 		whose = "Its methods, atomicbucket.Keyed's and the folded Allow below, are"
@@ -1213,7 +1218,7 @@ func emitShared(m *model.Model) jen.Code {
 		if !r.Shared {
 			continue
 		}
-		for i, l := range r.Limits {
+		for i := range r.Limits {
 			name := r.Name
 			if r.Planned {
 				name = r.Name + ":" + m.Plans[i].Name
@@ -1225,7 +1230,7 @@ func emitShared(m *model.Model) jen.Code {
 			rf := []jen.Code{
 				field("Namespace", jen.Lit(m.Namespace)),
 				field("Name", jen.Lit(name)),
-				field("Limit", limitValue(l)),
+				field("Limit", limitRef(r, i)),
 				field("Failure", jen.Qual(sharedPath, "Failure").Add(fields(f...))),
 			}
 			if r.Lease > 0 {

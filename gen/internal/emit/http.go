@@ -272,7 +272,7 @@ func emitHTTPTables(m *model.Model) jen.Code {
 	var vars, pols, costs []jen.Code
 	for i, r := range m.Rules {
 		var perPlan, perCost []jen.Code
-		for j, l := range r.Limits {
+		for j := range r.Limits {
 			p := m.Fields[i][j]
 			name := policyVar(m, r, j)
 			doc := fmt.Sprintf("%s is rule %s as the RateLimit fields describe it.", name, r.Name)
@@ -283,7 +283,7 @@ func emitHTTPTables(m *model.Model) jen.Code {
 				field("Name", jen.Lit(p.Name)),
 				field("Quota", lit(p.Quota)),
 				field("Window", lit(p.Window)),
-				field("Limit", limitValue(l)),
+				field("Limit", limitRef(r, j)),
 				field("Item", jen.Lit(p.Item)),
 				field("Prefix", jen.Lit(p.Prefix)),
 			)).Line())

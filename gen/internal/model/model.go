@@ -136,6 +136,11 @@ func (r Rule) UnitsPerNs() string    { return r.Unexported() + "UnitsPerNs" }
 func (r Rule) UnitsPerToken() string { return r.Unexported() + "UnitsPerToken" }
 func (r Rule) BurstUnits() string    { return r.Unexported() + "BurstUnits" }
 
+// LimitVar is the variable that holds the rule's limit as the policy gives
+// it (an array by plan for a planned rule): emitted once, read by its
+// buckets, its RateLimit fields and its store.
+func (r Rule) LimitVar() string { return r.Unexported() + "Limit" }
+
 // Idents are the package-level identifiers the rule declares, with what each
 // is. Its variable's name is also a field of Limits.
 func (r Rule) Idents() [][2]string {
@@ -149,7 +154,7 @@ func (r Rule) Idents() [][2]string {
 		{r.LocalTypeName(), "its process-local limiter type"}, {r.LocalCtorName(), "its process-local constructor"},
 		{r.RuleConst(), "its RuleName constant"},
 		{r.UnitsPerNs(), "a units constant"}, {r.UnitsPerToken(), "a units constant"}, {r.BurstUnits(), "a units constant"},
-		{p + "Cost", "its per-plan costs"},
+		{p + "Cost", "its per-plan costs"}, {r.LimitVar(), "its limit"},
 	}...)
 }
 

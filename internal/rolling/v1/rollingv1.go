@@ -88,12 +88,7 @@ func New(opts ...Option) *Limits {
 var sharedRules = [2]shared.Rule{{
 	Namespace: "rolling",
 	Name:      "PerUser",
-	Limit: atomicbucket.Limit{
-		Tokens: 10,
-		Period: time.Minute,
-		Burst:  10,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     perUserLimit,
 	Failure: shared.Failure{
 		Mode: shared.FailDeny,
 	},
@@ -105,12 +100,7 @@ var sharedRules = [2]shared.Rule{{
 }, {
 	Namespace: "rolling",
 	Name:      "Batch",
-	Limit: atomicbucket.Limit{
-		Tokens: 5,
-		Period: time.Second,
-		Burst:  5,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     batchLimit,
 	Failure: shared.Failure{
 		Mode: shared.FailDeny,
 	},
@@ -317,14 +307,17 @@ var (
 	Batch = Default.Batch
 )
 
+// perUserLimit is PerUser's limit, as the policy gives it.
+var perUserLimit = atomicbucket.Limit{
+	Tokens: 10,
+	Period: time.Minute,
+	Burst:  10,
+	Refill: atomicbucket.Greedy,
+}
+
 // newPerUserLocalLimiter returns PerUser's (empty) table.
 func newPerUserLocalLimiter() *PerUserLocalLimiter {
-	return &PerUserLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 10,
-		Period: time.Minute,
-		Burst:  10,
-		Refill: atomicbucket.Greedy,
-	}), perUserUnitsPerNs, perUserUnitsPerToken, perUserBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &PerUserLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perUserLimit), perUserUnitsPerNs, perUserUnitsPerToken, perUserBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // PerUserLocalLimiter is PerUser decided in this process only, with the whole limit: what
@@ -514,14 +507,17 @@ func (l *PerUserLimiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
+// batchLimit is Batch's limit, as the policy gives it.
+var batchLimit = atomicbucket.Limit{
+	Tokens: 5,
+	Period: time.Second,
+	Burst:  5,
+	Refill: atomicbucket.Greedy,
+}
+
 // newBatchLocalLimiter returns Batch's (empty) table.
 func newBatchLocalLimiter() *BatchLocalLimiter {
-	return &BatchLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 5,
-		Period: time.Second,
-		Burst:  5,
-		Refill: atomicbucket.Greedy,
-	}), batchUnitsPerNs, batchUnitsPerToken, batchBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &BatchLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(batchLimit), batchUnitsPerNs, batchUnitsPerToken, batchBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // BatchLocalLimiter is Batch decided in this process only, with the whole limit: what

@@ -162,12 +162,7 @@ func New(opts ...Option) *Limits {
 var sharedRules = [1]shared.Rule{{
 	Namespace: "grpctest",
 	Name:      "Tenants",
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  4,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:     tenantsLimit,
 	Failure: shared.Failure{
 		Mode: shared.FailDeny,
 	},
@@ -422,21 +417,24 @@ var (
 	Global = Default.Global
 )
 
+// checksLimit is Checks's limit on each plan, as the policy gives it.
+var checksLimit = [2]atomicbucket.Limit{atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Minute,
+	Burst:  3,
+	Refill: atomicbucket.Greedy,
+}, atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Minute,
+	Burst:  6,
+	Refill: atomicbucket.Greedy,
+}}
+
 // newChecksLimiter returns Checks's (empty) tables.
 func newChecksLimiter() *ChecksLimiter {
 	return &ChecksLimiter{s: [numPlans]*atomicbucket.Table[string]{
-		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-			Tokens: 1,
-			Period: time.Minute,
-			Burst:  3,
-			Refill: atomicbucket.Greedy,
-		}), atomicbucket.TableOptions{}),
-		PlanPro: atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{
-			Tokens: 1,
-			Period: time.Minute,
-			Burst:  6,
-			Refill: atomicbucket.Greedy,
-		}), atomicbucket.TableOptions{}),
+		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(checksLimit[0]), atomicbucket.TableOptions{}),
+		PlanPro:  atomicbucket.NewTable[string](atomicbucket.MustRule(checksLimit[1]), atomicbucket.TableOptions{}),
 	}}
 }
 
@@ -674,14 +672,17 @@ func (l *ChecksLimiter) ResetAt(key string, now atomicbucket.Time) {
 	}
 }
 
+// watchesLimit is Watches's limit, as the policy gives it.
+var watchesLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Minute,
+	Burst:  2,
+	Refill: atomicbucket.Greedy,
+}
+
 // newWatchesLimiter returns Watches's (empty) table.
 func newWatchesLimiter() *WatchesLimiter {
-	return &WatchesLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  2,
-		Refill: atomicbucket.Greedy,
-	}), watchesUnitsPerNs, watchesUnitsPerToken, watchesBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &WatchesLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(watchesLimit), watchesUnitsPerNs, watchesUnitsPerToken, watchesBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // WatchesLimiter is the type of Watches. Its methods, atomicbucket.Keyed's and the folded Allow
@@ -763,14 +764,17 @@ func ParseTenantsKey(s string) (TenantsKey, error) {
 	return k, nil
 }
 
+// tenantsLimit is Tenants's limit, as the policy gives it.
+var tenantsLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Minute,
+	Burst:  4,
+	Refill: atomicbucket.Greedy,
+}
+
 // newTenantsLocalLimiter returns Tenants's (empty) table.
 func newTenantsLocalLimiter() *TenantsLocalLimiter {
-	return &TenantsLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[TenantsKey](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  4,
-		Refill: atomicbucket.Greedy,
-	}), tenantsUnitsPerNs, tenantsUnitsPerToken, tenantsBurstUnits), atomicbucket.TableOptions{
+	return &TenantsLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[TenantsKey](atomicbucket.MustUnits(atomicbucket.MustRule(tenantsLimit), tenantsUnitsPerNs, tenantsUnitsPerToken, tenantsBurstUnits), atomicbucket.TableOptions{
 		KeyHash: TenantsKey.gridHash,
 	}), 1, func(k TenantsKey) bool {
 		return verdict.KeyOK(k.Tenant) && verdict.KeyOK(k.Region)
@@ -964,14 +968,17 @@ func (l *TenantsLimiter) Reset(ctx context.Context, key TenantsKey) error {
 	return nil
 }
 
+// perMethodLimit is PerMethod's limit, as the policy gives it.
+var perMethodLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Minute,
+	Burst:  100,
+	Refill: atomicbucket.Greedy,
+}
+
 // newPerMethodLimiter returns PerMethod's (empty) table.
 func newPerMethodLimiter() *PerMethodLimiter {
-	return &PerMethodLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  100,
-		Refill: atomicbucket.Greedy,
-	}), perMethodUnitsPerNs, perMethodUnitsPerToken, perMethodBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &PerMethodLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perMethodLimit), perMethodUnitsPerNs, perMethodUnitsPerToken, perMethodBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // PerMethodLimiter is the type of PerMethod. Its methods, atomicbucket.Keyed's and the folded Allow
@@ -1006,14 +1013,17 @@ func (l *PerMethodLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
+// globalLimit is Global's limit, as the policy gives it.
+var globalLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Minute,
+	Burst:  1000,
+	Refill: atomicbucket.Greedy,
+}
+
 // newGlobalLimiter returns Global's bucket, created at now.
 func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
-	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  1000,
-		Refill: atomicbucket.Greedy,
-	}), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now)}
+	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now)}
 }
 
 // Global's fixed-point units, computed when generating and checked against the runtime when the
@@ -1229,12 +1239,7 @@ var httpPolicyChecksPlanFree = verdict.Policy{
 	Name:   "Checks",
 	Quota:  3,
 	Window: 180,
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  3,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  checksLimit[0],
 	Item:   "\"Checks\";q=3;w=180",
 	Prefix: "\"Checks\";r=",
 }
@@ -1244,12 +1249,7 @@ var httpPolicyChecksPlanPro = verdict.Policy{
 	Name:   "Checks",
 	Quota:  6,
 	Window: 360,
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  6,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  checksLimit[1],
 	Item:   "\"Checks\";q=6;w=360",
 	Prefix: "\"Checks\";r=",
 }
@@ -1259,12 +1259,7 @@ var httpPolicyWatches = verdict.Policy{
 	Name:   "Watches",
 	Quota:  2,
 	Window: 120,
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  2,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  watchesLimit,
 	Item:   "\"Watches\";q=2;w=120",
 	Prefix: "\"Watches\";r=",
 }
@@ -1274,12 +1269,7 @@ var httpPolicyTenants = verdict.Policy{
 	Name:   "Tenants",
 	Quota:  4,
 	Window: 240,
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  4,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  tenantsLimit,
 	Item:   "\"Tenants\";q=4;w=240",
 	Prefix: "\"Tenants\";r=",
 }
@@ -1289,12 +1279,7 @@ var httpPolicyPerMethod = verdict.Policy{
 	Name:   "PerMethod",
 	Quota:  100,
 	Window: 6000,
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  100,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perMethodLimit,
 	Item:   "\"PerMethod\";q=100;w=6000",
 	Prefix: "\"PerMethod\";r=",
 }
@@ -1304,12 +1289,7 @@ var httpPolicyGlobal = verdict.Policy{
 	Name:   "Global",
 	Quota:  1000,
 	Window: 60000,
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  1000,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  globalLimit,
 	Item:   "\"Global\";q=1000;w=60000",
 	Prefix: "\"Global\";r=",
 }

@@ -97,14 +97,17 @@ var (
 	Lookups = Default.Lookups
 )
 
+// updatesLimit is Updates's limit, as the policy gives it.
+var updatesLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Minute,
+	Burst:  3,
+	Refill: atomicbucket.Greedy,
+}
+
 // newUpdatesLimiter returns Updates's (empty) table.
 func newUpdatesLimiter() *UpdatesLimiter {
-	return &UpdatesLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  3,
-		Refill: atomicbucket.Greedy,
-	}), updatesUnitsPerNs, updatesUnitsPerToken, updatesBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &UpdatesLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(updatesLimit), updatesUnitsPerNs, updatesUnitsPerToken, updatesBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // UpdatesLimiter is the type of Updates. Its methods, atomicbucket.Keyed's and the folded Allow
@@ -138,14 +141,17 @@ func (l *UpdatesLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
+// lookupsLimit is Lookups's limit, as the policy gives it.
+var lookupsLimit = atomicbucket.Limit{
+	Tokens: 20,
+	Period: time.Second,
+	Burst:  2,
+	Refill: atomicbucket.Greedy,
+}
+
 // newLookupsLimiter returns Lookups's (empty) table.
 func newLookupsLimiter() *LookupsLimiter {
-	return &LookupsLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 20,
-		Period: time.Second,
-		Burst:  2,
-		Refill: atomicbucket.Greedy,
-	}), lookupsUnitsPerNs, lookupsUnitsPerToken, lookupsBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &LookupsLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(lookupsLimit), lookupsUnitsPerNs, lookupsUnitsPerToken, lookupsBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // LookupsLimiter is the type of Lookups. Its methods, atomicbucket.Keyed's and the folded Allow
@@ -184,12 +190,7 @@ var httpPolicyUpdates = verdict.Policy{
 	Name:   "Updates",
 	Quota:  3,
 	Window: 180,
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  3,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  updatesLimit,
 	Item:   "\"Updates\";q=3;w=180",
 	Prefix: "\"Updates\";r=",
 }
@@ -199,12 +200,7 @@ var httpPolicyLookups = verdict.Policy{
 	Name:   "Lookups",
 	Quota:  2,
 	Window: 1,
-	Limit: atomicbucket.Limit{
-		Tokens: 20,
-		Period: time.Second,
-		Burst:  2,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  lookupsLimit,
 	Item:   "\"Lookups\";q=2;w=1",
 	Prefix: "\"Lookups\";r=",
 }

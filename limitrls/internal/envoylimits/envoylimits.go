@@ -215,14 +215,18 @@ var (
 	RlTenantUser = Default.RlTenantUser
 )
 
+// rlSourceClusterProxyDestinationClusterLimit is RlSourceClusterProxyDestinationCluster's limit, as
+// the policy gives it.
+var rlSourceClusterProxyDestinationClusterLimit = atomicbucket.Limit{
+	Tokens: 100,
+	Period: time.Minute,
+	Burst:  100,
+	Refill: atomicbucket.Greedy,
+}
+
 // newRlSourceClusterProxyDestinationClusterLimiter returns RlSourceClusterProxyDestinationCluster's (empty) table.
 func newRlSourceClusterProxyDestinationClusterLimiter() *RlSourceClusterProxyDestinationClusterLimiter {
-	return &RlSourceClusterProxyDestinationClusterLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 100,
-		Period: time.Minute,
-		Burst:  100,
-		Refill: atomicbucket.Greedy,
-	}), rlSourceClusterProxyDestinationClusterUnitsPerNs, rlSourceClusterProxyDestinationClusterUnitsPerToken, rlSourceClusterProxyDestinationClusterBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &RlSourceClusterProxyDestinationClusterLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(rlSourceClusterProxyDestinationClusterLimit), rlSourceClusterProxyDestinationClusterUnitsPerNs, rlSourceClusterProxyDestinationClusterUnitsPerToken, rlSourceClusterProxyDestinationClusterBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // RlSourceClusterProxyDestinationClusterLimiter is the type of
@@ -259,14 +263,18 @@ func (l *RlSourceClusterProxyDestinationClusterLimiter) ruleInForce(key string) 
 	return l.Table().ChangedRule(key)
 }
 
+// rlSourceClusterProxyDestinationClusterBarLimit is RlSourceClusterProxyDestinationClusterBar's
+// limit, as the policy gives it.
+var rlSourceClusterProxyDestinationClusterBarLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Minute,
+	Burst:  1,
+	Refill: atomicbucket.Greedy,
+}
+
 // newRlSourceClusterProxyDestinationClusterBarLimiter returns RlSourceClusterProxyDestinationClusterBar's bucket, created at now.
 func newRlSourceClusterProxyDestinationClusterBarLimiter(now atomicbucket.Time) *RlSourceClusterProxyDestinationClusterBarLimiter {
-	return &RlSourceClusterProxyDestinationClusterBarLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  1,
-		Refill: atomicbucket.Greedy,
-	}), rlSourceClusterProxyDestinationClusterBarUnitsPerNs, rlSourceClusterProxyDestinationClusterBarUnitsPerToken, rlSourceClusterProxyDestinationClusterBarBurstUnits), now)}
+	return &RlSourceClusterProxyDestinationClusterBarLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(rlSourceClusterProxyDestinationClusterBarLimit), rlSourceClusterProxyDestinationClusterBarUnitsPerNs, rlSourceClusterProxyDestinationClusterBarUnitsPerToken, rlSourceClusterProxyDestinationClusterBarBurstUnits), now)}
 }
 
 // RlSourceClusterProxyDestinationClusterBar's fixed-point units, computed when generating and
@@ -401,14 +409,17 @@ func (l *RlSourceClusterProxyDestinationClusterBarLimiter) ResetAt(now atomicbuc
 	l.s.ResetAt(now)
 }
 
+// rlRemoteAddressLimit is RlRemoteAddress's limit, as the policy gives it.
+var rlRemoteAddressLimit = atomicbucket.Limit{
+	Tokens: 10,
+	Period: time.Second,
+	Burst:  10,
+	Refill: atomicbucket.Greedy,
+}
+
 // newRlRemoteAddressLimiter returns RlRemoteAddress's (empty) table.
 func newRlRemoteAddressLimiter() *RlRemoteAddressLimiter {
-	return &RlRemoteAddressLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 10,
-		Period: time.Second,
-		Burst:  10,
-		Refill: atomicbucket.Greedy,
-	}), rlRemoteAddressUnitsPerNs, rlRemoteAddressUnitsPerToken, rlRemoteAddressBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &RlRemoteAddressLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(rlRemoteAddressLimit), rlRemoteAddressUnitsPerNs, rlRemoteAddressUnitsPerToken, rlRemoteAddressBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // RlRemoteAddressLimiter is the type of RlRemoteAddress. Its methods, atomicbucket.Keyed's and the
@@ -443,14 +454,17 @@ func (l *RlRemoteAddressLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
+// reportsLimit is Reports's limit, as the policy gives it.
+var reportsLimit = atomicbucket.Limit{
+	Tokens: 2,
+	Period: time.Hour,
+	Burst:  2,
+	Refill: atomicbucket.Greedy,
+}
+
 // newReportsLimiter returns Reports's bucket, created at now.
 func newReportsLimiter(now atomicbucket.Time) *ReportsLimiter {
-	return &ReportsLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 2,
-		Period: time.Hour,
-		Burst:  2,
-		Refill: atomicbucket.Greedy,
-	}), reportsUnitsPerNs, reportsUnitsPerToken, reportsBurstUnits), now)}
+	return &ReportsLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(reportsLimit), reportsUnitsPerNs, reportsUnitsPerToken, reportsBurstUnits), now)}
 }
 
 // Reports's fixed-point units, computed when generating and checked against the runtime when the
@@ -628,14 +642,17 @@ func ParseRlTenantUserKey(s string) (RlTenantUserKey, error) {
 	return k, nil
 }
 
+// rlTenantUserLimit is RlTenantUser's limit, as the policy gives it.
+var rlTenantUserLimit = atomicbucket.Limit{
+	Tokens: 2,
+	Period: time.Minute,
+	Burst:  2,
+	Refill: atomicbucket.Greedy,
+}
+
 // newRlTenantUserLimiter returns RlTenantUser's (empty) table.
 func newRlTenantUserLimiter() *RlTenantUserLimiter {
-	return &RlTenantUserLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[RlTenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 2,
-		Period: time.Minute,
-		Burst:  2,
-		Refill: atomicbucket.Greedy,
-	}), rlTenantUserUnitsPerNs, rlTenantUserUnitsPerToken, rlTenantUserBurstUnits), atomicbucket.TableOptions{
+	return &RlTenantUserLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[RlTenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(rlTenantUserLimit), rlTenantUserUnitsPerNs, rlTenantUserUnitsPerToken, rlTenantUserBurstUnits), atomicbucket.TableOptions{
 		KeyHash: RlTenantUserKey.gridHash,
 	}), 1, func(k RlTenantUserKey) bool {
 		return verdict.KeyOK(k.Tenant) && verdict.KeyOK(k.User)
@@ -680,12 +697,7 @@ var httpPolicyRlSourceClusterProxyDestinationCluster = verdict.Policy{
 	Name:   "RlSourceClusterProxyDestinationCluster",
 	Quota:  100,
 	Window: 60,
-	Limit: atomicbucket.Limit{
-		Tokens: 100,
-		Period: time.Minute,
-		Burst:  100,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  rlSourceClusterProxyDestinationClusterLimit,
 	Item:   "\"RlSourceClusterProxyDestinationCluster\";q=100;w=60",
 	Prefix: "\"RlSourceClusterProxyDestinationCluster\";r=",
 }
@@ -696,12 +708,7 @@ var httpPolicyRlSourceClusterProxyDestinationClusterBar = verdict.Policy{
 	Name:   "RlSourceClusterProxyDestinationClusterBar",
 	Quota:  1,
 	Window: 60,
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  1,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  rlSourceClusterProxyDestinationClusterBarLimit,
 	Item:   "\"RlSourceClusterProxyDestinationClusterBar\";q=1;w=60",
 	Prefix: "\"RlSourceClusterProxyDestinationClusterBar\";r=",
 }
@@ -711,12 +718,7 @@ var httpPolicyRlRemoteAddress = verdict.Policy{
 	Name:   "RlRemoteAddress",
 	Quota:  10,
 	Window: 1,
-	Limit: atomicbucket.Limit{
-		Tokens: 10,
-		Period: time.Second,
-		Burst:  10,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  rlRemoteAddressLimit,
 	Item:   "\"RlRemoteAddress\";q=10;w=1",
 	Prefix: "\"RlRemoteAddress\";r=",
 }
@@ -726,12 +728,7 @@ var httpPolicyReports = verdict.Policy{
 	Name:   "Reports",
 	Quota:  2,
 	Window: 3600,
-	Limit: atomicbucket.Limit{
-		Tokens: 2,
-		Period: time.Hour,
-		Burst:  2,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  reportsLimit,
 	Item:   "\"Reports\";q=2;w=3600",
 	Prefix: "\"Reports\";r=",
 }
@@ -741,12 +738,7 @@ var httpPolicyRlTenantUser = verdict.Policy{
 	Name:   "RlTenantUser",
 	Quota:  2,
 	Window: 60,
-	Limit: atomicbucket.Limit{
-		Tokens: 2,
-		Period: time.Minute,
-		Burst:  2,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  rlTenantUserLimit,
 	Item:   "\"RlTenantUser\";q=2;w=60",
 	Prefix: "\"RlTenantUser\";r=",
 }

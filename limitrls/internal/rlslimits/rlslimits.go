@@ -273,14 +273,17 @@ var (
 	Global = Default.Global
 )
 
+// perIPLimit is PerIP's limit, as the policy gives it.
+var perIPLimit = atomicbucket.Limit{
+	Tokens: 5,
+	Period: time.Second,
+	Burst:  2,
+	Refill: atomicbucket.Greedy,
+}
+
 // newPerIPLimiter returns PerIP's (empty) table.
 func newPerIPLimiter() *PerIPLimiter {
-	return &PerIPLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 5,
-		Period: time.Second,
-		Burst:  2,
-		Refill: atomicbucket.Greedy,
-	}), perIPUnitsPerNs, perIPUnitsPerToken, perIPBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &PerIPLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perIPLimit), perIPUnitsPerNs, perIPUnitsPerToken, perIPBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
 }
 
 // PerIPLimiter is the type of PerIP. Its methods, atomicbucket.Keyed's and the folded Allow below,
@@ -314,21 +317,24 @@ func (l *PerIPLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
+// perUserLimit is PerUser's limit on each plan, as the policy gives it.
+var perUserLimit = [2]atomicbucket.Limit{atomicbucket.Limit{
+	Tokens: 100,
+	Period: time.Minute,
+	Burst:  3,
+	Refill: atomicbucket.Greedy,
+}, atomicbucket.Limit{
+	Tokens: 100,
+	Period: time.Minute,
+	Burst:  6,
+	Refill: atomicbucket.Greedy,
+}}
+
 // newPerUserLimiter returns PerUser's (empty) tables.
 func newPerUserLimiter() *PerUserLimiter {
 	return &PerUserLimiter{s: [numPlans]*atomicbucket.Table[uint64]{
-		PlanFree: atomicbucket.NewTable[uint64](atomicbucket.MustRule(atomicbucket.Limit{
-			Tokens: 100,
-			Period: time.Minute,
-			Burst:  3,
-			Refill: atomicbucket.Greedy,
-		}), atomicbucket.TableOptions{}),
-		PlanPro: atomicbucket.NewTable[uint64](atomicbucket.MustRule(atomicbucket.Limit{
-			Tokens: 100,
-			Period: time.Minute,
-			Burst:  6,
-			Refill: atomicbucket.Greedy,
-		}), atomicbucket.TableOptions{}),
+		PlanFree: atomicbucket.NewTable[uint64](atomicbucket.MustRule(perUserLimit[0]), atomicbucket.TableOptions{}),
+		PlanPro:  atomicbucket.NewTable[uint64](atomicbucket.MustRule(perUserLimit[1]), atomicbucket.TableOptions{}),
 	}}
 }
 
@@ -612,14 +618,17 @@ func ParsePerTenantUserKey(s string) (PerTenantUserKey, error) {
 	return k, nil
 }
 
+// perTenantUserLimit is PerTenantUser's limit, as the policy gives it.
+var perTenantUserLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Minute,
+	Burst:  2,
+	Refill: atomicbucket.Greedy,
+}
+
 // newPerTenantUserLimiter returns PerTenantUser's (empty) table.
 func newPerTenantUserLimiter() *PerTenantUserLimiter {
-	return &PerTenantUserLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[PerTenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  2,
-		Refill: atomicbucket.Greedy,
-	}), perTenantUserUnitsPerNs, perTenantUserUnitsPerToken, perTenantUserBurstUnits), atomicbucket.TableOptions{
+	return &PerTenantUserLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[PerTenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(perTenantUserLimit), perTenantUserUnitsPerNs, perTenantUserUnitsPerToken, perTenantUserBurstUnits), atomicbucket.TableOptions{
 		KeyHash: PerTenantUserKey.gridHash,
 	}), 1, func(k PerTenantUserKey) bool {
 		return verdict.KeyOK(k.Tenant)
@@ -658,14 +667,17 @@ func (l *PerTenantUserLimiter) ruleInForce(key PerTenantUserKey) *atomicbucket.R
 	return l.Table().ChangedRule(key)
 }
 
+// globalLimit is Global's limit, as the policy gives it.
+var globalLimit = atomicbucket.Limit{
+	Tokens: 1000,
+	Period: time.Second,
+	Burst:  1000,
+	Refill: atomicbucket.Greedy,
+}
+
 // newGlobalLimiter returns Global's bucket, created at now.
 func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
-	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(atomicbucket.Limit{
-		Tokens: 1000,
-		Period: time.Second,
-		Burst:  1000,
-		Refill: atomicbucket.Greedy,
-	}), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now)}
+	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now)}
 }
 
 // Global's fixed-point units, computed when generating and checked against the runtime when the
@@ -888,12 +900,7 @@ var httpPolicyPerIP = verdict.Policy{
 	Name:   "PerIP",
 	Quota:  2,
 	Window: 1,
-	Limit: atomicbucket.Limit{
-		Tokens: 5,
-		Period: time.Second,
-		Burst:  2,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perIPLimit,
 	Item:   "\"PerIP\";q=2;w=1",
 	Prefix: "\"PerIP\";r=",
 }
@@ -903,12 +910,7 @@ var httpPolicyPerUserPlanFree = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  3,
 	Window: 2,
-	Limit: atomicbucket.Limit{
-		Tokens: 100,
-		Period: time.Minute,
-		Burst:  3,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perUserLimit[0],
 	Item:   "\"PerUser\";q=3;w=2",
 	Prefix: "\"PerUser\";r=",
 }
@@ -918,12 +920,7 @@ var httpPolicyPerUserPlanPro = verdict.Policy{
 	Name:   "PerUser",
 	Quota:  6,
 	Window: 4,
-	Limit: atomicbucket.Limit{
-		Tokens: 100,
-		Period: time.Minute,
-		Burst:  6,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perUserLimit[1],
 	Item:   "\"PerUser\";q=6;w=4",
 	Prefix: "\"PerUser\";r=",
 }
@@ -933,12 +930,7 @@ var httpPolicyPerTenantUser = verdict.Policy{
 	Name:   "PerTenantUser",
 	Quota:  2,
 	Window: 120,
-	Limit: atomicbucket.Limit{
-		Tokens: 1,
-		Period: time.Minute,
-		Burst:  2,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  perTenantUserLimit,
 	Item:   "\"PerTenantUser\";q=2;w=120",
 	Prefix: "\"PerTenantUser\";r=",
 }
@@ -948,12 +940,7 @@ var httpPolicyGlobal = verdict.Policy{
 	Name:   "Global",
 	Quota:  1000,
 	Window: 1,
-	Limit: atomicbucket.Limit{
-		Tokens: 1000,
-		Period: time.Second,
-		Burst:  1000,
-		Refill: atomicbucket.Greedy,
-	},
+	Limit:  globalLimit,
 	Item:   "\"Global\";q=1000;w=1",
 	Prefix: "\"Global\";r=",
 }
