@@ -1,0 +1,235 @@
+package reference
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+)
+
+// WindowParams are a window rule's numbers as written: at most Limit cost
+// units admitted in any interval of length Window.
+type WindowParams struct {
+	Limit    int64 // N
+	Window   int64 // W, ns
+	MaxKeys  int64 // key cap; 0 means none
+	AllowCap bool  // at the cap: allow untracked (else deny)
+}
+
+// Window is the exact reference of a sliding window: each key's log of the
+// admissions that still count, in the order they came. It is written from the
+// contract, not from an implementation: a mutex, a plain map, a slice per
+// key, and no cleverness.
+//
+// The contract, for a key at time t:
+//   - in the window: what was admitted at times a with t − W < a ≤ t;
+//   - a request of cost c (0 ≤ c ≤ N) is admitted when what is in the window
+//     plus c is at most N, and is then logged at t;
+//   - Remaining is N less what is in the window (after the request);
+//   - RetryAfter, for a denial, is the least wait after which the same
+//     request would be admitted if nothing more were: the time when enough of
+//     the oldest admissions have left the window (an admission at a leaves it
+//     at a + W), less t; Never for a cost above N or below 0;
+//   - Reset is the wait until the window is empty (0 when it is);
+//   - a key whose window is empty holds nothing: forgetting it loses nothing
+//     (lossless reclaim), and a key cap counts only keys whose window is not
+//     empty.
+type Window struct {
+	mu   sync.Mutex
+	p    WindowParams
+	logs map[string][]Admission
+}
+
+// NewWindow returns an empty window reference.
+func NewWindow(p WindowParams) *Window {
+	return &Window{p: p, logs: map[string][]Admission{}}
+}
+
+// Params returns the reference's parameters.
+func (w *Window) Params() WindowParams { return w.p }
+
+// inWindow is what of log is in the window at t.
+func (w *Window) inWindow(log []Admission, t int64) []Admission {
+	i := 0
+	for i < len(log) && log[i].At+w.p.Window <= t {
+		i++
+	}
+	return log[i:]
+}
+
+// live drops from key's log what left the window by t, forgets the key when
+// nothing is left, and returns the log.
+func (w *Window) live(key string, t int64) []Admission {
+	log := w.inWindow(w.logs[key], t)
+	if len(log) == 0 {
+		delete(w.logs, key)
+		return nil
+	}
+	w.logs[key] = log
+	return log
+}
+
+func sumCost(log []Admission) int64 {
+	n := int64(0)
+	for _, a := range log {
+		n += a.Cost
+	}
+	return n
+}
+
+// waitFor is, for a log live at t, the least wait after which at most room
+// is in the window, nothing more being admitted.
+func (w *Window) waitFor(log []Admission, t, room int64) time.Duration {
+	in := sumCost(log)
+	for _, a := range log {
+		if in <= room {
+			break
+		}
+		in -= a.Cost
+		if in <= room {
+			return time.Duration(a.At + w.p.Window - t)
+		}
+	}
+	return 0
+}
+
+// decide is the decision for cost at t against log (live at t), and whether
+// it admits.
+func (w *Window) decide(log []Admission, t, cost int64) Decision {
+	in := sumCost(log)
+	reset := func(log []Admission) time.Duration {
+		if len(log) == 0 {
+			return 0
+		}
+		return time.Duration(log[len(log)-1].At + w.p.Window - t)
+	}
+	if cost < 0 || cost > w.p.Limit {
+		return Decision{Remaining: w.p.Limit - in, Reset: reset(log), RetryAfter: atomicbucket.Never}
+	}
+	if in+cost > w.p.Limit {
+		return Decision{Remaining: w.p.Limit - in, Reset: reset(log), RetryAfter: w.waitFor(log, t, w.p.Limit-cost)}
+	}
+	after := log
+	if cost > 0 {
+		after = append(slices.Clip(log), Admission{At: t, Cost: cost})
+	}
+	return Decision{Allowed: true, Remaining: w.p.Limit - in - cost, Reset: reset(after)}
+}
+
+// AllowN decides a request of cost for key at t, logging it if admitted.
+// Times for one key must not go back (the runtime's clock is monotonic).
+func (w *Window) AllowN(key string, t, cost int64) Decision {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	log := w.live(key, t)
+	if log == nil && cost > 0 && cost <= w.p.Limit && w.p.MaxKeys > 0 && w.liveKeys(t) >= w.p.MaxKeys {
+		if w.p.AllowCap {
+			return w.decide(nil, t, cost) // untracked: admitted, logged nowhere
+		}
+		return Decision{RetryAfter: w.capFree(t)}
+	}
+	d := w.decide(log, t, cost)
+	if d.Allowed && cost > 0 {
+		w.logs[key] = append(log, Admission{Key: key, At: t, Cost: cost})
+	}
+	return d
+}
+
+// liveKeys is how many keys hold something at t (forgetting the others).
+func (w *Window) liveKeys(t int64) int64 {
+	for key := range w.logs {
+		w.live(key, t)
+	}
+	return int64(len(w.logs))
+}
+
+// capFree is, at the cap, the wait until some key's window empties.
+func (w *Window) capFree(t int64) time.Duration {
+	first := int64(-1)
+	for _, log := range w.logs {
+		if end := log[len(log)-1].At + w.p.Window; first < 0 || end < first {
+			first = end
+		}
+	}
+	return time.Duration(first - t)
+}
+
+// Peek is what AllowN would decide for a key with room in the table (the cap
+// aside), changing nothing: t may be later than the next request's.
+func (w *Window) Peek(key string, t, cost int64) Decision {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.decide(w.inWindow(w.logs[key], t), t, cost)
+}
+
+// Refund takes cost back from key's newest admissions (a tier's later rule
+// denied the request that made them): they no longer count, as if never
+// admitted. It never takes back more than the window holds.
+func (w *Window) Refund(key string, t, cost int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	log := w.live(key, t)
+	for len(log) > 0 && cost > 0 {
+		last := &log[len(log)-1]
+		take := min(cost, last.Cost)
+		last.Cost -= take
+		cost -= take
+		if last.Cost == 0 {
+			log = log[:len(log)-1]
+		}
+	}
+	if len(log) == 0 {
+		delete(w.logs, key)
+	} else {
+		w.logs[key] = log
+	}
+}
+
+// In is what key has in the window at t.
+func (w *Window) In(key string, t int64) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return sumCost(w.live(key, t))
+}
+
+// Len is how many keys hold something at t.
+func (w *Window) Len(t int64) int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.liveKeys(t)
+}
+
+// CheckWindow checks, key by key, that no interval of length window holds
+// more than limit of the admitted cost: every window (a − W, a] ending at an
+// admission a, which is where a window's count is largest. It returns the
+// first excess found.
+func CheckWindow(limit, window int64, adm []Admission) error {
+	byKey := map[string][]Admission{}
+	for _, a := range adm {
+		byKey[a.Key] = append(byKey[a.Key], a)
+	}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, key := range keys {
+		list := byKey[key]
+		slices.SortStableFunc(list, func(a, b Admission) int { return cmp.Compare(a.At, b.At) })
+		in, first := int64(0), 0
+		for _, a := range list {
+			in += a.Cost
+			for list[first].At+window <= a.At {
+				in -= list[first].Cost
+				first++
+			}
+			if in > limit {
+				return fmt.Errorf("key %q: %d admitted in the %v ending at %d, more than %d", key, in, time.Duration(window), a.At, limit)
+			}
+		}
+	}
+	return nil
+}
