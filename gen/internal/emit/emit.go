@@ -491,13 +491,7 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 			jen.Return(jen.Op("&").Id(typ).Values(jen.Dict{jen.Id("s"): init}))).Line().Line()
 	}
 	if r.Folded() {
-		l := r.Limits[0]
-		g.Add(comment(r.UnitsDoc))
-		g.Const().Defs(
-			jen.Id(r.UnitsPerNs()).Op("=").Add(lit(l.Scale)),
-			jen.Id(r.UnitsPerToken()).Op("=").Add(lit(l.Emit)),
-			jen.Id(r.BurstUnits()).Op("=").Add(lit(l.Tau)),
-		).Line().Line()
+		g.Add(unitsConsts(r))
 	}
 	g.Add(comment(doc))
 	g.Type().Id(typ).Struct(field).Line()
@@ -588,6 +582,16 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 	return g
 }
 
+// unitsConsts declares a folded rule's units (see atomicbucket.Rule.Units).
+func unitsConsts(r model.Rule) jen.Code {
+	l := r.Limits[0]
+	return comment(r.UnitsDoc).Const().Defs(
+		jen.Id(r.UnitsPerNs()).Op("=").Add(lit(l.Scale)),
+		jen.Id(r.UnitsPerToken()).Op("=").Add(lit(l.Emit)),
+		jen.Id(r.BurstUnits()).Op("=").Add(lit(l.Tau)),
+	).Line().Line()
+}
+
 // emitKeyed is a keyed rule without plans: a type that embeds the runtime's
 // atomicbucket.Keyed, which has every method, and adds what is specialised:
 // the rule's units as constants and, when they fold, an Allow that takes
@@ -627,12 +631,7 @@ func emitKeyed(r model.Rule, typ, ctor, doc string, recv jen.Code) jen.Code {
 	g.Type().Id(typ).Struct(keyed).Line().Line()
 	if r.Folded() {
 		l := r.Limits[0]
-		g.Add(comment(r.UnitsDoc))
-		g.Const().Defs(
-			jen.Id(r.UnitsPerNs()).Op("=").Add(lit(l.Scale)),
-			jen.Id(r.UnitsPerToken()).Op("=").Add(lit(l.Emit)),
-			jen.Id(r.BurstUnits()).Op("=").Add(lit(l.Tau)),
-		).Line().Line()
+		g.Add(unitsConsts(r))
 		inc := jen.Id(r.UnitsPerToken()).Op("*").Add(lit(l.Cost))
 		if l.Cost == 1 {
 			inc = jen.Id(r.UnitsPerToken())
