@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/verdict"
@@ -161,7 +162,7 @@ func (p *picture) binned(series []int64) []int64 {
 func (s *simulation) writeHTML(w io.Writer, p *picture) error {
 	width, n := p.bins()
 	var b strings.Builder
-	esc := html.EscapeString
+	esc := pageText
 	fmt.Fprintf(&b, "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n<title>limitgen simulate: %s</title>\n", esc(s.name))
 	b.WriteString("<style>body{font:14px system-ui,sans-serif;margin:2em;max-width:60em}svg{background:#fafafa;border:1px solid #ddd}" +
 		".adm{fill:#3a7d44}.den{fill:#c0392b}.chg{stroke:#1f4e99;stroke-dasharray:4 3}table{border-collapse:collapse}" +
@@ -199,7 +200,7 @@ const (
 )
 
 func (s *simulation) ruleSection(b *strings.Builder, p *picture, i int, r *simRule, width int64, n int) {
-	esc := html.EscapeString
+	esc := pageText
 	adm, den := p.binned(p.admitted[i]), p.binned(p.denied[i])
 	numbers := verdict.Describe(atomicbucket.Limit{Tokens: r.limit.Tokens, Period: time.Duration(r.limit.PeriodNs), Burst: r.limit.Burst})
 	if r.limit.Interval {
@@ -275,4 +276,30 @@ func (s *simulation) ruleSection(b *strings.Builder, p *picture, i int, r *simRu
 		fmt.Fprintf(b, "<tr><td>%s</td><td class=\"n\">%d</td><td class=\"n\">%d</td></tr>\n", esc(key), h.allowed, h.denied)
 	}
 	b.WriteString("</table>\n</section>\n")
+}
+
+// pageText is s as the page's text or attribute value: HTML-escaped, and
+// what XML 1.0 forbids even escaped (control characters but tab, newline and
+// carriage return; U+FFFE and U+FFFF; invalid UTF-8) written as Go writes it
+// in a string literal (\x01, \ufffe; a backslash as \\), so that a hostile key
+// still leaves the page well-formed and shows what it was, unambiguously.
+func pageText(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case r < 0x20 && r != '\t' && r != '\n' && r != '\r':
+			fmt.Fprintf(&b, `\x%02x`, r)
+		case r == 0xFFFE || r == 0xFFFF:
+			fmt.Fprintf(&b, `\u%04x`, r)
+		case r == '\\':
+			b.WriteString(`\\`) // so that \x01 shown is the byte, never the text
+		default:
+			b.WriteString(html.EscapeString(s[i : i+size]))
+		}
+		i += size
+	}
+	return b.String()
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/csv"
 	"encoding/xml"
 	"fmt"
 	"io"
@@ -611,4 +612,50 @@ func reportSeries(t *testing.T, out string, pic *readSeries) *readSeries {
 		}
 	}
 	return r
+}
+
+// TestSimulateHTMLHostileKeys: keys a log may hold that would break the
+// page (control characters XML forbids even escaped, invalid UTF-8, markup,
+// a backslash) hit the limit, and the page stays well-formed and names each
+// key unambiguously.
+func TestSimulateHTMLHostileKeys(t *testing.T) {
+	keys := map[string]string{ // as the log holds it → as the page shows it
+		"a\x01b":       `a\x01b`,
+		`a\x01b`:       `a\\x01b`,
+		"<x&y>":        "<x&y>",
+		"bad\xffutf8":  `bad\xffutf8`,
+		"tab\there":    "tab\there",
+		"\"quoted\"":   `"quoted"`,
+		"nul\x00byte":  `nul\x00byte`,
+		"end\uffffend": `end\uffffend`,
+	}
+	var log strings.Builder
+	for key := range keys {
+		for range 5 { // Login: a new key starts with 3; the 4th and 5th are denied
+			w := csv.NewWriter(&log)
+			w.Write([]string{"0", key})
+			w.Flush()
+		}
+	}
+	page := filepath.Join(t.TempDir(), "report.html")
+	_, errOut, code := runSimulate(t, []string{"-policy", "../policy.yaml", "-rule", "Login", "-html", page}, log.String())
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	raw, err := os.ReadFile(page)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := readPicture(t, raw).rules["Login"]
+	if got == nil {
+		t.Fatal("no Login section")
+	}
+	for key, shown := range keys {
+		if got.keys[shown] != "3,2" {
+			t.Errorf("key %q: the page's row for %q is %q, want 3 allowed, 2 denied (rows: %q)", key, shown, got.keys[shown], got.keys)
+		}
+	}
+	if len(got.keys) != len(keys) {
+		t.Errorf("%d key rows, want %d: %q", len(got.keys), len(keys), got.keys)
+	}
 }
