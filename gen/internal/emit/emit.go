@@ -88,7 +88,7 @@ func file(m *model.Model) *jen.File {
 	f.ImportName(runtimePath, "atomicbucket")
 	f.ImportName(overlayPath, "overlay")
 	f.Comment("The runtime this package was generated for: an incompatible one fails to build here.")
-	f.Const().Id("_").Op("=").Add(rt("GeneratedAPIVersion3"))
+	f.Const().Id("_").Op("=").Add(rt("GeneratedAPIVersion4"))
 	if len(m.Plans) > 0 {
 		f.Add(emitPlans(m))
 	}
