@@ -304,8 +304,8 @@ func pick(routes []literalRoute, method string) int {
 type LiteralPath struct {
 	Path string
 	// Methods are the methods the path's patterns name, each with its
-	// route; HEAD takes GET's route when no pattern names
-	// HEAD, and is listed with it.
+	// route; HEAD takes GET's route when no pattern names HEAD, and is
+	// listed with it.
 	Methods []LiteralMethod
 	// Any is the index+1 of the path's pattern for any method, 0 for none:
 	// the route of every method not in Methods.
