@@ -130,7 +130,7 @@ tiers:
 		"var ruleNames = [...]string{\"\", \"per_user\", \"Endpoint\", \"Global\"}",
 		"\tif plan >= numPlans {\n\t\treturn false\n\t}\n\treturn l.s[plan].Allow(key)",
 		"Tokens:     5,\n\tPeriod:     10 * time.Second,\n\tBurst:      5,\n\tRefill:     atomicbucket.Interval,\n\tInitial:    3,\n\tInitialSet: true,",
-		"func (l *GlobalLimiter) Allow() bool {\n\tnow := atomicbucket.Now()\n\tif word, ok := l.s.AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken*2, globalBurstUnits); word >= 0 {\n\t\treturn ok\n\t}\n\treturn l.s.AllowNAt(now, 2).Allowed\n}",
+		"func (l *GlobalLimiter) Allow() bool {\n\tnow := atomicbucket.Now()\n\tif word, ok := l.Bucket().AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken*2, globalBurstUnits); word >= 0 {\n\t\treturn ok\n\t}\n\t// The numbers changed at run time: the runtime's check, which judges by those in force.\n\treturn l.Bucket().AllowNAt(now, 2).Allowed\n}",
 		"globalUnitsPerNs = 1\n\tglobalUnitsPerToken = 500000\n\tglobalBurstUnits = 2000000000",
 		"atomicbucket.MustUnits(atomicbucket.MustRule(",
 		"func New(opts ...Option) *Limits {",

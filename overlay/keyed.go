@@ -91,3 +91,36 @@ func ParseUint[K ~uint | ~uint8 | ~uint16 | ~uint32 | ~uint64](s string) (K, err
 	v, err := strconv.ParseUint(s, 10, int(unsafe.Sizeof(zero))*8)
 	return K(v), err
 }
+
+// GlobalTarget is a global rule without plans, kept in the process
+// (atomicbucket.Global, which a generated limiter embeds), as a Set changes
+// it: numbers are checked as the generator checks a policy's; a Set's bucket
+// is carried as it is (atomicbucket.CarryAsIs). It takes no keys.
+func GlobalTarget(l atomicbucket.Global) Target { return globalTarget{l} }
+
+type globalTarget struct{ l atomicbucket.Global }
+
+func (t globalTarget) Plans() int            { return 0 }
+func (t globalTarget) Keyed() bool           { return false }
+func (t globalTarget) CheckKey(string) error { return nil }
+
+func (t globalTarget) Check(_ int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	if c := t.l.Cost(); c > 1 {
+		return atomicbucket.CheckCost(n.Burst, c)
+	}
+	return nil
+}
+
+func (t globalTarget) Base(int) Base {
+	r := t.l.Rule().Limit()
+	return Base{Numbers: atomicbucket.NumbersOf(r), Cost: t.l.Cost(), Interval: r.Refill == atomicbucket.Interval}
+}
+
+func (t globalTarget) Set(_ int, _ *string, n atomicbucket.Numbers) error {
+	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+func (t globalTarget) Clear(int, *string) { t.l.ClearNumbers(atomicbucket.CarryAsIs) }

@@ -69,3 +69,31 @@ func TestKeyedTarget(t *testing.T) {
 		t.Error("ParseUint[uint16](65536): no error")
 	}
 }
+
+// GlobalTarget checks numbers as the generator does and puts a Set's on the
+// rule.
+func TestGlobalTarget(t *testing.T) {
+	l := atomicbucket.Limit{Tokens: 10, Period: time.Second, Burst: 20}
+	g := atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustRule(l), 0), 5)
+	tg := GlobalTarget(g)
+	if tg.Plans() != 0 || tg.Keyed() {
+		t.Errorf("Plans %d, Keyed %v: want 0 and false", tg.Plans(), tg.Keyed())
+	}
+	if b := tg.Base(-1); b.Cost != 5 || b.Numbers != atomicbucket.NumbersOf(l) {
+		t.Errorf("Base: %+v", b)
+	}
+	if err := tg.Check(-1, atomicbucket.Numbers{Tokens: 1, Period: time.Second, Burst: 4}); !errors.Is(err, atomicbucket.ErrInvalidLimit) {
+		t.Errorf("a burst of 4 under a cost of 5: %v, want ErrInvalidLimit", err)
+	}
+	n := atomicbucket.Numbers{Tokens: 2, Period: time.Second, Burst: 7}
+	if err := tg.Set(-1, nil, n); err != nil {
+		t.Fatal(err)
+	}
+	if got, o := g.NumbersFor(); got != n || o != atomicbucket.FromOverride {
+		t.Errorf("after Set: %v from %v", got, o)
+	}
+	tg.Clear(-1, nil)
+	if _, o := g.NumbersFor(); o != atomicbucket.FromPolicy {
+		t.Errorf("after Clear: from %v", o)
+	}
+}

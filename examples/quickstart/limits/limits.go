@@ -912,7 +912,15 @@ var globalLimit = atomicbucket.Limit{
 
 // newGlobalLocalLimiter returns Global's bucket, created at now.
 func newGlobalLocalLimiter(now atomicbucket.Time) *GlobalLocalLimiter {
-	return &GlobalLocalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now)}
+	return &GlobalLocalLimiter{atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now), 1)}
+}
+
+// GlobalLocalLimiter is Global decided in this process only, with the whole limit: what
+// GlobalLimiter.Local returns, for tests, and what Global's checks use while the package has no
+// store (SharedErr says so). Its methods, atomicbucket.Global's and the folded Allow below, are
+// safe for concurrent use.
+type GlobalLocalLimiter struct {
+	atomicbucket.Global
 }
 
 // Global's fixed-point units, computed when generating and checked against the runtime when the
@@ -925,123 +933,28 @@ const (
 	globalBurstUnits    = 2000000000
 )
 
-// GlobalLocalLimiter is Global decided in this process only, with the whole limit: what
-// GlobalLimiter.Local returns, for tests, and what Global's checks use while the package has no
-// store (SharedErr says so). Its methods are safe for concurrent use.
-type GlobalLocalLimiter struct {
-	s *atomicbucket.Bucket
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *GlobalLocalLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *GlobalLocalLimiter) Allow() bool {
 	now := atomicbucket.Now()
-	if word, ok := l.s.AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits); word >= 0 {
+	if word, ok := l.Bucket().AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits); word >= 0 {
 		return ok
 	}
-	return l.s.AllowAt(now)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *GlobalLocalLimiter) AllowN(cost int64) atomicbucket.Decision {
-	return l.s.AllowN(cost)
+	// The numbers changed at run time: the runtime's check, which judges by those in force.
+	return l.Bucket().AllowAt(now)
 }
 
 // AllowAt is Allow at time now.
 func (l *GlobalLocalLimiter) AllowAt(now atomicbucket.Time) bool {
-	if word, ok := l.s.AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits); word >= 0 {
+	if word, ok := l.Bucket().AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits); word >= 0 {
 		return ok
 	}
-	return l.s.AllowAt(now)
+	// The numbers changed at run time: the runtime's check, which judges by those in force.
+	return l.Bucket().AllowAt(now)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *GlobalLocalLimiter) AllowNAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *GlobalLocalLimiter) Peek(cost int64) atomicbucket.Decision {
-	return l.s.Peek(cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *GlobalLocalLimiter) PeekAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *GlobalLocalLimiter) Reserve(cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *GlobalLocalLimiter) ReserveAt(now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *GlobalLocalLimiter) Wait(ctx context.Context, cost int64) error {
-	return l.s.Wait(ctx, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *GlobalLocalLimiter) Refund(cost int64) {
-	l.s.Refund(cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *GlobalLocalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(now, cost)
-}
-
-// SetNumbers makes n Global's numbers from now on: every bucket is carried into them as of now by
-// carry (atomicbucket.CarryAsIs keeps the tokens held, at most the new burst). Numbers the rule
-// cannot hold are refused with the generator's own message (an error wrapping
-// atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *GlobalLocalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *GlobalLocalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns Global to the policy's numbers, its buckets carried by carry.
-func (l *GlobalLocalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *GlobalLocalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *GlobalLocalLimiter) ruleInForce() *atomicbucket.Rule {
-	return l.s.ChangedRule()
-}
-
-// NumbersFor returns Global's numbers in force and where they come from.
-func (l *GlobalLocalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor()
-}
-
-// Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force,
-// refilling from now.
-func (l *GlobalLocalLimiter) Reset() {
-	l.ResetAt(atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *GlobalLocalLimiter) ResetAt(now atomicbucket.Time) {
-	l.s.ResetAt(now)
+	return l.Bucket().ChangedRule()
 }
 
 // newGlobalLimiter returns Global's limiter over its process-local buckets; New binds it to the store.

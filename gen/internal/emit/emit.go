@@ -459,8 +459,12 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 	}
 	recv := jen.Id("l").Op("*").Id(typ)
 	g := jen.Line().Add(emitLimitVar(r))
-	if r.KeyType != "" && !r.Planned {
-		g.Add(emitKeyed(r, typ, ctor, doc, recv))
+	if !r.Planned {
+		if r.KeyType != "" {
+			g.Add(emitKeyed(r, typ, ctor, doc, recv))
+		} else {
+			g.Add(emitGlobal(r, typ, ctor, doc, recv))
+		}
 		if r.Shared {
 			g.Add(emitSharedRule(r))
 		}
@@ -590,6 +594,51 @@ func unitsConsts(r model.Rule) jen.Code {
 		jen.Id(r.UnitsPerToken()).Op("=").Add(lit(l.Emit)),
 		jen.Id(r.BurstUnits()).Op("=").Add(lit(l.Tau)),
 	).Line().Line()
+}
+
+// emitGlobal is a global rule without plans: a type that embeds the
+// runtime's atomicbucket.Global, which has every method, and adds what is
+// specialised: the rule's units as constants and, when they fold, an Allow
+// that takes them as arguments (and falls back on the runtime's check when
+// the bucket's numbers changed at run time).
+func emitGlobal(r model.Rule, typ, ctor, doc string, recv jen.Code) jen.Code {
+	g := jen.Null()
+	l := r.Limits[0]
+	g.Comment(fmt.Sprintf("%s returns %s's bucket, created at now.", ctor, r.GoName)).Line()
+	g.Func().Id(ctor).Params(jen.Id("now").Add(rt("Time"))).Op("*").Id(typ).Block(
+		jen.Return(jen.Op("&").Id(typ).Values(rt("NewGlobal").Call(newStore(r, 0), lit(l.Cost))))).Line().Line()
+	whose := "Its methods, atomicbucket.Global's, are"
+	if r.Folded() {
+		whose = "Its methods, atomicbucket.Global's and the folded Allow below, are"
+	}
+	g.Add(comment(strings.Replace(doc, "Its methods are", whose, 1)))
+	g.Type().Id(typ).Struct(rt("Global")).Line().Line()
+	if r.Folded() {
+		g.Add(unitsConsts(r))
+		inc := jen.Id(r.UnitsPerToken()).Op("*").Add(lit(l.Cost))
+		if l.Cost == 1 {
+			inc = jen.Id(r.UnitsPerToken())
+		}
+		bucket := jen.Id("l").Dot("Bucket").Call()
+		fallback := bucket.Clone().Dot("AllowAt").Call(jen.Id("now"))
+		if l.Cost != 1 {
+			fallback = bucket.Clone().Dot("AllowNAt").Call(jen.Id("now"), lit(l.Cost)).Dot("Allowed")
+		}
+		folded := []jen.Code{
+			jen.If(jen.List(jen.Id("word"), jen.Id("ok")).Op(":=").Add(bucket.Clone().Dot("AllowGreedyAt").Call(jen.Id("now"), jen.Id(r.UnitsPerNs()), inc, jen.Id(r.BurstUnits()))), jen.Id("word").Op(">=").Lit(0)).Block(
+				jen.Return(jen.Id("ok"))),
+			jen.Comment("The numbers changed at run time: the runtime's check, which judges by those in force."),
+			jen.Return(fallback),
+		}
+		g.Comment("Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.").Line()
+		g.Func().Params(recv).Id("Allow").Params().Bool().Block(append([]jen.Code{jen.Id("now").Op(":=").Add(rt("Now").Call())}, folded...)...).Line().Line()
+		g.Comment("AllowAt is Allow at time now.").Line()
+		g.Func().Params(recv).Id("AllowAt").Params(jen.Id("now").Add(rt("Time"))).Bool().Block(folded...).Line().Line()
+	}
+	g.Comment("ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.").Line()
+	g.Func().Params(recv).Id("ruleInForce").Params().Op("*").Add(rt("Rule")).Block(
+		jen.Return(jen.Id("l").Dot("Bucket").Call().Dot("ChangedRule").Call())).Line()
+	return g
 }
 
 // emitKeyed is a keyed rule without plans: a type that embeds the runtime's

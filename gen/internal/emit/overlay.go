@@ -32,6 +32,10 @@ func emitOverlay(m *model.Model) jen.Code {
 			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "KeyedTarget").Call(jen.Id("l").Dot(r.GoName).Dot("Keyed"), parse))
 			continue
 		}
+		if r.KeyType == "" && !r.Planned && !r.Shared { // atomicbucket.Global's, which the limiter embeds
+			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "GlobalTarget").Call(jen.Id("l").Dot(r.GoName).Dot("Global")))
+			continue
+		}
 		g.Add(emitTarget(r))
 		entries = append(entries, jen.Lit(r.Name).Op(":").Id(targetName(r)).Values(jen.Id("l").Dot(r.GoName)))
 	}

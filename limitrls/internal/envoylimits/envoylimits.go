@@ -97,88 +97,6 @@ func New(opts ...Option) *Limits {
 	return l
 }
 
-// rlSourceClusterProxyDestinationClusterBarNumbers is RlSourceClusterProxyDestinationClusterBar as an overlay Set changes it (overlay.Target).
-type rlSourceClusterProxyDestinationClusterBarNumbers struct {
-	l *RlSourceClusterProxyDestinationClusterBarLimiter
-}
-
-func (t rlSourceClusterProxyDestinationClusterBarNumbers) Plans() int {
-	return 0
-}
-
-func (t rlSourceClusterProxyDestinationClusterBarNumbers) Keyed() bool {
-	return false
-}
-
-func (t rlSourceClusterProxyDestinationClusterBarNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	return nil
-}
-
-func (t rlSourceClusterProxyDestinationClusterBarNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t rlSourceClusterProxyDestinationClusterBarNumbers) CheckKey(key string) error {
-	return nil
-}
-
-func (t rlSourceClusterProxyDestinationClusterBarNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-func (t rlSourceClusterProxyDestinationClusterBarNumbers) Clear(plan int, key *string) {
-	t.l.ClearNumbers(atomicbucket.CarryAsIs)
-}
-
-// reportsNumbers is Reports as an overlay Set changes it (overlay.Target).
-type reportsNumbers struct {
-	l *ReportsLimiter
-}
-
-func (t reportsNumbers) Plans() int {
-	return 0
-}
-
-func (t reportsNumbers) Keyed() bool {
-	return false
-}
-
-func (t reportsNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	return nil
-}
-
-func (t reportsNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t reportsNumbers) CheckKey(key string) error {
-	return nil
-}
-
-func (t reportsNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-func (t reportsNumbers) Clear(plan int, key *string) {
-	t.l.ClearNumbers(atomicbucket.CarryAsIs)
-}
-
 // numbers is overlay.Numbers under a name of the package's own, so that Limits embeds it in an
 // unexported field: its methods (ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers,
 // NumbersApplied) are Limits'.
@@ -188,7 +106,7 @@ type numbers = overlay.Numbers
 func (l *Limits) newNumbers() numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: nil,
-		Rules: map[string]overlay.Target{"RlSourceClusterProxyDestinationCluster": overlay.KeyedTarget(l.RlSourceClusterProxyDestinationCluster.Keyed, nil), "RlSourceClusterProxyDestinationClusterBar": rlSourceClusterProxyDestinationClusterBarNumbers{l.RlSourceClusterProxyDestinationClusterBar}, "RlRemoteAddress": overlay.KeyedTarget(l.RlRemoteAddress.Keyed, nil), "Reports": reportsNumbers{l.Reports}, "RlTenantUser": overlay.KeyedTarget(l.RlTenantUser.Keyed, ParseRlTenantUserKey)},
+		Rules: map[string]overlay.Target{"RlSourceClusterProxyDestinationCluster": overlay.KeyedTarget(l.RlSourceClusterProxyDestinationCluster.Keyed, nil), "RlSourceClusterProxyDestinationClusterBar": overlay.GlobalTarget(l.RlSourceClusterProxyDestinationClusterBar.Global), "RlRemoteAddress": overlay.KeyedTarget(l.RlRemoteAddress.Keyed, nil), "Reports": overlay.GlobalTarget(l.Reports.Global), "RlTenantUser": overlay.KeyedTarget(l.RlTenantUser.Keyed, ParseRlTenantUserKey)},
 	})
 }
 
@@ -274,7 +192,14 @@ var rlSourceClusterProxyDestinationClusterBarLimit = atomicbucket.Limit{
 
 // newRlSourceClusterProxyDestinationClusterBarLimiter returns RlSourceClusterProxyDestinationClusterBar's bucket, created at now.
 func newRlSourceClusterProxyDestinationClusterBarLimiter(now atomicbucket.Time) *RlSourceClusterProxyDestinationClusterBarLimiter {
-	return &RlSourceClusterProxyDestinationClusterBarLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(rlSourceClusterProxyDestinationClusterBarLimit), rlSourceClusterProxyDestinationClusterBarUnitsPerNs, rlSourceClusterProxyDestinationClusterBarUnitsPerToken, rlSourceClusterProxyDestinationClusterBarBurstUnits), now)}
+	return &RlSourceClusterProxyDestinationClusterBarLimiter{atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(rlSourceClusterProxyDestinationClusterBarLimit), rlSourceClusterProxyDestinationClusterBarUnitsPerNs, rlSourceClusterProxyDestinationClusterBarUnitsPerToken, rlSourceClusterProxyDestinationClusterBarBurstUnits), now), 1)}
+}
+
+// RlSourceClusterProxyDestinationClusterBarLimiter is the type of
+// RlSourceClusterProxyDestinationClusterBar. Its methods, atomicbucket.Global's and the folded
+// Allow below, are safe for concurrent use.
+type RlSourceClusterProxyDestinationClusterBarLimiter struct {
+	atomicbucket.Global
 }
 
 // RlSourceClusterProxyDestinationClusterBar's fixed-point units, computed when generating and
@@ -289,124 +214,28 @@ const (
 	rlSourceClusterProxyDestinationClusterBarBurstUnits    = 60000000000
 )
 
-// RlSourceClusterProxyDestinationClusterBarLimiter is the type of
-// RlSourceClusterProxyDestinationClusterBar. Its methods are safe for concurrent use.
-type RlSourceClusterProxyDestinationClusterBarLimiter struct {
-	s *atomicbucket.Bucket
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *RlSourceClusterProxyDestinationClusterBarLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *RlSourceClusterProxyDestinationClusterBarLimiter) Allow() bool {
 	now := atomicbucket.Now()
-	if word, ok := l.s.AllowGreedyAt(now, rlSourceClusterProxyDestinationClusterBarUnitsPerNs, rlSourceClusterProxyDestinationClusterBarUnitsPerToken, rlSourceClusterProxyDestinationClusterBarBurstUnits); word >= 0 {
+	if word, ok := l.Bucket().AllowGreedyAt(now, rlSourceClusterProxyDestinationClusterBarUnitsPerNs, rlSourceClusterProxyDestinationClusterBarUnitsPerToken, rlSourceClusterProxyDestinationClusterBarBurstUnits); word >= 0 {
 		return ok
 	}
-	return l.s.AllowAt(now)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *RlSourceClusterProxyDestinationClusterBarLimiter) AllowN(cost int64) atomicbucket.Decision {
-	return l.s.AllowN(cost)
+	// The numbers changed at run time: the runtime's check, which judges by those in force.
+	return l.Bucket().AllowAt(now)
 }
 
 // AllowAt is Allow at time now.
 func (l *RlSourceClusterProxyDestinationClusterBarLimiter) AllowAt(now atomicbucket.Time) bool {
-	if word, ok := l.s.AllowGreedyAt(now, rlSourceClusterProxyDestinationClusterBarUnitsPerNs, rlSourceClusterProxyDestinationClusterBarUnitsPerToken, rlSourceClusterProxyDestinationClusterBarBurstUnits); word >= 0 {
+	if word, ok := l.Bucket().AllowGreedyAt(now, rlSourceClusterProxyDestinationClusterBarUnitsPerNs, rlSourceClusterProxyDestinationClusterBarUnitsPerToken, rlSourceClusterProxyDestinationClusterBarBurstUnits); word >= 0 {
 		return ok
 	}
-	return l.s.AllowAt(now)
+	// The numbers changed at run time: the runtime's check, which judges by those in force.
+	return l.Bucket().AllowAt(now)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *RlSourceClusterProxyDestinationClusterBarLimiter) AllowNAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *RlSourceClusterProxyDestinationClusterBarLimiter) Peek(cost int64) atomicbucket.Decision {
-	return l.s.Peek(cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *RlSourceClusterProxyDestinationClusterBarLimiter) PeekAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *RlSourceClusterProxyDestinationClusterBarLimiter) Reserve(cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *RlSourceClusterProxyDestinationClusterBarLimiter) ReserveAt(now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *RlSourceClusterProxyDestinationClusterBarLimiter) Wait(ctx context.Context, cost int64) error {
-	return l.s.Wait(ctx, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *RlSourceClusterProxyDestinationClusterBarLimiter) Refund(cost int64) {
-	l.s.Refund(cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *RlSourceClusterProxyDestinationClusterBarLimiter) RefundAt(now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(now, cost)
-}
-
-// SetNumbers makes n RlSourceClusterProxyDestinationClusterBar's numbers from now on: every bucket
-// is carried into them as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at most
-// the new burst). Numbers the rule cannot hold are refused with the generator's own message (an
-// error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *RlSourceClusterProxyDestinationClusterBarLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *RlSourceClusterProxyDestinationClusterBarLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns RlSourceClusterProxyDestinationClusterBar to the policy's numbers, its
-// buckets carried by carry.
-func (l *RlSourceClusterProxyDestinationClusterBarLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *RlSourceClusterProxyDestinationClusterBarLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *RlSourceClusterProxyDestinationClusterBarLimiter) ruleInForce() *atomicbucket.Rule {
-	return l.s.ChangedRule()
-}
-
-// NumbersFor returns RlSourceClusterProxyDestinationClusterBar's numbers in force and where they
-// come from.
-func (l *RlSourceClusterProxyDestinationClusterBarLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor()
-}
-
-// Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force,
-// refilling from now.
-func (l *RlSourceClusterProxyDestinationClusterBarLimiter) Reset() {
-	l.ResetAt(atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *RlSourceClusterProxyDestinationClusterBarLimiter) ResetAt(now atomicbucket.Time) {
-	l.s.ResetAt(now)
+	return l.Bucket().ChangedRule()
 }
 
 // rlRemoteAddressLimit is RlRemoteAddress's limit, as the policy gives it.
@@ -464,7 +293,13 @@ var reportsLimit = atomicbucket.Limit{
 
 // newReportsLimiter returns Reports's bucket, created at now.
 func newReportsLimiter(now atomicbucket.Time) *ReportsLimiter {
-	return &ReportsLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(reportsLimit), reportsUnitsPerNs, reportsUnitsPerToken, reportsBurstUnits), now)}
+	return &ReportsLimiter{atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(reportsLimit), reportsUnitsPerNs, reportsUnitsPerToken, reportsBurstUnits), now), 1)}
+}
+
+// ReportsLimiter is the type of Reports. Its methods, atomicbucket.Global's and the folded Allow
+// below, are safe for concurrent use.
+type ReportsLimiter struct {
+	atomicbucket.Global
 }
 
 // Reports's fixed-point units, computed when generating and checked against the runtime when the
@@ -477,121 +312,28 @@ const (
 	reportsBurstUnits    = 3600000000000
 )
 
-// ReportsLimiter is the type of Reports. Its methods are safe for concurrent use.
-type ReportsLimiter struct {
-	s *atomicbucket.Bucket
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *ReportsLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *ReportsLimiter) Allow() bool {
 	now := atomicbucket.Now()
-	if word, ok := l.s.AllowGreedyAt(now, reportsUnitsPerNs, reportsUnitsPerToken, reportsBurstUnits); word >= 0 {
+	if word, ok := l.Bucket().AllowGreedyAt(now, reportsUnitsPerNs, reportsUnitsPerToken, reportsBurstUnits); word >= 0 {
 		return ok
 	}
-	return l.s.AllowAt(now)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *ReportsLimiter) AllowN(cost int64) atomicbucket.Decision {
-	return l.s.AllowN(cost)
+	// The numbers changed at run time: the runtime's check, which judges by those in force.
+	return l.Bucket().AllowAt(now)
 }
 
 // AllowAt is Allow at time now.
 func (l *ReportsLimiter) AllowAt(now atomicbucket.Time) bool {
-	if word, ok := l.s.AllowGreedyAt(now, reportsUnitsPerNs, reportsUnitsPerToken, reportsBurstUnits); word >= 0 {
+	if word, ok := l.Bucket().AllowGreedyAt(now, reportsUnitsPerNs, reportsUnitsPerToken, reportsBurstUnits); word >= 0 {
 		return ok
 	}
-	return l.s.AllowAt(now)
+	// The numbers changed at run time: the runtime's check, which judges by those in force.
+	return l.Bucket().AllowAt(now)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *ReportsLimiter) AllowNAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *ReportsLimiter) Peek(cost int64) atomicbucket.Decision {
-	return l.s.Peek(cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *ReportsLimiter) PeekAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *ReportsLimiter) Reserve(cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *ReportsLimiter) ReserveAt(now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *ReportsLimiter) Wait(ctx context.Context, cost int64) error {
-	return l.s.Wait(ctx, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *ReportsLimiter) Refund(cost int64) {
-	l.s.Refund(cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *ReportsLimiter) RefundAt(now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(now, cost)
-}
-
-// SetNumbers makes n Reports's numbers from now on: every bucket is carried into them as of now by
-// carry (atomicbucket.CarryAsIs keeps the tokens held, at most the new burst). Numbers the rule
-// cannot hold are refused with the generator's own message (an error wrapping
-// atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *ReportsLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *ReportsLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns Reports to the policy's numbers, its buckets carried by carry.
-func (l *ReportsLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *ReportsLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *ReportsLimiter) ruleInForce() *atomicbucket.Rule {
-	return l.s.ChangedRule()
-}
-
-// NumbersFor returns Reports's numbers in force and where they come from.
-func (l *ReportsLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor()
-}
-
-// Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force,
-// refilling from now.
-func (l *ReportsLimiter) Reset() {
-	l.ResetAt(atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *ReportsLimiter) ResetAt(now atomicbucket.Time) {
-	l.s.ResetAt(now)
+	return l.Bucket().ChangedRule()
 }
 
 // RlTenantUserKey is rule RlTenantUser's key: tenant (string), user (string).

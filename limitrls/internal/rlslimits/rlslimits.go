@@ -200,47 +200,6 @@ func (t perUserNumbers) Clear(plan int, key *string) {
 	t.l.ClearNumbers(Plan(plan), atomicbucket.CarryAsIs)
 }
 
-// globalNumbers is Global as an overlay Set changes it (overlay.Target).
-type globalNumbers struct {
-	l *GlobalLimiter
-}
-
-func (t globalNumbers) Plans() int {
-	return 0
-}
-
-func (t globalNumbers) Keyed() bool {
-	return false
-}
-
-func (t globalNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	return nil
-}
-
-func (t globalNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t globalNumbers) CheckKey(key string) error {
-	return nil
-}
-
-func (t globalNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-func (t globalNumbers) Clear(plan int, key *string) {
-	t.l.ClearNumbers(atomicbucket.CarryAsIs)
-}
-
 // numbers is overlay.Numbers under a name of the package's own, so that Limits embeds it in an
 // unexported field: its methods (ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers,
 // NumbersApplied) are Limits'.
@@ -250,7 +209,7 @@ type numbers = overlay.Numbers
 func (l *Limits) newNumbers() numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerIP": overlay.KeyedTarget(l.PerIP.Keyed, nil), "PerUser": perUserNumbers{l.PerUser}, "PerTenantUser": overlay.KeyedTarget(l.PerTenantUser.Keyed, ParsePerTenantUserKey), "Global": globalNumbers{l.Global}},
+		Rules: map[string]overlay.Target{"PerIP": overlay.KeyedTarget(l.PerIP.Keyed, nil), "PerUser": perUserNumbers{l.PerUser}, "PerTenantUser": overlay.KeyedTarget(l.PerTenantUser.Keyed, ParsePerTenantUserKey), "Global": overlay.GlobalTarget(l.Global.Global)},
 	})
 }
 
@@ -677,7 +636,13 @@ var globalLimit = atomicbucket.Limit{
 
 // newGlobalLimiter returns Global's bucket, created at now.
 func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
-	return &GlobalLimiter{s: atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now)}
+	return &GlobalLimiter{atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now), 1)}
+}
+
+// GlobalLimiter is the type of Global. Its methods, atomicbucket.Global's and the folded Allow
+// below, are safe for concurrent use.
+type GlobalLimiter struct {
+	atomicbucket.Global
 }
 
 // Global's fixed-point units, computed when generating and checked against the runtime when the
@@ -690,121 +655,28 @@ const (
 	globalBurstUnits    = 1000000000
 )
 
-// GlobalLimiter is the type of Global. Its methods are safe for concurrent use.
-type GlobalLimiter struct {
-	s *atomicbucket.Bucket
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *GlobalLimiter) Rule() *atomicbucket.Rule {
-	return l.s.Rule()
-}
-
-// Allow reports whether a request is allowed now, taking its tokens if so.
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
 func (l *GlobalLimiter) Allow() bool {
 	now := atomicbucket.Now()
-	if word, ok := l.s.AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits); word >= 0 {
+	if word, ok := l.Bucket().AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits); word >= 0 {
 		return ok
 	}
-	return l.s.AllowAt(now)
-}
-
-// AllowN checks a request of the given cost now, taking its tokens if allowed.
-func (l *GlobalLimiter) AllowN(cost int64) atomicbucket.Decision {
-	return l.s.AllowN(cost)
+	// The numbers changed at run time: the runtime's check, which judges by those in force.
+	return l.Bucket().AllowAt(now)
 }
 
 // AllowAt is Allow at time now.
 func (l *GlobalLimiter) AllowAt(now atomicbucket.Time) bool {
-	if word, ok := l.s.AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits); word >= 0 {
+	if word, ok := l.Bucket().AllowGreedyAt(now, globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits); word >= 0 {
 		return ok
 	}
-	return l.s.AllowAt(now)
+	// The numbers changed at run time: the runtime's check, which judges by those in force.
+	return l.Bucket().AllowAt(now)
 }
 
-// AllowNAt is AllowN at time now.
-func (l *GlobalLimiter) AllowNAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.AllowNAt(now, cost)
-}
-
-// Peek is what AllowN would decide now, taking nothing.
-func (l *GlobalLimiter) Peek(cost int64) atomicbucket.Decision {
-	return l.s.Peek(cost)
-}
-
-// PeekAt is Peek at time now.
-func (l *GlobalLimiter) PeekAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
-	return l.s.PeekAt(now, cost)
-}
-
-// Reserve takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation.
-func (l *GlobalLimiter) Reserve(cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.Reserve(cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
-func (l *GlobalLimiter) ReserveAt(now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.s.ReserveAt(now, cost, maxWait)
-}
-
-// Wait blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's.
-func (l *GlobalLimiter) Wait(ctx context.Context, cost int64) error {
-	return l.s.Wait(ctx, cost)
-}
-
-// Refund gives cost tokens back now, never beyond the burst.
-func (l *GlobalLimiter) Refund(cost int64) {
-	l.s.Refund(cost)
-}
-
-// RefundAt is Refund at time now.
-func (l *GlobalLimiter) RefundAt(now atomicbucket.Time, cost int64) {
-	l.s.RefundAt(now, cost)
-}
-
-// SetNumbers makes n Global's numbers from now on: every bucket is carried into them as of now by
-// carry (atomicbucket.CarryAsIs keeps the tokens held, at most the new burst). Numbers the rule
-// cannot hold are refused with the generator's own message (an error wrapping
-// atomicbucket.ErrInvalidLimit), and nothing changes.
-func (l *GlobalLimiter) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
-}
-
-// SetNumbersAt is SetNumbers at time now.
-func (l *GlobalLimiter) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
-	return l.s.SetNumbersAt(now, n, carry)
-}
-
-// ClearNumbers returns Global to the policy's numbers, its buckets carried by carry.
-func (l *GlobalLimiter) ClearNumbers(carry atomicbucket.Carry) {
-	l.ClearNumbersAt(atomicbucket.Now(), carry)
-}
-
-// ClearNumbersAt is ClearNumbers at time now.
-func (l *GlobalLimiter) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
-	l.s.ClearNumbersAt(now, carry)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields); nil before.
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *GlobalLimiter) ruleInForce() *atomicbucket.Rule {
-	return l.s.ChangedRule()
-}
-
-// NumbersFor returns Global's numbers in force and where they come from.
-func (l *GlobalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
-	return l.s.NumbersFor()
-}
-
-// Reset forgets the bucket's state: from now it holds the initial tokens of the numbers in force,
-// refilling from now.
-func (l *GlobalLimiter) Reset() {
-	l.ResetAt(atomicbucket.Now())
-}
-
-// ResetAt is Reset at time now.
-func (l *GlobalLimiter) ResetAt(now atomicbucket.Time) {
-	l.s.ResetAt(now)
+	return l.Bucket().ChangedRule()
 }
 
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every

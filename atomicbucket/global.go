@@ -1,0 +1,113 @@
+package atomicbucket
+
+import (
+	"context"
+	"time"
+)
+
+// Global is a global (unkeyed) rule's limiter as a generated package gives
+// it, over one Bucket: a generated limiter embeds it and adds only what is
+// specialised (its Allow with the rule's units folded in as constants). Its
+// methods are safe for concurrent use.
+type Global struct {
+	b    *Bucket
+	cost int64 // a request's default cost (Allow's)
+}
+
+// NewGlobal returns the limiter over b whose requests cost cost by default.
+func NewGlobal(b *Bucket, cost int64) Global { return Global{b: b, cost: max(cost, 1)} }
+
+// Bucket returns the runtime bucket behind the limiter.
+func (l Global) Bucket() *Bucket { return l.b }
+
+// Cost is a request's default cost under the rule.
+func (l Global) Cost() int64 { return l.cost }
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and
+// limits).
+func (l Global) Rule() *Rule { return l.b.Rule() }
+
+// Allow reports whether a request of the rule's default cost is allowed now,
+// taking its tokens if so.
+func (l Global) Allow() bool { return l.b.allowCost(Now(), l.cost) }
+
+// AllowAt is Allow at time now.
+func (l Global) AllowAt(now Time) bool { return l.b.allowCost(now, l.cost) }
+
+// AllowN checks a request of the given cost now, taking its tokens if
+// allowed.
+func (l Global) AllowN(cost int64) Decision { return l.b.AllowN(cost) }
+
+// AllowNAt is AllowN at time now.
+func (l Global) AllowNAt(now Time, cost int64) Decision { return l.b.AllowNAt(now, cost) }
+
+// Peek is what AllowN would decide now, taking nothing.
+func (l Global) Peek(cost int64) Decision { return l.b.Peek(cost) }
+
+// PeekAt is Peek at time now.
+func (l Global) PeekAt(now Time, cost int64) Decision { return l.b.PeekAt(now, cost) }
+
+// Reserve takes cost tokens now if they can be had within maxWait; see
+// Reservation.
+func (l Global) Reserve(cost int64, maxWait time.Duration) Reservation {
+	return l.b.Reserve(cost, maxWait)
+}
+
+// ReserveAt is Reserve at time now.
+func (l Global) ReserveAt(now Time, cost int64, maxWait time.Duration) Reservation {
+	return l.b.ReserveAt(now, cost, maxWait)
+}
+
+// Wait blocks until a request of cost may proceed, or ctx is done; its
+// errors wrap ctx's.
+func (l Global) Wait(ctx context.Context, cost int64) error { return l.b.Wait(ctx, cost) }
+
+// Refund gives cost tokens back now, never beyond the burst.
+func (l Global) Refund(cost int64) { l.b.Refund(cost) }
+
+// RefundAt is Refund at time now.
+func (l Global) RefundAt(now Time, cost int64) { l.b.RefundAt(now, cost) }
+
+// SetNumbers makes n the rule's numbers from now on: the bucket is carried
+// into them as of now by carry (CarryAsIs keeps the tokens held, at most the
+// new burst). Numbers the rule cannot hold (or whose burst is below a
+// request's default cost) are refused with the generator's own message (an
+// error wrapping ErrInvalidLimit), and nothing changes.
+func (l Global) SetNumbers(n Numbers, carry Carry) error { return l.SetNumbersAt(Now(), n, carry) }
+
+// SetNumbersAt is SetNumbers at time now.
+func (l Global) SetNumbersAt(now Time, n Numbers, carry Carry) error {
+	if l.cost > 1 {
+		if err := CheckCost(n.Burst, l.cost); err != nil {
+			return err
+		}
+	}
+	return l.b.SetNumbersAt(now, n, carry)
+}
+
+// ClearNumbers returns the rule to the policy's numbers, its bucket carried
+// by carry.
+func (l Global) ClearNumbers(carry Carry) { l.b.ClearNumbersAt(Now(), carry) }
+
+// ClearNumbersAt is ClearNumbers at time now.
+func (l Global) ClearNumbersAt(now Time, carry Carry) { l.b.ClearNumbersAt(now, carry) }
+
+// NumbersFor returns the rule's numbers in force and where they come from.
+func (l Global) NumbersFor() (Numbers, Origin) { return l.b.NumbersFor() }
+
+// Reset forgets the bucket's state: from now it holds the initial tokens of
+// the numbers in force, refilling from now (an interval rule's grid stays
+// where it was: its next boundary comes when it would have).
+func (l Global) Reset() { l.b.ResetAt(Now()) }
+
+// ResetAt is Reset at time now.
+func (l Global) ResetAt(now Time) { l.b.ResetAt(now) }
+
+// allowCost is AllowAt for a request of cost: one call, so that Global's
+// Allow inlines.
+func (b *Bucket) allowCost(now Time, cost int64) bool {
+	if cost == 1 {
+		return b.AllowAt(now)
+	}
+	return b.AllowNAt(now, cost).Allowed
+}
