@@ -359,11 +359,10 @@ type method struct {
 	results   jen.Code
 	suffix    jen.Code // appended to the runtime call (.Allowed)
 	onBadPlan jen.Code // returned for a plan outside the constants
-	// body, when set, is the method's body after the plan check, given the
-	// bucket set it calls (l.s or l.s[plan]).
-	body func(target *jen.Statement) []jen.Code
 }
 
+// methods are a planned rule's methods (a rule without plans embeds
+// atomicbucket.Keyed or Global, which has them).
 func methods(r model.Rule) []method {
 	cost := jen.Id("cost")
 	costP := jen.Id("cost").Int64()
@@ -375,40 +374,7 @@ func methods(r model.Rule) []method {
 		doc: "reports whether a request is allowed now, taking its tokens if so."}
 	allowAt := method{name: "AllowAt", call: "AllowAt", params: []jen.Code{nowP}, args: []jen.Code{now}, results: jen.Bool(), onBadPlan: jen.False(),
 		doc: "is Allow at time now."}
-	switch {
-	case r.Folded():
-		// The units are constants: the runtime's check takes them as arguments and,
-		// for a single bucket, inlines, so the compiler folds them in.
-		inc := jen.Id(r.UnitsPerToken()).Op("*").Add(lit(r.Limits[0].Cost))
-		if r.Limits[0].Cost == 1 {
-			inc = jen.Id(r.UnitsPerToken())
-		}
-		consts := []jen.Code{jen.Id(r.UnitsPerNs()), inc, jen.Id(r.BurstUnits())}
-		if r.KeyType != "" {
-			allow.call, allow.args = "AllowGreedyAt", append([]jen.Code{rt("Now").Call()}, consts...)
-			allowAt.call, allowAt.args = "AllowGreedyAt", append([]jen.Code{now}, consts...)
-			break
-		}
-		// A single bucket's folded check decides unless the bucket's numbers
-		// have changed at run time; then the runtime's check, which judges by
-		// the numbers in force, does.
-		cost := lit(r.Limits[0].Cost)
-		folded := func(target *jen.Statement) []jen.Code {
-			fallback := target.Clone().Dot("AllowAt").Call(now)
-			if r.Limits[0].Cost != 1 {
-				fallback = target.Clone().Dot("AllowNAt").Call(now, cost).Dot("Allowed")
-			}
-			return []jen.Code{
-				jen.If(jen.List(jen.Id("word"), jen.Id("ok")).Op(":=").Add(target.Clone().Dot("AllowGreedyAt").Call(append([]jen.Code{now}, consts...)...)), jen.Id("word").Op(">=").Lit(0)).Block(
-					jen.Return(jen.Id("ok"))),
-				jen.Return(fallback),
-			}
-		}
-		allow.body = func(target *jen.Statement) []jen.Code {
-			return append([]jen.Code{jen.Id("now").Op(":=").Add(rt("Now").Call())}, folded(target)...)
-		}
-		allowAt.body = folded
-	case r.Limits[0].Cost != 1 || r.Planned && r.CostDiffers():
+	if r.Limits[0].Cost != 1 || r.CostDiffers() {
 		// The default cost is not 1: go through AllowN with the rule's cost.
 		allow.call, allow.args, allow.suffix = "AllowN", []jen.Code{costExpr(r)}, jen.Dot("Allowed")
 		allowAt.call, allowAt.args, allowAt.suffix = "AllowNAt", []jen.Code{now, costExpr(r)}, jen.Dot("Allowed")
@@ -471,20 +437,13 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 		return g
 	}
 
-	// The constructor and the type.
-	var field jen.Code
-	var init jen.Code
-	if r.Planned {
-		field = jen.Id("s").Index(jen.Id("numPlans")).Op("*").Add(store(r))
-		vals := make([]jen.Code, len(m.Plans))
-		for i, p := range m.Plans {
-			vals[i] = jen.Id(p.GoName).Op(":").Add(newStore(r, i))
-		}
-		init = jen.Index(jen.Id("numPlans")).Op("*").Add(store(r)).Add(fields(vals...))
-	} else {
-		field = jen.Id("s").Op("*").Add(store(r))
-		init = newStore(r, 0)
+	// A planned rule: a bucket set per plan, and every method here, each
+	// taking the plan first.
+	vals := make([]jen.Code, len(m.Plans))
+	for i, p := range m.Plans {
+		vals[i] = jen.Id(p.GoName).Op(":").Add(newStore(r, i))
 	}
+	init := jen.Index(jen.Id("numPlans")).Op("*").Add(store(r)).Add(fields(vals...))
 	if r.KeyType == "" {
 		g.Comment(fmt.Sprintf("%s returns %s's bucket, created at now.", ctor, r.GoName)).Line()
 		g.Func().Id(ctor).Params(jen.Id("now").Add(rt("Time"))).Op("*").Id(typ).Block(
@@ -494,25 +453,15 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 		g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
 			jen.Return(jen.Op("&").Id(typ).Values(jen.Dict{jen.Id("s"): init}))).Line().Line()
 	}
-	if r.Folded() {
-		g.Add(unitsConsts(r))
-	}
 	g.Add(comment(doc))
-	g.Type().Id(typ).Struct(field).Line()
+	g.Type().Id(typ).Struct(jen.Id("s").Index(jen.Id("numPlans")).Op("*").Add(store(r))).Line()
 	// Rule: the runtime numbers behind the limiter.
-	ruleParams, target := []jen.Code{}, jen.Id("l").Dot("s")
-	if r.Planned {
-		ruleParams = append(ruleParams, jen.Id("plan").Id("Plan"))
-		target = jen.Id("l").Dot("s").Index(jen.Id("plan"))
-	}
+	target := func() *jen.Statement { return jen.Id("l").Dot("s").Index(jen.Id("plan")) }
+	badPlan := func(ret jen.Code) jen.Code { return jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(ret) }
 	g.Line().Comment("Rule returns the runtime rule behind the limiter (its units, exactness and limits).").Line()
-	ruleBody := []jen.Code{}
-	if r.Planned {
-		ruleBody = append(ruleBody, jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(jen.Nil())))
-	}
-	ruleBody = append(ruleBody, jen.Return(target.Dot("Rule").Call()))
-	g.Func().Params(recv).Id("Rule").Params(ruleParams...).Op("*").Add(rt("Rule")).Block(ruleBody...).Line()
-	if r.Planned && r.CostDiffers() {
+	g.Func().Params(recv).Id("Rule").Params(jen.Id("plan").Id("Plan")).Op("*").Add(rt("Rule")).Block(
+		badPlan(jen.Return(jen.Nil())), jen.Return(target().Dot("Rule").Call())).Line()
+	if r.CostDiffers() {
 		costs := make([]jen.Code, len(r.Limits))
 		for i, l := range r.Limits {
 			costs[i] = lit(l.Cost)
@@ -526,9 +475,7 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 		if mt.ctxFirst {
 			params = append(params, jen.Id("ctx").Qual("context", "Context"))
 		}
-		if r.Planned {
-			params = append(params, jen.Id("plan").Id("Plan"))
-		}
+		params = append(params, jen.Id("plan").Id("Plan"))
 		if r.KeyType != "" {
 			params = append(params, jen.Id("key").Id(r.KeyType))
 		}
@@ -541,32 +488,18 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 			args = append(args, jen.Id("key"))
 		}
 		args = append(args, mt.args...)
-		target := jen.Id("l").Dot("s")
-		if r.Planned {
-			target = jen.Id("l").Dot("s").Index(jen.Id("plan"))
-		}
-		call := target.Dot(mt.call).Call(args...)
+		call := target().Dot(mt.call).Call(args...)
 		if mt.suffix != nil {
 			call.Add(mt.suffix)
 		}
-		var body []jen.Code
-		if r.Planned {
-			bad := jen.Return()
-			if mt.onBadPlan != nil {
-				bad = jen.Return(mt.onBadPlan)
-			}
-			body = append(body, jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(bad))
+		bad := jen.Return()
+		if mt.onBadPlan != nil {
+			bad = jen.Return(mt.onBadPlan)
 		}
-		switch {
-		case mt.body != nil:
-			tgt := jen.Id("l").Dot("s")
-			if r.Planned {
-				tgt = jen.Id("l").Dot("s").Index(jen.Id("plan"))
-			}
-			body = append(body, mt.body(tgt)...)
-		case mt.results != nil:
+		body := []jen.Code{badPlan(bad)}
+		if mt.results != nil {
 			body = append(body, jen.Return(call))
-		default:
+		} else {
 			body = append(body, call)
 		}
 		g.Line().Comment(fmt.Sprintf("%s %s", mt.name, mt.doc)).Line()
@@ -700,27 +633,19 @@ func emitKeyed(r model.Rule, typ, ctor, doc string, recv jen.Code) jen.Code {
 	return g
 }
 
-// emitNumbers are the methods that change the rule's numbers at run time:
+// emitNumbers are the methods that change a planned rule's numbers at run time:
 // SetNumbers, ClearNumbers, NumbersFor and Reset, and for a keyed rule
 // SetKeyNumbers and ClearKeyNumbers, whose numbers hold on every plan.
 func emitNumbers(r model.Rule, recv jen.Code) jen.Code {
 	g := jen.Line()
 	nowCall := rt("Now").Call()
 	now, nowP := jen.Id("now"), jen.Id("now").Add(rt("Time"))
-	var planParam []jen.Code
-	target := jen.Id("l").Dot("s")
-	badPlan := func(ret ...jen.Code) []jen.Code { return nil }
-	if r.Planned {
-		planParam = []jen.Code{jen.Id("plan").Id("Plan")}
-		target = jen.Id("l").Dot("s").Index(jen.Id("plan"))
-		badPlan = func(ret ...jen.Code) []jen.Code {
-			return []jen.Code{jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(ret...))}
-		}
+	planParam := []jen.Code{jen.Id("plan").Id("Plan")}
+	target := jen.Id("l").Dot("s").Index(jen.Id("plan"))
+	badPlan := func(ret ...jen.Code) []jen.Code {
+		return []jen.Code{jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(ret...))}
 	}
-	onPlan, every := "", ""
-	if r.Planned {
-		onPlan, every = " on plan", " on every plan"
-	}
+	onPlan, every := " on plan", " on every plan"
 	keyed := r.KeyType != ""
 	forKeys := ""
 	if keyed {
@@ -762,10 +687,7 @@ func emitNumbers(r model.Rule, recv jen.Code) jen.Code {
 	}
 	numbers, carry := param{"n", rt("Numbers")}, param{"carry", rt("Carry")}
 	keyP := param{"key", jen.Id(r.KeyType)}
-	var planP []param
-	if r.Planned {
-		planP = []param{{"plan", jen.Id("Plan")}}
-	}
+	planP := []param{{"plan", jen.Id("Plan")}}
 	pair("SetNumbers", fmt.Sprintf("makes n %s's numbers%s%s from now on: every bucket is carried into them "+
 		"as of now by carry (atomicbucket.CarryAsIs keeps the tokens held, at most the new burst). Numbers the rule cannot "+
 		"hold are refused with the generator's own message (an error wrapping atomicbucket.ErrInvalidLimit), and nothing changes.",
@@ -787,9 +709,6 @@ func emitNumbers(r model.Rule, recv jen.Code) jen.Code {
 		return g
 	}
 	tables := jen.Id("l").Dot("s")
-	if !r.Planned {
-		tables = jen.Index().Op("*").Add(store(r)).Values(jen.Id("l").Dot("s"))
-	}
 	key := jen.Id("key").Id(r.KeyType)
 	g.Add(inForceDoc)
 	g.Func().Params(recv).Id("ruleInForce").Params(append(planParam, key)...).Op("*").Add(rt("Rule")).Block(
@@ -899,38 +818,26 @@ type param struct {
 	typ  jen.Code
 }
 
-// emitKeyedExtras are Sweep, Len, Stats and RunSweeper, over every plan's table.
+// emitKeyedExtras are a planned keyed rule's Sweep, Len, Stats and
+// RunSweeper, over every plan's table.
 func emitKeyedExtras(r model.Rule, recv jen.Code) jen.Code {
 	g := jen.Line()
-	tables := jen.Id("l").Dot("s")
-	if !r.Planned {
-		tables = jen.Index().Op("*").Add(store(r)).Values(jen.Id("l").Dot("s"))
-	}
 	over := func(v string, typ jen.Code, each jen.Code) []jen.Code {
 		return []jen.Code{
 			jen.Var().Id(v).Add(typ),
-			jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Add(tables)).Block(each),
+			jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Id("l").Dot("s")).Block(each),
 			jen.Return(jen.Id(v)),
 		}
 	}
-	if r.Planned {
-		g.Comment("Sweep removes the buckets, of every plan, that have been full for atomicbucket.SweepGrace, and returns how many.").Line()
-		g.Func().Params(recv).Id("Sweep").Params().Int().Block(
-			over("n", jen.Int(), jen.Id("n").Op("+=").Id("t").Dot("Sweep").Call())...).Line().Line()
-		g.Comment("Len is the number of keys tracked, over every plan.").Line()
-		g.Func().Params(recv).Id("Len").Params().Int64().Block(
-			over("n", jen.Int64(), jen.Id("n").Op("+=").Id("t").Dot("Len").Call())...).Line().Line()
-		g.Comment("Stats returns the tables' counters, summed over every plan.").Line()
-		g.Func().Params(recv).Id("Stats").Params().Add(rt("TableStats")).Block(
-			over("s", rt("TableStats"), jen.Id("s").Op("=").Id("s").Dot("Add").Call(jen.Id("t").Dot("Stats").Call()))...).Line().Line()
-	} else {
-		g.Comment("Sweep removes the buckets that have been full for atomicbucket.SweepGrace, and returns how many.").Line()
-		g.Func().Params(recv).Id("Sweep").Params().Int().Block(jen.Return(jen.Id("l").Dot("s").Dot("Sweep").Call())).Line().Line()
-		g.Comment("Len is the number of keys tracked.").Line()
-		g.Func().Params(recv).Id("Len").Params().Int64().Block(jen.Return(jen.Id("l").Dot("s").Dot("Len").Call())).Line().Line()
-		g.Comment("Stats returns the table's counters: keys tracked, evictions, new keys that met the cap.").Line()
-		g.Func().Params(recv).Id("Stats").Params().Add(rt("TableStats")).Block(jen.Return(jen.Id("l").Dot("s").Dot("Stats").Call())).Line().Line()
-	}
+	g.Comment("Sweep removes the buckets, of every plan, that have been full for atomicbucket.SweepGrace, and returns how many.").Line()
+	g.Func().Params(recv).Id("Sweep").Params().Int().Block(
+		over("n", jen.Int(), jen.Id("n").Op("+=").Id("t").Dot("Sweep").Call())...).Line().Line()
+	g.Comment("Len is the number of keys tracked, over every plan.").Line()
+	g.Func().Params(recv).Id("Len").Params().Int64().Block(
+		over("n", jen.Int64(), jen.Id("n").Op("+=").Id("t").Dot("Len").Call())...).Line().Line()
+	g.Comment("Stats returns the tables' counters, summed over every plan.").Line()
+	g.Func().Params(recv).Id("Stats").Params().Add(rt("TableStats")).Block(
+		over("s", rt("TableStats"), jen.Id("s").Op("=").Id("s").Dot("Add").Call(jen.Id("t").Dot("Stats").Call()))...).Line().Line()
 	g.Add(comment("RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is optional: " +
 		"the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no new keys come."))
 	params := []jen.Code{jen.Id("ctx").Qual("context", "Context"), jen.Id("interval").Qual("time", "Duration")}
