@@ -173,8 +173,13 @@ func (t *Table[K]) allowCost(key K, now Time, cost int64) bool {
 	return t.AllowNAt(key, now, cost).Allowed
 }
 
-// allowCostNow is allowCost now.
-func (t *Table[K]) allowCostNow(key K, cost int64) bool { return t.allowCost(key, Now(), cost) }
+// allowCostNow is allowCost now, in one call too.
+func (t *Table[K]) allowCostNow(key K, cost int64) bool {
+	if cost == 1 {
+		return t.AllowAt(key, Now())
+	}
+	return t.AllowNAt(key, Now(), cost).Allowed
+}
 
 // Cost is a request's default cost under the rule.
 func (l Keyed[K]) Cost() int64 { return l.cost }

@@ -108,6 +108,17 @@ func TestKeyedRefuses(t *testing.T) {
 		}
 	}
 	if allowed != 4 {
+		t.Errorf("AllowAt at a default cost of 5 from a burst of 20: %d allowed, want 4", allowed)
+	}
+	// Allow reads the clock itself; 5 tokens come back in half a second, far
+	// more than six calls take.
+	allowed = 0
+	for range 6 {
+		if k.Allow("bob") {
+			allowed++
+		}
+	}
+	if allowed != 4 {
 		t.Errorf("Allow at a default cost of 5 from a burst of 20: %d allowed, want 4", allowed)
 	}
 }
