@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"fmt"
 	"strconv"
 	"unsafe"
 
@@ -51,7 +52,10 @@ func (t keyedTarget[K]) key(key string) (K, error) {
 	if t.parse != nil {
 		return t.parse(key)
 	}
-	k, _ := any(key).(K) // KeyedTarget's callers give nil parse for string keys only
+	k, ok := any(key).(K)
+	if !ok { // a KeyedTarget of other keys made without its parse: say so, never a zero key
+		return k, fmt.Errorf("overlay: a KeyedTarget of %T keys needs a parse function to read %q", k, key)
+	}
 	return k, nil
 }
 

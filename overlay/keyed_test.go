@@ -62,6 +62,15 @@ func TestKeyedTarget(t *testing.T) {
 	if got, _ := strs.NumbersFor("acme"); got != n {
 		t.Errorf("a string key after Set: %v", got)
 	}
+	// A target of integer keys made without its parse refuses every key,
+	// never putting numbers on the zero key.
+	noParse := KeyedTarget(ints, nil)
+	if err := noParse.Set(-1, &key, n); err == nil {
+		t.Error("a KeyedTarget of int8 keys without a parse took a key")
+	}
+	if _, o := ints.NumbersFor(0); o == atomicbucket.FromKeyOverride {
+		t.Error("the zero key got numbers of its own")
+	}
 	if v, err := ParseUint[uint16]("65535"); err != nil || v != 65535 {
 		t.Errorf("ParseUint[uint16](65535) = %v, %v", v, err)
 	}
