@@ -28,18 +28,27 @@ func (t keyedTarget[K]) Plans() int  { return 0 }
 func (t keyedTarget[K]) Keyed() bool { return true }
 
 func (t keyedTarget[K]) Check(_ int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+	return checkAs(t.l.Rule(), t.l.Cost(), n)
+}
+
+func (t keyedTarget[K]) Base(int) Base { return baseOf(t.l.Rule(), t.l.Cost()) }
+
+// checkAs checks n as the generator checks a policy's numbers for rule,
+// whose requests cost cost by default.
+func checkAs(rule *atomicbucket.Rule, cost int64, n atomicbucket.Numbers) error {
+	if _, err := rule.WithNumbers(n); err != nil {
 		return err
 	}
-	if c := t.l.Cost(); c > 1 {
-		return atomicbucket.CheckCost(n.Burst, c)
+	if cost > 1 {
+		return atomicbucket.CheckCost(n.Burst, cost)
 	}
 	return nil
 }
 
-func (t keyedTarget[K]) Base(int) Base {
-	r := t.l.Rule().Limit()
-	return Base{Numbers: atomicbucket.NumbersOf(r), Cost: t.l.Cost(), Interval: r.Refill == atomicbucket.Interval}
+// baseOf is rule's Base: the policy's numbers, the default cost, the refill.
+func baseOf(rule *atomicbucket.Rule, cost int64) Base {
+	r := rule.Limit()
+	return Base{Numbers: atomicbucket.NumbersOf(r), Cost: cost, Interval: r.Refill == atomicbucket.Interval}
 }
 
 func (t keyedTarget[K]) CheckKey(key string) error {
@@ -109,19 +118,10 @@ func (t globalTarget) Keyed() bool           { return false }
 func (t globalTarget) CheckKey(string) error { return nil }
 
 func (t globalTarget) Check(_ int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	if c := t.l.Cost(); c > 1 {
-		return atomicbucket.CheckCost(n.Burst, c)
-	}
-	return nil
+	return checkAs(t.l.Rule(), t.l.Cost(), n)
 }
 
-func (t globalTarget) Base(int) Base {
-	r := t.l.Rule().Limit()
-	return Base{Numbers: atomicbucket.NumbersOf(r), Cost: t.l.Cost(), Interval: r.Refill == atomicbucket.Interval}
-}
+func (t globalTarget) Base(int) Base { return baseOf(t.l.Rule(), t.l.Cost()) }
 
 func (t globalTarget) Set(_ int, _ *string, n atomicbucket.Numbers) error {
 	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)
