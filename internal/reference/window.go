@@ -3,6 +3,7 @@ package reference
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -17,6 +18,18 @@ type WindowParams struct {
 	Window   int64 // W, ns
 	MaxKeys  int64 // key cap; 0 means none
 	AllowCap bool  // at the cap: allow untracked (else deny)
+	// Grain, when above 1 ns, makes each admission count as made at the last
+	// nanosecond of its grain ((a/Grain+1)·Grain − 1): the runtime's windows
+	// are exact at theirs (a microsecond, or a sub-window).
+	Grain int64
+	// Grace is how long a key's window must have been empty before the key
+	// is forgotten (the runtime's SweepGrace); a held key keeps its place
+	// under the cap until then.
+	Grace int64
+	// CapSpacing is how long after forgetting at the cap a new key at the cap
+	// may forget again (the runtime's MaxKeys × CapSweepSpacing); the wait
+	// it is told is at least until then.
+	CapSpacing int64
 }
 
 // Window is the exact reference of a sliding window: each key's log of the
@@ -35,17 +48,19 @@ type WindowParams struct {
 //     at a + W), less t; Never for a cost above N or below 0;
 //   - Reset is the wait until the window is empty (0 when it is);
 //   - a key whose window is empty holds nothing: forgetting it loses nothing
-//     (lossless reclaim), and a key cap counts only keys whose window is not
-//     empty.
+//     (lossless reclaim). A key is held from its first admission until it is
+//     forgotten, which Forget, or a new key at the cap, does once its window
+//     has been empty for Grace; a key cap counts the keys held.
 type Window struct {
-	mu   sync.Mutex
-	p    WindowParams
-	logs map[string][]Admission
+	mu      sync.Mutex
+	p       WindowParams
+	logs    map[string][]Admission
+	lastCap int64 // when a new key at the cap last forgot
 }
 
 // NewWindow returns an empty window reference.
 func NewWindow(p WindowParams) *Window {
-	return &Window{p: p, logs: map[string][]Admission{}}
+	return &Window{p: p, logs: map[string][]Admission{}, lastCap: math.MinInt64 / 2}
 }
 
 // Params returns the reference's parameters.
@@ -60,16 +75,30 @@ func (w *Window) inWindow(log []Admission, t int64) []Admission {
 	return log[i:]
 }
 
-// live drops from key's log what left the window by t, forgets the key when
-// nothing is left, and returns the log.
-func (w *Window) live(key string, t int64) []Admission {
-	log := w.inWindow(w.logs[key], t)
-	if len(log) == 0 {
-		delete(w.logs, key)
-		return nil
+// live returns what of key's log is in the window at t, and whether the key
+// is held. It keeps the newest admission, which says when the key may be
+// forgotten.
+func (w *Window) live(key string, t int64) ([]Admission, bool) {
+	log, held := w.logs[key]
+	if !held {
+		return nil, false
 	}
-	w.logs[key] = log
-	return log
+	in := w.inWindow(log, t)
+	if len(in) == 0 && len(log) > 0 {
+		w.logs[key] = log[len(log)-1:]
+	} else {
+		w.logs[key] = in
+	}
+	return in, true
+}
+
+// held is the time as made of an admission at t: the last nanosecond of its
+// grain.
+func (w *Window) held(t int64) int64 {
+	if w.p.Grain <= 1 {
+		return t
+	}
+	return (t/w.p.Grain+1)*w.p.Grain - 1
 }
 
 func sumCost(log []Admission) int64 {
@@ -114,7 +143,7 @@ func (w *Window) decide(log []Admission, t, cost int64) Decision {
 	}
 	after := log
 	if cost > 0 {
-		after = append(slices.Clip(log), Admission{At: t, Cost: cost})
+		after = append(slices.Clip(log), Admission{At: w.held(t), Cost: cost})
 	}
 	return Decision{Allowed: true, Remaining: w.p.Limit - in - cost, Reset: reset(after)}
 }
@@ -124,37 +153,77 @@ func (w *Window) decide(log []Admission, t, cost int64) Decision {
 func (w *Window) AllowN(key string, t, cost int64) Decision {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	log := w.live(key, t)
-	if log == nil && cost > 0 && cost <= w.p.Limit && w.p.MaxKeys > 0 && w.liveKeys(t) >= w.p.MaxKeys {
-		if w.p.AllowCap {
-			return w.decide(nil, t, cost) // untracked: admitted, logged nowhere
+	log, held := w.live(key, t)
+	if !held && cost > 0 && cost <= w.p.Limit && w.p.MaxKeys > 0 && int64(len(w.logs)) >= w.p.MaxKeys {
+		if t >= w.lastCap+w.p.CapSpacing {
+			w.lastCap = t
+			w.forget(t)
 		}
-		return Decision{RetryAfter: w.capFree(t)}
+		if int64(len(w.logs)) >= w.p.MaxKeys {
+			if w.p.AllowCap {
+				return w.decide(nil, t, cost) // untracked: admitted, logged nowhere
+			}
+			return Decision{RetryAfter: w.capFree(t)}
+		}
 	}
 	d := w.decide(log, t, cost)
 	if d.Allowed && cost > 0 {
-		w.logs[key] = append(log, Admission{Key: key, At: t, Cost: cost})
+		w.logs[key] = append(log, Admission{Key: key, At: w.held(t), Cost: cost})
 	}
 	return d
 }
 
-// liveKeys is how many keys hold something at t (forgetting the others).
-func (w *Window) liveKeys(t int64) int64 {
-	for key := range w.logs {
-		w.live(key, t)
+// emptyAt is when a held key's window, whose log (or newest admission) is
+// log, is empty.
+func (w *Window) emptyAt(log []Admission) int64 {
+	if len(log) == 0 {
+		return math.MinInt64 / 2 // refunded to nothing
 	}
+	return log[len(log)-1].At + w.p.Window
+}
+
+// forget drops the keys whose windows have been empty for Grace at t.
+func (w *Window) forget(t int64) int {
+	n := 0
+	for key, log := range w.logs {
+		if w.emptyAt(log)+w.p.Grace <= t {
+			delete(w.logs, key)
+			n++
+		}
+	}
+	return n
+}
+
+// Forget drops the keys whose windows have been empty for Grace at t, as
+// the runtime's sweep does, and returns how many.
+func (w *Window) Forget(t int64) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.forget(t)
+}
+
+// Holds reports whether the reference holds key.
+func (w *Window) Holds(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	_, ok := w.logs[key]
+	return ok
+}
+
+// Held is how many keys the reference holds.
+func (w *Window) Held() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	return int64(len(w.logs))
 }
 
-// capFree is, at the cap, the wait until some key's window empties.
+// capFree is, at the cap, the wait until some key can be forgotten.
 func (w *Window) capFree(t int64) time.Duration {
-	first := int64(-1)
+	first := int64(math.MaxInt64)
 	for _, log := range w.logs {
-		if end := log[len(log)-1].At + w.p.Window; first < 0 || end < first {
-			first = end
-		}
+		first = min(first, w.emptyAt(log)+w.p.Grace)
 	}
-	return time.Duration(first - t)
+	return time.Duration(max(first, w.lastCap+w.p.CapSpacing) - t)
 }
 
 // Peek is what AllowN would decide for a key with room in the table (the cap
@@ -171,7 +240,10 @@ func (w *Window) Peek(key string, t, cost int64) Decision {
 func (w *Window) Refund(key string, t, cost int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	log := w.live(key, t)
+	log, _ := w.live(key, t)
+	if len(log) == 0 {
+		return
+	}
 	for len(log) > 0 && cost > 0 {
 		last := &log[len(log)-1]
 		take := min(cost, last.Cost)
@@ -181,25 +253,28 @@ func (w *Window) Refund(key string, t, cost int64) {
 			log = log[:len(log)-1]
 		}
 	}
-	if len(log) == 0 {
-		delete(w.logs, key)
-	} else {
-		w.logs[key] = log
-	}
+	w.logs[key] = log
 }
 
 // In is what key has in the window at t.
 func (w *Window) In(key string, t int64) int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return sumCost(w.live(key, t))
+	log, _ := w.live(key, t)
+	return sumCost(log)
 }
 
 // Len is how many keys hold something at t.
 func (w *Window) Len(t int64) int64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.liveKeys(t)
+	n := int64(0)
+	for key := range w.logs {
+		if log, _ := w.live(key, t); len(log) > 0 {
+			n++
+		}
+	}
+	return n
 }
 
 // CheckWindow checks, key by key, that no interval of length window holds

@@ -1,0 +1,486 @@
+package atomicbucket
+
+import (
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// A window rule admits at most Limit cost units in any interval of length
+// Window, sliding: what a request finds in the window is what was admitted in
+// (now − Window, now]. Its state, per key, is a few words updated by
+// compare-and-swap, in one of two forms chosen by the limit:
+//
+//   - exact (Limit ≤ WindowRingMax): a ring of Limit admission times, one per
+//     unit, kept to the microsecond, and a head word holding how many units
+//     were ever admitted and the newest time. A request of cost c is admitted
+//     when the unit admitted Limit − c + 1 units before the newest has left
+//     the window: units are admitted in time order, so every older one has
+//     left too. 8 + 8·Limit bytes a key.
+//   - counted (larger limits): WindowSlices sub-windows of Window/WindowSlices
+//     each, and a count per sub-window: a unit counts until its whole
+//     sub-window has left the window, so it may come back up to a sixteenth of
+//     the window late (never early). 8 + 8·(WindowSlices+1) bytes a key.
+//
+// Both are exact at a grain (Grain): they decide as the sliding log would if
+// every admission were made at the last nanosecond of its grain (its
+// microsecond, or its sub-window). The grain only delays when units leave the
+// window; it never admits more than Limit in any interval of length Window.
+//
+// A window cannot give units back exactly once later admissions have been
+// written over them, so it has no Refund or Reserve: a tier decides its
+// windows last, after a look that takes nothing (TierAt).
+
+// WindowRingMax is the largest limit a window keeps exactly (a ring of one
+// time per unit).
+const WindowRingMax = 64
+
+// WindowSlices is the number of sub-windows a counted window (a limit above
+// WindowRingMax) splits its length into.
+const WindowSlices = 16
+
+// WindowLimitMax is the largest limit a window rule can hold (a count per
+// sub-window is 26 bits).
+const WindowLimitMax = 1<<26 - 1
+
+// WindowSliceMin is the shortest sub-window of a counted window: sub-window
+// numbers are 37 bits, and must not wrap within MaxUptime.
+const WindowSliceMin = 2500 * time.Microsecond
+
+// ringGrain is the grain of an exact window: times are kept in microseconds.
+const ringGrain = int64(time.Microsecond)
+
+// Word layouts. Bit 63 of a head word marks a window removed from its table
+// (dead): no operation changes a dead word.
+const (
+	deadWindow = uint64(1) << 63
+
+	// exact: head and ring words are tag<<51 | q, where q is the grain number
+	// of the time plus one (0: never) and tag the position mod the ring's
+	// modulus (a multiple of the limit).
+	ringTimeBits = 51
+	ringTimeMask = uint64(1)<<ringTimeBits - 1
+	ringTagMask  = uint64(1)<<12 - 1
+
+	// counted: head and sub-window words are slice<<26 | count.
+	countBits = 26
+	countMask = uint64(1)<<countBits - 1
+	sliceMask = uint64(1)<<37 - 1
+)
+
+// WindowRule is a window rule's numbers, checked and prepared. Build one with
+// NewWindowRule.
+type WindowRule struct {
+	limit   int64 // N
+	window  int64 // W, ns
+	grain   int64 // ns: ringGrain (exact) or W/WindowSlices (counted)
+	exact   bool
+	modulus uint64 // exact: positions are kept mod this multiple of the limit
+	words   int    // state words a key needs: 1 + ring or sub-window words
+}
+
+// NewWindowRule checks a window rule's numbers: a limit from 1 to
+// WindowLimitMax units in a window from a microsecond to MaxUptime, whole
+// microseconds; a counted window (limit above WindowRingMax) needs a window
+// that WindowSlices divides, at least WindowSlices × WindowSliceMin long.
+// Its errors wrap ErrInvalidLimit.
+func NewWindowRule(limit int64, window time.Duration) (WindowRule, error) {
+	switch {
+	case limit < 1 || limit > WindowLimitMax:
+		return WindowRule{}, fmt.Errorf("%w: a window's limit must be from 1 to %d, not %d", ErrInvalidLimit, WindowLimitMax, limit)
+	case window < time.Microsecond || window > MaxUptime:
+		return WindowRule{}, fmt.Errorf("%w: a window must be from 1µs to %v, not %v", ErrInvalidLimit, MaxUptime, window)
+	case window%time.Microsecond != 0:
+		return WindowRule{}, fmt.Errorf("%w: a window must be whole microseconds, not %v", ErrInvalidLimit, window)
+	}
+	r := WindowRule{limit: limit, window: int64(window)}
+	if limit <= WindowRingMax {
+		r.exact, r.grain = true, ringGrain
+		r.modulus = uint64(limit) * uint64((ringTagMask+1)/uint64(limit))
+		r.words = 1 + int(limit)
+		return r, nil
+	}
+	if window%WindowSlices != 0 || window/WindowSlices < WindowSliceMin {
+		return WindowRule{}, fmt.Errorf("%w: a window over more than %d units is counted in %d sub-windows: it must be a multiple of %v, at least %v, not %v",
+			ErrInvalidLimit, WindowRingMax, WindowSlices, WindowSlices*time.Nanosecond, WindowSlices*WindowSliceMin, window)
+	}
+	r.grain = int64(window / WindowSlices)
+	r.words = 1 + WindowSlices + 1
+	return r, nil
+}
+
+// MustWindowRule is NewWindowRule for numbers known to be valid (a generated
+// package's): it panics on an error.
+func MustWindowRule(limit int64, window time.Duration) WindowRule {
+	r, err := NewWindowRule(limit, window)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// Limit is N: the most cost units admitted in any interval of length Window.
+func (r *WindowRule) Limit() int64 { return r.limit }
+
+// Window is W, the window's length.
+func (r *WindowRule) Window() time.Duration { return time.Duration(r.window) }
+
+// Exact reports whether the window keeps a time per unit (to the
+// microsecond) rather than counts per sub-window.
+func (r *WindowRule) Exact() bool { return r.exact }
+
+// Grain is the grain at which the window is exact: each admission counts as
+// made at the last nanosecond of its grain (a microsecond, or a sub-window
+// of Window/WindowSlices), so it leaves the window up to a grain late.
+func (r *WindowRule) Grain() time.Duration { return time.Duration(r.grain) }
+
+// StateBytes is the memory of one key's window state (its words), not
+// counting the table's map entry.
+func (r *WindowRule) StateBytes() int { return 8 * r.words }
+
+// end is the last nanosecond of grain q−1 (q as words keep it: grain number
+// plus one), the time an admission in it is held as made at.
+func (r *WindowRule) end(q int64) int64 { return q*r.grain - 1 }
+
+// fresh returns a new key's state: an empty window.
+func (r *WindowRule) fresh() []atomic.Uint64 {
+	w := make([]atomic.Uint64, r.words)
+	if r.exact {
+		// Head at position 0; the ring holds positions −N..−1, never admitted.
+		n := uint64(r.limit)
+		for i := range r.limit {
+			pos := r.modulus - n + uint64(i) // −N+i mod modulus
+			w[1+pos%n].Store((pos % r.modulus) << ringTimeBits)
+		}
+	}
+	return w
+}
+
+// windowView is what a window's words said at one time, for a request of
+// one cost: the head word read (a commit is a CAS from it), what is in the
+// window, and what an admission would write.
+type windowView struct {
+	head  uint64
+	in    int64  // units in the window at now
+	retry int64  // ns: for a cost that does not fit, the wait until it does
+	reset int64  // ns: the wait until the window is empty (after the request, if it fits)
+	fits  bool   // the cost fits in the window
+	nextQ uint64 // exact: the time an admission writes (≥ the head's)
+	nextK uint64 // counted: the sub-window an admission counts in
+}
+
+// view reads the words w at now (ns, clamped) for a request of cost
+// (0 ≤ cost ≤ N). The words are read one at a time; a check acts on them only
+// through its CAS on the head, which fails if anything was admitted meanwhile.
+// ok is false when w is dead.
+func (r *WindowRule) view(w []atomic.Uint64, now, cost int64) (v windowView, ok bool) {
+	h := w[0].Load()
+	if h&deadWindow != 0 {
+		return v, false
+	}
+	v.head = h
+	if r.exact {
+		r.viewRing(w, h, now, cost, &v)
+	} else {
+		r.viewCounted(w, h, now, cost, &v)
+	}
+	return v, true
+}
+
+// ringTime is the time word of the unit at position pos (mod the modulus):
+// its slot's when the slot was written for pos, else the head's newest time
+// (the slot's writer has claimed it and not written it yet, and its time is
+// at most the head's: using the head's is conservative).
+func (r *WindowRule) ringTime(w []atomic.Uint64, pos, headQ uint64) uint64 {
+	s := w[1+pos%uint64(r.limit)].Load()
+	if s>>ringTimeBits != pos {
+		return headQ
+	}
+	return s & ringTimeMask
+}
+
+// left reports whether an admission at time word q has left the window at now.
+func (r *WindowRule) left(q uint64, now int64) bool {
+	return q == 0 || r.end(int64(q))+r.window <= now
+}
+
+// back is the position k units before count, mod the modulus.
+func (r *WindowRule) back(count, k uint64) uint64 { return (count + r.modulus - k) % r.modulus }
+
+func (r *WindowRule) viewRing(w []atomic.Uint64, h uint64, now, cost int64, v *windowView) {
+	n := uint64(r.limit)
+	count, headQ := h>>ringTimeBits, h&ringTimeMask
+	// Units in the window: of the positions count−N..count−1, those whose
+	// times have not left; times grow with positions, so a binary search finds
+	// the first.
+	lo, hi := uint64(0), n
+	for lo < hi {
+		mid := (lo + hi) / 2
+		if r.left(r.ringTime(w, r.back(count, n-mid), headQ), now) {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	v.in = int64(n - lo)
+	if v.in > 0 {
+		v.reset = r.end(int64(headQ)) + r.window - now
+	}
+	v.nextQ = max(uint64(now/r.grain)+1, headQ)
+	if cost == 0 {
+		v.fits = true
+		return
+	}
+	// The decision is the unit cost−1 positions after the oldest: when it has
+	// left, so has every older one, and the window then holds at most N − cost.
+	q := r.ringTime(w, r.back(count, n-uint64(cost)+1), headQ)
+	if !r.left(q, now) {
+		v.retry = r.end(int64(q)) + r.window - now
+		return
+	}
+	v.fits = true
+	v.reset = r.end(int64(v.nextQ)) + r.window - now
+}
+
+// sliceCount is what sub-window word s holds for sub-window k: its count if
+// it was written for k, else 0 (it holds an older sub-window's).
+func sliceCount(s, k uint64) int64 {
+	if s>>countBits != k {
+		return 0
+	}
+	return int64(s & countMask)
+}
+
+// sliceAt is the sub-window a time (ns) falls in.
+func (r *WindowRule) sliceAt(now int64) uint64 { return uint64(now / r.grain) }
+
+// sliceIn is how much sub-window j holds, as the head h (for sub-window hk,
+// holding hc) and the words w say.
+func sliceIn(w []atomic.Uint64, j, hk uint64, hc int64) int64 {
+	switch {
+	case j == hk:
+		return hc
+	case j > hk:
+		return 0
+	}
+	return sliceCount(w[1+j%(WindowSlices+1)].Load(), j)
+}
+
+func (r *WindowRule) viewCounted(w []atomic.Uint64, h uint64, now, cost int64, v *windowView) {
+	hk, hc := h>>countBits, int64(h&countMask)
+	kNow := r.sliceAt(now)
+	kc := max(kNow, hk) // a stale clock counts in the head's sub-window
+	v.nextK = kc
+	first := kc - min(kc, WindowSlices)
+	// unsure is, for a clock behind the head's sub-window, when (ns) it
+	// could be decided: a sub-window older than the ones the words keep
+	// may still count at now. Behind by one, the oldest still kept (in the
+	// word the head's sub-window takes when frozen) is read unless a goroutine
+	// moving the head on is writing that word.
+	unsure := int64(-1)
+	if kNow < hk {
+		switch j := hk - min(hk, WindowSlices+1); {
+		case kNow+1 < hk:
+			unsure = int64(hk-1) * r.grain
+		case w[1+j%(WindowSlices+1)].Load()>>countBits > j:
+			unsure = int64(hk) * r.grain
+		default:
+			first = j
+		}
+	}
+	var counts [WindowSlices + 2]int64
+	newest := -1
+	for j := first; j <= kc; j++ {
+		c := sliceIn(w, j, hk, hc)
+		if c != 0 && int64(j+1)*r.grain-1+r.window > now {
+			counts[j-first] = c
+			v.in += c
+			newest = int(j - first)
+		}
+	}
+	if newest >= 0 {
+		v.reset = int64(first+uint64(newest)+1)*r.grain - 1 + r.window - now
+	}
+	if unsure >= 0 && cost > 0 {
+		v.retry = unsure - now
+		return
+	}
+	if v.in+cost <= r.limit {
+		v.fits = true
+		if cost > 0 {
+			v.reset = int64(kc+1)*r.grain - 1 + r.window - now
+		}
+		return
+	}
+	in := v.in
+	for i, c := range counts[:kc-first+1] {
+		if in -= c; in+cost <= r.limit {
+			v.retry = int64(first+uint64(i)+1)*r.grain - 1 + r.window - now
+			return
+		}
+	}
+}
+
+// commit writes an admission of cost (≥ 1) the view v allowed, if the head
+// is still the one v read; false means it changed (look again).
+func (r *WindowRule) commit(w []atomic.Uint64, v *windowView, cost int64) bool {
+	if r.exact {
+		count := v.head >> ringTimeBits
+		next := (count + uint64(cost)) % r.modulus
+		if !w[0].CompareAndSwap(v.head, next<<ringTimeBits|v.nextQ) {
+			return false
+		}
+		for i := range uint64(cost) {
+			pos := (count + i) % r.modulus
+			w[1+pos%uint64(r.limit)].Store(pos<<ringTimeBits | v.nextQ)
+		}
+		return true
+	}
+	hk, hc := v.head>>countBits, v.head&countMask
+	if v.nextK == hk {
+		return w[0].CompareAndSwap(v.head, v.head+uint64(cost))
+	}
+	if hc > 0 {
+		freeze(&w[1+hk%(WindowSlices+1)], hk, hc)
+	}
+	return w[0].CompareAndSwap(v.head, v.nextK<<countBits|uint64(cost))
+}
+
+// freeze records that sub-window k holds c, in the word its index gives it,
+// before the head moves on from k: the word only ever rises to a later
+// sub-window or a larger count for k (a goroutine that read an earlier count
+// and lost its race to move the head must not lower it).
+func freeze(s *atomic.Uint64, k, c uint64) {
+	for {
+		old := s.Load()
+		if ok := old >> countBits; ok > k || ok == k && old&countMask >= c {
+			return
+		}
+		if s.CompareAndSwap(old, k<<countBits|c) {
+			return
+		}
+	}
+}
+
+// allowN decides a request of cost at now (ns, clamped) on the words w,
+// admitting it if it fits; alive is false when w is dead (nothing done).
+func (r *WindowRule) allowN(w []atomic.Uint64, now, cost int64) (d Decision, alive bool) {
+	if cost < 0 || cost > r.limit {
+		v, ok := r.view(w, now, 0)
+		return Decision{Remaining: r.limit - v.in, Reset: time.Duration(v.reset), RetryAfter: Never}, ok
+	}
+	for {
+		v, ok := r.view(w, now, cost)
+		switch {
+		case !ok:
+			return Decision{}, false
+		case !v.fits:
+			return Decision{Remaining: r.limit - v.in, Reset: time.Duration(v.reset), RetryAfter: time.Duration(v.retry)}, true
+		case cost == 0 || r.commit(w, &v, cost):
+			return Decision{Allowed: true, Remaining: r.limit - v.in - cost, Reset: time.Duration(v.reset)}, true
+		}
+	}
+}
+
+// peek is allowN taking nothing.
+func (r *WindowRule) peek(w []atomic.Uint64, now, cost int64) Decision {
+	if cost < 0 || cost > r.limit {
+		v, _ := r.view(w, now, 0)
+		return Decision{Remaining: r.limit - v.in, Reset: time.Duration(v.reset), RetryAfter: Never}
+	}
+	v, _ := r.view(w, now, cost)
+	if !v.fits {
+		return Decision{Remaining: r.limit - v.in, Reset: time.Duration(v.reset), RetryAfter: time.Duration(v.retry)}
+	}
+	return Decision{Allowed: true, Remaining: r.limit - v.in - cost, Reset: time.Duration(v.reset)}
+}
+
+// allow is allowN's yes or no, for a cost from 1 to N, without the
+// decision's numbers: the exact window reads one ring word, not a search.
+func (r *WindowRule) allow(w []atomic.Uint64, now, cost int64) (ok, alive bool) {
+	if !r.exact {
+		d, alive := r.allowN(w, now, cost)
+		return d.Allowed, alive
+	}
+	for {
+		h := w[0].Load()
+		if h&deadWindow != 0 {
+			return false, false
+		}
+		count, headQ := h>>ringTimeBits, h&ringTimeMask
+		if !r.left(r.ringTime(w, r.back(count, uint64(r.limit-cost)+1), headQ), now) {
+			return false, true
+		}
+		v := windowView{head: h, nextQ: max(uint64(now/r.grain)+1, headQ)}
+		if r.commit(w, &v, cost) {
+			return true, true
+		}
+	}
+}
+
+// emptyAt is when (ns) the window whose head word is h is empty for good if
+// nothing more is admitted, and whether h is alive.
+func (r *WindowRule) emptyAt(h uint64) (at int64, alive bool) {
+	if h&deadWindow != 0 {
+		return 0, false
+	}
+	if r.exact {
+		if q := h & ringTimeMask; q != 0 {
+			return r.end(int64(q)) + r.window, true
+		}
+		return 0, true
+	}
+	if h&countMask == 0 {
+		return 0, true
+	}
+	return int64(h>>countBits+1)*r.grain - 1 + r.window, true
+}
+
+// Window is a global (unkeyed) window: one state for every request. Its
+// methods are safe for concurrent use and take no lock.
+type Window struct {
+	r WindowRule
+	w []atomic.Uint64
+}
+
+// NewWindow returns an empty window for rule r.
+func NewWindow(r WindowRule) *Window { return &Window{r: r, w: r.fresh()} }
+
+// Rule returns the window's rule.
+func (g *Window) Rule() *WindowRule { return &g.r }
+
+// Allow reports whether a request of cost 1 is admitted now, counting it if so.
+func (g *Window) Allow() bool { return g.AllowAt(Now()) }
+
+// AllowAt is Allow at time now.
+func (g *Window) AllowAt(now Time) bool {
+	ok, _ := g.r.allow(g.w, clampNow(now), 1)
+	return ok
+}
+
+// AllowN decides a request of cost now, counting it if admitted. A cost
+// above the limit, or negative, is denied with RetryAfter Never; a cost of 0
+// is admitted and counts nothing.
+func (g *Window) AllowN(cost int64) Decision { return g.AllowNAt(Now(), cost) }
+
+// AllowNAt is AllowN at time now.
+func (g *Window) AllowNAt(now Time, cost int64) Decision {
+	d, _ := g.r.allowN(g.w, clampNow(now), cost)
+	return d
+}
+
+// AllowCost is AllowNAt's yes or no, without the decision's numbers: a cost
+// of 0 is admitted, one outside [0, limit] denied.
+func (g *Window) AllowCost(now Time, cost int64) bool {
+	if cost < 1 || cost > g.r.limit {
+		return cost == 0
+	}
+	ok, _ := g.r.allow(g.w, clampNow(now), cost)
+	return ok
+}
+
+// Peek is what AllowN would decide now, counting nothing.
+func (g *Window) Peek(cost int64) Decision { return g.PeekAt(Now(), cost) }
+
+// PeekAt is Peek at time now.
+func (g *Window) PeekAt(now Time, cost int64) Decision { return g.r.peek(g.w, clampNow(now), cost) }

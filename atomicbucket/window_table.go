@@ -1,0 +1,283 @@
+package atomicbucket
+
+import (
+	"context"
+	"math"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"github.com/puzpuzpuz/xsync/v3"
+)
+
+// WindowTable is a set of windows, one per key, made on a key's first
+// admission. Its methods are safe for concurrent use; checks on existing keys
+// take no lock and never allocate (a new key takes the map's lock for it
+// once).
+//
+// A table keeps itself as a Table does: a key whose window has been empty for
+// SweepGrace is reclaimed when a new key meets the key cap, and by a sweep the
+// table runs by itself when new keys have doubled it (beyond AutoSweepMin
+// keys); Sweep and RunSweeper only return memory sooner. An empty window
+// holds nothing, so reclaiming loses nothing: a key that comes back gets the
+// window it would have had.
+type WindowTable[K comparable] struct {
+	m       *xsync.MapOf[K, []atomic.Uint64]
+	r       WindowRule
+	maxKeys int64
+	atCap   AtCap
+
+	keys      atomic.Int64
+	evictions atomic.Int64
+	atCapHits atomic.Int64
+	// next is a lower bound on the earliest time (ns) a key can be reclaimed:
+	// exact after a sweep; admissions only make the true time later.
+	next       atomic.Int64
+	sweeping   atomic.Bool
+	sweepAt    atomic.Int64
+	capSwept   atomic.Int64
+	capSpacing int64
+}
+
+// NewWindowTable returns an empty table of windows for rule r (o.KeyHash is
+// not used: windows have no grid to place).
+func NewWindowTable[K comparable](r WindowRule, o TableOptions) *WindowTable[K] {
+	var opts []func(*xsync.MapConfig)
+	if o.Presize > 0 {
+		opts = append(opts, xsync.WithPresize(o.Presize))
+	}
+	t := &WindowTable[K]{m: xsync.NewMapOf[K, []atomic.Uint64](opts...), r: r, maxKeys: o.MaxKeys, atCap: o.AtCap}
+	t.next.Store(math.MaxInt64)
+	t.sweepAt.Store(AutoSweepMin)
+	t.capSwept.Store(math.MinInt64 / 2)
+	if o.MaxKeys > 0 {
+		t.capSpacing = min(o.MaxKeys, int64(MaxUptime/CapSweepSpacing)) * int64(CapSweepSpacing)
+	}
+	return t
+}
+
+// Rule returns the table's rule.
+func (t *WindowTable[K]) Rule() *WindowRule { return &t.r }
+
+// Len is the number of keys tracked (some of whose windows may be empty, not
+// yet reclaimed).
+func (t *WindowTable[K]) Len() int64 { return t.keys.Load() }
+
+// Stats returns the table's counters.
+func (t *WindowTable[K]) Stats() TableStats {
+	return TableStats{Keys: t.keys.Load(), Evictions: t.evictions.Load(), AtCapHits: t.atCapHits.Load()}
+}
+
+// Allow reports whether a request of cost 1 for key is admitted now,
+// counting it if so.
+func (t *WindowTable[K]) Allow(key K) bool { return t.allowCost(key, clampNow(Now()), 1) }
+
+// AllowAt is Allow at time now.
+func (t *WindowTable[K]) AllowAt(key K, now Time) bool { return t.allowCost(key, clampNow(now), 1) }
+
+// AllowCost is AllowNAt's yes or no, without the decision's numbers: a cost
+// of 0 is admitted, one outside [0, limit] denied.
+func (t *WindowTable[K]) AllowCost(key K, now Time, cost int64) bool {
+	return t.allowCost(key, clampNow(now), cost)
+}
+
+func (t *WindowTable[K]) allowCost(key K, now, cost int64) bool {
+	if cost < 1 || cost > t.r.limit {
+		return cost == 0
+	}
+	for {
+		w, ok := t.m.Load(key)
+		if !ok {
+			if w = t.create(key, now); w == nil {
+				return t.atCap == AllowAtCap
+			}
+		}
+		if ok, alive := t.r.allow(w, now, cost); alive {
+			return ok
+		}
+		retry()
+	}
+}
+
+// AllowN decides a request of cost for key now, counting it if admitted.
+// Costs at the limits behave as for Window.AllowN; a key without a window is
+// given one only by a request that counts something.
+func (t *WindowTable[K]) AllowN(key K, cost int64) Decision { return t.AllowNAt(key, Now(), cost) }
+
+// AllowNAt is AllowN at time now.
+func (t *WindowTable[K]) AllowNAt(key K, now Time, cost int64) Decision {
+	n := clampNow(now)
+	for {
+		w, ok := t.m.Load(key)
+		if !ok {
+			if cost <= 0 || cost > t.r.limit {
+				return t.r.peek(t.r.fresh(), n, cost)
+			}
+			if w = t.create(key, n); w == nil {
+				return t.capDecision(n, cost)
+			}
+		}
+		if d, alive := t.r.allowN(w, n, cost); alive {
+			return d
+		}
+		retry()
+	}
+}
+
+// Peek is what AllowN would decide for key now (if the key cap allowed it),
+// counting nothing.
+func (t *WindowTable[K]) Peek(key K, cost int64) Decision { return t.PeekAt(key, Now(), cost) }
+
+// PeekAt is Peek at time now.
+func (t *WindowTable[K]) PeekAt(key K, now Time, cost int64) Decision {
+	w, ok := t.m.Load(key)
+	if !ok {
+		w = t.r.fresh()
+	}
+	return t.r.peek(w, clampNow(now), cost)
+}
+
+// capDecision decides a request for a new key at the cap with nothing to
+// reclaim: against an empty window that is not kept (AllowAtCap), or denied
+// until a key can be reclaimed.
+func (t *WindowTable[K]) capDecision(now, cost int64) Decision {
+	if t.atCap == AllowAtCap {
+		return t.r.peek(t.r.fresh(), now, cost)
+	}
+	next := max(t.next.Load(), t.capSwept.Load()+t.capSpacing)
+	return Decision{RetryAfter: time.Duration(max(next-now, 1))}
+}
+
+// create makes key's window, or returns the one another goroutine just made;
+// nil when the key is new and the table is at its cap with nothing to
+// reclaim.
+func (t *WindowTable[K]) create(key K, now int64) []atomic.Uint64 {
+	for !t.claimKey() {
+		if w, ok := t.m.Load(key); ok {
+			return w
+		}
+		if !t.reclaimAt(now) {
+			t.atCapHits.Add(1)
+			return nil
+		}
+	}
+	fresh := t.r.fresh()
+	got, loaded := t.m.LoadOrStore(key, fresh)
+	if loaded {
+		t.keys.Add(-1)
+		return got
+	}
+	// The new window empties no sooner than a window from now: the bound on
+	// the earliest reclaim stays a lower bound.
+	t.lowerNext(t.r.end(now/t.r.grain+1) + t.r.window + int64(SweepGrace))
+	if n := t.keys.Load(); n > t.sweepAt.Load() && t.sweeping.CompareAndSwap(false, true) {
+		t.sweepHeld(now)
+	}
+	return got
+}
+
+func (t *WindowTable[K]) claimKey() bool {
+	if t.maxKeys <= 0 {
+		t.keys.Add(1)
+		return true
+	}
+	for {
+		n := t.keys.Load()
+		if n >= t.maxKeys {
+			return false
+		}
+		if t.keys.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// reclaimAt sweeps the table at its cap, unless the last sweep there is
+// less than CapSweepSpacing per key behind, and reports whether a key was
+// freed. A sweep that frees nothing leaves next exact: the RetryAfter of the
+// denials until the next may run.
+func (t *WindowTable[K]) reclaimAt(now int64) bool {
+	for {
+		if t.sweeping.Load() {
+			runtime.Gosched()
+			continue
+		}
+		if now < t.capSwept.Load()+t.capSpacing {
+			return false
+		}
+		if t.sweeping.CompareAndSwap(false, true) {
+			t.capSwept.Store(now)
+			return t.sweepHeld(now) > 0
+		}
+	}
+}
+
+// Sweep removes the keys whose windows have been empty for SweepGrace, and
+// returns how many it removed.
+func (t *WindowTable[K]) Sweep() int { return t.SweepAt(Now()) }
+
+// SweepAt is Sweep at time now.
+func (t *WindowTable[K]) SweepAt(now Time) int {
+	for !t.sweeping.CompareAndSwap(false, true) {
+		runtime.Gosched()
+	}
+	return t.sweepHeld(clampNow(now))
+}
+
+// sweepHeld sweeps at now (ns) holding t.sweeping, which it releases. A
+// window is removed by compare-and-swapping its head word, as read empty,
+// into a dead one under the map's lock for the key, and deleting the key in
+// the same critical section: an admission in between changed the head, so the
+// CAS fails; one after it finds the head dead and looks the key up again. The
+// grace covers a check whose clock reading precedes the sweep's: it would
+// have found the window empty too.
+func (t *WindowTable[K]) sweepHeld(now int64) int {
+	defer t.sweeping.Store(false)
+	removed := 0
+	t.next.Store(math.MaxInt64)
+	t.m.Range(func(key K, w []atomic.Uint64) bool {
+		at, alive := t.r.emptyAt(w[0].Load())
+		if !alive {
+			return true
+		}
+		if at+int64(SweepGrace) > now {
+			t.lowerNext(at + int64(SweepGrace))
+			return true
+		}
+		t.m.Compute(key, func(cur []atomic.Uint64, loaded bool) ([]atomic.Uint64, bool) {
+			if !loaded || &cur[0] != &w[0] {
+				return cur, !loaded
+			}
+			h := w[0].Load()
+			if at, alive := t.r.emptyAt(h); !alive || at+int64(SweepGrace) > now || !w[0].CompareAndSwap(h, h|deadWindow) {
+				t.lowerNext(at + int64(SweepGrace))
+				return cur, false
+			}
+			removed++
+			return nil, true
+		})
+		return true
+	})
+	if removed > 0 {
+		t.keys.Add(int64(-removed))
+		t.evictions.Add(int64(removed))
+	}
+	t.sweepAt.Store(max(2*t.keys.Load(), AutoSweepMin))
+	return removed
+}
+
+// RunSweeper calls Sweep every interval (DefaultSweepInterval when interval
+// is not positive) until ctx is done.
+func (t *WindowTable[K]) RunSweeper(ctx context.Context, interval time.Duration) {
+	RunEvery(ctx, interval, func() { t.Sweep() })
+}
+
+// lowerNext lowers the bound on the earliest reclaim to at.
+func (t *WindowTable[K]) lowerNext(at int64) {
+	for {
+		old := t.next.Load()
+		if at >= old || t.next.CompareAndSwap(old, at) {
+			return
+		}
+	}
+}

@@ -1,0 +1,340 @@
+package fuzz
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/reference"
+)
+
+// windowProgram is a window rule, a key cap and a sequence of operations on a
+// few keys at explicit times, run against the runtime's window table (and,
+// for one key, its global window) and the reference sliding log at the
+// runtime's grain.
+type windowProgram struct {
+	limit    int64
+	window   time.Duration
+	maxKeys  int64
+	allowCap bool
+	ops      []windowOp
+}
+
+type windowOp struct {
+	kind byte // 0 AllowN, 1 Peek, 2 AllowCost (yes or no), 3 Sweep
+	key  string
+	dt   int64 // ns after the previous op
+	cost int64
+}
+
+func (p windowProgram) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "limit %d per %v, max keys %d (allow at cap %v):", p.limit, p.window, p.maxKeys, p.allowCap)
+	for _, op := range p.ops {
+		fmt.Fprintf(&b, " [%s +%d %s %d]", [...]string{"allow", "peek", "yes/no", "sweep"}[op.kind], op.dt, op.key, op.cost)
+	}
+	return b.String()
+}
+
+// decodeWindow reads a program from fuzz input: the numbers from its first
+// bytes, then 6 bytes an operation. Limits are drawn around the exact ring's
+// largest (64) so both forms are met; windows are whole microseconds, and
+// counted ones multiples of 16 × 2.5 ms.
+func decodeWindow(data []byte) (windowProgram, bool) {
+	if len(data) < 6 {
+		return windowProgram{}, false
+	}
+	var p windowProgram
+	switch data[0] % 4 {
+	case 0:
+		p.limit = 1 + int64(data[1]%8)
+	case 1:
+		p.limit = 1 + int64(data[1]%64)
+	case 2:
+		p.limit = 65 + int64(data[1])
+	default:
+		p.limit = 60 + int64(data[1]%10)
+	}
+	unit := time.Microsecond
+	if p.limit > atomicbucket.WindowRingMax {
+		unit = atomicbucket.WindowSlices * atomicbucket.WindowSliceMin
+	}
+	p.window = unit * time.Duration(1+binary.LittleEndian.Uint16(data[2:4])%2000)
+	p.maxKeys = int64(data[4] % 5) // 0: no cap
+	p.allowCap = data[5]&1 != 0
+	keys := []string{"a", "b", "c", "d", "e", "f"}[:1+data[5]>>1%6]
+	for b := data[6:]; len(b) >= 6; b = b[6:] {
+		op := windowOp{kind: b[0] % 8, key: keys[int(b[1])%len(keys)]}
+		if op.kind > 3 {
+			op.kind = 0 // AllowN, most of the time
+		}
+		// Time steps from 0 to about a window and a half, by fractions.
+		frac := int64(binary.LittleEndian.Uint16(b[2:4]))
+		switch b[4] % 4 {
+		case 0:
+			op.dt = 0
+		case 1:
+			op.dt = int64(p.window) * frac / 65536 / 64
+		case 2:
+			op.dt = int64(p.window) * frac / 65536
+		default:
+			op.dt = int64(p.window)*frac/65536 + int64(atomicbucket.SweepGrace)*int64(b[5]%2)
+		}
+		if op.dt > 0 {
+			// A step is 0 or long enough for the key cap's sweeps to be
+			// spaced (4 keys × 256 ns): a sweep frees a key whenever the
+			// reference can forget one.
+			op.dt = max(op.dt, 2*int64(time.Microsecond))
+		}
+		switch c := b[5] >> 1; {
+		case c < 64:
+			op.cost = 1
+		case c < 120:
+			op.cost = 1 + int64(binary.LittleEndian.Uint16(b[2:4]))%max(p.limit/4, 1)
+		case c < 124:
+			op.cost = p.limit
+		case c == 124:
+			op.cost = 0
+		case c == 125:
+			op.cost = p.limit + 1
+		case c == 126:
+			op.cost = -1
+		default:
+			op.cost = 1 + int64(c)%p.limit
+		}
+		p.ops = append(p.ops, op)
+	}
+	return p, true
+}
+
+// runWindow runs p against the runtime and the reference, decision by
+// decision, and checks every admission stream against the window at the
+// true times: no interval of the window's length holds more than the limit.
+func runWindow(p windowProgram) error {
+	rule, err := atomicbucket.NewWindowRule(p.limit, p.window)
+	if err != nil {
+		return err
+	}
+	atCap := atomicbucket.DenyAtCap
+	if p.allowCap {
+		atCap = atomicbucket.AllowAtCap
+	}
+	tbl := atomicbucket.NewWindowTable[string](rule, atomicbucket.TableOptions{MaxKeys: p.maxKeys, AtCap: atCap})
+	global := atomicbucket.NewWindow(rule)
+	params := reference.WindowParams{Limit: p.limit, Window: int64(p.window), MaxKeys: p.maxKeys, AllowCap: p.allowCap,
+		Grain: int64(rule.Grain()), Grace: int64(atomicbucket.SweepGrace), CapSpacing: p.maxKeys * int64(atomicbucket.CapSweepSpacing)}
+	ref := reference.NewWindow(params)
+	params.MaxKeys = 0
+	refGlobal := reference.NewWindow(params)
+	var adm, admGlobal []reference.Admission
+	now := int64(time.Hour) // past the epoch, so that nothing is clamped
+	spacing := p.maxKeys * int64(atomicbucket.CapSweepSpacing)
+	lastCap := int64(math.MinInt64 / 2)
+	for i, op := range p.ops {
+		now += op.dt
+		at := atomicbucket.Time(now)
+		// A new key at the cap within the sweep spacing of the last one there
+		// is told the earliest reclaim as of that sweep: a lower bound, since
+		// the held keys may have admitted more at the same instant.
+		atCap := op.kind != 1 && op.kind != 3 && op.cost > 0 && op.cost <= p.limit && p.maxKeys > 0 && !ref.Holds(op.key) && ref.Held() >= p.maxKeys
+		bound := atCap && now < lastCap+spacing
+		if atCap && !bound {
+			lastCap = now
+		}
+		var got, want reference.Decision
+		switch op.kind {
+		case 0:
+			got, want = decisionOf(tbl.AllowNAt(op.key, at, op.cost)), ref.AllowN(op.key, now, op.cost)
+			if op.key == "a" {
+				g, w := decisionOf(global.AllowNAt(at, op.cost)), refGlobal.AllowN("a", now, op.cost)
+				if g != w {
+					return fmt.Errorf("op %d at %d: global AllowN(%d) = %+v, reference %+v", i, now, op.cost, g, w)
+				}
+				if g.Allowed && op.cost > 0 {
+					admGlobal = append(admGlobal, reference.Admission{Key: "a", At: now, Cost: op.cost})
+				}
+			}
+		case 1:
+			got, want = decisionOf(tbl.PeekAt(op.key, at, op.cost)), ref.Peek(op.key, now, op.cost)
+		case 2:
+			ok := tbl.AllowCost(op.key, at, op.cost)
+			want = ref.AllowN(op.key, now, op.cost)
+			if ok != want.Allowed {
+				return fmt.Errorf("op %d at %d: AllowCost(%s, %d) = %v, reference %+v", i, now, op.key, op.cost, ok, want)
+			}
+			got = want
+		case 3:
+			if n, m := tbl.SweepAt(at), ref.Forget(now); n != m {
+				return fmt.Errorf("op %d at %d: the sweep removed %d keys, the reference forgot %d", i, now, n, m)
+			}
+			if n, m := tbl.Len(), ref.Held(); n != m {
+				return fmt.Errorf("op %d at %d: %d keys after a sweep, the reference holds %d", i, now, n, m)
+			}
+			continue
+		}
+		if bound && !got.Allowed && !want.Allowed && got.RetryAfter > 0 && got.RetryAfter <= want.RetryAfter {
+			got.RetryAfter = want.RetryAfter
+		}
+		if got != want {
+			return fmt.Errorf("op %d at %d: %s %s cost %d = %+v, reference %+v", i, now, [...]string{"AllowN", "Peek", "AllowCost"}[op.kind], op.key, op.cost, got, want)
+		}
+		if op.kind != 1 && want.Allowed && op.cost > 0 && ref.Holds(op.key) { // not one admitted untracked at the cap
+			adm = append(adm, reference.Admission{Key: op.key, At: now, Cost: op.cost})
+		}
+	}
+	if err := reference.CheckWindow(p.limit, int64(p.window), adm); err != nil {
+		return fmt.Errorf("keyed: %w", err)
+	}
+	return reference.CheckWindow(p.limit, int64(p.window), admGlobal)
+}
+
+func decisionOf(d atomicbucket.Decision) reference.Decision {
+	return reference.Decision{Allowed: d.Allowed, Remaining: d.Remaining, Reset: d.Reset, RetryAfter: d.RetryAfter}
+}
+
+// FuzzWindow runs fuzzed programs through runWindow.
+func FuzzWindow(f *testing.F) {
+	for _, s := range seedWindowPrograms(24, 60) {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, ok := decodeWindow(data)
+		if !ok {
+			return
+		}
+		if err := runWindow(p); err != nil {
+			t.Fatalf("%v\n%v", p, err)
+		}
+	})
+}
+
+// seedWindowPrograms are n random programs of ops operations each.
+func seedWindowPrograms(n, ops int) [][]byte {
+	rng := rand.New(rand.NewPCG(30, 30))
+	var seeds [][]byte
+	for range n {
+		b := make([]byte, 6+6*ops)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		seeds = append(seeds, b)
+	}
+	return seeds
+}
+
+// TestWindowDifferentialRandom runs many random programs through runWindow
+// in every `go test`, beyond the committed corpus.
+func TestWindowDifferentialRandom(t *testing.T) {
+	n := 2000
+	if testing.Short() {
+		n = 300
+	}
+	exact, counted := 0, 0
+	for _, data := range seedWindowPrograms(n, 150) {
+		p, _ := decodeWindow(data)
+		if p.limit > atomicbucket.WindowRingMax {
+			counted++
+		} else {
+			exact++
+		}
+		if err := runWindow(p); err != nil {
+			t.Fatalf("%v\n%v", p, err)
+		}
+	}
+	if exact < n/4 || counted < n/8 {
+		t.Fatalf("%d exact and %d counted windows of %d: the draw misses a form", exact, counted, n)
+	}
+}
+
+// Goroutines with clocks of their own, skewed by up to half a window, hammer
+// a few keys of a window table and a global window with explicit times, a
+// sweeper removing what empties: whatever interleaving the scheduler picks,
+// no interval of the window's length holds more than the limit at the times
+// the admissions were decided (a stale clock is counted where the head
+// already is, which is later: never fewer in a window).
+func TestWindowConcurrent(t *testing.T) {
+	rounds := 40
+	if testing.Short() {
+		rounds = 10
+	}
+	rng := rand.New(rand.NewPCG(30, 31))
+	for round := range rounds {
+		limit := 1 + rng.Int64N(8)
+		window := time.Duration(1+rng.Int64N(40)) * time.Millisecond
+		if round%2 == 1 {
+			limit, window = 65+rng.Int64N(200), time.Duration(1+rng.Int64N(4))*atomicbucket.WindowSlices*atomicbucket.WindowSliceMin
+		}
+		rule := atomicbucket.MustWindowRule(limit, window)
+		tbl := atomicbucket.NewWindowTable[string](rule, atomicbucket.TableOptions{})
+		global := atomicbucket.NewWindow(rule)
+		const workers, ops = 4, 3000
+		base := int64(time.Hour)
+		adm := make([][]reference.Admission, workers)
+		admGlobal := make([][]reference.Admission, workers)
+		var wg sync.WaitGroup
+		stop := make(chan struct{})
+		var clocks [workers]atomic.Int64
+		for g := range clocks {
+			clocks[g].Store(base)
+		}
+		go func() { // the sweeper, at the slowest worker's clock
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				now := int64(math.MaxInt64)
+				for g := range clocks {
+					now = min(now, clocks[g].Load())
+				}
+				tbl.SweepAt(atomicbucket.Time(now))
+				runtime.Gosched()
+			}
+		}()
+		for g := range workers {
+			wg.Add(1)
+			go func(g int, seed uint64) {
+				defer wg.Done()
+				rng := rand.New(rand.NewPCG(seed, uint64(g)))
+				now := base + rng.Int64N(int64(window)/2+1)
+				for range ops {
+					now += rng.Int64N(int64(window)/(limit+1) + 1)
+					clocks[g].Store(now)
+					cost := 1 + rng.Int64N(max(limit/3, 1))
+					key := []string{"x", "y"}[rng.IntN(2)]
+					if tbl.AllowNAt(key, atomicbucket.Time(now), cost).Allowed {
+						adm[g] = append(adm[g], reference.Admission{Key: key, At: now, Cost: cost})
+					}
+					if global.AllowCost(atomicbucket.Time(now), cost) {
+						admGlobal[g] = append(admGlobal[g], reference.Admission{Key: "g", At: now, Cost: cost})
+					}
+				}
+			}(g, uint64(round))
+		}
+		wg.Wait()
+		close(stop)
+		var all, allGlobal []reference.Admission
+		for g := range workers {
+			all = append(all, adm[g]...)
+			allGlobal = append(allGlobal, admGlobal[g]...)
+		}
+		if len(all) == 0 || len(allGlobal) == 0 {
+			t.Fatalf("round %d: nothing admitted", round)
+		}
+		if err := reference.CheckWindow(limit, int64(window), all); err != nil {
+			t.Fatalf("round %d, %d in %v (exact %v), keyed: %v", round, limit, window, rule.Exact(), err)
+		}
+		if err := reference.CheckWindow(limit, int64(window), allGlobal); err != nil {
+			t.Fatalf("round %d, %d in %v (exact %v), global: %v", round, limit, window, rule.Exact(), err)
+		}
+	}
+}
