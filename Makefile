@@ -9,6 +9,7 @@ FUZZTIME  ?= 10m          # per target, for `make fuzz`
 SMOKE_FuzzDifferential ?= 8000x
 SMOKE_FuzzRule         ?= 30000x
 SMOKE_FuzzNumbers      ?= 9000x
+SMOKE_FuzzWindow       ?= 20000x
 SMOKE_FuzzPolicy       ?= 9000x
 SMOKE_FuzzClientIP     ?= 15000x
 SMOKE_FuzzHTTP         ?= 8000x
@@ -16,7 +17,7 @@ SMOKE_FuzzScript       ?= 1000x
 SMOKE_FuzzFunction     ?= 600x
 BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
 BENCHTIME ?= 0.5s
-FUZZ_TARGETS := FuzzDifferential FuzzRule FuzzNumbers
+FUZZ_TARGETS := FuzzDifferential FuzzRule FuzzNumbers FuzzWindow
 
 .PHONY: test test-lanes lane-cpu lane-servers check unit servers redis pg prom otel grpc schema examples getting-started fuzz-smoke fuzz bench bench-full bench-smoke generate
 
@@ -172,6 +173,7 @@ fuzz-smoke:
 	fuzz/run.sh FuzzDifferential $(SMOKE_FuzzDifferential)
 	fuzz/run.sh FuzzRule $(SMOKE_FuzzRule)
 	fuzz/run.sh FuzzNumbers $(SMOKE_FuzzNumbers)
+	fuzz/run.sh FuzzWindow $(SMOKE_FuzzWindow)
 	fuzz/run.sh FuzzPolicy $(SMOKE_FuzzPolicy) ./gen
 	fuzz/run.sh FuzzClientIP $(SMOKE_FuzzClientIP) ./clientip
 	fuzz/run.sh FuzzQueryValue $(SMOKE_FuzzHTTP) ./limithttp

@@ -6,7 +6,8 @@
 #
 # headline is each part beside its peers, in a few minutes: the generated
 # package beside the runtime under it, the local check (one bucket; a table of
-# 1e3 keys), the HTTP middleware (alone; paired with its peers in 1 ms slices;
+# 1e3 keys), a window rule's check beside a bucket's (global and 1e3 keys,
+# admitting and denying), the HTTP middleware (alone; paired with its peers in 1 ms slices;
 # and with a metrics collector read every 10 ms), the gRPC interceptors
 # (alone, paired over bufconn, and in a call on loopback), Envoy's rate-limit
 # service beside envoyproxy/ratelimit on one redis-server (64 callers), a shared check on
@@ -30,6 +31,7 @@ headline)
     '^BenchmarkGenerated$'
     '^BenchmarkSingle$/^case=allow$'
     '^BenchmarkKeyed$/^keys=1e\+03$'
+    '^BenchmarkWindow$'
     '^BenchmarkHTTP$'
     '^BenchmarkHTTPPaired$'
     '^BenchmarkHTTPCollector$'
