@@ -9,12 +9,19 @@ type TierStep interface {
 	RefundAt(now Time)
 }
 
-// TierAt checks a request against the steps in order, all or nothing: when a
-// step denies, the steps before it are refunded (last first) and TierAt returns
-// that step's decision and index with denied set. When every step allows, it
-// returns the decision of the most constraining one (the fewest tokens
-// remaining; the first on a tie), which is what rate-limit headers should show,
-// and its index. With no steps it allows, reporting index −1.
+// TierAt checks a request against the steps, all or nothing: when a step
+// denies, what the steps before it took is given back (last first) and TierAt
+// returns that step's decision and index with denied set. When every step
+// allows, it returns the decision of the most constraining one (the fewest
+// tokens remaining; the first on a tie), which is what rate-limit headers
+// should show, and its index. With no steps it allows, reporting index −1.
+//
+// Steps that cannot give back (TierLook: windows) are looked at first, in
+// order, and a look that denies ends the request with nothing taken; the
+// other steps then take in order, and the looked-at ones last. Checked by one
+// goroutine at a time, a request is all or nothing; one that loses a race on a
+// window between the look and the take is denied with what that window's
+// earlier fellows took kept (never more admitted than the policy).
 //
 // It is the tier logic of every dynamic caller (gen simulate, the tests'
 // reference composition). Generated packages unroll the same logic for each
@@ -23,16 +30,41 @@ type TierStep interface {
 func TierAt(now Time, steps ...TierStep) (d Decision, index int, denied bool) {
 	index = -1
 	d.Allowed = true
+	looks := false
 	for i, s := range steps {
-		di := s.AllowNAt(now)
-		if !di.Allowed {
-			for j := i - 1; j >= 0; j-- {
-				steps[j].RefundAt(now)
+		if l, ok := s.(TierLook); ok {
+			looks = true
+			if di := l.PeekAt(now); !di.Allowed {
+				return di, i, true
 			}
-			return di, i, true
 		}
-		if i == 0 || di.Remaining < d.Remaining {
+	}
+	took := make([]int, 0, len(steps))
+	take := func(i int) bool {
+		di := steps[i].AllowNAt(now)
+		if !di.Allowed {
+			for j := len(took) - 1; j >= 0; j-- {
+				steps[took[j]].RefundAt(now)
+			}
 			d, index = di, i
+			return false
+		}
+		took = append(took, i)
+		if index < 0 || di.Remaining < d.Remaining || di.Remaining == d.Remaining && i < index {
+			d, index = di, i
+		}
+		return true
+	}
+	for i, s := range steps {
+		if _, ok := s.(TierLook); !ok && !take(i) {
+			return d, index, true
+		}
+	}
+	if looks {
+		for i, s := range steps {
+			if _, ok := s.(TierLook); ok && !take(i) {
+				return d, index, true
+			}
 		}
 	}
 	return d, index, false

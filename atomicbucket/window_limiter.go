@@ -1,0 +1,144 @@
+package atomicbucket
+
+import (
+	"context"
+	"time"
+)
+
+// KeyedWindow is a keyed window rule's limiter as a generated package gives
+// it, over one WindowTable: a generated limiter embeds it. Its methods are
+// safe for concurrent use. A window has no Refund, Reserve or Wait: what it
+// admitted stays counted until it leaves the window (see Window).
+type KeyedWindow[K comparable] struct {
+	t    *WindowTable[K]
+	cost int64 // a request's default cost (Allow's)
+}
+
+// NewKeyedWindow returns the limiter over t whose requests cost cost by
+// default.
+func NewKeyedWindow[K comparable](t *WindowTable[K], cost int64) KeyedWindow[K] {
+	return KeyedWindow[K]{t: t, cost: max(cost, 1)}
+}
+
+// Table returns the runtime table behind the limiter.
+func (l KeyedWindow[K]) Table() *WindowTable[K] { return l.t }
+
+// Rule returns the window rule behind the limiter.
+func (l KeyedWindow[K]) Rule() *WindowRule { return l.t.Rule() }
+
+// Cost is a request's default cost under the rule.
+func (l KeyedWindow[K]) Cost() int64 { return l.cost }
+
+// Allow reports whether a request of the rule's default cost is admitted
+// now, counting it if so.
+func (l KeyedWindow[K]) Allow(key K) bool { return l.t.allowCost(key, clampNow(Now()), l.cost) }
+
+// AllowAt is Allow at time now.
+func (l KeyedWindow[K]) AllowAt(key K, now Time) bool { return l.t.allowCost(key, clampNow(now), l.cost) }
+
+// AllowN decides a request of the given cost now, counting it if admitted.
+func (l KeyedWindow[K]) AllowN(key K, cost int64) Decision { return l.t.AllowNAt(key, Now(), cost) }
+
+// AllowNAt is AllowN at time now.
+func (l KeyedWindow[K]) AllowNAt(key K, now Time, cost int64) Decision {
+	return l.t.AllowNAt(key, now, cost)
+}
+
+// Peek is what AllowN would decide now, counting nothing.
+func (l KeyedWindow[K]) Peek(key K, cost int64) Decision { return l.t.PeekAt(key, Now(), cost) }
+
+// PeekAt is Peek at time now.
+func (l KeyedWindow[K]) PeekAt(key K, now Time, cost int64) Decision {
+	return l.t.PeekAt(key, now, cost)
+}
+
+// Sweep removes the keys whose windows have been empty for SweepGrace, and
+// returns how many.
+func (l KeyedWindow[K]) Sweep() int { return l.t.Sweep() }
+
+// Len is the number of keys tracked.
+func (l KeyedWindow[K]) Len() int64 { return l.t.Len() }
+
+// Stats returns the table's counters: keys tracked, evictions, new keys that
+// met the cap.
+func (l KeyedWindow[K]) Stats() TableStats { return l.t.Stats() }
+
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own
+// goroutine. It is optional: the table reclaims empty windows itself; it
+// returns idle keys' memory sooner when no new keys come.
+func (l KeyedWindow[K]) RunSweeper(ctx context.Context, interval time.Duration) {
+	RunEvery(ctx, interval, func() { l.t.Sweep() })
+}
+
+// GlobalWindow is a global window rule's limiter as a generated package
+// gives it, over one Window. Its methods are safe for concurrent use.
+type GlobalWindow struct {
+	w    *Window
+	cost int64
+}
+
+// NewGlobalWindow returns the limiter over w whose requests cost cost by
+// default.
+func NewGlobalWindow(w *Window, cost int64) GlobalWindow { return GlobalWindow{w: w, cost: max(cost, 1)} }
+
+// Window returns the runtime window behind the limiter.
+func (l GlobalWindow) Window() *Window { return l.w }
+
+// Rule returns the window rule behind the limiter.
+func (l GlobalWindow) Rule() *WindowRule { return l.w.Rule() }
+
+// Cost is a request's default cost under the rule.
+func (l GlobalWindow) Cost() int64 { return l.cost }
+
+// Allow reports whether a request of the rule's default cost is admitted
+// now, counting it if so.
+func (l GlobalWindow) Allow() bool { return l.w.AllowCost(Now(), l.cost) }
+
+// AllowAt is Allow at time now.
+func (l GlobalWindow) AllowAt(now Time) bool { return l.w.AllowCost(now, l.cost) }
+
+// AllowN decides a request of the given cost now, counting it if admitted.
+func (l GlobalWindow) AllowN(cost int64) Decision { return l.w.AllowNAt(Now(), cost) }
+
+// AllowNAt is AllowN at time now.
+func (l GlobalWindow) AllowNAt(now Time, cost int64) Decision { return l.w.AllowNAt(now, cost) }
+
+// Peek is what AllowN would decide now, counting nothing.
+func (l GlobalWindow) Peek(cost int64) Decision { return l.w.PeekAt(Now(), cost) }
+
+// PeekAt is Peek at time now.
+func (l GlobalWindow) PeekAt(now Time, cost int64) Decision { return l.w.PeekAt(now, cost) }
+
+// TierLook is a TierStep that cannot give back what it takes (a window's
+// step): TierAt looks at every such step before it takes anything, and takes
+// from them last, so that a request it denies has taken nothing from them.
+// Their RefundAt does nothing.
+type TierLook interface {
+	TierStep
+	PeekAt(now Time) Decision
+}
+
+// Step is key's part in a tier request of the given cost (see TierAt).
+func (t *WindowTable[K]) Step(key K, cost int64) TierStep { return windowTableStep[K]{t, key, cost} }
+
+// Step is the window's part in a tier request of the given cost (see TierAt).
+func (g *Window) Step(cost int64) TierStep { return windowStep{g, cost} }
+
+type windowTableStep[K comparable] struct {
+	t    *WindowTable[K]
+	key  K
+	cost int64
+}
+
+func (s windowTableStep[K]) AllowNAt(now Time) Decision { return s.t.AllowNAt(s.key, now, s.cost) }
+func (s windowTableStep[K]) PeekAt(now Time) Decision   { return s.t.PeekAt(s.key, now, s.cost) }
+func (s windowTableStep[K]) RefundAt(Time)              {}
+
+type windowStep struct {
+	w    *Window
+	cost int64
+}
+
+func (s windowStep) AllowNAt(now Time) Decision { return s.w.AllowNAt(now, s.cost) }
+func (s windowStep) PeekAt(now Time) Decision   { return s.w.PeekAt(now, s.cost) }
+func (s windowStep) RefundAt(Time)              {}
