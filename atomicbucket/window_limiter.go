@@ -34,7 +34,9 @@ func (l KeyedWindow[K]) Cost() int64 { return l.cost }
 func (l KeyedWindow[K]) Allow(key K) bool { return l.t.allowCost(key, clampNow(Now()), l.cost) }
 
 // AllowAt is Allow at time now.
-func (l KeyedWindow[K]) AllowAt(key K, now Time) bool { return l.t.allowCost(key, clampNow(now), l.cost) }
+func (l KeyedWindow[K]) AllowAt(key K, now Time) bool {
+	return l.t.allowCost(key, clampNow(now), l.cost)
+}
 
 // AllowN decides a request of the given cost now, counting it if admitted.
 func (l KeyedWindow[K]) AllowN(key K, cost int64) Decision { return l.t.AllowNAt(key, Now(), cost) }
@@ -79,7 +81,9 @@ type GlobalWindow struct {
 
 // NewGlobalWindow returns the limiter over w whose requests cost cost by
 // default.
-func NewGlobalWindow(w *Window, cost int64) GlobalWindow { return GlobalWindow{w: w, cost: max(cost, 1)} }
+func NewGlobalWindow(w *Window, cost int64) GlobalWindow {
+	return GlobalWindow{w: w, cost: max(cost, 1)}
+}
 
 // Window returns the runtime window behind the limiter.
 func (l GlobalWindow) Window() *Window { return l.w }
