@@ -72,6 +72,10 @@ func checkers(m *model.Model) overlay.Policy[overlay.Checker] {
 		p.Plans = append(p.Plans, pl.Name)
 	}
 	for _, r := range m.Rules {
+		if r.IsWindow() {
+			p.Windows = append(p.Windows, r.Name)
+			continue
+		}
 		p.Rules[r.Name] = ruleChecker{r}
 	}
 	return p

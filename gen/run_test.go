@@ -93,6 +93,7 @@ func TestGeneratedPackagesRun(t *testing.T) {
 	all.WriteString(")\n\nfunc TestGenerated(t *testing.T) {\n")
 	for i := range policies {
 		fmt.Fprintf(&all, "\tt.Run(\"p%02d\", p%02d.RulesMatchReference)\n", i, i)
+		fmt.Fprintf(&all, "\tt.Run(\"p%02d\", p%02d.TiersMatchReference)\n", i, i)
 	}
 	all.WriteString("}\n")
 	must(t, os.MkdirAll(filepath.Join(mod, "all"), 0o755))
@@ -120,7 +121,7 @@ func TestGeneratedPackagesRun(t *testing.T) {
 			passed++
 		}
 	}
-	if passed != len(policies) {
+	if passed != 2*len(policies) {
 		t.Fatalf("%d of %d generated packages passed:\n%s", passed, len(policies), out)
 	}
 	t.Logf("%d generated packages built and matched the reference, in one test binary", len(policies))
@@ -169,7 +170,7 @@ func randomPolicies(t *testing.T, n int) []string {
 	pick := func(s ...string) string { return s[rng.IntN(len(s))] }
 	dir := t.TempDir()
 	var out []string
-	refused, httpSections := 0, 0
+	refused, httpSections, windows := 0, 0, 0
 	for tries := 0; len(out) < n && tries < 50*n; tries++ {
 		var b strings.Builder
 		fmt.Fprintf(&b, "package: rnd%d\n", len(out))
@@ -203,6 +204,14 @@ func randomPolicies(t *testing.T, n int) []string {
 				if rng.IntN(3) == 0 {
 					fmt.Fprintf(&b, "    max_keys: %d\n    at_cap: %s\n", 1+rng.IntN(3), pick("deny", "allow"))
 				}
+			}
+			if !allShared && rng.IntN(4) == 0 { // a window rule: exact (≤ 64) or counted
+				limit := 1 + rng.IntN(80)
+				fmt.Fprintf(&b, "    limit: %d\n    window: %s\n", limit, pick("1s", "10s", "500ms", "1h", "day", "90s"))
+				if rng.IntN(4) == 0 {
+					fmt.Fprintf(&b, "    cost: %d\n", 1+rng.IntN(limit))
+				}
+				continue
 			}
 			interval := rng.IntN(3) == 0
 			switch rng.IntN(3) {
@@ -250,6 +259,9 @@ func randomPolicies(t *testing.T, n int) []string {
 		if withHTTP {
 			httpSections++
 		}
+		if strings.Contains(string(src), "window:") {
+			windows++
+		}
 		path := filepath.Join(dir, fmt.Sprintf("random%d.yaml", len(out)))
 		must(t, os.WriteFile(path, src, 0o644))
 		out = append(out, path)
@@ -257,7 +269,10 @@ func randomPolicies(t *testing.T, n int) []string {
 	if len(out) < n {
 		t.Fatalf("only %d of %d random policies were valid", len(out), n)
 	}
-	t.Logf("random policies: %d accepted (%d with an http: section), %d refused", len(out), httpSections, refused)
+	if windows < n/5 {
+		t.Fatalf("only %d of %d random policies have a window rule", windows, len(out))
+	}
+	t.Logf("random policies: %d accepted (%d with an http: section, %d with a window rule), %d refused", len(out), httpSections, windows, refused)
 	return out
 }
 
@@ -371,6 +386,8 @@ type hRule struct {
 	MaxKeys         int64
 	AllowCap        bool
 	Fields          []model.KeyField // a composite key's
+	Window          bool             // a window rule: at most Plans[0].Burst in any WindowNs
+	WindowNs        int64
 }
 
 type hPlan struct {
@@ -401,7 +418,8 @@ func harnessData(m *model.Model) hModel {
 		h.Plans = append(h.Plans, p.GoName)
 	}
 	conv := func(r model.Rule) hRule {
-		hr := hRule{Name: r.Name, GoName: r.GoName, KeyType: r.KeyType, Keyed: r.KeyType != "", Planned: r.Planned, Shared: r.Shared, MaxKeys: r.MaxKeys, AllowCap: r.AllowCap, Fields: r.Fields}
+		hr := hRule{Name: r.Name, GoName: r.GoName, KeyType: r.KeyType, Keyed: r.KeyType != "", Planned: r.Planned, Shared: r.Shared, MaxKeys: r.MaxKeys, AllowCap: r.AllowCap, Fields: r.Fields,
+			Window: r.IsWindow(), WindowNs: r.Limits[0].PeriodNs}
 		for i, l := range r.Limits {
 			p := hPlan{Burst: l.Burst, Emit: max(l.PeriodNs/l.Tokens, 1), Cost: l.Cost}
 			if r.Planned {
@@ -413,7 +431,7 @@ func harnessData(m *model.Model) hModel {
 	}
 	for _, r := range m.Rules {
 		h.Rules = append(h.Rules, conv(r))
-		h.Global = h.Global || r.KeyType == ""
+		h.Global = h.Global || r.KeyType == "" && !r.IsWindow()
 	}
 	for _, t := range m.Tiers {
 		ht := hTier{GoName: t.GoName, Shared: t.Shared}
@@ -479,10 +497,20 @@ var harnessTmpl = template.Must(template.New("harness").Funcs(template.FuncMap{
 		if r.Shared {
 			ctor = "new" + r.GoName + "LocalLimiter"
 		}
-		if r.Keyed {
+		if r.Keyed || r.Window {
 			return ctor + "()"
 		}
 		return ctor + "(at(t0))"
+	},
+	"planList": func(plans []string) []string { // a policy without plans: its tiers run once
+		if len(plans) == 0 {
+			return []string{""}
+		}
+		return plans
+	},
+	"windowRef": func(r hRule, rule string) string { // the reference of a window rule whose runtime rule is rule
+		return fmt.Sprintf("reference.NewWindow(reference.WindowParams{Limit: %[1]s.Limit(), Window: int64(%[1]s.Window()), MaxKeys: %[2]d, AllowCap: %[3]v, "+
+			"Grain: int64(%[1]s.Grain()), Grace: int64(atomicbucket.SweepGrace), CapSpacing: %[2]d * int64(atomicbucket.CapSweepSpacing)})", rule, r.MaxKeys, r.AllowCap)
 	},
 	"params": func(r hRule) string { // the reference's parameters for the rule's buckets
 		if r.Keyed {
@@ -524,6 +552,44 @@ func costs(rng *rand.Rand, burst int64) int64 {
 // generated module's one test binary runs it, a subtest a package).
 func RulesMatchReference(t *testing.T) {
 {{- range $r := .Rules}}{{range $p := .Plans}}
+	{{- if $r.Window}}
+	t.Run("{{$r.GoName}}", func(t *testing.T) {
+		l := {{make $r}}
+		ref := {{windowRef $r "l.Rule()"}}
+		var admitted []reference.Admission
+		rng := rand.New(rand.NewPCG(1, 2))
+		now := t0
+		for i := range 400 {
+			now += rng.Int64N({{$r.WindowNs}}/{{$p.Burst}} + 1)
+			k := rng.IntN(4)
+			_ = k
+			if i%5 == 4 { // the default cost, through Allow
+				got, want := l.AllowAt({{key $r}}at(now)), ref.AllowN({{refKey $r}}, now, {{$p.Cost}})
+				if got != want.Allowed {
+					t.Fatalf("step %d: Allow = %v, reference %+v", i, got, want)
+				}
+				if got && ref.Holds({{refKey $r}}) {
+					admitted = append(admitted, reference.Admission{Key: {{refKey $r}}, At: now, Cost: {{$p.Cost}}})
+				}
+				continue
+			}
+			cost := costs(rng, {{$p.Burst}})
+			if got, want := l.PeekAt({{key $r}}at(now), cost), ref.Peek({{refKey $r}}, now, cost); got != want {
+				t.Fatalf("step %d: PeekAt(cost %d) = %+v, reference %+v", i, cost, got, want)
+			}
+			got, want := l.AllowNAt({{key $r}}at(now), cost), ref.AllowN({{refKey $r}}, now, cost)
+			if got != want {
+				t.Fatalf("step %d: AllowNAt(cost %d) = %+v, reference %+v", i, cost, got, want)
+			}
+			if got.Allowed && cost > 0 && ref.Holds({{refKey $r}}) {
+				admitted = append(admitted, reference.Admission{Key: {{refKey $r}}, At: now, Cost: cost})
+			}
+		}
+		if err := reference.CheckWindow({{$p.Burst}}, {{$r.WindowNs}}, admitted); err != nil {
+			t.Fatal(err)
+		}
+	})
+	{{- else}}
 	t.Run("{{$r.GoName}}{{$p.Const}}", func(t *testing.T) {
 		l := {{make $r}}
 		rule := l.Rule({{if $p.Const}}{{$p.Const}}{{end}})
@@ -576,27 +642,36 @@ func RulesMatchReference(t *testing.T) {
 			{{- end}}
 		}
 	})
+	{{- end}}
 {{- end}}{{end}}
 }
 
-func TestTiersMatchReference(t *testing.T) {
-{{- range $t := .Tiers}}{{range $pi, $pc := $.Plans}}{{if or $t.Planned (eq $pi 0)}}
+// TiersMatchReference holds every tier of the package to the references of
+// its rules, composed by atomicbucket.TierAt.
+func TiersMatchReference(t *testing.T) {
+{{- range $t := .Tiers}}{{range $pi, $pc := planList $.Plans}}{{if or $t.Planned (eq $pi 0)}}
 	t.Run("{{$t.GoName}}{{if $t.Planned}}{{$pc}}{{end}}", func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(3, 4))
 		lims := New({{if $.Global}}WithStart(at(t0)){{end}})
-		refs := []*reference.Reference{
+		refs := []interface {
+			Step(key string, cost int64) atomicbucket.TierStep
+		}{
 			{{- range $i, $r := $t.Rules}}
+			{{- if $r.Window}}
+			{{windowRef $r (printf "lims.%s.Rule()" $r.GoName)}},
+			{{- else}}
 			reference.NewReference({{params $r}}(lims.{{$r.GoName}}.Rule({{if $r.Planned}}{{$pc}}{{end}}){{if $r.Keyed}}, {{$r.MaxKeys}}, {{atCap $r}}{{end}})),
 			{{- end}}
+			{{- end}}
 		}
-		{{- range $i, $r := $t.Rules}}{{if not $r.Keyed}}
-		refs[{{$i}}].Create("", t0) // the global bucket exists from t0
+		{{- range $i, $r := $t.Rules}}{{if and (not $r.Keyed) (not $r.Window)}}
+		refs[{{$i}}].(*reference.Reference).Create("", t0) // the global bucket exists from t0
 		{{- end}}{{end}}
 		names := []string{ {{- range $t.Rules}}"{{.Name}}", {{end -}} }
-		rules := []*atomicbucket.Rule{ {{- range $t.Rules}}lims.{{.GoName}}.Rule({{if .Planned}}{{$pc}}{{end}}), {{end -}} }
+		rules := []*atomicbucket.Rule{ {{- range $t.Rules}}{{if .Window}}nil{{else}}lims.{{.GoName}}.Rule({{if .Planned}}{{$pc}}{{end}}){{end}}, {{end -}} }
 		exact := true
 		for _, r := range rules {
-			exact = exact && r.Exact()
+			exact = exact && (r == nil || r.Exact())
 		}
 		admitted := make([][]reference.Admission, len(rules)) // for tiers with a rule held only approximately
 		now := t0
@@ -635,8 +710,8 @@ func TestTiersMatchReference(t *testing.T) {
 		}
 		allowCap := []bool{ {{- range $t.Rules}}{{.AllowCap}}, {{end -}} }
 		for j, r := range rules {
-			if allowCap[j] {
-				continue // keys beyond the cap are admitted untracked, by the rule's choice: no envelope
+			if allowCap[j] || r == nil {
+				continue // keys beyond the cap are admitted untracked, by the rule's choice: no envelope; a window is exact
 			}
 			if err := reference.CheckEnvelope(r.Limit(), admitted[j]); err != nil {
 				t.Fatalf("rule %s: %v", names[j], err)

@@ -203,6 +203,9 @@ func (s *simulation) ruleSection(b *strings.Builder, p *picture, i int, r *simRu
 	esc := pageText
 	adm, den := p.binned(p.admitted[i]), p.binned(p.denied[i])
 	numbers := verdict.Describe(atomicbucket.Limit{Tokens: r.limit.Tokens, Period: time.Duration(r.limit.PeriodNs), Burst: r.limit.Burst})
+	if r.limit.Window {
+		numbers = fmt.Sprintf("at most %d in any %v (a sliding window)", r.limit.Tokens, time.Duration(r.limit.PeriodNs))
+	}
 	if r.limit.Interval {
 		numbers += ", interval"
 	}

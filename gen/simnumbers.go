@@ -165,7 +165,10 @@ func (s *simulation) target(e simEvent) (*simRule, error) {
 	}
 	checker, known := s.checkers.Rules[name]
 	if r != nil {
-		checker, known = s.checkers.Rules[r.rule.Name], true
+		checker, known = s.checkers.Rules[r.rule.Name]
+	}
+	if slices.Contains(s.checkers.Windows, name) || r != nil && r.nums == nil {
+		return nil, fmt.Errorf("line %d: %s: rule %q is a window rule: its limit is the policy's at every time (run-time numbers change token buckets)", e.line, e.kind, name)
 	}
 	if !known {
 		return nil, fmt.Errorf("line %d: %s: no rule %q in the policy", e.line, e.kind, name)
@@ -366,6 +369,9 @@ func (s *simulation) newController(name string, cfg adaptive.Config) error {
 	}
 	if r == nil {
 		return fmt.Errorf("-adapt %s: not a rule of the simulation (%s)", name, strings.Join(names, ", "))
+	}
+	if r.nums == nil {
+		return fmt.Errorf("-adapt %s: a window rule's limit is the policy's at every time: the controller changes token buckets", name)
 	}
 	c, err := adaptive.New(cfg, func(rate, burst overlay.Factor) error {
 		if s.now == 0 { // the starting factor: put in force with the rest at the first line

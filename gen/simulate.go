@@ -141,6 +141,9 @@ type simRule struct {
 	nums   *simNumbers
 	table  *atomicbucket.Table[string]
 	bucket *atomicbucket.Bucket
+	// A window rule's (nums is nil: its numbers never change).
+	wtable *atomicbucket.WindowTable[string]
+	window *atomicbucket.Window
 	// By key: requests the rule admitted, denied, and (in a tier) passed
 	// but were then denied by a later rule, so that its take was refunded.
 	allowed, denied, refunded map[string]int
@@ -221,7 +224,11 @@ func newSimulation(m *model.Model, name, planName string) (*simulation, error) {
 			}
 			l = r.Limits[plan]
 		}
-		s.rules = append(s.rules, &simRule{rule: r, limit: l, nums: newSimNumbers(atomicbucket.NumbersOf(l.Atomic())), allowed: map[string]int{}, denied: map[string]int{}, refunded: map[string]int{}})
+		sr := &simRule{rule: r, limit: l, allowed: map[string]int{}, denied: map[string]int{}, refunded: map[string]int{}}
+		if !l.Window {
+			sr.nums = newSimNumbers(atomicbucket.NumbersOf(l.Atomic()))
+		}
+		s.rules = append(s.rules, sr)
 		if r.KeyType != "" {
 			s.keyed = append(s.keyed, i)
 		}
@@ -558,6 +565,19 @@ func (s *simulation) shift(first int64) (int64, error) {
 // start builds the buckets at the first request's time.
 func (s *simulation) start(start atomicbucket.Time) error {
 	for _, r := range s.rules {
+		if r.limit.Window {
+			wr := r.limit.WindowRule()
+			if r.rule.KeyType == "" {
+				r.window = atomicbucket.NewWindow(wr)
+				continue
+			}
+			opts := atomicbucket.TableOptions{MaxKeys: r.rule.MaxKeys}
+			if r.rule.AllowCap {
+				opts.AtCap = atomicbucket.AllowAtCap
+			}
+			r.wtable = atomicbucket.NewWindowTable[string](wr, opts)
+			continue
+		}
 		rule, err := atomicbucket.NewRule(r.limit.Atomic())
 		if err != nil {
 			return err
@@ -600,6 +620,9 @@ func (s *simulation) run(in io.Reader, w io.Writer) error {
 				return err
 			}
 			for _, r := range s.rules { // the overlay's numbers and the controller's starting factor
+				if r.nums == nil {
+					continue // a window
+				}
 				if err := s.inForce(r, at); err != nil {
 					return fmt.Errorf("line %d: %v", req.line, err)
 				}
@@ -755,10 +778,15 @@ func (s *simulation) costOf(r *simRule, req request) int64 {
 func (s *simulation) decide(req request, now atomicbucket.Time) (atomicbucket.Decision, string) {
 	steps := make([]atomicbucket.TierStep, len(s.rules))
 	for i, r := range s.rules {
-		if r.table != nil {
+		switch {
+		case r.table != nil:
 			steps[i] = r.table.Step(req.keys[i], s.costOf(r, req))
-		} else {
+		case r.bucket != nil:
 			steps[i] = r.bucket.Step(s.costOf(r, req))
+		case r.wtable != nil:
+			steps[i] = r.wtable.Step(req.keys[i], s.costOf(r, req))
+		default:
+			steps[i] = r.window.Step(s.costOf(r, req))
 		}
 	}
 	d, at, denied := atomicbucket.TierAt(now, steps...)

@@ -659,3 +659,66 @@ func TestSimulateHTMLHostileKeys(t *testing.T) {
 		t.Errorf("%d key rows, want %d: %q", len(got.keys), len(keys), got.keys)
 	}
 }
+
+// TestSimulateWindow replays a log through window rules of
+// testdata/valid/25_windows.yaml: Burst (at most 5 in any 10 s per key,
+// exact) alone, and the API tier, whose Site window (3 in any 500 ms,
+// global) is looked at first: a request it denies takes nothing from
+// PerUser or Daily. Hand-computed (times in whole milliseconds, where the
+// microsecond grain does not show); a number change naming a window is
+// refused.
+func TestSimulateWindow(t *testing.T) {
+	log := "time,key,cost\n" +
+		"0,a,2\n1000000000,a,3\n2000000000,a,1\n3000000000,b,5\n" +
+		"10000000000,a,1\n" + // 999 ns before the 2 at 0 leave
+		"10001000000,a,2\n11001000000,a,3\n11002000000,a,1\n"
+	out, errOut, code := runSimulate(t, []string{"-policy", "testdata/valid/25_windows.yaml", "-rule", "Burst"}, log)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	// An admission counts as made at the last ns of its microsecond (the
+	// replay's times fall on microseconds): the 2 at 0 leave at 10 s + 999 ns.
+	want := `time,key,cost,allowed,remaining,retry_after_ns
+0,a,2,true,3,0
+1000000000,a,3,true,0,0
+2000000000,a,1,false,0,8000000999
+3000000000,b,5,true,0,0
+10000000000,a,1,false,0,999
+10001000000,a,2,true,0,0
+11001000000,a,3,true,0,0
+11002000000,a,1,false,0,8999000999
+# summary: rule,key,allowed,denied
+# Burst,a,4,3
+# Burst,b,1,0
+# Burst,(all keys),5,3
+`
+	if out != want {
+		t.Fatalf("Burst: got:\n%s\nwant:\n%s", out, want)
+	}
+	// The tier: Daily (40 a day, cost 2), PerUser (10/s, burst 20), Site (3
+	// in any 500 ms). Four requests in 30 ms: the fourth is denied by Site
+	// (its first unit, held at 999 ns, leaves at 500 ms + 999 ns), which the
+	// summary counts as passed by Daily and PerUser and then denied
+	// (refunded: they took nothing).
+	log = "time,key\n0,u\n10000000,u\n20000000,u\n30000000,u\n600000000,u\n"
+	out, errOut, code = runSimulate(t, []string{"-policy", "testdata/valid/25_windows.yaml", "-rule", "API"}, log)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	for _, line := range []string{
+		"30000000,u,,false,0,470000999,Site",
+		"600000000,u,,true,2,0,",
+		"# Daily,u,4,0,1",
+		"# PerUser,u,4,0,1",
+		"# Site,,4,1,0",
+	} {
+		if !strings.Contains(out, line+"\n") {
+			t.Errorf("tier: no line %q in:\n%s", line, out)
+		}
+	}
+	_, errOut, code = runSimulate(t, []string{"-policy", "testdata/valid/25_windows.yaml", "-rule", "Burst"},
+		`{"time": 0, "set": {"rule": "Burst", "rate": "1/s", "burst": 1}}`+"\n0,a\n")
+	if code == 0 || !strings.Contains(errOut, `rule "Burst" is a window rule`) {
+		t.Errorf("a number change naming a window: exit %d, %q", code, errOut)
+	}
+}

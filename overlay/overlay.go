@@ -99,6 +99,17 @@ type Target interface {
 type Policy[T Checker] struct {
 	Plans []string
 	Rules map[string]T
+	// Windows are the policy's window rules, whose numbers are the policy's
+	// at every time: numbers naming one are refused as such.
+	Windows []string
+}
+
+// missing says why p has no numbers to change for rule.
+func (p Policy[T]) missing(rule string) string {
+	if slices.Contains(p.Windows, rule) {
+		return fmt.Sprintf("rule %q is a window rule: its limit is the policy's at every time (run-time numbers change token buckets)", rule)
+	}
+	return fmt.Sprintf("no rule %q in the policy (its rules: %s)", rule, strings.Join(sortedKeys(p.Rules), ", "))
 }
 
 // at is where one entry's numbers go: a rule, a plan (-1: without plans) and
@@ -184,7 +195,7 @@ func resolve[T Checker](p Policy[T], s Set) (map[at]atomicbucket.Numbers, error)
 func locate[T Checker](p Policy[T], e Entry, bad func(Entry, string, ...any)) ([]int, bool) {
 	r, ok := p.Rules[e.Rule]
 	if !ok {
-		bad(e, "no rule %q in the policy (its rules: %s)", e.Rule, strings.Join(sortedKeys(p.Rules), ", "))
+		bad(e, "%s", p.missing(e.Rule))
 		return nil, false
 	}
 	plans := []int{-1}

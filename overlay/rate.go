@@ -54,6 +54,17 @@ func parseRate(s string, interval, judge bool) (tokens int64, period time.Durati
 	return tokens, time.Duration(ns), err
 }
 
+// ParseWindow reads a window rule's length as a policy writes it: a unit
+// ("h", "day"), a count of units ("24h", "10 min", "1.5h"), or a Go duration
+// ("1h30m").
+func ParseWindow(s string) (time.Duration, error) {
+	ns, err := parsePeriod(strings.TrimSpace(s))
+	if err != nil {
+		return 0, fmt.Errorf("window %w", err)
+	}
+	return time.Duration(ns), nil
+}
+
 // unitOf finds a period's unit by name: s, sec, second, min, minute, h, hr,
 // hour, d, day (and ns, us, µs, ms), or their plural.
 func unitOf(name string) (time.Duration, bool) {

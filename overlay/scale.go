@@ -212,7 +212,7 @@ func (a *Applier) effective(base map[at]atomicbucket.Numbers, scales map[string]
 // ErrInvalid that names them.
 func (a *Applier) Scale(rule string, rate, burst Factor) error {
 	if _, ok := a.p.Rules[rule]; !ok {
-		return fmt.Errorf("%w: no rule %q in the policy (its rules: %s)", ErrInvalid, rule, joinKeys(a.p.Rules))
+		return fmt.Errorf("%w: %s", ErrInvalid, a.p.missing(rule))
 	}
 	if err := rate.check("rate"); err != nil {
 		return err

@@ -308,3 +308,22 @@ func CheckWindow(limit, window int64, adm []Admission) error {
 	}
 	return nil
 }
+
+// Step is key's part in a tier request of the given cost, for
+// atomicbucket.TierAt: a window, which TierAt looks at first and takes from
+// last (atomicbucket.TierLook); its RefundAt does nothing.
+func (w *Window) Step(key string, cost int64) atomicbucket.TierStep { return windowStep{w, key, cost} }
+
+type windowStep struct {
+	w    *Window
+	key  string
+	cost int64
+}
+
+func (s windowStep) AllowNAt(now atomicbucket.Time) Decision {
+	return s.w.AllowN(s.key, int64(now), s.cost)
+}
+func (s windowStep) PeekAt(now atomicbucket.Time) Decision {
+	return s.w.Peek(s.key, int64(now), s.cost)
+}
+func (s windowStep) RefundAt(atomicbucket.Time) {}

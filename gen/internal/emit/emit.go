@@ -210,7 +210,7 @@ func emitLimits(m *model.Model) jen.Code {
 	global := false
 	for _, r := range m.Rules {
 		fieldsDecl = append(fieldsDecl, jen.Id(r.GoName).Op("*").Id(r.TypeName()).Comment(r.FieldDoc))
-		if r.KeyType == "" {
+		if r.KeyType == "" && !r.IsWindow() {
 			global = true
 			inits = append(inits, field(r.GoName, jen.Id(r.CtorName()).Call(jen.Id("o").Dot("start"))))
 		} else {
@@ -303,6 +303,11 @@ func limitRef(r model.Rule, i int) jen.Code {
 // emitLimitVar declares the rule's LimitVar: its limit, or by plan its
 // limits, as literals of atomicbucket.Limit.
 func emitLimitVar(r model.Rule) jen.Code {
+	if r.IsWindow() {
+		l := r.Limits[0]
+		return comment(fmt.Sprintf("%s is %s's window rule, as the policy gives it.", r.LimitVar(), r.GoName)).
+			Var().Id(r.LimitVar()).Op("=").Add(rt("MustWindowRule")).Call(lit(l.Tokens), duration(l.PeriodNs)).Line().Line()
+	}
 	if !r.Planned {
 		return comment(fmt.Sprintf("%s is %s's limit, as the policy gives it.", r.LimitVar(), r.GoName)).
 			Var().Id(r.LimitVar()).Op("=").Add(limitValue(r.Limits[0])).Line().Line()
@@ -425,6 +430,9 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 	}
 	recv := jen.Id("l").Op("*").Id(typ)
 	g := jen.Line().Add(emitLimitVar(r))
+	if r.IsWindow() {
+		return g.Add(emitWindow(r, typ, ctor, doc))
+	}
 	if !r.Planned {
 		if r.KeyType != "" {
 			g.Add(emitKeyed(r, typ, ctor, doc, recv))
@@ -571,6 +579,41 @@ func emitGlobal(r model.Rule, typ, ctor, doc string, recv jen.Code) jen.Code {
 	g.Comment("ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.").Line()
 	g.Func().Params(recv).Id("ruleInForce").Params().Op("*").Add(rt("Rule")).Block(
 		jen.Return(jen.Id("l").Dot("Bucket").Call().Dot("ChangedRule").Call())).Line()
+	return g
+}
+
+// emitWindow is a window rule (at most N in any interval of W): a type that
+// embeds the runtime's atomicbucket.KeyedWindow or GlobalWindow, which has
+// every method; its numbers are in its rule variable (emitLimitVar).
+func emitWindow(r model.Rule, typ, ctor, doc string) jen.Code {
+	g := jen.Null()
+	cost := lit(r.Limits[0].Cost)
+	if r.KeyType == "" {
+		g.Comment(fmt.Sprintf("%s returns %s's (empty) window.", ctor, r.GoName)).Line()
+		g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
+			jen.Return(jen.Op("&").Id(typ).Values(rt("NewGlobalWindow").Call(rt("NewWindow").Call(jen.Id(r.LimitVar())), cost)))).Line().Line()
+		g.Add(comment(strings.Replace(doc, "Its methods are", "Its methods, atomicbucket.GlobalWindow's, are", 1)))
+		g.Type().Id(typ).Struct(rt("GlobalWindow")).Line()
+		return g
+	}
+	var opts []jen.Code
+	if r.MaxKeys > 0 {
+		atCap := "DenyAtCap"
+		if r.AllowCap {
+			atCap = "AllowAtCap"
+		}
+		opts = append(opts, field("MaxKeys", lit(r.MaxKeys)), field("AtCap", rt(atCap)))
+	}
+	o := rt("TableOptions").Values()
+	if len(opts) > 0 {
+		o = rt("TableOptions").Add(fields(opts...))
+	}
+	table := rt("NewWindowTable").Types(jen.Id(r.KeyType)).Call(jen.Id(r.LimitVar()), o)
+	g.Comment(fmt.Sprintf("%s returns %s's (empty) table.", ctor, r.GoName)).Line()
+	g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
+		jen.Return(jen.Op("&").Id(typ).Values(rt("NewKeyedWindow").Call(table, cost)))).Line().Line()
+	g.Add(comment(strings.Replace(doc, "Its methods are", "Its methods, atomicbucket.KeyedWindow's, are", 1)))
+	g.Type().Id(typ).Struct(rt("KeyedWindow").Types(jen.Id(r.KeyType))).Line()
 	return g
 }
 
@@ -975,18 +1018,42 @@ func emitTier(m *model.Model, t model.Tier) jen.Code {
 		}
 		return jen.Id("l").Dot(r.GoName)
 	}
+	denied := func(d jen.Code, r model.Rule) jen.Code {
+		return jen.Return(jen.Id("TierDecision").Add(fields(
+			field("Decision", d), field("Rule", jen.Id(r.RuleConst())), field("DeniedBy", jen.Id(r.RuleConst())))))
+	}
+	// Windows cannot give back what they take: each is looked at before
+	// anything is taken, and taken from last (atomicbucket.TierAt).
 	for i, ri := range t.Rules {
-		r := m.Rules[ri]
+		if r := m.Rules[ri]; r.IsWindow() {
+			p := jen.Id(fmt.Sprintf("p%d", i))
+			body = append(body, p.Clone().Op(":=").Add(limiter(r)).Dot("PeekAt").Call(append(callArgs(r), jen.Id("now"), jen.Id(fmt.Sprintf("c%d", i)))...),
+				jen.If(jen.Op("!").Add(p.Clone()).Dot("Allowed")).Block(denied(p.Clone(), r)))
+		}
+	}
+	var taken []int // the buckets taken from so far, in order
+	take := func(i int, r model.Rule) {
 		d := jen.Id(fmt.Sprintf("d%d", i))
 		body = append(body, d.Clone().Op(":=").Add(limiter(r)).Dot("AllowNAt").Call(append(callArgs(r), jen.Id("now"), jen.Id(fmt.Sprintf("c%d", i)))...))
 		var undo []jen.Code
-		for j := i - 1; j >= 0; j-- {
-			prev := m.Rules[t.Rules[j]]
-			undo = append(undo, limiter(prev).Dot("RefundAt").Call(append(callArgs(prev), jen.Id("now"), jen.Id(fmt.Sprintf("c%d", j)))...))
+		for j := len(taken) - 1; j >= 0; j-- {
+			prev := m.Rules[t.Rules[taken[j]]]
+			undo = append(undo, limiter(prev).Dot("RefundAt").Call(append(callArgs(prev), jen.Id("now"), jen.Id(fmt.Sprintf("c%d", taken[j])))...))
 		}
-		undo = append(undo, jen.Return(jen.Id("TierDecision").Add(fields(
-			field("Decision", d.Clone()), field("Rule", jen.Id(r.RuleConst())), field("DeniedBy", jen.Id(r.RuleConst()))))))
-		body = append(body, jen.If(jen.Op("!").Add(d.Clone()).Dot("Allowed")).Block(undo...))
+		body = append(body, jen.If(jen.Op("!").Add(d.Clone()).Dot("Allowed")).Block(append(undo, denied(d.Clone(), r))...))
+		if !r.IsWindow() {
+			taken = append(taken, i)
+		}
+	}
+	for i, ri := range t.Rules {
+		if r := m.Rules[ri]; !r.IsWindow() {
+			take(i, r)
+		}
+	}
+	for i, ri := range t.Rules {
+		if r := m.Rules[ri]; r.IsWindow() {
+			take(i, r)
+		}
 	}
 	// Every rule allowed: report the most constraining one (the fewest remaining;
 	// the earliest on a tie), which is what rate-limit headers should show.

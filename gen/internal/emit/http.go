@@ -283,7 +283,7 @@ func emitHTTPTables(m *model.Model) jen.Code {
 				field("Name", jen.Lit(p.Name)),
 				field("Quota", lit(p.Quota)),
 				field("Window", lit(p.Window)),
-				field("Limit", limitRef(r, j)),
+				field("Limit", fieldLimit(r, j)),
 				field("Item", jen.Lit(p.Item)),
 				field("Prefix", jen.Lit(p.Prefix)),
 			)).Line())
@@ -325,6 +325,18 @@ func emitRouteLists(m *model.Model, d *door) jen.Code {
 		Var().Id(d.prefix + "Routes").Op("=").Index(jen.Op("...")).Index(plansDim(m)).String().Values(lists...).Line()
 }
 
+// fieldLimit is the limit rule r's Policy describes for its j-th limit: its
+// LimitVar, or for a window the interval bucket of its numbers
+// (model.Limit.FieldLimit).
+func fieldLimit(r model.Rule, j int) jen.Code {
+	if !r.IsWindow() {
+		return limitRef(r, j)
+	}
+	l := r.Limits[j]
+	l.Window, l.Interval, l.Burst = false, true, l.Tokens
+	return limitValue(l)
+}
+
 // policyVar is the variable holding rule r's Policy for its j-th limit.
 func policyVar(m *model.Model, r model.Rule, j int) string {
 	if r.Planned {
@@ -335,6 +347,9 @@ func policyVar(m *model.Model, r model.Rule, j int) string {
 
 // limitValue is an atomicbucket.Limit literal.
 func limitValue(l model.Limit) jen.Code {
+	if l.Window {
+		panic("emit: a window rule's limit as a token bucket's")
+	}
 	refill := "Greedy"
 	if l.Interval {
 		refill = "Interval"
@@ -831,6 +846,9 @@ func emitInForce(m *model.Model, r model.Route, recv func() *jen.Statement, plan
 	var parts []part
 	for j, ri := range r.Rules {
 		rule := m.Rules[ri]
+		if rule.IsWindow() {
+			continue // a window's numbers never change
+		}
 		var args []jen.Code
 		if rule.Planned {
 			args = append(args, jen.Id("plan"))
@@ -867,7 +885,11 @@ func emitInForce(m *model.Model, r model.Route, recv func() *jen.Statement, plan
 		rule := m.Rules[ri]
 		base := jen.Id("httpPolicies").Index(jen.Id(rule.RuleConst())).Index(planIdx)
 		pj := "p" + strconv.Itoa(j)
-		pols = append(pols, jen.Id(pj).Op(":=").Add(vd("InForce").Call(base, jen.Id("rf"+strconv.Itoa(j)))))
+		if rule.IsWindow() {
+			pols = append(pols, jen.Id(pj).Op(":=").Add(base))
+		} else {
+			pols = append(pols, jen.Id(pj).Op(":=").Add(vd("InForce").Call(base, jen.Id("rf"+strconv.Itoa(j)))))
+		}
 		cases = append(cases, jen.Case(jen.Id(rule.RuleConst())).Block(jen.Id("res").Dot("Policy").Op("=").Id(pj)))
 	}
 	list := []jen.Code{}

@@ -16,8 +16,12 @@ const overlayPath = "github.com/limitgen/limitgen/overlay"
 // Set.
 func emitOverlay(m *model.Model) jen.Code {
 	g := jen.Line()
-	var entries []jen.Code
+	var entries, windows []jen.Code
 	for _, r := range m.Rules {
+		if r.IsWindow() {
+			windows = append(windows, jen.Lit(r.Name)) // a window's numbers do not change at run time
+			continue
+		}
 		if keyedTarget(r) {
 			// atomicbucket.Keyed's, which the limiter embeds.
 			parse := jen.Nil()
@@ -48,11 +52,15 @@ func emitOverlay(m *model.Model) jen.Code {
 	g.Comment("NumbersApplied) are Limits'.").Line()
 	g.Type().Id("numbers").Op("=").Qual(overlayPath, "Numbers").Line().Line()
 	g.Comment("newNumbers is l's rules as overlay Sets change them.").Line()
+	pol := jen.Dict{
+		jen.Id("Plans"): plans,
+		jen.Id("Rules"): jen.Map(jen.String()).Qual(overlayPath, "Target").Values(entries...),
+	}
+	if len(windows) > 0 {
+		pol[jen.Id("Windows")] = jen.Index().String().Values(windows...)
+	}
 	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("newNumbers").Params().Id("numbers").Block(
-		jen.Return(jen.Qual(overlayPath, "NewNumbers").Call(jen.Qual(overlayPath, "Policy").Index(jen.Qual(overlayPath, "Target")).Values(jen.Dict{
-			jen.Id("Plans"): plans,
-			jen.Id("Rules"): jen.Map(jen.String()).Qual(overlayPath, "Target").Values(entries...),
-		})))).Line().Line()
+		jen.Return(jen.Qual(overlayPath, "NewNumbers").Call(jen.Qual(overlayPath, "Policy").Index(jen.Qual(overlayPath, "Target")).Values(pol)))).Line().Line()
 	return g
 }
 

@@ -82,8 +82,11 @@ func (r Rule) FieldType(i int) string {
 }
 
 // Limit is one bucket's numbers: the rule's, or one per plan when the policy
-// has plans (in the order of model.plans).
+// has plans (in the order of model.plans). A window rule's limit (Window)
+// is at most Tokens cost units in any interval of PeriodNs, its Burst
+// Tokens too (the most one request may cost), and has no units.
 type Limit struct {
+	Window     bool
 	Tokens     int64
 	PeriodNs   int64
 	Burst      int64
@@ -217,8 +220,34 @@ func (t Tier) NName() string    { return t.GoName + "N" }
 func (t Tier) NAtName() string  { return t.GoName + "NAt" }
 func (t Tier) CoreName() string { return "check" + t.GoName }
 
-// Atomic is the limit as the runtime takes it.
+// WindowRule is a window limit as the runtime takes it.
+func (l Limit) WindowRule() atomicbucket.WindowRule {
+	if !l.Window {
+		panic("model: WindowRule of a token bucket's limit")
+	}
+	return atomicbucket.MustWindowRule(l.Tokens, time.Duration(l.PeriodNs))
+}
+
+// FieldLimit is the limit the RateLimit fields describe: a bucket's own, or
+// for a window the interval bucket with its numbers (q is the limit, w the
+// window; a wait it implies is never shorter than the window's).
+func (l Limit) FieldLimit() atomicbucket.Limit {
+	if l.Window {
+		return atomicbucket.Limit{Tokens: l.Tokens, Period: time.Duration(l.PeriodNs), Burst: l.Tokens, Refill: atomicbucket.Interval}
+	}
+	return l.Atomic()
+}
+
+// IsWindow reports whether the rule is a window rule (at most N in any
+// interval of W) rather than a token bucket.
+func (r Rule) IsWindow() bool { return r.Limits[0].Window }
+
+// Atomic is the limit as the runtime takes it: a token bucket's (a window's
+// has none, and asking is a bug in the generator).
 func (l Limit) Atomic() atomicbucket.Limit {
+	if l.Window {
+		panic("model: Atomic of a window rule's limit")
+	}
 	refill := atomicbucket.Greedy
 	if l.Interval {
 		refill = atomicbucket.Interval

@@ -71,6 +71,13 @@ func durationWords(ns int64) string {
 // phrase is a limit in words, without the subject: "10 requests per second per
 // key, in bursts of up to 50".
 func phrase(l model.Limit, scope string) string {
+	if l.Window {
+		s := fmt.Sprintf("at most %s in any %s %s (a sliding window)", amount(l, l.Tokens), strings.TrimPrefix(durationWords(l.PeriodNs), "1 "), scope)
+		if l.Cost != 1 {
+			s += fmt.Sprintf("; a request costs %d tokens unless told otherwise", l.Cost)
+		}
+		return s
+	}
 	s := fmt.Sprintf("%s %s %s", amount(l, l.Tokens), period(l.PeriodNs), scope)
 	if l.Interval {
 		grid := "of the key's own grid (placed by the key)"
@@ -118,7 +125,13 @@ func ruleDoc_(r model.Rule, plans []model.Plan) string {
 		}
 	}
 	b.WriteString(".")
-	if r.MaxKeys > 0 {
+	if r.MaxKeys > 0 && r.IsWindow() {
+		what := "denies new keys"
+		if r.AllowCap {
+			what = "admits new keys without tracking them"
+		}
+		fmt.Fprintf(&b, " It tracks at most %d keys; at that cap it reclaims keys whose windows have been empty for a second, and when there are none it %s.", r.MaxKeys, what)
+	} else if r.MaxKeys > 0 {
 		what := "denies new keys"
 		if r.AllowCap {
 			what = "admits new keys without tracking them"
@@ -191,9 +204,20 @@ func modelDocs(m *model.Model) {
 
 func tierDoc_(t model.Tier, m *model.Model) string {
 	names := make([]string, len(t.Rules))
+	var windows []string
 	for i, ri := range t.Rules {
 		names[i] = m.Rules[ri].GoName
+		if m.Rules[ri].IsWindow() {
+			windows = append(windows, m.Rules[ri].GoName)
+		}
 	}
-	return fmt.Sprintf("%s checks a request against %s, in that order, and allows it only if every rule does: "+
+	s := fmt.Sprintf("%s checks a request against %s, in that order, and allows it only if every rule does: "+
 		"when a rule denies, the tokens the earlier rules took are given back.", t.GoName, strings.Join(names, ", "))
+	if len(windows) > 0 {
+		s += fmt.Sprintf(" A window cannot give back what it counted, so %s %s looked at before anything is taken and "+
+			"counted last: a request denied by any rule counts in no window (unless, between the look and the count, "+
+			"a concurrent request of the same key filled the window: then the windows counted before it keep it).",
+			strings.Join(windows, " and "), map[bool]string{true: "is", false: "are"}[len(windows) == 1])
+	}
+	return s
 }

@@ -141,7 +141,7 @@ func (p *parser) fieldPolicies(m *model.Model) {
 	m.Fields, m.Costs = make([][]model.Policy, len(m.Rules)), make([][]int64, len(m.Rules))
 	for i, r := range m.Rules {
 		for _, l := range r.Limits {
-			pol, err := verdict.NewPolicy(r.Name, l.Atomic())
+			pol, err := verdict.NewPolicy(r.Name, l.FieldLimit())
 			if err != nil {
 				p.errorf(nil, "rule %q: %v", r.Name, err)
 				continue

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -387,6 +388,8 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 	switch {
 	case len(rd.plans) > 0 && len(plans) == 0:
 		bad(rd.fields["plans"], "plans given, but the policy declares none; list them at the top: plans: [free, pro]")
+	case len(rd.plans) > 0 && base.Window:
+		bad(rd.plans[0].name, "a window rule has one limit for every plan; plans: with their own numbers are for token buckets (rate: and burst:)")
 	case len(rd.plans) == 0:
 		// No numbers of its own per plan: one bucket set shared by every plan (a
 		// global limit stays global whatever the caller's plan).
@@ -435,6 +438,9 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 			r.Limits[i] = l
 		}
 	}
+	if base.Window && r.Shared {
+		bad(rd.fields["shared"], "a window rule is checked in this process; shared: true (a store's window) is not available for window rules")
+	}
 	if r.Lease > 0 {
 		most := int64(0)
 		for _, l := range r.Limits {
@@ -473,6 +479,9 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 // base set (a plan's override), missing fields take the base's values and the
 // refill fields are not allowed.
 func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what string, base *model.Limit) (model.Limit, bool) {
+	if base == nil && (fields["limit"] != nil || fields["window"] != nil) {
+		return p.windowLimit(fields, keys, at, what)
+	}
 	var l model.Limit
 	if base != nil {
 		l = *base
@@ -580,6 +589,59 @@ func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what s
 		return l, false
 	}
 	l.Scale, l.Emit, l.Tau, l.Greedy = rt.Units()
+	return l, true
+}
+
+// windowLimit reads a window rule's limit, window and cost: at most limit
+// cost units admitted in any interval of the window's length.
+func (p *parser) windowLimit(fields, keys map[string]*yaml.Node, at *yaml.Node, what string) (model.Limit, bool) {
+	l := model.Limit{Window: true, Cost: 1}
+	ok := true
+	bad := func(n *yaml.Node, format string, args ...any) {
+		p.errorf(n, what+": "+format, args...)
+		ok = false
+	}
+	for _, f := range []string{"rate", "tokens_per_second", "rps", "burst", "refill", "aligned", "initial"} {
+		if n := keys[f]; n != nil {
+			bad(n, "%s does not apply to a window rule (limit: and window:, at most limit in any interval of the window); a token bucket has rate: and burst: instead", f)
+		}
+	}
+	if n := fields["limit"]; n == nil {
+		bad(keys["window"], "window without limit: add limit:, the most admitted in any interval of the window, such as limit: 1000")
+	} else if v, good := p.int(n, what, "limit", 1); good {
+		l.Tokens, l.Burst = v, v
+	} else {
+		ok = false
+	}
+	if n := fields["window"]; n == nil {
+		bad(keys["limit"], "limit without window: add window:, such as window: 1h (at most limit in any hour)")
+	} else if d, err := overlay.ParseWindow(n.Value); err != nil {
+		bad(n, "%v", err)
+	} else {
+		l.PeriodNs = int64(d)
+	}
+	if n := fields["cost"]; n != nil {
+		if v, good := p.int(n, what, "cost", 1); good {
+			l.Cost = v
+		} else {
+			ok = false
+		}
+	}
+	if !ok {
+		return l, false
+	}
+	if _, err := atomicbucket.NewWindowRule(l.Tokens, time.Duration(l.PeriodNs)); err != nil {
+		n := fields["window"]
+		if l.Tokens > atomicbucket.WindowLimitMax {
+			n = fields["limit"]
+		}
+		bad(n, "%s", strings.TrimPrefix(strings.TrimPrefix(err.Error(), atomicbucket.ErrInvalidLimit.Error()), ": "))
+		return l, false
+	}
+	if l.Cost > l.Tokens {
+		bad(fields["cost"], "cost %d is above the limit %d: a request of that cost could never be admitted; give cost: %d or less, or raise the limit", l.Cost, l.Tokens, l.Tokens)
+		return l, false
+	}
 	return l, true
 }
 
