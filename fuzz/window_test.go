@@ -338,3 +338,54 @@ func TestWindowConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowCountedShortfall measures what a counted window (limit above
+// WindowRingMax: counts per sixteenth of the window) admits beside the exact
+// sliding log, over 60 windows of demand. A unit counts until its
+// sub-window's end plus the window, so capacity comes back up to W/16 late:
+// a client that asks for more than the limit gets about 16/17 of what the
+// exact window gives it (N per W + W/16 instead of N per W), whether it takes
+// the limit at once whenever it can or asks at twice the limit's pace; a
+// client within N per W + W/16 gets everything it asks. Never more than N in
+// any W: every admission stream passes CheckWindow.
+func TestWindowCountedShortfall(t *testing.T) {
+	const limit = 160
+	window := 16 * time.Second
+	rule := atomicbucket.MustWindowRule(limit, window)
+	if rule.Exact() {
+		t.Fatal("160 a window should be counted")
+	}
+	for _, c := range []struct {
+		name        string
+		cost        int64
+		step        time.Duration // between requests
+		least, most float64       // counted/exact admitted
+	}{
+		{"bursts", limit, 10 * time.Millisecond, 16.0/17 - 0.005, 16.0/17 + 0.02},
+		{"twice the pace", 1, window / limit / 2, 16.0/17 - 0.005, 16.0/17 + 0.02},
+		{"within W + W/16", 1, (window + window/16) / limit, 1, 1},
+	} {
+		counted := atomicbucket.NewWindow(rule)
+		exact := reference.NewWindow(reference.WindowParams{Limit: limit, Window: int64(window)})
+		var got, want int64
+		var adm []reference.Admission
+		start := int64(time.Hour) // a sub-window's start
+		for now := start; now < start+60*int64(window); now += int64(c.step) {
+			if counted.AllowNAt(atomicbucket.Time(now), c.cost).Allowed {
+				got += c.cost
+				adm = append(adm, reference.Admission{Key: "g", At: now, Cost: c.cost})
+			}
+			if exact.AllowN("g", now, c.cost).Allowed {
+				want += c.cost
+			}
+		}
+		if err := reference.CheckWindow(limit, int64(window), adm); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		ratio := float64(got) / float64(want)
+		if ratio < c.least || ratio > c.most {
+			t.Errorf("%s: the counted window admitted %d, the exact one %d: %.4f of it, want %.4f to %.4f", c.name, got, want, ratio, c.least, c.most)
+		}
+		t.Logf("%s: counted %d, exact %d: %.4f", c.name, got, want, ratio)
+	}
+}
