@@ -213,3 +213,27 @@ func (c *batcher[C]) Close() {
 	c.closeOnce.Do(func() { close(c.closing) })
 	<-c.stopped
 }
+
+// Coalescer sends a store's concurrent checks of a kind of its own together,
+// as the store's rule checks are (see the batcher above): a store's window
+// rules use it (redisstore.Window).
+type Coalescer[C any] struct{ b *batcher[C] }
+
+// Waiting is one coalesced check: its Check, and Done to answer it.
+type Waiting[C any] = waitingCheck[C]
+
+// NewCoalescer starts the goroutines that send batches of at most maxBatch
+// checks through call, which must answer every check of its batch (Done). A
+// check waits at most timeout in all.
+func NewCoalescer[C any](maxBatch int, timeout time.Duration, call func(ctx context.Context, batch []*Waiting[C])) *Coalescer[C] {
+	return &Coalescer[C]{newBatcher(maxBatch, timeout, call)}
+}
+
+// Do queues check and waits for its call's answer (see batcher.Do).
+func (c *Coalescer[C]) Do(ctx context.Context, check C) (atomicbucket.Decision, error) {
+	return c.b.Do(ctx, check)
+}
+
+// Close sends the checks already queued and stops; checks after it fail
+// with ErrClosed.
+func (c *Coalescer[C]) Close() { c.b.Close() }

@@ -1,0 +1,296 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/shared"
+	"github.com/redis/go-redis/v9"
+)
+
+// windowSource decides window checks (at most N cost units in any interval
+// of W, sliding) on Redis's clock, in microseconds, as atomicbucket's windows
+// do on theirs: each key is one string of its admissions still in the
+// window, oldest first, as "slot:count" pairs, where a slot is the
+// microsecond of the admissions (an exact window, N ≤ 64: what it admitted
+// that microsecond) or the sub-window of W/16 they fell in (a counted
+// window). An admission counts until its slot's out time:
+//
+//	exact:   slot + W + 1 (it counts as made at the end of its microsecond)
+//	counted: (slot + 1)·L + W, L = W/16
+//
+// so the store decides as the local window does at microsecond times, and
+// a value holds at most N pairs (exact) or 17 (counted). A check drops the
+// pairs that are out, admits its cost when what is left plus the cost is at
+// most N (adding it to the newest pair when it falls in the same slot), and
+// sets the key to expire when the window empties (an empty window is no key:
+// expiry loses nothing). A denied check writes nothing. A time behind the
+// newest slot (Redis's clock stepped back) counts in the newest slot.
+//
+// One call decides a batch of checks, each on its own, in order; checks of
+// one key see the ones before them.
+//
+// KEYS    one per check
+// ARGV    W (µs), N, L (µs; 0: exact), then one cost per check; with an
+//
+//	explicit time (tests), the seconds and microseconds last
+//
+// Returns, per check, four numbers: 1 (admitted), 0 (denied) or −1 (a cost
+// outside [0, N]: never); what is left after it; the microseconds until
+// enough leaves for it (denied) and until the window is empty (0 when it
+// is), each as out time − now, which Go turns into nanoseconds.
+const windowSource = `
+local W, N, L = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local t = {{NOW}}
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local function out(slot)
+  if L == 0 then return slot + W + 1 end
+  return (slot + 1) * L + W
+end
+local nowSlot = now
+if L > 0 then nowSlot = math.floor(now / L) end
+local states, order = {}, {}
+local res = {}
+for i = 1, #KEYS do
+  local key = KEYS[i]
+  local cost = tonumber(ARGV[3 + i])
+  local st = states[key]
+  if st == nil then
+    st = {s = {}, c = {}, dirty = false}
+    local v = redis.call('GET', key)
+    if v then
+      for s, c in string.gmatch(v, '(%d+):(%d+)') do
+        st.s[#st.s + 1] = tonumber(s)
+        st.c[#st.c + 1] = tonumber(c)
+      end
+    end
+    states[key] = st
+    order[#order + 1] = key
+  end
+  -- drop what is out
+  local first = 1
+  while first <= #st.s and out(st.s[first]) <= now do first = first + 1 end
+  if first > 1 then
+    local s2, c2 = {}, {}
+    for j = first, #st.s do s2[#s2 + 1] = st.s[j]; c2[#c2 + 1] = st.c[j] end
+    st.s, st.c, st.dirty = s2, c2, true
+  end
+  local inw = 0
+  for j = 1, #st.c do inw = inw + st.c[j] end
+  local n = #st.s
+  local reset = 0
+  if n > 0 then reset = out(st.s[n]) - now end
+  if cost < 0 or cost > N then
+    res[#res + 1] = -1; res[#res + 1] = N - inw; res[#res + 1] = 0; res[#res + 1] = reset
+  elseif inw + cost <= N then
+    if cost > 0 then
+      local slot = nowSlot
+      if n > 0 and st.s[n] >= slot then
+        st.c[n] = st.c[n] + cost
+        slot = st.s[n]
+      else
+        st.s[n + 1] = slot
+        st.c[n + 1] = cost
+      end
+      st.dirty = true
+      reset = out(slot) - now
+    end
+    res[#res + 1] = 1; res[#res + 1] = N - inw - cost; res[#res + 1] = 0; res[#res + 1] = reset
+  else
+    local left, retry = inw, 0
+    for j = 1, n do
+      left = left - st.c[j]
+      if left + cost <= N then retry = out(st.s[j]) - now; break end
+    end
+    res[#res + 1] = 0; res[#res + 1] = N - inw; res[#res + 1] = retry; res[#res + 1] = reset
+  end
+end
+for _, key in ipairs(order) do
+  local st = states[key]
+  if st.dirty then
+    local n = #st.s
+    if n == 0 then
+      redis.call('DEL', key)
+    else
+      local parts = {}
+      for j = 1, n do parts[j] = string.format('%d:%d', st.s[j], st.c[j]) end
+      local ms = math.floor((out(st.s[n]) - now + 999) / 1000) + {{SLACK}}
+      redis.call('SET', key, table.concat(parts, ','), 'PX', math.max(ms, 1))
+    end
+  end
+end
+return res
+`
+
+// windowScript is the window check's source reading now from Redis's TIME,
+// or, for tests, from the last two arguments (see script).
+func windowScript(explicitNow bool) string {
+	now, slack := "redis.call('TIME')", "0"
+	if explicitNow {
+		now, slack = "{ARGV[#ARGV - 1], ARGV[#ARGV]}", "3600000"
+	}
+	return strings.NewReplacer("{{NOW}}", now, "{{SLACK}}", slack).Replace(windowSource)
+}
+
+// Window is a window rule (at most N cost units in any interval of W) kept
+// on Redis, on Redis's clock: every instance that checks it shares one
+// window per key. It decides as the local window does (atomicbucket.Window,
+// at microsecond times): exact up to 64 units, counted in sixteenths of the
+// window beyond. Its checks, one script call each or coalesced, fail (with
+// an error, and a denial) when Redis cannot answer: the caller decides what
+// an outage means. Its methods are safe for concurrent use.
+type Window struct {
+	client redis.UniversalClient
+	script *redis.Script
+	prefix string // the keys' prefix, up to the key
+	rule   atomicbucket.WindowRule
+	lUs    int64 // the sub-window in µs (0: exact)
+	timeout time.Duration
+	co     *shared.Coalescer[windowCheck]
+	// now, in tests, gives the time the script decides at (explicitNow).
+	now func() time.Time
+}
+
+// windowCheck is one check of a coalesced batch.
+type windowCheck struct {
+	key  string
+	cost int64
+}
+
+// WindowOptions configure NewWindow.
+type WindowOptions struct {
+	Namespace string        // as Options.Namespace
+	Timeout   time.Duration // as Options.Timeout (default DefaultTimeout)
+	// Coalesce, above 0, sends concurrent checks together, at most Coalesce
+	// a script call, each decided on its own.
+	Coalesce int
+}
+
+// NewWindow returns the window rule named name (the rule's name in the
+// policy: part of its keys) with rule's numbers, on client. A counted
+// window (a limit above atomicbucket.WindowRingMax) must have sub-windows of
+// whole microseconds: a window a multiple of 16 µs.
+func NewWindow(client redis.UniversalClient, name string, rule atomicbucket.WindowRule, opts WindowOptions) (*Window, error) {
+	return newWindow(client, name, rule, opts, false)
+}
+
+func newWindow(client redis.UniversalClient, name string, rule atomicbucket.WindowRule, opts WindowOptions, explicitNow bool) (*Window, error) {
+	if name == "" || strings.ContainsAny(name, "{}") {
+		return nil, fmt.Errorf("redisstore: a window's name is not empty and has no braces, not %q", name)
+	}
+	w := &Window{client: client, script: redis.NewScript(windowScript(explicitNow)), rule: rule, timeout: opts.Timeout}
+	if !rule.Exact() {
+		if rule.Grain()%time.Microsecond != 0 {
+			return nil, fmt.Errorf("%w: a counted window on Redis has sub-windows of whole microseconds: %v is not a multiple of 16µs", atomicbucket.ErrInvalidLimit, rule.Window())
+		}
+		w.lUs = int64(rule.Grain() / time.Microsecond)
+	}
+	if w.timeout <= 0 {
+		w.timeout = DefaultTimeout
+	}
+	w.prefix = DefaultPrefix
+	if opts.Namespace != "" {
+		w.prefix += opts.Namespace + ":"
+	}
+	w.prefix += "window:" + name + ":"
+	if opts.Coalesce > 0 {
+		w.co = shared.NewCoalescer(opts.Coalesce, w.timeout, w.decideBatch)
+	}
+	return w, nil
+}
+
+// Rule returns the window's numbers.
+func (w *Window) Rule() *atomicbucket.WindowRule { return &w.rule }
+
+// Close stops a coalescing window's goroutines.
+func (w *Window) Close() {
+	if w.co != nil {
+		w.co.Close()
+	}
+}
+
+// AllowN decides a request of cost for key on Redis, counting it if
+// admitted. An error (Redis did not answer in time, or refused) comes with a
+// denied decision that says nothing of the window.
+func (w *Window) AllowN(ctx context.Context, key string, cost int64) (atomicbucket.Decision, error) {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return atomicbucket.Decision{}, fmt.Errorf("redisstore: a window's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	if w.co != nil {
+		return w.co.Do(ctx, windowCheck{key, cost})
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	ds, err := w.decide(ctx, []windowCheck{{key, cost}})
+	if err != nil {
+		return atomicbucket.Decision{}, err
+	}
+	return ds[0], nil
+}
+
+// decideBatch is the coalescer's call: one script call for the batch.
+func (w *Window) decideBatch(ctx context.Context, batch []*shared.Waiting[windowCheck]) {
+	checks := make([]windowCheck, len(batch))
+	for i, p := range batch {
+		checks[i] = p.Check
+	}
+	ds, err := w.decide(ctx, checks)
+	for i, p := range batch {
+		if err != nil {
+			p.Done(atomicbucket.Decision{}, err)
+			continue
+		}
+		p.Done(ds[i], nil)
+	}
+}
+
+// decide runs the script for checks, in order.
+func (w *Window) decide(ctx context.Context, checks []windowCheck) ([]atomicbucket.Decision, error) {
+	keys := make([]string, len(checks))
+	args := make([]any, 0, 3+len(checks)+2)
+	args = append(args, int64(w.rule.Window()/time.Microsecond), w.rule.Limit(), w.lUs)
+	for i, c := range checks {
+		keys[i] = w.prefix + c.key
+		args = append(args, c.cost)
+	}
+	if w.now != nil {
+		t := w.now()
+		args = append(args, t.Unix(), t.Nanosecond()/1000)
+	}
+	res, err := w.script.Run(ctx, w.client, keys, args...).Int64Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != 4*len(checks) {
+		return nil, errors.New("redisstore: the window script answered " + strconv.Itoa(len(res)) + " numbers for " + strconv.Itoa(len(checks)) + " checks")
+	}
+	ds := make([]atomicbucket.Decision, len(checks))
+	for i := range ds {
+		r := res[4*i : 4*i+4]
+		d := atomicbucket.Decision{Allowed: r[0] == 1, Remaining: r[1], Reset: usToWait(r[3])}
+		switch r[0] {
+		case -1:
+			d.RetryAfter = atomicbucket.Never
+		case 0:
+			d.RetryAfter = usToWait(r[2])
+		}
+		ds[i] = d
+	}
+	return ds, nil
+}
+
+// usToWait turns an out time − now in microseconds into the wait the local
+// window states: an admission counts until the last nanosecond of its
+// out time's previous microsecond, so the wait is 1 ns short of whole
+// microseconds.
+func usToWait(us int64) time.Duration {
+	if us <= 0 {
+		return 0
+	}
+	return time.Duration(us)*time.Microsecond - 1
+}

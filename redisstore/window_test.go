@@ -1,0 +1,142 @@
+package redisstore
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/reference"
+	"github.com/limitgen/limitgen/redisstore/redistest"
+)
+
+// TestWindowMatchesReference holds the store's window, exact and counted,
+// to the sliding-log reference at its grain, decision by decision, at
+// explicit microsecond times (Unix time: the counted window's sub-windows
+// fall where Redis's clock puts them): random keys, costs (0, in range,
+// above the limit, negative) and steps, one script call a check and
+// coalesced batches of every check of a step; and every admission stream
+// holds at most the limit in any window.
+func TestWindowMatchesReference(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(30, 7))
+	for run := range 24 {
+		limit := 1 + rng.Int64N(64)
+		window := time.Duration(1+rng.Int64N(5000)) * time.Millisecond
+		if run%2 == 1 { // counted: sub-windows of whole microseconds
+			limit = 65 + rng.Int64N(300)
+			window = time.Duration(1+rng.Int64N(2000)) * 40 * time.Millisecond
+		}
+		rule := atomicbucket.MustWindowRule(limit, window)
+		w, err := newWindow(c, "w"+strconv.Itoa(run), rule, WindowOptions{}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := reference.NewWindow(reference.WindowParams{Limit: limit, Window: int64(window), Grain: int64(rule.Grain())})
+		now := time.Unix(1_800_000_000, 0)
+		w.now = func() time.Time { return now }
+		var adm []reference.Admission
+		keys := []string{"a", "b", "c"}
+		for step := range 300 {
+			now = now.Add(time.Duration(rng.Int64N(int64(window)/limit*2+1)) / time.Microsecond * time.Microsecond)
+			key := keys[rng.IntN(len(keys))]
+			cost := []int64{0, 1, 1, 1, 2, limit / 3, limit, limit + 1, -1}[rng.IntN(9)]
+			got, err := w.AllowN(ctx, key, cost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := ref.AllowN(key, now.UnixNano(), cost)
+			if got != want {
+				t.Fatalf("run %d (%d in %v, exact %v) step %d, %s cost %d: %+v, reference %+v", run, limit, window, rule.Exact(), step, key, cost, got, want)
+			}
+			if got.Allowed && cost > 0 {
+				adm = append(adm, reference.Admission{Key: key, At: now.UnixNano(), Cost: cost})
+			}
+		}
+		if err := reference.CheckWindow(limit, int64(window), adm); err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+	}
+}
+
+// TestWindowConcurrentExactlyN: 64 callers on two keys of an hour's window,
+// on Redis's own clock, one call a check and coalesced (each batch one
+// call): each key admits exactly its limit, no more and no less, and what a
+// caller was told adds up (the admitted costs' sum).
+func TestWindowConcurrentExactlyN(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	for _, coalesce := range []int{0, 64} {
+		for _, limit := range []int64{50, 1000} {
+			rule := atomicbucket.MustWindowRule(limit, time.Hour)
+			w, err := NewWindow(c, "hot"+strconv.Itoa(coalesce)+"-"+strconv.FormatInt(limit, 10), rule, WindowOptions{Coalesce: coalesce})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var admitted [2]atomic.Int64
+			var wg sync.WaitGroup
+			for g := range 64 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for i := range 3 * int(limit) / 32 {
+						key := []string{"x", "y"}[(g+i)%2]
+						cost := int64(1 + (g+i)%3)
+						d, err := w.AllowN(ctx, key, cost)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Allowed {
+							admitted[(g+i)%2].Add(cost)
+						}
+					}
+				}()
+			}
+			wg.Wait()
+			w.Close()
+			for k := range admitted {
+				// Each key gets ≥ 3·limit of demand; small costs fill it to
+				// the last unit or within a cost of it.
+				if got := admitted[k].Load(); got > limit || got < limit-2 {
+					t.Errorf("coalesce %d, limit %d, key %d: %d admitted, want %d (at most, and no less than %d)", coalesce, limit, k, got, limit, limit-2)
+				}
+			}
+		}
+	}
+}
+
+// TestWindowRedisDown: a window whose Redis is gone answers an error within
+// its timeout, and a denial; a key longer than shared.MaxKeyLen is refused
+// before any call.
+func TestWindowRedisDown(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	w, err := NewWindow(c, "down", atomicbucket.MustWindowRule(10, time.Minute), WindowOptions{Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, err := w.AllowN(context.Background(), "k", 1); err != nil || !d.Allowed {
+		t.Fatalf("before: %+v %v", d, err)
+	}
+	if _, err := w.AllowN(context.Background(), strings.Repeat("k", 1000), 1); err == nil {
+		t.Error("a 1000-byte key: no error")
+	}
+	srv.Stop()
+	start := time.Now()
+	d, err := w.AllowN(context.Background(), "k", 1)
+	if err == nil || d.Allowed {
+		t.Fatalf("Redis stopped: %+v %v, want a denial with an error", d, err)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("the error took %v", el)
+	}
+}
