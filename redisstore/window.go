@@ -145,13 +145,13 @@ func windowScript(explicitNow bool) string {
 // an error, and a denial) when Redis cannot answer: the caller decides what
 // an outage means. Its methods are safe for concurrent use.
 type Window struct {
-	client redis.UniversalClient
-	script *redis.Script
-	prefix string // the keys' prefix, up to the key
-	rule   atomicbucket.WindowRule
-	lUs    int64 // the sub-window in µs (0: exact)
+	client  redis.UniversalClient
+	script  *redis.Script
+	prefix  string // the keys' prefix, up to the key
+	rule    atomicbucket.WindowRule
+	lUs     int64 // the sub-window in µs (0: exact)
 	timeout time.Duration
-	co     *shared.Coalescer[windowCheck]
+	co      *shared.Coalescer[windowCheck]
 	// now, in tests, gives the time the script decides at (explicitNow).
 	now func() time.Time
 }
