@@ -140,3 +140,45 @@ func TestWindowRedisDown(t *testing.T) {
 		t.Errorf("the error took %v", el)
 	}
 }
+
+// TestWindowEdge is pgstore's by-hand edge check on the Redis window.
+func TestWindowEdge(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	base := time.Unix(1_800_000_000, 0)
+	var now time.Time
+	for _, tc := range []struct {
+		name  string
+		rule  atomicbucket.WindowRule
+		after []time.Duration
+		cost  []int64
+		want  []atomicbucket.Decision
+	}{
+		{"exact", atomicbucket.MustWindowRule(1, time.Second),
+			[]time.Duration{0, time.Second, time.Second + time.Microsecond, time.Second + time.Microsecond},
+			[]int64{1, 1, 1, 2},
+			[]atomicbucket.Decision{{Allowed: true, Reset: time.Second + 999}, {RetryAfter: 999, Reset: 999},
+				{Allowed: true, Reset: time.Second + 999}, {RetryAfter: atomicbucket.Never, Reset: time.Second + 999}}},
+		{"counted", atomicbucket.MustWindowRule(65, 16*time.Second),
+			[]time.Duration{500 * time.Millisecond, 17*time.Second - time.Microsecond, 17 * time.Second},
+			[]int64{65, 1, 64},
+			[]atomicbucket.Decision{{Allowed: true, Reset: 16*time.Second + 500*time.Millisecond - 1},
+				{RetryAfter: time.Microsecond - 1, Reset: time.Microsecond - 1}, {Allowed: true, Remaining: 1, Reset: 17*time.Second - 1}}},
+	} {
+		w, err := newWindow(c, "edge-"+tc.name, tc.rule, WindowOptions{}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.now = func() time.Time { return now }
+		for i := range tc.after {
+			now = base.Add(tc.after[i])
+			got, err := w.AllowN(context.Background(), "k", tc.cost[i])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != tc.want[i] {
+				t.Errorf("%s step %d: %+v, want %+v", tc.name, i, got, tc.want[i])
+			}
+		}
+	}
+}

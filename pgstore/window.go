@@ -1,0 +1,241 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/shared"
+)
+
+// windowSchema is the table of window rules' states and the function that
+// checks one, named by WindowOptions.Table ({t} and {fn}: the table, and its
+// name with "_check"). A row (r, k) is a window rule's key: s and c its
+// admissions still in the window, oldest first, as slots and counts, where a
+// slot is the microsecond of the admissions (an exact window: N ≤ 64) or
+// the sub-window of W/16 they fell in (counted), and empty_at the Unix µs
+// from which nothing in it counts. An admission counts until its slot's out
+// time, exact: slot + W + 1, counted: (slot + 1)·L + W (it counts as made at
+// the end of its microsecond, or of its sub-window), so the function decides
+// as the local window and the Redis script do (see redisstore's
+// windowSource).
+//
+// {fn}(rr, kk, w, n, l, cost, at_us) locks the key's row (made first, empty,
+// for a check that can admit, when there is none: two first checks of a key
+// then queue on it), drops what is out, admits cost when what is left plus
+// the cost is at most n, and writes the row only when it admits. It returns
+// {1 admitted, 0 denied, −1 a cost outside [0, n]; what is left; out time −
+// now of the admission whose leaving makes room (denied); out time − now of
+// the newest (0: empty)}, in µs. at_us NULL is the server's clock
+// (clock_timestamp()), else the check's time, for tests. Rows whose window is
+// empty are deleted by Window.Sweep: an empty window is no row.
+const windowSchema = `CREATE TABLE IF NOT EXISTS {t} (
+  r text NOT NULL,
+  k bytea NOT NULL,
+  s int8[] NOT NULL,
+  c int8[] NOT NULL,
+  empty_at int8 NOT NULL,
+  PRIMARY KEY (r, k)
+);
+CREATE OR REPLACE FUNCTION {fn}(rr text, kk bytea, w int8, n int8, l int8, cost int8, at_us int8)
+RETURNS int8[] LANGUAGE plpgsql AS $$
+DECLARE
+  now_us int8 := coalesce(at_us, floor(extract(epoch FROM clock_timestamp()) * 1000000)::int8);
+  ss int8[];
+  cs int8[];
+  nn int;
+  first int := 1;
+  inw int8 := 0;
+  slot int8;
+  reset int8 := 0;
+  lft int8;
+  o int8;
+BEGIN
+  SELECT t.s, t.c INTO ss, cs FROM {t} t WHERE t.r = rr AND t.k = kk FOR UPDATE;
+  IF NOT FOUND THEN
+    IF cost >= 1 AND cost <= n THEN
+      INSERT INTO {t} (r, k, s, c, empty_at) VALUES (rr, kk, '{}', '{}', 0) ON CONFLICT DO NOTHING;
+      SELECT t.s, t.c INTO ss, cs FROM {t} t WHERE t.r = rr AND t.k = kk FOR UPDATE;
+    ELSE
+      ss := '{}';
+      cs := '{}';
+    END IF;
+  END IF;
+  nn := coalesce(array_length(ss, 1), 0);
+  WHILE first <= nn LOOP
+    o := CASE WHEN l = 0 THEN ss[first] + w + 1 ELSE (ss[first] + 1) * l + w END;
+    EXIT WHEN o > now_us;
+    first := first + 1;
+  END LOOP;
+  IF first > 1 THEN
+    ss := ss[first:nn];
+    cs := cs[first:nn];
+    nn := coalesce(array_length(ss, 1), 0);
+  END IF;
+  FOR i IN 1..nn LOOP
+    inw := inw + cs[i];
+  END LOOP;
+  IF nn > 0 THEN
+    reset := (CASE WHEN l = 0 THEN ss[nn] + w + 1 ELSE (ss[nn] + 1) * l + w END) - now_us;
+  END IF;
+  IF cost < 0 OR cost > n THEN
+    RETURN ARRAY[-1, n - inw, 0, reset];
+  END IF;
+  IF inw + cost <= n THEN
+    IF cost > 0 THEN
+      slot := CASE WHEN l = 0 THEN now_us ELSE now_us / l END;
+      IF nn > 0 AND ss[nn] >= slot THEN
+        cs[nn] := cs[nn] + cost;
+        slot := ss[nn];
+      ELSE
+        ss := ss || slot;
+        cs := cs || cost;
+      END IF;
+      o := CASE WHEN l = 0 THEN slot + w + 1 ELSE (slot + 1) * l + w END;
+      reset := o - now_us;
+      UPDATE {t} SET s = ss, c = cs, empty_at = o WHERE r = rr AND k = kk;
+    END IF;
+    RETURN ARRAY[1, n - inw - cost, 0, reset];
+  END IF;
+  lft := inw;
+  FOR i IN 1..nn LOOP
+    lft := lft - cs[i];
+    IF lft + cost <= n THEN
+      RETURN ARRAY[0, n - inw, (CASE WHEN l = 0 THEN ss[i] + w + 1 ELSE (ss[i] + 1) * l + w END) - now_us, reset];
+    END IF;
+  END LOOP;
+  RETURN ARRAY[0, n - inw, 0, reset];
+END
+$$;`
+
+// DefaultWindowTable is the table of window rules when WindowOptions.Table
+// is empty.
+const DefaultWindowTable = "limitgen_windows"
+
+// WindowOptions configure NewWindow.
+type WindowOptions struct {
+	Table     string        // the table (and its function's prefix); default DefaultWindowTable
+	Namespace string        // as Options.Namespace: part of every row's rule name
+	Timeout   time.Duration // a check's wait; default DefaultTimeout
+}
+
+// Window is a window rule (at most N cost units in any interval of W) kept
+// in PostgreSQL, on the server's clock: every instance that checks it shares
+// one window per key. It decides as the local window does at microsecond
+// times (atomicbucket.Window): exact up to 64 units, counted in sixteenths
+// of the window beyond. A check is one statement (its function), which locks
+// the key's row; it fails, with an error and a denial, when the database
+// cannot answer. Its methods are safe for concurrent use.
+type Window struct {
+	pool    *pgxpool.Pool
+	rule    atomicbucket.WindowRule
+	name    string // the row's rule name
+	lUs     int64
+	timeout time.Duration
+	check   string // the statement
+	sweep   string
+	at      func() time.Time // tests: the time the function decides at
+}
+
+// NewWindow returns the window rule named name with rule's numbers in pool's
+// database, creating its table and function when absent. A counted window (a
+// limit above atomicbucket.WindowRingMax) must have sub-windows of whole
+// microseconds: a window a multiple of 16 µs.
+func NewWindow(ctx context.Context, pool *pgxpool.Pool, name string, rule atomicbucket.WindowRule, opts WindowOptions) (*Window, error) {
+	if opts.Table == "" {
+		opts.Table = DefaultWindowTable
+	}
+	if !tableName.MatchString(opts.Table) {
+		return nil, fmt.Errorf("pgstore: table name %q: want lower-case letters, digits and underscores, optionally schema-qualified", opts.Table)
+	}
+	if opts.Namespace != "" {
+		if err := shared.CheckNamespace(opts.Namespace); err != nil {
+			return nil, fmt.Errorf("pgstore: WindowOptions.Namespace: %w", err)
+		}
+		name = opts.Namespace + "/" + name
+	}
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	w := &Window{pool: pool, rule: rule, name: name, timeout: opts.Timeout}
+	if w.timeout <= 0 {
+		w.timeout = DefaultTimeout
+	}
+	if !rule.Exact() {
+		if rule.Grain()%time.Microsecond != 0 {
+			return nil, fmt.Errorf("%w: a counted window in PostgreSQL has sub-windows of whole microseconds: %v is not a multiple of 16µs", atomicbucket.ErrInvalidLimit, rule.Window())
+		}
+		w.lUs = int64(rule.Grain() / time.Microsecond)
+	}
+	fn := opts.Table + "_check"
+	w.check = "SELECT " + fn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, $6::int8, $7::int8)"
+	w.sweep = "DELETE FROM " + opts.Table + " WHERE r = $1 AND empty_at <= floor(extract(epoch FROM clock_timestamp()) * 1000000)::int8 - $2::int8"
+	sql := strings.NewReplacer("{t}", opts.Table, "{fn}", fn).Replace(windowSchema)
+	sctx, cancel := context.WithTimeout(ctx, max(w.timeout, setupTimeout))
+	defer cancel()
+	if _, err := pool.Exec(sctx, sql, pgx.QueryExecModeSimpleProtocol); err != nil {
+		return nil, fmt.Errorf("pgstore: setting up the window table %s: %w", opts.Table, err)
+	}
+	return w, nil
+}
+
+// Rule returns the window's numbers.
+func (w *Window) Rule() *atomicbucket.WindowRule { return &w.rule }
+
+// AllowN decides a request of cost for key in the database, counting it if
+// admitted. An error (the database did not answer in time, or refused) comes
+// with a denied decision that says nothing of the window.
+func (w *Window) AllowN(ctx context.Context, key string, cost int64) (atomicbucket.Decision, error) {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return atomicbucket.Decision{}, fmt.Errorf("pgstore: a window's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	var at *int64
+	if w.at != nil {
+		us := w.at().UnixMicro()
+		at = &us
+	}
+	var r []int64
+	err := w.pool.QueryRow(ctx, w.check, w.name, rowKey(key), int64(w.rule.Window()/time.Microsecond), w.rule.Limit(), w.lUs, cost, at).Scan(&r)
+	if err != nil {
+		return atomicbucket.Decision{}, err
+	}
+	if len(r) != 4 {
+		return atomicbucket.Decision{}, errors.New("pgstore: the window function answered " + fmt.Sprint(len(r)) + " numbers, want 4")
+	}
+	d := atomicbucket.Decision{Allowed: r[0] == 1, Remaining: r[1], Reset: usToWait(r[3])}
+	switch r[0] {
+	case -1:
+		d.RetryAfter = atomicbucket.Never
+	case 0:
+		d.RetryAfter = usToWait(r[2])
+	}
+	return d, nil
+}
+
+// Sweep deletes the rows of the window's keys whose windows have been empty
+// for a second (an empty window is no row: nothing is lost), and returns how
+// many.
+func (w *Window) Sweep(ctx context.Context) (int64, error) {
+	tag, err := w.pool.Exec(ctx, w.sweep, w.name, int64(atomicbucket.SweepGrace/time.Microsecond))
+	if err != nil {
+		return 0, err
+	}
+	return tag.RowsAffected(), nil
+}
+
+// usToWait turns an out time − now in microseconds into the wait the local
+// window states (1 ns short of whole microseconds: an admission counts until
+// the last nanosecond before its out time).
+func usToWait(us int64) time.Duration {
+	if us <= 0 {
+		return 0
+	}
+	return time.Duration(us)*time.Microsecond - 1
+}
