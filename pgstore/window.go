@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/shared"
@@ -132,14 +135,16 @@ type WindowOptions struct {
 // the key's row; it fails, with an error and a denial, when the database
 // cannot answer. Its methods are safe for concurrent use.
 type Window struct {
-	pool    *pgxpool.Pool
-	rule    atomicbucket.WindowRule
-	name    string // the row's rule name
-	lUs     int64
-	timeout time.Duration
-	check   string // the statement
-	sweep   string
-	at      func() time.Time // tests: the time the function decides at
+	pool     *pgxpool.Pool
+	setupSQL string
+	ready    atomic.Bool // the table and function are there
+	rule     atomicbucket.WindowRule
+	name     string // the row's rule name
+	lUs      int64
+	timeout  time.Duration
+	check    string // the statement
+	sweep    string
+	at       func() time.Time // tests: the time the function decides at
 }
 
 // NewWindow returns the window rule named name with rule's numbers in pool's
@@ -175,13 +180,43 @@ func NewWindow(ctx context.Context, pool *pgxpool.Pool, name string, rule atomic
 	fn := opts.Table + "_check"
 	w.check = "SELECT " + fn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, $6::int8, $7::int8)"
 	w.sweep = "DELETE FROM " + opts.Table + " WHERE r = $1 AND empty_at <= floor(extract(epoch FROM clock_timestamp()) * 1000000)::int8 - $2::int8"
-	sql := strings.NewReplacer("{t}", opts.Table, "{fn}", fn).Replace(windowSchema)
+	// One statement list, one implicit transaction, serialised across
+	// instances by an advisory lock (two CREATE OR REPLACE FUNCTION at once
+	// can fail).
+	h := fnv.New32a()
+	h.Write([]byte(opts.Table))
+	w.setupSQL = fmt.Sprintf("SELECT pg_advisory_xact_lock(%d, 1);\n", int32(h.Sum32())) +
+		strings.NewReplacer("{t}", opts.Table, "{fn}", fn).Replace(windowSchema)
 	sctx, cancel := context.WithTimeout(ctx, max(w.timeout, setupTimeout))
 	defer cancel()
-	if _, err := pool.Exec(sctx, sql, pgx.QueryExecModeSimpleProtocol); err != nil {
-		return nil, fmt.Errorf("pgstore: setting up the window table %s: %w", opts.Table, err)
+	if err := w.setup(sctx); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) {
+			return nil, err // the database answered: no
+		}
+		// Down at start: the first check that reaches the database sets
+		// the table up.
 	}
 	return w, nil
+}
+
+// setup creates the window table and its function when absent.
+func (w *Window) setup(ctx context.Context) error {
+	if _, err := w.pool.Exec(ctx, w.setupSQL, pgx.QueryExecModeSimpleProtocol); err != nil {
+		return fmt.Errorf("pgstore: setting up the window table: %w", err)
+	}
+	w.ready.Store(true)
+	return nil
+}
+
+// Window returns the window rule named name in the store's database
+// (shared.WindowStore): its rows in the table named as the store's and
+// "_windows", under the store's namespace, each check bounded by the
+// store's timeout. A database down now is set up by the first check that
+// reaches it.
+func (s *Store) Window(name string, rule atomicbucket.WindowRule) (shared.WindowChecker, error) {
+	ns := strings.TrimSuffix(s.b.ns, "/")
+	return NewWindow(context.Background(), s.b.pool, name, rule, WindowOptions{Table: s.b.table + "_windows", Namespace: ns, Timeout: s.Timeout()})
 }
 
 // Rule returns the window's numbers.
@@ -196,6 +231,11 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) (atomicbuck
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
+	if !w.ready.Load() {
+		if err := w.setup(ctx); err != nil {
+			return atomicbucket.Decision{}, err
+		}
+	}
 	var at *int64
 	if w.at != nil {
 		us := w.at().UnixMicro()

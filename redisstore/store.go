@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -63,6 +64,11 @@ type backend struct {
 	prefix  string
 	check   *redis.Script
 	dials   *dials // what the client's dials said, to tell a refused server from a slow one
+	// The store's windows (Store.Window), closed with it, coalescing as it
+	// does.
+	coalesce  int
+	windowsMu sync.Mutex
+	windows   []*Window
 }
 
 // DefaultPrefix starts every key the store writes.
@@ -168,7 +174,7 @@ func newStore(client redis.UniversalClient, explicitNow bool, opts Options) *Sto
 	if opts.Namespace != "" {
 		prefix += opts.Namespace + ":"
 	}
-	b := &backend{client: client, prefix: prefix, check: redis.NewScript(script(explicitNow)), dials: &dials{}}
+	b := &backend{client: client, prefix: prefix, check: redis.NewScript(script(explicitNow)), dials: &dials{}, coalesce: opts.Coalesce}
 	b.cluster, _ = client.(*redis.ClusterClient)
 	client.AddHook(b.dials)
 	return &Store{Engine: shared.NewEngine(b, opts.Timeout, opts.Coalesce), b: b}

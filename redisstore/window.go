@@ -180,8 +180,25 @@ func NewWindow(client redis.UniversalClient, name string, rule atomicbucket.Wind
 }
 
 func newWindow(client redis.UniversalClient, name string, rule atomicbucket.WindowRule, opts WindowOptions, explicitNow bool) (*Window, error) {
-	if name == "" || strings.ContainsAny(name, "{}") {
-		return nil, fmt.Errorf("redisstore: a window's name is not empty and has no braces, not %q", name)
+	if opts.Namespace != "" {
+		if err := shared.CheckNamespace(opts.Namespace); err != nil {
+			return nil, fmt.Errorf("redisstore: WindowOptions.Namespace: %w", err)
+		}
+	}
+	prefix := DefaultPrefix
+	if opts.Namespace != "" {
+		prefix += opts.Namespace + ":"
+	}
+	return newWindowIn(client, prefix, name, rule, opts, explicitNow)
+}
+
+// newWindowIn is newWindow with the prefix (and namespace) given.
+func newWindowIn(client redis.UniversalClient, prefix, name string, rule atomicbucket.WindowRule, opts WindowOptions, explicitNow bool) (*Window, error) {
+	if name == "" || len(name) > 200 || strings.ContainsAny(name, "{}") {
+		return nil, fmt.Errorf("redisstore: a window's name has 1 to 200 bytes and no braces, not %q", name)
+	}
+	if _, cluster := client.(*redis.ClusterClient); cluster {
+		opts.Coalesce = 0 // a batch's keys would span slots
 	}
 	w := &Window{client: client, script: redis.NewScript(windowScript(explicitNow)), rule: rule, timeout: opts.Timeout}
 	if !rule.Exact() {
@@ -193,15 +210,37 @@ func newWindow(client redis.UniversalClient, name string, rule atomicbucket.Wind
 	if w.timeout <= 0 {
 		w.timeout = DefaultTimeout
 	}
-	w.prefix = DefaultPrefix
-	if opts.Namespace != "" {
-		w.prefix += opts.Namespace + ":"
-	}
-	w.prefix += "window:" + name + ":"
+	w.prefix = prefix + "window:" + name + ":"
 	if opts.Coalesce > 0 {
 		w.co = shared.NewCoalescer(opts.Coalesce, w.timeout, w.decideBatch)
 	}
 	return w, nil
+}
+
+// Window returns the window rule named name on the store's Redis
+// (shared.WindowStore): its keys under the store's prefix and namespace, each
+// check bounded by the store's timeout, coalesced when the store coalesces
+// (not on a Cluster, where a batch's keys would span slots). Close closes
+// it with the store.
+func (s *Store) Window(name string, rule atomicbucket.WindowRule) (shared.WindowChecker, error) {
+	w, err := newWindowIn(s.b.client, s.b.prefix, name, rule, WindowOptions{Timeout: s.Timeout(), Coalesce: s.b.coalesce}, false)
+	if err != nil {
+		return nil, err
+	}
+	s.b.windowsMu.Lock()
+	s.b.windows = append(s.b.windows, w)
+	s.b.windowsMu.Unlock()
+	return w, nil
+}
+
+// Close stops the store: its checks' goroutines and its windows'.
+func (s *Store) Close() {
+	s.Engine.Close()
+	s.b.windowsMu.Lock()
+	defer s.b.windowsMu.Unlock()
+	for _, w := range s.b.windows {
+		w.Close()
+	}
 }
 
 // Rule returns the window's numbers.

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -13,6 +14,8 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/reference"
 	"github.com/limitgen/limitgen/redisstore/redistest"
+	"github.com/limitgen/limitgen/shared"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestWindowMatchesReference holds the store's window, exact and counted,
@@ -180,5 +183,80 @@ func TestWindowEdge(t *testing.T) {
 				t.Errorf("%s step %d: %+v, want %+v", tc.name, i, got, tc.want[i])
 			}
 		}
+	}
+}
+
+// TestSharedWindowOnStore: a window bound to a Store (shared.BindWindow, as
+// a generated package binds its shared window rules) with Redis down at
+// start: each failure setting decides meanwhile (FailDeny: an outage;
+// FailAllow: admitted; FailLocal: a window of the share, 2 of 5), degraded
+// and with the error; the breaker then answers without waiting for Redis;
+// once Redis is up the store decides, and its window is the one other
+// instances share.
+func TestSharedWindowOnStore(t *testing.T) {
+	srv := redistest.Prepare(t) // not started: down at start
+	c := redis.NewClient(&redis.Options{Addr: srv.Addr, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	ctx := context.Background()
+	st, err := New(ctx, c, Options{Namespace: "test", Timeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	rule := atomicbucket.MustWindowRule(5, time.Hour)
+	bind := func(name string, f shared.Failure) *shared.SharedWindow {
+		w, err := shared.BindWindow(st, "policy", name, rule, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	deny, allow, local := bind("deny", shared.Failure{}), bind("allow", shared.Failure{Mode: shared.FailAllow}), bind("local", shared.Failure{Mode: shared.FailLocal, Share: 0.5})
+	if r := deny.AllowN(ctx, "k", 1); r.Allowed || !r.Degraded || !r.Outage || r.Err == nil || r.RetryAfter != time.Second {
+		t.Errorf("FailDeny, Redis down: %+v", r)
+	}
+	if r := allow.AllowN(ctx, "k", 1); !r.Allowed || !r.Degraded || r.Outage || r.Err == nil {
+		t.Errorf("FailAllow, Redis down: %+v", r)
+	}
+	for i, want := range []bool{true, true, false} { // the share: ⌊5 · 0.5⌋ = 2
+		if r := local.AllowN(ctx, "k", 1); r.Allowed != want || !r.Degraded || r.Outage || r.Err == nil {
+			t.Errorf("FailLocal, Redis down, check %d: %+v, want allowed %v", i, r, want)
+		}
+	}
+	for range shared.BreakerFailures {
+		deny.AllowN(ctx, "k", 1)
+	}
+	start := time.Now()
+	if r := deny.AllowN(ctx, "k", 1); !errors.Is(r.Err, shared.ErrCircuitOpen) || time.Since(start) > 50*time.Millisecond {
+		t.Errorf("the breaker open: %+v after %v", r, time.Since(start))
+	}
+	if deny.Health() == nil {
+		t.Error("Health is nil with the breaker open")
+	}
+	srv.Restart(t)
+	time.Sleep(shared.BreakerMaxPause + 100*time.Millisecond)
+	other, err := shared.BindWindow(st, "policy", "deny", rule, shared.Failure{}) // another instance's binding
+	if err != nil {
+		t.Fatal(err)
+	}
+	var admitted int
+	for i := range 8 {
+		w := deny
+		if i%2 == 1 {
+			w = other
+		}
+		r := w.AllowN(ctx, "k", 1)
+		if r.Err != nil && !errors.Is(r.Err, shared.ErrCircuitOpen) {
+			t.Fatalf("check %d, Redis up: %+v", i, r)
+		}
+		if r.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 5 {
+		t.Errorf("two bindings of one window on Redis admitted %d of 8, want 5", admitted)
+	}
+	if deny.Health() != nil {
+		t.Errorf("Health with Redis up: %v", deny.Health())
 	}
 }

@@ -1,0 +1,125 @@
+package shared
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+)
+
+// WindowChecker decides window checks (at most N cost units in any interval
+// of W) on a store: redisstore.Window and pgstore.Window. An error comes with
+// a denial that says nothing of the window.
+type WindowChecker interface {
+	AllowN(ctx context.Context, key string, cost int64) (atomicbucket.Decision, error)
+}
+
+// WindowStore is a Store that keeps window rules too: its Window returns the
+// checker of the window rule named name (the policy's namespace and the
+// rule's name) with rule's numbers.
+type WindowStore interface {
+	Store
+	Window(name string, rule atomicbucket.WindowRule) (WindowChecker, error)
+}
+
+// ErrNoWindows is wrapped by the error of a store that keeps no window
+// rules.
+var ErrNoWindows = errors.New("the store keeps no window rules")
+
+// SharedWindow is a shared window rule bound to a store, with its failure
+// setting: what a generated package's shared window limiter checks. While the
+// store cannot answer (an error, or its breaker open after BreakerFailures
+// failures in a row: a dead store costs a local decision, not a timeout a
+// check), the rule's failure setting decides: FailDeny denies (an outage,
+// RetryAfter a second), FailAllow admits, FailLocal decides on a window of
+// this process holding the share of the limit (rounded down, at least 1).
+// Its methods are safe for concurrent use.
+type SharedWindow struct {
+	c     WindowChecker
+	mode  FailureMode
+	local *atomicbucket.WindowTable[string] // FailLocal's share
+	limit int64
+	br    circuit
+}
+
+// BindWindow binds the window rule named name (namespace, when not empty,
+// before it with a /) with rule's numbers and failure setting f to store.
+func BindWindow(store Store, namespace, name string, rule atomicbucket.WindowRule, f Failure) (w *SharedWindow, err error) {
+	ws, ok := store.(WindowStore)
+	if !ok {
+		return nil, fmt.Errorf("%w: %T", ErrNoWindows, store)
+	}
+	if namespace != "" {
+		name = namespace + "/" + name
+	}
+	defer func() { // a store's Window that panics is a refusal, as Bind treats its Bind
+		if p := recover(); p != nil {
+			w, err = nil, fmt.Errorf("the store's Window panicked: %v", p)
+		}
+	}()
+	c, err := ws.Window(name, rule)
+	if err != nil {
+		return nil, err
+	}
+	w = &SharedWindow{c: c, mode: f.Mode, limit: rule.Limit()}
+	if f.Mode == FailLocal {
+		if !(f.Share > 0 && f.Share <= 1) {
+			return nil, fmt.Errorf("%w, not %v", ErrLocalShare, f.Share)
+		}
+		share, err := atomicbucket.NewWindowRule(max(int64(math.Floor(float64(rule.Limit())*f.Share)), 1), rule.Window())
+		if err != nil {
+			return nil, fmt.Errorf("its local share %v: %w", f.Share, err)
+		}
+		w.local = atomicbucket.NewWindowTable[string](share, atomicbucket.TableOptions{MaxKeys: 1 << 20})
+	}
+	return w, nil
+}
+
+// AllowN decides a request of cost for key on the store, or, when it cannot,
+// by the failure setting (Result.Degraded, Err; Outage for a denial the
+// outage itself makes).
+func (w *SharedWindow) AllowN(ctx context.Context, key string, cost int64) Result {
+	now := int64(atomicbucket.Now())
+	ok, probe := w.br.Allow(now)
+	if !ok {
+		return w.fallback(key, cost, ErrCircuitOpen)
+	}
+	d, err := w.c.AllowN(ctx, key, cost)
+	if err == nil {
+		w.br.Success(probe)
+		return Result{Decision: d}
+	}
+	if ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) {
+		w.br.EndProbe(probe) // the caller gave up: no verdict on the store
+	} else {
+		w.br.Failure(int64(atomicbucket.Now()), probe)
+		w.br.last.Store(&err)
+	}
+	return w.fallback(key, cost, err)
+}
+
+// fallback is the failure setting's decision while the store cannot decide.
+func (w *SharedWindow) fallback(key string, cost int64, err error) Result {
+	switch {
+	case w.mode == FailAllow:
+		return Result{Decision: atomicbucket.Decision{Allowed: true, Remaining: w.limit}, Degraded: true, Err: err}
+	case w.mode == FailLocal && w.local != nil:
+		return Result{Decision: w.local.AllowN(key, cost), Degraded: true, Err: err}
+	}
+	return Result{Decision: atomicbucket.Decision{RetryAfter: time.Second}, Degraded: true, Outage: true, Err: err}
+}
+
+// Health is nil while the store answers the window's checks; else the last
+// failure, while the breaker is open.
+func (w *SharedWindow) Health() error {
+	if _, open := w.br.State(); open == 0 {
+		return nil
+	}
+	if e := w.br.last.Load(); e != nil {
+		return *e
+	}
+	return ErrCircuitOpen
+}
