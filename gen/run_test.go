@@ -170,7 +170,7 @@ func randomPolicies(t *testing.T, n int) []string {
 	pick := func(s ...string) string { return s[rng.IntN(len(s))] }
 	dir := t.TempDir()
 	var out []string
-	refused, httpSections, windows := 0, 0, 0
+	refused, httpSections, windows, sharedWindows := 0, 0, 0, 0
 	for tries := 0; len(out) < n && tries < 50*n; tries++ {
 		var b strings.Builder
 		fmt.Fprintf(&b, "package: rnd%d\n", len(out))
@@ -205,11 +205,14 @@ func randomPolicies(t *testing.T, n int) []string {
 					fmt.Fprintf(&b, "    max_keys: %d\n    at_cap: %s\n", 1+rng.IntN(3), pick("deny", "allow"))
 				}
 			}
-			if !allShared && rng.IntN(4) == 0 { // a window rule: exact (≤ 64) or counted
+			if rng.IntN(4) == 0 { // a window rule: exact (≤ 64) or counted; shared in a policy of shared rules
 				limit := 1 + rng.IntN(80)
 				fmt.Fprintf(&b, "    limit: %d\n    window: %s\n", limit, pick("1s", "10s", "500ms", "1h", "day", "90s"))
 				if rng.IntN(4) == 0 {
 					fmt.Fprintf(&b, "    cost: %d\n", 1+rng.IntN(limit))
+				}
+				if allShared {
+					fmt.Fprintf(&b, "    shared: true\n    on_failure: %s\n", pick("deny", "allow", "local\n    local_share: 0.5"))
 				}
 				continue
 			}
@@ -261,6 +264,9 @@ func randomPolicies(t *testing.T, n int) []string {
 		}
 		if strings.Contains(string(src), "window:") {
 			windows++
+			if allShared {
+				sharedWindows++
+			}
 		}
 		path := filepath.Join(dir, fmt.Sprintf("random%d.yaml", len(out)))
 		must(t, os.WriteFile(path, src, 0o644))
@@ -269,10 +275,10 @@ func randomPolicies(t *testing.T, n int) []string {
 	if len(out) < n {
 		t.Fatalf("only %d of %d random policies were valid", len(out), n)
 	}
-	if windows < n/5 {
-		t.Fatalf("only %d of %d random policies have a window rule", windows, len(out))
+	if windows < n/5 || sharedWindows < n/20 {
+		t.Fatalf("only %d of %d random policies have a window rule (%d shared)", windows, len(out), sharedWindows)
 	}
-	t.Logf("random policies: %d accepted (%d with an http: section, %d with a window rule), %d refused", len(out), httpSections, windows, refused)
+	t.Logf("random policies: %d accepted (%d with an http: section, %d with a window rule, %d of them shared), %d refused", len(out), httpSections, windows, sharedWindows, refused)
 	return out
 }
 

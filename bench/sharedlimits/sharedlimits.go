@@ -94,24 +94,25 @@ var sharedRules = [1]shared.Rule{{
 	},
 }}
 
-// sharedState is where a Limits' shared rules are checked: on bound, or in this process when bound
-// is nil, for the reason err gives.
+// sharedState is where a Limits' shared rules are checked: on the store, or in this process when
+// err says why not.
 type sharedState struct {
 	bound shared.Bound
 	err   error
 }
 
-// newSharedState binds the shared rules to store, if one was given (shared.Bind refuses a nil
-// pointer in the interface, and a Bind that panics, with an error).
+// newSharedState binds the shared rules to store, if one was given (a store that refuses one, or
+// panics, leaves every one in this process, with the error).
 func newSharedState(store shared.Store) *sharedState {
 	if store == nil {
 		return &sharedState{err: fmt.Errorf("sharedlimits: %w given to New (WithStore): the shared rules are decided in this process only, each instance enforcing the whole limit alone", shared.ErrNoStore)}
 	}
-	b, err := shared.Bind(store, sharedRules[:])
-	if err != nil {
+	s := &sharedState{}
+	var err error
+	if s.bound, err = shared.Bind(store, sharedRules[:]); err != nil {
 		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the shared rules, which run in this process only: %w", err)}
 	}
-	return &sharedState{bound: b}
+	return s
 }
 
 // numbered is the store's binding, which changes the shared rules' numbers; nil without a store.

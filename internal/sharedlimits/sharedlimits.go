@@ -86,10 +86,14 @@ const (
 	RuleWide
 	// RuleTenantUser names the rule TenantUser.
 	RuleTenantUser
+	// RuleQuota names the rule Quota.
+	RuleQuota
+	// RuleQuotaWide names the rule QuotaWide.
+	RuleQuotaWide
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser"}
+var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -112,6 +116,8 @@ type Limits struct {
 	Fast            *FastLimiter            // see the package-level Fast
 	Wide            *WideLimiter            // see the package-level Wide
 	TenantUser      *TenantUserLimiter      // see the package-level TenantUser
+	Quota           *QuotaLimiter           // see the package-level Quota
+	QuotaWide       *QuotaWideLimiter       // see the package-level QuotaWide
 	shared          *sharedState            // the store the shared rules are checked on, if any
 	numbers                                 // ApplyNumbers and the other numbers methods (overlay.Numbers)
 }
@@ -163,6 +169,8 @@ func New(opts ...Option) *Limits {
 		Fast:            newFastLimiter(),
 		Wide:            newWideLimiter(),
 		TenantUser:      newTenantUserLimiter(),
+		Quota:           newQuotaLimiter(),
+		QuotaWide:       newQuotaWideLimiter(),
 		shared:          newSharedState(o.store),
 	}
 	l.PerUser.sh = l.shared
@@ -173,6 +181,8 @@ func New(opts ...Option) *Limits {
 	l.Fast.sh = l.shared
 	l.Wide.sh = l.shared
 	l.TenantUser.sh = l.shared
+	l.Quota.sh = l.shared
+	l.QuotaWide.sh = l.shared
 	l.numbers = l.newNumbers()
 	return l
 }
@@ -290,24 +300,37 @@ var sharedRules = [9]shared.Rule{{
 	},
 }}
 
-// sharedState is where a Limits' shared rules are checked: on bound, or in this process when bound
-// is nil, for the reason err gives.
+// sharedState is where a Limits' shared rules are checked: on the store, or in this process when
+// err says why not.
 type sharedState struct {
-	bound shared.Bound
-	err   error
+	bound   shared.Bound
+	windows [2]*shared.SharedWindow // the shared window rules', by WindowAt
+	err     error
 }
 
-// newSharedState binds the shared rules to store, if one was given (shared.Bind refuses a nil
-// pointer in the interface, and a Bind that panics, with an error).
+// newSharedState binds the shared rules to store, if one was given (a store that refuses one, or
+// panics, leaves every one in this process, with the error).
 func newSharedState(store shared.Store) *sharedState {
 	if store == nil {
 		return &sharedState{err: fmt.Errorf("sharedlimits: %w given to New (WithStore): the shared rules are decided in this process only, each instance enforcing the whole limit alone", shared.ErrNoStore)}
 	}
-	b, err := shared.Bind(store, sharedRules[:])
-	if err != nil {
+	s := &sharedState{}
+	var err error
+	if s.bound, err = shared.Bind(store, sharedRules[:]); err != nil {
 		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the shared rules, which run in this process only: %w", err)}
 	}
-	return &sharedState{bound: b}
+	if s.windows[0], err = shared.BindWindow(store, "storetest", "Quota", quotaLimit, shared.Failure{
+		Mode: shared.FailDeny,
+	}); err != nil {
+		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the window rule Quota, and the shared rules run in this process only: %w", err)}
+	}
+	if s.windows[1], err = shared.BindWindow(store, "storetest", "QuotaWide", quotaWideLimit, shared.Failure{
+		Mode:  shared.FailLocal,
+		Share: 0.5,
+	}); err != nil {
+		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the window rule QuotaWide, and the shared rules run in this process only: %w", err)}
+	}
+	return s
 }
 
 // numbered is the store's binding, which changes the shared rules' numbers; nil without a store.
@@ -332,7 +355,15 @@ func (l *Limits) SharedErr() error {
 	if l.shared.err != nil {
 		return l.shared.err
 	}
-	return shared.Health(l.shared.bound)
+	if err := shared.Health(l.shared.bound); err != nil {
+		return err
+	}
+	for _, w := range l.shared.windows {
+		if err := w.Health(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // perUserNumbers is PerUser as an overlay Set changes it (overlay.Target).
@@ -821,8 +852,9 @@ type numbers = overlay.Numbers
 // newNumbers is l's rules as overlay Sets change them.
 func (l *Limits) newNumbers() numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}},
+		Plans:   planNames[:],
+		Rules:   map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}},
+		Windows: []string{"Quota", "QuotaWide"},
 	})
 }
 
@@ -859,6 +891,12 @@ var (
 
 	// TenantUser allows 1 request per minute per tenant and user, in bursts of up to 4.
 	TenantUser = Default.TenantUser
+
+	// Quota allows at most 5 requests in any hour per key (a sliding window).
+	Quota = Default.Quota
+
+	// QuotaWide allows at most 100 requests in any 16 minutes per key (a sliding window).
+	QuotaWide = Default.QuotaWide
 )
 
 // perUserLimit is PerUser's limit on each plan, as the policy gives it.
@@ -2732,6 +2770,129 @@ func (l *TenantUserLimiter) Reset(ctx context.Context, key TenantUserKey) error 
 	return nil
 }
 
+// quotaLimit is Quota's window rule, as the policy gives it.
+var quotaLimit = atomicbucket.MustWindowRule(5, time.Hour)
+
+// newQuotaLocalLimiter returns Quota's (empty) table.
+func newQuotaLocalLimiter() *QuotaLocalLimiter {
+	return &QuotaLocalLimiter{atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[string](quotaLimit, atomicbucket.TableOptions{}), 1)}
+}
+
+// QuotaLocalLimiter is Quota decided in this process only, with the whole limit: what
+// QuotaLimiter.Local returns, for tests, and what Quota's checks use while the package has no store
+// (SharedErr says so). Its methods, atomicbucket.KeyedWindow's, are safe for concurrent use.
+type QuotaLocalLimiter struct {
+	atomicbucket.KeyedWindow[string]
+}
+
+// newQuotaLimiter returns Quota's limiter over its process-local window; New binds it to the store.
+func newQuotaLimiter() *QuotaLimiter {
+	return &QuotaLimiter{local: newQuotaLocalLimiter()}
+}
+
+// QuotaLimiter is the type of Quota, a shared window rule: Allow and AllowN decide on the store
+// given to New, so that the window holds across every instance that shares it, and take the
+// request's context. Without a store they decide in this process with the whole limit, and their
+// results carry SharedErr's error; Local is that process-local window, under a name that says so.
+// Its methods are safe for concurrent use.
+type QuotaLimiter struct {
+	local *QuotaLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the window rule behind the limiter.
+func (l *QuotaLimiter) Rule() *atomicbucket.WindowRule {
+	return l.local.Rule()
+}
+
+// Local returns Quota decided in this process only, with the whole limit, on a window apart from
+// the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *QuotaLimiter) Local() *QuotaLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is admitted, deciding on the store
+// (see AllowN, whose Result says more: whether the store decided, and why not).
+func (l *QuotaLimiter) Allow(ctx context.Context, key string) bool {
+	return l.AllowN(ctx, key, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that Quota holds across every
+// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
+// setting (deny) does, and the Result says so (Degraded, Err). Without a store, Quota's
+// process-local window (Local) decides and Err is SharedErr's error.
+func (l *QuotaLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
+	if w := l.sh.windows[0]; w != nil {
+		return w.AllowN(ctx, key, cost)
+	}
+	return shared.Result{
+		Decision: l.local.AllowN(key, cost),
+		Err:      l.sh.err,
+	}
+}
+
+// quotaWideLimit is QuotaWide's window rule, as the policy gives it.
+var quotaWideLimit = atomicbucket.MustWindowRule(100, 16*time.Minute)
+
+// newQuotaWideLocalLimiter returns QuotaWide's (empty) table.
+func newQuotaWideLocalLimiter() *QuotaWideLocalLimiter {
+	return &QuotaWideLocalLimiter{atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[uint64](quotaWideLimit, atomicbucket.TableOptions{}), 1)}
+}
+
+// QuotaWideLocalLimiter is QuotaWide decided in this process only, with the whole limit: what
+// QuotaWideLimiter.Local returns, for tests, and what QuotaWide's checks use while the package has
+// no store (SharedErr says so). Its methods, atomicbucket.KeyedWindow's, are safe for concurrent
+// use.
+type QuotaWideLocalLimiter struct {
+	atomicbucket.KeyedWindow[uint64]
+}
+
+// newQuotaWideLimiter returns QuotaWide's limiter over its process-local window; New binds it to the store.
+func newQuotaWideLimiter() *QuotaWideLimiter {
+	return &QuotaWideLimiter{local: newQuotaWideLocalLimiter()}
+}
+
+// QuotaWideLimiter is the type of QuotaWide, a shared window rule: Allow and AllowN decide on the
+// store given to New, so that the window holds across every instance that shares it, and take the
+// request's context. Without a store they decide in this process with the whole limit, and their
+// results carry SharedErr's error; Local is that process-local window, under a name that says so.
+// Its methods are safe for concurrent use.
+type QuotaWideLimiter struct {
+	local *QuotaWideLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the window rule behind the limiter.
+func (l *QuotaWideLimiter) Rule() *atomicbucket.WindowRule {
+	return l.local.Rule()
+}
+
+// Local returns QuotaWide decided in this process only, with the whole limit, on a window apart
+// from the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *QuotaWideLimiter) Local() *QuotaWideLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is admitted, deciding on the store
+// (see AllowN, whose Result says more: whether the store decided, and why not).
+func (l *QuotaWideLimiter) Allow(ctx context.Context, key uint64) bool {
+	return l.AllowN(ctx, key, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that QuotaWide holds across every
+// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
+// setting (a local share of 0.5 of the limit) does, and the Result says so (Degraded, Err). Without
+// a store, QuotaWide's process-local window (Local) decides and Err is SharedErr's error.
+func (l *QuotaWideLimiter) AllowN(ctx context.Context, key uint64, cost int64) shared.Result {
+	if w := l.sh.windows[1]; w != nil {
+		return w.AllowN(ctx, strconv.FormatUint(uint64(key), 10), cost)
+	}
+	return shared.Result{
+		Decision: l.local.AllowN(key, cost),
+		Err:      l.sh.err,
+	}
+}
+
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
 // rule allowed, of the most constraining one (the fewest tokens remaining; the first on a tie).
 type TierDecision struct {
@@ -3107,12 +3268,42 @@ var httpPolicyTenantUser = verdict.Policy{
 	Prefix: "\"TenantUser\";r=",
 }
 
+// httpPolicyQuota is rule Quota as the RateLimit fields describe it.
+var httpPolicyQuota = verdict.Policy{
+	Name:   "Quota",
+	Quota:  5,
+	Window: 3600,
+	Limit: atomicbucket.Limit{
+		Tokens: 5,
+		Period: time.Hour,
+		Burst:  5,
+		Refill: atomicbucket.Interval,
+	},
+	Item:   "\"Quota\";q=5;w=3600",
+	Prefix: "\"Quota\";r=",
+}
+
+// httpPolicyQuotaWide is rule QuotaWide as the RateLimit fields describe it.
+var httpPolicyQuotaWide = verdict.Policy{
+	Name:   "QuotaWide",
+	Quota:  100,
+	Window: 960,
+	Limit: atomicbucket.Limit{
+		Tokens: 100,
+		Period: 16 * time.Minute,
+		Burst:  100,
+		Refill: atomicbucket.Interval,
+	},
+	Item:   "\"QuotaWide\";q=100;w=960",
+	Prefix: "\"QuotaWide\";r=",
+}
+
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser}, RuleQuota: {&httpPolicyQuota, &httpPolicyQuota}, RuleQuotaWide: {&httpPolicyQuotaWide, &httpPolicyQuotaWide}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}}
+var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}, RuleQuota: {1, 1}, RuleQuotaWide: {1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
 var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}, {"\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000", "\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000"}}

@@ -112,7 +112,7 @@ func file(m *model.Model) *jen.File {
 			f.Add(emitTier(m, t))
 		}
 	}
-	if m.Shared > 0 {
+	if m.Stores() {
 		f.ImportName(sharedPath, "shared")
 	}
 	if m.HTTP != nil || m.GRPC != nil || m.RLS != nil {
@@ -218,7 +218,7 @@ func emitLimits(m *model.Model) jen.Code {
 		}
 		vars = append(vars, jen.Add(comment(r.Doc)).Id(r.GoName).Op("=").Id("Default").Dot(r.GoName).Line())
 	}
-	if m.Shared > 0 {
+	if m.Stores() {
 		fieldsDecl = append(fieldsDecl, jen.Id("shared").Op("*").Id("sharedState").Comment("the store the shared rules are checked on, if any"))
 	}
 	fieldsDecl = append(fieldsDecl, jen.Id("numbers").Comment("ApplyNumbers and the other numbers methods (overlay.Numbers)"))
@@ -233,11 +233,11 @@ func emitLimits(m *model.Model) jen.Code {
 			jen.Id("start").Add(rt("Time")).Comment("when the global buckets are created"),
 			jen.Id("startSet").Bool())
 	}
-	if m.Shared > 0 {
+	if m.Stores() {
 		optFields = append(optFields, jen.Id("store").Qual(sharedPath, "Store").Comment("the store of the shared rules"))
 	}
 	g.Type().Id("options").Struct(optFields...).Line().Line()
-	if m.Shared > 0 {
+	if m.Stores() {
 		g.Add(comment("WithStore makes New check the policy's shared rules on s (a Redis store, say: module " +
 			"github.com/limitgen/limitgen/redisstore), so that their limits hold across every instance that " +
 			"shares the store. Without it they run in this process only; SharedErr says so."))
@@ -261,7 +261,7 @@ func emitLimits(m *model.Model) jen.Code {
 	if global {
 		body = append(body, jen.If(jen.Op("!").Id("o").Dot("startSet")).Block(jen.Id("o").Dot("start").Op("=").Add(rt("Now")).Call()))
 	}
-	if m.Shared > 0 {
+	if m.Stores() {
 		inits = append(inits, field("shared", jen.Id("newSharedState").Call(jen.Id("o").Dot("store"))))
 	}
 	body = append(body, jen.Id("l").Op(":=").Op("&").Id("Limits").Add(fields(inits...)))
@@ -272,7 +272,7 @@ func emitLimits(m *model.Model) jen.Code {
 	}
 	body = append(body, jen.Id("l").Dot("numbers").Op("=").Id("l").Dot("newNumbers").Call(), jen.Return(jen.Id("l")))
 	g.Func().Id("New").Params(jen.Id("opts").Op("...").Id("Option")).Op("*").Id("Limits").Block(body...).Line().Line()
-	if m.Shared > 0 {
+	if m.Stores() {
 		g.Add(emitShared(m))
 	}
 	g.Add(emitOverlay(m))
@@ -431,7 +431,11 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 	recv := jen.Id("l").Op("*").Id(typ)
 	g := jen.Line().Add(emitLimitVar(r))
 	if r.IsWindow() {
-		return g.Add(emitWindow(r, typ, ctor, doc))
+		g.Add(emitWindow(r, typ, ctor, doc))
+		if r.Shared {
+			g.Add(emitSharedWindow(r))
+		}
+		return g
 	}
 	if !r.Planned {
 		if r.KeyType != "" {
@@ -614,6 +618,52 @@ func emitWindow(r model.Rule, typ, ctor, doc string) jen.Code {
 		jen.Return(jen.Op("&").Id(typ).Values(rt("NewKeyedWindow").Call(table, cost)))).Line().Line()
 	g.Add(comment(strings.Replace(doc, "Its methods are", "Its methods, atomicbucket.KeyedWindow's, are", 1)))
 	g.Type().Id(typ).Struct(rt("KeyedWindow").Types(jen.Id(r.KeyType))).Line()
+	return g
+}
+
+// emitSharedWindow is a shared window rule's limiter: its checks go to the
+// store's window (sharedState.windows), or, without one, to its
+// process-local window, with the reason.
+func emitSharedWindow(r model.Rule) jen.Code {
+	typ, recv := r.TypeName(), jen.Id("l").Op("*").Id(r.TypeName())
+	ctxP := jen.Id("ctx").Qual("context", "Context")
+	var keyP, keyA []jen.Code
+	var storeKey jen.Code = jen.Lit("global") // a global window's one key on the store
+	if r.KeyType != "" {
+		keyP, keyA = []jen.Code{jen.Id("key").Id(r.KeyType)}, []jen.Code{jen.Id("key")}
+		storeKey = sharedKey(r, jen.Id("key"))
+	}
+	g := jen.Line()
+	g.Comment(fmt.Sprintf("%s returns %s's limiter over its process-local window; New binds it to the store.", r.CtorName(), r.GoName)).Line()
+	g.Func().Id(r.CtorName()).Params().Op("*").Id(typ).Block(
+		jen.Return(jen.Op("&").Id(typ).Values(jen.Dict{jen.Id("local"): jen.Id(r.LocalCtorName()).Call()}))).Line().Line()
+	g.Add(comment(r.TypeDoc))
+	g.Type().Id(typ).Struct(
+		jen.Id("local").Op("*").Id(r.LocalTypeName()),
+		jen.Id("sh").Op("*").Id("sharedState").Comment("the store, or why there is none"),
+	).Line().Line()
+	g.Comment("Rule returns the window rule behind the limiter.").Line()
+	g.Func().Params(recv).Id("Rule").Params().Op("*").Add(rt("WindowRule")).Block(
+		jen.Return(jen.Id("l").Dot("local").Dot("Rule").Call())).Line().Line()
+	g.Add(comment(fmt.Sprintf("Local returns %s decided in this process only, with the whole limit, on a window apart "+
+		"from the store's, for tests and tools: what it admits is not counted by any other instance.", r.GoName)))
+	g.Func().Params(recv).Id("Local").Params().Op("*").Id(r.LocalTypeName()).Block(jen.Return(jen.Id("l").Dot("local"))).Line().Line()
+	g.Add(comment("Allow reports whether a request of the rule's default cost is admitted, deciding on the store " +
+		"(see AllowN, whose Result says more: whether the store decided, and why not)."))
+	g.Func().Params(recv).Id("Allow").Params(append([]jen.Code{ctxP}, keyP...)...).Bool().Block(
+		jen.Return(jen.Id("l").Dot("AllowN").Call(append(append([]jen.Code{jen.Id("ctx")}, keyA...), lit(r.Limits[0].Cost))...).Dot("Allowed"))).Line().Line()
+	g.Add(comment(fmt.Sprintf("AllowN decides a request of cost on the store given to New, so that %s holds across every "+
+		"instance that shares it. It never fails: when the store cannot decide, the rule's on_failure setting (%s) "+
+		"does, and the Result says so (Degraded, Err). Without a store, %s's process-local window (Local) decides "+
+		"and Err is SharedErr's error.", r.GoName, failureWords(r), r.GoName)))
+	g.Func().Params(recv).Id("AllowN").Params(append(append([]jen.Code{ctxP}, keyP...), jen.Id("cost").Int64())...).Qual(sharedPath, "Result").Block(
+		jen.If(jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("windows").Index(jen.Lit(r.WindowAt)), jen.Id("w").Op("!=").Nil()).Block(
+			jen.Return(jen.Id("w").Dot("AllowN").Call(jen.Id("ctx"), storeKey, jen.Id("cost")))),
+		jen.Return(jen.Qual(sharedPath, "Result").Values(jen.Dict{
+			jen.Id("Decision"): jen.Id("l").Dot("local").Dot("AllowN").Call(append(keyA, jen.Id("cost"))...),
+			jen.Id("Err"):      jen.Id("l").Dot("sh").Dot("err"),
+		})),
+	).Line()
 	return g
 }
 
@@ -1236,24 +1286,30 @@ func groupImports(src []byte) ([]byte, error) {
 // store sees them, the state of their binding, and SharedErr.
 func emitShared(m *model.Model) jen.Code {
 	var rules []jen.Code
+	failure := func(r model.Rule) jen.Code {
+		f := []jen.Code{field("Mode", jen.Qual(sharedPath, r.Failure))}
+		if r.Failure == "FailLocal" {
+			f = append(f, field("Share", jen.Lit(r.Share)))
+		}
+		return jen.Qual(sharedPath, "Failure").Add(fields(f...))
+	}
 	for _, r := range m.Rules {
 		if !r.Shared {
 			continue
+		}
+		if r.IsWindow() {
+			continue // bound on its own (newSharedState)
 		}
 		for i := range r.Limits {
 			name := r.Name
 			if r.Planned {
 				name = r.Name + ":" + m.Plans[i].Name
 			}
-			f := []jen.Code{field("Mode", jen.Qual(sharedPath, r.Failure))}
-			if r.Failure == "FailLocal" {
-				f = append(f, field("Share", jen.Lit(r.Share)))
-			}
 			rf := []jen.Code{
 				field("Namespace", jen.Lit(m.Namespace)),
 				field("Name", jen.Lit(name)),
 				field("Limit", limitRef(r, i)),
-				field("Failure", jen.Qual(sharedPath, "Failure").Add(fields(f...))),
+				field("Failure", failure(r)),
 			}
 			if r.Lease > 0 {
 				rf = append(rf, field("Lease", jen.Lit(r.Lease)))
@@ -1271,49 +1327,83 @@ func emitShared(m *model.Model) jen.Code {
 			rules = append(rules, fields(rf...))
 		}
 	}
-	return jen.Comment("sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),").Line().
-		Comment("in the order their checks name them.").Line().
-		Var().Id("sharedRules").Op("=").Index(jen.Lit(m.Shared)).Qual(sharedPath, "Rule").Values(rules...).Line().Line().
-		Comment("sharedState is where a Limits' shared rules are checked: on bound, or in this process when bound").Line().
-		Comment("is nil, for the reason err gives.").Line().
-		Type().Id("sharedState").Struct(
-		jen.Id("bound").Qual(sharedPath, "Bound"),
-		jen.Id("err").Error(),
-	).Line().Line().
-		Comment("newSharedState binds the shared rules to store, if one was given (shared.Bind refuses a nil").Line().
-		Comment("pointer in the interface, and a Bind that panics, with an error).").Line().
-		Func().Id("newSharedState").Params(jen.Id("store").Qual(sharedPath, "Store")).Op("*").Id("sharedState").Block(
+	g := jen.Null()
+	stateFields := []jen.Code{}
+	if m.Shared > 0 {
+		g.Comment("sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),").Line().
+			Comment("in the order their checks name them.").Line().
+			Var().Id("sharedRules").Op("=").Index(jen.Lit(m.Shared)).Qual(sharedPath, "Rule").Values(rules...).Line().Line()
+		stateFields = append(stateFields, jen.Id("bound").Qual(sharedPath, "Bound"))
+	}
+	if m.SharedWindows > 0 {
+		stateFields = append(stateFields, jen.Id("windows").Index(jen.Lit(m.SharedWindows)).Op("*").Qual(sharedPath, "SharedWindow").Comment("the shared window rules', by WindowAt"))
+	}
+	stateFields = append(stateFields, jen.Id("err").Error())
+	refused := func(what string, err jen.Code) jen.Code {
+		return jen.Return(jen.Op("&").Id("sharedState").Values(jen.Dict{
+			jen.Id("err"): jen.Qual("fmt", "Errorf").Call(jen.Lit(m.Pkg+": the store refused "+what+": %w"), err),
+		}))
+	}
+	body := []jen.Code{
 		jen.If(jen.Id("store").Op("==").Nil()).Block(jen.Return(jen.Op("&").Id("sharedState").Values(jen.Dict{
 			jen.Id("err"): jen.Qual("fmt", "Errorf").Call(jen.Lit(m.Pkg+": %w given to New (WithStore): the shared rules are decided in this process only, each instance enforcing the whole limit alone"), jen.Qual(sharedPath, "ErrNoStore")),
 		}))),
-		jen.List(jen.Id("b"), jen.Id("err")).Op(":=").Qual(sharedPath, "Bind").Call(jen.Id("store"), jen.Id("sharedRules").Index(jen.Empty(), jen.Empty())),
-		jen.If(jen.Id("err").Op("!=").Nil()).Block(jen.Return(jen.Op("&").Id("sharedState").Values(jen.Dict{
-			jen.Id("err"): jen.Qual("fmt", "Errorf").Call(jen.Lit(m.Pkg+": the store refused the shared rules, which run in this process only: %w"), jen.Id("err")),
-		}))),
-		jen.Return(jen.Op("&").Id("sharedState").Values(jen.Dict{jen.Id("bound"): jen.Id("b")})),
-	).Line().Line().
-		Comment("numbered is the store's binding, which changes the shared rules' numbers; nil without a store.").Line().
-		Func().Params(jen.Id("s").Op("*").Id("sharedState")).Id("numbered").Params().Params(jen.Qual(sharedPath, "Numbered"), jen.Error()).Block(
-		jen.If(jen.Id("s").Dot("bound").Op("==").Nil()).Block(jen.Return(jen.Nil(), jen.Nil())),
-		jen.List(jen.Id("nb"), jen.Id("ok")).Op(":=").Id("s").Dot("bound").Assert(jen.Qual(sharedPath, "Numbered")),
-		jen.If(jen.Op("!").Id("ok")).Block(jen.Return(jen.Nil(), jen.Qual("fmt", "Errorf").Call(
-			jen.Lit(m.Pkg+": the store's %T cannot change numbers (it is no shared.Numbered): nothing changed"), jen.Id("s").Dot("bound")))),
-		jen.Return(jen.Id("nb"), jen.Nil()),
-	).Line().Line().
-		Comment("SharedErr is nil while the policy's shared rules are checked on the store given to New and").Line().
+		jen.Id("s").Op(":=").Op("&").Id("sharedState").Values(),
+		jen.Var().Id("err").Error(),
+	}
+	if m.Shared > 0 {
+		body = append(body,
+			jen.If(jen.List(jen.Id("s").Dot("bound"), jen.Id("err")).Op("=").Qual(sharedPath, "Bind").Call(jen.Id("store"), jen.Id("sharedRules").Index(jen.Empty(), jen.Empty())),
+				jen.Id("err").Op("!=").Nil()).Block(refused("the shared rules, which run in this process only", jen.Id("err"))))
+	}
+	for _, r := range m.Rules {
+		if r.Shared && r.IsWindow() {
+			w := jen.Id("s").Dot("windows").Index(jen.Lit(r.WindowAt))
+			body = append(body,
+				jen.If(jen.List(w, jen.Id("err")).Op("=").Qual(sharedPath, "BindWindow").Call(jen.Id("store"), jen.Lit(m.Namespace), jen.Lit(r.Name), jen.Id(r.LimitVar()), failure(r)),
+					jen.Id("err").Op("!=").Nil()).Block(refused(fmt.Sprintf("the window rule %s, and the shared rules run in this process only", r.Name), jen.Id("err"))))
+		}
+	}
+	body = append(body, jen.Return(jen.Id("s")))
+	g.Comment("sharedState is where a Limits' shared rules are checked: on the store, or in this process when").Line().
+		Comment("err says why not.").Line().
+		Type().Id("sharedState").Struct(stateFields...).Line().Line().
+		Comment("newSharedState binds the shared rules to store, if one was given (a store that refuses one, or").Line().
+		Comment("panics, leaves every one in this process, with the error).").Line().
+		Func().Id("newSharedState").Params(jen.Id("store").Qual(sharedPath, "Store")).Op("*").Id("sharedState").Block(body...).Line().Line()
+	if m.Shared > 0 {
+		g.Comment("numbered is the store's binding, which changes the shared rules' numbers; nil without a store.").Line().
+			Func().Params(jen.Id("s").Op("*").Id("sharedState")).Id("numbered").Params().Params(jen.Qual(sharedPath, "Numbered"), jen.Error()).Block(
+			jen.If(jen.Id("s").Dot("bound").Op("==").Nil()).Block(jen.Return(jen.Nil(), jen.Nil())),
+			jen.List(jen.Id("nb"), jen.Id("ok")).Op(":=").Id("s").Dot("bound").Assert(jen.Qual(sharedPath, "Numbered")),
+			jen.If(jen.Op("!").Id("ok")).Block(jen.Return(jen.Nil(), jen.Qual("fmt", "Errorf").Call(
+				jen.Lit(m.Pkg+": the store's %T cannot change numbers (it is no shared.Numbered): nothing changed"), jen.Id("s").Dot("bound")))),
+			jen.Return(jen.Id("nb"), jen.Nil()),
+		).Line().Line()
+	}
+	health := []jen.Code{jen.If(jen.Id("l").Dot("shared").Dot("err").Op("!=").Nil()).Block(jen.Return(jen.Id("l").Dot("shared").Dot("err")))}
+	if m.Shared > 0 && m.SharedWindows == 0 {
+		health = append(health, jen.Return(jen.Qual(sharedPath, "Health").Call(jen.Id("l").Dot("shared").Dot("bound"))))
+	} else if m.Shared > 0 {
+		health = append(health, jen.If(jen.Id("err").Op(":=").Qual(sharedPath, "Health").Call(jen.Id("l").Dot("shared").Dot("bound")), jen.Id("err").Op("!=").Nil()).Block(jen.Return(jen.Id("err"))))
+	}
+	if m.SharedWindows > 0 {
+		health = append(health, jen.For(jen.List(jen.Id("_"), jen.Id("w")).Op(":=").Range().Id("l").Dot("shared").Dot("windows")).Block(
+			jen.If(jen.Id("err").Op(":=").Id("w").Dot("Health").Call(), jen.Id("err").Op("!=").Nil()).Block(jen.Return(jen.Id("err")))))
+	}
+	if m.SharedWindows > 0 {
+		health = append(health, jen.Return(jen.Nil()))
+	}
+	g.Comment("SharedErr is nil while the policy's shared rules are checked on the store given to New and").Line().
 		Comment("the store answers. Otherwise it says why not: there is no store, or it refused the rules (they").Line().
 		Comment("then run in this process only, each instance enforcing the whole limit alone), or the store is").Line().
 		Comment("not answering now (down at start, or since: each rule's on_failure decides meanwhile, counted").Line().
 		Comment("as degraded, until it answers again). It is the live state: report it at startup, and from a").Line().
 		Comment("health check.").Line().
-		Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("SharedErr").Params().Error().Block(
-		jen.If(jen.Id("l").Dot("shared").Dot("err").Op("!=").Nil()).Block(jen.Return(jen.Id("l").Dot("shared").Dot("err"))),
-		jen.Return(jen.Qual(sharedPath, "Health").Call(jen.Id("l").Dot("shared").Dot("bound"))),
-	).Line()
+		Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("SharedErr").Params().Error().Block(health...).Line()
+	return g
 }
 
-// emitSharedRule is a shared rule's limiter: Allow, AllowN and Wait on the
-// store (or, without one, on its process-local limiter, which Local returns).
 func emitSharedRule(r model.Rule) jen.Code {
 	typ, recv := r.TypeName(), jen.Id("l").Op("*").Id(r.TypeName())
 	var params, args []jen.Code // the plan and the key

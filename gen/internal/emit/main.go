@@ -58,7 +58,7 @@ func RenderMain(m *model.Model, importPath string) ([]byte, error) {
 		flagStr("certFile", "tls-cert", "LIMITGEN_TLS_CERT", "", "the server's TLS certificate (PEM); empty serves without TLS"),
 		flagStr("keyFile", "tls-key", "LIMITGEN_TLS_KEY", "", "the server's TLS key (PEM)"),
 	}
-	stores := m.Shared > 0
+	stores := m.Stores()
 	var sharedNames []string
 	for _, r := range m.Rules {
 		if r.Shared {

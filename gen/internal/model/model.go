@@ -29,10 +29,17 @@ type Model struct {
 	// planned).
 	Fields    [][]Policy
 	Costs     [][]int64
-	Shared    int    // the number of shared limits (a shared rule's, one per plan when planned)
+	Shared    int    // the number of shared limits (a shared bucket rule's, one per plan when planned)
+	// SharedWindows is the number of shared window rules (each one's
+	// WindowAt indexes them).
+	SharedWindows int
 	Doc       string // the package's doc comment
 	LimitsDoc string // the Limits type's doc comment
 }
+
+// Stores reports whether the package has shared rules of any kind: it then
+// takes a store (WithStore) and says how it fares (SharedErr).
+func (m *Model) Stores() bool { return m.Shared > 0 || m.SharedWindows > 0 }
 
 type Plan struct {
 	Name   string // as written
@@ -55,6 +62,7 @@ type Rule struct {
 	Lease    int64          // shared: checked from leases of at most this many tokens a batch (0: a store call per check)
 	Units    []shared.Units // shared: each limit's units on a store's µs clock (shared.MicroUnits; zero for interval refill)
 	SharedAt int            // shared: the index of its first limit in the package's sharedRules
+	WindowAt int            // a shared window: its index in the package's shared windows
 	Doc      string         // the package-level variable's doc comment: the rule in plain words
 	TypeDoc  string         // the limiter type's doc comment
 	LocalDoc string         // shared: the process-local limiter type's doc comment

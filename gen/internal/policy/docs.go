@@ -167,6 +167,13 @@ func typeDoc_(r model.Rule) string {
 
 // sharedTypeDoc_ is a shared rule's limiter type's doc comment.
 func sharedTypeDoc_(r model.Rule) string {
+	if r.IsWindow() {
+		return fmt.Sprintf("%s is the type of %s, a shared window rule: Allow and AllowN decide on the store given to "+
+			"New, so that the window holds across every instance that shares it, and take the request's context. "+
+			"Without a store they decide in this process with the whole limit, and their results carry SharedErr's "+
+			"error; Local is that process-local window, under a name that says so. Its methods are safe for "+
+			"concurrent use.", r.TypeName(), r.GoName)
+	}
 	return fmt.Sprintf("%s is the type of %s, a shared rule: Allow, AllowN and Wait decide on the store given to "+
 		"New, so that the limit holds across every instance that shares it, and take the request's context. "+
 		"Without a store they decide in this process with the whole limit, and their results carry SharedErr's "+

@@ -139,9 +139,13 @@ func (p *parser) validate(doc *policyDoc) *model.Model {
 	}
 	shared := 0
 	for i := range m.Rules {
-		if m.Rules[i].Shared {
-			m.Rules[i].SharedAt = shared
-			shared += len(m.Rules[i].Limits)
+		switch r := &m.Rules[i]; {
+		case r.Shared && r.IsWindow():
+			r.WindowAt = m.SharedWindows
+			m.SharedWindows++
+		case r.Shared:
+			r.SharedAt = shared
+			shared += len(r.Limits)
 		}
 	}
 	m.Shared = shared
@@ -438,8 +442,14 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 			r.Limits[i] = l
 		}
 	}
-	if base.Window && r.Shared {
-		bad(rd.fields["shared"], "a window rule is checked in this process; shared: true (a store's window) is not available for window rules")
+	if base.Window && r.Lease > 0 {
+		bad(rd.fields["lease"], "lease applies to token buckets: a window rule's store counts every admission itself")
+	}
+	if base.Window && baseOK && r.Shared {
+		if wr := base.WindowRule(); !wr.Exact() && wr.Grain()%time.Microsecond != 0 {
+			bad(rd.fields["window"], "a shared window over more than %d units is counted on the store in sixteenths of whole microseconds: give a window that is a multiple of 16µs, not %v",
+				atomicbucket.WindowRingMax, time.Duration(base.PeriodNs))
+		}
 	}
 	if r.Lease > 0 {
 		most := int64(0)
@@ -453,7 +463,7 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 	if !valid {
 		return r, false
 	}
-	if r.Shared {
+	if r.Shared && !r.IsWindow() {
 		// A store on a microsecond clock must hold it in integers below 2^53
 		// (the units stores compute with shared.MicroUnits); the generated
 		// code carries the units, and stores check them at Bind.
@@ -746,6 +756,12 @@ func (p *parser) tier(td *tierDoc, m *model.Model) (model.Tier, bool) {
 		}
 	}
 	for k, ri := range t.Rules {
+		if r := m.Rules[ri]; t.Shared && r.IsWindow() {
+			p.errorf(items[k], "tier %q: %q is a shared window rule; a tier of shared rules is one store call, which a window does not join (check it on its own route)", t.Name, r.Name)
+			return t, false
+		}
+	}
+	for k, ri := range t.Rules {
 		if first := m.Rules[t.Rules[0]]; (m.Rules[ri].Lease > 0) != (first.Lease > 0) {
 			leased, perRequest := first.Name, m.Rules[ri].Name
 			if first.Lease == 0 {
@@ -787,7 +803,7 @@ func (p *parser) namespace(doc *policyDoc, m *model.Model) {
 		m.Namespace = n.Value
 		return
 	}
-	if m.Shared > 0 {
+	if m.Stores() {
 		var names []string
 		for _, r := range m.Rules {
 			if r.Shared {

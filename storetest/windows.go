@@ -1,0 +1,56 @@
+package storetest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/internal/sharedlimits"
+)
+
+// GeneratedWindows: two instances of the generated service checking its
+// shared window rules on one server: Quota (at most 5 in any hour per user,
+// exact) admits 5 of 8 alternating checks, then tells the sixth how long
+// until its first admission leaves; QuotaWide (100 in any 16 minutes,
+// counted) takes costs up to exactly 100 across both; a service without a
+// store decides on its own window and says why (Err).
+func GeneratedWindows(t *testing.T, instance func() *sharedlimits.Limits) {
+	ctx := context.Background()
+	a, b := instance(), instance()
+	lims := []*sharedlimits.Limits{a, b}
+	admitted := 0
+	for i := range 8 {
+		res := lims[i%2].Quota.AllowN(ctx, "alice", 1)
+		if res.Degraded || res.Err != nil {
+			t.Fatalf("check %d degraded: %+v", i, res)
+		}
+		if res.Allowed {
+			admitted++
+			continue
+		}
+		if res.RetryAfter <= 0 || res.RetryAfter > time.Hour+time.Second {
+			t.Errorf("check %d denied with RetryAfter %v, want until the first admission leaves, within the hour", i, res.RetryAfter)
+		}
+	}
+	if admitted != 5 {
+		t.Errorf("two instances admitted %d of 8 for alice; the window holds 5", admitted)
+	}
+	if res := b.Quota.AllowN(ctx, "bob", 5); !res.Allowed || res.Remaining != 0 {
+		t.Errorf("bob has a window of his own: %+v", res)
+	}
+	for i, c := range []struct {
+		lim   *sharedlimits.Limits
+		cost  int64
+		allow bool
+		left  int64
+	}{{a, 30, true, 70}, {b, 30, true, 40}, {a, 30, true, 10}, {b, 30, false, 10}, {b, 10, true, 0}, {a, 1, false, 0}} {
+		res := c.lim.QuotaWide.AllowN(ctx, 7, c.cost)
+		if res.Degraded || res.Allowed != c.allow || res.Remaining != c.left {
+			t.Errorf("QuotaWide check %d (cost %d): %+v, want allowed %v with %d left", i, c.cost, res, c.allow, c.left)
+		}
+	}
+	alone := sharedlimits.New()
+	if res := alone.Quota.AllowN(ctx, "alice", 1); !res.Allowed || res.Remaining != 4 || res.Err == nil {
+		t.Errorf("without a store, Quota decides on its own window, saying why: %+v", res)
+	}
+}
