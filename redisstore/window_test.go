@@ -260,3 +260,42 @@ func TestSharedWindowOnStore(t *testing.T) {
 		t.Errorf("Health with Redis up: %v", deny.Health())
 	}
 }
+
+// TestWindowOnCluster: a store over a 3-master Cluster, coalescing, keeps
+// window rules: keys in every slot (a batch would span slots, so its
+// windows do not coalesce), each holding exactly its limit.
+func TestWindowOnCluster(t *testing.T) {
+	_, _, st := clusterStore(t, 0, 64)
+	ctx := context.Background()
+	w, err := shared.BindWindow(st, "policy", "Quota", atomicbucket.MustWindowRule(3, time.Hour), shared.Failure{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	users := []string{"alice", "bob", "carol", "dave", "erin", "frank", "grace", "heidi"}
+	var wg sync.WaitGroup
+	var admitted [8]atomic.Int64
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 3 {
+				for i, u := range users {
+					res := w.AllowN(ctx, u, 1)
+					if res.Err != nil {
+						t.Error(res.Err)
+						return
+					}
+					if res.Allowed {
+						admitted[i].Add(1)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for i, u := range users {
+		if got := admitted[i].Load(); got != 3 {
+			t.Errorf("%s: %d admitted of 12, want 3", u, got)
+		}
+	}
+}

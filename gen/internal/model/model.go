@@ -27,14 +27,14 @@ type Model struct {
 	// Fields and Costs are, with a front door (HTTP or GRPC), every rule's
 	// RateLimit description and default cost, one per Limit (per plan when
 	// planned).
-	Fields    [][]Policy
-	Costs     [][]int64
-	Shared    int    // the number of shared limits (a shared bucket rule's, one per plan when planned)
+	Fields [][]Policy
+	Costs  [][]int64
+	Shared int // the number of shared limits (a shared bucket rule's, one per plan when planned)
 	// SharedWindows is the number of shared window rules (each one's
 	// WindowAt indexes them).
 	SharedWindows int
-	Doc       string // the package's doc comment
-	LimitsDoc string // the Limits type's doc comment
+	Doc           string // the package's doc comment
+	LimitsDoc     string // the Limits type's doc comment
 }
 
 // Stores reports whether the package has shared rules of any kind: it then
