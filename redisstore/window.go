@@ -32,18 +32,21 @@ import (
 // expiry loses nothing). A denied check writes nothing. A time behind the
 // newest slot (Redis's clock stepped back) counts in the newest slot.
 //
-// One call decides a batch of checks, each on its own, in order; checks of
-// one key see the ones before them.
+// One call decides a batch of runs, in order: a run is checks of one key and
+// one cost, one after another (coalesced checks of a hot key), decided at
+// once: of count checks of cost c the first min(count, ⌊(N − in)/c⌋) are
+// admitted, and the rest denied, as one at a time would decide them.
 //
-// KEYS    one per check
-// ARGV    W (µs), N, L (µs; 0: exact), then one cost per check; with an
+// KEYS    one per run
+// ARGV    W (µs), N, L (µs; 0: exact), then a run's cost and count, for
 //
-//	explicit time (tests), the seconds and microseconds last
+//	each run; with an explicit time (tests), the seconds and microseconds last
 //
-// Returns, per check, four numbers: 1 (admitted), 0 (denied) or −1 (a cost
-// outside [0, N]: never); what is left after it; the microseconds until
-// enough leaves for it (denied) and until the window is empty (0 when it
-// is), each as out time − now, which Go turns into nanoseconds.
+// Returns, per run, four numbers: how many of its checks were admitted (−1:
+// its cost is outside [0, N], none ever can be); what was in the window
+// before it; for the denied ones, out time − now of the admission whose
+// leaving makes room; out time − now of the newest admission after the run
+// (0 when the window is empty). Go turns them into the run's decisions.
 const windowSource = `
 local W, N, L = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local t = {{NOW}}
@@ -58,7 +61,7 @@ local states, order = {}, {}
 local res = {}
 for i = 1, #KEYS do
   local key = KEYS[i]
-  local cost = tonumber(ARGV[3 + i])
+  local cost, count = tonumber(ARGV[2 + 2 * i]), tonumber(ARGV[3 + 2 * i])
   local st = states[key]
   if st == nil then
     st = {s = {}, c = {}, dirty = false}
@@ -86,28 +89,33 @@ for i = 1, #KEYS do
   local reset = 0
   if n > 0 then reset = out(st.s[n]) - now end
   if cost < 0 or cost > N then
-    res[#res + 1] = -1; res[#res + 1] = N - inw; res[#res + 1] = 0; res[#res + 1] = reset
-  elseif inw + cost <= N then
-    if cost > 0 then
+    res[#res + 1] = -1; res[#res + 1] = inw; res[#res + 1] = 0; res[#res + 1] = reset
+  else
+    local k = count
+    if cost > 0 then k = math.min(count, math.floor((N - inw) / cost)) end
+    local resetAdm = reset
+    if k > 0 and cost > 0 then
       local slot = nowSlot
       if n > 0 and st.s[n] >= slot then
-        st.c[n] = st.c[n] + cost
+        st.c[n] = st.c[n] + k * cost
         slot = st.s[n]
       else
-        st.s[n + 1] = slot
-        st.c[n + 1] = cost
+        n = n + 1
+        st.s[n] = slot
+        st.c[n] = k * cost
       end
       st.dirty = true
-      reset = out(slot) - now
+      resetAdm = out(slot) - now
     end
-    res[#res + 1] = 1; res[#res + 1] = N - inw - cost; res[#res + 1] = 0; res[#res + 1] = reset
-  else
-    local left, retry = inw, 0
-    for j = 1, n do
-      left = left - st.c[j]
-      if left + cost <= N then retry = out(st.s[j]) - now; break end
+    local retry = 0
+    if k < count then
+      local left = inw + k * cost
+      for j = 1, n do
+        left = left - st.c[j]
+        if left + cost <= N then retry = out(st.s[j]) - now; break end
+      end
     end
-    res[#res + 1] = 0; res[#res + 1] = N - inw; res[#res + 1] = retry; res[#res + 1] = reset
+    res[#res + 1] = k; res[#res + 1] = inw; res[#res + 1] = retry; res[#res + 1] = resetAdm
   end
 end
 for _, key in ipairs(order) do
@@ -288,14 +296,27 @@ func (w *Window) decideBatch(ctx context.Context, batch []*shared.Waiting[window
 	}
 }
 
-// decide runs the script for checks, in order.
+// decide runs the script for checks, in order, as runs of one key and cost.
 func (w *Window) decide(ctx context.Context, checks []windowCheck) ([]atomicbucket.Decision, error) {
-	keys := make([]string, len(checks))
-	args := make([]any, 0, 3+len(checks)+2)
+	type run struct {
+		key   string
+		cost  int64
+		count int
+	}
+	runs := make([]run, 0, len(checks))
+	for _, c := range checks {
+		if n := len(runs); n > 0 && runs[n-1].key == c.key && runs[n-1].cost == c.cost {
+			runs[n-1].count++
+			continue
+		}
+		runs = append(runs, run{c.key, c.cost, 1})
+	}
+	keys := make([]string, len(runs))
+	args := make([]any, 0, 3+2*len(runs)+2)
 	args = append(args, int64(w.rule.Window()/time.Microsecond), w.rule.Limit(), w.lUs)
-	for i, c := range checks {
-		keys[i] = w.prefix + c.key
-		args = append(args, c.cost)
+	for i, r := range runs {
+		keys[i] = w.prefix + r.key
+		args = append(args, r.cost, r.count)
 	}
 	if w.now != nil {
 		t := w.now()
@@ -305,20 +326,23 @@ func (w *Window) decide(ctx context.Context, checks []windowCheck) ([]atomicbuck
 	if err != nil {
 		return nil, err
 	}
-	if len(res) != 4*len(checks) {
-		return nil, errors.New("redisstore: the window script answered " + strconv.Itoa(len(res)) + " numbers for " + strconv.Itoa(len(checks)) + " checks")
+	if len(res) != 4*len(runs) {
+		return nil, errors.New("redisstore: the window script answered " + strconv.Itoa(len(res)) + " numbers for " + strconv.Itoa(len(runs)) + " runs")
 	}
-	ds := make([]atomicbucket.Decision, len(checks))
-	for i := range ds {
-		r := res[4*i : 4*i+4]
-		d := atomicbucket.Decision{Allowed: r[0] == 1, Remaining: r[1], Reset: usToWait(r[3])}
-		switch r[0] {
-		case -1:
-			d.RetryAfter = atomicbucket.Never
-		case 0:
-			d.RetryAfter = usToWait(r[2])
+	n := w.rule.Limit()
+	ds := make([]atomicbucket.Decision, 0, len(checks))
+	for i, r := range runs {
+		admitted, in, retry, reset := res[4*i], res[4*i+1], res[4*i+2], res[4*i+3]
+		for j := range int64(r.count) {
+			switch {
+			case admitted < 0:
+				ds = append(ds, atomicbucket.Decision{Remaining: n - in, Reset: usToWait(reset), RetryAfter: atomicbucket.Never})
+			case j < admitted:
+				ds = append(ds, atomicbucket.Decision{Allowed: true, Remaining: n - in - (j+1)*r.cost, Reset: usToWait(reset)})
+			default:
+				ds = append(ds, atomicbucket.Decision{Remaining: n - in - admitted*r.cost, Reset: usToWait(reset), RetryAfter: usToWait(retry)})
+			}
 		}
-		ds[i] = d
 	}
 	return ds, nil
 }

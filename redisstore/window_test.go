@@ -299,3 +299,57 @@ func TestWindowOnCluster(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowBatchesMatchReference: coalesced batches (runs of one key and
+// cost decided at once, other keys between them) at explicit times decide
+// as the reference does one check after another.
+func TestWindowBatchesMatchReference(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(31, 9))
+	for run := range 12 {
+		limit := 1 + rng.Int64N(20)
+		window := time.Duration(1+rng.Int64N(50)) * 100 * time.Millisecond
+		if run%2 == 1 {
+			limit, window = 65+rng.Int64N(100), time.Duration(1+rng.Int64N(20))*40*time.Millisecond
+		}
+		rule := atomicbucket.MustWindowRule(limit, window)
+		w, err := newWindow(c, "b"+strconv.Itoa(run), rule, WindowOptions{}, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := reference.NewWindow(reference.WindowParams{Limit: limit, Window: int64(window), Grain: int64(rule.Grain())})
+		now := time.Unix(1_800_000_000, 0)
+		w.now = func() time.Time { return now }
+		runs := 0
+		for step := range 60 {
+			now = now.Add(time.Duration(rng.Int64N(int64(window)/4+1)) / time.Microsecond * time.Microsecond)
+			var checks []windowCheck
+			for range 1 + rng.IntN(24) {
+				if len(checks) > 0 && rng.IntN(3) > 0 {
+					checks = append(checks, checks[len(checks)-1]) // a run
+					continue
+				}
+				checks = append(checks, windowCheck{[]string{"a", "b"}[rng.IntN(2)], []int64{0, 1, 1, 2, limit / 2, limit + 1, -1}[rng.IntN(7)]})
+			}
+			for i := 1; i < len(checks); i++ {
+				if checks[i] == checks[i-1] {
+					runs++
+				}
+			}
+			ds, err := w.decide(ctx, checks)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, ch := range checks {
+				if want := ref.AllowN(ch.key, now.UnixNano(), ch.cost); ds[i] != want {
+					t.Fatalf("run %d (%d in %v) step %d, check %d (%s, cost %d): %+v, reference %+v", run, limit, window, step, i, ch.key, ch.cost, ds[i], want)
+				}
+			}
+		}
+		if runs == 0 {
+			t.Fatal("no batch had a run")
+		}
+	}
+}
