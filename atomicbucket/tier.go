@@ -39,31 +39,34 @@ func TierAt(now Time, steps ...TierStep) (d Decision, index int, denied bool) {
 			}
 		}
 	}
-	took := make([]int, 0, len(steps))
-	take := func(i int) bool {
-		di := steps[i].AllowNAt(now)
-		if !di.Allowed {
-			for j := len(took) - 1; j >= 0; j-- {
-				steps[took[j]].RefundAt(now)
-			}
-			d, index = di, i
-			return false
+	// Pass 0 takes from the steps that can give back, pass 1 from the
+	// looked-at ones; a denial gives back what was taken, last first.
+	for pass := range 2 {
+		if pass == 1 && !looks {
+			break
 		}
-		took = append(took, i)
-		if index < 0 || di.Remaining < d.Remaining || di.Remaining == d.Remaining && i < index {
-			d, index = di, i
-		}
-		return true
-	}
-	for i, s := range steps {
-		if _, ok := s.(TierLook); !ok && !take(i) {
-			return d, index, true
-		}
-	}
-	if looks {
 		for i, s := range steps {
-			if _, ok := s.(TierLook); ok && !take(i) {
-				return d, index, true
+			if _, look := s.(TierLook); look != (pass == 1) {
+				continue
+			}
+			di := s.AllowNAt(now)
+			if !di.Allowed {
+				if pass == 1 {
+					for j := i - 1; j >= 0; j-- {
+						if _, look := steps[j].(TierLook); look {
+							steps[j].RefundAt(now)
+						}
+					}
+				}
+				for j := len(steps) - 1; j >= 0; j-- {
+					if _, look := steps[j].(TierLook); !look && (pass == 1 || j < i) {
+						steps[j].RefundAt(now)
+					}
+				}
+				return di, i, true
+			}
+			if index < 0 || di.Remaining < d.Remaining || di.Remaining == d.Remaining && i < index {
+				d, index = di, i
 			}
 		}
 	}

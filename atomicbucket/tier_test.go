@@ -70,3 +70,16 @@ func TestTierAtWindows(t *testing.T) {
 		t.Fatalf("the window has %d left after the bucket's denial, want 1 (the denied request took nothing)", p.Remaining)
 	}
 }
+
+// TierAt allocates nothing itself (shared's degraded path decides through
+// it while a store is down), windows or not, admitting or denying.
+func TestTierAtAllocatesNothing(t *testing.T) {
+	win := NewWindowTable[string](MustWindowRule(1, time.Minute), TableOptions{})
+	bucket := NewTable[string](mustRule(t, Limit{Tokens: 1, Period: time.Hour, Burst: 1 << 20}), TableOptions{})
+	win.AllowN("a", 0)
+	bucket.AllowN("a", 1)
+	steps := []TierStep{bucket.Step("a", 1), win.Step("a", 1), bucket.Step("a", 1)}
+	if n := testing.AllocsPerRun(100, func() { TierAt(hour, steps...) }); n != 0 {
+		t.Errorf("TierAt: %v allocations", n)
+	}
+}
