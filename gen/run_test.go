@@ -213,6 +213,8 @@ func randomPolicies(t *testing.T, n int) []string {
 				}
 				if allShared {
 					fmt.Fprintf(&b, "    shared: true\n    on_failure: %s\n", pick("deny", "allow", "local\n    local_share: 0.5"))
+				} else if plans && rng.IntN(2) == 0 {
+					fmt.Fprintf(&b, "    plans:\n      pro: {limit: %d, window: %s}\n", 1+rng.IntN(80), pick("2s", "1h", "40ms"))
 				}
 				continue
 			}
@@ -392,12 +394,12 @@ type hRule struct {
 	MaxKeys         int64
 	AllowCap        bool
 	Fields          []model.KeyField // a composite key's
-	Window          bool             // a window rule: at most Plans[0].Burst in any WindowNs
-	WindowNs        int64
+	Window          bool             // a window rule: at most a plan's Burst in any of its WindowNs
 }
 
 type hPlan struct {
-	Const string // PlanPro, or "" for a rule without plans
+	Const    string // PlanPro, or "" for a rule without plans
+	WindowNs int64  // a window rule's window on the plan
 	Burst int64
 	Emit  int64 // ns per token, at least 1
 	Cost  int64 // default cost
@@ -425,9 +427,9 @@ func harnessData(m *model.Model) hModel {
 	}
 	conv := func(r model.Rule) hRule {
 		hr := hRule{Name: r.Name, GoName: r.GoName, KeyType: r.KeyType, Keyed: r.KeyType != "", Planned: r.Planned, Shared: r.Shared, MaxKeys: r.MaxKeys, AllowCap: r.AllowCap, Fields: r.Fields,
-			Window: r.IsWindow(), WindowNs: r.Limits[0].PeriodNs}
+			Window: r.IsWindow()}
 		for i, l := range r.Limits {
-			p := hPlan{Burst: l.Burst, Emit: max(l.PeriodNs/l.Tokens, 1), Cost: l.Cost}
+			p := hPlan{Burst: l.Burst, Emit: max(l.PeriodNs/l.Tokens, 1), Cost: l.Cost, WindowNs: l.PeriodNs}
 			if r.Planned {
 				p.Const = m.Plans[i].GoName
 			}
@@ -559,18 +561,18 @@ func costs(rng *rand.Rand, burst int64) int64 {
 func RulesMatchReference(t *testing.T) {
 {{- range $r := .Rules}}{{range $p := .Plans}}
 	{{- if $r.Window}}
-	t.Run("{{$r.GoName}}", func(t *testing.T) {
+	t.Run("{{$r.GoName}}{{$p.Const}}", func(t *testing.T) {
 		l := {{make $r}}
-		ref := {{windowRef $r "l.Rule()"}}
+		ref := {{windowRef $r (printf "l.Rule(%s)" $p.Const)}}
 		var admitted []reference.Admission
 		rng := rand.New(rand.NewPCG(1, 2))
 		now := t0
 		for i := range 400 {
-			now += rng.Int64N({{$r.WindowNs}}/{{$p.Burst}} + 1)
+			now += rng.Int64N({{$p.WindowNs}}/{{$p.Burst}} + 1)
 			k := rng.IntN(4)
 			_ = k
 			if i%5 == 4 { // the default cost, through Allow
-				got, want := l.AllowAt({{key $r}}at(now)), ref.AllowN({{refKey $r}}, now, {{$p.Cost}})
+				got, want := l.AllowAt({{plan $p}}{{key $r}}at(now)), ref.AllowN({{refKey $r}}, now, {{$p.Cost}})
 				if got != want.Allowed {
 					t.Fatalf("step %d: Allow = %v, reference %+v", i, got, want)
 				}
@@ -580,10 +582,10 @@ func RulesMatchReference(t *testing.T) {
 				continue
 			}
 			cost := costs(rng, {{$p.Burst}})
-			if got, want := l.PeekAt({{key $r}}at(now), cost), ref.Peek({{refKey $r}}, now, cost); got != want {
+			if got, want := l.PeekAt({{plan $p}}{{key $r}}at(now), cost), ref.Peek({{refKey $r}}, now, cost); got != want {
 				t.Fatalf("step %d: PeekAt(cost %d) = %+v, reference %+v", i, cost, got, want)
 			}
-			got, want := l.AllowNAt({{key $r}}at(now), cost), ref.AllowN({{refKey $r}}, now, cost)
+			got, want := l.AllowNAt({{plan $p}}{{key $r}}at(now), cost), ref.AllowN({{refKey $r}}, now, cost)
 			if got != want {
 				t.Fatalf("step %d: AllowNAt(cost %d) = %+v, reference %+v", i, cost, got, want)
 			}
@@ -591,7 +593,7 @@ func RulesMatchReference(t *testing.T) {
 				admitted = append(admitted, reference.Admission{Key: {{refKey $r}}, At: now, Cost: cost})
 			}
 		}
-		if err := reference.CheckWindow({{$p.Burst}}, {{$r.WindowNs}}, admitted); err != nil {
+		if err := reference.CheckWindow({{$p.Burst}}, {{$p.WindowNs}}, admitted); err != nil {
 			t.Fatal(err)
 		}
 	})
@@ -664,7 +666,7 @@ func TiersMatchReference(t *testing.T) {
 		}{
 			{{- range $i, $r := $t.Rules}}
 			{{- if $r.Window}}
-			{{windowRef $r (printf "lims.%s.Rule()" $r.GoName)}},
+			{{windowRef $r (printf "lims.%s.Rule(%s)" $r.GoName (or (and $r.Planned $pc) ""))}},
 			{{- else}}
 			reference.NewReference({{params $r}}(lims.{{$r.GoName}}.Rule({{if $r.Planned}}{{$pc}}{{end}}){{if $r.Keyed}}, {{$r.MaxKeys}}, {{atCap $r}}{{end}})),
 			{{- end}}

@@ -304,9 +304,17 @@ func limitRef(r model.Rule, i int) jen.Code {
 // limits, as literals of atomicbucket.Limit.
 func emitLimitVar(r model.Rule) jen.Code {
 	if r.IsWindow() {
-		l := r.Limits[0]
-		return comment(fmt.Sprintf("%s is %s's window rule, as the policy gives it.", r.LimitVar(), r.GoName)).
-			Var().Id(r.LimitVar()).Op("=").Add(rt("MustWindowRule")).Call(lit(l.Tokens), duration(l.PeriodNs)).Line().Line()
+		rule := func(l model.Limit) jen.Code { return rt("MustWindowRule").Call(lit(l.Tokens), duration(l.PeriodNs)) }
+		if !r.Planned {
+			return comment(fmt.Sprintf("%s is %s's window rule, as the policy gives it.", r.LimitVar(), r.GoName)).
+				Var().Id(r.LimitVar()).Op("=").Add(rule(r.Limits[0])).Line().Line()
+		}
+		var vals []jen.Code
+		for _, l := range r.Limits {
+			vals = append(vals, rule(l))
+		}
+		return comment(fmt.Sprintf("%s is %s's window rule on each plan, as the policy gives it.", r.LimitVar(), r.GoName)).
+			Var().Id(r.LimitVar()).Op("=").Index(jen.Lit(len(vals))).Add(rt("WindowRule")).Values(vals...).Line().Line()
 	}
 	if !r.Planned {
 		return comment(fmt.Sprintf("%s is %s's limit, as the policy gives it.", r.LimitVar(), r.GoName)).
@@ -431,7 +439,7 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 	recv := jen.Id("l").Op("*").Id(typ)
 	g := jen.Line().Add(emitLimitVar(r))
 	if r.IsWindow() {
-		g.Add(emitWindow(r, typ, ctor, doc))
+		g.Add(emitWindow(m, r, typ, ctor, doc))
 		if r.Shared {
 			g.Add(emitSharedWindow(r))
 		}
@@ -589,7 +597,10 @@ func emitGlobal(r model.Rule, typ, ctor, doc string, recv jen.Code) jen.Code {
 // emitWindow is a window rule (at most N in any interval of W): a type that
 // embeds the runtime's atomicbucket.KeyedWindow or GlobalWindow, which has
 // every method; its numbers are in its rule variable (emitLimitVar).
-func emitWindow(r model.Rule, typ, ctor, doc string) jen.Code {
+func emitWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.Code {
+	if r.Planned {
+		return emitPlannedWindow(m, r, typ, ctor, doc)
+	}
 	g := jen.Null()
 	cost := lit(r.Limits[0].Cost)
 	if r.KeyType == "" {
@@ -618,6 +629,95 @@ func emitWindow(r model.Rule, typ, ctor, doc string) jen.Code {
 		jen.Return(jen.Op("&").Id(typ).Values(rt("NewKeyedWindow").Call(table, cost)))).Line().Line()
 	g.Add(comment(strings.Replace(doc, "Its methods are", "Its methods, atomicbucket.KeyedWindow's, are", 1)))
 	g.Type().Id(typ).Struct(rt("KeyedWindow").Types(jen.Id(r.KeyType))).Line()
+	return g
+}
+
+// emitPlannedWindow is a window rule with numbers per plan: a window (or a
+// table) per plan, and its checks, each taking the plan first.
+func emitPlannedWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.Code {
+	g := jen.Null()
+	recv := jen.Id("l").Op("*").Id(typ)
+	store := rt("Window")
+	newStore := func(i int) jen.Code { return rt("NewWindow").Call(jen.Id(r.LimitVar()).Index(jen.Lit(i))) }
+	if r.KeyType != "" {
+		store = rt("WindowTable").Types(jen.Id(r.KeyType))
+		var opts []jen.Code
+		if r.MaxKeys > 0 {
+			atCap := "DenyAtCap"
+			if r.AllowCap {
+				atCap = "AllowAtCap"
+			}
+			opts = append(opts, field("MaxKeys", lit(r.MaxKeys)), field("AtCap", rt(atCap)))
+		}
+		o := rt("TableOptions").Values()
+		if len(opts) > 0 {
+			o = rt("TableOptions").Add(fields(opts...))
+		}
+		newStore = func(i int) jen.Code {
+			return rt("NewWindowTable").Types(jen.Id(r.KeyType)).Call(jen.Id(r.LimitVar()).Index(jen.Lit(i)), o)
+		}
+	}
+	vals := jen.Dict{}
+	for i, p := range m.Plans {
+		vals[jen.Id(p.GoName)] = newStore(i)
+	}
+	what := "window"
+	if r.KeyType != "" {
+		what = "table"
+	}
+	g.Comment(fmt.Sprintf("%s returns %s's (empty) %ss, one per plan.", ctor, r.GoName, what)).Line()
+	g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
+		jen.Return(jen.Op("&").Id(typ).Values(jen.Dict{jen.Id("s"): jen.Index(jen.Id("numPlans")).Op("*").Add(store).Values(vals)}))).Line().Line()
+	g.Add(comment(doc))
+	g.Type().Id(typ).Struct(jen.Id("s").Index(jen.Id("numPlans")).Op("*").Add(store)).Line().Line()
+	if r.CostDiffers() {
+		costs := make([]jen.Code, len(r.Limits))
+		for i, l := range r.Limits {
+			costs[i] = lit(l.Cost)
+		}
+		g.Comment(fmt.Sprintf("%sCost is each plan's default cost for %s.", r.Unexported(), r.GoName)).Line()
+		g.Var().Id(r.Unexported() + "Cost").Op("=").Index(jen.Id("numPlans")).Int64().Values(costs...).Line().Line()
+	}
+	badPlan := func(ret jen.Code) jen.Code { return jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(ret)) }
+	never := rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})
+	target := jen.Id("l").Dot("s").Index(jen.Id("plan"))
+	params := func(extra ...jen.Code) []jen.Code {
+		ps := []jen.Code{jen.Id("plan").Id("Plan")}
+		if r.KeyType != "" {
+			ps = append(ps, jen.Id("key").Id(r.KeyType))
+		}
+		return append(ps, extra...)
+	}
+	args := func(extra ...jen.Code) []jen.Code {
+		var as []jen.Code
+		if r.KeyType != "" {
+			as = append(as, jen.Id("key"))
+		}
+		return append(as, extra...)
+	}
+	nowP, costP := jen.Id("now").Add(rt("Time")), jen.Id("cost").Int64()
+	now, cost := jen.Id("now"), jen.Id("cost")
+	method := func(name, doc string, ps []jen.Code, result, bad, call jen.Code) {
+		g.Comment(name+" "+doc).Line()
+		g.Func().Params(recv).Id(name).Params(ps...).Add(result).Block(badPlan(bad), jen.Return(call)).Line().Line()
+	}
+	method("Rule", "returns the window rule behind the limiter on plan (nil for a plan outside the constants).", []jen.Code{jen.Id("plan").Id("Plan")},
+		jen.Op("*").Add(rt("WindowRule")), jen.Nil(), target.Clone().Dot("Rule").Call())
+	method("Allow", "reports whether a request of the plan's default cost is admitted now, counting it if so.", params(), jen.Bool(), jen.False(),
+		target.Clone().Dot("AllowCost").Call(args(rt("Now").Call(), costExpr(r))...))
+	method("AllowAt", "is Allow at time now.", params(nowP), jen.Bool(), jen.False(),
+		target.Clone().Dot("AllowCost").Call(args(now, costExpr(r))...))
+	method("AllowN", "decides a request of the given cost now, counting it if admitted.", params(costP), rt("Decision"), never,
+		target.Clone().Dot("AllowNAt").Call(args(rt("Now").Call(), cost)...))
+	method("AllowNAt", "is AllowN at time now.", params(nowP, costP), rt("Decision"), never,
+		target.Clone().Dot("AllowNAt").Call(args(now, cost)...))
+	method("Peek", "is what AllowN would decide now, counting nothing.", params(costP), rt("Decision"), never,
+		target.Clone().Dot("PeekAt").Call(args(rt("Now").Call(), cost)...))
+	method("PeekAt", "is Peek at time now.", params(nowP, costP), rt("Decision"), never,
+		target.Clone().Dot("PeekAt").Call(args(now, cost)...))
+	if r.KeyType != "" {
+		g.Add(emitKeyedExtras(r, recv))
+	}
 	return g
 }
 

@@ -154,7 +154,14 @@ func typeDoc_(r model.Rule) string {
 			"for tests, and what %s's checks use while the package has no store (SharedErr says so). "+
 			"Its methods are safe for concurrent use.", r.LocalTypeName(), r.GoName, r.TypeName(), r.GoName)
 	}
-	if r.Planned {
+	if r.Planned && r.IsWindow() {
+		s += " Each plan has a window of its own for each key: a key that changes plan is checked against the new " +
+			"plan's window (empty, if it has none), and finds its old one, less what left it meanwhile, if it changes back. " +
+			"The plan comes from your service's records of the caller, so a client cannot switch at will."
+		if r.MaxKeys > 0 {
+			s += " The key cap applies to each plan's table."
+		}
+	} else if r.Planned {
 		s += " Each plan has a table of its own: a key that changes plan is checked against the new plan's bucket " +
 			"for it (full, if it has none), and finds its old one, refilled by the time that passed, if it changes back. " +
 			"The plan comes from your service's records of the caller, so a client cannot switch at will."

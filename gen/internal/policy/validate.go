@@ -392,8 +392,8 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 	switch {
 	case len(rd.plans) > 0 && len(plans) == 0:
 		bad(rd.fields["plans"], "plans given, but the policy declares none; list them at the top: plans: [free, pro]")
-	case len(rd.plans) > 0 && base.Window:
-		bad(rd.plans[0].name, "a window rule has one limit for every plan; plans: with their own numbers are for token buckets (rate: and burst:)")
+	case len(rd.plans) > 0 && base.Window && r.Shared:
+		bad(rd.plans[0].name, "a shared window rule has one limit for every plan; give each plan a rule of its own, or keep the window in the process")
 	case len(rd.plans) == 0:
 		// No numbers of its own per plan: one bucket set shared by every plan (a
 		// global limit stays global whatever the caller's plan).
@@ -489,8 +489,16 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 // base set (a plan's override), missing fields take the base's values and the
 // refill fields are not allowed.
 func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what string, base *model.Limit) (model.Limit, bool) {
-	if base == nil && (fields["limit"] != nil || fields["window"] != nil) {
-		return p.windowLimit(fields, keys, at, what)
+	if base == nil && (fields["limit"] != nil || fields["window"] != nil) || base != nil && base.Window {
+		return p.windowLimit(fields, keys, at, what, base)
+	}
+	if base != nil {
+		for _, f := range []string{"limit", "window"} {
+			if n := keys[f]; n != nil {
+				p.errorf(n, "%s: %s applies to a window rule; this rule is a token bucket (rate: and burst:)", what, f)
+				return model.Limit{}, false
+			}
+		}
 	}
 	var l model.Limit
 	if base != nil {
@@ -603,9 +611,13 @@ func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what s
 }
 
 // windowLimit reads a window rule's limit, window and cost: at most limit
-// cost units admitted in any interval of the window's length.
-func (p *parser) windowLimit(fields, keys map[string]*yaml.Node, at *yaml.Node, what string) (model.Limit, bool) {
+// cost units admitted in any interval of the window's length. With base (a
+// plan's override), what the plan leaves out is the rule's.
+func (p *parser) windowLimit(fields, keys map[string]*yaml.Node, at *yaml.Node, what string, base *model.Limit) (model.Limit, bool) {
 	l := model.Limit{Window: true, Cost: 1}
+	if base != nil {
+		l = *base
+	}
 	ok := true
 	bad := func(n *yaml.Node, format string, args ...any) {
 		p.errorf(n, what+": "+format, args...)
@@ -616,19 +628,35 @@ func (p *parser) windowLimit(fields, keys map[string]*yaml.Node, at *yaml.Node, 
 			bad(n, "%s does not apply to a window rule (limit: and window:, at most limit in any interval of the window); a token bucket has rate: and burst: instead", f)
 		}
 	}
-	if n := fields["limit"]; n == nil {
+	switch n := fields["limit"]; {
+	case n == nil && base == nil:
 		bad(keys["window"], "window without limit: add limit:, the most admitted in any interval of the window, such as limit: 1000")
-	} else if v, good := p.int(n, what, "limit", 1); good {
-		l.Tokens, l.Burst = v, v
-	} else {
-		ok = false
+	case n != nil:
+		if v, good := p.int(n, what, "limit", 1); good {
+			l.Tokens, l.Burst = v, v
+		} else {
+			ok = false
+		}
 	}
-	if n := fields["window"]; n == nil {
+	switch n := fields["window"]; {
+	case n == nil && base == nil:
 		bad(keys["limit"], "limit without window: add window:, such as window: 1h (at most limit in any hour)")
-	} else if d, err := overlay.ParseWindow(n.Value); err != nil {
-		bad(n, "%v", err)
-	} else {
-		l.PeriodNs = int64(d)
+	case n != nil:
+		if d, err := overlay.ParseWindow(n.Value); err != nil {
+			bad(n, "%v", err)
+		} else {
+			l.PeriodNs = int64(d)
+		}
+	}
+	// where is the node a problem with the numbers points at: the first of
+	// the fields given, else at (a plan that sets none of them).
+	where := func(names ...string) *yaml.Node {
+		for _, f := range names {
+			if n := fields[f]; n != nil {
+				return n
+			}
+		}
+		return at
 	}
 	if n := fields["cost"]; n != nil {
 		if v, good := p.int(n, what, "cost", 1); good {
@@ -641,15 +669,15 @@ func (p *parser) windowLimit(fields, keys map[string]*yaml.Node, at *yaml.Node, 
 		return l, false
 	}
 	if _, err := atomicbucket.NewWindowRule(l.Tokens, time.Duration(l.PeriodNs)); err != nil {
-		n := fields["window"]
+		n := where("window", "limit")
 		if l.Tokens > atomicbucket.WindowLimitMax {
-			n = fields["limit"]
+			n = where("limit", "window")
 		}
 		bad(n, "%s", strings.TrimPrefix(strings.TrimPrefix(err.Error(), atomicbucket.ErrInvalidLimit.Error()), ": "))
 		return l, false
 	}
 	if l.Cost > l.Tokens {
-		bad(fields["cost"], "cost %d is above the limit %d: a request of that cost could never be admitted; give cost: %d or less, or raise the limit", l.Cost, l.Tokens, l.Tokens)
+		bad(where("cost", "limit"), "cost %d is above the limit %d: a request of that cost could never be admitted; give cost: %d or less, or raise the limit", l.Cost, l.Tokens, l.Tokens)
 		return l, false
 	}
 	return l, true
