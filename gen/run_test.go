@@ -400,9 +400,9 @@ type hRule struct {
 type hPlan struct {
 	Const    string // PlanPro, or "" for a rule without plans
 	WindowNs int64  // a window rule's window on the plan
-	Burst int64
-	Emit  int64 // ns per token, at least 1
-	Cost  int64 // default cost
+	Burst    int64
+	Emit     int64 // ns per token, at least 1
+	Cost     int64 // default cost
 }
 
 type hTier struct {

@@ -678,7 +678,9 @@ func emitPlannedWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.
 		g.Comment(fmt.Sprintf("%sCost is each plan's default cost for %s.", r.Unexported(), r.GoName)).Line()
 		g.Var().Id(r.Unexported() + "Cost").Op("=").Index(jen.Id("numPlans")).Int64().Values(costs...).Line().Line()
 	}
-	badPlan := func(ret jen.Code) jen.Code { return jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(ret)) }
+	badPlan := func(ret jen.Code) jen.Code {
+		return jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(ret))
+	}
 	never := rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})
 	target := jen.Id("l").Dot("s").Index(jen.Id("plan"))
 	params := func(extra ...jen.Code) []jen.Code {
@@ -698,7 +700,7 @@ func emitPlannedWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.
 	nowP, costP := jen.Id("now").Add(rt("Time")), jen.Id("cost").Int64()
 	now, cost := jen.Id("now"), jen.Id("cost")
 	method := func(name, doc string, ps []jen.Code, result, bad, call jen.Code) {
-		g.Comment(name+" "+doc).Line()
+		g.Comment(name + " " + doc).Line()
 		g.Func().Params(recv).Id(name).Params(ps...).Add(result).Block(badPlan(bad), jen.Return(call)).Line().Line()
 	}
 	method("Rule", "returns the window rule behind the limiter on plan (nil for a plan outside the constants).", []jen.Code{jen.Id("plan").Id("Plan")},
