@@ -364,17 +364,21 @@ func blockOf(n int) reflect.Type {
 
 // claimKey counts one more key, unless that would pass the cap. The count never
 // exceeds the cap, even for a moment, so Len is a true bound on the map's size.
-func (t *Table[K]) claimKey() bool {
-	if t.maxKeys <= 0 {
-		t.keys.Add(1)
+func (t *Table[K]) claimKey() bool { return claimKey(&t.keys, t.maxKeys) }
+
+// claimKey counts a new key in keys, unless that would take it past maxKeys
+// (0 or less: no cap).
+func claimKey(keys *atomic.Int64, maxKeys int64) bool {
+	if maxKeys <= 0 {
+		keys.Add(1)
 		return true
 	}
 	for {
-		n := t.keys.Load()
-		if n >= t.maxKeys {
+		n := keys.Load()
+		if n >= maxKeys {
 			return false
 		}
-		if t.keys.CompareAndSwap(n, n+1) {
+		if keys.CompareAndSwap(n, n+1) {
 			return true
 		}
 	}

@@ -152,7 +152,7 @@ func (t *WindowTable[K]) capDecision(now, cost int64) Decision {
 // nil when the key is new and the table is at its cap with nothing to
 // reclaim.
 func (t *WindowTable[K]) create(key K, now int64) []atomic.Uint64 {
-	for !t.claimKey() {
+	for !claimKey(&t.keys, t.maxKeys) {
 		if w, ok := t.m.Load(key); ok {
 			return w
 		}
@@ -174,22 +174,6 @@ func (t *WindowTable[K]) create(key K, now int64) []atomic.Uint64 {
 		t.sweepHeld(now)
 	}
 	return got
-}
-
-func (t *WindowTable[K]) claimKey() bool {
-	if t.maxKeys <= 0 {
-		t.keys.Add(1)
-		return true
-	}
-	for {
-		n := t.keys.Load()
-		if n >= t.maxKeys {
-			return false
-		}
-		if t.keys.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
 }
 
 // reclaimAt sweeps the table at its cap, unless the last sweep there is

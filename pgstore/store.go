@@ -132,6 +132,21 @@ type (
 // ErrInvalidRule wraps the errors of a rule the store cannot hold.
 var ErrInvalidRule = shared.ErrInvalidRule
 
+// checkTable refuses a table name the store cannot use, and a namespace
+// shared.CheckNamespace refuses (opts names the options type, for the
+// message).
+func checkTable(table, namespace, opts string) error {
+	if !tableName.MatchString(table) {
+		return fmt.Errorf("pgstore: table name %q: want lower-case letters, digits and underscores, optionally schema-qualified", table)
+	}
+	if namespace != "" {
+		if err := shared.CheckNamespace(namespace); err != nil {
+			return fmt.Errorf("pgstore: %s.Namespace: %w", opts, err)
+		}
+	}
+	return nil
+}
+
 var tableName = regexp.MustCompile(`^([a-z_][a-z0-9_]{0,40}\.)?[a-z_][a-z0-9_]{0,40}$`)
 
 // New returns a store over pool, creating its table and functions unless
@@ -152,13 +167,8 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	if opts.Table == "" {
 		opts.Table = DefaultTable
 	}
-	if !tableName.MatchString(opts.Table) {
-		return nil, fmt.Errorf("pgstore: table name %q: want lower-case letters, digits and underscores, optionally schema-qualified", opts.Table)
-	}
-	if opts.Namespace != "" {
-		if err := shared.CheckNamespace(opts.Namespace); err != nil {
-			return nil, fmt.Errorf("pgstore: Options.Namespace: %w", err)
-		}
+	if err := checkTable(opts.Table, opts.Namespace, "Options"); err != nil {
+		return nil, err
 	}
 	if opts.Timeout <= 0 {
 		opts.Timeout = DefaultTimeout

@@ -155,13 +155,10 @@ func NewWindow(ctx context.Context, pool *pgxpool.Pool, name string, rule atomic
 	if opts.Table == "" {
 		opts.Table = DefaultWindowTable
 	}
-	if !tableName.MatchString(opts.Table) {
-		return nil, fmt.Errorf("pgstore: table name %q: want lower-case letters, digits and underscores, optionally schema-qualified", opts.Table)
+	if err := checkTable(opts.Table, opts.Namespace, "WindowOptions"); err != nil {
+		return nil, err
 	}
 	if opts.Namespace != "" {
-		if err := shared.CheckNamespace(opts.Namespace); err != nil {
-			return nil, fmt.Errorf("pgstore: WindowOptions.Namespace: %w", err)
-		}
 		name = opts.Namespace + "/" + name
 	}
 	if err := checkName(name); err != nil {
@@ -249,12 +246,12 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) (atomicbuck
 	if len(r) != 4 {
 		return atomicbucket.Decision{}, errors.New("pgstore: the window function answered " + fmt.Sprint(len(r)) + " numbers, want 4")
 	}
-	d := atomicbucket.Decision{Allowed: r[0] == 1, Remaining: r[1], Reset: usToWait(r[3])}
+	d := atomicbucket.Decision{Allowed: r[0] == 1, Remaining: r[1], Reset: shared.WindowWait(r[3])}
 	switch r[0] {
 	case -1:
 		d.RetryAfter = atomicbucket.Never
 	case 0:
-		d.RetryAfter = usToWait(r[2])
+		d.RetryAfter = shared.WindowWait(r[2])
 	}
 	return d, nil
 }
@@ -268,14 +265,4 @@ func (w *Window) Sweep(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	return tag.RowsAffected(), nil
-}
-
-// usToWait turns an out time − now in microseconds into the wait the local
-// window states (1 ns short of whole microseconds: an admission counts until
-// the last nanosecond before its out time).
-func usToWait(us int64) time.Duration {
-	if us <= 0 {
-		return 0
-	}
-	return time.Duration(us)*time.Microsecond - 1
 }

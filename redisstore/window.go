@@ -336,24 +336,13 @@ func (w *Window) decide(ctx context.Context, checks []windowCheck) ([]atomicbuck
 		for j := range int64(r.count) {
 			switch {
 			case admitted < 0:
-				ds = append(ds, atomicbucket.Decision{Remaining: n - in, Reset: usToWait(reset), RetryAfter: atomicbucket.Never})
+				ds = append(ds, atomicbucket.Decision{Remaining: n - in, Reset: shared.WindowWait(reset), RetryAfter: atomicbucket.Never})
 			case j < admitted:
-				ds = append(ds, atomicbucket.Decision{Allowed: true, Remaining: n - in - (j+1)*r.cost, Reset: usToWait(reset)})
+				ds = append(ds, atomicbucket.Decision{Allowed: true, Remaining: n - in - (j+1)*r.cost, Reset: shared.WindowWait(reset)})
 			default:
-				ds = append(ds, atomicbucket.Decision{Remaining: n - in - admitted*r.cost, Reset: usToWait(reset), RetryAfter: usToWait(retry)})
+				ds = append(ds, atomicbucket.Decision{Remaining: n - in - admitted*r.cost, Reset: shared.WindowWait(reset), RetryAfter: shared.WindowWait(retry)})
 			}
 		}
 	}
 	return ds, nil
-}
-
-// usToWait turns an out time − now in microseconds into the wait the local
-// window states: an admission counts until the last nanosecond of its
-// out time's previous microsecond, so the wait is 1 ns short of whole
-// microseconds.
-func usToWait(us int64) time.Duration {
-	if us <= 0 {
-		return 0
-	}
-	return time.Duration(us)*time.Microsecond - 1
 }

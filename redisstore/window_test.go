@@ -15,106 +15,34 @@ import (
 	"github.com/limitgen/limitgen/internal/reference"
 	"github.com/limitgen/limitgen/redisstore/redistest"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/storetest"
 	"github.com/redis/go-redis/v9"
 )
 
-// TestWindowMatchesReference holds the store's window, exact and counted,
-// to the sliding-log reference at its grain, decision by decision, at
-// explicit microsecond times (Unix time: the counted window's sub-windows
-// fall where Redis's clock puts them): random keys, costs (0, in range,
-// above the limit, negative) and steps, one script call a check and
-// coalesced batches of every check of a step; and every admission stream
-// holds at most the limit in any window.
-func TestWindowMatchesReference(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client(t)
-	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(30, 7))
-	for run := range 24 {
-		limit := 1 + rng.Int64N(64)
-		window := time.Duration(1+rng.Int64N(5000)) * time.Millisecond
-		if run%2 == 1 { // counted: sub-windows of whole microseconds
-			limit = 65 + rng.Int64N(300)
-			window = time.Duration(1+rng.Int64N(2000)) * 40 * time.Millisecond
-		}
-		rule := atomicbucket.MustWindowRule(limit, window)
-		w, err := newWindow(c, "w"+strconv.Itoa(run), rule, WindowOptions{}, true)
+// openWindow is storetest.OpenWindow on client: a Window deciding at at's
+// time (the script's test variant) or, with at nil, on Redis's clock,
+// coalescing at most coalesce checks a call.
+func openWindow(c redis.UniversalClient, coalesce int) storetest.OpenWindow {
+	return func(t *testing.T, name string, rule atomicbucket.WindowRule, at func() time.Time) storetest.WindowCheck {
+		w, err := newWindow(c, name+"-c"+strconv.Itoa(coalesce), rule, WindowOptions{Coalesce: coalesce}, at != nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		ref := reference.NewWindow(reference.WindowParams{Limit: limit, Window: int64(window), Grain: int64(rule.Grain())})
-		now := time.Unix(1_800_000_000, 0)
-		w.now = func() time.Time { return now }
-		var adm []reference.Admission
-		keys := []string{"a", "b", "c"}
-		for step := range 300 {
-			now = now.Add(time.Duration(rng.Int64N(int64(window)/limit*2+1)) / time.Microsecond * time.Microsecond)
-			key := keys[rng.IntN(len(keys))]
-			cost := []int64{0, 1, 1, 1, 2, limit / 3, limit, limit + 1, -1}[rng.IntN(9)]
-			got, err := w.AllowN(ctx, key, cost)
-			if err != nil {
-				t.Fatal(err)
-			}
-			want := ref.AllowN(key, now.UnixNano(), cost)
-			if got != want {
-				t.Fatalf("run %d (%d in %v, exact %v) step %d, %s cost %d: %+v, reference %+v", run, limit, window, rule.Exact(), step, key, cost, got, want)
-			}
-			if got.Allowed && cost > 0 {
-				adm = append(adm, reference.Admission{Key: key, At: now.UnixNano(), Cost: cost})
-			}
-		}
-		if err := reference.CheckWindow(limit, int64(window), adm); err != nil {
-			t.Fatalf("run %d: %v", run, err)
-		}
+		w.now = at
+		t.Cleanup(w.Close)
+		return w.AllowN
 	}
 }
 
-// TestWindowConcurrentExactlyN: 64 callers on two keys of an hour's window,
-// on Redis's own clock, one call a check and coalesced (each batch one
-// call): each key admits exactly its limit, no more and no less, and what a
-// caller was told adds up (the admitted costs' sum).
-func TestWindowConcurrentExactlyN(t *testing.T) {
+// The store's windows against the reference, at their edges, and with 64
+// callers on two keys, one call a check and coalesced (storetest).
+func TestWindowContract(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
-	ctx := context.Background()
-	for _, coalesce := range []int{0, 64} {
-		for _, limit := range []int64{50, 1000} {
-			rule := atomicbucket.MustWindowRule(limit, time.Hour)
-			w, err := NewWindow(c, "hot"+strconv.Itoa(coalesce)+"-"+strconv.FormatInt(limit, 10), rule, WindowOptions{Coalesce: coalesce})
-			if err != nil {
-				t.Fatal(err)
-			}
-			var admitted [2]atomic.Int64
-			var wg sync.WaitGroup
-			for g := range 64 {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for i := range 3 * int(limit) / 32 {
-						key := []string{"x", "y"}[(g+i)%2]
-						cost := int64(1 + (g+i)%3)
-						d, err := w.AllowN(ctx, key, cost)
-						if err != nil {
-							t.Error(err)
-							return
-						}
-						if d.Allowed {
-							admitted[(g+i)%2].Add(cost)
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			w.Close()
-			for k := range admitted {
-				// Each key gets ≥ 3·limit of demand; small costs fill it to
-				// the last unit or within a cost of it.
-				if got := admitted[k].Load(); got > limit || got < limit-2 {
-					t.Errorf("coalesce %d, limit %d, key %d: %d admitted, want %d (at most, and no less than %d)", coalesce, limit, k, got, limit, limit-2)
-				}
-			}
-		}
-	}
+	t.Run("MatchesReference", func(t *testing.T) { storetest.WindowMatchesReference(t, openWindow(c, 0), 24, 300, 30) })
+	t.Run("Edges", func(t *testing.T) { storetest.WindowEdges(t, openWindow(c, 0)) })
+	t.Run("ExactlyN", func(t *testing.T) { storetest.WindowExactlyN(t, openWindow(c, 0), 64, 50, 1000) })
+	t.Run("ExactlyNCoalesced", func(t *testing.T) { storetest.WindowExactlyN(t, openWindow(c, 64), 64, 50, 1000) })
 }
 
 // TestWindowRedisDown: a window whose Redis is gone answers an error within
@@ -144,44 +72,56 @@ func TestWindowRedisDown(t *testing.T) {
 	}
 }
 
-// TestWindowEdge is pgstore's by-hand edge check on the Redis window.
-func TestWindowEdge(t *testing.T) {
+// TestWindowBatchesMatchReference: coalesced batches (runs of one key and
+// cost decided at once, other keys between them) at explicit times decide
+// as the reference does one check after another.
+func TestWindowBatchesMatchReference(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
-	base := time.Unix(1_800_000_000, 0)
-	var now time.Time
-	for _, tc := range []struct {
-		name  string
-		rule  atomicbucket.WindowRule
-		after []time.Duration
-		cost  []int64
-		want  []atomicbucket.Decision
-	}{
-		{"exact", atomicbucket.MustWindowRule(1, time.Second),
-			[]time.Duration{0, time.Second, time.Second + time.Microsecond, time.Second + time.Microsecond},
-			[]int64{1, 1, 1, 2},
-			[]atomicbucket.Decision{{Allowed: true, Reset: time.Second + 999}, {RetryAfter: 999, Reset: 999},
-				{Allowed: true, Reset: time.Second + 999}, {RetryAfter: atomicbucket.Never, Reset: time.Second + 999}}},
-		{"counted", atomicbucket.MustWindowRule(65, 16*time.Second),
-			[]time.Duration{500 * time.Millisecond, 17*time.Second - time.Microsecond, 17 * time.Second},
-			[]int64{65, 1, 64},
-			[]atomicbucket.Decision{{Allowed: true, Reset: 16*time.Second + 500*time.Millisecond - 1},
-				{RetryAfter: time.Microsecond - 1, Reset: time.Microsecond - 1}, {Allowed: true, Remaining: 1, Reset: 17*time.Second - 1}}},
-	} {
-		w, err := newWindow(c, "edge-"+tc.name, tc.rule, WindowOptions{}, true)
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(31, 9))
+	for run := range 12 {
+		limit := 1 + rng.Int64N(20)
+		window := time.Duration(1+rng.Int64N(50)) * 100 * time.Millisecond
+		if run%2 == 1 {
+			limit, window = 65+rng.Int64N(100), time.Duration(1+rng.Int64N(20))*40*time.Millisecond
+		}
+		rule := atomicbucket.MustWindowRule(limit, window)
+		w, err := newWindow(c, "b"+strconv.Itoa(run), rule, WindowOptions{}, true)
 		if err != nil {
 			t.Fatal(err)
 		}
+		ref := reference.NewWindow(reference.WindowParams{Limit: limit, Window: int64(window), Grain: int64(rule.Grain())})
+		now := time.Unix(1_800_000_000, 0)
 		w.now = func() time.Time { return now }
-		for i := range tc.after {
-			now = base.Add(tc.after[i])
-			got, err := w.AllowN(context.Background(), "k", tc.cost[i])
+		runs := 0
+		for step := range 60 {
+			now = now.Add(time.Duration(rng.Int64N(int64(window)/4+1)) / time.Microsecond * time.Microsecond)
+			var checks []windowCheck
+			for range 1 + rng.IntN(24) {
+				if len(checks) > 0 && rng.IntN(3) > 0 {
+					checks = append(checks, checks[len(checks)-1]) // a run
+					continue
+				}
+				checks = append(checks, windowCheck{[]string{"a", "b"}[rng.IntN(2)], []int64{0, 1, 1, 2, limit / 2, limit + 1, -1}[rng.IntN(7)]})
+			}
+			for i := 1; i < len(checks); i++ {
+				if checks[i] == checks[i-1] {
+					runs++
+				}
+			}
+			ds, err := w.decide(ctx, checks)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got != tc.want[i] {
-				t.Errorf("%s step %d: %+v, want %+v", tc.name, i, got, tc.want[i])
+			for i, ch := range checks {
+				if want := ref.AllowN(ch.key, now.UnixNano(), ch.cost); ds[i] != want {
+					t.Fatalf("run %d (%d in %v) step %d, check %d (%s, cost %d): %+v, reference %+v", run, limit, window, step, i, ch.key, ch.cost, ds[i], want)
+				}
 			}
+		}
+		if runs == 0 {
+			t.Fatal("no batch had a run")
 		}
 	}
 }
@@ -296,60 +236,6 @@ func TestWindowOnCluster(t *testing.T) {
 	for i, u := range users {
 		if got := admitted[i].Load(); got != 3 {
 			t.Errorf("%s: %d admitted of 12, want 3", u, got)
-		}
-	}
-}
-
-// TestWindowBatchesMatchReference: coalesced batches (runs of one key and
-// cost decided at once, other keys between them) at explicit times decide
-// as the reference does one check after another.
-func TestWindowBatchesMatchReference(t *testing.T) {
-	srv := redistest.Start(t)
-	c := srv.Client(t)
-	ctx := context.Background()
-	rng := rand.New(rand.NewPCG(31, 9))
-	for run := range 12 {
-		limit := 1 + rng.Int64N(20)
-		window := time.Duration(1+rng.Int64N(50)) * 100 * time.Millisecond
-		if run%2 == 1 {
-			limit, window = 65+rng.Int64N(100), time.Duration(1+rng.Int64N(20))*40*time.Millisecond
-		}
-		rule := atomicbucket.MustWindowRule(limit, window)
-		w, err := newWindow(c, "b"+strconv.Itoa(run), rule, WindowOptions{}, true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ref := reference.NewWindow(reference.WindowParams{Limit: limit, Window: int64(window), Grain: int64(rule.Grain())})
-		now := time.Unix(1_800_000_000, 0)
-		w.now = func() time.Time { return now }
-		runs := 0
-		for step := range 60 {
-			now = now.Add(time.Duration(rng.Int64N(int64(window)/4+1)) / time.Microsecond * time.Microsecond)
-			var checks []windowCheck
-			for range 1 + rng.IntN(24) {
-				if len(checks) > 0 && rng.IntN(3) > 0 {
-					checks = append(checks, checks[len(checks)-1]) // a run
-					continue
-				}
-				checks = append(checks, windowCheck{[]string{"a", "b"}[rng.IntN(2)], []int64{0, 1, 1, 2, limit / 2, limit + 1, -1}[rng.IntN(7)]})
-			}
-			for i := 1; i < len(checks); i++ {
-				if checks[i] == checks[i-1] {
-					runs++
-				}
-			}
-			ds, err := w.decide(ctx, checks)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, ch := range checks {
-				if want := ref.AllowN(ch.key, now.UnixNano(), ch.cost); ds[i] != want {
-					t.Fatalf("run %d (%d in %v) step %d, check %d (%s, cost %d): %+v, reference %+v", run, limit, window, step, i, ch.key, ch.cost, ds[i], want)
-				}
-			}
-		}
-		if runs == 0 {
-			t.Fatal("no batch had a run")
 		}
 	}
 }

@@ -123,3 +123,14 @@ func (w *SharedWindow) Health() error {
 	}
 	return ErrCircuitOpen
 }
+
+// WindowWait turns a store window's answer, an out time − now in
+// microseconds, into the wait the local window states: an admission counts
+// until the last nanosecond before its out time, so the wait is 1 ns short
+// of whole microseconds (0 for none).
+func WindowWait(us int64) time.Duration {
+	if us <= 0 {
+		return 0
+	}
+	return time.Duration(us)*time.Microsecond - 1
+}

@@ -344,6 +344,13 @@ func newStore(r model.Rule, i int) jen.Code {
 	if r.KeyType == "" {
 		return rt("NewBucketAt").Call(ruleOf(r, i), jen.Id("now"))
 	}
+	return rt("NewTable").Types(jen.Id(r.KeyType)).Call(ruleOf(r, i), tableOptions(r, r.Composite()))
+}
+
+// tableOptions is a keyed rule's atomicbucket.TableOptions: its key cap and,
+// with hash, its composite key's grid hash (placed by its text form, alike
+// in every process).
+func tableOptions(r model.Rule, hash bool) jen.Code {
 	var opts []jen.Code
 	if r.MaxKeys > 0 {
 		atCap := "DenyAtCap"
@@ -352,14 +359,13 @@ func newStore(r model.Rule, i int) jen.Code {
 		}
 		opts = append(opts, field("MaxKeys", lit(r.MaxKeys)), field("AtCap", rt(atCap)))
 	}
-	if r.Composite() { // its grid placed by its text form, alike in every process
+	if hash {
 		opts = append(opts, field("KeyHash", jen.Id(r.KeyType).Dot("gridHash")))
 	}
-	o := rt("TableOptions").Values()
-	if len(opts) > 0 {
-		o = rt("TableOptions").Add(fields(opts...))
+	if len(opts) == 0 {
+		return rt("TableOptions").Values()
 	}
-	return rt("NewTable").Types(jen.Id(r.KeyType)).Call(ruleOf(r, i), o)
+	return rt("TableOptions").Add(fields(opts...))
 }
 
 // method describes one generated method and the runtime call behind it.
@@ -611,19 +617,7 @@ func emitWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.Code {
 		g.Type().Id(typ).Struct(rt("GlobalWindow")).Line()
 		return g
 	}
-	var opts []jen.Code
-	if r.MaxKeys > 0 {
-		atCap := "DenyAtCap"
-		if r.AllowCap {
-			atCap = "AllowAtCap"
-		}
-		opts = append(opts, field("MaxKeys", lit(r.MaxKeys)), field("AtCap", rt(atCap)))
-	}
-	o := rt("TableOptions").Values()
-	if len(opts) > 0 {
-		o = rt("TableOptions").Add(fields(opts...))
-	}
-	table := rt("NewWindowTable").Types(jen.Id(r.KeyType)).Call(jen.Id(r.LimitVar()), o)
+	table := rt("NewWindowTable").Types(jen.Id(r.KeyType)).Call(jen.Id(r.LimitVar()), tableOptions(r, false))
 	g.Comment(fmt.Sprintf("%s returns %s's (empty) table.", ctor, r.GoName)).Line()
 	g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
 		jen.Return(jen.Op("&").Id(typ).Values(rt("NewKeyedWindow").Call(table, cost)))).Line().Line()
@@ -641,20 +635,8 @@ func emitPlannedWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.
 	newStore := func(i int) jen.Code { return rt("NewWindow").Call(jen.Id(r.LimitVar()).Index(jen.Lit(i))) }
 	if r.KeyType != "" {
 		store = rt("WindowTable").Types(jen.Id(r.KeyType))
-		var opts []jen.Code
-		if r.MaxKeys > 0 {
-			atCap := "DenyAtCap"
-			if r.AllowCap {
-				atCap = "AllowAtCap"
-			}
-			opts = append(opts, field("MaxKeys", lit(r.MaxKeys)), field("AtCap", rt(atCap)))
-		}
-		o := rt("TableOptions").Values()
-		if len(opts) > 0 {
-			o = rt("TableOptions").Add(fields(opts...))
-		}
 		newStore = func(i int) jen.Code {
-			return rt("NewWindowTable").Types(jen.Id(r.KeyType)).Call(jen.Id(r.LimitVar()).Index(jen.Lit(i)), o)
+			return rt("NewWindowTable").Types(jen.Id(r.KeyType)).Call(jen.Id(r.LimitVar()).Index(jen.Lit(i)), tableOptions(r, false))
 		}
 	}
 	vals := jen.Dict{}

@@ -1,0 +1,144 @@
+package storetest
+
+import (
+	"context"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/reference"
+)
+
+// WindowCheck is one check of a store's window rule: redisstore.Window's or
+// pgstore.Window's AllowN.
+type WindowCheck func(ctx context.Context, key string, cost int64) (atomicbucket.Decision, error)
+
+// OpenWindow makes a store's window rule named name with rule's numbers,
+// deciding at the time at gives (nil: the server's clock).
+type OpenWindow func(t *testing.T, name string, rule atomicbucket.WindowRule, at func() time.Time) WindowCheck
+
+// WindowMatchesReference holds a store's window rules, exact and counted,
+// to the sliding-log reference at its grain, decision by decision, at
+// explicit microsecond times (Unix time: the counted window's sub-windows
+// fall where the server's clock puts them): random keys, costs (0, in range,
+// above the limit, negative) and steps; every admission stream holds at
+// most the limit in any window.
+func WindowMatchesReference(t *testing.T, open OpenWindow, runs, steps int, seed uint64) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(seed, 7))
+	for run := range runs {
+		limit := 1 + rng.Int64N(64)
+		window := time.Duration(1+rng.Int64N(5000)) * time.Millisecond
+		if run%2 == 1 { // counted: sub-windows of whole microseconds
+			limit = 65 + rng.Int64N(300)
+			window = time.Duration(1+rng.Int64N(2000)) * 40 * time.Millisecond
+		}
+		rule := atomicbucket.MustWindowRule(limit, window)
+		now := time.Unix(1_800_000_000, 0)
+		check := open(t, "w"+strconv.Itoa(run), rule, func() time.Time { return now })
+		ref := reference.NewWindow(reference.WindowParams{Limit: limit, Window: int64(window), Grain: int64(rule.Grain())})
+		var adm []reference.Admission
+		keys := []string{"a", "b", "c"}
+		for step := range steps {
+			now = now.Add(time.Duration(rng.Int64N(int64(window)/limit*2+1)) / time.Microsecond * time.Microsecond)
+			key := keys[rng.IntN(len(keys))]
+			cost := []int64{0, 1, 1, 1, 2, limit / 3, limit, limit + 1, -1}[rng.IntN(9)]
+			got, err := check(ctx, key, cost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := ref.AllowN(key, now.UnixNano(), cost)
+			if got != want {
+				t.Fatalf("run %d (%d in %v, exact %v) step %d, %s cost %d: %+v, reference %+v", run, limit, window, rule.Exact(), step, key, cost, got, want)
+			}
+			if got.Allowed && cost > 0 {
+				adm = append(adm, reference.Admission{Key: key, At: now.UnixNano(), Cost: cost})
+			}
+		}
+		if err := reference.CheckWindow(limit, int64(window), adm); err != nil {
+			t.Fatalf("run %d: %v", run, err)
+		}
+	}
+}
+
+// WindowEdges, by hand: 1 in any second, exact, and 65 in any 16 s,
+// counted (sub-windows of a second): an admission counts through the last
+// nanosecond of its microsecond (its sub-window) plus the window.
+func WindowEdges(t *testing.T, open OpenWindow) {
+	base := time.Unix(1_800_000_000, 0) // a whole second: a sub-window's start
+	var now time.Time
+	type step struct {
+		after time.Duration
+		cost  int64
+		want  atomicbucket.Decision
+	}
+	for _, c := range []struct {
+		name  string
+		rule  atomicbucket.WindowRule
+		steps []step
+	}{
+		{"exact", atomicbucket.MustWindowRule(1, time.Second), []step{
+			{0, 1, atomicbucket.Decision{Allowed: true, Reset: time.Second + 999}},
+			{time.Second, 1, atomicbucket.Decision{RetryAfter: 999, Reset: 999}},
+			{time.Second + time.Microsecond, 1, atomicbucket.Decision{Allowed: true, Reset: time.Second + 999}},
+			{time.Second + time.Microsecond, 2, atomicbucket.Decision{RetryAfter: atomicbucket.Never, Reset: time.Second + 999}},
+		}},
+		{"counted", atomicbucket.MustWindowRule(65, 16*time.Second), []step{
+			{500 * time.Millisecond, 65, atomicbucket.Decision{Allowed: true, Reset: 16*time.Second + 500*time.Millisecond - 1}},
+			{17*time.Second - time.Microsecond, 1, atomicbucket.Decision{RetryAfter: time.Microsecond - 1, Reset: time.Microsecond - 1}},
+			{17 * time.Second, 64, atomicbucket.Decision{Allowed: true, Remaining: 1, Reset: 17*time.Second - 1}},
+		}},
+	} {
+		check := open(t, "edge-"+c.name, c.rule, func() time.Time { return now })
+		for i, s := range c.steps {
+			now = base.Add(s.after)
+			got, err := check(context.Background(), "k", s.cost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got != s.want {
+				t.Errorf("%s step %d (+%v, cost %d): %+v, want %+v", c.name, i, s.after, s.cost, got, s.want)
+			}
+		}
+	}
+}
+
+// WindowExactlyN: callers on two keys of an hour's window, on the server's
+// clock: each key admits exactly its limit (within a cost of it: costs are
+// 1 to 3), never more.
+func WindowExactlyN(t *testing.T, open OpenWindow, callers int, limits ...int64) {
+	ctx := context.Background()
+	for _, limit := range limits {
+		check := open(t, "hot"+strconv.FormatInt(limit, 10), atomicbucket.MustWindowRule(limit, time.Hour), nil)
+		var admitted [2]atomic.Int64
+		var wg sync.WaitGroup
+		for g := range callers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range 6 * int(limit) / callers {
+					k := (g + i) % 2
+					cost := int64(1 + (g+i)%3)
+					d, err := check(ctx, []string{"x", "y"}[k], cost)
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						admitted[k].Add(cost)
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		for k := range admitted {
+			if got := admitted[k].Load(); got > limit || got < limit-2 {
+				t.Errorf("limit %d, key %d: %d admitted, want %d (at most, and no less than %d)", limit, k, got, limit, limit-2)
+			}
+		}
+	}
+}
