@@ -439,24 +439,41 @@ func (r *WindowRule) emptyAt(h uint64) (at int64, alive bool) {
 // Window is a global (unkeyed) window: one state for every request. Its
 // methods are safe for concurrent use and take no lock.
 type Window struct {
-	r WindowRule
-	w []atomic.Uint64
+	r   WindowRule                  // the policy's numbers
+	cur atomic.Pointer[WindowRule]  // the numbers in force (&r until SetNumbers)
+	st  atomic.Pointer[windowState] // the window, in the numbers it was written in
 }
 
 // NewWindow returns an empty window for rule r.
-func NewWindow(r WindowRule) *Window { return &Window{r: r, w: r.fresh()} }
+func NewWindow(r WindowRule) *Window {
+	g := &Window{r: r}
+	g.cur.Store(&g.r)
+	g.st.Store(&windowState{rule: &g.r, w: r.fresh()})
+	return g
+}
 
-// Rule returns the window's rule.
-func (g *Window) Rule() *WindowRule { return &g.r }
+// Rule returns the window's rule in force: the policy's, or SetNumbers'.
+func (g *Window) Rule() *WindowRule { return g.cur.Load() }
+
+// state is the window in the numbers in force at now, carried into them
+// first if they changed.
+func (g *Window) state(now int64) *windowState {
+	for {
+		st, r := g.st.Load(), g.cur.Load()
+		if st.rule == r {
+			return st
+		}
+		if next := st.carry(r, now); next != nil {
+			g.st.CompareAndSwap(st, next)
+		}
+	}
+}
 
 // Allow reports whether a request of cost 1 is admitted now, counting it if so.
-func (g *Window) Allow() bool { return g.AllowAt(Now()) }
+func (g *Window) Allow() bool { return g.AllowCost(Now(), 1) }
 
 // AllowAt is Allow at time now.
-func (g *Window) AllowAt(now Time) bool {
-	ok, _ := g.r.allow(g.w, clampNow(now), 1)
-	return ok
-}
+func (g *Window) AllowAt(now Time) bool { return g.AllowCost(now, 1) }
 
 // AllowN decides a request of cost now, counting it if admitted. A cost
 // above the limit, or negative, is denied with RetryAfter Never; a cost of 0
@@ -465,22 +482,74 @@ func (g *Window) AllowN(cost int64) Decision { return g.AllowNAt(Now(), cost) }
 
 // AllowNAt is AllowN at time now.
 func (g *Window) AllowNAt(now Time, cost int64) Decision {
-	d, _ := g.r.allowN(g.w, clampNow(now), cost)
-	return d
+	n := clampNow(now)
+	for {
+		st := g.state(n)
+		if leave, full := st.blocked(n); full {
+			return st.deny(st.rule.peek(st.w, n, cost), n, cost, leave)
+		}
+		if d, alive := st.rule.allowN(st.w, n, cost); alive {
+			return d
+		}
+	}
 }
 
 // AllowCost is AllowNAt's yes or no, without the decision's numbers: a cost
 // of 0 is admitted, one outside [0, limit] denied.
 func (g *Window) AllowCost(now Time, cost int64) bool {
-	if cost < 1 || cost > g.r.limit {
-		return cost == 0
+	n := clampNow(now)
+	for {
+		st := g.state(n)
+		if cost < 1 || cost > st.rule.limit {
+			return cost == 0
+		}
+		if _, full := st.blocked(n); full {
+			return false
+		}
+		if ok, alive := st.rule.allow(st.w, n, cost); alive {
+			return ok
+		}
 	}
-	ok, _ := g.r.allow(g.w, clampNow(now), cost)
-	return ok
 }
 
 // Peek is what AllowN would decide now, counting nothing.
 func (g *Window) Peek(cost int64) Decision { return g.PeekAt(Now(), cost) }
 
 // PeekAt is Peek at time now.
-func (g *Window) PeekAt(now Time, cost int64) Decision { return g.r.peek(g.w, clampNow(now), cost) }
+func (g *Window) PeekAt(now Time, cost int64) Decision {
+	n := clampNow(now)
+	st := g.state(n)
+	if leave, full := st.blocked(n); full {
+		return st.deny(st.rule.peek(st.w, n, cost), n, cost, leave)
+	}
+	return st.rule.peek(st.w, n, cost)
+}
+
+// SetNumbers makes n the window's numbers from now on (WindowRuleOf); the
+// window is carried into them on its next check. Numbers a window cannot
+// take are refused (an error wrapping ErrWindowNumbers), and nothing
+// changes.
+func (g *Window) SetNumbers(n Numbers, cost int64) error {
+	r, err := WindowRuleOf(n, cost)
+	if err != nil {
+		return err
+	}
+	if r == g.r {
+		g.cur.Store(&g.r)
+		return nil
+	}
+	g.cur.Store(&r)
+	return nil
+}
+
+// ClearNumbers returns the window to the policy's numbers.
+func (g *Window) ClearNumbers() { g.cur.Store(&g.r) }
+
+// NumbersFor returns the numbers in force and where they come from.
+func (g *Window) NumbersFor() (Numbers, Origin) {
+	r := g.cur.Load()
+	if r == &g.r {
+		return WindowNumbersOf(r), FromPolicy
+	}
+	return WindowNumbersOf(r), FromOverride
+}

@@ -22,8 +22,9 @@ import (
 // holds nothing, so reclaiming loses nothing: a key that comes back gets the
 // window it would have had.
 type WindowTable[K comparable] struct {
-	m       *xsync.MapOf[K, []atomic.Uint64]
-	r       WindowRule
+	m       *xsync.MapOf[K, *windowState]
+	r       WindowRule                 // the policy's numbers
+	cur     atomic.Pointer[WindowRule] // the numbers in force (&r until SetNumbers)
 	maxKeys int64
 	atCap   AtCap
 
@@ -46,7 +47,8 @@ func NewWindowTable[K comparable](r WindowRule, o TableOptions) *WindowTable[K] 
 	if o.Presize > 0 {
 		opts = append(opts, xsync.WithPresize(o.Presize))
 	}
-	t := &WindowTable[K]{m: xsync.NewMapOf[K, []atomic.Uint64](opts...), r: r, maxKeys: o.MaxKeys, atCap: o.AtCap}
+	t := &WindowTable[K]{m: xsync.NewMapOf[K, *windowState](opts...), r: r, maxKeys: o.MaxKeys, atCap: o.AtCap}
+	t.cur.Store(&t.r)
 	t.next.Store(math.MaxInt64)
 	t.sweepAt.Store(AutoSweepMin)
 	t.capSwept.Store(math.MinInt64 / 2)
@@ -56,8 +58,8 @@ func NewWindowTable[K comparable](r WindowRule, o TableOptions) *WindowTable[K] 
 	return t
 }
 
-// Rule returns the table's rule.
-func (t *WindowTable[K]) Rule() *WindowRule { return &t.r }
+// Rule returns the table's rule in force: the policy's, or SetNumbers'.
+func (t *WindowTable[K]) Rule() *WindowRule { return t.cur.Load() }
 
 // Len is the number of keys tracked (some of whose windows may be empty, not
 // yet reclaimed).
@@ -82,17 +84,25 @@ func (t *WindowTable[K]) AllowCost(key K, now Time, cost int64) bool {
 }
 
 func (t *WindowTable[K]) allowCost(key K, now, cost int64) bool {
-	if cost < 1 || cost > t.r.limit {
-		return cost == 0
-	}
 	for {
-		w, ok := t.m.Load(key)
+		r := t.cur.Load()
+		if cost < 1 || cost > r.limit {
+			return cost == 0
+		}
+		st, ok := t.m.Load(key)
 		if !ok {
-			if w = t.create(key, now); w == nil {
+			if st = t.create(key, now); st == nil {
 				return t.atCap == AllowAtCap
 			}
 		}
-		if ok, alive := t.r.allow(w, now, cost); alive {
+		if st.rule != r {
+			t.carry(key, st, r, now)
+			continue
+		}
+		if _, full := st.blocked(now); full {
+			return false
+		}
+		if ok, alive := r.allow(st.w, now, cost); alive {
 			return ok
 		}
 		retry()
@@ -108,16 +118,24 @@ func (t *WindowTable[K]) AllowN(key K, cost int64) Decision { return t.AllowNAt(
 func (t *WindowTable[K]) AllowNAt(key K, now Time, cost int64) Decision {
 	n := clampNow(now)
 	for {
-		w, ok := t.m.Load(key)
+		r := t.cur.Load()
+		st, ok := t.m.Load(key)
 		if !ok {
-			if cost <= 0 || cost > t.r.limit {
-				return t.r.peek(t.r.fresh(), n, cost)
+			if cost <= 0 || cost > r.limit {
+				return r.peek(r.fresh(), n, cost)
 			}
-			if w = t.create(key, n); w == nil {
+			if st = t.create(key, n); st == nil {
 				return t.capDecision(n, cost)
 			}
 		}
-		if d, alive := t.r.allowN(w, n, cost); alive {
+		if st.rule != r {
+			t.carry(key, st, r, n)
+			continue
+		}
+		if leave, full := st.blocked(n); full {
+			return st.deny(r.peek(st.w, n, cost), n, cost, leave)
+		}
+		if d, alive := r.allowN(st.w, n, cost); alive {
 			return d
 		}
 		retry()
@@ -130,11 +148,19 @@ func (t *WindowTable[K]) Peek(key K, cost int64) Decision { return t.PeekAt(key,
 
 // PeekAt is Peek at time now.
 func (t *WindowTable[K]) PeekAt(key K, now Time, cost int64) Decision {
-	w, ok := t.m.Load(key)
+	n := clampNow(now)
+	r := t.cur.Load()
+	st, ok := t.m.Load(key)
 	if !ok {
-		w = t.r.fresh()
+		return r.peek(r.fresh(), n, cost)
 	}
-	return t.r.peek(w, clampNow(now), cost)
+	if st.rule != r { // as it would be carried into the numbers in force
+		st = r.fill(st.units(st.w[0].Load()&^deadWindow, n-int64(SweepGrace)), n)
+	}
+	if leave, full := st.blocked(n); full {
+		return st.deny(r.peek(st.w, n, cost), n, cost, leave)
+	}
+	return r.peek(st.w, n, cost)
 }
 
 // capDecision decides a request for a new key at the cap with nothing to
@@ -142,7 +168,8 @@ func (t *WindowTable[K]) PeekAt(key K, now Time, cost int64) Decision {
 // until a key can be reclaimed.
 func (t *WindowTable[K]) capDecision(now, cost int64) Decision {
 	if t.atCap == AllowAtCap {
-		return t.r.peek(t.r.fresh(), now, cost)
+		r := t.cur.Load()
+		return r.peek(r.fresh(), now, cost)
 	}
 	next := max(t.next.Load(), t.capSwept.Load()+t.capSpacing)
 	return Decision{RetryAfter: time.Duration(max(next-now, 1))}
@@ -151,25 +178,25 @@ func (t *WindowTable[K]) capDecision(now, cost int64) Decision {
 // create makes key's window, or returns the one another goroutine just made;
 // nil when the key is new and the table is at its cap with nothing to
 // reclaim.
-func (t *WindowTable[K]) create(key K, now int64) []atomic.Uint64 {
+func (t *WindowTable[K]) create(key K, now int64) *windowState {
 	for !claimKey(&t.keys, t.maxKeys) {
-		if w, ok := t.m.Load(key); ok {
-			return w
+		if st, ok := t.m.Load(key); ok {
+			return st
 		}
 		if !t.reclaimAt(now) {
 			t.atCapHits.Add(1)
 			return nil
 		}
 	}
-	fresh := t.r.fresh()
-	got, loaded := t.m.LoadOrStore(key, fresh)
+	r := t.cur.Load()
+	got, loaded := t.m.LoadOrStore(key, &windowState{rule: r, w: r.fresh()})
 	if loaded {
 		t.keys.Add(-1)
 		return got
 	}
 	// The new window empties no sooner than a window from now: the bound on
 	// the earliest reclaim stays a lower bound.
-	t.lowerNext(t.r.end(now/t.r.grain+1) + t.r.window + int64(SweepGrace))
+	t.lowerNext(r.end(now/r.grain+1) + r.window + int64(SweepGrace))
 	if n := t.keys.Load(); n > t.sweepAt.Load() && t.sweeping.CompareAndSwap(false, true) {
 		t.sweepHeld(now)
 	}
@@ -219,8 +246,9 @@ func (t *WindowTable[K]) sweepHeld(now int64) int {
 	defer t.sweeping.Store(false)
 	removed := 0
 	t.next.Store(math.MaxInt64)
-	t.m.Range(func(key K, w []atomic.Uint64) bool {
-		at, alive := t.r.emptyAt(w[0].Load())
+	t.m.Range(func(key K, st *windowState) bool {
+		w := st.w
+		at, alive := st.rule.emptyAt(w[0].Load())
 		if !alive {
 			return true
 		}
@@ -228,12 +256,12 @@ func (t *WindowTable[K]) sweepHeld(now int64) int {
 			t.lowerNext(at + int64(SweepGrace))
 			return true
 		}
-		t.m.Compute(key, func(cur []atomic.Uint64, loaded bool) ([]atomic.Uint64, bool) {
-			if !loaded || &cur[0] != &w[0] {
+		t.m.Compute(key, func(cur *windowState, loaded bool) (*windowState, bool) {
+			if !loaded || cur != st {
 				return cur, !loaded
 			}
 			h := w[0].Load()
-			if at, alive := t.r.emptyAt(h); !alive || at+int64(SweepGrace) > now || !w[0].CompareAndSwap(h, h|deadWindow) {
+			if at, alive := st.rule.emptyAt(h); !alive || at+int64(SweepGrace) > now || !w[0].CompareAndSwap(h, h|deadWindow) {
 				t.lowerNext(at + int64(SweepGrace))
 				return cur, false
 			}
@@ -264,4 +292,49 @@ func (t *WindowTable[K]) lowerNext(at int64) {
 			return
 		}
 	}
+}
+
+// carry replaces key's window st, written in other numbers, by itself
+// carried into r at now (windowState.carry), under the map's lock for the
+// key; a state another goroutine replaced or removed meanwhile is left to
+// the next look.
+func (t *WindowTable[K]) carry(key K, st *windowState, r *WindowRule, now int64) {
+	t.m.Compute(key, func(cur *windowState, loaded bool) (*windowState, bool) {
+		if !loaded || cur != st {
+			return cur, !loaded
+		}
+		if next := st.carry(r, now); next != nil {
+			return next, false
+		}
+		return cur, false // dead: a sweep is deleting it
+	})
+}
+
+// SetNumbers makes n the table's numbers from now on (WindowRuleOf: n.Tokens
+// in any n.Period, n.Burst n.Tokens), for every key: each key's window is
+// carried into them on its next check. Numbers a window cannot take are
+// refused (an error wrapping ErrWindowNumbers), and nothing changes.
+func (t *WindowTable[K]) SetNumbers(n Numbers, cost int64) error {
+	r, err := WindowRuleOf(n, cost)
+	if err != nil {
+		return err
+	}
+	if r == t.r {
+		t.cur.Store(&t.r)
+		return nil
+	}
+	t.cur.Store(&r)
+	return nil
+}
+
+// ClearNumbers returns the table to the policy's numbers.
+func (t *WindowTable[K]) ClearNumbers() { t.cur.Store(&t.r) }
+
+// NumbersFor returns the numbers in force and where they come from.
+func (t *WindowTable[K]) NumbersFor() (Numbers, Origin) {
+	r := t.cur.Load()
+	if r == &t.r {
+		return WindowNumbersOf(r), FromPolicy
+	}
+	return WindowNumbersOf(r), FromOverride
 }

@@ -2,6 +2,7 @@ package fuzz
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -387,5 +388,155 @@ func TestWindowCountedShortfall(t *testing.T) {
 			t.Errorf("%s: the counted window admitted %d, the exact one %d: %.4f of it, want %.4f to %.4f", c.name, got, want, ratio, c.least, c.most)
 		}
 		t.Logf("%s: counted %d, exact %d: %.4f", c.name, got, want, ratio)
+	}
+}
+
+// TestWindowNumbersChange: windows whose numbers change at run time, keyed
+// and global, exact and counted both ways, at random times of random
+// traffic, and once by hand. What a window held is carried into the new
+// numbers, so in any interval of the shorter window at most the larger
+// limit is admitted (over every change of a run: the least window, the
+// largest limit); a change of the limit alone keeps what the window holds.
+func TestWindowNumbersChange(t *testing.T) {
+	rng := rand.New(rand.NewPCG(30, 32))
+	numbers := func() atomicbucket.Numbers {
+		if rng.IntN(2) == 0 {
+			n := 1 + rng.Int64N(64)
+			return atomicbucket.Numbers{Tokens: n, Period: time.Duration(1+rng.Int64N(2000)) * time.Millisecond, Burst: n}
+		}
+		n := 65 + rng.Int64N(200)
+		return atomicbucket.Numbers{Tokens: n, Period: time.Duration(1+rng.Int64N(50)) * 40 * time.Millisecond, Burst: n}
+	}
+	for run := range 300 {
+		first := numbers()
+		rule := atomicbucket.MustWindowRule(first.Tokens, first.Period)
+		tbl := atomicbucket.NewWindowTable[string](rule, atomicbucket.TableOptions{})
+		global := atomicbucket.NewWindow(rule)
+		most, least := first.Tokens, first.Period
+		var adm, admGlobal []reference.Admission
+		now := int64(time.Hour)
+		for step := range 400 {
+			if rng.IntN(60) == 0 {
+				n := numbers()
+				if rng.IntN(4) == 0 {
+					n = first
+					tbl.ClearNumbers()
+					global.ClearNumbers()
+				} else if err := tbl.SetNumbers(n, 1); err != nil {
+					t.Fatal(err)
+				} else if err := global.SetNumbers(n, 1); err != nil {
+					t.Fatal(err)
+				}
+				most, least = max(most, n.Tokens), min(least, n.Period)
+				if got, _ := tbl.NumbersFor(); got != n {
+					t.Fatalf("run %d step %d: NumbersFor %v, want %v", run, step, got, n)
+				}
+			}
+			limit := tbl.Rule().Limit()
+			now += rng.Int64N(int64(tbl.Rule().Window())/limit*2 + 1)
+			key := []string{"a", "b"}[rng.IntN(2)]
+			cost := 1 + rng.Int64N(max(limit/3, 1))
+			if tbl.AllowNAt(key, atomicbucket.Time(now), cost).Allowed {
+				adm = append(adm, reference.Admission{Key: key, At: now, Cost: cost})
+			}
+			if global.AllowCost(atomicbucket.Time(now), cost) {
+				admGlobal = append(admGlobal, reference.Admission{Key: "g", At: now, Cost: cost})
+			}
+		}
+		if err := reference.CheckWindow(most, int64(least), adm); err != nil {
+			t.Fatalf("run %d, keyed (limits up to %d, windows down to %v): %v", run, most, least, err)
+		}
+		if err := reference.CheckWindow(most, int64(least), admGlobal); err != nil {
+			t.Fatalf("run %d, global (limits up to %d, windows down to %v): %v", run, most, least, err)
+		}
+	}
+
+	// By hand: 10 in any minute, full, then 5 in any minute: the 10 stay
+	// counted, so nothing passes until 6 of them have left.
+	tbl := atomicbucket.NewWindowTable[string](atomicbucket.MustWindowRule(10, time.Minute), atomicbucket.TableOptions{})
+	at := atomicbucket.Time(time.Hour)
+	for i := range 10 {
+		if !tbl.AllowAt("k", at+atomicbucket.Time(i)*atomicbucket.Time(time.Second)) {
+			t.Fatalf("admission %d of 10 denied", i)
+		}
+	}
+	if err := tbl.SetNumbers(atomicbucket.Numbers{Tokens: 5, Period: time.Minute, Burst: 5}, 1); err != nil {
+		t.Fatal(err)
+	}
+	// The unit at 5 s (held at 5 s + 999 ns) is the sixth oldest: room for one when it leaves.
+	if d := tbl.AllowNAt("k", at+atomicbucket.Time(20*time.Second), 1); d.Allowed || d.Remaining != 0 || d.RetryAfter != 45*time.Second+999 {
+		t.Errorf("5 a minute, 10 in the window: %+v, want denied until the sixth oldest leaves, 45 s + 999 ns", d)
+	}
+	// Back to 10 a minute: the 10 still count; the five the ring of 5 could
+	// not keep were carried as one group at the newest of them (4 s +
+	// 999 ns), so the first room comes when they leave, at 64 s + 999 ns
+	// (later than the exact 60 s + 999 ns: never earlier).
+	tbl.ClearNumbers()
+	if d := tbl.AllowNAt("k", at+atomicbucket.Time(20*time.Second), 1); d.Allowed || d.RetryAfter != 44*time.Second+999 {
+		t.Errorf("back to 10 a minute, the 10 still counted: %+v, want denied until the carried five leave, 44 s + 999 ns", d)
+	}
+	if err := tbl.SetNumbers(atomicbucket.Numbers{Tokens: 5, Period: time.Minute, Burst: 4}, 1); !errors.Is(err, atomicbucket.ErrWindowNumbers) {
+		t.Errorf("a burst other than the limit: %v, want ErrWindowNumbers", err)
+	}
+}
+
+// TestWindowConcurrentNumbers is TestWindowConcurrent with the numbers
+// changing all the while (among three, exact and counted, every 50 checks
+// of one of the goroutines): every window carried at the changes, and in any interval of
+// the shortest window at most the largest limit admitted.
+func TestWindowConcurrentNumbers(t *testing.T) {
+	sets := []atomicbucket.Numbers{
+		{Tokens: 8, Period: 40 * time.Millisecond, Burst: 8},
+		{Tokens: 100, Period: 80 * time.Millisecond, Burst: 100},
+		{Tokens: 30, Period: 60 * time.Millisecond, Burst: 30},
+	}
+	rule := atomicbucket.MustWindowRule(sets[0].Tokens, sets[0].Period)
+	tbl := atomicbucket.NewWindowTable[string](rule, atomicbucket.TableOptions{})
+	global := atomicbucket.NewWindow(rule)
+	const workers, ops = 4, 4000
+	base := int64(time.Hour)
+	adm := make([][]reference.Admission, workers)
+	admGlobal := make([][]reference.Admission, workers)
+	var wg sync.WaitGroup
+	for g := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(7, uint64(g)))
+			now := base + rng.Int64N(int64(time.Millisecond))
+			for i := range ops {
+				if g == 0 && i%50 == 0 { // the numbers change while the others check
+					s := sets[(i/50)%len(sets)]
+					if err := tbl.SetNumbers(s, 1); err != nil {
+						t.Error(err)
+						return
+					}
+					if err := global.SetNumbers(s, 1); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+				now += rng.Int64N(int64(200 * time.Microsecond))
+				cost := 1 + rng.Int64N(3)
+				key := []string{"x", "y"}[rng.IntN(2)]
+				if tbl.AllowNAt(key, atomicbucket.Time(now), cost).Allowed {
+					adm[g] = append(adm[g], reference.Admission{Key: key, At: now, Cost: cost})
+				}
+				if global.AllowCost(atomicbucket.Time(now), cost) {
+					admGlobal[g] = append(admGlobal[g], reference.Admission{Key: "g", At: now, Cost: cost})
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var all, allGlobal []reference.Admission
+	for g := range workers {
+		all, allGlobal = append(all, adm[g]...), append(allGlobal, admGlobal[g]...)
+	}
+	if err := reference.CheckWindow(100, int64(40*time.Millisecond), all); err != nil {
+		t.Fatalf("keyed: %v", err)
+	}
+	if err := reference.CheckWindow(100, int64(40*time.Millisecond), allGlobal); err != nil {
+		t.Fatalf("global: %v", err)
 	}
 }

@@ -1,0 +1,201 @@
+package atomicbucket
+
+import (
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+)
+
+// A window's numbers can change at run time (SetNumbers): every key's window
+// is carried into the new numbers on its next check, holding what it held:
+// each unit still in the old window counts in the new one as admitted when
+// it was (at the end of its grain, or now if that is later), an exact window
+// keeping its newest units. So in any interval of the shorter of the two
+// windows, at most the larger of the two limits is admitted: a check after
+// the change counts every unit of that interval; one before it, the old
+// window did.
+
+// windowState is one window (a key's, or a global window's): its words and
+// the rule they are written in.
+type windowState struct {
+	rule *WindowRule
+	w    []atomic.Uint64
+	// excess is, for an exact window carried from numbers that held more
+	// than its limit, how many older units its ring could not keep, the
+	// newest of them counting as made at excessEnd (ns). They leave before
+	// any unit the ring kept, so while they are in the window it is full.
+	excess, excessEnd int64
+}
+
+// blocked reports whether st's window is full for its excess at now, and
+// when (ns) the excess leaves.
+func (st *windowState) blocked(now int64) (leave int64, full bool) {
+	if st.excess == 0 {
+		return 0, false
+	}
+	leave = st.excessEnd + st.rule.window
+	return leave, leave > now
+}
+
+// deny is decision d of a request of cost at now made by a full window
+// (blocked): a cost the window could take is denied until the excess has
+// left and the ring has room.
+func (st *windowState) deny(d Decision, now, cost, leave int64) Decision {
+	if cost < 1 || cost > st.rule.limit {
+		return d
+	}
+	retry := d.RetryAfter
+	if d.Allowed {
+		retry = 0
+	}
+	return Decision{Remaining: 0, Reset: d.Reset, RetryAfter: max(retry, time.Duration(leave-now))}
+}
+
+// units is what st holds at now (head word h), oldest first: its excess
+// while in the window, then its words'.
+func (st *windowState) units(h uint64, now int64) []windowUnits {
+	u := st.rule.units(st.w, h, now)
+	if leave, full := st.blocked(now); full && leave > now {
+		u = append([]windowUnits{{st.excessEnd, st.excess}}, u...)
+	}
+	return u
+}
+
+// windowUnits is a group of units of a window: n of them, counting as made
+// at end (ns).
+type windowUnits struct {
+	end, n int64
+}
+
+// units returns what the window in w (head word h, written in r) holds at
+// now, oldest first.
+func (r *WindowRule) units(w []atomic.Uint64, h uint64, now int64) []windowUnits {
+	var out []windowUnits
+	add := func(end, n int64) {
+		if k := len(out); k > 0 && out[k-1].end == end {
+			out[k-1].n += n
+			return
+		}
+		out = append(out, windowUnits{end, n})
+	}
+	if r.exact {
+		n := uint64(r.limit)
+		count, headQ := h>>ringTimeBits, h&ringTimeMask
+		for i := range n {
+			if q := r.ringTime(w, r.back(count, n-i), headQ); !r.left(q, now) {
+				add(r.end(int64(q)), 1)
+			}
+		}
+		return out
+	}
+	hk, hc := h>>countBits, int64(h&countMask)
+	for j := hk - min(hk, WindowSlices+1); j <= hk; j++ {
+		end := int64(j+1)*r.grain - 1
+		if c := sliceIn(w, j, hk, hc); c != 0 && end+r.window > now {
+			add(end, c)
+		}
+	}
+	return out
+}
+
+// fill returns the window in r holding units (oldest first) at now: each
+// group as admitted at its end (the last nanosecond of its grain), or at
+// now + SweepGrace if that is sooner: a unit was admitted by a check whose
+// clock reading is at most SweepGrace past now (the carrier's), and a
+// counted window's grain may end far past it. An exact window keeps the newest limit units in its
+// ring, and the others as its excess; a counted one counts each group in
+// the sub-window of its time, or in the oldest its words keep.
+func (r *WindowRule) fill(units []windowUnits, now int64) *windowState {
+	st := &windowState{rule: r, w: r.fresh()}
+	now += int64(SweepGrace)
+	w := st.w
+	if r.exact {
+		keep := r.limit
+		var times []uint64 // newest first
+		for i := len(units) - 1; i >= 0; i-- {
+			q := uint64(min(units[i].end, now)/r.grain) + 1
+			take := min(units[i].n, keep)
+			for range take {
+				times = append(times, q)
+			}
+			keep -= take
+			if rest := units[i].n - take; rest > 0 {
+				if st.excess == 0 {
+					st.excessEnd = r.end(int64(q))
+				}
+				st.excess += rest
+			}
+		}
+		k := uint64(len(times))
+		for p := range k { // positions 0..k−1, oldest first
+			w[1+p%uint64(r.limit)].Store(p<<ringTimeBits | times[k-1-p])
+		}
+		if k > 0 {
+			w[0].Store((k%r.modulus)<<ringTimeBits | times[0])
+		}
+		return st
+	}
+	if len(units) == 0 {
+		return st
+	}
+	newest := uint64(min(units[len(units)-1].end, now) / r.grain)
+	oldest := newest - min(newest, WindowSlices)
+	var counts [WindowSlices + 1]uint64
+	for _, u := range units {
+		j := max(uint64(min(u.end, now)/r.grain), oldest)
+		counts[j-oldest] += uint64(u.n)
+	}
+	for j := oldest; j < newest; j++ {
+		if c := counts[j-oldest]; c > 0 {
+			w[1+j%(WindowSlices+1)].Store(j<<countBits | min(c, countMask))
+		}
+	}
+	w[0].Store(newest<<countBits | min(counts[newest-oldest], countMask))
+	return st
+}
+
+// carry is st's window carried into r at now; nil when st is dead (its
+// holder swept or carried it meanwhile). It kills st: checks still holding
+// it look again.
+func (st *windowState) carry(r *WindowRule, now int64) *windowState {
+	for {
+		h := st.w[0].Load()
+		if h&deadWindow != 0 {
+			return nil
+		}
+		if st.w[0].CompareAndSwap(h, h|deadWindow) {
+			// A check whose clock reading precedes now by up to
+			// SweepGrace must find what it would have: keep what left
+			// since then too (it counts by its time, as before).
+			return r.fill(st.units(h, now-int64(SweepGrace)), now)
+		}
+	}
+}
+
+// ErrWindowNumbers is wrapped by the error of numbers a window rule cannot
+// take.
+var ErrWindowNumbers = errors.New("invalid window numbers")
+
+// WindowRuleOf is the window rule numbers n describe: at most n.Tokens in
+// any n.Period; n.Burst must be n.Tokens (a window has no burst of its own:
+// its limit is the most one request may cost), and at least cost.
+func WindowRuleOf(n Numbers, cost int64) (WindowRule, error) {
+	if n.Burst != n.Tokens {
+		return WindowRule{}, fmt.Errorf("%w: a window rule's numbers are a limit per window (%d per %v), with the limit as burst, not %d", ErrWindowNumbers, n.Tokens, n.Period, n.Burst)
+	}
+	r, err := NewWindowRule(n.Tokens, n.Period)
+	if err != nil {
+		return WindowRule{}, fmt.Errorf("%w: %w", ErrWindowNumbers, err)
+	}
+	if cost > n.Tokens {
+		return WindowRule{}, fmt.Errorf("%w: a limit of %d is below a request's default cost, %d", ErrWindowNumbers, n.Tokens, cost)
+	}
+	return r, nil
+}
+
+// WindowNumbersOf is a window rule's numbers: its limit per window, the
+// limit as burst.
+func WindowNumbersOf(r *WindowRule) Numbers {
+	return Numbers{Tokens: r.limit, Period: time.Duration(r.window), Burst: r.limit}
+}
