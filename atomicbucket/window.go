@@ -452,6 +452,10 @@ func NewWindow(r WindowRule) *Window {
 	return g
 }
 
+// PolicyRule returns the window's rule as the policy gives it, whatever the
+// numbers in force.
+func (g *Window) PolicyRule() *WindowRule { return &g.r }
+
 // Rule returns the window's rule in force: the policy's, or SetNumbers'.
 func (g *Window) Rule() *WindowRule { return g.cur.Load() }
 

@@ -58,6 +58,10 @@ func NewWindowTable[K comparable](r WindowRule, o TableOptions) *WindowTable[K] 
 	return t
 }
 
+// PolicyRule returns the table's rule as the policy gives it, whatever the
+// numbers in force.
+func (t *WindowTable[K]) PolicyRule() *WindowRule { return &t.r }
+
 // Rule returns the table's rule in force: the policy's, or SetNumbers'.
 func (t *WindowTable[K]) Rule() *WindowRule { return t.cur.Load() }
 

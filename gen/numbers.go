@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -72,7 +73,7 @@ func checkers(m *model.Model) overlay.Policy[overlay.Checker] {
 		p.Plans = append(p.Plans, pl.Name)
 	}
 	for _, r := range m.Rules {
-		if r.IsWindow() {
+		if r.IsWindow() && (r.Planned || r.Shared) {
 			p.Windows = append(p.Windows, r.Name)
 			continue
 		}
@@ -95,6 +96,10 @@ func (c ruleChecker) Plans() int {
 func (c ruleChecker) Keyed() bool { return c.r.KeyType != "" }
 
 func (c ruleChecker) Check(plan int, n atomicbucket.Numbers) error {
+	if c.r.IsWindow() {
+		_, err := atomicbucket.WindowRuleOf(n, c.r.Limits[0].Cost)
+		return err
+	}
 	base, err := atomicbucket.NewRule(c.r.Limits[max(plan, 0)].Atomic())
 	if err != nil {
 		return err
@@ -115,6 +120,9 @@ func (c ruleChecker) Check(plan int, n atomicbucket.Numbers) error {
 }
 
 func (c ruleChecker) CheckKey(key string) error {
+	if c.r.IsWindow() {
+		return errors.New("a window rule's numbers are the rule's, for every key: give them without a key")
+	}
 	var err error
 	bits, _ := strconv.Atoi(strings.TrimLeft(c.r.KeyType, "uint"))
 	switch {

@@ -168,7 +168,7 @@ func (s *simulation) target(e simEvent) (*simRule, error) {
 		checker, known = s.checkers.Rules[r.rule.Name]
 	}
 	if slices.Contains(s.checkers.Windows, name) || r != nil && r.nums == nil {
-		return nil, fmt.Errorf("line %d: %s: rule %q is a window rule: its limit is the policy's at every time (run-time numbers change token buckets)", e.line, e.kind, name)
+		return nil, fmt.Errorf("line %d: %s: rule %q is a window rule: simulate replays number changes of token buckets only", e.line, e.kind, name)
 	}
 	if !known {
 		return nil, fmt.Errorf("line %d: %s: no rule %q in the policy", e.line, e.kind, name)
@@ -371,7 +371,7 @@ func (s *simulation) newController(name string, cfg adaptive.Config) error {
 		return fmt.Errorf("-adapt %s: not a rule of the simulation (%s)", name, strings.Join(names, ", "))
 	}
 	if r.nums == nil {
-		return fmt.Errorf("-adapt %s: a window rule's limit is the policy's at every time: the controller changes token buckets", name)
+		return fmt.Errorf("-adapt %s: a window rule: simulate replays the controller on token buckets only", name)
 	}
 	c, err := adaptive.New(cfg, func(rate, burst overlay.Factor) error {
 		if s.now == 0 { // the starting factor: put in force with the rest at the first line

@@ -27,6 +27,10 @@ type Base struct {
 	// Interval is true for interval refill: the period is the rule's grid
 	// and cannot change, so scaling changes the tokens per period.
 	Interval bool
+	// Window is true for a window rule (Tokens in any Period, Burst
+	// Tokens): scaling multiplies its limit by the rate factor, keeps its
+	// window, and takes no burst factor of its own.
+	Window bool
 }
 
 // Factor is a scaling factor in thousandths, the resolution numbers are
@@ -80,6 +84,13 @@ type Scaled struct {
 // request and at least 1.
 func scaleNumbers(b Base, rate, burst Factor) (atomicbucket.Numbers, error) {
 	n := b.Numbers
+	if b.Window {
+		if rate != One {
+			n.Tokens = max(roundDiv(big.NewInt(n.Tokens), int64(rate)), b.Cost, 1)
+			n.Burst = n.Tokens
+		}
+		return n, nil
+	}
 	if rate != One {
 		if b.Interval {
 			n.Tokens = max(roundDiv(big.NewInt(n.Tokens), int64(rate)), 1)

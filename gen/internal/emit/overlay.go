@@ -18,8 +18,15 @@ func emitOverlay(m *model.Model) jen.Code {
 	g := jen.Line()
 	var entries, windows []jen.Code
 	for _, r := range m.Rules {
-		if r.IsWindow() {
-			windows = append(windows, jen.Lit(r.Name)) // a window's numbers do not change at run time
+		switch {
+		case r.IsWindow() && !r.Planned && !r.Shared && r.KeyType != "": // atomicbucket.KeyedWindow's
+			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "WindowTarget").Call(jen.Id("l").Dot(r.GoName).Dot("KeyedWindow")))
+			continue
+		case r.IsWindow() && !r.Planned && !r.Shared: // atomicbucket.GlobalWindow's
+			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "GlobalWindowTarget").Call(jen.Id("l").Dot(r.GoName).Dot("GlobalWindow")))
+			continue
+		case r.IsWindow():
+			windows = append(windows, jen.Lit(r.Name)) // a shared window's, or one's with plans: the policy's at every time
 			continue
 		}
 		if keyedTarget(r) {
