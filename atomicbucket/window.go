@@ -469,6 +469,8 @@ func (g *Window) state(now int64) *windowState {
 		}
 		if next := st.carry(r, now); next != nil {
 			g.st.CompareAndSwap(st, next)
+		} else {
+			retry() // another goroutine is carrying it: its new state comes next
 		}
 	}
 }
