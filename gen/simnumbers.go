@@ -167,8 +167,11 @@ func (s *simulation) target(e simEvent) (*simRule, error) {
 	if r != nil {
 		checker, known = s.checkers.Rules[r.rule.Name]
 	}
-	if slices.Contains(s.checkers.Windows, name) || r != nil && r.nums == nil {
-		return nil, fmt.Errorf("line %d: %s: rule %q is a window rule: simulate replays number changes of token buckets only", e.line, e.kind, name)
+	if slices.Contains(s.checkers.Windows, name) {
+		return nil, fmt.Errorf("line %d: %s: rule %q is a window rule that is shared or has plans: its limit is the policy's at every time", e.line, e.kind, name)
+	}
+	if r != nil && r.nums == nil && e.kind == "reset" {
+		return nil, fmt.Errorf("line %d: reset: rule %q is a window rule: a window is not reset (what it admitted leaves it)", e.line, name)
 	}
 	if !known {
 		return nil, fmt.Errorf("line %d: %s: no rule %q in the policy", e.line, e.kind, name)
@@ -235,6 +238,26 @@ func (s *simulation) event(e simEvent, now atomicbucket.Time) (string, error) {
 	what := e.kind + " " + r.rule.Name
 	if e.key != nil {
 		what += " key " + strconv.Quote(*e.key)
+	}
+	if r.nums == nil { // a window: the whole rule's numbers (target refused a key)
+		var err error
+		switch {
+		case e.kind == "set" && r.wtable != nil:
+			err = r.wtable.SetNumbers(e.n, r.limit.Cost)
+		case e.kind == "set":
+			err = r.window.SetNumbers(e.n, r.limit.Cost)
+		case r.wtable != nil:
+			r.wtable.ClearNumbers()
+		default:
+			r.window.ClearNumbers()
+		}
+		if err != nil {
+			return "", fmt.Errorf("line %d: %v", e.line, err)
+		}
+		if e.kind == "set" {
+			what += ": " + e.n.String()
+		}
+		return what, nil
 	}
 	switch e.kind {
 	case "reset":

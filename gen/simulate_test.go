@@ -716,9 +716,24 @@ func TestSimulateWindow(t *testing.T) {
 			t.Errorf("tier: no line %q in:\n%s", line, out)
 		}
 	}
-	_, errOut, code = runSimulate(t, []string{"-policy", "testdata/valid/25_windows.yaml", "-rule", "Burst"},
-		`{"time": 0, "set": {"rule": "Burst", "rate": "1/s", "burst": 1}}`+"\n0,a\n")
-	if code == 0 || !strings.Contains(errOut, `rule "Burst" is a window rule`) {
-		t.Errorf("a number change naming a window: exit %d, %q", code, errOut)
+	// Numbers change: Burst becomes 2 in any 10 s at 0; the third request
+	// in the window is denied until the first leaves (10 s + 999 ns).
+	out, errOut, code = runSimulate(t, []string{"-policy", "testdata/valid/25_windows.yaml", "-rule", "Burst"},
+		`{"time": 0, "set": {"rule": "Burst", "rate": "2/10s", "burst": 2}}`+"\n0,a\n1000000000,a\n2000000000,a\n")
+	if code != 0 {
+		t.Fatalf("a number change of a window: exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "# 0: set Burst: 2 per 10s, burst 2\n") || !strings.Contains(out, "2000000000,a,,false,0,8000000999\n") {
+		t.Errorf("a number change of a window:\n%s", out)
+	}
+	for _, c := range []struct{ event, want string }{
+		{`{"time": 0, "set": {"rule": "Burst", "key": "a", "rate": "2/10s", "burst": 2}}`, "for every key"},
+		{`{"time": 0, "set": {"rule": "Burst", "rate": "2/10s", "burst": 3}}`, "limit as burst"},
+		{`{"time": 0, "reset": {"rule": "Burst", "key": "a"}}`, "a window is not reset"},
+	} {
+		_, errOut, code = runSimulate(t, []string{"-policy", "testdata/valid/25_windows.yaml", "-rule", "Burst"}, c.event+"\n0,a\n")
+		if code == 0 || !strings.Contains(errOut, c.want) {
+			t.Errorf("%s: exit %d, %q; want a refusal saying %q", c.event, code, errOut, c.want)
+		}
 	}
 }
