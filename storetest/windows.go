@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/sharedlimits"
 )
 
@@ -48,6 +49,27 @@ func GeneratedWindows(t *testing.T, instance func() *sharedlimits.Limits) {
 		if res.Degraded || res.Allowed != c.allow || res.Remaining != c.left {
 			t.Errorf("QuotaWide check %d (cost %d): %+v, want allowed %v with %d left", i, c.cost, res, c.allow, c.left)
 		}
+	}
+	for _, c := range []struct {
+		plan sharedlimits.Plan
+		want int
+	}{{sharedlimits.PlanFree, 2}, {sharedlimits.PlanPro, 4}} {
+		got := 0
+		for i := range 6 {
+			res := lims[i%2].QuotaPlan.AllowN(ctx, c.plan, "carol", 1)
+			if res.Degraded || res.Err != nil {
+				t.Fatalf("QuotaPlan on %v, check %d degraded: %+v", c.plan, i, res)
+			}
+			if res.Allowed {
+				got++
+			}
+		}
+		if got != c.want {
+			t.Errorf("QuotaPlan on %v: %d of 6 admitted across two instances, want %d (a window per plan)", c.plan, got, c.want)
+		}
+	}
+	if res := a.QuotaPlan.AllowN(ctx, 7, "carol", 1); res.Allowed || res.RetryAfter != atomicbucket.Never {
+		t.Errorf("QuotaPlan on a plan outside the constants: %+v", res)
 	}
 	alone := sharedlimits.New()
 	if res := alone.Quota.AllowN(ctx, "alice", 1); !res.Allowed || res.Remaining != 4 || res.Err == nil {

@@ -90,10 +90,12 @@ const (
 	RuleQuota
 	// RuleQuotaWide names the rule QuotaWide.
 	RuleQuotaWide
+	// RuleQuotaPlan names the rule QuotaPlan.
+	RuleQuotaPlan
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide"}
+var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -118,6 +120,7 @@ type Limits struct {
 	TenantUser      *TenantUserLimiter      // see the package-level TenantUser
 	Quota           *QuotaLimiter           // see the package-level Quota
 	QuotaWide       *QuotaWideLimiter       // see the package-level QuotaWide
+	QuotaPlan       *QuotaPlanLimiter       // see the package-level QuotaPlan
 	shared          *sharedState            // the store the shared rules are checked on, if any
 	numbers                                 // ApplyNumbers and the other numbers methods (overlay.Numbers)
 }
@@ -171,6 +174,7 @@ func New(opts ...Option) *Limits {
 		TenantUser:      newTenantUserLimiter(),
 		Quota:           newQuotaLimiter(),
 		QuotaWide:       newQuotaWideLimiter(),
+		QuotaPlan:       newQuotaPlanLimiter(),
 		shared:          newSharedState(o.store),
 	}
 	l.PerUser.sh = l.shared
@@ -183,6 +187,7 @@ func New(opts ...Option) *Limits {
 	l.TenantUser.sh = l.shared
 	l.Quota.sh = l.shared
 	l.QuotaWide.sh = l.shared
+	l.QuotaPlan.sh = l.shared
 	l.numbers = l.newNumbers()
 	return l
 }
@@ -304,7 +309,7 @@ var sharedRules = [9]shared.Rule{{
 // err says why not.
 type sharedState struct {
 	bound   shared.Bound
-	windows [2]*shared.SharedWindow // the shared window rules', by WindowAt
+	windows [4]*shared.SharedWindow // the shared window rules', by WindowAt
 	err     error
 }
 
@@ -329,6 +334,16 @@ func newSharedState(store shared.Store) *sharedState {
 		Share: 0.5,
 	}); err != nil {
 		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the window rule QuotaWide, and the shared rules run in this process only: %w", err)}
+	}
+	if s.windows[2], err = shared.BindWindow(store, "storetest", "QuotaPlan:free", quotaPlanLimit[0], shared.Failure{
+		Mode: shared.FailDeny,
+	}); err != nil {
+		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the window rule QuotaPlan:free, and the shared rules run in this process only: %w", err)}
+	}
+	if s.windows[3], err = shared.BindWindow(store, "storetest", "QuotaPlan:pro", quotaPlanLimit[1], shared.Failure{
+		Mode: shared.FailDeny,
+	}); err != nil {
+		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the window rule QuotaPlan:pro, and the shared rules run in this process only: %w", err)}
 	}
 	return s
 }
@@ -854,7 +869,7 @@ func (l *Limits) newNumbers() numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans:   planNames[:],
 		Rules:   map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}},
-		Windows: []string{"Quota", "QuotaWide"},
+		Windows: []string{"Quota", "QuotaWide", "QuotaPlan"},
 	})
 }
 
@@ -897,6 +912,10 @@ var (
 
 	// QuotaWide allows at most 100 requests in any 16 minutes per key (a sliding window).
 	QuotaWide = Default.QuotaWide
+
+	// QuotaPlan allows on the free plan at most 2 requests in any hour per key (a sliding window); on
+	// the pro plan at most 4 requests in any hour per key (a sliding window).
+	QuotaPlan = Default.QuotaPlan
 )
 
 // perUserLimit is PerUser's limit on each plan, as the policy gives it.
@@ -2893,6 +2912,168 @@ func (l *QuotaWideLimiter) AllowN(ctx context.Context, key uint64, cost int64) s
 	}
 }
 
+// quotaPlanLimit is QuotaPlan's window rule on each plan, as the policy gives it.
+var quotaPlanLimit = [2]atomicbucket.WindowRule{atomicbucket.MustWindowRule(2, time.Hour), atomicbucket.MustWindowRule(4, time.Hour)}
+
+// newQuotaPlanLocalLimiter returns QuotaPlan's (empty) tables, one per plan.
+func newQuotaPlanLocalLimiter() *QuotaPlanLocalLimiter {
+	return &QuotaPlanLocalLimiter{s: [numPlans]*atomicbucket.WindowTable[string]{
+		PlanFree: atomicbucket.NewWindowTable[string](quotaPlanLimit[0], atomicbucket.TableOptions{}),
+		PlanPro:  atomicbucket.NewWindowTable[string](quotaPlanLimit[1], atomicbucket.TableOptions{}),
+	}}
+}
+
+// QuotaPlanLocalLimiter is QuotaPlan decided in this process only, with the whole limit: what
+// QuotaPlanLimiter.Local returns, for tests, and what QuotaPlan's checks use while the package has
+// no store (SharedErr says so). Its methods are safe for concurrent use. Each plan has a window of
+// its own for each key: a key that changes plan is checked against the new plan's window (empty, if
+// it has none), and finds its old one, less what left it meanwhile, if it changes back. The plan
+// comes from your service's records of the caller, so a client cannot switch at will.
+type QuotaPlanLocalLimiter struct {
+	s [numPlans]*atomicbucket.WindowTable[string]
+}
+
+// Rule returns the window rule behind the limiter on plan (nil for a plan outside the constants).
+func (l *QuotaPlanLocalLimiter) Rule(plan Plan) *atomicbucket.WindowRule {
+	if plan >= numPlans {
+		return nil
+	}
+	return l.s[plan].Rule()
+}
+
+// Allow reports whether a request of the plan's default cost is admitted now, counting it if so.
+func (l *QuotaPlanLocalLimiter) Allow(plan Plan, key string) bool {
+	if plan >= numPlans {
+		return false
+	}
+	return l.s[plan].AllowCost(key, atomicbucket.Now(), 1)
+}
+
+// AllowAt is Allow at time now.
+func (l *QuotaPlanLocalLimiter) AllowAt(plan Plan, key string, now atomicbucket.Time) bool {
+	if plan >= numPlans {
+		return false
+	}
+	return l.s[plan].AllowCost(key, now, 1)
+}
+
+// AllowN decides a request of the given cost now, counting it if admitted.
+func (l *QuotaPlanLocalLimiter) AllowN(plan Plan, key string, cost int64) atomicbucket.Decision {
+	if plan >= numPlans {
+		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
+	}
+	return l.s[plan].AllowNAt(key, atomicbucket.Now(), cost)
+}
+
+// AllowNAt is AllowN at time now.
+func (l *QuotaPlanLocalLimiter) AllowNAt(plan Plan, key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	if plan >= numPlans {
+		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
+	}
+	return l.s[plan].AllowNAt(key, now, cost)
+}
+
+// Peek is what AllowN would decide now, counting nothing.
+func (l *QuotaPlanLocalLimiter) Peek(plan Plan, key string, cost int64) atomicbucket.Decision {
+	if plan >= numPlans {
+		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
+	}
+	return l.s[plan].PeekAt(key, atomicbucket.Now(), cost)
+}
+
+// PeekAt is Peek at time now.
+func (l *QuotaPlanLocalLimiter) PeekAt(plan Plan, key string, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	if plan >= numPlans {
+		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
+	}
+	return l.s[plan].PeekAt(key, now, cost)
+}
+
+// Sweep removes the buckets, of every plan, that have been full for atomicbucket.SweepGrace, and returns how many.
+func (l *QuotaPlanLocalLimiter) Sweep() int {
+	var n int
+	for _, t := range l.s {
+		n += t.Sweep()
+	}
+	return n
+}
+
+// Len is the number of keys tracked, over every plan.
+func (l *QuotaPlanLocalLimiter) Len() int64 {
+	var n int64
+	for _, t := range l.s {
+		n += t.Len()
+	}
+	return n
+}
+
+// Stats returns the tables' counters, summed over every plan.
+func (l *QuotaPlanLocalLimiter) Stats() atomicbucket.TableStats {
+	var s atomicbucket.TableStats
+	for _, t := range l.s {
+		s = s.Add(t.Stats())
+	}
+	return s
+}
+
+// RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is
+// optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
+// new keys come.
+func (l *QuotaPlanLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
+	atomicbucket.RunEvery(ctx, interval, func() {
+		l.Sweep()
+	})
+}
+
+// newQuotaPlanLimiter returns QuotaPlan's limiter over its process-local window; New binds it to the store.
+func newQuotaPlanLimiter() *QuotaPlanLimiter {
+	return &QuotaPlanLimiter{local: newQuotaPlanLocalLimiter()}
+}
+
+// QuotaPlanLimiter is the type of QuotaPlan, a shared window rule: Allow and AllowN decide on the
+// store given to New, so that the window holds across every instance that shares it, and take the
+// request's context. Without a store they decide in this process with the whole limit, and their
+// results carry SharedErr's error; Local is that process-local window, under a name that says so.
+// Its methods are safe for concurrent use.
+type QuotaPlanLimiter struct {
+	local *QuotaPlanLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the window rule behind the limiter.
+func (l *QuotaPlanLimiter) Rule(plan Plan) *atomicbucket.WindowRule {
+	return l.local.Rule(plan)
+}
+
+// Local returns QuotaPlan decided in this process only, with the whole limit, on a window apart
+// from the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *QuotaPlanLimiter) Local() *QuotaPlanLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is admitted, deciding on the store
+// (see AllowN, whose Result says more: whether the store decided, and why not).
+func (l *QuotaPlanLimiter) Allow(ctx context.Context, plan Plan, key string) bool {
+	return l.AllowN(ctx, plan, key, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that QuotaPlan holds across every
+// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
+// setting (deny) does, and the Result says so (Degraded, Err). Without a store, QuotaPlan's
+// process-local window (Local) decides and Err is SharedErr's error.
+func (l *QuotaPlanLimiter) AllowN(ctx context.Context, plan Plan, key string, cost int64) shared.Result {
+	if plan >= numPlans {
+		return shared.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}
+	}
+	if w := l.sh.windows[2+int(plan)]; w != nil {
+		return w.AllowN(ctx, key, cost)
+	}
+	return shared.Result{
+		Decision: l.local.AllowN(plan, key, cost),
+		Err:      l.sh.err,
+	}
+}
+
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
 // rule allowed, of the most constraining one (the fewest tokens remaining; the first on a tie).
 type TierDecision struct {
@@ -3298,12 +3479,43 @@ var httpPolicyQuotaWide = verdict.Policy{
 	Prefix: "\"QuotaWide\";r=",
 }
 
+// httpPolicyQuotaPlanPlanFree is rule QuotaPlan on the free plan as the RateLimit fields describe
+// it.
+var httpPolicyQuotaPlanPlanFree = verdict.Policy{
+	Name:   "QuotaPlan",
+	Quota:  2,
+	Window: 3600,
+	Limit: atomicbucket.Limit{
+		Tokens: 2,
+		Period: time.Hour,
+		Burst:  2,
+		Refill: atomicbucket.Interval,
+	},
+	Item:   "\"QuotaPlan\";q=2;w=3600",
+	Prefix: "\"QuotaPlan\";r=",
+}
+
+// httpPolicyQuotaPlanPlanPro is rule QuotaPlan on the pro plan as the RateLimit fields describe it.
+var httpPolicyQuotaPlanPlanPro = verdict.Policy{
+	Name:   "QuotaPlan",
+	Quota:  4,
+	Window: 3600,
+	Limit: atomicbucket.Limit{
+		Tokens: 4,
+		Period: time.Hour,
+		Burst:  4,
+		Refill: atomicbucket.Interval,
+	},
+	Item:   "\"QuotaPlan\";q=4;w=3600",
+	Prefix: "\"QuotaPlan\";r=",
+}
+
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser}, RuleQuota: {&httpPolicyQuota, &httpPolicyQuota}, RuleQuotaWide: {&httpPolicyQuotaWide, &httpPolicyQuotaWide}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser}, RuleQuota: {&httpPolicyQuota, &httpPolicyQuota}, RuleQuotaWide: {&httpPolicyQuotaWide, &httpPolicyQuotaWide}, RuleQuotaPlan: {&httpPolicyQuotaPlanPlanFree, &httpPolicyQuotaPlanPlanPro}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}, RuleQuota: {1, 1}, RuleQuotaWide: {1, 1}}
+var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}, RuleQuota: {1, 1}, RuleQuotaWide: {1, 1}, RuleQuotaPlan: {1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
 var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}, {"\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000", "\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000"}}

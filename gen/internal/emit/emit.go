@@ -711,11 +711,35 @@ func emitPlannedWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.
 func emitSharedWindow(r model.Rule) jen.Code {
 	typ, recv := r.TypeName(), jen.Id("l").Op("*").Id(r.TypeName())
 	ctxP := jen.Id("ctx").Qual("context", "Context")
-	var keyP, keyA []jen.Code
+	var keyP, keyA, planP, planA []jen.Code // the plan and the key, as parameters and arguments
 	var storeKey jen.Code = jen.Lit("global") // a global window's one key on the store
+	if r.Planned {
+		planP, planA = []jen.Code{jen.Id("plan").Id("Plan")}, []jen.Code{jen.Id("plan")}
+	}
 	if r.KeyType != "" {
 		keyP, keyA = []jen.Code{jen.Id("key").Id(r.KeyType)}, []jen.Code{jen.Id("key")}
 		storeKey = sharedKey(r, jen.Id("key"))
+	}
+	params := func(first jen.Code, last ...jen.Code) []jen.Code {
+		ps := []jen.Code{}
+		if first != nil {
+			ps = append(ps, first)
+		}
+		return append(append(append(ps, planP...), keyP...), last...)
+	}
+	args := func(first jen.Code, last ...jen.Code) []jen.Code {
+		as := []jen.Code{}
+		if first != nil {
+			as = append(as, first)
+		}
+		return append(append(append(as, planA...), keyA...), last...)
+	}
+	var idx jen.Code = jen.Lit(r.WindowAt)
+	badPlan := jen.Null()
+	if r.Planned { // one window a plan on the store
+		idx = jen.Lit(r.WindowAt).Op("+").Int().Call(jen.Id("plan"))
+		badPlan = jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(jen.Qual(sharedPath, "Result").Values(jen.Dict{
+			jen.Id("Decision"): rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})})))
 	}
 	g := jen.Line()
 	g.Comment(fmt.Sprintf("%s returns %s's limiter over its process-local window; New binds it to the store.", r.CtorName(), r.GoName)).Line()
@@ -727,24 +751,30 @@ func emitSharedWindow(r model.Rule) jen.Code {
 		jen.Id("sh").Op("*").Id("sharedState").Comment("the store, or why there is none"),
 	).Line().Line()
 	g.Comment("Rule returns the window rule behind the limiter.").Line()
-	g.Func().Params(recv).Id("Rule").Params().Op("*").Add(rt("WindowRule")).Block(
-		jen.Return(jen.Id("l").Dot("local").Dot("Rule").Call())).Line().Line()
+	g.Func().Params(recv).Id("Rule").Params(planP...).Op("*").Add(rt("WindowRule")).Block(
+		jen.Return(jen.Id("l").Dot("local").Dot("Rule").Call(planA...))).Line().Line()
 	g.Add(comment(fmt.Sprintf("Local returns %s decided in this process only, with the whole limit, on a window apart "+
 		"from the store's, for tests and tools: what it admits is not counted by any other instance.", r.GoName)))
 	g.Func().Params(recv).Id("Local").Params().Op("*").Id(r.LocalTypeName()).Block(jen.Return(jen.Id("l").Dot("local"))).Line().Line()
 	g.Add(comment("Allow reports whether a request of the rule's default cost is admitted, deciding on the store " +
 		"(see AllowN, whose Result says more: whether the store decided, and why not)."))
-	g.Func().Params(recv).Id("Allow").Params(append([]jen.Code{ctxP}, keyP...)...).Bool().Block(
-		jen.Return(jen.Id("l").Dot("AllowN").Call(append(append([]jen.Code{jen.Id("ctx")}, keyA...), lit(r.Limits[0].Cost))...).Dot("Allowed"))).Line().Line()
+	var costBad jen.Code = jen.Null() // the default cost per plan is looked up first
+	if r.Planned && r.CostDiffers() {
+		costBad = jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(jen.False()))
+	}
+	g.Func().Params(recv).Id("Allow").Params(params(ctxP)...).Bool().Block(
+		costBad,
+		jen.Return(jen.Id("l").Dot("AllowN").Call(args(jen.Id("ctx"), costExpr(r))...).Dot("Allowed"))).Line().Line()
 	g.Add(comment(fmt.Sprintf("AllowN decides a request of cost on the store given to New, so that %s holds across every "+
 		"instance that shares it. It never fails: when the store cannot decide, the rule's on_failure setting (%s) "+
 		"does, and the Result says so (Degraded, Err). Without a store, %s's process-local window (Local) decides "+
 		"and Err is SharedErr's error.", r.GoName, failureWords(r), r.GoName)))
-	g.Func().Params(recv).Id("AllowN").Params(append(append([]jen.Code{ctxP}, keyP...), jen.Id("cost").Int64())...).Qual(sharedPath, "Result").Block(
-		jen.If(jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("windows").Index(jen.Lit(r.WindowAt)), jen.Id("w").Op("!=").Nil()).Block(
+	g.Func().Params(recv).Id("AllowN").Params(params(ctxP, jen.Id("cost").Int64())...).Qual(sharedPath, "Result").Block(
+		badPlan,
+		jen.If(jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("windows").Index(idx), jen.Id("w").Op("!=").Nil()).Block(
 			jen.Return(jen.Id("w").Dot("AllowN").Call(jen.Id("ctx"), storeKey, jen.Id("cost")))),
 		jen.Return(jen.Qual(sharedPath, "Result").Values(jen.Dict{
-			jen.Id("Decision"): jen.Id("l").Dot("local").Dot("AllowN").Call(append(keyA, jen.Id("cost"))...),
+			jen.Id("Decision"): jen.Id("l").Dot("local").Dot("AllowN").Call(args(nil, jen.Id("cost"))...),
 			jen.Id("Err"):      jen.Id("l").Dot("sh").Dot("err"),
 		})),
 	).Line()
@@ -1441,11 +1471,18 @@ func emitShared(m *model.Model) jen.Code {
 				jen.Id("err").Op("!=").Nil()).Block(refused("the shared rules, which run in this process only", jen.Id("err"))))
 	}
 	for _, r := range m.Rules {
-		if r.Shared && r.IsWindow() {
-			w := jen.Id("s").Dot("windows").Index(jen.Lit(r.WindowAt))
+		if !r.Shared || !r.IsWindow() {
+			continue
+		}
+		for i := range r.Limits {
+			w := jen.Id("s").Dot("windows").Index(jen.Lit(r.WindowAt + i))
+			name, limit := r.Name, jen.Id(r.LimitVar())
+			if r.Planned { // a window per plan on the store, named as a bucket rule's plans are
+				name, limit = r.Name+":"+m.Plans[i].Name, jen.Id(r.LimitVar()).Index(jen.Lit(i))
+			}
 			body = append(body,
-				jen.If(jen.List(w, jen.Id("err")).Op("=").Qual(sharedPath, "BindWindow").Call(jen.Id("store"), jen.Lit(m.Namespace), jen.Lit(r.Name), jen.Id(r.LimitVar()), failure(r)),
-					jen.Id("err").Op("!=").Nil()).Block(refused(fmt.Sprintf("the window rule %s, and the shared rules run in this process only", r.Name), jen.Id("err"))))
+				jen.If(jen.List(w, jen.Id("err")).Op("=").Qual(sharedPath, "BindWindow").Call(jen.Id("store"), jen.Lit(m.Namespace), jen.Lit(name), limit, failure(r)),
+					jen.Id("err").Op("!=").Nil()).Block(refused(fmt.Sprintf("the window rule %s, and the shared rules run in this process only", name), jen.Id("err"))))
 		}
 	}
 	body = append(body, jen.Return(jen.Id("s")))

@@ -142,7 +142,7 @@ func (p *parser) validate(doc *policyDoc) *model.Model {
 		switch r := &m.Rules[i]; {
 		case r.Shared && r.IsWindow():
 			r.WindowAt = m.SharedWindows
-			m.SharedWindows++
+			m.SharedWindows += len(r.Limits)
 		case r.Shared:
 			r.SharedAt = shared
 			shared += len(r.Limits)
@@ -392,8 +392,6 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 	switch {
 	case len(rd.plans) > 0 && len(plans) == 0:
 		bad(rd.fields["plans"], "plans given, but the policy declares none; list them at the top: plans: [free, pro]")
-	case len(rd.plans) > 0 && base.Window && r.Shared:
-		bad(rd.plans[0].name, "a shared window rule has one limit for every plan; give each plan a rule of its own, or keep the window in the process")
 	case len(rd.plans) == 0:
 		// No numbers of its own per plan: one bucket set shared by every plan (a
 		// global limit stays global whatever the caller's plan).
