@@ -711,7 +711,7 @@ func emitPlannedWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.
 func emitSharedWindow(r model.Rule) jen.Code {
 	typ, recv := r.TypeName(), jen.Id("l").Op("*").Id(r.TypeName())
 	ctxP := jen.Id("ctx").Qual("context", "Context")
-	var keyP, keyA, planP, planA []jen.Code // the plan and the key, as parameters and arguments
+	var keyP, keyA, planP, planA []jen.Code   // the plan and the key, as parameters and arguments
 	var storeKey jen.Code = jen.Lit("global") // a global window's one key on the store
 	if r.Planned {
 		planP, planA = []jen.Code{jen.Id("plan").Id("Plan")}, []jen.Code{jen.Id("plan")}
