@@ -144,7 +144,7 @@ func TestSharedWindowOnStore(t *testing.T) {
 	}
 	defer st.Close()
 	rule := atomicbucket.MustWindowRule(5, time.Hour)
-	bind := func(name string, f shared.Failure) *shared.SharedWindow {
+	bind := func(name string, f shared.Failure) *shared.Window {
 		w, err := shared.BindWindow(st, "policy", name, rule, f)
 		if err != nil {
 			t.Fatal(err)

@@ -29,7 +29,7 @@ type WindowStore interface {
 // rules.
 var ErrNoWindows = errors.New("the store keeps no window rules")
 
-// SharedWindow is a shared window rule bound to a store, with its failure
+// Window is a shared window rule bound to a store, with its failure
 // setting: what a generated package's shared window limiter checks. While the
 // store cannot answer (an error, or its breaker open after BreakerFailures
 // failures in a row: a dead store costs a local decision, not a timeout a
@@ -37,7 +37,7 @@ var ErrNoWindows = errors.New("the store keeps no window rules")
 // RetryAfter a second), FailAllow admits, FailLocal decides on a window of
 // this process holding the share of the limit (rounded down, at least 1).
 // Its methods are safe for concurrent use.
-type SharedWindow struct {
+type Window struct {
 	c     WindowChecker
 	mode  FailureMode
 	local *atomicbucket.WindowTable[string] // FailLocal's share
@@ -47,7 +47,7 @@ type SharedWindow struct {
 
 // BindWindow binds the window rule named name (namespace, when not empty,
 // before it with a /) with rule's numbers and failure setting f to store.
-func BindWindow(store Store, namespace, name string, rule atomicbucket.WindowRule, f Failure) (w *SharedWindow, err error) {
+func BindWindow(store Store, namespace, name string, rule atomicbucket.WindowRule, f Failure) (w *Window, err error) {
 	ws, ok := store.(WindowStore)
 	if !ok {
 		return nil, fmt.Errorf("%w: %T", ErrNoWindows, store)
@@ -64,7 +64,7 @@ func BindWindow(store Store, namespace, name string, rule atomicbucket.WindowRul
 	if err != nil {
 		return nil, err
 	}
-	w = &SharedWindow{c: c, mode: f.Mode, limit: rule.Limit()}
+	w = &Window{c: c, mode: f.Mode, limit: rule.Limit()}
 	if f.Mode == FailLocal {
 		if !(f.Share > 0 && f.Share <= 1) {
 			return nil, fmt.Errorf("%w, not %v", ErrLocalShare, f.Share)
@@ -81,7 +81,7 @@ func BindWindow(store Store, namespace, name string, rule atomicbucket.WindowRul
 // AllowN decides a request of cost for key on the store, or, when it cannot,
 // by the failure setting (Result.Degraded, Err; Outage for a denial the
 // outage itself makes).
-func (w *SharedWindow) AllowN(ctx context.Context, key string, cost int64) Result {
+func (w *Window) AllowN(ctx context.Context, key string, cost int64) Result {
 	now := int64(atomicbucket.Now())
 	ok, probe := w.br.Allow(now)
 	if !ok {
@@ -102,7 +102,7 @@ func (w *SharedWindow) AllowN(ctx context.Context, key string, cost int64) Resul
 }
 
 // fallback is the failure setting's decision while the store cannot decide.
-func (w *SharedWindow) fallback(key string, cost int64, err error) Result {
+func (w *Window) fallback(key string, cost int64, err error) Result {
 	switch {
 	case w.mode == FailAllow:
 		return Result{Decision: atomicbucket.Decision{Allowed: true, Remaining: w.limit}, Degraded: true, Err: err}
@@ -114,7 +114,7 @@ func (w *SharedWindow) fallback(key string, cost int64, err error) Result {
 
 // Health is nil while the store answers the window's checks; else the last
 // failure, while the breaker is open.
-func (w *SharedWindow) Health() error {
+func (w *Window) Health() error {
 	if _, open := w.br.State(); open == 0 {
 		return nil
 	}

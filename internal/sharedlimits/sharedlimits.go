@@ -309,7 +309,7 @@ var sharedRules = [9]shared.Rule{{
 // err says why not.
 type sharedState struct {
 	bound   shared.Bound
-	windows [4]*shared.SharedWindow // the shared window rules', by WindowAt
+	windows [4]*shared.Window // the shared window rules', by WindowAt
 	err     error
 }
 

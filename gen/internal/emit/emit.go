@@ -1450,7 +1450,7 @@ func emitShared(m *model.Model) jen.Code {
 		stateFields = append(stateFields, jen.Id("bound").Qual(sharedPath, "Bound"))
 	}
 	if m.SharedWindows > 0 {
-		stateFields = append(stateFields, jen.Id("windows").Index(jen.Lit(m.SharedWindows)).Op("*").Qual(sharedPath, "SharedWindow").Comment("the shared window rules', by WindowAt"))
+		stateFields = append(stateFields, jen.Id("windows").Index(jen.Lit(m.SharedWindows)).Op("*").Qual(sharedPath, "Window").Comment("the shared window rules', by WindowAt"))
 	}
 	stateFields = append(stateFields, jen.Id("err").Error())
 	refused := func(what string, err jen.Code) jen.Code {
