@@ -377,7 +377,9 @@ func (r *WindowRule) allowN(w []atomic.Uint64, now, cost int64) (d Decision, ali
 		case !v.fits:
 			return Decision{Remaining: r.limit - v.in, Reset: time.Duration(v.reset), RetryAfter: time.Duration(v.retry)}, true
 		case cost == 0 || r.commit(w, &v, cost):
-			return Decision{Allowed: true, Remaining: r.limit - v.in - cost, Reset: time.Duration(v.reset)}, true
+			// At least 0: a slot claimed and not yet written counts in the
+			// window, by the head's time, while the decision found it left.
+			return Decision{Allowed: true, Remaining: max(r.limit-v.in-cost, 0), Reset: time.Duration(v.reset)}, true
 		}
 	}
 }

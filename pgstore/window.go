@@ -28,6 +28,12 @@ import (
 // as the local window and the Redis script do (see redisstore's
 // windowSource).
 //
+// ww and wl are the window and sub-window the row was written with: a check
+// with other numbers (another version of the rule, during a rolling deploy)
+// carries each group into its own slots as made at the last microsecond of
+// the writer's grain (or now, if sooner), and counts it by its own window,
+// as redisstore's script does.
+//
 // {fn}(rr, kk, w, n, l, cost, at_us) locks the key's row (made first, empty,
 // for a check that can admit, when there is none: two first checks of a key
 // then queue on it), drops what is out, admits cost when what is left plus
@@ -43,6 +49,8 @@ const windowSchema = `CREATE TABLE IF NOT EXISTS {t} (
   s int8[] NOT NULL,
   c int8[] NOT NULL,
   empty_at int8 NOT NULL,
+  ww int8 NOT NULL DEFAULT 0,
+  wl int8 NOT NULL DEFAULT 0,
   PRIMARY KEY (r, k)
 );
 CREATE OR REPLACE FUNCTION {fn}(rr text, kk bytea, w int8, n int8, l int8, cost int8, at_us int8)
@@ -58,16 +66,47 @@ DECLARE
   reset int8 := 0;
   lft int8;
   o int8;
+  rw int8 := w;
+  rl int8 := l;
+  ns int8[];
+  nc int8[];
+  e int8;
+  m int;
 BEGIN
-  SELECT t.s, t.c INTO ss, cs FROM {t} t WHERE t.r = rr AND t.k = kk FOR UPDATE;
+  SELECT t.s, t.c, t.ww, t.wl INTO ss, cs, rw, rl FROM {t} t WHERE t.r = rr AND t.k = kk FOR UPDATE;
   IF NOT FOUND THEN
+    rw := w;
+    rl := l;
     IF cost >= 1 AND cost <= n THEN
-      INSERT INTO {t} (r, k, s, c, empty_at) VALUES (rr, kk, '{}', '{}', 0) ON CONFLICT DO NOTHING;
-      SELECT t.s, t.c INTO ss, cs FROM {t} t WHERE t.r = rr AND t.k = kk FOR UPDATE;
+      INSERT INTO {t} (r, k, s, c, empty_at, ww, wl) VALUES (rr, kk, '{}', '{}', 0, w, l) ON CONFLICT DO NOTHING;
+      SELECT t.s, t.c, t.ww, t.wl INTO ss, cs, rw, rl FROM {t} t WHERE t.r = rr AND t.k = kk FOR UPDATE;
     ELSE
       ss := '{}';
       cs := '{}';
     END IF;
+  END IF;
+  IF rl <> l THEN
+    -- written by another version of the rule (another form or grain): each
+    -- group carried into this one's slots, as made at the last microsecond
+    -- of its grain (or now, if sooner)
+    ns := '{}';
+    nc := '{}';
+    FOR i IN 1..coalesce(array_length(ss, 1), 0) LOOP
+      e := CASE WHEN rl = 0 THEN ss[i] ELSE (ss[i] + 1) * rl - 1 END;
+      IF e > now_us THEN
+        e := now_us;
+      END IF;
+      slot := CASE WHEN l = 0 THEN e ELSE e / l END;
+      m := coalesce(array_length(ns, 1), 0);
+      IF m > 0 AND ns[m] >= slot THEN
+        nc[m] := nc[m] + cs[i];
+      ELSE
+        ns := ns || slot;
+        nc := nc || cs[i];
+      END IF;
+    END LOOP;
+    ss := ns;
+    cs := nc;
   END IF;
   nn := coalesce(array_length(ss, 1), 0);
   WHILE first <= nn LOOP
@@ -101,7 +140,7 @@ BEGIN
       END IF;
       o := CASE WHEN l = 0 THEN slot + w + 1 ELSE (slot + 1) * l + w END;
       reset := o - now_us;
-      UPDATE {t} SET s = ss, c = cs, empty_at = o WHERE r = rr AND k = kk;
+      UPDATE {t} SET s = ss, c = cs, empty_at = o, ww = w, wl = l WHERE r = rr AND k = kk;
     END IF;
     RETURN ARRAY[1, n - inw - cost, 0, reset];
   END IF;

@@ -33,6 +33,7 @@ func TestWindowContract(t *testing.T) {
 	ctx := context.Background()
 	t.Run("MatchesReference", func(t *testing.T) { storetest.WindowMatchesReference(t, openWindow(pool), 12, 200, 30) })
 	t.Run("Edges", func(t *testing.T) { storetest.WindowEdges(t, openWindow(pool)) })
+	t.Run("Versions", func(t *testing.T) { storetest.WindowVersions(t, openWindow(pool)) })
 	t.Run("ExactlyN", func(t *testing.T) { storetest.WindowExactlyN(t, openWindow(pool), 16, 50, 500) })
 	w, err := NewWindow(ctx, pool, "hot50", atomicbucket.MustWindowRule(50, time.Hour), WindowOptions{})
 	if err != nil {

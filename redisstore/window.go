@@ -25,7 +25,12 @@ import (
 //	counted: (slot + 1)·L + W, L = W/16
 //
 // so the store decides as the local window does at microsecond times, and
-// a value holds at most N pairs (exact) or 17 (counted). A check drops the
+// a value holds at most N pairs (exact) or 17 (counted), after a header
+// "W,L|" naming the numbers it was written with. A check with other numbers
+// (another version of the rule, during a rolling deploy) carries each pair
+// into its own slots as made at the last microsecond of the writer's grain
+// (or now, if sooner), and counts it by its own window: in any interval of
+// the shorter window, at most the larger limit is admitted. A check drops the
 // pairs that are out, admits its cost when what is left plus the cost is at
 // most N (adding it to the newest pair when it falls in the same slot), and
 // sets the key to expire when the window empties (an empty window is no key:
@@ -67,10 +72,30 @@ for i = 1, #KEYS do
     st = {s = {}, c = {}, dirty = false}
     local v = redis.call('GET', key)
     if v then
-      for s, c in string.gmatch(v, '(%d+):(%d+)') do
-        st.s[#st.s + 1] = tonumber(s)
-        st.c[#st.c + 1] = tonumber(c)
+      local vw, vl, rest = string.match(v, '^(%d+),(%d+)|(.*)$')
+      vw, vl = tonumber(vw), tonumber(vl)
+      if vw == nil then rest, vw, vl = v, W, L end
+      for s, c in string.gmatch(rest, '(%d+):(%d+)') do
+        s, c = tonumber(s), tonumber(c)
+        if vl ~= L then
+          -- written by another version of the rule (another form or
+          -- grain): each group carried into this one's slots, as made at
+          -- the last microsecond of its grain (or now, if sooner)
+          local e = s
+          if vl > 0 then e = (s + 1) * vl - 1 end
+          if e > now then e = now end
+          s = e
+          if L > 0 then s = math.floor(e / L) end
+        end
+        local n = #st.s
+        if n > 0 and st.s[n] >= s then
+          st.c[n] = st.c[n] + c
+        else
+          st.s[n + 1] = s
+          st.c[n + 1] = c
+        end
       end
+      if vl ~= L or vw ~= W then st.dirty = true end
     end
     states[key] = st
     order[#order + 1] = key
@@ -128,7 +153,7 @@ for _, key in ipairs(order) do
       local parts = {}
       for j = 1, n do parts[j] = string.format('%d:%d', st.s[j], st.c[j]) end
       local ms = math.floor((out(st.s[n]) - now + 999) / 1000) + {{SLACK}}
-      redis.call('SET', key, table.concat(parts, ','), 'PX', math.max(ms, 1))
+      redis.call('SET', key, string.format('%d,%d|', W, L) .. table.concat(parts, ','), 'PX', math.max(ms, 1))
     end
   end
 end

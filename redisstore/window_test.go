@@ -41,6 +41,7 @@ func TestWindowContract(t *testing.T) {
 	c := srv.Client(t)
 	t.Run("MatchesReference", func(t *testing.T) { storetest.WindowMatchesReference(t, openWindow(c, 0), 24, 300, 30) })
 	t.Run("Edges", func(t *testing.T) { storetest.WindowEdges(t, openWindow(c, 0)) })
+	t.Run("Versions", func(t *testing.T) { storetest.WindowVersions(t, openWindow(c, 0)) })
 	t.Run("ExactlyN", func(t *testing.T) { storetest.WindowExactlyN(t, openWindow(c, 0), 64, 50, 1000) })
 	t.Run("ExactlyNCoalesced", func(t *testing.T) { storetest.WindowExactlyN(t, openWindow(c, 64), 64, 50, 1000) })
 }

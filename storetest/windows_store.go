@@ -142,3 +142,47 @@ func WindowExactlyN(t *testing.T, open OpenWindow, callers int, limits ...int64)
 		}
 	}
 }
+
+// WindowVersions: two versions of one window rule side by side, as in a
+// rolling deploy (the same name, other numbers: exact 40 in 2 s and counted
+// 100 in 1.6 s, then exact 10 in 400 ms), checking alternately at explicit
+// microsecond times: each carries what the other wrote into its own form,
+// so in any interval of the shorter window at most the larger limit is
+// admitted, and neither version forgets what the other admitted (a version
+// that read the other's slots as its own would).
+func WindowVersions(t *testing.T, open OpenWindow) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(30, 40))
+	for i, pair := range [][2]atomicbucket.WindowRule{
+		{atomicbucket.MustWindowRule(40, 2*time.Second), atomicbucket.MustWindowRule(100, 1600*time.Millisecond)},
+		{atomicbucket.MustWindowRule(100, 1600*time.Millisecond), atomicbucket.MustWindowRule(10, 400*time.Millisecond)},
+	} {
+		now := time.Unix(1_800_000_000, 0)
+		at := func() time.Time { return now }
+		name := "versions" + strconv.Itoa(i)
+		a, b := open(t, name, pair[0], at), open(t, name, pair[1], at)
+		limit := max(pair[0].Limit(), pair[1].Limit())
+		window := min(pair[0].Window(), pair[1].Window())
+		var adm []reference.Admission
+		admitted := [2]int64{}
+		for step := range 3000 {
+			now = now.Add(time.Duration(rng.Int64N(int64(2*time.Millisecond))) / time.Microsecond * time.Microsecond)
+			v := step % 2
+			cost := 1 + rng.Int64N(3)
+			d, err := []WindowCheck{a, b}[v](ctx, "k", cost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Allowed {
+				admitted[v] += cost
+				adm = append(adm, reference.Admission{Key: "k", At: now.UnixNano(), Cost: cost})
+			}
+		}
+		if err := reference.CheckWindow(limit, int64(window), adm); err != nil {
+			t.Fatalf("versions %v and %v: %v", pair[0].Window(), pair[1].Window(), err)
+		}
+		if admitted[0] == 0 || admitted[1] == 0 {
+			t.Fatalf("versions %v and %v: admitted %v: one version never admitted", pair[0].Window(), pair[1].Window(), admitted)
+		}
+	}
+}
