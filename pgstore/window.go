@@ -248,11 +248,15 @@ func (w *Window) setup(ctx context.Context) error {
 // Window returns the window rule named name in the store's database
 // (shared.WindowStore): its rows in the table named as the store's and
 // "_windows", under the store's namespace, each check bounded by the
-// store's timeout. A database down now is set up by the first check that
-// reaches it.
+// store's timeout. A database down or stalled now (the setup waits the
+// store's timeout) is set up by the first check that reaches it.
 func (s *Store) Window(name string, rule atomicbucket.WindowRule) (shared.WindowChecker, error) {
+	// The setup waits at most the store's timeout: a generated package binds
+	// its windows in New, which a stalled database must not hold up.
+	ctx, cancel := context.WithTimeout(context.Background(), s.Timeout())
+	defer cancel()
 	ns := strings.TrimSuffix(s.b.ns, "/")
-	return NewWindow(context.Background(), s.b.pool, name, rule, WindowOptions{Table: s.b.table + "_windows", Namespace: ns, Timeout: s.Timeout()})
+	return NewWindow(ctx, s.b.pool, name, rule, WindowOptions{Table: s.b.table + "_windows", Namespace: ns, Timeout: s.Timeout()})
 }
 
 // Rule returns the window's numbers.
