@@ -76,8 +76,8 @@ func (t *Table[K]) AllowGreedyAt(key K, now Time, scale, inc, tau int64) bool {
 		if ov := t.ov.Load(); ov != nil {
 			return t.allowOver(ov, key, n, inc/t.rule.emit)
 		}
-		s, ok := t.m.Load(key)
-		if !ok {
+		s := t.m.load(key)
+		if s == nil {
 			if s, _ = t.create(key, n); s == nil {
 				return t.atCap == AllowAtCap && t.rule.debt+inc <= tau
 			}

@@ -217,10 +217,11 @@ func TestZeroAllocsAfterChange(t *testing.T) {
 func TestSlotKeepsItsNumbers(t *testing.T) {
 	var freed atomic.Int64
 	slots := make([]*slot, 0, 300)
+	m := newKeyMap[string](true, 0, 0)
 	for i := range 300 {
-		s, key := newSlot(strings.Repeat("k", i+1))
-		if len(key) != i+1 || uintptr(unsafe.Pointer(unsafe.StringData(key))) != uintptr(unsafe.Pointer(s))+slotSize {
-			t.Fatalf("key %d is not beside its slot", i)
+		s := m.newNode(strings.Repeat("k", i+1), int64(i))
+		if key := m.keyOf(s); key != strings.Repeat("k", i+1) || m.anchorOf(s) != int64(i) || uintptr(unsafe.Pointer(unsafe.StringData(key))) <= uintptr(unsafe.Pointer(s)) {
+			t.Fatalf("key %d is not in its node", i)
 		}
 		n := &numbers{since: int64(i)}
 		runtime.SetFinalizer(n, func(*numbers) { freed.Add(1) })

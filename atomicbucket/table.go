@@ -4,14 +4,12 @@ import (
 	"context"
 	"hash/maphash"
 	"math"
-	"reflect"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
 
-	"github.com/puzpuzpuz/xsync/v3"
 	"golang.org/x/sys/cpu"
 )
 
@@ -73,11 +71,12 @@ type TableOptions struct {
 	KeyHash any
 }
 
-// slot is one key's bucket. It is not padded: keyed buckets are many and mostly
-// cold, so bytes per key matter more than false sharing.
+// slot is one key's bucket, at the front of its node (keymap.go), which also
+// holds its key and, for a rule whose interval grid is placed by the key, the
+// grid's anchor. It is not padded: keyed buckets are many and mostly cold, so
+// bytes per key matter more than false sharing.
 type slot struct {
-	tat    atomic.Int64 // theoretical arrival time in the rule's units; dead (−1) once swept or converted
-	anchor int64        // interval rules: the grid anchor in ns since epoch, placed by the key (phase.go)
+	tat atomic.Int64 // theoretical arrival time in the rule's units; dead (−1) once swept or converted
 	// nums is the installation of numbers the word is written in; nil for the
 	// table's own rule (the policy's numbers). It never changes: a bucket
 	// moved to other numbers is a new slot (numbers.go).
@@ -140,10 +139,12 @@ func (c *reclaimer) filled(r *Rule, tat, anchor int64) {
 
 // Table is a set of token buckets, one per key, created on a key's first
 // check that takes tokens. Its methods are safe for concurrent use; checks on
-// existing keys take no lock and never allocate (a new key takes the map's
-// bucket lock once). A table never keeps the key string a caller passes (a new
-// key is copied into its bucket's allocation), so a key may be read from a
-// buffer the caller reuses once the call returns.
+// existing keys take no lock and never allocate (a new key takes the lock of
+// its shard of the map once). A table never keeps the key string a caller
+// passes (a new key is copied into its bucket's allocation), so a key may be
+// read from a buffer the caller reuses once the call returns. A key costs its
+// node (the bucket's word, its numbers, the key; 32 bytes for a 13-byte string
+// key) and about 13 bytes of the map (keymap.go).
 //
 // A table keeps itself: a bucket full for SweepGrace is reclaimed when a new
 // key meets the key cap, and by a sweep the table runs by itself when new keys
@@ -157,7 +158,7 @@ func (c *reclaimer) filled(r *Rule, tat, anchor int64) {
 //
 // Build one with NewTable; the zero Table is not usable.
 type Table[K comparable] struct {
-	m *xsync.MapOf[K, *slot]
+	m *keyMap[K]
 	// ov is nil until the table's numbers first change (table_numbers.go);
 	// every check loads it once, and takes the general path when it is set.
 	ov      atomic.Pointer[overlay[K]]
@@ -178,11 +179,7 @@ type Table[K comparable] struct {
 
 // NewTable returns an empty table of buckets for rule r.
 func NewTable[K comparable](r Rule, o TableOptions) *Table[K] {
-	var opts []func(*xsync.MapConfig)
-	if o.Presize > 0 {
-		opts = append(opts, xsync.WithPresize(o.Presize))
-	}
-	t := &Table[K]{m: xsync.NewMapOf[K, *slot](opts...), rule: r, maxKeys: o.MaxKeys, atCap: o.AtCap, seed: maphash.MakeSeed()}
+	t := &Table[K]{m: newKeyMap[K](r.mode == modeAnchored, r.anchorFor(0), o.Presize), rule: r, maxKeys: o.MaxKeys, atCap: o.AtCap, seed: maphash.MakeSeed()}
 	t.hashFn, _ = o.KeyHash.(func(K) uint64)
 	t.base.rule, t.base.origin = r, FromPolicy
 	t.reclaim.next.Store(math.MaxInt64)
@@ -228,13 +225,14 @@ func (t *Table[K]) Stats() TableStats {
 
 // create makes key's bucket at now (ns), or returns the one another goroutine
 // just made; nil when the key is new and the table is at its cap with nothing
-// to reclaim, with the time (ns) from which one can be. It is the slow path of every check that takes tokens, which looks
-// the key up with the map's Load inline (a helper doing both would be a call
+// to reclaim, with the time (ns) from which one can be. It is the slow path of
+// every check that takes tokens, which looks the key up with the map's load
+// inline (a helper doing both would be a call
 // frame more: two calls exceed the inliner's budget). A slot a check gets may
 // be dead by the time it is used: checks retry then.
 func (t *Table[K]) create(key K, now int64) (*slot, int64) {
 	for !t.claimKey() {
-		if s, ok := t.m.Load(key); ok { // created meanwhile by another goroutine
+		if s := t.m.load(key); s != nil { // created meanwhile by another goroutine
 			return s, 0
 		}
 		freed, next := t.reclaimAt(now)
@@ -249,14 +247,17 @@ func (t *Table[K]) create(key K, now int64) (*slot, int64) {
 			return nil, next
 		}
 	}
-	s, k := newSlot(key)
-	s.anchor = t.rule.anchorFor(t.gridHash(key)) // the same under any numbers: an interval rule's period never changes
+	var anchor int64 // the same under any numbers: an interval rule's period never changes
+	if t.m.anchored {
+		anchor = t.rule.anchorFor(t.gridHash(key))
+	}
+	s := t.m.newNode(key, anchor)
 	r := &t.rule
 	// The bucket is made in the numbers in force for the key, read under the
 	// map's lock for it, which a change of the key's own numbers takes after
 	// installing them (settle): a bucket made before the change's turn is
 	// converted by it, one made after reads the new numbers.
-	got, _ := t.m.Compute(k, func(cur *slot, found bool) (*slot, bool) {
+	got := t.m.compute(key, func(cur *slot, found bool) (*slot, bool) {
 		if found {
 			return cur, false // made meanwhile by another goroutine
 		}
@@ -265,10 +266,10 @@ func (t *Table[K]) create(key K, now int64) (*slot, int64) {
 				s.nums = nil
 			}
 			r = &t.numsOf(s).rule
-			s.tat.Store(r.freshChanged(t.reclaim.env.Load(), now, s.anchor))
+			s.tat.Store(r.freshChanged(t.reclaim.env.Load(), now, t.m.anchorOf(s)))
 			return s, false
 		}
-		s.tat.Store(r.fresh(now, s.anchor))
+		s.tat.Store(r.fresh(now, t.m.anchorOf(s)))
 		return s, false
 	})
 	loaded := got != s
@@ -276,7 +277,7 @@ func (t *Table[K]) create(key K, now int64) (*slot, int64) {
 		t.keys.Add(-1)
 		return got, 0
 	}
-	t.reclaim.filled(r, s.tat.Load(), s.anchor)
+	t.reclaim.filled(r, s.tat.Load(), t.m.anchorOf(s))
 	if n := t.keys.Load(); n > t.reclaim.sweepAt.Load() && t.reclaim.sweeping.CompareAndSwap(false, true) {
 		t.sweepHeld(now)
 	}
@@ -314,53 +315,8 @@ func (t *Table[K]) reclaimAt(now int64) (freed bool, next int64) {
 	}
 }
 
-// newSlot allocates a bucket for key. For a non-empty string key it copies the
-// key's bytes into the same allocation, right after the slot, and returns the
-// key pointing at that copy: the map's key comparison on a lookup then brings
-// the bucket's cache line in with it (one memory miss fewer per check on large
-// tables), and the table never keeps a caller's larger buffer alive through a
-// substring key. The block is of a struct type made for its size (slotBlock),
-// so that the collector sees the slot's pointer and skips the key's bytes.
-func newSlot[K comparable](key K) (*slot, K) {
-	ks, ok := any(key).(string)
-	if !ok || len(ks) == 0 {
-		return new(slot), key
-	}
-	p := reflect.New(slotBlock(len(ks))).UnsafePointer()
-	kp := unsafe.Add(p, slotSize)
-	copy(unsafe.Slice((*byte)(kp), len(ks)), ks)
-	return (*slot)(p), any(unsafe.String((*byte)(kp), len(ks))).(K)
-}
-
-// slotSize is the bytes a slot takes at the front of a co-allocated block.
+// slotSize is the bytes a slot takes at the front of its node.
 const slotSize = unsafe.Sizeof(slot{})
-
-// slotBlocks are the block types of newSlot, by key length in 8-byte steps:
-// struct{ S slot; K [8·i]byte }.
-var slotBlocks [33]atomic.Pointer[reflect.Type]
-
-// slotBlock is the type of a block for a slot and a key of n bytes: a key up
-// to 256 bytes gets the block of its 8-byte step (made once), a longer one
-// its own.
-func slotBlock(n int) reflect.Type {
-	i := (n + 7) / 8
-	if i >= len(slotBlocks) {
-		return blockOf(n)
-	}
-	if t := slotBlocks[i].Load(); t != nil {
-		return *t
-	}
-	t := blockOf(8 * i)
-	slotBlocks[i].Store(&t)
-	return t
-}
-
-func blockOf(n int) reflect.Type {
-	return reflect.StructOf([]reflect.StructField{
-		{Name: "S", Type: reflect.TypeFor[slot]()},
-		{Name: "K", Type: reflect.ArrayOf(n, reflect.TypeFor[byte]())},
-	})
-}
 
 // claimKey counts one more key, unless that would pass the cap. The count never
 // exceeds the cap, even for a moment, so Len is a true bound on the map's size.
@@ -402,8 +358,8 @@ func (t *Table[K]) AllowAt(key K, now Time) bool {
 		if ov := t.ov.Load(); ov != nil {
 			return t.allowOver(ov, key, n, 1)
 		}
-		s, ok := t.m.Load(key)
-		if !ok {
+		s := t.m.load(key)
+		if s == nil {
 			if s, _ = t.create(key, n); s == nil {
 				return t.atCap == AllowAtCap && t.rule.debt+t.rule.emit <= t.rule.tau
 			}
@@ -411,7 +367,7 @@ func (t *Table[K]) AllowAt(key K, now Time) bool {
 		if s.nums != nil {
 			continue // written in other numbers: the table's have changed since ov was loaded
 		}
-		nowU := t.rule.units(n, s.anchor)
+		nowU := t.rule.units(n, t.m.anchorOf(s))
 		tat, ok := advance(&s.tat, nowU, t.rule.emit, nowU+t.rule.tau)
 		if tat >= 0 {
 			return ok
@@ -433,8 +389,8 @@ func (t *Table[K]) AllowNAt(key K, now Time, cost int64) Decision {
 		if ov := t.ov.Load(); ov != nil {
 			return t.allowNOver(ov, key, n, cost)
 		}
-		s, ok := t.m.Load(key)
-		if !ok {
+		s := t.m.load(key)
+		if s == nil {
 			if cost <= 0 || cost > t.rule.burst {
 				return t.absent(key, n, cost)
 			}
@@ -446,14 +402,14 @@ func (t *Table[K]) AllowNAt(key K, now Time, cost int64) Decision {
 		if s.nums != nil {
 			continue
 		}
-		nowU := t.rule.units(n, s.anchor)
+		nowU := t.rule.units(n, t.m.anchorOf(s))
 		if cost < 0 || cost > t.rule.burst {
-			return t.rule.outOfRange(s.tat.Load(), n, nowU, s.anchor)
+			return t.rule.outOfRange(s.tat.Load(), n, nowU, t.m.anchorOf(s))
 		}
 		inc := cost * t.rule.emit
 		tat, ok := advance(&s.tat, nowU, inc, nowU+t.rule.tau)
 		if tat >= 0 {
-			return t.rule.decide(ok, tat, inc, n, nowU, s.anchor)
+			return t.rule.decide(ok, tat, inc, n, nowU, t.m.anchorOf(s))
 		}
 		retry()
 	}
@@ -490,12 +446,12 @@ func (t *Table[K]) PeekAt(key K, now Time, cost int64) Decision {
 	if ov := t.ov.Load(); ov != nil {
 		return t.peekOver(ov, key, n, cost)
 	}
-	if s, ok := t.m.Load(key); ok {
+	if s := t.m.load(key); s != nil {
 		if s.nums != nil {
 			return t.PeekAt(key, now, cost) // the numbers changed since ov was loaded
 		}
 		if tat := s.tat.Load(); tat >= 0 {
-			return t.rule.peek(tat, n, s.anchor, cost)
+			return t.rule.peek(tat, n, t.m.anchorOf(s), cost)
 		}
 	}
 	// A key with no bucket (or a swept one) would get a new bucket.
@@ -517,12 +473,12 @@ func (t *Table[K]) RefundAt(key K, now Time, cost int64) {
 		if cost <= 0 || cost > t.rule.burst {
 			return
 		}
-		s, ok := t.m.Load(key)
-		if !ok {
+		s := t.m.load(key)
+		if s == nil {
 			return
 		}
-		if s.nums == nil && giveBack(&s.tat, t.rule.units(n, s.anchor), cost*t.rule.emit) {
-			t.reclaim.filled(&t.rule, s.tat.Load(), s.anchor)
+		if s.nums == nil && giveBack(&s.tat, t.rule.units(n, t.m.anchorOf(s)), cost*t.rule.emit) {
+			t.reclaim.filled(&t.rule, s.tat.Load(), t.m.anchorOf(s))
 			return
 		}
 		retry() // swept (it was full: nothing to give back, as the next look finds) or converted
@@ -542,8 +498,8 @@ func (t *Table[K]) ReserveAt(key K, now Time, cost int64, maxWait time.Duration)
 		if ov := t.ov.Load(); ov != nil {
 			return t.reserveOver(ov, key, now, cost, maxWait)
 		}
-		s, ok := t.m.Load(key)
-		if !ok {
+		s := t.m.load(key)
+		if s == nil {
 			if cost <= 0 || cost > t.rule.burst {
 				return immediate(t.absent(key, n, cost), now) // takes nothing: no bucket made
 			}
@@ -556,7 +512,7 @@ func (t *Table[K]) ReserveAt(key K, now Time, cost int64, maxWait time.Duration)
 		if s.nums != nil {
 			continue
 		}
-		if res, alive := t.rule.reserve(&s.tat, n, s.anchor, cost, maxWait); alive {
+		if res, alive := t.rule.reserve(&s.tat, n, t.m.anchorOf(s), cost, maxWait); alive {
 			res.owner, res.nums = &t.reclaim, &t.base
 			return res
 		}
@@ -606,7 +562,7 @@ func (t *Table[K]) sweepHeld(now int64) int {
 	env := t.reclaim.env.Load()
 	removed := 0
 	t.reclaim.next.Store(math.MaxInt64)
-	t.m.Range(func(key K, s *slot) bool {
+	t.m.rangeNodes(func(key K, s *slot) bool {
 		tat := s.tat.Load()
 		if tat < 0 {
 			return true
@@ -620,17 +576,17 @@ func (t *Table[K]) sweepHeld(now int64) int {
 			return true
 		}
 		r := &n.rule
-		if !r.fullFor(env, tat, s.anchor, graced) {
-			t.reclaim.filled(r, tat, s.anchor)
+		if !r.fullFor(env, tat, t.m.anchorOf(s), graced) {
+			t.reclaim.filled(r, tat, t.m.anchorOf(s))
 			return true
 		}
-		t.m.Compute(key, func(cur *slot, loaded bool) (*slot, bool) {
+		t.m.compute(key, func(cur *slot, loaded bool) (*slot, bool) {
 			if !loaded || cur != s {
 				return cur, !loaded // gone, or replaced by a new bucket: leave it
 			}
 			tat := s.tat.Load()
-			if !r.fullFor(env, tat, s.anchor, graced) || !s.tat.CompareAndSwap(tat, dead) {
-				t.reclaim.filled(r, s.tat.Load(), s.anchor) // in use again
+			if !r.fullFor(env, tat, t.m.anchorOf(s), graced) || !s.tat.CompareAndSwap(tat, dead) {
+				t.reclaim.filled(r, s.tat.Load(), t.m.anchorOf(s)) // in use again
 				return cur, false
 			}
 			removed++

@@ -67,7 +67,7 @@ func (t *Table[K]) numsOf(s *slot) *numbers {
 // not yet recorded) is left to the changer, which settles the key after it:
 // until then the bucket's numbers are the ones in force.
 func (t *Table[K]) settle(key K) {
-	t.m.Compute(key, func(cur *slot, loaded bool) (*slot, bool) {
+	t.m.compute(key, func(cur *slot, loaded bool) (*slot, bool) {
 		if !loaded {
 			return nil, true // no bucket: nothing to convert
 		}
@@ -101,19 +101,20 @@ func (t *Table[K]) settle(key K) {
 		}
 		n = from
 		for _, s := range chain {
-			w = convertWord(&n.rule, &s.to.rule, s.env, w, cur.anchor, s.at, s.carry)
+			w = convertWord(&n.rule, &s.to.rule, s.env, w, t.m.anchorOf(cur), s.at, s.carry)
 			n = s.to
 		}
 		if own != nil {
-			w = convertWord(&n.rule, &own.rule, own.env, w, cur.anchor, own.since, own.carryIn)
+			w = convertWord(&n.rule, &own.rule, own.env, w, t.m.anchorOf(cur), own.since, own.carryIn)
 			n = own
 		}
-		next := &slot{anchor: cur.anchor, nums: n}
+		next := t.m.again(cur)
+		next.nums = n
 		if n == &t.base {
 			next.nums = nil
 		}
 		next.tat.Store(w)
-		t.reclaim.filled(&n.rule, w, cur.anchor)
+		t.reclaim.filled(&n.rule, w, t.m.anchorOf(cur))
 		return next, false
 	})
 }
@@ -125,8 +126,7 @@ func (t *Table[K]) settle(key K) {
 // ov is the overlay the caller loaded (not nil).
 func (t *Table[K]) current(ov *overlay[K], key K, now int64, mk bool) (s *slot, n *numbers, next int64) {
 	for {
-		var ok bool
-		if s, ok = t.m.Load(key); !ok {
+		if s = t.m.load(key); s == nil {
 			if !mk {
 				return nil, ov.forKey(key), 0
 			}
@@ -155,7 +155,7 @@ func (t *Table[K]) allowOver(ov *overlay[K], key K, now, cost int64) bool {
 		if s == nil {
 			return t.atCap == AllowAtCap && r.debt+cost*r.emit <= r.tau
 		}
-		nowU := r.units(now, s.anchor)
+		nowU := r.units(now, t.m.anchorOf(s))
 		tat, ok := advance(&s.tat, nowU, cost*r.emit, nowU+r.tau)
 		if tat >= 0 {
 			return ok
@@ -178,16 +178,16 @@ func (t *Table[K]) allowNOver(ov *overlay[K], key K, now, cost int64) Decision {
 		case s == nil:
 			return Decision{RetryAfter: time.Duration(next - now)} // at the cap
 		}
-		nowU := r.units(now, s.anchor)
+		nowU := r.units(now, t.m.anchorOf(s))
 		if cost < 0 || cost > r.burst {
 			if tat := s.tat.Load(); tat >= 0 {
-				return r.outOfRange(tat, now, nowU, s.anchor)
+				return r.outOfRange(tat, now, nowU, t.m.anchorOf(s))
 			}
 		} else {
 			inc := cost * r.emit
 			tat, ok := advance(&s.tat, nowU, inc, nowU+r.tau)
 			if tat >= 0 {
-				return r.decide(ok, tat, inc, now, nowU, s.anchor)
+				return r.decide(ok, tat, inc, now, nowU, t.m.anchorOf(s))
 			}
 		}
 		retry()
@@ -210,7 +210,7 @@ func (t *Table[K]) peekOver(ov *overlay[K], key K, now, cost int64) Decision {
 			return t.absentIn(&n.rule, key, now, cost)
 		}
 		if tat := s.tat.Load(); tat >= 0 {
-			return n.rule.peek(tat, now, s.anchor, cost)
+			return n.rule.peek(tat, now, t.m.anchorOf(s), cost)
 		}
 		retry()
 		ov = t.ov.Load()
@@ -225,8 +225,8 @@ func (t *Table[K]) refundOver(ov *overlay[K], key K, now, cost int64) {
 		if s == nil || cost <= 0 || cost > r.burst {
 			return
 		}
-		if giveBack(&s.tat, r.units(now, s.anchor), cost*r.emit) {
-			t.reclaim.filled(r, s.tat.Load(), s.anchor)
+		if giveBack(&s.tat, r.units(now, t.m.anchorOf(s)), cost*r.emit) {
+			t.reclaim.filled(r, s.tat.Load(), t.m.anchorOf(s))
 			return
 		}
 		retry()
@@ -248,7 +248,7 @@ func (t *Table[K]) reserveOver(ov *overlay[K], key K, now Time, cost int64, maxW
 		case s == nil:
 			return immediate(Decision{RetryAfter: time.Duration(next - n)}, now)
 		}
-		if res, alive := r.reserve(&s.tat, n, s.anchor, cost, maxWait); alive {
+		if res, alive := r.reserve(&s.tat, n, t.m.anchorOf(s), cost, maxWait); alive {
 			res.owner, res.nums = &t.reclaim, nm
 			return res
 		}
@@ -398,7 +398,7 @@ func (t *Table[K]) ResetAt(key K, now Time) bool {
 	at := clampNow(now)
 	var made *slot
 	r := &t.rule
-	t.m.Compute(key, func(cur *slot, loaded bool) (*slot, bool) {
+	t.m.compute(key, func(cur *slot, loaded bool) (*slot, bool) {
 		if !loaded {
 			return nil, true
 		}
@@ -415,20 +415,20 @@ func (t *Table[K]) ResetAt(key K, now Time) bool {
 		// create makes a bucket, but full only from now: a bucket full since
 		// its reset counts as full at a later change once full long enough,
 		// like any other (Carry), so a reset never mints through a change.
-		made = &slot{anchor: cur.anchor}
+		made = t.m.again(cur)
 		if ov := t.ov.Load(); ov != nil {
 			if made.nums = ov.forKey(key); made.nums == &t.base {
 				made.nums = nil
 			}
 			r = &t.numsOf(made).rule
 		}
-		made.tat.Store(r.fresh(at, made.anchor))
+		made.tat.Store(r.fresh(at, t.m.anchorOf(made)))
 		return made, false
 	})
 	if made == nil {
 		return false
 	}
-	t.reclaim.filled(r, made.tat.Load(), made.anchor)
+	t.reclaim.filled(r, made.tat.Load(), t.m.anchorOf(made))
 	return true
 }
 

@@ -17,8 +17,8 @@ func TestSweepTombstone(t *testing.T) {
 	tb := NewTable[string](r, TableOptions{})
 	t0 := hour
 	tb.AllowNAt("k", t0-Time(time.Second), 1) // creates a bucket, full again at t0
-	stale, ok := tb.m.Load("k")
-	if !ok {
+	stale := tb.m.load("k")
+	if stale == nil {
 		t.Fatal("bucket not created")
 	}
 	later := t0 + Time(SweepGrace) + Time(time.Second)
@@ -29,7 +29,7 @@ func TestSweepTombstone(t *testing.T) {
 		t.Fatalf("a removed bucket's word is %d, want the tombstone %d", tat, dead)
 	}
 	// The stale check consumes through the pointer it loaded before the sweep.
-	nowU := r.units(int64(later), stale.anchor)
+	nowU := r.units(int64(later), tb.m.anchorOf(stale))
 	if tat, ok := advance(&stale.tat, nowU, r.emit, nowU+r.tau); ok || tat >= 0 {
 		t.Fatalf("consumption from a removed bucket: advance = (%d, %v), want the tombstone and false", tat, ok)
 	}
@@ -41,7 +41,7 @@ func TestSweepTombstone(t *testing.T) {
 	if d := tb.AllowNAt("k", later, 2); !d.Allowed || tb.Len() != 1 {
 		t.Fatalf("after the sweep: %+v with %d keys, want the burst from a new bucket", d, tb.Len())
 	}
-	if fresh, _ := tb.m.Load("k"); fresh == stale {
+	if tb.m.load("k") == stale {
 		t.Fatal("the table still holds the removed bucket")
 	}
 	if d := tb.AllowNAt("k", later, 1); d.Allowed {
