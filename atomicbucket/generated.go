@@ -82,7 +82,7 @@ func (t *Table[K]) AllowGreedyAt(key K, now Time, scale, inc, tau int64) bool {
 				return t.atCap == AllowAtCap && t.rule.debt+inc <= tau
 			}
 		}
-		if s.nums != nil {
+		if t.m.hasNums(s) {
 			continue // written in other numbers: the table's have changed since ov was loaded
 		}
 		nowU := n * scale

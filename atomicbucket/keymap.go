@@ -11,10 +11,15 @@ import (
 )
 
 // keyMap is a table's map from keys to buckets. A bucket and its key live in
-// one allocation, a node: the slot first, then, for a rule whose interval grid
-// is placed by the key, the grid's anchor, then the key (a string key's bytes,
-// preceded by their length as a uvarint; any other key as a value of its
-// type). The map itself is open addressing over groups of seven node pointers
+// one allocation, a node: the slot (the bucket's word) first, then, for a rule
+// whose interval grid is placed by the key, the grid's anchor, then the key,
+// then the numbers the word is written in, when they are not the table's own
+// (slot.nums: numbers.go). A string key is stored as a uvarint of its length
+// times two, plus one when the node holds numbers, and its bytes; the numbers'
+// pointer follows, 8-byte aligned, only then: a key that never has numbers of
+// its own pays nothing for them, and its node holds no pointer for the
+// collector to scan. Any other key is stored as a value of its type, and its
+// node always has the pointer. The map itself is open addressing over groups of seven node pointers
 // that share a 64-byte line with their control word, in shards that each grow
 // on their own.
 //
@@ -27,8 +32,9 @@ import (
 // it retries. That is why the map holds pointers to nodes and never moves one.
 //
 // Per key, in a map that has grown to hold it: the node (a 13-byte string key
-// and a greedy rule: 16 + 1 + 13 bytes, a 32-byte allocation) and 64/7 bytes
-// a pointer at a load between 7/16 and 7/8.
+// under a rule without a keyed grid, in the table's own numbers: 8 + 1 + 13
+// bytes, a 24-byte allocation) and 64/7 bytes a pointer at a load between 5/8
+// and 7/8.
 type keyMap[K comparable] struct {
 	shards   [mapShards]mapShard
 	seed     maphash.Seed
@@ -36,6 +42,7 @@ type keyMap[K comparable] struct {
 	anchored bool    // nodes hold a grid anchor after the slot
 	fixed    int64   // every node's anchor when they hold none
 	keyOff   uintptr // the key's offset in a node
+	numsOff  uintptr // the offset of the numbers' pointer in a node of a key that is not a string
 	typ      reflect.Type
 }
 
@@ -80,9 +87,11 @@ func newKeyMap[K comparable](anchored bool, fixed int64, presize int) *keyMap[K]
 		if anchored {
 			fields = append(fields, reflect.StructField{Name: "A", Type: reflect.TypeFor[int64]()})
 		}
-		fields = append(fields, reflect.StructField{Name: "K", Type: reflect.TypeFor[K]()})
+		fields = append(fields, reflect.StructField{Name: "K", Type: reflect.TypeFor[K]()},
+			reflect.StructField{Name: "N", Type: reflect.TypeFor[*numbers]()})
 		m.typ = reflect.StructOf(fields)
-		m.keyOff = m.typ.Field(len(fields) - 1).Offset
+		m.keyOff = m.typ.Field(len(fields) - 2).Offset
+		m.numsOff = m.typ.Field(len(fields) - 1).Offset
 	}
 	if presize > 0 {
 		for i := range m.shards {
@@ -170,16 +179,45 @@ func (m *keyMap[K]) keyIs(s *slot, key K) bool {
 
 // nodeString is the string key stored at off in node p (pointing into the node).
 func nodeString(p unsafe.Pointer, off uintptr) string {
-	b := unsafe.Add(p, off)
-	n := uint64(*(*byte)(b))
-	w := uintptr(1)
-	if n >= 0x80 {
-		var k int
-		n, k = binary.Uvarint(unsafe.Slice((*byte)(b), binary.MaxVarintLen64))
-		w = uintptr(k)
-	}
-	return unsafe.String((*byte)(unsafe.Add(b, w)), int(n))
+	n, w := strHeader(p, off)
+	return unsafe.String((*byte)(unsafe.Add(p, off+w)), int(n>>1))
 }
+
+// strHeader is the header of the string key stored at off in node p (its
+// length times two, plus one when the node holds numbers) and its width.
+func strHeader(p unsafe.Pointer, off uintptr) (uint64, uintptr) {
+	b := unsafe.Add(p, off)
+	if n := uint64(*(*byte)(b)); n < 0x80 {
+		return n, 1
+	}
+	n, k := binary.Uvarint(unsafe.Slice((*byte)(b), binary.MaxVarintLen64))
+	return n, uintptr(k)
+}
+
+// hasNums reports whether node s holds numbers (is written in numbers other
+// than the table's own): one load from the node, for the checks' fast path.
+func (m *keyMap[K]) hasNums(s *slot) bool {
+	p := unsafe.Pointer(s)
+	if m.str {
+		return *(*byte)(unsafe.Add(p, m.keyOff))&1 != 0
+	}
+	return *(**numbers)(unsafe.Add(p, m.numsOff)) != nil
+}
+
+// numsOf is the numbers node s holds; nil for the table's own.
+func (m *keyMap[K]) numsOf(s *slot) *numbers {
+	p := unsafe.Pointer(s)
+	if !m.str {
+		return *(**numbers)(unsafe.Add(p, m.numsOff))
+	}
+	n, w := strHeader(p, m.keyOff)
+	if n&1 == 0 {
+		return nil
+	}
+	return *(**numbers)(unsafe.Add(p, align8(m.keyOff+w+uintptr(n>>1))))
+}
+
+func align8(n uintptr) uintptr { return (n + 7) &^ 7 }
 
 // keyOf is the key of node s. A string key points into the node.
 func (m *keyMap[K]) keyOf(s *slot) K {
@@ -200,21 +238,33 @@ func (m *keyMap[K]) anchorOf(s *slot) int64 {
 }
 
 // newNode allocates a node for key with the given anchor (ignored when nodes
-// hold none) and a zero word. A string key's bytes are copied into it, so the
-// map never keeps a caller's buffer.
-func (m *keyMap[K]) newNode(key K, anchor int64) *slot {
+// hold none), the numbers its word is written in (nil: the table's own) and a
+// zero word. A string key's bytes are copied into it, so the map never keeps a
+// caller's buffer.
+func (m *keyMap[K]) newNode(key K, anchor int64, nums *numbers) *slot {
 	var p unsafe.Pointer
 	if m.str {
 		k := *(*string)(unsafe.Pointer(&key))
+		h := uint64(len(k)) << 1
+		if nums != nil {
+			h |= 1
+		}
 		var lb [binary.MaxVarintLen64]byte
-		w := binary.PutUvarint(lb[:], uint64(len(k)))
-		p = reflect.New(nodeBlock(int(m.keyOff-slotSize) + w + len(k))).UnsafePointer()
+		w := binary.PutUvarint(lb[:], h)
+		after := int(m.keyOff-slotSize) + w + len(k) // the bytes after the slot
+		if nums == nil {
+			p = reflect.New(nodeBlock(after)).UnsafePointer()
+		} else {
+			p = reflect.New(nodeBlockNums(after)).UnsafePointer()
+			*(**numbers)(unsafe.Add(p, align8(slotSize+uintptr(after)))) = nums
+		}
 		kp := unsafe.Add(p, m.keyOff)
-		copy(unsafe.Slice((*byte)(kp), w+len(k)), lb[:w])
+		copy(unsafe.Slice((*byte)(kp), w), lb[:w])
 		copy(unsafe.Slice((*byte)(unsafe.Add(kp, w)), len(k)), k)
 	} else {
 		p = reflect.New(m.typ).UnsafePointer()
 		*(*K)(unsafe.Add(p, m.keyOff)) = key
+		*(**numbers)(unsafe.Add(p, m.numsOff)) = nums
 	}
 	if m.anchored {
 		*(*int64)(unsafe.Add(p, slotSize)) = anchor
@@ -222,34 +272,47 @@ func (m *keyMap[K]) newNode(key K, anchor int64) *slot {
 	return (*slot)(p)
 }
 
-// again is a node for s's key and anchor, for a bucket that replaces s.
-func (m *keyMap[K]) again(s *slot) *slot { return m.newNode(m.keyOf(s), m.anchorOf(s)) }
+// again is a node for s's key and anchor, written in nums, for a bucket that
+// replaces s.
+func (m *keyMap[K]) again(s *slot, nums *numbers) *slot {
+	return m.newNode(m.keyOf(s), m.anchorOf(s), nums)
+}
 
-// nodeBlocks are the node types of string keys, by the bytes after the slot
-// in 8-byte steps: struct{ S slot; B [8·i]byte }. The collector sees the slot's
-// pointer and skips the bytes.
-var nodeBlocks [36]atomic.Pointer[reflect.Type]
+// nodeBlocks are the node types of string keys without numbers, by the bytes
+// after the slot in 8-byte steps: struct{ S slot; B [8·i]byte }, which the
+// collector need not scan. nodeBlocksNums are those with numbers:
+// struct{ S slot; B [8·i]byte; N *numbers }.
+var nodeBlocks, nodeBlocksNums [36]atomic.Pointer[reflect.Type]
 
-// nodeBlock is the type of a node with n bytes after its slot: up to 280
-// bytes the type of its 8-byte step (made once), beyond that its own.
-func nodeBlock(n int) reflect.Type {
+// nodeBlock is the type of a node with n bytes after its slot and no numbers:
+// up to 280 bytes the type of its 8-byte step (made once), beyond that its own.
+func nodeBlock(n int) reflect.Type { return cachedBlock(&nodeBlocks, n, false) }
+
+// nodeBlockNums is nodeBlock for a node with numbers after its n bytes.
+func nodeBlockNums(n int) reflect.Type { return cachedBlock(&nodeBlocksNums, n, true) }
+
+func cachedBlock(c *[36]atomic.Pointer[reflect.Type], n int, nums bool) reflect.Type {
 	i := (n + 7) / 8
-	if i >= len(nodeBlocks) {
-		return blockOf(n)
+	if i >= len(c) {
+		return blockOf(8*i, nums)
 	}
-	if t := nodeBlocks[i].Load(); t != nil {
+	if t := c[i].Load(); t != nil {
 		return *t
 	}
-	t := blockOf(8 * i)
-	nodeBlocks[i].Store(&t)
+	t := blockOf(8*i, nums)
+	c[i].Store(&t)
 	return t
 }
 
-func blockOf(n int) reflect.Type {
-	return reflect.StructOf([]reflect.StructField{
+func blockOf(n int, nums bool) reflect.Type {
+	fields := []reflect.StructField{
 		{Name: "S", Type: reflect.TypeFor[slot]()},
 		{Name: "B", Type: reflect.ArrayOf(n, reflect.TypeFor[byte]())},
-	})
+	}
+	if nums {
+		fields = append(fields, reflect.StructField{Name: "N", Type: reflect.TypeFor[*numbers]()})
+	}
+	return reflect.StructOf(fields)
 }
 
 // compute calls f with key's node (nil, false when it has none) under the lock

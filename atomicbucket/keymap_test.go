@@ -17,8 +17,12 @@ func keyOps[K comparable](t *testing.T, m *keyMap[K], keys []K, steps int, rng *
 	for i := range steps {
 		k := keys[rng.IntN(len(keys))]
 		switch op := rng.IntN(4); op {
-		case 0, 1: // make (or find), or replace
+		case 0, 1: // make (or find), or replace, with numbers or without
 			a := rng.Int64()
+			var nums *numbers
+			if rng.IntN(2) == 0 {
+				nums = &numbers{since: a}
+			}
 			m.compute(k, func(cur *slot, found bool) (*slot, bool) {
 				if found != (model[k] != nil) || cur != model[k] {
 					t.Fatalf("step %d: compute(%v) found %p, want %p", i, k, cur, model[k])
@@ -26,8 +30,14 @@ func keyOps[K comparable](t *testing.T, m *keyMap[K], keys []K, steps int, rng *
 				if found && op == 0 {
 					return cur, false
 				}
-				n := m.newNode(k, a)
+				n := m.newNode(k, a, nums)
 				n.tat.Store(int64(i))
+				if m.numsOf(n) != nums || m.hasNums(n) != (nums != nil) || m.keyOf(n) != k {
+					t.Fatalf("step %d: node of %v holds numbers %p (has: %v) and key %v, want %p", i, k, m.numsOf(n), m.hasNums(n), m.keyOf(n), nums)
+				}
+				if m.anchored && m.anchorOf(n) != a || !m.anchored && m.anchorOf(n) != m.fixed {
+					t.Fatalf("step %d: node of %v has anchor %d", i, k, m.anchorOf(n))
+				}
 				model[k] = n
 				return n, false
 			})
@@ -119,12 +129,12 @@ func TestKeyMapNodes(t *testing.T) {
 	m := newKeyMap[string](true, 0, 0)
 	buf := []byte("user-00000042")
 	key := unsafe.String(&buf[0], len(buf))
-	s := m.newNode(key, -123)
+	s := m.newNode(key, -123, nil)
 	buf[5] = 'X' // the caller reuses its buffer
 	if got := m.keyOf(s); got != "user-00000042" || m.anchorOf(s) != -123 {
 		t.Fatalf("node holds %q, anchor %d", got, m.anchorOf(s))
 	}
-	if m2 := newKeyMap[string](false, 99, 0); m2.anchorOf(m2.newNode("a", -1)) != 99 {
+	if m2 := newKeyMap[string](false, 99, 0); m2.anchorOf(m2.newNode("a", -1, nil)) != 99 {
 		t.Fatal("an unanchored node's anchor is not the map's fixed one")
 	}
 }
@@ -134,7 +144,7 @@ func TestKeyMapNodes(t *testing.T) {
 func TestKeyMapChurnStaysSmall(t *testing.T) {
 	m := newKeyMap[int64](false, 0, 0)
 	for i := range int64(200_000) {
-		m.compute(i, func(*slot, bool) (*slot, bool) { return m.newNode(i, 0), false })
+		m.compute(i, func(*slot, bool) (*slot, bool) { return m.newNode(i, 0, nil), false })
 		if i >= 100 {
 			m.compute(i-100, func(*slot, bool) (*slot, bool) { return nil, true })
 		}
@@ -159,7 +169,7 @@ func TestKeyMapConcurrent(t *testing.T) {
 	const stable = 500
 	for i := range stable {
 		k := fmt.Sprint("s", i)
-		m.compute(k, func(*slot, bool) (*slot, bool) { return m.newNode(k, 0), false })
+		m.compute(k, func(*slot, bool) (*slot, bool) { return m.newNode(k, 0, nil), false })
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -180,11 +190,11 @@ func TestKeyMapConcurrent(t *testing.T) {
 					if remove {
 						return nil, true
 					}
-					return m.newNode(k, 0), false
+					return m.newNode(k, 0, nil), false
 				})
 				if i%64 == 0 { // replace a stable key's node: lookups may see either
 					s := fmt.Sprint("s", rng.IntN(stable))
-					m.compute(s, func(*slot, bool) (*slot, bool) { return m.newNode(s, 0), false })
+					m.compute(s, func(*slot, bool) (*slot, bool) { return m.newNode(s, 0, nil), false })
 				}
 			}
 		}()

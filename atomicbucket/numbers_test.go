@@ -210,22 +210,22 @@ func TestZeroAllocsAfterChange(t *testing.T) {
 	}
 }
 
-// The block a string key's slot shares with the key's bytes is scanned by
-// the collector for the slot's pointer to its numbers: numbers reachable
-// only from a slot survive collections (a block of bytes would hide the
-// pointer, and the numbers would be freed under the slot).
+// A node that holds numbers is scanned by the collector for its pointer to
+// them, after the key's bytes: numbers reachable only from a node survive
+// collections (a block of bytes would hide the pointer, and the numbers would
+// be freed under the node). Keys of every length up to 300 bytes, so every
+// width of the node's length header and every cached node type.
 func TestSlotKeepsItsNumbers(t *testing.T) {
 	var freed atomic.Int64
 	slots := make([]*slot, 0, 300)
 	m := newKeyMap[string](true, 0, 0)
 	for i := range 300 {
-		s := m.newNode(strings.Repeat("k", i+1), int64(i))
+		n := &numbers{since: int64(i)}
+		runtime.SetFinalizer(n, func(*numbers) { freed.Add(1) })
+		s := m.newNode(strings.Repeat("k", i+1), int64(i), n)
 		if key := m.keyOf(s); key != strings.Repeat("k", i+1) || m.anchorOf(s) != int64(i) || uintptr(unsafe.Pointer(unsafe.StringData(key))) <= uintptr(unsafe.Pointer(s)) {
 			t.Fatalf("key %d is not in its node", i)
 		}
-		n := &numbers{since: int64(i)}
-		runtime.SetFinalizer(n, func(*numbers) { freed.Add(1) })
-		s.nums = n
 		slots = append(slots, s)
 	}
 	for range 3 {
@@ -236,7 +236,7 @@ func TestSlotKeepsItsNumbers(t *testing.T) {
 		t.Fatalf("%d numbers held only by slots were freed", n)
 	}
 	for i, s := range slots {
-		if s.nums.since != int64(i) {
+		if m.numsOf(s).since != int64(i) {
 			t.Fatalf("slot %d's numbers changed under it", i)
 		}
 	}

@@ -75,12 +75,13 @@ type TableOptions struct {
 // holds its key and, for a rule whose interval grid is placed by the key, the
 // grid's anchor. It is not padded: keyed buckets are many and mostly cold, so
 // bytes per key matter more than false sharing.
+//
+// A node also holds the installation of numbers the word is written in when
+// it is not the table's own rule (the policy's numbers): keyMap.numsOf, nil
+// for those. It never changes: a bucket moved to other numbers is a new slot
+// (numbers.go).
 type slot struct {
 	tat atomic.Int64 // theoretical arrival time in the rule's units; dead (−1) once swept or converted
-	// nums is the installation of numbers the word is written in; nil for the
-	// table's own rule (the policy's numbers). It never changes: a bucket
-	// moved to other numbers is a new slot (numbers.go).
-	nums *numbers
 }
 
 // reclaimer is what a table knows about reclaiming its buckets; reservations
@@ -143,8 +144,8 @@ func (c *reclaimer) filled(r *Rule, tat, anchor int64) {
 // its shard of the map once). A table never keeps the key string a caller
 // passes (a new key is copied into its bucket's allocation), so a key may be
 // read from a buffer the caller reuses once the call returns. A key costs its
-// node (the bucket's word, its numbers, the key; 32 bytes for a 13-byte string
-// key) and about 13 bytes of the map (keymap.go).
+// node (the bucket's word and the key: 24 bytes for a 13-byte string key) and
+// about 13 bytes of the map (keymap.go).
 //
 // A table keeps itself: a bucket full for SweepGrace is reclaimed when a new
 // key meets the key cap, and by a sweep the table runs by itself when new keys
@@ -251,7 +252,7 @@ func (t *Table[K]) create(key K, now int64) (*slot, int64) {
 	if t.m.anchored {
 		anchor = t.rule.anchorFor(t.gridHash(key))
 	}
-	s := t.m.newNode(key, anchor)
+	s := t.m.newNode(key, anchor, nil)
 	r := &t.rule
 	// The bucket is made in the numbers in force for the key, read under the
 	// map's lock for it, which a change of the key's own numbers takes after
@@ -262,8 +263,8 @@ func (t *Table[K]) create(key K, now int64) (*slot, int64) {
 			return cur, false // made meanwhile by another goroutine
 		}
 		if ov := t.ov.Load(); ov != nil {
-			if s.nums = ov.forKey(key); s.nums == &t.base {
-				s.nums = nil
+			if n := ov.forKey(key); n != &t.base {
+				s = t.m.again(s, n) // a node with numbers: made under the lock, once they are known
 			}
 			r = &t.numsOf(s).rule
 			s.tat.Store(r.freshChanged(t.reclaim.env.Load(), now, t.m.anchorOf(s)))
@@ -364,7 +365,7 @@ func (t *Table[K]) AllowAt(key K, now Time) bool {
 				return t.atCap == AllowAtCap && t.rule.debt+t.rule.emit <= t.rule.tau
 			}
 		}
-		if s.nums != nil {
+		if t.m.hasNums(s) {
 			continue // written in other numbers: the table's have changed since ov was loaded
 		}
 		nowU := t.rule.units(n, t.m.anchorOf(s))
@@ -399,7 +400,7 @@ func (t *Table[K]) AllowNAt(key K, now Time, cost int64) Decision {
 				return t.capDecision(key, n, next, cost)
 			}
 		}
-		if s.nums != nil {
+		if t.m.hasNums(s) {
 			continue
 		}
 		nowU := t.rule.units(n, t.m.anchorOf(s))
@@ -447,7 +448,7 @@ func (t *Table[K]) PeekAt(key K, now Time, cost int64) Decision {
 		return t.peekOver(ov, key, n, cost)
 	}
 	if s := t.m.load(key); s != nil {
-		if s.nums != nil {
+		if t.m.hasNums(s) {
 			return t.PeekAt(key, now, cost) // the numbers changed since ov was loaded
 		}
 		if tat := s.tat.Load(); tat >= 0 {
@@ -477,7 +478,7 @@ func (t *Table[K]) RefundAt(key K, now Time, cost int64) {
 		if s == nil {
 			return
 		}
-		if s.nums == nil && giveBack(&s.tat, t.rule.units(n, t.m.anchorOf(s)), cost*t.rule.emit) {
+		if !t.m.hasNums(s) && giveBack(&s.tat, t.rule.units(n, t.m.anchorOf(s)), cost*t.rule.emit) {
 			t.reclaim.filled(&t.rule, s.tat.Load(), t.m.anchorOf(s))
 			return
 		}
@@ -509,7 +510,7 @@ func (t *Table[K]) ReserveAt(key K, now Time, cost int64, maxWait time.Duration)
 				return immediate(t.capDecision(key, n, next, cost), now)
 			}
 		}
-		if s.nums != nil {
+		if t.m.hasNums(s) {
 			continue
 		}
 		if res, alive := t.rule.reserve(&s.tat, n, t.m.anchorOf(s), cost, maxWait); alive {

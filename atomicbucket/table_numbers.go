@@ -54,10 +54,10 @@ func (o *overlay[K]) forKey(key K) *numbers {
 
 // numsOf is the installation s is written in.
 func (t *Table[K]) numsOf(s *slot) *numbers {
-	if s.nums == nil {
-		return &t.base
+	if n := t.m.numsOf(s); n != nil {
+		return n
 	}
-	return s.nums
+	return &t.base
 }
 
 // settle brings key's bucket, if it has one, to the numbers in force for it:
@@ -108,11 +108,11 @@ func (t *Table[K]) settle(key K) {
 			w = convertWord(&n.rule, &own.rule, own.env, w, t.m.anchorOf(cur), own.since, own.carryIn)
 			n = own
 		}
-		next := t.m.again(cur)
-		next.nums = n
+		nums := n
 		if n == &t.base {
-			next.nums = nil
+			nums = nil
 		}
+		next := t.m.again(cur, nums)
 		next.tat.Store(w)
 		t.reclaim.filled(&n.rule, w, t.m.anchorOf(cur))
 		return next, false
@@ -415,13 +415,14 @@ func (t *Table[K]) ResetAt(key K, now Time) bool {
 		// create makes a bucket, but full only from now: a bucket full since
 		// its reset counts as full at a later change once full long enough,
 		// like any other (Carry), so a reset never mints through a change.
-		made = t.m.again(cur)
+		var nums *numbers
 		if ov := t.ov.Load(); ov != nil {
-			if made.nums = ov.forKey(key); made.nums == &t.base {
-				made.nums = nil
+			if nums = ov.forKey(key); nums == &t.base {
+				nums = nil
 			}
-			r = &t.numsOf(made).rule
 		}
+		made = t.m.again(cur, nums)
+		r = &t.numsOf(made).rule
 		made.tat.Store(r.fresh(at, t.m.anchorOf(made)))
 		return made, false
 	})
