@@ -170,7 +170,7 @@ func randomPolicies(t *testing.T, n int) []string {
 	pick := func(s ...string) string { return s[rng.IntN(len(s))] }
 	dir := t.TempDir()
 	var out []string
-	refused, httpSections, windows, sharedWindows := 0, 0, 0, 0
+	refused, httpSections, windows, sharedWindows, mixedTiers := 0, 0, 0, 0, 0
 	for tries := 0; len(out) < n && tries < 50*n; tries++ {
 		var b strings.Builder
 		fmt.Fprintf(&b, "package: rnd%d\n", len(out))
@@ -178,13 +178,18 @@ func randomPolicies(t *testing.T, n int) []string {
 		if plans {
 			b.WriteString(pick("plans: [free, pro]\n", "plans: [free, pro]\n", "plans: [free, Free]\n"))
 		}
-		allShared := rng.IntN(3) == 0 // a tier is all shared or all local
-		if allShared {
+		// Rules all shared, some shared (a tier over them mixes local and
+		// shared rules; windows stay local, as a tier's shared rules are one
+		// store call), or all local.
+		mode := rng.IntN(6)
+		allShared, mixed := mode < 2, mode == 2
+		if allShared || mixed {
 			b.WriteString("namespace: random\n")
 		}
+		nShared, nLocal := 0, 0
 		b.WriteString("rules:\n")
 		nrules := 1 + rng.IntN(4)
-		var names, keyTypes []string
+		var names, keyTypes, tierRules []string
 		for i := range nrules {
 			name := fmt.Sprintf("R%d", i)
 			if rng.IntN(5) == 0 {
@@ -206,6 +211,9 @@ func randomPolicies(t *testing.T, n int) []string {
 				}
 			}
 			if rng.IntN(4) == 0 { // a window rule: exact (≤ 64) or counted; shared in a policy of shared rules
+				if !allShared {
+					tierRules = append(tierRules, name) // a shared window joins no tier
+				}
 				limit := 1 + rng.IntN(80)
 				fmt.Fprintf(&b, "    limit: %d\n    window: %s\n", limit, pick("1s", "10s", "500ms", "1h", "day", "90s"))
 				if rng.IntN(4) == 0 {
@@ -213,11 +221,16 @@ func randomPolicies(t *testing.T, n int) []string {
 				}
 				if allShared {
 					fmt.Fprintf(&b, "    shared: true\n    on_failure: %s\n", pick("deny", "allow", "local\n    local_share: 0.5"))
-				} else if plans && rng.IntN(2) == 0 {
-					fmt.Fprintf(&b, "    plans:\n      pro: {limit: %d, window: %s}\n", 1+rng.IntN(80), pick("2s", "1h", "40ms"))
+					nShared++
+				} else {
+					nLocal++
+					if plans && rng.IntN(2) == 0 {
+						fmt.Fprintf(&b, "    plans:\n      pro: {limit: %d, window: %s}\n", 1+rng.IntN(80), pick("2s", "1h", "40ms"))
+					}
 				}
 				continue
 			}
+			tierRules = append(tierRules, name)
 			interval := rng.IntN(3) == 0
 			switch rng.IntN(3) {
 			case 0:
@@ -240,17 +253,20 @@ func randomPolicies(t *testing.T, n int) []string {
 			if rng.IntN(4) == 0 {
 				fmt.Fprintf(&b, "    cost: %d\n", 1+rng.IntN(burst))
 			}
-			if allShared {
+			if allShared || mixed && rng.IntN(2) == 0 {
 				fmt.Fprintf(&b, "    shared: true\n    on_failure: %s\n", pick("deny", "allow", "local\n    local_share: 0.5"))
+				nShared++
+			} else {
+				nLocal++
 			}
 			if plans && rng.IntN(2) == 0 {
 				fmt.Fprintf(&b, "    plans:\n      pro: {rate: %d/s, burst: %d}\n", 1+rng.IntN(100), burst+rng.IntN(10))
 			}
 		}
 		tier := ""
-		if rng.IntN(2) == 0 {
+		if rng.IntN(2) == 0 && len(tierRules) > 0 {
 			tier = pick("T", "T", "Request", "Global")
-			fmt.Fprintf(&b, "tiers:\n  - {name: %s, rules: [%s]}\n", tier, strings.Join(names, ", "))
+			fmt.Fprintf(&b, "tiers:\n  - {name: %s, rules: [%s]}\n", tier, strings.Join(tierRules, ", "))
 		}
 		withHTTP := rng.IntN(2) == 0
 		if withHTTP {
@@ -263,6 +279,9 @@ func randomPolicies(t *testing.T, n int) []string {
 		}
 		if withHTTP {
 			httpSections++
+		}
+		if tier != "" && nShared > 0 && nLocal > 0 {
+			mixedTiers++
 		}
 		if strings.Contains(string(src), "window:") {
 			windows++
@@ -277,10 +296,10 @@ func randomPolicies(t *testing.T, n int) []string {
 	if len(out) < n {
 		t.Fatalf("only %d of %d random policies were valid", len(out), n)
 	}
-	if windows < n/5 || sharedWindows < n/20 {
-		t.Fatalf("only %d of %d random policies have a window rule (%d shared)", windows, len(out), sharedWindows)
+	if windows < n/5 || sharedWindows < n/20 || mixedTiers < n/20 {
+		t.Fatalf("only %d of %d random policies have a window rule (%d shared), %d a tier of local and shared rules", windows, len(out), sharedWindows, mixedTiers)
 	}
-	t.Logf("random policies: %d accepted (%d with an http: section, %d with a window rule, %d of them shared), %d refused", len(out), httpSections, windows, sharedWindows, refused)
+	t.Logf("random policies: %d accepted (%d with an http: section, %d with a window rule, %d of them shared, %d with a mixed tier), %d refused", len(out), httpSections, windows, sharedWindows, mixedTiers, refused)
 	return out
 }
 

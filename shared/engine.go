@@ -859,6 +859,23 @@ func (b *Binding) Check(ctx context.Context, steps []Step) (Result, int) {
 	return b.e.CheckTier(ctx, calls)
 }
 
+// Refund gives back what an allowed Check of steps took (see Bound.Refund): a
+// refund call a step, in reverse order, skipping leased rules. It returns the
+// first error, after trying every step.
+func (b *Binding) Refund(ctx context.Context, steps []Step) error {
+	var first error
+	for i := len(steps) - 1; i >= 0; i-- {
+		s := steps[i]
+		if s.Rule < 0 || s.Rule >= len(b.rules) || b.leases.Leased(s.Rule) || s.Cost <= 0 {
+			continue
+		}
+		if err := b.e.RefundN(ctx, b.ruleFor(s.Rule, s.Key), s.Key, s.Cost); err != nil && first == nil {
+			first = fmt.Errorf("%s: refund: %w", b.e.b.Name(), err)
+		}
+	}
+	return first
+}
+
 // CheckStep is Check of one step; a leased rule's check allocates nothing.
 func (b *Binding) CheckStep(ctx context.Context, step Step) Result {
 	if step.Rule < 0 || step.Rule >= len(b.rules) {

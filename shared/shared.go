@@ -130,6 +130,13 @@ type Bound interface {
 	// CheckStep is Check of one step: the same decision, without a slice
 	// (a leased rule's check then allocates nothing).
 	CheckStep(ctx context.Context, step Step) Result
+	// Refund gives back what a Check of steps that the store allowed took,
+	// when a later part of the same decision (a tier's local rules) denies:
+	// each step's cost goes back to its bucket, never beyond full. It is best
+	// effort and never gives back more than was taken: a step of a leased
+	// rule, and any step when the store cannot be reached, keeps what it took
+	// (the decision then counted a denied request: stricter, never looser).
+	Refund(ctx context.Context, steps []Step) error
 }
 
 // namespaceRe is a namespace: what a store key and a PostgreSQL row's rule

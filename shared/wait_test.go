@@ -26,6 +26,9 @@ func (s *script) Check(ctx context.Context, steps []Step) (Result, int) {
 	return s.CheckStep(ctx, steps[0]), 0
 }
 
+// Refund is never called by Wait (it checks one step at a time).
+func (s *script) Refund(context.Context, []Step) error { panic("Wait refunded") }
+
 func TestWaitChecksAgainAfterRetryAfter(t *testing.T) {
 	denied := atomicbucket.Decision{RetryAfter: 20 * time.Millisecond}
 	b := &script{decisions: []atomicbucket.Decision{denied, denied, {Allowed: true}}}

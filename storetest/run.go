@@ -193,6 +193,11 @@ func Run(t *testing.T, h Harness) {
 	on("GeneratedOneWay", func(t *testing.T, srv Server) { GeneratedOneWay(t, instances(t, srv, Options{})) })
 	on("GeneratedMiddleware", func(t *testing.T, srv Server) { GeneratedMiddleware(t, instances(t, srv, Options{})) })
 	on("GeneratedTier", func(t *testing.T, srv Server) { GeneratedTier(t, instances(t, srv, Options{})) })
+	on("GeneratedMixedTier", func(t *testing.T, srv Server) { GeneratedMixedTier(t, instances(t, srv, Options{})) })
+	on("GeneratedMixedTierCoalesced", func(t *testing.T, srv Server) {
+		GeneratedMixedTier(t, instances(t, srv, Options{Coalesce: 64}))
+	})
+	on("Refund", func(t *testing.T, srv Server) { Refund(t, srv.Open(t, Options{})) })
 	on("GeneratedWindows", func(t *testing.T, srv Server) { GeneratedWindows(t, instances(t, srv, Options{})) })
 	on("GeneratedWindowsCoalesced", func(t *testing.T, srv Server) { GeneratedWindows(t, instances(t, srv, Options{Coalesce: 64})) })
 	on("GeneratedLeasedFields", func(t *testing.T, srv Server) { GeneratedLeasedFields(t, instances(t, srv, Options{})) })

@@ -92,10 +92,16 @@ const (
 	RuleQuotaWide
 	// RuleQuotaPlan names the rule QuotaPlan.
 	RuleQuotaPlan
+	// RuleSeatLocal names the rule SeatLocal.
+	RuleSeatLocal
+	// RuleSeatShared names the rule SeatShared.
+	RuleSeatShared
+	// RuleSeatDay names the rule SeatDay.
+	RuleSeatDay
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan"}
+var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan", "SeatLocal", "SeatShared", "SeatDay"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -121,6 +127,9 @@ type Limits struct {
 	Quota           *QuotaLimiter           // see the package-level Quota
 	QuotaWide       *QuotaWideLimiter       // see the package-level QuotaWide
 	QuotaPlan       *QuotaPlanLimiter       // see the package-level QuotaPlan
+	SeatLocal       *SeatLocalLimiter       // see the package-level SeatLocal
+	SeatShared      *SeatSharedLimiter      // see the package-level SeatShared
+	SeatDay         *SeatDayLimiter         // see the package-level SeatDay
 	shared          *sharedState            // the store the shared rules are checked on, if any
 	numbers                                 // ApplyNumbers and the other numbers methods (overlay.Numbers)
 }
@@ -175,6 +184,9 @@ func New(opts ...Option) *Limits {
 		Quota:           newQuotaLimiter(),
 		QuotaWide:       newQuotaWideLimiter(),
 		QuotaPlan:       newQuotaPlanLimiter(),
+		SeatLocal:       newSeatLocalLimiter(),
+		SeatShared:      newSeatSharedLimiter(),
+		SeatDay:         newSeatDayLimiter(),
 		shared:          newSharedState(o.store),
 	}
 	l.PerUser.sh = l.shared
@@ -188,13 +200,14 @@ func New(opts ...Option) *Limits {
 	l.Quota.sh = l.shared
 	l.QuotaWide.sh = l.shared
 	l.QuotaPlan.sh = l.shared
+	l.SeatShared.sh = l.shared
 	l.numbers = l.newNumbers()
 	return l
 }
 
 // sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),
 // in the order their checks name them.
-var sharedRules = [9]shared.Rule{{
+var sharedRules = [10]shared.Rule{{
 	Namespace: "storetest",
 	Name:      "PerUser:free",
 	Limit:     perUserLimit[0],
@@ -301,6 +314,18 @@ var sharedRules = [9]shared.Rule{{
 	Units: shared.Units{
 		PerMicro: int64(1),
 		Emit:     int64(60000000),
+		Exact:    true,
+	},
+}, {
+	Namespace: "storetest",
+	Name:      "SeatShared",
+	Limit:     seatSharedLimit,
+	Failure: shared.Failure{
+		Mode: shared.FailDeny,
+	},
+	Units: shared.Units{
+		PerMicro: int64(1),
+		Emit:     int64(3600000000),
 		Exact:    true,
 	},
 }}
@@ -859,6 +884,69 @@ func (t tenantUserNumbers) Clear(plan int, key *string) {
 	_ = t.l.ClearNumbers() // fails only as Set failed before
 }
 
+// seatSharedNumbers is SeatShared as an overlay Set changes it (overlay.Target).
+type seatSharedNumbers struct {
+	l *SeatSharedLimiter
+}
+
+func (t seatSharedNumbers) Plans() int {
+	return 0
+}
+
+func (t seatSharedNumbers) Keyed() bool {
+	return true
+}
+
+func (t seatSharedNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	nb, err := t.l.sh.numbered()
+	if err != nil || nb == nil {
+		return err
+	}
+	return nb.CheckNumbers(9, n)
+}
+
+func (t seatSharedNumbers) Base(plan int) overlay.Base {
+	r := t.l.Rule().Limit()
+	return overlay.Base{
+		Cost:     1,
+		Interval: r.Refill == atomicbucket.Interval,
+		Numbers:  atomicbucket.NumbersOf(r),
+	}
+}
+
+func (t seatSharedNumbers) CheckKey(key string) error {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t seatSharedNumbers) clearKey(key string) error {
+	k := key
+	_ = t.l.ClearKeyNumbers(k)
+	return nil
+}
+
+func (t seatSharedNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n)
+	}
+	return t.l.SetNumbers(n)
+}
+
+func (t seatSharedNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	_ = t.l.ClearNumbers() // fails only as Set failed before
+}
+
 // numbers is overlay.Numbers under a name of the package's own, so that Limits embeds it in an
 // unexported field: its methods (ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers,
 // NumbersApplied) are Limits'.
@@ -868,7 +956,7 @@ type numbers = overlay.Numbers
 func (l *Limits) newNumbers() numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans:   planNames[:],
-		Rules:   map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}},
+		Rules:   map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}, "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": seatSharedNumbers{l.SeatShared}, "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow)},
 		Windows: []string{"Quota", "QuotaWide", "QuotaPlan"},
 	})
 }
@@ -916,6 +1004,15 @@ var (
 	// QuotaPlan allows on the free plan at most 2 requests in any hour per key (a sliding window); on
 	// the pro plan at most 4 requests in any hour per key (a sliding window).
 	QuotaPlan = Default.QuotaPlan
+
+	// SeatLocal allows 1 request per hour per key, in bursts of up to 3.
+	SeatLocal = Default.SeatLocal
+
+	// SeatShared allows 1 request per hour per key, in bursts of up to 5.
+	SeatShared = Default.SeatShared
+
+	// SeatDay allows at most 3 requests in any hour per key (a sliding window).
+	SeatDay = Default.SeatDay
 )
 
 // perUserLimit is PerUser's limit on each plan, as the policy gives it.
@@ -3074,6 +3171,266 @@ func (l *QuotaPlanLimiter) AllowN(ctx context.Context, plan Plan, key string, co
 	}
 }
 
+// seatLocalLimit is SeatLocal's limit, as the policy gives it.
+var seatLocalLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Hour,
+	Burst:  3,
+	Refill: atomicbucket.Greedy,
+}
+
+// newSeatLocalLimiter returns SeatLocal's (empty) table.
+func newSeatLocalLimiter() *SeatLocalLimiter {
+	return &SeatLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(seatLocalLimit), seatLocalUnitsPerNs, seatLocalUnitsPerToken, seatLocalBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+}
+
+// SeatLocalLimiter is the type of SeatLocal. Its methods, atomicbucket.Keyed's and the folded Allow
+// below, are safe for concurrent use.
+type SeatLocalLimiter struct {
+	atomicbucket.Keyed[string]
+}
+
+// SeatLocal's fixed-point units, computed when generating and checked against the runtime when the
+// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (seatLocalUnitsPerNs), one token is worth seatLocalUnitsPerToken units (GCRA's emission
+// interval), and a bucket may run seatLocalBurstUnits units ahead of now (the burst's worth: GCRA's
+// tolerance).
+const (
+	seatLocalUnitsPerNs    = 1
+	seatLocalUnitsPerToken = 3600000000000
+	seatLocalBurstUnits    = 10800000000000
+)
+
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
+func (l *SeatLocalLimiter) Allow(key string) bool {
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), seatLocalUnitsPerNs, seatLocalUnitsPerToken, seatLocalBurstUnits)
+}
+
+// AllowAt is Allow at time now.
+func (l *SeatLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+	return l.Table().AllowGreedyAt(key, now, seatLocalUnitsPerNs, seatLocalUnitsPerToken, seatLocalBurstUnits)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
+func (l *SeatLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.Table().ChangedRule(key)
+}
+
+// seatSharedLimit is SeatShared's limit, as the policy gives it.
+var seatSharedLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Hour,
+	Burst:  5,
+	Refill: atomicbucket.Greedy,
+}
+
+// newSeatSharedLocalLimiter returns SeatShared's (empty) table.
+func newSeatSharedLocalLimiter() *SeatSharedLocalLimiter {
+	return &SeatSharedLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(seatSharedLimit), seatSharedUnitsPerNs, seatSharedUnitsPerToken, seatSharedBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+}
+
+// SeatSharedLocalLimiter is SeatShared decided in this process only, with the whole limit: what
+// SeatSharedLimiter.Local returns, for tests, and what SeatShared's checks use while the package
+// has no store (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow below,
+// are safe for concurrent use.
+type SeatSharedLocalLimiter struct {
+	atomicbucket.Keyed[string]
+}
+
+// SeatShared's fixed-point units, computed when generating and checked against the runtime when the
+// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (seatSharedUnitsPerNs), one token is worth seatSharedUnitsPerToken units (GCRA's emission
+// interval), and a bucket may run seatSharedBurstUnits units ahead of now (the burst's worth:
+// GCRA's tolerance).
+const (
+	seatSharedUnitsPerNs    = 1
+	seatSharedUnitsPerToken = 3600000000000
+	seatSharedBurstUnits    = 18000000000000
+)
+
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
+func (l *SeatSharedLocalLimiter) Allow(key string) bool {
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), seatSharedUnitsPerNs, seatSharedUnitsPerToken, seatSharedBurstUnits)
+}
+
+// AllowAt is Allow at time now.
+func (l *SeatSharedLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+	return l.Table().AllowGreedyAt(key, now, seatSharedUnitsPerNs, seatSharedUnitsPerToken, seatSharedBurstUnits)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
+func (l *SeatSharedLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.Table().ChangedRule(key)
+}
+
+// newSeatSharedLimiter returns SeatShared's limiter over its process-local buckets; New binds it to the store.
+func newSeatSharedLimiter() *SeatSharedLimiter {
+	return &SeatSharedLimiter{local: newSeatSharedLocalLimiter()}
+}
+
+// SeatSharedLimiter is the type of SeatShared, a shared rule: Allow, AllowN and Wait decide on the
+// store given to New, so that the limit holds across every instance that shares it, and take the
+// request's context. Without a store they decide in this process with the whole limit, and their
+// results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
+// Its methods are safe for concurrent use.
+type SeatSharedLimiter struct {
+	local *SeatSharedLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *SeatSharedLimiter) Rule() *atomicbucket.Rule {
+	return l.local.Rule()
+}
+
+// Local returns SeatShared decided in this process only, with the whole limit, on buckets apart
+// from the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *SeatSharedLimiter) Local() *SeatSharedLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
+// AllowN, whose Result says more: whether the store decided, and why not).
+func (l *SeatSharedLimiter) Allow(ctx context.Context, key string) bool {
+	return l.AllowN(ctx, key, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that SeatShared holds across every
+// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
+// setting (deny) does, and the Result says so (Degraded, Err). Without a store, SeatShared's
+// process-local limiter (Local) decides and Err is SharedErr's error.
+func (l *SeatSharedLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
+	if l.sh.bound == nil {
+		return shared.Result{
+			Decision: l.local.AllowN(key, cost),
+			Err:      l.sh.err,
+		}
+	}
+	return l.sh.bound.CheckStep(ctx, shared.Step{
+		Cost: cost,
+		Key:  key,
+		Rule: 9,
+	})
+}
+
+// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
+// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
+// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
+// exceeds the burst. Without a store it is Local's Wait.
+func (l *SeatSharedLimiter) Wait(ctx context.Context, key string, cost int64) error {
+	if l.sh.bound == nil {
+		return l.local.Wait(ctx, key, cost)
+	}
+	return shared.Wait(ctx, l.sh.bound, shared.Step{
+		Cost: cost,
+		Key:  key,
+		Rule: 9,
+	})
+}
+
+// SetNumbers makes n SeatShared's numbers for every key without numbers of its own, on the store
+// and in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold
+// are refused, and nothing changes. A store converts each bucket at its next check (tokens held
+// carried as they are, never beyond the new burst); every instance sharing the store must be given
+// the same numbers, or each converts the buckets to its own (never gaining tokens): give them from
+// one source (shared.Numbered says more).
+func (l *SeatSharedLimiter) SetNumbers(n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetNumbers(9, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+// ClearNumbers returns SeatShared to the policy's numbers, on the store and in this process.
+func (l *SeatSharedLimiter) ClearNumbers() error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearNumbers(9)
+	}
+	l.local.ClearNumbers(atomicbucket.CarryAsIs)
+	return nil
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields): Local's, which every change keeps equal to the store's; nil before.
+func (l *SeatSharedLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.local.ruleInForce(key)
+}
+
+// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
+// or without a store Local's.
+func (l *SeatSharedLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if nb, _ := l.sh.numbered(); nb != nil {
+		return nb.NumbersFor(9, key)
+	}
+	return l.local.NumbersFor(key)
+}
+
+// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever
+// SeatShared's, on the store and in this process; refused as by SetNumbers, all or nothing.
+func (l *SeatSharedLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetKeyNumbers([]int{9}, key, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
+}
+
+// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
+func (l *SeatSharedLimiter) ClearKeyNumbers(key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearKeyNumbers([]int{9}, key)
+	}
+	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
+	return nil
+}
+
+// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
+// in this process. Other instances' leases keep what they were granted until it expires.
+func (l *SeatSharedLimiter) Reset(ctx context.Context, key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	l.local.Reset(key)
+	if nb != nil {
+		return nb.Reset(ctx, []int{9}, key)
+	}
+	return nil
+}
+
+// seatDayLimit is SeatDay's window rule, as the policy gives it.
+var seatDayLimit = atomicbucket.MustWindowRule(3, time.Hour)
+
+// newSeatDayLimiter returns SeatDay's (empty) table.
+func newSeatDayLimiter() *SeatDayLimiter {
+	return &SeatDayLimiter{atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[string](seatDayLimit, atomicbucket.TableOptions{}), 1)}
+}
+
+// SeatDayLimiter is the type of SeatDay. Its methods, atomicbucket.KeyedWindow's, are safe for
+// concurrent use.
+type SeatDayLimiter struct {
+	atomicbucket.KeyedWindow[string]
+}
+
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
 // rule allowed, of the most constraining one (the fewest tokens remaining; the first on a tie).
 type TierDecision struct {
@@ -3090,6 +3447,199 @@ type TierResult struct {
 	Degraded bool
 	Outage   bool
 	Err      error
+}
+
+// LocalSeat checks a request against SeatLocal, SeatShared, SeatDay as Seat does. It decides in
+// this process only, with the whole limits, on the rules' Local limiters: the store's tier is Seat.
+func (l *Limits) LocalSeat(seatLocalKey string, seatSharedKey string, seatDayKey string) TierDecision {
+	return l.checkSeat(seatLocalKey, seatSharedKey, seatDayKey, atomicbucket.Now(), 0, true)
+}
+
+// LocalSeatN is LocalSeat with a cost every rule is charged instead of its default.
+func (l *Limits) LocalSeatN(seatLocalKey string, seatSharedKey string, seatDayKey string, cost int64) TierDecision {
+	return l.checkSeat(seatLocalKey, seatSharedKey, seatDayKey, atomicbucket.Now(), cost, false)
+}
+
+// LocalSeatAt is LocalSeat at time now.
+func (l *Limits) LocalSeatAt(seatLocalKey string, seatSharedKey string, seatDayKey string, now atomicbucket.Time) TierDecision {
+	return l.checkSeat(seatLocalKey, seatSharedKey, seatDayKey, now, 0, true)
+}
+
+// LocalSeatNAt is LocalSeatN at time now.
+func (l *Limits) LocalSeatNAt(seatLocalKey string, seatSharedKey string, seatDayKey string, now atomicbucket.Time, cost int64) TierDecision {
+	return l.checkSeat(seatLocalKey, seatSharedKey, seatDayKey, now, cost, false)
+}
+
+// checkSeat is Seat with each rule charged cost, or its own default cost when defaults is set. It
+// is atomicbucket.TierAt unrolled, with typed calls: keep the two in step.
+func (l *Limits) checkSeat(seatLocalKey string, seatSharedKey string, seatDayKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
+	c0, c1, c2 := cost, cost, cost
+	if defaults {
+		c0, c1, c2 = 1, 1, 1
+	}
+	p2 := l.SeatDay.PeekAt(seatDayKey, now, c2)
+	if !p2.Allowed {
+		return TierDecision{
+			Decision: p2,
+			Rule:     RuleSeatDay,
+			DeniedBy: RuleSeatDay,
+		}
+	}
+	d0 := l.SeatLocal.AllowNAt(seatLocalKey, now, c0)
+	if !d0.Allowed {
+		return TierDecision{
+			Decision: d0,
+			Rule:     RuleSeatLocal,
+			DeniedBy: RuleSeatLocal,
+		}
+	}
+	d1 := l.SeatShared.local.AllowNAt(seatSharedKey, now, c1)
+	if !d1.Allowed {
+		l.SeatLocal.RefundAt(seatLocalKey, now, c0)
+		return TierDecision{
+			Decision: d1,
+			Rule:     RuleSeatShared,
+			DeniedBy: RuleSeatShared,
+		}
+	}
+	d2 := l.SeatDay.AllowNAt(seatDayKey, now, c2)
+	if !d2.Allowed {
+		l.SeatShared.local.RefundAt(seatSharedKey, now, c1)
+		l.SeatLocal.RefundAt(seatLocalKey, now, c0)
+		return TierDecision{
+			Decision: d2,
+			Rule:     RuleSeatDay,
+			DeniedBy: RuleSeatDay,
+		}
+	}
+	most, rule := d0, RuleSeatLocal
+	if d1.Remaining < most.Remaining {
+		most, rule = d1, RuleSeatShared
+	}
+	if d2.Remaining < most.Remaining {
+		most, rule = d2, RuleSeatDay
+	}
+	return TierDecision{Decision: most, Rule: rule}
+}
+
+// Seat checks a request against SeatLocal, SeatShared, SeatDay, all or nothing: SeatLocal, SeatDay
+// in this process and SeatShared on the store given to New in one call. Local windows are looked at
+// first, local buckets take next (a request they deny never reaches the store), the store decides,
+// and when it denies the local buckets get back what they took; local windows count last (should
+// one deny then, the buckets and the store get back what they took: the store at best effort, never
+// more than it took). It never fails: when the store cannot decide, the shared rules' on_failure
+// settings do, and the result says so (Degraded, Err). Without a store, LocalSeat decides and Err
+// is SharedErr's error. It uses Default.
+func Seat(ctx context.Context, seatLocalKey string, seatSharedKey string, seatDayKey string) TierResult {
+	return Default.Seat(ctx, seatLocalKey, seatSharedKey, seatDayKey)
+}
+
+// Seat checks a request against SeatLocal, SeatShared, SeatDay, all or nothing: SeatLocal, SeatDay
+// in this process and SeatShared on the store given to New in one call. Local windows are looked at
+// first, local buckets take next (a request they deny never reaches the store), the store decides,
+// and when it denies the local buckets get back what they took; local windows count last (should
+// one deny then, the buckets and the store get back what they took: the store at best effort, never
+// more than it took). It never fails: when the store cannot decide, the shared rules' on_failure
+// settings do, and the result says so (Degraded, Err). Without a store, LocalSeat decides and Err
+// is SharedErr's error.
+func (l *Limits) Seat(ctx context.Context, seatLocalKey string, seatSharedKey string, seatDayKey string) TierResult {
+	return l.checkSharedSeat(ctx, seatLocalKey, seatSharedKey, seatDayKey, 0, true)
+}
+
+// SeatN is Seat with a cost every rule is charged instead of its default. It uses Default.
+func SeatN(ctx context.Context, seatLocalKey string, seatSharedKey string, seatDayKey string, cost int64) TierResult {
+	return Default.SeatN(ctx, seatLocalKey, seatSharedKey, seatDayKey, cost)
+}
+
+// SeatN is Seat with a cost every rule is charged instead of its default.
+func (l *Limits) SeatN(ctx context.Context, seatLocalKey string, seatSharedKey string, seatDayKey string, cost int64) TierResult {
+	return l.checkSharedSeat(ctx, seatLocalKey, seatSharedKey, seatDayKey, cost, false)
+}
+
+// checkSharedSeat is Seat's store call, with each rule charged cost, or its own default cost when
+// defaults is set.
+func (l *Limits) checkSharedSeat(ctx context.Context, seatLocalKey string, seatSharedKey string, seatDayKey string, cost int64, defaults bool) TierResult {
+	if l.shared.bound == nil {
+		return TierResult{
+			Err:          l.shared.err,
+			TierDecision: l.checkSeat(seatLocalKey, seatSharedKey, seatDayKey, atomicbucket.Now(), cost, defaults),
+		}
+	}
+	c0, c1, c2 := cost, cost, cost
+	if defaults {
+		c0, c1, c2 = 1, 1, 1
+	}
+	now := atomicbucket.Now()
+	p2 := l.SeatDay.PeekAt(seatDayKey, now, c2)
+	if !p2.Allowed {
+		return TierResult{TierDecision: TierDecision{
+			Decision: p2,
+			DeniedBy: RuleSeatDay,
+			Rule:     RuleSeatDay,
+		}}
+	}
+	d0 := l.SeatLocal.AllowNAt(seatLocalKey, now, c0)
+	if !d0.Allowed {
+		return TierResult{TierDecision: TierDecision{
+			Decision: d0,
+			DeniedBy: RuleSeatLocal,
+			Rule:     RuleSeatLocal,
+		}}
+	}
+	steps := []shared.Step{{
+		Cost: c1,
+		Key:  seatSharedKey,
+		Rule: 9,
+	}}
+	res, i := l.shared.bound.Check(ctx, steps)
+	storeRules := [1]RuleName{RuleSeatShared}
+	if i < 0 || i >= len(storeRules) {
+		i = 0
+	}
+	if !res.Allowed {
+		l.SeatLocal.RefundAt(seatLocalKey, now, c0)
+		return TierResult{
+			Degraded: res.Degraded,
+			Err:      res.Err,
+			Outage:   res.Outage,
+			TierDecision: TierDecision{
+				Decision: res.Decision,
+				DeniedBy: storeRules[i],
+				Rule:     storeRules[i],
+			},
+		}
+	}
+	d2 := l.SeatDay.AllowNAt(seatDayKey, now, c2)
+	if !d2.Allowed {
+		l.SeatLocal.RefundAt(seatLocalKey, now, c0)
+		_ = l.shared.bound.Refund(ctx, steps) // best effort: a store that cannot refund keeps what it took
+		return TierResult{
+			Degraded: res.Degraded,
+			Err:      res.Err,
+			Outage:   res.Outage,
+			TierDecision: TierDecision{
+				Decision: d2,
+				DeniedBy: RuleSeatDay,
+				Rule:     RuleSeatDay,
+			},
+		}
+	}
+	most, rule := d0, RuleSeatLocal
+	if res.Decision.Remaining < most.Remaining {
+		most, rule = res.Decision, storeRules[i]
+	}
+	if d2.Remaining < most.Remaining {
+		most, rule = d2, RuleSeatDay
+	}
+	return TierResult{
+		Degraded: res.Degraded,
+		Err:      res.Err,
+		Outage:   res.Outage,
+		TierDecision: TierDecision{
+			Decision: most,
+			Rule:     rule,
+		},
+	}
 }
 
 // LocalRequest checks a request against PerUser, Global as Request does. It decides in this process
@@ -3510,12 +4060,47 @@ var httpPolicyQuotaPlanPlanPro = verdict.Policy{
 	Prefix: "\"QuotaPlan\";r=",
 }
 
+// httpPolicySeatLocal is rule SeatLocal as the RateLimit fields describe it.
+var httpPolicySeatLocal = verdict.Policy{
+	Name:   "SeatLocal",
+	Quota:  3,
+	Window: 10800,
+	Limit:  seatLocalLimit,
+	Item:   "\"SeatLocal\";q=3;w=10800",
+	Prefix: "\"SeatLocal\";r=",
+}
+
+// httpPolicySeatShared is rule SeatShared as the RateLimit fields describe it.
+var httpPolicySeatShared = verdict.Policy{
+	Name:   "SeatShared",
+	Quota:  5,
+	Window: 18000,
+	Limit:  seatSharedLimit,
+	Item:   "\"SeatShared\";q=5;w=18000",
+	Prefix: "\"SeatShared\";r=",
+}
+
+// httpPolicySeatDay is rule SeatDay as the RateLimit fields describe it.
+var httpPolicySeatDay = verdict.Policy{
+	Name:   "SeatDay",
+	Quota:  3,
+	Window: 3600,
+	Limit: atomicbucket.Limit{
+		Tokens: 3,
+		Period: time.Hour,
+		Burst:  3,
+		Refill: atomicbucket.Interval,
+	},
+	Item:   "\"SeatDay\";q=3;w=3600",
+	Prefix: "\"SeatDay\";r=",
+}
+
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser}, RuleQuota: {&httpPolicyQuota, &httpPolicyQuota}, RuleQuotaWide: {&httpPolicyQuotaWide, &httpPolicyQuotaWide}, RuleQuotaPlan: {&httpPolicyQuotaPlanPlanFree, &httpPolicyQuotaPlanPlanPro}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser}, RuleQuota: {&httpPolicyQuota, &httpPolicyQuota}, RuleQuotaWide: {&httpPolicyQuotaWide, &httpPolicyQuotaWide}, RuleQuotaPlan: {&httpPolicyQuotaPlanPlanFree, &httpPolicyQuotaPlanPlanPro}, RuleSeatLocal: {&httpPolicySeatLocal, &httpPolicySeatLocal}, RuleSeatShared: {&httpPolicySeatShared, &httpPolicySeatShared}, RuleSeatDay: {&httpPolicySeatDay, &httpPolicySeatDay}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}, RuleQuota: {1, 1}, RuleQuotaWide: {1, 1}, RuleQuotaPlan: {1, 1}}
+var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}, RuleQuota: {1, 1}, RuleQuotaWide: {1, 1}, RuleQuotaPlan: {1, 1}, RuleSeatLocal: {1, 1}, RuleSeatShared: {1, 1}, RuleSeatDay: {1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
 var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}, {"\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000", "\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000"}}

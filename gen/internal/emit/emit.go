@@ -1255,6 +1255,23 @@ func emitSharedTier(m *model.Model, t model.Tier, planned bool, decl func(...str
 		{t.NName(), fmt.Sprintf("%s is %s with a cost every rule is charged instead of its default.", t.NName(), t.GoName),
 			[]string{"cost"}, []jen.Code{jen.Id("cost"), jen.False()}},
 	}
+	if t.Local {
+		var local, store []string
+		for _, ri := range t.Rules {
+			if r := m.Rules[ri]; r.Shared {
+				store = append(store, r.GoName)
+			} else {
+				local = append(local, r.GoName)
+			}
+		}
+		forms[0].doc = fmt.Sprintf("%s checks a request against %s, all or nothing: %s in this process and %s on the store "+
+			"given to New in one call. Local windows are looked at first, local buckets take next (a request they deny never "+
+			"reaches the store), the store decides, and when it denies the local buckets get back what they took; local "+
+			"windows count last (should one deny then, the buckets and the store get back what they took: the store at best "+
+			"effort, never more than it took). It never fails: when the store cannot decide, the shared rules' on_failure "+
+			"settings do, and the result says so (Degraded, Err). Without a store, %s decides and Err is SharedErr's error.",
+			t.GoName, strings.Join(tierRuleNames(m, t), ", "), strings.Join(local, ", "), strings.Join(store, ", "), t.LocalName())
+	}
 	for _, f := range forms {
 		var fargs []jen.Code
 		for _, n := range f.extra {
@@ -1288,6 +1305,9 @@ func emitSharedTier(m *model.Model, t model.Tier, planned bool, decl func(...str
 		r := m.Rules[ri]
 		cs = append(cs, jen.Id(fmt.Sprintf("c%d", i)))
 		costs = append(costs, jen.Id("cost"))
+		if !r.Shared {
+			continue
+		}
 		var idx jen.Code = jen.Lit(r.SharedAt)
 		if r.Planned {
 			idx = jen.Lit(r.SharedAt).Op("+").Int().Call(jen.Id("plan"))
@@ -1297,17 +1317,123 @@ func emitSharedTier(m *model.Model, t model.Tier, planned bool, decl func(...str
 	}
 	body = append(body,
 		jen.List(cs...).Op(":=").List(costs...),
-		jen.If(jen.Id("defaults")).Block(jen.List(cs...).Op("=").List(defaults...)),
-		jen.List(jen.Id("res"), jen.Id("i")).Op(":=").Id("l").Dot("shared").Dot("bound").Dot("Check").Call(jen.Id("ctx"), jen.Index().Qual(sharedPath, "Step").Values(steps...)),
-		jen.Id("rules").Op(":=").Index(jen.Lit(len(t.Rules))).Id("RuleName").Values(ruleNames...),
-		jen.If(jen.Id("i").Op("<").Lit(0).Op("||").Id("i").Op(">=").Len(jen.Id("rules"))).Block(jen.Id("i").Op("=").Lit(0)),
-		jen.Id("td").Op(":=").Id("TierDecision").Values(jen.Dict{jen.Id("Decision"): jen.Id("res").Dot("Decision"), jen.Id("Rule"): jen.Id("rules").Index(jen.Id("i"))}),
-		jen.If(jen.Op("!").Id("res").Dot("Allowed")).Block(jen.Id("td").Dot("DeniedBy").Op("=").Id("rules").Index(jen.Id("i"))),
-		jen.Return(jen.Id("TierResult").Values(jen.Dict{jen.Id("TierDecision"): jen.Id("td"), jen.Id("Degraded"): jen.Id("res").Dot("Degraded"), jen.Id("Outage"): jen.Id("res").Dot("Outage"), jen.Id("Err"): jen.Id("res").Dot("Err")})),
-	)
+		jen.If(jen.Id("defaults")).Block(jen.List(cs...).Op("=").List(defaults...)))
+	result := func(td jen.Code, store bool) jen.Code {
+		d := jen.Dict{jen.Id("TierDecision"): td}
+		if store {
+			d[jen.Id("Degraded")] = jen.Id("res").Dot("Degraded")
+			d[jen.Id("Outage")] = jen.Id("res").Dot("Outage")
+			d[jen.Id("Err")] = jen.Id("res").Dot("Err")
+		}
+		return jen.Id("TierResult").Values(d)
+	}
+	if !t.Local {
+		body = append(body,
+			jen.List(jen.Id("res"), jen.Id("i")).Op(":=").Id("l").Dot("shared").Dot("bound").Dot("Check").Call(jen.Id("ctx"), jen.Index().Qual(sharedPath, "Step").Values(steps...)),
+			jen.Id("rules").Op(":=").Index(jen.Lit(len(ruleNames))).Id("RuleName").Values(ruleNames...),
+			jen.If(jen.Id("i").Op("<").Lit(0).Op("||").Id("i").Op(">=").Len(jen.Id("rules"))).Block(jen.Id("i").Op("=").Lit(0)),
+			jen.Id("td").Op(":=").Id("TierDecision").Values(jen.Dict{jen.Id("Decision"): jen.Id("res").Dot("Decision"), jen.Id("Rule"): jen.Id("rules").Index(jen.Id("i"))}),
+			jen.If(jen.Op("!").Id("res").Dot("Allowed")).Block(jen.Id("td").Dot("DeniedBy").Op("=").Id("rules").Index(jen.Id("i"))),
+			jen.Return(result(jen.Id("td"), true)),
+		)
+	} else {
+		body = append(body, mixedTier(m, t, steps, ruleNames, result)...)
+	}
 	g.Add(comment(fmt.Sprintf("%s is %s's store call, with each rule charged cost, or its own default cost when defaults is set.", t.SharedCoreName(), t.GoName)))
 	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(t.SharedCoreName()).Params(append(append([]jen.Code{ctxParam}, decl("cost")...), jen.Id("defaults").Bool())...).Id("TierResult").Block(body...).Line()
 	return g
+}
+
+// mixedTier is the rest of a mixed tier's store form, after its costs: the
+// local rules decided around the store's call, all or nothing. Local windows
+// are looked at first; local buckets take next (each denial giving back what
+// earlier ones took, as a local tier does), so a request a local rule denies
+// never reaches the store; then the store decides the shared rules in one
+// call, and when it denies, the local buckets get their tokens back; local
+// windows, which cannot give back, count last, and should one deny after its
+// look (a concurrent request took the room), the local buckets and the store
+// get back what they took (Bound.Refund: best effort, never more than taken).
+// Every part decides at the same now, read once.
+func mixedTier(m *model.Model, t model.Tier, steps, sharedNames []jen.Code, result func(jen.Code, bool) jen.Code) []jen.Code {
+	callArgs := func(r model.Rule) []jen.Code {
+		var a []jen.Code
+		if r.Planned {
+			a = append(a, jen.Id("plan"))
+		}
+		if r.KeyType != "" {
+			a = append(a, jen.Id(r.Unexported()+"Key"))
+		}
+		return a
+	}
+	at := func(r model.Rule, i int) []jen.Code {
+		return append(callArgs(r), jen.Id("now"), jen.Id(fmt.Sprintf("c%d", i)))
+	}
+	denied := func(d jen.Code, rule jen.Code) jen.Code {
+		return jen.Id("TierDecision").Values(jen.Dict{jen.Id("Decision"): d, jen.Id("Rule"): rule, jen.Id("DeniedBy"): rule})
+	}
+	var body []jen.Code
+	body = append(body, jen.Id("now").Op(":=").Add(rt("Now")).Call())
+	for i, ri := range t.Rules {
+		if r := m.Rules[ri]; !r.Shared && r.IsWindow() {
+			p := jen.Id(fmt.Sprintf("p%d", i))
+			body = append(body, p.Clone().Op(":=").Id("l").Dot(r.GoName).Dot("PeekAt").Call(at(r, i)...),
+				jen.If(jen.Op("!").Add(p.Clone()).Dot("Allowed")).Block(jen.Return(result(denied(p.Clone(), jen.Id(r.RuleConst())), false))))
+		}
+	}
+	var taken []int
+	undo := func() []jen.Code {
+		var u []jen.Code
+		for j := len(taken) - 1; j >= 0; j-- {
+			prev := m.Rules[t.Rules[taken[j]]]
+			u = append(u, jen.Id("l").Dot(prev.GoName).Dot("RefundAt").Call(at(prev, taken[j])...))
+		}
+		return u
+	}
+	for i, ri := range t.Rules {
+		if r := m.Rules[ri]; !r.Shared && !r.IsWindow() {
+			d := jen.Id(fmt.Sprintf("d%d", i))
+			body = append(body, d.Clone().Op(":=").Id("l").Dot(r.GoName).Dot("AllowNAt").Call(at(r, i)...),
+				jen.If(jen.Op("!").Add(d.Clone()).Dot("Allowed")).Block(append(undo(), jen.Return(result(denied(d.Clone(), jen.Id(r.RuleConst())), false)))...))
+			taken = append(taken, i)
+		}
+	}
+	body = append(body,
+		jen.Id("steps").Op(":=").Index().Qual(sharedPath, "Step").Values(steps...),
+		jen.List(jen.Id("res"), jen.Id("i")).Op(":=").Id("l").Dot("shared").Dot("bound").Dot("Check").Call(jen.Id("ctx"), jen.Id("steps")),
+		jen.Id("storeRules").Op(":=").Index(jen.Lit(len(sharedNames))).Id("RuleName").Values(sharedNames...),
+		jen.If(jen.Id("i").Op("<").Lit(0).Op("||").Id("i").Op(">=").Len(jen.Id("storeRules"))).Block(jen.Id("i").Op("=").Lit(0)),
+		jen.If(jen.Op("!").Id("res").Dot("Allowed")).Block(append(undo(), jen.Return(result(denied(jen.Id("res").Dot("Decision"), jen.Id("storeRules").Index(jen.Id("i"))), true)))...),
+	)
+	for i, ri := range t.Rules {
+		if r := m.Rules[ri]; !r.Shared && r.IsWindow() {
+			d := jen.Id(fmt.Sprintf("d%d", i))
+			back := append(undo(), jen.Id("_").Op("=").Id("l").Dot("shared").Dot("bound").Dot("Refund").Call(jen.Id("ctx"), jen.Id("steps")).Comment("best effort: a store that cannot refund keeps what it took"))
+			body = append(body, d.Clone().Op(":=").Id("l").Dot(r.GoName).Dot("AllowNAt").Call(at(r, i)...),
+				jen.If(jen.Op("!").Add(d.Clone()).Dot("Allowed")).Block(append(back, jen.Return(result(denied(d.Clone(), jen.Id(r.RuleConst())), true)))...))
+		}
+	}
+	// Every rule allowed: the most constraining (fewest remaining, the
+	// earliest in the tier on a tie), the store's deciding rule standing at
+	// the place of the tier's first shared rule.
+	type cand struct{ d, rule jen.Code }
+	var cands []cand
+	storeSeen := false
+	for i, ri := range t.Rules {
+		r := m.Rules[ri]
+		switch {
+		case !r.Shared:
+			cands = append(cands, cand{jen.Id(fmt.Sprintf("d%d", i)), jen.Id(r.RuleConst())})
+		case !storeSeen:
+			storeSeen = true
+			cands = append(cands, cand{jen.Id("res").Dot("Decision"), jen.Id("storeRules").Index(jen.Id("i"))})
+		}
+	}
+	body = append(body, jen.List(jen.Id("most"), jen.Id("rule")).Op(":=").List(cands[0].d, cands[0].rule))
+	for _, c := range cands[1:] {
+		body = append(body, jen.If(jen.Add(c.d).Dot("Remaining").Op("<").Id("most").Dot("Remaining")).Block(
+			jen.List(jen.Id("most"), jen.Id("rule")).Op("=").List(c.d, c.rule)))
+	}
+	return append(body, jen.Return(result(jen.Id("TierDecision").Values(jen.Dict{jen.Id("Decision"): jen.Id("most"), jen.Id("Rule"): jen.Id("rule")}), true)))
 }
 
 // tierRuleNames are the Go names of a tier's rules, in order.

@@ -115,8 +115,13 @@ type Tier struct {
 	Name   string
 	GoName string
 	Rules  []int // indices into model.rules, in order
-	Shared bool  // every rule is shared: the tier is one store call, its local forms named Local…
-	Doc    string
+	// Shared is set when a rule is shared: the tier's forms take a context
+	// and call the store (one call for its shared rules), and the forms that
+	// decide in this process only are named Local…. Local is set when a rule
+	// is local; both: a mixed tier, whose local rules are decided around the
+	// store call (emitSharedTier).
+	Shared, Local bool
+	Doc           string
 }
 
 // The identifiers a rule or tier adds to the generated package, decided here

@@ -769,28 +769,32 @@ func (p *parser) tier(td *tierDoc, m *model.Model) (model.Tier, bool) {
 		}
 		return t, false
 	}
-	t.Shared = m.Rules[t.Rules[0]].Shared
-	for k, ri := range t.Rules {
-		if m.Rules[ri].Shared != t.Shared {
-			sharedName, localName := m.Rules[t.Rules[0]].Name, m.Rules[ri].Name
-			if !t.Shared {
-				sharedName, localName = localName, sharedName
-			}
-			p.errorf(items[k], "tier %q mixes shared and local rules (%q is shared, %q is local); a tier is all shared (one store call) or all local",
-				t.Name, sharedName, localName)
-			return t, false
+	for _, ri := range t.Rules {
+		if m.Rules[ri].Shared {
+			t.Shared = true
+		} else {
+			t.Local = true
 		}
 	}
 	for k, ri := range t.Rules {
-		if r := m.Rules[ri]; t.Shared && r.IsWindow() {
-			p.errorf(items[k], "tier %q: %q is a shared window rule; a tier of shared rules is one store call, which a window does not join (check it on its own route)", t.Name, r.Name)
+		if r := m.Rules[ri]; r.Shared && r.IsWindow() {
+			p.errorf(items[k], "tier %q: %q is a shared window rule; a tier's shared rules are one store call, which a window does not join (check it on its own route)", t.Name, r.Name)
 			return t, false
 		}
 	}
+	var firstShared *model.Rule
 	for k, ri := range t.Rules {
-		if first := m.Rules[t.Rules[0]]; (m.Rules[ri].Lease > 0) != (first.Lease > 0) {
-			leased, perRequest := first.Name, m.Rules[ri].Name
-			if first.Lease == 0 {
+		r := m.Rules[ri]
+		if !r.Shared {
+			continue
+		}
+		if firstShared == nil {
+			firstShared = &m.Rules[ri]
+			continue
+		}
+		if (r.Lease > 0) != (firstShared.Lease > 0) {
+			leased, perRequest := firstShared.Name, r.Name
+			if firstShared.Lease == 0 {
 				leased, perRequest = perRequest, leased
 			}
 			p.errorf(items[k], "tier %q mixes leased and per-request rules (%q has a lease, %q not); a tier's shared rules are all leased or none",

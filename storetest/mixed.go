@@ -1,0 +1,115 @@
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/sharedlimits"
+	"github.com/limitgen/limitgen/shared"
+)
+
+// Refund: what an allowed check took goes back to the bucket with
+// Bound.Refund (a mixed tier's give-back when a local window denies after
+// the store allowed), never beyond full. A bucket of burst 5: three taken,
+// two given back, then exactly four more; a full bucket given tokens still
+// holds its burst and no more.
+func Refund(t *testing.T, st shared.Store) {
+	ctx := context.Background()
+	b, err := st.Bind([]shared.Rule{{Namespace: "refund", Name: "PerKey",
+		Limit: atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 5}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	step := func(key string, cost int64) shared.Result {
+		t.Helper()
+		res := b.CheckStep(ctx, shared.Step{Rule: 0, Key: key, Cost: cost})
+		if res.Degraded {
+			t.Fatalf("degraded: %v", res.Err)
+		}
+		return res
+	}
+	for i := range 3 {
+		if !step("k", 1).Allowed {
+			t.Fatalf("check %d of a full bucket of 5 denied", i+1)
+		}
+	}
+	if err := b.Refund(ctx, []shared.Step{{Rule: 0, Key: "k", Cost: 2}}); err != nil {
+		t.Fatal(err)
+	}
+	if res := step("k", 4); !res.Allowed || res.Remaining != 0 {
+		t.Fatalf("after 3 taken and 2 given back, a cost of 4: %+v; want allowed with 0 left", res.Decision)
+	}
+	if step("k", 1).Allowed {
+		t.Fatal("a bucket of 5 gave a sixth")
+	}
+	if err := b.Refund(ctx, []shared.Step{{Rule: 0, Key: "full", Cost: 3}}); err != nil {
+		t.Fatal(err)
+	}
+	if step("full", 5).Allowed == false || step("full", 1).Allowed {
+		t.Fatal("a refund to a full bucket filled it beyond its burst")
+	}
+}
+
+// GeneratedMixedTier: a generated tier of local and shared rules (Seat:
+// SeatLocal, 3 a user in each instance; SeatShared, 5 a user on the store;
+// SeatDay, a local window of 3 an hour) across instances, all or nothing,
+// each part at its own key. A request a local rule denies never reaches the
+// store; one the store denies gives the local bucket back what it took and
+// counts in no local window; each denial names its rule.
+func GeneratedMixedTier(t *testing.T, instance func() *sharedlimits.Limits) {
+	ctx := context.Background()
+	a, b, c := instance(), instance(), instance()
+	run := func(l *sharedlimits.Limits, local, store string, day func(int) string, n int) string {
+		t.Helper()
+		var out []string
+		for i := range n {
+			res := l.Seat(ctx, local, store, day(i))
+			if res.Degraded || res.Err != nil {
+				t.Fatalf("degraded: %v", res.Err)
+			}
+			if res.Allowed {
+				out = append(out, "ok")
+			} else {
+				out = append(out, res.DeniedBy.String())
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	same := func(k string) func(int) string { return func(int) string { return k } }
+	// a: the local window (3 an hour) denies the 4th and 5th before anything
+	// is taken; the store took 3.
+	if got, want := run(a, "ann", "ann", same("ann"), 5), "ok ok ok SeatDay SeatDay"; got != want {
+		t.Fatalf("instance a: %s; want %s", got, want)
+	}
+	// b: the store holds 5 − 3 = 2 for ann: 2 admitted, then the store denies.
+	if got, want := run(b, "ann", "ann", same("ann"), 4), "ok ok SeatShared SeatShared"; got != want {
+		t.Fatalf("instance b: %s; want %s (the store's 5 less a's 3)", got, want)
+	}
+	// b's bucket gave back what the store-denied requests took (3 − 2 = 1
+	// left), and its window counted only the 2 admitted (3 − 2 = 1 left).
+	if !b.SeatLocal.Peek("ann", 1).Allowed || b.SeatLocal.Peek("ann", 2).Allowed {
+		t.Errorf("b's SeatLocal after 2 admitted and 2 denied by the store: want exactly 1 left")
+	}
+	if !b.SeatDay.Peek("ann", 1).Allowed || b.SeatDay.Peek("ann", 2).Allowed {
+		t.Errorf("b's SeatDay counted requests the store denied: want exactly 1 of 3 left")
+	}
+	if a.SeatShared.Allow(ctx, "ann") {
+		t.Errorf("the store admitted a sixth for ann")
+	}
+	// c: a fresh window key each time, so the local bucket (3) denies the 4th
+	// and 5th: they take nothing from the store, which holds 5 − 3 = 2.
+	fresh := func(i int) string { return fmt.Sprint("cy-day-", i) }
+	if got, want := run(c, "cy", "cy-store", fresh, 5), "ok ok ok SeatLocal SeatLocal"; got != want {
+		t.Fatalf("instance c: %s; want %s", got, want)
+	}
+	if res := c.SeatShared.AllowN(ctx, "cy-store", 2); !res.Allowed || res.Remaining != 0 {
+		t.Errorf("the store after 3 admitted and 2 denied by the local bucket: %+v; want exactly 2 left", res)
+	}
+	if c.SeatShared.Allow(ctx, "cy-store") {
+		t.Errorf("the store admitted beyond its burst of 5")
+	}
+}
