@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Follows the README's "Using it in your service" on a new module, as a
+# Follows the README's "Install" and "Five minutes" on a new module, as a
 # newcomer would before limitgen is published: the module points at a local
 # checkout of limitgen with a replace directive, `go get -tool` adds the
 # generator, `go generate` writes the package, and a small program uses it.

@@ -5,8 +5,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // readmeHarnesses are the files the README's Go snippets are compiled in, by
@@ -236,40 +238,57 @@ func snippet(ctx context.Context, w http.ResponseWriter, userID int64) error {
 `},
 }
 
-// goSnippet is a Go block of the README: its text, without the indentation
-// of the list item it is in, and the line it starts on.
+// goSnippet is a Go block of the README or of a page of docs/: its text,
+// without the indentation of the list item it is in, and where it starts
+// (file and line).
 type goSnippet struct {
+	file string
 	line int
 	text string
 }
 
-// readmeGoSnippets returns the README's Go blocks.
+// docFiles are the files whose Go snippets are compiled: the README and every
+// page of docs/.
+func docFiles(t *testing.T) []string {
+	t.Helper()
+	pages, err := filepath.Glob("../../docs/*.md")
+	if err != nil || len(pages) == 0 {
+		t.Fatalf("no pages in docs/ (%v)", err)
+	}
+	return append([]string{"../../README.md"}, pages...)
+}
+
+// readmeGoSnippets returns the Go blocks of the README and docs/.
 func readmeGoSnippets(t *testing.T) []goSnippet {
 	t.Helper()
-	raw, err := os.ReadFile("../../README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	var out []goSnippet
-	var cur *goSnippet
-	indent := ""
-	for i, line := range strings.Split(string(raw), "\n") {
-		trimmed := strings.TrimSpace(line)
-		switch {
-		case cur == nil && trimmed == "```go":
-			cur = &goSnippet{line: i + 2}
-			indent = line[:len(line)-len(strings.TrimLeft(line, " "))]
-		case cur != nil && trimmed == "```":
-			out = append(out, *cur)
-			cur = nil
-		case cur != nil:
-			cur.text += strings.TrimPrefix(line, indent) + "\n"
+	for _, f := range docFiles(t) {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := strings.TrimPrefix(f, "../../")
+		var cur *goSnippet
+		indent := ""
+		for i, line := range strings.Split(string(raw), "\n") {
+			trimmed := strings.TrimSpace(line)
+			switch {
+			case cur == nil && trimmed == "```go":
+				cur = &goSnippet{file: name, line: i + 2}
+				indent = line[:len(line)-len(strings.TrimLeft(line, " "))]
+			case cur != nil && trimmed == "```":
+				out = append(out, *cur)
+				cur = nil
+			case cur != nil:
+				cur.text += strings.TrimPrefix(line, indent) + "\n"
+			}
 		}
 	}
 	return out
 }
 
-// TestREADMEGoSnippets compiles every Go snippet of the repository's README,
+// TestREADMEGoSnippets compiles every Go snippet of the repository's README
+// and of its docs/ pages,
 // each in the harness for its first line (go vet: it type-checks, and
 // checks what vet checks). A snippet without a harness fails the test: add
 // one when you add a snippet. Before, the Redis snippet declared an error it
@@ -278,7 +297,7 @@ func readmeGoSnippets(t *testing.T) []goSnippet {
 func TestREADMEGoSnippets(t *testing.T) {
 	snippets := readmeGoSnippets(t)
 	if len(snippets) < len(readmeHarnesses) {
-		t.Fatalf("%d Go snippets in the README, fewer than the %d harnesses", len(snippets), len(readmeHarnesses))
+		t.Fatalf("%d Go snippets in the README and docs/, fewer than the %d harnesses", len(snippets), len(readmeHarnesses))
 	}
 	dir, err := os.MkdirTemp(".", "_readme-")
 	if err != nil {
@@ -296,14 +315,14 @@ func TestREADMEGoSnippets(t *testing.T) {
 			}
 		}
 		if h < 0 {
-			t.Errorf("README line %d: a Go snippet with no harness (%q): add one to readmeHarnesses", s.line, first)
+			t.Errorf("%s line %d: a Go snippet with no harness (%q): add one to readmeHarnesses", s.file, s.line, first)
 			continue
 		}
 		if used[h] {
-			t.Errorf("README line %d: a second snippet starting %q: give it a harness of its own", s.line, first)
+			t.Errorf("%s line %d: a second snippet starting %q: give it a harness of its own", s.file, s.line, first)
 		}
 		used[h] = true
-		pkg := filepath.Join(dir, fmt.Sprintf("line%d", s.line))
+		pkg := filepath.Join(dir, fmt.Sprintf("%s_line%d", strings.NewReplacer("/", "_", ".", "_").Replace(s.file), s.line))
 		if err := os.Mkdir(pkg, 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -315,13 +334,83 @@ func TestREADMEGoSnippets(t *testing.T) {
 	}
 	for i, u := range used {
 		if !u {
-			t.Errorf("harness %q matched no README snippet: remove it, or the snippet lost its first line", readmeHarnesses[i].first)
+			t.Errorf("harness %q matched no snippet of the README or docs/: remove it, or the snippet lost its first line", readmeHarnesses[i].first)
 		}
 	}
 	if len(pkgs) == 0 {
 		return
 	}
 	if out, err := exec.Command("go", append([]string{"vet"}, pkgs...)...).CombinedOutput(); err != nil {
-		t.Errorf("README snippets do not compile (the package name is the README line):\n%s", out)
+		t.Errorf("README or docs/ snippets do not compile (the package directory names the file and line):\n%s", out)
+	}
+}
+
+// linkRe is a Markdown link or image: its target.
+var linkRe = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+
+// slug is the anchor GitHub gives a heading: lower case, punctuation dropped
+// (but - and _), spaces made hyphens.
+func slug(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(strings.TrimSpace(heading)) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// TestDocLinks: every relative link of the README and docs/ names a file of
+// the repository, and every #anchor a heading of the page it points into.
+func TestDocLinks(t *testing.T) {
+	anchors := map[string]map[string]bool{}
+	headings := func(path string) map[string]bool {
+		if a, ok := anchors[path]; ok {
+			return a
+		}
+		a := map[string]bool{}
+		raw, err := os.ReadFile(path)
+		if err == nil {
+			for line := range strings.Lines(string(raw)) {
+				if h, ok := strings.CutPrefix(line, "#"); ok {
+					a[slug(strings.TrimLeft(h, "#"))] = true
+				}
+			}
+		}
+		anchors[path] = a
+		return a
+	}
+	links := 0
+	for _, f := range docFiles(t) {
+		raw, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range linkRe.FindAllStringSubmatch(string(raw), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			path, anchor, _ := strings.Cut(target, "#")
+			if path == "" {
+				path = f
+			} else {
+				path = filepath.Join(filepath.Dir(f), path)
+			}
+			links++
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s: link %q: %v", f, target, err)
+				continue
+			}
+			if anchor != "" && !headings(path)[anchor] {
+				t.Errorf("%s: link %q: no heading with that anchor in %s", f, target, path)
+			}
+		}
+	}
+	if links < 30 {
+		t.Fatalf("only %d relative links found in the README and docs/", links)
 	}
 }
