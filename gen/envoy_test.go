@@ -90,3 +90,13 @@ func TestEnvoyTranslates(t *testing.T) {
 		t.Errorf("unlimited not noted:\n%s", pol)
 	}
 }
+
+// The ready server (-main) keeps every shared rule in the one store its flags
+// name, so a policy that puts rules on stores of their own is refused with
+// the reason, not served from the wrong store.
+func TestMainRefusesNamedStores(t *testing.T) {
+	_, err := generateMain("testdata/valid/24_shared.yaml", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "stores of their own (audit_eu, billing)") {
+		t.Fatalf("-main for a policy naming stores: %v", err)
+	}
+}

@@ -110,6 +110,9 @@ func generateMain(policyPath, out string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if names := m.StoreNames(); len(names) > 0 {
+		return nil, fmt.Errorf("-main: the ready server keeps the shared rules in the one store its flags name, and the policy puts rules on stores of their own (%s): write your own main with WithStoreFor, or drop the rules' store: fields", strings.Join(names, ", "))
+	}
 	abs, err := filepath.Abs(out)
 	if err != nil {
 		return nil, err

@@ -86,6 +86,10 @@ type Rule struct {
 	// check with another key is refused. A keyed rule (the default) refuses
 	// the empty key.
 	Global bool
+	// Store is the name of the store the policy puts the rule on (its
+	// store: field), which Stores binds it on; "" is the default store. A
+	// store given the rule directly ignores it.
+	Store string
 }
 
 // Step is one rule's part in a check: the index of the rule in the slice

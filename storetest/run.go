@@ -198,6 +198,9 @@ func Run(t *testing.T, h Harness) {
 		GeneratedMixedTier(t, instances(t, srv, Options{Coalesce: 64}))
 	})
 	on("Refund", func(t *testing.T, srv Server) { Refund(t, srv.Open(t, Options{})) })
+	on("MultiStore", func(t *testing.T, srv Server) {
+		MultiStore(t, func(t *testing.T, ns string) shared.Store { return srv.Open(t, Options{Namespace: ns}) })
+	})
 	on("GeneratedWindows", func(t *testing.T, srv Server) { GeneratedWindows(t, instances(t, srv, Options{})) })
 	on("GeneratedWindowsCoalesced", func(t *testing.T, srv Server) { GeneratedWindows(t, instances(t, srv, Options{Coalesce: 64})) })
 	on("GeneratedLeasedFields", func(t *testing.T, srv Server) { GeneratedLeasedFields(t, instances(t, srv, Options{})) })

@@ -7,6 +7,7 @@
 package main
 
 //go:generate go tool gen -policy policy.yaml -out limits -main cmd/ratelimit
+//go:generate go tool gen -policy twostores.yaml -out twostores
 
 import (
 	"context"

@@ -233,8 +233,12 @@ func emitLimits(m *model.Model) jen.Code {
 			jen.Id("start").Add(rt("Time")).Comment("when the global buckets are created"),
 			jen.Id("startSet").Bool())
 	}
+	names := m.StoreNames()
 	if m.Stores() {
 		optFields = append(optFields, jen.Id("store").Qual(sharedPath, "Store").Comment("the store of the shared rules"))
+	}
+	if len(names) > 0 {
+		optFields = append(optFields, jen.Id("named").Map(jen.String()).Qual(sharedPath, "Store").Comment("the stores rules name, by name"))
 	}
 	g.Type().Id("options").Struct(optFields...).Line().Line()
 	if m.Stores() {
@@ -244,6 +248,24 @@ func emitLimits(m *model.Model) jen.Code {
 		g.Func().Id("WithStore").Params(jen.Id("s").Qual(sharedPath, "Store")).Id("Option").Block(
 			jen.Return(jen.Func().Params(jen.Id("o").Op("*").Id("options")).Block(
 				jen.Id("o").Dot("store").Op("=").Id("s")))).Line().Line()
+	}
+	if len(names) > 0 {
+		var consts []jen.Code
+		for _, n := range names {
+			consts = append(consts, jen.Id(model.StoreConst(n)).Id("StoreName").Op("=").Lit(n))
+		}
+		g.Comment("StoreName names a store the policy puts shared rules on (a rule's store:); WithStoreFor gives it.").Line().
+			Type().Id("StoreName").String().Line().Line().
+			Comment("The stores the policy names.").Line().
+			Const().Defs(consts...).Line().Line()
+		g.Add(comment("WithStoreFor makes New check the shared rules whose store: is name on s (the others go to WithStore's " +
+			"store). Every store the policy names must be given: without one, New leaves every shared rule in this " +
+			"process and SharedErr says which store is missing. A tier over rules on several stores asks each in turn, " +
+			"all or nothing (shared.Stores)."))
+		g.Func().Id("WithStoreFor").Params(jen.Id("name").Id("StoreName"), jen.Id("s").Qual(sharedPath, "Store")).Id("Option").Block(
+			jen.Return(jen.Func().Params(jen.Id("o").Op("*").Id("options")).Block(
+				jen.If(jen.Id("o").Dot("named").Op("==").Nil()).Block(jen.Id("o").Dot("named").Op("=").Map(jen.String()).Qual(sharedPath, "Store").Values()),
+				jen.Id("o").Dot("named").Index(jen.String().Call(jen.Id("name"))).Op("=").Id("s")))).Line().Line()
 	}
 	if global { // keyed buckets are made when their key first comes: nothing to start
 		g.Add(comment("WithStart makes New create the policy's global (unkeyed) buckets at t instead of now: their " +
@@ -262,7 +284,11 @@ func emitLimits(m *model.Model) jen.Code {
 		body = append(body, jen.If(jen.Op("!").Id("o").Dot("startSet")).Block(jen.Id("o").Dot("start").Op("=").Add(rt("Now")).Call()))
 	}
 	if m.Stores() {
-		inits = append(inits, field("shared", jen.Id("newSharedState").Call(jen.Id("o").Dot("store"))))
+		if len(names) > 0 {
+			inits = append(inits, field("shared", jen.Id("newSharedState").Call(jen.Id("o").Dot("store"), jen.Id("o").Dot("named"))))
+		} else {
+			inits = append(inits, field("shared", jen.Id("newSharedState").Call(jen.Id("o").Dot("store"))))
+		}
 	}
 	body = append(body, jen.Id("l").Op(":=").Op("&").Id("Limits").Add(fields(inits...)))
 	for _, r := range m.Rules {
@@ -1436,6 +1462,16 @@ func mixedTier(m *model.Model, t model.Tier, steps, sharedNames []jen.Code, resu
 	return append(body, jen.Return(result(jen.Id("TierDecision").Values(jen.Dict{jen.Id("Decision"): jen.Id("most"), jen.Id("Rule"): jen.Id("rule")}), true)))
 }
 
+// newStateParams are newSharedState's parameters: the default store, and the
+// named ones when the policy names stores.
+func newStateParams(named bool) []jen.Code {
+	ps := []jen.Code{jen.Id("store").Qual(sharedPath, "Store")}
+	if named {
+		ps = append(ps, jen.Id("named").Map(jen.String()).Qual(sharedPath, "Store"))
+	}
+	return ps
+}
+
 // tierRuleNames are the Go names of a tier's rules, in order.
 func tierRuleNames(m *model.Model, t model.Tier) []string {
 	names := make([]string, len(t.Rules))
@@ -1557,6 +1593,9 @@ func emitShared(m *model.Model) jen.Code {
 			if r.KeyType == "" {
 				rf = append(rf, field("Global", jen.True()))
 			}
+			if r.Store != "" {
+				rf = append(rf, field("Store", jen.Lit(r.Store)))
+			}
 			if u := r.Units[i]; u != (shared.Units{}) {
 				uf := []jen.Code{field("PerMicro", jen.Lit(u.PerMicro)), field("Emit", jen.Lit(u.Emit))}
 				if u.Exact {
@@ -1584,16 +1623,27 @@ func emitShared(m *model.Model) jen.Code {
 			jen.Id("err"): jen.Qual("fmt", "Errorf").Call(jen.Lit(m.Pkg+": the store refused "+what+": %w"), err),
 		}))
 	}
+	named := len(m.StoreNames()) > 0
+	none := jen.Id("store").Op("==").Nil()
+	bindTo := jen.Id("store") // what Bind and BindWindow are given
+	if named {
+		none = none.Op("&&").Len(jen.Id("named")).Op("==").Lit(0)
+		bindTo = jen.Id("stores")
+	}
 	body := []jen.Code{
-		jen.If(jen.Id("store").Op("==").Nil()).Block(jen.Return(jen.Op("&").Id("sharedState").Values(jen.Dict{
+		jen.If(none).Block(jen.Return(jen.Op("&").Id("sharedState").Values(jen.Dict{
 			jen.Id("err"): jen.Qual("fmt", "Errorf").Call(jen.Lit(m.Pkg+": %w given to New (WithStore): the shared rules are decided in this process only, each instance enforcing the whole limit alone"), jen.Qual(sharedPath, "ErrNoStore")),
 		}))),
 		jen.Id("s").Op(":=").Op("&").Id("sharedState").Values(),
 		jen.Var().Id("err").Error(),
 	}
+	wsDeclared := false
+	if named {
+		body = append(body, jen.Id("stores").Op(":=").Qual(sharedPath, "Stores").Values(jen.Dict{jen.Id("Default"): jen.Id("store"), jen.Id("Named"): jen.Id("named")}))
+	}
 	if m.Shared > 0 {
 		body = append(body,
-			jen.If(jen.List(jen.Id("s").Dot("bound"), jen.Id("err")).Op("=").Qual(sharedPath, "Bind").Call(jen.Id("store"), jen.Id("sharedRules").Index(jen.Empty(), jen.Empty())),
+			jen.If(jen.List(jen.Id("s").Dot("bound"), jen.Id("err")).Op("=").Qual(sharedPath, "Bind").Call(bindTo, jen.Id("sharedRules").Index(jen.Empty(), jen.Empty())),
 				jen.Id("err").Op("!=").Nil()).Block(refused("the shared rules, which run in this process only", jen.Id("err"))))
 	}
 	for _, r := range m.Rules {
@@ -1606,8 +1656,17 @@ func emitShared(m *model.Model) jen.Code {
 			if r.Planned { // a window per plan on the store, named as a bucket rule's plans are
 				name, limit = r.Name+":"+m.Plans[i].Name, jen.Id(r.LimitVar()).Index(jen.Lit(i))
 			}
+			var ws jen.Code = jen.Id("store")
+			if named {
+				if !wsDeclared {
+					body, wsDeclared = append(body, jen.Var().Id("ws").Qual(sharedPath, "Store")), true
+				}
+				ws = jen.Id("ws")
+				body = append(body, jen.List(jen.Id("ws"), jen.Id("err")).Op("=").Id("stores").Dot("For").Call(jen.Lit(r.Store)),
+					jen.If(jen.Id("err").Op("!=").Nil()).Block(refused(fmt.Sprintf("the window rule %s, and the shared rules run in this process only", name), jen.Id("err"))))
+			}
 			body = append(body,
-				jen.If(jen.List(w, jen.Id("err")).Op("=").Qual(sharedPath, "BindWindow").Call(jen.Id("store"), jen.Lit(m.Namespace), jen.Lit(name), limit, failure(r)),
+				jen.If(jen.List(w, jen.Id("err")).Op("=").Qual(sharedPath, "BindWindow").Call(ws, jen.Lit(m.Namespace), jen.Lit(name), limit, failure(r)),
 					jen.Id("err").Op("!=").Nil()).Block(refused(fmt.Sprintf("the window rule %s, and the shared rules run in this process only", name), jen.Id("err"))))
 		}
 	}
@@ -1617,7 +1676,7 @@ func emitShared(m *model.Model) jen.Code {
 		Type().Id("sharedState").Struct(stateFields...).Line().Line().
 		Comment("newSharedState binds the shared rules to store, if one was given (a store that refuses one, or").Line().
 		Comment("panics, leaves every one in this process, with the error).").Line().
-		Func().Id("newSharedState").Params(jen.Id("store").Qual(sharedPath, "Store")).Op("*").Id("sharedState").Block(body...).Line().Line()
+		Func().Id("newSharedState").Params(newStateParams(named)...).Op("*").Id("sharedState").Block(body...).Line().Line()
 	if m.Shared > 0 {
 		g.Comment("numbered is the store's binding, which changes the shared rules' numbers; nil without a store.").Line().
 			Func().Params(jen.Id("s").Op("*").Id("sharedState")).Id("numbered").Params().Params(jen.Qual(sharedPath, "Numbered"), jen.Error()).Block(

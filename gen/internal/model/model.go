@@ -7,6 +7,8 @@
 package model
 
 import (
+	"slices"
+	"strings"
 	"time"
 	"unicode"
 
@@ -41,6 +43,37 @@ type Model struct {
 // takes a store (WithStore) and says how it fares (SharedErr).
 func (m *Model) Stores() bool { return m.Shared > 0 || m.SharedWindows > 0 }
 
+// StoreNames are the stores the policy's rules name (store:), sorted.
+func (m *Model) StoreNames() []string {
+	var names []string
+	for _, r := range m.Rules {
+		if r.Store != "" && !slices.Contains(names, r.Store) {
+			names = append(names, r.Store)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// StoreConst is the Go name of the constant naming store name: StoreBilling.
+func StoreConst(name string) string {
+	var b strings.Builder
+	b.WriteString("Store")
+	up := true
+	for _, c := range name {
+		switch {
+		case c == '_':
+			up = true
+		case up:
+			b.WriteString(strings.ToUpper(string(c)))
+			up = false
+		default:
+			b.WriteRune(c)
+		}
+	}
+	return b.String()
+}
+
 type Plan struct {
 	Name   string // as written
 	GoName string // the constant: Plan + CamelCase(name)
@@ -57,6 +90,7 @@ type Rule struct {
 	MaxKeys  int64          // 0: no cap
 	AllowCap bool           // at the cap: allow untracked (else deny)
 	Shared   bool           // enforced by the store given to New (package shared), across instances
+	Store    string         // the name of the store a shared rule is on (store:); "" the default store
 	Failure  string         // shared: the shared.FailureMode constant deciding when the store cannot
 	Share    float64        // shared, FailLocal: the local share of the rate and burst
 	Lease    int64          // shared: checked from leases of at most this many tokens a batch (0: a store call per check)
@@ -206,7 +240,7 @@ var ReservedIdents = []string{
 	"RuleName", "Stats", "numPlans", "planNames", "ruleNames", "options", "numbers", "newNumbers",
 	"Middleware", "NewMiddleware", "Hooks", "ServeMux", "NewServeMux", "httpPolicies", "httpCosts", "httpRoutes", "httpPatterns",
 	"GRPC", "NewGRPC", "GRPCHooks", "grpcRoutes", "grpcSeries", "grpcMethod", "grpcService", "grpcEntries",
-	"WithStore", "sharedRules", "sharedState", "newSharedState", "TierResult", "SharedErr",
+	"WithStore", "sharedRules", "sharedState", "newSharedState", "TierResult", "SharedErr", "StoreName", "WithStoreFor",
 }
 
 // Folded reports whether the rule's checks get its fixed-point units as

@@ -94,6 +94,7 @@ func (p *parser) validate(doc *policyDoc) *model.Model {
 		return m
 	}
 	given := map[string]int{} // each rule's name, at its first line
+	storesClaimed := map[string]bool{}
 	for _, rd := range doc.rules {
 		if n := rd.fields["name"]; n != nil && n.Kind == yaml.ScalarNode {
 			if line, twice := given[n.Value]; twice {
@@ -108,6 +109,12 @@ func (p *parser) validate(doc *policyDoc) *model.Model {
 				p.broken[n.Value] = true
 			}
 			continue
+		}
+		if r.Store != "" && !storesClaimed[r.Store] {
+			storesClaimed[r.Store] = true
+			if !ids.claim(fmt.Sprintf("store %q", r.Store), rd.fields["store"], [][2]string{{model.StoreConst(r.Store), "its StoreName constant"}}) {
+				continue
+			}
 		}
 		m.Rules = append(m.Rules, r)
 	}
@@ -375,6 +382,17 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 		}
 	} else if r.Failure == "FailLocal" {
 		bad(rd.fields["on_failure"], "on_failure: local needs local_share: the share of the rate and burst each instance takes alone, such as 0.25 for four instances")
+	}
+
+	if n := rd.fields["store"]; n != nil {
+		switch {
+		case !r.Shared:
+			bad(n, "store applies only to a shared rule (shared: true): it names the store the rule is checked on")
+		case !storeNameRe.MatchString(n.Value):
+			bad(n, "store %q: a store's name is lower case letters, digits and _, starting with a letter, at most 32 (such as billing)", n.Value)
+		default:
+			r.Store = n.Value
+		}
 	}
 
 	if n := rd.fields["lease"]; n != nil {
@@ -805,6 +823,10 @@ func (p *parser) tier(td *tierDoc, m *model.Model) (model.Tier, bool) {
 	t.Doc = tierDoc_(t, m)
 	return t, true
 }
+
+// storeNameRe is a store's name (a rule's store:), which becomes part of a Go
+// identifier (StoreBilling).
+var storeNameRe = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
 
 // Compile parses and validates a policy (its file name, for messages, and its
 // bytes) into the model emission prints. The error is a Diags listing every
