@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/gen/internal/model"
@@ -73,7 +74,7 @@ func checkers(m *model.Model) overlay.Policy[overlay.Checker] {
 		p.Plans = append(p.Plans, pl.Name)
 	}
 	for _, r := range m.Rules {
-		if r.IsWindow() && (r.Planned || r.Shared) {
+		if r.IsWindow() && r.Planned {
 			p.Windows = append(p.Windows, r.Name)
 			continue
 		}
@@ -97,7 +98,10 @@ func (c ruleChecker) Keyed() bool { return c.r.KeyType != "" }
 
 func (c ruleChecker) Check(plan int, n atomicbucket.Numbers) error {
 	if c.r.IsWindow() {
-		_, err := atomicbucket.WindowRuleOf(n, c.r.Limits[0].Cost)
+		w, err := atomicbucket.WindowRuleOf(n, c.r.Limits[0].Cost)
+		if err == nil && c.r.Shared && !w.Exact() && w.Grain()%time.Microsecond != 0 {
+			err = fmt.Errorf("%w: a shared counted window's sixteenths are whole microseconds: %v is not a multiple of 16µs", atomicbucket.ErrWindowNumbers, w.Window())
+		}
 		return err
 	}
 	base, err := atomicbucket.NewRule(c.r.Limits[max(plan, 0)].Atomic())

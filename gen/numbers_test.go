@@ -67,3 +67,29 @@ func TestNumbersCommand(t *testing.T) {
 		t.Errorf("no file: exit %d, want 2 (usage)", code)
 	}
 }
+
+// gen numbers on window rules: a shared window's limit may change (its store
+// carries each key's window), within what the store can hold (a counted
+// window's sixteenths whole microseconds); a window with plans keeps the
+// policy's limits.
+func TestNumbersCommandWindows(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, src string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	policy := filepath.Join("testdata", "valid", "26_shared_windows.yaml")
+	var out, errs bytes.Buffer
+	good := file("good.yaml", "rules:\n  Quota: {rate: 80/h, burst: 80}\n")
+	if code := run([]string{"numbers", "-policy", policy, good}, &out, &errs); code != 0 {
+		t.Fatalf("a shared window's new limit: exit %d: %s", code, errs.String())
+	}
+	odd := file("odd.yaml", "rules:\n  Quota: {rate: 100 per 50002us, burst: 100}\n")
+	errs.Reset()
+	if code := run([]string{"numbers", "-policy", policy, odd}, &out, &errs); code != 1 || !strings.Contains(errs.String(), "sixteenths are whole microseconds") {
+		t.Errorf("a shared counted window of 50.002 ms: exit %d, %q", code, errs.String())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/shared"
 )
 
 // errKeyWindow refuses a key's own numbers for a window rule.
@@ -22,6 +23,7 @@ type windowNumbers interface {
 // whole rule (a key's own are refused).
 type windowTarget struct {
 	w     windowNumbers
+	store *shared.Window // a shared window's binding to its store; nil for a local one, or without a store
 	base  atomicbucket.Numbers
 	cost  int64
 	keyed bool
@@ -39,6 +41,19 @@ func GlobalWindowTarget(l atomicbucket.GlobalWindow) Target {
 	return windowTarget{w: l.Window(), base: atomicbucket.WindowNumbersOf(l.Window().PolicyRule()), cost: l.Cost()}
 }
 
+// SharedWindowTarget is a generated package's shared window limiter as a
+// Target: local is its process-local window (a keyed one's WindowTable, a
+// global one's Window: what decides without a store), store its binding to
+// the store (nil without one). A change goes to the store first (which
+// carries each key's window into the new numbers: shared.Window.SetNumbers),
+// then to the local window; numbers the store refuses change neither.
+func SharedWindowTarget(local interface {
+	windowNumbers
+	PolicyRule() *atomicbucket.WindowRule
+}, store *shared.Window, cost int64, keyed bool) Target {
+	return windowTarget{w: local, store: store, base: atomicbucket.WindowNumbersOf(local.PolicyRule()), cost: cost, keyed: keyed}
+}
+
 func (t windowTarget) Plans() int  { return 0 }
 func (t windowTarget) Keyed() bool { return t.keyed }
 
@@ -53,11 +68,19 @@ func (t windowTarget) Set(_ int, key *string, n atomicbucket.Numbers) error {
 	if key != nil {
 		return errKeyWindow
 	}
+	if t.store != nil {
+		if err := t.store.SetNumbers(n, t.cost); err != nil {
+			return err
+		}
+	}
 	return t.w.SetNumbers(n, t.cost)
 }
 
 func (t windowTarget) Clear(_ int, key *string) {
 	if key == nil {
+		if t.store != nil {
+			t.store.ClearNumbers()
+		}
 		t.w.ClearNumbers()
 	}
 }

@@ -177,13 +177,33 @@ type Window struct {
 	pool     *pgxpool.Pool
 	setupSQL string
 	ready    atomic.Bool // the table and function are there
-	rule     atomicbucket.WindowRule
+	nums     atomic.Pointer[windowNums]
 	name     string // the row's rule name
-	lUs      int64
 	timeout  time.Duration
 	check    string // the statement
 	sweep    string
 	at       func() time.Time // tests: the time the function decides at
+}
+
+// windowNums are a window's numbers as the function takes them.
+type windowNums struct {
+	rule atomicbucket.WindowRule
+	lUs  int64 // the sub-window in µs (0: exact)
+}
+
+// SetRule makes rule the window's numbers for every later check
+// (shared.RuledChecker): each key's window is carried into them at its next
+// check, as the function carries what another version of the rule wrote.
+func (w *Window) SetRule(rule atomicbucket.WindowRule) error {
+	n := &windowNums{rule: rule}
+	if !rule.Exact() {
+		if rule.Grain()%time.Microsecond != 0 {
+			return fmt.Errorf("%w: a counted window in PostgreSQL has sub-windows of whole microseconds: %v is not a multiple of 16µs", atomicbucket.ErrInvalidLimit, rule.Window())
+		}
+		n.lUs = int64(rule.Grain() / time.Microsecond)
+	}
+	w.nums.Store(n)
+	return nil
 }
 
 // NewWindow returns the window rule named name with rule's numbers in pool's
@@ -203,15 +223,12 @@ func NewWindow(ctx context.Context, pool *pgxpool.Pool, name string, rule atomic
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
-	w := &Window{pool: pool, rule: rule, name: name, timeout: opts.Timeout}
+	w := &Window{pool: pool, name: name, timeout: opts.Timeout}
 	if w.timeout <= 0 {
 		w.timeout = DefaultTimeout
 	}
-	if !rule.Exact() {
-		if rule.Grain()%time.Microsecond != 0 {
-			return nil, fmt.Errorf("%w: a counted window in PostgreSQL has sub-windows of whole microseconds: %v is not a multiple of 16µs", atomicbucket.ErrInvalidLimit, rule.Window())
-		}
-		w.lUs = int64(rule.Grain() / time.Microsecond)
+	if err := w.SetRule(rule); err != nil {
+		return nil, err
 	}
 	fn := opts.Table + "_check"
 	w.check = "SELECT " + fn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, $6::int8, $7::int8)"
@@ -260,7 +277,7 @@ func (s *Store) Window(name string, rule atomicbucket.WindowRule) (shared.Window
 }
 
 // Rule returns the window's numbers.
-func (w *Window) Rule() *atomicbucket.WindowRule { return &w.rule }
+func (w *Window) Rule() *atomicbucket.WindowRule { return &w.nums.Load().rule }
 
 // AllowN decides a request of cost for key in the database, counting it if
 // admitted. An error (the database did not answer in time, or refused) comes
@@ -282,7 +299,8 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) (atomicbuck
 		at = &us
 	}
 	var r []int64
-	err := w.pool.QueryRow(ctx, w.check, w.name, rowKey(key), int64(w.rule.Window()/time.Microsecond), w.rule.Limit(), w.lUs, cost, at).Scan(&r)
+	nm := w.nums.Load()
+	err := w.pool.QueryRow(ctx, w.check, w.name, rowKey(key), int64(nm.rule.Window()/time.Microsecond), nm.rule.Limit(), nm.lUs, cost, at).Scan(&r)
 	if err != nil {
 		return atomicbucket.Decision{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -181,12 +182,41 @@ type Window struct {
 	client  redis.UniversalClient
 	script  *redis.Script
 	prefix  string // the keys' prefix, up to the key
-	rule    atomicbucket.WindowRule
-	lUs     int64 // the sub-window in µs (0: exact)
+	nums    atomic.Pointer[windowNums]
 	timeout time.Duration
 	co      *shared.Coalescer[windowCheck]
 	// now, in tests, gives the time the script decides at (explicitNow).
 	now func() time.Time
+}
+
+// windowNums are a window's numbers as the script takes them.
+type windowNums struct {
+	rule atomicbucket.WindowRule
+	lUs  int64 // the sub-window in µs (0: exact)
+}
+
+// windowNumsOf is rule as the script takes it, or why it cannot.
+func windowNumsOf(rule atomicbucket.WindowRule) (*windowNums, error) {
+	n := &windowNums{rule: rule}
+	if !rule.Exact() {
+		if rule.Grain()%time.Microsecond != 0 {
+			return nil, fmt.Errorf("%w: a counted window on Redis has sub-windows of whole microseconds: %v is not a multiple of 16µs", atomicbucket.ErrInvalidLimit, rule.Window())
+		}
+		n.lUs = int64(rule.Grain() / time.Microsecond)
+	}
+	return n, nil
+}
+
+// SetRule makes rule the window's numbers for every later check
+// (shared.RuledChecker): each key's window is carried into them at its next
+// check, as the script carries what another version of the rule wrote.
+func (w *Window) SetRule(rule atomicbucket.WindowRule) error {
+	n, err := windowNumsOf(rule)
+	if err != nil {
+		return err
+	}
+	w.nums.Store(n)
+	return nil
 }
 
 // windowCheck is one check of a coalesced batch.
@@ -233,12 +263,9 @@ func newWindowIn(client redis.UniversalClient, prefix, name string, rule atomicb
 	if _, cluster := client.(*redis.ClusterClient); cluster {
 		opts.Coalesce = 0 // a batch's keys would span slots
 	}
-	w := &Window{client: client, script: redis.NewScript(windowScript(explicitNow)), rule: rule, timeout: opts.Timeout}
-	if !rule.Exact() {
-		if rule.Grain()%time.Microsecond != 0 {
-			return nil, fmt.Errorf("%w: a counted window on Redis has sub-windows of whole microseconds: %v is not a multiple of 16µs", atomicbucket.ErrInvalidLimit, rule.Window())
-		}
-		w.lUs = int64(rule.Grain() / time.Microsecond)
+	w := &Window{client: client, script: redis.NewScript(windowScript(explicitNow)), timeout: opts.Timeout}
+	if err := w.SetRule(rule); err != nil {
+		return nil, err
 	}
 	if w.timeout <= 0 {
 		w.timeout = DefaultTimeout
@@ -277,7 +304,7 @@ func (s *Store) Close() {
 }
 
 // Rule returns the window's numbers.
-func (w *Window) Rule() *atomicbucket.WindowRule { return &w.rule }
+func (w *Window) Rule() *atomicbucket.WindowRule { return &w.nums.Load().rule }
 
 // Close stops a coalescing window's goroutines.
 func (w *Window) Close() {
@@ -338,7 +365,8 @@ func (w *Window) decide(ctx context.Context, checks []windowCheck) ([]atomicbuck
 	}
 	keys := make([]string, len(runs))
 	args := make([]any, 0, 3+2*len(runs)+2)
-	args = append(args, int64(w.rule.Window()/time.Microsecond), w.rule.Limit(), w.lUs)
+	nm := w.nums.Load() // the numbers of the whole call
+	args = append(args, int64(nm.rule.Window()/time.Microsecond), nm.rule.Limit(), nm.lUs)
 	for i, r := range runs {
 		keys[i] = w.prefix + r.key
 		args = append(args, r.cost, r.count)
@@ -354,7 +382,7 @@ func (w *Window) decide(ctx context.Context, checks []windowCheck) ([]atomicbuck
 	if len(res) != 4*len(runs) {
 		return nil, errors.New("redisstore: the window script answered " + strconv.Itoa(len(res)) + " numbers for " + strconv.Itoa(len(runs)) + " runs")
 	}
-	n := w.rule.Limit()
+	n := nm.rule.Limit()
 	ds := make([]atomicbucket.Decision, 0, len(checks))
 	for i, r := range runs {
 		admitted, in, retry, reset := res[4*i], res[4*i+1], res[4*i+2], res[4*i+3]

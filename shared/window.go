@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -40,9 +42,21 @@ var ErrNoWindows = errors.New("the store keeps no window rules")
 type Window struct {
 	c     WindowChecker
 	mode  FailureMode
+	share float64                           // FailLocal's share of the limit
 	local *atomicbucket.WindowTable[string] // FailLocal's share
-	limit int64
+	base  atomicbucket.WindowRule           // as bound: the policy's numbers
+	rule  atomic.Pointer[atomicbucket.WindowRule]
 	br    circuit
+	mu    sync.Mutex // serialises changes of numbers; never taken by a check
+}
+
+// RuledChecker is a WindowChecker whose numbers can change while it runs
+// (redisstore.Window, pgstore.Window): SetRule makes rule its numbers for
+// every later check, each window carried into them on the store as a rolling
+// deploy carries it (what it holds kept), or refuses rule, changing nothing.
+type RuledChecker interface {
+	WindowChecker
+	SetRule(rule atomicbucket.WindowRule) error
 }
 
 // BindWindow binds the window rule named name (namespace, when not empty,
@@ -64,18 +78,85 @@ func BindWindow(store Store, namespace, name string, rule atomicbucket.WindowRul
 	if err != nil {
 		return nil, err
 	}
-	w = &Window{c: c, mode: f.Mode, limit: rule.Limit()}
+	w = &Window{c: c, mode: f.Mode, share: f.Share, base: rule}
+	w.rule.Store(&w.base)
 	if f.Mode == FailLocal {
 		if !(f.Share > 0 && f.Share <= 1) {
 			return nil, fmt.Errorf("%w, not %v", ErrLocalShare, f.Share)
 		}
-		share, err := atomicbucket.NewWindowRule(max(int64(math.Floor(float64(rule.Limit())*f.Share)), 1), rule.Window())
+		share, err := w.shareOf(rule)
 		if err != nil {
-			return nil, fmt.Errorf("its local share %v: %w", f.Share, err)
+			return nil, err
 		}
 		w.local = atomicbucket.NewWindowTable[string](share, atomicbucket.TableOptions{MaxKeys: 1 << 20})
 	}
 	return w, nil
+}
+
+// shareOf is FailLocal's window for rule: the share of its limit (rounded
+// down, at least 1) in the same window.
+func (w *Window) shareOf(rule atomicbucket.WindowRule) (atomicbucket.WindowRule, error) {
+	share, err := atomicbucket.NewWindowRule(max(int64(math.Floor(float64(rule.Limit())*w.share)), 1), rule.Window())
+	if err != nil {
+		return share, fmt.Errorf("its local share %v: %w", w.share, err)
+	}
+	return share, nil
+}
+
+// Rule is the window's numbers in force.
+func (w *Window) Rule() *atomicbucket.WindowRule { return w.rule.Load() }
+
+// PolicyRule is the window's numbers as bound (the policy's).
+func (w *Window) PolicyRule() atomicbucket.WindowRule { return w.base }
+
+// SetNumbers makes n (a limit per window: Tokens per Period, Burst equal to
+// Tokens; atomicbucket.WindowRuleOf, with the rule's cost) the window's
+// numbers on the store and for its local share, or refuses them, changing
+// nothing: a store whose checker cannot change numbers (no RuledChecker)
+// refuses. On the store each key's window is carried into them at its next
+// check, as two versions side by side carry it, so in any interval of the
+// shorter window at most the larger limit is admitted.
+func (w *Window) SetNumbers(n atomicbucket.Numbers, cost int64) error {
+	rule, err := atomicbucket.WindowRuleOf(n, cost)
+	if err != nil {
+		return err
+	}
+	return w.set(rule)
+}
+
+// ClearNumbers gives the window back the numbers it was bound with.
+func (w *Window) ClearNumbers() {
+	w.set(w.base) //nolint:errcheck // the bound numbers were accepted at Bind
+}
+
+func (w *Window) set(rule atomicbucket.WindowRule) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	rc, ok := w.c.(RuledChecker)
+	if !ok {
+		return fmt.Errorf("the store's %T cannot change a window's numbers", w.c)
+	}
+	var share atomicbucket.WindowRule
+	if w.local != nil {
+		var err error
+		if share, err = w.shareOf(rule); err != nil {
+			return err
+		}
+	}
+	if err := rc.SetRule(rule); err != nil {
+		return err
+	}
+	if w.local != nil {
+		// A valid rule of cost 1: it cannot be refused (the policy's share
+		// comes back as the table's own numbers).
+		w.local.SetNumbers(atomicbucket.WindowNumbersOf(&share), 1) //nolint:errcheck
+	}
+	if rule == w.base {
+		w.rule.Store(&w.base)
+	} else {
+		w.rule.Store(&rule)
+	}
+	return nil
 }
 
 // AllowN decides a request of cost for key on the store, or, when it cannot,
@@ -105,7 +186,7 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) Result {
 func (w *Window) fallback(key string, cost int64, err error) Result {
 	switch {
 	case w.mode == FailAllow:
-		return Result{Decision: atomicbucket.Decision{Allowed: true, Remaining: w.limit}, Degraded: true, Err: err}
+		return Result{Decision: atomicbucket.Decision{Allowed: true, Remaining: w.Rule().Limit()}, Degraded: true, Err: err}
 	case w.mode == FailLocal && w.local != nil:
 		return Result{Decision: w.local.AllowN(key, cost), Degraded: true, Err: err}
 	}

@@ -198,6 +198,7 @@ func Run(t *testing.T, h Harness) {
 		GeneratedMixedTier(t, instances(t, srv, Options{Coalesce: 64}))
 	})
 	on("Refund", func(t *testing.T, srv Server) { Refund(t, srv.Open(t, Options{})) })
+	on("WindowNumbersChange", func(t *testing.T, srv Server) { WindowNumbersChange(t, srv.Open(t, Options{})) })
 	on("MultiStore", func(t *testing.T, srv Server) {
 		MultiStore(t, func(t *testing.T, ns string) shared.Store { return srv.Open(t, Options{Namespace: ns}) })
 	})

@@ -7,6 +7,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/sharedlimits"
+	"github.com/limitgen/limitgen/overlay"
 )
 
 // GeneratedWindows: two instances of the generated service checking its
@@ -74,5 +75,29 @@ func GeneratedWindows(t *testing.T, instance func() *sharedlimits.Limits) {
 	alone := sharedlimits.New()
 	if res := alone.Quota.AllowN(ctx, "alice", 1); !res.Allowed || res.Remaining != 4 || res.Err == nil {
 		t.Errorf("without a store, Quota decides on its own window, saying why: %+v", res)
+	}
+	// Numbers at run time (an overlay Set on every instance): Quota raised to
+	// 8 an hour while alice's window holds 5 on the store: 3 more across the
+	// instances, then none; a key's own numbers and plans are refused.
+	for _, l := range lims {
+		if err := l.ApplyNumbers(overlay.Set{overlay.NewEntry("test", "Quota", "", nil, "8/h", 8)}); err != nil {
+			t.Fatalf("Quota raised to 8/h: %v", err)
+		}
+	}
+	more := 0
+	for i := range 6 {
+		if res := lims[i%2].Quota.AllowN(ctx, "alice", 1); res.Allowed {
+			more++
+		}
+	}
+	if more != 3 {
+		t.Errorf("Quota raised to 8 an hour while holding 5: %d of 6 more admitted, want 3", more)
+	}
+	key := "alice"
+	if err := a.ApplyNumbers(overlay.Set{overlay.NewEntry("test", "Quota", "", &key, "9/h", 9)}); err == nil {
+		t.Error("a key's own numbers for a shared window were accepted")
+	}
+	if err := alone.ApplyNumbers(overlay.Set{overlay.NewEntry("test", "Quota", "", nil, "8/h", 8)}); err != nil {
+		t.Errorf("numbers without a store (the local window's): %v", err)
 	}
 }

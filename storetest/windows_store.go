@@ -11,6 +11,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/reference"
+	"github.com/limitgen/limitgen/shared"
 )
 
 // WindowCheck is one check of a store's window rule: redisstore.Window's or
@@ -184,5 +185,75 @@ func WindowVersions(t *testing.T, open OpenWindow) {
 		if admitted[0] == 0 || admitted[1] == 0 {
 			t.Fatalf("versions %v and %v: admitted %v: one version never admitted", pair[0].Window(), pair[1].Window(), admitted)
 		}
+	}
+}
+
+// WindowNumbersChange: a shared window's numbers changed at run time
+// (shared.Window.SetNumbers, as an overlay does): what each key's window
+// holds is carried into the new numbers on the store, never reset. A window
+// of 5 an hour holding 4: cut to 3, nothing more is admitted; raised to 8,
+// exactly 4 more; cleared (5 again), nothing while it holds 8. A counted
+// window (100 in 16 minutes) raised to 200 admits the other 100 and no more.
+// Numbers a window cannot take are refused, changing nothing.
+func WindowNumbersChange(t *testing.T, st shared.Store) {
+	ctx := context.Background()
+	bind := func(name string, limit int64, window time.Duration) *shared.Window {
+		r, err := atomicbucket.NewWindowRule(limit, window)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := shared.BindWindow(st, "numbers", name, r, shared.Failure{Mode: shared.FailDeny})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	admit := func(w *shared.Window, key string, n int) int {
+		t.Helper()
+		got := 0
+		for range n {
+			res := w.AllowN(ctx, key, 1)
+			if res.Degraded {
+				t.Fatalf("degraded: %v", res.Err)
+			}
+			if res.Allowed {
+				got++
+			}
+		}
+		return got
+	}
+	set := func(w *shared.Window, limit int64, window time.Duration) {
+		t.Helper()
+		if err := w.SetNumbers(atomicbucket.Numbers{Tokens: limit, Period: window, Burst: limit}, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := bind("Exact", 5, time.Hour)
+	if got := admit(w, "k", 4); got != 4 {
+		t.Fatalf("%d of 4 admitted under 5 an hour", got)
+	}
+	set(w, 3, time.Hour)
+	if got := admit(w, "k", 3); got != 0 {
+		t.Fatalf("cut to 3 while holding 4: %d admitted", got)
+	}
+	set(w, 8, time.Hour)
+	if got := admit(w, "k", 6); got != 4 || w.Rule().Limit() != 8 {
+		t.Fatalf("raised to 8 while holding 4: %d of 6 admitted (limit %d), want 4", got, w.Rule().Limit())
+	}
+	w.ClearNumbers()
+	if got := admit(w, "k", 2); got != 0 || w.Rule().Limit() != 5 {
+		t.Fatalf("back to 5 while holding 8: %d admitted (limit %d)", got, w.Rule().Limit())
+	}
+	if err := w.SetNumbers(atomicbucket.Numbers{Tokens: 5, Period: time.Hour, Burst: 9}, 1); err == nil || w.Rule().Limit() != 5 {
+		t.Fatalf("numbers with a burst other than the limit: %v (limit %d)", err, w.Rule().Limit())
+	}
+
+	c := bind("Counted", 100, 16*time.Minute)
+	if got := admit(c, "k", 100); got != 100 {
+		t.Fatalf("counted: %d of 100", got)
+	}
+	set(c, 200, 16*time.Minute)
+	if got := admit(c, "k", 120); got != 100 {
+		t.Fatalf("counted, raised to 200 while holding 100: %d of 120 admitted, want 100", got)
 	}
 }

@@ -346,9 +346,8 @@ type numbers = overlay.Numbers
 // newNumbers is l's rules as overlay Sets change them.
 func (l *Limits) newNumbers() numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Plans:   nil,
-		Rules:   map[string]overlay.Target{"PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Checkouts": checkoutsNumbers{l.Checkouts}, "Invoices": invoicesNumbers{l.Invoices}},
-		Windows: []string{"InvoiceQuota"},
+		Plans: nil,
+		Rules: map[string]overlay.Target{"PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Checkouts": checkoutsNumbers{l.Checkouts}, "Invoices": invoicesNumbers{l.Invoices}, "InvoiceQuota": overlay.SharedWindowTarget(l.InvoiceQuota.local.Table(), l.shared.windows[0], 1, true)},
 	})
 }
 

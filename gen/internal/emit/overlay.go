@@ -25,8 +25,16 @@ func emitOverlay(m *model.Model) jen.Code {
 		case r.IsWindow() && !r.Planned && !r.Shared: // atomicbucket.GlobalWindow's
 			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "GlobalWindowTarget").Call(jen.Id("l").Dot(r.GoName).Dot("GlobalWindow")))
 			continue
+		case r.IsWindow() && !r.Planned: // a shared window's: its local window and its binding to the store
+			local := jen.Id("l").Dot(r.GoName).Dot("local").Dot("Window").Call()
+			if r.KeyType != "" {
+				local = jen.Id("l").Dot(r.GoName).Dot("local").Dot("Table").Call()
+			}
+			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "SharedWindowTarget").Call(local,
+				jen.Id("l").Dot("shared").Dot("windows").Index(jen.Lit(r.WindowAt)), lit(r.Limits[0].Cost), jen.Lit(r.KeyType != "")))
+			continue
 		case r.IsWindow():
-			windows = append(windows, jen.Lit(r.Name)) // a shared window's, or one's with plans: the policy's at every time
+			windows = append(windows, jen.Lit(r.Name)) // one's with plans: the policy's at every time
 			continue
 		}
 		if keyedTarget(r) {
