@@ -74,10 +74,6 @@ func checkers(m *model.Model) overlay.Policy[overlay.Checker] {
 		p.Plans = append(p.Plans, pl.Name)
 	}
 	for _, r := range m.Rules {
-		if r.IsWindow() && r.Planned {
-			p.Windows = append(p.Windows, r.Name)
-			continue
-		}
 		p.Rules[r.Name] = ruleChecker{r}
 	}
 	return p
@@ -98,7 +94,7 @@ func (c ruleChecker) Keyed() bool { return c.r.KeyType != "" }
 
 func (c ruleChecker) Check(plan int, n atomicbucket.Numbers) error {
 	if c.r.IsWindow() {
-		w, err := atomicbucket.WindowRuleOf(n, c.r.Limits[0].Cost)
+		w, err := atomicbucket.WindowRuleOf(n, c.r.Limits[max(plan, 0)].Cost)
 		if err == nil && c.r.Shared && !w.Exact() && w.Grain()%time.Microsecond != 0 {
 			err = fmt.Errorf("%w: a shared counted window's sixteenths are whole microseconds: %v is not a multiple of 16µs", atomicbucket.ErrWindowNumbers, w.Window())
 		}

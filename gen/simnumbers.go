@@ -167,9 +167,6 @@ func (s *simulation) target(e simEvent) (*simRule, error) {
 	if r != nil {
 		checker, known = s.checkers.Rules[r.rule.Name]
 	}
-	if slices.Contains(s.checkers.Windows, name) {
-		return nil, fmt.Errorf("line %d: %s: rule %q is a window rule with plans: its limits are the policy's at every time", e.line, e.kind, name)
-	}
 	if r != nil && r.nums == nil && e.kind == "reset" {
 		return nil, fmt.Errorf("line %d: reset: rule %q is a window rule: a window is not reset (what it admitted leaves it)", e.line, name)
 	}

@@ -99,17 +99,10 @@ type Target interface {
 type Policy[T Checker] struct {
 	Plans []string
 	Rules map[string]T
-	// Windows are the policy's window rules whose numbers are the policy's
-	// at every time (those with plans): numbers naming one are refused as
-	// such.
-	Windows []string
 }
 
 // missing says why p has no numbers to change for rule.
 func (p Policy[T]) missing(rule string) string {
-	if slices.Contains(p.Windows, rule) {
-		return fmt.Sprintf("rule %q is a window rule with plans: its limits are the policy's at every time (run-time numbers change token buckets and window rules without plans)", rule)
-	}
 	return fmt.Sprintf("no rule %q in the policy (its rules: %s)", rule, strings.Join(sortedKeys(p.Rules), ", "))
 }
 

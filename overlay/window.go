@@ -2,6 +2,8 @@ package overlay
 
 import (
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/shared"
@@ -10,35 +12,37 @@ import (
 // errKeyWindow refuses a key's own numbers for a window rule.
 var errKeyWindow = errors.New("a window rule's numbers are the rule's, for every key: give them without a key")
 
-// windowNumbers is what a window limiter whose numbers change has: a
-// WindowTable's and a Window's methods.
-type windowNumbers interface {
+// WindowNumbers is what a window whose numbers change has: an
+// atomicbucket.WindowTable's and an atomicbucket.Window's methods (a
+// shared.Window's too).
+type WindowNumbers interface {
 	Rule() *atomicbucket.WindowRule
+	PolicyRule() *atomicbucket.WindowRule
 	SetNumbers(n atomicbucket.Numbers, cost int64) error
 	ClearNumbers()
 }
 
 // windowTarget is a window rule as an overlay Set changes it: its numbers
 // are a limit per window (rate: "1000/h", the limit as burst), for the
-// whole rule (a key's own are refused).
+// whole rule (a key's own are refused), on each plan when it has plans.
 type windowTarget struct {
-	w     windowNumbers
-	store *shared.Window // a shared window's binding to its store; nil for a local one, or without a store
-	base  atomicbucket.Numbers
-	cost  int64
-	keyed bool
+	w       []WindowNumbers // the process's window (or table), one a plan when planned
+	store   []*shared.Window // a shared window's bindings to its store, as w; nil for a local one or without a store
+	cost    []int64          // the default cost, as w
+	planned bool
+	keyed   bool
 }
 
 // WindowTarget is l (a generated package's keyed window limiter, which
 // embeds atomicbucket.KeyedWindow) as a Target.
 func WindowTarget[K comparable](l atomicbucket.KeyedWindow[K]) Target {
-	return windowTarget{w: l.Table(), base: atomicbucket.WindowNumbersOf(l.Table().PolicyRule()), cost: l.Cost(), keyed: true}
+	return windowTarget{w: []WindowNumbers{l.Table()}, cost: []int64{l.Cost()}, keyed: true}
 }
 
 // GlobalWindowTarget is l (a generated package's global window limiter) as
 // a Target.
 func GlobalWindowTarget(l atomicbucket.GlobalWindow) Target {
-	return windowTarget{w: l.Window(), base: atomicbucket.WindowNumbersOf(l.Window().PolicyRule()), cost: l.Cost()}
+	return windowTarget{w: []WindowNumbers{l.Window()}, cost: []int64{l.Cost()}}
 }
 
 // SharedWindowTarget is a generated package's shared window limiter as a
@@ -47,42 +51,69 @@ func GlobalWindowTarget(l atomicbucket.GlobalWindow) Target {
 // the store (nil without one). A change goes to the store first (which
 // carries each key's window into the new numbers: shared.Window.SetNumbers),
 // then to the local window; numbers the store refuses change neither.
-func SharedWindowTarget(local interface {
-	windowNumbers
-	PolicyRule() *atomicbucket.WindowRule
-}, store *shared.Window, cost int64, keyed bool) Target {
-	return windowTarget{w: local, store: store, base: atomicbucket.WindowNumbersOf(local.PolicyRule()), cost: cost, keyed: keyed}
+func SharedWindowTarget(local WindowNumbers, store *shared.Window, cost int64, keyed bool) Target {
+	return windowTarget{w: []WindowNumbers{local}, store: []*shared.Window{store}, cost: []int64{cost}, keyed: keyed}
 }
 
-func (t windowTarget) Plans() int  { return 0 }
+// PlannedWindowTarget is a generated package's window limiter with plans as a
+// Target: windows are its plans' windows (or tables) in plan order, costs
+// their default costs, and stores, for a shared rule, its plans' bindings to
+// the store (nil without one, or for a local rule).
+func PlannedWindowTarget(keyed bool, costs []int64, stores []*shared.Window, windows ...WindowNumbers) Target {
+	if stores == nil {
+		stores = make([]*shared.Window, len(windows))
+	}
+	return windowTarget{w: windows, store: stores, cost: costs, planned: true, keyed: keyed}
+}
+
+func (t windowTarget) Plans() int {
+	if t.planned {
+		return len(t.w)
+	}
+	return 0
+}
+
 func (t windowTarget) Keyed() bool { return t.keyed }
 
-func (t windowTarget) Check(_ int, n atomicbucket.Numbers) error {
-	_, err := atomicbucket.WindowRuleOf(n, t.cost)
+// at is plan's index (-1, without plans: the only one).
+func (t windowTarget) at(plan int) int { return max(plan, 0) }
+
+func (t windowTarget) Check(plan int, n atomicbucket.Numbers) error {
+	i := t.at(plan)
+	r, err := atomicbucket.WindowRuleOf(n, t.cost[i])
+	if err == nil && i < len(t.store) && t.store[i] != nil && !r.Exact() && r.Grain()%time.Microsecond != 0 {
+		err = fmt.Errorf("%w: a shared counted window's sixteenths are whole microseconds: %v is not a multiple of 16µs", atomicbucket.ErrWindowNumbers, r.Window())
+	}
 	return err
 }
 
 func (t windowTarget) CheckKey(string) error { return errKeyWindow }
 
-func (t windowTarget) Set(_ int, key *string, n atomicbucket.Numbers) error {
+func (t windowTarget) Set(plan int, key *string, n atomicbucket.Numbers) error {
 	if key != nil {
 		return errKeyWindow
 	}
-	if t.store != nil {
-		if err := t.store.SetNumbers(n, t.cost); err != nil {
+	i := t.at(plan)
+	if i < len(t.store) && t.store[i] != nil {
+		if err := t.store[i].SetNumbers(n, t.cost[i]); err != nil {
 			return err
 		}
 	}
-	return t.w.SetNumbers(n, t.cost)
+	return t.w[i].SetNumbers(n, t.cost[i])
 }
 
-func (t windowTarget) Clear(_ int, key *string) {
-	if key == nil {
-		if t.store != nil {
-			t.store.ClearNumbers()
-		}
-		t.w.ClearNumbers()
+func (t windowTarget) Clear(plan int, key *string) {
+	if key != nil {
+		return
 	}
+	i := t.at(plan)
+	if i < len(t.store) && t.store[i] != nil {
+		t.store[i].ClearNumbers()
+	}
+	t.w[i].ClearNumbers()
 }
 
-func (t windowTarget) Base(int) Base { return Base{Numbers: t.base, Cost: t.cost, Window: true} }
+func (t windowTarget) Base(plan int) Base {
+	i := t.at(plan)
+	return Base{Numbers: atomicbucket.WindowNumbersOf(t.w[i].PolicyRule()), Cost: t.cost[i], Window: true}
+}

@@ -72,3 +72,43 @@ func TestWindowTargets(t *testing.T) {
 		}
 	}
 }
+
+// A window rule with plans as a target: a Set for one plan changes that
+// plan's window only, one for every plan (no plan named) each plan's, each
+// checked against its plan's default cost; Base is each plan's policy
+// numbers.
+func TestPlannedWindowTarget(t *testing.T) {
+	free := atomicbucket.NewWindowTable[string](atomicbucket.MustWindowRule(2, time.Hour), atomicbucket.TableOptions{})
+	pro := atomicbucket.NewWindowTable[string](atomicbucket.MustWindowRule(10, time.Hour), atomicbucket.TableOptions{})
+	target := overlay.PlannedWindowTarget(true, []int64{1, 3}, nil, free, pro)
+	a := overlay.NewApplier(overlay.Policy[overlay.Target]{Plans: []string{"free", "pro"}, Rules: map[string]overlay.Target{"Quota": target}})
+	if target.Plans() != 2 || !target.Keyed() || target.Base(1).Numbers.Tokens != 10 || target.Base(1).Cost != 3 || !target.Base(0).Window {
+		t.Fatalf("Plans %d, Keyed %v, Base(pro) %+v", target.Plans(), target.Keyed(), target.Base(1))
+	}
+	if err := a.Apply(overlay.Set{overlay.NewEntry("t 1", "Quota", "pro", nil, "20/h", 20)}); err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := free.NumbersFor(); f.Tokens != 2 {
+		t.Errorf("free changed with pro: %v", f)
+	}
+	if p, o := pro.NumbersFor(); p.Tokens != 20 || o != atomicbucket.FromOverride {
+		t.Errorf("pro after its Set: %v from %v", p, o)
+	}
+	// 2 an hour for every plan: below pro's default cost of 3, refused whole.
+	err := a.Apply(overlay.Set{overlay.NewEntry("t 2", "Quota", "", nil, "2/h", 2)})
+	if !errors.Is(err, overlay.ErrInvalid) || !strings.Contains(err.Error(), "default cost, 3") {
+		t.Errorf("2 an hour on every plan, pro's cost 3: %v", err)
+	}
+	if p, _ := pro.NumbersFor(); p.Tokens != 20 {
+		t.Errorf("a refused Set changed pro: %v", p)
+	}
+	if err := a.Apply(overlay.Set{overlay.NewEntry("t 3", "Quota", "", nil, "5/h", 5)}); err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := free.NumbersFor(); f.Tokens != 5 {
+		t.Errorf("free after 5/h on every plan: %v", f)
+	}
+	if p, _ := pro.NumbersFor(); p.Tokens != 5 {
+		t.Errorf("pro after 5/h on every plan: %v", p)
+	}
+}

@@ -100,4 +100,25 @@ func GeneratedWindows(t *testing.T, instance func() *sharedlimits.Limits) {
 	if err := alone.ApplyNumbers(overlay.Set{overlay.NewEntry("test", "Quota", "", nil, "8/h", 8)}); err != nil {
 		t.Errorf("numbers without a store (the local window's): %v", err)
 	}
+	// A window with plans: pro raised to 6 an hour while carol's pro window
+	// holds 4: 2 more on pro, none on free (still 2, holding 2).
+	for _, l := range lims {
+		if err := l.ApplyNumbers(overlay.Set{overlay.NewEntry("test", "QuotaPlan", "pro", nil, "6/h", 6)}); err != nil {
+			t.Fatalf("QuotaPlan's pro plan raised to 6/h: %v", err)
+		}
+	}
+	for _, c := range []struct {
+		plan sharedlimits.Plan
+		want int
+	}{{sharedlimits.PlanFree, 0}, {sharedlimits.PlanPro, 2}} {
+		got := 0
+		for i := range 4 {
+			if res := lims[i%2].QuotaPlan.AllowN(ctx, c.plan, "carol", 1); res.Allowed {
+				got++
+			}
+		}
+		if got != c.want {
+			t.Errorf("QuotaPlan on %v after pro's change: %d of 4 more admitted, want %d", c.plan, got, c.want)
+		}
+	}
 }

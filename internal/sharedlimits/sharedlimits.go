@@ -955,9 +955,8 @@ type numbers = overlay.Numbers
 // newNumbers is l's rules as overlay Sets change them.
 func (l *Limits) newNumbers() numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Plans:   planNames[:],
-		Rules:   map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}, "Quota": overlay.SharedWindowTarget(l.Quota.local.Table(), l.shared.windows[0], 1, true), "QuotaWide": overlay.SharedWindowTarget(l.QuotaWide.local.Table(), l.shared.windows[1], 1, true), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": seatSharedNumbers{l.SeatShared}, "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow)},
-		Windows: []string{"QuotaPlan"},
+		Plans: planNames[:],
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}, "Quota": overlay.SharedWindowTarget(l.Quota.local.Table(), l.shared.windows[0], 1, true), "QuotaWide": overlay.SharedWindowTarget(l.QuotaWide.local.Table(), l.shared.windows[1], 1, true), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": seatSharedNumbers{l.SeatShared}, "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow)},
 	})
 }
 

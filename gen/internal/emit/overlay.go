@@ -16,7 +16,7 @@ const overlayPath = "github.com/limitgen/limitgen/overlay"
 // Set.
 func emitOverlay(m *model.Model) jen.Code {
 	g := jen.Line()
-	var entries, windows []jen.Code
+	var entries []jen.Code
 	for _, r := range m.Rules {
 		switch {
 		case r.IsWindow() && !r.Planned && !r.Shared && r.KeyType != "": // atomicbucket.KeyedWindow's
@@ -33,8 +33,21 @@ func emitOverlay(m *model.Model) jen.Code {
 			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "SharedWindowTarget").Call(local,
 				jen.Id("l").Dot("shared").Dot("windows").Index(jen.Lit(r.WindowAt)), lit(r.Limits[0].Cost), jen.Lit(r.KeyType != "")))
 			continue
-		case r.IsWindow():
-			windows = append(windows, jen.Lit(r.Name)) // one's with plans: the policy's at every time
+		case r.IsWindow(): // with plans: a window (or table) a plan, and for a shared rule its bindings to the store
+			plans := jen.Id("l").Dot(r.GoName).Dot("s")
+			stores := jen.Nil()
+			if r.Shared {
+				plans = jen.Id("l").Dot(r.GoName).Dot("local").Dot("s")
+				stores = jen.Id("l").Dot("shared").Dot("windows").Index(jen.Lit(r.WindowAt), jen.Lit(r.WindowAt+len(r.Limits)))
+			}
+			costs := make([]jen.Code, len(r.Limits))
+			args := []jen.Code{jen.Lit(r.KeyType != ""), jen.Index().Int64().Values(costs...), stores}
+			for i, l := range r.Limits {
+				costs[i] = lit(l.Cost)
+				args = append(args, plans.Clone().Index(jen.Lit(i)))
+			}
+			args[1] = jen.Index().Int64().Values(costs...)
+			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "PlannedWindowTarget").Call(args...))
 			continue
 		}
 		if keyedTarget(r) {
@@ -70,9 +83,6 @@ func emitOverlay(m *model.Model) jen.Code {
 	pol := jen.Dict{
 		jen.Id("Plans"): plans,
 		jen.Id("Rules"): jen.Map(jen.String()).Qual(overlayPath, "Target").Values(entries...),
-	}
-	if len(windows) > 0 {
-		pol[jen.Id("Windows")] = jen.Index().String().Values(windows...)
 	}
 	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("newNumbers").Params().Id("numbers").Block(
 		jen.Return(jen.Qual(overlayPath, "NewNumbers").Call(jen.Qual(overlayPath, "Policy").Index(jen.Qual(overlayPath, "Target")).Values(pol)))).Line().Line()
