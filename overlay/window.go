@@ -26,7 +26,7 @@ type WindowNumbers interface {
 // are a limit per window (rate: "1000/h", the limit as burst), for the
 // whole rule (a key's own are refused), on each plan when it has plans.
 type windowTarget struct {
-	w       []WindowNumbers // the process's window (or table), one a plan when planned
+	w       []WindowNumbers  // the process's window (or table), one a plan when planned
 	store   []*shared.Window // a shared window's bindings to its store, as w; nil for a local one or without a store
 	cost    []int64          // the default cost, as w
 	planned bool
