@@ -179,8 +179,7 @@ func randomPolicies(t *testing.T, n int) []string {
 			b.WriteString(pick("plans: [free, pro]\n", "plans: [free, pro]\n", "plans: [free, Free]\n"))
 		}
 		// Rules all shared, some shared (a tier over them mixes local and
-		// shared rules; windows stay local, as a tier's shared rules are one
-		// store call), or all local.
+		// shared rules; windows stay local then), or all local.
 		mode := rng.IntN(6)
 		allShared, mixed := mode < 2, mode == 2
 		if allShared || mixed {
@@ -211,9 +210,7 @@ func randomPolicies(t *testing.T, n int) []string {
 				}
 			}
 			if rng.IntN(4) == 0 { // a window rule: exact (≤ 64) or counted; shared in a policy of shared rules
-				if !allShared {
-					tierRules = append(tierRules, name) // a shared window joins no tier
-				}
+				tierRules = append(tierRules, name)
 				limit := 1 + rng.IntN(80)
 				fmt.Fprintf(&b, "    limit: %d\n    window: %s\n", limit, pick("1s", "10s", "500ms", "1h", "day", "90s"))
 				if rng.IntN(4) == 0 {

@@ -113,3 +113,54 @@ func GeneratedMixedTier(t *testing.T, instance func() *sharedlimits.Limits) {
 		t.Errorf("the store admitted beyond its burst of 5")
 	}
 }
+
+// GeneratedMeteredTier: a generated tier of a bucket and a window on the store
+// (Metered: MeterShared, 5 a user; MeterWindow, 3 an hour a user) across two
+// instances, all or nothing: the buckets are asked first, then the window;
+// a request the window denies gives the bucket back what it took, and one
+// the bucket denies is never counted by the window.
+func GeneratedMeteredTier(t *testing.T, instance func() *sharedlimits.Limits) {
+	ctx := context.Background()
+	a, b := instance(), instance()
+	run := func(l *sharedlimits.Limits, bucket string, window func(int) string, n int) string {
+		t.Helper()
+		var out []string
+		for i := range n {
+			res := l.Metered(ctx, bucket, window(i))
+			if res.Degraded || res.Err != nil {
+				t.Fatalf("degraded: %v", res.Err)
+			}
+			if res.Allowed {
+				out = append(out, "ok")
+			} else {
+				out = append(out, res.DeniedBy.String())
+			}
+		}
+		return strings.Join(out, " ")
+	}
+	same := func(k string) func(int) string { return func(int) string { return k } }
+	if got, want := run(a, "mo", same("mo"), 4), "ok ok ok MeterWindow"; got != want {
+		t.Fatalf("instance a: %s; want %s", got, want)
+	}
+	if got, want := run(b, "mo", same("mo"), 1), "MeterWindow"; got != want {
+		t.Fatalf("instance b: %s; want %s (the window holds 3 across instances)", got, want)
+	}
+	// The bucket gave back what the two window denials took: 5 − 3 = 2.
+	if res := a.MeterShared.AllowN(ctx, "mo", 2); !res.Allowed || res.Remaining != 0 {
+		t.Errorf("MeterShared after 3 admitted and 2 denied by the window: %+v; want exactly 2 left", res)
+	}
+	// A bucket denial counts in no window: "nb" admits 5 (fresh windows), the
+	// sixth is denied by the bucket, and its window "wz" is untouched.
+	fresh := func(i int) string {
+		if i == 5 {
+			return "wz"
+		}
+		return fmt.Sprint("w-", i)
+	}
+	if got, want := run(b, "nb", fresh, 6), "ok ok ok ok ok MeterShared"; got != want {
+		t.Fatalf("instance b, bucket nb: %s; want %s", got, want)
+	}
+	if res := a.MeterWindow.AllowN(ctx, "wz", 3); !res.Allowed || res.Remaining != 0 {
+		t.Errorf("the window of a request the bucket denied: %+v; want its whole 3", res)
+	}
+}

@@ -197,6 +197,10 @@ func Run(t *testing.T, h Harness) {
 	on("GeneratedMixedTierCoalesced", func(t *testing.T, srv Server) {
 		GeneratedMixedTier(t, instances(t, srv, Options{Coalesce: 64}))
 	})
+	on("GeneratedMeteredTier", func(t *testing.T, srv Server) { GeneratedMeteredTier(t, instances(t, srv, Options{})) })
+	on("GeneratedMeteredTierCoalesced", func(t *testing.T, srv Server) {
+		GeneratedMeteredTier(t, instances(t, srv, Options{Coalesce: 64}))
+	})
 	on("Refund", func(t *testing.T, srv Server) { Refund(t, srv.Open(t, Options{})) })
 	on("WindowNumbersChange", func(t *testing.T, srv Server) { WindowNumbersChange(t, srv.Open(t, Options{})) })
 	on("MultiStore", func(t *testing.T, srv Server) {

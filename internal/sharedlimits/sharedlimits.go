@@ -98,10 +98,14 @@ const (
 	RuleSeatShared
 	// RuleSeatDay names the rule SeatDay.
 	RuleSeatDay
+	// RuleMeterShared names the rule MeterShared.
+	RuleMeterShared
+	// RuleMeterWindow names the rule MeterWindow.
+	RuleMeterWindow
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan", "SeatLocal", "SeatShared", "SeatDay"}
+var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan", "SeatLocal", "SeatShared", "SeatDay", "MeterShared", "MeterWindow"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -130,6 +134,8 @@ type Limits struct {
 	SeatLocal       *SeatLocalLimiter       // see the package-level SeatLocal
 	SeatShared      *SeatSharedLimiter      // see the package-level SeatShared
 	SeatDay         *SeatDayLimiter         // see the package-level SeatDay
+	MeterShared     *MeterSharedLimiter     // see the package-level MeterShared
+	MeterWindow     *MeterWindowLimiter     // see the package-level MeterWindow
 	shared          *sharedState            // the store the shared rules are checked on, if any
 	numbers                                 // ApplyNumbers and the other numbers methods (overlay.Numbers)
 }
@@ -187,6 +193,8 @@ func New(opts ...Option) *Limits {
 		SeatLocal:       newSeatLocalLimiter(),
 		SeatShared:      newSeatSharedLimiter(),
 		SeatDay:         newSeatDayLimiter(),
+		MeterShared:     newMeterSharedLimiter(),
+		MeterWindow:     newMeterWindowLimiter(),
 		shared:          newSharedState(o.store),
 	}
 	l.PerUser.sh = l.shared
@@ -201,13 +209,15 @@ func New(opts ...Option) *Limits {
 	l.QuotaWide.sh = l.shared
 	l.QuotaPlan.sh = l.shared
 	l.SeatShared.sh = l.shared
+	l.MeterShared.sh = l.shared
+	l.MeterWindow.sh = l.shared
 	l.numbers = l.newNumbers()
 	return l
 }
 
 // sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),
 // in the order their checks name them.
-var sharedRules = [10]shared.Rule{{
+var sharedRules = [11]shared.Rule{{
 	Namespace: "storetest",
 	Name:      "PerUser:free",
 	Limit:     perUserLimit[0],
@@ -328,13 +338,25 @@ var sharedRules = [10]shared.Rule{{
 		Emit:     int64(3600000000),
 		Exact:    true,
 	},
+}, {
+	Namespace: "storetest",
+	Name:      "MeterShared",
+	Limit:     meterSharedLimit,
+	Failure: shared.Failure{
+		Mode: shared.FailDeny,
+	},
+	Units: shared.Units{
+		PerMicro: int64(1),
+		Emit:     int64(3600000000),
+		Exact:    true,
+	},
 }}
 
 // sharedState is where a Limits' shared rules are checked: on the store, or in this process when
 // err says why not.
 type sharedState struct {
 	bound   shared.Bound
-	windows [4]*shared.Window // the shared window rules', by WindowAt
+	windows [5]*shared.Window // the shared window rules', by WindowAt
 	err     error
 }
 
@@ -369,6 +391,11 @@ func newSharedState(store shared.Store) *sharedState {
 		Mode: shared.FailDeny,
 	}); err != nil {
 		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the window rule QuotaPlan:pro, and the shared rules run in this process only: %w", err)}
+	}
+	if s.windows[4], err = shared.BindWindow(store, "storetest", "MeterWindow", meterWindowLimit, shared.Failure{
+		Mode: shared.FailDeny,
+	}); err != nil {
+		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the window rule MeterWindow, and the shared rules run in this process only: %w", err)}
 	}
 	return s
 }
@@ -947,6 +974,69 @@ func (t seatSharedNumbers) Clear(plan int, key *string) {
 	_ = t.l.ClearNumbers() // fails only as Set failed before
 }
 
+// meterSharedNumbers is MeterShared as an overlay Set changes it (overlay.Target).
+type meterSharedNumbers struct {
+	l *MeterSharedLimiter
+}
+
+func (t meterSharedNumbers) Plans() int {
+	return 0
+}
+
+func (t meterSharedNumbers) Keyed() bool {
+	return true
+}
+
+func (t meterSharedNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	nb, err := t.l.sh.numbered()
+	if err != nil || nb == nil {
+		return err
+	}
+	return nb.CheckNumbers(10, n)
+}
+
+func (t meterSharedNumbers) Base(plan int) overlay.Base {
+	r := t.l.Rule().Limit()
+	return overlay.Base{
+		Cost:     1,
+		Interval: r.Refill == atomicbucket.Interval,
+		Numbers:  atomicbucket.NumbersOf(r),
+	}
+}
+
+func (t meterSharedNumbers) CheckKey(key string) error {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t meterSharedNumbers) clearKey(key string) error {
+	k := key
+	_ = t.l.ClearKeyNumbers(k)
+	return nil
+}
+
+func (t meterSharedNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n)
+	}
+	return t.l.SetNumbers(n)
+}
+
+func (t meterSharedNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	_ = t.l.ClearNumbers() // fails only as Set failed before
+}
+
 // numbers is overlay.Numbers under a name of the package's own, so that Limits embeds it in an
 // unexported field: its methods (ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers,
 // NumbersApplied) are Limits'.
@@ -956,7 +1046,7 @@ type numbers = overlay.Numbers
 func (l *Limits) newNumbers() numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}, "Quota": overlay.SharedWindowTarget(l.Quota.local.Table(), l.shared.windows[0], 1, true), "QuotaWide": overlay.SharedWindowTarget(l.QuotaWide.local.Table(), l.shared.windows[1], 1, true), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": seatSharedNumbers{l.SeatShared}, "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow)},
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}, "Quota": overlay.SharedWindowTarget(l.Quota.local.Table(), l.shared.windows[0], 1, true), "QuotaWide": overlay.SharedWindowTarget(l.QuotaWide.local.Table(), l.shared.windows[1], 1, true), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": seatSharedNumbers{l.SeatShared}, "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow), "MeterShared": meterSharedNumbers{l.MeterShared}, "MeterWindow": overlay.SharedWindowTarget(l.MeterWindow.local.Table(), l.shared.windows[4], 1, true)},
 	})
 }
 
@@ -1012,6 +1102,12 @@ var (
 
 	// SeatDay allows at most 3 requests in any hour per key (a sliding window).
 	SeatDay = Default.SeatDay
+
+	// MeterShared allows 1 request per hour per key, in bursts of up to 5.
+	MeterShared = Default.MeterShared
+
+	// MeterWindow allows at most 3 requests in any hour per key (a sliding window).
+	MeterWindow = Default.MeterWindow
 )
 
 // perUserLimit is PerUser's limit on each plan, as the policy gives it.
@@ -3430,6 +3526,269 @@ type SeatDayLimiter struct {
 	atomicbucket.KeyedWindow[string]
 }
 
+// meterSharedLimit is MeterShared's limit, as the policy gives it.
+var meterSharedLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Hour,
+	Burst:  5,
+	Refill: atomicbucket.Greedy,
+}
+
+// newMeterSharedLocalLimiter returns MeterShared's (empty) table.
+func newMeterSharedLocalLimiter() *MeterSharedLocalLimiter {
+	return &MeterSharedLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(meterSharedLimit), meterSharedUnitsPerNs, meterSharedUnitsPerToken, meterSharedBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+}
+
+// MeterSharedLocalLimiter is MeterShared decided in this process only, with the whole limit: what
+// MeterSharedLimiter.Local returns, for tests, and what MeterShared's checks use while the package
+// has no store (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow below,
+// are safe for concurrent use.
+type MeterSharedLocalLimiter struct {
+	atomicbucket.Keyed[string]
+}
+
+// MeterShared's fixed-point units, computed when generating and checked against the runtime when
+// the package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (meterSharedUnitsPerNs), one token is worth meterSharedUnitsPerToken units (GCRA's emission
+// interval), and a bucket may run meterSharedBurstUnits units ahead of now (the burst's worth:
+// GCRA's tolerance).
+const (
+	meterSharedUnitsPerNs    = 1
+	meterSharedUnitsPerToken = 3600000000000
+	meterSharedBurstUnits    = 18000000000000
+)
+
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
+func (l *MeterSharedLocalLimiter) Allow(key string) bool {
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), meterSharedUnitsPerNs, meterSharedUnitsPerToken, meterSharedBurstUnits)
+}
+
+// AllowAt is Allow at time now.
+func (l *MeterSharedLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+	return l.Table().AllowGreedyAt(key, now, meterSharedUnitsPerNs, meterSharedUnitsPerToken, meterSharedBurstUnits)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
+func (l *MeterSharedLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.Table().ChangedRule(key)
+}
+
+// newMeterSharedLimiter returns MeterShared's limiter over its process-local buckets; New binds it to the store.
+func newMeterSharedLimiter() *MeterSharedLimiter {
+	return &MeterSharedLimiter{local: newMeterSharedLocalLimiter()}
+}
+
+// MeterSharedLimiter is the type of MeterShared, a shared rule: Allow, AllowN and Wait decide on
+// the store given to New, so that the limit holds across every instance that shares it, and take
+// the request's context. Without a store they decide in this process with the whole limit, and
+// their results carry SharedErr's error; Local is that process-local limiter, under a name that
+// says so. Its methods are safe for concurrent use.
+type MeterSharedLimiter struct {
+	local *MeterSharedLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *MeterSharedLimiter) Rule() *atomicbucket.Rule {
+	return l.local.Rule()
+}
+
+// Local returns MeterShared decided in this process only, with the whole limit, on buckets apart
+// from the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *MeterSharedLimiter) Local() *MeterSharedLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
+// AllowN, whose Result says more: whether the store decided, and why not).
+func (l *MeterSharedLimiter) Allow(ctx context.Context, key string) bool {
+	return l.AllowN(ctx, key, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that MeterShared holds across
+// every instance that shares it. It never fails: when the store cannot decide, the rule's
+// on_failure setting (deny) does, and the Result says so (Degraded, Err). Without a store,
+// MeterShared's process-local limiter (Local) decides and Err is SharedErr's error.
+func (l *MeterSharedLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
+	if l.sh.bound == nil {
+		return shared.Result{
+			Decision: l.local.AllowN(key, cost),
+			Err:      l.sh.err,
+		}
+	}
+	return l.sh.bound.CheckStep(ctx, shared.Step{
+		Cost: cost,
+		Key:  key,
+		Rule: 10,
+	})
+}
+
+// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
+// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
+// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
+// exceeds the burst. Without a store it is Local's Wait.
+func (l *MeterSharedLimiter) Wait(ctx context.Context, key string, cost int64) error {
+	if l.sh.bound == nil {
+		return l.local.Wait(ctx, key, cost)
+	}
+	return shared.Wait(ctx, l.sh.bound, shared.Step{
+		Cost: cost,
+		Key:  key,
+		Rule: 10,
+	})
+}
+
+// SetNumbers makes n MeterShared's numbers for every key without numbers of its own, on the store
+// and in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold
+// are refused, and nothing changes. A store converts each bucket at its next check (tokens held
+// carried as they are, never beyond the new burst); every instance sharing the store must be given
+// the same numbers, or each converts the buckets to its own (never gaining tokens): give them from
+// one source (shared.Numbered says more).
+func (l *MeterSharedLimiter) SetNumbers(n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetNumbers(10, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+// ClearNumbers returns MeterShared to the policy's numbers, on the store and in this process.
+func (l *MeterSharedLimiter) ClearNumbers() error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearNumbers(10)
+	}
+	l.local.ClearNumbers(atomicbucket.CarryAsIs)
+	return nil
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields): Local's, which every change keeps equal to the store's; nil before.
+func (l *MeterSharedLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.local.ruleInForce(key)
+}
+
+// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
+// or without a store Local's.
+func (l *MeterSharedLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if nb, _ := l.sh.numbered(); nb != nil {
+		return nb.NumbersFor(10, key)
+	}
+	return l.local.NumbersFor(key)
+}
+
+// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever
+// MeterShared's, on the store and in this process; refused as by SetNumbers, all or nothing.
+func (l *MeterSharedLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetKeyNumbers([]int{10}, key, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
+}
+
+// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
+func (l *MeterSharedLimiter) ClearKeyNumbers(key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearKeyNumbers([]int{10}, key)
+	}
+	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
+	return nil
+}
+
+// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
+// in this process. Other instances' leases keep what they were granted until it expires.
+func (l *MeterSharedLimiter) Reset(ctx context.Context, key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	l.local.Reset(key)
+	if nb != nil {
+		return nb.Reset(ctx, []int{10}, key)
+	}
+	return nil
+}
+
+// meterWindowLimit is MeterWindow's window rule, as the policy gives it.
+var meterWindowLimit = atomicbucket.MustWindowRule(3, time.Hour)
+
+// newMeterWindowLocalLimiter returns MeterWindow's (empty) table.
+func newMeterWindowLocalLimiter() *MeterWindowLocalLimiter {
+	return &MeterWindowLocalLimiter{atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[string](meterWindowLimit, atomicbucket.TableOptions{}), 1)}
+}
+
+// MeterWindowLocalLimiter is MeterWindow decided in this process only, with the whole limit: what
+// MeterWindowLimiter.Local returns, for tests, and what MeterWindow's checks use while the package
+// has no store (SharedErr says so). Its methods, atomicbucket.KeyedWindow's, are safe for
+// concurrent use.
+type MeterWindowLocalLimiter struct {
+	atomicbucket.KeyedWindow[string]
+}
+
+// newMeterWindowLimiter returns MeterWindow's limiter over its process-local window; New binds it to the store.
+func newMeterWindowLimiter() *MeterWindowLimiter {
+	return &MeterWindowLimiter{local: newMeterWindowLocalLimiter()}
+}
+
+// MeterWindowLimiter is the type of MeterWindow, a shared window rule: Allow and AllowN decide on
+// the store given to New, so that the window holds across every instance that shares it, and take
+// the request's context. Without a store they decide in this process with the whole limit, and
+// their results carry SharedErr's error; Local is that process-local window, under a name that says
+// so. Its methods are safe for concurrent use.
+type MeterWindowLimiter struct {
+	local *MeterWindowLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the window rule behind the limiter.
+func (l *MeterWindowLimiter) Rule() *atomicbucket.WindowRule {
+	return l.local.Rule()
+}
+
+// Local returns MeterWindow decided in this process only, with the whole limit, on a window apart
+// from the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *MeterWindowLimiter) Local() *MeterWindowLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is admitted, deciding on the store
+// (see AllowN, whose Result says more: whether the store decided, and why not).
+func (l *MeterWindowLimiter) Allow(ctx context.Context, key string) bool {
+	return l.AllowN(ctx, key, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that MeterWindow holds across
+// every instance that shares it. It never fails: when the store cannot decide, the rule's
+// on_failure setting (deny) does, and the Result says so (Degraded, Err). Without a store,
+// MeterWindow's process-local window (Local) decides and Err is SharedErr's error.
+func (l *MeterWindowLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
+	if w := l.sh.windows[4]; w != nil {
+		return w.AllowN(ctx, key, cost)
+	}
+	return shared.Result{
+		Decision: l.local.AllowN(key, cost),
+		Err:      l.sh.err,
+	}
+}
+
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
 // rule allowed, of the most constraining one (the fewest tokens remaining; the first on a tie).
 type TierDecision struct {
@@ -3629,6 +3988,162 @@ func (l *Limits) checkSharedSeat(ctx context.Context, seatLocalKey string, seatS
 	}
 	if d2.Remaining < most.Remaining {
 		most, rule = d2, RuleSeatDay
+	}
+	return TierResult{
+		Degraded: res.Degraded,
+		Err:      res.Err,
+		Outage:   res.Outage,
+		TierDecision: TierDecision{
+			Decision: most,
+			Rule:     rule,
+		},
+	}
+}
+
+// LocalMetered checks a request against MeterShared, MeterWindow as Metered does. It decides in
+// this process only, with the whole limits, on the rules' Local limiters: the store's tier is
+// Metered.
+func (l *Limits) LocalMetered(meterSharedKey string, meterWindowKey string) TierDecision {
+	return l.checkMetered(meterSharedKey, meterWindowKey, atomicbucket.Now(), 0, true)
+}
+
+// LocalMeteredN is LocalMetered with a cost every rule is charged instead of its default.
+func (l *Limits) LocalMeteredN(meterSharedKey string, meterWindowKey string, cost int64) TierDecision {
+	return l.checkMetered(meterSharedKey, meterWindowKey, atomicbucket.Now(), cost, false)
+}
+
+// LocalMeteredAt is LocalMetered at time now.
+func (l *Limits) LocalMeteredAt(meterSharedKey string, meterWindowKey string, now atomicbucket.Time) TierDecision {
+	return l.checkMetered(meterSharedKey, meterWindowKey, now, 0, true)
+}
+
+// LocalMeteredNAt is LocalMeteredN at time now.
+func (l *Limits) LocalMeteredNAt(meterSharedKey string, meterWindowKey string, now atomicbucket.Time, cost int64) TierDecision {
+	return l.checkMetered(meterSharedKey, meterWindowKey, now, cost, false)
+}
+
+// checkMetered is Metered with each rule charged cost, or its own default cost when defaults is
+// set. It is atomicbucket.TierAt unrolled, with typed calls: keep the two in step.
+func (l *Limits) checkMetered(meterSharedKey string, meterWindowKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
+	c0, c1 := cost, cost
+	if defaults {
+		c0, c1 = 1, 1
+	}
+	p1 := l.MeterWindow.local.PeekAt(meterWindowKey, now, c1)
+	if !p1.Allowed {
+		return TierDecision{
+			Decision: p1,
+			Rule:     RuleMeterWindow,
+			DeniedBy: RuleMeterWindow,
+		}
+	}
+	d0 := l.MeterShared.local.AllowNAt(meterSharedKey, now, c0)
+	if !d0.Allowed {
+		return TierDecision{
+			Decision: d0,
+			Rule:     RuleMeterShared,
+			DeniedBy: RuleMeterShared,
+		}
+	}
+	d1 := l.MeterWindow.local.AllowNAt(meterWindowKey, now, c1)
+	if !d1.Allowed {
+		l.MeterShared.local.RefundAt(meterSharedKey, now, c0)
+		return TierDecision{
+			Decision: d1,
+			Rule:     RuleMeterWindow,
+			DeniedBy: RuleMeterWindow,
+		}
+	}
+	most, rule := d0, RuleMeterShared
+	if d1.Remaining < most.Remaining {
+		most, rule = d1, RuleMeterWindow
+	}
+	return TierDecision{Decision: most, Rule: rule}
+}
+
+// Metered checks a request against MeterShared, MeterWindow on the store given to New, all or
+// nothing, in one call where the store can (on a Redis Cluster, one per slot, with refunds), so
+// that the tier holds across every instance. It never fails: when the store cannot decide, the
+// rules' on_failure settings do, and the result says so (Degraded, Err). Without a store,
+// LocalMetered decides and Err is SharedErr's error. It uses Default.
+func Metered(ctx context.Context, meterSharedKey string, meterWindowKey string) TierResult {
+	return Default.Metered(ctx, meterSharedKey, meterWindowKey)
+}
+
+// Metered checks a request against MeterShared, MeterWindow on the store given to New, all or
+// nothing, in one call where the store can (on a Redis Cluster, one per slot, with refunds), so
+// that the tier holds across every instance. It never fails: when the store cannot decide, the
+// rules' on_failure settings do, and the result says so (Degraded, Err). Without a store,
+// LocalMetered decides and Err is SharedErr's error.
+func (l *Limits) Metered(ctx context.Context, meterSharedKey string, meterWindowKey string) TierResult {
+	return l.checkSharedMetered(ctx, meterSharedKey, meterWindowKey, 0, true)
+}
+
+// MeteredN is Metered with a cost every rule is charged instead of its default. It uses Default.
+func MeteredN(ctx context.Context, meterSharedKey string, meterWindowKey string, cost int64) TierResult {
+	return Default.MeteredN(ctx, meterSharedKey, meterWindowKey, cost)
+}
+
+// MeteredN is Metered with a cost every rule is charged instead of its default.
+func (l *Limits) MeteredN(ctx context.Context, meterSharedKey string, meterWindowKey string, cost int64) TierResult {
+	return l.checkSharedMetered(ctx, meterSharedKey, meterWindowKey, cost, false)
+}
+
+// checkSharedMetered is Metered's store call, with each rule charged cost, or its own default cost
+// when defaults is set.
+func (l *Limits) checkSharedMetered(ctx context.Context, meterSharedKey string, meterWindowKey string, cost int64, defaults bool) TierResult {
+	if l.shared.bound == nil {
+		return TierResult{
+			Err:          l.shared.err,
+			TierDecision: l.checkMetered(meterSharedKey, meterWindowKey, atomicbucket.Now(), cost, defaults),
+		}
+	}
+	c0, c1 := cost, cost
+	if defaults {
+		c0, c1 = 1, 1
+	}
+	steps := []shared.Step{{
+		Cost: c0,
+		Key:  meterSharedKey,
+		Rule: 10,
+	}}
+	res, i := l.shared.bound.Check(ctx, steps)
+	storeRules := [1]RuleName{RuleMeterShared}
+	if i < 0 || i >= len(storeRules) {
+		i = 0
+	}
+	if !res.Allowed {
+		return TierResult{
+			Degraded: res.Degraded,
+			Err:      res.Err,
+			Outage:   res.Outage,
+			TierDecision: TierDecision{
+				Decision: res.Decision,
+				DeniedBy: storeRules[i],
+				Rule:     storeRules[i],
+			},
+		}
+	}
+	w1 := l.MeterWindow.AllowN(ctx, meterWindowKey, c1)
+	if w1.Degraded && !res.Degraded {
+		res.Degraded, res.Err = true, w1.Err
+	}
+	if !w1.Allowed {
+		_ = l.shared.bound.Refund(ctx, steps) // best effort: a store that cannot refund keeps what it took
+		return TierResult{
+			Degraded: res.Degraded,
+			Err:      res.Err,
+			Outage:   w1.Outage,
+			TierDecision: TierDecision{
+				Decision: w1.Decision,
+				DeniedBy: RuleMeterWindow,
+				Rule:     RuleMeterWindow,
+			},
+		}
+	}
+	most, rule := res.Decision, storeRules[i]
+	if w1.Decision.Remaining < most.Remaining {
+		most, rule = w1.Decision, RuleMeterWindow
 	}
 	return TierResult{
 		Degraded: res.Degraded,
@@ -4094,12 +4609,37 @@ var httpPolicySeatDay = verdict.Policy{
 	Prefix: "\"SeatDay\";r=",
 }
 
+// httpPolicyMeterShared is rule MeterShared as the RateLimit fields describe it.
+var httpPolicyMeterShared = verdict.Policy{
+	Name:   "MeterShared",
+	Quota:  5,
+	Window: 18000,
+	Limit:  meterSharedLimit,
+	Item:   "\"MeterShared\";q=5;w=18000",
+	Prefix: "\"MeterShared\";r=",
+}
+
+// httpPolicyMeterWindow is rule MeterWindow as the RateLimit fields describe it.
+var httpPolicyMeterWindow = verdict.Policy{
+	Name:   "MeterWindow",
+	Quota:  3,
+	Window: 3600,
+	Limit: atomicbucket.Limit{
+		Tokens: 3,
+		Period: time.Hour,
+		Burst:  3,
+		Refill: atomicbucket.Interval,
+	},
+	Item:   "\"MeterWindow\";q=3;w=3600",
+	Prefix: "\"MeterWindow\";r=",
+}
+
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser}, RuleQuota: {&httpPolicyQuota, &httpPolicyQuota}, RuleQuotaWide: {&httpPolicyQuotaWide, &httpPolicyQuotaWide}, RuleQuotaPlan: {&httpPolicyQuotaPlanPlanFree, &httpPolicyQuotaPlanPlanPro}, RuleSeatLocal: {&httpPolicySeatLocal, &httpPolicySeatLocal}, RuleSeatShared: {&httpPolicySeatShared, &httpPolicySeatShared}, RuleSeatDay: {&httpPolicySeatDay, &httpPolicySeatDay}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser}, RuleQuota: {&httpPolicyQuota, &httpPolicyQuota}, RuleQuotaWide: {&httpPolicyQuotaWide, &httpPolicyQuotaWide}, RuleQuotaPlan: {&httpPolicyQuotaPlanPlanFree, &httpPolicyQuotaPlanPlanPro}, RuleSeatLocal: {&httpPolicySeatLocal, &httpPolicySeatLocal}, RuleSeatShared: {&httpPolicySeatShared, &httpPolicySeatShared}, RuleSeatDay: {&httpPolicySeatDay, &httpPolicySeatDay}, RuleMeterShared: {&httpPolicyMeterShared, &httpPolicyMeterShared}, RuleMeterWindow: {&httpPolicyMeterWindow, &httpPolicyMeterWindow}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}, RuleQuota: {1, 1}, RuleQuotaWide: {1, 1}, RuleQuotaPlan: {1, 1}, RuleSeatLocal: {1, 1}, RuleSeatShared: {1, 1}, RuleSeatDay: {1, 1}}
+var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}, RuleQuota: {1, 1}, RuleQuotaWide: {1, 1}, RuleQuotaPlan: {1, 1}, RuleSeatLocal: {1, 1}, RuleSeatShared: {1, 1}, RuleSeatDay: {1, 1}, RuleMeterShared: {1, 1}, RuleMeterWindow: {1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
 var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}, {"\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000", "\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000"}}

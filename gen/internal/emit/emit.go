@@ -1313,7 +1313,11 @@ func emitSharedTier(m *model.Model, t model.Tier, planned bool, decl func(...str
 	}
 
 	var body []jen.Code
-	body = append(body, jen.If(jen.Id("l").Dot("shared").Dot("bound").Op("==").Nil()).Block(
+	inProcess := jen.Id("l").Dot("shared").Dot("bound").Op("==").Nil() // no store, or one that refused the rules
+	if m.Shared == 0 { // shared windows only: no binding of buckets
+		inProcess = jen.Id("l").Dot("shared").Dot("err").Op("!=").Nil()
+	}
+	body = append(body, jen.If(inProcess).Block(
 		jen.Return(jen.Id("TierResult").Values(jen.Dict{
 			jen.Id("TierDecision"): jen.Id("l").Dot(t.CoreName()).Call(use(rt("Now").Call(), jen.Id("cost"), jen.Id("defaults"))...),
 			jen.Id("Err"):          jen.Id("l").Dot("shared").Dot("err"),
@@ -1331,7 +1335,7 @@ func emitSharedTier(m *model.Model, t model.Tier, planned bool, decl func(...str
 		r := m.Rules[ri]
 		cs = append(cs, jen.Id(fmt.Sprintf("c%d", i)))
 		costs = append(costs, jen.Id("cost"))
-		if !r.Shared {
+		if !r.Shared || r.IsWindow() {
 			continue
 		}
 		var idx jen.Code = jen.Lit(r.SharedAt)
@@ -1353,7 +1357,11 @@ func emitSharedTier(m *model.Model, t model.Tier, planned bool, decl func(...str
 		}
 		return jen.Id("TierResult").Values(d)
 	}
-	if !t.Local {
+	sharedWindows := false
+	for _, ri := range t.Rules {
+		sharedWindows = sharedWindows || m.Rules[ri].Shared && m.Rules[ri].IsWindow()
+	}
+	if !t.Local && !sharedWindows {
 		body = append(body,
 			jen.List(jen.Id("res"), jen.Id("i")).Op(":=").Id("l").Dot("shared").Dot("bound").Dot("Check").Call(jen.Id("ctx"), jen.Index().Qual(sharedPath, "Step").Values(steps...)),
 			jen.Id("rules").Op(":=").Index(jen.Lit(len(ruleNames))).Id("RuleName").Values(ruleNames...),
@@ -1398,7 +1406,9 @@ func mixedTier(m *model.Model, t model.Tier, steps, sharedNames []jen.Code, resu
 		return jen.Id("TierDecision").Values(jen.Dict{jen.Id("Decision"): d, jen.Id("Rule"): rule, jen.Id("DeniedBy"): rule})
 	}
 	var body []jen.Code
-	body = append(body, jen.Id("now").Op(":=").Add(rt("Now")).Call())
+	if t.Local { // the local rules decide at one instant
+		body = append(body, jen.Id("now").Op(":=").Add(rt("Now")).Call())
+	}
 	for i, ri := range t.Rules {
 		if r := m.Rules[ri]; !r.Shared && r.IsWindow() {
 			p := jen.Id(fmt.Sprintf("p%d", i))
@@ -1423,19 +1433,48 @@ func mixedTier(m *model.Model, t model.Tier, steps, sharedNames []jen.Code, resu
 			taken = append(taken, i)
 		}
 	}
-	body = append(body,
-		jen.Id("steps").Op(":=").Index().Qual(sharedPath, "Step").Values(steps...),
-		jen.List(jen.Id("res"), jen.Id("i")).Op(":=").Id("l").Dot("shared").Dot("bound").Dot("Check").Call(jen.Id("ctx"), jen.Id("steps")),
-		jen.Id("storeRules").Op(":=").Index(jen.Lit(len(sharedNames))).Id("RuleName").Values(sharedNames...),
-		jen.If(jen.Id("i").Op("<").Lit(0).Op("||").Id("i").Op(">=").Len(jen.Id("storeRules"))).Block(jen.Id("i").Op("=").Lit(0)),
-		jen.If(jen.Op("!").Id("res").Dot("Allowed")).Block(append(undo(), jen.Return(result(denied(jen.Id("res").Dot("Decision"), jen.Id("storeRules").Index(jen.Id("i"))), true)))...),
-	)
+	buckets := len(steps) > 0 // shared bucket rules: one store call
+	if buckets {
+		body = append(body,
+			jen.Id("steps").Op(":=").Index().Qual(sharedPath, "Step").Values(steps...),
+			jen.List(jen.Id("res"), jen.Id("i")).Op(":=").Id("l").Dot("shared").Dot("bound").Dot("Check").Call(jen.Id("ctx"), jen.Id("steps")),
+			jen.Id("storeRules").Op(":=").Index(jen.Lit(len(sharedNames))).Id("RuleName").Values(sharedNames...),
+			jen.If(jen.Id("i").Op("<").Lit(0).Op("||").Id("i").Op(">=").Len(jen.Id("storeRules"))).Block(jen.Id("i").Op("=").Lit(0)),
+			jen.If(jen.Op("!").Id("res").Dot("Allowed")).Block(append(undo(), jen.Return(result(denied(jen.Id("res").Dot("Decision"), jen.Id("storeRules").Index(jen.Id("i"))), true)))...),
+		)
+	} else {
+		body = append(body, jen.Var().Id("res").Qual(sharedPath, "Result").Comment("the shared windows' degradation, merged"))
+	}
+	back := func() []jen.Code { // what a later denial gives back: the local buckets, and the store's buckets
+		b := undo()
+		if buckets {
+			b = append(b, jen.Id("_").Op("=").Id("l").Dot("shared").Dot("bound").Dot("Refund").Call(jen.Id("ctx"), jen.Id("steps")).Comment("best effort: a store that cannot refund keeps what it took"))
+		}
+		return b
+	}
+	// Shared windows count on the store when asked (a store's window has no
+	// look): after the buckets, each in turn; one that denies gives the
+	// buckets back, the windows asked before it keep their count.
+	for i, ri := range t.Rules {
+		if r := m.Rules[ri]; r.Shared && r.IsWindow() {
+			w := jen.Id(fmt.Sprintf("w%d", i))
+			args := append([]jen.Code{jen.Id("ctx")}, callArgs(r)...)
+			body = append(body, w.Clone().Op(":=").Id("l").Dot(r.GoName).Dot("AllowN").Call(append(args, jen.Id(fmt.Sprintf("c%d", i)))...),
+				jen.If(w.Clone().Dot("Degraded").Op("&&").Op("!").Id("res").Dot("Degraded")).Block(
+					jen.List(jen.Id("res").Dot("Degraded"), jen.Id("res").Dot("Err")).Op("=").List(jen.True(), w.Clone().Dot("Err"))),
+				jen.If(jen.Op("!").Add(w.Clone()).Dot("Allowed")).Block(append(back(), jen.Return(jen.Id("TierResult").Values(jen.Dict{
+					jen.Id("TierDecision"): denied(w.Clone().Dot("Decision"), jen.Id(r.RuleConst())),
+					jen.Id("Degraded"):     jen.Id("res").Dot("Degraded"),
+					jen.Id("Outage"):       w.Clone().Dot("Outage"),
+					jen.Id("Err"):          jen.Id("res").Dot("Err"),
+				})))...))
+		}
+	}
 	for i, ri := range t.Rules {
 		if r := m.Rules[ri]; !r.Shared && r.IsWindow() {
 			d := jen.Id(fmt.Sprintf("d%d", i))
-			back := append(undo(), jen.Id("_").Op("=").Id("l").Dot("shared").Dot("bound").Dot("Refund").Call(jen.Id("ctx"), jen.Id("steps")).Comment("best effort: a store that cannot refund keeps what it took"))
 			body = append(body, d.Clone().Op(":=").Id("l").Dot(r.GoName).Dot("AllowNAt").Call(at(r, i)...),
-				jen.If(jen.Op("!").Add(d.Clone()).Dot("Allowed")).Block(append(back, jen.Return(result(denied(d.Clone(), jen.Id(r.RuleConst())), true)))...))
+				jen.If(jen.Op("!").Add(d.Clone()).Dot("Allowed")).Block(append(back(), jen.Return(result(denied(d.Clone(), jen.Id(r.RuleConst())), true)))...))
 		}
 	}
 	// Every rule allowed: the most constraining (fewest remaining, the
@@ -1449,6 +1488,8 @@ func mixedTier(m *model.Model, t model.Tier, steps, sharedNames []jen.Code, resu
 		switch {
 		case !r.Shared:
 			cands = append(cands, cand{jen.Id(fmt.Sprintf("d%d", i)), jen.Id(r.RuleConst())})
+		case r.IsWindow():
+			cands = append(cands, cand{jen.Id(fmt.Sprintf("w%d", i)).Dot("Decision"), jen.Id(r.RuleConst())})
 		case !storeSeen:
 			storeSeen = true
 			cands = append(cands, cand{jen.Id("res").Dot("Decision"), jen.Id("storeRules").Index(jen.Id("i"))})

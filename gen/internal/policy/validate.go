@@ -794,16 +794,10 @@ func (p *parser) tier(td *tierDoc, m *model.Model) (model.Tier, bool) {
 			t.Local = true
 		}
 	}
-	for k, ri := range t.Rules {
-		if r := m.Rules[ri]; r.Shared && r.IsWindow() {
-			p.errorf(items[k], "tier %q: %q is a shared window rule; a tier's shared rules are one store call, which a window does not join (check it on its own route)", t.Name, r.Name)
-			return t, false
-		}
-	}
 	var firstShared *model.Rule
 	for k, ri := range t.Rules {
 		r := m.Rules[ri]
-		if !r.Shared {
+		if !r.Shared || r.IsWindow() { // a shared window is a call of its own
 			continue
 		}
 		if firstShared == nil {
