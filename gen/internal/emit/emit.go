@@ -1314,7 +1314,7 @@ func emitSharedTier(m *model.Model, t model.Tier, planned bool, decl func(...str
 
 	var body []jen.Code
 	inProcess := jen.Id("l").Dot("shared").Dot("bound").Op("==").Nil() // no store, or one that refused the rules
-	if m.Shared == 0 { // shared windows only: no binding of buckets
+	if m.Shared == 0 {                                                 // shared windows only: no binding of buckets
 		inProcess = jen.Id("l").Dot("shared").Dot("err").Op("!=").Nil()
 	}
 	body = append(body, jen.If(inProcess).Block(
