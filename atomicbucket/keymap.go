@@ -146,27 +146,8 @@ func home(h uint64, n int) int { return int((uint64(uint32(h)) * uint64(n)) >> 3
 // under the lock (compute).
 func (m *keyMap[K]) load(key K) *slot {
 	h := m.hash(key)
-	tp := m.shards[h>>shardShift].tab.Load()
-	if tp == nil {
-		return nil
-	}
-	gs := *tp
-	tag := tagOf(h)
-	for i := home(h, len(gs)); ; {
-		g := &gs[i]
-		c := g.ctrl.Load()
-		for b := matches(c, tag); b != 0; b &= b - 1 {
-			if s := g.p[bits.TrailingZeros64(b)>>3].Load(); s != nil && m.keyIs(s, key) {
-				return s
-			}
-		}
-		if matches(c, ctrlEmpty) != 0 {
-			return nil
-		}
-		if i++; i == len(gs) {
-			i = 0
-		}
-	}
+	_, _, s := m.find(&m.shards[h>>shardShift], h, key)
+	return s
 }
 
 // keyIs reports whether s is key's node.
@@ -325,11 +306,7 @@ func (m *keyMap[K]) compute(key K, f func(cur *slot, found bool) (next *slot, re
 	sh := &m.shards[h>>shardShift]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	g, j := m.find(sh, h, key)
-	var cur *slot
-	if g != nil {
-		cur = g.p[j].Load()
-	}
+	g, j, cur := m.find(sh, h, key)
 	next, remove := f(cur, cur != nil)
 	switch {
 	case cur != nil && remove:
@@ -354,11 +331,12 @@ func setByte(c uint64, i int, b uint64) uint64 {
 }
 
 // find is the group and slot of key's node in shard sh; nil when it has none.
-// Under the shard's lock.
-func (m *keyMap[K]) find(sh *mapShard, h uint64, key K) (*group, int) {
+// Under the shard's lock, it is exact; without it (load), a lookup racing a
+// change may miss a node just made or find one just replaced (see keyMap).
+func (m *keyMap[K]) find(sh *mapShard, h uint64, key K) (*group, int, *slot) {
 	tp := sh.tab.Load()
 	if tp == nil {
-		return nil, 0
+		return nil, 0, nil
 	}
 	gs := *tp
 	tag := tagOf(h)
@@ -368,11 +346,11 @@ func (m *keyMap[K]) find(sh *mapShard, h uint64, key K) (*group, int) {
 		for b := matches(c, tag); b != 0; b &= b - 1 {
 			j := bits.TrailingZeros64(b) >> 3
 			if s := g.p[j].Load(); s != nil && m.keyIs(s, key) {
-				return g, j
+				return g, j, s // the node found: a second load of the slot could find another key's
 			}
 		}
 		if matches(c, ctrlEmpty) != 0 {
-			return nil, 0
+			return nil, 0, nil
 		}
 		if i++; i == len(gs) {
 			i = 0

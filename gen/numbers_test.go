@@ -13,14 +13,7 @@ import (
 // and key exist, the numbers are what the generator accepts, and a shared
 // rule's are what a store on a microsecond clock can hold.
 func TestNumbersCommand(t *testing.T) {
-	dir := t.TempDir()
-	file := func(name, src string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	file := tempFiles(t)
 	good := file("good.yaml", "rules:\n  PerUser:\n    plans: {pro: {rate: 200/min, burst: 200}}\n    keys: {acme: {rate: 1000/min, burst: 1000}}\n  Login: {rate: 10/min, burst: 10}\n")
 	bad := file("bad.yaml", "rules:\n  PerUser:\n    keys: {acme: {rate: 1000000000/s, burst: 5000000000000000}}\n  Login:\n    plans: {pro: {rate: 1/s, burst: 1}}\n  Global: {rate: 0.5/s, burst: 0}\n")
 	policy := filepath.Join("..", "examples", "quickstart", "policy.yaml")
@@ -73,14 +66,7 @@ func TestNumbersCommand(t *testing.T) {
 // window's sixteenths whole microseconds); a window with plans keeps the
 // policy's limits.
 func TestNumbersCommandWindows(t *testing.T) {
-	dir := t.TempDir()
-	file := func(name, src string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	file := tempFiles(t)
 	policy := filepath.Join("testdata", "valid", "26_shared_windows.yaml")
 	var out, errs bytes.Buffer
 	good := file("good.yaml", "rules:\n  Quota: {rate: 80/h, burst: 80}\n")
@@ -91,5 +77,18 @@ func TestNumbersCommandWindows(t *testing.T) {
 	errs.Reset()
 	if code := run([]string{"numbers", "-policy", policy, odd}, &out, &errs); code != 1 || !strings.Contains(errs.String(), "sixteenths are whole microseconds") {
 		t.Errorf("a shared counted window of 50.002 ms: exit %d, %q", code, errs.String())
+	}
+}
+
+// tempFiles returns a function writing a file of src in a directory of the
+// test's own, returning its path.
+func tempFiles(t *testing.T) func(name, src string) string {
+	dir := t.TempDir()
+	return func(name, src string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
 	}
 }

@@ -65,19 +65,7 @@ func GeneratedMixedTier(t *testing.T, instance func() *sharedlimits.Limits) {
 	a, b, c := instance(), instance(), instance()
 	run := func(l *sharedlimits.Limits, local, store string, day func(int) string, n int) string {
 		t.Helper()
-		var out []string
-		for i := range n {
-			res := l.Seat(ctx, local, store, day(i))
-			if res.Degraded || res.Err != nil {
-				t.Fatalf("degraded: %v", res.Err)
-			}
-			if res.Allowed {
-				out = append(out, "ok")
-			} else {
-				out = append(out, res.DeniedBy.String())
-			}
-		}
-		return strings.Join(out, " ")
+		return outcomes(t, n, func(i int) sharedlimits.TierResult { return l.Seat(ctx, local, store, day(i)) })
 	}
 	same := func(k string) func(int) string { return func(int) string { return k } }
 	// a: the local window (3 an hour) denies the 4th and 5th before anything
@@ -124,19 +112,7 @@ func GeneratedMeteredTier(t *testing.T, instance func() *sharedlimits.Limits) {
 	a, b := instance(), instance()
 	run := func(l *sharedlimits.Limits, bucket string, window func(int) string, n int) string {
 		t.Helper()
-		var out []string
-		for i := range n {
-			res := l.Metered(ctx, bucket, window(i))
-			if res.Degraded || res.Err != nil {
-				t.Fatalf("degraded: %v", res.Err)
-			}
-			if res.Allowed {
-				out = append(out, "ok")
-			} else {
-				out = append(out, res.DeniedBy.String())
-			}
-		}
-		return strings.Join(out, " ")
+		return outcomes(t, n, func(i int) sharedlimits.TierResult { return l.Metered(ctx, bucket, window(i)) })
 	}
 	same := func(k string) func(int) string { return func(int) string { return k } }
 	if got, want := run(a, "mo", same("mo"), 4), "ok ok ok MeterWindow"; got != want {
@@ -163,4 +139,23 @@ func GeneratedMeteredTier(t *testing.T, instance func() *sharedlimits.Limits) {
 	if res := a.MeterWindow.AllowN(ctx, "wz", 3); !res.Allowed || res.Remaining != 0 {
 		t.Errorf("the window of a request the bucket denied: %+v; want its whole 3", res)
 	}
+}
+
+// outcomes runs n tier checks and lists their outcomes: ok, or the rule that
+// denied. A degraded check fails the test.
+func outcomes(t *testing.T, n int, check func(i int) sharedlimits.TierResult) string {
+	t.Helper()
+	var out []string
+	for i := range n {
+		res := check(i)
+		if res.Degraded || res.Err != nil {
+			t.Fatalf("check %d degraded: %v", i, res.Err)
+		}
+		if res.Allowed {
+			out = append(out, "ok")
+		} else {
+			out = append(out, res.DeniedBy.String())
+		}
+	}
+	return strings.Join(out, " ")
 }

@@ -1184,16 +1184,7 @@ func emitTier(m *model.Model, t model.Tier) jen.Code {
 			field("Decision", rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})),
 			field("Rule", jen.Id(first.RuleConst())), field("DeniedBy", jen.Id(first.RuleConst())))))))
 	}
-	callArgs := func(r model.Rule) []jen.Code {
-		var a []jen.Code
-		if r.Planned {
-			a = append(a, jen.Id("plan"))
-		}
-		if r.KeyType != "" {
-			a = append(a, jen.Id(r.Unexported()+"Key"))
-		}
-		return a
-	}
+	callArgs := tierCallArgs
 	var cs, costs, defaults []jen.Code
 	for i, ri := range t.Rules {
 		cs = append(cs, jen.Id(fmt.Sprintf("c%d", i)))
@@ -1389,16 +1380,7 @@ func emitSharedTier(m *model.Model, t model.Tier, planned bool, decl func(...str
 // get back what they took (Bound.Refund: best effort, never more than taken).
 // Every part decides at the same now, read once.
 func mixedTier(m *model.Model, t model.Tier, steps, sharedNames []jen.Code, result func(jen.Code, bool) jen.Code) []jen.Code {
-	callArgs := func(r model.Rule) []jen.Code {
-		var a []jen.Code
-		if r.Planned {
-			a = append(a, jen.Id("plan"))
-		}
-		if r.KeyType != "" {
-			a = append(a, jen.Id(r.Unexported()+"Key"))
-		}
-		return a
-	}
+	callArgs := tierCallArgs
 	at := func(r model.Rule, i int) []jen.Code {
 		return append(callArgs(r), jen.Id("now"), jen.Id(fmt.Sprintf("c%d", i)))
 	}
@@ -1511,6 +1493,19 @@ func newStateParams(named bool) []jen.Code {
 		ps = append(ps, jen.Id("named").Map(jen.String()).Qual(sharedPath, "Store"))
 	}
 	return ps
+}
+
+// tierCallArgs are a rule's arguments in a tier's implementation: the plan
+// when it has plans, its key when keyed.
+func tierCallArgs(r model.Rule) []jen.Code {
+	var a []jen.Code
+	if r.Planned {
+		a = append(a, jen.Id("plan"))
+	}
+	if r.KeyType != "" {
+		a = append(a, jen.Id(r.Unexported()+"Key"))
+	}
+	return a
 }
 
 // tierRuleNames are the Go names of a tier's rules, in order.
