@@ -38,7 +38,10 @@ import (
 type keyMap[K comparable] struct {
 	shards   [mapShards]mapShard
 	seed     maphash.Seed
-	str      bool    // K is string: nodes hold the key's bytes
+	str      bool    // K is a string type: nodes hold the key's bytes
+	intSize  uint8   // K is an integer type of this many bytes (hashed by mixing, not by maphash); 0 otherwise
+	mix      uint64  // intSize's seed
+	strSeed  uint64  // str's seed
 	anchored bool    // nodes hold a grid anchor after the slot
 	fixed    int64   // every node's anchor when they hold none
 	keyOff   uintptr // the key's offset in a node
@@ -77,7 +80,14 @@ type mapShard struct {
 func newKeyMap[K comparable](anchored bool, fixed int64, presize int) *keyMap[K] {
 	m := &keyMap[K]{seed: maphash.MakeSeed(), anchored: anchored, fixed: fixed}
 	var zero K
-	_, m.str = any(zero).(string)
+	m.str = reflect.TypeFor[K]().Kind() == reflect.String // a named string type too
+	m.strSeed = maphash.Comparable(m.seed, uint64(0x6a09e667f3bcc909))
+	switch reflect.TypeFor[K]().Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		m.intSize = uint8(unsafe.Sizeof(zero))
+		m.mix = maphash.Comparable(m.seed, uint64(0x9e3779b97f4a7c15)) | 1
+	}
 	m.keyOff = slotSize
 	if anchored {
 		m.keyOff += 8
@@ -116,9 +126,44 @@ func initGroups(g []group) {
 
 func (m *keyMap[K]) hash(key K) uint64 {
 	if m.str {
-		return maphash.String(m.seed, *(*string)(unsafe.Pointer(&key)))
+		k := *(*string)(unsafe.Pointer(&key))
+		return uint64(memhash(unsafe.Pointer(unsafe.StringData(k)), uintptr(m.strSeed), uintptr(len(k))))
+	}
+	switch m.intSize {
+	case 8:
+		return mixInt(*(*uint64)(unsafe.Pointer(&key)), m.mix)
+	case 4:
+		return mixInt(uint64(*(*uint32)(unsafe.Pointer(&key))), m.mix)
+	case 2:
+		return mixInt(uint64(*(*uint16)(unsafe.Pointer(&key))), m.mix)
+	case 1:
+		return mixInt(uint64(*(*uint8)(unsafe.Pointer(&key))), m.mix)
 	}
 	return maphash.Comparable(m.seed, key)
+}
+
+// memhash is the runtime's hash of memory (AES-based where the CPU has it),
+// the one maps and hash/maphash use; called directly, a string key's hash
+// skips maphash's wrappers (a third of its cost on short keys). The runtime
+// keeps it linkable for the packages that have long done this.
+//
+//go:linkname memhash runtime.memhash
+//go:noescape
+func memhash(p unsafe.Pointer, seed, n uintptr) uintptr
+
+// mixInt hashes an integer key under the map's random seed: the key, xored
+// with the seed, through a bijective 64-bit finaliser (multiply, xor-shift),
+// every output bit depending on every input bit. Keys an adversary picks to
+// collide in one map do not in another (the seed is random per map), and the
+// mix is a few cycles where maphash.Comparable's generic path costs tens.
+func mixInt(k, seed uint64) uint64 {
+	k ^= seed
+	k ^= k >> 33
+	k *= 0xff51afd7ed558ccd
+	k ^= k >> 33
+	k *= 0xc4ceb9fe1a85ec53
+	k ^= k >> 33
+	return k * seed
 }
 
 // tagOf is the control byte of a key hashing to h: never empty or gone.
@@ -145,9 +190,29 @@ func home(h uint64, n int) int { return int((uint64(uint32(h)) * uint64(n)) >> 3
 // that has not reached this lookup; callers that would make one look again
 // under the lock (compute).
 func (m *keyMap[K]) load(key K) *slot {
+	// find's loop, written out: the check's hot path, without the call.
 	h := m.hash(key)
-	_, _, s := m.find(&m.shards[h>>shardShift], h, key)
-	return s
+	tp := m.shards[h>>shardShift].tab.Load()
+	if tp == nil {
+		return nil
+	}
+	gs := *tp
+	tag := tagOf(h)
+	for i := home(h, len(gs)); ; {
+		g := &gs[i]
+		c := g.ctrl.Load()
+		for b := matches(c, tag); b != 0; b &= b - 1 {
+			if s := g.p[bits.TrailingZeros64(b)>>3].Load(); s != nil && m.keyIs(s, key) {
+				return s
+			}
+		}
+		if matches(c, ctrlEmpty) != 0 {
+			return nil
+		}
+		if i++; i == len(gs) {
+			i = 0
+		}
+	}
 }
 
 // keyIs reports whether s is key's node.
