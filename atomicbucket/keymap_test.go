@@ -100,6 +100,23 @@ func TestKeyMapMatchesMap(t *testing.T) {
 		ints[i] = rng.Int64()
 	}
 	t.Run("int64", func(t *testing.T) { keyOps(t, newKeyMap[int64](true, 0, 0), ints, 60000, rng) })
+	small := make([]uint16, 3000) // every value of a small integer type, by its own hash width
+	for i := range small {
+		small[i] = uint16(i * 21)
+	}
+	t.Run("uint16", func(t *testing.T) { keyOps(t, newKeyMap[uint16](false, 0, 0), small, 30000, rng) })
+	type userID string // a named string type is stored as a string
+	named := make([]userID, len(strs))
+	for i, k := range strs {
+		named[i] = userID(k)
+	}
+	t.Run("named string", func(t *testing.T) {
+		m := newKeyMap[userID](false, 0, 0)
+		if !m.str {
+			t.Fatal("a named string type is not stored as a string")
+		}
+		keyOps(t, m, named, 20000, rng)
+	})
 	type pair struct {
 		a string
 		b uint32
