@@ -211,7 +211,7 @@ fuzz:
 ## bench: the main job. Regenerate, then the headline comparison (the local
 ## check, HTTP, Redis, PostgreSQL, each beside its peers): BENCHRUNS
 ## interleaved runs, progress as it goes, then a benchstat table with one
-## column per implementation (bench/run.sh). About 4 minutes on 2 cores.
+## column per implementation (bench/run.sh). About 11 minutes on 2 cores.
 bench: generate
 	.ci/servers redis postgres
 	bench/run.sh headline $(BENCHRUNS) $(BENCHTIME)
