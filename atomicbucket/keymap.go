@@ -19,9 +19,11 @@ import (
 // pointer follows, 8-byte aligned, only then: a key that never has numbers of
 // its own pays nothing for them, and its node holds no pointer for the
 // collector to scan. Any other key is stored as a value of its type, and its
-// node always has the pointer. The map itself is open addressing over groups of seven node pointers
-// that share a 64-byte line with their control word, in shards that each grow
-// on their own.
+// node always has the pointer. The map itself is open addressing over groups
+// of seven node pointers that share a 64-byte line with their control word,
+// in shards that each grow on their own. Keys are hashed under seeds drawn for
+// each map (strings by the runtime's memhash, integers by a seeded mix), so
+// keys chosen to collide in one process do not collide in another.
 //
 // Lookups take no lock and never allocate: they read a shard's group array, a
 // group's control word and a node. Changes (a key made, replaced, removed) are
