@@ -235,3 +235,32 @@ func TestKeyMapConcurrent(t *testing.T) {
 	close(stop)
 	wg.Wait()
 }
+
+// Keys that differ only where a weak hash would ignore them (integers in
+// their high bits, strings in their last byte) spread over the shards as
+// random keys do: no shard holds more than twice its share.
+func TestKeyMapSpreadsPatternedKeys(t *testing.T) {
+	const n = 1 << 14
+	check := func(name string, live func(i int) int) {
+		t.Helper()
+		most := 0
+		for i := range mapShards {
+			most = max(most, live(i))
+		}
+		if most > 2*n/mapShards {
+			t.Errorf("%s: a shard holds %d of %d keys (share %d)", name, most, n, n/mapShards)
+		}
+	}
+	ints := newKeyMap[uint64](false, 0, 0)
+	for i := range uint64(n) {
+		k := i << 40
+		ints.compute(k, func(*slot, bool) (*slot, bool) { return ints.newNode(k, 0, nil), false })
+	}
+	check("uint64 keys i<<40", func(i int) int { return ints.shards[i].live })
+	strs := newKeyMap[string](false, 0, 0)
+	for i := range n {
+		k := fmt.Sprintf("tenant-0000000000-user-%c%c", 'a'+i%26, 'a'+i/26%26) + fmt.Sprint(i/676)
+		strs.compute(k, func(*slot, bool) (*slot, bool) { return strs.newNode(k, 0, nil), false })
+	}
+	check("string keys sharing a long prefix", func(i int) int { return strs.shards[i].live })
+}
