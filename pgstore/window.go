@@ -16,32 +16,42 @@ import (
 	"github.com/limitgen/limitgen/shared"
 )
 
-// windowSchema is the table of window rules' states and the function that
-// checks one, named by WindowOptions.Table ({t} and {fn}: the table, and its
-// name with "_check"). A row (r, k) is a window rule's key: s and c its
-// admissions still in the window, oldest first, as slots and counts, where a
-// slot is the microsecond of the admissions (an exact window: N ≤ 64) or
-// the sub-window of W/16 they fell in (counted), and empty_at the Unix µs
-// from which nothing in it counts. An admission counts until its slot's out
-// time, exact: slot + W + 1, counted: (slot + 1)·L + W (it counts as made at
-// the end of its microsecond, or of its sub-window), so the function decides
-// as the local window and the Redis script do (see redisstore's
-// windowSource).
+// windowSchema is the table of window rules' states and the functions that
+// check one and lease its units, named by WindowOptions.Table ({t}, {fn}
+// and {lfn}: the table, and its name with "_check" and "_lease"). A row (r,
+// k) is a window rule's key: s and c its admissions still in the window,
+// oldest first, as slots and counts, where a slot is the microsecond of the
+// admissions (an exact window: N ≤ 64) or the sub-window of W/16 they fell
+// in (counted), and empty_at the Unix µs from which nothing in it counts. An
+// admission counts until its slot's out time, exact: slot + W + 1, counted:
+// (slot + 1)·L + W (it counts as made at the end of its microsecond, or of
+// its sub-window), so the functions decide as the local window and the Redis
+// scripts do (see redisstore's windowPrelude).
 //
-// ww and wl are the window and sub-window the row was written with: a check
-// with other numbers (another version of the rule, during a rolling deploy)
-// carries each group into its own slots as made at the last microsecond of
-// the writer's grain (or now, if sooner), and counts it by its own window,
-// as redisstore's script does.
+// ww and wl are the window and sub-window the row was written with, g the
+// generation of its slots (the µs the row was made, plus one a carry): a
+// check with other numbers (another version of the rule, during a rolling
+// deploy) carries each group into its own slots as made at the last
+// microsecond of the writer's grain (or now, if sooner and the grain has
+// begun), and counts it by its own window, as redisstore's scripts do.
 //
-// {fn}(rr, kk, w, n, l, cost, at_us) locks the key's row (made first, empty,
-// for a check that can admit, when there is none: two first checks of a key
-// then queue on it), drops what is out, admits cost when what is left plus
-// the cost is at most n, and writes the row only when it admits. It returns
-// {1 admitted, 0 denied, −1 a cost outside [0, n]; what is left; out time −
-// now of the admission whose leaving makes room (denied); out time − now of
-// the newest (0: empty)}, in µs. at_us NULL is the server's clock
-// (clock_timestamp()), else the check's time, for tests. Rows whose window is
+// {lfn}(rr, kk, w, n, l, d, cost, want, pslot, psize, pback, pgen, at_us)
+// locks the key's row (made first, empty, for a call that can admit, when
+// there is none: two first calls of a key then queue on it), settles a
+// lessee's previous grant (pslot, psize, pback unspent, pgen: see
+// redisstore's windowLeaseSource), drops what is out, and grants at least
+// cost and up to want units when the window has room for the cost: at most
+// half the room beyond it, counted at slot now + d (exact) or the first
+// sub-window that begins at or after it (d 0: now's slot, a check). It
+// writes the row only when it grants or settles, and returns {1 granted, 0
+// denied, −1 a cost outside [0, n]; what was in the window; the units
+// granted (denied: out time − now of the admission whose leaving makes
+// room); out time − now of the newest (0: empty); the grant's slot, d and
+// generation}, in µs. {fn}(rr, kk, w, n, l, cost, at_us) is a check: {lfn}
+// of cost and want cost with d 0, answering {1 admitted, 0 denied, −1; what
+// is left; out time − now of the admission whose leaving makes room
+// (denied); out time − now of the newest}. at_us NULL is the server's clock
+// (clock_timestamp()), else the call's time, for tests. Rows whose window is
 // empty are deleted by Window.Sweep: an empty window is no row.
 const windowSchema = `CREATE TABLE IF NOT EXISTS {t} (
   r text NOT NULL,
@@ -53,7 +63,8 @@ const windowSchema = `CREATE TABLE IF NOT EXISTS {t} (
   wl int8 NOT NULL DEFAULT 0,
   PRIMARY KEY (r, k)
 );
-CREATE OR REPLACE FUNCTION {fn}(rr text, kk bytea, w int8, n int8, l int8, cost int8, at_us int8)
+ALTER TABLE {t} ADD COLUMN IF NOT EXISTS g int8 NOT NULL DEFAULT 0;
+CREATE OR REPLACE FUNCTION {lfn}(rr text, kk bytea, w int8, n int8, l int8, d int8, cost int8, want int8, pslot int8, psize int8, pback int8, pgen int8, at_us int8)
 RETURNS int8[] LANGUAGE plpgsql AS $$
 DECLARE
   now_us int8 := coalesce(at_us, floor(extract(epoch FROM clock_timestamp()) * 1000000)::int8);
@@ -66,34 +77,54 @@ DECLARE
   reset int8 := 0;
   lft int8;
   o int8;
-  rw int8 := w;
-  rl int8 := l;
+  rw int8;
+  rl int8;
+  rg int8;
   ns int8[];
   nc int8[];
   e int8;
+  st int8;
   m int;
+  sz int8;
+  dirty bool := false;
 BEGIN
-  SELECT t.s, t.c, t.ww, t.wl INTO ss, cs, rw, rl FROM {t} t WHERE t.r = rr AND t.k = kk FOR UPDATE;
+  SELECT t.s, t.c, t.ww, t.wl, t.g INTO ss, cs, rw, rl, rg FROM {t} t WHERE t.r = rr AND t.k = kk FOR UPDATE;
   IF NOT FOUND THEN
-    rw := w;
-    rl := l;
-    IF cost >= 1 AND cost <= n THEN
-      INSERT INTO {t} (r, k, s, c, empty_at, ww, wl) VALUES (rr, kk, '{}', '{}', 0, w, l) ON CONFLICT DO NOTHING;
-      SELECT t.s, t.c, t.ww, t.wl INTO ss, cs, rw, rl FROM {t} t WHERE t.r = rr AND t.k = kk FOR UPDATE;
+    IF cost >= 0 AND cost <= n AND want >= 1 THEN
+      INSERT INTO {t} (r, k, s, c, empty_at, ww, wl, g) VALUES (rr, kk, '{}', '{}', 0, w, l, now_us) ON CONFLICT DO NOTHING;
+      SELECT t.s, t.c, t.ww, t.wl, t.g INTO ss, cs, rw, rl, rg FROM {t} t WHERE t.r = rr AND t.k = kk FOR UPDATE;
     ELSE
       ss := '{}';
       cs := '{}';
+      rw := w;
+      rl := l;
+      rg := now_us;
     END IF;
+  END IF;
+  IF psize > 0 AND pback > 0 AND rg = pgen THEN
+    FOR i IN 1..coalesce(array_length(ss, 1), 0) LOOP
+      IF ss[i] = pslot THEN
+        cs[i] := cs[i] - least(pback, psize, cs[i]);
+        IF cs[i] = 0 THEN
+          ss := ss[1:i - 1] || ss[i + 1:];
+          cs := cs[1:i - 1] || cs[i + 1:];
+        END IF;
+        dirty := true;
+        EXIT;
+      END IF;
+    END LOOP;
   END IF;
   IF rl <> l THEN
     -- written by another version of the rule (another form or grain): each
     -- group carried into this one's slots, as made at the last microsecond
-    -- of its grain (or now, if sooner)
+    -- of its grain (or now, if sooner and its grain has begun), in the next
+    -- generation of slots
     ns := '{}';
     nc := '{}';
     FOR i IN 1..coalesce(array_length(ss, 1), 0) LOOP
-      e := CASE WHEN rl = 0 THEN ss[i] ELSE (ss[i] + 1) * rl - 1 END;
-      IF e > now_us THEN
+      st := CASE WHEN rl = 0 THEN ss[i] ELSE ss[i] * rl END;
+      e := CASE WHEN rl = 0 THEN ss[i] ELSE st + rl - 1 END;
+      IF e > now_us AND st <= now_us THEN
         e := now_us;
       END IF;
       slot := CASE WHEN l = 0 THEN e ELSE e / l END;
@@ -107,6 +138,7 @@ BEGIN
     END LOOP;
     ss := ns;
     cs := nc;
+    rg := rg + 1;
   END IF;
   nn := coalesce(array_length(ss, 1), 0);
   WHILE first <= nn LOOP
@@ -125,33 +157,53 @@ BEGIN
   IF nn > 0 THEN
     reset := (CASE WHEN l = 0 THEN ss[nn] + w + 1 ELSE (ss[nn] + 1) * l + w END) - now_us;
   END IF;
-  IF cost < 0 OR cost > n THEN
-    RETURN ARRAY[-1, n - inw, 0, reset];
-  END IF;
-  IF inw + cost <= n THEN
-    IF cost > 0 THEN
-      slot := CASE WHEN l = 0 THEN now_us ELSE now_us / l END;
+  IF cost >= 0 AND cost <= n AND inw + cost <= n THEN
+    sz := greatest(cost, least(want, cost + (n - inw - cost) / 2));
+    slot := CASE WHEN d = 0 AND l = 0 THEN now_us WHEN d = 0 THEN now_us / l
+                 WHEN l = 0 THEN now_us + d ELSE (now_us + d + l - 1) / l END;
+    IF sz > 0 THEN
       IF nn > 0 AND ss[nn] >= slot THEN
-        cs[nn] := cs[nn] + cost;
+        cs[nn] := cs[nn] + sz;
         slot := ss[nn];
       ELSE
         ss := ss || slot;
-        cs := cs || cost;
+        cs := cs || sz;
+        nn := nn + 1;
       END IF;
-      o := CASE WHEN l = 0 THEN slot + w + 1 ELSE (slot + 1) * l + w END;
-      reset := o - now_us;
-      UPDATE {t} SET s = ss, c = cs, empty_at = o, ww = w, wl = l WHERE r = rr AND k = kk;
+      reset := (CASE WHEN l = 0 THEN slot + w + 1 ELSE (slot + 1) * l + w END) - now_us;
+      dirty := true;
     END IF;
-    RETURN ARRAY[1, n - inw - cost, 0, reset];
+  END IF;
+  IF dirty THEN
+    UPDATE {t} SET s = ss, c = cs, ww = w, wl = l, g = rg,
+      empty_at = CASE WHEN nn = 0 THEN 0 WHEN l = 0 THEN ss[nn] + w + 1 ELSE (ss[nn] + 1) * l + w END
+      WHERE r = rr AND k = kk;
+  END IF;
+  IF cost < 0 OR cost > n THEN
+    RETURN ARRAY[-1, inw, 0, reset, 0, 0, 0];
+  END IF;
+  IF inw + cost <= n THEN
+    RETURN ARRAY[1, inw, sz, reset, slot, d, rg];
   END IF;
   lft := inw;
   FOR i IN 1..nn LOOP
     lft := lft - cs[i];
     IF lft + cost <= n THEN
-      RETURN ARRAY[0, n - inw, (CASE WHEN l = 0 THEN ss[i] + w + 1 ELSE (ss[i] + 1) * l + w END) - now_us, reset];
+      RETURN ARRAY[0, inw, (CASE WHEN l = 0 THEN ss[i] + w + 1 ELSE (ss[i] + 1) * l + w END) - now_us, reset, 0, 0, 0];
     END IF;
   END LOOP;
-  RETURN ARRAY[0, n - inw, 0, reset];
+  RETURN ARRAY[0, inw, 0, reset, 0, 0, 0];
+END
+$$;
+CREATE OR REPLACE FUNCTION {fn}(rr text, kk bytea, w int8, n int8, l int8, cost int8, at_us int8)
+RETURNS int8[] LANGUAGE plpgsql AS $$
+DECLARE
+  r int8[] := {lfn}(rr, kk, w, n, l, 0, cost, cost, 0, 0, 0, 0, at_us);
+BEGIN
+  IF r[1] = 1 THEN
+    RETURN ARRAY[1, n - r[2] - r[3], 0, r[4]];
+  END IF;
+  RETURN ARRAY[r[1], n - r[2], r[3], r[4]];
 END
 $$;`
 
@@ -181,6 +233,7 @@ type Window struct {
 	name     string // the row's rule name
 	timeout  time.Duration
 	check    string // the statement
+	lease    string // the lease statement
 	sweep    string
 	at       func() time.Time // tests: the time the function decides at
 }
@@ -232,6 +285,8 @@ func NewWindow(ctx context.Context, pool *pgxpool.Pool, name string, rule atomic
 	}
 	fn := opts.Table + "_check"
 	w.check = "SELECT " + fn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, $6::int8, $7::int8)"
+	lfn := opts.Table + "_lease"
+	w.lease = "SELECT " + lfn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, $6::int8, $7::int8, $8::int8, $9::int8, $10::int8, $11::int8, $12::int8, $13::int8)"
 	w.sweep = "DELETE FROM " + opts.Table + " WHERE r = $1 AND empty_at <= floor(extract(epoch FROM clock_timestamp()) * 1000000)::int8 - $2::int8"
 	// One statement list, one implicit transaction, serialised across
 	// instances by an advisory lock (two CREATE OR REPLACE FUNCTION at once
@@ -239,7 +294,7 @@ func NewWindow(ctx context.Context, pool *pgxpool.Pool, name string, rule atomic
 	h := fnv.New32a()
 	h.Write([]byte(opts.Table))
 	w.setupSQL = fmt.Sprintf("SELECT pg_advisory_xact_lock(%d, 1);\n", int32(h.Sum32())) +
-		strings.NewReplacer("{t}", opts.Table, "{fn}", fn).Replace(windowSchema)
+		strings.NewReplacer("{t}", opts.Table, "{fn}", fn, "{lfn}", lfn).Replace(windowSchema)
 	sctx, cancel := context.WithTimeout(ctx, max(w.timeout, setupTimeout))
 	defer cancel()
 	if err := w.setup(sctx); err != nil {
@@ -326,4 +381,35 @@ func (w *Window) Sweep(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	return tag.RowsAffected(), nil
+}
+
+// Lease settles a lessee's previous grant prev of key's window and grants
+// at least cost and up to want units, or none for want 0 (a release): see
+// shared.WindowLeaser. A grant is spent for shared.WindowLeaseTerm of the
+// window.
+func (w *Window) Lease(ctx context.Context, key string, cost, want int64, prev shared.Settlement) (shared.Granted, error) {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return shared.Granted{}, fmt.Errorf("pgstore: a window's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	if !w.ready.Load() {
+		if err := w.setup(ctx); err != nil {
+			return shared.Granted{}, err
+		}
+	}
+	var at *int64
+	if w.at != nil {
+		us := w.at().UnixMicro()
+		at = &us
+	}
+	nm := w.nums.Load()
+	term := shared.WindowLeaseTerm(nm.rule.Window())
+	var r []int64
+	err := w.pool.QueryRow(ctx, w.lease, w.name, rowKey(key), int64(nm.rule.Window()/time.Microsecond), nm.rule.Limit(), nm.lUs,
+		int64(term/time.Microsecond), cost, want, prev.Second, prev.Size, prev.Unspent, prev.Gen, at).Scan(&r)
+	if err != nil {
+		return shared.Granted{}, err
+	}
+	return shared.WindowGranted(nm.rule.Limit(), r)
 }

@@ -54,3 +54,28 @@ func TestWindowContract(t *testing.T) {
 		t.Errorf("a sweep after the window emptied deleted %d rows (%v), want 1", n, err)
 	}
 }
+
+// openLeasedWindow is storetest.OpenLeasedWindow on pool.
+func openLeasedWindow(pool *pgxpool.Pool) storetest.OpenLeasedWindow {
+	return func(t *testing.T, name string, rule atomicbucket.WindowRule, at func() time.Time) (storetest.WindowCheck, storetest.WindowLease) {
+		w, err := NewWindow(context.Background(), pool, name, rule, WindowOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.at = at
+		return w.AllowN, w.Lease
+	}
+}
+
+// TestWindowLease: the store's window leases never let a key's window hold
+// more than its limit, whatever lessees and checks do, and settle as they
+// say (storetest).
+func TestWindowLease(t *testing.T) {
+	srv := pgtest.Start(t)
+	pool := srv.Pool(t)
+	t.Run("Envelope", func(t *testing.T) {
+		total, leased := storetest.WindowLeaseEnvelope(t, openLeasedWindow(pool), 20, 5)
+		t.Logf("%d units admitted, %d of them from leases", total, leased)
+	})
+	t.Run("Settles", func(t *testing.T) { storetest.WindowLeaseSettles(t, openLeasedWindow(pool)) })
+}

@@ -14,29 +14,151 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// windowSource decides window checks (at most N cost units in any interval
-// of W, sliding) on Redis's clock, in microseconds, as atomicbucket's windows
-// do on theirs: each key is one string of its admissions still in the
-// window, oldest first, as "slot:count" pairs, where a slot is the
-// microsecond of the admissions (an exact window, N ≤ 64: what it admitted
-// that microsecond) or the sub-window of W/16 they fell in (a counted
-// window). An admission counts until its slot's out time:
+// windowPrelude is what the window scripts share: the numbers, the time,
+// and reading and writing a key. Each key is one string of its admissions
+// still in the window, oldest first, as "slot:count" pairs, where a slot is
+// the microsecond of the admissions (an exact window, N ≤ 64: what it
+// admitted that microsecond) or the sub-window of W/16 they fell in (a
+// counted window). An admission counts until its slot's out time:
 //
 //	exact:   slot + W + 1 (it counts as made at the end of its microsecond)
 //	counted: (slot + 1)·L + W, L = W/16
 //
 // so the store decides as the local window does at microsecond times, and
-// a value holds at most N pairs (exact) or 17 (counted), after a header
-// "W,L|" naming the numbers it was written with. A check with other numbers
-// (another version of the rule, during a rolling deploy) carries each pair
-// into its own slots as made at the last microsecond of the writer's grain
-// (or now, if sooner), and counts it by its own window: in any interval of
-// the shorter window, at most the larger limit is admitted. A check drops the
-// pairs that are out, admits its cost when what is left plus the cost is at
-// most N (adding it to the newest pair when it falls in the same slot), and
-// sets the key to expire when the window empties (an empty window is no key:
-// expiry loses nothing). A denied check writes nothing. A time behind the
-// newest slot (Redis's clock stepped back) counts in the newest slot.
+// a value holds at most N pairs (exact) or a few more than 17 (counted),
+// after a header "W,L,G|" naming the numbers it was written with and the
+// generation of its slots (G: the µs the key was made, plus one for each
+// carry below; a value without G is of generation 0). A check with other
+// numbers (another version of the rule, during a rolling deploy) carries
+// each pair into its own slots as made at the last microsecond of the
+// writer's grain (or now, if sooner and the grain has begun), and counts it
+// by its own window: in any interval of the shorter window, at most the
+// larger limit is admitted. Leases' grants are pairs in slots whose grain
+// has not begun (see windowLeaseSource): a carry keeps them where they are.
+//
+// A check drops the pairs that are out, and sets the key to expire when the
+// window empties (an empty window is no key: expiry loses nothing). A time
+// behind the newest slot (Redis's clock stepped back, or a lease's grant
+// ahead) counts in the newest slot.
+const windowPrelude = `
+local W, N, L = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local t = {{NOW}}
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local function out(slot)
+  if L == 0 then return slot + W + 1 end
+  return (slot + 1) * L + W
+end
+local nowSlot = now
+if L > 0 then nowSlot = math.floor(now / L) end
+-- load reads key's pairs as written, with the numbers and generation they
+-- were written with.
+local function load(key)
+  local st = {s = {}, c = {}, dirty = false, vw = W, vl = L, g = now}
+  local v = redis.call('GET', key)
+  if v then
+    local vw, vl, vg, rest = string.match(v, '^(%d+),(%d+),?(%d*)|(.*)$')
+    if vw == nil then
+      rest = v
+    else
+      st.vw, st.vl, st.g = tonumber(vw), tonumber(vl), tonumber(vg) or 0
+    end
+    for s, c in string.gmatch(rest, '(%d+):(%d+)') do
+      st.s[#st.s + 1] = tonumber(s)
+      st.c[#st.c + 1] = tonumber(c)
+    end
+  end
+  return st
+end
+-- carry makes st's pairs this version's: written by another version of the
+-- rule (another form or grain), each group is carried into this one's
+-- slots, as made at the last microsecond of its grain (or now, if sooner
+-- and its grain has begun), in the next generation of slots.
+local function carry(st)
+  if st.vl ~= L then
+    local s2, c2 = {}, {}
+    for j = 1, #st.s do
+      local e, start = st.s[j], st.s[j]
+      if st.vl > 0 then
+        start = st.s[j] * st.vl
+        e = start + st.vl - 1
+      end
+      if e > now and start <= now then e = now end
+      local s = e
+      if L > 0 then s = math.floor(e / L) end
+      local n = #s2
+      if n > 0 and s2[n] >= s then
+        c2[n] = c2[n] + st.c[j]
+      else
+        s2[n + 1] = s
+        c2[n + 1] = st.c[j]
+      end
+    end
+    st.s, st.c, st.g, st.dirty = s2, c2, st.g + 1, true
+  elseif st.vw ~= W then
+    st.dirty = true
+  end
+end
+-- drop removes the pairs that are out, and returns what is left in the
+-- window and out time − now of the newest (0: empty).
+local function drop(st)
+  local first = 1
+  while first <= #st.s and out(st.s[first]) <= now do first = first + 1 end
+  if first > 1 then
+    local s2, c2 = {}, {}
+    for j = first, #st.s do s2[#s2 + 1] = st.s[j]; c2[#c2 + 1] = st.c[j] end
+    st.s, st.c, st.dirty = s2, c2, true
+  end
+  local inw = 0
+  for j = 1, #st.c do inw = inw + st.c[j] end
+  local reset = 0
+  if #st.s > 0 then reset = out(st.s[#st.s]) - now end
+  return inw, reset
+end
+-- add counts k at slot (in the newest, if it is as new), and returns the
+-- slot it is counted in.
+local function add(st, slot, k)
+  local n = #st.s
+  if n > 0 and st.s[n] >= slot then
+    st.c[n] = st.c[n] + k
+    slot = st.s[n]
+  else
+    st.s[n + 1] = slot
+    st.c[n + 1] = k
+  end
+  st.dirty = true
+  return slot
+end
+-- retry is out time − now of the admission whose leaving makes room for
+-- cost in st, whose window holds inw (0: none does).
+local function retry(st, inw, cost)
+  local left = inw
+  for j = 1, #st.s do
+    left = left - st.c[j]
+    if left + cost <= N then return out(st.s[j]) - now end
+  end
+  return 0
+end
+-- save writes st when it changed: no key for an empty window.
+local function save(key, st)
+  if not st.dirty then return end
+  local n = #st.s
+  if n == 0 then
+    redis.call('DEL', key)
+    return
+  end
+  local parts = {}
+  for j = 1, n do parts[j] = string.format('%d:%d', st.s[j], st.c[j]) end
+  local ms = math.floor((out(st.s[n]) - now + 999) / 1000) + {{SLACK}}
+  redis.call('SET', key, string.format('%d,%d,%d|', W, L, st.g) .. table.concat(parts, ','), 'PX', math.max(ms, 1))
+end
+`
+
+// windowSource decides window checks (at most N cost units in any interval
+// of W, sliding) on Redis's clock, in microseconds, as atomicbucket's windows
+// do on theirs (see windowPrelude for a key's value). A check admits its
+// cost when what is left in the window plus the cost is at most N (adding it
+// to the newest pair when it falls in the same slot). A denied check writes
+// nothing but what a carry or the pairs that left changed.
 //
 // One call decides a batch of runs, in order: a run is checks of one key and
 // one cost, one after another (coalesced checks of a hot key), decided at
@@ -53,16 +175,7 @@ import (
 // before it; for the denied ones, out time − now of the admission whose
 // leaving makes room; out time − now of the newest admission after the run
 // (0 when the window is empty). Go turns them into the run's decisions.
-const windowSource = `
-local W, N, L = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local t = {{NOW}}
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local function out(slot)
-  if L == 0 then return slot + W + 1 end
-  return (slot + 1) * L + W
-end
-local nowSlot = now
-if L > 0 then nowSlot = math.floor(now / L) end
+const windowSource = windowPrelude + `
 local states, order = {}, {}
 local res = {}
 for i = 1, #KEYS do
@@ -70,50 +183,12 @@ for i = 1, #KEYS do
   local cost, count = tonumber(ARGV[2 + 2 * i]), tonumber(ARGV[3 + 2 * i])
   local st = states[key]
   if st == nil then
-    st = {s = {}, c = {}, dirty = false}
-    local v = redis.call('GET', key)
-    if v then
-      local vw, vl, rest = string.match(v, '^(%d+),(%d+)|(.*)$')
-      vw, vl = tonumber(vw), tonumber(vl)
-      if vw == nil then rest, vw, vl = v, W, L end
-      for s, c in string.gmatch(rest, '(%d+):(%d+)') do
-        s, c = tonumber(s), tonumber(c)
-        if vl ~= L then
-          -- written by another version of the rule (another form or
-          -- grain): each group carried into this one's slots, as made at
-          -- the last microsecond of its grain (or now, if sooner)
-          local e = s
-          if vl > 0 then e = (s + 1) * vl - 1 end
-          if e > now then e = now end
-          s = e
-          if L > 0 then s = math.floor(e / L) end
-        end
-        local n = #st.s
-        if n > 0 and st.s[n] >= s then
-          st.c[n] = st.c[n] + c
-        else
-          st.s[n + 1] = s
-          st.c[n + 1] = c
-        end
-      end
-      if vl ~= L or vw ~= W then st.dirty = true end
-    end
+    st = load(key)
+    carry(st)
     states[key] = st
     order[#order + 1] = key
   end
-  -- drop what is out
-  local first = 1
-  while first <= #st.s and out(st.s[first]) <= now do first = first + 1 end
-  if first > 1 then
-    local s2, c2 = {}, {}
-    for j = first, #st.s do s2[#s2 + 1] = st.s[j]; c2[#c2 + 1] = st.c[j] end
-    st.s, st.c, st.dirty = s2, c2, true
-  end
-  local inw = 0
-  for j = 1, #st.c do inw = inw + st.c[j] end
-  local n = #st.s
-  local reset = 0
-  if n > 0 then reset = out(st.s[n]) - now end
+  local inw, reset = drop(st)
   if cost < 0 or cost > N then
     res[#res + 1] = -1; res[#res + 1] = inw; res[#res + 1] = 0; res[#res + 1] = reset
   else
@@ -121,54 +196,90 @@ for i = 1, #KEYS do
     if cost > 0 then k = math.min(count, math.floor((N - inw) / cost)) end
     local resetAdm = reset
     if k > 0 and cost > 0 then
-      local slot = nowSlot
-      if n > 0 and st.s[n] >= slot then
-        st.c[n] = st.c[n] + k * cost
-        slot = st.s[n]
-      else
-        n = n + 1
-        st.s[n] = slot
-        st.c[n] = k * cost
-      end
-      st.dirty = true
-      resetAdm = out(slot) - now
+      resetAdm = out(add(st, nowSlot, k * cost)) - now
     end
-    local retry = 0
-    if k < count then
-      local left = inw + k * cost
-      for j = 1, n do
-        left = left - st.c[j]
-        if left + cost <= N then retry = out(st.s[j]) - now; break end
-      end
-    end
-    res[#res + 1] = k; res[#res + 1] = inw; res[#res + 1] = retry; res[#res + 1] = resetAdm
+    local wait = 0
+    if k < count then wait = retry(st, inw + k * cost, cost) end
+    res[#res + 1] = k; res[#res + 1] = inw; res[#res + 1] = wait; res[#res + 1] = resetAdm
   end
 end
-for _, key in ipairs(order) do
-  local st = states[key]
-  if st.dirty then
-    local n = #st.s
-    if n == 0 then
-      redis.call('DEL', key)
-    else
-      local parts = {}
-      for j = 1, n do parts[j] = string.format('%d:%d', st.s[j], st.c[j]) end
-      local ms = math.floor((out(st.s[n]) - now + 999) / 1000) + {{SLACK}}
-      redis.call('SET', key, string.format('%d,%d|', W, L) .. table.concat(parts, ','), 'PX', math.max(ms, 1))
-    end
-  end
-end
+for _, key in ipairs(order) do save(key, states[key]) end
 return res
 `
 
-// windowScript is the window check's source reading now from Redis's TIME,
-// or, for tests, from the last two arguments (see script).
-func windowScript(explicitNow bool) string {
+// windowLeaseSource is a window lease call (shared.WindowLeaser) on one
+// key: it settles the lessee's previous grant, and grants at least cost and
+// up to want units, at most half of the room beyond the cost (cost and want
+// 0: a release, granting nothing).
+//
+// A grant of size units is counted as admitted at the end of its term D (a
+// pair in slot now + D, exact, or the first sub-window that begins at or
+// after now + D, counted): whatever the lessee spends from it, before its
+// term ends, then stays in the window for at least W after it was spent.
+// The grant's units are counted until they leave, or until the lessee
+// settles (whether or not its term is over: the pair is there until it
+// leaves) and takes back what it did not spend from the pair of the grant's
+// slot, if the key's slots are still of the grant's generation (no carry
+// since, no new key: the pair holds the grant).
+//
+// KEYS    the key
+// ARGV    W (µs), N, L (µs; 0: exact), D (µs), cost, want, then the previous
+//
+//	grant's slot, size, unspent units and generation (size 0: none); with an
+//	explicit time (tests), the seconds and microseconds last
+//
+// Returns seven numbers: 1 granted, 0 denied, −1 a cost outside [0, N];
+// what is in the window before the grant; the units granted (denied: out
+// time − now of the admission whose leaving makes room); out time − now of
+// the newest after the call (0: empty); the grant's slot, term (µs) and
+// generation.
+const windowLeaseSource = windowPrelude + `
+local D, cost, want = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local pslot, psize, pback, pgen = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9]), tonumber(ARGV[10])
+local key = KEYS[1]
+local st = load(key)
+if psize > 0 and pback > 0 and st.g == pgen then
+  for j = 1, #st.s do
+    if st.s[j] == pslot then
+      st.c[j] = st.c[j] - math.min(pback, psize, st.c[j])
+      if st.c[j] == 0 then
+        table.remove(st.s, j)
+        table.remove(st.c, j)
+      end
+      st.dirty = true
+      break
+    end
+  end
+end
+carry(st)
+local inw, reset = drop(st)
+local res
+if cost < 0 or cost > N then
+  res = {-1, inw, 0, reset, 0, 0, 0}
+elseif N - inw < cost then
+  res = {0, inw, retry(st, inw, cost), reset, 0, 0, 0}
+else
+  local size = math.max(cost, math.min(want, cost + math.floor((N - inw - cost) / 2)))
+  local slot = now + D
+  if L > 0 then slot = math.floor((now + D + L - 1) / L) end
+  if size > 0 then
+    slot = add(st, slot, size)
+    reset = out(st.s[#st.s]) - now
+  end
+  res = {1, inw, size, reset, slot, D, st.g}
+end
+save(key, st)
+return res
+`
+
+// windowScript is a window script's source reading now from Redis's TIME,
+// or, for tests, from the last two arguments (see windowSource).
+func windowScript(source string, explicitNow bool) string {
 	now, slack := "redis.call('TIME')", "0"
 	if explicitNow {
 		now, slack = "{ARGV[#ARGV - 1], ARGV[#ARGV]}", "3600000"
 	}
-	return strings.NewReplacer("{{NOW}}", now, "{{SLACK}}", slack).Replace(windowSource)
+	return strings.NewReplacer("{{NOW}}", now, "{{SLACK}}", slack).Replace(source)
 }
 
 // Window is a window rule (at most N cost units in any interval of W) kept
@@ -179,12 +290,13 @@ func windowScript(explicitNow bool) string {
 // an error, and a denial) when Redis cannot answer: the caller decides what
 // an outage means. Its methods are safe for concurrent use.
 type Window struct {
-	client  redis.UniversalClient
-	script  *redis.Script
-	prefix  string // the keys' prefix, up to the key
-	nums    atomic.Pointer[windowNums]
-	timeout time.Duration
-	co      *shared.Coalescer[windowCheck]
+	client      redis.UniversalClient
+	script      *redis.Script
+	leaseScript *redis.Script
+	prefix      string // the keys' prefix, up to the key
+	nums        atomic.Pointer[windowNums]
+	timeout     time.Duration
+	co          *shared.Coalescer[windowCheck]
 	// now, in tests, gives the time the script decides at (explicitNow).
 	now func() time.Time
 }
@@ -263,7 +375,8 @@ func newWindowIn(client redis.UniversalClient, prefix, name string, rule atomicb
 	if _, cluster := client.(*redis.ClusterClient); cluster {
 		opts.Coalesce = 0 // a batch's keys would span slots
 	}
-	w := &Window{client: client, script: redis.NewScript(windowScript(explicitNow)), timeout: opts.Timeout}
+	w := &Window{client: client, script: redis.NewScript(windowScript(windowSource, explicitNow)),
+		leaseScript: redis.NewScript(windowScript(windowLeaseSource, explicitNow)), timeout: opts.Timeout}
 	if err := w.SetRule(rule); err != nil {
 		return nil, err
 	}
@@ -398,4 +511,29 @@ func (w *Window) decide(ctx context.Context, checks []windowCheck) ([]atomicbuck
 		}
 	}
 	return ds, nil
+}
+
+// Lease settles a lessee's previous grant prev of key's window and grants
+// at least cost and up to want units, or none for want 0 (a release): see
+// shared.WindowLeaser. A grant is spent for shared.WindowLeaseTerm of the
+// window.
+func (w *Window) Lease(ctx context.Context, key string, cost, want int64, prev shared.Settlement) (shared.Granted, error) {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return shared.Granted{}, fmt.Errorf("redisstore: a window's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	nm := w.nums.Load()
+	term := shared.WindowLeaseTerm(nm.rule.Window())
+	args := []any{int64(nm.rule.Window() / time.Microsecond), nm.rule.Limit(), nm.lUs, int64(term / time.Microsecond),
+		cost, want, prev.Second, prev.Size, prev.Unspent, prev.Gen}
+	if w.now != nil {
+		t := w.now()
+		args = append(args, t.Unix(), t.Nanosecond()/1000)
+	}
+	res, err := w.leaseScript.Run(ctx, w.client, []string{w.prefix + key}, args...).Int64Slice()
+	if err != nil {
+		return shared.Granted{}, err
+	}
+	return shared.WindowGranted(nm.rule.Limit(), res)
 }

@@ -240,3 +240,29 @@ func TestWindowOnCluster(t *testing.T) {
 		}
 	}
 }
+
+// openLeasedWindow is storetest.OpenLeasedWindow on client.
+func openLeasedWindow(c redis.UniversalClient) storetest.OpenLeasedWindow {
+	return func(t *testing.T, name string, rule atomicbucket.WindowRule, at func() time.Time) (storetest.WindowCheck, storetest.WindowLease) {
+		w, err := newWindow(c, name, rule, WindowOptions{}, at != nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.now = at
+		t.Cleanup(w.Close)
+		return w.AllowN, w.Lease
+	}
+}
+
+// TestWindowLease: the store's window leases never let a key's window hold
+// more than its limit, whatever lessees and checks do, and settle as they
+// say (storetest).
+func TestWindowLease(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	t.Run("Envelope", func(t *testing.T) {
+		total, leased := storetest.WindowLeaseEnvelope(t, openLeasedWindow(c), 40, 5)
+		t.Logf("%d units admitted, %d of them from leases", total, leased)
+	})
+	t.Run("Settles", func(t *testing.T) { storetest.WindowLeaseSettles(t, openLeasedWindow(c)) })
+}

@@ -23,24 +23,35 @@ import (
 type LeaseFunc func(ctx context.Context, cost, want int64, prev Settlement) (Granted, error)
 
 // Settlement is what a lease call tells the store of the lessee's previous
-// grant: the store's second it is held under and its size (0: none, or
+// grant: the store's second it is held under (a window's: its slot, and Gen
+// the generation of the key's slots it was made in) and its size (0: none, or
 // expired), and the tokens it did not spend.
-type Settlement struct{ Second, Size, Unspent int64 }
+type Settlement struct{ Second, Size, Unspent, Gen int64 }
 
 // Granted is a store's answer to a lease call: its decision (a denial's
 // RetryAfter is when the cost will be there), and when allowed the tokens
 // granted (the cost included), the store's second the grant is held under,
-// and the µs into that second at which it was granted.
+// and the µs into that second at which it was granted. A window's grant
+// (Term above 0) is held under a slot (Second) of the key's slots of
+// generation Gen, and may be spent for Term from the store's now.
 type Granted struct {
 	atomicbucket.Decision
 	Size, Second, Usec int64
+	Term               time.Duration
+	Gen                int64
 }
 
 // Expires is the atomicbucket time from which the grant may no longer be
-// spent, for a call sent at sent (atomicbucket time, before the call): the
-// store holds it until the start of its second after next, 2 s − Usec from
-// the store's now, which is no earlier than sent.
-func (g Granted) Expires(sent int64) int64 { return sent + (2_000_000-g.Usec)*1000 }
+// spent, for a call sent at sent (atomicbucket time, before the call): a
+// bucket's store holds it until the start of its second after next, 2 s −
+// Usec from the store's now, which is no earlier than sent; a window's grant
+// is spent for its Term from then.
+func (g Granted) Expires(sent int64) int64 {
+	if g.Term > 0 {
+		return sent + int64(g.Term)
+	}
+	return sent + (2_000_000-g.Usec)*1000
+}
 
 // Lease spends tokens of one shared bucket (a rule and a key) in this process:
 // it takes a batch from the store in one call and admits requests from it
@@ -68,6 +79,10 @@ type Lease struct {
 	maxBatch    int64
 	calls       atomic.Int64 // store calls made
 	epoch       int64        // Leases: the change of its rule's numbers it was made in
+	// window: a window's lease, whose store counts a grant until its term
+	// and the window are over, so what an expired grant did not spend can
+	// still go back.
+	window bool
 }
 
 // grant is one batch of tokens the store granted a lease.
@@ -75,6 +90,7 @@ type grant struct {
 	left    atomic.Int64 // tokens not yet spent
 	expires int64        // atomicbucket time (ns) from which none may be spent
 	second  int64        // the store's second the grant is held under (to settle it)
+	gen     int64        // a window's: the generation of the key's slots
 	size    int64        // tokens granted
 	// What the store said of the shared bucket with the grant taken: the
 	// tokens it still held for everyone, and when it would be full again
@@ -188,7 +204,7 @@ func (l *Lease) refill(ctx context.Context, cost int64) (atomicbucket.Decision, 
 		return gr.Decision, nil, err
 	}
 	l.deniedUntil.Store(0)
-	g := &grant{expires: gr.Expires(sent), second: gr.Second, size: gr.Size,
+	g := &grant{expires: gr.Expires(sent), second: gr.Second, gen: gr.Gen, size: gr.Size,
 		storeLeft: gr.Remaining, fullAt: sent + int64(gr.Reset)}
 	g.left.Store(g.size - cost)
 	l.cur.Store(g)
@@ -218,10 +234,10 @@ func (l *Lease) settle(now int64) (Settlement, int64) {
 		return Settlement{}, 0
 	}
 	unspent := g.left.Swap(0)
-	if now >= g.expires {
+	if now >= g.expires && !l.window {
 		return Settlement{}, g.size - unspent // the store no longer holds it either
 	}
-	return Settlement{g.second, g.size, unspent}, g.size - unspent
+	return Settlement{g.second, g.size, unspent, g.gen}, g.size - unspent
 }
 
 // Release gives the lease's unspent tokens back to the shared bucket, and

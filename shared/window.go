@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,30 @@ import (
 // a denial that says nothing of the window.
 type WindowChecker interface {
 	AllowN(ctx context.Context, key string, cost int64) (atomicbucket.Decision, error)
+}
+
+// WindowLeaser is a WindowChecker whose store also leases a window's units
+// to an instance (redisstore.Window, pgstore.Window). Lease settles the
+// lessee's previous grant prev (what it did not spend goes back, whether or
+// not the grant has expired: the store still counts it) and grants at least
+// cost and up to want units, or none for want 0 (a release). The store
+// grants at most half of what the window has room for beyond the cost, and
+// counts a grant, until it settles, as admitted at the end of its Term (from
+// the store's now): every unit the lessee spends in its term then stays in
+// the window for at least W after it was spent, so all instances together
+// never admit more than N in any interval of W.
+type WindowLeaser interface {
+	WindowChecker
+	Lease(ctx context.Context, key string, cost, want int64, prev Settlement) (Granted, error)
+}
+
+// WindowLeaseTerm is how long a window lease's grant may be spent: a quarter
+// of the window, at most a second, at least a microsecond, in whole
+// microseconds. A unit granted is counted for the term and the window (the
+// window's check counts it for the window), so leases cost a leased window
+// at most a fifth of its throughput.
+func WindowLeaseTerm(window time.Duration) time.Duration {
+	return max(min(window/4, time.Second).Truncate(time.Microsecond), time.Microsecond)
 }
 
 // WindowStore is a Store that keeps window rules too: its Window returns the
@@ -48,6 +73,10 @@ type Window struct {
 	rule  atomic.Pointer[atomicbucket.WindowRule]
 	br    circuit
 	mu    sync.Mutex // serialises changes of numbers; never taken by a check
+	// leases, for a leased window: its leases by key, each taking at most
+	// lease units a grant.
+	leases *Leases
+	lease  int64
 }
 
 // RuledChecker is a WindowChecker whose numbers can change while it runs
@@ -62,6 +91,16 @@ type RuledChecker interface {
 // BindWindow binds the window rule named name (namespace, when not empty,
 // before it with a /) with rule's numbers and failure setting f to store.
 func BindWindow(store Store, namespace, name string, rule atomicbucket.WindowRule, f Failure) (w *Window, err error) {
+	return BindLeasedWindow(store, namespace, name, rule, f, 0)
+}
+
+// BindLeasedWindow is BindWindow of a window checked from leases of at most
+// lease units a grant (0: a store call per check; at most the limit): each
+// instance takes units from the store in batches and admits from them
+// without a call (see WindowLeaser), one lease per key, at most MaxLeases
+// (further keys are checked one call each). The store must lease windows
+// (its checker a WindowLeaser).
+func BindLeasedWindow(store Store, namespace, name string, rule atomicbucket.WindowRule, f Failure, lease int64) (w *Window, err error) {
 	ws, ok := store.(WindowStore)
 	if !ok {
 		return nil, fmt.Errorf("%w: %T", ErrNoWindows, store)
@@ -80,6 +119,21 @@ func BindWindow(store Store, namespace, name string, rule atomicbucket.WindowRul
 	}
 	w = &Window{c: c, mode: f.Mode, share: f.Share, base: rule}
 	w.rule.Store(&w.base)
+	if lease > 0 {
+		lc, ok := c.(WindowLeaser)
+		if !ok {
+			return nil, fmt.Errorf("the store's %T cannot lease a window", c)
+		}
+		w.lease = min(lease, rule.Limit())
+		w.leases = newLeases([]bool{true}, nil, nil, func(_ int, key string) *Lease {
+			key = strings.Clone(key)
+			l := NewLease(func(ctx context.Context, cost, want int64, prev Settlement) (Granted, error) {
+				return lc.Lease(ctx, key, cost, want, prev)
+			}, w.Rule().Limit(), w.lease)
+			l.window = true
+			return l
+		})
+	}
 	if f.Mode == FailLocal {
 		if !(f.Share > 0 && f.Share <= 1) {
 			return nil, fmt.Errorf("%w, not %v", ErrLocalShare, f.Share)
@@ -156,7 +210,29 @@ func (w *Window) set(rule atomicbucket.WindowRule) error {
 	} else {
 		w.rule.Store(&rule)
 	}
+	if w.leases != nil {
+		// Leases of the old numbers are replaced at their keys' next checks;
+		// what they hold goes back now, within the longest a grant is spent.
+		w.leases.Changed(0)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		w.leases.ReleaseStale(ctx, 0)
+	}
 	return nil
+}
+
+// Leases is a leased window's leases (nil for a window checked one call
+// each).
+func (w *Window) Leases() *Leases { return w.leases }
+
+// ReleaseLeases gives back to the store the units this window's leases hold
+// and did not spend (a service shutting down leaves them to the other
+// instances). The leases go on working: a later check takes a new grant.
+func (w *Window) ReleaseLeases(ctx context.Context) error {
+	if w.leases == nil {
+		return nil
+	}
+	return w.leases.Release(ctx)
 }
 
 // AllowN decides a request of cost for key on the store, or, when it cannot,
@@ -164,17 +240,32 @@ func (w *Window) set(rule atomicbucket.WindowRule) error {
 // outage itself makes).
 func (w *Window) AllowN(ctx context.Context, key string, cost int64) Result {
 	now := int64(atomicbucket.Now())
+	var l *Lease
+	if w.leases != nil {
+		if l = w.leases.lease(ctx, 0, key); l != nil {
+			d, _, call := l.local(now, cost)
+			if !call {
+				return Result{Decision: d}
+			}
+		}
+	}
 	ok, probe := w.br.Allow(now)
 	if !ok {
 		return w.fallback(key, cost, ErrCircuitOpen)
 	}
-	d, err := w.c.AllowN(ctx, key, cost)
+	var d atomicbucket.Decision
+	var err error
+	if l != nil {
+		d, _, err = l.refill(ctx, cost)
+	} else {
+		d, err = w.c.AllowN(ctx, key, cost)
+	}
 	if err == nil {
 		w.br.Success(probe)
 		return Result{Decision: d}
 	}
-	if ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) {
-		w.br.EndProbe(probe) // the caller gave up: no verdict on the store
+	if ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrLeaseWait) {
+		w.br.EndProbe(probe) // the caller gave up, or waited out another check's refill: no verdict on the store
 	} else {
 		w.br.Failure(int64(atomicbucket.Now()), probe)
 		w.br.last.Store(&err)
@@ -214,4 +305,30 @@ func WindowWait(us int64) time.Duration {
 		return 0
 	}
 	return time.Duration(us)*time.Microsecond - 1
+}
+
+// WindowGranted reads a store's answer to a window lease call for a window
+// of limit units: seven numbers, 1 granted, 0 denied (or released), −1 a
+// cost outside [0, limit]; what was in the window before the grant; the
+// units granted (denied: out time − now, µs, of the admission whose leaving
+// makes room); out time − now of the newest admission after the call (0:
+// empty); the grant's slot, term (µs) and generation.
+func WindowGranted(limit int64, res []int64) (Granted, error) {
+	if len(res) != 7 {
+		return Granted{}, fmt.Errorf("the store replied %d numbers to a window lease call, want 7", len(res))
+	}
+	in, x, reset := res[1], res[2], WindowWait(res[3])
+	switch res[0] {
+	case 1:
+		if x < 0 || in+x > limit || res[5] <= 0 {
+			return Granted{}, fmt.Errorf("the store granted %d units of a window holding %d of %d, for %dµs", x, in, limit, res[5])
+		}
+		return Granted{
+			Decision: atomicbucket.Decision{Allowed: true, Remaining: limit - in - x, Reset: reset},
+			Size:     x, Second: res[4], Term: time.Duration(res[5]) * time.Microsecond, Gen: res[6],
+		}, nil
+	case -1:
+		return Granted{Decision: atomicbucket.Decision{Remaining: max(limit-in, 0), Reset: reset, RetryAfter: atomicbucket.Never}}, nil
+	}
+	return Granted{Decision: atomicbucket.Decision{Remaining: max(limit-in, 0), Reset: reset, RetryAfter: WindowWait(x)}}, nil
 }
