@@ -203,6 +203,9 @@ func Run(t *testing.T, h Harness) {
 	})
 	on("Refund", func(t *testing.T, srv Server) { Refund(t, srv.Open(t, Options{})) })
 	on("WindowNumbersChange", func(t *testing.T, srv Server) { WindowNumbersChange(t, srv.Open(t, Options{})) })
+	on("WindowLeases", func(t *testing.T, srv Server) {
+		WindowLeases(t, func(t *testing.T) shared.Store { return srv.Open(t, Options{}) })
+	})
 	on("MultiStore", func(t *testing.T, srv Server) {
 		MultiStore(t, func(t *testing.T, ns string) shared.Store { return srv.Open(t, Options{Namespace: ns}) })
 	})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"math/rand/v2"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,7 +102,7 @@ func WindowLeaseEnvelope(t *testing.T, open OpenLeasedWindow, runs int, seed uin
 					t.Fatalf("run %d: a lease of cost %d above the limit %d: %+v", run, cost, limit, g)
 				}
 				if g.Allowed {
-					le.g, le.expires, le.left = &g, time.Unix(0, g.Expires(now.UnixNano())), g.Size-cost
+					le.g, le.expires, le.left = &g, now.Add(term), g.Size-cost
 					if cost > 0 {
 						adm = append(adm, reference.Admission{Key: key, At: now.UnixNano(), Cost: cost})
 						leased += cost
@@ -196,5 +198,146 @@ func WindowLeaseSettles(t *testing.T, open OpenLeasedWindow) {
 	s.Gen = g3.Gen
 	if d, err := lease(ctx, "k", 0, 0, s); err != nil || !d.Allowed || d.Remaining != 20 {
 		t.Fatalf("a settlement of the grant: %+v %v, want 20 remaining", d, err)
+	}
+}
+
+// WindowLeases holds generated-style leased windows (shared.BindLeasedWindow)
+// to their limit on the server's clock: three instances, each on its own
+// store, three callers each, on one key of 40 in any 300 ms with leases of
+// at most 8, for 1.2 s. Each admission is known to lie between the times
+// taken before and after its check; no interval of 300 ms may surely hold
+// more than 40 (a window from one check's start holding every check that
+// started and ended in it). Leases must spare calls: fewer store calls than
+// admissions. A change of numbers replaces the leases.
+func WindowLeases(t *testing.T, open func(t *testing.T) shared.Store) {
+	const limit, lease = 40, 8
+	window := 300 * time.Millisecond
+	rule := atomicbucket.MustWindowRule(limit, window)
+	ctx := context.Background()
+	ws := make([]*shared.Window, 3)
+	for i := range ws {
+		w, err := shared.BindLeasedWindow(open(t), "leases", "Hot", rule, shared.Failure{Mode: shared.FailDeny}, lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws[i] = w
+	}
+	type span struct{ from, to time.Duration } // since start
+	var mu sync.Mutex
+	var spans []span
+	var degraded atomic.Value
+	start := time.Now()
+	var wg sync.WaitGroup
+	for _, w := range ws {
+		for range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Since(start) < 1200*time.Millisecond {
+					from := time.Since(start)
+					res := w.AllowN(ctx, "k", 1)
+					to := time.Since(start)
+					if res.Degraded {
+						degraded.Store(res.Err)
+						return
+					}
+					if res.Allowed {
+						mu.Lock()
+						spans = append(spans, span{from, to})
+						mu.Unlock()
+					}
+				}
+			}()
+		}
+	}
+	wg.Wait()
+	if err := degraded.Load(); err != nil {
+		t.Fatalf("a check was degraded: %v", err)
+	}
+	for _, a := range spans {
+		in := 0
+		for _, b := range spans {
+			if b.from >= a.from && b.to < a.from+window {
+				in++
+			}
+		}
+		if in > limit {
+			t.Fatalf("%d admitted in the %v from %v, more than %d", in, window, a.from, limit)
+		}
+	}
+	var calls int64
+	for _, w := range ws {
+		if l, ok := w.Leases().Lookup(0, "k"); ok {
+			calls += l.Calls()
+		}
+	}
+	if len(spans) < 2*limit || calls == 0 {
+		t.Fatalf("%d admitted in 1.2 s with %d lease calls: want at least %d admitted, from leases", len(spans), calls, 2*limit)
+	}
+	t.Logf("flood: %d admitted in 1.2 s (at most %d a window), %d lease calls", len(spans), limit, calls)
+
+	// Under the limit, leases spare calls: 60 checks of 64 an hour, 20 an
+	// instance, in turn, all admitted, in at most 30 calls.
+	hour := make([]*shared.Window, 3)
+	for i := range hour {
+		w, err := shared.BindLeasedWindow(open(t), "leases", "Hour", atomicbucket.MustWindowRule(64, time.Hour), shared.Failure{Mode: shared.FailDeny}, lease)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hour[i] = w
+	}
+	admitted := 0
+	for i := range 60 {
+		if res := hour[i%3].AllowN(ctx, "k", 1); res.Allowed && !res.Degraded {
+			admitted++
+		}
+	}
+	calls = 0
+	for _, w := range hour {
+		if l, ok := w.Leases().Lookup(0, "k"); ok {
+			calls += l.Calls()
+		}
+	}
+	if admitted != 60 || calls > 30 {
+		t.Fatalf("under the limit: %d of 60 admitted in %d lease calls, want 60 in at most 30", admitted, calls)
+	}
+	t.Logf("under the limit: 60 admitted in %d lease calls", calls)
+	// After the grants' term (a second), their unspent units still go back:
+	// released, the hour holds the 60 spent, and 3 more fit after this one.
+	time.Sleep(shared.WindowLeaseTerm(time.Hour) + 50*time.Millisecond)
+	for _, w := range hour {
+		if l, ok := w.Leases().Lookup(0, "k"); ok && l.Held() != 0 {
+			t.Fatalf("a lease holds %d units past its grant's term", l.Held())
+		}
+		if err := w.ReleaseLeases(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plain, err := shared.BindWindow(open(t), "leases", "Hour", atomicbucket.MustWindowRule(64, time.Hour), shared.Failure{Mode: shared.FailDeny})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := plain.AllowN(ctx, "k", 1); !res.Allowed || res.Remaining != 3 {
+		t.Fatalf("after 60 spent from leases and the rest released past their term: %+v, want 3 remaining", res)
+	}
+
+	// New numbers: the lease of the old ones is replaced, and the next check
+	// takes a grant in the new.
+	old, _ := ws[0].Leases().Lookup(0, "k")
+	if err := ws[0].SetNumbers(atomicbucket.Numbers{Tokens: 60, Period: window, Burst: 60}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if l, ok := ws[0].Leases().Lookup(0, "k"); ok && l == old {
+		t.Fatal("the lease of the old numbers is kept after a change")
+	}
+	time.Sleep(window + shared.WindowLeaseTerm(window) + 50*time.Millisecond) // every grant out of the window
+	res := ws[0].AllowN(ctx, "k", 1)
+	if !res.Allowed || res.Remaining > 59 || res.Remaining < 59-lease {
+		t.Fatalf("the first check in 60 a window: %+v", res)
+	}
+	for _, w := range ws {
+		if err := w.ReleaseLeases(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
