@@ -219,6 +219,9 @@ func randomPolicies(t *testing.T, n int) []string {
 				if allShared {
 					fmt.Fprintf(&b, "    shared: true\n    on_failure: %s\n", pick("deny", "allow", "local\n    local_share: 0.5"))
 					nShared++
+					if rng.IntN(3) == 0 {
+						fmt.Fprintf(&b, "    lease: %d\n", 1+rng.IntN(limit))
+					}
 				} else {
 					nLocal++
 					if plans && rng.IntN(2) == 0 {

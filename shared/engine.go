@@ -186,8 +186,19 @@ type Engine struct {
 	gate      callGate // shut by Close: no more calls
 	closeOnce sync.Once
 
-	mu     sync.Mutex
-	bounds []*Binding // what Bind returned: ReleaseLeases gives their leases' tokens back
+	mu      sync.Mutex
+	bounds  []*Binding // what Bind returned: ReleaseLeases gives their leases' tokens back
+	windows []*Window  // the leased windows bound to the store: ReleaseLeases gives their units back
+}
+
+// windowKeeper is a store that gives back its leased windows' units with
+// its buckets' (an Engine's ReleaseLeases, at Close).
+type windowKeeper interface{ keepWindow(w *Window) }
+
+func (e *Engine) keepWindow(w *Window) {
+	e.mu.Lock()
+	e.windows = append(e.windows, w)
+	e.mu.Unlock()
 }
 
 // NewEngine returns an engine over b whose checks wait at most timeout
@@ -778,17 +789,24 @@ func (e *Engine) Bind(rules []Rule) (Bound, error) {
 }
 
 // ReleaseLeases gives back to the store the tokens that the leases of every
-// package bound to it hold (Lease.Release), so that a service shutting down
+// package bound to it hold (Lease.Release), and the units its leased windows
+// hold (Window.ReleaseLeases), so that a service shutting down
 // leaves them to the other instances instead of holding them until their
 // grants expire. The leases go on working: a later check takes a new grant.
 // It returns the first error, having tried every lease.
 func (e *Engine) ReleaseLeases(ctx context.Context) error {
 	e.mu.Lock()
 	bounds := append([]*Binding(nil), e.bounds...)
+	windows := append([]*Window(nil), e.windows...)
 	e.mu.Unlock()
 	var first error
 	for _, b := range bounds {
 		if err := b.leases.Release(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	for _, w := range windows {
+		if err := w.ReleaseLeases(ctx); err != nil && first == nil {
 			first = err
 		}
 	}

@@ -99,7 +99,10 @@ func BindWindow(store Store, namespace, name string, rule atomicbucket.WindowRul
 // instance takes units from the store in batches and admits from them
 // without a call (see WindowLeaser), one lease per key, at most MaxLeases
 // (further keys are checked one call each). The store must lease windows
-// (its checker a WindowLeaser).
+// (its checker a WindowLeaser). A store built on an Engine (redisstore,
+// pgstore) gives back what the window's leases hold at its Close, as it
+// does its buckets' leases: unspent units would otherwise count for a whole
+// window.
 func BindLeasedWindow(store Store, namespace, name string, rule atomicbucket.WindowRule, f Failure, lease int64) (w *Window, err error) {
 	ws, ok := store.(WindowStore)
 	if !ok {
@@ -133,6 +136,9 @@ func BindLeasedWindow(store Store, namespace, name string, rule atomicbucket.Win
 			l.window = true
 			return l
 		})
+	}
+	if k, ok := store.(windowKeeper); ok && w.leases != nil {
+		k.keepWindow(w) // released with the store's leases, at its Close
 	}
 	if f.Mode == FailLocal {
 		if !(f.Share > 0 && f.Share <= 1) {

@@ -51,6 +51,22 @@ func GeneratedWindows(t *testing.T, instance func() *sharedlimits.Limits) {
 			t.Errorf("QuotaWide check %d (cost %d): %+v, want allowed %v with %d left", i, c.cost, res, c.allow, c.left)
 		}
 	}
+	// QuotaLeased (10 an hour per user, leases of at most 4): two instances
+	// alternating admit exactly 10 of 16 (what one holds, it spends on its
+	// turns; what is granted is all the window holds).
+	admitted = 0
+	for i := range 16 {
+		res := lims[i%2].QuotaLeased.AllowN(ctx, "dave", 1)
+		if res.Degraded {
+			t.Fatalf("QuotaLeased check %d degraded: %+v", i, res)
+		}
+		if res.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 10 {
+		t.Errorf("two instances leasing admitted %d of 16 for dave; the window holds 10", admitted)
+	}
 	for _, c := range []struct {
 		plan sharedlimits.Plan
 		want int

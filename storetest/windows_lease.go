@@ -207,8 +207,10 @@ func WindowLeaseSettles(t *testing.T, open OpenLeasedWindow) {
 // at most 8, for 1.2 s. Each admission is known to lie between the times
 // taken before and after its check; no interval of 300 ms may surely hold
 // more than 40 (a window from one check's start holding every check that
-// started and ended in it). Leases must spare calls: fewer store calls than
-// admissions. A change of numbers replaces the leases.
+// started and ended in it). Then, under the limit, leases spare calls (60
+// checks in at most 30); past its term a lease holds nothing, and what it
+// did not spend goes back when released; a store's Close gives back what its
+// leased windows hold; a change of numbers replaces the leases.
 func WindowLeases(t *testing.T, open func(t *testing.T) shared.Store) {
 	const limit, lease = 40, 8
 	window := 300 * time.Millisecond
@@ -319,6 +321,34 @@ func WindowLeases(t *testing.T, open func(t *testing.T) shared.Store) {
 	}
 	if res := plain.AllowN(ctx, "k", 1); !res.Allowed || res.Remaining != 3 {
 		t.Fatalf("after 60 spent from leases and the rest released past their term: %+v, want 3 remaining", res)
+	}
+
+	// A store's Close gives back what its leased windows hold: 10 checks of
+	// 64 an hour, the store closed, and 53 more fit after the next.
+	st := open(t)
+	closing, err := shared.BindLeasedWindow(st, "leases", "Closing", atomicbucket.MustWindowRule(64, time.Hour), shared.Failure{Mode: shared.FailDeny}, lease)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 10 {
+		if res := closing.AllowN(ctx, "k", 1); !res.Allowed {
+			t.Fatalf("closing: %+v", res)
+		}
+	}
+	if l, ok := closing.Leases().Lookup(0, "k"); !ok || l.Held() == 0 {
+		t.Fatal("closing: the lease holds nothing after 10 checks: nothing to give back")
+	}
+	c, ok := st.(interface{ Close() })
+	if !ok {
+		t.Fatalf("%T has no Close", st)
+	}
+	c.Close()
+	plain, err = shared.BindWindow(open(t), "leases", "Closing", atomicbucket.MustWindowRule(64, time.Hour), shared.Failure{Mode: shared.FailDeny})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := plain.AllowN(ctx, "k", 1); !res.Allowed || res.Remaining != 53 {
+		t.Fatalf("after 10 spent from a lease and its store closed: %+v, want 53 remaining", res)
 	}
 
 	// New numbers: the lease of the old ones is replaced, and the next check

@@ -92,6 +92,8 @@ const (
 	RuleQuotaWide
 	// RuleQuotaPlan names the rule QuotaPlan.
 	RuleQuotaPlan
+	// RuleQuotaLeased names the rule QuotaLeased.
+	RuleQuotaLeased
 	// RuleSeatLocal names the rule SeatLocal.
 	RuleSeatLocal
 	// RuleSeatShared names the rule SeatShared.
@@ -105,7 +107,7 @@ const (
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan", "SeatLocal", "SeatShared", "SeatDay", "MeterShared", "MeterWindow"}
+var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan", "QuotaLeased", "SeatLocal", "SeatShared", "SeatDay", "MeterShared", "MeterWindow"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -131,6 +133,7 @@ type Limits struct {
 	Quota           *QuotaLimiter           // see the package-level Quota
 	QuotaWide       *QuotaWideLimiter       // see the package-level QuotaWide
 	QuotaPlan       *QuotaPlanLimiter       // see the package-level QuotaPlan
+	QuotaLeased     *QuotaLeasedLimiter     // see the package-level QuotaLeased
 	SeatLocal       *SeatLocalLimiter       // see the package-level SeatLocal
 	SeatShared      *SeatSharedLimiter      // see the package-level SeatShared
 	SeatDay         *SeatDayLimiter         // see the package-level SeatDay
@@ -190,6 +193,7 @@ func New(opts ...Option) *Limits {
 		Quota:           newQuotaLimiter(),
 		QuotaWide:       newQuotaWideLimiter(),
 		QuotaPlan:       newQuotaPlanLimiter(),
+		QuotaLeased:     newQuotaLeasedLimiter(),
 		SeatLocal:       newSeatLocalLimiter(),
 		SeatShared:      newSeatSharedLimiter(),
 		SeatDay:         newSeatDayLimiter(),
@@ -208,6 +212,7 @@ func New(opts ...Option) *Limits {
 	l.Quota.sh = l.shared
 	l.QuotaWide.sh = l.shared
 	l.QuotaPlan.sh = l.shared
+	l.QuotaLeased.sh = l.shared
 	l.SeatShared.sh = l.shared
 	l.MeterShared.sh = l.shared
 	l.MeterWindow.sh = l.shared
@@ -356,7 +361,7 @@ var sharedRules = [11]shared.Rule{{
 // err says why not.
 type sharedState struct {
 	bound   shared.Bound
-	windows [5]*shared.Window // the shared window rules', by WindowAt
+	windows [6]*shared.Window // the shared window rules', by WindowAt
 	err     error
 }
 
@@ -392,7 +397,12 @@ func newSharedState(store shared.Store) *sharedState {
 	}); err != nil {
 		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the window rule QuotaPlan:pro, and the shared rules run in this process only: %w", err)}
 	}
-	if s.windows[4], err = shared.BindWindow(store, "storetest", "MeterWindow", meterWindowLimit, shared.Failure{
+	if s.windows[4], err = shared.BindLeasedWindow(store, "storetest", "QuotaLeased", quotaLeasedLimit, shared.Failure{
+		Mode: shared.FailDeny,
+	}, 4); err != nil {
+		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the window rule QuotaLeased, and the shared rules run in this process only: %w", err)}
+	}
+	if s.windows[5], err = shared.BindWindow(store, "storetest", "MeterWindow", meterWindowLimit, shared.Failure{
 		Mode: shared.FailDeny,
 	}); err != nil {
 		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the window rule MeterWindow, and the shared rules run in this process only: %w", err)}
@@ -1046,7 +1056,7 @@ type numbers = overlay.Numbers
 func (l *Limits) newNumbers() numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}, "Quota": overlay.SharedWindowTarget(l.Quota.local.Table(), l.shared.windows[0], 1, true), "QuotaWide": overlay.SharedWindowTarget(l.QuotaWide.local.Table(), l.shared.windows[1], 1, true), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": seatSharedNumbers{l.SeatShared}, "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow), "MeterShared": meterSharedNumbers{l.MeterShared}, "MeterWindow": overlay.SharedWindowTarget(l.MeterWindow.local.Table(), l.shared.windows[4], 1, true)},
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}, "Quota": overlay.SharedWindowTarget(l.Quota.local.Table(), l.shared.windows[0], 1, true), "QuotaWide": overlay.SharedWindowTarget(l.QuotaWide.local.Table(), l.shared.windows[1], 1, true), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.SharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.windows[4], 1, true), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": seatSharedNumbers{l.SeatShared}, "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow), "MeterShared": meterSharedNumbers{l.MeterShared}, "MeterWindow": overlay.SharedWindowTarget(l.MeterWindow.local.Table(), l.shared.windows[5], 1, true)},
 	})
 }
 
@@ -1093,6 +1103,9 @@ var (
 	// QuotaPlan allows on the free plan at most 2 requests in any hour per key (a sliding window); on
 	// the pro plan at most 4 requests in any hour per key (a sliding window).
 	QuotaPlan = Default.QuotaPlan
+
+	// QuotaLeased allows at most 10 requests in any hour per key (a sliding window).
+	QuotaLeased = Default.QuotaLeased
 
 	// SeatLocal allows 1 request per hour per key, in bursts of up to 3.
 	SeatLocal = Default.SeatLocal
@@ -3266,6 +3279,70 @@ func (l *QuotaPlanLimiter) AllowN(ctx context.Context, plan Plan, key string, co
 	}
 }
 
+// quotaLeasedLimit is QuotaLeased's window rule, as the policy gives it.
+var quotaLeasedLimit = atomicbucket.MustWindowRule(10, time.Hour)
+
+// newQuotaLeasedLocalLimiter returns QuotaLeased's (empty) table.
+func newQuotaLeasedLocalLimiter() *QuotaLeasedLocalLimiter {
+	return &QuotaLeasedLocalLimiter{atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[string](quotaLeasedLimit, atomicbucket.TableOptions{}), 1)}
+}
+
+// QuotaLeasedLocalLimiter is QuotaLeased decided in this process only, with the whole limit: what
+// QuotaLeasedLimiter.Local returns, for tests, and what QuotaLeased's checks use while the package
+// has no store (SharedErr says so). Its methods, atomicbucket.KeyedWindow's, are safe for
+// concurrent use.
+type QuotaLeasedLocalLimiter struct {
+	atomicbucket.KeyedWindow[string]
+}
+
+// newQuotaLeasedLimiter returns QuotaLeased's limiter over its process-local window; New binds it to the store.
+func newQuotaLeasedLimiter() *QuotaLeasedLimiter {
+	return &QuotaLeasedLimiter{local: newQuotaLeasedLocalLimiter()}
+}
+
+// QuotaLeasedLimiter is the type of QuotaLeased, a shared window rule: Allow and AllowN decide on
+// the store given to New, so that the window holds across every instance that shares it, and take
+// the request's context. Without a store they decide in this process with the whole limit, and
+// their results carry SharedErr's error; Local is that process-local window, under a name that says
+// so. Its methods are safe for concurrent use.
+type QuotaLeasedLimiter struct {
+	local *QuotaLeasedLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the window rule behind the limiter.
+func (l *QuotaLeasedLimiter) Rule() *atomicbucket.WindowRule {
+	return l.local.Rule()
+}
+
+// Local returns QuotaLeased decided in this process only, with the whole limit, on a window apart
+// from the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *QuotaLeasedLimiter) Local() *QuotaLeasedLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is admitted, deciding on the store
+// (see AllowN, whose Result says more: whether the store decided, and why not).
+func (l *QuotaLeasedLimiter) Allow(ctx context.Context, key string) bool {
+	return l.AllowN(ctx, key, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that QuotaLeased holds across
+// every instance that shares it. It never fails: when the store cannot decide, the rule's
+// on_failure setting (deny) does, and the Result says so (Degraded, Err). The rule is leased: each
+// instance takes batches of at most 4 units from the store's window, which counts them until the
+// window after the batch's term is over, and spends them here, so most checks make no call. Without
+// a store, QuotaLeased's process-local window (Local) decides and Err is SharedErr's error.
+func (l *QuotaLeasedLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
+	if w := l.sh.windows[4]; w != nil {
+		return w.AllowN(ctx, key, cost)
+	}
+	return shared.Result{
+		Decision: l.local.AllowN(key, cost),
+		Err:      l.sh.err,
+	}
+}
+
 // seatLocalLimit is SeatLocal's limit, as the policy gives it.
 var seatLocalLimit = atomicbucket.Limit{
 	Tokens: 1,
@@ -3780,7 +3857,7 @@ func (l *MeterWindowLimiter) Allow(ctx context.Context, key string) bool {
 // on_failure setting (deny) does, and the Result says so (Degraded, Err). Without a store,
 // MeterWindow's process-local window (Local) decides and Err is SharedErr's error.
 func (l *MeterWindowLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if w := l.sh.windows[4]; w != nil {
+	if w := l.sh.windows[5]; w != nil {
 		return w.AllowN(ctx, key, cost)
 	}
 	return shared.Result{
@@ -4574,6 +4651,21 @@ var httpPolicyQuotaPlanPlanPro = verdict.Policy{
 	Prefix: "\"QuotaPlan\";r=",
 }
 
+// httpPolicyQuotaLeased is rule QuotaLeased as the RateLimit fields describe it.
+var httpPolicyQuotaLeased = verdict.Policy{
+	Name:   "QuotaLeased",
+	Quota:  10,
+	Window: 3600,
+	Limit: atomicbucket.Limit{
+		Tokens: 10,
+		Period: time.Hour,
+		Burst:  10,
+		Refill: atomicbucket.Interval,
+	},
+	Item:   "\"QuotaLeased\";q=10;w=3600",
+	Prefix: "\"QuotaLeased\";r=",
+}
+
 // httpPolicySeatLocal is rule SeatLocal as the RateLimit fields describe it.
 var httpPolicySeatLocal = verdict.Policy{
 	Name:   "SeatLocal",
@@ -4636,10 +4728,10 @@ var httpPolicyMeterWindow = verdict.Policy{
 
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser}, RuleQuota: {&httpPolicyQuota, &httpPolicyQuota}, RuleQuotaWide: {&httpPolicyQuotaWide, &httpPolicyQuotaWide}, RuleQuotaPlan: {&httpPolicyQuotaPlanPlanFree, &httpPolicyQuotaPlanPlanPro}, RuleSeatLocal: {&httpPolicySeatLocal, &httpPolicySeatLocal}, RuleSeatShared: {&httpPolicySeatShared, &httpPolicySeatShared}, RuleSeatDay: {&httpPolicySeatDay, &httpPolicySeatDay}, RuleMeterShared: {&httpPolicyMeterShared, &httpPolicyMeterShared}, RuleMeterWindow: {&httpPolicyMeterWindow, &httpPolicyMeterWindow}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser}, RuleQuota: {&httpPolicyQuota, &httpPolicyQuota}, RuleQuotaWide: {&httpPolicyQuotaWide, &httpPolicyQuotaWide}, RuleQuotaPlan: {&httpPolicyQuotaPlanPlanFree, &httpPolicyQuotaPlanPlanPro}, RuleQuotaLeased: {&httpPolicyQuotaLeased, &httpPolicyQuotaLeased}, RuleSeatLocal: {&httpPolicySeatLocal, &httpPolicySeatLocal}, RuleSeatShared: {&httpPolicySeatShared, &httpPolicySeatShared}, RuleSeatDay: {&httpPolicySeatDay, &httpPolicySeatDay}, RuleMeterShared: {&httpPolicyMeterShared, &httpPolicyMeterShared}, RuleMeterWindow: {&httpPolicyMeterWindow, &httpPolicyMeterWindow}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}, RuleQuota: {1, 1}, RuleQuotaWide: {1, 1}, RuleQuotaPlan: {1, 1}, RuleSeatLocal: {1, 1}, RuleSeatShared: {1, 1}, RuleSeatDay: {1, 1}, RuleMeterShared: {1, 1}, RuleMeterWindow: {1, 1}}
+var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}, RuleQuota: {1, 1}, RuleQuotaWide: {1, 1}, RuleQuotaPlan: {1, 1}, RuleQuotaLeased: {1, 1}, RuleSeatLocal: {1, 1}, RuleSeatShared: {1, 1}, RuleSeatDay: {1, 1}, RuleMeterShared: {1, 1}, RuleMeterWindow: {1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
 var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}, {"\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000", "\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000"}}

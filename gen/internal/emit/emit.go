@@ -793,8 +793,8 @@ func emitSharedWindow(r model.Rule) jen.Code {
 		jen.Return(jen.Id("l").Dot("AllowN").Call(args(jen.Id("ctx"), costExpr(r))...).Dot("Allowed"))).Line().Line()
 	g.Add(comment(fmt.Sprintf("AllowN decides a request of cost on the store given to New, so that %s holds across every "+
 		"instance that shares it. It never fails: when the store cannot decide, the rule's on_failure setting (%s) "+
-		"does, and the Result says so (Degraded, Err). Without a store, %s's process-local window (Local) decides "+
-		"and Err is SharedErr's error.", r.GoName, failureWords(r), r.GoName)))
+		"does, and the Result says so (Degraded, Err). %sWithout a store, %s's process-local window (Local) decides "+
+		"and Err is SharedErr's error.", r.GoName, failureWords(r), leaseWords(r), r.GoName)))
 	g.Func().Params(recv).Id("AllowN").Params(params(ctxP, jen.Id("cost").Int64())...).Qual(sharedPath, "Result").Block(
 		badPlan,
 		jen.If(jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("windows").Index(idx), jen.Id("w").Op("!=").Nil()).Block(
@@ -1702,7 +1702,7 @@ func emitShared(m *model.Model) jen.Code {
 					jen.If(jen.Id("err").Op("!=").Nil()).Block(refused(fmt.Sprintf("the window rule %s, and the shared rules run in this process only", name), jen.Id("err"))))
 			}
 			body = append(body,
-				jen.If(jen.List(w, jen.Id("err")).Op("=").Qual(sharedPath, "BindWindow").Call(ws, jen.Lit(m.Namespace), jen.Lit(name), limit, failure(r)),
+				jen.If(jen.List(w, jen.Id("err")).Op("=").Add(bindWindow(r, ws, jen.Lit(m.Namespace), jen.Lit(name), limit, failure(r))),
 					jen.Id("err").Op("!=").Nil()).Block(refused(fmt.Sprintf("the window rule %s, and the shared rules run in this process only", name), jen.Id("err"))))
 		}
 	}
@@ -1947,9 +1947,23 @@ func emitSharedNumbers(r model.Rule, recv, idx jen.Code) jen.Code {
 	return g
 }
 
+// bindWindow is the call that binds a shared window rule to its store:
+// shared.BindWindow, or BindLeasedWindow with the rule's lease.
+func bindWindow(r model.Rule, args ...jen.Code) jen.Code {
+	if r.Lease > 0 {
+		return jen.Qual(sharedPath, "BindLeasedWindow").Call(append(args, jen.Lit(int(r.Lease)))...)
+	}
+	return jen.Qual(sharedPath, "BindWindow").Call(args...)
+}
+
 func leaseWords(r model.Rule) string {
-	if r.Lease == 0 {
+	switch {
+	case r.Lease == 0:
 		return ""
+	case r.IsWindow():
+		return fmt.Sprintf("The rule is leased: each instance takes batches of at most %d units from the store's window, "+
+			"which counts them until the window after the batch's term is over, and spends them here, so most checks "+
+			"make no call. ", r.Lease)
 	}
 	return fmt.Sprintf("The rule is leased: each instance takes batches of at most %d tokens from a store that leases "+
 		"and spends them here, so most checks make no call. ", r.Lease)

@@ -458,9 +458,6 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 			r.Limits[i] = l
 		}
 	}
-	if base.Window && r.Lease > 0 {
-		bad(rd.fields["lease"], "lease applies to token buckets: a window rule's store counts every admission itself")
-	}
 	if base.Window && baseOK && r.Shared {
 		if wr := base.WindowRule(); !wr.Exact() && wr.Grain()%time.Microsecond != 0 {
 			bad(rd.fields["window"], "a shared window over more than %d units is counted on the store in sixteenths of whole microseconds: give a window that is a multiple of 16µs, not %v",
@@ -472,7 +469,10 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 		for _, l := range r.Limits {
 			most = max(most, l.Burst)
 		}
-		if r.Lease > most {
+		switch {
+		case r.Lease > most && base.Window:
+			bad(rd.fields["lease"], "lease %d is more than the limit (%d): a lease takes at most the limit, so it would never be what it says; give lease: %d or less", r.Lease, most, most)
+		case r.Lease > most:
 			bad(rd.fields["lease"], "lease %d is more than the burst (%d): a lease takes at most the burst, so it would never be what it says; give lease: %d or less", r.Lease, most, most)
 		}
 	}
