@@ -10,6 +10,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/redisstore"
+	"github.com/limitgen/limitgen/shared"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -41,7 +42,8 @@ func seedSlidingLog(c *redis.Client, key string, limit int64, window time.Durati
 // BenchmarkRedisWindow is a window rule on Redis, 64 callers on one key,
 // beside seed 003's sorted-set log: limitgen's window (redisstore.Window,
 // one script call a check), the same coalescing at most 256 checks a call,
-// and the seed's MULTI of four commands. case=allow: a limit no run reaches
+// the same leased (lease: 100, shared.BindLeasedWindow: a script call a
+// grant), and the seed's MULTI of four commands. case=allow: a limit no run reaches
 // (every check admitted: 67,108,863 an hour, counted); case=deny: 1,000 an
 // hour (counted), drained by the run's first thousand checks and denying
 // the rest, as a hot key over its quota does. Metrics as BenchmarkRedis's
@@ -59,6 +61,7 @@ func BenchmarkRedisWindow(b *testing.B) {
 		}{
 			{"limitgen", func(b *testing.B) func(context.Context) (bool, error) { return windowOnRedis(b, addr, rule, 0) }},
 			{"limitgen-coalesced", func(b *testing.B) func(context.Context) (bool, error) { return windowOnRedis(b, addr, rule, 256) }},
+			{"limitgen-leased", func(b *testing.B) func(context.Context) (bool, error) { return leasedWindowOnRedis(b, addr, rule, 100) }},
 			{"seed003-sorted-set", func(b *testing.B) func(context.Context) (bool, error) {
 				cl := redis.NewClient(&redis.Options{Addr: addr})
 				b.Cleanup(func() { cl.Close() })
@@ -87,5 +90,27 @@ func windowOnRedis(b *testing.B, addr string, rule atomicbucket.WindowRule, coal
 	return func(ctx context.Context) (bool, error) {
 		d, err := w.AllowN(ctx, key, 1)
 		return d.Allowed, err
+	}
+}
+
+// leasedWindowOnRedis is a window of rule on addr checked from leases of at
+// most lease units (shared.BindLeasedWindow on a redisstore.Store), checking
+// a fresh key.
+func leasedWindowOnRedis(b *testing.B, addr string, rule atomicbucket.WindowRule, lease int64) func(context.Context) (bool, error) {
+	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+	b.Cleanup(func() { c.Close() })
+	st, err := redisstore.New(context.Background(), c, redisstore.Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(st.Close)
+	w, err := shared.BindLeasedWindow(st, "", "bench-leased", rule, shared.Failure{Mode: shared.FailDeny}, lease)
+	if err != nil {
+		b.Fatal(err)
+	}
+	key := "k" + strconv.FormatInt(windowKeys.Add(1), 10)
+	return func(ctx context.Context) (bool, error) {
+		res := w.AllowN(ctx, key, 1)
+		return res.Allowed, res.Err
 	}
 }
