@@ -16,9 +16,9 @@ import (
 	"github.com/limitgen/limitgen/shared"
 )
 
-// windowSchema is the table of window rules' states and the functions that
-// check one and lease its units, named by WindowOptions.Table ({t}, {fn}
-// and {lfn}: the table, and its name with "_check" and "_lease"). A row (r,
+// windowSchema is the table of window rules' states and the function that
+// checks one and leases its units, named by WindowOptions.Table ({t} and
+// {lfn}: the table, and its name with "_lease"). A row (r,
 // k) is a window rule's key: s and c its admissions still in the window,
 // oldest first, as slots and counts, where a slot is the microsecond of the
 // admissions (an exact window: N ≤ 64) or the sub-window of W/16 they fell
@@ -47,12 +47,10 @@ import (
 // denied, −1 a cost outside [0, n]; what was in the window; the units
 // granted (denied: out time − now of the admission whose leaving makes
 // room); out time − now of the newest (0: empty); the grant's slot, d and
-// generation}, in µs. {fn}(rr, kk, w, n, l, cost, at_us) is a check: {lfn}
-// of cost and want cost with d 0, answering {1 admitted, 0 denied, −1; what
-// is left; out time − now of the admission whose leaving makes room
-// (denied); out time − now of the newest}. at_us NULL is the server's clock
-// (clock_timestamp()), else the call's time, for tests. Rows whose window is
-// empty are deleted by Window.Sweep: an empty window is no row.
+// generation}, in µs. A check is {lfn} of cost and want cost with d 0 and
+// no previous grant. at_us NULL is the server's clock (clock_timestamp()),
+// else the call's time, for tests. Rows whose window is empty are deleted
+// by Window.Sweep: an empty window is no row.
 const windowSchema = `CREATE TABLE IF NOT EXISTS {t} (
   r text NOT NULL,
   k bytea NOT NULL,
@@ -194,17 +192,6 @@ BEGIN
   END LOOP;
   RETURN ARRAY[0, inw, 0, reset, 0, 0, 0];
 END
-$$;
-CREATE OR REPLACE FUNCTION {fn}(rr text, kk bytea, w int8, n int8, l int8, cost int8, at_us int8)
-RETURNS int8[] LANGUAGE plpgsql AS $$
-DECLARE
-  r int8[] := {lfn}(rr, kk, w, n, l, 0, cost, cost, 0, 0, 0, 0, at_us);
-BEGIN
-  IF r[1] = 1 THEN
-    RETURN ARRAY[1, n - r[2] - r[3], 0, r[4]];
-  END IF;
-  RETURN ARRAY[r[1], n - r[2], r[3], r[4]];
-END
 $$;`
 
 // DefaultWindowTable is the table of window rules when WindowOptions.Table
@@ -283,9 +270,8 @@ func NewWindow(ctx context.Context, pool *pgxpool.Pool, name string, rule atomic
 	if err := w.SetRule(rule); err != nil {
 		return nil, err
 	}
-	fn := opts.Table + "_check"
-	w.check = "SELECT " + fn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, $6::int8, $7::int8)"
 	lfn := opts.Table + "_lease"
+	w.check = "SELECT " + lfn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, 0, $6::int8, $6::int8, 0, 0, 0, 0, $7::int8)"
 	w.lease = "SELECT " + lfn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, $6::int8, $7::int8, $8::int8, $9::int8, $10::int8, $11::int8, $12::int8, $13::int8)"
 	w.sweep = "DELETE FROM " + opts.Table + " WHERE r = $1 AND empty_at <= floor(extract(epoch FROM clock_timestamp()) * 1000000)::int8 - $2::int8"
 	// One statement list, one implicit transaction, serialised across
@@ -294,7 +280,7 @@ func NewWindow(ctx context.Context, pool *pgxpool.Pool, name string, rule atomic
 	h := fnv.New32a()
 	h.Write([]byte(opts.Table))
 	w.setupSQL = fmt.Sprintf("SELECT pg_advisory_xact_lock(%d, 1);\n", int32(h.Sum32())) +
-		strings.NewReplacer("{t}", opts.Table, "{fn}", fn, "{lfn}", lfn).Replace(windowSchema)
+		strings.NewReplacer("{t}", opts.Table, "{lfn}", lfn).Replace(windowSchema)
 	sctx, cancel := context.WithTimeout(ctx, max(w.timeout, setupTimeout))
 	defer cancel()
 	if err := w.setup(sctx); err != nil {
@@ -359,14 +345,16 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) (atomicbuck
 	if err != nil {
 		return atomicbucket.Decision{}, err
 	}
-	if len(r) != 4 {
-		return atomicbucket.Decision{}, errors.New("pgstore: the window function answered " + fmt.Sprint(len(r)) + " numbers, want 4")
+	if len(r) != 7 {
+		return atomicbucket.Decision{}, errors.New("pgstore: the window function answered " + fmt.Sprint(len(r)) + " numbers, want 7")
 	}
-	d := atomicbucket.Decision{Allowed: r[0] == 1, Remaining: r[1], Reset: shared.WindowWait(r[3])}
+	d := atomicbucket.Decision{Remaining: nm.rule.Limit() - r[1], Reset: shared.WindowWait(r[3])}
 	switch r[0] {
+	case 1:
+		d.Allowed, d.Remaining = true, d.Remaining-r[2]
 	case -1:
 		d.RetryAfter = atomicbucket.Never
-	case 0:
+	default:
 		d.RetryAfter = shared.WindowWait(r[2])
 	}
 	return d, nil

@@ -79,3 +79,40 @@ func TestWindowLease(t *testing.T) {
 	})
 	t.Run("Settles", func(t *testing.T) { storetest.WindowLeaseSettles(t, openLeasedWindow(pool)) })
 }
+
+// BenchmarkWindowCheck is one window check a statement on a server the
+// benchmark starts, from one caller and from 16, on one key of a limit no
+// run reaches (counted) and, case=drained, of 50 an hour drained by the
+// first checks (every later check denied).
+func BenchmarkWindowCheck(b *testing.B) {
+	srv := pgtest.Start(b)
+	pool := srv.Pool(b)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name  string
+		limit int64
+	}{{"allow", atomicbucket.WindowLimitMax}, {"drained", 50}} {
+		w, err := NewWindow(ctx, pool, "bench-"+c.name, atomicbucket.MustWindowRule(c.limit, time.Hour), WindowOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run("case="+c.name+"/callers=1", func(b *testing.B) {
+			for b.Loop() {
+				if _, err := w.AllowN(ctx, "k", 1); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run("case="+c.name+"/callers=16", func(b *testing.B) {
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := w.AllowN(ctx, "k", 1); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}

@@ -334,7 +334,7 @@ func WindowGranted(limit int64, res []int64) (Granted, error) {
 			Size:     x, Second: res[4], Term: time.Duration(res[5]) * time.Microsecond, Gen: res[6],
 		}, nil
 	case -1:
-		return Granted{Decision: atomicbucket.Decision{Remaining: max(limit-in, 0), Reset: reset, RetryAfter: atomicbucket.Never}}, nil
+		return Granted{Decision: atomicbucket.Decision{Remaining: limit - in, Reset: reset, RetryAfter: atomicbucket.Never}}, nil
 	}
-	return Granted{Decision: atomicbucket.Decision{Remaining: max(limit-in, 0), Reset: reset, RetryAfter: WindowWait(x)}}, nil
+	return Granted{Decision: atomicbucket.Decision{Remaining: limit - in, Reset: reset, RetryAfter: WindowWait(x)}}, nil
 }
