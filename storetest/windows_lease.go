@@ -209,8 +209,9 @@ func WindowLeaseSettles(t *testing.T, open OpenLeasedWindow) {
 // more than 40 (a window from one check's start holding every check that
 // started and ended in it). Then, under the limit, leases spare calls (60
 // checks in at most 30); past its term a lease holds nothing, and what it
-// did not spend goes back when released; a store's Close gives back what its
-// leased windows hold; a change of numbers replaces the leases.
+// did not spend goes back when released; a check from a lease's units
+// allocates nothing; a store's Close gives back what its leased windows
+// hold; a change of numbers replaces the leases.
 func WindowLeases(t *testing.T, open func(t *testing.T) shared.Store) {
 	const limit, lease = 40, 8
 	window := 300 * time.Millisecond
@@ -323,8 +324,8 @@ func WindowLeases(t *testing.T, open func(t *testing.T) shared.Store) {
 		t.Fatalf("after 60 spent from leases and the rest released past their term: %+v, want 3 remaining", res)
 	}
 
-	// A store's Close gives back what its leased windows hold: 10 checks of
-	// 64 an hour, the store closed, and 53 more fit after the next.
+	// A store's Close gives back what its leased windows hold: 14 checks of
+	// 64 an hour, the store closed, and 49 more fit after the next.
 	st := open(t)
 	closing, err := shared.BindLeasedWindow(st, "leases", "Closing", atomicbucket.MustWindowRule(64, time.Hour), shared.Failure{Mode: shared.FailDeny}, lease)
 	if err != nil {
@@ -335,8 +336,12 @@ func WindowLeases(t *testing.T, open func(t *testing.T) shared.Store) {
 			t.Fatalf("closing: %+v", res)
 		}
 	}
-	if l, ok := closing.Leases().Lookup(0, "k"); !ok || l.Held() == 0 {
-		t.Fatal("closing: the lease holds nothing after 10 checks: nothing to give back")
+	if l, ok := closing.Leases().Lookup(0, "k"); !ok || l.Held() != 5 {
+		t.Fatal("closing: after grants of 1, 2, 4 and 8, 10 checks leave 5 held")
+	}
+	// A check from what the lease holds allocates nothing (4 checks, 1 left).
+	if a := testing.AllocsPerRun(3, func() { closing.AllowN(ctx, "k", 1) }); a != 0 {
+		t.Fatalf("a check from a lease's units allocates %v times", a)
 	}
 	c, ok := st.(interface{ Close() })
 	if !ok {
@@ -347,8 +352,8 @@ func WindowLeases(t *testing.T, open func(t *testing.T) shared.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res := plain.AllowN(ctx, "k", 1); !res.Allowed || res.Remaining != 53 {
-		t.Fatalf("after 10 spent from a lease and its store closed: %+v, want 53 remaining", res)
+	if res := plain.AllowN(ctx, "k", 1); !res.Allowed || res.Remaining != 49 {
+		t.Fatalf("after 14 spent from a lease and its store closed: %+v, want 49 remaining", res)
 	}
 
 	// New numbers: the lease of the old ones is replaced, and the next check
