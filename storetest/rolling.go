@@ -46,7 +46,9 @@ type admitted struct {
 // (storetest/rolling: v1.yaml, then v2.yaml with other rates,
 // bursts, units, and for Batch interval refill instead of greedy) check the
 // same keys on one store, two instances of each, as during a rolling deploy
-// that takes d: both from the start, and v2 alone for the last quarter. A bucket is kept in the numbers it was written with
+// that takes d: each version's first check of a full bucket in turn (both
+// admitted), then both side by side, and v2 alone for the
+// last quarter. A bucket is kept in the numbers it was written with
 // and converted by a check with other numbers (tokens held carried, clamped
 // to the new burst), so the admitted stream of each rule keeps, in every
 // window of length Δ, within the larger rule's envelope: max burst (with an
@@ -80,14 +82,20 @@ func RollingDeploy(t *testing.T, open func(t *testing.T) shared.Store, d time.Du
 		lead  int64
 		rate  float64 // tokens a second
 		least int64   // the smaller burst: admitted at least, from full
+		order [2]int  // the versions' first checks, in turn: both admitted
 	}
 	rules := []rule{
-		{name: "PerUser", key: "alice", lead: 10, rate: 7.0 / 3, least: 7,
+		// v1 first: a v2 that read v1's TAT (a token in 6 s) in its own units
+		// (a token in 3/7 s) would find the bucket empty.
+		{name: "PerUser", key: "alice", lead: 10, rate: 7.0 / 3, least: 7, order: [2]int{0, 1},
 			check: [2]func(int, string) shared.Result{
 				func(i int, key string) shared.Result { return v1s[i].PerUser.AllowN(ctx, key, 1) },
 				func(i int, key string) shared.Result { return v2s[i].PerUser.AllowN(ctx, key, 1) },
 			}},
-		{name: "Batch", key: "bob", lead: 8 + 4, rate: 5, least: 5,
+		// v2 first: an interval checker judges what another version wrote at
+		// its grid's last boundary, so v2 may rightly find a bucket v1 took
+		// from after that boundary empty until the next one.
+		{name: "Batch", key: "bob", lead: 8 + 4, rate: 5, least: 5, order: [2]int{1, 0},
 			check: [2]func(int, string) shared.Result{
 				func(i int, key string) shared.Result { return v1s[i].Batch.AllowN(ctx, key, 1) },
 				func(i int, key string) shared.Result { return v2s[i].Batch.AllowN(ctx, key, 1) },
@@ -102,11 +110,26 @@ func RollingDeploy(t *testing.T, open func(t *testing.T) shared.Store, d time.Du
 			}
 		}
 	}
-	// Both versions start on full buckets, and v2 runs alone for the last
-	// quarter, when the deploy is done.
+	// Each version's first check of a full bucket, in the rule's order, is
+	// admitted: a version that misread what the other wrote would be shut
+	// out here (and, left to the race below, one version can take a whole
+	// bucket before the other's first check on a loaded machine). Then both
+	// versions check side by side, and v2 runs alone for the last quarter,
+	// when the deploy is done.
 	epoch := time.Now()
-	active := [2][2]time.Time{{epoch, epoch.Add(d * 3 / 4)}, {epoch, epoch.Add(d)}}
 	streams := make([][]admitted, len(rules))
+	for ri, r := range rules {
+		for _, version := range r.order {
+			start := time.Since(epoch)
+			res := r.check[version](0, r.key)
+			if res.Degraded || res.Err != nil || !res.Allowed {
+				t.Fatalf("%s: v%d's first check of a full bucket (the versions in the order %v, from 0): %+v", r.name, version+1, r.order, res)
+			}
+			streams[ri] = append(streams[ri], admitted{start, time.Since(epoch), version})
+		}
+	}
+	begin := time.Now()
+	active := [2][2]time.Time{{begin, begin.Add(d * 3 / 4)}, {begin, begin.Add(d)}}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	errs := make(chan error, 16)
