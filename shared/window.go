@@ -137,9 +137,6 @@ func BindLeasedWindow(store Store, namespace, name string, rule atomicbucket.Win
 			return l
 		})
 	}
-	if k, ok := store.(windowKeeper); ok && w.leases != nil {
-		k.keepWindow(w) // released with the store's leases, at its Close
-	}
 	if f.Mode == FailLocal {
 		if !(f.Share > 0 && f.Share <= 1) {
 			return nil, fmt.Errorf("%w, not %v", ErrLocalShare, f.Share)
@@ -149,6 +146,9 @@ func BindLeasedWindow(store Store, namespace, name string, rule atomicbucket.Win
 			return nil, err
 		}
 		w.local = atomicbucket.NewWindowTable[string](share, atomicbucket.TableOptions{MaxKeys: 1 << 20})
+	}
+	if k, ok := store.(windowKeeper); ok && w.leases != nil {
+		k.keepWindow(w) // released with the store's leases, at its Close
 	}
 	return w, nil
 }
