@@ -15,6 +15,8 @@ SMOKE_FuzzClientIP     ?= 15000x
 SMOKE_FuzzHTTP         ?= 8000x
 SMOKE_FuzzScript       ?= 1000x
 SMOKE_FuzzFunction     ?= 600x
+SMOKE_FuzzWindowLease  ?= 300x
+SMOKE_FuzzWindowLeasePG ?= 100x
 BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
 BENCHTIME ?= 0.5s
 FUZZ_TARGETS := FuzzDifferential FuzzRule FuzzNumbers FuzzWindow
@@ -183,6 +185,8 @@ fuzz-smoke:
 	fuzz/run.sh FuzzMiddleware $(SMOKE_FuzzHTTP) ./generated
 	fuzz/run.sh FuzzScript $(SMOKE_FuzzScript) ./redisstore
 	fuzz/run.sh FuzzFunction $(SMOKE_FuzzFunction) ./pgstore
+	fuzz/run.sh FuzzWindowLease $(SMOKE_FuzzWindowLease) ./redisstore
+	fuzz/run.sh FuzzWindowLease $(SMOKE_FuzzWindowLeasePG) ./pgstore
 	fuzz/run.sh FuzzParseFile $(SMOKE_FuzzHTTP) ./overlay/yamlfile
 
 # The bench module's tests (each peer decides and sends what it says; a fixed
@@ -206,6 +210,8 @@ fuzz:
 	fuzz/run.sh FuzzMiddleware $(FUZZTIME) ./generated
 	fuzz/run.sh FuzzScript $(FUZZTIME) ./redisstore
 	fuzz/run.sh FuzzFunction $(FUZZTIME) ./pgstore
+	fuzz/run.sh FuzzWindowLease $(FUZZTIME) ./redisstore
+	fuzz/run.sh FuzzWindowLease $(FUZZTIME) ./pgstore
 	fuzz/run.sh FuzzParseFile $(FUZZTIME) ./overlay/yamlfile
 
 ## bench: the main job. Regenerate, then the headline comparison (the local

@@ -25,3 +25,20 @@ func FuzzFunction(f *testing.F) {
 		storetest.Program(t, atStore(st), fmt.Sprintf("fz%d_%d", n, time.Now().UnixNano()), data, start)
 	})
 }
+
+// FuzzWindowLease runs fuzzed programs of window leases, their settlements
+// and releases, and checks per request (storetest.WindowLeaseProgram) at
+// explicit times on a PostgreSQL server the fuzz process starts: no
+// interval of the window may hold more than its limit.
+func FuzzWindowLease(f *testing.F) {
+	for _, seed := range storetest.WindowLeaseSeeds() {
+		f.Add(seed)
+	}
+	srv := pgtest.Start(f)
+	open := openLeasedWindow(srv.Pool(f))
+	n := 0
+	f.Fuzz(func(t *testing.T, prog []byte) {
+		n++
+		storetest.WindowLeaseProgram(t, open, fmt.Sprintf("fz%d", n), prog)
+	})
+}

@@ -25,3 +25,20 @@ func FuzzScript(f *testing.F) {
 		storetest.Program(t, st, fmt.Sprintf("fz%d", n), data, start)
 	})
 }
+
+// FuzzWindowLease runs fuzzed programs of window leases, their settlements
+// and releases, and checks per request (storetest.WindowLeaseProgram) at
+// explicit times on a redis-server the fuzz process starts: no interval of
+// the window may hold more than its limit.
+func FuzzWindowLease(f *testing.F) {
+	for _, seed := range storetest.WindowLeaseSeeds() {
+		f.Add(seed)
+	}
+	srv := redistest.Start(f)
+	open := openLeasedWindow(srv.Client(f))
+	n := 0
+	f.Fuzz(func(t *testing.T, prog []byte) {
+		n++
+		storetest.WindowLeaseProgram(t, open, fmt.Sprintf("fz%d", n), prog)
+	})
+}

@@ -32,116 +32,153 @@ type OpenLeasedWindow func(t *testing.T, name string, rule atomicbucket.WindowRu
 // may hold more than the limit for a key (reference.CheckWindow). It returns
 // the units admitted, and those of them admitted from leases.
 func WindowLeaseEnvelope(t *testing.T, open OpenLeasedWindow, runs int, seed uint64) (total, leased int64) {
-	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 23))
 	var grantsAbove int // grants of more than their cost: leases that batch
 	for run := range runs {
-		limit := 1 + rng.Int64N(64)
-		window := time.Duration(1+rng.Int64N(3000)) * time.Millisecond
-		if run%2 == 1 { // counted: sub-windows of whole microseconds
-			limit = 65 + rng.Int64N(300)
-			window = time.Duration(1+rng.Int64N(1000)) * 48 * time.Millisecond
-		}
-		rule := atomicbucket.MustWindowRule(limit, window)
-		term := shared.WindowLeaseTerm(window)
-		now := time.Unix(1_800_000_000, int64(rng.IntN(1e6))*1000)
-		check, lease := open(t, "lease"+strconv.Itoa(run), rule, func() time.Time { return now })
-		type lessee struct {
-			g       *shared.Granted // nil: none held
-			key     string
-			expires time.Time
-			left    int64
-		}
-		lessees := make([]lessee, 3)
-		keys := []string{"a", "b"}
-		var adm []reference.Admission
-		for range 200 {
-			switch r := rng.IntN(20); {
-			case r == 0:
-				now = now.Add(window + time.Duration(rng.Int64N(int64(window))))
-			case r < 3:
-				now = now.Add(term + time.Duration(rng.Int64N(int64(term))))
-			default:
-				now = now.Add(time.Duration(rng.Int64N(int64(window)/limit*2 + 1)))
-			}
-			now = now.Truncate(time.Microsecond)
-			le := &lessees[rng.IntN(len(lessees))]
-			valid := le.g != nil && now.Before(le.expires)
-			prev := shared.Settlement{}
-			if le.g != nil {
-				prev = shared.Settlement{Second: le.g.Second, Size: le.g.Size, Unspent: le.left, Gen: le.g.Gen}
-			}
-			switch a := rng.IntN(10); {
-			case a < 4 && valid && le.left > 0: // spend from the grant, at times at its term's last microsecond
-				at := now
-				if rng.IntN(3) == 0 {
-					at = le.expires.Add(-time.Microsecond)
-				}
-				k := 1 + rng.Int64N(le.left)
-				le.left -= k
-				adm = append(adm, reference.Admission{Key: le.key, At: at.UnixNano(), Cost: k})
-				leased += k
-			case a < 7: // settle, then at least cost, up to want
-				key := le.key
-				if key == "" || rng.IntN(4) == 0 {
-					key = keys[rng.IntN(len(keys))]
-				}
-				if key != le.key {
-					prev = shared.Settlement{} // a grant of another key: let it lapse
-				}
-				cost := []int64{0, 1, 1, 2, limit / 4, limit, limit + 1}[rng.IntN(7)]
-				g, err := lease(ctx, key, cost, cost+rng.Int64N(limit), prev)
-				if err != nil {
-					t.Fatal(err)
-				}
-				le.g, le.left, le.key = nil, 0, key
-				if g.Allowed != (cost <= limit && g.RetryAfter == 0) || g.Allowed && (g.Size < cost || g.Term != term) {
-					t.Fatalf("run %d: a lease of cost %d in a window of %d: %+v (term %v)", run, cost, limit, g, term)
-				}
-				if cost > limit && g.RetryAfter != atomicbucket.Never {
-					t.Fatalf("run %d: a lease of cost %d above the limit %d: %+v", run, cost, limit, g)
-				}
-				if g.Allowed {
-					le.g, le.expires, le.left = &g, now.Add(term), g.Size-cost
-					if cost > 0 {
-						adm = append(adm, reference.Admission{Key: key, At: now.UnixNano(), Cost: cost})
-						leased += cost
-					}
-					if g.Size > max(cost, 1) {
-						grantsAbove++
-					}
-				}
-			case a == 7 && le.g != nil: // release
-				if _, err := lease(ctx, le.key, 0, 0, prev); err != nil {
-					t.Fatal(err)
-				}
-				le.g, le.left = nil, 0
-			default: // checks per request at one time, until one is denied
-				key := keys[rng.IntN(len(keys))]
-				for range 8 {
-					cost := 1 + rng.Int64N(min(limit, 4))
-					d, err := check(ctx, key, cost)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if !d.Allowed {
-						break
-					}
-					adm = append(adm, reference.Admission{Key: key, At: now.UnixNano(), Cost: cost})
-				}
-			}
-		}
-		for _, a := range adm {
-			total += a.Cost
-		}
-		if err := reference.CheckWindow(limit, int64(window), adm); err != nil {
-			t.Fatalf("run %d (%d in %v, exact %v): %v", run, limit, window, rule.Exact(), err)
-		}
+		r := windowLeaseRun(t, open, "lease"+strconv.Itoa(run), run%2 == 1, 200, rng.Int64N)
+		total, leased, grantsAbove = total+r.total, leased+r.leased, grantsAbove+r.grantsAbove
 	}
 	if leased < total/4 || grantsAbove < runs {
 		t.Fatalf("leases admitted %d of %d units, %d grants beyond their cost: the test hardly leased", leased, total, grantsAbove)
 	}
 	return total, leased
+}
+
+// WindowLeaseProgram is one run of WindowLeaseEnvelope whose every choice
+// (the window, exact or counted, each step, action, cost and key) is read
+// from prog, until it runs out (a step for every 4 bytes, at most 301): a
+// fuzz target's input. It fails the test when an interval of the window
+// holds more than the limit.
+func WindowLeaseProgram(t *testing.T, open OpenLeasedWindow, name string, prog []byte) {
+	if len(prog) == 0 {
+		return
+	}
+	pick := func(n int64) int64 { // the next bytes, as many as n needs, mod n; 0 once prog is read
+		var v uint64
+		for b := uint64(n - 1); b > 0 && len(prog) > 0; b >>= 8 {
+			v = v<<8 | uint64(prog[0])
+			prog = prog[1:]
+		}
+		return int64(v % uint64(n))
+	}
+	counted := prog[0]&1 == 1
+	prog = prog[1:]
+	windowLeaseRun(t, open, name, counted, 1+min(len(prog)/4, 300), pick)
+}
+
+// windowLease is what a run of windowLeaseRun admitted: the units, those from
+// leases, and the grants of more than their cost.
+type windowLease struct {
+	total, leased int64
+	grantsAbove   int
+}
+
+// windowLeaseRun drives the window named name for steps steps, every choice
+// from pick (a number in [0, n)): see WindowLeaseEnvelope.
+func windowLeaseRun(t *testing.T, open OpenLeasedWindow, name string, counted bool, steps int, pick func(n int64) int64) (out windowLease) {
+	ctx := context.Background()
+	limit := 1 + pick(64)
+	window := time.Duration(1+pick(3000)) * time.Millisecond
+	if counted { // sub-windows of whole microseconds
+		limit = 65 + pick(300)
+		window = time.Duration(1+pick(1000)) * 48 * time.Millisecond
+	}
+	rule := atomicbucket.MustWindowRule(limit, window)
+	term := shared.WindowLeaseTerm(window)
+	now := time.Unix(1_800_000_000, pick(1e6)*1000)
+	check, lease := open(t, name, rule, func() time.Time { return now })
+	type lessee struct {
+		g       *shared.Granted // nil: none held
+		key     string
+		expires time.Time
+		left    int64
+	}
+	lessees := make([]lessee, 3)
+	keys := []string{"a", "b"}
+	var adm []reference.Admission
+	for range steps {
+		switch r := pick(20); {
+		case r == 0:
+			now = now.Add(window + time.Duration(pick(int64(window))))
+		case r < 3:
+			now = now.Add(term + time.Duration(pick(int64(term))))
+		default:
+			now = now.Add(time.Duration(pick(int64(window)/limit*2 + 1)))
+		}
+		now = now.Truncate(time.Microsecond)
+		le := &lessees[pick(int64(len(lessees)))]
+		valid := le.g != nil && now.Before(le.expires)
+		prev := shared.Settlement{}
+		if le.g != nil {
+			prev = shared.Settlement{Second: le.g.Second, Size: le.g.Size, Unspent: le.left, Gen: le.g.Gen}
+		}
+		switch a := pick(10); {
+		case a < 4 && valid && le.left > 0: // spend from the grant, at times at its term's last microsecond
+			at := now
+			if pick(3) == 0 {
+				at = le.expires.Add(-time.Microsecond)
+			}
+			k := 1 + pick(le.left)
+			le.left -= k
+			adm = append(adm, reference.Admission{Key: le.key, At: at.UnixNano(), Cost: k})
+			out.leased += k
+		case a < 7: // settle, then at least cost, up to want
+			key := le.key
+			if key == "" || pick(4) == 0 {
+				key = keys[pick(int64(len(keys)))]
+			}
+			if key != le.key {
+				prev = shared.Settlement{} // a grant of another key: let it lapse
+			}
+			cost := []int64{0, 1, 1, 2, limit / 4, limit, limit + 1}[pick(7)]
+			g, err := lease(ctx, key, cost, cost+pick(limit), prev)
+			if err != nil {
+				t.Fatal(err)
+			}
+			le.g, le.left, le.key = nil, 0, key
+			if g.Allowed != (cost <= limit && g.RetryAfter == 0) || g.Allowed && (g.Size < cost || g.Term != term) {
+				t.Fatalf("%s: a lease of cost %d in a window of %d: %+v (term %v)", name, cost, limit, g, term)
+			}
+			if cost > limit && g.RetryAfter != atomicbucket.Never {
+				t.Fatalf("%s: a lease of cost %d above the limit %d: %+v", name, cost, limit, g)
+			}
+			if g.Allowed {
+				le.g, le.expires, le.left = &g, now.Add(term), g.Size-cost
+				if cost > 0 {
+					adm = append(adm, reference.Admission{Key: key, At: now.UnixNano(), Cost: cost})
+					out.leased += cost
+				}
+				if g.Size > max(cost, 1) {
+					out.grantsAbove++
+				}
+			}
+		case a == 7 && le.g != nil: // release
+			if _, err := lease(ctx, le.key, 0, 0, prev); err != nil {
+				t.Fatal(err)
+			}
+			le.g, le.left = nil, 0
+		default: // checks per request at one time, until one is denied
+			key := keys[pick(int64(len(keys)))]
+			for range 8 {
+				cost := 1 + pick(min(limit, 4))
+				d, err := check(ctx, key, cost)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !d.Allowed {
+					break
+				}
+				adm = append(adm, reference.Admission{Key: key, At: now.UnixNano(), Cost: cost})
+			}
+		}
+	}
+	for _, a := range adm {
+		out.total += a.Cost
+	}
+	if err := reference.CheckWindow(limit, int64(window), adm); err != nil {
+		t.Fatalf("%s (%d in %v, exact %v): %v", name, limit, window, rule.Exact(), err)
+	}
+	return out
 }
 
 // WindowLeaseSettles, by hand: a grant's unspent units go back at the next
@@ -375,4 +412,19 @@ func WindowLeases(t *testing.T, open func(t *testing.T) shared.Store) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// WindowLeaseSeeds are WindowLeaseProgram's seed inputs: exact and counted
+// windows, 400 random bytes each.
+func WindowLeaseSeeds() [][]byte {
+	rng := rand.New(rand.NewPCG(31, 37))
+	seeds := make([][]byte, 4)
+	for i := range seeds {
+		seeds[i] = make([]byte, 400)
+		for j := range seeds[i] {
+			seeds[i][j] = byte(rng.IntN(256))
+		}
+		seeds[i][0] = byte(i % 2) // exact, counted
+	}
+	return seeds
 }
