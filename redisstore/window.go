@@ -26,9 +26,11 @@ import (
 //
 // so the store decides as the local window does at microsecond times, and
 // a value holds at most N pairs (exact) or a few more than 17 (counted),
-// after a header "W,L,G|" naming the numbers it was written with and the
-// generation of its slots (G: the µs the key was made, plus one for each
-// carry below; a value without G is of generation 0). A check with other
+// after a header "W,L|" naming the numbers it was written with, and before
+// "#G", the generation of its slots (G: the µs the key was made, plus one
+// for each carry below; a value without G is of generation 0). An earlier
+// version of this script reads such a value as its own (its header, its
+// pairs; the generation it skips). A check with other
 // numbers (another version of the rule, during a rolling deploy) carries
 // each pair into its own slots as made at the last microsecond of the
 // writer's grain (or now, if sooner and the grain has begun), and counts it
@@ -56,9 +58,9 @@ local function load(key)
   local st = {s = {}, c = {}, dirty = false, vw = W, vl = L, g = now}
   local v = redis.call('GET', key)
   if v then
-    local vw, vl, vg, rest = string.match(v, '^(%d+),(%d+),?(%d*)|(.*)$')
+    local vw, vl, rest, vg = string.match(v, '^(%d+),(%d+)|([^#]*)#?(%d*)$')
     if vw == nil then
-      rest = v
+      rest, st.g = v, 0
     else
       st.vw, st.vl, st.g = tonumber(vw), tonumber(vl), tonumber(vg) or 0
     end
@@ -149,7 +151,7 @@ local function save(key, st)
   local parts = {}
   for j = 1, n do parts[j] = string.format('%d:%d', st.s[j], st.c[j]) end
   local ms = math.floor((out(st.s[n]) - now + 999) / 1000) + {{SLACK}}
-  redis.call('SET', key, string.format('%d,%d,%d|', W, L, st.g) .. table.concat(parts, ','), 'PX', math.max(ms, 1))
+  redis.call('SET', key, string.format('%d,%d|', W, L) .. table.concat(parts, ',') .. string.format('#%d', st.g), 'PX', math.max(ms, 1))
 end
 `
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -265,4 +266,35 @@ func TestWindowLease(t *testing.T) {
 		t.Logf("%d units admitted, %d of them from leases", total, leased)
 	})
 	t.Run("Settles", func(t *testing.T) { storetest.WindowLeaseSettles(t, openLeasedWindow(c)) })
+}
+
+// TestWindowValueKeepsItsHeader: a window's value is "W,L|" and its pairs,
+// then "#G", its slots' generation, so that the script of an earlier
+// version (which reads "W,L|" and every "slot:count" after it) still reads
+// its numbers and pairs during a rolling upgrade; a lease's generation is
+// the one in the value.
+func TestWindowValueKeepsItsHeader(t *testing.T) {
+	srv := redistest.Start(t)
+	c := srv.Client(t)
+	ctx := context.Background()
+	w, err := NewWindow(c, "header", atomicbucket.MustWindowRule(10, time.Hour), WindowOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	if d, err := w.AllowN(ctx, "k", 2); err != nil || !d.Allowed {
+		t.Fatalf("%+v %v", d, err)
+	}
+	g, err := w.Lease(ctx, "k", 1, 4, shared.Settlement{})
+	if err != nil || !g.Allowed {
+		t.Fatalf("%+v %v", g, err)
+	}
+	v, err := c.Get(ctx, "limitgen:window:header:k").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`^3600000000,0\|\d+:2,\d+:\d+#(\d+)$`).FindStringSubmatch(v)
+	if m == nil || m[1] != strconv.FormatInt(g.Gen, 10) {
+		t.Fatalf("the value %q: want W,L|, two pairs, and #%d", v, g.Gen)
+	}
 }
