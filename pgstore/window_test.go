@@ -78,6 +78,10 @@ func TestWindowLease(t *testing.T) {
 		t.Logf("%d units admitted, %d of them from leases", total, leased)
 	})
 	t.Run("Settles", func(t *testing.T) { storetest.WindowLeaseSettles(t, openLeasedWindow(pool)) })
+	t.Run("Throughput", func(t *testing.T) {
+		exact, counted := storetest.WindowLeaseThroughput(t, openLeasedWindow(pool))
+		t.Logf("kept full by a lease: %.1f%% of the limit a window, exact (4 s); %.1f%%, counted (an hour)", 100*exact, 100*counted)
+	})
 }
 
 // BenchmarkWindowCheck is one window check a statement on a server the

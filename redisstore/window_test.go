@@ -266,6 +266,10 @@ func TestWindowLease(t *testing.T) {
 		t.Logf("%d units admitted, %d of them from leases", total, leased)
 	})
 	t.Run("Settles", func(t *testing.T) { storetest.WindowLeaseSettles(t, openLeasedWindow(c)) })
+	t.Run("Throughput", func(t *testing.T) {
+		exact, counted := storetest.WindowLeaseThroughput(t, openLeasedWindow(c))
+		t.Logf("kept full by a lease: %.1f%% of the limit a window, exact (4 s); %.1f%%, counted (an hour)", 100*exact, 100*counted)
+	})
 }
 
 // TestWindowValueKeepsItsHeader: a window's value is "W,L|" and its pairs,

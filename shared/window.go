@@ -37,9 +37,10 @@ type WindowLeaser interface {
 
 // WindowLeaseTerm is how long a window lease's grant may be spent: a quarter
 // of the window, at most a second, at least a microsecond, in whole
-// microseconds. A unit granted is counted for the term and the window (the
-// window's check counts it for the window), so leases cost a leased window
-// at most a fifth of its throughput.
+// microseconds. A unit granted is counted for up to the term and the window
+// after its grant (a counted window's sixteenth may add two sixteenths of
+// the window), so a window kept full by leases admits at least N·W/(W +
+// term) per W, exact, and N·W/(W + term + W/8), counted.
 func WindowLeaseTerm(window time.Duration) time.Duration {
 	return max(min(window/4, time.Second).Truncate(time.Microsecond), time.Microsecond)
 }

@@ -428,3 +428,48 @@ func WindowLeaseSeeds() [][]byte {
 	}
 	return seeds
 }
+
+// WindowLeaseThroughput: one lessee keeping a window full (it spends each
+// grant at once, and after a denial waits its RetryAfter) admits, over 12
+// windows, at least what the design says (docs/windows.md): N·W/(W + term)
+// a window, exact; N·W/(W + term + W/8), counted; less one window's N for the
+// edges. And never more than the window allows (reference.CheckWindow). It
+// returns the share of N a window admitted, exact and counted.
+func WindowLeaseThroughput(t *testing.T, open OpenLeasedWindow) (exact, counted float64) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		limit  int64
+		window time.Duration
+		extra  float64 // the part of the window a counted sixteenth adds
+		share  *float64
+	}{{40, 4 * time.Second, 0, &exact}, {1000, time.Hour, 1.0 / 8, &counted}} {
+		now := time.Unix(1_800_000_000, 0)
+		_, lease := open(t, "throughput"+strconv.FormatInt(c.limit, 10), atomicbucket.MustWindowRule(c.limit, c.window), func() time.Time { return now })
+		term := shared.WindowLeaseTerm(c.window)
+		end := now.Add(12 * c.window)
+		var adm []reference.Admission
+		var total int64
+		for now.Before(end) {
+			g, err := lease(ctx, "k", 1, c.limit, shared.Settlement{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !g.Allowed {
+				now = now.Add(max(g.RetryAfter, time.Microsecond)).Truncate(time.Microsecond).Add(time.Microsecond)
+				continue
+			}
+			adm = append(adm, reference.Admission{Key: "k", At: now.UnixNano(), Cost: g.Size})
+			total += g.Size
+		}
+		if err := reference.CheckWindow(c.limit, int64(c.window), adm); err != nil {
+			t.Fatalf("%d in %v: %v", c.limit, c.window, err)
+		}
+		w := c.window.Seconds()
+		least := 12*float64(c.limit)*w/(w+term.Seconds()+c.extra*w) - float64(c.limit)
+		if float64(total) < least {
+			t.Fatalf("%d in %v, kept full by a lease for 12 windows: %d admitted, the design says at least %.0f", c.limit, c.window, total, least)
+		}
+		*c.share = float64(total) / 12 / float64(c.limit)
+	}
+	return exact, counted
+}
