@@ -389,18 +389,28 @@ func MustRouter(patterns ...string) *Router {
 	return rt
 }
 
-// Match returns the index of the pattern that covers r (-1 for none), and the
-// cleaned path it was matched on: PathKeyAt reads the pattern's wildcards
-// from it.
+// Match returns the index of the pattern that covers r as http.ServeMux
+// dispatches it (-1 for none), and the cleaned path it was matched on:
+// PathKeyAt reads the pattern's wildcards from it. It is one of MatchAll's
+// readings, and the only one a ServeMux behind the middleware needs.
 func (rt *Router) Match(r *http.Request) (index int, cleanPath string) {
+	index, cleanPath, _ = rt.matchServeMux(r)
+	return index, cleanPath
+}
+
+// matchServeMux is Match, and asIs: the route the routing tree gives the
+// request's own path without ServeMux's redirects, when that path is the
+// clean one Match matched on (a clean, plain path without RawPath); -2 when
+// it is not.
+func (rt *Router) matchServeMux(r *http.Request) (index int, cleanPath string, asIs int) {
 	if r.URL == nil {
-		return -1, ""
+		return -1, "", -1
 	}
 	if u := r.URL; u.RawPath == "" && r.Method != "CONNECT" {
 		// A path equal to a literal one is clean (isPlain), and then the
 		// literal route for the method is the most specific.
 		if i := rt.literalRoute(u.Path, r.Method); i >= 0 {
-			return i, u.Path
+			return i, u.Path, i
 		}
 	}
 	p, clean := plainPath(r.URL)
@@ -408,10 +418,10 @@ func (rt *Router) Match(r *http.Request) (index int, cleanPath string) {
 		esc := strings.IndexByte(p, '%') >= 0
 		if n := rt.match(r.URL.Host, r.Method, p, false, esc); n == nil || !rt.exact(n, p, false) {
 			if i := rt.redirect(r.URL.Host, r.Method, p, esc); i >= 0 {
-				return i, p
+				return i, p, -2
 			}
 		}
-		return rt.routeOf(rt.match(r.Host, r.Method, p, false, esc)), p
+		return rt.routeOf(rt.match(r.Host, r.Method, p, false, esc)), p, -2
 	}
 	host := ""
 	if rt.hasHost {
@@ -422,13 +432,17 @@ func (rt *Router) Match(r *http.Request) (index int, cleanPath string) {
 		p = cleanURLPath(p)
 		esc = strings.IndexByte(p, '%') >= 0
 	}
+	asIs = -2
 	n := rt.match(host, r.Method, p, false, esc)
+	if clean && r.URL.RawPath == "" {
+		asIs = rt.routeOf(n)
+	}
 	if n == nil || !rt.exact(n, p, false) {
 		if i := rt.redirect(host, r.Method, p, esc); i >= 0 {
-			return i, p
+			return i, p, asIs
 		}
 	}
-	return rt.routeOf(n), p
+	return rt.routeOf(n), p, asIs
 }
 
 // literalRoute is the index of the most specific pattern for method whose

@@ -121,6 +121,50 @@ func TestRouterAllocs(t *testing.T) {
 		if n := testing.AllocsPerRun(100, func() { rt.Match(r) }); n != 0 {
 			t.Errorf("%s: %v allocations", target, n)
 		}
+		if n := testing.AllocsPerRun(100, func() { rt.MatchAll(r) }); n != 0 {
+			t.Errorf("%s: MatchAll: %v allocations", target, n)
+		}
+	}
+}
+
+// Every reading of a path and the routes it finds, written by hand: ServeMux
+// cleans and redirects; chi reads RawPath (or Path) as it is; gorilla/mux
+// reads Path as it is, encoded slashes decoded.
+func TestRouterMatchAll(t *testing.T) {
+	rt := MustRouter(routePatterns...)
+	for _, c := range []struct {
+		method, target string
+		want           []string // the routes, most canonical reading first
+	}{
+		{"GET", "/hello", []string{"GET /hello"}},
+		{"GET", "/v1/users/7", []string{"GET /v1/users/{id}"}},
+		{"GET", "/x/../hello", []string{"GET /hello"}},  // as it is, /x/../hello is no route
+		{"GET", "/v1/users/../hello", []string{"/v1/"}}, // /v1/hello; as it is, a segment too many for {id}
+		{"GET", "/v1/users/..", []string{"/v1/", "GET /v1/users/{id}"}},
+		{"POST", "/export/../hello", nil}, // no POST /hello; as it is, export has one segment more
+		{"POST", "/export/..", []string{"POST /export/{account}"}},
+		{"POST", "/export/%2e%2e", []string{"POST /export/{account}"}},
+		{"GET", "/v1/users/a%2Fb", []string{"GET /v1/users/{id}", "/v1/"}}, // gorilla: /v1/users/a/b
+		{"GET", "/files/../v1/users/7", []string{"GET /v1/users/{id}", "GET /files/{path...}"}},
+		{"GET", "/v1", []string{"/v1/"}},     // ServeMux redirects; chi and gorilla find nothing
+		{"GET", "/tree", []string{"/tree/"}}, // likewise
+		{"GET", "/exact", []string{"GET /exact/{$}"}},
+		{"GET", "//hello", []string{"GET /hello"}},
+		{"GET", "/v1//users/7", []string{"GET /v1/users/{id}", "/v1/"}},
+		{"HEAD", "/v1/users/./7", []string{"GET /v1/users/{id}", "/v1/"}},
+		{"DELETE", "/v1/users/7/..", []string{"/v1/"}},
+		{"DELETE", "/v1/users/%2e", []string{"DELETE /v1/users/{id}"}},
+		{"GET", "/HELLO", nil},
+	} {
+		r := httptest.NewRequest(c.method, "http://example.com"+c.target, nil)
+		all := rt.MatchAll(r)
+		var got []string
+		for i := range all.N {
+			got = append(got, routePatterns[all.Index[i]])
+		}
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%s %s: %q, want %q", c.method, c.target, got, c.want)
+		}
 	}
 }
 
@@ -238,6 +282,15 @@ func FuzzRouter(f *testing.F) {
 			i, clean := rt.Match(r)
 			if si, sclean := sw.Match(r); si != i || sclean != clean {
 				t.Fatalf("patterns %q, %s %s: the switch's router %d %q, the map's %d %q", patterns, r.Method, r.URL.EscapedPath(), si, sclean, i, clean)
+			}
+			// MatchAll's first reading is Match's; the switch's router reads
+			// every path as the map's does.
+			all := rt.MatchAll(r)
+			if i >= 0 && (all.N == 0 || all.Index[0] != i || all.Path[0] != clean) || i < 0 && all.N > 0 && all.Index[0] == -1 {
+				t.Fatalf("patterns %q, %s %s: MatchAll %+v, Match %d %q", patterns, r.Method, r.URL.EscapedPath(), all, i, clean)
+			}
+			if sall := sw.MatchAll(r); sall != all {
+				t.Fatalf("patterns %q, %s %s: the switch's router reads %+v, the map's %+v", patterns, r.Method, r.URL.EscapedPath(), sall, all)
 			}
 			got := ""
 			if i >= 0 {
