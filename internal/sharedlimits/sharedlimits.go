@@ -4749,13 +4749,13 @@ type Hooks struct {
 	UserID func(*http.Request) (string, bool)
 }
 
-// Middleware enforces the policy's http: section: it finds the policy's route that covers a
-// request by net/http's rules (the pattern http.ServeMux would pick among the policy's own, the
-// pattern a redirect to the clean path leads to for an unclean one), whatever router it wraps or
-// sits behind (a whole ServeMux, chi, gorilla/mux) and whatever patterns the service registered;
-// reads the keys, cost and plan the policy names; checks the route's rule or tier; sets the
-// RateLimit fields; and answers 429 (or the policy's 4xx) when the request may not go on. A
-// request no route covers goes on unchecked.
+// Middleware enforces the policy's http: section: it finds every policy route a router may hand
+// a request to (limithttp.Router.MatchAll: the pattern http.ServeMux picks among the policy's own,
+// or its redirect leads to, and those the path matches uncleaned, as chi and gorilla/mux read it),
+// whatever router it wraps or sits behind and whatever patterns the service registered; reads
+// the keys, cost and plan the policy names; checks each route's rule or tier; sets the RateLimit
+// fields; and answers 429 (or the policy's 4xx) when the request may not go on. A request no
+// route covers goes on unchecked.
 //
 // Routes: GET /hello; GET /api/; POST /export/{account}; GET /download/.
 type Middleware struct {
@@ -4797,11 +4797,11 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 	}, nil
 }
 
-// Wrap returns next behind the limits of the policy's route that covers each request: wrap a
-// whole router, or each handler.
+// Wrap returns next behind the limits of the policy's route that covers each request, however
+// the router behind it reads the request's path: wrap a whole router, or each handler.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if m.check(w, r) {
+		if m.check(w, r, httpRouter.MatchAll(r)) {
 			next.ServeHTTP(w, r)
 		}
 	})
@@ -4815,11 +4815,31 @@ func (m *Middleware) now() atomicbucket.Time {
 	return atomicbucket.Now()
 }
 
-// check checks r against the limits of the policy's route that covers it (httpRouter: net/http's
-// rules over the policy's patterns, whatever router the service uses) and reports whether it
-// may go on.
-func (m *Middleware) check(w http.ResponseWriter, r *http.Request) bool {
-	route, path := httpRouter.Match(r)
+// wrapServeMux is Wrap for the ServeMux of NewServeMux: ServeMux's reading of a path is the only
+// one it dispatches (httpRouter.Match).
+func (m *Middleware) wrapServeMux(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		route, path := httpRouter.Match(r)
+		if m.checkRoute(w, r, route, path) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// check checks r against the limits of every policy route a router may hand it to (routes, from
+// httpRouter.MatchAll), in turn, and reports whether it may go on: all of them allow it.
+func (m *Middleware) check(w http.ResponseWriter, r *http.Request, routes limithttp.Routes) bool {
+	for i := range routes.N {
+		if !m.checkRoute(w, r, routes.Index[i], routes.Path[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// checkRoute checks r against the limits of route (an index of httpPatterns; -1 for none), whose
+// wildcards it reads from path, and reports whether it may go on.
+func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route int, path string) bool {
 	switch route {
 	case 0:
 		return m.route1(w, r, path)
@@ -4859,7 +4879,7 @@ var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 // its handlers answer and those it answers itself alike; Uncovered lists the registered patterns
 // no policy route covers (served unlimited).
 func (m *Middleware) NewServeMux() *ServeMux {
-	return limithttp.NewServeMux(m.Wrap, httpRouter, httpPatterns[:])
+	return limithttp.NewServeMux(m.wrapServeMux, httpRouter, httpPatterns[:])
 }
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and

@@ -441,26 +441,57 @@ func emitMiddleware(m *model.Model) jen.Code {
 		}
 		cases = append(cases, jen.Case(jen.Lit(i)).Block(jen.Return(jen.Id("m").Dot(routeFunc(i)).Call(jen.Id("w"), jen.Id("r"), jen.Id("path")))))
 	}
-	checkBody := []jen.Code{jen.Return(jen.True())} // every route off: nothing to match
+	// wrap is Wrap's body and wrapMux NewServeMux's wrapper: every reading
+	// of a request's path for a router the middleware cannot see
+	// (MatchAll), ServeMux's alone behind its own ServeMux. With every route
+	// off there is nothing to match.
+	wrapBody := []jen.Code{jen.Return(jen.Id("next"))}
+	wrapMux := jen.Id("m").Dot("Wrap")
+	var checkFuncs jen.Code = jen.Null()
 	if len(cases) > 0 {
-		checkBody = []jen.Code{
-			jen.List(jen.Id("route"), jen.Id("path")).Op(":=").Id("httpRouter").Dot("Match").Call(jen.Id("r")),
+		serve := func(cond jen.Code) jen.Code {
+			return jen.Return(jen.Qual("net/http", "HandlerFunc").Call(jen.Func().Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req())).Block(
+				jen.If(cond).Block(jen.Id("next").Dot("ServeHTTP").Call(jen.Id("w"), jen.Id("r"))),
+			)))
+		}
+		wrapBody = []jen.Code{serve(jen.Id("m").Dot("check").Call(jen.Id("w"), jen.Id("r"), jen.Id("httpRouter").Dot("MatchAll").Call(jen.Id("r"))))}
+		wrapMux = jen.Id("m").Dot("wrapServeMux")
+		checkFuncs = jen.Line().
+			Comment("wrapServeMux is Wrap for the ServeMux of NewServeMux: ServeMux's reading of a path is the only").Line().
+			Comment("one it dispatches (httpRouter.Match).").Line().
+			Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("wrapServeMux").Params(jen.Id("next").Qual("net/http", "Handler")).Qual("net/http", "Handler").Block(
+			jen.Return(jen.Qual("net/http", "HandlerFunc").Call(jen.Func().Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req())).Block(
+				jen.List(jen.Id("route"), jen.Id("path")).Op(":=").Id("httpRouter").Dot("Match").Call(jen.Id("r")),
+				jen.If(jen.Id("m").Dot("checkRoute").Call(jen.Id("w"), jen.Id("r"), jen.Id("route"), jen.Id("path"))).Block(jen.Id("next").Dot("ServeHTTP").Call(jen.Id("w"), jen.Id("r"))),
+			))),
+		).Line().Line().
+			Comment("check checks r against the limits of every policy route a router may hand it to (routes, from").Line().
+			Comment("httpRouter.MatchAll), in turn, and reports whether it may go on: all of them allow it.").Line().
+			Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("check").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("routes").Add(lh("Routes"))).Bool().Block(
+			jen.For(jen.Id("i").Op(":=").Range().Id("routes").Dot("N")).Block(
+				jen.If(jen.Op("!").Id("m").Dot("checkRoute").Call(jen.Id("w"), jen.Id("r"), jen.Id("routes").Dot("Index").Index(jen.Id("i")), jen.Id("routes").Dot("Path").Index(jen.Id("i")))).Block(jen.Return(jen.False())),
+			),
+			jen.Return(jen.True()),
+		).Line().Line().
+			Comment("checkRoute checks r against the limits of route (an index of httpPatterns; -1 for none), whose").Line().
+			Comment("wildcards it reads from path, and reports whether it may go on.").Line().
+			Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("checkRoute").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("route").Int(), jen.Id("path").String()).Bool().Block(
 			jen.Switch(jen.Id("route")).Block(cases...),
 			jen.Return(jen.True()),
-		}
+		).Line()
 	}
 	logDoc := "logs no denials"
 	if h.LogDenials > 0 {
 		logDoc = fmt.Sprintf("logs denials with log/slog's default logger, at most %d a second", h.LogDenials)
 	}
 	g := jen.Line().
-		Comment("Middleware enforces the policy's http: section: it finds the policy's route that covers a").Line().
-		Comment("request by net/http's rules (the pattern http.ServeMux would pick among the policy's own, the").Line().
-		Comment("pattern a redirect to the clean path leads to for an unclean one), whatever router it wraps or").Line().
-		Comment("sits behind (a whole ServeMux, chi, gorilla/mux) and whatever patterns the service registered;").Line().
-		Comment("reads the keys, cost and plan the policy names; checks the route's rule or tier; sets the").Line().
-		Comment("RateLimit fields; and answers 429 (or the policy's 4xx) when the request may not go on. A").Line().
-		Comment("request no route covers goes on unchecked.").Line().
+		Comment("Middleware enforces the policy's http: section: it finds every policy route a router may hand").Line().
+		Comment("a request to (limithttp.Router.MatchAll: the pattern http.ServeMux picks among the policy's own,").Line().
+		Comment("or its redirect leads to, and those the path matches uncleaned, as chi and gorilla/mux read it),").Line().
+		Comment("whatever router it wraps or sits behind and whatever patterns the service registered; reads").Line().
+		Comment("the keys, cost and plan the policy names; checks each route's rule or tier; sets the RateLimit").Line().
+		Comment("fields; and answers 429 (or the policy's 4xx) when the request may not go on. A request no").Line().
+		Comment("route covers goes on unchecked.").Line().
 		Comment("").Line().
 		Comment("Routes: "+strings.Join(patterns, "; ")+".").Line().
 		Type().Id("Middleware").Struct(
@@ -483,24 +514,17 @@ func emitMiddleware(m *model.Model) jen.Code {
 			)), jen.Nil()),
 		)...,
 	).Line().Line().
-		Comment("Wrap returns next behind the limits of the policy's route that covers each request: wrap a").Line().
-		Comment("whole router, or each handler.").Line().
+		Comment("Wrap returns next behind the limits of the policy's route that covers each request, however").Line().
+		Comment("the router behind it reads the request's path: wrap a whole router, or each handler.").Line().
 		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("Wrap").Params(jen.Id("next").Qual("net/http", "Handler")).Qual("net/http", "Handler").Block(
-		jen.Return(jen.Qual("net/http", "HandlerFunc").Call(jen.Func().Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req())).Block(
-			jen.If(jen.Id("m").Dot("check").Call(jen.Id("w"), jen.Id("r"))).Block(jen.Id("next").Dot("ServeHTTP").Call(jen.Id("w"), jen.Id("r"))),
-		))),
+		wrapBody...,
 	).Line().Line().
 		Comment("now reads the clock once: Clock, or atomicbucket.Now.").Line().
 		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("now").Params().Add(rt("Time")).Block(
 		jen.If(jen.Id("m").Dot("Clock").Op("!=").Nil()).Block(jen.Return(jen.Id("m").Dot("Clock").Call())),
 		jen.Return(rt("Now").Call()),
 	).Line().Line().
-		Comment("check checks r against the limits of the policy's route that covers it (httpRouter: net/http's").Line().
-		Comment("rules over the policy's patterns, whatever router the service uses) and reports whether it").Line().
-		Comment("may go on.").Line().
-		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("check").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req())).Bool().Block(
-		checkBody...,
-	).Line().Line().
+		Add(checkFuncs).Line().
 		Comment("ServeMux is the http.ServeMux behind the middleware that NewServeMux returns (see limithttp.ServeMux).").Line().
 		Type().Id("ServeMux").Op("=").Qual(httpPath, "ServeMux").Line().Line().
 		Comment("httpPatterns are the policy's route patterns, in policy order.").Line().
@@ -510,7 +534,7 @@ func emitMiddleware(m *model.Model) jen.Code {
 		Comment("its handlers answer and those it answers itself alike; Uncovered lists the registered patterns").Line().
 		Comment("no policy route covers (served unlimited).").Line().
 		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("NewServeMux").Params().Op("*").Id("ServeMux").Block(
-		jen.Return(jen.Qual(httpPath, "NewServeMux").Call(jen.Id("m").Dot("Wrap"), jen.Id("httpRouter"), jen.Id("httpPatterns").Index(jen.Empty(), jen.Empty()))),
+		jen.Return(jen.Qual(httpPath, "NewServeMux").Call(wrapMux, jen.Id("httpRouter"), jen.Id("httpPatterns").Index(jen.Empty(), jen.Empty()))),
 	).Line()
 	return g
 }
