@@ -41,6 +41,7 @@ generate:
 	$(GO) run ./gen -policy limitrls/testdata/policy.yaml -out limitrls/internal/rlslimits
 	$(GO) run ./gen envoy -package envoylimits -o limitrls/testdata/envoy.policy.yaml limitrls/testdata/envoy/rl.yaml
 	$(GO) run ./gen -policy limitrls/testdata/envoy.policy.yaml -out limitrls/internal/envoylimits
+	$(GO) run ./gen -policy limithttp/routertest/policy.yaml -out limithttp/routertest/routes
 	cd examples/quickstart && $(GO) generate ./...
 	cd examples/envoy && $(GO) generate ./...
 
@@ -82,6 +83,7 @@ check:
 	$(GO) run ./gen -policy limitgrpc/testdata/messages.yaml -out limitgrpc/internal/msglimits -check
 	$(GO) run ./gen -policy limitrls/testdata/policy.yaml -out limitrls/internal/rlslimits -check
 	$(GO) run ./gen -policy limitrls/testdata/envoy.policy.yaml -out limitrls/internal/envoylimits -check
+	$(GO) run ./gen -policy limithttp/routertest/policy.yaml -out limithttp/routertest/routes -check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) mod tidy -diff
@@ -93,6 +95,7 @@ check:
 	cd limitotel && $(GO) vet ./... && $(GO) mod tidy -diff
 	cd limitgrpc && $(GO) vet ./... && $(GO) mod tidy -diff
 	cd limitrls && $(GO) vet ./... && $(GO) mod tidy -diff
+	cd limithttp/routertest && $(GO) vet ./... && $(GO) mod tidy -diff
 
 # Every package under the race detector, but for fuzz's two long random
 # differential runs, which check on one goroutine (nothing to race) and take
@@ -108,6 +111,7 @@ unit:
 	$(GO) test -race -count=1 -skip '$(NO_RACE)' ./...
 	$(GO) test -count=1 -run '$(LONG_DIFFERENTIAL)' ./fuzz
 	$(GO) test -count=1 -run '^TestGeneratedPackagesRun$$' ./gen
+	cd limithttp/routertest && $(GO) test -race -count=1 ./...
 
 # The Redis store, against redis-servers its tests start on 127.0.0.1 (never
 # skipped: without redis-server the target says how to install it).
@@ -182,6 +186,7 @@ fuzz-smoke:
 	fuzz/run.sh FuzzQueryValue $(SMOKE_FuzzHTTP) ./limithttp
 	fuzz/run.sh FuzzParseIPv4 $(SMOKE_FuzzHTTP) ./clientip
 	fuzz/run.sh FuzzRouter $(SMOKE_FuzzHTTP) ./limithttp
+	fuzz/run.sh FuzzDispatch $(SMOKE_FuzzHTTP) ./limithttp/routertest
 	fuzz/run.sh FuzzMiddleware $(SMOKE_FuzzHTTP) ./generated
 	fuzz/run.sh FuzzScript $(SMOKE_FuzzScript) ./redisstore
 	fuzz/run.sh FuzzFunction $(SMOKE_FuzzFunction) ./pgstore
@@ -207,6 +212,7 @@ fuzz:
 	fuzz/run.sh FuzzQueryValue $(FUZZTIME) ./limithttp
 	fuzz/run.sh FuzzParseIPv4 $(FUZZTIME) ./clientip
 	fuzz/run.sh FuzzRouter $(FUZZTIME) ./limithttp
+	fuzz/run.sh FuzzDispatch $(FUZZTIME) ./limithttp/routertest
 	fuzz/run.sh FuzzMiddleware $(FUZZTIME) ./generated
 	fuzz/run.sh FuzzScript $(FUZZTIME) ./redisstore
 	fuzz/run.sh FuzzFunction $(FUZZTIME) ./pgstore
