@@ -204,3 +204,32 @@ rules:
 		t.Logf("%s: %d lines", c.name, lines)
 	}
 }
+
+// -check builds the ready server it compares: a server that matches its
+// policy but does not build (here, a module without limitrls's requirement,
+// as a new module has before its first go mod tidy) fails the check with go
+// build's words, not "up to date".
+func TestCheckBuildsMain(t *testing.T) {
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mod := t.TempDir()
+	gomod := "module checkmain\n\ngo 1.26.0\n\nrequire github.com/limitgen/limitgen v0.0.0-00010101000000-000000000000\n\nreplace github.com/limitgen/limitgen => " + root + "\n"
+	policy := filepath.Join(mod, "policy.yaml")
+	for name, src := range map[string]string{"go.mod": gomod, "policy.yaml": "package: limits\nrules:\n  - {name: PerIP, key: string, limit: 5, window: 1s}\nrls:\n  domains:\n    - domain: d\n      descriptors:\n        - {entries: [remote_address], rule: PerIP}\n"} {
+		if err := os.WriteFile(filepath.Join(mod, name), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := []string{"-policy", policy, "-out", filepath.Join(mod, "limits"), "-main", filepath.Join(mod, "cmd", "ratelimit")}
+	var out, errs bytes.Buffer
+	if code := run(args, &out, &errs); code != 0 {
+		t.Fatalf("gen: exit %d: %s", code, errs.String())
+	}
+	errs.Reset()
+	code := run(append(args, "-check"), &out, &errs)
+	if code != 1 || !strings.Contains(errs.String(), "does not build") || !strings.Contains(errs.String(), "limitrls") {
+		t.Errorf("-check of a server that does not build: exit %d, %s", code, errs.String())
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"go/token"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -81,7 +82,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if *check {
 		code := checkDir(*out, path, src, stdout, stderr)
 		if mainSrc != nil {
-			code = max(code, checkDir(*mainDir, filepath.Join(*mainDir, "main.go"), mainSrc, stdout, stderr))
+			mc := checkDir(*mainDir, filepath.Join(*mainDir, "main.go"), mainSrc, stdout, stderr)
+			if mc == 0 && code == 0 {
+				mc = buildMain(*mainDir, stderr)
+			}
+			code = max(code, mc)
 		}
 		return code
 	}
@@ -137,6 +142,22 @@ func generateMain(policyPath, out string) ([]byte, error) {
 			return nil, fmt.Errorf("-main: no go.mod holds %s: the server imports the generated package by its module's path", out)
 		}
 	}
+}
+
+// buildMain builds the ready server in dir (go build, output discarded), so
+// that -check fails on a server that matches its policy but does not build:
+// a module that lacks a requirement it imports (limitrls, the stores'
+// modules, their replace lines before they are published), or a generator
+// bug. It reports go build's own words.
+func buildMain(dir string, stderr io.Writer) int {
+	cmd := exec.Command("go", "build", "-o", os.DevNull, ".")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(stderr, "%s does not build (go build: %v):\n%s", dir, err, out)
+		return 1
+	}
+	return 0
 }
 
 // modulePath is a go.mod's module path.

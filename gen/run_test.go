@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"github.com/limitgen/limitgen/gen/internal/emit"
 	"github.com/limitgen/limitgen/gen/internal/model"
 	"math/rand/v2"
 	"os"
@@ -27,7 +28,9 @@ func TestGeneratedPackagesRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	policies, _ := filepath.Glob("testdata/valid/*.yaml")
-	policies = append(policies, "../policy.yaml")
+	// gen envoy's translation: an rls: section with no shared rule once gave
+	// a ready server that did not build.
+	policies = append(policies, "../policy.yaml", "../limitrls/testdata/envoy.policy.yaml")
 	// A sample of what the front end accepts beyond the hand-written policies:
 	// every FuzzPolicy corpus input it accepts, and seeded random valid policies.
 	fuzzed := append(acceptedFuzzInputs(t), randomPolicies(t, 40)...)
@@ -39,13 +42,19 @@ func TestGeneratedPackagesRun(t *testing.T) {
 	// A policy with a grpc: section imports limitgrpc, a module of its own
 	// (whose test-only requirement, pgstore, needs its replace line too), one
 	// with an rls: section limitrls.
+	// A ready server (-main) imports the stores' modules and limitprom.
 	gomod := fmt.Sprintf("module gentest\n\ngo 1.26.0\n\nrequire (\n"+
 		"\tgithub.com/limitgen/limitgen v0.0.0-00010101000000-000000000000\n"+
 		"\tgithub.com/limitgen/limitgen/limitgrpc v0.0.0-00010101000000-000000000000\n"+
-		"\tgithub.com/limitgen/limitgen/limitrls v0.0.0-00010101000000-000000000000\n)\n\n"+
+		"\tgithub.com/limitgen/limitgen/limitrls v0.0.0-00010101000000-000000000000\n"+
+		"\tgithub.com/limitgen/limitgen/limitprom v0.0.0-00010101000000-000000000000\n"+
+		"\tgithub.com/limitgen/limitgen/redisstore v0.0.0-00010101000000-000000000000\n"+
+		"\tgithub.com/limitgen/limitgen/pgstore v0.0.0-00010101000000-000000000000\n)\n\n"+
 		"replace github.com/limitgen/limitgen => %[1]s\n\n"+
 		"replace github.com/limitgen/limitgen/limitgrpc => %[1]s/limitgrpc\n\n"+
 		"replace github.com/limitgen/limitgen/limitrls => %[1]s/limitrls\n\n"+
+		"replace github.com/limitgen/limitgen/limitprom => %[1]s/limitprom\n\n"+
+		"replace github.com/limitgen/limitgen/redisstore => %[1]s/redisstore\n\n"+
 		"replace github.com/limitgen/limitgen/pgstore => %[1]s/pgstore\n", root)
 	must(t, os.WriteFile(filepath.Join(mod, "go.mod"), []byte(gomod), 0o644))
 	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
@@ -65,6 +74,7 @@ func TestGeneratedPackagesRun(t *testing.T) {
 		must(t, os.WriteFile(filepath.Join(mod, "reference", filepath.Base(f)), src, 0o644))
 	}
 
+	mains := 0
 	for i, path := range policies {
 		raw, err := os.ReadFile(path)
 		must(t, err)
@@ -82,6 +92,19 @@ func TestGeneratedPackagesRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		must(t, os.WriteFile(filepath.Join(dir, "harness.go"), harness.Bytes(), 0o644))
+		// Every policy the generator accepts with -main (an rls: section,
+		// its shared rules on the one store the server's flags name) gets
+		// its ready server, built and vetted with the rest.
+		if m.RLS != nil && len(m.StoreNames()) == 0 {
+			main, err := emit.RenderMain(m, fmt.Sprintf("gentest/p%02d", i))
+			must(t, err)
+			must(t, os.MkdirAll(filepath.Join(dir, "cmd"), 0o755))
+			must(t, os.WriteFile(filepath.Join(dir, "cmd", "main.go"), main, 0o644))
+			mains++
+		}
+	}
+	if mains < 3 {
+		t.Fatalf("%d ready servers, want one for every policy with an rls: section (at least 3)", mains)
 	}
 	// One test binary runs every package's harness, a subtest each: linking a
 	// test binary a package took most of this test's time.
@@ -124,7 +147,7 @@ func TestGeneratedPackagesRun(t *testing.T) {
 	if passed != 2*len(policies) {
 		t.Fatalf("%d of %d generated packages passed:\n%s", passed, len(policies), out)
 	}
-	t.Logf("%d generated packages built and matched the reference, in one test binary", len(policies))
+	t.Logf("%d generated packages built and matched the reference, in one test binary; %d ready servers built", len(policies), mains)
 }
 
 // acceptedFuzzInputs writes each FuzzPolicy corpus input the generator accepts

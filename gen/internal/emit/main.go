@@ -151,22 +151,30 @@ func RenderMain(m *model.Model, importPath string) ([]byte, error) {
 			),
 		}
 	}
+	// A file's numbers are in force before the first call is served, or the
+	// server does not start. With a store, -numbers may name its hash or
+	// table instead.
+	fromFile := []jen.Code{
+		jen.Comment("A file: its numbers are in force before the first call is served, or the server does not start."),
+		jen.Id("f").Op(":=").Qual(yamlfilePath, "New").Call(jen.Op("*").Id("numbers")),
+		jen.If(jen.Err().Op(":=").Id("f").Dot("Apply").Call(jen.Id("lims").Dot("ApplyNumbers")), jen.Err().Op("!=").Nil()).Block(fail("ratelimit: -numbers: %v", jen.Err())),
+		jen.List(jen.Id("src"), jen.Id("refresh")).Op("=").List(jen.Id("f"), jen.Qual("time", "Second")),
+	}
+	numbersFrom := fromFile
+	if stores {
+		numbersFrom = []jen.Code{jen.Switch(jen.List(jen.Id("kind"), jen.Id("name"), jen.Id("_")).Op(":=").Qual("strings", "Cut").Call(jen.Op("*").Id("numbers"), jen.Lit(":")), jen.Empty()).Block(append(numbersSource,
+			jen.Default().Block(fromFile...),
+		)...)}
+	}
 	body = append(body,
 		jen.Id("lims").Op(":=").Add(pkg("New")).Call(jen.Id("opts").Op("...")),
-		jen.If(jen.Op("*").Id("numbers").Op("!=").Lit("")).Block(
+		jen.If(jen.Op("*").Id("numbers").Op("!=").Lit("")).Block(append(append([]jen.Code{
 			jen.Var().Id("src").Qual(overlayPath, "Source"),
 			jen.Var().Id("refresh").Qual("time", "Duration"),
-			jen.Switch(jen.List(jen.Id("kind"), jen.Id("name"), jen.Id("_")).Op(":=").Qual("strings", "Cut").Call(jen.Op("*").Id("numbers"), jen.Lit(":")), jen.Empty()).Block(append(numbersSource,
-				jen.Default().Block(
-					jen.Comment("A file: its numbers are in force before the first call is served, or the server does not start."),
-					jen.Id("f").Op(":=").Qual(yamlfilePath, "New").Call(jen.Op("*").Id("numbers")),
-					jen.If(jen.Err().Op(":=").Id("f").Dot("Apply").Call(jen.Id("lims").Dot("ApplyNumbers")), jen.Err().Op("!=").Nil()).Block(fail("ratelimit: -numbers: %v", jen.Err())),
-					jen.List(jen.Id("src"), jen.Id("refresh")).Op("=").List(jen.Id("f"), jen.Qual("time", "Second")),
-				),
-			)...),
+		}, numbersFrom...),
 			jen.Comment("Watch applies the source's numbers at once and on every change, and logs what it cannot read or apply (the numbers in force stay)."),
 			jen.Go().Qual(overlayPath, "Watch").Call(jen.Id("ctx"), jen.Id("src"), jen.Id("lims").Dot("ApplyNumbers"), jen.Qual(overlayPath, "WatchOptions").Values(jen.Dict{jen.Id("Refresh"): jen.Id("refresh")})),
-		),
+		)...),
 		jen.Id("rls").Op(":=").Add(pkg("NewRLS")).Call(jen.Id("lims")),
 		jen.Var().Id("serverOpts").Index().Qual(grpcLib, "ServerOption"),
 		jen.If(jen.Op("*").Id("certFile").Op("!=").Lit("")).Block(
