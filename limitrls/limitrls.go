@@ -11,12 +11,14 @@
 // on a denial the wait), and the request with the overall code: OVER_LIMIT
 // when a descriptor on an enforcing route is over its limit. A descriptor no
 // rule matches is OK and counted (Unmatched). The hits_addend (the
-// descriptor's, else the request's, else 1) is the cost.
+// descriptor's, else the request's, else 1) is the cost; a descriptor's
+// hits_addend of 0 asks how its limit stands and takes nothing (a peek, as
+// envoyproxy/ratelimit reads it): OK, with what remains.
 //
 // What a proxy sends is checked before anything is taken: a request without
 // a domain or descriptors, with more descriptors or entries than the
 // Config allows, an entry's key or value longer than verdict.MaxKeyLen, or a
-// hits_addend that is 0, negative (is_negative_hits: a client cannot give
+// hits_addend that is negative (is_negative_hits: a client cannot give
 // tokens back) or above MaxCost, ends with codes.InvalidArgument. A rule's
 // store that could not decide, and whose failure setting denies
 // (on_failure: deny), ends the request with codes.Unavailable, not
@@ -60,12 +62,16 @@ const (
 
 // Decision is a descriptor's check, as a Decider makes it: the decision,
 // unanswered; the key that seeds the jitter; the mode of the descriptor's
-// route. Found is false when no rule matches the descriptor.
+// route. Found is false when no rule matches the descriptor. Unlimited
+// marks a descriptor that matched a pattern limiting nothing (envoyproxy/
+// ratelimit's unlimited: true): it is answered OK with the most remaining a
+// status can say, as envoyproxy/ratelimit answers it.
 type Decision struct {
 	verdict.Result
-	Key   string
-	Mode  verdict.Mode
-	Found bool
+	Key       string
+	Mode      verdict.Mode
+	Found     bool
+	Unlimited bool
 }
 
 // Decider checks one descriptor of domain at cost, at now, and returns the
@@ -163,6 +169,10 @@ func (c *Config) Serve(ctx context.Context, req *rlsv3.RateLimitRequest, now ato
 			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 			continue
 		}
+		if dec.Unlimited {
+			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			continue
+		}
 		mode := dec.Mode
 		if mode == verdict.Off || dec.Policy == nil { // off, or refused unchecked on a Shadow route (recorded)
 			resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
@@ -248,8 +258,6 @@ func (c *Config) check(req *rlsv3.RateLimitRequest) error {
 			return bad(at + strconv.Itoa(len(d.Entries)) + " entries; at most " + strconv.Itoa(maxE) + " are read")
 		case d.IsNegativeHits:
 			return bad(at + "is_negative_hits: tokens are not given back on a client's word")
-		case d.HitsAddend != nil && d.HitsAddend.Value == 0:
-			return bad(at + "hits_addend 0 takes nothing: ask with the cost the request has")
 		case d.HitsAddend != nil && d.HitsAddend.Value > uint64(maxCost):
 			return bad(at + "hits_addend " + strconv.FormatUint(d.HitsAddend.Value, 10) + " is above the most a request may cost, " + strconv.FormatInt(maxCost, 10))
 		case d.Limit != nil:

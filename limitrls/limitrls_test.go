@@ -195,7 +195,6 @@ func TestBadRequests(t *testing.T) {
 		"a 1 MB value":       {Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{entries("remote_address", huge)}},
 		"a 1 MB key":         {Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{entries(huge, "x")}},
 		"an empty key":       {Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{entries("", "x")}},
-		"hits 0":             {Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: entries("remote_address", "192.0.2.9").Entries, HitsAddend: wrapperspb.UInt64(0)}}},
 		"negative hits":      {Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: entries("remote_address", "192.0.2.9").Entries, HitsAddend: wrapperspb.UInt64(1), IsNegativeHits: true}}},
 		"huge hits":          {Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: entries("remote_address", "192.0.2.9").Entries, HitsAddend: wrapperspb.UInt64(1 << 62)}}},
 		"huge request hits":  {Domain: "edge", HitsAddend: 1<<31 + 7, Descriptors: []*rlv3.RateLimitDescriptor{entries("remote_address", "192.0.2.9")}},
@@ -217,6 +216,41 @@ func TestBadRequests(t *testing.T) {
 	resp, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 3, Descriptors: []*rlv3.RateLimitDescriptor{entries("remote_address", "192.0.2.10")}})
 	if err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OVER_LIMIT {
 		t.Errorf("a cost of 3 on a burst of 2: %v, %v; want OVER_LIMIT", resp, err)
+	}
+}
+
+// TestPeek: a descriptor's hits_addend 0 asks, as envoyproxy/ratelimit
+// reads it, how the limit stands without adding to it: OK with what
+// remains, however often, on a burst of 2 as on an empty bucket; the burst
+// is all there after, and once it is taken a peek still says OK with 0
+// remaining (nothing is over the limit until a request is).
+func TestPeek(t *testing.T) {
+	var now atomicbucket.Time
+	c := serve(t, &limitrls.Config{}, newEdge(), &now)
+	ctx := context.Background()
+	peek := func() *rlsv3.RateLimitResponse {
+		t.Helper()
+		resp, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", HitsAddend: 5, Descriptors: []*rlv3.RateLimitDescriptor{
+			{Entries: entries("remote_address", "192.0.2.20").Entries, HitsAddend: wrapperspb.UInt64(0)},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	for range 50 {
+		if resp := peek(); resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 2 {
+			t.Fatalf("a peek of a full burst of 2: %v", resp)
+		}
+	}
+	for n := range 3 {
+		resp, err := c.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{entries("remote_address", "192.0.2.20")}})
+		if want := n < 2; err != nil || (resp.OverallCode == rlsv3.RateLimitResponse_OK) != want {
+			t.Fatalf("request %d after 50 peeks: %v, %v; want OK %v", n+1, resp, err, want)
+		}
+	}
+	if resp := peek(); resp.OverallCode != rlsv3.RateLimitResponse_OK || resp.Statuses[0].LimitRemaining != 0 {
+		t.Errorf("a peek of an empty bucket: %v, want OK with 0 remaining", resp)
 	}
 }
 

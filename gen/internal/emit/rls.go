@@ -98,7 +98,11 @@ func emitRLSType(m *model.Model) jen.Code {
 			mode := vd(r.Mode)
 			var body []jen.Code
 			if r.Mode == "Off" {
-				body = append(body, jen.Return(lr("Decision").Values(jen.Dict{jen.Id("Mode"): mode, jen.Id("Found"): jen.True()}), jen.Nil()))
+				dict := jen.Dict{jen.Id("Mode"): mode, jen.Id("Found"): jen.True()}
+				if r.Unlimited {
+					dict[jen.Id("Unlimited")] = jen.True()
+				}
+				body = append(body, jen.Return(lr("Decision").Values(dict), jen.Nil()))
 			} else {
 				body = append(body,
 					jen.List(jen.Id("res"), jen.Id("key"), jen.Err()).Op(":=").Id("s").Dot(descriptorFunc(i)).Call(jen.Id("ctx"), jen.Id("en"), jen.Id("cost"), jen.Id("now")),

@@ -115,6 +115,9 @@ type Route struct {
 	// Entries, for an RLS descriptor pattern: the entries a descriptor must
 	// have, in order (its key sources are kind "entry", Segment the index).
 	Entries []Entry
+	// Unlimited, for an RLS descriptor pattern: it matches and checks
+	// nothing (envoyproxy/ratelimit's unlimited: true); Mode is Off.
+	Unlimited bool
 
 	// Messages, for a gRPC entry whose streams' messages are counted: each
 	// message's cost, which ones are counted, and whether a denied one waits

@@ -12,7 +12,7 @@ import (
 var (
 	rlsFields        = []string{"headers", "log_denials", "plan", "domains"}
 	rlsDomainFields  = []string{"domain", "descriptors"}
-	rlsPatternFields = []string{"entries", "rule", "tier", "keys", "mode"}
+	rlsPatternFields = []string{"entries", "rule", "tier", "keys", "mode", "unlimited"}
 )
 
 // maxRLSEntries is the most entries a descriptor pattern may have: what
@@ -166,6 +166,22 @@ func (p *parser) rlsPattern(n *yaml.Node, ordinal int, domain string, m *model.M
 		return r, false
 	}
 	patterns[strings.Join(spelled, "\x00")] = en.Line
+	if u := f["unlimited"]; u != nil {
+		// envoyproxy/ratelimit's unlimited: matched (so no less specific
+		// pattern decides it) and never limited.
+		if u.Value != "true" {
+			p.errorf(u, "%s: unlimited is true, or left out", what)
+			return r, false
+		}
+		for _, k := range []string{"rule", "tier", "keys", "mode"} {
+			if f[k] != nil {
+				p.errorf(f[k], "%s: an unlimited descriptor checks nothing: drop %s", what, k)
+				return r, false
+			}
+		}
+		r.Mode, r.Unlimited, r.PolicyLists = "Off", true, []string{""}
+		return r, true
+	}
 	valid, ok := p.target(n, f, m, what, "the descriptors check", &r)
 	if !ok {
 		return r, false
