@@ -39,7 +39,7 @@ generate:
 	$(GO) run ./gen -policy limitgrpc/testdata/policy.yaml -out limitgrpc/internal/grpclimits
 	$(GO) run ./gen -policy limitgrpc/testdata/messages.yaml -out limitgrpc/internal/msglimits
 	$(GO) run ./gen -policy limitrls/testdata/policy.yaml -out limitrls/internal/rlslimits
-	$(GO) run ./gen envoy -package envoylimits -o limitrls/testdata/envoy.policy.yaml limitrls/testdata/envoy/rl.yaml
+	$(GO) run ./gen envoy -local -package envoylimits -o limitrls/testdata/envoy.policy.yaml limitrls/testdata/envoy/rl.yaml
 	$(GO) run ./gen -policy limitrls/testdata/envoy.policy.yaml -out limitrls/internal/envoylimits
 	$(GO) run ./gen -policy limithttp/routertest/policy.yaml -out limithttp/routertest/routes
 	cd examples/quickstart && $(GO) generate ./...
@@ -166,6 +166,8 @@ examples:
 	  $(GO) tool gen -policy twostores.yaml -out twostores -check && \
 	  $(GO) mod tidy -diff && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd examples/envoy && $(GO) tool gen -policy policy.yaml -out limits -main cmd/ratelimit -check && \
+	  (cd translated && $(GO) tool gen envoy -package limits ratelimit.yaml | diff -u policy.yaml -) && \
+	  $(GO) tool gen -policy translated/policy.yaml -out translated/limits -main translated/cmd/ratelimit -check && \
 	  $(GO) mod tidy -diff && $(GO) vet ./... && $(GO) test -count=1 ./...
 
 # The README's first steps on a new module that points at this checkout.

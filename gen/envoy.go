@@ -5,17 +5,23 @@ package main
 // envoyproxy/ratelimit reads a file a domain: descriptors of a key and
 // an optional value, nested, each leaf with a rate_limit of
 // requests_per_unit a unit (a fixed window), or unlimited. A descriptor
-// without a value limits each value apart; with one, that value only. The
-// translation makes a rule for each leaf (a token bucket of
-// requests_per_unit a unit with a burst of as many: it admits as many in any
-// one unit as a fixed window admits in one window, and never the double a
-// fixed window admits across its edge), keyed by the entry without a value
-// (several: a composite key, a field each, at most 8), and an rls: pattern
-// of the leaf's path that checks it. What a policy cannot say is refused
-// with its line: replaces, wildcard values.
+// without a value limits each value apart; with one, that value only. It
+// keeps every count in Redis, so that all its instances share each limit.
+//
+// The translation makes a rule for each limited leaf: a window rule of
+// requests_per_unit in any interval of a unit, sliding (it never admits
+// more in a unit than the fixed window admits in one window, and never the
+// double a fixed window admits across its edge), shared through the store
+// the service is given (namespace from the domain) and denying while that
+// store cannot decide, so that Envoy's failure_mode_deny decides as it does
+// for envoyproxy/ratelimit; -local keeps the rules in each process. Each is
+// keyed by the entries without a value (several: a composite key, a field
+// each, at most 8), and an rls: pattern of the leaf's path checks it; an
+// unlimited leaf is a pattern that matches and limits nothing. What a policy
+// cannot say is refused with its line: replaces, wildcard values, a
+// descriptor given twice.
 
 import (
-	"bytes"
 	"flag"
 	"fmt"
 	"go/token"
@@ -39,8 +45,8 @@ var envoyUnits = map[string]string{
 type envoyRule struct {
 	name    string   // the rule's name; "" for an unlimited leaf
 	keyFrom []string // the entry keys the rule's key is read from: none, one, or a composite key's fields
-	rate    string
-	burst   int64
+	limit   int64    // requests_per_unit; 0 for an unlimited leaf
+	window  string   // the unit, as a policy period
 	entries []string
 	shadow  bool
 	line    int
@@ -68,12 +74,16 @@ func envoy(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gen envoy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gen envoy [-package limits] [-o policy.yaml] config.yaml...")
-		fmt.Fprintln(stderr, "Translates envoyproxy/ratelimit configuration files (a domain each) into a policy with an rls: section.")
+		fmt.Fprintln(stderr, "usage: gen envoy [-package limits] [-namespace ns] [-local] [-o policy.yaml] config.yaml...")
+		fmt.Fprintln(stderr, "Translates envoyproxy/ratelimit configuration files (a domain each) into a policy with an rls: section:")
+		fmt.Fprintln(stderr, "a window rule of requests_per_unit in any interval of a unit a limited descriptor, shared by every")
+		fmt.Fprintln(stderr, "instance through the service's store as envoyproxy/ratelimit's Redis shares it, unless -local.")
 		fs.PrintDefaults()
 	}
 	pkg := fs.String("package", "limits", "the policy's package")
 	out := fs.String("o", "", "the policy file to write (standard output when empty)")
+	local := fs.Bool("local", false, "keep each rule in each process's memory (each instance admits the whole limit) instead of sharing it through a store")
+	namespace := fs.String("namespace", "", "the shared rules' namespace, part of every store key (default: from the domains)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -99,7 +109,11 @@ func envoy(args []string, stdout, stderr io.Writer) int {
 	if failed {
 		return 1
 	}
-	src, err := envoyPolicy(*pkg, domains)
+	opts := envoyOptions{pkg: *pkg, shared: !*local, namespace: *namespace}
+	if opts.shared && opts.namespace == "" {
+		opts.namespace = namespaceOf(domains)
+	}
+	src, err := envoyPolicy(opts, domains)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -150,6 +164,7 @@ func translateEnvoy(file string, raw []byte) (envoyDomain, []error) {
 		bad(root.Content[0], "domain %q has no descriptors list", d.name)
 		return d, errs
 	}
+	seen := map[string]int{} // a descriptor's path, by the line it is first given at
 	var walk func(list *yaml.Node, path, keyFrom []string)
 	walk = func(list *yaml.Node, path, keyFrom []string) {
 		for _, n := range list.Content {
@@ -186,6 +201,13 @@ func translateEnvoy(file string, raw []byte) (envoyDomain, []error) {
 				from = append(append([]string(nil), from...), kn.val.Value)
 			}
 			here := append(append([]string(nil), path...), entry)
+			if line, dup := seen[strings.Join(here, "\x00")]; dup {
+				// envoyproxy/ratelimit refuses such a file too (a duplicate
+				// composite key): one descriptor, two limits.
+				bad(kn.key, "descriptor %s is given twice (first at line %d): envoyproxy/ratelimit refuses a duplicate descriptor; merge the two", strings.Join(here, ", "), line)
+				continue
+			}
+			seen[strings.Join(here, "\x00")] = kn.key.Line
 			if sub := f["descriptors"]; sub != nil {
 				if sub.val.Kind != yaml.SequenceNode {
 					bad(sub.val, "descriptors is a list")
@@ -215,7 +237,6 @@ func translateEnvoy(file string, raw []byte) (envoyDomain, []error) {
 				}
 			}
 			if u := lf["unlimited"]; u != nil && u.val.Value == "true" {
-				r.notes = append(r.notes, "unlimited: no rule (a descriptor no pattern checks is OK)")
 				d.rules = append(d.rules, r)
 				continue
 			}
@@ -234,8 +255,7 @@ func translateEnvoy(file string, raw []byte) (envoyDomain, []error) {
 				bad(per.val, "requests_per_unit %q: a whole number, at least 1 (a limit of 0 admits nothing; use a rule of your own)", per.val.Value)
 				continue
 			}
-			r.rate = strconv.FormatInt(n, 10) + " per " + period
-			r.burst = n
+			r.limit, r.window = n, period
 			if nm := lf["name"]; nm != nil && nm.val.Value != "" {
 				r.name = nm.val.Value
 			}
@@ -260,20 +280,68 @@ func fieldsOf(n *yaml.Node) map[string]*envoyField {
 	return out
 }
 
+// envoyOptions are what a translation is asked for: the policy's package,
+// and whether its rules are shared (in namespace) or each process's own.
+type envoyOptions struct {
+	pkg       string
+	shared    bool
+	namespace string
+}
+
+// namespaceOf is the namespace of the shared rules translated from domains:
+// their names, lower-cased, joined by dots, with what a namespace cannot
+// hold as "-" (shared.CheckNamespace), at most 63 bytes; "envoy" when that
+// leaves nothing.
+func namespaceOf(domains []envoyDomain) string {
+	var names []string
+	for _, d := range domains {
+		var b strings.Builder
+		for _, c := range strings.ToLower(d.name) {
+			switch {
+			case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '_', c == '-', c == '.':
+				b.WriteRune(c)
+			default:
+				b.WriteByte('-')
+			}
+		}
+		names = append(names, b.String())
+	}
+	ns := strings.Join(names, ".")
+	if len(ns) > 63 {
+		ns = ns[:63]
+	}
+	ns = strings.TrimRight(ns, ".-_")
+	if ns == "" || !(ns[0] >= 'a' && ns[0] <= 'z' || ns[0] >= '0' && ns[0] <= '9') {
+		return "envoy"
+	}
+	return ns
+}
+
 // envoyPolicy writes the policy of the translated domains: a rule for each
 // limited leaf, named after its name or its path, and the rls: section.
-func envoyPolicy(pkg string, domains []envoyDomain) ([]byte, error) {
-	var b bytes.Buffer
+func envoyPolicy(o envoyOptions, domains []envoyDomain) ([]byte, error) {
+	var b strings.Builder
 	fmt.Fprintf(&b, "# Translated by `gen envoy` from envoyproxy/ratelimit's configuration (%s).\n", filesOf(domains))
-	b.WriteString("# Each rate_limit is a token bucket of requests_per_unit a unit with a burst of as many:\n")
-	b.WriteString("# as many in any one unit as a fixed window admits in one, never twice that across its edge.\n")
-	fmt.Fprintf(&b, "package: %s\nrules:\n", pkg)
+	b.WriteString("# Each rate_limit is a window rule: requests_per_unit in any interval of a unit, sliding, so\n")
+	b.WriteString("# never more in a unit than envoyproxy/ratelimit's fixed window admits, nor twice that across its edge.\n")
+	if o.shared {
+		b.WriteString("# Shared, as envoyproxy/ratelimit shares its counts in Redis: every instance enforces one limit\n")
+		b.WriteString("# through the store it is given, and a rule whose store cannot decide answers UNAVAILABLE, so\n")
+		b.WriteString("# that Envoy's failure_mode_deny decides, as it does when envoyproxy/ratelimit's Redis fails.\n")
+	} else {
+		b.WriteString("# Local (gen envoy -local): each instance keeps its own counts and admits the whole limit.\n")
+	}
+	fmt.Fprintf(&b, "package: %s\n", o.pkg)
+	if o.shared {
+		fmt.Fprintf(&b, "namespace: %s\n", o.namespace)
+	}
+	b.WriteString("rules:\n")
 	used := map[string]bool{}
 	names := make([][]string, len(domains))
 	limited := false
 	for i, d := range domains {
 		for _, r := range d.rules {
-			if r.rate == "" {
+			if r.limit == 0 {
 				names[i] = append(names[i], "")
 				continue
 			}
@@ -292,7 +360,10 @@ func envoyPolicy(pkg string, domains []envoyDomain) ([]byte, error) {
 				}
 				fmt.Fprintf(&b, "    key: {%s}\n", strings.Join(fs, ", "))
 			}
-			fmt.Fprintf(&b, "    rate: %s\n    burst: %d\n", r.rate, r.burst)
+			fmt.Fprintf(&b, "    limit: %d\n    window: %s\n", r.limit, r.window)
+			if o.shared {
+				b.WriteString("    shared: true\n    on_failure: deny\n")
+			}
 		}
 	}
 	if !limited {
@@ -305,14 +376,16 @@ func envoyPolicy(pkg string, domains []envoyDomain) ([]byte, error) {
 			for _, note := range r.notes {
 				fmt.Fprintf(&b, "        # %s: %s (%s:%d)\n", strings.Join(r.entries, ", "), note, d.file, r.line)
 			}
-			if r.rate == "" {
-				continue
-			}
 			quoted := make([]string, len(r.entries))
 			for k, e := range r.entries {
 				quoted[k] = yamlString(e)
 			}
-			fmt.Fprintf(&b, "        - entries: [%s]\n          rule: %s\n", strings.Join(quoted, ", "), names[i][j])
+			fmt.Fprintf(&b, "        - entries: [%s]\n", strings.Join(quoted, ", "))
+			if r.limit == 0 {
+				fmt.Fprintf(&b, "          unlimited: true   # %s:%d\n", d.file, r.line)
+				continue
+			}
+			fmt.Fprintf(&b, "          rule: %s\n", names[i][j])
 			switch fields := fieldNamesOf(r.keyFrom); len(fields) {
 			case 0:
 			case 1:
@@ -329,7 +402,7 @@ func envoyPolicy(pkg string, domains []envoyDomain) ([]byte, error) {
 			}
 		}
 	}
-	return b.Bytes(), nil
+	return []byte(b.String()), nil
 }
 
 func filesOf(domains []envoyDomain) string {

@@ -17,7 +17,7 @@ func TestEnvoyTranslationUpToDate(t *testing.T) {
 	// repository's root, as make generate does.
 	t.Chdir("..")
 	in := filepath.Join("limitrls", "testdata", "envoy", "rl.yaml")
-	if code := run([]string{"envoy", "-package", "envoylimits", in}, &out, &errs); code != 0 {
+	if code := run([]string{"envoy", "-local", "-package", "envoylimits", in}, &out, &errs); code != 0 {
 		t.Fatalf("gen envoy: exit %d: %s", code, errs.String())
 	}
 	want, err := os.ReadFile(filepath.Join("limitrls", "testdata", "envoy.policy.yaml"))
@@ -47,6 +47,10 @@ func TestEnvoyRefusals(t *testing.T) {
 			`x.yaml:4:5: descriptor field "quota" cannot be translated`},
 		{"no domain", "descriptors:\n  - key: a\n    rate_limit: {unit: second, requests_per_unit: 1}\n",
 			"x.yaml:1:1: the file names no domain"},
+		{"duplicate", "domain: d\ndescriptors:\n  - key: a\n    value: b\n    rate_limit: {unit: second, requests_per_unit: 1}\n  - key: a\n    value: b\n    rate_limit: {unit: minute, requests_per_unit: 5}\n",
+			"x.yaml:6:5: descriptor a=b is given twice (first at line 3)"},
+		{"nested duplicate", "domain: d\ndescriptors:\n  - key: t\n    descriptors:\n      - key: u\n        rate_limit: {unit: second, requests_per_unit: 1}\n      - key: u\n        rate_limit: {unit: second, requests_per_unit: 2}\n",
+			"x.yaml:7:9: descriptor t, u is given twice (first at line 5)"},
 	} {
 		_, errs := translateEnvoy("x.yaml", []byte(c.src))
 		var msgs []string
@@ -59,11 +63,13 @@ func TestEnvoyRefusals(t *testing.T) {
 	}
 }
 
-// A translation compiles as a policy: keyed rules for descriptors without a
-// value, the most specific pattern first, shadow_mode as shadow, unlimited
-// as no pattern; weeks as 168 hours.
+// A translation compiles as a policy: keyed window rules for descriptors
+// without a value, shared in the domain's namespace and denying while their
+// store cannot decide (or each process's own with -local), the most specific
+// pattern first, shadow_mode as shadow, unlimited as a pattern that limits
+// nothing; weeks as 168 hours.
 func TestEnvoyTranslates(t *testing.T) {
-	src := "domain: edge\ndescriptors:\n" +
+	src := "domain: Edge.Proxy\ndescriptors:\n" +
 		"  - key: user\n    rate_limit: {unit: week, requests_per_unit: 7}\n" +
 		"  - key: user\n    value: vip\n    shadow_mode: true\n    rate_limit: {unit: second, requests_per_unit: 100}\n" +
 		"  - key: health\n    rate_limit: {unlimited: true}\n"
@@ -71,23 +77,34 @@ func TestEnvoyTranslates(t *testing.T) {
 	if len(errs) != 0 {
 		t.Fatal(errs)
 	}
-	pol, err := envoyPolicy("limits", []envoyDomain{d})
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := compile("translated", pol)
-	if err != nil {
-		t.Fatalf("%v\n%s", err, pol)
-	}
-	if len(m.Rules) != 2 || m.Rules[0].KeyType != "string" || m.Rules[1].KeyType != "" || m.Rules[0].Limits[0].PeriodNs != int64(168*3600e9) {
-		t.Errorf("rules %+v\n%s", m.Rules, pol)
-	}
-	s := m.RLS
-	if len(s.Routes) != 2 || s.Routes[1].Mode != "Shadow" || s.Domains[0].Match[0] != 1 {
-		t.Errorf("patterns %+v, match order %v\n%s", s.Routes, s.Domains[0].Match, pol)
-	}
-	if !strings.Contains(string(pol), "# health: unlimited") {
-		t.Errorf("unlimited not noted:\n%s", pol)
+	for _, shared := range []bool{true, false} {
+		o := envoyOptions{pkg: "limits", shared: shared}
+		if shared {
+			o.namespace = namespaceOf([]envoyDomain{d})
+		}
+		pol, err := envoyPolicy(o, []envoyDomain{d})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := compile("translated", pol)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, pol)
+		}
+		if len(m.Rules) != 2 || m.Rules[0].KeyType != "string" || m.Rules[1].KeyType != "" || !m.Rules[0].Limits[0].Window || m.Rules[0].Limits[0].PeriodNs != int64(168*3600e9) {
+			t.Errorf("rules %+v\n%s", m.Rules, pol)
+		}
+		for _, r := range m.Rules {
+			if r.Shared != shared || shared && r.Failure != "FailDeny" {
+				t.Errorf("shared %v: rule %s shared %v, failure %q\n%s", shared, r.Name, r.Shared, r.Failure, pol)
+			}
+		}
+		if shared && m.Namespace != "edge.proxy" {
+			t.Errorf("namespace %q, want edge.proxy (from the domain)", m.Namespace)
+		}
+		s := m.RLS
+		if len(s.Routes) != 3 || s.Routes[1].Mode != "Shadow" || s.Domains[0].Match[0] != 1 || !s.Routes[2].Unlimited {
+			t.Errorf("patterns %+v, match order %v\n%s", s.Routes, s.Domains[0].Match, pol)
+		}
 	}
 }
 

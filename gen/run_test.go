@@ -28,9 +28,9 @@ func TestGeneratedPackagesRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	policies, _ := filepath.Glob("testdata/valid/*.yaml")
-	// gen envoy's translation: an rls: section with no shared rule once gave
-	// a ready server that did not build.
-	policies = append(policies, "../policy.yaml", "../limitrls/testdata/envoy.policy.yaml")
+	// gen envoy's translations, local and shared: an rls: section with no
+	// shared rule once gave a ready server that did not build.
+	policies = append(policies, "../policy.yaml", "../limitrls/testdata/envoy.policy.yaml", "../examples/envoy/translated/policy.yaml")
 	// A sample of what the front end accepts beyond the hand-written policies:
 	// every FuzzPolicy corpus input it accepts, and seeded random valid policies.
 	fuzzed := append(acceptedFuzzInputs(t), randomPolicies(t, 40)...)

@@ -2,6 +2,7 @@ package limitrls_test
 
 import (
 	"context"
+	"math"
 	"testing"
 	"time"
 
@@ -23,7 +24,7 @@ import (
 // the limit in any one unit.
 func TestTranslatedEnvoyConfig(t *testing.T) {
 	var now atomicbucket.Time
-	s := envoylimits.NewRLS(envoylimits.New(envoylimits.WithStart(0))) // global buckets start at the test clock's 0
+	s := envoylimits.NewRLS(envoylimits.New())
 	s.Clock = func() atomicbucket.Time { return now }
 	s.Config.Observer = nil // no denial log in the test's output
 	svc := s.Service()
@@ -85,5 +86,41 @@ func TestTranslatedEnvoyConfig(t *testing.T) {
 	}
 	if ask(entries("remote_address", "192.0.2.2")) != over {
 		t.Error("past the limit, not OVER_LIMIT")
+	}
+	// From idle, an address asking 3 times every 50 ms for 4 s: at most 10
+	// in any one second, sliding (the token bucket the translation made
+	// before admitted 19 or 20 in a second from idle: its burst, then its
+	// refill), and the limit's 10 in each second all the same.
+	var times []atomicbucket.Time
+	for step := range 80 {
+		now = atomicbucket.Time(20*time.Second + time.Duration(step)*50*time.Millisecond)
+		for range 3 {
+			if ask(entries("remote_address", "192.0.2.3")) == ok {
+				times = append(times, now)
+			}
+		}
+	}
+	for i := range times {
+		in := 0
+		for _, u := range times[i:] {
+			if u < times[i]+atomicbucket.Time(time.Second) {
+				in++
+			}
+		}
+		if in > 10 {
+			t.Fatalf("%d admitted in the second from %v, want at most 10", in, time.Duration(times[i]))
+		}
+	}
+	if len(times) != 40 {
+		t.Errorf("%d admitted in 4 s, want 40 (10 in each second)", len(times))
+	}
+	// Unlimited answers as envoyproxy/ratelimit answers it: OK, no limit,
+	// the most remaining a status can say.
+	resp, err := svc.ShouldRateLimit(context.Background(), &rlsv3.RateLimitRequest{Domain: "rl", Descriptors: []*rlv3.RateLimitDescriptor{entries("generic_key", "health")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := resp.Statuses[0]; st.Code != ok || st.CurrentLimit != nil || st.LimitRemaining != math.MaxUint32 {
+		t.Errorf("unlimited: %v, want OK, no current limit, limit_remaining %d", st, uint32(math.MaxUint32))
 	}
 }

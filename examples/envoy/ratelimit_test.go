@@ -24,36 +24,58 @@ import (
 	"google.golang.org/grpc/status"
 )
 
+// builds are the servers built so far, by package: each is built once per
+// test binary.
 var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
+	buildsMu sync.Mutex
+	builds   = map[string]*build{}
+	binDir   string
 )
 
+type build struct {
+	once sync.Once
+	path string
+	err  error
+}
+
 // server builds cmd/ratelimit once per test binary.
-func server(t *testing.T) string {
+func server(t *testing.T) string { return binary(t, "./cmd/ratelimit") }
+
+// binary builds the main package pkg once per test binary.
+func binary(t *testing.T, pkg string) string {
 	t.Helper()
-	buildOnce.Do(func() {
+	buildsMu.Lock()
+	b := builds[pkg]
+	if b == nil {
+		b = &build{}
+		builds[pkg] = b
+	}
+	if binDir == "" {
 		dir, err := os.MkdirTemp("", "ratelimit")
 		if err != nil {
-			buildErr = err
-			return
+			buildsMu.Unlock()
+			t.Fatal(err)
 		}
-		binPath = filepath.Join(dir, "ratelimit")
-		if out, err := exec.Command("go", "build", "-o", binPath, "./cmd/ratelimit").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/ratelimit: %v\n%s", err, out)
+		binDir = dir
+	}
+	dir := binDir
+	buildsMu.Unlock()
+	b.once.Do(func() {
+		b.path = filepath.Join(dir, strings.NewReplacer("/", "_", ".", "_").Replace(pkg))
+		if out, err := exec.Command("go", "build", "-o", b.path, pkg).CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
 		}
 	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	if b.err != nil {
+		t.Fatal(b.err)
 	}
-	return binPath
+	return b.path
 }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if binPath != "" {
-		os.RemoveAll(filepath.Dir(binPath))
+	if binDir != "" {
+		os.RemoveAll(binDir)
 	}
 	os.Exit(code)
 }
@@ -61,12 +83,20 @@ func TestMain(m *testing.M) {
 // instance is one cmd/ratelimit process on 127.0.0.1, and a client of it.
 type instance struct {
 	rlsv3.RateLimitServiceClient
-	cmd *exec.Cmd
+	cmd    *exec.Cmd
+	domain string // the domain it asks in
 }
 
 // start runs cmd/ratelimit with flags, on a free port, until the test ends
 // (killed by its pid), and returns once it serves.
 func start(t *testing.T, flags ...string) *instance {
+	t.Helper()
+	return startServer(t, server(t), "edge", flags...)
+}
+
+// startServer runs the server bin with flags, as start does; its instance
+// asks in domain.
+func startServer(t *testing.T, bin, domain string, flags ...string) *instance {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -74,7 +104,7 @@ func start(t *testing.T, flags ...string) *instance {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	cmd := exec.Command(server(t), append([]string{"-listen", addr}, flags...)...)
+	cmd := exec.Command(bin, append([]string{"-listen", addr}, flags...)...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -113,10 +143,11 @@ func start(t *testing.T, flags ...string) *instance {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cc.Close() })
-	return &instance{RateLimitServiceClient: rlsv3.NewRateLimitServiceClient(cc), cmd: cmd}
+	return &instance{RateLimitServiceClient: rlsv3.NewRateLimitServiceClient(cc), cmd: cmd, domain: domain}
 }
 
-// ask asks for one descriptor of domain edge, entries as key, value pairs.
+// ask asks for one descriptor of the instance's domain, entries as key,
+// value pairs.
 func (in *instance) ask(t *testing.T, entries ...string) (*rlsv3.RateLimitResponse, error) {
 	t.Helper()
 	return in.askCost(t, 0, entries...)
@@ -131,7 +162,7 @@ func (in *instance) askCost(t *testing.T, cost uint32, entries ...string) (*rlsv
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return in.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "edge", Descriptors: []*rlv3.RateLimitDescriptor{d}, HitsAddend: cost})
+	return in.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: in.domain, Descriptors: []*rlv3.RateLimitDescriptor{d}, HitsAddend: cost})
 }
 
 // admitted asks n times, from the instances in turn, and counts the OKs; an

@@ -63,19 +63,7 @@ type Limits struct {
 type Option func(*options)
 
 // options are what the Options given to New set.
-type options struct {
-	start    atomicbucket.Time // when the global buckets are created
-	startSet bool
-}
-
-// WithStart makes New create the policy's global (unkeyed) buckets at t instead of now: their
-// initial tokens, and the grids of interval rules, start then. Tests that drive the limiters with
-// explicit times use it.
-func WithStart(t atomicbucket.Time) Option {
-	return func(o *options) {
-		o.start, o.startSet = t, true
-	}
-}
+type options struct{}
 
 // New returns a new set of the policy's limiters, with buckets of its own.
 func New(opts ...Option) *Limits {
@@ -83,14 +71,11 @@ func New(opts ...Option) *Limits {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	if !o.startSet {
-		o.start = atomicbucket.Now()
-	}
 	l := &Limits{
 		RlSourceClusterProxyDestinationCluster:    newRlSourceClusterProxyDestinationClusterLimiter(),
-		RlSourceClusterProxyDestinationClusterBar: newRlSourceClusterProxyDestinationClusterBarLimiter(o.start),
+		RlSourceClusterProxyDestinationClusterBar: newRlSourceClusterProxyDestinationClusterBarLimiter(),
 		RlRemoteAddress: newRlRemoteAddressLimiter(),
-		Reports:         newReportsLimiter(o.start),
+		Reports:         newReportsLimiter(),
 		RlTenantUser:    newRlTenantUserLimiter(),
 	}
 	l.numbers = l.newNumbers()
@@ -106,7 +91,7 @@ type numbers = overlay.Numbers
 func (l *Limits) newNumbers() numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: nil,
-		Rules: map[string]overlay.Target{"RlSourceClusterProxyDestinationCluster": overlay.KeyedTarget(l.RlSourceClusterProxyDestinationCluster.Keyed, nil), "RlSourceClusterProxyDestinationClusterBar": overlay.GlobalTarget(l.RlSourceClusterProxyDestinationClusterBar.Global), "RlRemoteAddress": overlay.KeyedTarget(l.RlRemoteAddress.Keyed, nil), "Reports": overlay.GlobalTarget(l.Reports.Global), "RlTenantUser": overlay.KeyedTarget(l.RlTenantUser.Keyed, ParseRlTenantUserKey)},
+		Rules: map[string]overlay.Target{"RlSourceClusterProxyDestinationCluster": overlay.WindowTarget(l.RlSourceClusterProxyDestinationCluster.KeyedWindow), "RlSourceClusterProxyDestinationClusterBar": overlay.GlobalWindowTarget(l.RlSourceClusterProxyDestinationClusterBar.GlobalWindow), "RlRemoteAddress": overlay.WindowTarget(l.RlRemoteAddress.KeyedWindow), "Reports": overlay.GlobalWindowTarget(l.Reports.GlobalWindow), "RlTenantUser": overlay.WindowTarget(l.RlTenantUser.KeyedWindow)},
 	})
 }
 
@@ -115,225 +100,82 @@ var Default = New()
 
 // The package-level limiters: Default's.
 var (
-	// RlSourceClusterProxyDestinationCluster allows 100 requests per minute per key, in bursts of up to
-	// 100.
+	// RlSourceClusterProxyDestinationCluster allows at most 100 requests in any minute per key (a
+	// sliding window).
 	RlSourceClusterProxyDestinationCluster = Default.RlSourceClusterProxyDestinationCluster
 
-	// RlSourceClusterProxyDestinationClusterBar allows 1 request per minute in total, in bursts of up
-	// to 1.
+	// RlSourceClusterProxyDestinationClusterBar allows at most 1 request in any minute in total (a
+	// sliding window).
 	RlSourceClusterProxyDestinationClusterBar = Default.RlSourceClusterProxyDestinationClusterBar
 
-	// RlRemoteAddress allows 10 requests per second per key, in bursts of up to 10.
+	// RlRemoteAddress allows at most 10 requests in any second per key (a sliding window).
 	RlRemoteAddress = Default.RlRemoteAddress
 
-	// Reports allows 2 requests per hour in total, in bursts of up to 2.
+	// Reports allows at most 2 requests in any hour in total (a sliding window).
 	Reports = Default.Reports
 
-	// RlTenantUser allows 2 requests per minute per tenant and user, in bursts of up to 2.
+	// RlTenantUser allows at most 2 requests in any minute per tenant and user (a sliding window).
 	RlTenantUser = Default.RlTenantUser
 )
 
-// rlSourceClusterProxyDestinationClusterLimit is RlSourceClusterProxyDestinationCluster's limit, as
-// the policy gives it.
-var rlSourceClusterProxyDestinationClusterLimit = atomicbucket.Limit{
-	Tokens: 100,
-	Period: time.Minute,
-	Burst:  100,
-	Refill: atomicbucket.Greedy,
-}
+// rlSourceClusterProxyDestinationClusterLimit is RlSourceClusterProxyDestinationCluster's window
+// rule, as the policy gives it.
+var rlSourceClusterProxyDestinationClusterLimit = atomicbucket.MustWindowRule(100, time.Minute)
 
 // newRlSourceClusterProxyDestinationClusterLimiter returns RlSourceClusterProxyDestinationCluster's (empty) table.
 func newRlSourceClusterProxyDestinationClusterLimiter() *RlSourceClusterProxyDestinationClusterLimiter {
-	return &RlSourceClusterProxyDestinationClusterLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(rlSourceClusterProxyDestinationClusterLimit), rlSourceClusterProxyDestinationClusterUnitsPerNs, rlSourceClusterProxyDestinationClusterUnitsPerToken, rlSourceClusterProxyDestinationClusterBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &RlSourceClusterProxyDestinationClusterLimiter{atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[string](rlSourceClusterProxyDestinationClusterLimit, atomicbucket.TableOptions{}), 1)}
 }
 
 // RlSourceClusterProxyDestinationClusterLimiter is the type of
-// RlSourceClusterProxyDestinationCluster. Its methods, atomicbucket.Keyed's and the folded Allow
-// below, are safe for concurrent use.
+// RlSourceClusterProxyDestinationCluster. Its methods, atomicbucket.KeyedWindow's, are safe for
+// concurrent use.
 type RlSourceClusterProxyDestinationClusterLimiter struct {
-	atomicbucket.Keyed[string]
-}
-
-// RlSourceClusterProxyDestinationCluster's fixed-point units, computed when generating and checked
-// against the runtime when the package initialises (see atomicbucket.Rule.Units): time counts in
-// units of 1/1 ns (rlSourceClusterProxyDestinationClusterUnitsPerNs), one token is worth
-// rlSourceClusterProxyDestinationClusterUnitsPerToken units (GCRA's emission interval), and a
-// bucket may run rlSourceClusterProxyDestinationClusterBurstUnits units ahead of now (the burst's
-// worth: GCRA's tolerance).
-const (
-	rlSourceClusterProxyDestinationClusterUnitsPerNs    = 1
-	rlSourceClusterProxyDestinationClusterUnitsPerToken = 600000000
-	rlSourceClusterProxyDestinationClusterBurstUnits    = 60000000000
-)
-
-// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) Allow(key string) bool {
-	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), rlSourceClusterProxyDestinationClusterUnitsPerNs, rlSourceClusterProxyDestinationClusterUnitsPerToken, rlSourceClusterProxyDestinationClusterBurstUnits)
-}
-
-// AllowAt is Allow at time now.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.Table().AllowGreedyAt(key, now, rlSourceClusterProxyDestinationClusterUnitsPerNs, rlSourceClusterProxyDestinationClusterUnitsPerToken, rlSourceClusterProxyDestinationClusterBurstUnits)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
-func (l *RlSourceClusterProxyDestinationClusterLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.Table().ChangedRule(key)
+	atomicbucket.KeyedWindow[string]
 }
 
 // rlSourceClusterProxyDestinationClusterBarLimit is RlSourceClusterProxyDestinationClusterBar's
-// limit, as the policy gives it.
-var rlSourceClusterProxyDestinationClusterBarLimit = atomicbucket.Limit{
-	Tokens: 1,
-	Period: time.Minute,
-	Burst:  1,
-	Refill: atomicbucket.Greedy,
-}
+// window rule, as the policy gives it.
+var rlSourceClusterProxyDestinationClusterBarLimit = atomicbucket.MustWindowRule(1, time.Minute)
 
-// newRlSourceClusterProxyDestinationClusterBarLimiter returns RlSourceClusterProxyDestinationClusterBar's bucket, created at now.
-func newRlSourceClusterProxyDestinationClusterBarLimiter(now atomicbucket.Time) *RlSourceClusterProxyDestinationClusterBarLimiter {
-	return &RlSourceClusterProxyDestinationClusterBarLimiter{atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(rlSourceClusterProxyDestinationClusterBarLimit), rlSourceClusterProxyDestinationClusterBarUnitsPerNs, rlSourceClusterProxyDestinationClusterBarUnitsPerToken, rlSourceClusterProxyDestinationClusterBarBurstUnits), now), 1)}
+// newRlSourceClusterProxyDestinationClusterBarLimiter returns RlSourceClusterProxyDestinationClusterBar's (empty) window.
+func newRlSourceClusterProxyDestinationClusterBarLimiter() *RlSourceClusterProxyDestinationClusterBarLimiter {
+	return &RlSourceClusterProxyDestinationClusterBarLimiter{atomicbucket.NewGlobalWindow(atomicbucket.NewWindow(rlSourceClusterProxyDestinationClusterBarLimit), 1)}
 }
 
 // RlSourceClusterProxyDestinationClusterBarLimiter is the type of
-// RlSourceClusterProxyDestinationClusterBar. Its methods, atomicbucket.Global's and the folded
-// Allow below, are safe for concurrent use.
+// RlSourceClusterProxyDestinationClusterBar. Its methods, atomicbucket.GlobalWindow's, are safe for
+// concurrent use.
 type RlSourceClusterProxyDestinationClusterBarLimiter struct {
-	atomicbucket.Global
+	atomicbucket.GlobalWindow
 }
 
-// RlSourceClusterProxyDestinationClusterBar's fixed-point units, computed when generating and
-// checked against the runtime when the package initialises (see atomicbucket.Rule.Units): time
-// counts in units of 1/1 ns (rlSourceClusterProxyDestinationClusterBarUnitsPerNs), one token is
-// worth rlSourceClusterProxyDestinationClusterBarUnitsPerToken units (GCRA's emission interval),
-// and a bucket may run rlSourceClusterProxyDestinationClusterBarBurstUnits units ahead of now (the
-// burst's worth: GCRA's tolerance).
-const (
-	rlSourceClusterProxyDestinationClusterBarUnitsPerNs    = 1
-	rlSourceClusterProxyDestinationClusterBarUnitsPerToken = 60000000000
-	rlSourceClusterProxyDestinationClusterBarBurstUnits    = 60000000000
-)
-
-// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
-func (l *RlSourceClusterProxyDestinationClusterBarLimiter) Allow() bool {
-	now := atomicbucket.Now()
-	if word, ok := l.Bucket().AllowGreedyAt(now, rlSourceClusterProxyDestinationClusterBarUnitsPerNs, rlSourceClusterProxyDestinationClusterBarUnitsPerToken, rlSourceClusterProxyDestinationClusterBarBurstUnits); word >= 0 {
-		return ok
-	}
-	// The numbers changed at run time: the runtime's check, which judges by those in force.
-	return l.Bucket().AllowAt(now)
-}
-
-// AllowAt is Allow at time now.
-func (l *RlSourceClusterProxyDestinationClusterBarLimiter) AllowAt(now atomicbucket.Time) bool {
-	if word, ok := l.Bucket().AllowGreedyAt(now, rlSourceClusterProxyDestinationClusterBarUnitsPerNs, rlSourceClusterProxyDestinationClusterBarUnitsPerToken, rlSourceClusterProxyDestinationClusterBarBurstUnits); word >= 0 {
-		return ok
-	}
-	// The numbers changed at run time: the runtime's check, which judges by those in force.
-	return l.Bucket().AllowAt(now)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
-func (l *RlSourceClusterProxyDestinationClusterBarLimiter) ruleInForce() *atomicbucket.Rule {
-	return l.Bucket().ChangedRule()
-}
-
-// rlRemoteAddressLimit is RlRemoteAddress's limit, as the policy gives it.
-var rlRemoteAddressLimit = atomicbucket.Limit{
-	Tokens: 10,
-	Period: time.Second,
-	Burst:  10,
-	Refill: atomicbucket.Greedy,
-}
+// rlRemoteAddressLimit is RlRemoteAddress's window rule, as the policy gives it.
+var rlRemoteAddressLimit = atomicbucket.MustWindowRule(10, time.Second)
 
 // newRlRemoteAddressLimiter returns RlRemoteAddress's (empty) table.
 func newRlRemoteAddressLimiter() *RlRemoteAddressLimiter {
-	return &RlRemoteAddressLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(rlRemoteAddressLimit), rlRemoteAddressUnitsPerNs, rlRemoteAddressUnitsPerToken, rlRemoteAddressBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &RlRemoteAddressLimiter{atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[string](rlRemoteAddressLimit, atomicbucket.TableOptions{}), 1)}
 }
 
-// RlRemoteAddressLimiter is the type of RlRemoteAddress. Its methods, atomicbucket.Keyed's and the
-// folded Allow below, are safe for concurrent use.
+// RlRemoteAddressLimiter is the type of RlRemoteAddress. Its methods, atomicbucket.KeyedWindow's,
+// are safe for concurrent use.
 type RlRemoteAddressLimiter struct {
-	atomicbucket.Keyed[string]
+	atomicbucket.KeyedWindow[string]
 }
 
-// RlRemoteAddress's fixed-point units, computed when generating and checked against the runtime
-// when the package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (rlRemoteAddressUnitsPerNs), one token is worth rlRemoteAddressUnitsPerToken units (GCRA's
-// emission interval), and a bucket may run rlRemoteAddressBurstUnits units ahead of now (the
-// burst's worth: GCRA's tolerance).
-const (
-	rlRemoteAddressUnitsPerNs    = 1
-	rlRemoteAddressUnitsPerToken = 100000000
-	rlRemoteAddressBurstUnits    = 1000000000
-)
+// reportsLimit is Reports's window rule, as the policy gives it.
+var reportsLimit = atomicbucket.MustWindowRule(2, time.Hour)
 
-// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
-func (l *RlRemoteAddressLimiter) Allow(key string) bool {
-	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), rlRemoteAddressUnitsPerNs, rlRemoteAddressUnitsPerToken, rlRemoteAddressBurstUnits)
+// newReportsLimiter returns Reports's (empty) window.
+func newReportsLimiter() *ReportsLimiter {
+	return &ReportsLimiter{atomicbucket.NewGlobalWindow(atomicbucket.NewWindow(reportsLimit), 1)}
 }
 
-// AllowAt is Allow at time now.
-func (l *RlRemoteAddressLimiter) AllowAt(key string, now atomicbucket.Time) bool {
-	return l.Table().AllowGreedyAt(key, now, rlRemoteAddressUnitsPerNs, rlRemoteAddressUnitsPerToken, rlRemoteAddressBurstUnits)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
-func (l *RlRemoteAddressLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.Table().ChangedRule(key)
-}
-
-// reportsLimit is Reports's limit, as the policy gives it.
-var reportsLimit = atomicbucket.Limit{
-	Tokens: 2,
-	Period: time.Hour,
-	Burst:  2,
-	Refill: atomicbucket.Greedy,
-}
-
-// newReportsLimiter returns Reports's bucket, created at now.
-func newReportsLimiter(now atomicbucket.Time) *ReportsLimiter {
-	return &ReportsLimiter{atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(reportsLimit), reportsUnitsPerNs, reportsUnitsPerToken, reportsBurstUnits), now), 1)}
-}
-
-// ReportsLimiter is the type of Reports. Its methods, atomicbucket.Global's and the folded Allow
-// below, are safe for concurrent use.
+// ReportsLimiter is the type of Reports. Its methods, atomicbucket.GlobalWindow's, are safe for
+// concurrent use.
 type ReportsLimiter struct {
-	atomicbucket.Global
-}
-
-// Reports's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (reportsUnitsPerNs), one token is worth reportsUnitsPerToken units (GCRA's emission interval),
-// and a bucket may run reportsBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
-const (
-	reportsUnitsPerNs    = 1
-	reportsUnitsPerToken = 1800000000000
-	reportsBurstUnits    = 3600000000000
-)
-
-// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
-func (l *ReportsLimiter) Allow() bool {
-	now := atomicbucket.Now()
-	if word, ok := l.Bucket().AllowGreedyAt(now, reportsUnitsPerNs, reportsUnitsPerToken, reportsBurstUnits); word >= 0 {
-		return ok
-	}
-	// The numbers changed at run time: the runtime's check, which judges by those in force.
-	return l.Bucket().AllowAt(now)
-}
-
-// AllowAt is Allow at time now.
-func (l *ReportsLimiter) AllowAt(now atomicbucket.Time) bool {
-	if word, ok := l.Bucket().AllowGreedyAt(now, reportsUnitsPerNs, reportsUnitsPerToken, reportsBurstUnits); word >= 0 {
-		return ok
-	}
-	// The numbers changed at run time: the runtime's check, which judges by those in force.
-	return l.Bucket().AllowAt(now)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
-func (l *ReportsLimiter) ruleInForce() *atomicbucket.Rule {
-	return l.Bucket().ChangedRule()
+	atomicbucket.GlobalWindow
 }
 
 // RlTenantUserKey is rule RlTenantUser's key: tenant (string), user (string).
@@ -384,53 +226,18 @@ func ParseRlTenantUserKey(s string) (RlTenantUserKey, error) {
 	return k, nil
 }
 
-// rlTenantUserLimit is RlTenantUser's limit, as the policy gives it.
-var rlTenantUserLimit = atomicbucket.Limit{
-	Tokens: 2,
-	Period: time.Minute,
-	Burst:  2,
-	Refill: atomicbucket.Greedy,
-}
+// rlTenantUserLimit is RlTenantUser's window rule, as the policy gives it.
+var rlTenantUserLimit = atomicbucket.MustWindowRule(2, time.Minute)
 
 // newRlTenantUserLimiter returns RlTenantUser's (empty) table.
 func newRlTenantUserLimiter() *RlTenantUserLimiter {
-	return &RlTenantUserLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[RlTenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(rlTenantUserLimit), rlTenantUserUnitsPerNs, rlTenantUserUnitsPerToken, rlTenantUserBurstUnits), atomicbucket.TableOptions{
-		KeyHash: RlTenantUserKey.gridHash,
-	}), 1, func(k RlTenantUserKey) bool {
-		return verdict.KeyOK(k.Tenant) && verdict.KeyOK(k.User)
-	})}
+	return &RlTenantUserLimiter{atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[RlTenantUserKey](rlTenantUserLimit, atomicbucket.TableOptions{}), 1)}
 }
 
-// RlTenantUserLimiter is the type of RlTenantUser. Its methods, atomicbucket.Keyed's and the folded
-// Allow below, are safe for concurrent use.
+// RlTenantUserLimiter is the type of RlTenantUser. Its methods, atomicbucket.KeyedWindow's, are
+// safe for concurrent use.
 type RlTenantUserLimiter struct {
-	atomicbucket.Keyed[RlTenantUserKey]
-}
-
-// RlTenantUser's fixed-point units, computed when generating and checked against the runtime when
-// the package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (rlTenantUserUnitsPerNs), one token is worth rlTenantUserUnitsPerToken units (GCRA's emission
-// interval), and a bucket may run rlTenantUserBurstUnits units ahead of now (the burst's worth:
-// GCRA's tolerance).
-const (
-	rlTenantUserUnitsPerNs    = 1
-	rlTenantUserUnitsPerToken = 30000000000
-	rlTenantUserBurstUnits    = 60000000000
-)
-
-// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
-func (l *RlTenantUserLimiter) Allow(key RlTenantUserKey) bool {
-	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), rlTenantUserUnitsPerNs, rlTenantUserUnitsPerToken, rlTenantUserBurstUnits)
-}
-
-// AllowAt is Allow at time now.
-func (l *RlTenantUserLimiter) AllowAt(key RlTenantUserKey, now atomicbucket.Time) bool {
-	return l.Table().AllowGreedyAt(key, now, rlTenantUserUnitsPerNs, rlTenantUserUnitsPerToken, rlTenantUserBurstUnits)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
-func (l *RlTenantUserLimiter) ruleInForce(key RlTenantUserKey) *atomicbucket.Rule {
-	return l.Table().ChangedRule(key)
+	atomicbucket.KeyedWindow[RlTenantUserKey]
 }
 
 // httpPolicyRlSourceClusterProxyDestinationCluster is rule RlSourceClusterProxyDestinationCluster
@@ -439,7 +246,12 @@ var httpPolicyRlSourceClusterProxyDestinationCluster = verdict.Policy{
 	Name:   "RlSourceClusterProxyDestinationCluster",
 	Quota:  100,
 	Window: 60,
-	Limit:  rlSourceClusterProxyDestinationClusterLimit,
+	Limit: atomicbucket.Limit{
+		Tokens: 100,
+		Period: time.Minute,
+		Burst:  100,
+		Refill: atomicbucket.Interval,
+	},
 	Item:   "\"RlSourceClusterProxyDestinationCluster\";q=100;w=60",
 	Prefix: "\"RlSourceClusterProxyDestinationCluster\";r=",
 }
@@ -450,7 +262,12 @@ var httpPolicyRlSourceClusterProxyDestinationClusterBar = verdict.Policy{
 	Name:   "RlSourceClusterProxyDestinationClusterBar",
 	Quota:  1,
 	Window: 60,
-	Limit:  rlSourceClusterProxyDestinationClusterBarLimit,
+	Limit: atomicbucket.Limit{
+		Tokens: 1,
+		Period: time.Minute,
+		Burst:  1,
+		Refill: atomicbucket.Interval,
+	},
 	Item:   "\"RlSourceClusterProxyDestinationClusterBar\";q=1;w=60",
 	Prefix: "\"RlSourceClusterProxyDestinationClusterBar\";r=",
 }
@@ -460,7 +277,12 @@ var httpPolicyRlRemoteAddress = verdict.Policy{
 	Name:   "RlRemoteAddress",
 	Quota:  10,
 	Window: 1,
-	Limit:  rlRemoteAddressLimit,
+	Limit: atomicbucket.Limit{
+		Tokens: 10,
+		Period: time.Second,
+		Burst:  10,
+		Refill: atomicbucket.Interval,
+	},
 	Item:   "\"RlRemoteAddress\";q=10;w=1",
 	Prefix: "\"RlRemoteAddress\";r=",
 }
@@ -470,7 +292,12 @@ var httpPolicyReports = verdict.Policy{
 	Name:   "Reports",
 	Quota:  2,
 	Window: 3600,
-	Limit:  reportsLimit,
+	Limit: atomicbucket.Limit{
+		Tokens: 2,
+		Period: time.Hour,
+		Burst:  2,
+		Refill: atomicbucket.Interval,
+	},
 	Item:   "\"Reports\";q=2;w=3600",
 	Prefix: "\"Reports\";r=",
 }
@@ -480,7 +307,12 @@ var httpPolicyRlTenantUser = verdict.Policy{
 	Name:   "RlTenantUser",
 	Quota:  2,
 	Window: 60,
-	Limit:  rlTenantUserLimit,
+	Limit: atomicbucket.Limit{
+		Tokens: 2,
+		Period: time.Minute,
+		Burst:  2,
+		Refill: atomicbucket.Interval,
+	},
 	Item:   "\"RlTenantUser\";q=2;w=60",
 	Prefix: "\"RlTenantUser\";r=",
 }
@@ -493,7 +325,7 @@ var httpPolicies = [...][1]*verdict.Policy{RuleRlSourceClusterProxyDestinationCl
 var httpCosts = [...][1]int64{RuleRlSourceClusterProxyDestinationCluster: {1}, RuleRlSourceClusterProxyDestinationClusterBar: {1}, RuleRlRemoteAddress: {1}, RuleReports: {1}, RuleRlTenantUser: {1}}
 
 // rlsRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
-var rlsRoutes = [...][1]string{{"\"RlSourceClusterProxyDestinationCluster\";q=100;w=60"}, {"\"RlSourceClusterProxyDestinationClusterBar\";q=1;w=60"}, {"\"RlRemoteAddress\";q=10;w=1"}, {"\"Reports\";q=2;w=3600"}, {"\"RlTenantUser\";q=2;w=60"}}
+var rlsRoutes = [...][1]string{{"\"RlSourceClusterProxyDestinationCluster\";q=100;w=60"}, {"\"RlSourceClusterProxyDestinationClusterBar\";q=1;w=60"}, {"\"RlRemoteAddress\";q=10;w=1"}, {""}, {"\"Reports\";q=2;w=3600"}, {"\"RlTenantUser\";q=2;w=60"}}
 
 // RLS serves Envoy's rate-limit service (envoy.service.ratelimit.v3.RateLimitService) for the
 // policy's rls: section: it finds the descriptor pattern a request's descriptor matches in its
@@ -502,7 +334,7 @@ var rlsRoutes = [...][1]string{{"\"RlSourceClusterProxyDestinationCluster\";q=10
 // with limitrls (statuses, the overall code, the IETF fields when asked). A descriptor no pattern
 // matches is OK and counted (Config.Unmatched).
 //
-// Descriptors: rl: source_cluster=proxy, destination_cluster=bar; rl: source_cluster=proxy, destination_cluster; rl: generic_key=reports; rl: remote_address; rl: tenant, user.
+// Descriptors: rl: source_cluster=proxy, destination_cluster=bar; rl: source_cluster=proxy, destination_cluster; rl: generic_key=health; rl: generic_key=reports; rl: remote_address; rl: tenant, user.
 type RLS struct {
 	limits *Limits
 	// Clock, when set, is read instead of atomicbucket.Now: tests drive the service through time with
@@ -549,12 +381,14 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 			i = 1
 		case len(en) == 2 && en[0].Key == "source_cluster" && en[0].Value == "proxy" && en[1].Key == "destination_cluster":
 			i = 0
-		case len(en) == 1 && en[0].Key == "generic_key" && en[0].Value == "reports":
+		case len(en) == 1 && en[0].Key == "generic_key" && en[0].Value == "health":
 			i = 3
+		case len(en) == 1 && en[0].Key == "generic_key" && en[0].Value == "reports":
+			i = 4
 		case len(en) == 1 && en[0].Key == "remote_address":
 			i = 2
 		case len(en) == 2 && en[0].Key == "tenant" && en[1].Key == "user":
-			i = 4
+			i = 5
 		}
 	}
 	switch i {
@@ -575,7 +409,13 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 			Result: res,
 		}, err
 	case 3:
-		res, key, err := s.descriptor4(ctx, en, cost, now)
+		return limitrls.Decision{
+			Found:     true,
+			Mode:      verdict.Off,
+			Unlimited: true,
+		}, nil
+	case 4:
+		res, key, err := s.descriptor5(ctx, en, cost, now)
 		return limitrls.Decision{
 			Found:  true,
 			Key:    key,
@@ -590,8 +430,8 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 			Mode:   verdict.Enforce,
 			Result: res,
 		}, err
-	case 4:
-		res, key, err := s.descriptor5(ctx, en, cost, now)
+	case 5:
+		res, key, err := s.descriptor6(ctx, en, cost, now)
 		return limitrls.Decision{
 			Found:  true,
 			Key:    key,
@@ -625,10 +465,6 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	res.Route = "rl: source_cluster=proxy, destination_cluster"
 	res.Rule = int(RuleRlSourceClusterProxyDestinationCluster)
 	res.Series = 0
-	if rf0 := s.limits.RlSourceClusterProxyDestinationCluster.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
-	}
 	return res, k0, nil
 }
 
@@ -645,10 +481,6 @@ func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	res.Route = "rl: source_cluster=proxy, destination_cluster=bar"
 	res.Rule = int(RuleRlSourceClusterProxyDestinationClusterBar)
 	res.Series = 1
-	if rf0 := s.limits.RlSourceClusterProxyDestinationClusterBar.ruleInForce(); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
-	}
 	return res, "", nil
 }
 
@@ -670,36 +502,28 @@ func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	res.Route = "rl: remote_address"
 	res.Rule = int(RuleRlRemoteAddress)
 	res.Series = 2
-	if rf0 := s.limits.RlRemoteAddress.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
-	}
 	return res, k0, nil
 }
 
-// descriptor4 checks a descriptor of rl: generic_key=reports (rule Reports, shadow) at cost and
+// descriptor5 checks a descriptor of rl: generic_key=reports (rule Reports, shadow) at cost and
 // returns the decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or
 // the error that answers it when it holds no key.
-func (s *RLS) descriptor4(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
+func (s *RLS) descriptor5(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
 	var res verdict.Result
 	res.Decision = s.limits.Reports.AllowNAt(now, cost)
 	res.Policy = httpPolicies[RuleReports][0]
-	res.Policies = rlsRoutes[3][0]
+	res.Policies = rlsRoutes[4][0]
 	res.Cost = cost
 	res.Route = "rl: generic_key=reports"
 	res.Rule = int(RuleReports)
 	res.Series = 3
-	if rf0 := s.limits.Reports.ruleInForce(); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
-	}
 	return res, "", nil
 }
 
-// descriptor5 checks a descriptor of rl: tenant, user (rule RlTenantUser, enforce) at cost and
+// descriptor6 checks a descriptor of rl: tenant, user (rule RlTenantUser, enforce) at cost and
 // returns the decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or
 // the error that answers it when it holds no key.
-func (s *RLS) descriptor5(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
+func (s *RLS) descriptor6(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
 	var k0 RlTenantUserKey
 	ok0 := true
 	{
@@ -720,15 +544,11 @@ func (s *RLS) descriptor5(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var res verdict.Result
 	res.Decision = s.limits.RlTenantUser.AllowNAt(k0, now, cost)
 	res.Policy = httpPolicies[RuleRlTenantUser][0]
-	res.Policies = rlsRoutes[4][0]
+	res.Policies = rlsRoutes[5][0]
 	res.Cost = cost
 	res.Route = "rl: tenant, user"
 	res.Rule = int(RuleRlTenantUser)
 	res.Series = 4
-	if rf0 := s.limits.RlTenantUser.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
-	}
 	key := ""
 	if !res.Decision.Allowed || res.Degraded {
 		key = k0.String()
