@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"go/token"
+	"math"
 	"regexp"
 	"slices"
 	"strconv"
@@ -370,18 +371,22 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 			r.Failure = m
 		}
 	}
+	shareOf := "the rate and burst"
+	if base.Window {
+		shareOf = "the limit"
+	}
 	if n := rd.fields["local_share"]; n != nil {
 		v, err := strconv.ParseFloat(n.Value, 64)
 		switch {
 		case r.Failure != "FailLocal":
 			bad(n, "local_share applies only with on_failure: local")
 		case err != nil || !(v > 0 && v <= 1):
-			bad(n, "local_share %q: the share of the rate and burst each instance takes alone, in (0, 1], such as 0.25 for four instances", n.Value)
+			bad(n, "local_share %q: the share of %s each instance takes alone, in (0, 1], such as 0.25 for four instances", n.Value, shareOf)
 		default:
 			r.Share = v
 		}
 	} else if r.Failure == "FailLocal" {
-		bad(rd.fields["on_failure"], "on_failure: local needs local_share: the share of the rate and burst each instance takes alone, such as 0.25 for four instances")
+		bad(rd.fields["on_failure"], "on_failure: local needs local_share: the share of %s each instance takes alone, such as 0.25 for four instances", shareOf)
 	}
 
 	if n := rd.fields["store"]; n != nil {
@@ -463,6 +468,9 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 			bad(rd.fields["window"], "a shared window over more than %d units is counted on the store in sixteenths of whole microseconds: give a window that is a multiple of 16µs, not %v",
 				atomicbucket.WindowRingMax, time.Duration(base.PeriodNs))
 		}
+	}
+	if r.Share > 0 && baseOK {
+		p.localShare(rd.fields["local_share"], r, bad)
 	}
 	if r.Lease > 0 {
 		most := int64(0)
@@ -657,6 +665,8 @@ func (p *parser) windowLimit(fields, keys map[string]*yaml.Node, at *yaml.Node, 
 	switch n := fields["window"]; {
 	case n == nil && base == nil:
 		bad(keys["limit"], "limit without window: add window:, such as window: 1h (at most limit in any hour)")
+	case n != nil && n.Kind != yaml.ScalarNode:
+		bad(n, "window is a %s here; give one period, such as window: 1h", kindName(n.Kind))
 	case n != nil:
 		if d, err := overlay.ParseWindow(n.Value); err != nil {
 			bad(n, "%v", err)
@@ -699,11 +709,58 @@ func (p *parser) windowLimit(fields, keys map[string]*yaml.Node, at *yaml.Node, 
 	return l, true
 }
 
+// isWholeFloat reports whether s is a whole number written as a float
+// (1e9, 1000.0): what a limit spelled so means is clear, and the message can
+// say how to write it.
+func isWholeFloat(s string) bool {
+	f, err := strconv.ParseFloat(s, 64)
+	return err == nil && f == math.Trunc(f) && math.Abs(f) < 1<<62 && strings.ContainsAny(s, ".eE")
+}
+
+// localShare refuses a local share too small for one request: an instance
+// alone holds floor(share × burst) tokens (the limit's share, for a
+// window), at least 1, so a share below one request's cost would be rounded
+// up to more than the policy says (or admit nothing), on any plan.
+func (p *parser) localShare(n *yaml.Node, r model.Rule, bad func(*yaml.Node, string, ...any)) {
+	least := 0.0 // the smallest share that holds a request on every plan
+	for _, l := range r.Limits {
+		cost := max(l.Cost, r.Cost, 1)
+		s := float64(cost) / float64(l.Burst)
+		for int64(s*float64(l.Burst)) < cost {
+			s = math.Nextafter(s, 2)
+		}
+		least = max(least, s)
+	}
+	if r.Share >= least {
+		return
+	}
+	of := "burst"
+	if r.Limits[0].Window {
+		of = "limit"
+	}
+	l := r.Limits[0]
+	for _, x := range r.Limits {
+		if float64(max(x.Cost, r.Cost, 1))/float64(x.Burst) > float64(max(l.Cost, r.Cost, 1))/float64(l.Burst) {
+			l = x
+		}
+	}
+	bad(n, "local_share %v of %s %d is %.3g of a request of cost %d: alone, an instance would round it up to a whole request (%.3g times the share) or admit nothing; give local_share: %.6g or more",
+		r.Share, of, l.Burst, r.Share*float64(l.Burst)/float64(max(l.Cost, r.Cost, 1)), max(l.Cost, r.Cost, 1), least/r.Share, least)
+}
+
 func (p *parser) int(n *yaml.Node, what, field string, least int64) (int64, bool) {
 	v, err := strconv.ParseInt(strings.ReplaceAll(n.Value, "_", ""), 10, 64)
 	switch {
-	case err != nil || n.Kind != yaml.ScalarNode:
+	case err == nil && n.Kind == yaml.ScalarNode:
+	case n.Kind == yaml.ScalarNode && isWholeFloat(n.Value):
+		f, _ := strconv.ParseFloat(n.Value, 64)
+		p.errorf(n, "%s: %s %q: write the number in digits, %s (exponents are not read, so that every count is exact)", what, field, n.Value, strconv.FormatFloat(f, 'f', -1, 64))
+		return 0, false
+	default:
 		p.errorf(n, "%s: %s %q is not a whole number", what, field, n.Value)
+		return 0, false
+	}
+	switch {
 	case v < least && field == "burst":
 		p.errorf(n, "%s: burst %d admits nothing; burst must be at least 1", what, v)
 	case v < least:
