@@ -355,6 +355,8 @@ func (s *simulation) loadOverlay(name string) error {
 			}
 			n := e.Numbers
 			switch {
+			case e.HasKey && r.nums == nil: // overlay.Check refuses a window key's own numbers
+				return fmt.Errorf("%s: rule %s is a window rule: its numbers are the whole rule's", e.Pos, r.rule.Name)
 			case e.HasKey:
 				k, err := canonicalKey(r.rule, e.Key)
 				if err != nil {
@@ -370,8 +372,15 @@ func (s *simulation) loadOverlay(name string) error {
 		if plan == nil {
 			plan = all
 		}
-		if plan != nil {
+		switch {
+		case plan == nil:
+		case r.nums != nil:
 			r.nums.base = *plan
+		default: // a window rule: the whole rule's numbers, put in force when its window is made
+			if _, err := atomicbucket.WindowRuleOf(*plan, r.limit.Cost); err != nil {
+				return fmt.Errorf("%s: rule %s: %v", name, r.rule.Name, err)
+			}
+			r.windowStart = plan
 		}
 	}
 	return nil

@@ -141,9 +141,12 @@ type simRule struct {
 	nums   *simNumbers
 	table  *atomicbucket.Table[string]
 	bucket *atomicbucket.Bucket
-	// A window rule's (nums is nil: its numbers never change).
-	wtable *atomicbucket.WindowTable[string]
-	window *atomicbucket.Window
+	// A window rule's (nums is nil: its numbers change for the whole rule
+	// only, by set and clear events), and the -numbers file's numbers for it
+	// (nil: the policy's).
+	wtable      *atomicbucket.WindowTable[string]
+	window      *atomicbucket.Window
+	windowStart *atomicbucket.Numbers
 	// By key: requests the rule admitted, denied, and (in a tier) passed
 	// but were then denied by a later rule, so that its take was refunded.
 	allowed, denied, refunded map[string]int
@@ -569,6 +572,11 @@ func (s *simulation) start(start atomicbucket.Time) error {
 			wr := r.limit.WindowRule()
 			if r.rule.KeyType == "" {
 				r.window = atomicbucket.NewWindow(wr)
+				if r.windowStart != nil {
+					if err := r.window.SetNumbers(*r.windowStart, r.limit.Cost); err != nil {
+						return err
+					}
+				}
 				continue
 			}
 			opts := atomicbucket.TableOptions{MaxKeys: r.rule.MaxKeys}
@@ -576,6 +584,11 @@ func (s *simulation) start(start atomicbucket.Time) error {
 				opts.AtCap = atomicbucket.AllowAtCap
 			}
 			r.wtable = atomicbucket.NewWindowTable[string](wr, opts)
+			if r.windowStart != nil {
+				if err := r.wtable.SetNumbers(*r.windowStart, r.limit.Cost); err != nil {
+					return err
+				}
+			}
 			continue
 		}
 		rule, err := atomicbucket.NewRule(r.limit.Atomic())

@@ -726,6 +726,20 @@ func TestSimulateWindow(t *testing.T) {
 	if !strings.Contains(out, "# 0: set Burst: 2 per 10s, burst 2\n") || !strings.Contains(out, "2000000000,a,,false,0,8000000999\n") {
 		t.Errorf("a number change of a window:\n%s", out)
 	}
+	// A -numbers file with an entry for a window rule (it panicked): the
+	// rule's numbers from the start, 2 in any 10 s.
+	numbers := t.TempDir() + "/numbers.yaml"
+	if err := os.WriteFile(numbers, []byte("rules:\n  Burst:\n    rate: 2/10s\n    burst: 2\n  Site:\n    rate: 1/500ms\n    burst: 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, errOut, code = runSimulate(t, []string{"-policy", "testdata/valid/25_windows.yaml", "-rule", "Burst", "-numbers", numbers}, "0,a\n1000000000,a\n2000000000,a\n")
+	if code != 0 || !strings.Contains(out, "1000000000,a,,true,0,0\n") || !strings.Contains(out, "2000000000,a,,false,0,8000000999\n") {
+		t.Errorf("-numbers for a keyed window: exit %d, %s\n%s", code, errOut, out)
+	}
+	out, errOut, code = runSimulate(t, []string{"-policy", "testdata/valid/25_windows.yaml", "-rule", "Site", "-numbers", numbers}, "0,\n1000,\n")
+	if code != 0 || !strings.Contains(out, "0,,,true,0,0\n") || !strings.Contains(out, "1000,,,false,") {
+		t.Errorf("-numbers for a global window: exit %d, %s\n%s", code, errOut, out)
+	}
 	for _, c := range []struct{ event, want string }{
 		{`{"time": 0, "set": {"rule": "Burst", "key": "a", "rate": "2/10s", "burst": 2}}`, "for every key"},
 		{`{"time": 0, "set": {"rule": "Burst", "rate": "2/10s", "burst": 3}}`, "limit as burst"},
