@@ -53,12 +53,29 @@ func newSimNumbers(l atomicbucket.Numbers) *simNumbers {
 type simEvent struct {
 	line   int
 	wall   int64
+	replay string // the event's line with its time in nanoseconds, as the output echoes it
 	kind   string // set, clear, reset, health
 	rule   string
 	plan   string
 	key    *string
 	n      atomicbucket.Numbers
 	health adaptive.Health
+}
+
+// replayLine is an event's JSON line with its time written in nanoseconds,
+// as simulate writes every request's: the output echoes it so that, fed back
+// in, it replays to the same decisions (a log has one form of time). Its
+// fields are written in sorted order, numbers as the line wrote them.
+func replayLine(text string, wall int64) (string, error) {
+	d := json.NewDecoder(strings.NewReader(text))
+	d.UseNumber()
+	var m map[string]any
+	if err := d.Decode(&m); err != nil {
+		return "", fmt.Errorf("not valid JSON: %v", err)
+	}
+	m["time"] = json.Number(strconv.FormatInt(wall, 10))
+	out, err := json.Marshal(m)
+	return string(out), err
 }
 
 // eventJSON is an event's fields as the log writes them.
@@ -112,6 +129,9 @@ func (lr *logReader) event(text string) (simEvent, bool, error) {
 		return e, true, err
 	}
 	e.wall = wall
+	if e.replay, err = replayLine(text, wall); err != nil {
+		return e, true, fmt.Errorf("line %d: %v", lr.line, err)
+	}
 	if e.kind == "health" {
 		h := j.Health
 		if h.Samples == nil || *h.Samples < 0 {

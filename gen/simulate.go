@@ -268,7 +268,16 @@ func (s *simulation) newLogReader(r io.Reader) *logReader {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	lr := &logReader{sim: s, sc: sc}
+	// Without a CSV header naming them, the output still gives each keyed
+	// rule of a tier its own column: joined in one (k|bob), keys holding a
+	// | would not read back as they were.
 	lr.head = []string{"key"}
+	if len(s.keyed) > 1 {
+		lr.head = lr.head[:0]
+		for _, j := range s.keyed {
+			lr.head = append(lr.head, s.rules[j].rule.Name)
+		}
+	}
 	return lr
 }
 
@@ -426,7 +435,10 @@ func (lr *logReader) jsonLine(text string) (request, error) {
 // or one per keyed rule separated by |.
 func (s *simulation) splitKeys(field string) ([]string, error) {
 	keys := make([]string, len(s.rules))
-	parts := strings.Split(field, "|")
+	parts := []string{field} // one keyed rule: the field is its key, | and all
+	if len(s.keyed) > 1 {
+		parts = strings.Split(field, "|")
+	}
 	if len(parts) != 1 && len(parts) != len(s.keyed) {
 		return nil, fmt.Errorf("%d keys for %d keyed rules", len(parts), len(s.keyed))
 	}
@@ -448,6 +460,11 @@ func (s *simulation) request(line int, timeField string, keys []string, costFiel
 	}
 	for _, j := range s.keyed {
 		r := s.rules[j].rule
+		if keys[j] == "" {
+			// Every door refuses a request without a key (missing_key), and
+			// the generated API an empty key: never one bucket for them all.
+			return req, fmt.Errorf("line %d: rule %s: the key is empty; a request without a key is refused by the doors (missing_key), never limited as a client of its own", line, r.Name)
+		}
 		k, err := canonicalKey(r, keys[j])
 		if err != nil {
 			return req, fmt.Errorf("line %d: rule %s: %v", line, r.Name, err)
@@ -648,13 +665,16 @@ func (s *simulation) run(in io.Reader, w io.Writer) error {
 				out.Flush()
 				return err
 			}
+			out.Flush()
 			if what != "" {
-				out.Flush()
 				fmt.Fprintf(w, "# %d: %s\n", req.wall, what)
 				if s.pic != nil {
 					s.pic.change(req.wall, what)
 				}
 			}
+			// The event itself, so that the output replays to the same
+			// decisions (a skipped one too: the summary counts it).
+			fmt.Fprintln(w, req.event.replay)
 			continue
 		}
 		if n == 0 {

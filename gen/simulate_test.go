@@ -69,14 +69,25 @@ func TestSimulateTier(t *testing.T) {
 	}
 	lines := strings.Split(out, "\n")
 	for i, want := range map[int]string{
-		1:  "1795255200000000000,alice|7,,true,49,0,",
-		50: "1795255200000000000,alice|7,,true,0,0,",
-		51: "1795255200000000000,alice|7,,false,0,100000000,PerUser",
-		52: "1795255200100000000,alice|7,,true,0,0,",
+		0:  "time,PerUser,PerEndpoint,cost,allowed,remaining,retry_after_ns,denied_by",
+		1:  "1795255200000000000,alice,7,,true,49,0,",
+		50: "1795255200000000000,alice,7,,true,0,0,",
+		51: "1795255200000000000,alice,7,,false,0,100000000,PerUser",
+		52: "1795255200100000000,alice,7,,true,0,0,",
 	} {
 		if lines[i] != want {
 			t.Errorf("line %d = %q, want %q", i, lines[i], want)
 		}
+	}
+	// A key column a keyed rule, whatever the log's form: keys with a | in
+	// them replay as they were (joined as alice|7 they would not).
+	again, errOut, code := runSimulate(t, []string{"-policy", "../policy.yaml", "-rule", "API", "-plan", "free"}, out)
+	if code != 0 || again != out {
+		t.Errorf("fed back in: exit %d, %s\n%s", code, errOut, again)
+	}
+	one, errOut, code := runSimulate(t, []string{"-policy", "../policy.yaml", "-rule", "PerUser", "-plan", "free"}, "0,a|b\n")
+	if code != 0 || !strings.Contains(one, "\n0,a|b,,true,") {
+		t.Errorf("a key with a | on one rule: exit %d, %s\n%s", code, errOut, one)
 	}
 	for _, want := range []string{"# PerUser,alice,51,1", "# PerEndpoint,7,51,0", "# Global,,51,0"} {
 		if !strings.Contains(out, want) {
@@ -101,7 +112,7 @@ func TestSimulateTierRefunds(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
-	if !strings.Contains(out, "\n0,u4|7,,false,0,60000000,PerEndpoint\n") {
+	if !strings.Contains(out, "\n0,u4,7,,false,0,60000000,PerEndpoint\n") {
 		t.Errorf("u4's request is not denied by PerEndpoint (1000 a minute: one token in 60 ms):\n%s", out)
 	}
 	for _, want := range []string{
@@ -137,6 +148,9 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 		{[]string{"-policy", "../policy.yaml", "-rule", "Login"}, "0,a,lots\n", `cost "lots" is not a whole number`},
 		{[]string{"-policy", "../policy.yaml", "-rule", "Login"}, "", "no requests"},
 		{[]string{"-policy", "../policy.yaml", "-rule", "API", "-plan", "free"}, "0,a|b|c|d\n", "4 keys for 2 keyed rules"},
+		// An empty key was decided as a client of its own; every door refuses it.
+		{[]string{"-policy", "../policy.yaml", "-rule", "Login"}, "0,a\n1,\n", "line 2: rule Login: the key is empty"},
+		{[]string{"-policy", "../policy.yaml", "-rule", "API", "-plan", "free"}, "time,PerUser,PerEndpoint\n0,,7\n", "line 2: rule PerUser: the key is empty"},
 		// One time form a log: before, a 1 after RFC 3339 times was read as 1970
 		// and judged against the bucket's later state (a retry of 3,598 s).
 		{[]string{"-policy", "../policy.yaml", "-rule", "Login"}, "2026-11-21T10:00:00Z,a\n1,a\n", `line 2: time "1" is Unix nanoseconds, but line 1's was RFC 3339`},
@@ -218,12 +232,17 @@ func TestSimulateNumbers(t *testing.T) {
 0,alice,,false,0,1000000000
 0,acme,,true,4,0
 # 0: set PerUser key "alice": 1 per 1s, burst 3
+{"set":{"burst":3,"key":"alice","rate":"1/s","rule":"PerUser"},"time":0}
 0,alice,,false,0,1000000000
 # 0: reset PerUser key "alice"
+{"reset":{"key":"alice"},"time":0}
 0,alice,,true,2,0
 # 0: clear PerUser key "alice"
+{"clear":{"key":"alice"},"time":0}
 0,alice,,true,1,0
+{"set":{"burst":1,"plan":"pro","rate":"1/s"},"time":0}
 # 500000000: set PerUser: 10 per 1s, burst 10
+{"set":{"burst":10,"rate":"10/s"},"time":500000000}
 500000000,alice,,true,0,0
 # summary: rule,key,allowed,denied
 # PerUser,acme,1,0
@@ -233,6 +252,11 @@ func TestSimulateNumbers(t *testing.T) {
 `
 	if out != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", out, want)
+	}
+	// The output replays to the same decisions: the events are in it.
+	args := []string{"-policy", "../policy.yaml", "-rule", "PerUser", "-plan", "free", "-numbers", numbers}
+	if again, errOut, code := runSimulate(t, args, out); code != 0 || again != out {
+		t.Errorf("fed back in: exit %d, %s\n%s", code, errOut, again)
 	}
 }
 
@@ -252,13 +276,16 @@ func TestSimulateAdaptive(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	want := `# 0: health: 10 samples, latency 300ms, errors 0.0000: unhealthy, factor 0.500
+{"health":{"latency":"300ms","samples":10},"time":0}
 time,key,cost,allowed,remaining,retry_after_ns,factor
 0,alice,,true,2,0,0.500
 0,alice,,true,1,0,0.500
 0,alice,,true,0,0,0.500
 0,alice,,false,0,9149266183,0.500
 # 1000000000: health: 0 samples, latency 0s, errors 0.0000: too few samples, factor 0.500
+{"health":{"samples":0},"time":1000000000}
 # 2000000000: health: 10 samples, latency 20ms, errors 0.0000: healthy, factor 1.000
+{"health":{"latency":"20ms","samples":10},"time":2000000000}
 9200000000,alice,,true,4,0,1.000
 # summary: rule,key,allowed,denied
 # Login,alice,4,1
@@ -266,6 +293,9 @@ time,key,cost,allowed,remaining,retry_after_ns,factor
 `
 	if out != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", out, want)
+	}
+	if again, errOut, code := runSimulate(t, args, out); code != 0 || again != out {
+		t.Errorf("fed back in: exit %d, %s\n%s", code, errOut, again)
 	}
 }
 
@@ -547,6 +577,9 @@ func reportSeries(t *testing.T, out string, pic *readSeries) *readSeries {
 	}
 	var lines []line
 	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if strings.HasPrefix(l, "{") { // an event, echoed for replay; its # line marks it
+			continue
+		}
 		if rest, ok := strings.CutPrefix(l, "# "); ok {
 			if ts, _, ok := strings.Cut(rest, ": "); ok {
 				if n, err := strconv.ParseInt(ts, 10, 64); err == nil {
