@@ -163,6 +163,7 @@ examples:
 	@echo "== make examples: $$(date +%T)"
 	.ci/servers redis postgres
 	cd examples/quickstart && $(GO) tool gen -policy policy.yaml -out limits -main cmd/ratelimit -check && \
+	  $(GO) tool gen -policy readme/policy.yaml -out readme/limits -check && \
 	  $(GO) tool gen -policy twostores.yaml -out twostores -check && \
 	  $(GO) mod tidy -diff && $(GO) vet ./... && $(GO) test -count=1 ./...
 	cd examples/envoy && $(GO) tool gen -policy policy.yaml -out limits -main cmd/ratelimit -check && \

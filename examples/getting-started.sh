@@ -96,4 +96,27 @@ if [ "$out" != "$want" ]; then
   echo "getting-started: the program printed:"; echo "$out"; echo "want:"; echo "$want"; exit 1
 fi
 go tool gen -policy policy.yaml -out limits -check >/dev/null
+
+# The README's second block: the nested modules a policy's other sections
+# import (here an rls: section and its ready server, which imports limitrls,
+# both stores' modules and limitprom), each pointed at the checkout. Without
+# those replace lines the go mod tidy below fails to find them.
+for m in limitgrpc limitrls redisstore pgstore limitprom limitotel; do
+  go mod edit -replace github.com/limitgen/limitgen/$m="$checkout/$m"
+done
+mkdir edge
+cat > edge/policy.yaml <<'YAML'
+package: edge
+rules:
+  - {name: PerCaller, key: string, limit: 10, window: 1s}
+rls:
+  domains:
+    - domain: edge
+      descriptors:
+        - {entries: [caller], rule: PerCaller}
+YAML
+go tool gen -policy edge/policy.yaml -out edge/limits -main edge/cmd/ratelimit >/dev/null
+go mod tidy
+go vet ./...
+go tool gen -policy edge/policy.yaml -out edge/limits -main edge/cmd/ratelimit -check >/dev/null
 echo "getting-started: a new module built and ran the README's steps against $checkout"

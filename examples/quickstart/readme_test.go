@@ -152,20 +152,21 @@ func snippet(ctx context.Context, pool *pgxpool.Pool, mw *limits.Middleware) {
 {{SNIPPET}}
 }
 `},
-	{"ctx := r.Context()", `package s
+	// Step 4 goes on from step 1's policy (readme/policy.yaml), not the
+	// quickstart's, whose rules are shared.
+	{"plan := planOf(user)", `package s
 
 import (
-	"log"
 	"net/http"
 
-	"example.com/quickstart/limits"
+	"example.com/quickstart/readme/limits"
 )
 
 func planOf(string) limits.Plan { return limits.PlanFree }
 
 func snippet(w http.ResponseWriter, r *http.Request, lims *limits.Limits, user string) {
 {{SNIPPET}}
-	_, _, _ = ok, res, d3
+	_, _, _ = ok, d2, d3
 }
 `},
 	{"client := redis.NewClient(", `package s
@@ -236,6 +237,35 @@ func snippet(ctx context.Context, w http.ResponseWriter, userID int64) error {
 	return err
 }
 `},
+}
+
+// TestREADMEPolicy: readme/policy.yaml, which the README's later steps are
+// compiled against, is step 1's policy word for word (before, step 4 was
+// compiled against the quickstart's shared rules, and did not compile
+// against step 1's).
+func TestREADMEPolicy(t *testing.T) {
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(raw)
+	i := strings.Index(s, "1. Write `policy.yaml`")
+	j := strings.Index(s[max(i, 0):], "```yaml\n")
+	if i < 0 || j < 0 {
+		t.Fatal("the README has no step 1 with a yaml block")
+	}
+	block, _, _ := strings.Cut(s[i+j+len("```yaml\n"):], "```")
+	var lines []string
+	for _, l := range strings.Split(strings.TrimRight(block, " \n"), "\n") {
+		lines = append(lines, strings.TrimPrefix(l, "   "))
+	}
+	want, err := os.ReadFile("readme/policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(lines, "\n") + "\n"; got != string(want) {
+		t.Errorf("readme/policy.yaml is not the README's step 1:\n%s\nwant:\n%s", want, got)
+	}
 }
 
 // goSnippet is a Go block of the README or of a page of docs/: its text,
