@@ -182,6 +182,9 @@ func (p *parser) clientIP(n *yaml.Node, door string) model.ClientIP {
 				p.errorf(item, door+": trusted proxy %q is not a network or an address, such as 10.0.0.0/8 or 2001:db8::/32", item.Value)
 			case pfx.Addr().Is4In6():
 				p.errorf(item, door+": trusted proxy %q is an IPv4-mapped network; write it as IPv4 (requests are keyed by unmapped addresses)", item.Value)
+			case tooWide(pfx):
+				nets = append(nets, pfx.Masked()) // and, with others, perhaps every address (coversAll)
+				p.errorf(item, door+": trusted proxy %q spans public addresses far beyond any proxy fleet: any client inside it could send X-Forwarded-For (or Forwarded) and pick its own ip key; list your proxies' networks (public ones at most a /%d of IPv4 or a /%d of IPv6; private ones such as 10.0.0.0/8 or fc00::/7 may be wider)", item.Value, widestPublic4, widestPublic6)
 			default:
 				c.TrustedProxies = append(c.TrustedProxies, pfx.Masked().String())
 				nets = append(nets, pfx.Masked())
@@ -211,6 +214,28 @@ func (p *parser) clientIP(n *yaml.Node, door string) model.ClientIP {
 	}
 	c.IPv6Prefix, c.IPv4Prefix = bits("ipv6_prefix", 128), bits("ipv4_prefix", 32)
 	return c
+}
+
+// The widest trusted network of public addresses a policy may list: wider
+// ones (0.0.0.0/1 … /7; 2000::/3, the whole of global unicast IPv6, … /31)
+// hold clients, not a service's proxies. Every IPv4 prefix shorter than /8
+// holds public addresses; an IPv6 one is checked against 2000::/3.
+const (
+	widestPublic4 = 8
+	widestPublic6 = 32
+)
+
+// globalUnicast is IPv6's global unicast space (RFC 4291): its public
+// addresses.
+var globalUnicast = netip.MustParsePrefix("2000::/3")
+
+// tooWide reports whether pfx is a network of public addresses wider than a
+// proxy fleet's (widestPublic4, widestPublic6).
+func tooWide(pfx netip.Prefix) bool {
+	if pfx.Addr().Is4() {
+		return pfx.Bits() < widestPublic4
+	}
+	return pfx.Bits() < widestPublic6 && pfx.Overlaps(globalUnicast)
 }
 
 // coversAll is "IPv4" or "IPv6" when nets together hold every address of that
