@@ -63,6 +63,7 @@ var structural = []string{
 	"burst_zero", "no_burst", "cost_zero", "bad_refill", "bad_key_type", "bad_at_cap", "tier_rule_twice",
 	"tier_without_rules", "many_problems_at_once", "rate_negative",
 	"burst_negative", "cost_negative", "max_keys_negative", "plan_burst_negative",
+	"http_route_cost_zero", "plan_cost_zero",
 }
 
 // TestStructuralErrorsFailSchema: the schema catches the structural mistakes
