@@ -233,3 +233,30 @@ func TestCheckBuildsMain(t *testing.T) {
 		t.Errorf("-check of a server that does not build: exit %d, %s", code, errs.String())
 	}
 }
+
+// A tier whose shared rules are on two stores says so in its doc: one call a
+// store, in turn, with what a denial gives back (it said "on the store given
+// to New, all or nothing, in one call", which no store could do).
+func TestMultiStoreTierDoc(t *testing.T) {
+	raw, err := os.ReadFile("testdata/valid/24_shared.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := compile("24_shared.yaml", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := render(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The doc comment as one line of text.
+	code := strings.ReplaceAll(squash(string(src)), "\n// ", " ")
+	want := "Billed checks a request against PerAccount, Invoices on their stores (WithStore's, billing), one call a store in that order, all or nothing"
+	if !strings.Contains(code, want) {
+		t.Errorf("the Billed tier's doc lacks %q", want)
+	}
+	if i := strings.Index(code, " Billed checks"); i < 0 || strings.Contains(code[i:i+400], "in one call") {
+		t.Errorf("the Billed tier's doc says one call, or is missing")
+	}
+}

@@ -962,25 +962,25 @@ func (l *Limits) checkCheckout(perInstanceKey string, checkoutsKey string, invoi
 }
 
 // Checkout checks a request against PerInstance, Checkouts, Invoices, all or nothing: PerInstance
-// in this process and Checkouts, Invoices on the store given to New in one call. Local windows are
-// looked at first, local buckets take next (a request they deny never reaches the store), the store
-// decides, and when it denies the local buckets get back what they took; local windows count last
-// (should one deny then, the buckets and the store get back what they took: the store at best
-// effort, never more than it took). It never fails: when the store cannot decide, the shared rules'
-// on_failure settings do, and the result says so (Degraded, Err). Without a store, LocalCheckout
-// decides and Err is SharedErr's error. It uses Default.
+// in this process and Checkouts, Invoices on their stores (WithStore's, billing), one call a store
+// in that order. Local windows are looked at first, local buckets take next (a request they deny
+// never reaches the store), the store decides, and when it denies the local buckets get back what
+// they took; local windows count last (should one deny then, the buckets and the store get back
+// what they took: the store at best effort, never more than it took). It never fails: when the
+// store cannot decide, the shared rules' on_failure settings do, and the result says so (Degraded,
+// Err). Without a store, LocalCheckout decides and Err is SharedErr's error. It uses Default.
 func Checkout(ctx context.Context, perInstanceKey string, checkoutsKey string, invoicesKey string) TierResult {
 	return Default.Checkout(ctx, perInstanceKey, checkoutsKey, invoicesKey)
 }
 
 // Checkout checks a request against PerInstance, Checkouts, Invoices, all or nothing: PerInstance
-// in this process and Checkouts, Invoices on the store given to New in one call. Local windows are
-// looked at first, local buckets take next (a request they deny never reaches the store), the store
-// decides, and when it denies the local buckets get back what they took; local windows count last
-// (should one deny then, the buckets and the store get back what they took: the store at best
-// effort, never more than it took). It never fails: when the store cannot decide, the shared rules'
-// on_failure settings do, and the result says so (Degraded, Err). Without a store, LocalCheckout
-// decides and Err is SharedErr's error.
+// in this process and Checkouts, Invoices on their stores (WithStore's, billing), one call a store
+// in that order. Local windows are looked at first, local buckets take next (a request they deny
+// never reaches the store), the store decides, and when it denies the local buckets get back what
+// they took; local windows count last (should one deny then, the buckets and the store get back
+// what they took: the store at best effort, never more than it took). It never fails: when the
+// store cannot decide, the shared rules' on_failure settings do, and the result says so (Degraded,
+// Err). Without a store, LocalCheckout decides and Err is SharedErr's error.
 func (l *Limits) Checkout(ctx context.Context, perInstanceKey string, checkoutsKey string, invoicesKey string) TierResult {
 	return l.checkSharedCheckout(ctx, perInstanceKey, checkoutsKey, invoicesKey, 0, true)
 }

@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"fmt"
 	"go/format"
+	"slices"
 	"strings"
 	"time"
 
@@ -1272,6 +1273,30 @@ func emitSharedTier(m *model.Model, t model.Tier, planned bool, decl func(...str
 		{t.NName(), fmt.Sprintf("%s is %s with a cost every rule is charged instead of its default.", t.NName(), t.GoName),
 			[]string{"cost"}, []jen.Code{jen.Id("cost"), jen.False()}},
 	}
+	// The stores the tier's shared rules are on ("" for WithStore's), in
+	// the order the tier first names them: one call a store.
+	var stores []string
+	for _, ri := range t.Rules {
+		if r := m.Rules[ri]; r.Shared && !slices.Contains(stores, r.Store) {
+			stores = append(stores, r.Store)
+		}
+	}
+	onStores := "on the store given to New in one call"
+	if len(stores) > 1 {
+		var names []string
+		for _, st := range stores {
+			if st == "" {
+				st = "WithStore's"
+			}
+			names = append(names, st)
+		}
+		onStores = "on their stores (" + strings.Join(names, ", ") + "), one call a store in that order"
+		forms[0].doc = fmt.Sprintf("%s checks a request against %s on their stores (%s), one call a store in that order, "+
+			"all or nothing: when a store denies, the stores asked before it get back what they took (at best effort, never "+
+			"more than they took). It never fails: when a store cannot decide, the rules' on_failure settings do, and the "+
+			"result says so (Degraded, Err). Without a store, %s decides and Err is SharedErr's error.",
+			t.GoName, strings.Join(tierRuleNames(m, t), ", "), strings.Join(names, ", "), t.LocalName())
+	}
 	if t.Local {
 		var local, store []string
 		for _, ri := range t.Rules {
@@ -1281,8 +1306,7 @@ func emitSharedTier(m *model.Model, t model.Tier, planned bool, decl func(...str
 				local = append(local, r.GoName)
 			}
 		}
-		forms[0].doc = fmt.Sprintf("%s checks a request against %s, all or nothing: %s in this process and %s on the store "+
-			"given to New in one call. Local windows are looked at first, local buckets take next (a request they deny never "+
+		forms[0].doc = fmt.Sprintf("%s checks a request against %s, all or nothing: %s in this process and %s "+onStores+". Local windows are looked at first, local buckets take next (a request they deny never "+
 			"reaches the store), the store decides, and when it denies the local buckets get back what they took; local "+
 			"windows count last (should one deny then, the buckets and the store get back what they took: the store at best "+
 			"effort, never more than it took). It never fails: when the store cannot decide, the shared rules' on_failure "+
