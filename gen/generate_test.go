@@ -260,3 +260,26 @@ func TestMultiStoreTierDoc(t *testing.T) {
 		t.Errorf("the Billed tier's doc says one call, or is missing")
 	}
 }
+
+// A window rule's Policy is marked Sliding, so that the doors describe it as
+// a window (limitgrpc's QuotaFailure said "40/d, burst 40").
+func TestWindowPolicyIsSliding(t *testing.T) {
+	raw, err := os.ReadFile("testdata/valid/25_windows.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := compile("25_windows.yaml", raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := render(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code := squash(string(src))
+	daily, _, _ := strings.Cut(code[strings.Index(code, "var httpPolicyDaily = "):], "\n}")
+	perUser, _, _ := strings.Cut(code[strings.Index(code, "var httpPolicyPerUser = "):], "\n}")
+	if !strings.Contains(daily, "Sliding: true") || strings.Contains(perUser, "Sliding") {
+		t.Errorf("Daily (a window) and PerUser (a bucket):\n%s\n%s", daily, perUser)
+	}
+}

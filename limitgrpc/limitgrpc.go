@@ -222,7 +222,7 @@ func denialError(code codes.Code, p *verdict.Policy, wait time.Duration, cost in
 	var details []*anypb.Any
 	quota := &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
 		Subject:     "rule:" + p.Name,
-		Description: p.Name + ": " + verdict.Describe(p.Limit),
+		Description: p.Name + ": " + p.Describe(),
 	}}}
 	switch code {
 	case codes.ResourceExhausted, codes.Unavailable:

@@ -176,3 +176,31 @@ func TestCountMessagesShadowRefusal(t *testing.T) {
 		t.Errorf("%d decisions observed for messages refused unchecked (Reject observes those)", observed)
 	}
 }
+
+// A window rule's denial describes it as a window ("at most 40 in any
+// 24h0m0s, sliding"), not as the interval bucket its fields are computed
+// from ("40/d, burst 40", which a client would read as a bucket refilling).
+func TestQuotaFailureDescribesWindows(t *testing.T) {
+	for _, c := range []struct {
+		p    verdict.Policy
+		want string
+	}{
+		{verdict.MustPolicy("Daily", atomicbucket.Limit{Tokens: 40, Period: 24 * time.Hour, Burst: 40, Refill: atomicbucket.Interval}), "Daily: 40/d, burst 40"},
+		{func() verdict.Policy {
+			p := verdict.MustPolicy("Daily", atomicbucket.Limit{Tokens: 40, Period: 24 * time.Hour, Burst: 40, Refill: atomicbucket.Interval})
+			p.Sliding = true
+			return p
+		}(), "Daily: at most 40 in any 24h0m0s, sliding"},
+	} {
+		st := status.Convert(denialError(codes.ResourceExhausted, &c.p, time.Second, 1))
+		var got string
+		for _, d := range st.Details() {
+			if qf, ok := d.(*errdetails.QuotaFailure); ok && len(qf.Violations) == 1 {
+				got = qf.Violations[0].Description
+			}
+		}
+		if got != c.want {
+			t.Errorf("sliding %v: QuotaFailure %q, want %q", c.p.Sliding, got, c.want)
+		}
+	}
+}

@@ -64,6 +64,7 @@ func InForce(base *Policy, r *atomicbucket.Rule) *Policy {
 	if err != nil {
 		return base // cannot happen: r was made by NewRule and base's name is valid
 	}
+	p.Sliding = base.Sliding
 	slot.Store(&policyEntry{base: base, n: l, p: &p})
 	return &p
 }

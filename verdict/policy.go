@@ -44,6 +44,20 @@ type Policy struct {
 	// Prefix is the start of its RateLimit member, up to the value of r:
 	// "Name";r=
 	Prefix string
+	// Sliding marks a window rule: at most Quota in any interval of Limit's
+	// period, sliding (Limit is the interval bucket its fields are computed
+	// from, not how it decides). Describe says which.
+	Sliding bool
+}
+
+// Describe is the rule's numbers in words, as a denial's details give them:
+// "at most 40 in any 24h0m0s, sliding" for a window rule, Describe(Limit)
+// for a token bucket.
+func (p *Policy) Describe() string {
+	if p.Sliding {
+		return "at most " + strconv.FormatInt(p.Limit.Tokens, 10) + " in any " + p.Limit.Period.String() + ", sliding"
+	}
+	return Describe(p.Limit)
 }
 
 // ErrPolicy is wrapped by every error NewPolicy returns.

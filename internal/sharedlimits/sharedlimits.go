@@ -4601,8 +4601,9 @@ var httpPolicyQuota = verdict.Policy{
 		Burst:  5,
 		Refill: atomicbucket.Interval,
 	},
-	Item:   "\"Quota\";q=5;w=3600",
-	Prefix: "\"Quota\";r=",
+	Item:    "\"Quota\";q=5;w=3600",
+	Prefix:  "\"Quota\";r=",
+	Sliding: true,
 }
 
 // httpPolicyQuotaWide is rule QuotaWide as the RateLimit fields describe it.
@@ -4616,8 +4617,9 @@ var httpPolicyQuotaWide = verdict.Policy{
 		Burst:  100,
 		Refill: atomicbucket.Interval,
 	},
-	Item:   "\"QuotaWide\";q=100;w=960",
-	Prefix: "\"QuotaWide\";r=",
+	Item:    "\"QuotaWide\";q=100;w=960",
+	Prefix:  "\"QuotaWide\";r=",
+	Sliding: true,
 }
 
 // httpPolicyQuotaPlanPlanFree is rule QuotaPlan on the free plan as the RateLimit fields describe
@@ -4632,8 +4634,9 @@ var httpPolicyQuotaPlanPlanFree = verdict.Policy{
 		Burst:  2,
 		Refill: atomicbucket.Interval,
 	},
-	Item:   "\"QuotaPlan\";q=2;w=3600",
-	Prefix: "\"QuotaPlan\";r=",
+	Item:    "\"QuotaPlan\";q=2;w=3600",
+	Prefix:  "\"QuotaPlan\";r=",
+	Sliding: true,
 }
 
 // httpPolicyQuotaPlanPlanPro is rule QuotaPlan on the pro plan as the RateLimit fields describe it.
@@ -4647,8 +4650,9 @@ var httpPolicyQuotaPlanPlanPro = verdict.Policy{
 		Burst:  4,
 		Refill: atomicbucket.Interval,
 	},
-	Item:   "\"QuotaPlan\";q=4;w=3600",
-	Prefix: "\"QuotaPlan\";r=",
+	Item:    "\"QuotaPlan\";q=4;w=3600",
+	Prefix:  "\"QuotaPlan\";r=",
+	Sliding: true,
 }
 
 // httpPolicyQuotaLeased is rule QuotaLeased as the RateLimit fields describe it.
@@ -4662,8 +4666,9 @@ var httpPolicyQuotaLeased = verdict.Policy{
 		Burst:  10,
 		Refill: atomicbucket.Interval,
 	},
-	Item:   "\"QuotaLeased\";q=10;w=3600",
-	Prefix: "\"QuotaLeased\";r=",
+	Item:    "\"QuotaLeased\";q=10;w=3600",
+	Prefix:  "\"QuotaLeased\";r=",
+	Sliding: true,
 }
 
 // httpPolicySeatLocal is rule SeatLocal as the RateLimit fields describe it.
@@ -4697,8 +4702,9 @@ var httpPolicySeatDay = verdict.Policy{
 		Burst:  3,
 		Refill: atomicbucket.Interval,
 	},
-	Item:   "\"SeatDay\";q=3;w=3600",
-	Prefix: "\"SeatDay\";r=",
+	Item:    "\"SeatDay\";q=3;w=3600",
+	Prefix:  "\"SeatDay\";r=",
+	Sliding: true,
 }
 
 // httpPolicyMeterShared is rule MeterShared as the RateLimit fields describe it.
@@ -4722,8 +4728,9 @@ var httpPolicyMeterWindow = verdict.Policy{
 		Burst:  3,
 		Refill: atomicbucket.Interval,
 	},
-	Item:   "\"MeterWindow\";q=3;w=3600",
-	Prefix: "\"MeterWindow\";r=",
+	Item:    "\"MeterWindow\";q=3;w=3600",
+	Prefix:  "\"MeterWindow\";r=",
+	Sliding: true,
 }
 
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:

@@ -279,14 +279,18 @@ func emitHTTPTables(m *model.Model) jen.Code {
 			if r.Planned {
 				doc = fmt.Sprintf("%s is rule %s on the %s plan as the RateLimit fields describe it.", name, r.Name, m.Plans[j].Name)
 			}
-			vars = append(vars, comment(doc).Var().Id(name).Op("=").Add(vd("Policy")).Add(fields(
+			pf := []jen.Code{
 				field("Name", jen.Lit(p.Name)),
 				field("Quota", lit(p.Quota)),
 				field("Window", lit(p.Window)),
 				field("Limit", fieldLimit(r, j)),
 				field("Item", jen.Lit(p.Item)),
 				field("Prefix", jen.Lit(p.Prefix)),
-			)).Line())
+			}
+			if r.Limits[j].Window {
+				pf = append(pf, field("Sliding", jen.True()))
+			}
+			vars = append(vars, comment(doc).Var().Id(name).Op("=").Add(vd("Policy")).Add(fields(pf...)).Line())
 		}
 		for pl := range dim {
 			j := min(pl, len(r.Limits)-1)

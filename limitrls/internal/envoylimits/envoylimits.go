@@ -252,8 +252,9 @@ var httpPolicyRlSourceClusterProxyDestinationCluster = verdict.Policy{
 		Burst:  100,
 		Refill: atomicbucket.Interval,
 	},
-	Item:   "\"RlSourceClusterProxyDestinationCluster\";q=100;w=60",
-	Prefix: "\"RlSourceClusterProxyDestinationCluster\";r=",
+	Item:    "\"RlSourceClusterProxyDestinationCluster\";q=100;w=60",
+	Prefix:  "\"RlSourceClusterProxyDestinationCluster\";r=",
+	Sliding: true,
 }
 
 // httpPolicyRlSourceClusterProxyDestinationClusterBar is rule
@@ -268,8 +269,9 @@ var httpPolicyRlSourceClusterProxyDestinationClusterBar = verdict.Policy{
 		Burst:  1,
 		Refill: atomicbucket.Interval,
 	},
-	Item:   "\"RlSourceClusterProxyDestinationClusterBar\";q=1;w=60",
-	Prefix: "\"RlSourceClusterProxyDestinationClusterBar\";r=",
+	Item:    "\"RlSourceClusterProxyDestinationClusterBar\";q=1;w=60",
+	Prefix:  "\"RlSourceClusterProxyDestinationClusterBar\";r=",
+	Sliding: true,
 }
 
 // httpPolicyRlRemoteAddress is rule RlRemoteAddress as the RateLimit fields describe it.
@@ -283,8 +285,9 @@ var httpPolicyRlRemoteAddress = verdict.Policy{
 		Burst:  10,
 		Refill: atomicbucket.Interval,
 	},
-	Item:   "\"RlRemoteAddress\";q=10;w=1",
-	Prefix: "\"RlRemoteAddress\";r=",
+	Item:    "\"RlRemoteAddress\";q=10;w=1",
+	Prefix:  "\"RlRemoteAddress\";r=",
+	Sliding: true,
 }
 
 // httpPolicyReports is rule Reports as the RateLimit fields describe it.
@@ -298,8 +301,9 @@ var httpPolicyReports = verdict.Policy{
 		Burst:  2,
 		Refill: atomicbucket.Interval,
 	},
-	Item:   "\"Reports\";q=2;w=3600",
-	Prefix: "\"Reports\";r=",
+	Item:    "\"Reports\";q=2;w=3600",
+	Prefix:  "\"Reports\";r=",
+	Sliding: true,
 }
 
 // httpPolicyRlTenantUser is rule RlTenantUser as the RateLimit fields describe it.
@@ -313,8 +317,9 @@ var httpPolicyRlTenantUser = verdict.Policy{
 		Burst:  2,
 		Refill: atomicbucket.Interval,
 	},
-	Item:   "\"RlTenantUser\";q=2;w=60",
-	Prefix: "\"RlTenantUser\";r=",
+	Item:    "\"RlTenantUser\";q=2;w=60",
+	Prefix:  "\"RlTenantUser\";r=",
+	Sliding: true,
 }
 
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:

@@ -340,8 +340,9 @@ var httpPolicyRlRemoteAddress = verdict.Policy{
 		Burst:  10,
 		Refill: atomicbucket.Interval,
 	},
-	Item:   "\"RlRemoteAddress\";q=10;w=1",
-	Prefix: "\"RlRemoteAddress\";r=",
+	Item:    "\"RlRemoteAddress\";q=10;w=1",
+	Prefix:  "\"RlRemoteAddress\";r=",
+	Sliding: true,
 }
 
 // httpPolicyRlTenantUser is rule RlTenantUser as the RateLimit fields describe it.
@@ -355,8 +356,9 @@ var httpPolicyRlTenantUser = verdict.Policy{
 		Burst:  3,
 		Refill: atomicbucket.Interval,
 	},
-	Item:   "\"RlTenantUser\";q=3;w=60",
-	Prefix: "\"RlTenantUser\";r=",
+	Item:    "\"RlTenantUser\";q=3;w=60",
+	Prefix:  "\"RlTenantUser\";r=",
+	Sliding: true,
 }
 
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
