@@ -140,6 +140,10 @@ tiers:
 		"d2 := l.Global.AllowNAt(now, c2)\n\tif !d2.Allowed {\n\t\tl.Endpoint.RefundAt(endpointKey, now, c1)\n\t\tl.PerUser.RefundAt(plan, perUserKey, now, c0)",
 		"func API(plan Plan, perUserKey string, endpointKey int64) TierDecision {\n\treturn Default.API(plan, perUserKey, endpointKey)",
 		"func (l *Limits) APIN(plan Plan, perUserKey string, endpointKey int64, cost int64) TierDecision {\n\treturn l.checkAPI(plan, perUserKey, endpointKey, atomicbucket.Now(), cost, false)",
+		// Declared on Limits, so that go doc lists them (promoted from an
+		// unexported embedded field, it did not).
+		"func (l *Limits) ApplyNumbers(set overlay.Set) error {\n\treturn l.nums.ApplyNumbers(set)\n}",
+		"func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {",
 	}
 	for _, f := range fragments {
 		if !strings.Contains(code, squash(f)) {

@@ -283,9 +283,13 @@ type Applier struct {
 func NewApplier(p Policy[Target]) *Applier { return &Applier{p: p} }
 
 // Apply checks s whole and, if every entry is good, makes its numbers the
-// ones in force: keys' numbers cleared first, then plans', then what s sets.
-// A refused Set changes nothing; its error lists every bad entry with its
-// position (wrapping ErrInvalid).
+// ones in force. Each bucket is converted once, directly from the numbers in
+// force for it before s to those s gives it, never through the policy's on
+// the way: the changes are made in the order that keeps it so (keys given
+// numbers of their own first, then rules' and plans', then keys whose own
+// numbers s takes away), and a check meanwhile is judged by the numbers
+// before or after (docs/numbers.md). A refused Set changes nothing; its
+// error lists every bad entry with its position (wrapping ErrInvalid).
 //
 // A rule scaled by Scale has the Set's numbers scaled; a Set whose scaled
 // numbers a rule refuses is refused whole, saying so.

@@ -140,7 +140,7 @@ type Limits struct {
 	MeterShared     *MeterSharedLimiter     // see the package-level MeterShared
 	MeterWindow     *MeterWindowLimiter     // see the package-level MeterWindow
 	shared          *sharedState            // the store the shared rules are checked on, if any
-	numbers                                 // ApplyNumbers and the other numbers methods (overlay.Numbers)
+	nums            overlay.Numbers         // what ApplyNumbers and the other numbers methods call
 }
 
 // Option configures New.
@@ -216,7 +216,7 @@ func New(opts ...Option) *Limits {
 	l.SeatShared.sh = l.shared
 	l.MeterShared.sh = l.shared
 	l.MeterWindow.sh = l.shared
-	l.numbers = l.newNumbers()
+	l.nums = l.newNumbers()
 	return l
 }
 
@@ -1047,13 +1047,36 @@ func (t meterSharedNumbers) Clear(plan int, key *string) {
 	_ = t.l.ClearNumbers() // fails only as Set failed before
 }
 
-// numbers is overlay.Numbers under a name of the package's own, so that Limits embeds it in an
-// unexported field: its methods (ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers,
-// NumbersApplied) are Limits'.
-type numbers = overlay.Numbers
+// ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers:
+// every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).
+func (l *Limits) ApplyNumbers(set overlay.Set) error {
+	return l.nums.ApplyNumbers(set)
+}
+
+// CheckNumbers says why ApplyNumbers would refuse set, changing nothing.
+func (l *Limits) CheckNumbers(set overlay.Set) error {
+	return l.nums.CheckNumbers(set)
+}
+
+// ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in
+// thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).
+func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
+	return l.nums.ScaleNumbers(rule, rate, burst)
+}
+
+// ScaledNumbers is rule's factors in force (One and One when it is not scaled).
+func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
+	return l.nums.ScaledNumbers(rule)
+}
+
+// NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied,
+// and when the last was.
+func (l *Limits) NumbersApplied() (int, int64, time.Time) {
+	return l.nums.NumbersApplied()
+}
 
 // newNumbers is l's rules as overlay Sets change them.
-func (l *Limits) newNumbers() numbers {
+func (l *Limits) newNumbers() overlay.Numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
 		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}, "Quota": overlay.SharedWindowTarget(l.Quota.local.Table(), l.shared.windows[0], 1, true), "QuotaWide": overlay.SharedWindowTarget(l.QuotaWide.local.Table(), l.shared.windows[1], 1, true), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.SharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.windows[4], 1, true), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": seatSharedNumbers{l.SeatShared}, "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow), "MeterShared": meterSharedNumbers{l.MeterShared}, "MeterWindow": overlay.SharedWindowTarget(l.MeterWindow.local.Table(), l.shared.windows[5], 1, true)},

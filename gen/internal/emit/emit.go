@@ -222,7 +222,7 @@ func emitLimits(m *model.Model) jen.Code {
 	if m.Stores() {
 		fieldsDecl = append(fieldsDecl, jen.Id("shared").Op("*").Id("sharedState").Comment("the store the shared rules are checked on, if any"))
 	}
-	fieldsDecl = append(fieldsDecl, jen.Id("numbers").Comment("ApplyNumbers and the other numbers methods (overlay.Numbers)"))
+	fieldsDecl = append(fieldsDecl, jen.Id("nums").Qual(overlayPath, "Numbers").Comment("what ApplyNumbers and the other numbers methods call"))
 	g := jen.Line().Add(comment(m.LimitsDoc))
 	g.Type().Id("Limits").Struct(fieldsDecl...).Line().Line()
 	g.Comment("Option configures New.").Line()
@@ -297,7 +297,7 @@ func emitLimits(m *model.Model) jen.Code {
 			body = append(body, jen.Id("l").Dot(r.GoName).Dot("sh").Op("=").Id("l").Dot("shared"))
 		}
 	}
-	body = append(body, jen.Id("l").Dot("numbers").Op("=").Id("l").Dot("newNumbers").Call(), jen.Return(jen.Id("l")))
+	body = append(body, jen.Id("l").Dot("nums").Op("=").Id("l").Dot("newNumbers").Call(), jen.Return(jen.Id("l")))
 	g.Func().Id("New").Params(jen.Id("opts").Op("...").Id("Option")).Op("*").Id("Limits").Block(body...).Line().Line()
 	if m.Stores() {
 		g.Add(emitShared(m))

@@ -75,16 +75,37 @@ func emitOverlay(m *model.Model) jen.Code {
 	if len(m.Plans) > 0 {
 		plans = jen.Id("planNames").Index(jen.Empty(), jen.Empty())
 	}
-	g.Comment("numbers is overlay.Numbers under a name of the package's own, so that Limits embeds it in an").Line()
-	g.Comment("unexported field: its methods (ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers,").Line()
-	g.Comment("NumbersApplied) are Limits'.").Line()
-	g.Type().Id("numbers").Op("=").Qual(overlayPath, "Numbers").Line().Line()
+	// The numbers methods, declared on Limits (not promoted from an
+	// embedded field, which go doc does not list), each calling
+	// overlay.Numbers' method of the same name.
+	on := func(name string) *jen.Statement { return jen.Id("l").Dot("nums").Dot(name) }
+	for _, meth := range []struct {
+		name, doc string
+		params    []jen.Code
+		args      []jen.Code
+		result    jen.Code
+	}{
+		{"ApplyNumbers", "ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers: every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).",
+			[]jen.Code{jen.Id("set").Qual(overlayPath, "Set")}, []jen.Code{jen.Id("set")}, jen.Error()},
+		{"CheckNumbers", "CheckNumbers says why ApplyNumbers would refuse set, changing nothing.",
+			[]jen.Code{jen.Id("set").Qual(overlayPath, "Set")}, []jen.Code{jen.Id("set")}, jen.Error()},
+		{"ScaleNumbers", "ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).",
+			[]jen.Code{jen.Id("rule").String(), jen.List(jen.Id("rate"), jen.Id("burst")).Qual(overlayPath, "Factor")}, []jen.Code{jen.Id("rule"), jen.Id("rate"), jen.Id("burst")}, jen.Error()},
+		{"ScaledNumbers", "ScaledNumbers is rule's factors in force (One and One when it is not scaled).",
+			[]jen.Code{jen.Id("rule").String()}, []jen.Code{jen.Id("rule")}, jen.Qual(overlayPath, "Scaled")},
+		{"NumbersApplied", "NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied, and when the last was.",
+			nil, nil, jen.Params(jen.Int(), jen.Int64(), jen.Qual("time", "Time"))},
+	} {
+		g.Add(comment(meth.doc))
+		g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(meth.name).Params(meth.params...).Add(meth.result).Block(
+			jen.Return(on(meth.name).Call(meth.args...))).Line().Line()
+	}
 	g.Comment("newNumbers is l's rules as overlay Sets change them.").Line()
 	pol := jen.Dict{
 		jen.Id("Plans"): plans,
 		jen.Id("Rules"): jen.Map(jen.String()).Qual(overlayPath, "Target").Values(entries...),
 	}
-	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("newNumbers").Params().Id("numbers").Block(
+	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("newNumbers").Params().Qual(overlayPath, "Numbers").Block(
 		jen.Return(jen.Qual(overlayPath, "NewNumbers").Call(jen.Qual(overlayPath, "Policy").Index(jen.Qual(overlayPath, "Target")).Values(pol)))).Line().Line()
 	return g
 }

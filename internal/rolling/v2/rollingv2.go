@@ -46,7 +46,7 @@ type Limits struct {
 	PerUser *PerUserLimiter // see the package-level PerUser
 	Batch   *BatchLimiter   // see the package-level Batch
 	shared  *sharedState    // the store the shared rules are checked on, if any
-	numbers                 // ApplyNumbers and the other numbers methods (overlay.Numbers)
+	nums    overlay.Numbers // what ApplyNumbers and the other numbers methods call
 }
 
 // Option configures New.
@@ -79,7 +79,7 @@ func New(opts ...Option) *Limits {
 	}
 	l.PerUser.sh = l.shared
 	l.Batch.sh = l.shared
-	l.numbers = l.newNumbers()
+	l.nums = l.newNumbers()
 	return l
 }
 
@@ -278,13 +278,36 @@ func (t batchNumbers) Clear(plan int, key *string) {
 	_ = t.l.ClearNumbers() // fails only as Set failed before
 }
 
-// numbers is overlay.Numbers under a name of the package's own, so that Limits embeds it in an
-// unexported field: its methods (ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers,
-// NumbersApplied) are Limits'.
-type numbers = overlay.Numbers
+// ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers:
+// every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).
+func (l *Limits) ApplyNumbers(set overlay.Set) error {
+	return l.nums.ApplyNumbers(set)
+}
+
+// CheckNumbers says why ApplyNumbers would refuse set, changing nothing.
+func (l *Limits) CheckNumbers(set overlay.Set) error {
+	return l.nums.CheckNumbers(set)
+}
+
+// ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in
+// thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).
+func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
+	return l.nums.ScaleNumbers(rule, rate, burst)
+}
+
+// ScaledNumbers is rule's factors in force (One and One when it is not scaled).
+func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
+	return l.nums.ScaledNumbers(rule)
+}
+
+// NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied,
+// and when the last was.
+func (l *Limits) NumbersApplied() (int, int64, time.Time) {
+	return l.nums.NumbersApplied()
+}
 
 // newNumbers is l's rules as overlay Sets change them.
-func (l *Limits) newNumbers() numbers {
+func (l *Limits) newNumbers() overlay.Numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: nil,
 		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Batch": batchNumbers{l.Batch}},

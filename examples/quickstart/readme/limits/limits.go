@@ -89,7 +89,7 @@ func (r RuleName) String() string {
 type Limits struct {
 	PerUser *PerUserLimiter // see the package-level PerUser
 	Global  *GlobalLimiter  // see the package-level Global
-	numbers                 // ApplyNumbers and the other numbers methods (overlay.Numbers)
+	nums    overlay.Numbers // what ApplyNumbers and the other numbers methods call
 }
 
 // Option configures New.
@@ -123,7 +123,7 @@ func New(opts ...Option) *Limits {
 		PerUser: newPerUserLimiter(),
 		Global:  newGlobalLimiter(o.start),
 	}
-	l.numbers = l.newNumbers()
+	l.nums = l.newNumbers()
 	return l
 }
 
@@ -183,13 +183,36 @@ func (t perUserNumbers) Clear(plan int, key *string) {
 	t.l.ClearNumbers(Plan(plan), atomicbucket.CarryAsIs)
 }
 
-// numbers is overlay.Numbers under a name of the package's own, so that Limits embeds it in an
-// unexported field: its methods (ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers,
-// NumbersApplied) are Limits'.
-type numbers = overlay.Numbers
+// ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers:
+// every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).
+func (l *Limits) ApplyNumbers(set overlay.Set) error {
+	return l.nums.ApplyNumbers(set)
+}
+
+// CheckNumbers says why ApplyNumbers would refuse set, changing nothing.
+func (l *Limits) CheckNumbers(set overlay.Set) error {
+	return l.nums.CheckNumbers(set)
+}
+
+// ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in
+// thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).
+func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
+	return l.nums.ScaleNumbers(rule, rate, burst)
+}
+
+// ScaledNumbers is rule's factors in force (One and One when it is not scaled).
+func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
+	return l.nums.ScaledNumbers(rule)
+}
+
+// NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied,
+// and when the last was.
+func (l *Limits) NumbersApplied() (int, int64, time.Time) {
+	return l.nums.NumbersApplied()
+}
 
 // newNumbers is l's rules as overlay Sets change them.
-func (l *Limits) newNumbers() numbers {
+func (l *Limits) newNumbers() overlay.Numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
 		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Global": overlay.GlobalTarget(l.Global.Global)},
