@@ -271,6 +271,31 @@ func (s *backend) ensure() error {
 	return errNotSetUp
 }
 
+// Ping asks the database whether it answers (shared.Pinger), setting its
+// table up first when the store was made while the database was down: so a
+// store made then decides as soon as a ping after the database came up sets
+// it up, not only when a check's background setup (at most one a second)
+// does.
+func (s *backend) Ping(ctx context.Context, _ string) error {
+	if !s.ready.Load() {
+		sctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
+		defer cancel()
+		if s.setting.CompareAndSwap(false, true) {
+			err := s.setup(sctx)
+			s.setting.Store(false)
+			if err != nil {
+				s.setupErr.Store(&err)
+				return err
+			}
+			s.ready.Store(true)
+		} else {
+			return errNotSetUp // a check's background setup is under way
+		}
+	}
+	_, err := s.pool.Exec(ctx, "SELECT 1")
+	return err
+}
+
 // errNotSetUp fails a call made before the store's table is set up.
 var errNotSetUp = errors.New("pgstore: the table is not set up yet: PostgreSQL did not answer when the store was made, and has not since")
 

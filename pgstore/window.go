@@ -223,6 +223,19 @@ type Window struct {
 	lease    string // the lease statement
 	sweep    string
 	at       func() time.Time // tests: the time the function decides at
+	// e, for a window of a Store (Store.Window), is the store's Engine: each
+	// statement is one of its round trips (a connection, the timeout,
+	// Stats.Latency).
+	e *shared.Engine
+}
+
+// run runs one statement, as a round trip of the store's when the window is
+// a Store's.
+func (w *Window) run(ctx context.Context, fn func(ctx context.Context) error) error {
+	if w.e == nil {
+		return fn(ctx)
+	}
+	return w.e.RoundTrip(ctx, fn)
 }
 
 // windowNums are a window's numbers as the function takes them.
@@ -314,7 +327,12 @@ func (s *Store) Window(name string, rule atomicbucket.WindowRule) (shared.Window
 	ctx, cancel := context.WithTimeout(context.Background(), s.Timeout())
 	defer cancel()
 	ns := strings.TrimSuffix(s.b.ns, "/")
-	return NewWindow(ctx, s.b.pool, name, rule, WindowOptions{Table: s.b.table + "_windows", Namespace: ns, Timeout: s.Timeout()})
+	w, err := NewWindow(ctx, s.b.pool, name, rule, WindowOptions{Table: s.b.table + "_windows", Namespace: ns, Timeout: s.Timeout()})
+	if err != nil {
+		return nil, err
+	}
+	w.e = s.Engine
+	return w, nil
 }
 
 // Rule returns the window's numbers.
@@ -341,7 +359,9 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) (atomicbuck
 	}
 	var r []int64
 	nm := w.nums.Load()
-	err := w.pool.QueryRow(ctx, w.check, w.name, rowKey(key), int64(nm.rule.Window()/time.Microsecond), nm.rule.Limit(), nm.lUs, cost, at).Scan(&r)
+	err := w.run(ctx, func(ctx context.Context) error {
+		return w.pool.QueryRow(ctx, w.check, w.name, rowKey(key), int64(nm.rule.Window()/time.Microsecond), nm.rule.Limit(), nm.lUs, cost, at).Scan(&r)
+	})
 	if err != nil {
 		return atomicbucket.Decision{}, err
 	}
@@ -394,8 +414,10 @@ func (w *Window) Lease(ctx context.Context, key string, cost, want int64, prev s
 	nm := w.nums.Load()
 	term := shared.WindowLeaseTerm(nm.rule.Window())
 	var r []int64
-	err := w.pool.QueryRow(ctx, w.lease, w.name, rowKey(key), int64(nm.rule.Window()/time.Microsecond), nm.rule.Limit(), nm.lUs,
-		int64(term/time.Microsecond), cost, want, prev.Second, prev.Size, prev.Unspent, prev.Gen, at).Scan(&r)
+	err := w.run(ctx, func(ctx context.Context) error {
+		return w.pool.QueryRow(ctx, w.lease, w.name, rowKey(key), int64(nm.rule.Window()/time.Microsecond), nm.rule.Limit(), nm.lUs,
+			int64(term/time.Microsecond), cost, want, prev.Second, prev.Size, prev.Unspent, prev.Gen, at).Scan(&r)
+	})
 	if err != nil {
 		return shared.Granted{}, err
 	}

@@ -220,6 +220,28 @@ func (b *backend) Place(c shared.Call) (uint32, string) {
 	return uint32(slot(k)), node
 }
 
+// Ping asks the server named node (a Cluster master's address; "" for a
+// single server, or any of a Cluster's) whether it answers: PING
+// (shared.Pinger). A Cluster master no longer in the client's view counts
+// as answering: its breaker has nothing left to guard.
+func (b *backend) Ping(ctx context.Context, node string) error {
+	if b.cluster == nil || node == "" {
+		return b.client.Ping(ctx).Err()
+	}
+	found := false
+	err := b.cluster.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error {
+		if c.Options().Addr != node {
+			return nil
+		}
+		found = true
+		return c.Ping(ctx).Err()
+	})
+	if !found && err == nil {
+		return nil
+	}
+	return err
+}
+
 // Forget deletes c's bucket (shared.Backend: a Reset).
 func (b *backend) Forget(ctx context.Context, c shared.Call) error {
 	return b.client.Del(ctx, b.key(c.Rule, c.Key)).Err()

@@ -301,6 +301,32 @@ type Window struct {
 	co          *shared.Coalescer[windowCheck]
 	// now, in tests, gives the time the script decides at (explicitNow).
 	now func() time.Time
+	// e, for a window of a Store (Store.Window), is the store's Engine: each
+	// script call is one of its round trips (a connection, the timeout,
+	// Stats.Latency), and Node places a key for its breakers.
+	e *shared.Engine
+}
+
+// run runs one script call, as a round trip of the store's when the window
+// is a Store's.
+func (w *Window) run(ctx context.Context, fn func(ctx context.Context) error) error {
+	if w.e == nil {
+		return fn(ctx)
+	}
+	return w.e.RoundTrip(ctx, fn)
+}
+
+// Node is the server that holds key's window on a Cluster (its master's
+// address), "" on a single server (shared.WindowPlacer).
+func (w *Window) Node(key string) string {
+	c, ok := w.client.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	if m, err := c.MasterForKey(context.Background(), w.prefix+key); err == nil {
+		return m.Options().Addr
+	}
+	return ""
 }
 
 // windowNums are a window's numbers as the script takes them.
@@ -402,6 +428,7 @@ func (s *Store) Window(name string, rule atomicbucket.WindowRule) (shared.Window
 	if err != nil {
 		return nil, err
 	}
+	w.e = s.Engine
 	s.b.windowsMu.Lock()
 	s.b.windows = append(s.b.windows, w)
 	s.b.windowsMu.Unlock()
@@ -490,7 +517,12 @@ func (w *Window) decide(ctx context.Context, checks []windowCheck) ([]atomicbuck
 		t := w.now()
 		args = append(args, t.Unix(), t.Nanosecond()/1000)
 	}
-	res, err := w.script.Run(ctx, w.client, keys, args...).Int64Slice()
+	var res []int64
+	err := w.run(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = w.script.Run(ctx, w.client, keys, args...).Int64Slice()
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -533,7 +565,12 @@ func (w *Window) Lease(ctx context.Context, key string, cost, want int64, prev s
 		t := w.now()
 		args = append(args, t.Unix(), t.Nanosecond()/1000)
 	}
-	res, err := w.leaseScript.Run(ctx, w.client, []string{w.prefix + key}, args...).Int64Slice()
+	var res []int64
+	err := w.run(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = w.leaseScript.Run(ctx, w.client, []string{w.prefix + key}, args...).Int64Slice()
+		return err
+	})
 	if err != nil {
 		return shared.Granted{}, err
 	}

@@ -83,6 +83,19 @@ type Backend interface {
 	Forget(ctx context.Context, c Call) error
 }
 
+// Pinger is implemented by a backend that can ask a server whether it
+// answers, in one round trip that changes no bucket (Redis's PING; a
+// PostgreSQL store sets its table up first if it never could). While a
+// server's breaker is open or its last call failed, and while a store made
+// with its server down has not reached it, the Engine pings it every
+// ProbeEvery, by itself: Health and the breakers recover within ProbeEvery of
+// the server answering, whether or not checks come (an idle instance behind
+// a readiness probe would otherwise stay out). node is Place's ("" for a
+// store of one server, and for a store made while its server was down).
+type Pinger interface {
+	Ping(ctx context.Context, node string) error
+}
+
 // Slotted is implemented by a backend whose client holds a bounded pool of
 // connections: the Engine lets at most Slots calls go to the client at once,
 // and a check that cannot have one within the store's timeout is decided by

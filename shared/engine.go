@@ -209,6 +209,9 @@ func NewEngine(b Backend, timeout time.Duration, coalesce int) *Engine {
 		timeout = DefaultTimeout
 	}
 	e := &Engine{b: b, guard: newStoreGuard(timeout)}
+	if p, ok := b.(Pinger); ok {
+		e.guard.ping = p.Ping
+	}
 	if sb, ok := b.(Slotted); ok && sb.Slots() > 0 {
 		e.slots = make(chan struct{}, sb.Slots())
 	}
@@ -326,6 +329,50 @@ func (e *Engine) leave(c roundTrip, err error) error {
 	e.gate.Leave()
 	if err != nil && c.budget < e.guard.Timeout/2 && IsTimeout(err) {
 		return fmt.Errorf("%w: the call had %v of the %v timeout for the server: %w", ErrOverload, c.budget.Round(time.Microsecond), e.guard.Timeout, err)
+	}
+	return err
+}
+
+// RoundTrip runs fn, one round trip of the store's own to its server (a
+// window's check or batch), as the engine's round trips go: not after Close
+// (ErrClosed), holding one of the client's connections (Slotted), within the
+// store's timeout (fn's context), recorded in Stats.Latency; a call that
+// could not have a connection in time, or had less than half the timeout
+// for the server, fails with ErrOverload (no failure of the server's).
+func (e *Engine) RoundTrip(ctx context.Context, fn func(ctx context.Context) error) error {
+	cctx, rt, err := e.enter(ctx)
+	if err != nil {
+		return err
+	}
+	return e.leave(rt, ended(cctx, fn(cctx)))
+}
+
+// Guarded runs fn, a check of the store's own that the engine does not make
+// itself (a shared window's), as the engine's checks go: behind the breaker
+// of node, the server it reaches ("" for a store of one server), which the
+// store's buckets share (ErrCircuitOpen without a call while it is open);
+// not after Close (ErrClosed); counted in Stats.Calls, and in
+// Stats.Degraded when it fails (the caller's failure setting then decides);
+// a failure of the server's counted against its breaker, as a bucket
+// check's is, and seen by Health.
+func (e *Engine) Guarded(ctx context.Context, node string, fn func(ctx context.Context) error) error {
+	g := e.guard
+	if g.Closed() {
+		g.Count(0, true)
+		return ErrClosed
+	}
+	var ps passage
+	if !g.admit(&ps, int64(atomicbucket.Now()), node) {
+		g.Count(0, true)
+		return ErrCircuitOpen
+	}
+	err := fn(ctx)
+	if err != nil && !errors.Is(err, ErrOverload) && errors.Is(err, ErrLeaseWait) {
+		err = fmt.Errorf("%w: %w", ErrOverload, err) // waited out another check's refill: the store was not asked
+	}
+	ps.done(ctx, err)
+	if err != nil {
+		g.Count(0, true)
 	}
 	return err
 }

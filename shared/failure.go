@@ -141,6 +141,12 @@ const (
 	BreakerMaxPause = time.Second
 )
 
+// ProbeEvery is how often a store whose backend is a Pinger pings each
+// server that is not answering (see Pinger), however few checks come: the
+// breaker's first pause, so that an idle store recovers as soon as a busy
+// one's first probe would.
+const ProbeEvery = BreakerPause
+
 // circuit is a store's circuit breaker. The zero circuit is closed.
 type circuit struct {
 	failures  atomic.Int64          // failed calls in a row
@@ -188,6 +194,9 @@ func (b *circuit) Success(probe bool) {
 
 // Failure records a call the store failed at now.
 func (b *circuit) Failure(now int64, probe bool) {
+	if b.g != nil {
+		defer b.g.kick() // the guard pings the server until it answers
+	}
 	n := b.failures.Add(1)
 	if probe || n >= BreakerFailures {
 		p := b.pause.Load()
@@ -229,11 +238,94 @@ type storeGuard struct {
 	degraded atomic.Int64
 	closed   atomic.Bool           // Close was called: no more calls
 	start    atomic.Pointer[error] // why the store could not be reached when made (StartFailed), until a call succeeds
+	// ping asks a server whether it answers (the backend's Pinger; nil: the
+	// guard never probes by itself); probing is set while the goroutine
+	// that pings the servers not answering runs (kick), done closed by
+	// Close.
+	ping    func(ctx context.Context, node string) error
+	probing atomic.Bool
+	done    chan struct{}
 }
 
 // newStoreGuard returns a guard with timeout and no breaker open.
 func newStoreGuard(timeout time.Duration) *storeGuard {
-	return &storeGuard{Timeout: timeout, breakers: xsync.NewMapOf[string, *circuit]()}
+	return &storeGuard{Timeout: timeout, breakers: xsync.NewMapOf[string, *circuit](), done: make(chan struct{})}
+}
+
+// kick starts the guard's prober unless it runs (or the guard cannot ping,
+// or is closed): it pings every server not answering every ProbeEvery, and
+// ends once all answer.
+func (g *storeGuard) kick() {
+	if g.ping == nil || g.closed.Load() || !g.probing.CompareAndSwap(false, true) {
+		return
+	}
+	go g.probe()
+}
+
+// probe is the prober's loop (kick).
+func (g *storeGuard) probe() {
+	t := time.NewTicker(ProbeEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-g.done:
+			g.probing.Store(false)
+			return
+		}
+		if g.pingSilent() {
+			continue
+		}
+		// All answer: end, unless a failure came in between (its kick saw
+		// the prober running).
+		g.probing.Store(false)
+		if len(g.silent()) == 0 || !g.probing.CompareAndSwap(false, true) {
+			return
+		}
+	}
+}
+
+// silent are the servers not answering: whose breaker is open or whose last
+// call failed, and "" while the store has not reached its server since it
+// was made.
+func (g *storeGuard) silent() []string {
+	var nodes []string
+	g.breakers.Range(func(node string, b *circuit) bool {
+		if n, until := b.State(); n > 0 || until != 0 {
+			nodes = append(nodes, node)
+		}
+		return true
+	})
+	if g.start.Load() != nil && !slices.Contains(nodes, "") {
+		nodes = append(nodes, "")
+	}
+	return nodes
+}
+
+// pingSilent pings each server not answering, recording the answers as the
+// calls' would be (a success closes its breaker and ends what StartFailed
+// said), and reports whether any is still not answering.
+func (g *storeGuard) pingSilent() bool {
+	still := false
+	for _, node := range g.silent() {
+		ctx, cancel := context.WithTimeout(context.Background(), g.Timeout)
+		err := g.ping(ctx, node)
+		cancel()
+		if g.closed.Load() {
+			return false
+		}
+		if err != nil {
+			still = true
+			continue
+		}
+		if b, ok := g.breakers.Load(node); ok {
+			b.Success(false)
+		}
+		if node == "" {
+			g.start.Store(nil)
+		}
+	}
+	return still
 }
 
 // circuit is the breaker of the server named node ("" for a store of one
@@ -255,6 +347,7 @@ var ErrUnhealthy = errors.New("the store is not answering")
 // each rule's failure setting decides, counted as degraded.
 func (g *storeGuard) StartFailed(err error) {
 	g.start.Store(&err)
+	g.kick()
 }
 
 // Health is nil while the store answers: it reached its server when made (or
@@ -298,7 +391,11 @@ func (g *storeGuard) Health() error {
 // Close makes every later check be decided by the failure settings, with
 // ErrClosed, without a call (a closed store makes no more calls). It may be
 // called more than once.
-func (g *storeGuard) Close() { g.closed.Store(true) }
+func (g *storeGuard) Close() {
+	if g.closed.CompareAndSwap(false, true) {
+		close(g.done)
+	}
+}
 
 // Closed reports whether Close was called.
 func (g *storeGuard) Closed() bool { return g.closed.Load() }

@@ -72,12 +72,28 @@ type Window struct {
 	local *atomicbucket.WindowTable[string] // FailLocal's share
 	base  atomicbucket.WindowRule           // as bound: the policy's numbers
 	rule  atomic.Pointer[atomicbucket.WindowRule]
-	br    circuit
-	mu    sync.Mutex // serialises changes of numbers; never taken by a check
+	br    circuit      // the window's own breaker, on a store without an Engine (g nil)
+	g     guardedStore // the store's Engine: its breakers, counts and Health hold the window's calls too
+	mu    sync.Mutex   // serialises changes of numbers; never taken by a check
 	// leases, for a leased window: its leases by key, each taking at most
 	// lease units a grant.
 	leases *Leases
 	lease  int64
+}
+
+// guardedStore is a store built on an Engine (Engine.Guarded): a window
+// bound to it goes through the store's breakers and counts, as its buckets
+// do.
+type guardedStore interface {
+	Guarded(ctx context.Context, node string, fn func(ctx context.Context) error) error
+	Health() error
+}
+
+// WindowPlacer is a WindowChecker whose windows live on several servers (a
+// Redis Cluster's masters): Node names the server that holds key's window,
+// whose breaker its checks go through.
+type WindowPlacer interface {
+	Node(key string) string
 }
 
 // RuledChecker is a WindowChecker whose numbers can change while it runs
@@ -122,6 +138,7 @@ func BindLeasedWindow(store Store, namespace, name string, rule atomicbucket.Win
 		return nil, err
 	}
 	w = &Window{c: c, mode: f.Mode, share: f.Share, base: rule}
+	w.g, _ = store.(guardedStore)
 	w.rule.Store(&w.base)
 	if lease > 0 {
 		lc, ok := c.(WindowLeaser)
@@ -256,17 +273,31 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) Result {
 			}
 		}
 	}
+	var d atomicbucket.Decision
+	call := func(ctx context.Context) error {
+		var err error
+		if l != nil {
+			d, _, err = l.refill(ctx, cost)
+		} else {
+			d, err = w.c.AllowN(ctx, key, cost)
+		}
+		return err
+	}
+	if w.g != nil {
+		node := ""
+		if p, ok := w.c.(WindowPlacer); ok {
+			node = p.Node(key)
+		}
+		if err := w.g.Guarded(ctx, node, call); err != nil {
+			return w.fallback(key, cost, err)
+		}
+		return Result{Decision: d}
+	}
 	ok, probe := w.br.Allow(now)
 	if !ok {
 		return w.fallback(key, cost, ErrCircuitOpen)
 	}
-	var d atomicbucket.Decision
-	var err error
-	if l != nil {
-		d, _, err = l.refill(ctx, cost)
-	} else {
-		d, err = w.c.AllowN(ctx, key, cost)
-	}
+	err := call(ctx)
 	if err == nil {
 		w.br.Success(probe)
 		return Result{Decision: d}
@@ -292,8 +323,12 @@ func (w *Window) fallback(key string, cost int64, err error) Result {
 }
 
 // Health is nil while the store answers the window's checks; else the last
-// failure, while the breaker is open.
+// failure, while the breaker is open. On a store built on an Engine it is
+// the store's Health, whose breakers the window's checks go through.
 func (w *Window) Health() error {
+	if w.g != nil {
+		return w.g.Health()
+	}
 	if _, open := w.br.State(); open == 0 {
 		return nil
 	}

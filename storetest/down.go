@@ -54,6 +54,15 @@ func StartsWhileDown(t *testing.T, d Down) {
 
 	d.Up()
 	up := time.Now()
+	// An idle instance behind a readiness probe: no check comes, and the
+	// store must still say it answers (it probes its server itself).
+	for lims.SharedErr() != nil && time.Since(up) < 10*time.Second {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := lims.SharedErr(); err != nil || time.Since(up) > d.Within {
+		t.Errorf("%s up for %v with no check: SharedErr %v, want nil within %v (the store probes its server)", d.Server, time.Since(up), err, d.Within)
+	}
+	t.Logf("SharedErr nil %v after %s answered, with no check", time.Since(up), d.Server)
 	var res shared.Result
 	for res = lims.Exports.AllowN(ctx, 8, 1); res.Degraded && time.Since(up) < 10*time.Second; res = lims.Exports.AllowN(ctx, 8, 1) {
 		time.Sleep(10 * time.Millisecond)

@@ -241,6 +241,9 @@ func Run(t *testing.T, h Harness) {
 			return srv.Open(t, o)
 		})
 	})
+	on("RecoversIdle", func(t *testing.T, srv Server) {
+		RecoversIdle(t, srv.Open(t, Options{}), srv.Stop, srv.Restart)
+	})
 	on("StartsWhileDown", func(t *testing.T, srv Server) {
 		srv.Stop()
 		StartsWhileDown(t, Down{Server: h.Name, Store: srv.Open(t, Options{}), Says: srv.Says,
