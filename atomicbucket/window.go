@@ -301,17 +301,27 @@ func (r *WindowRule) viewCounted(w []atomic.Uint64, h uint64, now, cost int64, v
 	if newest >= 0 {
 		v.reset = int64(first+uint64(newest)+1)*r.grain - 1 + r.window - now
 	}
-	if unsure >= 0 && cost > 0 {
-		v.retry = unsure - now
+	if cost == 0 {
+		v.fits = true // takes nothing: admitted, however full the window (a cut left it over its limit)
 		return
 	}
 	if v.in+cost <= r.limit {
-		v.fits = true
-		if cost > 0 {
-			v.reset = int64(kc+1)*r.grain - 1 + r.window - now
+		if unsure >= 0 {
+			// What the words keep fits, but a sub-window older than they
+			// keep may count at now: denied until the clock is within
+			// one sub-window of the head's, when it is decided (a check
+			// that far behind the newest admission, or a window carried
+			// into numbers whose newest sub-window is ahead of now).
+			v.retry = unsure - now
+			return
 		}
+		v.fits = true
+		v.reset = int64(kc+1)*r.grain - 1 + r.window - now
 		return
 	}
+	// Denied by what the words keep: the wait is until enough of it
+	// leaves, oldest first (a sub-window older than they keep has left by
+	// then too, being older).
 	in := v.in
 	for i, c := range counts[:kc-first+1] {
 		if in -= c; in+cost <= r.limit {
@@ -367,7 +377,7 @@ func freeze(s *atomic.Uint64, k, c uint64) {
 func (r *WindowRule) allowN(w []atomic.Uint64, now, cost int64) (d Decision, alive bool) {
 	if cost < 0 || cost > r.limit {
 		v, ok := r.view(w, now, 0)
-		return Decision{Remaining: r.limit - v.in, Reset: time.Duration(v.reset), RetryAfter: Never}, ok
+		return Decision{Remaining: max(r.limit-v.in, 0), Reset: time.Duration(v.reset), RetryAfter: Never}, ok
 	}
 	for {
 		v, ok := r.view(w, now, cost)
@@ -375,7 +385,7 @@ func (r *WindowRule) allowN(w []atomic.Uint64, now, cost int64) (d Decision, ali
 		case !ok:
 			return Decision{}, false
 		case !v.fits:
-			return Decision{Remaining: r.limit - v.in, Reset: time.Duration(v.reset), RetryAfter: time.Duration(v.retry)}, true
+			return Decision{Remaining: max(r.limit-v.in, 0), Reset: time.Duration(v.reset), RetryAfter: time.Duration(v.retry)}, true
 		case cost == 0 || r.commit(w, &v, cost):
 			// At least 0: a slot claimed and not yet written counts in the
 			// window, by the head's time, while the decision found it left.
@@ -388,13 +398,13 @@ func (r *WindowRule) allowN(w []atomic.Uint64, now, cost int64) (d Decision, ali
 func (r *WindowRule) peek(w []atomic.Uint64, now, cost int64) Decision {
 	if cost < 0 || cost > r.limit {
 		v, _ := r.view(w, now, 0)
-		return Decision{Remaining: r.limit - v.in, Reset: time.Duration(v.reset), RetryAfter: Never}
+		return Decision{Remaining: max(r.limit-v.in, 0), Reset: time.Duration(v.reset), RetryAfter: Never}
 	}
 	v, _ := r.view(w, now, cost)
 	if !v.fits {
-		return Decision{Remaining: r.limit - v.in, Reset: time.Duration(v.reset), RetryAfter: time.Duration(v.retry)}
+		return Decision{Remaining: max(r.limit-v.in, 0), Reset: time.Duration(v.reset), RetryAfter: time.Duration(v.retry)}
 	}
-	return Decision{Allowed: true, Remaining: r.limit - v.in - cost, Reset: time.Duration(v.reset)}
+	return Decision{Allowed: true, Remaining: max(r.limit-v.in-cost, 0), Reset: time.Duration(v.reset)}
 }
 
 // allow is allowN's yes or no, for a cost from 1 to N, without the

@@ -150,21 +150,27 @@ func (t *WindowTable[K]) AllowNAt(key K, now Time, cost int64) Decision {
 // counting nothing.
 func (t *WindowTable[K]) Peek(key K, cost int64) Decision { return t.PeekAt(key, Now(), cost) }
 
-// PeekAt is Peek at time now.
+// PeekAt is Peek at time now. A key's window written in numbers no longer
+// in force is carried into them first, as a check carries it (a peek is a
+// use): so a peek's wait is the one later checks and peeks find, not one
+// of a carry at another time.
 func (t *WindowTable[K]) PeekAt(key K, now Time, cost int64) Decision {
 	n := clampNow(now)
-	r := t.cur.Load()
-	st, ok := t.m.Load(key)
-	if !ok {
-		return r.peek(r.fresh(), n, cost)
+	for {
+		r := t.cur.Load()
+		st, ok := t.m.Load(key)
+		if !ok {
+			return r.peek(r.fresh(), n, cost)
+		}
+		if st.rule != r {
+			t.carry(key, st, r, n)
+			continue
+		}
+		if leave, full := st.blocked(n); full {
+			return st.deny(r.peek(st.w, n, cost), n, cost, leave)
+		}
+		return r.peek(st.w, n, cost)
 	}
-	if st.rule != r { // as it would be carried into the numbers in force
-		st = r.fill(st.units(st.w[0].Load()&^deadWindow, n-int64(SweepGrace)), n)
-	}
-	if leave, full := st.blocked(n); full {
-		return st.deny(r.peek(st.w, n, cost), n, cost, leave)
-	}
-	return r.peek(st.w, n, cost)
 }
 
 // capDecision decides a request for a new key at the cap with nothing to

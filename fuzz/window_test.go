@@ -540,3 +540,84 @@ func TestWindowConcurrentNumbers(t *testing.T) {
 		t.Fatalf("global: %v", err)
 	}
 }
+
+// TestWindowAnswersAfterChanges: whatever numbers a window's rule went
+// through, its answers tell the truth. Remaining is never negative (a cut
+// counted window said −700); a cost of 0 is always admitted (it was denied
+// in a window holding more than its new limit); a denial's RetryAfter is
+// never short: at now + RetryAfter, with nothing admitted in between, the
+// same request is admitted (after 1000 in any 1.6 s → 1000 in any 400 ms a
+// denial said 40 ms, and the first admission came at 500 ms); and Peek's
+// wait is exact: a nanosecond before it, the request is still denied.
+// Exact and counted windows, keyed and global, 300 runs of 200 checks.
+func TestWindowAnswersAfterChanges(t *testing.T) {
+	rng := rand.New(rand.NewPCG(41, 42))
+	numbers := func() atomicbucket.Numbers {
+		if rng.IntN(2) == 0 {
+			n := 1 + rng.Int64N(64)
+			return atomicbucket.Numbers{Tokens: n, Period: time.Duration(1+rng.Int64N(2000)) * time.Millisecond, Burst: n}
+		}
+		n := 65 + rng.Int64N(2000)
+		return atomicbucket.Numbers{Tokens: n, Period: time.Duration(1+rng.Int64N(50)) * 40 * time.Millisecond, Burst: n}
+	}
+	type checker struct {
+		name  string
+		allow func(now atomicbucket.Time, cost int64) atomicbucket.Decision
+		peek  func(now atomicbucket.Time, cost int64) atomicbucket.Decision
+		set   func(n atomicbucket.Numbers) error
+		limit func() int64
+	}
+	for run := range 300 {
+		first := numbers()
+		rule := atomicbucket.MustWindowRule(first.Tokens, first.Period)
+		tbl := atomicbucket.NewWindowTable[string](rule, atomicbucket.TableOptions{})
+		global := atomicbucket.NewWindow(rule)
+		for _, c := range []checker{
+			{"keyed",
+				func(now atomicbucket.Time, cost int64) atomicbucket.Decision { return tbl.AllowNAt("k", now, cost) },
+				func(now atomicbucket.Time, cost int64) atomicbucket.Decision { return tbl.PeekAt("k", now, cost) },
+				func(n atomicbucket.Numbers) error { return tbl.SetNumbers(n, 1) },
+				func() int64 { return tbl.Rule().Limit() }},
+			{"global", global.AllowNAt, global.PeekAt,
+				func(n atomicbucket.Numbers) error { return global.SetNumbers(n, 1) },
+				func() int64 { return global.Rule().Limit() }},
+		} {
+			now := atomicbucket.Time(time.Hour)
+			for step := range 200 {
+				if rng.IntN(20) == 0 {
+					if err := c.set(numbers()); err != nil {
+						t.Fatal(err)
+					}
+				}
+				limit := c.limit()
+				now += atomicbucket.Time(rng.Int64N(int64(50 * time.Millisecond)))
+				cost := rng.Int64N(limit/2 + 2) // 0 at times
+				var d atomicbucket.Decision
+				if rng.IntN(4) == 0 {
+					d = c.peek(now, cost)
+				} else {
+					d = c.allow(now, cost)
+				}
+				where := func() string {
+					return fmt.Sprintf("run %d %s step %d, cost %d at %v (limit %d now)", run, c.name, step, cost, time.Duration(now), limit)
+				}
+				switch {
+				case d.Remaining < 0:
+					t.Errorf("%s: Remaining %d", where(), d.Remaining)
+				case cost == 0 && !d.Allowed:
+					t.Errorf("%s: a cost of 0 denied: %+v", where(), d)
+				case !d.Allowed && d.RetryAfter != atomicbucket.Never && cost <= limit:
+					if p := c.peek(now.Add(d.RetryAfter), cost); !p.Allowed {
+						t.Errorf("%s: denied with RetryAfter %v, and still denied then: %+v", where(), d.RetryAfter, p)
+					}
+					if p := c.peek(now.Add(d.RetryAfter-1), cost); d.RetryAfter > 0 && p.Allowed {
+						t.Errorf("%s: denied with RetryAfter %v, but admitted a nanosecond sooner", where(), d.RetryAfter)
+					}
+				}
+				if t.Failed() {
+					return
+				}
+			}
+		}
+	}
+}

@@ -368,12 +368,17 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) (atomicbuck
 	if len(r) != 7 {
 		return atomicbucket.Decision{}, errors.New("pgstore: the window function answered " + fmt.Sprint(len(r)) + " numbers, want 7")
 	}
-	d := atomicbucket.Decision{Remaining: nm.rule.Limit() - r[1], Reset: shared.WindowWait(r[3])}
-	switch r[0] {
-	case 1:
-		d.Allowed, d.Remaining = true, d.Remaining-r[2]
-	case -1:
+	// Remaining is at least 0 (a window carried into a lower limit may hold
+	// more than it), and a cost of 0, which takes nothing, is admitted
+	// however full the window.
+	d := atomicbucket.Decision{Remaining: max(nm.rule.Limit()-r[1], 0), Reset: shared.WindowWait(r[3])}
+	switch {
+	case r[0] == 1:
+		d.Allowed, d.Remaining = true, max(d.Remaining-r[2], 0)
+	case r[0] == -1:
 		d.RetryAfter = atomicbucket.Never
+	case cost == 0:
+		d.Allowed = true
 	default:
 		d.RetryAfter = shared.WindowWait(r[2])
 	}

@@ -195,7 +195,7 @@ for i = 1, #KEYS do
     res[#res + 1] = -1; res[#res + 1] = inw; res[#res + 1] = 0; res[#res + 1] = reset
   else
     local k = count
-    if cost > 0 then k = math.min(count, math.floor((N - inw) / cost)) end
+    if cost > 0 then k = math.max(0, math.min(count, math.floor((N - inw) / cost))) end
     local resetAdm = reset
     if k > 0 and cost > 0 then
       resetAdm = out(add(st, nowSlot, k * cost)) - now
@@ -534,13 +534,15 @@ func (w *Window) decide(ctx context.Context, checks []windowCheck) ([]atomicbuck
 	for i, r := range runs {
 		admitted, in, retry, reset := res[4*i], res[4*i+1], res[4*i+2], res[4*i+3]
 		for j := range int64(r.count) {
+			// Remaining is at least 0: a window carried into a lower limit
+			// may hold more than it.
 			switch {
 			case admitted < 0:
-				ds = append(ds, atomicbucket.Decision{Remaining: n - in, Reset: shared.WindowWait(reset), RetryAfter: atomicbucket.Never})
+				ds = append(ds, atomicbucket.Decision{Remaining: max(n-in, 0), Reset: shared.WindowWait(reset), RetryAfter: atomicbucket.Never})
 			case j < admitted:
-				ds = append(ds, atomicbucket.Decision{Allowed: true, Remaining: n - in - (j+1)*r.cost, Reset: shared.WindowWait(reset)})
+				ds = append(ds, atomicbucket.Decision{Allowed: true, Remaining: max(n-in-(j+1)*r.cost, 0), Reset: shared.WindowWait(reset)})
 			default:
-				ds = append(ds, atomicbucket.Decision{Remaining: n - in - admitted*r.cost, Reset: shared.WindowWait(reset), RetryAfter: shared.WindowWait(retry)})
+				ds = append(ds, atomicbucket.Decision{Remaining: max(n-in-admitted*r.cost, 0), Reset: shared.WindowWait(reset), RetryAfter: shared.WindowWait(retry)})
 			}
 		}
 	}

@@ -366,11 +366,11 @@ func WindowGranted(limit int64, res []int64) (Granted, error) {
 			return Granted{}, fmt.Errorf("the store granted %d units of a window holding %d of %d, for %dµs", x, in, limit, res[5])
 		}
 		return Granted{
-			Decision: atomicbucket.Decision{Allowed: true, Remaining: limit - in - x, Reset: reset},
+			Decision: atomicbucket.Decision{Allowed: true, Remaining: max(limit-in-x, 0), Reset: reset},
 			Size:     x, Second: res[4], Term: time.Duration(res[5]) * time.Microsecond, Gen: res[6],
 		}, nil
 	case -1:
-		return Granted{Decision: atomicbucket.Decision{Remaining: limit - in, Reset: reset, RetryAfter: atomicbucket.Never}}, nil
+		return Granted{Decision: atomicbucket.Decision{Remaining: max(limit-in, 0), Reset: reset, RetryAfter: atomicbucket.Never}}, nil
 	}
-	return Granted{Decision: atomicbucket.Decision{Remaining: limit - in, Reset: reset, RetryAfter: WindowWait(x)}}, nil
+	return Granted{Decision: atomicbucket.Decision{Remaining: max(limit-in, 0), Reset: reset, RetryAfter: WindowWait(x)}}, nil
 }

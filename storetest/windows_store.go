@@ -256,4 +256,23 @@ func WindowNumbersChange(t *testing.T, st shared.Store) {
 	if got := admit(c, "k", 120); got != 100 {
 		t.Fatalf("counted, raised to 200 while holding 100: %d of 120 admitted, want 100", got)
 	}
+	// Cut to 80 while holding 200 (all admitted within the last seconds):
+	// the answers tell the truth. Nothing remains (not −120), a cost of 0
+	// is admitted, and a denial waits for the units to leave, a whole
+	// window from now (less the seconds since), never a fraction of it.
+	set(c, 80, 16*time.Minute)
+	res := c.AllowN(ctx, "k", 1)
+	if res.Degraded || res.Allowed || res.Remaining != 0 || res.RetryAfter < 15*time.Minute || res.RetryAfter > 17*time.Minute {
+		t.Errorf("counted, cut to 80 while holding 200: %+v, want denied, 0 remaining, a wait of about 16 minutes", res)
+	}
+	if res := c.AllowN(ctx, "k", 0); res.Degraded || !res.Allowed || res.Remaining != 0 {
+		t.Errorf("counted, cut to 80 while holding 200, a cost of 0: %+v, want admitted, 0 remaining", res)
+	}
+	set(w, 2, time.Hour) // the exact one, holding 5, cut to 2
+	if res := w.AllowN(ctx, "k", 0); res.Degraded || !res.Allowed || res.Remaining != 0 {
+		t.Errorf("exact, cut to 2 while holding 5, a cost of 0: %+v, want admitted, 0 remaining", res)
+	}
+	if res := w.AllowN(ctx, "k", 1); res.Degraded || res.Allowed || res.Remaining != 0 || res.RetryAfter < 59*time.Minute {
+		t.Errorf("exact, cut to 2 while holding 5: %+v, want denied, 0 remaining, a wait of about an hour", res)
+	}
 }
