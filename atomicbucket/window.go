@@ -543,6 +543,27 @@ func (g *Window) PeekAt(now Time, cost int64) Decision {
 	return st.rule.peek(st.w, n, cost)
 }
 
+// Reset empties the window now (ResetAt).
+func (g *Window) Reset() { g.ResetAt(Now()) }
+
+// ResetAt empties the window as of now: what was admitted at or before now
+// (in a grain that begins by then) no longer counts; what a check at a
+// later explicit time admitted stays.
+// The window is killed (a check that holds it looks again) and replaced.
+func (g *Window) ResetAt(now Time) {
+	n := clampNow(now)
+	for {
+		st := g.st.Load()
+		later := st.kill(n)
+		if later == nil { // another is carrying it: its new state comes next
+			retry()
+			continue
+		}
+		g.st.Store(g.cur.Load().fill(*later, n))
+		return
+	}
+}
+
 // SetNumbers makes n the window's numbers from now on (WindowRuleOf); the
 // window is carried into them on its next check. Numbers a window cannot
 // take are refused (an error wrapping ErrWindowNumbers), and nothing

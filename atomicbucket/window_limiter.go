@@ -54,6 +54,15 @@ func (l KeyedWindow[K]) PeekAt(key K, now Time, cost int64) Decision {
 	return l.t.PeekAt(key, now, cost)
 }
 
+// Reset empties key's window now: what it admitted no longer counts (a
+// customer's quota given back after a refund). It reports whether the key
+// had a window.
+func (l KeyedWindow[K]) Reset(key K) bool { return l.t.ResetAt(key, Now()) }
+
+// ResetAt is Reset at time now: what was admitted at or before now no longer
+// counts.
+func (l KeyedWindow[K]) ResetAt(key K, now Time) bool { return l.t.ResetAt(key, now) }
+
 // Sweep removes the keys whose windows have been empty for SweepGrace, and
 // returns how many.
 func (l KeyedWindow[K]) Sweep() int { return l.t.Sweep() }
@@ -112,6 +121,13 @@ func (l GlobalWindow) Peek(cost int64) Decision { return l.w.PeekAt(Now(), cost)
 
 // PeekAt is Peek at time now.
 func (l GlobalWindow) PeekAt(now Time, cost int64) Decision { return l.w.PeekAt(now, cost) }
+
+// Reset empties the window now: what it admitted no longer counts.
+func (l GlobalWindow) Reset() { l.w.ResetAt(Now()) }
+
+// ResetAt is Reset at time now: what was admitted at or before now no longer
+// counts.
+func (l GlobalWindow) ResetAt(now Time) { l.w.ResetAt(now) }
 
 // TierLook is a TierStep that cannot give back what it takes (a window's
 // step): TierAt looks at every such step before it takes anything, and takes

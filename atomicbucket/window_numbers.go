@@ -173,6 +173,28 @@ func (st *windowState) carry(r *WindowRule, now int64) *windowState {
 	}
 }
 
+// kill kills st for a reset at now and returns what it held in grains that
+// begin after now (admitted at a later explicit time), oldest first; nil
+// when st was dead already. A grain that begins at or before now is
+// forgotten whole: a window knows no time finer than its grain.
+func (st *windowState) kill(now int64) *[]windowUnits {
+	for {
+		h := st.w[0].Load()
+		if h&deadWindow != 0 {
+			return nil
+		}
+		if st.w[0].CompareAndSwap(h, h|deadWindow) {
+			later := []windowUnits{}
+			for _, u := range st.units(h, now) {
+				if u.end+1-st.rule.grain > now {
+					later = append(later, u)
+				}
+			}
+			return &later
+		}
+	}
+}
+
 // ErrWindowNumbers is wrapped by the error of numbers a window rule cannot
 // take.
 var ErrWindowNumbers = errors.New("invalid window numbers")

@@ -173,6 +173,42 @@ func (t *WindowTable[K]) PeekAt(key K, now Time, cost int64) Decision {
 	}
 }
 
+// Reset empties key's window now (ResetAt): what it admitted no longer
+// counts, as after a refund of everything. It reports whether the key had a
+// window.
+func (t *WindowTable[K]) Reset(key K) bool { return t.ResetAt(key, Now()) }
+
+// ResetAt empties key's window as of now: what was admitted at or before now
+// (in a grain that begins by then) no longer counts; what a check at a
+// later explicit time admitted stays.
+// Under the map's lock for the key its window is killed (a check that
+// holds it looks the key up again, so none is lost or counted in the
+// emptied window after the reset) and replaced by what stays, or removed
+// when nothing does. It reports whether the key had a window.
+func (t *WindowTable[K]) ResetAt(key K, now Time) bool {
+	n := clampNow(now)
+	had, removed := false, false
+	t.m.Compute(key, func(cur *windowState, loaded bool) (*windowState, bool) {
+		if !loaded {
+			return cur, true
+		}
+		had = true
+		later := cur.kill(n)
+		if later == nil {
+			return cur, false // killed by another (cannot happen under the key's lock); left as it is
+		}
+		if len(*later) == 0 {
+			removed = true
+			return nil, true
+		}
+		return t.cur.Load().fill(*later, n), false
+	})
+	if removed {
+		t.keys.Add(-1)
+	}
+	return had
+}
+
 // capDecision decides a request for a new key at the cap with nothing to
 // reclaim: against an empty window that is not kept (AllowAtCap), or denied
 // until a key can be reclaimed.

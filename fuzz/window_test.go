@@ -621,3 +621,91 @@ func TestWindowAnswersAfterChanges(t *testing.T) {
 		}
 	}
 }
+
+// TestWindowReset: a reset gives a customer's quota back. At explicit times,
+// exact and counted, keyed and global: a full window is empty after
+// ResetAt(t) (its whole limit admitted again at t), what a check admitted at
+// a later explicit time stays counted, a key reset with nothing admitted
+// since is forgotten (Len), and a reset of a key without a window reports
+// false. Then four goroutines check while a fifth resets, under -race.
+func TestWindowReset(t *testing.T) {
+	for _, limit := range []int64{5, 100} {
+		rule := atomicbucket.MustWindowRule(limit, 16*time.Second)
+		tbl := atomicbucket.NewWindowTable[string](rule, atomicbucket.TableOptions{})
+		global := atomicbucket.NewWindow(rule)
+		at := atomicbucket.Time(time.Hour)
+		fill := func(what string, allow func(atomicbucket.Time, int64) bool, when atomicbucket.Time, want int64) {
+			t.Helper()
+			got := int64(0)
+			for range limit + 3 {
+				if allow(when, 1) {
+					got++
+				}
+			}
+			if got != want {
+				t.Errorf("limit %d, %s at %v: %d admitted, want %d", limit, what, time.Duration(when), got, want)
+			}
+		}
+		keyed := func(when atomicbucket.Time, cost int64) bool { return tbl.AllowNAt("k", when, cost).Allowed }
+		glob := func(when atomicbucket.Time, cost int64) bool { return global.AllowNAt(when, cost).Allowed }
+		for _, c := range []struct {
+			name  string
+			allow func(atomicbucket.Time, int64) bool
+			reset func(atomicbucket.Time)
+		}{
+			{"keyed", keyed, func(when atomicbucket.Time) { tbl.ResetAt("k", when) }},
+			{"global", glob, global.ResetAt},
+		} {
+			fill(c.name+" full", c.allow, at, limit)
+			c.reset(at)
+			fill(c.name+" after a reset", c.allow, at, limit)
+			// Two at a later explicit time, then a reset at the earlier one:
+			// the two stay, the rest is given back.
+			c.reset(at)
+			if !c.allow(at+atomicbucket.Time(time.Second), 2) {
+				t.Fatalf("limit %d, %s: 2 at t+1s denied after a reset", limit, c.name)
+			}
+			c.reset(at)
+			fill(c.name+" after a reset before the 2", c.allow, at+atomicbucket.Time(2*time.Second), limit-2)
+		}
+		tbl.ResetAt("k", at+atomicbucket.Time(time.Hour))
+		if n := tbl.Len(); n != 0 {
+			t.Errorf("limit %d: %d keys after resetting the only one, want 0", limit, n)
+		}
+		if tbl.ResetAt("nobody", at) {
+			t.Errorf("limit %d: a reset of a key without a window reported one", limit)
+		}
+	}
+
+	// Concurrent checks and resets: nothing lost, nothing panics.
+	tbl := atomicbucket.NewWindowTable[int](atomicbucket.MustWindowRule(3, time.Hour), atomicbucket.TableOptions{})
+	global := atomicbucket.NewWindow(atomicbucket.MustWindowRule(70, time.Hour))
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				tbl.Allow((g + i) % 8)
+				global.Allow()
+			}
+		}()
+	}
+	for i := range 2000 {
+		tbl.Reset(i % 8)
+		if i%10 == 0 {
+			global.Reset()
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if n := tbl.Len(); n < 0 || n > 8 {
+		t.Errorf("%d keys after concurrent checks and resets of 8, want 0 to 8", n)
+	}
+}

@@ -187,9 +187,6 @@ func (s *simulation) target(e simEvent) (*simRule, error) {
 	if r != nil {
 		checker, known = s.checkers.Rules[r.rule.Name]
 	}
-	if r != nil && r.nums == nil && e.kind == "reset" {
-		return nil, fmt.Errorf("line %d: reset: rule %q is a window rule: a window is not reset (what it admitted leaves it)", e.line, name)
-	}
 	if !known {
 		return nil, fmt.Errorf("line %d: %s: no rule %q in the policy", e.line, e.kind, name)
 	}
@@ -206,7 +203,9 @@ func (s *simulation) target(e simEvent) (*simRule, error) {
 		if e.plan != "" && e.kind != "reset" {
 			return nil, fmt.Errorf("line %d: %s: a key's numbers are on every plan: give no plan", e.line, e.kind)
 		}
-		if err := checker.CheckKey(*e.key); err != nil {
+		// A window's reset takes a key, which its numbers do not (the
+		// event applies canonicalKey's check instead).
+		if err := checker.CheckKey(*e.key); err != nil && !(e.kind == "reset" && r != nil && r.nums == nil) {
 			return nil, fmt.Errorf("line %d: %s: key %q: %v", e.line, e.kind, *e.key, err)
 		}
 	} else if e.kind == "reset" && checker.Keyed() {
@@ -255,6 +254,18 @@ func (s *simulation) event(e simEvent, now atomicbucket.Time) (string, error) {
 	what := e.kind + " " + r.rule.Name
 	if e.key != nil {
 		what += " key " + strconv.Quote(*e.key)
+	}
+	if r.nums == nil && e.kind == "reset" { // a window emptied, as Reset empties it
+		if r.wtable != nil {
+			k, err := canonicalKey(r.rule, *e.key)
+			if err != nil {
+				return "", fmt.Errorf("line %d: %v", e.line, err)
+			}
+			r.wtable.ResetAt(k, now)
+		} else {
+			r.window.ResetAt(now)
+		}
+		return what, nil
 	}
 	if r.nums == nil { // a window: the whole rule's numbers (target refused a key)
 		var err error

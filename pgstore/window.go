@@ -222,6 +222,7 @@ type Window struct {
 	check    string // the statement
 	lease    string // the lease statement
 	sweep    string
+	forget   string           // deletes a key's row (Forget)
 	at       func() time.Time // tests: the time the function decides at
 	// e, for a window of a Store (Store.Window), is the store's Engine: each
 	// statement is one of its round trips (a connection, the timeout,
@@ -287,6 +288,7 @@ func NewWindow(ctx context.Context, pool *pgxpool.Pool, name string, rule atomic
 	w.check = "SELECT " + lfn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, 0, $6::int8, $6::int8, 0, 0, 0, 0, $7::int8)"
 	w.lease = "SELECT " + lfn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, $6::int8, $7::int8, $8::int8, $9::int8, $10::int8, $11::int8, $12::int8, $13::int8)"
 	w.sweep = "DELETE FROM " + opts.Table + " WHERE r = $1 AND empty_at <= floor(extract(epoch FROM clock_timestamp()) * 1000000)::int8 - $2::int8"
+	w.forget = "DELETE FROM " + opts.Table + " WHERE r = $1 AND k = $2"
 	// One statement list, one implicit transaction, serialised across
 	// instances by an advisory lock (two CREATE OR REPLACE FUNCTION at once
 	// can fail).
@@ -383,6 +385,23 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) (atomicbuck
 		d.RetryAfter = shared.WindowWait(r[2])
 	}
 	return d, nil
+}
+
+// Forget deletes key's window, whatever it holds (shared.WindowForgetter:
+// a Reset): its next check finds it empty. A lease's grant in it is gone
+// with it: its settlement finds a new generation and gives nothing back.
+func (w *Window) Forget(ctx context.Context, key string) error {
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	if !w.ready.Load() {
+		if err := w.setup(ctx); err != nil {
+			return err
+		}
+	}
+	return w.run(ctx, func(ctx context.Context) error {
+		_, err := w.pool.Exec(ctx, w.forget, w.name, rowKey(key))
+		return err
+	})
 }
 
 // Sweep deletes the rows of the window's keys whose windows have been empty

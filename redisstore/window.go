@@ -549,6 +549,17 @@ func (w *Window) decide(ctx context.Context, checks []windowCheck) ([]atomicbuck
 	return ds, nil
 }
 
+// Forget deletes key's window, whatever it holds (shared.WindowForgetter:
+// a Reset): its next check finds it empty. A lease's grant in it is gone
+// with it: its settlement finds a new generation and gives nothing back.
+func (w *Window) Forget(ctx context.Context, key string) error {
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	return w.run(ctx, func(ctx context.Context) error {
+		return w.client.Del(ctx, w.prefix+key).Err()
+	})
+}
+
 // Lease settles a lessee's previous grant prev of key's window and grants
 // at least cost and up to want units, or none for want 0 (a release): see
 // shared.WindowLeaser. A grant is spent for shared.WindowLeaseTerm of the

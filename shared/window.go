@@ -96,6 +96,12 @@ type WindowPlacer interface {
 	Node(key string) string
 }
 
+// WindowForgetter is a WindowChecker that can delete a key's window on its
+// store, whatever it holds (redisstore.Window, pgstore.Window).
+type WindowForgetter interface {
+	Forget(ctx context.Context, key string) error
+}
+
 // RuledChecker is a WindowChecker whose numbers can change while it runs
 // (redisstore.Window, pgstore.Window): SetRule makes rule its numbers for
 // every later check, each window carried into them on the store as a rolling
@@ -243,6 +249,27 @@ func (w *Window) set(rule atomicbucket.WindowRule) error {
 		w.leases.ReleaseStale(ctx, 0)
 	}
 	return nil
+}
+
+// Reset empties key's window on the store, so that what it admitted no
+// longer counts (a customer's quota given back after a refund), and its
+// window of the local share. This instance's lease for key gives back what
+// it holds and is dropped first; another instance's lease may still spend
+// what it was granted (at most the lease's size, within its term), and
+// gives nothing back after the reset. It fails when the store cannot
+// (its checker no WindowForgetter, or the store's error).
+func (w *Window) Reset(ctx context.Context, key string) error {
+	f, ok := w.c.(WindowForgetter)
+	if !ok {
+		return fmt.Errorf("the store's %T cannot reset a window", w.c)
+	}
+	if w.leases != nil {
+		w.leases.Forget(ctx, 0, key)
+	}
+	if w.local != nil {
+		w.local.Reset(key)
+	}
+	return f.Forget(ctx, key)
 }
 
 // Leases is a leased window's leases (nil for a window checked one call

@@ -211,6 +211,7 @@ func Run(t *testing.T, h Harness) {
 	})
 	on("GeneratedWindows", func(t *testing.T, srv Server) { GeneratedWindows(t, instances(t, srv, Options{})) })
 	on("GeneratedWindowsCoalesced", func(t *testing.T, srv Server) { GeneratedWindows(t, instances(t, srv, Options{Coalesce: 64})) })
+	on("GeneratedWindowReset", func(t *testing.T, srv Server) { GeneratedWindowReset(t, instances(t, srv, Options{})) })
 	on("GeneratedLeasedFields", func(t *testing.T, srv Server) { GeneratedLeasedFields(t, instances(t, srv, Options{})) })
 	on("GeneratedLeasedTier", func(t *testing.T, srv Server) {
 		GeneratedLeasedTier(t, instances(t, srv, Options{}), srv.Calls)

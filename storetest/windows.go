@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"github.com/limitgen/limitgen/shared"
 	"testing"
 	"time"
 
@@ -136,5 +137,81 @@ func GeneratedWindows(t *testing.T, instance func() *sharedlimits.Limits) {
 		if got != c.want {
 			t.Errorf("QuotaPlan on %v after pro's change: %d of 4 more admitted, want %d", c.plan, got, c.want)
 		}
+	}
+}
+
+// GeneratedWindowReset: a customer's quota given back after a refund, on
+// the store, for every instance. alice fills Quota (5 in any hour) through
+// two instances; one resets her window; both then admit her 5 again, and
+// bob's window is untouched. A counted window (QuotaWide) and a leased one
+// (QuotaLeased: the resetting instance's lease gives back and is dropped;
+// the other's may still spend what it holds, at most 4) likewise; a window
+// per plan (QuotaPlan) on every plan.
+func GeneratedWindowReset(t *testing.T, instance func() *sharedlimits.Limits) {
+	ctx := context.Background()
+	a, b := instance(), instance()
+	count := func(n int, check func(i int) shared.Result) int {
+		t.Helper()
+		got := 0
+		for i := range n {
+			res := check(i)
+			if res.Degraded {
+				t.Fatalf("check %d degraded: %+v", i, res)
+			}
+			if res.Allowed {
+				got++
+			}
+		}
+		return got
+	}
+	lims := []*sharedlimits.Limits{a, b}
+	quota := func(i int) shared.Result { return lims[i%2].Quota.AllowN(ctx, "alice", 1) }
+	if got := count(7, quota); got != 5 {
+		t.Fatalf("alice before the reset: %d of 7, want 5", got)
+	}
+	if got := count(1, func(int) shared.Result { return b.Quota.AllowN(ctx, "bob", 4) }); got != 1 {
+		t.Fatalf("bob's 4: %d", got)
+	}
+	if err := b.Quota.Reset(ctx, "alice"); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(7, quota); got != 5 {
+		t.Errorf("alice after a reset on one instance: %d of 7 across both, want 5 again", got)
+	}
+	if res := a.Quota.AllowN(ctx, "bob", 2); res.Allowed || res.Remaining != 1 {
+		t.Errorf("bob, whose window was not reset, asking 2 of the 1 left: %+v", res)
+	}
+	wide := func(i int) shared.Result { return lims[i%2].QuotaWide.AllowN(ctx, 9, 30) }
+	if got := count(4, wide); got != 3 {
+		t.Fatalf("QuotaWide before the reset: %d of 4 costs of 30, want 3 (100 in the window)", got)
+	}
+	if err := a.QuotaWide.Reset(ctx, 9); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(4, wide); got != 3 {
+		t.Errorf("QuotaWide after a reset: %d of 4 costs of 30, want 3 again", got)
+	}
+	for _, plan := range []sharedlimits.Plan{sharedlimits.PlanFree, sharedlimits.PlanPro} {
+		for range 5 {
+			a.QuotaPlan.AllowN(ctx, plan, "carol", 1)
+		}
+	}
+	if err := b.QuotaPlan.Reset(ctx, "carol"); err != nil {
+		t.Fatal(err)
+	}
+	if got := count(6, func(int) shared.Result { return a.QuotaPlan.AllowN(ctx, sharedlimits.PlanPro, "carol", 1) }); got != 4 {
+		t.Errorf("QuotaPlan on pro after a reset of every plan: %d of 6, want 4", got)
+	}
+	leased := func(i int) shared.Result { return lims[i%2].QuotaLeased.AllowN(ctx, "dave", 1) }
+	before := count(14, leased)
+	if err := a.QuotaLeased.Reset(ctx, "dave"); err != nil {
+		t.Fatal(err)
+	}
+	after := count(14, leased)
+	// b's lease may still hold up to 4 granted before the reset, which it
+	// spends after it: at most 10 + 4, at least the 10 less what a's and
+	// b's new leases hold unspent.
+	if before > 10 || after > 10+4 || after < 10-2*4 {
+		t.Errorf("QuotaLeased: %d of 14 before a reset, %d of 14 after, want at most 10, then 2 to 14", before, after)
 	}
 }

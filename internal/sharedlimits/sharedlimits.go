@@ -3078,6 +3078,20 @@ func (l *QuotaLimiter) AllowN(ctx context.Context, key string, cost int64) share
 	}
 }
 
+// Reset empties key's window on the store given to New, so that what it admitted no longer counts
+// on any instance (a customer's quota given back after a refund), and Quota's process-local window
+// (Local). This instance's lease gives back what it holds first; another instance's may still spend
+// what it was granted (see shared.Window.Reset). It fails when the store cannot (its error);
+// without a store it resets the process-local window only.
+func (l *QuotaLimiter) Reset(ctx context.Context, key string) error {
+	l.local.Reset(key)
+	var err error
+	if w := l.sh.windows[0]; w != nil {
+		err = w.Reset(ctx, key)
+	}
+	return err
+}
+
 // quotaWideLimit is QuotaWide's window rule, as the policy gives it.
 var quotaWideLimit = atomicbucket.MustWindowRule(100, 16*time.Minute)
 
@@ -3138,6 +3152,20 @@ func (l *QuotaWideLimiter) AllowN(ctx context.Context, key uint64, cost int64) s
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.err,
 	}
+}
+
+// Reset empties key's window on the store given to New, so that what it admitted no longer counts
+// on any instance (a customer's quota given back after a refund), and QuotaWide's process-local
+// window (Local). This instance's lease gives back what it holds first; another instance's may
+// still spend what it was granted (see shared.Window.Reset). It fails when the store cannot (its
+// error); without a store it resets the process-local window only.
+func (l *QuotaWideLimiter) Reset(ctx context.Context, key uint64) error {
+	l.local.Reset(key)
+	var err error
+	if w := l.sh.windows[1]; w != nil {
+		err = w.Reset(ctx, strconv.FormatUint(uint64(key), 10))
+	}
+	return err
 }
 
 // quotaPlanLimit is QuotaPlan's window rule on each plan, as the policy gives it.
@@ -3215,6 +3243,21 @@ func (l *QuotaPlanLocalLimiter) PeekAt(plan Plan, key string, now atomicbucket.T
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
 	return l.s[plan].PeekAt(key, now, cost)
+}
+
+// Reset empties key's window on every plan now: what it admitted no longer counts (a customer's quota
+// given back after a refund). It reports whether the key had a window on any plan.
+func (l *QuotaPlanLocalLimiter) Reset(key string) bool {
+	return l.ResetAt(key, atomicbucket.Now())
+}
+
+// ResetAt is Reset at time now: what was admitted at or before now no longer counts.
+func (l *QuotaPlanLocalLimiter) ResetAt(key string, now atomicbucket.Time) bool {
+	had := false
+	for _, t := range l.s {
+		had = t.ResetAt(key, now) || had
+	}
+	return had
 }
 
 // Sweep removes the buckets, of every plan, that have been full for atomicbucket.SweepGrace, and returns how many.
@@ -3302,6 +3345,22 @@ func (l *QuotaPlanLimiter) AllowN(ctx context.Context, plan Plan, key string, co
 	}
 }
 
+// Reset empties key's window on the store given to New, so that what it admitted no longer counts
+// on any instance (a customer's quota given back after a refund), on every plan, and QuotaPlan's
+// process-local window (Local). This instance's lease gives back what it holds first; another
+// instance's may still spend what it was granted (see shared.Window.Reset). It fails when the store
+// cannot (its error); without a store it resets the process-local window only.
+func (l *QuotaPlanLimiter) Reset(ctx context.Context, key string) error {
+	l.local.Reset(key)
+	var err error
+	for plan := range numPlans {
+		if w := l.sh.windows[2+int(plan)]; w != nil {
+			err = errors.Join(err, w.Reset(ctx, key))
+		}
+	}
+	return err
+}
+
 // quotaLeasedLimit is QuotaLeased's window rule, as the policy gives it.
 var quotaLeasedLimit = atomicbucket.MustWindowRule(10, time.Hour)
 
@@ -3364,6 +3423,20 @@ func (l *QuotaLeasedLimiter) AllowN(ctx context.Context, key string, cost int64)
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.err,
 	}
+}
+
+// Reset empties key's window on the store given to New, so that what it admitted no longer counts
+// on any instance (a customer's quota given back after a refund), and QuotaLeased's process-local
+// window (Local). This instance's lease gives back what it holds first; another instance's may
+// still spend what it was granted (see shared.Window.Reset). It fails when the store cannot (its
+// error); without a store it resets the process-local window only.
+func (l *QuotaLeasedLimiter) Reset(ctx context.Context, key string) error {
+	l.local.Reset(key)
+	var err error
+	if w := l.sh.windows[4]; w != nil {
+		err = w.Reset(ctx, key)
+	}
+	return err
 }
 
 // seatLocalLimit is SeatLocal's limit, as the policy gives it.
@@ -3887,6 +3960,20 @@ func (l *MeterWindowLimiter) AllowN(ctx context.Context, key string, cost int64)
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.err,
 	}
+}
+
+// Reset empties key's window on the store given to New, so that what it admitted no longer counts
+// on any instance (a customer's quota given back after a refund), and MeterWindow's process-local
+// window (Local). This instance's lease gives back what it holds first; another instance's may
+// still spend what it was granted (see shared.Window.Reset). It fails when the store cannot (its
+// error); without a store it resets the process-local window only.
+func (l *MeterWindowLimiter) Reset(ctx context.Context, key string) error {
+	l.local.Reset(key)
+	var err error
+	if w := l.sh.windows[5]; w != nil {
+		err = w.Reset(ctx, key)
+	}
+	return err
 }
 
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every

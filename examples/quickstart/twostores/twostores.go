@@ -900,6 +900,20 @@ func (l *InvoiceQuotaLimiter) AllowN(ctx context.Context, key string, cost int64
 	}
 }
 
+// Reset empties key's window on the store given to New, so that what it admitted no longer counts
+// on any instance (a customer's quota given back after a refund), and InvoiceQuota's process-local
+// window (Local). This instance's lease gives back what it holds first; another instance's may
+// still spend what it was granted (see shared.Window.Reset). It fails when the store cannot (its
+// error); without a store it resets the process-local window only.
+func (l *InvoiceQuotaLimiter) Reset(ctx context.Context, key string) error {
+	l.local.Reset(key)
+	var err error
+	if w := l.sh.windows[0]; w != nil {
+		err = w.Reset(ctx, key)
+	}
+	return err
+}
+
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
 // rule allowed, of the most constraining one (the fewest tokens remaining; the first on a tie).
 type TierDecision struct {

@@ -726,9 +726,27 @@ func emitPlannedWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.
 		target.Clone().Dot("PeekAt").Call(args(rt("Now").Call(), cost)...))
 	method("PeekAt", "is Peek at time now.", params(nowP, costP), rt("Decision"), never,
 		target.Clone().Dot("PeekAt").Call(args(now, cost)...))
+	// Reset: every plan's window of the key (a key's plan may change).
 	if r.KeyType != "" {
+		g.Comment("Reset empties key's window on every plan now: what it admitted no longer counts (a customer's quota").Line()
+		g.Comment("given back after a refund). It reports whether the key had a window on any plan.").Line()
+		g.Func().Params(recv).Id("Reset").Params(jen.Id("key").Id(r.KeyType)).Bool().Block(
+			jen.Return(jen.Id("l").Dot("ResetAt").Call(jen.Id("key"), rt("Now").Call()))).Line().Line()
+		g.Comment("ResetAt is Reset at time now: what was admitted at or before now no longer counts.").Line()
+		g.Func().Params(recv).Id("ResetAt").Params(jen.Id("key").Id(r.KeyType), nowP).Bool().Block(
+			jen.Id("had").Op(":=").False(),
+			jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Id("l").Dot("s")).Block(
+				jen.Id("had").Op("=").Id("t").Dot("ResetAt").Call(jen.Id("key"), jen.Id("now")).Op("||").Id("had")),
+			jen.Return(jen.Id("had"))).Line().Line()
 		g.Add(emitKeyedExtras(r, recv))
+		return g
 	}
+	g.Comment("Reset empties the window on every plan now: what it admitted no longer counts.").Line()
+	g.Func().Params(recv).Id("Reset").Params().Block(jen.Id("l").Dot("ResetAt").Call(rt("Now").Call())).Line().Line()
+	g.Comment("ResetAt is Reset at time now: what was admitted at or before now no longer counts.").Line()
+	g.Func().Params(recv).Id("ResetAt").Params(nowP).Block(
+		jen.For(jen.List(jen.Id("_"), jen.Id("w")).Op(":=").Range().Id("l").Dot("s")).Block(
+			jen.Id("w").Dot("ResetAt").Call(jen.Id("now")))).Line().Line()
 	return g
 }
 
@@ -804,6 +822,29 @@ func emitSharedWindow(r model.Rule) jen.Code {
 			jen.Id("Decision"): jen.Id("l").Dot("local").Dot("AllowN").Call(args(nil, jen.Id("cost"))...),
 			jen.Id("Err"):      jen.Id("l").Dot("sh").Dot("err"),
 		})),
+	).Line().Line()
+	// Reset: the store's window of the key (every plan's) and the
+	// process-local one.
+	var resets []jen.Code
+	if r.Planned {
+		resets = append(resets, jen.For(jen.Id("plan").Op(":=").Range().Id("numPlans")).Block(
+			jen.If(jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("windows").Index(idx), jen.Id("w").Op("!=").Nil()).Block(
+				jen.Id("err").Op("=").Qual("errors", "Join").Call(jen.Id("err"), jen.Id("w").Dot("Reset").Call(jen.Id("ctx"), storeKey)))))
+	} else {
+		resets = append(resets, jen.If(jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("windows").Index(idx), jen.Id("w").Op("!=").Nil()).Block(
+			jen.Id("err").Op("=").Id("w").Dot("Reset").Call(jen.Id("ctx"), storeKey)))
+	}
+	g.Add(comment(fmt.Sprintf("Reset empties %s on the store given to New, so that what it admitted no longer counts "+
+		"on any instance (a customer's quota given back after a refund)%s, and %s's process-local window (Local). "+
+		"This instance's lease gives back what it holds first; another instance's may still spend what it was "+
+		"granted (see shared.Window.Reset). It fails when the store cannot (its error); without a store it resets "+
+		"the process-local window only.", map[bool]string{true: "key's window", false: "the window"}[r.KeyType != ""],
+		map[bool]string{true: ", on every plan", false: ""}[r.Planned], r.GoName)))
+	g.Func().Params(recv).Id("Reset").Params(append([]jen.Code{ctxP}, keyP...)...).Error().Block(
+		append([]jen.Code{
+			jen.Id("l").Dot("local").Dot("Reset").Call(keyA...),
+			jen.Var().Err().Error(),
+		}, append(resets, jen.Return(jen.Err()))...)...,
 	).Line()
 	return g
 }

@@ -242,6 +242,20 @@ func (l *RlRemoteAddressLimiter) AllowN(ctx context.Context, key string, cost in
 	}
 }
 
+// Reset empties key's window on the store given to New, so that what it admitted no longer counts
+// on any instance (a customer's quota given back after a refund), and RlRemoteAddress's
+// process-local window (Local). This instance's lease gives back what it holds first; another
+// instance's may still spend what it was granted (see shared.Window.Reset). It fails when the store
+// cannot (its error); without a store it resets the process-local window only.
+func (l *RlRemoteAddressLimiter) Reset(ctx context.Context, key string) error {
+	l.local.Reset(key)
+	var err error
+	if w := l.sh.windows[0]; w != nil {
+		err = w.Reset(ctx, key)
+	}
+	return err
+}
+
 // RlTenantUserKey is rule RlTenantUser's key: tenant (string), user (string).
 type RlTenantUserKey struct {
 	Tenant string
@@ -350,6 +364,20 @@ func (l *RlTenantUserLimiter) AllowN(ctx context.Context, key RlTenantUserKey, c
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.err,
 	}
+}
+
+// Reset empties key's window on the store given to New, so that what it admitted no longer counts
+// on any instance (a customer's quota given back after a refund), and RlTenantUser's process-local
+// window (Local). This instance's lease gives back what it holds first; another instance's may
+// still spend what it was granted (see shared.Window.Reset). It fails when the store cannot (its
+// error); without a store it resets the process-local window only.
+func (l *RlTenantUserLimiter) Reset(ctx context.Context, key RlTenantUserKey) error {
+	l.local.Reset(key)
+	var err error
+	if w := l.sh.windows[1]; w != nil {
+		err = w.Reset(ctx, verdict.StoreKey(key.String()))
+	}
+	return err
 }
 
 // httpPolicyRlRemoteAddress is rule RlRemoteAddress as the RateLimit fields describe it.
