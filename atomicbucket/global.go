@@ -77,13 +77,29 @@ func (l Global) SetNumbers(n Numbers, carry Carry) error { return l.SetNumbersAt
 
 // SetNumbersAt is SetNumbers at time now.
 func (l Global) SetNumbersAt(now Time, n Numbers, carry Carry) error {
+	if err := l.CheckBurst(n); err != nil {
+		return err
+	}
+	return l.b.SetNumbersAt(now, n, carry)
+}
+
+// CheckBurst says why SetNumbers would refuse n's burst: below a request's
+// default cost (CheckCost), or below the most a request of the rule's
+// routes may cost (Bucket.SetMaxCost, CheckMaxCost).
+func (l Global) CheckBurst(n Numbers) error {
 	if l.cost > 1 {
 		if err := CheckCost(n.Burst, l.cost); err != nil {
 			return err
 		}
 	}
-	return l.b.SetNumbersAt(now, n, carry)
+	if l.b.maxCost > 0 {
+		return CheckMaxCost(n.Burst, l.b.maxCost, l.b.maxCostOf)
+	}
+	return nil
 }
+
+// MinBurst is the least burst the limiter takes (CheckBurst).
+func (l Global) MinBurst() int64 { return max(l.cost, l.b.maxCost, 1) }
 
 // ClearNumbers returns the rule to the policy's numbers, its bucket carried
 // by carry.

@@ -158,11 +158,26 @@ func (l Keyed[K]) ResetAt(key K, now Time) { l.t.ResetAt(key, now) }
 // checkCost refuses numbers whose burst is below a request's default cost, as
 // the generator refuses such a policy.
 func (l Keyed[K]) checkCost(n Numbers) error {
-	if l.cost <= 1 {
-		return nil
+	if l.cost > 1 {
+		if err := CheckCost(n.Burst, l.cost); err != nil {
+			return err
+		}
 	}
-	return CheckCost(n.Burst, l.cost)
+	if l.t.maxCost > 0 {
+		return CheckMaxCost(n.Burst, l.t.maxCost, l.t.maxCostOf)
+	}
+	return nil
 }
+
+// CheckBurst says why SetNumbers and SetKeyNumbers would refuse n's burst:
+// below a request's default cost (CheckCost), or below the most a request
+// of the rule's routes may cost (TableOptions.MaxCost, CheckMaxCost).
+func (l Keyed[K]) CheckBurst(n Numbers) error { return l.checkCost(n) }
+
+// MinBurst is the least burst the limiter takes (CheckBurst): a request's
+// default cost, or the most a request of its routes may cost, whichever is
+// more.
+func (l Keyed[K]) MinBurst() int64 { return max(l.cost, l.t.maxCost, 1) }
 
 // allowCost is AllowAt for a request of cost (AllowAt's loop when it is 1):
 // one call, so that Keyed's Allow inlines.

@@ -658,8 +658,10 @@ var uploadLimit = atomicbucket.Limit{
 // newUploadLimiter returns Upload's (empty) table.
 func newUploadLimiter() *UploadLimiter {
 	return &UploadLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(uploadLimit), uploadUnitsPerNs, uploadUnitsPerToken, uploadBurstUnits), atomicbucket.TableOptions{
-		MaxKeys: 100000,
-		AtCap:   atomicbucket.AllowAtCap,
+		MaxKeys:   100000,
+		AtCap:     atomicbucket.AllowAtCap,
+		MaxCost:   1000,
+		MaxCostOf: "route \"POST /v1/upload\"",
 	}), 10, atomicbucket.NonEmpty)}
 }
 

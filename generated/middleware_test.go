@@ -416,25 +416,32 @@ func TestMiddlewareNumbersInForce(t *testing.T) {
 		{"GET", "/v1/x", "", bob, 0, 200, [2]string{bobs, `"PerUser";r=48;t=3`}, "", ""},
 		{"GET", "/v1/x", "", alice, 0, 200, [2]string{free, `"PerUser";r=49;t=5`}, "", ""},
 	})
-	// Upload for everyone: 50 per second, burst 100 (w=2). bob has no upload
-	// bucket yet: a full 100, less this request's 10: 90, paced at 50/s: t=2.
-	must(s.lim.Upload.SetNumbersAt(s.now, atomicbucket.Numbers{Tokens: 50, Period: time.Second, Burst: 100}, atomicbucket.CarryProportional))
+	// A burst below what the route admits (POST /v1/upload declares up to
+	// 1000 units) is refused, naming the route: requests within the route's
+	// most would be answered 400 for good.
+	if err := s.lim.Upload.SetNumbersAt(s.now, atomicbucket.Numbers{Tokens: 50, Period: time.Second, Burst: 100}, atomicbucket.CarryProportional); err == nil ||
+		!strings.Contains(err.Error(), `the most a request of route "POST /v1/upload" may cost`) {
+		t.Fatalf("Upload cut to a burst of 100: %v, want refused", err)
+	}
+	// Upload for everyone: 500 per second, burst 2000 (w=4). bob has no upload
+	// bucket yet: a full 2000, less this request's 10: 1990, paced at 500/s:
+	// t=4. A declared 500 from alice: 1500 left (t=3).
+	must(s.lim.Upload.SetNumbersAt(s.now, atomicbucket.Numbers{Tokens: 500, Period: time.Second, Burst: 2000}, atomicbucket.CarryProportional))
 	s.run(t, []call{
-		{"POST", "/v1/upload", "", bob, 0, 200, [2]string{`"Upload";q=100;w=2`, `"Upload";r=90;t=2`}, "", ""},
-		// A declared cost of 500 is within the route's 1000 but above the new
-		// burst: no wait can serve it (400, alice's bucket untouched at 100).
-		{"POST", "/v1/upload", "", map[string]string{"X-Test-User": "alice", "X-Upload-Units": "500"}, 0, 400,
-			[2]string{`"Upload";q=100;w=2`, `"Upload";r=100;t=2`}, "", "400"},
+		{"POST", "/v1/upload", "", bob, 0, 200, [2]string{`"Upload";q=2000;w=4`, `"Upload";r=1990;t=4`}, "", ""},
+		{"POST", "/v1/upload", "", map[string]string{"X-Test-User": "alice", "X-Upload-Units": "500"}, 0, 200,
+			[2]string{`"Upload";q=2000;w=4`, `"Upload";r=1500;t=3`}, "", ""},
 	})
 	// Back to the policy's numbers (100/s, burst 1000), proportionally: bob's
-	// 90 of 100 become 900 of 1000, 890 after this request (110 short of full:
-	// 1.1 s; paced 8.9 s: t=9); alice has no bucket: 1000, then 990 (t=10).
+	// 1990 of 2000 become 995 of 1000, 985 after this request (paced 9.85 s:
+	// t=10); alice's 1500 become 750, 740 after it (paced 7.4 s, 2.6 s to
+	// full: t=8).
 	s.lim.Upload.ClearNumbersAt(s.now, atomicbucket.CarryProportional)
 	// bob's own numbers go: his 48 tokens carry as is into 10/s, burst 50: 47 after this request.
 	s.lim.PerUser.ClearKeyNumbersAt("bob", s.now, atomicbucket.CarryAsIs)
 	s.run(t, []call{
-		{"POST", "/v1/upload", "", bob, 0, 200, [2]string{`"Upload";q=1000;w=10`, `"Upload";r=890;t=9`}, "", ""},
-		{"POST", "/v1/upload", "", alice, 0, 200, [2]string{`"Upload";q=1000;w=10`, `"Upload";r=990;t=10`}, "", ""},
+		{"POST", "/v1/upload", "", bob, 0, 200, [2]string{`"Upload";q=1000;w=10`, `"Upload";r=985;t=10`}, "", ""},
+		{"POST", "/v1/upload", "", alice, 0, 200, [2]string{`"Upload";q=1000;w=10`, `"Upload";r=740;t=8`}, "", ""},
 		{"GET", "/v1/x", "", bob, 0, 200, [2]string{free, `"PerUser";r=47;t=5`}, "", ""},
 	})
 	if n, o := s.lim.PerUser.NumbersFor(limits.PlanFree, "bob"); o != atomicbucket.FromPolicy || n.Burst != 50 {

@@ -25,15 +25,17 @@ const retryConfig = `{"methodConfig": [{"name": [{"service": "grpc.health.v1.Hea
 
 // TestGRPCRetryObeysPushback: grpc-go's own retry policy, given a service
 // config that retries RESOURCE_EXHAUSTED, succeeds through a limit of 5 a
-// second (burst 1): each denial is trailers-only with
+// second (burst 3): each denial is trailers-only with
 // grpc-retry-pushback-ms, which grpc-go waits before the next attempt. 12
-// calls in a row all succeed, in about 12/5 s, and the server denies each
+// calls in a row all succeed, in about 9/5 s, and the server denies each
 // call at most once (a retry is never early), where without the pushback the
 // attempts' millisecond backoffs would spend all 5 attempts at once.
 func TestGRPCRetryObeysPushback(t *testing.T) {
 	t.Parallel() // it waits on the real clock, as the others that do
 	lims := grpclimits.New()
-	if err := lims.Checks.SetNumbers(grpclimits.PlanFree, atomicbucket.Numbers{Tokens: 5, Period: time.Second, Burst: 1}, atomicbucket.CarryAsIs); err != nil {
+	// Burst 3: the most a Check may cost (x-cost up to 3), below which the
+	// numbers are refused.
+	if err := lims.Checks.SetNumbers(grpclimits.PlanFree, atomicbucket.Numbers{Tokens: 5, Period: time.Second, Burst: 3}, atomicbucket.CarryAsIs); err != nil {
 		t.Fatal(err)
 	}
 	var denials atomic.Int64
@@ -63,9 +65,9 @@ func TestGRPCRetryObeysPushback(t *testing.T) {
 		}
 	}
 	took := time.Since(start)
-	// The first call takes the only token; each later one waits 200 ms.
-	if took < (calls-1)*200*time.Millisecond-50*time.Millisecond || took > 10*time.Second {
-		t.Errorf("%d calls took %v, want about %v", calls, took, (calls-1)*200*time.Millisecond)
+	// The first three calls take the burst; each later one waits 200 ms.
+	if took < (calls-3)*200*time.Millisecond-50*time.Millisecond || took > 10*time.Second {
+		t.Errorf("%d calls took %v, want about %v", calls, took, (calls-3)*200*time.Millisecond)
 	}
 	if d := denials.Load(); d > calls {
 		t.Errorf("%d denials for %d calls: a retry came before the pushback's wait", d, calls)

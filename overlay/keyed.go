@@ -28,22 +28,15 @@ func (t keyedTarget[K]) Plans() int  { return 0 }
 func (t keyedTarget[K]) Keyed() bool { return true }
 
 func (t keyedTarget[K]) Check(_ int, n atomicbucket.Numbers) error {
-	return checkAs(t.l.Rule(), t.l.Cost(), n)
-}
-
-func (t keyedTarget[K]) Base(int) Base { return baseOf(t.l.Rule(), t.l.Cost()) }
-
-// checkAs checks n as the generator checks a policy's numbers for rule,
-// whose requests cost cost by default.
-func checkAs(rule *atomicbucket.Rule, cost int64, n atomicbucket.Numbers) error {
-	if _, err := rule.WithNumbers(n); err != nil {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
 		return err
 	}
-	if cost > 1 {
-		return atomicbucket.CheckCost(n.Burst, cost)
-	}
-	return nil
+	return t.l.CheckBurst(n)
 }
+
+// Base's Cost is the least burst the limiter takes (its default cost, or
+// the most a request of its routes may cost): a scaled burst stays at it.
+func (t keyedTarget[K]) Base(int) Base { return baseOf(t.l.Rule(), t.l.MinBurst()) }
 
 // baseOf is rule's Base: the policy's numbers, the default cost, the refill.
 func baseOf(rule *atomicbucket.Rule, cost int64) Base {
@@ -118,10 +111,13 @@ func (t globalTarget) Keyed() bool           { return false }
 func (t globalTarget) CheckKey(string) error { return nil }
 
 func (t globalTarget) Check(_ int, n atomicbucket.Numbers) error {
-	return checkAs(t.l.Rule(), t.l.Cost(), n)
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	return t.l.CheckBurst(n)
 }
 
-func (t globalTarget) Base(int) Base { return baseOf(t.l.Rule(), t.l.Cost()) }
+func (t globalTarget) Base(int) Base { return baseOf(t.l.Rule(), t.l.MinBurst()) }
 
 func (t globalTarget) Set(_ int, _ *string, n atomicbucket.Numbers) error {
 	return t.l.SetNumbers(n, atomicbucket.CarryAsIs)

@@ -107,12 +107,15 @@ func TestScaleNumbers(t *testing.T) {
 		t.Errorf("no Set and no factor: %v, want the policy's %v", got, policy)
 	}
 
-	// A scaled burst keeps one request's cost: Upload's requests cost 10.
-	if err := l.ScaleNumbers("Upload", overlay.One, 1); err != nil {
+	// A scaled burst keeps what a request may cost: Upload's cost 10 by
+	// default, and its route, POST /v1/upload, admits a declared 1000: the
+	// burst stays at 1000 however far the factor cuts it, while the rate
+	// goes down.
+	if err := l.ScaleNumbers("Upload", 500, 1); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := l.Upload.NumbersFor("k"); n.Burst != 10 {
-		t.Errorf("Upload's burst of 1000 scaled by 0.001: %d, want the cost, 10", n.Burst)
+	if n, _ := l.Upload.NumbersFor("k"); n.Burst != 1000 || n.Tokens != 50 || n.Period != time.Second {
+		t.Errorf("Upload (100 per 1s, burst 1000) scaled by 0.5 and 0.001: %v, want 50 per 1s, burst 1000 (the route's most)", n)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"go/format"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -369,9 +370,34 @@ func ruleOf(r model.Rule, i int) jen.Code {
 // at now (its initial tokens and its interval grid start then).
 func newStore(r model.Rule, i int) jen.Code {
 	if r.KeyType == "" {
-		return rt("NewBucketAt").Call(ruleOf(r, i), jen.Id("now"))
+		b := rt("NewBucketAt").Call(ruleOf(r, i), jen.Id("now"))
+		if i < len(r.RouteCost) && r.RouteCost[i] > 0 {
+			b = b.Dot("SetMaxCost").Call(lit(r.RouteCost[i]), jen.Lit("route "+strconv.Quote(r.RouteCostOf[i])))
+		}
+		return b
 	}
-	return rt("NewTable").Types(jen.Id(r.KeyType)).Call(ruleOf(r, i), tableOptions(r, r.Composite()))
+	return rt("NewTable").Types(jen.Id(r.KeyType)).Call(ruleOf(r, i), tableOptionsAt(r, r.Composite(), i))
+}
+
+// tableOptionsAt is tableOptions for plan i's table: with the most a request
+// of the rule's routes may cost on it (model.Rule.RouteCost).
+func tableOptionsAt(r model.Rule, hash bool, i int) jen.Code {
+	if i >= len(r.RouteCost) || r.RouteCost[i] == 0 {
+		return tableOptions(r, hash)
+	}
+	var opts []jen.Code
+	if r.MaxKeys > 0 {
+		atCap := "DenyAtCap"
+		if r.AllowCap {
+			atCap = "AllowAtCap"
+		}
+		opts = append(opts, field("MaxKeys", lit(r.MaxKeys)), field("AtCap", rt(atCap)))
+	}
+	if hash {
+		opts = append(opts, field("KeyHash", jen.Id(r.KeyType).Dot("gridHash")))
+	}
+	opts = append(opts, field("MaxCost", lit(r.RouteCost[i])), field("MaxCostOf", jen.Lit("route "+strconv.Quote(r.RouteCostOf[i]))))
+	return rt("TableOptions").Add(fields(opts...))
 }
 
 // tableOptions is a keyed rule's atomicbucket.TableOptions: its key cap and,
@@ -1058,6 +1084,45 @@ func emptyKeyCheck(r model.Rule) jen.Code {
 // of type Plan or int), or, for plan nil, on every plan. Nothing for a rule
 // whose requests cost 1.
 func costCheck(r model.Rule, plan jen.Code) jen.Code {
+	if len(r.RouteCost) == 0 {
+		return defaultCostCheck(r, plan)
+	}
+	return jen.Add(defaultCostCheck(r, plan)).Line().Add(routeCostCheck(r, plan))
+}
+
+// routeCostCheck is the statement that refuses numbers n whose burst is below
+// the most a request of one of r's routes may cost (model.Rule.RouteCost),
+// naming the route; nothing when no route costs more than r's default. On a
+// rule with plans, plan is the plan's expression, or nil for numbers of
+// every plan (a key's own), held to the most of any plan.
+func routeCostCheck(r model.Rule, plan jen.Code) jen.Code {
+	if len(r.RouteCost) == 0 {
+		return jen.Null()
+	}
+	most, at := int64(0), 0
+	same := true
+	for j, c := range r.RouteCost {
+		if c > most {
+			most, at = c, j
+		}
+		same = same && c == r.RouteCost[0] && r.RouteCostOf[j] == r.RouteCostOf[0]
+	}
+	var cost, what jen.Code = jen.Lit(int(most)), jen.Lit("route " + strconv.Quote(r.RouteCostOf[at]))
+	if plan != nil && !same {
+		var cs, ws []jen.Code
+		for j, c := range r.RouteCost {
+			cs = append(cs, jen.Lit(int(c)))
+			ws = append(ws, jen.Lit("route "+strconv.Quote(r.RouteCostOf[j])))
+		}
+		cost = jen.Index(jen.Lit(len(cs))).Int64().Values(cs...).Index(plan)
+		what = jen.Index(jen.Lit(len(ws))).String().Values(ws...).Index(plan)
+	}
+	return jen.If(jen.Err().Op(":=").Add(rt("CheckMaxCost")).Call(jen.Id("n").Dot("Burst"), cost, what), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err()))
+}
+
+// defaultCostCheck is the statement that refuses numbers n whose burst is
+// below r's default cost (on plan), nothing when that is 1.
+func defaultCostCheck(r model.Rule, plan jen.Code) jen.Code {
 	costs := make([]int64, len(r.Limits))
 	most, same := int64(1), true
 	for i, l := range r.Limits {

@@ -150,13 +150,23 @@ func emitTarget(r model.Rule) jen.Code {
 		check = append(check, jen.Return(jen.Nil()))
 	}
 	g.Func().Params(recv).Id("Check").Params(jen.Id("plan").Int(), jen.Id("n").Add(rt("Numbers"))).Error().Block(check...).Line().Line()
-	var cost jen.Code = jen.Lit(int(max(r.Limits[0].Cost, 1)))
+	// Base's Cost is the least burst the rule takes on the plan (a scaled
+	// burst stays at it): a request's default cost, or the most a request
+	// of its routes may cost.
+	least := func(j int) int64 {
+		c := max(r.Limits[j].Cost, 1)
+		if j < len(r.RouteCost) {
+			c = max(c, r.RouteCost[j])
+		}
+		return c
+	}
+	var cost jen.Code = jen.Lit(int(least(0)))
 	if r.Planned {
 		var costs []jen.Code
 		same := true
-		for _, l := range r.Limits {
-			costs = append(costs, jen.Lit(int(max(l.Cost, 1))))
-			same = same && l.Cost == r.Limits[0].Cost
+		for j := range r.Limits {
+			costs = append(costs, jen.Lit(int(least(j))))
+			same = same && least(j) == least(0)
 		}
 		if !same {
 			cost = jen.Index(jen.Lit(len(costs))).Int64().Values(costs...).Index(jen.Id("plan"))

@@ -97,11 +97,19 @@ type Rule struct {
 	Units    []shared.Units // shared: each limit's units on a store's µs clock (shared.MicroUnits; zero for interval refill)
 	SharedAt int            // shared: the index of its first limit in the package's sharedRules
 	WindowAt int            // a shared window: its index in the package's shared windows
-	Doc      string         // the package-level variable's doc comment: the rule in plain words
-	TypeDoc  string         // the limiter type's doc comment
-	LocalDoc string         // shared: the process-local limiter type's doc comment
-	FieldDoc string         // the Limits field's line comment
-	UnitsDoc string         // the folded units' doc comment (folded rules only)
+	// RouteCost is, per entry of Limits, the most one request of the rule's
+	// HTTP routes and gRPC method entries may cost on that plan as the
+	// policy admits it (a route's fixed cost, or its declared max, at most
+	// the plan's burst), and RouteCostOf the route that may; 0 and "" when
+	// no route costs more than the rule's default. Numbers given at run
+	// time with a smaller burst are refused, naming the route.
+	RouteCost   []int64
+	RouteCostOf []string
+	Doc         string // the package-level variable's doc comment: the rule in plain words
+	TypeDoc     string // the limiter type's doc comment
+	LocalDoc    string // shared: the process-local limiter type's doc comment
+	FieldDoc    string // the Limits field's line comment
+	UnitsDoc    string // the folded units' doc comment (folded rules only)
 }
 
 // KeyField is one field of a composite key.

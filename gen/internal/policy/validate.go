@@ -167,6 +167,7 @@ func (p *parser) validate(doc *policyDoc) *model.Model {
 	if doc.rls != nil && len(p.diags) == 0 {
 		m.RLS = p.rlsSection(doc.rls, m)
 	}
+	routeCosts(m)
 	modelDocs(m)
 	return m
 }
@@ -914,5 +915,51 @@ func (p *parser) namespace(doc *policyDoc, m *model.Model) {
 			}
 		}
 		p.errorf(doc.node, "shared rules (%s) need a namespace: add namespace: with your service's name (such as namespace: billing), part of every store key, so that another service's rule of the same name never shares their buckets", strings.Join(names, ", "))
+	}
+}
+
+// routeCosts gives each rule the most one request of its HTTP routes and gRPC
+// method entries may cost on each plan, as the policy admits it: a route's
+// fixed cost, or its declared max (a gRPC entry's counted message cost
+// too), at most the plan's burst (above which the door answers too costly
+// anyway). Envoy's descriptors are left out: their hits_addend is the
+// proxy's, with no max of the policy's.
+func routeCosts(m *model.Model) {
+	var routes []model.Route
+	if m.HTTP != nil {
+		routes = append(routes, m.HTTP.Routes...)
+	}
+	if m.GRPC != nil {
+		routes = append(routes, m.GRPC.Routes...)
+	}
+	for _, rt := range routes {
+		if rt.Mode == "Off" {
+			continue
+		}
+		var c int64
+		switch rt.CostKind {
+		case "fixed":
+			c = rt.CostFixed
+		case "header", "query", "metadata":
+			c = rt.CostMax
+		}
+		if rt.Messages != nil {
+			c = max(c, rt.Messages.Cost)
+		}
+		for _, ri := range rt.Rules {
+			r := &m.Rules[ri]
+			for j, l := range r.Limits {
+				v := min(c, l.Burst)
+				if v <= max(l.Cost, 1) {
+					continue
+				}
+				if r.RouteCost == nil {
+					r.RouteCost, r.RouteCostOf = make([]int64, len(r.Limits)), make([]string, len(r.Limits))
+				}
+				if v > r.RouteCost[j] {
+					r.RouteCost[j], r.RouteCostOf[j] = v, rt.Pattern
+				}
+			}
+		}
 	}
 }

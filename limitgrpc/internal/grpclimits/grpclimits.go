@@ -236,13 +236,17 @@ func (t checksNumbers) Check(plan int, n atomicbucket.Numbers) error {
 	if _, err := t.l.Rule(Plan(plan)).WithNumbers(n); err != nil {
 		return err
 	}
+
+	if err := atomicbucket.CheckMaxCost(n.Burst, 3, "route \"/grpc.health.v1.Health/Check\""); err != nil {
+		return err
+	}
 	return nil
 }
 
 func (t checksNumbers) Base(plan int) overlay.Base {
 	r := t.l.Rule(Plan(plan)).Limit()
 	return overlay.Base{
-		Cost:     1,
+		Cost:     3,
 		Interval: r.Refill == atomicbucket.Interval,
 		Numbers:  atomicbucket.NumbersOf(r),
 	}
@@ -416,8 +420,14 @@ var checksLimit = [2]atomicbucket.Limit{atomicbucket.Limit{
 // newChecksLimiter returns Checks's (empty) tables.
 func newChecksLimiter() *ChecksLimiter {
 	return &ChecksLimiter{s: [numPlans]*atomicbucket.Table[string]{
-		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(checksLimit[0]), atomicbucket.TableOptions{}),
-		PlanPro:  atomicbucket.NewTable[string](atomicbucket.MustRule(checksLimit[1]), atomicbucket.TableOptions{}),
+		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(checksLimit[0]), atomicbucket.TableOptions{
+			MaxCost:   3,
+			MaxCostOf: "route \"/grpc.health.v1.Health/Check\"",
+		}),
+		PlanPro: atomicbucket.NewTable[string](atomicbucket.MustRule(checksLimit[1]), atomicbucket.TableOptions{
+			MaxCost:   3,
+			MaxCostOf: "route \"/grpc.health.v1.Health/Check\"",
+		}),
 	}}
 }
 
@@ -574,6 +584,10 @@ func (l *ChecksLimiter) SetNumbersAt(plan Plan, now atomicbucket.Time, n atomicb
 	if plan >= numPlans {
 		return ErrUnknownPlan
 	}
+
+	if err := atomicbucket.CheckMaxCost(n.Burst, 3, "route \"/grpc.health.v1.Health/Check\""); err != nil {
+		return err
+	}
 	return l.s[plan].SetNumbersAt(now, n, carry)
 }
 
@@ -607,6 +621,10 @@ func (l *ChecksLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers, carry 
 func (l *ChecksLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	if key == "" {
 		return atomicbucket.ErrEmptyKey
+	}
+
+	if err := atomicbucket.CheckMaxCost(n.Burst, 3, "route \"/grpc.health.v1.Health/Check\""); err != nil {
+		return err
 	}
 	for _, t := range l.s {
 		if _, err := t.Rule().WithNumbers(n); err != nil {
