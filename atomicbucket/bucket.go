@@ -19,6 +19,7 @@ import (
 type Bucket struct {
 	_       cpu.CacheLinePad           // tat is written by every check: keep it off the line of whatever precedes the Bucket
 	tat     atomic.Int64               // theoretical arrival time in the rule's units (token slots since anchor for interval rules); dead once the numbers change
+	seen    atomic.Int64               // the latest time (ns) a check that may change the word was stamped with (see)
 	over    atomic.Pointer[bucketWord] // nil until the numbers first change; then the word in force (bucket_numbers.go)
 	anchor  int64                      // interval rules: the grid anchor in ns since epoch (the bucket's creation, or the rule's aligned anchor)
 	rule    Rule
@@ -78,7 +79,7 @@ func (b *Bucket) AllowAt(now Time) bool {
 		return b.allowOver(clampNow(now), 1)
 	}
 	nowU := b.rule.units(clampNow(now), b.anchor)
-	tat, ok := advance(&b.tat, nowU, b.rule.emit, nowU+b.rule.tau)
+	tat, ok := advance(&b.tat, &b.seen, clampNow(now), nowU, b.rule.emit, nowU+b.rule.tau)
 	if tat < 0 {
 		return b.allowOver(clampNow(now), 1) // the numbers changed meanwhile
 	}
@@ -102,7 +103,7 @@ func (b *Bucket) AllowNAt(now Time, cost int64) Decision {
 		return b.allowNOver(n, cost)
 	}
 	inc := cost * b.rule.emit
-	tat, ok := advance(&b.tat, nowU, inc, nowU+b.rule.tau)
+	tat, ok := advance(&b.tat, &b.seen, n, nowU, inc, nowU+b.rule.tau)
 	if tat < 0 {
 		return b.allowNOver(n, cost) // the numbers changed meanwhile
 	}
@@ -156,7 +157,7 @@ func (b *Bucket) RefundAt(now Time, cost int64) {
 	if cost <= 0 || cost > b.rule.burst {
 		return
 	}
-	if !giveBack(&b.tat, b.rule.units(clampNow(now), b.anchor), cost*b.rule.emit) {
+	if !giveBack(&b.tat, &b.seen, clampNow(now), b.rule.units(clampNow(now), b.anchor), cost*b.rule.emit) {
 		b.refundOver(clampNow(now), cost) // the numbers changed meanwhile
 	}
 }
@@ -172,7 +173,7 @@ func (b *Bucket) Reserve(cost int64, maxWait time.Duration) Reservation {
 // ReserveAt is Reserve at time now.
 func (b *Bucket) ReserveAt(now Time, cost int64, maxWait time.Duration) Reservation {
 	if b.over.Load() == nil {
-		if res, alive := b.rule.reserve(&b.tat, clampNow(now), b.anchor, cost, maxWait); alive {
+		if res, alive := b.rule.reserve(&b.tat, &b.seen, clampNow(now), b.anchor, cost, maxWait); alive {
 			return res
 		}
 	}

@@ -47,11 +47,24 @@ func (b *Bucket) allowOver(now, cost int64) bool {
 		if cost < 0 || cost > r.burst {
 			return false
 		}
+		if now < o.n.since {
+			if d, alive := b.late(o, now, cost, true); alive {
+				return d.Allowed
+			}
+			continue
+		}
 		nowU := r.units(now, b.anchor)
-		if tat, ok := advance(&o.tat, nowU, cost*r.emit, nowU+r.tau); tat >= 0 {
+		if tat, ok := advance(&o.tat, &b.seen, now, nowU, cost*r.emit, nowU+r.tau); tat >= 0 {
 			return ok
 		}
 	}
+}
+
+// late judges a check of cost stamped now (ns) on o before its numbers came
+// in force (numbers.late); take: an admission takes its tokens.
+func (b *Bucket) late(o *bucketWord, now, cost int64, take bool) (Decision, bool) {
+	at, pen := o.n.late(now, o.n.rule.mode != modeGreedy)
+	return o.n.rule.judgeLate(&o.tat, &b.seen, now, at, pen, b.anchor, cost, take)
 }
 
 func (b *Bucket) allowNOver(now, cost int64) Decision {
@@ -59,6 +72,12 @@ func (b *Bucket) allowNOver(now, cost int64) Decision {
 		o := b.in()
 		r := &o.n.rule
 		nowU := r.units(now, b.anchor)
+		if now < o.n.since {
+			if d, alive := b.late(o, now, cost, true); alive {
+				return d
+			}
+			continue
+		}
 		if cost < 0 || cost > r.burst {
 			if tat := o.tat.Load(); tat >= 0 {
 				return r.outOfRange(tat, now, nowU, b.anchor)
@@ -66,7 +85,7 @@ func (b *Bucket) allowNOver(now, cost int64) Decision {
 			continue
 		}
 		inc := cost * r.emit
-		if tat, ok := advance(&o.tat, nowU, inc, nowU+r.tau); tat >= 0 {
+		if tat, ok := advance(&o.tat, &b.seen, now, nowU, inc, nowU+r.tau); tat >= 0 {
 			return r.decide(ok, tat, inc, now, nowU, b.anchor)
 		}
 	}
@@ -75,7 +94,11 @@ func (b *Bucket) allowNOver(now, cost int64) Decision {
 func (b *Bucket) peekOver(now, cost int64) Decision {
 	for {
 		o := b.in()
-		if tat := o.tat.Load(); tat >= 0 {
+		if now < o.n.since {
+			if d, alive := b.late(o, now, cost, false); alive {
+				return d
+			}
+		} else if tat := o.tat.Load(); tat >= 0 {
 			return o.n.rule.peek(tat, now, b.anchor, cost)
 		}
 	}
@@ -85,7 +108,8 @@ func (b *Bucket) refundOver(now, cost int64) {
 	for {
 		o := b.in()
 		r := &o.n.rule
-		if cost <= 0 || cost > r.burst || giveBack(&o.tat, r.units(now, b.anchor), cost*r.emit) {
+		at := max(now, o.n.since) // see Table.refundOver
+		if cost <= 0 || cost > r.burst || giveBack(&o.tat, &b.seen, at, r.units(at, b.anchor), cost*r.emit) {
 			return
 		}
 	}
@@ -94,7 +118,11 @@ func (b *Bucket) refundOver(now, cost int64) {
 func (b *Bucket) reserveOver(now, cost int64, maxWait time.Duration) Reservation {
 	for {
 		o := b.in()
-		if res, alive := o.n.rule.reserve(&o.tat, now, b.anchor, cost, maxWait); alive {
+		if now < o.n.since { // see Table.reserveOver
+			if d, alive := b.late(o, now, cost, true); alive {
+				return immediate(d, Time(now))
+			}
+		} else if res, alive := o.n.rule.reserve(&o.tat, &b.seen, now, b.anchor, cost, maxWait); alive {
 			return res
 		}
 	}
@@ -153,11 +181,16 @@ func (b *Bucket) change(now int64, n *numbers, c Carry) {
 		b.env = envelopeOf(b.rule.limit)
 	}
 	b.env = b.env.widen(n.rule.limit, now)
+	n.hi = rate{b.env.tokens, b.env.period} // every number the bucket has had
 	o := &bucketWord{n: n}
 	if fresh {
 		o.tat.Store(n.rule.fresh(now, b.anchor))
+		see(&b.seen, now)
 	} else {
-		o.tat.Store(convertWord(from, &n.rule, b.env, tat, b.anchor, now, c))
+		// b.seen read after the word is dead: see settle.
+		at := convertAt(from, &n.rule, now, b.seen.Load())
+		o.tat.Store(convertWord(from, &n.rule, b.env, tat, b.anchor, at, c))
+		see(&b.seen, at)
 	}
 	b.over.Store(o)
 }

@@ -42,7 +42,8 @@ func MustUnits(r Rule, scale, emit, tau int64) Rule {
 
 // AllowGreedyAt is for generated code only (see above): AllowAt (any cost: inc
 // is cost·emit) for a greedy rule whose units are passed as constants; they
-// must be the bucket's rule's (MustUnits). It inlines into generated code.
+// must be the bucket's rule's (MustUnits). It is called, not inlined: the
+// admission's time it records (see) takes it past the inliner's budget.
 // word is the bucket's word after the call; it is negative once the
 // bucket's numbers have changed (SetNumbersAt): its own word is then dead for
 // good, nothing was decided, and the caller asks AllowAt, which judges by the
@@ -50,7 +51,8 @@ func MustUnits(r Rule, scale, emit, tau int64) Rule {
 //
 // Keep in step with Bucket.AllowAt.
 func (b *Bucket) AllowGreedyAt(now Time, scale, inc, tau int64) (word int64, ok bool) {
-	nowU := clampNow(now) * scale
+	n := clampNow(now)
+	nowU := n * scale
 	for {
 		// advance, for inc > 0 (a policy's cost is at least 1), in the
 		// inliner's budget
@@ -59,6 +61,7 @@ func (b *Bucket) AllowGreedyAt(now Time, scale, inc, tau int64) (word int64, ok 
 		if old < 0 || tat-nowU > tau {
 			return old, false
 		}
+		see(&b.seen, n)
 		if b.tat.CompareAndSwap(old, tat) {
 			return tat, true
 		}
@@ -86,7 +89,7 @@ func (t *Table[K]) AllowGreedyAt(key K, now Time, scale, inc, tau int64) bool {
 			continue // written in other numbers: the table's have changed since ov was loaded
 		}
 		nowU := n * scale
-		tat, ok := advance(&s.tat, nowU, inc, nowU+tau)
+		tat, ok := advance(&s.tat, &s.seen, n, nowU, inc, nowU+tau)
 		if tat >= 0 {
 			return ok
 		}

@@ -11,7 +11,7 @@ import (
 )
 
 // keyMap is a table's map from keys to buckets. A bucket and its key live in
-// one allocation, a node: the slot (the bucket's word) first, then, for a rule
+// one allocation, a node: the slot (the bucket's word and its latest change's time) first, then, for a rule
 // whose interval grid is placed by the key, the grid's anchor, then the key,
 // then the numbers the word is written in, when they are not the table's own
 // (slot.nums: numbers.go). A string key is stored as a uvarint of its length

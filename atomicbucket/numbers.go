@@ -2,6 +2,7 @@ package atomicbucket
 
 import (
 	"fmt"
+	"math"
 	"math/big"
 	"math/bits"
 	"sync/atomic"
@@ -191,6 +192,118 @@ type numbers struct {
 	carryIn Carry
 	env     *envelope
 	succ    atomic.Pointer[succession]
+	// hi is the fastest rate of any numbers the table (or bucket) had when
+	// n was installed, keys' own included: what a check stamped before since
+	// is judged short of (late).
+	hi rate
+	// follows, for the numbers a key returns to when its own are cleared
+	// (a copy of the plan's, installed then), is the plan whose successions
+	// are its own.
+	follows *numbers
+}
+
+// next is what replaced n, if anything has.
+func (n *numbers) next() *succession {
+	if s := n.succ.Load(); s != nil || n.follows == nil {
+		return s
+	}
+	return n.follows.succ.Load()
+}
+
+// rate is a rate of tokens per period (ns).
+type rate struct{ tokens, period int64 }
+
+func rateOf(l Limit) rate { return rate{l.Tokens, int64(l.Period)} }
+
+// faster reports whether r adds tokens faster than o.
+func (r rate) faster(o rate) bool {
+	ah, al := bits.Mul64(uint64(r.tokens), uint64(o.period))
+	bh, bl := bits.Mul64(uint64(o.tokens), uint64(r.period))
+	return ah > bh || ah == bh && al > bl
+}
+
+// late is how a check stamped now (ns) is judged on a word written in n. A
+// word is exact from the moment its numbers came in force (since) on; before
+// that the bucket was under other numbers, and a check stamped then (it read
+// the clock before a change and landed after it, or an explicit time older
+// than the change) is judged as at since (at), short of pen tokens: the most
+// the fastest numbers the rule has had (hi) could have added between its
+// stamp and since. So it never sees tokens that came after its stamp, as a
+// check is never judged more leniently than at the latest time seen.
+func (n *numbers) late(now int64, interval bool) (at, pen int64) {
+	if now >= n.since {
+		return now, 0
+	}
+	d := uint64(n.since - now)
+	if interval { // a boundary can add a whole period's tokens at once
+		hi, p := bits.Mul64(d/uint64(n.hi.period)+1, uint64(n.hi.tokens))
+		if hi != 0 || p > math.MaxInt64 {
+			return n.since, math.MaxInt64
+		}
+		return n.since, int64(p)
+	}
+	hi, lo := bits.Mul64(d, uint64(n.hi.tokens))
+	if hi >= uint64(n.hi.period) {
+		return n.since, math.MaxInt64
+	}
+	q, rem := bits.Div64(hi, lo, uint64(n.hi.period))
+	if rem != 0 {
+		q++
+	}
+	return n.since, int64(min(q, math.MaxInt64))
+}
+
+// judgeLate judges a check of cost stamped now on the word w written in r,
+// late (numbers.late): as at at, short of pen tokens; take: an admission
+// takes its tokens (they are taken at at). Its waits are from now. alive is
+// false when w is dead.
+func (r *Rule) judgeLate(w, seen *atomic.Int64, now, at, pen, anchor, cost int64, take bool) (d Decision, alive bool) {
+	atU := r.units(at, anchor)
+	tat := w.Load()
+	if tat < 0 {
+		return Decision{}, false
+	}
+	if cost < 0 || cost > r.burst {
+		return r.outOfRange(tat, at, atU, anchor), true
+	}
+	inc := cost * r.emit
+	ok := false
+	if pen <= r.burst-cost { // else not even a full bucket would do
+		bound := atU + r.tau - pen*r.emit
+		switch {
+		case !take:
+			ok = max(tat, atU)+inc <= bound
+		default:
+			if tat, ok = advance(w, seen, at, atU, inc, bound); tat < 0 {
+				return Decision{}, false
+			}
+		}
+	}
+	if ok && !take {
+		tat = max(tat, atU) + inc
+	}
+	d = r.decide(ok, tat, inc, at, atU, anchor)
+	lag := time.Duration(at - now)
+	if !ok {
+		d.RetryAfter += lag // a check made at at or later is not late
+	}
+	d.Reset += lag
+	d.Remaining = max(d.Remaining-pen, 0)
+	return d, true
+}
+
+// convertAt is the time as of which a bucket written in a, whose latest check
+// was stamped seen (ns), is converted into b by a change at at. A word holds
+// the checks made on it judged by a; converting it as of a time before one of
+// them and refilling from there at b's faster rate would add tokens no numbers
+// gave (the bucket was never under b then), so a change to a faster rate is
+// made, for that bucket, as of its latest check when that is later; to a rate
+// no faster, as of the change (the earlier time only takes tokens away).
+func convertAt(a, b *Rule, at, seen int64) int64 {
+	if rateOf(b.limit).faster(rateOf(a.limit)) {
+		return max(at, seen)
+	}
+	return at
 }
 
 // succession is what replaced an installation: to, from at (ns), carrying
@@ -244,7 +357,7 @@ func convertWord(a, b *Rule, e *envelope, tat, anchor, at int64, carry Carry) in
 	// held = (tauA − owedA) / emitA tokens: exact as a rational.
 	held := new(big.Rat).SetFrac(big.NewInt(a.tau-owedA), big.NewInt(a.emit))
 	switch {
-	case held.Sign() <= 0: // debt is carried as it is
+	case held.Sign() < 0: // debt is carried as it is
 	case carry == CarryProportional:
 		held.Mul(held, big.NewRat(b.burst, a.burst))
 	case carry == CarryAdditive:
@@ -300,10 +413,7 @@ func envelopeOf(l Limit) *envelope {
 func (e *envelope) widen(l Limit, at int64) *envelope {
 	w := *e
 	w.burst = max(w.burst, l.Burst)
-	// l is faster iff l.Tokens/l.Period > w.tokens/w.period.
-	ah, al := bits.Mul64(uint64(l.Tokens), uint64(w.period))
-	bh, bl := bits.Mul64(uint64(w.tokens), uint64(l.Period))
-	if ah > bh || ah == bh && al > bl {
+	if rateOf(l).faster(rate{w.tokens, w.period}) {
 		w.tokens, w.period = l.Tokens, int64(l.Period)
 	}
 	if w.burst == e.burst && w.tokens == e.tokens && w.period == e.period {
@@ -348,7 +458,14 @@ func (e *envelope) wait(b int64, interval bool) int64 {
 // settled reports whether a bucket of burst b, full since full (ns) and still
 // full at at, counts as full: while one of the envelopes was in force (e and
 // the ones before it), the bucket had been full for that envelope's wait.
+//
+// A bucket full since the epoch (or before: the clamp) has taken nothing in
+// the package's time, as a key without a bucket: it counts as full, however
+// young the process.
 func (e *envelope) settled(b int64, interval bool, full, at int64) bool {
+	if full <= 0 {
+		return true
+	}
 	end := at
 	for v := e; v != nil; v = v.prev {
 		if full+v.wait(b, interval) <= end {

@@ -23,6 +23,7 @@ type Reservation struct {
 	at     Time          // when the holder may act
 	inc    int64         // the units taken
 	word   *atomic.Int64 // the bucket the units came from; nil once cancelled
+	seen   *atomic.Int64 // its check times (see)
 	rule   *Rule
 	anchor int64
 	owner  *reclaimer // the table of a keyed bucket, told when a cancel fills it; nil for a Bucket
@@ -46,11 +47,11 @@ func (r *Reservation) CancelAt(now Time) bool {
 	if !r.OK || r.word == nil || now >= r.at {
 		return false
 	}
-	if r.nums != nil && r.nums.succ.Load() != nil {
+	if r.nums != nil && r.nums.next() != nil {
 		r.word = nil // carried into the numbers that replaced them
 		return false
 	}
-	found := giveBackWord(r.word, r.rule.units(clampNow(now), r.anchor), r.inc)
+	found := giveBackWord(r.word, r.seen, clampNow(now), r.rule.units(clampNow(now), r.anchor), r.inc)
 	if found >= 0 && r.owner != nil {
 		r.owner.filled(r.rule, r.word.Load(), r.anchor)
 	}
@@ -72,7 +73,7 @@ func immediate(d Decision, now Time) Reservation {
 // reserve takes cost at now from the word w if it can be served within maxWait.
 // alive is false when w is a dead (swept) table bucket: nothing was done and the
 // caller looks the key up again.
-func (r *Rule) reserve(w *atomic.Int64, now, anchor, cost int64, maxWait time.Duration) (res Reservation, alive bool) {
+func (r *Rule) reserve(w, seen *atomic.Int64, now, anchor, cost int64, maxWait time.Duration) (res Reservation, alive bool) {
 	nowU := r.units(now, anchor)
 	if cost < 0 || cost > r.burst {
 		return Reservation{RetryAfter: Never}, true
@@ -80,7 +81,7 @@ func (r *Rule) reserve(w *atomic.Int64, now, anchor, cost int64, maxWait time.Du
 	maxWait = min(max(maxWait, 0), MaxWait)
 	inc := cost * r.emit
 	laterU := r.units(now+int64(maxWait), anchor)
-	tat, ok := advance(w, nowU, inc, laterU+r.tau)
+	tat, ok := advance(w, seen, now, nowU, inc, laterU+r.tau)
 	if tat < 0 {
 		return Reservation{}, false
 	}
@@ -88,7 +89,7 @@ func (r *Rule) reserve(w *atomic.Int64, now, anchor, cost int64, maxWait time.Du
 		return Reservation{RetryAfter: r.waitFor(max(tat, nowU)+inc-r.tau, now, nowU, anchor)}, true
 	}
 	delay := r.waitFor(tat-r.tau, now, nowU, anchor)
-	return Reservation{OK: true, Delay: delay, at: Time(now).Add(delay), inc: inc, word: w, rule: r, anchor: anchor}, true
+	return Reservation{OK: true, Delay: delay, at: Time(now).Add(delay), inc: inc, word: w, seen: seen, rule: r, anchor: anchor}, true
 }
 
 // ErrCostExceedsBurst is returned by Wait for a cost that no wait can serve.

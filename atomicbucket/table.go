@@ -87,7 +87,8 @@ type TableOptions struct {
 // for those. It never changes: a bucket moved to other numbers is a new slot
 // (numbers.go).
 type slot struct {
-	tat atomic.Int64 // theoretical arrival time in the rule's units; dead (−1) once swept or converted
+	tat  atomic.Int64 // theoretical arrival time in the rule's units; dead (−1) once swept or converted
+	seen atomic.Int64 // the latest time (ns) a check that may change tat was stamped with (see)
 }
 
 // reclaimer is what a table knows about reclaiming its buckets; reservations
@@ -185,6 +186,7 @@ type Table[K comparable] struct {
 	atCapHits atomic.Int64 // new-key requests that met the cap with nothing to reclaim
 	reclaim   reclaimer
 	changes   sync.Mutex // serialises changes of numbers; never taken by a check
+	fastest   rate       // the fastest numbers the table has had, keys' own included; under changes
 }
 
 // NewTable returns an empty table of buckets for rule r.
@@ -193,6 +195,8 @@ func NewTable[K comparable](r Rule, o TableOptions) *Table[K] {
 	t.hashFn, _ = o.KeyHash.(func(K) uint64)
 	t.maxCost, t.maxCostOf = o.MaxCost, o.MaxCostOf
 	t.base.rule, t.base.origin = r, FromPolicy
+	t.base.hi = rateOf(r.limit)
+	t.fastest = t.base.hi
 	t.reclaim.next.Store(math.MaxInt64)
 	t.reclaim.sweepAt.Store(AutoSweepMin)
 	t.reclaim.capSwept.Store(math.MinInt64 / 2) // no cap sweep yet: the first may run at once
@@ -379,7 +383,7 @@ func (t *Table[K]) AllowAt(key K, now Time) bool {
 			continue // written in other numbers: the table's have changed since ov was loaded
 		}
 		nowU := t.rule.units(n, t.m.anchorOf(s))
-		tat, ok := advance(&s.tat, nowU, t.rule.emit, nowU+t.rule.tau)
+		tat, ok := advance(&s.tat, &s.seen, n, nowU, t.rule.emit, nowU+t.rule.tau)
 		if tat >= 0 {
 			return ok
 		}
@@ -418,7 +422,7 @@ func (t *Table[K]) AllowNAt(key K, now Time, cost int64) Decision {
 			return t.rule.outOfRange(s.tat.Load(), n, nowU, t.m.anchorOf(s))
 		}
 		inc := cost * t.rule.emit
-		tat, ok := advance(&s.tat, nowU, inc, nowU+t.rule.tau)
+		tat, ok := advance(&s.tat, &s.seen, n, nowU, inc, nowU+t.rule.tau)
 		if tat >= 0 {
 			return t.rule.decide(ok, tat, inc, n, nowU, t.m.anchorOf(s))
 		}
@@ -488,7 +492,7 @@ func (t *Table[K]) RefundAt(key K, now Time, cost int64) {
 		if s == nil {
 			return
 		}
-		if !t.m.hasNums(s) && giveBack(&s.tat, t.rule.units(n, t.m.anchorOf(s)), cost*t.rule.emit) {
+		if !t.m.hasNums(s) && giveBack(&s.tat, &s.seen, n, t.rule.units(n, t.m.anchorOf(s)), cost*t.rule.emit) {
 			t.reclaim.filled(&t.rule, s.tat.Load(), t.m.anchorOf(s))
 			return
 		}
@@ -523,7 +527,7 @@ func (t *Table[K]) ReserveAt(key K, now Time, cost int64, maxWait time.Duration)
 		if t.m.hasNums(s) {
 			continue
 		}
-		if res, alive := t.rule.reserve(&s.tat, n, t.m.anchorOf(s), cost, maxWait); alive {
+		if res, alive := t.rule.reserve(&s.tat, &s.seen, n, t.m.anchorOf(s), cost, maxWait); alive {
 			res.owner, res.nums = &t.reclaim, &t.base
 			return res
 		}
@@ -579,7 +583,7 @@ func (t *Table[K]) sweepHeld(now int64) int {
 			return true
 		}
 		n := t.numsOf(s)
-		if n.succ.Load() != nil {
+		if n.next() != nil {
 			// Written in numbers since replaced: whether it is full is a
 			// question for the numbers in force. Convert it; the next sweep
 			// judges it.

@@ -74,7 +74,7 @@ func (t *Table[K]) settle(key K) {
 		from := t.numsOf(cur)
 		var chain []*succession
 		n := from
-		for s := n.succ.Load(); s != nil; s = n.succ.Load() {
+		for s := n.next(); s != nil; s = n.next() {
 			chain = append(chain, s)
 			n = s.to
 		}
@@ -82,7 +82,7 @@ func (t *Table[K]) settle(key K) {
 		// its overlay before it records successions.
 		var own *numbers
 		if ov := t.ov.Load(); ov != nil {
-			if k := ov.forKey(key); k != n && k.origin == FromKeyOverride && k.succ.Load() == nil {
+			if k := ov.forKey(key); k != n && k.origin == FromKeyOverride && k.next() == nil {
 				own = k
 			}
 		}
@@ -99,13 +99,20 @@ func (t *Table[K]) settle(key K) {
 				break
 			}
 		}
+		// Read after the word is dead: no check can act on it any more, and
+		// every one that did has recorded its time (see).
+		seen := cur.seen.Load()
 		n = from
 		for _, s := range chain {
-			w = convertWord(&n.rule, &s.to.rule, s.env, w, t.m.anchorOf(cur), s.at, s.carry)
+			at := convertAt(&n.rule, &s.to.rule, s.at, seen)
+			w = convertWord(&n.rule, &s.to.rule, s.env, w, t.m.anchorOf(cur), at, s.carry)
+			seen = max(seen, at)
 			n = s.to
 		}
 		if own != nil {
-			w = convertWord(&n.rule, &own.rule, own.env, w, t.m.anchorOf(cur), own.since, own.carryIn)
+			at := convertAt(&n.rule, &own.rule, own.since, seen)
+			w = convertWord(&n.rule, &own.rule, own.env, w, t.m.anchorOf(cur), at, own.carryIn)
+			seen = max(seen, at)
 			n = own
 		}
 		nums := n
@@ -114,6 +121,7 @@ func (t *Table[K]) settle(key K) {
 		}
 		next := t.m.again(cur, nums)
 		next.tat.Store(w)
+		next.seen.Store(seen)
 		t.reclaim.filled(&n.rule, w, t.m.anchorOf(cur))
 		return next, false
 	})
@@ -135,7 +143,7 @@ func (t *Table[K]) current(ov *overlay[K], key K, now int64, mk bool) (s *slot, 
 			}
 		}
 		n = t.numsOf(s)
-		if n.succ.Load() == nil {
+		if n.next() == nil {
 			return s, n, 0
 		}
 		t.settle(key)
@@ -155,10 +163,16 @@ func (t *Table[K]) allowOver(ov *overlay[K], key K, now, cost int64) bool {
 		if s == nil {
 			return t.atCap == AllowAtCap && r.debt+cost*r.emit <= r.tau
 		}
-		nowU := r.units(now, t.m.anchorOf(s))
-		tat, ok := advance(&s.tat, nowU, cost*r.emit, nowU+r.tau)
-		if tat >= 0 {
-			return ok
+		if now < n.since {
+			if d, alive := t.late(s, n, now, cost, true); alive {
+				return d.Allowed
+			}
+		} else {
+			nowU := r.units(now, t.m.anchorOf(s))
+			tat, ok := advance(&s.tat, &s.seen, now, nowU, cost*r.emit, nowU+r.tau)
+			if tat >= 0 {
+				return ok
+			}
 		}
 		retry()
 		ov = t.ov.Load()
@@ -179,13 +193,18 @@ func (t *Table[K]) allowNOver(ov *overlay[K], key K, now, cost int64) Decision {
 			return Decision{RetryAfter: time.Duration(next - now)} // at the cap
 		}
 		nowU := r.units(now, t.m.anchorOf(s))
-		if cost < 0 || cost > r.burst {
+		switch {
+		case now < n.since:
+			if d, alive := t.late(s, n, now, cost, true); alive {
+				return d
+			}
+		case cost < 0 || cost > r.burst:
 			if tat := s.tat.Load(); tat >= 0 {
 				return r.outOfRange(tat, now, nowU, t.m.anchorOf(s))
 			}
-		} else {
+		default:
 			inc := cost * r.emit
-			tat, ok := advance(&s.tat, nowU, inc, nowU+r.tau)
+			tat, ok := advance(&s.tat, &s.seen, now, nowU, inc, nowU+r.tau)
 			if tat >= 0 {
 				return r.decide(ok, tat, inc, now, nowU, t.m.anchorOf(s))
 			}
@@ -202,6 +221,14 @@ func (t *Table[K]) absentIn(r *Rule, key K, now, cost int64) Decision {
 	return r.peek(r.fresh(now, anchor), now, anchor, cost)
 }
 
+// late judges a check of cost stamped now (ns) on s, written in n, before n
+// came in force (numbers.late); take: an admission takes its tokens. alive is
+// false when s is dead.
+func (t *Table[K]) late(s *slot, n *numbers, now, cost int64, take bool) (Decision, bool) {
+	at, pen := n.late(now, n.rule.mode != modeGreedy)
+	return n.rule.judgeLate(&s.tat, &s.seen, now, at, pen, t.m.anchorOf(s), cost, take)
+}
+
 // peekOver is PeekAt for a table whose numbers have changed.
 func (t *Table[K]) peekOver(ov *overlay[K], key K, now, cost int64) Decision {
 	for {
@@ -209,7 +236,11 @@ func (t *Table[K]) peekOver(ov *overlay[K], key K, now, cost int64) Decision {
 		if s == nil {
 			return t.absentIn(&n.rule, key, now, cost)
 		}
-		if tat := s.tat.Load(); tat >= 0 {
+		if now < n.since {
+			if d, alive := t.late(s, n, now, cost, false); alive {
+				return d
+			}
+		} else if tat := s.tat.Load(); tat >= 0 {
 			return n.rule.peek(tat, now, t.m.anchorOf(s), cost)
 		}
 		retry()
@@ -225,7 +256,10 @@ func (t *Table[K]) refundOver(ov *overlay[K], key K, now, cost int64) {
 		if s == nil || cost <= 0 || cost > r.burst {
 			return
 		}
-		if giveBack(&s.tat, r.units(now, t.m.anchorOf(s)), cost*r.emit) {
+		// Given back no earlier than the word's numbers came in force: a
+		// bucket full at an earlier stamp would be fuller than full now.
+		at := max(now, n.since)
+		if giveBack(&s.tat, &s.seen, at, r.units(at, t.m.anchorOf(s)), cost*r.emit) {
 			t.reclaim.filled(r, s.tat.Load(), t.m.anchorOf(s))
 			return
 		}
@@ -248,7 +282,13 @@ func (t *Table[K]) reserveOver(ov *overlay[K], key K, now Time, cost int64, maxW
 		case s == nil:
 			return immediate(Decision{RetryAfter: time.Duration(next - n)}, now)
 		}
-		if res, alive := r.reserve(&s.tat, n, t.m.anchorOf(s), cost, maxWait); alive {
+		if n < nm.since {
+			// Stamped before the numbers came in force: admitted now or not
+			// at all (late), never ahead of time.
+			if d, alive := t.late(s, nm, n, cost, true); alive {
+				return immediate(d, now)
+			}
+		} else if res, alive := r.reserve(&s.tat, &s.seen, n, t.m.anchorOf(s), cost, maxWait); alive {
 			res.owner, res.nums = &t.reclaim, nm
 			return res
 		}
@@ -298,7 +338,7 @@ func (t *Table[K]) setPlan(now int64, n *numbers, c Carry) {
 
 func (t *Table[K]) setPlanHeld(now int64, n *numbers, c Carry) {
 	old := t.overlayHeld()
-	n.since = now
+	n.since, n.hi = now, t.faster(n.rule.limit)
 	env := t.reclaim.changing(t.rule.limit, &n.rule.limit, now)
 	t.ov.Store(&overlay[K]{plan: n, keys: old.keys})
 	old.plan.supersede(n, now, c, env)
@@ -325,7 +365,7 @@ func (t *Table[K]) SetKeyNumbersAt(now Time, key K, n Numbers, c Carry) error {
 	t.changes.Lock()
 	defer t.changes.Unlock()
 	old := t.overlayHeld()
-	nk := &numbers{rule: r, since: at, origin: FromKeyOverride, carryIn: c, env: t.reclaim.changing(t.rule.limit, nil, at)}
+	nk := &numbers{rule: r, since: at, origin: FromKeyOverride, carryIn: c, env: t.reclaim.changing(t.rule.limit, nil, at), hi: t.faster(r.limit)}
 	if old.keys == nil { // the first key with numbers of its own
 		keys := xsync.NewMapOf[K, *numbers]()
 		keys.Store(key, nk)
@@ -352,8 +392,22 @@ func (t *Table[K]) ClearKeyNumbersAt(now Time, key K, c Carry) {
 	if !ok {
 		return
 	}
-	prev.supersede(old.plan, at, c, t.reclaim.changing(t.rule.limit, nil, at))
+	// The key's bucket is written in the plan's numbers from now on: in a
+	// copy of them installed now, which follows the plan's successions, so
+	// that a check stamped before now is judged as stamped before the key's
+	// numbers changed (late).
+	back := &numbers{rule: old.plan.rule, since: at, origin: old.plan.origin, hi: t.fastest, follows: old.plan}
+	prev.supersede(back, at, c, t.reclaim.changing(t.rule.limit, nil, at))
 	t.settle(key)
+}
+
+// faster takes l's rate into the fastest the table has had and returns that.
+// Callers hold t.changes.
+func (t *Table[K]) faster(l Limit) rate {
+	if r := rateOf(l); r.faster(t.fastest) {
+		t.fastest = r
+	}
+	return t.fastest
 }
 
 // NumbersFor returns the numbers in force for key and where they come from.
@@ -424,6 +478,7 @@ func (t *Table[K]) ResetAt(key K, now Time) bool {
 		made = t.m.again(cur, nums)
 		r = &t.numsOf(made).rule
 		made.tat.Store(r.fresh(at, t.m.anchorOf(made)))
+		made.seen.Store(max(cur.seen.Load(), at))
 		return made, false
 	})
 	if made == nil {

@@ -30,10 +30,10 @@ func TestSweepTombstone(t *testing.T) {
 	}
 	// The stale check consumes through the pointer it loaded before the sweep.
 	nowU := r.units(int64(later), tb.m.anchorOf(stale))
-	if tat, ok := advance(&stale.tat, nowU, r.emit, nowU+r.tau); ok || tat >= 0 {
+	if tat, ok := advance(&stale.tat, &stale.seen, 0, nowU, r.emit, nowU+r.tau); ok || tat >= 0 {
 		t.Fatalf("consumption from a removed bucket: advance = (%d, %v), want the tombstone and false", tat, ok)
 	}
-	giveBack(&stale.tat, nowU, r.emit)
+	giveBack(&stale.tat, &stale.seen, 0, nowU, r.emit)
 	if stale.tat.Load() != dead {
 		t.Fatal("a refund revived a removed bucket")
 	}

@@ -36,15 +36,39 @@ const Never = time.Duration(math.MaxInt64)
 // A cost of 0 (inc == 0) never writes: rewriting a full bucket's TAT to now would
 // move the moment it became full, which sweeps depend on.
 // Assumes inc ≥ 0 and that the rule's budget keeps max(TAT, now) + inc in range.
-func advance(w *atomic.Int64, now, inc, bound int64) (tat int64, ok bool) {
+//
+// An admission that takes tokens records its time (at, ns) in seen first
+// (see); a denial writes nothing, so that checks a full or empty bucket
+// denies share its cache line without contending for it.
+func advance(w, seen *atomic.Int64, at, now, inc, bound int64) (tat int64, ok bool) {
 	for {
 		old := w.Load()
 		tat = max(old, now) + inc
 		if old < 0 || tat > bound {
 			return old, false
 		}
-		if inc == 0 || w.CompareAndSwap(old, tat) {
+		if inc == 0 {
 			return tat, true
+		}
+		see(seen, at)
+		if w.CompareAndSwap(old, tat) {
+			return tat, true
+		}
+	}
+}
+
+// see records in seen that a check stamped now (ns) is about to change a
+// word: seen is the latest such time. It comes before the check's
+// compare-and-swap, so that a change that kills the word afterwards reads a
+// time no earlier than any check's that the word holds, and converts it as of
+// no earlier than that when that matters (settle, Bucket.change): a change
+// stamped before checks already made never lets their time be refilled at
+// the new, faster rate.
+func see(seen *atomic.Int64, now int64) {
+	for {
+		v := seen.Load()
+		if v >= now || seen.CompareAndSwap(v, now) {
+			return
 		}
 	}
 }
@@ -53,18 +77,19 @@ func advance(w *atomic.Int64, now, inc, bound int64) (tat int64, ok bool) {
 // filling it beyond full: TAT ← max(TAT − inc, now). A full or dead bucket is
 // left as it is; alive is false for a dead one (swept, or converted to other
 // numbers: the caller may look for its successor).
-func giveBack(w *atomic.Int64, now, inc int64) (alive bool) {
-	return giveBackWord(w, now, inc) >= 0
+func giveBack(w, seen *atomic.Int64, at, now, inc int64) (alive bool) {
+	return giveBackWord(w, seen, at, now, inc) >= 0
 }
 
 // giveBackWord is giveBack returning the word it found: negative (dead or
 // moved) when it gave nothing back for that reason.
-func giveBackWord(w *atomic.Int64, now, inc int64) int64 {
+func giveBackWord(w, seen *atomic.Int64, at, now, inc int64) int64 {
 	for {
 		old := w.Load()
 		if old <= now { // full (old ≥ 0) or dead (old < 0): nothing to give back
 			return old
 		}
+		see(seen, at) // as advance does
 		if w.CompareAndSwap(old, max(old-inc, now)) {
 			return old
 		}

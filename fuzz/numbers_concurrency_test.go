@@ -1,6 +1,7 @@
 package fuzz
 
 import (
+	"cmp"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -278,4 +279,122 @@ func runChangeRounds(target numbersTarget, keys []string, single bool, rounds in
 		}
 	}
 	return history, changes
+}
+
+// TestRealTimeChangesNeverMint changes numbers while checks run at real time,
+// as a service does: every check reads the clock, and so does the changer,
+// which then stalls before applying its change (as a goroutine descheduled
+// inside ApplyNumbers does), so checks and changes land out of the order of
+// their stamps both ways. The admissions, taken in the order of their stamps,
+// must be admissions of a bucket with the largest numbers all along (the
+// envelope): none over what any numbers allowed at its time.
+func TestRealTimeChangesNeverMint(t *testing.T) {
+	start := atomicbucket.Numbers{Tokens: 2000, Period: time.Second, Burst: 8}
+	pool := []atomicbucket.Numbers{
+		{Tokens: 200, Period: time.Second, Burst: 8},
+		{Tokens: 5000, Period: time.Second, Burst: 6},
+		{Tokens: 500, Period: time.Second, Burst: 3},
+		start,
+	}
+	env := atomicbucket.Limit{Tokens: 5000, Period: time.Second, Burst: 8}
+	runs := 6
+	if testing.Short() {
+		runs = 2
+	}
+	for _, single := range []bool{false, true} {
+		for run := range runs {
+			name := fmt.Sprintf("table/%d", run)
+			if single {
+				name = fmt.Sprintf("bucket/%d", run)
+			}
+			t.Run(name, func(t *testing.T) {
+				realTimeTrace(t, single, uint64(run), start, pool, env)
+			})
+		}
+	}
+}
+
+func realTimeTrace(t *testing.T, single bool, seed uint64, start atomicbucket.Numbers, pool []atomicbucket.Numbers, env atomicbucket.Limit) {
+	rule := atomicbucket.MustRule(atomicbucket.Limit{Tokens: start.Tokens, Period: start.Period, Burst: start.Burst})
+	keys := []string{"a", "b"}
+	var target numbersTarget
+	if single {
+		keys = []string{""}
+		target = bucketTarget{atomicbucket.NewBucket(rule)}
+	} else {
+		target = tableTarget{atomicbucket.NewTable[string](rule, atomicbucket.TableOptions{})}
+	}
+	type admission struct {
+		at   atomicbucket.Time
+		cost int64
+	}
+	var (
+		mu    sync.Mutex
+		taken = map[string][]admission{}
+		stop  atomic.Bool
+		wg    sync.WaitGroup
+	)
+	for w := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(seed, uint64(w)))
+			var local []struct {
+				key string
+				admission
+			}
+			for !stop.Load() {
+				key, cost := keys[r.IntN(len(keys))], int64(1+r.IntN(3))
+				now := atomicbucket.Now()
+				if r.IntN(8) == 0 {
+					time.Sleep(time.Duration(r.IntN(300)) * time.Microsecond) // descheduled after reading the clock
+				}
+				if target.AllowNAt(key, now, cost).Allowed {
+					local = append(local, struct {
+						key string
+						admission
+					}{key, admission{now, cost}})
+				}
+			}
+			mu.Lock()
+			for _, a := range local {
+				taken[a.key] = append(taken[a.key], a.admission)
+			}
+			mu.Unlock()
+		}()
+	}
+	r := rand.New(rand.NewPCG(seed, 99))
+	deadline := time.Now().Add(150 * time.Millisecond)
+	for changes := 0; time.Now().Before(deadline); changes++ {
+		at := atomicbucket.Now()
+		time.Sleep(time.Duration(r.IntN(2000)) * time.Microsecond) // the changer stalls after reading the clock
+		n, key := pool[r.IntN(len(pool))], keys[r.IntN(len(keys))]
+		switch k := r.IntN(4); {
+		case single || k < 2:
+			_ = target.SetNumbersAt(at, n, atomicbucket.CarryAsIs)
+		case k == 2:
+			// A key's own numbers stay within the rule's: above them they
+			// are a raise, which gives the new burst as to a new key.
+			n.Tokens, n.Burst = min(n.Tokens, start.Tokens), min(n.Burst, start.Burst)
+			_ = target.SetKeyNumbersAt(at, key, n, atomicbucket.CarryAsIs)
+		default:
+			target.ClearKeyNumbersAt(at, key, atomicbucket.CarryAsIs)
+		}
+	}
+	stop.Store(true)
+	wg.Wait()
+	admitted := 0
+	for key, as := range taken {
+		slices.SortStableFunc(as, func(a, b admission) int { return cmp.Compare(a.at, b.at) })
+		twin := atomicbucket.NewBucketAt(atomicbucket.MustRule(env), as[0].at)
+		for _, a := range as {
+			if !twin.AllowNAt(a.at, a.cost).Allowed {
+				t.Fatalf("key %q: %d admitted at %v, over what a bucket with the largest numbers all along admits (admissions in stamp order, %d before it)", key, a.cost, time.Duration(a.at), admitted)
+			}
+			admitted++
+		}
+	}
+	if admitted < 20 {
+		t.Fatalf("only %d admissions: the trace tested little", admitted)
+	}
 }

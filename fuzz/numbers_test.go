@@ -166,6 +166,9 @@ func (c *changing) widen(l atomicbucket.Limit, t int64) {
 // burst (whole periods under interval refill).
 func (c *changing) settledFull(key string, from *reference.Reference, lf atomicbucket.Limit, t int64) bool {
 	full, _ := from.FullFrom(key)
+	if full <= 0 {
+		return true // full since the epoch: as a key without a bucket
+	}
 	end := t
 	for i := len(c.envs) - 1; i >= 0; i-- {
 		e := c.envs[i]
@@ -274,7 +277,7 @@ func (c *changing) move(key string, from, to *reference.Reference, t int64, carr
 		since := min(fullFrom, t-c.envWait(lt))
 		to.Place(key, max(since, 0), big.NewRat(lt.Burst, 1), grain(lt), anchor)
 		return
-	case held.Sign() <= 0: // debt is carried as it is
+	case held.Sign() < 0: // debt is carried as it is
 	case carry == atomicbucket.CarryProportional:
 		held.Mul(held, big.NewRat(lt.Burst, lf.Burst))
 	case carry == atomicbucket.CarryAdditive && lt.Burst > lf.Burst:

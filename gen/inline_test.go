@@ -10,8 +10,8 @@ import (
 
 // TestGeneratedMethodsInline builds the checked-in generated package with
 // -gcflags=-m and checks what the compiler does with it:
-//   - a greedy global rule's Allow and AllowAt have the runtime's check inlined
-//     into them, with the rule's units as constants (folded);
+//   - a greedy global rule's Allow and AllowAt call the runtime's check
+//     with the rule's units as constants (folded);
 //   - every other method that delegates to the runtime inlines into its caller
 //     (for a rule without plans, atomicbucket.Keyed's or Global's methods,
 //     which its limiter embeds), so a call to a generated limiter costs what the runtime
@@ -78,7 +78,14 @@ func TestGeneratedMethodsInline(t *testing.T) {
 	if foldedGlobal == 0 {
 		t.Fatal("policy.yaml has no greedy global rule: nothing shows folding")
 	}
-	if n := strings.Count(text, "inlining call to atomicbucket.(*Bucket).AllowGreedyAt"); n < 2*foldedGlobal {
-		t.Errorf("the bucket check is inlined %d times, want at least %d (Allow and AllowAt of %d folded global rules)", n, 2*foldedGlobal, foldedGlobal)
+	// A folded global rule's check is the runtime's greedy check with the
+	// rule's units as constants. It is called, not inlined: recording the
+	// time of an admission (Bucket.seen, docs/guarantees.md "Out-of-order
+	// times") takes it past the inliner's budget (bench/against.sh against
+	// the commit before: +3.4% on BenchmarkGenerated/case=global).
+	src, err := os.ReadFile("../generated/limits.go")
+	must(t, err)
+	if n := strings.Count(string(src), "Bucket().AllowGreedyAt(now, "); n < 2*foldedGlobal {
+		t.Errorf("the folded bucket check is called %d times, want at least %d (Allow and AllowAt of %d folded global rules)", n, 2*foldedGlobal, foldedGlobal)
 	}
 }
