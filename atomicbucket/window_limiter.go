@@ -63,6 +63,32 @@ func (l KeyedWindow[K]) Reset(key K) bool { return l.t.ResetAt(key, Now()) }
 // counts.
 func (l KeyedWindow[K]) ResetAt(key K, now Time) bool { return l.t.ResetAt(key, now) }
 
+// SetKeyNumbers gives key a window of its own from now on: n.Tokens in any
+// n.Period (the limit as n.Burst), whatever the rule's (one customer's
+// quota raised or cut). Its window is carried into them, holding what it
+// held. Numbers a window cannot take, or whose limit is below a request's
+// default cost, are refused (ErrWindowNumbers), a key no door checks with
+// ErrEmptyKey, and nothing changes.
+func (l KeyedWindow[K]) SetKeyNumbers(key K, n Numbers) error {
+	return l.t.SetKeyNumbersAt(Now(), key, n, l.cost)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l KeyedWindow[K]) SetKeyNumbersAt(key K, now Time, n Numbers) error {
+	return l.t.SetKeyNumbersAt(now, key, n, l.cost)
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has the
+// rule's, its window carried into them.
+func (l KeyedWindow[K]) ClearKeyNumbers(key K) { l.t.ClearKeyNumbersAt(Now(), key) }
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l KeyedWindow[K]) ClearKeyNumbersAt(key K, now Time) { l.t.ClearKeyNumbersAt(now, key) }
+
+// NumbersFor returns the numbers in force for key and where they come from
+// (the policy, the rule's numbers set at run time, the key's own).
+func (l KeyedWindow[K]) NumbersFor(key K) (Numbers, Origin) { return l.t.KeyNumbersFor(key) }
+
 // Sweep removes the keys whose windows have been empty for SweepGrace, and
 // returns how many.
 func (l KeyedWindow[K]) Sweep() int { return l.t.Sweep() }

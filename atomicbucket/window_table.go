@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -22,9 +23,13 @@ import (
 // holds nothing, so reclaiming loses nothing: a key that comes back gets the
 // window it would have had.
 type WindowTable[K comparable] struct {
-	m       *xsync.MapOf[K, *windowState]
-	r       WindowRule                 // the policy's numbers
-	cur     atomic.Pointer[WindowRule] // the numbers in force (&r until SetNumbers)
+	m   *xsync.MapOf[K, *windowState]
+	r   WindowRule                 // the policy's numbers
+	cur atomic.Pointer[WindowRule] // the numbers in force (&r until SetNumbers)
+	// own is the keys with numbers of their own (SetKeyNumbersAt); nil until
+	// the first, so that a table without them pays one load of nil.
+	own     atomic.Pointer[xsync.MapOf[K, *WindowRule]]
+	changes sync.Mutex // serialises the changes of keys' own numbers
 	maxKeys int64
 	atCap   AtCap
 
@@ -87,15 +92,25 @@ func (t *WindowTable[K]) AllowCost(key K, now Time, cost int64) bool {
 	return t.allowCost(key, clampNow(now), cost)
 }
 
+// ruleFor is the rule in force for key: its own numbers', or the table's.
+func (t *WindowTable[K]) ruleFor(key K) *WindowRule {
+	if own := t.own.Load(); own != nil {
+		if r, ok := own.Load(key); ok {
+			return r
+		}
+	}
+	return t.cur.Load()
+}
+
 func (t *WindowTable[K]) allowCost(key K, now, cost int64) bool {
 	for {
-		r := t.cur.Load()
+		r := t.ruleFor(key)
 		if cost < 1 || cost > r.limit {
 			return cost == 0
 		}
 		st, ok := t.m.Load(key)
 		if !ok {
-			if st = t.create(key, now); st == nil {
+			if st = t.create(key, r, now); st == nil {
 				return t.atCap == AllowAtCap
 			}
 		}
@@ -122,14 +137,14 @@ func (t *WindowTable[K]) AllowN(key K, cost int64) Decision { return t.AllowNAt(
 func (t *WindowTable[K]) AllowNAt(key K, now Time, cost int64) Decision {
 	n := clampNow(now)
 	for {
-		r := t.cur.Load()
+		r := t.ruleFor(key)
 		st, ok := t.m.Load(key)
 		if !ok {
 			if cost <= 0 || cost > r.limit {
 				return r.peek(r.fresh(), n, cost)
 			}
-			if st = t.create(key, n); st == nil {
-				return t.capDecision(n, cost)
+			if st = t.create(key, r, n); st == nil {
+				return t.capDecision(r, n, cost)
 			}
 		}
 		if st.rule != r {
@@ -157,7 +172,7 @@ func (t *WindowTable[K]) Peek(key K, cost int64) Decision { return t.PeekAt(key,
 func (t *WindowTable[K]) PeekAt(key K, now Time, cost int64) Decision {
 	n := clampNow(now)
 	for {
-		r := t.cur.Load()
+		r := t.ruleFor(key)
 		st, ok := t.m.Load(key)
 		if !ok {
 			return r.peek(r.fresh(), n, cost)
@@ -201,7 +216,7 @@ func (t *WindowTable[K]) ResetAt(key K, now Time) bool {
 			removed = true
 			return nil, true
 		}
-		return t.cur.Load().fill(*later, n), false
+		return t.ruleFor(key).fill(*later, n), false
 	})
 	if removed {
 		t.keys.Add(-1)
@@ -212,19 +227,18 @@ func (t *WindowTable[K]) ResetAt(key K, now Time) bool {
 // capDecision decides a request for a new key at the cap with nothing to
 // reclaim: against an empty window that is not kept (AllowAtCap), or denied
 // until a key can be reclaimed.
-func (t *WindowTable[K]) capDecision(now, cost int64) Decision {
+func (t *WindowTable[K]) capDecision(r *WindowRule, now, cost int64) Decision {
 	if t.atCap == AllowAtCap {
-		r := t.cur.Load()
 		return r.peek(r.fresh(), now, cost)
 	}
 	next := max(t.next.Load(), t.capSwept.Load()+t.capSpacing)
 	return Decision{RetryAfter: time.Duration(max(next-now, 1))}
 }
 
-// create makes key's window, or returns the one another goroutine just made;
-// nil when the key is new and the table is at its cap with nothing to
+// create makes key's window in r, or returns the one another goroutine just
+// made; nil when the key is new and the table is at its cap with nothing to
 // reclaim.
-func (t *WindowTable[K]) create(key K, now int64) *windowState {
+func (t *WindowTable[K]) create(key K, r *WindowRule, now int64) *windowState {
 	for !claimKey(&t.keys, t.maxKeys) {
 		if st, ok := t.m.Load(key); ok {
 			return st
@@ -234,7 +248,6 @@ func (t *WindowTable[K]) create(key K, now int64) *windowState {
 			return nil
 		}
 	}
-	r := t.cur.Load()
 	got, loaded := t.m.LoadOrStore(key, &windowState{rule: r, w: r.fresh()})
 	if loaded {
 		t.keys.Add(-1)
@@ -376,7 +389,82 @@ func (t *WindowTable[K]) SetNumbers(n Numbers, cost int64) error {
 // ClearNumbers returns the table to the policy's numbers.
 func (t *WindowTable[K]) ClearNumbers() { t.cur.Store(&t.r) }
 
-// NumbersFor returns the numbers in force and where they come from.
+// SetKeyNumbersAt gives key numbers of its own from now on (WindowRuleOf:
+// n.Tokens in any n.Period, the limit as n.Burst, at least cost), whatever
+// the table's: a customer's quota raised, or cut, for that customer alone.
+// Its window is carried into them as of now, holding what it held, as
+// SetNumbers carries every key's. Numbers a window cannot take are refused
+// (ErrWindowNumbers), and so is the empty key (ErrEmptyKey); nothing
+// changes then.
+func (t *WindowTable[K]) SetKeyNumbersAt(now Time, key K, n Numbers, cost int64) error {
+	if s, ok := any(key).(string); ok && s == "" {
+		return ErrEmptyKey
+	}
+	r, err := WindowRuleOf(n, cost)
+	if err != nil {
+		return err
+	}
+	t.changes.Lock()
+	defer t.changes.Unlock()
+	own := t.own.Load()
+	if own == nil {
+		own = xsync.NewMapOf[K, *WindowRule]()
+		t.own.Store(own)
+	}
+	own.Store(key, &r)
+	t.carryKey(key, clampNow(now))
+	return nil
+}
+
+// ClearKeyNumbersAt takes key's own numbers away: from now on it has the
+// table's, its window carried into them as of now. A key without numbers
+// of its own is left alone.
+func (t *WindowTable[K]) ClearKeyNumbersAt(now Time, key K) {
+	t.changes.Lock()
+	defer t.changes.Unlock()
+	own := t.own.Load()
+	if own == nil {
+		return
+	}
+	if _, ok := own.LoadAndDelete(key); ok {
+		t.carryKey(key, clampNow(now))
+	}
+}
+
+// carryKey carries key's window, if it has one, into the numbers in force
+// for it, as of now (ns).
+func (t *WindowTable[K]) carryKey(key K, now int64) {
+	for {
+		st, ok := t.m.Load(key)
+		r := t.ruleFor(key)
+		if !ok || st.rule == r {
+			return
+		}
+		t.carry(key, st, r, now)
+	}
+}
+
+// KeyNumbersFor returns the numbers in force for key and where they come
+// from.
+func (t *WindowTable[K]) KeyNumbersFor(key K) (Numbers, Origin) {
+	if own := t.own.Load(); own != nil {
+		if r, ok := own.Load(key); ok {
+			return WindowNumbersOf(r), FromKeyOverride
+		}
+	}
+	return t.NumbersFor()
+}
+
+// KeysWithNumbers is the number of keys with numbers of their own.
+func (t *WindowTable[K]) KeysWithNumbers() int {
+	if own := t.own.Load(); own != nil {
+		return own.Size()
+	}
+	return 0
+}
+
+// NumbersFor returns the table's numbers in force (for every key without
+// numbers of its own) and where they come from.
 func (t *WindowTable[K]) NumbersFor() (Numbers, Origin) {
 	r := t.cur.Load()
 	if r == &t.r {

@@ -117,3 +117,65 @@ func TestWindowTableReclaims(t *testing.T) {
 		t.Fatalf("stats %+v, want 1 key, 1 eviction, 1 cap hit", st)
 	}
 }
+
+// A key's own numbers on a window table: one customer's quota raised, then
+// cut below what its window holds, then taken away; the table's own
+// numbers change for the others only.
+func TestWindowKeyNumbers(t *testing.T) {
+	tbl := NewWindowTable[string](MustWindowRule(3, time.Minute), TableOptions{})
+	at := func(s int) Time { return hour + Time(s)*Time(time.Second) }
+	for i := range 3 {
+		if !tbl.AllowAt("a", at(i)) || !tbl.AllowAt("b", at(i)) {
+			t.Fatalf("admission %d of 3 denied", i)
+		}
+	}
+	five := Numbers{Tokens: 5, Period: time.Minute, Burst: 5}
+	if err := tbl.SetKeyNumbersAt(at(3), "a", five, 1); err != nil {
+		t.Fatal(err)
+	}
+	if n, o := tbl.KeyNumbersFor("a"); n != five || o != FromKeyOverride || tbl.KeysWithNumbers() != 1 {
+		t.Errorf("a's numbers %v %v (%d keys with their own), want %v, a key's own, 1", n, o, tbl.KeysWithNumbers(), five)
+	}
+	// a holds its 3 and takes 2 more; b stays at 3 a minute.
+	if d := tbl.AllowNAt("a", at(4), 2); !d.Allowed || d.Remaining != 0 {
+		t.Errorf("a, 5 a minute holding 3: 2 more %+v, want allowed, 0 left", d)
+	}
+	if tbl.AllowAt("b", at(4)) {
+		t.Error("b, 3 a minute holding 3: admitted")
+	}
+	// The table's numbers change for b, not for a.
+	if err := tbl.SetNumbers(Numbers{Tokens: 10, Period: time.Minute, Burst: 10}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if !tbl.AllowAt("b", at(5)) || tbl.AllowAt("a", at(5)) {
+		t.Error("after the table's 10 a minute: want b admitted, a (5 of its own, full) denied")
+	}
+	// Cut a to 2 a minute: its 5 (at 0, 1, 2 and two at 4 s) stay counted
+	// until 4 of them have left: the first at 4 s leaves at 64 s + 999 ns.
+	if err := tbl.SetKeyNumbersAt(at(6), "a", Numbers{Tokens: 2, Period: time.Minute, Burst: 2}, 1); err != nil {
+		t.Fatal(err)
+	}
+	if d := tbl.PeekAt("a", at(30), 1); d.Allowed || d.RetryAfter != 34*time.Second+999 {
+		t.Errorf("a cut to 2 a minute holding 5: %+v, want denied until the fourth oldest leaves (at 64 s + 999 ns)", d)
+	}
+	// Taken away: a has the table's 10 a minute, its 5 still counted.
+	tbl.ClearKeyNumbersAt(at(31), "a")
+	if n, o := tbl.KeyNumbersFor("a"); o != FromOverride || n.Tokens != 10 || tbl.KeysWithNumbers() != 0 {
+		t.Errorf("a's numbers after the clear: %v %v, want the table's 10, an override", n, o)
+	}
+	if d := tbl.AllowNAt("a", at(31), 5); !d.Allowed || d.Remaining != 0 {
+		t.Errorf("a back on 10 a minute holding 5: 5 more %+v, want allowed, 0 left", d)
+	}
+	if err := tbl.SetKeyNumbersAt(at(32), "", five, 1); !errors.Is(err, ErrEmptyKey) {
+		t.Errorf("the empty key: %v, want ErrEmptyKey", err)
+	}
+	if err := tbl.SetKeyNumbersAt(at(32), "a", Numbers{Tokens: 5, Period: time.Minute, Burst: 4}, 1); !errors.Is(err, ErrWindowNumbers) {
+		t.Errorf("a burst other than the limit: %v, want ErrWindowNumbers", err)
+	}
+	if err := tbl.SetKeyNumbersAt(at(32), "a", Numbers{Tokens: 2, Period: time.Minute, Burst: 2}, 3); !errors.Is(err, ErrWindowNumbers) {
+		t.Errorf("a limit below the default cost: %v, want ErrWindowNumbers", err)
+	}
+	if _, o := tbl.KeyNumbersFor("a"); o == FromKeyOverride {
+		t.Error("a refused change gave a numbers of its own")
+	}
+}

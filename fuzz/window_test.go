@@ -397,6 +397,7 @@ func TestWindowCountedShortfall(t *testing.T) {
 // numbers, so in any interval of the shorter window at most the larger
 // limit is admitted (over every change of a run: the least window, the
 // largest limit); a change of the limit alone keeps what the window holds.
+// Key a is given numbers of its own, and has them taken away, as it goes.
 func TestWindowNumbersChange(t *testing.T) {
 	rng := rand.New(rand.NewPCG(30, 32))
 	numbers := func() atomicbucket.Numbers {
@@ -416,7 +417,21 @@ func TestWindowNumbersChange(t *testing.T) {
 		var adm, admGlobal []reference.Admission
 		now := int64(time.Hour)
 		for step := range 400 {
-			if rng.IntN(60) == 0 {
+			if rng.IntN(60) == 0 && rng.IntN(3) == 0 {
+				// Key a's own numbers, given or taken away: a customer's quota.
+				if rng.IntN(3) == 0 {
+					tbl.ClearKeyNumbersAt(atomicbucket.Time(now), "a")
+				} else {
+					n := numbers()
+					if err := tbl.SetKeyNumbersAt(atomicbucket.Time(now), "a", n, 1); err != nil {
+						t.Fatal(err)
+					}
+					most, least = max(most, n.Tokens), min(least, n.Period)
+					if got, o := tbl.KeyNumbersFor("a"); got != n || o != atomicbucket.FromKeyOverride {
+						t.Fatalf("run %d step %d: KeyNumbersFor(a) %v %v, want %v, a key's own", run, step, got, o, n)
+					}
+				}
+			} else if rng.IntN(60) == 0 {
 				n := numbers()
 				if rng.IntN(4) == 0 {
 					n = first

@@ -9,8 +9,9 @@ import (
 	"github.com/limitgen/limitgen/shared"
 )
 
-// errKeyWindow refuses a key's own numbers for a window rule.
-var errKeyWindow = errors.New("a window rule's numbers are the rule's, for every key: give them without a key")
+// errKeyWindow refuses a key's own numbers for a window rule that cannot
+// take them: a global one, one with plans, or a shared one.
+var errKeyWindow = errors.New("a key's own numbers are taken by a keyed window rule kept in the process, without plans; this one's are the rule's, for every key: give them without a key")
 
 // WindowNumbers is what a window whose numbers change has: an
 // atomicbucket.WindowTable's and an atomicbucket.Window's methods (a
@@ -24,7 +25,7 @@ type WindowNumbers interface {
 
 // windowTarget is a window rule as an overlay Set changes it: its numbers
 // are a limit per window (rate: "1000/h", the limit as burst), for the
-// whole rule (a key's own are refused), on each plan when it has plans.
+// whole rule, on each plan when it has plans (a key's own: keyedWindowTarget).
 type windowTarget struct {
 	w       []WindowNumbers  // the process's window (or table), one a plan when planned
 	store   []*shared.Window // a shared window's bindings to its store, as w; nil for a local one or without a store
@@ -34,9 +35,41 @@ type windowTarget struct {
 }
 
 // WindowTarget is l (a generated package's keyed window limiter, which
-// embeds atomicbucket.KeyedWindow) as a Target.
-func WindowTarget[K comparable](l atomicbucket.KeyedWindow[K]) Target {
-	return windowTarget{w: []WindowNumbers{l.Table()}, cost: []int64{l.Cost()}, keyed: true}
+// embeds atomicbucket.KeyedWindow) as a Target: its numbers for every key,
+// and a key's own (a key given as text read by parse, as for KeyedTarget).
+func WindowTarget[K comparable](l atomicbucket.KeyedWindow[K], parse func(string) (K, error)) Target {
+	return keyedWindowTarget[K]{windowTarget{w: []WindowNumbers{l.Table()}, cost: []int64{l.Cost()}, keyed: true}, keyedTarget[K]{parse: parse}, l}
+}
+
+// keyedWindowTarget is a keyed window rule kept in the process, without
+// plans: a windowTarget that takes keys' own numbers too.
+type keyedWindowTarget[K comparable] struct {
+	windowTarget
+	keys keyedTarget[K] // reads keys
+	l    atomicbucket.KeyedWindow[K]
+}
+
+func (t keyedWindowTarget[K]) CheckKey(key string) error { return t.keys.CheckKey(key) }
+
+func (t keyedWindowTarget[K]) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key == nil {
+		return t.windowTarget.Set(plan, nil, n)
+	}
+	k, err := t.keys.key(*key)
+	if err != nil {
+		return err
+	}
+	return t.l.SetKeyNumbers(k, n)
+}
+
+func (t keyedWindowTarget[K]) Clear(plan int, key *string) {
+	if key == nil {
+		t.windowTarget.Clear(plan, nil)
+		return
+	}
+	if k, err := t.keys.key(*key); err == nil { // a key that does not parse has no numbers
+		t.l.ClearKeyNumbers(k)
+	}
 }
 
 // GlobalWindowTarget is l (a generated package's global window limiter) as

@@ -12,14 +12,14 @@ import (
 
 // Window rules as overlay targets: a Set gives a keyed and a global window
 // new numbers (a limit per window, the limit as burst), which their next
-// checks go by; a key's own numbers, a burst other than the limit and a
+// checks go by, a keyed one's key its own; a burst other than the limit and a
 // limit under the default cost are refused, naming the rule; scaling
 // multiplies the limit by the rate factor; an empty Set returns the policy's.
 func TestWindowTargets(t *testing.T) {
 	keyed := atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[string](atomicbucket.MustWindowRule(10, time.Minute), atomicbucket.TableOptions{}), 2)
 	global := atomicbucket.NewGlobalWindow(atomicbucket.NewWindow(atomicbucket.MustWindowRule(100, time.Hour)), 1)
 	a := overlay.NewApplier(overlay.Policy[overlay.Target]{Rules: map[string]overlay.Target{
-		"Exports": overlay.WindowTarget(keyed), "Site": overlay.GlobalWindowTarget(global),
+		"Exports": overlay.WindowTarget(keyed, nil), "Site": overlay.GlobalWindowTarget(global),
 	}})
 	set := overlay.Set{
 		overlay.NewEntry("t 1", "Exports", "", nil, "4/min", 4),
@@ -37,12 +37,21 @@ func TestWindowTargets(t *testing.T) {
 	if d := global.AllowN(1000); !d.Allowed || d.Remaining != 0 {
 		t.Errorf("Site, 1000 of a limit of 1000 a day: %+v", d)
 	}
+	// A key's own numbers: acme's quota raised, over the rule's 4 a minute.
 	key := "acme"
+	if err := a.Apply(append(set, overlay.NewEntry("t 3", "Exports", "", &key, "6/min", 6))); err != nil {
+		t.Fatal(err)
+	}
+	if n, o := keyed.NumbersFor("acme"); n != (atomicbucket.Numbers{Tokens: 6, Period: time.Minute, Burst: 6}) || o != atomicbucket.FromKeyOverride {
+		t.Errorf("acme after its own 6/min: %v from %v", n, o)
+	}
+	if d := keyed.AllowN("acme", 6); !d.Allowed {
+		t.Errorf("acme, 6 a minute of its own: 6 denied: %+v", d)
+	}
 	for _, c := range []struct {
 		e    overlay.Entry
 		want string
 	}{
-		{overlay.NewEntry("t 3", "Exports", "", &key, "5/min", 5), "for every key"},
 		{overlay.NewEntry("t 4", "Exports", "", nil, "5/min", 6), "limit as burst"},
 		{overlay.NewEntry("t 5", "Exports", "", nil, "1/min", 1), "default cost, 2"},
 	} {
@@ -53,6 +62,9 @@ func TestWindowTargets(t *testing.T) {
 	}
 	if n, _ := keyed.Table().NumbersFor(); n.Tokens != 4 {
 		t.Errorf("a refused Set changed Exports: %v", n)
+	}
+	if err := a.Apply(overlay.Set{overlay.NewEntry("t 6", "Site", "", &key, "5/min", 5)}); !errors.Is(err, overlay.ErrInvalid) || !strings.Contains(err.Error(), "no keys") {
+		t.Errorf("a key's own numbers on a global window: %v, want a refusal", err)
 	}
 	if err := a.Scale("Site", 500, overlay.One); err != nil {
 		t.Fatal(err)
@@ -65,6 +77,9 @@ func TestWindowTargets(t *testing.T) {
 	}
 	if err := a.Apply(overlay.Set{}); err != nil {
 		t.Fatal(err)
+	}
+	if _, o := keyed.NumbersFor("acme"); o != atomicbucket.FromPolicy {
+		t.Errorf("acme after an empty Set: numbers from %v, want the policy's", o)
 	}
 	for name, o := range map[string]atomicbucket.Origin{"Exports": func() atomicbucket.Origin { _, o := keyed.Table().NumbersFor(); return o }(), "Site": func() atomicbucket.Origin { _, o := global.Window().NumbersFor(); return o }()} {
 		if o != atomicbucket.FromPolicy {

@@ -1079,7 +1079,7 @@ func (l *Limits) NumbersApplied() (int, int64, time.Time) {
 func (l *Limits) newNumbers() overlay.Numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}, "Quota": overlay.SharedWindowTarget(l.Quota.local.Table(), l.shared.windows[0], 1, true), "QuotaWide": overlay.SharedWindowTarget(l.QuotaWide.local.Table(), l.shared.windows[1], 1, true), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.SharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.windows[4], 1, true), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": seatSharedNumbers{l.SeatShared}, "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow), "MeterShared": meterSharedNumbers{l.MeterShared}, "MeterWindow": overlay.SharedWindowTarget(l.MeterWindow.local.Table(), l.shared.windows[5], 1, true)},
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}, "Quota": overlay.SharedWindowTarget(l.Quota.local.Table(), l.shared.windows[0], 1, true), "QuotaWide": overlay.SharedWindowTarget(l.QuotaWide.local.Table(), l.shared.windows[1], 1, true), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.SharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.windows[4], 1, true), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": seatSharedNumbers{l.SeatShared}, "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": meterSharedNumbers{l.MeterShared}, "MeterWindow": overlay.SharedWindowTarget(l.MeterWindow.local.Table(), l.shared.windows[5], 1, true)},
 	})
 }
 
@@ -3258,6 +3258,46 @@ func (l *QuotaPlanLocalLimiter) ResetAt(key string, now atomicbucket.Time) bool 
 		had = t.ResetAt(key, now) || had
 	}
 	return had
+}
+
+// SetKeyNumbers gives key a window of its own on every plan from now on: n.Tokens in any n.Period, the limit
+// as n.Burst (one customer's quota raised or cut), whatever the plan's. Its window is carried into them, holding
+// what it held. Numbers a window cannot take on some plan are refused, and nothing changes.
+func (l *QuotaPlanLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n)
+}
+
+// SetKeyNumbersAt is SetKeyNumbers at time now.
+func (l *QuotaPlanLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers) error {
+	if _, err := atomicbucket.WindowRuleOf(n, 1); err != nil {
+		return err
+	}
+	for _, t := range l.s {
+		if err := t.SetKeyNumbersAt(now, key, n, 1); err != nil {
+			return err // the empty key: refused on the first plan, before any change
+		}
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away on every plan: from now on it has its plan's.
+func (l *QuotaPlanLocalLimiter) ClearKeyNumbers(key string) {
+	l.ClearKeyNumbersAt(key, atomicbucket.Now())
+}
+
+// ClearKeyNumbersAt is ClearKeyNumbers at time now.
+func (l *QuotaPlanLocalLimiter) ClearKeyNumbersAt(key string, now atomicbucket.Time) {
+	for _, t := range l.s {
+		t.ClearKeyNumbersAt(now, key)
+	}
+}
+
+// NumbersFor returns the numbers in force for key on plan and where they come from.
+func (l *QuotaPlanLocalLimiter) NumbersFor(plan Plan, key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if plan >= numPlans {
+		return atomicbucket.Numbers{}, atomicbucket.FromPolicy
+	}
+	return l.s[plan].KeyNumbersFor(key)
 }
 
 // Sweep removes the buckets, of every plan, that have been full for atomicbucket.SweepGrace, and returns how many.

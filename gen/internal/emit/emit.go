@@ -764,6 +764,7 @@ func emitPlannedWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.
 			jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Id("l").Dot("s")).Block(
 				jen.Id("had").Op("=").Id("t").Dot("ResetAt").Call(jen.Id("key"), jen.Id("now")).Op("||").Id("had")),
 			jen.Return(jen.Id("had"))).Line().Line()
+		g.Add(emitPlannedWindowKeyNumbers(r, recv))
 		g.Add(emitKeyedExtras(r, recv))
 		return g
 	}
@@ -773,6 +774,47 @@ func emitPlannedWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.
 	g.Func().Params(recv).Id("ResetAt").Params(nowP).Block(
 		jen.For(jen.List(jen.Id("_"), jen.Id("w")).Op(":=").Range().Id("l").Dot("s")).Block(
 			jen.Id("w").Dot("ResetAt").Call(jen.Id("now")))).Line().Line()
+	return g
+}
+
+// emitPlannedWindowKeyNumbers are a planned keyed window's SetKeyNumbers,
+// ClearKeyNumbers and NumbersFor: a key's own numbers hold on every plan.
+func emitPlannedWindowKeyNumbers(r model.Rule, recv jen.Code) jen.Code {
+	g := jen.Null()
+	keyP, nowP, nP := jen.Id("key").Id(r.KeyType), jen.Id("now").Add(rt("Time")), jen.Id("n").Add(rt("Numbers"))
+	idx, cost := jen.Id("_"), lit(r.Limits[0].Cost)
+	if r.CostDiffers() {
+		idx, cost = jen.Id("i"), jen.Id(r.Unexported()+"Cost").Index(jen.Id("i"))
+	}
+	each := func(body jen.Code) jen.Code {
+		return jen.For(jen.List(idx, jen.Id("t")).Op(":=").Range().Id("l").Dot("s")).Block(body)
+	}
+	g.Comment("SetKeyNumbers gives key a window of its own on every plan from now on: n.Tokens in any n.Period, the limit").Line()
+	g.Comment("as n.Burst (one customer's quota raised or cut), whatever the plan's. Its window is carried into them, holding").Line()
+	g.Comment("what it held. Numbers a window cannot take on some plan are refused, and nothing changes.").Line()
+	g.Func().Params(recv).Id("SetKeyNumbers").Params(keyP, nP).Error().Block(
+		jen.Return(jen.Id("l").Dot("SetKeyNumbersAt").Call(jen.Id("key"), rt("Now").Call(), jen.Id("n")))).Line().Line()
+	g.Comment("SetKeyNumbersAt is SetKeyNumbers at time now.").Line()
+	check := jen.If(jen.List(jen.Id("_"), jen.Err()).Op(":=").Add(rt("WindowRuleOf")).Call(jen.Id("n"), cost), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err()))
+	if r.CostDiffers() {
+		check = jen.For(jen.Id("i").Op(":=").Range().Id("l").Dot("s")).Block(check)
+	}
+	g.Func().Params(recv).Id("SetKeyNumbersAt").Params(keyP, nowP, nP).Error().Block(
+		check,
+		each(jen.If(jen.Err().Op(":=").Id("t").Dot("SetKeyNumbersAt").Call(jen.Id("now"), jen.Id("key"), jen.Id("n"), cost), jen.Err().Op("!=").Nil()).Block(
+			jen.Return(jen.Err()).Comment("the empty key: refused on the first plan, before any change"))),
+		jen.Return(jen.Nil())).Line().Line()
+	g.Comment("ClearKeyNumbers takes key's own numbers away on every plan: from now on it has its plan's.").Line()
+	g.Func().Params(recv).Id("ClearKeyNumbers").Params(keyP).Block(
+		jen.Id("l").Dot("ClearKeyNumbersAt").Call(jen.Id("key"), rt("Now").Call())).Line().Line()
+	g.Comment("ClearKeyNumbersAt is ClearKeyNumbers at time now.").Line()
+	g.Func().Params(recv).Id("ClearKeyNumbersAt").Params(keyP, nowP).Block(
+		jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Id("l").Dot("s")).Block(
+			jen.Id("t").Dot("ClearKeyNumbersAt").Call(jen.Id("now"), jen.Id("key")))).Line().Line()
+	g.Comment("NumbersFor returns the numbers in force for key on plan and where they come from.").Line()
+	g.Func().Params(recv).Id("NumbersFor").Params(jen.Id("plan").Id("Plan"), keyP).Params(rt("Numbers"), rt("Origin")).Block(
+		jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(rt("Numbers").Values(), rt("FromPolicy"))),
+		jen.Return(jen.Id("l").Dot("s").Index(jen.Id("plan")).Dot("KeyNumbersFor").Call(jen.Id("key")))).Line().Line()
 	return g
 }
 

@@ -11,6 +11,20 @@ import (
 
 const overlayPath = "github.com/limitgen/limitgen/overlay"
 
+// keyParse is how an overlay target reads keyed rule r's key given as text:
+// nil for a string key.
+func keyParse(r model.Rule) jen.Code {
+	switch {
+	case r.Composite():
+		return jen.Id("Parse" + r.KeyType)
+	case strings.HasPrefix(r.KeyType, "uint"):
+		return jen.Qual(overlayPath, "ParseUint").Index(jen.Id(r.KeyType))
+	case r.KeyType != "string":
+		return jen.Qual(overlayPath, "ParseInt").Index(jen.Id(r.KeyType))
+	}
+	return jen.Nil()
+}
+
 // emitOverlay is each rule as an overlay Set changes it (an overlay.Target)
 // and the overlay.Numbers Limits embeds, whose ApplyNumbers applies a whole
 // Set.
@@ -20,7 +34,7 @@ func emitOverlay(m *model.Model) jen.Code {
 	for _, r := range m.Rules {
 		switch {
 		case r.IsWindow() && !r.Planned && !r.Shared && r.KeyType != "": // atomicbucket.KeyedWindow's
-			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "WindowTarget").Call(jen.Id("l").Dot(r.GoName).Dot("KeyedWindow")))
+			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "WindowTarget").Call(jen.Id("l").Dot(r.GoName).Dot("KeyedWindow"), keyParse(r)))
 			continue
 		case r.IsWindow() && !r.Planned && !r.Shared: // atomicbucket.GlobalWindow's
 			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "GlobalWindowTarget").Call(jen.Id("l").Dot(r.GoName).Dot("GlobalWindow")))
@@ -52,16 +66,7 @@ func emitOverlay(m *model.Model) jen.Code {
 		}
 		if keyedTarget(r) {
 			// atomicbucket.Keyed's, which the limiter embeds.
-			parse := jen.Nil()
-			switch {
-			case r.Composite():
-				parse = jen.Id("Parse" + r.KeyType)
-			case strings.HasPrefix(r.KeyType, "uint"):
-				parse = jen.Qual(overlayPath, "ParseUint").Index(jen.Id(r.KeyType))
-			case r.KeyType != "string":
-				parse = jen.Qual(overlayPath, "ParseInt").Index(jen.Id(r.KeyType))
-			}
-			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "KeyedTarget").Call(jen.Id("l").Dot(r.GoName).Dot("Keyed"), parse))
+			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "KeyedTarget").Call(jen.Id("l").Dot(r.GoName).Dot("Keyed"), keyParse(r)))
 			continue
 		}
 		if r.KeyType == "" && !r.Planned && !r.Shared { // atomicbucket.Global's, which the limiter embeds

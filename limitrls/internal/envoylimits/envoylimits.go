@@ -114,7 +114,7 @@ func (l *Limits) NumbersApplied() (int, int64, time.Time) {
 func (l *Limits) newNumbers() overlay.Numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: nil,
-		Rules: map[string]overlay.Target{"RlSourceClusterProxyDestinationCluster": overlay.WindowTarget(l.RlSourceClusterProxyDestinationCluster.KeyedWindow), "RlSourceClusterProxyDestinationClusterBar": overlay.GlobalWindowTarget(l.RlSourceClusterProxyDestinationClusterBar.GlobalWindow), "RlRemoteAddress": overlay.WindowTarget(l.RlRemoteAddress.KeyedWindow), "Reports": overlay.GlobalWindowTarget(l.Reports.GlobalWindow), "RlTenantUser": overlay.WindowTarget(l.RlTenantUser.KeyedWindow)},
+		Rules: map[string]overlay.Target{"RlSourceClusterProxyDestinationCluster": overlay.WindowTarget(l.RlSourceClusterProxyDestinationCluster.KeyedWindow, nil), "RlSourceClusterProxyDestinationClusterBar": overlay.GlobalWindowTarget(l.RlSourceClusterProxyDestinationClusterBar.GlobalWindow), "RlRemoteAddress": overlay.WindowTarget(l.RlRemoteAddress.KeyedWindow, nil), "Reports": overlay.GlobalWindowTarget(l.Reports.GlobalWindow), "RlTenantUser": overlay.WindowTarget(l.RlTenantUser.KeyedWindow, ParseRlTenantUserKey)},
 	})
 }
 
