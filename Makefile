@@ -106,8 +106,10 @@ check:
 LONG_DIFFERENTIAL = ^(TestNumbersRandom|TestDifferentialRandom)$$
 NO_RACE = ^(TestNumbersRandom|TestDifferentialRandom|TestGeneratedPackagesRun)$$
 
+# gen's tests render simulate's page in headless Chromium (.ci/servers chromium).
 unit:
 	@echo "== make unit: $$(date +%T)"
+	.ci/servers chromium
 	$(GO) test -race -count=1 -skip '$(NO_RACE)' ./...
 	$(GO) test -count=1 -run '$(LONG_DIFFERENTIAL)' ./fuzz
 	$(GO) test -count=1 -run '^TestGeneratedPackagesRun$$' ./gen

@@ -430,6 +430,7 @@ func TestSimulateHTML(t *testing.T) {
 				}
 			}
 			got := readPicture(t, raw)
+			renderInBrowser(t, page, got, c.rule)
 			want := reportSeries(t, out, got)
 			if len(got.rules) != len(want.rules) || len(got.rules) == 0 {
 				t.Fatalf("the page draws rules %v, the report has %v", got.order, want.order)
