@@ -21,7 +21,7 @@ BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
 BENCHTIME ?= 0.5s
 FUZZ_TARGETS := FuzzDifferential FuzzRule FuzzNumbers FuzzWindow
 
-.PHONY: test test-lanes lane-cpu lane-servers check unit servers redis pg prom otel grpc schema examples getting-started fuzz-smoke fuzz bench bench-full bench-smoke generate
+.PHONY: test check unit servers redis pg prom otel grpc schema examples getting-started fuzz-smoke fuzz bench bench-full bench-smoke generate
 
 ## generate: regenerate generated/ from policy.yaml, the benchmarks' HTTP and
 ## shared limits from bench/httppolicy.yaml and bench/sharedpolicy.yaml, the
@@ -49,17 +49,12 @@ generate:
 ## (including the committed fuzz corpora), a short run of each fuzz target, and
 ## a smoke run of the benchmarks. Each stage prints its start.
 ##
-## The stages run one after another: run side by side on 2 cores (lane-cpu
-## beside lane-servers, 7.5 to 8.5 minutes) the CPU-bound lane starved the
-## stores' timing-bound tests (200 ms timeouts, 1 s convergence bounds) into
-## failures that were the machine's, not the code's.
+## The stages run one after another: run side by side on 2 cores, the
+## CPU-bound stages starved the stores' timing-bound tests (200 ms timeouts,
+## 1 s convergence bounds) into failures that were the machine's, not the
+## code's.
 test: servers check unit redis pg prom otel grpc schema examples getting-started fuzz-smoke bench-smoke
 	@echo "== make test passed: $$(date +%T)"
-
-# Two lanes side by side (see test): faster on a machine with cores to spare.
-test-lanes: servers check
-	@$(MAKE) --no-print-directory -j2 lane-cpu lane-servers
-	@echo "== make test-lanes passed: $$(date +%T)"
 
 # The servers the stores' tests and benchmarks start for themselves
 # (redis-server, PostgreSQL, PgBouncer): installed with apt-get when missing
