@@ -400,14 +400,7 @@ func TestWindowCountedShortfall(t *testing.T) {
 // Key a is given numbers of its own, and has them taken away, as it goes.
 func TestWindowNumbersChange(t *testing.T) {
 	rng := rand.New(rand.NewPCG(30, 32))
-	numbers := func() atomicbucket.Numbers {
-		if rng.IntN(2) == 0 {
-			n := 1 + rng.Int64N(64)
-			return atomicbucket.Numbers{Tokens: n, Period: time.Duration(1+rng.Int64N(2000)) * time.Millisecond, Burst: n}
-		}
-		n := 65 + rng.Int64N(200)
-		return atomicbucket.Numbers{Tokens: n, Period: time.Duration(1+rng.Int64N(50)) * 40 * time.Millisecond, Burst: n}
-	}
+	numbers := func() atomicbucket.Numbers { return windowNumbers(rng, 200) }
 	for run := range 300 {
 		first := numbers()
 		rule := atomicbucket.MustWindowRule(first.Tokens, first.Period)
@@ -567,14 +560,7 @@ func TestWindowConcurrentNumbers(t *testing.T) {
 // Exact and counted windows, keyed and global, 300 runs of 200 checks.
 func TestWindowAnswersAfterChanges(t *testing.T) {
 	rng := rand.New(rand.NewPCG(41, 42))
-	numbers := func() atomicbucket.Numbers {
-		if rng.IntN(2) == 0 {
-			n := 1 + rng.Int64N(64)
-			return atomicbucket.Numbers{Tokens: n, Period: time.Duration(1+rng.Int64N(2000)) * time.Millisecond, Burst: n}
-		}
-		n := 65 + rng.Int64N(2000)
-		return atomicbucket.Numbers{Tokens: n, Period: time.Duration(1+rng.Int64N(50)) * 40 * time.Millisecond, Burst: n}
-	}
+	numbers := func() atomicbucket.Numbers { return windowNumbers(rng, 2000) }
 	type checker struct {
 		name  string
 		allow func(now atomicbucket.Time, cost int64) atomicbucket.Decision
@@ -723,4 +709,16 @@ func TestWindowReset(t *testing.T) {
 	if n := tbl.Len(); n < 0 || n > 8 {
 		t.Errorf("%d keys after concurrent checks and resets of 8, want 0 to 8", n)
 	}
+}
+
+// windowNumbers are random window numbers: half exact (a limit of 1 to 64,
+// a window of 1 ms to 2 s), half counted (65 to 64+counted, a window of
+// 40 ms to 2 s in steps of 40 ms: whole microseconds a sixteenth).
+func windowNumbers(rng *rand.Rand, counted int64) atomicbucket.Numbers {
+	if rng.IntN(2) == 0 {
+		n := 1 + rng.Int64N(64)
+		return atomicbucket.Numbers{Tokens: n, Period: time.Duration(1+rng.Int64N(2000)) * time.Millisecond, Burst: n}
+	}
+	n := 65 + rng.Int64N(counted)
+	return atomicbucket.Numbers{Tokens: n, Period: time.Duration(1+rng.Int64N(50)) * 40 * time.Millisecond, Burst: n}
 }

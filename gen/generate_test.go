@@ -242,20 +242,8 @@ func TestCheckBuildsMain(t *testing.T) {
 // store, in turn, with what a denial gives back (it said "on the store given
 // to New, all or nothing, in one call", which no store could do).
 func TestMultiStoreTierDoc(t *testing.T) {
-	raw, err := os.ReadFile("testdata/valid/24_shared.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := compile("24_shared.yaml", raw)
-	if err != nil {
-		t.Fatal(err)
-	}
-	src, err := render(m)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The doc comment as one line of text.
-	code := strings.ReplaceAll(squash(string(src)), "\n// ", " ")
+	code := strings.ReplaceAll(renderValid(t, "24_shared.yaml"), "\n// ", " ")
 	want := "Billed checks a request against PerAccount, Invoices on their stores (WithStore's, billing), one call a store in that order, all or nothing"
 	if !strings.Contains(code, want) {
 		t.Errorf("the Billed tier's doc lacks %q", want)
@@ -268,11 +256,22 @@ func TestMultiStoreTierDoc(t *testing.T) {
 // A window rule's Policy is marked Sliding, so that the doors describe it as
 // a window (limitgrpc's QuotaFailure said "40/d, burst 40").
 func TestWindowPolicyIsSliding(t *testing.T) {
-	raw, err := os.ReadFile("testdata/valid/25_windows.yaml")
+	code := renderValid(t, "25_windows.yaml")
+	daily, _, _ := strings.Cut(code[strings.Index(code, "var httpPolicyDaily = "):], "\n}")
+	perUser, _, _ := strings.Cut(code[strings.Index(code, "var httpPolicyPerUser = "):], "\n}")
+	if !strings.Contains(daily, "Sliding: true") || strings.Contains(perUser, "Sliding") {
+		t.Errorf("Daily (a window) and PerUser (a bucket):\n%s\n%s", daily, perUser)
+	}
+}
+
+// renderValid is the generated code of testdata/valid/name, squashed.
+func renderValid(t *testing.T, name string) string {
+	t.Helper()
+	raw, err := os.ReadFile("testdata/valid/" + name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := compile("25_windows.yaml", raw)
+	m, err := compile(name, raw)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -280,10 +279,5 @@ func TestWindowPolicyIsSliding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	code := squash(string(src))
-	daily, _, _ := strings.Cut(code[strings.Index(code, "var httpPolicyDaily = "):], "\n}")
-	perUser, _, _ := strings.Cut(code[strings.Index(code, "var httpPolicyPerUser = "):], "\n}")
-	if !strings.Contains(daily, "Sliding: true") || strings.Contains(perUser, "Sliding") {
-		t.Errorf("Daily (a window) and PerUser (a bucket):\n%s\n%s", daily, perUser)
-	}
+	return squash(string(src))
 }

@@ -382,9 +382,6 @@ func newStore(r model.Rule, i int) jen.Code {
 // tableOptionsAt is tableOptions for plan i's table: with the most a request
 // of the rule's routes may cost on it (model.Rule.RouteCost).
 func tableOptionsAt(r model.Rule, hash bool, i int) jen.Code {
-	if i >= len(r.RouteCost) || r.RouteCost[i] == 0 {
-		return tableOptions(r, hash)
-	}
 	var opts []jen.Code
 	if r.MaxKeys > 0 {
 		atCap := "DenyAtCap"
@@ -396,30 +393,19 @@ func tableOptionsAt(r model.Rule, hash bool, i int) jen.Code {
 	if hash {
 		opts = append(opts, field("KeyHash", jen.Id(r.KeyType).Dot("gridHash")))
 	}
-	opts = append(opts, field("MaxCost", lit(r.RouteCost[i])), field("MaxCostOf", jen.Lit("route "+strconv.Quote(r.RouteCostOf[i]))))
-	return rt("TableOptions").Add(fields(opts...))
-}
-
-// tableOptions is a keyed rule's atomicbucket.TableOptions: its key cap and,
-// with hash, its composite key's grid hash (placed by its text form, alike
-// in every process).
-func tableOptions(r model.Rule, hash bool) jen.Code {
-	var opts []jen.Code
-	if r.MaxKeys > 0 {
-		atCap := "DenyAtCap"
-		if r.AllowCap {
-			atCap = "AllowAtCap"
-		}
-		opts = append(opts, field("MaxKeys", lit(r.MaxKeys)), field("AtCap", rt(atCap)))
-	}
-	if hash {
-		opts = append(opts, field("KeyHash", jen.Id(r.KeyType).Dot("gridHash")))
+	if i >= 0 && i < len(r.RouteCost) && r.RouteCost[i] != 0 {
+		opts = append(opts, field("MaxCost", lit(r.RouteCost[i])), field("MaxCostOf", jen.Lit("route "+strconv.Quote(r.RouteCostOf[i]))))
 	}
 	if len(opts) == 0 {
 		return rt("TableOptions").Values()
 	}
 	return rt("TableOptions").Add(fields(opts...))
 }
+
+// tableOptions is a keyed rule's atomicbucket.TableOptions: its key cap and,
+// with hash, its composite key's grid hash (placed by its text form, alike
+// in every process).
+func tableOptions(r model.Rule, hash bool) jen.Code { return tableOptionsAt(r, hash, -1) }
 
 // method describes one generated method and the runtime call behind it.
 type method struct {
