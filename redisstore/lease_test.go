@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -256,5 +257,46 @@ func TestLeaseOfABucketThatStartsEmpty(t *testing.T) {
 	time.Sleep(d.RetryAfter + 10*time.Millisecond)
 	if d, err := l.AllowN(ctx, 1); err != nil || !d.Allowed {
 		t.Fatalf("a token's time later: %+v, %v; want it admitted", d, err)
+	}
+}
+
+// Leased keys under load on a healthy Redis: 64 callers, each checking one
+// of 1e4 leased keys after another through the seam (as the RLS door's 64
+// callers do), for a second. A healthy store never gives an overload answer
+// the caller did not cause: no check is degraded.
+func TestLeasedKeysUnderLoad(t *testing.T) {
+	srv := redistest.Start(t)
+	st, err := New(context.Background(), srv.Client(t), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := st.Bind([]shared.Rule{{Name: "Leased", Limit: atomicbucket.Limit{Tokens: 100, Period: time.Second, Burst: 100}, Lease: 20}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := b.(*shared.Binding)
+	const keys = 10_000
+	var checks, degraded atomic.Int64
+	var firstErr atomic.Value
+	stop := time.Now().Add(time.Second)
+	var wg sync.WaitGroup
+	for c := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := c; time.Now().Before(stop); i += 64 {
+				res, _ := bound.Check(context.Background(), []shared.Step{{Rule: 0, Key: "k" + strconv.Itoa(i%keys), Cost: 1}})
+				checks.Add(1)
+				if res.Degraded {
+					degraded.Add(1)
+					firstErr.CompareAndSwap(nil, res.Err.Error())
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d checks of %d leased keys from 64 callers, %d Redis calls, %d degraded", checks.Load(), keys, st.Stats().Calls, degraded.Load())
+	if degraded.Load() > 0 {
+		t.Errorf("%d of %d checks degraded on a healthy Redis, the first: %v", degraded.Load(), checks.Load(), firstErr.Load())
 	}
 }
