@@ -52,7 +52,20 @@ func (rs *Routes) add(i int, p string) {
 // matches only requests for that host.
 //
 // It allocates nothing but what Match does.
-func (rt *Router) MatchAll(r *http.Request) Routes {
+func (rt *Router) MatchAll(r *http.Request) (rs Routes) {
+	// A literal path of the policy's, as most requests are: clean, plain,
+	// one route every way it is read (matchServeMux's first case).
+	if u := r.URL; u != nil && u.RawPath == "" && rt.direct != nil && r.Method != "CONNECT" {
+		if i := rt.direct(r.Method, u.Path) - 1; i >= 0 {
+			rs.N, rs.Index[0], rs.Path[0] = 1, i, u.Path
+			return rs
+		}
+	}
+	return rt.matchAll(r)
+}
+
+// matchAll is MatchAll past its first case.
+func (rt *Router) matchAll(r *http.Request) Routes {
 	var rs Routes
 	i, p, asIs := rt.matchServeMux(r)
 	rs.add(i, p)

@@ -349,7 +349,8 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 // the router behind it reads the request's path: wrap a whole router, or each handler.
 func (m *Middleware) Wrap(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if m.check(w, r, httpRouter.MatchAll(r)) {
+		routes := httpRouter.MatchAll(r)
+		if m.check(w, r, &routes) {
 			next.ServeHTTP(w, r)
 		}
 	})
@@ -376,7 +377,7 @@ func (m *Middleware) wrapServeMux(next http.Handler) http.Handler {
 
 // check checks r against the limits of every policy route a router may hand it to (routes, from
 // httpRouter.MatchAll), in turn, and reports whether it may go on: all of them allow it.
-func (m *Middleware) check(w http.ResponseWriter, r *http.Request, routes limithttp.Routes) bool {
+func (m *Middleware) check(w http.ResponseWriter, r *http.Request, routes *limithttp.Routes) bool {
 	for i := range routes.N {
 		if !m.checkRoute(w, r, routes.Index[i], routes.Path[i]) {
 			return false

@@ -453,12 +453,10 @@ func emitMiddleware(m *model.Model) jen.Code {
 	wrapMux := jen.Id("m").Dot("Wrap")
 	var checkFuncs jen.Code = jen.Null()
 	if len(cases) > 0 {
-		serve := func(cond jen.Code) jen.Code {
-			return jen.Return(jen.Qual("net/http", "HandlerFunc").Call(jen.Func().Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req())).Block(
-				jen.If(cond).Block(jen.Id("next").Dot("ServeHTTP").Call(jen.Id("w"), jen.Id("r"))),
-			)))
-		}
-		wrapBody = []jen.Code{serve(jen.Id("m").Dot("check").Call(jen.Id("w"), jen.Id("r"), jen.Id("httpRouter").Dot("MatchAll").Call(jen.Id("r"))))}
+		wrapBody = []jen.Code{jen.Return(jen.Qual("net/http", "HandlerFunc").Call(jen.Func().Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req())).Block(
+			jen.Id("routes").Op(":=").Id("httpRouter").Dot("MatchAll").Call(jen.Id("r")),
+			jen.If(jen.Id("m").Dot("check").Call(jen.Id("w"), jen.Id("r"), jen.Op("&").Id("routes"))).Block(jen.Id("next").Dot("ServeHTTP").Call(jen.Id("w"), jen.Id("r"))),
+		)))}
 		wrapMux = jen.Id("m").Dot("wrapServeMux")
 		checkFuncs = jen.Line().
 			Comment("wrapServeMux is Wrap for the ServeMux of NewServeMux: ServeMux's reading of a path is the only").Line().
@@ -471,7 +469,7 @@ func emitMiddleware(m *model.Model) jen.Code {
 		).Line().Line().
 			Comment("check checks r against the limits of every policy route a router may hand it to (routes, from").Line().
 			Comment("httpRouter.MatchAll), in turn, and reports whether it may go on: all of them allow it.").Line().
-			Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("check").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("routes").Add(lh("Routes"))).Bool().Block(
+			Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("check").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("routes").Op("*").Add(lh("Routes"))).Bool().Block(
 			jen.For(jen.Id("i").Op(":=").Range().Id("routes").Dot("N")).Block(
 				jen.If(jen.Op("!").Id("m").Dot("checkRoute").Call(jen.Id("w"), jen.Id("r"), jen.Id("routes").Dot("Index").Index(jen.Id("i")), jen.Id("routes").Dot("Path").Index(jen.Id("i")))).Block(jen.Return(jen.False())),
 			),
