@@ -68,8 +68,9 @@ var grpcCases = []grpcCase{
 // grpcImpls are the unary interceptors measured: none (the handler alone),
 // limitgen's with its default (the RateLimit fields on denials, in their
 // trailers, with the pushback), with the fields on every call (metadata:
-// all), and without them (metadata: none: the pushback and RetryInfo alone),
-// and go-grpc-middleware's ratelimit interceptor over keyedLimiter.
+// all), without them (metadata: none: the pushback and RetryInfo alone),
+// the lean denial (metadata: lean: the status and the pushback alone), and
+// go-grpc-middleware's ratelimit interceptor over keyedLimiter.
 var grpcImpls = []struct {
 	name string
 	make func(b testing.TB, c grpcCase) grpc.UnaryServerInterceptor
@@ -96,6 +97,14 @@ var grpcImpls = []struct {
 			b.Fatal(err)
 		}
 		g.Config.Metadata = limitgrpc.MetadataNone
+		return g.UnaryInterceptor()
+	}},
+	{"limitgen-lean", func(b testing.TB, c grpcCase) grpc.UnaryServerInterceptor {
+		g, err := grpclimits.NewGRPC(grpclimits.New(), grpclimits.GRPCHooks{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		g.Config.Metadata = limitgrpc.MetadataLean
 		return g.UnaryInterceptor()
 	}},
 	{"grpc-middleware", func(b testing.TB, c grpcCase) grpc.UnaryServerInterceptor {

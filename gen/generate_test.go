@@ -281,3 +281,28 @@ func renderValid(t *testing.T, name string) string {
 	}
 	return squash(string(src))
 }
+
+// grpc's metadata: lean makes the interceptors' denials lean
+// (limitgrpc.MetadataLean); an unknown style is refused, naming lean too.
+func TestGRPCMetadataLean(t *testing.T) {
+	raw, err := os.ReadFile("testdata/valid/grpc.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lean := strings.Replace(string(raw), "metadata: ietf", "metadata: lean", 1)
+	m, err := compile("grpc.yaml", []byte(lean))
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := render(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(src), "limitgrpc.MetadataLean") {
+		t.Error("metadata: lean does not set limitgrpc.MetadataLean")
+	}
+	_, err = compile("grpc.yaml", []byte(strings.Replace(string(raw), "metadata: ietf", "metadata: thin", 1)))
+	if err == nil || !strings.Contains(err.Error(), "lean (a denial's status and pushback alone)") {
+		t.Errorf("metadata: thin: %v, want a refusal naming lean", err)
+	}
+}

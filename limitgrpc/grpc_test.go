@@ -360,7 +360,8 @@ func TestShadowAndCoverage(t *testing.T) {
 // TestNoMetadata: with Config.Metadata MetadataNone no call carries
 // RateLimit metadata, and a denial still has its RetryInfo and
 // grpc-retry-pushback-ms; with MetadataDenials (the default) only the
-// denial carries the fields, in its trailers.
+// denial carries the fields, in its trailers; with MetadataLean a denial is
+// its status and grpc-retry-pushback-ms alone.
 func TestNoMetadata(t *testing.T) {
 	now := atomicbucket.Time(0)
 	s := start(t, grpclimits.New(), &now, func(g *grpclimits.GRPC) { g.Config.Metadata = limitgrpc.MetadataNone })
@@ -389,6 +390,24 @@ func TestNoMetadata(t *testing.T) {
 	if got.code() != codes.ResourceExhausted || len(got.header) != 0 || got.field("ratelimit") != `"Checks";r=0;t=60` ||
 		got.field("retry-after") != "60" || got.field("grpc-retry-pushback-ms") != "60000" {
 		t.Errorf("denied: %v, header %v, trailer %v; want the fields and the pushback in the trailer alone", got.err, got.header, got.trailer)
+	}
+
+	// MetadataLean: the denial is its status and the pushback, nothing else.
+	s = start(t, grpclimits.New(), &now, func(g *grpclimits.GRPC) { g.Config.Metadata = limitgrpc.MetadataLean })
+	c = s.client(t, "")
+	for range 3 {
+		if got := check(t, c, "x-user", "u"); got.err != nil || got.field("ratelimit") != "" || got.field("ratelimit-policy") != "" || got.field("grpc-retry-pushback-ms") != "" {
+			t.Fatalf("allowed: %v, header %v, trailer %v; want nothing of the limiter's", got.err, got.header, got.trailer)
+		}
+	}
+	got = check(t, c, "x-user", "u")
+	if st := status.Convert(got.err); got.code() != codes.ResourceExhausted || len(st.Details()) != 0 || !strings.Contains(st.Message(), "retry in 1m0s") {
+		t.Errorf("lean denial: %v, details %v; want ResourceExhausted saying when, without details", got.err, st.Details())
+	}
+	tr := got.trailer.Copy()
+	delete(tr, "content-type") // a trailers-only response's, as every denial's
+	if len(tr) != 1 || got.field("grpc-retry-pushback-ms") != "60000" {
+		t.Errorf("lean denial: trailer %v; want grpc-retry-pushback-ms 60000 alone", got.trailer)
 	}
 }
 

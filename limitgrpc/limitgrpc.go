@@ -78,6 +78,12 @@ const (
 	// MetadataNone sends no RateLimit fields; a denial still carries its
 	// RetryInfo and grpc-retry-pushback-ms.
 	MetadataNone
+	// MetadataLean is the cheapest denial that still tells a client when
+	// to come back: its status code and message, and grpc-retry-pushback-ms
+	// in its trailers (what grpc-go's retry policy obeys). No RateLimit
+	// fields, and no status details (RetryInfo, QuotaFailure): a client
+	// that reads the details finds none. Allowed calls carry nothing.
+	MetadataLean
 )
 
 // Config is what every method of a generated interceptor shares. Set it
@@ -118,7 +124,7 @@ func (c *Config) metadata(res *verdict.Result, v verdict.Verdict, wait time.Dura
 		return e.md
 	}
 	md := metadata.MD{}
-	if style != MetadataNone {
+	if style == MetadataDenials || style == MetadataAll {
 		md[KeyPolicy] = []string{res.Policies}
 		md[KeyRateLimit] = []string{string(verdict.AppendRateLimit(nil, res.Policy, v.R, v.T))}
 		if wait >= 0 {
@@ -164,7 +170,7 @@ func (c *Config) respond(ctx context.Context, mode verdict.Mode, res *verdict.Re
 		if mode == verdict.Shadow {
 			return nil
 		}
-		if c.Metadata != MetadataNone {
+		if c.Metadata == MetadataDenials || c.Metadata == MetadataAll {
 			_ = grpc.SetTrailer(ctx, c.metadata(res, v, -1))
 		}
 		return c.denial(codes.InvalidArgument, res.Policy, 0, res.Cost)
@@ -199,6 +205,7 @@ type denial struct {
 	code   codes.Code
 	policy *verdict.Policy
 	n      int64 // the wait, or the cost
+	lean   bool
 	err    error
 }
 
@@ -207,17 +214,19 @@ func (c *Config) denial(code codes.Code, p *verdict.Policy, wait time.Duration, 
 	if code == codes.InvalidArgument {
 		n = cost
 	}
+	lean := c.Metadata == MetadataLean
 	slot := c.denials.Slot(verdict.MemoHash(p, n, 0, uint64(code)<<40))
-	if d := slot.Load(); d != nil && d.code == code && d.policy == p && d.n == n {
+	if d := slot.Load(); d != nil && d.code == code && d.policy == p && d.n == n && d.lean == lean {
 		return d.err
 	}
-	d := &denial{code: code, policy: p, n: n, err: denialError(code, p, wait, cost)}
+	d := &denial{code: code, policy: p, n: n, lean: lean, err: denialError(code, p, wait, cost, lean)}
 	slot.Store(d)
 	return d.err
 }
 
-// denialError is a denial's status: its message, and its details.
-func denialError(code codes.Code, p *verdict.Policy, wait time.Duration, cost int64) error {
+// denialError is a denial's status: its message, and (but lean) its
+// details.
+func denialError(code codes.Code, p *verdict.Policy, wait time.Duration, cost int64, lean bool) error {
 	var msg string
 	var details []*anypb.Any
 	quota := &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
@@ -236,6 +245,9 @@ func denialError(code codes.Code, p *verdict.Policy, wait time.Duration, cost in
 		}
 	default:
 		msg = "the call's cost, " + strconv.FormatInt(cost, 10) + ", is more than rule " + p.Name + " can ever admit"
+	}
+	if lean {
+		return status.Error(code, msg)
 	}
 	if code == codes.Unavailable {
 		quota = nil // an outage, not a quota

@@ -192,7 +192,7 @@ func TestQuotaFailureDescribesWindows(t *testing.T) {
 			return p
 		}(), "Daily: at most 40 in any 24h0m0s, sliding"},
 	} {
-		st := status.Convert(denialError(codes.ResourceExhausted, &c.p, time.Second, 1))
+		st := status.Convert(denialError(codes.ResourceExhausted, &c.p, time.Second, 1, false))
 		var got string
 		for _, d := range st.Details() {
 			if qf, ok := d.(*errdetails.QuotaFailure); ok && len(qf.Violations) == 1 {

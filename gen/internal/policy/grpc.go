@@ -40,8 +40,10 @@ func (p *parser) grpcSection(n *yaml.Node, m *model.Model) *model.GRPC {
 			g.Metadata = "MetadataAll"
 		case "none":
 			g.Metadata = "MetadataNone"
+		case "lean":
+			g.Metadata = "MetadataLean"
 		default:
-			p.errorf(v, "grpc: metadata %q: use denials (the RateLimit fields in a denial's trailers: the default), all (also in every allowed call's header metadata) or none", v.Value)
+			p.errorf(v, "grpc: metadata %q: use denials (the RateLimit fields in a denial's trailers: the default), all (also in every allowed call's header metadata), none (no fields; a denial keeps RetryInfo and the pushback) or lean (a denial's status and pushback alone)", v.Value)
 		}
 	}
 	if v := f["jitter"]; v != nil {
