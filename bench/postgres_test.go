@@ -54,6 +54,7 @@ func generatedOnPostgres(b *testing.B, pool *pgxpool.Pool, coalesce int) func(co
 		b.Fatal(err)
 	}
 	b.Cleanup(st.Close)
+	watchBreakers(b, st)
 	lims := sharedlimits.New(sharedlimits.WithStore(st))
 	if err := lims.SharedErr(); err != nil {
 		b.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -184,6 +185,7 @@ func generatedKeysOnRedis(b *testing.B, addr string, coalesce int, key func() st
 		b.Fatal(err)
 	}
 	b.Cleanup(st.Close)
+	watchBreakers(b, st)
 	lims := sharedlimits.New(sharedlimits.WithStore(st))
 	if err := lims.SharedErr(); err != nil {
 		b.Fatal(err)
@@ -296,6 +298,34 @@ func runCallers(b *testing.B, callers int, check func(context.Context) (bool, er
 	b.ReportMetric(float64(all.quantile(0.50))/1e3, "p50-µs")
 	b.ReportMetric(float64(all.quantile(0.99))/1e3, "p99-µs")
 	reportMisses(b, nerr.Load(), ndenied.Load())
+	reportBreakers(b)
+}
+
+// breakerStores are the stores of the cells running now, by benchmark, whose
+// breaker openings the cell reports (watchBreakers).
+var breakerStores sync.Map // *testing.B → interface{ Stats() shared.Stats }
+
+// watchBreakers makes b's cell report how many times st's circuit breakers
+// opened during it (breaker-opens, a count for the cell, not per check):
+// a healthy server should open none, and a cell where one opened measured
+// local decisions for a while, not the store.
+func watchBreakers(b *testing.B, st interface{ Stats() shared.Stats }) {
+	breakerStores.Store(b, st)
+	b.Cleanup(func() { breakerStores.Delete(b) })
+}
+
+// reportBreakers reports the openings of b's store's breakers so far
+// (watchBreakers), logging any.
+func reportBreakers(b *testing.B) {
+	v, ok := breakerStores.Load(b)
+	if !ok {
+		return
+	}
+	n := v.(interface{ Stats() shared.Stats }).Stats().BreakerOpenings
+	b.ReportMetric(float64(n), "breaker-opens")
+	if n > 0 {
+		b.Logf("the store's breakers opened %d times in this cell: some checks were decided without it", n)
+	}
 }
 
 // firstCheck makes sure that check admits before anything is timed: on a busy

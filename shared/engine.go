@@ -118,6 +118,10 @@ type Stats struct {
 	// was sent: checks, batches, lease calls, failed ones included), from a
 	// connection in hand to the reply.
 	Latency Latency
+	// BreakerOpenings is how many times the store's circuit breakers have
+	// opened (each server's counted: BreakerState.Openings), so that a run
+	// can say whether a healthy server ever failed enough checks to open one.
+	BreakerOpenings int64
 }
 
 // LatencyBounds are the upper bounds of Latency's buckets: a round trip to a
@@ -238,7 +242,7 @@ func (e *Engine) Coalesce() int {
 func (e *Engine) Stats() Stats {
 	calls, degraded := e.guard.Counts()
 	return Stats{Calls: calls, Degraded: degraded, Batches: e.batches.Load(),
-		Grants: e.grants.Load(), GrantedTokens: e.granted.Load(), Latency: e.latency.snapshot()}
+		Grants: e.grants.Load(), GrantedTokens: e.granted.Load(), Latency: e.latency.snapshot(), BreakerOpenings: e.guard.Openings()}
 }
 
 // Breakers are the states of the store's circuit breakers, one per server

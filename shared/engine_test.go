@@ -235,8 +235,13 @@ func TestBreakerPerNode(t *testing.T) {
 		t.Errorf("breakers open: %v, want n1 only", open)
 	}
 	st := e.Stats()
-	if st.Degraded != 50 || st.Calls != 100+BreakerFailures {
-		t.Errorf("stats %+v, want 50 degraded and %d calls", st, 100+BreakerFailures)
+	if st.Degraded != 50 || st.Calls != 100+BreakerFailures || st.BreakerOpenings != 1 {
+		t.Errorf("stats %+v, want 50 degraded, %d calls and 1 breaker opening", st, 100+BreakerFailures)
+	}
+	for _, b := range e.Breakers() {
+		if want := int64(map[bool]int{true: 1}[b.Node == "n1"]); b.Openings != want {
+			t.Errorf("%s's breaker opened %d times, want %d", b.Node, b.Openings, want)
+		}
 	}
 }
 

@@ -155,6 +155,7 @@ type circuit struct {
 	probing   atomic.Bool           // one check is probing a half-open breaker
 	last      atomic.Pointer[error] // the last failure's error, for Health
 	answered  atomic.Uint64         // calls the server answered so far (Success)
+	opened    atomic.Int64          // times it went from closed to open
 	g         *storeGuard           // the guard whose breaker it is (nil for a circuit of one's own)
 }
 
@@ -207,7 +208,9 @@ func (b *circuit) Failure(now int64, probe bool) {
 			p = min(2*p, int64(BreakerMaxPause))
 		}
 		b.pause.Store(p)
-		b.openUntil.Store(now + p)
+		if b.openUntil.Swap(now+p) == 0 {
+			b.opened.Add(1)
+		}
 	}
 	if probe {
 		b.probing.Store(false)
@@ -499,12 +502,23 @@ func (g *storeGuard) Count(calls int64, degraded bool) {
 // settings decided (the store failed, or a breaker was open).
 func (g *storeGuard) Counts() (calls, degraded int64) { return g.calls.Load(), g.degraded.Load() }
 
+// Openings is how many times the store's breakers have opened, together.
+func (g *storeGuard) Openings() int64 {
+	var n int64
+	g.breakers.Range(func(_ string, b *circuit) bool {
+		n += b.opened.Load()
+		return true
+	})
+	return n
+}
+
 // BreakerState is one server's breaker as Store.Breakers reports it.
 type BreakerState struct {
 	Node      string    // the server ("" for a store of one server)
 	Failures  int64     // failed calls in a row
 	Open      bool      // checks do not go to the server until OpenUntil
 	OpenUntil time.Time // when a check may probe it again (zero when closed)
+	Openings  int64     // times it has opened since the store was made
 }
 
 // States are the breakers' states, one per server the store has called.
@@ -513,7 +527,7 @@ func (g *storeGuard) States() []BreakerState {
 	now := atomicbucket.Now()
 	g.breakers.Range(func(node string, b *circuit) bool {
 		n, until := b.State()
-		st := BreakerState{Node: node, Failures: n}
+		st := BreakerState{Node: node, Failures: n, Openings: b.opened.Load()}
 		if until != 0 {
 			st.Open = true
 			st.OpenUntil = time.Now().Add(time.Duration(until - int64(now)))
