@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -86,6 +87,51 @@ func GlobalWindowTarget(l atomicbucket.GlobalWindow) Target {
 // then to the local window; numbers the store refuses change neither.
 func SharedWindowTarget(local WindowNumbers, store *shared.Window, cost int64, keyed bool) Target {
 	return windowTarget{w: []WindowNumbers{local}, store: []*shared.Window{store}, cost: []int64{cost}, keyed: keyed}
+}
+
+// KeyNumbers is what a generated package's keyed shared window limiter
+// (without plans) has for its keys' own numbers: on the store and in its
+// process-local window.
+type KeyNumbers[K comparable] interface {
+	SetKeyNumbers(ctx context.Context, key K, n atomicbucket.Numbers) error
+	ClearKeyNumbers(ctx context.Context, key K)
+}
+
+// KeyedSharedWindowTarget is SharedWindowTarget for a keyed shared window
+// without plans whose keys may have numbers of their own: l is the
+// generated limiter, which sets them on the store and in its local window;
+// a key given as text is read by parse (as for KeyedTarget).
+func KeyedSharedWindowTarget[K comparable](local WindowNumbers, store *shared.Window, cost int64, l KeyNumbers[K], parse func(string) (K, error)) Target {
+	return sharedKeyedWindowTarget[K]{windowTarget{w: []WindowNumbers{local}, store: []*shared.Window{store}, cost: []int64{cost}, keyed: true}, keyedTarget[K]{parse: parse}, l}
+}
+
+type sharedKeyedWindowTarget[K comparable] struct {
+	windowTarget
+	keys keyedTarget[K] // reads keys
+	l    KeyNumbers[K]
+}
+
+func (t sharedKeyedWindowTarget[K]) CheckKey(key string) error { return t.keys.CheckKey(key) }
+
+func (t sharedKeyedWindowTarget[K]) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key == nil {
+		return t.windowTarget.Set(plan, nil, n)
+	}
+	k, err := t.keys.key(*key)
+	if err != nil {
+		return err
+	}
+	return t.l.SetKeyNumbers(context.Background(), k, n)
+}
+
+func (t sharedKeyedWindowTarget[K]) Clear(plan int, key *string) {
+	if key == nil {
+		t.windowTarget.Clear(plan, nil)
+		return
+	}
+	if k, err := t.keys.key(*key); err == nil {
+		t.l.ClearKeyNumbers(context.Background(), k)
+	}
 }
 
 // PlannedWindowTarget is a generated package's window limiter with plans as a

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -217,7 +218,8 @@ type Window struct {
 	setupSQL string
 	ready    atomic.Bool // the table and function are there
 	nums     atomic.Pointer[windowNums]
-	name     string // the row's rule name
+	own      atomic.Pointer[sync.Map] // key → *windowNums: keys with numbers of their own (SetKeyRule); nil until the first
+	name     string                   // the row's rule name
 	timeout  time.Duration
 	check    string // the statement
 	lease    string // the lease statement
@@ -249,15 +251,62 @@ type windowNums struct {
 // (shared.RuledChecker): each key's window is carried into them at its next
 // check, as the function carries what another version of the rule wrote.
 func (w *Window) SetRule(rule atomicbucket.WindowRule) error {
-	n := &windowNums{rule: rule}
-	if !rule.Exact() {
-		if rule.Grain()%time.Microsecond != 0 {
-			return fmt.Errorf("%w: a counted window in PostgreSQL has sub-windows of whole microseconds: %v is not a multiple of 16µs", atomicbucket.ErrInvalidLimit, rule.Window())
-		}
-		n.lUs = int64(rule.Grain() / time.Microsecond)
+	n, err := windowNumsOf(rule)
+	if err != nil {
+		return err
 	}
 	w.nums.Store(n)
 	return nil
+}
+
+// windowNumsOf is rule as the function takes it, or why it cannot.
+func windowNumsOf(rule atomicbucket.WindowRule) (*windowNums, error) {
+	n := &windowNums{rule: rule}
+	if !rule.Exact() {
+		if rule.Grain()%time.Microsecond != 0 {
+			return nil, fmt.Errorf("%w: a counted window in PostgreSQL has sub-windows of whole microseconds: %v is not a multiple of 16µs", atomicbucket.ErrInvalidLimit, rule.Window())
+		}
+		n.lUs = int64(rule.Grain() / time.Microsecond)
+	}
+	return n, nil
+}
+
+// numsFor is the numbers key's checks go by: its own, or the window's.
+func (w *Window) numsFor(key string) *windowNums {
+	if own := w.own.Load(); own != nil {
+		if n, ok := own.Load(key); ok {
+			return n.(*windowNums)
+		}
+	}
+	return w.nums.Load()
+}
+
+// SetKeyRule gives key numbers of its own for every later check
+// (shared.KeyRuledChecker): its window is carried into them at its next
+// check, as SetRule carries every key's. A rule a counted window in
+// PostgreSQL cannot take is refused, changing nothing.
+func (w *Window) SetKeyRule(key string, rule atomicbucket.WindowRule) error {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return fmt.Errorf("pgstore: a window's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	n, err := windowNumsOf(rule)
+	if err != nil {
+		return err
+	}
+	own := w.own.Load()
+	if own == nil {
+		w.own.CompareAndSwap(nil, &sync.Map{})
+		own = w.own.Load()
+	}
+	own.Store(key, n)
+	return nil
+}
+
+// ClearKeyRule gives key the window's numbers back (shared.KeyRuledChecker).
+func (w *Window) ClearKeyRule(key string) {
+	if own := w.own.Load(); own != nil {
+		own.Delete(key)
+	}
 }
 
 // NewWindow returns the window rule named name with rule's numbers in pool's
@@ -360,7 +409,7 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) (atomicbuck
 		at = &us
 	}
 	var r []int64
-	nm := w.nums.Load()
+	nm := w.numsFor(key)
 	err := w.run(ctx, func(ctx context.Context) error {
 		return w.pool.QueryRow(ctx, w.check, w.name, rowKey(key), int64(nm.rule.Window()/time.Microsecond), nm.rule.Limit(), nm.lUs, cost, at).Scan(&r)
 	})
@@ -435,7 +484,7 @@ func (w *Window) Lease(ctx context.Context, key string, cost, want int64, prev s
 		us := w.at().UnixMicro()
 		at = &us
 	}
-	nm := w.nums.Load()
+	nm := w.numsFor(key)
 	term := shared.WindowLeaseTerm(nm.rule.Window())
 	var r []int64
 	err := w.run(ctx, func(ctx context.Context) error {

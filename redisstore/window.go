@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -297,6 +298,7 @@ type Window struct {
 	leaseScript *redis.Script
 	prefix      string // the keys' prefix, up to the key
 	nums        atomic.Pointer[windowNums]
+	own         atomic.Pointer[sync.Map] // key → *windowNums: keys with numbers of their own (SetKeyRule); nil until the first
 	timeout     time.Duration
 	co          *shared.Coalescer[windowCheck]
 	// now, in tests, gives the time the script decides at (explicitNow).
@@ -357,6 +359,44 @@ func (w *Window) SetRule(rule atomicbucket.WindowRule) error {
 	}
 	w.nums.Store(n)
 	return nil
+}
+
+// numsFor is the numbers key's checks go by: its own, or the window's.
+func (w *Window) numsFor(key string) *windowNums {
+	if own := w.own.Load(); own != nil {
+		if n, ok := own.Load(key); ok {
+			return n.(*windowNums)
+		}
+	}
+	return w.nums.Load()
+}
+
+// SetKeyRule gives key numbers of its own for every later check
+// (shared.KeyRuledChecker): its window is carried into them at its next
+// check, as SetRule carries every key's. A rule a counted window on Redis
+// cannot take is refused, changing nothing.
+func (w *Window) SetKeyRule(key string, rule atomicbucket.WindowRule) error {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return fmt.Errorf("redisstore: a window's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	n, err := windowNumsOf(rule)
+	if err != nil {
+		return err
+	}
+	own := w.own.Load()
+	if own == nil {
+		w.own.CompareAndSwap(nil, &sync.Map{})
+		own = w.own.Load()
+	}
+	own.Store(key, n)
+	return nil
+}
+
+// ClearKeyRule gives key the window's numbers back (shared.KeyRuledChecker).
+func (w *Window) ClearKeyRule(key string) {
+	if own := w.own.Load(); own != nil {
+		own.Delete(key)
+	}
 }
 
 // windowCheck is one check of a coalesced batch.
@@ -490,8 +530,43 @@ func (w *Window) decideBatch(ctx context.Context, batch []*shared.Waiting[window
 	}
 }
 
-// decide runs the script for checks, in order, as runs of one key and cost.
+// decide runs the script for checks: one call for the checks of the
+// window's numbers, and one for those of each key with numbers of its own
+// (a call goes by one set of numbers), each group in order.
 func (w *Window) decide(ctx context.Context, checks []windowCheck) ([]atomicbucket.Decision, error) {
+	nm := w.nums.Load()
+	if w.own.Load() == nil {
+		return w.decideBy(ctx, checks, nm)
+	}
+	ds := make([]atomicbucket.Decision, len(checks))
+	done := make([]bool, len(checks))
+	for i := range checks {
+		if done[i] {
+			continue
+		}
+		by := w.numsFor(checks[i].key)
+		var group []windowCheck
+		var at []int
+		for j := i; j < len(checks); j++ {
+			if !done[j] && w.numsFor(checks[j].key) == by {
+				group, at = append(group, checks[j]), append(at, j)
+				done[j] = true
+			}
+		}
+		got, err := w.decideBy(ctx, group, by)
+		if err != nil {
+			return nil, err
+		}
+		for k, j := range at {
+			ds[j] = got[k]
+		}
+	}
+	return ds, nil
+}
+
+// decideBy runs the script for checks, in order, as runs of one key and
+// cost, by numbers nm.
+func (w *Window) decideBy(ctx context.Context, checks []windowCheck, nm *windowNums) ([]atomicbucket.Decision, error) {
 	type run struct {
 		key   string
 		cost  int64
@@ -507,7 +582,6 @@ func (w *Window) decide(ctx context.Context, checks []windowCheck) ([]atomicbuck
 	}
 	keys := make([]string, len(runs))
 	args := make([]any, 0, 3+2*len(runs)+2)
-	nm := w.nums.Load() // the numbers of the whole call
 	args = append(args, int64(nm.rule.Window()/time.Microsecond), nm.rule.Limit(), nm.lUs)
 	for i, r := range runs {
 		keys[i] = w.prefix + r.key
@@ -570,7 +644,7 @@ func (w *Window) Lease(ctx context.Context, key string, cost, want int64, prev s
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
-	nm := w.nums.Load()
+	nm := w.numsFor(key)
 	term := shared.WindowLeaseTerm(nm.rule.Window())
 	args := []any{int64(nm.rule.Window() / time.Microsecond), nm.rule.Limit(), nm.lUs, int64(term / time.Microsecond),
 		cost, want, prev.Second, prev.Size, prev.Unspent, prev.Gen}

@@ -75,6 +75,7 @@ type Window struct {
 	br    circuit      // the window's own breaker, on a store without an Engine (g nil)
 	g     guardedStore // the store's Engine: its breakers, counts and Health hold the window's calls too
 	mu    sync.Mutex   // serialises changes of numbers; never taken by a check
+	own   sync.Map     // key → atomicbucket.WindowRule: keys with numbers of their own (SetKeyNumbers)
 	// leases, for a leased window: its leases by key, each taking at most
 	// lease units a grant.
 	leases *Leases
@@ -109,6 +110,17 @@ type WindowForgetter interface {
 type RuledChecker interface {
 	WindowChecker
 	SetRule(rule atomicbucket.WindowRule) error
+}
+
+// KeyRuledChecker is a RuledChecker whose keys may have numbers of their own
+// (redisstore.Window, pgstore.Window): SetKeyRule makes rule key's numbers
+// for every later check of it, its window carried into them on the store
+// as SetRule carries every key's, or refuses rule, changing nothing;
+// ClearKeyRule gives the key the checker's numbers back.
+type KeyRuledChecker interface {
+	RuledChecker
+	SetKeyRule(key string, rule atomicbucket.WindowRule) error
+	ClearKeyRule(key string)
 }
 
 // BindWindow binds the window rule named name (namespace, when not empty,
@@ -249,6 +261,79 @@ func (w *Window) set(rule atomicbucket.WindowRule) error {
 		w.leases.ReleaseStale(ctx, 0)
 	}
 	return nil
+}
+
+// SetKeyNumbers gives key numbers of its own (a limit per window, as
+// SetNumbers takes them), whatever the window's: one customer's quota raised
+// or cut on the store, and in the local share. This instance's lease for key
+// gives back what it holds and is dropped first, so the next check takes a
+// grant of the new numbers; on the store the key's window is carried into
+// them at its next check, holding what it held. Every instance checking the
+// key must be given the same numbers (as for SetNumbers: two instances with
+// different numbers for a key carry its window back and forth). Numbers the
+// store cannot take, a key it cannot hold, or a store whose checker has no
+// keys' numbers (no KeyRuledChecker) are refused, changing nothing.
+func (w *Window) SetKeyNumbers(ctx context.Context, key string, n atomicbucket.Numbers, cost int64) error {
+	rule, err := atomicbucket.WindowRuleOf(n, cost)
+	if err != nil {
+		return err
+	}
+	if key == "" {
+		return atomicbucket.ErrEmptyKey
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	kc, ok := w.c.(KeyRuledChecker)
+	if !ok {
+		return fmt.Errorf("the store's %T cannot give a window's key numbers of its own", w.c)
+	}
+	var share atomicbucket.WindowRule
+	if w.local != nil {
+		if share, err = w.shareOf(rule); err != nil {
+			return err
+		}
+	}
+	if w.leases != nil {
+		w.leases.Forget(ctx, 0, key)
+	}
+	if err := kc.SetKeyRule(key, rule); err != nil {
+		return err
+	}
+	w.own.Store(key, rule)
+	if w.local != nil {
+		// A valid rule of cost 1 for a key that is not empty: not refused.
+		w.local.SetKeyNumbersAt(atomicbucket.Now(), key, atomicbucket.WindowNumbersOf(&share), 1) //nolint:errcheck
+	}
+	return nil
+}
+
+// ClearKeyNumbers takes key's own numbers away: from now on it has the
+// window's, on the store and in the local share (its lease dropped first,
+// as SetKeyNumbers drops it).
+func (w *Window) ClearKeyNumbers(ctx context.Context, key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	kc, ok := w.c.(KeyRuledChecker)
+	if !ok {
+		return
+	}
+	if w.leases != nil {
+		w.leases.Forget(ctx, 0, key)
+	}
+	kc.ClearKeyRule(key)
+	w.own.Delete(key)
+	if w.local != nil {
+		w.local.ClearKeyNumbersAt(atomicbucket.Now(), key)
+	}
+}
+
+// KeyRule is the numbers key's checks go by: its own (SetKeyNumbers), or
+// the window's.
+func (w *Window) KeyRule(key string) (rule atomicbucket.WindowRule, own bool) {
+	if r, ok := w.own.Load(key); ok {
+		return r.(atomicbucket.WindowRule), true
+	}
+	return *w.rule.Load(), false
 }
 
 // Reset empties key's window on the store, so that what it admitted no

@@ -203,6 +203,8 @@ func Run(t *testing.T, h Harness) {
 	})
 	on("Refund", func(t *testing.T, srv Server) { Refund(t, srv.Open(t, Options{})) })
 	on("WindowNumbersChange", func(t *testing.T, srv Server) { WindowNumbersChange(t, srv.Open(t, Options{})) })
+	on("WindowKeyNumbers", func(t *testing.T, srv Server) { WindowKeyNumbers(t, srv.Open(t, Options{})) })
+	on("WindowKeyNumbersCoalesced", func(t *testing.T, srv Server) { WindowKeyNumbers(t, srv.Open(t, Options{Coalesce: 64})) })
 	on("WindowLeases", func(t *testing.T, srv Server) {
 		WindowLeases(t, func(t *testing.T) shared.Store { return srv.Open(t, Options{}) })
 	})
@@ -212,6 +214,7 @@ func Run(t *testing.T, h Harness) {
 	on("GeneratedWindows", func(t *testing.T, srv Server) { GeneratedWindows(t, instances(t, srv, Options{})) })
 	on("GeneratedWindowsCoalesced", func(t *testing.T, srv Server) { GeneratedWindows(t, instances(t, srv, Options{Coalesce: 64})) })
 	on("GeneratedWindowReset", func(t *testing.T, srv Server) { GeneratedWindowReset(t, instances(t, srv, Options{})) })
+	on("GeneratedWindowKeyNumbers", func(t *testing.T, srv Server) { GeneratedWindowKeyNumbers(t, instances(t, srv, Options{})) })
 	on("GeneratedLeasedFields", func(t *testing.T, srv Server) { GeneratedLeasedFields(t, instances(t, srv, Options{})) })
 	on("GeneratedLeasedTier", func(t *testing.T, srv Server) {
 		GeneratedLeasedTier(t, instances(t, srv, Options{}), srv.Calls)

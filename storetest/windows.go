@@ -95,7 +95,8 @@ func GeneratedWindows(t *testing.T, instance func() *sharedlimits.Limits) {
 	}
 	// Numbers at run time (an overlay Set on every instance): Quota raised to
 	// 8 an hour while alice's window holds 5 on the store: 3 more across the
-	// instances, then none; a key's own numbers and plans are refused.
+	// instances, then none; a key's own numbers on a window with plans are
+	// refused.
 	for _, l := range lims {
 		if err := l.ApplyNumbers(overlay.Set{overlay.NewEntry("test", "Quota", "", nil, "8/h", 8)}); err != nil {
 			t.Fatalf("Quota raised to 8/h: %v", err)
@@ -111,8 +112,8 @@ func GeneratedWindows(t *testing.T, instance func() *sharedlimits.Limits) {
 		t.Errorf("Quota raised to 8 an hour while holding 5: %d of 6 more admitted, want 3", more)
 	}
 	key := "alice"
-	if err := a.ApplyNumbers(overlay.Set{overlay.NewEntry("test", "Quota", "", &key, "9/h", 9)}); err == nil {
-		t.Error("a key's own numbers for a shared window were accepted")
+	if err := a.ApplyNumbers(overlay.Set{overlay.NewEntry("test", "QuotaPlan", "pro", &key, "9/h", 9)}); err == nil {
+		t.Error("a key's own numbers for a shared window with plans were accepted")
 	}
 	if err := alone.ApplyNumbers(overlay.Set{overlay.NewEntry("test", "Quota", "", nil, "8/h", 8)}); err != nil {
 		t.Errorf("numbers without a store (the local window's): %v", err)
@@ -213,5 +214,71 @@ func GeneratedWindowReset(t *testing.T, instance func() *sharedlimits.Limits) {
 	// b's new leases hold unspent.
 	if before > 10 || after > 10+4 || after < 10-2*4 {
 		t.Errorf("QuotaLeased: %d of 14 before a reset, %d of 14 after, want at most 10, then 2 to 14", before, after)
+	}
+}
+
+// GeneratedWindowKeyNumbers: a generated keyed shared window's key given
+// numbers of its own on two instances (as every instance must be) is checked
+// by them on the store across both, while other keys keep the rule's; taken
+// away, the key is back on the rule's numbers holding what it held.
+func GeneratedWindowKeyNumbers(t *testing.T, instance func() *sharedlimits.Limits) {
+	ctx := context.Background()
+	a, b := instance(), instance()
+	lims := []*sharedlimits.Limits{a, b}
+	count := func(key string, n int) int {
+		t.Helper()
+		got := 0
+		for i := range n {
+			res := lims[i%2].Quota.AllowN(ctx, key, 1)
+			if res.Degraded {
+				t.Fatalf("%s, check %d degraded: %+v", key, i, res)
+			}
+			if res.Allowed {
+				got++
+			}
+		}
+		return got
+	}
+	two := atomicbucket.Numbers{Tokens: 2, Period: time.Hour, Burst: 2}
+	for _, l := range lims {
+		if err := l.Quota.SetKeyNumbers(ctx, "carol", two); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := count("carol", 6); got != 2 {
+		t.Errorf("carol, 2 an hour of her own on both instances: %d of 6 admitted", got)
+	}
+	if got := count("dave", 7); got != 5 {
+		t.Errorf("dave, on the rule's 5 an hour: %d of 7 admitted", got)
+	}
+	if err := a.Quota.SetKeyNumbers(ctx, "", two); err == nil {
+		t.Error("the empty key: given numbers of its own")
+	}
+	if err := a.Quota.SetKeyNumbers(ctx, "carol", atomicbucket.Numbers{Tokens: 2, Period: time.Hour, Burst: 3}); err == nil {
+		t.Error("a burst other than the limit: accepted")
+	}
+	for _, l := range lims {
+		l.Quota.ClearKeyNumbers(ctx, "carol")
+	}
+	if got := count("carol", 6); got != 3 {
+		t.Errorf("carol back on the rule's 5 an hour, holding 2: %d of 6 admitted, want 3", got)
+	}
+	// The same through an overlay Set, as a numbers file gives it.
+	erin := "erin"
+	for _, l := range lims {
+		if err := l.ApplyNumbers(overlay.Set{overlay.NewEntry("numbers.yaml:3", "Quota", "", &erin, "1/h", 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := count("erin", 3); got != 1 {
+		t.Errorf("erin, 1 an hour of her own from a Set: %d of 3 admitted", got)
+	}
+	for _, l := range lims {
+		if err := l.ApplyNumbers(overlay.Set{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := count("erin", 6); got != 4 {
+		t.Errorf("erin after an empty Set, back on 5 an hour holding 1: %d of 6 admitted, want 4", got)
 	}
 }

@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -274,5 +275,119 @@ func WindowNumbersChange(t *testing.T, st shared.Store) {
 	}
 	if res := w.AllowN(ctx, "k", 1); res.Degraded || res.Allowed || res.Remaining != 0 || res.RetryAfter < 59*time.Minute {
 		t.Errorf("exact, cut to 2 while holding 5: %+v, want denied, 0 remaining, a wait of about an hour", res)
+	}
+}
+
+// WindowKeyNumbers: a key of a shared window given numbers of its own (a
+// customer's quota raised or cut) is checked by them on the store, exact
+// and counted, while the other keys keep the window's; its window is
+// carried into them holding what it held, and back when they are taken
+// away; numbers the store cannot take and the empty key are refused.
+func WindowKeyNumbers(t *testing.T, st shared.Store) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name          string
+		limit, raised int64
+		window        time.Duration
+	}{{"Exact", 5, 8, time.Hour}, {"Counted", 100, 160, 16 * time.Minute}} {
+		r, err := atomicbucket.NewWindowRule(c.limit, c.window)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := shared.BindWindow(st, "keynumbers", c.name, r, shared.Failure{Mode: shared.FailDeny})
+		if err != nil {
+			t.Fatal(err)
+		}
+		admit := func(key string, n int64) int64 {
+			t.Helper()
+			var got int64
+			for range n {
+				res := w.AllowN(ctx, key, 1)
+				if res.Degraded {
+					t.Fatalf("%s: degraded: %v", c.name, res.Err)
+				}
+				if res.Allowed {
+					got++
+				}
+			}
+			return got
+		}
+		if got := admit("alice", c.limit-2); got != c.limit-2 {
+			t.Fatalf("%s: %d of %d admitted", c.name, got, c.limit-2)
+		}
+		raised := atomicbucket.Numbers{Tokens: c.raised, Period: c.window, Burst: c.raised}
+		if err := w.SetKeyNumbers(ctx, "alice", raised, 1); err != nil {
+			t.Fatal(err)
+		}
+		if r, own := w.KeyRule("alice"); !own || r.Limit() != c.raised {
+			t.Errorf("%s: alice's rule %v (own %v), want %d of her own", c.name, r.Limit(), own, c.raised)
+		}
+		// alice holds limit-2 and takes what her raise leaves; bob keeps the window's.
+		if got := admit("alice", c.raised); got != c.raised-(c.limit-2) {
+			t.Errorf("%s: alice raised to %d holding %d: %d more admitted, want %d", c.name, c.raised, c.limit-2, got, c.raised-(c.limit-2))
+		}
+		if got := admit("bob", c.limit+3); got != c.limit {
+			t.Errorf("%s: bob, on the window's %d: %d of %d admitted", c.name, c.limit, got, c.limit+3)
+		}
+		// Back to the window's numbers: alice holds more than them.
+		w.ClearKeyNumbers(ctx, "alice")
+		if got := admit("alice", 2); got != 0 {
+			t.Errorf("%s: alice back on %d holding %d: %d admitted", c.name, c.limit, c.raised, got)
+		}
+		if _, own := w.KeyRule("alice"); own {
+			t.Errorf("%s: alice still has numbers of her own", c.name)
+		}
+	}
+	// Concurrent checks of keys with and without numbers of their own, which
+	// a coalescing store sends together: each key by its own numbers.
+	r, _ := atomicbucket.NewWindowRule(10, time.Hour)
+	mixed, err := shared.BindWindow(st, "keynumbers", "Mixed", r, shared.Failure{Mode: shared.FailDeny})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mixed.SetKeyNumbers(ctx, "alice", atomicbucket.Numbers{Tokens: 4, Period: time.Hour, Burst: 4}, 1); err != nil {
+		t.Fatal(err)
+	}
+	var admitted [2]atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 10 {
+				for i, key := range []string{"alice", "bob"} {
+					res := mixed.AllowN(ctx, key, 1)
+					if res.Degraded {
+						t.Errorf("mixed: degraded: %v", res.Err)
+						return
+					}
+					if res.Allowed {
+						admitted[i].Add(1)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if a, b := admitted[0].Load(), admitted[1].Load(); a != 4 || b != 10 {
+		t.Errorf("80 concurrent checks each: alice (4 of her own) %d admitted, bob (the window's 10) %d", a, b)
+	}
+
+	r, _ = atomicbucket.NewWindowRule(5, time.Hour)
+	w, err := shared.BindWindow(st, "keynumbers", "Refusals", r, shared.Failure{Mode: shared.FailDeny})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.SetKeyNumbers(ctx, "", atomicbucket.Numbers{Tokens: 3, Period: time.Hour, Burst: 3}, 1); !errors.Is(err, atomicbucket.ErrEmptyKey) {
+		t.Errorf("the empty key: %v, want ErrEmptyKey", err)
+	}
+	if err := w.SetKeyNumbers(ctx, "k", atomicbucket.Numbers{Tokens: 3, Period: time.Hour, Burst: 4}, 1); err == nil {
+		t.Error("a burst other than the limit: accepted")
+	}
+	if err := w.SetKeyNumbers(ctx, "k", atomicbucket.Numbers{Tokens: 100, Period: time.Millisecond, Burst: 100}, 1); err == nil {
+		t.Error("a counted window of sixteenths shorter than a microsecond: accepted")
+	}
+	if _, own := w.KeyRule("k"); own {
+		t.Error("a refused change gave k numbers of its own")
 	}
 }

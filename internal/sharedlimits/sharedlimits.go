@@ -1079,7 +1079,7 @@ func (l *Limits) NumbersApplied() (int, int64, time.Time) {
 func (l *Limits) newNumbers() overlay.Numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}, "Quota": overlay.SharedWindowTarget(l.Quota.local.Table(), l.shared.windows[0], 1, true), "QuotaWide": overlay.SharedWindowTarget(l.QuotaWide.local.Table(), l.shared.windows[1], 1, true), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.SharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.windows[4], 1, true), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": seatSharedNumbers{l.SeatShared}, "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": meterSharedNumbers{l.MeterShared}, "MeterWindow": overlay.SharedWindowTarget(l.MeterWindow.local.Table(), l.shared.windows[5], 1, true)},
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}, "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": seatSharedNumbers{l.SeatShared}, "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": meterSharedNumbers{l.MeterShared}, "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.windows[5], 1, l.MeterWindow, nil)},
 	})
 }
 
@@ -3092,6 +3092,30 @@ func (l *QuotaLimiter) Reset(ctx context.Context, key string) error {
 	return err
 }
 
+// SetKeyNumbers gives key a window of its own on the store given to New, whatever Quota's: n.Tokens
+// in any n.Period, the limit as n.Burst (one customer's quota raised or cut), and in the
+// process-local window (Local). Its window is carried into them, holding what it held; this
+// instance's lease gives back what it holds first. Every instance that checks the key must be given
+// the same numbers (see shared.Window.SetKeyNumbers). Numbers a window or the store cannot take,
+// and a key no door checks, are refused, and nothing changes.
+func (l *QuotaLimiter) SetKeyNumbers(ctx context.Context, key string, n atomicbucket.Numbers) error {
+	if w := l.sh.windows[0]; w != nil {
+		if err := w.SetKeyNumbers(ctx, key, n, 1); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n)
+}
+
+// ClearKeyNumbers takes key's own numbers away, on the store and in the process-local window: from
+// now on it has Quota's.
+func (l *QuotaLimiter) ClearKeyNumbers(ctx context.Context, key string) {
+	if w := l.sh.windows[0]; w != nil {
+		w.ClearKeyNumbers(ctx, key)
+	}
+	l.local.ClearKeyNumbers(key)
+}
+
 // quotaWideLimit is QuotaWide's window rule, as the policy gives it.
 var quotaWideLimit = atomicbucket.MustWindowRule(100, 16*time.Minute)
 
@@ -3166,6 +3190,30 @@ func (l *QuotaWideLimiter) Reset(ctx context.Context, key uint64) error {
 		err = w.Reset(ctx, strconv.FormatUint(uint64(key), 10))
 	}
 	return err
+}
+
+// SetKeyNumbers gives key a window of its own on the store given to New, whatever QuotaWide's:
+// n.Tokens in any n.Period, the limit as n.Burst (one customer's quota raised or cut), and in the
+// process-local window (Local). Its window is carried into them, holding what it held; this
+// instance's lease gives back what it holds first. Every instance that checks the key must be given
+// the same numbers (see shared.Window.SetKeyNumbers). Numbers a window or the store cannot take,
+// and a key no door checks, are refused, and nothing changes.
+func (l *QuotaWideLimiter) SetKeyNumbers(ctx context.Context, key uint64, n atomicbucket.Numbers) error {
+	if w := l.sh.windows[1]; w != nil {
+		if err := w.SetKeyNumbers(ctx, strconv.FormatUint(uint64(key), 10), n, 1); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n)
+}
+
+// ClearKeyNumbers takes key's own numbers away, on the store and in the process-local window: from
+// now on it has QuotaWide's.
+func (l *QuotaWideLimiter) ClearKeyNumbers(ctx context.Context, key uint64) {
+	if w := l.sh.windows[1]; w != nil {
+		w.ClearKeyNumbers(ctx, strconv.FormatUint(uint64(key), 10))
+	}
+	l.local.ClearKeyNumbers(key)
 }
 
 // quotaPlanLimit is QuotaPlan's window rule on each plan, as the policy gives it.
@@ -3477,6 +3525,30 @@ func (l *QuotaLeasedLimiter) Reset(ctx context.Context, key string) error {
 		err = w.Reset(ctx, key)
 	}
 	return err
+}
+
+// SetKeyNumbers gives key a window of its own on the store given to New, whatever QuotaLeased's:
+// n.Tokens in any n.Period, the limit as n.Burst (one customer's quota raised or cut), and in the
+// process-local window (Local). Its window is carried into them, holding what it held; this
+// instance's lease gives back what it holds first. Every instance that checks the key must be given
+// the same numbers (see shared.Window.SetKeyNumbers). Numbers a window or the store cannot take,
+// and a key no door checks, are refused, and nothing changes.
+func (l *QuotaLeasedLimiter) SetKeyNumbers(ctx context.Context, key string, n atomicbucket.Numbers) error {
+	if w := l.sh.windows[4]; w != nil {
+		if err := w.SetKeyNumbers(ctx, key, n, 1); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n)
+}
+
+// ClearKeyNumbers takes key's own numbers away, on the store and in the process-local window: from
+// now on it has QuotaLeased's.
+func (l *QuotaLeasedLimiter) ClearKeyNumbers(ctx context.Context, key string) {
+	if w := l.sh.windows[4]; w != nil {
+		w.ClearKeyNumbers(ctx, key)
+	}
+	l.local.ClearKeyNumbers(key)
 }
 
 // seatLocalLimit is SeatLocal's limit, as the policy gives it.
@@ -4014,6 +4086,30 @@ func (l *MeterWindowLimiter) Reset(ctx context.Context, key string) error {
 		err = w.Reset(ctx, key)
 	}
 	return err
+}
+
+// SetKeyNumbers gives key a window of its own on the store given to New, whatever MeterWindow's:
+// n.Tokens in any n.Period, the limit as n.Burst (one customer's quota raised or cut), and in the
+// process-local window (Local). Its window is carried into them, holding what it held; this
+// instance's lease gives back what it holds first. Every instance that checks the key must be given
+// the same numbers (see shared.Window.SetKeyNumbers). Numbers a window or the store cannot take,
+// and a key no door checks, are refused, and nothing changes.
+func (l *MeterWindowLimiter) SetKeyNumbers(ctx context.Context, key string, n atomicbucket.Numbers) error {
+	if w := l.sh.windows[5]; w != nil {
+		if err := w.SetKeyNumbers(ctx, key, n, 1); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n)
+}
+
+// ClearKeyNumbers takes key's own numbers away, on the store and in the process-local window: from
+// now on it has MeterWindow's.
+func (l *MeterWindowLimiter) ClearKeyNumbers(ctx context.Context, key string) {
+	if w := l.sh.windows[5]; w != nil {
+		w.ClearKeyNumbers(ctx, key)
+	}
+	l.local.ClearKeyNumbers(key)
 }
 
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every

@@ -370,7 +370,7 @@ func (l *Limits) NumbersApplied() (int, int64, time.Time) {
 func (l *Limits) newNumbers() overlay.Numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: nil,
-		Rules: map[string]overlay.Target{"PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Checkouts": checkoutsNumbers{l.Checkouts}, "Invoices": invoicesNumbers{l.Invoices}, "InvoiceQuota": overlay.SharedWindowTarget(l.InvoiceQuota.local.Table(), l.shared.windows[0], 1, true)},
+		Rules: map[string]overlay.Target{"PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Checkouts": checkoutsNumbers{l.Checkouts}, "Invoices": invoicesNumbers{l.Invoices}, "InvoiceQuota": overlay.KeyedSharedWindowTarget(l.InvoiceQuota.local.Table(), l.shared.windows[0], 1, l.InvoiceQuota, nil)},
 	})
 }
 
@@ -912,6 +912,30 @@ func (l *InvoiceQuotaLimiter) Reset(ctx context.Context, key string) error {
 		err = w.Reset(ctx, key)
 	}
 	return err
+}
+
+// SetKeyNumbers gives key a window of its own on the store given to New, whatever InvoiceQuota's:
+// n.Tokens in any n.Period, the limit as n.Burst (one customer's quota raised or cut), and in the
+// process-local window (Local). Its window is carried into them, holding what it held; this
+// instance's lease gives back what it holds first. Every instance that checks the key must be given
+// the same numbers (see shared.Window.SetKeyNumbers). Numbers a window or the store cannot take,
+// and a key no door checks, are refused, and nothing changes.
+func (l *InvoiceQuotaLimiter) SetKeyNumbers(ctx context.Context, key string, n atomicbucket.Numbers) error {
+	if w := l.sh.windows[0]; w != nil {
+		if err := w.SetKeyNumbers(ctx, key, n, 1); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n)
+}
+
+// ClearKeyNumbers takes key's own numbers away, on the store and in the process-local window: from
+// now on it has InvoiceQuota's.
+func (l *InvoiceQuotaLimiter) ClearKeyNumbers(ctx context.Context, key string) {
+	if w := l.sh.windows[0]; w != nil {
+		w.ClearKeyNumbers(ctx, key)
+	}
+	l.local.ClearKeyNumbers(key)
 }
 
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every

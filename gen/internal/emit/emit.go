@@ -900,6 +900,38 @@ func emitSharedWindow(r model.Rule) jen.Code {
 			jen.Var().Err().Error(),
 		}, append(resets, jen.Return(jen.Err()))...)...,
 	).Line()
+	if r.KeyType != "" && !r.Planned {
+		g.Add(emitSharedWindowKeyNumbers(r, recv, idx, storeKey))
+	}
+	return g
+}
+
+// emitSharedWindowKeyNumbers are a keyed shared window's SetKeyNumbers and
+// ClearKeyNumbers (a rule without plans): the store's, then the
+// process-local window's.
+func emitSharedWindowKeyNumbers(r model.Rule, recv, idx, storeKey jen.Code) jen.Code {
+	ctxP, keyP := jen.Id("ctx").Qual("context", "Context"), jen.Id("key").Id(r.KeyType)
+	window := jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("windows").Index(idx)
+	g := jen.Line()
+	g.Add(comment(fmt.Sprintf("SetKeyNumbers gives key a window of its own on the store given to New, whatever %s's: "+
+		"n.Tokens in any n.Period, the limit as n.Burst (one customer's quota raised or cut), and in the process-local "+
+		"window (Local). Its window is carried into them, holding what it held; this instance's lease gives back what "+
+		"it holds first. Every instance that checks the key must be given the same numbers (see "+
+		"shared.Window.SetKeyNumbers). Numbers a window or the store cannot take, and a key no door checks, are "+
+		"refused, and nothing changes.", r.GoName)))
+	g.Func().Params(recv).Id("SetKeyNumbers").Params(ctxP, keyP, jen.Id("n").Add(rt("Numbers"))).Error().Block(
+		jen.If(window.Clone(), jen.Id("w").Op("!=").Nil()).Block(
+			jen.If(jen.Err().Op(":=").Id("w").Dot("SetKeyNumbers").Call(jen.Id("ctx"), storeKey, jen.Id("n"), lit(r.Limits[0].Cost)), jen.Err().Op("!=").Nil()).Block(
+				jen.Return(jen.Err()))),
+		jen.Return(jen.Id("l").Dot("local").Dot("SetKeyNumbers").Call(jen.Id("key"), jen.Id("n"))),
+	).Line().Line()
+	g.Add(comment(fmt.Sprintf("ClearKeyNumbers takes key's own numbers away, on the store and in the process-local "+
+		"window: from now on it has %s's.", r.GoName)))
+	g.Func().Params(recv).Id("ClearKeyNumbers").Params(ctxP, keyP).Block(
+		jen.If(window.Clone(), jen.Id("w").Op("!=").Nil()).Block(
+			jen.Id("w").Dot("ClearKeyNumbers").Call(jen.Id("ctx"), storeKey)),
+		jen.Id("l").Dot("local").Dot("ClearKeyNumbers").Call(jen.Id("key")),
+	).Line()
 	return g
 }
 

@@ -44,8 +44,14 @@ func emitOverlay(m *model.Model) jen.Code {
 			if r.KeyType != "" {
 				local = jen.Id("l").Dot(r.GoName).Dot("local").Dot("Table").Call()
 			}
+			store := jen.Id("l").Dot("shared").Dot("windows").Index(jen.Lit(r.WindowAt))
+			if r.KeyType != "" { // a key's own numbers through the limiter's SetKeyNumbers
+				entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "KeyedSharedWindowTarget").Call(local,
+					store, lit(r.Limits[0].Cost), jen.Id("l").Dot(r.GoName), keyParse(r)))
+				continue
+			}
 			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "SharedWindowTarget").Call(local,
-				jen.Id("l").Dot("shared").Dot("windows").Index(jen.Lit(r.WindowAt)), lit(r.Limits[0].Cost), jen.Lit(r.KeyType != "")))
+				store, lit(r.Limits[0].Cost), jen.False()))
 			continue
 		case r.IsWindow(): // with plans: a window (or table) a plan, and for a shared rule its bindings to the store
 			plans := jen.Id("l").Dot(r.GoName).Dot("s")

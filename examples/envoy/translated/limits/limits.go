@@ -164,7 +164,7 @@ func (l *Limits) NumbersApplied() (int, int64, time.Time) {
 func (l *Limits) newNumbers() overlay.Numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: nil,
-		Rules: map[string]overlay.Target{"RlRemoteAddress": overlay.SharedWindowTarget(l.RlRemoteAddress.local.Table(), l.shared.windows[0], 1, true), "RlTenantUser": overlay.SharedWindowTarget(l.RlTenantUser.local.Table(), l.shared.windows[1], 1, true)},
+		Rules: map[string]overlay.Target{"RlRemoteAddress": overlay.KeyedSharedWindowTarget(l.RlRemoteAddress.local.Table(), l.shared.windows[0], 1, l.RlRemoteAddress, nil), "RlTenantUser": overlay.KeyedSharedWindowTarget(l.RlTenantUser.local.Table(), l.shared.windows[1], 1, l.RlTenantUser, ParseRlTenantUserKey)},
 	})
 }
 
@@ -254,6 +254,30 @@ func (l *RlRemoteAddressLimiter) Reset(ctx context.Context, key string) error {
 		err = w.Reset(ctx, key)
 	}
 	return err
+}
+
+// SetKeyNumbers gives key a window of its own on the store given to New, whatever
+// RlRemoteAddress's: n.Tokens in any n.Period, the limit as n.Burst (one customer's quota raised or
+// cut), and in the process-local window (Local). Its window is carried into them, holding what it
+// held; this instance's lease gives back what it holds first. Every instance that checks the key
+// must be given the same numbers (see shared.Window.SetKeyNumbers). Numbers a window or the store
+// cannot take, and a key no door checks, are refused, and nothing changes.
+func (l *RlRemoteAddressLimiter) SetKeyNumbers(ctx context.Context, key string, n atomicbucket.Numbers) error {
+	if w := l.sh.windows[0]; w != nil {
+		if err := w.SetKeyNumbers(ctx, key, n, 1); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n)
+}
+
+// ClearKeyNumbers takes key's own numbers away, on the store and in the process-local window: from
+// now on it has RlRemoteAddress's.
+func (l *RlRemoteAddressLimiter) ClearKeyNumbers(ctx context.Context, key string) {
+	if w := l.sh.windows[0]; w != nil {
+		w.ClearKeyNumbers(ctx, key)
+	}
+	l.local.ClearKeyNumbers(key)
 }
 
 // RlTenantUserKey is rule RlTenantUser's key: tenant (string), user (string).
@@ -378,6 +402,30 @@ func (l *RlTenantUserLimiter) Reset(ctx context.Context, key RlTenantUserKey) er
 		err = w.Reset(ctx, verdict.StoreKey(key.String()))
 	}
 	return err
+}
+
+// SetKeyNumbers gives key a window of its own on the store given to New, whatever RlTenantUser's:
+// n.Tokens in any n.Period, the limit as n.Burst (one customer's quota raised or cut), and in the
+// process-local window (Local). Its window is carried into them, holding what it held; this
+// instance's lease gives back what it holds first. Every instance that checks the key must be given
+// the same numbers (see shared.Window.SetKeyNumbers). Numbers a window or the store cannot take,
+// and a key no door checks, are refused, and nothing changes.
+func (l *RlTenantUserLimiter) SetKeyNumbers(ctx context.Context, key RlTenantUserKey, n atomicbucket.Numbers) error {
+	if w := l.sh.windows[1]; w != nil {
+		if err := w.SetKeyNumbers(ctx, verdict.StoreKey(key.String()), n, 1); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n)
+}
+
+// ClearKeyNumbers takes key's own numbers away, on the store and in the process-local window: from
+// now on it has RlTenantUser's.
+func (l *RlTenantUserLimiter) ClearKeyNumbers(ctx context.Context, key RlTenantUserKey) {
+	if w := l.sh.windows[1]; w != nil {
+		w.ClearKeyNumbers(ctx, verdict.StoreKey(key.String()))
+	}
+	l.local.ClearKeyNumbers(key)
 }
 
 // httpPolicyRlRemoteAddress is rule RlRemoteAddress as the RateLimit fields describe it.
