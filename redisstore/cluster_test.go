@@ -175,8 +175,10 @@ func clusterStore(t *testing.T, maxRedirects, coalesce int) ([]*redistest.Server
 // Cluster's node timeout, so the Cluster stays up) while 8 callers check
 // 300 keys: the keys on the two healthy masters keep being decided by Redis
 // (each master has its own breaker), and only the stalled master's keys fall
-// to the failure setting. Before (one breaker per store), 99.9% of the
-// healthy masters' checks were degraded too.
+// to the failure setting: none of theirs is degraded. Before (one breaker
+// per store), 99.9% of the healthy masters' checks were degraded too; then,
+// coalesced, a few (overload: they waited behind batches held up by the
+// stalled master's part) until each master got its own batcher.
 func TestClusterStalledMasterDegradesOnlyItsSlots(t *testing.T) {
 	for _, coalesce := range []int{0, 64} {
 		t.Run(fmt.Sprintf("coalesce=%d", coalesce), func(t *testing.T) {
@@ -220,8 +222,8 @@ func TestClusterStalledMasterDegradesOnlyItsSlots(t *testing.T) {
 			if sick.Load() == 0 || sickDegraded.Load() == 0 {
 				t.Errorf("no check of the stalled master's keys was degraded (%d checks)", sick.Load())
 			}
-			if healthy.Load() < 100 || share > 0.01 {
-				t.Errorf("%d of %d checks of healthy masters' keys degraded; want under 1%%", healthyDegraded.Load(), healthy.Load())
+			if healthy.Load() < 100 || healthyDegraded.Load() > 0 {
+				t.Errorf("%d of %d checks of healthy masters' keys degraded (%.2f%%); want none: a stalled master touches only its own slots", healthyDegraded.Load(), healthy.Load(), 100*share)
 			}
 			open := 0
 			for _, b := range st.Breakers() {

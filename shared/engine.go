@@ -11,6 +11,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/verdict"
+	"github.com/puzpuzpuz/xsync/v3"
 )
 
 // A store is a Backend (its I/O: one round trip per method) under an Engine
@@ -180,8 +181,13 @@ const DefaultTimeout = 200 * time.Millisecond
 type Engine struct {
 	b     Backend
 	guard *storeGuard
-	co    *batcher[Call] // nil unless Coalesce was called
-	slots chan struct{}  // one per call in flight to the client; nil: no bound (Slotted)
+	co    *batcher[Call] // nil unless Coalesce was called; the batcher of a store of one server
+	// nodes are the batchers of a store of several servers (a Redis
+	// Cluster's masters), one a server, made at its first check: each has
+	// its own queue and calls in flight, so that a stalled server holds up
+	// only the checks of its own keys, never another's batch.
+	nodes *xsync.MapOf[string, *batcher[Call]]
+	slots chan struct{} // one per call in flight to the client; nil: no bound (Slotted)
 
 	batches   atomic.Int64
 	grants    atomic.Int64 // lease calls that granted tokens
@@ -221,8 +227,27 @@ func NewEngine(b Backend, timeout time.Duration, coalesce int) *Engine {
 	}
 	if coalesce > 0 {
 		e.co = newBatcher(coalesce, timeout, e.flush)
+		e.nodes = xsync.NewMapOf[string, *batcher[Call]]()
 	}
 	return e
+}
+
+// batcherOf is the batcher c's check waits in: its server's.
+func (e *Engine) batcherOf(c Call) *batcher[Call] {
+	_, node := e.b.Place(c)
+	if node == "" {
+		return e.co
+	}
+	if bt, ok := e.nodes.Load(node); ok {
+		return bt
+	}
+	bt, _ := e.nodes.LoadOrCompute(node, func() *batcher[Call] {
+		return newBatcher(e.co.size, e.guard.Timeout, e.flush)
+	})
+	if e.guard.Closed() {
+		bt.Close() // made while Close ran: stopped as Close stops the others
+	}
+	return bt
 }
 
 // Timeout is the most a check waits for the store.
@@ -562,7 +587,7 @@ func (e *Engine) one(ctx context.Context, c, clamped Call, mode Mode) (atomicbuc
 func (e *Engine) AllowN(ctx context.Context, r *StoreRule, key string, cost int64) (atomicbucket.Decision, error) {
 	c := Call{r, key, cost}
 	if e.co != nil && cost >= 0 && cost <= r.n.Limit.Burst && c.checkKey() == nil {
-		return e.co.Do(ctx, c)
+		return e.batcherOf(c).Do(ctx, c)
 	}
 	return e.one(ctx, c, c.Clamped(), ModeTake)
 }
@@ -877,6 +902,10 @@ func (e *Engine) Close() {
 		e.guard.Close()
 		if e.co != nil {
 			e.co.Close()
+			e.nodes.Range(func(_ string, bt *batcher[Call]) bool {
+				bt.Close()
+				return true
+			})
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		e.ReleaseLeases(ctx) //nolint:errcheck // best effort: a grant not given back expires
