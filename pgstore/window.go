@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -218,8 +217,8 @@ type Window struct {
 	setupSQL string
 	ready    atomic.Bool // the table and function are there
 	nums     atomic.Pointer[windowNums]
-	own      atomic.Pointer[sync.Map] // key → *windowNums: keys with numbers of their own (SetKeyRule); nil until the first
-	name     string                   // the row's rule name
+	own      shared.OwnNumbers[windowNums] // keys with numbers of their own (SetKeyRule)
+	name     string                        // the row's rule name
 	timeout  time.Duration
 	check    string // the statement
 	lease    string // the lease statement
@@ -271,16 +270,6 @@ func windowNumsOf(rule atomicbucket.WindowRule) (*windowNums, error) {
 	return n, nil
 }
 
-// numsFor is the numbers key's checks go by: its own, or the window's.
-func (w *Window) numsFor(key string) *windowNums {
-	if own := w.own.Load(); own != nil {
-		if n, ok := own.Load(key); ok {
-			return n.(*windowNums)
-		}
-	}
-	return w.nums.Load()
-}
-
 // SetKeyRule gives key numbers of its own for every later check
 // (shared.KeyRuledChecker): its window is carried into them at its next
 // check, as SetRule carries every key's. A rule a counted window in
@@ -293,21 +282,12 @@ func (w *Window) SetKeyRule(key string, rule atomicbucket.WindowRule) error {
 	if err != nil {
 		return err
 	}
-	own := w.own.Load()
-	if own == nil {
-		w.own.CompareAndSwap(nil, &sync.Map{})
-		own = w.own.Load()
-	}
-	own.Store(key, n)
+	w.own.Store(key, n)
 	return nil
 }
 
 // ClearKeyRule gives key the window's numbers back (shared.KeyRuledChecker).
-func (w *Window) ClearKeyRule(key string) {
-	if own := w.own.Load(); own != nil {
-		own.Delete(key)
-	}
-}
+func (w *Window) ClearKeyRule(key string) { w.own.Delete(key) }
 
 // NewWindow returns the window rule named name with rule's numbers in pool's
 // database, creating its table and function when absent. A counted window (a
@@ -409,7 +389,7 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) (atomicbuck
 		at = &us
 	}
 	var r []int64
-	nm := w.numsFor(key)
+	nm := w.own.For(key, w.nums.Load())
 	err := w.run(ctx, func(ctx context.Context) error {
 		return w.pool.QueryRow(ctx, w.check, w.name, rowKey(key), int64(nm.rule.Window()/time.Microsecond), nm.rule.Limit(), nm.lUs, cost, at).Scan(&r)
 	})
@@ -484,7 +464,7 @@ func (w *Window) Lease(ctx context.Context, key string, cost, want int64, prev s
 		us := w.at().UnixMicro()
 		at = &us
 	}
-	nm := w.numsFor(key)
+	nm := w.own.For(key, w.nums.Load())
 	term := shared.WindowLeaseTerm(nm.rule.Window())
 	var r []int64
 	err := w.run(ctx, func(ctx context.Context) error {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -298,7 +297,7 @@ type Window struct {
 	leaseScript *redis.Script
 	prefix      string // the keys' prefix, up to the key
 	nums        atomic.Pointer[windowNums]
-	own         atomic.Pointer[sync.Map] // key → *windowNums: keys with numbers of their own (SetKeyRule); nil until the first
+	own         shared.OwnNumbers[windowNums] // keys with numbers of their own (SetKeyRule)
 	timeout     time.Duration
 	co          *shared.Coalescer[windowCheck]
 	// now, in tests, gives the time the script decides at (explicitNow).
@@ -361,16 +360,6 @@ func (w *Window) SetRule(rule atomicbucket.WindowRule) error {
 	return nil
 }
 
-// numsFor is the numbers key's checks go by: its own, or the window's.
-func (w *Window) numsFor(key string) *windowNums {
-	if own := w.own.Load(); own != nil {
-		if n, ok := own.Load(key); ok {
-			return n.(*windowNums)
-		}
-	}
-	return w.nums.Load()
-}
-
 // SetKeyRule gives key numbers of its own for every later check
 // (shared.KeyRuledChecker): its window is carried into them at its next
 // check, as SetRule carries every key's. A rule a counted window on Redis
@@ -383,21 +372,12 @@ func (w *Window) SetKeyRule(key string, rule atomicbucket.WindowRule) error {
 	if err != nil {
 		return err
 	}
-	own := w.own.Load()
-	if own == nil {
-		w.own.CompareAndSwap(nil, &sync.Map{})
-		own = w.own.Load()
-	}
-	own.Store(key, n)
+	w.own.Store(key, n)
 	return nil
 }
 
 // ClearKeyRule gives key the window's numbers back (shared.KeyRuledChecker).
-func (w *Window) ClearKeyRule(key string) {
-	if own := w.own.Load(); own != nil {
-		own.Delete(key)
-	}
-}
+func (w *Window) ClearKeyRule(key string) { w.own.Delete(key) }
 
 // windowCheck is one check of a coalesced batch.
 type windowCheck struct {
@@ -535,7 +515,7 @@ func (w *Window) decideBatch(ctx context.Context, batch []*shared.Waiting[window
 // (a call goes by one set of numbers), each group in order.
 func (w *Window) decide(ctx context.Context, checks []windowCheck) ([]atomicbucket.Decision, error) {
 	nm := w.nums.Load()
-	if w.own.Load() == nil {
+	if !w.own.Any() {
 		return w.decideBy(ctx, checks, nm)
 	}
 	ds := make([]atomicbucket.Decision, len(checks))
@@ -544,11 +524,11 @@ func (w *Window) decide(ctx context.Context, checks []windowCheck) ([]atomicbuck
 		if done[i] {
 			continue
 		}
-		by := w.numsFor(checks[i].key)
+		by := w.own.For(checks[i].key, nm)
 		var group []windowCheck
 		var at []int
 		for j := i; j < len(checks); j++ {
-			if !done[j] && w.numsFor(checks[j].key) == by {
+			if !done[j] && w.own.For(checks[j].key, nm) == by {
 				group, at = append(group, checks[j]), append(at, j)
 				done[j] = true
 			}
@@ -644,7 +624,7 @@ func (w *Window) Lease(ctx context.Context, key string, cost, want int64, prev s
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
-	nm := w.numsFor(key)
+	nm := w.own.For(key, w.nums.Load())
 	term := shared.WindowLeaseTerm(nm.rule.Window())
 	args := []any{int64(nm.rule.Window() / time.Microsecond), nm.rule.Limit(), nm.lUs, int64(term / time.Microsecond),
 		cost, want, prev.Second, prev.Size, prev.Unspent, prev.Gen}

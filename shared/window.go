@@ -123,6 +123,49 @@ type KeyRuledChecker interface {
 	ClearKeyRule(key string)
 }
 
+// OwnNumbers are the keys of a KeyRuledChecker that have numbers of their
+// own, as the checker keeps them (N: its form of a rule). Until the first,
+// a lookup is one load of nil. Safe for concurrent use.
+type OwnNumbers[N any] struct{ m atomic.Pointer[sync.Map] }
+
+// Load returns key's own numbers, if it has them.
+func (o *OwnNumbers[N]) Load(key string) (*N, bool) {
+	if m := o.m.Load(); m != nil {
+		if n, ok := m.Load(key); ok {
+			return n.(*N), true
+		}
+	}
+	return nil, false
+}
+
+// For is key's own numbers, or def when it has none.
+func (o *OwnNumbers[N]) For(key string, def *N) *N {
+	if n, ok := o.Load(key); ok {
+		return n
+	}
+	return def
+}
+
+// Store makes n key's own numbers.
+func (o *OwnNumbers[N]) Store(key string, n *N) {
+	m := o.m.Load()
+	if m == nil {
+		o.m.CompareAndSwap(nil, &sync.Map{})
+		m = o.m.Load()
+	}
+	m.Store(key, n)
+}
+
+// Delete takes key's own numbers away.
+func (o *OwnNumbers[N]) Delete(key string) {
+	if m := o.m.Load(); m != nil {
+		m.Delete(key)
+	}
+}
+
+// Any reports whether some key has ever had numbers of its own.
+func (o *OwnNumbers[N]) Any() bool { return o.m.Load() != nil }
+
 // BindWindow binds the window rule named name (namespace, when not empty,
 // before it with a /) with rule's numbers and failure setting f to store.
 func BindWindow(store Store, namespace, name string, rule atomicbucket.WindowRule, f Failure) (w *Window, err error) {
