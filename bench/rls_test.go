@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -20,7 +21,9 @@ import (
 	"github.com/limitgen/limitgen/redisstore"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 )
 
 // envoyConfig is envoyproxy/ratelimit's configuration of the limits
@@ -158,9 +161,11 @@ func rlsDomainRequest(domain, value string) *rlsv3.RateLimitRequest {
 // one (keys=1, a hot descriptor) or one of 1e4, over loopback, against
 // limitgen's generated service (Redis, coalesced), envoyproxy/ratelimit
 // (Redis, fixed windows, its pipelining) and a service that decides nothing
-// (the ceiling: a gRPC round trip); limitgen-local is limitgen's service
-// deciding the same limit in the process (domain local), against the
-// ceiling. Metrics: decisions/s, p50-µs and p99-µs
+// (the ceiling: a gRPC round trip); limitgen-leased is limitgen's service
+// deciding the same limit from leases of 10,000 tokens (domain leased: an
+// instance spends a key's grant in the process, and asks Redis again as it
+// runs out); limitgen-local is limitgen's service deciding the same limit
+// in the process (domain local), against the ceiling. Metrics: decisions/s, p50-µs and p99-µs
 // as the callers see them, the Redis commands a decision (cmds/op) and
 // Redis's time, and cpu-µs/op, the whole process's CPU a decision (client
 // and server share it: compare it between implementations).
@@ -168,7 +173,7 @@ func BenchmarkRLS(b *testing.B) {
 	rls := startRLS(b)
 	for _, keys := range []int{1, 10_000} {
 		for _, impl := range []struct{ name, addr, domain string }{
-			{"limitgen", rls.limitgen, "bench"}, {"limitgen-local", rls.limitgen, "local"}, {"envoy-ratelimit", rls.envoy, "bench"}, {"noop", rls.noop, "bench"},
+			{"limitgen", rls.limitgen, "bench"}, {"limitgen-leased", rls.limitgen, "leased"}, {"limitgen-local", rls.limitgen, "local"}, {"envoy-ratelimit", rls.envoy, "bench"}, {"noop", rls.noop, "bench"},
 		} {
 			b.Run(fmt.Sprintf("keys=%s/callers=64/impl=%s", keyLabel(keys), impl.name), func(b *testing.B) {
 				c := rlsClient(b, impl.addr)
@@ -264,5 +269,93 @@ func TestAcrossAWindowEdge(t *testing.T) {
 		if admitted < impl.lo || admitted > impl.hi && admitted > envelope {
 			t.Errorf("%s: %d of 20 admitted in %v across a second's edge, want %d to %d", impl.name, admitted, took.Round(time.Millisecond), impl.lo, max(impl.hi, envelope))
 		}
+	}
+}
+
+// TestLeasedDescriptorsUnderLoad is Envoy's rate-limit service on a healthy
+// Redis, 64 callers on one gRPC connection asking for one of 1e4 leased
+// descriptors (domain leased: a limit no caller reaches), with the store's
+// calls one a check and coalesced: a healthy store never gives an answer
+// the callers did not cause. Without a deadline every call is OK. With
+// Envoy's default of 20 ms a call the busy machine (2 cores shared by the
+// callers, the service and Redis) cannot answer in time ends at the
+// caller's deadline; the service may then answer UNAVAILABLE, but never
+// while its caller still waits: every answer but OK is counted at the
+// server, with whether the call's deadline had passed.
+func TestLeasedDescriptorsUnderLoad(t *testing.T) {
+	addr := benchRedis(t)
+	for _, coalesce := range []int{0, 256} {
+		for _, deadline := range []time.Duration{0, 20 * time.Millisecond} {
+			leasedUnderLoad(t, addr, coalesce, deadline)
+		}
+	}
+}
+
+func leasedUnderLoad(t *testing.T, addr string, coalesce int, deadline time.Duration) {
+	client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 64})
+	defer client.Close()
+	st, err := redisstore.New(context.Background(), client, redisstore.Options{Coalesce: coalesce})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	// Every answer but OK, at the server: in the caller's time (early) or
+	// after its deadline (late).
+	var early, late atomic.Int64
+	var firstEarly atomic.Value
+	watch := func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+		resp, err := h(ctx, req)
+		if r, ok := resp.(*rlsv3.RateLimitResponse); err != nil || !ok || r.OverallCode != rlsv3.RateLimitResponse_OK {
+			if ctx.Err() != nil {
+				late.Add(1)
+			} else {
+				early.Add(1)
+				firstEarly.CompareAndSwap(nil, fmt.Sprint(resp, err))
+			}
+		}
+		return resp, err
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(watch))
+	rlsv3.RegisterRateLimitServiceServer(srv, rlslimits.NewRLS(rlslimits.New(rlslimits.WithStore(st))).Service())
+	go srv.Serve(lis) //nolint:errcheck // ends with Stop
+	defer srv.Stop()
+	c := rlsClient(t, lis.Addr().String())
+	reqs := make([]*rlsv3.RateLimitRequest, 10_000)
+	for i := range reqs {
+		reqs[i] = rlsDomainRequest("leased", fmt.Sprintf("c%d-d%d-v%d", coalesce, deadline, i))
+	}
+	var calls, notOK, timedOut atomic.Int64
+	stop := time.Now().Add(time.Second)
+	var wg sync.WaitGroup
+	for g := range 64 {
+		wg.Go(func() {
+			for i := g; time.Now().Before(stop); i += 64 {
+				ctx, cancel := context.Background(), context.CancelFunc(func() {})
+				if deadline > 0 {
+					ctx, cancel = context.WithTimeout(ctx, deadline)
+				}
+				resp, err := c.ShouldRateLimit(ctx, reqs[i%len(reqs)])
+				cancel()
+				calls.Add(1)
+				switch {
+				case status.Code(err) == codes.DeadlineExceeded && deadline > 0:
+					timedOut.Add(1)
+				case err != nil || resp.OverallCode != rlsv3.RateLimitResponse_OK:
+					notOK.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	name := fmt.Sprintf("coalesce %d, deadline %v", coalesce, deadline)
+	t.Logf("%s: %d calls, %d timed out at the caller, %d answered but OK; at the server %d answers but OK in the caller's time, %d after its deadline; store %+v",
+		name, calls.Load(), timedOut.Load(), notOK.Load(), early.Load(), late.Load(), st.Stats())
+	if early.Load() != 0 || deadline == 0 && (notOK.Load() != 0 || late.Load() != 0) {
+		t.Errorf("%s: of %d calls on a healthy Redis, the service answered %d but OK while the caller waited (first: %v); the caller saw %d answers but OK; want none",
+			name, calls.Load(), early.Load(), firstEarly.Load(), notOK.Load())
 	}
 }

@@ -27,6 +27,8 @@ type RuleName uint16
 const (
 	// RulePerKey names the rule PerKey.
 	RulePerKey RuleName = iota + 1
+	// RulePerKeyLeased names the rule PerKeyLeased.
+	RulePerKeyLeased
 	// RuleInProcess names the rule InProcess.
 	RuleInProcess
 	// RuleTenPerSecond names the rule TenPerSecond.
@@ -34,7 +36,7 @@ const (
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerKey", "InProcess", "TenPerSecond"}
+var ruleNames = [...]string{"", "PerKey", "PerKeyLeased", "InProcess", "TenPerSecond"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -49,6 +51,7 @@ func (r RuleName) String() string {
 // and functions use.
 type Limits struct {
 	PerKey       *PerKeyLimiter       // see the package-level PerKey
+	PerKeyLeased *PerKeyLeasedLimiter // see the package-level PerKeyLeased
 	InProcess    *InProcessLimiter    // see the package-level InProcess
 	TenPerSecond *TenPerSecondLimiter // see the package-level TenPerSecond
 	shared       *sharedState         // the store the shared rules are checked on, if any
@@ -80,11 +83,13 @@ func New(opts ...Option) *Limits {
 	}
 	l := &Limits{
 		PerKey:       newPerKeyLimiter(),
+		PerKeyLeased: newPerKeyLeasedLimiter(),
 		InProcess:    newInProcessLimiter(),
 		TenPerSecond: newTenPerSecondLimiter(),
 		shared:       newSharedState(o.store),
 	}
 	l.PerKey.sh = l.shared
+	l.PerKeyLeased.sh = l.shared
 	l.TenPerSecond.sh = l.shared
 	l.nums = l.newNumbers()
 	return l
@@ -92,13 +97,26 @@ func New(opts ...Option) *Limits {
 
 // sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),
 // in the order their checks name them.
-var sharedRules = [2]shared.Rule{{
+var sharedRules = [3]shared.Rule{{
 	Namespace: "bench",
 	Name:      "PerKey",
 	Limit:     perKeyLimit,
 	Failure: shared.Failure{
 		Mode: shared.FailDeny,
 	},
+	Units: shared.Units{
+		PerMicro: int64(1000),
+		Emit:     int64(1),
+		Exact:    true,
+	},
+}, {
+	Namespace: "bench",
+	Name:      "PerKeyLeased",
+	Limit:     perKeyLeasedLimit,
+	Failure: shared.Failure{
+		Mode: shared.FailDeny,
+	},
+	Lease: int64(10000),
 	Units: shared.Units{
 		PerMicro: int64(1000),
 		Emit:     int64(1),
@@ -227,6 +245,69 @@ func (t perKeyNumbers) Clear(plan int, key *string) {
 	_ = t.l.ClearNumbers() // fails only as Set failed before
 }
 
+// perKeyLeasedNumbers is PerKeyLeased as an overlay Set changes it (overlay.Target).
+type perKeyLeasedNumbers struct {
+	l *PerKeyLeasedLimiter
+}
+
+func (t perKeyLeasedNumbers) Plans() int {
+	return 0
+}
+
+func (t perKeyLeasedNumbers) Keyed() bool {
+	return true
+}
+
+func (t perKeyLeasedNumbers) Check(plan int, n atomicbucket.Numbers) error {
+	if _, err := t.l.Rule().WithNumbers(n); err != nil {
+		return err
+	}
+	nb, err := t.l.sh.numbered()
+	if err != nil || nb == nil {
+		return err
+	}
+	return nb.CheckNumbers(1, n)
+}
+
+func (t perKeyLeasedNumbers) Base(plan int) overlay.Base {
+	r := t.l.Rule().Limit()
+	return overlay.Base{
+		Cost:     1,
+		Interval: r.Refill == atomicbucket.Interval,
+		Numbers:  atomicbucket.NumbersOf(r),
+	}
+}
+
+func (t perKeyLeasedNumbers) CheckKey(key string) error {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	return nil
+}
+
+// clearKey takes key's own numbers away; a key that does not parse has none.
+func (t perKeyLeasedNumbers) clearKey(key string) error {
+	k := key
+	_ = t.l.ClearKeyNumbers(k)
+	return nil
+}
+
+func (t perKeyLeasedNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
+	if key != nil {
+		k := *key
+		return t.l.SetKeyNumbers(k, n)
+	}
+	return t.l.SetNumbers(n)
+}
+
+func (t perKeyLeasedNumbers) Clear(plan int, key *string) {
+	if key != nil {
+		t.clearKey(*key)
+		return
+	}
+	_ = t.l.ClearNumbers() // fails only as Set failed before
+}
+
 // tenPerSecondNumbers is TenPerSecond as an overlay Set changes it (overlay.Target).
 type tenPerSecondNumbers struct {
 	l *TenPerSecondLimiter
@@ -248,7 +329,7 @@ func (t tenPerSecondNumbers) Check(plan int, n atomicbucket.Numbers) error {
 	if err != nil || nb == nil {
 		return err
 	}
-	return nb.CheckNumbers(1, n)
+	return nb.CheckNumbers(2, n)
 }
 
 func (t tenPerSecondNumbers) Base(plan int) overlay.Base {
@@ -322,7 +403,7 @@ func (l *Limits) NumbersApplied() (int, int64, time.Time) {
 func (l *Limits) newNumbers() overlay.Numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: nil,
-		Rules: map[string]overlay.Target{"PerKey": perKeyNumbers{l.PerKey}, "InProcess": overlay.KeyedTarget(l.InProcess.Keyed, nil), "TenPerSecond": tenPerSecondNumbers{l.TenPerSecond}},
+		Rules: map[string]overlay.Target{"PerKey": perKeyNumbers{l.PerKey}, "PerKeyLeased": perKeyLeasedNumbers{l.PerKeyLeased}, "InProcess": overlay.KeyedTarget(l.InProcess.Keyed, nil), "TenPerSecond": tenPerSecondNumbers{l.TenPerSecond}},
 	})
 }
 
@@ -333,6 +414,9 @@ var Default = New()
 var (
 	// PerKey allows 1000000000 requests per second per key, in bursts of up to 1000000000.
 	PerKey = Default.PerKey
+
+	// PerKeyLeased allows 1000000000 requests per second per key, in bursts of up to 1000000000.
+	PerKeyLeased = Default.PerKeyLeased
 
 	// InProcess allows 1000000000 requests per second per key, in bursts of up to 1000000000.
 	InProcess = Default.InProcess
@@ -541,6 +625,209 @@ func (l *PerKeyLimiter) Reset(ctx context.Context, key string) error {
 	return nil
 }
 
+// perKeyLeasedLimit is PerKeyLeased's limit, as the policy gives it.
+var perKeyLeasedLimit = atomicbucket.Limit{
+	Tokens: 1000000000,
+	Period: time.Second,
+	Burst:  1000000000,
+	Refill: atomicbucket.Greedy,
+}
+
+// newPerKeyLeasedLocalLimiter returns PerKeyLeased's (empty) table.
+func newPerKeyLeasedLocalLimiter() *PerKeyLeasedLocalLimiter {
+	return &PerKeyLeasedLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perKeyLeasedLimit), perKeyLeasedUnitsPerNs, perKeyLeasedUnitsPerToken, perKeyLeasedBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+}
+
+// PerKeyLeasedLocalLimiter is PerKeyLeased decided in this process only, with the whole limit: what
+// PerKeyLeasedLimiter.Local returns, for tests, and what PerKeyLeased's checks use while the
+// package has no store (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow
+// below, are safe for concurrent use.
+type PerKeyLeasedLocalLimiter struct {
+	atomicbucket.Keyed[string]
+}
+
+// PerKeyLeased's fixed-point units, computed when generating and checked against the runtime when
+// the package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
+// (perKeyLeasedUnitsPerNs), one token is worth perKeyLeasedUnitsPerToken units (GCRA's emission
+// interval), and a bucket may run perKeyLeasedBurstUnits units ahead of now (the burst's worth:
+// GCRA's tolerance).
+const (
+	perKeyLeasedUnitsPerNs    = 1
+	perKeyLeasedUnitsPerToken = 1
+	perKeyLeasedBurstUnits    = 1000000000
+)
+
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
+func (l *PerKeyLeasedLocalLimiter) Allow(key string) bool {
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), perKeyLeasedUnitsPerNs, perKeyLeasedUnitsPerToken, perKeyLeasedBurstUnits)
+}
+
+// AllowAt is Allow at time now.
+func (l *PerKeyLeasedLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+	return l.Table().AllowGreedyAt(key, now, perKeyLeasedUnitsPerNs, perKeyLeasedUnitsPerToken, perKeyLeasedBurstUnits)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
+func (l *PerKeyLeasedLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.Table().ChangedRule(key)
+}
+
+// newPerKeyLeasedLimiter returns PerKeyLeased's limiter over its process-local buckets; New binds it to the store.
+func newPerKeyLeasedLimiter() *PerKeyLeasedLimiter {
+	return &PerKeyLeasedLimiter{local: newPerKeyLeasedLocalLimiter()}
+}
+
+// PerKeyLeasedLimiter is the type of PerKeyLeased, a shared rule: Allow, AllowN and Wait decide on
+// the store given to New, so that the limit holds across every instance that shares it, and take
+// the request's context. Without a store they decide in this process with the whole limit, and
+// their results carry SharedErr's error; Local is that process-local limiter, under a name that
+// says so. Its methods are safe for concurrent use.
+type PerKeyLeasedLimiter struct {
+	local *PerKeyLeasedLocalLimiter
+	sh    *sharedState // the store, or why there is none
+}
+
+// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
+func (l *PerKeyLeasedLimiter) Rule() *atomicbucket.Rule {
+	return l.local.Rule()
+}
+
+// Local returns PerKeyLeased decided in this process only, with the whole limit, on buckets apart
+// from the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *PerKeyLeasedLimiter) Local() *PerKeyLeasedLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
+// AllowN, whose Result says more: whether the store decided, and why not).
+func (l *PerKeyLeasedLimiter) Allow(ctx context.Context, key string) bool {
+	return l.AllowN(ctx, key, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that PerKeyLeased holds across
+// every instance that shares it. It never fails: when the store cannot decide, the rule's
+// on_failure setting (deny) does, and the Result says so (Degraded, Err). The rule is leased: each
+// instance takes batches of at most 10000 tokens from a store that leases and spends them here, so
+// most checks make no call. Without a store, PerKeyLeased's process-local limiter (Local) decides
+// and Err is SharedErr's error.
+func (l *PerKeyLeasedLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
+	if l.sh.bound == nil {
+		return shared.Result{
+			Decision: l.local.AllowN(key, cost),
+			Err:      l.sh.err,
+		}
+	}
+	return l.sh.bound.CheckStep(ctx, shared.Step{
+		Cost: cost,
+		Key:  key,
+		Rule: 1,
+	})
+}
+
+// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
+// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
+// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
+// exceeds the burst. Without a store it is Local's Wait.
+func (l *PerKeyLeasedLimiter) Wait(ctx context.Context, key string, cost int64) error {
+	if l.sh.bound == nil {
+		return l.local.Wait(ctx, key, cost)
+	}
+	return shared.Wait(ctx, l.sh.bound, shared.Step{
+		Cost: cost,
+		Key:  key,
+		Rule: 1,
+	})
+}
+
+// SetNumbers makes n PerKeyLeased's numbers for every key without numbers of its own, on the store
+// and in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold
+// are refused, and nothing changes. A store converts each bucket at its next check (tokens held
+// carried as they are, never beyond the new burst); every instance sharing the store must be given
+// the same numbers, or each converts the buckets to its own (never gaining tokens): give them from
+// one source (shared.Numbered says more).
+func (l *PerKeyLeasedLimiter) SetNumbers(n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetNumbers(1, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
+}
+
+// ClearNumbers returns PerKeyLeased to the policy's numbers, on the store and in this process.
+func (l *PerKeyLeasedLimiter) ClearNumbers() error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearNumbers(1)
+	}
+	l.local.ClearNumbers(atomicbucket.CarryAsIs)
+	return nil
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields): Local's, which every change keeps equal to the store's; nil before.
+func (l *PerKeyLeasedLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.local.ruleInForce(key)
+}
+
+// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
+// or without a store Local's.
+func (l *PerKeyLeasedLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if nb, _ := l.sh.numbered(); nb != nil {
+		return nb.NumbersFor(1, key)
+	}
+	return l.local.NumbersFor(key)
+}
+
+// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever
+// PerKeyLeased's, on the store and in this process; refused as by SetNumbers, all or nothing.
+func (l *PerKeyLeasedLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		if err := nb.SetKeyNumbers([]int{1}, key, n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
+}
+
+// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
+func (l *PerKeyLeasedLimiter) ClearKeyNumbers(key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	if nb != nil {
+		nb.ClearKeyNumbers([]int{1}, key)
+	}
+	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
+	return nil
+}
+
+// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
+// in this process. Other instances' leases keep what they were granted until it expires.
+func (l *PerKeyLeasedLimiter) Reset(ctx context.Context, key string) error {
+	nb, err := l.sh.numbered()
+	if err != nil {
+		return err
+	}
+	l.local.Reset(key)
+	if nb != nil {
+		return nb.Reset(ctx, []int{1}, key)
+	}
+	return nil
+}
+
 // inProcessLimit is InProcess's limit, as the policy gives it.
 var inProcessLimit = atomicbucket.Limit{
 	Tokens: 1000000000,
@@ -679,7 +966,7 @@ func (l *TenPerSecondLimiter) AllowN(ctx context.Context, key string, cost int64
 	return l.sh.bound.CheckStep(ctx, shared.Step{
 		Cost: cost,
 		Key:  key,
-		Rule: 1,
+		Rule: 2,
 	})
 }
 
@@ -694,7 +981,7 @@ func (l *TenPerSecondLimiter) Wait(ctx context.Context, key string, cost int64) 
 	return shared.Wait(ctx, l.sh.bound, shared.Step{
 		Cost: cost,
 		Key:  key,
-		Rule: 1,
+		Rule: 2,
 	})
 }
 
@@ -710,7 +997,7 @@ func (l *TenPerSecondLimiter) SetNumbers(n atomicbucket.Numbers) error {
 		return err
 	}
 	if nb != nil {
-		if err := nb.SetNumbers(1, n); err != nil {
+		if err := nb.SetNumbers(2, n); err != nil {
 			return err
 		}
 	}
@@ -724,7 +1011,7 @@ func (l *TenPerSecondLimiter) ClearNumbers() error {
 		return err
 	}
 	if nb != nil {
-		nb.ClearNumbers(1)
+		nb.ClearNumbers(2)
 	}
 	l.local.ClearNumbers(atomicbucket.CarryAsIs)
 	return nil
@@ -740,7 +1027,7 @@ func (l *TenPerSecondLimiter) ruleInForce(key string) *atomicbucket.Rule {
 // or without a store Local's.
 func (l *TenPerSecondLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
 	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(1, key)
+		return nb.NumbersFor(2, key)
 	}
 	return l.local.NumbersFor(key)
 }
@@ -753,7 +1040,7 @@ func (l *TenPerSecondLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) 
 		return err
 	}
 	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{1}, key, n); err != nil {
+		if err := nb.SetKeyNumbers([]int{2}, key, n); err != nil {
 			return err
 		}
 	}
@@ -767,7 +1054,7 @@ func (l *TenPerSecondLimiter) ClearKeyNumbers(key string) error {
 		return err
 	}
 	if nb != nil {
-		nb.ClearKeyNumbers([]int{1}, key)
+		nb.ClearKeyNumbers([]int{2}, key)
 	}
 	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
 	return nil
@@ -782,7 +1069,7 @@ func (l *TenPerSecondLimiter) Reset(ctx context.Context, key string) error {
 	}
 	l.local.Reset(key)
 	if nb != nil {
-		return nb.Reset(ctx, []int{1}, key)
+		return nb.Reset(ctx, []int{2}, key)
 	}
 	return nil
 }
@@ -795,6 +1082,16 @@ var httpPolicyPerKey = verdict.Policy{
 	Limit:  perKeyLimit,
 	Item:   "\"PerKey\";q=1000000000;w=1",
 	Prefix: "\"PerKey\";r=",
+}
+
+// httpPolicyPerKeyLeased is rule PerKeyLeased as the RateLimit fields describe it.
+var httpPolicyPerKeyLeased = verdict.Policy{
+	Name:   "PerKeyLeased",
+	Quota:  1000000000,
+	Window: 1,
+	Limit:  perKeyLeasedLimit,
+	Item:   "\"PerKeyLeased\";q=1000000000;w=1",
+	Prefix: "\"PerKeyLeased\";r=",
 }
 
 // httpPolicyInProcess is rule InProcess as the RateLimit fields describe it.
@@ -819,13 +1116,13 @@ var httpPolicyTenPerSecond = verdict.Policy{
 
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][1]*verdict.Policy{RulePerKey: {&httpPolicyPerKey}, RuleInProcess: {&httpPolicyInProcess}, RuleTenPerSecond: {&httpPolicyTenPerSecond}}
+var httpPolicies = [...][1]*verdict.Policy{RulePerKey: {&httpPolicyPerKey}, RulePerKeyLeased: {&httpPolicyPerKeyLeased}, RuleInProcess: {&httpPolicyInProcess}, RuleTenPerSecond: {&httpPolicyTenPerSecond}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][1]int64{RulePerKey: {1}, RuleInProcess: {1}, RuleTenPerSecond: {1}}
+var httpCosts = [...][1]int64{RulePerKey: {1}, RulePerKeyLeased: {1}, RuleInProcess: {1}, RuleTenPerSecond: {1}}
 
 // rlsRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
-var rlsRoutes = [...][1]string{{"\"PerKey\";q=1000000000;w=1"}, {"\"TenPerSecond\";q=10;w=1"}, {"\"InProcess\";q=1000000000;w=1"}}
+var rlsRoutes = [...][1]string{{"\"PerKey\";q=1000000000;w=1"}, {"\"TenPerSecond\";q=10;w=1"}, {"\"PerKeyLeased\";q=1000000000;w=1"}, {"\"InProcess\";q=1000000000;w=1"}}
 
 // RLS serves Envoy's rate-limit service (envoy.service.ratelimit.v3.RateLimitService) for the
 // policy's rls: section: it finds the descriptor pattern a request's descriptor matches in its
@@ -834,7 +1131,7 @@ var rlsRoutes = [...][1]string{{"\"PerKey\";q=1000000000;w=1"}, {"\"TenPerSecond
 // with limitrls (statuses, the overall code, the IETF fields when asked). A descriptor no pattern
 // matches is OK and counted (Config.Unmatched).
 //
-// Descriptors: bench: k; bench: edge; local: k.
+// Descriptors: bench: k; bench: edge; leased: k; local: k.
 type RLS struct {
 	limits *Limits
 	// Clock, when set, is read instead of atomicbucket.Now: tests drive the service through time with
@@ -881,10 +1178,15 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 		case len(en) == 1 && en[0].Key == "edge":
 			i = 1
 		}
-	case "local":
+	case "leased":
 		switch {
 		case len(en) == 1 && en[0].Key == "k":
 			i = 2
+		}
+	case "local":
+		switch {
+		case len(en) == 1 && en[0].Key == "k":
+			i = 3
 		}
 	}
 	switch i {
@@ -912,13 +1214,21 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 			Mode:   verdict.Enforce,
 			Result: res,
 		}, err
+	case 3:
+		res, key, err := s.descriptor4(ctx, en, cost, now)
+		return limitrls.Decision{
+			Found:  true,
+			Key:    key,
+			Mode:   verdict.Enforce,
+			Result: res,
+		}, err
 	}
 	return limitrls.Decision{}, nil
 }
 
 // rlsSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var rlsSeries = [...]verdict.Series{{Route: "bench: k", Rule: "PerKey"}, {Route: "bench: edge", Rule: "TenPerSecond"}, {Route: "local: k", Rule: "InProcess"}}
+var rlsSeries = [...]verdict.Series{{Route: "bench: k", Rule: "PerKey"}, {Route: "bench: edge", Rule: "TenPerSecond"}, {Route: "leased: k", Rule: "PerKeyLeased"}, {Route: "local: k", Rule: "InProcess"}}
 
 // descriptor1 checks a descriptor of bench: k (rule PerKey, enforce) at cost and returns the
 // decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or the error
@@ -978,7 +1288,7 @@ func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	return res, k0, nil
 }
 
-// descriptor3 checks a descriptor of local: k (rule InProcess, enforce) at cost and returns the
+// descriptor3 checks a descriptor of leased: k (rule PerKeyLeased, enforce) at cost and returns the
 // decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or the error
 // that answers it when it holds no key.
 func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
@@ -986,16 +1296,45 @@ func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var ok0 bool
 	k0, ok0 = limitrls.EntryKey(en, 0)
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry k holds no key for rule InProcess", verdict.Event{Route: "local: k", Rule: "InProcess", RuleIndex: int(RuleInProcess), Series: 2, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry k holds no key for rule PerKeyLeased", verdict.Event{Route: "leased: k", Rule: "PerKeyLeased", RuleIndex: int(RulePerKeyLeased), Series: 2, Outcome: verdict.MissingKey})
+	}
+	sr := s.limits.PerKeyLeased.AllowN(ctx, k0, cost)
+	var res verdict.Result
+	res.Degraded = sr.Degraded
+	res.Outage = sr.Outage
+	res.StoreErr = sr.Err
+	res.Decision = sr.Decision
+	res.Policy = httpPolicies[RulePerKeyLeased][0]
+	res.Policies = rlsRoutes[2][0]
+	res.Cost = cost
+	res.Route = "leased: k"
+	res.Rule = int(RulePerKeyLeased)
+	res.Series = 2
+	if rf0 := s.limits.PerKeyLeased.ruleInForce(k0); rf0 != nil {
+		res.Policy = verdict.InForce(res.Policy, rf0)
+		res.Policies = verdict.InForceList(res.Policy)
+	}
+	return res, k0, nil
+}
+
+// descriptor4 checks a descriptor of local: k (rule InProcess, enforce) at cost and returns the
+// decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or the error
+// that answers it when it holds no key.
+func (s *RLS) descriptor4(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = limitrls.EntryKey(en, 0)
+	if !ok0 {
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry k holds no key for rule InProcess", verdict.Event{Route: "local: k", Rule: "InProcess", RuleIndex: int(RuleInProcess), Series: 3, Outcome: verdict.MissingKey})
 	}
 	var res verdict.Result
 	res.Decision = s.limits.InProcess.AllowNAt(k0, now, cost)
 	res.Policy = httpPolicies[RuleInProcess][0]
-	res.Policies = rlsRoutes[2][0]
+	res.Policies = rlsRoutes[3][0]
 	res.Cost = cost
 	res.Route = "local: k"
 	res.Rule = int(RuleInProcess)
-	res.Series = 2
+	res.Series = 3
 	if rf0 := s.limits.InProcess.ruleInForce(k0); rf0 != nil {
 		res.Policy = verdict.InForce(res.Policy, rf0)
 		res.Policies = verdict.InForceList(res.Policy)
