@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/limitgen/limitgen/shared"
 )
 
@@ -68,10 +69,13 @@ func (s *backend) eachAt(ctx context.Context, calls []shared.Call, at *int64) ([
 	sortRows(ord, names, keys)
 	var res []int64
 	qm := s.queryMode()
-	err := s.pool.QueryRow(ctx, s.each, qm, names, keys, ord, v, ci, cc, cn, at).Scan(&res)
-	if s.unprepared(qm, err) {
-		err = s.pool.QueryRow(ctx, s.each, execMode, names, keys, ord, v, ci, cc, cn, at).Scan(&res)
-	}
+	err := s.onConn(ctx, func(c *pgx.Conn) error {
+		err := c.QueryRow(ctx, s.each, qm, names, keys, ord, v, ci, cc, cn, at).Scan(&res)
+		if s.unprepared(qm, err) {
+			err = c.QueryRow(ctx, s.each, execMode, names, keys, ord, v, ci, cc, cn, at).Scan(&res)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -163,3 +163,60 @@ func describe(classes map[string]int64) string {
 	sort.Strings(out)
 	return fmt.Sprint(out)
 }
+
+// TestStoppedServerBoundsEveryCheck: a check ends within the store's
+// timeout when the server stops answering (SIGSTOP), on a pool of one
+// connection. The first check's statement ends by its connection's
+// deadline (no timer); the connection is then closed, and the next checks'
+// wait for the pool (the closed connection's slot, held while pgx closes
+// it; a new connection) ends by the acquire's timer, with or without a
+// ConnectTimeout of the pool's below the store's timeout. Until the breaker
+// opens, each is one such wait.
+func TestStoppedServerBoundsEveryCheck(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	for _, connect := range []time.Duration{0, 150 * time.Millisecond} {
+		t.Run(fmt.Sprintf("connect_timeout=%v", connect), func(t *testing.T) {
+			srv := pgtest.Start(t)
+			cfg, err := pgxpool.ParseConfig(srv.URL())
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg.MaxConns = 1
+			cfg.ConnConfig.ConnectTimeout = connect
+			pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer pool.Close()
+			st, err := New(context.Background(), pool, Options{Timeout: timeout, Coalesce: -1, SweepEvery: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			b, err := st.Bind([]shared.Rule{{Name: "r", Limit: atomicbucket.Limit{Tokens: 1e6, Period: time.Second, Burst: 1e6}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if res := b.CheckStep(ctx, shared.Step{Rule: 0, Key: "k", Cost: 1}); res.Degraded {
+				t.Fatalf("before the stop: %v", res.Err)
+			}
+			if err := srv.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			defer srv.Signal(syscall.SIGCONT) //nolint:errcheck // best effort: the server is killed at the end
+			for i := range shared.BreakerFailures {
+				start := time.Now()
+				res := b.CheckStep(ctx, shared.Step{Rule: 0, Key: "k", Cost: 1})
+				took := time.Since(start)
+				t.Logf("check %d on the stopped server: %v in %v", i, res.Err, took.Round(time.Millisecond))
+				if !res.Degraded {
+					t.Fatalf("check %d on the stopped server was decided: %+v", i, res)
+				}
+				if took > 2*timeout {
+					t.Errorf("check %d on the stopped server took %v; the store's timeout is %v", i, took, timeout)
+				}
+			}
+		})
+	}
+}

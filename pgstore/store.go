@@ -42,7 +42,9 @@ type Options struct {
 	// migration of your own from Store.Schema, instead of creating them.
 	NoCreate bool
 	// Timeout bounds a check's wait for the database when the caller's
-	// context allows longer. Default DefaultTimeout.
+	// context allows longer. Default DefaultTimeout. A check's statement
+	// ends by it through its connection's deadline (no timer, and nothing
+	// for pgx to watch); its wait for a connection has a timer.
 	Timeout time.Duration
 	// Coalesce has concurrent checks share statements, at most Coalesce
 	// checks a statement, each decided on its own: a hot key's checks then
@@ -189,6 +191,7 @@ func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) 
 	}
 	b := &backend{pool: pool, mode: pool.Config().ConnConfig.DefaultQueryExecMode, table: opts.Table, fn: opts.Table + "_check", class: int32(h.Sum32()), unlog: opts.Unlogged, sweep: opts.SweepEvery,
 		slots: min(opts.Concurrency, int(pool.Config().MaxConns))}
+
 	if opts.Namespace != "" {
 		b.ns = opts.Namespace + "/"
 	}
@@ -499,6 +502,49 @@ func (s *backend) tierAt(ctx context.Context, calls []shared.Call, mode shared.M
 	return shared.TierReply(res, len(calls))
 }
 
+// OwnDeadlines: the engine's calls end by their context's deadline through
+// their connection's (onConn).
+func (s *backend) OwnDeadlines() {}
+
+// onConn runs fn, one call of the engine's (a Backend method's), on a
+// connection of the pool, ending by ctx's deadline without a timer of its
+// own: the connection's deadline is set to it, as pgx's own context watcher
+// sets it when a context ends (the statement fails with a timeout, and pgx
+// closes the connection). The wait for the connection has a timer: the pool
+// may have to make one, or wait for a closed one's slot
+// (TestStoppedServerBoundsEveryCheck: 15 s without it). A connection had
+// after the deadline goes back unused.
+func (s *backend) onConn(ctx context.Context, fn func(c *pgx.Conn) error) error {
+	at, ok := ctx.Deadline()
+	if !ok { // not the engine's: ctx bounds it
+		c, err := s.pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.Release()
+		return fn(c.Conn())
+	}
+	actx, cancel := context.WithDeadline(ctx, at)
+	c, err := s.pool.Acquire(actx)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer c.Release()
+	nc := c.Conn().PgConn().Conn()
+	if !time.Now().Before(at) {
+		return fmt.Errorf("pgstore: a connection only at the call's deadline: %w", context.DeadlineExceeded)
+	}
+	if err := nc.SetDeadline(at); err != nil {
+		return err
+	}
+	err = fn(c.Conn())
+	if !c.Conn().IsClosed() {
+		_ = nc.SetDeadline(time.Time{}) // a closed connection's is its own
+	}
+	return err
+}
+
 // exec runs the one-bucket function on c in mode (0 decide, 1 take, 2
 // refund, 3 lease), with a lease's want and previous grant.
 func (s *backend) exec(ctx context.Context, c shared.Call, mode int32, at *int64, want int64, prev shared.Settlement) ([]int64, error) {
@@ -509,12 +555,15 @@ func (s *backend) exec(ctx context.Context, c shared.Call, mode int32, at *int64
 	var res []int64
 	name, key := s.ns+c.Rule.Name(), rowKey(c.Key)
 	qm := s.queryMode()
-	err := s.pool.QueryRow(ctx, s.one, qm, name, key,
-		v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], mode, at, want, prev.Second, prev.Size, prev.Unspent).Scan(&res)
-	if s.unprepared(qm, err) {
-		err = s.pool.QueryRow(ctx, s.one, execMode, name, key,
+	err := s.onConn(ctx, func(c *pgx.Conn) error {
+		err := c.QueryRow(ctx, s.one, qm, name, key,
 			v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], mode, at, want, prev.Second, prev.Size, prev.Unspent).Scan(&res)
-	}
+		if s.unprepared(qm, err) {
+			err = c.QueryRow(ctx, s.one, execMode, name, key,
+				v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], mode, at, want, prev.Second, prev.Size, prev.Unspent).Scan(&res)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -540,10 +589,13 @@ func (s *backend) execTier(ctx context.Context, calls []shared.Call, mode int32,
 	sortRows(ord, names, keys)
 	var res []int64
 	qm := s.queryMode()
-	err := s.pool.QueryRow(ctx, s.tier, qm, names, keys, ord, v, mode, at).Scan(&res)
-	if s.unprepared(qm, err) {
-		err = s.pool.QueryRow(ctx, s.tier, execMode, names, keys, ord, v, mode, at).Scan(&res)
-	}
+	err := s.onConn(ctx, func(c *pgx.Conn) error {
+		err := c.QueryRow(ctx, s.tier, qm, names, keys, ord, v, mode, at).Scan(&res)
+		if s.unprepared(qm, err) {
+			err = c.QueryRow(ctx, s.tier, execMode, names, keys, ord, v, mode, at).Scan(&res)
+		}
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

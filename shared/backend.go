@@ -106,6 +106,16 @@ type Slotted interface {
 	Slots() int
 }
 
+// OwnDeadlines is implemented by a backend whose calls end by their
+// context's deadline on their own: it sets its connections' deadlines from
+// ctx.Deadline() (pgstore does), as a client does when a context's Done
+// closes. The Engine then gives its calls a context with the deadline and
+// no timer (its Done is the caller's, which the client may still watch),
+// saving a timer, and the client's watch of it, a call.
+type OwnDeadlines interface {
+	OwnDeadlines()
+}
+
 // The replies of both stores' server code (the Lua script, the PL/pgSQL
 // functions) are arrays of integers in one form, which these read:
 //

@@ -1,6 +1,7 @@
 package shared
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -188,6 +189,7 @@ type Engine struct {
 	// only the checks of its own keys, never another's batch.
 	nodes *xsync.MapOf[string, *batcher[Call]]
 	slots chan struct{} // one per call in flight to the client; nil: no bound (Slotted)
+	own   bool          // the backend ends its calls by their deadlines (OwnDeadlines)
 
 	batches   atomic.Int64
 	grants    atomic.Int64 // lease calls that granted tokens
@@ -222,6 +224,7 @@ func NewEngine(b Backend, timeout time.Duration, coalesce int) *Engine {
 	if p, ok := b.(Pinger); ok {
 		e.guard.ping = p.Ping
 	}
+	_, e.own = b.(OwnDeadlines)
 	if sb, ok := b.(Slotted); ok && sb.Slots() > 0 {
 		e.slots = make(chan struct{}, sb.Slots())
 	}
@@ -297,41 +300,78 @@ type roundTrip struct {
 // trip together never pass the timeout; a connection had only after half of
 // it is given back, so that a call has the other half at least. A call that
 // cannot have a connection in time fails with ErrOverload: it never left the
-// process.
-func (e *Engine) enter(ctx context.Context) (context.Context, roundTrip, error) {
+// process. With own (a Backend method's call, when the backend ends its
+// calls by their deadlines: OwnDeadlines) the context carries the deadline
+// without a timer.
+func (e *Engine) enter(ctx context.Context, own bool) (context.Context, roundTrip, error) {
 	if !e.gate.Enter() {
 		return nil, roundTrip{}, ErrClosed
 	}
 	start := atomicbucket.Now()
-	cctx, cancel := context.WithTimeout(ctx, e.guard.Timeout)
+	at := time.Now().Add(e.guard.Timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(at) {
+		at = d
+	}
+	var cctx context.Context
+	cancel := context.CancelFunc(noCancel)
+	if own {
+		cctx = &deadline{Context: ctx, at: at}
+	} else {
+		cctx, cancel = context.WithDeadline(ctx, at)
+	}
 	if e.slots != nil {
 		select {
 		case e.slots <- struct{}{}:
 		default:
-			// No timer of its own: the call's context bounds the wait, and a
-			// slot had after half the timeout is given back (ErrOverload).
-			select {
-			case e.slots <- struct{}{}:
-				if waited := atomicbucket.Now().Sub(start); waited > e.guard.Timeout/2 {
-					<-e.slots
-					cancel()
-					e.gate.Leave()
-					return nil, roundTrip{}, fmt.Errorf("%w: waited %v for a connection, more than half the %v timeout: %w",
-						ErrOverload, waited.Round(time.Microsecond), e.guard.Timeout, context.DeadlineExceeded)
-				}
-			case <-cctx.Done():
+			if err := e.waitSlot(cctx, own, start, at); err != nil {
 				cancel()
 				e.gate.Leave()
-				return nil, roundTrip{}, fmt.Errorf("%w: %w", ErrOverload, cctx.Err())
+				return nil, roundTrip{}, err
 			}
 		}
 	}
-	rt := roundTrip{cancel: cancel, start: atomicbucket.Now(), budget: e.guard.Timeout}
-	if d, ok := cctx.Deadline(); ok {
-		rt.budget = time.Until(d)
-	}
-	return cctx, rt, nil
+	return cctx, roundTrip{cancel: cancel, start: atomicbucket.Now(), budget: time.Until(at)}, nil
 }
+
+// waitSlot waits for one of the client's connections until at: a slot had
+// after half the timeout is given back (ErrOverload), and so is none by at.
+func (e *Engine) waitSlot(ctx context.Context, own bool, start atomicbucket.Time, at time.Time) error {
+	expired := ctx.Done() // a timer's context ends at at
+	var t *time.Timer
+	if own {
+		t = time.NewTimer(time.Until(at))
+		defer t.Stop()
+	}
+	var timer <-chan time.Time
+	if t != nil {
+		timer = t.C
+	}
+	select {
+	case e.slots <- struct{}{}:
+		if waited := atomicbucket.Now().Sub(start); waited > e.guard.Timeout/2 {
+			<-e.slots
+			return fmt.Errorf("%w: waited %v for a connection, more than half the %v timeout: %w",
+				ErrOverload, waited.Round(time.Microsecond), e.guard.Timeout, context.DeadlineExceeded)
+		}
+		return nil
+	case <-expired:
+		return fmt.Errorf("%w: %w", ErrOverload, cmp.Or(ctx.Err(), error(context.DeadlineExceeded)))
+	case <-timer:
+		return fmt.Errorf("%w: %w", ErrOverload, context.DeadlineExceeded)
+	}
+}
+
+func noCancel() {}
+
+// deadline is a call's context for a backend that ends its calls by their
+// deadlines itself (OwnDeadlines): ctx with the deadline at and no timer.
+// Its Done and Err are ctx's: nothing watches the deadline but the backend.
+type deadline struct {
+	context.Context
+	at time.Time
+}
+
+func (d *deadline) Deadline() (time.Time, bool) { return d.at, true }
 
 // ended is err, a call's error, saying so when the call's context had ended
 // (its deadline, the caller's cancellation): a client that reacts to the
@@ -369,7 +409,7 @@ func (e *Engine) leave(c roundTrip, err error) error {
 // could not have a connection in time, or had less than half the timeout
 // for the server, fails with ErrOverload (no failure of the server's).
 func (e *Engine) RoundTrip(ctx context.Context, fn func(ctx context.Context) error) error {
-	cctx, rt, err := e.enter(ctx)
+	cctx, rt, err := e.enter(ctx, false) // fn's client may need the timer
 	if err != nil {
 		return err
 	}
@@ -509,7 +549,7 @@ func (e *Engine) tier(ctx context.Context, calls []Call, mode Mode) (atomicbucke
 		}
 		return e.orderedTier(ctx, calls, cl)
 	}
-	cctx, rt, err := e.enter(ctx)
+	cctx, rt, err := e.enter(ctx, e.own)
 	if err != nil {
 		return atomicbucket.Decision{}, -1, err
 	}
@@ -561,7 +601,7 @@ func (e *Engine) one(ctx context.Context, c, clamped Call, mode Mode) (atomicbuc
 		return atomicbucket.Decision{}, fmt.Errorf("%s: %w", e.b.Name(), err)
 	}
 	_, node := e.b.Place(c)
-	cctx, rt, err := e.enter(ctx)
+	cctx, rt, err := e.enter(ctx, e.own)
 	if err != nil {
 		return atomicbucket.Decision{}, err
 	}
@@ -735,7 +775,7 @@ func (e *Engine) flush(ctx context.Context, batch []*waitingCheck[Call]) {
 	send := func(pt *part) {
 		e.batches.Add(1)
 		var replies [][]Reply
-		cctx, rt, err := e.enter(ctx)
+		cctx, rt, err := e.enter(ctx, e.own)
 		if err == nil {
 			replies, err = e.b.Each(cctx, pt.groups)
 			err = e.leave(rt, ended(cctx, err))
@@ -777,7 +817,7 @@ func (e *Engine) NewLease(r *StoreRule, key string, maxBatch int64) *Lease {
 	c := Call{r, key, 0}
 	_, node := e.b.Place(c)
 	l := NewLease(func(ctx context.Context, cost, want int64, prev Settlement) (Granted, error) {
-		cctx, rt, err := e.enter(ctx)
+		cctx, rt, err := e.enter(ctx, e.own)
 		if err != nil {
 			return Granted{}, err
 		}
