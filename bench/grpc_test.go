@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -268,12 +269,28 @@ func TestGRPCImplsDecide(t *testing.T) {
 // decision and of what it puts on the wire. bare is, allowed, a server
 // without an interceptor; denied, one whose interceptor ends every call with
 // the same ResourceExhausted status and nothing else (the transport's cost
-// of a denial, which no limiter can go below).
+// of a denial, which no limiter can go below). Denied, wire-lean and
+// wire-default send limitgen's lean and default denials, made once, without
+// deciding anything (replayDenial): what their content costs the transport.
 func BenchmarkGRPCPaired(b *testing.B) {
 	for _, c := range grpcCases {
 		b.Run("case="+c.name, func(b *testing.B) {
 			var impls []pairedImpl
-			for _, im := range grpcImpls {
+			all := grpcImpls
+			if c.code != codes.OK {
+				all = append(slices.Clone(grpcImpls), []struct {
+					name string
+					make func(b testing.TB, c grpcCase) grpc.UnaryServerInterceptor
+				}{
+					{"wire-lean", func(b testing.TB, c grpcCase) grpc.UnaryServerInterceptor {
+						return replayDenial(b, c, limitgrpc.MetadataLean)
+					}},
+					{"wire-default", func(b testing.TB, c grpcCase) grpc.UnaryServerInterceptor {
+						return replayDenial(b, c, limitgrpc.MetadataDenials)
+					}},
+				}...)
+			}
+			for _, im := range all {
 				var opts []grpc.ServerOption
 				if ic := im.make(b, c); ic != nil {
 					opts = append(opts, grpc.UnaryInterceptor(ic))
@@ -300,6 +317,35 @@ func BenchmarkGRPCPaired(b *testing.B) {
 			}
 			paired(b, impls, "limitgen")
 		})
+	}
+}
+
+// replayDenial is the wire's share of limitgen's denial with metadata style:
+// an interceptor that ends every call with the status error and trailer
+// metadata limitgen's interceptor gave a denied call, made once, deciding
+// nothing. limitgen's overhead over it is what its decision costs; its own
+// over bare's is what that denial's content costs the transport, both ends.
+func replayDenial(b testing.TB, c grpcCase, style limitgrpc.MetadataStyle) grpc.UnaryServerInterceptor {
+	g, err := grpclimits.NewGRPC(grpclimits.New(), grpclimits.GRPCHooks{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	g.Config.Metadata = style
+	ic := g.UnaryInterceptor()
+	st := &serverStream{method: c.method}
+	ctx := metadata.NewIncomingContext(context.Background(), metadata.Pairs("x-user", "alice"))
+	ctx = grpc.NewContextWithServerTransportStream(ctx, st)
+	info := &grpc.UnaryServerInfo{FullMethod: c.method}
+	ic(ctx, nil, info, grpcHandler) //nolint:errcheck // takes the only token
+	st.trailer = nil
+	_, denial := ic(ctx, nil, info, grpcHandler)
+	if status.Code(denial) != c.code || len(st.trailer) == 0 {
+		b.Fatalf("limitgen's denial (%v): %v with trailer %v", style, denial, st.trailer)
+	}
+	trailer := st.trailer
+	return func(ctx context.Context, _ any, _ *grpc.UnaryServerInfo, _ grpc.UnaryHandler) (any, error) {
+		_ = grpc.SetTrailer(ctx, trailer)
+		return nil, denial
 	}
 }
 
