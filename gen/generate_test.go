@@ -2,11 +2,13 @@ package main
 
 import (
 	"bytes"
-	"github.com/limitgen/limitgen/gen/internal/emit"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/limitgen/limitgen/gen/internal/diff"
+	"github.com/limitgen/limitgen/gen/internal/emit"
 )
 
 // TestRepositoryPolicyIsGenerated regenerates the repository's policy.yaml and
@@ -21,7 +23,7 @@ func TestRepositoryPolicyIsGenerated(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(src, onDisk) {
-		t.Fatalf("generated/%s is stale; run go generate ./...\n%s", name, lineDiff("on disk", "from policy.yaml", string(onDisk), string(src)))
+		t.Fatalf("generated/%s is stale; run go generate ./...\n%s", name, diff.Lines("on disk", "from policy.yaml", string(onDisk), string(src)))
 	}
 	var stdout, stderr bytes.Buffer
 	if code := run([]string{"-policy", "../policy.yaml", "-out", "../generated", "-check"}, &stdout, &stderr); code != 0 {
@@ -304,5 +306,23 @@ func TestGRPCMetadataLean(t *testing.T) {
 	_, err = compile("grpc.yaml", []byte(strings.Replace(string(raw), "metadata: ietf", "metadata: thin", 1)))
 	if err == nil || !strings.Contains(err.Error(), "lean (a denial's status and pushback alone)") {
 		t.Errorf("metadata: thin: %v, want a refusal naming lean", err)
+	}
+}
+
+// TestGenUsageListsSimulate: gen -h names the simulate subcommand.
+func TestGenUsageListsSimulate(t *testing.T) {
+	var out bytes.Buffer
+	if code := run([]string{"-h"}, &out, &out); code != 2 || !strings.Contains(out.String(), "gen simulate -policy") {
+		t.Fatalf("gen -h: exit %d, %q", code, out.String())
+	}
+}
+
+// The ready server (-main) keeps every shared rule in the one store its flags
+// name, so a policy that puts rules on stores of their own is refused with
+// the reason, not served from the wrong store.
+func TestMainRefusesNamedStores(t *testing.T) {
+	_, err := generateMain("testdata/valid/24_shared.yaml", t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "stores of their own (audit_eu, billing)") {
+		t.Fatalf("-main for a policy naming stores: %v", err)
 	}
 }

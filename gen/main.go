@@ -27,9 +27,13 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/limitgen/limitgen/gen/internal/diff"
 	"github.com/limitgen/limitgen/gen/internal/emit"
+	"github.com/limitgen/limitgen/gen/internal/envoy"
 	"github.com/limitgen/limitgen/gen/internal/model"
+	"github.com/limitgen/limitgen/gen/internal/numbers"
 	"github.com/limitgen/limitgen/gen/internal/policy"
+	"github.com/limitgen/limitgen/gen/internal/simulate"
 )
 
 func main() {
@@ -38,13 +42,13 @@ func main() {
 
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "simulate" {
-		return simulate(args[1:], os.Stdin, stdout, stderr)
+		return simulate.Main(args[1:], os.Stdin, stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "numbers" {
-		return numbers(args[1:], stdout, stderr)
+		return numbers.Main(args[1:], stdout, stderr)
 	}
 	if len(args) > 0 && args[0] == "envoy" {
-		return envoy(args[1:], stdout, stderr)
+		return envoy.Main(args[1:], stdout, stderr)
 	}
 	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -301,7 +305,7 @@ func checkDir(dir, path string, want []byte, stdout, stderr io.Writer) int {
 		return 1
 	case !bytes.Equal(got, want):
 		fmt.Fprintf(stderr, "%s does not match the policy: run go generate ./...\n", path)
-		fmt.Fprint(stderr, lineDiff(path+" (on disk)", path+" (from the policy)", string(got), string(want)))
+		fmt.Fprint(stderr, diff.Lines(path+" (on disk)", path+" (from the policy)", string(got), string(want)))
 		stale = true
 	}
 	entries, _ := os.ReadDir(dir)

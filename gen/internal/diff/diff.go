@@ -1,14 +1,15 @@
-package main
+// Package diff shows how two texts differ, as gen -check prints it.
+package diff
 
 import (
 	"fmt"
 	"strings"
 )
 
-// lineDiff is a unified-style diff of two texts, from their longest common
+// Lines is a unified-style diff of two texts, from their longest common
 // subsequence of lines, with two lines of context. Large inputs fall back to the
 // first differing line.
-func lineDiff(nameA, nameB, a, b string) string {
+func Lines(nameA, nameB, a, b string) string {
 	x, y := strings.Split(a, "\n"), strings.Split(b, "\n")
 	var out strings.Builder
 	fmt.Fprintf(&out, "--- %s\n+++ %s\n", nameA, nameB)

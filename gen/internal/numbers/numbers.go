@@ -1,4 +1,4 @@
-package main
+package numbers
 
 import (
 	"errors"
@@ -20,7 +20,7 @@ import (
 
 // numbers checks overlay files against a policy offline, as the generated
 // package's ApplyNumbers would check them: every problem, with its position.
-func numbers(args []string, stdout, stderr io.Writer) int {
+func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gen numbers", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -47,7 +47,7 @@ func numbers(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	p := checkers(m)
+	p := Checkers(m)
 	status := 0
 	for _, name := range fs.Args() {
 		src, err := os.ReadFile(name)
@@ -68,7 +68,7 @@ func numbers(args []string, stdout, stderr io.Writer) int {
 }
 
 // checkers is m's rules as an overlay Set is checked against them.
-func checkers(m *model.Model) overlay.Policy[overlay.Checker] {
+func Checkers(m *model.Model) overlay.Policy[overlay.Checker] {
 	p := overlay.Policy[overlay.Checker]{Rules: map[string]overlay.Checker{}}
 	for _, pl := range m.Plans {
 		p.Plans = append(p.Plans, pl.Name)
@@ -127,7 +127,7 @@ func (c ruleChecker) CheckKey(key string) error {
 	bits, _ := strconv.Atoi(strings.TrimLeft(c.r.KeyType, "uint"))
 	switch {
 	case c.r.Composite():
-		_, err = canonicalKey(c.r, key)
+		_, err = CanonicalKey(c.r, key)
 	case c.r.KeyType == "string" && key == "":
 		err = fmt.Errorf("an empty key: no door checks one (a request without a key is missing_key), so its numbers would never apply")
 	case c.r.KeyType == "string":

@@ -1,4 +1,4 @@
-package main
+package simulate
 
 import (
 	"bufio"
@@ -18,8 +18,9 @@ import (
 	"github.com/limitgen/limitgen/adaptive"
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/gen/internal/model"
+	"github.com/limitgen/limitgen/gen/internal/numbers"
+	"github.com/limitgen/limitgen/gen/internal/policy"
 	"github.com/limitgen/limitgen/overlay"
-	"github.com/limitgen/limitgen/verdict"
 )
 
 // simulate replays a request log through one rule or tier of a policy and
@@ -48,13 +49,13 @@ import (
 // denied, and for a tier refunded: passed, then given back when a later rule
 // denied the request).
 //
-// Numbers can change as they would in the service (simnumbers.go): -numbers
+// Numbers can change as they would in the service (numbers.go): -numbers
 // puts an overlay file's numbers in force from the start; set, clear and
 // reset events among the log's lines (JSON) change them at their time; and
 // with -adapt RULE, health rows drive an adaptive controller (the flags are
 // adaptive.Config's) whose factor scales that rule, shown in a factor
 // column. Each event is echoed as a # line where it happened.
-func simulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gen simulate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -62,7 +63,7 @@ func simulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "Replays a request log (CSV or JSON lines) through a rule or tier and prints each decision.")
 		fs.PrintDefaults()
 	}
-	policy := fs.String("policy", "policy.yaml", "the policy file")
+	policyFile := fs.String("policy", "policy.yaml", "the policy file")
 	name := fs.String("rule", "", "the rule or tier to replay the log through (required)")
 	planName := fs.String("plan", "", "the plan, for rules that differ by plan")
 	numbersFile := fs.String("numbers", "", "an overlay file of numbers in force from the start (as gen numbers checks it)")
@@ -80,12 +81,12 @@ func simulate(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	raw, err := os.ReadFile(*policy)
+	raw, err := os.ReadFile(*policyFile)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	m, err := compile(*policy, raw)
+	m, err := policy.Compile(*policyFile, raw)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
@@ -202,7 +203,7 @@ func newSimulation(m *model.Model, name, planName string) (*simulation, error) {
 		}
 	}
 	var picked []model.Rule
-	s := &simulation{name: name, checkers: checkers(m), planName: planName}
+	s := &simulation{name: name, checkers: numbers.Checkers(m), planName: planName}
 	for _, r := range m.Rules {
 		if r.Name == name || r.GoName == name {
 			picked = []model.Rule{r}
@@ -465,7 +466,7 @@ func (s *simulation) request(line int, timeField string, keys []string, costFiel
 			// the generated API an empty key: never one bucket for them all.
 			return req, fmt.Errorf("line %d: rule %s: the key is empty; a request without a key is refused by the doors (missing_key), never limited as a client of its own", line, r.Name)
 		}
-		k, err := canonicalKey(r, keys[j])
+		k, err := numbers.CanonicalKey(r, keys[j])
 		if err != nil {
 			return req, fmt.Errorf("line %d: rule %s: %v", line, r.Name, err)
 		}
@@ -500,65 +501,6 @@ func (s *simulation) parseTime(line int, timeField string) (int64, error) {
 		return 0, fmt.Errorf("line %d: time %q is %s, but line %d's was %s; write every time one way", line, timeField, form, s.timeLine, s.timeForm)
 	}
 	return wall, nil
-}
-
-// canonicalKey checks that key is a value of the Go key type and returns its
-// canonical form.
-func canonicalKey(r model.Rule, key string) (string, error) {
-	if !r.Composite() {
-		return canonicalValue(r.KeyType, key)
-	}
-	var desc []string
-	for _, f := range r.Fields {
-		desc = append(desc, f.Name+" ("+f.Type+")")
-	}
-	fields, ok := verdict.KeyFields(key, len(r.Fields))
-	if !ok {
-		return "", fmt.Errorf("key %q is not one of rule %s: %s, comma-separated (a string's '%%', ',' and '#' as %%25, %%2C and %%23)", key, r.Name, strings.Join(desc, ", "))
-	}
-	var b []byte
-	for i, f := range r.Fields {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		if f.Type == "string" {
-			if !verdict.KeyOK(fields[i]) {
-				return "", fmt.Errorf("key %q: field %s is empty or longer than %d bytes", key, f.Name, verdict.MaxKeyLen)
-			}
-			b = verdict.AppendKeyField(b, fields[i])
-			continue
-		}
-		v, err := canonicalValue(f.Type, fields[i])
-		if err != nil {
-			return "", fmt.Errorf("key %q: field %s: %v", key, f.Name, err)
-		}
-		b = append(b, v...)
-	}
-	return string(b), nil
-}
-
-// canonicalValue checks that key is a value of a key of one value's type, and
-// returns its canonical form.
-func canonicalValue(keyType, key string) (string, error) {
-	if keyType == "string" {
-		return key, nil
-	}
-	bits := map[string]int{"int8": 8, "int16": 16, "int32": 32, "uint8": 8, "uint16": 16, "uint32": 32}[keyType]
-	if bits == 0 {
-		bits = 64 // int, uint, int64, uint64 (int and uint are 64 bits on the platforms Go supports here)
-	}
-	if strings.HasPrefix(keyType, "uint") {
-		v, err := strconv.ParseUint(key, 10, bits)
-		if err != nil {
-			return "", fmt.Errorf("key %q is not a %s (0 to %d)", key, keyType, uint64(1)<<bits-1)
-		}
-		return strconv.FormatUint(v, 10), nil
-	}
-	v, err := strconv.ParseInt(key, 10, bits)
-	if err != nil {
-		return "", fmt.Errorf("key %q is not an %s (%d to %d)", key, keyType, -(int64(1) << (bits - 1)), int64(1)<<(bits-1)-1)
-	}
-	return strconv.FormatInt(v, 10), nil
 }
 
 // shift maps the log's wall-clock times into runtime time: FromWall, plus a

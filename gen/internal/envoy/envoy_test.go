@@ -1,4 +1,4 @@
-package main
+package envoy
 
 import (
 	"bytes"
@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/limitgen/limitgen/gen/internal/policy"
 )
 
 // The checked-in translation of limitrls's envoyproxy/ratelimit fixture is
@@ -15,9 +17,9 @@ func TestEnvoyTranslationUpToDate(t *testing.T) {
 	var out, errs bytes.Buffer
 	// The translation names its source as given: run it from the
 	// repository's root, as make generate does.
-	t.Chdir("..")
+	t.Chdir(filepath.Join("..", "..", ".."))
 	in := filepath.Join("limitrls", "testdata", "envoy", "rl.yaml")
-	if code := run([]string{"envoy", "-local", "-package", "envoylimits", in}, &out, &errs); code != 0 {
+	if code := Main([]string{"-local", "-package", "envoylimits", in}, &out, &errs); code != 0 {
 		t.Fatalf("gen envoy: exit %d: %s", code, errs.String())
 	}
 	want, err := os.ReadFile(filepath.Join("limitrls", "testdata", "envoy.policy.yaml"))
@@ -86,7 +88,7 @@ func TestEnvoyTranslates(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := compile("translated", pol)
+		m, err := policy.Compile("translated", pol)
 		if err != nil {
 			t.Fatalf("%v\n%s", err, pol)
 		}
@@ -105,15 +107,5 @@ func TestEnvoyTranslates(t *testing.T) {
 		if len(s.Routes) != 3 || s.Routes[1].Mode != "Shadow" || s.Domains[0].Match[0] != 1 || !s.Routes[2].Unlimited {
 			t.Errorf("patterns %+v, match order %v\n%s", s.Routes, s.Domains[0].Match, pol)
 		}
-	}
-}
-
-// The ready server (-main) keeps every shared rule in the one store its flags
-// name, so a policy that puts rules on stores of their own is refused with
-// the reason, not served from the wrong store.
-func TestMainRefusesNamedStores(t *testing.T) {
-	_, err := generateMain("testdata/valid/24_shared.yaml", t.TempDir())
-	if err == nil || !strings.Contains(err.Error(), "stores of their own (audit_eu, billing)") {
-		t.Fatalf("-main for a policy naming stores: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package simulate
 
 import (
 	"encoding/json"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/limitgen/limitgen/adaptive"
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/gen/internal/numbers"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/overlay/yamlfile"
 )
@@ -204,7 +205,7 @@ func (s *simulation) target(e simEvent) (*simRule, error) {
 			return nil, fmt.Errorf("line %d: %s: a key's numbers are on every plan: give no plan", e.line, e.kind)
 		}
 		// A window's reset takes a key, which its numbers do not (the
-		// event applies canonicalKey's check instead).
+		// event applies numbers.CanonicalKey's check instead).
 		if err := checker.CheckKey(*e.key); err != nil && !(e.kind == "reset" && r != nil && r.nums == nil) {
 			return nil, fmt.Errorf("line %d: %s: key %q: %v", e.line, e.kind, *e.key, err)
 		}
@@ -257,7 +258,7 @@ func (s *simulation) event(e simEvent, now atomicbucket.Time) (string, error) {
 	}
 	if r.nums == nil && e.kind == "reset" { // a window emptied, as Reset empties it
 		if r.wtable != nil {
-			k, err := canonicalKey(r.rule, *e.key)
+			k, err := numbers.CanonicalKey(r.rule, *e.key)
 			if err != nil {
 				return "", fmt.Errorf("line %d: %v", e.line, err)
 			}
@@ -389,7 +390,7 @@ func (s *simulation) loadOverlay(name string) error {
 			case e.HasKey && r.nums == nil: // overlay.Check refuses a window key's own numbers
 				return fmt.Errorf("%s: rule %s is a window rule: its numbers are the whole rule's", e.Pos, r.rule.Name)
 			case e.HasKey:
-				k, err := canonicalKey(r.rule, e.Key)
+				k, err := numbers.CanonicalKey(r.rule, e.Key)
 				if err != nil {
 					return fmt.Errorf("%s: %v", e.Pos, err)
 				}

@@ -1,4 +1,4 @@
-package main
+package numbers
 
 import (
 	"bytes"
@@ -16,17 +16,17 @@ func TestNumbersCommand(t *testing.T) {
 	file := tempFiles(t)
 	good := file("good.yaml", "rules:\n  PerUser:\n    plans: {pro: {rate: 200/min, burst: 200}}\n    keys: {acme: {rate: 1000/min, burst: 1000}}\n  Login: {rate: 10/min, burst: 10}\n")
 	bad := file("bad.yaml", "rules:\n  PerUser:\n    keys: {acme: {rate: 1000000000/s, burst: 5000000000000000}}\n  Login:\n    plans: {pro: {rate: 1/s, burst: 1}}\n  Global: {rate: 0.5/s, burst: 0}\n")
-	policy := filepath.Join("..", "examples", "quickstart", "policy.yaml")
+	policy := filepath.Join("..", "..", "..", "examples", "quickstart", "policy.yaml")
 
 	var out, errs bytes.Buffer
-	if code := run([]string{"numbers", "-policy", policy, good}, &out, &errs); code != 0 {
+	if code := Main([]string{"-policy", policy, good}, &out, &errs); code != 0 {
 		t.Fatalf("a good file: exit %d: %s", code, errs.String())
 	}
 	if !strings.Contains(out.String(), "good.yaml: 3 entries, all good") {
 		t.Errorf("a good file: %q", out.String())
 	}
 	out.Reset()
-	if code := run([]string{"numbers", "-policy", policy, good, bad}, &out, &errs); code != 1 {
+	if code := Main([]string{"-policy", policy, good, bad}, &out, &errs); code != 1 {
 		t.Fatalf("a bad file: exit %d", code)
 	}
 	for _, msg := range []string{
@@ -38,7 +38,7 @@ func TestNumbersCommand(t *testing.T) {
 	}
 	fixed := file("bad2.yaml", "rules:\n  PerUser:\n    keys: {acme: {rate: 1000000000/s, burst: 5000000000000000}}\n  Login:\n    plans: {pro: {rate: 1/s, burst: 1}}\n")
 	errs.Reset()
-	if code := run([]string{"numbers", "-policy", policy, fixed}, &out, &errs); code != 1 {
+	if code := Main([]string{"-policy", policy, fixed}, &out, &errs); code != 1 {
 		t.Fatalf("a file the policy refuses: exit %d", code)
 	}
 	for _, msg := range []string{
@@ -52,11 +52,11 @@ func TestNumbersCommand(t *testing.T) {
 	// A burst below the cost of a request, as the generator refuses it.
 	upload := file("upload.yaml", "rules:\n  Upload: {rate: 100/s, burst: 9}\n")
 	errs.Reset()
-	if code := run([]string{"numbers", "-policy", filepath.Join("..", "policy.yaml"), upload}, &out, &errs); code != 1 ||
+	if code := Main([]string{"-policy", filepath.Join("..", "..", "..", "policy.yaml"), upload}, &out, &errs); code != 1 ||
 		!strings.Contains(errs.String(), "upload.yaml:2:11: rule Upload: atomicbucket: invalid limit: burst 9 is below the cost 10 of one request") {
 		t.Errorf("a burst below Upload's cost of 10: exit %d, %q", code, errs.String())
 	}
-	if code := run([]string{"numbers", "-policy", policy}, &out, &errs); code != 2 {
+	if code := Main([]string{"-policy", policy}, &out, &errs); code != 2 {
 		t.Errorf("no file: exit %d, want 2 (usage)", code)
 	}
 }
@@ -67,15 +67,15 @@ func TestNumbersCommand(t *testing.T) {
 // policy's limits.
 func TestNumbersCommandWindows(t *testing.T) {
 	file := tempFiles(t)
-	policy := filepath.Join("testdata", "valid", "26_shared_windows.yaml")
+	policy := filepath.Join("..", "..", "testdata", "valid", "26_shared_windows.yaml")
 	var out, errs bytes.Buffer
 	good := file("good.yaml", "rules:\n  Quota: {rate: 80/h, burst: 80}\n")
-	if code := run([]string{"numbers", "-policy", policy, good}, &out, &errs); code != 0 {
+	if code := Main([]string{"-policy", policy, good}, &out, &errs); code != 0 {
 		t.Fatalf("a shared window's new limit: exit %d: %s", code, errs.String())
 	}
 	odd := file("odd.yaml", "rules:\n  Quota: {rate: 100 per 50002us, burst: 100}\n")
 	errs.Reset()
-	if code := run([]string{"numbers", "-policy", policy, odd}, &out, &errs); code != 1 || !strings.Contains(errs.String(), "sixteenths are whole microseconds") {
+	if code := Main([]string{"-policy", policy, odd}, &out, &errs); code != 1 || !strings.Contains(errs.String(), "sixteenths are whole microseconds") {
 		t.Errorf("a shared counted window of 50.002 ms: exit %d, %q", code, errs.String())
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package envoy
 
 // gen envoy: envoyproxy/ratelimit's configuration, translated into a policy.
 //
@@ -31,6 +31,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/limitgen/limitgen/gen/internal/policy"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -70,7 +71,7 @@ type envoyError struct {
 func (e envoyError) Error() string { return fmt.Sprintf("%s:%d:%d: %s", e.file, e.line, e.col, e.msg) }
 
 // envoy is `gen envoy`.
-func envoy(args []string, stdout, stderr io.Writer) int {
+func Main(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gen envoy", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -118,7 +119,7 @@ func envoy(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	if _, err := compile("translated", src); err != nil { // what was translated must be a valid policy
+	if _, err := policy.Compile("translated", src); err != nil { // what was translated must be a valid policy
 		fmt.Fprintf(stderr, "gen envoy: the translation is not a valid policy (a bug in gen envoy):\n%v\n", err)
 		return 1
 	}

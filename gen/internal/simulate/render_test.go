@@ -1,4 +1,4 @@
-package main
+package simulate
 
 import (
 	"context"
@@ -99,7 +99,7 @@ func renderInBrowser(t *testing.T, page string, got *readSeries, name string) {
 	if withDenied != len(denying) {
 		t.Errorf("the screenshot shows denied bars in %d bands, the page has %d rules that denied (%v)", withDenied, len(denying), denying)
 	}
-	if root, err := filepath.Abs(".."); err == nil {
+	if root, err := filepath.Abs(filepath.Join("..", "..", "..")); err == nil {
 		keep := filepath.Join(root, "artefacts", "simulate-"+name+".png")
 		if err := os.MkdirAll(filepath.Dir(keep), 0o755); err == nil {
 			if raw, err := os.ReadFile(shot); err == nil && os.WriteFile(keep, raw, 0o644) == nil {

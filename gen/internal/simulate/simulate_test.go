@@ -1,4 +1,4 @@
-package main
+package simulate
 
 import (
 	"bytes"
@@ -17,12 +17,13 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/gen/internal/model"
+	"github.com/limitgen/limitgen/gen/internal/numbers"
 )
 
 func runSimulate(t *testing.T, args []string, log string) (string, string, int) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	code := simulate(args, strings.NewReader(log), &stdout, &stderr)
+	code := Main(args, strings.NewReader(log), &stdout, &stderr)
 	return stdout.String(), stderr.String(), code
 }
 
@@ -34,7 +35,7 @@ func runSimulate(t *testing.T, args []string, log string) (string, string, int) 
 func TestSimulateRule(t *testing.T) {
 	log := "# time,key,cost\n0,alice\n100000000,alice\n200000000,alice,3\n" +
 		`{"time": 300000000, "key": "bob"}` + "\n10000000000,alice,3\n"
-	out, errOut, code := runSimulate(t, []string{"-policy", "../policy.yaml", "-rule", "Login"}, log)
+	out, errOut, code := runSimulate(t, []string{"-policy", "../../../policy.yaml", "-rule", "Login"}, log)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -63,7 +64,7 @@ func TestSimulateTier(t *testing.T) {
 		log.WriteString(`{"time": "2026-11-21T10:00:00Z", "key": "alice|7"}` + "\n")
 	}
 	log.WriteString("2026-11-21T10:00:00.1Z,alice|7\n")
-	out, errOut, code := runSimulate(t, []string{"-policy", "../policy.yaml", "-rule", "API", "-plan", "free"}, log.String())
+	out, errOut, code := runSimulate(t, []string{"-policy", "../../../policy.yaml", "-rule", "API", "-plan", "free"}, log.String())
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -81,11 +82,11 @@ func TestSimulateTier(t *testing.T) {
 	}
 	// A key column a keyed rule, whatever the log's form: keys with a | in
 	// them replay as they were (joined as alice|7 they would not).
-	again, errOut, code := runSimulate(t, []string{"-policy", "../policy.yaml", "-rule", "API", "-plan", "free"}, out)
+	again, errOut, code := runSimulate(t, []string{"-policy", "../../../policy.yaml", "-rule", "API", "-plan", "free"}, out)
 	if code != 0 || again != out {
 		t.Errorf("fed back in: exit %d, %s\n%s", code, errOut, again)
 	}
-	one, errOut, code := runSimulate(t, []string{"-policy", "../policy.yaml", "-rule", "PerUser", "-plan", "free"}, "0,a|b\n")
+	one, errOut, code := runSimulate(t, []string{"-policy", "../../../policy.yaml", "-rule", "PerUser", "-plan", "free"}, "0,a|b\n")
 	if code != 0 || !strings.Contains(one, "\n0,a|b,,true,") {
 		t.Errorf("a key with a | on one rule: exit %d, %s\n%s", code, errOut, one)
 	}
@@ -108,7 +109,7 @@ func TestSimulateTierRefunds(t *testing.T) {
 		}
 	}
 	log.WriteString("0,u4|7\n")
-	out, errOut, code := runSimulate(t, []string{"-policy", "../policy.yaml", "-rule", "API", "-plan", "free"}, log.String())
+	out, errOut, code := runSimulate(t, []string{"-policy", "../../../policy.yaml", "-rule", "API", "-plan", "free"}, log.String())
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -135,26 +136,26 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 		log  string
 		want string
 	}{
-		{[]string{"-policy", "../policy.yaml", "-rule", "Nope"}, "0,a\n", `no rule or tier named "Nope"; the rules are PerUser, PerEndpoint, Login, DailyExport, Upload, TenantUser, Global; the tiers are API`},
-		{[]string{"-policy", "../policy.yaml"}, "0,a\n", "-rule is required: the rules are PerUser,"},
-		{[]string{"-policy", "../policy.yaml", "-rule", "PerEndpoint"}, "0,99999999999999999999\n", `line 1: rule PerEndpoint: key "99999999999999999999" is not an int64`},
-		{[]string{"-policy", "../policy.yaml", "-rule", "DailyExport"}, "# a comment\n0,-1\n", `line 2: rule DailyExport: key "-1" is not a uint64 (0 to 18446744073709551615)`},
-		{[]string{"-policy", "../policy.yaml", "-rule", "Login"}, "0,a\n1,\"b\n", "simulate: line 2: extraneous or missing \" in quoted-field\n"},
-		{[]string{"-policy", "../policy.yaml", "-rule", "API", "-plan", "free"}, "time,PerUser,cost\n0,a,1\n", "line 1: the header has no key column for rule PerEndpoint"},
-		{[]string{"-policy", "../policy.yaml", "-rule", "PerUser"}, "0,a\n", "differs by plan: give -plan"},
-		{[]string{"-policy", "../policy.yaml", "-rule", "PerUser", "-plan", "gold"}, "0,a\n", `no plan "gold"`},
-		{[]string{"-policy", "../policy.yaml", "-rule", "PerEndpoint"}, "0,seven\n", `line 1: rule PerEndpoint: key "seven" is not an int64`},
-		{[]string{"-policy", "../policy.yaml", "-rule", "Login"}, "yesterday,a\n", "neither nanoseconds nor RFC 3339"},
-		{[]string{"-policy", "../policy.yaml", "-rule", "Login"}, "0,a,lots\n", `cost "lots" is not a whole number`},
-		{[]string{"-policy", "../policy.yaml", "-rule", "Login"}, "", "no requests"},
-		{[]string{"-policy", "../policy.yaml", "-rule", "API", "-plan", "free"}, "0,a|b|c|d\n", "4 keys for 2 keyed rules"},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "Nope"}, "0,a\n", `no rule or tier named "Nope"; the rules are PerUser, PerEndpoint, Login, DailyExport, Upload, TenantUser, Global; the tiers are API`},
+		{[]string{"-policy", "../../../policy.yaml"}, "0,a\n", "-rule is required: the rules are PerUser,"},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "PerEndpoint"}, "0,99999999999999999999\n", `line 1: rule PerEndpoint: key "99999999999999999999" is not an int64`},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "DailyExport"}, "# a comment\n0,-1\n", `line 2: rule DailyExport: key "-1" is not a uint64 (0 to 18446744073709551615)`},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "Login"}, "0,a\n1,\"b\n", "simulate: line 2: extraneous or missing \" in quoted-field\n"},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "API", "-plan", "free"}, "time,PerUser,cost\n0,a,1\n", "line 1: the header has no key column for rule PerEndpoint"},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "PerUser"}, "0,a\n", "differs by plan: give -plan"},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "PerUser", "-plan", "gold"}, "0,a\n", `no plan "gold"`},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "PerEndpoint"}, "0,seven\n", `line 1: rule PerEndpoint: key "seven" is not an int64`},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "Login"}, "yesterday,a\n", "neither nanoseconds nor RFC 3339"},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "Login"}, "0,a,lots\n", `cost "lots" is not a whole number`},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "Login"}, "", "no requests"},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "API", "-plan", "free"}, "0,a|b|c|d\n", "4 keys for 2 keyed rules"},
 		// An empty key was decided as a client of its own; every door refuses it.
-		{[]string{"-policy", "../policy.yaml", "-rule", "Login"}, "0,a\n1,\n", "line 2: rule Login: the key is empty"},
-		{[]string{"-policy", "../policy.yaml", "-rule", "API", "-plan", "free"}, "time,PerUser,PerEndpoint\n0,,7\n", "line 2: rule PerUser: the key is empty"},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "Login"}, "0,a\n1,\n", "line 2: rule Login: the key is empty"},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "API", "-plan", "free"}, "time,PerUser,PerEndpoint\n0,,7\n", "line 2: rule PerUser: the key is empty"},
 		// One time form a log: before, a 1 after RFC 3339 times was read as 1970
 		// and judged against the bucket's later state (a retry of 3,598 s).
-		{[]string{"-policy", "../policy.yaml", "-rule", "Login"}, "2026-11-21T10:00:00Z,a\n1,a\n", `line 2: time "1" is Unix nanoseconds, but line 1's was RFC 3339`},
-		{[]string{"-policy", "../policy.yaml", "-rule", "Login"}, "time,key\n5,a\n2026-11-21T10:00:00Z,a\n", `line 3: time "2026-11-21T10:00:00Z" is RFC 3339, but line 2's was Unix nanoseconds`},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "Login"}, "2026-11-21T10:00:00Z,a\n1,a\n", `line 2: time "1" is Unix nanoseconds, but line 1's was RFC 3339`},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "Login"}, "time,key\n5,a\n2026-11-21T10:00:00Z,a\n", `line 3: time "2026-11-21T10:00:00Z" is RFC 3339, but line 2's was Unix nanoseconds`},
 	} {
 		_, errOut, code := runSimulate(t, c.args, c.log)
 		if code == 0 || !strings.Contains(errOut, c.want) {
@@ -174,7 +175,7 @@ func TestSimulateColumnsAndRoundTrip(t *testing.T) {
 		"2026-11-21T10:00:00Z,alice,007,49\n" +
 		`{"time": "2026-11-21T10:00:00Z", "keys": {"PerUser": "alice", "PerEndpoint": 7}}` + "\n" +
 		"2026-11-21T10:00:00.1Z,bob,8,2\n"
-	args := []string{"-policy", "../policy.yaml", "-rule", "API", "-plan", "free"}
+	args := []string{"-policy", "../../../policy.yaml", "-rule", "API", "-plan", "free"}
 	out, errOut, code := runSimulate(t, args, log)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -191,14 +192,6 @@ func TestSimulateColumnsAndRoundTrip(t *testing.T) {
 	again, errOut, code := runSimulate(t, args, out)
 	if code != 0 || again != out {
 		t.Fatalf("fed back in: exit %d, %s\n%s\nwant the same output:\n%s", code, errOut, again, out)
-	}
-}
-
-// TestGenUsageListsSimulate: gen -h names the simulate subcommand.
-func TestGenUsageListsSimulate(t *testing.T) {
-	var out bytes.Buffer
-	if code := run([]string{"-h"}, &out, &out); code != 2 || !strings.Contains(out.String(), "gen simulate -policy") {
-		t.Fatalf("gen -h: exit %d, %q", code, out.String())
 	}
 }
 
@@ -222,7 +215,7 @@ func TestSimulateNumbers(t *testing.T) {
 		`{"time": 0, "set": {"plan": "pro", "rate": "1/s", "burst": 1}}` + "\n" + // another plan: skipped
 		`{"time": 500000000, "set": {"rate": "10/s", "burst": 10}}` + "\n" +
 		"500000000,alice\n" // 1 held at 0, + 0.5 s at 1/s = 1.5, into 10/s burst 10: 1.5 − 1
-	out, errOut, code := runSimulate(t, []string{"-policy", "../policy.yaml", "-rule", "PerUser", "-plan", "free", "-numbers", numbers}, log)
+	out, errOut, code := runSimulate(t, []string{"-policy", "../../../policy.yaml", "-rule", "PerUser", "-plan", "free", "-numbers", numbers}, log)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -254,7 +247,7 @@ func TestSimulateNumbers(t *testing.T) {
 		t.Fatalf("got:\n%s\nwant:\n%s", out, want)
 	}
 	// The output replays to the same decisions: the events are in it.
-	args := []string{"-policy", "../policy.yaml", "-rule", "PerUser", "-plan", "free", "-numbers", numbers}
+	args := []string{"-policy", "../../../policy.yaml", "-rule", "PerUser", "-plan", "free", "-numbers", numbers}
 	if again, errOut, code := runSimulate(t, args, out); code != 0 || again != out {
 		t.Errorf("fed back in: exit %d, %s\n%s", code, errOut, again)
 	}
@@ -270,7 +263,7 @@ func TestSimulateAdaptive(t *testing.T) {
 		`{"time": 1000000000, "health": {"samples": 0}}` + "\n" + // too few: holds
 		`{"time": 2000000000, "health": {"samples": 10, "latency": "20ms"}}` + "\n" + // healthy: 1, the policy's
 		"9200000000,alice\n"
-	args := []string{"-policy", "../policy.yaml", "-rule", "Login", "-adapt", "Login", "-latency", "100ms", "-min-samples", "1", "-increase", "0.5", "-scale-burst"}
+	args := []string{"-policy", "../../../policy.yaml", "-rule", "Login", "-adapt", "Login", "-latency", "100ms", "-min-samples", "1", "-increase", "0.5", "-scale-burst"}
 	out, errOut, code := runSimulate(t, args, log)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -322,7 +315,7 @@ func TestSimulateBadEvents(t *testing.T) {
 		{[]string{"-adapt", "Login"}, "0,alice\n", "-adapt: adaptive: invalid config: no target"},
 		{[]string{"-adapt", "Login", "-latency", "1s", "-decrease", "1.5"}, "0,alice\n", "Decrease 1.5 is not in (0, 1)"},
 	} {
-		args := append([]string{"-policy", "../policy.yaml", "-rule", "Login"}, c.args...)
+		args := append([]string{"-policy", "../../../policy.yaml", "-rule", "Login"}, c.args...)
 		_, errOut, code := runSimulate(t, args, c.log+"\n")
 		if code == 0 || !strings.Contains(errOut, c.msg) {
 			t.Errorf("%v %q: exit %d, %q; want %q", c.args, c.log, code, errOut, c.msg)
@@ -336,12 +329,12 @@ func TestSimulateBadEvents(t *testing.T) {
 func TestCanonicalCompositeKey(t *testing.T) {
 	r := model.Rule{Name: "TenantUser", KeyType: "TenantUserKey", Fields: []model.KeyField{{Name: "tenant", GoName: "Tenant", Type: "string"}, {Name: "user", GoName: "User", Type: "uint16"}}}
 	for in, want := range map[string]string{"acme,7": "acme,7", "acme,007": "acme,7", "a%2cb,7": "a%2Cb,7", "a%25,65535": "a%25,65535"} {
-		if got, err := canonicalKey(r, in); err != nil || got != want {
+		if got, err := numbers.CanonicalKey(r, in); err != nil || got != want {
 			t.Errorf("%q: %q, %v; want %q", in, got, err, want)
 		}
 	}
 	for _, in := range []string{"acme", "acme,7,8", ",7", "acme,-1", "acme,65536", "acme,x", "a#b,7", "a%zz,7"} {
-		if got, err := canonicalKey(r, in); err == nil {
+		if got, err := numbers.CanonicalKey(r, in); err == nil {
 			t.Errorf("%q: %q, want it refused", in, got)
 		}
 	}
@@ -355,7 +348,7 @@ func TestSimulateCompositeKey(t *testing.T) {
 	if err := os.WriteFile(numbers, []byte("rules:\n  TenantUser:\n    rate: 30/min\n    burst: 5\n    keys:\n      \"acme,8\": {rate: 1/min, burst: 1}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, errOut, code := runSimulate(t, []string{"-policy", "../policy.yaml", "-rule", "TenantUser", "-numbers", numbers},
+	out, errOut, code := runSimulate(t, []string{"-policy", "../../../policy.yaml", "-rule", "TenantUser", "-numbers", numbers},
 		"0,\"acme,7\"\n0,\"acme,007\"\n0,\"acme,8\"\n0,\"acme,8\"\n0,\"a%2Cb,7\"\n")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -415,7 +408,7 @@ func TestSimulateHTML(t *testing.T) {
 	for _, c := range []struct{ rule, plan string }{{"PerUser", "free"}, {"API", "free"}} {
 		t.Run(c.rule, func(t *testing.T) {
 			page := filepath.Join(t.TempDir(), "report.html")
-			args := []string{"-policy", "../policy.yaml", "-rule", c.rule, "-plan", c.plan, "-html", page}
+			args := []string{"-policy", "../../../policy.yaml", "-rule", c.rule, "-plan", c.plan, "-html", page}
 			out, errOut, code := runSimulate(t, args, makeLog(c.rule == "API"))
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, errOut)
@@ -672,7 +665,7 @@ func TestSimulateHTMLHostileKeys(t *testing.T) {
 		}
 	}
 	page := filepath.Join(t.TempDir(), "report.html")
-	_, errOut, code := runSimulate(t, []string{"-policy", "../policy.yaml", "-rule", "Login", "-html", page}, log.String())
+	_, errOut, code := runSimulate(t, []string{"-policy", "../../../policy.yaml", "-rule", "Login", "-html", page}, log.String())
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -706,7 +699,7 @@ func TestSimulateWindow(t *testing.T) {
 		"0,a,2\n1000000000,a,3\n2000000000,a,1\n3000000000,b,5\n" +
 		"10000000000,a,1\n" + // 999 ns before the 2 at 0 leave
 		"10001000000,a,2\n11001000000,a,3\n11002000000,a,1\n"
-	out, errOut, code := runSimulate(t, []string{"-policy", "testdata/valid/25_windows.yaml", "-rule", "Burst"}, log)
+	out, errOut, code := runSimulate(t, []string{"-policy", "../../testdata/valid/25_windows.yaml", "-rule", "Burst"}, log)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -735,7 +728,7 @@ func TestSimulateWindow(t *testing.T) {
 	// summary counts as passed by Daily and PerUser and then denied
 	// (refunded: they took nothing).
 	log = "time,key\n0,u\n10000000,u\n20000000,u\n30000000,u\n600000000,u\n"
-	out, errOut, code = runSimulate(t, []string{"-policy", "testdata/valid/25_windows.yaml", "-rule", "API"}, log)
+	out, errOut, code = runSimulate(t, []string{"-policy", "../../testdata/valid/25_windows.yaml", "-rule", "API"}, log)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
@@ -752,7 +745,7 @@ func TestSimulateWindow(t *testing.T) {
 	}
 	// Numbers change: Burst becomes 2 in any 10 s at 0; the third request
 	// in the window is denied until the first leaves (10 s + 999 ns).
-	out, errOut, code = runSimulate(t, []string{"-policy", "testdata/valid/25_windows.yaml", "-rule", "Burst"},
+	out, errOut, code = runSimulate(t, []string{"-policy", "../../testdata/valid/25_windows.yaml", "-rule", "Burst"},
 		`{"time": 0, "set": {"rule": "Burst", "rate": "2/10s", "burst": 2}}`+"\n0,a\n1000000000,a\n2000000000,a\n")
 	if code != 0 {
 		t.Fatalf("a number change of a window: exit %d: %s", code, errOut)
@@ -766,16 +759,16 @@ func TestSimulateWindow(t *testing.T) {
 	if err := os.WriteFile(numbers, []byte("rules:\n  Burst:\n    rate: 2/10s\n    burst: 2\n  Site:\n    rate: 1/500ms\n    burst: 1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	out, errOut, code = runSimulate(t, []string{"-policy", "testdata/valid/25_windows.yaml", "-rule", "Burst", "-numbers", numbers}, "0,a\n1000000000,a\n2000000000,a\n")
+	out, errOut, code = runSimulate(t, []string{"-policy", "../../testdata/valid/25_windows.yaml", "-rule", "Burst", "-numbers", numbers}, "0,a\n1000000000,a\n2000000000,a\n")
 	if code != 0 || !strings.Contains(out, "1000000000,a,,true,0,0\n") || !strings.Contains(out, "2000000000,a,,false,0,8000000999\n") {
 		t.Errorf("-numbers for a keyed window: exit %d, %s\n%s", code, errOut, out)
 	}
-	out, errOut, code = runSimulate(t, []string{"-policy", "testdata/valid/25_windows.yaml", "-rule", "Site", "-numbers", numbers}, "0,\n1000,\n")
+	out, errOut, code = runSimulate(t, []string{"-policy", "../../testdata/valid/25_windows.yaml", "-rule", "Site", "-numbers", numbers}, "0,\n1000,\n")
 	if code != 0 || !strings.Contains(out, "0,,,true,0,0\n") || !strings.Contains(out, "1000,,,false,") {
 		t.Errorf("-numbers for a global window: exit %d, %s\n%s", code, errOut, out)
 	}
 	// A reset empties a key's window, as Reset does: 5 of 5, a reset, 5 more.
-	out, errOut, code = runSimulate(t, []string{"-policy", "testdata/valid/25_windows.yaml", "-rule", "Burst"},
+	out, errOut, code = runSimulate(t, []string{"-policy", "../../testdata/valid/25_windows.yaml", "-rule", "Burst"},
 		"0,a,5\n1000,a,1\n"+`{"time": 2000, "reset": {"rule": "Burst", "key": "a"}}`+"\n3000,a,5\n4000,a,1\n")
 	if code != 0 || !strings.Contains(out, "1000,a,1,false,") || !strings.Contains(out, "3000,a,5,true,0,0\n") || !strings.Contains(out, "4000,a,1,false,") {
 		t.Errorf("a reset of a window: exit %d, %s\n%s", code, errOut, out)
@@ -784,7 +777,7 @@ func TestSimulateWindow(t *testing.T) {
 		{`{"time": 0, "set": {"rule": "Burst", "key": "a", "rate": "2/10s", "burst": 2}}`, "for every key"},
 		{`{"time": 0, "set": {"rule": "Burst", "rate": "2/10s", "burst": 3}}`, "limit as burst"},
 	} {
-		_, errOut, code = runSimulate(t, []string{"-policy", "testdata/valid/25_windows.yaml", "-rule", "Burst"}, c.event+"\n0,a\n")
+		_, errOut, code = runSimulate(t, []string{"-policy", "../../testdata/valid/25_windows.yaml", "-rule", "Burst"}, c.event+"\n0,a\n")
 		if code == 0 || !strings.Contains(errOut, c.want) {
 			t.Errorf("%s: exit %d, %q; want a refusal saying %q", c.event, code, errOut, c.want)
 		}
