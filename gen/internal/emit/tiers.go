@@ -1,0 +1,498 @@
+package emit
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/dave/jennifer/jen"
+	"github.com/limitgen/limitgen/gen/internal/model"
+)
+
+func emitTierDecision() jen.Code {
+	return jen.Line().
+		Comment("TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every").Line().
+		Comment("rule allowed, of the most constraining one (the fewest tokens remaining; the first on a tie).").Line().
+		Type().Id("TierDecision").Struct(
+		rt("Decision"),
+		jen.Id("Rule").Id("RuleName").Comment("the rule whose decision this is"),
+		jen.Id("DeniedBy").Id("RuleName").Comment("the rule that denied; zero when allowed"),
+	).Line()
+}
+
+func emitTier(m *model.Model, t model.Tier) jen.Code {
+	planned := false
+	for _, ri := range t.Rules {
+		planned = planned || m.Rules[ri].Planned
+	}
+	// The tier's parameters: the plan when a rule differs by plan, then one key
+	// per keyed rule; the forms add now and cost.
+	var names []string
+	var types []jen.Code
+	if planned {
+		names, types = append(names, "plan"), append(types, jen.Id("Plan"))
+	}
+	for _, ri := range t.Rules {
+		if r := m.Rules[ri]; r.KeyType != "" {
+			names, types = append(names, r.Unexported()+"Key"), append(types, jen.Id(r.KeyType))
+		}
+	}
+	decl := func(extra ...string) []jen.Code {
+		var out []jen.Code
+		for i, n := range append(append([]string{}, names...), extra...) {
+			switch {
+			case i < len(names):
+				out = append(out, jen.Id(n).Add(types[i]))
+			case n == "now":
+				out = append(out, jen.Id(n).Add(rt("Time")))
+			default:
+				out = append(out, jen.Id(n).Int64())
+			}
+		}
+		return out
+	}
+	use := func(extra ...jen.Code) []jen.Code {
+		var out []jen.Code
+		for _, n := range names {
+			out = append(out, jen.Id(n))
+		}
+		return append(out, extra...)
+	}
+	forms := []struct {
+		name, doc string
+		extra     []string   // parameters after the keys
+		core      []jen.Code // the core's now, cost and defaults
+	}{
+		{t.GoName, t.Doc, nil, []jen.Code{rt("Now").Call(), jen.Lit(0), jen.True()}},
+		{t.NName(), fmt.Sprintf("%s is %s with a cost every rule is charged instead of its default.", t.NName(), t.GoName),
+			[]string{"cost"}, []jen.Code{rt("Now").Call(), jen.Id("cost"), jen.False()}},
+		{t.AtName(), fmt.Sprintf("%s is %s at time now.", t.AtName(), t.GoName), []string{"now"}, []jen.Code{jen.Id("now"), jen.Lit(0), jen.True()}},
+		{t.NAtName(), fmt.Sprintf("%s is %s at time now.", t.NAtName(), t.NName()), []string{"now", "cost"}, []jen.Code{jen.Id("now"), jen.Id("cost"), jen.False()}},
+	}
+	if t.Shared {
+		// The store forms take the tier's names (emitSharedTier); these, which
+		// decide in this process only, are named so, and only on Limits.
+		local := fmt.Sprintf(" It decides in this process only, with the whole limits, on the rules' Local limiters: the "+
+			"store's tier is %s.", t.GoName)
+		forms[0].name, forms[0].doc = t.LocalName(), fmt.Sprintf("%s checks a request against %s as %s does.%s",
+			t.LocalName(), strings.Join(tierRuleNames(m, t), ", "), t.GoName, local)
+		forms[1].name, forms[1].doc = t.LocalNName(), fmt.Sprintf("%s is %s with a cost every rule is charged instead of its default.", t.LocalNName(), t.LocalName())
+		forms[2].name, forms[2].doc = t.LocalAtName(), fmt.Sprintf("%s is %s at time now.", t.LocalAtName(), t.LocalName())
+		forms[3].name, forms[3].doc = t.LocalNAtName(), fmt.Sprintf("%s is %s at time now.", t.LocalNAtName(), t.LocalNName())
+	}
+	g := jen.Line()
+	for _, f := range forms {
+		var fargs []jen.Code
+		for _, n := range f.extra {
+			fargs = append(fargs, jen.Id(n))
+		}
+		fparams := decl(f.extra...)
+		if !t.Shared {
+			g.Add(comment(f.doc + " It uses Default."))
+			g.Func().Id(f.name).Params(fparams...).Id("TierDecision").Block(
+				jen.Return(jen.Id("Default").Dot(f.name).Call(use(fargs...)...))).Line().Line()
+		}
+		g.Add(comment(f.doc))
+		g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(f.name).Params(fparams...).Id("TierDecision").Block(
+			jen.Return(jen.Id("l").Dot(t.CoreName()).Call(use(f.core...)...))).Line().Line()
+	}
+
+	// The one implementation per tier: each rule in order, all or nothing.
+	g.Add(comment(fmt.Sprintf("%s is %s with each rule charged cost, or its own default cost when defaults is set. "+
+		"It is atomicbucket.TierAt unrolled, with typed calls: keep the two in step.", t.CoreName(), t.GoName)))
+	var body []jen.Code
+	if planned {
+		first := m.Rules[t.Rules[0]]
+		for _, ri := range t.Rules {
+			if m.Rules[ri].Planned {
+				first = m.Rules[ri]
+				break
+			}
+		}
+		body = append(body, jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(jen.Id("TierDecision").Add(fields(
+			field("Decision", rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})),
+			field("Rule", jen.Id(first.RuleConst())), field("DeniedBy", jen.Id(first.RuleConst())))))))
+	}
+	callArgs := tierCallArgs
+	var cs, costs, defaults []jen.Code
+	for i, ri := range t.Rules {
+		cs = append(cs, jen.Id(fmt.Sprintf("c%d", i)))
+		costs = append(costs, jen.Id("cost"))
+		defaults = append(defaults, costExpr(m.Rules[ri]))
+	}
+	body = append(body, jen.List(cs...).Op(":=").List(costs...),
+		jen.If(jen.Id("defaults")).Block(jen.List(cs...).Op("=").List(defaults...)))
+	limiter := func(r model.Rule) *jen.Statement { // the rule's process-local limiter
+		if r.Shared {
+			return jen.Id("l").Dot(r.GoName).Dot("local")
+		}
+		return jen.Id("l").Dot(r.GoName)
+	}
+	denied := func(d jen.Code, r model.Rule) jen.Code {
+		return jen.Return(jen.Id("TierDecision").Add(fields(
+			field("Decision", d), field("Rule", jen.Id(r.RuleConst())), field("DeniedBy", jen.Id(r.RuleConst())))))
+	}
+	// Windows cannot give back what they take: each is looked at before
+	// anything is taken, and taken from last (atomicbucket.TierAt).
+	for i, ri := range t.Rules {
+		if r := m.Rules[ri]; r.IsWindow() {
+			p := jen.Id(fmt.Sprintf("p%d", i))
+			body = append(body, p.Clone().Op(":=").Add(limiter(r)).Dot("PeekAt").Call(append(callArgs(r), jen.Id("now"), jen.Id(fmt.Sprintf("c%d", i)))...),
+				jen.If(jen.Op("!").Add(p.Clone()).Dot("Allowed")).Block(denied(p.Clone(), r)))
+		}
+	}
+	var taken []int // the buckets taken from so far, in order
+	take := func(i int, r model.Rule) {
+		d := jen.Id(fmt.Sprintf("d%d", i))
+		body = append(body, d.Clone().Op(":=").Add(limiter(r)).Dot("AllowNAt").Call(append(callArgs(r), jen.Id("now"), jen.Id(fmt.Sprintf("c%d", i)))...))
+		var undo []jen.Code
+		for j := len(taken) - 1; j >= 0; j-- {
+			prev := m.Rules[t.Rules[taken[j]]]
+			undo = append(undo, limiter(prev).Dot("RefundAt").Call(append(callArgs(prev), jen.Id("now"), jen.Id(fmt.Sprintf("c%d", taken[j])))...))
+		}
+		body = append(body, jen.If(jen.Op("!").Add(d.Clone()).Dot("Allowed")).Block(append(undo, denied(d.Clone(), r))...))
+		if !r.IsWindow() {
+			taken = append(taken, i)
+		}
+	}
+	for i, ri := range t.Rules {
+		if r := m.Rules[ri]; !r.IsWindow() {
+			take(i, r)
+		}
+	}
+	for i, ri := range t.Rules {
+		if r := m.Rules[ri]; r.IsWindow() {
+			take(i, r)
+		}
+	}
+	// Every rule allowed: report the most constraining one (the fewest remaining;
+	// the earliest on a tie), which is what rate-limit headers should show.
+	body = append(body, jen.List(jen.Id("most"), jen.Id("rule")).Op(":=").List(jen.Id("d0"), jen.Id(m.Rules[t.Rules[0]].RuleConst())))
+	for i := 1; i < len(t.Rules); i++ {
+		d := jen.Id(fmt.Sprintf("d%d", i))
+		body = append(body, jen.If(d.Clone().Dot("Remaining").Op("<").Id("most").Dot("Remaining")).Block(
+			jen.List(jen.Id("most"), jen.Id("rule")).Op("=").List(d.Clone(), jen.Id(m.Rules[t.Rules[i]].RuleConst()))))
+	}
+	body = append(body, jen.Return(jen.Id("TierDecision").Values(field("Decision", jen.Id("most")), field("Rule", jen.Id("rule")))))
+	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(t.CoreName()).Params(append(decl("now", "cost"), jen.Id("defaults").Bool())...).Id("TierDecision").Block(body...).Line()
+	if t.Shared {
+		g.Add(emitSharedTier(m, t, planned, decl, use, defaults))
+	}
+	return g
+}
+
+// emitSharedTier is a tier of shared rules' store forms: one store call, all
+// or nothing, or the local tier without a store.
+func emitSharedTier(m *model.Model, t model.Tier, planned bool, decl func(...string) []jen.Code,
+	use func(...jen.Code) []jen.Code, defaults []jen.Code) jen.Code {
+	g := jen.Line()
+	ctxParam := jen.Id("ctx").Qual("context", "Context")
+	withCtx := func(list []jen.Code) []jen.Code { return append([]jen.Code{jen.Id("ctx")}, list...) }
+	forms := []struct {
+		name, doc string
+		extra     []string
+		core      []jen.Code
+	}{
+		{t.GoName, fmt.Sprintf("%s checks a request against %s on the store given to New, all or nothing, in one call "+
+			"where the store can (on a Redis Cluster, one per slot, with refunds), so that the tier holds across every "+
+			"instance. It never fails: when the store cannot decide, the rules' on_failure settings do, and the result "+
+			"says so (Degraded, Err). Without a store, %s decides and Err is SharedErr's error.",
+			t.GoName, strings.Join(tierRuleNames(m, t), ", "), t.LocalName()), nil, []jen.Code{jen.Lit(0), jen.True()}},
+		{t.NName(), fmt.Sprintf("%s is %s with a cost every rule is charged instead of its default.", t.NName(), t.GoName),
+			[]string{"cost"}, []jen.Code{jen.Id("cost"), jen.False()}},
+	}
+	// The stores the tier's shared rules are on ("" for WithStore's), in
+	// the order the tier first names them: one call a store.
+	var stores []string
+	for _, ri := range t.Rules {
+		if r := m.Rules[ri]; r.Shared && !slices.Contains(stores, r.Store) {
+			stores = append(stores, r.Store)
+		}
+	}
+	onStores := "on the store given to New in one call"
+	if len(stores) > 1 {
+		var names []string
+		for _, st := range stores {
+			if st == "" {
+				st = "WithStore's"
+			}
+			names = append(names, st)
+		}
+		onStores = "on their stores (" + strings.Join(names, ", ") + "), one call a store in that order"
+		forms[0].doc = fmt.Sprintf("%s checks a request against %s on their stores (%s), one call a store in that order, "+
+			"all or nothing: when a store denies, the stores asked before it get back what they took (at best effort, never "+
+			"more than they took). It never fails: when a store cannot decide, the rules' on_failure settings do, and the "+
+			"result says so (Degraded, Err). Without a store, %s decides and Err is SharedErr's error.",
+			t.GoName, strings.Join(tierRuleNames(m, t), ", "), strings.Join(names, ", "), t.LocalName())
+	}
+	if t.Local {
+		var local, store []string
+		for _, ri := range t.Rules {
+			if r := m.Rules[ri]; r.Shared {
+				store = append(store, r.GoName)
+			} else {
+				local = append(local, r.GoName)
+			}
+		}
+		forms[0].doc = fmt.Sprintf("%s checks a request against %s, all or nothing: %s in this process and %s "+onStores+". Local windows are looked at first, local buckets take next (a request they deny never "+
+			"reaches the store), the store decides, and when it denies the local buckets get back what they took; local "+
+			"windows count last (should one deny then, the buckets and the store get back what they took: the store at best "+
+			"effort, never more than it took). It never fails: when the store cannot decide, the shared rules' on_failure "+
+			"settings do, and the result says so (Degraded, Err). Without a store, %s decides and Err is SharedErr's error.",
+			t.GoName, strings.Join(tierRuleNames(m, t), ", "), strings.Join(local, ", "), strings.Join(store, ", "), t.LocalName())
+	}
+	for _, f := range forms {
+		var fargs []jen.Code
+		for _, n := range f.extra {
+			fargs = append(fargs, jen.Id(n))
+		}
+		params := append([]jen.Code{ctxParam}, decl(f.extra...)...)
+		g.Add(comment(f.doc + " It uses Default."))
+		g.Func().Id(f.name).Params(params...).Id("TierResult").Block(
+			jen.Return(jen.Id("Default").Dot(f.name).Call(withCtx(use(fargs...))...))).Line().Line()
+		g.Add(comment(f.doc))
+		g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(f.name).Params(params...).Id("TierResult").Block(
+			jen.Return(jen.Id("l").Dot(t.SharedCoreName()).Call(withCtx(use(f.core...))...))).Line().Line()
+	}
+
+	var body []jen.Code
+	inProcess := jen.Id("l").Dot("shared").Dot("bound").Op("==").Nil() // no store, or one that refused the rules
+	if m.Shared == 0 {                                                 // shared windows only: no binding of buckets
+		inProcess = jen.Id("l").Dot("shared").Dot("err").Op("!=").Nil()
+	}
+	body = append(body, jen.If(inProcess).Block(
+		jen.Return(jen.Id("TierResult").Values(jen.Dict{
+			jen.Id("TierDecision"): jen.Id("l").Dot(t.CoreName()).Call(use(rt("Now").Call(), jen.Id("cost"), jen.Id("defaults"))...),
+			jen.Id("Err"):          jen.Id("l").Dot("shared").Dot("err"),
+		}))))
+	if planned {
+		first := m.Rules[t.Rules[0]]
+		body = append(body, jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(jen.Id("TierResult").Values(jen.Dict{
+			jen.Id("TierDecision"): jen.Id("TierDecision").Add(fields(
+				field("Decision", rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})),
+				field("Rule", jen.Id(first.RuleConst())), field("DeniedBy", jen.Id(first.RuleConst())))),
+		}))))
+	}
+	var cs, costs, steps, ruleNames []jen.Code
+	for i, ri := range t.Rules {
+		r := m.Rules[ri]
+		cs = append(cs, jen.Id(fmt.Sprintf("c%d", i)))
+		costs = append(costs, jen.Id("cost"))
+		if !r.Shared || r.IsWindow() {
+			continue
+		}
+		var idx jen.Code = jen.Lit(r.SharedAt)
+		if r.Planned {
+			idx = jen.Lit(r.SharedAt).Op("+").Int().Call(jen.Id("plan"))
+		}
+		steps = append(steps, jen.Values(jen.Dict{jen.Id("Rule"): idx, jen.Id("Key"): sharedKey(r, jen.Id(r.Unexported()+"Key")), jen.Id("Cost"): jen.Id(fmt.Sprintf("c%d", i))}))
+		ruleNames = append(ruleNames, jen.Id(r.RuleConst()))
+	}
+	body = append(body,
+		jen.List(cs...).Op(":=").List(costs...),
+		jen.If(jen.Id("defaults")).Block(jen.List(cs...).Op("=").List(defaults...)))
+	result := func(td jen.Code, store bool) jen.Code {
+		d := jen.Dict{jen.Id("TierDecision"): td}
+		if store {
+			d[jen.Id("Degraded")] = jen.Id("res").Dot("Degraded")
+			d[jen.Id("Outage")] = jen.Id("res").Dot("Outage")
+			d[jen.Id("Err")] = jen.Id("res").Dot("Err")
+		}
+		return jen.Id("TierResult").Values(d)
+	}
+	sharedWindows := false
+	for _, ri := range t.Rules {
+		sharedWindows = sharedWindows || m.Rules[ri].Shared && m.Rules[ri].IsWindow()
+	}
+	if !t.Local && !sharedWindows {
+		body = append(body,
+			jen.List(jen.Id("res"), jen.Id("i")).Op(":=").Id("l").Dot("shared").Dot("bound").Dot("Check").Call(jen.Id("ctx"), jen.Index().Qual(sharedPath, "Step").Values(steps...)),
+			jen.Id("rules").Op(":=").Index(jen.Lit(len(ruleNames))).Id("RuleName").Values(ruleNames...),
+			jen.If(jen.Id("i").Op("<").Lit(0).Op("||").Id("i").Op(">=").Len(jen.Id("rules"))).Block(jen.Id("i").Op("=").Lit(0)),
+			jen.Id("td").Op(":=").Id("TierDecision").Values(jen.Dict{jen.Id("Decision"): jen.Id("res").Dot("Decision"), jen.Id("Rule"): jen.Id("rules").Index(jen.Id("i"))}),
+			jen.If(jen.Op("!").Id("res").Dot("Allowed")).Block(jen.Id("td").Dot("DeniedBy").Op("=").Id("rules").Index(jen.Id("i"))),
+			jen.Return(result(jen.Id("td"), true)),
+		)
+	} else {
+		body = append(body, mixedTier(m, t, steps, ruleNames, result)...)
+	}
+	g.Add(comment(fmt.Sprintf("%s is %s's store call, with each rule charged cost, or its own default cost when defaults is set.", t.SharedCoreName(), t.GoName)))
+	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(t.SharedCoreName()).Params(append(append([]jen.Code{ctxParam}, decl("cost")...), jen.Id("defaults").Bool())...).Id("TierResult").Block(body...).Line()
+	return g
+}
+
+// mixedTier is the rest of a mixed tier's store form, after its costs: the
+// local rules decided around the store's call, all or nothing. Local windows
+// are looked at first; local buckets take next (each denial giving back what
+// earlier ones took, as a local tier does), so a request a local rule denies
+// never reaches the store; then the store decides the shared rules in one
+// call, and when it denies, the local buckets get their tokens back; local
+// windows, which cannot give back, count last, and should one deny after its
+// look (a concurrent request took the room), the local buckets and the store
+// get back what they took (Bound.Refund: best effort, never more than taken).
+// Every part decides at the same now, read once.
+func mixedTier(m *model.Model, t model.Tier, steps, sharedNames []jen.Code, result func(jen.Code, bool) jen.Code) []jen.Code {
+	callArgs := tierCallArgs
+	at := func(r model.Rule, i int) []jen.Code {
+		return append(callArgs(r), jen.Id("now"), jen.Id(fmt.Sprintf("c%d", i)))
+	}
+	denied := func(d jen.Code, rule jen.Code) jen.Code {
+		return jen.Id("TierDecision").Values(jen.Dict{jen.Id("Decision"): d, jen.Id("Rule"): rule, jen.Id("DeniedBy"): rule})
+	}
+	var body []jen.Code
+	if t.Local { // the local rules decide at one instant
+		body = append(body, jen.Id("now").Op(":=").Add(rt("Now")).Call())
+	}
+	for i, ri := range t.Rules {
+		if r := m.Rules[ri]; !r.Shared && r.IsWindow() {
+			p := jen.Id(fmt.Sprintf("p%d", i))
+			body = append(body, p.Clone().Op(":=").Id("l").Dot(r.GoName).Dot("PeekAt").Call(at(r, i)...),
+				jen.If(jen.Op("!").Add(p.Clone()).Dot("Allowed")).Block(jen.Return(result(denied(p.Clone(), jen.Id(r.RuleConst())), false))))
+		}
+	}
+	var taken []int
+	undo := func() []jen.Code {
+		var u []jen.Code
+		for j := len(taken) - 1; j >= 0; j-- {
+			prev := m.Rules[t.Rules[taken[j]]]
+			u = append(u, jen.Id("l").Dot(prev.GoName).Dot("RefundAt").Call(at(prev, taken[j])...))
+		}
+		return u
+	}
+	for i, ri := range t.Rules {
+		if r := m.Rules[ri]; !r.Shared && !r.IsWindow() {
+			d := jen.Id(fmt.Sprintf("d%d", i))
+			body = append(body, d.Clone().Op(":=").Id("l").Dot(r.GoName).Dot("AllowNAt").Call(at(r, i)...),
+				jen.If(jen.Op("!").Add(d.Clone()).Dot("Allowed")).Block(append(undo(), jen.Return(result(denied(d.Clone(), jen.Id(r.RuleConst())), false)))...))
+			taken = append(taken, i)
+		}
+	}
+	buckets := len(steps) > 0 // shared bucket rules: one store call
+	if buckets {
+		body = append(body,
+			jen.Id("steps").Op(":=").Index().Qual(sharedPath, "Step").Values(steps...),
+			jen.List(jen.Id("res"), jen.Id("i")).Op(":=").Id("l").Dot("shared").Dot("bound").Dot("Check").Call(jen.Id("ctx"), jen.Id("steps")),
+			jen.Id("storeRules").Op(":=").Index(jen.Lit(len(sharedNames))).Id("RuleName").Values(sharedNames...),
+			jen.If(jen.Id("i").Op("<").Lit(0).Op("||").Id("i").Op(">=").Len(jen.Id("storeRules"))).Block(jen.Id("i").Op("=").Lit(0)),
+			jen.If(jen.Op("!").Id("res").Dot("Allowed")).Block(append(undo(), jen.Return(result(denied(jen.Id("res").Dot("Decision"), jen.Id("storeRules").Index(jen.Id("i"))), true)))...),
+		)
+	} else {
+		body = append(body, jen.Var().Id("res").Qual(sharedPath, "Result").Comment("the shared windows' degradation, merged"))
+	}
+	back := func() []jen.Code { // what a later denial gives back: the local buckets, and the store's buckets
+		b := undo()
+		if buckets {
+			b = append(b, jen.Id("_").Op("=").Id("l").Dot("shared").Dot("bound").Dot("Refund").Call(jen.Id("ctx"), jen.Id("steps")).Comment("best effort: a store that cannot refund keeps what it took"))
+		}
+		return b
+	}
+	// Shared windows count on the store when asked (a store's window has no
+	// look): after the buckets, each in turn; one that denies gives the
+	// buckets back, the windows asked before it keep their count.
+	for i, ri := range t.Rules {
+		if r := m.Rules[ri]; r.Shared && r.IsWindow() {
+			w := jen.Id(fmt.Sprintf("w%d", i))
+			args := append([]jen.Code{jen.Id("ctx")}, callArgs(r)...)
+			body = append(body, w.Clone().Op(":=").Id("l").Dot(r.GoName).Dot("AllowN").Call(append(args, jen.Id(fmt.Sprintf("c%d", i)))...),
+				jen.If(w.Clone().Dot("Degraded").Op("&&").Op("!").Id("res").Dot("Degraded")).Block(
+					jen.List(jen.Id("res").Dot("Degraded"), jen.Id("res").Dot("Err")).Op("=").List(jen.True(), w.Clone().Dot("Err"))),
+				jen.If(jen.Op("!").Add(w.Clone()).Dot("Allowed")).Block(append(back(), jen.Return(jen.Id("TierResult").Values(jen.Dict{
+					jen.Id("TierDecision"): denied(w.Clone().Dot("Decision"), jen.Id(r.RuleConst())),
+					jen.Id("Degraded"):     jen.Id("res").Dot("Degraded"),
+					jen.Id("Outage"):       w.Clone().Dot("Outage"),
+					jen.Id("Err"):          jen.Id("res").Dot("Err"),
+				})))...))
+		}
+	}
+	for i, ri := range t.Rules {
+		if r := m.Rules[ri]; !r.Shared && r.IsWindow() {
+			d := jen.Id(fmt.Sprintf("d%d", i))
+			body = append(body, d.Clone().Op(":=").Id("l").Dot(r.GoName).Dot("AllowNAt").Call(at(r, i)...),
+				jen.If(jen.Op("!").Add(d.Clone()).Dot("Allowed")).Block(append(back(), jen.Return(result(denied(d.Clone(), jen.Id(r.RuleConst())), true)))...))
+		}
+	}
+	// Every rule allowed: the most constraining (fewest remaining, the
+	// earliest in the tier on a tie), the store's deciding rule standing at
+	// the place of the tier's first shared rule.
+	type cand struct{ d, rule jen.Code }
+	var cands []cand
+	storeSeen := false
+	for i, ri := range t.Rules {
+		r := m.Rules[ri]
+		switch {
+		case !r.Shared:
+			cands = append(cands, cand{jen.Id(fmt.Sprintf("d%d", i)), jen.Id(r.RuleConst())})
+		case r.IsWindow():
+			cands = append(cands, cand{jen.Id(fmt.Sprintf("w%d", i)).Dot("Decision"), jen.Id(r.RuleConst())})
+		case !storeSeen:
+			storeSeen = true
+			cands = append(cands, cand{jen.Id("res").Dot("Decision"), jen.Id("storeRules").Index(jen.Id("i"))})
+		}
+	}
+	body = append(body, jen.List(jen.Id("most"), jen.Id("rule")).Op(":=").List(cands[0].d, cands[0].rule))
+	for _, c := range cands[1:] {
+		body = append(body, jen.If(jen.Add(c.d).Dot("Remaining").Op("<").Id("most").Dot("Remaining")).Block(
+			jen.List(jen.Id("most"), jen.Id("rule")).Op("=").List(c.d, c.rule)))
+	}
+	return append(body, jen.Return(result(jen.Id("TierDecision").Values(jen.Dict{jen.Id("Decision"): jen.Id("most"), jen.Id("Rule"): jen.Id("rule")}), true)))
+}
+
+// newStateParams are newSharedState's parameters: the default store, and the
+// named ones when the policy names stores.
+func newStateParams(named bool) []jen.Code {
+	ps := []jen.Code{jen.Id("store").Qual(sharedPath, "Store")}
+	if named {
+		ps = append(ps, jen.Id("named").Map(jen.String()).Qual(sharedPath, "Store"))
+	}
+	return ps
+}
+
+// tierCallArgs are a rule's arguments in a tier's implementation: the plan
+// when it has plans, its key when keyed.
+func tierCallArgs(r model.Rule) []jen.Code {
+	var a []jen.Code
+	if r.Planned {
+		a = append(a, jen.Id("plan"))
+	}
+	if r.KeyType != "" {
+		a = append(a, jen.Id(r.Unexported()+"Key"))
+	}
+	return a
+}
+
+// tierRuleNames are the Go names of a tier's rules, in order.
+func tierRuleNames(m *model.Model, t model.Tier) []string {
+	names := make([]string, len(t.Rules))
+	for i, ri := range t.Rules {
+		names[i] = m.Rules[ri].GoName
+	}
+	return names
+}
+
+// sharedKey is a rule's key as a store takes it: a string, integers in decimal.
+func sharedKey(r model.Rule, key jen.Code) jen.Code {
+	switch {
+	case r.KeyType == "":
+		return jen.Lit("")
+	case r.KeyType == "string":
+		return key
+	case r.Composite(): // its text form, hashed when longer than a store's keys may be
+		return vd("StoreKey").Call(jen.Add(key).Dot("String").Call())
+	case strings.HasPrefix(r.KeyType, "uint"):
+		return jen.Qual("strconv", "FormatUint").Call(jen.Uint64().Call(key), jen.Lit(10))
+	}
+	return jen.Qual("strconv", "FormatInt").Call(jen.Int64().Call(key), jen.Lit(10))
+}
+
+func emitTierResult() jen.Code {
+	return jen.Line().
+		Comment("TierResult is the outcome of a tier of shared rules: its TierDecision, and whether the store").Line().
+		Comment("made it (Degraded is set when the rules' on_failure settings decided instead, with the error;").Line().
+		Comment("Outage when they denied because the store could not decide: not a limit, an outage).").Line().
+		Type().Id("TierResult").Struct(
+		jen.Id("TierDecision"),
+		jen.Id("Degraded").Bool(),
+		jen.Id("Outage").Bool(),
+		jen.Id("Err").Error(),
+	).Line()
+}

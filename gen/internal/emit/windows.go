@@ -1,0 +1,305 @@
+package emit
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/dave/jennifer/jen"
+	"github.com/limitgen/limitgen/gen/internal/model"
+)
+
+// emitWindow is a window rule (at most N in any interval of W): a type that
+// embeds the runtime's atomicbucket.KeyedWindow or GlobalWindow, which has
+// every method; its numbers are in its rule variable (emitLimitVar).
+func emitWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.Code {
+	if r.Planned {
+		return emitPlannedWindow(m, r, typ, ctor, doc)
+	}
+	g := jen.Null()
+	cost := lit(r.Limits[0].Cost)
+	if r.KeyType == "" {
+		g.Comment(fmt.Sprintf("%s returns %s's (empty) window.", ctor, r.GoName)).Line()
+		g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
+			jen.Return(jen.Op("&").Id(typ).Values(rt("NewGlobalWindow").Call(rt("NewWindow").Call(jen.Id(r.LimitVar())), cost)))).Line().Line()
+		g.Add(comment(strings.Replace(doc, "Its methods are", "Its methods, atomicbucket.GlobalWindow's, are", 1)))
+		g.Type().Id(typ).Struct(rt("GlobalWindow")).Line()
+		return g
+	}
+	table := rt("NewWindowTable").Types(jen.Id(r.KeyType)).Call(jen.Id(r.LimitVar()), tableOptions(r, false))
+	g.Comment(fmt.Sprintf("%s returns %s's (empty) table.", ctor, r.GoName)).Line()
+	g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
+		jen.Return(jen.Op("&").Id(typ).Values(rt("NewKeyedWindow").Call(table, cost)))).Line().Line()
+	g.Add(comment(strings.Replace(doc, "Its methods are", "Its methods, atomicbucket.KeyedWindow's, are", 1)))
+	g.Type().Id(typ).Struct(rt("KeyedWindow").Types(jen.Id(r.KeyType))).Line()
+	return g
+}
+
+// emitPlannedWindow is a window rule with numbers per plan: a window (or a
+// table) per plan, and its checks, each taking the plan first.
+func emitPlannedWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.Code {
+	g := jen.Null()
+	recv := jen.Id("l").Op("*").Id(typ)
+	store := rt("Window")
+	newStore := func(i int) jen.Code { return rt("NewWindow").Call(jen.Id(r.LimitVar()).Index(jen.Lit(i))) }
+	if r.KeyType != "" {
+		store = rt("WindowTable").Types(jen.Id(r.KeyType))
+		newStore = func(i int) jen.Code {
+			return rt("NewWindowTable").Types(jen.Id(r.KeyType)).Call(jen.Id(r.LimitVar()).Index(jen.Lit(i)), tableOptions(r, false))
+		}
+	}
+	vals := jen.Dict{}
+	for i, p := range m.Plans {
+		vals[jen.Id(p.GoName)] = newStore(i)
+	}
+	what := "window"
+	if r.KeyType != "" {
+		what = "table"
+	}
+	g.Comment(fmt.Sprintf("%s returns %s's (empty) %ss, one per plan.", ctor, r.GoName, what)).Line()
+	g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
+		jen.Return(jen.Op("&").Id(typ).Values(jen.Dict{jen.Id("s"): jen.Index(jen.Id("numPlans")).Op("*").Add(store).Values(vals)}))).Line().Line()
+	g.Add(comment(doc))
+	g.Type().Id(typ).Struct(jen.Id("s").Index(jen.Id("numPlans")).Op("*").Add(store)).Line().Line()
+	if r.CostDiffers() {
+		costs := make([]jen.Code, len(r.Limits))
+		for i, l := range r.Limits {
+			costs[i] = lit(l.Cost)
+		}
+		g.Comment(fmt.Sprintf("%sCost is each plan's default cost for %s.", r.Unexported(), r.GoName)).Line()
+		g.Var().Id(r.Unexported() + "Cost").Op("=").Index(jen.Id("numPlans")).Int64().Values(costs...).Line().Line()
+	}
+	badPlan := func(ret jen.Code) jen.Code {
+		return jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(ret))
+	}
+	never := rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})
+	target := jen.Id("l").Dot("s").Index(jen.Id("plan"))
+	params := func(extra ...jen.Code) []jen.Code {
+		ps := []jen.Code{jen.Id("plan").Id("Plan")}
+		if r.KeyType != "" {
+			ps = append(ps, jen.Id("key").Id(r.KeyType))
+		}
+		return append(ps, extra...)
+	}
+	args := func(extra ...jen.Code) []jen.Code {
+		var as []jen.Code
+		if r.KeyType != "" {
+			as = append(as, jen.Id("key"))
+		}
+		return append(as, extra...)
+	}
+	nowP, costP := jen.Id("now").Add(rt("Time")), jen.Id("cost").Int64()
+	now, cost := jen.Id("now"), jen.Id("cost")
+	method := func(name, doc string, ps []jen.Code, result, bad, call jen.Code) {
+		g.Comment(name + " " + doc).Line()
+		g.Func().Params(recv).Id(name).Params(ps...).Add(result).Block(badPlan(bad), jen.Return(call)).Line().Line()
+	}
+	method("Rule", "returns the window rule behind the limiter on plan (nil for a plan outside the constants).", []jen.Code{jen.Id("plan").Id("Plan")},
+		jen.Op("*").Add(rt("WindowRule")), jen.Nil(), target.Clone().Dot("Rule").Call())
+	method("Allow", "reports whether a request of the plan's default cost is admitted now, counting it if so.", params(), jen.Bool(), jen.False(),
+		target.Clone().Dot("AllowCost").Call(args(rt("Now").Call(), costExpr(r))...))
+	method("AllowAt", "is Allow at time now.", params(nowP), jen.Bool(), jen.False(),
+		target.Clone().Dot("AllowCost").Call(args(now, costExpr(r))...))
+	method("AllowN", "decides a request of the given cost now, counting it if admitted.", params(costP), rt("Decision"), never,
+		target.Clone().Dot("AllowNAt").Call(args(rt("Now").Call(), cost)...))
+	method("AllowNAt", "is AllowN at time now.", params(nowP, costP), rt("Decision"), never,
+		target.Clone().Dot("AllowNAt").Call(args(now, cost)...))
+	method("Peek", "is what AllowN would decide now, counting nothing.", params(costP), rt("Decision"), never,
+		target.Clone().Dot("PeekAt").Call(args(rt("Now").Call(), cost)...))
+	method("PeekAt", "is Peek at time now.", params(nowP, costP), rt("Decision"), never,
+		target.Clone().Dot("PeekAt").Call(args(now, cost)...))
+	// Reset: every plan's window of the key (a key's plan may change).
+	if r.KeyType != "" {
+		g.Comment("Reset empties key's window on every plan now: what it admitted no longer counts (a customer's quota").Line()
+		g.Comment("given back after a refund). It reports whether the key had a window on any plan.").Line()
+		g.Func().Params(recv).Id("Reset").Params(jen.Id("key").Id(r.KeyType)).Bool().Block(
+			jen.Return(jen.Id("l").Dot("ResetAt").Call(jen.Id("key"), rt("Now").Call()))).Line().Line()
+		g.Comment("ResetAt is Reset at time now: what was admitted at or before now no longer counts.").Line()
+		g.Func().Params(recv).Id("ResetAt").Params(jen.Id("key").Id(r.KeyType), nowP).Bool().Block(
+			jen.Id("had").Op(":=").False(),
+			jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Id("l").Dot("s")).Block(
+				jen.Id("had").Op("=").Id("t").Dot("ResetAt").Call(jen.Id("key"), jen.Id("now")).Op("||").Id("had")),
+			jen.Return(jen.Id("had"))).Line().Line()
+		g.Add(emitPlannedWindowKeyNumbers(r, recv))
+		g.Add(emitKeyedExtras(r, recv))
+		return g
+	}
+	g.Comment("Reset empties the window on every plan now: what it admitted no longer counts.").Line()
+	g.Func().Params(recv).Id("Reset").Params().Block(jen.Id("l").Dot("ResetAt").Call(rt("Now").Call())).Line().Line()
+	g.Comment("ResetAt is Reset at time now: what was admitted at or before now no longer counts.").Line()
+	g.Func().Params(recv).Id("ResetAt").Params(nowP).Block(
+		jen.For(jen.List(jen.Id("_"), jen.Id("w")).Op(":=").Range().Id("l").Dot("s")).Block(
+			jen.Id("w").Dot("ResetAt").Call(jen.Id("now")))).Line().Line()
+	return g
+}
+
+// emitPlannedWindowKeyNumbers are a planned keyed window's SetKeyNumbers,
+// ClearKeyNumbers and NumbersFor: a key's own numbers hold on every plan.
+func emitPlannedWindowKeyNumbers(r model.Rule, recv jen.Code) jen.Code {
+	g := jen.Null()
+	keyP, nowP, nP := jen.Id("key").Id(r.KeyType), jen.Id("now").Add(rt("Time")), jen.Id("n").Add(rt("Numbers"))
+	idx, cost := jen.Id("_"), lit(r.Limits[0].Cost)
+	if r.CostDiffers() {
+		idx, cost = jen.Id("i"), jen.Id(r.Unexported()+"Cost").Index(jen.Id("i"))
+	}
+	each := func(body jen.Code) jen.Code {
+		return jen.For(jen.List(idx, jen.Id("t")).Op(":=").Range().Id("l").Dot("s")).Block(body)
+	}
+	g.Comment("SetKeyNumbers gives key a window of its own on every plan from now on: n.Tokens in any n.Period, the limit").Line()
+	g.Comment("as n.Burst (one customer's quota raised or cut), whatever the plan's. Its window is carried into them, holding").Line()
+	g.Comment("what it held. Numbers a window cannot take on some plan are refused, and nothing changes.").Line()
+	g.Func().Params(recv).Id("SetKeyNumbers").Params(keyP, nP).Error().Block(
+		jen.Return(jen.Id("l").Dot("SetKeyNumbersAt").Call(jen.Id("key"), rt("Now").Call(), jen.Id("n")))).Line().Line()
+	g.Comment("SetKeyNumbersAt is SetKeyNumbers at time now.").Line()
+	check := jen.If(jen.List(jen.Id("_"), jen.Err()).Op(":=").Add(rt("WindowRuleOf")).Call(jen.Id("n"), cost), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err()))
+	if r.CostDiffers() {
+		check = jen.For(jen.Id("i").Op(":=").Range().Id("l").Dot("s")).Block(check)
+	}
+	g.Func().Params(recv).Id("SetKeyNumbersAt").Params(keyP, nowP, nP).Error().Block(
+		check,
+		each(jen.If(jen.Err().Op(":=").Id("t").Dot("SetKeyNumbersAt").Call(jen.Id("now"), jen.Id("key"), jen.Id("n"), cost), jen.Err().Op("!=").Nil()).Block(
+			jen.Return(jen.Err()).Comment("the empty key: refused on the first plan, before any change"))),
+		jen.Return(jen.Nil())).Line().Line()
+	g.Comment("ClearKeyNumbers takes key's own numbers away on every plan: from now on it has its plan's.").Line()
+	g.Func().Params(recv).Id("ClearKeyNumbers").Params(keyP).Block(
+		jen.Id("l").Dot("ClearKeyNumbersAt").Call(jen.Id("key"), rt("Now").Call())).Line().Line()
+	g.Comment("ClearKeyNumbersAt is ClearKeyNumbers at time now.").Line()
+	g.Func().Params(recv).Id("ClearKeyNumbersAt").Params(keyP, nowP).Block(
+		jen.For(jen.List(jen.Id("_"), jen.Id("t")).Op(":=").Range().Id("l").Dot("s")).Block(
+			jen.Id("t").Dot("ClearKeyNumbersAt").Call(jen.Id("now"), jen.Id("key")))).Line().Line()
+	g.Comment("NumbersFor returns the numbers in force for key on plan and where they come from.").Line()
+	g.Func().Params(recv).Id("NumbersFor").Params(jen.Id("plan").Id("Plan"), keyP).Params(rt("Numbers"), rt("Origin")).Block(
+		jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(rt("Numbers").Values(), rt("FromPolicy"))),
+		jen.Return(jen.Id("l").Dot("s").Index(jen.Id("plan")).Dot("KeyNumbersFor").Call(jen.Id("key")))).Line().Line()
+	return g
+}
+
+// emitSharedWindow is a shared window rule's limiter: its checks go to the
+// store's window (sharedState.windows), or, without one, to its
+// process-local window, with the reason.
+func emitSharedWindow(r model.Rule) jen.Code {
+	typ, recv := r.TypeName(), jen.Id("l").Op("*").Id(r.TypeName())
+	ctxP := jen.Id("ctx").Qual("context", "Context")
+	var keyP, keyA, planP, planA []jen.Code   // the plan and the key, as parameters and arguments
+	var storeKey jen.Code = jen.Lit("global") // a global window's one key on the store
+	if r.Planned {
+		planP, planA = []jen.Code{jen.Id("plan").Id("Plan")}, []jen.Code{jen.Id("plan")}
+	}
+	if r.KeyType != "" {
+		keyP, keyA = []jen.Code{jen.Id("key").Id(r.KeyType)}, []jen.Code{jen.Id("key")}
+		storeKey = sharedKey(r, jen.Id("key"))
+	}
+	params := func(first jen.Code, last ...jen.Code) []jen.Code {
+		ps := []jen.Code{}
+		if first != nil {
+			ps = append(ps, first)
+		}
+		return append(append(append(ps, planP...), keyP...), last...)
+	}
+	args := func(first jen.Code, last ...jen.Code) []jen.Code {
+		as := []jen.Code{}
+		if first != nil {
+			as = append(as, first)
+		}
+		return append(append(append(as, planA...), keyA...), last...)
+	}
+	var idx jen.Code = jen.Lit(r.WindowAt)
+	badPlan := jen.Null()
+	if r.Planned { // one window a plan on the store
+		idx = jen.Lit(r.WindowAt).Op("+").Int().Call(jen.Id("plan"))
+		badPlan = jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(jen.Qual(sharedPath, "Result").Values(jen.Dict{
+			jen.Id("Decision"): rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})})))
+	}
+	g := jen.Line()
+	g.Comment(fmt.Sprintf("%s returns %s's limiter over its process-local window; New binds it to the store.", r.CtorName(), r.GoName)).Line()
+	g.Func().Id(r.CtorName()).Params().Op("*").Id(typ).Block(
+		jen.Return(jen.Op("&").Id(typ).Values(jen.Dict{jen.Id("local"): jen.Id(r.LocalCtorName()).Call()}))).Line().Line()
+	g.Add(comment(r.TypeDoc))
+	g.Type().Id(typ).Struct(
+		jen.Id("local").Op("*").Id(r.LocalTypeName()),
+		jen.Id("sh").Op("*").Id("sharedState").Comment("the store, or why there is none"),
+	).Line().Line()
+	g.Comment("Rule returns the window rule behind the limiter.").Line()
+	g.Func().Params(recv).Id("Rule").Params(planP...).Op("*").Add(rt("WindowRule")).Block(
+		jen.Return(jen.Id("l").Dot("local").Dot("Rule").Call(planA...))).Line().Line()
+	g.Add(comment(fmt.Sprintf("Local returns %s decided in this process only, with the whole limit, on a window apart "+
+		"from the store's, for tests and tools: what it admits is not counted by any other instance.", r.GoName)))
+	g.Func().Params(recv).Id("Local").Params().Op("*").Id(r.LocalTypeName()).Block(jen.Return(jen.Id("l").Dot("local"))).Line().Line()
+	g.Add(comment("Allow reports whether a request of the rule's default cost is admitted, deciding on the store " +
+		"(see AllowN, whose Result says more: whether the store decided, and why not)."))
+	var costBad jen.Code = jen.Null() // the default cost per plan is looked up first
+	if r.Planned && r.CostDiffers() {
+		costBad = jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(jen.False()))
+	}
+	g.Func().Params(recv).Id("Allow").Params(params(ctxP)...).Bool().Block(
+		costBad,
+		jen.Return(jen.Id("l").Dot("AllowN").Call(args(jen.Id("ctx"), costExpr(r))...).Dot("Allowed"))).Line().Line()
+	g.Add(comment(fmt.Sprintf("AllowN decides a request of cost on the store given to New, so that %s holds across every "+
+		"instance that shares it. It never fails: when the store cannot decide, the rule's on_failure setting (%s) "+
+		"does, and the Result says so (Degraded, Err). %sWithout a store, %s's process-local window (Local) decides "+
+		"and Err is SharedErr's error.", r.GoName, failureWords(r), leaseWords(r), r.GoName)))
+	g.Func().Params(recv).Id("AllowN").Params(params(ctxP, jen.Id("cost").Int64())...).Qual(sharedPath, "Result").Block(
+		badPlan,
+		jen.If(jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("windows").Index(idx), jen.Id("w").Op("!=").Nil()).Block(
+			jen.Return(jen.Id("w").Dot("AllowN").Call(jen.Id("ctx"), storeKey, jen.Id("cost")))),
+		jen.Return(jen.Qual(sharedPath, "Result").Values(jen.Dict{
+			jen.Id("Decision"): jen.Id("l").Dot("local").Dot("AllowN").Call(args(nil, jen.Id("cost"))...),
+			jen.Id("Err"):      jen.Id("l").Dot("sh").Dot("err"),
+		})),
+	).Line().Line()
+	// Reset: the store's window of the key (every plan's) and the
+	// process-local one.
+	var resets []jen.Code
+	if r.Planned {
+		resets = append(resets, jen.For(jen.Id("plan").Op(":=").Range().Id("numPlans")).Block(
+			jen.If(jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("windows").Index(idx), jen.Id("w").Op("!=").Nil()).Block(
+				jen.Id("err").Op("=").Qual("errors", "Join").Call(jen.Id("err"), jen.Id("w").Dot("Reset").Call(jen.Id("ctx"), storeKey)))))
+	} else {
+		resets = append(resets, jen.If(jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("windows").Index(idx), jen.Id("w").Op("!=").Nil()).Block(
+			jen.Id("err").Op("=").Id("w").Dot("Reset").Call(jen.Id("ctx"), storeKey)))
+	}
+	g.Add(comment(fmt.Sprintf("Reset empties %s on the store given to New, so that what it admitted no longer counts "+
+		"on any instance (a customer's quota given back after a refund)%s, and %s's process-local window (Local). "+
+		"This instance's lease gives back what it holds first; another instance's may still spend what it was "+
+		"granted (see shared.Window.Reset). It fails when the store cannot (its error); without a store it resets "+
+		"the process-local window only.", map[bool]string{true: "key's window", false: "the window"}[r.KeyType != ""],
+		map[bool]string{true: ", on every plan", false: ""}[r.Planned], r.GoName)))
+	g.Func().Params(recv).Id("Reset").Params(append([]jen.Code{ctxP}, keyP...)...).Error().Block(
+		append([]jen.Code{
+			jen.Id("l").Dot("local").Dot("Reset").Call(keyA...),
+			jen.Var().Err().Error(),
+		}, append(resets, jen.Return(jen.Err()))...)...,
+	).Line()
+	if r.KeyType != "" && !r.Planned {
+		g.Add(emitSharedWindowKeyNumbers(r, recv, idx, storeKey))
+	}
+	return g
+}
+
+// emitSharedWindowKeyNumbers are a keyed shared window's SetKeyNumbers and
+// ClearKeyNumbers (a rule without plans): the store's, then the
+// process-local window's.
+func emitSharedWindowKeyNumbers(r model.Rule, recv, idx, storeKey jen.Code) jen.Code {
+	ctxP, keyP := jen.Id("ctx").Qual("context", "Context"), jen.Id("key").Id(r.KeyType)
+	window := jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("windows").Index(idx)
+	g := jen.Line()
+	g.Add(comment(fmt.Sprintf("SetKeyNumbers gives key a window of its own on the store given to New, whatever %s's: "+
+		"n.Tokens in any n.Period, the limit as n.Burst (one customer's quota raised or cut), and in the process-local "+
+		"window (Local). Its window is carried into them, holding what it held; this instance's lease gives back what "+
+		"it holds first. Every instance that checks the key must be given the same numbers (see "+
+		"shared.Window.SetKeyNumbers). Numbers a window or the store cannot take, and a key no door checks, are "+
+		"refused, and nothing changes.", r.GoName)))
+	g.Func().Params(recv).Id("SetKeyNumbers").Params(ctxP, keyP, jen.Id("n").Add(rt("Numbers"))).Error().Block(
+		jen.If(window.Clone(), jen.Id("w").Op("!=").Nil()).Block(
+			jen.If(jen.Err().Op(":=").Id("w").Dot("SetKeyNumbers").Call(jen.Id("ctx"), storeKey, jen.Id("n"), lit(r.Limits[0].Cost)), jen.Err().Op("!=").Nil()).Block(
+				jen.Return(jen.Err()))),
+		jen.Return(jen.Id("l").Dot("local").Dot("SetKeyNumbers").Call(jen.Id("key"), jen.Id("n"))),
+	).Line().Line()
+	g.Add(comment(fmt.Sprintf("ClearKeyNumbers takes key's own numbers away, on the store and in the process-local "+
+		"window: from now on it has %s's.", r.GoName)))
+	g.Func().Params(recv).Id("ClearKeyNumbers").Params(ctxP, keyP).Block(
+		jen.If(window.Clone(), jen.Id("w").Op("!=").Nil()).Block(
+			jen.Id("w").Dot("ClearKeyNumbers").Call(jen.Id("ctx"), storeKey)),
+		jen.Id("l").Dot("local").Dot("ClearKeyNumbers").Call(jen.Id("key")),
+	).Line()
+	return g
+}
