@@ -23,27 +23,13 @@ FUZZ_TARGETS := FuzzDifferential FuzzRule FuzzNumbers FuzzWindow
 
 .PHONY: test check unit servers redis pg prom otel grpc schema examples getting-started fuzz-smoke fuzz bench bench-full bench-smoke generate
 
-## generate: regenerate generated/ from policy.yaml, the benchmarks' HTTP and
-## shared limits from bench/httppolicy.yaml and bench/sharedpolicy.yaml, the
-## stores' test packages (one service's, and two versions of another's), and
-## limitgrpc's test package.
+## generate: regenerate every generated package and fixture: go generate over
+## every module. Each generated package has a generate.go beside it whose
+## //go:generate line names its policy; `make check` runs the same lines with
+## -check (.ci/generated), so the list is kept in one place.
+GEN_MODULES = . bench limitgrpc limitrls limithttp/routertest examples/quickstart examples/envoy
 generate:
-	$(GO) generate ./...
-	$(GO) run ./gen -policy bench/httppolicy.yaml -out bench/httplimits
-	$(GO) run ./gen -policy bench/sharedpolicy.yaml -out bench/sharedlimits
-	$(GO) run ./gen -policy bench/grpcpolicy.yaml -out bench/grpclimits
-	$(GO) run ./gen -policy bench/rlspolicy.yaml -out bench/rlslimits
-	$(GO) run ./gen -policy storetest/sharedpolicy.yaml -out internal/sharedlimits
-	$(GO) run ./gen -policy storetest/rolling/v1.yaml -out internal/rolling/v1
-	$(GO) run ./gen -policy storetest/rolling/v2.yaml -out internal/rolling/v2
-	$(GO) run ./gen -policy limitgrpc/testdata/policy.yaml -out limitgrpc/internal/grpclimits
-	$(GO) run ./gen -policy limitgrpc/testdata/messages.yaml -out limitgrpc/internal/msglimits
-	$(GO) run ./gen -policy limitrls/testdata/policy.yaml -out limitrls/internal/rlslimits
-	$(GO) run ./gen envoy -local -package envoylimits -o limitrls/testdata/envoy.policy.yaml limitrls/testdata/envoy/rl.yaml
-	$(GO) run ./gen -policy limitrls/testdata/envoy.policy.yaml -out limitrls/internal/envoylimits
-	$(GO) run ./gen -policy limithttp/routertest/policy.yaml -out limithttp/routertest/routes
-	cd examples/quickstart && $(GO) generate ./...
-	cd examples/envoy && $(GO) generate ./...
+	for m in $(GEN_MODULES); do (cd $$m && $(GO) generate ./...) || exit 1; done
 
 ## test: everything CI checks — formatting, vet, tidy modules, all tests with -race
 ## (including the committed fuzz corpora), a short run of each fuzz target, and
@@ -66,19 +52,7 @@ servers:
 
 check:
 	@echo "== make check: $$(date +%T)"
-	$(GO) run ./gen -check
-	$(GO) run ./gen -policy bench/httppolicy.yaml -out bench/httplimits -check
-	$(GO) run ./gen -policy bench/sharedpolicy.yaml -out bench/sharedlimits -check
-	$(GO) run ./gen -policy bench/grpcpolicy.yaml -out bench/grpclimits -check
-	$(GO) run ./gen -policy bench/rlspolicy.yaml -out bench/rlslimits -check
-	$(GO) run ./gen -policy storetest/sharedpolicy.yaml -out internal/sharedlimits -check
-	$(GO) run ./gen -policy storetest/rolling/v1.yaml -out internal/rolling/v1 -check
-	$(GO) run ./gen -policy storetest/rolling/v2.yaml -out internal/rolling/v2 -check
-	$(GO) run ./gen -policy limitgrpc/testdata/policy.yaml -out limitgrpc/internal/grpclimits -check
-	$(GO) run ./gen -policy limitgrpc/testdata/messages.yaml -out limitgrpc/internal/msglimits -check
-	$(GO) run ./gen -policy limitrls/testdata/policy.yaml -out limitrls/internal/rlslimits -check
-	$(GO) run ./gen -policy limitrls/testdata/envoy.policy.yaml -out limitrls/internal/envoylimits -check
-	$(GO) run ./gen -policy limithttp/routertest/policy.yaml -out limithttp/routertest/routes -check
+	.ci/generated -check
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) mod tidy -diff

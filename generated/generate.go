@@ -1,7 +1,7 @@
 package limits
 
-// limits.go beside this file is generated from the repository's policy.yaml;
-// `go generate ./...` regenerates it and `go run ./gen -check` (run by make test)
-// fails when it is stale.
+// limits.go beside this file is generated from the repository's policy.yaml:
+// `make generate` regenerates it (go generate, over every module) and `make
+// check` fails when it is stale (.ci/generated -check).
 
-//go:generate go run ../gen -policy ../policy.yaml -out .
+//go:generate go run -C .. ./gen -policy policy.yaml -out generated

@@ -1,0 +1,8 @@
+package grpclimits
+
+// grpclimits.go beside this file is generated from
+// limitgrpc/testdata/policy.yaml: `make generate` regenerates it (go generate,
+// over every module) and `make check` fails when it is stale (.ci/generated
+// -check).
+
+//go:generate go run -C ../../.. ./gen -policy limitgrpc/testdata/policy.yaml -out limitgrpc/internal/grpclimits
