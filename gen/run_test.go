@@ -3,16 +3,18 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"github.com/limitgen/limitgen/gen/internal/emit"
-	"github.com/limitgen/limitgen/gen/internal/model"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"text/template"
+
+	"github.com/limitgen/limitgen/gen/internal/emit"
+	"github.com/limitgen/limitgen/gen/internal/model"
 )
 
 // TestGeneratedPackagesRun generates every policy in testdata/valid (and the
@@ -75,6 +77,11 @@ func TestGeneratedPackagesRun(t *testing.T) {
 	}
 
 	mains := 0
+	type linkCase struct {
+		path           string
+		shared, noDoor bool
+	}
+	var links []linkCase
 	for i, path := range policies {
 		raw, err := os.ReadFile(path)
 		must(t, err)
@@ -92,6 +99,12 @@ func TestGeneratedPackagesRun(t *testing.T) {
 			t.Fatal(err)
 		}
 		must(t, os.WriteFile(filepath.Join(dir, "harness.go"), harness.Bytes(), 0o644))
+		// The package alone (no harness), for what it links.
+		alone := filepath.Join(mod, fmt.Sprintf("d%02d", i))
+		must(t, os.MkdirAll(alone, 0o755))
+		must(t, os.WriteFile(filepath.Join(alone, m.Pkg+".go"), src, 0o644))
+		links = append(links, linkCase{path, slices.ContainsFunc(m.Rules, func(r model.Rule) bool { return r.Shared }),
+			m.HTTP == nil && m.GRPC == nil && m.RLS == nil})
 		// Every policy the generator accepts with -main (an rls: section,
 		// its shared rules on the one store the server's flags name) gets
 		// its ready server, built and vetted with the rest.
@@ -128,6 +141,37 @@ func TestGeneratedPackagesRun(t *testing.T) {
 	vet.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
 	if out, err := vet.CombinedOutput(); err != nil {
 		t.Fatalf("go vet in the generated module: %v\n%s", err, out)
+	}
+	// A package of local rules without a door links no store: not shared,
+	// no store client, no crypto/sha256 (a door's net/http links it); a
+	// package with a shared rule links shared (what makes this test able to
+	// fail).
+	locals := 0
+	for i, c := range links {
+		list := exec.Command("go", "list", "-deps", fmt.Sprintf("./d%02d", i))
+		list.Dir = mod
+		list.Env = append(os.Environ(), "GOFLAGS=-mod=mod")
+		out, err := list.Output()
+		if err != nil {
+			t.Fatalf("go list -deps for %s: %v", c.path, err)
+		}
+		deps := strings.Fields(string(out))
+		hasShared := slices.Contains(deps, "github.com/limitgen/limitgen/shared")
+		switch {
+		case c.shared && !hasShared:
+			t.Errorf("%s has shared rules, and its package does not link shared", c.path)
+		case !c.shared && c.noDoor:
+			locals++
+			for _, d := range deps {
+				if d == "github.com/limitgen/limitgen/shared" || d == "crypto/sha256" || strings.Contains(d, "redis") || strings.Contains(d, "jackc/pgx") {
+					t.Errorf("%s has local rules alone and no door, and its package links %s", c.path, d)
+				}
+			}
+		}
+	}
+	t.Logf("%d packages of local rules without a door link no store", locals)
+	if locals < 10 {
+		t.Errorf("%d packages of local rules without a door checked for what they link, want at least 10", locals)
 	}
 	// -vet=off: go vet above ran every analyzer already (go test would run a
 	// subset of them again, package by package).

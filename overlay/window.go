@@ -4,10 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/shared"
 )
 
 // errKeyWindow refuses a key's own numbers for a window rule that cannot
@@ -24,13 +24,30 @@ type WindowNumbers interface {
 	ClearNumbers()
 }
 
+// StoreWindow is a shared window's binding to its store, as an overlay Set
+// changes it (shared.Window's methods): overlay needs no store of its own,
+// so a package with no shared rule links none.
+type StoreWindow interface {
+	SetNumbers(n atomicbucket.Numbers, cost int64) error
+	ClearNumbers()
+}
+
+// storeOf is s, or nil when s holds a nil pointer (a shared rule without a
+// store).
+func storeOf[S StoreWindow](s S) StoreWindow {
+	if v := reflect.ValueOf(any(s)); !v.IsValid() || v.Kind() == reflect.Pointer && v.IsNil() {
+		return nil
+	}
+	return s
+}
+
 // windowTarget is a window rule as an overlay Set changes it: its numbers
 // are a limit per window (rate: "1000/h", the limit as burst), for the
 // whole rule, on each plan when it has plans (a key's own: keyedWindowTarget).
 type windowTarget struct {
-	w       []WindowNumbers  // the process's window (or table), one a plan when planned
-	store   []*shared.Window // a shared window's bindings to its store, as w; nil for a local one or without a store
-	cost    []int64          // the default cost, as w
+	w       []WindowNumbers // the process's window (or table), one a plan when planned
+	store   []StoreWindow   // a shared window's bindings to its store, as w; nil for a local one or without a store
+	cost    []int64         // the default cost, as w
 	planned bool
 	keyed   bool
 }
@@ -85,8 +102,8 @@ func GlobalWindowTarget(l atomicbucket.GlobalWindow) Target {
 // the store (nil without one). A change goes to the store first (which
 // carries each key's window into the new numbers: shared.Window.SetNumbers),
 // then to the local window; numbers the store refuses change neither.
-func SharedWindowTarget(local WindowNumbers, store *shared.Window, cost int64, keyed bool) Target {
-	return windowTarget{w: []WindowNumbers{local}, store: []*shared.Window{store}, cost: []int64{cost}, keyed: keyed}
+func SharedWindowTarget[S StoreWindow](local WindowNumbers, store S, cost int64, keyed bool) Target {
+	return windowTarget{w: []WindowNumbers{local}, store: []StoreWindow{storeOf(store)}, cost: []int64{cost}, keyed: keyed}
 }
 
 // KeyNumbers is what a generated package's keyed shared window limiter
@@ -101,8 +118,8 @@ type KeyNumbers[K comparable] interface {
 // without plans whose keys may have numbers of their own: l is the
 // generated limiter, which sets them on the store and in its local window;
 // a key given as text is read by parse (as for KeyedTarget).
-func KeyedSharedWindowTarget[K comparable](local WindowNumbers, store *shared.Window, cost int64, l KeyNumbers[K], parse func(string) (K, error)) Target {
-	return sharedKeyedWindowTarget[K]{windowTarget{w: []WindowNumbers{local}, store: []*shared.Window{store}, cost: []int64{cost}, keyed: true}, keyedTarget[K]{parse: parse}, l}
+func KeyedSharedWindowTarget[K comparable, S StoreWindow](local WindowNumbers, store S, cost int64, l KeyNumbers[K], parse func(string) (K, error)) Target {
+	return sharedKeyedWindowTarget[K]{windowTarget{w: []WindowNumbers{local}, store: []StoreWindow{storeOf(store)}, cost: []int64{cost}, keyed: true}, keyedTarget[K]{parse: parse}, l}
 }
 
 type sharedKeyedWindowTarget[K comparable] struct {
@@ -137,12 +154,13 @@ func (t sharedKeyedWindowTarget[K]) Clear(plan int, key *string) {
 // PlannedWindowTarget is a generated package's window limiter with plans as a
 // Target: windows are its plans' windows (or tables) in plan order, costs
 // their default costs, and stores, for a shared rule, its plans' bindings to
-// the store (nil without one, or for a local rule).
-func PlannedWindowTarget(keyed bool, costs []int64, stores []*shared.Window, windows ...WindowNumbers) Target {
-	if stores == nil {
-		stores = make([]*shared.Window, len(windows))
+// the store (nil without one, or for a local rule: PlannedWindowTarget[StoreWindow]).
+func PlannedWindowTarget[S StoreWindow](keyed bool, costs []int64, stores []S, windows ...WindowNumbers) Target {
+	st := make([]StoreWindow, len(windows))
+	for i := range min(len(stores), len(st)) {
+		st[i] = storeOf(stores[i])
 	}
-	return windowTarget{w: windows, store: stores, cost: costs, planned: true, keyed: keyed}
+	return windowTarget{w: windows, store: st, cost: costs, planned: true, keyed: keyed}
 }
 
 func (t windowTarget) Plans() int {

@@ -95,7 +95,7 @@ func TestWindowTargets(t *testing.T) {
 func TestPlannedWindowTarget(t *testing.T) {
 	free := atomicbucket.NewWindowTable[string](atomicbucket.MustWindowRule(2, time.Hour), atomicbucket.TableOptions{})
 	pro := atomicbucket.NewWindowTable[string](atomicbucket.MustWindowRule(10, time.Hour), atomicbucket.TableOptions{})
-	target := overlay.PlannedWindowTarget(true, []int64{1, 3}, nil, free, pro)
+	target := overlay.PlannedWindowTarget[overlay.StoreWindow](true, []int64{1, 3}, nil, free, pro)
 	a := overlay.NewApplier(overlay.Policy[overlay.Target]{Plans: []string{"free", "pro"}, Rules: map[string]overlay.Target{"Quota": target}})
 	if target.Plans() != 2 || !target.Keyed() || target.Base(1).Numbers.Tokens != 10 || target.Base(1).Cost != 3 || !target.Base(0).Window {
 		t.Fatalf("Plans %d, Keyed %v, Base(pro) %+v", target.Plans(), target.Keyed(), target.Base(1))

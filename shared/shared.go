@@ -21,6 +21,8 @@ package shared
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"fmt"
 	"regexp"
 
@@ -154,4 +156,16 @@ func CheckNamespace(ns string) error {
 		return fmt.Errorf("namespace %q: use 1 to 63 lower-case letters, digits, _ . or -, starting with a letter or digit", ns)
 	}
 	return nil
+}
+
+// StoreKey is the key a store keeps a composite key's bucket under: its text
+// form, or, when that is longer than MaxKeyLen (each field may have up to
+// MaxKeyLen bytes), '#' and the form's SHA-256 in base64 (URL alphabet, no
+// padding): 44 bytes, never a text form (which holds no '#').
+func StoreKey(text string) string {
+	if len(text) <= MaxKeyLen {
+		return text
+	}
+	sum := sha256.Sum256([]byte(text))
+	return "#" + base64.RawURLEncoding.EncodeToString(sum[:])
 }

@@ -1,8 +1,6 @@
 package verdict
 
 import (
-	"crypto/sha256"
-	"encoding/base64"
 	"strconv"
 	"strings"
 )
@@ -148,16 +146,4 @@ func KeyFields(s string, n int) ([]string, bool) {
 		out[i] = b.String()
 	}
 	return out, true
-}
-
-// StoreKey is the key a store keeps a composite key's bucket under: its text
-// form, or, when that is longer than MaxKeyLen (each field may have up to
-// MaxKeyLen bytes), '#' and the form's SHA-256 in base64 (URL alphabet, no
-// padding): 44 bytes, never a text form (which holds no '#').
-func StoreKey(text string) string {
-	if len(text) <= MaxKeyLen {
-		return text
-	}
-	sum := sha256.Sum256([]byte(text))
-	return "#" + base64.RawURLEncoding.EncodeToString(sum[:])
 }

@@ -2908,7 +2908,7 @@ func (l *TenantUserLimiter) AllowN(ctx context.Context, key TenantUserKey, cost 
 	}
 	return l.sh.bound.CheckStep(ctx, shared.Step{
 		Cost: cost,
-		Key:  verdict.StoreKey(key.String()),
+		Key:  shared.StoreKey(key.String()),
 		Rule: 8,
 	})
 }
@@ -2923,7 +2923,7 @@ func (l *TenantUserLimiter) Wait(ctx context.Context, key TenantUserKey, cost in
 	}
 	return shared.Wait(ctx, l.sh.bound, shared.Step{
 		Cost: cost,
-		Key:  verdict.StoreKey(key.String()),
+		Key:  shared.StoreKey(key.String()),
 		Rule: 8,
 	})
 }
@@ -2970,7 +2970,7 @@ func (l *TenantUserLimiter) ruleInForce(key TenantUserKey) *atomicbucket.Rule {
 // or without a store Local's.
 func (l *TenantUserLimiter) NumbersFor(key TenantUserKey) (atomicbucket.Numbers, atomicbucket.Origin) {
 	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(8, verdict.StoreKey(key.String()))
+		return nb.NumbersFor(8, shared.StoreKey(key.String()))
 	}
 	return l.local.NumbersFor(key)
 }
@@ -2983,7 +2983,7 @@ func (l *TenantUserLimiter) SetKeyNumbers(key TenantUserKey, n atomicbucket.Numb
 		return err
 	}
 	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{8}, verdict.StoreKey(key.String()), n); err != nil {
+		if err := nb.SetKeyNumbers([]int{8}, shared.StoreKey(key.String()), n); err != nil {
 			return err
 		}
 	}
@@ -2997,7 +2997,7 @@ func (l *TenantUserLimiter) ClearKeyNumbers(key TenantUserKey) error {
 		return err
 	}
 	if nb != nil {
-		nb.ClearKeyNumbers([]int{8}, verdict.StoreKey(key.String()))
+		nb.ClearKeyNumbers([]int{8}, shared.StoreKey(key.String()))
 	}
 	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
 	return nil
@@ -3012,7 +3012,7 @@ func (l *TenantUserLimiter) Reset(ctx context.Context, key TenantUserKey) error 
 	}
 	l.local.Reset(key)
 	if nb != nil {
-		return nb.Reset(ctx, []int{8}, verdict.StoreKey(key.String()))
+		return nb.Reset(ctx, []int{8}, shared.StoreKey(key.String()))
 	}
 	return nil
 }

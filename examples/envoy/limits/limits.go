@@ -1835,7 +1835,7 @@ func (l *ExportsLimiter) AllowN(ctx context.Context, key ExportsKey, cost int64)
 	}
 	return l.sh.bound.CheckStep(ctx, shared.Step{
 		Cost: cost,
-		Key:  verdict.StoreKey(key.String()),
+		Key:  shared.StoreKey(key.String()),
 		Rule: 5,
 	})
 }
@@ -1850,7 +1850,7 @@ func (l *ExportsLimiter) Wait(ctx context.Context, key ExportsKey, cost int64) e
 	}
 	return shared.Wait(ctx, l.sh.bound, shared.Step{
 		Cost: cost,
-		Key:  verdict.StoreKey(key.String()),
+		Key:  shared.StoreKey(key.String()),
 		Rule: 5,
 	})
 }
@@ -1897,7 +1897,7 @@ func (l *ExportsLimiter) ruleInForce(key ExportsKey) *atomicbucket.Rule {
 // or without a store Local's.
 func (l *ExportsLimiter) NumbersFor(key ExportsKey) (atomicbucket.Numbers, atomicbucket.Origin) {
 	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(5, verdict.StoreKey(key.String()))
+		return nb.NumbersFor(5, shared.StoreKey(key.String()))
 	}
 	return l.local.NumbersFor(key)
 }
@@ -1910,7 +1910,7 @@ func (l *ExportsLimiter) SetKeyNumbers(key ExportsKey, n atomicbucket.Numbers) e
 		return err
 	}
 	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{5}, verdict.StoreKey(key.String()), n); err != nil {
+		if err := nb.SetKeyNumbers([]int{5}, shared.StoreKey(key.String()), n); err != nil {
 			return err
 		}
 	}
@@ -1924,7 +1924,7 @@ func (l *ExportsLimiter) ClearKeyNumbers(key ExportsKey) error {
 		return err
 	}
 	if nb != nil {
-		nb.ClearKeyNumbers([]int{5}, verdict.StoreKey(key.String()))
+		nb.ClearKeyNumbers([]int{5}, shared.StoreKey(key.String()))
 	}
 	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
 	return nil
@@ -1939,7 +1939,7 @@ func (l *ExportsLimiter) Reset(ctx context.Context, key ExportsKey) error {
 	}
 	l.local.Reset(key)
 	if nb != nil {
-		return nb.Reset(ctx, []int{5}, verdict.StoreKey(key.String()))
+		return nb.Reset(ctx, []int{5}, shared.StoreKey(key.String()))
 	}
 	return nil
 }

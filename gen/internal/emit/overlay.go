@@ -67,7 +67,11 @@ func emitOverlay(m *model.Model) jen.Code {
 				args = append(args, plans.Clone().Index(jen.Lit(i)))
 			}
 			args[1] = jen.Index().Int64().Values(costs...)
-			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "PlannedWindowTarget").Call(args...))
+			target := jen.Qual(overlayPath, "PlannedWindowTarget")
+			if !r.Shared { // no stores to infer the type from
+				target = target.Types(jen.Qual(overlayPath, "StoreWindow"))
+			}
+			entries = append(entries, jen.Lit(r.Name).Op(":").Add(target).Call(args...))
 			continue
 		}
 		if keyedTarget(r) {

@@ -477,7 +477,7 @@ func sharedKey(r model.Rule, key jen.Code) jen.Code {
 	case r.KeyType == "string":
 		return key
 	case r.Composite(): // its text form, hashed when longer than a store's keys may be
-		return vd("StoreKey").Call(jen.Add(key).Dot("String").Call())
+		return jen.Qual(sharedPath, "StoreKey").Call(jen.Add(key).Dot("String").Call())
 	case strings.HasPrefix(r.KeyType, "uint"):
 		return jen.Qual("strconv", "FormatUint").Call(jen.Uint64().Call(key), jen.Lit(10))
 	}

@@ -860,7 +860,7 @@ func (l *TenantsLimiter) AllowN(ctx context.Context, key TenantsKey, cost int64)
 	}
 	return l.sh.bound.CheckStep(ctx, shared.Step{
 		Cost: cost,
-		Key:  verdict.StoreKey(key.String()),
+		Key:  shared.StoreKey(key.String()),
 		Rule: 0,
 	})
 }
@@ -875,7 +875,7 @@ func (l *TenantsLimiter) Wait(ctx context.Context, key TenantsKey, cost int64) e
 	}
 	return shared.Wait(ctx, l.sh.bound, shared.Step{
 		Cost: cost,
-		Key:  verdict.StoreKey(key.String()),
+		Key:  shared.StoreKey(key.String()),
 		Rule: 0,
 	})
 }
@@ -922,7 +922,7 @@ func (l *TenantsLimiter) ruleInForce(key TenantsKey) *atomicbucket.Rule {
 // or without a store Local's.
 func (l *TenantsLimiter) NumbersFor(key TenantsKey) (atomicbucket.Numbers, atomicbucket.Origin) {
 	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(0, verdict.StoreKey(key.String()))
+		return nb.NumbersFor(0, shared.StoreKey(key.String()))
 	}
 	return l.local.NumbersFor(key)
 }
@@ -935,7 +935,7 @@ func (l *TenantsLimiter) SetKeyNumbers(key TenantsKey, n atomicbucket.Numbers) e
 		return err
 	}
 	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{0}, verdict.StoreKey(key.String()), n); err != nil {
+		if err := nb.SetKeyNumbers([]int{0}, shared.StoreKey(key.String()), n); err != nil {
 			return err
 		}
 	}
@@ -949,7 +949,7 @@ func (l *TenantsLimiter) ClearKeyNumbers(key TenantsKey) error {
 		return err
 	}
 	if nb != nil {
-		nb.ClearKeyNumbers([]int{0}, verdict.StoreKey(key.String()))
+		nb.ClearKeyNumbers([]int{0}, shared.StoreKey(key.String()))
 	}
 	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
 	return nil
@@ -964,7 +964,7 @@ func (l *TenantsLimiter) Reset(ctx context.Context, key TenantsKey) error {
 	}
 	l.local.Reset(key)
 	if nb != nil {
-		return nb.Reset(ctx, []int{0}, verdict.StoreKey(key.String()))
+		return nb.Reset(ctx, []int{0}, shared.StoreKey(key.String()))
 	}
 	return nil
 }

@@ -382,7 +382,7 @@ func (l *RlTenantUserLimiter) Allow(ctx context.Context, key RlTenantUserKey) bo
 // RlTenantUser's process-local window (Local) decides and Err is SharedErr's error.
 func (l *RlTenantUserLimiter) AllowN(ctx context.Context, key RlTenantUserKey, cost int64) shared.Result {
 	if w := l.sh.windows[1]; w != nil {
-		return w.AllowN(ctx, verdict.StoreKey(key.String()), cost)
+		return w.AllowN(ctx, shared.StoreKey(key.String()), cost)
 	}
 	return shared.Result{
 		Decision: l.local.AllowN(key, cost),
@@ -399,7 +399,7 @@ func (l *RlTenantUserLimiter) Reset(ctx context.Context, key RlTenantUserKey) er
 	l.local.Reset(key)
 	var err error
 	if w := l.sh.windows[1]; w != nil {
-		err = w.Reset(ctx, verdict.StoreKey(key.String()))
+		err = w.Reset(ctx, shared.StoreKey(key.String()))
 	}
 	return err
 }
@@ -412,7 +412,7 @@ func (l *RlTenantUserLimiter) Reset(ctx context.Context, key RlTenantUserKey) er
 // and a key no door checks, are refused, and nothing changes.
 func (l *RlTenantUserLimiter) SetKeyNumbers(ctx context.Context, key RlTenantUserKey, n atomicbucket.Numbers) error {
 	if w := l.sh.windows[1]; w != nil {
-		if err := w.SetKeyNumbers(ctx, verdict.StoreKey(key.String()), n, 1); err != nil {
+		if err := w.SetKeyNumbers(ctx, shared.StoreKey(key.String()), n, 1); err != nil {
 			return err
 		}
 	}
@@ -423,7 +423,7 @@ func (l *RlTenantUserLimiter) SetKeyNumbers(ctx context.Context, key RlTenantUse
 // now on it has RlTenantUser's.
 func (l *RlTenantUserLimiter) ClearKeyNumbers(ctx context.Context, key RlTenantUserKey) {
 	if w := l.sh.windows[1]; w != nil {
-		w.ClearKeyNumbers(ctx, verdict.StoreKey(key.String()))
+		w.ClearKeyNumbers(ctx, shared.StoreKey(key.String()))
 	}
 	l.local.ClearKeyNumbers(key)
 }
