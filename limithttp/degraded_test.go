@@ -1,7 +1,6 @@
 package limithttp
 
 import (
-	"context"
 	"fmt"
 	"net/http/httptest"
 	"testing"
@@ -19,7 +18,7 @@ func TestRespondDegraded(t *testing.T) {
 	p := verdict.MustPolicy("R", atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 5})
 	var events []verdict.Event
 	c := &Config{Judge: verdict.Judge{Counters: verdict.NewCounters("R"), Observer: verdict.ObserverFunc(func(e verdict.Event) { events = append(events, e) })}}
-	timeout := fmt.Errorf("redis: %w", context.DeadlineExceeded)
+	overload := fmt.Errorf("redis: %w", shared.ErrOverload)
 	cases := []struct {
 		mode    verdict.Mode
 		d       atomicbucket.Decision
@@ -29,7 +28,7 @@ func TestRespondDegraded(t *testing.T) {
 		want    verdict.Outcome
 		class   string
 	}{
-		{verdict.Enforce, atomicbucket.Decision{Allowed: true, Remaining: 4}, timeout, true, true, verdict.DegradedAllowed, "timeout"},
+		{verdict.Enforce, atomicbucket.Decision{Allowed: true, Remaining: 4}, overload, true, true, verdict.DegradedAllowed, "overload"},
 		{verdict.Enforce, atomicbucket.Decision{RetryAfter: time.Second}, shared.ErrCircuitOpen, true, false, verdict.DegradedDenied, "circuit_open"},
 		{verdict.Shadow, atomicbucket.Decision{RetryAfter: time.Second}, shared.ErrClosed, true, true, verdict.DegradedDenied, "closed"},
 		{verdict.Enforce, atomicbucket.Decision{Allowed: true, Remaining: 4}, fmt.Errorf("x: %w", shared.ErrNoStore), false, true, verdict.Allowed, "no_store"},

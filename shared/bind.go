@@ -11,7 +11,7 @@ import (
 
 // ErrNoStore is Bind's error for a nil store, or a nil pointer (or map,
 // slice, func, channel) in a Store interface: a store that was never made.
-var ErrNoStore = errors.New("no store")
+var ErrNoStore error = &classError{"no store", "no_store"}
 
 // Bind binds rules to store as a generated package does when it is built: it
 // refuses a nil store, a typed nil in the interface (WithStore((*redisstore.
@@ -129,12 +129,12 @@ func (b *Binding) Health() error { return b.e.Health() }
 func (b *Binding) Check(ctx context.Context, steps []Step) (Result, int) {
 	for i, s := range steps {
 		if s.Rule < 0 || s.Rule >= len(b.rules) {
-			return Result{Err: fmt.Errorf("%s: %w: step %d names rule %d of %d bound", b.e.b.Name(), ErrInvalidStep, i, s.Rule, len(b.rules))}, i
+			return Result{Err: classed(fmt.Errorf("%s: %w: step %d names rule %d of %d bound", b.e.b.Name(), ErrInvalidStep, i, s.Rule, len(b.rules)))}, i
 		}
 	}
 	for i, s := range steps {
 		if err := (Call{b.ruleFor(s.Rule, s.Key), s.Key, s.Cost}).checkKey(); err != nil {
-			return Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}, Err: fmt.Errorf("%s: %w", b.e.b.Name(), err)}, i
+			return Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}, Err: classed(fmt.Errorf("%s: %w", b.e.b.Name(), err))}, i
 		}
 	}
 	if len(steps) > 0 {
@@ -170,11 +170,11 @@ func (b *Binding) Refund(ctx context.Context, steps []Step) error {
 // CheckStep is Check of one step; a leased rule's check allocates nothing.
 func (b *Binding) CheckStep(ctx context.Context, step Step) Result {
 	if step.Rule < 0 || step.Rule >= len(b.rules) {
-		return Result{Err: fmt.Errorf("%s: %w: a step names rule %d of %d bound", b.e.b.Name(), ErrInvalidStep, step.Rule, len(b.rules))}
+		return Result{Err: classed(fmt.Errorf("%s: %w: a step names rule %d of %d bound", b.e.b.Name(), ErrInvalidStep, step.Rule, len(b.rules)))}
 	}
 	r := b.ruleFor(step.Rule, step.Key)
 	if err := (Call{r, step.Key, step.Cost}).checkKey(); err != nil {
-		return Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}, Err: fmt.Errorf("%s: %w", b.e.b.Name(), err)}
+		return Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}, Err: classed(fmt.Errorf("%s: %w", b.e.b.Name(), err))}
 	}
 	if res, ok := b.leases.CheckStep(ctx, step); ok {
 		return res

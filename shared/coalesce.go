@@ -2,7 +2,6 @@ package shared
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -139,7 +138,7 @@ func (c *batcher[C]) take(batch []*waitingCheck[C], p *waitingCheck[C], now time
 
 // ErrClosed is the error of a check on a closed store (or batcher): the
 // store makes no more calls, and the rules' failure settings decide.
-var ErrClosed = errors.New("the store is closed")
+var ErrClosed error = &classError{"the store is closed", "closed"}
 
 // Do queues check and waits for its call, at most the batcher's timeout
 // in all (or until ctx is done, if sooner): a check no flusher took within

@@ -306,11 +306,11 @@ func (e *Engine) CheckTier(ctx context.Context, calls []Call) (Result, int) {
 		return Result{Decision: atomicbucket.Decision{Allowed: true}}, -1
 	}
 	if i := repeated(calls); i >= 0 {
-		return Result{Err: fmt.Errorf("%s: %w: tier step %d names rule %s and its key again", e.b.Name(), ErrInvalidStep, i, calls[i].Rule.name)}, i
+		return Result{Err: classed(fmt.Errorf("%s: %w: tier step %d names rule %s and its key again", e.b.Name(), ErrInvalidStep, i, calls[i].Rule.name))}, i
 	}
 	for i, c := range calls { // the caller's mistake, not the store's: denied, no failure counted
 		if err := c.checkKey(); err != nil {
-			return Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}, Err: fmt.Errorf("%s: %w", e.b.Name(), err)}, i
+			return Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}, Err: classed(fmt.Errorf("%s: %w", e.b.Name(), err))}, i
 		}
 	}
 	g := e.guard

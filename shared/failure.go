@@ -13,13 +13,13 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/verdict"
 	"github.com/puzpuzpuz/xsync/v3"
 )
 
 // The doors' events name a store error by its class (verdict.Event's
-// StoreError): ErrorClass.
-func init() { verdict.SetErrorClass(ErrorClass) }
+// StoreError): a Result's Err is classed (classedError), and verdict finds
+// its class with errors.As (verdict.ClassedError), so nothing registers
+// anything when the package is initialised.
 
 // fallbackRule is a rule's failure setting, ready to decide while its store
 // cannot. The zero fallbackRule denies.
@@ -102,7 +102,33 @@ func (s fallbackStep) outage() bool {
 // for the outage itself, and the index of that step.
 func degraded(err error, steps ...fallbackStep) (Result, int) {
 	d, i := fallbackTier(steps...)
-	return Result{Decision: d, Degraded: true, Outage: !d.Allowed && steps[i].outage(), Err: err}, i
+	return Result{Decision: d, Degraded: true, Outage: !d.Allowed && steps[i].outage(), Err: classed(err)}, i
+}
+
+// classedError is a shared check's error with its class (ErrorClass), which
+// a door's events read through verdict.ClassedError. It is the error as it
+// was (Error, Unwrap), only named.
+type classedError struct{ err error }
+
+func (e classedError) Error() string      { return e.err.Error() }
+func (e classedError) Unwrap() error      { return e.err }
+func (e classedError) ErrorClass() string { return ErrorClass(e.err) }
+
+// classError is one of this package's errors a check's Result may carry
+// (ErrCircuitOpen, ErrClosed, ErrNoStore, …): it names its class itself,
+// so that an error built around it elsewhere (a generated package's
+// "no store given") is classed too.
+type classError struct{ msg, class string }
+
+func (e *classError) Error() string      { return e.msg }
+func (e *classError) ErrorClass() string { return e.class }
+
+// classed is err with its class (nil for nil).
+func classed(err error) error {
+	if err == nil {
+		return nil
+	}
+	return classedError{err}
 }
 
 // RefundAt gives a local share back what AllowNAt took (a tier's later step
@@ -128,7 +154,7 @@ func fallbackTier(steps ...fallbackStep) (atomicbucket.Decision, int) {
 
 // ErrCircuitOpen is the Result.Err of a check a store's breaker answered
 // without asking the store.
-var ErrCircuitOpen = fmt.Errorf("circuit open: the store failed %d checks in a row; retrying after a pause", BreakerFailures)
+var ErrCircuitOpen error = &classError{fmt.Sprintf("circuit open: the store failed %d checks in a row; retrying after a pause", BreakerFailures), "circuit_open"}
 
 // The breaker: after BreakerFailures failed calls in a row, checks do not go
 // to the store for a pause (BreakerPause, doubling up to BreakerMaxPause while
@@ -573,7 +599,7 @@ func ErrorClass(err error) string {
 // ErrUnavailable is wrapped by the error of a call whose server could not be
 // reached (its dials refused, or found no route), where the client's own
 // error was only a deadline (go-redis dials again until then).
-var ErrUnavailable = errors.New("the store's server is unavailable")
+var ErrUnavailable error = &classError{"the store's server is unavailable", "unavailable"}
 
 // isUnavailable reports whether err says the server could not be reached: a
 // connection refused or reset, no route to it, its name not found, or
@@ -590,7 +616,7 @@ func isUnavailable(err error) bool {
 // ErrInvalidStep is wrapped by the error of a check a store refused as
 // malformed (a tier naming one bucket twice, a step naming no bound rule):
 // the caller's mistake, not the store's.
-var ErrInvalidStep = errors.New("invalid step")
+var ErrInvalidStep error = &classError{"invalid step", "invalid"}
 
 // IsTimeout reports whether err is a timeout: a context's deadline, or a
 // network deadline that a client set from one (go-redis and pgx turn a
@@ -609,4 +635,4 @@ func IsTimeout(err error) bool {
 // connections (Engine's slots) or for a coalesced call. The failure setting
 // decides it, but it is no failure of the store's: a busy process does not
 // open the breaker against a healthy server.
-var ErrOverload = errors.New("overloaded: the check waited in this process past the store's timeout")
+var ErrOverload error = &classError{"overloaded: the check waited in this process past the store's timeout", "overload"}

@@ -224,7 +224,7 @@ func (l *Lease) idle(now int64) bool {
 
 // ErrLeaseWait wraps the error of a check whose context ended while it
 // waited for another check's refill of the same lease.
-var ErrLeaseWait = errors.New("waited for a lease's refill")
+var ErrLeaseWait error = &classError{"waited for a lease's refill", "lease_wait"}
 
 // settle ends the current grant (nothing more is spent from it): what to
 // tell the store of it, and how many of its tokens were spent.

@@ -112,7 +112,7 @@ func (m *multiBound) split(steps []Step) (groups []int, sub [][]Step, orig [][]i
 func (m *multiBound) Check(ctx context.Context, steps []Step) (Result, int) {
 	for i, s := range steps {
 		if !m.valid(s.Rule) {
-			return Result{Err: fmt.Errorf("%w: step %d names rule %d of %d bound", ErrInvalidStep, i, s.Rule, len(m.at))}, i
+			return Result{Err: classed(fmt.Errorf("%w: step %d names rule %d of %d bound", ErrInvalidStep, i, s.Rule, len(m.at)))}, i
 		}
 	}
 	groups, sub, orig := m.split(steps)
@@ -152,7 +152,7 @@ func (m *multiBound) Check(ctx context.Context, steps []Step) (Result, int) {
 // CheckStep is the step's store's CheckStep.
 func (m *multiBound) CheckStep(ctx context.Context, step Step) Result {
 	if !m.valid(step.Rule) {
-		return Result{Err: fmt.Errorf("%w: a step names rule %d of %d bound", ErrInvalidStep, step.Rule, len(m.at))}
+		return Result{Err: classed(fmt.Errorf("%w: a step names rule %d of %d bound", ErrInvalidStep, step.Rule, len(m.at)))}
 	}
 	a := m.at[step.Rule]
 	return m.bounds[a.g].CheckStep(ctx, Step{Rule: a.i, Key: step.Key, Cost: step.Cost})

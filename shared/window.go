@@ -470,11 +470,11 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) Result {
 func (w *Window) fallback(key string, cost int64, err error) Result {
 	switch {
 	case w.mode == FailAllow:
-		return Result{Decision: atomicbucket.Decision{Allowed: true, Remaining: w.Rule().Limit()}, Degraded: true, Err: err}
+		return Result{Decision: atomicbucket.Decision{Allowed: true, Remaining: w.Rule().Limit()}, Degraded: true, Err: classed(err)}
 	case w.mode == FailLocal && w.local != nil:
-		return Result{Decision: w.local.AllowN(key, cost), Degraded: true, Err: err}
+		return Result{Decision: w.local.AllowN(key, cost), Degraded: true, Err: classed(err)}
 	}
-	return Result{Decision: atomicbucket.Decision{RetryAfter: time.Second}, Degraded: true, Outage: true, Err: err}
+	return Result{Decision: atomicbucket.Decision{RetryAfter: time.Second}, Degraded: true, Outage: true, Err: classed(err)}
 }
 
 // Health is nil while the store answers the window's checks; else the last

@@ -5,7 +5,6 @@ import (
 	"math/bits"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -92,7 +91,7 @@ type Event struct {
 	RetryAfter time.Duration // the decision's wait, when denied
 	// StoreError is, for a shared rule or tier whose store did not decide,
 	// the class of the store's error ("timeout", "circuit_open", "closed",
-	// "no_store", …: see SetErrorClass); "" when the store decided or the
+	// "no_store", …: see ClassedError); "" when the store decided or the
 	// rule is local.
 	StoreError string
 	// Key is the request's first key (the one the jitter is seeded by; in a
@@ -118,26 +117,24 @@ type ObserverFunc func(Event)
 // Observe calls f(e).
 func (f ObserverFunc) Observe(e Event) { f(e) }
 
-// errorClass is the function Event.StoreError is computed by (SetErrorClass).
-var errorClass atomic.Pointer[func(error) string]
-
-// SetErrorClass sets the function that names the class of a store's error in
-// Event.StoreError. Package shared sets its ErrorClass when it is
-// initialised, so a program with stores has it; without one, a store error's
-// class is "store".
-func SetErrorClass(f func(error) string) {
-	if f != nil {
-		errorClass.Store(&f)
-	}
+// ClassedError is a store's error that names its class for Event.StoreError
+// (a bounded set, unlike error strings): package shared's errors do
+// ("timeout", "circuit_open", "closed", "no_store", …: shared.ErrorClass).
+// classOf finds one in an error's chain with errors.As.
+type ClassedError interface {
+	error
+	ErrorClass() string
 }
 
-// classOf is the class of err: "" for nil.
+// classOf is the class of err: "" for nil, "store" for an error that names
+// none (ClassedError).
 func classOf(err error) string {
 	if err == nil {
 		return ""
 	}
-	if f := errorClass.Load(); f != nil {
-		return (*f)(err)
+	var c ClassedError
+	if errors.As(err, &c) {
+		return c.ErrorClass()
 	}
 	return "store"
 }

@@ -109,8 +109,7 @@ func TestJudgeEvents(t *testing.T) {
 	res := Result{Decision: atomicbucket.Decision{Allowed: true}, Policy: &p, Cost: 1, Door: DoorGRPC, Route: "/pkg.S/M",
 		Degraded: true, StoreErr: errors.New("down")}
 	j.Verdict(Enforce, &res, "alice")
-	SetErrorClass(func(error) string { return "timeout" })
-	defer errorClass.Store(nil)
+	res.StoreErr = fmt.Errorf("checking: %w", classed{errors.New("deadline"), "timeout"})
 	res.Decision = atomicbucket.Decision{RetryAfter: time.Second}
 	j.Verdict(Enforce, &res, "")
 	want := []Event{
@@ -178,3 +177,11 @@ func TestNilHooks(t *testing.T) {
 		}
 	}
 }
+
+// classed is a store error that names its class (ClassedError).
+type classed struct {
+	error
+	class string
+}
+
+func (c classed) ErrorClass() string { return c.class }
