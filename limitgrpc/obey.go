@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/limitgen/limitgen/verdict"
+	"github.com/limitgen/limitgen/pace"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -16,7 +16,7 @@ import (
 
 // Obey makes the client interceptors of a client of a rate-limited service:
 // each call and each stream's opening waits until the method's pacer lets it
-// (verdict.Pacer, by the ratelimit-policy and ratelimit metadata of the
+// (pace.Pacer, by the ratelimit-policy and ratelimit metadata of the
 // answers: a server with metadata: all sends them on every call, the default
 // on denials only), and a unary call denied with a wait
 // (RESOURCE_EXHAUSTED or UNAVAILABLE with grpc-retry-pushback-ms or a
@@ -26,7 +26,7 @@ import (
 type Obey struct {
 	Retries int // denied unary calls sent again; 0 means 3
 
-	pacers sync.Map // full method → *verdict.Pacer
+	pacers sync.Map // full method → *pace.Pacer
 }
 
 // DialOptions are the interceptors as options for grpc.NewClient.
@@ -34,12 +34,12 @@ func (o *Obey) DialOptions() []grpc.DialOption {
 	return []grpc.DialOption{grpc.WithChainUnaryInterceptor(o.Unary()), grpc.WithChainStreamInterceptor(o.Stream())}
 }
 
-func (o *Obey) pacer(method string) *verdict.Pacer {
+func (o *Obey) pacer(method string) *pace.Pacer {
 	if p, ok := o.pacers.Load(method); ok {
-		return p.(*verdict.Pacer)
+		return p.(*pace.Pacer)
 	}
-	p, _ := o.pacers.LoadOrStore(method, &verdict.Pacer{})
-	return p.(*verdict.Pacer)
+	p, _ := o.pacers.LoadOrStore(method, &pace.Pacer{})
+	return p.(*pace.Pacer)
 }
 
 // Unary is the unary client interceptor.
@@ -89,7 +89,7 @@ func (o *Obey) Stream() grpc.StreamClientInterceptor {
 
 type obeyedStream struct {
 	grpc.ClientStream
-	p    *verdict.Pacer
+	p    *pace.Pacer
 	once sync.Once
 }
 

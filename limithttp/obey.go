@@ -7,22 +7,22 @@ import (
 	"sync"
 	"time"
 
-	"github.com/limitgen/limitgen/verdict"
+	"github.com/limitgen/limitgen/pace"
 )
 
 // Obey is an http.RoundTripper for a client of a rate-limited service: it
 // paces its requests by the RateLimit-Policy and RateLimit fields of the
-// responses (verdict.Pacer: no request while the last response said none is
+// responses (pace.Pacer: no request while the last response said none is
 // left, until its t or its quota's time per token), and when a response is
 // 429 or 503 with a Retry-After, waits that long and sends the request again
 // (at most Retries times; a request whose body cannot be sent again,
-// without GetBody, is not). It keeps a Pacer per host. Next is the transport
+// without GetBody, is not). It keeps a pace.Pacer per host. Next is the transport
 // that sends the requests (http.DefaultTransport when nil).
 type Obey struct {
 	Next    http.RoundTripper
 	Retries int // denials sent again; 0 means 3
 
-	pacers sync.Map // host → *verdict.Pacer
+	pacers sync.Map // host → *pace.Pacer
 }
 
 // RoundTrip sends req when the host's pacer lets it, and again after a
@@ -70,12 +70,12 @@ func (o *Obey) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-func (o *Obey) pacer(host string) *verdict.Pacer {
+func (o *Obey) pacer(host string) *pace.Pacer {
 	if p, ok := o.pacers.Load(host); ok {
-		return p.(*verdict.Pacer)
+		return p.(*pace.Pacer)
 	}
-	p, _ := o.pacers.LoadOrStore(host, &verdict.Pacer{})
-	return p.(*verdict.Pacer)
+	p, _ := o.pacers.LoadOrStore(host, &pace.Pacer{})
+	return p.(*pace.Pacer)
 }
 
 // retryAfter reads a Retry-After of delay-seconds (an HTTP date is read too,

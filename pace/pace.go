@@ -1,4 +1,8 @@
-package verdict
+// Package pace is for clients that obey a limiter's answers, whatever the
+// door: a Pacer keeps what the last answers said (the RateLimit fields, a
+// denial's wait) and holds each request until it may go. limithttp's
+// Transport and limitgrpc's client interceptors are built on it.
+package pace
 
 import (
 	"context"
@@ -174,9 +178,9 @@ func policyOf(policy, name string) (q, w int64, ok bool) {
 				k, val, _ := strings.Cut(strings.TrimSpace(param), "=")
 				n, err := strconv.ParseInt(val, 10, 64)
 				switch {
-				case k == ParamQuota && err == nil && n > 0:
+				case k == "q" && err == nil && n > 0:
 					q = n
-				case k == ParamWindow && err == nil && n > 0:
+				case k == "w" && err == nil && n > 0:
 					w = n
 				}
 			}
@@ -215,9 +219,9 @@ func ParseRateLimit(v string) (r, t int64, ok bool) {
 		k, val, _ := strings.Cut(strings.TrimSpace(param), "=")
 		n, err := strconv.ParseInt(val, 10, 64)
 		switch {
-		case k == ParamRemaining && err == nil && n >= 0:
+		case k == "r" && err == nil && n >= 0:
 			r = n
-		case k == ParamReset && err == nil && n >= 0:
+		case k == "t" && err == nil && n >= 0:
 			t = n
 		}
 	}

@@ -1,4 +1,4 @@
-package verdict
+package pace
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 func TestParseRateLimit(t *testing.T) {
@@ -48,7 +49,7 @@ func (f *fakeTime) pacer() *Pacer {
 func TestPacerObeysBucket(t *testing.T) {
 	ft := &fakeTime{now: time.Unix(1000, 0)}
 	p := ft.pacer()
-	pol := MustPolicy("R", testLimit(20, time.Second, 20))
+	pol := verdict.MustPolicy("R", testLimit(20, time.Second, 20))
 	b := newTestBucket(pol)
 	start := ft.now
 	sent, denied := 0, 0
@@ -61,10 +62,10 @@ func TestPacerObeysBucket(t *testing.T) {
 		r, tt := pol.Fields(d, 1)
 		if !d.Allowed {
 			denied++
-			p.Observe(pol.Item, string(AppendRateLimit(nil, &pol, r, tt)), true, d.RetryAfter)
+			p.Observe(pol.Item, string(verdict.AppendRateLimit(nil, &pol, r, tt)), true, d.RetryAfter)
 			continue
 		}
-		p.Observe(pol.Item, string(AppendRateLimit(nil, &pol, r, tt)), false, 0)
+		p.Observe(pol.Item, string(verdict.AppendRateLimit(nil, &pol, r, tt)), false, 0)
 		ft.now = ft.now.Add(time.Millisecond) // a request's round trip
 	}
 	quota := 20 + 20*int(ft.now.Sub(start)/time.Second)
@@ -93,7 +94,7 @@ func testLimit(tokens int64, period time.Duration, burst int64) atomicbucket.Lim
 	return atomicbucket.Limit{Tokens: tokens, Period: period, Burst: burst}
 }
 
-func newTestBucket(p Policy) *atomicbucket.Bucket {
+func newTestBucket(p verdict.Policy) *atomicbucket.Bucket {
 	return atomicbucket.NewBucketAt(atomicbucket.MustRule(p.Limit), 0)
 }
 
