@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/clientip"
+	"github.com/limitgen/limitgen/internal/memo"
 	"github.com/limitgen/limitgen/verdict"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -95,12 +96,12 @@ type Config struct {
 	verdict.Judge
 	Metadata MetadataStyle
 
-	mds     verdict.Memo[mdEntry] // responses' metadata
-	denials verdict.Memo[denial]  // denials' status errors
+	mds     memo.Table[mdEntry] // responses' metadata
+	denials memo.Table[denial]  // denials' status errors
 }
 
 // A response's metadata depends only on its rule, its entry's policy list,
-// r, t and (denied) the wait, which take few values (verdict.Memo), so the
+// r, t and (denied) the wait, which take few values (internal/memo), so the
 // last few hundred are kept and set again: a response whose metadata was
 // made before allocates none of its own (grpc.SetHeader and SetTrailer still
 // join it into the stream's, as they join any). Nothing writes to a kept MD:
@@ -119,7 +120,7 @@ type mdEntry struct {
 // retry-after and grpc-retry-pushback-ms.
 func (c *Config) metadata(res *verdict.Result, v verdict.Verdict, wait time.Duration) metadata.MD {
 	style := c.Metadata
-	slot := c.mds.Slot(verdict.MemoHash(res.Policy, v.R, v.T, uint64(wait)<<8^uint64(style)))
+	slot := c.mds.Slot(memo.Hash(res.Policy, v.R, v.T, uint64(wait)<<8^uint64(style)))
 	if e := slot.Load(); e != nil && e.r == v.R && e.t == v.T && e.wait == wait && e.style == style && e.policy == res.Policy && e.policies == res.Policies {
 		return e.md
 	}
@@ -198,7 +199,7 @@ func (c *Config) Reject(mode verdict.Mode, code codes.Code, msg string, ev verdi
 }
 
 // A denial's status error depends only on its code, rule and wait (or cost),
-// so the last few hundred are kept (verdict.Memo): a denied call allocates
+// so the last few hundred are kept (internal/memo): a denied call allocates
 // nothing when its error was made before. A status error is never modified
 // once made (grpc reads it, copying its proto).
 type denial struct {
@@ -215,7 +216,7 @@ func (c *Config) denial(code codes.Code, p *verdict.Policy, wait time.Duration, 
 		n = cost
 	}
 	lean := c.Metadata == MetadataLean
-	slot := c.denials.Slot(verdict.MemoHash(p, n, 0, uint64(code)<<40))
+	slot := c.denials.Slot(memo.Hash(p, n, 0, uint64(code)<<40))
 	if d := slot.Load(); d != nil && d.code == code && d.policy == p && d.n == n && d.lean == lean {
 		return d.err
 	}

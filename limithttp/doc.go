@@ -32,7 +32,7 @@
 // can never be admitted (its cost is above the burst) gets no Retry-After.
 //
 // The fields' values are strings a response's header map keeps after the
-// request. Respond keeps the ones it made in verdict.Memos of its Config
+// request. Respond keeps the ones it made in memo tables (internal/memo) of its Config
 // (for allowed responses and for the others, by rule, route and the numbers
 // in them) and gives a response whose fields are already there the same
 // strings and the same []string values: a rule's fields take few values (r

@@ -3,6 +3,7 @@ package limithttp
 import (
 	"strconv"
 
+	"github.com/limitgen/limitgen/internal/memo"
 	"github.com/limitgen/limitgen/verdict"
 )
 
@@ -35,7 +36,7 @@ type problemEntry struct {
 // problem returns the body of p's problem of kind, made once per rule (and
 // Config) and kept in the Config's Memo: a rule's denials allocate nothing.
 func (c *Config) problem(p *verdict.Policy, kind problemKind) string {
-	slot := c.problems.Slot(verdict.MemoHash(p, int64(kind), 0, 0x9d))
+	slot := c.problems.Slot(memo.Hash(p, int64(kind), 0, 0x9d))
 	if e := slot.Load(); e != nil && e.policy == p && e.kind == kind {
 		return e.body
 	}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 
+	"github.com/limitgen/limitgen/internal/memo"
 	"github.com/limitgen/limitgen/verdict"
 )
 
@@ -37,9 +38,9 @@ type Config struct {
 	// 9110 requires one), such as `Bearer realm="api"`; empty sends none.
 	Challenge string
 
-	values   verdict.Memo[valueEntry]   // allowed responses' field values (values.go)
-	full     verdict.Memo[fullEntry]    // other responses' field values
-	problems verdict.Memo[problemEntry] // the rules' problem bodies (problems.go)
+	values   memo.Table[valueEntry]   // allowed responses' field values (values.go)
+	full     memo.Table[fullEntry]    // other responses' field values
+	problems memo.Table[problemEntry] // the rules' problem bodies (problems.go)
 }
 
 // Respond sets the rate-limit fields of res on w and, for a denied request on

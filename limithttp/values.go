@@ -3,6 +3,7 @@ package limithttp
 import (
 	"unsafe"
 
+	"github.com/limitgen/limitgen/internal/memo"
 	"github.com/limitgen/limitgen/verdict"
 )
 
@@ -15,7 +16,7 @@ import (
 // table of its Config, by rule, route, r and t, and answers a request that
 // needs the same fields with the same strings and the same []string: an
 // allowed response allocates only when its fields are new to the table (then
-// one entry, which replaces the slot's last): verdict.Memo.
+// one entry, which replaces the slot's last): internal/memo.
 //
 // The values are shared between responses: a handler may replace a field
 // (Header.Set, Header.Del, Header.Add) but must not write into the slice a
@@ -33,7 +34,7 @@ type valueEntry struct {
 
 // allowedValues returns the values of an allowed response's two fields.
 func (c *Config) allowedValues(res *verdict.Result, r, t int64) *[2]string {
-	slot := c.values.Slot(verdict.MemoHash(res.Policy, r, t, 0))
+	slot := c.values.Slot(memo.Hash(res.Policy, r, t, 0))
 	if e := slot.Load(); e != nil && e.r == r && e.t == t && e.policy == res.Policy && e.policies == res.Policies {
 		return &e.vals
 	}
@@ -84,7 +85,7 @@ func (c *Config) fullValues(res *verdict.Result, r, t, retry int64) *fullEntry {
 	if style > HeadersNone {
 		style = HeadersIETF
 	}
-	slot := c.full.Slot(verdict.MemoHash(res.Policy, r, t, uint64(retry)<<48^uint64(style)))
+	slot := c.full.Slot(memo.Hash(res.Policy, r, t, uint64(retry)<<48^uint64(style)))
 	if e := slot.Load(); e != nil && e.r == r && e.t == t && e.retry == retry && e.style == style && e.policy == res.Policy && e.policies == res.Policies {
 		return e
 	}

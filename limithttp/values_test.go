@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/memo"
 	"github.com/limitgen/limitgen/verdict"
 )
 
@@ -109,7 +110,7 @@ func TestValueTablesAnswerAsMade(t *testing.T) {
 	cfgs := [3]Config{{Headers: HeadersIETF}, {Headers: HeadersLegacy}, {Headers: HeadersNone}}
 	rng := rand.New(rand.NewPCG(1, 2))
 	var cases []valueCase
-	for range 4 << verdict.MemoBits {
+	for range 4 << memo.Bits {
 		cases = append(cases, randomCase(rng, ps, routes))
 	}
 	for round := range 3 {

@@ -304,3 +304,20 @@ func AppendRateLimit(b []byte, p *Policy, r, t int64) []byte {
 	b = append(b, ";"+ParamReset+"="...)
 	return AppendDecimal(b, t)
 }
+
+// Describe is a limit's numbers as a policy writes them: "30/min, burst 10",
+// "5 per 10s, burst 5".
+func Describe(l atomicbucket.Limit) string {
+	rate := strconv.FormatInt(l.Tokens, 10) + " per " + l.Period.String()
+	switch l.Period {
+	case time.Second:
+		rate = strconv.FormatInt(l.Tokens, 10) + "/s"
+	case time.Minute:
+		rate = strconv.FormatInt(l.Tokens, 10) + "/min"
+	case time.Hour:
+		rate = strconv.FormatInt(l.Tokens, 10) + "/h"
+	case 24 * time.Hour:
+		rate = strconv.FormatInt(l.Tokens, 10) + "/d"
+	}
+	return rate + ", burst " + strconv.FormatInt(l.Burst, 10)
+}

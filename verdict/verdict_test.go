@@ -126,25 +126,6 @@ func TestJudgeEvents(t *testing.T) {
 	}
 }
 
-// A Memo hands back the entry stored in a hash's slot, and its slots are
-// made once.
-func TestMemo(t *testing.T) {
-	var m Memo[int]
-	p := MustPolicy("R", atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 1})
-	h := MemoHash(&p, 3, 4, 0)
-	if m.Slot(h).Load() != nil {
-		t.Fatal("a new Memo holds an entry")
-	}
-	v := 7
-	m.Slot(h).Store(&v)
-	if got := m.Slot(h).Load(); got != &v {
-		t.Fatalf("slot holds %v, want the stored entry", got)
-	}
-	if MemoHash(&p, 3, 4, 0) == MemoHash(&p, 4, 3, 0) || MemoHash(&p, 3, 4, 0) == MemoHash(&p, 3, 4, 1) {
-		t.Error("MemoHash ignores an argument")
-	}
-}
-
 func TestDescribe(t *testing.T) {
 	for _, c := range []struct {
 		l    atomicbucket.Limit
