@@ -14,6 +14,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
+	genimpl "github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/verdict"
@@ -1090,7 +1091,7 @@ type Middleware struct {
 // NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It
 // fails when one of them is nil.
 func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
-	if err := verdict.NilHooks("limits: NewMiddleware: Hooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
+	if err := genimpl.NilHooks("limits: NewMiddleware: Hooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
 		return nil, err
 	}
 	if l == nil {
@@ -1233,8 +1234,8 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RuleLogin)
 	res.Series = 0
 	if rf0 := m.limits.Login.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
@@ -1265,8 +1266,8 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RuleUpload)
 	res.Series = 1
 	if rf0 := m.limits.Upload.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
@@ -1297,8 +1298,8 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	res.Series = 2
 	res.SeedInt = uint64(k0)
 	if rf0 := m.limits.DailyExport.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return m.Config.Respond(w, r, verdict.Shadow, &res, "")
 }
@@ -1339,8 +1340,8 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RuleTenantUser)
 	res.Series = 3
 	if rf0 := m.limits.TenantUser.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	key := ""
 	if !res.Decision.Allowed || res.Degraded {
@@ -1379,10 +1380,10 @@ func (m *Middleware) route5(w http.ResponseWriter, r *http.Request, path string)
 	res.Series = httpSeriesRoute5[td.Rule]
 	rf0, rf1, rf2 := m.limits.PerUser.ruleInForce(plan, k0), m.limits.PerEndpoint.ruleInForce(k1), m.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil || rf2 != nil {
-		p0 := verdict.InForce(httpPolicies[RulePerUser][plan], rf0)
-		p1 := verdict.InForce(httpPolicies[RulePerEndpoint][plan], rf1)
-		p2 := verdict.InForce(httpPolicies[RuleGlobal][plan], rf2)
-		res.Policies = verdict.InForceList(p0, p1, p2)
+		p0 := genimpl.InForce(httpPolicies[RulePerUser][plan], rf0)
+		p1 := genimpl.InForce(httpPolicies[RulePerEndpoint][plan], rf1)
+		p2 := genimpl.InForce(httpPolicies[RuleGlobal][plan], rf2)
+		res.Policies = genimpl.InForceList(p0, p1, p2)
 		switch td.Rule {
 		case RulePerUser:
 			res.Policy = p0

@@ -11,6 +11,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
+	genimpl "github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/verdict"
@@ -382,8 +383,8 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 	res.Rule = int(RulePerUser)
 	res.Series = 0
 	if rf0 := g.limits.PerUser.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return g.Config.Respond(ctx, verdict.Enforce, &res, k0)
 }
@@ -408,8 +409,8 @@ func (g *GRPC) entry2(ctx context.Context, method string) error {
 	res.Rule = int(RuleTight)
 	res.Series = 1
 	if rf0 := g.limits.Tight.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return g.Config.Respond(ctx, verdict.Enforce, &res, k0)
 }

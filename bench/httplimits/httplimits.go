@@ -10,6 +10,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
+	genimpl "github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/verdict"
@@ -460,8 +461,8 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RulePerIP)
 	res.Series = 0
 	if rf0 := m.limits.PerIP.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
@@ -485,8 +486,8 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RuleTight)
 	res.Series = 1
 	if rf0 := m.limits.Tight.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
@@ -510,8 +511,8 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RuleDrain)
 	res.Series = 2
 	if rf0 := m.limits.Drain.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/limitgen/limitgen/atomicbucket"
+	genimpl "github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limitrls"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
@@ -1253,8 +1254,8 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	res.Rule = int(RulePerKey)
 	res.Series = 0
 	if rf0 := s.limits.PerKey.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return res, k0, nil
 }
@@ -1282,8 +1283,8 @@ func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	res.Rule = int(RuleTenPerSecond)
 	res.Series = 1
 	if rf0 := s.limits.TenPerSecond.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return res, k0, nil
 }
@@ -1311,8 +1312,8 @@ func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	res.Rule = int(RulePerKeyLeased)
 	res.Series = 2
 	if rf0 := s.limits.PerKeyLeased.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return res, k0, nil
 }
@@ -1336,8 +1337,8 @@ func (s *RLS) descriptor4(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	res.Rule = int(RuleInProcess)
 	res.Series = 3
 	if rf0 := s.limits.InProcess.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return res, k0, nil
 }

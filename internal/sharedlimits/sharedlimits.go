@@ -13,6 +13,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
+	genimpl "github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
@@ -5029,7 +5030,7 @@ type Middleware struct {
 // NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It
 // fails when one of them is nil.
 func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
-	if err := verdict.NilHooks("sharedlimits: NewMiddleware: Hooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
+	if err := genimpl.NilHooks("sharedlimits: NewMiddleware: Hooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
 		return nil, err
 	}
 	if l == nil {
@@ -5170,8 +5171,8 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RulePerUser)
 	res.Series = 0
 	if rf0 := m.limits.PerUser.ruleInForce(plan, k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
@@ -5203,9 +5204,9 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	res.Series = httpSeriesRoute2[td.Rule]
 	rf0, rf1 := m.limits.PerUser.ruleInForce(plan, k0), m.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil {
-		p0 := verdict.InForce(httpPolicies[RulePerUser][plan], rf0)
-		p1 := verdict.InForce(httpPolicies[RuleGlobal][plan], rf1)
-		res.Policies = verdict.InForceList(p0, p1)
+		p0 := genimpl.InForce(httpPolicies[RulePerUser][plan], rf0)
+		p1 := genimpl.InForce(httpPolicies[RuleGlobal][plan], rf1)
+		res.Policies = genimpl.InForceList(p0, p1)
 		switch td.Rule {
 		case RulePerUser:
 			res.Policy = p0
@@ -5245,8 +5246,8 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	res.Series = 3
 	res.SeedInt = uint64(k0)
 	if rf0 := m.limits.Exports.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return m.Config.Respond(w, r, verdict.Enforce, &res, "")
 }
@@ -5277,9 +5278,9 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	res.Series = httpSeriesRoute4[td.Rule]
 	rf0, rf1 := m.limits.Downloads.ruleInForce(k0), m.limits.DownloadsGlobal.ruleInForce()
 	if rf0 != nil || rf1 != nil {
-		p0 := verdict.InForce(httpPolicies[RuleDownloads][0], rf0)
-		p1 := verdict.InForce(httpPolicies[RuleDownloadsGlobal][0], rf1)
-		res.Policies = verdict.InForceList(p0, p1)
+		p0 := genimpl.InForce(httpPolicies[RuleDownloads][0], rf0)
+		p1 := genimpl.InForce(httpPolicies[RuleDownloadsGlobal][0], rf1)
+		res.Policies = genimpl.InForceList(p0, p1)
 		switch td.Rule {
 		case RuleDownloads:
 			res.Policy = p0

@@ -12,6 +12,7 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/limitgen/limitgen/atomicbucket"
+	genimpl "github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limitrls"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
@@ -2315,8 +2316,8 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	res.Rule = int(RulePerClient)
 	res.Series = 0
 	if rf0 := s.limits.PerClient.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return res, k0, nil
 }
@@ -2354,9 +2355,9 @@ func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	res.SeedInt = uint64(k0)
 	rf0, rf1 := s.limits.PerUser.ruleInForce(plan, k0), s.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil {
-		p0 := verdict.InForce(httpPolicies[RulePerUser][plan], rf0)
-		p1 := verdict.InForce(httpPolicies[RuleGlobal][plan], rf1)
-		res.Policies = verdict.InForceList(p0, p1)
+		p0 := genimpl.InForce(httpPolicies[RulePerUser][plan], rf0)
+		p1 := genimpl.InForce(httpPolicies[RuleGlobal][plan], rf1)
+		res.Policies = genimpl.InForceList(p0, p1)
 		switch td.Rule {
 		case RulePerUser:
 			res.Policy = p0
@@ -2390,8 +2391,8 @@ func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	res.Rule = int(RulePerTenant)
 	res.Series = 3
 	if rf0 := s.limits.PerTenant.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return res, k0, nil
 }
@@ -2415,8 +2416,8 @@ func (s *RLS) descriptor4(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	res.Rule = int(RuleSearch)
 	res.Series = 4
 	if rf0 := s.limits.Search.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return res, k0, nil
 }
@@ -2460,8 +2461,8 @@ func (s *RLS) descriptor5(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	res.Rule = int(RuleExports)
 	res.Series = 5
 	if rf0 := s.limits.Exports.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	key := ""
 	if !res.Decision.Allowed || res.Degraded {

@@ -15,6 +15,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
+	genimpl "github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/limitrls"
@@ -1731,7 +1732,7 @@ type Middleware struct {
 // NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It
 // fails when one of them is nil.
 func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
-	if err := verdict.NilHooks("limits: NewMiddleware: Hooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
+	if err := genimpl.NilHooks("limits: NewMiddleware: Hooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
 		return nil, err
 	}
 	if l == nil {
@@ -1873,9 +1874,9 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	res.Series = httpSeriesRoute1[td.Rule]
 	rf0, rf1 := m.limits.PerUser.ruleInForce(plan, k0), m.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil {
-		p0 := verdict.InForce(httpPolicies[RulePerUser][plan], rf0)
-		p1 := verdict.InForce(httpPolicies[RuleGlobal][plan], rf1)
-		res.Policies = verdict.InForceList(p0, p1)
+		p0 := genimpl.InForce(httpPolicies[RulePerUser][plan], rf0)
+		p1 := genimpl.InForce(httpPolicies[RuleGlobal][plan], rf1)
+		res.Policies = genimpl.InForceList(p0, p1)
 		switch td.Rule {
 		case RulePerUser:
 			res.Policy = p0
@@ -1905,8 +1906,8 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RuleLogin)
 	res.Series = 2
 	if rf0 := m.limits.Login.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
@@ -1966,7 +1967,7 @@ type GRPC struct {
 // NewGRPC returns the interceptors over l (Default when nil), calling h's functions. It fails
 // when one of them is nil.
 func NewGRPC(l *Limits, h GRPCHooks) (*GRPC, error) {
-	if err := verdict.NilHooks("limits: NewGRPC: GRPCHooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
+	if err := genimpl.NilHooks("limits: NewGRPC: GRPCHooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
 		return nil, err
 	}
 	if l == nil {
@@ -2087,9 +2088,9 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 	res.Series = grpcSeriesEntry1[td.Rule]
 	rf0, rf1 := g.limits.PerUser.ruleInForce(plan, k0), g.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil {
-		p0 := verdict.InForce(httpPolicies[RulePerUser][plan], rf0)
-		p1 := verdict.InForce(httpPolicies[RuleGlobal][plan], rf1)
-		res.Policies = verdict.InForceList(p0, p1)
+		p0 := genimpl.InForce(httpPolicies[RulePerUser][plan], rf0)
+		p1 := genimpl.InForce(httpPolicies[RuleGlobal][plan], rf1)
+		res.Policies = genimpl.InForceList(p0, p1)
 		switch td.Rule {
 		case RulePerUser:
 			res.Policy = p0
@@ -2212,9 +2213,9 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	res.Series = rlsSeriesEntry1[td.Rule]
 	rf0, rf1 := s.limits.PerCaller.ruleInForce(k0), s.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil {
-		p0 := verdict.InForce(httpPolicies[RulePerCaller][0], rf0)
-		p1 := verdict.InForce(httpPolicies[RuleGlobal][0], rf1)
-		res.Policies = verdict.InForceList(p0, p1)
+		p0 := genimpl.InForce(httpPolicies[RulePerCaller][0], rf0)
+		p1 := genimpl.InForce(httpPolicies[RuleGlobal][0], rf1)
+		res.Policies = genimpl.InForceList(p0, p1)
 		switch td.Rule {
 		case RulePerCaller:
 			res.Policy = p0

@@ -560,8 +560,8 @@ func emitInForce(m *model.Model, r model.Route, recv func() *jen.Statement, plan
 	if r.Rule >= 0 {
 		p := parts[0]
 		return []jen.Code{jen.If(jen.Id(p.rf).Op(":=").Add(p.call), jen.Id(p.rf).Op("!=").Nil()).Block(
-			jen.Id("res").Dot("Policy").Op("=").Add(vd("InForce")).Call(jen.Id("res").Dot("Policy"), jen.Id(p.rf)),
-			jen.Id("res").Dot("Policies").Op("=").Add(vd("InForceList")).Call(jen.Id("res").Dot("Policy")),
+			jen.Id("res").Dot("Policy").Op("=").Add(gi("InForce")).Call(jen.Id("res").Dot("Policy"), jen.Id(p.rf)),
+			jen.Id("res").Dot("Policies").Op("=").Add(gi("InForceList")).Call(jen.Id("res").Dot("Policy")),
 		)}
 	}
 	names, calls := []jen.Code{}, []jen.Code{}
@@ -584,7 +584,7 @@ func emitInForce(m *model.Model, r model.Route, recv func() *jen.Statement, plan
 		if rule.IsWindow() {
 			pols = append(pols, jen.Id(pj).Op(":=").Add(base))
 		} else {
-			pols = append(pols, jen.Id(pj).Op(":=").Add(vd("InForce").Call(base, jen.Id("rf"+strconv.Itoa(j)))))
+			pols = append(pols, jen.Id(pj).Op(":=").Add(gi("InForce").Call(base, jen.Id("rf"+strconv.Itoa(j)))))
 		}
 		cases = append(cases, jen.Case(jen.Id(rule.RuleConst())).Block(jen.Id("res").Dot("Policy").Op("=").Id(pj)))
 	}
@@ -593,7 +593,7 @@ func emitInForce(m *model.Model, r model.Route, recv func() *jen.Statement, plan
 		list = append(list, jen.Id("p"+strconv.Itoa(j)))
 	}
 	block := append(pols,
-		jen.Id("res").Dot("Policies").Op("=").Add(vd("InForceList")).Call(list...),
+		jen.Id("res").Dot("Policies").Op("=").Add(gi("InForceList")).Call(list...),
 		jen.Switch(jen.Id("td").Dot("Rule")).Block(cases...),
 	)
 	return []jen.Code{
@@ -615,6 +615,6 @@ func nilHooks(prefix string, hooks []model.Hook) []jen.Code {
 		names = append(names, jen.Lit(hk.Name))
 		nils = append(nils, jen.Id("h").Dot(hk.Name).Op("==").Nil())
 	}
-	return []jen.Code{jen.If(jen.Err().Op(":=").Add(vd("NilHooks")).Call(append([]jen.Code{jen.Lit(prefix), jen.Index().String().Values(names...)}, nils...)...), jen.Err().Op("!=").Nil()).Block(
+	return []jen.Code{jen.If(jen.Err().Op(":=").Add(gi("NilHooks")).Call(append([]jen.Code{jen.Lit(prefix), jen.Index().String().Values(names...)}, nils...)...), jen.Err().Op("!=").Nil()).Block(
 		jen.Return(jen.Nil(), jen.Err()))}
 }

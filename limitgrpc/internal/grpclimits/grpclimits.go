@@ -14,6 +14,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
+	genimpl "github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
@@ -1262,7 +1263,7 @@ type GRPC struct {
 // NewGRPC returns the interceptors over l (Default when nil), calling h's functions. It fails
 // when one of them is nil.
 func NewGRPC(l *Limits, h GRPCHooks) (*GRPC, error) {
-	if err := verdict.NilHooks("grpclimits: NewGRPC: GRPCHooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
+	if err := genimpl.NilHooks("grpclimits: NewGRPC: GRPCHooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
 		return nil, err
 	}
 	if l == nil {
@@ -1402,8 +1403,8 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 	res.Rule = int(RuleChecks)
 	res.Series = 0
 	if rf0 := g.limits.Checks.ruleInForce(plan, k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return g.Config.Respond(ctx, verdict.Enforce, &res, k0)
 }
@@ -1428,8 +1429,8 @@ func (g *GRPC) entry2(ctx context.Context, method string) error {
 	res.Rule = int(RuleWatches)
 	res.Series = 1
 	if rf0 := g.limits.Watches.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return g.Config.Respond(ctx, verdict.Enforce, &res, k0)
 }
@@ -1471,8 +1472,8 @@ func (g *GRPC) entry3(ctx context.Context, method string) error {
 	res.Rule = int(RuleTenants)
 	res.Series = 2
 	if rf0 := g.limits.Tenants.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	key := ""
 	if !res.Decision.Allowed || res.Degraded {
@@ -1504,9 +1505,9 @@ func (g *GRPC) entry4(ctx context.Context, method string) error {
 	res.Series = grpcSeriesEntry4[td.Rule]
 	rf0, rf1 := g.limits.PerMethod.ruleInForce(k0), g.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil {
-		p0 := verdict.InForce(httpPolicies[RulePerMethod][0], rf0)
-		p1 := verdict.InForce(httpPolicies[RuleGlobal][0], rf1)
-		res.Policies = verdict.InForceList(p0, p1)
+		p0 := genimpl.InForce(httpPolicies[RulePerMethod][0], rf0)
+		p1 := genimpl.InForce(httpPolicies[RuleGlobal][0], rf1)
+		res.Policies = genimpl.InForceList(p0, p1)
 		switch td.Rule {
 		case RulePerMethod:
 			res.Policy = p0

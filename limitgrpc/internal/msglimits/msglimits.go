@@ -11,6 +11,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
+	genimpl "github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/verdict"
@@ -406,8 +407,8 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 	res.Rule = int(RuleUpdates)
 	res.Series = 0
 	if rf0 := g.limits.Updates.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return g.Config.Respond(ctx, verdict.Enforce, &res, k0)
 }
@@ -432,8 +433,8 @@ func (g *GRPC) entry2(ctx context.Context, method string) error {
 	res.Rule = int(RuleLookups)
 	res.Series = 1
 	if rf0 := g.limits.Lookups.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return g.Config.Respond(ctx, verdict.Enforce, &res, k0)
 }
@@ -459,8 +460,8 @@ func (g *GRPC) entry1Message(ctx context.Context, method string) (verdict.Result
 	res.Rule = int(RuleUpdates)
 	res.Series = 0
 	if rf0 := g.limits.Updates.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return res, k0, nil
 }
@@ -486,8 +487,8 @@ func (g *GRPC) entry2Message(ctx context.Context, method string) (verdict.Result
 	res.Rule = int(RuleLookups)
 	res.Series = 1
 	if rf0 := g.limits.Lookups.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return res, k0, nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
+	genimpl "github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/verdict"
@@ -850,8 +851,8 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RuleLogin)
 	res.Series = 0
 	if rf0 := m.limits.Login.ruleInForce(); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return m.Config.Respond(w, r, verdict.Enforce, &res, "")
 }
@@ -876,8 +877,8 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RuleCheckout)
 	res.Series = 1
 	if rf0 := m.limits.Checkout.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
@@ -896,8 +897,8 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RuleFiles)
 	res.Series = 2
 	if rf0 := m.limits.Files.ruleInForce(); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return m.Config.Respond(w, r, verdict.Enforce, &res, "")
 }
@@ -915,8 +916,8 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RuleUser)
 	res.Series = 3
 	if rf0 := m.limits.User.ruleInForce(); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return m.Config.Respond(w, r, verdict.Enforce, &res, "")
 }
@@ -935,8 +936,8 @@ func (m *Middleware) route5(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RuleDeleteUser)
 	res.Series = 4
 	if rf0 := m.limits.DeleteUser.ruleInForce(); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return m.Config.Respond(w, r, verdict.Enforce, &res, "")
 }
@@ -955,8 +956,8 @@ func (m *Middleware) route6(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RulePost)
 	res.Series = 5
 	if rf0 := m.limits.Post.ruleInForce(); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return m.Config.Respond(w, r, verdict.Enforce, &res, "")
 }
@@ -974,8 +975,8 @@ func (m *Middleware) route7(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RuleAdmin)
 	res.Series = 6
 	if rf0 := m.limits.Admin.ruleInForce(); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return m.Config.Respond(w, r, verdict.Enforce, &res, "")
 }
@@ -993,8 +994,8 @@ func (m *Middleware) route8(w http.ResponseWriter, r *http.Request, path string)
 	res.Rule = int(RuleRoot)
 	res.Series = 7
 	if rf0 := m.limits.Root.ruleInForce(); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return m.Config.Respond(w, r, verdict.Enforce, &res, "")
 }

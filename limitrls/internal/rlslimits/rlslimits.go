@@ -12,6 +12,7 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/limitgen/limitgen/atomicbucket"
+	genimpl "github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limitrls"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/verdict"
@@ -996,8 +997,8 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	res.Rule = int(RulePerIP)
 	res.Series = 0
 	if rf0 := s.limits.PerIP.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return res, k0, nil
 }
@@ -1031,9 +1032,9 @@ func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	res.SeedInt = uint64(k0)
 	rf0, rf1 := s.limits.PerUser.ruleInForce(plan, k0), s.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil {
-		p0 := verdict.InForce(httpPolicies[RulePerUser][plan], rf0)
-		p1 := verdict.InForce(httpPolicies[RuleGlobal][plan], rf1)
-		res.Policies = verdict.InForceList(p0, p1)
+		p0 := genimpl.InForce(httpPolicies[RulePerUser][plan], rf0)
+		p1 := genimpl.InForce(httpPolicies[RuleGlobal][plan], rf1)
+		res.Policies = genimpl.InForceList(p0, p1)
 		switch td.Rule {
 		case RulePerUser:
 			res.Policy = p0
@@ -1073,9 +1074,9 @@ func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	res.SeedInt = uint64(k0)
 	rf0, rf1 := s.limits.PerUser.ruleInForce(plan, k0), s.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil {
-		p0 := verdict.InForce(httpPolicies[RulePerUser][plan], rf0)
-		p1 := verdict.InForce(httpPolicies[RuleGlobal][plan], rf1)
-		res.Policies = verdict.InForceList(p0, p1)
+		p0 := genimpl.InForce(httpPolicies[RulePerUser][plan], rf0)
+		p1 := genimpl.InForce(httpPolicies[RuleGlobal][plan], rf1)
+		res.Policies = genimpl.InForceList(p0, p1)
 		switch td.Rule {
 		case RulePerUser:
 			res.Policy = p0
@@ -1121,8 +1122,8 @@ func (s *RLS) descriptor4(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	res.Rule = int(RulePerTenantUser)
 	res.Series = 5
 	if rf0 := s.limits.PerTenantUser.ruleInForce(k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	key := ""
 	if !res.Decision.Allowed || res.Degraded {
@@ -1157,8 +1158,8 @@ func (s *RLS) descriptor5(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	res.Series = 6
 	res.SeedInt = uint64(k0)
 	if rf0 := s.limits.PerUser.ruleInForce(plan, k0); rf0 != nil {
-		res.Policy = verdict.InForce(res.Policy, rf0)
-		res.Policies = verdict.InForceList(res.Policy)
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return res, "", nil
 }

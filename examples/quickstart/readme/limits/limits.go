@@ -12,6 +12,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
+	genimpl "github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/verdict"
@@ -717,7 +718,7 @@ type Middleware struct {
 // NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It
 // fails when one of them is nil.
 func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
-	if err := verdict.NilHooks("limits: NewMiddleware: Hooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
+	if err := genimpl.NilHooks("limits: NewMiddleware: Hooks.", []string{"PlanOf", "UserID"}, h.PlanOf == nil, h.UserID == nil); err != nil {
 		return nil, err
 	}
 	if l == nil {
@@ -850,9 +851,9 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 	res.Series = httpSeriesRoute1[td.Rule]
 	rf0, rf1 := m.limits.PerUser.ruleInForce(plan, k0), m.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil {
-		p0 := verdict.InForce(httpPolicies[RulePerUser][plan], rf0)
-		p1 := verdict.InForce(httpPolicies[RuleGlobal][plan], rf1)
-		res.Policies = verdict.InForceList(p0, p1)
+		p0 := genimpl.InForce(httpPolicies[RulePerUser][plan], rf0)
+		p1 := genimpl.InForce(httpPolicies[RuleGlobal][plan], rf1)
+		res.Policies = genimpl.InForceList(p0, p1)
 		switch td.Rule {
 		case RulePerUser:
 			res.Policy = p0

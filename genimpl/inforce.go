@@ -1,4 +1,4 @@
-package verdict
+package genimpl
 
 import (
 	"slices"
@@ -6,18 +6,19 @@ import (
 	"unsafe"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // The fields of a rule whose numbers changed at run time.
 //
 // A generated door's Policies are constants of the policy's numbers.
 // When a rule's numbers change (SetNumbers, SetKeyNumbers), the fields of a
-// request must describe the numbers that judged it: InForce gives the Policy
-// of those numbers and InForceList the route's RateLimit-Policy value. Both
+// request must describe the numbers that judged it: InForce gives the verdict.Policy
+// of those numbers and InForceList the route's RateLimit-verdict.Policy value. Both
 // keep what they made in small tables (by the policy and the numbers, by
 // the policies listed), so that a request whose fields are not new to them
 // allocates nothing: the doors' own Memos, keyed by
-// Policy pointer and list, then go on working. A rule whose numbers never
+// verdict.Policy pointer and list, then go on working. A rule whose numbers never
 // changed pays nothing here: its generated check asks for the rule in force
 // only to learn that there is none (one atomic load), and keeps its constant.
 
@@ -25,13 +26,13 @@ import (
 const inForceBits = 8
 
 type policyEntry struct {
-	base *Policy
+	base *verdict.Policy
 	n    atomicbucket.Limit
-	p    *Policy
+	p    *verdict.Policy
 }
 
 type listEntry struct {
-	ps [maxInForceList]*Policy
+	ps [maxInForceList]*verdict.Policy
 	n  int
 	s  string
 }
@@ -45,9 +46,9 @@ var inForce struct {
 	lists    [1 << inForceBits]atomic.Pointer[listEntry]
 }
 
-// InForce returns the Policy of base's rule under r's numbers: base when r is
+// InForce returns the verdict.Policy of base's rule under r's numbers: base when r is
 // nil (the numbers never changed) or has base's numbers.
-func InForce(base *Policy, r *atomicbucket.Rule) *Policy {
+func InForce(base *verdict.Policy, r *atomicbucket.Rule) *verdict.Policy {
 	if r == nil {
 		return base
 	}
@@ -60,7 +61,7 @@ func InForce(base *Policy, r *atomicbucket.Rule) *Policy {
 	if e := slot.Load(); e != nil && e.base == base && e.n == l {
 		return e.p
 	}
-	p, err := NewPolicy(base.Name, l)
+	p, err := verdict.NewPolicy(base.Name, l)
 	if err != nil {
 		return base // cannot happen: r was made by NewRule and base's name is valid
 	}
@@ -69,10 +70,10 @@ func InForce(base *Policy, r *atomicbucket.Rule) *Policy {
 	return &p
 }
 
-// InForceList is PolicyList(ps...), the same string for the same policies.
-func InForceList(ps ...*Policy) string {
+// InForceList is verdict.PolicyList(ps...), the same string for the same policies.
+func InForceList(ps ...*verdict.Policy) string {
 	if len(ps) > maxInForceList {
-		return PolicyList(ps...)
+		return verdict.PolicyList(ps...)
 	}
 	h := uint64(len(ps))
 	for _, p := range ps {
@@ -82,7 +83,7 @@ func InForceList(ps ...*Policy) string {
 	if e := slot.Load(); e != nil && e.n == len(ps) && slices.Equal(e.ps[:e.n], ps) {
 		return e.s
 	}
-	e := &listEntry{n: len(ps), s: PolicyList(ps...)}
+	e := &listEntry{n: len(ps), s: verdict.PolicyList(ps...)}
 	copy(e.ps[:], ps)
 	slot.Store(e)
 	return e.s
