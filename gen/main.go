@@ -111,11 +111,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 // the package generated into out: its import path is the path of out below
 // the module that holds it (its go.mod's module line).
 func generateMain(policyPath, out string) ([]byte, error) {
-	raw, err := os.ReadFile(policyPath)
-	if err != nil {
-		return nil, err
-	}
-	m, err := compile(filepath.Base(policyPath), raw)
+	m, err := policy.Load(policyPath, filepath.Base(policyPath))
 	if err != nil {
 		return nil, err
 	}
@@ -270,11 +266,7 @@ func writeDir(dir, path, pkg string, src []byte, stdout io.Writer) error {
 // generateFile reads, validates and renders a policy: the file name to write and
 // its contents. The error lists every problem in the policy.
 func generateFile(policyPath string) (string, []byte, error) {
-	raw, err := os.ReadFile(policyPath)
-	if err != nil {
-		return "", nil, err
-	}
-	m, err := compile(filepath.Base(policyPath), raw)
+	m, err := policy.Load(policyPath, filepath.Base(policyPath))
 	if err != nil {
 		return "", nil, err
 	}

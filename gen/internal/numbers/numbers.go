@@ -37,12 +37,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	raw, err := os.ReadFile(*policyFile)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
-	}
-	m, err := policy.Compile(*policyFile, raw)
+	m, err := policy.Load(*policyFile, *policyFile)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1

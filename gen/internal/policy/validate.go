@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"go/token"
+	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -592,6 +593,16 @@ func (p *parser) tier(td *tierDoc, m *model.Model) (model.Tier, bool) {
 // storeNameRe is a store's name (a rule's store:), which becomes part of a Go
 // identifier (StoreBilling).
 var storeNameRe = regexp.MustCompile(`^[a-z][a-z0-9_]{0,31}$`)
+
+// Load reads the policy file at path and compiles it (Compile), naming it
+// name in its messages.
+func Load(path, name string) (*model.Model, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return Compile(name, raw)
+}
 
 // Compile parses and validates a policy (its file name, for messages, and its
 // bytes) into the model emission prints. The error is a Diags listing every

@@ -81,12 +81,7 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	raw, err := os.ReadFile(*policyFile)
-	if err != nil {
-		fmt.Fprintln(stderr, err)
-		return 1
-	}
-	m, err := policy.Compile(*policyFile, raw)
+	m, err := policy.Load(*policyFile, *policyFile)
 	if err != nil {
 		fmt.Fprintln(stderr, err)
 		return 1
