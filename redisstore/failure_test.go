@@ -62,7 +62,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 	}
 	calls := st.Stats().Calls
 	for range 100 {
-		if res := st.Check(ctx, deny, "k", 1); res.Err != shared.ErrCircuitOpen {
+		if res := st.Check(ctx, deny, "k", 1); !errors.Is(res.Err, shared.ErrCircuitOpen) {
 			t.Fatalf("with the breaker open: %+v", res)
 		}
 	}
