@@ -94,11 +94,11 @@
 // Judge's Observer as an Event with the door, route, rule, tier, cost and
 // outcome; its key only for a violation log, never for metrics: per-user
 // labels would make them unbounded. DenialLog is an Observer that logs
-// denials with log/slog, at most a configured number a second.
+// denials with log/slog, at most a configured number a second. An Event's
+// StoreError is the class a store's error names (ClassedError), found with
+// errors.As.
 //
-// # Memos
-//
-// What a door writes for a decision depends on the rule and a few small
-// numbers, so a door keeps what it made in a Memo (memo.go) and a response
-// whose values were made before allocates nothing.
+// What is not here: a client's Pacer (package pace), the doors' caches of
+// what they made (internal/memo), and what only generated code calls
+// (package genimpl).
 package verdict
