@@ -538,11 +538,12 @@ func (s *backend) onConn(ctx context.Context, fn func(c *pgx.Conn) error) error 
 	if err := nc.SetDeadline(at); err != nil {
 		return err
 	}
-	err = fn(c.Conn())
-	if !c.Conn().IsClosed() {
-		_ = nc.SetDeadline(time.Time{}) // a closed connection's is its own
-	}
-	return err
+	defer func() { // before Release: a pooled connection keeps no deadline of a call's
+		if !c.Conn().IsClosed() {
+			_ = nc.SetDeadline(time.Time{}) // a closed connection's is its own
+		}
+	}()
+	return fn(c.Conn())
 }
 
 // exec runs the one-bucket function on c in mode (0 decide, 1 take, 2

@@ -61,14 +61,11 @@ func (e *Engine) enter(ctx context.Context, own bool) (context.Context, roundTri
 // waitSlot waits for one of the client's connections until at: a slot had
 // after half the timeout is given back (ErrOverload), and so is none by at.
 func (e *Engine) waitSlot(ctx context.Context, own bool, start atomicbucket.Time, at time.Time) error {
-	expired := ctx.Done() // a timer's context ends at at
-	var t *time.Timer
-	if own {
-		t = time.NewTimer(time.Until(at))
-		defer t.Stop()
-	}
+	expired := ctx.Done() // a timer's context ends at at; own's, only if the caller's does
 	var timer <-chan time.Time
-	if t != nil {
+	if own {
+		t := time.NewTimer(time.Until(at))
+		defer t.Stop()
 		timer = t.C
 	}
 	select {
@@ -100,8 +97,9 @@ func (d *deadline) Deadline() (time.Time, bool) { return d.at, true }
 
 // ended is err, a call's error, saying so when the call's context had ended
 // (its deadline, the caller's cancellation): a client that reacts to the
-// context by cancelling the statement on the server (pgstore.ConfigurePool)
-// reports the server's "canceled" error, which is the deadline's doing.
+// context by cancelling the statement on the server reports the server's
+// "canceled" error, which is the context's doing. (A deadline context's Err
+// is its caller's: its backend reports its own deadline as a timeout.)
 func ended(ctx context.Context, err error) error {
 	if err != nil && ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
 		return fmt.Errorf("%w: %w", ctx.Err(), err)
