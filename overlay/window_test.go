@@ -127,3 +127,34 @@ func TestPlannedWindowTarget(t *testing.T) {
 		t.Errorf("pro after 5/h on every plan: %v", p)
 	}
 }
+
+// countingStore is a shared window's binding to a store that counts the
+// changes it is given; a nil one panics, as a nil *shared.Window would.
+type countingStore struct{ sets, clears int }
+
+func (s *countingStore) SetNumbers(atomicbucket.Numbers, int64) error { s.sets++; return nil }
+func (s *countingStore) ClearNumbers()                                { s.clears++ }
+
+// A shared window's target changes its store's numbers and then its local
+// window's; one whose binding is a nil pointer (a shared rule given no store)
+// changes the local window alone, as a local rule's would.
+func TestSharedWindowTargetStores(t *testing.T) {
+	n := atomicbucket.Numbers{Tokens: 20, Period: time.Minute, Burst: 20}
+	for _, store := range []*countingStore{{}, nil} {
+		local := atomicbucket.NewWindow(atomicbucket.MustWindowRule(10, time.Minute))
+		target := overlay.SharedWindowTarget(local, store, 1, false)
+		if err := target.Set(-1, nil, n); err != nil {
+			t.Fatalf("store %v: Set: %v", store, err)
+		}
+		if got := local.Rule().Limit(); got != 20 {
+			t.Errorf("store %v: the local window's limit is %d after Set, want 20", store, got)
+		}
+		target.Clear(-1, nil)
+		if got := local.Rule().Limit(); got != 10 {
+			t.Errorf("store %v: the local window's limit is %d after Clear, want the policy's 10", store, got)
+		}
+		if store != nil && (store.sets != 1 || store.clears != 1) {
+			t.Errorf("the store was given %d sets and %d clears, want 1 and 1", store.sets, store.clears)
+		}
+	}
+}
