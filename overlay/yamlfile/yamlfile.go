@@ -69,11 +69,19 @@ func Parse(name string, src []byte) (overlay.Set, error) {
 	}
 	for _, rn := range p.pairs(rules, "rules") {
 		name, n := rn[0], rn[1]
+		if name.Value == "" {
+			p.problem(name, "rules: a rule's name is empty")
+			continue
+		}
 		f := p.mapping(n, "rule "+name.Value, "rate", "tokens_per_second", "rps", "burst", "plans", "keys")
 		p.entry(n, f, "rule "+name.Value, overlay.Entry{Rule: name.Value})
 		if f["plans"] != nil {
 			for _, pn := range p.pairs(f["plans"], "rule "+name.Value+"'s plans") {
 				what := fmt.Sprintf("rule %s, plan %s", name.Value, pn[0].Value)
+				if pn[0].Value == "" {
+					p.problem(pn[0], "rule %s's plans: a plan's name is empty", name.Value)
+					continue
+				}
 				p.entry(pn[1], p.mapping(pn[1], what, "rate", "tokens_per_second", "rps", "burst"), what, overlay.Entry{Rule: name.Value, Plan: pn[0].Value})
 			}
 		}
@@ -110,6 +118,10 @@ func (p *parser) pairs(n *yaml.Node, what string) [][2]*yaml.Node {
 	seen := map[string]bool{}
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k := n.Content[i]
+		if k.Kind != yaml.ScalarNode {
+			p.problem(k, "%s: a name must be a plain scalar", what)
+			continue
+		}
 		if seen[k.Value] {
 			p.problem(k, "%s: %q is given twice", what, k.Value)
 			continue

@@ -339,6 +339,9 @@ func FuzzParseFile(f *testing.F) {
 	f.Add([]byte("rules:\n  A: {rate: 0.5/s, burst: 3}\n"))
 	f.Add([]byte("rules:\n  A:\n    keys: {\"\": {rps: 1e3, burst: 1_000}}\n"))
 	f.Add([]byte("rules: {A: &x {rate: 1/s, burst: 1}, B: *x}\n"))
+	f.Add([]byte("rules: {?:{rate: 0/s,burst: 0}}")) // a rule with no name
+	f.Add([]byte("rules: {? [A]: {rate: 1/s, burst: 1}}"))
+	f.Add([]byte("rules: {A: {plans: {'': {rate: 1/s, burst: 1}}}}"))
 	f.Fuzz(func(t *testing.T, src []byte) {
 		set, err := yamlfile.Parse("f.yaml", src)
 		if err != nil {
