@@ -2,7 +2,8 @@
 // in one atomic int64 and updated by compare-and-swap, alone (Bucket, for global
 // limits) or keyed in a concurrent map (Table, for per-user or per-endpoint
 // limits). It knows nothing of YAML or HTTP; generated limiters call it with
-// their numbers folded in as constants.
+// their numbers folded in as constants. Strict sliding windows are the
+// sibling package atomicwindow, on this package's clock.
 //
 // # Semantics
 //

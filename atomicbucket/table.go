@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/limitgen/limitgen/internal/keycap"
 	"golang.org/x/sys/cpu"
 )
 
@@ -335,25 +336,7 @@ const slotSize = unsafe.Sizeof(slot{})
 
 // claimKey counts one more key, unless that would pass the cap. The count never
 // exceeds the cap, even for a moment, so Len is a true bound on the map's size.
-func (t *Table[K]) claimKey() bool { return claimKey(&t.keys, t.maxKeys) }
-
-// claimKey counts a new key in keys, unless that would take it past maxKeys
-// (0 or less: no cap).
-func claimKey(keys *atomic.Int64, maxKeys int64) bool {
-	if maxKeys <= 0 {
-		keys.Add(1)
-		return true
-	}
-	for {
-		n := keys.Load()
-		if n >= maxKeys {
-			return false
-		}
-		if keys.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
-}
+func (t *Table[K]) claimKey() bool { return keycap.Claim(&t.keys, t.maxKeys) }
 
 // retry yields after a check found a dead slot: the sweep that killed it is
 // deleting it under the map's lock, and the next lookup will not find it.

@@ -95,3 +95,12 @@ type bucketStep struct {
 
 func (s bucketStep) AllowNAt(now Time) Decision { return s.b.AllowNAt(now, s.cost) }
 func (s bucketStep) RefundAt(now Time)          { s.b.RefundAt(now, s.cost) }
+
+// TierLook is a TierStep that cannot give back what it takes (a window's
+// step): TierAt looks at every such step before it takes anything, and takes
+// from them last, so that a request it denies has taken nothing from them.
+// Their RefundAt does nothing.
+type TierLook interface {
+	TierStep
+	PeekAt(now Time) Decision
+}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/redisstore"
 	"github.com/limitgen/limitgen/shared"
 	"github.com/redis/go-redis/v9"
@@ -53,8 +53,8 @@ func BenchmarkRedisWindow(b *testing.B) {
 	for _, c := range []struct {
 		name  string
 		limit int64
-	}{{"allow", atomicbucket.WindowLimitMax}, {"deny", 1000}} {
-		rule := atomicbucket.MustWindowRule(c.limit, time.Hour)
+	}{{"allow", atomicwindow.LimitMax}, {"deny", 1000}} {
+		rule := atomicwindow.MustRule(c.limit, time.Hour)
 		impls := []struct {
 			name string
 			make func(b *testing.B) func(context.Context) (bool, error)
@@ -78,7 +78,7 @@ func BenchmarkRedisWindow(b *testing.B) {
 
 // windowOnRedis is a redisstore.Window of rule on addr, coalescing at most
 // coalesce checks a call (0: none), checking a fresh key.
-func windowOnRedis(b *testing.B, addr string, rule atomicbucket.WindowRule, coalesce int) func(context.Context) (bool, error) {
+func windowOnRedis(b *testing.B, addr string, rule atomicwindow.Rule, coalesce int) func(context.Context) (bool, error) {
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	b.Cleanup(func() { c.Close() })
 	w, err := redisstore.NewWindow(c, "bench", rule, redisstore.WindowOptions{Coalesce: coalesce})
@@ -96,7 +96,7 @@ func windowOnRedis(b *testing.B, addr string, rule atomicbucket.WindowRule, coal
 // leasedWindowOnRedis is a window of rule on addr checked from leases of at
 // most lease units (shared.BindLeasedWindow on a redisstore.Store), checking
 // a fresh key.
-func leasedWindowOnRedis(b *testing.B, addr string, rule atomicbucket.WindowRule, lease int64) func(context.Context) (bool, error) {
+func leasedWindowOnRedis(b *testing.B, addr string, rule atomicwindow.Rule, lease int64) func(context.Context) (bool, error) {
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
 	b.Cleanup(func() { c.Close() })
 	st, err := redisstore.New(context.Background(), c, redisstore.Options{})

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 )
 
 // windowImpls are the local checks BenchmarkWindow sets side by side, each
@@ -35,25 +36,25 @@ var windowImpls = []struct {
 	// 60 an hour: a ring of 60 unit times. Admitting: 64 a microsecond.
 	{"window-exact", func(b *testing.B, allow bool, keys int) func(string) bool {
 		if allow {
-			return windowCheck(atomicbucket.MustWindowRule(64, time.Microsecond), keys)
+			return windowCheck(atomicwindow.MustRule(64, time.Microsecond), keys)
 		}
-		return windowCheck(atomicbucket.MustWindowRule(60, time.Hour), keys)
+		return windowCheck(atomicwindow.MustRule(60, time.Hour), keys)
 	}},
 	// 1000 an hour: 16 sub-window counts. Admitting: 2^26−1 an hour.
 	{"window-counted", func(b *testing.B, allow bool, keys int) func(string) bool {
 		if allow {
-			return windowCheck(atomicbucket.MustWindowRule(atomicbucket.WindowLimitMax, time.Hour), keys)
+			return windowCheck(atomicwindow.MustRule(atomicwindow.LimitMax, time.Hour), keys)
 		}
-		return windowCheck(atomicbucket.MustWindowRule(1000, time.Hour), keys)
+		return windowCheck(atomicwindow.MustRule(1000, time.Hour), keys)
 	}},
 }
 
-func windowCheck(r atomicbucket.WindowRule, keys int) func(string) bool {
+func windowCheck(r atomicwindow.Rule, keys int) func(string) bool {
 	if keys == 1 {
-		w := atomicbucket.NewWindow(r)
+		w := atomicwindow.NewWindow(r)
 		return func(string) bool { return w.Allow() }
 	}
-	return atomicbucket.NewWindowTable[string](r, atomicbucket.TableOptions{}).Allow
+	return atomicwindow.NewTable[string](r, atomicbucket.TableOptions{}).Allow
 }
 
 // BenchmarkWindow is a window rule's local check beside a token bucket's,

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/internal/reference"
 )
 
@@ -65,8 +66,8 @@ func decodeWindow(data []byte) (windowProgram, bool) {
 		p.limit = 60 + int64(data[1]%10)
 	}
 	unit := time.Microsecond
-	if p.limit > atomicbucket.WindowRingMax {
-		unit = atomicbucket.WindowSlices * atomicbucket.WindowSliceMin
+	if p.limit > atomicwindow.RingMax {
+		unit = atomicwindow.Slices * atomicwindow.SliceMin
 	}
 	p.window = unit * time.Duration(1+binary.LittleEndian.Uint16(data[2:4])%2000)
 	p.maxKeys = int64(data[4] % 5) // 0: no cap
@@ -120,7 +121,7 @@ func decodeWindow(data []byte) (windowProgram, bool) {
 // decision, and checks every admission stream against the window at the
 // true times: no interval of the window's length holds more than the limit.
 func runWindow(p windowProgram) error {
-	rule, err := atomicbucket.NewWindowRule(p.limit, p.window)
+	rule, err := atomicwindow.NewRule(p.limit, p.window)
 	if err != nil {
 		return err
 	}
@@ -128,8 +129,8 @@ func runWindow(p windowProgram) error {
 	if p.allowCap {
 		atCap = atomicbucket.AllowAtCap
 	}
-	tbl := atomicbucket.NewWindowTable[string](rule, atomicbucket.TableOptions{MaxKeys: p.maxKeys, AtCap: atCap})
-	global := atomicbucket.NewWindow(rule)
+	tbl := atomicwindow.NewTable[string](rule, atomicbucket.TableOptions{MaxKeys: p.maxKeys, AtCap: atCap})
+	global := atomicwindow.NewWindow(rule)
 	params := reference.WindowParams{Limit: p.limit, Window: int64(p.window), MaxKeys: p.maxKeys, AllowCap: p.allowCap,
 		Grain: int64(rule.Grain()), Grace: int64(atomicbucket.SweepGrace), CapSpacing: p.maxKeys * int64(atomicbucket.CapSweepSpacing)}
 	ref := reference.NewWindow(params)
@@ -241,7 +242,7 @@ func TestWindowDifferentialRandom(t *testing.T) {
 	exact, counted := 0, 0
 	for _, data := range seedWindowPrograms(n, 150) {
 		p, _ := decodeWindow(data)
-		if p.limit > atomicbucket.WindowRingMax {
+		if p.limit > atomicwindow.RingMax {
 			counted++
 		} else {
 			exact++
@@ -271,11 +272,11 @@ func TestWindowConcurrent(t *testing.T) {
 		limit := 1 + rng.Int64N(8)
 		window := time.Duration(1+rng.Int64N(40)) * time.Millisecond
 		if round%2 == 1 {
-			limit, window = 65+rng.Int64N(200), time.Duration(1+rng.Int64N(4))*atomicbucket.WindowSlices*atomicbucket.WindowSliceMin
+			limit, window = 65+rng.Int64N(200), time.Duration(1+rng.Int64N(4))*atomicwindow.Slices*atomicwindow.SliceMin
 		}
-		rule := atomicbucket.MustWindowRule(limit, window)
-		tbl := atomicbucket.NewWindowTable[string](rule, atomicbucket.TableOptions{})
-		global := atomicbucket.NewWindow(rule)
+		rule := atomicwindow.MustRule(limit, window)
+		tbl := atomicwindow.NewTable[string](rule, atomicbucket.TableOptions{})
+		global := atomicwindow.NewWindow(rule)
 		const workers, ops = 4, 3000
 		base := int64(time.Hour)
 		adm := make([][]reference.Admission, workers)
@@ -341,7 +342,7 @@ func TestWindowConcurrent(t *testing.T) {
 }
 
 // TestWindowCountedShortfall measures what a counted window (limit above
-// WindowRingMax: counts per sixteenth of the window) admits beside the exact
+// atomicwindow.RingMax: counts per sixteenth of the window) admits beside the exact
 // sliding log, over 60 windows of demand. A unit counts until its
 // sub-window's end plus the window, so capacity comes back up to W/16 late:
 // a client that asks for more than the limit gets about 16/17 of what the
@@ -352,7 +353,7 @@ func TestWindowConcurrent(t *testing.T) {
 func TestWindowCountedShortfall(t *testing.T) {
 	const limit = 160
 	window := 16 * time.Second
-	rule := atomicbucket.MustWindowRule(limit, window)
+	rule := atomicwindow.MustRule(limit, window)
 	if rule.Exact() {
 		t.Fatal("160 a window should be counted")
 	}
@@ -366,7 +367,7 @@ func TestWindowCountedShortfall(t *testing.T) {
 		{"twice the pace", 1, window / limit / 2, 16.0/17 - 0.005, 16.0/17 + 0.02},
 		{"within W + W/16", 1, (window + window/16) / limit, 1, 1},
 	} {
-		counted := atomicbucket.NewWindow(rule)
+		counted := atomicwindow.NewWindow(rule)
 		exact := reference.NewWindow(reference.WindowParams{Limit: limit, Window: int64(window)})
 		var got, want int64
 		var adm []reference.Admission
@@ -403,9 +404,9 @@ func TestWindowNumbersChange(t *testing.T) {
 	numbers := func() atomicbucket.Numbers { return windowNumbers(rng, 200) }
 	for run := range 300 {
 		first := numbers()
-		rule := atomicbucket.MustWindowRule(first.Tokens, first.Period)
-		tbl := atomicbucket.NewWindowTable[string](rule, atomicbucket.TableOptions{})
-		global := atomicbucket.NewWindow(rule)
+		rule := atomicwindow.MustRule(first.Tokens, first.Period)
+		tbl := atomicwindow.NewTable[string](rule, atomicbucket.TableOptions{})
+		global := atomicwindow.NewWindow(rule)
 		most, least := first.Tokens, first.Period
 		var adm, admGlobal []reference.Admission
 		now := int64(time.Hour)
@@ -461,7 +462,7 @@ func TestWindowNumbersChange(t *testing.T) {
 
 	// By hand: 10 in any minute, full, then 5 in any minute: the 10 stay
 	// counted, so nothing passes until 6 of them have left.
-	tbl := atomicbucket.NewWindowTable[string](atomicbucket.MustWindowRule(10, time.Minute), atomicbucket.TableOptions{})
+	tbl := atomicwindow.NewTable[string](atomicwindow.MustRule(10, time.Minute), atomicbucket.TableOptions{})
 	at := atomicbucket.Time(time.Hour)
 	for i := range 10 {
 		if !tbl.AllowAt("k", at+atomicbucket.Time(i)*atomicbucket.Time(time.Second)) {
@@ -483,8 +484,8 @@ func TestWindowNumbersChange(t *testing.T) {
 	if d := tbl.AllowNAt("k", at+atomicbucket.Time(20*time.Second), 1); d.Allowed || d.RetryAfter != 44*time.Second+999 {
 		t.Errorf("back to 10 a minute, the 10 still counted: %+v, want denied until the carried five leave, 44 s + 999 ns", d)
 	}
-	if err := tbl.SetNumbers(atomicbucket.Numbers{Tokens: 5, Period: time.Minute, Burst: 4}, 1); !errors.Is(err, atomicbucket.ErrWindowNumbers) {
-		t.Errorf("a burst other than the limit: %v, want ErrWindowNumbers", err)
+	if err := tbl.SetNumbers(atomicbucket.Numbers{Tokens: 5, Period: time.Minute, Burst: 4}, 1); !errors.Is(err, atomicwindow.ErrNumbers) {
+		t.Errorf("a burst other than the limit: %v, want atomicwindow.ErrNumbers", err)
 	}
 }
 
@@ -498,9 +499,9 @@ func TestWindowConcurrentNumbers(t *testing.T) {
 		{Tokens: 100, Period: 80 * time.Millisecond, Burst: 100},
 		{Tokens: 30, Period: 60 * time.Millisecond, Burst: 30},
 	}
-	rule := atomicbucket.MustWindowRule(sets[0].Tokens, sets[0].Period)
-	tbl := atomicbucket.NewWindowTable[string](rule, atomicbucket.TableOptions{})
-	global := atomicbucket.NewWindow(rule)
+	rule := atomicwindow.MustRule(sets[0].Tokens, sets[0].Period)
+	tbl := atomicwindow.NewTable[string](rule, atomicbucket.TableOptions{})
+	global := atomicwindow.NewWindow(rule)
 	const workers, ops = 4, 4000
 	base := int64(time.Hour)
 	adm := make([][]reference.Admission, workers)
@@ -570,9 +571,9 @@ func TestWindowAnswersAfterChanges(t *testing.T) {
 	}
 	for run := range 300 {
 		first := numbers()
-		rule := atomicbucket.MustWindowRule(first.Tokens, first.Period)
-		tbl := atomicbucket.NewWindowTable[string](rule, atomicbucket.TableOptions{})
-		global := atomicbucket.NewWindow(rule)
+		rule := atomicwindow.MustRule(first.Tokens, first.Period)
+		tbl := atomicwindow.NewTable[string](rule, atomicbucket.TableOptions{})
+		global := atomicwindow.NewWindow(rule)
 		for _, c := range []checker{
 			{"keyed",
 				func(now atomicbucket.Time, cost int64) atomicbucket.Decision { return tbl.AllowNAt("k", now, cost) },
@@ -631,9 +632,9 @@ func TestWindowAnswersAfterChanges(t *testing.T) {
 // false. Then four goroutines check while a fifth resets, under -race.
 func TestWindowReset(t *testing.T) {
 	for _, limit := range []int64{5, 100} {
-		rule := atomicbucket.MustWindowRule(limit, 16*time.Second)
-		tbl := atomicbucket.NewWindowTable[string](rule, atomicbucket.TableOptions{})
-		global := atomicbucket.NewWindow(rule)
+		rule := atomicwindow.MustRule(limit, 16*time.Second)
+		tbl := atomicwindow.NewTable[string](rule, atomicbucket.TableOptions{})
+		global := atomicwindow.NewWindow(rule)
 		at := atomicbucket.Time(time.Hour)
 		fill := func(what string, allow func(atomicbucket.Time, int64) bool, when atomicbucket.Time, want int64) {
 			t.Helper()
@@ -679,8 +680,8 @@ func TestWindowReset(t *testing.T) {
 	}
 
 	// Concurrent checks and resets: nothing lost, nothing panics.
-	tbl := atomicbucket.NewWindowTable[int](atomicbucket.MustWindowRule(3, time.Hour), atomicbucket.TableOptions{})
-	global := atomicbucket.NewWindow(atomicbucket.MustWindowRule(70, time.Hour))
+	tbl := atomicwindow.NewTable[int](atomicwindow.MustRule(3, time.Hour), atomicbucket.TableOptions{})
+	global := atomicwindow.NewWindow(atomicwindow.MustRule(70, time.Hour))
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
 	for g := range 4 {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 )
 
 // errKeyWindow refuses a key's own numbers for a window rule that cannot
@@ -15,11 +16,11 @@ import (
 var errKeyWindow = errors.New("a key's own numbers are taken by a keyed window rule kept in the process, without plans; this one's are the rule's, for every key: give them without a key")
 
 // WindowNumbers is what a window whose numbers change has: an
-// atomicbucket.WindowTable's and an atomicbucket.Window's methods (a
+// atomicwindow.Table's and an atomicwindow.Window's methods (a
 // shared.Window's too).
 type WindowNumbers interface {
-	Rule() *atomicbucket.WindowRule
-	PolicyRule() *atomicbucket.WindowRule
+	Rule() *atomicwindow.Rule
+	PolicyRule() *atomicwindow.Rule
 	SetNumbers(n atomicbucket.Numbers, cost int64) error
 	ClearNumbers()
 }
@@ -53,9 +54,9 @@ type windowTarget struct {
 }
 
 // WindowTarget is l (a generated package's keyed window limiter, which
-// embeds atomicbucket.KeyedWindow) as a Target: its numbers for every key,
+// embeds atomicwindow.Keyed) as a Target: its numbers for every key,
 // and a key's own (a key given as text read by parse, as for KeyedTarget).
-func WindowTarget[K comparable](l atomicbucket.KeyedWindow[K], parse func(string) (K, error)) Target {
+func WindowTarget[K comparable](l atomicwindow.Keyed[K], parse func(string) (K, error)) Target {
 	return keyedWindowTarget[K]{windowTarget{w: []WindowNumbers{l.Table()}, cost: []int64{l.Cost()}, keyed: true}, keyedTarget[K]{parse: parse}, l}
 }
 
@@ -64,7 +65,7 @@ func WindowTarget[K comparable](l atomicbucket.KeyedWindow[K], parse func(string
 type keyedWindowTarget[K comparable] struct {
 	windowTarget
 	keys keyedTarget[K] // reads keys
-	l    atomicbucket.KeyedWindow[K]
+	l    atomicwindow.Keyed[K]
 }
 
 func (t keyedWindowTarget[K]) CheckKey(key string) error { return t.keys.CheckKey(key) }
@@ -92,12 +93,12 @@ func (t keyedWindowTarget[K]) Clear(plan int, key *string) {
 
 // GlobalWindowTarget is l (a generated package's global window limiter) as
 // a Target.
-func GlobalWindowTarget(l atomicbucket.GlobalWindow) Target {
+func GlobalWindowTarget(l atomicwindow.Global) Target {
 	return windowTarget{w: []WindowNumbers{l.Window()}, cost: []int64{l.Cost()}}
 }
 
 // SharedWindowTarget is a generated package's shared window limiter as a
-// Target: local is its process-local window (a keyed one's WindowTable, a
+// Target: local is its process-local window (a keyed one's atomicwindow.Table, a
 // global one's Window: what decides without a store), store its binding to
 // the store (nil without one). A change goes to the store first (which
 // carries each key's window into the new numbers: shared.Window.SetNumbers),
@@ -177,9 +178,9 @@ func (t windowTarget) at(plan int) int { return max(plan, 0) }
 
 func (t windowTarget) Check(plan int, n atomicbucket.Numbers) error {
 	i := t.at(plan)
-	r, err := atomicbucket.WindowRuleOf(n, t.cost[i])
+	r, err := atomicwindow.RuleOf(n, t.cost[i])
 	if err == nil && i < len(t.store) && t.store[i] != nil && !r.Exact() && r.Grain()%time.Microsecond != 0 {
-		err = fmt.Errorf("%w: a shared counted window's sixteenths are whole microseconds: %v is not a multiple of 16µs", atomicbucket.ErrWindowNumbers, r.Window())
+		err = fmt.Errorf("%w: a shared counted window's sixteenths are whole microseconds: %v is not a multiple of 16µs", atomicwindow.ErrNumbers, r.Window())
 	}
 	return err
 }
@@ -212,5 +213,5 @@ func (t windowTarget) Clear(plan int, key *string) {
 
 func (t windowTarget) Base(plan int) Base {
 	i := t.at(plan)
-	return Base{Numbers: atomicbucket.WindowNumbersOf(t.w[i].PolicyRule()), Cost: t.cost[i], Window: true}
+	return Base{Numbers: atomicwindow.NumbersOf(t.w[i].PolicyRule()), Cost: t.cost[i], Window: true}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/overlay"
 )
 
@@ -16,8 +17,8 @@ import (
 // limit under the default cost are refused, naming the rule; scaling
 // multiplies the limit by the rate factor; an empty Set returns the policy's.
 func TestWindowTargets(t *testing.T) {
-	keyed := atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[string](atomicbucket.MustWindowRule(10, time.Minute), atomicbucket.TableOptions{}), 2)
-	global := atomicbucket.NewGlobalWindow(atomicbucket.NewWindow(atomicbucket.MustWindowRule(100, time.Hour)), 1)
+	keyed := atomicwindow.NewKeyed(atomicwindow.NewTable[string](atomicwindow.MustRule(10, time.Minute), atomicbucket.TableOptions{}), 2)
+	global := atomicwindow.NewGlobal(atomicwindow.NewWindow(atomicwindow.MustRule(100, time.Hour)), 1)
 	a := overlay.NewApplier(overlay.Policy[overlay.Target]{Rules: map[string]overlay.Target{
 		"Exports": overlay.WindowTarget(keyed, nil), "Site": overlay.GlobalWindowTarget(global),
 	}})
@@ -93,8 +94,8 @@ func TestWindowTargets(t *testing.T) {
 // checked against its plan's default cost; Base is each plan's policy
 // numbers.
 func TestPlannedWindowTarget(t *testing.T) {
-	free := atomicbucket.NewWindowTable[string](atomicbucket.MustWindowRule(2, time.Hour), atomicbucket.TableOptions{})
-	pro := atomicbucket.NewWindowTable[string](atomicbucket.MustWindowRule(10, time.Hour), atomicbucket.TableOptions{})
+	free := atomicwindow.NewTable[string](atomicwindow.MustRule(2, time.Hour), atomicbucket.TableOptions{})
+	pro := atomicwindow.NewTable[string](atomicwindow.MustRule(10, time.Hour), atomicbucket.TableOptions{})
 	target := overlay.PlannedWindowTarget[overlay.StoreWindow](true, []int64{1, 3}, nil, free, pro)
 	a := overlay.NewApplier(overlay.Policy[overlay.Target]{Plans: []string{"free", "pro"}, Rules: map[string]overlay.Target{"Quota": target}})
 	if target.Plans() != 2 || !target.Keyed() || target.Base(1).Numbers.Tokens != 10 || target.Base(1).Cost != 3 || !target.Base(0).Window {
@@ -141,7 +142,7 @@ func (s *countingStore) ClearNumbers()                                { s.clears
 func TestSharedWindowTargetStores(t *testing.T) {
 	n := atomicbucket.Numbers{Tokens: 20, Period: time.Minute, Burst: 20}
 	for _, store := range []*countingStore{{}, nil} {
-		local := atomicbucket.NewWindow(atomicbucket.MustWindowRule(10, time.Minute))
+		local := atomicwindow.NewWindow(atomicwindow.MustRule(10, time.Minute))
 		target := overlay.SharedWindowTarget(local, store, 1, false)
 		if err := target.Set(-1, nil, n); err != nil {
 			t.Fatalf("store %v: Set: %v", store, err)

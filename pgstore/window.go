@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/shared"
 )
 
@@ -208,7 +209,7 @@ type WindowOptions struct {
 // Window is a window rule (at most N cost units in any interval of W) kept
 // in PostgreSQL, on the server's clock: every instance that checks it shares
 // one window per key. It decides as the local window does at microsecond
-// times (atomicbucket.Window): exact up to 64 units, counted in sixteenths
+// times (atomicwindow.Window): exact up to 64 units, counted in sixteenths
 // of the window beyond. A check is one statement (its function), which locks
 // the key's row; it fails, with an error and a denial, when the database
 // cannot answer. Its methods are safe for concurrent use.
@@ -242,14 +243,14 @@ func (w *Window) run(ctx context.Context, fn func(ctx context.Context) error) er
 
 // windowNums are a window's numbers as the function takes them.
 type windowNums struct {
-	rule atomicbucket.WindowRule
+	rule atomicwindow.Rule
 	lUs  int64 // the sub-window in µs (0: exact)
 }
 
 // SetRule makes rule the window's numbers for every later check
 // (shared.RuledChecker): each key's window is carried into them at its next
 // check, as the function carries what another version of the rule wrote.
-func (w *Window) SetRule(rule atomicbucket.WindowRule) error {
+func (w *Window) SetRule(rule atomicwindow.Rule) error {
 	n, err := windowNumsOf(rule)
 	if err != nil {
 		return err
@@ -259,7 +260,7 @@ func (w *Window) SetRule(rule atomicbucket.WindowRule) error {
 }
 
 // windowNumsOf is rule as the function takes it, or why it cannot.
-func windowNumsOf(rule atomicbucket.WindowRule) (*windowNums, error) {
+func windowNumsOf(rule atomicwindow.Rule) (*windowNums, error) {
 	n := &windowNums{rule: rule}
 	if !rule.Exact() {
 		if rule.Grain()%time.Microsecond != 0 {
@@ -274,7 +275,7 @@ func windowNumsOf(rule atomicbucket.WindowRule) (*windowNums, error) {
 // (shared.KeyRuledChecker): its window is carried into them at its next
 // check, as SetRule carries every key's. A rule a counted window in
 // PostgreSQL cannot take is refused, changing nothing.
-func (w *Window) SetKeyRule(key string, rule atomicbucket.WindowRule) error {
+func (w *Window) SetKeyRule(key string, rule atomicwindow.Rule) error {
 	if key == "" || len(key) > shared.MaxKeyLen {
 		return fmt.Errorf("pgstore: a window's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
 	}
@@ -291,9 +292,9 @@ func (w *Window) ClearKeyRule(key string) { w.own.Delete(key) }
 
 // NewWindow returns the window rule named name with rule's numbers in pool's
 // database, creating its table and function when absent. A counted window (a
-// limit above atomicbucket.WindowRingMax) must have sub-windows of whole
+// limit above atomicwindow.RingMax) must have sub-windows of whole
 // microseconds: a window a multiple of 16 µs.
-func NewWindow(ctx context.Context, pool *pgxpool.Pool, name string, rule atomicbucket.WindowRule, opts WindowOptions) (*Window, error) {
+func NewWindow(ctx context.Context, pool *pgxpool.Pool, name string, rule atomicwindow.Rule, opts WindowOptions) (*Window, error) {
 	if opts.Table == "" {
 		opts.Table = DefaultWindowTable
 	}
@@ -352,7 +353,7 @@ func (w *Window) setup(ctx context.Context) error {
 // "_windows", under the store's namespace, each check bounded by the
 // store's timeout. A database down or stalled now (the setup waits the
 // store's timeout) is set up by the first check that reaches it.
-func (s *Store) Window(name string, rule atomicbucket.WindowRule) (shared.WindowChecker, error) {
+func (s *Store) Window(name string, rule atomicwindow.Rule) (shared.WindowChecker, error) {
 	// The setup waits at most the store's timeout: a generated package binds
 	// its windows in New, which a stalled database must not hold up.
 	ctx, cancel := context.WithTimeout(context.Background(), s.Timeout())
@@ -367,7 +368,7 @@ func (s *Store) Window(name string, rule atomicbucket.WindowRule) (shared.Window
 }
 
 // Rule returns the window's numbers.
-func (w *Window) Rule() *atomicbucket.WindowRule { return &w.nums.Load().rule }
+func (w *Window) Rule() *atomicwindow.Rule { return &w.nums.Load().rule }
 
 // AllowN decides a request of cost for key in the database, counting it if
 // admitted. An error (the database did not answer in time, or refused) comes

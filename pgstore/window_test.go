@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/pgstore/pgtest"
 	"github.com/limitgen/limitgen/storetest"
 )
@@ -14,7 +15,7 @@ import (
 // openWindow is storetest.OpenWindow on pool: a Window deciding at at's time
 // or, with at nil, on the server's clock.
 func openWindow(pool *pgxpool.Pool) storetest.OpenWindow {
-	return func(t *testing.T, name string, rule atomicbucket.WindowRule, at func() time.Time) storetest.WindowCheck {
+	return func(t *testing.T, name string, rule atomicwindow.Rule, at func() time.Time) storetest.WindowCheck {
 		w, err := NewWindow(context.Background(), pool, name, rule, WindowOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -35,14 +36,14 @@ func TestWindowContract(t *testing.T) {
 	t.Run("Edges", func(t *testing.T) { storetest.WindowEdges(t, openWindow(pool)) })
 	t.Run("Versions", func(t *testing.T) { storetest.WindowVersions(t, openWindow(pool)) })
 	t.Run("ExactlyN", func(t *testing.T) { storetest.WindowExactlyN(t, openWindow(pool), 16, 50, 500) })
-	w, err := NewWindow(ctx, pool, "hot50", atomicbucket.MustWindowRule(50, time.Hour), WindowOptions{})
+	w, err := NewWindow(ctx, pool, "hot50", atomicwindow.MustRule(50, time.Hour), WindowOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n, err := w.Sweep(ctx); err != nil || n != 0 {
 		t.Errorf("a sweep of full windows deleted %d rows (%v)", n, err)
 	}
-	short, err := NewWindow(ctx, pool, "short", atomicbucket.MustWindowRule(5, 10*time.Millisecond), WindowOptions{})
+	short, err := NewWindow(ctx, pool, "short", atomicwindow.MustRule(5, 10*time.Millisecond), WindowOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func TestWindowContract(t *testing.T) {
 
 // openLeasedWindow is storetest.OpenLeasedWindow on pool.
 func openLeasedWindow(pool *pgxpool.Pool) storetest.OpenLeasedWindow {
-	return func(t *testing.T, name string, rule atomicbucket.WindowRule, at func() time.Time) (storetest.WindowCheck, storetest.WindowLease) {
+	return func(t *testing.T, name string, rule atomicwindow.Rule, at func() time.Time) (storetest.WindowCheck, storetest.WindowLease) {
 		w, err := NewWindow(context.Background(), pool, name, rule, WindowOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -95,8 +96,8 @@ func BenchmarkWindowCheck(b *testing.B) {
 	for _, c := range []struct {
 		name  string
 		limit int64
-	}{{"allow", atomicbucket.WindowLimitMax}, {"drained", 50}} {
-		w, err := NewWindow(ctx, pool, "bench-"+c.name, atomicbucket.MustWindowRule(c.limit, time.Hour), WindowOptions{})
+	}{{"allow", atomicwindow.LimitMax}, {"drained", 50}} {
+		w, err := NewWindow(ctx, pool, "bench-"+c.name, atomicwindow.MustRule(c.limit, time.Hour), WindowOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}

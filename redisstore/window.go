@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/shared"
 	"github.com/redis/go-redis/v9"
 )
@@ -286,7 +287,7 @@ func windowScript(source string, explicitNow bool) string {
 
 // Window is a window rule (at most N cost units in any interval of W) kept
 // on Redis, on Redis's clock: every instance that checks it shares one
-// window per key. It decides as the local window does (atomicbucket.Window,
+// window per key. It decides as the local window does (atomicwindow.Window,
 // at microsecond times): exact up to 64 units, counted in sixteenths of the
 // window beyond. Its checks, one script call each or coalesced, fail (with
 // an error, and a denial) when Redis cannot answer: the caller decides what
@@ -332,12 +333,12 @@ func (w *Window) Node(key string) string {
 
 // windowNums are a window's numbers as the script takes them.
 type windowNums struct {
-	rule atomicbucket.WindowRule
+	rule atomicwindow.Rule
 	lUs  int64 // the sub-window in µs (0: exact)
 }
 
 // windowNumsOf is rule as the script takes it, or why it cannot.
-func windowNumsOf(rule atomicbucket.WindowRule) (*windowNums, error) {
+func windowNumsOf(rule atomicwindow.Rule) (*windowNums, error) {
 	n := &windowNums{rule: rule}
 	if !rule.Exact() {
 		if rule.Grain()%time.Microsecond != 0 {
@@ -351,7 +352,7 @@ func windowNumsOf(rule atomicbucket.WindowRule) (*windowNums, error) {
 // SetRule makes rule the window's numbers for every later check
 // (shared.RuledChecker): each key's window is carried into them at its next
 // check, as the script carries what another version of the rule wrote.
-func (w *Window) SetRule(rule atomicbucket.WindowRule) error {
+func (w *Window) SetRule(rule atomicwindow.Rule) error {
 	n, err := windowNumsOf(rule)
 	if err != nil {
 		return err
@@ -364,7 +365,7 @@ func (w *Window) SetRule(rule atomicbucket.WindowRule) error {
 // (shared.KeyRuledChecker): its window is carried into them at its next
 // check, as SetRule carries every key's. A rule a counted window on Redis
 // cannot take is refused, changing nothing.
-func (w *Window) SetKeyRule(key string, rule atomicbucket.WindowRule) error {
+func (w *Window) SetKeyRule(key string, rule atomicwindow.Rule) error {
 	if key == "" || len(key) > shared.MaxKeyLen {
 		return fmt.Errorf("redisstore: a window's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
 	}
@@ -396,13 +397,13 @@ type WindowOptions struct {
 
 // NewWindow returns the window rule named name (the rule's name in the
 // policy: part of its keys) with rule's numbers, on client. A counted
-// window (a limit above atomicbucket.WindowRingMax) must have sub-windows of
+// window (a limit above atomicwindow.RingMax) must have sub-windows of
 // whole microseconds: a window a multiple of 16 µs.
-func NewWindow(client redis.UniversalClient, name string, rule atomicbucket.WindowRule, opts WindowOptions) (*Window, error) {
+func NewWindow(client redis.UniversalClient, name string, rule atomicwindow.Rule, opts WindowOptions) (*Window, error) {
 	return newWindow(client, name, rule, opts, false)
 }
 
-func newWindow(client redis.UniversalClient, name string, rule atomicbucket.WindowRule, opts WindowOptions, explicitNow bool) (*Window, error) {
+func newWindow(client redis.UniversalClient, name string, rule atomicwindow.Rule, opts WindowOptions, explicitNow bool) (*Window, error) {
 	if opts.Namespace != "" {
 		if err := shared.CheckNamespace(opts.Namespace); err != nil {
 			return nil, fmt.Errorf("redisstore: WindowOptions.Namespace: %w", err)
@@ -416,7 +417,7 @@ func newWindow(client redis.UniversalClient, name string, rule atomicbucket.Wind
 }
 
 // newWindowIn is newWindow with the prefix (and namespace) given.
-func newWindowIn(client redis.UniversalClient, prefix, name string, rule atomicbucket.WindowRule, opts WindowOptions, explicitNow bool) (*Window, error) {
+func newWindowIn(client redis.UniversalClient, prefix, name string, rule atomicwindow.Rule, opts WindowOptions, explicitNow bool) (*Window, error) {
 	if name == "" || len(name) > 200 || strings.ContainsAny(name, "{}") {
 		return nil, fmt.Errorf("redisstore: a window's name has 1 to 200 bytes and no braces, not %q", name)
 	}
@@ -443,7 +444,7 @@ func newWindowIn(client redis.UniversalClient, prefix, name string, rule atomicb
 // check bounded by the store's timeout, coalesced when the store coalesces
 // (not on a Cluster, where a batch's keys would span slots). Close closes
 // it with the store.
-func (s *Store) Window(name string, rule atomicbucket.WindowRule) (shared.WindowChecker, error) {
+func (s *Store) Window(name string, rule atomicwindow.Rule) (shared.WindowChecker, error) {
 	w, err := newWindowIn(s.b.client, s.b.prefix, name, rule, WindowOptions{Timeout: s.Timeout(), Coalesce: s.b.coalesce}, false)
 	if err != nil {
 		return nil, err
@@ -466,7 +467,7 @@ func (s *Store) Close() {
 }
 
 // Rule returns the window's numbers.
-func (w *Window) Rule() *atomicbucket.WindowRule { return &w.nums.Load().rule }
+func (w *Window) Rule() *atomicwindow.Rule { return &w.nums.Load().rule }
 
 // Close stops a coalescing window's goroutines.
 func (w *Window) Close() {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/internal/reference"
 	"github.com/limitgen/limitgen/redisstore/redistest"
 	"github.com/limitgen/limitgen/shared"
@@ -24,7 +24,7 @@ import (
 // time (the script's test variant) or, with at nil, on Redis's clock,
 // coalescing at most coalesce checks a call.
 func openWindow(c redis.UniversalClient, coalesce int) storetest.OpenWindow {
-	return func(t *testing.T, name string, rule atomicbucket.WindowRule, at func() time.Time) storetest.WindowCheck {
+	return func(t *testing.T, name string, rule atomicwindow.Rule, at func() time.Time) storetest.WindowCheck {
 		w, err := newWindow(c, name+"-c"+strconv.Itoa(coalesce), rule, WindowOptions{Coalesce: coalesce}, at != nil)
 		if err != nil {
 			t.Fatal(err)
@@ -53,7 +53,7 @@ func TestWindowContract(t *testing.T) {
 func TestWindowRedisDown(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
-	w, err := NewWindow(c, "down", atomicbucket.MustWindowRule(10, time.Minute), WindowOptions{Timeout: 200 * time.Millisecond})
+	w, err := NewWindow(c, "down", atomicwindow.MustRule(10, time.Minute), WindowOptions{Timeout: 200 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestWindowBatchesMatchReference(t *testing.T) {
 		if run%2 == 1 {
 			limit, window = 65+rng.Int64N(100), time.Duration(1+rng.Int64N(20))*40*time.Millisecond
 		}
-		rule := atomicbucket.MustWindowRule(limit, window)
+		rule := atomicwindow.MustRule(limit, window)
 		w, err := newWindow(c, "b"+strconv.Itoa(run), rule, WindowOptions{}, true)
 		if err != nil {
 			t.Fatal(err)
@@ -145,7 +145,7 @@ func TestSharedWindowOnStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer st.Close()
-	rule := atomicbucket.MustWindowRule(5, time.Hour)
+	rule := atomicwindow.MustRule(5, time.Hour)
 	bind := func(name string, f shared.Failure) *shared.Window {
 		w, err := shared.BindWindow(st, "policy", name, rule, f)
 		if err != nil {
@@ -209,7 +209,7 @@ func TestSharedWindowOnStore(t *testing.T) {
 func TestWindowOnCluster(t *testing.T) {
 	_, _, st := clusterStore(t, 0, 64)
 	ctx := context.Background()
-	w, err := shared.BindWindow(st, "policy", "Quota", atomicbucket.MustWindowRule(3, time.Hour), shared.Failure{})
+	w, err := shared.BindWindow(st, "policy", "Quota", atomicwindow.MustRule(3, time.Hour), shared.Failure{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -244,7 +244,7 @@ func TestWindowOnCluster(t *testing.T) {
 
 // openLeasedWindow is storetest.OpenLeasedWindow on client.
 func openLeasedWindow(c redis.UniversalClient) storetest.OpenLeasedWindow {
-	return func(t *testing.T, name string, rule atomicbucket.WindowRule, at func() time.Time) (storetest.WindowCheck, storetest.WindowLease) {
+	return func(t *testing.T, name string, rule atomicwindow.Rule, at func() time.Time) (storetest.WindowCheck, storetest.WindowLease) {
 		w, err := newWindow(c, name, rule, WindowOptions{}, at != nil)
 		if err != nil {
 			t.Fatal(err)
@@ -281,7 +281,7 @@ func TestWindowValueKeepsItsHeader(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
 	ctx := context.Background()
-	w, err := NewWindow(c, "header", atomicbucket.MustWindowRule(10, time.Hour), WindowOptions{})
+	w, err := NewWindow(c, "header", atomicwindow.MustRule(10, time.Hour), WindowOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 )
 
 // WindowChecker decides window checks (at most N cost units in any interval
@@ -50,7 +51,7 @@ func WindowLeaseTerm(window time.Duration) time.Duration {
 // rule's name) with rule's numbers.
 type WindowStore interface {
 	Store
-	Window(name string, rule atomicbucket.WindowRule) (WindowChecker, error)
+	Window(name string, rule atomicwindow.Rule) (WindowChecker, error)
 }
 
 // ErrNoWindows is wrapped by the error of a store that keeps no window
@@ -68,14 +69,14 @@ var ErrNoWindows = errors.New("the store keeps no window rules")
 type Window struct {
 	c     WindowChecker
 	mode  FailureMode
-	share float64                           // FailLocal's share of the limit
-	local *atomicbucket.WindowTable[string] // FailLocal's share
-	base  atomicbucket.WindowRule           // as bound: the policy's numbers
-	rule  atomic.Pointer[atomicbucket.WindowRule]
+	share float64                     // FailLocal's share of the limit
+	local *atomicwindow.Table[string] // FailLocal's share
+	base  atomicwindow.Rule           // as bound: the policy's numbers
+	rule  atomic.Pointer[atomicwindow.Rule]
 	br    circuit      // the window's own breaker, on a store without an Engine (g nil)
 	g     guardedStore // the store's Engine: its breakers, counts and Health hold the window's calls too
 	mu    sync.Mutex   // serialises changes of numbers; never taken by a check
-	own   sync.Map     // key → atomicbucket.WindowRule: keys with numbers of their own (SetKeyNumbers)
+	own   sync.Map     // key → atomicwindow.Rule: keys with numbers of their own (SetKeyNumbers)
 	// leases, for a leased window: its leases by key, each taking at most
 	// lease units a grant.
 	leases *Leases
@@ -109,7 +110,7 @@ type WindowForgetter interface {
 // deploy carries it (what it holds kept), or refuses rule, changing nothing.
 type RuledChecker interface {
 	WindowChecker
-	SetRule(rule atomicbucket.WindowRule) error
+	SetRule(rule atomicwindow.Rule) error
 }
 
 // KeyRuledChecker is a RuledChecker whose keys may have numbers of their own
@@ -119,7 +120,7 @@ type RuledChecker interface {
 // ClearKeyRule gives the key the checker's numbers back.
 type KeyRuledChecker interface {
 	RuledChecker
-	SetKeyRule(key string, rule atomicbucket.WindowRule) error
+	SetKeyRule(key string, rule atomicwindow.Rule) error
 	ClearKeyRule(key string)
 }
 
@@ -168,7 +169,7 @@ func (o *OwnNumbers[N]) Any() bool { return o.m.Load() != nil }
 
 // BindWindow binds the window rule named name (namespace, when not empty,
 // before it with a /) with rule's numbers and failure setting f to store.
-func BindWindow(store Store, namespace, name string, rule atomicbucket.WindowRule, f Failure) (w *Window, err error) {
+func BindWindow(store Store, namespace, name string, rule atomicwindow.Rule, f Failure) (w *Window, err error) {
 	return BindLeasedWindow(store, namespace, name, rule, f, 0)
 }
 
@@ -181,7 +182,7 @@ func BindWindow(store Store, namespace, name string, rule atomicbucket.WindowRul
 // pgstore) gives back what the window's leases hold at its Close, as it
 // does its buckets' leases: unspent units would otherwise count for a whole
 // window.
-func BindLeasedWindow(store Store, namespace, name string, rule atomicbucket.WindowRule, f Failure, lease int64) (w *Window, err error) {
+func BindLeasedWindow(store Store, namespace, name string, rule atomicwindow.Rule, f Failure, lease int64) (w *Window, err error) {
 	ws, ok := store.(WindowStore)
 	if !ok {
 		return nil, fmt.Errorf("%w: %T", ErrNoWindows, store)
@@ -224,7 +225,7 @@ func BindLeasedWindow(store Store, namespace, name string, rule atomicbucket.Win
 		if err != nil {
 			return nil, err
 		}
-		w.local = atomicbucket.NewWindowTable[string](share, atomicbucket.TableOptions{MaxKeys: 1 << 20})
+		w.local = atomicwindow.NewTable[string](share, atomicbucket.TableOptions{MaxKeys: 1 << 20})
 	}
 	if k, ok := store.(windowKeeper); ok && w.leases != nil {
 		k.keepWindow(w) // released with the store's leases, at its Close
@@ -234,8 +235,8 @@ func BindLeasedWindow(store Store, namespace, name string, rule atomicbucket.Win
 
 // shareOf is FailLocal's window for rule: the share of its limit (rounded
 // down, at least 1) in the same window.
-func (w *Window) shareOf(rule atomicbucket.WindowRule) (atomicbucket.WindowRule, error) {
-	share, err := atomicbucket.NewWindowRule(max(int64(math.Floor(float64(rule.Limit())*w.share)), 1), rule.Window())
+func (w *Window) shareOf(rule atomicwindow.Rule) (atomicwindow.Rule, error) {
+	share, err := atomicwindow.NewRule(max(int64(math.Floor(float64(rule.Limit())*w.share)), 1), rule.Window())
 	if err != nil {
 		return share, fmt.Errorf("its local share %v: %w", w.share, err)
 	}
@@ -243,20 +244,20 @@ func (w *Window) shareOf(rule atomicbucket.WindowRule) (atomicbucket.WindowRule,
 }
 
 // Rule is the window's numbers in force.
-func (w *Window) Rule() *atomicbucket.WindowRule { return w.rule.Load() }
+func (w *Window) Rule() *atomicwindow.Rule { return w.rule.Load() }
 
 // PolicyRule is the window's numbers as bound (the policy's).
-func (w *Window) PolicyRule() atomicbucket.WindowRule { return w.base }
+func (w *Window) PolicyRule() atomicwindow.Rule { return w.base }
 
 // SetNumbers makes n (a limit per window: Tokens per Period, Burst equal to
-// Tokens; atomicbucket.WindowRuleOf, with the rule's cost) the window's
+// Tokens; atomicwindow.RuleOf, with the rule's cost) the window's
 // numbers on the store and for its local share, or refuses them, changing
 // nothing: a store whose checker cannot change numbers (no RuledChecker)
 // refuses. On the store each key's window is carried into them at its next
 // check, as two versions side by side carry it, so in any interval of the
 // shorter window at most the larger limit is admitted.
 func (w *Window) SetNumbers(n atomicbucket.Numbers, cost int64) error {
-	rule, err := atomicbucket.WindowRuleOf(n, cost)
+	rule, err := atomicwindow.RuleOf(n, cost)
 	if err != nil {
 		return err
 	}
@@ -268,14 +269,14 @@ func (w *Window) ClearNumbers() {
 	w.set(w.base) //nolint:errcheck // the bound numbers were accepted at Bind
 }
 
-func (w *Window) set(rule atomicbucket.WindowRule) error {
+func (w *Window) set(rule atomicwindow.Rule) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	rc, ok := w.c.(RuledChecker)
 	if !ok {
 		return fmt.Errorf("the store's %T cannot change a window's numbers", w.c)
 	}
-	var share atomicbucket.WindowRule
+	var share atomicwindow.Rule
 	if w.local != nil {
 		var err error
 		if share, err = w.shareOf(rule); err != nil {
@@ -288,7 +289,7 @@ func (w *Window) set(rule atomicbucket.WindowRule) error {
 	if w.local != nil {
 		// A valid rule of cost 1: it cannot be refused (the policy's share
 		// comes back as the table's own numbers).
-		w.local.SetNumbers(atomicbucket.WindowNumbersOf(&share), 1) //nolint:errcheck
+		w.local.SetNumbers(atomicwindow.NumbersOf(&share), 1) //nolint:errcheck
 	}
 	if rule == w.base {
 		w.rule.Store(&w.base)
@@ -317,7 +318,7 @@ func (w *Window) set(rule atomicbucket.WindowRule) error {
 // store cannot take, a key it cannot hold, or a store whose checker has no
 // keys' numbers (no KeyRuledChecker) are refused, changing nothing.
 func (w *Window) SetKeyNumbers(ctx context.Context, key string, n atomicbucket.Numbers, cost int64) error {
-	rule, err := atomicbucket.WindowRuleOf(n, cost)
+	rule, err := atomicwindow.RuleOf(n, cost)
 	if err != nil {
 		return err
 	}
@@ -330,7 +331,7 @@ func (w *Window) SetKeyNumbers(ctx context.Context, key string, n atomicbucket.N
 	if !ok {
 		return fmt.Errorf("the store's %T cannot give a window's key numbers of its own", w.c)
 	}
-	var share atomicbucket.WindowRule
+	var share atomicwindow.Rule
 	if w.local != nil {
 		if share, err = w.shareOf(rule); err != nil {
 			return err
@@ -345,7 +346,7 @@ func (w *Window) SetKeyNumbers(ctx context.Context, key string, n atomicbucket.N
 	w.own.Store(key, rule)
 	if w.local != nil {
 		// A valid rule of cost 1 for a key that is not empty: not refused.
-		w.local.SetKeyNumbersAt(atomicbucket.Now(), key, atomicbucket.WindowNumbersOf(&share), 1) //nolint:errcheck
+		w.local.SetKeyNumbersAt(atomicbucket.Now(), key, atomicwindow.NumbersOf(&share), 1) //nolint:errcheck
 	}
 	return nil
 }
@@ -372,9 +373,9 @@ func (w *Window) ClearKeyNumbers(ctx context.Context, key string) {
 
 // KeyRule is the numbers key's checks go by: its own (SetKeyNumbers), or
 // the window's.
-func (w *Window) KeyRule(key string) (rule atomicbucket.WindowRule, own bool) {
+func (w *Window) KeyRule(key string) (rule atomicwindow.Rule, own bool) {
 	if r, ok := w.own.Load(key); ok {
-		return r.(atomicbucket.WindowRule), true
+		return r.(atomicwindow.Rule), true
 	}
 	return *w.rule.Load(), false
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/internal/reference"
 	"github.com/limitgen/limitgen/shared"
 )
@@ -20,7 +21,7 @@ type WindowLease func(ctx context.Context, key string, cost, want int64, prev sh
 
 // OpenLeasedWindow is OpenWindow of a store whose windows lease: one
 // window's check and lease call, deciding at the time at gives.
-type OpenLeasedWindow func(t *testing.T, name string, rule atomicbucket.WindowRule, at func() time.Time) (WindowCheck, WindowLease)
+type OpenLeasedWindow func(t *testing.T, name string, rule atomicwindow.Rule, at func() time.Time) (WindowCheck, WindowLease)
 
 // WindowLeaseEnvelope drives window leases at explicit microsecond times:
 // three lessees and a per-request client on two keys, exact and counted
@@ -83,7 +84,7 @@ func windowLeaseRun(t *testing.T, open OpenLeasedWindow, name string, counted bo
 		limit = 65 + pick(300)
 		window = time.Duration(1+pick(1000)) * 48 * time.Millisecond
 	}
-	rule := atomicbucket.MustWindowRule(limit, window)
+	rule := atomicwindow.MustRule(limit, window)
 	term := shared.WindowLeaseTerm(window)
 	now := time.Unix(1_800_000_000, pick(1e6)*1000)
 	check, lease := open(t, name, rule, func() time.Time { return now })
@@ -188,7 +189,7 @@ func windowLeaseRun(t *testing.T, open OpenLeasedWindow, name string, counted bo
 func WindowLeaseSettles(t *testing.T, open OpenLeasedWindow) {
 	ctx := context.Background()
 	now := time.Unix(1_800_000_000, 0)
-	rule := atomicbucket.MustWindowRule(20, 4*time.Second) // term: 1 s
+	rule := atomicwindow.MustRule(20, 4*time.Second) // term: 1 s
 	check, lease := open(t, "settles", rule, func() time.Time { return now })
 	g, err := lease(ctx, "k", 2, 20, shared.Settlement{})
 	if err != nil || !g.Allowed || g.Size != 11 || g.Remaining != 9 || g.Term != time.Second { // 2 and half of the 18 beyond
@@ -252,7 +253,7 @@ func WindowLeaseSettles(t *testing.T, open OpenLeasedWindow) {
 func WindowLeases(t *testing.T, open func(t *testing.T) shared.Store) {
 	const limit, lease = 40, 8
 	window := 300 * time.Millisecond
-	rule := atomicbucket.MustWindowRule(limit, window)
+	rule := atomicwindow.MustRule(limit, window)
 	ctx := context.Background()
 	ws := make([]*shared.Window, 3)
 	for i := range ws {
@@ -320,7 +321,7 @@ func WindowLeases(t *testing.T, open func(t *testing.T) shared.Store) {
 	// instance, in turn, all admitted, in at most 30 calls.
 	hour := make([]*shared.Window, 3)
 	for i := range hour {
-		w, err := shared.BindLeasedWindow(open(t), "leases", "Hour", atomicbucket.MustWindowRule(64, time.Hour), shared.Failure{Mode: shared.FailDeny}, lease)
+		w, err := shared.BindLeasedWindow(open(t), "leases", "Hour", atomicwindow.MustRule(64, time.Hour), shared.Failure{Mode: shared.FailDeny}, lease)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -353,7 +354,7 @@ func WindowLeases(t *testing.T, open func(t *testing.T) shared.Store) {
 			t.Fatal(err)
 		}
 	}
-	plain, err := shared.BindWindow(open(t), "leases", "Hour", atomicbucket.MustWindowRule(64, time.Hour), shared.Failure{Mode: shared.FailDeny})
+	plain, err := shared.BindWindow(open(t), "leases", "Hour", atomicwindow.MustRule(64, time.Hour), shared.Failure{Mode: shared.FailDeny})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -364,7 +365,7 @@ func WindowLeases(t *testing.T, open func(t *testing.T) shared.Store) {
 	// A store's Close gives back what its leased windows hold: 14 checks of
 	// 64 an hour, the store closed, and 49 more fit after the next.
 	st := open(t)
-	closing, err := shared.BindLeasedWindow(st, "leases", "Closing", atomicbucket.MustWindowRule(64, time.Hour), shared.Failure{Mode: shared.FailDeny}, lease)
+	closing, err := shared.BindLeasedWindow(st, "leases", "Closing", atomicwindow.MustRule(64, time.Hour), shared.Failure{Mode: shared.FailDeny}, lease)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +386,7 @@ func WindowLeases(t *testing.T, open func(t *testing.T) shared.Store) {
 		t.Fatalf("%T has no Close", st)
 	}
 	c.Close()
-	plain, err = shared.BindWindow(open(t), "leases", "Closing", atomicbucket.MustWindowRule(64, time.Hour), shared.Failure{Mode: shared.FailDeny})
+	plain, err = shared.BindWindow(open(t), "leases", "Closing", atomicwindow.MustRule(64, time.Hour), shared.Failure{Mode: shared.FailDeny})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -444,7 +445,7 @@ func WindowLeaseThroughput(t *testing.T, open OpenLeasedWindow) (exact, counted 
 		share  *float64
 	}{{40, 4 * time.Second, 0, &exact}, {1000, time.Hour, 1.0 / 8, &counted}} {
 		now := time.Unix(1_800_000_000, 0)
-		_, lease := open(t, "throughput"+strconv.FormatInt(c.limit, 10), atomicbucket.MustWindowRule(c.limit, c.window), func() time.Time { return now })
+		_, lease := open(t, "throughput"+strconv.FormatInt(c.limit, 10), atomicwindow.MustRule(c.limit, c.window), func() time.Time { return now })
 		term := shared.WindowLeaseTerm(c.window)
 		end := now.Add(12 * c.window)
 		var adm []reference.Admission

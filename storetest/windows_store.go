@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/internal/reference"
 	"github.com/limitgen/limitgen/shared"
 )
@@ -21,7 +22,7 @@ type WindowCheck func(ctx context.Context, key string, cost int64) (atomicbucket
 
 // OpenWindow makes a store's window rule named name with rule's numbers,
 // deciding at the time at gives (nil: the server's clock).
-type OpenWindow func(t *testing.T, name string, rule atomicbucket.WindowRule, at func() time.Time) WindowCheck
+type OpenWindow func(t *testing.T, name string, rule atomicwindow.Rule, at func() time.Time) WindowCheck
 
 // WindowMatchesReference holds a store's window rules, exact and counted,
 // to the sliding-log reference at its grain, decision by decision, at
@@ -39,7 +40,7 @@ func WindowMatchesReference(t *testing.T, open OpenWindow, runs, steps int, seed
 			limit = 65 + rng.Int64N(300)
 			window = time.Duration(1+rng.Int64N(2000)) * 40 * time.Millisecond
 		}
-		rule := atomicbucket.MustWindowRule(limit, window)
+		rule := atomicwindow.MustRule(limit, window)
 		now := time.Unix(1_800_000_000, 0)
 		check := open(t, "w"+strconv.Itoa(run), rule, func() time.Time { return now })
 		ref := reference.NewWindow(reference.WindowParams{Limit: limit, Window: int64(window), Grain: int64(rule.Grain())})
@@ -80,16 +81,16 @@ func WindowEdges(t *testing.T, open OpenWindow) {
 	}
 	for _, c := range []struct {
 		name  string
-		rule  atomicbucket.WindowRule
+		rule  atomicwindow.Rule
 		steps []step
 	}{
-		{"exact", atomicbucket.MustWindowRule(1, time.Second), []step{
+		{"exact", atomicwindow.MustRule(1, time.Second), []step{
 			{0, 1, atomicbucket.Decision{Allowed: true, Reset: time.Second + 999}},
 			{time.Second, 1, atomicbucket.Decision{RetryAfter: 999, Reset: 999}},
 			{time.Second + time.Microsecond, 1, atomicbucket.Decision{Allowed: true, Reset: time.Second + 999}},
 			{time.Second + time.Microsecond, 2, atomicbucket.Decision{RetryAfter: atomicbucket.Never, Reset: time.Second + 999}},
 		}},
-		{"counted", atomicbucket.MustWindowRule(65, 16*time.Second), []step{
+		{"counted", atomicwindow.MustRule(65, 16*time.Second), []step{
 			{500 * time.Millisecond, 65, atomicbucket.Decision{Allowed: true, Reset: 16*time.Second + 500*time.Millisecond - 1}},
 			{17*time.Second - time.Microsecond, 1, atomicbucket.Decision{RetryAfter: time.Microsecond - 1, Reset: time.Microsecond - 1}},
 			{17 * time.Second, 64, atomicbucket.Decision{Allowed: true, Remaining: 1, Reset: 17*time.Second - 1}},
@@ -115,7 +116,7 @@ func WindowEdges(t *testing.T, open OpenWindow) {
 func WindowExactlyN(t *testing.T, open OpenWindow, callers int, limits ...int64) {
 	ctx := context.Background()
 	for _, limit := range limits {
-		check := open(t, "hot"+strconv.FormatInt(limit, 10), atomicbucket.MustWindowRule(limit, time.Hour), nil)
+		check := open(t, "hot"+strconv.FormatInt(limit, 10), atomicwindow.MustRule(limit, time.Hour), nil)
 		var admitted [2]atomic.Int64
 		var wg sync.WaitGroup
 		for g := range callers {
@@ -155,9 +156,9 @@ func WindowExactlyN(t *testing.T, open OpenWindow, callers int, limits ...int64)
 func WindowVersions(t *testing.T, open OpenWindow) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(30, 40))
-	for i, pair := range [][2]atomicbucket.WindowRule{
-		{atomicbucket.MustWindowRule(40, 2*time.Second), atomicbucket.MustWindowRule(100, 1600*time.Millisecond)},
-		{atomicbucket.MustWindowRule(100, 1600*time.Millisecond), atomicbucket.MustWindowRule(10, 400*time.Millisecond)},
+	for i, pair := range [][2]atomicwindow.Rule{
+		{atomicwindow.MustRule(40, 2*time.Second), atomicwindow.MustRule(100, 1600*time.Millisecond)},
+		{atomicwindow.MustRule(100, 1600*time.Millisecond), atomicwindow.MustRule(10, 400*time.Millisecond)},
 	} {
 		now := time.Unix(1_800_000_000, 0)
 		at := func() time.Time { return now }
@@ -199,7 +200,7 @@ func WindowVersions(t *testing.T, open OpenWindow) {
 func WindowNumbersChange(t *testing.T, st shared.Store) {
 	ctx := context.Background()
 	bind := func(name string, limit int64, window time.Duration) *shared.Window {
-		r, err := atomicbucket.NewWindowRule(limit, window)
+		r, err := atomicwindow.NewRule(limit, window)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -290,7 +291,7 @@ func WindowKeyNumbers(t *testing.T, st shared.Store) {
 		limit, raised int64
 		window        time.Duration
 	}{{"Exact", 5, 8, time.Hour}, {"Counted", 100, 160, 16 * time.Minute}} {
-		r, err := atomicbucket.NewWindowRule(c.limit, c.window)
+		r, err := atomicwindow.NewRule(c.limit, c.window)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -340,7 +341,7 @@ func WindowKeyNumbers(t *testing.T, st shared.Store) {
 	}
 	// Concurrent checks of keys with and without numbers of their own, which
 	// a coalescing store sends together: each key by its own numbers.
-	r, _ := atomicbucket.NewWindowRule(10, time.Hour)
+	r, _ := atomicwindow.NewRule(10, time.Hour)
 	mixed, err := shared.BindWindow(st, "keynumbers", "Mixed", r, shared.Failure{Mode: shared.FailDeny})
 	if err != nil {
 		t.Fatal(err)
@@ -373,7 +374,7 @@ func WindowKeyNumbers(t *testing.T, st shared.Store) {
 		t.Errorf("80 concurrent checks each: alice (4 of her own) %d admitted, bob (the window's 10) %d", a, b)
 	}
 
-	r, _ = atomicbucket.NewWindowRule(5, time.Hour)
+	r, _ = atomicwindow.NewRule(5, time.Hour)
 	w, err := shared.BindWindow(st, "keynumbers", "Refusals", r, shared.Failure{Mode: shared.FailDeny})
 	if err != nil {
 		t.Fatal(err)

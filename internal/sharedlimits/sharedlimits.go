@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/clientip"
 	genimpl "github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limithttp"
@@ -1080,7 +1081,7 @@ func (l *Limits) NumbersApplied() (int, int64, time.Time) {
 func (l *Limits) newNumbers() overlay.Numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}, "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": seatSharedNumbers{l.SeatShared}, "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": meterSharedNumbers{l.MeterShared}, "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.windows[5], 1, l.MeterWindow, nil)},
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}, "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": seatSharedNumbers{l.SeatShared}, "SeatDay": overlay.WindowTarget(l.SeatDay.Keyed, nil), "MeterShared": meterSharedNumbers{l.MeterShared}, "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.windows[5], 1, l.MeterWindow, nil)},
 	})
 }
 
@@ -3019,18 +3020,18 @@ func (l *TenantUserLimiter) Reset(ctx context.Context, key TenantUserKey) error 
 }
 
 // quotaLimit is Quota's window rule, as the policy gives it.
-var quotaLimit = atomicbucket.MustWindowRule(5, time.Hour)
+var quotaLimit = atomicwindow.MustRule(5, time.Hour)
 
 // newQuotaLocalLimiter returns Quota's (empty) table.
 func newQuotaLocalLimiter() *QuotaLocalLimiter {
-	return &QuotaLocalLimiter{atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[string](quotaLimit, atomicbucket.TableOptions{}), 1)}
+	return &QuotaLocalLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[string](quotaLimit, atomicbucket.TableOptions{}), 1)}
 }
 
 // QuotaLocalLimiter is Quota decided in this process only, with the whole limit: what
 // QuotaLimiter.Local returns, for tests, and what Quota's checks use while the package has no store
-// (SharedErr says so). Its methods, atomicbucket.KeyedWindow's, are safe for concurrent use.
+// (SharedErr says so). Its methods, atomicwindow.Keyed's, are safe for concurrent use.
 type QuotaLocalLimiter struct {
-	atomicbucket.KeyedWindow[string]
+	atomicwindow.Keyed[string]
 }
 
 // newQuotaLimiter returns Quota's limiter over its process-local window; New binds it to the store.
@@ -3049,7 +3050,7 @@ type QuotaLimiter struct {
 }
 
 // Rule returns the window rule behind the limiter.
-func (l *QuotaLimiter) Rule() *atomicbucket.WindowRule {
+func (l *QuotaLimiter) Rule() *atomicwindow.Rule {
 	return l.local.Rule()
 }
 
@@ -3118,19 +3119,18 @@ func (l *QuotaLimiter) ClearKeyNumbers(ctx context.Context, key string) {
 }
 
 // quotaWideLimit is QuotaWide's window rule, as the policy gives it.
-var quotaWideLimit = atomicbucket.MustWindowRule(100, 16*time.Minute)
+var quotaWideLimit = atomicwindow.MustRule(100, 16*time.Minute)
 
 // newQuotaWideLocalLimiter returns QuotaWide's (empty) table.
 func newQuotaWideLocalLimiter() *QuotaWideLocalLimiter {
-	return &QuotaWideLocalLimiter{atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[uint64](quotaWideLimit, atomicbucket.TableOptions{}), 1)}
+	return &QuotaWideLocalLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[uint64](quotaWideLimit, atomicbucket.TableOptions{}), 1)}
 }
 
 // QuotaWideLocalLimiter is QuotaWide decided in this process only, with the whole limit: what
 // QuotaWideLimiter.Local returns, for tests, and what QuotaWide's checks use while the package has
-// no store (SharedErr says so). Its methods, atomicbucket.KeyedWindow's, are safe for concurrent
-// use.
+// no store (SharedErr says so). Its methods, atomicwindow.Keyed's, are safe for concurrent use.
 type QuotaWideLocalLimiter struct {
-	atomicbucket.KeyedWindow[uint64]
+	atomicwindow.Keyed[uint64]
 }
 
 // newQuotaWideLimiter returns QuotaWide's limiter over its process-local window; New binds it to the store.
@@ -3149,7 +3149,7 @@ type QuotaWideLimiter struct {
 }
 
 // Rule returns the window rule behind the limiter.
-func (l *QuotaWideLimiter) Rule() *atomicbucket.WindowRule {
+func (l *QuotaWideLimiter) Rule() *atomicwindow.Rule {
 	return l.local.Rule()
 }
 
@@ -3218,13 +3218,13 @@ func (l *QuotaWideLimiter) ClearKeyNumbers(ctx context.Context, key uint64) {
 }
 
 // quotaPlanLimit is QuotaPlan's window rule on each plan, as the policy gives it.
-var quotaPlanLimit = [2]atomicbucket.WindowRule{atomicbucket.MustWindowRule(2, time.Hour), atomicbucket.MustWindowRule(4, time.Hour)}
+var quotaPlanLimit = [2]atomicwindow.Rule{atomicwindow.MustRule(2, time.Hour), atomicwindow.MustRule(4, time.Hour)}
 
 // newQuotaPlanLocalLimiter returns QuotaPlan's (empty) tables, one per plan.
 func newQuotaPlanLocalLimiter() *QuotaPlanLocalLimiter {
-	return &QuotaPlanLocalLimiter{s: [numPlans]*atomicbucket.WindowTable[string]{
-		PlanFree: atomicbucket.NewWindowTable[string](quotaPlanLimit[0], atomicbucket.TableOptions{}),
-		PlanPro:  atomicbucket.NewWindowTable[string](quotaPlanLimit[1], atomicbucket.TableOptions{}),
+	return &QuotaPlanLocalLimiter{s: [numPlans]*atomicwindow.Table[string]{
+		PlanFree: atomicwindow.NewTable[string](quotaPlanLimit[0], atomicbucket.TableOptions{}),
+		PlanPro:  atomicwindow.NewTable[string](quotaPlanLimit[1], atomicbucket.TableOptions{}),
 	}}
 }
 
@@ -3235,11 +3235,11 @@ func newQuotaPlanLocalLimiter() *QuotaPlanLocalLimiter {
 // it has none), and finds its old one, less what left it meanwhile, if it changes back. The plan
 // comes from your service's records of the caller, so a client cannot switch at will.
 type QuotaPlanLocalLimiter struct {
-	s [numPlans]*atomicbucket.WindowTable[string]
+	s [numPlans]*atomicwindow.Table[string]
 }
 
 // Rule returns the window rule behind the limiter on plan (nil for a plan outside the constants).
-func (l *QuotaPlanLocalLimiter) Rule(plan Plan) *atomicbucket.WindowRule {
+func (l *QuotaPlanLocalLimiter) Rule(plan Plan) *atomicwindow.Rule {
 	if plan >= numPlans {
 		return nil
 	}
@@ -3318,7 +3318,7 @@ func (l *QuotaPlanLocalLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
 func (l *QuotaPlanLocalLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n atomicbucket.Numbers) error {
-	if _, err := atomicbucket.WindowRuleOf(n, 1); err != nil {
+	if _, err := atomicwindow.RuleOf(n, 1); err != nil {
 		return err
 	}
 	for _, t := range l.s {
@@ -3401,7 +3401,7 @@ type QuotaPlanLimiter struct {
 }
 
 // Rule returns the window rule behind the limiter.
-func (l *QuotaPlanLimiter) Rule(plan Plan) *atomicbucket.WindowRule {
+func (l *QuotaPlanLimiter) Rule(plan Plan) *atomicwindow.Rule {
 	return l.local.Rule(plan)
 }
 
@@ -3451,19 +3451,18 @@ func (l *QuotaPlanLimiter) Reset(ctx context.Context, key string) error {
 }
 
 // quotaLeasedLimit is QuotaLeased's window rule, as the policy gives it.
-var quotaLeasedLimit = atomicbucket.MustWindowRule(10, time.Hour)
+var quotaLeasedLimit = atomicwindow.MustRule(10, time.Hour)
 
 // newQuotaLeasedLocalLimiter returns QuotaLeased's (empty) table.
 func newQuotaLeasedLocalLimiter() *QuotaLeasedLocalLimiter {
-	return &QuotaLeasedLocalLimiter{atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[string](quotaLeasedLimit, atomicbucket.TableOptions{}), 1)}
+	return &QuotaLeasedLocalLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[string](quotaLeasedLimit, atomicbucket.TableOptions{}), 1)}
 }
 
 // QuotaLeasedLocalLimiter is QuotaLeased decided in this process only, with the whole limit: what
 // QuotaLeasedLimiter.Local returns, for tests, and what QuotaLeased's checks use while the package
-// has no store (SharedErr says so). Its methods, atomicbucket.KeyedWindow's, are safe for
-// concurrent use.
+// has no store (SharedErr says so). Its methods, atomicwindow.Keyed's, are safe for concurrent use.
 type QuotaLeasedLocalLimiter struct {
-	atomicbucket.KeyedWindow[string]
+	atomicwindow.Keyed[string]
 }
 
 // newQuotaLeasedLimiter returns QuotaLeased's limiter over its process-local window; New binds it to the store.
@@ -3482,7 +3481,7 @@ type QuotaLeasedLimiter struct {
 }
 
 // Rule returns the window rule behind the limiter.
-func (l *QuotaLeasedLimiter) Rule() *atomicbucket.WindowRule {
+func (l *QuotaLeasedLimiter) Rule() *atomicwindow.Rule {
 	return l.local.Rule()
 }
 
@@ -3799,17 +3798,17 @@ func (l *SeatSharedLimiter) Reset(ctx context.Context, key string) error {
 }
 
 // seatDayLimit is SeatDay's window rule, as the policy gives it.
-var seatDayLimit = atomicbucket.MustWindowRule(3, time.Hour)
+var seatDayLimit = atomicwindow.MustRule(3, time.Hour)
 
 // newSeatDayLimiter returns SeatDay's (empty) table.
 func newSeatDayLimiter() *SeatDayLimiter {
-	return &SeatDayLimiter{atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[string](seatDayLimit, atomicbucket.TableOptions{}), 1)}
+	return &SeatDayLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[string](seatDayLimit, atomicbucket.TableOptions{}), 1)}
 }
 
-// SeatDayLimiter is the type of SeatDay. Its methods, atomicbucket.KeyedWindow's, are safe for
-// concurrent use.
+// SeatDayLimiter is the type of SeatDay. Its methods, atomicwindow.Keyed's, are safe for concurrent
+// use.
 type SeatDayLimiter struct {
-	atomicbucket.KeyedWindow[string]
+	atomicwindow.Keyed[string]
 }
 
 // meterSharedLimit is MeterShared's limit, as the policy gives it.
@@ -4014,19 +4013,18 @@ func (l *MeterSharedLimiter) Reset(ctx context.Context, key string) error {
 }
 
 // meterWindowLimit is MeterWindow's window rule, as the policy gives it.
-var meterWindowLimit = atomicbucket.MustWindowRule(3, time.Hour)
+var meterWindowLimit = atomicwindow.MustRule(3, time.Hour)
 
 // newMeterWindowLocalLimiter returns MeterWindow's (empty) table.
 func newMeterWindowLocalLimiter() *MeterWindowLocalLimiter {
-	return &MeterWindowLocalLimiter{atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[string](meterWindowLimit, atomicbucket.TableOptions{}), 1)}
+	return &MeterWindowLocalLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[string](meterWindowLimit, atomicbucket.TableOptions{}), 1)}
 }
 
 // MeterWindowLocalLimiter is MeterWindow decided in this process only, with the whole limit: what
 // MeterWindowLimiter.Local returns, for tests, and what MeterWindow's checks use while the package
-// has no store (SharedErr says so). Its methods, atomicbucket.KeyedWindow's, are safe for
-// concurrent use.
+// has no store (SharedErr says so). Its methods, atomicwindow.Keyed's, are safe for concurrent use.
 type MeterWindowLocalLimiter struct {
-	atomicbucket.KeyedWindow[string]
+	atomicwindow.Keyed[string]
 }
 
 // newMeterWindowLimiter returns MeterWindow's limiter over its process-local window; New binds it to the store.
@@ -4045,7 +4043,7 @@ type MeterWindowLimiter struct {
 }
 
 // Rule returns the window rule behind the limiter.
-func (l *MeterWindowLimiter) Rule() *atomicbucket.WindowRule {
+func (l *MeterWindowLimiter) Rule() *atomicwindow.Rule {
 	return l.local.Rule()
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
 )
@@ -839,19 +840,19 @@ func (l *InvoicesLimiter) Reset(ctx context.Context, key string) error {
 }
 
 // invoiceQuotaLimit is InvoiceQuota's window rule, as the policy gives it.
-var invoiceQuotaLimit = atomicbucket.MustWindowRule(4, time.Hour)
+var invoiceQuotaLimit = atomicwindow.MustRule(4, time.Hour)
 
 // newInvoiceQuotaLocalLimiter returns InvoiceQuota's (empty) table.
 func newInvoiceQuotaLocalLimiter() *InvoiceQuotaLocalLimiter {
-	return &InvoiceQuotaLocalLimiter{atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[string](invoiceQuotaLimit, atomicbucket.TableOptions{}), 1)}
+	return &InvoiceQuotaLocalLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[string](invoiceQuotaLimit, atomicbucket.TableOptions{}), 1)}
 }
 
 // InvoiceQuotaLocalLimiter is InvoiceQuota decided in this process only, with the whole limit: what
 // InvoiceQuotaLimiter.Local returns, for tests, and what InvoiceQuota's checks use while the
-// package has no store (SharedErr says so). Its methods, atomicbucket.KeyedWindow's, are safe for
+// package has no store (SharedErr says so). Its methods, atomicwindow.Keyed's, are safe for
 // concurrent use.
 type InvoiceQuotaLocalLimiter struct {
-	atomicbucket.KeyedWindow[string]
+	atomicwindow.Keyed[string]
 }
 
 // newInvoiceQuotaLimiter returns InvoiceQuota's limiter over its process-local window; New binds it to the store.
@@ -870,7 +871,7 @@ type InvoiceQuotaLimiter struct {
 }
 
 // Rule returns the window rule behind the limiter.
-func (l *InvoiceQuotaLimiter) Rule() *atomicbucket.WindowRule {
+func (l *InvoiceQuotaLimiter) Rule() *atomicwindow.Rule {
 	return l.local.Rule()
 }
 

@@ -20,6 +20,7 @@ import (
 
 const (
 	runtimePath = "github.com/limitgen/limitgen/atomicbucket"
+	windowPath  = "github.com/limitgen/limitgen/atomicwindow"
 	sharedPath  = "github.com/limitgen/limitgen/shared"
 	genimplPath = "github.com/limitgen/limitgen/genimpl"
 	// Header is the first line of every generated file, without its "// ".
@@ -27,6 +28,9 @@ const (
 )
 
 func rt(name string) *jen.Statement { return jen.Qual(runtimePath, name) }
+
+// wrt names a sliding-window runtime identifier.
+func wrt(name string) *jen.Statement { return jen.Qual(windowPath, name) }
 
 // gi is a name of package genimpl: what only generated code calls.
 func gi(name string) *jen.Statement { return jen.Qual(genimplPath, name) }
@@ -90,6 +94,7 @@ func file(m *model.Model) *jen.File {
 	f.HeaderComment(Header)
 	f.PackageComment(m.Doc)
 	f.ImportName(runtimePath, "atomicbucket")
+	f.ImportName(windowPath, "atomicwindow")
 	f.ImportName(overlayPath, "overlay")
 	f.Comment("The runtime this package was generated for: an incompatible one fails to build here.")
 	f.Const().Id("_").Op("=").Add(rt("GeneratedAPIVersion4"))
@@ -334,7 +339,7 @@ func limitRef(r model.Rule, i int) jen.Code {
 // limits, as literals of atomicbucket.Limit.
 func emitLimitVar(r model.Rule) jen.Code {
 	if r.IsWindow() {
-		rule := func(l model.Limit) jen.Code { return rt("MustWindowRule").Call(lit(l.Tokens), duration(l.PeriodNs)) }
+		rule := func(l model.Limit) jen.Code { return wrt("MustRule").Call(lit(l.Tokens), duration(l.PeriodNs)) }
 		if !r.Planned {
 			return comment(fmt.Sprintf("%s is %s's window rule, as the policy gives it.", r.LimitVar(), r.GoName)).
 				Var().Id(r.LimitVar()).Op("=").Add(rule(r.Limits[0])).Line().Line()
@@ -344,7 +349,7 @@ func emitLimitVar(r model.Rule) jen.Code {
 			vals = append(vals, rule(l))
 		}
 		return comment(fmt.Sprintf("%s is %s's window rule on each plan, as the policy gives it.", r.LimitVar(), r.GoName)).
-			Var().Id(r.LimitVar()).Op("=").Index(jen.Lit(len(vals))).Add(rt("WindowRule")).Values(vals...).Line().Line()
+			Var().Id(r.LimitVar()).Op("=").Index(jen.Lit(len(vals))).Add(wrt("Rule")).Values(vals...).Line().Line()
 	}
 	if !r.Planned {
 		return comment(fmt.Sprintf("%s is %s's limit, as the policy gives it.", r.LimitVar(), r.GoName)).

@@ -33,11 +33,11 @@ func emitOverlay(m *model.Model) jen.Code {
 	var entries []jen.Code
 	for _, r := range m.Rules {
 		switch {
-		case r.IsWindow() && !r.Planned && !r.Shared && r.KeyType != "": // atomicbucket.KeyedWindow's
-			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "WindowTarget").Call(jen.Id("l").Dot(r.GoName).Dot("KeyedWindow"), keyParse(r)))
+		case r.IsWindow() && !r.Planned && !r.Shared && r.KeyType != "": // atomicwindow.Keyed's
+			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "WindowTarget").Call(jen.Id("l").Dot(r.GoName).Dot("Keyed"), keyParse(r)))
 			continue
-		case r.IsWindow() && !r.Planned && !r.Shared: // atomicbucket.GlobalWindow's
-			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "GlobalWindowTarget").Call(jen.Id("l").Dot(r.GoName).Dot("GlobalWindow")))
+		case r.IsWindow() && !r.Planned && !r.Shared: // atomicwindow.Global's
+			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "GlobalWindowTarget").Call(jen.Id("l").Dot(r.GoName).Dot("Global")))
 			continue
 		case r.IsWindow() && !r.Planned: // a shared window's: its local window and its binding to the store
 			local := jen.Id("l").Dot(r.GoName).Dot("local").Dot("Window").Call()

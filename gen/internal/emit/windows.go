@@ -9,7 +9,7 @@ import (
 )
 
 // emitWindow is a window rule (at most N in any interval of W): a type that
-// embeds the runtime's atomicbucket.KeyedWindow or GlobalWindow, which has
+// embeds the runtime's atomicwindow.Keyed or atomicwindow.Global, which has
 // every method; its numbers are in its rule variable (emitLimitVar).
 func emitWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.Code {
 	if r.Planned {
@@ -20,17 +20,17 @@ func emitWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.Code {
 	if r.KeyType == "" {
 		g.Comment(fmt.Sprintf("%s returns %s's (empty) window.", ctor, r.GoName)).Line()
 		g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
-			jen.Return(jen.Op("&").Id(typ).Values(rt("NewGlobalWindow").Call(rt("NewWindow").Call(jen.Id(r.LimitVar())), cost)))).Line().Line()
-		g.Add(comment(strings.Replace(doc, "Its methods are", "Its methods, atomicbucket.GlobalWindow's, are", 1)))
-		g.Type().Id(typ).Struct(rt("GlobalWindow")).Line()
+			jen.Return(jen.Op("&").Id(typ).Values(wrt("NewGlobal").Call(wrt("NewWindow").Call(jen.Id(r.LimitVar())), cost)))).Line().Line()
+		g.Add(comment(strings.Replace(doc, "Its methods are", "Its methods, atomicwindow.Global's, are", 1)))
+		g.Type().Id(typ).Struct(wrt("Global")).Line()
 		return g
 	}
-	table := rt("NewWindowTable").Types(jen.Id(r.KeyType)).Call(jen.Id(r.LimitVar()), tableOptions(r, false))
+	table := wrt("NewTable").Types(jen.Id(r.KeyType)).Call(jen.Id(r.LimitVar()), tableOptions(r, false))
 	g.Comment(fmt.Sprintf("%s returns %s's (empty) table.", ctor, r.GoName)).Line()
 	g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
-		jen.Return(jen.Op("&").Id(typ).Values(rt("NewKeyedWindow").Call(table, cost)))).Line().Line()
-	g.Add(comment(strings.Replace(doc, "Its methods are", "Its methods, atomicbucket.KeyedWindow's, are", 1)))
-	g.Type().Id(typ).Struct(rt("KeyedWindow").Types(jen.Id(r.KeyType))).Line()
+		jen.Return(jen.Op("&").Id(typ).Values(wrt("NewKeyed").Call(table, cost)))).Line().Line()
+	g.Add(comment(strings.Replace(doc, "Its methods are", "Its methods, atomicwindow.Keyed's, are", 1)))
+	g.Type().Id(typ).Struct(wrt("Keyed").Types(jen.Id(r.KeyType))).Line()
 	return g
 }
 
@@ -39,12 +39,12 @@ func emitWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.Code {
 func emitPlannedWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.Code {
 	g := jen.Null()
 	recv := jen.Id("l").Op("*").Id(typ)
-	store := rt("Window")
-	newStore := func(i int) jen.Code { return rt("NewWindow").Call(jen.Id(r.LimitVar()).Index(jen.Lit(i))) }
+	store := wrt("Window")
+	newStore := func(i int) jen.Code { return wrt("NewWindow").Call(jen.Id(r.LimitVar()).Index(jen.Lit(i))) }
 	if r.KeyType != "" {
-		store = rt("WindowTable").Types(jen.Id(r.KeyType))
+		store = wrt("Table").Types(jen.Id(r.KeyType))
 		newStore = func(i int) jen.Code {
-			return rt("NewWindowTable").Types(jen.Id(r.KeyType)).Call(jen.Id(r.LimitVar()).Index(jen.Lit(i)), tableOptions(r, false))
+			return wrt("NewTable").Types(jen.Id(r.KeyType)).Call(jen.Id(r.LimitVar()).Index(jen.Lit(i)), tableOptions(r, false))
 		}
 	}
 	vals := jen.Dict{}
@@ -94,7 +94,7 @@ func emitPlannedWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.
 		g.Func().Params(recv).Id(name).Params(ps...).Add(result).Block(badPlan(bad), jen.Return(call)).Line().Line()
 	}
 	method("Rule", "returns the window rule behind the limiter on plan (nil for a plan outside the constants).", []jen.Code{jen.Id("plan").Id("Plan")},
-		jen.Op("*").Add(rt("WindowRule")), jen.Nil(), target.Clone().Dot("Rule").Call())
+		jen.Op("*").Add(wrt("Rule")), jen.Nil(), target.Clone().Dot("Rule").Call())
 	method("Allow", "reports whether a request of the plan's default cost is admitted now, counting it if so.", params(), jen.Bool(), jen.False(),
 		target.Clone().Dot("AllowCost").Call(args(rt("Now").Call(), costExpr(r))...))
 	method("AllowAt", "is Allow at time now.", params(nowP), jen.Bool(), jen.False(),
@@ -150,7 +150,7 @@ func emitPlannedWindowKeyNumbers(r model.Rule, recv jen.Code) jen.Code {
 	g.Func().Params(recv).Id("SetKeyNumbers").Params(keyP, nP).Error().Block(
 		jen.Return(jen.Id("l").Dot("SetKeyNumbersAt").Call(jen.Id("key"), rt("Now").Call(), jen.Id("n")))).Line().Line()
 	g.Comment("SetKeyNumbersAt is SetKeyNumbers at time now.").Line()
-	check := jen.If(jen.List(jen.Id("_"), jen.Err()).Op(":=").Add(rt("WindowRuleOf")).Call(jen.Id("n"), cost), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err()))
+	check := jen.If(jen.List(jen.Id("_"), jen.Err()).Op(":=").Add(wrt("RuleOf")).Call(jen.Id("n"), cost), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err()))
 	if r.CostDiffers() {
 		check = jen.For(jen.Id("i").Op(":=").Range().Id("l").Dot("s")).Block(check)
 	}
@@ -219,7 +219,7 @@ func emitSharedWindow(r model.Rule) jen.Code {
 		jen.Id("sh").Op("*").Id("sharedState").Comment("the store, or why there is none"),
 	).Line().Line()
 	g.Comment("Rule returns the window rule behind the limiter.").Line()
-	g.Func().Params(recv).Id("Rule").Params(planP...).Op("*").Add(rt("WindowRule")).Block(
+	g.Func().Params(recv).Id("Rule").Params(planP...).Op("*").Add(wrt("Rule")).Block(
 		jen.Return(jen.Id("l").Dot("local").Dot("Rule").Call(planA...))).Line().Line()
 	g.Add(comment(fmt.Sprintf("Local returns %s decided in this process only, with the whole limit, on a window apart "+
 		"from the store's, for tests and tools: what it admits is not counted by any other instance.", r.GoName)))

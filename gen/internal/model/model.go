@@ -13,6 +13,7 @@ import (
 	"unicode"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/shared"
 )
 
@@ -276,11 +277,11 @@ func (t Tier) NAtName() string  { return t.GoName + "NAt" }
 func (t Tier) CoreName() string { return "check" + t.GoName }
 
 // WindowRule is a window limit as the runtime takes it.
-func (l Limit) WindowRule() atomicbucket.WindowRule {
+func (l Limit) WindowRule() atomicwindow.Rule {
 	if !l.Window {
 		panic("model: WindowRule of a token bucket's limit")
 	}
-	return atomicbucket.MustWindowRule(l.Tokens, time.Duration(l.PeriodNs))
+	return atomicwindow.MustRule(l.Tokens, time.Duration(l.PeriodNs))
 }
 
 // FieldLimit is the limit the RateLimit fields describe: a bucket's own, or

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/gen/internal/model"
 	"github.com/limitgen/limitgen/gen/internal/policy"
 	"github.com/limitgen/limitgen/overlay"
@@ -89,9 +90,9 @@ func (c ruleChecker) Keyed() bool { return c.r.KeyType != "" }
 
 func (c ruleChecker) Check(plan int, n atomicbucket.Numbers) error {
 	if c.r.IsWindow() {
-		w, err := atomicbucket.WindowRuleOf(n, c.r.Limits[max(plan, 0)].Cost)
+		w, err := atomicwindow.RuleOf(n, c.r.Limits[max(plan, 0)].Cost)
 		if err == nil && c.r.Shared && !w.Exact() && w.Grain()%time.Microsecond != 0 {
-			err = fmt.Errorf("%w: a shared counted window's sixteenths are whole microseconds: %v is not a multiple of 16µs", atomicbucket.ErrWindowNumbers, w.Window())
+			err = fmt.Errorf("%w: a shared counted window's sixteenths are whole microseconds: %v is not a multiple of 16µs", atomicwindow.ErrNumbers, w.Window())
 		}
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/gen/internal/model"
 	"github.com/limitgen/limitgen/overlay"
 	"go.yaml.in/yaml/v3"
@@ -197,9 +198,9 @@ func (p *parser) windowLimit(fields, keys map[string]*yaml.Node, at *yaml.Node, 
 	if !ok {
 		return l, false
 	}
-	if _, err := atomicbucket.NewWindowRule(l.Tokens, time.Duration(l.PeriodNs)); err != nil {
+	if _, err := atomicwindow.NewRule(l.Tokens, time.Duration(l.PeriodNs)); err != nil {
 		n := where("window", "limit")
-		if l.Tokens > atomicbucket.WindowLimitMax {
+		if l.Tokens > atomicwindow.LimitMax {
 			n = where("limit", "window")
 		}
 		bad(n, "%s", strings.TrimPrefix(strings.TrimPrefix(err.Error(), atomicbucket.ErrInvalidLimit.Error()), ": "))

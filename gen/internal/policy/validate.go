@@ -11,7 +11,7 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/gen/internal/model"
 	"github.com/limitgen/limitgen/shared"
 	"go.yaml.in/yaml/v3"
@@ -466,7 +466,7 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 	if base.Window && baseOK && r.Shared {
 		if wr := base.WindowRule(); !wr.Exact() && wr.Grain()%time.Microsecond != 0 {
 			bad(rd.fields["window"], "a shared window over more than %d units is counted on the store in sixteenths of whole microseconds: give a window that is a multiple of 16µs, not %v",
-				atomicbucket.WindowRingMax, time.Duration(base.PeriodNs))
+				atomicwindow.RingMax, time.Duration(base.PeriodNs))
 		}
 	}
 	if r.Share > 0 && baseOK {

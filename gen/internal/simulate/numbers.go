@@ -12,6 +12,7 @@ import (
 
 	"github.com/limitgen/limitgen/adaptive"
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/gen/internal/numbers"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/overlay/yamlfile"
@@ -409,7 +410,7 @@ func (s *simulation) loadOverlay(name string) error {
 		case r.nums != nil:
 			r.nums.base = *plan
 		default: // a window rule: the whole rule's numbers, put in force when its window is made
-			if _, err := atomicbucket.WindowRuleOf(*plan, r.limit.Cost); err != nil {
+			if _, err := atomicwindow.RuleOf(*plan, r.limit.Cost); err != nil {
 				return fmt.Errorf("%s: rule %s: %v", name, r.rule.Name, err)
 			}
 			r.windowStart = plan

@@ -17,6 +17,7 @@ import (
 
 	"github.com/limitgen/limitgen/adaptive"
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/gen/internal/model"
 	"github.com/limitgen/limitgen/gen/internal/numbers"
 	"github.com/limitgen/limitgen/gen/internal/policy"
@@ -140,8 +141,8 @@ type simRule struct {
 	// A window rule's (nums is nil: its numbers change for the whole rule
 	// only, by set and clear events), and the -numbers file's numbers for it
 	// (nil: the policy's).
-	wtable      *atomicbucket.WindowTable[string]
-	window      *atomicbucket.Window
+	wtable      *atomicwindow.Table[string]
+	window      *atomicwindow.Window
 	windowStart *atomicbucket.Numbers
 	// By key: requests the rule admitted, denied, and (in a tier) passed
 	// but were then denied by a later rule, so that its take was refunded.
@@ -525,7 +526,7 @@ func (s *simulation) start(start atomicbucket.Time) error {
 		if r.limit.Window {
 			wr := r.limit.WindowRule()
 			if r.rule.KeyType == "" {
-				r.window = atomicbucket.NewWindow(wr)
+				r.window = atomicwindow.NewWindow(wr)
 				if r.windowStart != nil {
 					if err := r.window.SetNumbers(*r.windowStart, r.limit.Cost); err != nil {
 						return err
@@ -537,7 +538,7 @@ func (s *simulation) start(start atomicbucket.Time) error {
 			if r.rule.AllowCap {
 				opts.AtCap = atomicbucket.AllowAtCap
 			}
-			r.wtable = atomicbucket.NewWindowTable[string](wr, opts)
+			r.wtable = atomicwindow.NewTable[string](wr, opts)
 			if r.windowStart != nil {
 				if err := r.wtable.SetNumbers(*r.windowStart, r.limit.Cost); err != nil {
 					return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/limitrls"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/verdict"
@@ -114,7 +115,7 @@ func (l *Limits) NumbersApplied() (int, int64, time.Time) {
 func (l *Limits) newNumbers() overlay.Numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: nil,
-		Rules: map[string]overlay.Target{"RlSourceClusterProxyDestinationCluster": overlay.WindowTarget(l.RlSourceClusterProxyDestinationCluster.KeyedWindow, nil), "RlSourceClusterProxyDestinationClusterBar": overlay.GlobalWindowTarget(l.RlSourceClusterProxyDestinationClusterBar.GlobalWindow), "RlRemoteAddress": overlay.WindowTarget(l.RlRemoteAddress.KeyedWindow, nil), "Reports": overlay.GlobalWindowTarget(l.Reports.GlobalWindow), "RlTenantUser": overlay.WindowTarget(l.RlTenantUser.KeyedWindow, ParseRlTenantUserKey)},
+		Rules: map[string]overlay.Target{"RlSourceClusterProxyDestinationCluster": overlay.WindowTarget(l.RlSourceClusterProxyDestinationCluster.Keyed, nil), "RlSourceClusterProxyDestinationClusterBar": overlay.GlobalWindowTarget(l.RlSourceClusterProxyDestinationClusterBar.Global), "RlRemoteAddress": overlay.WindowTarget(l.RlRemoteAddress.Keyed, nil), "Reports": overlay.GlobalWindowTarget(l.Reports.Global), "RlTenantUser": overlay.WindowTarget(l.RlTenantUser.Keyed, ParseRlTenantUserKey)},
 	})
 }
 
@@ -143,62 +144,62 @@ var (
 
 // rlSourceClusterProxyDestinationClusterLimit is RlSourceClusterProxyDestinationCluster's window
 // rule, as the policy gives it.
-var rlSourceClusterProxyDestinationClusterLimit = atomicbucket.MustWindowRule(100, time.Minute)
+var rlSourceClusterProxyDestinationClusterLimit = atomicwindow.MustRule(100, time.Minute)
 
 // newRlSourceClusterProxyDestinationClusterLimiter returns RlSourceClusterProxyDestinationCluster's (empty) table.
 func newRlSourceClusterProxyDestinationClusterLimiter() *RlSourceClusterProxyDestinationClusterLimiter {
-	return &RlSourceClusterProxyDestinationClusterLimiter{atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[string](rlSourceClusterProxyDestinationClusterLimit, atomicbucket.TableOptions{}), 1)}
+	return &RlSourceClusterProxyDestinationClusterLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[string](rlSourceClusterProxyDestinationClusterLimit, atomicbucket.TableOptions{}), 1)}
 }
 
 // RlSourceClusterProxyDestinationClusterLimiter is the type of
-// RlSourceClusterProxyDestinationCluster. Its methods, atomicbucket.KeyedWindow's, are safe for
+// RlSourceClusterProxyDestinationCluster. Its methods, atomicwindow.Keyed's, are safe for
 // concurrent use.
 type RlSourceClusterProxyDestinationClusterLimiter struct {
-	atomicbucket.KeyedWindow[string]
+	atomicwindow.Keyed[string]
 }
 
 // rlSourceClusterProxyDestinationClusterBarLimit is RlSourceClusterProxyDestinationClusterBar's
 // window rule, as the policy gives it.
-var rlSourceClusterProxyDestinationClusterBarLimit = atomicbucket.MustWindowRule(1, time.Minute)
+var rlSourceClusterProxyDestinationClusterBarLimit = atomicwindow.MustRule(1, time.Minute)
 
 // newRlSourceClusterProxyDestinationClusterBarLimiter returns RlSourceClusterProxyDestinationClusterBar's (empty) window.
 func newRlSourceClusterProxyDestinationClusterBarLimiter() *RlSourceClusterProxyDestinationClusterBarLimiter {
-	return &RlSourceClusterProxyDestinationClusterBarLimiter{atomicbucket.NewGlobalWindow(atomicbucket.NewWindow(rlSourceClusterProxyDestinationClusterBarLimit), 1)}
+	return &RlSourceClusterProxyDestinationClusterBarLimiter{atomicwindow.NewGlobal(atomicwindow.NewWindow(rlSourceClusterProxyDestinationClusterBarLimit), 1)}
 }
 
 // RlSourceClusterProxyDestinationClusterBarLimiter is the type of
-// RlSourceClusterProxyDestinationClusterBar. Its methods, atomicbucket.GlobalWindow's, are safe for
+// RlSourceClusterProxyDestinationClusterBar. Its methods, atomicwindow.Global's, are safe for
 // concurrent use.
 type RlSourceClusterProxyDestinationClusterBarLimiter struct {
-	atomicbucket.GlobalWindow
+	atomicwindow.Global
 }
 
 // rlRemoteAddressLimit is RlRemoteAddress's window rule, as the policy gives it.
-var rlRemoteAddressLimit = atomicbucket.MustWindowRule(10, time.Second)
+var rlRemoteAddressLimit = atomicwindow.MustRule(10, time.Second)
 
 // newRlRemoteAddressLimiter returns RlRemoteAddress's (empty) table.
 func newRlRemoteAddressLimiter() *RlRemoteAddressLimiter {
-	return &RlRemoteAddressLimiter{atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[string](rlRemoteAddressLimit, atomicbucket.TableOptions{}), 1)}
+	return &RlRemoteAddressLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[string](rlRemoteAddressLimit, atomicbucket.TableOptions{}), 1)}
 }
 
-// RlRemoteAddressLimiter is the type of RlRemoteAddress. Its methods, atomicbucket.KeyedWindow's,
-// are safe for concurrent use.
+// RlRemoteAddressLimiter is the type of RlRemoteAddress. Its methods, atomicwindow.Keyed's, are
+// safe for concurrent use.
 type RlRemoteAddressLimiter struct {
-	atomicbucket.KeyedWindow[string]
+	atomicwindow.Keyed[string]
 }
 
 // reportsLimit is Reports's window rule, as the policy gives it.
-var reportsLimit = atomicbucket.MustWindowRule(2, time.Hour)
+var reportsLimit = atomicwindow.MustRule(2, time.Hour)
 
 // newReportsLimiter returns Reports's (empty) window.
 func newReportsLimiter() *ReportsLimiter {
-	return &ReportsLimiter{atomicbucket.NewGlobalWindow(atomicbucket.NewWindow(reportsLimit), 1)}
+	return &ReportsLimiter{atomicwindow.NewGlobal(atomicwindow.NewWindow(reportsLimit), 1)}
 }
 
-// ReportsLimiter is the type of Reports. Its methods, atomicbucket.GlobalWindow's, are safe for
+// ReportsLimiter is the type of Reports. Its methods, atomicwindow.Global's, are safe for
 // concurrent use.
 type ReportsLimiter struct {
-	atomicbucket.GlobalWindow
+	atomicwindow.Global
 }
 
 // RlTenantUserKey is rule RlTenantUser's key: tenant (string), user (string).
@@ -250,17 +251,17 @@ func ParseRlTenantUserKey(s string) (RlTenantUserKey, error) {
 }
 
 // rlTenantUserLimit is RlTenantUser's window rule, as the policy gives it.
-var rlTenantUserLimit = atomicbucket.MustWindowRule(2, time.Minute)
+var rlTenantUserLimit = atomicwindow.MustRule(2, time.Minute)
 
 // newRlTenantUserLimiter returns RlTenantUser's (empty) table.
 func newRlTenantUserLimiter() *RlTenantUserLimiter {
-	return &RlTenantUserLimiter{atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[RlTenantUserKey](rlTenantUserLimit, atomicbucket.TableOptions{}), 1)}
+	return &RlTenantUserLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[RlTenantUserKey](rlTenantUserLimit, atomicbucket.TableOptions{}), 1)}
 }
 
-// RlTenantUserLimiter is the type of RlTenantUser. Its methods, atomicbucket.KeyedWindow's, are
-// safe for concurrent use.
+// RlTenantUserLimiter is the type of RlTenantUser. Its methods, atomicwindow.Keyed's, are safe for
+// concurrent use.
 type RlTenantUserLimiter struct {
-	atomicbucket.KeyedWindow[RlTenantUserKey]
+	atomicwindow.Keyed[RlTenantUserKey]
 }
 
 // httpPolicyRlSourceClusterProxyDestinationCluster is rule RlSourceClusterProxyDestinationCluster

@@ -11,6 +11,7 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/limitrls"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
@@ -181,19 +182,19 @@ var (
 )
 
 // rlRemoteAddressLimit is RlRemoteAddress's window rule, as the policy gives it.
-var rlRemoteAddressLimit = atomicbucket.MustWindowRule(10, time.Second)
+var rlRemoteAddressLimit = atomicwindow.MustRule(10, time.Second)
 
 // newRlRemoteAddressLocalLimiter returns RlRemoteAddress's (empty) table.
 func newRlRemoteAddressLocalLimiter() *RlRemoteAddressLocalLimiter {
-	return &RlRemoteAddressLocalLimiter{atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[string](rlRemoteAddressLimit, atomicbucket.TableOptions{}), 1)}
+	return &RlRemoteAddressLocalLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[string](rlRemoteAddressLimit, atomicbucket.TableOptions{}), 1)}
 }
 
 // RlRemoteAddressLocalLimiter is RlRemoteAddress decided in this process only, with the whole
 // limit: what RlRemoteAddressLimiter.Local returns, for tests, and what RlRemoteAddress's checks
-// use while the package has no store (SharedErr says so). Its methods, atomicbucket.KeyedWindow's,
-// are safe for concurrent use.
+// use while the package has no store (SharedErr says so). Its methods, atomicwindow.Keyed's, are
+// safe for concurrent use.
 type RlRemoteAddressLocalLimiter struct {
-	atomicbucket.KeyedWindow[string]
+	atomicwindow.Keyed[string]
 }
 
 // newRlRemoteAddressLimiter returns RlRemoteAddress's limiter over its process-local window; New binds it to the store.
@@ -212,7 +213,7 @@ type RlRemoteAddressLimiter struct {
 }
 
 // Rule returns the window rule behind the limiter.
-func (l *RlRemoteAddressLimiter) Rule() *atomicbucket.WindowRule {
+func (l *RlRemoteAddressLimiter) Rule() *atomicwindow.Rule {
 	return l.local.Rule()
 }
 
@@ -329,19 +330,19 @@ func ParseRlTenantUserKey(s string) (RlTenantUserKey, error) {
 }
 
 // rlTenantUserLimit is RlTenantUser's window rule, as the policy gives it.
-var rlTenantUserLimit = atomicbucket.MustWindowRule(3, time.Minute)
+var rlTenantUserLimit = atomicwindow.MustRule(3, time.Minute)
 
 // newRlTenantUserLocalLimiter returns RlTenantUser's (empty) table.
 func newRlTenantUserLocalLimiter() *RlTenantUserLocalLimiter {
-	return &RlTenantUserLocalLimiter{atomicbucket.NewKeyedWindow(atomicbucket.NewWindowTable[RlTenantUserKey](rlTenantUserLimit, atomicbucket.TableOptions{}), 1)}
+	return &RlTenantUserLocalLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[RlTenantUserKey](rlTenantUserLimit, atomicbucket.TableOptions{}), 1)}
 }
 
 // RlTenantUserLocalLimiter is RlTenantUser decided in this process only, with the whole limit: what
 // RlTenantUserLimiter.Local returns, for tests, and what RlTenantUser's checks use while the
-// package has no store (SharedErr says so). Its methods, atomicbucket.KeyedWindow's, are safe for
+// package has no store (SharedErr says so). Its methods, atomicwindow.Keyed's, are safe for
 // concurrent use.
 type RlTenantUserLocalLimiter struct {
-	atomicbucket.KeyedWindow[RlTenantUserKey]
+	atomicwindow.Keyed[RlTenantUserKey]
 }
 
 // newRlTenantUserLimiter returns RlTenantUser's limiter over its process-local window; New binds it to the store.
@@ -360,7 +361,7 @@ type RlTenantUserLimiter struct {
 }
 
 // Rule returns the window rule behind the limiter.
-func (l *RlTenantUserLimiter) Rule() *atomicbucket.WindowRule {
+func (l *RlTenantUserLimiter) Rule() *atomicwindow.Rule {
 	return l.local.Rule()
 }
 

@@ -1,4 +1,4 @@
-package atomicbucket
+package atomicwindow
 
 import (
 	"context"
@@ -8,10 +8,13 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/keycap"
+
 	"github.com/puzpuzpuz/xsync/v3"
 )
 
-// WindowTable is a set of windows, one per key, made on a key's first
+// Table is a set of windows, one per key, made on a key's first
 // admission. Its methods are safe for concurrent use; checks on existing keys
 // take no lock and never allocate (a new key takes the map's lock for it
 // once).
@@ -22,16 +25,16 @@ import (
 // keys); Sweep and RunSweeper only return memory sooner. An empty window
 // holds nothing, so reclaiming loses nothing: a key that comes back gets the
 // window it would have had.
-type WindowTable[K comparable] struct {
+type Table[K comparable] struct {
 	m   *xsync.MapOf[K, *windowState]
-	r   WindowRule                 // the policy's numbers
-	cur atomic.Pointer[WindowRule] // the numbers in force (&r until SetNumbers)
+	r   Rule                 // the policy's numbers
+	cur atomic.Pointer[Rule] // the numbers in force (&r until SetNumbers)
 	// own is the keys with numbers of their own (SetKeyNumbersAt); nil until
 	// the first, so that a table without them pays one load of nil.
-	own     atomic.Pointer[xsync.MapOf[K, *WindowRule]]
+	own     atomic.Pointer[xsync.MapOf[K, *Rule]]
 	changes sync.Mutex // serialises the changes of keys' own numbers
 	maxKeys int64
-	atCap   AtCap
+	atCap   atomicbucket.AtCap
 
 	keys      atomic.Int64
 	evictions atomic.Int64
@@ -45,55 +48,57 @@ type WindowTable[K comparable] struct {
 	capSpacing int64
 }
 
-// NewWindowTable returns an empty table of windows for rule r (o.KeyHash is
+// NewTable returns an empty table of windows for rule r (o.KeyHash is
 // not used: windows have no grid to place).
-func NewWindowTable[K comparable](r WindowRule, o TableOptions) *WindowTable[K] {
+func NewTable[K comparable](r Rule, o atomicbucket.TableOptions) *Table[K] {
 	var opts []func(*xsync.MapConfig)
 	if o.Presize > 0 {
 		opts = append(opts, xsync.WithPresize(o.Presize))
 	}
-	t := &WindowTable[K]{m: xsync.NewMapOf[K, *windowState](opts...), r: r, maxKeys: o.MaxKeys, atCap: o.AtCap}
+	t := &Table[K]{m: xsync.NewMapOf[K, *windowState](opts...), r: r, maxKeys: o.MaxKeys, atCap: o.AtCap}
 	t.cur.Store(&t.r)
 	t.next.Store(math.MaxInt64)
-	t.sweepAt.Store(AutoSweepMin)
+	t.sweepAt.Store(atomicbucket.AutoSweepMin)
 	t.capSwept.Store(math.MinInt64 / 2)
 	if o.MaxKeys > 0 {
-		t.capSpacing = min(o.MaxKeys, int64(MaxUptime/CapSweepSpacing)) * int64(CapSweepSpacing)
+		t.capSpacing = min(o.MaxKeys, int64(atomicbucket.MaxUptime/atomicbucket.CapSweepSpacing)) * int64(atomicbucket.CapSweepSpacing)
 	}
 	return t
 }
 
 // PolicyRule returns the table's rule as the policy gives it, whatever the
 // numbers in force.
-func (t *WindowTable[K]) PolicyRule() *WindowRule { return &t.r }
+func (t *Table[K]) PolicyRule() *Rule { return &t.r }
 
 // Rule returns the table's rule in force: the policy's, or SetNumbers'.
-func (t *WindowTable[K]) Rule() *WindowRule { return t.cur.Load() }
+func (t *Table[K]) Rule() *Rule { return t.cur.Load() }
 
 // Len is the number of keys tracked (some of whose windows may be empty, not
 // yet reclaimed).
-func (t *WindowTable[K]) Len() int64 { return t.keys.Load() }
+func (t *Table[K]) Len() int64 { return t.keys.Load() }
 
 // Stats returns the table's counters.
-func (t *WindowTable[K]) Stats() TableStats {
-	return TableStats{Keys: t.keys.Load(), Evictions: t.evictions.Load(), AtCapHits: t.atCapHits.Load()}
+func (t *Table[K]) Stats() atomicbucket.TableStats {
+	return atomicbucket.TableStats{Keys: t.keys.Load(), Evictions: t.evictions.Load(), AtCapHits: t.atCapHits.Load()}
 }
 
 // Allow reports whether a request of cost 1 for key is admitted now,
 // counting it if so.
-func (t *WindowTable[K]) Allow(key K) bool { return t.allowCost(key, clampNow(Now()), 1) }
+func (t *Table[K]) Allow(key K) bool { return t.allowCost(key, clampNow(atomicbucket.Now()), 1) }
 
 // AllowAt is Allow at time now.
-func (t *WindowTable[K]) AllowAt(key K, now Time) bool { return t.allowCost(key, clampNow(now), 1) }
+func (t *Table[K]) AllowAt(key K, now atomicbucket.Time) bool {
+	return t.allowCost(key, clampNow(now), 1)
+}
 
 // AllowCost is AllowNAt's yes or no, without the decision's numbers: a cost
 // of 0 is admitted, one outside [0, limit] denied.
-func (t *WindowTable[K]) AllowCost(key K, now Time, cost int64) bool {
+func (t *Table[K]) AllowCost(key K, now atomicbucket.Time, cost int64) bool {
 	return t.allowCost(key, clampNow(now), cost)
 }
 
 // ruleFor is the rule in force for key: its own numbers', or the table's.
-func (t *WindowTable[K]) ruleFor(key K) *WindowRule {
+func (t *Table[K]) ruleFor(key K) *Rule {
 	if own := t.own.Load(); own != nil {
 		if r, ok := own.Load(key); ok {
 			return r
@@ -102,7 +107,7 @@ func (t *WindowTable[K]) ruleFor(key K) *WindowRule {
 	return t.cur.Load()
 }
 
-func (t *WindowTable[K]) allowCost(key K, now, cost int64) bool {
+func (t *Table[K]) allowCost(key K, now, cost int64) bool {
 	for {
 		r := t.ruleFor(key)
 		if cost < 1 || cost > r.limit {
@@ -111,7 +116,7 @@ func (t *WindowTable[K]) allowCost(key K, now, cost int64) bool {
 		st, ok := t.m.Load(key)
 		if !ok {
 			if st = t.create(key, r, now); st == nil {
-				return t.atCap == AllowAtCap
+				return t.atCap == atomicbucket.AllowAtCap
 			}
 		}
 		if st.rule != r {
@@ -131,10 +136,12 @@ func (t *WindowTable[K]) allowCost(key K, now, cost int64) bool {
 // AllowN decides a request of cost for key now, counting it if admitted.
 // Costs at the limits behave as for Window.AllowN; a key without a window is
 // given one only by a request that counts something.
-func (t *WindowTable[K]) AllowN(key K, cost int64) Decision { return t.AllowNAt(key, Now(), cost) }
+func (t *Table[K]) AllowN(key K, cost int64) atomicbucket.Decision {
+	return t.AllowNAt(key, atomicbucket.Now(), cost)
+}
 
 // AllowNAt is AllowN at time now.
-func (t *WindowTable[K]) AllowNAt(key K, now Time, cost int64) Decision {
+func (t *Table[K]) AllowNAt(key K, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	n := clampNow(now)
 	for {
 		r := t.ruleFor(key)
@@ -163,13 +170,15 @@ func (t *WindowTable[K]) AllowNAt(key K, now Time, cost int64) Decision {
 
 // Peek is what AllowN would decide for key now (if the key cap allowed it),
 // counting nothing.
-func (t *WindowTable[K]) Peek(key K, cost int64) Decision { return t.PeekAt(key, Now(), cost) }
+func (t *Table[K]) Peek(key K, cost int64) atomicbucket.Decision {
+	return t.PeekAt(key, atomicbucket.Now(), cost)
+}
 
 // PeekAt is Peek at time now. A key's window written in numbers no longer
 // in force is carried into them first, as a check carries it (a peek is a
 // use): so a peek's wait is the one later checks and peeks find, not one
 // of a carry at another time.
-func (t *WindowTable[K]) PeekAt(key K, now Time, cost int64) Decision {
+func (t *Table[K]) PeekAt(key K, now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	n := clampNow(now)
 	for {
 		r := t.ruleFor(key)
@@ -191,7 +200,7 @@ func (t *WindowTable[K]) PeekAt(key K, now Time, cost int64) Decision {
 // Reset empties key's window now (ResetAt): what it admitted no longer
 // counts, as after a refund of everything. It reports whether the key had a
 // window.
-func (t *WindowTable[K]) Reset(key K) bool { return t.ResetAt(key, Now()) }
+func (t *Table[K]) Reset(key K) bool { return t.ResetAt(key, atomicbucket.Now()) }
 
 // ResetAt empties key's window as of now: what was admitted at or before now
 // (in a grain that begins by then) no longer counts; what a check at a
@@ -200,7 +209,7 @@ func (t *WindowTable[K]) Reset(key K) bool { return t.ResetAt(key, Now()) }
 // holds it looks the key up again, so none is lost or counted in the
 // emptied window after the reset) and replaced by what stays, or removed
 // when nothing does. It reports whether the key had a window.
-func (t *WindowTable[K]) ResetAt(key K, now Time) bool {
+func (t *Table[K]) ResetAt(key K, now atomicbucket.Time) bool {
 	n := clampNow(now)
 	had, removed := false, false
 	t.m.Compute(key, func(cur *windowState, loaded bool) (*windowState, bool) {
@@ -227,19 +236,19 @@ func (t *WindowTable[K]) ResetAt(key K, now Time) bool {
 // capDecision decides a request for a new key at the cap with nothing to
 // reclaim: against an empty window that is not kept (AllowAtCap), or denied
 // until a key can be reclaimed.
-func (t *WindowTable[K]) capDecision(r *WindowRule, now, cost int64) Decision {
-	if t.atCap == AllowAtCap {
+func (t *Table[K]) capDecision(r *Rule, now, cost int64) atomicbucket.Decision {
+	if t.atCap == atomicbucket.AllowAtCap {
 		return r.peek(r.fresh(), now, cost)
 	}
 	next := max(t.next.Load(), t.capSwept.Load()+t.capSpacing)
-	return Decision{RetryAfter: time.Duration(max(next-now, 1))}
+	return atomicbucket.Decision{RetryAfter: time.Duration(max(next-now, 1))}
 }
 
 // create makes key's window in r, or returns the one another goroutine just
 // made; nil when the key is new and the table is at its cap with nothing to
 // reclaim.
-func (t *WindowTable[K]) create(key K, r *WindowRule, now int64) *windowState {
-	for !claimKey(&t.keys, t.maxKeys) {
+func (t *Table[K]) create(key K, r *Rule, now int64) *windowState {
+	for !keycap.Claim(&t.keys, t.maxKeys) {
 		if st, ok := t.m.Load(key); ok {
 			return st
 		}
@@ -255,7 +264,7 @@ func (t *WindowTable[K]) create(key K, r *WindowRule, now int64) *windowState {
 	}
 	// The new window empties no sooner than a window from now: the bound on
 	// the earliest reclaim stays a lower bound.
-	t.lowerNext(r.end(now/r.grain+1) + r.window + int64(SweepGrace))
+	t.lowerNext(r.end(now/r.grain+1) + r.window + int64(atomicbucket.SweepGrace))
 	if n := t.keys.Load(); n > t.sweepAt.Load() && t.sweeping.CompareAndSwap(false, true) {
 		t.sweepHeld(now)
 	}
@@ -266,7 +275,7 @@ func (t *WindowTable[K]) create(key K, r *WindowRule, now int64) *windowState {
 // less than CapSweepSpacing per key behind, and reports whether a key was
 // freed. A sweep that frees nothing leaves next exact: the RetryAfter of the
 // denials until the next may run.
-func (t *WindowTable[K]) reclaimAt(now int64) bool {
+func (t *Table[K]) reclaimAt(now int64) bool {
 	for {
 		if t.sweeping.Load() {
 			runtime.Gosched()
@@ -284,10 +293,10 @@ func (t *WindowTable[K]) reclaimAt(now int64) bool {
 
 // Sweep removes the keys whose windows have been empty for SweepGrace, and
 // returns how many it removed.
-func (t *WindowTable[K]) Sweep() int { return t.SweepAt(Now()) }
+func (t *Table[K]) Sweep() int { return t.SweepAt(atomicbucket.Now()) }
 
 // SweepAt is Sweep at time now.
-func (t *WindowTable[K]) SweepAt(now Time) int {
+func (t *Table[K]) SweepAt(now atomicbucket.Time) int {
 	for !t.sweeping.CompareAndSwap(false, true) {
 		runtime.Gosched()
 	}
@@ -301,7 +310,7 @@ func (t *WindowTable[K]) SweepAt(now Time) int {
 // CAS fails; one after it finds the head dead and looks the key up again. The
 // grace covers a check whose clock reading precedes the sweep's: it would
 // have found the window empty too.
-func (t *WindowTable[K]) sweepHeld(now int64) int {
+func (t *Table[K]) sweepHeld(now int64) int {
 	defer t.sweeping.Store(false)
 	removed := 0
 	t.next.Store(math.MaxInt64)
@@ -311,8 +320,8 @@ func (t *WindowTable[K]) sweepHeld(now int64) int {
 		if !alive {
 			return true
 		}
-		if at+int64(SweepGrace) > now {
-			t.lowerNext(at + int64(SweepGrace))
+		if at+int64(atomicbucket.SweepGrace) > now {
+			t.lowerNext(at + int64(atomicbucket.SweepGrace))
 			return true
 		}
 		t.m.Compute(key, func(cur *windowState, loaded bool) (*windowState, bool) {
@@ -320,8 +329,8 @@ func (t *WindowTable[K]) sweepHeld(now int64) int {
 				return cur, !loaded
 			}
 			h := w[0].Load()
-			if at, alive := st.rule.emptyAt(h); !alive || at+int64(SweepGrace) > now || !w[0].CompareAndSwap(h, h|deadWindow) {
-				t.lowerNext(at + int64(SweepGrace))
+			if at, alive := st.rule.emptyAt(h); !alive || at+int64(atomicbucket.SweepGrace) > now || !w[0].CompareAndSwap(h, h|deadWindow) {
+				t.lowerNext(at + int64(atomicbucket.SweepGrace))
 				return cur, false
 			}
 			removed++
@@ -333,18 +342,18 @@ func (t *WindowTable[K]) sweepHeld(now int64) int {
 		t.keys.Add(int64(-removed))
 		t.evictions.Add(int64(removed))
 	}
-	t.sweepAt.Store(max(2*t.keys.Load(), AutoSweepMin))
+	t.sweepAt.Store(max(2*t.keys.Load(), atomicbucket.AutoSweepMin))
 	return removed
 }
 
 // RunSweeper calls Sweep every interval (DefaultSweepInterval when interval
 // is not positive) until ctx is done.
-func (t *WindowTable[K]) RunSweeper(ctx context.Context, interval time.Duration) {
-	RunEvery(ctx, interval, func() { t.Sweep() })
+func (t *Table[K]) RunSweeper(ctx context.Context, interval time.Duration) {
+	atomicbucket.RunEvery(ctx, interval, func() { t.Sweep() })
 }
 
 // lowerNext lowers the bound on the earliest reclaim to at.
-func (t *WindowTable[K]) lowerNext(at int64) {
+func (t *Table[K]) lowerNext(at int64) {
 	for {
 		old := t.next.Load()
 		if at >= old || t.next.CompareAndSwap(old, at) {
@@ -357,7 +366,7 @@ func (t *WindowTable[K]) lowerNext(at int64) {
 // carried into r at now (windowState.carry), under the map's lock for the
 // key; a state another goroutine replaced or removed meanwhile is left to
 // the next look.
-func (t *WindowTable[K]) carry(key K, st *windowState, r *WindowRule, now int64) {
+func (t *Table[K]) carry(key K, st *windowState, r *Rule, now int64) {
 	t.m.Compute(key, func(cur *windowState, loaded bool) (*windowState, bool) {
 		if !loaded || cur != st {
 			return cur, !loaded
@@ -369,12 +378,12 @@ func (t *WindowTable[K]) carry(key K, st *windowState, r *WindowRule, now int64)
 	})
 }
 
-// SetNumbers makes n the table's numbers from now on (WindowRuleOf: n.Tokens
+// SetNumbers makes n the table's numbers from now on (RuleOf: n.Tokens
 // in any n.Period, n.Burst n.Tokens), for every key: each key's window is
 // carried into them on its next check. Numbers a window cannot take are
-// refused (an error wrapping ErrWindowNumbers), and nothing changes.
-func (t *WindowTable[K]) SetNumbers(n Numbers, cost int64) error {
-	r, err := WindowRuleOf(n, cost)
+// refused (an error wrapping ErrNumbers), and nothing changes.
+func (t *Table[K]) SetNumbers(n atomicbucket.Numbers, cost int64) error {
+	r, err := RuleOf(n, cost)
 	if err != nil {
 		return err
 	}
@@ -387,20 +396,20 @@ func (t *WindowTable[K]) SetNumbers(n Numbers, cost int64) error {
 }
 
 // ClearNumbers returns the table to the policy's numbers.
-func (t *WindowTable[K]) ClearNumbers() { t.cur.Store(&t.r) }
+func (t *Table[K]) ClearNumbers() { t.cur.Store(&t.r) }
 
-// SetKeyNumbersAt gives key numbers of its own from now on (WindowRuleOf:
+// SetKeyNumbersAt gives key numbers of its own from now on (RuleOf:
 // n.Tokens in any n.Period, the limit as n.Burst, at least cost), whatever
 // the table's: a customer's quota raised, or cut, for that customer alone.
 // Its window is carried into them as of now, holding what it held, as
 // SetNumbers carries every key's. Numbers a window cannot take are refused
-// (ErrWindowNumbers), and so is the empty key (ErrEmptyKey); nothing
+// (ErrNumbers), and so is the empty key (ErrEmptyKey); nothing
 // changes then.
-func (t *WindowTable[K]) SetKeyNumbersAt(now Time, key K, n Numbers, cost int64) error {
+func (t *Table[K]) SetKeyNumbersAt(now atomicbucket.Time, key K, n atomicbucket.Numbers, cost int64) error {
 	if s, ok := any(key).(string); ok && s == "" {
-		return ErrEmptyKey
+		return atomicbucket.ErrEmptyKey
 	}
-	r, err := WindowRuleOf(n, cost)
+	r, err := RuleOf(n, cost)
 	if err != nil {
 		return err
 	}
@@ -408,7 +417,7 @@ func (t *WindowTable[K]) SetKeyNumbersAt(now Time, key K, n Numbers, cost int64)
 	defer t.changes.Unlock()
 	own := t.own.Load()
 	if own == nil {
-		own = xsync.NewMapOf[K, *WindowRule]()
+		own = xsync.NewMapOf[K, *Rule]()
 		t.own.Store(own)
 	}
 	own.Store(key, &r)
@@ -419,7 +428,7 @@ func (t *WindowTable[K]) SetKeyNumbersAt(now Time, key K, n Numbers, cost int64)
 // ClearKeyNumbersAt takes key's own numbers away: from now on it has the
 // table's, its window carried into them as of now. A key without numbers
 // of its own is left alone.
-func (t *WindowTable[K]) ClearKeyNumbersAt(now Time, key K) {
+func (t *Table[K]) ClearKeyNumbersAt(now atomicbucket.Time, key K) {
 	t.changes.Lock()
 	defer t.changes.Unlock()
 	own := t.own.Load()
@@ -433,7 +442,7 @@ func (t *WindowTable[K]) ClearKeyNumbersAt(now Time, key K) {
 
 // carryKey carries key's window, if it has one, into the numbers in force
 // for it, as of now (ns).
-func (t *WindowTable[K]) carryKey(key K, now int64) {
+func (t *Table[K]) carryKey(key K, now int64) {
 	for {
 		st, ok := t.m.Load(key)
 		r := t.ruleFor(key)
@@ -446,17 +455,17 @@ func (t *WindowTable[K]) carryKey(key K, now int64) {
 
 // KeyNumbersFor returns the numbers in force for key and where they come
 // from.
-func (t *WindowTable[K]) KeyNumbersFor(key K) (Numbers, Origin) {
+func (t *Table[K]) KeyNumbersFor(key K) (atomicbucket.Numbers, atomicbucket.Origin) {
 	if own := t.own.Load(); own != nil {
 		if r, ok := own.Load(key); ok {
-			return WindowNumbersOf(r), FromKeyOverride
+			return NumbersOf(r), atomicbucket.FromKeyOverride
 		}
 	}
 	return t.NumbersFor()
 }
 
 // KeysWithNumbers is the number of keys with numbers of their own.
-func (t *WindowTable[K]) KeysWithNumbers() int {
+func (t *Table[K]) KeysWithNumbers() int {
 	if own := t.own.Load(); own != nil {
 		return own.Size()
 	}
@@ -465,10 +474,10 @@ func (t *WindowTable[K]) KeysWithNumbers() int {
 
 // NumbersFor returns the table's numbers in force (for every key without
 // numbers of its own) and where they come from.
-func (t *WindowTable[K]) NumbersFor() (Numbers, Origin) {
+func (t *Table[K]) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
 	r := t.cur.Load()
 	if r == &t.r {
-		return WindowNumbersOf(r), FromPolicy
+		return NumbersOf(r), atomicbucket.FromPolicy
 	}
-	return WindowNumbersOf(r), FromOverride
+	return NumbersOf(r), atomicbucket.FromOverride
 }

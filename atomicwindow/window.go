@@ -1,51 +1,29 @@
-package atomicbucket
+package atomicwindow
 
 import (
 	"fmt"
+	"runtime"
 	"sync/atomic"
 	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
 )
 
-// A window rule admits at most Limit cost units in any interval of length
-// Window, sliding: what a request finds in the window is what was admitted in
-// (now − Window, now]. Its state, per key, is a few words updated by
-// compare-and-swap, in one of two forms chosen by the limit:
-//
-//   - exact (Limit ≤ WindowRingMax): a ring of Limit admission times, one per
-//     unit, kept to the microsecond, and a head word holding how many units
-//     were ever admitted and the newest time. A request of cost c is admitted
-//     when the unit admitted Limit − c + 1 units before the newest has left
-//     the window: units are admitted in time order, so every older one has
-//     left too. 8 + 8·Limit bytes a key.
-//   - counted (larger limits): WindowSlices sub-windows of Window/WindowSlices
-//     each, and a count per sub-window: a unit counts until its whole
-//     sub-window has left the window, so it may come back up to a sixteenth of
-//     the window late (never early). 8 + 8·(WindowSlices+1) bytes a key.
-//
-// Both are exact at a grain (Grain): they decide as the sliding log would if
-// every admission were made at the last nanosecond of its grain (its
-// microsecond, or its sub-window). The grain only delays when units leave the
-// window; it never admits more than Limit in any interval of length Window.
-//
-// A window cannot give units back exactly once later admissions have been
-// written over them, so it has no Refund or Reserve: a tier decides its
-// windows last, after a look that takes nothing (TierAt).
-
-// WindowRingMax is the largest limit a window keeps exactly (a ring of one
+// RingMax is the largest limit a window keeps exactly (a ring of one
 // time per unit).
-const WindowRingMax = 64
+const RingMax = 64
 
-// WindowSlices is the number of sub-windows a counted window (a limit above
-// WindowRingMax) splits its length into.
-const WindowSlices = 16
+// Slices is the number of sub-windows a counted window (a limit above
+// RingMax) splits its length into.
+const Slices = 16
 
-// WindowLimitMax is the largest limit a window rule can hold (a count per
+// LimitMax is the largest limit a window rule can hold (a count per
 // sub-window is 26 bits).
-const WindowLimitMax = 1<<26 - 1
+const LimitMax = 1<<26 - 1
 
-// WindowSliceMin is the shortest sub-window of a counted window: sub-window
+// SliceMin is the shortest sub-window of a counted window: sub-window
 // numbers are 37 bits, and must not wrap within MaxUptime.
-const WindowSliceMin = 2500 * time.Microsecond
+const SliceMin = 2500 * time.Microsecond
 
 // ringGrain is the grain of an exact window: times are kept in microseconds.
 const ringGrain = int64(time.Microsecond)
@@ -68,51 +46,51 @@ const (
 	sliceMask = uint64(1)<<37 - 1
 )
 
-// WindowRule is a window rule's numbers, checked and prepared. Build one with
-// NewWindowRule.
-type WindowRule struct {
+// Rule is a window rule's numbers, checked and prepared. Build one with
+// NewRule.
+type Rule struct {
 	limit   int64 // N
 	window  int64 // W, ns
-	grain   int64 // ns: ringGrain (exact) or W/WindowSlices (counted)
+	grain   int64 // ns: ringGrain (exact) or W/Slices (counted)
 	exact   bool
 	modulus uint64 // exact: positions are kept mod this multiple of the limit
 	words   int    // state words a key needs: 1 + ring or sub-window words
 }
 
-// NewWindowRule checks a window rule's numbers: a limit from 1 to
-// WindowLimitMax units in a window from a microsecond to MaxUptime, whole
-// microseconds; a counted window (limit above WindowRingMax) needs a window
-// that WindowSlices divides, at least WindowSlices × WindowSliceMin long.
+// NewRule checks a window rule's numbers: a limit from 1 to
+// LimitMax units in a window from a microsecond to MaxUptime, whole
+// microseconds; a counted window (limit above RingMax) needs a window
+// that Slices divides, at least Slices × SliceMin long.
 // Its errors wrap ErrInvalidLimit.
-func NewWindowRule(limit int64, window time.Duration) (WindowRule, error) {
+func NewRule(limit int64, window time.Duration) (Rule, error) {
 	switch {
-	case limit < 1 || limit > WindowLimitMax:
-		return WindowRule{}, fmt.Errorf("%w: a window's limit must be from 1 to %d, not %d", ErrInvalidLimit, WindowLimitMax, limit)
-	case window < time.Microsecond || window > MaxUptime:
-		return WindowRule{}, fmt.Errorf("%w: a window must be from 1µs to %v, not %v", ErrInvalidLimit, MaxUptime, window)
+	case limit < 1 || limit > LimitMax:
+		return Rule{}, fmt.Errorf("%w: a window's limit must be from 1 to %d, not %d", atomicbucket.ErrInvalidLimit, LimitMax, limit)
+	case window < time.Microsecond || window > atomicbucket.MaxUptime:
+		return Rule{}, fmt.Errorf("%w: a window must be from 1µs to %v, not %v", atomicbucket.ErrInvalidLimit, atomicbucket.MaxUptime, window)
 	case window%time.Microsecond != 0:
-		return WindowRule{}, fmt.Errorf("%w: a window must be whole microseconds, not %v", ErrInvalidLimit, window)
+		return Rule{}, fmt.Errorf("%w: a window must be whole microseconds, not %v", atomicbucket.ErrInvalidLimit, window)
 	}
-	r := WindowRule{limit: limit, window: int64(window)}
-	if limit <= WindowRingMax {
+	r := Rule{limit: limit, window: int64(window)}
+	if limit <= RingMax {
 		r.exact, r.grain = true, ringGrain
 		r.modulus = uint64(limit) * uint64((ringTagMask+1)/uint64(limit))
 		r.words = 1 + int(limit)
 		return r, nil
 	}
-	if window%WindowSlices != 0 || window/WindowSlices < WindowSliceMin {
-		return WindowRule{}, fmt.Errorf("%w: a window over more than %d units is counted in %d sub-windows: it must be a multiple of %v, at least %v, not %v",
-			ErrInvalidLimit, WindowRingMax, WindowSlices, WindowSlices*time.Nanosecond, WindowSlices*WindowSliceMin, window)
+	if window%Slices != 0 || window/Slices < SliceMin {
+		return Rule{}, fmt.Errorf("%w: a window over more than %d units is counted in %d sub-windows: it must be a multiple of %v, at least %v, not %v",
+			atomicbucket.ErrInvalidLimit, RingMax, Slices, Slices*time.Nanosecond, Slices*SliceMin, window)
 	}
-	r.grain = int64(window / WindowSlices)
-	r.words = 1 + WindowSlices + 1
+	r.grain = int64(window / Slices)
+	r.words = 1 + Slices + 1
 	return r, nil
 }
 
-// MustWindowRule is NewWindowRule for numbers known to be valid (a generated
+// MustRule is NewRule for numbers known to be valid (a generated
 // package's): it panics on an error.
-func MustWindowRule(limit int64, window time.Duration) WindowRule {
-	r, err := NewWindowRule(limit, window)
+func MustRule(limit int64, window time.Duration) Rule {
+	r, err := NewRule(limit, window)
 	if err != nil {
 		panic(err)
 	}
@@ -120,30 +98,30 @@ func MustWindowRule(limit int64, window time.Duration) WindowRule {
 }
 
 // Limit is N: the most cost units admitted in any interval of length Window.
-func (r *WindowRule) Limit() int64 { return r.limit }
+func (r *Rule) Limit() int64 { return r.limit }
 
 // Window is W, the window's length.
-func (r *WindowRule) Window() time.Duration { return time.Duration(r.window) }
+func (r *Rule) Window() time.Duration { return time.Duration(r.window) }
 
 // Exact reports whether the window keeps a time per unit (to the
 // microsecond) rather than counts per sub-window.
-func (r *WindowRule) Exact() bool { return r.exact }
+func (r *Rule) Exact() bool { return r.exact }
 
 // Grain is the grain at which the window is exact: each admission counts as
 // made at the last nanosecond of its grain (a microsecond, or a sub-window
-// of Window/WindowSlices), so it leaves the window up to a grain late.
-func (r *WindowRule) Grain() time.Duration { return time.Duration(r.grain) }
+// of Window/Slices), so it leaves the window up to a grain late.
+func (r *Rule) Grain() time.Duration { return time.Duration(r.grain) }
 
 // StateBytes is the memory of one key's window state (its words), not
 // counting the table's map entry.
-func (r *WindowRule) StateBytes() int { return 8 * r.words }
+func (r *Rule) StateBytes() int { return 8 * r.words }
 
 // end is the last nanosecond of grain q−1 (q as words keep it: grain number
 // plus one), the time an admission in it is held as made at.
-func (r *WindowRule) end(q int64) int64 { return q*r.grain - 1 }
+func (r *Rule) end(q int64) int64 { return q*r.grain - 1 }
 
 // fresh returns a new key's state: an empty window.
-func (r *WindowRule) fresh() []atomic.Uint64 {
+func (r *Rule) fresh() []atomic.Uint64 {
 	w := make([]atomic.Uint64, r.words)
 	if r.exact {
 		// Head at position 0; the ring holds positions −N..−1, never admitted.
@@ -173,7 +151,7 @@ type windowView struct {
 // (0 ≤ cost ≤ N). The words are read one at a time; a check acts on them only
 // through its CAS on the head, which fails if anything was admitted meanwhile.
 // ok is false when w is dead.
-func (r *WindowRule) view(w []atomic.Uint64, now, cost int64) (v windowView, ok bool) {
+func (r *Rule) view(w []atomic.Uint64, now, cost int64) (v windowView, ok bool) {
 	h := w[0].Load()
 	if h&deadWindow != 0 {
 		return v, false
@@ -191,7 +169,7 @@ func (r *WindowRule) view(w []atomic.Uint64, now, cost int64) (v windowView, ok 
 // its slot's when the slot was written for pos, else the head's newest time
 // (the slot's writer has claimed it and not written it yet, and its time is
 // at most the head's: using the head's is conservative).
-func (r *WindowRule) ringTime(w []atomic.Uint64, pos, headQ uint64) uint64 {
+func (r *Rule) ringTime(w []atomic.Uint64, pos, headQ uint64) uint64 {
 	s := w[1+pos%uint64(r.limit)].Load()
 	if s>>ringTimeBits != pos {
 		return headQ
@@ -200,14 +178,14 @@ func (r *WindowRule) ringTime(w []atomic.Uint64, pos, headQ uint64) uint64 {
 }
 
 // left reports whether an admission at time word q has left the window at now.
-func (r *WindowRule) left(q uint64, now int64) bool {
+func (r *Rule) left(q uint64, now int64) bool {
 	return q == 0 || r.end(int64(q))+r.window <= now
 }
 
 // back is the position k units before count, mod the modulus.
-func (r *WindowRule) back(count, k uint64) uint64 { return (count + r.modulus - k) % r.modulus }
+func (r *Rule) back(count, k uint64) uint64 { return (count + r.modulus - k) % r.modulus }
 
-func (r *WindowRule) viewRing(w []atomic.Uint64, h uint64, now, cost int64, v *windowView) {
+func (r *Rule) viewRing(w []atomic.Uint64, h uint64, now, cost int64, v *windowView) {
 	n := uint64(r.limit)
 	count, headQ := h>>ringTimeBits, h&ringTimeMask
 	// Units in the window: of the positions count−N..count−1, those whose
@@ -252,7 +230,7 @@ func sliceCount(s, k uint64) int64 {
 }
 
 // sliceAt is the sub-window a time (ns) falls in.
-func (r *WindowRule) sliceAt(now int64) uint64 { return uint64(now / r.grain) }
+func (r *Rule) sliceAt(now int64) uint64 { return uint64(now / r.grain) }
 
 // sliceIn is how much sub-window j holds, as the head h (for sub-window hk,
 // holding hc) and the words w say.
@@ -263,15 +241,15 @@ func sliceIn(w []atomic.Uint64, j, hk uint64, hc int64) int64 {
 	case j > hk:
 		return 0
 	}
-	return sliceCount(w[1+j%(WindowSlices+1)].Load(), j)
+	return sliceCount(w[1+j%(Slices+1)].Load(), j)
 }
 
-func (r *WindowRule) viewCounted(w []atomic.Uint64, h uint64, now, cost int64, v *windowView) {
+func (r *Rule) viewCounted(w []atomic.Uint64, h uint64, now, cost int64, v *windowView) {
 	hk, hc := h>>countBits, int64(h&countMask)
 	kNow := r.sliceAt(now)
 	kc := max(kNow, hk) // a stale clock counts in the head's sub-window
 	v.nextK = kc
-	first := kc - min(kc, WindowSlices)
+	first := kc - min(kc, Slices)
 	// unsure is, for a clock behind the head's sub-window, when (ns) it
 	// could be decided: a sub-window older than the ones the words keep
 	// may still count at now. Behind by one, the oldest still kept (in the
@@ -279,16 +257,16 @@ func (r *WindowRule) viewCounted(w []atomic.Uint64, h uint64, now, cost int64, v
 	// moving the head on is writing that word.
 	unsure := int64(-1)
 	if kNow < hk {
-		switch j := hk - min(hk, WindowSlices+1); {
+		switch j := hk - min(hk, Slices+1); {
 		case kNow+1 < hk:
 			unsure = int64(hk-1) * r.grain
-		case w[1+j%(WindowSlices+1)].Load()>>countBits > j:
+		case w[1+j%(Slices+1)].Load()>>countBits > j:
 			unsure = int64(hk) * r.grain
 		default:
 			first = j
 		}
 	}
-	var counts [WindowSlices + 2]int64
+	var counts [Slices + 2]int64
 	newest := -1
 	for j := first; j <= kc; j++ {
 		c := sliceIn(w, j, hk, hc)
@@ -333,7 +311,7 @@ func (r *WindowRule) viewCounted(w []atomic.Uint64, h uint64, now, cost int64, v
 
 // commit writes an admission of cost (≥ 1) the view v allowed, if the head
 // is still the one v read; false means it changed (look again).
-func (r *WindowRule) commit(w []atomic.Uint64, v *windowView, cost int64) bool {
+func (r *Rule) commit(w []atomic.Uint64, v *windowView, cost int64) bool {
 	if r.exact {
 		count := v.head >> ringTimeBits
 		next := (count + uint64(cost)) % r.modulus
@@ -351,7 +329,7 @@ func (r *WindowRule) commit(w []atomic.Uint64, v *windowView, cost int64) bool {
 		return w[0].CompareAndSwap(v.head, v.head+uint64(cost))
 	}
 	if hc > 0 {
-		freeze(&w[1+hk%(WindowSlices+1)], hk, hc)
+		freeze(&w[1+hk%(Slices+1)], hk, hc)
 	}
 	return w[0].CompareAndSwap(v.head, v.nextK<<countBits|uint64(cost))
 }
@@ -374,42 +352,42 @@ func freeze(s *atomic.Uint64, k, c uint64) {
 
 // allowN decides a request of cost at now (ns, clamped) on the words w,
 // admitting it if it fits; alive is false when w is dead (nothing done).
-func (r *WindowRule) allowN(w []atomic.Uint64, now, cost int64) (d Decision, alive bool) {
+func (r *Rule) allowN(w []atomic.Uint64, now, cost int64) (d atomicbucket.Decision, alive bool) {
 	if cost < 0 || cost > r.limit {
 		v, ok := r.view(w, now, 0)
-		return Decision{Remaining: max(r.limit-v.in, 0), Reset: time.Duration(v.reset), RetryAfter: Never}, ok
+		return atomicbucket.Decision{Remaining: max(r.limit-v.in, 0), Reset: time.Duration(v.reset), RetryAfter: atomicbucket.Never}, ok
 	}
 	for {
 		v, ok := r.view(w, now, cost)
 		switch {
 		case !ok:
-			return Decision{}, false
+			return atomicbucket.Decision{}, false
 		case !v.fits:
-			return Decision{Remaining: max(r.limit-v.in, 0), Reset: time.Duration(v.reset), RetryAfter: time.Duration(v.retry)}, true
+			return atomicbucket.Decision{Remaining: max(r.limit-v.in, 0), Reset: time.Duration(v.reset), RetryAfter: time.Duration(v.retry)}, true
 		case cost == 0 || r.commit(w, &v, cost):
 			// At least 0: a slot claimed and not yet written counts in the
 			// window, by the head's time, while the decision found it left.
-			return Decision{Allowed: true, Remaining: max(r.limit-v.in-cost, 0), Reset: time.Duration(v.reset)}, true
+			return atomicbucket.Decision{Allowed: true, Remaining: max(r.limit-v.in-cost, 0), Reset: time.Duration(v.reset)}, true
 		}
 	}
 }
 
 // peek is allowN taking nothing.
-func (r *WindowRule) peek(w []atomic.Uint64, now, cost int64) Decision {
+func (r *Rule) peek(w []atomic.Uint64, now, cost int64) atomicbucket.Decision {
 	if cost < 0 || cost > r.limit {
 		v, _ := r.view(w, now, 0)
-		return Decision{Remaining: max(r.limit-v.in, 0), Reset: time.Duration(v.reset), RetryAfter: Never}
+		return atomicbucket.Decision{Remaining: max(r.limit-v.in, 0), Reset: time.Duration(v.reset), RetryAfter: atomicbucket.Never}
 	}
 	v, _ := r.view(w, now, cost)
 	if !v.fits {
-		return Decision{Remaining: max(r.limit-v.in, 0), Reset: time.Duration(v.reset), RetryAfter: time.Duration(v.retry)}
+		return atomicbucket.Decision{Remaining: max(r.limit-v.in, 0), Reset: time.Duration(v.reset), RetryAfter: time.Duration(v.retry)}
 	}
-	return Decision{Allowed: true, Remaining: max(r.limit-v.in-cost, 0), Reset: time.Duration(v.reset)}
+	return atomicbucket.Decision{Allowed: true, Remaining: max(r.limit-v.in-cost, 0), Reset: time.Duration(v.reset)}
 }
 
 // allow is allowN's yes or no, for a cost from 1 to N, without the
 // decision's numbers: the exact window reads one ring word, not a search.
-func (r *WindowRule) allow(w []atomic.Uint64, now, cost int64) (ok, alive bool) {
+func (r *Rule) allow(w []atomic.Uint64, now, cost int64) (ok, alive bool) {
 	if !r.exact {
 		d, alive := r.allowN(w, now, cost)
 		return d.Allowed, alive
@@ -432,7 +410,7 @@ func (r *WindowRule) allow(w []atomic.Uint64, now, cost int64) (ok, alive bool) 
 
 // emptyAt is when (ns) the window whose head word is h is empty for good if
 // nothing more is admitted, and whether h is alive.
-func (r *WindowRule) emptyAt(h uint64) (at int64, alive bool) {
+func (r *Rule) emptyAt(h uint64) (at int64, alive bool) {
 	if h&deadWindow != 0 {
 		return 0, false
 	}
@@ -451,13 +429,13 @@ func (r *WindowRule) emptyAt(h uint64) (at int64, alive bool) {
 // Window is a global (unkeyed) window: one state for every request. Its
 // methods are safe for concurrent use and take no lock.
 type Window struct {
-	r   WindowRule                  // the policy's numbers
-	cur atomic.Pointer[WindowRule]  // the numbers in force (&r until SetNumbers)
+	r   Rule                        // the policy's numbers
+	cur atomic.Pointer[Rule]        // the numbers in force (&r until SetNumbers)
 	st  atomic.Pointer[windowState] // the window, in the numbers it was written in
 }
 
 // NewWindow returns an empty window for rule r.
-func NewWindow(r WindowRule) *Window {
+func NewWindow(r Rule) *Window {
 	g := &Window{r: r}
 	g.cur.Store(&g.r)
 	g.st.Store(&windowState{rule: &g.r, w: r.fresh()})
@@ -466,10 +444,10 @@ func NewWindow(r WindowRule) *Window {
 
 // PolicyRule returns the window's rule as the policy gives it, whatever the
 // numbers in force.
-func (g *Window) PolicyRule() *WindowRule { return &g.r }
+func (g *Window) PolicyRule() *Rule { return &g.r }
 
 // Rule returns the window's rule in force: the policy's, or SetNumbers'.
-func (g *Window) Rule() *WindowRule { return g.cur.Load() }
+func (g *Window) Rule() *Rule { return g.cur.Load() }
 
 // state is the window in the numbers in force at now, carried into them
 // first if they changed.
@@ -488,18 +466,20 @@ func (g *Window) state(now int64) *windowState {
 }
 
 // Allow reports whether a request of cost 1 is admitted now, counting it if so.
-func (g *Window) Allow() bool { return g.AllowCost(Now(), 1) }
+func (g *Window) Allow() bool { return g.AllowCost(atomicbucket.Now(), 1) }
 
 // AllowAt is Allow at time now.
-func (g *Window) AllowAt(now Time) bool { return g.AllowCost(now, 1) }
+func (g *Window) AllowAt(now atomicbucket.Time) bool { return g.AllowCost(now, 1) }
 
 // AllowN decides a request of cost now, counting it if admitted. A cost
 // above the limit, or negative, is denied with RetryAfter Never; a cost of 0
 // is admitted and counts nothing.
-func (g *Window) AllowN(cost int64) Decision { return g.AllowNAt(Now(), cost) }
+func (g *Window) AllowN(cost int64) atomicbucket.Decision {
+	return g.AllowNAt(atomicbucket.Now(), cost)
+}
 
 // AllowNAt is AllowN at time now.
-func (g *Window) AllowNAt(now Time, cost int64) Decision {
+func (g *Window) AllowNAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	n := clampNow(now)
 	for {
 		st := g.state(n)
@@ -514,7 +494,7 @@ func (g *Window) AllowNAt(now Time, cost int64) Decision {
 
 // AllowCost is AllowNAt's yes or no, without the decision's numbers: a cost
 // of 0 is admitted, one outside [0, limit] denied.
-func (g *Window) AllowCost(now Time, cost int64) bool {
+func (g *Window) AllowCost(now atomicbucket.Time, cost int64) bool {
 	n := clampNow(now)
 	for {
 		st := g.state(n)
@@ -531,10 +511,10 @@ func (g *Window) AllowCost(now Time, cost int64) bool {
 }
 
 // Peek is what AllowN would decide now, counting nothing.
-func (g *Window) Peek(cost int64) Decision { return g.PeekAt(Now(), cost) }
+func (g *Window) Peek(cost int64) atomicbucket.Decision { return g.PeekAt(atomicbucket.Now(), cost) }
 
 // PeekAt is Peek at time now.
-func (g *Window) PeekAt(now Time, cost int64) Decision {
+func (g *Window) PeekAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	n := clampNow(now)
 	st := g.state(n)
 	if leave, full := st.blocked(n); full {
@@ -544,13 +524,13 @@ func (g *Window) PeekAt(now Time, cost int64) Decision {
 }
 
 // Reset empties the window now (ResetAt).
-func (g *Window) Reset() { g.ResetAt(Now()) }
+func (g *Window) Reset() { g.ResetAt(atomicbucket.Now()) }
 
 // ResetAt empties the window as of now: what was admitted at or before now
 // (in a grain that begins by then) no longer counts; what a check at a
 // later explicit time admitted stays.
 // The window is killed (a check that holds it looks again) and replaced.
-func (g *Window) ResetAt(now Time) {
+func (g *Window) ResetAt(now atomicbucket.Time) {
 	n := clampNow(now)
 	for {
 		st := g.st.Load()
@@ -564,12 +544,12 @@ func (g *Window) ResetAt(now Time) {
 	}
 }
 
-// SetNumbers makes n the window's numbers from now on (WindowRuleOf); the
+// SetNumbers makes n the window's numbers from now on (RuleOf); the
 // window is carried into them on its next check. Numbers a window cannot
-// take are refused (an error wrapping ErrWindowNumbers), and nothing
+// take are refused (an error wrapping ErrNumbers), and nothing
 // changes.
-func (g *Window) SetNumbers(n Numbers, cost int64) error {
-	r, err := WindowRuleOf(n, cost)
+func (g *Window) SetNumbers(n atomicbucket.Numbers, cost int64) error {
+	r, err := RuleOf(n, cost)
 	if err != nil {
 		return err
 	}
@@ -585,10 +565,20 @@ func (g *Window) SetNumbers(n Numbers, cost int64) error {
 func (g *Window) ClearNumbers() { g.cur.Store(&g.r) }
 
 // NumbersFor returns the numbers in force and where they come from.
-func (g *Window) NumbersFor() (Numbers, Origin) {
+func (g *Window) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
 	r := g.cur.Load()
 	if r == &g.r {
-		return WindowNumbersOf(r), FromPolicy
+		return NumbersOf(r), atomicbucket.FromPolicy
 	}
-	return WindowNumbersOf(r), FromOverride
+	return NumbersOf(r), atomicbucket.FromOverride
 }
+
+// clampNow maps a time into [0, MaxUptime], as the buckets do: times before
+// the epoch are the epoch, and time stops at MaxUptime.
+func clampNow(now atomicbucket.Time) int64 {
+	return min(max(int64(now), 0), int64(atomicbucket.MaxUptime))
+}
+
+// retry yields after a check found a dead slot: the sweep that killed it is
+// deleting it, and the next lookup will not find it.
+func retry() { runtime.Gosched() }

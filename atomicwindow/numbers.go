@@ -1,10 +1,12 @@
-package atomicbucket
+package atomicwindow
 
 import (
 	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
 )
 
 // A window's numbers can change at run time (SetNumbers): every key's window
@@ -19,7 +21,7 @@ import (
 // windowState is one window (a key's, or a global window's): its words and
 // the rule they are written in.
 type windowState struct {
-	rule *WindowRule
+	rule *Rule
 	w    []atomic.Uint64
 	// excess is, for an exact window carried from numbers that held more
 	// than its limit, how many older units its ring could not keep, the
@@ -41,7 +43,7 @@ func (st *windowState) blocked(now int64) (leave int64, full bool) {
 // deny is decision d of a request of cost at now made by a full window
 // (blocked): a cost the window could take is denied until the excess has
 // left and the ring has room.
-func (st *windowState) deny(d Decision, now, cost, leave int64) Decision {
+func (st *windowState) deny(d atomicbucket.Decision, now, cost, leave int64) atomicbucket.Decision {
 	if cost < 1 || cost > st.rule.limit {
 		return d
 	}
@@ -49,7 +51,7 @@ func (st *windowState) deny(d Decision, now, cost, leave int64) Decision {
 	if d.Allowed {
 		retry = 0
 	}
-	return Decision{Remaining: 0, Reset: d.Reset, RetryAfter: max(retry, time.Duration(leave-now))}
+	return atomicbucket.Decision{Remaining: 0, Reset: d.Reset, RetryAfter: max(retry, time.Duration(leave-now))}
 }
 
 // units is what st holds at now (head word h), oldest first: its excess
@@ -70,7 +72,7 @@ type windowUnits struct {
 
 // units returns what the window in w (head word h, written in r) holds at
 // now, oldest first.
-func (r *WindowRule) units(w []atomic.Uint64, h uint64, now int64) []windowUnits {
+func (r *Rule) units(w []atomic.Uint64, h uint64, now int64) []windowUnits {
 	var out []windowUnits
 	add := func(end, n int64) {
 		if k := len(out); k > 0 && out[k-1].end == end {
@@ -90,7 +92,7 @@ func (r *WindowRule) units(w []atomic.Uint64, h uint64, now int64) []windowUnits
 		return out
 	}
 	hk, hc := h>>countBits, int64(h&countMask)
-	for j := hk - min(hk, WindowSlices+1); j <= hk; j++ {
+	for j := hk - min(hk, Slices+1); j <= hk; j++ {
 		end := int64(j+1)*r.grain - 1
 		if c := sliceIn(w, j, hk, hc); c != 0 && end+r.window > now {
 			add(end, c)
@@ -106,9 +108,9 @@ func (r *WindowRule) units(w []atomic.Uint64, h uint64, now int64) []windowUnits
 // counted window's grain may end far past it. An exact window keeps the newest limit units in its
 // ring, and the others as its excess; a counted one counts each group in
 // the sub-window of its time, or in the oldest its words keep.
-func (r *WindowRule) fill(units []windowUnits, now int64) *windowState {
+func (r *Rule) fill(units []windowUnits, now int64) *windowState {
 	st := &windowState{rule: r, w: r.fresh()}
-	now += int64(SweepGrace)
+	now += int64(atomicbucket.SweepGrace)
 	w := st.w
 	if r.exact {
 		keep := r.limit
@@ -140,15 +142,15 @@ func (r *WindowRule) fill(units []windowUnits, now int64) *windowState {
 		return st
 	}
 	newest := uint64(min(units[len(units)-1].end, now) / r.grain)
-	oldest := newest - min(newest, WindowSlices)
-	var counts [WindowSlices + 1]uint64
+	oldest := newest - min(newest, Slices)
+	var counts [Slices + 1]uint64
 	for _, u := range units {
 		j := max(uint64(min(u.end, now)/r.grain), oldest)
 		counts[j-oldest] += uint64(u.n)
 	}
 	for j := oldest; j < newest; j++ {
 		if c := counts[j-oldest]; c > 0 {
-			w[1+j%(WindowSlices+1)].Store(j<<countBits | min(c, countMask))
+			w[1+j%(Slices+1)].Store(j<<countBits | min(c, countMask))
 		}
 	}
 	w[0].Store(newest<<countBits | min(counts[newest-oldest], countMask))
@@ -158,7 +160,7 @@ func (r *WindowRule) fill(units []windowUnits, now int64) *windowState {
 // carry is st's window carried into r at now; nil when st is dead (its
 // holder swept or carried it meanwhile). It kills st: checks still holding
 // it look again.
-func (st *windowState) carry(r *WindowRule, now int64) *windowState {
+func (st *windowState) carry(r *Rule, now int64) *windowState {
 	for {
 		h := st.w[0].Load()
 		if h&deadWindow != 0 {
@@ -168,7 +170,7 @@ func (st *windowState) carry(r *WindowRule, now int64) *windowState {
 			// A check whose clock reading precedes now by up to
 			// SweepGrace must find what it would have: keep what left
 			// since then too (it counts by its time, as before).
-			return r.fill(st.units(h, now-int64(SweepGrace)), now)
+			return r.fill(st.units(h, now-int64(atomicbucket.SweepGrace)), now)
 		}
 	}
 }
@@ -195,29 +197,29 @@ func (st *windowState) kill(now int64) *[]windowUnits {
 	}
 }
 
-// ErrWindowNumbers is wrapped by the error of numbers a window rule cannot
+// ErrNumbers is wrapped by the error of numbers a window rule cannot
 // take.
-var ErrWindowNumbers = errors.New("invalid window numbers")
+var ErrNumbers = errors.New("invalid window numbers")
 
-// WindowRuleOf is the window rule numbers n describe: at most n.Tokens in
+// RuleOf is the window rule numbers n describe: at most n.Tokens in
 // any n.Period; n.Burst must be n.Tokens (a window has no burst of its own:
 // its limit is the most one request may cost), and at least cost.
-func WindowRuleOf(n Numbers, cost int64) (WindowRule, error) {
+func RuleOf(n atomicbucket.Numbers, cost int64) (Rule, error) {
 	if n.Burst != n.Tokens {
-		return WindowRule{}, fmt.Errorf("%w: a window rule's numbers are a limit per window (%d per %v), with the limit as burst, not %d", ErrWindowNumbers, n.Tokens, n.Period, n.Burst)
+		return Rule{}, fmt.Errorf("%w: a window rule's numbers are a limit per window (%d per %v), with the limit as burst, not %d", ErrNumbers, n.Tokens, n.Period, n.Burst)
 	}
-	r, err := NewWindowRule(n.Tokens, n.Period)
+	r, err := NewRule(n.Tokens, n.Period)
 	if err != nil {
-		return WindowRule{}, fmt.Errorf("%w: %w", ErrWindowNumbers, err)
+		return Rule{}, fmt.Errorf("%w: %w", ErrNumbers, err)
 	}
 	if cost > n.Tokens {
-		return WindowRule{}, fmt.Errorf("%w: a limit of %d is below a request's default cost, %d", ErrWindowNumbers, n.Tokens, cost)
+		return Rule{}, fmt.Errorf("%w: a limit of %d is below a request's default cost, %d", ErrNumbers, n.Tokens, cost)
 	}
 	return r, nil
 }
 
-// WindowNumbersOf is a window rule's numbers: its limit per window, the
+// NumbersOf is a window rule's numbers: its limit per window, the
 // limit as burst.
-func WindowNumbersOf(r *WindowRule) Numbers {
-	return Numbers{Tokens: r.limit, Period: time.Duration(r.window), Burst: r.limit}
+func NumbersOf(r *Rule) atomicbucket.Numbers {
+	return atomicbucket.Numbers{Tokens: r.limit, Period: time.Duration(r.window), Burst: r.limit}
 }
