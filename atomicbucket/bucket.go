@@ -23,21 +23,9 @@ type Bucket struct {
 	over    atomic.Pointer[bucketWord] // nil until the numbers first change; then the word in force (bucket_numbers.go)
 	anchor  int64                      // interval rules: the grid anchor in ns since epoch (the bucket's creation, or the rule's aligned anchor)
 	rule    Rule
-	changes sync.Mutex // serialises changes of numbers; never taken by a check
-	env     *envelope  // the envelope of every number the bucket has had (numbers.go); nil before the first change; under changes
-	// maxCost and maxCostOf: SetMaxCost's.
-	maxCost   int64
-	maxCostOf string
-	_         cpu.CacheLinePad // and off the line of whatever follows it
-}
-
-// SetMaxCost records the most one request of the rule's routes may cost as
-// its policy admits it, and the route (of): a Global limiter over the bucket
-// refuses numbers whose burst is below it (CheckMaxCost). Call it before
-// the bucket is used; it returns b.
-func (b *Bucket) SetMaxCost(cost int64, of string) *Bucket {
-	b.maxCost, b.maxCostOf = cost, of
-	return b
+	changes sync.Mutex       // serialises changes of numbers; never taken by a check
+	env     *envelope        // the envelope of every number the bucket has had (numbers.go); nil before the first change; under changes
+	_       cpu.CacheLinePad // and off the line of whatever follows it
 }
 
 // NewBucket returns a bucket for rule r, created now: it starts with the rule's

@@ -1,22 +1,10 @@
 package atomicbucket
 
-import "fmt"
-
-// GeneratedAPIVersion4 is referenced by every package limitgen generates
-// (`const _ = atomicbucket.GeneratedAPIVersion4`). A runtime that changes what
-// generated code relies on renames it, so that an out-of-date generated package
-// fails to build instead of misbehaving. (Version 2: times are Time. Version
-// 3: numbers change at run time; Bucket.AllowGreedyAt says whether it decided.
-// Version 4: a keyed rule's limiter embeds Keyed, overlay.KeyedTarget and
-// overlay.Numbers serve it, limithttp.MustRouterFunc and ServeMux the
-// middleware.)
-const GeneratedAPIVersion4 = true
-
-// FOR GENERATED CODE ONLY. Units, MustUnits and the AllowGreedyAt methods are
+// FOR GENERATED CODE ONLY. Units and the AllowGreedyAt methods are
 // the runtime's side of generated packages, in the manner of protobuf's
 // protoimpl: they are exported only because generated code lives in other
 // packages, are not meant to be called by hand, and may change in any release
-// (GeneratedAPIVersion4 guards them). The generator computes a greedy rule's
+// (genimpl.APIVersion5 guards them). The generator computes a greedy rule's
 // fixed-point units when it generates, emits them as constants, and passes
 // them to these functions, which inline (the Bucket one) so that the compiler
 // folds the constants into the check.
@@ -28,21 +16,9 @@ func (r *Rule) Units() (scale, emit, tau int64, ok bool) {
 	return r.scale, r.emit, r.tau, r.mode == modeGreedy
 }
 
-// MustUnits is for generated code only (see above). It returns r after checking that its units are the given ones: the
-// generated constants and this runtime agree. It panics otherwise, when the
-// package initialises — a generator and a runtime that disagree, which
-// GeneratedAPIVersion4 exists to stop at build time.
-func MustUnits(r Rule, scale, emit, tau int64) Rule {
-	if s, e, t, ok := r.Units(); !ok || s != scale || e != emit || t != tau {
-		panic(fmt.Sprintf("atomicbucket: generated units (%d, %d, %d) are not this runtime's for %v (%d, %d, %d, greedy=%v): regenerate",
-			scale, emit, tau, r.String(), s, e, t, ok))
-	}
-	return r
-}
-
 // AllowGreedyAt is for generated code only (see above): AllowAt (any cost: inc
 // is cost·emit) for a greedy rule whose units are passed as constants; they
-// must be the bucket's rule's (MustUnits). It is called, not inlined: the
+// must be the bucket's rule's (genimpl.MustUnits). It is called, not inlined: the
 // admission's time it records (see) takes it past the inliner's budget.
 // word is the bucket's word after the call; it is negative once the
 // bucket's numbers have changed (SetNumbersAt): its own word is then dead for
@@ -70,7 +46,7 @@ func (b *Bucket) AllowGreedyAt(now Time, scale, inc, tau int64) (word int64, ok 
 
 // AllowGreedyAt is for generated code only (see above): AllowAt (any cost: inc
 // is cost·emit) for a greedy rule whose units are passed as constants; they
-// must be the table's rule's (MustUnits).
+// must be the table's rule's (genimpl.MustUnits).
 //
 // Keep in step with Table.AllowAt, whose loop this is with the units as arguments.
 func (t *Table[K]) AllowGreedyAt(key K, now Time, scale, inc, tau int64) bool {

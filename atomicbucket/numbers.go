@@ -153,29 +153,6 @@ func (r *Rule) WithNumbers(n Numbers) (Rule, error) {
 	return NewRule(l)
 }
 
-// CheckCost says why burst cannot be the burst of a rule whose requests cost
-// cost (its policy's, at least 1): a request that could never pass. The
-// generator refuses such a policy with the same message, and a generated
-// limiter refuses such numbers.
-func CheckCost(burst, cost int64) error {
-	if burst >= 1 && cost > burst {
-		return invalid("burst %d is below the cost %d of one request, which could never pass; raise burst to at least %d", burst, cost, cost)
-	}
-	return nil
-}
-
-// CheckMaxCost says why burst cannot be the burst of a rule one of whose
-// routes (what, such as route "POST /v1/upload") admits requests costing up
-// to cost: within the route's documented most, they would be refused for
-// good (a door answers a cost above the burst as too costly). A generated
-// limiter refuses such numbers, as the generator refuses such a policy.
-func CheckMaxCost(burst, cost int64, what string) error {
-	if burst >= 1 && cost > burst {
-		return invalid("burst %d is below %d, the most a request of %s may cost: such requests, which the policy admits, would be refused for good; give a burst of at least %d", burst, cost, what, cost)
-	}
-	return nil
-}
-
 // numbers is one installation of numbers in a table or a bucket: the policy's
 // (a table's own rule), a change for the whole table, or one key's own. A
 // bucket records the installation it is written in (slot.nums); when the

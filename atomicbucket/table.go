@@ -70,12 +70,6 @@ type TableOptions struct {
 	// composite key's: TextHash of its text form). Nil, or a func of another
 	// type: such keys' grids are placed by the table's own random seed.
 	KeyHash any
-	// MaxCost is the most one request of the rule's routes may cost as its
-	// policy admits it (a generated package's HTTP route or gRPC method),
-	// and MaxCostOf names the route: a Keyed limiter over the table refuses
-	// numbers whose burst is below it (CheckMaxCost). 0: no such route.
-	MaxCost   int64
-	MaxCostOf string
 }
 
 // slot is one key's bucket, at the front of its node (keymap.go), which also
@@ -177,10 +171,7 @@ type Table[K comparable] struct {
 	atCap   AtCap
 	seed    maphash.Seed   // places the grids of keys that are neither strings nor integers, without hashFn
 	hashFn  func(K) uint64 // TableOptions.KeyHash
-	// maxCost and maxCostOf are TableOptions.MaxCost and MaxCostOf.
-	maxCost   int64
-	maxCostOf string
-	_         cpu.CacheLinePad
+	_       cpu.CacheLinePad
 	// The counters below change on key creation and removal only.
 	keys      atomic.Int64 // keys held (or being created), ≤ maxKeys when capped
 	evictions atomic.Int64 // buckets removed by sweeps
@@ -194,7 +185,6 @@ type Table[K comparable] struct {
 func NewTable[K comparable](r Rule, o TableOptions) *Table[K] {
 	t := &Table[K]{m: newKeyMap[K](r.mode == modeAnchored, r.anchorFor(0), o.Presize), rule: r, maxKeys: o.MaxKeys, atCap: o.AtCap, seed: maphash.MakeSeed()}
 	t.hashFn, _ = o.KeyHash.(func(K) uint64)
-	t.maxCost, t.maxCostOf = o.MaxCost, o.MaxCostOf
 	t.base.rule, t.base.origin = r, FromPolicy
 	t.base.hi = rateOf(r.limit)
 	t.fastest = t.base.hi

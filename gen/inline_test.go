@@ -13,7 +13,7 @@ import (
 //   - a greedy global rule's Allow and AllowAt call the runtime's check
 //     with the rule's units as constants (folded);
 //   - every other method that delegates to the runtime inlines into its caller
-//     (for a rule without plans, atomicbucket.Keyed's or Global's methods,
+//     (for a rule without plans, genimpl.Keyed's or Global's methods,
 //     which its limiter embeds), so a call to a generated limiter costs what the runtime
 //     call costs (BenchmarkGenerated in bench/ measures it).
 func TestGeneratedMethodsInline(t *testing.T) {
@@ -28,13 +28,13 @@ func TestGeneratedMethodsInline(t *testing.T) {
 		t.Fatalf("go build -gcflags=-m: %v\n%s", err, out)
 	}
 	text := string(out)
-	// atomicbucket.Global is not generic: whether its methods inline is in
+	// genimpl.Global is not generic: whether its methods inline is in
 	// the runtime's own build.
 	cmd = exec.Command("go", "build", "-gcflags=-m", ".")
-	cmd.Dir = "../atomicbucket"
+	cmd.Dir = "../genimpl"
 	rtOut, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("go build -gcflags=-m ../atomicbucket: %v\n%s", err, rtOut)
+		t.Fatalf("go build -gcflags=-m ../genimpl: %v\n%s", err, rtOut)
 	}
 	foldedGlobal := 0
 	embedded := 0
@@ -51,18 +51,18 @@ func TestGeneratedMethodsInline(t *testing.T) {
 		for _, method := range methods {
 			want := fmt.Sprintf("can inline (*%sLimiter).%s\n", r.GoName, method)
 			if r.KeyType == "" && !r.Planned {
-				// atomicbucket.Global's, which the limiter embeds (a folded
+				// genimpl.Global's, which the limiter embeds (a folded
 				// rule's Allow and AllowAt are its own: counted below).
 				embedded++
 				if !strings.Contains(string(rtOut), fmt.Sprintf("can inline Global.%s\n", method)) {
-					t.Errorf("the compiler does not inline atomicbucket.Global.%s (%s's)", method, r.GoName)
+					t.Errorf("the compiler does not inline genimpl.Global.%s (%s's)", method, r.GoName)
 				}
 				continue
 			} else if r.KeyType != "" && !r.Planned && (!r.Folded() || method != "AllowAt") {
-				// The method is atomicbucket.Keyed's, which the limiter
+				// The method is genimpl.Keyed's, which the limiter
 				// embeds: the runtime's must inline for this key type.
 				embedded++
-				want = fmt.Sprintf("can inline atomicbucket.Keyed[go.shape.%s].%s\n", r.KeyType, method)
+				want = fmt.Sprintf("can inline genimpl.Keyed[go.shape.%s].%s\n", r.KeyType, method)
 				if r.Composite() {
 					continue // a struct's shape is spelled with its fields; the basic key types check the method
 				}
@@ -73,7 +73,7 @@ func TestGeneratedMethodsInline(t *testing.T) {
 		}
 	}
 	if embedded == 0 {
-		t.Fatal("policy.yaml has no keyed rule without plans: nothing shows atomicbucket.Keyed's methods inline")
+		t.Fatal("policy.yaml has no keyed rule without plans: nothing shows genimpl.Keyed's methods inline")
 	}
 	if foldedGlobal == 0 {
 		t.Fatal("policy.yaml has no greedy global rule: nothing shows folding")

@@ -14,14 +14,14 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
-	genimpl "github.com/limitgen/limitgen/genimpl"
+	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/verdict"
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
-const _ = atomicbucket.GeneratedAPIVersion4
+const _ = genimpl.APIVersion5
 
 // Plan selects the numbers of a rule that differs by plan (free, pro, enterprise).
 // It is an index, not a string: choosing a plan costs no map lookup. A value
@@ -562,13 +562,13 @@ var perEndpointLimit = atomicbucket.Limit{
 
 // newPerEndpointLimiter returns PerEndpoint's (empty) table.
 func newPerEndpointLimiter() *PerEndpointLimiter {
-	return &PerEndpointLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[int64](atomicbucket.MustUnits(atomicbucket.MustRule(perEndpointLimit), perEndpointUnitsPerNs, perEndpointUnitsPerToken, perEndpointBurstUnits), atomicbucket.TableOptions{}), 1, nil)}
+	return &PerEndpointLimiter{genimpl.NewKeyed(atomicbucket.NewTable[int64](genimpl.MustUnits(atomicbucket.MustRule(perEndpointLimit), perEndpointUnitsPerNs, perEndpointUnitsPerToken, perEndpointBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, nil)}
 }
 
-// PerEndpointLimiter is the type of PerEndpoint. Its methods, atomicbucket.Keyed's and the folded
-// Allow below, are safe for concurrent use.
+// PerEndpointLimiter is the type of PerEndpoint. Its methods, genimpl.Keyed's and the folded Allow
+// below, are safe for concurrent use.
 type PerEndpointLimiter struct {
-	atomicbucket.Keyed[int64]
+	genimpl.Keyed[int64]
 }
 
 // PerEndpoint's fixed-point units, computed when generating and checked against the runtime when
@@ -609,13 +609,12 @@ var loginLimit = atomicbucket.Limit{
 
 // newLoginLimiter returns Login's (empty) table.
 func newLoginLimiter() *LoginLimiter {
-	return &LoginLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustRule(loginLimit), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &LoginLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustRule(loginLimit), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
-// LoginLimiter is the type of Login. Its methods, atomicbucket.Keyed's, are safe for concurrent
-// use.
+// LoginLimiter is the type of Login. Its methods, genimpl.Keyed's, are safe for concurrent use.
 type LoginLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
@@ -634,13 +633,13 @@ var dailyExportLimit = atomicbucket.Limit{
 
 // newDailyExportLimiter returns DailyExport's (empty) table.
 func newDailyExportLimiter() *DailyExportLimiter {
-	return &DailyExportLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[uint64](atomicbucket.MustRule(dailyExportLimit), atomicbucket.TableOptions{}), 1, nil)}
+	return &DailyExportLimiter{genimpl.NewKeyed(atomicbucket.NewTable[uint64](atomicbucket.MustRule(dailyExportLimit), atomicbucket.TableOptions{}), genimpl.Cost{}, nil)}
 }
 
-// DailyExportLimiter is the type of DailyExport. Its methods, atomicbucket.Keyed's, are safe for
+// DailyExportLimiter is the type of DailyExport. Its methods, genimpl.Keyed's, are safe for
 // concurrent use.
 type DailyExportLimiter struct {
-	atomicbucket.Keyed[uint64]
+	genimpl.Keyed[uint64]
 }
 
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
@@ -658,18 +657,20 @@ var uploadLimit = atomicbucket.Limit{
 
 // newUploadLimiter returns Upload's (empty) table.
 func newUploadLimiter() *UploadLimiter {
-	return &UploadLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(uploadLimit), uploadUnitsPerNs, uploadUnitsPerToken, uploadBurstUnits), atomicbucket.TableOptions{
-		MaxKeys:   100000,
-		AtCap:     atomicbucket.AllowAtCap,
-		MaxCost:   1000,
-		MaxCostOf: "route \"POST /v1/upload\"",
-	}), 10, atomicbucket.NonEmpty)}
+	return &UploadLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(uploadLimit), uploadUnitsPerNs, uploadUnitsPerToken, uploadBurstUnits), atomicbucket.TableOptions{
+		MaxKeys: 100000,
+		AtCap:   atomicbucket.AllowAtCap,
+	}), genimpl.Cost{
+		Default: 10,
+		Most:    1000,
+		Of:      "route \"POST /v1/upload\"",
+	}, genimpl.NonEmpty)}
 }
 
-// UploadLimiter is the type of Upload. Its methods, atomicbucket.Keyed's and the folded Allow
-// below, are safe for concurrent use.
+// UploadLimiter is the type of Upload. Its methods, genimpl.Keyed's and the folded Allow below, are
+// safe for concurrent use.
 type UploadLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // Upload's fixed-point units, computed when generating and checked against the runtime when the
@@ -756,17 +757,17 @@ var tenantUserLimit = atomicbucket.Limit{
 
 // newTenantUserLimiter returns TenantUser's (empty) table.
 func newTenantUserLimiter() *TenantUserLimiter {
-	return &TenantUserLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[TenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(tenantUserLimit), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits), atomicbucket.TableOptions{
+	return &TenantUserLimiter{genimpl.NewKeyed(atomicbucket.NewTable[TenantUserKey](genimpl.MustUnits(atomicbucket.MustRule(tenantUserLimit), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits), atomicbucket.TableOptions{
 		KeyHash: TenantUserKey.gridHash,
-	}), 1, func(k TenantUserKey) bool {
+	}), genimpl.Cost{}, func(k TenantUserKey) bool {
 		return verdict.KeyOK(k.Tenant)
 	})}
 }
 
-// TenantUserLimiter is the type of TenantUser. Its methods, atomicbucket.Keyed's and the folded
-// Allow below, are safe for concurrent use.
+// TenantUserLimiter is the type of TenantUser. Its methods, genimpl.Keyed's and the folded Allow
+// below, are safe for concurrent use.
 type TenantUserLimiter struct {
-	atomicbucket.Keyed[TenantUserKey]
+	genimpl.Keyed[TenantUserKey]
 }
 
 // TenantUser's fixed-point units, computed when generating and checked against the runtime when the
@@ -805,13 +806,13 @@ var globalLimit = atomicbucket.Limit{
 
 // newGlobalLimiter returns Global's bucket, created at now.
 func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
-	return &GlobalLimiter{atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now), 1)}
+	return &GlobalLimiter{genimpl.NewGlobal(atomicbucket.NewBucketAt(genimpl.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now), genimpl.Cost{})}
 }
 
-// GlobalLimiter is the type of Global. Its methods, atomicbucket.Global's and the folded Allow
-// below, are safe for concurrent use.
+// GlobalLimiter is the type of Global. Its methods, genimpl.Global's and the folded Allow below,
+// are safe for concurrent use.
 type GlobalLimiter struct {
-	atomicbucket.Global
+	genimpl.Global
 }
 
 // Global's fixed-point units, computed when generating and checked against the runtime when the

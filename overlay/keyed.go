@@ -6,21 +6,22 @@ import (
 	"unsafe"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/genimpl"
 )
 
 // KeyedTarget is a keyed rule without plans, kept in the process
-// (atomicbucket.Keyed, which a generated limiter embeds), as a Set changes
+// (genimpl.Keyed, which a generated limiter embeds), as a Set changes
 // it: numbers are checked as the generator checks a policy's (the rule's
 // limits, a burst of at least a request's cost), and a key given as text is
 // read by parse (nil for string keys; ParseInt or ParseUint for integers; a
 // generated Parse…Key for composite keys). A Set's buckets are carried as
 // they are (atomicbucket.CarryAsIs).
-func KeyedTarget[K comparable](l atomicbucket.Keyed[K], parse func(string) (K, error)) Target {
+func KeyedTarget[K comparable](l genimpl.Keyed[K], parse func(string) (K, error)) Target {
 	return keyedTarget[K]{l, parse}
 }
 
 type keyedTarget[K comparable] struct {
-	l     atomicbucket.Keyed[K]
+	l     genimpl.Keyed[K]
 	parse func(string) (K, error)
 }
 
@@ -99,12 +100,12 @@ func ParseUint[K ~uint | ~uint8 | ~uint16 | ~uint32 | ~uint64](s string) (K, err
 }
 
 // GlobalTarget is a global rule without plans, kept in the process
-// (atomicbucket.Global, which a generated limiter embeds), as a Set changes
+// (genimpl.Global, which a generated limiter embeds), as a Set changes
 // it: numbers are checked as the generator checks a policy's; a Set's bucket
 // is carried as it is (atomicbucket.CarryAsIs). It takes no keys.
-func GlobalTarget(l atomicbucket.Global) Target { return globalTarget{l} }
+func GlobalTarget(l genimpl.Global) Target { return globalTarget{l} }
 
-type globalTarget struct{ l atomicbucket.Global }
+type globalTarget struct{ l genimpl.Global }
 
 func (t globalTarget) Plans() int            { return 0 }
 func (t globalTarget) Keyed() bool           { return false }

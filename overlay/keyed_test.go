@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/genimpl"
 )
 
 // KeyedTarget reads keys of every kind a policy has (text, integers of each
@@ -13,7 +14,7 @@ import (
 // a Set's numbers on the key or the rule it names.
 func TestKeyedTarget(t *testing.T) {
 	l := atomicbucket.Limit{Tokens: 10, Period: time.Second, Burst: 20}
-	ints := atomicbucket.NewKeyed(atomicbucket.NewTable[int8](atomicbucket.MustRule(l), atomicbucket.TableOptions{}), 5, nil)
+	ints := genimpl.NewKeyed(atomicbucket.NewTable[int8](atomicbucket.MustRule(l), atomicbucket.TableOptions{}), genimpl.Cost{Default: 5}, nil)
 	tg := KeyedTarget(ints, ParseInt[int8])
 	if tg.Plans() != 0 || !tg.Keyed() {
 		t.Errorf("Plans %d, Keyed %v: want 0 and true", tg.Plans(), tg.Keyed())
@@ -53,7 +54,7 @@ func TestKeyedTarget(t *testing.T) {
 		t.Errorf("the rule after Set: %v from %v", got, o)
 	}
 
-	strs := atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustRule(l), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)
+	strs := genimpl.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustRule(l), atomicbucket.TableOptions{}), genimpl.Cost{Default: 1}, genimpl.NonEmpty)
 	ts := KeyedTarget(strs, nil)
 	k := "acme"
 	if err := ts.Set(-1, &k, n); err != nil {
@@ -83,7 +84,7 @@ func TestKeyedTarget(t *testing.T) {
 // rule.
 func TestGlobalTarget(t *testing.T) {
 	l := atomicbucket.Limit{Tokens: 10, Period: time.Second, Burst: 20}
-	g := atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustRule(l), 0), 5)
+	g := genimpl.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustRule(l), 0), genimpl.Cost{Default: 5})
 	tg := GlobalTarget(g)
 	if tg.Plans() != 0 || tg.Keyed() {
 		t.Errorf("Plans %d, Keyed %v: want 0 and false", tg.Plans(), tg.Keyed())

@@ -9,6 +9,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/atomicwindow"
+	"github.com/limitgen/limitgen/genimpl"
 )
 
 // errKeyWindow refuses a key's own numbers for a window rule that cannot
@@ -54,9 +55,9 @@ type windowTarget struct {
 }
 
 // WindowTarget is l (a generated package's keyed window limiter, which
-// embeds atomicwindow.Keyed) as a Target: its numbers for every key,
+// embeds genimpl.KeyedWindow) as a Target: its numbers for every key,
 // and a key's own (a key given as text read by parse, as for KeyedTarget).
-func WindowTarget[K comparable](l atomicwindow.Keyed[K], parse func(string) (K, error)) Target {
+func WindowTarget[K comparable](l genimpl.KeyedWindow[K], parse func(string) (K, error)) Target {
 	return keyedWindowTarget[K]{windowTarget{w: []WindowNumbers{l.Table()}, cost: []int64{l.Cost()}, keyed: true}, keyedTarget[K]{parse: parse}, l}
 }
 
@@ -65,7 +66,7 @@ func WindowTarget[K comparable](l atomicwindow.Keyed[K], parse func(string) (K, 
 type keyedWindowTarget[K comparable] struct {
 	windowTarget
 	keys keyedTarget[K] // reads keys
-	l    atomicwindow.Keyed[K]
+	l    genimpl.KeyedWindow[K]
 }
 
 func (t keyedWindowTarget[K]) CheckKey(key string) error { return t.keys.CheckKey(key) }
@@ -93,7 +94,7 @@ func (t keyedWindowTarget[K]) Clear(plan int, key *string) {
 
 // GlobalWindowTarget is l (a generated package's global window limiter) as
 // a Target.
-func GlobalWindowTarget(l atomicwindow.Global) Target {
+func GlobalWindowTarget(l genimpl.GlobalWindow) Target {
 	return windowTarget{w: []WindowNumbers{l.Window()}, cost: []int64{l.Cost()}}
 }
 

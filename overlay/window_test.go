@@ -8,6 +8,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/atomicwindow"
+	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/overlay"
 )
 
@@ -17,8 +18,8 @@ import (
 // limit under the default cost are refused, naming the rule; scaling
 // multiplies the limit by the rate factor; an empty Set returns the policy's.
 func TestWindowTargets(t *testing.T) {
-	keyed := atomicwindow.NewKeyed(atomicwindow.NewTable[string](atomicwindow.MustRule(10, time.Minute), atomicbucket.TableOptions{}), 2)
-	global := atomicwindow.NewGlobal(atomicwindow.NewWindow(atomicwindow.MustRule(100, time.Hour)), 1)
+	keyed := genimpl.NewKeyedWindow(atomicwindow.NewTable[string](atomicwindow.MustRule(10, time.Minute), atomicbucket.TableOptions{}), 2)
+	global := genimpl.NewGlobalWindow(atomicwindow.NewWindow(atomicwindow.MustRule(100, time.Hour)), 1)
 	a := overlay.NewApplier(overlay.Policy[overlay.Target]{Rules: map[string]overlay.Target{
 		"Exports": overlay.WindowTarget(keyed, nil), "Site": overlay.GlobalWindowTarget(global),
 	}})

@@ -11,7 +11,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
-	genimpl "github.com/limitgen/limitgen/genimpl"
+	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/verdict"
@@ -20,7 +20,7 @@ import (
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
-const _ = atomicbucket.GeneratedAPIVersion4
+const _ = genimpl.APIVersion5
 
 // RuleName names a rule of the policy (the rule that denied a tier's request, say). The zero
 // RuleName names none.
@@ -131,13 +131,13 @@ var perUserLimit = atomicbucket.Limit{
 
 // newPerUserLimiter returns PerUser's (empty) table.
 func newPerUserLimiter() *PerUserLimiter {
-	return &PerUserLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perUserLimit), perUserUnitsPerNs, perUserUnitsPerToken, perUserBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &PerUserLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(perUserLimit), perUserUnitsPerNs, perUserUnitsPerToken, perUserBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
-// PerUserLimiter is the type of PerUser. Its methods, atomicbucket.Keyed's and the folded Allow
-// below, are safe for concurrent use.
+// PerUserLimiter is the type of PerUser. Its methods, genimpl.Keyed's and the folded Allow below,
+// are safe for concurrent use.
 type PerUserLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // PerUser's fixed-point units, computed when generating and checked against the runtime when the
@@ -175,13 +175,13 @@ var tightLimit = atomicbucket.Limit{
 
 // newTightLimiter returns Tight's (empty) table.
 func newTightLimiter() *TightLimiter {
-	return &TightLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(tightLimit), tightUnitsPerNs, tightUnitsPerToken, tightBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &TightLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(tightLimit), tightUnitsPerNs, tightUnitsPerToken, tightBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
-// TightLimiter is the type of Tight. Its methods, atomicbucket.Keyed's and the folded Allow below,
-// are safe for concurrent use.
+// TightLimiter is the type of Tight. Its methods, genimpl.Keyed's and the folded Allow below, are
+// safe for concurrent use.
 type TightLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // Tight's fixed-point units, computed when generating and checked against the runtime when the

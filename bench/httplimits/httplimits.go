@@ -10,14 +10,14 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
-	genimpl "github.com/limitgen/limitgen/genimpl"
+	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/verdict"
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
-const _ = atomicbucket.GeneratedAPIVersion4
+const _ = genimpl.APIVersion5
 
 // RuleName names a rule of the policy (the rule that denied a tier's request, say). The zero
 // RuleName names none.
@@ -135,13 +135,13 @@ var perIPLimit = atomicbucket.Limit{
 
 // newPerIPLimiter returns PerIP's (empty) table.
 func newPerIPLimiter() *PerIPLimiter {
-	return &PerIPLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perIPLimit), perIPUnitsPerNs, perIPUnitsPerToken, perIPBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &PerIPLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(perIPLimit), perIPUnitsPerNs, perIPUnitsPerToken, perIPBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
-// PerIPLimiter is the type of PerIP. Its methods, atomicbucket.Keyed's and the folded Allow below,
-// are safe for concurrent use.
+// PerIPLimiter is the type of PerIP. Its methods, genimpl.Keyed's and the folded Allow below, are
+// safe for concurrent use.
 type PerIPLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // PerIP's fixed-point units, computed when generating and checked against the runtime when the
@@ -179,13 +179,13 @@ var tightLimit = atomicbucket.Limit{
 
 // newTightLimiter returns Tight's (empty) table.
 func newTightLimiter() *TightLimiter {
-	return &TightLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(tightLimit), tightUnitsPerNs, tightUnitsPerToken, tightBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &TightLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(tightLimit), tightUnitsPerNs, tightUnitsPerToken, tightBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
-// TightLimiter is the type of Tight. Its methods, atomicbucket.Keyed's and the folded Allow below,
-// are safe for concurrent use.
+// TightLimiter is the type of Tight. Its methods, genimpl.Keyed's and the folded Allow below, are
+// safe for concurrent use.
 type TightLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // Tight's fixed-point units, computed when generating and checked against the runtime when the
@@ -223,13 +223,13 @@ var drainLimit = atomicbucket.Limit{
 
 // newDrainLimiter returns Drain's (empty) table.
 func newDrainLimiter() *DrainLimiter {
-	return &DrainLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(drainLimit), drainUnitsPerNs, drainUnitsPerToken, drainBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &DrainLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(drainLimit), drainUnitsPerNs, drainUnitsPerToken, drainBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
-// DrainLimiter is the type of Drain. Its methods, atomicbucket.Keyed's and the folded Allow below,
-// are safe for concurrent use.
+// DrainLimiter is the type of Drain. Its methods, genimpl.Keyed's and the folded Allow below, are
+// safe for concurrent use.
 type DrainLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // Drain's fixed-point units, computed when generating and checked against the runtime when the

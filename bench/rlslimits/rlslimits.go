@@ -11,7 +11,7 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/limitgen/limitgen/atomicbucket"
-	genimpl "github.com/limitgen/limitgen/genimpl"
+	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limitrls"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
@@ -19,7 +19,7 @@ import (
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
-const _ = atomicbucket.GeneratedAPIVersion4
+const _ = genimpl.APIVersion5
 
 // RuleName names a rule of the policy (the rule that denied a tier's request, say). The zero
 // RuleName names none.
@@ -436,15 +436,15 @@ var perKeyLimit = atomicbucket.Limit{
 
 // newPerKeyLocalLimiter returns PerKey's (empty) table.
 func newPerKeyLocalLimiter() *PerKeyLocalLimiter {
-	return &PerKeyLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perKeyLimit), perKeyUnitsPerNs, perKeyUnitsPerToken, perKeyBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &PerKeyLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(perKeyLimit), perKeyUnitsPerNs, perKeyUnitsPerToken, perKeyBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
 // PerKeyLocalLimiter is PerKey decided in this process only, with the whole limit: what
 // PerKeyLimiter.Local returns, for tests, and what PerKey's checks use while the package has no
-// store (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow below, are safe
-// for concurrent use.
+// store (SharedErr says so). Its methods, genimpl.Keyed's and the folded Allow below, are safe for
+// concurrent use.
 type PerKeyLocalLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // PerKey's fixed-point units, computed when generating and checked against the runtime when the
@@ -636,15 +636,15 @@ var perKeyLeasedLimit = atomicbucket.Limit{
 
 // newPerKeyLeasedLocalLimiter returns PerKeyLeased's (empty) table.
 func newPerKeyLeasedLocalLimiter() *PerKeyLeasedLocalLimiter {
-	return &PerKeyLeasedLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perKeyLeasedLimit), perKeyLeasedUnitsPerNs, perKeyLeasedUnitsPerToken, perKeyLeasedBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &PerKeyLeasedLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(perKeyLeasedLimit), perKeyLeasedUnitsPerNs, perKeyLeasedUnitsPerToken, perKeyLeasedBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
 // PerKeyLeasedLocalLimiter is PerKeyLeased decided in this process only, with the whole limit: what
 // PerKeyLeasedLimiter.Local returns, for tests, and what PerKeyLeased's checks use while the
-// package has no store (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow
+// package has no store (SharedErr says so). Its methods, genimpl.Keyed's and the folded Allow
 // below, are safe for concurrent use.
 type PerKeyLeasedLocalLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // PerKeyLeased's fixed-point units, computed when generating and checked against the runtime when
@@ -839,13 +839,13 @@ var inProcessLimit = atomicbucket.Limit{
 
 // newInProcessLimiter returns InProcess's (empty) table.
 func newInProcessLimiter() *InProcessLimiter {
-	return &InProcessLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(inProcessLimit), inProcessUnitsPerNs, inProcessUnitsPerToken, inProcessBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &InProcessLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(inProcessLimit), inProcessUnitsPerNs, inProcessUnitsPerToken, inProcessBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
-// InProcessLimiter is the type of InProcess. Its methods, atomicbucket.Keyed's and the folded Allow
+// InProcessLimiter is the type of InProcess. Its methods, genimpl.Keyed's and the folded Allow
 // below, are safe for concurrent use.
 type InProcessLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // InProcess's fixed-point units, computed when generating and checked against the runtime when the
@@ -884,15 +884,15 @@ var tenPerSecondLimit = atomicbucket.Limit{
 
 // newTenPerSecondLocalLimiter returns TenPerSecond's (empty) table.
 func newTenPerSecondLocalLimiter() *TenPerSecondLocalLimiter {
-	return &TenPerSecondLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(tenPerSecondLimit), tenPerSecondUnitsPerNs, tenPerSecondUnitsPerToken, tenPerSecondBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &TenPerSecondLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(tenPerSecondLimit), tenPerSecondUnitsPerNs, tenPerSecondUnitsPerToken, tenPerSecondBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
 // TenPerSecondLocalLimiter is TenPerSecond decided in this process only, with the whole limit: what
 // TenPerSecondLimiter.Local returns, for tests, and what TenPerSecond's checks use while the
-// package has no store (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow
+// package has no store (SharedErr says so). Its methods, genimpl.Keyed's and the folded Allow
 // below, are safe for concurrent use.
 type TenPerSecondLocalLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // TenPerSecond's fixed-point units, computed when generating and checked against the runtime when

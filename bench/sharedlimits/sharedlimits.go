@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
-const _ = atomicbucket.GeneratedAPIVersion4
+const _ = genimpl.APIVersion5
 
 // RuleName names a rule of the policy (the rule that denied a tier's request, say). The zero
 // RuleName names none.
@@ -258,14 +259,14 @@ var hotLimit = atomicbucket.Limit{
 
 // newHotLocalLimiter returns Hot's (empty) table.
 func newHotLocalLimiter() *HotLocalLimiter {
-	return &HotLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(hotLimit), hotUnitsPerNs, hotUnitsPerToken, hotBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &HotLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(hotLimit), hotUnitsPerNs, hotUnitsPerToken, hotBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
 // HotLocalLimiter is Hot decided in this process only, with the whole limit: what HotLimiter.Local
 // returns, for tests, and what Hot's checks use while the package has no store (SharedErr says so).
-// Its methods, atomicbucket.Keyed's and the folded Allow below, are safe for concurrent use.
+// Its methods, genimpl.Keyed's and the folded Allow below, are safe for concurrent use.
 type HotLocalLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // Hot's fixed-point units, computed when generating and checked against the runtime when the

@@ -14,7 +14,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/clientip"
-	genimpl "github.com/limitgen/limitgen/genimpl"
+	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
@@ -22,7 +22,7 @@ import (
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
-const _ = atomicbucket.GeneratedAPIVersion4
+const _ = genimpl.APIVersion5
 
 // Plan selects the numbers of a rule that differs by plan (free, pro).
 // It is an index, not a string: choosing a plan costs no map lookup. A value
@@ -1081,7 +1081,7 @@ func (l *Limits) NumbersApplied() (int, int64, time.Time) {
 func (l *Limits) newNumbers() overlay.Numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}, "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": seatSharedNumbers{l.SeatShared}, "SeatDay": overlay.WindowTarget(l.SeatDay.Keyed, nil), "MeterShared": meterSharedNumbers{l.MeterShared}, "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.windows[5], 1, l.MeterWindow, nil)},
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}, "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": seatSharedNumbers{l.SeatShared}, "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": meterSharedNumbers{l.MeterShared}, "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.windows[5], 1, l.MeterWindow, nil)},
 	})
 }
 
@@ -1585,14 +1585,14 @@ var exportsLimit = atomicbucket.Limit{
 
 // newExportsLocalLimiter returns Exports's (empty) table.
 func newExportsLocalLimiter() *ExportsLocalLimiter {
-	return &ExportsLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[uint64](atomicbucket.MustRule(exportsLimit), atomicbucket.TableOptions{}), 1, nil)}
+	return &ExportsLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[uint64](atomicbucket.MustRule(exportsLimit), atomicbucket.TableOptions{}), genimpl.Cost{}, nil)}
 }
 
 // ExportsLocalLimiter is Exports decided in this process only, with the whole limit: what
 // ExportsLimiter.Local returns, for tests, and what Exports's checks use while the package has no
-// store (SharedErr says so). Its methods, atomicbucket.Keyed's, are safe for concurrent use.
+// store (SharedErr says so). Its methods, genimpl.Keyed's, are safe for concurrent use.
 type ExportsLocalLimiter struct {
-	atomicbucket.Keyed[uint64]
+	genimpl.Keyed[uint64]
 }
 
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
@@ -1764,13 +1764,13 @@ var perInstanceLimit = atomicbucket.Limit{
 
 // newPerInstanceLimiter returns PerInstance's (empty) table.
 func newPerInstanceLimiter() *PerInstanceLimiter {
-	return &PerInstanceLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perInstanceLimit), perInstanceUnitsPerNs, perInstanceUnitsPerToken, perInstanceBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &PerInstanceLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(perInstanceLimit), perInstanceUnitsPerNs, perInstanceUnitsPerToken, perInstanceBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
-// PerInstanceLimiter is the type of PerInstance. Its methods, atomicbucket.Keyed's and the folded
-// Allow below, are safe for concurrent use.
+// PerInstanceLimiter is the type of PerInstance. Its methods, genimpl.Keyed's and the folded Allow
+// below, are safe for concurrent use.
 type PerInstanceLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // PerInstance's fixed-point units, computed when generating and checked against the runtime when
@@ -1809,15 +1809,15 @@ var globalLimit = atomicbucket.Limit{
 
 // newGlobalLocalLimiter returns Global's bucket, created at now.
 func newGlobalLocalLimiter(now atomicbucket.Time) *GlobalLocalLimiter {
-	return &GlobalLocalLimiter{atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now), 1)}
+	return &GlobalLocalLimiter{genimpl.NewGlobal(atomicbucket.NewBucketAt(genimpl.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now), genimpl.Cost{})}
 }
 
 // GlobalLocalLimiter is Global decided in this process only, with the whole limit: what
 // GlobalLimiter.Local returns, for tests, and what Global's checks use while the package has no
-// store (SharedErr says so). Its methods, atomicbucket.Global's and the folded Allow below, are
-// safe for concurrent use.
+// store (SharedErr says so). Its methods, genimpl.Global's and the folded Allow below, are safe for
+// concurrent use.
 type GlobalLocalLimiter struct {
-	atomicbucket.Global
+	genimpl.Global
 }
 
 // Global's fixed-point units, computed when generating and checked against the runtime when the
@@ -1989,15 +1989,15 @@ var downloadsLimit = atomicbucket.Limit{
 
 // newDownloadsLocalLimiter returns Downloads's (empty) table.
 func newDownloadsLocalLimiter() *DownloadsLocalLimiter {
-	return &DownloadsLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(downloadsLimit), downloadsUnitsPerNs, downloadsUnitsPerToken, downloadsBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &DownloadsLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(downloadsLimit), downloadsUnitsPerNs, downloadsUnitsPerToken, downloadsBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
 // DownloadsLocalLimiter is Downloads decided in this process only, with the whole limit: what
 // DownloadsLimiter.Local returns, for tests, and what Downloads's checks use while the package has
-// no store (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow below, are
-// safe for concurrent use.
+// no store (SharedErr says so). Its methods, genimpl.Keyed's and the folded Allow below, are safe
+// for concurrent use.
 type DownloadsLocalLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // Downloads's fixed-point units, computed when generating and checked against the runtime when the
@@ -2192,15 +2192,15 @@ var downloadsGlobalLimit = atomicbucket.Limit{
 
 // newDownloadsGlobalLocalLimiter returns DownloadsGlobal's bucket, created at now.
 func newDownloadsGlobalLocalLimiter(now atomicbucket.Time) *DownloadsGlobalLocalLimiter {
-	return &DownloadsGlobalLocalLimiter{atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(downloadsGlobalLimit), downloadsGlobalUnitsPerNs, downloadsGlobalUnitsPerToken, downloadsGlobalBurstUnits), now), 1)}
+	return &DownloadsGlobalLocalLimiter{genimpl.NewGlobal(atomicbucket.NewBucketAt(genimpl.MustUnits(atomicbucket.MustRule(downloadsGlobalLimit), downloadsGlobalUnitsPerNs, downloadsGlobalUnitsPerToken, downloadsGlobalBurstUnits), now), genimpl.Cost{})}
 }
 
 // DownloadsGlobalLocalLimiter is DownloadsGlobal decided in this process only, with the whole
 // limit: what DownloadsGlobalLimiter.Local returns, for tests, and what DownloadsGlobal's checks
-// use while the package has no store (SharedErr says so). Its methods, atomicbucket.Global's and
-// the folded Allow below, are safe for concurrent use.
+// use while the package has no store (SharedErr says so). Its methods, genimpl.Global's and the
+// folded Allow below, are safe for concurrent use.
 type DownloadsGlobalLocalLimiter struct {
-	atomicbucket.Global
+	genimpl.Global
 }
 
 // DownloadsGlobal's fixed-point units, computed when generating and checked against the runtime
@@ -2375,15 +2375,15 @@ var fastLimit = atomicbucket.Limit{
 
 // newFastLocalLimiter returns Fast's (empty) table.
 func newFastLocalLimiter() *FastLocalLimiter {
-	return &FastLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(fastLimit), fastUnitsPerNs, fastUnitsPerToken, fastBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &FastLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(fastLimit), fastUnitsPerNs, fastUnitsPerToken, fastBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
 // FastLocalLimiter is Fast decided in this process only, with the whole limit: what
 // FastLimiter.Local returns, for tests, and what Fast's checks use while the package has no store
-// (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow below, are safe for
+// (SharedErr says so). Its methods, genimpl.Keyed's and the folded Allow below, are safe for
 // concurrent use.
 type FastLocalLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // Fast's fixed-point units, computed when generating and checked against the runtime when the
@@ -2575,15 +2575,15 @@ var wideLimit = atomicbucket.Limit{
 
 // newWideLocalLimiter returns Wide's (empty) table.
 func newWideLocalLimiter() *WideLocalLimiter {
-	return &WideLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(wideLimit), wideUnitsPerNs, wideUnitsPerToken, wideBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &WideLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(wideLimit), wideUnitsPerNs, wideUnitsPerToken, wideBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
 // WideLocalLimiter is Wide decided in this process only, with the whole limit: what
 // WideLimiter.Local returns, for tests, and what Wide's checks use while the package has no store
-// (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow below, are safe for
+// (SharedErr says so). Its methods, genimpl.Keyed's and the folded Allow below, are safe for
 // concurrent use.
 type WideLocalLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // Wide's fixed-point units, computed when generating and checked against the runtime when the
@@ -2824,19 +2824,19 @@ var tenantUserLimit = atomicbucket.Limit{
 
 // newTenantUserLocalLimiter returns TenantUser's (empty) table.
 func newTenantUserLocalLimiter() *TenantUserLocalLimiter {
-	return &TenantUserLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[TenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(tenantUserLimit), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits), atomicbucket.TableOptions{
+	return &TenantUserLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[TenantUserKey](genimpl.MustUnits(atomicbucket.MustRule(tenantUserLimit), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits), atomicbucket.TableOptions{
 		KeyHash: TenantUserKey.gridHash,
-	}), 1, func(k TenantUserKey) bool {
+	}), genimpl.Cost{}, func(k TenantUserKey) bool {
 		return verdict.KeyOK(k.Tenant)
 	})}
 }
 
 // TenantUserLocalLimiter is TenantUser decided in this process only, with the whole limit: what
 // TenantUserLimiter.Local returns, for tests, and what TenantUser's checks use while the package
-// has no store (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow below,
-// are safe for concurrent use.
+// has no store (SharedErr says so). Its methods, genimpl.Keyed's and the folded Allow below, are
+// safe for concurrent use.
 type TenantUserLocalLimiter struct {
-	atomicbucket.Keyed[TenantUserKey]
+	genimpl.Keyed[TenantUserKey]
 }
 
 // TenantUser's fixed-point units, computed when generating and checked against the runtime when the
@@ -3024,14 +3024,14 @@ var quotaLimit = atomicwindow.MustRule(5, time.Hour)
 
 // newQuotaLocalLimiter returns Quota's (empty) table.
 func newQuotaLocalLimiter() *QuotaLocalLimiter {
-	return &QuotaLocalLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[string](quotaLimit, atomicbucket.TableOptions{}), 1)}
+	return &QuotaLocalLimiter{genimpl.NewKeyedWindow(atomicwindow.NewTable[string](quotaLimit, atomicbucket.TableOptions{}), 1)}
 }
 
 // QuotaLocalLimiter is Quota decided in this process only, with the whole limit: what
 // QuotaLimiter.Local returns, for tests, and what Quota's checks use while the package has no store
-// (SharedErr says so). Its methods, atomicwindow.Keyed's, are safe for concurrent use.
+// (SharedErr says so). Its methods, genimpl.KeyedWindow's, are safe for concurrent use.
 type QuotaLocalLimiter struct {
-	atomicwindow.Keyed[string]
+	genimpl.KeyedWindow[string]
 }
 
 // newQuotaLimiter returns Quota's limiter over its process-local window; New binds it to the store.
@@ -3123,14 +3123,14 @@ var quotaWideLimit = atomicwindow.MustRule(100, 16*time.Minute)
 
 // newQuotaWideLocalLimiter returns QuotaWide's (empty) table.
 func newQuotaWideLocalLimiter() *QuotaWideLocalLimiter {
-	return &QuotaWideLocalLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[uint64](quotaWideLimit, atomicbucket.TableOptions{}), 1)}
+	return &QuotaWideLocalLimiter{genimpl.NewKeyedWindow(atomicwindow.NewTable[uint64](quotaWideLimit, atomicbucket.TableOptions{}), 1)}
 }
 
 // QuotaWideLocalLimiter is QuotaWide decided in this process only, with the whole limit: what
 // QuotaWideLimiter.Local returns, for tests, and what QuotaWide's checks use while the package has
-// no store (SharedErr says so). Its methods, atomicwindow.Keyed's, are safe for concurrent use.
+// no store (SharedErr says so). Its methods, genimpl.KeyedWindow's, are safe for concurrent use.
 type QuotaWideLocalLimiter struct {
-	atomicwindow.Keyed[uint64]
+	genimpl.KeyedWindow[uint64]
 }
 
 // newQuotaWideLimiter returns QuotaWide's limiter over its process-local window; New binds it to the store.
@@ -3455,14 +3455,15 @@ var quotaLeasedLimit = atomicwindow.MustRule(10, time.Hour)
 
 // newQuotaLeasedLocalLimiter returns QuotaLeased's (empty) table.
 func newQuotaLeasedLocalLimiter() *QuotaLeasedLocalLimiter {
-	return &QuotaLeasedLocalLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[string](quotaLeasedLimit, atomicbucket.TableOptions{}), 1)}
+	return &QuotaLeasedLocalLimiter{genimpl.NewKeyedWindow(atomicwindow.NewTable[string](quotaLeasedLimit, atomicbucket.TableOptions{}), 1)}
 }
 
 // QuotaLeasedLocalLimiter is QuotaLeased decided in this process only, with the whole limit: what
 // QuotaLeasedLimiter.Local returns, for tests, and what QuotaLeased's checks use while the package
-// has no store (SharedErr says so). Its methods, atomicwindow.Keyed's, are safe for concurrent use.
+// has no store (SharedErr says so). Its methods, genimpl.KeyedWindow's, are safe for concurrent
+// use.
 type QuotaLeasedLocalLimiter struct {
-	atomicwindow.Keyed[string]
+	genimpl.KeyedWindow[string]
 }
 
 // newQuotaLeasedLimiter returns QuotaLeased's limiter over its process-local window; New binds it to the store.
@@ -3561,13 +3562,13 @@ var seatLocalLimit = atomicbucket.Limit{
 
 // newSeatLocalLimiter returns SeatLocal's (empty) table.
 func newSeatLocalLimiter() *SeatLocalLimiter {
-	return &SeatLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(seatLocalLimit), seatLocalUnitsPerNs, seatLocalUnitsPerToken, seatLocalBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &SeatLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(seatLocalLimit), seatLocalUnitsPerNs, seatLocalUnitsPerToken, seatLocalBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
-// SeatLocalLimiter is the type of SeatLocal. Its methods, atomicbucket.Keyed's and the folded Allow
+// SeatLocalLimiter is the type of SeatLocal. Its methods, genimpl.Keyed's and the folded Allow
 // below, are safe for concurrent use.
 type SeatLocalLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // SeatLocal's fixed-point units, computed when generating and checked against the runtime when the
@@ -3606,15 +3607,15 @@ var seatSharedLimit = atomicbucket.Limit{
 
 // newSeatSharedLocalLimiter returns SeatShared's (empty) table.
 func newSeatSharedLocalLimiter() *SeatSharedLocalLimiter {
-	return &SeatSharedLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(seatSharedLimit), seatSharedUnitsPerNs, seatSharedUnitsPerToken, seatSharedBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &SeatSharedLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(seatSharedLimit), seatSharedUnitsPerNs, seatSharedUnitsPerToken, seatSharedBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
 // SeatSharedLocalLimiter is SeatShared decided in this process only, with the whole limit: what
 // SeatSharedLimiter.Local returns, for tests, and what SeatShared's checks use while the package
-// has no store (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow below,
-// are safe for concurrent use.
+// has no store (SharedErr says so). Its methods, genimpl.Keyed's and the folded Allow below, are
+// safe for concurrent use.
 type SeatSharedLocalLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // SeatShared's fixed-point units, computed when generating and checked against the runtime when the
@@ -3802,13 +3803,13 @@ var seatDayLimit = atomicwindow.MustRule(3, time.Hour)
 
 // newSeatDayLimiter returns SeatDay's (empty) table.
 func newSeatDayLimiter() *SeatDayLimiter {
-	return &SeatDayLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[string](seatDayLimit, atomicbucket.TableOptions{}), 1)}
+	return &SeatDayLimiter{genimpl.NewKeyedWindow(atomicwindow.NewTable[string](seatDayLimit, atomicbucket.TableOptions{}), 1)}
 }
 
-// SeatDayLimiter is the type of SeatDay. Its methods, atomicwindow.Keyed's, are safe for concurrent
-// use.
+// SeatDayLimiter is the type of SeatDay. Its methods, genimpl.KeyedWindow's, are safe for
+// concurrent use.
 type SeatDayLimiter struct {
-	atomicwindow.Keyed[string]
+	genimpl.KeyedWindow[string]
 }
 
 // meterSharedLimit is MeterShared's limit, as the policy gives it.
@@ -3821,15 +3822,15 @@ var meterSharedLimit = atomicbucket.Limit{
 
 // newMeterSharedLocalLimiter returns MeterShared's (empty) table.
 func newMeterSharedLocalLimiter() *MeterSharedLocalLimiter {
-	return &MeterSharedLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(meterSharedLimit), meterSharedUnitsPerNs, meterSharedUnitsPerToken, meterSharedBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &MeterSharedLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(meterSharedLimit), meterSharedUnitsPerNs, meterSharedUnitsPerToken, meterSharedBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
 // MeterSharedLocalLimiter is MeterShared decided in this process only, with the whole limit: what
 // MeterSharedLimiter.Local returns, for tests, and what MeterShared's checks use while the package
-// has no store (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow below,
-// are safe for concurrent use.
+// has no store (SharedErr says so). Its methods, genimpl.Keyed's and the folded Allow below, are
+// safe for concurrent use.
 type MeterSharedLocalLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // MeterShared's fixed-point units, computed when generating and checked against the runtime when
@@ -4017,14 +4018,15 @@ var meterWindowLimit = atomicwindow.MustRule(3, time.Hour)
 
 // newMeterWindowLocalLimiter returns MeterWindow's (empty) table.
 func newMeterWindowLocalLimiter() *MeterWindowLocalLimiter {
-	return &MeterWindowLocalLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[string](meterWindowLimit, atomicbucket.TableOptions{}), 1)}
+	return &MeterWindowLocalLimiter{genimpl.NewKeyedWindow(atomicwindow.NewTable[string](meterWindowLimit, atomicbucket.TableOptions{}), 1)}
 }
 
 // MeterWindowLocalLimiter is MeterWindow decided in this process only, with the whole limit: what
 // MeterWindowLimiter.Local returns, for tests, and what MeterWindow's checks use while the package
-// has no store (SharedErr says so). Its methods, atomicwindow.Keyed's, are safe for concurrent use.
+// has no store (SharedErr says so). Its methods, genimpl.KeyedWindow's, are safe for concurrent
+// use.
 type MeterWindowLocalLimiter struct {
-	atomicwindow.Keyed[string]
+	genimpl.KeyedWindow[string]
 }
 
 // newMeterWindowLimiter returns MeterWindow's limiter over its process-local window; New binds it to the store.

@@ -12,7 +12,7 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/limitgen/limitgen/atomicbucket"
-	genimpl "github.com/limitgen/limitgen/genimpl"
+	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limitrls"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
@@ -20,7 +20,7 @@ import (
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
-const _ = atomicbucket.GeneratedAPIVersion4
+const _ = genimpl.APIVersion5
 
 // Plan selects the numbers of a rule that differs by plan (free, pro).
 // It is an index, not a string: choosing a plan costs no map lookup. A value
@@ -664,18 +664,18 @@ var perClientLimit = atomicbucket.Limit{
 
 // newPerClientLocalLimiter returns PerClient's (empty) table.
 func newPerClientLocalLimiter() *PerClientLocalLimiter {
-	return &PerClientLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perClientLimit), perClientUnitsPerNs, perClientUnitsPerToken, perClientBurstUnits), atomicbucket.TableOptions{
+	return &PerClientLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(perClientLimit), perClientUnitsPerNs, perClientUnitsPerToken, perClientBurstUnits), atomicbucket.TableOptions{
 		MaxKeys: 100000,
 		AtCap:   atomicbucket.DenyAtCap,
-	}), 1, atomicbucket.NonEmpty)}
+	}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
 // PerClientLocalLimiter is PerClient decided in this process only, with the whole limit: what
 // PerClientLimiter.Local returns, for tests, and what PerClient's checks use while the package has
-// no store (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow below, are
-// safe for concurrent use.
+// no store (SharedErr says so). Its methods, genimpl.Keyed's and the folded Allow below, are safe
+// for concurrent use.
 type PerClientLocalLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // PerClient's fixed-point units, computed when generating and checked against the runtime when the
@@ -1292,15 +1292,15 @@ var globalLimit = atomicbucket.Limit{
 
 // newGlobalLocalLimiter returns Global's bucket, created at now.
 func newGlobalLocalLimiter(now atomicbucket.Time) *GlobalLocalLimiter {
-	return &GlobalLocalLimiter{atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now), 1)}
+	return &GlobalLocalLimiter{genimpl.NewGlobal(atomicbucket.NewBucketAt(genimpl.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now), genimpl.Cost{})}
 }
 
 // GlobalLocalLimiter is Global decided in this process only, with the whole limit: what
 // GlobalLimiter.Local returns, for tests, and what Global's checks use while the package has no
-// store (SharedErr says so). Its methods, atomicbucket.Global's and the folded Allow below, are
-// safe for concurrent use.
+// store (SharedErr says so). Its methods, genimpl.Global's and the folded Allow below, are safe for
+// concurrent use.
 type GlobalLocalLimiter struct {
-	atomicbucket.Global
+	genimpl.Global
 }
 
 // Global's fixed-point units, computed when generating and checked against the runtime when the
@@ -1472,15 +1472,15 @@ var perTenantLimit = atomicbucket.Limit{
 
 // newPerTenantLocalLimiter returns PerTenant's (empty) table.
 func newPerTenantLocalLimiter() *PerTenantLocalLimiter {
-	return &PerTenantLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perTenantLimit), perTenantUnitsPerNs, perTenantUnitsPerToken, perTenantBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &PerTenantLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(perTenantLimit), perTenantUnitsPerNs, perTenantUnitsPerToken, perTenantBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
 // PerTenantLocalLimiter is PerTenant decided in this process only, with the whole limit: what
 // PerTenantLimiter.Local returns, for tests, and what PerTenant's checks use while the package has
-// no store (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow below, are
-// safe for concurrent use.
+// no store (SharedErr says so). Its methods, genimpl.Keyed's and the folded Allow below, are safe
+// for concurrent use.
 type PerTenantLocalLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // PerTenant's fixed-point units, computed when generating and checked against the runtime when the
@@ -1675,16 +1675,16 @@ var searchLimit = atomicbucket.Limit{
 
 // newSearchLimiter returns Search's (empty) table.
 func newSearchLimiter() *SearchLimiter {
-	return &SearchLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(searchLimit), searchUnitsPerNs, searchUnitsPerToken, searchBurstUnits), atomicbucket.TableOptions{
+	return &SearchLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(searchLimit), searchUnitsPerNs, searchUnitsPerToken, searchBurstUnits), atomicbucket.TableOptions{
 		MaxKeys: 100000,
 		AtCap:   atomicbucket.DenyAtCap,
-	}), 1, atomicbucket.NonEmpty)}
+	}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
-// SearchLimiter is the type of Search. Its methods, atomicbucket.Keyed's and the folded Allow
-// below, are safe for concurrent use.
+// SearchLimiter is the type of Search. Its methods, genimpl.Keyed's and the folded Allow below, are
+// safe for concurrent use.
 type SearchLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // Search's fixed-point units, computed when generating and checked against the runtime when the
@@ -1772,18 +1772,18 @@ var exportsLimit = atomicbucket.Limit{
 
 // newExportsLocalLimiter returns Exports's (empty) table.
 func newExportsLocalLimiter() *ExportsLocalLimiter {
-	return &ExportsLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[ExportsKey](atomicbucket.MustRule(exportsLimit), atomicbucket.TableOptions{
+	return &ExportsLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[ExportsKey](atomicbucket.MustRule(exportsLimit), atomicbucket.TableOptions{
 		KeyHash: ExportsKey.gridHash,
-	}), 1, func(k ExportsKey) bool {
+	}), genimpl.Cost{}, func(k ExportsKey) bool {
 		return verdict.KeyOK(k.Tenant)
 	})}
 }
 
 // ExportsLocalLimiter is Exports decided in this process only, with the whole limit: what
 // ExportsLimiter.Local returns, for tests, and what Exports's checks use while the package has no
-// store (SharedErr says so). Its methods, atomicbucket.Keyed's, are safe for concurrent use.
+// store (SharedErr says so). Its methods, genimpl.Keyed's, are safe for concurrent use.
 type ExportsLocalLimiter struct {
-	atomicbucket.Keyed[ExportsKey]
+	genimpl.Keyed[ExportsKey]
 }
 
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.

@@ -15,7 +15,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
-	genimpl "github.com/limitgen/limitgen/genimpl"
+	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/limitrls"
@@ -27,7 +27,7 @@ import (
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
-const _ = atomicbucket.GeneratedAPIVersion4
+const _ = genimpl.APIVersion5
 
 // Plan selects the numbers of a rule that differs by plan (free, pro).
 // It is an index, not a string: choosing a plan costs no map lookup. A value
@@ -937,15 +937,15 @@ var globalLimit = atomicbucket.Limit{
 
 // newGlobalLocalLimiter returns Global's bucket, created at now.
 func newGlobalLocalLimiter(now atomicbucket.Time) *GlobalLocalLimiter {
-	return &GlobalLocalLimiter{atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now), 1)}
+	return &GlobalLocalLimiter{genimpl.NewGlobal(atomicbucket.NewBucketAt(genimpl.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now), genimpl.Cost{})}
 }
 
 // GlobalLocalLimiter is Global decided in this process only, with the whole limit: what
 // GlobalLimiter.Local returns, for tests, and what Global's checks use while the package has no
-// store (SharedErr says so). Its methods, atomicbucket.Global's and the folded Allow below, are
-// safe for concurrent use.
+// store (SharedErr says so). Its methods, genimpl.Global's and the folded Allow below, are safe for
+// concurrent use.
 type GlobalLocalLimiter struct {
-	atomicbucket.Global
+	genimpl.Global
 }
 
 // Global's fixed-point units, computed when generating and checked against the runtime when the
@@ -1117,18 +1117,18 @@ var perCallerLimit = atomicbucket.Limit{
 
 // newPerCallerLocalLimiter returns PerCaller's (empty) table.
 func newPerCallerLocalLimiter() *PerCallerLocalLimiter {
-	return &PerCallerLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perCallerLimit), perCallerUnitsPerNs, perCallerUnitsPerToken, perCallerBurstUnits), atomicbucket.TableOptions{
+	return &PerCallerLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(perCallerLimit), perCallerUnitsPerNs, perCallerUnitsPerToken, perCallerBurstUnits), atomicbucket.TableOptions{
 		MaxKeys: 100000,
 		AtCap:   atomicbucket.DenyAtCap,
-	}), 1, atomicbucket.NonEmpty)}
+	}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
 // PerCallerLocalLimiter is PerCaller decided in this process only, with the whole limit: what
 // PerCallerLimiter.Local returns, for tests, and what PerCaller's checks use while the package has
-// no store (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow below, are
-// safe for concurrent use.
+// no store (SharedErr says so). Its methods, genimpl.Keyed's and the folded Allow below, are safe
+// for concurrent use.
 type PerCallerLocalLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // PerCaller's fixed-point units, computed when generating and checked against the runtime when the
@@ -1321,16 +1321,16 @@ var loginLimit = atomicbucket.Limit{
 
 // newLoginLimiter returns Login's (empty) table.
 func newLoginLimiter() *LoginLimiter {
-	return &LoginLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(loginLimit), loginUnitsPerNs, loginUnitsPerToken, loginBurstUnits), atomicbucket.TableOptions{
+	return &LoginLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(loginLimit), loginUnitsPerNs, loginUnitsPerToken, loginBurstUnits), atomicbucket.TableOptions{
 		MaxKeys: 100000,
 		AtCap:   atomicbucket.DenyAtCap,
-	}), 1, atomicbucket.NonEmpty)}
+	}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
-// LoginLimiter is the type of Login. Its methods, atomicbucket.Keyed's and the folded Allow below,
-// are safe for concurrent use.
+// LoginLimiter is the type of Login. Its methods, genimpl.Keyed's and the folded Allow below, are
+// safe for concurrent use.
 type LoginLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // Login's fixed-point units, computed when generating and checked against the runtime when the

@@ -11,12 +11,13 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/atomicwindow"
+	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
-const _ = atomicbucket.GeneratedAPIVersion4
+const _ = genimpl.APIVersion5
 
 // RuleName names a rule of the policy (the rule that denied a tier's request, say). The zero
 // RuleName names none.
@@ -403,13 +404,13 @@ var perInstanceLimit = atomicbucket.Limit{
 
 // newPerInstanceLimiter returns PerInstance's (empty) table.
 func newPerInstanceLimiter() *PerInstanceLimiter {
-	return &PerInstanceLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perInstanceLimit), perInstanceUnitsPerNs, perInstanceUnitsPerToken, perInstanceBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &PerInstanceLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(perInstanceLimit), perInstanceUnitsPerNs, perInstanceUnitsPerToken, perInstanceBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
-// PerInstanceLimiter is the type of PerInstance. Its methods, atomicbucket.Keyed's and the folded
-// Allow below, are safe for concurrent use.
+// PerInstanceLimiter is the type of PerInstance. Its methods, genimpl.Keyed's and the folded Allow
+// below, are safe for concurrent use.
 type PerInstanceLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // PerInstance's fixed-point units, computed when generating and checked against the runtime when
@@ -448,15 +449,15 @@ var checkoutsLimit = atomicbucket.Limit{
 
 // newCheckoutsLocalLimiter returns Checkouts's (empty) table.
 func newCheckoutsLocalLimiter() *CheckoutsLocalLimiter {
-	return &CheckoutsLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(checkoutsLimit), checkoutsUnitsPerNs, checkoutsUnitsPerToken, checkoutsBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &CheckoutsLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(checkoutsLimit), checkoutsUnitsPerNs, checkoutsUnitsPerToken, checkoutsBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
 // CheckoutsLocalLimiter is Checkouts decided in this process only, with the whole limit: what
 // CheckoutsLimiter.Local returns, for tests, and what Checkouts's checks use while the package has
-// no store (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow below, are
-// safe for concurrent use.
+// no store (SharedErr says so). Its methods, genimpl.Keyed's and the folded Allow below, are safe
+// for concurrent use.
 type CheckoutsLocalLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // Checkouts's fixed-point units, computed when generating and checked against the runtime when the
@@ -649,15 +650,15 @@ var invoicesLimit = atomicbucket.Limit{
 
 // newInvoicesLocalLimiter returns Invoices's (empty) table.
 func newInvoicesLocalLimiter() *InvoicesLocalLimiter {
-	return &InvoicesLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(invoicesLimit), invoicesUnitsPerNs, invoicesUnitsPerToken, invoicesBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &InvoicesLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(invoicesLimit), invoicesUnitsPerNs, invoicesUnitsPerToken, invoicesBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
 // InvoicesLocalLimiter is Invoices decided in this process only, with the whole limit: what
 // InvoicesLimiter.Local returns, for tests, and what Invoices's checks use while the package has no
-// store (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow below, are safe
-// for concurrent use.
+// store (SharedErr says so). Its methods, genimpl.Keyed's and the folded Allow below, are safe for
+// concurrent use.
 type InvoicesLocalLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // Invoices's fixed-point units, computed when generating and checked against the runtime when the
@@ -844,15 +845,15 @@ var invoiceQuotaLimit = atomicwindow.MustRule(4, time.Hour)
 
 // newInvoiceQuotaLocalLimiter returns InvoiceQuota's (empty) table.
 func newInvoiceQuotaLocalLimiter() *InvoiceQuotaLocalLimiter {
-	return &InvoiceQuotaLocalLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[string](invoiceQuotaLimit, atomicbucket.TableOptions{}), 1)}
+	return &InvoiceQuotaLocalLimiter{genimpl.NewKeyedWindow(atomicwindow.NewTable[string](invoiceQuotaLimit, atomicbucket.TableOptions{}), 1)}
 }
 
 // InvoiceQuotaLocalLimiter is InvoiceQuota decided in this process only, with the whole limit: what
 // InvoiceQuotaLimiter.Local returns, for tests, and what InvoiceQuota's checks use while the
-// package has no store (SharedErr says so). Its methods, atomicwindow.Keyed's, are safe for
+// package has no store (SharedErr says so). Its methods, genimpl.KeyedWindow's, are safe for
 // concurrent use.
 type InvoiceQuotaLocalLimiter struct {
-	atomicwindow.Keyed[string]
+	genimpl.KeyedWindow[string]
 }
 
 // newInvoiceQuotaLimiter returns InvoiceQuota's limiter over its process-local window; New binds it to the store.

@@ -95,9 +95,10 @@ func file(m *model.Model) *jen.File {
 	f.PackageComment(m.Doc)
 	f.ImportName(runtimePath, "atomicbucket")
 	f.ImportName(windowPath, "atomicwindow")
+	f.ImportName(genimplPath, "genimpl")
 	f.ImportName(overlayPath, "overlay")
 	f.Comment("The runtime this package was generated for: an incompatible one fails to build here.")
-	f.Const().Id("_").Op("=").Add(rt("GeneratedAPIVersion4"))
+	f.Const().Id("_").Op("=").Add(gi("APIVersion5"))
 	if len(m.Plans) > 0 {
 		f.Add(emitPlans(m))
 	}
@@ -370,25 +371,36 @@ func ruleOf(r model.Rule, i int) jen.Code {
 	if !r.Folded() {
 		return rule
 	}
-	return rt("MustUnits").Call(rule, jen.Id(r.UnitsPerNs()), jen.Id(r.UnitsPerToken()), jen.Id(r.BurstUnits()))
+	return gi("MustUnits").Call(rule, jen.Id(r.UnitsPerNs()), jen.Id(r.UnitsPerToken()), jen.Id(r.BurstUnits()))
 }
 
 // newStore builds one bucket set for a limit. A global rule's bucket is created
 // at now (its initial tokens and its interval grid start then).
 func newStore(r model.Rule, i int) jen.Code {
 	if r.KeyType == "" {
-		b := rt("NewBucketAt").Call(ruleOf(r, i), jen.Id("now"))
-		if i < len(r.RouteCost) && r.RouteCost[i] > 0 {
-			b = b.Dot("SetMaxCost").Call(lit(r.RouteCost[i]), jen.Lit("route "+strconv.Quote(r.RouteCostOf[i])))
-		}
-		return b
+		return rt("NewBucketAt").Call(ruleOf(r, i), jen.Id("now"))
 	}
-	return rt("NewTable").Types(jen.Id(r.KeyType)).Call(ruleOf(r, i), tableOptionsAt(r, r.Composite(), i))
+	return rt("NewTable").Types(jen.Id(r.KeyType)).Call(ruleOf(r, i), tableOptions(r, r.Composite()))
 }
 
-// tableOptionsAt is tableOptions for plan i's table: with the most a request
-// of the rule's routes may cost on it (model.Rule.RouteCost).
-func tableOptionsAt(r model.Rule, hash bool, i int) jen.Code {
+// costOf is a rule's genimpl.Cost: a request's default cost, and the most a
+// request of its routes may cost (model.Rule.RouteCost), which its numbers'
+// burst must hold.
+func costOf(r model.Rule, cost int64) jen.Code {
+	var fs []jen.Code
+	if cost != 1 {
+		fs = append(fs, field("Default", lit(cost)))
+	}
+	if len(r.RouteCost) > 0 && r.RouteCost[0] > 0 {
+		fs = append(fs, field("Most", lit(r.RouteCost[0])), field("Of", jen.Lit("route "+strconv.Quote(r.RouteCostOf[0]))))
+	}
+	return gi("Cost").Add(fields(fs...))
+}
+
+// tableOptions is a keyed rule's atomicbucket.TableOptions: its key cap and,
+// with hash, its composite key's grid hash (placed by its text form, alike
+// in every process).
+func tableOptions(r model.Rule, hash bool) jen.Code {
 	var opts []jen.Code
 	if r.MaxKeys > 0 {
 		atCap := "DenyAtCap"
@@ -400,19 +412,11 @@ func tableOptionsAt(r model.Rule, hash bool, i int) jen.Code {
 	if hash {
 		opts = append(opts, field("KeyHash", jen.Id(r.KeyType).Dot("gridHash")))
 	}
-	if i >= 0 && i < len(r.RouteCost) && r.RouteCost[i] != 0 {
-		opts = append(opts, field("MaxCost", lit(r.RouteCost[i])), field("MaxCostOf", jen.Lit("route "+strconv.Quote(r.RouteCostOf[i]))))
-	}
 	if len(opts) == 0 {
 		return rt("TableOptions").Values()
 	}
 	return rt("TableOptions").Add(fields(opts...))
 }
-
-// tableOptions is a keyed rule's atomicbucket.TableOptions: its key cap and,
-// with hash, its composite key's grid hash (placed by its text form, alike
-// in every process).
-func tableOptions(r model.Rule, hash bool) jen.Code { return tableOptionsAt(r, hash, -1) }
 
 // method describes one generated method and the runtime call behind it.
 type method struct {
@@ -427,7 +431,7 @@ type method struct {
 }
 
 // methods are a planned rule's methods (a rule without plans embeds
-// atomicbucket.Keyed or Global, which has them).
+// genimpl.Keyed or Global, which has them).
 func methods(r model.Rule) []method {
 	cost := jen.Id("cost")
 	costP := jen.Id("cost").Int64()

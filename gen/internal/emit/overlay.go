@@ -33,11 +33,11 @@ func emitOverlay(m *model.Model) jen.Code {
 	var entries []jen.Code
 	for _, r := range m.Rules {
 		switch {
-		case r.IsWindow() && !r.Planned && !r.Shared && r.KeyType != "": // atomicwindow.Keyed's
-			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "WindowTarget").Call(jen.Id("l").Dot(r.GoName).Dot("Keyed"), keyParse(r)))
+		case r.IsWindow() && !r.Planned && !r.Shared && r.KeyType != "": // genimpl.KeyedWindow's
+			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "WindowTarget").Call(jen.Id("l").Dot(r.GoName).Dot("KeyedWindow"), keyParse(r)))
 			continue
-		case r.IsWindow() && !r.Planned && !r.Shared: // atomicwindow.Global's
-			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "GlobalWindowTarget").Call(jen.Id("l").Dot(r.GoName).Dot("Global")))
+		case r.IsWindow() && !r.Planned && !r.Shared: // genimpl.GlobalWindow's
+			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "GlobalWindowTarget").Call(jen.Id("l").Dot(r.GoName).Dot("GlobalWindow")))
 			continue
 		case r.IsWindow() && !r.Planned: // a shared window's: its local window and its binding to the store
 			local := jen.Id("l").Dot(r.GoName).Dot("local").Dot("Window").Call()
@@ -75,11 +75,11 @@ func emitOverlay(m *model.Model) jen.Code {
 			continue
 		}
 		if keyedTarget(r) {
-			// atomicbucket.Keyed's, which the limiter embeds.
+			// genimpl.Keyed's, which the limiter embeds.
 			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "KeyedTarget").Call(jen.Id("l").Dot(r.GoName).Dot("Keyed"), keyParse(r)))
 			continue
 		}
-		if r.KeyType == "" && !r.Planned && !r.Shared { // atomicbucket.Global's, which the limiter embeds
+		if r.KeyType == "" && !r.Planned && !r.Shared { // genimpl.Global's, which the limiter embeds
 			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "GlobalTarget").Call(jen.Id("l").Dot(r.GoName).Dot("Global")))
 			continue
 		}
@@ -126,7 +126,7 @@ func emitOverlay(m *model.Model) jen.Code {
 }
 
 // keyedTarget says whether r is an overlay.KeyedTarget: a keyed rule without
-// plans kept in the process, whose limiter embeds atomicbucket.Keyed.
+// plans kept in the process, whose limiter embeds genimpl.Keyed.
 func keyedTarget(r model.Rule) bool { return r.KeyType != "" && !r.Planned && !r.Shared }
 
 func targetName(r model.Rule) string {

@@ -130,7 +130,7 @@ func unitsConsts(r model.Rule) jen.Code {
 }
 
 // emitGlobal is a global rule without plans: a type that embeds the
-// runtime's atomicbucket.Global, which has every method, and adds what is
+// runtime's genimpl.Global, which has every method, and adds what is
 // specialised: the rule's units as constants and, when they fold, an Allow
 // that takes them as arguments (and falls back on the runtime's check when
 // the bucket's numbers changed at run time).
@@ -139,13 +139,13 @@ func emitGlobal(r model.Rule, typ, ctor, doc string, recv jen.Code) jen.Code {
 	l := r.Limits[0]
 	g.Comment(fmt.Sprintf("%s returns %s's bucket, created at now.", ctor, r.GoName)).Line()
 	g.Func().Id(ctor).Params(jen.Id("now").Add(rt("Time"))).Op("*").Id(typ).Block(
-		jen.Return(jen.Op("&").Id(typ).Values(rt("NewGlobal").Call(newStore(r, 0), lit(l.Cost))))).Line().Line()
-	whose := "Its methods, atomicbucket.Global's, are"
+		jen.Return(jen.Op("&").Id(typ).Values(gi("NewGlobal").Call(newStore(r, 0), costOf(r, l.Cost))))).Line().Line()
+	whose := "Its methods, genimpl.Global's, are"
 	if r.Folded() {
-		whose = "Its methods, atomicbucket.Global's and the folded Allow below, are"
+		whose = "Its methods, genimpl.Global's and the folded Allow below, are"
 	}
 	g.Add(comment(strings.Replace(doc, "Its methods are", whose, 1)))
-	g.Type().Id(typ).Struct(rt("Global")).Line().Line()
+	g.Type().Id(typ).Struct(gi("Global")).Line().Line()
 	if r.Folded() {
 		g.Add(unitsConsts(r))
 		inc := jen.Id(r.UnitsPerToken()).Op("*").Add(lit(l.Cost))
@@ -175,16 +175,16 @@ func emitGlobal(r model.Rule, typ, ctor, doc string, recv jen.Code) jen.Code {
 }
 
 // emitKeyed is a keyed rule without plans: a type that embeds the runtime's
-// atomicbucket.Keyed, which has every method, and adds what is specialised:
+// genimpl.Keyed, which has every method, and adds what is specialised:
 // the rule's units as constants and, when they fold, an Allow that takes
 // them as arguments.
 func emitKeyed(r model.Rule, typ, ctor, doc string, recv jen.Code) jen.Code {
 	g := jen.Null()
-	keyed := rt("Keyed").Types(jen.Id(r.KeyType))
+	keyed := gi("Keyed").Types(jen.Id(r.KeyType))
 	keyOK := jen.Nil()
 	switch {
 	case r.KeyType == "string":
-		keyOK = rt("NonEmpty")
+		keyOK = gi("NonEmpty")
 	case r.Composite(): // a string field empty or too long, as no door reads it
 		var cond *jen.Statement
 		for _, f := range r.Fields {
@@ -204,10 +204,10 @@ func emitKeyed(r model.Rule, typ, ctor, doc string, recv jen.Code) jen.Code {
 	}
 	g.Comment(fmt.Sprintf("%s returns %s's (empty) table.", ctor, r.GoName)).Line()
 	g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
-		jen.Return(jen.Op("&").Id(typ).Values(rt("NewKeyed").Call(newStore(r, 0), lit(r.Limits[0].Cost), keyOK)))).Line().Line()
-	whose := "Its methods, atomicbucket.Keyed's, are"
+		jen.Return(jen.Op("&").Id(typ).Values(gi("NewKeyed").Call(newStore(r, 0), costOf(r, r.Limits[0].Cost), keyOK)))).Line().Line()
+	whose := "Its methods, genimpl.Keyed's, are"
 	if r.Folded() {
-		whose = "Its methods, atomicbucket.Keyed's and the folded Allow below, are"
+		whose = "Its methods, genimpl.Keyed's and the folded Allow below, are"
 	}
 	g.Add(comment(strings.Replace(doc, "Its methods are", whose, 1)))
 	g.Type().Id(typ).Struct(keyed).Line().Line()
@@ -416,7 +416,7 @@ func routeCostCheck(r model.Rule, plan jen.Code) jen.Code {
 		cost = jen.Index(jen.Lit(len(cs))).Int64().Values(cs...).Index(plan)
 		what = jen.Index(jen.Lit(len(ws))).String().Values(ws...).Index(plan)
 	}
-	return jen.If(jen.Err().Op(":=").Add(rt("CheckMaxCost")).Call(jen.Id("n").Dot("Burst"), cost, what), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err()))
+	return jen.If(jen.Err().Op(":=").Add(gi("CheckMaxCost")).Call(jen.Id("n").Dot("Burst"), cost, what), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err()))
 }
 
 // defaultCostCheck is the statement that refuses numbers n whose burst is
@@ -440,7 +440,7 @@ func defaultCostCheck(r model.Rule, plan jen.Code) jen.Code {
 		}
 		cost = jen.Index(jen.Lit(len(costs))).Int64().Values(lits...).Index(plan)
 	}
-	return jen.If(jen.Err().Op(":=").Add(rt("CheckCost")).Call(jen.Id("n").Dot("Burst"), cost), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err()))
+	return jen.If(jen.Err().Op(":=").Add(gi("CheckCost")).Call(jen.Id("n").Dot("Burst"), cost), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err()))
 }
 
 // planExpr is the plan parameter of a method of r, nil without plans.

@@ -9,7 +9,7 @@ import (
 )
 
 // emitWindow is a window rule (at most N in any interval of W): a type that
-// embeds the runtime's atomicwindow.Keyed or atomicwindow.Global, which has
+// embeds the runtime's genimpl.KeyedWindow or genimpl.GlobalWindow, which has
 // every method; its numbers are in its rule variable (emitLimitVar).
 func emitWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.Code {
 	if r.Planned {
@@ -20,17 +20,17 @@ func emitWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.Code {
 	if r.KeyType == "" {
 		g.Comment(fmt.Sprintf("%s returns %s's (empty) window.", ctor, r.GoName)).Line()
 		g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
-			jen.Return(jen.Op("&").Id(typ).Values(wrt("NewGlobal").Call(wrt("NewWindow").Call(jen.Id(r.LimitVar())), cost)))).Line().Line()
-		g.Add(comment(strings.Replace(doc, "Its methods are", "Its methods, atomicwindow.Global's, are", 1)))
-		g.Type().Id(typ).Struct(wrt("Global")).Line()
+			jen.Return(jen.Op("&").Id(typ).Values(gi("NewGlobalWindow").Call(wrt("NewWindow").Call(jen.Id(r.LimitVar())), cost)))).Line().Line()
+		g.Add(comment(strings.Replace(doc, "Its methods are", "Its methods, genimpl.GlobalWindow's, are", 1)))
+		g.Type().Id(typ).Struct(gi("GlobalWindow")).Line()
 		return g
 	}
 	table := wrt("NewTable").Types(jen.Id(r.KeyType)).Call(jen.Id(r.LimitVar()), tableOptions(r, false))
 	g.Comment(fmt.Sprintf("%s returns %s's (empty) table.", ctor, r.GoName)).Line()
 	g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
-		jen.Return(jen.Op("&").Id(typ).Values(wrt("NewKeyed").Call(table, cost)))).Line().Line()
-	g.Add(comment(strings.Replace(doc, "Its methods are", "Its methods, atomicwindow.Keyed's, are", 1)))
-	g.Type().Id(typ).Struct(wrt("Keyed").Types(jen.Id(r.KeyType))).Line()
+		jen.Return(jen.Op("&").Id(typ).Values(gi("NewKeyedWindow").Call(table, cost)))).Line().Line()
+	g.Add(comment(strings.Replace(doc, "Its methods are", "Its methods, genimpl.KeyedWindow's, are", 1)))
+	g.Type().Id(typ).Struct(gi("KeyedWindow").Types(jen.Id(r.KeyType))).Line()
 	return g
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/gen/internal/model"
 	"github.com/limitgen/limitgen/gen/internal/policy"
+	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/overlay/yamlfile"
 	"github.com/limitgen/limitgen/shared"
@@ -104,7 +105,7 @@ func (c ruleChecker) Check(plan int, n atomicbucket.Numbers) error {
 	if err != nil {
 		return err
 	}
-	if err := atomicbucket.CheckCost(n.Burst, c.r.Limits[max(plan, 0)].Cost); err != nil {
+	if err := genimpl.CheckCost(n.Burst, c.r.Limits[max(plan, 0)].Cost); err != nil {
 		return err
 	}
 	if c.r.Shared {

@@ -9,6 +9,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/gen/internal/model"
+	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/overlay"
 	"go.yaml.in/yaml/v3"
 )
@@ -113,7 +114,7 @@ func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what s
 	if !ok {
 		return l, false
 	}
-	if err := atomicbucket.CheckCost(l.Burst, l.Cost); err != nil {
+	if err := genimpl.CheckCost(l.Burst, l.Cost); err != nil {
 		n := fields["cost"]
 		if n == nil {
 			n = fields["burst"]

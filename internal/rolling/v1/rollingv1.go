@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
-const _ = atomicbucket.GeneratedAPIVersion4
+const _ = genimpl.APIVersion5
 
 // RuleName names a rule of the policy (the rule that denied a tier's request, say). The zero
 // RuleName names none.
@@ -341,15 +342,15 @@ var perUserLimit = atomicbucket.Limit{
 
 // newPerUserLocalLimiter returns PerUser's (empty) table.
 func newPerUserLocalLimiter() *PerUserLocalLimiter {
-	return &PerUserLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perUserLimit), perUserUnitsPerNs, perUserUnitsPerToken, perUserBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &PerUserLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(perUserLimit), perUserUnitsPerNs, perUserUnitsPerToken, perUserBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
 // PerUserLocalLimiter is PerUser decided in this process only, with the whole limit: what
 // PerUserLimiter.Local returns, for tests, and what PerUser's checks use while the package has no
-// store (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow below, are safe
-// for concurrent use.
+// store (SharedErr says so). Its methods, genimpl.Keyed's and the folded Allow below, are safe for
+// concurrent use.
 type PerUserLocalLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // PerUser's fixed-point units, computed when generating and checked against the runtime when the
@@ -541,15 +542,15 @@ var batchLimit = atomicbucket.Limit{
 
 // newBatchLocalLimiter returns Batch's (empty) table.
 func newBatchLocalLimiter() *BatchLocalLimiter {
-	return &BatchLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(batchLimit), batchUnitsPerNs, batchUnitsPerToken, batchBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &BatchLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(batchLimit), batchUnitsPerNs, batchUnitsPerToken, batchBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
 // BatchLocalLimiter is Batch decided in this process only, with the whole limit: what
 // BatchLimiter.Local returns, for tests, and what Batch's checks use while the package has no store
-// (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow below, are safe for
+// (SharedErr says so). Its methods, genimpl.Keyed's and the folded Allow below, are safe for
 // concurrent use.
 type BatchLocalLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // Batch's fixed-point units, computed when generating and checked against the runtime when the

@@ -14,7 +14,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
-	genimpl "github.com/limitgen/limitgen/genimpl"
+	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
@@ -24,7 +24,7 @@ import (
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
-const _ = atomicbucket.GeneratedAPIVersion4
+const _ = genimpl.APIVersion5
 
 // Plan selects the numbers of a rule that differs by plan (free, pro).
 // It is an index, not a string: choosing a plan costs no map lookup. A value
@@ -238,7 +238,7 @@ func (t checksNumbers) Check(plan int, n atomicbucket.Numbers) error {
 		return err
 	}
 
-	if err := atomicbucket.CheckMaxCost(n.Burst, 3, "route \"/grpc.health.v1.Health/Check\""); err != nil {
+	if err := genimpl.CheckMaxCost(n.Burst, 3, "route \"/grpc.health.v1.Health/Check\""); err != nil {
 		return err
 	}
 	return nil
@@ -421,14 +421,8 @@ var checksLimit = [2]atomicbucket.Limit{atomicbucket.Limit{
 // newChecksLimiter returns Checks's (empty) tables.
 func newChecksLimiter() *ChecksLimiter {
 	return &ChecksLimiter{s: [numPlans]*atomicbucket.Table[string]{
-		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(checksLimit[0]), atomicbucket.TableOptions{
-			MaxCost:   3,
-			MaxCostOf: "route \"/grpc.health.v1.Health/Check\"",
-		}),
-		PlanPro: atomicbucket.NewTable[string](atomicbucket.MustRule(checksLimit[1]), atomicbucket.TableOptions{
-			MaxCost:   3,
-			MaxCostOf: "route \"/grpc.health.v1.Health/Check\"",
-		}),
+		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(checksLimit[0]), atomicbucket.TableOptions{}),
+		PlanPro:  atomicbucket.NewTable[string](atomicbucket.MustRule(checksLimit[1]), atomicbucket.TableOptions{}),
 	}}
 }
 
@@ -586,7 +580,7 @@ func (l *ChecksLimiter) SetNumbersAt(plan Plan, now atomicbucket.Time, n atomicb
 		return ErrUnknownPlan
 	}
 
-	if err := atomicbucket.CheckMaxCost(n.Burst, 3, "route \"/grpc.health.v1.Health/Check\""); err != nil {
+	if err := genimpl.CheckMaxCost(n.Burst, 3, "route \"/grpc.health.v1.Health/Check\""); err != nil {
 		return err
 	}
 	return l.s[plan].SetNumbersAt(now, n, carry)
@@ -624,7 +618,7 @@ func (l *ChecksLimiter) SetKeyNumbersAt(key string, now atomicbucket.Time, n ato
 		return atomicbucket.ErrEmptyKey
 	}
 
-	if err := atomicbucket.CheckMaxCost(n.Burst, 3, "route \"/grpc.health.v1.Health/Check\""); err != nil {
+	if err := genimpl.CheckMaxCost(n.Burst, 3, "route \"/grpc.health.v1.Health/Check\""); err != nil {
 		return err
 	}
 	for _, t := range l.s {
@@ -684,13 +678,13 @@ var watchesLimit = atomicbucket.Limit{
 
 // newWatchesLimiter returns Watches's (empty) table.
 func newWatchesLimiter() *WatchesLimiter {
-	return &WatchesLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(watchesLimit), watchesUnitsPerNs, watchesUnitsPerToken, watchesBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &WatchesLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(watchesLimit), watchesUnitsPerNs, watchesUnitsPerToken, watchesBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
-// WatchesLimiter is the type of Watches. Its methods, atomicbucket.Keyed's and the folded Allow
-// below, are safe for concurrent use.
+// WatchesLimiter is the type of Watches. Its methods, genimpl.Keyed's and the folded Allow below,
+// are safe for concurrent use.
 type WatchesLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // Watches's fixed-point units, computed when generating and checked against the runtime when the
@@ -776,19 +770,19 @@ var tenantsLimit = atomicbucket.Limit{
 
 // newTenantsLocalLimiter returns Tenants's (empty) table.
 func newTenantsLocalLimiter() *TenantsLocalLimiter {
-	return &TenantsLocalLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[TenantsKey](atomicbucket.MustUnits(atomicbucket.MustRule(tenantsLimit), tenantsUnitsPerNs, tenantsUnitsPerToken, tenantsBurstUnits), atomicbucket.TableOptions{
+	return &TenantsLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[TenantsKey](genimpl.MustUnits(atomicbucket.MustRule(tenantsLimit), tenantsUnitsPerNs, tenantsUnitsPerToken, tenantsBurstUnits), atomicbucket.TableOptions{
 		KeyHash: TenantsKey.gridHash,
-	}), 1, func(k TenantsKey) bool {
+	}), genimpl.Cost{}, func(k TenantsKey) bool {
 		return verdict.KeyOK(k.Tenant) && verdict.KeyOK(k.Region)
 	})}
 }
 
 // TenantsLocalLimiter is Tenants decided in this process only, with the whole limit: what
 // TenantsLimiter.Local returns, for tests, and what Tenants's checks use while the package has no
-// store (SharedErr says so). Its methods, atomicbucket.Keyed's and the folded Allow below, are safe
-// for concurrent use.
+// store (SharedErr says so). Its methods, genimpl.Keyed's and the folded Allow below, are safe for
+// concurrent use.
 type TenantsLocalLimiter struct {
-	atomicbucket.Keyed[TenantsKey]
+	genimpl.Keyed[TenantsKey]
 }
 
 // Tenants's fixed-point units, computed when generating and checked against the runtime when the
@@ -980,13 +974,13 @@ var perMethodLimit = atomicbucket.Limit{
 
 // newPerMethodLimiter returns PerMethod's (empty) table.
 func newPerMethodLimiter() *PerMethodLimiter {
-	return &PerMethodLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perMethodLimit), perMethodUnitsPerNs, perMethodUnitsPerToken, perMethodBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &PerMethodLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(perMethodLimit), perMethodUnitsPerNs, perMethodUnitsPerToken, perMethodBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
-// PerMethodLimiter is the type of PerMethod. Its methods, atomicbucket.Keyed's and the folded Allow
+// PerMethodLimiter is the type of PerMethod. Its methods, genimpl.Keyed's and the folded Allow
 // below, are safe for concurrent use.
 type PerMethodLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // PerMethod's fixed-point units, computed when generating and checked against the runtime when the
@@ -1025,13 +1019,13 @@ var globalLimit = atomicbucket.Limit{
 
 // newGlobalLimiter returns Global's bucket, created at now.
 func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
-	return &GlobalLimiter{atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now), 1)}
+	return &GlobalLimiter{genimpl.NewGlobal(atomicbucket.NewBucketAt(genimpl.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now), genimpl.Cost{})}
 }
 
-// GlobalLimiter is the type of Global. Its methods, atomicbucket.Global's and the folded Allow
-// below, are safe for concurrent use.
+// GlobalLimiter is the type of Global. Its methods, genimpl.Global's and the folded Allow below,
+// are safe for concurrent use.
 type GlobalLimiter struct {
-	atomicbucket.Global
+	genimpl.Global
 }
 
 // Global's fixed-point units, computed when generating and checked against the runtime when the

@@ -11,7 +11,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
-	genimpl "github.com/limitgen/limitgen/genimpl"
+	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/verdict"
@@ -20,7 +20,7 @@ import (
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
-const _ = atomicbucket.GeneratedAPIVersion4
+const _ = genimpl.APIVersion5
 
 // RuleName names a rule of the policy (the rule that denied a tier's request, say). The zero
 // RuleName names none.
@@ -131,13 +131,13 @@ var updatesLimit = atomicbucket.Limit{
 
 // newUpdatesLimiter returns Updates's (empty) table.
 func newUpdatesLimiter() *UpdatesLimiter {
-	return &UpdatesLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(updatesLimit), updatesUnitsPerNs, updatesUnitsPerToken, updatesBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &UpdatesLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(updatesLimit), updatesUnitsPerNs, updatesUnitsPerToken, updatesBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
-// UpdatesLimiter is the type of Updates. Its methods, atomicbucket.Keyed's and the folded Allow
-// below, are safe for concurrent use.
+// UpdatesLimiter is the type of Updates. Its methods, genimpl.Keyed's and the folded Allow below,
+// are safe for concurrent use.
 type UpdatesLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // Updates's fixed-point units, computed when generating and checked against the runtime when the
@@ -175,13 +175,13 @@ var lookupsLimit = atomicbucket.Limit{
 
 // newLookupsLimiter returns Lookups's (empty) table.
 func newLookupsLimiter() *LookupsLimiter {
-	return &LookupsLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(lookupsLimit), lookupsUnitsPerNs, lookupsUnitsPerToken, lookupsBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &LookupsLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(lookupsLimit), lookupsUnitsPerNs, lookupsUnitsPerToken, lookupsBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
-// LookupsLimiter is the type of Lookups. Its methods, atomicbucket.Keyed's and the folded Allow
-// below, are safe for concurrent use.
+// LookupsLimiter is the type of Lookups. Its methods, genimpl.Keyed's and the folded Allow below,
+// are safe for concurrent use.
 type LookupsLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // Lookups's fixed-point units, computed when generating and checked against the runtime when the

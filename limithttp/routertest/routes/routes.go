@@ -10,14 +10,14 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
-	genimpl "github.com/limitgen/limitgen/genimpl"
+	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/verdict"
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
-const _ = atomicbucket.GeneratedAPIVersion4
+const _ = genimpl.APIVersion5
 
 // RuleName names a rule of the policy (the rule that denied a tier's request, say). The zero
 // RuleName names none.
@@ -187,13 +187,13 @@ var loginLimit = atomicbucket.Limit{
 
 // newLoginLimiter returns Login's bucket, created at now.
 func newLoginLimiter(now atomicbucket.Time) *LoginLimiter {
-	return &LoginLimiter{atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(loginLimit), loginUnitsPerNs, loginUnitsPerToken, loginBurstUnits), now), 1)}
+	return &LoginLimiter{genimpl.NewGlobal(atomicbucket.NewBucketAt(genimpl.MustUnits(atomicbucket.MustRule(loginLimit), loginUnitsPerNs, loginUnitsPerToken, loginBurstUnits), now), genimpl.Cost{})}
 }
 
-// LoginLimiter is the type of Login. Its methods, atomicbucket.Global's and the folded Allow below,
-// are safe for concurrent use.
+// LoginLimiter is the type of Login. Its methods, genimpl.Global's and the folded Allow below, are
+// safe for concurrent use.
 type LoginLimiter struct {
-	atomicbucket.Global
+	genimpl.Global
 }
 
 // Login's fixed-point units, computed when generating and checked against the runtime when the
@@ -240,16 +240,16 @@ var checkoutLimit = atomicbucket.Limit{
 
 // newCheckoutLimiter returns Checkout's (empty) table.
 func newCheckoutLimiter() *CheckoutLimiter {
-	return &CheckoutLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(checkoutLimit), checkoutUnitsPerNs, checkoutUnitsPerToken, checkoutBurstUnits), atomicbucket.TableOptions{
+	return &CheckoutLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(checkoutLimit), checkoutUnitsPerNs, checkoutUnitsPerToken, checkoutBurstUnits), atomicbucket.TableOptions{
 		MaxKeys: 1000,
 		AtCap:   atomicbucket.DenyAtCap,
-	}), 1, atomicbucket.NonEmpty)}
+	}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
-// CheckoutLimiter is the type of Checkout. Its methods, atomicbucket.Keyed's and the folded Allow
-// below, are safe for concurrent use.
+// CheckoutLimiter is the type of Checkout. Its methods, genimpl.Keyed's and the folded Allow below,
+// are safe for concurrent use.
 type CheckoutLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // Checkout's fixed-point units, computed when generating and checked against the runtime when the
@@ -287,13 +287,13 @@ var filesLimit = atomicbucket.Limit{
 
 // newFilesLimiter returns Files's bucket, created at now.
 func newFilesLimiter(now atomicbucket.Time) *FilesLimiter {
-	return &FilesLimiter{atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(filesLimit), filesUnitsPerNs, filesUnitsPerToken, filesBurstUnits), now), 1)}
+	return &FilesLimiter{genimpl.NewGlobal(atomicbucket.NewBucketAt(genimpl.MustUnits(atomicbucket.MustRule(filesLimit), filesUnitsPerNs, filesUnitsPerToken, filesBurstUnits), now), genimpl.Cost{})}
 }
 
-// FilesLimiter is the type of Files. Its methods, atomicbucket.Global's and the folded Allow below,
-// are safe for concurrent use.
+// FilesLimiter is the type of Files. Its methods, genimpl.Global's and the folded Allow below, are
+// safe for concurrent use.
 type FilesLimiter struct {
-	atomicbucket.Global
+	genimpl.Global
 }
 
 // Files's fixed-point units, computed when generating and checked against the runtime when the
@@ -340,13 +340,13 @@ var userLimit = atomicbucket.Limit{
 
 // newUserLimiter returns User's bucket, created at now.
 func newUserLimiter(now atomicbucket.Time) *UserLimiter {
-	return &UserLimiter{atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(userLimit), userUnitsPerNs, userUnitsPerToken, userBurstUnits), now), 1)}
+	return &UserLimiter{genimpl.NewGlobal(atomicbucket.NewBucketAt(genimpl.MustUnits(atomicbucket.MustRule(userLimit), userUnitsPerNs, userUnitsPerToken, userBurstUnits), now), genimpl.Cost{})}
 }
 
-// UserLimiter is the type of User. Its methods, atomicbucket.Global's and the folded Allow below,
-// are safe for concurrent use.
+// UserLimiter is the type of User. Its methods, genimpl.Global's and the folded Allow below, are
+// safe for concurrent use.
 type UserLimiter struct {
-	atomicbucket.Global
+	genimpl.Global
 }
 
 // User's fixed-point units, computed when generating and checked against the runtime when the
@@ -393,13 +393,13 @@ var deleteUserLimit = atomicbucket.Limit{
 
 // newDeleteUserLimiter returns DeleteUser's bucket, created at now.
 func newDeleteUserLimiter(now atomicbucket.Time) *DeleteUserLimiter {
-	return &DeleteUserLimiter{atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(deleteUserLimit), deleteUserUnitsPerNs, deleteUserUnitsPerToken, deleteUserBurstUnits), now), 1)}
+	return &DeleteUserLimiter{genimpl.NewGlobal(atomicbucket.NewBucketAt(genimpl.MustUnits(atomicbucket.MustRule(deleteUserLimit), deleteUserUnitsPerNs, deleteUserUnitsPerToken, deleteUserBurstUnits), now), genimpl.Cost{})}
 }
 
-// DeleteUserLimiter is the type of DeleteUser. Its methods, atomicbucket.Global's and the folded
-// Allow below, are safe for concurrent use.
+// DeleteUserLimiter is the type of DeleteUser. Its methods, genimpl.Global's and the folded Allow
+// below, are safe for concurrent use.
 type DeleteUserLimiter struct {
-	atomicbucket.Global
+	genimpl.Global
 }
 
 // DeleteUser's fixed-point units, computed when generating and checked against the runtime when the
@@ -447,13 +447,13 @@ var postLimit = atomicbucket.Limit{
 
 // newPostLimiter returns Post's bucket, created at now.
 func newPostLimiter(now atomicbucket.Time) *PostLimiter {
-	return &PostLimiter{atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(postLimit), postUnitsPerNs, postUnitsPerToken, postBurstUnits), now), 1)}
+	return &PostLimiter{genimpl.NewGlobal(atomicbucket.NewBucketAt(genimpl.MustUnits(atomicbucket.MustRule(postLimit), postUnitsPerNs, postUnitsPerToken, postBurstUnits), now), genimpl.Cost{})}
 }
 
-// PostLimiter is the type of Post. Its methods, atomicbucket.Global's and the folded Allow below,
-// are safe for concurrent use.
+// PostLimiter is the type of Post. Its methods, genimpl.Global's and the folded Allow below, are
+// safe for concurrent use.
 type PostLimiter struct {
-	atomicbucket.Global
+	genimpl.Global
 }
 
 // Post's fixed-point units, computed when generating and checked against the runtime when the
@@ -500,13 +500,13 @@ var adminLimit = atomicbucket.Limit{
 
 // newAdminLimiter returns Admin's bucket, created at now.
 func newAdminLimiter(now atomicbucket.Time) *AdminLimiter {
-	return &AdminLimiter{atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(adminLimit), adminUnitsPerNs, adminUnitsPerToken, adminBurstUnits), now), 1)}
+	return &AdminLimiter{genimpl.NewGlobal(atomicbucket.NewBucketAt(genimpl.MustUnits(atomicbucket.MustRule(adminLimit), adminUnitsPerNs, adminUnitsPerToken, adminBurstUnits), now), genimpl.Cost{})}
 }
 
-// AdminLimiter is the type of Admin. Its methods, atomicbucket.Global's and the folded Allow below,
-// are safe for concurrent use.
+// AdminLimiter is the type of Admin. Its methods, genimpl.Global's and the folded Allow below, are
+// safe for concurrent use.
 type AdminLimiter struct {
-	atomicbucket.Global
+	genimpl.Global
 }
 
 // Admin's fixed-point units, computed when generating and checked against the runtime when the
@@ -553,13 +553,13 @@ var rootLimit = atomicbucket.Limit{
 
 // newRootLimiter returns Root's bucket, created at now.
 func newRootLimiter(now atomicbucket.Time) *RootLimiter {
-	return &RootLimiter{atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(rootLimit), rootUnitsPerNs, rootUnitsPerToken, rootBurstUnits), now), 1)}
+	return &RootLimiter{genimpl.NewGlobal(atomicbucket.NewBucketAt(genimpl.MustUnits(atomicbucket.MustRule(rootLimit), rootUnitsPerNs, rootUnitsPerToken, rootBurstUnits), now), genimpl.Cost{})}
 }
 
-// RootLimiter is the type of Root. Its methods, atomicbucket.Global's and the folded Allow below,
-// are safe for concurrent use.
+// RootLimiter is the type of Root. Its methods, genimpl.Global's and the folded Allow below, are
+// safe for concurrent use.
 type RootLimiter struct {
-	atomicbucket.Global
+	genimpl.Global
 }
 
 // Root's fixed-point units, computed when generating and checked against the runtime when the

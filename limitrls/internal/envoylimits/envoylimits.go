@@ -12,13 +12,14 @@ import (
 	"github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/atomicwindow"
+	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limitrls"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/verdict"
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
-const _ = atomicbucket.GeneratedAPIVersion4
+const _ = genimpl.APIVersion5
 
 // RuleName names a rule of the policy (the rule that denied a tier's request, say). The zero
 // RuleName names none.
@@ -115,7 +116,7 @@ func (l *Limits) NumbersApplied() (int, int64, time.Time) {
 func (l *Limits) newNumbers() overlay.Numbers {
 	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: nil,
-		Rules: map[string]overlay.Target{"RlSourceClusterProxyDestinationCluster": overlay.WindowTarget(l.RlSourceClusterProxyDestinationCluster.Keyed, nil), "RlSourceClusterProxyDestinationClusterBar": overlay.GlobalWindowTarget(l.RlSourceClusterProxyDestinationClusterBar.Global), "RlRemoteAddress": overlay.WindowTarget(l.RlRemoteAddress.Keyed, nil), "Reports": overlay.GlobalWindowTarget(l.Reports.Global), "RlTenantUser": overlay.WindowTarget(l.RlTenantUser.Keyed, ParseRlTenantUserKey)},
+		Rules: map[string]overlay.Target{"RlSourceClusterProxyDestinationCluster": overlay.WindowTarget(l.RlSourceClusterProxyDestinationCluster.KeyedWindow, nil), "RlSourceClusterProxyDestinationClusterBar": overlay.GlobalWindowTarget(l.RlSourceClusterProxyDestinationClusterBar.GlobalWindow), "RlRemoteAddress": overlay.WindowTarget(l.RlRemoteAddress.KeyedWindow, nil), "Reports": overlay.GlobalWindowTarget(l.Reports.GlobalWindow), "RlTenantUser": overlay.WindowTarget(l.RlTenantUser.KeyedWindow, ParseRlTenantUserKey)},
 	})
 }
 
@@ -148,14 +149,14 @@ var rlSourceClusterProxyDestinationClusterLimit = atomicwindow.MustRule(100, tim
 
 // newRlSourceClusterProxyDestinationClusterLimiter returns RlSourceClusterProxyDestinationCluster's (empty) table.
 func newRlSourceClusterProxyDestinationClusterLimiter() *RlSourceClusterProxyDestinationClusterLimiter {
-	return &RlSourceClusterProxyDestinationClusterLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[string](rlSourceClusterProxyDestinationClusterLimit, atomicbucket.TableOptions{}), 1)}
+	return &RlSourceClusterProxyDestinationClusterLimiter{genimpl.NewKeyedWindow(atomicwindow.NewTable[string](rlSourceClusterProxyDestinationClusterLimit, atomicbucket.TableOptions{}), 1)}
 }
 
 // RlSourceClusterProxyDestinationClusterLimiter is the type of
-// RlSourceClusterProxyDestinationCluster. Its methods, atomicwindow.Keyed's, are safe for
+// RlSourceClusterProxyDestinationCluster. Its methods, genimpl.KeyedWindow's, are safe for
 // concurrent use.
 type RlSourceClusterProxyDestinationClusterLimiter struct {
-	atomicwindow.Keyed[string]
+	genimpl.KeyedWindow[string]
 }
 
 // rlSourceClusterProxyDestinationClusterBarLimit is RlSourceClusterProxyDestinationClusterBar's
@@ -164,14 +165,14 @@ var rlSourceClusterProxyDestinationClusterBarLimit = atomicwindow.MustRule(1, ti
 
 // newRlSourceClusterProxyDestinationClusterBarLimiter returns RlSourceClusterProxyDestinationClusterBar's (empty) window.
 func newRlSourceClusterProxyDestinationClusterBarLimiter() *RlSourceClusterProxyDestinationClusterBarLimiter {
-	return &RlSourceClusterProxyDestinationClusterBarLimiter{atomicwindow.NewGlobal(atomicwindow.NewWindow(rlSourceClusterProxyDestinationClusterBarLimit), 1)}
+	return &RlSourceClusterProxyDestinationClusterBarLimiter{genimpl.NewGlobalWindow(atomicwindow.NewWindow(rlSourceClusterProxyDestinationClusterBarLimit), 1)}
 }
 
 // RlSourceClusterProxyDestinationClusterBarLimiter is the type of
-// RlSourceClusterProxyDestinationClusterBar. Its methods, atomicwindow.Global's, are safe for
+// RlSourceClusterProxyDestinationClusterBar. Its methods, genimpl.GlobalWindow's, are safe for
 // concurrent use.
 type RlSourceClusterProxyDestinationClusterBarLimiter struct {
-	atomicwindow.Global
+	genimpl.GlobalWindow
 }
 
 // rlRemoteAddressLimit is RlRemoteAddress's window rule, as the policy gives it.
@@ -179,13 +180,13 @@ var rlRemoteAddressLimit = atomicwindow.MustRule(10, time.Second)
 
 // newRlRemoteAddressLimiter returns RlRemoteAddress's (empty) table.
 func newRlRemoteAddressLimiter() *RlRemoteAddressLimiter {
-	return &RlRemoteAddressLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[string](rlRemoteAddressLimit, atomicbucket.TableOptions{}), 1)}
+	return &RlRemoteAddressLimiter{genimpl.NewKeyedWindow(atomicwindow.NewTable[string](rlRemoteAddressLimit, atomicbucket.TableOptions{}), 1)}
 }
 
-// RlRemoteAddressLimiter is the type of RlRemoteAddress. Its methods, atomicwindow.Keyed's, are
+// RlRemoteAddressLimiter is the type of RlRemoteAddress. Its methods, genimpl.KeyedWindow's, are
 // safe for concurrent use.
 type RlRemoteAddressLimiter struct {
-	atomicwindow.Keyed[string]
+	genimpl.KeyedWindow[string]
 }
 
 // reportsLimit is Reports's window rule, as the policy gives it.
@@ -193,13 +194,13 @@ var reportsLimit = atomicwindow.MustRule(2, time.Hour)
 
 // newReportsLimiter returns Reports's (empty) window.
 func newReportsLimiter() *ReportsLimiter {
-	return &ReportsLimiter{atomicwindow.NewGlobal(atomicwindow.NewWindow(reportsLimit), 1)}
+	return &ReportsLimiter{genimpl.NewGlobalWindow(atomicwindow.NewWindow(reportsLimit), 1)}
 }
 
-// ReportsLimiter is the type of Reports. Its methods, atomicwindow.Global's, are safe for
+// ReportsLimiter is the type of Reports. Its methods, genimpl.GlobalWindow's, are safe for
 // concurrent use.
 type ReportsLimiter struct {
-	atomicwindow.Global
+	genimpl.GlobalWindow
 }
 
 // RlTenantUserKey is rule RlTenantUser's key: tenant (string), user (string).
@@ -255,13 +256,13 @@ var rlTenantUserLimit = atomicwindow.MustRule(2, time.Minute)
 
 // newRlTenantUserLimiter returns RlTenantUser's (empty) table.
 func newRlTenantUserLimiter() *RlTenantUserLimiter {
-	return &RlTenantUserLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[RlTenantUserKey](rlTenantUserLimit, atomicbucket.TableOptions{}), 1)}
+	return &RlTenantUserLimiter{genimpl.NewKeyedWindow(atomicwindow.NewTable[RlTenantUserKey](rlTenantUserLimit, atomicbucket.TableOptions{}), 1)}
 }
 
-// RlTenantUserLimiter is the type of RlTenantUser. Its methods, atomicwindow.Keyed's, are safe for
+// RlTenantUserLimiter is the type of RlTenantUser. Its methods, genimpl.KeyedWindow's, are safe for
 // concurrent use.
 type RlTenantUserLimiter struct {
-	atomicwindow.Keyed[RlTenantUserKey]
+	genimpl.KeyedWindow[RlTenantUserKey]
 }
 
 // httpPolicyRlSourceClusterProxyDestinationCluster is rule RlSourceClusterProxyDestinationCluster

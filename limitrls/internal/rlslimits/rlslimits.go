@@ -12,14 +12,14 @@ import (
 
 	"github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/limitgen/limitgen/atomicbucket"
-	genimpl "github.com/limitgen/limitgen/genimpl"
+	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limitrls"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/verdict"
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
-const _ = atomicbucket.GeneratedAPIVersion4
+const _ = genimpl.APIVersion5
 
 // Plan selects the numbers of a rule that differs by plan (free, pro).
 // It is an index, not a string: choosing a plan costs no map lookup. A value
@@ -266,13 +266,13 @@ var perIPLimit = atomicbucket.Limit{
 
 // newPerIPLimiter returns PerIP's (empty) table.
 func newPerIPLimiter() *PerIPLimiter {
-	return &PerIPLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[string](atomicbucket.MustUnits(atomicbucket.MustRule(perIPLimit), perIPUnitsPerNs, perIPUnitsPerToken, perIPBurstUnits), atomicbucket.TableOptions{}), 1, atomicbucket.NonEmpty)}
+	return &PerIPLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(perIPLimit), perIPUnitsPerNs, perIPUnitsPerToken, perIPBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
-// PerIPLimiter is the type of PerIP. Its methods, atomicbucket.Keyed's and the folded Allow below,
-// are safe for concurrent use.
+// PerIPLimiter is the type of PerIP. Its methods, genimpl.Keyed's and the folded Allow below, are
+// safe for concurrent use.
 type PerIPLimiter struct {
-	atomicbucket.Keyed[string]
+	genimpl.Keyed[string]
 }
 
 // PerIP's fixed-point units, computed when generating and checked against the runtime when the
@@ -611,17 +611,17 @@ var perTenantUserLimit = atomicbucket.Limit{
 
 // newPerTenantUserLimiter returns PerTenantUser's (empty) table.
 func newPerTenantUserLimiter() *PerTenantUserLimiter {
-	return &PerTenantUserLimiter{atomicbucket.NewKeyed(atomicbucket.NewTable[PerTenantUserKey](atomicbucket.MustUnits(atomicbucket.MustRule(perTenantUserLimit), perTenantUserUnitsPerNs, perTenantUserUnitsPerToken, perTenantUserBurstUnits), atomicbucket.TableOptions{
+	return &PerTenantUserLimiter{genimpl.NewKeyed(atomicbucket.NewTable[PerTenantUserKey](genimpl.MustUnits(atomicbucket.MustRule(perTenantUserLimit), perTenantUserUnitsPerNs, perTenantUserUnitsPerToken, perTenantUserBurstUnits), atomicbucket.TableOptions{
 		KeyHash: PerTenantUserKey.gridHash,
-	}), 1, func(k PerTenantUserKey) bool {
+	}), genimpl.Cost{}, func(k PerTenantUserKey) bool {
 		return verdict.KeyOK(k.Tenant)
 	})}
 }
 
-// PerTenantUserLimiter is the type of PerTenantUser. Its methods, atomicbucket.Keyed's and the
-// folded Allow below, are safe for concurrent use.
+// PerTenantUserLimiter is the type of PerTenantUser. Its methods, genimpl.Keyed's and the folded
+// Allow below, are safe for concurrent use.
 type PerTenantUserLimiter struct {
-	atomicbucket.Keyed[PerTenantUserKey]
+	genimpl.Keyed[PerTenantUserKey]
 }
 
 // PerTenantUser's fixed-point units, computed when generating and checked against the runtime when
@@ -660,13 +660,13 @@ var globalLimit = atomicbucket.Limit{
 
 // newGlobalLimiter returns Global's bucket, created at now.
 func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
-	return &GlobalLimiter{atomicbucket.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now), 1)}
+	return &GlobalLimiter{genimpl.NewGlobal(atomicbucket.NewBucketAt(genimpl.MustUnits(atomicbucket.MustRule(globalLimit), globalUnitsPerNs, globalUnitsPerToken, globalBurstUnits), now), genimpl.Cost{})}
 }
 
-// GlobalLimiter is the type of Global. Its methods, atomicbucket.Global's and the folded Allow
-// below, are safe for concurrent use.
+// GlobalLimiter is the type of Global. Its methods, genimpl.Global's and the folded Allow below,
+// are safe for concurrent use.
 type GlobalLimiter struct {
-	atomicbucket.Global
+	genimpl.Global
 }
 
 // Global's fixed-point units, computed when generating and checked against the runtime when the

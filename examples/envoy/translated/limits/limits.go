@@ -12,6 +12,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/atomicwindow"
+	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limitrls"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
@@ -19,7 +20,7 @@ import (
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
-const _ = atomicbucket.GeneratedAPIVersion4
+const _ = genimpl.APIVersion5
 
 // RuleName names a rule of the policy (the rule that denied a tier's request, say). The zero
 // RuleName names none.
@@ -186,15 +187,15 @@ var rlRemoteAddressLimit = atomicwindow.MustRule(10, time.Second)
 
 // newRlRemoteAddressLocalLimiter returns RlRemoteAddress's (empty) table.
 func newRlRemoteAddressLocalLimiter() *RlRemoteAddressLocalLimiter {
-	return &RlRemoteAddressLocalLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[string](rlRemoteAddressLimit, atomicbucket.TableOptions{}), 1)}
+	return &RlRemoteAddressLocalLimiter{genimpl.NewKeyedWindow(atomicwindow.NewTable[string](rlRemoteAddressLimit, atomicbucket.TableOptions{}), 1)}
 }
 
 // RlRemoteAddressLocalLimiter is RlRemoteAddress decided in this process only, with the whole
 // limit: what RlRemoteAddressLimiter.Local returns, for tests, and what RlRemoteAddress's checks
-// use while the package has no store (SharedErr says so). Its methods, atomicwindow.Keyed's, are
+// use while the package has no store (SharedErr says so). Its methods, genimpl.KeyedWindow's, are
 // safe for concurrent use.
 type RlRemoteAddressLocalLimiter struct {
-	atomicwindow.Keyed[string]
+	genimpl.KeyedWindow[string]
 }
 
 // newRlRemoteAddressLimiter returns RlRemoteAddress's limiter over its process-local window; New binds it to the store.
@@ -334,15 +335,15 @@ var rlTenantUserLimit = atomicwindow.MustRule(3, time.Minute)
 
 // newRlTenantUserLocalLimiter returns RlTenantUser's (empty) table.
 func newRlTenantUserLocalLimiter() *RlTenantUserLocalLimiter {
-	return &RlTenantUserLocalLimiter{atomicwindow.NewKeyed(atomicwindow.NewTable[RlTenantUserKey](rlTenantUserLimit, atomicbucket.TableOptions{}), 1)}
+	return &RlTenantUserLocalLimiter{genimpl.NewKeyedWindow(atomicwindow.NewTable[RlTenantUserKey](rlTenantUserLimit, atomicbucket.TableOptions{}), 1)}
 }
 
 // RlTenantUserLocalLimiter is RlTenantUser decided in this process only, with the whole limit: what
 // RlTenantUserLimiter.Local returns, for tests, and what RlTenantUser's checks use while the
-// package has no store (SharedErr says so). Its methods, atomicwindow.Keyed's, are safe for
+// package has no store (SharedErr says so). Its methods, genimpl.KeyedWindow's, are safe for
 // concurrent use.
 type RlTenantUserLocalLimiter struct {
-	atomicwindow.Keyed[RlTenantUserKey]
+	genimpl.KeyedWindow[RlTenantUserKey]
 }
 
 // newRlTenantUserLimiter returns RlTenantUser's limiter over its process-local window; New binds it to the store.

@@ -1,8 +1,10 @@
-package atomicbucket
+package genimpl
 
 import (
 	"context"
 	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
 )
 
 // Keyed is a keyed rule's limiter as a generated package gives it, over one
@@ -10,57 +12,70 @@ import (
 // (its Allow with the rule's units folded in as constants). Its methods are
 // safe for concurrent use.
 type Keyed[K comparable] struct {
-	t     *Table[K]
+	t     *atomicbucket.Table[K]
 	cost  int64        // a request's default cost (Allow's)
+	most  Cost         // the most a request of the rule's routes may cost
 	keyOK func(K) bool // whether a key may have numbers of its own; nil: every key
 }
 
-// NewKeyed returns the limiter over t whose requests cost cost by default;
+// Cost is what a rule's requests cost: Default when a door says nothing,
+// and the Most one of the rule's routes may cost (Of names it), which the
+// numbers' burst must hold. Zero fields: 1, and no such route.
+type Cost struct {
+	Default, Most int64
+	Of            string
+}
+
+// NewKeyed returns the limiter over t whose requests cost what c says;
 // keyOK, when not nil, says which keys may be given numbers of their own (a
 // key no door ever checks, such as the empty string, may not: its numbers
 // would never apply).
-func NewKeyed[K comparable](t *Table[K], cost int64, keyOK func(K) bool) Keyed[K] {
-	return Keyed[K]{t: t, cost: max(cost, 1), keyOK: keyOK}
+func NewKeyed[K comparable](t *atomicbucket.Table[K], c Cost, keyOK func(K) bool) Keyed[K] {
+	return Keyed[K]{t: t, cost: max(c.Default, 1), most: c, keyOK: keyOK}
 }
 
 // NonEmpty is NewKeyed's keyOK for string keys: the empty key is no key.
 func NonEmpty(key string) bool { return key != "" }
 
 // Table returns the runtime table behind the limiter.
-func (l Keyed[K]) Table() *Table[K] { return l.t }
+func (l Keyed[K]) Table() *atomicbucket.Table[K] { return l.t }
 
 // Rule returns the runtime rule behind the limiter (its units, exactness and
 // limits).
-func (l Keyed[K]) Rule() *Rule { return l.t.Rule() }
+func (l Keyed[K]) Rule() *atomicbucket.Rule { return l.t.Rule() }
 
 // Allow reports whether a request of the rule's default cost is allowed now,
 // taking its tokens if so.
-func (l Keyed[K]) Allow(key K) bool { return l.t.allowCostNow(key, l.cost) }
+func (l Keyed[K]) Allow(key K) bool { return allowCostNow(l.t, key, l.cost) }
 
 // AllowAt is Allow at time now.
-func (l Keyed[K]) AllowAt(key K, now Time) bool { return l.t.allowCost(key, now, l.cost) }
+func (l Keyed[K]) AllowAt(key K, now atomicbucket.Time) bool { return allowCost(l.t, key, now, l.cost) }
 
 // AllowN checks a request of the given cost now, taking its tokens if
 // allowed.
-func (l Keyed[K]) AllowN(key K, cost int64) Decision { return l.t.AllowN(key, cost) }
+func (l Keyed[K]) AllowN(key K, cost int64) atomicbucket.Decision { return l.t.AllowN(key, cost) }
 
 // AllowNAt is AllowN at time now.
-func (l Keyed[K]) AllowNAt(key K, now Time, cost int64) Decision { return l.t.AllowNAt(key, now, cost) }
+func (l Keyed[K]) AllowNAt(key K, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.t.AllowNAt(key, now, cost)
+}
 
 // Peek is what AllowN would decide now, taking nothing.
-func (l Keyed[K]) Peek(key K, cost int64) Decision { return l.t.Peek(key, cost) }
+func (l Keyed[K]) Peek(key K, cost int64) atomicbucket.Decision { return l.t.Peek(key, cost) }
 
 // PeekAt is Peek at time now.
-func (l Keyed[K]) PeekAt(key K, now Time, cost int64) Decision { return l.t.PeekAt(key, now, cost) }
+func (l Keyed[K]) PeekAt(key K, now atomicbucket.Time, cost int64) atomicbucket.Decision {
+	return l.t.PeekAt(key, now, cost)
+}
 
 // Reserve takes cost tokens now if they can be had within maxWait; see
 // Reservation.
-func (l Keyed[K]) Reserve(key K, cost int64, maxWait time.Duration) Reservation {
+func (l Keyed[K]) Reserve(key K, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	return l.t.Reserve(key, cost, maxWait)
 }
 
 // ReserveAt is Reserve at time now.
-func (l Keyed[K]) ReserveAt(key K, now Time, cost int64, maxWait time.Duration) Reservation {
+func (l Keyed[K]) ReserveAt(key K, now atomicbucket.Time, cost int64, maxWait time.Duration) atomicbucket.Reservation {
 	return l.t.ReserveAt(key, now, cost, maxWait)
 }
 
@@ -72,7 +87,7 @@ func (l Keyed[K]) Wait(ctx context.Context, key K, cost int64) error { return l.
 func (l Keyed[K]) Refund(key K, cost int64) { l.t.Refund(key, cost) }
 
 // RefundAt is Refund at time now.
-func (l Keyed[K]) RefundAt(key K, now Time, cost int64) { l.t.RefundAt(key, now, cost) }
+func (l Keyed[K]) RefundAt(key K, now atomicbucket.Time, cost int64) { l.t.RefundAt(key, now, cost) }
 
 // Sweep removes the buckets that have been full for SweepGrace, and returns
 // how many.
@@ -83,13 +98,13 @@ func (l Keyed[K]) Len() int64 { return l.t.Len() }
 
 // Stats returns the table's counters: keys tracked, evictions, new keys that
 // met the cap.
-func (l Keyed[K]) Stats() TableStats { return l.t.Stats() }
+func (l Keyed[K]) Stats() atomicbucket.TableStats { return l.t.Stats() }
 
 // RunSweeper calls Sweep every interval until ctx is done; run it in its own
 // goroutine. It is optional: the tables reclaim full buckets themselves; it
 // returns idle keys' memory sooner when no new keys come.
 func (l Keyed[K]) RunSweeper(ctx context.Context, interval time.Duration) {
-	RunEvery(ctx, interval, func() { l.t.Sweep() })
+	atomicbucket.RunEvery(ctx, interval, func() { l.t.Sweep() })
 }
 
 // SetNumbers makes n the rule's numbers for every key without numbers of its
@@ -98,10 +113,12 @@ func (l Keyed[K]) RunSweeper(ctx context.Context, interval time.Duration) {
 // cannot hold (or whose burst is below a request's default cost) are refused
 // with the generator's own message (an error wrapping ErrInvalidLimit), and
 // nothing changes.
-func (l Keyed[K]) SetNumbers(n Numbers, carry Carry) error { return l.SetNumbersAt(Now(), n, carry) }
+func (l Keyed[K]) SetNumbers(n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetNumbersAt(atomicbucket.Now(), n, carry)
+}
 
 // SetNumbersAt is SetNumbers at time now.
-func (l Keyed[K]) SetNumbersAt(now Time, n Numbers, carry Carry) error {
+func (l Keyed[K]) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	if err := l.checkCost(n); err != nil {
 		return err
 	}
@@ -110,23 +127,25 @@ func (l Keyed[K]) SetNumbersAt(now Time, n Numbers, carry Carry) error {
 
 // ClearNumbers returns the rule to the policy's numbers, its buckets carried
 // by carry.
-func (l Keyed[K]) ClearNumbers(carry Carry) { l.ClearNumbersAt(Now(), carry) }
+func (l Keyed[K]) ClearNumbers(carry atomicbucket.Carry) { l.ClearNumbersAt(atomicbucket.Now(), carry) }
 
 // ClearNumbersAt is ClearNumbers at time now.
-func (l Keyed[K]) ClearNumbersAt(now Time, carry Carry) { l.t.ClearNumbersAt(now, carry) }
+func (l Keyed[K]) ClearNumbersAt(now atomicbucket.Time, carry atomicbucket.Carry) {
+	l.t.ClearNumbersAt(now, carry)
+}
 
 // SetKeyNumbers gives key numbers of its own from now on (an enterprise
 // customer's quota), whatever the rule's; its bucket is carried into them as
 // of now by carry. Numbers the rule cannot hold are refused as by SetNumbers,
 // a key no door checks with ErrEmptyKey, and nothing changes.
-func (l Keyed[K]) SetKeyNumbers(key K, n Numbers, carry Carry) error {
-	return l.SetKeyNumbersAt(key, Now(), n, carry)
+func (l Keyed[K]) SetKeyNumbers(key K, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
+	return l.SetKeyNumbersAt(key, atomicbucket.Now(), n, carry)
 }
 
 // SetKeyNumbersAt is SetKeyNumbers at time now.
-func (l Keyed[K]) SetKeyNumbersAt(key K, now Time, n Numbers, carry Carry) error {
+func (l Keyed[K]) SetKeyNumbersAt(key K, now atomicbucket.Time, n atomicbucket.Numbers, carry atomicbucket.Carry) error {
 	if l.keyOK != nil && !l.keyOK(key) {
-		return ErrEmptyKey
+		return atomicbucket.ErrEmptyKey
 	}
 	if err := l.checkCost(n); err != nil {
 		return err
@@ -136,16 +155,20 @@ func (l Keyed[K]) SetKeyNumbersAt(key K, now Time, n Numbers, carry Carry) error
 
 // ClearKeyNumbers takes key's own numbers away: from now on it has the
 // rule's, its bucket carried by carry.
-func (l Keyed[K]) ClearKeyNumbers(key K, carry Carry) { l.t.ClearKeyNumbersAt(Now(), key, carry) }
+func (l Keyed[K]) ClearKeyNumbers(key K, carry atomicbucket.Carry) {
+	l.t.ClearKeyNumbersAt(atomicbucket.Now(), key, carry)
+}
 
 // ClearKeyNumbersAt is ClearKeyNumbers at time now.
-func (l Keyed[K]) ClearKeyNumbersAt(key K, now Time, carry Carry) {
+func (l Keyed[K]) ClearKeyNumbersAt(key K, now atomicbucket.Time, carry atomicbucket.Carry) {
 	l.t.ClearKeyNumbersAt(now, key, carry)
 }
 
 // NumbersFor returns the numbers in force for key and where they come from
 // (the policy, SetNumbers, SetKeyNumbers).
-func (l Keyed[K]) NumbersFor(key K) (Numbers, Origin) { return l.t.NumbersFor(key) }
+func (l Keyed[K]) NumbersFor(key K) (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.t.NumbersFor(key)
+}
 
 // Reset makes key's bucket new ("unblock this user"): from now it holds the
 // initial tokens of the numbers in force for key, refilling from now, as a
@@ -153,35 +176,38 @@ func (l Keyed[K]) NumbersFor(key K) (Numbers, Origin) { return l.t.NumbersFor(ke
 func (l Keyed[K]) Reset(key K) { l.t.Reset(key) }
 
 // ResetAt is Reset at time now.
-func (l Keyed[K]) ResetAt(key K, now Time) { l.t.ResetAt(key, now) }
+func (l Keyed[K]) ResetAt(key K, now atomicbucket.Time) { l.t.ResetAt(key, now) }
 
 // checkCost refuses numbers whose burst is below a request's default cost, as
 // the generator refuses such a policy.
-func (l Keyed[K]) checkCost(n Numbers) error {
+func (l Keyed[K]) checkCost(n atomicbucket.Numbers) error {
 	if l.cost > 1 {
 		if err := CheckCost(n.Burst, l.cost); err != nil {
 			return err
 		}
 	}
-	if l.t.maxCost > 0 {
-		return CheckMaxCost(n.Burst, l.t.maxCost, l.t.maxCostOf)
+	if l.most.Most > 0 {
+		return CheckMaxCost(n.Burst, l.most.Most, l.most.Of)
 	}
 	return nil
 }
 
 // CheckBurst says why SetNumbers and SetKeyNumbers would refuse n's burst:
 // below a request's default cost (CheckCost), or below the most a request
-// of the rule's routes may cost (TableOptions.MaxCost, CheckMaxCost).
-func (l Keyed[K]) CheckBurst(n Numbers) error { return l.checkCost(n) }
+// of the rule's routes may cost (Cost.Most, CheckMaxCost).
+func (l Keyed[K]) CheckBurst(n atomicbucket.Numbers) error { return l.checkCost(n) }
 
 // MinBurst is the least burst the limiter takes (CheckBurst): a request's
 // default cost, or the most a request of its routes may cost, whichever is
 // more.
-func (l Keyed[K]) MinBurst() int64 { return max(l.cost, l.t.maxCost, 1) }
+func (l Keyed[K]) MinBurst() int64 { return max(l.cost, l.most.Most, 1) }
+
+// Cost is a request's default cost under the rule.
+func (l Keyed[K]) Cost() int64 { return l.cost }
 
 // allowCost is AllowAt for a request of cost (AllowAt's loop when it is 1):
 // one call, so that Keyed's Allow inlines.
-func (t *Table[K]) allowCost(key K, now Time, cost int64) bool {
+func allowCost[K comparable](t *atomicbucket.Table[K], key K, now atomicbucket.Time, cost int64) bool {
 	if cost == 1 {
 		return t.AllowAt(key, now)
 	}
@@ -189,12 +215,9 @@ func (t *Table[K]) allowCost(key K, now Time, cost int64) bool {
 }
 
 // allowCostNow is allowCost now, in one call too.
-func (t *Table[K]) allowCostNow(key K, cost int64) bool {
+func allowCostNow[K comparable](t *atomicbucket.Table[K], key K, cost int64) bool {
 	if cost == 1 {
-		return t.AllowAt(key, Now())
+		return t.AllowAt(key, atomicbucket.Now())
 	}
-	return t.AllowNAt(key, Now(), cost).Allowed
+	return t.AllowNAt(key, atomicbucket.Now(), cost).Allowed
 }
-
-// Cost is a request's default cost under the rule.
-func (l Keyed[K]) Cost() int64 { return l.cost }

@@ -1,10 +1,12 @@
-package atomicbucket
+package genimpl
 
 import (
 	"errors"
 	"math/rand/v2"
 	"testing"
 	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
 )
 
 // Global answers as the bucket under it does: random calls at explicit
@@ -13,13 +15,13 @@ import (
 // are refused, changing nothing.
 func TestGlobalAnswersAsItsBucket(t *testing.T) {
 	for _, cost := range []int64{1, 4} {
-		l := Limit{Tokens: 9, Period: time.Second, Burst: 16}
-		g := NewGlobal(NewBucketAt(MustRule(l), 0), cost)
-		twin := NewBucketAt(MustRule(l), 0)
+		l := atomicbucket.Limit{Tokens: 9, Period: time.Second, Burst: 16}
+		g := NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustRule(l), 0), Cost{Default: cost})
+		twin := atomicbucket.NewBucketAt(atomicbucket.MustRule(l), 0)
 		rng := rand.New(rand.NewPCG(uint64(cost), 31))
-		now := Time(0)
+		now := atomicbucket.Time(0)
 		for i := range 20000 {
-			now += Time(rng.Int64N(int64(40 * time.Millisecond)))
+			now += atomicbucket.Time(rng.Int64N(int64(40 * time.Millisecond)))
 			n := rng.Int64N(18)
 			switch rng.IntN(8) {
 			case 0:
@@ -46,13 +48,13 @@ func TestGlobalAnswersAsItsBucket(t *testing.T) {
 				g.ResetAt(now)
 				twin.ResetAt(now)
 			case 6:
-				nums := Numbers{Tokens: 1 + n, Period: time.Second, Burst: 4 + n}
-				if e1, e2 := g.SetNumbersAt(now, nums, CarryAsIs), twin.SetNumbersAt(now, nums, CarryAsIs); e1 != nil || e2 != nil {
+				nums := atomicbucket.Numbers{Tokens: 1 + n, Period: time.Second, Burst: 4 + n}
+				if e1, e2 := g.SetNumbersAt(now, nums, atomicbucket.CarryAsIs), twin.SetNumbersAt(now, nums, atomicbucket.CarryAsIs); e1 != nil || e2 != nil {
 					t.Fatalf("cost %d, step %d: SetNumbersAt(%v): %v, the bucket %v", cost, i, nums, e1, e2)
 				}
 			case 7:
-				g.ClearNumbersAt(now, CarryAsIs)
-				twin.ClearNumbersAt(now, CarryAsIs)
+				g.ClearNumbersAt(now, atomicbucket.CarryAsIs)
+				twin.ClearNumbersAt(now, atomicbucket.CarryAsIs)
 			}
 			n1, o1 := g.NumbersFor()
 			n2, o2 := twin.NumbersFor()
@@ -61,11 +63,11 @@ func TestGlobalAnswersAsItsBucket(t *testing.T) {
 			}
 		}
 	}
-	g := NewGlobal(NewBucketAt(MustRule(Limit{Tokens: 10, Period: time.Second, Burst: 20}), 0), 5)
-	if err := g.SetNumbers(Numbers{Tokens: 1, Period: time.Second, Burst: 4}, CarryAsIs); !errors.Is(err, ErrInvalidLimit) {
+	g := NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustRule(atomicbucket.Limit{Tokens: 10, Period: time.Second, Burst: 20}), 0), Cost{Default: 5})
+	if err := g.SetNumbers(atomicbucket.Numbers{Tokens: 1, Period: time.Second, Burst: 4}, atomicbucket.CarryAsIs); !errors.Is(err, atomicbucket.ErrInvalidLimit) {
 		t.Errorf("a burst of 4 under a cost of 5: %v, want ErrInvalidLimit", err)
 	}
-	if _, o := g.NumbersFor(); o != FromPolicy {
+	if _, o := g.NumbersFor(); o != atomicbucket.FromPolicy {
 		t.Errorf("after the refusal: numbers from %v, want the policy's", o)
 	}
 	allowed := 0
