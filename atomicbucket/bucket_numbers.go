@@ -203,12 +203,6 @@ func (b *Bucket) NumbersFor() (Numbers, Origin) {
 	return NumbersOf(b.rule.limit), FromPolicy
 }
 
-// RuleFor returns the rule in force (the bucket's own, or one with changed numbers).
-func (b *Bucket) RuleFor() *Rule {
-	_, r := b.word()
-	return r
-}
-
 // ChangedRule is, once the bucket's numbers have ever changed, the rule in
 // force; nil before (one atomic load).
 func (b *Bucket) ChangedRule() *Rule {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/limitgen/limitgen/internal/keycap"
 )
 
 // TestCapFreesItself: a table at its key cap, with no sweeper running, admits a
@@ -29,26 +31,26 @@ func TestCapFreesItself(t *testing.T) {
 	if d := tb.AllowNAt("d", hour+Time(2*time.Second), 1); !d.Allowed {
 		t.Fatalf("once the old keys are reclaimable: %+v, want allowed", d)
 	}
-	if tb.Len() != 1 || tb.Evictions() != 3 || tb.AtCapHits() != 2 {
-		t.Fatalf("Len %d, Evictions %d, AtCapHits %d; want 1, 3, 2", tb.Len(), tb.Evictions(), tb.AtCapHits())
+	if tb.Len() != 1 || tb.Stats().Evictions != 3 || tb.Stats().AtCapHits != 2 {
+		t.Fatalf("Len %d, Evictions %d, AtCapHits %d; want 1, 3, 2", tb.Len(), tb.Stats().Evictions, tb.Stats().AtCapHits)
 	}
 }
 
 // TestTableSweepsItself: an uncapped table that new keys double past
-// AutoSweepMin removes its idle buckets without a sweeper.
+// keycap.AutoSweepMin removes its idle buckets without a sweeper.
 func TestTableSweepsItself(t *testing.T) {
 	r := mustRule(t, Limit{Tokens: 1, Period: time.Millisecond, Burst: 1})
 	tb := NewTable[int](r, TableOptions{})
-	for i := range AutoSweepMin {
+	for i := range keycap.AutoSweepMin {
 		tb.AllowAt(i, hour) // full again 1ms later
 	}
-	if tb.Len() != AutoSweepMin || tb.Evictions() != 0 {
-		t.Fatalf("Len %d, Evictions %d before the threshold", tb.Len(), tb.Evictions())
+	if tb.Len() != keycap.AutoSweepMin || tb.Stats().Evictions != 0 {
+		t.Fatalf("Len %d, Evictions %d before the threshold", tb.Len(), tb.Stats().Evictions)
 	}
 	later := hour + Time(SweepGrace) + Time(time.Millisecond)
-	tb.AllowAt(AutoSweepMin, later) // one past the threshold: sweeps
-	if tb.Evictions() != AutoSweepMin || tb.Len() != 1 {
-		t.Fatalf("after passing the threshold: Len %d, Evictions %d; want 1 and %d", tb.Len(), tb.Evictions(), AutoSweepMin)
+	tb.AllowAt(keycap.AutoSweepMin, later) // one past the threshold: sweeps
+	if tb.Stats().Evictions != keycap.AutoSweepMin || tb.Len() != 1 {
+		t.Fatalf("after passing the threshold: Len %d, Evictions %d; want 1 and %d", tb.Len(), tb.Stats().Evictions, keycap.AutoSweepMin)
 	}
 }
 
@@ -73,7 +75,7 @@ func TestCheckThatTakesNothingCreatesNothing(t *testing.T) {
 }
 
 // TestRunSweeperNonPositiveInterval: RunSweeper(ctx, 0) and a negative interval
-// run with DefaultSweepInterval instead of panicking in the goroutine (which
+// run with keycap.DefaultSweepInterval instead of panicking in the goroutine (which
 // would kill the service), and return when ctx is done.
 func TestRunSweeperNonPositiveInterval(t *testing.T) {
 	tb := NewTable[string](mustRule(t, Limit{Tokens: 1, Period: time.Second, Burst: 1}), TableOptions{})
@@ -141,7 +143,7 @@ func TestKeyAnchorsSpreadAndAgree(t *testing.T) {
 }
 
 // TestCapSweepsSpacedOut: sweeps at the key cap start at least MaxKeys ×
-// CapSweepSpacing apart, so keys that become reclaimable one after another
+// keycap.CapSweepSpacing apart, so keys that become reclaimable one after another
 // cannot make every new key's request pay for a sweep of the whole table; the
 // denied key's RetryAfter says when the next sweep may run.
 func TestCapSweepsSpacedOut(t *testing.T) {
@@ -158,17 +160,17 @@ func TestCapSweepsSpacedOut(t *testing.T) {
 		t.Fatalf("first new key at the cap: %+v, want denied until the next sweep may run, 1.024ms", d)
 	}
 	// At s1+1ms the keys are reclaimable, but the last sweep at the cap was 1ms ago.
-	if d := tb.AllowNAt(-1, s1.Add(time.Millisecond), 1); d.Allowed || d.RetryAfter != 24*time.Microsecond || tb.Evictions() != 0 {
-		t.Fatalf("within the spacing: %+v, %d evictions; want denied for 24µs more, none evicted", d, tb.Evictions())
+	if d := tb.AllowNAt(-1, s1.Add(time.Millisecond), 1); d.Allowed || d.RetryAfter != 24*time.Microsecond || tb.Stats().Evictions != 0 {
+		t.Fatalf("within the spacing: %+v, %d evictions; want denied for 24µs more, none evicted", d, tb.Stats().Evictions)
 	}
-	if d := tb.AllowNAt(-1, s1.Add(1024*time.Microsecond), 1); !d.Allowed || tb.Evictions() != capKeys {
-		t.Fatalf("after the spacing: %+v, %d evictions; want allowed, %d evicted", d, tb.Evictions(), capKeys)
+	if d := tb.AllowNAt(-1, s1.Add(1024*time.Microsecond), 1); !d.Allowed || tb.Stats().Evictions != capKeys {
+		t.Fatalf("after the spacing: %+v, %d evictions; want allowed, %d evicted", d, tb.Stats().Evictions, capKeys)
 	}
 }
 
 // BenchmarkSweep measures a sweep that visits every key and removes none (the
 // work a sweep at the cap does when nothing is reclaimable), per key; the cost
-// CapSweepSpacing is set against.
+// keycap.CapSweepSpacing is set against.
 func BenchmarkSweep(b *testing.B) {
 	for _, n := range []int{1_000, 1_000_000} {
 		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {

@@ -88,20 +88,6 @@ func (c Carry) String() string {
 	return fmt.Sprintf("Carry(%d)", uint8(c))
 }
 
-// ParseCarry is the Carry a person names: "as-is" (or ""), "proportional",
-// "additive".
-func ParseCarry(s string) (Carry, error) {
-	switch s {
-	case "", "as-is":
-		return CarryAsIs, nil
-	case "proportional":
-		return CarryProportional, nil
-	case "additive":
-		return CarryAdditive, nil
-	}
-	return 0, fmt.Errorf("atomicbucket: carry %q: want as-is, proportional or additive", s)
-}
-
 // Origin says where the numbers in force for a check come from.
 type Origin uint8
 

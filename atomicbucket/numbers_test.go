@@ -122,8 +122,8 @@ func TestNumbersInForce(t *testing.T) {
 	if n, o := tb.NumbersFor("other"); n != NumbersOf(r.Limit()) || o != FromPolicy {
 		t.Fatalf("other: %v (%v)", n, o)
 	}
-	if tb.KeysWithNumbers() != 1 {
-		t.Fatalf("KeysWithNumbers = %d", tb.KeysWithNumbers())
+	if tb.keysWithNumbers() != 1 {
+		t.Fatalf("keysWithNumbers = %d", tb.keysWithNumbers())
 	}
 	// Carried as is: the empty bucket is still empty; a millisecond later
 	// the new rate has added one token, which the old would not.
@@ -152,7 +152,7 @@ func TestNumbersInForce(t *testing.T) {
 		t.Fatalf("vip's new bucket is not under its own numbers: %+v", d)
 	}
 	tb.ClearKeyNumbersAt(later, "vip", CarryAsIs)
-	if n, o := tb.NumbersFor("vip"); n != NumbersOf(r.Limit()) || o != FromPolicy || tb.KeysWithNumbers() != 0 {
+	if n, o := tb.NumbersFor("vip"); n != NumbersOf(r.Limit()) || o != FromPolicy || tb.keysWithNumbers() != 0 {
 		t.Fatalf("vip after ClearKeyNumbersAt: %v (%v)", n, o)
 	}
 	// Back under 10/s, burst 50, vip's empty bucket stays empty.
@@ -243,21 +243,6 @@ func TestSlotKeepsItsNumbers(t *testing.T) {
 	runtime.KeepAlive(slots)
 }
 
-// Carries are named as they print; an unknown name is refused with the valid ones.
-func TestParseCarry(t *testing.T) {
-	for _, c := range []Carry{CarryAsIs, CarryProportional, CarryAdditive} {
-		if got, err := ParseCarry(c.String()); err != nil || got != c {
-			t.Errorf("ParseCarry(%q) = %v, %v", c.String(), got, err)
-		}
-	}
-	if got, err := ParseCarry(""); err != nil || got != CarryAsIs {
-		t.Errorf(`ParseCarry("") = %v, %v; want as-is`, got, err)
-	}
-	if _, err := ParseCarry("reset"); err == nil || !strings.Contains(err.Error(), "as-is, proportional or additive") {
-		t.Errorf(`ParseCarry("reset") = %v`, err)
-	}
-}
-
 // BenchmarkSetKeyNumbers is giving one more key numbers of its own in a table
 // where have keys have theirs: it should not grow with have (the keys' map is
 // changed in place; a copy of it per change made a Set of n keys cost n²/2
@@ -279,7 +264,7 @@ func BenchmarkSetKeyNumbers(b *testing.B) {
 				}
 				k++
 			}
-			if got := t.KeysWithNumbers(); got < have+1 {
+			if got := t.keysWithNumbers(); got < have+1 {
 				b.Fatalf("%d keys with numbers of their own, want at least %d", got, have+1)
 			}
 		})

@@ -21,9 +21,10 @@ type AtCap uint8
 const (
 	// DenyAtCap denies requests for new keys at the cap (fail closed). The
 	// Decision's RetryAfter is the wait until the table can reclaim a bucket
-	// (one has been full for SweepGrace) and may sweep at the cap again (see
-	// CapSweepSpacing), plus, when the rule's new buckets hold fewer tokens than
-	// the cost, the wait for a new bucket to gather them.
+	// (one has been full for SweepGrace) and may sweep at the cap again
+	// (sweeps at the cap start at least 256 ns a key apart), plus, when the
+	// rule's new buckets hold fewer tokens than the cost, the wait for a new
+	// bucket to gather them.
 	DenyAtCap AtCap = iota
 	// AllowAtCap decides a request for a new key against a fresh bucket that is
 	// not stored (fail open): a key beyond the cap is limited per request only,
@@ -36,28 +37,6 @@ const (
 // full bucket; the grace makes that equal to what it would have found, unless
 // its clock reading is more than SweepGrace stale when it lands.
 const SweepGrace = time.Second
-
-// AutoSweepMin is the number of keys below which a table never sweeps by
-// itself. Above it, a table sweeps when a new key takes it past twice the keys
-// it held after its last sweep, so that sweeping costs O(1) per new key,
-// amortised, and the memory of keys that went idle comes back without the
-// caller running a sweeper.
-const AutoSweepMin = 4096
-
-// DefaultSweepInterval is the interval RunSweeper and RunEvery use when given
-// one that is not positive.
-const DefaultSweepInterval = time.Minute
-
-// CapSweepSpacing bounds the work a table does at its key cap. A sweep there
-// visits every key, and keys whose buckets fill one after another could
-// otherwise make each new key's request pay for one; so sweeps at the cap
-// start at least MaxKeys × CapSweepSpacing apart (a million keys: 256 ms),
-// which keeps them to at most about a fifth of one core whatever the traffic:
-// a sweep that removes nothing costs 14 ns a key at a thousand keys and 54 ns
-// at a million, 54 ms in all (BenchmarkSweep, 2-core Intel Xeon VM, medians
-// of 6). A new key that meets the cap in between is denied
-// (DenyAtCap) until the next may run, and its RetryAfter says so.
-const CapSweepSpacing = 256 * time.Nanosecond
 
 // TableOptions configures a Table. The zero value is a table without a key cap.
 type TableOptions struct {
@@ -101,7 +80,7 @@ type reclaimer struct {
 	// sweepAt is the number of keys above which a new key sweeps the table.
 	sweepAt atomic.Int64
 	// capSwept is the time (ns) of the last sweep at the key cap; capSpacing
-	// is how long after it the next may start (MaxKeys × CapSweepSpacing).
+	// is how long after it the next may start (MaxKeys × keycap.CapSweepSpacing).
 	capSwept   atomic.Int64
 	capSpacing int64
 	// env is nil until the table's numbers first change (its own or a key's);
@@ -151,7 +130,7 @@ func (c *reclaimer) filled(r *Rule, tat, anchor int64) {
 //
 // A table keeps itself: a bucket full for SweepGrace is reclaimed when a new
 // key meets the key cap, and by a sweep the table runs by itself when new keys
-// have doubled it (beyond AutoSweepMin keys); Sweep and RunSweeper only return
+// have doubled it (beyond 4,096 keys); Sweep and RunSweeper only return
 // memory sooner. Reclaiming loses nothing: a full bucket holds nothing a fresh
 // one would not (interval grids are placed by the key, not by its first use),
 // so a key that comes back gets exactly the bucket it would have had — except
@@ -189,10 +168,10 @@ func NewTable[K comparable](r Rule, o TableOptions) *Table[K] {
 	t.base.hi = rateOf(r.limit)
 	t.fastest = t.base.hi
 	t.reclaim.next.Store(math.MaxInt64)
-	t.reclaim.sweepAt.Store(AutoSweepMin)
+	t.reclaim.sweepAt.Store(keycap.AutoSweepMin)
 	t.reclaim.capSwept.Store(math.MinInt64 / 2) // no cap sweep yet: the first may run at once
 	if o.MaxKeys > 0 {
-		t.reclaim.capSpacing = int64(min(o.MaxKeys, int64(MaxUptime/CapSweepSpacing))) * int64(CapSweepSpacing)
+		t.reclaim.capSpacing = int64(min(o.MaxKeys, int64(MaxUptime/keycap.CapSweepSpacing))) * int64(keycap.CapSweepSpacing)
 	}
 	return t
 }
@@ -202,14 +181,6 @@ func (t *Table[K]) Rule() *Rule { return &t.rule }
 
 // Len is the number of keys tracked.
 func (t *Table[K]) Len() int64 { return t.keys.Load() }
-
-// Evictions is the number of buckets removed by sweeps so far, whatever ran
-// them (the cap, the table itself, Sweep).
-func (t *Table[K]) Evictions() int64 { return t.evictions.Load() }
-
-// AtCapHits is the number of requests for new keys that met the key cap when
-// no bucket could be reclaimed.
-func (t *Table[K]) AtCapHits() int64 { return t.atCapHits.Load() }
 
 // TableStats are a table's counters, read together (each is read atomically,
 // the set is not a snapshot).
@@ -291,7 +262,7 @@ func (t *Table[K]) create(key K, now int64) (*slot, int64) {
 }
 
 // reclaimAt sweeps the table at now (ns), at its key cap, unless the last
-// sweep at the cap is less than CapSweepSpacing per key behind, and reports
+// sweep at the cap is less than keycap.CapSweepSpacing per key behind, and reports
 // whether the sweep freed a key; when it did not, next is the time (ns, after
 // now) from which the next sweep at the cap could free one: exact when this
 // call swept (the sweep learns every bucket's reclaim time), otherwise what the
@@ -586,33 +557,14 @@ func (t *Table[K]) sweepHeld(now int64) int {
 		t.keys.Add(int64(-removed))
 		t.evictions.Add(int64(removed))
 	}
-	t.reclaim.sweepAt.Store(max(2*t.keys.Load(), AutoSweepMin))
+	t.reclaim.sweepAt.Store(max(2*t.keys.Load(), keycap.AutoSweepMin))
 	return removed
 }
 
-// RunSweeper calls Sweep every interval (DefaultSweepInterval when interval is
+// RunSweeper calls Sweep every interval (a minute when interval is
 // not positive) until ctx is done. Run it in its own goroutine. It is not
 // needed to bound memory or free capped keys (a table does that itself); it
 // returns the memory of idle keys during quiet periods, when no new keys come.
 func (t *Table[K]) RunSweeper(ctx context.Context, interval time.Duration) {
-	RunEvery(ctx, interval, func() { t.Sweep() })
-}
-
-// RunEvery calls f every interval (DefaultSweepInterval when interval is not
-// positive) until ctx is done; generated limiters use it to sweep the tables of
-// every plan together. Run it in its own goroutine.
-func RunEvery(ctx context.Context, interval time.Duration, f func()) {
-	if interval <= 0 {
-		interval = DefaultSweepInterval
-	}
-	tk := time.NewTicker(interval)
-	defer tk.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tk.C:
-			f()
-		}
-	}
+	keycap.RunEvery(ctx, interval, func() { t.Sweep() })
 }

@@ -420,18 +420,8 @@ func (t *Table[K]) NumbersFor(key K) (Numbers, Origin) {
 	return n.Numbers(), n.origin
 }
 
-// RuleFor returns the rule in force for key (the table's own rule, or one
-// with changed numbers).
-func (t *Table[K]) RuleFor(key K) *Rule {
-	ov := t.ov.Load()
-	if ov == nil {
-		return &t.rule
-	}
-	return &ov.forKey(key).rule
-}
-
-// KeysWithNumbers is the number of keys with numbers of their own.
-func (t *Table[K]) KeysWithNumbers() int {
+// keysWithNumbers is the number of keys with numbers of their own.
+func (t *Table[K]) keysWithNumbers() int {
 	if ov := t.ov.Load(); ov != nil && ov.keys != nil {
 		return ov.keys.Size()
 	}

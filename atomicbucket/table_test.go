@@ -65,8 +65,8 @@ func TestSweepKeepsBusyBuckets(t *testing.T) {
 	if n := tb.SweepAt(hour + 2*Time(time.Second) + Time(SweepGrace)); n != 1 { // 1 goes
 		t.Fatalf("swept %d, want 1", n)
 	}
-	if tb.Len() != 0 || tb.Evictions() != 2 {
-		t.Fatalf("Len %d, Evictions %d; want 0 and 2", tb.Len(), tb.Evictions())
+	if tb.Len() != 0 || tb.Stats().Evictions != 2 {
+		t.Fatalf("Len %d, Evictions %d; want 0 and 2", tb.Len(), tb.Stats().Evictions)
 	}
 }
 

@@ -36,5 +36,5 @@
 //
 // A window cannot give units back exactly once later admissions have been
 // written over them, so it has no Refund or Reserve: a tier decides its
-// windows last, after a look that takes nothing (atomicbucket.TierAt).
+// windows last, after a look that takes nothing (tier.At).
 package atomicwindow

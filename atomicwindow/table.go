@@ -21,7 +21,7 @@ import (
 //
 // A table keeps itself as a Table does: a key whose window has been empty for
 // SweepGrace is reclaimed when a new key meets the key cap, and by a sweep the
-// table runs by itself when new keys have doubled it (beyond AutoSweepMin
+// table runs by itself when new keys have doubled it (beyond 4,096
 // keys); Sweep and RunSweeper only return memory sooner. An empty window
 // holds nothing, so reclaiming loses nothing: a key that comes back gets the
 // window it would have had.
@@ -58,10 +58,10 @@ func NewTable[K comparable](r Rule, o atomicbucket.TableOptions) *Table[K] {
 	t := &Table[K]{m: xsync.NewMapOf[K, *windowState](opts...), r: r, maxKeys: o.MaxKeys, atCap: o.AtCap}
 	t.cur.Store(&t.r)
 	t.next.Store(math.MaxInt64)
-	t.sweepAt.Store(atomicbucket.AutoSweepMin)
+	t.sweepAt.Store(keycap.AutoSweepMin)
 	t.capSwept.Store(math.MinInt64 / 2)
 	if o.MaxKeys > 0 {
-		t.capSpacing = min(o.MaxKeys, int64(atomicbucket.MaxUptime/atomicbucket.CapSweepSpacing)) * int64(atomicbucket.CapSweepSpacing)
+		t.capSpacing = min(o.MaxKeys, int64(atomicbucket.MaxUptime/keycap.CapSweepSpacing)) * int64(keycap.CapSweepSpacing)
 	}
 	return t
 }
@@ -342,14 +342,14 @@ func (t *Table[K]) sweepHeld(now int64) int {
 		t.keys.Add(int64(-removed))
 		t.evictions.Add(int64(removed))
 	}
-	t.sweepAt.Store(max(2*t.keys.Load(), atomicbucket.AutoSweepMin))
+	t.sweepAt.Store(max(2*t.keys.Load(), keycap.AutoSweepMin))
 	return removed
 }
 
-// RunSweeper calls Sweep every interval (DefaultSweepInterval when interval
+// RunSweeper calls Sweep every interval (a minute when interval
 // is not positive) until ctx is done.
 func (t *Table[K]) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() { t.Sweep() })
+	keycap.RunEvery(ctx, interval, func() { t.Sweep() })
 }
 
 // lowerNext lowers the bound on the earliest reclaim to at.

@@ -198,7 +198,7 @@ func TestLinearizable(t *testing.T) {
 			if res != porcupine.Ok {
 				t.Fatalf("history of %d operations is %v against the reference", len(h), res)
 			}
-			if tb, ok := c.im.(*tableImpl[string]); ok && tb.t.Evictions() == 0 {
+			if tb, ok := c.im.(*tableImpl[string]); ok && tb.t.Stats().Evictions == 0 {
 				t.Fatal("the sweeper never removed a bucket: the test did not exercise eviction")
 			}
 		})
@@ -269,7 +269,7 @@ func TestKeyCapUnderFlood(t *testing.T) {
 		if tb.Len() != 100 || maxSeen.Load() > 100 {
 			t.Fatalf("at cap %v: Len %d, most seen %d, want exactly the cap 100", atCap, tb.Len(), maxSeen.Load())
 		}
-		if hits := tb.AtCapHits(); hits != 8*5000-100 {
+		if hits := tb.Stats().AtCapHits; hits != 8*5000-100 {
 			t.Fatalf("at cap %v: %d requests met the cap, want %d", atCap, hits, 8*5000-100)
 		}
 		if atCap == atomicbucket.DenyAtCap && allowedBeyond.Load() > 100 {
@@ -310,10 +310,10 @@ func TestCapReclaimUnderFlood(t *testing.T) {
 	if maxSeen.Load() > capKeys || tb.Len() > capKeys {
 		t.Fatalf("Len reached %d (now %d) with a cap of %d", maxSeen.Load(), tb.Len(), capKeys)
 	}
-	if tb.Evictions() == 0 || admitted.Load() <= capKeys {
-		t.Fatalf("%d evictions, %d new keys admitted: the table did not reclaim at its cap", tb.Evictions(), admitted.Load())
+	if tb.Stats().Evictions == 0 || admitted.Load() <= capKeys {
+		t.Fatalf("%d evictions, %d new keys admitted: the table did not reclaim at its cap", tb.Stats().Evictions, admitted.Load())
 	}
-	t.Logf("%d of %d new keys admitted, %d evictions, %d at-cap denials", admitted.Load(), workers*perWorker, tb.Evictions(), tb.AtCapHits())
+	t.Logf("%d of %d new keys admitted, %d evictions, %d at-cap denials", admitted.Load(), workers*perWorker, tb.Stats().Evictions, tb.Stats().AtCapHits)
 }
 
 // TestSweepLosesNothing races checks against a sweeper on buckets that are
@@ -377,8 +377,8 @@ func TestSweepLosesNothing(t *testing.T) {
 	// 20,000 rounds under a fuzzer on both cores), which weakens this test but does
 	// not void it; TestSweepTombstone in atomicbucket plays the same interleaving
 	// deterministically. Here the race must have happened at least once.
-	if tb.Evictions() == 0 {
-		t.Fatalf("only %d evictions in %d rounds: the race was not exercised", tb.Evictions(), rounds)
+	if tb.Stats().Evictions == 0 {
+		t.Fatalf("only %d evictions in %d rounds: the race was not exercised", tb.Stats().Evictions, rounds)
 	}
-	t.Logf("%d rounds, %d evictions", rounds, tb.Evictions())
+	t.Logf("%d rounds, %d evictions", rounds, tb.Stats().Evictions)
 }

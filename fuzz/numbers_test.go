@@ -10,6 +10,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/reference"
+	"github.com/limitgen/limitgen/tier"
 )
 
 // Numbers that change at run time, held to the reference: a trace of checks
@@ -43,7 +44,7 @@ const (
 	numbersKinds
 	// numbersTier is an AllowN made a tier (decodeNumbers: a table's AllowN
 	// with cost byte 14 mod 16): op.key's bucket, then the next key's, all
-	// or nothing through atomicbucket.TierAt, the reference composed alike.
+	// or nothing through tier.At, the reference composed alike.
 	numbersTier
 )
 
@@ -513,8 +514,8 @@ func runNumbers(p numbersProgram) (compared, tiers int, err error) {
 			switch op.kind {
 			case numbersTier:
 				tbl := target.(tableTarget).Table
-				gd, gi, gden := atomicbucket.TierAt(now, tbl.Step(keys[0], op.cost), tbl.Step(keys[1], op.cost))
-				wd, wi, wden := atomicbucket.TierAt(now, refStep{ref, keys[0], op.cost}, refStep{ref, keys[1], op.cost})
+				gd, gi, gden := tier.At(now, tier.Table(tbl, keys[0], op.cost), tier.Table(tbl, keys[1], op.cost))
+				wd, wi, wden := tier.At(now, refStep{ref, keys[0], op.cost}, refStep{ref, keys[1], op.cost})
 				if exact && (gd != wd || gi != wi || gden != wden) {
 					return compared, tiers, at("Tier", fmt.Sprint(describe(gd), " step ", gi, " denied ", gden), fmt.Sprint(describe(wd), " step ", wi, " denied ", wden))
 				}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/atomicwindow"
+	"github.com/limitgen/limitgen/internal/keycap"
 	"github.com/limitgen/limitgen/internal/reference"
 )
 
@@ -132,13 +133,13 @@ func runWindow(p windowProgram) error {
 	tbl := atomicwindow.NewTable[string](rule, atomicbucket.TableOptions{MaxKeys: p.maxKeys, AtCap: atCap})
 	global := atomicwindow.NewWindow(rule)
 	params := reference.WindowParams{Limit: p.limit, Window: int64(p.window), MaxKeys: p.maxKeys, AllowCap: p.allowCap,
-		Grain: int64(rule.Grain()), Grace: int64(atomicbucket.SweepGrace), CapSpacing: p.maxKeys * int64(atomicbucket.CapSweepSpacing)}
+		Grain: int64(rule.Grain()), Grace: int64(atomicbucket.SweepGrace), CapSpacing: p.maxKeys * int64(keycap.CapSweepSpacing)}
 	ref := reference.NewWindow(params)
 	params.MaxKeys = 0
 	refGlobal := reference.NewWindow(params)
 	var adm, admGlobal []reference.Admission
 	now := int64(time.Hour) // past the epoch, so that nothing is clamped
-	spacing := p.maxKeys * int64(atomicbucket.CapSweepSpacing)
+	spacing := p.maxKeys * int64(keycap.CapSweepSpacing)
 	lastCap := int64(math.MinInt64 / 2)
 	for i, op := range p.ops {
 		now += op.dt

@@ -15,6 +15,7 @@ import (
 
 	"github.com/limitgen/limitgen/gen/internal/emit"
 	"github.com/limitgen/limitgen/gen/internal/model"
+	"github.com/limitgen/limitgen/internal/keycap"
 )
 
 // TestGeneratedPackagesRun generates every policy in testdata/valid (and the
@@ -604,7 +605,7 @@ var harnessTmpl = template.Must(template.New("harness").Funcs(template.FuncMap{
 	},
 	"windowRef": func(r hRule, rule string) string { // the reference of a window rule whose runtime rule is rule
 		return fmt.Sprintf("reference.NewWindow(reference.WindowParams{Limit: %[1]s.Limit(), Window: int64(%[1]s.Window()), MaxKeys: %[2]d, AllowCap: %[3]v, "+
-			"Grain: int64(%[1]s.Grain()), Grace: int64(atomicbucket.SweepGrace), CapSpacing: %[2]d * int64(atomicbucket.CapSweepSpacing)})", rule, r.MaxKeys, r.AllowCap)
+			"Grain: int64(%[1]s.Grain()), Grace: int64(atomicbucket.SweepGrace), CapSpacing: %[2]d * %[4]d})", rule, r.MaxKeys, r.AllowCap, int64(keycap.CapSweepSpacing))
 	},
 	"params": func(r hRule) string { // the reference's parameters for the rule's buckets
 		if r.Keyed {
@@ -627,10 +628,14 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/tier"
 	"gentest/reference"
 )
 
-var _ = strconv.Itoa
+var (
+	_ = strconv.Itoa
+	_ = tier.At
+)
 
 const t0 = int64(time.Hour)
 
@@ -741,14 +746,14 @@ func RulesMatchReference(t *testing.T) {
 }
 
 // TiersMatchReference holds every tier of the package to the references of
-// its rules, composed by atomicbucket.TierAt.
+// its rules, composed by tier.At.
 func TiersMatchReference(t *testing.T) {
 {{- range $t := .Tiers}}{{range $pi, $pc := planList $.Plans}}{{if or $t.Planned (eq $pi 0)}}
 	t.Run("{{$t.GoName}}{{if $t.Planned}}{{$pc}}{{end}}", func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(3, 4))
 		lims := New({{if $.Global}}WithStart(at(t0)){{end}})
 		refs := []interface {
-			Step(key string, cost int64) atomicbucket.TierStep
+			Step(key string, cost int64) tier.Step
 		}{
 			{{- range $i, $r := $t.Rules}}
 			{{- if $r.Window}}
@@ -779,11 +784,11 @@ func TiersMatchReference(t *testing.T) {
 			{{- range $i, $r := $t.Rules}}{{if $r.Planned}}
 			costs[{{$i}}] = []int64{ {{- range $r.Plans}}{{.Cost}}, {{end -}} }[{{$pi}}]
 			{{- end}}{{end}}
-			steps := make([]atomicbucket.TierStep, len(refs))
+			steps := make([]tier.Step, len(refs))
 			for j, ref := range refs {
 				steps[j] = ref.Step(keys[j], costs[j])
 			}
-			want, idx, denied := atomicbucket.TierAt(at(now), steps...) // the references, composed by the runtime's tier logic
+			want, idx, denied := tier.At(at(now), steps...) // the references, composed by the runtime's tier logic
 			deniedBy, wantRule := "", names[idx]
 			if denied {
 				deniedBy = names[idx]

@@ -453,7 +453,7 @@ func (l *PerUserLimiter) Stats() atomicbucket.TableStats {
 // optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
 // new keys come.
 func (l *PerUserLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
+	genimpl.RunEvery(ctx, interval, func() {
 		l.Sweep()
 	})
 }
@@ -901,7 +901,7 @@ func (l *Limits) APINAt(plan Plan, perUserKey string, perEndpointKey int64, now 
 }
 
 // checkAPI is API with each rule charged cost, or its own default cost when defaults is set. It is
-// atomicbucket.TierAt unrolled, with typed calls: keep the two in step.
+// tier.At unrolled, with typed calls: keep the two in step.
 func (l *Limits) checkAPI(plan Plan, perUserKey string, perEndpointKey int64, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
 	if plan >= numPlans {
 		return TierDecision{

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/keycap"
 )
 
 // Keyed is a keyed rule's limiter as a generated package gives it, over one
@@ -104,7 +105,7 @@ func (l Keyed[K]) Stats() atomicbucket.TableStats { return l.t.Stats() }
 // goroutine. It is optional: the tables reclaim full buckets themselves; it
 // returns idle keys' memory sooner when no new keys come.
 func (l Keyed[K]) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() { l.t.Sweep() })
+	keycap.RunEvery(ctx, interval, func() { l.t.Sweep() })
 }
 
 // SetNumbers makes n the rule's numbers for every key without numbers of its
@@ -220,4 +221,11 @@ func allowCostNow[K comparable](t *atomicbucket.Table[K], key K, cost int64) boo
 		return t.AllowAt(key, atomicbucket.Now())
 	}
 	return t.AllowNAt(key, atomicbucket.Now(), cost).Allowed
+}
+
+// RunEvery calls f every interval (a minute when interval is not positive)
+// until ctx is done: a generated limiter's RunSweeper sweeps the tables of
+// every plan with it. Run it in its own goroutine.
+func RunEvery(ctx context.Context, interval time.Duration, f func()) {
+	keycap.RunEvery(ctx, interval, f)
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicwindow"
+	"github.com/limitgen/limitgen/internal/keycap"
 
 	"github.com/limitgen/limitgen/atomicbucket"
 )
@@ -118,7 +119,7 @@ func (l KeyedWindow[K]) Stats() atomicbucket.TableStats { return l.t.Stats() }
 // goroutine. It is optional: the table reclaims empty windows itself; it
 // returns idle keys' memory sooner when no new keys come.
 func (l KeyedWindow[K]) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() { l.t.Sweep() })
+	keycap.RunEvery(ctx, interval, func() { l.t.Sweep() })
 }
 
 // GlobalWindow is a global window rule's limiter as a generated package

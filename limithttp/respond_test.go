@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/tier"
 	"github.com/limitgen/limitgen/verdict"
 )
 
@@ -224,7 +225,7 @@ func TestRespondSteps(t *testing.T) {
 		p2, b2 := newPolicyBucket(t, "G2", atomicbucket.Limit{Tokens: 1, Period: s, Burst: 2})
 		ps := []*verdict.Policy{p1, p2}
 		check := func(now atomicbucket.Time, cost int64) (atomicbucket.Decision, *verdict.Policy) {
-			d, i, _ := atomicbucket.TierAt(now, b1.Step(cost), b2.Step(cost))
+			d, i, _ := tier.At(now, tier.Bucket(b1, cost), tier.Bucket(b2, cost))
 			return d, ps[i]
 		}
 		pol := `"G1";q=10;w=1, "G2";q=2;w=2`

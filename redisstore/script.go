@@ -22,7 +22,7 @@ import "strings"
 // One script checks one bucket or a tier of them, all or nothing, in order:
 // the first bucket that cannot take its cost denies the request, and nothing
 // is taken from any; when every one can, each takes its cost. That is the
-// local tiers' rule (atomicbucket.TierAt: ordered takes, refunded on a
+// local tiers' rule (tier.At: ordered takes, refunded on a
 // denial) in one atomic step, so no other request sees a partial take.
 //
 // Tokens that leases hold outside Redis are kept in the bucket's value too

@@ -58,7 +58,7 @@ type Backend interface {
 	// cannot carry), saying why.
 	CheckRule(r *StoreRule) error
 	// Tier decides calls (all of one group: see Place) at the server's time,
-	// all or nothing, by atomicbucket.TierAt's rule: when a call's bucket
+	// all or nothing, by tier.At's rule: when a call's bucket
 	// cannot take its cost, nothing is taken from any and the reply is that
 	// call's; when all can, each takes its cost (ModeTake) and the reply is
 	// that of the call left with the fewest whole tokens, the first on a

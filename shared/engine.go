@@ -193,7 +193,7 @@ func (e *Engine) tier(ctx context.Context, calls []Call, mode Mode) (atomicbucke
 
 // orderedTier is a tier whose buckets span groups (a Cluster's slots): each
 // call is one round trip, in order; when one denies, the calls before it are
-// refunded, last first, as atomicbucket.TierAt does. Between a take and its
+// refunded, last first, as tier.At does. Between a take and its
 // refund the tokens are held, so other requests may be denied that a single
 // call would have admitted (never the reverse: nothing is admitted beyond any
 // rule's limit). A failed refund leaves its tokens taken: stricter, never
@@ -348,7 +348,7 @@ func (e *Engine) CheckTier(ctx context.Context, calls []Call) (Result, int) {
 }
 
 // fallback decides calls by their rules' failure settings, as
-// atomicbucket.TierAt composes them, with err.
+// tier.At composes them, with err.
 func (e *Engine) fallback(calls []Call, err error) (Result, int) {
 	e.guard.Count(0, true)
 	var buf [4]fallbackStep

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/tier"
 	"github.com/puzpuzpuz/xsync/v3"
 )
 
@@ -62,7 +63,7 @@ func (f *fallbackRule) Failure() Failure {
 }
 
 // Step is a request of cost for key decided by the fallback, as a step of
-// atomicbucket.TierAt.
+// tier.At.
 func (f *fallbackRule) Step(key string, cost int64) fallbackStep {
 	return fallbackStep{f, key, cost}
 }
@@ -140,15 +141,15 @@ func (s fallbackStep) RefundAt(now atomicbucket.Time) {
 }
 
 // fallbackTier decides steps by their rules' failure settings, as
-// atomicbucket.TierAt composes them: the decision, and the index of the step
+// tier.At composes them: the decision, and the index of the step
 // it is from.
 func fallbackTier(steps ...fallbackStep) (atomicbucket.Decision, int) {
-	var buf [4]atomicbucket.TierStep
+	var buf [4]tier.Step
 	ts := buf[:0]
 	for _, s := range steps {
 		ts = append(ts, s)
 	}
-	d, i, _ := atomicbucket.TierAt(atomicbucket.Now(), ts...)
+	d, i, _ := tier.At(atomicbucket.Now(), ts...)
 	return d, i
 }
 

@@ -130,7 +130,7 @@ type Bound interface {
 	// when a step's bucket cannot take its cost, nothing is taken from any and
 	// the result is that step's (index); when all can, each takes its cost and
 	// the result is that of the step left with the fewest whole tokens, the
-	// first on a tie (atomicbucket.TierAt's rule). It never fails (see Result)
+	// first on a tie (tier.At's rule). It never fails (see Result)
 	// and returns within the store's timeout or ctx's deadline.
 	Check(ctx context.Context, steps []Step) (res Result, index int)
 	// CheckStep is Check of one step: the same decision, without a slice

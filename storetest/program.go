@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/tier"
 )
 
 // Batcher is a store that decides a batch of independent checks of one rule
@@ -111,7 +112,7 @@ func Program(t *testing.T, st Store, name string, data []byte, start int64) {
 		default: // a tier of the rule's buckets for up to three keys, all or nothing
 			first := p.next()
 			steps := make([]Part, 1+op/3%3)
-			ts := make([]atomicbucket.TierStep, len(steps))
+			ts := make([]tier.Step, len(steps))
 			for i := range steps {
 				key, cost := keys[(first+int64(i))%3], p.next()%(l.Burst+2)
 				steps[i], ts[i] = Part{r, key, cost}, ref.Step(key, cost)
@@ -120,7 +121,7 @@ func Program(t *testing.T, st Store, name string, data []byte, start int64) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if want, wi, _ := atomicbucket.TierAt(now, ts...); got != want || gi != wi {
+			if want, wi, _ := tier.At(now, ts...); got != want || gi != wi {
 				t.Fatalf("%+v: tier %+v at %d.%06d: store %+v from %d, reference %+v from %d", l, steps, sec, usec, got, gi, want, wi)
 			}
 		}

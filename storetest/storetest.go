@@ -14,6 +14,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/reference"
+	"github.com/limitgen/limitgen/tier"
 )
 
 // Store is a store's explicit-time check, as the tests drive it.
@@ -144,7 +145,7 @@ func Interval(t *testing.T, st Store, seed uint64, rules int, start int64) (deci
 
 // Tiers drives tiers tiers of 1 to 4 random exact rules (greedy, and interval
 // ones among them), 60 requests each, against the reference composed with
-// atomicbucket.TierAt (ordered takes, refunded on a denial): the same
+// tier.At (ordered takes, refunded on a denial): the same
 // decision, from the same rule, every time. It fails unless between a tenth
 // and nine tenths of the requests are denied.
 func Tiers(t *testing.T, st Store, seed uint64, tiers int, start int64) (decisions, denied int) {
@@ -175,7 +176,7 @@ func Tiers(t *testing.T, st Store, seed uint64, tiers int, start int64) (decisio
 			usec += rng.Int64N(3 * minStep)
 			sec, usec = sec+usec/1e6, usec%1e6
 			steps := make([]Part, n)
-			refSteps := make([]atomicbucket.TierStep, n)
+			refSteps := make([]tier.Step, n)
 			for k := range n {
 				key := []string{"a", "b"}[rng.IntN(2)]
 				cost := rng.Int64N(limits[k].Burst/2 + 2)
@@ -186,7 +187,7 @@ func Tiers(t *testing.T, st Store, seed uint64, tiers int, start int64) (decisio
 			if err != nil {
 				t.Fatal(err)
 			}
-			want, wi, _ := atomicbucket.TierAt(atomicbucket.FromWall(sec*1e9+usec*1e3), refSteps...)
+			want, wi, _ := tier.At(atomicbucket.FromWall(sec*1e9+usec*1e3), refSteps...)
 			decisions++
 			if !want.Allowed {
 				denied++

@@ -21,6 +21,15 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/tier"
+)
+
+// The runtime's sweep thresholds (package keycap's AutoSweepMin and
+// CapSweepSpacing), written again here so that the reference builds outside
+// limitgen's module; TestSweepConstants holds them equal.
+const (
+	autoSweepMin    = 4096
+	capSweepSpacing = 256 * time.Nanosecond
 )
 
 // Params are a rule's numbers as written.
@@ -110,13 +119,13 @@ type state struct {
 //     the true time later, never earlier, and is not told (checks never write
 //     anything shared), so next is a lower bound;
 //   - a new key that meets the cap sweeps when the last sweep at the cap is
-//     MaxKeys × atomicbucket.CapSweepSpacing behind; when none can be
+//     MaxKeys × capSweepSpacing behind; when none can be
 //     reclaimed it is denied with RetryAfter until max(next, the next sweep
 //     at the cap may run) (a sweep learns next exactly, so right after one
 //     this is exact); a fresh bucket short of the cost tells its own wait
 //     when it is made;
 //   - a new key that takes the number of keys past sweepAt (twice what the last
-//     sweep left, at least atomicbucket.AutoSweepMin) sweeps;
+//     sweep left, at least autoSweepMin) sweeps;
 //   - Sweep sweeps.
 type Reference struct {
 	mu      sync.Mutex
@@ -131,7 +140,7 @@ type Reference struct {
 	// fresh bucket. Reclaiming loses nothing for checks stamped at or after it.
 	horizon int64
 	// capSwept is the time of the last sweep at the cap; the next may start
-	// MaxKeys × atomicbucket.CapSweepSpacing after it.
+	// MaxKeys × capSweepSpacing after it.
 	capSwept int64
 }
 
@@ -141,7 +150,7 @@ func NewReference(p Params) *Reference {
 	if p.Interval {
 		omega = rat(1)
 	}
-	return &Reference{p: p, omega: omega, keys: map[string]*state{}, sweepAt: atomicbucket.AutoSweepMin, next: math.MaxInt64,
+	return &Reference{p: p, omega: omega, keys: map[string]*state{}, sweepAt: autoSweepMin, next: math.MaxInt64,
 		capSwept: math.MinInt64 / 2}
 }
 
@@ -328,7 +337,7 @@ func (r *Reference) lookup(key string, t int64) *state {
 
 // capSpacing is how far apart sweeps at the cap start.
 func (r *Reference) capSpacing() int64 {
-	return min(r.p.MaxKeys, int64(atomicbucket.MaxUptime/atomicbucket.CapSweepSpacing)) * int64(atomicbucket.CapSweepSpacing)
+	return min(r.p.MaxKeys, int64(atomicbucket.MaxUptime/capSweepSpacing)) * int64(capSweepSpacing)
 }
 
 // capFree is the time from which a new key at the cap could be admitted, as
@@ -368,9 +377,9 @@ func (r *Reference) AllowN(key string, t, cost int64) Decision {
 	return r.check(s, t, cost, true)
 }
 
-// Step is key's part, at cost, in a tier request (atomicbucket.TierAt), so
+// Step is key's part, at cost, in a tier request (tier.At), so
 // that tests compose references into tiers with the runtime's one tier logic.
-func (r *Reference) Step(key string, cost int64) atomicbucket.TierStep { return refStep{r, key, cost} }
+func (r *Reference) Step(key string, cost int64) tier.Step { return refStep{r, key, cost} }
 
 type refStep struct {
 	r    *Reference
@@ -604,7 +613,7 @@ func (r *Reference) sweep(t int64) int {
 	if n > 0 {
 		r.horizon = max(r.horizon, graced)
 	}
-	r.sweepAt = max(2*len(r.keys), atomicbucket.AutoSweepMin)
+	r.sweepAt = max(2*len(r.keys), autoSweepMin)
 	return n
 }
 

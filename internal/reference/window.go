@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/tier"
 )
 
 // WindowParams are a window rule's numbers as written: at most Limit cost
@@ -310,9 +311,9 @@ func CheckWindow(limit, window int64, adm []Admission) error {
 }
 
 // Step is key's part in a tier request of the given cost, for
-// atomicbucket.TierAt: a window, which TierAt looks at first and takes from
-// last (atomicbucket.TierLook); its RefundAt does nothing.
-func (w *Window) Step(key string, cost int64) atomicbucket.TierStep { return windowStep{w, key, cost} }
+// tier.At: a window, which TierAt looks at first and takes from
+// last (tier.Look); its RefundAt does nothing.
+func (w *Window) Step(key string, cost int64) tier.Step { return windowStep{w, key, cost} }
 
 type windowStep struct {
 	w    *Window

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/keycap"
 )
 
 // At most 3 in any 10 s, by hand: what counts, the waits, and the edge (an
@@ -136,5 +137,13 @@ func TestWindowKeyCap(t *testing.T) {
 		if d := w.AllowN("c", 10*s, 1); !d.Allowed {
 			t.Errorf("allow at cap %v: the third key once a's window is empty: %+v", allow, d)
 		}
+	}
+}
+
+// TestSweepConstants: the reference sweeps by the runtime's thresholds.
+func TestSweepConstants(t *testing.T) {
+	if autoSweepMin != keycap.AutoSweepMin || capSweepSpacing != keycap.CapSweepSpacing {
+		t.Errorf("the reference's sweep constants (%d, %v) are not the runtime's (%d, %v)",
+			autoSweepMin, capSweepSpacing, keycap.AutoSweepMin, keycap.CapSweepSpacing)
 	}
 }

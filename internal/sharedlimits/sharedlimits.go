@@ -1306,7 +1306,7 @@ func (l *PerUserLocalLimiter) Stats() atomicbucket.TableStats {
 // optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
 // new keys come.
 func (l *PerUserLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
+	genimpl.RunEvery(ctx, interval, func() {
 		l.Sweep()
 	})
 }
@@ -3380,7 +3380,7 @@ func (l *QuotaPlanLocalLimiter) Stats() atomicbucket.TableStats {
 // optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
 // new keys come.
 func (l *QuotaPlanLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
+	genimpl.RunEvery(ctx, interval, func() {
 		l.Sweep()
 	})
 }
@@ -4153,7 +4153,7 @@ func (l *Limits) LocalSeatNAt(seatLocalKey string, seatSharedKey string, seatDay
 }
 
 // checkSeat is Seat with each rule charged cost, or its own default cost when defaults is set. It
-// is atomicbucket.TierAt unrolled, with typed calls: keep the two in step.
+// is tier.At unrolled, with typed calls: keep the two in step.
 func (l *Limits) checkSeat(seatLocalKey string, seatSharedKey string, seatDayKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
 	c0, c1, c2 := cost, cost, cost
 	if defaults {
@@ -4347,7 +4347,7 @@ func (l *Limits) LocalMeteredNAt(meterSharedKey string, meterWindowKey string, n
 }
 
 // checkMetered is Metered with each rule charged cost, or its own default cost when defaults is
-// set. It is atomicbucket.TierAt unrolled, with typed calls: keep the two in step.
+// set. It is tier.At unrolled, with typed calls: keep the two in step.
 func (l *Limits) checkMetered(meterSharedKey string, meterWindowKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
 	c0, c1 := cost, cost
 	if defaults {
@@ -4502,7 +4502,7 @@ func (l *Limits) LocalRequestNAt(plan Plan, perUserKey string, now atomicbucket.
 }
 
 // checkRequest is Request with each rule charged cost, or its own default cost when defaults is
-// set. It is atomicbucket.TierAt unrolled, with typed calls: keep the two in step.
+// set. It is tier.At unrolled, with typed calls: keep the two in step.
 func (l *Limits) checkRequest(plan Plan, perUserKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
 	if plan >= numPlans {
 		return TierDecision{
@@ -4638,7 +4638,7 @@ func (l *Limits) LocalDownloadNAt(downloadsKey string, now atomicbucket.Time, co
 }
 
 // checkDownload is Download with each rule charged cost, or its own default cost when defaults is
-// set. It is atomicbucket.TierAt unrolled, with typed calls: keep the two in step.
+// set. It is tier.At unrolled, with typed calls: keep the two in step.
 func (l *Limits) checkDownload(downloadsKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
 	c0, c1 := cost, cost
 	if defaults {

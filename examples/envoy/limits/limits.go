@@ -1016,7 +1016,7 @@ func (l *PerUserLocalLimiter) Stats() atomicbucket.TableStats {
 // optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
 // new keys come.
 func (l *PerUserLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
+	genimpl.RunEvery(ctx, interval, func() {
 		l.Sweep()
 	})
 }
@@ -1985,7 +1985,7 @@ func (l *Limits) LocalAPINAt(plan Plan, perUserKey uint64, now atomicbucket.Time
 }
 
 // checkAPI is API with each rule charged cost, or its own default cost when defaults is set. It is
-// atomicbucket.TierAt unrolled, with typed calls: keep the two in step.
+// tier.At unrolled, with typed calls: keep the two in step.
 func (l *Limits) checkAPI(plan Plan, perUserKey uint64, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
 	if plan >= numPlans {
 		return TierDecision{

@@ -658,7 +658,7 @@ func (l *PerUserLocalLimiter) Stats() atomicbucket.TableStats {
 // optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
 // new keys come.
 func (l *PerUserLocalLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
+	genimpl.RunEvery(ctx, interval, func() {
 		l.Sweep()
 	})
 }
@@ -1398,7 +1398,7 @@ func (l *Limits) LocalRequestNAt(plan Plan, perUserKey string, now atomicbucket.
 }
 
 // checkRequest is Request with each rule charged cost, or its own default cost when defaults is
-// set. It is atomicbucket.TierAt unrolled, with typed calls: keep the two in step.
+// set. It is tier.At unrolled, with typed calls: keep the two in step.
 func (l *Limits) checkRequest(plan Plan, perUserKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
 	if plan >= numPlans {
 		return TierDecision{
@@ -1533,7 +1533,7 @@ func (l *Limits) LocalEdgeNAt(perCallerKey string, now atomicbucket.Time, cost i
 }
 
 // checkEdge is Edge with each rule charged cost, or its own default cost when defaults is set. It
-// is atomicbucket.TierAt unrolled, with typed calls: keep the two in step.
+// is tier.At unrolled, with typed calls: keep the two in step.
 func (l *Limits) checkEdge(perCallerKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
 	c0, c1 := cost, cost
 	if defaults {

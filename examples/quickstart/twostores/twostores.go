@@ -981,7 +981,7 @@ func (l *Limits) LocalCheckoutNAt(perInstanceKey string, checkoutsKey string, in
 }
 
 // checkCheckout is Checkout with each rule charged cost, or its own default cost when defaults is
-// set. It is atomicbucket.TierAt unrolled, with typed calls: keep the two in step.
+// set. It is tier.At unrolled, with typed calls: keep the two in step.
 func (l *Limits) checkCheckout(perInstanceKey string, checkoutsKey string, invoicesKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
 	c0, c1, c2 := cost, cost, cost
 	if defaults {

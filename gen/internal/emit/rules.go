@@ -481,7 +481,7 @@ func emitKeyedExtras(r model.Rule, recv jen.Code) jen.Code {
 		"the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no new keys come."))
 	params := []jen.Code{jen.Id("ctx").Qual("context", "Context"), jen.Id("interval").Qual("time", "Duration")}
 	g.Func().Params(recv).Id("RunSweeper").Params(params...).Block(
-		rt("RunEvery").Call(jen.Id("ctx"), jen.Id("interval"), jen.Func().Params().Block(jen.Id("l").Dot("Sweep").Call())),
+		gi("RunEvery").Call(jen.Id("ctx"), jen.Id("interval"), jen.Func().Params().Block(jen.Id("l").Dot("Sweep").Call())),
 	).Line()
 	return g
 }

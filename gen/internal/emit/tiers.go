@@ -99,7 +99,7 @@ func emitTier(m *model.Model, t model.Tier) jen.Code {
 
 	// The one implementation per tier: each rule in order, all or nothing.
 	g.Add(comment(fmt.Sprintf("%s is %s with each rule charged cost, or its own default cost when defaults is set. "+
-		"It is atomicbucket.TierAt unrolled, with typed calls: keep the two in step.", t.CoreName(), t.GoName)))
+		"It is tier.At unrolled, with typed calls: keep the two in step.", t.CoreName(), t.GoName)))
 	var body []jen.Code
 	if planned {
 		first := m.Rules[t.Rules[0]]
@@ -133,7 +133,7 @@ func emitTier(m *model.Model, t model.Tier) jen.Code {
 			field("Decision", d), field("Rule", jen.Id(r.RuleConst())), field("DeniedBy", jen.Id(r.RuleConst())))))
 	}
 	// Windows cannot give back what they take: each is looked at before
-	// anything is taken, and taken from last (atomicbucket.TierAt).
+	// anything is taken, and taken from last (tier.At).
 	for i, ri := range t.Rules {
 		if r := m.Rules[ri]; r.IsWindow() {
 			p := jen.Id(fmt.Sprintf("p%d", i))

@@ -22,6 +22,7 @@ import (
 	"github.com/limitgen/limitgen/gen/internal/numbers"
 	"github.com/limitgen/limitgen/gen/internal/policy"
 	"github.com/limitgen/limitgen/overlay"
+	"github.com/limitgen/limitgen/tier"
 )
 
 // simulate replays a request log through one rule or tier of a policy and
@@ -745,22 +746,22 @@ func (s *simulation) costOf(r *simRule, req request) int64 {
 }
 
 // decide runs one request through the rule, or the tier's rules all or
-// nothing, with atomicbucket.TierAt: the tier logic generated code unrolls.
+// nothing, with tier.At: the tier logic generated code unrolls.
 func (s *simulation) decide(req request, now atomicbucket.Time) (atomicbucket.Decision, string) {
-	steps := make([]atomicbucket.TierStep, len(s.rules))
+	steps := make([]tier.Step, len(s.rules))
 	for i, r := range s.rules {
 		switch {
 		case r.table != nil:
-			steps[i] = r.table.Step(req.keys[i], s.costOf(r, req))
+			steps[i] = tier.Table(r.table, req.keys[i], s.costOf(r, req))
 		case r.bucket != nil:
-			steps[i] = r.bucket.Step(s.costOf(r, req))
+			steps[i] = tier.Bucket(r.bucket, s.costOf(r, req))
 		case r.wtable != nil:
-			steps[i] = r.wtable.Step(req.keys[i], s.costOf(r, req))
+			steps[i] = tier.WindowTable(r.wtable, req.keys[i], s.costOf(r, req))
 		default:
-			steps[i] = r.window.Step(s.costOf(r, req))
+			steps[i] = tier.Window(r.window, s.costOf(r, req))
 		}
 	}
-	d, at, denied := atomicbucket.TierAt(now, steps...)
+	d, at, denied := tier.At(now, steps...)
 	checked := len(s.rules)
 	if denied {
 		checked = at + 1

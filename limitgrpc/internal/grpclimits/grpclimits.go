@@ -561,7 +561,7 @@ func (l *ChecksLimiter) Stats() atomicbucket.TableStats {
 // optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
 // new keys come.
 func (l *ChecksLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
+	genimpl.RunEvery(ctx, interval, func() {
 		l.Sweep()
 	})
 }
@@ -1113,7 +1113,7 @@ func (l *Limits) ServiceNAt(perMethodKey string, now atomicbucket.Time, cost int
 }
 
 // checkService is Service with each rule charged cost, or its own default cost when defaults is
-// set. It is atomicbucket.TierAt unrolled, with typed calls: keep the two in step.
+// set. It is tier.At unrolled, with typed calls: keep the two in step.
 func (l *Limits) checkService(perMethodKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
 	c0, c1 := cost, cost
 	if defaults {

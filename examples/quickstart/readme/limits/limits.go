@@ -398,7 +398,7 @@ func (l *PerUserLimiter) Stats() atomicbucket.TableStats {
 // optional: the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no
 // new keys come.
 func (l *PerUserLimiter) RunSweeper(ctx context.Context, interval time.Duration) {
-	atomicbucket.RunEvery(ctx, interval, func() {
+	genimpl.RunEvery(ctx, interval, func() {
 		l.Sweep()
 	})
 }
@@ -601,7 +601,7 @@ func (l *Limits) RequestNAt(plan Plan, perUserKey string, now atomicbucket.Time,
 }
 
 // checkRequest is Request with each rule charged cost, or its own default cost when defaults is
-// set. It is atomicbucket.TierAt unrolled, with typed calls: keep the two in step.
+// set. It is tier.At unrolled, with typed calls: keep the two in step.
 func (l *Limits) checkRequest(plan Plan, perUserKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
 	if plan >= numPlans {
 		return TierDecision{

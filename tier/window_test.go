@@ -1,29 +1,30 @@
-package atomicwindow
+package tier
 
 import (
 	"testing"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 )
 
 // TestTierAtWindows: a tier of a window (2 a minute, first) and a bucket
 // (burst 3): the window is looked at before anything is taken and taken
 // last, so a denial by either leaves the other as it was (hand-computed).
 func TestTierAtWindows(t *testing.T) {
-	win := NewTable[string](MustRule(2, time.Minute), atomicbucket.TableOptions{})
+	win := atomicwindow.NewTable[string](atomicwindow.MustRule(2, time.Minute), atomicbucket.TableOptions{})
 	bucket := atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 3}), atomicbucket.TableOptions{})
-	steps := func(key string) []atomicbucket.TierStep {
-		return []atomicbucket.TierStep{win.Step(key, 1), bucket.Step(key, 1)}
+	steps := func(key string) []Step {
+		return []Step{WindowTable(win, key, 1), Table(bucket, key, 1)}
 	}
 	// Two pass: window 2 → 1 → 0, bucket 3 → 2 → 1.
 	for i, want := range []int64{1, 0} {
-		if d, idx, denied := atomicbucket.TierAt(hour, steps("a")...); !d.Allowed || denied || idx != 0 || d.Remaining != want {
+		if d, idx, denied := At(hour, steps("a")...); !d.Allowed || denied || idx != 0 || d.Remaining != want {
 			t.Fatalf("request %d: %+v index %d denied %v; want allowed, the window with %d left", i, d, idx, denied, want)
 		}
 	}
 	// The window denies at its look: the bucket keeps its 1.
-	if d, idx, denied := atomicbucket.TierAt(hour, steps("a")...); d.Allowed || !denied || idx != 0 || d.RetryAfter != time.Minute+999 {
+	if d, idx, denied := At(hour, steps("a")...); d.Allowed || !denied || idx != 0 || d.RetryAfter != time.Minute+999 {
 		t.Fatalf("third: %+v index %d denied %v; want denied by the window until its first unit leaves", d, idx, denied)
 	}
 	if p := bucket.PeekAt("a", hour, 0); p.Remaining != 1 {
@@ -32,10 +33,10 @@ func TestTierAtWindows(t *testing.T) {
 	// A minute later the window has room and the bucket 1 token: one more
 	// passes; then the bucket denies and the window keeps what it had.
 	later := hour + atomicbucket.Time(time.Minute+999)
-	if d, _, denied := atomicbucket.TierAt(later, steps("a")...); !d.Allowed || denied {
+	if d, _, denied := At(later, steps("a")...); !d.Allowed || denied {
 		t.Fatalf("a minute later: %+v", d)
 	}
-	if d, idx, denied := atomicbucket.TierAt(later, steps("a")...); d.Allowed || !denied || idx != 1 {
+	if d, idx, denied := At(later, steps("a")...); d.Allowed || !denied || idx != 1 {
 		t.Fatalf("the bucket empty: %+v index %d, want denied by the bucket", d, idx)
 	}
 	if p := win.PeekAt("a", later, 0); p.Remaining != 1 {
@@ -46,12 +47,12 @@ func TestTierAtWindows(t *testing.T) {
 // TierAt allocates nothing itself (shared's degraded path decides through
 // it while a store is down), windows or not, admitting or denying.
 func TestTierAtAllocatesNothing(t *testing.T) {
-	win := NewTable[string](MustRule(1, time.Minute), atomicbucket.TableOptions{})
+	win := atomicwindow.NewTable[string](atomicwindow.MustRule(1, time.Minute), atomicbucket.TableOptions{})
 	bucket := atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 1 << 20}), atomicbucket.TableOptions{})
 	win.AllowN("a", 0)
 	bucket.AllowN("a", 1)
-	steps := []atomicbucket.TierStep{bucket.Step("a", 1), win.Step("a", 1), bucket.Step("a", 1)}
-	if n := testing.AllocsPerRun(100, func() { atomicbucket.TierAt(hour, steps...) }); n != 0 {
+	steps := []Step{Table(bucket, "a", 1), WindowTable(win, "a", 1), Table(bucket, "a", 1)}
+	if n := testing.AllocsPerRun(100, func() { At(hour, steps...) }); n != 0 {
 		t.Errorf("TierAt: %v allocations", n)
 	}
 }
