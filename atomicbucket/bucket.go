@@ -28,12 +28,9 @@ type Bucket struct {
 	_       cpu.CacheLinePad // and off the line of whatever follows it
 }
 
-// NewBucket returns a bucket for rule r, created now: it starts with the rule's
-// initial tokens and, for an anchored interval rule, its grid starts now.
-func NewBucket(r Rule) *Bucket { return NewBucketAt(r, Now()) }
-
-// NewBucketAt is NewBucket with the creation time given. An anchored interval
-// rule's grid starts then.
+// NewBucketAt returns a bucket for rule r, created at now (atomicbucket.Now()
+// for the present): it starts with the rule's initial tokens and, for an
+// anchored interval rule, its grid starts then.
 func NewBucketAt(r Rule, now Time) *Bucket {
 	b := &Bucket{rule: r}
 	n := clampNow(now)
@@ -74,10 +71,7 @@ func (b *Bucket) AllowAt(now Time) bool {
 	return ok
 }
 
-// AllowN checks a request of the given cost now and takes its tokens if allowed.
-func (b *Bucket) AllowN(cost int64) Decision { return b.AllowNAt(Now(), cost) }
-
-// AllowNAt is AllowN at time now.
+// AllowNAt checks a request of the given cost now and takes its tokens if allowed.
 func (b *Bucket) AllowNAt(now Time, cost int64) Decision {
 	n := clampNow(now)
 	if b.over.Load() != nil {
@@ -98,10 +92,7 @@ func (b *Bucket) AllowNAt(now Time, cost int64) Decision {
 	return b.rule.decide(ok, tat, inc, n, nowU, b.anchor)
 }
 
-// Peek is what AllowN(cost) would decide now, without taking anything.
-func (b *Bucket) Peek(cost int64) Decision { return b.PeekAt(Now(), cost) }
-
-// PeekAt is Peek at time now.
+// PeekAt is what AllowNAt would decide at now, without taking anything.
 func (b *Bucket) PeekAt(now Time, cost int64) Decision {
 	if tat := b.tat.Load(); tat >= 0 {
 		return b.rule.peek(tat, clampNow(now), b.anchor, cost)
@@ -131,12 +122,9 @@ func (r *Rule) outOfRange(tat, now, nowU, anchor int64) Decision {
 	return d
 }
 
-// Refund gives cost tokens back now, never filling the bucket beyond its burst.
+// RefundAt gives cost tokens back now, never filling the bucket beyond its burst.
 // A tier that took tokens from this bucket and was then denied by a later rule
 // uses it to undo the take. A cost outside [0, burst] gives nothing back.
-func (b *Bucket) Refund(cost int64) { b.RefundAt(Now(), cost) }
-
-// RefundAt is Refund at time now.
 func (b *Bucket) RefundAt(now Time, cost int64) {
 	if b.over.Load() != nil {
 		b.refundOver(clampNow(now), cost)
@@ -150,15 +138,10 @@ func (b *Bucket) RefundAt(now Time, cost int64) {
 	}
 }
 
-// Reserve takes cost tokens now if the request can be served within maxWait,
+// ReserveAt takes cost tokens now if the request can be served within maxWait,
 // possibly ahead of time: the returned Reservation says how long to wait before
 // acting, and can be cancelled before then to give the tokens back. maxWait
 // beyond MaxWait is treated as MaxWait. A refused reservation changes nothing.
-func (b *Bucket) Reserve(cost int64, maxWait time.Duration) Reservation {
-	return b.ReserveAt(Now(), cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
 func (b *Bucket) ReserveAt(now Time, cost int64, maxWait time.Duration) Reservation {
 	if b.over.Load() == nil {
 		if res, alive := b.rule.reserve(&b.tat, &b.seen, clampNow(now), b.anchor, cost, maxWait); alive {

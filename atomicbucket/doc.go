@@ -65,10 +65,10 @@
 // A Table creates a key's bucket on the key's first check that takes tokens (one
 // map insertion) and keeps itself: buckets full for SweepGrace are reclaimed
 // when a new key meets the key cap, and by a sweep the table runs when new keys
-// double it; Sweep and RunSweeper only return memory sooner. Reclaiming loses
+// double it; SweepAt and RunSweeper only return memory sooner. Reclaiming loses
 // nothing, because an interval grid is placed by its key (phase.go), not by the
-// key's first use. At the cap with nothing to reclaim, a new key is denied
-// (DenyAtCap) or decided against a fresh bucket that is not stored
-// (AllowAtCap); Len, Evictions and AtCapHits make this observable. Checks on
-// existing keys never lock and never allocate.
+// key's first use. At the cap with nothing to reclaim, a new key is denied,
+// or with TableOptions.AllowAtCap decided against a fresh bucket that is not
+// stored; Len and Stats make this observable. Checks on existing keys never
+// lock and never allocate.
 package atomicbucket

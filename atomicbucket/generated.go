@@ -58,7 +58,7 @@ func (t *Table[K]) AllowGreedyAt(key K, now Time, scale, inc, tau int64) bool {
 		s := t.m.load(key)
 		if s == nil {
 			if s, _ = t.create(key, n); s == nil {
-				return t.atCap == AllowAtCap && t.rule.debt+inc <= tau
+				return t.allowAtCap && t.rule.debt+inc <= tau
 			}
 		}
 		if t.m.hasNums(s) {

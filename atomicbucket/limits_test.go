@@ -129,7 +129,7 @@ func TestDeniedChangesNothing(t *testing.T) {
 
 func TestZeroAllocs(t *testing.T) {
 	r := mustRule(t, Limit{Tokens: 1_000_000, Period: time.Second, Burst: 1_000_000})
-	b := NewBucket(r)
+	b := NewBucketAt(r, Now())
 	tb := NewTable[string](r, TableOptions{})
 	ti := NewTable[int64](r, TableOptions{})
 	tb.Allow("key")
@@ -138,16 +138,16 @@ func TestZeroAllocs(t *testing.T) {
 	scale, emit, tau, _ := r.Units() // what generated code passes as constants
 	for name, f := range map[string]func(){
 		"Bucket.Allow":                          func() { b.Allow() },
-		"Bucket.AllowN":                         func() { b.AllowN(2) },
-		"Bucket.Peek":                           func() { b.Peek(1) },
-		"Bucket.Reserve":                        func() { res := b.Reserve(1, 0); res.Cancel() },
-		"Bucket.Refund":                         func() { b.Refund(1) },
+		"Bucket.AllowN":                         func() { b.AllowNAt(Now(), 2) },
+		"Bucket.Peek":                           func() { b.PeekAt(Now(), 1) },
+		"Bucket.Reserve":                        func() { res := b.ReserveAt(Now(), 1, 0); res.CancelAt(Now()) },
+		"Bucket.Refund":                         func() { b.RefundAt(Now(), 1) },
 		"Bucket.Wait":                           func() { _ = b.Wait(ctx, 1) },
 		"Table.Allow":                           func() { tb.Allow("key") },
-		"Table.AllowN":                          func() { tb.AllowN("key", 2) },
-		"Table.Peek":                            func() { tb.Peek("key", 1) },
-		"Table.Reserve":                         func() { tb.Reserve("key", 1, 0) },
-		"Table.Refund":                          func() { tb.Refund("key", 1) },
+		"Table.AllowN":                          func() { tb.AllowNAt("key", Now(), 2) },
+		"Table.Peek":                            func() { tb.PeekAt("key", Now(), 1) },
+		"Table.Reserve":                         func() { tb.ReserveAt("key", Now(), 1, 0) },
+		"Table.Refund":                          func() { tb.RefundAt("key", Now(), 1) },
 		"Table[int64].Allow":                    func() { ti.Allow(42) },
 		"Table.Wait":                            func() { _ = tb.Wait(ctx, "key", 1) },
 		"Bucket.AllowGreedyAt (generated code)": func() { b.AllowGreedyAt(Now(), scale, emit, tau) },
@@ -161,7 +161,7 @@ func TestZeroAllocs(t *testing.T) {
 
 func TestWait(t *testing.T) {
 	r := mustRule(t, Limit{Tokens: 100, Period: time.Second, Burst: 1}) // one token per 10ms
-	b := NewBucket(r)
+	b := NewBucketAt(r, Now())
 	ctx := context.Background()
 	if err := b.Wait(ctx, 1); err != nil {
 		t.Fatalf("Wait on a full bucket: %v", err)
@@ -169,7 +169,7 @@ func TestWait(t *testing.T) {
 	if err := b.Wait(ctx, 1); err != nil { // waits about 10ms
 		t.Fatalf("Wait for the next token: %v", err)
 	}
-	if d := b.Peek(1); d.Allowed {
+	if d := b.PeekAt(Now(), 1); d.Allowed {
 		t.Fatalf("the waited-for token was not taken: %+v", d)
 	}
 	if err := b.Wait(ctx, 2); !errors.Is(err, ErrCostExceedsBurst) {
@@ -177,7 +177,7 @@ func TestWait(t *testing.T) {
 	}
 
 	// A deadline too close: fails at once, wrapping DeadlineExceeded, taking nothing.
-	slow := NewBucket(mustRule(t, Limit{Tokens: 1, Period: time.Hour, Burst: 1}))
+	slow := NewBucketAt(mustRule(t, Limit{Tokens: 1, Period: time.Hour, Burst: 1}), Now())
 	slow.Allow()
 	before := slow.tat.Load()
 	dctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
@@ -190,7 +190,7 @@ func TestWait(t *testing.T) {
 	}
 
 	// Cancelled while waiting: wraps Canceled and gives the tokens back.
-	mid := NewBucket(mustRule(t, Limit{Tokens: 1, Period: 2 * time.Second, Burst: 1}))
+	mid := NewBucketAt(mustRule(t, Limit{Tokens: 1, Period: 2 * time.Second, Burst: 1}), Now())
 	mid.Allow()
 	before = mid.tat.Load()
 	cctx, cancel2 := context.WithCancel(ctx)

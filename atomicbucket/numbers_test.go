@@ -32,7 +32,7 @@ func TestNumbersRefused(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tb := NewTable[string](c.rule, TableOptions{})
-			b := NewBucket(c.rule)
+			b := NewBucketAt(c.rule, Now())
 			want := c.want
 			if want == "" {
 				l := c.rule.Limit()
@@ -176,7 +176,7 @@ func TestNumbersInForce(t *testing.T) {
 // makes a new slot).
 func TestZeroAllocsAfterChange(t *testing.T) {
 	r := mustRule(t, Limit{Tokens: 1_000_000, Period: time.Second, Burst: 1_000_000})
-	b := NewBucket(r)
+	b := NewBucketAt(r, Now())
 	tb := NewTable[string](r, TableOptions{})
 	tb.Allow("key")
 	tb.Allow("vip")
@@ -191,17 +191,17 @@ func TestZeroAllocsAfterChange(t *testing.T) {
 	scale, emit, tau, _ := r.Units()
 	for name, f := range map[string]func(){
 		"Bucket.Allow":                          func() { b.Allow() },
-		"Bucket.AllowN":                         func() { b.AllowN(2) },
-		"Bucket.Peek":                           func() { b.Peek(1) },
-		"Bucket.Refund":                         func() { b.Refund(1) },
+		"Bucket.AllowN":                         func() { b.AllowNAt(Now(), 2) },
+		"Bucket.Peek":                           func() { b.PeekAt(Now(), 1) },
+		"Bucket.Refund":                         func() { b.RefundAt(Now(), 1) },
 		"Bucket.Wait":                           func() { _ = b.Wait(ctx, 1) },
 		"Bucket.AllowGreedyAt (generated code)": func() { b.AllowGreedyAt(Now(), scale, emit, tau) },
 		"Table.Allow (key without its own)":     func() { tb.Allow("key") },
 		"Table.Allow (key with its own)":        func() { tb.Allow("vip") },
-		"Table.AllowN":                          func() { tb.AllowN("vip", 2) },
-		"Table.Peek":                            func() { tb.Peek("vip", 1) },
-		"Table.Refund":                          func() { tb.Refund("vip", 1) },
-		"Table.Reserve":                         func() { tb.Reserve("vip", 1, 0) },
+		"Table.AllowN":                          func() { tb.AllowNAt("vip", Now(), 2) },
+		"Table.Peek":                            func() { tb.PeekAt("vip", Now(), 1) },
+		"Table.Refund":                          func() { tb.RefundAt("vip", Now(), 1) },
+		"Table.Reserve":                         func() { tb.ReserveAt("vip", Now(), 1, 0) },
 		"Table.AllowGreedyAt (generated code)":  func() { tb.AllowGreedyAt("key", Now(), scale, emit, tau) },
 	} {
 		if n := testing.AllocsPerRun(1000, f); n != 0 {

@@ -3,6 +3,8 @@ package atomicbucket
 import (
 	"hash/maphash"
 	"strconv"
+
+	"github.com/limitgen/limitgen/internal/keyhash"
 )
 
 // The grid of an interval rule's keyed bucket is not anchored at the key's first
@@ -18,23 +20,9 @@ import (
 //
 // The phase is stable across processes for string and integer keys (FNV-1a of
 // the string, or of the integer's decimal form), and for keys whose table was
-// given TableOptions.KeyHash (a generated composite key's: TextHash of its
+// given TableOptions.KeyHash (a generated composite key's: genimpl.TextHash of its
 // text form), so every instance of a service places a key's grid alike. Other
 // key types use the table's own hash seed.
-
-// fnv1a is the 64-bit FNV-1a hash of s.
-func fnv1a[S string | []byte](s S) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	return h
-}
-
-// TextHash is the hash that places the grid of a key whose text form is b
-// (FNV-1a, as a string key's): a key type's TableOptions.KeyHash returns it.
-func TextHash(b []byte) uint64 { return fnv1a(b) }
 
 // gridHash is the hash that places key's grid: the table's KeyHash, or keyHash.
 func (t *Table[K]) gridHash(key K) uint64 {
@@ -50,27 +38,27 @@ func keyHash[K comparable](key K, seed maphash.Seed) uint64 {
 	var buf [24]byte
 	switch k := any(key).(type) {
 	case string:
-		return fnv1a(k)
+		return keyhash.Of(k)
 	case int:
-		return fnv1a(strconv.AppendInt(buf[:0], int64(k), 10))
+		return keyhash.Of(strconv.AppendInt(buf[:0], int64(k), 10))
 	case int8:
-		return fnv1a(strconv.AppendInt(buf[:0], int64(k), 10))
+		return keyhash.Of(strconv.AppendInt(buf[:0], int64(k), 10))
 	case int16:
-		return fnv1a(strconv.AppendInt(buf[:0], int64(k), 10))
+		return keyhash.Of(strconv.AppendInt(buf[:0], int64(k), 10))
 	case int32:
-		return fnv1a(strconv.AppendInt(buf[:0], int64(k), 10))
+		return keyhash.Of(strconv.AppendInt(buf[:0], int64(k), 10))
 	case int64:
-		return fnv1a(strconv.AppendInt(buf[:0], k, 10))
+		return keyhash.Of(strconv.AppendInt(buf[:0], k, 10))
 	case uint:
-		return fnv1a(strconv.AppendUint(buf[:0], uint64(k), 10))
+		return keyhash.Of(strconv.AppendUint(buf[:0], uint64(k), 10))
 	case uint8:
-		return fnv1a(strconv.AppendUint(buf[:0], uint64(k), 10))
+		return keyhash.Of(strconv.AppendUint(buf[:0], uint64(k), 10))
 	case uint16:
-		return fnv1a(strconv.AppendUint(buf[:0], uint64(k), 10))
+		return keyhash.Of(strconv.AppendUint(buf[:0], uint64(k), 10))
 	case uint32:
-		return fnv1a(strconv.AppendUint(buf[:0], uint64(k), 10))
+		return keyhash.Of(strconv.AppendUint(buf[:0], uint64(k), 10))
 	case uint64:
-		return fnv1a(strconv.AppendUint(buf[:0], k, 10))
+		return keyhash.Of(strconv.AppendUint(buf[:0], k, 10))
 	}
 	return maphash.Comparable(seed, key)
 }
@@ -94,16 +82,9 @@ func (r *Rule) anchorFor(h uint64) int64 {
 	return 0
 }
 
-// KeyHash is the hash that places the grid of a string key's bucket (FNV-1a;
-// integer keys hash their decimal form): the grid's boundaries are the
-// wall-clock instants whose Unix time in ns is ≡ KeyHash(key) (mod Period).
-// Other stores (redisstore) place a key's grid with it, so that a key's grid
-// is the same everywhere. It is also a cheap, stable hash of any key.
-func KeyHash(key string) uint64 { return fnv1a(key) }
-
 // KeyAnchor is where the grid of key's bucket is anchored in a Table of this
 // rule with string keys (or integer keys, by their decimal form): a time in
 // (−Period, 0] ns since the epoch, with boundaries every Period after it, at the
-// same wall-clock instants in every process. It is 0 for greedy rules. Tests and other stores use it to place a key's grid as a
+// same wall-clock instants in every process (its hash is FNV-1a). It is 0 for greedy rules. Tests and other stores use it to place a key's grid as a
 // table does.
-func (r *Rule) KeyAnchor(key string) int64 { return r.anchorFor(fnv1a(key)) }
+func (r *Rule) KeyAnchor(key string) int64 { return r.anchorFor(keyhash.Of(key)) }

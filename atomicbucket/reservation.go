@@ -9,7 +9,7 @@ import (
 )
 
 // Reservation is tokens taken, possibly ahead of time, by Reserve. It belongs to
-// the goroutine that made it: Cancel must not be called from two goroutines.
+// the goroutine that made it: CancelAt must not be called from two goroutines.
 type Reservation struct {
 	// OK reports whether the tokens were taken. When false nothing changed and
 	// the other fields are zero, except RetryAfter.
@@ -33,16 +33,13 @@ type Reservation struct {
 // At is the time at which the holder may act.
 func (r *Reservation) At() Time { return r.at }
 
-// Cancel gives the reserved tokens back if the holder has not reached its time
-// to act (now < At) and reports whether it did. Once the time to act has come the
-// tokens count as used and Cancel does nothing; a second Cancel does nothing.
-// After a change of the numbers in force for the bucket (SetNumbersAt,
+// CancelAt gives the reserved tokens back if the holder has not reached its
+// time to act (now < At) and reports whether it did. Once the time to act has
+// come the tokens count as used and CancelAt does nothing; a second one does
+// nothing. After a change of the numbers in force for the bucket (SetNumbersAt,
 // SetKeyNumbersAt, ClearNumbersAt and the like) the tokens are carried into the
-// new numbers with the rest of the bucket: Cancel gives nothing back and
+// new numbers with the rest of the bucket: CancelAt gives nothing back and
 // returns false.
-func (r *Reservation) Cancel() bool { return r.CancelAt(Now()) }
-
-// CancelAt is Cancel at time now.
 func (r *Reservation) CancelAt(now Time) bool {
 	if !r.OK || r.word == nil || now >= r.at {
 		return false
@@ -96,7 +93,7 @@ func (r *Rule) reserve(w, seen *atomic.Int64, now, anchor, cost int64, maxWait t
 var ErrCostExceedsBurst = errors.New("atomicbucket: cost exceeds the burst or is negative")
 
 // ErrAtCap is returned by Table.Wait for a new key when the table is at its key
-// cap and denies new keys (DenyAtCap).
+// cap and denies new keys (TableOptions.AllowAtCap false).
 var ErrAtCap = errors.New("atomicbucket: new key refused: the table is at its key cap")
 
 // waitOn is Wait for any bucket: reserve takes the tokens at now if they can be
@@ -156,7 +153,7 @@ func (r *Reservation) wait(ctx context.Context, cost int64, maxWait time.Duratio
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		r.Cancel()
+		r.CancelAt(Now())
 		return waitError(cost, ctx.Err())
 	}
 }

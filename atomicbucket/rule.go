@@ -308,9 +308,6 @@ func (r *Rule) GridAnchor() int64 {
 	return r.anchor
 }
 
-// Burst returns the bucket capacity.
-func (r *Rule) Burst() int64 { return r.burst }
-
 // String describes the rule in plain words.
 func (r *Rule) String() string {
 	s := fmt.Sprintf("%d per %v, burst %d, %v refill", r.limit.Tokens, r.limit.Period, r.burst, r.limit.Refill)

@@ -14,24 +14,6 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// AtCap is what a table does with a request for a new key when it holds its
-// maximum number of keys and none of them can be reclaimed.
-type AtCap uint8
-
-const (
-	// DenyAtCap denies requests for new keys at the cap (fail closed). The
-	// Decision's RetryAfter is the wait until the table can reclaim a bucket
-	// (one has been full for SweepGrace) and may sweep at the cap again
-	// (sweeps at the cap start at least 256 ns a key apart), plus, when the
-	// rule's new buckets hold fewer tokens than the cost, the wait for a new
-	// bucket to gather them.
-	DenyAtCap AtCap = iota
-	// AllowAtCap decides a request for a new key against a fresh bucket that is
-	// not stored (fail open): a key beyond the cap is limited per request only,
-	// to its initial tokens, and is not tracked.
-	AllowAtCap
-)
-
 // SweepGrace is how long a bucket must have been full before a sweep removes it.
 // A check that read the clock before a sweep but lands after it acts on a fresh
 // full bucket; the grace makes that equal to what it would have found, unless
@@ -41,12 +23,21 @@ const SweepGrace = time.Second
 // TableOptions configures a Table. The zero value is a table without a key cap.
 type TableOptions struct {
 	MaxKeys int64 // the most keys tracked at once; 0 or less means no cap
-	AtCap   AtCap // what happens to a new key at the cap when nothing can be reclaimed
-	Presize int   // the number of keys to size the map for at creation
+	// AllowAtCap says what happens to a new key at the cap when nothing can
+	// be reclaimed. False (the default, fail closed): its request is denied,
+	// with a RetryAfter of the wait until the table can reclaim a bucket (one
+	// has been full for SweepGrace) and may sweep at the cap again (sweeps at
+	// the cap start at least 256 ns a key apart), plus, when the rule's new
+	// buckets hold fewer tokens than the cost, the wait for a new bucket to
+	// gather them. True (fail open): its request is decided against a fresh
+	// bucket that is not stored: a key beyond the cap is limited per request
+	// only, to its initial tokens, and is not tracked.
+	AllowAtCap bool
+	Presize    int // the number of keys to size the map for at creation
 	// KeyHash, a func(K) uint64 for the table's key type K, places a key's
 	// interval grid (its phase of the period) for a key type that is neither
 	// a string nor an integer, the same in every process (a generated
-	// composite key's: TextHash of its text form). Nil, or a func of another
+	// composite key's: genimpl.TextHash of its text form). Nil, or a func of another
 	// type: such keys' grids are placed by the table's own random seed.
 	KeyHash any
 }
@@ -143,14 +134,14 @@ type Table[K comparable] struct {
 	m *keyMap[K]
 	// ov is nil until the table's numbers first change (table_numbers.go);
 	// every check loads it once, and takes the general path when it is set.
-	ov      atomic.Pointer[overlay[K]]
-	rule    Rule
-	base    numbers // the installation of rule: what a slot with nil nums is written in
-	maxKeys int64
-	atCap   AtCap
-	seed    maphash.Seed   // places the grids of keys that are neither strings nor integers, without hashFn
-	hashFn  func(K) uint64 // TableOptions.KeyHash
-	_       cpu.CacheLinePad
+	ov         atomic.Pointer[overlay[K]]
+	rule       Rule
+	base       numbers // the installation of rule: what a slot with nil nums is written in
+	maxKeys    int64
+	allowAtCap bool
+	seed       maphash.Seed   // places the grids of keys that are neither strings nor integers, without hashFn
+	hashFn     func(K) uint64 // TableOptions.KeyHash
+	_          cpu.CacheLinePad
 	// The counters below change on key creation and removal only.
 	keys      atomic.Int64 // keys held (or being created), ≤ maxKeys when capped
 	evictions atomic.Int64 // buckets removed by sweeps
@@ -162,7 +153,7 @@ type Table[K comparable] struct {
 
 // NewTable returns an empty table of buckets for rule r.
 func NewTable[K comparable](r Rule, o TableOptions) *Table[K] {
-	t := &Table[K]{m: newKeyMap[K](r.mode == modeAnchored, r.anchorFor(0), o.Presize), rule: r, maxKeys: o.MaxKeys, atCap: o.AtCap, seed: maphash.MakeSeed()}
+	t := &Table[K]{m: newKeyMap[K](r.mode == modeAnchored, r.anchorFor(0), o.Presize), rule: r, maxKeys: o.MaxKeys, allowAtCap: o.AllowAtCap, seed: maphash.MakeSeed()}
 	t.hashFn, _ = o.KeyHash.(func(K) uint64)
 	t.base.rule, t.base.origin = r, FromPolicy
 	t.base.hi = rateOf(r.limit)
@@ -188,11 +179,6 @@ type TableStats struct {
 	Keys      int64 // keys tracked now (Len)
 	Evictions int64 // buckets reclaimed so far, by the cap, by the table's own sweeps, or by Sweep
 	AtCapHits int64 // new keys that met the key cap with nothing to reclaim
-}
-
-// Add returns the sum of two tables' counters.
-func (s TableStats) Add(o TableStats) TableStats {
-	return TableStats{Keys: s.Keys + o.Keys, Evictions: s.Evictions + o.Evictions, AtCapHits: s.AtCapHits + o.AtCapHits}
 }
 
 // Stats returns the table's counters.
@@ -320,7 +306,7 @@ func (t *Table[K]) AllowAt(key K, now Time) bool {
 		s := t.m.load(key)
 		if s == nil {
 			if s, _ = t.create(key, n); s == nil {
-				return t.atCap == AllowAtCap && t.rule.debt+t.rule.emit <= t.rule.tau
+				return t.allowAtCap && t.rule.debt+t.rule.emit <= t.rule.tau
 			}
 		}
 		if t.m.hasNums(s) {
@@ -335,13 +321,10 @@ func (t *Table[K]) AllowAt(key K, now Time) bool {
 	}
 }
 
-// AllowN checks a request of the given cost for key now, taking its tokens if
+// AllowNAt checks a request of the given cost for key now, taking its tokens if
 // allowed. Costs at the limits behave as for Bucket.AllowN; a check on a key
 // without a bucket that can take nothing (cost 0, or a cost outside [0, burst])
 // is answered as Peek would and creates no bucket.
-func (t *Table[K]) AllowN(key K, cost int64) Decision { return t.AllowNAt(key, Now(), cost) }
-
-// AllowNAt is AllowN at time now.
 func (t *Table[K]) AllowNAt(key K, now Time, cost int64) Decision {
 	n := clampNow(now)
 	for {
@@ -382,24 +365,21 @@ func (t *Table[K]) absent(key K, now, cost int64) Decision {
 }
 
 // capDecision decides a request for a new key at the cap with nothing to
-// reclaim before next (ns): against an untracked fresh bucket (AllowAtCap), or
+// reclaim before next (ns): against an untracked fresh bucket (TableOptions.AllowAtCap), or
 // denied with the wait until a bucket can be reclaimed for it. The key gets no
 // bucket now, so a new bucket that starts below the cost starts when that
 // wait is over: the request that makes it is told the bucket's own wait, as
 // any key's first request is (a wait promised now for both would be a second
 // short, the bucket's clock starting only then).
 func (t *Table[K]) capDecision(key K, now, next, cost int64) Decision {
-	if t.atCap == AllowAtCap {
+	if t.allowAtCap {
 		return t.absent(key, now, cost)
 	}
 	return Decision{RetryAfter: time.Duration(next - now)} // > 0: nothing was reclaimable at now
 }
 
-// Peek is what AllowN(key, cost) would decide now, without taking anything or
+// PeekAt is what AllowNAt would decide at now, without taking anything or
 // creating the key.
-func (t *Table[K]) Peek(key K, cost int64) Decision { return t.PeekAt(key, Now(), cost) }
-
-// PeekAt is Peek at time now.
 func (t *Table[K]) PeekAt(key K, now Time, cost int64) Decision {
 	n := clampNow(now)
 	if ov := t.ov.Load(); ov != nil {
@@ -417,11 +397,8 @@ func (t *Table[K]) PeekAt(key K, now Time, cost int64) Decision {
 	return t.absent(key, n, cost)
 }
 
-// Refund gives cost tokens back to key's bucket now, never filling it beyond its
+// RefundAt gives cost tokens back to key's bucket now, never filling it beyond its
 // burst. A key without a bucket is full: nothing to give back.
-func (t *Table[K]) Refund(key K, cost int64) { t.RefundAt(key, Now(), cost) }
-
-// RefundAt is Refund at time now.
 func (t *Table[K]) RefundAt(key K, now Time, cost int64) {
 	n := clampNow(now)
 	for {
@@ -444,13 +421,8 @@ func (t *Table[K]) RefundAt(key K, now Time, cost int64) {
 	}
 }
 
-// Reserve takes cost tokens from key's bucket now if the request can be served
-// within maxWait; see Bucket.Reserve. A new key at a DenyAtCap cap is refused.
-func (t *Table[K]) Reserve(key K, cost int64, maxWait time.Duration) Reservation {
-	return t.ReserveAt(key, Now(), cost, maxWait)
-}
-
-// ReserveAt is Reserve at time now.
+// ReserveAt takes cost tokens from key's bucket now if the request can be served
+// within maxWait; see Bucket.Reserve. A new key at the cap of a table that does not allow at its cap is refused.
 func (t *Table[K]) ReserveAt(key K, now Time, cost int64, maxWait time.Duration) Reservation {
 	n := clampNow(now)
 	for {
@@ -487,12 +459,10 @@ func (t *Table[K]) Wait(ctx context.Context, key K, cost int64) error {
 	})
 }
 
-// Sweep removes the buckets that have been full for at least SweepGrace and
-// returns how many it removed. A table sweeps itself when it needs to (see
-// Table); calling Sweep, or RunSweeper, returns the memory of idle keys sooner.
-func (t *Table[K]) Sweep() int { return t.SweepAt(Now()) }
-
-// SweepAt is Sweep at time now. Sweeps of one table run one at a time.
+// SweepAt removes the buckets that have been full for at least SweepGrace at
+// now and returns how many it removed. A table sweeps itself when it needs to
+// (see Table); calling SweepAt, or RunSweeper, returns the memory of idle keys
+// sooner. Sweeps of one table run one at a time.
 func (t *Table[K]) SweepAt(now Time) int {
 	for !t.reclaim.sweeping.CompareAndSwap(false, true) {
 		runtime.Gosched()
@@ -566,5 +536,5 @@ func (t *Table[K]) sweepHeld(now int64) int {
 // needed to bound memory or free capped keys (a table does that itself); it
 // returns the memory of idle keys during quiet periods, when no new keys come.
 func (t *Table[K]) RunSweeper(ctx context.Context, interval time.Duration) {
-	keycap.RunEvery(ctx, interval, func() { t.Sweep() })
+	keycap.RunEvery(ctx, interval, func() { t.SweepAt(Now()) })
 }

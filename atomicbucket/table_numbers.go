@@ -161,7 +161,7 @@ func (t *Table[K]) allowOver(ov *overlay[K], key K, now, cost int64) bool {
 			return false
 		}
 		if s == nil {
-			return t.atCap == AllowAtCap && r.debt+cost*r.emit <= r.tau
+			return t.allowAtCap && r.debt+cost*r.emit <= r.tau
 		}
 		if now < n.since {
 			if d, alive := t.late(s, n, now, cost, true); alive {
@@ -187,7 +187,7 @@ func (t *Table[K]) allowNOver(ov *overlay[K], key K, now, cost int64) Decision {
 		s, n, next := t.current(ov, key, now, mk)
 		r := &n.rule
 		switch {
-		case s == nil && (!mk || t.atCap == AllowAtCap):
+		case s == nil && (!mk || t.allowAtCap):
 			return t.absentIn(r, key, now, cost)
 		case s == nil:
 			return Decision{RetryAfter: time.Duration(next - now)} // at the cap
@@ -276,7 +276,7 @@ func (t *Table[K]) reserveOver(ov *overlay[K], key K, now Time, cost int64, maxW
 		s, nm, next := t.current(ov, key, n, mk)
 		r := &nm.rule
 		switch {
-		case s == nil && (!mk || t.atCap == AllowAtCap):
+		case s == nil && (!mk || t.allowAtCap):
 			// Untracked keys cannot hold tokens for later: only an immediate admission.
 			return immediate(t.absentIn(r, key, n, cost), now)
 		case s == nil:
@@ -427,9 +427,6 @@ func (t *Table[K]) keysWithNumbers() int {
 	}
 	return 0
 }
-
-// Reset is ResetAt at the present time.
-func (t *Table[K]) Reset(key K) bool { return t.ResetAt(key, Now()) }
 
 // ResetAt makes key's bucket new as of now ("unblock this user"): from now it
 // holds the initial tokens of the numbers in force for the key, as a key first

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 	"unsafe"
+
+	"github.com/limitgen/limitgen/internal/keyhash"
 )
 
 // TestSweepTombstone plays, step by step, the interleaving that could lose a
@@ -92,7 +94,7 @@ func TestTableKeepsNoCallerKey(t *testing.T) {
 }
 
 // TableOptions.KeyHash places a key's interval grid: a struct key whose
-// KeyHash is TextHash of its text form gets the grid the string key of that
+// KeyHash is keyhash.Of of its text form gets the grid the string key of that
 // form gets, in this process or any other; without one, or with a func of
 // another type, a struct key's grid is placed by the table's seed.
 func TestKeyHashPlacesTheGrid(t *testing.T) {
@@ -105,7 +107,7 @@ func TestKeyHashPlacesTheGrid(t *testing.T) {
 	byText := NewTable[string](r, TableOptions{})
 	for i := range 50 {
 		k := pair{"t" + strconv.Itoa(i), i}
-		hashed := NewTable[pair](r, TableOptions{KeyHash: func(k pair) uint64 { return TextHash([]byte(text(k))) }})
+		hashed := NewTable[pair](r, TableOptions{KeyHash: func(k pair) uint64 { return keyhash.Of([]byte(text(k))) }})
 		const now = int64(5 * time.Hour)
 		want := byText.PeekAt(text(k), Time(now), 1)
 		if got := hashed.PeekAt(k, Time(now), 1); got != want {

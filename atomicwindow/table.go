@@ -31,10 +31,10 @@ type Table[K comparable] struct {
 	cur atomic.Pointer[Rule] // the numbers in force (&r until SetNumbers)
 	// own is the keys with numbers of their own (SetKeyNumbersAt); nil until
 	// the first, so that a table without them pays one load of nil.
-	own     atomic.Pointer[xsync.MapOf[K, *Rule]]
-	changes sync.Mutex // serialises the changes of keys' own numbers
-	maxKeys int64
-	atCap   atomicbucket.AtCap
+	own        atomic.Pointer[xsync.MapOf[K, *Rule]]
+	changes    sync.Mutex // serialises the changes of keys' own numbers
+	maxKeys    int64
+	allowAtCap bool
 
 	keys      atomic.Int64
 	evictions atomic.Int64
@@ -55,7 +55,7 @@ func NewTable[K comparable](r Rule, o atomicbucket.TableOptions) *Table[K] {
 	if o.Presize > 0 {
 		opts = append(opts, xsync.WithPresize(o.Presize))
 	}
-	t := &Table[K]{m: xsync.NewMapOf[K, *windowState](opts...), r: r, maxKeys: o.MaxKeys, atCap: o.AtCap}
+	t := &Table[K]{m: xsync.NewMapOf[K, *windowState](opts...), r: r, maxKeys: o.MaxKeys, allowAtCap: o.AllowAtCap}
 	t.cur.Store(&t.r)
 	t.next.Store(math.MaxInt64)
 	t.sweepAt.Store(keycap.AutoSweepMin)
@@ -116,7 +116,7 @@ func (t *Table[K]) allowCost(key K, now, cost int64) bool {
 		st, ok := t.m.Load(key)
 		if !ok {
 			if st = t.create(key, r, now); st == nil {
-				return t.atCap == atomicbucket.AllowAtCap
+				return t.allowAtCap
 			}
 		}
 		if st.rule != r {
@@ -234,10 +234,10 @@ func (t *Table[K]) ResetAt(key K, now atomicbucket.Time) bool {
 }
 
 // capDecision decides a request for a new key at the cap with nothing to
-// reclaim: against an empty window that is not kept (AllowAtCap), or denied
+// reclaim: against an empty window that is not kept (TableOptions.AllowAtCap), or denied
 // until a key can be reclaimed.
 func (t *Table[K]) capDecision(r *Rule, now, cost int64) atomicbucket.Decision {
-	if t.atCap == atomicbucket.AllowAtCap {
+	if t.allowAtCap {
 		return r.peek(r.fresh(), now, cost)
 	}
 	next := max(t.next.Load(), t.capSwept.Load()+t.capSpacing)

@@ -20,7 +20,7 @@ func BenchmarkGenerated(b *testing.B) {
 		}
 	})
 	b.Run("case=global/impl=runtime", func(b *testing.B) {
-		g := atomicbucket.NewBucket(atomicbucket.MustRule(atomicbucket.Limit{Tokens: 2000, Period: 1e9, Burst: 4000}))
+		g := atomicbucket.NewBucketAt(atomicbucket.MustRule(atomicbucket.Limit{Tokens: 2000, Period: 1e9, Burst: 4000}), atomicbucket.Now())
 		for b.Loop() {
 			sinkBool = g.Allow()
 		}

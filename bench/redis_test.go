@@ -533,7 +533,7 @@ func BenchmarkLease(b *testing.B) {
 				b.Fatal(err)
 			}
 			t := atomicbucket.NewTable[string](rule, atomicbucket.TableOptions{})
-			runLocal(b, callers, func() bool { return t.AllowN("k", 1).Allowed })
+			runLocal(b, callers, func() bool { return t.AllowNAt("k", atomicbucket.Now(), 1).Allowed })
 		})
 		b.Run(fmt.Sprintf("callers=%d/impl=lease", callers), func(b *testing.B) {
 			c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})

@@ -45,8 +45,8 @@ func newBucket(b *testing.B, c singleCase) *atomicbucket.Bucket {
 	if err != nil {
 		b.Fatal(err)
 	}
-	lb := atomicbucket.NewBucket(r)
-	lb.AllowN(c.burst)
+	lb := atomicbucket.NewBucketAt(r, atomicbucket.Now())
+	lb.AllowNAt(atomicbucket.Now(), c.burst)
 	return lb
 }
 

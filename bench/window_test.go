@@ -28,7 +28,7 @@ var windowImpls = []struct {
 			b.Fatal(err)
 		}
 		if keys == 1 {
-			bk := atomicbucket.NewBucket(r)
+			bk := atomicbucket.NewBucketAt(r, atomicbucket.Now())
 			return func(string) bool { return bk.Allow() }
 		}
 		return atomicbucket.NewTable[string](r, atomicbucket.TableOptions{}).Allow

@@ -194,7 +194,7 @@ func TestLinearizable(t *testing.T) {
 				c.im.(*bucketImpl).b = atomicbucket.NewBucketAt(r, atomicbucket.Time(time.Hour))
 			}
 			h := runRounds(t, c.im, c.keys, 4, rounds, 6, step, c.sweep)
-			res := porcupine.CheckOperationsTimeout(referenceModel(reference.ParamsOf(&r, 0, 0)), h, 60*time.Second)
+			res := porcupine.CheckOperationsTimeout(referenceModel(reference.ParamsOf(&r, 0, false)), h, 60*time.Second)
 			if res != porcupine.Ok {
 				t.Fatalf("history of %d operations is %v against the reference", len(h), res)
 			}
@@ -210,7 +210,7 @@ func TestLinearizable(t *testing.T) {
 func TestContentionEnvelope(t *testing.T) {
 	l := atomicbucket.Limit{Tokens: 10_000, Period: time.Second, Burst: 50}
 	r := atomicbucket.MustRule(l)
-	b := atomicbucket.NewBucket(r)
+	b := atomicbucket.NewBucketAt(r, atomicbucket.Now())
 	tb := atomicbucket.NewTable[int](r, atomicbucket.TableOptions{})
 	for name, allow := range map[string]func() bool{
 		"bucket": b.Allow,
@@ -246,8 +246,8 @@ func TestContentionEnvelope(t *testing.T) {
 // bucket becomes reclaimable during the test.
 func TestKeyCapUnderFlood(t *testing.T) {
 	r := atomicbucket.MustRule(atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 1})
-	for _, atCap := range []atomicbucket.AtCap{atomicbucket.DenyAtCap, atomicbucket.AllowAtCap} {
-		tb := atomicbucket.NewTable[int](r, atomicbucket.TableOptions{MaxKeys: 100, AtCap: atCap})
+	for _, atCap := range []bool{false, true} {
+		tb := atomicbucket.NewTable[int](r, atomicbucket.TableOptions{MaxKeys: 100, AllowAtCap: atCap})
 		var wg sync.WaitGroup
 		var maxSeen, allowedBeyond atomic.Int64
 		for g := range 8 {
@@ -267,13 +267,13 @@ func TestKeyCapUnderFlood(t *testing.T) {
 		}
 		wg.Wait()
 		if tb.Len() != 100 || maxSeen.Load() > 100 {
-			t.Fatalf("at cap %v: Len %d, most seen %d, want exactly the cap 100", atCap, tb.Len(), maxSeen.Load())
+			t.Fatalf("allow at cap %v: Len %d, most seen %d, want exactly the cap 100", atCap, tb.Len(), maxSeen.Load())
 		}
 		if hits := tb.Stats().AtCapHits; hits != 8*5000-100 {
-			t.Fatalf("at cap %v: %d requests met the cap, want %d", atCap, hits, 8*5000-100)
+			t.Fatalf("allow at cap %v: %d requests met the cap, want %d", atCap, hits, 8*5000-100)
 		}
-		if atCap == atomicbucket.DenyAtCap && allowedBeyond.Load() > 100 {
-			t.Fatalf("DenyAtCap allowed %d new keys beyond the cap", allowedBeyond.Load())
+		if !atCap && allowedBeyond.Load() > 100 {
+			t.Fatalf("a table that denies at its cap allowed %d new keys beyond the cap", allowedBeyond.Load())
 		}
 	}
 }

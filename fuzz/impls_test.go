@@ -90,7 +90,7 @@ type bucketImpl struct {
 func (b *bucketImpl) get(t, cost int64) *atomicbucket.Bucket {
 	if b.b == nil {
 		fresh := atomicbucket.NewBucketAt(b.rule, atomicbucket.Time(t))
-		if cost < 1 || cost > b.rule.Burst() {
+		if cost < 1 || cost > b.rule.Limit().Burst {
 			return fresh
 		}
 		b.b = fresh
@@ -179,7 +179,7 @@ func intKey(s string) int64 {
 // rule one reference serves all.
 func impls(tb testing.TB, c config, single bool) []map[string]impl {
 	r := c.rule(tb)
-	keyed := reference.ParamsOf(&r, c.opts.MaxKeys, c.opts.AtCap)
+	keyed := reference.ParamsOf(&r, c.opts.MaxKeys, c.opts.AllowAtCap)
 	strTable := &tableImpl[string]{t: atomicbucket.NewTable[string](r, c.opts), key: func(s string) string { return s }}
 	intTable := &tableImpl[int64]{t: atomicbucket.NewTable[int64](r, c.opts), key: intKey}
 	if keyed.KeyAnchor == nil {

@@ -320,7 +320,7 @@ func realTimeTrace(t *testing.T, single bool, seed uint64, start atomicbucket.Nu
 	var target numbersTarget
 	if single {
 		keys = []string{""}
-		target = bucketTarget{atomicbucket.NewBucket(rule)}
+		target = bucketTarget{atomicbucket.NewBucketAt(rule, atomicbucket.Now())}
 	} else {
 		target = tableTarget{atomicbucket.NewTable[string](rule, atomicbucket.TableOptions{})}
 	}

@@ -230,7 +230,7 @@ func (c *changing) ref(l atomicbucket.Limit) *reference.Reference {
 	if c.single {
 		p = reference.SingleParamsOf(&r)
 	} else {
-		p = reference.ParamsOf(&r, 0, atomicbucket.DenyAtCap)
+		p = reference.ParamsOf(&r, 0, false)
 		// Grids are placed by the policy's rule (the period never changes).
 		p.KeyAnchor = nil
 		if p.Interval && !p.Aligned {

@@ -89,7 +89,7 @@ func decode(data []byte) (program, bool) {
 		case 2:
 			p.cfg.opts.MaxKeys = 2
 		case 3:
-			p.cfg.opts.MaxKeys, p.cfg.opts.AtCap = 1, atomicbucket.AllowAtCap
+			p.cfg.opts.MaxKeys, p.cfg.opts.AllowAtCap = 1, true
 		}
 	}
 	if _, err := atomicbucket.NewRule(*l); err != nil {
@@ -298,7 +298,7 @@ func runDifferential(p program, ims map[string]impl, exact bool) error {
 			nres++
 		}
 	}
-	if refunded || belowHorizon || p.cfg.opts.MaxKeys > 0 && p.cfg.opts.AtCap == atomicbucket.AllowAtCap {
+	if refunded || belowHorizon || p.cfg.opts.MaxKeys > 0 && p.cfg.opts.AllowAtCap {
 		return nil // keys beyond the cap are admitted untracked, by the caller's choice: no envelope
 	}
 	for name, keys := range admitted {

@@ -230,7 +230,7 @@ var stepCases = []stepCase{
 		{at: 5 * sec, op: opAllowN, key: "b", cost: 5, want: no(2, 3*sec, 3*sec)},
 		{at: 8 * sec, op: opAllowN, key: "b", cost: 5, want: ok(0, 5*sec)},
 	}},
-	{name: "cap 1 allows new keys untracked", keyed: true, cfg: config{limit: perSecond(1, 2), opts: atomicbucket.TableOptions{MaxKeys: 1, AtCap: atomicbucket.AllowAtCap}}, steps: []step{
+	{name: "cap 1 allows new keys untracked", keyed: true, cfg: config{limit: perSecond(1, 2), opts: atomicbucket.TableOptions{MaxKeys: 1, AllowAtCap: true}}, steps: []step{
 		{at: 0, op: opAllowN, key: "a", cost: 1, want: ok(1, 1*sec)},
 		{at: 0, op: opAllowN, key: "b", cost: 2, want: ok(0, 2*sec)},
 		{at: 0, op: opAllowN, key: "b", cost: 2, want: ok(0, 2*sec)},

@@ -126,11 +126,7 @@ func runWindow(p windowProgram) error {
 	if err != nil {
 		return err
 	}
-	atCap := atomicbucket.DenyAtCap
-	if p.allowCap {
-		atCap = atomicbucket.AllowAtCap
-	}
-	tbl := atomicwindow.NewTable[string](rule, atomicbucket.TableOptions{MaxKeys: p.maxKeys, AtCap: atCap})
+	tbl := atomicwindow.NewTable[string](rule, atomicbucket.TableOptions{MaxKeys: p.maxKeys, AllowAtCap: p.allowCap})
 	global := atomicwindow.NewWindow(rule)
 	params := reference.WindowParams{Limit: p.limit, Window: int64(p.window), MaxKeys: p.maxKeys, AllowCap: p.allowCap,
 		Grain: int64(rule.Grain()), Grace: int64(atomicbucket.SweepGrace), CapSpacing: p.maxKeys * int64(keycap.CapSweepSpacing)}

@@ -40,6 +40,11 @@ func TestGeneratedMethodsInline(t *testing.T) {
 	embedded := 0
 	for _, r := range m.Rules {
 		methods := []string{"AllowN", "AllowNAt", "PeekAt"}
+		if r.Planned {
+			// The runtime's AllowN takes the time: a planned limiter's AllowN
+			// reads the clock and calls it, one call deep as before.
+			methods = methods[1:]
+		}
 		switch {
 		case r.Folded() && r.KeyType == "":
 			foldedGlobal++

@@ -614,10 +614,7 @@ var harnessTmpl = template.Must(template.New("harness").Funcs(template.FuncMap{
 		return "reference.SingleParamsOf"
 	},
 	"atCap": func(r hRule) string {
-		if r.AllowCap {
-			return "atomicbucket.AllowAtCap"
-		}
-		return "atomicbucket.DenyAtCap"
+		return strconv.FormatBool(r.AllowCap)
 	},
 }).Parse(`package {{.Pkg}}
 

@@ -304,15 +304,12 @@ func newPerUserLimiter() *PerUserLimiter {
 	return &PerUserLimiter{s: [numPlans]*atomicbucket.Table[string]{
 		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(perUserLimit[0]), atomicbucket.TableOptions{
 			MaxKeys: 1000000,
-			AtCap:   atomicbucket.DenyAtCap,
 		}),
 		PlanPro: atomicbucket.NewTable[string](atomicbucket.MustRule(perUserLimit[1]), atomicbucket.TableOptions{
 			MaxKeys: 1000000,
-			AtCap:   atomicbucket.DenyAtCap,
 		}),
 		PlanEnterprise: atomicbucket.NewTable[string](atomicbucket.MustRule(perUserLimit[2]), atomicbucket.TableOptions{
 			MaxKeys: 1000000,
-			AtCap:   atomicbucket.DenyAtCap,
 		}),
 	}}
 }
@@ -347,7 +344,7 @@ func (l *PerUserLimiter) AllowN(plan Plan, key string, cost int64) atomicbucket.
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].AllowN(key, cost)
+	return l.s[plan].AllowNAt(key, atomicbucket.Now(), cost)
 }
 
 // AllowAt is Allow at time now.
@@ -371,7 +368,7 @@ func (l *PerUserLimiter) Peek(plan Plan, key string, cost int64) atomicbucket.De
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].Peek(key, cost)
+	return l.s[plan].PeekAt(key, atomicbucket.Now(), cost)
 }
 
 // PeekAt is Peek at time now.
@@ -387,7 +384,7 @@ func (l *PerUserLimiter) Reserve(plan Plan, key string, cost int64, maxWait time
 	if plan >= numPlans {
 		return atomicbucket.Reservation{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].Reserve(key, cost, maxWait)
+	return l.s[plan].ReserveAt(key, atomicbucket.Now(), cost, maxWait)
 }
 
 // ReserveAt is Reserve at time now.
@@ -411,7 +408,7 @@ func (l *PerUserLimiter) Refund(plan Plan, key string, cost int64) {
 	if plan >= numPlans {
 		return
 	}
-	l.s[plan].Refund(key, cost)
+	l.s[plan].RefundAt(key, atomicbucket.Now(), cost)
 }
 
 // RefundAt is Refund at time now.
@@ -426,7 +423,7 @@ func (l *PerUserLimiter) RefundAt(plan Plan, key string, now atomicbucket.Time, 
 func (l *PerUserLimiter) Sweep() int {
 	var n int
 	for _, t := range l.s {
-		n += t.Sweep()
+		n += t.SweepAt(atomicbucket.Now())
 	}
 	return n
 }
@@ -444,7 +441,7 @@ func (l *PerUserLimiter) Len() int64 {
 func (l *PerUserLimiter) Stats() atomicbucket.TableStats {
 	var s atomicbucket.TableStats
 	for _, t := range l.s {
-		s = s.Add(t.Stats())
+		s = genimpl.AddStats(s, t.Stats())
 	}
 	return s
 }
@@ -658,8 +655,8 @@ var uploadLimit = atomicbucket.Limit{
 // newUploadLimiter returns Upload's (empty) table.
 func newUploadLimiter() *UploadLimiter {
 	return &UploadLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(uploadLimit), uploadUnitsPerNs, uploadUnitsPerToken, uploadBurstUnits), atomicbucket.TableOptions{
-		MaxKeys: 100000,
-		AtCap:   atomicbucket.AllowAtCap,
+		MaxKeys:    100000,
+		AllowAtCap: true,
 	}), genimpl.Cost{
 		Default: 10,
 		Most:    1000,
@@ -721,11 +718,11 @@ func (k TenantUserKey) String() string {
 	return string(b)
 }
 
-// gridHash places the key's interval grid: the hash of its text form (atomicbucket.TextHash).
+// gridHash places the key's interval grid: the hash of its text form (genimpl.TextHash).
 func (k TenantUserKey) gridHash() uint64 {
 	var buf [64]byte
 	b, _ := k.AppendText(buf[:0])
-	return atomicbucket.TextHash(b)
+	return genimpl.TextHash(b)
 }
 
 // ParseTenantUserKey reads a TenantUserKey from its text form (String).

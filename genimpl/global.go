@@ -41,7 +41,9 @@ func (l Global) AllowAt(now atomicbucket.Time) bool { return allowBucket(l.b, no
 
 // AllowN checks a request of the given cost now, taking its tokens if
 // allowed.
-func (l Global) AllowN(cost int64) atomicbucket.Decision { return l.b.AllowN(cost) }
+func (l Global) AllowN(cost int64) atomicbucket.Decision {
+	return allowNNow(l.b, cost)
+}
 
 // AllowNAt is AllowN at time now.
 func (l Global) AllowNAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
@@ -49,7 +51,7 @@ func (l Global) AllowNAt(now atomicbucket.Time, cost int64) atomicbucket.Decisio
 }
 
 // Peek is what AllowN would decide now, taking nothing.
-func (l Global) Peek(cost int64) atomicbucket.Decision { return l.b.Peek(cost) }
+func (l Global) Peek(cost int64) atomicbucket.Decision { return l.b.PeekAt(atomicbucket.Now(), cost) }
 
 // PeekAt is Peek at time now.
 func (l Global) PeekAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
@@ -59,7 +61,7 @@ func (l Global) PeekAt(now atomicbucket.Time, cost int64) atomicbucket.Decision 
 // Reserve takes cost tokens now if they can be had within maxWait; see
 // Reservation.
 func (l Global) Reserve(cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.b.Reserve(cost, maxWait)
+	return l.b.ReserveAt(atomicbucket.Now(), cost, maxWait)
 }
 
 // ReserveAt is Reserve at time now.
@@ -72,7 +74,7 @@ func (l Global) ReserveAt(now atomicbucket.Time, cost int64, maxWait time.Durati
 func (l Global) Wait(ctx context.Context, cost int64) error { return l.b.Wait(ctx, cost) }
 
 // Refund gives cost tokens back now, never beyond the burst.
-func (l Global) Refund(cost int64) { l.b.Refund(cost) }
+func (l Global) Refund(cost int64) { l.b.RefundAt(atomicbucket.Now(), cost) }
 
 // RefundAt is Refund at time now.
 func (l Global) RefundAt(now atomicbucket.Time, cost int64) { l.b.RefundAt(now, cost) }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/keycap"
+	"github.com/limitgen/limitgen/internal/keyhash"
 )
 
 // Keyed is a keyed rule's limiter as a generated package gives it, over one
@@ -54,7 +55,9 @@ func (l Keyed[K]) AllowAt(key K, now atomicbucket.Time) bool { return allowCost(
 
 // AllowN checks a request of the given cost now, taking its tokens if
 // allowed.
-func (l Keyed[K]) AllowN(key K, cost int64) atomicbucket.Decision { return l.t.AllowN(key, cost) }
+func (l Keyed[K]) AllowN(key K, cost int64) atomicbucket.Decision {
+	return allowNNowKey(l.t, key, cost)
+}
 
 // AllowNAt is AllowN at time now.
 func (l Keyed[K]) AllowNAt(key K, now atomicbucket.Time, cost int64) atomicbucket.Decision {
@@ -62,7 +65,9 @@ func (l Keyed[K]) AllowNAt(key K, now atomicbucket.Time, cost int64) atomicbucke
 }
 
 // Peek is what AllowN would decide now, taking nothing.
-func (l Keyed[K]) Peek(key K, cost int64) atomicbucket.Decision { return l.t.Peek(key, cost) }
+func (l Keyed[K]) Peek(key K, cost int64) atomicbucket.Decision {
+	return l.t.PeekAt(key, atomicbucket.Now(), cost)
+}
 
 // PeekAt is Peek at time now.
 func (l Keyed[K]) PeekAt(key K, now atomicbucket.Time, cost int64) atomicbucket.Decision {
@@ -72,7 +77,7 @@ func (l Keyed[K]) PeekAt(key K, now atomicbucket.Time, cost int64) atomicbucket.
 // Reserve takes cost tokens now if they can be had within maxWait; see
 // Reservation.
 func (l Keyed[K]) Reserve(key K, cost int64, maxWait time.Duration) atomicbucket.Reservation {
-	return l.t.Reserve(key, cost, maxWait)
+	return l.t.ReserveAt(key, atomicbucket.Now(), cost, maxWait)
 }
 
 // ReserveAt is Reserve at time now.
@@ -85,14 +90,14 @@ func (l Keyed[K]) ReserveAt(key K, now atomicbucket.Time, cost int64, maxWait ti
 func (l Keyed[K]) Wait(ctx context.Context, key K, cost int64) error { return l.t.Wait(ctx, key, cost) }
 
 // Refund gives cost tokens back now, never beyond the burst.
-func (l Keyed[K]) Refund(key K, cost int64) { l.t.Refund(key, cost) }
+func (l Keyed[K]) Refund(key K, cost int64) { l.t.RefundAt(key, atomicbucket.Now(), cost) }
 
 // RefundAt is Refund at time now.
 func (l Keyed[K]) RefundAt(key K, now atomicbucket.Time, cost int64) { l.t.RefundAt(key, now, cost) }
 
 // Sweep removes the buckets that have been full for SweepGrace, and returns
 // how many.
-func (l Keyed[K]) Sweep() int { return l.t.Sweep() }
+func (l Keyed[K]) Sweep() int { return l.t.SweepAt(atomicbucket.Now()) }
 
 // Len is the number of keys tracked.
 func (l Keyed[K]) Len() int64 { return l.t.Len() }
@@ -105,7 +110,7 @@ func (l Keyed[K]) Stats() atomicbucket.TableStats { return l.t.Stats() }
 // goroutine. It is optional: the tables reclaim full buckets themselves; it
 // returns idle keys' memory sooner when no new keys come.
 func (l Keyed[K]) RunSweeper(ctx context.Context, interval time.Duration) {
-	keycap.RunEvery(ctx, interval, func() { l.t.Sweep() })
+	keycap.RunEvery(ctx, interval, func() { l.t.SweepAt(atomicbucket.Now()) })
 }
 
 // SetNumbers makes n the rule's numbers for every key without numbers of its
@@ -174,7 +179,7 @@ func (l Keyed[K]) NumbersFor(key K) (atomicbucket.Numbers, atomicbucket.Origin) 
 // Reset makes key's bucket new ("unblock this user"): from now it holds the
 // initial tokens of the numbers in force for key, refilling from now, as a
 // key first seen now would; a key without a bucket is left as it is.
-func (l Keyed[K]) Reset(key K) { l.t.Reset(key) }
+func (l Keyed[K]) Reset(key K) { l.t.ResetAt(key, atomicbucket.Now()) }
 
 // ResetAt is Reset at time now.
 func (l Keyed[K]) ResetAt(key K, now atomicbucket.Time) { l.t.ResetAt(key, now) }
@@ -228,4 +233,26 @@ func allowCostNow[K comparable](t *atomicbucket.Table[K], key K, cost int64) boo
 // every plan with it. Run it in its own goroutine.
 func RunEvery(ctx context.Context, interval time.Duration, f func()) {
 	keycap.RunEvery(ctx, interval, f)
+}
+
+// TextHash is the hash that places the grid of a composite key whose text
+// form is b (FNV-1a, as a string key's): a generated key type's gridHash,
+// which its table's TableOptions.KeyHash calls.
+func TextHash(b []byte) uint64 { return keyhash.Of(b) }
+
+// AddStats is the sum of two tables' counters: a generated limiter's Stats
+// over the tables of every plan.
+func AddStats(a, b atomicbucket.TableStats) atomicbucket.TableStats {
+	return atomicbucket.TableStats{Keys: a.Keys + b.Keys, Evictions: a.Evictions + b.Evictions, AtCapHits: a.AtCapHits + b.AtCapHits}
+}
+
+// allowNNowKey is AllowNAt now, in one call, so that Keyed's AllowN inlines
+// (the runtime's checks other than Allow take the time).
+func allowNNowKey[K comparable](t *atomicbucket.Table[K], key K, cost int64) atomicbucket.Decision {
+	return t.AllowNAt(key, atomicbucket.Now(), cost)
+}
+
+// allowNNow is allowNNowKey for a bucket.
+func allowNNow(b *atomicbucket.Bucket, cost int64) atomicbucket.Decision {
+	return b.AllowNAt(atomicbucket.Now(), cost)
 }

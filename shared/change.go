@@ -326,7 +326,7 @@ func (b *Binding) Reset(ctx context.Context, rules []int, key string) error {
 			return fmt.Errorf("%s: reset of rule %s for key %q: %w", b.e.b.Name(), b.rules[i].name, key, err)
 		}
 		if f := b.rules[i].fallback; f.local != nil {
-			f.local.Reset(key)
+			f.local.ResetAt(key, atomicbucket.Now())
 		}
 	}
 	return nil

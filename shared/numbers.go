@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/keyhash"
 )
 
 // Integers are a shared rule's integers in a store on a microsecond clock
@@ -103,13 +104,13 @@ func integersOf(r Rule) (Integers, error) {
 }
 
 // Phase is where key's grid is placed for an interval rule (the Unix times ≡
-// Phase (mod Period) ns are its boundaries), by atomicbucket.KeyHash as
+// Phase (mod Period) ns are its boundaries), by keyhash.Of as
 // atomicbucket's tables place it; 0 for an aligned or a greedy rule.
 func (n *Integers) Phase(key string) int64 {
 	if !n.Interval || n.Aligned {
 		return 0
 	}
-	return int64(atomicbucket.KeyHash(key) % uint64(n.Period))
+	return int64(keyhash.Of(key) % uint64(n.Period))
 }
 
 // Duration converts units to a Duration, rounded up: one unit is

@@ -51,7 +51,7 @@ func RandomGreedy(rng *rand.Rand) atomicbucket.Limit {
 
 func referenceOf(l atomicbucket.Limit) *reference.Reference {
 	r := atomicbucket.MustRule(l)
-	return reference.NewReference(reference.ParamsOf(&r, 0, atomicbucket.DenyAtCap))
+	return reference.NewReference(reference.ParamsOf(&r, 0, false))
 }
 
 // Greedy drives rules random greedy rules, 80 checks each (a fifth of them

@@ -50,7 +50,7 @@ func TestTierAtAllocatesNothing(t *testing.T) {
 	win := atomicwindow.NewTable[string](atomicwindow.MustRule(1, time.Minute), atomicbucket.TableOptions{})
 	bucket := atomicbucket.NewTable[string](atomicbucket.MustRule(atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 1 << 20}), atomicbucket.TableOptions{})
 	win.AllowN("a", 0)
-	bucket.AllowN("a", 1)
+	bucket.AllowNAt("a", atomicbucket.Now(), 1)
 	steps := []Step{Table(bucket, "a", 1), WindowTable(win, "a", 1), Table(bucket, "a", 1)}
 	if n := testing.AllocsPerRun(100, func() { At(hour, steps...) }); n != 0 {
 		t.Errorf("TierAt: %v allocations", n)

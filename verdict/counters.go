@@ -143,7 +143,7 @@ func NewDenialLog(logger *slog.Logger, perSecond int64) *DenialLog {
 	}
 	perSecond = max(perSecond, 1)
 	rule := atomicbucket.MustRule(atomicbucket.Limit{Tokens: perSecond, Period: 1e9, Burst: perSecond})
-	return &DenialLog{logger: logger, budget: atomicbucket.NewBucket(rule)}
+	return &DenialLog{logger: logger, budget: atomicbucket.NewBucketAt(rule, atomicbucket.Now())}
 }
 
 // Observe logs e when it is not Allowed: at level Warn every denial, and

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/keyhash"
 )
 
 // Mode is what a route (an HTTP route, a gRPC method entry, an RLS
@@ -275,7 +276,7 @@ func seedOf(key string, n uint64) uint64 {
 	if key == "" {
 		return mix64(n)
 	}
-	return mix64(atomicbucket.KeyHash(key))
+	return mix64(keyhash.Of(key))
 }
 
 // wait is a denial's wait with the jitter of seed (a hash) added,
@@ -322,7 +323,7 @@ func ShownWait(wait time.Duration) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-// mix64 is MurmurHash3's 64-bit finaliser: FNV-1a (atomicbucket.KeyHash: cheap,
+// mix64 is MurmurHash3's 64-bit finaliser: FNV-1a (keyhash.Of: cheap,
 // allocation-free, the same in every process, so a client's jitter does not
 // change with the instance it reaches) leaves its high bits
 // poorly mixed for keys that differ in their last bytes (client-1, client-2),

@@ -46,7 +46,7 @@ const DefaultSweepInterval = time.Minute
 // a sweep that removes nothing costs 14 ns a key at a thousand keys and 54 ns
 // at a million, 54 ms in all (BenchmarkSweep, 2-core Intel Xeon VM, medians
 // of 6). A new key that meets the cap in between is denied
-// (DenyAtCap) until the next may run, and its RetryAfter says so.
+// (TableOptions.AllowAtCap false) until the next may run, and its RetryAfter says so.
 const CapSweepSpacing = 256 * time.Nanosecond
 
 // RunEvery calls f every interval (DefaultSweepInterval when interval is not

@@ -51,7 +51,7 @@ type Params struct {
 
 // ParamsOf returns the reference parameters for the keyed buckets of an
 // atomicbucket rule (a Table's).
-func ParamsOf(r *atomicbucket.Rule, maxKeys int64, atCap atomicbucket.AtCap) Params {
+func ParamsOf(r *atomicbucket.Rule, maxKeys int64, allowAtCap bool) Params {
 	l := r.Limit()
 	initial := l.Burst
 	if l.InitialSet {
@@ -60,7 +60,7 @@ func ParamsOf(r *atomicbucket.Rule, maxKeys int64, atCap atomicbucket.AtCap) Par
 	p := Params{
 		Tokens: l.Tokens, Period: int64(l.Period), Burst: l.Burst, Initial: initial,
 		Interval: l.Refill == atomicbucket.Interval, Aligned: l.Aligned, Anchor: r.GridAnchor(),
-		MaxKeys: maxKeys, AllowCap: atCap == atomicbucket.AllowAtCap,
+		MaxKeys: maxKeys, AllowCap: allowAtCap,
 	}
 	if p.Interval && !p.Aligned {
 		p.KeyAnchor = r.KeyAnchor
@@ -71,7 +71,7 @@ func ParamsOf(r *atomicbucket.Rule, maxKeys int64, atCap atomicbucket.AtCap) Par
 // SingleParamsOf returns the reference parameters for a single
 // atomicbucket.Bucket of the rule: one key, "", its grid anchored at creation.
 func SingleParamsOf(r *atomicbucket.Rule) Params {
-	p := ParamsOf(r, 0, atomicbucket.DenyAtCap)
+	p := ParamsOf(r, 0, false)
 	p.KeyAnchor = nil
 	return p
 }

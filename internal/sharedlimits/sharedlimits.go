@@ -1200,7 +1200,7 @@ func (l *PerUserLocalLimiter) AllowN(plan Plan, key string, cost int64) atomicbu
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].AllowN(key, cost)
+	return l.s[plan].AllowNAt(key, atomicbucket.Now(), cost)
 }
 
 // AllowAt is Allow at time now.
@@ -1224,7 +1224,7 @@ func (l *PerUserLocalLimiter) Peek(plan Plan, key string, cost int64) atomicbuck
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].Peek(key, cost)
+	return l.s[plan].PeekAt(key, atomicbucket.Now(), cost)
 }
 
 // PeekAt is Peek at time now.
@@ -1240,7 +1240,7 @@ func (l *PerUserLocalLimiter) Reserve(plan Plan, key string, cost int64, maxWait
 	if plan >= numPlans {
 		return atomicbucket.Reservation{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].Reserve(key, cost, maxWait)
+	return l.s[plan].ReserveAt(key, atomicbucket.Now(), cost, maxWait)
 }
 
 // ReserveAt is Reserve at time now.
@@ -1264,7 +1264,7 @@ func (l *PerUserLocalLimiter) Refund(plan Plan, key string, cost int64) {
 	if plan >= numPlans {
 		return
 	}
-	l.s[plan].Refund(key, cost)
+	l.s[plan].RefundAt(key, atomicbucket.Now(), cost)
 }
 
 // RefundAt is Refund at time now.
@@ -1279,7 +1279,7 @@ func (l *PerUserLocalLimiter) RefundAt(plan Plan, key string, now atomicbucket.T
 func (l *PerUserLocalLimiter) Sweep() int {
 	var n int
 	for _, t := range l.s {
-		n += t.Sweep()
+		n += t.SweepAt(atomicbucket.Now())
 	}
 	return n
 }
@@ -1297,7 +1297,7 @@ func (l *PerUserLocalLimiter) Len() int64 {
 func (l *PerUserLocalLimiter) Stats() atomicbucket.TableStats {
 	var s atomicbucket.TableStats
 	for _, t := range l.s {
-		s = s.Add(t.Stats())
+		s = genimpl.AddStats(s, t.Stats())
 	}
 	return s
 }
@@ -2788,11 +2788,11 @@ func (k TenantUserKey) String() string {
 	return string(b)
 }
 
-// gridHash places the key's interval grid: the hash of its text form (atomicbucket.TextHash).
+// gridHash places the key's interval grid: the hash of its text form (genimpl.TextHash).
 func (k TenantUserKey) gridHash() uint64 {
 	var buf [64]byte
 	b, _ := k.AppendText(buf[:0])
-	return atomicbucket.TextHash(b)
+	return genimpl.TextHash(b)
 }
 
 // ParseTenantUserKey reads a TenantUserKey from its text form (String).
@@ -3353,7 +3353,7 @@ func (l *QuotaPlanLocalLimiter) NumbersFor(plan Plan, key string) (atomicbucket.
 func (l *QuotaPlanLocalLimiter) Sweep() int {
 	var n int
 	for _, t := range l.s {
-		n += t.Sweep()
+		n += t.SweepAt(atomicbucket.Now())
 	}
 	return n
 }
@@ -3371,7 +3371,7 @@ func (l *QuotaPlanLocalLimiter) Len() int64 {
 func (l *QuotaPlanLocalLimiter) Stats() atomicbucket.TableStats {
 	var s atomicbucket.TableStats
 	for _, t := range l.s {
-		s = s.Add(t.Stats())
+		s = genimpl.AddStats(s, t.Stats())
 	}
 	return s
 }

@@ -666,7 +666,6 @@ var perClientLimit = atomicbucket.Limit{
 func newPerClientLocalLimiter() *PerClientLocalLimiter {
 	return &PerClientLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(perClientLimit), perClientUnitsPerNs, perClientUnitsPerToken, perClientBurstUnits), atomicbucket.TableOptions{
 		MaxKeys: 100000,
-		AtCap:   atomicbucket.DenyAtCap,
 	}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
@@ -910,7 +909,7 @@ func (l *PerUserLocalLimiter) AllowN(plan Plan, key uint64, cost int64) atomicbu
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].AllowN(key, cost)
+	return l.s[plan].AllowNAt(key, atomicbucket.Now(), cost)
 }
 
 // AllowAt is Allow at time now.
@@ -934,7 +933,7 @@ func (l *PerUserLocalLimiter) Peek(plan Plan, key uint64, cost int64) atomicbuck
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].Peek(key, cost)
+	return l.s[plan].PeekAt(key, atomicbucket.Now(), cost)
 }
 
 // PeekAt is Peek at time now.
@@ -950,7 +949,7 @@ func (l *PerUserLocalLimiter) Reserve(plan Plan, key uint64, cost int64, maxWait
 	if plan >= numPlans {
 		return atomicbucket.Reservation{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].Reserve(key, cost, maxWait)
+	return l.s[plan].ReserveAt(key, atomicbucket.Now(), cost, maxWait)
 }
 
 // ReserveAt is Reserve at time now.
@@ -974,7 +973,7 @@ func (l *PerUserLocalLimiter) Refund(plan Plan, key uint64, cost int64) {
 	if plan >= numPlans {
 		return
 	}
-	l.s[plan].Refund(key, cost)
+	l.s[plan].RefundAt(key, atomicbucket.Now(), cost)
 }
 
 // RefundAt is Refund at time now.
@@ -989,7 +988,7 @@ func (l *PerUserLocalLimiter) RefundAt(plan Plan, key uint64, now atomicbucket.T
 func (l *PerUserLocalLimiter) Sweep() int {
 	var n int
 	for _, t := range l.s {
-		n += t.Sweep()
+		n += t.SweepAt(atomicbucket.Now())
 	}
 	return n
 }
@@ -1007,7 +1006,7 @@ func (l *PerUserLocalLimiter) Len() int64 {
 func (l *PerUserLocalLimiter) Stats() atomicbucket.TableStats {
 	var s atomicbucket.TableStats
 	for _, t := range l.s {
-		s = s.Add(t.Stats())
+		s = genimpl.AddStats(s, t.Stats())
 	}
 	return s
 }
@@ -1677,7 +1676,6 @@ var searchLimit = atomicbucket.Limit{
 func newSearchLimiter() *SearchLimiter {
 	return &SearchLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(searchLimit), searchUnitsPerNs, searchUnitsPerToken, searchBurstUnits), atomicbucket.TableOptions{
 		MaxKeys: 100000,
-		AtCap:   atomicbucket.DenyAtCap,
 	}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
@@ -1735,11 +1733,11 @@ func (k ExportsKey) String() string {
 	return string(b)
 }
 
-// gridHash places the key's interval grid: the hash of its text form (atomicbucket.TextHash).
+// gridHash places the key's interval grid: the hash of its text form (genimpl.TextHash).
 func (k ExportsKey) gridHash() uint64 {
 	var buf [64]byte
 	b, _ := k.AppendText(buf[:0])
-	return atomicbucket.TextHash(b)
+	return genimpl.TextHash(b)
 }
 
 // ParseExportsKey reads a ExportsKey from its text form (String).

@@ -511,11 +511,9 @@ func newPerUserLocalLimiter() *PerUserLocalLimiter {
 	return &PerUserLocalLimiter{s: [numPlans]*atomicbucket.Table[string]{
 		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(perUserLimit[0]), atomicbucket.TableOptions{
 			MaxKeys: 100000,
-			AtCap:   atomicbucket.DenyAtCap,
 		}),
 		PlanPro: atomicbucket.NewTable[string](atomicbucket.MustRule(perUserLimit[1]), atomicbucket.TableOptions{
 			MaxKeys: 100000,
-			AtCap:   atomicbucket.DenyAtCap,
 		}),
 	}}
 }
@@ -552,7 +550,7 @@ func (l *PerUserLocalLimiter) AllowN(plan Plan, key string, cost int64) atomicbu
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].AllowN(key, cost)
+	return l.s[plan].AllowNAt(key, atomicbucket.Now(), cost)
 }
 
 // AllowAt is Allow at time now.
@@ -576,7 +574,7 @@ func (l *PerUserLocalLimiter) Peek(plan Plan, key string, cost int64) atomicbuck
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].Peek(key, cost)
+	return l.s[plan].PeekAt(key, atomicbucket.Now(), cost)
 }
 
 // PeekAt is Peek at time now.
@@ -592,7 +590,7 @@ func (l *PerUserLocalLimiter) Reserve(plan Plan, key string, cost int64, maxWait
 	if plan >= numPlans {
 		return atomicbucket.Reservation{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].Reserve(key, cost, maxWait)
+	return l.s[plan].ReserveAt(key, atomicbucket.Now(), cost, maxWait)
 }
 
 // ReserveAt is Reserve at time now.
@@ -616,7 +614,7 @@ func (l *PerUserLocalLimiter) Refund(plan Plan, key string, cost int64) {
 	if plan >= numPlans {
 		return
 	}
-	l.s[plan].Refund(key, cost)
+	l.s[plan].RefundAt(key, atomicbucket.Now(), cost)
 }
 
 // RefundAt is Refund at time now.
@@ -631,7 +629,7 @@ func (l *PerUserLocalLimiter) RefundAt(plan Plan, key string, now atomicbucket.T
 func (l *PerUserLocalLimiter) Sweep() int {
 	var n int
 	for _, t := range l.s {
-		n += t.Sweep()
+		n += t.SweepAt(atomicbucket.Now())
 	}
 	return n
 }
@@ -649,7 +647,7 @@ func (l *PerUserLocalLimiter) Len() int64 {
 func (l *PerUserLocalLimiter) Stats() atomicbucket.TableStats {
 	var s atomicbucket.TableStats
 	for _, t := range l.s {
-		s = s.Add(t.Stats())
+		s = genimpl.AddStats(s, t.Stats())
 	}
 	return s
 }
@@ -1119,7 +1117,6 @@ var perCallerLimit = atomicbucket.Limit{
 func newPerCallerLocalLimiter() *PerCallerLocalLimiter {
 	return &PerCallerLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(perCallerLimit), perCallerUnitsPerNs, perCallerUnitsPerToken, perCallerBurstUnits), atomicbucket.TableOptions{
 		MaxKeys: 100000,
-		AtCap:   atomicbucket.DenyAtCap,
 	}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 
@@ -1323,7 +1320,6 @@ var loginLimit = atomicbucket.Limit{
 func newLoginLimiter() *LoginLimiter {
 	return &LoginLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(loginLimit), loginUnitsPerNs, loginUnitsPerToken, loginBurstUnits), atomicbucket.TableOptions{
 		MaxKeys: 100000,
-		AtCap:   atomicbucket.DenyAtCap,
 	}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 

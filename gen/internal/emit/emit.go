@@ -403,11 +403,10 @@ func costOf(r model.Rule, cost int64) jen.Code {
 func tableOptions(r model.Rule, hash bool) jen.Code {
 	var opts []jen.Code
 	if r.MaxKeys > 0 {
-		atCap := "DenyAtCap"
+		opts = append(opts, field("MaxKeys", lit(r.MaxKeys)))
 		if r.AllowCap {
-			atCap = "AllowAtCap"
+			opts = append(opts, field("AllowAtCap", jen.True()))
 		}
-		opts = append(opts, field("MaxKeys", lit(r.MaxKeys)), field("AtCap", rt(atCap)))
 	}
 	if hash {
 		opts = append(opts, field("KeyHash", jen.Id(r.KeyType).Dot("gridHash")))
@@ -437,6 +436,7 @@ func methods(r model.Rule) []method {
 	costP := jen.Id("cost").Int64()
 	nowP := jen.Id("now").Add(rt("Time"))
 	now := jen.Id("now")
+	clock := rt("Now").Call() // the runtime's checks other than Allow take the time
 	dec := rt("Decision")
 	never := rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})
 	allow := method{name: "Allow", call: "Allow", results: jen.Bool(), onBadPlan: jen.False(),
@@ -445,22 +445,22 @@ func methods(r model.Rule) []method {
 		doc: "is Allow at time now."}
 	if r.Limits[0].Cost != 1 || r.CostDiffers() {
 		// The default cost is not 1: go through AllowN with the rule's cost.
-		allow.call, allow.args, allow.suffix = "AllowN", []jen.Code{costExpr(r)}, jen.Dot("Allowed")
+		allow.call, allow.args, allow.suffix = "AllowNAt", []jen.Code{clock, costExpr(r)}, jen.Dot("Allowed")
 		allowAt.call, allowAt.args, allowAt.suffix = "AllowNAt", []jen.Code{now, costExpr(r)}, jen.Dot("Allowed")
 	}
 	return []method{
 		allow,
-		{name: "AllowN", call: "AllowN", params: []jen.Code{costP}, args: []jen.Code{cost}, results: dec, onBadPlan: never,
+		{name: "AllowN", call: "AllowNAt", params: []jen.Code{costP}, args: []jen.Code{clock, cost}, results: dec, onBadPlan: never,
 			doc: "checks a request of the given cost now, taking its tokens if allowed."},
 		allowAt,
 		{name: "AllowNAt", call: "AllowNAt", params: []jen.Code{nowP, costP}, args: []jen.Code{now, cost}, results: dec, onBadPlan: never,
 			doc: "is AllowN at time now."},
-		{name: "Peek", call: "Peek", params: []jen.Code{costP}, args: []jen.Code{cost}, results: dec, onBadPlan: never,
+		{name: "Peek", call: "PeekAt", params: []jen.Code{costP}, args: []jen.Code{clock, cost}, results: dec, onBadPlan: never,
 			doc: "is what AllowN would decide now, taking nothing."},
 		{name: "PeekAt", call: "PeekAt", params: []jen.Code{nowP, costP}, args: []jen.Code{now, cost}, results: dec, onBadPlan: never,
 			doc: "is Peek at time now."},
-		{name: "Reserve", call: "Reserve", params: []jen.Code{costP, jen.Id("maxWait").Qual("time", "Duration")},
-			args: []jen.Code{cost, jen.Id("maxWait")}, results: rt("Reservation"),
+		{name: "Reserve", call: "ReserveAt", params: []jen.Code{costP, jen.Id("maxWait").Qual("time", "Duration")},
+			args: []jen.Code{clock, cost, jen.Id("maxWait")}, results: rt("Reservation"),
 			onBadPlan: rt("Reservation").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")}),
 			doc:       "takes cost tokens now if they can be had within maxWait; see atomicbucket.Reservation."},
 		{name: "ReserveAt", call: "ReserveAt", params: []jen.Code{nowP, costP, jen.Id("maxWait").Qual("time", "Duration")},
@@ -470,7 +470,7 @@ func methods(r model.Rule) []method {
 		{name: "Wait", call: "Wait", params: []jen.Code{costP}, args: []jen.Code{cost}, ctxFirst: true, results: jen.Error(),
 			onBadPlan: jen.Id("ErrUnknownPlan"),
 			doc:       "blocks until a request of cost may proceed, or ctx is done; its errors wrap ctx's."},
-		{name: "Refund", call: "Refund", params: []jen.Code{costP}, args: []jen.Code{cost},
+		{name: "Refund", call: "RefundAt", params: []jen.Code{costP}, args: []jen.Code{clock, cost},
 			doc: "gives cost tokens back now, never beyond the burst."},
 		{name: "RefundAt", call: "RefundAt", params: []jen.Code{nowP, costP}, args: []jen.Code{now, cost},
 			doc: "is Refund at time now."},

@@ -470,13 +470,13 @@ func emitKeyedExtras(r model.Rule, recv jen.Code) jen.Code {
 	}
 	g.Comment("Sweep removes the buckets, of every plan, that have been full for atomicbucket.SweepGrace, and returns how many.").Line()
 	g.Func().Params(recv).Id("Sweep").Params().Int().Block(
-		over("n", jen.Int(), jen.Id("n").Op("+=").Id("t").Dot("Sweep").Call())...).Line().Line()
+		over("n", jen.Int(), jen.Id("n").Op("+=").Id("t").Dot("SweepAt").Call(rt("Now").Call()))...).Line().Line()
 	g.Comment("Len is the number of keys tracked, over every plan.").Line()
 	g.Func().Params(recv).Id("Len").Params().Int64().Block(
 		over("n", jen.Int64(), jen.Id("n").Op("+=").Id("t").Dot("Len").Call())...).Line().Line()
 	g.Comment("Stats returns the tables' counters, summed over every plan.").Line()
 	g.Func().Params(recv).Id("Stats").Params().Add(rt("TableStats")).Block(
-		over("s", rt("TableStats"), jen.Id("s").Op("=").Id("s").Dot("Add").Call(jen.Id("t").Dot("Stats").Call()))...).Line().Line()
+		over("s", rt("TableStats"), jen.Id("s").Op("=").Add(gi("AddStats")).Call(jen.Id("s"), jen.Id("t").Dot("Stats").Call()))...).Line().Line()
 	g.Add(comment("RunSweeper calls Sweep every interval until ctx is done; run it in its own goroutine. It is optional: " +
 		"the tables reclaim full buckets themselves; it returns idle keys' memory sooner when no new keys come."))
 	params := []jen.Code{jen.Id("ctx").Qual("context", "Context"), jen.Id("interval").Qual("time", "Duration")}

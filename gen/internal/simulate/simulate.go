@@ -537,7 +537,7 @@ func (s *simulation) start(start atomicbucket.Time) error {
 			}
 			opts := atomicbucket.TableOptions{MaxKeys: r.rule.MaxKeys}
 			if r.rule.AllowCap {
-				opts.AtCap = atomicbucket.AllowAtCap
+				opts.AllowAtCap = true
 			}
 			r.wtable = atomicwindow.NewTable[string](wr, opts)
 			if r.windowStart != nil {
@@ -557,7 +557,7 @@ func (s *simulation) start(start atomicbucket.Time) error {
 		}
 		opts := atomicbucket.TableOptions{MaxKeys: r.rule.MaxKeys}
 		if r.rule.AllowCap {
-			opts.AtCap = atomicbucket.AllowAtCap
+			opts.AllowAtCap = true
 		}
 		r.table = atomicbucket.NewTable[string](rule, opts)
 	}

@@ -455,7 +455,7 @@ func (l *ChecksLimiter) AllowN(plan Plan, key string, cost int64) atomicbucket.D
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].AllowN(key, cost)
+	return l.s[plan].AllowNAt(key, atomicbucket.Now(), cost)
 }
 
 // AllowAt is Allow at time now.
@@ -479,7 +479,7 @@ func (l *ChecksLimiter) Peek(plan Plan, key string, cost int64) atomicbucket.Dec
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].Peek(key, cost)
+	return l.s[plan].PeekAt(key, atomicbucket.Now(), cost)
 }
 
 // PeekAt is Peek at time now.
@@ -495,7 +495,7 @@ func (l *ChecksLimiter) Reserve(plan Plan, key string, cost int64, maxWait time.
 	if plan >= numPlans {
 		return atomicbucket.Reservation{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].Reserve(key, cost, maxWait)
+	return l.s[plan].ReserveAt(key, atomicbucket.Now(), cost, maxWait)
 }
 
 // ReserveAt is Reserve at time now.
@@ -519,7 +519,7 @@ func (l *ChecksLimiter) Refund(plan Plan, key string, cost int64) {
 	if plan >= numPlans {
 		return
 	}
-	l.s[plan].Refund(key, cost)
+	l.s[plan].RefundAt(key, atomicbucket.Now(), cost)
 }
 
 // RefundAt is Refund at time now.
@@ -534,7 +534,7 @@ func (l *ChecksLimiter) RefundAt(plan Plan, key string, now atomicbucket.Time, c
 func (l *ChecksLimiter) Sweep() int {
 	var n int
 	for _, t := range l.s {
-		n += t.Sweep()
+		n += t.SweepAt(atomicbucket.Now())
 	}
 	return n
 }
@@ -552,7 +552,7 @@ func (l *ChecksLimiter) Len() int64 {
 func (l *ChecksLimiter) Stats() atomicbucket.TableStats {
 	var s atomicbucket.TableStats
 	for _, t := range l.s {
-		s = s.Add(t.Stats())
+		s = genimpl.AddStats(s, t.Stats())
 	}
 	return s
 }
@@ -735,11 +735,11 @@ func (k TenantsKey) String() string {
 	return string(b)
 }
 
-// gridHash places the key's interval grid: the hash of its text form (atomicbucket.TextHash).
+// gridHash places the key's interval grid: the hash of its text form (genimpl.TextHash).
 func (k TenantsKey) gridHash() uint64 {
 	var buf [64]byte
 	b, _ := k.AppendText(buf[:0])
-	return atomicbucket.TextHash(b)
+	return genimpl.TextHash(b)
 }
 
 // ParseTenantsKey reads a TenantsKey from its text form (String).

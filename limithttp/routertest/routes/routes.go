@@ -242,7 +242,6 @@ var checkoutLimit = atomicbucket.Limit{
 func newCheckoutLimiter() *CheckoutLimiter {
 	return &CheckoutLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(checkoutLimit), checkoutUnitsPerNs, checkoutUnitsPerToken, checkoutBurstUnits), atomicbucket.TableOptions{
 		MaxKeys: 1000,
-		AtCap:   atomicbucket.DenyAtCap,
 	}), genimpl.Cost{}, genimpl.NonEmpty)}
 }
 

@@ -226,11 +226,11 @@ func (k RlTenantUserKey) String() string {
 	return string(b)
 }
 
-// gridHash places the key's interval grid: the hash of its text form (atomicbucket.TextHash).
+// gridHash places the key's interval grid: the hash of its text form (genimpl.TextHash).
 func (k RlTenantUserKey) gridHash() uint64 {
 	var buf [64]byte
 	b, _ := k.AppendText(buf[:0])
-	return atomicbucket.TextHash(b)
+	return genimpl.TextHash(b)
 }
 
 // ParseRlTenantUserKey reads a RlTenantUserKey from its text form (String).

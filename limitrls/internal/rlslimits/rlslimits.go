@@ -350,7 +350,7 @@ func (l *PerUserLimiter) AllowN(plan Plan, key uint64, cost int64) atomicbucket.
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].AllowN(key, cost)
+	return l.s[plan].AllowNAt(key, atomicbucket.Now(), cost)
 }
 
 // AllowAt is Allow at time now.
@@ -374,7 +374,7 @@ func (l *PerUserLimiter) Peek(plan Plan, key uint64, cost int64) atomicbucket.De
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].Peek(key, cost)
+	return l.s[plan].PeekAt(key, atomicbucket.Now(), cost)
 }
 
 // PeekAt is Peek at time now.
@@ -390,7 +390,7 @@ func (l *PerUserLimiter) Reserve(plan Plan, key uint64, cost int64, maxWait time
 	if plan >= numPlans {
 		return atomicbucket.Reservation{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].Reserve(key, cost, maxWait)
+	return l.s[plan].ReserveAt(key, atomicbucket.Now(), cost, maxWait)
 }
 
 // ReserveAt is Reserve at time now.
@@ -414,7 +414,7 @@ func (l *PerUserLimiter) Refund(plan Plan, key uint64, cost int64) {
 	if plan >= numPlans {
 		return
 	}
-	l.s[plan].Refund(key, cost)
+	l.s[plan].RefundAt(key, atomicbucket.Now(), cost)
 }
 
 // RefundAt is Refund at time now.
@@ -429,7 +429,7 @@ func (l *PerUserLimiter) RefundAt(plan Plan, key uint64, now atomicbucket.Time, 
 func (l *PerUserLimiter) Sweep() int {
 	var n int
 	for _, t := range l.s {
-		n += t.Sweep()
+		n += t.SweepAt(atomicbucket.Now())
 	}
 	return n
 }
@@ -447,7 +447,7 @@ func (l *PerUserLimiter) Len() int64 {
 func (l *PerUserLimiter) Stats() atomicbucket.TableStats {
 	var s atomicbucket.TableStats
 	for _, t := range l.s {
-		s = s.Add(t.Stats())
+		s = genimpl.AddStats(s, t.Stats())
 	}
 	return s
 }
@@ -575,11 +575,11 @@ func (k PerTenantUserKey) String() string {
 	return string(b)
 }
 
-// gridHash places the key's interval grid: the hash of its text form (atomicbucket.TextHash).
+// gridHash places the key's interval grid: the hash of its text form (genimpl.TextHash).
 func (k PerTenantUserKey) gridHash() uint64 {
 	var buf [64]byte
 	b, _ := k.AppendText(buf[:0])
-	return atomicbucket.TextHash(b)
+	return genimpl.TextHash(b)
 }
 
 // ParsePerTenantUserKey reads a PerTenantUserKey from its text form (String).

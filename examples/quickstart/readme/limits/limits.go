@@ -253,11 +253,9 @@ func newPerUserLimiter() *PerUserLimiter {
 	return &PerUserLimiter{s: [numPlans]*atomicbucket.Table[string]{
 		PlanFree: atomicbucket.NewTable[string](atomicbucket.MustRule(perUserLimit[0]), atomicbucket.TableOptions{
 			MaxKeys: 100000,
-			AtCap:   atomicbucket.DenyAtCap,
 		}),
 		PlanPro: atomicbucket.NewTable[string](atomicbucket.MustRule(perUserLimit[1]), atomicbucket.TableOptions{
 			MaxKeys: 100000,
-			AtCap:   atomicbucket.DenyAtCap,
 		}),
 	}}
 }
@@ -292,7 +290,7 @@ func (l *PerUserLimiter) AllowN(plan Plan, key string, cost int64) atomicbucket.
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].AllowN(key, cost)
+	return l.s[plan].AllowNAt(key, atomicbucket.Now(), cost)
 }
 
 // AllowAt is Allow at time now.
@@ -316,7 +314,7 @@ func (l *PerUserLimiter) Peek(plan Plan, key string, cost int64) atomicbucket.De
 	if plan >= numPlans {
 		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].Peek(key, cost)
+	return l.s[plan].PeekAt(key, atomicbucket.Now(), cost)
 }
 
 // PeekAt is Peek at time now.
@@ -332,7 +330,7 @@ func (l *PerUserLimiter) Reserve(plan Plan, key string, cost int64, maxWait time
 	if plan >= numPlans {
 		return atomicbucket.Reservation{RetryAfter: atomicbucket.Never}
 	}
-	return l.s[plan].Reserve(key, cost, maxWait)
+	return l.s[plan].ReserveAt(key, atomicbucket.Now(), cost, maxWait)
 }
 
 // ReserveAt is Reserve at time now.
@@ -356,7 +354,7 @@ func (l *PerUserLimiter) Refund(plan Plan, key string, cost int64) {
 	if plan >= numPlans {
 		return
 	}
-	l.s[plan].Refund(key, cost)
+	l.s[plan].RefundAt(key, atomicbucket.Now(), cost)
 }
 
 // RefundAt is Refund at time now.
@@ -371,7 +369,7 @@ func (l *PerUserLimiter) RefundAt(plan Plan, key string, now atomicbucket.Time, 
 func (l *PerUserLimiter) Sweep() int {
 	var n int
 	for _, t := range l.s {
-		n += t.Sweep()
+		n += t.SweepAt(atomicbucket.Now())
 	}
 	return n
 }
@@ -389,7 +387,7 @@ func (l *PerUserLimiter) Len() int64 {
 func (l *PerUserLimiter) Stats() atomicbucket.TableStats {
 	var s atomicbucket.TableStats
 	for _, t := range l.s {
-		s = s.Add(t.Stats())
+		s = genimpl.AddStats(s, t.Stats())
 	}
 	return s
 }
