@@ -702,10 +702,10 @@ type TenantUserKey struct {
 }
 
 // AppendText appends the key's text form to b: its fields in order, comma-separated, a string's
-// '%', ',' and '#' escaped (verdict.AppendKeyField). Run-time numbers name the key by it, a store
+// '%', ',' and '#' escaped (genimpl.AppendKeyField). Run-time numbers name the key by it, a store
 // keeps its bucket under it, and an interval rule places the key's grid by its hash.
 func (k TenantUserKey) AppendText(b []byte) ([]byte, error) {
-	b = verdict.AppendKeyField(b, k.Tenant)
+	b = genimpl.AppendKeyField(b, k.Tenant)
 	b = append(b, ',')
 	b = strconv.AppendUint(b, uint64(k.User), 10)
 	return b, nil
@@ -727,7 +727,7 @@ func (k TenantUserKey) gridHash() uint64 {
 
 // ParseTenantUserKey reads a TenantUserKey from its text form (String).
 func ParseTenantUserKey(s string) (TenantUserKey, error) {
-	f, ok := verdict.KeyFields(s, 2)
+	f, ok := genimpl.KeyFields(s, 2)
 	if !ok {
 		return TenantUserKey{}, fmt.Errorf("%q is not a key of rule TenantUser: tenant (string), user (uint64), comma-separated", s)
 	}
@@ -1278,7 +1278,7 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	{
 		v, found := limithttp.PathKeyAt(path, 2, false)
 		var n uint64
-		n, ok0 = verdict.UintKey(v, found, 64)
+		n, ok0 = genimpl.UintKey(v, found, 64)
 		k0 = n
 	}
 	if !ok0 {
@@ -1319,7 +1319,7 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 		{
 			v, found := limithttp.PathKeyAt(path, 4, false)
 			var n uint64
-			n, ok0f1 = verdict.UintKey(v, found, 64)
+			n, ok0f1 = genimpl.UintKey(v, found, 64)
 			k0f1 = n
 		}
 		k0.User, ok0 = k0f1, ok0 && ok0f1

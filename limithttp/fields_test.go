@@ -36,7 +36,7 @@ func TestFieldsParseAsStructuredFields(t *testing.T) {
 			if err != nil {
 				t.Fatalf("request %d: RateLimit %q: %v", i, w.Header().Values("RateLimit"), err)
 			}
-			checkItem(t, item, p.Name, map[string]int64{verdict.ParamRemaining: rv, verdict.ParamReset: tv})
+			checkItem(t, item, p.Name, map[string]int64{"r": rv, "t": tv})
 			if ra := w.Header().Values("Retry-After"); res.Decision.Allowed != (len(ra) == 0) {
 				t.Errorf("request %d: Retry-After %q on decision %+v", i, ra, res.Decision)
 			} else if len(ra) == 1 {

@@ -33,7 +33,7 @@ func wantFields(c valueCase) map[string]string {
 		out[HeaderRateLimit] = c.p.Prefix + strconv.FormatInt(r, 10) + ";t=" + strconv.FormatInt(t, 10)
 	}
 	if !c.d.Allowed {
-		out[HeaderRetryAfter] = strconv.FormatInt(max(t, verdict.CeilSeconds(verdict.ShownWait(c.d.RetryAfter))), 10)
+		out[HeaderRetryAfter] = strconv.FormatInt(max(t, ceilSeconds(verdict.ShownWait(c.d.RetryAfter))), 10)
 		out[headerContentType] = problemType
 		out[headerContentOptions] = "nosniff"
 	}
@@ -153,4 +153,12 @@ func TestValueTablesConcurrent(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// ceilSeconds is d in whole seconds, rounded up: what Retry-After says.
+func ceilSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d-1)/time.Second) + 1
 }

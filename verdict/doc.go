@@ -30,10 +30,10 @@
 // kept in one table, the Param constants:
 //
 //	field             parameter  constant        meaning here
-//	RateLimit-Policy  q          ParamQuota      the rule's burst, in tokens
-//	RateLimit-Policy  w          ParamWindow     seconds an empty bucket takes to refill: ⌈burst/rate⌉, at least 1
-//	RateLimit         r          ParamRemaining  whole tokens left after this request
-//	RateLimit         t          ParamReset      seconds (see below)
+//	RateLimit-Policy  q          paramQuota      the rule's burst, in tokens
+//	RateLimit-Policy  w          paramWindow     seconds an empty bucket takes to refill: ⌈burst/rate⌉, at least 1
+//	RateLimit         r          paramRemaining  whole tokens left after this request
+//	RateLimit         t          paramReset      seconds (see below)
 //
 // A token bucket has no fixed window, so the numbers are chosen so that a
 // client that believes them is never denied for it:
@@ -44,7 +44,7 @@
 //     RateLimit-Policy is a constant per rule and plan (Policy.Item), computed
 //     when the package is generated (NewPolicy computes the same by hand).
 //   - r is the whole tokens left now: exactly, below 1000; from 1000 up,
-//     rounded down to three significant digits (Shown), never more than is
+//     rounded down to three significant digits (shown), never more than is
 //     left, so that a draining bucket's responses share their field values.
 //     When it is 0, t is the seconds until the
 //     request's own cost is available again: on a denial that is its wait (the

@@ -16,14 +16,14 @@ import (
 // kept here, and only here, because the draft's authors have floated renaming
 // them; the package doc's table says what each one holds.
 const (
-	ParamQuota     = "q" // RateLimit-Policy: the quota
-	ParamWindow    = "w" // RateLimit-Policy: the window, in seconds
-	ParamRemaining = "r" // RateLimit: what is left
-	ParamReset     = "t" // RateLimit: seconds until it resets
+	paramQuota     = "q" // RateLimit-Policy: the quota
+	paramWindow    = "w" // RateLimit-Policy: the window, in seconds
+	paramRemaining = "r" // RateLimit: what is left
+	paramReset     = "t" // RateLimit: seconds until it resets
 )
 
-// MaxPolicyName is the longest policy name NewPolicy accepts, in bytes.
-const MaxPolicyName = 64
+// maxPolicyName is the longest policy name NewPolicy accepts, in bytes.
+const maxPolicyName = 64
 
 // Policy is one rule (on one plan) as the rate-limit fields describe it. Its
 // strings are computed once, by NewPolicy or by the generator (which emits a
@@ -64,7 +64,7 @@ func (p *Policy) Describe() string {
 var ErrPolicy = errors.New("verdict: invalid policy")
 
 // NewPolicy describes the rule named name with limit l. name must be 1 to
-// MaxPolicyName bytes of printable ASCII (a Structured Fields string); l must
+// maxPolicyName bytes of printable ASCII (a Structured Fields string); l must
 // be a limit atomicbucket.NewRule accepts.
 func NewPolicy(name string, l atomicbucket.Limit) (Policy, error) {
 	if err := checkName(name); err != nil {
@@ -75,8 +75,8 @@ func NewPolicy(name string, l atomicbucket.Limit) (Policy, error) {
 	}
 	p := Policy{Name: name, Quota: l.Burst, Window: window(l), Limit: l}
 	q := sfString(name)
-	p.Item = q + ";" + ParamQuota + "=" + strconv.FormatInt(p.Quota, 10) + ";" + ParamWindow + "=" + strconv.FormatInt(p.Window, 10)
-	p.Prefix = q + ";" + ParamRemaining + "="
+	p.Item = q + ";" + paramQuota + "=" + strconv.FormatInt(p.Quota, 10) + ";" + paramWindow + "=" + strconv.FormatInt(p.Window, 10)
+	p.Prefix = q + ";" + paramRemaining + "="
 	return p, nil
 }
 
@@ -101,11 +101,11 @@ func PolicyList(ps ...*Policy) string {
 	return s
 }
 
-// checkName reports whether name can be a policy name: 1 to MaxPolicyName
+// checkName reports whether name can be a policy name: 1 to maxPolicyName
 // bytes in %x20-7E, the characters a Structured Fields string may hold.
 func checkName(name string) error {
-	if name == "" || len(name) > MaxPolicyName {
-		return fmt.Errorf("%w: name %.80q: must be 1 to %d bytes", ErrPolicy, name, MaxPolicyName)
+	if name == "" || len(name) > maxPolicyName {
+		return fmt.Errorf("%w: name %.80q: must be 1 to %d bytes", ErrPolicy, name, maxPolicyName)
 	}
 	for i := 0; i < len(name); i++ {
 		if c := name[i]; c < 0x20 || c > 0x7e {
@@ -160,7 +160,7 @@ const maxSFInteger = 999_999_999_999_999
 // Fields returns the RateLimit parameters r and t for decision d of a request
 // of the given cost, by the rules of the package doc.
 func (p *Policy) Fields(d atomicbucket.Decision, cost int64) (r, t int64) {
-	r = Shown(d.Remaining)
+	r = shown(d.Remaining)
 	var base time.Duration
 	switch {
 	case !d.Allowed && d.RetryAfter != atomicbucket.Never && d.RetryAfter >= 0:
@@ -173,17 +173,17 @@ func (p *Policy) Fields(d atomicbucket.Decision, cost int64) (r, t int64) {
 	if r > 0 {
 		base = max(base, p.paced(r))
 	}
-	return r, CeilSeconds(base)
+	return r, ceilSeconds(base)
 }
 
-// Shown is a count of whole tokens left as the RateLimit field shows it (r):
+// shown is a count of whole tokens left as the RateLimit field shows it (r):
 // exact below 1000; from 1000 up, rounded down to three significant digits
 // (1,234,567 shows as 1,230,000). It is never more than is left, and less by
 // under 1%, so a client that believes it is never denied for it; and a
 // bucket that drains one token a request shows the same r for many requests
 // in a row, so that the doors give them the field values they made before
 // (Memo) instead of a string each. Negative counts show as 0.
-func Shown(r int64) int64 {
+func shown(r int64) int64 {
 	if r < 1000 {
 		return max(r, 0)
 	}
@@ -288,8 +288,8 @@ const digitPairs = "000102030405060708091011121314151617181920212223242526272829
 	"40414243444546474849505152535455565758596061626364656667686970717273747576777879" +
 	"8081828384858687888990919293949596979899"
 
-// CeilSeconds is d in whole seconds, rounded up; 0 for d ≤ 0.
-func CeilSeconds(d time.Duration) int64 {
+// ceilSeconds is d in whole seconds, rounded up; 0 for d ≤ 0.
+func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
@@ -301,7 +301,7 @@ func CeilSeconds(d time.Duration) int64 {
 func AppendRateLimit(b []byte, p *Policy, r, t int64) []byte {
 	b = append(b, p.Prefix...)
 	b = AppendDecimal(b, r)
-	b = append(b, ";"+ParamReset+"="...)
+	b = append(b, ";"+paramReset+"="...)
 	return AppendDecimal(b, t)
 }
 

@@ -141,7 +141,7 @@ func TestFieldsParseAsStructuredFields(t *testing.T) {
 	}
 	for i, m := range list {
 		item := m.(httpsfv.Item)
-		checkItem(t, item, ps[i].Name, map[string]int64{ParamQuota: ps[i].Quota, ParamWindow: ps[i].Window})
+		checkItem(t, item, ps[i].Name, map[string]int64{paramQuota: ps[i].Quota, paramWindow: ps[i].Window})
 	}
 	for _, p := range ps {
 		v := string(AppendRateLimit(nil, p, 17, 4))
@@ -149,7 +149,7 @@ func TestFieldsParseAsStructuredFields(t *testing.T) {
 		if err != nil {
 			t.Fatalf("RateLimit %q: %v", v, err)
 		}
-		checkItem(t, item, p.Name, map[string]int64{ParamRemaining: 17, ParamReset: 4})
+		checkItem(t, item, p.Name, map[string]int64{paramRemaining: 17, paramReset: 4})
 	}
 }
 
@@ -189,8 +189,8 @@ func TestRetryAfterJitter(t *testing.T) {
 	seen := map[int64]int{}
 	for i := range 1000 {
 		key := "client-" + strconv.Itoa(i)
-		ra := CeilSeconds(cfg.wait(wait, seedOf(key, 0)))
-		if ra != CeilSeconds(cfg.wait(wait, seedOf(key, 0))) {
+		ra := ceilSeconds(cfg.wait(wait, seedOf(key, 0)))
+		if ra != ceilSeconds(cfg.wait(wait, seedOf(key, 0))) {
 			t.Fatalf("%s: Retry-After differs between calls", key)
 		}
 		if ra < 10 || ra > 15 {
@@ -236,7 +236,7 @@ func TestAppendDecimal(t *testing.T) {
 	}
 }
 
-// Shown: exact below 1000, three significant digits from there, never more
+// shown: exact below 1000, three significant digits from there, never more
 // than what is left.
 func TestShown(t *testing.T) {
 	for _, c := range []struct{ in, want int64 }{
@@ -244,8 +244,8 @@ func TestShown(t *testing.T) {
 		{10_000, 10_000}, {12_345, 12_300}, {999_999, 999_000}, {1_234_567, 1_230_000},
 		{999_999_999, 999_000_000}, {1_000_000_000, 1_000_000_000}, {math.MaxInt64, 9_220_000_000_000_000_000},
 	} {
-		if got := Shown(c.in); got != c.want {
-			t.Errorf("Shown(%d) = %d, want %d", c.in, got, c.want)
+		if got := shown(c.in); got != c.want {
+			t.Errorf("shown(%d) = %d, want %d", c.in, got, c.want)
 		}
 	}
 }

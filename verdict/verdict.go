@@ -225,7 +225,7 @@ func (j *Judge) Verdict(mode Mode, res *Result, key string) Verdict {
 			seed = seedOf(key, res.SeedInt)
 		}
 		v.Wait = j.wait(d.RetryAfter, seed)
-		v.Retry = max(v.T, CeilSeconds(v.Wait))
+		v.Retry = max(v.T, ceilSeconds(v.Wait))
 		v.Outage = res.Outage
 	}
 	observed := outcome
@@ -311,7 +311,7 @@ func ShownWait(wait time.Duration) time.Duration {
 	}
 	ms := int64((wait + time.Millisecond - 1) / time.Millisecond)
 	if ms >= 1000 {
-		n := (bits.Len64(uint64(ms))*1233)>>12 + 1 // the digit count, or one more (as Shown)
+		n := (bits.Len64(uint64(ms))*1233)>>12 + 1 // the digit count, or one more (as shown)
 		if uint64(ms) < pow10[n-1] {
 			n--
 		}

@@ -23,6 +23,35 @@ var readmeHarnesses = []struct {
 
 {{SNIPPET}}
 `},
+	{"type Store struct{ *shared.Engine }", `package s
+
+import (
+	"context"
+	"time"
+
+	"github.com/limitgen/limitgen/shared"
+)
+
+// A store's own client and options, and its backend: the page shows only
+// how they meet the Engine.
+type Client struct{}
+
+type Options struct {
+	Namespace string
+	Timeout   time.Duration
+	Coalesce  int
+}
+
+type backend struct {
+	shared.Backend
+	c  *Client
+	ns string
+}
+
+func (b *backend) setUp(context.Context) error { return nil }
+
+{{SNIPPET}}
+`},
 	{"client := &http.Client{Transport: &limithttp.Obey{}}", `package s
 
 import (

@@ -2772,10 +2772,10 @@ type TenantUserKey struct {
 }
 
 // AppendText appends the key's text form to b: its fields in order, comma-separated, a string's
-// '%', ',' and '#' escaped (verdict.AppendKeyField). Run-time numbers name the key by it, a store
+// '%', ',' and '#' escaped (genimpl.AppendKeyField). Run-time numbers name the key by it, a store
 // keeps its bucket under it, and an interval rule places the key's grid by its hash.
 func (k TenantUserKey) AppendText(b []byte) ([]byte, error) {
-	b = verdict.AppendKeyField(b, k.Tenant)
+	b = genimpl.AppendKeyField(b, k.Tenant)
 	b = append(b, ',')
 	b = strconv.AppendUint(b, uint64(k.User), 10)
 	return b, nil
@@ -2797,7 +2797,7 @@ func (k TenantUserKey) gridHash() uint64 {
 
 // ParseTenantUserKey reads a TenantUserKey from its text form (String).
 func ParseTenantUserKey(s string) (TenantUserKey, error) {
-	f, ok := verdict.KeyFields(s, 2)
+	f, ok := genimpl.KeyFields(s, 2)
 	if !ok {
 		return TenantUserKey{}, fmt.Errorf("%q is not a key of rule TenantUser: tenant (string), user (uint64), comma-separated", s)
 	}
@@ -5225,7 +5225,7 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	{
 		v, found := limithttp.PathKeyAt(path, 1, false)
 		var n uint64
-		n, ok0 = verdict.UintKey(v, found, 64)
+		n, ok0 = genimpl.UintKey(v, found, 64)
 		k0 = n
 	}
 	if !ok0 {

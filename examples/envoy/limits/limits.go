@@ -1717,10 +1717,10 @@ type ExportsKey struct {
 }
 
 // AppendText appends the key's text form to b: its fields in order, comma-separated, a string's
-// '%', ',' and '#' escaped (verdict.AppendKeyField). Run-time numbers name the key by it, a store
+// '%', ',' and '#' escaped (genimpl.AppendKeyField). Run-time numbers name the key by it, a store
 // keeps its bucket under it, and an interval rule places the key's grid by its hash.
 func (k ExportsKey) AppendText(b []byte) ([]byte, error) {
-	b = verdict.AppendKeyField(b, k.Tenant)
+	b = genimpl.AppendKeyField(b, k.Tenant)
 	b = append(b, ',')
 	b = strconv.AppendUint(b, uint64(k.User), 10)
 	return b, nil
@@ -1742,7 +1742,7 @@ func (k ExportsKey) gridHash() uint64 {
 
 // ParseExportsKey reads a ExportsKey from its text form (String).
 func ParseExportsKey(s string) (ExportsKey, error) {
-	f, ok := verdict.KeyFields(s, 2)
+	f, ok := genimpl.KeyFields(s, 2)
 	if !ok {
 		return ExportsKey{}, fmt.Errorf("%q is not a key of rule Exports: tenant (string), user (uint64), comma-separated", s)
 	}
@@ -2329,7 +2329,7 @@ func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	{
 		v, found := limitrls.EntryKey(en, 2)
 		var n uint64
-		n, ok0 = verdict.UintKey(v, found, 64)
+		n, ok0 = genimpl.UintKey(v, found, 64)
 		k0 = n
 	}
 	if !ok0 {
@@ -2438,7 +2438,7 @@ func (s *RLS) descriptor5(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 		{
 			v, found := limitrls.EntryKey(en, 2)
 			var n uint64
-			n, ok0f1 = verdict.UintKey(v, found, 64)
+			n, ok0f1 = genimpl.UintKey(v, found, 64)
 			k0f1 = n
 		}
 		k0.User, ok0 = k0f1, ok0 && ok0f1

@@ -267,7 +267,7 @@ func emitKey(d *door, k, ok string, t string, srcs []model.KeySource, ord int, p
 				set = append(set, jen.Block(
 					jen.List(jen.Id("v"), jen.Id("found")).Op(":=").Add(src),
 					jen.Var().Id("n").Id(wide),
-					jen.List(jen.Id("n"), jen.Id(ok)).Op("=").Add(vd(parse)).Call(jen.Id("v"), jen.Id("found"), jen.Lit(bits)),
+					jen.List(jen.Id("n"), jen.Id(ok)).Op("=").Add(gi(parse)).Call(jen.Id("v"), jen.Id("found"), jen.Lit(bits)),
 					conv,
 				))
 			}

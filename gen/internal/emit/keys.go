@@ -31,7 +31,7 @@ func emitCompositeKey(r model.Rule) jen.Code {
 		v := jen.Id("k").Dot(f.GoName)
 		switch unsigned, _ := intBits(f.Type); {
 		case f.Type == "string":
-			str = append(str, jen.Id("b").Op("=").Add(vd("AppendKeyField")).Call(jen.Id("b"), v))
+			str = append(str, jen.Id("b").Op("=").Add(gi("AppendKeyField")).Call(jen.Id("b"), v))
 		case unsigned:
 			str = append(str, jen.Id("b").Op("=").Qual("strconv", "AppendUint").Call(jen.Id("b"), jen.Uint64().Call(v), jen.Lit(10)))
 		default:
@@ -40,7 +40,7 @@ func emitCompositeKey(r model.Rule) jen.Code {
 	}
 	str = append(str, jen.Return(jen.Id("b"), jen.Nil()))
 	g.Comment("AppendText appends the key's text form to b: its fields in order, comma-separated, a string's").Line()
-	g.Comment("'%', ',' and '#' escaped (verdict.AppendKeyField). Run-time numbers name the key by it, a store").Line()
+	g.Comment("'%', ',' and '#' escaped (genimpl.AppendKeyField). Run-time numbers name the key by it, a store").Line()
 	g.Comment("keeps its bucket under it, and an interval rule places the key's grid by its hash.").Line()
 	g.Func().Params(jen.Id("k").Id(typ)).Id("AppendText").Params(jen.Id("b").Index().Byte()).Params(jen.Index().Byte(), jen.Error()).Block(str...).Line().Line()
 	g.Comment("String is the key's text form (AppendText).").Line()
@@ -54,7 +54,7 @@ func emitCompositeKey(r model.Rule) jen.Code {
 		return jen.Return(jen.Id(typ).Values(), jen.Qual("fmt", "Errorf").Call(append([]jen.Code{jen.Lit(format)}, args...)...))
 	}
 	parse := []jen.Code{
-		jen.List(jen.Id("f"), jen.Id("ok")).Op(":=").Add(vd("KeyFields")).Call(jen.Id("s"), jen.Lit(len(r.Fields))),
+		jen.List(jen.Id("f"), jen.Id("ok")).Op(":=").Add(gi("KeyFields")).Call(jen.Id("s"), jen.Lit(len(r.Fields))),
 		jen.If(jen.Op("!").Id("ok")).Block(fail("%q is not a key of rule "+r.Name+": "+strings.Join(desc, ", ")+", comma-separated", jen.Id("s"))),
 		jen.Var().Id("k").Id(typ),
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/limitgen/limitgen/gen/internal/model"
+	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/verdict"
 )
 
@@ -19,7 +20,7 @@ func CanonicalKey(r model.Rule, key string) (string, error) {
 	for _, f := range r.Fields {
 		desc = append(desc, f.Name+" ("+f.Type+")")
 	}
-	fields, ok := verdict.KeyFields(key, len(r.Fields))
+	fields, ok := genimpl.KeyFields(key, len(r.Fields))
 	if !ok {
 		return "", fmt.Errorf("key %q is not one of rule %s: %s, comma-separated (a string's '%%', ',' and '#' as %%25, %%2C and %%23)", key, r.Name, strings.Join(desc, ", "))
 	}
@@ -32,7 +33,7 @@ func CanonicalKey(r model.Rule, key string) (string, error) {
 			if !verdict.KeyOK(fields[i]) {
 				return "", fmt.Errorf("key %q: field %s is empty or longer than %d bytes", key, f.Name, verdict.MaxKeyLen)
 			}
-			b = verdict.AppendKeyField(b, fields[i])
+			b = genimpl.AppendKeyField(b, fields[i])
 			continue
 		}
 		v, err := canonicalValue(f.Type, fields[i])

@@ -719,12 +719,12 @@ type TenantsKey struct {
 }
 
 // AppendText appends the key's text form to b: its fields in order, comma-separated, a string's
-// '%', ',' and '#' escaped (verdict.AppendKeyField). Run-time numbers name the key by it, a store
+// '%', ',' and '#' escaped (genimpl.AppendKeyField). Run-time numbers name the key by it, a store
 // keeps its bucket under it, and an interval rule places the key's grid by its hash.
 func (k TenantsKey) AppendText(b []byte) ([]byte, error) {
-	b = verdict.AppendKeyField(b, k.Tenant)
+	b = genimpl.AppendKeyField(b, k.Tenant)
 	b = append(b, ',')
-	b = verdict.AppendKeyField(b, k.Region)
+	b = genimpl.AppendKeyField(b, k.Region)
 	return b, nil
 }
 
@@ -744,7 +744,7 @@ func (k TenantsKey) gridHash() uint64 {
 
 // ParseTenantsKey reads a TenantsKey from its text form (String).
 func ParseTenantsKey(s string) (TenantsKey, error) {
-	f, ok := verdict.KeyFields(s, 2)
+	f, ok := genimpl.KeyFields(s, 2)
 	if !ok {
 		return TenantsKey{}, fmt.Errorf("%q is not a key of rule Tenants: tenant (string), region (string), comma-separated", s)
 	}

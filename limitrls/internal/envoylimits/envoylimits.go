@@ -210,12 +210,12 @@ type RlTenantUserKey struct {
 }
 
 // AppendText appends the key's text form to b: its fields in order, comma-separated, a string's
-// '%', ',' and '#' escaped (verdict.AppendKeyField). Run-time numbers name the key by it, a store
+// '%', ',' and '#' escaped (genimpl.AppendKeyField). Run-time numbers name the key by it, a store
 // keeps its bucket under it, and an interval rule places the key's grid by its hash.
 func (k RlTenantUserKey) AppendText(b []byte) ([]byte, error) {
-	b = verdict.AppendKeyField(b, k.Tenant)
+	b = genimpl.AppendKeyField(b, k.Tenant)
 	b = append(b, ',')
-	b = verdict.AppendKeyField(b, k.User)
+	b = genimpl.AppendKeyField(b, k.User)
 	return b, nil
 }
 
@@ -235,7 +235,7 @@ func (k RlTenantUserKey) gridHash() uint64 {
 
 // ParseRlTenantUserKey reads a RlTenantUserKey from its text form (String).
 func ParseRlTenantUserKey(s string) (RlTenantUserKey, error) {
-	f, ok := verdict.KeyFields(s, 2)
+	f, ok := genimpl.KeyFields(s, 2)
 	if !ok {
 		return RlTenantUserKey{}, fmt.Errorf("%q is not a key of rule RlTenantUser: tenant (string), user (string), comma-separated", s)
 	}

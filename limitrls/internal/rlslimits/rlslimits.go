@@ -559,10 +559,10 @@ type PerTenantUserKey struct {
 }
 
 // AppendText appends the key's text form to b: its fields in order, comma-separated, a string's
-// '%', ',' and '#' escaped (verdict.AppendKeyField). Run-time numbers name the key by it, a store
+// '%', ',' and '#' escaped (genimpl.AppendKeyField). Run-time numbers name the key by it, a store
 // keeps its bucket under it, and an interval rule places the key's grid by its hash.
 func (k PerTenantUserKey) AppendText(b []byte) ([]byte, error) {
-	b = verdict.AppendKeyField(b, k.Tenant)
+	b = genimpl.AppendKeyField(b, k.Tenant)
 	b = append(b, ',')
 	b = strconv.AppendUint(b, uint64(k.User), 10)
 	return b, nil
@@ -584,7 +584,7 @@ func (k PerTenantUserKey) gridHash() uint64 {
 
 // ParsePerTenantUserKey reads a PerTenantUserKey from its text form (String).
 func ParsePerTenantUserKey(s string) (PerTenantUserKey, error) {
-	f, ok := verdict.KeyFields(s, 2)
+	f, ok := genimpl.KeyFields(s, 2)
 	if !ok {
 		return PerTenantUserKey{}, fmt.Errorf("%q is not a key of rule PerTenantUser: tenant (string), user (uint64), comma-separated", s)
 	}
@@ -1012,7 +1012,7 @@ func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	{
 		v, found := limitrls.EntryKey(en, 1)
 		var n uint64
-		n, ok0 = verdict.UintKey(v, found, 64)
+		n, ok0 = genimpl.UintKey(v, found, 64)
 		k0 = n
 	}
 	if !ok0 {
@@ -1054,7 +1054,7 @@ func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	{
 		v, found := limitrls.EntryKey(en, 2)
 		var n uint64
-		n, ok0 = verdict.UintKey(v, found, 64)
+		n, ok0 = genimpl.UintKey(v, found, 64)
 		k0 = n
 	}
 	if !ok0 {
@@ -1105,7 +1105,7 @@ func (s *RLS) descriptor4(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 		{
 			v, found := limitrls.EntryKey(en, 2)
 			var n uint64
-			n, ok0f1 = verdict.UintKey(v, found, 64)
+			n, ok0f1 = genimpl.UintKey(v, found, 64)
 			k0f1 = n
 		}
 		k0.User, ok0 = k0f1, ok0 && ok0f1
@@ -1141,7 +1141,7 @@ func (s *RLS) descriptor5(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	{
 		v, found := limitrls.EntryKey(en, 1)
 		var n uint64
-		n, ok0 = verdict.UintKey(v, found, 64)
+		n, ok0 = genimpl.UintKey(v, found, 64)
 		k0 = n
 	}
 	if !ok0 {
