@@ -64,6 +64,7 @@ check:
 	cd limitotel && $(GO) vet ./... && $(GO) mod tidy -diff
 	cd limitgrpc && $(GO) vet ./... && $(GO) mod tidy -diff
 	cd limitrls && $(GO) vet ./... && $(GO) mod tidy -diff
+	cd rlsserver && $(GO) vet ./... && $(GO) mod tidy -diff
 	cd limithttp/routertest && $(GO) vet ./... && $(GO) mod tidy -diff
 
 # Every package under the race detector, but for fuzz's two long random
@@ -120,6 +121,7 @@ grpc:
 	.ci/servers postgres
 	cd limitgrpc && $(GO) test -race -count=1 ./...
 	cd limitrls && $(GO) test -race -count=1 ./...
+	cd rlsserver && $(GO) test -race -count=1 ./...
 
 # The JSON Schema for editors, checked against the repository's policies.
 schema:

@@ -98,10 +98,10 @@ fi
 go tool gen -policy policy.yaml -out limits -check >/dev/null
 
 # The README's second block: the nested modules a policy's other sections
-# import (here an rls: section and its ready server, which imports limitrls,
-# both stores' modules and limitprom), each pointed at the checkout. Without
-# those replace lines the go mod tidy below fails to find them.
-for m in limitgrpc limitrls redisstore pgstore limitprom limitotel; do
+# import (here an rls: section and its ready server, which imports rlsserver,
+# and through it limitrls, both stores' modules and limitprom), each pointed at the
+# checkout. Without those replace lines the go mod tidy below fails to find them.
+for m in limitgrpc limitrls rlsserver redisstore pgstore limitprom limitotel; do
   go mod edit -replace github.com/limitgen/limitgen/$m="$checkout/$m"
 done
 mkdir edge

@@ -45,20 +45,23 @@ func TestGeneratedPackagesRun(t *testing.T) {
 	// A policy with a grpc: section imports limitgrpc, a module of its own
 	// (whose test-only requirement, pgstore, needs its replace line too), one
 	// with an rls: section limitrls.
-	// A ready server (-main) imports the stores' modules and limitprom.
+	// A ready server (-main) imports rlsserver, which imports the stores'
+	// modules and limitprom.
 	gomod := fmt.Sprintf("module gentest\n\ngo 1.26.0\n\nrequire (\n"+
 		"\tgithub.com/limitgen/limitgen v0.0.0-00010101000000-000000000000\n"+
 		"\tgithub.com/limitgen/limitgen/limitgrpc v0.0.0-00010101000000-000000000000\n"+
 		"\tgithub.com/limitgen/limitgen/limitrls v0.0.0-00010101000000-000000000000\n"+
 		"\tgithub.com/limitgen/limitgen/limitprom v0.0.0-00010101000000-000000000000\n"+
 		"\tgithub.com/limitgen/limitgen/redisstore v0.0.0-00010101000000-000000000000\n"+
-		"\tgithub.com/limitgen/limitgen/pgstore v0.0.0-00010101000000-000000000000\n)\n\n"+
+		"\tgithub.com/limitgen/limitgen/pgstore v0.0.0-00010101000000-000000000000\n"+
+		"\tgithub.com/limitgen/limitgen/rlsserver v0.0.0-00010101000000-000000000000\n)\n\n"+
 		"replace github.com/limitgen/limitgen => %[1]s\n\n"+
 		"replace github.com/limitgen/limitgen/limitgrpc => %[1]s/limitgrpc\n\n"+
 		"replace github.com/limitgen/limitgen/limitrls => %[1]s/limitrls\n\n"+
 		"replace github.com/limitgen/limitgen/limitprom => %[1]s/limitprom\n\n"+
 		"replace github.com/limitgen/limitgen/redisstore => %[1]s/redisstore\n\n"+
-		"replace github.com/limitgen/limitgen/pgstore => %[1]s/pgstore\n", root)
+		"replace github.com/limitgen/limitgen/pgstore => %[1]s/pgstore\n\n"+
+		"replace github.com/limitgen/limitgen/rlsserver => %[1]s/rlsserver\n", root)
 	must(t, os.WriteFile(filepath.Join(mod, "go.mod"), []byte(gomod), 0o644))
 	sum, err := os.ReadFile(filepath.Join(root, "go.sum"))
 	must(t, err)

@@ -30,6 +30,7 @@ require (
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
+	github.com/limitgen/limitgen/rlsserver v0.0.0-00010101000000-000000000000
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/planetscale/vtprotobuf v0.6.1-0.20240319094008-0393e58bdf10 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
@@ -58,3 +59,5 @@ replace github.com/limitgen/limitgen/limitprom => ../../limitprom
 replace github.com/limitgen/limitgen/limitgrpc => ../../limitgrpc
 
 replace github.com/limitgen/limitgen/limitrls => ../../limitrls
+
+replace github.com/limitgen/limitgen/rlsserver => ../../rlsserver
