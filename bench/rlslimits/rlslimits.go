@@ -1119,9 +1119,6 @@ var httpPolicyTenPerSecond = verdict.Policy{
 // every string a response needs, computed when this package was generated.
 var httpPolicies = [...][1]*verdict.Policy{RulePerKey: {&httpPolicyPerKey}, RulePerKeyLeased: {&httpPolicyPerKeyLeased}, RuleInProcess: {&httpPolicyInProcess}, RuleTenPerSecond: {&httpPolicyTenPerSecond}}
 
-// httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][1]int64{RulePerKey: {1}, RulePerKeyLeased: {1}, RuleInProcess: {1}, RuleTenPerSecond: {1}}
-
 // rlsRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
 var rlsRoutes = [...][1]string{{"\"PerKey\";q=1000000000;w=1"}, {"\"TenPerSecond\";q=10;w=1"}, {"\"PerKeyLeased\";q=1000000000;w=1"}, {"\"InProcess\";q=1000000000;w=1"}}
 

@@ -289,11 +289,6 @@ func (l *HotLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.Table().AllowGreedyAt(key, now, hotUnitsPerNs, hotUnitsPerToken, hotBurstUnits)
 }
 
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
-func (l *HotLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.Table().ChangedRule(key)
-}
-
 // newHotLimiter returns Hot's limiter over its process-local buckets; New binds it to the store.
 func newHotLimiter() *HotLimiter {
 	return &HotLimiter{local: newHotLocalLimiter()}
@@ -389,12 +384,6 @@ func (l *HotLimiter) ClearNumbers() error {
 	}
 	l.local.ClearNumbers(atomicbucket.CarryAsIs)
 	return nil
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields): Local's, which every change keeps equal to the store's; nil before.
-func (l *HotLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.local.ruleInForce(key)
 }
 
 // NumbersFor returns the numbers in force for key and where they come from: the store's binding's,

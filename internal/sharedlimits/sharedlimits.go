@@ -1794,11 +1794,6 @@ func (l *PerInstanceLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.Table().AllowGreedyAt(key, now, perInstanceUnitsPerNs, perInstanceUnitsPerToken, perInstanceBurstUnits)
 }
 
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
-func (l *PerInstanceLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.Table().ChangedRule(key)
-}
-
 // globalLimit is Global's limit, as the policy gives it.
 var globalLimit = atomicbucket.Limit{
 	Tokens: 1,
@@ -2406,11 +2401,6 @@ func (l *FastLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.Table().AllowGreedyAt(key, now, fastUnitsPerNs, fastUnitsPerToken, fastBurstUnits)
 }
 
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
-func (l *FastLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.Table().ChangedRule(key)
-}
-
 // newFastLimiter returns Fast's limiter over its process-local buckets; New binds it to the store.
 func newFastLimiter() *FastLimiter {
 	return &FastLimiter{local: newFastLocalLimiter()}
@@ -2508,12 +2498,6 @@ func (l *FastLimiter) ClearNumbers() error {
 	return nil
 }
 
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields): Local's, which every change keeps equal to the store's; nil before.
-func (l *FastLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.local.ruleInForce(key)
-}
-
 // NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
 // or without a store Local's.
 func (l *FastLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
@@ -2604,11 +2588,6 @@ func (l *WideLocalLimiter) Allow(key string) bool {
 // AllowAt is Allow at time now.
 func (l *WideLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.Table().AllowGreedyAt(key, now, wideUnitsPerNs, wideUnitsPerToken, wideBurstUnits)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
-func (l *WideLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.Table().ChangedRule(key)
 }
 
 // newWideLimiter returns Wide's limiter over its process-local buckets; New binds it to the store.
@@ -2706,12 +2685,6 @@ func (l *WideLimiter) ClearNumbers() error {
 	}
 	l.local.ClearNumbers(atomicbucket.CarryAsIs)
 	return nil
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields): Local's, which every change keeps equal to the store's; nil before.
-func (l *WideLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.local.ruleInForce(key)
 }
 
 // NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
@@ -2860,11 +2833,6 @@ func (l *TenantUserLocalLimiter) AllowAt(key TenantUserKey, now atomicbucket.Tim
 	return l.Table().AllowGreedyAt(key, now, tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits)
 }
 
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
-func (l *TenantUserLocalLimiter) ruleInForce(key TenantUserKey) *atomicbucket.Rule {
-	return l.Table().ChangedRule(key)
-}
-
 // newTenantUserLimiter returns TenantUser's limiter over its process-local buckets; New binds it to the store.
 func newTenantUserLimiter() *TenantUserLimiter {
 	return &TenantUserLimiter{local: newTenantUserLocalLimiter()}
@@ -2960,12 +2928,6 @@ func (l *TenantUserLimiter) ClearNumbers() error {
 	}
 	l.local.ClearNumbers(atomicbucket.CarryAsIs)
 	return nil
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields): Local's, which every change keeps equal to the store's; nil before.
-func (l *TenantUserLimiter) ruleInForce(key TenantUserKey) *atomicbucket.Rule {
-	return l.local.ruleInForce(key)
 }
 
 // NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
@@ -3592,11 +3554,6 @@ func (l *SeatLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.Table().AllowGreedyAt(key, now, seatLocalUnitsPerNs, seatLocalUnitsPerToken, seatLocalBurstUnits)
 }
 
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
-func (l *SeatLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.Table().ChangedRule(key)
-}
-
 // seatSharedLimit is SeatShared's limit, as the policy gives it.
 var seatSharedLimit = atomicbucket.Limit{
 	Tokens: 1,
@@ -3637,11 +3594,6 @@ func (l *SeatSharedLocalLimiter) Allow(key string) bool {
 // AllowAt is Allow at time now.
 func (l *SeatSharedLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.Table().AllowGreedyAt(key, now, seatSharedUnitsPerNs, seatSharedUnitsPerToken, seatSharedBurstUnits)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
-func (l *SeatSharedLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.Table().ChangedRule(key)
 }
 
 // newSeatSharedLimiter returns SeatShared's limiter over its process-local buckets; New binds it to the store.
@@ -3739,12 +3691,6 @@ func (l *SeatSharedLimiter) ClearNumbers() error {
 	}
 	l.local.ClearNumbers(atomicbucket.CarryAsIs)
 	return nil
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields): Local's, which every change keeps equal to the store's; nil before.
-func (l *SeatSharedLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.local.ruleInForce(key)
 }
 
 // NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
@@ -3854,11 +3800,6 @@ func (l *MeterSharedLocalLimiter) AllowAt(key string, now atomicbucket.Time) boo
 	return l.Table().AllowGreedyAt(key, now, meterSharedUnitsPerNs, meterSharedUnitsPerToken, meterSharedBurstUnits)
 }
 
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
-func (l *MeterSharedLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.Table().ChangedRule(key)
-}
-
 // newMeterSharedLimiter returns MeterShared's limiter over its process-local buckets; New binds it to the store.
 func newMeterSharedLimiter() *MeterSharedLimiter {
 	return &MeterSharedLimiter{local: newMeterSharedLocalLimiter()}
@@ -3954,12 +3895,6 @@ func (l *MeterSharedLimiter) ClearNumbers() error {
 	}
 	l.local.ClearNumbers(atomicbucket.CarryAsIs)
 	return nil
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields): Local's, which every change keeps equal to the store's; nil before.
-func (l *MeterSharedLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.local.ruleInForce(key)
 }
 
 // NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
@@ -5060,14 +4995,6 @@ func (m *Middleware) Wrap(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		}
 	})
-}
-
-// now reads the clock once: Clock, or atomicbucket.Now.
-func (m *Middleware) now() atomicbucket.Time {
-	if m.Clock != nil {
-		return m.Clock()
-	}
-	return atomicbucket.Now()
 }
 
 // wrapServeMux is Wrap for the ServeMux of NewServeMux: ServeMux's reading of a path is the only

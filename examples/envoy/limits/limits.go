@@ -2170,9 +2170,6 @@ var httpPolicyExports = verdict.Policy{
 // every string a response needs, computed when this package was generated.
 var httpPolicies = [...][numPlans]*verdict.Policy{RulePerClient: {&httpPolicyPerClient, &httpPolicyPerClient}, RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RulePerTenant: {&httpPolicyPerTenant, &httpPolicyPerTenant}, RuleSearch: {&httpPolicySearch, &httpPolicySearch}, RuleExports: {&httpPolicyExports, &httpPolicyExports}}
 
-// httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerClient: {1, 1}, RulePerUser: {1, 1}, RuleGlobal: {1, 1}, RulePerTenant: {1, 1}, RuleSearch: {1, 1}, RuleExports: {1, 1}}
-
 // rlsRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
 var rlsRoutes = [...][numPlans]string{{"\"PerClient\";q=10;w=10", "\"PerClient\";q=10;w=10"}, {"\"PerUser\";q=5;w=3, \"Global\";q=1000;w=1", "\"PerUser\";q=15;w=9, \"Global\";q=1000;w=1"}, {"\"PerTenant\";q=40;w=240", "\"PerTenant\";q=40;w=240"}, {"\"Search\";q=3;w=180", "\"Search\";q=3;w=180"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}}
 

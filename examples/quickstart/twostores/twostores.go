@@ -434,11 +434,6 @@ func (l *PerInstanceLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.Table().AllowGreedyAt(key, now, perInstanceUnitsPerNs, perInstanceUnitsPerToken, perInstanceBurstUnits)
 }
 
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
-func (l *PerInstanceLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.Table().ChangedRule(key)
-}
-
 // checkoutsLimit is Checkouts's limit, as the policy gives it.
 var checkoutsLimit = atomicbucket.Limit{
 	Tokens: 1,
@@ -479,11 +474,6 @@ func (l *CheckoutsLocalLimiter) Allow(key string) bool {
 // AllowAt is Allow at time now.
 func (l *CheckoutsLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.Table().AllowGreedyAt(key, now, checkoutsUnitsPerNs, checkoutsUnitsPerToken, checkoutsBurstUnits)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
-func (l *CheckoutsLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.Table().ChangedRule(key)
 }
 
 // newCheckoutsLimiter returns Checkouts's limiter over its process-local buckets; New binds it to the store.
@@ -583,12 +573,6 @@ func (l *CheckoutsLimiter) ClearNumbers() error {
 	return nil
 }
 
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields): Local's, which every change keeps equal to the store's; nil before.
-func (l *CheckoutsLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.local.ruleInForce(key)
-}
-
 // NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
 // or without a store Local's.
 func (l *CheckoutsLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
@@ -679,11 +663,6 @@ func (l *InvoicesLocalLimiter) Allow(key string) bool {
 // AllowAt is Allow at time now.
 func (l *InvoicesLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.Table().AllowGreedyAt(key, now, invoicesUnitsPerNs, invoicesUnitsPerToken, invoicesBurstUnits)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
-func (l *InvoicesLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.Table().ChangedRule(key)
 }
 
 // newInvoicesLimiter returns Invoices's limiter over its process-local buckets; New binds it to the store.
@@ -781,12 +760,6 @@ func (l *InvoicesLimiter) ClearNumbers() error {
 	}
 	l.local.ClearNumbers(atomicbucket.CarryAsIs)
 	return nil
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields): Local's, which every change keeps equal to the store's; nil before.
-func (l *InvoicesLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.local.ruleInForce(key)
 }
 
 // NumbersFor returns the numbers in force for key and where they come from: the store's binding's,

@@ -126,6 +126,9 @@ func emitSeries(m *model.Model, d *door, bases []int) jen.Code {
 // emitRouteLists is every route's (or method entry's) RateLimit-Policy value
 // per plan.
 func emitRouteLists(m *model.Model, d *door) jen.Code {
+	if !anyChecked(d.routes, func(model.Route) bool { return true }) {
+		return jen.Null() // every route Off: no check reads them
+	}
 	dim := max(len(m.Plans), 1)
 	var lists []jen.Code
 	for _, r := range d.routes {

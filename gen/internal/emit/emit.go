@@ -88,8 +88,71 @@ func duration(ns int64) jen.Code {
 	panic("unreachable: every duration is a whole number of nanoseconds")
 }
 
+// checked is the routes of every door that check something (not Off):
+// the ones emitRoute writes a check for.
+func checked(m *model.Model) []model.Route {
+	var routes []model.Route
+	for _, rs := range doorRoutes(m) {
+		for _, r := range rs {
+			if r.Mode != "Off" {
+				routes = append(routes, r)
+			}
+		}
+	}
+	return routes
+}
+
+// doorRoutes is each door's routes (HTTP's, gRPC's, RLS's), for the doors
+// the policy has.
+func doorRoutes(m *model.Model) [][]model.Route {
+	var out [][]model.Route
+	if m.HTTP != nil {
+		out = append(out, m.HTTP.Routes)
+	}
+	if m.GRPC != nil {
+		out = append(out, m.GRPC.Routes)
+	}
+	if m.RLS != nil {
+		out = append(out, m.RLS.Routes)
+	}
+	return out
+}
+
+// anyChecked reports whether a route of routes checks something and has p.
+func anyChecked(routes []model.Route, p func(model.Route) bool) bool {
+	for _, r := range routes {
+		if r.Mode != "Off" && p(r) {
+			return true
+		}
+	}
+	return false
+}
+
+// routePlanned reports whether a rule the route checks has numbers per plan.
+func routePlanned(m *model.Model, r model.Route) bool {
+	for _, ri := range r.Rules {
+		if m.Rules[ri].Planned {
+			return true
+		}
+	}
+	return false
+}
+
+// markInForce sets Rule.InForce for every bucket rule a door's route
+// checks (the doors' emitInForce reads its numbers in force).
+func markInForce(m *model.Model) {
+	for _, r := range checked(m) {
+		{
+			for _, ri := range r.Rules {
+				m.Rules[ri].InForce = !m.Rules[ri].IsWindow()
+			}
+		}
+	}
+}
+
 // file returns the generated file for m.
 func file(m *model.Model) *jen.File {
+	markInForce(m)
 	f := jen.NewFile(m.Pkg)
 	f.HeaderComment(Header)
 	f.PackageComment(m.Doc)

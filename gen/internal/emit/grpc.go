@@ -68,7 +68,7 @@ func emitGRPC(m *model.Model) jen.Code {
 			out.Add(emitRoute(m, &md, i, mr, bases[i]))
 		}
 	}
-	if g.Plan.Kind != "" {
+	if g.Plan.Kind != "" && anyChecked(g.Routes, func(r model.Route) bool { return routePlanned(m, r) }) {
 		out.Add(emitPlanOf(m, d))
 	}
 	return out

@@ -143,7 +143,7 @@ func emitHTTP(m *model.Model) jen.Code {
 			g.Add(emitRoute(m, d, i, r, bases[i]))
 		}
 	}
-	if h.Plan.Kind != "" {
+	if h.Plan.Kind != "" && anyChecked(h.Routes, func(r model.Route) bool { return routePlanned(m, r) }) {
 		g.Add(emitPlanOf(m, d))
 	}
 	return g
@@ -152,6 +152,10 @@ func emitHTTP(m *model.Model) jen.Code {
 // emitHTTPTables is every rule's Policy and default cost per plan, and every
 // route's RateLimit-Policy value per plan: constants computed when generating.
 func emitHTTPTables(m *model.Model) jen.Code {
+	routes := checked(m)
+	if len(routes) == 0 {
+		return jen.Null() // every route Off: nothing reads them
+	}
 	dim := len(m.Plans)
 	if dim == 0 {
 		dim = 1
@@ -187,12 +191,15 @@ func emitHTTPTables(m *model.Model) jen.Code {
 		pols = append(pols, jen.Id(r.RuleConst()).Op(":").Values(perPlan...))
 		costs = append(costs, jen.Id(r.RuleConst()).Op(":").Values(perCost...))
 	}
-	return jen.Line().Add(vars...).Line().
+	out := jen.Line().Add(vars...).Line().
 		Comment("httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:").Line().
 		Comment("every string a response needs, computed when this package was generated.").Line().
-		Var().Id("httpPolicies").Op("=").Index(jen.Op("...")).Index(plansDim(m)).Op("*").Add(vd("Policy")).Values(pols...).Line().Line().
-		Comment("httpCosts are the rules' default costs, by RuleName and plan.").Line().
-		Var().Id("httpCosts").Op("=").Index(jen.Op("...")).Index(plansDim(m)).Int64().Values(costs...).Line()
+		Var().Id("httpPolicies").Op("=").Index(jen.Op("...")).Index(plansDim(m)).Op("*").Add(vd("Policy")).Values(pols...).Line()
+	if anyChecked(routes, func(r model.Route) bool { return r.CostKind == "" }) {
+		out.Line().Comment("httpCosts are the rules' default costs, by RuleName and plan.").Line().
+			Var().Id("httpCosts").Op("=").Index(jen.Op("...")).Index(plansDim(m)).Int64().Values(costs...).Line()
+	}
+	return out
 }
 
 func emitHooks(m *model.Model) jen.Code {
@@ -215,6 +222,18 @@ func emitHooks(m *model.Model) jen.Code {
 }
 
 func emitMiddleware(m *model.Model) jen.Code {
+	// now, which reads the clock once, only for a route decided on this
+	// process's clock (a shared rule's or tier's is decided on the store's).
+	nowMethod := jen.Null()
+	if anyChecked(m.HTTP.Routes, func(r model.Route) bool {
+		return !(r.Rule >= 0 && m.Rules[r.Rule].Shared || r.Tier >= 0 && m.Tiers[r.Tier].Shared)
+	}) {
+		nowMethod = jen.Comment("now reads the clock once: Clock, or atomicbucket.Now.").Line().
+			Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("now").Params().Add(rt("Time")).Block(
+			jen.If(jen.Id("m").Dot("Clock").Op("!=").Nil()).Block(jen.Return(jen.Id("m").Dot("Clock").Call())),
+			jen.Return(rt("Now").Call()),
+		).Line().Line()
+	}
 	h := m.HTTP
 	checks := nilHooks(m.Pkg+": NewMiddleware: Hooks.", h.Hooks)
 	ipFields := clientIPFields(h.ClientIP)
@@ -318,11 +337,7 @@ func emitMiddleware(m *model.Model) jen.Code {
 		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("Wrap").Params(jen.Id("next").Qual("net/http", "Handler")).Qual("net/http", "Handler").Block(
 		wrapBody...,
 	).Line().Line().
-		Comment("now reads the clock once: Clock, or atomicbucket.Now.").Line().
-		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("now").Params().Add(rt("Time")).Block(
-		jen.If(jen.Id("m").Dot("Clock").Op("!=").Nil()).Block(jen.Return(jen.Id("m").Dot("Clock").Call())),
-		jen.Return(rt("Now").Call()),
-	).Line().Line().
+		Add(nowMethod).
 		Add(checkFuncs).Line().
 		Comment("ServeMux is the http.ServeMux behind the middleware that NewServeMux returns (see limithttp.ServeMux).").Line().
 		Type().Id("ServeMux").Op("=").Qual(httpPath, "ServeMux").Line().Line().

@@ -77,12 +77,14 @@ func emitCompositeKey(r model.Rule) jen.Code {
 			jen.Id("k").Dot(f.GoName).Op("=").Id(f.Type).Call(jen.Id("v"+strconv.Itoa(i))))
 	}
 	parse = append(parse, jen.Return(jen.Id("k"), jen.Nil()))
-	g.Comment("gridHash places the key's interval grid: the hash of its text form (genimpl.TextHash).").Line()
-	g.Func().Params(jen.Id("k").Id(typ)).Id("gridHash").Params().Uint64().Block(
-		jen.Var().Id("buf").Index(jen.Lit(64)).Byte(),
-		jen.List(jen.Id("b"), jen.Id("_")).Op(":=").Id("k").Dot("AppendText").Call(jen.Id("buf").Index(jen.Op(":").Lit(0))),
-		jen.Return(gi("TextHash").Call(jen.Id("b"))),
-	).Line().Line()
+	if !r.IsWindow() { // a window's table places no grid
+		g.Comment("gridHash places the key's interval grid: the hash of its text form (genimpl.TextHash).").Line()
+		g.Func().Params(jen.Id("k").Id(typ)).Id("gridHash").Params().Uint64().Block(
+			jen.Var().Id("buf").Index(jen.Lit(64)).Byte(),
+			jen.List(jen.Id("b"), jen.Id("_")).Op(":=").Id("k").Dot("AppendText").Call(jen.Id("buf").Index(jen.Op(":").Lit(0))),
+			jen.Return(gi("TextHash").Call(jen.Id("b"))),
+		).Line().Line()
+	}
 	g.Comment(fmt.Sprintf("Parse%s reads a %s from its text form (String).", typ, typ)).Line()
 	g.Func().Id("Parse"+typ).Params(jen.Id("s").String()).Params(jen.Id(typ), jen.Error()).Block(parse...).Line()
 	return g

@@ -58,7 +58,7 @@ func emitRLS(m *model.Model) jen.Code {
 			out.Add(emitRoute(m, d, i, r, bases[i]))
 		}
 	}
-	if s.Plan.Kind != "" {
+	if s.Plan.Kind != "" && anyChecked(s.Routes, func(r model.Route) bool { return routePlanned(m, r) }) {
 		out.Add(emitPlanOf(m, d))
 	}
 	return out

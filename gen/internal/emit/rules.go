@@ -168,9 +168,11 @@ func emitGlobal(r model.Rule, typ, ctor, doc string, recv jen.Code) jen.Code {
 		g.Comment("AllowAt is Allow at time now.").Line()
 		g.Func().Params(recv).Id("AllowAt").Params(jen.Id("now").Add(rt("Time"))).Bool().Block(folded...).Line().Line()
 	}
-	g.Comment("ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.").Line()
-	g.Func().Params(recv).Id("ruleInForce").Params().Op("*").Add(rt("Rule")).Block(
-		jen.Return(jen.Id("l").Dot("Bucket").Call().Dot("ChangedRule").Call())).Line()
+	if r.InForce {
+		g.Comment("ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.").Line()
+		g.Func().Params(recv).Id("ruleInForce").Params().Op("*").Add(rt("Rule")).Block(
+			jen.Return(jen.Id("l").Dot("Bucket").Call().Dot("ChangedRule").Call())).Line()
+	}
 	return g
 }
 
@@ -227,9 +229,11 @@ func emitKeyed(r model.Rule, typ, ctor, doc string, recv jen.Code) jen.Code {
 		g.Comment("AllowAt is Allow at time now.").Line()
 		g.Func().Params(recv).Id("AllowAt").Params(key, jen.Id("now").Add(rt("Time"))).Bool().Block(call(jen.Id("now"))).Line().Line()
 	}
-	g.Comment("ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.").Line()
-	g.Func().Params(recv).Id("ruleInForce").Params(jen.Id("key").Id(r.KeyType)).Op("*").Add(rt("Rule")).Block(
-		jen.Return(jen.Id("l").Dot("Table").Call().Dot("ChangedRule").Call(jen.Id("key")))).Line()
+	if r.InForce {
+		g.Comment("ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.").Line()
+		g.Func().Params(recv).Id("ruleInForce").Params(jen.Id("key").Id(r.KeyType)).Op("*").Add(rt("Rule")).Block(
+			jen.Return(jen.Id("l").Dot("Table").Call().Dot("ChangedRule").Call(jen.Id("key")))).Line()
+	}
 	return g
 }
 
@@ -298,9 +302,11 @@ func emitNumbers(r model.Rule, recv jen.Code) jen.Code {
 		append(badPlan(), target.Clone().Dot("ClearNumbersAt").Call(now, jen.Id("carry"))))
 	inForceDoc := comment("ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.")
 	if !keyed {
-		g.Add(inForceDoc)
-		g.Func().Params(recv).Id("ruleInForce").Params(planParam...).Op("*").Add(rt("Rule")).Block(
-			jen.Return(target.Clone().Dot("ChangedRule").Call())).Line().Line()
+		if r.InForce {
+			g.Add(inForceDoc)
+			g.Func().Params(recv).Id("ruleInForce").Params(planParam...).Op("*").Add(rt("Rule")).Block(
+				jen.Return(target.Clone().Dot("ChangedRule").Call())).Line().Line()
+		}
 		g.Add(comment(fmt.Sprintf("NumbersFor returns %s's numbers in force%s and where they come from.", r.GoName, onPlan)))
 		g.Func().Params(recv).Id("NumbersFor").Params(planParam...).Params(rt("Numbers"), rt("Origin")).Block(
 			append(badPlan(rt("Numbers").Values(), rt("FromPolicy")), jen.Return(target.Clone().Dot("NumbersFor").Call()))...).Line().Line()
@@ -310,9 +316,11 @@ func emitNumbers(r model.Rule, recv jen.Code) jen.Code {
 	}
 	tables := jen.Id("l").Dot("s")
 	key := jen.Id("key").Id(r.KeyType)
-	g.Add(inForceDoc)
-	g.Func().Params(recv).Id("ruleInForce").Params(append(planParam, key)...).Op("*").Add(rt("Rule")).Block(
-		jen.Return(target.Clone().Dot("ChangedRule").Call(jen.Id("key")))).Line().Line()
+	if r.InForce {
+		g.Add(inForceDoc)
+		g.Func().Params(recv).Id("ruleInForce").Params(append(planParam, key)...).Op("*").Add(rt("Rule")).Block(
+			jen.Return(target.Clone().Dot("ChangedRule").Call(jen.Id("key")))).Line().Line()
+	}
 	pair("SetKeyNumbers", fmt.Sprintf("gives key numbers of its own%s from now on (an enterprise customer's quota), "+
 		"whatever %s's; its bucket is carried into them as of now by carry. Numbers the rule cannot hold are refused "+
 		"as by SetNumbers, and nothing changes.", every, r.GoName), []param{keyP}, []param{numbers, carry}, jen.Error(),

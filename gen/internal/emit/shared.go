@@ -305,9 +305,11 @@ func emitSharedNumbers(r model.Rule, recv, idx jen.Code) jen.Code {
 		jen.Id("l").Dot("local").Dot("ClearNumbers").Call(append(append([]jen.Code{}, planA...), asIs)...),
 		jen.Return(jen.Nil()),
 	).Line().Line()
-	g.Add(comment("ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields): Local's, which every change keeps equal to the store's; nil before."))
-	g.Func().Params(recv).Id("ruleInForce").Params(append(append([]jen.Code{}, planP...), keyP...)...).Op("*").Add(rt("Rule")).Block(
-		jen.Return(jen.Id("l").Dot("local").Dot("ruleInForce").Call(append(append([]jen.Code{}, planA...), keyA...)...))).Line().Line()
+	if r.InForce {
+		g.Add(comment("ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields): Local's, which every change keeps equal to the store's; nil before."))
+		g.Func().Params(recv).Id("ruleInForce").Params(append(append([]jen.Code{}, planP...), keyP...)...).Op("*").Add(rt("Rule")).Block(
+			jen.Return(jen.Id("l").Dot("local").Dot("ruleInForce").Call(append(append([]jen.Code{}, planA...), keyA...)...))).Line().Line()
+	}
 	key := sharedKey(r, jen.Id("key"))
 	g.Add(comment(fmt.Sprintf("NumbersFor returns the numbers in force%s%s and where they come from: the store's binding's, or without a store Local's.",
 		map[bool]string{true: " for key", false: ""}[keyed], onPlan)))

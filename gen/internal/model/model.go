@@ -81,16 +81,19 @@ type Plan struct {
 }
 
 type Rule struct {
-	Name     string         // as written in the policy
-	GoName   string         // exported Go identifier
-	KeyType  string         // Go type of the key; "" for a global (single-bucket) rule; a composite key's struct (GoName+"Key")
-	Fields   []KeyField     // a composite key's fields, in order (two or more); nil for a key of one value
-	Planned  bool           // the rule has its own numbers per plan, and a bucket set per plan
-	Limits   []Limit        // one, or one per plan (in the order of model.plans) when planned
-	Cost     int64          // default cost of Allow
-	MaxKeys  int64          // 0: no cap
-	AllowCap bool           // at the cap: allow untracked (else deny)
-	Shared   bool           // enforced by the store given to New (package shared), across instances
+	Name     string     // as written in the policy
+	GoName   string     // exported Go identifier
+	KeyType  string     // Go type of the key; "" for a global (single-bucket) rule; a composite key's struct (GoName+"Key")
+	Fields   []KeyField // a composite key's fields, in order (two or more); nil for a key of one value
+	Planned  bool       // the rule has its own numbers per plan, and a bucket set per plan
+	Limits   []Limit    // one, or one per plan (in the order of model.plans) when planned
+	Cost     int64      // default cost of Allow
+	MaxKeys  int64      // 0: no cap
+	AllowCap bool       // at the cap: allow untracked (else deny)
+	Shared   bool       // enforced by the store given to New (package shared), across instances
+	// InForce: a door reads the rule's numbers in force for its fields
+	// (the emitted ruleInForce); set by emit before it renders.
+	InForce  bool
 	Store    string         // the name of the store a shared rule is on (store:); "" the default store
 	Failure  string         // shared: the shared.FailureMode constant deciding when the store cannot
 	Share    float64        // shared, FailLocal: the local share of the rate and burst

@@ -373,11 +373,6 @@ func (l *PerUserLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.Table().AllowGreedyAt(key, now, perUserUnitsPerNs, perUserUnitsPerToken, perUserBurstUnits)
 }
 
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
-func (l *PerUserLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.Table().ChangedRule(key)
-}
-
 // newPerUserLimiter returns PerUser's limiter over its process-local buckets; New binds it to the store.
 func newPerUserLimiter() *PerUserLimiter {
 	return &PerUserLimiter{local: newPerUserLocalLimiter()}
@@ -475,12 +470,6 @@ func (l *PerUserLimiter) ClearNumbers() error {
 	return nil
 }
 
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields): Local's, which every change keeps equal to the store's; nil before.
-func (l *PerUserLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.local.ruleInForce(key)
-}
-
 // NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
 // or without a store Local's.
 func (l *PerUserLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
@@ -571,11 +560,6 @@ func (l *BatchLocalLimiter) Allow(key string) bool {
 // AllowAt is Allow at time now.
 func (l *BatchLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.Table().AllowGreedyAt(key, now, batchUnitsPerNs, batchUnitsPerToken, batchBurstUnits)
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
-func (l *BatchLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.Table().ChangedRule(key)
 }
 
 // newBatchLimiter returns Batch's limiter over its process-local buckets; New binds it to the store.
@@ -673,12 +657,6 @@ func (l *BatchLimiter) ClearNumbers() error {
 	}
 	l.local.ClearNumbers(atomicbucket.CarryAsIs)
 	return nil
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields): Local's, which every change keeps equal to the store's; nil before.
-func (l *BatchLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.local.ruleInForce(key)
 }
 
 // NumbersFor returns the numbers in force for key and where they come from: the store's binding's,

@@ -369,11 +369,6 @@ func (l *PerUserLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.Table().AllowGreedyAt(key, now, perUserUnitsPerNs, perUserUnitsPerToken, perUserBurstUnits)
 }
 
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
-func (l *PerUserLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.Table().ChangedRule(key)
-}
-
 // newPerUserLimiter returns PerUser's limiter over its process-local buckets; New binds it to the store.
 func newPerUserLimiter() *PerUserLimiter {
 	return &PerUserLimiter{local: newPerUserLocalLimiter()}
@@ -471,12 +466,6 @@ func (l *PerUserLimiter) ClearNumbers() error {
 	return nil
 }
 
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields): Local's, which every change keeps equal to the store's; nil before.
-func (l *PerUserLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.local.ruleInForce(key)
-}
-
 // NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
 // or without a store Local's.
 func (l *PerUserLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
@@ -546,11 +535,6 @@ func newBatchLocalLimiter() *BatchLocalLimiter {
 // (SharedErr says so). Its methods, genimpl.Keyed's, are safe for concurrent use.
 type BatchLocalLimiter struct {
 	genimpl.Keyed[string]
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
-func (l *BatchLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.Table().ChangedRule(key)
 }
 
 // newBatchLimiter returns Batch's limiter over its process-local buckets; New binds it to the store.
@@ -648,12 +632,6 @@ func (l *BatchLimiter) ClearNumbers() error {
 	}
 	l.local.ClearNumbers(atomicbucket.CarryAsIs)
 	return nil
-}
-
-// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
-// fields): Local's, which every change keeps equal to the store's; nil before.
-func (l *BatchLimiter) ruleInForce(key string) *atomicbucket.Rule {
-	return l.local.ruleInForce(key)
 }
 
 // NumbersFor returns the numbers in force for key and where they come from: the store's binding's,

@@ -845,9 +845,6 @@ var httpPolicyGlobal = verdict.Policy{
 // every string a response needs, computed when this package was generated.
 var httpPolicies = [...][numPlans]*verdict.Policy{RulePerIP: {&httpPolicyPerIP, &httpPolicyPerIP}, RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RulePerTenantUser: {&httpPolicyPerTenantUser, &httpPolicyPerTenantUser}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}}
 
-// httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerIP: {1, 1}, RulePerUser: {1, 1}, RulePerTenantUser: {1, 1}, RuleGlobal: {1, 1}}
-
 // rlsRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
 var rlsRoutes = [...][numPlans]string{{"\"PerIP\";q=2;w=1", "\"PerIP\";q=2;w=1"}, {"\"PerUser\";q=3;w=2, \"Global\";q=1000;w=1", "\"PerUser\";q=6;w=4, \"Global\";q=1000;w=1"}, {"\"PerUser\";q=3;w=2, \"Global\";q=1000;w=1", "\"PerUser\";q=6;w=4, \"Global\";q=1000;w=1"}, {"\"PerTenantUser\";q=2;w=120", "\"PerTenantUser\";q=2;w=120"}, {"\"PerUser\";q=3;w=2", "\"PerUser\";q=6;w=4"}, {"\"PerIP\";q=2;w=1", "\"PerIP\";q=2;w=1"}}
 

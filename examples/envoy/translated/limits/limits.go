@@ -305,13 +305,6 @@ func (k RlTenantUserKey) String() string {
 	return string(b)
 }
 
-// gridHash places the key's interval grid: the hash of its text form (genimpl.TextHash).
-func (k RlTenantUserKey) gridHash() uint64 {
-	var buf [64]byte
-	b, _ := k.AppendText(buf[:0])
-	return genimpl.TextHash(b)
-}
-
 // ParseRlTenantUserKey reads a RlTenantUserKey from its text form (String).
 func ParseRlTenantUserKey(s string) (RlTenantUserKey, error) {
 	f, ok := genimpl.KeyFields(s, 2)
@@ -465,9 +458,6 @@ var httpPolicyRlTenantUser = verdict.Policy{
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
 var httpPolicies = [...][1]*verdict.Policy{RuleRlRemoteAddress: {&httpPolicyRlRemoteAddress}, RuleRlTenantUser: {&httpPolicyRlTenantUser}}
-
-// httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][1]int64{RuleRlRemoteAddress: {1}, RuleRlTenantUser: {1}}
 
 // rlsRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
 var rlsRoutes = [...][1]string{{"\"RlRemoteAddress\";q=10;w=1"}, {""}, {"\"RlTenantUser\";q=3;w=60"}}
