@@ -1,9 +1,24 @@
 // Package atomicbucket is limitgen's runtime: lock-free token buckets, each held
-// in one atomic int64 and updated by compare-and-swap, alone (Bucket, for global
-// limits) or keyed in a concurrent map (Table, for per-user or per-endpoint
-// limits). It knows nothing of YAML or HTTP; generated limiters call it with
-// their numbers folded in as constants. Strict sliding windows are the
-// sibling package atomicwindow, on this package's clock.
+// in one atomic int64 and updated by compare-and-swap, alone or keyed in a
+// concurrent map. It knows nothing of YAML or HTTP; generated limiters call it
+// with their numbers folded in as constants. Strict sliding windows are the
+// sibling package atomicwindow, on this package's clock; tiers of rules are
+// package tier.
+//
+// The types a user meets:
+//
+//   - Limit (Tokens per Period, Burst, Refill: Greedy or Interval) and Rule, a
+//     Limit checked and turned into fixed-point units by NewRule or MustRule.
+//   - Bucket: one bucket (a global limit). Table: a bucket per key, with
+//     TableOptions (a key cap, AllowAtCap) and TableStats.
+//   - Decision: what a check returns (Allowed, Remaining, RetryAfter, Reset;
+//     Never when waiting cannot help). Reservation: tokens taken ahead of
+//     time by ReserveAt.
+//   - Time: the monotonic clock's reading (Now), which every check but Allow
+//     and Wait takes, so that a request reads the clock once.
+//   - Numbers, Carry and Origin: a rule's numbers changed at run time
+//     (SetNumbersAt, SetKeyNumbersAt), how buckets carry into them, and where
+//     the numbers in force come from.
 //
 // # Semantics
 //

@@ -99,17 +99,7 @@ func (l Global) SetNumbersAt(now atomicbucket.Time, n atomicbucket.Numbers, carr
 // CheckBurst says why SetNumbers would refuse n's burst: below a request's
 // default cost (CheckCost), or below the most a request of the rule's
 // routes may cost (Cost.Most, CheckMaxCost).
-func (l Global) CheckBurst(n atomicbucket.Numbers) error {
-	if l.cost > 1 {
-		if err := CheckCost(n.Burst, l.cost); err != nil {
-			return err
-		}
-	}
-	if l.most.Most > 0 {
-		return CheckMaxCost(n.Burst, l.most.Most, l.most.Of)
-	}
-	return nil
-}
+func (l Global) CheckBurst(n atomicbucket.Numbers) error { return l.most.check(n.Burst) }
 
 // MinBurst is the least burst the limiter takes (CheckBurst).
 func (l Global) MinBurst() int64 { return max(l.cost, l.most.Most, 1) }

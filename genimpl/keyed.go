@@ -186,14 +186,19 @@ func (l Keyed[K]) ResetAt(key K, now atomicbucket.Time) { l.t.ResetAt(key, now) 
 
 // checkCost refuses numbers whose burst is below a request's default cost, as
 // the generator refuses such a policy.
-func (l Keyed[K]) checkCost(n atomicbucket.Numbers) error {
-	if l.cost > 1 {
-		if err := CheckCost(n.Burst, l.cost); err != nil {
+func (l Keyed[K]) checkCost(n atomicbucket.Numbers) error { return l.most.check(n.Burst) }
+
+// check says why burst cannot hold the rule's requests: below a request's
+// default cost (CheckCost), or below the most one of its routes may cost
+// (CheckMaxCost).
+func (c Cost) check(burst int64) error {
+	if c.Default > 1 {
+		if err := CheckCost(burst, c.Default); err != nil {
 			return err
 		}
 	}
-	if l.most.Most > 0 {
-		return CheckMaxCost(n.Burst, l.most.Most, l.most.Of)
+	if c.Most > 0 {
+		return CheckMaxCost(burst, c.Most, c.Of)
 	}
 	return nil
 }
