@@ -53,18 +53,8 @@ type Limits struct {
 	nums  overlay.Numbers // what ApplyNumbers and the other numbers methods call
 }
 
-// Option configures New.
-type Option func(*options)
-
-// options are what the Options given to New set.
-type options struct{}
-
 // New returns a new set of the policy's limiters, with buckets of its own.
-func New(opts ...Option) *Limits {
-	var o options
-	for _, opt := range opts {
-		opt(&o)
-	}
+func New() *Limits {
 	l := &Limits{
 		PerIP: newPerIPLimiter(),
 		Tight: newTightLimiter(),

@@ -297,9 +297,6 @@ func emitLimits(m *model.Model) jen.Code {
 	fieldsDecl = append(fieldsDecl, jen.Id("nums").Qual(overlayPath, "Numbers").Comment("what ApplyNumbers and the other numbers methods call"))
 	g := jen.Line().Add(comment(m.LimitsDoc))
 	g.Type().Id("Limits").Struct(fieldsDecl...).Line().Line()
-	g.Comment("Option configures New.").Line()
-	g.Type().Id("Option").Func().Params(jen.Op("*").Id("options")).Line().Line()
-	g.Comment("options are what the Options given to New set.").Line()
 	var optFields []jen.Code
 	if global {
 		optFields = append(optFields,
@@ -313,7 +310,15 @@ func emitLimits(m *model.Model) jen.Code {
 	if len(names) > 0 {
 		optFields = append(optFields, jen.Id("named").Map(jen.String()).Qual(sharedPath, "Store").Comment("the stores rules name, by name"))
 	}
-	g.Type().Id("options").Struct(optFields...).Line().Line()
+	// A policy with nothing to configure (no global rule, no shared rule)
+	// gets a New without options: no empty options type.
+	withOpts := len(optFields) > 0
+	if withOpts {
+		g.Comment("Option configures New.").Line()
+		g.Type().Id("Option").Func().Params(jen.Op("*").Id("options")).Line().Line()
+		g.Comment("options are what the Options given to New set.").Line()
+		g.Type().Id("options").Struct(optFields...).Line().Line()
+	}
 	if m.Stores() {
 		g.Add(comment("WithStore makes New check the policy's shared rules on s (a Redis store, say: module " +
 			"github.com/limitgen/limitgen/redisstore), so that their limits hold across every instance that " +
@@ -349,9 +354,11 @@ func emitLimits(m *model.Model) jen.Code {
 				jen.List(jen.Id("o").Dot("start"), jen.Id("o").Dot("startSet")).Op("=").List(jen.Id("t"), jen.True())))).Line().Line()
 	}
 	g.Comment("New returns a new set of the policy's limiters, with buckets of its own.").Line()
-	body := []jen.Code{
-		jen.Var().Id("o").Id("options"),
-		jen.For(jen.List(jen.Id("_"), jen.Id("opt")).Op(":=").Range().Id("opts")).Block(jen.Id("opt").Call(jen.Op("&").Id("o"))),
+	var body []jen.Code
+	if withOpts {
+		body = append(body,
+			jen.Var().Id("o").Id("options"),
+			jen.For(jen.List(jen.Id("_"), jen.Id("opt")).Op(":=").Range().Id("opts")).Block(jen.Id("opt").Call(jen.Op("&").Id("o"))))
 	}
 	if global {
 		body = append(body, jen.If(jen.Op("!").Id("o").Dot("startSet")).Block(jen.Id("o").Dot("start").Op("=").Add(rt("Now")).Call()))
@@ -370,7 +377,11 @@ func emitLimits(m *model.Model) jen.Code {
 		}
 	}
 	body = append(body, jen.Id("l").Dot("nums").Op("=").Id("l").Dot("newNumbers").Call(), jen.Return(jen.Id("l")))
-	g.Func().Id("New").Params(jen.Id("opts").Op("...").Id("Option")).Op("*").Id("Limits").Block(body...).Line().Line()
+	var params []jen.Code
+	if withOpts {
+		params = append(params, jen.Id("opts").Op("...").Id("Option"))
+	}
+	g.Func().Id("New").Params(params...).Op("*").Id("Limits").Block(body...).Line().Line()
 	if m.Stores() {
 		g.Add(emitShared(m))
 	}
