@@ -97,7 +97,7 @@ func BenchmarkHTTPCollector(b *testing.B) {
 			for _, col := range rotated(collectors) {
 				b.Run("impl="+col.name, func(b *testing.B) {
 					l := httplimits.New()
-					mw, err := httplimits.NewMiddleware(l, httplimits.Hooks{})
+					mw, err := httplimits.NewMiddleware(l)
 					if err != nil {
 						b.Fatal(err)
 					}

@@ -78,14 +78,14 @@ var grpcImpls = []struct {
 }{
 	{"bare", func(testing.TB, grpcCase) grpc.UnaryServerInterceptor { return nil }},
 	{"limitgen", func(b testing.TB, c grpcCase) grpc.UnaryServerInterceptor {
-		g, err := grpclimits.NewGRPC(grpclimits.New(), grpclimits.GRPCHooks{})
+		g, err := grpclimits.NewGRPC(grpclimits.New())
 		if err != nil {
 			b.Fatal(err)
 		}
 		return g.UnaryInterceptor()
 	}},
 	{"limitgen-all", func(b testing.TB, c grpcCase) grpc.UnaryServerInterceptor {
-		g, err := grpclimits.NewGRPC(grpclimits.New(), grpclimits.GRPCHooks{})
+		g, err := grpclimits.NewGRPC(grpclimits.New())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -93,7 +93,7 @@ var grpcImpls = []struct {
 		return g.UnaryInterceptor()
 	}},
 	{"limitgen-nometadata", func(b testing.TB, c grpcCase) grpc.UnaryServerInterceptor {
-		g, err := grpclimits.NewGRPC(grpclimits.New(), grpclimits.GRPCHooks{})
+		g, err := grpclimits.NewGRPC(grpclimits.New())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -101,7 +101,7 @@ var grpcImpls = []struct {
 		return g.UnaryInterceptor()
 	}},
 	{"limitgen-lean", func(b testing.TB, c grpcCase) grpc.UnaryServerInterceptor {
-		g, err := grpclimits.NewGRPC(grpclimits.New(), grpclimits.GRPCHooks{})
+		g, err := grpclimits.NewGRPC(grpclimits.New())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -326,7 +326,7 @@ func BenchmarkGRPCPaired(b *testing.B) {
 // nothing. limitgen's overhead over it is what its decision costs; its own
 // over bare's is what that denial's content costs the transport, both ends.
 func replayDenial(b testing.TB, c grpcCase, style limitgrpc.MetadataStyle) grpc.UnaryServerInterceptor {
-	g, err := grpclimits.NewGRPC(grpclimits.New(), grpclimits.GRPCHooks{})
+	g, err := grpclimits.NewGRPC(grpclimits.New())
 	if err != nil {
 		b.Fatal(err)
 	}

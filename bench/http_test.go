@@ -75,7 +75,7 @@ var httpImpls = []struct {
 }{
 	{"bare", func(_ testing.TB, _ httpCase, next http.Handler) http.Handler { return next }},
 	{"limitgen", func(b testing.TB, c httpCase, next http.Handler) http.Handler {
-		mw, err := httplimits.NewMiddleware(httplimits.New(), httplimits.Hooks{})
+		mw, err := httplimits.NewMiddleware(httplimits.New())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -26,7 +26,7 @@ import (
 // when set, is their clock. denials counts the denied decisions.
 func messageServer(t *testing.T, now *atomicbucket.Time, denials *atomic.Int64) (*health.Server, *grpc.ClientConn) {
 	t.Helper()
-	g, err := msglimits.NewGRPC(msglimits.New(), msglimits.GRPCHooks{})
+	g, err := msglimits.NewGRPC(msglimits.New())
 	if err != nil {
 		t.Fatal(err)
 	}

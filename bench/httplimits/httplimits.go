@@ -287,11 +287,6 @@ var httpCosts = [...][1]int64{RulePerIP: {1}, RuleTight: {1}, RuleDrain: {1}}
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
 var httpRoutes = [...][1]string{{"\"PerIP\";q=1000000000;w=1"}, {"\"Tight\";q=1;w=3600"}, {"\"Drain\";q=1000000000;w=86400"}}
 
-// Hooks are the functions of your service that the policy's http: section names: what only
-// your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
-// nil one.
-type Hooks struct{}
-
 // Middleware enforces the policy's http: section: it finds every policy route a router may hand
 // a request to (limithttp.Router.MatchAll: the pattern http.ServeMux picks among the policy's own,
 // or its redirect leads to, and those the path matches uncleaned, as chi and gorilla/mux read it),
@@ -303,7 +298,6 @@ type Hooks struct{}
 // Routes: GET /bench; GET /denied; GET /drain.
 type Middleware struct {
 	limits *Limits
-	hooks  Hooks
 	// ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip
 	// (set TrustedProxies here when they differ by deployment).
 	ClientIP clientip.Config
@@ -316,15 +310,14 @@ type Middleware struct {
 	Config limithttp.Config
 }
 
-// NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It
-// fails when one of them is nil.
-func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
+// NewMiddleware returns the middleware over l (Default when nil); the policy names no functions of
+// the service, so it never fails.
+func NewMiddleware(l *Limits) (*Middleware, error) {
 	if l == nil {
 		l = Default
 	}
 	return &Middleware{
 		limits:   l,
-		hooks:    h,
 		ClientIP: clientip.Config{},
 		Config: limithttp.Config{
 			Judge: verdict.Judge{

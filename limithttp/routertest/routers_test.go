@@ -180,7 +180,7 @@ type harness struct {
 // on its own), or at one instant.
 func newHarness(t testing.TB, m mounting) *harness {
 	h := &harness{mounting: m, now: atomicbucket.Time(time.Hour)}
-	mw, err := routes.NewMiddleware(routes.New(), routes.Hooks{})
+	mw, err := routes.NewMiddleware(routes.New())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -76,6 +76,9 @@ func emitGRPC(m *model.Model) jen.Code {
 
 func emitGRPCHooks(m *model.Model) jen.Code {
 	g := m.GRPC
+	if len(g.Hooks) == 0 {
+		return jen.Null() // the policy names no functions of the service
+	}
 	var fs []jen.Code
 	for _, hk := range g.Hooks {
 		if hk.Type == "Plan" {
@@ -95,6 +98,15 @@ func emitGRPCHooks(m *model.Model) jen.Code {
 }
 
 func emitGRPCType(m *model.Model) jen.Code {
+	// The hooks, when the policy names functions of the service.
+	var hooksField, hooksParam, hooksInit jen.Code = jen.Null(), jen.Null(), jen.Null()
+	newDoc := jen.Comment("NewGRPC returns the interceptors over l (Default when nil); the policy names no functions of").Line().
+		Comment("the service, so it never fails.").Line()
+	if len(m.GRPC.Hooks) > 0 {
+		hooksField, hooksParam, hooksInit = jen.Id("hooks").Id("GRPCHooks"), jen.Id("h").Id("GRPCHooks"), field("hooks", jen.Id("h"))
+		newDoc = jen.Comment("NewGRPC returns the interceptors over l (Default when nil), calling h's functions. It fails").Line().
+			Comment("when one of them is nil.").Line()
+	}
 	g := m.GRPC
 	checks := nilHooks(m.Pkg+": NewGRPC: GRPCHooks.", g.Hooks)
 	judge := []jen.Code{
@@ -153,20 +165,19 @@ func emitGRPCType(m *model.Model) jen.Code {
 		Comment("Entries: "+strings.Join(listed, "; ")+".").Line().
 		Type().Id("GRPC").Struct(
 		jen.Id("limits").Op("*").Id("Limits"),
-		jen.Id("hooks").Id("GRPCHooks"),
+		hooksField,
 		comment("ClientIP finds the client address that ip key sources read: the peer, or behind a trusted proxy the client its forwarding metadata names. It starts as the policy's grpc: client_ip.").Id("ClientIP").Add(jen.Qual(clientipPath, "Config")),
 		comment("Clock, when set, is read instead of atomicbucket.Now: tests drive the interceptors through time with it.").Id("Clock").Func().Params().Add(rt("Time")),
 		comment("Config is what every entry shares: the metadata, the jitter, the counters, the observer ("+logDoc+"). Set it before serving.").Id("Config").Add(lg("Config")),
 		comment("unary and stream record which interceptors were made, for Coverage.").Id("unary").Op(",").Id("stream").Qual("sync/atomic", "Bool"),
 	).Line().Line().
-		Comment("NewGRPC returns the interceptors over l (Default when nil), calling h's functions. It fails").Line().
-		Comment("when one of them is nil.").Line().
-		Func().Id("NewGRPC").Params(jen.Id("l").Op("*").Id("Limits"), jen.Id("h").Id("GRPCHooks")).Params(jen.Op("*").Id("GRPC"), jen.Error()).Block(
+		Add(newDoc).
+		Func().Id("NewGRPC").Params(jen.Id("l").Op("*").Id("Limits"), hooksParam).Params(jen.Op("*").Id("GRPC"), jen.Error()).Block(
 		append(checks,
 			jen.If(jen.Id("l").Op("==").Nil()).Block(jen.Id("l").Op("=").Id("Default")),
 			jen.Return(jen.Op("&").Id("GRPC").Add(fields(
 				field("limits", jen.Id("l")),
-				field("hooks", jen.Id("h")),
+				hooksInit,
 				field("ClientIP", jen.Qual(clientipPath, "Config").Add(fields(clientIPFields(g.ClientIP)...))),
 				field("Config", lg("Config").Add(fields(cfg...))),
 			)), jen.Nil()),

@@ -203,6 +203,9 @@ func emitHTTPTables(m *model.Model) jen.Code {
 }
 
 func emitHooks(m *model.Model) jen.Code {
+	if len(m.HTTP.Hooks) == 0 {
+		return jen.Null() // the policy names no functions of the service
+	}
 	var fs []jen.Code
 	for _, hk := range m.HTTP.Hooks {
 		if hk.Type == "Plan" {
@@ -222,6 +225,15 @@ func emitHooks(m *model.Model) jen.Code {
 }
 
 func emitMiddleware(m *model.Model) jen.Code {
+	// The hooks, when the policy names functions of the service.
+	var hooksField, hooksParam, hooksInit jen.Code = jen.Null(), jen.Null(), jen.Null()
+	newDoc := jen.Comment("NewMiddleware returns the middleware over l (Default when nil); the policy names no functions of").Line().
+		Comment("the service, so it never fails.").Line()
+	if len(m.HTTP.Hooks) > 0 {
+		hooksField, hooksParam, hooksInit = jen.Id("hooks").Id("Hooks"), jen.Id("h").Id("Hooks"), field("hooks", jen.Id("h"))
+		newDoc = jen.Comment("NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It").Line().
+			Comment("fails when one of them is nil.").Line()
+	}
 	// now, which reads the clock once, only for a route decided on this
 	// process's clock (a shared rule's or tier's is decided on the store's).
 	nowMethod := jen.Null()
@@ -314,19 +326,18 @@ func emitMiddleware(m *model.Model) jen.Code {
 		Comment("Routes: "+strings.Join(patterns, "; ")+".").Line().
 		Type().Id("Middleware").Struct(
 		jen.Id("limits").Op("*").Id("Limits"),
-		jen.Id("hooks").Id("Hooks"),
+		hooksField,
 		comment("ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip (set TrustedProxies here when they differ by deployment).").Id("ClientIP").Add(jen.Qual(clientipPath, "Config")),
 		comment("Clock, when set, is read instead of atomicbucket.Now: tests drive the middleware through time with it.").Id("Clock").Func().Params().Add(rt("Time")),
 		comment("Config is what every route shares: the field style, the jitter, the counters, the observer ("+logDoc+"), and Denied, the response to a denied request when problem+json will not do. Set it before serving.").Id("Config").Add(lh("Config")),
 	).Line().Line().
-		Comment("NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It").Line().
-		Comment("fails when one of them is nil.").Line().
-		Func().Id("NewMiddleware").Params(jen.Id("l").Op("*").Id("Limits"), jen.Id("h").Id("Hooks")).Params(jen.Op("*").Id("Middleware"), jen.Error()).Block(
+		Add(newDoc).
+		Func().Id("NewMiddleware").Params(jen.Id("l").Op("*").Id("Limits"), hooksParam).Params(jen.Op("*").Id("Middleware"), jen.Error()).Block(
 		append(checks,
 			jen.If(jen.Id("l").Op("==").Nil()).Block(jen.Id("l").Op("=").Id("Default")),
 			jen.Return(jen.Op("&").Id("Middleware").Add(fields(
 				field("limits", jen.Id("l")),
-				field("hooks", jen.Id("h")),
+				hooksInit,
 				field("ClientIP", jen.Qual(clientipPath, "Config").Add(fields(ipFields...))),
 				field("Config", lh("Config").Add(fields(cfg...))),
 			)), jen.Nil()),

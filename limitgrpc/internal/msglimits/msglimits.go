@@ -229,11 +229,6 @@ var httpCosts = [...][1]int64{RuleUpdates: {1}, RuleLookups: {1}}
 // grpcRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
 var grpcRoutes = [...][1]string{{"\"Updates\";q=3;w=180"}, {"\"Lookups\";q=2;w=1"}}
 
-// GRPCHooks are the functions of your service that the policy's grpc: section names: what only
-// your service knows of a call (a verified token's subject, the caller's plan). NewGRPC refuses a
-// nil one.
-type GRPCHooks struct{}
-
 // GRPC enforces the policy's grpc: section with unary and stream server interceptors: it finds
 // the entry that covers a call (its full method's own, else its service's), reads the keys, cost and
 // plan the policy names, checks the entry's rule or tier, and ends a denied call with
@@ -246,7 +241,6 @@ type GRPCHooks struct{}
 // Entries: /grpc.health.v1.Health/Watch; grpc.reflection.v1.ServerReflection.
 type GRPC struct {
 	limits *Limits
-	hooks  GRPCHooks
 	// ClientIP finds the client address that ip key sources read: the peer, or behind a trusted proxy
 	// the client its forwarding metadata names. It starts as the policy's grpc: client_ip.
 	ClientIP clientip.Config
@@ -260,15 +254,14 @@ type GRPC struct {
 	unary, stream atomic.Bool
 }
 
-// NewGRPC returns the interceptors over l (Default when nil), calling h's functions. It fails
-// when one of them is nil.
-func NewGRPC(l *Limits, h GRPCHooks) (*GRPC, error) {
+// NewGRPC returns the interceptors over l (Default when nil); the policy names no functions of
+// the service, so it never fails.
+func NewGRPC(l *Limits) (*GRPC, error) {
 	if l == nil {
 		l = Default
 	}
 	return &GRPC{
 		limits:   l,
-		hooks:    h,
 		ClientIP: clientip.Config{},
 		Config: limitgrpc.Config{
 			Judge: verdict.Judge{

@@ -685,11 +685,6 @@ var httpCosts = [...][1]int64{RuleLogin: {1}, RuleCheckout: {1}, RuleFiles: {1},
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
 var httpRoutes = [...][1]string{{"\"Login\";q=2;w=2"}, {"\"Checkout\";q=2;w=2"}, {"\"Files\";q=2;w=2"}, {"\"User\";q=2;w=2"}, {"\"DeleteUser\";q=2;w=2"}, {"\"Post\";q=2;w=2"}, {"\"Admin\";q=2;w=2"}, {"\"Root\";q=2;w=2"}}
 
-// Hooks are the functions of your service that the policy's http: section names: what only
-// your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
-// nil one.
-type Hooks struct{}
-
 // Middleware enforces the policy's http: section: it finds every policy route a router may hand
 // a request to (limithttp.Router.MatchAll: the pattern http.ServeMux picks among the policy's own,
 // or its redirect leads to, and those the path matches uncleaned, as chi and gorilla/mux read it),
@@ -701,7 +696,6 @@ type Hooks struct{}
 // Routes: POST /v1/login; POST /v1/accounts/{id}/checkout; GET /v1/files/{path...}; GET /v1/users/{id}; DELETE /v1/users/{id}; GET /v1/users/{id}/posts/{post}; /v1/admin/; GET /v1/{$}.
 type Middleware struct {
 	limits *Limits
-	hooks  Hooks
 	// ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip
 	// (set TrustedProxies here when they differ by deployment).
 	ClientIP clientip.Config
@@ -714,15 +708,14 @@ type Middleware struct {
 	Config limithttp.Config
 }
 
-// NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It
-// fails when one of them is nil.
-func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
+// NewMiddleware returns the middleware over l (Default when nil); the policy names no functions of
+// the service, so it never fails.
+func NewMiddleware(l *Limits) (*Middleware, error) {
 	if l == nil {
 		l = Default
 	}
 	return &Middleware{
 		limits:   l,
-		hooks:    h,
 		ClientIP: clientip.Config{},
 		Config: limithttp.Config{
 			Judge: verdict.Judge{
