@@ -57,7 +57,7 @@ func TestCheckReportsDrift(t *testing.T) {
 	if code := run([]string{"-policy", policy, "-out", out, "-check"}, &stdout, &stderr); code != 1 {
 		t.Fatalf("-check of a stale package exited %d, want 1", code)
 	}
-	for _, want := range []string{"does not match the policy", "- Tokens: 10,", "+ Tokens: 20,", "- // A allows 10 requests per second in total"} {
+	for _, want := range []string{"does not match the policy", "- Tokens: 10,", "+ Tokens: 20,", "-// A allows 10 requests per second in total"} {
 		if !strings.Contains(squash(stderr.String()), want) {
 			t.Errorf("-check output lacks %q:\n%s", want, stderr.String())
 		}
@@ -142,10 +142,10 @@ tiers:
 		"d2 := l.Global.AllowNAt(now, c2)\n\tif !d2.Allowed {\n\t\tl.Endpoint.RefundAt(endpointKey, now, c1)\n\t\tl.PerUser.RefundAt(plan, perUserKey, now, c0)",
 		"func API(plan Plan, perUserKey string, endpointKey int64) TierDecision {\n\treturn Default.API(plan, perUserKey, endpointKey)",
 		"func (l *Limits) APIN(plan Plan, perUserKey string, endpointKey int64, cost int64) TierDecision {\n\treturn l.checkAPI(plan, perUserKey, endpointKey, atomicbucket.Now(), cost, false)",
-		// Declared on Limits, so that go doc lists them (promoted from an
-		// unexported embedded field, it did not).
-		"func (l *Limits) ApplyNumbers(set overlay.Set) error {\n\treturn l.nums.ApplyNumbers(set)\n}",
-		"func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {",
+		// An exported embedded field, which go doc shows with the methods it
+		// brings.
+		"\toverlay.Numbers // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied\n}",
+		"l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{\n\tPlans: planNames[:],",
 	}
 	for _, f := range fragments {
 		if !strings.Contains(code, squash(f)) {

@@ -102,16 +102,16 @@ func (r RuleName) String() string {
 
 // Limits is one set of the policy's limiters, each with buckets of its own. New makes one (a test
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
-// and functions use.
+// and functions use; its embedded overlay.Numbers changes the numbers in force at run time.
 type Limits struct {
-	PerUser     *PerUserLimiter     // see the package-level PerUser
-	PerEndpoint *PerEndpointLimiter // see the package-level PerEndpoint
-	Login       *LoginLimiter       // see the package-level Login
-	DailyExport *DailyExportLimiter // see the package-level DailyExport
-	Upload      *UploadLimiter      // see the package-level Upload
-	TenantUser  *TenantUserLimiter  // see the package-level TenantUser
-	Global      *GlobalLimiter      // see the package-level Global
-	nums        overlay.Numbers     // what ApplyNumbers and the other numbers methods call
+	PerUser         *PerUserLimiter     // see the package-level PerUser
+	PerEndpoint     *PerEndpointLimiter // see the package-level PerEndpoint
+	Login           *LoginLimiter       // see the package-level Login
+	DailyExport     *DailyExportLimiter // see the package-level DailyExport
+	Upload          *UploadLimiter      // see the package-level Upload
+	TenantUser      *TenantUserLimiter  // see the package-level TenantUser
+	Global          *GlobalLimiter      // see the package-level Global
+	overlay.Numbers                     // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
 // Option configures New.
@@ -150,7 +150,10 @@ func New(opts ...Option) *Limits {
 		TenantUser:  newTenantUserLimiter(),
 		Global:      newGlobalLimiter(o.start),
 	}
-	l.nums = l.newNumbers()
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
+		Plans: planNames[:],
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "PerEndpoint": overlay.KeyedTarget(l.PerEndpoint.Keyed, overlay.ParseInt[int64]), "Login": overlay.KeyedTarget(l.Login.Keyed, nil), "DailyExport": overlay.KeyedTarget(l.DailyExport.Keyed, overlay.ParseUint[uint64]), "Upload": overlay.KeyedTarget(l.Upload.Keyed, nil), "TenantUser": overlay.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "Global": overlay.GlobalTarget(l.Global.Global)},
+	})
 	return l
 }
 
@@ -208,42 +211,6 @@ func (t perUserNumbers) Clear(plan int, key *string) {
 		return
 	}
 	t.l.ClearNumbers(Plan(plan), atomicbucket.CarryAsIs)
-}
-
-// ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers:
-// every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).
-func (l *Limits) ApplyNumbers(set overlay.Set) error {
-	return l.nums.ApplyNumbers(set)
-}
-
-// CheckNumbers says why ApplyNumbers would refuse set, changing nothing.
-func (l *Limits) CheckNumbers(set overlay.Set) error {
-	return l.nums.CheckNumbers(set)
-}
-
-// ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in
-// thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).
-func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
-	return l.nums.ScaleNumbers(rule, rate, burst)
-}
-
-// ScaledNumbers is rule's factors in force (One and One when it is not scaled).
-func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
-	return l.nums.ScaledNumbers(rule)
-}
-
-// NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied,
-// and when the last was.
-func (l *Limits) NumbersApplied() (int, int64, time.Time) {
-	return l.nums.NumbersApplied()
-}
-
-// newNumbers is l's rules as overlay Sets change them.
-func (l *Limits) newNumbers() overlay.Numbers {
-	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "PerEndpoint": overlay.KeyedTarget(l.PerEndpoint.Keyed, overlay.ParseInt[int64]), "Login": overlay.KeyedTarget(l.Login.Keyed, nil), "DailyExport": overlay.KeyedTarget(l.DailyExport.Keyed, overlay.ParseUint[uint64]), "Upload": overlay.KeyedTarget(l.Upload.Keyed, nil), "TenantUser": overlay.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "Global": overlay.GlobalTarget(l.Global.Global)},
-	})
 }
 
 // Default is the set of limiters the package-level variables and functions use.
@@ -568,11 +535,9 @@ type PerEndpointLimiter struct {
 	genimpl.Keyed[int64]
 }
 
-// PerEndpoint's fixed-point units, computed when generating and checked against the runtime when
-// the package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (perEndpointUnitsPerNs), one token is worth perEndpointUnitsPerToken units (GCRA's emission
-// interval), and a bucket may run perEndpointBurstUnits units ahead of now (the burst's worth:
-// GCRA's tolerance).
+// PerEndpoint's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises):
+// time in 1/1 ns (perEndpointUnitsPerNs), a token's worth (perEndpointUnitsPerToken) and the
+// burst's (perEndpointBurstUnits), GCRA's emission interval and tolerance.
 const (
 	perEndpointUnitsPerNs    = 1
 	perEndpointUnitsPerToken = 60000000
@@ -670,10 +635,9 @@ type UploadLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// Upload's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (uploadUnitsPerNs), one token is worth uploadUnitsPerToken units (GCRA's emission interval), and
-// a bucket may run uploadBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Upload's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (uploadUnitsPerNs), a token's worth (uploadUnitsPerToken) and the burst's
+// (uploadBurstUnits), GCRA's emission interval and tolerance.
 const (
 	uploadUnitsPerNs    = 1
 	uploadUnitsPerToken = 10000000
@@ -767,11 +731,9 @@ type TenantUserLimiter struct {
 	genimpl.Keyed[TenantUserKey]
 }
 
-// TenantUser's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (tenantUserUnitsPerNs), one token is worth tenantUserUnitsPerToken units (GCRA's emission
-// interval), and a bucket may run tenantUserBurstUnits units ahead of now (the burst's worth:
-// GCRA's tolerance).
+// TenantUser's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises):
+// time in 1/1 ns (tenantUserUnitsPerNs), a token's worth (tenantUserUnitsPerToken) and the burst's
+// (tenantUserBurstUnits), GCRA's emission interval and tolerance.
 const (
 	tenantUserUnitsPerNs    = 1
 	tenantUserUnitsPerToken = 2000000000
@@ -812,10 +774,9 @@ type GlobalLimiter struct {
 	genimpl.Global
 }
 
-// Global's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (globalUnitsPerNs), one token is worth globalUnitsPerToken units (GCRA's emission interval), and
-// a bucket may run globalBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Global's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (globalUnitsPerNs), a token's worth (globalUnitsPerToken) and the burst's
+// (globalBurstUnits), GCRA's emission interval and tolerance.
 const (
 	globalUnitsPerNs    = 1
 	globalUnitsPerToken = 500000
@@ -1062,28 +1023,14 @@ type Hooks struct {
 	UserID func(*http.Request) (string, bool)
 }
 
-// Middleware enforces the policy's http: section: it finds every policy route a router may hand
-// a request to (limithttp.Router.MatchAll: the pattern http.ServeMux picks among the policy's own,
-// or its redirect leads to, and those the path matches uncleaned, as chi and gorilla/mux read it),
-// whatever router it wraps or sits behind and whatever patterns the service registered; reads
-// the keys, cost and plan the policy names; checks each route's rule or tier; sets the RateLimit
-// fields; and answers 429 (or the policy's 4xx) when the request may not go on. A request no
-// route covers goes on unchecked.
-//
-// Routes: POST /v1/login; POST /v1/upload; GET /v1/export/{account}; GET /v1/tenants/{tenant}/users/{user}; /v1/.
+// Middleware enforces the policy's http: section on every route a router may hand a request to
+// (limithttp.Door): it reads the keys, cost and plan the policy names, checks the route's rule or
+// tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may not
+// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: POST /v1/login; POST /v1/upload; GET /v1/export/{account}; GET /v1/tenants/{tenant}/users/{user}; /v1/.
 type Middleware struct {
+	limithttp.Door
 	limits *Limits
 	hooks  Hooks
-	// ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip
-	// (set TrustedProxies here when they differ by deployment).
-	ClientIP clientip.Config
-	// Clock, when set, is read instead of atomicbucket.Now: tests drive the middleware through time
-	// with it.
-	Clock func() atomicbucket.Time
-	// Config is what every route shares: the field style, the jitter, the counters, the observer (logs
-	// denials with log/slog's default logger, at most 10 a second), and Denied, the response to a
-	// denied request when problem+json will not do. Set it before serving.
-	Config limithttp.Config
 }
 
 // NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It
@@ -1095,64 +1042,22 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 	if l == nil {
 		l = Default
 	}
-	return &Middleware{
-		limits: l,
-		hooks:  h,
-		ClientIP: clientip.Config{
-			TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
-			IPv6Prefix:     64,
-		},
-		Config: limithttp.Config{
-			Judge: verdict.Judge{
-				Jitter:   0.5,
-				Counters: verdict.NewSeriesCounters(httpSeries[:]...),
-				Observer: verdict.NewDenialLog(nil, 10),
-			},
-			Headers:   limithttp.HeadersIETF,
-			Challenge: "Bearer",
-		},
-	}, nil
-}
-
-// Wrap returns next behind the limits of the policy's route that covers each request, however
-// the router behind it reads the request's path: wrap a whole router, or each handler.
-func (m *Middleware) Wrap(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		routes := httpRouter.MatchAll(r)
-		if m.check(w, r, &routes) {
-			next.ServeHTTP(w, r)
-		}
-	})
-}
-
-// now reads the clock once: Clock, or atomicbucket.Now.
-func (m *Middleware) now() atomicbucket.Time {
-	if m.Clock != nil {
-		return m.Clock()
+	m := &Middleware{limits: l, hooks: h}
+	m.ClientIP = clientip.Config{
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")},
+		IPv6Prefix:     64,
 	}
-	return atomicbucket.Now()
-}
-
-// wrapServeMux is Wrap for the ServeMux of NewServeMux: ServeMux's reading of a path is the only
-// one it dispatches (httpRouter.Match).
-func (m *Middleware) wrapServeMux(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		route, path := httpRouter.Match(r)
-		if m.checkRoute(w, r, route, path) {
-			next.ServeHTTP(w, r)
-		}
-	})
-}
-
-// check checks r against the limits of every policy route a router may hand it to (routes, from
-// httpRouter.MatchAll), in turn, and reports whether it may go on: all of them allow it.
-func (m *Middleware) check(w http.ResponseWriter, r *http.Request, routes *limithttp.Routes) bool {
-	for i := range routes.N {
-		if !m.checkRoute(w, r, routes.Index[i], routes.Path[i]) {
-			return false
-		}
+	m.Config = limithttp.Config{
+		Judge: verdict.Judge{
+			Jitter:   0.5,
+			Counters: verdict.NewSeriesCounters(httpSeries[:]...),
+			Observer: verdict.NewDenialLog(nil, 10),
+		},
+		Headers:   limithttp.HeadersIETF,
+		Challenge: "Bearer",
 	}
-	return true
+	limithttp.InitDoor(&m.Door, httpRouter, httpPatterns[:], m.checkRoute)
+	return m, nil
 }
 
 // checkRoute checks r against the limits of route (an index of httpPatterns; -1 for none), whose
@@ -1160,15 +1065,15 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request, routes *limit
 func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route int, path string) bool {
 	switch route {
 	case 0:
-		return m.route1(w, r, path)
+		return m.route1(w, r)
 	case 1:
-		return m.route2(w, r, path)
+		return m.route2(w, r)
 	case 2:
 		return m.route3(w, r, path)
 	case 3:
 		return m.route4(w, r, path)
 	case 4:
-		return m.route5(w, r, path)
+		return m.route5(w, r)
 	}
 	return true
 }
@@ -1199,13 +1104,6 @@ func httpRoute(method, path string) int {
 // httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.
 var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
-// NewServeMux returns an empty ServeMux behind m: every request it serves is checked first, those
-// its handlers answer and those it answers itself alike; Uncovered lists the registered patterns
-// no policy route covers (served unlimited).
-func (m *Middleware) NewServeMux() *ServeMux {
-	return limithttp.NewServeMux(m.wrapServeMux, httpRouter, httpPatterns[:])
-}
-
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
 var httpSeries = [...]verdict.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/upload", Rule: "Upload"}, {Route: "GET /v1/export/{account}", Rule: "DailyExport"}, {Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser"}, {Route: "/v1/", Tier: "API", Rule: "PerUser"}, {Route: "/v1/", Tier: "API", Rule: "PerEndpoint"}, {Route: "/v1/", Tier: "API", Rule: "Global"}}
@@ -1214,14 +1112,12 @@ var httpSeries = [...]verdict.Series{{Route: "POST /v1/login", Rule: "Login"}, {
 var httpSeriesRoute5 = [...]int{RulePerUser: 4, RulePerEndpoint: 5, RuleGlobal: 6}
 
 // route1 checks POST /v1/login (rule Login, enforce) and reports whether the request may go on.
-func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string) bool {
-	var k0 string
-	var ok0 bool
-	k0, ok0 = m.ClientIP.Key(r.RemoteAddr, r.Header)
+func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
+	k0, ok0 := m.ClientIP.Key(r.RemoteAddr, r.Header)
 	if !ok0 {
 		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Login: route \\\"POST /v1/login\\\" reads it from the client address.\"}\n", verdict.Event{Route: "POST /v1/login", Rule: "Login", RuleIndex: int(RuleLogin), Series: 0, Outcome: verdict.MissingKey})
 	}
-	now := m.now()
+	now := m.Now()
 	cost := httpCosts[RuleLogin][0]
 	var res verdict.Result
 	res.Decision = m.limits.Login.AllowNAt(k0, now, cost)
@@ -1239,7 +1135,7 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 }
 
 // route2 checks POST /v1/upload (rule Upload, enforce) and reports whether the request may go on.
-func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string) bool {
+func (m *Middleware) route2(w http.ResponseWriter, r *http.Request) bool {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
@@ -1254,7 +1150,7 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 	case verdict.CostTooHigh:
 		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Upload-Units) is above the most a request may cost on route \\\"POST /v1/upload\\\": 1000.\"}\n", verdict.Event{Route: "POST /v1/upload", Rule: "Upload", RuleIndex: int(RuleUpload), Series: 1, Outcome: verdict.TooCostly, Cost: cost})
 	}
-	now := m.now()
+	now := m.Now()
 	var res verdict.Result
 	res.Decision = m.limits.Upload.AllowNAt(k0, now, cost)
 	res.Policy = httpPolicies[RuleUpload][0]
@@ -1284,7 +1180,7 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	if !ok0 {
 		return m.Config.Reject(w, verdict.Shadow, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule DailyExport: route \\\"GET /v1/export/{account}\\\" reads it from the path account.\"}\n", verdict.Event{Route: "GET /v1/export/{account}", Rule: "DailyExport", RuleIndex: int(RuleDailyExport), Series: 2, Outcome: verdict.MissingKey})
 	}
-	now := m.now()
+	now := m.Now()
 	cost := httpCosts[RuleDailyExport][0]
 	var res verdict.Result
 	res.Decision = m.limits.DailyExport.AllowNAt(k0, now, cost)
@@ -1308,9 +1204,7 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	var k0 TenantUserKey
 	ok0 := true
 	{
-		var k0f0 string
-		var ok0f0 bool
-		k0f0, ok0f0 = limithttp.PathKeyAt(path, 2, false)
+		k0f0, ok0f0 := limithttp.PathKeyAt(path, 2, false)
 		k0.Tenant, ok0 = k0f0, ok0 && ok0f0
 	}
 	{
@@ -1327,7 +1221,7 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	if !ok0 {
 		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule TenantUser: route \\\"GET /v1/tenants/{tenant}/users/{user}\\\" reads it from tenant from the path tenant; user from the path user.\"}\n", verdict.Event{Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser", RuleIndex: int(RuleTenantUser), Series: 3, Outcome: verdict.MissingKey})
 	}
-	now := m.now()
+	now := m.Now()
 	cost := httpCosts[RuleTenantUser][0]
 	var res verdict.Result
 	res.Decision = m.limits.TenantUser.AllowNAt(k0, now, cost)
@@ -1349,7 +1243,7 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 }
 
 // route5 checks /v1/ (tier API, enforce) and reports whether the request may go on.
-func (m *Middleware) route5(w http.ResponseWriter, r *http.Request, path string) bool {
+func (m *Middleware) route5(w http.ResponseWriter, r *http.Request) bool {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
@@ -1364,7 +1258,7 @@ func (m *Middleware) route5(w http.ResponseWriter, r *http.Request, path string)
 		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Series: 5, Outcome: verdict.MissingKey})
 	}
 	plan := m.plan(r)
-	now := m.now()
+	now := m.Now()
 	td := m.limits.checkAPI(plan, k0, k1, now, 0, true)
 	cost := httpCosts[td.Rule][plan]
 	var res verdict.Result

@@ -25,7 +25,7 @@ type ServeMux struct {
 
 // NewServeMux returns an empty ServeMux behind wrap (a generated middleware's
 // Wrap), whose policy's routes are router's, of patterns.
-func NewServeMux(wrap func(http.Handler) http.Handler, router *Router, patterns []string) *ServeMux {
+func newServeMux(wrap func(http.Handler) http.Handler, router *Router, patterns []string) *ServeMux {
 	mux := http.NewServeMux()
 	return &ServeMux{mux: mux, h: wrap(mux), router: router, patterns: patterns, registered: map[string]bool{}}
 }

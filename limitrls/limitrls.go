@@ -108,10 +108,8 @@ var ErrMissingKey = errors.New("limitrls: the descriptor holds no key for its ru
 
 // Reject records a descriptor refused unchecked (ev: no key) and returns
 // ErrMissingKey; on a Shadow route it records it and returns nil, and the
-// descriptor is answered OK. Generated descriptor checks call it; status and
-// msg are the other doors' and are not sent (a descriptor status has no
-// message).
-func (c *Config) Reject(mode verdict.Mode, status int, msg string, ev verdict.Event) error {
+// descriptor is answered OK. Generated descriptor checks call it.
+func (c *Config) Reject(mode verdict.Mode, ev verdict.Event) error {
 	if mode == verdict.Off {
 		return nil
 	}

@@ -46,11 +46,11 @@ func (r RuleName) String() string {
 
 // Limits is one set of the policy's limiters, each with buckets of its own. New makes one (a test
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
-// and functions use.
+// and functions use; its embedded overlay.Numbers changes the numbers in force at run time.
 type Limits struct {
-	PerUser *PerUserLimiter // see the package-level PerUser
-	Tight   *TightLimiter   // see the package-level Tight
-	nums    overlay.Numbers // what ApplyNumbers and the other numbers methods call
+	PerUser         *PerUserLimiter // see the package-level PerUser
+	Tight           *TightLimiter   // see the package-level Tight
+	overlay.Numbers                 // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
 // New returns a new set of the policy's limiters, with buckets of its own.
@@ -59,44 +59,8 @@ func New() *Limits {
 		PerUser: newPerUserLimiter(),
 		Tight:   newTightLimiter(),
 	}
-	l.nums = l.newNumbers()
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{Rules: map[string]overlay.Target{"PerUser": overlay.KeyedTarget(l.PerUser.Keyed, nil), "Tight": overlay.KeyedTarget(l.Tight.Keyed, nil)}})
 	return l
-}
-
-// ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers:
-// every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).
-func (l *Limits) ApplyNumbers(set overlay.Set) error {
-	return l.nums.ApplyNumbers(set)
-}
-
-// CheckNumbers says why ApplyNumbers would refuse set, changing nothing.
-func (l *Limits) CheckNumbers(set overlay.Set) error {
-	return l.nums.CheckNumbers(set)
-}
-
-// ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in
-// thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).
-func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
-	return l.nums.ScaleNumbers(rule, rate, burst)
-}
-
-// ScaledNumbers is rule's factors in force (One and One when it is not scaled).
-func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
-	return l.nums.ScaledNumbers(rule)
-}
-
-// NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied,
-// and when the last was.
-func (l *Limits) NumbersApplied() (int, int64, time.Time) {
-	return l.nums.NumbersApplied()
-}
-
-// newNumbers is l's rules as overlay Sets change them.
-func (l *Limits) newNumbers() overlay.Numbers {
-	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Plans: nil,
-		Rules: map[string]overlay.Target{"PerUser": overlay.KeyedTarget(l.PerUser.Keyed, nil), "Tight": overlay.KeyedTarget(l.Tight.Keyed, nil)},
-	})
 }
 
 // Default is the set of limiters the package-level variables and functions use.
@@ -130,10 +94,9 @@ type PerUserLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// PerUser's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (perUserUnitsPerNs), one token is worth perUserUnitsPerToken units (GCRA's emission interval),
-// and a bucket may run perUserBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// PerUser's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time
+// in 1/1 ns (perUserUnitsPerNs), a token's worth (perUserUnitsPerToken) and the burst's
+// (perUserBurstUnits), GCRA's emission interval and tolerance.
 const (
 	perUserUnitsPerNs    = 1
 	perUserUnitsPerToken = 1
@@ -174,10 +137,9 @@ type TightLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// Tight's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (tightUnitsPerNs), one token is worth tightUnitsPerToken units (GCRA's emission interval), and a
-// bucket may run tightBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Tight's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (tightUnitsPerNs), a token's worth (tightUnitsPerToken) and the burst's (tightBurstUnits),
+// GCRA's emission interval and tolerance.
 const (
 	tightUnitsPerNs    = 1
 	tightUnitsPerToken = 3600000000000
@@ -349,9 +311,7 @@ var grpcSeries = [...]verdict.Series{{Route: "/grpc.health.v1.Health/Check", Rul
 // entry1 checks a call of /grpc.health.v1.Health/Check (rule PerUser, enforce) and returns the
 // status that ends it, or nil.
 func (g *GRPC) entry1(ctx context.Context, method string) error {
-	var k0 string
-	var ok0 bool
-	k0, ok0 = limitgrpc.MetadataKey(ctx, "x-user")
+	k0, ok0 := limitgrpc.MetadataKey(ctx, "x-user")
 	if !ok0 {
 		return g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule PerUser: grpc method \"/grpc.health.v1.Health/Check\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/Check", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 0, Outcome: verdict.MissingKey})
 	}
@@ -375,9 +335,7 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 // entry2 checks a call of /grpc.health.v1.Health/List (rule Tight, enforce) and returns the status
 // that ends it, or nil.
 func (g *GRPC) entry2(ctx context.Context, method string) error {
-	var k0 string
-	var ok0 bool
-	k0, ok0 = limitgrpc.MetadataKey(ctx, "x-user")
+	k0, ok0 := limitgrpc.MetadataKey(ctx, "x-user")
 	if !ok0 {
 		return g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule Tight: grpc method \"/grpc.health.v1.Health/List\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/List", Rule: "Tight", RuleIndex: int(RuleTight), Series: 1, Outcome: verdict.MissingKey})
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/overlay"
@@ -45,12 +44,12 @@ func (r RuleName) String() string {
 
 // Limits is one set of the policy's limiters, each with buckets of its own. New makes one (a test
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
-// and functions use.
+// and functions use; its embedded overlay.Numbers changes the numbers in force at run time.
 type Limits struct {
-	PerIP *PerIPLimiter   // see the package-level PerIP
-	Tight *TightLimiter   // see the package-level Tight
-	Drain *DrainLimiter   // see the package-level Drain
-	nums  overlay.Numbers // what ApplyNumbers and the other numbers methods call
+	PerIP           *PerIPLimiter // see the package-level PerIP
+	Tight           *TightLimiter // see the package-level Tight
+	Drain           *DrainLimiter // see the package-level Drain
+	overlay.Numbers               // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
 // New returns a new set of the policy's limiters, with buckets of its own.
@@ -60,44 +59,8 @@ func New() *Limits {
 		Tight: newTightLimiter(),
 		Drain: newDrainLimiter(),
 	}
-	l.nums = l.newNumbers()
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{Rules: map[string]overlay.Target{"PerIP": overlay.KeyedTarget(l.PerIP.Keyed, nil), "Tight": overlay.KeyedTarget(l.Tight.Keyed, nil), "Drain": overlay.KeyedTarget(l.Drain.Keyed, nil)}})
 	return l
-}
-
-// ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers:
-// every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).
-func (l *Limits) ApplyNumbers(set overlay.Set) error {
-	return l.nums.ApplyNumbers(set)
-}
-
-// CheckNumbers says why ApplyNumbers would refuse set, changing nothing.
-func (l *Limits) CheckNumbers(set overlay.Set) error {
-	return l.nums.CheckNumbers(set)
-}
-
-// ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in
-// thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).
-func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
-	return l.nums.ScaleNumbers(rule, rate, burst)
-}
-
-// ScaledNumbers is rule's factors in force (One and One when it is not scaled).
-func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
-	return l.nums.ScaledNumbers(rule)
-}
-
-// NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied,
-// and when the last was.
-func (l *Limits) NumbersApplied() (int, int64, time.Time) {
-	return l.nums.NumbersApplied()
-}
-
-// newNumbers is l's rules as overlay Sets change them.
-func (l *Limits) newNumbers() overlay.Numbers {
-	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Plans: nil,
-		Rules: map[string]overlay.Target{"PerIP": overlay.KeyedTarget(l.PerIP.Keyed, nil), "Tight": overlay.KeyedTarget(l.Tight.Keyed, nil), "Drain": overlay.KeyedTarget(l.Drain.Keyed, nil)},
-	})
 }
 
 // Default is the set of limiters the package-level variables and functions use.
@@ -134,10 +97,9 @@ type PerIPLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// PerIP's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (perIPUnitsPerNs), one token is worth perIPUnitsPerToken units (GCRA's emission interval), and a
-// bucket may run perIPBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// PerIP's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (perIPUnitsPerNs), a token's worth (perIPUnitsPerToken) and the burst's (perIPBurstUnits),
+// GCRA's emission interval and tolerance.
 const (
 	perIPUnitsPerNs    = 1
 	perIPUnitsPerToken = 1
@@ -178,10 +140,9 @@ type TightLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// Tight's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (tightUnitsPerNs), one token is worth tightUnitsPerToken units (GCRA's emission interval), and a
-// bucket may run tightBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Tight's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (tightUnitsPerNs), a token's worth (tightUnitsPerToken) and the burst's (tightBurstUnits),
+// GCRA's emission interval and tolerance.
 const (
 	tightUnitsPerNs    = 1
 	tightUnitsPerToken = 3600000000000
@@ -222,10 +183,9 @@ type DrainLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// Drain's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (drainUnitsPerNs), one token is worth drainUnitsPerToken units (GCRA's emission interval), and a
-// bucket may run drainBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Drain's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (drainUnitsPerNs), a token's worth (drainUnitsPerToken) and the burst's (drainBurstUnits),
+// GCRA's emission interval and tolerance.
 const (
 	drainUnitsPerNs    = 1
 	drainUnitsPerToken = 86400
@@ -287,27 +247,13 @@ var httpCosts = [...][1]int64{RulePerIP: {1}, RuleTight: {1}, RuleDrain: {1}}
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
 var httpRoutes = [...][1]string{{"\"PerIP\";q=1000000000;w=1"}, {"\"Tight\";q=1;w=3600"}, {"\"Drain\";q=1000000000;w=86400"}}
 
-// Middleware enforces the policy's http: section: it finds every policy route a router may hand
-// a request to (limithttp.Router.MatchAll: the pattern http.ServeMux picks among the policy's own,
-// or its redirect leads to, and those the path matches uncleaned, as chi and gorilla/mux read it),
-// whatever router it wraps or sits behind and whatever patterns the service registered; reads
-// the keys, cost and plan the policy names; checks each route's rule or tier; sets the RateLimit
-// fields; and answers 429 (or the policy's 4xx) when the request may not go on. A request no
-// route covers goes on unchecked.
-//
-// Routes: GET /bench; GET /denied; GET /drain.
+// Middleware enforces the policy's http: section on every route a router may hand a request to
+// (limithttp.Door): it reads the keys, cost and plan the policy names, checks the route's rule or
+// tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may not
+// go on; its Config logs no denials. Routes: GET /bench; GET /denied; GET /drain.
 type Middleware struct {
+	limithttp.Door
 	limits *Limits
-	// ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip
-	// (set TrustedProxies here when they differ by deployment).
-	ClientIP clientip.Config
-	// Clock, when set, is read instead of atomicbucket.Now: tests drive the middleware through time
-	// with it.
-	Clock func() atomicbucket.Time
-	// Config is what every route shares: the field style, the jitter, the counters, the observer (logs
-	// no denials), and Denied, the response to a denied request when problem+json will not do. Set it
-	// before serving.
-	Config limithttp.Config
 }
 
 // NewMiddleware returns the middleware over l (Default when nil); the policy names no functions of
@@ -316,58 +262,16 @@ func NewMiddleware(l *Limits) (*Middleware, error) {
 	if l == nil {
 		l = Default
 	}
-	return &Middleware{
-		limits:   l,
-		ClientIP: clientip.Config{},
-		Config: limithttp.Config{
-			Judge: verdict.Judge{
-				Jitter:   0.0,
-				Counters: verdict.NewSeriesCounters(httpSeries[:]...),
-			},
-			Headers: limithttp.HeadersIETF,
+	m := &Middleware{limits: l}
+	m.Config = limithttp.Config{
+		Judge: verdict.Judge{
+			Jitter:   0.0,
+			Counters: verdict.NewSeriesCounters(httpSeries[:]...),
 		},
-	}, nil
-}
-
-// Wrap returns next behind the limits of the policy's route that covers each request, however
-// the router behind it reads the request's path: wrap a whole router, or each handler.
-func (m *Middleware) Wrap(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		routes := httpRouter.MatchAll(r)
-		if m.check(w, r, &routes) {
-			next.ServeHTTP(w, r)
-		}
-	})
-}
-
-// now reads the clock once: Clock, or atomicbucket.Now.
-func (m *Middleware) now() atomicbucket.Time {
-	if m.Clock != nil {
-		return m.Clock()
+		Headers: limithttp.HeadersIETF,
 	}
-	return atomicbucket.Now()
-}
-
-// wrapServeMux is Wrap for the ServeMux of NewServeMux: ServeMux's reading of a path is the only
-// one it dispatches (httpRouter.Match).
-func (m *Middleware) wrapServeMux(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		route, path := httpRouter.Match(r)
-		if m.checkRoute(w, r, route, path) {
-			next.ServeHTTP(w, r)
-		}
-	})
-}
-
-// check checks r against the limits of every policy route a router may hand it to (routes, from
-// httpRouter.MatchAll), in turn, and reports whether it may go on: all of them allow it.
-func (m *Middleware) check(w http.ResponseWriter, r *http.Request, routes *limithttp.Routes) bool {
-	for i := range routes.N {
-		if !m.checkRoute(w, r, routes.Index[i], routes.Path[i]) {
-			return false
-		}
-	}
-	return true
+	limithttp.InitDoor(&m.Door, httpRouter, httpPatterns[:], m.checkRoute)
+	return m, nil
 }
 
 // checkRoute checks r against the limits of route (an index of httpPatterns; -1 for none), whose
@@ -375,11 +279,11 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request, routes *limit
 func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route int, path string) bool {
 	switch route {
 	case 0:
-		return m.route1(w, r, path)
+		return m.route1(w, r)
 	case 1:
-		return m.route2(w, r, path)
+		return m.route2(w, r)
 	case 2:
-		return m.route3(w, r, path)
+		return m.route3(w, r)
 	}
 	return true
 }
@@ -414,26 +318,17 @@ func httpRoute(method, path string) int {
 // httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.
 var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
-// NewServeMux returns an empty ServeMux behind m: every request it serves is checked first, those
-// its handlers answer and those it answers itself alike; Uncovered lists the registered patterns
-// no policy route covers (served unlimited).
-func (m *Middleware) NewServeMux() *ServeMux {
-	return limithttp.NewServeMux(m.wrapServeMux, httpRouter, httpPatterns[:])
-}
-
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
 var httpSeries = [...]verdict.Series{{Route: "GET /bench", Rule: "PerIP"}, {Route: "GET /denied", Rule: "Tight"}, {Route: "GET /drain", Rule: "Drain"}}
 
 // route1 checks GET /bench (rule PerIP, enforce) and reports whether the request may go on.
-func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string) bool {
-	var k0 string
-	var ok0 bool
-	k0, ok0 = m.ClientIP.Key(r.RemoteAddr, r.Header)
+func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
+	k0, ok0 := m.ClientIP.Key(r.RemoteAddr, r.Header)
 	if !ok0 {
 		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule PerIP: route \\\"GET /bench\\\" reads it from the client address.\"}\n", verdict.Event{Route: "GET /bench", Rule: "PerIP", RuleIndex: int(RulePerIP), Series: 0, Outcome: verdict.MissingKey})
 	}
-	now := m.now()
+	now := m.Now()
 	cost := httpCosts[RulePerIP][0]
 	var res verdict.Result
 	res.Decision = m.limits.PerIP.AllowNAt(k0, now, cost)
@@ -451,14 +346,12 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 }
 
 // route2 checks GET /denied (rule Tight, enforce) and reports whether the request may go on.
-func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string) bool {
-	var k0 string
-	var ok0 bool
-	k0, ok0 = m.ClientIP.Key(r.RemoteAddr, r.Header)
+func (m *Middleware) route2(w http.ResponseWriter, r *http.Request) bool {
+	k0, ok0 := m.ClientIP.Key(r.RemoteAddr, r.Header)
 	if !ok0 {
 		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Tight: route \\\"GET /denied\\\" reads it from the client address.\"}\n", verdict.Event{Route: "GET /denied", Rule: "Tight", RuleIndex: int(RuleTight), Series: 1, Outcome: verdict.MissingKey})
 	}
-	now := m.now()
+	now := m.Now()
 	cost := httpCosts[RuleTight][0]
 	var res verdict.Result
 	res.Decision = m.limits.Tight.AllowNAt(k0, now, cost)
@@ -476,14 +369,12 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 }
 
 // route3 checks GET /drain (rule Drain, enforce) and reports whether the request may go on.
-func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string) bool {
-	var k0 string
-	var ok0 bool
-	k0, ok0 = m.ClientIP.Key(r.RemoteAddr, r.Header)
+func (m *Middleware) route3(w http.ResponseWriter, r *http.Request) bool {
+	k0, ok0 := m.ClientIP.Key(r.RemoteAddr, r.Header)
 	if !ok0 {
 		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Drain: route \\\"GET /drain\\\" reads it from the client address.\"}\n", verdict.Event{Route: "GET /drain", Rule: "Drain", RuleIndex: int(RuleDrain), Series: 2, Outcome: verdict.MissingKey})
 	}
-	now := m.now()
+	now := m.Now()
 	cost := httpCosts[RuleDrain][0]
 	var res verdict.Result
 	res.Decision = m.limits.Drain.AllowNAt(k0, now, cost)

@@ -5,13 +5,13 @@ package rlslimits
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/genimpl"
+	sharedimpl "github.com/limitgen/limitgen/genimpl/sharedimpl"
 	"github.com/limitgen/limitgen/limitrls"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
@@ -49,14 +49,14 @@ func (r RuleName) String() string {
 
 // Limits is one set of the policy's limiters, each with buckets of its own. New makes one (a test
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
-// and functions use.
+// and functions use; its embedded overlay.Numbers changes the numbers in force at run time.
 type Limits struct {
-	PerKey       *PerKeyLimiter       // see the package-level PerKey
-	PerKeyLeased *PerKeyLeasedLimiter // see the package-level PerKeyLeased
-	InProcess    *InProcessLimiter    // see the package-level InProcess
-	TenPerSecond *TenPerSecondLimiter // see the package-level TenPerSecond
-	shared       *sharedState         // the store the shared rules are checked on, if any
-	nums         overlay.Numbers      // what ApplyNumbers and the other numbers methods call
+	PerKey          *PerKeyLimiter       // see the package-level PerKey
+	PerKeyLeased    *PerKeyLeasedLimiter // see the package-level PerKeyLeased
+	InProcess       *InProcessLimiter    // see the package-level InProcess
+	TenPerSecond    *TenPerSecondLimiter // see the package-level TenPerSecond
+	shared          *sharedimpl.State    // the store the shared rules are checked on, if any
+	overlay.Numbers                      // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
 // Option configures New.
@@ -82,17 +82,15 @@ func New(opts ...Option) *Limits {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	sh := sharedimpl.Bind("rlslimits", o.store, sharedRules[:], 0)
 	l := &Limits{
-		PerKey:       newPerKeyLimiter(),
-		PerKeyLeased: newPerKeyLeasedLimiter(),
+		PerKey:       newPerKeyLimiter(sh),
+		PerKeyLeased: newPerKeyLeasedLimiter(sh),
 		InProcess:    newInProcessLimiter(),
-		TenPerSecond: newTenPerSecondLimiter(),
-		shared:       newSharedState(o.store),
+		TenPerSecond: newTenPerSecondLimiter(sh),
+		shared:       sh,
 	}
-	l.PerKey.sh = l.shared
-	l.PerKeyLeased.sh = l.shared
-	l.TenPerSecond.sh = l.shared
-	l.nums = l.newNumbers()
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{Rules: map[string]overlay.Target{"PerKey": sharedimpl.KeyedTarget(l.PerKey.Keyed, nil), "PerKeyLeased": sharedimpl.KeyedTarget(l.PerKeyLeased.Keyed, nil), "InProcess": overlay.KeyedTarget(l.InProcess.Keyed, nil), "TenPerSecond": sharedimpl.KeyedTarget(l.TenPerSecond.Keyed, nil)}})
 	return l
 }
 
@@ -137,39 +135,6 @@ var sharedRules = [3]shared.Rule{{
 	},
 }}
 
-// sharedState is where a Limits' shared rules are checked: on the store, or in this process when
-// err says why not.
-type sharedState struct {
-	bound shared.Bound
-	err   error
-}
-
-// newSharedState binds the shared rules to store, if one was given (a store that refuses one, or
-// panics, leaves every one in this process, with the error).
-func newSharedState(store shared.Store) *sharedState {
-	if store == nil {
-		return &sharedState{err: fmt.Errorf("rlslimits: %w given to New (WithStore): the shared rules are decided in this process only, each instance enforcing the whole limit alone", shared.ErrNoStore)}
-	}
-	s := &sharedState{}
-	var err error
-	if s.bound, err = shared.Bind(store, sharedRules[:]); err != nil {
-		return &sharedState{err: fmt.Errorf("rlslimits: the store refused the shared rules, which run in this process only: %w", err)}
-	}
-	return s
-}
-
-// numbered is the store's binding, which changes the shared rules' numbers; nil without a store.
-func (s *sharedState) numbered() (shared.Numbered, error) {
-	if s.bound == nil {
-		return nil, nil
-	}
-	nb, ok := s.bound.(shared.Numbered)
-	if !ok {
-		return nil, fmt.Errorf("rlslimits: the store's %T cannot change numbers (it is no shared.Numbered): nothing changed", s.bound)
-	}
-	return nb, nil
-}
-
 // SharedErr is nil while the policy's shared rules are checked on the store given to New and
 // the store answers. Otherwise it says why not: there is no store, or it refused the rules (they
 // then run in this process only, each instance enforcing the whole limit alone), or the store is
@@ -177,235 +142,7 @@ func (s *sharedState) numbered() (shared.Numbered, error) {
 // as degraded, until it answers again). It is the live state: report it at startup, and from a
 // health check.
 func (l *Limits) SharedErr() error {
-	if l.shared.err != nil {
-		return l.shared.err
-	}
-	return shared.Health(l.shared.bound)
-}
-
-// perKeyNumbers is PerKey as an overlay Set changes it (overlay.Target).
-type perKeyNumbers struct {
-	l *PerKeyLimiter
-}
-
-func (t perKeyNumbers) Plans() int {
-	return 0
-}
-
-func (t perKeyNumbers) Keyed() bool {
-	return true
-}
-
-func (t perKeyNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(0, n)
-}
-
-func (t perKeyNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t perKeyNumbers) CheckKey(key string) error {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
-	}
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t perKeyNumbers) clearKey(key string) error {
-	k := key
-	_ = t.l.ClearKeyNumbers(k)
-	return nil
-}
-
-func (t perKeyNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n)
-	}
-	return t.l.SetNumbers(n)
-}
-
-func (t perKeyNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// perKeyLeasedNumbers is PerKeyLeased as an overlay Set changes it (overlay.Target).
-type perKeyLeasedNumbers struct {
-	l *PerKeyLeasedLimiter
-}
-
-func (t perKeyLeasedNumbers) Plans() int {
-	return 0
-}
-
-func (t perKeyLeasedNumbers) Keyed() bool {
-	return true
-}
-
-func (t perKeyLeasedNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(1, n)
-}
-
-func (t perKeyLeasedNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t perKeyLeasedNumbers) CheckKey(key string) error {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
-	}
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t perKeyLeasedNumbers) clearKey(key string) error {
-	k := key
-	_ = t.l.ClearKeyNumbers(k)
-	return nil
-}
-
-func (t perKeyLeasedNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n)
-	}
-	return t.l.SetNumbers(n)
-}
-
-func (t perKeyLeasedNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// tenPerSecondNumbers is TenPerSecond as an overlay Set changes it (overlay.Target).
-type tenPerSecondNumbers struct {
-	l *TenPerSecondLimiter
-}
-
-func (t tenPerSecondNumbers) Plans() int {
-	return 0
-}
-
-func (t tenPerSecondNumbers) Keyed() bool {
-	return true
-}
-
-func (t tenPerSecondNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(2, n)
-}
-
-func (t tenPerSecondNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t tenPerSecondNumbers) CheckKey(key string) error {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
-	}
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t tenPerSecondNumbers) clearKey(key string) error {
-	k := key
-	_ = t.l.ClearKeyNumbers(k)
-	return nil
-}
-
-func (t tenPerSecondNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n)
-	}
-	return t.l.SetNumbers(n)
-}
-
-func (t tenPerSecondNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers:
-// every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).
-func (l *Limits) ApplyNumbers(set overlay.Set) error {
-	return l.nums.ApplyNumbers(set)
-}
-
-// CheckNumbers says why ApplyNumbers would refuse set, changing nothing.
-func (l *Limits) CheckNumbers(set overlay.Set) error {
-	return l.nums.CheckNumbers(set)
-}
-
-// ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in
-// thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).
-func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
-	return l.nums.ScaleNumbers(rule, rate, burst)
-}
-
-// ScaledNumbers is rule's factors in force (One and One when it is not scaled).
-func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
-	return l.nums.ScaledNumbers(rule)
-}
-
-// NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied,
-// and when the last was.
-func (l *Limits) NumbersApplied() (int, int64, time.Time) {
-	return l.nums.NumbersApplied()
-}
-
-// newNumbers is l's rules as overlay Sets change them.
-func (l *Limits) newNumbers() overlay.Numbers {
-	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Plans: nil,
-		Rules: map[string]overlay.Target{"PerKey": perKeyNumbers{l.PerKey}, "PerKeyLeased": perKeyLeasedNumbers{l.PerKeyLeased}, "InProcess": overlay.KeyedTarget(l.InProcess.Keyed, nil), "TenPerSecond": tenPerSecondNumbers{l.TenPerSecond}},
-	})
+	return l.shared.Err()
 }
 
 // Default is the set of limiters the package-level variables and functions use.
@@ -447,10 +184,9 @@ type PerKeyLocalLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// PerKey's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (perKeyUnitsPerNs), one token is worth perKeyUnitsPerToken units (GCRA's emission interval), and
-// a bucket may run perKeyBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// PerKey's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (perKeyUnitsPerNs), a token's worth (perKeyUnitsPerToken) and the burst's
+// (perKeyBurstUnits), GCRA's emission interval and tolerance.
 const (
 	perKeyUnitsPerNs    = 1
 	perKeyUnitsPerToken = 1
@@ -472,9 +208,10 @@ func (l *PerKeyLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
-// newPerKeyLimiter returns PerKey's limiter over its process-local buckets; New binds it to the store.
-func newPerKeyLimiter() *PerKeyLimiter {
-	return &PerKeyLimiter{local: newPerKeyLocalLimiter()}
+// newPerKeyLimiter returns PerKey's limiter over its process-local buckets, checked on the store s binds.
+func newPerKeyLimiter(s *sharedimpl.State) *PerKeyLimiter {
+	local := newPerKeyLocalLimiter()
+	return &PerKeyLimiter{sharedimpl.NewKeyed(local.Keyed, s, 0, sharedimpl.Text), local}
 }
 
 // PerKeyLimiter is the type of PerKey, a shared rule: Allow, AllowN and Wait decide on the store
@@ -483,13 +220,8 @@ func newPerKeyLimiter() *PerKeyLimiter {
 // results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
 // Its methods are safe for concurrent use.
 type PerKeyLimiter struct {
+	sharedimpl.Keyed[string]
 	local *PerKeyLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *PerKeyLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns PerKey decided in this process only, with the whole limit, on buckets apart from
@@ -498,132 +230,10 @@ func (l *PerKeyLimiter) Local() *PerKeyLocalLimiter {
 	return l.local
 }
 
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *PerKeyLimiter) Allow(ctx context.Context, key string) bool {
-	return l.AllowN(ctx, key, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that PerKey holds across every
-// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
-// setting (deny) does, and the Result says so (Degraded, Err). Without a store, PerKey's
-// process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *PerKeyLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(key, cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 0,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *PerKeyLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, key, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 0,
-	})
-}
-
-// SetNumbers makes n PerKey's numbers for every key without numbers of its own, on the store and in
-// this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
-// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
-// as they are, never beyond the new burst); every instance sharing the store must be given the same
-// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
-// source (shared.Numbered says more).
-func (l *PerKeyLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(0, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns PerKey to the policy's numbers, on the store and in this process.
-func (l *PerKeyLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(0)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
 // fields): Local's, which every change keeps equal to the store's; nil before.
 func (l *PerKeyLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.local.ruleInForce(key)
-}
-
-// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
-// or without a store Local's.
-func (l *PerKeyLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(0, key)
-	}
-	return l.local.NumbersFor(key)
-}
-
-// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever PerKey's,
-// on the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *PerKeyLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{0}, key, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
-}
-
-// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *PerKeyLimiter) ClearKeyNumbers(key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearKeyNumbers([]int{0}, key)
-	}
-	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
-	return nil
-}
-
-// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
-// in this process. Other instances' leases keep what they were granted until it expires.
-func (l *PerKeyLimiter) Reset(ctx context.Context, key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset(key)
-	if nb != nil {
-		return nb.Reset(ctx, []int{0}, key)
-	}
-	return nil
 }
 
 // perKeyLeasedLimit is PerKeyLeased's limit, as the policy gives it.
@@ -647,11 +257,9 @@ type PerKeyLeasedLocalLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// PerKeyLeased's fixed-point units, computed when generating and checked against the runtime when
-// the package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (perKeyLeasedUnitsPerNs), one token is worth perKeyLeasedUnitsPerToken units (GCRA's emission
-// interval), and a bucket may run perKeyLeasedBurstUnits units ahead of now (the burst's worth:
-// GCRA's tolerance).
+// PerKeyLeased's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises):
+// time in 1/1 ns (perKeyLeasedUnitsPerNs), a token's worth (perKeyLeasedUnitsPerToken) and the
+// burst's (perKeyLeasedBurstUnits), GCRA's emission interval and tolerance.
 const (
 	perKeyLeasedUnitsPerNs    = 1
 	perKeyLeasedUnitsPerToken = 1
@@ -673,9 +281,10 @@ func (l *PerKeyLeasedLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
-// newPerKeyLeasedLimiter returns PerKeyLeased's limiter over its process-local buckets; New binds it to the store.
-func newPerKeyLeasedLimiter() *PerKeyLeasedLimiter {
-	return &PerKeyLeasedLimiter{local: newPerKeyLeasedLocalLimiter()}
+// newPerKeyLeasedLimiter returns PerKeyLeased's limiter over its process-local buckets, checked on the store s binds.
+func newPerKeyLeasedLimiter(s *sharedimpl.State) *PerKeyLeasedLimiter {
+	local := newPerKeyLeasedLocalLimiter()
+	return &PerKeyLeasedLimiter{sharedimpl.NewKeyed(local.Keyed, s, 1, sharedimpl.Text), local}
 }
 
 // PerKeyLeasedLimiter is the type of PerKeyLeased, a shared rule: Allow, AllowN and Wait decide on
@@ -684,13 +293,8 @@ func newPerKeyLeasedLimiter() *PerKeyLeasedLimiter {
 // their results carry SharedErr's error; Local is that process-local limiter, under a name that
 // says so. Its methods are safe for concurrent use.
 type PerKeyLeasedLimiter struct {
+	sharedimpl.Keyed[string]
 	local *PerKeyLeasedLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *PerKeyLeasedLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns PerKeyLeased decided in this process only, with the whole limit, on buckets apart
@@ -699,134 +303,10 @@ func (l *PerKeyLeasedLimiter) Local() *PerKeyLeasedLocalLimiter {
 	return l.local
 }
 
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *PerKeyLeasedLimiter) Allow(ctx context.Context, key string) bool {
-	return l.AllowN(ctx, key, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that PerKeyLeased holds across
-// every instance that shares it. It never fails: when the store cannot decide, the rule's
-// on_failure setting (deny) does, and the Result says so (Degraded, Err). The rule is leased: each
-// instance takes batches of at most 10000 tokens from a store that leases and spends them here, so
-// most checks make no call. Without a store, PerKeyLeased's process-local limiter (Local) decides
-// and Err is SharedErr's error.
-func (l *PerKeyLeasedLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(key, cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 1,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *PerKeyLeasedLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, key, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 1,
-	})
-}
-
-// SetNumbers makes n PerKeyLeased's numbers for every key without numbers of its own, on the store
-// and in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold
-// are refused, and nothing changes. A store converts each bucket at its next check (tokens held
-// carried as they are, never beyond the new burst); every instance sharing the store must be given
-// the same numbers, or each converts the buckets to its own (never gaining tokens): give them from
-// one source (shared.Numbered says more).
-func (l *PerKeyLeasedLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(1, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns PerKeyLeased to the policy's numbers, on the store and in this process.
-func (l *PerKeyLeasedLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(1)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
 // fields): Local's, which every change keeps equal to the store's; nil before.
 func (l *PerKeyLeasedLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.local.ruleInForce(key)
-}
-
-// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
-// or without a store Local's.
-func (l *PerKeyLeasedLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(1, key)
-	}
-	return l.local.NumbersFor(key)
-}
-
-// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever
-// PerKeyLeased's, on the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *PerKeyLeasedLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{1}, key, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
-}
-
-// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *PerKeyLeasedLimiter) ClearKeyNumbers(key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearKeyNumbers([]int{1}, key)
-	}
-	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
-	return nil
-}
-
-// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
-// in this process. Other instances' leases keep what they were granted until it expires.
-func (l *PerKeyLeasedLimiter) Reset(ctx context.Context, key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset(key)
-	if nb != nil {
-		return nb.Reset(ctx, []int{1}, key)
-	}
-	return nil
 }
 
 // inProcessLimit is InProcess's limit, as the policy gives it.
@@ -848,11 +328,9 @@ type InProcessLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// InProcess's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (inProcessUnitsPerNs), one token is worth inProcessUnitsPerToken units (GCRA's emission
-// interval), and a bucket may run inProcessBurstUnits units ahead of now (the burst's worth: GCRA's
-// tolerance).
+// InProcess's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time
+// in 1/1 ns (inProcessUnitsPerNs), a token's worth (inProcessUnitsPerToken) and the burst's
+// (inProcessBurstUnits), GCRA's emission interval and tolerance.
 const (
 	inProcessUnitsPerNs    = 1
 	inProcessUnitsPerToken = 1
@@ -895,11 +373,9 @@ type TenPerSecondLocalLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// TenPerSecond's fixed-point units, computed when generating and checked against the runtime when
-// the package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (tenPerSecondUnitsPerNs), one token is worth tenPerSecondUnitsPerToken units (GCRA's emission
-// interval), and a bucket may run tenPerSecondBurstUnits units ahead of now (the burst's worth:
-// GCRA's tolerance).
+// TenPerSecond's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises):
+// time in 1/1 ns (tenPerSecondUnitsPerNs), a token's worth (tenPerSecondUnitsPerToken) and the
+// burst's (tenPerSecondBurstUnits), GCRA's emission interval and tolerance.
 const (
 	tenPerSecondUnitsPerNs    = 1
 	tenPerSecondUnitsPerToken = 100000000
@@ -921,9 +397,10 @@ func (l *TenPerSecondLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
-// newTenPerSecondLimiter returns TenPerSecond's limiter over its process-local buckets; New binds it to the store.
-func newTenPerSecondLimiter() *TenPerSecondLimiter {
-	return &TenPerSecondLimiter{local: newTenPerSecondLocalLimiter()}
+// newTenPerSecondLimiter returns TenPerSecond's limiter over its process-local buckets, checked on the store s binds.
+func newTenPerSecondLimiter(s *sharedimpl.State) *TenPerSecondLimiter {
+	local := newTenPerSecondLocalLimiter()
+	return &TenPerSecondLimiter{sharedimpl.NewKeyed(local.Keyed, s, 2, sharedimpl.Text), local}
 }
 
 // TenPerSecondLimiter is the type of TenPerSecond, a shared rule: Allow, AllowN and Wait decide on
@@ -932,13 +409,8 @@ func newTenPerSecondLimiter() *TenPerSecondLimiter {
 // their results carry SharedErr's error; Local is that process-local limiter, under a name that
 // says so. Its methods are safe for concurrent use.
 type TenPerSecondLimiter struct {
+	sharedimpl.Keyed[string]
 	local *TenPerSecondLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *TenPerSecondLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns TenPerSecond decided in this process only, with the whole limit, on buckets apart
@@ -947,132 +419,10 @@ func (l *TenPerSecondLimiter) Local() *TenPerSecondLocalLimiter {
 	return l.local
 }
 
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *TenPerSecondLimiter) Allow(ctx context.Context, key string) bool {
-	return l.AllowN(ctx, key, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that TenPerSecond holds across
-// every instance that shares it. It never fails: when the store cannot decide, the rule's
-// on_failure setting (deny) does, and the Result says so (Degraded, Err). Without a store,
-// TenPerSecond's process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *TenPerSecondLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(key, cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 2,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *TenPerSecondLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, key, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 2,
-	})
-}
-
-// SetNumbers makes n TenPerSecond's numbers for every key without numbers of its own, on the store
-// and in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold
-// are refused, and nothing changes. A store converts each bucket at its next check (tokens held
-// carried as they are, never beyond the new burst); every instance sharing the store must be given
-// the same numbers, or each converts the buckets to its own (never gaining tokens): give them from
-// one source (shared.Numbered says more).
-func (l *TenPerSecondLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(2, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns TenPerSecond to the policy's numbers, on the store and in this process.
-func (l *TenPerSecondLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(2)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
 // fields): Local's, which every change keeps equal to the store's; nil before.
 func (l *TenPerSecondLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.local.ruleInForce(key)
-}
-
-// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
-// or without a store Local's.
-func (l *TenPerSecondLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(2, key)
-	}
-	return l.local.NumbersFor(key)
-}
-
-// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever
-// TenPerSecond's, on the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *TenPerSecondLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{2}, key, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
-}
-
-// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *TenPerSecondLimiter) ClearKeyNumbers(key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearKeyNumbers([]int{2}, key)
-	}
-	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
-	return nil
-}
-
-// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
-// in this process. Other instances' leases keep what they were granted until it expires.
-func (l *TenPerSecondLimiter) Reset(ctx context.Context, key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset(key)
-	if nb != nil {
-		return nb.Reset(ctx, []int{2}, key)
-	}
-	return nil
 }
 
 // httpPolicyPerKey is rule PerKey as the RateLimit fields describe it.
@@ -1236,7 +586,7 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var ok0 bool
 	k0, ok0 = limitrls.EntryKey(en, 0)
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry k holds no key for rule PerKey", verdict.Event{Route: "bench: k", Rule: "PerKey", RuleIndex: int(RulePerKey), Series: 0, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "bench: k", Rule: "PerKey", RuleIndex: int(RulePerKey), Series: 0, Outcome: verdict.MissingKey})
 	}
 	sr := s.limits.PerKey.AllowN(ctx, k0, cost)
 	var res verdict.Result
@@ -1265,7 +615,7 @@ func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var ok0 bool
 	k0, ok0 = limitrls.EntryKey(en, 0)
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry edge holds no key for rule TenPerSecond", verdict.Event{Route: "bench: edge", Rule: "TenPerSecond", RuleIndex: int(RuleTenPerSecond), Series: 1, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "bench: edge", Rule: "TenPerSecond", RuleIndex: int(RuleTenPerSecond), Series: 1, Outcome: verdict.MissingKey})
 	}
 	sr := s.limits.TenPerSecond.AllowN(ctx, k0, cost)
 	var res verdict.Result
@@ -1294,7 +644,7 @@ func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var ok0 bool
 	k0, ok0 = limitrls.EntryKey(en, 0)
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry k holds no key for rule PerKeyLeased", verdict.Event{Route: "leased: k", Rule: "PerKeyLeased", RuleIndex: int(RulePerKeyLeased), Series: 2, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "leased: k", Rule: "PerKeyLeased", RuleIndex: int(RulePerKeyLeased), Series: 2, Outcome: verdict.MissingKey})
 	}
 	sr := s.limits.PerKeyLeased.AllowN(ctx, k0, cost)
 	var res verdict.Result
@@ -1323,7 +673,7 @@ func (s *RLS) descriptor4(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var ok0 bool
 	k0, ok0 = limitrls.EntryKey(en, 0)
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry k holds no key for rule InProcess", verdict.Event{Route: "local: k", Rule: "InProcess", RuleIndex: int(RuleInProcess), Series: 3, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "local: k", Rule: "InProcess", RuleIndex: int(RuleInProcess), Series: 3, Outcome: verdict.MissingKey})
 	}
 	var res verdict.Result
 	res.Decision = s.limits.InProcess.AllowNAt(k0, now, cost)

@@ -4,13 +4,12 @@
 package sharedlimits
 
 import (
-	"context"
-	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/genimpl"
+	sharedimpl "github.com/limitgen/limitgen/genimpl/sharedimpl"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
 )
@@ -40,11 +39,11 @@ func (r RuleName) String() string {
 
 // Limits is one set of the policy's limiters, each with buckets of its own. New makes one (a test
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
-// and functions use.
+// and functions use; its embedded overlay.Numbers changes the numbers in force at run time.
 type Limits struct {
-	Hot    *HotLimiter     // see the package-level Hot
-	shared *sharedState    // the store the shared rules are checked on, if any
-	nums   overlay.Numbers // what ApplyNumbers and the other numbers methods call
+	Hot             *HotLimiter       // see the package-level Hot
+	shared          *sharedimpl.State // the store the shared rules are checked on, if any
+	overlay.Numbers                   // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
 // Option configures New.
@@ -70,12 +69,12 @@ func New(opts ...Option) *Limits {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	sh := sharedimpl.Bind("sharedlimits", o.store, sharedRules[:], 0)
 	l := &Limits{
-		Hot:    newHotLimiter(),
-		shared: newSharedState(o.store),
+		Hot:    newHotLimiter(sh),
+		shared: sh,
 	}
-	l.Hot.sh = l.shared
-	l.nums = l.newNumbers()
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{Rules: map[string]overlay.Target{"Hot": sharedimpl.KeyedTarget(l.Hot.Keyed, nil)}})
 	return l
 }
 
@@ -95,39 +94,6 @@ var sharedRules = [1]shared.Rule{{
 	},
 }}
 
-// sharedState is where a Limits' shared rules are checked: on the store, or in this process when
-// err says why not.
-type sharedState struct {
-	bound shared.Bound
-	err   error
-}
-
-// newSharedState binds the shared rules to store, if one was given (a store that refuses one, or
-// panics, leaves every one in this process, with the error).
-func newSharedState(store shared.Store) *sharedState {
-	if store == nil {
-		return &sharedState{err: fmt.Errorf("sharedlimits: %w given to New (WithStore): the shared rules are decided in this process only, each instance enforcing the whole limit alone", shared.ErrNoStore)}
-	}
-	s := &sharedState{}
-	var err error
-	if s.bound, err = shared.Bind(store, sharedRules[:]); err != nil {
-		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the shared rules, which run in this process only: %w", err)}
-	}
-	return s
-}
-
-// numbered is the store's binding, which changes the shared rules' numbers; nil without a store.
-func (s *sharedState) numbered() (shared.Numbered, error) {
-	if s.bound == nil {
-		return nil, nil
-	}
-	nb, ok := s.bound.(shared.Numbered)
-	if !ok {
-		return nil, fmt.Errorf("sharedlimits: the store's %T cannot change numbers (it is no shared.Numbered): nothing changed", s.bound)
-	}
-	return nb, nil
-}
-
 // SharedErr is nil while the policy's shared rules are checked on the store given to New and
 // the store answers. Otherwise it says why not: there is no store, or it refused the rules (they
 // then run in this process only, each instance enforcing the whole limit alone), or the store is
@@ -135,119 +101,14 @@ func (s *sharedState) numbered() (shared.Numbered, error) {
 // as degraded, until it answers again). It is the live state: report it at startup, and from a
 // health check.
 func (l *Limits) SharedErr() error {
-	if l.shared.err != nil {
-		return l.shared.err
-	}
-	return shared.Health(l.shared.bound)
-}
-
-// hotNumbers is Hot as an overlay Set changes it (overlay.Target).
-type hotNumbers struct {
-	l *HotLimiter
-}
-
-func (t hotNumbers) Plans() int {
-	return 0
-}
-
-func (t hotNumbers) Keyed() bool {
-	return true
-}
-
-func (t hotNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(0, n)
-}
-
-func (t hotNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t hotNumbers) CheckKey(key string) error {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
-	}
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t hotNumbers) clearKey(key string) error {
-	k := key
-	_ = t.l.ClearKeyNumbers(k)
-	return nil
-}
-
-func (t hotNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n)
-	}
-	return t.l.SetNumbers(n)
-}
-
-func (t hotNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers:
-// every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).
-func (l *Limits) ApplyNumbers(set overlay.Set) error {
-	return l.nums.ApplyNumbers(set)
-}
-
-// CheckNumbers says why ApplyNumbers would refuse set, changing nothing.
-func (l *Limits) CheckNumbers(set overlay.Set) error {
-	return l.nums.CheckNumbers(set)
-}
-
-// ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in
-// thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).
-func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
-	return l.nums.ScaleNumbers(rule, rate, burst)
-}
-
-// ScaledNumbers is rule's factors in force (One and One when it is not scaled).
-func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
-	return l.nums.ScaledNumbers(rule)
-}
-
-// NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied,
-// and when the last was.
-func (l *Limits) NumbersApplied() (int, int64, time.Time) {
-	return l.nums.NumbersApplied()
-}
-
-// newNumbers is l's rules as overlay Sets change them.
-func (l *Limits) newNumbers() overlay.Numbers {
-	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Plans: nil,
-		Rules: map[string]overlay.Target{"Hot": hotNumbers{l.Hot}},
-	})
+	return l.shared.Err()
 }
 
 // Default is the set of limiters the package-level variables and functions use.
 var Default = New()
 
-// The package-level limiters: Default's.
-var (
-	// Hot allows 1000000 requests per second per key, in bursts of up to 1000000.
-	Hot = Default.Hot
-)
+// Hot allows 1000000 requests per second per key, in bursts of up to 1000000.
+var Hot = Default.Hot
 
 // hotLimit is Hot's limit, as the policy gives it.
 var hotLimit = atomicbucket.Limit{
@@ -269,10 +130,9 @@ type HotLocalLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// Hot's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (hotUnitsPerNs), one token is worth hotUnitsPerToken units (GCRA's emission interval), and a
-// bucket may run hotBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Hot's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (hotUnitsPerNs), a token's worth (hotUnitsPerToken) and the burst's (hotBurstUnits),
+// GCRA's emission interval and tolerance.
 const (
 	hotUnitsPerNs    = 1
 	hotUnitsPerToken = 1000
@@ -289,9 +149,10 @@ func (l *HotLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.Table().AllowGreedyAt(key, now, hotUnitsPerNs, hotUnitsPerToken, hotBurstUnits)
 }
 
-// newHotLimiter returns Hot's limiter over its process-local buckets; New binds it to the store.
-func newHotLimiter() *HotLimiter {
-	return &HotLimiter{local: newHotLocalLimiter()}
+// newHotLimiter returns Hot's limiter over its process-local buckets, checked on the store s binds.
+func newHotLimiter(s *sharedimpl.State) *HotLimiter {
+	local := newHotLocalLimiter()
+	return &HotLimiter{sharedimpl.NewKeyed(local.Keyed, s, 0, sharedimpl.Text), local}
 }
 
 // HotLimiter is the type of Hot, a shared rule: Allow, AllowN and Wait decide on the store given to
@@ -300,139 +161,12 @@ func newHotLimiter() *HotLimiter {
 // carry SharedErr's error; Local is that process-local limiter, under a name that says so. Its
 // methods are safe for concurrent use.
 type HotLimiter struct {
+	sharedimpl.Keyed[string]
 	local *HotLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *HotLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns Hot decided in this process only, with the whole limit, on buckets apart from the
 // store's, for tests and tools: what it admits is not counted by any other instance.
 func (l *HotLimiter) Local() *HotLocalLimiter {
 	return l.local
-}
-
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *HotLimiter) Allow(ctx context.Context, key string) bool {
-	return l.AllowN(ctx, key, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that Hot holds across every
-// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
-// setting (deny) does, and the Result says so (Degraded, Err). Without a store, Hot's process-local
-// limiter (Local) decides and Err is SharedErr's error.
-func (l *HotLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(key, cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 0,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *HotLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, key, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 0,
-	})
-}
-
-// SetNumbers makes n Hot's numbers for every key without numbers of its own, on the store and in
-// this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
-// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
-// as they are, never beyond the new burst); every instance sharing the store must be given the same
-// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
-// source (shared.Numbered says more).
-func (l *HotLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(0, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns Hot to the policy's numbers, on the store and in this process.
-func (l *HotLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(0)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
-// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
-// or without a store Local's.
-func (l *HotLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(0, key)
-	}
-	return l.local.NumbersFor(key)
-}
-
-// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever Hot's, on
-// the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *HotLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{0}, key, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
-}
-
-// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *HotLimiter) ClearKeyNumbers(key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearKeyNumbers([]int{0}, key)
-	}
-	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
-	return nil
-}
-
-// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
-// in this process. Other instances' leases keep what they were granted until it expires.
-func (l *HotLimiter) Reset(ctx context.Context, key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset(key)
-	if nb != nil {
-		return nb.Reset(ctx, []int{0}, key)
-	}
-	return nil
 }

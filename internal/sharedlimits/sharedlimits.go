@@ -13,8 +13,8 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/atomicwindow"
-	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/genimpl"
+	sharedimpl "github.com/limitgen/limitgen/genimpl/sharedimpl"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
@@ -121,7 +121,7 @@ func (r RuleName) String() string {
 
 // Limits is one set of the policy's limiters, each with buckets of its own. New makes one (a test
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
-// and functions use.
+// and functions use; its embedded overlay.Numbers changes the numbers in force at run time.
 type Limits struct {
 	PerUser         *PerUserLimiter         // see the package-level PerUser
 	Exports         *ExportsLimiter         // see the package-level Exports
@@ -141,8 +141,8 @@ type Limits struct {
 	SeatDay         *SeatDayLimiter         // see the package-level SeatDay
 	MeterShared     *MeterSharedLimiter     // see the package-level MeterShared
 	MeterWindow     *MeterWindowLimiter     // see the package-level MeterWindow
-	shared          *sharedState            // the store the shared rules are checked on, if any
-	nums            overlay.Numbers         // what ApplyNumbers and the other numbers methods call
+	shared          *sharedimpl.State       // the store the shared rules are checked on, if any
+	overlay.Numbers                         // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
 // Option configures New.
@@ -182,43 +182,38 @@ func New(opts ...Option) *Limits {
 	if !o.startSet {
 		o.start = atomicbucket.Now()
 	}
+	sh := newSharedState(o.store)
 	l := &Limits{
 		PerUser:         newPerUserLimiter(),
-		Exports:         newExportsLimiter(),
+		Exports:         newExportsLimiter(sh),
 		PerInstance:     newPerInstanceLimiter(),
-		Global:          newGlobalLimiter(o.start),
-		Downloads:       newDownloadsLimiter(),
-		DownloadsGlobal: newDownloadsGlobalLimiter(o.start),
-		Fast:            newFastLimiter(),
-		Wide:            newWideLimiter(),
-		TenantUser:      newTenantUserLimiter(),
+		Global:          newGlobalLimiter(o.start, sh),
+		Downloads:       newDownloadsLimiter(sh),
+		DownloadsGlobal: newDownloadsGlobalLimiter(o.start, sh),
+		Fast:            newFastLimiter(sh),
+		Wide:            newWideLimiter(sh),
+		TenantUser:      newTenantUserLimiter(sh),
 		Quota:           newQuotaLimiter(),
 		QuotaWide:       newQuotaWideLimiter(),
 		QuotaPlan:       newQuotaPlanLimiter(),
 		QuotaLeased:     newQuotaLeasedLimiter(),
 		SeatLocal:       newSeatLocalLimiter(),
-		SeatShared:      newSeatSharedLimiter(),
+		SeatShared:      newSeatSharedLimiter(sh),
 		SeatDay:         newSeatDayLimiter(),
-		MeterShared:     newMeterSharedLimiter(),
+		MeterShared:     newMeterSharedLimiter(sh),
 		MeterWindow:     newMeterWindowLimiter(),
-		shared:          newSharedState(o.store),
+		shared:          sh,
 	}
 	l.PerUser.sh = l.shared
-	l.Exports.sh = l.shared
-	l.Global.sh = l.shared
-	l.Downloads.sh = l.shared
-	l.DownloadsGlobal.sh = l.shared
-	l.Fast.sh = l.shared
-	l.Wide.sh = l.shared
-	l.TenantUser.sh = l.shared
 	l.Quota.sh = l.shared
 	l.QuotaWide.sh = l.shared
 	l.QuotaPlan.sh = l.shared
 	l.QuotaLeased.sh = l.shared
-	l.SeatShared.sh = l.shared
-	l.MeterShared.sh = l.shared
 	l.MeterWindow.sh = l.shared
-	l.nums = l.newNumbers()
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
+		Plans: planNames[:],
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": sharedimpl.KeyedTarget(l.Exports.Keyed, overlay.ParseUint[uint64]), "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": sharedimpl.GlobalTarget(l.Global.Global), "Downloads": sharedimpl.KeyedTarget(l.Downloads.Keyed, nil), "DownloadsGlobal": sharedimpl.GlobalTarget(l.DownloadsGlobal.Global), "Fast": sharedimpl.KeyedTarget(l.Fast.Keyed, nil), "Wide": sharedimpl.KeyedTarget(l.Wide.Keyed, nil), "TenantUser": sharedimpl.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.Windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.Windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.Windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.Windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": sharedimpl.KeyedTarget(l.SeatShared.Keyed, nil), "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": sharedimpl.KeyedTarget(l.MeterShared.Keyed, nil), "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.Windows[5], 1, l.MeterWindow, nil)},
+	})
 	return l
 }
 
@@ -359,69 +354,46 @@ var sharedRules = [11]shared.Rule{{
 	},
 }}
 
-// sharedState is where a Limits' shared rules are checked: on the store, or in this process when
-// err says why not.
-type sharedState struct {
-	bound   shared.Bound
-	windows [6]*shared.Window // the shared window rules', by WindowAt
-	err     error
-}
-
 // newSharedState binds the shared rules to store, if one was given (a store that refuses one, or
 // panics, leaves every one in this process, with the error).
-func newSharedState(store shared.Store) *sharedState {
-	if store == nil {
-		return &sharedState{err: fmt.Errorf("sharedlimits: %w given to New (WithStore): the shared rules are decided in this process only, each instance enforcing the whole limit alone", shared.ErrNoStore)}
+func newSharedState(store shared.Store) *sharedimpl.State {
+	s := sharedimpl.Bind("sharedlimits", store, sharedRules[:], 6)
+	if s.Why != nil {
+		return s
 	}
-	s := &sharedState{}
 	var err error
-	if s.bound, err = shared.Bind(store, sharedRules[:]); err != nil {
-		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the shared rules, which run in this process only: %w", err)}
-	}
-	if s.windows[0], err = shared.BindWindow(store, "storetest", "Quota", quotaLimit, shared.Failure{
+	if s.Windows[0], err = shared.BindWindow(store, "storetest", "Quota", quotaLimit, shared.Failure{
 		Mode: shared.FailDeny,
 	}); err != nil {
-		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the window rule Quota, and the shared rules run in this process only: %w", err)}
+		return s.Refuse("the window rule Quota, and the shared rules run in this process only", err)
 	}
-	if s.windows[1], err = shared.BindWindow(store, "storetest", "QuotaWide", quotaWideLimit, shared.Failure{
+	if s.Windows[1], err = shared.BindWindow(store, "storetest", "QuotaWide", quotaWideLimit, shared.Failure{
 		Mode:  shared.FailLocal,
 		Share: 0.5,
 	}); err != nil {
-		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the window rule QuotaWide, and the shared rules run in this process only: %w", err)}
+		return s.Refuse("the window rule QuotaWide, and the shared rules run in this process only", err)
 	}
-	if s.windows[2], err = shared.BindWindow(store, "storetest", "QuotaPlan:free", quotaPlanLimit[0], shared.Failure{
+	if s.Windows[2], err = shared.BindWindow(store, "storetest", "QuotaPlan:free", quotaPlanLimit[0], shared.Failure{
 		Mode: shared.FailDeny,
 	}); err != nil {
-		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the window rule QuotaPlan:free, and the shared rules run in this process only: %w", err)}
+		return s.Refuse("the window rule QuotaPlan:free, and the shared rules run in this process only", err)
 	}
-	if s.windows[3], err = shared.BindWindow(store, "storetest", "QuotaPlan:pro", quotaPlanLimit[1], shared.Failure{
+	if s.Windows[3], err = shared.BindWindow(store, "storetest", "QuotaPlan:pro", quotaPlanLimit[1], shared.Failure{
 		Mode: shared.FailDeny,
 	}); err != nil {
-		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the window rule QuotaPlan:pro, and the shared rules run in this process only: %w", err)}
+		return s.Refuse("the window rule QuotaPlan:pro, and the shared rules run in this process only", err)
 	}
-	if s.windows[4], err = shared.BindLeasedWindow(store, "storetest", "QuotaLeased", quotaLeasedLimit, shared.Failure{
+	if s.Windows[4], err = shared.BindLeasedWindow(store, "storetest", "QuotaLeased", quotaLeasedLimit, shared.Failure{
 		Mode: shared.FailDeny,
 	}, 4); err != nil {
-		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the window rule QuotaLeased, and the shared rules run in this process only: %w", err)}
+		return s.Refuse("the window rule QuotaLeased, and the shared rules run in this process only", err)
 	}
-	if s.windows[5], err = shared.BindWindow(store, "storetest", "MeterWindow", meterWindowLimit, shared.Failure{
+	if s.Windows[5], err = shared.BindWindow(store, "storetest", "MeterWindow", meterWindowLimit, shared.Failure{
 		Mode: shared.FailDeny,
 	}); err != nil {
-		return &sharedState{err: fmt.Errorf("sharedlimits: the store refused the window rule MeterWindow, and the shared rules run in this process only: %w", err)}
+		return s.Refuse("the window rule MeterWindow, and the shared rules run in this process only", err)
 	}
 	return s
-}
-
-// numbered is the store's binding, which changes the shared rules' numbers; nil without a store.
-func (s *sharedState) numbered() (shared.Numbered, error) {
-	if s.bound == nil {
-		return nil, nil
-	}
-	nb, ok := s.bound.(shared.Numbered)
-	if !ok {
-		return nil, fmt.Errorf("sharedlimits: the store's %T cannot change numbers (it is no shared.Numbered): nothing changed", s.bound)
-	}
-	return nb, nil
 }
 
 // SharedErr is nil while the policy's shared rules are checked on the store given to New and
@@ -431,18 +403,7 @@ func (s *sharedState) numbered() (shared.Numbered, error) {
 // as degraded, until it answers again). It is the live state: report it at startup, and from a
 // health check.
 func (l *Limits) SharedErr() error {
-	if l.shared.err != nil {
-		return l.shared.err
-	}
-	if err := shared.Health(l.shared.bound); err != nil {
-		return err
-	}
-	for _, w := range l.shared.windows {
-		if err := w.Health(); err != nil {
-			return err
-		}
-	}
-	return nil
+	return l.shared.Err()
 }
 
 // perUserNumbers is PerUser as an overlay Set changes it (overlay.Target).
@@ -462,7 +423,7 @@ func (t perUserNumbers) Check(plan int, n atomicbucket.Numbers) error {
 	if _, err := t.l.Rule(Plan(plan)).WithNumbers(n); err != nil {
 		return err
 	}
-	nb, err := t.l.sh.numbered()
+	nb, err := t.l.sh.Numbered()
 	if err != nil || nb == nil {
 		return err
 	}
@@ -506,583 +467,6 @@ func (t perUserNumbers) Clear(plan int, key *string) {
 		return
 	}
 	_ = t.l.ClearNumbers(Plan(plan)) // fails only as Set failed before
-}
-
-// exportsNumbers is Exports as an overlay Set changes it (overlay.Target).
-type exportsNumbers struct {
-	l *ExportsLimiter
-}
-
-func (t exportsNumbers) Plans() int {
-	return 0
-}
-
-func (t exportsNumbers) Keyed() bool {
-	return true
-}
-
-func (t exportsNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(2, n)
-}
-
-func (t exportsNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t exportsNumbers) CheckKey(key string) error {
-	_, err := strconv.ParseUint(key, 10, 64)
-	return err
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t exportsNumbers) clearKey(key string) error {
-	v, err := strconv.ParseUint(key, 10, 64)
-	if err != nil {
-		return err
-	}
-	k := uint64(v)
-	_ = t.l.ClearKeyNumbers(k)
-	return nil
-}
-
-func (t exportsNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		v, err := strconv.ParseUint(*key, 10, 64)
-		if err != nil {
-			return err
-		}
-		k := uint64(v)
-		return t.l.SetKeyNumbers(k, n)
-	}
-	return t.l.SetNumbers(n)
-}
-
-func (t exportsNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// globalNumbers is Global as an overlay Set changes it (overlay.Target).
-type globalNumbers struct {
-	l *GlobalLimiter
-}
-
-func (t globalNumbers) Plans() int {
-	return 0
-}
-
-func (t globalNumbers) Keyed() bool {
-	return false
-}
-
-func (t globalNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(3, n)
-}
-
-func (t globalNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t globalNumbers) CheckKey(key string) error {
-	return nil
-}
-
-func (t globalNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	return t.l.SetNumbers(n)
-}
-
-func (t globalNumbers) Clear(plan int, key *string) {
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// downloadsNumbers is Downloads as an overlay Set changes it (overlay.Target).
-type downloadsNumbers struct {
-	l *DownloadsLimiter
-}
-
-func (t downloadsNumbers) Plans() int {
-	return 0
-}
-
-func (t downloadsNumbers) Keyed() bool {
-	return true
-}
-
-func (t downloadsNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(4, n)
-}
-
-func (t downloadsNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t downloadsNumbers) CheckKey(key string) error {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
-	}
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t downloadsNumbers) clearKey(key string) error {
-	k := key
-	_ = t.l.ClearKeyNumbers(k)
-	return nil
-}
-
-func (t downloadsNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n)
-	}
-	return t.l.SetNumbers(n)
-}
-
-func (t downloadsNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// downloadsGlobalNumbers is DownloadsGlobal as an overlay Set changes it (overlay.Target).
-type downloadsGlobalNumbers struct {
-	l *DownloadsGlobalLimiter
-}
-
-func (t downloadsGlobalNumbers) Plans() int {
-	return 0
-}
-
-func (t downloadsGlobalNumbers) Keyed() bool {
-	return false
-}
-
-func (t downloadsGlobalNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(5, n)
-}
-
-func (t downloadsGlobalNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t downloadsGlobalNumbers) CheckKey(key string) error {
-	return nil
-}
-
-func (t downloadsGlobalNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	return t.l.SetNumbers(n)
-}
-
-func (t downloadsGlobalNumbers) Clear(plan int, key *string) {
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// fastNumbers is Fast as an overlay Set changes it (overlay.Target).
-type fastNumbers struct {
-	l *FastLimiter
-}
-
-func (t fastNumbers) Plans() int {
-	return 0
-}
-
-func (t fastNumbers) Keyed() bool {
-	return true
-}
-
-func (t fastNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(6, n)
-}
-
-func (t fastNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t fastNumbers) CheckKey(key string) error {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
-	}
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t fastNumbers) clearKey(key string) error {
-	k := key
-	_ = t.l.ClearKeyNumbers(k)
-	return nil
-}
-
-func (t fastNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n)
-	}
-	return t.l.SetNumbers(n)
-}
-
-func (t fastNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// wideNumbers is Wide as an overlay Set changes it (overlay.Target).
-type wideNumbers struct {
-	l *WideLimiter
-}
-
-func (t wideNumbers) Plans() int {
-	return 0
-}
-
-func (t wideNumbers) Keyed() bool {
-	return true
-}
-
-func (t wideNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(7, n)
-}
-
-func (t wideNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t wideNumbers) CheckKey(key string) error {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
-	}
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t wideNumbers) clearKey(key string) error {
-	k := key
-	_ = t.l.ClearKeyNumbers(k)
-	return nil
-}
-
-func (t wideNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n)
-	}
-	return t.l.SetNumbers(n)
-}
-
-func (t wideNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// tenantUserNumbers is TenantUser as an overlay Set changes it (overlay.Target).
-type tenantUserNumbers struct {
-	l *TenantUserLimiter
-}
-
-func (t tenantUserNumbers) Plans() int {
-	return 0
-}
-
-func (t tenantUserNumbers) Keyed() bool {
-	return true
-}
-
-func (t tenantUserNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(8, n)
-}
-
-func (t tenantUserNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t tenantUserNumbers) CheckKey(key string) error {
-	_, err := ParseTenantUserKey(key)
-	return err
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t tenantUserNumbers) clearKey(key string) error {
-	k, err := ParseTenantUserKey(key)
-	if err != nil {
-		return err
-	}
-	_ = t.l.ClearKeyNumbers(k)
-	return nil
-}
-
-func (t tenantUserNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k, err := ParseTenantUserKey(*key)
-		if err != nil {
-			return err
-		}
-		return t.l.SetKeyNumbers(k, n)
-	}
-	return t.l.SetNumbers(n)
-}
-
-func (t tenantUserNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// seatSharedNumbers is SeatShared as an overlay Set changes it (overlay.Target).
-type seatSharedNumbers struct {
-	l *SeatSharedLimiter
-}
-
-func (t seatSharedNumbers) Plans() int {
-	return 0
-}
-
-func (t seatSharedNumbers) Keyed() bool {
-	return true
-}
-
-func (t seatSharedNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(9, n)
-}
-
-func (t seatSharedNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t seatSharedNumbers) CheckKey(key string) error {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
-	}
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t seatSharedNumbers) clearKey(key string) error {
-	k := key
-	_ = t.l.ClearKeyNumbers(k)
-	return nil
-}
-
-func (t seatSharedNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n)
-	}
-	return t.l.SetNumbers(n)
-}
-
-func (t seatSharedNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// meterSharedNumbers is MeterShared as an overlay Set changes it (overlay.Target).
-type meterSharedNumbers struct {
-	l *MeterSharedLimiter
-}
-
-func (t meterSharedNumbers) Plans() int {
-	return 0
-}
-
-func (t meterSharedNumbers) Keyed() bool {
-	return true
-}
-
-func (t meterSharedNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(10, n)
-}
-
-func (t meterSharedNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t meterSharedNumbers) CheckKey(key string) error {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
-	}
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t meterSharedNumbers) clearKey(key string) error {
-	k := key
-	_ = t.l.ClearKeyNumbers(k)
-	return nil
-}
-
-func (t meterSharedNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n)
-	}
-	return t.l.SetNumbers(n)
-}
-
-func (t meterSharedNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers:
-// every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).
-func (l *Limits) ApplyNumbers(set overlay.Set) error {
-	return l.nums.ApplyNumbers(set)
-}
-
-// CheckNumbers says why ApplyNumbers would refuse set, changing nothing.
-func (l *Limits) CheckNumbers(set overlay.Set) error {
-	return l.nums.CheckNumbers(set)
-}
-
-// ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in
-// thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).
-func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
-	return l.nums.ScaleNumbers(rule, rate, burst)
-}
-
-// ScaledNumbers is rule's factors in force (One and One when it is not scaled).
-func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
-	return l.nums.ScaledNumbers(rule)
-}
-
-// NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied,
-// and when the last was.
-func (l *Limits) NumbersApplied() (int, int64, time.Time) {
-	return l.nums.NumbersApplied()
-}
-
-// newNumbers is l's rules as overlay Sets change them.
-func (l *Limits) newNumbers() overlay.Numbers {
-	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": exportsNumbers{l.Exports}, "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": globalNumbers{l.Global}, "Downloads": downloadsNumbers{l.Downloads}, "DownloadsGlobal": downloadsGlobalNumbers{l.DownloadsGlobal}, "Fast": fastNumbers{l.Fast}, "Wide": wideNumbers{l.Wide}, "TenantUser": tenantUserNumbers{l.TenantUser}, "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": seatSharedNumbers{l.SeatShared}, "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": meterSharedNumbers{l.MeterShared}, "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.windows[5], 1, l.MeterWindow, nil)},
-	})
 }
 
 // Default is the set of limiters the package-level variables and functions use.
@@ -1417,7 +801,7 @@ func newPerUserLimiter() *PerUserLimiter {
 // Its methods are safe for concurrent use.
 type PerUserLimiter struct {
 	local *PerUserLocalLimiter
-	sh    *sharedState // the store, or why there is none
+	sh    *sharedimpl.State // the store, or why there is none
 }
 
 // Rule returns the runtime rule behind the limiter (its units, exactness and limits).
@@ -1445,13 +829,13 @@ func (l *PerUserLimiter) AllowN(ctx context.Context, plan Plan, key string, cost
 	if plan >= numPlans {
 		return shared.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}
 	}
-	if l.sh.bound == nil {
+	if l.sh.Bound == nil {
 		return shared.Result{
 			Decision: l.local.AllowN(plan, key, cost),
-			Err:      l.sh.err,
+			Err:      l.sh.Why,
 		}
 	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
+	return l.sh.Bound.CheckStep(ctx, shared.Step{
 		Cost: cost,
 		Key:  key,
 		Rule: 0 + int(plan),
@@ -1466,10 +850,10 @@ func (l *PerUserLimiter) Wait(ctx context.Context, plan Plan, key string, cost i
 	if plan >= numPlans {
 		return ErrUnknownPlan
 	}
-	if l.sh.bound == nil {
+	if l.sh.Bound == nil {
 		return l.local.Wait(ctx, plan, key, cost)
 	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
+	return shared.Wait(ctx, l.sh.Bound, shared.Step{
 		Cost: cost,
 		Key:  key,
 		Rule: 0 + int(plan),
@@ -1486,7 +870,7 @@ func (l *PerUserLimiter) SetNumbers(plan Plan, n atomicbucket.Numbers) error {
 	if plan >= numPlans {
 		return ErrUnknownPlan
 	}
-	nb, err := l.sh.numbered()
+	nb, err := l.sh.Numbered()
 	if err != nil {
 		return err
 	}
@@ -1503,7 +887,7 @@ func (l *PerUserLimiter) ClearNumbers(plan Plan) error {
 	if plan >= numPlans {
 		return ErrUnknownPlan
 	}
-	nb, err := l.sh.numbered()
+	nb, err := l.sh.Numbered()
 	if err != nil {
 		return err
 	}
@@ -1526,7 +910,7 @@ func (l *PerUserLimiter) NumbersFor(plan Plan, key string) (atomicbucket.Numbers
 	if plan >= numPlans {
 		return atomicbucket.Numbers{}, atomicbucket.FromPolicy
 	}
-	if nb, _ := l.sh.numbered(); nb != nil {
+	if nb, _ := l.sh.Numbered(); nb != nil {
 		return nb.NumbersFor(0+int(plan), key)
 	}
 	return l.local.NumbersFor(plan, key)
@@ -1535,7 +919,7 @@ func (l *PerUserLimiter) NumbersFor(plan Plan, key string) (atomicbucket.Numbers
 // SetKeyNumbers gives key numbers of its own on every plan (an enterprise customer's quota),
 // whatever PerUser's, on the store and in this process; refused as by SetNumbers, all or nothing.
 func (l *PerUserLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
+	nb, err := l.sh.Numbered()
 	if err != nil {
 		return err
 	}
@@ -1549,7 +933,7 @@ func (l *PerUserLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error
 
 // ClearKeyNumbers takes key's own numbers away on every plan, on the store and in this process.
 func (l *PerUserLimiter) ClearKeyNumbers(key string) error {
-	nb, err := l.sh.numbered()
+	nb, err := l.sh.Numbered()
 	if err != nil {
 		return err
 	}
@@ -1564,7 +948,7 @@ func (l *PerUserLimiter) ClearKeyNumbers(key string) error {
 // it full) and in this process. Other instances' leases keep what they were granted until it
 // expires.
 func (l *PerUserLimiter) Reset(ctx context.Context, key string) error {
-	nb, err := l.sh.numbered()
+	nb, err := l.sh.Numbered()
 	if err != nil {
 		return err
 	}
@@ -1600,9 +984,12 @@ func (l *ExportsLocalLimiter) ruleInForce(key uint64) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
-// newExportsLimiter returns Exports's limiter over its process-local buckets; New binds it to the store.
-func newExportsLimiter() *ExportsLimiter {
-	return &ExportsLimiter{local: newExportsLocalLimiter()}
+// newExportsLimiter returns Exports's limiter over its process-local buckets, checked on the store s binds.
+func newExportsLimiter(s *sharedimpl.State) *ExportsLimiter {
+	local := newExportsLocalLimiter()
+	return &ExportsLimiter{sharedimpl.NewKeyed(local.Keyed, s, 2, func(k uint64) string {
+		return strconv.FormatUint(uint64(k), 10)
+	}), local}
 }
 
 // ExportsLimiter is the type of Exports, a shared rule: Allow, AllowN and Wait decide on the store
@@ -1611,13 +998,8 @@ func newExportsLimiter() *ExportsLimiter {
 // results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
 // Its methods are safe for concurrent use.
 type ExportsLimiter struct {
+	sharedimpl.Keyed[uint64]
 	local *ExportsLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *ExportsLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns Exports decided in this process only, with the whole limit, on buckets apart from
@@ -1626,132 +1008,10 @@ func (l *ExportsLimiter) Local() *ExportsLocalLimiter {
 	return l.local
 }
 
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *ExportsLimiter) Allow(ctx context.Context, key uint64) bool {
-	return l.AllowN(ctx, key, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that Exports holds across every
-// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
-// setting (deny) does, and the Result says so (Degraded, Err). Without a store, Exports's
-// process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *ExportsLimiter) AllowN(ctx context.Context, key uint64, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(key, cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  strconv.FormatUint(uint64(key), 10),
-		Rule: 2,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *ExportsLimiter) Wait(ctx context.Context, key uint64, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, key, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  strconv.FormatUint(uint64(key), 10),
-		Rule: 2,
-	})
-}
-
-// SetNumbers makes n Exports's numbers for every key without numbers of its own, on the store and
-// in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
-// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
-// as they are, never beyond the new burst); every instance sharing the store must be given the same
-// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
-// source (shared.Numbered says more).
-func (l *ExportsLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(2, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns Exports to the policy's numbers, on the store and in this process.
-func (l *ExportsLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(2)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
 // fields): Local's, which every change keeps equal to the store's; nil before.
 func (l *ExportsLimiter) ruleInForce(key uint64) *atomicbucket.Rule {
 	return l.local.ruleInForce(key)
-}
-
-// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
-// or without a store Local's.
-func (l *ExportsLimiter) NumbersFor(key uint64) (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(2, strconv.FormatUint(uint64(key), 10))
-	}
-	return l.local.NumbersFor(key)
-}
-
-// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever Exports's,
-// on the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *ExportsLimiter) SetKeyNumbers(key uint64, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{2}, strconv.FormatUint(uint64(key), 10), n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
-}
-
-// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *ExportsLimiter) ClearKeyNumbers(key uint64) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearKeyNumbers([]int{2}, strconv.FormatUint(uint64(key), 10))
-	}
-	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
-	return nil
-}
-
-// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
-// in this process. Other instances' leases keep what they were granted until it expires.
-func (l *ExportsLimiter) Reset(ctx context.Context, key uint64) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset(key)
-	if nb != nil {
-		return nb.Reset(ctx, []int{2}, strconv.FormatUint(uint64(key), 10))
-	}
-	return nil
 }
 
 // perInstanceLimit is PerInstance's limit, as the policy gives it.
@@ -1773,11 +1033,9 @@ type PerInstanceLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// PerInstance's fixed-point units, computed when generating and checked against the runtime when
-// the package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (perInstanceUnitsPerNs), one token is worth perInstanceUnitsPerToken units (GCRA's emission
-// interval), and a bucket may run perInstanceBurstUnits units ahead of now (the burst's worth:
-// GCRA's tolerance).
+// PerInstance's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises):
+// time in 1/1 ns (perInstanceUnitsPerNs), a token's worth (perInstanceUnitsPerToken) and the
+// burst's (perInstanceBurstUnits), GCRA's emission interval and tolerance.
 const (
 	perInstanceUnitsPerNs    = 1
 	perInstanceUnitsPerToken = 60000000000
@@ -1815,10 +1073,9 @@ type GlobalLocalLimiter struct {
 	genimpl.Global
 }
 
-// Global's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (globalUnitsPerNs), one token is worth globalUnitsPerToken units (GCRA's emission interval), and
-// a bucket may run globalBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Global's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (globalUnitsPerNs), a token's worth (globalUnitsPerToken) and the burst's
+// (globalBurstUnits), GCRA's emission interval and tolerance.
 const (
 	globalUnitsPerNs    = 1
 	globalUnitsPerToken = 60000000000
@@ -1849,9 +1106,10 @@ func (l *GlobalLocalLimiter) ruleInForce() *atomicbucket.Rule {
 	return l.Bucket().ChangedRule()
 }
 
-// newGlobalLimiter returns Global's limiter over its process-local buckets; New binds it to the store.
-func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
-	return &GlobalLimiter{local: newGlobalLocalLimiter(now)}
+// newGlobalLimiter returns Global's limiter over its process-local buckets, checked on the store s binds.
+func newGlobalLimiter(now atomicbucket.Time, s *sharedimpl.State) *GlobalLimiter {
+	local := newGlobalLocalLimiter(now)
+	return &GlobalLimiter{sharedimpl.NewGlobal(local.Global, s, 3), local}
 }
 
 // GlobalLimiter is the type of Global, a shared rule: Allow, AllowN and Wait decide on the store
@@ -1860,13 +1118,8 @@ func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
 // results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
 // Its methods are safe for concurrent use.
 type GlobalLimiter struct {
+	sharedimpl.Global
 	local *GlobalLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *GlobalLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns Global decided in this process only, with the whole limit, on buckets apart from
@@ -1875,103 +1128,10 @@ func (l *GlobalLimiter) Local() *GlobalLocalLimiter {
 	return l.local
 }
 
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *GlobalLimiter) Allow(ctx context.Context) bool {
-	return l.AllowN(ctx, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that Global holds across every
-// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
-// setting (allow) does, and the Result says so (Degraded, Err). Without a store, Global's
-// process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *GlobalLimiter) AllowN(ctx context.Context, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  "",
-		Rule: 3,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *GlobalLimiter) Wait(ctx context.Context, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  "",
-		Rule: 3,
-	})
-}
-
-// SetNumbers makes n Global's numbers, on the store and in this process (Local, and the on_failure
-// share). Numbers the rule or the store cannot hold are refused, and nothing changes. A store
-// converts each bucket at its next check (tokens held carried as they are, never beyond the new
-// burst); every instance sharing the store must be given the same numbers, or each converts the
-// buckets to its own (never gaining tokens): give them from one source (shared.Numbered says more).
-func (l *GlobalLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(3, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns Global to the policy's numbers, on the store and in this process.
-func (l *GlobalLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(3)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
 // fields): Local's, which every change keeps equal to the store's; nil before.
 func (l *GlobalLimiter) ruleInForce() *atomicbucket.Rule {
 	return l.local.ruleInForce()
-}
-
-// NumbersFor returns the numbers in force and where they come from: the store's binding's, or
-// without a store Local's.
-func (l *GlobalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(3, "")
-	}
-	return l.local.NumbersFor()
-}
-
-// Reset forgets Global's bucket on the store (its next check finds it full) and in this process.
-// Other instances' leases keep what they were granted until it expires.
-func (l *GlobalLimiter) Reset(ctx context.Context) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset()
-	if nb != nil {
-		return nb.Reset(ctx, []int{3}, "")
-	}
-	return nil
 }
 
 // downloadsLimit is Downloads's limit, as the policy gives it.
@@ -1995,11 +1155,9 @@ type DownloadsLocalLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// Downloads's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (downloadsUnitsPerNs), one token is worth downloadsUnitsPerToken units (GCRA's emission
-// interval), and a bucket may run downloadsBurstUnits units ahead of now (the burst's worth: GCRA's
-// tolerance).
+// Downloads's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time
+// in 1/1 ns (downloadsUnitsPerNs), a token's worth (downloadsUnitsPerToken) and the burst's
+// (downloadsBurstUnits), GCRA's emission interval and tolerance.
 const (
 	downloadsUnitsPerNs    = 1
 	downloadsUnitsPerToken = 60000000000
@@ -2021,9 +1179,10 @@ func (l *DownloadsLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
-// newDownloadsLimiter returns Downloads's limiter over its process-local buckets; New binds it to the store.
-func newDownloadsLimiter() *DownloadsLimiter {
-	return &DownloadsLimiter{local: newDownloadsLocalLimiter()}
+// newDownloadsLimiter returns Downloads's limiter over its process-local buckets, checked on the store s binds.
+func newDownloadsLimiter(s *sharedimpl.State) *DownloadsLimiter {
+	local := newDownloadsLocalLimiter()
+	return &DownloadsLimiter{sharedimpl.NewKeyed(local.Keyed, s, 4, sharedimpl.Text), local}
 }
 
 // DownloadsLimiter is the type of Downloads, a shared rule: Allow, AllowN and Wait decide on the
@@ -2032,13 +1191,8 @@ func newDownloadsLimiter() *DownloadsLimiter {
 // results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
 // Its methods are safe for concurrent use.
 type DownloadsLimiter struct {
+	sharedimpl.Keyed[string]
 	local *DownloadsLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *DownloadsLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns Downloads decided in this process only, with the whole limit, on buckets apart from
@@ -2047,134 +1201,10 @@ func (l *DownloadsLimiter) Local() *DownloadsLocalLimiter {
 	return l.local
 }
 
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *DownloadsLimiter) Allow(ctx context.Context, key string) bool {
-	return l.AllowN(ctx, key, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that Downloads holds across every
-// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
-// setting (deny) does, and the Result says so (Degraded, Err). The rule is leased: each instance
-// takes batches of at most 8 tokens from a store that leases and spends them here, so most checks
-// make no call. Without a store, Downloads's process-local limiter (Local) decides and Err is
-// SharedErr's error.
-func (l *DownloadsLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(key, cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 4,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *DownloadsLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, key, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 4,
-	})
-}
-
-// SetNumbers makes n Downloads's numbers for every key without numbers of its own, on the store and
-// in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
-// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
-// as they are, never beyond the new burst); every instance sharing the store must be given the same
-// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
-// source (shared.Numbered says more).
-func (l *DownloadsLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(4, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns Downloads to the policy's numbers, on the store and in this process.
-func (l *DownloadsLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(4)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
 // fields): Local's, which every change keeps equal to the store's; nil before.
 func (l *DownloadsLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.local.ruleInForce(key)
-}
-
-// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
-// or without a store Local's.
-func (l *DownloadsLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(4, key)
-	}
-	return l.local.NumbersFor(key)
-}
-
-// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever
-// Downloads's, on the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *DownloadsLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{4}, key, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
-}
-
-// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *DownloadsLimiter) ClearKeyNumbers(key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearKeyNumbers([]int{4}, key)
-	}
-	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
-	return nil
-}
-
-// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
-// in this process. Other instances' leases keep what they were granted until it expires.
-func (l *DownloadsLimiter) Reset(ctx context.Context, key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset(key)
-	if nb != nil {
-		return nb.Reset(ctx, []int{4}, key)
-	}
-	return nil
 }
 
 // downloadsGlobalLimit is DownloadsGlobal's limit, as the policy gives it.
@@ -2198,11 +1228,10 @@ type DownloadsGlobalLocalLimiter struct {
 	genimpl.Global
 }
 
-// DownloadsGlobal's fixed-point units, computed when generating and checked against the runtime
-// when the package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (downloadsGlobalUnitsPerNs), one token is worth downloadsGlobalUnitsPerToken units (GCRA's
-// emission interval), and a bucket may run downloadsGlobalBurstUnits units ahead of now (the
-// burst's worth: GCRA's tolerance).
+// DownloadsGlobal's fixed-point units (atomicbucket.Rule.Units, checked as the package
+// initialises): time in 1/1 ns (downloadsGlobalUnitsPerNs), a token's worth
+// (downloadsGlobalUnitsPerToken) and the burst's (downloadsGlobalBurstUnits), GCRA's emission
+// interval and tolerance.
 const (
 	downloadsGlobalUnitsPerNs    = 1
 	downloadsGlobalUnitsPerToken = 60000000000
@@ -2233,9 +1262,10 @@ func (l *DownloadsGlobalLocalLimiter) ruleInForce() *atomicbucket.Rule {
 	return l.Bucket().ChangedRule()
 }
 
-// newDownloadsGlobalLimiter returns DownloadsGlobal's limiter over its process-local buckets; New binds it to the store.
-func newDownloadsGlobalLimiter(now atomicbucket.Time) *DownloadsGlobalLimiter {
-	return &DownloadsGlobalLimiter{local: newDownloadsGlobalLocalLimiter(now)}
+// newDownloadsGlobalLimiter returns DownloadsGlobal's limiter over its process-local buckets, checked on the store s binds.
+func newDownloadsGlobalLimiter(now atomicbucket.Time, s *sharedimpl.State) *DownloadsGlobalLimiter {
+	local := newDownloadsGlobalLocalLimiter(now)
+	return &DownloadsGlobalLimiter{sharedimpl.NewGlobal(local.Global, s, 5), local}
 }
 
 // DownloadsGlobalLimiter is the type of DownloadsGlobal, a shared rule: Allow, AllowN and Wait
@@ -2244,13 +1274,8 @@ func newDownloadsGlobalLimiter(now atomicbucket.Time) *DownloadsGlobalLimiter {
 // and their results carry SharedErr's error; Local is that process-local limiter, under a name that
 // says so. Its methods are safe for concurrent use.
 type DownloadsGlobalLimiter struct {
+	sharedimpl.Global
 	local *DownloadsGlobalLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *DownloadsGlobalLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns DownloadsGlobal decided in this process only, with the whole limit, on buckets
@@ -2259,105 +1284,10 @@ func (l *DownloadsGlobalLimiter) Local() *DownloadsGlobalLocalLimiter {
 	return l.local
 }
 
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *DownloadsGlobalLimiter) Allow(ctx context.Context) bool {
-	return l.AllowN(ctx, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that DownloadsGlobal holds across
-// every instance that shares it. It never fails: when the store cannot decide, the rule's
-// on_failure setting (allow) does, and the Result says so (Degraded, Err). The rule is leased: each
-// instance takes batches of at most 100 tokens from a store that leases and spends them here, so
-// most checks make no call. Without a store, DownloadsGlobal's process-local limiter (Local)
-// decides and Err is SharedErr's error.
-func (l *DownloadsGlobalLimiter) AllowN(ctx context.Context, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  "",
-		Rule: 5,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *DownloadsGlobalLimiter) Wait(ctx context.Context, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  "",
-		Rule: 5,
-	})
-}
-
-// SetNumbers makes n DownloadsGlobal's numbers, on the store and in this process (Local, and the
-// on_failure share). Numbers the rule or the store cannot hold are refused, and nothing changes. A
-// store converts each bucket at its next check (tokens held carried as they are, never beyond the
-// new burst); every instance sharing the store must be given the same numbers, or each converts the
-// buckets to its own (never gaining tokens): give them from one source (shared.Numbered says more).
-func (l *DownloadsGlobalLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(5, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns DownloadsGlobal to the policy's numbers, on the store and in this process.
-func (l *DownloadsGlobalLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(5)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
 // fields): Local's, which every change keeps equal to the store's; nil before.
 func (l *DownloadsGlobalLimiter) ruleInForce() *atomicbucket.Rule {
 	return l.local.ruleInForce()
-}
-
-// NumbersFor returns the numbers in force and where they come from: the store's binding's, or
-// without a store Local's.
-func (l *DownloadsGlobalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(5, "")
-	}
-	return l.local.NumbersFor()
-}
-
-// Reset forgets DownloadsGlobal's bucket on the store (its next check finds it full) and in this
-// process. Other instances' leases keep what they were granted until it expires.
-func (l *DownloadsGlobalLimiter) Reset(ctx context.Context) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset()
-	if nb != nil {
-		return nb.Reset(ctx, []int{5}, "")
-	}
-	return nil
 }
 
 // fastLimit is Fast's limit, as the policy gives it.
@@ -2381,10 +1311,9 @@ type FastLocalLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// Fast's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (fastUnitsPerNs), one token is worth fastUnitsPerToken units (GCRA's emission interval), and a
-// bucket may run fastBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Fast's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (fastUnitsPerNs), a token's worth (fastUnitsPerToken) and the burst's (fastBurstUnits),
+// GCRA's emission interval and tolerance.
 const (
 	fastUnitsPerNs    = 1
 	fastUnitsPerToken = 100000000
@@ -2401,9 +1330,10 @@ func (l *FastLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.Table().AllowGreedyAt(key, now, fastUnitsPerNs, fastUnitsPerToken, fastBurstUnits)
 }
 
-// newFastLimiter returns Fast's limiter over its process-local buckets; New binds it to the store.
-func newFastLimiter() *FastLimiter {
-	return &FastLimiter{local: newFastLocalLimiter()}
+// newFastLimiter returns Fast's limiter over its process-local buckets, checked on the store s binds.
+func newFastLimiter(s *sharedimpl.State) *FastLimiter {
+	local := newFastLocalLimiter()
+	return &FastLimiter{sharedimpl.NewKeyed(local.Keyed, s, 6, sharedimpl.Text), local}
 }
 
 // FastLimiter is the type of Fast, a shared rule: Allow, AllowN and Wait decide on the store given
@@ -2412,141 +1342,14 @@ func newFastLimiter() *FastLimiter {
 // carry SharedErr's error; Local is that process-local limiter, under a name that says so. Its
 // methods are safe for concurrent use.
 type FastLimiter struct {
+	sharedimpl.Keyed[string]
 	local *FastLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *FastLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns Fast decided in this process only, with the whole limit, on buckets apart from the
 // store's, for tests and tools: what it admits is not counted by any other instance.
 func (l *FastLimiter) Local() *FastLocalLimiter {
 	return l.local
-}
-
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *FastLimiter) Allow(ctx context.Context, key string) bool {
-	return l.AllowN(ctx, key, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that Fast holds across every
-// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
-// setting (deny) does, and the Result says so (Degraded, Err). Without a store, Fast's
-// process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *FastLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(key, cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 6,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *FastLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, key, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 6,
-	})
-}
-
-// SetNumbers makes n Fast's numbers for every key without numbers of its own, on the store and in
-// this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
-// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
-// as they are, never beyond the new burst); every instance sharing the store must be given the same
-// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
-// source (shared.Numbered says more).
-func (l *FastLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(6, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns Fast to the policy's numbers, on the store and in this process.
-func (l *FastLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(6)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
-// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
-// or without a store Local's.
-func (l *FastLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(6, key)
-	}
-	return l.local.NumbersFor(key)
-}
-
-// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever Fast's, on
-// the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *FastLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{6}, key, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
-}
-
-// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *FastLimiter) ClearKeyNumbers(key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearKeyNumbers([]int{6}, key)
-	}
-	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
-	return nil
-}
-
-// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
-// in this process. Other instances' leases keep what they were granted until it expires.
-func (l *FastLimiter) Reset(ctx context.Context, key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset(key)
-	if nb != nil {
-		return nb.Reset(ctx, []int{6}, key)
-	}
-	return nil
 }
 
 // wideLimit is Wide's limit, as the policy gives it.
@@ -2570,10 +1373,9 @@ type WideLocalLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// Wide's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (wideUnitsPerNs), one token is worth wideUnitsPerToken units (GCRA's emission interval), and a
-// bucket may run wideBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Wide's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (wideUnitsPerNs), a token's worth (wideUnitsPerToken) and the burst's (wideBurstUnits),
+// GCRA's emission interval and tolerance.
 const (
 	wideUnitsPerNs    = 1
 	wideUnitsPerToken = 1000
@@ -2590,9 +1392,10 @@ func (l *WideLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.Table().AllowGreedyAt(key, now, wideUnitsPerNs, wideUnitsPerToken, wideBurstUnits)
 }
 
-// newWideLimiter returns Wide's limiter over its process-local buckets; New binds it to the store.
-func newWideLimiter() *WideLimiter {
-	return &WideLimiter{local: newWideLocalLimiter()}
+// newWideLimiter returns Wide's limiter over its process-local buckets, checked on the store s binds.
+func newWideLimiter(s *sharedimpl.State) *WideLimiter {
+	local := newWideLocalLimiter()
+	return &WideLimiter{sharedimpl.NewKeyed(local.Keyed, s, 7, sharedimpl.Text), local}
 }
 
 // WideLimiter is the type of Wide, a shared rule: Allow, AllowN and Wait decide on the store given
@@ -2601,141 +1404,14 @@ func newWideLimiter() *WideLimiter {
 // carry SharedErr's error; Local is that process-local limiter, under a name that says so. Its
 // methods are safe for concurrent use.
 type WideLimiter struct {
+	sharedimpl.Keyed[string]
 	local *WideLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *WideLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns Wide decided in this process only, with the whole limit, on buckets apart from the
 // store's, for tests and tools: what it admits is not counted by any other instance.
 func (l *WideLimiter) Local() *WideLocalLimiter {
 	return l.local
-}
-
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *WideLimiter) Allow(ctx context.Context, key string) bool {
-	return l.AllowN(ctx, key, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that Wide holds across every
-// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
-// setting (deny) does, and the Result says so (Degraded, Err). Without a store, Wide's
-// process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *WideLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(key, cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 7,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *WideLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, key, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 7,
-	})
-}
-
-// SetNumbers makes n Wide's numbers for every key without numbers of its own, on the store and in
-// this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
-// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
-// as they are, never beyond the new burst); every instance sharing the store must be given the same
-// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
-// source (shared.Numbered says more).
-func (l *WideLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(7, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns Wide to the policy's numbers, on the store and in this process.
-func (l *WideLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(7)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
-// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
-// or without a store Local's.
-func (l *WideLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(7, key)
-	}
-	return l.local.NumbersFor(key)
-}
-
-// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever Wide's, on
-// the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *WideLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{7}, key, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
-}
-
-// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *WideLimiter) ClearKeyNumbers(key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearKeyNumbers([]int{7}, key)
-	}
-	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
-	return nil
-}
-
-// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
-// in this process. Other instances' leases keep what they were granted until it expires.
-func (l *WideLimiter) Reset(ctx context.Context, key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset(key)
-	if nb != nil {
-		return nb.Reset(ctx, []int{7}, key)
-	}
-	return nil
 }
 
 // TenantUserKey is rule TenantUser's key: tenant (string), user (uint64).
@@ -2812,11 +1488,9 @@ type TenantUserLocalLimiter struct {
 	genimpl.Keyed[TenantUserKey]
 }
 
-// TenantUser's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (tenantUserUnitsPerNs), one token is worth tenantUserUnitsPerToken units (GCRA's emission
-// interval), and a bucket may run tenantUserBurstUnits units ahead of now (the burst's worth:
-// GCRA's tolerance).
+// TenantUser's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises):
+// time in 1/1 ns (tenantUserUnitsPerNs), a token's worth (tenantUserUnitsPerToken) and the burst's
+// (tenantUserBurstUnits), GCRA's emission interval and tolerance.
 const (
 	tenantUserUnitsPerNs    = 1
 	tenantUserUnitsPerToken = 60000000000
@@ -2833,9 +1507,12 @@ func (l *TenantUserLocalLimiter) AllowAt(key TenantUserKey, now atomicbucket.Tim
 	return l.Table().AllowGreedyAt(key, now, tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits)
 }
 
-// newTenantUserLimiter returns TenantUser's limiter over its process-local buckets; New binds it to the store.
-func newTenantUserLimiter() *TenantUserLimiter {
-	return &TenantUserLimiter{local: newTenantUserLocalLimiter()}
+// newTenantUserLimiter returns TenantUser's limiter over its process-local buckets, checked on the store s binds.
+func newTenantUserLimiter(s *sharedimpl.State) *TenantUserLimiter {
+	local := newTenantUserLocalLimiter()
+	return &TenantUserLimiter{sharedimpl.NewKeyed(local.Keyed, s, 8, func(k TenantUserKey) string {
+		return shared.StoreKey(k.String())
+	}), local}
 }
 
 // TenantUserLimiter is the type of TenantUser, a shared rule: Allow, AllowN and Wait decide on the
@@ -2844,141 +1521,14 @@ func newTenantUserLimiter() *TenantUserLimiter {
 // results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
 // Its methods are safe for concurrent use.
 type TenantUserLimiter struct {
+	sharedimpl.Keyed[TenantUserKey]
 	local *TenantUserLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *TenantUserLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns TenantUser decided in this process only, with the whole limit, on buckets apart
 // from the store's, for tests and tools: what it admits is not counted by any other instance.
 func (l *TenantUserLimiter) Local() *TenantUserLocalLimiter {
 	return l.local
-}
-
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *TenantUserLimiter) Allow(ctx context.Context, key TenantUserKey) bool {
-	return l.AllowN(ctx, key, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that TenantUser holds across every
-// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
-// setting (deny) does, and the Result says so (Degraded, Err). Without a store, TenantUser's
-// process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *TenantUserLimiter) AllowN(ctx context.Context, key TenantUserKey, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(key, cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  shared.StoreKey(key.String()),
-		Rule: 8,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *TenantUserLimiter) Wait(ctx context.Context, key TenantUserKey, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, key, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  shared.StoreKey(key.String()),
-		Rule: 8,
-	})
-}
-
-// SetNumbers makes n TenantUser's numbers for every key without numbers of its own, on the store
-// and in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold
-// are refused, and nothing changes. A store converts each bucket at its next check (tokens held
-// carried as they are, never beyond the new burst); every instance sharing the store must be given
-// the same numbers, or each converts the buckets to its own (never gaining tokens): give them from
-// one source (shared.Numbered says more).
-func (l *TenantUserLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(8, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns TenantUser to the policy's numbers, on the store and in this process.
-func (l *TenantUserLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(8)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
-// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
-// or without a store Local's.
-func (l *TenantUserLimiter) NumbersFor(key TenantUserKey) (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(8, shared.StoreKey(key.String()))
-	}
-	return l.local.NumbersFor(key)
-}
-
-// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever
-// TenantUser's, on the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *TenantUserLimiter) SetKeyNumbers(key TenantUserKey, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{8}, shared.StoreKey(key.String()), n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
-}
-
-// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *TenantUserLimiter) ClearKeyNumbers(key TenantUserKey) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearKeyNumbers([]int{8}, shared.StoreKey(key.String()))
-	}
-	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
-	return nil
-}
-
-// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
-// in this process. Other instances' leases keep what they were granted until it expires.
-func (l *TenantUserLimiter) Reset(ctx context.Context, key TenantUserKey) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset(key)
-	if nb != nil {
-		return nb.Reset(ctx, []int{8}, shared.StoreKey(key.String()))
-	}
-	return nil
 }
 
 // quotaLimit is Quota's window rule, as the policy gives it.
@@ -3008,7 +1558,7 @@ func newQuotaLimiter() *QuotaLimiter {
 // Its methods are safe for concurrent use.
 type QuotaLimiter struct {
 	local *QuotaLocalLimiter
-	sh    *sharedState // the store, or why there is none
+	sh    *sharedimpl.State // the store, or why there is none
 }
 
 // Rule returns the window rule behind the limiter.
@@ -3033,12 +1583,12 @@ func (l *QuotaLimiter) Allow(ctx context.Context, key string) bool {
 // setting (deny) does, and the Result says so (Degraded, Err). Without a store, Quota's
 // process-local window (Local) decides and Err is SharedErr's error.
 func (l *QuotaLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if w := l.sh.windows[0]; w != nil {
+	if w := l.sh.Windows[0]; w != nil {
 		return w.AllowN(ctx, key, cost)
 	}
 	return shared.Result{
 		Decision: l.local.AllowN(key, cost),
-		Err:      l.sh.err,
+		Err:      l.sh.Why,
 	}
 }
 
@@ -3050,7 +1600,7 @@ func (l *QuotaLimiter) AllowN(ctx context.Context, key string, cost int64) share
 func (l *QuotaLimiter) Reset(ctx context.Context, key string) error {
 	l.local.Reset(key)
 	var err error
-	if w := l.sh.windows[0]; w != nil {
+	if w := l.sh.Windows[0]; w != nil {
 		err = w.Reset(ctx, key)
 	}
 	return err
@@ -3063,7 +1613,7 @@ func (l *QuotaLimiter) Reset(ctx context.Context, key string) error {
 // the same numbers (see shared.Window.SetKeyNumbers). Numbers a window or the store cannot take,
 // and a key no door checks, are refused, and nothing changes.
 func (l *QuotaLimiter) SetKeyNumbers(ctx context.Context, key string, n atomicbucket.Numbers) error {
-	if w := l.sh.windows[0]; w != nil {
+	if w := l.sh.Windows[0]; w != nil {
 		if err := w.SetKeyNumbers(ctx, key, n, 1); err != nil {
 			return err
 		}
@@ -3074,7 +1624,7 @@ func (l *QuotaLimiter) SetKeyNumbers(ctx context.Context, key string, n atomicbu
 // ClearKeyNumbers takes key's own numbers away, on the store and in the process-local window: from
 // now on it has Quota's.
 func (l *QuotaLimiter) ClearKeyNumbers(ctx context.Context, key string) {
-	if w := l.sh.windows[0]; w != nil {
+	if w := l.sh.Windows[0]; w != nil {
 		w.ClearKeyNumbers(ctx, key)
 	}
 	l.local.ClearKeyNumbers(key)
@@ -3107,7 +1657,7 @@ func newQuotaWideLimiter() *QuotaWideLimiter {
 // Its methods are safe for concurrent use.
 type QuotaWideLimiter struct {
 	local *QuotaWideLocalLimiter
-	sh    *sharedState // the store, or why there is none
+	sh    *sharedimpl.State // the store, or why there is none
 }
 
 // Rule returns the window rule behind the limiter.
@@ -3132,12 +1682,12 @@ func (l *QuotaWideLimiter) Allow(ctx context.Context, key uint64) bool {
 // setting (a local share of 0.5 of the limit) does, and the Result says so (Degraded, Err). Without
 // a store, QuotaWide's process-local window (Local) decides and Err is SharedErr's error.
 func (l *QuotaWideLimiter) AllowN(ctx context.Context, key uint64, cost int64) shared.Result {
-	if w := l.sh.windows[1]; w != nil {
+	if w := l.sh.Windows[1]; w != nil {
 		return w.AllowN(ctx, strconv.FormatUint(uint64(key), 10), cost)
 	}
 	return shared.Result{
 		Decision: l.local.AllowN(key, cost),
-		Err:      l.sh.err,
+		Err:      l.sh.Why,
 	}
 }
 
@@ -3149,7 +1699,7 @@ func (l *QuotaWideLimiter) AllowN(ctx context.Context, key uint64, cost int64) s
 func (l *QuotaWideLimiter) Reset(ctx context.Context, key uint64) error {
 	l.local.Reset(key)
 	var err error
-	if w := l.sh.windows[1]; w != nil {
+	if w := l.sh.Windows[1]; w != nil {
 		err = w.Reset(ctx, strconv.FormatUint(uint64(key), 10))
 	}
 	return err
@@ -3162,7 +1712,7 @@ func (l *QuotaWideLimiter) Reset(ctx context.Context, key uint64) error {
 // the same numbers (see shared.Window.SetKeyNumbers). Numbers a window or the store cannot take,
 // and a key no door checks, are refused, and nothing changes.
 func (l *QuotaWideLimiter) SetKeyNumbers(ctx context.Context, key uint64, n atomicbucket.Numbers) error {
-	if w := l.sh.windows[1]; w != nil {
+	if w := l.sh.Windows[1]; w != nil {
 		if err := w.SetKeyNumbers(ctx, strconv.FormatUint(uint64(key), 10), n, 1); err != nil {
 			return err
 		}
@@ -3173,7 +1723,7 @@ func (l *QuotaWideLimiter) SetKeyNumbers(ctx context.Context, key uint64, n atom
 // ClearKeyNumbers takes key's own numbers away, on the store and in the process-local window: from
 // now on it has QuotaWide's.
 func (l *QuotaWideLimiter) ClearKeyNumbers(ctx context.Context, key uint64) {
-	if w := l.sh.windows[1]; w != nil {
+	if w := l.sh.Windows[1]; w != nil {
 		w.ClearKeyNumbers(ctx, strconv.FormatUint(uint64(key), 10))
 	}
 	l.local.ClearKeyNumbers(key)
@@ -3359,7 +1909,7 @@ func newQuotaPlanLimiter() *QuotaPlanLimiter {
 // Its methods are safe for concurrent use.
 type QuotaPlanLimiter struct {
 	local *QuotaPlanLocalLimiter
-	sh    *sharedState // the store, or why there is none
+	sh    *sharedimpl.State // the store, or why there is none
 }
 
 // Rule returns the window rule behind the limiter.
@@ -3387,12 +1937,12 @@ func (l *QuotaPlanLimiter) AllowN(ctx context.Context, plan Plan, key string, co
 	if plan >= numPlans {
 		return shared.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}
 	}
-	if w := l.sh.windows[2+int(plan)]; w != nil {
+	if w := l.sh.Windows[2+int(plan)]; w != nil {
 		return w.AllowN(ctx, key, cost)
 	}
 	return shared.Result{
 		Decision: l.local.AllowN(plan, key, cost),
-		Err:      l.sh.err,
+		Err:      l.sh.Why,
 	}
 }
 
@@ -3405,7 +1955,7 @@ func (l *QuotaPlanLimiter) Reset(ctx context.Context, key string) error {
 	l.local.Reset(key)
 	var err error
 	for plan := range numPlans {
-		if w := l.sh.windows[2+int(plan)]; w != nil {
+		if w := l.sh.Windows[2+int(plan)]; w != nil {
 			err = errors.Join(err, w.Reset(ctx, key))
 		}
 	}
@@ -3440,7 +1990,7 @@ func newQuotaLeasedLimiter() *QuotaLeasedLimiter {
 // so. Its methods are safe for concurrent use.
 type QuotaLeasedLimiter struct {
 	local *QuotaLeasedLocalLimiter
-	sh    *sharedState // the store, or why there is none
+	sh    *sharedimpl.State // the store, or why there is none
 }
 
 // Rule returns the window rule behind the limiter.
@@ -3467,12 +2017,12 @@ func (l *QuotaLeasedLimiter) Allow(ctx context.Context, key string) bool {
 // window after the batch's term is over, and spends them here, so most checks make no call. Without
 // a store, QuotaLeased's process-local window (Local) decides and Err is SharedErr's error.
 func (l *QuotaLeasedLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if w := l.sh.windows[4]; w != nil {
+	if w := l.sh.Windows[4]; w != nil {
 		return w.AllowN(ctx, key, cost)
 	}
 	return shared.Result{
 		Decision: l.local.AllowN(key, cost),
-		Err:      l.sh.err,
+		Err:      l.sh.Why,
 	}
 }
 
@@ -3484,7 +2034,7 @@ func (l *QuotaLeasedLimiter) AllowN(ctx context.Context, key string, cost int64)
 func (l *QuotaLeasedLimiter) Reset(ctx context.Context, key string) error {
 	l.local.Reset(key)
 	var err error
-	if w := l.sh.windows[4]; w != nil {
+	if w := l.sh.Windows[4]; w != nil {
 		err = w.Reset(ctx, key)
 	}
 	return err
@@ -3497,7 +2047,7 @@ func (l *QuotaLeasedLimiter) Reset(ctx context.Context, key string) error {
 // the same numbers (see shared.Window.SetKeyNumbers). Numbers a window or the store cannot take,
 // and a key no door checks, are refused, and nothing changes.
 func (l *QuotaLeasedLimiter) SetKeyNumbers(ctx context.Context, key string, n atomicbucket.Numbers) error {
-	if w := l.sh.windows[4]; w != nil {
+	if w := l.sh.Windows[4]; w != nil {
 		if err := w.SetKeyNumbers(ctx, key, n, 1); err != nil {
 			return err
 		}
@@ -3508,7 +2058,7 @@ func (l *QuotaLeasedLimiter) SetKeyNumbers(ctx context.Context, key string, n at
 // ClearKeyNumbers takes key's own numbers away, on the store and in the process-local window: from
 // now on it has QuotaLeased's.
 func (l *QuotaLeasedLimiter) ClearKeyNumbers(ctx context.Context, key string) {
-	if w := l.sh.windows[4]; w != nil {
+	if w := l.sh.Windows[4]; w != nil {
 		w.ClearKeyNumbers(ctx, key)
 	}
 	l.local.ClearKeyNumbers(key)
@@ -3533,11 +2083,9 @@ type SeatLocalLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// SeatLocal's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (seatLocalUnitsPerNs), one token is worth seatLocalUnitsPerToken units (GCRA's emission
-// interval), and a bucket may run seatLocalBurstUnits units ahead of now (the burst's worth: GCRA's
-// tolerance).
+// SeatLocal's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time
+// in 1/1 ns (seatLocalUnitsPerNs), a token's worth (seatLocalUnitsPerToken) and the burst's
+// (seatLocalBurstUnits), GCRA's emission interval and tolerance.
 const (
 	seatLocalUnitsPerNs    = 1
 	seatLocalUnitsPerToken = 3600000000000
@@ -3575,11 +2123,9 @@ type SeatSharedLocalLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// SeatShared's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (seatSharedUnitsPerNs), one token is worth seatSharedUnitsPerToken units (GCRA's emission
-// interval), and a bucket may run seatSharedBurstUnits units ahead of now (the burst's worth:
-// GCRA's tolerance).
+// SeatShared's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises):
+// time in 1/1 ns (seatSharedUnitsPerNs), a token's worth (seatSharedUnitsPerToken) and the burst's
+// (seatSharedBurstUnits), GCRA's emission interval and tolerance.
 const (
 	seatSharedUnitsPerNs    = 1
 	seatSharedUnitsPerToken = 3600000000000
@@ -3596,9 +2142,10 @@ func (l *SeatSharedLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool
 	return l.Table().AllowGreedyAt(key, now, seatSharedUnitsPerNs, seatSharedUnitsPerToken, seatSharedBurstUnits)
 }
 
-// newSeatSharedLimiter returns SeatShared's limiter over its process-local buckets; New binds it to the store.
-func newSeatSharedLimiter() *SeatSharedLimiter {
-	return &SeatSharedLimiter{local: newSeatSharedLocalLimiter()}
+// newSeatSharedLimiter returns SeatShared's limiter over its process-local buckets, checked on the store s binds.
+func newSeatSharedLimiter(s *sharedimpl.State) *SeatSharedLimiter {
+	local := newSeatSharedLocalLimiter()
+	return &SeatSharedLimiter{sharedimpl.NewKeyed(local.Keyed, s, 9, sharedimpl.Text), local}
 }
 
 // SeatSharedLimiter is the type of SeatShared, a shared rule: Allow, AllowN and Wait decide on the
@@ -3607,141 +2154,14 @@ func newSeatSharedLimiter() *SeatSharedLimiter {
 // results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
 // Its methods are safe for concurrent use.
 type SeatSharedLimiter struct {
+	sharedimpl.Keyed[string]
 	local *SeatSharedLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *SeatSharedLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns SeatShared decided in this process only, with the whole limit, on buckets apart
 // from the store's, for tests and tools: what it admits is not counted by any other instance.
 func (l *SeatSharedLimiter) Local() *SeatSharedLocalLimiter {
 	return l.local
-}
-
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *SeatSharedLimiter) Allow(ctx context.Context, key string) bool {
-	return l.AllowN(ctx, key, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that SeatShared holds across every
-// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
-// setting (deny) does, and the Result says so (Degraded, Err). Without a store, SeatShared's
-// process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *SeatSharedLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(key, cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 9,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *SeatSharedLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, key, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 9,
-	})
-}
-
-// SetNumbers makes n SeatShared's numbers for every key without numbers of its own, on the store
-// and in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold
-// are refused, and nothing changes. A store converts each bucket at its next check (tokens held
-// carried as they are, never beyond the new burst); every instance sharing the store must be given
-// the same numbers, or each converts the buckets to its own (never gaining tokens): give them from
-// one source (shared.Numbered says more).
-func (l *SeatSharedLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(9, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns SeatShared to the policy's numbers, on the store and in this process.
-func (l *SeatSharedLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(9)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
-// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
-// or without a store Local's.
-func (l *SeatSharedLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(9, key)
-	}
-	return l.local.NumbersFor(key)
-}
-
-// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever
-// SeatShared's, on the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *SeatSharedLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{9}, key, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
-}
-
-// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *SeatSharedLimiter) ClearKeyNumbers(key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearKeyNumbers([]int{9}, key)
-	}
-	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
-	return nil
-}
-
-// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
-// in this process. Other instances' leases keep what they were granted until it expires.
-func (l *SeatSharedLimiter) Reset(ctx context.Context, key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset(key)
-	if nb != nil {
-		return nb.Reset(ctx, []int{9}, key)
-	}
-	return nil
 }
 
 // seatDayLimit is SeatDay's window rule, as the policy gives it.
@@ -3779,11 +2199,9 @@ type MeterSharedLocalLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// MeterShared's fixed-point units, computed when generating and checked against the runtime when
-// the package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (meterSharedUnitsPerNs), one token is worth meterSharedUnitsPerToken units (GCRA's emission
-// interval), and a bucket may run meterSharedBurstUnits units ahead of now (the burst's worth:
-// GCRA's tolerance).
+// MeterShared's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises):
+// time in 1/1 ns (meterSharedUnitsPerNs), a token's worth (meterSharedUnitsPerToken) and the
+// burst's (meterSharedBurstUnits), GCRA's emission interval and tolerance.
 const (
 	meterSharedUnitsPerNs    = 1
 	meterSharedUnitsPerToken = 3600000000000
@@ -3800,9 +2218,10 @@ func (l *MeterSharedLocalLimiter) AllowAt(key string, now atomicbucket.Time) boo
 	return l.Table().AllowGreedyAt(key, now, meterSharedUnitsPerNs, meterSharedUnitsPerToken, meterSharedBurstUnits)
 }
 
-// newMeterSharedLimiter returns MeterShared's limiter over its process-local buckets; New binds it to the store.
-func newMeterSharedLimiter() *MeterSharedLimiter {
-	return &MeterSharedLimiter{local: newMeterSharedLocalLimiter()}
+// newMeterSharedLimiter returns MeterShared's limiter over its process-local buckets, checked on the store s binds.
+func newMeterSharedLimiter(s *sharedimpl.State) *MeterSharedLimiter {
+	local := newMeterSharedLocalLimiter()
+	return &MeterSharedLimiter{sharedimpl.NewKeyed(local.Keyed, s, 10, sharedimpl.Text), local}
 }
 
 // MeterSharedLimiter is the type of MeterShared, a shared rule: Allow, AllowN and Wait decide on
@@ -3811,141 +2230,14 @@ func newMeterSharedLimiter() *MeterSharedLimiter {
 // their results carry SharedErr's error; Local is that process-local limiter, under a name that
 // says so. Its methods are safe for concurrent use.
 type MeterSharedLimiter struct {
+	sharedimpl.Keyed[string]
 	local *MeterSharedLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *MeterSharedLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns MeterShared decided in this process only, with the whole limit, on buckets apart
 // from the store's, for tests and tools: what it admits is not counted by any other instance.
 func (l *MeterSharedLimiter) Local() *MeterSharedLocalLimiter {
 	return l.local
-}
-
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *MeterSharedLimiter) Allow(ctx context.Context, key string) bool {
-	return l.AllowN(ctx, key, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that MeterShared holds across
-// every instance that shares it. It never fails: when the store cannot decide, the rule's
-// on_failure setting (deny) does, and the Result says so (Degraded, Err). Without a store,
-// MeterShared's process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *MeterSharedLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(key, cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 10,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *MeterSharedLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, key, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 10,
-	})
-}
-
-// SetNumbers makes n MeterShared's numbers for every key without numbers of its own, on the store
-// and in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold
-// are refused, and nothing changes. A store converts each bucket at its next check (tokens held
-// carried as they are, never beyond the new burst); every instance sharing the store must be given
-// the same numbers, or each converts the buckets to its own (never gaining tokens): give them from
-// one source (shared.Numbered says more).
-func (l *MeterSharedLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(10, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns MeterShared to the policy's numbers, on the store and in this process.
-func (l *MeterSharedLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(10)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
-// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
-// or without a store Local's.
-func (l *MeterSharedLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(10, key)
-	}
-	return l.local.NumbersFor(key)
-}
-
-// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever
-// MeterShared's, on the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *MeterSharedLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{10}, key, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
-}
-
-// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *MeterSharedLimiter) ClearKeyNumbers(key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearKeyNumbers([]int{10}, key)
-	}
-	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
-	return nil
-}
-
-// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
-// in this process. Other instances' leases keep what they were granted until it expires.
-func (l *MeterSharedLimiter) Reset(ctx context.Context, key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset(key)
-	if nb != nil {
-		return nb.Reset(ctx, []int{10}, key)
-	}
-	return nil
 }
 
 // meterWindowLimit is MeterWindow's window rule, as the policy gives it.
@@ -3976,7 +2268,7 @@ func newMeterWindowLimiter() *MeterWindowLimiter {
 // so. Its methods are safe for concurrent use.
 type MeterWindowLimiter struct {
 	local *MeterWindowLocalLimiter
-	sh    *sharedState // the store, or why there is none
+	sh    *sharedimpl.State // the store, or why there is none
 }
 
 // Rule returns the window rule behind the limiter.
@@ -4001,12 +2293,12 @@ func (l *MeterWindowLimiter) Allow(ctx context.Context, key string) bool {
 // on_failure setting (deny) does, and the Result says so (Degraded, Err). Without a store,
 // MeterWindow's process-local window (Local) decides and Err is SharedErr's error.
 func (l *MeterWindowLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if w := l.sh.windows[5]; w != nil {
+	if w := l.sh.Windows[5]; w != nil {
 		return w.AllowN(ctx, key, cost)
 	}
 	return shared.Result{
 		Decision: l.local.AllowN(key, cost),
-		Err:      l.sh.err,
+		Err:      l.sh.Why,
 	}
 }
 
@@ -4018,7 +2310,7 @@ func (l *MeterWindowLimiter) AllowN(ctx context.Context, key string, cost int64)
 func (l *MeterWindowLimiter) Reset(ctx context.Context, key string) error {
 	l.local.Reset(key)
 	var err error
-	if w := l.sh.windows[5]; w != nil {
+	if w := l.sh.Windows[5]; w != nil {
 		err = w.Reset(ctx, key)
 	}
 	return err
@@ -4031,7 +2323,7 @@ func (l *MeterWindowLimiter) Reset(ctx context.Context, key string) error {
 // the same numbers (see shared.Window.SetKeyNumbers). Numbers a window or the store cannot take,
 // and a key no door checks, are refused, and nothing changes.
 func (l *MeterWindowLimiter) SetKeyNumbers(ctx context.Context, key string, n atomicbucket.Numbers) error {
-	if w := l.sh.windows[5]; w != nil {
+	if w := l.sh.Windows[5]; w != nil {
 		if err := w.SetKeyNumbers(ctx, key, n, 1); err != nil {
 			return err
 		}
@@ -4042,7 +2334,7 @@ func (l *MeterWindowLimiter) SetKeyNumbers(ctx context.Context, key string, n at
 // ClearKeyNumbers takes key's own numbers away, on the store and in the process-local window: from
 // now on it has MeterWindow's.
 func (l *MeterWindowLimiter) ClearKeyNumbers(ctx context.Context, key string) {
-	if w := l.sh.windows[5]; w != nil {
+	if w := l.sh.Windows[5]; w != nil {
 		w.ClearKeyNumbers(ctx, key)
 	}
 	l.local.ClearKeyNumbers(key)
@@ -4176,9 +2468,9 @@ func (l *Limits) SeatN(ctx context.Context, seatLocalKey string, seatSharedKey s
 // checkSharedSeat is Seat's store call, with each rule charged cost, or its own default cost when
 // defaults is set.
 func (l *Limits) checkSharedSeat(ctx context.Context, seatLocalKey string, seatSharedKey string, seatDayKey string, cost int64, defaults bool) TierResult {
-	if l.shared.bound == nil {
+	if l.shared.Bound == nil {
 		return TierResult{
-			Err:          l.shared.err,
+			Err:          l.shared.Why,
 			TierDecision: l.checkSeat(seatLocalKey, seatSharedKey, seatDayKey, atomicbucket.Now(), cost, defaults),
 		}
 	}
@@ -4208,7 +2500,7 @@ func (l *Limits) checkSharedSeat(ctx context.Context, seatLocalKey string, seatS
 		Key:  seatSharedKey,
 		Rule: 9,
 	}}
-	res, i := l.shared.bound.Check(ctx, steps)
+	res, i := l.shared.Bound.Check(ctx, steps)
 	storeRules := [1]RuleName{RuleSeatShared}
 	if i < 0 || i >= len(storeRules) {
 		i = 0
@@ -4229,7 +2521,7 @@ func (l *Limits) checkSharedSeat(ctx context.Context, seatLocalKey string, seatS
 	d2 := l.SeatDay.AllowNAt(seatDayKey, now, c2)
 	if !d2.Allowed {
 		l.SeatLocal.RefundAt(seatLocalKey, now, c0)
-		_ = l.shared.bound.Refund(ctx, steps) // best effort: a store that cannot refund keeps what it took
+		_ = l.shared.Bound.Refund(ctx, steps) // best effort: a store that cannot refund keeps what it took
 		return TierResult{
 			Degraded: res.Degraded,
 			Err:      res.Err,
@@ -4351,9 +2643,9 @@ func (l *Limits) MeteredN(ctx context.Context, meterSharedKey string, meterWindo
 // checkSharedMetered is Metered's store call, with each rule charged cost, or its own default cost
 // when defaults is set.
 func (l *Limits) checkSharedMetered(ctx context.Context, meterSharedKey string, meterWindowKey string, cost int64, defaults bool) TierResult {
-	if l.shared.bound == nil {
+	if l.shared.Bound == nil {
 		return TierResult{
-			Err:          l.shared.err,
+			Err:          l.shared.Why,
 			TierDecision: l.checkMetered(meterSharedKey, meterWindowKey, atomicbucket.Now(), cost, defaults),
 		}
 	}
@@ -4366,7 +2658,7 @@ func (l *Limits) checkSharedMetered(ctx context.Context, meterSharedKey string, 
 		Key:  meterSharedKey,
 		Rule: 10,
 	}}
-	res, i := l.shared.bound.Check(ctx, steps)
+	res, i := l.shared.Bound.Check(ctx, steps)
 	storeRules := [1]RuleName{RuleMeterShared}
 	if i < 0 || i >= len(storeRules) {
 		i = 0
@@ -4388,7 +2680,7 @@ func (l *Limits) checkSharedMetered(ctx context.Context, meterSharedKey string, 
 		res.Degraded, res.Err = true, w1.Err
 	}
 	if !w1.Allowed {
-		_ = l.shared.bound.Refund(ctx, steps) // best effort: a store that cannot refund keeps what it took
+		_ = l.shared.Bound.Refund(ctx, steps) // best effort: a store that cannot refund keeps what it took
 		return TierResult{
 			Degraded: res.Degraded,
 			Err:      res.Err,
@@ -4505,9 +2797,9 @@ func (l *Limits) RequestN(ctx context.Context, plan Plan, perUserKey string, cos
 // checkSharedRequest is Request's store call, with each rule charged cost, or its own default cost
 // when defaults is set.
 func (l *Limits) checkSharedRequest(ctx context.Context, plan Plan, perUserKey string, cost int64, defaults bool) TierResult {
-	if l.shared.bound == nil {
+	if l.shared.Bound == nil {
 		return TierResult{
-			Err:          l.shared.err,
+			Err:          l.shared.Why,
 			TierDecision: l.checkRequest(plan, perUserKey, atomicbucket.Now(), cost, defaults),
 		}
 	}
@@ -4522,7 +2814,7 @@ func (l *Limits) checkSharedRequest(ctx context.Context, plan Plan, perUserKey s
 	if defaults {
 		c0, c1 = 1, 1
 	}
-	res, i := l.shared.bound.Check(ctx, []shared.Step{{
+	res, i := l.shared.Bound.Check(ctx, []shared.Step{{
 		Cost: c0,
 		Key:  perUserKey,
 		Rule: 0 + int(plan),
@@ -4634,9 +2926,9 @@ func (l *Limits) DownloadN(ctx context.Context, downloadsKey string, cost int64)
 // checkSharedDownload is Download's store call, with each rule charged cost, or its own default
 // cost when defaults is set.
 func (l *Limits) checkSharedDownload(ctx context.Context, downloadsKey string, cost int64, defaults bool) TierResult {
-	if l.shared.bound == nil {
+	if l.shared.Bound == nil {
 		return TierResult{
-			Err:          l.shared.err,
+			Err:          l.shared.Why,
 			TierDecision: l.checkDownload(downloadsKey, atomicbucket.Now(), cost, defaults),
 		}
 	}
@@ -4644,7 +2936,7 @@ func (l *Limits) checkSharedDownload(ctx context.Context, downloadsKey string, c
 	if defaults {
 		c0, c1 = 1, 1
 	}
-	res, i := l.shared.bound.Check(ctx, []shared.Step{{
+	res, i := l.shared.Bound.Check(ctx, []shared.Step{{
 		Cost: c0,
 		Key:  downloadsKey,
 		Rule: 4,
@@ -4938,28 +3230,14 @@ type Hooks struct {
 	UserID func(*http.Request) (string, bool)
 }
 
-// Middleware enforces the policy's http: section: it finds every policy route a router may hand
-// a request to (limithttp.Router.MatchAll: the pattern http.ServeMux picks among the policy's own,
-// or its redirect leads to, and those the path matches uncleaned, as chi and gorilla/mux read it),
-// whatever router it wraps or sits behind and whatever patterns the service registered; reads
-// the keys, cost and plan the policy names; checks each route's rule or tier; sets the RateLimit
-// fields; and answers 429 (or the policy's 4xx) when the request may not go on. A request no
-// route covers goes on unchecked.
-//
-// Routes: GET /hello; GET /api/; POST /export/{account}; GET /download/.
+// Middleware enforces the policy's http: section on every route a router may hand a request to
+// (limithttp.Door): it reads the keys, cost and plan the policy names, checks the route's rule or
+// tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may not
+// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: GET /hello; GET /api/; POST /export/{account}; GET /download/.
 type Middleware struct {
+	limithttp.Door
 	limits *Limits
 	hooks  Hooks
-	// ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip
-	// (set TrustedProxies here when they differ by deployment).
-	ClientIP clientip.Config
-	// Clock, when set, is read instead of atomicbucket.Now: tests drive the middleware through time
-	// with it.
-	Clock func() atomicbucket.Time
-	// Config is what every route shares: the field style, the jitter, the counters, the observer (logs
-	// denials with log/slog's default logger, at most 10 a second), and Denied, the response to a
-	// denied request when problem+json will not do. Set it before serving.
-	Config limithttp.Config
 }
 
 // NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It
@@ -4971,52 +3249,17 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 	if l == nil {
 		l = Default
 	}
-	return &Middleware{
-		limits:   l,
-		hooks:    h,
-		ClientIP: clientip.Config{},
-		Config: limithttp.Config{
-			Judge: verdict.Judge{
-				Jitter:   0.0,
-				Counters: verdict.NewSeriesCounters(httpSeries[:]...),
-				Observer: verdict.NewDenialLog(nil, 10),
-			},
-			Headers: limithttp.HeadersIETF,
+	m := &Middleware{limits: l, hooks: h}
+	m.Config = limithttp.Config{
+		Judge: verdict.Judge{
+			Jitter:   0.0,
+			Counters: verdict.NewSeriesCounters(httpSeries[:]...),
+			Observer: verdict.NewDenialLog(nil, 10),
 		},
-	}, nil
-}
-
-// Wrap returns next behind the limits of the policy's route that covers each request, however
-// the router behind it reads the request's path: wrap a whole router, or each handler.
-func (m *Middleware) Wrap(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		routes := httpRouter.MatchAll(r)
-		if m.check(w, r, &routes) {
-			next.ServeHTTP(w, r)
-		}
-	})
-}
-
-// wrapServeMux is Wrap for the ServeMux of NewServeMux: ServeMux's reading of a path is the only
-// one it dispatches (httpRouter.Match).
-func (m *Middleware) wrapServeMux(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		route, path := httpRouter.Match(r)
-		if m.checkRoute(w, r, route, path) {
-			next.ServeHTTP(w, r)
-		}
-	})
-}
-
-// check checks r against the limits of every policy route a router may hand it to (routes, from
-// httpRouter.MatchAll), in turn, and reports whether it may go on: all of them allow it.
-func (m *Middleware) check(w http.ResponseWriter, r *http.Request, routes *limithttp.Routes) bool {
-	for i := range routes.N {
-		if !m.checkRoute(w, r, routes.Index[i], routes.Path[i]) {
-			return false
-		}
+		Headers: limithttp.HeadersIETF,
 	}
-	return true
+	limithttp.InitDoor(&m.Door, httpRouter, httpPatterns[:], m.checkRoute)
+	return m, nil
 }
 
 // checkRoute checks r against the limits of route (an index of httpPatterns; -1 for none), whose
@@ -5024,13 +3267,13 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request, routes *limit
 func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route int, path string) bool {
 	switch route {
 	case 0:
-		return m.route1(w, r, path)
+		return m.route1(w, r)
 	case 1:
-		return m.route2(w, r, path)
+		return m.route2(w, r)
 	case 2:
 		return m.route3(w, r, path)
 	case 3:
-		return m.route4(w, r, path)
+		return m.route4(w, r)
 	}
 	return true
 }
@@ -5057,13 +3300,6 @@ func httpRoute(method, path string) int {
 // httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.
 var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
-// NewServeMux returns an empty ServeMux behind m: every request it serves is checked first, those
-// its handlers answer and those it answers itself alike; Uncovered lists the registered patterns
-// no policy route covers (served unlimited).
-func (m *Middleware) NewServeMux() *ServeMux {
-	return limithttp.NewServeMux(m.wrapServeMux, httpRouter, httpPatterns[:])
-}
-
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
 var httpSeries = [...]verdict.Series{{Route: "GET /hello", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "Global"}, {Route: "POST /export/{account}", Rule: "Exports"}, {Route: "GET /download/", Tier: "Download", Rule: "Downloads"}, {Route: "GET /download/", Tier: "Download", Rule: "DownloadsGlobal"}}
@@ -5075,7 +3311,7 @@ var httpSeriesRoute2 = [...]int{RulePerUser: 1, RuleGlobal: 2}
 var httpSeriesRoute4 = [...]int{RuleDownloads: 4, RuleDownloadsGlobal: 5}
 
 // route1 checks GET /hello (rule PerUser, enforce) and reports whether the request may go on.
-func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string) bool {
+func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
@@ -5105,7 +3341,7 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 }
 
 // route2 checks GET /api/ (tier Request, enforce) and reports whether the request may go on.
-func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string) bool {
+func (m *Middleware) route2(w http.ResponseWriter, r *http.Request) bool {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
@@ -5180,7 +3416,7 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 }
 
 // route4 checks GET /download/ (tier Download, enforce) and reports whether the request may go on.
-func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string) bool {
+func (m *Middleware) route4(w http.ResponseWriter, r *http.Request) bool {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)

@@ -13,6 +13,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/genimpl"
+	sharedimpl "github.com/limitgen/limitgen/genimpl/sharedimpl"
 	"github.com/limitgen/limitgen/limitrls"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
@@ -95,16 +96,16 @@ func (r RuleName) String() string {
 
 // Limits is one set of the policy's limiters, each with buckets of its own. New makes one (a test
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
-// and functions use.
+// and functions use; its embedded overlay.Numbers changes the numbers in force at run time.
 type Limits struct {
-	PerClient *PerClientLimiter // see the package-level PerClient
-	PerUser   *PerUserLimiter   // see the package-level PerUser
-	Global    *GlobalLimiter    // see the package-level Global
-	PerTenant *PerTenantLimiter // see the package-level PerTenant
-	Search    *SearchLimiter    // see the package-level Search
-	Exports   *ExportsLimiter   // see the package-level Exports
-	shared    *sharedState      // the store the shared rules are checked on, if any
-	nums      overlay.Numbers   // what ApplyNumbers and the other numbers methods call
+	PerClient       *PerClientLimiter // see the package-level PerClient
+	PerUser         *PerUserLimiter   // see the package-level PerUser
+	Global          *GlobalLimiter    // see the package-level Global
+	PerTenant       *PerTenantLimiter // see the package-level PerTenant
+	Search          *SearchLimiter    // see the package-level Search
+	Exports         *ExportsLimiter   // see the package-level Exports
+	shared          *sharedimpl.State // the store the shared rules are checked on, if any
+	overlay.Numbers                   // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
 // Option configures New.
@@ -144,21 +145,21 @@ func New(opts ...Option) *Limits {
 	if !o.startSet {
 		o.start = atomicbucket.Now()
 	}
+	sh := sharedimpl.Bind("limits", o.store, sharedRules[:], 0)
 	l := &Limits{
-		PerClient: newPerClientLimiter(),
+		PerClient: newPerClientLimiter(sh),
 		PerUser:   newPerUserLimiter(),
-		Global:    newGlobalLimiter(o.start),
-		PerTenant: newPerTenantLimiter(),
+		Global:    newGlobalLimiter(o.start, sh),
+		PerTenant: newPerTenantLimiter(sh),
 		Search:    newSearchLimiter(),
-		Exports:   newExportsLimiter(),
-		shared:    newSharedState(o.store),
+		Exports:   newExportsLimiter(sh),
+		shared:    sh,
 	}
-	l.PerClient.sh = l.shared
 	l.PerUser.sh = l.shared
-	l.Global.sh = l.shared
-	l.PerTenant.sh = l.shared
-	l.Exports.sh = l.shared
-	l.nums = l.newNumbers()
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
+		Plans: planNames[:],
+		Rules: map[string]overlay.Target{"PerClient": sharedimpl.KeyedTarget(l.PerClient.Keyed, nil), "PerUser": perUserNumbers{l.PerUser}, "Global": sharedimpl.GlobalTarget(l.Global.Global), "PerTenant": sharedimpl.KeyedTarget(l.PerTenant.Keyed, nil), "Search": overlay.KeyedTarget(l.Search.Keyed, nil), "Exports": sharedimpl.KeyedTarget(l.Exports.Keyed, ParseExportsKey)},
+	})
 	return l
 }
 
@@ -235,39 +236,6 @@ var sharedRules = [6]shared.Rule{{
 	},
 }}
 
-// sharedState is where a Limits' shared rules are checked: on the store, or in this process when
-// err says why not.
-type sharedState struct {
-	bound shared.Bound
-	err   error
-}
-
-// newSharedState binds the shared rules to store, if one was given (a store that refuses one, or
-// panics, leaves every one in this process, with the error).
-func newSharedState(store shared.Store) *sharedState {
-	if store == nil {
-		return &sharedState{err: fmt.Errorf("limits: %w given to New (WithStore): the shared rules are decided in this process only, each instance enforcing the whole limit alone", shared.ErrNoStore)}
-	}
-	s := &sharedState{}
-	var err error
-	if s.bound, err = shared.Bind(store, sharedRules[:]); err != nil {
-		return &sharedState{err: fmt.Errorf("limits: the store refused the shared rules, which run in this process only: %w", err)}
-	}
-	return s
-}
-
-// numbered is the store's binding, which changes the shared rules' numbers; nil without a store.
-func (s *sharedState) numbered() (shared.Numbered, error) {
-	if s.bound == nil {
-		return nil, nil
-	}
-	nb, ok := s.bound.(shared.Numbered)
-	if !ok {
-		return nil, fmt.Errorf("limits: the store's %T cannot change numbers (it is no shared.Numbered): nothing changed", s.bound)
-	}
-	return nb, nil
-}
-
 // SharedErr is nil while the policy's shared rules are checked on the store given to New and
 // the store answers. Otherwise it says why not: there is no store, or it refused the rules (they
 // then run in this process only, each instance enforcing the whole limit alone), or the store is
@@ -275,73 +243,7 @@ func (s *sharedState) numbered() (shared.Numbered, error) {
 // as degraded, until it answers again). It is the live state: report it at startup, and from a
 // health check.
 func (l *Limits) SharedErr() error {
-	if l.shared.err != nil {
-		return l.shared.err
-	}
-	return shared.Health(l.shared.bound)
-}
-
-// perClientNumbers is PerClient as an overlay Set changes it (overlay.Target).
-type perClientNumbers struct {
-	l *PerClientLimiter
-}
-
-func (t perClientNumbers) Plans() int {
-	return 0
-}
-
-func (t perClientNumbers) Keyed() bool {
-	return true
-}
-
-func (t perClientNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(0, n)
-}
-
-func (t perClientNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t perClientNumbers) CheckKey(key string) error {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
-	}
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t perClientNumbers) clearKey(key string) error {
-	k := key
-	_ = t.l.ClearKeyNumbers(k)
-	return nil
-}
-
-func (t perClientNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n)
-	}
-	return t.l.SetNumbers(n)
-}
-
-func (t perClientNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	_ = t.l.ClearNumbers() // fails only as Set failed before
+	return l.shared.Err()
 }
 
 // perUserNumbers is PerUser as an overlay Set changes it (overlay.Target).
@@ -361,7 +263,7 @@ func (t perUserNumbers) Check(plan int, n atomicbucket.Numbers) error {
 	if _, err := t.l.Rule(Plan(plan)).WithNumbers(n); err != nil {
 		return err
 	}
-	nb, err := t.l.sh.numbered()
+	nb, err := t.l.sh.Numbered()
 	if err != nil || nb == nil {
 		return err
 	}
@@ -411,217 +313,6 @@ func (t perUserNumbers) Clear(plan int, key *string) {
 		return
 	}
 	_ = t.l.ClearNumbers(Plan(plan)) // fails only as Set failed before
-}
-
-// globalNumbers is Global as an overlay Set changes it (overlay.Target).
-type globalNumbers struct {
-	l *GlobalLimiter
-}
-
-func (t globalNumbers) Plans() int {
-	return 0
-}
-
-func (t globalNumbers) Keyed() bool {
-	return false
-}
-
-func (t globalNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(3, n)
-}
-
-func (t globalNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t globalNumbers) CheckKey(key string) error {
-	return nil
-}
-
-func (t globalNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	return t.l.SetNumbers(n)
-}
-
-func (t globalNumbers) Clear(plan int, key *string) {
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// perTenantNumbers is PerTenant as an overlay Set changes it (overlay.Target).
-type perTenantNumbers struct {
-	l *PerTenantLimiter
-}
-
-func (t perTenantNumbers) Plans() int {
-	return 0
-}
-
-func (t perTenantNumbers) Keyed() bool {
-	return true
-}
-
-func (t perTenantNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(4, n)
-}
-
-func (t perTenantNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t perTenantNumbers) CheckKey(key string) error {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
-	}
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t perTenantNumbers) clearKey(key string) error {
-	k := key
-	_ = t.l.ClearKeyNumbers(k)
-	return nil
-}
-
-func (t perTenantNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n)
-	}
-	return t.l.SetNumbers(n)
-}
-
-func (t perTenantNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// exportsNumbers is Exports as an overlay Set changes it (overlay.Target).
-type exportsNumbers struct {
-	l *ExportsLimiter
-}
-
-func (t exportsNumbers) Plans() int {
-	return 0
-}
-
-func (t exportsNumbers) Keyed() bool {
-	return true
-}
-
-func (t exportsNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(5, n)
-}
-
-func (t exportsNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t exportsNumbers) CheckKey(key string) error {
-	_, err := ParseExportsKey(key)
-	return err
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t exportsNumbers) clearKey(key string) error {
-	k, err := ParseExportsKey(key)
-	if err != nil {
-		return err
-	}
-	_ = t.l.ClearKeyNumbers(k)
-	return nil
-}
-
-func (t exportsNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k, err := ParseExportsKey(*key)
-		if err != nil {
-			return err
-		}
-		return t.l.SetKeyNumbers(k, n)
-	}
-	return t.l.SetNumbers(n)
-}
-
-func (t exportsNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers:
-// every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).
-func (l *Limits) ApplyNumbers(set overlay.Set) error {
-	return l.nums.ApplyNumbers(set)
-}
-
-// CheckNumbers says why ApplyNumbers would refuse set, changing nothing.
-func (l *Limits) CheckNumbers(set overlay.Set) error {
-	return l.nums.CheckNumbers(set)
-}
-
-// ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in
-// thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).
-func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
-	return l.nums.ScaleNumbers(rule, rate, burst)
-}
-
-// ScaledNumbers is rule's factors in force (One and One when it is not scaled).
-func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
-	return l.nums.ScaledNumbers(rule)
-}
-
-// NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied,
-// and when the last was.
-func (l *Limits) NumbersApplied() (int, int64, time.Time) {
-	return l.nums.NumbersApplied()
-}
-
-// newNumbers is l's rules as overlay Sets change them.
-func (l *Limits) newNumbers() overlay.Numbers {
-	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerClient": perClientNumbers{l.PerClient}, "PerUser": perUserNumbers{l.PerUser}, "Global": globalNumbers{l.Global}, "PerTenant": perTenantNumbers{l.PerTenant}, "Search": overlay.KeyedTarget(l.Search.Keyed, nil), "Exports": exportsNumbers{l.Exports}},
-	})
 }
 
 // Default is the set of limiters the package-level variables and functions use.
@@ -677,11 +368,9 @@ type PerClientLocalLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// PerClient's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (perClientUnitsPerNs), one token is worth perClientUnitsPerToken units (GCRA's emission
-// interval), and a bucket may run perClientBurstUnits units ahead of now (the burst's worth: GCRA's
-// tolerance).
+// PerClient's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time
+// in 1/1 ns (perClientUnitsPerNs), a token's worth (perClientUnitsPerToken) and the burst's
+// (perClientBurstUnits), GCRA's emission interval and tolerance.
 const (
 	perClientUnitsPerNs    = 1
 	perClientUnitsPerToken = 1000000000
@@ -703,9 +392,10 @@ func (l *PerClientLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
-// newPerClientLimiter returns PerClient's limiter over its process-local buckets; New binds it to the store.
-func newPerClientLimiter() *PerClientLimiter {
-	return &PerClientLimiter{local: newPerClientLocalLimiter()}
+// newPerClientLimiter returns PerClient's limiter over its process-local buckets, checked on the store s binds.
+func newPerClientLimiter(s *sharedimpl.State) *PerClientLimiter {
+	local := newPerClientLocalLimiter()
+	return &PerClientLimiter{sharedimpl.NewKeyed(local.Keyed, s, 0, sharedimpl.Text), local}
 }
 
 // PerClientLimiter is the type of PerClient, a shared rule: Allow, AllowN and Wait decide on the
@@ -714,13 +404,8 @@ func newPerClientLimiter() *PerClientLimiter {
 // results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
 // Its methods are safe for concurrent use.
 type PerClientLimiter struct {
+	sharedimpl.Keyed[string]
 	local *PerClientLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *PerClientLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns PerClient decided in this process only, with the whole limit, on buckets apart from
@@ -729,132 +414,10 @@ func (l *PerClientLimiter) Local() *PerClientLocalLimiter {
 	return l.local
 }
 
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *PerClientLimiter) Allow(ctx context.Context, key string) bool {
-	return l.AllowN(ctx, key, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that PerClient holds across every
-// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
-// setting (deny) does, and the Result says so (Degraded, Err). Without a store, PerClient's
-// process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *PerClientLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(key, cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 0,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *PerClientLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, key, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 0,
-	})
-}
-
-// SetNumbers makes n PerClient's numbers for every key without numbers of its own, on the store and
-// in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
-// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
-// as they are, never beyond the new burst); every instance sharing the store must be given the same
-// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
-// source (shared.Numbered says more).
-func (l *PerClientLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(0, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns PerClient to the policy's numbers, on the store and in this process.
-func (l *PerClientLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(0)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
 // fields): Local's, which every change keeps equal to the store's; nil before.
 func (l *PerClientLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.local.ruleInForce(key)
-}
-
-// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
-// or without a store Local's.
-func (l *PerClientLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(0, key)
-	}
-	return l.local.NumbersFor(key)
-}
-
-// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever
-// PerClient's, on the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *PerClientLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{0}, key, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
-}
-
-// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *PerClientLimiter) ClearKeyNumbers(key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearKeyNumbers([]int{0}, key)
-	}
-	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
-	return nil
-}
-
-// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
-// in this process. Other instances' leases keep what they were granted until it expires.
-func (l *PerClientLimiter) Reset(ctx context.Context, key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset(key)
-	if nb != nil {
-		return nb.Reset(ctx, []int{0}, key)
-	}
-	return nil
 }
 
 // perUserLimit is PerUser's limit on each plan, as the policy gives it.
@@ -1123,7 +686,7 @@ func newPerUserLimiter() *PerUserLimiter {
 // Its methods are safe for concurrent use.
 type PerUserLimiter struct {
 	local *PerUserLocalLimiter
-	sh    *sharedState // the store, or why there is none
+	sh    *sharedimpl.State // the store, or why there is none
 }
 
 // Rule returns the runtime rule behind the limiter (its units, exactness and limits).
@@ -1151,13 +714,13 @@ func (l *PerUserLimiter) AllowN(ctx context.Context, plan Plan, key uint64, cost
 	if plan >= numPlans {
 		return shared.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}
 	}
-	if l.sh.bound == nil {
+	if l.sh.Bound == nil {
 		return shared.Result{
 			Decision: l.local.AllowN(plan, key, cost),
-			Err:      l.sh.err,
+			Err:      l.sh.Why,
 		}
 	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
+	return l.sh.Bound.CheckStep(ctx, shared.Step{
 		Cost: cost,
 		Key:  strconv.FormatUint(uint64(key), 10),
 		Rule: 1 + int(plan),
@@ -1172,10 +735,10 @@ func (l *PerUserLimiter) Wait(ctx context.Context, plan Plan, key uint64, cost i
 	if plan >= numPlans {
 		return ErrUnknownPlan
 	}
-	if l.sh.bound == nil {
+	if l.sh.Bound == nil {
 		return l.local.Wait(ctx, plan, key, cost)
 	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
+	return shared.Wait(ctx, l.sh.Bound, shared.Step{
 		Cost: cost,
 		Key:  strconv.FormatUint(uint64(key), 10),
 		Rule: 1 + int(plan),
@@ -1192,7 +755,7 @@ func (l *PerUserLimiter) SetNumbers(plan Plan, n atomicbucket.Numbers) error {
 	if plan >= numPlans {
 		return ErrUnknownPlan
 	}
-	nb, err := l.sh.numbered()
+	nb, err := l.sh.Numbered()
 	if err != nil {
 		return err
 	}
@@ -1209,7 +772,7 @@ func (l *PerUserLimiter) ClearNumbers(plan Plan) error {
 	if plan >= numPlans {
 		return ErrUnknownPlan
 	}
-	nb, err := l.sh.numbered()
+	nb, err := l.sh.Numbered()
 	if err != nil {
 		return err
 	}
@@ -1232,7 +795,7 @@ func (l *PerUserLimiter) NumbersFor(plan Plan, key uint64) (atomicbucket.Numbers
 	if plan >= numPlans {
 		return atomicbucket.Numbers{}, atomicbucket.FromPolicy
 	}
-	if nb, _ := l.sh.numbered(); nb != nil {
+	if nb, _ := l.sh.Numbered(); nb != nil {
 		return nb.NumbersFor(1+int(plan), strconv.FormatUint(uint64(key), 10))
 	}
 	return l.local.NumbersFor(plan, key)
@@ -1241,7 +804,7 @@ func (l *PerUserLimiter) NumbersFor(plan Plan, key uint64) (atomicbucket.Numbers
 // SetKeyNumbers gives key numbers of its own on every plan (an enterprise customer's quota),
 // whatever PerUser's, on the store and in this process; refused as by SetNumbers, all or nothing.
 func (l *PerUserLimiter) SetKeyNumbers(key uint64, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
+	nb, err := l.sh.Numbered()
 	if err != nil {
 		return err
 	}
@@ -1255,7 +818,7 @@ func (l *PerUserLimiter) SetKeyNumbers(key uint64, n atomicbucket.Numbers) error
 
 // ClearKeyNumbers takes key's own numbers away on every plan, on the store and in this process.
 func (l *PerUserLimiter) ClearKeyNumbers(key uint64) error {
-	nb, err := l.sh.numbered()
+	nb, err := l.sh.Numbered()
 	if err != nil {
 		return err
 	}
@@ -1270,7 +833,7 @@ func (l *PerUserLimiter) ClearKeyNumbers(key uint64) error {
 // it full) and in this process. Other instances' leases keep what they were granted until it
 // expires.
 func (l *PerUserLimiter) Reset(ctx context.Context, key uint64) error {
-	nb, err := l.sh.numbered()
+	nb, err := l.sh.Numbered()
 	if err != nil {
 		return err
 	}
@@ -1302,10 +865,9 @@ type GlobalLocalLimiter struct {
 	genimpl.Global
 }
 
-// Global's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (globalUnitsPerNs), one token is worth globalUnitsPerToken units (GCRA's emission interval), and
-// a bucket may run globalBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Global's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (globalUnitsPerNs), a token's worth (globalUnitsPerToken) and the burst's
+// (globalBurstUnits), GCRA's emission interval and tolerance.
 const (
 	globalUnitsPerNs    = 1
 	globalUnitsPerToken = 1000000
@@ -1336,9 +898,10 @@ func (l *GlobalLocalLimiter) ruleInForce() *atomicbucket.Rule {
 	return l.Bucket().ChangedRule()
 }
 
-// newGlobalLimiter returns Global's limiter over its process-local buckets; New binds it to the store.
-func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
-	return &GlobalLimiter{local: newGlobalLocalLimiter(now)}
+// newGlobalLimiter returns Global's limiter over its process-local buckets, checked on the store s binds.
+func newGlobalLimiter(now atomicbucket.Time, s *sharedimpl.State) *GlobalLimiter {
+	local := newGlobalLocalLimiter(now)
+	return &GlobalLimiter{sharedimpl.NewGlobal(local.Global, s, 3), local}
 }
 
 // GlobalLimiter is the type of Global, a shared rule: Allow, AllowN and Wait decide on the store
@@ -1347,13 +910,8 @@ func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
 // results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
 // Its methods are safe for concurrent use.
 type GlobalLimiter struct {
+	sharedimpl.Global
 	local *GlobalLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *GlobalLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns Global decided in this process only, with the whole limit, on buckets apart from
@@ -1362,103 +920,10 @@ func (l *GlobalLimiter) Local() *GlobalLocalLimiter {
 	return l.local
 }
 
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *GlobalLimiter) Allow(ctx context.Context) bool {
-	return l.AllowN(ctx, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that Global holds across every
-// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
-// setting (deny) does, and the Result says so (Degraded, Err). Without a store, Global's
-// process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *GlobalLimiter) AllowN(ctx context.Context, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  "",
-		Rule: 3,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *GlobalLimiter) Wait(ctx context.Context, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  "",
-		Rule: 3,
-	})
-}
-
-// SetNumbers makes n Global's numbers, on the store and in this process (Local, and the on_failure
-// share). Numbers the rule or the store cannot hold are refused, and nothing changes. A store
-// converts each bucket at its next check (tokens held carried as they are, never beyond the new
-// burst); every instance sharing the store must be given the same numbers, or each converts the
-// buckets to its own (never gaining tokens): give them from one source (shared.Numbered says more).
-func (l *GlobalLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(3, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns Global to the policy's numbers, on the store and in this process.
-func (l *GlobalLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(3)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
 // fields): Local's, which every change keeps equal to the store's; nil before.
 func (l *GlobalLimiter) ruleInForce() *atomicbucket.Rule {
 	return l.local.ruleInForce()
-}
-
-// NumbersFor returns the numbers in force and where they come from: the store's binding's, or
-// without a store Local's.
-func (l *GlobalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(3, "")
-	}
-	return l.local.NumbersFor()
-}
-
-// Reset forgets Global's bucket on the store (its next check finds it full) and in this process.
-// Other instances' leases keep what they were granted until it expires.
-func (l *GlobalLimiter) Reset(ctx context.Context) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset()
-	if nb != nil {
-		return nb.Reset(ctx, []int{3}, "")
-	}
-	return nil
 }
 
 // perTenantLimit is PerTenant's limit, as the policy gives it.
@@ -1482,11 +947,9 @@ type PerTenantLocalLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// PerTenant's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (perTenantUnitsPerNs), one token is worth perTenantUnitsPerToken units (GCRA's emission
-// interval), and a bucket may run perTenantBurstUnits units ahead of now (the burst's worth: GCRA's
-// tolerance).
+// PerTenant's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time
+// in 1/1 ns (perTenantUnitsPerNs), a token's worth (perTenantUnitsPerToken) and the burst's
+// (perTenantBurstUnits), GCRA's emission interval and tolerance.
 const (
 	perTenantUnitsPerNs    = 1
 	perTenantUnitsPerToken = 6000000000
@@ -1508,9 +971,10 @@ func (l *PerTenantLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
-// newPerTenantLimiter returns PerTenant's limiter over its process-local buckets; New binds it to the store.
-func newPerTenantLimiter() *PerTenantLimiter {
-	return &PerTenantLimiter{local: newPerTenantLocalLimiter()}
+// newPerTenantLimiter returns PerTenant's limiter over its process-local buckets, checked on the store s binds.
+func newPerTenantLimiter(s *sharedimpl.State) *PerTenantLimiter {
+	local := newPerTenantLocalLimiter()
+	return &PerTenantLimiter{sharedimpl.NewKeyed(local.Keyed, s, 4, sharedimpl.Text), local}
 }
 
 // PerTenantLimiter is the type of PerTenant, a shared rule: Allow, AllowN and Wait decide on the
@@ -1519,13 +983,8 @@ func newPerTenantLimiter() *PerTenantLimiter {
 // results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
 // Its methods are safe for concurrent use.
 type PerTenantLimiter struct {
+	sharedimpl.Keyed[string]
 	local *PerTenantLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *PerTenantLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns PerTenant decided in this process only, with the whole limit, on buckets apart from
@@ -1534,134 +993,10 @@ func (l *PerTenantLimiter) Local() *PerTenantLocalLimiter {
 	return l.local
 }
 
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *PerTenantLimiter) Allow(ctx context.Context, key string) bool {
-	return l.AllowN(ctx, key, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that PerTenant holds across every
-// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
-// setting (deny) does, and the Result says so (Degraded, Err). The rule is leased: each instance
-// takes batches of at most 4 tokens from a store that leases and spends them here, so most checks
-// make no call. Without a store, PerTenant's process-local limiter (Local) decides and Err is
-// SharedErr's error.
-func (l *PerTenantLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(key, cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 4,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *PerTenantLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, key, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 4,
-	})
-}
-
-// SetNumbers makes n PerTenant's numbers for every key without numbers of its own, on the store and
-// in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
-// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
-// as they are, never beyond the new burst); every instance sharing the store must be given the same
-// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
-// source (shared.Numbered says more).
-func (l *PerTenantLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(4, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns PerTenant to the policy's numbers, on the store and in this process.
-func (l *PerTenantLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(4)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
 // fields): Local's, which every change keeps equal to the store's; nil before.
 func (l *PerTenantLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.local.ruleInForce(key)
-}
-
-// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
-// or without a store Local's.
-func (l *PerTenantLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(4, key)
-	}
-	return l.local.NumbersFor(key)
-}
-
-// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever
-// PerTenant's, on the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *PerTenantLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{4}, key, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
-}
-
-// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *PerTenantLimiter) ClearKeyNumbers(key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearKeyNumbers([]int{4}, key)
-	}
-	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
-	return nil
-}
-
-// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
-// in this process. Other instances' leases keep what they were granted until it expires.
-func (l *PerTenantLimiter) Reset(ctx context.Context, key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset(key)
-	if nb != nil {
-		return nb.Reset(ctx, []int{4}, key)
-	}
-	return nil
 }
 
 // searchLimit is Search's limit, as the policy gives it.
@@ -1685,10 +1020,9 @@ type SearchLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// Search's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (searchUnitsPerNs), one token is worth searchUnitsPerToken units (GCRA's emission interval), and
-// a bucket may run searchBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Search's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (searchUnitsPerNs), a token's worth (searchUnitsPerToken) and the burst's
+// (searchBurstUnits), GCRA's emission interval and tolerance.
 const (
 	searchUnitsPerNs    = 1
 	searchUnitsPerToken = 60000000000
@@ -1789,9 +1123,12 @@ func (l *ExportsLocalLimiter) ruleInForce(key ExportsKey) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
-// newExportsLimiter returns Exports's limiter over its process-local buckets; New binds it to the store.
-func newExportsLimiter() *ExportsLimiter {
-	return &ExportsLimiter{local: newExportsLocalLimiter()}
+// newExportsLimiter returns Exports's limiter over its process-local buckets, checked on the store s binds.
+func newExportsLimiter(s *sharedimpl.State) *ExportsLimiter {
+	local := newExportsLocalLimiter()
+	return &ExportsLimiter{sharedimpl.NewKeyed(local.Keyed, s, 5, func(k ExportsKey) string {
+		return shared.StoreKey(k.String())
+	}), local}
 }
 
 // ExportsLimiter is the type of Exports, a shared rule: Allow, AllowN and Wait decide on the store
@@ -1800,13 +1137,8 @@ func newExportsLimiter() *ExportsLimiter {
 // results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
 // Its methods are safe for concurrent use.
 type ExportsLimiter struct {
+	sharedimpl.Keyed[ExportsKey]
 	local *ExportsLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *ExportsLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns Exports decided in this process only, with the whole limit, on buckets apart from
@@ -1815,132 +1147,10 @@ func (l *ExportsLimiter) Local() *ExportsLocalLimiter {
 	return l.local
 }
 
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *ExportsLimiter) Allow(ctx context.Context, key ExportsKey) bool {
-	return l.AllowN(ctx, key, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that Exports holds across every
-// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
-// setting (deny) does, and the Result says so (Degraded, Err). Without a store, Exports's
-// process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *ExportsLimiter) AllowN(ctx context.Context, key ExportsKey, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(key, cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  shared.StoreKey(key.String()),
-		Rule: 5,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *ExportsLimiter) Wait(ctx context.Context, key ExportsKey, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, key, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  shared.StoreKey(key.String()),
-		Rule: 5,
-	})
-}
-
-// SetNumbers makes n Exports's numbers for every key without numbers of its own, on the store and
-// in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
-// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
-// as they are, never beyond the new burst); every instance sharing the store must be given the same
-// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
-// source (shared.Numbered says more).
-func (l *ExportsLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(5, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns Exports to the policy's numbers, on the store and in this process.
-func (l *ExportsLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(5)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
 // fields): Local's, which every change keeps equal to the store's; nil before.
 func (l *ExportsLimiter) ruleInForce(key ExportsKey) *atomicbucket.Rule {
 	return l.local.ruleInForce(key)
-}
-
-// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
-// or without a store Local's.
-func (l *ExportsLimiter) NumbersFor(key ExportsKey) (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(5, shared.StoreKey(key.String()))
-	}
-	return l.local.NumbersFor(key)
-}
-
-// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever Exports's,
-// on the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *ExportsLimiter) SetKeyNumbers(key ExportsKey, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{5}, shared.StoreKey(key.String()), n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
-}
-
-// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *ExportsLimiter) ClearKeyNumbers(key ExportsKey) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearKeyNumbers([]int{5}, shared.StoreKey(key.String()))
-	}
-	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
-	return nil
-}
-
-// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
-// in this process. Other instances' leases keep what they were granted until it expires.
-func (l *ExportsLimiter) Reset(ctx context.Context, key ExportsKey) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset(key)
-	if nb != nil {
-		return nb.Reset(ctx, []int{5}, shared.StoreKey(key.String()))
-	}
-	return nil
 }
 
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
@@ -2051,9 +1261,9 @@ func (l *Limits) APIN(ctx context.Context, plan Plan, perUserKey uint64, cost in
 // checkSharedAPI is API's store call, with each rule charged cost, or its own default cost when
 // defaults is set.
 func (l *Limits) checkSharedAPI(ctx context.Context, plan Plan, perUserKey uint64, cost int64, defaults bool) TierResult {
-	if l.shared.bound == nil {
+	if l.shared.Bound == nil {
 		return TierResult{
-			Err:          l.shared.err,
+			Err:          l.shared.Why,
 			TierDecision: l.checkAPI(plan, perUserKey, atomicbucket.Now(), cost, defaults),
 		}
 	}
@@ -2068,7 +1278,7 @@ func (l *Limits) checkSharedAPI(ctx context.Context, plan Plan, perUserKey uint6
 	if defaults {
 		c0, c1 = 1, 1
 	}
-	res, i := l.shared.bound.Check(ctx, []shared.Step{{
+	res, i := l.shared.Bound.Check(ctx, []shared.Step{{
 		Cost: c0,
 		Key:  strconv.FormatUint(uint64(perUserKey), 10),
 		Rule: 1 + int(plan),
@@ -2296,7 +1506,7 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var ok0 bool
 	k0, ok0 = limitrls.EntryKey(en, 0)
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry remote_address holds no key for rule PerClient", verdict.Event{Route: "edge: remote_address", Rule: "PerClient", RuleIndex: int(RulePerClient), Series: 0, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "edge: remote_address", Rule: "PerClient", RuleIndex: int(RulePerClient), Series: 0, Outcome: verdict.MissingKey})
 	}
 	sr := s.limits.PerClient.AllowN(ctx, k0, cost)
 	var res verdict.Result
@@ -2330,7 +1540,7 @@ func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 		k0 = n
 	}
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry user_id holds no key for rule PerUser", verdict.Event{Route: "edge: generic_key=api, plan, user_id", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 1, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "edge: generic_key=api, plan, user_id", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 1, Outcome: verdict.MissingKey})
 	}
 	plan := s.plan(en)
 	tr := s.limits.checkSharedAPI(ctx, plan, k0, cost, false)
@@ -2371,7 +1581,7 @@ func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var ok0 bool
 	k0, ok0 = limitrls.EntryKey(en, 0)
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry tenant holds no key for rule PerTenant", verdict.Event{Route: "edge: tenant", Rule: "PerTenant", RuleIndex: int(RulePerTenant), Series: 3, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "edge: tenant", Rule: "PerTenant", RuleIndex: int(RulePerTenant), Series: 3, Outcome: verdict.MissingKey})
 	}
 	sr := s.limits.PerTenant.AllowN(ctx, k0, cost)
 	var res verdict.Result
@@ -2400,7 +1610,7 @@ func (s *RLS) descriptor4(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var ok0 bool
 	k0, ok0 = limitrls.EntryKey(en, 1)
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry remote_address holds no key for rule Search", verdict.Event{Route: "edge: generic_key=search, remote_address", Rule: "Search", RuleIndex: int(RuleSearch), Series: 4, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "edge: generic_key=search, remote_address", Rule: "Search", RuleIndex: int(RuleSearch), Series: 4, Outcome: verdict.MissingKey})
 	}
 	var res verdict.Result
 	res.Decision = s.limits.Search.AllowNAt(k0, now, cost)
@@ -2441,7 +1651,7 @@ func (s *RLS) descriptor5(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 		k0.User, ok0 = k0f1, ok0 && ok0f1
 	}
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entries tenant, user_id hold no key for rule Exports", verdict.Event{Route: "edge: generic_key=exports, tenant, user_id", Rule: "Exports", RuleIndex: int(RuleExports), Series: 5, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "edge: generic_key=exports, tenant, user_id", Rule: "Exports", RuleIndex: int(RuleExports), Series: 5, Outcome: verdict.MissingKey})
 	}
 	sr := s.limits.Exports.AllowN(ctx, k0, cost)
 	var res verdict.Result

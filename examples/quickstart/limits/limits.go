@@ -16,6 +16,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/genimpl"
+	sharedimpl "github.com/limitgen/limitgen/genimpl/sharedimpl"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/limitrls"
@@ -98,14 +99,14 @@ func (r RuleName) String() string {
 
 // Limits is one set of the policy's limiters, each with buckets of its own. New makes one (a test
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
-// and functions use.
+// and functions use; its embedded overlay.Numbers changes the numbers in force at run time.
 type Limits struct {
-	PerUser   *PerUserLimiter   // see the package-level PerUser
-	Global    *GlobalLimiter    // see the package-level Global
-	PerCaller *PerCallerLimiter // see the package-level PerCaller
-	Login     *LoginLimiter     // see the package-level Login
-	shared    *sharedState      // the store the shared rules are checked on, if any
-	nums      overlay.Numbers   // what ApplyNumbers and the other numbers methods call
+	PerUser         *PerUserLimiter   // see the package-level PerUser
+	Global          *GlobalLimiter    // see the package-level Global
+	PerCaller       *PerCallerLimiter // see the package-level PerCaller
+	Login           *LoginLimiter     // see the package-level Login
+	shared          *sharedimpl.State // the store the shared rules are checked on, if any
+	overlay.Numbers                   // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
 // Option configures New.
@@ -145,17 +146,19 @@ func New(opts ...Option) *Limits {
 	if !o.startSet {
 		o.start = atomicbucket.Now()
 	}
+	sh := sharedimpl.Bind("limits", o.store, sharedRules[:], 0)
 	l := &Limits{
 		PerUser:   newPerUserLimiter(),
-		Global:    newGlobalLimiter(o.start),
-		PerCaller: newPerCallerLimiter(),
+		Global:    newGlobalLimiter(o.start, sh),
+		PerCaller: newPerCallerLimiter(sh),
 		Login:     newLoginLimiter(),
-		shared:    newSharedState(o.store),
+		shared:    sh,
 	}
 	l.PerUser.sh = l.shared
-	l.Global.sh = l.shared
-	l.PerCaller.sh = l.shared
-	l.nums = l.newNumbers()
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
+		Plans: planNames[:],
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Global": sharedimpl.GlobalTarget(l.Global.Global), "PerCaller": sharedimpl.KeyedTarget(l.PerCaller.Keyed, nil), "Login": overlay.KeyedTarget(l.Login.Keyed, nil)},
+	})
 	return l
 }
 
@@ -215,39 +218,6 @@ var sharedRules = [4]shared.Rule{{
 	},
 }}
 
-// sharedState is where a Limits' shared rules are checked: on the store, or in this process when
-// err says why not.
-type sharedState struct {
-	bound shared.Bound
-	err   error
-}
-
-// newSharedState binds the shared rules to store, if one was given (a store that refuses one, or
-// panics, leaves every one in this process, with the error).
-func newSharedState(store shared.Store) *sharedState {
-	if store == nil {
-		return &sharedState{err: fmt.Errorf("limits: %w given to New (WithStore): the shared rules are decided in this process only, each instance enforcing the whole limit alone", shared.ErrNoStore)}
-	}
-	s := &sharedState{}
-	var err error
-	if s.bound, err = shared.Bind(store, sharedRules[:]); err != nil {
-		return &sharedState{err: fmt.Errorf("limits: the store refused the shared rules, which run in this process only: %w", err)}
-	}
-	return s
-}
-
-// numbered is the store's binding, which changes the shared rules' numbers; nil without a store.
-func (s *sharedState) numbered() (shared.Numbered, error) {
-	if s.bound == nil {
-		return nil, nil
-	}
-	nb, ok := s.bound.(shared.Numbered)
-	if !ok {
-		return nil, fmt.Errorf("limits: the store's %T cannot change numbers (it is no shared.Numbered): nothing changed", s.bound)
-	}
-	return nb, nil
-}
-
 // SharedErr is nil while the policy's shared rules are checked on the store given to New and
 // the store answers. Otherwise it says why not: there is no store, or it refused the rules (they
 // then run in this process only, each instance enforcing the whole limit alone), or the store is
@@ -255,10 +225,7 @@ func (s *sharedState) numbered() (shared.Numbered, error) {
 // as degraded, until it answers again). It is the live state: report it at startup, and from a
 // health check.
 func (l *Limits) SharedErr() error {
-	if l.shared.err != nil {
-		return l.shared.err
-	}
-	return shared.Health(l.shared.bound)
+	return l.shared.Err()
 }
 
 // perUserNumbers is PerUser as an overlay Set changes it (overlay.Target).
@@ -278,7 +245,7 @@ func (t perUserNumbers) Check(plan int, n atomicbucket.Numbers) error {
 	if _, err := t.l.Rule(Plan(plan)).WithNumbers(n); err != nil {
 		return err
 	}
-	nb, err := t.l.sh.numbered()
+	nb, err := t.l.sh.Numbered()
 	if err != nil || nb == nil {
 		return err
 	}
@@ -322,150 +289,6 @@ func (t perUserNumbers) Clear(plan int, key *string) {
 		return
 	}
 	_ = t.l.ClearNumbers(Plan(plan)) // fails only as Set failed before
-}
-
-// globalNumbers is Global as an overlay Set changes it (overlay.Target).
-type globalNumbers struct {
-	l *GlobalLimiter
-}
-
-func (t globalNumbers) Plans() int {
-	return 0
-}
-
-func (t globalNumbers) Keyed() bool {
-	return false
-}
-
-func (t globalNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(2, n)
-}
-
-func (t globalNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t globalNumbers) CheckKey(key string) error {
-	return nil
-}
-
-func (t globalNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	return t.l.SetNumbers(n)
-}
-
-func (t globalNumbers) Clear(plan int, key *string) {
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// perCallerNumbers is PerCaller as an overlay Set changes it (overlay.Target).
-type perCallerNumbers struct {
-	l *PerCallerLimiter
-}
-
-func (t perCallerNumbers) Plans() int {
-	return 0
-}
-
-func (t perCallerNumbers) Keyed() bool {
-	return true
-}
-
-func (t perCallerNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(3, n)
-}
-
-func (t perCallerNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t perCallerNumbers) CheckKey(key string) error {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
-	}
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t perCallerNumbers) clearKey(key string) error {
-	k := key
-	_ = t.l.ClearKeyNumbers(k)
-	return nil
-}
-
-func (t perCallerNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n)
-	}
-	return t.l.SetNumbers(n)
-}
-
-func (t perCallerNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers:
-// every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).
-func (l *Limits) ApplyNumbers(set overlay.Set) error {
-	return l.nums.ApplyNumbers(set)
-}
-
-// CheckNumbers says why ApplyNumbers would refuse set, changing nothing.
-func (l *Limits) CheckNumbers(set overlay.Set) error {
-	return l.nums.CheckNumbers(set)
-}
-
-// ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in
-// thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).
-func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
-	return l.nums.ScaleNumbers(rule, rate, burst)
-}
-
-// ScaledNumbers is rule's factors in force (One and One when it is not scaled).
-func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
-	return l.nums.ScaledNumbers(rule)
-}
-
-// NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied,
-// and when the last was.
-func (l *Limits) NumbersApplied() (int, int64, time.Time) {
-	return l.nums.NumbersApplied()
-}
-
-// newNumbers is l's rules as overlay Sets change them.
-func (l *Limits) newNumbers() overlay.Numbers {
-	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Global": globalNumbers{l.Global}, "PerCaller": perCallerNumbers{l.PerCaller}, "Login": overlay.KeyedTarget(l.Login.Keyed, nil)},
-	})
 }
 
 // Default is the set of limiters the package-level variables and functions use.
@@ -767,7 +590,7 @@ func newPerUserLimiter() *PerUserLimiter {
 // Its methods are safe for concurrent use.
 type PerUserLimiter struct {
 	local *PerUserLocalLimiter
-	sh    *sharedState // the store, or why there is none
+	sh    *sharedimpl.State // the store, or why there is none
 }
 
 // Rule returns the runtime rule behind the limiter (its units, exactness and limits).
@@ -795,13 +618,13 @@ func (l *PerUserLimiter) AllowN(ctx context.Context, plan Plan, key string, cost
 	if plan >= numPlans {
 		return shared.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}
 	}
-	if l.sh.bound == nil {
+	if l.sh.Bound == nil {
 		return shared.Result{
 			Decision: l.local.AllowN(plan, key, cost),
-			Err:      l.sh.err,
+			Err:      l.sh.Why,
 		}
 	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
+	return l.sh.Bound.CheckStep(ctx, shared.Step{
 		Cost: cost,
 		Key:  key,
 		Rule: 0 + int(plan),
@@ -816,10 +639,10 @@ func (l *PerUserLimiter) Wait(ctx context.Context, plan Plan, key string, cost i
 	if plan >= numPlans {
 		return ErrUnknownPlan
 	}
-	if l.sh.bound == nil {
+	if l.sh.Bound == nil {
 		return l.local.Wait(ctx, plan, key, cost)
 	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
+	return shared.Wait(ctx, l.sh.Bound, shared.Step{
 		Cost: cost,
 		Key:  key,
 		Rule: 0 + int(plan),
@@ -836,7 +659,7 @@ func (l *PerUserLimiter) SetNumbers(plan Plan, n atomicbucket.Numbers) error {
 	if plan >= numPlans {
 		return ErrUnknownPlan
 	}
-	nb, err := l.sh.numbered()
+	nb, err := l.sh.Numbered()
 	if err != nil {
 		return err
 	}
@@ -853,7 +676,7 @@ func (l *PerUserLimiter) ClearNumbers(plan Plan) error {
 	if plan >= numPlans {
 		return ErrUnknownPlan
 	}
-	nb, err := l.sh.numbered()
+	nb, err := l.sh.Numbered()
 	if err != nil {
 		return err
 	}
@@ -876,7 +699,7 @@ func (l *PerUserLimiter) NumbersFor(plan Plan, key string) (atomicbucket.Numbers
 	if plan >= numPlans {
 		return atomicbucket.Numbers{}, atomicbucket.FromPolicy
 	}
-	if nb, _ := l.sh.numbered(); nb != nil {
+	if nb, _ := l.sh.Numbered(); nb != nil {
 		return nb.NumbersFor(0+int(plan), key)
 	}
 	return l.local.NumbersFor(plan, key)
@@ -885,7 +708,7 @@ func (l *PerUserLimiter) NumbersFor(plan Plan, key string) (atomicbucket.Numbers
 // SetKeyNumbers gives key numbers of its own on every plan (an enterprise customer's quota),
 // whatever PerUser's, on the store and in this process; refused as by SetNumbers, all or nothing.
 func (l *PerUserLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
+	nb, err := l.sh.Numbered()
 	if err != nil {
 		return err
 	}
@@ -899,7 +722,7 @@ func (l *PerUserLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error
 
 // ClearKeyNumbers takes key's own numbers away on every plan, on the store and in this process.
 func (l *PerUserLimiter) ClearKeyNumbers(key string) error {
-	nb, err := l.sh.numbered()
+	nb, err := l.sh.Numbered()
 	if err != nil {
 		return err
 	}
@@ -914,7 +737,7 @@ func (l *PerUserLimiter) ClearKeyNumbers(key string) error {
 // it full) and in this process. Other instances' leases keep what they were granted until it
 // expires.
 func (l *PerUserLimiter) Reset(ctx context.Context, key string) error {
-	nb, err := l.sh.numbered()
+	nb, err := l.sh.Numbered()
 	if err != nil {
 		return err
 	}
@@ -946,10 +769,9 @@ type GlobalLocalLimiter struct {
 	genimpl.Global
 }
 
-// Global's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (globalUnitsPerNs), one token is worth globalUnitsPerToken units (GCRA's emission interval), and
-// a bucket may run globalBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Global's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (globalUnitsPerNs), a token's worth (globalUnitsPerToken) and the burst's
+// (globalBurstUnits), GCRA's emission interval and tolerance.
 const (
 	globalUnitsPerNs    = 1
 	globalUnitsPerToken = 1000000
@@ -980,9 +802,10 @@ func (l *GlobalLocalLimiter) ruleInForce() *atomicbucket.Rule {
 	return l.Bucket().ChangedRule()
 }
 
-// newGlobalLimiter returns Global's limiter over its process-local buckets; New binds it to the store.
-func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
-	return &GlobalLimiter{local: newGlobalLocalLimiter(now)}
+// newGlobalLimiter returns Global's limiter over its process-local buckets, checked on the store s binds.
+func newGlobalLimiter(now atomicbucket.Time, s *sharedimpl.State) *GlobalLimiter {
+	local := newGlobalLocalLimiter(now)
+	return &GlobalLimiter{sharedimpl.NewGlobal(local.Global, s, 2), local}
 }
 
 // GlobalLimiter is the type of Global, a shared rule: Allow, AllowN and Wait decide on the store
@@ -991,13 +814,8 @@ func newGlobalLimiter(now atomicbucket.Time) *GlobalLimiter {
 // results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
 // Its methods are safe for concurrent use.
 type GlobalLimiter struct {
+	sharedimpl.Global
 	local *GlobalLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *GlobalLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns Global decided in this process only, with the whole limit, on buckets apart from
@@ -1006,103 +824,10 @@ func (l *GlobalLimiter) Local() *GlobalLocalLimiter {
 	return l.local
 }
 
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *GlobalLimiter) Allow(ctx context.Context) bool {
-	return l.AllowN(ctx, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that Global holds across every
-// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
-// setting (allow) does, and the Result says so (Degraded, Err). Without a store, Global's
-// process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *GlobalLimiter) AllowN(ctx context.Context, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  "",
-		Rule: 2,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *GlobalLimiter) Wait(ctx context.Context, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  "",
-		Rule: 2,
-	})
-}
-
-// SetNumbers makes n Global's numbers, on the store and in this process (Local, and the on_failure
-// share). Numbers the rule or the store cannot hold are refused, and nothing changes. A store
-// converts each bucket at its next check (tokens held carried as they are, never beyond the new
-// burst); every instance sharing the store must be given the same numbers, or each converts the
-// buckets to its own (never gaining tokens): give them from one source (shared.Numbered says more).
-func (l *GlobalLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(2, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns Global to the policy's numbers, on the store and in this process.
-func (l *GlobalLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(2)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
 // fields): Local's, which every change keeps equal to the store's; nil before.
 func (l *GlobalLimiter) ruleInForce() *atomicbucket.Rule {
 	return l.local.ruleInForce()
-}
-
-// NumbersFor returns the numbers in force and where they come from: the store's binding's, or
-// without a store Local's.
-func (l *GlobalLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(2, "")
-	}
-	return l.local.NumbersFor()
-}
-
-// Reset forgets Global's bucket on the store (its next check finds it full) and in this process.
-// Other instances' leases keep what they were granted until it expires.
-func (l *GlobalLimiter) Reset(ctx context.Context) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset()
-	if nb != nil {
-		return nb.Reset(ctx, []int{2}, "")
-	}
-	return nil
 }
 
 // perCallerLimit is PerCaller's limit, as the policy gives it.
@@ -1128,11 +853,9 @@ type PerCallerLocalLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// PerCaller's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (perCallerUnitsPerNs), one token is worth perCallerUnitsPerToken units (GCRA's emission
-// interval), and a bucket may run perCallerBurstUnits units ahead of now (the burst's worth: GCRA's
-// tolerance).
+// PerCaller's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time
+// in 1/1 ns (perCallerUnitsPerNs), a token's worth (perCallerUnitsPerToken) and the burst's
+// (perCallerBurstUnits), GCRA's emission interval and tolerance.
 const (
 	perCallerUnitsPerNs    = 1
 	perCallerUnitsPerToken = 1000000000
@@ -1154,9 +877,10 @@ func (l *PerCallerLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
-// newPerCallerLimiter returns PerCaller's limiter over its process-local buckets; New binds it to the store.
-func newPerCallerLimiter() *PerCallerLimiter {
-	return &PerCallerLimiter{local: newPerCallerLocalLimiter()}
+// newPerCallerLimiter returns PerCaller's limiter over its process-local buckets, checked on the store s binds.
+func newPerCallerLimiter(s *sharedimpl.State) *PerCallerLimiter {
+	local := newPerCallerLocalLimiter()
+	return &PerCallerLimiter{sharedimpl.NewKeyed(local.Keyed, s, 3, sharedimpl.Text), local}
 }
 
 // PerCallerLimiter is the type of PerCaller, a shared rule: Allow, AllowN and Wait decide on the
@@ -1165,13 +889,8 @@ func newPerCallerLimiter() *PerCallerLimiter {
 // results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
 // Its methods are safe for concurrent use.
 type PerCallerLimiter struct {
+	sharedimpl.Keyed[string]
 	local *PerCallerLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *PerCallerLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns PerCaller decided in this process only, with the whole limit, on buckets apart from
@@ -1180,132 +899,10 @@ func (l *PerCallerLimiter) Local() *PerCallerLocalLimiter {
 	return l.local
 }
 
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *PerCallerLimiter) Allow(ctx context.Context, key string) bool {
-	return l.AllowN(ctx, key, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that PerCaller holds across every
-// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
-// setting (a local share of 0.5 of the limit) does, and the Result says so (Degraded, Err). Without
-// a store, PerCaller's process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *PerCallerLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(key, cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 3,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *PerCallerLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, key, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 3,
-	})
-}
-
-// SetNumbers makes n PerCaller's numbers for every key without numbers of its own, on the store and
-// in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
-// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
-// as they are, never beyond the new burst); every instance sharing the store must be given the same
-// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
-// source (shared.Numbered says more).
-func (l *PerCallerLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(3, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns PerCaller to the policy's numbers, on the store and in this process.
-func (l *PerCallerLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(3)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
 // fields): Local's, which every change keeps equal to the store's; nil before.
 func (l *PerCallerLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.local.ruleInForce(key)
-}
-
-// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
-// or without a store Local's.
-func (l *PerCallerLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(3, key)
-	}
-	return l.local.NumbersFor(key)
-}
-
-// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever
-// PerCaller's, on the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *PerCallerLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{3}, key, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
-}
-
-// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *PerCallerLimiter) ClearKeyNumbers(key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearKeyNumbers([]int{3}, key)
-	}
-	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
-	return nil
-}
-
-// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
-// in this process. Other instances' leases keep what they were granted until it expires.
-func (l *PerCallerLimiter) Reset(ctx context.Context, key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset(key)
-	if nb != nil {
-		return nb.Reset(ctx, []int{3}, key)
-	}
-	return nil
 }
 
 // loginLimit is Login's limit, as the policy gives it.
@@ -1329,10 +926,9 @@ type LoginLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// Login's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (loginUnitsPerNs), one token is worth loginUnitsPerToken units (GCRA's emission interval), and a
-// bucket may run loginBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Login's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (loginUnitsPerNs), a token's worth (loginUnitsPerToken) and the burst's (loginBurstUnits),
+// GCRA's emission interval and tolerance.
 const (
 	loginUnitsPerNs    = 1
 	loginUnitsPerToken = 12000000000
@@ -1462,9 +1058,9 @@ func (l *Limits) RequestN(ctx context.Context, plan Plan, perUserKey string, cos
 // checkSharedRequest is Request's store call, with each rule charged cost, or its own default cost
 // when defaults is set.
 func (l *Limits) checkSharedRequest(ctx context.Context, plan Plan, perUserKey string, cost int64, defaults bool) TierResult {
-	if l.shared.bound == nil {
+	if l.shared.Bound == nil {
 		return TierResult{
-			Err:          l.shared.err,
+			Err:          l.shared.Why,
 			TierDecision: l.checkRequest(plan, perUserKey, atomicbucket.Now(), cost, defaults),
 		}
 	}
@@ -1479,7 +1075,7 @@ func (l *Limits) checkSharedRequest(ctx context.Context, plan Plan, perUserKey s
 	if defaults {
 		c0, c1 = 1, 1
 	}
-	res, i := l.shared.bound.Check(ctx, []shared.Step{{
+	res, i := l.shared.Bound.Check(ctx, []shared.Step{{
 		Cost: c0,
 		Key:  perUserKey,
 		Rule: 0 + int(plan),
@@ -1590,9 +1186,9 @@ func (l *Limits) EdgeN(ctx context.Context, perCallerKey string, cost int64) Tie
 // checkSharedEdge is Edge's store call, with each rule charged cost, or its own default cost when
 // defaults is set.
 func (l *Limits) checkSharedEdge(ctx context.Context, perCallerKey string, cost int64, defaults bool) TierResult {
-	if l.shared.bound == nil {
+	if l.shared.Bound == nil {
 		return TierResult{
-			Err:          l.shared.err,
+			Err:          l.shared.Why,
 			TierDecision: l.checkEdge(perCallerKey, atomicbucket.Now(), cost, defaults),
 		}
 	}
@@ -1600,7 +1196,7 @@ func (l *Limits) checkSharedEdge(ctx context.Context, perCallerKey string, cost 
 	if defaults {
 		c0, c1 = 1, 1
 	}
-	res, i := l.shared.bound.Check(ctx, []shared.Step{{
+	res, i := l.shared.Bound.Check(ctx, []shared.Step{{
 		Cost: c0,
 		Key:  perCallerKey,
 		Rule: 3,
@@ -1701,28 +1297,14 @@ type Hooks struct {
 	UserID func(*http.Request) (string, bool)
 }
 
-// Middleware enforces the policy's http: section: it finds every policy route a router may hand
-// a request to (limithttp.Router.MatchAll: the pattern http.ServeMux picks among the policy's own,
-// or its redirect leads to, and those the path matches uncleaned, as chi and gorilla/mux read it),
-// whatever router it wraps or sits behind and whatever patterns the service registered; reads
-// the keys, cost and plan the policy names; checks each route's rule or tier; sets the RateLimit
-// fields; and answers 429 (or the policy's 4xx) when the request may not go on. A request no
-// route covers goes on unchecked.
-//
-// Routes: GET /hello; POST /login.
+// Middleware enforces the policy's http: section on every route a router may hand a request to
+// (limithttp.Door): it reads the keys, cost and plan the policy names, checks the route's rule or
+// tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may not
+// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: GET /hello; POST /login.
 type Middleware struct {
+	limithttp.Door
 	limits *Limits
 	hooks  Hooks
-	// ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip
-	// (set TrustedProxies here when they differ by deployment).
-	ClientIP clientip.Config
-	// Clock, when set, is read instead of atomicbucket.Now: tests drive the middleware through time
-	// with it.
-	Clock func() atomicbucket.Time
-	// Config is what every route shares: the field style, the jitter, the counters, the observer (logs
-	// denials with log/slog's default logger, at most 10 a second), and Denied, the response to a
-	// denied request when problem+json will not do. Set it before serving.
-	Config limithttp.Config
 }
 
 // NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It
@@ -1734,61 +1316,18 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 	if l == nil {
 		l = Default
 	}
-	return &Middleware{
-		limits:   l,
-		hooks:    h,
-		ClientIP: clientip.Config{},
-		Config: limithttp.Config{
-			Judge: verdict.Judge{
-				Jitter:   0.5,
-				Counters: verdict.NewSeriesCounters(httpSeries[:]...),
-				Observer: verdict.NewDenialLog(nil, 10),
-			},
-			Headers:   limithttp.HeadersIETF,
-			Challenge: "Bearer",
+	m := &Middleware{limits: l, hooks: h}
+	m.Config = limithttp.Config{
+		Judge: verdict.Judge{
+			Jitter:   0.5,
+			Counters: verdict.NewSeriesCounters(httpSeries[:]...),
+			Observer: verdict.NewDenialLog(nil, 10),
 		},
-	}, nil
-}
-
-// Wrap returns next behind the limits of the policy's route that covers each request, however
-// the router behind it reads the request's path: wrap a whole router, or each handler.
-func (m *Middleware) Wrap(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		routes := httpRouter.MatchAll(r)
-		if m.check(w, r, &routes) {
-			next.ServeHTTP(w, r)
-		}
-	})
-}
-
-// now reads the clock once: Clock, or atomicbucket.Now.
-func (m *Middleware) now() atomicbucket.Time {
-	if m.Clock != nil {
-		return m.Clock()
+		Headers:   limithttp.HeadersIETF,
+		Challenge: "Bearer",
 	}
-	return atomicbucket.Now()
-}
-
-// wrapServeMux is Wrap for the ServeMux of NewServeMux: ServeMux's reading of a path is the only
-// one it dispatches (httpRouter.Match).
-func (m *Middleware) wrapServeMux(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		route, path := httpRouter.Match(r)
-		if m.checkRoute(w, r, route, path) {
-			next.ServeHTTP(w, r)
-		}
-	})
-}
-
-// check checks r against the limits of every policy route a router may hand it to (routes, from
-// httpRouter.MatchAll), in turn, and reports whether it may go on: all of them allow it.
-func (m *Middleware) check(w http.ResponseWriter, r *http.Request, routes *limithttp.Routes) bool {
-	for i := range routes.N {
-		if !m.checkRoute(w, r, routes.Index[i], routes.Path[i]) {
-			return false
-		}
-	}
-	return true
+	limithttp.InitDoor(&m.Door, httpRouter, httpPatterns[:], m.checkRoute)
+	return m, nil
 }
 
 // checkRoute checks r against the limits of route (an index of httpPatterns; -1 for none), whose
@@ -1796,9 +1335,9 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request, routes *limit
 func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route int, path string) bool {
 	switch route {
 	case 0:
-		return m.route1(w, r, path)
+		return m.route1(w, r)
 	case 1:
-		return m.route2(w, r, path)
+		return m.route2(w, r)
 	}
 	return true
 }
@@ -1829,13 +1368,6 @@ func httpRoute(method, path string) int {
 // httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.
 var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
-// NewServeMux returns an empty ServeMux behind m: every request it serves is checked first, those
-// its handlers answer and those it answers itself alike; Uncovered lists the registered patterns
-// no policy route covers (served unlimited).
-func (m *Middleware) NewServeMux() *ServeMux {
-	return limithttp.NewServeMux(m.wrapServeMux, httpRouter, httpPatterns[:])
-}
-
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
 var httpSeries = [...]verdict.Series{{Route: "GET /hello", Tier: "Request", Rule: "PerUser"}, {Route: "GET /hello", Tier: "Request", Rule: "Global"}, {Route: "POST /login", Rule: "Login"}}
@@ -1844,7 +1376,7 @@ var httpSeries = [...]verdict.Series{{Route: "GET /hello", Tier: "Request", Rule
 var httpSeriesRoute1 = [...]int{RulePerUser: 0, RuleGlobal: 1}
 
 // route1 checks GET /hello (tier Request, enforce) and reports whether the request may go on.
-func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string) bool {
+func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
@@ -1884,14 +1416,12 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 }
 
 // route2 checks POST /login (rule Login, enforce) and reports whether the request may go on.
-func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string) bool {
-	var k0 string
-	var ok0 bool
-	k0, ok0 = m.ClientIP.Key(r.RemoteAddr, r.Header)
+func (m *Middleware) route2(w http.ResponseWriter, r *http.Request) bool {
+	k0, ok0 := m.ClientIP.Key(r.RemoteAddr, r.Header)
 	if !ok0 {
 		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Login: route \\\"POST /login\\\" reads it from the client address.\"}\n", verdict.Event{Route: "POST /login", Rule: "Login", RuleIndex: int(RuleLogin), Series: 2, Outcome: verdict.MissingKey})
 	}
-	now := m.now()
+	now := m.Now()
 	cost := httpCosts[RuleLogin][0]
 	var res verdict.Result
 	res.Decision = m.limits.Login.AllowNAt(k0, now, cost)
@@ -2191,7 +1721,7 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var ok0 bool
 	k0, ok0 = limitrls.EntryKey(en, 0)
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry caller holds no key for rule PerCaller", verdict.Event{Route: "quickstart: caller", Tier: "Edge", Rule: "PerCaller", RuleIndex: int(RulePerCaller), Series: 0, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "quickstart: caller", Tier: "Edge", Rule: "PerCaller", RuleIndex: int(RulePerCaller), Series: 0, Outcome: verdict.MissingKey})
 	}
 	tr := s.limits.checkSharedEdge(ctx, k0, cost, false)
 	td := tr.TierDecision

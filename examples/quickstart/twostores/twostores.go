@@ -5,13 +5,13 @@ package twostores
 
 import (
 	"context"
-	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/genimpl"
+	sharedimpl "github.com/limitgen/limitgen/genimpl/sharedimpl"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
 )
@@ -47,14 +47,14 @@ func (r RuleName) String() string {
 
 // Limits is one set of the policy's limiters, each with buckets of its own. New makes one (a test
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
-// and functions use.
+// and functions use; its embedded overlay.Numbers changes the numbers in force at run time.
 type Limits struct {
-	PerInstance  *PerInstanceLimiter  // see the package-level PerInstance
-	Checkouts    *CheckoutsLimiter    // see the package-level Checkouts
-	Invoices     *InvoicesLimiter     // see the package-level Invoices
-	InvoiceQuota *InvoiceQuotaLimiter // see the package-level InvoiceQuota
-	shared       *sharedState         // the store the shared rules are checked on, if any
-	nums         overlay.Numbers      // what ApplyNumbers and the other numbers methods call
+	PerInstance     *PerInstanceLimiter  // see the package-level PerInstance
+	Checkouts       *CheckoutsLimiter    // see the package-level Checkouts
+	Invoices        *InvoicesLimiter     // see the package-level Invoices
+	InvoiceQuota    *InvoiceQuotaLimiter // see the package-level InvoiceQuota
+	shared          *sharedimpl.State    // the store the shared rules are checked on, if any
+	overlay.Numbers                      // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
 // Option configures New.
@@ -102,17 +102,16 @@ func New(opts ...Option) *Limits {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	sh := newSharedState(o.store, o.named)
 	l := &Limits{
 		PerInstance:  newPerInstanceLimiter(),
-		Checkouts:    newCheckoutsLimiter(),
-		Invoices:     newInvoicesLimiter(),
+		Checkouts:    newCheckoutsLimiter(sh),
+		Invoices:     newInvoicesLimiter(sh),
 		InvoiceQuota: newInvoiceQuotaLimiter(),
-		shared:       newSharedState(o.store, o.named),
+		shared:       sh,
 	}
-	l.Checkouts.sh = l.shared
-	l.Invoices.sh = l.shared
 	l.InvoiceQuota.sh = l.shared
-	l.nums = l.newNumbers()
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{Rules: map[string]overlay.Target{"PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Checkouts": sharedimpl.KeyedTarget(l.Checkouts.Keyed, nil), "Invoices": sharedimpl.KeyedTarget(l.Invoices.Keyed, nil), "InvoiceQuota": overlay.KeyedSharedWindowTarget(l.InvoiceQuota.local.Table(), l.shared.Windows[0], 1, l.InvoiceQuota, nil)}})
 	return l
 }
 
@@ -145,52 +144,32 @@ var sharedRules = [2]shared.Rule{{
 	},
 }}
 
-// sharedState is where a Limits' shared rules are checked: on the store, or in this process when
-// err says why not.
-type sharedState struct {
-	bound   shared.Bound
-	windows [1]*shared.Window // the shared window rules', by WindowAt
-	err     error
-}
-
 // newSharedState binds the shared rules to store, if one was given (a store that refuses one, or
 // panics, leaves every one in this process, with the error).
-func newSharedState(store shared.Store, named map[string]shared.Store) *sharedState {
+func newSharedState(store shared.Store, named map[string]shared.Store) *sharedimpl.State {
 	if store == nil && len(named) == 0 {
-		return &sharedState{err: fmt.Errorf("twostores: %w given to New (WithStore): the shared rules are decided in this process only, each instance enforcing the whole limit alone", shared.ErrNoStore)}
+		return sharedimpl.Bind("twostores", nil, nil, 1)
 	}
-	s := &sharedState{}
-	var err error
 	stores := shared.Stores{
 		Default: store,
 		Named:   named,
 	}
-	if s.bound, err = shared.Bind(stores, sharedRules[:]); err != nil {
-		return &sharedState{err: fmt.Errorf("twostores: the store refused the shared rules, which run in this process only: %w", err)}
+	s := sharedimpl.Bind("twostores", stores, sharedRules[:], 1)
+	if s.Why != nil {
+		return s
 	}
+	var err error
 	var ws shared.Store
 	ws, err = stores.For("billing")
 	if err != nil {
-		return &sharedState{err: fmt.Errorf("twostores: the store refused the window rule InvoiceQuota, and the shared rules run in this process only: %w", err)}
+		return s.Refuse("the window rule InvoiceQuota, and the shared rules run in this process only", err)
 	}
-	if s.windows[0], err = shared.BindWindow(ws, "quickstart-two", "InvoiceQuota", invoiceQuotaLimit, shared.Failure{
+	if s.Windows[0], err = shared.BindWindow(ws, "quickstart-two", "InvoiceQuota", invoiceQuotaLimit, shared.Failure{
 		Mode: shared.FailDeny,
 	}); err != nil {
-		return &sharedState{err: fmt.Errorf("twostores: the store refused the window rule InvoiceQuota, and the shared rules run in this process only: %w", err)}
+		return s.Refuse("the window rule InvoiceQuota, and the shared rules run in this process only", err)
 	}
 	return s
-}
-
-// numbered is the store's binding, which changes the shared rules' numbers; nil without a store.
-func (s *sharedState) numbered() (shared.Numbered, error) {
-	if s.bound == nil {
-		return nil, nil
-	}
-	nb, ok := s.bound.(shared.Numbered)
-	if !ok {
-		return nil, fmt.Errorf("twostores: the store's %T cannot change numbers (it is no shared.Numbered): nothing changed", s.bound)
-	}
-	return nb, nil
 }
 
 // SharedErr is nil while the policy's shared rules are checked on the store given to New and
@@ -200,180 +179,7 @@ func (s *sharedState) numbered() (shared.Numbered, error) {
 // as degraded, until it answers again). It is the live state: report it at startup, and from a
 // health check.
 func (l *Limits) SharedErr() error {
-	if l.shared.err != nil {
-		return l.shared.err
-	}
-	if err := shared.Health(l.shared.bound); err != nil {
-		return err
-	}
-	for _, w := range l.shared.windows {
-		if err := w.Health(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// checkoutsNumbers is Checkouts as an overlay Set changes it (overlay.Target).
-type checkoutsNumbers struct {
-	l *CheckoutsLimiter
-}
-
-func (t checkoutsNumbers) Plans() int {
-	return 0
-}
-
-func (t checkoutsNumbers) Keyed() bool {
-	return true
-}
-
-func (t checkoutsNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(0, n)
-}
-
-func (t checkoutsNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t checkoutsNumbers) CheckKey(key string) error {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
-	}
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t checkoutsNumbers) clearKey(key string) error {
-	k := key
-	_ = t.l.ClearKeyNumbers(k)
-	return nil
-}
-
-func (t checkoutsNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n)
-	}
-	return t.l.SetNumbers(n)
-}
-
-func (t checkoutsNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// invoicesNumbers is Invoices as an overlay Set changes it (overlay.Target).
-type invoicesNumbers struct {
-	l *InvoicesLimiter
-}
-
-func (t invoicesNumbers) Plans() int {
-	return 0
-}
-
-func (t invoicesNumbers) Keyed() bool {
-	return true
-}
-
-func (t invoicesNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(1, n)
-}
-
-func (t invoicesNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t invoicesNumbers) CheckKey(key string) error {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
-	}
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t invoicesNumbers) clearKey(key string) error {
-	k := key
-	_ = t.l.ClearKeyNumbers(k)
-	return nil
-}
-
-func (t invoicesNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n)
-	}
-	return t.l.SetNumbers(n)
-}
-
-func (t invoicesNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers:
-// every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).
-func (l *Limits) ApplyNumbers(set overlay.Set) error {
-	return l.nums.ApplyNumbers(set)
-}
-
-// CheckNumbers says why ApplyNumbers would refuse set, changing nothing.
-func (l *Limits) CheckNumbers(set overlay.Set) error {
-	return l.nums.CheckNumbers(set)
-}
-
-// ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in
-// thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).
-func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
-	return l.nums.ScaleNumbers(rule, rate, burst)
-}
-
-// ScaledNumbers is rule's factors in force (One and One when it is not scaled).
-func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
-	return l.nums.ScaledNumbers(rule)
-}
-
-// NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied,
-// and when the last was.
-func (l *Limits) NumbersApplied() (int, int64, time.Time) {
-	return l.nums.NumbersApplied()
-}
-
-// newNumbers is l's rules as overlay Sets change them.
-func (l *Limits) newNumbers() overlay.Numbers {
-	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Plans: nil,
-		Rules: map[string]overlay.Target{"PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Checkouts": checkoutsNumbers{l.Checkouts}, "Invoices": invoicesNumbers{l.Invoices}, "InvoiceQuota": overlay.KeyedSharedWindowTarget(l.InvoiceQuota.local.Table(), l.shared.windows[0], 1, l.InvoiceQuota, nil)},
-	})
+	return l.shared.Err()
 }
 
 // Default is the set of limiters the package-level variables and functions use.
@@ -413,11 +219,9 @@ type PerInstanceLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// PerInstance's fixed-point units, computed when generating and checked against the runtime when
-// the package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (perInstanceUnitsPerNs), one token is worth perInstanceUnitsPerToken units (GCRA's emission
-// interval), and a bucket may run perInstanceBurstUnits units ahead of now (the burst's worth:
-// GCRA's tolerance).
+// PerInstance's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises):
+// time in 1/1 ns (perInstanceUnitsPerNs), a token's worth (perInstanceUnitsPerToken) and the
+// burst's (perInstanceBurstUnits), GCRA's emission interval and tolerance.
 const (
 	perInstanceUnitsPerNs    = 1
 	perInstanceUnitsPerToken = 3600000000000
@@ -455,11 +259,9 @@ type CheckoutsLocalLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// Checkouts's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (checkoutsUnitsPerNs), one token is worth checkoutsUnitsPerToken units (GCRA's emission
-// interval), and a bucket may run checkoutsBurstUnits units ahead of now (the burst's worth: GCRA's
-// tolerance).
+// Checkouts's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time
+// in 1/1 ns (checkoutsUnitsPerNs), a token's worth (checkoutsUnitsPerToken) and the burst's
+// (checkoutsBurstUnits), GCRA's emission interval and tolerance.
 const (
 	checkoutsUnitsPerNs    = 1
 	checkoutsUnitsPerToken = 3600000000000
@@ -476,9 +278,10 @@ func (l *CheckoutsLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool 
 	return l.Table().AllowGreedyAt(key, now, checkoutsUnitsPerNs, checkoutsUnitsPerToken, checkoutsBurstUnits)
 }
 
-// newCheckoutsLimiter returns Checkouts's limiter over its process-local buckets; New binds it to the store.
-func newCheckoutsLimiter() *CheckoutsLimiter {
-	return &CheckoutsLimiter{local: newCheckoutsLocalLimiter()}
+// newCheckoutsLimiter returns Checkouts's limiter over its process-local buckets, checked on the store s binds.
+func newCheckoutsLimiter(s *sharedimpl.State) *CheckoutsLimiter {
+	local := newCheckoutsLocalLimiter()
+	return &CheckoutsLimiter{sharedimpl.NewKeyed(local.Keyed, s, 0, sharedimpl.Text), local}
 }
 
 // CheckoutsLimiter is the type of Checkouts, a shared rule: Allow, AllowN and Wait decide on the
@@ -487,141 +290,14 @@ func newCheckoutsLimiter() *CheckoutsLimiter {
 // results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
 // Its methods are safe for concurrent use.
 type CheckoutsLimiter struct {
+	sharedimpl.Keyed[string]
 	local *CheckoutsLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *CheckoutsLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns Checkouts decided in this process only, with the whole limit, on buckets apart from
 // the store's, for tests and tools: what it admits is not counted by any other instance.
 func (l *CheckoutsLimiter) Local() *CheckoutsLocalLimiter {
 	return l.local
-}
-
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *CheckoutsLimiter) Allow(ctx context.Context, key string) bool {
-	return l.AllowN(ctx, key, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that Checkouts holds across every
-// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
-// setting (deny) does, and the Result says so (Degraded, Err). Without a store, Checkouts's
-// process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *CheckoutsLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(key, cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 0,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *CheckoutsLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, key, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 0,
-	})
-}
-
-// SetNumbers makes n Checkouts's numbers for every key without numbers of its own, on the store and
-// in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
-// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
-// as they are, never beyond the new burst); every instance sharing the store must be given the same
-// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
-// source (shared.Numbered says more).
-func (l *CheckoutsLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(0, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns Checkouts to the policy's numbers, on the store and in this process.
-func (l *CheckoutsLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(0)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
-// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
-// or without a store Local's.
-func (l *CheckoutsLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(0, key)
-	}
-	return l.local.NumbersFor(key)
-}
-
-// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever
-// Checkouts's, on the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *CheckoutsLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{0}, key, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
-}
-
-// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *CheckoutsLimiter) ClearKeyNumbers(key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearKeyNumbers([]int{0}, key)
-	}
-	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
-	return nil
-}
-
-// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
-// in this process. Other instances' leases keep what they were granted until it expires.
-func (l *CheckoutsLimiter) Reset(ctx context.Context, key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset(key)
-	if nb != nil {
-		return nb.Reset(ctx, []int{0}, key)
-	}
-	return nil
 }
 
 // invoicesLimit is Invoices's limit, as the policy gives it.
@@ -645,10 +321,9 @@ type InvoicesLocalLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// Invoices's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (invoicesUnitsPerNs), one token is worth invoicesUnitsPerToken units (GCRA's emission interval),
-// and a bucket may run invoicesBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Invoices's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time
+// in 1/1 ns (invoicesUnitsPerNs), a token's worth (invoicesUnitsPerToken) and the burst's
+// (invoicesBurstUnits), GCRA's emission interval and tolerance.
 const (
 	invoicesUnitsPerNs    = 1
 	invoicesUnitsPerToken = 3600000000000
@@ -665,9 +340,10 @@ func (l *InvoicesLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.Table().AllowGreedyAt(key, now, invoicesUnitsPerNs, invoicesUnitsPerToken, invoicesBurstUnits)
 }
 
-// newInvoicesLimiter returns Invoices's limiter over its process-local buckets; New binds it to the store.
-func newInvoicesLimiter() *InvoicesLimiter {
-	return &InvoicesLimiter{local: newInvoicesLocalLimiter()}
+// newInvoicesLimiter returns Invoices's limiter over its process-local buckets, checked on the store s binds.
+func newInvoicesLimiter(s *sharedimpl.State) *InvoicesLimiter {
+	local := newInvoicesLocalLimiter()
+	return &InvoicesLimiter{sharedimpl.NewKeyed(local.Keyed, s, 1, sharedimpl.Text), local}
 }
 
 // InvoicesLimiter is the type of Invoices, a shared rule: Allow, AllowN and Wait decide on the
@@ -676,141 +352,14 @@ func newInvoicesLimiter() *InvoicesLimiter {
 // results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
 // Its methods are safe for concurrent use.
 type InvoicesLimiter struct {
+	sharedimpl.Keyed[string]
 	local *InvoicesLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *InvoicesLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns Invoices decided in this process only, with the whole limit, on buckets apart from
 // the store's, for tests and tools: what it admits is not counted by any other instance.
 func (l *InvoicesLimiter) Local() *InvoicesLocalLimiter {
 	return l.local
-}
-
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *InvoicesLimiter) Allow(ctx context.Context, key string) bool {
-	return l.AllowN(ctx, key, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that Invoices holds across every
-// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
-// setting (deny) does, and the Result says so (Degraded, Err). Without a store, Invoices's
-// process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *InvoicesLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(key, cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 1,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *InvoicesLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, key, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 1,
-	})
-}
-
-// SetNumbers makes n Invoices's numbers for every key without numbers of its own, on the store and
-// in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
-// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
-// as they are, never beyond the new burst); every instance sharing the store must be given the same
-// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
-// source (shared.Numbered says more).
-func (l *InvoicesLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(1, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns Invoices to the policy's numbers, on the store and in this process.
-func (l *InvoicesLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(1)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
-// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
-// or without a store Local's.
-func (l *InvoicesLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(1, key)
-	}
-	return l.local.NumbersFor(key)
-}
-
-// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever Invoices's,
-// on the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *InvoicesLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{1}, key, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
-}
-
-// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *InvoicesLimiter) ClearKeyNumbers(key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearKeyNumbers([]int{1}, key)
-	}
-	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
-	return nil
-}
-
-// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
-// in this process. Other instances' leases keep what they were granted until it expires.
-func (l *InvoicesLimiter) Reset(ctx context.Context, key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset(key)
-	if nb != nil {
-		return nb.Reset(ctx, []int{1}, key)
-	}
-	return nil
 }
 
 // invoiceQuotaLimit is InvoiceQuota's window rule, as the policy gives it.
@@ -841,7 +390,7 @@ func newInvoiceQuotaLimiter() *InvoiceQuotaLimiter {
 // so. Its methods are safe for concurrent use.
 type InvoiceQuotaLimiter struct {
 	local *InvoiceQuotaLocalLimiter
-	sh    *sharedState // the store, or why there is none
+	sh    *sharedimpl.State // the store, or why there is none
 }
 
 // Rule returns the window rule behind the limiter.
@@ -866,12 +415,12 @@ func (l *InvoiceQuotaLimiter) Allow(ctx context.Context, key string) bool {
 // on_failure setting (deny) does, and the Result says so (Degraded, Err). Without a store,
 // InvoiceQuota's process-local window (Local) decides and Err is SharedErr's error.
 func (l *InvoiceQuotaLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if w := l.sh.windows[0]; w != nil {
+	if w := l.sh.Windows[0]; w != nil {
 		return w.AllowN(ctx, key, cost)
 	}
 	return shared.Result{
 		Decision: l.local.AllowN(key, cost),
-		Err:      l.sh.err,
+		Err:      l.sh.Why,
 	}
 }
 
@@ -883,7 +432,7 @@ func (l *InvoiceQuotaLimiter) AllowN(ctx context.Context, key string, cost int64
 func (l *InvoiceQuotaLimiter) Reset(ctx context.Context, key string) error {
 	l.local.Reset(key)
 	var err error
-	if w := l.sh.windows[0]; w != nil {
+	if w := l.sh.Windows[0]; w != nil {
 		err = w.Reset(ctx, key)
 	}
 	return err
@@ -896,7 +445,7 @@ func (l *InvoiceQuotaLimiter) Reset(ctx context.Context, key string) error {
 // the same numbers (see shared.Window.SetKeyNumbers). Numbers a window or the store cannot take,
 // and a key no door checks, are refused, and nothing changes.
 func (l *InvoiceQuotaLimiter) SetKeyNumbers(ctx context.Context, key string, n atomicbucket.Numbers) error {
-	if w := l.sh.windows[0]; w != nil {
+	if w := l.sh.Windows[0]; w != nil {
 		if err := w.SetKeyNumbers(ctx, key, n, 1); err != nil {
 			return err
 		}
@@ -907,7 +456,7 @@ func (l *InvoiceQuotaLimiter) SetKeyNumbers(ctx context.Context, key string, n a
 // ClearKeyNumbers takes key's own numbers away, on the store and in the process-local window: from
 // now on it has InvoiceQuota's.
 func (l *InvoiceQuotaLimiter) ClearKeyNumbers(ctx context.Context, key string) {
-	if w := l.sh.windows[0]; w != nil {
+	if w := l.sh.Windows[0]; w != nil {
 		w.ClearKeyNumbers(ctx, key)
 	}
 	l.local.ClearKeyNumbers(key)
@@ -1034,9 +583,9 @@ func (l *Limits) CheckoutN(ctx context.Context, perInstanceKey string, checkouts
 // checkSharedCheckout is Checkout's store call, with each rule charged cost, or its own default
 // cost when defaults is set.
 func (l *Limits) checkSharedCheckout(ctx context.Context, perInstanceKey string, checkoutsKey string, invoicesKey string, cost int64, defaults bool) TierResult {
-	if l.shared.bound == nil {
+	if l.shared.Bound == nil {
 		return TierResult{
-			Err:          l.shared.err,
+			Err:          l.shared.Why,
 			TierDecision: l.checkCheckout(perInstanceKey, checkoutsKey, invoicesKey, atomicbucket.Now(), cost, defaults),
 		}
 	}
@@ -1062,7 +611,7 @@ func (l *Limits) checkSharedCheckout(ctx context.Context, perInstanceKey string,
 		Key:  invoicesKey,
 		Rule: 1,
 	}}
-	res, i := l.shared.bound.Check(ctx, steps)
+	res, i := l.shared.Bound.Check(ctx, steps)
 	storeRules := [2]RuleName{RuleCheckouts, RuleInvoices}
 	if i < 0 || i >= len(storeRules) {
 		i = 0

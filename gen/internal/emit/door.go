@@ -53,6 +53,7 @@ type door struct {
 	// nowParam: the check's now is a parameter (the request's one clock
 	// read, for all its descriptors), not read in the check.
 	nowParam bool
+	now      string // the receiver's method that reads the clock once
 }
 
 func (d *door) r() *jen.Statement { return jen.Id(d.recv) }
@@ -230,6 +231,14 @@ func intBits(t string) (unsigned bool, bits int) {
 // emitKey is the statements that set k (and ok) from a rule's key sources, in
 // order, for a key of type t.
 func emitKey(d *door, k, ok string, t string, srcs []model.KeySource, ord int, pattern string) []jen.Code {
+	if len(srcs) == 1 && t == "string" { // one source whose call gives (key, ok): declared by it
+		switch s := srcs[0]; s.Kind {
+		case "ip":
+			return []jen.Code{jen.List(jen.Id(k), jen.Id(ok)).Op(":=").Add(d.ip)}
+		case "header", "query", "path", "metadata":
+			return []jen.Code{jen.List(jen.Id(k), jen.Id(ok)).Op(":=").Add(d.source(s))}
+		}
+	}
 	var out []jen.Code
 	out = append(out, jen.Var().Id(k).Id(t), jen.Var().Id(ok).Bool())
 	for i, s := range srcs {
@@ -309,6 +318,9 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 	}
 	reject := func(status, body jen.Code, ev jen.Code) jen.Code {
 		args := append(slices.Clone(d.reject), mode, status, body, ev)
+		if d.prefix == "rls" { // a descriptor's status has neither code nor message
+			args = append(slices.Clone(d.reject), mode, ev)
+		}
 		if d.message {
 			return jen.Return(vd("Result").Values(), jen.Lit(""), recv().Dot("Config").Dot("Reject").Call(args...))
 		}
@@ -371,7 +383,7 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 	}
 	sharedRoute := r.Rule >= 0 && m.Rules[r.Rule].Shared || r.Tier >= 0 && m.Tiers[r.Tier].Shared
 	if !sharedRoute && !d.nowParam { // a shared rule or tier is decided on the store's clock
-		body = append(body, jen.Id("now").Op(":=").Add(recv()).Dot("now").Call())
+		body = append(body, jen.Id("now").Op(":=").Add(recv()).Dot(d.now).Call())
 	}
 	routes := d.prefix + "Routes"
 	res := []resField{}
@@ -485,9 +497,26 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 	case d.message:
 		doc = fmt.Sprintf("%s checks one message of a stream of %s (%s, %s, %d a message) and returns the decision for limitgrpc.CountMessages to answer, with the key that seeds its jitter, or the status that ends the stream when it has no key.", d.entryName(i), r.Pattern, what, strings.ToLower(r.Mode), r.CostFixed)
 	}
+	params := d.params
+	if d.prefix == "http" && !readsPath(r) { // the path is read for its wildcards only
+		params = params[:len(params)-1]
+	}
 	return jen.Line().
 		Add(comment(doc)).
-		Func().Params(recv().Op("*").Id(d.typ)).Id(d.entryName(i)).Params(d.params...).Add(d.result).Block(body...).Line()
+		Func().Params(recv().Op("*").Id(d.typ)).Id(d.entryName(i)).Params(params...).Add(d.result).Block(body...).Line()
+}
+
+// readsPath says whether one of route r's keys is read from its path's
+// wildcards.
+func readsPath(r model.Route) bool {
+	for _, srcs := range r.Keys {
+		for _, s := range srcs {
+			if s.Kind == "path" {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // emitPlanOf is the plan method of d's type: the plan source's.

@@ -21,7 +21,7 @@ func ctxType() *jen.Statement       { return jen.Qual("context", "Context") }
 func grpcDoor(m *model.Model) *door {
 	g := m.GRPC
 	return &door{
-		recv: "g", typ: "GRPC", prefix: "grpc", routes: g.Routes, plan: g.Plan,
+		recv: "g", typ: "GRPC", prefix: "grpc", routes: g.Routes, plan: g.Plan, now: "now",
 		params:    []jen.Code{jen.Id("ctx").Add(ctxType()), jen.Id("method").String()},
 		result:    jen.Error(),
 		ctx:       jen.Id("ctx"),

@@ -86,7 +86,7 @@ func literalMethods(p limithttp.LiteralPath) []jen.Code {
 func httpDoor(m *model.Model) *door {
 	h := m.HTTP
 	return &door{
-		recv: "m", typ: "Middleware", prefix: "http", routes: h.Routes, plan: h.Plan,
+		recv: "m", typ: "Middleware", prefix: "http", routes: h.Routes, plan: h.Plan, now: "Now",
 		params:    []jen.Code{jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("path").String()},
 		result:    jen.Bool(),
 		ctx:       jen.Id("r").Dot("Context").Call(),
@@ -230,25 +230,16 @@ func emitMiddleware(m *model.Model) jen.Code {
 	newDoc := jen.Comment("NewMiddleware returns the middleware over l (Default when nil); the policy names no functions of").Line().
 		Comment("the service, so it never fails.").Line()
 	if len(m.HTTP.Hooks) > 0 {
-		hooksField, hooksParam, hooksInit = jen.Id("hooks").Id("Hooks"), jen.Id("h").Id("Hooks"), field("hooks", jen.Id("h"))
+		hooksField, hooksParam, hooksInit = jen.Id("hooks").Id("Hooks"), jen.Id("h").Id("Hooks"), jen.Id("hooks").Op(":").Id("h")
 		newDoc = jen.Comment("NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It").Line().
 			Comment("fails when one of them is nil.").Line()
 	}
-	// now, which reads the clock once, only for a route decided on this
-	// process's clock (a shared rule's or tier's is decided on the store's).
-	nowMethod := jen.Null()
-	if anyChecked(m.HTTP.Routes, func(r model.Route) bool {
-		return !(r.Rule >= 0 && m.Rules[r.Rule].Shared || r.Tier >= 0 && m.Tiers[r.Tier].Shared)
-	}) {
-		nowMethod = jen.Comment("now reads the clock once: Clock, or atomicbucket.Now.").Line().
-			Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("now").Params().Add(rt("Time")).Block(
-			jen.If(jen.Id("m").Dot("Clock").Op("!=").Nil()).Block(jen.Return(jen.Id("m").Dot("Clock").Call())),
-			jen.Return(rt("Now").Call()),
-		).Line().Line()
-	}
 	h := m.HTTP
 	checks := nilHooks(m.Pkg+": NewMiddleware: Hooks.", h.Hooks)
-	ipFields := clientIPFields(h.ClientIP)
+	var ipInit jen.Code = jen.Null() // the policy's client_ip, when it says anything
+	if ipFields := clientIPFields(h.ClientIP); len(ipFields) > 0 {
+		ipInit = jen.Id("m").Dot("ClientIP").Op("=").Qual(clientipPath, "Config").Add(fields(ipFields...))
+	}
 	judge := []jen.Code{
 		field("Jitter", jen.Lit(h.Jitter)),
 		field("Counters", vd("NewSeriesCounters").Call(jen.Id("httpSeries").Index(jen.Empty(), jen.Empty()).Op("..."))),
@@ -271,38 +262,18 @@ func emitMiddleware(m *model.Model) jen.Code {
 		if r.Mode == "Off" {
 			continue
 		}
-		cases = append(cases, jen.Case(jen.Lit(i)).Block(jen.Return(jen.Id("m").Dot(routeFunc(i)).Call(jen.Id("w"), jen.Id("r"), jen.Id("path")))))
+		args := []jen.Code{jen.Id("w"), jen.Id("r")}
+		if readsPath(r) {
+			args = append(args, jen.Id("path"))
+		}
+		cases = append(cases, jen.Case(jen.Lit(i)).Block(jen.Return(jen.Id("m").Dot(routeFunc(i)).Call(args...))))
 	}
-	// wrap is Wrap's body and wrapMux NewServeMux's wrapper: every reading
-	// of a request's path for a router the middleware cannot see
-	// (MatchAll), ServeMux's alone behind its own ServeMux. With every route
-	// off there is nothing to match.
-	wrapBody := []jen.Code{jen.Return(jen.Id("next"))}
-	wrapMux := jen.Id("m").Dot("Wrap")
-	var checkFuncs jen.Code = jen.Null()
+	// checkRoute is what the door calls for each route a request may be
+	// handed to; with every route off there is nothing to check.
+	var check, checkRoute jen.Code = jen.Nil(), jen.Null()
 	if len(cases) > 0 {
-		wrapBody = []jen.Code{jen.Return(jen.Qual("net/http", "HandlerFunc").Call(jen.Func().Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req())).Block(
-			jen.Id("routes").Op(":=").Id("httpRouter").Dot("MatchAll").Call(jen.Id("r")),
-			jen.If(jen.Id("m").Dot("check").Call(jen.Id("w"), jen.Id("r"), jen.Op("&").Id("routes"))).Block(jen.Id("next").Dot("ServeHTTP").Call(jen.Id("w"), jen.Id("r"))),
-		)))}
-		wrapMux = jen.Id("m").Dot("wrapServeMux")
-		checkFuncs = jen.Line().
-			Comment("wrapServeMux is Wrap for the ServeMux of NewServeMux: ServeMux's reading of a path is the only").Line().
-			Comment("one it dispatches (httpRouter.Match).").Line().
-			Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("wrapServeMux").Params(jen.Id("next").Qual("net/http", "Handler")).Qual("net/http", "Handler").Block(
-			jen.Return(jen.Qual("net/http", "HandlerFunc").Call(jen.Func().Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req())).Block(
-				jen.List(jen.Id("route"), jen.Id("path")).Op(":=").Id("httpRouter").Dot("Match").Call(jen.Id("r")),
-				jen.If(jen.Id("m").Dot("checkRoute").Call(jen.Id("w"), jen.Id("r"), jen.Id("route"), jen.Id("path"))).Block(jen.Id("next").Dot("ServeHTTP").Call(jen.Id("w"), jen.Id("r"))),
-			))),
-		).Line().Line().
-			Comment("check checks r against the limits of every policy route a router may hand it to (routes, from").Line().
-			Comment("httpRouter.MatchAll), in turn, and reports whether it may go on: all of them allow it.").Line().
-			Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("check").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("routes").Op("*").Add(lh("Routes"))).Bool().Block(
-			jen.For(jen.Id("i").Op(":=").Range().Id("routes").Dot("N")).Block(
-				jen.If(jen.Op("!").Id("m").Dot("checkRoute").Call(jen.Id("w"), jen.Id("r"), jen.Id("routes").Dot("Index").Index(jen.Id("i")), jen.Id("routes").Dot("Path").Index(jen.Id("i")))).Block(jen.Return(jen.False())),
-			),
-			jen.Return(jen.True()),
-		).Line().Line().
+		check = jen.Id("m").Dot("checkRoute")
+		checkRoute = jen.Line().
 			Comment("checkRoute checks r against the limits of route (an index of httpPatterns; -1 for none), whose").Line().
 			Comment("wildcards it reads from path, and reports whether it may go on.").Line().
 			Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("checkRoute").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("route").Int(), jen.Id("path").String()).Bool().Block(
@@ -315,52 +286,32 @@ func emitMiddleware(m *model.Model) jen.Code {
 		logDoc = fmt.Sprintf("logs denials with log/slog's default logger, at most %d a second", h.LogDenials)
 	}
 	g := jen.Line().
-		Comment("Middleware enforces the policy's http: section: it finds every policy route a router may hand").Line().
-		Comment("a request to (limithttp.Router.MatchAll: the pattern http.ServeMux picks among the policy's own,").Line().
-		Comment("or its redirect leads to, and those the path matches uncleaned, as chi and gorilla/mux read it),").Line().
-		Comment("whatever router it wraps or sits behind and whatever patterns the service registered; reads").Line().
-		Comment("the keys, cost and plan the policy names; checks each route's rule or tier; sets the RateLimit").Line().
-		Comment("fields; and answers 429 (or the policy's 4xx) when the request may not go on. A request no").Line().
-		Comment("route covers goes on unchecked.").Line().
-		Comment("").Line().
-		Comment("Routes: "+strings.Join(patterns, "; ")+".").Line().
+		Comment("Middleware enforces the policy's http: section on every route a router may hand a request to").Line().
+		Comment("(limithttp.Door): it reads the keys, cost and plan the policy names, checks the route's rule or").Line().
+		Comment("tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may not").Line().
+		Comment("go on; its Config "+logDoc+". Routes: "+strings.Join(patterns, "; ")+".").Line().
 		Type().Id("Middleware").Struct(
+		lh("Door"),
 		jen.Id("limits").Op("*").Id("Limits"),
 		hooksField,
-		comment("ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip (set TrustedProxies here when they differ by deployment).").Id("ClientIP").Add(jen.Qual(clientipPath, "Config")),
-		comment("Clock, when set, is read instead of atomicbucket.Now: tests drive the middleware through time with it.").Id("Clock").Func().Params().Add(rt("Time")),
-		comment("Config is what every route shares: the field style, the jitter, the counters, the observer ("+logDoc+"), and Denied, the response to a denied request when problem+json will not do. Set it before serving.").Id("Config").Add(lh("Config")),
 	).Line().Line().
 		Add(newDoc).
 		Func().Id("NewMiddleware").Params(jen.Id("l").Op("*").Id("Limits"), hooksParam).Params(jen.Op("*").Id("Middleware"), jen.Error()).Block(
 		append(checks,
 			jen.If(jen.Id("l").Op("==").Nil()).Block(jen.Id("l").Op("=").Id("Default")),
-			jen.Return(jen.Op("&").Id("Middleware").Add(fields(
-				field("limits", jen.Id("l")),
-				hooksInit,
-				field("ClientIP", jen.Qual(clientipPath, "Config").Add(fields(ipFields...))),
-				field("Config", lh("Config").Add(fields(cfg...))),
-			)), jen.Nil()),
+			jen.Id("m").Op(":=").Op("&").Id("Middleware").Values(jen.Id("limits").Op(":").Id("l"), hooksInit),
+			ipInit,
+			jen.Id("m").Dot("Config").Op("=").Add(lh("Config")).Add(fields(cfg...)),
+			lh("InitDoor").Call(jen.Op("&").Id("m").Dot("Door"), jen.Id("httpRouter"), jen.Id("httpPatterns").Index(jen.Empty(), jen.Empty()), check),
+			jen.Return(jen.Id("m"), jen.Nil()),
 		)...,
-	).Line().Line().
-		Comment("Wrap returns next behind the limits of the policy's route that covers each request, however").Line().
-		Comment("the router behind it reads the request's path: wrap a whole router, or each handler.").Line().
-		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("Wrap").Params(jen.Id("next").Qual("net/http", "Handler")).Qual("net/http", "Handler").Block(
-		wrapBody...,
-	).Line().Line().
-		Add(nowMethod).
-		Add(checkFuncs).Line().
+	).Line().
+		Add(checkRoute).Line().
 		Comment("ServeMux is the http.ServeMux behind the middleware that NewServeMux returns (see limithttp.ServeMux).").Line().
 		Type().Id("ServeMux").Op("=").Qual(httpPath, "ServeMux").Line().Line().
 		Comment("httpPatterns are the policy's route patterns, in policy order.").Line().
 		Var().Id("httpPatterns").Op("=").Index(jen.Op("...")).String().Values(patternLits...).Line().Line().
-		Add(routerDecl(patterns)).Line().Line().
-		Comment("NewServeMux returns an empty ServeMux behind m: every request it serves is checked first, those").Line().
-		Comment("its handlers answer and those it answers itself alike; Uncovered lists the registered patterns").Line().
-		Comment("no policy route covers (served unlimited).").Line().
-		Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("NewServeMux").Params().Op("*").Id("ServeMux").Block(
-		jen.Return(jen.Qual(httpPath, "NewServeMux").Call(wrapMux, jen.Id("httpRouter"), jen.Id("httpPatterns").Index(jen.Empty(), jen.Empty()))),
-	).Line()
+		Add(routerDecl(patterns)).Line()
 	return g
 }
 

@@ -25,10 +25,10 @@ func keyParse(r model.Rule) jen.Code {
 	return jen.Nil()
 }
 
-// emitOverlay is each rule as an overlay Set changes it (an overlay.Target)
-// and the overlay.Numbers Limits embeds, whose ApplyNumbers applies a whole
-// Set.
-func emitOverlay(m *model.Model) jen.Code {
+// emitOverlay is each rule as an overlay Set changes it (an overlay.Target),
+// and New's expression of the overlay.Numbers Limits embeds, whose
+// ApplyNumbers applies a whole Set.
+func emitOverlay(m *model.Model) (decls, numbers jen.Code) {
 	g := jen.Line()
 	var entries []jen.Code
 	for _, r := range m.Rules {
@@ -44,7 +44,7 @@ func emitOverlay(m *model.Model) jen.Code {
 			if r.KeyType != "" {
 				local = jen.Id("l").Dot(r.GoName).Dot("local").Dot("Table").Call()
 			}
-			store := jen.Id("l").Dot("shared").Dot("windows").Index(jen.Lit(r.WindowAt))
+			store := jen.Id("l").Dot("shared").Dot("Windows").Index(jen.Lit(r.WindowAt))
 			if r.KeyType != "" { // a key's own numbers through the limiter's SetKeyNumbers
 				entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "KeyedSharedWindowTarget").Call(local,
 					store, lit(r.Limits[0].Cost), jen.Id("l").Dot(r.GoName), keyParse(r)))
@@ -58,7 +58,7 @@ func emitOverlay(m *model.Model) jen.Code {
 			stores := jen.Nil()
 			if r.Shared {
 				plans = jen.Id("l").Dot(r.GoName).Dot("local").Dot("s")
-				stores = jen.Id("l").Dot("shared").Dot("windows").Index(jen.Lit(r.WindowAt), jen.Lit(r.WindowAt+len(r.Limits)))
+				stores = jen.Id("l").Dot("shared").Dot("Windows").Index(jen.Lit(r.WindowAt), jen.Lit(r.WindowAt+len(r.Limits)))
 			}
 			costs := make([]jen.Code, len(r.Limits))
 			args := []jen.Code{jen.Lit(r.KeyType != ""), jen.Index().Int64().Values(costs...), stores}
@@ -74,6 +74,14 @@ func emitOverlay(m *model.Model) jen.Code {
 			entries = append(entries, jen.Lit(r.Name).Op(":").Add(target).Call(args...))
 			continue
 		}
+		if sharedImpl(r) && r.KeyType != "" { // sharedimpl.Keyed's, which the limiter embeds
+			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(sharedimplPath, "KeyedTarget").Call(jen.Id("l").Dot(r.GoName).Dot("Keyed"), keyParse(r)))
+			continue
+		}
+		if sharedImpl(r) { // sharedimpl.Global's
+			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(sharedimplPath, "GlobalTarget").Call(jen.Id("l").Dot(r.GoName).Dot("Global")))
+			continue
+		}
 		if keyedTarget(r) {
 			// genimpl.Keyed's, which the limiter embeds.
 			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "KeyedTarget").Call(jen.Id("l").Dot(r.GoName).Dot("Keyed"), keyParse(r)))
@@ -86,43 +94,11 @@ func emitOverlay(m *model.Model) jen.Code {
 		g.Add(emitTarget(r))
 		entries = append(entries, jen.Lit(r.Name).Op(":").Id(targetName(r)).Values(jen.Id("l").Dot(r.GoName)))
 	}
-	plans := jen.Nil()
+	pol := jen.Dict{jen.Id("Rules"): jen.Map(jen.String()).Qual(overlayPath, "Target").Values(entries...)}
 	if len(m.Plans) > 0 {
-		plans = jen.Id("planNames").Index(jen.Empty(), jen.Empty())
+		pol[jen.Id("Plans")] = jen.Id("planNames").Index(jen.Empty(), jen.Empty())
 	}
-	// The numbers methods, declared on Limits (not promoted from an
-	// embedded field, which go doc does not list), each calling
-	// overlay.Numbers' method of the same name.
-	on := func(name string) *jen.Statement { return jen.Id("l").Dot("nums").Dot(name) }
-	for _, meth := range []struct {
-		name, doc string
-		params    []jen.Code
-		args      []jen.Code
-		result    jen.Code
-	}{
-		{"ApplyNumbers", "ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers: every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).",
-			[]jen.Code{jen.Id("set").Qual(overlayPath, "Set")}, []jen.Code{jen.Id("set")}, jen.Error()},
-		{"CheckNumbers", "CheckNumbers says why ApplyNumbers would refuse set, changing nothing.",
-			[]jen.Code{jen.Id("set").Qual(overlayPath, "Set")}, []jen.Code{jen.Id("set")}, jen.Error()},
-		{"ScaleNumbers", "ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).",
-			[]jen.Code{jen.Id("rule").String(), jen.List(jen.Id("rate"), jen.Id("burst")).Qual(overlayPath, "Factor")}, []jen.Code{jen.Id("rule"), jen.Id("rate"), jen.Id("burst")}, jen.Error()},
-		{"ScaledNumbers", "ScaledNumbers is rule's factors in force (One and One when it is not scaled).",
-			[]jen.Code{jen.Id("rule").String()}, []jen.Code{jen.Id("rule")}, jen.Qual(overlayPath, "Scaled")},
-		{"NumbersApplied", "NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied, and when the last was.",
-			nil, nil, jen.Params(jen.Int(), jen.Int64(), jen.Qual("time", "Time"))},
-	} {
-		g.Add(comment(meth.doc))
-		g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(meth.name).Params(meth.params...).Add(meth.result).Block(
-			jen.Return(on(meth.name).Call(meth.args...))).Line().Line()
-	}
-	g.Comment("newNumbers is l's rules as overlay Sets change them.").Line()
-	pol := jen.Dict{
-		jen.Id("Plans"): plans,
-		jen.Id("Rules"): jen.Map(jen.String()).Qual(overlayPath, "Target").Values(entries...),
-	}
-	g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("newNumbers").Params().Qual(overlayPath, "Numbers").Block(
-		jen.Return(jen.Qual(overlayPath, "NewNumbers").Call(jen.Qual(overlayPath, "Policy").Index(jen.Qual(overlayPath, "Target")).Values(pol)))).Line().Line()
-	return g
+	return g, jen.Qual(overlayPath, "NewNumbers").Call(jen.Qual(overlayPath, "Policy").Index(jen.Qual(overlayPath, "Target")).Values(pol))
 }
 
 // keyedTarget says whether r is an overlay.KeyedTarget: a keyed rule without
@@ -158,7 +134,7 @@ func emitTarget(r model.Rule) jen.Code {
 			idx = jen.Lit(r.SharedAt).Op("+").Id("plan")
 		}
 		check = append(check,
-			jen.List(jen.Id("nb"), jen.Err()).Op(":=").Id("t").Dot("l").Dot("sh").Dot("numbered").Call(),
+			jen.List(jen.Id("nb"), jen.Err()).Op(":=").Id("t").Dot("l").Dot("sh").Dot("Numbered").Call(),
 			jen.If(jen.Err().Op("!=").Nil().Op("||").Id("nb").Op("==").Nil()).Block(jen.Return(jen.Err())),
 			jen.Return(jen.Id("nb").Dot("CheckNumbers").Call(idx, jen.Id("n"))))
 	} else {

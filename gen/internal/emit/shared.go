@@ -57,98 +57,13 @@ func emitShared(m *model.Model) jen.Code {
 		}
 	}
 	g := jen.Null()
-	stateFields := []jen.Code{}
 	if m.Shared > 0 {
 		g.Comment("sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),").Line().
 			Comment("in the order their checks name them.").Line().
 			Var().Id("sharedRules").Op("=").Index(jen.Lit(m.Shared)).Qual(sharedPath, "Rule").Values(rules...).Line().Line()
-		stateFields = append(stateFields, jen.Id("bound").Qual(sharedPath, "Bound"))
 	}
-	if m.SharedWindows > 0 {
-		stateFields = append(stateFields, jen.Id("windows").Index(jen.Lit(m.SharedWindows)).Op("*").Qual(sharedPath, "Window").Comment("the shared window rules', by WindowAt"))
-	}
-	stateFields = append(stateFields, jen.Id("err").Error())
-	refused := func(what string, err jen.Code) jen.Code {
-		return jen.Return(jen.Op("&").Id("sharedState").Values(jen.Dict{
-			jen.Id("err"): jen.Qual("fmt", "Errorf").Call(jen.Lit(m.Pkg+": the store refused "+what+": %w"), err),
-		}))
-	}
-	named := len(m.StoreNames()) > 0
-	none := jen.Id("store").Op("==").Nil()
-	bindTo := jen.Id("store") // what Bind and BindWindow are given
-	if named {
-		none = none.Op("&&").Len(jen.Id("named")).Op("==").Lit(0)
-		bindTo = jen.Id("stores")
-	}
-	body := []jen.Code{
-		jen.If(none).Block(jen.Return(jen.Op("&").Id("sharedState").Values(jen.Dict{
-			jen.Id("err"): jen.Qual("fmt", "Errorf").Call(jen.Lit(m.Pkg+": %w given to New (WithStore): the shared rules are decided in this process only, each instance enforcing the whole limit alone"), jen.Qual(sharedPath, "ErrNoStore")),
-		}))),
-		jen.Id("s").Op(":=").Op("&").Id("sharedState").Values(),
-		jen.Var().Id("err").Error(),
-	}
-	wsDeclared := false
-	if named {
-		body = append(body, jen.Id("stores").Op(":=").Qual(sharedPath, "Stores").Values(jen.Dict{jen.Id("Default"): jen.Id("store"), jen.Id("Named"): jen.Id("named")}))
-	}
-	if m.Shared > 0 {
-		body = append(body,
-			jen.If(jen.List(jen.Id("s").Dot("bound"), jen.Id("err")).Op("=").Qual(sharedPath, "Bind").Call(bindTo, jen.Id("sharedRules").Index(jen.Empty(), jen.Empty())),
-				jen.Id("err").Op("!=").Nil()).Block(refused("the shared rules, which run in this process only", jen.Id("err"))))
-	}
-	for _, r := range m.Rules {
-		if !r.Shared || !r.IsWindow() {
-			continue
-		}
-		for i := range r.Limits {
-			w := jen.Id("s").Dot("windows").Index(jen.Lit(r.WindowAt + i))
-			name, limit := r.Name, jen.Id(r.LimitVar())
-			if r.Planned { // a window per plan on the store, named as a bucket rule's plans are
-				name, limit = r.Name+":"+m.Plans[i].Name, jen.Id(r.LimitVar()).Index(jen.Lit(i))
-			}
-			var ws jen.Code = jen.Id("store")
-			if named {
-				if !wsDeclared {
-					body, wsDeclared = append(body, jen.Var().Id("ws").Qual(sharedPath, "Store")), true
-				}
-				ws = jen.Id("ws")
-				body = append(body, jen.List(jen.Id("ws"), jen.Id("err")).Op("=").Id("stores").Dot("For").Call(jen.Lit(r.Store)),
-					jen.If(jen.Id("err").Op("!=").Nil()).Block(refused(fmt.Sprintf("the window rule %s, and the shared rules run in this process only", name), jen.Id("err"))))
-			}
-			body = append(body,
-				jen.If(jen.List(w, jen.Id("err")).Op("=").Add(bindWindow(r, ws, jen.Lit(m.Namespace), jen.Lit(name), limit, failure(r))),
-					jen.Id("err").Op("!=").Nil()).Block(refused(fmt.Sprintf("the window rule %s, and the shared rules run in this process only", name), jen.Id("err"))))
-		}
-	}
-	body = append(body, jen.Return(jen.Id("s")))
-	g.Comment("sharedState is where a Limits' shared rules are checked: on the store, or in this process when").Line().
-		Comment("err says why not.").Line().
-		Type().Id("sharedState").Struct(stateFields...).Line().Line().
-		Comment("newSharedState binds the shared rules to store, if one was given (a store that refuses one, or").Line().
-		Comment("panics, leaves every one in this process, with the error).").Line().
-		Func().Id("newSharedState").Params(newStateParams(named)...).Op("*").Id("sharedState").Block(body...).Line().Line()
-	if m.Shared > 0 {
-		g.Comment("numbered is the store's binding, which changes the shared rules' numbers; nil without a store.").Line().
-			Func().Params(jen.Id("s").Op("*").Id("sharedState")).Id("numbered").Params().Params(jen.Qual(sharedPath, "Numbered"), jen.Error()).Block(
-			jen.If(jen.Id("s").Dot("bound").Op("==").Nil()).Block(jen.Return(jen.Nil(), jen.Nil())),
-			jen.List(jen.Id("nb"), jen.Id("ok")).Op(":=").Id("s").Dot("bound").Assert(jen.Qual(sharedPath, "Numbered")),
-			jen.If(jen.Op("!").Id("ok")).Block(jen.Return(jen.Nil(), jen.Qual("fmt", "Errorf").Call(
-				jen.Lit(m.Pkg+": the store's %T cannot change numbers (it is no shared.Numbered): nothing changed"), jen.Id("s").Dot("bound")))),
-			jen.Return(jen.Id("nb"), jen.Nil()),
-		).Line().Line()
-	}
-	health := []jen.Code{jen.If(jen.Id("l").Dot("shared").Dot("err").Op("!=").Nil()).Block(jen.Return(jen.Id("l").Dot("shared").Dot("err")))}
-	if m.Shared > 0 && m.SharedWindows == 0 {
-		health = append(health, jen.Return(jen.Qual(sharedPath, "Health").Call(jen.Id("l").Dot("shared").Dot("bound"))))
-	} else if m.Shared > 0 {
-		health = append(health, jen.If(jen.Id("err").Op(":=").Qual(sharedPath, "Health").Call(jen.Id("l").Dot("shared").Dot("bound")), jen.Id("err").Op("!=").Nil()).Block(jen.Return(jen.Id("err"))))
-	}
-	if m.SharedWindows > 0 {
-		health = append(health, jen.For(jen.List(jen.Id("_"), jen.Id("w")).Op(":=").Range().Id("l").Dot("shared").Dot("windows")).Block(
-			jen.If(jen.Id("err").Op(":=").Id("w").Dot("Health").Call(), jen.Id("err").Op("!=").Nil()).Block(jen.Return(jen.Id("err")))))
-	}
-	if m.SharedWindows > 0 {
-		health = append(health, jen.Return(jen.Nil()))
+	if newState(m) {
+		g.Add(emitNewSharedState(m, failure))
 	}
 	g.Comment("SharedErr is nil while the policy's shared rules are checked on the store given to New and").Line().
 		Comment("the store answers. Otherwise it says why not: there is no store, or it refused the rules (they").Line().
@@ -156,11 +71,134 @@ func emitShared(m *model.Model) jen.Code {
 		Comment("not answering now (down at start, or since: each rule's on_failure decides meanwhile, counted").Line().
 		Comment("as degraded, until it answers again). It is the live state: report it at startup, and from a").Line().
 		Comment("health check.").Line().
-		Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("SharedErr").Params().Error().Block(health...).Line()
+		Func().Params(jen.Id("l").Op("*").Id("Limits")).Id("SharedErr").Params().Error().Block(
+		jen.Return(jen.Id("l").Dot("shared").Dot("Err").Call())).Line()
+	return g
+}
+
+// newState says whether New binds the shared rules through a generated
+// newSharedState (window rules to bind one by one, or stores the policy
+// names) rather than sharedimpl.Bind alone.
+func newState(m *model.Model) bool { return m.SharedWindows > 0 || len(m.StoreNames()) > 0 }
+
+// stateExpr is New's expression of the shared rules' State.
+func stateExpr(m *model.Model) jen.Code {
+	if newState(m) {
+		args := []jen.Code{jen.Id("o").Dot("store")}
+		if len(m.StoreNames()) > 0 {
+			args = append(args, jen.Id("o").Dot("named"))
+		}
+		return jen.Id("newSharedState").Call(args...)
+	}
+	return jen.Qual(sharedimplPath, "Bind").Call(jen.Lit(m.Pkg), jen.Id("o").Dot("store"), jen.Id("sharedRules").Index(jen.Empty(), jen.Empty()), jen.Lit(0))
+}
+
+// emitNewSharedState is newSharedState: sharedimpl.Bind, then each shared
+// window rule bound on its store.
+func emitNewSharedState(m *model.Model, failure func(model.Rule) jen.Code) jen.Code {
+	refused := func(what string) jen.Code {
+		return jen.Return(jen.Id("s").Dot("Refuse").Call(jen.Lit(what), jen.Err()))
+	}
+	named := len(m.StoreNames()) > 0
+	var rules jen.Code = jen.Nil()
+	if m.Shared > 0 {
+		rules = jen.Id("sharedRules").Index(jen.Empty(), jen.Empty())
+	}
+	var body []jen.Code
+	bindTo := jen.Id("store") // what Bind and BindWindow are given
+	if named {
+		body = append(body,
+			jen.If(jen.Id("store").Op("==").Nil().Op("&&").Len(jen.Id("named")).Op("==").Lit(0)).Block(
+				jen.Return(jen.Qual(sharedimplPath, "Bind").Call(jen.Lit(m.Pkg), jen.Nil(), jen.Nil(), jen.Lit(m.SharedWindows)))),
+			jen.Id("stores").Op(":=").Qual(sharedPath, "Stores").Values(jen.Dict{jen.Id("Default"): jen.Id("store"), jen.Id("Named"): jen.Id("named")}))
+		bindTo = jen.Id("stores")
+	}
+	body = append(body,
+		jen.Id("s").Op(":=").Qual(sharedimplPath, "Bind").Call(jen.Lit(m.Pkg), bindTo, rules, jen.Lit(m.SharedWindows)),
+		jen.If(jen.Id("s").Dot("Why").Op("!=").Nil()).Block(jen.Return(jen.Id("s"))))
+	if m.SharedWindows > 0 {
+		body = append(body, jen.Var().Id("err").Error())
+	}
+	wsDeclared := false
+	for _, r := range m.Rules {
+		if !r.Shared || !r.IsWindow() {
+			continue
+		}
+		for i := range r.Limits {
+			w := jen.Id("s").Dot("Windows").Index(jen.Lit(r.WindowAt + i))
+			name, limit := r.Name, jen.Id(r.LimitVar())
+			if r.Planned { // a window per plan on the store, named as a bucket rule's plans are
+				name, limit = r.Name+":"+m.Plans[i].Name, jen.Id(r.LimitVar()).Index(jen.Lit(i))
+			}
+			what := fmt.Sprintf("the window rule %s, and the shared rules run in this process only", name)
+			var ws jen.Code = jen.Id("store")
+			if named {
+				if !wsDeclared {
+					body, wsDeclared = append(body, jen.Var().Id("ws").Qual(sharedPath, "Store")), true
+				}
+				ws = jen.Id("ws")
+				body = append(body, jen.List(jen.Id("ws"), jen.Id("err")).Op("=").Id("stores").Dot("For").Call(jen.Lit(r.Store)),
+					jen.If(jen.Id("err").Op("!=").Nil()).Block(refused(what)))
+			}
+			body = append(body,
+				jen.If(jen.List(w, jen.Id("err")).Op("=").Add(bindWindow(r, ws, jen.Lit(m.Namespace), jen.Lit(name), limit, failure(r))),
+					jen.Id("err").Op("!=").Nil()).Block(refused(what)))
+		}
+	}
+	body = append(body, jen.Return(jen.Id("s")))
+	return jen.Comment("newSharedState binds the shared rules to store, if one was given (a store that refuses one, or").Line().
+		Comment("panics, leaves every one in this process, with the error).").Line().
+		Func().Id("newSharedState").Params(newStateParams(named)...).Op("*").Qual(sharedimplPath, "State").Block(body...).Line().Line()
+}
+
+// sharedImpl says whether shared rule r's limiter embeds sharedimpl's (Keyed
+// or Global): a bucket rule without plans.
+func sharedImpl(r model.Rule) bool { return r.Shared && !r.Planned && !r.IsWindow() }
+
+// emitSharedImpl is a shared bucket rule without plans: sharedimpl's limiter
+// over its process-local one, which Local returns.
+func emitSharedImpl(r model.Rule) jen.Code {
+	typ, recv := r.TypeName(), jen.Id("l").Op("*").Id(r.TypeName())
+	state := jen.Id("s").Op("*").Qual(sharedimplPath, "State")
+	params, args := []jen.Code{state}, []jen.Code(nil)
+	embed := jen.Qual(sharedimplPath, "Global")
+	made := jen.Qual(sharedimplPath, "NewGlobal").Call(jen.Id("local").Dot("Global"), jen.Id("s"), jen.Lit(r.SharedAt))
+	if r.KeyType == "" {
+		params, args = []jen.Code{jen.Id("now").Add(rt("Time")), state}, []jen.Code{jen.Id("now")}
+	} else {
+		embed = jen.Qual(sharedimplPath, "Keyed").Index(jen.Id(r.KeyType))
+		key := jen.Qual(sharedimplPath, "Text") // a string is its own store key
+		if r.KeyType != "string" {
+			key = jen.Func().Params(jen.Id("k").Id(r.KeyType)).String().Block(jen.Return(sharedKey(r, jen.Id("k"))))
+		}
+		made = jen.Qual(sharedimplPath, "NewKeyed").Call(jen.Id("local").Dot("Keyed"), jen.Id("s"), jen.Lit(r.SharedAt), key)
+	}
+	g := jen.Line()
+	g.Comment(fmt.Sprintf("%s returns %s's limiter over its process-local buckets, checked on the store s binds.", r.CtorName(), r.GoName)).Line()
+	g.Func().Id(r.CtorName()).Params(params...).Op("*").Id(typ).Block(
+		jen.Id("local").Op(":=").Id(r.LocalCtorName()).Call(args...),
+		jen.Return(jen.Op("&").Id(typ).Values(made, jen.Id("local")))).Line().Line()
+	g.Add(comment(r.TypeDoc))
+	g.Type().Id(typ).Struct(embed, jen.Id("local").Op("*").Id(r.LocalTypeName())).Line().Line()
+	g.Add(comment(fmt.Sprintf("Local returns %s decided in this process only, with the whole limit, on buckets apart "+
+		"from the store's, for tests and tools: what it admits is not counted by any other instance.", r.GoName)))
+	g.Func().Params(recv).Id("Local").Params().Op("*").Id(r.LocalTypeName()).Block(jen.Return(jen.Id("l").Dot("local"))).Line()
+	if r.InForce {
+		var keyP, keyA []jen.Code
+		if r.KeyType != "" {
+			keyP, keyA = []jen.Code{jen.Id("key").Id(r.KeyType)}, []jen.Code{jen.Id("key")}
+		}
+		g.Line().Add(comment("ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields): Local's, which every change keeps equal to the store's; nil before."))
+		g.Func().Params(recv).Id("ruleInForce").Params(keyP...).Op("*").Add(rt("Rule")).Block(
+			jen.Return(jen.Id("l").Dot("local").Dot("ruleInForce").Call(keyA...))).Line()
+	}
 	return g
 }
 
 func emitSharedRule(r model.Rule) jen.Code {
+	if sharedImpl(r) {
+		return emitSharedImpl(r)
+	}
 	typ, recv := r.TypeName(), jen.Id("l").Op("*").Id(r.TypeName())
 	var params, args []jen.Code // the plan and the key
 	if r.Planned {
@@ -200,7 +238,7 @@ func emitSharedRule(r model.Rule) jen.Code {
 	g.Add(comment(r.TypeDoc))
 	g.Type().Id(typ).Struct(
 		jen.Id("local").Op("*").Id(r.LocalTypeName()),
-		jen.Id("sh").Op("*").Id("sharedState").Comment("the store, or why there is none"),
+		jen.Id("sh").Op("*").Qual(sharedimplPath, "State").Comment("the store, or why there is none"),
 	).Line().Line()
 	var planP, planA []jen.Code
 	if r.Planned {
@@ -227,12 +265,12 @@ func emitSharedRule(r model.Rule) jen.Code {
 		"and Err is SharedErr's error.", r.GoName, failureWords(r), leaseWords(r), r.GoName)))
 	g.Func().Params(recv).Id("AllowN").Params(with(ctxP, params, jen.Id("cost").Int64())...).Qual(sharedPath, "Result").Block(
 		badPlan(never),
-		jen.If(jen.Id("l").Dot("sh").Dot("bound").Op("==").Nil()).Block(
+		jen.If(jen.Id("l").Dot("sh").Dot("Bound").Op("==").Nil()).Block(
 			jen.Return(jen.Qual(sharedPath, "Result").Values(jen.Dict{
 				jen.Id("Decision"): jen.Id("l").Dot("local").Dot("AllowN").Call(with(nil, args, jen.Id("cost"))...),
-				jen.Id("Err"):      jen.Id("l").Dot("sh").Dot("err"),
+				jen.Id("Err"):      jen.Id("l").Dot("sh").Dot("Why"),
 			}))),
-		jen.Return(jen.Id("l").Dot("sh").Dot("bound").Dot("CheckStep").Call(jen.Id("ctx"), step)),
+		jen.Return(jen.Id("l").Dot("sh").Dot("Bound").Dot("CheckStep").Call(jen.Id("ctx"), step)),
 	).Line().Line()
 	g.Add(comment("Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after a " +
 		"denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is served in no " +
@@ -240,9 +278,9 @@ func emitSharedRule(r model.Rule) jen.Code {
 		"Without a store it is Local's Wait."))
 	g.Func().Params(recv).Id("Wait").Params(with(ctxP, params, jen.Id("cost").Int64())...).Error().Block(
 		badPlan(jen.Id("ErrUnknownPlan")),
-		jen.If(jen.Id("l").Dot("sh").Dot("bound").Op("==").Nil()).Block(
+		jen.If(jen.Id("l").Dot("sh").Dot("Bound").Op("==").Nil()).Block(
 			jen.Return(jen.Id("l").Dot("local").Dot("Wait").Call(with(jen.Id("ctx"), args, jen.Id("cost"))...))),
-		jen.Return(jen.Qual(sharedPath, "Wait").Call(jen.Id("ctx"), jen.Id("l").Dot("sh").Dot("bound"), step)),
+		jen.Return(jen.Qual(sharedPath, "Wait").Call(jen.Id("ctx"), jen.Id("l").Dot("sh").Dot("Bound"), step)),
 	).Line()
 	g.Add(emitSharedNumbers(r, recv, idx))
 	return g
@@ -276,7 +314,7 @@ func emitSharedNumbers(r model.Rule, recv, idx jen.Code) jen.Code {
 		ruleList = append(ruleList, jen.Lit(r.SharedAt+i))
 	}
 	rules := jen.Index().Int().Values(ruleList...)
-	nb := jen.List(jen.Id("nb"), jen.Err()).Op(":=").Id("l").Dot("sh").Dot("numbered").Call()
+	nb := jen.List(jen.Id("nb"), jen.Err()).Op(":=").Id("l").Dot("sh").Dot("Numbered").Call()
 	nbErr := jen.If(jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err()))
 	asIs := rt("CarryAsIs")
 	forKeys := ""
@@ -315,7 +353,7 @@ func emitSharedNumbers(r model.Rule, recv, idx jen.Code) jen.Code {
 		map[bool]string{true: " for key", false: ""}[keyed], onPlan)))
 	g.Func().Params(recv).Id("NumbersFor").Params(append(append([]jen.Code{}, planP...), keyP...)...).Params(rt("Numbers"), rt("Origin")).Block(
 		badPlan(rt("Numbers").Values(), rt("FromPolicy")),
-		jen.If(jen.List(jen.Id("nb"), jen.Id("_")).Op(":=").Id("l").Dot("sh").Dot("numbered").Call(), jen.Id("nb").Op("!=").Nil()).Block(
+		jen.If(jen.List(jen.Id("nb"), jen.Id("_")).Op(":=").Id("l").Dot("sh").Dot("Numbered").Call(), jen.Id("nb").Op("!=").Nil()).Block(
 			jen.Return(jen.Id("nb").Dot("NumbersFor").Call(idx, key))),
 		jen.Return(jen.Id("l").Dot("local").Dot("NumbersFor").Call(append(append([]jen.Code{}, planA...), keyA...)...)),
 	).Line().Line()

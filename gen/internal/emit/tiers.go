@@ -256,14 +256,14 @@ func emitSharedTier(m *model.Model, t model.Tier, planned bool, decl func(...str
 	}
 
 	var body []jen.Code
-	inProcess := jen.Id("l").Dot("shared").Dot("bound").Op("==").Nil() // no store, or one that refused the rules
+	inProcess := jen.Id("l").Dot("shared").Dot("Bound").Op("==").Nil() // no store, or one that refused the rules
 	if m.Shared == 0 {                                                 // shared windows only: no binding of buckets
-		inProcess = jen.Id("l").Dot("shared").Dot("err").Op("!=").Nil()
+		inProcess = jen.Id("l").Dot("shared").Dot("Why").Op("!=").Nil()
 	}
 	body = append(body, jen.If(inProcess).Block(
 		jen.Return(jen.Id("TierResult").Values(jen.Dict{
 			jen.Id("TierDecision"): jen.Id("l").Dot(t.CoreName()).Call(use(rt("Now").Call(), jen.Id("cost"), jen.Id("defaults"))...),
-			jen.Id("Err"):          jen.Id("l").Dot("shared").Dot("err"),
+			jen.Id("Err"):          jen.Id("l").Dot("shared").Dot("Why"),
 		}))))
 	if planned {
 		first := m.Rules[t.Rules[0]]
@@ -306,7 +306,7 @@ func emitSharedTier(m *model.Model, t model.Tier, planned bool, decl func(...str
 	}
 	if !t.Local && !sharedWindows {
 		body = append(body,
-			jen.List(jen.Id("res"), jen.Id("i")).Op(":=").Id("l").Dot("shared").Dot("bound").Dot("Check").Call(jen.Id("ctx"), jen.Index().Qual(sharedPath, "Step").Values(steps...)),
+			jen.List(jen.Id("res"), jen.Id("i")).Op(":=").Id("l").Dot("shared").Dot("Bound").Dot("Check").Call(jen.Id("ctx"), jen.Index().Qual(sharedPath, "Step").Values(steps...)),
 			jen.Id("rules").Op(":=").Index(jen.Lit(len(ruleNames))).Id("RuleName").Values(ruleNames...),
 			jen.If(jen.Id("i").Op("<").Lit(0).Op("||").Id("i").Op(">=").Len(jen.Id("rules"))).Block(jen.Id("i").Op("=").Lit(0)),
 			jen.Id("td").Op(":=").Id("TierDecision").Values(jen.Dict{jen.Id("Decision"): jen.Id("res").Dot("Decision"), jen.Id("Rule"): jen.Id("rules").Index(jen.Id("i"))}),
@@ -371,7 +371,7 @@ func mixedTier(m *model.Model, t model.Tier, steps, sharedNames []jen.Code, resu
 	if buckets {
 		body = append(body,
 			jen.Id("steps").Op(":=").Index().Qual(sharedPath, "Step").Values(steps...),
-			jen.List(jen.Id("res"), jen.Id("i")).Op(":=").Id("l").Dot("shared").Dot("bound").Dot("Check").Call(jen.Id("ctx"), jen.Id("steps")),
+			jen.List(jen.Id("res"), jen.Id("i")).Op(":=").Id("l").Dot("shared").Dot("Bound").Dot("Check").Call(jen.Id("ctx"), jen.Id("steps")),
 			jen.Id("storeRules").Op(":=").Index(jen.Lit(len(sharedNames))).Id("RuleName").Values(sharedNames...),
 			jen.If(jen.Id("i").Op("<").Lit(0).Op("||").Id("i").Op(">=").Len(jen.Id("storeRules"))).Block(jen.Id("i").Op("=").Lit(0)),
 			jen.If(jen.Op("!").Id("res").Dot("Allowed")).Block(append(undo(), jen.Return(result(denied(jen.Id("res").Dot("Decision"), jen.Id("storeRules").Index(jen.Id("i"))), true)))...),
@@ -382,7 +382,7 @@ func mixedTier(m *model.Model, t model.Tier, steps, sharedNames []jen.Code, resu
 	back := func() []jen.Code { // what a later denial gives back: the local buckets, and the store's buckets
 		b := undo()
 		if buckets {
-			b = append(b, jen.Id("_").Op("=").Id("l").Dot("shared").Dot("bound").Dot("Refund").Call(jen.Id("ctx"), jen.Id("steps")).Comment("best effort: a store that cannot refund keeps what it took"))
+			b = append(b, jen.Id("_").Op("=").Id("l").Dot("shared").Dot("Bound").Dot("Refund").Call(jen.Id("ctx"), jen.Id("steps")).Comment("best effort: a store that cannot refund keeps what it took"))
 		}
 		return b
 	}

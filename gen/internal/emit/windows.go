@@ -174,7 +174,7 @@ func emitPlannedWindowKeyNumbers(r model.Rule, recv jen.Code) jen.Code {
 }
 
 // emitSharedWindow is a shared window rule's limiter: its checks go to the
-// store's window (sharedState.windows), or, without one, to its
+// store's window (sharedimpl.State.Windows), or, without one, to its
 // process-local window, with the reason.
 func emitSharedWindow(r model.Rule) jen.Code {
 	typ, recv := r.TypeName(), jen.Id("l").Op("*").Id(r.TypeName())
@@ -216,7 +216,7 @@ func emitSharedWindow(r model.Rule) jen.Code {
 	g.Add(comment(r.TypeDoc))
 	g.Type().Id(typ).Struct(
 		jen.Id("local").Op("*").Id(r.LocalTypeName()),
-		jen.Id("sh").Op("*").Id("sharedState").Comment("the store, or why there is none"),
+		jen.Id("sh").Op("*").Qual(sharedimplPath, "State").Comment("the store, or why there is none"),
 	).Line().Line()
 	g.Comment("Rule returns the window rule behind the limiter.").Line()
 	g.Func().Params(recv).Id("Rule").Params(planP...).Op("*").Add(wrt("Rule")).Block(
@@ -239,11 +239,11 @@ func emitSharedWindow(r model.Rule) jen.Code {
 		"and Err is SharedErr's error.", r.GoName, failureWords(r), leaseWords(r), r.GoName)))
 	g.Func().Params(recv).Id("AllowN").Params(params(ctxP, jen.Id("cost").Int64())...).Qual(sharedPath, "Result").Block(
 		badPlan,
-		jen.If(jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("windows").Index(idx), jen.Id("w").Op("!=").Nil()).Block(
+		jen.If(jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("Windows").Index(idx), jen.Id("w").Op("!=").Nil()).Block(
 			jen.Return(jen.Id("w").Dot("AllowN").Call(jen.Id("ctx"), storeKey, jen.Id("cost")))),
 		jen.Return(jen.Qual(sharedPath, "Result").Values(jen.Dict{
 			jen.Id("Decision"): jen.Id("l").Dot("local").Dot("AllowN").Call(args(nil, jen.Id("cost"))...),
-			jen.Id("Err"):      jen.Id("l").Dot("sh").Dot("err"),
+			jen.Id("Err"):      jen.Id("l").Dot("sh").Dot("Why"),
 		})),
 	).Line().Line()
 	// Reset: the store's window of the key (every plan's) and the
@@ -251,10 +251,10 @@ func emitSharedWindow(r model.Rule) jen.Code {
 	var resets []jen.Code
 	if r.Planned {
 		resets = append(resets, jen.For(jen.Id("plan").Op(":=").Range().Id("numPlans")).Block(
-			jen.If(jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("windows").Index(idx), jen.Id("w").Op("!=").Nil()).Block(
+			jen.If(jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("Windows").Index(idx), jen.Id("w").Op("!=").Nil()).Block(
 				jen.Id("err").Op("=").Qual("errors", "Join").Call(jen.Id("err"), jen.Id("w").Dot("Reset").Call(jen.Id("ctx"), storeKey)))))
 	} else {
-		resets = append(resets, jen.If(jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("windows").Index(idx), jen.Id("w").Op("!=").Nil()).Block(
+		resets = append(resets, jen.If(jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("Windows").Index(idx), jen.Id("w").Op("!=").Nil()).Block(
 			jen.Id("err").Op("=").Id("w").Dot("Reset").Call(jen.Id("ctx"), storeKey)))
 	}
 	g.Add(comment(fmt.Sprintf("Reset empties %s on the store given to New, so that what it admitted no longer counts "+
@@ -280,7 +280,7 @@ func emitSharedWindow(r model.Rule) jen.Code {
 // process-local window's.
 func emitSharedWindowKeyNumbers(r model.Rule, recv, idx, storeKey jen.Code) jen.Code {
 	ctxP, keyP := jen.Id("ctx").Qual("context", "Context"), jen.Id("key").Id(r.KeyType)
-	window := jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("windows").Index(idx)
+	window := jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("Windows").Index(idx)
 	g := jen.Line()
 	g.Add(comment(fmt.Sprintf("SetKeyNumbers gives key a window of its own on the store given to New, whatever %s's: "+
 		"n.Tokens in any n.Period, the limit as n.Burst (one customer's quota raised or cut), and in the process-local "+

@@ -249,7 +249,7 @@ func (t Tier) SharedCoreName() string { return "checkShared" + t.GoName }
 // generated API grows), whatever the policy: no rule, tier or plan may take them.
 var ReservedIdents = []string{
 	"Plan", "ParsePlan", "ErrUnknownPlan", "TierDecision", "New", "Option", "WithStart", "Limits", "Default",
-	"RuleName", "Stats", "numPlans", "planNames", "ruleNames", "options", "numbers", "newNumbers",
+	"RuleName", "Stats", "numPlans", "planNames", "ruleNames", "options", "numbers", "newNumbers", "Numbers",
 	"Middleware", "NewMiddleware", "Hooks", "ServeMux", "NewServeMux", "httpPolicies", "httpCosts", "httpRoutes", "httpPatterns",
 	"GRPC", "NewGRPC", "GRPCHooks", "grpcRoutes", "grpcSeries", "grpcMethod", "grpcService", "grpcEntries",
 	"WithStore", "sharedRules", "sharedState", "newSharedState", "TierResult", "SharedErr", "StoreName", "WithStoreFor",

@@ -252,7 +252,10 @@ func (p *parser) grpcEntry(n *yaml.Node, ordinal int, m *model.Model, g *model.G
 		r.MissingBodies = append(r.MissingBodies, "the call has no key for rule "+rule.Name+": "+what+" reads it from "+doors["grpc"].from(rule, srcs))
 	}
 	if v := f["cost"]; v != nil {
-		valid = p.grpcCost(v, &r, m, what) && valid
+		valid = p.routeCost(v, &r, m, what, grpcCost) && valid
+		if r.CostKind == "metadata" {
+			r.CostBody = fmt.Sprintf("the call's declared cost (metadata %s) is above the most a call may cost on %s: %d", r.CostName, what, r.CostMax)
+		}
 	}
 	if v := f["messages"]; v != nil {
 		valid = p.grpcMessages(v, &r, m, what) && valid
@@ -305,52 +308,13 @@ func (p *parser) grpcMessages(n *yaml.Node, r *model.Route, m *model.Model, what
 	return valid
 }
 
-// grpcCost reads an entry's cost: a number, or {from: metadata:name, default,
-// max}.
-func (p *parser) grpcCost(n *yaml.Node, r *model.Route, m *model.Model, what string) bool {
-	if n.Kind == yaml.ScalarNode {
-		c, ok := p.int(n, what, "cost", 1)
-		if ok && !p.costAdmitted(n, m, r, what, "cost", c) {
-			return false
-		}
-		if ok {
-			r.CostKind, r.CostFixed = "fixed", c
-		}
-		return ok
-	}
-	f, _ := p.mapping(n, costFields, what+": cost")
-	from, def, most := f["from"], f["default"], f["max"]
-	if from == nil || def == nil || most == nil {
-		p.errorf(n, "%s: cost needs from (metadata:name), default (for an absent or unreadable value) and max (the most a call may declare)", what)
-		return false
-	}
-	kind, name, _ := strings.Cut(from.Value, ":")
+// grpcCost reads an entry's declared cost from its call's metadata.
+var grpcCost = costFrom{hint: "metadata:name", noun: "call", read: func(kind, name string) (string, string, string) {
 	if kind != "metadata" {
-		p.errorf(from, "%s: cost from %q: use metadata:name", what, from.Value)
-		return false
+		return "", "", "use metadata:name"
 	}
 	if msg := metadataName(name); msg != "" {
-		p.errorf(from, "%s: cost from %q: %s", what, from.Value, msg)
-		return false
+		return "", "", msg
 	}
-	r.CostKind, r.CostName = kind, strings.ToLower(name)
-	d, ok1 := p.int(def, what, "cost default", 1)
-	x, ok2 := p.int(most, what, "cost max", 1)
-	if !ok1 || !ok2 {
-		return false
-	}
-	if d > x {
-		p.errorf(def, "%s: cost default %d is above max %d", what, d, x)
-		return false
-	}
-	if !p.costAdmitted(def, m, r, what, "cost default", d) {
-		return false
-	}
-	if top, plan := routeBurst(m, r, false); x > top {
-		p.errorf(most, "%s: cost max %d: no call can cost more than %d here (the burst%s), so a declared cost above it is refused for good, not limited; lower max to %d", what, x, top, plan, top)
-		return false
-	}
-	r.CostFixed, r.CostMax = d, x
-	r.CostBody = fmt.Sprintf("the call's declared cost (metadata %s) is above the most a call may cost on %s: %d", r.CostName, what, x)
-	return true
-}
+	return kind, strings.ToLower(name), ""
+}}

@@ -538,7 +538,7 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 			"The request has no key for rule "+rule.Name+": "+what+" reads it from "+doors["http"].from(rule, srcs)+".", ""))
 	}
 	if v := f["cost"]; v != nil {
-		valid = p.routeCost(v, &r, m, what) && valid
+		valid = p.routeCost(v, &r, m, what, httpCost) && valid
 	}
 	r.PolicyLists = policyLists(m, r.Rules)
 	if r.CostKind == "header" || r.CostKind == "query" {
@@ -611,7 +611,28 @@ func routeFits(ordinal int, keyType string) bool {
 	return true
 }
 
-func (p *parser) routeCost(n *yaml.Node, r *model.Route, m *model.Model, what string) bool {
+// costFrom is where a door reads a declared cost from: the spelling its
+// from: takes (hint), what it calls a request (noun), and read, which returns
+// the kind and name of a source, or why from: names none.
+type costFrom struct {
+	hint, noun string
+	read       func(kind, name string) (string, string, string)
+}
+
+// httpCost reads an HTTP route's declared cost from a header or the query.
+var httpCost = costFrom{hint: "header:Name or query:name", noun: "request", read: func(kind, name string) (string, string, string) {
+	switch {
+	case kind == "header" && validHeaderName(name):
+		return kind, http.CanonicalHeaderKey(name), ""
+	case kind == "query" && name != "":
+		return kind, name, ""
+	}
+	return "", "", "use header:Name or query:name"
+}}
+
+// routeCost reads a route's (or entry's) cost: a number, or {from, default,
+// max}, from reading where a declared one comes from.
+func (p *parser) routeCost(n *yaml.Node, r *model.Route, m *model.Model, what string, from costFrom) bool {
 	if n.Kind == yaml.ScalarNode {
 		c, ok := p.int(n, what, "cost", 1)
 		if ok && !p.costAdmitted(n, m, r, what, "cost", c) {
@@ -623,21 +644,18 @@ func (p *parser) routeCost(n *yaml.Node, r *model.Route, m *model.Model, what st
 		return ok
 	}
 	f, _ := p.mapping(n, costFields, what+": cost")
-	from, def, most := f["from"], f["default"], f["max"]
-	if from == nil || def == nil || most == nil {
-		p.errorf(n, "%s: cost needs from (header:Name or query:name), default (for an absent or unreadable value) and max (the most a request may declare)", what)
+	src, def, most := f["from"], f["default"], f["max"]
+	if src == nil || def == nil || most == nil {
+		p.errorf(n, "%s: cost needs from (%s), default (for an absent or unreadable value) and max (the most a %s may declare)", what, from.hint, from.noun)
 		return false
 	}
-	kind, name, _ := strings.Cut(from.Value, ":")
-	switch {
-	case kind == "header" && validHeaderName(name):
-		r.CostKind, r.CostName = kind, http.CanonicalHeaderKey(name)
-	case kind == "query" && name != "":
-		r.CostKind, r.CostName = kind, name
-	default:
-		p.errorf(from, "%s: cost from %q: use header:Name or query:name", what, from.Value)
+	kind, name, _ := strings.Cut(src.Value, ":")
+	kind, name, msg := from.read(kind, name)
+	if msg != "" {
+		p.errorf(src, "%s: cost from %q: %s", what, src.Value, msg)
 		return false
 	}
+	r.CostKind, r.CostName = kind, name
 	d, ok1 := p.int(def, what, "cost default", 1)
 	x, ok2 := p.int(most, what, "cost max", 1)
 	if !ok1 || !ok2 {
@@ -651,7 +669,7 @@ func (p *parser) routeCost(n *yaml.Node, r *model.Route, m *model.Model, what st
 		return false
 	}
 	if top, plan := routeBurst(m, r, false); x > top {
-		p.errorf(most, "%s: cost max %d: no request can cost more than %d here (the burst%s), so a declared cost above it is refused for good, not limited; lower max to %d", what, x, top, plan, top)
+		p.errorf(most, "%s: cost max %d: no %s can cost more than %d here (the burst%s), so a declared cost above it is refused for good, not limited; lower max to %d", what, x, from.noun, top, plan, top)
 		return false
 	}
 	r.CostFixed, r.CostMax = d, x

@@ -4,13 +4,12 @@
 package rollingv1
 
 import (
-	"context"
-	"fmt"
 	"strconv"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/genimpl"
+	sharedimpl "github.com/limitgen/limitgen/genimpl/sharedimpl"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
 )
@@ -42,12 +41,12 @@ func (r RuleName) String() string {
 
 // Limits is one set of the policy's limiters, each with buckets of its own. New makes one (a test
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
-// and functions use.
+// and functions use; its embedded overlay.Numbers changes the numbers in force at run time.
 type Limits struct {
-	PerUser *PerUserLimiter // see the package-level PerUser
-	Batch   *BatchLimiter   // see the package-level Batch
-	shared  *sharedState    // the store the shared rules are checked on, if any
-	nums    overlay.Numbers // what ApplyNumbers and the other numbers methods call
+	PerUser         *PerUserLimiter   // see the package-level PerUser
+	Batch           *BatchLimiter     // see the package-level Batch
+	shared          *sharedimpl.State // the store the shared rules are checked on, if any
+	overlay.Numbers                   // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
 // Option configures New.
@@ -73,14 +72,13 @@ func New(opts ...Option) *Limits {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	sh := sharedimpl.Bind("rollingv1", o.store, sharedRules[:], 0)
 	l := &Limits{
-		PerUser: newPerUserLimiter(),
-		Batch:   newBatchLimiter(),
-		shared:  newSharedState(o.store),
+		PerUser: newPerUserLimiter(sh),
+		Batch:   newBatchLimiter(sh),
+		shared:  sh,
 	}
-	l.PerUser.sh = l.shared
-	l.Batch.sh = l.shared
-	l.nums = l.newNumbers()
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{Rules: map[string]overlay.Target{"PerUser": sharedimpl.KeyedTarget(l.PerUser.Keyed, nil), "Batch": sharedimpl.KeyedTarget(l.Batch.Keyed, nil)}})
 	return l
 }
 
@@ -112,39 +110,6 @@ var sharedRules = [2]shared.Rule{{
 	},
 }}
 
-// sharedState is where a Limits' shared rules are checked: on the store, or in this process when
-// err says why not.
-type sharedState struct {
-	bound shared.Bound
-	err   error
-}
-
-// newSharedState binds the shared rules to store, if one was given (a store that refuses one, or
-// panics, leaves every one in this process, with the error).
-func newSharedState(store shared.Store) *sharedState {
-	if store == nil {
-		return &sharedState{err: fmt.Errorf("rollingv1: %w given to New (WithStore): the shared rules are decided in this process only, each instance enforcing the whole limit alone", shared.ErrNoStore)}
-	}
-	s := &sharedState{}
-	var err error
-	if s.bound, err = shared.Bind(store, sharedRules[:]); err != nil {
-		return &sharedState{err: fmt.Errorf("rollingv1: the store refused the shared rules, which run in this process only: %w", err)}
-	}
-	return s
-}
-
-// numbered is the store's binding, which changes the shared rules' numbers; nil without a store.
-func (s *sharedState) numbered() (shared.Numbered, error) {
-	if s.bound == nil {
-		return nil, nil
-	}
-	nb, ok := s.bound.(shared.Numbered)
-	if !ok {
-		return nil, fmt.Errorf("rollingv1: the store's %T cannot change numbers (it is no shared.Numbered): nothing changed", s.bound)
-	}
-	return nb, nil
-}
-
 // SharedErr is nil while the policy's shared rules are checked on the store given to New and
 // the store answers. Otherwise it says why not: there is no store, or it refused the rules (they
 // then run in this process only, each instance enforcing the whole limit alone), or the store is
@@ -152,172 +117,7 @@ func (s *sharedState) numbered() (shared.Numbered, error) {
 // as degraded, until it answers again). It is the live state: report it at startup, and from a
 // health check.
 func (l *Limits) SharedErr() error {
-	if l.shared.err != nil {
-		return l.shared.err
-	}
-	return shared.Health(l.shared.bound)
-}
-
-// perUserNumbers is PerUser as an overlay Set changes it (overlay.Target).
-type perUserNumbers struct {
-	l *PerUserLimiter
-}
-
-func (t perUserNumbers) Plans() int {
-	return 0
-}
-
-func (t perUserNumbers) Keyed() bool {
-	return true
-}
-
-func (t perUserNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(0, n)
-}
-
-func (t perUserNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t perUserNumbers) CheckKey(key string) error {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
-	}
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t perUserNumbers) clearKey(key string) error {
-	k := key
-	_ = t.l.ClearKeyNumbers(k)
-	return nil
-}
-
-func (t perUserNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n)
-	}
-	return t.l.SetNumbers(n)
-}
-
-func (t perUserNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// batchNumbers is Batch as an overlay Set changes it (overlay.Target).
-type batchNumbers struct {
-	l *BatchLimiter
-}
-
-func (t batchNumbers) Plans() int {
-	return 0
-}
-
-func (t batchNumbers) Keyed() bool {
-	return true
-}
-
-func (t batchNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(1, n)
-}
-
-func (t batchNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t batchNumbers) CheckKey(key string) error {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return fmt.Errorf("a shared rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
-	}
-	return nil
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t batchNumbers) clearKey(key string) error {
-	k := key
-	_ = t.l.ClearKeyNumbers(k)
-	return nil
-}
-
-func (t batchNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k := *key
-		return t.l.SetKeyNumbers(k, n)
-	}
-	return t.l.SetNumbers(n)
-}
-
-func (t batchNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers:
-// every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).
-func (l *Limits) ApplyNumbers(set overlay.Set) error {
-	return l.nums.ApplyNumbers(set)
-}
-
-// CheckNumbers says why ApplyNumbers would refuse set, changing nothing.
-func (l *Limits) CheckNumbers(set overlay.Set) error {
-	return l.nums.CheckNumbers(set)
-}
-
-// ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in
-// thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).
-func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
-	return l.nums.ScaleNumbers(rule, rate, burst)
-}
-
-// ScaledNumbers is rule's factors in force (One and One when it is not scaled).
-func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
-	return l.nums.ScaledNumbers(rule)
-}
-
-// NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied,
-// and when the last was.
-func (l *Limits) NumbersApplied() (int, int64, time.Time) {
-	return l.nums.NumbersApplied()
-}
-
-// newNumbers is l's rules as overlay Sets change them.
-func (l *Limits) newNumbers() overlay.Numbers {
-	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Plans: nil,
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Batch": batchNumbers{l.Batch}},
-	})
+	return l.shared.Err()
 }
 
 // Default is the set of limiters the package-level variables and functions use.
@@ -353,10 +153,9 @@ type PerUserLocalLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// PerUser's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (perUserUnitsPerNs), one token is worth perUserUnitsPerToken units (GCRA's emission interval),
-// and a bucket may run perUserBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// PerUser's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time
+// in 1/1 ns (perUserUnitsPerNs), a token's worth (perUserUnitsPerToken) and the burst's
+// (perUserBurstUnits), GCRA's emission interval and tolerance.
 const (
 	perUserUnitsPerNs    = 1
 	perUserUnitsPerToken = 6000000000
@@ -373,9 +172,10 @@ func (l *PerUserLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.Table().AllowGreedyAt(key, now, perUserUnitsPerNs, perUserUnitsPerToken, perUserBurstUnits)
 }
 
-// newPerUserLimiter returns PerUser's limiter over its process-local buckets; New binds it to the store.
-func newPerUserLimiter() *PerUserLimiter {
-	return &PerUserLimiter{local: newPerUserLocalLimiter()}
+// newPerUserLimiter returns PerUser's limiter over its process-local buckets, checked on the store s binds.
+func newPerUserLimiter(s *sharedimpl.State) *PerUserLimiter {
+	local := newPerUserLocalLimiter()
+	return &PerUserLimiter{sharedimpl.NewKeyed(local.Keyed, s, 0, sharedimpl.Text), local}
 }
 
 // PerUserLimiter is the type of PerUser, a shared rule: Allow, AllowN and Wait decide on the store
@@ -384,141 +184,14 @@ func newPerUserLimiter() *PerUserLimiter {
 // results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
 // Its methods are safe for concurrent use.
 type PerUserLimiter struct {
+	sharedimpl.Keyed[string]
 	local *PerUserLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *PerUserLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns PerUser decided in this process only, with the whole limit, on buckets apart from
 // the store's, for tests and tools: what it admits is not counted by any other instance.
 func (l *PerUserLimiter) Local() *PerUserLocalLimiter {
 	return l.local
-}
-
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *PerUserLimiter) Allow(ctx context.Context, key string) bool {
-	return l.AllowN(ctx, key, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that PerUser holds across every
-// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
-// setting (deny) does, and the Result says so (Degraded, Err). Without a store, PerUser's
-// process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *PerUserLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(key, cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 0,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *PerUserLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, key, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 0,
-	})
-}
-
-// SetNumbers makes n PerUser's numbers for every key without numbers of its own, on the store and
-// in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
-// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
-// as they are, never beyond the new burst); every instance sharing the store must be given the same
-// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
-// source (shared.Numbered says more).
-func (l *PerUserLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(0, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns PerUser to the policy's numbers, on the store and in this process.
-func (l *PerUserLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(0)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
-// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
-// or without a store Local's.
-func (l *PerUserLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(0, key)
-	}
-	return l.local.NumbersFor(key)
-}
-
-// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever PerUser's,
-// on the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *PerUserLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{0}, key, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
-}
-
-// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *PerUserLimiter) ClearKeyNumbers(key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearKeyNumbers([]int{0}, key)
-	}
-	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
-	return nil
-}
-
-// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
-// in this process. Other instances' leases keep what they were granted until it expires.
-func (l *PerUserLimiter) Reset(ctx context.Context, key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset(key)
-	if nb != nil {
-		return nb.Reset(ctx, []int{0}, key)
-	}
-	return nil
 }
 
 // batchLimit is Batch's limit, as the policy gives it.
@@ -542,10 +215,9 @@ type BatchLocalLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// Batch's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (batchUnitsPerNs), one token is worth batchUnitsPerToken units (GCRA's emission interval), and a
-// bucket may run batchBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Batch's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (batchUnitsPerNs), a token's worth (batchUnitsPerToken) and the burst's (batchBurstUnits),
+// GCRA's emission interval and tolerance.
 const (
 	batchUnitsPerNs    = 1
 	batchUnitsPerToken = 200000000
@@ -562,9 +234,10 @@ func (l *BatchLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
 	return l.Table().AllowGreedyAt(key, now, batchUnitsPerNs, batchUnitsPerToken, batchBurstUnits)
 }
 
-// newBatchLimiter returns Batch's limiter over its process-local buckets; New binds it to the store.
-func newBatchLimiter() *BatchLimiter {
-	return &BatchLimiter{local: newBatchLocalLimiter()}
+// newBatchLimiter returns Batch's limiter over its process-local buckets, checked on the store s binds.
+func newBatchLimiter(s *sharedimpl.State) *BatchLimiter {
+	local := newBatchLocalLimiter()
+	return &BatchLimiter{sharedimpl.NewKeyed(local.Keyed, s, 1, sharedimpl.Text), local}
 }
 
 // BatchLimiter is the type of Batch, a shared rule: Allow, AllowN and Wait decide on the store
@@ -573,139 +246,12 @@ func newBatchLimiter() *BatchLimiter {
 // results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
 // Its methods are safe for concurrent use.
 type BatchLimiter struct {
+	sharedimpl.Keyed[string]
 	local *BatchLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *BatchLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns Batch decided in this process only, with the whole limit, on buckets apart from the
 // store's, for tests and tools: what it admits is not counted by any other instance.
 func (l *BatchLimiter) Local() *BatchLocalLimiter {
 	return l.local
-}
-
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *BatchLimiter) Allow(ctx context.Context, key string) bool {
-	return l.AllowN(ctx, key, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that Batch holds across every
-// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
-// setting (deny) does, and the Result says so (Degraded, Err). Without a store, Batch's
-// process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *BatchLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(key, cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 1,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *BatchLimiter) Wait(ctx context.Context, key string, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, key, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  key,
-		Rule: 1,
-	})
-}
-
-// SetNumbers makes n Batch's numbers for every key without numbers of its own, on the store and in
-// this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
-// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
-// as they are, never beyond the new burst); every instance sharing the store must be given the same
-// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
-// source (shared.Numbered says more).
-func (l *BatchLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(1, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns Batch to the policy's numbers, on the store and in this process.
-func (l *BatchLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(1)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
-// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
-// or without a store Local's.
-func (l *BatchLimiter) NumbersFor(key string) (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(1, key)
-	}
-	return l.local.NumbersFor(key)
-}
-
-// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever Batch's, on
-// the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *BatchLimiter) SetKeyNumbers(key string, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{1}, key, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
-}
-
-// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *BatchLimiter) ClearKeyNumbers(key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearKeyNumbers([]int{1}, key)
-	}
-	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
-	return nil
-}
-
-// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
-// in this process. Other instances' leases keep what they were granted until it expires.
-func (l *BatchLimiter) Reset(ctx context.Context, key string) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset(key)
-	if nb != nil {
-		return nb.Reset(ctx, []int{1}, key)
-	}
-	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/genimpl"
+	sharedimpl "github.com/limitgen/limitgen/genimpl/sharedimpl"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
@@ -97,15 +98,15 @@ func (r RuleName) String() string {
 
 // Limits is one set of the policy's limiters, each with buckets of its own. New makes one (a test
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
-// and functions use.
+// and functions use; its embedded overlay.Numbers changes the numbers in force at run time.
 type Limits struct {
-	Checks    *ChecksLimiter    // see the package-level Checks
-	Watches   *WatchesLimiter   // see the package-level Watches
-	Tenants   *TenantsLimiter   // see the package-level Tenants
-	PerMethod *PerMethodLimiter // see the package-level PerMethod
-	Global    *GlobalLimiter    // see the package-level Global
-	shared    *sharedState      // the store the shared rules are checked on, if any
-	nums      overlay.Numbers   // what ApplyNumbers and the other numbers methods call
+	Checks          *ChecksLimiter    // see the package-level Checks
+	Watches         *WatchesLimiter   // see the package-level Watches
+	Tenants         *TenantsLimiter   // see the package-level Tenants
+	PerMethod       *PerMethodLimiter // see the package-level PerMethod
+	Global          *GlobalLimiter    // see the package-level Global
+	shared          *sharedimpl.State // the store the shared rules are checked on, if any
+	overlay.Numbers                   // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
 // Option configures New.
@@ -145,16 +146,19 @@ func New(opts ...Option) *Limits {
 	if !o.startSet {
 		o.start = atomicbucket.Now()
 	}
+	sh := sharedimpl.Bind("grpclimits", o.store, sharedRules[:], 0)
 	l := &Limits{
 		Checks:    newChecksLimiter(),
 		Watches:   newWatchesLimiter(),
-		Tenants:   newTenantsLimiter(),
+		Tenants:   newTenantsLimiter(sh),
 		PerMethod: newPerMethodLimiter(),
 		Global:    newGlobalLimiter(o.start),
-		shared:    newSharedState(o.store),
+		shared:    sh,
 	}
-	l.Tenants.sh = l.shared
-	l.nums = l.newNumbers()
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
+		Plans: planNames[:],
+		Rules: map[string]overlay.Target{"Checks": checksNumbers{l.Checks}, "Watches": overlay.KeyedTarget(l.Watches.Keyed, nil), "Tenants": sharedimpl.KeyedTarget(l.Tenants.Keyed, ParseTenantsKey), "PerMethod": overlay.KeyedTarget(l.PerMethod.Keyed, nil), "Global": overlay.GlobalTarget(l.Global.Global)},
+	})
 	return l
 }
 
@@ -174,39 +178,6 @@ var sharedRules = [1]shared.Rule{{
 	},
 }}
 
-// sharedState is where a Limits' shared rules are checked: on the store, or in this process when
-// err says why not.
-type sharedState struct {
-	bound shared.Bound
-	err   error
-}
-
-// newSharedState binds the shared rules to store, if one was given (a store that refuses one, or
-// panics, leaves every one in this process, with the error).
-func newSharedState(store shared.Store) *sharedState {
-	if store == nil {
-		return &sharedState{err: fmt.Errorf("grpclimits: %w given to New (WithStore): the shared rules are decided in this process only, each instance enforcing the whole limit alone", shared.ErrNoStore)}
-	}
-	s := &sharedState{}
-	var err error
-	if s.bound, err = shared.Bind(store, sharedRules[:]); err != nil {
-		return &sharedState{err: fmt.Errorf("grpclimits: the store refused the shared rules, which run in this process only: %w", err)}
-	}
-	return s
-}
-
-// numbered is the store's binding, which changes the shared rules' numbers; nil without a store.
-func (s *sharedState) numbered() (shared.Numbered, error) {
-	if s.bound == nil {
-		return nil, nil
-	}
-	nb, ok := s.bound.(shared.Numbered)
-	if !ok {
-		return nil, fmt.Errorf("grpclimits: the store's %T cannot change numbers (it is no shared.Numbered): nothing changed", s.bound)
-	}
-	return nb, nil
-}
-
 // SharedErr is nil while the policy's shared rules are checked on the store given to New and
 // the store answers. Otherwise it says why not: there is no store, or it refused the rules (they
 // then run in this process only, each instance enforcing the whole limit alone), or the store is
@@ -214,10 +185,7 @@ func (s *sharedState) numbered() (shared.Numbered, error) {
 // as degraded, until it answers again). It is the live state: report it at startup, and from a
 // health check.
 func (l *Limits) SharedErr() error {
-	if l.shared.err != nil {
-		return l.shared.err
-	}
-	return shared.Health(l.shared.bound)
+	return l.shared.Err()
 }
 
 // checksNumbers is Checks as an overlay Set changes it (overlay.Target).
@@ -278,109 +246,6 @@ func (t checksNumbers) Clear(plan int, key *string) {
 		return
 	}
 	t.l.ClearNumbers(Plan(plan), atomicbucket.CarryAsIs)
-}
-
-// tenantsNumbers is Tenants as an overlay Set changes it (overlay.Target).
-type tenantsNumbers struct {
-	l *TenantsLimiter
-}
-
-func (t tenantsNumbers) Plans() int {
-	return 0
-}
-
-func (t tenantsNumbers) Keyed() bool {
-	return true
-}
-
-func (t tenantsNumbers) Check(plan int, n atomicbucket.Numbers) error {
-	if _, err := t.l.Rule().WithNumbers(n); err != nil {
-		return err
-	}
-	nb, err := t.l.sh.numbered()
-	if err != nil || nb == nil {
-		return err
-	}
-	return nb.CheckNumbers(0, n)
-}
-
-func (t tenantsNumbers) Base(plan int) overlay.Base {
-	r := t.l.Rule().Limit()
-	return overlay.Base{
-		Cost:     1,
-		Interval: r.Refill == atomicbucket.Interval,
-		Numbers:  atomicbucket.NumbersOf(r),
-	}
-}
-
-func (t tenantsNumbers) CheckKey(key string) error {
-	_, err := ParseTenantsKey(key)
-	return err
-}
-
-// clearKey takes key's own numbers away; a key that does not parse has none.
-func (t tenantsNumbers) clearKey(key string) error {
-	k, err := ParseTenantsKey(key)
-	if err != nil {
-		return err
-	}
-	_ = t.l.ClearKeyNumbers(k)
-	return nil
-}
-
-func (t tenantsNumbers) Set(plan int, key *string, n atomicbucket.Numbers) error {
-	if key != nil {
-		k, err := ParseTenantsKey(*key)
-		if err != nil {
-			return err
-		}
-		return t.l.SetKeyNumbers(k, n)
-	}
-	return t.l.SetNumbers(n)
-}
-
-func (t tenantsNumbers) Clear(plan int, key *string) {
-	if key != nil {
-		t.clearKey(*key)
-		return
-	}
-	_ = t.l.ClearNumbers() // fails only as Set failed before
-}
-
-// ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers:
-// every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).
-func (l *Limits) ApplyNumbers(set overlay.Set) error {
-	return l.nums.ApplyNumbers(set)
-}
-
-// CheckNumbers says why ApplyNumbers would refuse set, changing nothing.
-func (l *Limits) CheckNumbers(set overlay.Set) error {
-	return l.nums.CheckNumbers(set)
-}
-
-// ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in
-// thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).
-func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
-	return l.nums.ScaleNumbers(rule, rate, burst)
-}
-
-// ScaledNumbers is rule's factors in force (One and One when it is not scaled).
-func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
-	return l.nums.ScaledNumbers(rule)
-}
-
-// NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied,
-// and when the last was.
-func (l *Limits) NumbersApplied() (int, int64, time.Time) {
-	return l.nums.NumbersApplied()
-}
-
-// newNumbers is l's rules as overlay Sets change them.
-func (l *Limits) newNumbers() overlay.Numbers {
-	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"Checks": checksNumbers{l.Checks}, "Watches": overlay.KeyedTarget(l.Watches.Keyed, nil), "Tenants": tenantsNumbers{l.Tenants}, "PerMethod": overlay.KeyedTarget(l.PerMethod.Keyed, nil), "Global": overlay.GlobalTarget(l.Global.Global)},
-	})
 }
 
 // Default is the set of limiters the package-level variables and functions use.
@@ -687,10 +552,9 @@ type WatchesLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// Watches's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (watchesUnitsPerNs), one token is worth watchesUnitsPerToken units (GCRA's emission interval),
-// and a bucket may run watchesBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Watches's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time
+// in 1/1 ns (watchesUnitsPerNs), a token's worth (watchesUnitsPerToken) and the burst's
+// (watchesBurstUnits), GCRA's emission interval and tolerance.
 const (
 	watchesUnitsPerNs    = 1
 	watchesUnitsPerToken = 60000000000
@@ -785,10 +649,9 @@ type TenantsLocalLimiter struct {
 	genimpl.Keyed[TenantsKey]
 }
 
-// Tenants's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (tenantsUnitsPerNs), one token is worth tenantsUnitsPerToken units (GCRA's emission interval),
-// and a bucket may run tenantsBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Tenants's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time
+// in 1/1 ns (tenantsUnitsPerNs), a token's worth (tenantsUnitsPerToken) and the burst's
+// (tenantsBurstUnits), GCRA's emission interval and tolerance.
 const (
 	tenantsUnitsPerNs    = 1
 	tenantsUnitsPerToken = 60000000000
@@ -810,9 +673,12 @@ func (l *TenantsLocalLimiter) ruleInForce(key TenantsKey) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
-// newTenantsLimiter returns Tenants's limiter over its process-local buckets; New binds it to the store.
-func newTenantsLimiter() *TenantsLimiter {
-	return &TenantsLimiter{local: newTenantsLocalLimiter()}
+// newTenantsLimiter returns Tenants's limiter over its process-local buckets, checked on the store s binds.
+func newTenantsLimiter(s *sharedimpl.State) *TenantsLimiter {
+	local := newTenantsLocalLimiter()
+	return &TenantsLimiter{sharedimpl.NewKeyed(local.Keyed, s, 0, func(k TenantsKey) string {
+		return shared.StoreKey(k.String())
+	}), local}
 }
 
 // TenantsLimiter is the type of Tenants, a shared rule: Allow, AllowN and Wait decide on the store
@@ -821,13 +687,8 @@ func newTenantsLimiter() *TenantsLimiter {
 // results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
 // Its methods are safe for concurrent use.
 type TenantsLimiter struct {
+	sharedimpl.Keyed[TenantsKey]
 	local *TenantsLocalLimiter
-	sh    *sharedState // the store, or why there is none
-}
-
-// Rule returns the runtime rule behind the limiter (its units, exactness and limits).
-func (l *TenantsLimiter) Rule() *atomicbucket.Rule {
-	return l.local.Rule()
 }
 
 // Local returns Tenants decided in this process only, with the whole limit, on buckets apart from
@@ -836,132 +697,10 @@ func (l *TenantsLimiter) Local() *TenantsLocalLimiter {
 	return l.local
 }
 
-// Allow reports whether a request of the rule's default cost is allowed, deciding on the store (see
-// AllowN, whose Result says more: whether the store decided, and why not).
-func (l *TenantsLimiter) Allow(ctx context.Context, key TenantsKey) bool {
-	return l.AllowN(ctx, key, 1).Allowed
-}
-
-// AllowN decides a request of cost on the store given to New, so that Tenants holds across every
-// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
-// setting (deny) does, and the Result says so (Degraded, Err). Without a store, Tenants's
-// process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *TenantsLimiter) AllowN(ctx context.Context, key TenantsKey, cost int64) shared.Result {
-	if l.sh.bound == nil {
-		return shared.Result{
-			Decision: l.local.AllowN(key, cost),
-			Err:      l.sh.err,
-		}
-	}
-	return l.sh.bound.CheckStep(ctx, shared.Step{
-		Cost: cost,
-		Key:  shared.StoreKey(key.String()),
-		Rule: 0,
-	})
-}
-
-// Wait blocks until a request of cost is allowed on the store, or ctx is done: it checks, and after
-// a denial sleeps for its RetryAfter and checks again (shared.Wait), so a crowd of waiters is
-// served in no fixed order. It returns at once when the wait would pass ctx's deadline or the cost
-// exceeds the burst. Without a store it is Local's Wait.
-func (l *TenantsLimiter) Wait(ctx context.Context, key TenantsKey, cost int64) error {
-	if l.sh.bound == nil {
-		return l.local.Wait(ctx, key, cost)
-	}
-	return shared.Wait(ctx, l.sh.bound, shared.Step{
-		Cost: cost,
-		Key:  shared.StoreKey(key.String()),
-		Rule: 0,
-	})
-}
-
-// SetNumbers makes n Tenants's numbers for every key without numbers of its own, on the store and
-// in this process (Local, and the on_failure share). Numbers the rule or the store cannot hold are
-// refused, and nothing changes. A store converts each bucket at its next check (tokens held carried
-// as they are, never beyond the new burst); every instance sharing the store must be given the same
-// numbers, or each converts the buckets to its own (never gaining tokens): give them from one
-// source (shared.Numbered says more).
-func (l *TenantsLimiter) SetNumbers(n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetNumbers(0, n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetNumbers(n, atomicbucket.CarryAsIs)
-}
-
-// ClearNumbers returns Tenants to the policy's numbers, on the store and in this process.
-func (l *TenantsLimiter) ClearNumbers() error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearNumbers(0)
-	}
-	l.local.ClearNumbers(atomicbucket.CarryAsIs)
-	return nil
-}
-
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
 // fields): Local's, which every change keeps equal to the store's; nil before.
 func (l *TenantsLimiter) ruleInForce(key TenantsKey) *atomicbucket.Rule {
 	return l.local.ruleInForce(key)
-}
-
-// NumbersFor returns the numbers in force for key and where they come from: the store's binding's,
-// or without a store Local's.
-func (l *TenantsLimiter) NumbersFor(key TenantsKey) (atomicbucket.Numbers, atomicbucket.Origin) {
-	if nb, _ := l.sh.numbered(); nb != nil {
-		return nb.NumbersFor(0, shared.StoreKey(key.String()))
-	}
-	return l.local.NumbersFor(key)
-}
-
-// SetKeyNumbers gives key numbers of its own (an enterprise customer's quota), whatever Tenants's,
-// on the store and in this process; refused as by SetNumbers, all or nothing.
-func (l *TenantsLimiter) SetKeyNumbers(key TenantsKey, n atomicbucket.Numbers) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		if err := nb.SetKeyNumbers([]int{0}, shared.StoreKey(key.String()), n); err != nil {
-			return err
-		}
-	}
-	return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs)
-}
-
-// ClearKeyNumbers takes key's own numbers away, on the store and in this process.
-func (l *TenantsLimiter) ClearKeyNumbers(key TenantsKey) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	if nb != nil {
-		nb.ClearKeyNumbers([]int{0}, shared.StoreKey(key.String()))
-	}
-	l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs)
-	return nil
-}
-
-// Reset forgets key's bucket on the store ("unblock this user": its next check finds it full) and
-// in this process. Other instances' leases keep what they were granted until it expires.
-func (l *TenantsLimiter) Reset(ctx context.Context, key TenantsKey) error {
-	nb, err := l.sh.numbered()
-	if err != nil {
-		return err
-	}
-	l.local.Reset(key)
-	if nb != nil {
-		return nb.Reset(ctx, []int{0}, shared.StoreKey(key.String()))
-	}
-	return nil
 }
 
 // perMethodLimit is PerMethod's limit, as the policy gives it.
@@ -983,11 +722,9 @@ type PerMethodLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// PerMethod's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (perMethodUnitsPerNs), one token is worth perMethodUnitsPerToken units (GCRA's emission
-// interval), and a bucket may run perMethodBurstUnits units ahead of now (the burst's worth: GCRA's
-// tolerance).
+// PerMethod's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time
+// in 1/1 ns (perMethodUnitsPerNs), a token's worth (perMethodUnitsPerToken) and the burst's
+// (perMethodBurstUnits), GCRA's emission interval and tolerance.
 const (
 	perMethodUnitsPerNs    = 1
 	perMethodUnitsPerToken = 60000000000
@@ -1028,10 +765,9 @@ type GlobalLimiter struct {
 	genimpl.Global
 }
 
-// Global's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (globalUnitsPerNs), one token is worth globalUnitsPerToken units (GCRA's emission interval), and
-// a bucket may run globalBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Global's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (globalUnitsPerNs), a token's worth (globalUnitsPerToken) and the burst's
+// (globalBurstUnits), GCRA's emission interval and tolerance.
 const (
 	globalUnitsPerNs    = 1
 	globalUnitsPerToken = 60000000000
@@ -1406,9 +1142,7 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 // entry2 checks a call of /grpc.health.v1.Health/Watch (rule Watches, enforce) and returns the
 // status that ends it, or nil.
 func (g *GRPC) entry2(ctx context.Context, method string) error {
-	var k0 string
-	var ok0 bool
-	k0, ok0 = limitgrpc.PeerKey(ctx, &g.ClientIP)
+	k0, ok0 := limitgrpc.PeerKey(ctx, &g.ClientIP)
 	if !ok0 {
 		return g.Config.Reject(verdict.Enforce, codes.Unauthenticated, "the call has no key for rule Watches: grpc method \"/grpc.health.v1.Health/Watch\" reads it from the client address", verdict.Event{Route: "/grpc.health.v1.Health/Watch", Rule: "Watches", RuleIndex: int(RuleWatches), Series: 1, Outcome: verdict.MissingKey})
 	}
@@ -1435,9 +1169,7 @@ func (g *GRPC) entry3(ctx context.Context, method string) error {
 	var k0 TenantsKey
 	ok0 := true
 	{
-		var k0f0 string
-		var ok0f0 bool
-		k0f0, ok0f0 = limitgrpc.MetadataKey(ctx, "x-tenant")
+		k0f0, ok0f0 := limitgrpc.MetadataKey(ctx, "x-tenant")
 		k0.Tenant, ok0 = k0f0, ok0 && ok0f0
 	}
 	{

@@ -46,11 +46,11 @@ func (r RuleName) String() string {
 
 // Limits is one set of the policy's limiters, each with buckets of its own. New makes one (a test
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
-// and functions use.
+// and functions use; its embedded overlay.Numbers changes the numbers in force at run time.
 type Limits struct {
-	Updates *UpdatesLimiter // see the package-level Updates
-	Lookups *LookupsLimiter // see the package-level Lookups
-	nums    overlay.Numbers // what ApplyNumbers and the other numbers methods call
+	Updates         *UpdatesLimiter // see the package-level Updates
+	Lookups         *LookupsLimiter // see the package-level Lookups
+	overlay.Numbers                 // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
 // New returns a new set of the policy's limiters, with buckets of its own.
@@ -59,44 +59,8 @@ func New() *Limits {
 		Updates: newUpdatesLimiter(),
 		Lookups: newLookupsLimiter(),
 	}
-	l.nums = l.newNumbers()
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{Rules: map[string]overlay.Target{"Updates": overlay.KeyedTarget(l.Updates.Keyed, nil), "Lookups": overlay.KeyedTarget(l.Lookups.Keyed, nil)}})
 	return l
-}
-
-// ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers:
-// every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).
-func (l *Limits) ApplyNumbers(set overlay.Set) error {
-	return l.nums.ApplyNumbers(set)
-}
-
-// CheckNumbers says why ApplyNumbers would refuse set, changing nothing.
-func (l *Limits) CheckNumbers(set overlay.Set) error {
-	return l.nums.CheckNumbers(set)
-}
-
-// ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in
-// thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).
-func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
-	return l.nums.ScaleNumbers(rule, rate, burst)
-}
-
-// ScaledNumbers is rule's factors in force (One and One when it is not scaled).
-func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
-	return l.nums.ScaledNumbers(rule)
-}
-
-// NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied,
-// and when the last was.
-func (l *Limits) NumbersApplied() (int, int64, time.Time) {
-	return l.nums.NumbersApplied()
-}
-
-// newNumbers is l's rules as overlay Sets change them.
-func (l *Limits) newNumbers() overlay.Numbers {
-	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Plans: nil,
-		Rules: map[string]overlay.Target{"Updates": overlay.KeyedTarget(l.Updates.Keyed, nil), "Lookups": overlay.KeyedTarget(l.Lookups.Keyed, nil)},
-	})
 }
 
 // Default is the set of limiters the package-level variables and functions use.
@@ -130,10 +94,9 @@ type UpdatesLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// Updates's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (updatesUnitsPerNs), one token is worth updatesUnitsPerToken units (GCRA's emission interval),
-// and a bucket may run updatesBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Updates's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time
+// in 1/1 ns (updatesUnitsPerNs), a token's worth (updatesUnitsPerToken) and the burst's
+// (updatesBurstUnits), GCRA's emission interval and tolerance.
 const (
 	updatesUnitsPerNs    = 1
 	updatesUnitsPerToken = 60000000000
@@ -174,10 +137,9 @@ type LookupsLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// Lookups's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (lookupsUnitsPerNs), one token is worth lookupsUnitsPerToken units (GCRA's emission interval),
-// and a bucket may run lookupsBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Lookups's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time
+// in 1/1 ns (lookupsUnitsPerNs), a token's worth (lookupsUnitsPerToken) and the burst's
+// (lookupsBurstUnits), GCRA's emission interval and tolerance.
 const (
 	lookupsUnitsPerNs    = 1
 	lookupsUnitsPerToken = 50000000
@@ -373,9 +335,7 @@ var grpcSeries = [...]verdict.Series{{Route: "/grpc.health.v1.Health/Watch", Rul
 // entry1 checks a call of /grpc.health.v1.Health/Watch (rule Updates, enforce) and returns the
 // status that ends it, or nil.
 func (g *GRPC) entry1(ctx context.Context, method string) error {
-	var k0 string
-	var ok0 bool
-	k0, ok0 = limitgrpc.MetadataKey(ctx, "x-user")
+	k0, ok0 := limitgrpc.MetadataKey(ctx, "x-user")
 	if !ok0 {
 		return g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule Updates: grpc method \"/grpc.health.v1.Health/Watch\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/Watch", Rule: "Updates", RuleIndex: int(RuleUpdates), Series: 0, Outcome: verdict.MissingKey})
 	}
@@ -399,9 +359,7 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 // entry2 checks a call of grpc.reflection.v1.ServerReflection (rule Lookups, enforce) and returns
 // the status that ends it, or nil.
 func (g *GRPC) entry2(ctx context.Context, method string) error {
-	var k0 string
-	var ok0 bool
-	k0, ok0 = limitgrpc.MetadataKey(ctx, "x-user")
+	k0, ok0 := limitgrpc.MetadataKey(ctx, "x-user")
 	if !ok0 {
 		return g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule Lookups: grpc service \"grpc.reflection.v1.ServerReflection\" reads it from metadata x-user", verdict.Event{Route: "grpc.reflection.v1.ServerReflection", Rule: "Lookups", RuleIndex: int(RuleLookups), Series: 1, Outcome: verdict.MissingKey})
 	}
@@ -426,9 +384,7 @@ func (g *GRPC) entry2(ctx context.Context, method string) error {
 // enforce, 1 a message) and returns the decision for limitgrpc.CountMessages to answer, with the
 // key that seeds its jitter, or the status that ends the stream when it has no key.
 func (g *GRPC) entry1Message(ctx context.Context, method string) (verdict.Result, string, error) {
-	var k0 string
-	var ok0 bool
-	k0, ok0 = limitgrpc.MetadataKey(ctx, "x-user")
+	k0, ok0 := limitgrpc.MetadataKey(ctx, "x-user")
 	if !ok0 {
 		return verdict.Result{}, "", g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule Updates: grpc method \"/grpc.health.v1.Health/Watch\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/Watch", Rule: "Updates", RuleIndex: int(RuleUpdates), Series: 0, Outcome: verdict.MissingKey})
 	}
@@ -453,9 +409,7 @@ func (g *GRPC) entry1Message(ctx context.Context, method string) (verdict.Result
 // Lookups, enforce, 1 a message) and returns the decision for limitgrpc.CountMessages to answer,
 // with the key that seeds its jitter, or the status that ends the stream when it has no key.
 func (g *GRPC) entry2Message(ctx context.Context, method string) (verdict.Result, string, error) {
-	var k0 string
-	var ok0 bool
-	k0, ok0 = limitgrpc.MetadataKey(ctx, "x-user")
+	k0, ok0 := limitgrpc.MetadataKey(ctx, "x-user")
 	if !ok0 {
 		return verdict.Result{}, "", g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule Lookups: grpc service \"grpc.reflection.v1.ServerReflection\" reads it from metadata x-user", verdict.Event{Route: "grpc.reflection.v1.ServerReflection", Rule: "Lookups", RuleIndex: int(RuleLookups), Series: 1, Outcome: verdict.MissingKey})
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/overlay"
@@ -55,17 +54,17 @@ func (r RuleName) String() string {
 
 // Limits is one set of the policy's limiters, each with buckets of its own. New makes one (a test
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
-// and functions use.
+// and functions use; its embedded overlay.Numbers changes the numbers in force at run time.
 type Limits struct {
-	Login      *LoginLimiter      // see the package-level Login
-	Checkout   *CheckoutLimiter   // see the package-level Checkout
-	Files      *FilesLimiter      // see the package-level Files
-	User       *UserLimiter       // see the package-level User
-	DeleteUser *DeleteUserLimiter // see the package-level DeleteUser
-	Post       *PostLimiter       // see the package-level Post
-	Admin      *AdminLimiter      // see the package-level Admin
-	Root       *RootLimiter       // see the package-level Root
-	nums       overlay.Numbers    // what ApplyNumbers and the other numbers methods call
+	Login           *LoginLimiter      // see the package-level Login
+	Checkout        *CheckoutLimiter   // see the package-level Checkout
+	Files           *FilesLimiter      // see the package-level Files
+	User            *UserLimiter       // see the package-level User
+	DeleteUser      *DeleteUserLimiter // see the package-level DeleteUser
+	Post            *PostLimiter       // see the package-level Post
+	Admin           *AdminLimiter      // see the package-level Admin
+	Root            *RootLimiter       // see the package-level Root
+	overlay.Numbers                    // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
 // Option configures New.
@@ -105,44 +104,8 @@ func New(opts ...Option) *Limits {
 		Admin:      newAdminLimiter(o.start),
 		Root:       newRootLimiter(o.start),
 	}
-	l.nums = l.newNumbers()
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{Rules: map[string]overlay.Target{"Login": overlay.GlobalTarget(l.Login.Global), "Checkout": overlay.KeyedTarget(l.Checkout.Keyed, nil), "Files": overlay.GlobalTarget(l.Files.Global), "User": overlay.GlobalTarget(l.User.Global), "DeleteUser": overlay.GlobalTarget(l.DeleteUser.Global), "Post": overlay.GlobalTarget(l.Post.Global), "Admin": overlay.GlobalTarget(l.Admin.Global), "Root": overlay.GlobalTarget(l.Root.Global)}})
 	return l
-}
-
-// ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers:
-// every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).
-func (l *Limits) ApplyNumbers(set overlay.Set) error {
-	return l.nums.ApplyNumbers(set)
-}
-
-// CheckNumbers says why ApplyNumbers would refuse set, changing nothing.
-func (l *Limits) CheckNumbers(set overlay.Set) error {
-	return l.nums.CheckNumbers(set)
-}
-
-// ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in
-// thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).
-func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
-	return l.nums.ScaleNumbers(rule, rate, burst)
-}
-
-// ScaledNumbers is rule's factors in force (One and One when it is not scaled).
-func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
-	return l.nums.ScaledNumbers(rule)
-}
-
-// NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied,
-// and when the last was.
-func (l *Limits) NumbersApplied() (int, int64, time.Time) {
-	return l.nums.NumbersApplied()
-}
-
-// newNumbers is l's rules as overlay Sets change them.
-func (l *Limits) newNumbers() overlay.Numbers {
-	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Plans: nil,
-		Rules: map[string]overlay.Target{"Login": overlay.GlobalTarget(l.Login.Global), "Checkout": overlay.KeyedTarget(l.Checkout.Keyed, nil), "Files": overlay.GlobalTarget(l.Files.Global), "User": overlay.GlobalTarget(l.User.Global), "DeleteUser": overlay.GlobalTarget(l.DeleteUser.Global), "Post": overlay.GlobalTarget(l.Post.Global), "Admin": overlay.GlobalTarget(l.Admin.Global), "Root": overlay.GlobalTarget(l.Root.Global)},
-	})
 }
 
 // Default is the set of limiters the package-level variables and functions use.
@@ -196,10 +159,9 @@ type LoginLimiter struct {
 	genimpl.Global
 }
 
-// Login's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (loginUnitsPerNs), one token is worth loginUnitsPerToken units (GCRA's emission interval), and a
-// bucket may run loginBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Login's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (loginUnitsPerNs), a token's worth (loginUnitsPerToken) and the burst's (loginBurstUnits),
+// GCRA's emission interval and tolerance.
 const (
 	loginUnitsPerNs    = 1
 	loginUnitsPerToken = 1000000000
@@ -251,10 +213,9 @@ type CheckoutLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// Checkout's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (checkoutUnitsPerNs), one token is worth checkoutUnitsPerToken units (GCRA's emission interval),
-// and a bucket may run checkoutBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Checkout's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time
+// in 1/1 ns (checkoutUnitsPerNs), a token's worth (checkoutUnitsPerToken) and the burst's
+// (checkoutBurstUnits), GCRA's emission interval and tolerance.
 const (
 	checkoutUnitsPerNs    = 1
 	checkoutUnitsPerToken = 1000000000
@@ -295,10 +256,9 @@ type FilesLimiter struct {
 	genimpl.Global
 }
 
-// Files's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (filesUnitsPerNs), one token is worth filesUnitsPerToken units (GCRA's emission interval), and a
-// bucket may run filesBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Files's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (filesUnitsPerNs), a token's worth (filesUnitsPerToken) and the burst's (filesBurstUnits),
+// GCRA's emission interval and tolerance.
 const (
 	filesUnitsPerNs    = 1
 	filesUnitsPerToken = 1000000000
@@ -348,10 +308,9 @@ type UserLimiter struct {
 	genimpl.Global
 }
 
-// User's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (userUnitsPerNs), one token is worth userUnitsPerToken units (GCRA's emission interval), and a
-// bucket may run userBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// User's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (userUnitsPerNs), a token's worth (userUnitsPerToken) and the burst's (userBurstUnits),
+// GCRA's emission interval and tolerance.
 const (
 	userUnitsPerNs    = 1
 	userUnitsPerToken = 1000000000
@@ -401,11 +360,9 @@ type DeleteUserLimiter struct {
 	genimpl.Global
 }
 
-// DeleteUser's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (deleteUserUnitsPerNs), one token is worth deleteUserUnitsPerToken units (GCRA's emission
-// interval), and a bucket may run deleteUserBurstUnits units ahead of now (the burst's worth:
-// GCRA's tolerance).
+// DeleteUser's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises):
+// time in 1/1 ns (deleteUserUnitsPerNs), a token's worth (deleteUserUnitsPerToken) and the burst's
+// (deleteUserBurstUnits), GCRA's emission interval and tolerance.
 const (
 	deleteUserUnitsPerNs    = 1
 	deleteUserUnitsPerToken = 1000000000
@@ -455,10 +412,9 @@ type PostLimiter struct {
 	genimpl.Global
 }
 
-// Post's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (postUnitsPerNs), one token is worth postUnitsPerToken units (GCRA's emission interval), and a
-// bucket may run postBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Post's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (postUnitsPerNs), a token's worth (postUnitsPerToken) and the burst's (postBurstUnits),
+// GCRA's emission interval and tolerance.
 const (
 	postUnitsPerNs    = 1
 	postUnitsPerToken = 1000000000
@@ -508,10 +464,9 @@ type AdminLimiter struct {
 	genimpl.Global
 }
 
-// Admin's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (adminUnitsPerNs), one token is worth adminUnitsPerToken units (GCRA's emission interval), and a
-// bucket may run adminBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Admin's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (adminUnitsPerNs), a token's worth (adminUnitsPerToken) and the burst's (adminBurstUnits),
+// GCRA's emission interval and tolerance.
 const (
 	adminUnitsPerNs    = 1
 	adminUnitsPerToken = 1000000000
@@ -561,10 +516,9 @@ type RootLimiter struct {
 	genimpl.Global
 }
 
-// Root's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (rootUnitsPerNs), one token is worth rootUnitsPerToken units (GCRA's emission interval), and a
-// bucket may run rootBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Root's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (rootUnitsPerNs), a token's worth (rootUnitsPerToken) and the burst's (rootBurstUnits),
+// GCRA's emission interval and tolerance.
 const (
 	rootUnitsPerNs    = 1
 	rootUnitsPerToken = 1000000000
@@ -685,27 +639,13 @@ var httpCosts = [...][1]int64{RuleLogin: {1}, RuleCheckout: {1}, RuleFiles: {1},
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
 var httpRoutes = [...][1]string{{"\"Login\";q=2;w=2"}, {"\"Checkout\";q=2;w=2"}, {"\"Files\";q=2;w=2"}, {"\"User\";q=2;w=2"}, {"\"DeleteUser\";q=2;w=2"}, {"\"Post\";q=2;w=2"}, {"\"Admin\";q=2;w=2"}, {"\"Root\";q=2;w=2"}}
 
-// Middleware enforces the policy's http: section: it finds every policy route a router may hand
-// a request to (limithttp.Router.MatchAll: the pattern http.ServeMux picks among the policy's own,
-// or its redirect leads to, and those the path matches uncleaned, as chi and gorilla/mux read it),
-// whatever router it wraps or sits behind and whatever patterns the service registered; reads
-// the keys, cost and plan the policy names; checks each route's rule or tier; sets the RateLimit
-// fields; and answers 429 (or the policy's 4xx) when the request may not go on. A request no
-// route covers goes on unchecked.
-//
-// Routes: POST /v1/login; POST /v1/accounts/{id}/checkout; GET /v1/files/{path...}; GET /v1/users/{id}; DELETE /v1/users/{id}; GET /v1/users/{id}/posts/{post}; /v1/admin/; GET /v1/{$}.
+// Middleware enforces the policy's http: section on every route a router may hand a request to
+// (limithttp.Door): it reads the keys, cost and plan the policy names, checks the route's rule or
+// tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may not
+// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: POST /v1/login; POST /v1/accounts/{id}/checkout; GET /v1/files/{path...}; GET /v1/users/{id}; DELETE /v1/users/{id}; GET /v1/users/{id}/posts/{post}; /v1/admin/; GET /v1/{$}.
 type Middleware struct {
+	limithttp.Door
 	limits *Limits
-	// ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip
-	// (set TrustedProxies here when they differ by deployment).
-	ClientIP clientip.Config
-	// Clock, when set, is read instead of atomicbucket.Now: tests drive the middleware through time
-	// with it.
-	Clock func() atomicbucket.Time
-	// Config is what every route shares: the field style, the jitter, the counters, the observer (logs
-	// denials with log/slog's default logger, at most 10 a second), and Denied, the response to a
-	// denied request when problem+json will not do. Set it before serving.
-	Config limithttp.Config
 }
 
 // NewMiddleware returns the middleware over l (Default when nil); the policy names no functions of
@@ -714,59 +654,17 @@ func NewMiddleware(l *Limits) (*Middleware, error) {
 	if l == nil {
 		l = Default
 	}
-	return &Middleware{
-		limits:   l,
-		ClientIP: clientip.Config{},
-		Config: limithttp.Config{
-			Judge: verdict.Judge{
-				Jitter:   0.0,
-				Counters: verdict.NewSeriesCounters(httpSeries[:]...),
-				Observer: verdict.NewDenialLog(nil, 10),
-			},
-			Headers: limithttp.HeadersIETF,
+	m := &Middleware{limits: l}
+	m.Config = limithttp.Config{
+		Judge: verdict.Judge{
+			Jitter:   0.0,
+			Counters: verdict.NewSeriesCounters(httpSeries[:]...),
+			Observer: verdict.NewDenialLog(nil, 10),
 		},
-	}, nil
-}
-
-// Wrap returns next behind the limits of the policy's route that covers each request, however
-// the router behind it reads the request's path: wrap a whole router, or each handler.
-func (m *Middleware) Wrap(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		routes := httpRouter.MatchAll(r)
-		if m.check(w, r, &routes) {
-			next.ServeHTTP(w, r)
-		}
-	})
-}
-
-// now reads the clock once: Clock, or atomicbucket.Now.
-func (m *Middleware) now() atomicbucket.Time {
-	if m.Clock != nil {
-		return m.Clock()
+		Headers: limithttp.HeadersIETF,
 	}
-	return atomicbucket.Now()
-}
-
-// wrapServeMux is Wrap for the ServeMux of NewServeMux: ServeMux's reading of a path is the only
-// one it dispatches (httpRouter.Match).
-func (m *Middleware) wrapServeMux(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		route, path := httpRouter.Match(r)
-		if m.checkRoute(w, r, route, path) {
-			next.ServeHTTP(w, r)
-		}
-	})
-}
-
-// check checks r against the limits of every policy route a router may hand it to (routes, from
-// httpRouter.MatchAll), in turn, and reports whether it may go on: all of them allow it.
-func (m *Middleware) check(w http.ResponseWriter, r *http.Request, routes *limithttp.Routes) bool {
-	for i := range routes.N {
-		if !m.checkRoute(w, r, routes.Index[i], routes.Path[i]) {
-			return false
-		}
-	}
-	return true
+	limithttp.InitDoor(&m.Door, httpRouter, httpPatterns[:], m.checkRoute)
+	return m, nil
 }
 
 // checkRoute checks r against the limits of route (an index of httpPatterns; -1 for none), whose
@@ -774,21 +672,21 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request, routes *limit
 func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route int, path string) bool {
 	switch route {
 	case 0:
-		return m.route1(w, r, path)
+		return m.route1(w, r)
 	case 1:
 		return m.route2(w, r, path)
 	case 2:
-		return m.route3(w, r, path)
+		return m.route3(w, r)
 	case 3:
-		return m.route4(w, r, path)
+		return m.route4(w, r)
 	case 4:
-		return m.route5(w, r, path)
+		return m.route5(w, r)
 	case 5:
-		return m.route6(w, r, path)
+		return m.route6(w, r)
 	case 6:
-		return m.route7(w, r, path)
+		return m.route7(w, r)
 	case 7:
-		return m.route8(w, r, path)
+		return m.route8(w, r)
 	}
 	return true
 }
@@ -819,20 +717,13 @@ func httpRoute(method, path string) int {
 // httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.
 var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
-// NewServeMux returns an empty ServeMux behind m: every request it serves is checked first, those
-// its handlers answer and those it answers itself alike; Uncovered lists the registered patterns
-// no policy route covers (served unlimited).
-func (m *Middleware) NewServeMux() *ServeMux {
-	return limithttp.NewServeMux(m.wrapServeMux, httpRouter, httpPatterns[:])
-}
-
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
 var httpSeries = [...]verdict.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/accounts/{id}/checkout", Rule: "Checkout"}, {Route: "GET /v1/files/{path...}", Rule: "Files"}, {Route: "GET /v1/users/{id}", Rule: "User"}, {Route: "DELETE /v1/users/{id}", Rule: "DeleteUser"}, {Route: "GET /v1/users/{id}/posts/{post}", Rule: "Post"}, {Route: "/v1/admin/", Rule: "Admin"}, {Route: "GET /v1/{$}", Rule: "Root"}}
 
 // route1 checks POST /v1/login (rule Login, enforce) and reports whether the request may go on.
-func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string) bool {
-	now := m.now()
+func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
+	now := m.Now()
 	cost := httpCosts[RuleLogin][0]
 	var res verdict.Result
 	res.Decision = m.limits.Login.AllowNAt(now, cost)
@@ -852,13 +743,11 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 // route2 checks POST /v1/accounts/{id}/checkout (rule Checkout, enforce) and reports whether the
 // request may go on.
 func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string) bool {
-	var k0 string
-	var ok0 bool
-	k0, ok0 = limithttp.PathKeyAt(path, 2, false)
+	k0, ok0 := limithttp.PathKeyAt(path, 2, false)
 	if !ok0 {
 		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Checkout: route \\\"POST /v1/accounts/{id}/checkout\\\" reads it from the path id.\"}\n", verdict.Event{Route: "POST /v1/accounts/{id}/checkout", Rule: "Checkout", RuleIndex: int(RuleCheckout), Series: 1, Outcome: verdict.MissingKey})
 	}
-	now := m.now()
+	now := m.Now()
 	cost := httpCosts[RuleCheckout][0]
 	var res verdict.Result
 	res.Decision = m.limits.Checkout.AllowNAt(k0, now, cost)
@@ -877,8 +766,8 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request, path string)
 
 // route3 checks GET /v1/files/{path...} (rule Files, enforce) and reports whether the request may
 // go on.
-func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string) bool {
-	now := m.now()
+func (m *Middleware) route3(w http.ResponseWriter, r *http.Request) bool {
+	now := m.Now()
 	cost := httpCosts[RuleFiles][0]
 	var res verdict.Result
 	res.Decision = m.limits.Files.AllowNAt(now, cost)
@@ -896,8 +785,8 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 }
 
 // route4 checks GET /v1/users/{id} (rule User, enforce) and reports whether the request may go on.
-func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string) bool {
-	now := m.now()
+func (m *Middleware) route4(w http.ResponseWriter, r *http.Request) bool {
+	now := m.Now()
 	cost := httpCosts[RuleUser][0]
 	var res verdict.Result
 	res.Decision = m.limits.User.AllowNAt(now, cost)
@@ -916,8 +805,8 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 
 // route5 checks DELETE /v1/users/{id} (rule DeleteUser, enforce) and reports whether the request
 // may go on.
-func (m *Middleware) route5(w http.ResponseWriter, r *http.Request, path string) bool {
-	now := m.now()
+func (m *Middleware) route5(w http.ResponseWriter, r *http.Request) bool {
+	now := m.Now()
 	cost := httpCosts[RuleDeleteUser][0]
 	var res verdict.Result
 	res.Decision = m.limits.DeleteUser.AllowNAt(now, cost)
@@ -936,8 +825,8 @@ func (m *Middleware) route5(w http.ResponseWriter, r *http.Request, path string)
 
 // route6 checks GET /v1/users/{id}/posts/{post} (rule Post, enforce) and reports whether the
 // request may go on.
-func (m *Middleware) route6(w http.ResponseWriter, r *http.Request, path string) bool {
-	now := m.now()
+func (m *Middleware) route6(w http.ResponseWriter, r *http.Request) bool {
+	now := m.Now()
 	cost := httpCosts[RulePost][0]
 	var res verdict.Result
 	res.Decision = m.limits.Post.AllowNAt(now, cost)
@@ -955,8 +844,8 @@ func (m *Middleware) route6(w http.ResponseWriter, r *http.Request, path string)
 }
 
 // route7 checks /v1/admin/ (rule Admin, enforce) and reports whether the request may go on.
-func (m *Middleware) route7(w http.ResponseWriter, r *http.Request, path string) bool {
-	now := m.now()
+func (m *Middleware) route7(w http.ResponseWriter, r *http.Request) bool {
+	now := m.Now()
 	cost := httpCosts[RuleAdmin][0]
 	var res verdict.Result
 	res.Decision = m.limits.Admin.AllowNAt(now, cost)
@@ -974,8 +863,8 @@ func (m *Middleware) route7(w http.ResponseWriter, r *http.Request, path string)
 }
 
 // route8 checks GET /v1/{$} (rule Root, enforce) and reports whether the request may go on.
-func (m *Middleware) route8(w http.ResponseWriter, r *http.Request, path string) bool {
-	now := m.now()
+func (m *Middleware) route8(w http.ResponseWriter, r *http.Request) bool {
+	now := m.Now()
 	cost := httpCosts[RuleRoot][0]
 	var res verdict.Result
 	res.Decision = m.limits.Root.AllowNAt(now, cost)

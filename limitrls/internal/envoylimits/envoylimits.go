@@ -51,14 +51,14 @@ func (r RuleName) String() string {
 
 // Limits is one set of the policy's limiters, each with buckets of its own. New makes one (a test
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
-// and functions use.
+// and functions use; its embedded overlay.Numbers changes the numbers in force at run time.
 type Limits struct {
 	RlSourceClusterProxyDestinationCluster    *RlSourceClusterProxyDestinationClusterLimiter    // see the package-level RlSourceClusterProxyDestinationCluster
 	RlSourceClusterProxyDestinationClusterBar *RlSourceClusterProxyDestinationClusterBarLimiter // see the package-level RlSourceClusterProxyDestinationClusterBar
 	RlRemoteAddress                           *RlRemoteAddressLimiter                           // see the package-level RlRemoteAddress
 	Reports                                   *ReportsLimiter                                   // see the package-level Reports
 	RlTenantUser                              *RlTenantUserLimiter                              // see the package-level RlTenantUser
-	nums                                      overlay.Numbers                                   // what ApplyNumbers and the other numbers methods call
+	overlay.Numbers                                                                             // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
 // New returns a new set of the policy's limiters, with buckets of its own.
@@ -70,44 +70,8 @@ func New() *Limits {
 		Reports:         newReportsLimiter(),
 		RlTenantUser:    newRlTenantUserLimiter(),
 	}
-	l.nums = l.newNumbers()
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{Rules: map[string]overlay.Target{"RlSourceClusterProxyDestinationCluster": overlay.WindowTarget(l.RlSourceClusterProxyDestinationCluster.KeyedWindow, nil), "RlSourceClusterProxyDestinationClusterBar": overlay.GlobalWindowTarget(l.RlSourceClusterProxyDestinationClusterBar.GlobalWindow), "RlRemoteAddress": overlay.WindowTarget(l.RlRemoteAddress.KeyedWindow, nil), "Reports": overlay.GlobalWindowTarget(l.Reports.GlobalWindow), "RlTenantUser": overlay.WindowTarget(l.RlTenantUser.KeyedWindow, ParseRlTenantUserKey)}})
 	return l
-}
-
-// ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers:
-// every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).
-func (l *Limits) ApplyNumbers(set overlay.Set) error {
-	return l.nums.ApplyNumbers(set)
-}
-
-// CheckNumbers says why ApplyNumbers would refuse set, changing nothing.
-func (l *Limits) CheckNumbers(set overlay.Set) error {
-	return l.nums.CheckNumbers(set)
-}
-
-// ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in
-// thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).
-func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
-	return l.nums.ScaleNumbers(rule, rate, burst)
-}
-
-// ScaledNumbers is rule's factors in force (One and One when it is not scaled).
-func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
-	return l.nums.ScaledNumbers(rule)
-}
-
-// NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied,
-// and when the last was.
-func (l *Limits) NumbersApplied() (int, int64, time.Time) {
-	return l.nums.NumbersApplied()
-}
-
-// newNumbers is l's rules as overlay Sets change them.
-func (l *Limits) newNumbers() overlay.Numbers {
-	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Plans: nil,
-		Rules: map[string]overlay.Target{"RlSourceClusterProxyDestinationCluster": overlay.WindowTarget(l.RlSourceClusterProxyDestinationCluster.KeyedWindow, nil), "RlSourceClusterProxyDestinationClusterBar": overlay.GlobalWindowTarget(l.RlSourceClusterProxyDestinationClusterBar.GlobalWindow), "RlRemoteAddress": overlay.WindowTarget(l.RlRemoteAddress.KeyedWindow, nil), "Reports": overlay.GlobalWindowTarget(l.Reports.GlobalWindow), "RlTenantUser": overlay.WindowTarget(l.RlTenantUser.KeyedWindow, ParseRlTenantUserKey)},
-	})
 }
 
 // Default is the set of limiters the package-level variables and functions use.
@@ -465,7 +429,7 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var ok0 bool
 	k0, ok0 = limitrls.EntryKey(en, 1)
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry destination_cluster holds no key for rule RlSourceClusterProxyDestinationCluster", verdict.Event{Route: "rl: source_cluster=proxy, destination_cluster", Rule: "RlSourceClusterProxyDestinationCluster", RuleIndex: int(RuleRlSourceClusterProxyDestinationCluster), Series: 0, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "rl: source_cluster=proxy, destination_cluster", Rule: "RlSourceClusterProxyDestinationCluster", RuleIndex: int(RuleRlSourceClusterProxyDestinationCluster), Series: 0, Outcome: verdict.MissingKey})
 	}
 	var res verdict.Result
 	res.Decision = s.limits.RlSourceClusterProxyDestinationCluster.AllowNAt(k0, now, cost)
@@ -502,7 +466,7 @@ func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var ok0 bool
 	k0, ok0 = limitrls.EntryKey(en, 0)
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry remote_address holds no key for rule RlRemoteAddress", verdict.Event{Route: "rl: remote_address", Rule: "RlRemoteAddress", RuleIndex: int(RuleRlRemoteAddress), Series: 2, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "rl: remote_address", Rule: "RlRemoteAddress", RuleIndex: int(RuleRlRemoteAddress), Series: 2, Outcome: verdict.MissingKey})
 	}
 	var res verdict.Result
 	res.Decision = s.limits.RlRemoteAddress.AllowNAt(k0, now, cost)
@@ -549,7 +513,7 @@ func (s *RLS) descriptor6(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 		k0.User, ok0 = k0f1, ok0 && ok0f1
 	}
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entries tenant, user hold no key for rule RlTenantUser", verdict.Event{Route: "rl: tenant, user", Rule: "RlTenantUser", RuleIndex: int(RuleRlTenantUser), Series: 4, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "rl: tenant, user", Rule: "RlTenantUser", RuleIndex: int(RuleRlTenantUser), Series: 4, Outcome: verdict.MissingKey})
 	}
 	var res verdict.Result
 	res.Decision = s.limits.RlTenantUser.AllowNAt(k0, now, cost)

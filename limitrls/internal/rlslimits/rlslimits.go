@@ -90,13 +90,13 @@ func (r RuleName) String() string {
 
 // Limits is one set of the policy's limiters, each with buckets of its own. New makes one (a test
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
-// and functions use.
+// and functions use; its embedded overlay.Numbers changes the numbers in force at run time.
 type Limits struct {
-	PerIP         *PerIPLimiter         // see the package-level PerIP
-	PerUser       *PerUserLimiter       // see the package-level PerUser
-	PerTenantUser *PerTenantUserLimiter // see the package-level PerTenantUser
-	Global        *GlobalLimiter        // see the package-level Global
-	nums          overlay.Numbers       // what ApplyNumbers and the other numbers methods call
+	PerIP           *PerIPLimiter         // see the package-level PerIP
+	PerUser         *PerUserLimiter       // see the package-level PerUser
+	PerTenantUser   *PerTenantUserLimiter // see the package-level PerTenantUser
+	Global          *GlobalLimiter        // see the package-level Global
+	overlay.Numbers                       // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
 // Option configures New.
@@ -132,7 +132,10 @@ func New(opts ...Option) *Limits {
 		PerTenantUser: newPerTenantUserLimiter(),
 		Global:        newGlobalLimiter(o.start),
 	}
-	l.nums = l.newNumbers()
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
+		Plans: planNames[:],
+		Rules: map[string]overlay.Target{"PerIP": overlay.KeyedTarget(l.PerIP.Keyed, nil), "PerUser": perUserNumbers{l.PerUser}, "PerTenantUser": overlay.KeyedTarget(l.PerTenantUser.Keyed, ParsePerTenantUserKey), "Global": overlay.GlobalTarget(l.Global.Global)},
+	})
 	return l
 }
 
@@ -201,42 +204,6 @@ func (t perUserNumbers) Clear(plan int, key *string) {
 	t.l.ClearNumbers(Plan(plan), atomicbucket.CarryAsIs)
 }
 
-// ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers:
-// every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).
-func (l *Limits) ApplyNumbers(set overlay.Set) error {
-	return l.nums.ApplyNumbers(set)
-}
-
-// CheckNumbers says why ApplyNumbers would refuse set, changing nothing.
-func (l *Limits) CheckNumbers(set overlay.Set) error {
-	return l.nums.CheckNumbers(set)
-}
-
-// ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in
-// thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).
-func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
-	return l.nums.ScaleNumbers(rule, rate, burst)
-}
-
-// ScaledNumbers is rule's factors in force (One and One when it is not scaled).
-func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
-	return l.nums.ScaledNumbers(rule)
-}
-
-// NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied,
-// and when the last was.
-func (l *Limits) NumbersApplied() (int, int64, time.Time) {
-	return l.nums.NumbersApplied()
-}
-
-// newNumbers is l's rules as overlay Sets change them.
-func (l *Limits) newNumbers() overlay.Numbers {
-	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerIP": overlay.KeyedTarget(l.PerIP.Keyed, nil), "PerUser": perUserNumbers{l.PerUser}, "PerTenantUser": overlay.KeyedTarget(l.PerTenantUser.Keyed, ParsePerTenantUserKey), "Global": overlay.GlobalTarget(l.Global.Global)},
-	})
-}
-
 // Default is the set of limiters the package-level variables and functions use.
 var Default = New()
 
@@ -275,10 +242,9 @@ type PerIPLimiter struct {
 	genimpl.Keyed[string]
 }
 
-// PerIP's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (perIPUnitsPerNs), one token is worth perIPUnitsPerToken units (GCRA's emission interval), and a
-// bucket may run perIPBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// PerIP's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (perIPUnitsPerNs), a token's worth (perIPUnitsPerToken) and the burst's (perIPBurstUnits),
+// GCRA's emission interval and tolerance.
 const (
 	perIPUnitsPerNs    = 1
 	perIPUnitsPerToken = 200000000
@@ -624,11 +590,9 @@ type PerTenantUserLimiter struct {
 	genimpl.Keyed[PerTenantUserKey]
 }
 
-// PerTenantUser's fixed-point units, computed when generating and checked against the runtime when
-// the package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (perTenantUserUnitsPerNs), one token is worth perTenantUserUnitsPerToken units (GCRA's emission
-// interval), and a bucket may run perTenantUserBurstUnits units ahead of now (the burst's worth:
-// GCRA's tolerance).
+// PerTenantUser's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises):
+// time in 1/1 ns (perTenantUserUnitsPerNs), a token's worth (perTenantUserUnitsPerToken) and the
+// burst's (perTenantUserBurstUnits), GCRA's emission interval and tolerance.
 const (
 	perTenantUserUnitsPerNs    = 1
 	perTenantUserUnitsPerToken = 60000000000
@@ -669,10 +633,9 @@ type GlobalLimiter struct {
 	genimpl.Global
 }
 
-// Global's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (globalUnitsPerNs), one token is worth globalUnitsPerToken units (GCRA's emission interval), and
-// a bucket may run globalBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Global's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (globalUnitsPerNs), a token's worth (globalUnitsPerToken) and the burst's
+// (globalBurstUnits), GCRA's emission interval and tolerance.
 const (
 	globalUnitsPerNs    = 1
 	globalUnitsPerToken = 1000000
@@ -983,7 +946,7 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var ok0 bool
 	k0, ok0 = limitrls.EntryKey(en, 0)
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry remote_address holds no key for rule PerIP", verdict.Event{Route: "edge: remote_address", Rule: "PerIP", RuleIndex: int(RulePerIP), Series: 0, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "edge: remote_address", Rule: "PerIP", RuleIndex: int(RulePerIP), Series: 0, Outcome: verdict.MissingKey})
 	}
 	var res verdict.Result
 	res.Decision = s.limits.PerIP.AllowNAt(k0, now, cost)
@@ -1013,7 +976,7 @@ func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 		k0 = n
 	}
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry user_id holds no key for rule PerUser", verdict.Event{Route: "edge: generic_key=api, user_id", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 1, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "edge: generic_key=api, user_id", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 1, Outcome: verdict.MissingKey})
 	}
 	plan := s.plan(en)
 	td := s.limits.checkAPI(plan, k0, now, cost, false)
@@ -1055,7 +1018,7 @@ func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 		k0 = n
 	}
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry user_id holds no key for rule PerUser", verdict.Event{Route: "edge: generic_key=api, plan, user_id", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 3, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "edge: generic_key=api, plan, user_id", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 3, Outcome: verdict.MissingKey})
 	}
 	plan := s.plan(en)
 	td := s.limits.checkAPI(plan, k0, now, cost, false)
@@ -1108,7 +1071,7 @@ func (s *RLS) descriptor4(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 		k0.User, ok0 = k0f1, ok0 && ok0f1
 	}
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entries tenant, user_id hold no key for rule PerTenantUser", verdict.Event{Route: "edge: generic_key=tenants, tenant, user_id", Rule: "PerTenantUser", RuleIndex: int(RulePerTenantUser), Series: 5, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "edge: generic_key=tenants, tenant, user_id", Rule: "PerTenantUser", RuleIndex: int(RulePerTenantUser), Series: 5, Outcome: verdict.MissingKey})
 	}
 	var res verdict.Result
 	res.Decision = s.limits.PerTenantUser.AllowNAt(k0, now, cost)
@@ -1142,7 +1105,7 @@ func (s *RLS) descriptor5(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 		k0 = n
 	}
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Shadow, 0, "the descriptor's entry user_id holds no key for rule PerUser", verdict.Event{Route: "edge: generic_key=trial, user_id", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 6, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Shadow, verdict.Event{Route: "edge: generic_key=trial, user_id", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 6, Outcome: verdict.MissingKey})
 	}
 	plan := s.plan(en)
 	var res verdict.Result

@@ -13,6 +13,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/genimpl"
+	sharedimpl "github.com/limitgen/limitgen/genimpl/sharedimpl"
 	"github.com/limitgen/limitgen/limitrls"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
@@ -46,12 +47,12 @@ func (r RuleName) String() string {
 
 // Limits is one set of the policy's limiters, each with buckets of its own. New makes one (a test
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
-// and functions use.
+// and functions use; its embedded overlay.Numbers changes the numbers in force at run time.
 type Limits struct {
 	RlRemoteAddress *RlRemoteAddressLimiter // see the package-level RlRemoteAddress
 	RlTenantUser    *RlTenantUserLimiter    // see the package-level RlTenantUser
-	shared          *sharedState            // the store the shared rules are checked on, if any
-	nums            overlay.Numbers         // what ApplyNumbers and the other numbers methods call
+	shared          *sharedimpl.State       // the store the shared rules are checked on, if any
+	overlay.Numbers                         // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
 // Option configures New.
@@ -77,41 +78,35 @@ func New(opts ...Option) *Limits {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	sh := newSharedState(o.store)
 	l := &Limits{
 		RlRemoteAddress: newRlRemoteAddressLimiter(),
 		RlTenantUser:    newRlTenantUserLimiter(),
-		shared:          newSharedState(o.store),
+		shared:          sh,
 	}
 	l.RlRemoteAddress.sh = l.shared
 	l.RlTenantUser.sh = l.shared
-	l.nums = l.newNumbers()
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{Rules: map[string]overlay.Target{"RlRemoteAddress": overlay.KeyedSharedWindowTarget(l.RlRemoteAddress.local.Table(), l.shared.Windows[0], 1, l.RlRemoteAddress, nil), "RlTenantUser": overlay.KeyedSharedWindowTarget(l.RlTenantUser.local.Table(), l.shared.Windows[1], 1, l.RlTenantUser, ParseRlTenantUserKey)}})
 	return l
-}
-
-// sharedState is where a Limits' shared rules are checked: on the store, or in this process when
-// err says why not.
-type sharedState struct {
-	windows [2]*shared.Window // the shared window rules', by WindowAt
-	err     error
 }
 
 // newSharedState binds the shared rules to store, if one was given (a store that refuses one, or
 // panics, leaves every one in this process, with the error).
-func newSharedState(store shared.Store) *sharedState {
-	if store == nil {
-		return &sharedState{err: fmt.Errorf("limits: %w given to New (WithStore): the shared rules are decided in this process only, each instance enforcing the whole limit alone", shared.ErrNoStore)}
+func newSharedState(store shared.Store) *sharedimpl.State {
+	s := sharedimpl.Bind("limits", store, nil, 2)
+	if s.Why != nil {
+		return s
 	}
-	s := &sharedState{}
 	var err error
-	if s.windows[0], err = shared.BindWindow(store, "rl", "RlRemoteAddress", rlRemoteAddressLimit, shared.Failure{
+	if s.Windows[0], err = shared.BindWindow(store, "rl", "RlRemoteAddress", rlRemoteAddressLimit, shared.Failure{
 		Mode: shared.FailDeny,
 	}); err != nil {
-		return &sharedState{err: fmt.Errorf("limits: the store refused the window rule RlRemoteAddress, and the shared rules run in this process only: %w", err)}
+		return s.Refuse("the window rule RlRemoteAddress, and the shared rules run in this process only", err)
 	}
-	if s.windows[1], err = shared.BindWindow(store, "rl", "RlTenantUser", rlTenantUserLimit, shared.Failure{
+	if s.Windows[1], err = shared.BindWindow(store, "rl", "RlTenantUser", rlTenantUserLimit, shared.Failure{
 		Mode: shared.FailDeny,
 	}); err != nil {
-		return &sharedState{err: fmt.Errorf("limits: the store refused the window rule RlTenantUser, and the shared rules run in this process only: %w", err)}
+		return s.Refuse("the window rule RlTenantUser, and the shared rules run in this process only", err)
 	}
 	return s
 }
@@ -123,51 +118,7 @@ func newSharedState(store shared.Store) *sharedState {
 // as degraded, until it answers again). It is the live state: report it at startup, and from a
 // health check.
 func (l *Limits) SharedErr() error {
-	if l.shared.err != nil {
-		return l.shared.err
-	}
-	for _, w := range l.shared.windows {
-		if err := w.Health(); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers:
-// every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).
-func (l *Limits) ApplyNumbers(set overlay.Set) error {
-	return l.nums.ApplyNumbers(set)
-}
-
-// CheckNumbers says why ApplyNumbers would refuse set, changing nothing.
-func (l *Limits) CheckNumbers(set overlay.Set) error {
-	return l.nums.CheckNumbers(set)
-}
-
-// ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in
-// thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).
-func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
-	return l.nums.ScaleNumbers(rule, rate, burst)
-}
-
-// ScaledNumbers is rule's factors in force (One and One when it is not scaled).
-func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
-	return l.nums.ScaledNumbers(rule)
-}
-
-// NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied,
-// and when the last was.
-func (l *Limits) NumbersApplied() (int, int64, time.Time) {
-	return l.nums.NumbersApplied()
-}
-
-// newNumbers is l's rules as overlay Sets change them.
-func (l *Limits) newNumbers() overlay.Numbers {
-	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Plans: nil,
-		Rules: map[string]overlay.Target{"RlRemoteAddress": overlay.KeyedSharedWindowTarget(l.RlRemoteAddress.local.Table(), l.shared.windows[0], 1, l.RlRemoteAddress, nil), "RlTenantUser": overlay.KeyedSharedWindowTarget(l.RlTenantUser.local.Table(), l.shared.windows[1], 1, l.RlTenantUser, ParseRlTenantUserKey)},
-	})
+	return l.shared.Err()
 }
 
 // Default is the set of limiters the package-level variables and functions use.
@@ -210,7 +161,7 @@ func newRlRemoteAddressLimiter() *RlRemoteAddressLimiter {
 // says so. Its methods are safe for concurrent use.
 type RlRemoteAddressLimiter struct {
 	local *RlRemoteAddressLocalLimiter
-	sh    *sharedState // the store, or why there is none
+	sh    *sharedimpl.State // the store, or why there is none
 }
 
 // Rule returns the window rule behind the limiter.
@@ -235,12 +186,12 @@ func (l *RlRemoteAddressLimiter) Allow(ctx context.Context, key string) bool {
 // on_failure setting (deny) does, and the Result says so (Degraded, Err). Without a store,
 // RlRemoteAddress's process-local window (Local) decides and Err is SharedErr's error.
 func (l *RlRemoteAddressLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
-	if w := l.sh.windows[0]; w != nil {
+	if w := l.sh.Windows[0]; w != nil {
 		return w.AllowN(ctx, key, cost)
 	}
 	return shared.Result{
 		Decision: l.local.AllowN(key, cost),
-		Err:      l.sh.err,
+		Err:      l.sh.Why,
 	}
 }
 
@@ -252,7 +203,7 @@ func (l *RlRemoteAddressLimiter) AllowN(ctx context.Context, key string, cost in
 func (l *RlRemoteAddressLimiter) Reset(ctx context.Context, key string) error {
 	l.local.Reset(key)
 	var err error
-	if w := l.sh.windows[0]; w != nil {
+	if w := l.sh.Windows[0]; w != nil {
 		err = w.Reset(ctx, key)
 	}
 	return err
@@ -265,7 +216,7 @@ func (l *RlRemoteAddressLimiter) Reset(ctx context.Context, key string) error {
 // must be given the same numbers (see shared.Window.SetKeyNumbers). Numbers a window or the store
 // cannot take, and a key no door checks, are refused, and nothing changes.
 func (l *RlRemoteAddressLimiter) SetKeyNumbers(ctx context.Context, key string, n atomicbucket.Numbers) error {
-	if w := l.sh.windows[0]; w != nil {
+	if w := l.sh.Windows[0]; w != nil {
 		if err := w.SetKeyNumbers(ctx, key, n, 1); err != nil {
 			return err
 		}
@@ -276,7 +227,7 @@ func (l *RlRemoteAddressLimiter) SetKeyNumbers(ctx context.Context, key string, 
 // ClearKeyNumbers takes key's own numbers away, on the store and in the process-local window: from
 // now on it has RlRemoteAddress's.
 func (l *RlRemoteAddressLimiter) ClearKeyNumbers(ctx context.Context, key string) {
-	if w := l.sh.windows[0]; w != nil {
+	if w := l.sh.Windows[0]; w != nil {
 		w.ClearKeyNumbers(ctx, key)
 	}
 	l.local.ClearKeyNumbers(key)
@@ -351,7 +302,7 @@ func newRlTenantUserLimiter() *RlTenantUserLimiter {
 // so. Its methods are safe for concurrent use.
 type RlTenantUserLimiter struct {
 	local *RlTenantUserLocalLimiter
-	sh    *sharedState // the store, or why there is none
+	sh    *sharedimpl.State // the store, or why there is none
 }
 
 // Rule returns the window rule behind the limiter.
@@ -376,12 +327,12 @@ func (l *RlTenantUserLimiter) Allow(ctx context.Context, key RlTenantUserKey) bo
 // on_failure setting (deny) does, and the Result says so (Degraded, Err). Without a store,
 // RlTenantUser's process-local window (Local) decides and Err is SharedErr's error.
 func (l *RlTenantUserLimiter) AllowN(ctx context.Context, key RlTenantUserKey, cost int64) shared.Result {
-	if w := l.sh.windows[1]; w != nil {
+	if w := l.sh.Windows[1]; w != nil {
 		return w.AllowN(ctx, shared.StoreKey(key.String()), cost)
 	}
 	return shared.Result{
 		Decision: l.local.AllowN(key, cost),
-		Err:      l.sh.err,
+		Err:      l.sh.Why,
 	}
 }
 
@@ -393,7 +344,7 @@ func (l *RlTenantUserLimiter) AllowN(ctx context.Context, key RlTenantUserKey, c
 func (l *RlTenantUserLimiter) Reset(ctx context.Context, key RlTenantUserKey) error {
 	l.local.Reset(key)
 	var err error
-	if w := l.sh.windows[1]; w != nil {
+	if w := l.sh.Windows[1]; w != nil {
 		err = w.Reset(ctx, shared.StoreKey(key.String()))
 	}
 	return err
@@ -406,7 +357,7 @@ func (l *RlTenantUserLimiter) Reset(ctx context.Context, key RlTenantUserKey) er
 // the same numbers (see shared.Window.SetKeyNumbers). Numbers a window or the store cannot take,
 // and a key no door checks, are refused, and nothing changes.
 func (l *RlTenantUserLimiter) SetKeyNumbers(ctx context.Context, key RlTenantUserKey, n atomicbucket.Numbers) error {
-	if w := l.sh.windows[1]; w != nil {
+	if w := l.sh.Windows[1]; w != nil {
 		if err := w.SetKeyNumbers(ctx, shared.StoreKey(key.String()), n, 1); err != nil {
 			return err
 		}
@@ -417,7 +368,7 @@ func (l *RlTenantUserLimiter) SetKeyNumbers(ctx context.Context, key RlTenantUse
 // ClearKeyNumbers takes key's own numbers away, on the store and in the process-local window: from
 // now on it has RlTenantUser's.
 func (l *RlTenantUserLimiter) ClearKeyNumbers(ctx context.Context, key RlTenantUserKey) {
-	if w := l.sh.windows[1]; w != nil {
+	if w := l.sh.Windows[1]; w != nil {
 		w.ClearKeyNumbers(ctx, shared.StoreKey(key.String()))
 	}
 	l.local.ClearKeyNumbers(key)
@@ -559,7 +510,7 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var ok0 bool
 	k0, ok0 = limitrls.EntryKey(en, 0)
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entry remote_address holds no key for rule RlRemoteAddress", verdict.Event{Route: "rl: remote_address", Rule: "RlRemoteAddress", RuleIndex: int(RuleRlRemoteAddress), Series: 0, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "rl: remote_address", Rule: "RlRemoteAddress", RuleIndex: int(RuleRlRemoteAddress), Series: 0, Outcome: verdict.MissingKey})
 	}
 	sr := s.limits.RlRemoteAddress.AllowN(ctx, k0, cost)
 	var res verdict.Result
@@ -595,7 +546,7 @@ func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 		k0.User, ok0 = k0f1, ok0 && ok0f1
 	}
 	if !ok0 {
-		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, 0, "the descriptor's entries tenant, user hold no key for rule RlTenantUser", verdict.Event{Route: "rl: tenant, user", Rule: "RlTenantUser", RuleIndex: int(RuleRlTenantUser), Series: 1, Outcome: verdict.MissingKey})
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "rl: tenant, user", Rule: "RlTenantUser", RuleIndex: int(RuleRlTenantUser), Series: 1, Outcome: verdict.MissingKey})
 	}
 	sr := s.limits.RlTenantUser.AllowN(ctx, k0, cost)
 	var res verdict.Result

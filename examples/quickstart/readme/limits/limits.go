@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/overlay"
@@ -86,11 +85,11 @@ func (r RuleName) String() string {
 
 // Limits is one set of the policy's limiters, each with buckets of its own. New makes one (a test
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
-// and functions use.
+// and functions use; its embedded overlay.Numbers changes the numbers in force at run time.
 type Limits struct {
-	PerUser *PerUserLimiter // see the package-level PerUser
-	Global  *GlobalLimiter  // see the package-level Global
-	nums    overlay.Numbers // what ApplyNumbers and the other numbers methods call
+	PerUser         *PerUserLimiter // see the package-level PerUser
+	Global          *GlobalLimiter  // see the package-level Global
+	overlay.Numbers                 // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
 // Option configures New.
@@ -124,7 +123,10 @@ func New(opts ...Option) *Limits {
 		PerUser: newPerUserLimiter(),
 		Global:  newGlobalLimiter(o.start),
 	}
-	l.nums = l.newNumbers()
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
+		Plans: planNames[:],
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Global": overlay.GlobalTarget(l.Global.Global)},
+	})
 	return l
 }
 
@@ -182,42 +184,6 @@ func (t perUserNumbers) Clear(plan int, key *string) {
 		return
 	}
 	t.l.ClearNumbers(Plan(plan), atomicbucket.CarryAsIs)
-}
-
-// ApplyNumbers makes set's numbers the ones in force, all or nothing (overlay.Numbers.ApplyNumbers:
-// every entry checked first, a Set with a bad entry refused whole, buckets carried as they are).
-func (l *Limits) ApplyNumbers(set overlay.Set) error {
-	return l.nums.ApplyNumbers(set)
-}
-
-// CheckNumbers says why ApplyNumbers would refuse set, changing nothing.
-func (l *Limits) CheckNumbers(set overlay.Set) error {
-	return l.nums.CheckNumbers(set)
-}
-
-// ScaleNumbers multiplies the numbers in force for rule (its name in the policy) by factors in
-// thousandths (overlay.Numbers.ScaleNumbers; package adaptive's controller calls it).
-func (l *Limits) ScaleNumbers(rule string, rate, burst overlay.Factor) error {
-	return l.nums.ScaleNumbers(rule, rate, burst)
-}
-
-// ScaledNumbers is rule's factors in force (One and One when it is not scaled).
-func (l *Limits) ScaledNumbers(rule string) overlay.Scaled {
-	return l.nums.ScaledNumbers(rule)
-}
-
-// NumbersApplied is how many numbers the last Set applied put in force, how many Sets were applied,
-// and when the last was.
-func (l *Limits) NumbersApplied() (int, int64, time.Time) {
-	return l.nums.NumbersApplied()
-}
-
-// newNumbers is l's rules as overlay Sets change them.
-func (l *Limits) newNumbers() overlay.Numbers {
-	return overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Global": overlay.GlobalTarget(l.Global.Global)},
-	})
 }
 
 // Default is the set of limiters the package-level variables and functions use.
@@ -514,10 +480,9 @@ type GlobalLimiter struct {
 	genimpl.Global
 }
 
-// Global's fixed-point units, computed when generating and checked against the runtime when the
-// package initialises (see atomicbucket.Rule.Units): time counts in units of 1/1 ns
-// (globalUnitsPerNs), one token is worth globalUnitsPerToken units (GCRA's emission interval), and
-// a bucket may run globalBurstUnits units ahead of now (the burst's worth: GCRA's tolerance).
+// Global's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (globalUnitsPerNs), a token's worth (globalUnitsPerToken) and the burst's
+// (globalBurstUnits), GCRA's emission interval and tolerance.
 const (
 	globalUnitsPerNs    = 1
 	globalUnitsPerToken = 1000000
@@ -689,28 +654,14 @@ type Hooks struct {
 	UserID func(*http.Request) (string, bool)
 }
 
-// Middleware enforces the policy's http: section: it finds every policy route a router may hand
-// a request to (limithttp.Router.MatchAll: the pattern http.ServeMux picks among the policy's own,
-// or its redirect leads to, and those the path matches uncleaned, as chi and gorilla/mux read it),
-// whatever router it wraps or sits behind and whatever patterns the service registered; reads
-// the keys, cost and plan the policy names; checks each route's rule or tier; sets the RateLimit
-// fields; and answers 429 (or the policy's 4xx) when the request may not go on. A request no
-// route covers goes on unchecked.
-//
-// Routes: GET /hello.
+// Middleware enforces the policy's http: section on every route a router may hand a request to
+// (limithttp.Door): it reads the keys, cost and plan the policy names, checks the route's rule or
+// tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may not
+// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: GET /hello.
 type Middleware struct {
+	limithttp.Door
 	limits *Limits
 	hooks  Hooks
-	// ClientIP finds the client address that ip key sources read; it starts as the policy's client_ip
-	// (set TrustedProxies here when they differ by deployment).
-	ClientIP clientip.Config
-	// Clock, when set, is read instead of atomicbucket.Now: tests drive the middleware through time
-	// with it.
-	Clock func() atomicbucket.Time
-	// Config is what every route shares: the field style, the jitter, the counters, the observer (logs
-	// denials with log/slog's default logger, at most 10 a second), and Denied, the response to a
-	// denied request when problem+json will not do. Set it before serving.
-	Config limithttp.Config
 }
 
 // NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It
@@ -722,61 +673,18 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 	if l == nil {
 		l = Default
 	}
-	return &Middleware{
-		limits:   l,
-		hooks:    h,
-		ClientIP: clientip.Config{},
-		Config: limithttp.Config{
-			Judge: verdict.Judge{
-				Jitter:   0.0,
-				Counters: verdict.NewSeriesCounters(httpSeries[:]...),
-				Observer: verdict.NewDenialLog(nil, 10),
-			},
-			Headers:   limithttp.HeadersIETF,
-			Challenge: "Bearer",
+	m := &Middleware{limits: l, hooks: h}
+	m.Config = limithttp.Config{
+		Judge: verdict.Judge{
+			Jitter:   0.0,
+			Counters: verdict.NewSeriesCounters(httpSeries[:]...),
+			Observer: verdict.NewDenialLog(nil, 10),
 		},
-	}, nil
-}
-
-// Wrap returns next behind the limits of the policy's route that covers each request, however
-// the router behind it reads the request's path: wrap a whole router, or each handler.
-func (m *Middleware) Wrap(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		routes := httpRouter.MatchAll(r)
-		if m.check(w, r, &routes) {
-			next.ServeHTTP(w, r)
-		}
-	})
-}
-
-// now reads the clock once: Clock, or atomicbucket.Now.
-func (m *Middleware) now() atomicbucket.Time {
-	if m.Clock != nil {
-		return m.Clock()
+		Headers:   limithttp.HeadersIETF,
+		Challenge: "Bearer",
 	}
-	return atomicbucket.Now()
-}
-
-// wrapServeMux is Wrap for the ServeMux of NewServeMux: ServeMux's reading of a path is the only
-// one it dispatches (httpRouter.Match).
-func (m *Middleware) wrapServeMux(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		route, path := httpRouter.Match(r)
-		if m.checkRoute(w, r, route, path) {
-			next.ServeHTTP(w, r)
-		}
-	})
-}
-
-// check checks r against the limits of every policy route a router may hand it to (routes, from
-// httpRouter.MatchAll), in turn, and reports whether it may go on: all of them allow it.
-func (m *Middleware) check(w http.ResponseWriter, r *http.Request, routes *limithttp.Routes) bool {
-	for i := range routes.N {
-		if !m.checkRoute(w, r, routes.Index[i], routes.Path[i]) {
-			return false
-		}
-	}
-	return true
+	limithttp.InitDoor(&m.Door, httpRouter, httpPatterns[:], m.checkRoute)
+	return m, nil
 }
 
 // checkRoute checks r against the limits of route (an index of httpPatterns; -1 for none), whose
@@ -784,7 +692,7 @@ func (m *Middleware) check(w http.ResponseWriter, r *http.Request, routes *limit
 func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route int, path string) bool {
 	switch route {
 	case 0:
-		return m.route1(w, r, path)
+		return m.route1(w, r)
 	}
 	return true
 }
@@ -811,13 +719,6 @@ func httpRoute(method, path string) int {
 // httpRouter finds the route of httpPatterns that covers a request, as http.ServeMux would.
 var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
-// NewServeMux returns an empty ServeMux behind m: every request it serves is checked first, those
-// its handlers answer and those it answers itself alike; Uncovered lists the registered patterns
-// no policy route covers (served unlimited).
-func (m *Middleware) NewServeMux() *ServeMux {
-	return limithttp.NewServeMux(m.wrapServeMux, httpRouter, httpPatterns[:])
-}
-
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
 var httpSeries = [...]verdict.Series{{Route: "GET /hello", Tier: "Request", Rule: "PerUser"}, {Route: "GET /hello", Tier: "Request", Rule: "Global"}}
@@ -826,7 +727,7 @@ var httpSeries = [...]verdict.Series{{Route: "GET /hello", Tier: "Request", Rule
 var httpSeriesRoute1 = [...]int{RulePerUser: 0, RuleGlobal: 1}
 
 // route1 checks GET /hello (tier Request, enforce) and reports whether the request may go on.
-func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string) bool {
+func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
@@ -835,7 +736,7 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request, path string)
 		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"GET /hello\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "GET /hello", Tier: "Request", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 0, Outcome: verdict.MissingKey})
 	}
 	plan := m.plan(r)
-	now := m.now()
+	now := m.Now()
 	td := m.limits.checkRequest(plan, k0, now, 0, true)
 	cost := httpCosts[td.Rule][plan]
 	var res verdict.Result

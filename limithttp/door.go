@@ -1,0 +1,86 @@
+package limithttp
+
+import (
+	"net/http"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/clientip"
+)
+
+// Door is what every generated Middleware is, whatever its policy: the
+// settings a service may change before serving (ClientIP, Clock, Config) and
+// the wrapping of handlers (Wrap, NewServeMux) around the policy's routes,
+// whose checks the generated code holds. A generated Middleware embeds it.
+type Door struct {
+	// ClientIP finds the client address that ip key sources read; it starts
+	// as the policy's client_ip (set TrustedProxies here when they differ by
+	// deployment).
+	ClientIP clientip.Config
+	// Clock, when set, is read instead of atomicbucket.Now: tests drive the
+	// middleware through time with it.
+	Clock func() atomicbucket.Time
+	// Config is what every route shares: the field style, the jitter, the
+	// counters, the observer, and Denied, the response to a denied request
+	// when problem+json will not do. Set it before serving.
+	Config Config
+
+	router   *Router
+	patterns []string
+	check    func(w http.ResponseWriter, r *http.Request, route int, path string) bool
+}
+
+// InitDoor makes d the door of a policy's routes: router over patterns (in
+// policy order), each request checked by check against the route (an index of
+// patterns) whose wildcards it reads from path; check reports whether the
+// request may go on. A nil check (every route off) checks nothing. A
+// generated NewMiddleware calls it once, before the Middleware is served.
+func InitDoor(d *Door, router *Router, patterns []string,
+	check func(w http.ResponseWriter, r *http.Request, route int, path string) bool) {
+	d.router, d.patterns, d.check = router, patterns, check
+}
+
+// Now reads the clock once for a check: Clock, or atomicbucket.Now.
+func (d *Door) Now() atomicbucket.Time {
+	if d.Clock != nil {
+		return d.Clock()
+	}
+	return atomicbucket.Now()
+}
+
+// Wrap returns next behind the limits of every policy route a router may
+// hand each request to (Router.MatchAll), however the router behind it reads
+// the request's path: wrap a whole router, or each handler. The request goes
+// on when all of them allow it.
+func (d *Door) Wrap(next http.Handler) http.Handler {
+	if d.check == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		routes := d.router.MatchAll(r)
+		for i := range routes.N {
+			if !d.check(w, r, routes.Index[i], routes.Path[i]) {
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// wrapServeMux is Wrap for the ServeMux of NewServeMux: ServeMux's reading of
+// a path is the only one it dispatches (Router.Match).
+func (d *Door) wrapServeMux(next http.Handler) http.Handler {
+	if d.check == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if route, path := d.router.Match(r); d.check(w, r, route, path) {
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// NewServeMux returns an empty ServeMux behind the door: every request it
+// serves is checked first, those its handlers answer and those it answers
+// itself alike; Uncovered lists the registered patterns no policy route
+// covers (served unlimited).
+func (d *Door) NewServeMux() *ServeMux { return newServeMux(d.wrapServeMux, d.router, d.patterns) }
