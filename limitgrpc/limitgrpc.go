@@ -334,19 +334,19 @@ func Service(method string) string {
 	return ""
 }
 
-// ServiceInfoProvider is what Coverage reads: a *grpc.Server (or xDS's).
+// ServiceInfoProvider is what Door.Coverage reads: a *grpc.Server (or xDS's).
 type ServiceInfoProvider interface {
 	GetServiceInfo() map[string]grpc.ServiceInfo
 }
 
-// Coverage compares a policy's method entries (full methods and services)
-// with the methods s serves: unlimited are s's methods no entry covers (entry
+// coverage is Door.Coverage: it compares a policy's method entries (full
+// methods and services) with the methods s serves: unlimited are s's methods no entry covers (entry
 // returns the index of the entry that covers a full method, −1 for none), and
 // those whose kind of interceptor was never made (unary false: unary methods;
 // stream false: streaming ones), which a server given only one of the two
 // interceptors serves unchecked; stale are the entries that cover none of
 // s's methods. Both are sorted.
-func Coverage(s ServiceInfoProvider, entries []string, entry func(method string) int, unary, stream bool) (unlimited, stale []string) {
+func coverage(s ServiceInfoProvider, entries []string, entry func(method string) int, unary, stream bool) (unlimited, stale []string) {
 	used := make([]bool, len(entries))
 	for svc, info := range s.GetServiceInfo() {
 		for _, mi := range info.Methods {

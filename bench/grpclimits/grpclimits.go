@@ -6,16 +6,13 @@ package grpclimits
 import (
 	"context"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/verdict"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )
 
@@ -191,29 +188,14 @@ var httpCosts = [...][1]int64{RulePerUser: {1}, RuleTight: {1}}
 // grpcRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
 var grpcRoutes = [...][1]string{{"\"PerUser\";q=1000000000;w=1"}, {"\"Tight\";q=1;w=3600"}}
 
-// GRPC enforces the policy's grpc: section with unary and stream server interceptors: it finds
-// the entry that covers a call (its full method's own, else its service's), reads the keys, cost and
-// plan the policy names, checks the entry's rule or tier, and ends a denied call with
-// codes.ResourceExhausted, its RetryInfo and QuotaFailure, and grpc-retry-pushback-ms and the
-// RateLimit fields in its trailers (package limitgrpc). A stream is checked when it opens, and each
-// message too where its entry counts messages. A call no entry covers goes on
-// unchecked: Coverage lists a server's methods that no entry covers, or that the interceptors
-// made here do not see (a server given UnaryInterceptor alone serves its streams unchecked).
-//
+// GRPC enforces the policy's grpc: section with unary and stream server interceptors
+// (limitgrpc.Door): it reads the keys, cost and plan the policy names, checks the entry's rule or
+// tier, and ends a denied call with codes.ResourceExhausted, its RetryInfo and QuotaFailure, and
+// grpc-retry-pushback-ms and the RateLimit fields in its trailers; its Config logs no denials.
 // Entries: /grpc.health.v1.Health/Check; /grpc.health.v1.Health/List.
 type GRPC struct {
+	limitgrpc.Door
 	limits *Limits
-	// ClientIP finds the client address that ip key sources read: the peer, or behind a trusted proxy
-	// the client its forwarding metadata names. It starts as the policy's grpc: client_ip.
-	ClientIP clientip.Config
-	// Clock, when set, is read instead of atomicbucket.Now: tests drive the interceptors through time
-	// with it.
-	Clock func() atomicbucket.Time
-	// Config is what every entry shares: the metadata, the jitter, the counters, the observer (logs no
-	// denials). Set it before serving.
-	Config limitgrpc.Config
-	// unary and stream record which interceptors were made, for Coverage.
-	unary, stream atomic.Bool
 }
 
 // NewGRPC returns the interceptors over l (Default when nil); the policy names no functions of
@@ -222,52 +204,16 @@ func NewGRPC(l *Limits) (*GRPC, error) {
 	if l == nil {
 		l = Default
 	}
-	return &GRPC{
-		limits:   l,
-		ClientIP: clientip.Config{},
-		Config: limitgrpc.Config{
-			Judge: verdict.Judge{
-				Jitter:   0.0,
-				Counters: verdict.NewSeriesCounters(grpcSeries[:]...),
-			},
-			Metadata: limitgrpc.MetadataDenials,
+	g := &GRPC{limits: l}
+	g.Config = limitgrpc.Config{
+		Judge: verdict.Judge{
+			Jitter:   0.0,
+			Counters: verdict.NewSeriesCounters(grpcSeries[:]...),
 		},
-	}, nil
-}
-
-// UnaryInterceptor checks each unary call before its handler runs.
-func (g *GRPC) UnaryInterceptor() grpc.UnaryServerInterceptor {
-	g.unary.Store(true)
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := g.check(ctx, info.FullMethod); err != nil {
-			return nil, err
-		}
-		return handler(ctx, req)
+		Metadata: limitgrpc.MetadataDenials,
 	}
-}
-
-// StreamInterceptor checks each stream once, when it opens, before its handler runs.
-func (g *GRPC) StreamInterceptor() grpc.StreamServerInterceptor {
-	g.stream.Store(true)
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if err := g.check(ss.Context(), info.FullMethod); err != nil {
-			return err
-		}
-		return handler(srv, ss)
-	}
-}
-
-// ServerOptions chains both interceptors onto a server: grpc.NewServer(g.ServerOptions()...).
-func (g *GRPC) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(g.UnaryInterceptor()), grpc.ChainStreamInterceptor(g.StreamInterceptor())}
-}
-
-// now reads the clock once: Clock, or atomicbucket.Now.
-func (g *GRPC) now() atomicbucket.Time {
-	if g.Clock != nil {
-		return g.Clock()
-	}
-	return atomicbucket.Now()
+	limitgrpc.InitDoor(&g.Door, grpcEntries[:], grpcEntry, g.check, nil)
+	return g, nil
 }
 
 // grpcEntries are the policy's method entries, in policy order: full methods, and services.
@@ -296,14 +242,6 @@ func (g *GRPC) check(ctx context.Context, method string) error {
 	return nil
 }
 
-// Coverage compares the policy's entries with the methods s serves (a *grpc.Server): unlimited
-// are s's methods no entry covers, and those of a kind (unary, streaming) whose interceptor was
-// never made here, which go unchecked; stale are the entries that cover none of them, a sign of a
-// policy out of step with the service. Both are sorted. Call it once the server is set up.
-func (g *GRPC) Coverage(s limitgrpc.ServiceInfoProvider) (unlimited, stale []string) {
-	return limitgrpc.Coverage(s, grpcEntries[:], grpcEntry, g.unary.Load(), g.stream.Load())
-}
-
 // grpcSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
 var grpcSeries = [...]verdict.Series{{Route: "/grpc.health.v1.Health/Check", Rule: "PerUser"}, {Route: "/grpc.health.v1.Health/List", Rule: "Tight"}}
@@ -315,7 +253,7 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 	if !ok0 {
 		return g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule PerUser: grpc method \"/grpc.health.v1.Health/Check\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/Check", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 0, Outcome: verdict.MissingKey})
 	}
-	now := g.now()
+	now := g.Now()
 	cost := httpCosts[RulePerUser][0]
 	var res verdict.Result
 	res.Decision = g.limits.PerUser.AllowNAt(k0, now, cost)
@@ -339,7 +277,7 @@ func (g *GRPC) entry2(ctx context.Context, method string) error {
 	if !ok0 {
 		return g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule Tight: grpc method \"/grpc.health.v1.Health/List\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/List", Rule: "Tight", RuleIndex: int(RuleTight), Series: 1, Outcome: verdict.MissingKey})
 	}
-	now := g.now()
+	now := g.Now()
 	cost := httpCosts[RuleTight][0]
 	var res verdict.Result
 	res.Decision = g.limits.Tight.AllowNAt(k0, now, cost)

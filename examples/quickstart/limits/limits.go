@@ -9,12 +9,10 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/genimpl"
 	sharedimpl "github.com/limitgen/limitgen/genimpl/sharedimpl"
 	"github.com/limitgen/limitgen/limitgrpc"
@@ -23,7 +21,6 @@ import (
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
 	"github.com/limitgen/limitgen/verdict"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )
 
@@ -1464,30 +1461,15 @@ type GRPCHooks struct {
 	UserID func(context.Context) (string, bool)
 }
 
-// GRPC enforces the policy's grpc: section with unary and stream server interceptors: it finds
-// the entry that covers a call (its full method's own, else its service's), reads the keys, cost and
-// plan the policy names, checks the entry's rule or tier, and ends a denied call with
-// codes.ResourceExhausted, its RetryInfo and QuotaFailure, and grpc-retry-pushback-ms and the
-// RateLimit fields in its trailers (package limitgrpc). A stream is checked when it opens, and each
-// message too where its entry counts messages. A call no entry covers goes on
-// unchecked: Coverage lists a server's methods that no entry covers, or that the interceptors
-// made here do not see (a server given UnaryInterceptor alone serves its streams unchecked).
-//
+// GRPC enforces the policy's grpc: section with unary and stream server interceptors
+// (limitgrpc.Door): it reads the keys, cost and plan the policy names, checks the entry's rule or
+// tier, and ends a denied call with codes.ResourceExhausted, its RetryInfo and QuotaFailure, and
+// grpc-retry-pushback-ms and the RateLimit fields in its trailers; its Config logs denials with log/slog's default logger, at most 10 a second.
 // Entries: grpc.health.v1.Health.
 type GRPC struct {
+	limitgrpc.Door
 	limits *Limits
 	hooks  GRPCHooks
-	// ClientIP finds the client address that ip key sources read: the peer, or behind a trusted proxy
-	// the client its forwarding metadata names. It starts as the policy's grpc: client_ip.
-	ClientIP clientip.Config
-	// Clock, when set, is read instead of atomicbucket.Now: tests drive the interceptors through time
-	// with it.
-	Clock func() atomicbucket.Time
-	// Config is what every entry shares: the metadata, the jitter, the counters, the observer (logs
-	// denials with log/slog's default logger, at most 10 a second). Set it before serving.
-	Config limitgrpc.Config
-	// unary and stream record which interceptors were made, for Coverage.
-	unary, stream atomic.Bool
 }
 
 // NewGRPC returns the interceptors over l (Default when nil), calling h's functions. It fails
@@ -1499,54 +1481,17 @@ func NewGRPC(l *Limits, h GRPCHooks) (*GRPC, error) {
 	if l == nil {
 		l = Default
 	}
-	return &GRPC{
-		limits:   l,
-		hooks:    h,
-		ClientIP: clientip.Config{},
-		Config: limitgrpc.Config{
-			Judge: verdict.Judge{
-				Jitter:   0.0,
-				Counters: verdict.NewSeriesCounters(grpcSeries[:]...),
-				Observer: verdict.NewDenialLog(nil, 10),
-			},
-			Metadata: limitgrpc.MetadataAll,
+	g := &GRPC{limits: l, hooks: h}
+	g.Config = limitgrpc.Config{
+		Judge: verdict.Judge{
+			Jitter:   0.0,
+			Counters: verdict.NewSeriesCounters(grpcSeries[:]...),
+			Observer: verdict.NewDenialLog(nil, 10),
 		},
-	}, nil
-}
-
-// UnaryInterceptor checks each unary call before its handler runs.
-func (g *GRPC) UnaryInterceptor() grpc.UnaryServerInterceptor {
-	g.unary.Store(true)
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := g.check(ctx, info.FullMethod); err != nil {
-			return nil, err
-		}
-		return handler(ctx, req)
+		Metadata: limitgrpc.MetadataAll,
 	}
-}
-
-// StreamInterceptor checks each stream once, when it opens, before its handler runs.
-func (g *GRPC) StreamInterceptor() grpc.StreamServerInterceptor {
-	g.stream.Store(true)
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if err := g.check(ss.Context(), info.FullMethod); err != nil {
-			return err
-		}
-		return handler(srv, ss)
-	}
-}
-
-// ServerOptions chains both interceptors onto a server: grpc.NewServer(g.ServerOptions()...).
-func (g *GRPC) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(g.UnaryInterceptor()), grpc.ChainStreamInterceptor(g.StreamInterceptor())}
-}
-
-// now reads the clock once: Clock, or atomicbucket.Now.
-func (g *GRPC) now() atomicbucket.Time {
-	if g.Clock != nil {
-		return g.Clock()
-	}
-	return atomicbucket.Now()
+	limitgrpc.InitDoor(&g.Door, grpcEntries[:], grpcEntry, g.check, nil)
+	return g, nil
 }
 
 // grpcEntries are the policy's method entries, in policy order: full methods, and services.
@@ -1569,14 +1514,6 @@ func (g *GRPC) check(ctx context.Context, method string) error {
 		return g.entry1(ctx, method)
 	}
 	return nil
-}
-
-// Coverage compares the policy's entries with the methods s serves (a *grpc.Server): unlimited
-// are s's methods no entry covers, and those of a kind (unary, streaming) whose interceptor was
-// never made here, which go unchecked; stale are the entries that cover none of them, a sign of a
-// policy out of step with the service. Both are sorted. Call it once the server is set up.
-func (g *GRPC) Coverage(s limitgrpc.ServiceInfoProvider) (unlimited, stale []string) {
-	return limitgrpc.Coverage(s, grpcEntries[:], grpcEntry, g.unary.Load(), g.stream.Load())
 }
 
 // grpcSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and

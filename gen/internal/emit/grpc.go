@@ -21,7 +21,7 @@ func ctxType() *jen.Statement       { return jen.Qual("context", "Context") }
 func grpcDoor(m *model.Model) *door {
 	g := m.GRPC
 	return &door{
-		recv: "g", typ: "GRPC", prefix: "grpc", routes: g.Routes, plan: g.Plan, now: "now",
+		recv: "g", typ: "GRPC", prefix: "grpc", routes: g.Routes, plan: g.Plan, now: "Now",
 		params:    []jen.Code{jen.Id("ctx").Add(ctxType()), jen.Id("method").String()},
 		result:    jen.Error(),
 		ctx:       jen.Id("ctx"),
@@ -103,7 +103,7 @@ func emitGRPCType(m *model.Model) jen.Code {
 	newDoc := jen.Comment("NewGRPC returns the interceptors over l (Default when nil); the policy names no functions of").Line().
 		Comment("the service, so it never fails.").Line()
 	if len(m.GRPC.Hooks) > 0 {
-		hooksField, hooksParam, hooksInit = jen.Id("hooks").Id("GRPCHooks"), jen.Id("h").Id("GRPCHooks"), field("hooks", jen.Id("h"))
+		hooksField, hooksParam, hooksInit = jen.Id("hooks").Id("GRPCHooks"), jen.Id("h").Id("GRPCHooks"), jen.Id("hooks").Op(":").Id("h")
 		newDoc = jen.Comment("NewGRPC returns the interceptors over l (Default when nil), calling h's functions. It fails").Line().
 			Comment("when one of them is nil.").Line()
 	}
@@ -147,85 +147,47 @@ func emitGRPCType(m *model.Model) jen.Code {
 		entryBody = append(entryBody, jen.Switch(lg("Service").Call(jen.Id("method"))).Block(serviceCases...))
 	}
 	entryBody = append(entryBody, jen.Return(jen.Lit(-1)))
-	checkBody := []jen.Code{jen.Return(jen.Nil())}
+	var check, checkFunc jen.Code = jen.Nil(), jen.Null() // with every entry off there is nothing to check
 	if len(entryCases) > 0 {
-		checkBody = []jen.Code{jen.Switch(jen.Id("grpcEntry").Call(jen.Id("method"))).Block(entryCases...), jen.Return(jen.Nil())}
+		check = jen.Id("g").Dot("check")
+		checkFunc = jen.Comment("check checks a call of method against its entry and returns the status that ends it, or nil.").Line().
+			Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("check").Params(jen.Id("ctx").Add(ctxType()), jen.Id("method").String()).Error().Block(
+			jen.Switch(jen.Id("grpcEntry").Call(jen.Id("method"))).Block(entryCases...), jen.Return(jen.Nil())).Line().Line()
 	}
-	gp := func(name string) *jen.Statement { return jen.Qual(grpcLib, name) }
+	count, countFunc := countMessages(m)
+	var ipInit jen.Code = jen.Null() // the policy's client_ip, when it says anything
+	if ipFields := clientIPFields(g.ClientIP); len(ipFields) > 0 {
+		ipInit = jen.Id("g").Dot("ClientIP").Op("=").Qual(clientipPath, "Config").Add(fields(ipFields...))
+	}
 	return jen.Line().
-		Comment("GRPC enforces the policy's grpc: section with unary and stream server interceptors: it finds").Line().
-		Comment("the entry that covers a call (its full method's own, else its service's), reads the keys, cost and").Line().
-		Comment("plan the policy names, checks the entry's rule or tier, and ends a denied call with").Line().
-		Comment("codes.ResourceExhausted, its RetryInfo and QuotaFailure, and grpc-retry-pushback-ms and the").Line().
-		Comment("RateLimit fields in its trailers (package limitgrpc). A stream is checked when it opens, and each").Line().
-		Comment("message too where its entry counts messages. A call no entry covers goes on").Line().
-		Comment("unchecked: Coverage lists a server's methods that no entry covers, or that the interceptors").Line().
-		Comment("made here do not see (a server given UnaryInterceptor alone serves its streams unchecked).").Line().
-		Comment("").Line().
+		Comment("GRPC enforces the policy's grpc: section with unary and stream server interceptors").Line().
+		Comment("(limitgrpc.Door): it reads the keys, cost and plan the policy names, checks the entry's rule or").Line().
+		Comment("tier, and ends a denied call with codes.ResourceExhausted, its RetryInfo and QuotaFailure, and").Line().
+		Comment("grpc-retry-pushback-ms and the RateLimit fields in its trailers; its Config "+logDoc+".").Line().
 		Comment("Entries: "+strings.Join(listed, "; ")+".").Line().
 		Type().Id("GRPC").Struct(
+		lg("Door"),
 		jen.Id("limits").Op("*").Id("Limits"),
 		hooksField,
-		comment("ClientIP finds the client address that ip key sources read: the peer, or behind a trusted proxy the client its forwarding metadata names. It starts as the policy's grpc: client_ip.").Id("ClientIP").Add(jen.Qual(clientipPath, "Config")),
-		comment("Clock, when set, is read instead of atomicbucket.Now: tests drive the interceptors through time with it.").Id("Clock").Func().Params().Add(rt("Time")),
-		comment("Config is what every entry shares: the metadata, the jitter, the counters, the observer ("+logDoc+"). Set it before serving.").Id("Config").Add(lg("Config")),
-		comment("unary and stream record which interceptors were made, for Coverage.").Id("unary").Op(",").Id("stream").Qual("sync/atomic", "Bool"),
 	).Line().Line().
 		Add(newDoc).
 		Func().Id("NewGRPC").Params(jen.Id("l").Op("*").Id("Limits"), hooksParam).Params(jen.Op("*").Id("GRPC"), jen.Error()).Block(
 		append(checks,
 			jen.If(jen.Id("l").Op("==").Nil()).Block(jen.Id("l").Op("=").Id("Default")),
-			jen.Return(jen.Op("&").Id("GRPC").Add(fields(
-				field("limits", jen.Id("l")),
-				hooksInit,
-				field("ClientIP", jen.Qual(clientipPath, "Config").Add(fields(clientIPFields(g.ClientIP)...))),
-				field("Config", lg("Config").Add(fields(cfg...))),
-			)), jen.Nil()),
+			jen.Id("g").Op(":=").Op("&").Id("GRPC").Values(jen.Id("limits").Op(":").Id("l"), hooksInit),
+			ipInit,
+			jen.Id("g").Dot("Config").Op("=").Add(lg("Config")).Add(fields(cfg...)),
+			lg("InitDoor").Call(jen.Op("&").Id("g").Dot("Door"), jen.Id("grpcEntries").Index(jen.Empty(), jen.Empty()), jen.Id("grpcEntry"), check, count),
+			jen.Return(jen.Id("g"), jen.Nil()),
 		)...,
-	).Line().Line().
-		Comment("UnaryInterceptor checks each unary call before its handler runs.").Line().
-		Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("UnaryInterceptor").Params().Add(gp("UnaryServerInterceptor")).Block(
-		jen.Id("g").Dot("unary").Dot("Store").Call(jen.True()),
-		jen.Return(jen.Func().Params(jen.Id("ctx").Add(ctxType()), jen.Id("req").Any(), jen.Id("info").Op("*").Add(gp("UnaryServerInfo")), jen.Id("handler").Add(gp("UnaryHandler"))).Params(jen.Any(), jen.Error()).Block(
-			jen.If(jen.Err().Op(":=").Id("g").Dot("check").Call(jen.Id("ctx"), jen.Id("info").Dot("FullMethod")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Nil(), jen.Err())),
-			jen.Return(jen.Id("handler").Call(jen.Id("ctx"), jen.Id("req"))),
-		)),
-	).Line().Line().
-		Add(streamDoc(m)).
-		Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("StreamInterceptor").Params().Add(gp("StreamServerInterceptor")).Block(
-		jen.Id("g").Dot("stream").Dot("Store").Call(jen.True()),
-		jen.Return(jen.Func().Params(jen.Id("srv").Any(), jen.Id("ss").Add(gp("ServerStream")), jen.Id("info").Op("*").Add(gp("StreamServerInfo")), jen.Id("handler").Add(gp("StreamHandler"))).Error().Block(
-			jen.If(jen.Err().Op(":=").Id("g").Dot("check").Call(jen.Id("ss").Dot("Context").Call(), jen.Id("info").Dot("FullMethod")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err())),
-			countMessages(m),
-			handlerCall(m),
-		)),
-	).Line().Line().
-		Comment("ServerOptions chains both interceptors onto a server: grpc.NewServer(g.ServerOptions()...).").Line().
-		Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("ServerOptions").Params().Index().Add(gp("ServerOption")).Block(
-		jen.Return(jen.Index().Add(gp("ServerOption")).Values(
-			gp("ChainUnaryInterceptor").Call(jen.Id("g").Dot("UnaryInterceptor").Call()),
-			gp("ChainStreamInterceptor").Call(jen.Id("g").Dot("StreamInterceptor").Call()),
-		)),
-	).Line().Line().
-		Comment("now reads the clock once: Clock, or atomicbucket.Now.").Line().
-		Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("now").Params().Add(rt("Time")).Block(
-		jen.If(jen.Id("g").Dot("Clock").Op("!=").Nil()).Block(jen.Return(jen.Id("g").Dot("Clock").Call())),
-		jen.Return(rt("Now").Call()),
 	).Line().Line().
 		Comment("grpcEntries are the policy's method entries, in policy order: full methods, and services.").Line().
 		Var().Id("grpcEntries").Op("=").Index(jen.Op("...")).String().Values(names...).Line().Line().
 		Comment("grpcEntry is the index of the entry that covers a full method name: its own entry, else its").Line().
 		Comment("service's; -1 when none does.").Line().
 		Func().Id("grpcEntry").Params(jen.Id("method").String()).Int().Block(entryBody...).Line().Line().
-		Comment("check checks a call of method against its entry and returns the status that ends it, or nil.").Line().
-		Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("check").Params(jen.Id("ctx").Add(ctxType()), jen.Id("method").String()).Error().Block(checkBody...).Line().Line().
-		Comment("Coverage compares the policy's entries with the methods s serves (a *grpc.Server): unlimited").Line().
-		Comment("are s's methods no entry covers, and those of a kind (unary, streaming) whose interceptor was").Line().
-		Comment("never made here, which go unchecked; stale are the entries that cover none of them, a sign of a").Line().
-		Comment("policy out of step with the service. Both are sorted. Call it once the server is set up.").Line().
-		Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("Coverage").Params(jen.Id("s").Add(lg("ServiceInfoProvider"))).Params(jen.Id("unlimited"), jen.Id("stale").Index().String()).Block(
-		jen.Return(lg("Coverage").Call(jen.Id("s"), jen.Id("grpcEntries").Index(jen.Empty(), jen.Empty()), jen.Id("grpcEntry"), jen.Id("g").Dot("unary").Dot("Load").Call(), jen.Id("g").Dot("stream").Dot("Load").Call())),
-	).Line()
+		Add(checkFunc).
+		Add(countFunc)
 }
 
 // clientIPFields is a clientip.Config literal's fields for c.
@@ -250,35 +212,13 @@ func clientIPFields(c model.ClientIP) []jen.Code {
 	return out
 }
 
-// streamDoc is StreamInterceptor's doc comment.
-func streamDoc(m *model.Model) jen.Code {
-	for _, r := range m.GRPC.Routes {
-		if r.Messages != nil && r.Mode != "Off" {
-			return jen.Comment("StreamInterceptor checks each stream when it opens, before its handler runs, and each message of").Line().
-				Comment("the streams whose entry counts them (limitgrpc.CountMessages).").Line()
-		}
-	}
-	return jen.Comment("StreamInterceptor checks each stream once, when it opens, before its handler runs.").Line()
-}
-
-// handlerCall is the stream interceptor's call of the handler, whose error
-// is a message's denial when one ended the stream (limitgrpc.Ended).
-func handlerCall(m *model.Model) jen.Code {
-	call := jen.Id("handler").Call(jen.Id("srv"), jen.Id("ss"))
-	for _, r := range m.GRPC.Routes {
-		if r.Messages != nil && r.Mode != "Off" {
-			return jen.Return(lg("Ended").Call(jen.Id("ss"), call))
-		}
-	}
-	return jen.Return(call)
-}
-
 // messageFunc is the name of entry i's check of one stream message.
 func messageFunc(i int) string { return "entry" + strconv.Itoa(i+1) + "Message" }
 
-// countMessages is the stream interceptor's wrapping of a stream whose entry
-// counts its messages (limitgrpc.CountMessages); nothing when no entry does.
-func countMessages(m *model.Model) jen.Code {
+// countMessages is what the door calls to wrap a stream whose entry counts
+// its messages (limitgrpc.CountMessages): g.messages, and its declaration;
+// nil and nothing when no entry counts them.
+func countMessages(m *model.Model) (count, decl jen.Code) {
 	var cases []jen.Code
 	for i, r := range m.GRPC.Routes {
 		ms := r.Messages
@@ -296,15 +236,19 @@ func countMessages(m *model.Model) jen.Code {
 			kv = append(kv, field("Pace", jen.True()))
 		}
 		kv = append(kv, field("Check", jen.Func().Params(jen.Id("ctx").Add(ctxType())).Params(vd("Result"), jen.String(), jen.Error()).Block(
-			jen.Return(jen.Id("g").Dot(messageFunc(i)).Call(jen.Id("ctx"), jen.Id("info").Dot("FullMethod"))),
+			jen.Return(jen.Id("g").Dot(messageFunc(i)).Call(jen.Id("ctx"), jen.Id("method"))),
 		)))
 		cases = append(cases, jen.Case(jen.Lit(i)).Block(
-			jen.Id("ss").Op("=").Add(lg("CountMessages")).Call(jen.Id("ss"), jen.Op("&").Id("g").Dot("Config"), lg("Messages").Add(fields(kv...))),
+			jen.Return(lg("CountMessages").Call(jen.Id("ss"), jen.Op("&").Id("g").Dot("Config"), lg("Messages").Add(fields(kv...)))),
 		))
 	}
 	if len(cases) == 0 {
-		return jen.Null()
+		return jen.Nil(), jen.Null()
 	}
-	return jen.Comment("The entries that count their streams' messages check each one.").Line().
-		Switch(jen.Id("grpcEntry").Call(jen.Id("info").Dot("FullMethod"))).Block(cases...)
+	ss := jen.Qual(grpcLib, "ServerStream")
+	return jen.Id("g").Dot("messages"), jen.Comment("messages wraps a stream of method whose entry counts its messages, so that each is checked; nil").Line().
+		Comment("for the others.").Line().
+		Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("messages").Params(jen.Id("ss").Add(ss), jen.Id("method").String()).Add(ss).Block(
+		jen.Switch(jen.Id("grpcEntry").Call(jen.Id("method"))).Block(cases...),
+		jen.Return(jen.Nil())).Line()
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net/netip"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -20,7 +19,6 @@ import (
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
 	"github.com/limitgen/limitgen/verdict"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )
 
@@ -964,30 +962,15 @@ type GRPCHooks struct {
 	UserID func(context.Context) (string, bool)
 }
 
-// GRPC enforces the policy's grpc: section with unary and stream server interceptors: it finds
-// the entry that covers a call (its full method's own, else its service's), reads the keys, cost and
-// plan the policy names, checks the entry's rule or tier, and ends a denied call with
-// codes.ResourceExhausted, its RetryInfo and QuotaFailure, and grpc-retry-pushback-ms and the
-// RateLimit fields in its trailers (package limitgrpc). A stream is checked when it opens, and each
-// message too where its entry counts messages. A call no entry covers goes on
-// unchecked: Coverage lists a server's methods that no entry covers, or that the interceptors
-// made here do not see (a server given UnaryInterceptor alone serves its streams unchecked).
-//
+// GRPC enforces the policy's grpc: section with unary and stream server interceptors
+// (limitgrpc.Door): it reads the keys, cost and plan the policy names, checks the entry's rule or
+// tier, and ends a denied call with codes.ResourceExhausted, its RetryInfo and QuotaFailure, and
+// grpc-retry-pushback-ms and the RateLimit fields in its trailers; its Config logs denials with log/slog's default logger, at most 10 a second.
 // Entries: /grpc.health.v1.Health/Check; /grpc.health.v1.Health/Watch; /grpc.health.v1.Health/List; grpc.reflection.v1.ServerReflection.
 type GRPC struct {
+	limitgrpc.Door
 	limits *Limits
 	hooks  GRPCHooks
-	// ClientIP finds the client address that ip key sources read: the peer, or behind a trusted proxy
-	// the client its forwarding metadata names. It starts as the policy's grpc: client_ip.
-	ClientIP clientip.Config
-	// Clock, when set, is read instead of atomicbucket.Now: tests drive the interceptors through time
-	// with it.
-	Clock func() atomicbucket.Time
-	// Config is what every entry shares: the metadata, the jitter, the counters, the observer (logs
-	// denials with log/slog's default logger, at most 10 a second). Set it before serving.
-	Config limitgrpc.Config
-	// unary and stream record which interceptors were made, for Coverage.
-	unary, stream atomic.Bool
 }
 
 // NewGRPC returns the interceptors over l (Default when nil), calling h's functions. It fails
@@ -999,56 +982,20 @@ func NewGRPC(l *Limits, h GRPCHooks) (*GRPC, error) {
 	if l == nil {
 		l = Default
 	}
-	return &GRPC{
-		limits: l,
-		hooks:  h,
-		ClientIP: clientip.Config{
-			TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")},
+	g := &GRPC{limits: l, hooks: h}
+	g.ClientIP = clientip.Config{
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.2/32")},
+	}
+	g.Config = limitgrpc.Config{
+		Judge: verdict.Judge{
+			Jitter:   0.0,
+			Counters: verdict.NewSeriesCounters(grpcSeries[:]...),
+			Observer: verdict.NewDenialLog(nil, 10),
 		},
-		Config: limitgrpc.Config{
-			Judge: verdict.Judge{
-				Jitter:   0.0,
-				Counters: verdict.NewSeriesCounters(grpcSeries[:]...),
-				Observer: verdict.NewDenialLog(nil, 10),
-			},
-			Metadata: limitgrpc.MetadataAll,
-		},
-	}, nil
-}
-
-// UnaryInterceptor checks each unary call before its handler runs.
-func (g *GRPC) UnaryInterceptor() grpc.UnaryServerInterceptor {
-	g.unary.Store(true)
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := g.check(ctx, info.FullMethod); err != nil {
-			return nil, err
-		}
-		return handler(ctx, req)
+		Metadata: limitgrpc.MetadataAll,
 	}
-}
-
-// StreamInterceptor checks each stream once, when it opens, before its handler runs.
-func (g *GRPC) StreamInterceptor() grpc.StreamServerInterceptor {
-	g.stream.Store(true)
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if err := g.check(ss.Context(), info.FullMethod); err != nil {
-			return err
-		}
-		return handler(srv, ss)
-	}
-}
-
-// ServerOptions chains both interceptors onto a server: grpc.NewServer(g.ServerOptions()...).
-func (g *GRPC) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(g.UnaryInterceptor()), grpc.ChainStreamInterceptor(g.StreamInterceptor())}
-}
-
-// now reads the clock once: Clock, or atomicbucket.Now.
-func (g *GRPC) now() atomicbucket.Time {
-	if g.Clock != nil {
-		return g.Clock()
-	}
-	return atomicbucket.Now()
+	limitgrpc.InitDoor(&g.Door, grpcEntries[:], grpcEntry, g.check, nil)
+	return g, nil
 }
 
 // grpcEntries are the policy's method entries, in policy order: full methods, and services.
@@ -1087,14 +1034,6 @@ func (g *GRPC) check(ctx context.Context, method string) error {
 	return nil
 }
 
-// Coverage compares the policy's entries with the methods s serves (a *grpc.Server): unlimited
-// are s's methods no entry covers, and those of a kind (unary, streaming) whose interceptor was
-// never made here, which go unchecked; stale are the entries that cover none of them, a sign of a
-// policy out of step with the service. Both are sorted. Call it once the server is set up.
-func (g *GRPC) Coverage(s limitgrpc.ServiceInfoProvider) (unlimited, stale []string) {
-	return limitgrpc.Coverage(s, grpcEntries[:], grpcEntry, g.unary.Load(), g.stream.Load())
-}
-
 // grpcSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
 var grpcSeries = [...]verdict.Series{{Route: "/grpc.health.v1.Health/Check", Rule: "Checks"}, {Route: "/grpc.health.v1.Health/Watch", Rule: "Watches"}, {Route: "/grpc.health.v1.Health/List", Rule: "Tenants"}, {Route: "grpc.reflection.v1.ServerReflection", Tier: "Service", Rule: "PerMethod"}, {Route: "grpc.reflection.v1.ServerReflection", Tier: "Service", Rule: "Global"}}
@@ -1123,7 +1062,7 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 	case verdict.CostTooHigh:
 		return g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call's declared cost (metadata x-cost) is above the most a call may cost on grpc method \"/grpc.health.v1.Health/Check\": 3", verdict.Event{Route: "/grpc.health.v1.Health/Check", Rule: "Checks", RuleIndex: int(RuleChecks), Series: 0, Outcome: verdict.TooCostly, Cost: cost})
 	}
-	now := g.now()
+	now := g.Now()
 	var res verdict.Result
 	res.Decision = g.limits.Checks.AllowNAt(plan, k0, now, cost)
 	res.Policy = httpPolicies[RuleChecks][plan]
@@ -1146,7 +1085,7 @@ func (g *GRPC) entry2(ctx context.Context, method string) error {
 	if !ok0 {
 		return g.Config.Reject(verdict.Enforce, codes.Unauthenticated, "the call has no key for rule Watches: grpc method \"/grpc.health.v1.Health/Watch\" reads it from the client address", verdict.Event{Route: "/grpc.health.v1.Health/Watch", Rule: "Watches", RuleIndex: int(RuleWatches), Series: 1, Outcome: verdict.MissingKey})
 	}
-	now := g.now()
+	now := g.Now()
 	cost := httpCosts[RuleWatches][0]
 	var res verdict.Result
 	res.Decision = g.limits.Watches.AllowNAt(k0, now, cost)
@@ -1217,7 +1156,7 @@ func (g *GRPC) entry4(ctx context.Context, method string) error {
 	if !ok0 {
 		return g.Config.Reject(verdict.Shadow, codes.Unauthenticated, "the call has no key for rule PerMethod: grpc service \"grpc.reflection.v1.ServerReflection\" reads it from the method", verdict.Event{Route: "grpc.reflection.v1.ServerReflection", Tier: "Service", Rule: "PerMethod", RuleIndex: int(RulePerMethod), Series: 3, Outcome: verdict.MissingKey})
 	}
-	now := g.now()
+	now := g.Now()
 	td := g.limits.checkService(k0, now, 0, true)
 	cost := httpCosts[td.Rule][0]
 	var res verdict.Result

@@ -6,11 +6,9 @@ package msglimits
 import (
 	"context"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/overlay"
@@ -191,29 +189,14 @@ var httpCosts = [...][1]int64{RuleUpdates: {1}, RuleLookups: {1}}
 // grpcRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
 var grpcRoutes = [...][1]string{{"\"Updates\";q=3;w=180"}, {"\"Lookups\";q=2;w=1"}}
 
-// GRPC enforces the policy's grpc: section with unary and stream server interceptors: it finds
-// the entry that covers a call (its full method's own, else its service's), reads the keys, cost and
-// plan the policy names, checks the entry's rule or tier, and ends a denied call with
-// codes.ResourceExhausted, its RetryInfo and QuotaFailure, and grpc-retry-pushback-ms and the
-// RateLimit fields in its trailers (package limitgrpc). A stream is checked when it opens, and each
-// message too where its entry counts messages. A call no entry covers goes on
-// unchecked: Coverage lists a server's methods that no entry covers, or that the interceptors
-// made here do not see (a server given UnaryInterceptor alone serves its streams unchecked).
-//
+// GRPC enforces the policy's grpc: section with unary and stream server interceptors
+// (limitgrpc.Door): it reads the keys, cost and plan the policy names, checks the entry's rule or
+// tier, and ends a denied call with codes.ResourceExhausted, its RetryInfo and QuotaFailure, and
+// grpc-retry-pushback-ms and the RateLimit fields in its trailers; its Config logs denials with log/slog's default logger, at most 10 a second.
 // Entries: /grpc.health.v1.Health/Watch; grpc.reflection.v1.ServerReflection.
 type GRPC struct {
+	limitgrpc.Door
 	limits *Limits
-	// ClientIP finds the client address that ip key sources read: the peer, or behind a trusted proxy
-	// the client its forwarding metadata names. It starts as the policy's grpc: client_ip.
-	ClientIP clientip.Config
-	// Clock, when set, is read instead of atomicbucket.Now: tests drive the interceptors through time
-	// with it.
-	Clock func() atomicbucket.Time
-	// Config is what every entry shares: the metadata, the jitter, the counters, the observer (logs
-	// denials with log/slog's default logger, at most 10 a second). Set it before serving.
-	Config limitgrpc.Config
-	// unary and stream record which interceptors were made, for Coverage.
-	unary, stream atomic.Bool
 }
 
 // NewGRPC returns the interceptors over l (Default when nil); the policy names no functions of
@@ -222,74 +205,17 @@ func NewGRPC(l *Limits) (*GRPC, error) {
 	if l == nil {
 		l = Default
 	}
-	return &GRPC{
-		limits:   l,
-		ClientIP: clientip.Config{},
-		Config: limitgrpc.Config{
-			Judge: verdict.Judge{
-				Jitter:   0.0,
-				Counters: verdict.NewSeriesCounters(grpcSeries[:]...),
-				Observer: verdict.NewDenialLog(nil, 10),
-			},
-			Metadata: limitgrpc.MetadataDenials,
+	g := &GRPC{limits: l}
+	g.Config = limitgrpc.Config{
+		Judge: verdict.Judge{
+			Jitter:   0.0,
+			Counters: verdict.NewSeriesCounters(grpcSeries[:]...),
+			Observer: verdict.NewDenialLog(nil, 10),
 		},
-	}, nil
-}
-
-// UnaryInterceptor checks each unary call before its handler runs.
-func (g *GRPC) UnaryInterceptor() grpc.UnaryServerInterceptor {
-	g.unary.Store(true)
-	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := g.check(ctx, info.FullMethod); err != nil {
-			return nil, err
-		}
-		return handler(ctx, req)
+		Metadata: limitgrpc.MetadataDenials,
 	}
-}
-
-// StreamInterceptor checks each stream when it opens, before its handler runs, and each message of
-// the streams whose entry counts them (limitgrpc.CountMessages).
-func (g *GRPC) StreamInterceptor() grpc.StreamServerInterceptor {
-	g.stream.Store(true)
-	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if err := g.check(ss.Context(), info.FullMethod); err != nil {
-			return err
-		}
-		// The entries that count their streams' messages check each one.
-		switch grpcEntry(info.FullMethod) {
-		case 0:
-			ss = limitgrpc.CountMessages(ss, &g.Config, limitgrpc.Messages{
-				Mode: verdict.Enforce,
-				Send: true,
-				Check: func(ctx context.Context) (verdict.Result, string, error) {
-					return g.entry1Message(ctx, info.FullMethod)
-				},
-			})
-		case 1:
-			ss = limitgrpc.CountMessages(ss, &g.Config, limitgrpc.Messages{
-				Mode: verdict.Enforce,
-				Recv: true,
-				Pace: true,
-				Check: func(ctx context.Context) (verdict.Result, string, error) {
-					return g.entry2Message(ctx, info.FullMethod)
-				},
-			})
-		}
-		return limitgrpc.Ended(ss, handler(srv, ss))
-	}
-}
-
-// ServerOptions chains both interceptors onto a server: grpc.NewServer(g.ServerOptions()...).
-func (g *GRPC) ServerOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(g.UnaryInterceptor()), grpc.ChainStreamInterceptor(g.StreamInterceptor())}
-}
-
-// now reads the clock once: Clock, or atomicbucket.Now.
-func (g *GRPC) now() atomicbucket.Time {
-	if g.Clock != nil {
-		return g.Clock()
-	}
-	return atomicbucket.Now()
+	limitgrpc.InitDoor(&g.Door, grpcEntries[:], grpcEntry, g.check, g.messages)
+	return g, nil
 }
 
 // grpcEntries are the policy's method entries, in policy order: full methods, and services.
@@ -320,12 +246,29 @@ func (g *GRPC) check(ctx context.Context, method string) error {
 	return nil
 }
 
-// Coverage compares the policy's entries with the methods s serves (a *grpc.Server): unlimited
-// are s's methods no entry covers, and those of a kind (unary, streaming) whose interceptor was
-// never made here, which go unchecked; stale are the entries that cover none of them, a sign of a
-// policy out of step with the service. Both are sorted. Call it once the server is set up.
-func (g *GRPC) Coverage(s limitgrpc.ServiceInfoProvider) (unlimited, stale []string) {
-	return limitgrpc.Coverage(s, grpcEntries[:], grpcEntry, g.unary.Load(), g.stream.Load())
+// messages wraps a stream of method whose entry counts its messages, so that each is checked; nil
+// for the others.
+func (g *GRPC) messages(ss grpc.ServerStream, method string) grpc.ServerStream {
+	switch grpcEntry(method) {
+	case 0:
+		return limitgrpc.CountMessages(ss, &g.Config, limitgrpc.Messages{
+			Mode: verdict.Enforce,
+			Send: true,
+			Check: func(ctx context.Context) (verdict.Result, string, error) {
+				return g.entry1Message(ctx, method)
+			},
+		})
+	case 1:
+		return limitgrpc.CountMessages(ss, &g.Config, limitgrpc.Messages{
+			Mode: verdict.Enforce,
+			Recv: true,
+			Pace: true,
+			Check: func(ctx context.Context) (verdict.Result, string, error) {
+				return g.entry2Message(ctx, method)
+			},
+		})
+	}
+	return nil
 }
 
 // grpcSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and
@@ -339,7 +282,7 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 	if !ok0 {
 		return g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule Updates: grpc method \"/grpc.health.v1.Health/Watch\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/Watch", Rule: "Updates", RuleIndex: int(RuleUpdates), Series: 0, Outcome: verdict.MissingKey})
 	}
-	now := g.now()
+	now := g.Now()
 	cost := httpCosts[RuleUpdates][0]
 	var res verdict.Result
 	res.Decision = g.limits.Updates.AllowNAt(k0, now, cost)
@@ -363,7 +306,7 @@ func (g *GRPC) entry2(ctx context.Context, method string) error {
 	if !ok0 {
 		return g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule Lookups: grpc service \"grpc.reflection.v1.ServerReflection\" reads it from metadata x-user", verdict.Event{Route: "grpc.reflection.v1.ServerReflection", Rule: "Lookups", RuleIndex: int(RuleLookups), Series: 1, Outcome: verdict.MissingKey})
 	}
-	now := g.now()
+	now := g.Now()
 	cost := httpCosts[RuleLookups][0]
 	var res verdict.Result
 	res.Decision = g.limits.Lookups.AllowNAt(k0, now, cost)
@@ -389,7 +332,7 @@ func (g *GRPC) entry1Message(ctx context.Context, method string) (verdict.Result
 		return verdict.Result{}, "", g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule Updates: grpc method \"/grpc.health.v1.Health/Watch\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/Watch", Rule: "Updates", RuleIndex: int(RuleUpdates), Series: 0, Outcome: verdict.MissingKey})
 	}
 	cost := int64(1)
-	now := g.now()
+	now := g.Now()
 	var res verdict.Result
 	res.Decision = g.limits.Updates.AllowNAt(k0, now, cost)
 	res.Policy = httpPolicies[RuleUpdates][0]
@@ -414,7 +357,7 @@ func (g *GRPC) entry2Message(ctx context.Context, method string) (verdict.Result
 		return verdict.Result{}, "", g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule Lookups: grpc service \"grpc.reflection.v1.ServerReflection\" reads it from metadata x-user", verdict.Event{Route: "grpc.reflection.v1.ServerReflection", Rule: "Lookups", RuleIndex: int(RuleLookups), Series: 1, Outcome: verdict.MissingKey})
 	}
 	cost := int64(1)
-	now := g.now()
+	now := g.Now()
 	var res verdict.Result
 	res.Decision = g.limits.Lookups.AllowNAt(k0, now, cost)
 	res.Policy = httpPolicies[RuleLookups][0]

@@ -1,0 +1,110 @@
+package limitgrpc
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/clientip"
+	"google.golang.org/grpc"
+)
+
+// Door is what every generated GRPC is, whatever its policy: the settings a
+// service may change before serving (ClientIP, Clock, Config), the unary and
+// stream server interceptors, ServerOptions and Coverage over the policy's
+// entries, whose checks the generated code holds. A generated GRPC embeds it.
+//
+// A call's entry is its full method's own, else its service's. A stream is
+// checked when it opens, and each message too where its entry counts
+// messages (CountMessages). A call no entry covers goes on unchecked:
+// Coverage lists a server's methods that no entry covers, or that the
+// interceptors made here do not see (a server given UnaryInterceptor alone
+// serves its streams unchecked).
+type Door struct {
+	// ClientIP finds the client address that ip key sources read: the peer,
+	// or behind a trusted proxy the client its forwarding metadata names. It
+	// starts as the policy's grpc: client_ip.
+	ClientIP clientip.Config
+	// Clock, when set, is read instead of atomicbucket.Now: tests drive the
+	// interceptors through time with it.
+	Clock func() atomicbucket.Time
+	// Config is what every entry shares: the metadata, the jitter, the
+	// counters, the observer. Set it before serving.
+	Config Config
+
+	unary, stream atomic.Bool // which interceptors were made, for Coverage
+	entries       []string
+	entry         func(method string) int
+	check         func(ctx context.Context, method string) error
+	count         func(ss grpc.ServerStream, method string) grpc.ServerStream
+}
+
+// InitDoor makes d the door of a policy's entries (full methods and services,
+// in policy order; entry finds a method's, -1 for none): check checks a call
+// and returns the status that ends it, or nil; count, when not nil, wraps a
+// stream whose entry counts its messages (CountMessages), and returns nil for
+// the others. A nil check (every entry off) checks nothing. A generated
+// NewGRPC calls it once, before serving.
+func InitDoor(d *Door, entries []string, entry func(method string) int, check func(ctx context.Context, method string) error,
+	count func(ss grpc.ServerStream, method string) grpc.ServerStream) {
+	d.entries, d.entry, d.check, d.count = entries, entry, check, count
+}
+
+// Now reads the clock once for a check: Clock, or atomicbucket.Now.
+func (d *Door) Now() atomicbucket.Time {
+	if d.Clock != nil {
+		return d.Clock()
+	}
+	return atomicbucket.Now()
+}
+
+// UnaryInterceptor checks each unary call before its handler runs.
+func (d *Door) UnaryInterceptor() grpc.UnaryServerInterceptor {
+	d.unary.Store(true)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if d.check != nil {
+			if err := d.check(ctx, info.FullMethod); err != nil {
+				return nil, err
+			}
+		}
+		return handler(ctx, req)
+	}
+}
+
+// StreamInterceptor checks each stream when it opens, before its handler
+// runs, and each message of the streams whose entry counts them.
+func (d *Door) StreamInterceptor() grpc.StreamServerInterceptor {
+	d.stream.Store(true)
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if d.check != nil {
+			if err := d.check(ss.Context(), info.FullMethod); err != nil {
+				return err
+			}
+		}
+		if d.count != nil {
+			if counted := d.count(ss, info.FullMethod); counted != nil {
+				return Ended(counted, handler(srv, counted))
+			}
+		}
+		return handler(srv, ss)
+	}
+}
+
+// ServerOptions chains both interceptors onto a server:
+// grpc.NewServer(g.ServerOptions()...).
+func (d *Door) ServerOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ChainUnaryInterceptor(d.UnaryInterceptor()),
+		grpc.ChainStreamInterceptor(d.StreamInterceptor()),
+	}
+}
+
+// Coverage compares the policy's entries with the methods s serves (a
+// *grpc.Server): unlimited are s's methods no entry covers, and those of a
+// kind (unary, streaming) whose interceptor was never made here, which go
+// unchecked; stale are the entries that cover none of them, a sign of a
+// policy out of step with the service. Both are sorted. Call it once the
+// server is set up.
+func (d *Door) Coverage(s ServiceInfoProvider) (unlimited, stale []string) {
+	return coverage(s, d.entries, d.entry, d.unary.Load(), d.stream.Load())
+}
