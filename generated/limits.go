@@ -1143,11 +1143,8 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request) bool {
 	if !ok0 {
 		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule Upload: route \\\"POST /v1/upload\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/upload", Rule: "Upload", RuleIndex: int(RuleUpload), Series: 1, Outcome: verdict.MissingKey})
 	}
-	cost, st := limithttp.HeaderCost(r, "X-Upload-Units", 1000)
-	switch st {
-	case verdict.CostMissing:
-		cost = 10
-	case verdict.CostTooHigh:
+	cost, costOK := limithttp.HeaderCost(r, "X-Upload-Units", 10, 1000)
+	if !costOK {
 		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Upload-Units) is above the most a request may cost on route \\\"POST /v1/upload\\\": 1000.\"}\n", verdict.Event{Route: "POST /v1/upload", Rule: "Upload", RuleIndex: int(RuleUpload), Series: 1, Outcome: verdict.TooCostly, Cost: cost})
 	}
 	now := m.Now()

@@ -272,13 +272,12 @@ func MetadataKey(ctx context.Context, name string) (string, bool) {
 }
 
 // MetadataCost reads a call's cost from the first value of its metadata
-// name (verdict.ParseCost).
-func MetadataCost(ctx context.Context, name string, max int64) (int64, verdict.CostStatus) {
-	vs := metadata.ValueFromIncomingContext(ctx, name)
-	if len(vs) == 0 {
-		return verdict.ParseCost("", max)
+// name (verdict.ParseCost): def when there is none.
+func MetadataCost(ctx context.Context, name string, def, max int64) (int64, bool) {
+	if vs := metadata.ValueFromIncomingContext(ctx, name); len(vs) > 0 {
+		return verdict.ParseCost(vs[0], def, max)
 	}
-	return verdict.ParseCost(vs[0], max)
+	return def, true
 }
 
 // incoming is a call's incoming metadata as clientip reads a forwarding

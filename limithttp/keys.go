@@ -91,24 +91,21 @@ func queryValue(raw, name string) (string, bool) {
 }
 
 // HeaderCost is verdict.ParseCost of the first value of the header name
-// (canonical).
-func HeaderCost(r *http.Request, name string, max int64) (int64, verdict.CostStatus) {
-	v := r.Header[name]
-	if len(v) == 0 {
-		return 0, verdict.CostMissing
+// (canonical): def when there is none.
+func HeaderCost(r *http.Request, name string, def, max int64) (int64, bool) {
+	if v := r.Header[name]; len(v) > 0 {
+		return verdict.ParseCost(v[0], def, max)
 	}
-	return verdict.ParseCost(v[0], max)
+	return def, true
 }
 
 // QueryCost is verdict.ParseCost of the first value of the query parameter
-// name.
-func QueryCost(r *http.Request, name string, max int64) (int64, verdict.CostStatus) {
-	if r.URL == nil {
-		return 0, verdict.CostMissing
+// name: def when there is none.
+func QueryCost(r *http.Request, name string, def, max int64) (int64, bool) {
+	if r.URL != nil {
+		if v, ok := queryValue(r.URL.RawQuery, name); ok {
+			return verdict.ParseCost(v, def, max)
+		}
 	}
-	v, ok := queryValue(r.URL.RawQuery, name)
-	if !ok {
-		return 0, verdict.CostMissing
-	}
-	return verdict.ParseCost(v, max)
+	return def, true
 }

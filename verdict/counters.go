@@ -70,7 +70,7 @@ func NewSeriesCounters(series ...Series) *Counters {
 	for n < 4*runtime.GOMAXPROCS(0) && n < 256 {
 		n *= 2
 	}
-	cells := len(series) * int(NumOutcomes)
+	cells := len(series) * int(numOutcomes)
 	stride := (cells+cellsPerLine-1)/cellsPerLine*cellsPerLine + cellsPerLine
 	return &Counters{
 		series:  slices.Clone(series),
@@ -83,10 +83,10 @@ func NewSeriesCounters(series ...Series) *Counters {
 // Add counts one outcome of the series at index series; an index out of range
 // is ignored.
 func (c *Counters) Add(series int, o Outcome) {
-	if uint(series) >= uint(len(c.series)) || o >= NumOutcomes {
+	if uint(series) >= uint(len(c.series)) || o >= numOutcomes {
 		return
 	}
-	c.stripes[c.stripe()*c.stride+series*int(NumOutcomes)+int(o)].Add(1)
+	c.stripes[c.stripe()*c.stride+series*int(numOutcomes)+int(o)].Add(1)
 }
 
 // stripe picks the calling goroutine's stripe from the address of a local
@@ -107,7 +107,7 @@ func (c *Counters) stripe() int {
 // Count is one series' counts.
 type Count struct {
 	Series
-	Outcomes [NumOutcomes]uint64 // indexed by Outcome
+	Outcomes [numOutcomes]uint64 // indexed by Outcome
 }
 
 // Snapshot returns the counts of every series, in the order the Counters were
@@ -117,41 +117,43 @@ func (c *Counters) Snapshot() []Count {
 	for i, s := range c.series {
 		out[i].Series = s
 		for st := 0; st*c.stride < len(c.stripes); st++ {
-			for o := range NumOutcomes {
-				out[i].Outcomes[o] += c.stripes[st*c.stride+i*int(NumOutcomes)+int(o)].Load()
+			for o := range numOutcomes {
+				out[i].Outcomes[o] += c.stripes[st*c.stride+i*int(numOutcomes)+int(o)].Load()
 			}
 		}
 	}
 	return out
 }
 
-// DenialLog is an Observer that logs every request that was not allowed (the
-// violation log of a multi-tier limiter), at most perSecond a second with
-// bursts of as many: under a flood it logs a sample, and each record says how
-// many were left out since the last one.
-type DenialLog struct {
+// denialLog is NewDenialLog's Observer.
+type denialLog struct {
 	logger     *slog.Logger
 	budget     *atomicbucket.Bucket
 	suppressed atomic.Int64
 }
 
-// NewDenialLog logs to logger (slog.Default() when nil), at most perSecond
-// records a second (at least 1).
-func NewDenialLog(logger *slog.Logger, perSecond int64) *DenialLog {
+// NewDenialLog returns an Observer that logs every request that was not
+// allowed (the violation log of a multi-tier limiter) to logger
+// (slog.Default() when nil), at most perSecond records a second (at least 1)
+// with bursts of as many: under a flood it logs a sample, and each record says
+// how many were left out since the last one.
+//
+// It logs at level Warn every denial, and every request a failed store left
+// to a shared rule's on_failure setting (DegradedAllowed included), with the
+// store error's class; at level Info, as "rate limit key missing", a request
+// no key source had a key for (a client's mistake, or one not signed in: not
+// a limit at work).
+func NewDenialLog(logger *slog.Logger, perSecond int64) Observer {
 	if logger == nil {
 		logger = slog.Default()
 	}
 	perSecond = max(perSecond, 1)
 	rule := atomicbucket.MustRule(atomicbucket.Limit{Tokens: perSecond, Period: 1e9, Burst: perSecond})
-	return &DenialLog{logger: logger, budget: atomicbucket.NewBucketAt(rule, atomicbucket.Now())}
+	return &denialLog{logger: logger, budget: atomicbucket.NewBucketAt(rule, atomicbucket.Now())}
 }
 
-// Observe logs e when it is not Allowed: at level Warn every denial, and
-// every request a failed store left to a shared rule's on_failure setting
-// (DegradedAllowed included), with the store error's class; at level Info,
-// as "rate limit key missing", a request no key source had a key for (a
-// client's mistake, or one not signed in: not a limit at work).
-func (d *DenialLog) Observe(e Event) {
+// Observe logs e when it is not Allowed (see NewDenialLog).
+func (d *denialLog) Observe(e Event) {
 	if e.Outcome == Allowed {
 		return
 	}

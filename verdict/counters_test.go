@@ -62,7 +62,7 @@ func TestRuleCountersCountByRule(t *testing.T) {
 	j.Verdict(Enforce, &res, "k")
 	j.Record(Event{RuleIndex: 1, Outcome: MissingKey})
 	got := j.Counters.Snapshot()
-	if got[1].Outcomes[Allowed] != 1 || got[1].Outcomes[MissingKey] != 1 || got[0].Outcomes != ([NumOutcomes]uint64{}) {
+	if got[1].Outcomes[Allowed] != 1 || got[1].Outcomes[MissingKey] != 1 || got[0].Outcomes != ([numOutcomes]uint64{}) {
 		t.Errorf("counts %+v, want B's allowed and missing_key at 1, A's at 0", got)
 	}
 }
@@ -74,8 +74,8 @@ func TestCounters(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := range 100 * int(NumOutcomes) { // 100 of each outcome
-				c.Add(g%2, Outcome(i%int(NumOutcomes)))
+			for i := range 100 * int(numOutcomes) { // 100 of each outcome
+				c.Add(g%2, Outcome(i%int(numOutcomes)))
 			}
 		}()
 	}

@@ -93,7 +93,7 @@
 // cores counting at once do not share a cache line, and handed to the
 // Judge's Observer as an Event with the door, route, rule, tier, cost and
 // outcome; its key only for a violation log, never for metrics: per-user
-// labels would make them unbounded. DenialLog is an Observer that logs
+// labels would make them unbounded. NewDenialLog makes an Observer that logs
 // denials with log/slog, at most a configured number a second. An Event's
 // StoreError is the class a store's error names (ClassedError), found with
 // errors.As.

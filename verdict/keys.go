@@ -17,43 +17,29 @@ const MaxKeyLen = 256
 func KeyOK(v string) bool { return v != "" && len(v) <= MaxKeyLen }
 
 // ParseCost reads a declared cost: ASCII decimal digits (no sign, no spaces,
-// no exponent, no base prefix), at least 1. It returns the cost and
-// CostOK, CostMissing for an absent or malformed value (the caller uses its
-// default), or CostTooHigh for a well-formed value above max (or too long to
-// be read: more than 18 significant digits), which the caller must refuse. "0" is
-// malformed: a cost of nothing would let a client turn the limit off. Every
-// door reads a declared cost (a header, a query parameter, metadata) with it.
-func ParseCost(v string, max int64) (int64, CostStatus) {
-	if v == "" {
-		return 0, CostMissing
-	}
+// no exponent, no base prefix), at least 1. An absent or malformed value
+// costs def; a well-formed value above max (or too long to be read: more
+// than 18 significant digits) is refused: ok is false, and the caller must
+// refuse the request (cost is the value, or max+1 when it is too long).
+// "0" is malformed: a cost of nothing would let a client turn the limit off.
+// Every door reads a declared cost (a header, a query parameter, metadata)
+// with it.
+func ParseCost(v string, def, max int64) (cost int64, ok bool) {
 	for i := 0; i < len(v); i++ {
 		if v[i] < '0' || v[i] > '9' {
-			return 0, CostMissing
+			return def, true
 		}
 	}
 	v = strings.TrimLeft(v, "0")
 	switch {
 	case v == "":
-		return 0, CostMissing
+		return def, true
 	case len(v) > 18: // 18 digits always fit an int64
-		return 0, CostTooHigh
+		return max + 1, false
 	}
 	var n int64
 	for i := 0; i < len(v); i++ {
 		n = n*10 + int64(v[i]-'0')
 	}
-	if n > max {
-		return n, CostTooHigh
-	}
-	return n, CostOK
+	return n, n <= max
 }
-
-// CostStatus is what ParseCost made of a value.
-type CostStatus uint8
-
-const (
-	CostOK      CostStatus = iota // a cost from 1 to the maximum
-	CostMissing                   // absent or malformed: use the default
-	CostTooHigh                   // above the maximum: refuse the request
-)

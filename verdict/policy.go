@@ -60,8 +60,8 @@ func (p *Policy) Describe() string {
 	return Describe(p.Limit)
 }
 
-// ErrPolicy is wrapped by every error NewPolicy returns.
-var ErrPolicy = errors.New("verdict: invalid policy")
+// errPolicy is wrapped by every error NewPolicy returns.
+var errPolicy = errors.New("verdict: invalid policy")
 
 // NewPolicy describes the rule named name with limit l. name must be 1 to
 // maxPolicyName bytes of printable ASCII (a Structured Fields string); l must
@@ -71,7 +71,7 @@ func NewPolicy(name string, l atomicbucket.Limit) (Policy, error) {
 		return Policy{}, err
 	}
 	if _, err := atomicbucket.NewRule(l); err != nil {
-		return Policy{}, fmt.Errorf("%w: %q: %w", ErrPolicy, name, err)
+		return Policy{}, fmt.Errorf("%w: %q: %w", errPolicy, name, err)
 	}
 	p := Policy{Name: name, Quota: l.Burst, Window: window(l), Limit: l}
 	q := sfString(name)
@@ -105,11 +105,11 @@ func PolicyList(ps ...*Policy) string {
 // bytes in %x20-7E, the characters a Structured Fields string may hold.
 func checkName(name string) error {
 	if name == "" || len(name) > maxPolicyName {
-		return fmt.Errorf("%w: name %.80q: must be 1 to %d bytes", ErrPolicy, name, maxPolicyName)
+		return fmt.Errorf("%w: name %.80q: must be 1 to %d bytes", errPolicy, name, maxPolicyName)
 	}
 	for i := 0; i < len(name); i++ {
 		if c := name[i]; c < 0x20 || c > 0x7e {
-			return fmt.Errorf("%w: name %q: byte %#x at %d is not printable ASCII (a Structured Fields string holds only %%x20-7E)", ErrPolicy, name, c, i)
+			return fmt.Errorf("%w: name %q: byte %#x at %d is not printable ASCII (a Structured Fields string holds only %%x20-7E)", errPolicy, name, c, i)
 		}
 	}
 	return nil

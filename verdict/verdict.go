@@ -54,16 +54,16 @@ const (
 	// denied the request (deny, or a local share without tokens): a denial,
 	// or let through on a Shadow route.
 	DegradedDenied
-	// NumOutcomes is the number of outcomes: a Count's Outcomes are indexed
+	// numOutcomes is the number of outcomes: a Count's Outcomes are indexed
 	// by Outcome below it.
-	NumOutcomes
+	numOutcomes
 )
 
-var outcomeNames = [NumOutcomes]string{"allowed", "denied", "shadow_denied", "too_costly", "missing_key", "degraded_allowed", "degraded_denied"}
+var outcomeNames = [numOutcomes]string{"allowed", "denied", "shadow_denied", "too_costly", "missing_key", "degraded_allowed", "degraded_denied"}
 
 // String returns the outcome's name, as metrics and logs spell it.
 func (o Outcome) String() string {
-	if o < NumOutcomes {
+	if o < numOutcomes {
 		return outcomeNames[o]
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"

@@ -375,11 +375,8 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 		body = append(body, jen.Id("cost").Op(":=").Add(jen.Int64().Call(lit(r.CostFixed))))
 	default: // declared by the request: header, query, metadata
 		body = append(body,
-			jen.List(jen.Id("cost"), jen.Id("st")).Op(":=").Add(d.cost(r)),
-			jen.Switch(jen.Id("st")).Block(
-				jen.Case(vd("CostMissing")).Block(jen.Id("cost").Op("=").Add(lit(r.CostFixed))),
-				jen.Case(vd("CostTooHigh")).Block(reject(d.tooCostly, jen.Lit(r.CostBody), event(firstRule, "TooCostly", jen.Id("cost")))),
-			))
+			jen.List(jen.Id("cost"), jen.Id("costOK")).Op(":=").Add(d.cost(r)),
+			jen.If(jen.Op("!").Id("costOK")).Block(reject(d.tooCostly, jen.Lit(r.CostBody), event(firstRule, "TooCostly", jen.Id("cost")))))
 	}
 	sharedRoute := r.Rule >= 0 && m.Rules[r.Rule].Shared || r.Tier >= 0 && m.Tiers[r.Tier].Shared
 	if !sharedRoute && !d.nowParam { // a shared rule or tier is decided on the store's clock

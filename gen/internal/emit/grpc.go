@@ -36,7 +36,7 @@ func grpcDoor(m *model.Model) *door {
 			return lg("MetadataKey").Call(jen.Id("ctx"), jen.Lit(s.Name))
 		},
 		cost: func(r model.Route) jen.Code {
-			return lg("MetadataCost").Call(jen.Id("ctx"), jen.Lit(r.CostName), lit(r.CostMax))
+			return lg("MetadataCost").Call(jen.Id("ctx"), jen.Lit(r.CostName), lit(r.CostFixed), lit(r.CostMax))
 		},
 	}
 }

@@ -111,7 +111,7 @@ func httpDoor(m *model.Model) *door {
 			if r.CostKind == "query" {
 				fn = "QueryCost"
 			}
-			return lh(fn).Call(jen.Id("r"), jen.Lit(r.CostName), lit(r.CostMax))
+			return lh(fn).Call(jen.Id("r"), jen.Lit(r.CostName), lit(r.CostFixed), lit(r.CostMax))
 		},
 	}
 }

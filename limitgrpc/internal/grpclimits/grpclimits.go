@@ -1055,11 +1055,8 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 		return g.Config.Reject(verdict.Enforce, codes.Unauthenticated, "the call has no key for rule Checks: grpc method \"/grpc.health.v1.Health/Check\" reads it from the caller's identity, as the service establishes it, then metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/Check", Rule: "Checks", RuleIndex: int(RuleChecks), Series: 0, Outcome: verdict.MissingKey})
 	}
 	plan := g.plan(ctx)
-	cost, st := limitgrpc.MetadataCost(ctx, "x-cost", 3)
-	switch st {
-	case verdict.CostMissing:
-		cost = 1
-	case verdict.CostTooHigh:
+	cost, costOK := limitgrpc.MetadataCost(ctx, "x-cost", 1, 3)
+	if !costOK {
 		return g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call's declared cost (metadata x-cost) is above the most a call may cost on grpc method \"/grpc.health.v1.Health/Check\": 3", verdict.Event{Route: "/grpc.health.v1.Health/Check", Rule: "Checks", RuleIndex: int(RuleChecks), Series: 0, Outcome: verdict.TooCostly, Cost: cost})
 	}
 	now := g.Now()
