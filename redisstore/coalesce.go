@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Each runs the script's mode 4 (every check on its own) once per group (a
+// Each runs the batch script (every check on its own) once per group (a
 // Cluster slot: a script call's keys must share one), all groups in one
 // pipeline: the engine hands it one node's groups, and runs the nodes in
 // parallel.
@@ -37,12 +37,12 @@ func (b *backend) pipelined(ctx context.Context, groups [][]shared.Call, reload 
 			var keys []string
 			var a []any
 			keys, a, runs[i], buckets[i] = b.eachArgs(g)
-			cmds[i] = p.EvalSha(ctx, b.check.Hash(), keys, a...)
+			cmds[i] = p.EvalSha(ctx, b.scripts[opBatch].Hash(), keys, a...)
 		}
 		return nil
 	})
 	if reload && redis.HasErrorPrefix(err, "NOSCRIPT") { // a master that restarted: load it (on every master), once
-		if lerr := b.check.Load(ctx, b.client).Err(); lerr != nil {
+		if lerr := b.scripts[opBatch].Load(ctx, b.client).Err(); lerr != nil {
 			return nil, lerr
 		}
 		return b.pipelined(ctx, groups, false)
@@ -63,7 +63,7 @@ func (b *backend) pipelined(ctx context.Context, groups [][]shared.Call, reload 
 	return out, nil
 }
 
-// eachArgs are the keys and arguments of mode 4 over calls: the batch's rules
+// eachArgs are the keys and arguments of the batch script over calls: the batch's rules
 // and buckets go once each (a batch under load is mostly one rule, often one
 // key), then its checks as runs (shared.Runs), three arguments a run (bucket,
 // cost, how many checks in a row: a hot key's batch is one run); the script
@@ -95,7 +95,7 @@ func (b *backend) eachArgs(calls []shared.Call) ([]string, []any, []shared.Run, 
 	}
 	runs := shared.Runs(calls, of)
 	a := make([]any, 0, 4+8*len(rules)+2*len(buckets)+3*len(runs))
-	a = append(a, len(buckets), "4", len(rules))
+	a = append(a, len(buckets), "0", len(rules)) // ARGV[2] is the check's; unread here
 	for _, r := range rules {
 		a = args(a, r)
 	}
@@ -109,11 +109,11 @@ func (b *backend) eachArgs(calls []shared.Call) ([]string, []any, []shared.Run, 
 	return keys, a, runs, len(buckets)
 }
 
-// eachAt runs mode 4 over one group's calls; now is for the explicit-time
+// eachAt runs the batch script over one group's calls; now is for the explicit-time
 // script of the tests (seconds, microseconds).
 func (b *backend) eachAt(ctx context.Context, calls []shared.Call, now ...any) ([]shared.Reply, error) {
 	keys, a, runs, buckets := b.eachArgs(calls)
-	res, err := b.check.Run(ctx, b.client, keys, append(a, now...)...).Int64Slice()
+	res, err := b.scripts[opBatch].Run(ctx, b.client, keys, append(a, now...)...).Int64Slice()
 	if err != nil {
 		return nil, err
 	}

@@ -14,7 +14,7 @@ import (
 // all instances together never admit more than the shared bucket allows, in
 // any window. A grant is valid until the start of Redis's second after next.
 
-// Lease runs the script's lease mode (shared.Backend): settle the previous
+// Lease runs the lease script (shared.Backend): settle the previous
 // grant, then grant at least c.Cost and up to want tokens (none for want 0).
 func (b *backend) Lease(ctx context.Context, c shared.Call, want int64, prev shared.Settlement) (shared.LeaseReply, error) {
 	return b.leaseAt(ctx, c, want, prev)
@@ -23,10 +23,10 @@ func (b *backend) Lease(ctx context.Context, c shared.Call, want int64, prev sha
 // leaseAt is Lease; now is for the explicit-time script of the tests
 // (seconds, microseconds).
 func (b *backend) leaseAt(ctx context.Context, c shared.Call, want int64, prev shared.Settlement, now ...any) (shared.LeaseReply, error) {
-	a := append(args([]any{1, "3"}, c.Rule), c.Rule.Integers().Phase(c.Key), c.Cost, want, prev.Second, prev.Size, prev.Unspent)
+	a := append(args([]any{1, "0"}, c.Rule), c.Rule.Integers().Phase(c.Key), c.Cost, want, prev.Second, prev.Size, prev.Unspent)
 	a = append(a, now...)
 	start := time.Now()
-	res, err := b.check.Run(ctx, b.client, []string{b.key(c.Rule, c.Key)}, a...).Int64Slice()
+	res, err := b.scripts[opLease].Run(ctx, b.client, []string{b.key(c.Rule, c.Key)}, a...).Int64Slice()
 	if err != nil {
 		_, node := b.Place(c)
 		return shared.LeaseReply{}, b.dials.classify(err, node, start)

@@ -1,8 +1,6 @@
 package redisstore
 
-import "strings"
-
-// gcraSource is one GCRA check of one bucket, the same algorithm as
+// The bucket scripts are GCRA checks of buckets, the same algorithm as
 // atomicbucket's greedy buckets, in the rule's units (rule.go).
 //
 // A bucket is one string key holding its TAT as "seconds units": whole Unix
@@ -19,7 +17,10 @@ import "strings"
 // either way, so that a quotient near an integer cannot round to the wrong
 // side. Numbers are written with string.format('%d').
 //
-// One script checks one bucket or a tier of them, all or nothing, in order:
+// There is one script an operation (scriptFor): check, refund, lease and
+// batch, each the same prelude of helpers and reading of buckets, and the
+// code of its operation; no script switches on a mode. A check decides one
+// bucket or a tier of them, all or nothing, in order:
 // the first bucket that cannot take its cost denies the request, and nothing
 // is taken from any; when every one can, each takes its cost. That is the
 // local tiers' rule (tier.At: ordered takes, refunded on a
@@ -62,8 +63,8 @@ import "strings"
 // code, its arguments laid out as below.
 //
 // A tier of greedy buckets taking their costs, their values absent or written
-// with the same numbers and no lease, has a path of its own too, and so have
-// coalesced checks (mode 4) whose rules are all greedy and whose buckets'
+// with the same numbers and no lease, has a path of its own too, and so has
+// the batch (coalesced checks) when its rules are all greedy and whose buckets'
 // values are absent or written with the same numbers and no lease, after that
 // one: the same decisions and values, without the
 // general code's tables and closures. Either path decides a run of checks of
@@ -72,13 +73,13 @@ import "strings"
 // (redis-benchmark, 8 clients; the general code took 80 µs for it).
 //
 // KEYS     the buckets, in the tier's order
-// ARGV[1]  n, the number of buckets; ARGV[2] take (1), decide only (0),
+// ARGV[1]  n, the number of buckets; ARGV[2], for the check, take (1) or
 //
-//	give each bucket its cost back (2: a refund, never beyond full), lease
-//	(3: one bucket; after its 10 values: want, then the lessee's previous
-//	grant's second, size and unspent tokens; returns 7 values, see below), or
-//	decide many checks each on its own (4: coalesced requests; its
-//	arguments are a table of m rules of 8 values, then rule and phase a
+//	decide only (0); the other scripts do not read it (refund: give each
+//	bucket its cost back, never beyond full; lease: one bucket, after its 10
+//	values want, then the lessee's previous grant's second, size and unspent
+//	tokens, returning 7 values, see below; batch: many checks each decided on
+//	its own, coalesced requests, whose arguments are a table of m rules of 8 values, then rule and phase a
 //	bucket, then the number of runs and, a run, bucket, cost and how many
 //	checks in a row; each bucket is read once and written once, and it
 //	returns, a run, how far its bucket was ahead before it and how many of
@@ -100,7 +101,13 @@ import "strings"
 //	interval bucket); excess, for a denial, is how far the request would have
 //	put it beyond tau; sinceBoundary is, for an interval bucket, the ns since
 //	its grid's last boundary (the caller turns slots into waits with it).
-const gcraSource = `
+//
+// The scripts' parts (scriptFor puts them together): the helpers every
+// script has, the check's and the batch's own paths for greedy buckets, the
+// general reading of the buckets (with each script's flags and argument
+// layout), and each operation's end.
+const (
+	preludeSource = `
 -- floor(a / b) for 0 <= a, 0 < b, both below 2^53.
 local function idiv(a, b)
   local q = math.floor(a / b)
@@ -212,7 +219,8 @@ local function allGreedy(first, step, count)
   return true
 end
 
-if A[1] == 'g' then
+`
+	checkFastSource = `if A[1] == 'g' then
   -- The common check, decided without the general code below: one greedy
   -- bucket, taking, its value absent or written with the same numbers and
   -- no lease. ARGV: 'g', emit, tau, debt, perSecond, perMicro, cost. Any
@@ -304,7 +312,8 @@ elseif A[2] == '1' and tonumber(A[1]) > 1 and tonumber(A[1]) <= 1024 then
     return {1, best, ahead[best] + inc[best], 0, 0}
   end
 end
-if A[2] == '4' then
+`
+	batchFastSource = `do
   -- Coalesced checks (mode 4) whose rules are all greedy and whose buckets'
   -- values are absent or written with the same numbers and no lease, decided
   -- without the general code below, as it would decide them (else on to it).
@@ -355,14 +364,9 @@ if A[2] == '4' then
     return out
   end
 end
-local n = tonumber(A[1])
-local take = A[2] == '1'
-local refund = A[2] == '2'
-local lease = A[2] == '3'
-local each = A[2] == '4'
-if each then
-  take = true
-end
+`
+	generalSource = `local n = tonumber(A[1])
+{{FLAGS}}
 local now = {{NOW}}
 local nsec = tonumber(now[1])
 local usec = tonumber(now[2])
@@ -401,24 +405,11 @@ local function muldiv(a, b, c)
   return q
 end
 
--- Where bucket i's rule, phase and cost are: 10 values a bucket from
--- A[3]; or, for mode 4 (coalesced checks, many of one rule and often of
--- one key), a table of m rules of 8 values from A[4], then (rule, phase) a
--- bucket, and the checks' costs later (cost 0 here).
-local ruleAt, phaseAt, costAt, checksAt
-if each then
-  local m = tonumber(A[3])
-  local base = 3 + m * 8
-  ruleAt = function(i) return 3 + (tonumber(A[base + (i - 1) * 2 + 1]) - 1) * 8 end
-  phaseAt = function(i) return base + (i - 1) * 2 + 2 end
-  costAt = function(i) return nil end
-  checksAt = base + n * 2 + 1
-else
-  ruleAt = function(i) return 2 + (i - 1) * 10 end
-  phaseAt = function(i) return 2 + (i - 1) * 10 + 9 end
-  costAt = function(i) return 2 + (i - 1) * 10 + 10 end
-end
-
+-- Where bucket i's rule, phase and cost are (ruleAt, phaseAt, costAt):
+-- 10 values a bucket from A[3]; or, in the batch (coalesced checks, many of
+-- one rule and often of one key), a table of m rules of 8 values from A[4],
+-- then (rule, phase) a bucket, and the checks' costs later (cost 0 here).
+{{LAYOUT}}
 -- indexAt is interval bucket r's period index at Unix time sec seconds and
 -- usec µs, and the ns since that period's boundary. Now in ns is
 -- sec·g·bb + usec·1000; sec = A·p + B, so
@@ -641,159 +632,5 @@ local function creates(i)
   return (take or lease) and r.fresh and r.debt > 0 and r.cost > 0 and r.inc <= r.tau
 end
 
-if lease then
-  -- A lease of one bucket (Lease in lease.go). First the lessee's previous
-  -- grant is settled (ARGV: its second, its size, the tokens it did not
-  -- spend): while the grant is valid, what was not spent goes back and the
-  -- grant is no longer held; an expired grant is already accounted for. Then
-  -- the lessee gets at least its cost and up to want tokens, never more than
-  -- half of what the bucket holds beyond its cost, so that one instance
-  -- cannot drain a bucket others share; want 0 asks for nothing (a release).
-  -- Returns {allowed, 1, ahead, granted (or the excess), since, second, µs}:
-  -- the grant is valid until the start of Redis's second after next.
-  local r = b[1]
-  local want = tonumber(A[3 + 10 * n])
-  local se, sg, sr = tonumber(A[4 + 10 * n]), tonumber(A[5 + 10 * n]), tonumber(A[6 + 10 * n])
-  local changed = false
-  if sg > 0 and (se == r.E or se == r.E - 1) then
-    if se == r.E then
-      r.hc = r.hc - math.min(sg, r.hc)
-    else
-      r.hp = r.hp - math.min(sg, r.hp)
-    end
-    r.ahead = r.ahead - math.min(sr, sg) * r.emit
-    if r.ahead < 0 then
-      r.ahead = 0
-    end
-    if (r.hc + r.hp) * r.emit > r.ahead then
-      r.ahead = (r.hc + r.hp) * r.emit
-    end
-    changed = true
-  end
-  if want == 0 then
-    if changed then
-      if r.ahead > 0 or r.hc + r.hp > 0 then
-        write(1, r.ahead)
-      else
-        redis.call('DEL', KEYS[1])
-      end
-    end
-    return {1, 1, r.ahead, 0, r.since, r.E, usec}
-  end
-  if r.ahead + r.inc > r.tau then
-    if changed or creates(1) then
-      write(1, r.ahead)
-    end
-    return {0, 1, r.ahead, r.ahead + r.inc - r.tau, r.since, r.E, usec}
-  end
-  local spare = idiv(r.tau - r.ahead - r.inc, r.emit)
-  local extra = idiv(spare, 2)
-  if extra > want - r.cost then
-    extra = want - r.cost
-  end
-  if extra < 0 then
-    extra = 0
-  end
-  local grant = r.cost + extra
-  local after = r.ahead + grant * r.emit
-  r.hc = r.hc + grant
-  if grant > 0 or changed then
-    write(1, after)
-  end
-  return {1, 1, after, grant, r.since, r.E, usec}
-end
-
-if each then
-  -- Independent checks (coalesced requests of many callers), each decided
-  -- and taking its cost as if alone, in order; checks of one bucket see each
-  -- other's takes. They come as runs (a bucket, a cost, how many checks in a
-  -- row), each decided at once. A bucket is written once, after its last run.
-  local runs = tonumber(A[checksAt])
-  local out = {}
-  for j = 1, runs do
-    local i = tonumber(A[checksAt + 3 * j - 2])
-    local cost = tonumber(A[checksAt + 3 * j - 1])
-    local k = tonumber(A[checksAt + 3 * j])
-    local r = b[i]
-    local inc, a = cost * r.emit, r.ahead
-    local took = admitted(a, inc, r.tau, k)
-    if took > 0 and inc > 0 then
-      r.ahead = a + took * inc
-      r.dirty = true
-      r.fresh = false
-    elseif took < k and r.fresh and r.debt > 0 and cost > 0 and inc <= r.tau then
-      r.dirty = true -- a new bucket below full starts with its first check
-      r.fresh = false
-    end
-    out[2 * j - 1], out[2 * j] = a, took
-  end
-  for i = 1, n do
-    out[2 * runs + i] = b[i].since
-    if b[i].dirty then
-      write(i, b[i].ahead)
-    end
-  end
-  return out
-end
-
-if refund then
-  -- Give each bucket its cost back, never beyond full (a full bucket is absent).
-  for i = 1, n do
-    local r = b[i]
-    local after = r.ahead - r.inc
-    if after < (r.hc + r.hp) * r.emit then
-      after = (r.hc + r.hp) * r.emit -- what leases hold does not come back
-    end
-    if after <= 0 then
-      after = 0
-      if not r.fresh then
-        redis.call('DEL', KEYS[i])
-      end
-    else
-      write(i, after)
-    end
-    r.inc = -r.ahead + after
-  end
-  return {1, 1, b[1].ahead + b[1].inc, 0, b[1].since}
-end
-
-for i = 1, n do
-  local r = b[i]
-  if r.ahead + r.inc > r.tau then
-    for j = 1, i do
-      if creates(j) then
-        write(j, b[j].debt)
-      end
-    end
-    return {0, i, r.ahead, r.ahead + r.inc - r.tau, r.since}
-  end
-end
-local best, bestLeft = 1, nil
-for i = 1, n do
-  local r = b[i]
-  local after = r.ahead + r.inc
-  if take and r.inc > 0 then
-    write(i, after)
-  elseif creates(i) then
-    write(i, r.debt)
-  end
-  local left = idiv(r.tau - after, r.emit)
-  if bestLeft == nil or left < bestLeft then
-    best, bestLeft = i, left
-  end
-end
-return {1, best, b[best].ahead + b[best].inc, 0, b[best].since}
 `
-
-// script returns the check's source reading now from Redis's TIME, or, for
-// tests, from the last two arguments (seconds, microseconds). Keys expire on
-// Redis's own clock, so the explicit-time variant keeps them an hour longer
-// than the time until full: a test's times run far ahead of the real ones,
-// and a key must not expire before the test's time says the bucket is full.
-func script(explicitNow bool) string {
-	now, slack := "redis.call('TIME')", "0"
-	if explicitNow {
-		now, slack = "{ARGV[#ARGV - 1], ARGV[#ARGV]}", "3600000"
-	}
-	return strings.NewReplacer("{{NOW}}", now, "{{SLACK}}", slack).Replace(gcraSource)
-}
+)

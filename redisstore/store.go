@@ -57,13 +57,13 @@ type Store struct {
 	b *backend
 }
 
-// backend is the store's I/O (shared.Backend): the script's calls.
+// backend is the store's I/O (shared.Backend): the scripts' calls.
 type backend struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // nil unless the client is a Cluster's
 	prefix  string
-	check   *redis.Script
-	dials   *dials // what the client's dials said, to tell a refused server from a slow one
+	scripts [4]*redis.Script // by op (script.go)
+	dials   *dials           // what the client's dials said, to tell a refused server from a slow one
 	// The store's windows (Store.Window), closed with it, coalescing as it
 	// does.
 	coalesce  int
@@ -145,7 +145,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 	var err error
 	if s.b.cluster != nil {
 		err = s.b.cluster.ForEachMaster(lctx, func(ctx context.Context, c *redis.Client) error {
-			return s.b.check.Load(ctx, c).Err()
+			return s.b.load(ctx, c)
 		})
 		if err == nil {
 			// A Cluster client asks a node for COMMAND's table before its
@@ -155,7 +155,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts Options) (*Stor
 			err = s.b.cluster.Do(lctx, "PING").Err()
 		}
 	} else {
-		err = s.b.check.Load(lctx, client).Err()
+		err = s.b.load(lctx, client)
 	}
 	if err != nil {
 		// Down at start: the store works from the moment Redis answers (a
@@ -174,10 +174,23 @@ func newStore(client redis.UniversalClient, explicitNow bool, opts Options) *Sto
 	if opts.Namespace != "" {
 		prefix += opts.Namespace + ":"
 	}
-	b := &backend{client: client, prefix: prefix, check: redis.NewScript(script(explicitNow)), dials: &dials{}, coalesce: opts.Coalesce}
+	b := &backend{client: client, prefix: prefix, dials: &dials{}, coalesce: opts.Coalesce}
+	for o := range b.scripts {
+		b.scripts[o] = redis.NewScript(scriptFor(op(o), explicitNow))
+	}
 	b.cluster, _ = client.(*redis.ClusterClient)
 	client.AddHook(b.dials)
 	return &Store{Engine: shared.NewEngine(b, opts.Timeout, opts.Coalesce), b: b}
+}
+
+// load loads every script on c (a server, or a Cluster's master).
+func (b *backend) load(ctx context.Context, c redis.Scripter) error {
+	for _, s := range b.scripts {
+		if err := s.Load(ctx, c).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Key is the Redis key of rule r's bucket for key (slot.go: the key is the
@@ -259,12 +272,13 @@ func args(dst []any, r *Rule) []any {
 	return append(dst, 1, x.Emit, x.Tau, x.Debt, x.PerSecond, x.PerMicro, 0, 0)
 }
 
-// modeArgs are the script's ARGV[2] for each mode, boxed once (a string
-// made an interface value on every call was an allocation a check).
+// modeArgs are ARGV[2] for each mode, boxed once (a string made an interface
+// value on every call was an allocation a check): the check script's take (1)
+// or decide only (0); the refund script does not read it.
 var modeArgs = [...]any{shared.ModePeek: "0", shared.ModeTake: "1", shared.ModeRefund: "2"}
 
-// Tier runs the script over calls in one call (modes 0 decide, 1 take, 2
-// refund).
+// Tier runs the check script over calls in one call (mode 0 decide, 1 take),
+// or the refund script (mode 2).
 func (b *backend) Tier(ctx context.Context, calls []shared.Call, mode shared.Mode) (shared.Reply, error) {
 	return b.tierAt(ctx, calls, mode)
 }
@@ -295,7 +309,11 @@ func (b *backend) tierAt(ctx context.Context, calls []shared.Call, mode shared.M
 	}
 	a = append(a, now...)
 	start := time.Now()
-	res, err := b.check.Run(ctx, b.client, keys, a...).Int64Slice()
+	o := opCheck
+	if mode == shared.ModeRefund {
+		o = opRefund
+	}
+	res, err := b.scripts[o].Run(ctx, b.client, keys, a...).Int64Slice()
 	if err != nil {
 		_, node := b.Place(calls[0])
 		return shared.Reply{}, b.dials.classify(err, node, start)

@@ -107,8 +107,8 @@ func TestScriptFlushSurvived(t *testing.T) {
 			t.Fatalf("check %d: %+v", i, d)
 		}
 	}
-	if n := c.ScriptExists(ctx, st.b.check.Hash()).Val(); len(n) != 1 || !n[0] {
-		t.Errorf("the script is not loaded again after SCRIPT FLUSH: %v", n)
+	if n := c.ScriptExists(ctx, st.b.scripts[opCheck].Hash()).Val(); len(n) != 1 || !n[0] {
+		t.Errorf("the check script is not loaded again after SCRIPT FLUSH: %v", n)
 	}
 }
 
