@@ -478,13 +478,13 @@ func BenchmarkRedisTier(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			var steps []redisstore.Step
+			var steps []shared.Call
 			for _, name := range []string{"user", "endpoint", "global"} {
 				r, err := redisstore.NewRule("tier"+name, limit)
 				if err != nil {
 					b.Fatal(err)
 				}
-				steps = append(steps, redisstore.Step{Rule: r, Key: name + "-k", Cost: 1})
+				steps = append(steps, shared.Call{Rule: r, Key: name + "-k", Cost: 1})
 			}
 			return func(ctx context.Context) (bool, error) {
 				d, _, err := st.AllowTier(ctx, steps)

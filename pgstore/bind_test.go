@@ -117,7 +117,7 @@ func TestRefusals(t *testing.T) {
 	}
 	r := mustRule(t, "twice", l)
 	before := st.Stats().Calls
-	if res, i := st.CheckTier(ctx, []Step{{Rule: r, Key: "k", Cost: 1}, {Rule: r, Key: "j", Cost: 1}, {Rule: r, Key: "k", Cost: 1}}); res.Allowed || res.Degraded || res.Err == nil || i != 2 {
+	if res, i := st.CheckTier(ctx, []shared.Call{{Rule: r, Key: "k", Cost: 1}, {Rule: r, Key: "j", Cost: 1}, {Rule: r, Key: "k", Cost: 1}}); res.Allowed || res.Degraded || res.Err == nil || i != 2 {
 		t.Fatalf("a tier naming a bucket twice: %+v from %d", res, i)
 	}
 	if st.Stats().Calls != before {

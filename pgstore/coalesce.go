@@ -37,7 +37,7 @@ func (s *backend) eachAt(ctx context.Context, calls []shared.Call, at *int64) ([
 		return nil, err
 	}
 	type bucket struct {
-		rule *Rule
+		rule *shared.StoreRule
 		key  string
 	}
 	index := make(map[bucket]int32, 4)

@@ -16,7 +16,7 @@ import (
 	"github.com/limitgen/limitgen/shared"
 )
 
-func mustRule(t testing.TB, name string, l atomicbucket.Limit) *Rule {
+func mustRule(t testing.TB, name string, l atomicbucket.Limit) *shared.StoreRule {
 	t.Helper()
 	r, err := NewRule(name, l)
 	if err != nil {
@@ -87,7 +87,7 @@ func TestRowsOnTheServersClock(t *testing.T) {
 	// Sweep: a bucket full again after 2 ms is deleted, one full in 20 s is kept.
 	quick := mustRule(t, "quick", atomicbucket.Limit{Tokens: 1, Period: time.Millisecond, Burst: 2})
 	for _, c := range []struct {
-		r   *Rule
+		r   *shared.StoreRule
 		key string
 	}{{quick, "a"}, {quick, "b"}, {r, "k"}} {
 		if d, err := st.AllowN(ctx, c.r, c.key, 2); err != nil || !d.Allowed {
@@ -175,16 +175,16 @@ func TestConcurrentChecks(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 30 {
-				var steps []Step
+				var steps []shared.Call
 				switch (g + i) % 4 {
 				case 0:
-					steps = []Step{{Rule: a, Key: "x", Cost: 1}, {Rule: b, Key: "x", Cost: 1}}
+					steps = []shared.Call{{Rule: a, Key: "x", Cost: 1}, {Rule: b, Key: "x", Cost: 1}}
 				case 1:
-					steps = []Step{{Rule: b, Key: "x", Cost: 1}, {Rule: a, Key: "x", Cost: 1}}
+					steps = []shared.Call{{Rule: b, Key: "x", Cost: 1}, {Rule: a, Key: "x", Cost: 1}}
 				case 2:
-					steps = []Step{{Rule: a, Key: "x", Cost: 1}}
+					steps = []shared.Call{{Rule: a, Key: "x", Cost: 1}}
 				default:
-					steps = []Step{{Rule: b, Key: "x", Cost: 1}}
+					steps = []shared.Call{{Rule: b, Key: "x", Cost: 1}}
 				}
 				d, _, err := st.AllowTier(ctx, steps)
 				if err != nil {
@@ -194,7 +194,7 @@ func TestConcurrentChecks(t *testing.T) {
 				}
 				if d.Allowed {
 					for _, s := range steps {
-						took[map[*Rule]int{a: 0, b: 1}[s.Rule]].Add(1)
+						took[map[*shared.StoreRule]int{a: 0, b: 1}[s.Rule]].Add(1)
 					}
 				}
 			}
@@ -326,10 +326,10 @@ func TestExecModes(t *testing.T) {
 					t.Fatalf("check %d: %+v, %v", i, d, err)
 				}
 			}
-			if d, i, err := st.AllowTier(ctx, []Step{{Rule: two, Key: "k", Cost: 1}, {Rule: one, Key: "k\x00\xff", Cost: 1}}); err != nil || d.Allowed || i != 1 {
+			if d, i, err := st.AllowTier(ctx, []shared.Call{{Rule: two, Key: "k", Cost: 1}, {Rule: one, Key: "k\x00\xff", Cost: 1}}); err != nil || d.Allowed || i != 1 {
 				t.Fatalf("a tier denied by its second step: %+v from %d, %v", d, i, err)
 			}
-			if d, _, err := st.AllowTier(ctx, []Step{{Rule: two, Key: "k", Cost: 3}}); err != nil || !d.Allowed {
+			if d, _, err := st.AllowTier(ctx, []shared.Call{{Rule: two, Key: "k", Cost: 3}}); err != nil || !d.Allowed {
 				t.Fatalf("the denied tier took from its first step: %+v, %v", d, err)
 			}
 			l := st.NewLease(two, "lease", 3)
@@ -603,7 +603,7 @@ func TestBehindPgBouncer(t *testing.T) {
 				t.Fatalf("128 checks through PgBouncer, burst 50: %d admitted, %d failed", admitted.Load(), failed.Load())
 			}
 			small := mustRule(t, "bounced_small_"+mode, atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 1})
-			if d, i, err := st.AllowTier(ctx, []Step{{Rule: small, Key: "k", Cost: 1}, {Rule: r, Key: "new", Cost: 1}}); err != nil || d.Allowed || i != 1 {
+			if d, i, err := st.AllowTier(ctx, []shared.Call{{Rule: small, Key: "k", Cost: 1}, {Rule: r, Key: "new", Cost: 1}}); err != nil || d.Allowed || i != 1 {
 				t.Fatalf("a tier denied by its second step: %+v from %d, %v", d, i, err)
 			}
 			if d, err := st.AllowN(ctx, small, "k", 1); err != nil || !d.Allowed {

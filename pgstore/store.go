@@ -124,16 +124,6 @@ type backend struct {
 	setupErr atomic.Pointer[error]
 }
 
-// Rule is a shared rule prepared for the store (NewRule), and Step one
-// rule's part in a tier request (shared.StoreRule, shared.Call).
-type (
-	Rule = shared.StoreRule
-	Step = shared.Call
-)
-
-// ErrInvalidRule wraps the errors of a rule the store cannot hold.
-var ErrInvalidRule = shared.ErrInvalidRule
-
 // checkTable refuses a table name the store cannot use, and a namespace
 // shared.CheckNamespace refuses (opts names the options type, for the
 // message).
@@ -359,13 +349,13 @@ var ruleName = regexp.MustCompile(`^[A-Za-z0-9_.:/-]{1,200}$`)
 
 // NewRule computes the numbers of a shared rule named name (letters, digits,
 // and _ . : / -), or says why the store cannot hold it.
-func NewRule(name string, l atomicbucket.Limit) (*Rule, error) {
+func NewRule(name string, l atomicbucket.Limit) (*shared.StoreRule, error) {
 	r, err := shared.NewStoreRule(name, l)
 	if err == nil {
 		err = checkName(name)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: %w: %w", ErrInvalidRule, err)
+		return nil, fmt.Errorf("pgstore: %w: %w", shared.ErrInvalidRule, err)
 	}
 	return r, nil
 }
@@ -385,7 +375,7 @@ func (s *backend) Name() string { return "pgstore" }
 func (s *backend) Slots() int { return s.slots }
 
 // CheckRule refuses a name the r column does not take.
-func (s *backend) CheckRule(r *Rule) error { return checkName(r.Name()) }
+func (s *backend) CheckRule(r *shared.StoreRule) error { return checkName(r.Name()) }
 
 // Place: every bucket is in the one database.
 func (s *backend) Place(shared.Call) (uint32, string) { return 0, "" }

@@ -42,7 +42,7 @@ func TestCluster(t *testing.T) {
 
 	// One key's rules: one call; the daily rule (burst 3) denies the fourth.
 	for i := range 4 {
-		d, idx, err := st.AllowTier(ctx, []Step{{Rule: perUser, Key: "alice", Cost: 1}, {Rule: perUserDaily, Key: "alice", Cost: 1}})
+		d, idx, err := st.AllowTier(ctx, []shared.Call{{Rule: perUser, Key: "alice", Cost: 1}, {Rule: perUserDaily, Key: "alice", Cost: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,7 +58,7 @@ func TestCluster(t *testing.T) {
 	// fifth request; the per-user tokens taken by it are given back.
 	users := []string{"bob", "carol", "dave", "erin", "frank"}
 	for i, u := range users {
-		d, idx, err := st.AllowTier(ctx, []Step{{Rule: perUser, Key: u, Cost: 1}, {Rule: global, Key: "", Cost: 1}})
+		d, idx, err := st.AllowTier(ctx, []shared.Call{{Rule: perUser, Key: u, Cost: 1}, {Rule: global, Key: "", Cost: 1}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -328,7 +328,7 @@ func TestClusterStalledMasterRecovers(t *testing.T) {
 // stallKeys is a rule named name that allows when the store cannot decide,
 // 300 keys for it, and which of them live on the master at addr (the one a
 // test stalls).
-func stallKeys(t *testing.T, c *redis.ClusterClient, st *Store, name, addr string) (*Rule, []string, map[string]bool) {
+func stallKeys(t *testing.T, c *redis.ClusterClient, st *Store, name, addr string) (*shared.StoreRule, []string, map[string]bool) {
 	t.Helper()
 	base, _ := NewRule(name, atomicbucket.Limit{Tokens: 1_000_000, Period: time.Second, Burst: 1_000_000})
 	r, err := base.WithFailure(shared.Failure{Mode: shared.FailAllow})

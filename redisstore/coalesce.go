@@ -71,10 +71,10 @@ func (b *backend) pipelined(ctx context.Context, groups [][]shared.Call, reload 
 // the runs and the number of buckets too, to read the reply with.
 func (b *backend) eachArgs(calls []shared.Call) ([]string, []any, []shared.Run, int) {
 	type bucket struct {
-		rule *Rule
+		rule *shared.StoreRule
 		key  string
 	}
-	var rules []*Rule
+	var rules []*shared.StoreRule
 	var keys []string
 	var buckets []bucket
 	at := make(map[bucket]int32, 4)

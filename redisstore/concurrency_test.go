@@ -9,6 +9,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/redisstore/redistest"
+	"github.com/limitgen/limitgen/shared"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -53,7 +54,7 @@ func TestInstancesStayInsideTheEnvelope(t *testing.T) {
 					if d.Allowed {
 						admitted.Add(1)
 					}
-					td, _, err := st.AllowTier(ctx, []Step{{Rule: single, Key: "tier-key", Cost: 1}, {Rule: global, Key: "", Cost: 1}})
+					td, _, err := st.AllowTier(ctx, []shared.Call{{Rule: single, Key: "tier-key", Cost: 1}, {Rule: global, Key: "", Cost: 1}})
 					if err != nil {
 						t.Error(err)
 						return

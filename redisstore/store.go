@@ -74,17 +74,6 @@ type backend struct {
 // DefaultPrefix starts every key the store writes.
 const DefaultPrefix = "limitgen:"
 
-// Rule is a shared rule prepared for the store (NewRule), and Step one
-// rule's part in a tier request: package shared's, as are the results and
-// failure settings (shared.Result, shared.Failure, shared.ErrCircuitOpen).
-type (
-	Rule = shared.StoreRule
-	Step = shared.Call
-)
-
-// ErrInvalidRule is wrapped by the errors of a rule the store cannot hold.
-var ErrInvalidRule = shared.ErrInvalidRule
-
 // MaxRelativeError is the most a rule's admitted rate may fall below the
 // written one when its numbers cannot be held exactly (the same bound as the
 // local runtime's).
@@ -97,10 +86,10 @@ const MaxRelativeError = atomicbucket.MaxRelativeError
 // does, with the token's time rounded up (never admitting more than the
 // limit), if the admitted rate is then within MaxRelativeError of the written
 // one. Interval rules count whole slots, so they are always exact.
-func NewRule(name string, l atomicbucket.Limit) (*Rule, error) {
+func NewRule(name string, l atomicbucket.Limit) (*shared.StoreRule, error) {
 	r, err := shared.NewStoreRule(name, l)
 	if err != nil {
-		return nil, fmt.Errorf("redisstore: %w: %w", ErrInvalidRule, err)
+		return nil, fmt.Errorf("redisstore: %w: %w", shared.ErrInvalidRule, err)
 	}
 	return r, nil
 }
@@ -195,9 +184,9 @@ func (b *backend) load(ctx context.Context, c redis.Scripter) error {
 
 // Key is the Redis key of rule r's bucket for key (slot.go: the key is the
 // hash tag).
-func (s *Store) Key(r *Rule, key string) string { return s.b.key(r, key) }
+func (s *Store) Key(r *shared.StoreRule, key string) string { return s.b.key(r, key) }
 
-func (b *backend) key(r *Rule, key string) string {
+func (b *backend) key(r *shared.StoreRule, key string) string {
 	return b.prefix + "{" + key + "}:" + r.Name()
 }
 
@@ -217,7 +206,7 @@ func (b *backend) Slots() int {
 }
 
 // CheckRule accepts every rule: any name can be part of a key.
-func (b *backend) CheckRule(*Rule) error { return nil }
+func (b *backend) CheckRule(*shared.StoreRule) error { return nil }
 
 // Place is the bucket's Cluster slot and the address of its master; 0 and
 // "" on a single server.
@@ -263,7 +252,7 @@ func (b *backend) Forget(ctx context.Context, c shared.Call) error {
 // args appends rule r's eight values of a script argument list (mode, then
 // greedy: emit, tau, debt, perSecond, perMicro, 0, 0; interval: tokens, tau,
 // debt, period, p, b, g) and returns it; script.go reads them.
-func args(dst []any, r *Rule) []any {
+func args(dst []any, r *shared.StoreRule) []any {
 	n := r.Integers()
 	x := n.Args()
 	if n.Interval {

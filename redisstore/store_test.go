@@ -184,7 +184,7 @@ func TestTierNamingABucketTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, i := st.CheckTier(context.Background(), []Step{{Rule: r, Key: "k", Cost: 1}, {Rule: r, Key: "k", Cost: 1}}); res.Allowed || res.Degraded || res.Err == nil || i != 1 {
+	if res, i := st.CheckTier(context.Background(), []shared.Call{{Rule: r, Key: "k", Cost: 1}, {Rule: r, Key: "k", Cost: 1}}); res.Allowed || res.Degraded || res.Err == nil || i != 1 {
 		t.Fatalf("a tier naming a bucket twice: %+v from %d", res, i)
 	}
 	if st.Stats().Calls != 0 {
@@ -206,7 +206,7 @@ func TestKeysRefused(t *testing.T) {
 	r, _ := NewRule("keyed", atomicbucket.Limit{Tokens: 1, Period: time.Hour, Burst: 2})
 	g := r.AsGlobal()
 	before := redistest.ScriptCalls(t, monitor)
-	for _, c := range []Step{{Rule: r, Key: ""}, {Rule: r, Key: strings.Repeat("k", 1<<20)}, {Rule: g, Key: "alice"}} {
+	for _, c := range []shared.Call{{Rule: r, Key: ""}, {Rule: r, Key: strings.Repeat("k", 1<<20)}, {Rule: g, Key: "alice"}} {
 		if _, err := st.AllowN(ctx, c.Rule, c.Key, 1); !errors.Is(err, shared.ErrInvalidStep) {
 			t.Errorf("AllowN(%s, a key of %d bytes): %v, want ErrInvalidStep", c.Rule.Name(), len(c.Key), err)
 		}

@@ -205,3 +205,102 @@ func metadataKey(s string) (string, string) {
 	}
 	return strings.ToLower(s), ""
 }
+
+// keySourceFunc reads a key source of rule r for what (a route, an entry).
+type keySourceFunc func(n *yaml.Node, r model.Rule, what string) (model.KeySource, bool)
+
+// doorKeys reads what the http: and grpc: sections share: the plan source,
+// the key sources (with the hooks they name, collected into hooks, of the
+// generated type hooksType) and the keys the section's routes default to.
+func (p *parser) doorKeys(f map[string]*yaml.Node, m *model.Model, door, hooksType string, hooks *[]model.Hook) (model.PlanSource, keySourceFunc, map[int][]model.KeySource) {
+	addHook := p.hookSet(door, hooksType, hooks)
+	var plan model.PlanSource
+	if v := f["plan"]; v != nil {
+		plan = p.planSource(v, m, door, addHook)
+	}
+	source := func(s *yaml.Node, r model.Rule, what string) (model.KeySource, bool) {
+		return p.keySource(doors[door], s, r, what, addHook)
+	}
+	defaults := map[int][]model.KeySource{}
+	if v := f["keys"]; v != nil {
+		defaults = p.keyMap(v, m, door+": keys", source)
+	}
+	p.fieldPolicies(m)
+	return plan, source, defaults
+}
+
+// doorItems is the list of a door section's routes (field, of section n):
+// none, with an error saying how to write them (how), when it is missing or
+// longer than maxRoutes.
+func (p *parser) doorItems(n, list *yaml.Node, door, field, how string) ([]*yaml.Node, bool) {
+	if list == nil {
+		p.errorf(n, "%s: no %s; %s", door, field, how)
+		return nil, false
+	}
+	items := p.sequence(list, door+": "+field)
+	if len(items) > maxRoutes {
+		p.errorf(items[maxRoutes], "%s: %d %s; at most %d", door, len(items), field, maxRoutes)
+		return nil, false
+	}
+	return items, true
+}
+
+// routeKeysOf is what a door adds to routeKeys: its name and what it calls
+// a route (unit), its own check of a source (nil: none), what it makes of a
+// route's sources (adapt; nil: they are used as they are), and the body of
+// the refusal of a request without a rule's key, read from sources (from).
+type routeKeysOf struct {
+	door, unit string
+	check      func(rule model.Rule, s model.KeySource) bool
+	adapt      func(srcs []model.KeySource) []model.KeySource
+	missing    func(rule model.Rule, from string) string
+}
+
+// routeKeys sets the key sources of each of route r's rules (the route's own
+// keys in f, else the section's defaults) and the body of the refusal of a
+// request without the key, reporting errors at at; it reports whether every
+// keyed rule has valid sources.
+func (p *parser) routeKeys(at *yaml.Node, f map[string]*yaml.Node, m *model.Model, r *model.Route, what string, ordinal int,
+	defaults map[int][]model.KeySource, source keySourceFunc, d routeKeysOf) bool {
+	own := map[int][]model.KeySource{}
+	if v := f["keys"]; v != nil {
+		own = p.keyMap(v, m, what+": keys", source)
+	}
+	valid := true
+	for _, ri := range r.Rules {
+		rule := m.Rules[ri]
+		if rule.KeyType == "" {
+			r.Keys = append(r.Keys, nil)
+			r.MissingBodies = append(r.MissingBodies, "")
+			continue
+		}
+		srcs, ok := own[ri]
+		if !ok {
+			srcs, ok = defaults[ri]
+		}
+		if len(srcs) == 0 && ok { // its sources were refused, each with its reason
+			valid = false
+			continue
+		}
+		if len(srcs) == 0 {
+			p.errorf(at, "%s: rule %q is keyed (%s) but has no key source; add it under %s: keys or the %s's keys, such as %s: [func:UserID]", what, rule.Name, rule.KeyType, d.door, d.unit, rule.Name)
+			valid = false
+			continue
+		}
+		for _, s := range srcs {
+			if d.check != nil && !d.check(rule, s) {
+				valid = false
+			}
+			if s.Kind == "route" && !routeFits(ordinal, rule.FieldType(s.Field)) {
+				p.errorf(at, "%s: %s number %d does not fit rule %q's %s key", what, d.unit, ordinal, rule.Name, rule.FieldType(s.Field))
+				valid = false
+			}
+		}
+		if d.adapt != nil {
+			srcs = d.adapt(srcs)
+		}
+		r.Keys = append(r.Keys, srcs)
+		r.MissingBodies = append(r.MissingBodies, d.missing(rule, doors[d.door].from(rule, srcs)))
+	}
+	return valid
+}

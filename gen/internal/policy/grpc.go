@@ -73,26 +73,11 @@ func (p *parser) grpcSection(n *yaml.Node, m *model.Model) *model.GRPC {
 			p.errorf(v, "grpc: missing_key %q: the status of a call without a key: one of %s", v.Value, strings.Join(names, ", "))
 		}
 	}
-	addHook := p.hookSet("grpc", "GRPCHooks", &g.Hooks)
-	if v := f["plan"]; v != nil {
-		g.Plan = p.planSource(v, m, "grpc", addHook)
-	}
-	source := func(s *yaml.Node, r model.Rule, what string) (model.KeySource, bool) {
-		return p.keySource(doors["grpc"], s, r, what, addHook)
-	}
-	defaults := map[int][]model.KeySource{}
-	if v := f["keys"]; v != nil {
-		defaults = p.keyMap(v, m, "grpc: keys", source)
-	}
-	p.fieldPolicies(m)
-	methods := f["methods"]
-	if methods == nil {
-		p.errorf(n, "grpc: no methods; map full method names or services to rules or tiers, such as methods: [{method: /shop.v1.Cart/Checkout, rule: PerUser}, {service: shop.v1.Catalog, tier: API}]")
-		return g
-	}
-	items := p.sequence(methods, "grpc: methods")
-	if len(items) > maxRoutes {
-		p.errorf(items[maxRoutes], "grpc: %d methods; at most %d", len(items), maxRoutes)
+	var source keySourceFunc
+	var defaults map[int][]model.KeySource
+	g.Plan, source, defaults = p.doorKeys(f, m, "grpc", "GRPCHooks", &g.Hooks)
+	items, ok := p.doorItems(n, f["methods"], "grpc", "methods", "map full method names or services to rules or tiers, such as methods: [{method: /shop.v1.Cart/Checkout, rule: PerUser}, {service: shop.v1.Catalog, tier: API}]")
+	if !ok {
 		return g
 	}
 	lines := map[string]int{}
@@ -218,39 +203,12 @@ func (p *parser) grpcEntry(n *yaml.Node, ordinal int, m *model.Model, g *model.G
 	if !ok {
 		return r, false
 	}
-	own := map[int][]model.KeySource{}
-	if v := f["keys"]; v != nil {
-		own = p.keyMap(v, m, what+": keys", source)
-	}
-	for _, ri := range r.Rules {
-		rule := m.Rules[ri]
-		if rule.KeyType == "" {
-			r.Keys = append(r.Keys, nil)
-			r.MissingBodies = append(r.MissingBodies, "")
-			continue
-		}
-		srcs, ok := own[ri]
-		if !ok {
-			srcs, ok = defaults[ri]
-		}
-		if len(srcs) == 0 && ok { // its sources were refused, each with its reason
-			valid = false
-			continue
-		}
-		if len(srcs) == 0 {
-			p.errorf(at, "%s: rule %q is keyed (%s) but has no key source; add it under grpc: keys or the entry's keys, such as %s: [func:UserID]", what, rule.Name, rule.KeyType, rule.Name)
-			valid = false
-			continue
-		}
-		for _, s := range srcs {
-			if s.Kind == "route" && !routeFits(ordinal, rule.FieldType(s.Field)) {
-				p.errorf(at, "%s: entry number %d does not fit rule %q's %s key", what, ordinal, rule.Name, rule.FieldType(s.Field))
-				valid = false
-			}
-		}
-		r.Keys = append(r.Keys, srcs)
-		r.MissingBodies = append(r.MissingBodies, "the call has no key for rule "+rule.Name+": "+what+" reads it from "+doors["grpc"].from(rule, srcs))
-	}
+	valid = p.routeKeys(at, f, m, &r, what, ordinal, defaults, source, routeKeysOf{
+		door: "grpc", unit: "entry",
+		missing: func(rule model.Rule, from string) string {
+			return "the call has no key for rule " + rule.Name + ": " + what + " reads it from " + from
+		},
+	}) && valid
 	if v := f["cost"]; v != nil {
 		valid = p.routeCost(v, &r, m, what, grpcCost) && valid
 		if r.CostKind == "metadata" {

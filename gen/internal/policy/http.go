@@ -65,26 +65,11 @@ func (p *parser) httpSection(n *yaml.Node, m *model.Model) *model.HTTP {
 	if v := f["missing_key"]; v != nil {
 		p.missingKey(v, h)
 	}
-	addHook := p.hookSet("http", "Hooks", &h.Hooks)
-	if v := f["plan"]; v != nil {
-		h.Plan = p.planSource(v, m, "http", addHook)
-	}
-	source := func(s *yaml.Node, r model.Rule, what string) (model.KeySource, bool) {
-		return p.keySource(doors["http"], s, r, what, addHook)
-	}
-	defaults := map[int][]model.KeySource{}
-	if v := f["keys"]; v != nil {
-		defaults = p.keyMap(v, m, "http: keys", source)
-	}
-	p.fieldPolicies(m)
-	routes := f["routes"]
-	if routes == nil {
-		p.errorf(n, "http: no routes; map ServeMux patterns to rules or tiers, such as routes: [{pattern: \"POST /v1/upload\", rule: Upload}]")
-		return h
-	}
-	items := p.sequence(routes, "http: routes")
-	if len(items) > maxRoutes {
-		p.errorf(items[maxRoutes], "http: %d routes; at most %d", len(items), maxRoutes)
+	var source keySourceFunc
+	var defaults map[int][]model.KeySource
+	h.Plan, source, defaults = p.doorKeys(f, m, "http", "Hooks", &h.Hooks)
+	items, ok := p.doorItems(n, f["routes"], "http", "routes", "map ServeMux patterns to rules or tiers, such as routes: [{pattern: \"POST /v1/upload\", rule: Upload}]")
+	if !ok {
 		return h
 	}
 	mux, lines := http.NewServeMux(), map[string]int{}
@@ -492,51 +477,30 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 	if !ok {
 		return r, false
 	}
-	own := map[int][]model.KeySource{}
-	if v := f["keys"]; v != nil {
-		own = p.keyMap(v, m, what+": keys", source)
-	}
 	pp, _ := limithttp.ParsePattern(r.Pattern) // registerPattern reported it when it does not parse
-	for _, ri := range r.Rules {
-		rule := m.Rules[ri]
-		if rule.KeyType == "" {
-			r.Keys = append(r.Keys, nil)
-			r.MissingBodies = append(r.MissingBodies, "")
-			continue
-		}
-		srcs, ok := own[ri]
-		if !ok {
-			srcs, ok = defaults[ri]
-		}
-		if len(srcs) == 0 && ok { // its sources were refused, each with its reason
-			valid = false
-			continue
-		}
-		if len(srcs) == 0 {
-			p.errorf(pat, "%s: rule %q is keyed (%s) but has no key source; add it under http: keys or the route's keys, such as %s: [func:UserID]", what, rule.Name, rule.KeyType, rule.Name)
-			valid = false
-			continue
-		}
-		for _, s := range srcs {
+	valid = p.routeKeys(pat, f, m, &r, what, ordinal, defaults, source, routeKeysOf{
+		door: "http", unit: "route",
+		check: func(rule model.Rule, s model.KeySource) bool {
 			if i, _ := pp.Wildcard(s.Name); s.Kind == "path" && i < 0 {
 				p.errorf(pat, "%s: rule %q reads path:%s, but the pattern has no wildcard {%s}", what, rule.Name, s.Name, s.Name)
-				valid = false
+				return false
 			}
-			if s.Kind == "route" && !routeFits(ordinal, rule.FieldType(s.Field)) {
-				p.errorf(pat, "%s: route number %d does not fit rule %q's %s key", what, ordinal, rule.Name, rule.FieldType(s.Field))
-				valid = false
+			return true
+		},
+		adapt: func(srcs []model.KeySource) []model.KeySource {
+			srcs = slices.Clone(srcs) // the route's own: its path sources' segments are its pattern's
+			for i, s := range srcs {
+				if s.Kind == "path" {
+					srcs[i].Segment, srcs[i].Multi = pp.Wildcard(s.Name)
+				}
 			}
-		}
-		srcs = slices.Clone(srcs) // the route's own: its path sources' segments are its pattern's
-		for i, s := range srcs {
-			if s.Kind == "path" {
-				srcs[i].Segment, srcs[i].Multi = pp.Wildcard(s.Name)
-			}
-		}
-		r.Keys = append(r.Keys, srcs)
-		r.MissingBodies = append(r.MissingBodies, limithttp.ProblemBody("about:blank", http.StatusText(h.Missing), h.Missing,
-			"The request has no key for rule "+rule.Name+": "+what+" reads it from "+doors["http"].from(rule, srcs)+".", ""))
-	}
+			return srcs
+		},
+		missing: func(rule model.Rule, from string) string {
+			return limithttp.ProblemBody("about:blank", http.StatusText(h.Missing), h.Missing,
+				"The request has no key for rule "+rule.Name+": "+what+" reads it from "+from+".", "")
+		},
+	}) && valid
 	if v := f["cost"]; v != nil {
 		valid = p.routeCost(v, &r, m, what, httpCost) && valid
 	}
