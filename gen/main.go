@@ -17,7 +17,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"flag"
 	"fmt"
 	goparser "go/parser"
 	"go/token"
@@ -27,6 +26,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/limitgen/limitgen/gen/internal/cli"
 	"github.com/limitgen/limitgen/gen/internal/diff"
 	"github.com/limitgen/limitgen/gen/internal/emit"
 	"github.com/limitgen/limitgen/gen/internal/envoy"
@@ -50,19 +50,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == "envoy" {
 		return envoy.Main(args[1:], stdout, stderr)
 	}
-	fs := flag.NewFlagSet("gen", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gen [-policy policy.yaml] [-out generated] [-main cmd/ratelimit] [-check]")
-		fmt.Fprintln(stderr, "       gen simulate -policy policy.yaml -rule RULE|TIER [-plan PLAN] < requests")
-		fmt.Fprintln(stderr, "Generates a Go package of rate limiters from a policy; -check compares instead of writing.")
-		fmt.Fprintln(stderr, "       gen numbers -policy policy.yaml numbers.yaml...")
-		fmt.Fprintln(stderr, "       gen envoy [-package limits] [-o policy.yaml] config.yaml...")
-		fmt.Fprintln(stderr, "simulate replays a request log through a rule or tier (gen simulate -h for more);")
-		fmt.Fprintln(stderr, "numbers checks overlay files of numbers against the policy (gen numbers -h);")
-		fmt.Fprintln(stderr, "envoy translates envoyproxy/ratelimit's configuration into a policy (gen envoy -h).")
-		fs.PrintDefaults()
-	}
+	fs := cli.FlagSet("gen", stderr,
+		"usage: gen [-policy policy.yaml] [-out generated] [-main cmd/ratelimit] [-check]",
+		"       gen simulate -policy policy.yaml -rule RULE|TIER [-plan PLAN] < requests",
+		"Generates a Go package of rate limiters from a policy; -check compares instead of writing.",
+		"       gen numbers -policy policy.yaml numbers.yaml...",
+		"       gen envoy [-package limits] [-o policy.yaml] config.yaml...",
+		"simulate replays a request log through a rule or tier (gen simulate -h for more);",
+		"numbers checks overlay files of numbers against the policy (gen numbers -h);",
+		"envoy translates envoyproxy/ratelimit's configuration into a policy (gen envoy -h).",
+	)
 	policy := fs.String("policy", "policy.yaml", "the policy file")
 	out := fs.String("out", "generated", "the directory of the generated package")
 	check := fs.Bool("check", false, "write nothing; exit 1 with a diff when -out is not what the policy generates")

@@ -44,32 +44,23 @@ func grpcDoor(m *model.Model) *door {
 // emitGRPC is the policy's grpc: section: GRPCHooks, GRPC (the unary and
 // stream server interceptors), its method entries, and Coverage.
 func emitGRPC(m *model.Model) jen.Code {
-	g := m.GRPC
-	d := grpcDoor(m)
-	out := jen.Null()
-	out.Add(emitRouteLists(m, d))
-	out.Add(emitGRPCHooks(m))
-	out.Add(emitGRPCType(m))
-	bases := seriesBases(g.Routes)
-	out.Add(emitSeries(m, d, bases))
-	for i, r := range g.Routes {
-		if r.Mode != "Off" {
-			out.Add(emitRoute(m, d, i, r, bases[i]))
-		}
-	}
+	return emitDoor(m, grpcDoor(m), emitGRPCHooks(m), emitGRPCType(m))
+}
+
+// emitMessageChecks are the checks of one message of each entry that counts
+// its stream's messages (limitgrpc.CountMessages calls them).
+func emitMessageChecks(m *model.Model, d *door, bases []int) jen.Code {
 	md := *d
 	md.message = true
 	md.result = jen.Params(vd("Result"), jen.String(), jen.Error())
 	md.entryName = messageFunc
-	for i, r := range g.Routes {
+	out := jen.Null()
+	for i, r := range d.routes {
 		if r.Mode != "Off" && r.Messages != nil {
 			mr := r
 			mr.CostKind, mr.CostFixed = "fixed", r.Messages.Cost
 			out.Add(emitRoute(m, &md, i, mr, bases[i]))
 		}
-	}
-	if g.Plan.Kind != "" && anyChecked(g.Routes, func(r model.Route) bool { return routePlanned(m, r) }) {
-		out.Add(emitPlanOf(m, d))
 	}
 	return out
 }

@@ -130,23 +130,28 @@ func plansDim(m *model.Model) jen.Code {
 // emitHTTP is the policy's http: section: Hooks, Middleware, its routes, and
 // ServeMux.
 func emitHTTP(m *model.Model) jen.Code {
-	h := m.HTTP
-	g := jen.Null()
-	d := httpDoor(m)
-	g.Add(emitRouteLists(m, d))
-	g.Add(emitHooks(m))
-	g.Add(emitMiddleware(m))
-	bases := seriesBases(h.Routes)
-	g.Add(emitSeries(m, d, bases))
-	for i, r := range h.Routes {
+	return emitDoor(m, httpDoor(m), emitHooks(m), emitMiddleware(m))
+}
+
+// emitDoor is what every door prints: its route lists, its types (decls),
+// its series, each checked route's check (and, for a door that counts a
+// stream's messages, each message's), and its plan lookup.
+func emitDoor(m *model.Model, d *door, decls ...jen.Code) jen.Code {
+	out := jen.Null().Add(emitRouteLists(m, d)).Add(decls...)
+	bases := seriesBases(d.routes)
+	out.Add(emitSeries(m, d, bases))
+	for i, r := range d.routes {
 		if r.Mode != "Off" {
-			g.Add(emitRoute(m, d, i, r, bases[i]))
+			out.Add(emitRoute(m, d, i, r, bases[i]))
 		}
 	}
-	if h.Plan.Kind != "" && anyChecked(h.Routes, func(r model.Route) bool { return routePlanned(m, r) }) {
-		g.Add(emitPlanOf(m, d))
+	if d.prefix == "grpc" {
+		out.Add(emitMessageChecks(m, d, bases))
 	}
-	return g
+	if d.plan.Kind != "" && anyChecked(d.routes, func(r model.Route) bool { return routePlanned(m, r) }) {
+		out.Add(emitPlanOf(m, d))
+	}
+	return out
 }
 
 // emitHTTPTables is every rule's Policy and default cost per plan, and every

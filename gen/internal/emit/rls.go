@@ -46,22 +46,7 @@ func rlsDoor(m *model.Model) *door {
 // service over limitrls), its descriptor patterns' matching, and each
 // pattern's check.
 func emitRLS(m *model.Model) jen.Code {
-	s := m.RLS
-	d := rlsDoor(m)
-	out := jen.Null()
-	out.Add(emitRouteLists(m, d))
-	out.Add(emitRLSType(m))
-	bases := seriesBases(s.Routes)
-	out.Add(emitSeries(m, d, bases))
-	for i, r := range s.Routes {
-		if r.Mode != "Off" {
-			out.Add(emitRoute(m, d, i, r, bases[i]))
-		}
-	}
-	if s.Plan.Kind != "" && anyChecked(s.Routes, func(r model.Route) bool { return routePlanned(m, r) }) {
-		out.Add(emitPlanOf(m, d))
-	}
-	return out
+	return emitDoor(m, rlsDoor(m), emitRLSType(m))
 }
 
 func emitRLSType(m *model.Model) jen.Code {

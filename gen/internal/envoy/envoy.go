@@ -22,7 +22,6 @@ package envoy
 // descriptor given twice.
 
 import (
-	"flag"
 	"fmt"
 	"go/token"
 	"io"
@@ -31,6 +30,7 @@ import (
 	"strings"
 	"unicode"
 
+	"github.com/limitgen/limitgen/gen/internal/cli"
 	"github.com/limitgen/limitgen/gen/internal/policy"
 	"go.yaml.in/yaml/v3"
 )
@@ -72,15 +72,12 @@ func (e envoyError) Error() string { return fmt.Sprintf("%s:%d:%d: %s", e.file, 
 
 // envoy is `gen envoy`.
 func Main(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gen envoy", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gen envoy [-package limits] [-namespace ns] [-local] [-o policy.yaml] config.yaml...")
-		fmt.Fprintln(stderr, "Translates envoyproxy/ratelimit configuration files (a domain each) into a policy with an rls: section:")
-		fmt.Fprintln(stderr, "a window rule of requests_per_unit in any interval of a unit a limited descriptor, shared by every")
-		fmt.Fprintln(stderr, "instance through the service's store as envoyproxy/ratelimit's Redis shares it, unless -local.")
-		fs.PrintDefaults()
-	}
+	fs := cli.FlagSet("gen envoy", stderr,
+		"usage: gen envoy [-package limits] [-namespace ns] [-local] [-o policy.yaml] config.yaml...",
+		"Translates envoyproxy/ratelimit configuration files (a domain each) into a policy with an rls: section:",
+		"a window rule of requests_per_unit in any interval of a unit a limited descriptor, shared by every",
+		"instance through the service's store as envoyproxy/ratelimit's Redis shares it, unless -local.",
+	)
 	pkg := fs.String("package", "limits", "the policy's package")
 	out := fs.String("o", "", "the policy file to write (standard output when empty)")
 	local := fs.Bool("local", false, "keep each rule in each process's memory (each instance admits the whole limit) instead of sharing it through a store")

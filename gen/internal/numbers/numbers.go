@@ -2,7 +2,6 @@ package numbers
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/atomicwindow"
+	"github.com/limitgen/limitgen/gen/internal/cli"
 	"github.com/limitgen/limitgen/gen/internal/model"
 	"github.com/limitgen/limitgen/gen/internal/policy"
 	"github.com/limitgen/limitgen/genimpl"
@@ -23,14 +23,11 @@ import (
 // numbers checks overlay files against a policy offline, as the generated
 // package's ApplyNumbers would check them: every problem, with its position.
 func Main(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gen numbers", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gen numbers [-policy policy.yaml] numbers.yaml...")
-		fmt.Fprintln(stderr, "Checks overlay files (numbers per rule, plan and key: package overlay) against the policy,")
-		fmt.Fprintln(stderr, "as a service's ApplyNumbers would; exit 1 with every problem, file:line:col first.")
-		fs.PrintDefaults()
-	}
+	fs := cli.FlagSet("gen numbers", stderr,
+		"usage: gen numbers [-policy policy.yaml] numbers.yaml...",
+		"Checks overlay files (numbers per rule, plan and key: package overlay) against the policy,",
+		"as a service's ApplyNumbers would; exit 1 with every problem, file:line:col first.",
+	)
 	policyFile := fs.String("policy", "policy.yaml", "the policy file")
 	if err := fs.Parse(args); err != nil {
 		return 2

@@ -5,7 +5,6 @@ import (
 	"encoding/csv"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math/big"
@@ -18,6 +17,7 @@ import (
 	"github.com/limitgen/limitgen/adaptive"
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/atomicwindow"
+	"github.com/limitgen/limitgen/gen/internal/cli"
 	"github.com/limitgen/limitgen/gen/internal/model"
 	"github.com/limitgen/limitgen/gen/internal/numbers"
 	"github.com/limitgen/limitgen/gen/internal/policy"
@@ -58,13 +58,10 @@ import (
 // adaptive.Config's) whose factor scales that rule, shown in a factor
 // column. Each event is echoed as a # line where it happened.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("gen simulate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: gen simulate -policy policy.yaml -rule RULE|TIER [-plan PLAN] [-numbers numbers.yaml] [-adapt RULE -latency D|-errors R ...] [-html report.html] < requests")
-		fmt.Fprintln(stderr, "Replays a request log (CSV or JSON lines) through a rule or tier and prints each decision.")
-		fs.PrintDefaults()
-	}
+	fs := cli.FlagSet("gen simulate", stderr,
+		"usage: gen simulate -policy policy.yaml -rule RULE|TIER [-plan PLAN] [-numbers numbers.yaml] [-adapt RULE -latency D|-errors R ...] [-html report.html] < requests",
+		"Replays a request log (CSV or JSON lines) through a rule or tier and prints each decision.",
+	)
 	policyFile := fs.String("policy", "policy.yaml", "the policy file")
 	name := fs.String("rule", "", "the rule or tier to replay the log through (required)")
 	planName := fs.String("plan", "", "the plan, for rules that differ by plan")
