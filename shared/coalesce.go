@@ -236,3 +236,82 @@ func (c *Coalescer[C]) Do(ctx context.Context, check C) (atomicbucket.Decision, 
 // Close sends the checks already queued and stops; checks after it fail
 // with ErrClosed.
 func (c *Coalescer[C]) Close() { c.b.Close() }
+
+// flush sends a coalesced batch: split by node (each node's part in one
+// round trip, the nodes in parallel) and, within a node, by group.
+func (e *Engine) flush(ctx context.Context, batch []*waitingCheck[Call]) {
+	if len(batch) == 1 {
+		// A check alone (a quiet moment): its own call, as without
+		// coalescing, without the batch's bookkeeping.
+		p := batch[0]
+		e.batches.Add(1)
+		d, err := e.one(ctx, p.Check, p.Check.Clamped(), ModeTake)
+		p.Done(d, err)
+		return
+	}
+	type part struct {
+		node    string
+		groups  [][]Call
+		pending [][]*waitingCheck[Call]
+		index   map[uint32]int
+	}
+	var parts []*part
+	for _, p := range batch {
+		group, node := e.b.Place(p.Check)
+		var pt *part
+		for _, x := range parts {
+			if x.node == node {
+				pt = x
+			}
+		}
+		if pt == nil {
+			pt = &part{node: node, index: map[uint32]int{}}
+			parts = append(parts, pt)
+		}
+		gi, ok := pt.index[group]
+		if !ok {
+			gi = len(pt.groups)
+			pt.index[group] = gi
+			pt.groups, pt.pending = append(pt.groups, nil), append(pt.pending, nil)
+		}
+		pt.groups[gi] = append(pt.groups[gi], p.Check)
+		pt.pending[gi] = append(pt.pending[gi], p)
+	}
+	send := func(pt *part) {
+		e.batches.Add(1)
+		var replies [][]Reply
+		cctx, rt, err := e.enter(ctx, e.own)
+		if err == nil {
+			replies, err = e.b.Each(cctx, pt.groups)
+			err = e.leave(rt, ended(cctx, err))
+		}
+		if err == nil && len(replies) != len(pt.groups) {
+			err = fmt.Errorf("%s: %d replies for %d groups", e.b.Name(), len(replies), len(pt.groups))
+		}
+		for gi, ps := range pt.pending {
+			for ci, p := range ps {
+				switch {
+				case err != nil:
+					p.Done(atomicbucket.Decision{}, &nodeError{pt.node, err})
+				case len(replies[gi]) != len(ps):
+					p.Done(atomicbucket.Decision{}, fmt.Errorf("%s: %d replies for %d checks", e.b.Name(), len(replies[gi]), len(ps)))
+				default:
+					p.Done(p.Check.Decision(replies[gi][ci]), nil)
+				}
+			}
+		}
+	}
+	if len(parts) == 1 {
+		send(parts[0])
+		return
+	}
+	var wg sync.WaitGroup
+	for _, pt := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			send(pt)
+		}()
+	}
+	wg.Wait()
+}

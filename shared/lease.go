@@ -577,3 +577,63 @@ func (ls *Leases) Release(ctx context.Context) error {
 	}
 	return first
 }
+
+// NewLease returns a lease of key's bucket under r, asking for at most
+// maxBatch tokens at a time (at least 1, at most the burst).
+func (e *Engine) NewLease(r *StoreRule, key string, maxBatch int64) *Lease {
+	c := Call{r, key, 0}
+	_, node := e.b.Place(c)
+	l := NewLease(func(ctx context.Context, cost, want int64, prev Settlement) (Granted, error) {
+		cctx, rt, err := e.enter(ctx, e.own)
+		if err != nil {
+			return Granted{}, err
+		}
+		c := Call{r, key, cost}
+		lr, err := e.b.Lease(cctx, c.Clamped(), want, prev)
+		err = e.leave(rt, ended(cctx, err))
+		if err != nil {
+			return Granted{}, err
+		}
+		g := c.Granted(lr)
+		if g.Allowed && g.Size > 0 {
+			e.grants.Add(1)
+			e.granted.Add(g.Size)
+		}
+		return g, nil
+	}, r.n.Limit.Burst, maxBatch)
+	l.node = node
+	return l
+}
+
+// CheckLease decides cost from l, never failing: locally when the lease can,
+// else by a refill behind its server's breaker and within the store's
+// timeout; when the store cannot, r's failure setting decides.
+func (e *Engine) CheckLease(ctx context.Context, l *Lease, r *StoreRule, key string, cost int64) Result {
+	res, _, _ := l.Check(ctx, e.guard, r.fallback.Step(key, cost), cost, int64(atomicbucket.Now()))
+	return res
+}
+
+// ReleaseLeases gives back to the store the tokens that the leases of every
+// package bound to it hold (Lease.Release), and the units its leased windows
+// hold (Window.ReleaseLeases), so that a service shutting down
+// leaves them to the other instances instead of holding them until their
+// grants expire. The leases go on working: a later check takes a new grant.
+// It returns the first error, having tried every lease.
+func (e *Engine) ReleaseLeases(ctx context.Context) error {
+	e.mu.Lock()
+	bounds := append([]*Binding(nil), e.bounds...)
+	windows := append([]*Window(nil), e.windows...)
+	e.mu.Unlock()
+	var first error
+	for _, b := range bounds {
+		if err := b.leases.Release(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	for _, w := range windows {
+		if err := w.ReleaseLeases(ctx); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
