@@ -135,3 +135,44 @@ func TestRefuse(t *testing.T) {
 		t.Fatalf("after Refuse: %+v, Err() = %v", s, s.Err())
 	}
 }
+
+// A global shared rule's numbers change through its target, whole or not at
+// all, and without a store they are the process-local bucket's.
+func TestGlobalTarget(t *testing.T) {
+	local := genimpl.NewGlobal(atomicbucket.NewBucketAt(atomicbucket.MustRule(limit), atomicbucket.Now()), genimpl.Cost{Default: 4})
+	g := NewGlobal(local, Bind("limits", nil, nil, 0), 0)
+	tg := GlobalTarget(g)
+	if tg.Keyed() || tg.CheckKey("anything") != nil {
+		t.Fatal("a global target is keyed, or refuses a key it ignores")
+	}
+	if err := tg.Check(0, atomicbucket.Numbers{Tokens: 1, Period: time.Minute, Burst: 3}); err == nil {
+		t.Fatal("Check of a burst of 3 under a default cost of 4: no error")
+	}
+	if err := tg.Set(0, nil, atomicbucket.Numbers{Tokens: 1, Period: time.Minute, Burst: 3}); err == nil {
+		t.Fatal("Set of a burst of 3 under a default cost of 4: no error")
+	}
+	if _, from := g.NumbersFor(); from != atomicbucket.FromPolicy {
+		t.Fatalf("after a refused Set, the numbers come from %v", from)
+	}
+	eight := atomicbucket.Numbers{Tokens: 1, Period: time.Minute, Burst: 8}
+	if err := tg.Set(0, nil, eight); err != nil {
+		t.Fatal(err)
+	}
+	if n, from := g.NumbersFor(); n != eight || from != atomicbucket.FromOverride {
+		t.Fatalf("after Set: %+v from %v", n, from)
+	}
+	ctx := context.Background()
+	if !g.Allow(ctx) || !g.Allow(ctx) || g.Allow(ctx) {
+		t.Fatal("a burst of 8 does not hold two requests of 4 and no third")
+	}
+	if err := g.Reset(ctx); err != nil || !g.Allow(ctx) {
+		t.Fatalf("after Reset (%v) the bucket is not full", err)
+	}
+	tg.Clear(0, nil)
+	if _, from := g.NumbersFor(); from != atomicbucket.FromPolicy {
+		t.Fatalf("after Clear, the numbers come from %v", from)
+	}
+	if b := tg.Base(0); b.Cost != 4 || b.Numbers.Burst != 12 {
+		t.Fatalf("Base = %+v", b)
+	}
+}
