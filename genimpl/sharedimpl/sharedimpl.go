@@ -150,7 +150,7 @@ func (l Keyed[K]) Wait(ctx context.Context, key K, cost int64) error {
 // buckets to its own (never gaining tokens): give them from one source
 // (shared.Numbered says more).
 func (l Keyed[K]) SetNumbers(n atomicbucket.Numbers) error {
-	return setNumbers(l.s, l.local.CheckBurst(n), func(nb shared.Numbered) error { return nb.SetNumbers(l.rule, n) },
+	return setNumbers(l.s, check(l.local.Rule(), l.local.CheckBurst(n), l.s, l.rule, n), func(nb shared.Numbered) error { return nb.SetNumbers(l.rule, n) },
 		func() error { return l.local.SetNumbers(n, atomicbucket.CarryAsIs) })
 }
 
@@ -174,7 +174,7 @@ func (l Keyed[K]) NumbersFor(key K) (atomicbucket.Numbers, atomicbucket.Origin) 
 // quota), whatever the rule's, on the store and in this process; refused as by
 // SetNumbers, all or nothing.
 func (l Keyed[K]) SetKeyNumbers(key K, n atomicbucket.Numbers) error {
-	return setNumbers(l.s, l.local.CheckBurst(n), func(nb shared.Numbered) error {
+	return setNumbers(l.s, check(l.local.Rule(), l.local.CheckBurst(n), l.s, l.rule, n), func(nb shared.Numbered) error {
 		return nb.SetKeyNumbers([]int{l.rule}, l.key(key), n)
 	}, func() error { return l.local.SetKeyNumbers(key, n, atomicbucket.CarryAsIs) })
 }
@@ -232,7 +232,7 @@ func (l Global) Wait(ctx context.Context, cost int64) error {
 
 // SetNumbers is Keyed.SetNumbers for the rule's one bucket.
 func (l Global) SetNumbers(n atomicbucket.Numbers) error {
-	return setNumbers(l.s, l.local.CheckBurst(n), func(nb shared.Numbered) error { return nb.SetNumbers(l.rule, n) },
+	return setNumbers(l.s, check(l.local.Rule(), l.local.CheckBurst(n), l.s, l.rule, n), func(nb shared.Numbered) error { return nb.SetNumbers(l.rule, n) },
 		func() error { return l.local.SetNumbers(n, atomicbucket.CarryAsIs) })
 }
 
@@ -259,8 +259,10 @@ func (l Global) Reset(ctx context.Context) error {
 }
 
 // setNumbers makes one change on the store (when there is one) and then in
-// this process: none when the change is refused first (refused), or the
-// store cannot change numbers or refuses it.
+// this process: none when the change is refused first (refused: new numbers
+// are checked against the process-local rule, its costs and the store before
+// either is changed, so that neither takes numbers the other refuses), or
+// the store cannot change numbers or refuses it.
 func setNumbers(s *State, refused error, onStore func(shared.Numbered) error, here func() error) error {
 	if refused != nil {
 		return refused
