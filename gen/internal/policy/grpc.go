@@ -3,7 +3,6 @@ package policy
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/limitgen/limitgen/gen/internal/model"
@@ -30,9 +29,7 @@ var (
 func (p *parser) grpcSection(n *yaml.Node, m *model.Model) *model.GRPC {
 	f, _ := p.mapping(n, grpcFields, "the grpc section")
 	g := &model.GRPC{Metadata: "MetadataDenials", LogDenials: 10, Missing: "InvalidArgument"}
-	if c := f["client_ip"]; c != nil {
-		g.ClientIP = p.clientIP(c, "grpc")
-	}
+	p.doorFields(f, "grpc", &g.ClientIP, &g.Jitter, &g.LogDenials)
 	if v := f["metadata"]; v != nil {
 		switch v.Value {
 		case "denials":
@@ -44,19 +41,6 @@ func (p *parser) grpcSection(n *yaml.Node, m *model.Model) *model.GRPC {
 			g.Metadata = "MetadataLean"
 		default:
 			p.errorf(v, "grpc: metadata %q: use denials (the RateLimit fields in a denial's trailers: the default), all (also in every allowed call's header metadata), none (no fields; a denial keeps RetryInfo and the pushback) or lean (a denial's status and pushback alone)", v.Value)
-		}
-	}
-	if v := f["jitter"]; v != nil {
-		j, err := strconv.ParseFloat(v.Value, 64)
-		if err != nil || v.Kind != yaml.ScalarNode || !(j >= 0 && j <= 1) {
-			p.errorf(v, "grpc: jitter %q: a fraction of the wait from 0 to 1, such as 0.5", v.Value)
-		} else {
-			g.Jitter = j
-		}
-	}
-	if v := f["log_denials"]; v != nil {
-		if n, ok := p.int(v, "grpc", "log_denials", 0); ok {
-			g.LogDenials = n
 		}
 	}
 	if v := f["missing_key"]; v != nil {
@@ -86,15 +70,7 @@ func (p *parser) grpcSection(n *yaml.Node, m *model.Model) *model.GRPC {
 			g.Routes = append(g.Routes, r)
 		}
 	}
-	planned := false
-	for _, r := range g.Routes {
-		for _, ri := range r.Rules {
-			planned = planned || m.Rules[ri].Planned
-		}
-	}
-	if planned && g.Plan.Kind == "" && f["plan"] == nil {
-		p.errorf(n, "grpc: methods check rules whose numbers differ by plan, but no plan source is given; add plan: {from: func:PlanOf, default: %s}", m.Plans[0].Name)
-	}
+	p.needPlan(n, f, m, "grpc", "methods", g.Plan, g.Routes)
 	return g
 }
 

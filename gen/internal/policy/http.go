@@ -38,28 +38,13 @@ const maxRoutes = 256
 func (p *parser) httpSection(n *yaml.Node, m *model.Model) *model.HTTP {
 	f, _ := p.mapping(n, httpFields, "the http section")
 	h := &model.HTTP{Headers: "HeadersIETF", LogDenials: 10, Missing: http.StatusBadRequest}
-	if c := f["client_ip"]; c != nil {
-		h.ClientIP = p.clientIP(c, "http")
-	}
+	p.doorFields(f, "http", &h.ClientIP, &h.Jitter, &h.LogDenials)
 	if v := f["headers"]; v != nil {
 		styles := map[string]string{"ietf": "HeadersIETF", "legacy": "HeadersLegacy", "none": "HeadersNone"}
 		if s, ok := styles[v.Value]; ok {
 			h.Headers = s
 		} else {
 			p.errorf(v, "http: headers %q: use ietf (RateLimit-Policy and RateLimit), legacy (those and X-RateLimit-*) or none", v.Value)
-		}
-	}
-	if v := f["jitter"]; v != nil {
-		j, err := strconv.ParseFloat(v.Value, 64)
-		if err != nil || v.Kind != yaml.ScalarNode || !(j >= 0 && j <= 1) {
-			p.errorf(v, "http: jitter %q: a fraction of the wait from 0 to 1, such as 0.5", v.Value)
-		} else {
-			h.Jitter = j
-		}
-	}
-	if v := f["log_denials"]; v != nil {
-		if n, ok := p.int(v, "http", "log_denials", 0); ok {
-			h.LogDenials = n
 		}
 	}
 	if v := f["missing_key"]; v != nil {
@@ -78,16 +63,45 @@ func (p *parser) httpSection(n *yaml.Node, m *model.Model) *model.HTTP {
 			h.Routes = append(h.Routes, r)
 		}
 	}
-	planned := false
-	for _, r := range h.Routes {
-		for _, ri := range r.Rules {
-			planned = planned || m.Rules[ri].Planned
+	p.needPlan(n, f, m, "http", "routes", h.Plan, h.Routes)
+	return h
+}
+
+// doorFields validates the fields every door's section has: client_ip,
+// jitter and log_denials.
+func (p *parser) doorFields(f map[string]*yaml.Node, door string, ip *model.ClientIP, jitter *float64, logDenials *int64) {
+	if c := f["client_ip"]; c != nil {
+		*ip = p.clientIP(c, door)
+	}
+	if v := f["jitter"]; v != nil {
+		j, err := strconv.ParseFloat(v.Value, 64)
+		if err != nil || v.Kind != yaml.ScalarNode || !(j >= 0 && j <= 1) {
+			p.errorf(v, "%s: jitter %q: a fraction of the wait from 0 to 1, such as 0.5", door, v.Value)
+		} else {
+			*jitter = j
 		}
 	}
-	if planned && h.Plan.Kind == "" && f["plan"] == nil {
-		p.errorf(n, "http: routes check rules whose numbers differ by plan, but no plan source is given; add plan: {from: func:PlanOf, default: %s}", m.Plans[0].Name)
+	if v := f["log_denials"]; v != nil {
+		if n, ok := p.int(v, door, "log_denials", 0); ok {
+			*logDenials = n
+		}
 	}
-	return h
+}
+
+// needPlan reports a door whose entries check planned rules with no plan
+// source to choose the plan by.
+func (p *parser) needPlan(n *yaml.Node, f map[string]*yaml.Node, m *model.Model, door, entries string, plan model.PlanSource, routes []model.Route) {
+	if plan.Kind != "" || f["plan"] != nil {
+		return
+	}
+	for _, r := range routes {
+		for _, ri := range r.Rules {
+			if m.Rules[ri].Planned {
+				p.errorf(n, "%s: %s check rules whose numbers differ by plan, but no plan source is given; add plan: {from: func:PlanOf, default: %s}", door, entries, m.Plans[0].Name)
+				return
+			}
+		}
+	}
 }
 
 type hookUse struct {
