@@ -214,18 +214,17 @@ type WindowOptions struct {
 // the key's row; it fails, with an error and a denial, when the database
 // cannot answer. Its methods are safe for concurrent use.
 type Window struct {
-	pool     *pgxpool.Pool
-	setupSQL string
-	ready    atomic.Bool // the table and function are there
-	nums     atomic.Pointer[windowNums]
-	own      shared.OwnNumbers[windowNums] // keys with numbers of their own (SetKeyRule)
-	name     string                        // the row's rule name
-	timeout  time.Duration
-	check    string // the statement
-	lease    string // the lease statement
-	sweep    string
-	forget   string           // deletes a key's row (Forget)
-	at       func() time.Time // tests: the time the function decides at
+	pool                 *pgxpool.Pool
+	setupSQL             string
+	ready                atomic.Bool // the table and function are there
+	shared.WindowNumbers             // the rule's and keys' own
+	name                 string      // the row's rule name
+	timeout              time.Duration
+	check                string // the statement
+	lease                string // the lease statement
+	sweep                string
+	forget               string           // deletes a key's row (Forget)
+	at                   func() time.Time // tests: the time the function decides at
 	// e, for a window of a Store (Store.Window), is the store's Engine: each
 	// statement is one of its round trips (a connection, the timeout,
 	// Stats.Latency).
@@ -240,55 +239,6 @@ func (w *Window) run(ctx context.Context, fn func(ctx context.Context) error) er
 	}
 	return w.e.RoundTrip(ctx, fn)
 }
-
-// windowNums are a window's numbers as the function takes them.
-type windowNums struct {
-	rule atomicwindow.Rule
-	lUs  int64 // the sub-window in µs (0: exact)
-}
-
-// SetRule makes rule the window's numbers for every later check
-// (shared.RuledChecker): each key's window is carried into them at its next
-// check, as the function carries what another version of the rule wrote.
-func (w *Window) SetRule(rule atomicwindow.Rule) error {
-	n, err := windowNumsOf(rule)
-	if err != nil {
-		return err
-	}
-	w.nums.Store(n)
-	return nil
-}
-
-// windowNumsOf is rule as the function takes it, or why it cannot.
-func windowNumsOf(rule atomicwindow.Rule) (*windowNums, error) {
-	n := &windowNums{rule: rule}
-	if !rule.Exact() {
-		if rule.Grain()%time.Microsecond != 0 {
-			return nil, fmt.Errorf("%w: a counted window in PostgreSQL has sub-windows of whole microseconds: %v is not a multiple of 16µs", atomicbucket.ErrInvalidLimit, rule.Window())
-		}
-		n.lUs = int64(rule.Grain() / time.Microsecond)
-	}
-	return n, nil
-}
-
-// SetKeyRule gives key numbers of its own for every later check
-// (shared.KeyRuledChecker): its window is carried into them at its next
-// check, as SetRule carries every key's. A rule a counted window in
-// PostgreSQL cannot take is refused, changing nothing.
-func (w *Window) SetKeyRule(key string, rule atomicwindow.Rule) error {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return fmt.Errorf("pgstore: a window's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
-	}
-	n, err := windowNumsOf(rule)
-	if err != nil {
-		return err
-	}
-	w.own.Store(key, n)
-	return nil
-}
-
-// ClearKeyRule gives key the window's numbers back (shared.KeyRuledChecker).
-func (w *Window) ClearKeyRule(key string) { w.own.Delete(key) }
 
 // NewWindow returns the window rule named name with rule's numbers in pool's
 // database, creating its table and function when absent. A counted window (a
@@ -367,9 +317,6 @@ func (s *Store) Window(name string, rule atomicwindow.Rule) (shared.WindowChecke
 	return w, nil
 }
 
-// Rule returns the window's numbers.
-func (w *Window) Rule() *atomicwindow.Rule { return &w.nums.Load().rule }
-
 // AllowN decides a request of cost for key in the database, counting it if
 // admitted. An error (the database did not answer in time, or refused) comes
 // with a denied decision that says nothing of the window.
@@ -390,9 +337,9 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) (atomicbuck
 		at = &us
 	}
 	var r []int64
-	nm := w.own.For(key, w.nums.Load())
+	nm := w.NumsFor(key)
 	err := w.run(ctx, func(ctx context.Context) error {
-		return w.pool.QueryRow(ctx, w.check, w.name, rowKey(key), int64(nm.rule.Window()/time.Microsecond), nm.rule.Limit(), nm.lUs, cost, at).Scan(&r)
+		return w.pool.QueryRow(ctx, w.check, w.name, rowKey(key), int64(nm.Rule.Window()/time.Microsecond), nm.Rule.Limit(), nm.GrainUs, cost, at).Scan(&r)
 	})
 	if err != nil {
 		return atomicbucket.Decision{}, err
@@ -403,7 +350,7 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) (atomicbuck
 	// Remaining is at least 0 (a window carried into a lower limit may hold
 	// more than it), and a cost of 0, which takes nothing, is admitted
 	// however full the window.
-	d := atomicbucket.Decision{Remaining: max(nm.rule.Limit()-r[1], 0), Reset: shared.WindowWait(r[3])}
+	d := atomicbucket.Decision{Remaining: max(nm.Rule.Limit()-r[1], 0), Reset: shared.WindowWait(r[3])}
 	switch {
 	case r[0] == 1:
 		d.Allowed, d.Remaining = true, max(d.Remaining-r[2], 0)
@@ -465,15 +412,15 @@ func (w *Window) Lease(ctx context.Context, key string, cost, want int64, prev s
 		us := w.at().UnixMicro()
 		at = &us
 	}
-	nm := w.own.For(key, w.nums.Load())
-	term := shared.WindowLeaseTerm(nm.rule.Window())
+	nm := w.NumsFor(key)
+	term := shared.WindowLeaseTerm(nm.Rule.Window())
 	var r []int64
 	err := w.run(ctx, func(ctx context.Context) error {
-		return w.pool.QueryRow(ctx, w.lease, w.name, rowKey(key), int64(nm.rule.Window()/time.Microsecond), nm.rule.Limit(), nm.lUs,
+		return w.pool.QueryRow(ctx, w.lease, w.name, rowKey(key), int64(nm.Rule.Window()/time.Microsecond), nm.Rule.Limit(), nm.GrainUs,
 			int64(term/time.Microsecond), cost, want, prev.Second, prev.Size, prev.Unspent, prev.Gen, at).Scan(&r)
 	})
 	if err != nil {
 		return shared.Granted{}, err
 	}
-	return shared.WindowGranted(nm.rule.Limit(), r)
+	return shared.WindowGranted(nm.Rule.Limit(), r)
 }

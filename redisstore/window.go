@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -293,14 +292,13 @@ func windowScript(source string, explicitNow bool) string {
 // an error, and a denial) when Redis cannot answer: the caller decides what
 // an outage means. Its methods are safe for concurrent use.
 type Window struct {
-	client      redis.UniversalClient
-	script      *redis.Script
-	leaseScript *redis.Script
-	prefix      string // the keys' prefix, up to the key
-	nums        atomic.Pointer[windowNums]
-	own         shared.OwnNumbers[windowNums] // keys with numbers of their own (SetKeyRule)
-	timeout     time.Duration
-	co          *shared.Coalescer[windowCheck]
+	client               redis.UniversalClient
+	script               *redis.Script
+	leaseScript          *redis.Script
+	prefix               string // the keys' prefix, up to the key
+	shared.WindowNumbers        // the rule's and keys' own
+	timeout              time.Duration
+	co                   *shared.Coalescer[windowCheck]
 	// now, in tests, gives the time the script decides at (explicitNow).
 	now func() time.Time
 	// e, for a window of a Store (Store.Window), is the store's Engine: each
@@ -330,55 +328,6 @@ func (w *Window) Node(key string) string {
 	}
 	return ""
 }
-
-// windowNums are a window's numbers as the script takes them.
-type windowNums struct {
-	rule atomicwindow.Rule
-	lUs  int64 // the sub-window in µs (0: exact)
-}
-
-// windowNumsOf is rule as the script takes it, or why it cannot.
-func windowNumsOf(rule atomicwindow.Rule) (*windowNums, error) {
-	n := &windowNums{rule: rule}
-	if !rule.Exact() {
-		if rule.Grain()%time.Microsecond != 0 {
-			return nil, fmt.Errorf("%w: a counted window on Redis has sub-windows of whole microseconds: %v is not a multiple of 16µs", atomicbucket.ErrInvalidLimit, rule.Window())
-		}
-		n.lUs = int64(rule.Grain() / time.Microsecond)
-	}
-	return n, nil
-}
-
-// SetRule makes rule the window's numbers for every later check
-// (shared.RuledChecker): each key's window is carried into them at its next
-// check, as the script carries what another version of the rule wrote.
-func (w *Window) SetRule(rule atomicwindow.Rule) error {
-	n, err := windowNumsOf(rule)
-	if err != nil {
-		return err
-	}
-	w.nums.Store(n)
-	return nil
-}
-
-// SetKeyRule gives key numbers of its own for every later check
-// (shared.KeyRuledChecker): its window is carried into them at its next
-// check, as SetRule carries every key's. A rule a counted window on Redis
-// cannot take is refused, changing nothing.
-func (w *Window) SetKeyRule(key string, rule atomicwindow.Rule) error {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return fmt.Errorf("redisstore: a window's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
-	}
-	n, err := windowNumsOf(rule)
-	if err != nil {
-		return err
-	}
-	w.own.Store(key, n)
-	return nil
-}
-
-// ClearKeyRule gives key the window's numbers back (shared.KeyRuledChecker).
-func (w *Window) ClearKeyRule(key string) { w.own.Delete(key) }
 
 // windowCheck is one check of a coalesced batch.
 type windowCheck struct {
@@ -466,9 +415,6 @@ func (s *Store) Close() {
 	}
 }
 
-// Rule returns the window's numbers.
-func (w *Window) Rule() *atomicwindow.Rule { return &w.nums.Load().rule }
-
 // Close stops a coalescing window's goroutines.
 func (w *Window) Close() {
 	if w.co != nil {
@@ -515,9 +461,12 @@ func (w *Window) decideBatch(ctx context.Context, batch []*shared.Waiting[window
 // window's numbers, and one for those of each key with numbers of its own
 // (a call goes by one set of numbers), each group in order.
 func (w *Window) decide(ctx context.Context, checks []windowCheck) ([]atomicbucket.Decision, error) {
-	nm := w.nums.Load()
-	if !w.own.Any() {
-		return w.decideBy(ctx, checks, nm)
+	if !w.AnyOwn() {
+		return w.decideBy(ctx, checks, w.NumsFor(""))
+	}
+	nums := make([]*shared.WindowNums, len(checks))
+	for i := range checks {
+		nums[i] = w.NumsFor(checks[i].key)
 	}
 	ds := make([]atomicbucket.Decision, len(checks))
 	done := make([]bool, len(checks))
@@ -525,11 +474,11 @@ func (w *Window) decide(ctx context.Context, checks []windowCheck) ([]atomicbuck
 		if done[i] {
 			continue
 		}
-		by := w.own.For(checks[i].key, nm)
+		by := nums[i]
 		var group []windowCheck
 		var at []int
 		for j := i; j < len(checks); j++ {
-			if !done[j] && w.own.For(checks[j].key, nm) == by {
+			if !done[j] && nums[j] == by {
 				group, at = append(group, checks[j]), append(at, j)
 				done[j] = true
 			}
@@ -547,7 +496,7 @@ func (w *Window) decide(ctx context.Context, checks []windowCheck) ([]atomicbuck
 
 // decideBy runs the script for checks, in order, as runs of one key and
 // cost, by numbers nm.
-func (w *Window) decideBy(ctx context.Context, checks []windowCheck, nm *windowNums) ([]atomicbucket.Decision, error) {
+func (w *Window) decideBy(ctx context.Context, checks []windowCheck, nm *shared.WindowNums) ([]atomicbucket.Decision, error) {
 	type run struct {
 		key   string
 		cost  int64
@@ -563,7 +512,7 @@ func (w *Window) decideBy(ctx context.Context, checks []windowCheck, nm *windowN
 	}
 	keys := make([]string, len(runs))
 	args := make([]any, 0, 3+2*len(runs)+2)
-	args = append(args, int64(nm.rule.Window()/time.Microsecond), nm.rule.Limit(), nm.lUs)
+	args = append(args, int64(nm.Rule.Window()/time.Microsecond), nm.Rule.Limit(), nm.GrainUs)
 	for i, r := range runs {
 		keys[i] = w.prefix + r.key
 		args = append(args, r.cost, r.count)
@@ -584,7 +533,7 @@ func (w *Window) decideBy(ctx context.Context, checks []windowCheck, nm *windowN
 	if len(res) != 4*len(runs) {
 		return nil, errors.New("redisstore: the window script answered " + strconv.Itoa(len(res)) + " numbers for " + strconv.Itoa(len(runs)) + " runs")
 	}
-	n := nm.rule.Limit()
+	n := nm.Rule.Limit()
 	ds := make([]atomicbucket.Decision, 0, len(checks))
 	for i, r := range runs {
 		admitted, in, retry, reset := res[4*i], res[4*i+1], res[4*i+2], res[4*i+3]
@@ -625,9 +574,9 @@ func (w *Window) Lease(ctx context.Context, key string, cost, want int64, prev s
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
-	nm := w.own.For(key, w.nums.Load())
-	term := shared.WindowLeaseTerm(nm.rule.Window())
-	args := []any{int64(nm.rule.Window() / time.Microsecond), nm.rule.Limit(), nm.lUs, int64(term / time.Microsecond),
+	nm := w.NumsFor(key)
+	term := shared.WindowLeaseTerm(nm.Rule.Window())
+	args := []any{int64(nm.Rule.Window() / time.Microsecond), nm.Rule.Limit(), nm.GrainUs, int64(term / time.Microsecond),
 		cost, want, prev.Second, prev.Size, prev.Unspent, prev.Gen}
 	if w.now != nil {
 		t := w.now()
@@ -642,5 +591,5 @@ func (w *Window) Lease(ctx context.Context, key string, cost, want int64, prev s
 	if err != nil {
 		return shared.Granted{}, err
 	}
-	return shared.WindowGranted(nm.rule.Limit(), res)
+	return shared.WindowGranted(nm.Rule.Limit(), res)
 }

@@ -124,48 +124,90 @@ type KeyRuledChecker interface {
 	ClearKeyRule(key string)
 }
 
-// OwnNumbers are the keys of a KeyRuledChecker that have numbers of their
-// own, as the checker keeps them (N: its form of a rule). Until the first,
-// a lookup is one load of nil. Safe for concurrent use.
-type OwnNumbers[N any] struct{ m atomic.Pointer[sync.Map] }
+// WindowNumbers are a store window's numbers (redisstore.Window,
+// pgstore.Window embed them): the rule every key checks by and the keys with
+// numbers of their own, each as the store takes it (WindowNums). Until a key
+// has its own, a lookup of one is a load of nil. Safe for concurrent use.
+type WindowNumbers struct {
+	rule atomic.Pointer[WindowNums]
+	own  atomic.Pointer[sync.Map] // nil until SetKeyRule
+}
 
-// Load returns key's own numbers, if it has them.
-func (o *OwnNumbers[N]) Load(key string) (*N, bool) {
-	if m := o.m.Load(); m != nil {
-		if n, ok := m.Load(key); ok {
-			return n.(*N), true
+// WindowNums are a window rule as a store takes it.
+type WindowNums struct {
+	Rule    atomicwindow.Rule
+	GrainUs int64 // the sub-window in µs; 0: an exact window
+}
+
+// windowNumsOf is rule as a store takes it, or why it cannot: a counted
+// window's sub-windows are whole microseconds.
+func windowNumsOf(rule atomicwindow.Rule) (*WindowNums, error) {
+	n := &WindowNums{Rule: rule}
+	if !rule.Exact() {
+		if rule.Grain()%time.Microsecond != 0 {
+			return nil, fmt.Errorf("%w: a counted window on a store has sub-windows of whole microseconds: %v is not a multiple of 16µs", atomicbucket.ErrInvalidLimit, rule.Window())
 		}
+		n.GrainUs = int64(rule.Grain() / time.Microsecond)
 	}
-	return nil, false
+	return n, nil
 }
 
-// For is key's own numbers, or def when it has none.
-func (o *OwnNumbers[N]) For(key string, def *N) *N {
-	if n, ok := o.Load(key); ok {
-		return n
+// SetRule makes rule the numbers of every later check (RuledChecker): each
+// key's window is carried into them at its next check, as the store carries
+// what another version of the rule wrote.
+func (w *WindowNumbers) SetRule(rule atomicwindow.Rule) error {
+	n, err := windowNumsOf(rule)
+	if err != nil {
+		return err
 	}
-	return def
+	w.rule.Store(n)
+	return nil
 }
 
-// Store makes n key's own numbers.
-func (o *OwnNumbers[N]) Store(key string, n *N) {
-	m := o.m.Load()
+// Rule returns the window's numbers (not a key's own).
+func (w *WindowNumbers) Rule() *atomicwindow.Rule { return &w.rule.Load().Rule }
+
+// SetKeyRule gives key numbers of its own for every later check
+// (KeyRuledChecker): its window is carried into them at its next check, as
+// SetRule carries every key's. A rule the store cannot take is refused,
+// changing nothing.
+func (w *WindowNumbers) SetKeyRule(key string, rule atomicwindow.Rule) error {
+	if key == "" || len(key) > MaxKeyLen {
+		return fmt.Errorf("a window's key has 1 to %d bytes, not %d", MaxKeyLen, len(key))
+	}
+	n, err := windowNumsOf(rule)
+	if err != nil {
+		return err
+	}
+	m := w.own.Load()
 	if m == nil {
-		o.m.CompareAndSwap(nil, &sync.Map{})
-		m = o.m.Load()
+		w.own.CompareAndSwap(nil, &sync.Map{})
+		m = w.own.Load()
 	}
 	m.Store(key, n)
+	return nil
 }
 
-// Delete takes key's own numbers away.
-func (o *OwnNumbers[N]) Delete(key string) {
-	if m := o.m.Load(); m != nil {
+// ClearKeyRule gives key the window's numbers back (KeyRuledChecker).
+func (w *WindowNumbers) ClearKeyRule(key string) {
+	if m := w.own.Load(); m != nil {
 		m.Delete(key)
 	}
 }
 
-// Any reports whether some key has ever had numbers of its own.
-func (o *OwnNumbers[N]) Any() bool { return o.m.Load() != nil }
+// NumsFor returns the numbers key checks by: its own, or the window's
+// (always for "", which no key is).
+func (w *WindowNumbers) NumsFor(key string) *WindowNums {
+	if m := w.own.Load(); m != nil {
+		if n, ok := m.Load(key); ok {
+			return n.(*WindowNums)
+		}
+	}
+	return w.rule.Load()
+}
+
+// AnyOwn reports whether some key has ever had numbers of its own.
+func (w *WindowNumbers) AnyOwn() bool { return w.own.Load() != nil }
 
 // BindWindow binds the window rule named name (namespace, when not empty,
 // before it with a /) with rule's numbers and failure setting f to store.
