@@ -35,7 +35,7 @@ func TestRespondDegraded(t *testing.T) {
 		{verdict.Enforce, atomicbucket.Decision{RetryAfter: time.Second}, nil, false, false, verdict.Denied, ""},
 	}
 	for i, tc := range cases {
-		res := verdict.Result{Decision: tc.d, Policy: &p, Cost: 1, Degraded: tc.degrade, StoreErr: tc.err}
+		res := verdict.Result{Decision: tc.d, Policy: &p, Cost: 1, Degraded: tc.degrade, Err: tc.err}
 		w := httptest.NewRecorder()
 		if goOn := c.Respond(w, httptest.NewRequest("GET", "/", nil), tc.mode, &res, "k"); goOn != tc.goOn {
 			t.Errorf("case %d: went on %v, want %v (status %d)", i, goOn, tc.goOn, w.Code)

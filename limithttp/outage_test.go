@@ -32,7 +32,7 @@ func TestOutageAnswered(t *testing.T) {
 			var seen []verdict.Event
 			cfg := Config{Judge: verdict.Judge{Observer: verdict.ObserverFunc(func(e verdict.Event) { seen = append(seen, e) })}}
 			res := verdict.Result{Decision: atomicbucket.Decision{RetryAfter: time.Second}, Policy: &p, Policies: p.Item, Cost: 1,
-				Degraded: true, Outage: c.outage, StoreErr: errors.New("dial tcp 127.0.0.1:1: connect: connection refused")}
+				Degraded: true, Outage: c.outage, Err: errors.New("dial tcp 127.0.0.1:1: connect: connection refused")}
 			w := httptest.NewRecorder()
 			if cfg.Respond(w, httptest.NewRequest("POST", "/export/7", nil), verdict.Enforce, &res, "7") {
 				t.Fatal("the request went on")

@@ -11,6 +11,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/redisstore/redistest"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/verdict"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -72,7 +73,7 @@ func TestRedisKilledAndRestarted(t *testing.T) {
 
 	srv.Restart(t) // the same port, empty: its state is lost, and the limit starts again full
 	time.Sleep(shared.BreakerPause + 50*time.Millisecond)
-	var res shared.Result
+	var res verdict.Result
 	for i := 0; i < 50; i++ { // the probe may meet the pool's dead connections first
 		if res = st.Check(ctx, deny, "k", 1); !res.Degraded {
 			break

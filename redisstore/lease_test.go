@@ -12,6 +12,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/redisstore/redistest"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/verdict"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -202,16 +203,16 @@ func TestLeaseWaitIsNoRedisFailure(t *testing.T) {
 	}
 	r, _ := NewRule("wait", atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 10})
 	l := st.NewLease(r, "k", 10)
-	check := func(ctx context.Context) shared.Result {
+	check := func(ctx context.Context) verdict.Result {
 		return st.CheckLease(ctx, l, r, "k", 1)
 	}
 	if err := srv.Client(t).Do(context.Background(), "CLIENT", "PAUSE", "20", "ALL").Err(); err != nil {
 		t.Fatal(err)
 	}
-	first := make(chan shared.Result, 1)
+	first := make(chan verdict.Result, 1)
 	go func() { first <- check(context.Background()) }() // the refill, held up by the pause
 	time.Sleep(5 * time.Millisecond)
-	results := make(chan shared.Result, 2*shared.BreakerFailures)
+	results := make(chan verdict.Result, 2*shared.BreakerFailures)
 	for range 2 * shared.BreakerFailures {
 		go func() {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)

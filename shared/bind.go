@@ -7,6 +7,7 @@ import (
 	"reflect"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // ErrNoStore is Bind's error for a nil store, or a nil pointer (or map,
@@ -126,15 +127,15 @@ func (b *Binding) Health() error { return b.e.Health() }
 // Check decides steps on the store, or, when every step's rule is leased,
 // from each step's lease in order, all or nothing. A step naming no bound
 // rule is denied, as a rule that cannot be checked.
-func (b *Binding) Check(ctx context.Context, steps []Step) (Result, int) {
+func (b *Binding) Check(ctx context.Context, steps []Step) (verdict.Result, int) {
 	for i, s := range steps {
 		if s.Rule < 0 || s.Rule >= len(b.rules) {
-			return Result{Err: classed(fmt.Errorf("%s: %w: step %d names rule %d of %d bound", b.e.b.Name(), ErrInvalidStep, i, s.Rule, len(b.rules)))}, i
+			return verdict.Result{Err: classed(fmt.Errorf("%s: %w: step %d names rule %d of %d bound", b.e.b.Name(), ErrInvalidStep, i, s.Rule, len(b.rules)))}, i
 		}
 	}
 	for i, s := range steps {
 		if err := (Call{b.ruleFor(s.Rule, s.Key), s.Key, s.Cost}).checkKey(); err != nil {
-			return Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}, Err: classed(fmt.Errorf("%s: %w", b.e.b.Name(), err))}, i
+			return verdict.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}, Err: classed(fmt.Errorf("%s: %w", b.e.b.Name(), err))}, i
 		}
 	}
 	if len(steps) > 0 {
@@ -168,13 +169,13 @@ func (b *Binding) Refund(ctx context.Context, steps []Step) error {
 }
 
 // CheckStep is Check of one step; a leased rule's check allocates nothing.
-func (b *Binding) CheckStep(ctx context.Context, step Step) Result {
+func (b *Binding) CheckStep(ctx context.Context, step Step) verdict.Result {
 	if step.Rule < 0 || step.Rule >= len(b.rules) {
-		return Result{Err: classed(fmt.Errorf("%s: %w: a step names rule %d of %d bound", b.e.b.Name(), ErrInvalidStep, step.Rule, len(b.rules)))}
+		return verdict.Result{Err: classed(fmt.Errorf("%s: %w: a step names rule %d of %d bound", b.e.b.Name(), ErrInvalidStep, step.Rule, len(b.rules)))}
 	}
 	r := b.ruleFor(step.Rule, step.Key)
 	if err := (Call{r, step.Key, step.Cost}).checkKey(); err != nil {
-		return Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}, Err: classed(fmt.Errorf("%s: %w", b.e.b.Name(), err))}
+		return verdict.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}, Err: classed(fmt.Errorf("%s: %w", b.e.b.Name(), err))}
 	}
 	if res, ok := b.leases.CheckStep(ctx, step); ok {
 		return res

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/verdict"
 	"github.com/puzpuzpuz/xsync/v3"
 )
 
@@ -291,7 +292,7 @@ func (e *Engine) AllowTier(ctx context.Context, calls []Call) (atomicbucket.Deci
 // store unless the breaker of the bucket's server is open, within the
 // store's timeout (or ctx's deadline, if sooner); when the store cannot
 // answer, the rule's failure setting decides, and the Result says so.
-func (e *Engine) Check(ctx context.Context, r *StoreRule, key string, cost int64) Result {
+func (e *Engine) Check(ctx context.Context, r *StoreRule, key string, cost int64) verdict.Result {
 	res, _ := e.CheckTier(ctx, []Call{{r, key, cost}})
 	return res
 }
@@ -301,16 +302,16 @@ func (e *Engine) Check(ctx context.Context, r *StoreRule, key string, cost int64
 // denies gives back what the local shares of the calls before it took). A
 // tier naming one bucket twice is denied with an error, counted as no
 // failure of the store's.
-func (e *Engine) CheckTier(ctx context.Context, calls []Call) (Result, int) {
+func (e *Engine) CheckTier(ctx context.Context, calls []Call) (verdict.Result, int) {
 	if len(calls) == 0 {
-		return Result{Decision: atomicbucket.Decision{Allowed: true}}, -1
+		return verdict.Result{Decision: atomicbucket.Decision{Allowed: true}}, -1
 	}
 	if i := repeated(calls); i >= 0 {
-		return Result{Err: classed(fmt.Errorf("%s: %w: tier step %d names rule %s and its key again", e.b.Name(), ErrInvalidStep, i, calls[i].Rule.name))}, i
+		return verdict.Result{Err: classed(fmt.Errorf("%s: %w: tier step %d names rule %s and its key again", e.b.Name(), ErrInvalidStep, i, calls[i].Rule.name))}, i
 	}
 	for i, c := range calls { // the caller's mistake, not the store's: denied, no failure counted
 		if err := c.checkKey(); err != nil {
-			return Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}, Err: classed(fmt.Errorf("%s: %w", e.b.Name(), err))}, i
+			return verdict.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}, Err: classed(fmt.Errorf("%s: %w", e.b.Name(), err))}, i
 		}
 	}
 	g := e.guard
@@ -344,12 +345,12 @@ func (e *Engine) CheckTier(ctx context.Context, calls []Call) (Result, int) {
 	if err != nil {
 		return e.fallback(calls, err)
 	}
-	return Result{Decision: d}, i
+	return verdict.Result{Decision: d}, i
 }
 
 // fallback decides calls by their rules' failure settings, as
 // tier.At composes them, with err.
-func (e *Engine) fallback(calls []Call, err error) (Result, int) {
+func (e *Engine) fallback(calls []Call, err error) (verdict.Result, int) {
 	e.guard.Count(0, true)
 	var buf [4]fallbackStep
 	fs := buf[:0]

@@ -14,6 +14,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/tier"
+	"github.com/limitgen/limitgen/verdict"
 	"github.com/puzpuzpuz/xsync/v3"
 )
 
@@ -101,9 +102,9 @@ func (s fallbackStep) outage() bool {
 // degraded is the Result of steps decided by their failure settings for
 // err: fallbackTier's decision, an outage when the step that denied refuses
 // for the outage itself, and the index of that step.
-func degraded(err error, steps ...fallbackStep) (Result, int) {
+func degraded(err error, steps ...fallbackStep) (verdict.Result, int) {
 	d, i := fallbackTier(steps...)
-	return Result{Decision: d, Degraded: true, Outage: !d.Allowed && steps[i].outage(), Err: classed(err)}, i
+	return verdict.Result{Decision: d, Degraded: true, Outage: !d.Allowed && steps[i].outage(), Err: classed(err)}, i
 }
 
 // classedError is a shared check's error with its class (ErrorClass), which
@@ -153,7 +154,7 @@ func fallbackTier(steps ...fallbackStep) (atomicbucket.Decision, int) {
 	return d, i
 }
 
-// ErrCircuitOpen is the Result.Err of a check a store's breaker answered
+// ErrCircuitOpen is the verdict.Result.Err of a check a store's breaker answered
 // without asking the store.
 var ErrCircuitOpen error = &classError{fmt.Sprintf("circuit open: the store failed %d checks in a row; retrying after a pause", BreakerFailures), "circuit_open"}
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/verdict"
 	"github.com/puzpuzpuz/xsync/v3"
 )
 
@@ -273,10 +274,10 @@ func (l *Lease) Calls() int64 { return l.calls.Load() }
 // lease's server and within g's timeout; when the store cannot, fb decides.
 // It also returns the grant spent from, for a tier's giveBack, and whether
 // the check waited for a refill (time passed).
-func (l *Lease) Check(ctx context.Context, g *storeGuard, fb fallbackStep, cost, now int64) (Result, *grant, bool) {
+func (l *Lease) Check(ctx context.Context, g *storeGuard, fb fallbackStep, cost, now int64) (verdict.Result, *grant, bool) {
 	d, gr, call := l.local(now, cost)
 	if !call {
-		return Result{Decision: d}, gr, false
+		return verdict.Result{Decision: d}, gr, false
 	}
 	if g.Closed() {
 		g.Count(0, true)
@@ -305,7 +306,7 @@ func (l *Lease) Check(ctx context.Context, g *storeGuard, fb fallbackStep, cost,
 		r, _ := degraded(err, fb)
 		return r, nil, true
 	}
-	return Result{Decision: d}, gr, true
+	return verdict.Result{Decision: d}, gr, true
 }
 
 // MaxLeases is how many leases (a leased rule and a key) a Leases keeps. A
@@ -368,13 +369,13 @@ func (ls *Leases) SetMax(n int64) {
 
 // CheckStep decides step from its rule's lease; ok is false, with nothing
 // decided, when the rule is not leased or no lease can be kept for the key.
-func (ls *Leases) CheckStep(ctx context.Context, step Step) (res Result, ok bool) {
+func (ls *Leases) CheckStep(ctx context.Context, step Step) (res verdict.Result, ok bool) {
 	if !ls.Leased(step.Rule) {
-		return Result{}, false
+		return verdict.Result{}, false
 	}
 	l := ls.lease(ctx, step.Rule, step.Key)
 	if l == nil {
-		return Result{}, false
+		return verdict.Result{}, false
 	}
 	res, _, _ = l.Check(ctx, ls.guard, ls.fallbacks[step.Rule].Step(step.Key, step.Cost), step.Cost, int64(atomicbucket.Now()))
 	return res, true
@@ -385,16 +386,16 @@ func (ls *Leases) CheckStep(ctx context.Context, step Step) (res Result, ok bool
 // (TierAt's rule); the decision is the denying step's, or that of the step
 // left with the fewest tokens. ok is false, with nothing taken, when a step's
 // rule is not leased or its lease cannot be kept.
-func (ls *Leases) Check(ctx context.Context, steps []Step) (res Result, index int, ok bool) {
+func (ls *Leases) Check(ctx context.Context, steps []Step) (res verdict.Result, index int, ok bool) {
 	var lb [4]*Lease
 	leases := lb[:0]
 	for _, st := range steps {
 		if !ls.Leased(st.Rule) {
-			return Result{}, 0, false
+			return verdict.Result{}, 0, false
 		}
 		l := ls.lease(ctx, st.Rule, st.Key)
 		if l == nil {
-			return Result{}, 0, false
+			return verdict.Result{}, 0, false
 		}
 		leases = append(leases, l)
 	}
@@ -608,7 +609,7 @@ func (e *Engine) NewLease(r *StoreRule, key string, maxBatch int64) *Lease {
 // CheckLease decides cost from l, never failing: locally when the lease can,
 // else by a refill behind its server's breaker and within the store's
 // timeout; when the store cannot, r's failure setting decides.
-func (e *Engine) CheckLease(ctx context.Context, l *Lease, r *StoreRule, key string, cost int64) Result {
+func (e *Engine) CheckLease(ctx context.Context, l *Lease, r *StoreRule, key string, cost int64) verdict.Result {
 	res, _, _ := l.Check(ctx, e.guard, r.fallback.Step(key, cost), cost, int64(atomicbucket.Now()))
 	return res
 }

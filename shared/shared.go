@@ -27,6 +27,7 @@ import (
 	"regexp"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // FailureMode is what a shared rule decides when its store cannot.
@@ -102,21 +103,6 @@ type Step struct {
 	Cost int64
 }
 
-// Result is a shared check's outcome: the decision, and whether the store
-// made it. Degraded is set when the rules' failure settings decided instead,
-// with the error that made them (the store's, or its circuit breaker's).
-type Result struct {
-	atomicbucket.Decision
-	Degraded bool
-	// Outage is set for a denial the failure settings made because the store
-	// could not decide (on_failure: deny), not by a limit: a door answers it
-	// as the service unavailable (HTTP 503, gRPC UNAVAILABLE), so clients and
-	// dashboards can tell an outage from a quota. A local share that denies
-	// is a limit (its share of the quota), and not an outage.
-	Outage bool
-	Err    error
-}
-
 // Store enforces shared rules.
 type Store interface {
 	// Bind prepares rules for checking (a store computes its units, and may
@@ -130,12 +116,12 @@ type Bound interface {
 	// when a step's bucket cannot take its cost, nothing is taken from any and
 	// the result is that step's (index); when all can, each takes its cost and
 	// the result is that of the step left with the fewest whole tokens, the
-	// first on a tie (tier.At's rule). It never fails (see Result)
+	// first on a tie (tier.At's rule). It never fails (see verdict.Result)
 	// and returns within the store's timeout or ctx's deadline.
-	Check(ctx context.Context, steps []Step) (res Result, index int)
+	Check(ctx context.Context, steps []Step) (res verdict.Result, index int)
 	// CheckStep is Check of one step: the same decision, without a slice
 	// (a leased rule's check then allocates nothing).
-	CheckStep(ctx context.Context, step Step) Result
+	CheckStep(ctx context.Context, step Step) verdict.Result
 	// Refund gives back what a Check of steps that the store allowed took,
 	// when a later part of the same decision (a tier's local rules) denies:
 	// each step's cost goes back to its bucket, never beyond full. It is best

@@ -7,6 +7,7 @@ import (
 	"slices"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // Stores is a Store made of several: each rule is bound on the store its
@@ -109,14 +110,14 @@ func (m *multiBound) split(steps []Step) (groups []int, sub [][]Step, orig [][]i
 // Check decides steps on their stores, all or nothing (see Stores). When all
 // allow, the result is that of the step left with the fewest whole tokens,
 // the first on a tie, degraded (with the first error) when any store's was.
-func (m *multiBound) Check(ctx context.Context, steps []Step) (Result, int) {
+func (m *multiBound) Check(ctx context.Context, steps []Step) (verdict.Result, int) {
 	for i, s := range steps {
 		if !m.valid(s.Rule) {
-			return Result{Err: classed(fmt.Errorf("%w: step %d names rule %d of %d bound", ErrInvalidStep, i, s.Rule, len(m.at)))}, i
+			return verdict.Result{Err: classed(fmt.Errorf("%w: step %d names rule %d of %d bound", ErrInvalidStep, i, s.Rule, len(m.at)))}, i
 		}
 	}
 	groups, sub, orig := m.split(steps)
-	var res Result
+	var res verdict.Result
 	index := -1
 	for j, g := range groups {
 		r, i := m.bounds[g].Check(ctx, sub[j])
@@ -150,9 +151,9 @@ func (m *multiBound) Check(ctx context.Context, steps []Step) (Result, int) {
 }
 
 // CheckStep is the step's store's CheckStep.
-func (m *multiBound) CheckStep(ctx context.Context, step Step) Result {
+func (m *multiBound) CheckStep(ctx context.Context, step Step) verdict.Result {
 	if !m.valid(step.Rule) {
-		return Result{Err: classed(fmt.Errorf("%w: a step names rule %d of %d bound", ErrInvalidStep, step.Rule, len(m.at)))}
+		return verdict.Result{Err: classed(fmt.Errorf("%w: a step names rule %d of %d bound", ErrInvalidStep, step.Rule, len(m.at)))}
 	}
 	a := m.at[step.Rule]
 	return m.bounds[a.g].CheckStep(ctx, Step{Rule: a.i, Key: step.Key, Cost: step.Cost})

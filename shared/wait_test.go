@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // script is a Bound that answers each check with the next of its decisions
@@ -17,12 +18,12 @@ type script struct {
 	calls     atomic.Int64
 }
 
-func (s *script) CheckStep(ctx context.Context, step Step) Result {
+func (s *script) CheckStep(ctx context.Context, step Step) verdict.Result {
 	n := int(s.calls.Add(1)) - 1
-	return Result{Decision: s.decisions[min(n, len(s.decisions)-1)]}
+	return verdict.Result{Decision: s.decisions[min(n, len(s.decisions)-1)]}
 }
 
-func (s *script) Check(ctx context.Context, steps []Step) (Result, int) {
+func (s *script) Check(ctx context.Context, steps []Step) (verdict.Result, int) {
 	return s.CheckStep(ctx, steps[0]), 0
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/atomicwindow"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // WindowChecker decides window checks (at most N cost units in any interval
@@ -458,16 +459,16 @@ func (w *Window) ReleaseLeases(ctx context.Context) error {
 }
 
 // AllowN decides a request of cost for key on the store, or, when it cannot,
-// by the failure setting (Result.Degraded, Err; Outage for a denial the
+// by the failure setting (verdict.Result.Degraded, Err; Outage for a denial the
 // outage itself makes).
-func (w *Window) AllowN(ctx context.Context, key string, cost int64) Result {
+func (w *Window) AllowN(ctx context.Context, key string, cost int64) verdict.Result {
 	now := int64(atomicbucket.Now())
 	var l *Lease
 	if w.leases != nil {
 		if l = w.leases.lease(ctx, 0, key); l != nil {
 			d, _, call := l.local(now, cost)
 			if !call {
-				return Result{Decision: d}
+				return verdict.Result{Decision: d}
 			}
 		}
 	}
@@ -489,7 +490,7 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) Result {
 		if err := w.g.Guarded(ctx, node, call); err != nil {
 			return w.fallback(key, cost, err)
 		}
-		return Result{Decision: d}
+		return verdict.Result{Decision: d}
 	}
 	ok, probe := w.br.Allow(now)
 	if !ok {
@@ -498,7 +499,7 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) Result {
 	err := call(ctx)
 	if err == nil {
 		w.br.Success(probe)
-		return Result{Decision: d}
+		return verdict.Result{Decision: d}
 	}
 	if ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrLeaseWait) {
 		w.br.EndProbe(probe) // the caller gave up, or waited out another check's refill: no verdict on the store
@@ -510,14 +511,14 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) Result {
 }
 
 // fallback is the failure setting's decision while the store cannot decide.
-func (w *Window) fallback(key string, cost int64, err error) Result {
+func (w *Window) fallback(key string, cost int64, err error) verdict.Result {
 	switch {
 	case w.mode == FailAllow:
-		return Result{Decision: atomicbucket.Decision{Allowed: true, Remaining: w.Rule().Limit()}, Degraded: true, Err: classed(err)}
+		return verdict.Result{Decision: atomicbucket.Decision{Allowed: true, Remaining: w.Rule().Limit()}, Degraded: true, Err: classed(err)}
 	case w.mode == FailLocal && w.local != nil:
-		return Result{Decision: w.local.AllowN(key, cost), Degraded: true, Err: classed(err)}
+		return verdict.Result{Decision: w.local.AllowN(key, cost), Degraded: true, Err: classed(err)}
 	}
-	return Result{Decision: atomicbucket.Decision{RetryAfter: time.Second}, Degraded: true, Outage: true, Err: classed(err)}
+	return verdict.Result{Decision: atomicbucket.Decision{RetryAfter: time.Second}, Degraded: true, Outage: true, Err: classed(err)}
 }
 
 // Health is nil while the store answers the window's checks; else the last

@@ -9,6 +9,7 @@ import (
 
 	"github.com/limitgen/limitgen/internal/sharedlimits"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // Down is a store made while its server is down, for StartsWhileDown.
@@ -63,7 +64,7 @@ func StartsWhileDown(t *testing.T, d Down) {
 		t.Errorf("%s up for %v with no check: SharedErr %v, want nil within %v (the store probes its server)", d.Server, time.Since(up), err, d.Within)
 	}
 	t.Logf("SharedErr nil %v after %s answered, with no check", time.Since(up), d.Server)
-	var res shared.Result
+	var res verdict.Result
 	for res = lims.Exports.AllowN(ctx, 8, 1); res.Degraded && time.Since(up) < 10*time.Second; res = lims.Exports.AllowN(ctx, 8, 1) {
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/sharedlimits"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // Refund: what an allowed check took goes back to the bucket with
@@ -24,7 +25,7 @@ func Refund(t *testing.T, st shared.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	step := func(key string, cost int64) shared.Result {
+	step := func(key string, cost int64) verdict.Result {
 		t.Helper()
 		res := b.CheckStep(ctx, shared.Step{Rule: 0, Key: key, Cost: cost})
 		if res.Degraded {

@@ -11,6 +11,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/sharedlimits"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // NumbersInstances is how many instances GeneratedNumbers runs on one store.
@@ -52,7 +53,7 @@ func GeneratedNumbers(t *testing.T, instance func() *sharedlimits.Limits) {
 	}
 	// spread checks the key n times, round robin over the instances, and
 	// returns how many were admitted.
-	spread := func(check func(l *sharedlimits.Limits) shared.Result, n int) int {
+	spread := func(check func(l *sharedlimits.Limits) verdict.Result, n int) int {
 		t.Helper()
 		admitted := 0
 		for i := range n {
@@ -66,8 +67,8 @@ func GeneratedNumbers(t *testing.T, instance func() *sharedlimits.Limits) {
 		}
 		return admitted
 	}
-	perUser := func(key string) func(l *sharedlimits.Limits) shared.Result {
-		return func(l *sharedlimits.Limits) shared.Result {
+	perUser := func(key string) func(l *sharedlimits.Limits) verdict.Result {
+		return func(l *sharedlimits.Limits) verdict.Result {
 			return l.PerUser.AllowN(ctx, sharedlimits.PlanFree, key, 1)
 		}
 	}
@@ -126,8 +127,8 @@ func GeneratedNumbers(t *testing.T, instance func() *sharedlimits.Limits) {
 	}
 
 	// A leased rule: the leases follow the change.
-	downloads := func(key string) func(l *sharedlimits.Limits) shared.Result {
-		return func(l *sharedlimits.Limits) shared.Result { return l.Downloads.AllowN(ctx, key, 1) }
+	downloads := func(key string) func(l *sharedlimits.Limits) verdict.Result {
+		return func(l *sharedlimits.Limits) verdict.Result { return l.Downloads.AllowN(ctx, key, 1) }
 	}
 	if got := spread(downloads("dan"), 8); got != 8 {
 		t.Fatalf("dan's downloads admitted %d of 8", got)
@@ -147,7 +148,7 @@ func GeneratedNumbers(t *testing.T, instance func() *sharedlimits.Limits) {
 	every("Exports raised to 6 an hour", func(l *sharedlimits.Limits) error {
 		return l.Exports.SetNumbers(atomicbucket.Numbers{Tokens: 6, Period: time.Hour, Burst: 6})
 	})
-	if got := spread(func(l *sharedlimits.Limits) shared.Result { return l.Exports.AllowN(ctx, 77, 1) }, 10); got != 6 {
+	if got := spread(func(l *sharedlimits.Limits) verdict.Result { return l.Exports.AllowN(ctx, 77, 1) }, 10); got != 6 {
 		t.Errorf("exports of account 77 under 6 an hour: admitted %d of 10", got)
 	}
 

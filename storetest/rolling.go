@@ -15,6 +15,7 @@ import (
 	rollingv1 "github.com/limitgen/limitgen/internal/rolling/v1"
 	rollingv2 "github.com/limitgen/limitgen/internal/rolling/v2"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // DeployFigures are what RollingDeploy measured for one rule.
@@ -74,7 +75,7 @@ func RollingDeploy(t *testing.T, open func(t *testing.T) shared.Store, d time.Du
 	type rule struct {
 		name  string
 		key   string
-		check [2]func(i int, key string) shared.Result
+		check [2]func(i int, key string) verdict.Result
 		// The envelope: at most lead + rate·Δ in any window of length Δ.
 		// lead is the larger burst, or for an interval rule its burst plus
 		// the tokens of one boundary (a full bucket spent just before a
@@ -88,17 +89,17 @@ func RollingDeploy(t *testing.T, open func(t *testing.T) shared.Store, d time.Du
 		// v1 first: a v2 that read v1's TAT (a token in 6 s) in its own units
 		// (a token in 3/7 s) would find the bucket empty.
 		{name: "PerUser", key: "alice", lead: 10, rate: 7.0 / 3, least: 7, order: [2]int{0, 1},
-			check: [2]func(int, string) shared.Result{
-				func(i int, key string) shared.Result { return v1s[i].PerUser.AllowN(ctx, key, 1) },
-				func(i int, key string) shared.Result { return v2s[i].PerUser.AllowN(ctx, key, 1) },
+			check: [2]func(int, string) verdict.Result{
+				func(i int, key string) verdict.Result { return v1s[i].PerUser.AllowN(ctx, key, 1) },
+				func(i int, key string) verdict.Result { return v2s[i].PerUser.AllowN(ctx, key, 1) },
 			}},
 		// v2 first: an interval checker judges what another version wrote at
 		// its grid's last boundary, so v2 may rightly find a bucket v1 took
 		// from after that boundary empty until the next one.
 		{name: "Batch", key: "bob", lead: 8 + 4, rate: 5, least: 5, order: [2]int{1, 0},
-			check: [2]func(int, string) shared.Result{
-				func(i int, key string) shared.Result { return v1s[i].Batch.AllowN(ctx, key, 1) },
-				func(i int, key string) shared.Result { return v2s[i].Batch.AllowN(ctx, key, 1) },
+			check: [2]func(int, string) verdict.Result{
+				func(i int, key string) verdict.Result { return v1s[i].Batch.AllowN(ctx, key, 1) },
+				func(i int, key string) verdict.Result { return v2s[i].Batch.AllowN(ctx, key, 1) },
 			}},
 	}
 	// Every instance has its connections before the deploy starts (else

@@ -2,13 +2,13 @@ package storetest
 
 import (
 	"context"
-	"github.com/limitgen/limitgen/shared"
 	"testing"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/sharedlimits"
 	"github.com/limitgen/limitgen/overlay"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // GeneratedWindows: two instances of the generated service checking its
@@ -151,7 +151,7 @@ func GeneratedWindows(t *testing.T, instance func() *sharedlimits.Limits) {
 func GeneratedWindowReset(t *testing.T, instance func() *sharedlimits.Limits) {
 	ctx := context.Background()
 	a, b := instance(), instance()
-	count := func(n int, check func(i int) shared.Result) int {
+	count := func(n int, check func(i int) verdict.Result) int {
 		t.Helper()
 		got := 0
 		for i := range n {
@@ -166,11 +166,11 @@ func GeneratedWindowReset(t *testing.T, instance func() *sharedlimits.Limits) {
 		return got
 	}
 	lims := []*sharedlimits.Limits{a, b}
-	quota := func(i int) shared.Result { return lims[i%2].Quota.AllowN(ctx, "alice", 1) }
+	quota := func(i int) verdict.Result { return lims[i%2].Quota.AllowN(ctx, "alice", 1) }
 	if got := count(7, quota); got != 5 {
 		t.Fatalf("alice before the reset: %d of 7, want 5", got)
 	}
-	if got := count(1, func(int) shared.Result { return b.Quota.AllowN(ctx, "bob", 4) }); got != 1 {
+	if got := count(1, func(int) verdict.Result { return b.Quota.AllowN(ctx, "bob", 4) }); got != 1 {
 		t.Fatalf("bob's 4: %d", got)
 	}
 	if err := b.Quota.Reset(ctx, "alice"); err != nil {
@@ -182,7 +182,7 @@ func GeneratedWindowReset(t *testing.T, instance func() *sharedlimits.Limits) {
 	if res := a.Quota.AllowN(ctx, "bob", 2); res.Allowed || res.Remaining != 1 {
 		t.Errorf("bob, whose window was not reset, asking 2 of the 1 left: %+v", res)
 	}
-	wide := func(i int) shared.Result { return lims[i%2].QuotaWide.AllowN(ctx, 9, 30) }
+	wide := func(i int) verdict.Result { return lims[i%2].QuotaWide.AllowN(ctx, 9, 30) }
 	if got := count(4, wide); got != 3 {
 		t.Fatalf("QuotaWide before the reset: %d of 4 costs of 30, want 3 (100 in the window)", got)
 	}
@@ -200,10 +200,10 @@ func GeneratedWindowReset(t *testing.T, instance func() *sharedlimits.Limits) {
 	if err := b.QuotaPlan.Reset(ctx, "carol"); err != nil {
 		t.Fatal(err)
 	}
-	if got := count(6, func(int) shared.Result { return a.QuotaPlan.AllowN(ctx, sharedlimits.PlanPro, "carol", 1) }); got != 4 {
+	if got := count(6, func(int) verdict.Result { return a.QuotaPlan.AllowN(ctx, sharedlimits.PlanPro, "carol", 1) }); got != 4 {
 		t.Errorf("QuotaPlan on pro after a reset of every plan: %d of 6, want 4", got)
 	}
-	leased := func(i int) shared.Result { return lims[i%2].QuotaLeased.AllowN(ctx, "dave", 1) }
+	leased := func(i int) verdict.Result { return lims[i%2].QuotaLeased.AllowN(ctx, "dave", 1) }
 	before := count(14, leased)
 	if err := a.QuotaLeased.Reset(ctx, "dave"); err != nil {
 		t.Fatal(err)

@@ -113,7 +113,7 @@ func TestDenialLog(t *testing.T) {
 	log = NewDenialLog(slog.New(slog.NewTextHandler(&buf, nil)), 2)
 	cfg := Judge{Observer: log}
 	p := MustPolicy("PerUser", atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 5})
-	res := Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}, Policy: &p, Cost: 9, StoreErr: errors.New("no store")}
+	res := Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}, Policy: &p, Cost: 9, Err: errors.New("no store")}
 	cfg.Verdict(Enforce, &res, "k")
 	for _, want := range []string{"outcome=too_costly", "retry_after=never", `store_error=""`} {
 		if !strings.Contains(buf.String(), want) {

@@ -153,9 +153,11 @@ type Judge struct {
 	Counters *Counters
 }
 
-// Result is a decision and what a response needs to describe it.
+// Result is a decision and what a response needs to describe it. A shared
+// rule's check (package shared) returns one too, with the decision and
+// Degraded, Outage and Err set: a door copies them into its own.
 type Result struct {
-	Decision atomicbucket.Decision
+	atomicbucket.Decision
 	Policy   *Policy // the rule that decided
 	Policies string  // the route's RateLimit-Policy value: its rules' Items (PolicyList)
 	Cost     int64   // the request's cost
@@ -171,13 +173,16 @@ type Result struct {
 	// the deciding rule.
 	Series int
 	// Degraded is set when a shared rule's store could not decide and its
-	// on_failure setting did; StoreErr is the store's error then, or (not
-	// degraded) the store's "no store" error when the package has none.
+	// on_failure setting did; Err is the store's error then (or its circuit
+	// breaker's), or (not degraded) the "no store" error when the package
+	// has none.
 	Degraded bool
-	StoreErr error
-	// Outage is set when the store could not decide and the rule's failure
-	// setting denied the request for it: the denial is an outage (HTTP 503,
-	// gRPC UNAVAILABLE), not a limit.
+	Err      error
+	// Outage is set for a denial the failure settings made because the store
+	// could not decide (on_failure: deny), not by a limit: a door answers it
+	// as the service unavailable (HTTP 503, gRPC UNAVAILABLE), so clients and
+	// dashboards can tell an outage from a quota. A local share that denies
+	// is a limit (its share of the quota), and not an outage.
 	Outage bool
 }
 
@@ -257,7 +262,7 @@ func (j *Judge) observe(res *Result, o Outcome, key string) {
 		j.Counters.Add(j.Counters.row(res.Rule, res.Series), o)
 	}
 	if j.Observer != nil {
-		storeErr := res.StoreErr
+		storeErr := res.Err
 		if o == TooCostly {
 			storeErr = nil // decided by the cost alone: no store was asked
 		}

@@ -107,9 +107,9 @@ func TestJudgeEvents(t *testing.T) {
 	j := Judge{Observer: ObserverFunc(func(e Event) { got = append(got, e) })}
 	p := MustPolicy("R", atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 1})
 	res := Result{Decision: atomicbucket.Decision{Allowed: true}, Policy: &p, Cost: 1, Door: DoorGRPC, Route: "/pkg.S/M",
-		Degraded: true, StoreErr: errors.New("down")}
+		Degraded: true, Err: errors.New("down")}
 	j.Verdict(Enforce, &res, "alice")
-	res.StoreErr = fmt.Errorf("checking: %w", classed{errors.New("deadline"), "timeout"})
+	res.Err = fmt.Errorf("checking: %w", classed{errors.New("deadline"), "timeout"})
 	res.Decision = atomicbucket.Decision{RetryAfter: time.Second}
 	j.Verdict(Enforce, &res, "")
 	want := []Event{

@@ -592,7 +592,7 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var res verdict.Result
 	res.Degraded = sr.Degraded
 	res.Outage = sr.Outage
-	res.StoreErr = sr.Err
+	res.Err = sr.Err
 	res.Decision = sr.Decision
 	res.Policy = httpPolicies[RulePerKey][0]
 	res.Policies = rlsRoutes[0][0]
@@ -621,7 +621,7 @@ func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var res verdict.Result
 	res.Degraded = sr.Degraded
 	res.Outage = sr.Outage
-	res.StoreErr = sr.Err
+	res.Err = sr.Err
 	res.Decision = sr.Decision
 	res.Policy = httpPolicies[RuleTenPerSecond][0]
 	res.Policies = rlsRoutes[1][0]
@@ -650,7 +650,7 @@ func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var res verdict.Result
 	res.Degraded = sr.Degraded
 	res.Outage = sr.Outage
-	res.StoreErr = sr.Err
+	res.Err = sr.Err
 	res.Decision = sr.Decision
 	res.Policy = httpPolicies[RulePerKeyLeased][0]
 	res.Policies = rlsRoutes[2][0]

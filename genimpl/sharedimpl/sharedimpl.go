@@ -16,6 +16,7 @@ import (
 	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // State is where a generated package's shared rules are checked: Bound on the
@@ -122,9 +123,9 @@ func (l Keyed[K]) Allow(ctx context.Context, key K) bool {
 // decide, the rule's on_failure setting does, and the Result says so
 // (Degraded, Err). Without a store the process-local limiter decides, and Err
 // is SharedErr's error.
-func (l Keyed[K]) AllowN(ctx context.Context, key K, cost int64) shared.Result {
+func (l Keyed[K]) AllowN(ctx context.Context, key K, cost int64) verdict.Result {
 	if l.s.Bound == nil {
-		return shared.Result{Decision: l.local.AllowN(key, cost), Err: l.s.Why}
+		return verdict.Result{Decision: l.local.AllowN(key, cost), Err: l.s.Why}
 	}
 	return l.s.Bound.CheckStep(ctx, shared.Step{Rule: l.rule, Key: l.key(key), Cost: cost})
 }
@@ -215,9 +216,9 @@ func (l Global) Rule() *atomicbucket.Rule { return l.local.Rule() }
 func (l Global) Allow(ctx context.Context) bool { return l.AllowN(ctx, l.local.Cost()).Allowed }
 
 // AllowN is Keyed.AllowN for the rule's one bucket.
-func (l Global) AllowN(ctx context.Context, cost int64) shared.Result {
+func (l Global) AllowN(ctx context.Context, cost int64) verdict.Result {
 	if l.s.Bound == nil {
-		return shared.Result{Decision: l.local.AllowN(cost), Err: l.s.Why}
+		return verdict.Result{Decision: l.local.AllowN(cost), Err: l.s.Why}
 	}
 	return l.s.Bound.CheckStep(ctx, shared.Step{Rule: l.rule, Cost: cost})
 }

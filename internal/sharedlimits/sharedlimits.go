@@ -825,12 +825,12 @@ func (l *PerUserLimiter) Allow(ctx context.Context, plan Plan, key string) bool 
 // instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
 // setting (a local share of 0.5 of the limit) does, and the Result says so (Degraded, Err). Without
 // a store, PerUser's process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *PerUserLimiter) AllowN(ctx context.Context, plan Plan, key string, cost int64) shared.Result {
+func (l *PerUserLimiter) AllowN(ctx context.Context, plan Plan, key string, cost int64) verdict.Result {
 	if plan >= numPlans {
-		return shared.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}
+		return verdict.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}
 	}
 	if l.sh.Bound == nil {
-		return shared.Result{
+		return verdict.Result{
 			Decision: l.local.AllowN(plan, key, cost),
 			Err:      l.sh.Why,
 		}
@@ -1582,11 +1582,11 @@ func (l *QuotaLimiter) Allow(ctx context.Context, key string) bool {
 // instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
 // setting (deny) does, and the Result says so (Degraded, Err). Without a store, Quota's
 // process-local window (Local) decides and Err is SharedErr's error.
-func (l *QuotaLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
+func (l *QuotaLimiter) AllowN(ctx context.Context, key string, cost int64) verdict.Result {
 	if w := l.sh.Windows[0]; w != nil {
 		return w.AllowN(ctx, key, cost)
 	}
-	return shared.Result{
+	return verdict.Result{
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.Why,
 	}
@@ -1681,11 +1681,11 @@ func (l *QuotaWideLimiter) Allow(ctx context.Context, key uint64) bool {
 // instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
 // setting (a local share of 0.5 of the limit) does, and the Result says so (Degraded, Err). Without
 // a store, QuotaWide's process-local window (Local) decides and Err is SharedErr's error.
-func (l *QuotaWideLimiter) AllowN(ctx context.Context, key uint64, cost int64) shared.Result {
+func (l *QuotaWideLimiter) AllowN(ctx context.Context, key uint64, cost int64) verdict.Result {
 	if w := l.sh.Windows[1]; w != nil {
 		return w.AllowN(ctx, strconv.FormatUint(uint64(key), 10), cost)
 	}
-	return shared.Result{
+	return verdict.Result{
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.Why,
 	}
@@ -1933,14 +1933,14 @@ func (l *QuotaPlanLimiter) Allow(ctx context.Context, plan Plan, key string) boo
 // instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
 // setting (deny) does, and the Result says so (Degraded, Err). Without a store, QuotaPlan's
 // process-local window (Local) decides and Err is SharedErr's error.
-func (l *QuotaPlanLimiter) AllowN(ctx context.Context, plan Plan, key string, cost int64) shared.Result {
+func (l *QuotaPlanLimiter) AllowN(ctx context.Context, plan Plan, key string, cost int64) verdict.Result {
 	if plan >= numPlans {
-		return shared.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}
+		return verdict.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}
 	}
 	if w := l.sh.Windows[2+int(plan)]; w != nil {
 		return w.AllowN(ctx, key, cost)
 	}
-	return shared.Result{
+	return verdict.Result{
 		Decision: l.local.AllowN(plan, key, cost),
 		Err:      l.sh.Why,
 	}
@@ -2016,11 +2016,11 @@ func (l *QuotaLeasedLimiter) Allow(ctx context.Context, key string) bool {
 // instance takes batches of at most 4 units from the store's window, which counts them until the
 // window after the batch's term is over, and spends them here, so most checks make no call. Without
 // a store, QuotaLeased's process-local window (Local) decides and Err is SharedErr's error.
-func (l *QuotaLeasedLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
+func (l *QuotaLeasedLimiter) AllowN(ctx context.Context, key string, cost int64) verdict.Result {
 	if w := l.sh.Windows[4]; w != nil {
 		return w.AllowN(ctx, key, cost)
 	}
-	return shared.Result{
+	return verdict.Result{
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.Why,
 	}
@@ -2292,11 +2292,11 @@ func (l *MeterWindowLimiter) Allow(ctx context.Context, key string) bool {
 // every instance that shares it. It never fails: when the store cannot decide, the rule's
 // on_failure setting (deny) does, and the Result says so (Degraded, Err). Without a store,
 // MeterWindow's process-local window (Local) decides and Err is SharedErr's error.
-func (l *MeterWindowLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
+func (l *MeterWindowLimiter) AllowN(ctx context.Context, key string, cost int64) verdict.Result {
 	if w := l.sh.Windows[5]; w != nil {
 		return w.AllowN(ctx, key, cost)
 	}
-	return shared.Result{
+	return verdict.Result{
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.Why,
 	}
@@ -3325,7 +3325,7 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
 	var res verdict.Result
 	res.Degraded = sr.Degraded
 	res.Outage = sr.Outage
-	res.StoreErr = sr.Err
+	res.Err = sr.Err
 	res.Decision = sr.Decision
 	res.Policy = httpPolicies[RulePerUser][plan]
 	res.Policies = httpRoutes[0][plan]
@@ -3356,7 +3356,7 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request) bool {
 	var res verdict.Result
 	res.Degraded = tr.Degraded
 	res.Outage = tr.Outage
-	res.StoreErr = tr.Err
+	res.Err = tr.Err
 	res.Decision = td.Decision
 	res.Policy = httpPolicies[td.Rule][plan]
 	res.Policies = httpRoutes[1][plan]
@@ -3399,7 +3399,7 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	var res verdict.Result
 	res.Degraded = sr.Degraded
 	res.Outage = sr.Outage
-	res.StoreErr = sr.Err
+	res.Err = sr.Err
 	res.Decision = sr.Decision
 	res.Policy = httpPolicies[RuleExports][0]
 	res.Policies = httpRoutes[2][0]
@@ -3430,7 +3430,7 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request) bool {
 	var res verdict.Result
 	res.Degraded = tr.Degraded
 	res.Outage = tr.Outage
-	res.StoreErr = tr.Err
+	res.Err = tr.Err
 	res.Decision = td.Decision
 	res.Policy = httpPolicies[td.Rule][0]
 	res.Policies = httpRoutes[3][0]

@@ -710,12 +710,12 @@ func (l *PerUserLimiter) Allow(ctx context.Context, plan Plan, key uint64) bool 
 // instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
 // setting (deny) does, and the Result says so (Degraded, Err). Without a store, PerUser's
 // process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *PerUserLimiter) AllowN(ctx context.Context, plan Plan, key uint64, cost int64) shared.Result {
+func (l *PerUserLimiter) AllowN(ctx context.Context, plan Plan, key uint64, cost int64) verdict.Result {
 	if plan >= numPlans {
-		return shared.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}
+		return verdict.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}
 	}
 	if l.sh.Bound == nil {
-		return shared.Result{
+		return verdict.Result{
 			Decision: l.local.AllowN(plan, key, cost),
 			Err:      l.sh.Why,
 		}
@@ -1512,7 +1512,7 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var res verdict.Result
 	res.Degraded = sr.Degraded
 	res.Outage = sr.Outage
-	res.StoreErr = sr.Err
+	res.Err = sr.Err
 	res.Decision = sr.Decision
 	res.Policy = httpPolicies[RulePerClient][0]
 	res.Policies = rlsRoutes[0][0]
@@ -1548,7 +1548,7 @@ func (s *RLS) descriptor2(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var res verdict.Result
 	res.Degraded = tr.Degraded
 	res.Outage = tr.Outage
-	res.StoreErr = tr.Err
+	res.Err = tr.Err
 	res.Decision = td.Decision
 	res.Policy = httpPolicies[td.Rule][plan]
 	res.Policies = rlsRoutes[1][plan]
@@ -1587,7 +1587,7 @@ func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var res verdict.Result
 	res.Degraded = sr.Degraded
 	res.Outage = sr.Outage
-	res.StoreErr = sr.Err
+	res.Err = sr.Err
 	res.Decision = sr.Decision
 	res.Policy = httpPolicies[RulePerTenant][0]
 	res.Policies = rlsRoutes[2][0]
@@ -1657,7 +1657,7 @@ func (s *RLS) descriptor5(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var res verdict.Result
 	res.Degraded = sr.Degraded
 	res.Outage = sr.Outage
-	res.StoreErr = sr.Err
+	res.Err = sr.Err
 	res.Decision = sr.Decision
 	res.Policy = httpPolicies[RuleExports][0]
 	res.Policies = rlsRoutes[4][0]

@@ -611,12 +611,12 @@ func (l *PerUserLimiter) Allow(ctx context.Context, plan Plan, key string) bool 
 // instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
 // setting (a local share of 0.5 of the limit) does, and the Result says so (Degraded, Err). Without
 // a store, PerUser's process-local limiter (Local) decides and Err is SharedErr's error.
-func (l *PerUserLimiter) AllowN(ctx context.Context, plan Plan, key string, cost int64) shared.Result {
+func (l *PerUserLimiter) AllowN(ctx context.Context, plan Plan, key string, cost int64) verdict.Result {
 	if plan >= numPlans {
-		return shared.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}
+		return verdict.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}
 	}
 	if l.sh.Bound == nil {
-		return shared.Result{
+		return verdict.Result{
 			Decision: l.local.AllowN(plan, key, cost),
 			Err:      l.sh.Why,
 		}
@@ -1388,7 +1388,7 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
 	var res verdict.Result
 	res.Degraded = tr.Degraded
 	res.Outage = tr.Outage
-	res.StoreErr = tr.Err
+	res.Err = tr.Err
 	res.Decision = td.Decision
 	res.Policy = httpPolicies[td.Rule][plan]
 	res.Policies = httpRoutes[0][plan]
@@ -1540,7 +1540,7 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 	var res verdict.Result
 	res.Degraded = tr.Degraded
 	res.Outage = tr.Outage
-	res.StoreErr = tr.Err
+	res.Err = tr.Err
 	res.Decision = td.Decision
 	res.Policy = httpPolicies[td.Rule][plan]
 	res.Policies = grpcRoutes[0][plan]
@@ -1665,7 +1665,7 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var res verdict.Result
 	res.Degraded = tr.Degraded
 	res.Outage = tr.Outage
-	res.StoreErr = tr.Err
+	res.Err = tr.Err
 	res.Decision = td.Decision
 	res.Policy = httpPolicies[td.Rule][0]
 	res.Policies = rlsRoutes[0][0]

@@ -14,6 +14,7 @@ import (
 	sharedimpl "github.com/limitgen/limitgen/genimpl/sharedimpl"
 	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/shared"
+	verdict "github.com/limitgen/limitgen/verdict"
 )
 
 // The runtime this package was generated for: an incompatible one fails to build here.
@@ -414,11 +415,11 @@ func (l *InvoiceQuotaLimiter) Allow(ctx context.Context, key string) bool {
 // every instance that shares it. It never fails: when the store cannot decide, the rule's
 // on_failure setting (deny) does, and the Result says so (Degraded, Err). Without a store,
 // InvoiceQuota's process-local window (Local) decides and Err is SharedErr's error.
-func (l *InvoiceQuotaLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
+func (l *InvoiceQuotaLimiter) AllowN(ctx context.Context, key string, cost int64) verdict.Result {
 	if w := l.sh.Windows[0]; w != nil {
 		return w.AllowN(ctx, key, cost)
 	}
-	return shared.Result{
+	return verdict.Result{
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.Why,
 	}

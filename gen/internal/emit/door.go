@@ -403,7 +403,7 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 			// cannot: the Result says which, for the observers.
 			body = append(body, jen.Id("sr").Op(":=").Add(recv()).Dot("limits").Dot(rule.GoName).Dot("AllowN").Call(append(args, jen.Id("cost"))...))
 			decision = jen.Id("sr").Dot("Decision")
-			res = append(res, setField("Degraded", jen.Id("sr").Dot("Degraded")), setField("Outage", jen.Id("sr").Dot("Outage")), setField("StoreErr", jen.Id("sr").Dot("Err")))
+			res = append(res, setField("Degraded", jen.Id("sr").Dot("Degraded")), setField("Outage", jen.Id("sr").Dot("Outage")), setField("Err", jen.Id("sr").Dot("Err")))
 		}
 		res = append(res,
 			setField("Decision", decision),
@@ -437,7 +437,7 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 		if t.Shared {
 			body = append(body, jen.Id("tr").Op(":=").Add(call))
 			call = jen.Id("tr").Dot("TierDecision")
-			res = append(res, setField("Degraded", jen.Id("tr").Dot("Degraded")), setField("Outage", jen.Id("tr").Dot("Outage")), setField("StoreErr", jen.Id("tr").Dot("Err")))
+			res = append(res, setField("Degraded", jen.Id("tr").Dot("Degraded")), setField("Outage", jen.Id("tr").Dot("Outage")), setField("Err", jen.Id("tr").Dot("Err")))
 		}
 		body = append(body, jen.Id("td").Op(":=").Add(call))
 		if r.CostKind == "" {

@@ -226,7 +226,7 @@ func emitSharedRule(r model.Rule) jen.Code {
 		}
 		return jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(ret))
 	}
-	never := jen.Qual(sharedPath, "Result").Values(jen.Dict{jen.Id("Decision"): rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})})
+	never := vd("Result").Values(jen.Dict{jen.Id("Decision"): rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})})
 	var nowP, now []jen.Code
 	if r.KeyType == "" {
 		nowP, now = []jen.Code{jen.Id("now").Add(rt("Time"))}, []jen.Code{jen.Id("now")}
@@ -263,10 +263,10 @@ func emitSharedRule(r model.Rule) jen.Code {
 		"instance that shares it. It never fails: when the store cannot decide, the rule's on_failure setting (%s) "+
 		"does, and the Result says so (Degraded, Err). %sWithout a store, %s's process-local limiter (Local) decides "+
 		"and Err is SharedErr's error.", r.GoName, failureWords(r), leaseWords(r), r.GoName)))
-	g.Func().Params(recv).Id("AllowN").Params(with(ctxP, params, jen.Id("cost").Int64())...).Qual(sharedPath, "Result").Block(
+	g.Func().Params(recv).Id("AllowN").Params(with(ctxP, params, jen.Id("cost").Int64())...).Add(vd("Result")).Block(
 		badPlan(never),
 		jen.If(jen.Id("l").Dot("sh").Dot("Bound").Op("==").Nil()).Block(
-			jen.Return(jen.Qual(sharedPath, "Result").Values(jen.Dict{
+			jen.Return(vd("Result").Values(jen.Dict{
 				jen.Id("Decision"): jen.Id("l").Dot("local").Dot("AllowN").Call(with(nil, args, jen.Id("cost"))...),
 				jen.Id("Err"):      jen.Id("l").Dot("sh").Dot("Why"),
 			}))),

@@ -377,7 +377,7 @@ func mixedTier(m *model.Model, t model.Tier, steps, sharedNames []jen.Code, resu
 			jen.If(jen.Op("!").Id("res").Dot("Allowed")).Block(append(undo(), jen.Return(result(denied(jen.Id("res").Dot("Decision"), jen.Id("storeRules").Index(jen.Id("i"))), true)))...),
 		)
 	} else {
-		body = append(body, jen.Var().Id("res").Qual(sharedPath, "Result").Comment("the shared windows' degradation, merged"))
+		body = append(body, jen.Var().Id("res").Add(vd("Result")).Comment("the shared windows' degradation, merged"))
 	}
 	back := func() []jen.Code { // what a later denial gives back: the local buckets, and the store's buckets
 		b := undo()

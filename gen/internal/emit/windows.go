@@ -206,7 +206,7 @@ func emitSharedWindow(r model.Rule) jen.Code {
 	badPlan := jen.Null()
 	if r.Planned { // one window a plan on the store
 		idx = jen.Lit(r.WindowAt).Op("+").Int().Call(jen.Id("plan"))
-		badPlan = jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(jen.Qual(sharedPath, "Result").Values(jen.Dict{
+		badPlan = jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(vd("Result").Values(jen.Dict{
 			jen.Id("Decision"): rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})})))
 	}
 	g := jen.Line()
@@ -237,11 +237,11 @@ func emitSharedWindow(r model.Rule) jen.Code {
 		"instance that shares it. It never fails: when the store cannot decide, the rule's on_failure setting (%s) "+
 		"does, and the Result says so (Degraded, Err). %sWithout a store, %s's process-local window (Local) decides "+
 		"and Err is SharedErr's error.", r.GoName, failureWords(r), leaseWords(r), r.GoName)))
-	g.Func().Params(recv).Id("AllowN").Params(params(ctxP, jen.Id("cost").Int64())...).Qual(sharedPath, "Result").Block(
+	g.Func().Params(recv).Id("AllowN").Params(params(ctxP, jen.Id("cost").Int64())...).Add(vd("Result")).Block(
 		badPlan,
 		jen.If(jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("Windows").Index(idx), jen.Id("w").Op("!=").Nil()).Block(
 			jen.Return(jen.Id("w").Dot("AllowN").Call(jen.Id("ctx"), storeKey, jen.Id("cost")))),
-		jen.Return(jen.Qual(sharedPath, "Result").Values(jen.Dict{
+		jen.Return(vd("Result").Values(jen.Dict{
 			jen.Id("Decision"): jen.Id("l").Dot("local").Dot("AllowN").Call(args(nil, jen.Id("cost"))...),
 			jen.Id("Err"):      jen.Id("l").Dot("sh").Dot("Why"),
 		})),

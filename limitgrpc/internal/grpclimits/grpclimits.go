@@ -1125,7 +1125,7 @@ func (g *GRPC) entry3(ctx context.Context, method string) error {
 	var res verdict.Result
 	res.Degraded = sr.Degraded
 	res.Outage = sr.Outage
-	res.StoreErr = sr.Err
+	res.Err = sr.Err
 	res.Decision = sr.Decision
 	res.Policy = httpPolicies[RuleTenants][0]
 	res.Policies = grpcRoutes[2][0]

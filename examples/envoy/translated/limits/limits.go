@@ -185,11 +185,11 @@ func (l *RlRemoteAddressLimiter) Allow(ctx context.Context, key string) bool {
 // every instance that shares it. It never fails: when the store cannot decide, the rule's
 // on_failure setting (deny) does, and the Result says so (Degraded, Err). Without a store,
 // RlRemoteAddress's process-local window (Local) decides and Err is SharedErr's error.
-func (l *RlRemoteAddressLimiter) AllowN(ctx context.Context, key string, cost int64) shared.Result {
+func (l *RlRemoteAddressLimiter) AllowN(ctx context.Context, key string, cost int64) verdict.Result {
 	if w := l.sh.Windows[0]; w != nil {
 		return w.AllowN(ctx, key, cost)
 	}
-	return shared.Result{
+	return verdict.Result{
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.Why,
 	}
@@ -326,11 +326,11 @@ func (l *RlTenantUserLimiter) Allow(ctx context.Context, key RlTenantUserKey) bo
 // every instance that shares it. It never fails: when the store cannot decide, the rule's
 // on_failure setting (deny) does, and the Result says so (Degraded, Err). Without a store,
 // RlTenantUser's process-local window (Local) decides and Err is SharedErr's error.
-func (l *RlTenantUserLimiter) AllowN(ctx context.Context, key RlTenantUserKey, cost int64) shared.Result {
+func (l *RlTenantUserLimiter) AllowN(ctx context.Context, key RlTenantUserKey, cost int64) verdict.Result {
 	if w := l.sh.Windows[1]; w != nil {
 		return w.AllowN(ctx, shared.StoreKey(key.String()), cost)
 	}
-	return shared.Result{
+	return verdict.Result{
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.Why,
 	}
@@ -516,7 +516,7 @@ func (s *RLS) descriptor1(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var res verdict.Result
 	res.Degraded = sr.Degraded
 	res.Outage = sr.Outage
-	res.StoreErr = sr.Err
+	res.Err = sr.Err
 	res.Decision = sr.Decision
 	res.Policy = httpPolicies[RuleRlRemoteAddress][0]
 	res.Policies = rlsRoutes[0][0]
@@ -552,7 +552,7 @@ func (s *RLS) descriptor3(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 	var res verdict.Result
 	res.Degraded = sr.Degraded
 	res.Outage = sr.Outage
-	res.StoreErr = sr.Err
+	res.Err = sr.Err
 	res.Decision = sr.Decision
 	res.Policy = httpPolicies[RuleRlTenantUser][0]
 	res.Policies = rlsRoutes[2][0]
