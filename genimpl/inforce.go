@@ -70,10 +70,10 @@ func InForce(base *verdict.Policy, r *atomicbucket.Rule) *verdict.Policy {
 	return &p
 }
 
-// InForceList is verdict.PolicyList(ps...), the same string for the same policies.
+// InForceList is policyList(ps...), the same string for the same policies.
 func InForceList(ps ...*verdict.Policy) string {
 	if len(ps) > maxInForceList {
-		return verdict.PolicyList(ps...)
+		return policyList(ps...)
 	}
 	h := uint64(len(ps))
 	for _, p := range ps {
@@ -83,8 +83,20 @@ func InForceList(ps ...*verdict.Policy) string {
 	if e := slot.Load(); e != nil && e.n == len(ps) && slices.Equal(e.ps[:e.n], ps) {
 		return e.s
 	}
-	e := &listEntry{n: len(ps), s: verdict.PolicyList(ps...)}
+	e := &listEntry{n: len(ps), s: policyList(ps...)}
 	copy(e.ps[:], ps)
 	slot.Store(e)
 	return e.s
+}
+
+// policyList joins policies' Items into one RateLimit-Policy value.
+func policyList(ps ...*verdict.Policy) string {
+	s := ""
+	for i, p := range ps {
+		if i > 0 {
+			s += ", "
+		}
+		s += p.Item
+	}
+	return s
 }

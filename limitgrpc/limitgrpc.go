@@ -4,7 +4,7 @@
 //
 // A denied call ends with codes.ResourceExhausted and a trailers-only
 // response: the status, two details a client library can read
-// (google.rpc.RetryInfo, the wait as verdict.ShownWait says it, jitter included; and
+// (google.rpc.RetryInfo, the wait as verdict.Verdict.Wait says it, jitter included; and
 // google.rpc.QuotaFailure, the rule as subject "rule:Name" and its numbers),
 // and trailer metadata: grpc-retry-pushback-ms (the same wait, which
 // grpc-go's own retry policy obeys: a service config retrying
@@ -42,6 +42,7 @@ import (
 
 	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/internal/memo"
+	"github.com/limitgen/limitgen/internal/wire"
 	"github.com/limitgen/limitgen/verdict"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	spb "google.golang.org/genproto/googleapis/rpc/status"
@@ -265,7 +266,7 @@ func denialError(code codes.Code, p *verdict.Policy, wait time.Duration, cost in
 // (lower case), and whether it can be a key (verdict.KeyOK).
 func MetadataKey(ctx context.Context, name string) (string, bool) {
 	vs := metadata.ValueFromIncomingContext(ctx, name)
-	if len(vs) == 0 || !verdict.KeyOK(vs[0]) {
+	if len(vs) == 0 || !wire.KeyOK(vs[0]) {
 		return "", false
 	}
 	return vs[0], true

@@ -90,7 +90,8 @@ func TestRespondAnswersAsMade(t *testing.T) {
 				st := &stream{}
 				ctx := grpc.NewContextWithServerTransportStream(context.Background(), st)
 				err := c.Respond(ctx, verdict.Enforce, &res, "k")
-				r, tt := p.Fields(res.Decision, 1)
+				v := (&verdict.Judge{}).Verdict(verdict.Enforce, &verdict.Result{Decision: res.Decision, Policy: p, Cost: 1}, "")
+				r, tt := v.R, v.T
 				md := st.header // an allowed call's fields are its header's
 				if !res.Decision.Allowed {
 					md = st.trailer // a denial's its trailers'
@@ -114,7 +115,7 @@ func TestRespondAnswersAsMade(t *testing.T) {
 					}
 					continue
 				}
-				wait := verdict.ShownWait(res.Decision.RetryAfter) // to the ms, three digits from a second up
+				wait := v.Wait // to the ms, three digits from a second up
 				secs := int64((wait + time.Second - 1) / time.Second)
 				want := fmt.Sprintf("rate limited by rule %s; retry in %v", p.Name, wait)
 				s := status.Convert(err)

@@ -39,7 +39,7 @@ func BenchmarkRespond(b *testing.B) {
 		{"denied/ietf", HeadersIETF, atomicbucket.Decision{RetryAfter: 1500 * time.Millisecond, Reset: 2 * time.Second}},
 	} {
 		b.Run(c.name, func(b *testing.B) {
-			cfg := Config{Headers: c.headers, Judge: verdict.Judge{Jitter: 0.5, Counters: verdict.NewCounters("PerUser")}}
+			cfg := Config{Headers: c.headers, Judge: verdict.Judge{Jitter: 0.5, Counters: verdict.NewCounters(verdict.Series{Rule: "PerUser"})}}
 			w := &nopWriter{h: http.Header{}}
 			res := verdict.Result{Decision: c.d, Policy: &p, Policies: p.Item, Cost: 1}
 			b.ReportAllocs()
@@ -55,10 +55,11 @@ func BenchmarkRespond(b *testing.B) {
 // one atomic counter for all of them, what a naive counter does.
 func BenchmarkCountersParallel(b *testing.B) {
 	b.Run("impl=striped", func(b *testing.B) {
-		c := verdict.NewCounters("PerUser")
+		c := verdict.NewCounters(verdict.Series{Rule: "PerUser"})
+		j := &verdict.Judge{Counters: c}
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				c.Add(0, verdict.Allowed)
+				j.Record(verdict.Event{Outcome: verdict.Allowed})
 			}
 		})
 		if got := c.Snapshot()[0].Outcomes[verdict.Allowed]; got != uint64(b.N) {

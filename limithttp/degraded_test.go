@@ -17,7 +17,7 @@ import (
 func TestRespondDegraded(t *testing.T) {
 	p := verdict.MustPolicy("R", atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 5})
 	var events []verdict.Event
-	c := &Config{Judge: verdict.Judge{Counters: verdict.NewCounters("R"), Observer: verdict.ObserverFunc(func(e verdict.Event) { events = append(events, e) })}}
+	c := &Config{Judge: verdict.Judge{Counters: verdict.NewCounters(verdict.Series{Rule: "R"}), Observer: verdict.ObserverFunc(func(e verdict.Event) { events = append(events, e) })}}
 	overload := fmt.Errorf("redis: %w", shared.ErrOverload)
 	cases := []struct {
 		mode    verdict.Mode

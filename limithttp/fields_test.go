@@ -31,7 +31,8 @@ func TestFieldsParseAsStructuredFields(t *testing.T) {
 			w := httptest.NewRecorder()
 			res := verdict.Result{Decision: b.AllowNAt(0, p.Quota/2+1), Policy: p, Policies: p.Item, Cost: p.Quota/2 + 1}
 			cfg.Respond(w, httptest.NewRequest("GET", "/", nil), verdict.Enforce, &res, "k")
-			rv, tv := p.Fields(res.Decision, res.Cost)
+			v := (&verdict.Judge{}).Verdict(verdict.Enforce, &res, "")
+			rv, tv := v.R, v.T
 			item, err := httpsfv.UnmarshalItem(w.Header().Values("RateLimit"))
 			if err != nil {
 				t.Fatalf("request %d: RateLimit %q: %v", i, w.Header().Values("RateLimit"), err)

@@ -5,6 +5,7 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/limitgen/limitgen/internal/wire"
 	"github.com/limitgen/limitgen/verdict"
 )
 
@@ -14,7 +15,7 @@ import (
 // service or a trusted upstream sets it: anything a client sends it can vary.
 func HeaderKey(r *http.Request, name string) (string, bool) {
 	v := r.Header[name]
-	if len(v) == 0 || !verdict.KeyOK(v[0]) {
+	if len(v) == 0 || !wire.KeyOK(v[0]) {
 		return "", false
 	}
 	return v[0], true
@@ -29,7 +30,7 @@ func QueryKey(r *http.Request, name string) (string, bool) {
 		return "", false
 	}
 	v, ok := queryValue(r.URL.RawQuery, name)
-	if !ok || !verdict.KeyOK(v) {
+	if !ok || !wire.KeyOK(v) {
 		return "", false
 	}
 	return v, true
@@ -41,7 +42,7 @@ func QueryKey(r *http.Request, name string) (string, bool) {
 // routes' wildcards with Router and PathKeyAt instead, under any router.
 func PathKey(r *http.Request, name string) (string, bool) {
 	v := r.PathValue(name)
-	if !verdict.KeyOK(v) {
+	if !wire.KeyOK(v) {
 		return "", false
 	}
 	return v, true

@@ -73,7 +73,7 @@ func FuzzQueryValue(f *testing.F) {
 // Reject answers with the route's status and body, takes nothing, and only
 // counts on a verdict.Shadow route.
 func TestReject(t *testing.T) {
-	c := verdict.NewCounters("R")
+	c := verdict.NewCounters(verdict.Series{Rule: "R"})
 	cfg := Config{Judge: verdict.Judge{Counters: c}}
 	body := ProblemBody("about:blank", "Unauthorized", 401, "no user", "")
 	w := httptest.NewRecorder()

@@ -229,7 +229,7 @@ func TestRespondSteps(t *testing.T) {
 			return d, ps[i]
 		}
 		pol := `"G1";q=10;w=1, "G2";q=2;w=2`
-		s := &stepHandler{check: check, policies: verdict.PolicyList(p1, p2)}
+		s := &stepHandler{check: check, policies: p1.Item + ", " + p2.Item}
 		runSteps(t, s, []step{
 			{0, 1, 200, h("RateLimit-Policy", pol, "RateLimit", `"G2";r=1;t=1`), ""},
 			{0, 1, 200, h("RateLimit-Policy", pol, "RateLimit", `"G2";r=0;t=1`), ""},

@@ -10,7 +10,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/limitgen/limitgen/verdict"
+	"github.com/limitgen/limitgen/internal/wire"
 )
 
 // Router finds which of a policy's route patterns covers a request, by
@@ -589,7 +589,7 @@ func PathKeyAt(cleanPath string, index int, multi bool) (string, bool) {
 		}
 	}
 	v := pathUnescape(p)
-	if !verdict.KeyOK(v) {
+	if !wire.KeyOK(v) {
 		return "", false
 	}
 	return v, true

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/limitgen/limitgen/verdict"
+	"github.com/limitgen/limitgen/internal/wire"
 )
 
 // routePatterns is a policy's worth of patterns that exercise each of
@@ -339,7 +339,7 @@ func FuzzRouter(f *testing.F) {
 			for name, want := range values {
 				idx, multi := pp.Wildcard(name)
 				v, ok := PathKeyAt(clean, idx, multi)
-				if wantOK := verdict.KeyOK(want); ok != wantOK || ok && v != want {
+				if wantOK := wire.KeyOK(want); ok != wantOK || ok && v != want {
 					t.Fatalf("pattern %q, %s: wildcard %s = %q, %v; r.PathValue %q", got, r.URL.EscapedPath(), name, v, ok, want)
 				}
 			}

@@ -4,6 +4,7 @@ import (
 	"unsafe"
 
 	"github.com/limitgen/limitgen/internal/memo"
+	"github.com/limitgen/limitgen/internal/wire"
 	"github.com/limitgen/limitgen/verdict"
 )
 
@@ -104,15 +105,15 @@ func (c *Config) fullValues(res *verdict.Result, r, t, retry int64) *fullEntry {
 		mark()
 	}
 	if retry >= 0 {
-		b = verdict.AppendDecimal(b, retry)
+		b = wire.AppendDecimal(b, retry)
 		mark()
 	}
 	if style == HeadersLegacy {
-		b = verdict.AppendDecimal(b, res.Policy.Quota)
+		b = wire.AppendDecimal(b, res.Policy.Quota)
 		mark()
-		b = verdict.AppendDecimal(b, r)
+		b = wire.AppendDecimal(b, r)
 		mark()
-		b = verdict.AppendDecimal(b, t)
+		b = wire.AppendDecimal(b, t)
 		mark()
 	}
 	// b is e.buf, or a copy that append made on the heap; nothing writes to

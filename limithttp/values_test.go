@@ -26,14 +26,15 @@ type valueCase struct {
 // wantFields is what the fields of c must hold, written out from the
 // package doc's rules with strconv (not appendDecimal, not the tables).
 func wantFields(c valueCase) map[string]string {
-	r, t := c.p.Fields(c.d, 1)
+	v := (&verdict.Judge{}).Verdict(verdict.Enforce, &verdict.Result{Decision: c.d, Policy: c.p, Cost: 1}, "")
+	r, t := v.R, v.T
 	out := map[string]string{}
 	if c.style != HeadersNone {
 		out[HeaderPolicy] = c.policies
 		out[HeaderRateLimit] = c.p.Prefix + strconv.FormatInt(r, 10) + ";t=" + strconv.FormatInt(t, 10)
 	}
 	if !c.d.Allowed {
-		out[HeaderRetryAfter] = strconv.FormatInt(max(t, ceilSeconds(verdict.ShownWait(c.d.RetryAfter))), 10)
+		out[HeaderRetryAfter] = strconv.FormatInt(max(t, ceilSeconds(v.Wait)), 10)
 		out[headerContentType] = problemType
 		out[headerContentOptions] = "nosniff"
 	}
@@ -99,7 +100,7 @@ func valuePolicies(t testing.TB) ([]*verdict.Policy, []string) {
 		}
 		ps = append(ps, &p)
 	}
-	return ps, []string{ps[0].Item, verdict.PolicyList(ps[0], ps[1]), verdict.PolicyList(ps[2], ps[1], ps[0])}
+	return ps, []string{ps[0].Item, ps[0].Item + ", " + ps[1].Item, ps[2].Item + ", " + ps[1].Item + ", " + ps[0].Item}
 }
 
 // The values Respond reuses are those it would make: for thousands of

@@ -161,16 +161,16 @@ func TestManualReader(t *testing.T) {
 // limitgen.decisions with door grpc and the entry as attribute route, apart
 // from the middleware's (door http).
 func TestGRPCDecisions(t *testing.T) {
-	grpc := verdict.NewSeriesCounters(
+	grpc := verdict.NewCounters(
 		verdict.Series{Route: "/grpc.health.v1.Health/Check", Rule: "Checks"},
 		verdict.Series{Route: "shop.v1.Cart", Tier: "API", Rule: "PerUser"},
 	)
-	grpc.Add(0, verdict.Allowed)
-	grpc.Add(0, verdict.Denied)
-	grpc.Add(0, verdict.Denied)
-	grpc.Add(1, verdict.DegradedDenied)
-	http := verdict.NewSeriesCounters(verdict.Series{Route: "GET /hello", Rule: "PerUser"})
-	http.Add(0, verdict.Allowed)
+	(&verdict.Judge{Counters: grpc}).Record(verdict.Event{Series: 0, Outcome: verdict.Allowed})
+	(&verdict.Judge{Counters: grpc}).Record(verdict.Event{Series: 0, Outcome: verdict.Denied})
+	(&verdict.Judge{Counters: grpc}).Record(verdict.Event{Series: 0, Outcome: verdict.Denied})
+	(&verdict.Judge{Counters: grpc}).Record(verdict.Event{Series: 1, Outcome: verdict.DegradedDenied})
+	http := verdict.NewCounters(verdict.Series{Route: "GET /hello", Rule: "PerUser"})
+	(&verdict.Judge{Counters: http}).Record(verdict.Event{Series: 0, Outcome: verdict.Allowed})
 	reader := sdkmetric.NewManualReader()
 	meter := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader)).Meter("test")
 	reg, err := limitotel.Register(meter, limitotel.Options{Doors: map[string]*verdict.Counters{verdict.DoorGRPC: grpc, verdict.DoorHTTP: http}})

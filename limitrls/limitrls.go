@@ -46,6 +46,7 @@ import (
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/wire"
 	"github.com/limitgen/limitgen/verdict"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -124,7 +125,7 @@ func (c *Config) Reject(mode verdict.Mode, ev verdict.Event) error {
 // EntryKey is the value of entry i of a descriptor, as a key: false when it
 // is empty or longer than verdict.MaxKeyLen.
 func EntryKey(en []*rlv3.RateLimitDescriptor_Entry, i int) (string, bool) {
-	if i < 0 || i >= len(en) || en[i] == nil || !verdict.KeyOK(en[i].Value) {
+	if i < 0 || i >= len(en) || en[i] == nil || !wire.KeyOK(en[i].Value) {
 		return "", false
 	}
 	return en[i].Value, true

@@ -59,7 +59,8 @@ func TestPacerObeysBucket(t *testing.T) {
 		}
 		d := b.AllowNAt(at(ft.now, start), 1)
 		sent++
-		r, tt := pol.Fields(d, 1)
+		v := (&verdict.Judge{}).Verdict(verdict.Enforce, &verdict.Result{Decision: d, Policy: &pol, Cost: 1}, "")
+		r, tt := v.R, v.T
 		if !d.Allowed {
 			denied++
 			p.Observe(pol.Item, string(verdict.AppendRateLimit(nil, &pol, r, tt)), true, d.RetryAfter)

@@ -20,8 +20,7 @@ import (
 // touch the same cache line; Snapshot adds the stripes up.
 type Counters struct {
 	series  []Series
-	byRule  bool // made by NewCounters: a decision's row is its rule's index (Result.Rule, Event.RuleIndex)
-	stride  int  // cells per stripe: series × outcomes, rounded up to whole cache lines, plus a line of padding
+	stride  int // cells per stripe: series × outcomes, rounded up to whole cache lines, plus a line of padding
 	mask    uint32
 	stripes []atomic.Uint64
 }
@@ -38,34 +37,14 @@ type Series struct {
 // cellsPerLine is how many uint64 counters fill a 64-byte cache line.
 const cellsPerLine = 8
 
-// NewCounters returns counters with one series for each named rule, with no
-// route: a Judge counts a decision in the row of its rule's index in rules
-// (Result.Rule, Event.RuleIndex), as a hand-wired door sets it.
-func NewCounters(rules ...string) *Counters {
-	series := make([]Series, len(rules))
-	for i, r := range rules {
-		series[i].Rule = r
-	}
-	c := NewSeriesCounters(series...)
-	c.byRule = true
-	return c
-}
-
-// row is the row a Judge counts a decision in: its rule's index for counters
-// made by NewCounters, its series otherwise.
-func (c *Counters) row(rule, series int) int {
-	if c.byRule {
-		return rule
-	}
-	return series
-}
-
-// NewSeriesCounters returns counters for series (a Judge counts a decision in
-// the row of its Result.Series or Event.Series), with four stripes per processor (rounded
-// up to a power of two, at least 8, at most 256): with as many stripes as
-// processors, two goroutines would share one half the time. The generated
-// doors make one series for each rule each route checks.
-func NewSeriesCounters(series ...Series) *Counters {
+// NewCounters returns counters for series (a Judge counts a decision in the
+// row of its Result.Series or Event.Series), with four stripes per processor
+// (rounded up to a power of two, at least 8, at most 256): with as many
+// stripes as processors, two goroutines would share one half the time. The
+// generated doors make one series for each rule each route checks; a
+// hand-wired door with a series for each rule sets Series to the rule's
+// index.
+func NewCounters(series ...Series) *Counters {
 	n := 8
 	for n < 4*runtime.GOMAXPROCS(0) && n < 256 {
 		n *= 2
@@ -80,9 +59,9 @@ func NewSeriesCounters(series ...Series) *Counters {
 	}
 }
 
-// Add counts one outcome of the series at index series; an index out of range
+// add counts one outcome of the series at index series; an index out of range
 // is ignored.
-func (c *Counters) Add(series int, o Outcome) {
+func (c *Counters) add(series int, o Outcome) {
 	if uint(series) >= uint(len(c.series)) || o >= numOutcomes {
 		return
 	}

@@ -20,16 +20,16 @@ func TestSeriesCounters(t *testing.T) {
 		{Route: "/v1/", Tier: "API", Rule: "R"},
 		{Route: "/v1/", Tier: "API", Rule: "Global"},
 	}
-	c := NewSeriesCounters(series...)
+	c := NewCounters(series...)
 	series[0].Route = "changed" // the Counters keep their own copy
 	for i, n := range []int{3, 5, 7} {
 		for range n {
-			c.Add(i, Denied)
+			c.add(i, Denied)
 		}
 	}
-	c.Add(1, Allowed)
-	c.Add(3, Allowed)
-	c.Add(-1, Allowed)
+	c.add(1, Allowed)
+	c.add(3, Allowed)
+	c.add(-1, Allowed)
 	got := c.Snapshot()
 	want := []struct {
 		s       Series
@@ -48,19 +48,19 @@ func TestSeriesCounters(t *testing.T) {
 			t.Errorf("series %d: %+v, want %+v with %d allowed and %d denied", i, got[i], w.s, w.allowed, w.denied)
 		}
 	}
-	if r := NewCounters("A", "B").Snapshot(); r[1].Series != (Series{Rule: "B"}) {
+	if r := NewCounters(Series{Rule: "A"}, Series{Rule: "B"}).Snapshot(); r[1].Series != (Series{Rule: "B"}) {
 		t.Errorf("NewCounters' second series: %+v", r[1].Series)
 	}
 }
 
-// A hand-wired door over NewCounters sets a Result's Rule (and an Event's
-// RuleIndex), not its Series: the Judge counts those by the rule.
-func TestRuleCountersCountByRule(t *testing.T) {
-	j := &Judge{Counters: NewCounters("A", "B")}
+// A hand-wired door with a series for each rule sets a Result's (and an
+// Event's) Series to the rule's index: the Judge counts by it.
+func TestRuleCountersCountBySeries(t *testing.T) {
+	j := &Judge{Counters: NewCounters(Series{Rule: "A"}, Series{Rule: "B"})}
 	p := MustPolicy("B", atomicbucket.Limit{Tokens: 1, Period: time.Second, Burst: 1})
-	res := Result{Decision: atomicbucket.Decision{Allowed: true}, Policy: &p, Policies: p.Item, Cost: 1, Rule: 1}
+	res := Result{Decision: atomicbucket.Decision{Allowed: true}, Policy: &p, Policies: p.Item, Cost: 1, Rule: 1, Series: 1}
 	j.Verdict(Enforce, &res, "k")
-	j.Record(Event{RuleIndex: 1, Outcome: MissingKey})
+	j.Record(Event{RuleIndex: 1, Series: 1, Outcome: MissingKey})
 	got := j.Counters.Snapshot()
 	if got[1].Outcomes[Allowed] != 1 || got[1].Outcomes[MissingKey] != 1 || got[0].Outcomes != ([numOutcomes]uint64{}) {
 		t.Errorf("counts %+v, want B's allowed and missing_key at 1, A's at 0", got)
@@ -68,20 +68,20 @@ func TestRuleCountersCountByRule(t *testing.T) {
 }
 
 func TestCounters(t *testing.T) {
-	c := NewCounters("A", "B")
+	c := NewCounters(Series{Rule: "A"}, Series{Rule: "B"})
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range 100 * int(numOutcomes) { // 100 of each outcome
-				c.Add(g%2, Outcome(i%int(numOutcomes)))
+				c.add(g%2, Outcome(i%int(numOutcomes)))
 			}
 		}()
 	}
 	wg.Wait()
-	c.Add(2, Allowed)  // out of range: ignored
-	c.Add(-1, Allowed) // likewise
+	c.add(2, Allowed)  // out of range: ignored
+	c.add(-1, Allowed) // likewise
 	for _, n := range c.Snapshot() {
 		for o, v := range n.Outcomes {
 			if v != 4*100 { // four goroutines a rule

@@ -8,10 +8,10 @@
 //
 // # Keys and costs
 //
-// A key a door reads from a request is chosen by whoever sent it: KeyOK bounds
-// it (MaxKeyLen bytes, not empty), and a door that finds none tries its next
-// source or refuses the request (MissingKey), never pooling every keyless
-// request in one bucket. IntKey and UintKey read integer keys. ParseCost
+// A key a door reads from a request is chosen by whoever sent it: a door
+// takes one of 1 to MaxKeyLen bytes, and a door that finds none tries its
+// next source or refuses the request (MissingKey), never pooling every
+// keyless request in one bucket. ParseCost
 // reads a declared cost: decimal digits only, at least 1; an absent or
 // malformed value gets the caller's default, and a value above the caller's
 // maximum, or above the rule's burst, is refused without taking anything,

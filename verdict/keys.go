@@ -2,6 +2,8 @@ package verdict
 
 import (
 	"strings"
+
+	"github.com/limitgen/limitgen/internal/wire"
 )
 
 // MaxKeyLen is the longest key a door's key source returns, in bytes. Keys
@@ -11,10 +13,7 @@ import (
 // refusal), never cut short: two long keys cut to one prefix would share a
 // bucket. It is the longest key the shared stores take (shared.MaxKeyLen),
 // so that no key a door passes is refused there.
-const MaxKeyLen = 256
-
-// KeyOK reports whether v can be a key: not empty, at most MaxKeyLen bytes.
-func KeyOK(v string) bool { return v != "" && len(v) <= MaxKeyLen }
+const MaxKeyLen = wire.MaxKeyLen
 
 // ParseCost reads a declared cost: ASCII decimal digits (no sign, no spaces,
 // no exponent, no base prefix), at least 1. An absent or malformed value

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/wire"
 )
 
 // The parameter names of draft-ietf-httpapi-ratelimit-headers-11. They are
@@ -51,13 +52,22 @@ type Policy struct {
 }
 
 // Describe is the rule's numbers in words, as a denial's details give them:
-// "at most 40 in any 24h0m0s, sliding" for a window rule, Describe(Limit)
-// for a token bucket.
+// "at most 40 in any 24h0m0s, sliding" for a window rule; "30/min, burst
+// 10" or "5 per 10s, burst 5" for a token bucket.
 func (p *Policy) Describe() string {
 	if p.Sliding {
 		return "at most " + strconv.FormatInt(p.Limit.Tokens, 10) + " in any " + p.Limit.Period.String() + ", sliding"
 	}
-	return Describe(p.Limit)
+	return describe(p.Limit)
+}
+
+// MustPolicy is NewPolicy for values known to be valid; it panics otherwise.
+func MustPolicy(name string, l atomicbucket.Limit) Policy {
+	p, err := NewPolicy(name, l)
+	if err != nil {
+		panic(err)
+	}
+	return p
 }
 
 // errPolicy is wrapped by every error NewPolicy returns.
@@ -78,27 +88,6 @@ func NewPolicy(name string, l atomicbucket.Limit) (Policy, error) {
 	p.Item = q + ";" + paramQuota + "=" + strconv.FormatInt(p.Quota, 10) + ";" + paramWindow + "=" + strconv.FormatInt(p.Window, 10)
 	p.Prefix = q + ";" + paramRemaining + "="
 	return p, nil
-}
-
-// MustPolicy is NewPolicy for values known to be valid; it panics otherwise.
-func MustPolicy(name string, l atomicbucket.Limit) Policy {
-	p, err := NewPolicy(name, l)
-	if err != nil {
-		panic(err)
-	}
-	return p
-}
-
-// PolicyList joins policies' Items into one RateLimit-Policy value.
-func PolicyList(ps ...*Policy) string {
-	s := ""
-	for i, p := range ps {
-		if i > 0 {
-			s += ", "
-		}
-		s += p.Item
-	}
-	return s
 }
 
 // checkName reports whether name can be a policy name: 1 to maxPolicyName
@@ -157,9 +146,9 @@ func window(l atomicbucket.Limit) int64 {
 // maxSFInteger is the largest Structured Fields integer (15 digits).
 const maxSFInteger = 999_999_999_999_999
 
-// Fields returns the RateLimit parameters r and t for decision d of a request
+// fields returns the RateLimit parameters r and t for decision d of a request
 // of the given cost, by the rules of the package doc.
-func (p *Policy) Fields(d atomicbucket.Decision, cost int64) (r, t int64) {
+func (p *Policy) fields(d atomicbucket.Decision, cost int64) (r, t int64) {
 	r = shown(d.Remaining)
 	var base time.Duration
 	switch {
@@ -187,11 +176,11 @@ func shown(r int64) int64 {
 	if r < 1000 {
 		return max(r, 0)
 	}
-	n := (bits.Len64(uint64(r))*1233)>>12 + 1 // the digit count, or one more (AppendDecimal)
-	if uint64(r) < pow10[n-1] {
+	n := (bits.Len64(uint64(r))*1233)>>12 + 1 // the digit count, or one more (wire.AppendDecimal)
+	if uint64(r) < wire.Pow10[n-1] {
 		n--
 	}
-	unit := int64(pow10[n-3])
+	unit := int64(wire.Pow10[n-3])
 	return r / unit * unit
 }
 
@@ -239,55 +228,6 @@ func mulDiv(a, b, c int64) time.Duration {
 	return time.Duration(q)
 }
 
-// AppendDecimal appends v ≥ 0 in decimal to b, as strconv.AppendInt does,
-// writing the digits in place when b has room: their count comes from v's
-// bit length (no division counts them), and they are written from the last,
-// eight at a time in two halves that do not wait for each other, then two at
-// a time. The RateLimit field's numbers are most of what formatting an
-// allowed response's fields costs.
-func AppendDecimal(b []byte, v int64) []byte {
-	u := uint64(v)
-	n := (bits.Len64(u|1)*1233)>>12 + 1 // ⌊log10(2)·bits⌋+1: the count, or one more
-	if n > 1 && u < pow10[n-1] {
-		n--
-	}
-	if v < 0 || cap(b)-len(b) < n {
-		return strconv.AppendInt(b, v, 10)
-	}
-	i := len(b) + n
-	b = b[:i]
-	for u >= 1e8 {
-		q := u / 1e8
-		r := u - q*1e8
-		hi, lo := r/1e4, r%1e4
-		h1, h2, l1, l2 := hi/100, hi%100, lo/100, lo%100
-		i -= 8
-		b[i], b[i+1], b[i+2], b[i+3] = digitPairs[2*h1], digitPairs[2*h1+1], digitPairs[2*h2], digitPairs[2*h2+1]
-		b[i+4], b[i+5], b[i+6], b[i+7] = digitPairs[2*l1], digitPairs[2*l1+1], digitPairs[2*l2], digitPairs[2*l2+1]
-		u = q
-	}
-	for u >= 100 {
-		q := u / 100
-		r := u - q*100
-		i -= 2
-		b[i], b[i+1] = digitPairs[2*r], digitPairs[2*r+1]
-		u = q
-	}
-	if u >= 10 {
-		b[i-2], b[i-1] = digitPairs[2*u], digitPairs[2*u+1]
-	} else {
-		b[i-1] = byte('0' + u)
-	}
-	return b
-}
-
-// pow10 are the powers of ten up to 10¹⁹, the largest a uint64 holds.
-var pow10 = [20]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19}
-
-const digitPairs = "00010203040506070809101112131415161718192021222324252627282930313233343536373839" +
-	"40414243444546474849505152535455565758596061626364656667686970717273747576777879" +
-	"8081828384858687888990919293949596979899"
-
 // ceilSeconds is d in whole seconds, rounded up; 0 for d ≤ 0.
 func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
@@ -300,14 +240,14 @@ func ceilSeconds(d time.Duration) int64 {
 // "Name";r=R;t=T.
 func AppendRateLimit(b []byte, p *Policy, r, t int64) []byte {
 	b = append(b, p.Prefix...)
-	b = AppendDecimal(b, r)
+	b = wire.AppendDecimal(b, r)
 	b = append(b, ";"+paramReset+"="...)
-	return AppendDecimal(b, t)
+	return wire.AppendDecimal(b, t)
 }
 
-// Describe is a limit's numbers as a policy writes them: "30/min, burst 10",
+// describe is a limit's numbers as a policy writes them: "30/min, burst 10",
 // "5 per 10s, burst 5".
-func Describe(l atomicbucket.Limit) string {
+func describe(l atomicbucket.Limit) string {
 	rate := strconv.FormatInt(l.Tokens, 10) + " per " + l.Period.String()
 	switch l.Period {
 	case time.Second:

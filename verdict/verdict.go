@@ -8,6 +8,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/keyhash"
+	"github.com/limitgen/limitgen/internal/wire"
 )
 
 // Mode is what a route (an HTTP route, a gRPC method entry, an RLS
@@ -159,7 +160,7 @@ type Judge struct {
 type Result struct {
 	atomicbucket.Decision
 	Policy   *Policy // the rule that decided
-	Policies string  // the route's RateLimit-Policy value: its rules' Items (PolicyList)
+	Policies string  // the route's RateLimit-Policy value: its rules' Items joined by ", "
 	Cost     int64   // the request's cost
 	SeedInt  uint64  // the jitter's seed when the request's key is an integer (the key is then "")
 	// Key is the request's key, in the copy of the Result a door's own
@@ -192,7 +193,7 @@ type Verdict struct {
 	// route's denial, let through) or TooCostly (on any route: a door lets it
 	// through on a Shadow route).
 	Outcome Outcome
-	R, T    int64 // the RateLimit field's r (remaining) and t (whole seconds; see Policy.Fields)
+	R, T    int64 // the RateLimit field's r (remaining) and t (whole seconds), by the rules of the package doc
 	// Wait is, for Denied, the time to wait before retrying: the decision's
 	// RetryAfter with the key's jitter added, rounded up to the millisecond
 	// (from a second up, to three significant digits: at most 1% late), so
@@ -223,7 +224,7 @@ func (j *Judge) Verdict(mode Mode, res *Result, key string) Verdict {
 		outcome = Denied
 	}
 	v := Verdict{Outcome: outcome, Retry: -1}
-	v.R, v.T = res.Policy.Fields(res.Decision, res.Cost)
+	v.R, v.T = res.Policy.fields(res.Decision, res.Cost)
 	if outcome == Denied {
 		seed := uint64(0)
 		if j.Jitter > 0 { // the key's hash places the jitter; without one, no hash
@@ -250,7 +251,7 @@ func (j *Judge) Verdict(mode Mode, res *Result, key string) Verdict {
 // unreadable cost), as a door does before it refuses the request.
 func (j *Judge) Record(ev Event) {
 	if j.Counters != nil {
-		j.Counters.Add(j.Counters.row(ev.RuleIndex, ev.Series), ev.Outcome)
+		j.Counters.add(ev.Series, ev.Outcome)
 	}
 	if j.Observer != nil {
 		j.Observer.Observe(ev)
@@ -259,7 +260,7 @@ func (j *Judge) Record(ev Event) {
 
 func (j *Judge) observe(res *Result, o Outcome, key string) {
 	if j.Counters != nil {
-		j.Counters.Add(j.Counters.row(res.Rule, res.Series), o)
+		j.Counters.add(res.Series, o)
 	}
 	if j.Observer != nil {
 		storeErr := res.Err
@@ -299,15 +300,15 @@ func (j *Judge) wait(wait time.Duration, seed uint64) time.Duration {
 		}
 		wait = max(time.Duration(f), wait) // the float's rounding must not make it earlier
 	}
-	return ShownWait(wait)
+	return shownWait(wait)
 }
 
-// ShownWait is how a wait is said (Verdict.Wait): rounded up to the
+// shownWait is how a wait is said (Verdict.Wait): rounded up to the
 // millisecond, and from a second up to three significant digits (at most 1%
 // later; 3,599,937 ms is said as 3,600,000), so that a long wait stays the
 // same for a while and the doors reuse what they encoded for it. Waits past
 // atomicbucket.Never are Never.
-func ShownWait(wait time.Duration) time.Duration {
+func shownWait(wait time.Duration) time.Duration {
 	if wait <= 0 {
 		return 0
 	}
@@ -317,10 +318,10 @@ func ShownWait(wait time.Duration) time.Duration {
 	ms := int64((wait + time.Millisecond - 1) / time.Millisecond)
 	if ms >= 1000 {
 		n := (bits.Len64(uint64(ms))*1233)>>12 + 1 // the digit count, or one more (as shown)
-		if uint64(ms) < pow10[n-1] {
+		if uint64(ms) < wire.Pow10[n-1] {
 			n--
 		}
-		unit := int64(pow10[n-3])
+		unit := int64(wire.Pow10[n-3])
 		if up := (ms + unit - 1) / unit * unit; up <= int64(atomicbucket.Never/time.Millisecond) {
 			ms = up
 		}

@@ -135,7 +135,7 @@ func TestDescribe(t *testing.T) {
 		{atomicbucket.Limit{Tokens: 5, Period: 10 * time.Second, Burst: 5}, "5 per 10s, burst 5"},
 		{atomicbucket.Limit{Tokens: 100, Period: 24 * time.Hour, Burst: 100}, "100/d, burst 100"},
 	} {
-		if got := Describe(c.l); got != c.want {
+		if got := describe(c.l); got != c.want {
 			t.Errorf("Describe(%+v) = %q, want %q", c.l, got, c.want)
 		}
 	}

@@ -208,7 +208,7 @@ func NewGRPC(l *Limits) (*GRPC, error) {
 	g.Config = limitgrpc.Config{
 		Judge: verdict.Judge{
 			Jitter:   0.0,
-			Counters: verdict.NewSeriesCounters(grpcSeries[:]...),
+			Counters: verdict.NewCounters(grpcSeries[:]...),
 		},
 		Metadata: limitgrpc.MetadataDenials,
 	}

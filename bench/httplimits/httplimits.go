@@ -266,7 +266,7 @@ func NewMiddleware(l *Limits) (*Middleware, error) {
 	m.Config = limithttp.Config{
 		Judge: verdict.Judge{
 			Jitter:   0.0,
-			Counters: verdict.NewSeriesCounters(httpSeries[:]...),
+			Counters: verdict.NewCounters(httpSeries[:]...),
 		},
 		Headers: limithttp.HeadersIETF,
 	}

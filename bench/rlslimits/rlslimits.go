@@ -498,7 +498,7 @@ func NewRLS(l *Limits) *RLS {
 	return &RLS{
 		Config: limitrls.Config{
 			Judge: verdict.Judge{
-				Counters: verdict.NewSeriesCounters(rlsSeries[:]...),
+				Counters: verdict.NewCounters(rlsSeries[:]...),
 			},
 		},
 		limits: l,

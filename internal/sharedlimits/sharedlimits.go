@@ -1451,7 +1451,7 @@ func ParseTenantUserKey(s string) (TenantUserKey, error) {
 		return TenantUserKey{}, fmt.Errorf("%q is not a key of rule TenantUser: tenant (string), user (uint64), comma-separated", s)
 	}
 	var k TenantUserKey
-	if !verdict.KeyOK(f[0]) {
+	if f[0] == "" || len(f[0]) > verdict.MaxKeyLen {
 		return TenantUserKey{}, fmt.Errorf("key %q of rule TenantUser: field tenant is empty or longer than %d bytes", s, verdict.MaxKeyLen)
 	}
 	k.Tenant = f[0]
@@ -1476,7 +1476,7 @@ func newTenantUserLocalLimiter() *TenantUserLocalLimiter {
 	return &TenantUserLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[TenantUserKey](genimpl.MustUnits(atomicbucket.MustRule(tenantUserLimit), tenantUserUnitsPerNs, tenantUserUnitsPerToken, tenantUserBurstUnits), atomicbucket.TableOptions{
 		KeyHash: TenantUserKey.gridHash,
 	}), genimpl.Cost{}, func(k TenantUserKey) bool {
-		return verdict.KeyOK(k.Tenant)
+		return k.Tenant != "" && len(k.Tenant) <= verdict.MaxKeyLen
 	})}
 }
 
@@ -3253,7 +3253,7 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 	m.Config = limithttp.Config{
 		Judge: verdict.Judge{
 			Jitter:   0.0,
-			Counters: verdict.NewSeriesCounters(httpSeries[:]...),
+			Counters: verdict.NewCounters(httpSeries[:]...),
 			Observer: verdict.NewDenialLog(nil, 10),
 		},
 		Headers: limithttp.HeadersIETF,

@@ -1081,7 +1081,7 @@ func ParseExportsKey(s string) (ExportsKey, error) {
 		return ExportsKey{}, fmt.Errorf("%q is not a key of rule Exports: tenant (string), user (uint64), comma-separated", s)
 	}
 	var k ExportsKey
-	if !verdict.KeyOK(f[0]) {
+	if f[0] == "" || len(f[0]) > verdict.MaxKeyLen {
 		return ExportsKey{}, fmt.Errorf("key %q of rule Exports: field tenant is empty or longer than %d bytes", s, verdict.MaxKeyLen)
 	}
 	k.Tenant = f[0]
@@ -1107,7 +1107,7 @@ func newExportsLocalLimiter() *ExportsLocalLimiter {
 	return &ExportsLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[ExportsKey](atomicbucket.MustRule(exportsLimit), atomicbucket.TableOptions{
 		KeyHash: ExportsKey.gridHash,
 	}), genimpl.Cost{}, func(k ExportsKey) bool {
-		return verdict.KeyOK(k.Tenant)
+		return k.Tenant != "" && len(k.Tenant) <= verdict.MaxKeyLen
 	})}
 }
 
@@ -1409,7 +1409,7 @@ func NewRLS(l *Limits) *RLS {
 	return &RLS{
 		Config: limitrls.Config{
 			Judge: verdict.Judge{
-				Counters: verdict.NewSeriesCounters(rlsSeries[:]...),
+				Counters: verdict.NewCounters(rlsSeries[:]...),
 				Observer: verdict.NewDenialLog(nil, 10),
 			},
 			Headers: true,

@@ -1317,7 +1317,7 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 	m.Config = limithttp.Config{
 		Judge: verdict.Judge{
 			Jitter:   0.5,
-			Counters: verdict.NewSeriesCounters(httpSeries[:]...),
+			Counters: verdict.NewCounters(httpSeries[:]...),
 			Observer: verdict.NewDenialLog(nil, 10),
 		},
 		Headers:   limithttp.HeadersIETF,
@@ -1485,7 +1485,7 @@ func NewGRPC(l *Limits, h GRPCHooks) (*GRPC, error) {
 	g.Config = limitgrpc.Config{
 		Judge: verdict.Judge{
 			Jitter:   0.0,
-			Counters: verdict.NewSeriesCounters(grpcSeries[:]...),
+			Counters: verdict.NewCounters(grpcSeries[:]...),
 			Observer: verdict.NewDenialLog(nil, 10),
 		},
 		Metadata: limitgrpc.MetadataAll,
@@ -1601,7 +1601,7 @@ func NewRLS(l *Limits) *RLS {
 	return &RLS{
 		Config: limitrls.Config{
 			Judge: verdict.Judge{
-				Counters: verdict.NewSeriesCounters(rlsSeries[:]...),
+				Counters: verdict.NewCounters(rlsSeries[:]...),
 				Observer: verdict.NewDenialLog(nil, 10),
 			},
 			Headers: true,

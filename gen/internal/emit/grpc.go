@@ -102,7 +102,7 @@ func emitGRPCType(m *model.Model) jen.Code {
 	checks := nilHooks(m.Pkg+": NewGRPC: GRPCHooks.", g.Hooks)
 	judge := []jen.Code{
 		field("Jitter", jen.Lit(g.Jitter)),
-		field("Counters", vd("NewSeriesCounters").Call(jen.Id("grpcSeries").Index(jen.Empty(), jen.Empty()).Op("..."))),
+		field("Counters", vd("NewCounters").Call(jen.Id("grpcSeries").Index(jen.Empty(), jen.Empty()).Op("..."))),
 	}
 	if g.LogDenials > 0 {
 		judge = append(judge, field("Observer", vd("NewDenialLog").Call(jen.Nil(), lit(g.LogDenials))))

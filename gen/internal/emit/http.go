@@ -247,7 +247,7 @@ func emitMiddleware(m *model.Model) jen.Code {
 	}
 	judge := []jen.Code{
 		field("Jitter", jen.Lit(h.Jitter)),
-		field("Counters", vd("NewSeriesCounters").Call(jen.Id("httpSeries").Index(jen.Empty(), jen.Empty()).Op("..."))),
+		field("Counters", vd("NewCounters").Call(jen.Id("httpSeries").Index(jen.Empty(), jen.Empty()).Op("..."))),
 	}
 	if h.LogDenials > 0 {
 		judge = append(judge, field("Observer", vd("NewDenialLog").Call(jen.Nil(), lit(h.LogDenials))))

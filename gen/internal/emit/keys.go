@@ -62,7 +62,7 @@ func emitCompositeKey(r model.Rule) jen.Code {
 		fi := jen.Id("f").Index(jen.Lit(i))
 		if f.Type == "string" {
 			parse = append(parse,
-				jen.If(jen.Op("!").Add(vd("KeyOK")).Call(fi)).Block(fail("key %q of rule "+r.Name+": field "+f.Name+" is empty or longer than %d bytes", jen.Id("s"), vd("MaxKeyLen"))),
+				jen.If(keyBad(fi)).Block(fail("key %q of rule "+r.Name+": field "+f.Name+" is empty or longer than %d bytes", jen.Id("s"), vd("MaxKeyLen"))),
 				jen.Id("k").Dot(f.GoName).Op("=").Add(fi))
 			continue
 		}
@@ -108,4 +108,16 @@ func emitCompositeKeyRead(d *door, k, ok string, r model.Rule, srcs []model.KeyS
 		out = append(out, jen.Block(block...))
 	}
 	return out
+}
+
+// keyOK is the condition that string v can be a key: not empty, at most
+// verdict.MaxKeyLen bytes; keyBad is its negation. v is a name or a
+// selector, read twice; either joins a chain of its own operator without
+// parentheses.
+func keyOK(v *jen.Statement) *jen.Statement {
+	return v.Clone().Op("!=").Lit("").Op("&&").Len(v.Clone()).Op("<=").Add(vd("MaxKeyLen"))
+}
+
+func keyBad(v *jen.Statement) *jen.Statement {
+	return v.Clone().Op("==").Lit("").Op("||").Len(v.Clone()).Op(">").Add(vd("MaxKeyLen"))
 }

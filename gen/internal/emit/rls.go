@@ -52,7 +52,7 @@ func emitRLS(m *model.Model) jen.Code {
 func emitRLSType(m *model.Model) jen.Code {
 	s := m.RLS
 	judge := []jen.Code{
-		field("Counters", vd("NewSeriesCounters").Call(jen.Id("rlsSeries").Index(jen.Empty(), jen.Empty()).Op("..."))),
+		field("Counters", vd("NewCounters").Call(jen.Id("rlsSeries").Index(jen.Empty(), jen.Empty()).Op("..."))),
 	}
 	if s.LogDenials > 0 {
 		judge = append(judge, field("Observer", vd("NewDenialLog").Call(jen.Nil(), lit(s.LogDenials))))

@@ -183,17 +183,17 @@ func emitGlobal(r model.Rule, typ, ctor, doc string, recv jen.Code) jen.Code {
 func emitKeyed(r model.Rule, typ, ctor, doc string, recv jen.Code) jen.Code {
 	g := jen.Null()
 	keyed := gi("Keyed").Types(jen.Id(r.KeyType))
-	keyOK := jen.Nil()
+	valid := jen.Nil()
 	switch {
 	case r.KeyType == "string":
-		keyOK = gi("NonEmpty")
+		valid = gi("NonEmpty")
 	case r.Composite(): // a string field empty or too long, as no door reads it
 		var cond *jen.Statement
 		for _, f := range r.Fields {
 			if f.Type != "string" {
 				continue
 			}
-			c := vd("KeyOK").Call(jen.Id("k").Dot(f.GoName))
+			c := keyOK(jen.Id("k").Dot(f.GoName))
 			if cond == nil {
 				cond = c
 			} else {
@@ -201,12 +201,12 @@ func emitKeyed(r model.Rule, typ, ctor, doc string, recv jen.Code) jen.Code {
 			}
 		}
 		if cond != nil {
-			keyOK = jen.Func().Params(jen.Id("k").Id(r.KeyType)).Bool().Block(jen.Return(cond))
+			valid = jen.Func().Params(jen.Id("k").Id(r.KeyType)).Bool().Block(jen.Return(cond))
 		}
 	}
 	g.Comment(fmt.Sprintf("%s returns %s's (empty) table.", ctor, r.GoName)).Line()
 	g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
-		jen.Return(jen.Op("&").Id(typ).Values(gi("NewKeyed").Call(newStore(r, 0), costOf(r, r.Limits[0].Cost), keyOK)))).Line().Line()
+		jen.Return(jen.Op("&").Id(typ).Values(gi("NewKeyed").Call(newStore(r, 0), costOf(r, r.Limits[0].Cost), valid)))).Line().Line()
 	whose := "Its methods, genimpl.Keyed's, are"
 	if r.Folded() {
 		whose = "Its methods, genimpl.Keyed's and the folded Allow below, are"
@@ -368,7 +368,7 @@ func emptyKeyCheck(r model.Rule) jen.Code {
 			if f.Type != "string" {
 				continue
 			}
-			c := jen.Op("!").Add(vd("KeyOK")).Call(jen.Id("key").Dot(f.GoName))
+			c := keyBad(jen.Id("key").Dot(f.GoName))
 			if cond == nil {
 				cond = c
 			} else {

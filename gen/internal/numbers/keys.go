@@ -7,6 +7,7 @@ import (
 
 	"github.com/limitgen/limitgen/gen/internal/model"
 	"github.com/limitgen/limitgen/genimpl"
+	"github.com/limitgen/limitgen/internal/wire"
 	"github.com/limitgen/limitgen/verdict"
 )
 
@@ -30,7 +31,7 @@ func CanonicalKey(r model.Rule, key string) (string, error) {
 			b = append(b, ',')
 		}
 		if f.Type == "string" {
-			if !verdict.KeyOK(fields[i]) {
+			if !wire.KeyOK(fields[i]) {
 				return "", fmt.Errorf("key %q: field %s is empty or longer than %d bytes", key, f.Name, verdict.MaxKeyLen)
 			}
 			b = genimpl.AppendKeyField(b, fields[i])

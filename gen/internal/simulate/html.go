@@ -202,7 +202,7 @@ const (
 func (s *simulation) ruleSection(b *strings.Builder, p *picture, i int, r *simRule, width int64, n int) {
 	esc := pageText
 	adm, den := p.binned(p.admitted[i]), p.binned(p.denied[i])
-	numbers := verdict.Describe(atomicbucket.Limit{Tokens: r.limit.Tokens, Period: time.Duration(r.limit.PeriodNs), Burst: r.limit.Burst})
+	numbers := (&verdict.Policy{Limit: atomicbucket.Limit{Tokens: r.limit.Tokens, Period: time.Duration(r.limit.PeriodNs), Burst: r.limit.Burst}}).Describe()
 	if r.limit.Window {
 		numbers = fmt.Sprintf("at most %d in any %v (a sliding window)", r.limit.Tokens, time.Duration(r.limit.PeriodNs))
 	}

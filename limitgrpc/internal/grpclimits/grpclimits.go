@@ -611,11 +611,11 @@ func ParseTenantsKey(s string) (TenantsKey, error) {
 		return TenantsKey{}, fmt.Errorf("%q is not a key of rule Tenants: tenant (string), region (string), comma-separated", s)
 	}
 	var k TenantsKey
-	if !verdict.KeyOK(f[0]) {
+	if f[0] == "" || len(f[0]) > verdict.MaxKeyLen {
 		return TenantsKey{}, fmt.Errorf("key %q of rule Tenants: field tenant is empty or longer than %d bytes", s, verdict.MaxKeyLen)
 	}
 	k.Tenant = f[0]
-	if !verdict.KeyOK(f[1]) {
+	if f[1] == "" || len(f[1]) > verdict.MaxKeyLen {
 		return TenantsKey{}, fmt.Errorf("key %q of rule Tenants: field region is empty or longer than %d bytes", s, verdict.MaxKeyLen)
 	}
 	k.Region = f[1]
@@ -635,7 +635,7 @@ func newTenantsLocalLimiter() *TenantsLocalLimiter {
 	return &TenantsLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[TenantsKey](genimpl.MustUnits(atomicbucket.MustRule(tenantsLimit), tenantsUnitsPerNs, tenantsUnitsPerToken, tenantsBurstUnits), atomicbucket.TableOptions{
 		KeyHash: TenantsKey.gridHash,
 	}), genimpl.Cost{}, func(k TenantsKey) bool {
-		return verdict.KeyOK(k.Tenant) && verdict.KeyOK(k.Region)
+		return k.Tenant != "" && len(k.Tenant) <= verdict.MaxKeyLen && k.Region != "" && len(k.Region) <= verdict.MaxKeyLen
 	})}
 }
 
@@ -989,7 +989,7 @@ func NewGRPC(l *Limits, h GRPCHooks) (*GRPC, error) {
 	g.Config = limitgrpc.Config{
 		Judge: verdict.Judge{
 			Jitter:   0.0,
-			Counters: verdict.NewSeriesCounters(grpcSeries[:]...),
+			Counters: verdict.NewCounters(grpcSeries[:]...),
 			Observer: verdict.NewDenialLog(nil, 10),
 		},
 		Metadata: limitgrpc.MetadataAll,

@@ -209,7 +209,7 @@ func NewGRPC(l *Limits) (*GRPC, error) {
 	g.Config = limitgrpc.Config{
 		Judge: verdict.Judge{
 			Jitter:   0.0,
-			Counters: verdict.NewSeriesCounters(grpcSeries[:]...),
+			Counters: verdict.NewCounters(grpcSeries[:]...),
 			Observer: verdict.NewDenialLog(nil, 10),
 		},
 		Metadata: limitgrpc.MetadataDenials,

@@ -658,7 +658,7 @@ func NewMiddleware(l *Limits) (*Middleware, error) {
 	m.Config = limithttp.Config{
 		Judge: verdict.Judge{
 			Jitter:   0.0,
-			Counters: verdict.NewSeriesCounters(httpSeries[:]...),
+			Counters: verdict.NewCounters(httpSeries[:]...),
 			Observer: verdict.NewDenialLog(nil, 10),
 		},
 		Headers: limithttp.HeadersIETF,

@@ -187,11 +187,11 @@ func ParseRlTenantUserKey(s string) (RlTenantUserKey, error) {
 		return RlTenantUserKey{}, fmt.Errorf("%q is not a key of rule RlTenantUser: tenant (string), user (string), comma-separated", s)
 	}
 	var k RlTenantUserKey
-	if !verdict.KeyOK(f[0]) {
+	if f[0] == "" || len(f[0]) > verdict.MaxKeyLen {
 		return RlTenantUserKey{}, fmt.Errorf("key %q of rule RlTenantUser: field tenant is empty or longer than %d bytes", s, verdict.MaxKeyLen)
 	}
 	k.Tenant = f[0]
-	if !verdict.KeyOK(f[1]) {
+	if f[1] == "" || len(f[1]) > verdict.MaxKeyLen {
 		return RlTenantUserKey{}, fmt.Errorf("key %q of rule RlTenantUser: field user is empty or longer than %d bytes", s, verdict.MaxKeyLen)
 	}
 	k.User = f[1]
@@ -327,7 +327,7 @@ func NewRLS(l *Limits) *RLS {
 	return &RLS{
 		Config: limitrls.Config{
 			Judge: verdict.Judge{
-				Counters: verdict.NewSeriesCounters(rlsSeries[:]...),
+				Counters: verdict.NewCounters(rlsSeries[:]...),
 				Observer: verdict.NewDenialLog(nil, 10),
 			},
 		},

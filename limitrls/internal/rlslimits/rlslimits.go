@@ -555,7 +555,7 @@ func ParsePerTenantUserKey(s string) (PerTenantUserKey, error) {
 		return PerTenantUserKey{}, fmt.Errorf("%q is not a key of rule PerTenantUser: tenant (string), user (uint64), comma-separated", s)
 	}
 	var k PerTenantUserKey
-	if !verdict.KeyOK(f[0]) {
+	if f[0] == "" || len(f[0]) > verdict.MaxKeyLen {
 		return PerTenantUserKey{}, fmt.Errorf("key %q of rule PerTenantUser: field tenant is empty or longer than %d bytes", s, verdict.MaxKeyLen)
 	}
 	k.Tenant = f[0]
@@ -580,7 +580,7 @@ func newPerTenantUserLimiter() *PerTenantUserLimiter {
 	return &PerTenantUserLimiter{genimpl.NewKeyed(atomicbucket.NewTable[PerTenantUserKey](genimpl.MustUnits(atomicbucket.MustRule(perTenantUserLimit), perTenantUserUnitsPerNs, perTenantUserUnitsPerToken, perTenantUserBurstUnits), atomicbucket.TableOptions{
 		KeyHash: PerTenantUserKey.gridHash,
 	}), genimpl.Cost{}, func(k PerTenantUserKey) bool {
-		return verdict.KeyOK(k.Tenant)
+		return k.Tenant != "" && len(k.Tenant) <= verdict.MaxKeyLen
 	})}
 }
 
@@ -837,7 +837,7 @@ func NewRLS(l *Limits) *RLS {
 	return &RLS{
 		Config: limitrls.Config{
 			Judge: verdict.Judge{
-				Counters: verdict.NewSeriesCounters(rlsSeries[:]...),
+				Counters: verdict.NewCounters(rlsSeries[:]...),
 			},
 			Headers: true,
 		},

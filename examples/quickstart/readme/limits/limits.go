@@ -677,7 +677,7 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 	m.Config = limithttp.Config{
 		Judge: verdict.Judge{
 			Jitter:   0.0,
-			Counters: verdict.NewSeriesCounters(httpSeries[:]...),
+			Counters: verdict.NewCounters(httpSeries[:]...),
 			Observer: verdict.NewDenialLog(nil, 10),
 		},
 		Headers:   limithttp.HeadersIETF,
