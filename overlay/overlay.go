@@ -399,5 +399,3 @@ func (a *Applier) Applied() (numbers int, sets int64, at time.Time) {
 	defer a.mu.Unlock()
 	return len(a.base), a.version, a.at
 }
-
-func joinKeys[T any](m map[string]T) string { return strings.Join(sortedKeys(m), ", ") }

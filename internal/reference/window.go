@@ -64,9 +64,6 @@ func NewWindow(p WindowParams) *Window {
 	return &Window{p: p, logs: map[string][]Admission{}, lastCap: math.MinInt64 / 2}
 }
 
-// Params returns the reference's parameters.
-func (w *Window) Params() WindowParams { return w.p }
-
 // inWindow is what of log is in the window at t.
 func (w *Window) inWindow(log []Admission, t int64) []Admission {
 	i := 0
@@ -312,7 +309,8 @@ func CheckWindow(limit, window int64, adm []Admission) error {
 
 // Step is key's part in a tier request of the given cost, for
 // tier.At: a window, which TierAt looks at first and takes from
-// last (tier.Look); its RefundAt does nothing.
+// last (tier.Look); its RefundAt does nothing. gen's random-policy
+// harness (run_test.go) calls it from the code it generates.
 func (w *Window) Step(key string, cost int64) tier.Step { return windowStep{w, key, cost} }
 
 type windowStep struct {
