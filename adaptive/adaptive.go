@@ -34,6 +34,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/limitgen/limitgen/internal/enum"
 	"github.com/limitgen/limitgen/overlay"
 )
 
@@ -91,15 +92,7 @@ const (
 )
 
 func (v Verdict) String() string {
-	switch v {
-	case TooFew:
-		return "too few samples"
-	case Healthy:
-		return "healthy"
-	case Unhealthy:
-		return "unhealthy"
-	}
-	return fmt.Sprintf("Verdict(%d)", uint8(v))
+	return enum.Name(v, "Verdict", "too few samples", "healthy", "unhealthy")
 }
 
 // Round is one interval judged: its health, the verdict, and the factor in

@@ -7,6 +7,8 @@ import (
 	"math/bits"
 	"sync/atomic"
 	"time"
+
+	"github.com/limitgen/limitgen/internal/enum"
 )
 
 // Numbers are the part of a rule that may change at run time: a rate of Tokens
@@ -77,15 +79,7 @@ const (
 
 // String returns "as-is", "proportional" or "additive".
 func (c Carry) String() string {
-	switch c {
-	case CarryAsIs:
-		return "as-is"
-	case CarryProportional:
-		return "proportional"
-	case CarryAdditive:
-		return "additive"
-	}
-	return fmt.Sprintf("Carry(%d)", uint8(c))
+	return enum.Name(c, "Carry", "as-is", "proportional", "additive")
 }
 
 // Origin says where the numbers in force for a check come from.
@@ -102,15 +96,7 @@ const (
 
 // String returns "policy", "override" or "key override".
 func (o Origin) String() string {
-	switch o {
-	case FromPolicy:
-		return "policy"
-	case FromOverride:
-		return "override"
-	case FromKeyOverride:
-		return "key override"
-	}
-	return fmt.Sprintf("Origin(%d)", uint8(o))
+	return enum.Name(o, "Origin", "policy", "override", "key override")
 }
 
 // WithNumbers is the rule with n in place of its numbers, validated by NewRule

@@ -27,6 +27,7 @@ import (
 	"regexp"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/enum"
 	"github.com/limitgen/limitgen/verdict"
 )
 
@@ -47,15 +48,7 @@ const (
 
 // String returns the mode as the policy spells it.
 func (m FailureMode) String() string {
-	switch m {
-	case FailDeny:
-		return "deny"
-	case FailAllow:
-		return "allow"
-	case FailLocal:
-		return "local"
-	}
-	return "FailureMode(?)"
+	return enum.Name(m, "FailureMode", "deny", "allow", "local")
 }
 
 // Failure is a shared rule's failure setting.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/internal/enum"
 	"github.com/limitgen/limitgen/internal/keyhash"
 	"github.com/limitgen/limitgen/internal/wire"
 )
@@ -27,15 +28,7 @@ const (
 
 // String returns the mode's name as the policy spells it.
 func (m Mode) String() string {
-	switch m {
-	case Enforce:
-		return "enforce"
-	case Shadow:
-		return "shadow"
-	case Off:
-		return "off"
-	}
-	return "Mode(" + strconv.Itoa(int(m)) + ")"
+	return enum.Name(m, "Mode", "enforce", "shadow", "off")
 }
 
 // Outcome is what became of a request.
