@@ -217,14 +217,7 @@ func GeneratedOneWay(t *testing.T, instance func() *sharedlimits.Limits) {
 func GeneratedMiddleware(t *testing.T, instance func() *sharedlimits.Limits) {
 	var muxes []http.Handler
 	for range 2 {
-		mw, err := sharedlimits.NewMiddleware(instance(), sharedlimits.Hooks{
-			UserID: func(r *http.Request) (string, bool) { return r.Header.Get("X-User"), r.Header.Get("X-User") != "" },
-			PlanOf: func(r *http.Request) (sharedlimits.Plan, bool) { return sharedlimits.PlanFree, true },
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		mw.Config.Observer = nil
+		mw := middleware(t, instance())
 		mux := mw.NewServeMux()
 		mux.HandleFunc("GET /hello", func(http.ResponseWriter, *http.Request) {})
 		mux.HandleFunc("POST /export/{account}", func(http.ResponseWriter, *http.Request) {})
@@ -354,13 +347,7 @@ func GeneratedMiddlewareDegraded(t *testing.T, instance func() *sharedlimits.Lim
 	var logged bytes.Buffer
 	var mu sync.Mutex
 	var events []verdict.Event
-	mw, err := sharedlimits.NewMiddleware(instance(), sharedlimits.Hooks{
-		UserID: func(r *http.Request) (string, bool) { return r.Header.Get("X-User"), r.Header.Get("X-User") != "" },
-		PlanOf: func(r *http.Request) (sharedlimits.Plan, bool) { return sharedlimits.PlanFree, true },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	mw := middleware(t, instance())
 	denials := verdict.NewDenialLog(slog.New(slog.NewTextHandler(&logged, nil)), 1000)
 	mw.Config.Observer = verdict.ObserverFunc(func(e verdict.Event) {
 		mu.Lock()
@@ -433,14 +420,7 @@ func GeneratedMiddlewareDegraded(t *testing.T, instance func() *sharedlimits.Lim
 // local remainder (r=0 on the first response while the shared bucket held
 // 29): a client obeying it backed off for nothing.
 func GeneratedLeasedFields(t *testing.T, instance func() *sharedlimits.Limits) {
-	mw, err := sharedlimits.NewMiddleware(instance(), sharedlimits.Hooks{
-		UserID: func(r *http.Request) (string, bool) { return r.Header.Get("X-User"), r.Header.Get("X-User") != "" },
-		PlanOf: func(r *http.Request) (sharedlimits.Plan, bool) { return sharedlimits.PlanFree, true },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mw.Config.Observer = nil
+	mw := middleware(t, instance())
 	h := mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	admitted := 0
 	var last string
@@ -490,4 +470,19 @@ func rateLimitField(v string) (r, t int64, ok bool) {
 		}
 	}
 	return r, t, nr && nt
+}
+
+// middleware returns the generated middleware over l: its user is the
+// X-User header, every request is on the free plan, and it observes
+// nothing.
+func middleware(t *testing.T, l *sharedlimits.Limits) *sharedlimits.Middleware {
+	mw, err := sharedlimits.NewMiddleware(l, sharedlimits.Hooks{
+		UserID: func(r *http.Request) (string, bool) { return r.Header.Get("X-User"), r.Header.Get("X-User") != "" },
+		PlanOf: func(r *http.Request) (sharedlimits.Plan, bool) { return sharedlimits.PlanFree, true },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mw.Config.Observer = nil
+	return mw
 }

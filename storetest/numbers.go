@@ -175,14 +175,7 @@ func GeneratedNumbers(t *testing.T, instance func() *sharedlimits.Limits) {
 
 	// The fields describe the numbers in force: a burst of 10 at 1 a minute
 	// is a quota of 10 in 600 s.
-	mw, err := sharedlimits.NewMiddleware(ls[2], sharedlimits.Hooks{
-		UserID: func(r *http.Request) (string, bool) { return r.Header.Get("X-User"), r.Header.Get("X-User") != "" },
-		PlanOf: func(r *http.Request) (sharedlimits.Plan, bool) { return sharedlimits.PlanFree, true },
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mw.Config.Observer = nil
+	mw := middleware(t, ls[2])
 	mux := mw.NewServeMux()
 	mux.HandleFunc("GET /hello", func(http.ResponseWriter, *http.Request) {})
 	r := httptest.NewRequest("GET", "/hello", nil)
