@@ -34,7 +34,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/limitgen/limitgen/internal/enum"
 	"github.com/limitgen/limitgen/overlay"
 )
 
@@ -92,7 +91,15 @@ const (
 )
 
 func (v Verdict) String() string {
-	return enum.Name(v, "Verdict", "too few samples", "healthy", "unhealthy")
+	switch v {
+	case TooFew:
+		return "too few samples"
+	case Healthy:
+		return "healthy"
+	case Unhealthy:
+		return "unhealthy"
+	}
+	return fmt.Sprintf("Verdict(%d)", uint8(v))
 }
 
 // Round is one interval judged: its health, the verdict, and the factor in

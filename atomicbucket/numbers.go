@@ -7,8 +7,6 @@ import (
 	"math/bits"
 	"sync/atomic"
 	"time"
-
-	"github.com/limitgen/limitgen/internal/enum"
 )
 
 // Numbers are the part of a rule that may change at run time: a rate of Tokens
@@ -79,7 +77,15 @@ const (
 
 // String returns "as-is", "proportional" or "additive".
 func (c Carry) String() string {
-	return enum.Name(c, "Carry", "as-is", "proportional", "additive")
+	switch c {
+	case CarryAsIs:
+		return "as-is"
+	case CarryProportional:
+		return "proportional"
+	case CarryAdditive:
+		return "additive"
+	}
+	return fmt.Sprintf("Carry(%d)", uint8(c))
 }
 
 // Origin says where the numbers in force for a check come from.
@@ -96,7 +102,15 @@ const (
 
 // String returns "policy", "override" or "key override".
 func (o Origin) String() string {
-	return enum.Name(o, "Origin", "policy", "override", "key override")
+	switch o {
+	case FromPolicy:
+		return "policy"
+	case FromOverride:
+		return "override"
+	case FromKeyOverride:
+		return "key override"
+	}
+	return fmt.Sprintf("Origin(%d)", uint8(o))
 }
 
 // WithNumbers is the rule with n in place of its numbers, validated by NewRule

@@ -6,8 +6,6 @@ import (
 	"math"
 	"math/big"
 	"time"
-
-	"github.com/limitgen/limitgen/internal/enum"
 )
 
 // Refill says how a bucket regains tokens.
@@ -26,7 +24,13 @@ const (
 
 // String returns "greedy" or "interval".
 func (r Refill) String() string {
-	return enum.Name(r, "Refill", "greedy", "interval")
+	switch r {
+	case Greedy:
+		return "greedy"
+	case Interval:
+		return "interval"
+	}
+	return fmt.Sprintf("Refill(%d)", uint8(r))
 }
 
 // Limit is a rate limit as a person writes it: Tokens per Period, bursts of up to

@@ -27,7 +27,6 @@ import (
 	"regexp"
 
 	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/internal/enum"
 	"github.com/limitgen/limitgen/verdict"
 )
 
@@ -48,7 +47,15 @@ const (
 
 // String returns the mode as the policy spells it.
 func (m FailureMode) String() string {
-	return enum.Name(m, "FailureMode", "deny", "allow", "local")
+	switch m {
+	case FailDeny:
+		return "deny"
+	case FailAllow:
+		return "allow"
+	case FailLocal:
+		return "local"
+	}
+	return "FailureMode(?)"
 }
 
 // Failure is a shared rule's failure setting.

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/internal/enum"
 	"github.com/limitgen/limitgen/internal/keyhash"
 	"github.com/limitgen/limitgen/internal/wire"
 )
@@ -28,7 +27,15 @@ const (
 
 // String returns the mode's name as the policy spells it.
 func (m Mode) String() string {
-	return enum.Name(m, "Mode", "enforce", "shadow", "off")
+	switch m {
+	case Enforce:
+		return "enforce"
+	case Shadow:
+		return "shadow"
+	case Off:
+		return "off"
+	}
+	return "Mode(" + strconv.Itoa(int(m)) + ")"
 }
 
 // Outcome is what became of a request.
