@@ -89,16 +89,19 @@
 //
 // # Observing
 //
-// Every decision is counted in Counters, whose cells are striped so that
-// cores counting at once do not share a cache line, and handed to the
-// Judge's Observer as an Event with the door, route, rule, tier, cost and
-// outcome; its key only for a violation log, never for metrics: per-user
-// labels would make them unbounded. NewDenialLog makes an Observer that logs
+// Every decision is counted in Counters, one row per Series (a route, its
+// tier and a rule) and a column per Outcome, whose cells are striped so that
+// cores counting at once do not share a cache line (Snapshot reads them as
+// Counts), and handed to the Judge's Observer (an ObserverFunc is one) as an
+// Event with the door, route, rule, tier, cost and outcome; its key only for
+// a violation log, never for metrics: per-user labels would make them
+// unbounded. NewDenialLog makes an Observer that logs
 // denials with log/slog, at most a configured number a second. An Event's
 // StoreError is the class a store's error names (ClassedError), found with
 // errors.As.
 //
 // What is not here: a client's Pacer (package pace), the doors' caches of
-// what they made (internal/memo), and what only generated code calls
-// (package genimpl).
+// what they made (internal/memo), what only the doors share below this
+// package (internal/wire: the bound on a key, decimal formatting), and what
+// only generated code calls (package genimpl).
 package verdict
