@@ -647,3 +647,38 @@ func nilHooks(prefix string, hooks []model.Hook) []jen.Code {
 	return []jen.Code{jen.If(jen.Err().Op(":=").Add(gi("NilHooks")).Call(append([]jen.Code{jen.Lit(prefix), jen.Index().String().Values(names...)}, nils...)...), jen.Err().Op("!=").Nil()).Block(
 		jen.Return(jen.Nil(), jen.Err()))}
 }
+
+// emitHookStruct prints a door's struct of the service's functions (typ:
+// Hooks, GRPCHooks), one field for each hook, each taking param: a plan's
+// doc from planDoc (its name, the default plan's), a key's from keyDoc (its
+// name, the rules that read it); structDoc is the struct's doc but its last
+// line, "nil one.". Nothing when the policy names no functions.
+func emitHookStruct(m *model.Model, typ string, hooks []model.Hook, routes []model.Route, defaultPlan int, param *jen.Statement, planDoc, keyDoc string, structDoc ...string) jen.Code {
+	if len(hooks) == 0 {
+		return jen.Null() // the policy names no functions of the service
+	}
+	var fs []jen.Code
+	for _, hk := range hooks {
+		if hk.Type == "Plan" {
+			fs = append(fs, comment(fmt.Sprintf(planDoc, hk.Name, m.Plans[defaultPlan].Name)).Id(hk.Name).Func().Params(param.Clone()).Params(jen.Id("Plan"), jen.Bool()))
+			continue
+		}
+		fs = append(fs, comment(fmt.Sprintf(keyDoc, hk.Name, strings.Join(hookUses(m, routes, hk.Name), ", "))).Id(hk.Name).Func().Params(param.Clone()).Params(jen.Id(hk.Type), jen.Bool()))
+	}
+	out := jen.Line()
+	for _, l := range append(structDoc, "nil one.") {
+		out.Comment(l).Line()
+	}
+	return out.Type().Id(typ).Struct(fs...).Line()
+}
+
+// doorHooks are a door type's hooks field (of type typ), its constructor's
+// parameter and the field's initialiser, and the constructor's doc: none
+// and noneDoc when the policy names no functions of the service, else
+// hooksDoc.
+func doorHooks(typ string, hooks []model.Hook, noneDoc, hooksDoc [2]string) (field, param, init, doc jen.Code) {
+	if len(hooks) == 0 {
+		return jen.Null(), jen.Null(), jen.Null(), jen.Comment(noneDoc[0]).Line().Comment(noneDoc[1]).Line()
+	}
+	return jen.Id("hooks").Id(typ), jen.Id("h").Id(typ), jen.Id("hooks").Op(":").Id("h"), jen.Comment(hooksDoc[0]).Line().Comment(hooksDoc[1]).Line()
+}

@@ -208,37 +208,17 @@ func emitHTTPTables(m *model.Model) jen.Code {
 }
 
 func emitHooks(m *model.Model) jen.Code {
-	if len(m.HTTP.Hooks) == 0 {
-		return jen.Null() // the policy names no functions of the service
-	}
-	var fs []jen.Code
-	for _, hk := range m.HTTP.Hooks {
-		if hk.Type == "Plan" {
-			fs = append(fs, comment(fmt.Sprintf("%s returns the request's plan; false (or a value outside the plans) means the default plan, %s. Take it from what your authentication verified.",
-				hk.Name, m.Plans[m.HTTP.Plan.Default].Name)).Id(hk.Name).Func().Params(req()).Params(jen.Id("Plan"), jen.Bool()))
-			continue
-		}
-		uses := hookUses(m, m.HTTP.Routes, hk.Name)
-		fs = append(fs, comment(fmt.Sprintf("%s returns the key of %s for a request, and false when it has none (then the next key source is tried, or the request is refused with the policy's missing_key status). An empty key counts as none.",
-			hk.Name, strings.Join(uses, ", "))).Id(hk.Name).Func().Params(req()).Params(jen.Id(hk.Type), jen.Bool()))
-	}
-	return jen.Line().
-		Comment("Hooks are the functions of your service that the policy's http: section names: what only").Line().
-		Comment("your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a").Line().
-		Comment("nil one.").Line().
-		Type().Id("Hooks").Struct(fs...).Line()
+	return emitHookStruct(m, "Hooks", m.HTTP.Hooks, m.HTTP.Routes, m.HTTP.Plan.Default, req(),
+		"%s returns the request's plan; false (or a value outside the plans) means the default plan, %s. Take it from what your authentication verified.",
+		"%s returns the key of %s for a request, and false when it has none (then the next key source is tried, or the request is refused with the policy's missing_key status). An empty key counts as none.",
+		"Hooks are the functions of your service that the policy's http: section names: what only",
+		"your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a")
 }
 
 func emitMiddleware(m *model.Model) jen.Code {
-	// The hooks, when the policy names functions of the service.
-	var hooksField, hooksParam, hooksInit jen.Code = jen.Null(), jen.Null(), jen.Null()
-	newDoc := jen.Comment("NewMiddleware returns the middleware over l (Default when nil); the policy names no functions of").Line().
-		Comment("the service, so it never fails.").Line()
-	if len(m.HTTP.Hooks) > 0 {
-		hooksField, hooksParam, hooksInit = jen.Id("hooks").Id("Hooks"), jen.Id("h").Id("Hooks"), jen.Id("hooks").Op(":").Id("h")
-		newDoc = jen.Comment("NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It").Line().
-			Comment("fails when one of them is nil.").Line()
-	}
+	hooksField, hooksParam, hooksInit, newDoc := doorHooks("Hooks", m.HTTP.Hooks,
+		[2]string{"NewMiddleware returns the middleware over l (Default when nil); the policy names no functions of", "the service, so it never fails."},
+		[2]string{"NewMiddleware returns the middleware over l (Default when nil), calling h's functions. It", "fails when one of them is nil."})
 	h := m.HTTP
 	checks := nilHooks(m.Pkg+": NewMiddleware: Hooks.", h.Hooks)
 	var ipInit jen.Code = jen.Null() // the policy's client_ip, when it says anything

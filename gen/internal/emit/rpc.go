@@ -66,38 +66,17 @@ func emitMessageChecks(m *model.Model, d *door, bases []int) jen.Code {
 }
 
 func emitGRPCHooks(m *model.Model) jen.Code {
-	g := m.GRPC
-	if len(g.Hooks) == 0 {
-		return jen.Null() // the policy names no functions of the service
-	}
-	var fs []jen.Code
-	for _, hk := range g.Hooks {
-		if hk.Type == "Plan" {
-			fs = append(fs, comment(fmt.Sprintf("%s returns the call's plan; false (or a value outside the plans) means the default plan, %s. Take it from what your authentication verified (an earlier interceptor's value in the context).",
-				hk.Name, m.Plans[g.Plan.Default].Name)).Id(hk.Name).Func().Params(ctxType()).Params(jen.Id("Plan"), jen.Bool()))
-			continue
-		}
-		uses := hookUses(m, g.Routes, hk.Name)
-		fs = append(fs, comment(fmt.Sprintf("%s returns the key of %s for a call, from its context (metadata.FromIncomingContext, peer.FromContext, or what an authentication interceptor stored), and false when it has none (then the next key source is tried, or the call ends with the policy's missing_key status). An empty key counts as none.",
-			hk.Name, strings.Join(uses, ", "))).Id(hk.Name).Func().Params(ctxType()).Params(jen.Id(hk.Type), jen.Bool()))
-	}
-	return jen.Line().
-		Comment("GRPCHooks are the functions of your service that the policy's grpc: section names: what only").Line().
-		Comment("your service knows of a call (a verified token's subject, the caller's plan). NewGRPC refuses a").Line().
-		Comment("nil one.").Line().
-		Type().Id("GRPCHooks").Struct(fs...).Line()
+	return emitHookStruct(m, "GRPCHooks", m.GRPC.Hooks, m.GRPC.Routes, m.GRPC.Plan.Default, ctxType(),
+		"%s returns the call's plan; false (or a value outside the plans) means the default plan, %s. Take it from what your authentication verified (an earlier interceptor's value in the context).",
+		"%s returns the key of %s for a call, from its context (metadata.FromIncomingContext, peer.FromContext, or what an authentication interceptor stored), and false when it has none (then the next key source is tried, or the call ends with the policy's missing_key status). An empty key counts as none.",
+		"GRPCHooks are the functions of your service that the policy's grpc: section names: what only",
+		"your service knows of a call (a verified token's subject, the caller's plan). NewGRPC refuses a")
 }
 
 func emitGRPCType(m *model.Model) jen.Code {
-	// The hooks, when the policy names functions of the service.
-	var hooksField, hooksParam, hooksInit jen.Code = jen.Null(), jen.Null(), jen.Null()
-	newDoc := jen.Comment("NewGRPC returns the interceptors over l (Default when nil); the policy names no functions of").Line().
-		Comment("the service, so it never fails.").Line()
-	if len(m.GRPC.Hooks) > 0 {
-		hooksField, hooksParam, hooksInit = jen.Id("hooks").Id("GRPCHooks"), jen.Id("h").Id("GRPCHooks"), jen.Id("hooks").Op(":").Id("h")
-		newDoc = jen.Comment("NewGRPC returns the interceptors over l (Default when nil), calling h's functions. It fails").Line().
-			Comment("when one of them is nil.").Line()
-	}
+	hooksField, hooksParam, hooksInit, newDoc := doorHooks("GRPCHooks", m.GRPC.Hooks,
+		[2]string{"NewGRPC returns the interceptors over l (Default when nil); the policy names no functions of", "the service, so it never fails."},
+		[2]string{"NewGRPC returns the interceptors over l (Default when nil), calling h's functions. It fails", "when one of them is nil."})
 	g := m.GRPC
 	checks := nilHooks(m.Pkg+": NewGRPC: GRPCHooks.", g.Hooks)
 	judge := []jen.Code{
