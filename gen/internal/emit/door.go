@@ -682,3 +682,21 @@ func doorHooks(typ string, hooks []model.Hook, noneDoc, hooksDoc [2]string) (fie
 	}
 	return jen.Id("hooks").Id(typ), jen.Id("h").Id(typ), jen.Id("hooks").Op(":").Id("h"), jen.Comment(hooksDoc[0]).Line().Comment(hooksDoc[1]).Line()
 }
+
+// judgeOf is a door's Config.Judge: its jitter (nil for none: RLS sends no
+// wait to spread), its counters over the series table named series, and a
+// denial log when the policy asks for one; and what the door's doc says its
+// Config logs.
+func judgeOf(jitter *float64, series string, logDenials int64) (judge jen.Code, logDoc string) {
+	var kv []jen.Code
+	if jitter != nil {
+		kv = append(kv, field("Jitter", jen.Lit(*jitter)))
+	}
+	kv = append(kv, field("Counters", vd("NewCounters").Call(jen.Id(series).Index(jen.Empty(), jen.Empty()).Op("..."))))
+	logDoc = "logs no denials"
+	if logDenials > 0 {
+		kv = append(kv, field("Observer", vd("NewDenialLog").Call(jen.Nil(), lit(logDenials))))
+		logDoc = fmt.Sprintf("logs denials with log/slog's default logger, at most %d a second", logDenials)
+	}
+	return field("Judge", vd("Judge").Add(fields(kv...))), logDoc
+}

@@ -225,17 +225,8 @@ func emitMiddleware(m *model.Model) jen.Code {
 	if ipFields := clientIPFields(h.ClientIP); len(ipFields) > 0 {
 		ipInit = jen.Id("m").Dot("ClientIP").Op("=").Qual(clientipPath, "Config").Add(fields(ipFields...))
 	}
-	judge := []jen.Code{
-		field("Jitter", jen.Lit(h.Jitter)),
-		field("Counters", vd("NewCounters").Call(jen.Id("httpSeries").Index(jen.Empty(), jen.Empty()).Op("..."))),
-	}
-	if h.LogDenials > 0 {
-		judge = append(judge, field("Observer", vd("NewDenialLog").Call(jen.Nil(), lit(h.LogDenials))))
-	}
-	cfg := []jen.Code{
-		field("Judge", vd("Judge").Add(fields(judge...))),
-		field("Headers", lh(h.Headers)),
-	}
+	judge, logDoc := judgeOf(&h.Jitter, "httpSeries", h.LogDenials)
+	cfg := []jen.Code{judge, field("Headers", lh(h.Headers))}
 	if h.Challenge != "" {
 		cfg = append(cfg, field("Challenge", jen.Lit(h.Challenge)))
 	}
@@ -265,10 +256,6 @@ func emitMiddleware(m *model.Model) jen.Code {
 			jen.Switch(jen.Id("route")).Block(cases...),
 			jen.Return(jen.True()),
 		).Line()
-	}
-	logDoc := "logs no denials"
-	if h.LogDenials > 0 {
-		logDoc = fmt.Sprintf("logs denials with log/slog's default logger, at most %d a second", h.LogDenials)
 	}
 	g := jen.Line().
 		Comment("Middleware enforces the policy's http: section on every route a router may hand a request to").Line().

@@ -1,7 +1,6 @@
 package emit
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -79,21 +78,8 @@ func emitGRPCType(m *model.Model) jen.Code {
 		[2]string{"NewGRPC returns the interceptors over l (Default when nil), calling h's functions. It fails", "when one of them is nil."})
 	g := m.GRPC
 	checks := nilHooks(m.Pkg+": NewGRPC: GRPCHooks.", g.Hooks)
-	judge := []jen.Code{
-		field("Jitter", jen.Lit(g.Jitter)),
-		field("Counters", vd("NewCounters").Call(jen.Id("grpcSeries").Index(jen.Empty(), jen.Empty()).Op("..."))),
-	}
-	if g.LogDenials > 0 {
-		judge = append(judge, field("Observer", vd("NewDenialLog").Call(jen.Nil(), lit(g.LogDenials))))
-	}
-	cfg := []jen.Code{
-		field("Judge", vd("Judge").Add(fields(judge...))),
-		field("Metadata", lg(g.Metadata)),
-	}
-	logDoc := "logs no denials"
-	if g.LogDenials > 0 {
-		logDoc = fmt.Sprintf("logs denials with log/slog's default logger, at most %d a second", g.LogDenials)
-	}
+	judge, logDoc := judgeOf(&g.Jitter, "grpcSeries", g.LogDenials)
+	cfg := []jen.Code{judge, field("Metadata", lg(g.Metadata))}
 	var methodCases, serviceCases, entryCases, names []jen.Code
 	var listed []string
 	for i, r := range g.Routes {
@@ -265,19 +251,10 @@ func emitRLS(m *model.Model) jen.Code {
 
 func emitRLSType(m *model.Model) jen.Code {
 	s := m.RLS
-	judge := []jen.Code{
-		field("Counters", vd("NewCounters").Call(jen.Id("rlsSeries").Index(jen.Empty(), jen.Empty()).Op("..."))),
-	}
-	if s.LogDenials > 0 {
-		judge = append(judge, field("Observer", vd("NewDenialLog").Call(jen.Nil(), lit(s.LogDenials))))
-	}
-	cfg := []jen.Code{field("Judge", vd("Judge").Add(fields(judge...)))}
+	judge, logDoc := judgeOf(nil, "rlsSeries", s.LogDenials)
+	cfg := []jen.Code{judge}
 	if s.Headers {
 		cfg = append(cfg, field("Headers", jen.True()))
-	}
-	logDoc := "logs no denials"
-	if s.LogDenials > 0 {
-		logDoc = fmt.Sprintf("logs denials with log/slog's default logger, at most %d a second", s.LogDenials)
 	}
 	var domainCases, patternCases []jen.Code
 	var listed []string
