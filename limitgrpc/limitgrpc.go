@@ -263,7 +263,7 @@ func denialError(code codes.Code, p *verdict.Policy, wait time.Duration, cost in
 }
 
 // MetadataKey returns the first value of the call's incoming metadata name
-// (lower case), and whether it can be a key (verdict.KeyOK).
+// (lower case), and whether it can be a key (1 to verdict.MaxKeyLen bytes).
 func MetadataKey(ctx context.Context, name string) (string, bool) {
 	vs := metadata.ValueFromIncomingContext(ctx, name)
 	if len(vs) == 0 || !wire.KeyOK(vs[0]) {

@@ -43,7 +43,7 @@ func (f *fakeTime) pacer() *Pacer {
 }
 
 // A client that obeys the fields of a real bucket (20/s, burst 20, judged
-// by Policy.Fields as a server's door does) for 10 s of its time is never
+// by Judge.Verdict as a server's door does) for 10 s of its time is never
 // denied and sends at least 95% of what the bucket admits in that time; with
 // a denial's wait it waits exactly that.
 func TestPacerObeysBucket(t *testing.T) {
