@@ -2,8 +2,6 @@ package atomicwindow
 
 import (
 	"context"
-	"math"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -39,13 +37,9 @@ type Table[K comparable] struct {
 	keys      atomic.Int64
 	evictions atomic.Int64
 	atCapHits atomic.Int64
-	// next is a lower bound on the earliest time (ns) a key can be reclaimed:
-	// exact after a sweep; admissions only make the true time later.
-	next       atomic.Int64
-	sweeping   atomic.Bool
-	sweepAt    atomic.Int64
-	capSwept   atomic.Int64
-	capSpacing int64
+	// sweeps' earliest reclaim is a lower bound on the earliest time (ns) a
+	// key's window is empty for SweepGrace: admissions only make it later.
+	sweeps keycap.Sweeps
 }
 
 // NewTable returns an empty table of windows for rule r (o.KeyHash is
@@ -57,12 +51,7 @@ func NewTable[K comparable](r Rule, o atomicbucket.TableOptions) *Table[K] {
 	}
 	t := &Table[K]{m: xsync.NewMapOf[K, *windowState](opts...), r: r, maxKeys: o.MaxKeys, allowAtCap: o.AllowAtCap}
 	t.cur.Store(&t.r)
-	t.next.Store(math.MaxInt64)
-	t.sweepAt.Store(keycap.AutoSweepMin)
-	t.capSwept.Store(math.MinInt64 / 2)
-	if o.MaxKeys > 0 {
-		t.capSpacing = min(o.MaxKeys, int64(atomicbucket.MaxUptime/keycap.CapSweepSpacing)) * int64(keycap.CapSweepSpacing)
-	}
+	t.sweeps.Init(o.MaxKeys, int64(atomicbucket.MaxUptime))
 	return t
 }
 
@@ -240,8 +229,7 @@ func (t *Table[K]) capDecision(r *Rule, now, cost int64) atomicbucket.Decision {
 	if t.allowAtCap {
 		return r.peek(r.fresh(), now, cost)
 	}
-	next := max(t.next.Load(), t.capSwept.Load()+t.capSpacing)
-	return atomicbucket.Decision{RetryAfter: time.Duration(max(next-now, 1))}
+	return atomicbucket.Decision{RetryAfter: t.sweeps.CapWait(now)}
 }
 
 // create makes key's window in r, or returns the one another goroutine just
@@ -252,7 +240,7 @@ func (t *Table[K]) create(key K, r *Rule, now int64) *windowState {
 		if st, ok := t.m.Load(key); ok {
 			return st
 		}
-		if !t.reclaimAt(now) {
+		if !t.sweeps.AtCap(now, func() (int, int64) { return t.sweepHeld(now) }) {
 			t.atCapHits.Add(1)
 			return nil
 		}
@@ -264,31 +252,9 @@ func (t *Table[K]) create(key K, r *Rule, now int64) *windowState {
 	}
 	// The new window empties no sooner than a window from now: the bound on
 	// the earliest reclaim stays a lower bound.
-	t.lowerNext(r.end(now/r.grain+1) + r.window + int64(atomicbucket.SweepGrace))
-	if n := t.keys.Load(); n > t.sweepAt.Load() && t.sweeping.CompareAndSwap(false, true) {
-		t.sweepHeld(now)
-	}
+	t.sweeps.LowerNext(r.end(now/r.grain+1) + r.window + int64(atomicbucket.SweepGrace))
+	t.sweeps.Grown(t.keys.Load(), func() (int, int64) { return t.sweepHeld(now) })
 	return got
-}
-
-// reclaimAt sweeps the table at its cap, unless the last sweep there is
-// less than CapSweepSpacing per key behind, and reports whether a key was
-// freed. A sweep that frees nothing leaves next exact: the RetryAfter of the
-// denials until the next may run.
-func (t *Table[K]) reclaimAt(now int64) bool {
-	for {
-		if t.sweeping.Load() {
-			runtime.Gosched()
-			continue
-		}
-		if now < t.capSwept.Load()+t.capSpacing {
-			return false
-		}
-		if t.sweeping.CompareAndSwap(false, true) {
-			t.capSwept.Store(now)
-			return t.sweepHeld(now) > 0
-		}
-	}
 }
 
 // Sweep removes the keys whose windows have been empty for SweepGrace, and
@@ -297,23 +263,20 @@ func (t *Table[K]) Sweep() int { return t.SweepAt(atomicbucket.Now()) }
 
 // SweepAt is Sweep at time now.
 func (t *Table[K]) SweepAt(now atomicbucket.Time) int {
-	for !t.sweeping.CompareAndSwap(false, true) {
-		runtime.Gosched()
-	}
-	return t.sweepHeld(clampNow(now))
+	n := clampNow(now)
+	return t.sweeps.Sweep(func() (int, int64) { return t.sweepHeld(n) })
 }
 
-// sweepHeld sweeps at now (ns) holding t.sweeping, which it releases. A
+// sweepHeld sweeps at now (ns), as t.sweeps runs it, and returns the keys
+// it removed and the keys left. A
 // window is removed by compare-and-swapping its head word, as read empty,
 // into a dead one under the map's lock for the key, and deleting the key in
 // the same critical section: an admission in between changed the head, so the
 // CAS fails; one after it finds the head dead and looks the key up again. The
 // grace covers a check whose clock reading precedes the sweep's: it would
 // have found the window empty too.
-func (t *Table[K]) sweepHeld(now int64) int {
-	defer t.sweeping.Store(false)
+func (t *Table[K]) sweepHeld(now int64) (int, int64) {
 	removed := 0
-	t.next.Store(math.MaxInt64)
 	t.m.Range(func(key K, st *windowState) bool {
 		w := st.w
 		at, alive := st.rule.emptyAt(w[0].Load())
@@ -321,7 +284,7 @@ func (t *Table[K]) sweepHeld(now int64) int {
 			return true
 		}
 		if at+int64(atomicbucket.SweepGrace) > now {
-			t.lowerNext(at + int64(atomicbucket.SweepGrace))
+			t.sweeps.LowerNext(at + int64(atomicbucket.SweepGrace))
 			return true
 		}
 		t.m.Compute(key, func(cur *windowState, loaded bool) (*windowState, bool) {
@@ -330,7 +293,7 @@ func (t *Table[K]) sweepHeld(now int64) int {
 			}
 			h := w[0].Load()
 			if at, alive := st.rule.emptyAt(h); !alive || at+int64(atomicbucket.SweepGrace) > now || !w[0].CompareAndSwap(h, h|deadWindow) {
-				t.lowerNext(at + int64(atomicbucket.SweepGrace))
+				t.sweeps.LowerNext(at + int64(atomicbucket.SweepGrace))
 				return cur, false
 			}
 			removed++
@@ -342,24 +305,13 @@ func (t *Table[K]) sweepHeld(now int64) int {
 		t.keys.Add(int64(-removed))
 		t.evictions.Add(int64(removed))
 	}
-	t.sweepAt.Store(max(2*t.keys.Load(), keycap.AutoSweepMin))
-	return removed
+	return removed, t.keys.Load()
 }
 
 // RunSweeper calls Sweep every interval (a minute when interval
 // is not positive) until ctx is done.
 func (t *Table[K]) RunSweeper(ctx context.Context, interval time.Duration) {
 	keycap.RunEvery(ctx, interval, func() { t.Sweep() })
-}
-
-// lowerNext lowers the bound on the earliest reclaim to at.
-func (t *Table[K]) lowerNext(at int64) {
-	for {
-		old := t.next.Load()
-		if at >= old || t.next.CompareAndSwap(old, at) {
-			return
-		}
-	}
 }
 
 // carry replaces key's window st, written in other numbers, by itself

@@ -5,6 +5,8 @@ package keycap
 
 import (
 	"context"
+	"math"
+	"runtime"
 	"sync/atomic"
 	"time"
 )
@@ -65,4 +67,88 @@ func RunEvery(ctx context.Context, interval time.Duration, f func()) {
 			f()
 		}
 	}
+}
+
+// Sweeps is when a table of atomicwindow or atomicslot sweeps: by itself when
+// new keys have doubled it (beyond AutoSweepMin keys), at its key cap no
+// sooner than MaxKeys × CapSweepSpacing after the last sweep there, and never
+// two at once. It also keeps the earliest time a key can be reclaimed, as the
+// table defines it, for the RetryAfter of a new key denied at the cap.
+type Sweeps struct {
+	next       atomic.Int64 // exact after a sweep; lowered as keys are made (LowerNext)
+	sweeping   atomic.Bool
+	sweepAt    atomic.Int64
+	capSwept   atomic.Int64
+	capSpacing int64
+}
+
+// Init readies s for a table of at most maxKeys keys (0 or less: no cap)
+// whose times run to maxTime (ns).
+func (s *Sweeps) Init(maxKeys, maxTime int64) {
+	s.next.Store(math.MaxInt64)
+	s.sweepAt.Store(AutoSweepMin)
+	s.capSwept.Store(math.MinInt64 / 2)
+	if maxKeys > 0 {
+		s.capSpacing = min(maxKeys, maxTime/int64(CapSweepSpacing)) * int64(CapSweepSpacing)
+	}
+}
+
+// LowerNext lowers the earliest time a key can be reclaimed to at.
+func (s *Sweeps) LowerNext(at int64) {
+	for {
+		old := s.next.Load()
+		if at >= old || s.next.CompareAndSwap(old, at) {
+			return
+		}
+	}
+}
+
+// Sweep runs sweep, after a sweep under way ends, and returns what it
+// removed. sweep returns the keys it removed and the keys left, and lowers
+// the earliest reclaim (LowerNext) for every key it keeps.
+func (s *Sweeps) Sweep(sweep func() (removed int, left int64)) int {
+	for !s.sweeping.CompareAndSwap(false, true) {
+		runtime.Gosched()
+	}
+	return s.held(sweep)
+}
+
+func (s *Sweeps) held(sweep func() (int, int64)) int {
+	defer s.sweeping.Store(false)
+	s.next.Store(math.MaxInt64)
+	removed, left := sweep()
+	s.sweepAt.Store(max(2*left, AutoSweepMin))
+	return removed
+}
+
+// Grown runs sweep when keys have doubled since the last sweep, unless one
+// is under way.
+func (s *Sweeps) Grown(keys int64, sweep func() (int, int64)) {
+	if keys > s.sweepAt.Load() && s.sweeping.CompareAndSwap(false, true) {
+		s.held(sweep)
+	}
+}
+
+// AtCap runs sweep for a new key at the cap at now, unless the last sweep
+// there is too recent, and reports whether it freed a key.
+func (s *Sweeps) AtCap(now int64, sweep func() (int, int64)) bool {
+	for {
+		if s.sweeping.Load() {
+			runtime.Gosched()
+			continue
+		}
+		if now < s.capSwept.Load()+s.capSpacing {
+			return false
+		}
+		if s.sweeping.CompareAndSwap(false, true) {
+			s.capSwept.Store(now)
+			return s.held(sweep) > 0
+		}
+	}
+}
+
+// CapWait is the RetryAfter of a new key denied at the cap at now: until a
+// key can be reclaimed and the next sweep at the cap may run.
+func (s *Sweeps) CapWait(now int64) time.Duration {
+	return time.Duration(max(max(s.next.Load(), s.capSwept.Load()+s.capSpacing)-now, 1))
 }
