@@ -10,6 +10,7 @@ SMOKE_FuzzDifferential ?= 8000x
 SMOKE_FuzzRule         ?= 30000x
 SMOKE_FuzzNumbers      ?= 9000x
 SMOKE_FuzzWindow       ?= 20000x
+SMOKE_FuzzInFlight     ?= 20000x
 SMOKE_FuzzPolicy       ?= 9000x
 SMOKE_FuzzClientIP     ?= 15000x
 SMOKE_FuzzHTTP         ?= 8000x
@@ -19,7 +20,7 @@ SMOKE_FuzzWindowLease  ?= 300x
 SMOKE_FuzzWindowLeasePG ?= 100x
 BENCHRUNS ?= 6            # interleaved runs for `make bench` (medians of these)
 BENCHTIME ?= 0.5s
-FUZZ_TARGETS := FuzzDifferential FuzzRule FuzzNumbers FuzzWindow
+FUZZ_TARGETS := FuzzDifferential FuzzRule FuzzNumbers FuzzWindow FuzzInFlight
 
 .PHONY: test check unit servers redis pg prom otel grpc schema examples getting-started fuzz-smoke fuzz bench bench-full bench-smoke generate
 
@@ -157,6 +158,7 @@ fuzz-smoke:
 	fuzz/run.sh FuzzRule $(SMOKE_FuzzRule)
 	fuzz/run.sh FuzzNumbers $(SMOKE_FuzzNumbers)
 	fuzz/run.sh FuzzWindow $(SMOKE_FuzzWindow)
+	fuzz/run.sh FuzzInFlight $(SMOKE_FuzzInFlight)
 	fuzz/run.sh FuzzPolicy $(SMOKE_FuzzPolicy) ./gen
 	fuzz/run.sh FuzzClientIP $(SMOKE_FuzzClientIP) ./clientip
 	fuzz/run.sh FuzzQueryValue $(SMOKE_FuzzHTTP) ./limithttp
