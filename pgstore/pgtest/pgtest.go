@@ -21,6 +21,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/limitgen/limitgen/internal/servertest"
+	"golang.org/x/sys/unix"
 )
 
 // Server is a PostgreSQL server a test started.
@@ -307,8 +308,32 @@ func childrenOf(pid int) []int {
 }
 
 // Stop kills the server by its pid and waits for it (a crash: a logged
-// table's rows survive it).
-func (s *Server) Stop() { servertest.Kill(s.cmd) }
+// table's rows survive it), then removes the System V shared memory segment
+// a killed postmaster leaves behind: they piled up to the kernel's limit
+// (4,096) on the development machine, after which no server could start.
+func (s *Server) Stop() {
+	servertest.Kill(s.cmd)
+	removeSegment(s.dir)
+}
+
+// removeSegment removes the System V segment that dir's postmaster.pid names
+// (its seventh line: the key and the id); the kernel frees it once the
+// killed server's last process has gone.
+func removeSegment(dir string) {
+	b, err := os.ReadFile(filepath.Join(dir, "postmaster.pid"))
+	if err != nil {
+		return
+	}
+	lines := strings.Split(string(b), "\n")
+	if len(lines) < 7 {
+		return
+	}
+	if f := strings.Fields(lines[6]); len(f) == 2 {
+		if id, err := strconv.Atoi(f[1]); err == nil {
+			unix.SysvShmCtl(id, unix.IPC_RMID, nil) //nolint:errcheck // gone already, or never made
+		}
+	}
+}
 
 // Bouncer is a PgBouncer a test started in front of a Server.
 type Bouncer struct {
