@@ -403,3 +403,13 @@ func (t *Table[K]) lastExpiry(w []atomic.Int64) int64 {
 	}
 	return last
 }
+
+// MustRule is NewRule for numbers known to be valid (a generated package's):
+// it panics on an error.
+func MustRule(limit int64, hold time.Duration) Rule {
+	r, err := NewRule(limit, hold)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}

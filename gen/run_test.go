@@ -260,7 +260,7 @@ func randomPolicies(t *testing.T, n int) []string {
 	pick := func(s ...string) string { return s[rng.IntN(len(s))] }
 	dir := t.TempDir()
 	var out []string
-	refused, httpSections, windows, sharedWindows, mixedTiers := 0, 0, 0, 0, 0
+	refused, httpSections, windows, sharedWindows, mixedTiers, inFlight := 0, 0, 0, 0, 0, 0
 	for tries := 0; len(out) < n && tries < 50*n; tries++ {
 		var b strings.Builder
 		fmt.Fprintf(&b, "package: rnd%d\n", len(out))
@@ -353,6 +353,23 @@ func randomPolicies(t *testing.T, n int) []string {
 				fmt.Fprintf(&b, "    plans:\n      pro: {rate: %d/s, burst: %d}\n", 1+rng.IntN(100), burst+rng.IntN(10))
 			}
 		}
+		// An in-flight rule now and then, drawn from its own generator so the
+		// other draws stay as they were; no route or tier names it (both
+		// refuse one).
+		frng := rand.New(rand.NewPCG(17, uint64(tries)))
+		if frng.IntN(3) == 0 {
+			fmt.Fprintf(&b, "  - name: Slots\n    in_flight: %d\n    max_hold: %s\n", 1+frng.IntN(8), []string{"1s", "30s", "250ms", "10 min", "1500us"}[frng.IntN(5)])
+			switch k := []string{"", "string", "uint32", "composite"}[frng.IntN(4)]; k {
+			case "composite":
+				b.WriteString("    key: {tenant: string, n: int64}\n")
+			case "":
+			default:
+				fmt.Fprintf(&b, "    key: %s\n", k)
+				if frng.IntN(2) == 0 {
+					fmt.Fprintf(&b, "    max_keys: %d\n    at_cap: %s\n", 1+frng.IntN(3), []string{"deny", "allow"}[frng.IntN(2)])
+				}
+			}
+		}
 		tier := ""
 		if rng.IntN(2) == 0 && len(tierRules) > 0 {
 			tier = pick("T", "T", "Request", "Global")
@@ -373,6 +390,9 @@ func randomPolicies(t *testing.T, n int) []string {
 		if tier != "" && nShared > 0 && nLocal > 0 {
 			mixedTiers++
 		}
+		if strings.Contains(string(src), "in_flight:") {
+			inFlight++
+		}
 		if strings.Contains(string(src), "window:") {
 			windows++
 			if allShared {
@@ -386,10 +406,10 @@ func randomPolicies(t *testing.T, n int) []string {
 	if len(out) < n {
 		t.Fatalf("only %d of %d random policies were valid", len(out), n)
 	}
-	if windows < n/5 || sharedWindows < n/20 || mixedTiers < n/20 {
-		t.Fatalf("only %d of %d random policies have a window rule (%d shared), %d a tier of local and shared rules", windows, len(out), sharedWindows, mixedTiers)
+	if windows < n/5 || sharedWindows < n/20 || mixedTiers < n/20 || inFlight < n/5 {
+		t.Fatalf("only %d of %d random policies have a window rule (%d shared), %d a tier of local and shared rules, %d an in-flight rule", windows, len(out), sharedWindows, mixedTiers, inFlight)
 	}
-	t.Logf("random policies: %d accepted (%d with an http: section, %d with a window rule, %d of them shared, %d with a mixed tier), %d refused", len(out), httpSections, windows, sharedWindows, mixedTiers, refused)
+	t.Logf("random policies: %d accepted (%d with an http: section, %d with a window rule, %d of them shared, %d with a mixed tier, %d with an in-flight rule), %d refused", len(out), httpSections, windows, sharedWindows, mixedTiers, inFlight, refused)
 	return out
 }
 
@@ -504,6 +524,7 @@ type hRule struct {
 	AllowCap        bool
 	Fields          []model.KeyField // a composite key's
 	Window          bool             // a window rule: at most a plan's Burst in any of its WindowNs
+	InFlight        bool             // an in-flight rule: at most Burst slots held, each for at most WindowNs
 }
 
 type hPlan struct {
@@ -536,7 +557,7 @@ func harnessData(m *model.Model) hModel {
 	}
 	conv := func(r model.Rule) hRule {
 		hr := hRule{Name: r.Name, GoName: r.GoName, KeyType: r.KeyType, Keyed: r.KeyType != "", Planned: r.Planned, Shared: r.Shared, MaxKeys: r.MaxKeys, AllowCap: r.AllowCap, Fields: r.Fields,
-			Window: r.IsWindow()}
+			Window: r.IsWindow(), InFlight: r.IsInFlight()}
 		for i, l := range r.Limits {
 			p := hPlan{Burst: l.Burst, Emit: max(l.PeriodNs/l.Tokens, 1), Cost: l.Cost, WindowNs: l.PeriodNs}
 			if r.Planned {
@@ -548,7 +569,7 @@ func harnessData(m *model.Model) hModel {
 	}
 	for _, r := range m.Rules {
 		h.Rules = append(h.Rules, conv(r))
-		h.Global = h.Global || r.KeyType == "" && !r.IsWindow()
+		h.Global = h.Global || r.KeyType == "" && !r.IsWindow() && !r.IsInFlight()
 	}
 	for _, t := range m.Tiers {
 		ht := hTier{GoName: t.GoName, Shared: t.Shared}
@@ -614,7 +635,7 @@ var harnessTmpl = template.Must(template.New("harness").Funcs(template.FuncMap{
 		if r.Shared {
 			ctor = "new" + r.GoName + "LocalLimiter"
 		}
-		if r.Keyed || r.Window {
+		if r.Keyed || r.Window || r.InFlight {
 			return ctor + "()"
 		}
 		return ctor + "(at(t0))"
@@ -634,6 +655,12 @@ var harnessTmpl = template.Must(template.New("harness").Funcs(template.FuncMap{
 			return "reference.ParamsOf"
 		}
 		return "reference.SingleParamsOf"
+	},
+	"keys": func(r hRule) int64 { // how many keys a test draws: never more than the cap
+		if r.MaxKeys > 0 {
+			return min(r.MaxKeys, 4)
+		}
+		return 4
 	},
 	"atCap": func(r hRule) string {
 		return strconv.FormatBool(r.AllowCap)
@@ -670,7 +697,45 @@ func costs(rng *rand.Rand, burst int64) int64 {
 // generated module's one test binary runs it, a subtest a package).
 func RulesMatchReference(t *testing.T) {
 {{- range $r := .Rules}}{{range $p := .Plans}}
-	{{- if $r.Window}}
+	{{- if $r.InFlight}}
+	t.Run("{{$r.GoName}}", func(t *testing.T) {
+		l := {{make $r}}
+		ref := reference.NewInFlight(l.Rule().Limit(), l.Rule().Hold())
+		type held struct {
+			key string
+			id  uint64
+			s   interface{ ReleaseAt(atomicbucket.Time) bool }
+		}
+		var slots []held
+		rng := rand.New(rand.NewPCG(1, 2))
+		now := t0
+		for i := range 400 {
+			now += rng.Int64N({{$p.WindowNs}}/{{$p.Burst}} + 1)
+			k := rng.IntN({{keys $r}})
+			_ = k
+			switch op := rng.IntN(5); {
+			case op < 2:
+				s, got := l.AcquireAt({{key $r}}at(now))
+				id, want := ref.Acquire({{refKey $r}}, now)
+				if got != want {
+					t.Fatalf("step %d: AcquireAt = %+v, reference %+v", i, got, want)
+				}
+				if got.Allowed {
+					slots = append(slots, held{ {{- refKey $r}}, id, s})
+				}
+			case op < 4 && len(slots) > 0:
+				h := slots[rng.IntN(len(slots))]
+				if got, want := h.s.ReleaseAt(at(now)), ref.Release(h.key, h.id, now); got != want {
+					t.Fatalf("step %d: ReleaseAt of slot %d = %v, reference %v", i, h.id, got, want)
+				}
+			default:
+				if got, want := l.PeekAt({{key $r}}at(now)), ref.Peek({{refKey $r}}, now); got != want {
+					t.Fatalf("step %d: PeekAt = %+v, reference %+v", i, got, want)
+				}
+			}
+		}
+	})
+	{{- else if $r.Window}}
 	t.Run("{{$r.GoName}}{{$p.Const}}", func(t *testing.T) {
 		l := {{make $r}}
 		ref := {{windowRef $r (printf "l.Rule(%s)" $p.Const)}}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicslot"
 	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limithttp"
@@ -85,12 +86,14 @@ const (
 	RuleUpload
 	// RuleTenantUser names the rule TenantUser.
 	RuleTenantUser
+	// RuleExportSlots names the rule ExportSlots.
+	RuleExportSlots
 	// RuleGlobal names the rule Global.
 	RuleGlobal
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "PerEndpoint", "Login", "DailyExport", "Upload", "TenantUser", "Global"}
+var ruleNames = [...]string{"", "PerUser", "PerEndpoint", "Login", "DailyExport", "Upload", "TenantUser", "ExportSlots", "Global"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -110,6 +113,7 @@ type Limits struct {
 	DailyExport     *DailyExportLimiter // see the package-level DailyExport
 	Upload          *UploadLimiter      // see the package-level Upload
 	TenantUser      *TenantUserLimiter  // see the package-level TenantUser
+	ExportSlots     *ExportSlotsLimiter // see the package-level ExportSlots
 	Global          *GlobalLimiter      // see the package-level Global
 	overlay.Numbers                     // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
@@ -148,9 +152,11 @@ func New(opts ...Option) *Limits {
 		DailyExport: newDailyExportLimiter(),
 		Upload:      newUploadLimiter(),
 		TenantUser:  newTenantUserLimiter(),
+		ExportSlots: newExportSlotsLimiter(),
 		Global:      newGlobalLimiter(o.start),
 	}
 	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
+		Fixed: map[string]string{"ExportSlots": "an in-flight rule's numbers do not change at run time in this version"},
 		Plans: planNames[:],
 		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "PerEndpoint": overlay.KeyedTarget(l.PerEndpoint.Keyed, overlay.ParseInt[int64]), "Login": overlay.KeyedTarget(l.Login.Keyed, nil), "DailyExport": overlay.KeyedTarget(l.DailyExport.Keyed, overlay.ParseUint[uint64]), "Upload": overlay.KeyedTarget(l.Upload.Keyed, nil), "TenantUser": overlay.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "Global": overlay.GlobalTarget(l.Global.Global)},
 	})
@@ -243,6 +249,10 @@ var (
 
 	// TenantUser allows 30 requests per minute per tenant and user, in bursts of up to 5.
 	TenantUser = Default.TenantUser
+
+	// ExportSlots lets at most 4 requests of a key hold a slot at once: Acquire takes one, its Slot's
+	// Release gives it back, and a slot never released comes back 10 minutes after it was taken.
+	ExportSlots = Default.ExportSlots
 
 	// Global allows 2000 requests per second in total, in bursts of up to 4000.
 	Global = Default.Global
@@ -753,6 +763,19 @@ func (l *TenantUserLimiter) AllowAt(key TenantUserKey, now atomicbucket.Time) bo
 // ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
 func (l *TenantUserLimiter) ruleInForce(key TenantUserKey) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
+}
+
+// exportSlotsLimit is ExportSlots's in-flight rule, as the policy gives it.
+var exportSlotsLimit = atomicslot.MustRule(4, 10*time.Minute)
+
+// newExportSlotsLimiter returns ExportSlots's (empty) table of slots, none held.
+func newExportSlotsLimiter() *ExportSlotsLimiter {
+	return &ExportSlotsLimiter{atomicslot.NewTable[string](exportSlotsLimit, atomicbucket.TableOptions{})}
+}
+
+// ExportSlotsLimiter is the type of ExportSlots. Its methods are safe for concurrent use.
+type ExportSlotsLimiter struct {
+	*atomicslot.Table[string]
 }
 
 // globalLimit is Global's limit, as the policy gives it.

@@ -99,10 +99,16 @@ type Target interface {
 type Policy[T Checker] struct {
 	Plans []string
 	Rules map[string]T
+	// Fixed is the rules whose numbers never change at run time, each with
+	// the reason an entry for it is refused.
+	Fixed map[string]string
 }
 
 // missing says why p has no numbers to change for rule.
 func (p Policy[T]) missing(rule string) string {
+	if why, ok := p.Fixed[rule]; ok {
+		return fmt.Sprintf("rule %q: %s", rule, why)
+	}
 	return fmt.Sprintf("no rule %q in the policy (its rules: %s)", rule, strings.Join(sortedKeys(p.Rules), ", "))
 }
 

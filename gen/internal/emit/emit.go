@@ -21,6 +21,7 @@ import (
 const (
 	runtimePath = "github.com/limitgen/limitgen/atomicbucket"
 	windowPath  = "github.com/limitgen/limitgen/atomicwindow"
+	slotPath    = "github.com/limitgen/limitgen/atomicslot"
 	sharedPath  = "github.com/limitgen/limitgen/shared"
 	genimplPath = "github.com/limitgen/limitgen/genimpl"
 	// sharedimplPath is what only generated code with shared rules calls.
@@ -160,6 +161,7 @@ func file(m *model.Model) *jen.File {
 	f.PackageComment(m.Doc)
 	f.ImportName(runtimePath, "atomicbucket")
 	f.ImportName(windowPath, "atomicwindow")
+	f.ImportName(slotPath, "atomicslot")
 	f.ImportName(genimplPath, "genimpl")
 	f.ImportName(overlayPath, "overlay")
 	f.Comment("The runtime this package was generated for: an incompatible one fails to build here.")
@@ -286,7 +288,7 @@ func emitLimits(m *model.Model) jen.Code {
 	for _, r := range m.Rules {
 		fieldsDecl = append(fieldsDecl, jen.Id(r.GoName).Op("*").Id(r.TypeName()).Comment(r.FieldDoc))
 		var args []jen.Code
-		if r.KeyType == "" && !r.IsWindow() {
+		if r.KeyType == "" && !r.IsWindow() && !r.IsInFlight() {
 			global = true
 			args = append(args, jen.Id("o").Dot("start"))
 		}
@@ -421,6 +423,11 @@ func limitRef(r model.Rule, i int) jen.Code {
 // emitLimitVar declares the rule's LimitVar: its limit, or by plan its
 // limits, as literals of atomicbucket.Limit.
 func emitLimitVar(r model.Rule) jen.Code {
+	if r.IsInFlight() {
+		l := r.Limits[0]
+		return comment(fmt.Sprintf("%s is %s's in-flight rule, as the policy gives it.", r.LimitVar(), r.GoName)).
+			Var().Id(r.LimitVar()).Op("=").Qual(slotPath, "MustRule").Call(lit(l.Tokens), duration(l.PeriodNs)).Line().Line()
+	}
 	if r.IsWindow() {
 		rule := func(l model.Limit) jen.Code { return wrt("MustRule").Call(lit(l.Tokens), duration(l.PeriodNs)) }
 		if !r.Planned {

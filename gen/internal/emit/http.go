@@ -167,6 +167,9 @@ func emitHTTPTables(m *model.Model) jen.Code {
 	}
 	var vars, pols, costs []jen.Code
 	for i, r := range m.Rules {
+		if r.IsInFlight() {
+			continue // no route checks one: its entries stay nil
+		}
 		var perPlan, perCost []jen.Code
 		for j := range r.Limits {
 			p := m.Fields[i][j]

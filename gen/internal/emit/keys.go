@@ -77,7 +77,7 @@ func emitCompositeKey(r model.Rule) jen.Code {
 			jen.Id("k").Dot(f.GoName).Op("=").Id(f.Type).Call(jen.Id("v"+strconv.Itoa(i))))
 	}
 	parse = append(parse, jen.Return(jen.Id("k"), jen.Nil()))
-	if !r.IsWindow() { // a window's table places no grid
+	if !r.IsWindow() && !r.IsInFlight() { // a window's or a slot table places no grid
 		g.Comment("gridHash places the key's interval grid: the hash of its text form (genimpl.TextHash).").Line()
 		g.Func().Params(jen.Id("k").Id(typ)).Id("gridHash").Params().Uint64().Block(
 			jen.Var().Id("buf").Index(jen.Lit(64)).Byte(),

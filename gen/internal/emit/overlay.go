@@ -30,9 +30,12 @@ func keyParse(r model.Rule) jen.Code {
 // ApplyNumbers applies a whole Set.
 func emitOverlay(m *model.Model) (decls, numbers jen.Code) {
 	g := jen.Line()
-	var entries []jen.Code
+	var entries, fixed []jen.Code
 	for _, r := range m.Rules {
 		switch {
+		case r.IsInFlight(): // no run-time numbers: a file naming it is refused, saying so
+			fixed = append(fixed, jen.Lit(r.Name).Op(":").Lit(model.InFlightFixed))
+			continue
 		case r.IsWindow() && !r.Planned && !r.Shared && r.KeyType != "": // genimpl.KeyedWindow's
 			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "WindowTarget").Call(jen.Id("l").Dot(r.GoName).Dot("KeyedWindow"), keyParse(r)))
 			continue
@@ -97,6 +100,9 @@ func emitOverlay(m *model.Model) (decls, numbers jen.Code) {
 	pol := jen.Dict{jen.Id("Rules"): jen.Map(jen.String()).Qual(overlayPath, "Target").Values(entries...)}
 	if len(m.Plans) > 0 {
 		pol[jen.Id("Plans")] = jen.Id("planNames").Index(jen.Empty(), jen.Empty())
+	}
+	if len(fixed) > 0 {
+		pol[jen.Id("Fixed")] = jen.Map(jen.String()).String().Values(fixed...)
 	}
 	return g, jen.Qual(overlayPath, "NewNumbers").Call(jen.Qual(overlayPath, "Policy").Index(jen.Qual(overlayPath, "Target")).Values(pol))
 }

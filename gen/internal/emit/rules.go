@@ -18,6 +18,9 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 	}
 	recv := jen.Id("l").Op("*").Id(typ)
 	g := jen.Line().Add(emitLimitVar(r))
+	if r.IsInFlight() {
+		return g.Add(emitInFlight(r, typ, ctor, doc))
+	}
 	if r.IsWindow() {
 		g.Add(emitWindow(m, r, typ, ctor, doc))
 		if r.Shared {

@@ -34,6 +34,24 @@ func emitWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.Code {
 	return g
 }
 
+// emitInFlight is an in-flight rule (at most N requests at once): a type that
+// embeds atomicslot's Table (keyed) or Gate (global), which has every method;
+// its numbers are in its rule variable (emitLimitVar).
+func emitInFlight(r model.Rule, typ, ctor, doc string) jen.Code {
+	g := jen.Null()
+	embed, made, of := jen.Op("*").Qual(slotPath, "Gate"), jen.Qual(slotPath, "NewGate").Call(jen.Id(r.LimitVar())), "slots"
+	if r.KeyType != "" {
+		embed = jen.Op("*").Qual(slotPath, "Table").Types(jen.Id(r.KeyType))
+		made = jen.Qual(slotPath, "NewTable").Types(jen.Id(r.KeyType)).Call(jen.Id(r.LimitVar()), tableOptions(r, false))
+		of = "(empty) table of slots"
+	}
+	g.Comment(fmt.Sprintf("%s returns %s's %s, none held.", ctor, r.GoName, of)).Line()
+	g.Func().Id(ctor).Params().Op("*").Id(typ).Block(jen.Return(jen.Op("&").Id(typ).Values(made))).Line().Line()
+	g.Add(comment(doc))
+	g.Type().Id(typ).Struct(embed).Line()
+	return g
+}
+
 // emitPlannedWindow is a window rule with numbers per plan: a window (or a
 // table) per plan, and its checks, each taking the plan first.
 func emitPlannedWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.Code {

@@ -140,7 +140,11 @@ func (r Rule) FieldType(i int) string {
 // is at most Tokens cost units in any interval of PeriodNs, its Burst
 // Tokens too (the most one request may cost), and has no units.
 type Limit struct {
-	Window     bool
+	Window bool
+	// InFlight: an in-flight rule's limit, at most Tokens (and Burst)
+	// slots of a key held at once, each for at most PeriodNs; it has no
+	// units and no cost.
+	InFlight   bool
 	Tokens     int64
 	PeriodNs   int64
 	Burst      int64
@@ -301,11 +305,18 @@ func (l Limit) FieldLimit() atomicbucket.Limit {
 // interval of W) rather than a token bucket.
 func (r Rule) IsWindow() bool { return r.Limits[0].Window }
 
+// InFlightFixed is why run-time numbers for an in-flight rule are refused.
+const InFlightFixed = "an in-flight rule's numbers do not change at run time in this version"
+
+// IsInFlight reports whether the rule is an in-flight rule (at most N of a
+// key's requests at once).
+func (r Rule) IsInFlight() bool { return r.Limits[0].InFlight }
+
 // Atomic is the limit as the runtime takes it: a token bucket's (a window's
-// has none, and asking is a bug in the generator).
+// or an in-flight rule's has none, and asking is a bug in the generator).
 func (l Limit) Atomic() atomicbucket.Limit {
-	if l.Window {
-		panic("model: Atomic of a window rule's limit")
+	if l.Window || l.InFlight {
+		panic("model: Atomic of a window's or an in-flight rule's limit")
 	}
 	refill := atomicbucket.Greedy
 	if l.Interval {

@@ -87,6 +87,9 @@ func (c ruleChecker) Plans() int {
 func (c ruleChecker) Keyed() bool { return c.r.KeyType != "" }
 
 func (c ruleChecker) Check(plan int, n atomicbucket.Numbers) error {
+	if c.r.IsInFlight() {
+		return errors.New(model.InFlightFixed)
+	}
 	if c.r.IsWindow() {
 		w, err := atomicwindow.RuleOf(n, c.r.Limits[max(plan, 0)].Cost)
 		if err == nil && c.r.Shared && !w.Exact() && w.Grain()%time.Microsecond != 0 {

@@ -112,6 +112,23 @@ func ruleDoc_(r model.Rule, plans []model.Plan) string {
 		scope = "per " + strings.Join(names, " and ")
 	}
 	var b strings.Builder
+	if r.IsInFlight() {
+		l := r.Limits[0]
+		whose := map[string]string{"in total": "", "per key": " of a key"}[scope]
+		if r.Composite() {
+			whose = " " + scope
+		}
+		fmt.Fprintf(&b, "%s lets at most %d requests%s hold a slot at once: Acquire takes one, its Slot's Release gives it back, "+
+			"and a slot never released comes back %s after it was taken.", r.GoName, l.Tokens, whose, durationWords(l.PeriodNs))
+		if r.MaxKeys > 0 {
+			what := "denies new keys"
+			if r.AllowCap {
+				what = "admits new keys without tracking them"
+			}
+			fmt.Fprintf(&b, " It tracks at most %d keys; at that cap it reclaims keys that have held no slot for a second, and when there are none it %s.", r.MaxKeys, what)
+		}
+		return b.String()
+	}
 	if !r.Planned {
 		fmt.Fprintf(&b, "%s allows %s", r.GoName, phrase(r.Limits[0], scope))
 	} else {

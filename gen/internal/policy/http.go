@@ -139,6 +139,9 @@ func (p *parser) fieldPolicies(m *model.Model) {
 	}
 	m.Fields, m.Costs = make([][]model.Policy, len(m.Rules)), make([][]int64, len(m.Rules))
 	for i, r := range m.Rules {
+		if r.IsInFlight() {
+			continue // no door checks one (target refuses it): no fields to describe
+		}
 		for _, l := range r.Limits {
 			pol, err := verdict.NewPolicy(r.Name, l.FieldLimit())
 			if err != nil {
@@ -635,6 +638,14 @@ func (p *parser) target(n *yaml.Node, f map[string]*yaml.Node, m *model.Model, w
 		}
 		if r.Rule < 0 {
 			p.errorf(rule, "%s: no rule named %q", what, rule.Value)
+			return false, false
+		}
+		if m.Rules[r.Rule].IsInFlight() {
+			why := "this version's doors do not yet release a slot when a request ends; acquire it in the handler (limits." + m.Rules[r.Rule].GoName + ".Acquire) and release it there"
+			if checks == rlsChecks {
+				why = "Envoy's rate-limit protocol has no call for a request's end, so a slot could never be released"
+			}
+			p.errorf(rule, "%s: rule %q is an in-flight rule: %s", what, rule.Value, why)
 			return false, false
 		}
 	default:

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicslot"
 	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/gen/internal/model"
 	"github.com/limitgen/limitgen/genimpl"
@@ -18,6 +19,9 @@ import (
 // base set (a plan's override), missing fields take the base's values and the
 // refill fields are not allowed.
 func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what string, base *model.Limit) (model.Limit, bool) {
+	if base == nil && (fields["in_flight"] != nil || fields["max_hold"] != nil) {
+		return p.inFlightLimit(fields, keys, at, what)
+	}
 	if base == nil && (fields["limit"] != nil || fields["window"] != nil) || base != nil && base.Window {
 		return p.windowLimit(fields, keys, at, what, base)
 	}
@@ -212,6 +216,52 @@ func (p *parser) windowLimit(fields, keys map[string]*yaml.Node, at *yaml.Node, 
 		return l, false
 	}
 	return l, true
+}
+
+// inFlightLimit reads an in-flight rule's in_flight and max_hold: at most
+// in_flight of a key's requests at once, each holding its slot until it ends
+// or, at the latest, for max_hold.
+func (p *parser) inFlightLimit(fields, keys map[string]*yaml.Node, at *yaml.Node, what string) (model.Limit, bool) {
+	l := model.Limit{InFlight: true, Cost: 1}
+	ok := true
+	bad := func(n *yaml.Node, format string, args ...any) {
+		p.errorf(n, what+": "+format, args...)
+		ok = false
+	}
+	for _, f := range []string{"rate", "tokens_per_second", "rps", "burst", "refill", "aligned", "initial", "limit", "window", "cost"} {
+		if n := keys[f]; n != nil {
+			bad(n, "%s does not apply to an in-flight rule (in_flight: and max_hold:, at most in_flight of a key's requests at once); each request holds one slot until it ends", f)
+		}
+	}
+	switch n := fields["in_flight"]; {
+	case n == nil:
+		bad(keys["max_hold"], "max_hold without in_flight: add in_flight:, the most requests of a key at once, such as in_flight: 4")
+	default:
+		if v, good := p.int(n, what, "in_flight", 1); !good {
+			ok = false
+		} else if v > atomicslot.MaxLimit {
+			bad(n, "in_flight %d is more than %d: every acquisition reads each of a key's slots; a limit that large is a rate, not a count of requests at once", v, atomicslot.MaxLimit)
+		} else {
+			l.Tokens, l.Burst = v, v
+		}
+	}
+	switch n := fields["max_hold"]; {
+	case n == nil:
+		bad(keys["in_flight"], "in_flight without max_hold: add max_hold:, the longest a request holds its slot if it never ends (a crashed handler), such as max_hold: 30s")
+	case n.Kind != yaml.ScalarNode:
+		bad(n, "max_hold is a %s here; give one duration, such as max_hold: 30s", kindName(n.Kind))
+	default:
+		d, err := overlay.ParseWindow(n.Value)
+		if err == nil {
+			_, err = atomicslot.NewRule(1, d)
+		}
+		if err != nil {
+			bad(n, "max_hold %q: %s", n.Value, strings.TrimPrefix(strings.TrimPrefix(err.Error(), "atomicslot: "), "window "))
+		} else {
+			l.PeriodNs = int64(d)
+		}
+	}
+	return l, ok
 }
 
 // isWholeFloat reports whether s is a whole number written as a float

@@ -385,6 +385,10 @@ func moreSpecific(a, b []model.Entry) int {
 // rlsPattern validates one descriptor pattern of a domain; patterns holds the
 // domain's patterns before it, by line; planned says the section reads a
 // plan (its rules may differ by plan).
+// rlsChecks is what an rls descriptor's rule or tier checks, in target's
+// messages.
+const rlsChecks = "the descriptors check"
+
 func (p *parser) rlsPattern(n *yaml.Node, ordinal int, domain string, m *model.Model, patterns map[string]int, planned bool) (model.Route, bool) {
 	f, _ := p.mapping(n, rlsPatternFields, "an rls descriptor")
 	r := model.Route{Ordinal: ordinal, Rule: -1, Tier: -1, Mode: "Enforce", CostKind: "hits"}
@@ -426,7 +430,7 @@ func (p *parser) rlsPattern(n *yaml.Node, ordinal int, domain string, m *model.M
 		r.Mode, r.Unlimited, r.PolicyLists = "Off", true, []string{""}
 		return r, true
 	}
-	valid, ok := p.target(n, f, m, what, "the descriptors check", &r)
+	valid, ok := p.target(n, f, m, what, rlsChecks, &r)
 	if !ok {
 		return r, false
 	}

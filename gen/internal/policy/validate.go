@@ -325,6 +325,13 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 	base, baseOK := p.limit(rd.fields, rd.keys, rd.node, what, nil)
 	valid = valid && baseOK
 	r.Cost = base.Cost
+	if base.InFlight {
+		for _, f := range []string{"shared", "on_failure", "local_share", "lease", "store", "plans"} {
+			if n := rd.keys[f]; n != nil {
+				bad(n, "%s does not apply to an in-flight rule in this version: its slots are held in this process, with one set of numbers", f)
+			}
+		}
+	}
 
 	if n := rd.fields["max_keys"]; n != nil {
 		v, ok := p.int(n, what, "max_keys", 1)
@@ -415,7 +422,7 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 	switch {
 	case len(rd.plans) > 0 && len(plans) == 0:
 		bad(rd.fields["plans"], "plans given, but the policy declares none; list them at the top: plans: [free, pro]")
-	case len(rd.plans) == 0:
+	case len(rd.plans) == 0 || base.InFlight: // an in-flight rule's plans: refused above
 		// No numbers of its own per plan: one bucket set shared by every plan (a
 		// global limit stays global whatever the caller's plan).
 		r.Limits = []model.Limit{base}
@@ -548,6 +555,9 @@ func (p *parser) tier(td *tierDoc, m *model.Model) (model.Tier, bool) {
 			valid = false
 		case slices.Contains(t.Rules, i):
 			p.errorf(n, "tier %q names rule %q twice; a request passes each rule once", t.Name, n.Value)
+			valid = false
+		case m.Rules[i].IsInFlight():
+			p.errorf(n, "tier %q: rule %q is an in-flight rule, which this version does not combine with others in a tier; acquire its slot before the tier's check and release it if the tier denies", t.Name, n.Value)
 			valid = false
 		default:
 			t.Rules = append(t.Rules, i)

@@ -215,6 +215,9 @@ func newSimulation(m *model.Model, name, planName string) (*simulation, error) {
 		return nil, fmt.Errorf("no rule or tier named %q; %s", name, choices)
 	}
 	for i, r := range picked {
+		if r.IsInFlight() {
+			return nil, fmt.Errorf("rule %s is an in-flight rule: simulate replays rate and window rules, not slots held for a request's duration", r.GoName)
+		}
 		l := r.Limits[0]
 		if r.Planned {
 			if plan < 0 {

@@ -136,7 +136,8 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 		log  string
 		want string
 	}{
-		{[]string{"-policy", "../../../policy.yaml", "-rule", "Nope"}, "0,a\n", `no rule or tier named "Nope"; the rules are PerUser, PerEndpoint, Login, DailyExport, Upload, TenantUser, Global; the tiers are API`},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "Nope"}, "0,a\n", `no rule or tier named "Nope"; the rules are PerUser, PerEndpoint, Login, DailyExport, Upload, TenantUser, ExportSlots, Global; the tiers are API`},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "ExportSlots"}, "0,a\n", `rule ExportSlots is an in-flight rule: simulate replays rate and window rules`},
 		{[]string{"-policy", "../../../policy.yaml"}, "0,a\n", "-rule is required: the rules are PerUser,"},
 		{[]string{"-policy", "../../../policy.yaml", "-rule", "PerEndpoint"}, "0,99999999999999999999\n", `line 1: rule PerEndpoint: key "99999999999999999999" is not an int64`},
 		{[]string{"-policy", "../../../policy.yaml", "-rule", "DailyExport"}, "# a comment\n0,-1\n", `line 2: rule DailyExport: key "-1" is not a uint64 (0 to 18446744073709551615)`},
