@@ -1031,7 +1031,7 @@ var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUs
 var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1, 1}, RulePerEndpoint: {1, 1, 1}, RuleLogin: {1, 1, 1}, RuleDailyExport: {1, 1, 1}, RuleUpload: {10, 10, 10}, RuleTenantUser: {1, 1, 1}, RuleGlobal: {1, 1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
-var httpRoutes = [...][numPlans]string{{"\"Login\";q=5;w=10", "\"Login\";q=5;w=10", "\"Login\";q=5;w=10"}, {"\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10"}, {"\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400"}, {"\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10"}, {"\"PerUser\";q=50;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=500;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=2000;w=2, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2"}}
+var httpRoutes = [...][numPlans]string{{"\"Login\";q=5;w=10", "\"Login\";q=5;w=10", "\"Login\";q=5;w=10"}, {"\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10"}, {"\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400"}, {"", "", ""}, {"\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10"}, {"\"PerUser\";q=50;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=500;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=2000;w=2, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2"}}
 
 // Hooks are the functions of your service that the policy's http: section names: what only
 // your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
@@ -1040,16 +1040,16 @@ type Hooks struct {
 	// PlanOf returns the request's plan; false (or a value outside the plans) means the default plan,
 	// free. Take it from what your authentication verified.
 	PlanOf func(*http.Request) (Plan, bool)
-	// UserID returns the key of Upload, PerUser for a request, and false when it has none (then the
-	// next key source is tried, or the request is refused with the policy's missing_key status). An
-	// empty key counts as none.
+	// UserID returns the key of Upload, ExportSlots, PerUser for a request, and false when it has none
+	// (then the next key source is tried, or the request is refused with the policy's missing_key
+	// status). An empty key counts as none.
 	UserID func(*http.Request) (string, bool)
 }
 
 // Middleware enforces the policy's http: section on every route a router may hand a request to
 // (limithttp.Door): it reads the keys, cost and plan the policy names, checks the route's rule or
 // tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may not
-// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: POST /v1/login; POST /v1/upload; GET /v1/export/{account}; GET /v1/tenants/{tenant}/users/{user}; /v1/.
+// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: POST /v1/login; POST /v1/upload; GET /v1/export/{account}; POST /v1/exports; GET /v1/tenants/{tenant}/users/{user}; /v1/.
 type Middleware struct {
 	limithttp.Door
 	limits *Limits
@@ -1080,6 +1080,7 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 		Challenge: "Bearer",
 	}
 	limithttp.InitDoor(&m.Door, httpRouter, httpPatterns[:], m.checkRoute)
+	limithttp.InitSlots(&m.Door, m.acquireRoute)
 	return m, nil
 }
 
@@ -1093,25 +1094,40 @@ func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route in
 		return m.route2(w, r)
 	case 2:
 		return m.route3(w, r, path)
-	case 3:
-		return m.route4(w, r, path)
 	case 4:
-		return m.route5(w, r)
+		return m.route5(w, r, path)
+	case 5:
+		return m.route6(w, r)
 	}
 	return true
+}
+
+// acquireRoute takes the slot of route's in-flight rule (route an index of httpPatterns; -1 for
+// none), reading its key's wildcards from path, or answers r when it cannot, and reports whether
+// r may go on; the door releases the slot when the handler returns.
+func (m *Middleware) acquireRoute(w http.ResponseWriter, r *http.Request, route int, path string) (bool, atomicslot.Slot) {
+	switch route {
+	case 3:
+		return m.route4(w, r)
+	}
+	return true, atomicslot.Slot{}
 }
 
 // ServeMux is the http.ServeMux behind the middleware that NewServeMux returns (see limithttp.ServeMux).
 type ServeMux = limithttp.ServeMux
 
 // httpPatterns are the policy's route patterns, in policy order.
-var httpPatterns = [...]string{"POST /v1/login", "POST /v1/upload", "GET /v1/export/{account}", "GET /v1/tenants/{tenant}/users/{user}", "/v1/"}
+var httpPatterns = [...]string{"POST /v1/login", "POST /v1/upload", "GET /v1/export/{account}", "POST /v1/exports", "GET /v1/tenants/{tenant}/users/{user}", "/v1/"}
 
 // httpRoute is the index+1 of the route of httpPatterns for a method on a clean request path
 // that is one of the policy's literal paths (limithttp.LiteralRoutes), 0 for any other path: a
 // switch over constants where the router would look the path up in a map.
 func httpRoute(method, path string) int {
 	switch path {
+	case "/v1/exports":
+		if method == "POST" {
+			return 4
+		}
 	case "/v1/login":
 		if method == "POST" {
 			return 1
@@ -1129,10 +1145,10 @@ var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var httpSeries = [...]verdict.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/upload", Rule: "Upload"}, {Route: "GET /v1/export/{account}", Rule: "DailyExport"}, {Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser"}, {Route: "/v1/", Tier: "API", Rule: "PerUser"}, {Route: "/v1/", Tier: "API", Rule: "PerEndpoint"}, {Route: "/v1/", Tier: "API", Rule: "Global"}}
+var httpSeries = [...]verdict.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/upload", Rule: "Upload"}, {Route: "GET /v1/export/{account}", Rule: "DailyExport"}, {Route: "POST /v1/exports", Rule: "ExportSlots"}, {Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser"}, {Route: "/v1/", Tier: "API", Rule: "PerUser"}, {Route: "/v1/", Tier: "API", Rule: "PerEndpoint"}, {Route: "/v1/", Tier: "API", Rule: "Global"}}
 
-// httpSeriesRoute5 are the series of /v1/'s rules in the Counters, by RuleName.
-var httpSeriesRoute5 = [...]int{RulePerUser: 4, RulePerEndpoint: 5, RuleGlobal: 6}
+// httpSeriesRoute6 are the series of /v1/'s rules in the Counters, by RuleName.
+var httpSeriesRoute6 = [...]int{RulePerUser: 5, RulePerEndpoint: 6, RuleGlobal: 7}
 
 // route1 checks POST /v1/login (rule Login, enforce) and reports whether the request may go on.
 func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
@@ -1218,9 +1234,23 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	return m.Config.Respond(w, r, verdict.Shadow, &res, "")
 }
 
-// route4 checks GET /v1/tenants/{tenant}/users/{user} (rule TenantUser, enforce) and reports
+// route4 takes a slot of ExportSlots for POST /v1/exports (enforce) and reports whether the request
+// may go on, with the slot to release when it ends.
+func (m *Middleware) route4(w http.ResponseWriter, r *http.Request) (bool, atomicslot.Slot) {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = m.hooks.UserID(r)
+	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
+	if !ok0 {
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule ExportSlots: route \\\"POST /v1/exports\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/exports", Rule: "ExportSlots", RuleIndex: int(RuleExportSlots), Series: 3, Outcome: verdict.MissingKey}), atomicslot.Slot{}
+	}
+	s, d := m.limits.ExportSlots.AcquireAt(k0, m.Now())
+	return m.Config.Hold(w, r, verdict.Enforce, d, "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"Rule ExportSlots lets at most 4 requests of a key run at once, and that many are running; Retry-After is when the first of them reaches its longest hold (10m0s) if none ends sooner.\"}\n", verdict.Event{Route: "POST /v1/exports", Rule: "ExportSlots", RuleIndex: int(RuleExportSlots), Series: 3, Key: k0}), s
+}
+
+// route5 checks GET /v1/tenants/{tenant}/users/{user} (rule TenantUser, enforce) and reports
 // whether the request may go on.
-func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string) bool {
+func (m *Middleware) route5(w http.ResponseWriter, r *http.Request, path string) bool {
 	var k0 TenantUserKey
 	ok0 := true
 	{
@@ -1239,18 +1269,18 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 		k0.User, ok0 = k0f1, ok0 && ok0f1
 	}
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule TenantUser: route \\\"GET /v1/tenants/{tenant}/users/{user}\\\" reads it from tenant from the path tenant; user from the path user.\"}\n", verdict.Event{Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser", RuleIndex: int(RuleTenantUser), Series: 3, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule TenantUser: route \\\"GET /v1/tenants/{tenant}/users/{user}\\\" reads it from tenant from the path tenant; user from the path user.\"}\n", verdict.Event{Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser", RuleIndex: int(RuleTenantUser), Series: 4, Outcome: verdict.MissingKey})
 	}
 	now := m.Now()
 	cost := httpCosts[RuleTenantUser][0]
 	var res verdict.Result
 	res.Decision = m.limits.TenantUser.AllowNAt(k0, now, cost)
 	res.Policy = httpPolicies[RuleTenantUser][0]
-	res.Policies = httpRoutes[3][0]
+	res.Policies = httpRoutes[4][0]
 	res.Cost = cost
 	res.Route = "GET /v1/tenants/{tenant}/users/{user}"
 	res.Rule = int(RuleTenantUser)
-	res.Series = 3
+	res.Series = 4
 	if rf0 := m.limits.TenantUser.ruleInForce(k0); rf0 != nil {
 		res.Policy = genimpl.InForce(res.Policy, rf0)
 		res.Policies = genimpl.InForceList(res.Policy)
@@ -1262,20 +1292,20 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request, path string)
 	return m.Config.Respond(w, r, verdict.Enforce, &res, key)
 }
 
-// route5 checks /v1/ (tier API, enforce) and reports whether the request may go on.
-func (m *Middleware) route5(w http.ResponseWriter, r *http.Request) bool {
+// route6 checks /v1/ (tier API, enforce) and reports whether the request may go on.
+func (m *Middleware) route6(w http.ResponseWriter, r *http.Request) bool {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 4, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 5, Outcome: verdict.MissingKey})
 	}
 	var k1 int64
 	var ok1 bool
-	k1, ok1 = 5, true
+	k1, ok1 = 6, true
 	if !ok1 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Series: 5, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Series: 6, Outcome: verdict.MissingKey})
 	}
 	plan := m.plan(r)
 	now := m.Now()
@@ -1284,12 +1314,12 @@ func (m *Middleware) route5(w http.ResponseWriter, r *http.Request) bool {
 	var res verdict.Result
 	res.Decision = td.Decision
 	res.Policy = httpPolicies[td.Rule][plan]
-	res.Policies = httpRoutes[4][plan]
+	res.Policies = httpRoutes[5][plan]
 	res.Cost = cost
 	res.Route = "/v1/"
 	res.Tier = "API"
 	res.Rule = int(td.Rule)
-	res.Series = httpSeriesRoute5[td.Rule]
+	res.Series = httpSeriesRoute6[td.Rule]
 	rf0, rf1, rf2 := m.limits.PerUser.ruleInForce(plan, k0), m.limits.PerEndpoint.ruleInForce(k1), m.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil || rf2 != nil {
 		p0 := genimpl.InForce(httpPolicies[RulePerUser][plan], rf0)

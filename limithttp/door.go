@@ -4,6 +4,7 @@ import (
 	"net/http"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicslot"
 	"github.com/limitgen/limitgen/clientip"
 )
 
@@ -27,6 +28,7 @@ type Door struct {
 	router   *Router
 	patterns []string
 	check    func(w http.ResponseWriter, r *http.Request, route int, path string) bool
+	acquire  func(w http.ResponseWriter, r *http.Request, route int, path string) (bool, atomicslot.Slot)
 }
 
 // InitDoor makes d the door of a policy's routes: router over patterns (in
@@ -37,6 +39,18 @@ type Door struct {
 func InitDoor(d *Door, router *Router, patterns []string,
 	check func(w http.ResponseWriter, r *http.Request, route int, path string) bool) {
 	d.router, d.patterns, d.check = router, patterns, check
+}
+
+// InitSlots gives d the acquisitions of its policy's in-flight routes:
+// acquire takes the slot of route's in-flight rule, or answers the request
+// when it cannot, and reports whether the request may go on (true and the
+// zero Slot for a route of no in-flight rule). The door acquires after every
+// route's check has let the request on, and releases every slot it took when
+// the handler returns: normally, by a panic, after a Hijack, or at the end of
+// a streamed response, whichever way it returns. A generated NewMiddleware
+// calls it once, after InitDoor, when its policy routes to in-flight rules.
+func InitSlots(d *Door, acquire func(w http.ResponseWriter, r *http.Request, route int, path string) (bool, atomicslot.Slot)) {
+	d.acquire = acquire
 }
 
 // Now reads the clock once for a check: Clock, or atomicbucket.Now.
@@ -52,7 +66,35 @@ func (d *Door) Now() atomicbucket.Time {
 // the request's path: wrap a whole router, or each handler. The request goes
 // on when all of them allow it.
 func (d *Door) Wrap(next http.Handler) http.Handler {
-	if d.check == nil {
+	switch {
+	case d.acquire != nil:
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			routes := d.router.MatchAll(r)
+			for i := range routes.N {
+				if d.check != nil && !d.check(w, r, routes.Index[i], routes.Path[i]) {
+					return
+				}
+			}
+			var held [len(routes.Index)]atomicslot.Slot
+			n := 0
+			for i := range routes.N {
+				ok, s := d.acquire(w, r, routes.Index[i], routes.Path[i])
+				if !ok {
+					d.release(held[:n])
+					return
+				}
+				if s.Held() {
+					held[n], n = s, n+1
+				}
+			}
+			if n == 0 { // no route of an in-flight rule: nothing to release
+				next.ServeHTTP(w, r)
+				return
+			}
+			defer d.release(held[:n])
+			next.ServeHTTP(w, r)
+		})
+	case d.check == nil:
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -66,10 +108,38 @@ func (d *Door) Wrap(next http.Handler) http.Handler {
 	})
 }
 
+// release returns the slots a request held, at one reading of the door's
+// clock.
+func (d *Door) release(held []atomicslot.Slot) {
+	if len(held) == 0 {
+		return
+	}
+	now := d.Now()
+	for i := range held {
+		held[i].ReleaseAt(now)
+	}
+}
+
 // wrapServeMux is Wrap for the ServeMux of NewServeMux: ServeMux's reading of
 // a path is the only one it dispatches (Router.Match).
 func (d *Door) wrapServeMux(next http.Handler) http.Handler {
-	if d.check == nil {
+	switch {
+	case d.acquire != nil:
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			route, path := d.router.Match(r)
+			if d.check != nil && !d.check(w, r, route, path) {
+				return
+			}
+			ok, s := d.acquire(w, r, route, path)
+			if !ok {
+				return
+			}
+			if s.Held() {
+				defer func() { s.ReleaseAt(d.Now()) }()
+			}
+			next.ServeHTTP(w, r)
+		})
+	case d.check == nil:
 		return next
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

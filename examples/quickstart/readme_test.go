@@ -86,6 +86,21 @@ func snippet() {
 {{SNIPPET}}
 }
 `},
+	{"slot, d := limits.ExportSlots.Acquire(customer)", `package s
+
+import (
+	"context"
+	"net/http"
+
+	limits "github.com/limitgen/limitgen/generated"
+)
+
+func runExport(context.Context, string) {}
+
+func snippet(ctx context.Context, w http.ResponseWriter, customer string) {
+{{SNIPPET}}
+}
+`},
 	{"// The login limit for one client address", `package s
 
 import (

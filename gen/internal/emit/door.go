@@ -503,6 +503,68 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 		Func().Params(recv().Op("*").Id(d.typ)).Id(d.entryName(i)).Params(params...).Add(d.result).Block(body...).Line()
 }
 
+// slotRoute says whether route r checks an in-flight rule.
+func slotRoute(m *model.Model, r model.Route) bool {
+	return r.Rule >= 0 && m.Rules[r.Rule].IsInFlight()
+}
+
+// emitSlotRoute is the acquisition of HTTP route i of an in-flight rule: its
+// key read as emitRoute reads one, then the slot taken, and the answer
+// (limithttp.Config.Hold); the door releases the slot after the handler.
+func emitSlotRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code {
+	rule := m.Rules[r.Rule]
+	mode := vd(r.Mode)
+	noSlot := jen.Qual(slotPath, "Slot").Values()
+	event := func(outcome string, key ...resField) jen.Code {
+		kv := []jen.Code{
+			field("Route", jen.Lit(r.Pattern)),
+			field("Rule", jen.Lit(rule.Name)),
+			field("RuleIndex", jen.Int().Call(jen.Id(rule.RuleConst()))),
+			field("Series", jen.Lit(base)),
+		}
+		if outcome != "" {
+			kv = append(kv, field("Outcome", vd(outcome)))
+		}
+		for _, k := range key {
+			kv = append(kv, field(k.name, k.v))
+		}
+		return vd("Event").Values(kv...)
+	}
+	var body, args []jen.Code
+	var key []resField
+	if rule.KeyType != "" {
+		if rule.Composite() {
+			body = append(body, emitCompositeKeyRead(d, "k0", "ok0", rule, r.Keys[0], r.Ordinal, r.Pattern)...)
+		} else {
+			body = append(body, emitKey(d, "k0", "ok0", rule.KeyType, r.Keys[0], r.Ordinal, r.Pattern)...)
+		}
+		body = append(body, jen.If(jen.Op("!").Id("ok0")).Block(jen.Return(
+			d.r().Dot("Config").Dot("Reject").Call(append(slices.Clone(d.reject), mode, d.missing, jen.Lit(r.MissingBodies[0]), event("MissingKey"))...), noSlot)))
+		args = append(args, jen.Id("k0"))
+		switch {
+		case rule.Composite(): // its text form, for the log: built only for a denial
+			body = append(body, jen.Id("key").Op(":=").Lit(""))
+			key = append(key, setField("Key", jen.Id("key")))
+		case rule.KeyType == "string":
+			key = append(key, setField("Key", jen.Id("k0")))
+		default:
+			key = append(key, setField("KeyInt", jen.Uint64().Call(jen.Id("k0"))))
+		}
+	}
+	body = append(body, jen.List(jen.Id("s"), jen.Id("d")).Op(":=").Add(d.r()).Dot("limits").Dot(rule.GoName).Dot("AcquireAt").Call(append(args, d.r().Dot(d.now).Call())...))
+	if rule.Composite() {
+		body = append(body, jen.If(jen.Op("!").Id("d").Dot("Allowed")).Block(jen.Id("key").Op("=").Id("k0").Dot("String").Call()))
+	}
+	body = append(body, jen.Return(d.r().Dot("Config").Dot("Hold").Call(jen.Id("w"), jen.Id("r"), mode, jen.Id("d"), jen.Lit(r.SlotBody), event("", key...)), jen.Id("s")))
+	doc := fmt.Sprintf("%s takes a slot of %s for %s (%s) and reports whether the request may go on, with the slot to release when it ends.", routeFunc(i), rule.Name, r.Pattern, strings.ToLower(r.Mode))
+	params := d.params
+	if !readsPath(r) {
+		params = params[:len(params)-1]
+	}
+	return jen.Line().Add(comment(doc)).
+		Func().Params(d.r().Op("*").Id(d.typ)).Id(routeFunc(i)).Params(params...).Params(jen.Bool(), jen.Qual(slotPath, "Slot")).Block(body...).Line()
+}
+
 // readsPath says whether one of route r's keys is read from its path's
 // wildcards.
 func readsPath(r model.Route) bool {

@@ -147,7 +147,7 @@ func markInForce(m *model.Model) {
 	for _, r := range checked(m) {
 		{
 			for _, ri := range r.Rules {
-				m.Rules[ri].InForce = !m.Rules[ri].IsWindow()
+				m.Rules[ri].InForce = !m.Rules[ri].IsWindow() && !m.Rules[ri].IsInFlight()
 			}
 		}
 	}

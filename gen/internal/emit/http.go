@@ -141,7 +141,11 @@ func emitDoor(m *model.Model, d *door, decls ...jen.Code) jen.Code {
 	bases := seriesBases(d.routes)
 	out.Add(emitSeries(m, d, bases))
 	for i, r := range d.routes {
-		if r.Mode != "Off" {
+		switch {
+		case r.Mode == "Off":
+		case slotRoute(m, r):
+			out.Add(emitSlotRoute(m, d, i, r, bases[i]))
+		default:
 			out.Add(emitRoute(m, d, i, r, bases[i]))
 		}
 	}
@@ -233,7 +237,7 @@ func emitMiddleware(m *model.Model) jen.Code {
 	if h.Challenge != "" {
 		cfg = append(cfg, field("Challenge", jen.Lit(h.Challenge)))
 	}
-	var cases, patternLits []jen.Code
+	var cases, slotCases, patternLits []jen.Code
 	var patterns []string
 	for i, r := range h.Routes {
 		patterns = append(patterns, r.Pattern)
@@ -244,6 +248,10 @@ func emitMiddleware(m *model.Model) jen.Code {
 		args := []jen.Code{jen.Id("w"), jen.Id("r")}
 		if readsPath(r) {
 			args = append(args, jen.Id("path"))
+		}
+		if slotRoute(m, r) {
+			slotCases = append(slotCases, jen.Case(jen.Lit(i)).Block(jen.Return(jen.Id("m").Dot(routeFunc(i)).Call(args...))))
+			continue
 		}
 		cases = append(cases, jen.Case(jen.Lit(i)).Block(jen.Return(jen.Id("m").Dot(routeFunc(i)).Call(args...))))
 	}
@@ -258,6 +266,20 @@ func emitMiddleware(m *model.Model) jen.Code {
 			Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("checkRoute").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("route").Int(), jen.Id("path").String()).Bool().Block(
 			jen.Switch(jen.Id("route")).Block(cases...),
 			jen.Return(jen.True()),
+		).Line()
+	}
+	// acquireRoute is what the door calls for each route after the checks,
+	// when routes check in-flight rules: it takes their slots.
+	var initSlots jen.Code = jen.Null()
+	if len(slotCases) > 0 {
+		initSlots = lh("InitSlots").Call(jen.Op("&").Id("m").Dot("Door"), jen.Id("m").Dot("acquireRoute"))
+		checkRoute = jen.Add(checkRoute).Line().
+			Comment("acquireRoute takes the slot of route's in-flight rule (route an index of httpPatterns; -1 for").Line().
+			Comment("none), reading its key's wildcards from path, or answers r when it cannot, and reports whether").Line().
+			Comment("r may go on; the door releases the slot when the handler returns.").Line().
+			Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("acquireRoute").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("route").Int(), jen.Id("path").String()).Params(jen.Bool(), jen.Qual(slotPath, "Slot")).Block(
+			jen.Switch(jen.Id("route")).Block(slotCases...),
+			jen.Return(jen.True(), jen.Qual(slotPath, "Slot").Values()),
 		).Line()
 	}
 	g := jen.Line().
@@ -278,6 +300,7 @@ func emitMiddleware(m *model.Model) jen.Code {
 			ipInit,
 			jen.Id("m").Dot("Config").Op("=").Add(lh("Config")).Add(fields(cfg...)),
 			lh("InitDoor").Call(jen.Op("&").Id("m").Dot("Door"), jen.Id("httpRouter"), jen.Id("httpPatterns").Index(jen.Empty(), jen.Empty()), check),
+			initSlots,
 			jen.Return(jen.Id("m"), jen.Nil()),
 		)...,
 	).Line().

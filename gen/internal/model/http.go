@@ -111,6 +111,7 @@ type Route struct {
 
 	MissingBodies []string // per entry of Rules: the problem body when no source has its key
 	CostBody      string   // the problem body when the declared cost is above CostMax
+	SlotBody      string   // on an HTTP route of an in-flight rule, the problem body when every slot is held
 
 	// Entries, for an RLS descriptor pattern: the entries a descriptor must
 	// have, in order (its key sources are kind "entry", Segment the index).

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/limitgen/limitgen/gen/internal/model"
 	"github.com/limitgen/limitgen/limithttp"
@@ -490,7 +491,7 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 		p.errorf(pat, "%s: %s", what, msg)
 		return r, false
 	}
-	valid, ok := p.target(n, f, m, what, "the route checks", &r)
+	valid, ok := p.target(n, f, m, what, httpChecks, &r)
 	if !ok {
 		return r, false
 	}
@@ -518,8 +519,21 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 				"The request has no key for rule "+rule.Name+": "+what+" reads it from "+from+".", "")
 		},
 	}) && valid
-	if v := f["cost"]; v != nil {
+	if v := f["cost"]; v != nil && r.Rule >= 0 && m.Rules[r.Rule].IsInFlight() {
+		p.errorf(v, "%s: rule %q is an in-flight rule: a request holds one slot while it runs, so a route has no cost for it", what, m.Rules[r.Rule].Name)
+		valid = false
+	} else if v != nil {
 		valid = p.routeCost(v, &r, m, what, httpCost) && valid
+	}
+	if r.Rule >= 0 && m.Rules[r.Rule].IsInFlight() {
+		rule := m.Rules[r.Rule]
+		whose := " of a key"
+		if rule.KeyType == "" {
+			whose = ""
+		}
+		r.SlotBody = limithttp.ProblemBody("about:blank", http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests,
+			fmt.Sprintf("Rule %s lets at most %d requests%s run at once, and that many are running; Retry-After is when the first of them reaches its longest hold (%s) if none ends sooner.",
+				rule.Name, rule.Limits[0].Tokens, whose, time.Duration(rule.Limits[0].PeriodNs)), "")
 	}
 	r.PolicyLists = policyLists(m, r.Rules)
 	if r.CostKind == "header" || r.CostKind == "query" {
@@ -640,8 +654,8 @@ func (p *parser) target(n *yaml.Node, f map[string]*yaml.Node, m *model.Model, w
 			p.errorf(rule, "%s: no rule named %q", what, rule.Value)
 			return false, false
 		}
-		if m.Rules[r.Rule].IsInFlight() {
-			why := "this version's doors do not yet release a slot when a request ends; acquire it in the handler (limits." + m.Rules[r.Rule].GoName + ".Acquire) and release it there"
+		if m.Rules[r.Rule].IsInFlight() && checks != httpChecks {
+			why := "this version's gRPC door does not yet release a slot when a call ends; acquire it in the handler (limits." + m.Rules[r.Rule].GoName + ".Acquire) and release it there"
 			if checks == rlsChecks {
 				why = "Envoy's rate-limit protocol has no call for a request's end, so a slot could never be released"
 			}

@@ -385,9 +385,12 @@ func moreSpecific(a, b []model.Entry) int {
 // rlsPattern validates one descriptor pattern of a domain; patterns holds the
 // domain's patterns before it, by line; planned says the section reads a
 // plan (its rules may differ by plan).
-// rlsChecks is what an rls descriptor's rule or tier checks, in target's
-// messages.
-const rlsChecks = "the descriptors check"
+// rlsChecks and httpChecks are what an rls descriptor's and an http route's
+// rule or tier checks, in target's messages.
+const (
+	rlsChecks  = "the descriptors check"
+	httpChecks = "the route checks"
+)
 
 func (p *parser) rlsPattern(n *yaml.Node, ordinal int, domain string, m *model.Model, patterns map[string]int, planned bool) (model.Route, bool) {
 	f, _ := p.mapping(n, rlsPatternFields, "an rls descriptor")

@@ -1,0 +1,246 @@
+package limits_test
+
+import (
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/verdict"
+)
+
+// exportsServer serves policy.yaml's POST /v1/exports (ExportSlots: 4 of a
+// user's exports at once) on a real listener, through the generated
+// middleware's ServeMux or its Wrap around a plain one. Each export's handler
+// does what its X-Do header says once release is closed: return, panic,
+// hijack the connection (and keep it), or stream three chunks.
+type exportsServer struct {
+	*service
+	srv      *httptest.Server
+	release  chan struct{}
+	end      func() // closes release, once
+	started  chan struct{}
+	hijacked chan net.Conn
+}
+
+func newExportsServer(t *testing.T, wrap bool) *exportsServer {
+	t.Helper()
+	e := &exportsServer{service: newService(t), release: make(chan struct{}), started: make(chan struct{}, 16), hijacked: make(chan net.Conn, 4)}
+	export := func(w http.ResponseWriter, r *http.Request) {
+		e.started <- struct{}{}
+		<-e.release
+		switch r.Header.Get("X-Do") {
+		case "panic":
+			panic(http.ErrAbortHandler) // net/http recovers it quietly
+		case "hijack":
+			c, _, err := w.(http.Hijacker).Hijack()
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			e.hijacked <- c // held open after the handler returns
+		case "stream":
+			for i := range 3 {
+				io.WriteString(w, strings.Repeat("x", i+1)+"\n")
+				w.(http.Flusher).Flush()
+			}
+		default:
+			io.WriteString(w, "exported")
+		}
+	}
+	var h http.Handler
+	if wrap {
+		mux := http.NewServeMux()
+		mux.HandleFunc("POST /v1/exports", export)
+		h = e.mw.Wrap(mux)
+	} else {
+		e.mux.HandleFunc("POST /v1/exports/", export) // never matched by the policy's route: a second pattern
+		mux := e.mw.NewServeMux()
+		mux.HandleFunc("POST /v1/exports", export)
+		h = mux
+	}
+	e.srv = httptest.NewServer(h)
+	e.srv.Client().Timeout = 20 * time.Second // a hang fails the test, not the run
+	t.Cleanup(func() {
+		e.srv.CloseClientConnections()
+		e.srv.Close()
+	})
+	e.end = sync.OnceFunc(func() { close(e.release) })
+	t.Cleanup(e.end) // before Close: a failed test's handlers end too
+	return e
+}
+
+// post sends an export for user, returning its response once it ends.
+func (e *exportsServer) post(t *testing.T, user, do string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("POST", e.srv.URL+"/v1/exports", nil)
+	req.Header.Set("X-Test-User", user)
+	req.Header.Set("X-Do", do)
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		return nil // a panicking or hijacking handler's connection ends without a response
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+func TestExportSlotsMiddleware(t *testing.T) {
+	for _, wrap := range []bool{false, true} {
+		name := "NewServeMux"
+		if wrap {
+			name = "Wrap"
+		}
+		t.Run(name, func(t *testing.T) {
+			for _, do := range []string{"return", "panic", "hijack", "stream"} {
+				t.Run(do, func(t *testing.T) { exportSlots(t, wrap, do) })
+			}
+		})
+	}
+}
+
+// exportSlots holds alice's four slots with exports that end by do, checks
+// that a fifth is denied as documented while they run and that bob is not,
+// then lets them end and checks that all four slots came back.
+func exportSlots(t *testing.T, wrap bool, do string) {
+	e := newExportsServer(t, wrap)
+	e.now = atomicbucket.Time(time.Hour) // on a whole microsecond: an expiry is exactly the hold away
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() { e.post(t, "alice", do) })
+	}
+	for range 4 {
+		<-e.started
+	}
+	// All four run: a fifth is denied, with a Retry-After of the hold (the
+	// clock stands still) and no RateLimit fields.
+	req, _ := http.NewRequest("POST", e.srv.URL+"/v1/exports", nil)
+	req.Header.Set("X-Test-User", "alice")
+	resp, err := e.srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "600" ||
+		resp.Header.Get("RateLimit") != "" || resp.Header.Get("RateLimit-Policy") != "" ||
+		resp.Header.Get("Content-Type") != "application/problem+json" || !strings.Contains(string(body), "at most 4 requests of a key run at once") {
+		t.Fatalf("a fifth export: %d Retry-After %q RateLimit %q, %s", resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header.Get("RateLimit"), body)
+	}
+	// Another user has slots of their own.
+	go e.post(t, "bob", "return")
+	<-e.started
+	e.end() // every export ends, by do
+	if do == "hijack" {
+		// The handlers returned with their connections still open: the
+		// slots are back all the same. Then the connections answer and close.
+		var conns []net.Conn
+		for range 4 {
+			conns = append(conns, <-e.hijacked)
+		}
+		waitFree(t, e)
+		for _, c := range conns {
+			io.WriteString(c, "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n")
+			c.Close()
+		}
+	}
+	wg.Wait()
+	waitFree(t, e)
+	// The handlers have returned; the door released each slot as they did.
+	// Four new exports are admitted again (their handlers return at once).
+	deadline := time.Now().Add(5 * time.Second)
+	for got := 0; got < 4; {
+		req, _ := http.NewRequest("POST", e.srv.URL+"/v1/exports", nil)
+		req.Header.Set("X-Test-User", "alice")
+		done := make(chan *http.Response, 1)
+		go func() {
+			resp, err := e.srv.Client().Do(req)
+			if err != nil {
+				t.Error(err)
+				done <- nil
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			done <- resp
+		}()
+		<-e.started
+		// release is closed: the handler returns as soon as it starts.
+		if resp := <-done; resp == nil || resp.StatusCode != http.StatusOK {
+			t.Fatalf("export %d after the first four ended: %v", got, resp)
+		}
+		got++
+		if time.Now().After(deadline) {
+			t.Fatal("timed out")
+		}
+	}
+	// Each of those released its slot too: the table holds none of alice's.
+	if d := e.lim.ExportSlots.PeekAt("alice", e.now); !d.Allowed || d.Remaining != 3 {
+		t.Fatalf("after every export ended, a peek: %+v, want all 4 slots free", d)
+	}
+	c := e.counts(t, "POST /v1/exports", "ExportSlots")
+	if c[verdict.Allowed] != 9 || c[verdict.Denied] != 1 {
+		t.Fatalf("ExportSlots' counts: %v, want 9 allowed (4, bob, 4) and 1 denied", c)
+	}
+}
+
+// waitFree waits until all of alice's slots are free: the door releases a
+// slot as its handler returns, which may be just after the response ended.
+func waitFree(t *testing.T, e *exportsServer) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(time.Millisecond) {
+		d := e.lim.ExportSlots.PeekAt("alice", e.now)
+		if d.Allowed && d.Remaining == 3 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("alice's slots after her exports' handlers returned: %+v, want all 4 free", d)
+		}
+	}
+}
+
+// TestExportSlotsMissingKey: a request without a user is refused before any
+// slot is taken.
+func TestExportSlotsMissingKey(t *testing.T) {
+	e := newExportsServer(t, false)
+	resp, err := e.srv.Client().Post(e.srv.URL+"/v1/exports", "text/plain", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("an export without a user: %d, want 401", resp.StatusCode)
+	}
+	if d := e.lim.ExportSlots.PeekAt("", e.now); d.Remaining != 3 {
+		t.Fatalf("a slot was taken for a request without a key: %+v", d)
+	}
+}
+
+// TestExportSlotsAllocatesNothing: an export admitted, run and released
+// through the middleware allocates nothing, and so does a request of
+// another route of the same middleware (which takes no slot).
+func TestExportSlotsAllocatesNothing(t *testing.T) {
+	s := newService(t)
+	h := s.mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	w := &discard{h: http.Header{}}
+	for _, c := range []struct{ method, path string }{{"POST", "/v1/exports"}, {"POST", "/v1/upload"}} {
+		r := httptest.NewRequest(c.method, c.path, nil)
+		r.Header.Set("X-Test-User", "alice")
+		h.ServeHTTP(w, r)
+		if n := testing.AllocsPerRun(1000, func() {
+			clear(w.h)
+			s.now += atomicbucket.Time(time.Second)
+			h.ServeHTTP(w, r)
+		}); n != 0 || w.code != 0 {
+			t.Errorf("%s %s admitted: %v allocations a request (status %d), want 0", c.method, c.path, n, w.code)
+		}
+	}
+	if d := s.lim.ExportSlots.PeekAt("alice", s.now); d.Remaining != 3 {
+		t.Fatalf("after 1001 exports that ended, alice's slots: %+v, want all free", d)
+	}
+}
