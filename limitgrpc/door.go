@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicslot"
 	"github.com/limitgen/limitgen/clientip"
 	"google.golang.org/grpc"
 )
@@ -37,6 +38,7 @@ type Door struct {
 	entry         func(method string) int
 	check         func(ctx context.Context, method string) error
 	count         func(ss grpc.ServerStream, method string) grpc.ServerStream
+	acquire       func(ctx context.Context, method string) (atomicslot.Slot, error)
 }
 
 // InitDoor makes d the door of a policy's entries (full methods and services,
@@ -48,6 +50,24 @@ type Door struct {
 func InitDoor(d *Door, entries []string, entry func(method string) int, check func(ctx context.Context, method string) error,
 	count func(ss grpc.ServerStream, method string) grpc.ServerStream) {
 	d.entries, d.entry, d.check, d.count = entries, entry, check, count
+}
+
+// InitSlots gives d the acquisitions of its policy's in-flight entries:
+// acquire takes the slot of the in-flight rule of method's entry, or returns
+// the status that ends the call (the zero Slot and nil for an entry of no
+// in-flight rule). The door acquires after the call's check let it on, and
+// releases the slot when the handler returns: at the end of a unary call, or
+// of a stream. A generated NewGRPC calls it once, after InitDoor, when its
+// policy's entries check in-flight rules.
+func InitSlots(d *Door, acquire func(ctx context.Context, method string) (atomicslot.Slot, error)) {
+	d.acquire = acquire
+}
+
+// release returns s, when it holds a slot, at a reading of the door's clock.
+func (d *Door) release(s atomicslot.Slot) {
+	if s.Held() {
+		s.ReleaseAt(d.Now())
+	}
 }
 
 // Now reads the clock once for a check: Clock, or atomicbucket.Now.
@@ -67,6 +87,13 @@ func (d *Door) UnaryInterceptor() grpc.UnaryServerInterceptor {
 				return nil, err
 			}
 		}
+		if d.acquire != nil {
+			s, err := d.acquire(ctx, info.FullMethod)
+			if err != nil {
+				return nil, err
+			}
+			defer d.release(s)
+		}
 		return handler(ctx, req)
 	}
 }
@@ -80,6 +107,13 @@ func (d *Door) StreamInterceptor() grpc.StreamServerInterceptor {
 			if err := d.check(ss.Context(), info.FullMethod); err != nil {
 				return err
 			}
+		}
+		if d.acquire != nil {
+			s, err := d.acquire(ss.Context(), info.FullMethod)
+			if err != nil {
+				return err
+			}
+			defer d.release(s)
 		}
 		if d.count != nil {
 			if counted := d.count(ss, info.FullMethod); counted != nil {

@@ -40,6 +40,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/internal/memo"
 	"github.com/limitgen/limitgen/internal/wire"
@@ -182,6 +183,51 @@ func (c *Config) respond(ctx context.Context, mode verdict.Mode, res *verdict.Re
 		return c.denial(codes.Unavailable, res.Policy, v.Wait, 0)
 	}
 	return c.denial(codes.ResourceExhausted, res.Policy, v.Wait, 0)
+}
+
+// Hold answers d, an in-flight rule's acquisition for a call on an entry of
+// mode, and returns nil when the call may go on: admitted, or denied on a
+// Shadow entry. A denial on an Enforce entry ends the call with
+// codes.ResourceExhausted and msg; its wait (until the first held slot
+// reaches its longest hold: the latest a slot comes back if no call ends
+// sooner) goes in its RetryInfo (but MetadataLean) and in its trailers'
+// grpc-retry-pushback-ms and retry-after, with no jitter. It counts and
+// observes ev with the outcome. An in-flight rule sends no RateLimit fields:
+// a count of calls at once has no window.
+func (c *Config) Hold(ctx context.Context, mode verdict.Mode, d atomicbucket.Decision, msg string, ev verdict.Event) error {
+	if mode == verdict.Off {
+		return nil
+	}
+	ev.Door = verdict.DoorGRPC
+	switch {
+	case d.Allowed:
+		ev.Outcome = verdict.Allowed
+	case mode == verdict.Shadow:
+		ev.Outcome, ev.RetryAfter = verdict.ShadowDenied, d.RetryAfter
+	default:
+		ev.Outcome, ev.RetryAfter = verdict.Denied, d.RetryAfter
+	}
+	c.Record(ev)
+	if ev.Outcome != verdict.Denied {
+		return nil
+	}
+	wait := (d.RetryAfter + time.Millisecond - 1).Truncate(time.Millisecond) // never early
+	md := metadata.MD{KeyPushback: []string{strconv.FormatInt(int64(wait/time.Millisecond), 10)}}
+	if c.Metadata == MetadataDenials || c.Metadata == MetadataAll {
+		md[KeyRetryAfter] = []string{strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10)}
+	}
+	_ = grpc.SetTrailer(ctx, md) // no server stream (a unit test's context): the status stands alone
+	if c.Metadata == MetadataLean {
+		return status.Error(codes.ResourceExhausted, msg)
+	}
+	var details []*anypb.Any
+	if ri, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)}); err == nil {
+		details = append(details, ri)
+	}
+	if q, err := anypb.New(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{Subject: "rule:" + ev.Rule, Description: msg}}}); err == nil {
+		details = append(details, q)
+	}
+	return status.ErrorProto(&spb.Status{Code: int32(codes.ResourceExhausted), Message: msg, Details: details})
 }
 
 // Reject answers a call that was not checked (no key, a cost above its

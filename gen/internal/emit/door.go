@@ -127,8 +127,8 @@ func emitSeries(m *model.Model, d *door, bases []int) jen.Code {
 // emitRouteLists is every route's (or method entry's) RateLimit-Policy value
 // per plan.
 func emitRouteLists(m *model.Model, d *door) jen.Code {
-	if !anyChecked(d.routes, func(model.Route) bool { return true }) {
-		return jen.Null() // every route Off: no check reads them
+	if !anyChecked(d.routes, func(r model.Route) bool { return !slotRoute(m, r) }) {
+		return jen.Null() // every route Off, or of an in-flight rule: no check reads them
 	}
 	dim := max(len(m.Plans), 1)
 	var lists []jen.Code
@@ -508,12 +508,22 @@ func slotRoute(m *model.Model, r model.Route) bool {
 	return r.Rule >= 0 && m.Rules[r.Rule].IsInFlight()
 }
 
-// emitSlotRoute is the acquisition of HTTP route i of an in-flight rule: its
-// key read as emitRoute reads one, then the slot taken, and the answer
-// (limithttp.Config.Hold); the door releases the slot after the handler.
+// emitSlotRoute is the acquisition of route (or method entry) i of an
+// in-flight rule: its key read as emitRoute reads one, then the slot taken,
+// and the answer (limithttp's or limitgrpc's Config.Hold); the door releases
+// the slot when the handler returns. An HTTP route's returns whether the
+// request may go on and the slot; a gRPC entry's, the slot and the status
+// that ends the call.
 func emitSlotRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code {
 	rule := m.Rules[r.Rule]
 	mode := vd(r.Mode)
+	http := d.prefix == "http"
+	answer := func(ok, slot jen.Code) jen.Code { // the two results, in the door's order
+		if http {
+			return jen.Return(ok, slot)
+		}
+		return jen.Return(slot, ok)
+	}
 	noSlot := jen.Qual(slotPath, "Slot").Values()
 	event := func(outcome string, key ...resField) jen.Code {
 		kv := []jen.Code{
@@ -524,6 +534,8 @@ func emitSlotRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.
 		}
 		if outcome != "" {
 			kv = append(kv, field("Outcome", vd(outcome)))
+		} else {
+			kv = append(kv, field("Cost", jen.Lit(1))) // checked: one slot
 		}
 		for _, k := range key {
 			kv = append(kv, field(k.name, k.v))
@@ -538,8 +550,8 @@ func emitSlotRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.
 		} else {
 			body = append(body, emitKey(d, "k0", "ok0", rule.KeyType, r.Keys[0], r.Ordinal, r.Pattern)...)
 		}
-		body = append(body, jen.If(jen.Op("!").Id("ok0")).Block(jen.Return(
-			d.r().Dot("Config").Dot("Reject").Call(append(slices.Clone(d.reject), mode, d.missing, jen.Lit(r.MissingBodies[0]), event("MissingKey"))...), noSlot)))
+		reject := d.r().Dot("Config").Dot("Reject").Call(append(slices.Clone(d.reject), mode, d.missing, jen.Lit(r.MissingBodies[0]), event("MissingKey"))...)
+		body = append(body, jen.If(jen.Op("!").Id("ok0")).Block(answer(reject, noSlot)))
 		args = append(args, jen.Id("k0"))
 		switch {
 		case rule.Composite(): // its text form, for the log: built only for a denial
@@ -555,14 +567,19 @@ func emitSlotRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.
 	if rule.Composite() {
 		body = append(body, jen.If(jen.Op("!").Id("d").Dot("Allowed")).Block(jen.Id("key").Op("=").Id("k0").Dot("String").Call()))
 	}
-	body = append(body, jen.Return(d.r().Dot("Config").Dot("Hold").Call(jen.Id("w"), jen.Id("r"), mode, jen.Id("d"), jen.Lit(r.SlotBody), event("", key...)), jen.Id("s")))
-	doc := fmt.Sprintf("%s takes a slot of %s for %s (%s) and reports whether the request may go on, with the slot to release when it ends.", routeFunc(i), rule.Name, r.Pattern, strings.ToLower(r.Mode))
+	hold := append(slices.Clone(d.respond), mode, jen.Id("d"), jen.Lit(r.SlotBody), event("", key...))
+	body = append(body, answer(d.r().Dot("Config").Dot("Hold").Call(hold...), jen.Id("s")))
+	doc := fmt.Sprintf("%s takes a slot of %s for %s (%s) and reports whether the request may go on, with the slot to release when it ends.", d.entryName(i), rule.Name, r.Pattern, strings.ToLower(r.Mode))
+	results := jen.Params(jen.Bool(), jen.Qual(slotPath, "Slot"))
 	params := d.params
-	if !readsPath(r) {
+	if !http {
+		doc = fmt.Sprintf("%s takes a slot of %s for a call of %s (%s) and returns it, to release when the call ends, or the status that ends the call.", d.entryName(i), rule.Name, r.Pattern, strings.ToLower(r.Mode))
+		results = jen.Params(jen.Qual(slotPath, "Slot"), jen.Error())
+	} else if !readsPath(r) {
 		params = params[:len(params)-1]
 	}
 	return jen.Line().Add(comment(doc)).
-		Func().Params(d.r().Op("*").Id(d.typ)).Id(routeFunc(i)).Params(params...).Params(jen.Bool(), jen.Qual(slotPath, "Slot")).Block(body...).Line()
+		Func().Params(d.r().Op("*").Id(d.typ)).Id(d.entryName(i)).Params(params...).Add(results).Block(body...).Line()
 }
 
 // readsPath says whether one of route r's keys is read from its path's

@@ -2,6 +2,7 @@ package emit
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -161,9 +162,9 @@ func emitDoor(m *model.Model, d *door, decls ...jen.Code) jen.Code {
 // emitHTTPTables is every rule's Policy and default cost per plan, and every
 // route's RateLimit-Policy value per plan: constants computed when generating.
 func emitHTTPTables(m *model.Model) jen.Code {
-	routes := checked(m)
+	routes := slices.DeleteFunc(checked(m), func(r model.Route) bool { return slotRoute(m, r) })
 	if len(routes) == 0 {
-		return jen.Null() // every route Off: nothing reads them
+		return jen.Null() // every route Off, or of an in-flight rule: nothing reads them
 	}
 	dim := len(m.Plans)
 	if dim == 0 {

@@ -80,7 +80,7 @@ func emitGRPCType(m *model.Model) jen.Code {
 	checks := nilHooks(m.Pkg+": NewGRPC: GRPCHooks.", g.Hooks)
 	judge, logDoc := judgeOf(&g.Jitter, "grpcSeries", g.LogDenials)
 	cfg := []jen.Code{judge, field("Metadata", lg(g.Metadata))}
-	var methodCases, serviceCases, entryCases, names []jen.Code
+	var methodCases, serviceCases, entryCases, slotCases, names []jen.Code
 	var listed []string
 	for i, r := range g.Routes {
 		names = append(names, jen.Lit(r.Pattern))
@@ -91,7 +91,11 @@ func emitGRPCType(m *model.Model) jen.Code {
 		} else {
 			serviceCases = append(serviceCases, c)
 		}
-		if r.Mode != "Off" {
+		switch {
+		case r.Mode == "Off":
+		case slotRoute(m, r):
+			slotCases = append(slotCases, jen.Case(jen.Lit(i)).Block(jen.Return(jen.Id("g").Dot("entry"+strconv.Itoa(i+1)).Call(jen.Id("ctx"), jen.Id("method")))))
+		default:
 			entryCases = append(entryCases, jen.Case(jen.Lit(i)).Block(jen.Return(jen.Id("g").Dot("entry"+strconv.Itoa(i+1)).Call(jen.Id("ctx"), jen.Id("method")))))
 		}
 	}
@@ -109,6 +113,15 @@ func emitGRPCType(m *model.Model) jen.Code {
 		checkFunc = jen.Comment("check checks a call of method against its entry and returns the status that ends it, or nil.").Line().
 			Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("check").Params(jen.Id("ctx").Add(ctxType()), jen.Id("method").String()).Error().Block(
 			jen.Switch(jen.Id("grpcEntry").Call(jen.Id("method"))).Block(entryCases...), jen.Return(jen.Nil())).Line().Line()
+	}
+	var initSlots jen.Code = jen.Null() // entries of in-flight rules: their slots, taken after the check
+	if len(slotCases) > 0 {
+		initSlots = lg("InitSlots").Call(jen.Op("&").Id("g").Dot("Door"), jen.Id("g").Dot("acquire"))
+		checkFunc = jen.Add(checkFunc).
+			Comment("acquire takes the slot of the in-flight rule of method's entry, to release when the call ends, or").Line().
+			Comment("returns the status that ends the call; the zero Slot and nil for any other entry.").Line().
+			Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("acquire").Params(jen.Id("ctx").Add(ctxType()), jen.Id("method").String()).Params(jen.Qual(slotPath, "Slot"), jen.Error()).Block(
+			jen.Switch(jen.Id("grpcEntry").Call(jen.Id("method"))).Block(slotCases...), jen.Return(jen.Qual(slotPath, "Slot").Values(), jen.Nil())).Line().Line()
 	}
 	count, countFunc := countMessages(m)
 	var ipInit jen.Code = jen.Null() // the policy's client_ip, when it says anything
@@ -134,6 +147,7 @@ func emitGRPCType(m *model.Model) jen.Code {
 			ipInit,
 			jen.Id("g").Dot("Config").Op("=").Add(lg("Config")).Add(fields(cfg...)),
 			lg("InitDoor").Call(jen.Op("&").Id("g").Dot("Door"), jen.Id("grpcEntries").Index(jen.Empty(), jen.Empty()), jen.Id("grpcEntry"), check, count),
+			initSlots,
 			jen.Return(jen.Id("g"), jen.Nil()),
 		)...,
 	).Line().Line().

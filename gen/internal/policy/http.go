@@ -532,8 +532,8 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 			whose = ""
 		}
 		r.SlotBody = limithttp.ProblemBody("about:blank", http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests,
-			fmt.Sprintf("Rule %s lets at most %d requests%s run at once, and that many are running; Retry-After is when the first of them reaches its longest hold (%s) if none ends sooner.",
-				rule.Name, rule.Limits[0].Tokens, whose, time.Duration(rule.Limits[0].PeriodNs)), "")
+			fmt.Sprintf("Rule %s lets at most %s%s run at once, and that many are running; Retry-After is when the first of them reaches its longest hold (%s) if none ends sooner.",
+				rule.Name, count(rule.Limits[0].Tokens, "request"), whose, time.Duration(rule.Limits[0].PeriodNs)), "")
 	}
 	r.PolicyLists = policyLists(m, r.Rules)
 	if r.CostKind == "header" || r.CostKind == "query" {
@@ -654,12 +654,8 @@ func (p *parser) target(n *yaml.Node, f map[string]*yaml.Node, m *model.Model, w
 			p.errorf(rule, "%s: no rule named %q", what, rule.Value)
 			return false, false
 		}
-		if m.Rules[r.Rule].IsInFlight() && checks != httpChecks {
-			why := "this version's gRPC door does not yet release a slot when a call ends; acquire it in the handler (limits." + m.Rules[r.Rule].GoName + ".Acquire) and release it there"
-			if checks == rlsChecks {
-				why = "Envoy's rate-limit protocol has no call for a request's end, so a slot could never be released"
-			}
-			p.errorf(rule, "%s: rule %q is an in-flight rule: %s", what, rule.Value, why)
+		if m.Rules[r.Rule].IsInFlight() && checks == rlsChecks {
+			p.errorf(rule, "%s: rule %q is an in-flight rule: Envoy's rate-limit protocol has no call for a request's end, so a slot could never be released", what, rule.Value)
 			return false, false
 		}
 	default:

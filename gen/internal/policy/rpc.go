@@ -3,7 +3,9 @@ package policy
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/limitgen/limitgen/gen/internal/model"
 	"go.yaml.in/yaml/v3"
@@ -185,6 +187,23 @@ func (p *parser) grpcEntry(n *yaml.Node, ordinal int, m *model.Model, g *model.G
 			return "the call has no key for rule " + rule.Name + ": " + what + " reads it from " + from
 		},
 	}) && valid
+	if r.Rule >= 0 && m.Rules[r.Rule].IsInFlight() {
+		rule := m.Rules[r.Rule]
+		for _, k := range []string{"cost", "messages"} {
+			if v := f[k]; v != nil {
+				p.errorf(v, "%s: rule %q is an in-flight rule: a call holds one slot while it runs, so %s does not apply", what, rule.Name, k)
+				valid = false
+			}
+		}
+		whose := " of a key"
+		if rule.KeyType == "" {
+			whose = ""
+		}
+		r.SlotBody = fmt.Sprintf("rule %s lets at most %s%s run at once, and that many are running; RetryInfo says when the first of them reaches its longest hold (%s), if none ends sooner",
+			rule.Name, count(rule.Limits[0].Tokens, "call"), whose, time.Duration(rule.Limits[0].PeriodNs))
+		r.PolicyLists = policyLists(m, r.Rules)
+		return r, valid
+	}
 	if v := f["cost"]; v != nil {
 		valid = p.routeCost(v, &r, m, what, grpcCost) && valid
 		if r.CostKind == "metadata" {
@@ -385,6 +404,14 @@ func moreSpecific(a, b []model.Entry) int {
 // rlsPattern validates one descriptor pattern of a domain; patterns holds the
 // domain's patterns before it, by line; planned says the section reads a
 // plan (its rules may differ by plan).
+// count is n of what, in words: "1 call", "4 calls".
+func count(n int64, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return strconv.FormatInt(n, 10) + " " + what + "s"
+}
+
 // rlsChecks and httpChecks are what an rls descriptor's and an http route's
 // rule or tier checks, in target's messages.
 const (
