@@ -229,13 +229,30 @@ func (g *Gate) PeekAt(now atomicbucket.Time) atomicbucket.Decision {
 
 // Stats are a gate's or a table's counters.
 type Stats struct {
+	// Held is the slots held when Stats was called: every word of every
+	// key read once, at one reading of the clock (not one instant across
+	// keys: acquisitions and releases go on meanwhile).
+	Held      int64
 	Keys      int64 // keys tracked (a Gate: 0)
 	Expired   int64 // slots that expired unreleased: each a release that never came in time
 	AtCapHits int64 // acquisitions for a new key denied or untracked at the key cap
 }
 
-// Stats returns the gate's counters.
-func (g *Gate) Stats() Stats { return Stats{Expired: g.c.expired.Load()} }
+// held counts the words of w that hold a slot at now.
+func held(w []atomic.Int64, now int64) int64 {
+	n := int64(0)
+	for i := range w {
+		if v := w[i].Load(); v >= 0 && expiry(v) > now {
+			n++
+		}
+	}
+	return n
+}
+
+// Stats returns the gate's counters and the slots it holds now.
+func (g *Gate) Stats() Stats {
+	return Stats{Held: held(g.w, clampNow(atomicbucket.Now())), Expired: g.c.expired.Load()}
+}
 
 // Table is a set of slots per key, made on a key's first acquisition. Its
 // methods are safe for concurrent use; acquisitions and releases on existing
@@ -278,9 +295,16 @@ func (t *Table[K]) Rule() *Rule { return &t.r }
 // reclaimed).
 func (t *Table[K]) Len() int64 { return t.c.keys.Load() }
 
-// Stats returns the table's counters.
+// Stats returns the table's counters and the slots its keys hold now, by a
+// scan of every key's words: meant for metrics, once a scrape, not a check.
 func (t *Table[K]) Stats() Stats {
-	return Stats{Keys: t.c.keys.Load(), Expired: t.c.expired.Load(), AtCapHits: t.c.atCapHits.Load()}
+	s := Stats{Keys: t.c.keys.Load(), Expired: t.c.expired.Load(), AtCapHits: t.c.atCapHits.Load()}
+	now := clampNow(atomicbucket.Now())
+	t.m.Range(func(_ K, w []atomic.Int64) bool {
+		s.Held += held(w, now)
+		return true
+	})
+	return s
 }
 
 // Acquire takes a slot of key now, when fewer than the limit are held.

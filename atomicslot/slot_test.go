@@ -294,3 +294,23 @@ func TestConcurrentNeverAboveLimit(t *testing.T) {
 		}
 	}
 }
+
+func TestStatsHeld(t *testing.T) {
+	tab := NewTable[string](mustRule(t, 3, time.Hour), atomicbucket.TableOptions{})
+	gate := NewGate(mustRule(t, 2, time.Hour))
+	a, _ := tab.Acquire("a")
+	tab.Acquire("a")
+	tab.Acquire("b")
+	g, _ := gate.Acquire()
+	if s := tab.Stats(); s.Held != 3 || s.Keys != 2 {
+		t.Fatalf("table Stats after 3 acquisitions on 2 keys: %+v", s)
+	}
+	a.Release()
+	g.Release()
+	if s := tab.Stats(); s.Held != 2 {
+		t.Fatalf("table Stats after a release: %+v, want 2 held", s)
+	}
+	if s := gate.Stats(); s.Held != 0 {
+		t.Fatalf("gate Stats after its release: %+v, want 0 held", s)
+	}
+}

@@ -10,6 +10,8 @@
 //	limitgen.table.keys             gauge   {key}: keys a rule's table tracks; attribute rule
 //	limitgen.table.evictions        counter {bucket}: buckets reclaimed; attribute rule
 //	limitgen.table.cap_refusals     counter {key}: new keys that met the key cap with nothing to reclaim
+//	limitgen.slots.held             gauge   {slot}: an in-flight rule's slots held (requests running); attribute rule
+//	limitgen.slots.expired          counter {slot}: its slots that expired unreleased (a leak, seen)
 //	limitgen.store.checks           counter {check}: checks sent to the store; attribute store
 //	limitgen.store.degraded         counter {check}: checks the failure settings decided
 //	limitgen.store.batches          counter {round_trip}: coalesced round trips
@@ -33,6 +35,7 @@ import (
 	"math"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicslot"
 	"github.com/limitgen/limitgen/shared"
 	"github.com/limitgen/limitgen/verdict"
 	"go.opentelemetry.io/otel/attribute"
@@ -51,6 +54,12 @@ type Table interface {
 	Stats() atomicbucket.TableStats
 }
 
+// Slots is what the instruments read of an in-flight rule's limiter (an
+// atomicslot.Table or Gate, which a generated limiter embeds).
+type Slots interface {
+	Stats() atomicslot.Stats
+}
+
 // Options name what the instruments read; each is optional.
 type Options struct {
 	// Doors are the doors' decisions by route, tier, rule and outcome (each
@@ -61,6 +70,10 @@ type Options struct {
 	Doors map[string]*verdict.Counters
 	// Tables are keyed limiters, by rule name.
 	Tables map[string]Table
+	// Slots are in-flight rules' limiters, by rule name: their slots held
+	// and expired, and, for a keyed one, its keys and cap refusals (as
+	// Tables' are).
+	Slots map[string]Slots
 	// Stores are stores, by a name of the service's choice ("redis").
 	Stores map[string]Store
 	// Unmatched are the requests a door let through because no route of the
@@ -88,6 +101,8 @@ func Register(meter metric.Meter, o Options) (metric.Registration, error) {
 	keys := gauge("limitgen.table.keys", "{key}", "Keys a rule's table tracks.")
 	evictions := counter("limitgen.table.evictions", "{bucket}", "Buckets a rule's table reclaimed (full ones: nothing is lost).")
 	refusals := counter("limitgen.table.cap_refusals", "{key}", "New keys that met a rule's key cap with nothing to reclaim.")
+	held := gauge("limitgen.slots.held", "{slot}", "Slots of an in-flight rule held: its requests running.")
+	expired := counter("limitgen.slots.expired", "{slot}", "Slots of an in-flight rule that reached its max_hold unreleased: requests that ran longer, or whose release never came.")
 	checks := counter("limitgen.store.checks", "{check}", "Checks sent to the store (a coalesced batch counts each of its checks).")
 	degraded := counter("limitgen.store.degraded", "{check}", "Checks the failure settings decided: the store failed, a breaker was open, or the store was closed.")
 	batches := counter("limitgen.store.batches", "{round_trip}", "Round trips that carried coalesced checks.")
@@ -126,6 +141,16 @@ func Register(meter metric.Meter, o Options) (metric.Registration, error) {
 			ob.ObserveInt64(evictions, s.Evictions, at)
 			ob.ObserveInt64(refusals, s.AtCapHits, at)
 		}
+		for rule, sl := range o.Slots {
+			s := sl.Stats()
+			at := metric.WithAttributes(attribute.String("rule", rule))
+			ob.ObserveInt64(held, s.Held, at)
+			ob.ObserveInt64(expired, s.Expired, at)
+			if s.Keys > 0 || s.AtCapHits > 0 {
+				ob.ObserveInt64(keys, s.Keys, at)
+				ob.ObserveInt64(refusals, s.AtCapHits, at)
+			}
+		}
 		for name, st := range o.Stores {
 			s := st.Stats()
 			at := metric.WithAttributes(attribute.String("store", name))
@@ -145,5 +170,5 @@ func Register(meter metric.Meter, o Options) (metric.Registration, error) {
 			}
 		}
 		return nil
-	}, decisions, unmatched, keys, evictions, refusals, checks, degraded, batches, grants, tokens, trips, tripTime, open)
+	}, decisions, unmatched, keys, evictions, refusals, held, expired, checks, degraded, batches, grants, tokens, trips, tripTime, open)
 }

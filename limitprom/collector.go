@@ -10,6 +10,8 @@
 //	limitgen_table_keys{rule}                        gauge: keys tracked
 //	limitgen_table_evictions_total{rule}             counter: buckets reclaimed
 //	limitgen_table_cap_refusals_total{rule}          counter: new keys that met the key cap with nothing to reclaim
+//	limitgen_slots_held{rule}                        gauge: an in-flight rule's slots held (requests running)
+//	limitgen_slots_expired_total{rule}               counter: its slots that expired unreleased (a leak, seen)
 //	limitgen_store_checks_total{store}               counter: checks sent to the store
 //	limitgen_store_degraded_total{store}             counter: checks the failure settings decided
 //	limitgen_store_batches_total{store}              counter: coalesced round trips
@@ -25,6 +27,7 @@ package limitprom
 
 import (
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicslot"
 	"github.com/limitgen/limitgen/shared"
 	"github.com/limitgen/limitgen/verdict"
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,6 +46,12 @@ type Table interface {
 	Stats() atomicbucket.TableStats
 }
 
+// Slots is what the collector reads of an in-flight rule's limiter (an
+// atomicslot.Table or Gate, which a generated limiter embeds).
+type Slots interface {
+	Stats() atomicslot.Stats
+}
+
 // Options name what a Collector reads; each is optional.
 type Options struct {
 	// Doors are the doors' decisions by route, tier, rule and outcome (each
@@ -53,6 +62,10 @@ type Options struct {
 	Doors map[string]*verdict.Counters
 	// Tables are keyed limiters, by rule name.
 	Tables map[string]Table
+	// Slots are in-flight rules' limiters, by rule name: their slots held
+	// and expired, and, for a keyed one, its keys and cap refusals (as
+	// Tables' are).
+	Slots map[string]Slots
 	// Stores are stores, by a name of the service's choice ("redis").
 	Stores map[string]Store
 	// Unmatched are the requests a door let through because no route of the
@@ -66,8 +79,8 @@ type Options struct {
 type Collector struct {
 	o Options
 
-	decisions, unmatched, keys, evictions, capRefusals            *prometheus.Desc
-	checks, degraded, batches, grants, leased, trips, open, fails *prometheus.Desc
+	decisions, unmatched, keys, evictions, capRefusals, held, expired *prometheus.Desc
+	checks, degraded, batches, grants, leased, trips, open, fails     *prometheus.Desc
 }
 
 // New returns a Collector over o.
@@ -82,6 +95,8 @@ func New(o Options) *Collector {
 		keys:        d("table_keys", "Keys a rule's table tracks.", "rule"),
 		evictions:   d("table_evictions_total", "Buckets a rule's table reclaimed (full ones: nothing is lost).", "rule"),
 		capRefusals: d("table_cap_refusals_total", "New keys that met a rule's key cap with nothing to reclaim.", "rule"),
+		held:        d("slots_held", "Slots of an in-flight rule held: its requests running.", "rule"),
+		expired:     d("slots_expired_total", "Slots of an in-flight rule that reached its max_hold unreleased: requests that ran longer, or whose release never came.", "rule"),
 		checks:      d("store_checks_total", "Checks sent to the store (a coalesced batch counts each of its checks).", "store"),
 		degraded:    d("store_degraded_total", "Checks the failure settings decided: the store failed, a breaker was open, or the store was closed.", "store"),
 		batches:     d("store_batches_total", "Round trips that carried coalesced checks.", "store"),
@@ -95,7 +110,7 @@ func New(o Options) *Collector {
 
 // Describe sends the metrics' descriptions.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{c.decisions, c.unmatched, c.keys, c.evictions, c.capRefusals,
+	for _, d := range []*prometheus.Desc{c.decisions, c.unmatched, c.keys, c.evictions, c.capRefusals, c.held, c.expired,
 		c.checks, c.degraded, c.batches, c.grants, c.leased, c.trips, c.open, c.fails} {
 		ch <- d
 	}
@@ -123,6 +138,15 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(s.Keys), rule)
 		ch <- prometheus.MustNewConstMetric(c.evictions, prometheus.CounterValue, float64(s.Evictions), rule)
 		ch <- prometheus.MustNewConstMetric(c.capRefusals, prometheus.CounterValue, float64(s.AtCapHits), rule)
+	}
+	for rule, sl := range c.o.Slots {
+		s := sl.Stats()
+		ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(s.Held), rule)
+		ch <- prometheus.MustNewConstMetric(c.expired, prometheus.CounterValue, float64(s.Expired), rule)
+		if s.Keys > 0 || s.AtCapHits > 0 {
+			ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(s.Keys), rule)
+			ch <- prometheus.MustNewConstMetric(c.capRefusals, prometheus.CounterValue, float64(s.AtCapHits), rule)
+		}
 	}
 	for name, st := range c.o.Stores {
 		s := st.Stats()
