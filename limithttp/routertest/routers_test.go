@@ -27,6 +27,7 @@ var policyRoutes = []struct{ pattern, rule string }{
 	{"GET /v1/users/{id}/posts/{post}", "Post"},
 	{"/v1/admin/", "Admin"},
 	{"GET /v1/{$}", "Root"},
+	{"POST /v1/jobs/{id}", "Jobs"},
 }
 
 // splitPattern is a ServeMux pattern's method ("" for any) and path.
@@ -246,6 +247,7 @@ var paths = []string{
 	"/v1/users/7/posts/%2e%2e", "/v1/users/../users/7", "/v1/admin", "/v1/admin/", "/v1/admin/x/../../users/7",
 	"/v1/admin/../users/7", "/v1/admin%2F..%2Fusers/7", "/v1/", "/v1", "/v1/.", "/v1//", "/v1/%2e", "/v1/x/..",
 	"/v1/admin/%2e%2e/login", "/v1/users/7/posts/9%2F..%2F..%2F..%2Fadmin",
+	"/v1/jobs/j1", "/v1/jobs/../jobs/j1", "/v1/jobs/./j1", "/v1/jobs/%2e%2e", "/v1/jobs/j1/", "/v1/jobs//j1", "/v1/x/../jobs/j1",
 }
 
 var methods = []string{"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH", "get"}
@@ -322,4 +324,53 @@ func FuzzDispatch(f *testing.F) {
 			h.serve(t, r)
 		}
 	})
+}
+
+// Every mounting, every spelling of a jobs route (an in-flight rule, one slot
+// an id): while the handler runs, the slot is held; once the request is
+// served, it is back, however the router read the path, and a handler never
+// runs while another request of its id holds the slot.
+func TestSlotsUnderEveryMounting(t *testing.T) {
+	for _, m := range mountings {
+		t.Run(m.name, func(t *testing.T) {
+			lims := routes.New()
+			mw, err := routes.NewMiddleware(lims)
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := atomicbucket.Time(time.Hour)
+			mw.Clock = func() atomicbucket.Time { return now }
+			jobs := slices.IndexFunc(policyRoutes, func(r struct{ pattern, rule string }) bool { return r.rule == "Jobs" })
+			held, ran := int64(-1), 0
+			h := m.build(mw, func(i int) http.Handler {
+				return http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+					if i == jobs {
+						held, ran = lims.Jobs.Stats().Held, ran+1
+					}
+				})
+			})
+			for _, p := range paths {
+				if !strings.Contains(p, "jobs") {
+					continue
+				}
+				for _, method := range []string{"POST", "GET"} {
+					req := request(method, p)
+					if req == nil {
+						continue
+					}
+					held = -1
+					h.ServeHTTP(httptest.NewRecorder(), req)
+					if held == 0 {
+						t.Errorf("%s %s: the jobs handler ran holding no slot", method, p)
+					}
+					if s := lims.Jobs.Stats(); s.Held != 0 {
+						t.Fatalf("%s %s: %d slots held after the request was served", method, p, s.Held)
+					}
+				}
+			}
+			if ran < 1 {
+				t.Errorf("the jobs handler ran %d times: the route is not registered as the policy's", ran)
+			}
+		})
+	}
 }

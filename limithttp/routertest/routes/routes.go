@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicslot"
 	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limithttp"
 	"github.com/limitgen/limitgen/overlay"
@@ -39,10 +40,12 @@ const (
 	RuleAdmin
 	// RuleRoot names the rule Root.
 	RuleRoot
+	// RuleJobs names the rule Jobs.
+	RuleJobs
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "Login", "Checkout", "Files", "User", "DeleteUser", "Post", "Admin", "Root"}
+var ruleNames = [...]string{"", "Login", "Checkout", "Files", "User", "DeleteUser", "Post", "Admin", "Root", "Jobs"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -64,6 +67,7 @@ type Limits struct {
 	Post            *PostLimiter       // see the package-level Post
 	Admin           *AdminLimiter      // see the package-level Admin
 	Root            *RootLimiter       // see the package-level Root
+	Jobs            *JobsLimiter       // see the package-level Jobs
 	overlay.Numbers                    // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
@@ -103,8 +107,12 @@ func New(opts ...Option) *Limits {
 		Post:       newPostLimiter(o.start),
 		Admin:      newAdminLimiter(o.start),
 		Root:       newRootLimiter(o.start),
+		Jobs:       newJobsLimiter(),
 	}
-	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{Rules: map[string]overlay.Target{"Login": overlay.GlobalTarget(l.Login.Global), "Checkout": overlay.KeyedTarget(l.Checkout.Keyed, nil), "Files": overlay.GlobalTarget(l.Files.Global), "User": overlay.GlobalTarget(l.User.Global), "DeleteUser": overlay.GlobalTarget(l.DeleteUser.Global), "Post": overlay.GlobalTarget(l.Post.Global), "Admin": overlay.GlobalTarget(l.Admin.Global), "Root": overlay.GlobalTarget(l.Root.Global)}})
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
+		Fixed: map[string]string{"Jobs": "an in-flight rule's numbers do not change at run time in this version"},
+		Rules: map[string]overlay.Target{"Login": overlay.GlobalTarget(l.Login.Global), "Checkout": overlay.KeyedTarget(l.Checkout.Keyed, nil), "Files": overlay.GlobalTarget(l.Files.Global), "User": overlay.GlobalTarget(l.User.Global), "DeleteUser": overlay.GlobalTarget(l.DeleteUser.Global), "Post": overlay.GlobalTarget(l.Post.Global), "Admin": overlay.GlobalTarget(l.Admin.Global), "Root": overlay.GlobalTarget(l.Root.Global)},
+	})
 	return l
 }
 
@@ -138,6 +146,10 @@ var (
 
 	// Root allows 1 request per second in total, in bursts of up to 2.
 	Root = Default.Root
+
+	// Jobs lets at most 1 requests of a key hold a slot at once: Acquire takes one, its Slot's Release
+	// gives it back, and a slot never released comes back 1 minute after it was taken.
+	Jobs = Default.Jobs
 )
 
 // loginLimit is Login's limit, as the policy gives it.
@@ -549,6 +561,19 @@ func (l *RootLimiter) ruleInForce() *atomicbucket.Rule {
 	return l.Bucket().ChangedRule()
 }
 
+// jobsLimit is Jobs's in-flight rule, as the policy gives it.
+var jobsLimit = atomicslot.MustRule(1, time.Minute)
+
+// newJobsLimiter returns Jobs's (empty) table of slots, none held.
+func newJobsLimiter() *JobsLimiter {
+	return &JobsLimiter{atomicslot.NewTable[string](jobsLimit, atomicbucket.TableOptions{})}
+}
+
+// JobsLimiter is the type of Jobs. Its methods are safe for concurrent use.
+type JobsLimiter struct {
+	*atomicslot.Table[string]
+}
+
 // httpPolicyLogin is rule Login as the RateLimit fields describe it.
 var httpPolicyLogin = verdict.Policy{
 	Name:   "Login",
@@ -637,12 +662,12 @@ var httpPolicies = [...][1]*verdict.Policy{RuleLogin: {&httpPolicyLogin}, RuleCh
 var httpCosts = [...][1]int64{RuleLogin: {1}, RuleCheckout: {1}, RuleFiles: {1}, RuleUser: {1}, RuleDeleteUser: {1}, RulePost: {1}, RuleAdmin: {1}, RuleRoot: {1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
-var httpRoutes = [...][1]string{{"\"Login\";q=2;w=2"}, {"\"Checkout\";q=2;w=2"}, {"\"Files\";q=2;w=2"}, {"\"User\";q=2;w=2"}, {"\"DeleteUser\";q=2;w=2"}, {"\"Post\";q=2;w=2"}, {"\"Admin\";q=2;w=2"}, {"\"Root\";q=2;w=2"}}
+var httpRoutes = [...][1]string{{"\"Login\";q=2;w=2"}, {"\"Checkout\";q=2;w=2"}, {"\"Files\";q=2;w=2"}, {"\"User\";q=2;w=2"}, {"\"DeleteUser\";q=2;w=2"}, {"\"Post\";q=2;w=2"}, {"\"Admin\";q=2;w=2"}, {"\"Root\";q=2;w=2"}, {""}}
 
 // Middleware enforces the policy's http: section on every route a router may hand a request to
 // (limithttp.Door): it reads the keys, cost and plan the policy names, checks the route's rule or
 // tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may not
-// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: POST /v1/login; POST /v1/accounts/{id}/checkout; GET /v1/files/{path...}; GET /v1/users/{id}; DELETE /v1/users/{id}; GET /v1/users/{id}/posts/{post}; /v1/admin/; GET /v1/{$}.
+// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: POST /v1/login; POST /v1/accounts/{id}/checkout; GET /v1/files/{path...}; GET /v1/users/{id}; DELETE /v1/users/{id}; GET /v1/users/{id}/posts/{post}; /v1/admin/; GET /v1/{$}; POST /v1/jobs/{id}.
 type Middleware struct {
 	limithttp.Door
 	limits *Limits
@@ -664,6 +689,7 @@ func NewMiddleware(l *Limits) (*Middleware, error) {
 		Headers: limithttp.HeadersIETF,
 	}
 	limithttp.InitDoor(&m.Door, httpRouter, httpPatterns[:], m.checkRoute)
+	limithttp.InitSlots(&m.Door, m.acquireRoute)
 	return m, nil
 }
 
@@ -691,11 +717,22 @@ func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route in
 	return true
 }
 
+// acquireRoute takes the slot of route's in-flight rule (route an index of httpPatterns; -1 for
+// none), reading its key's wildcards from path, or answers r when it cannot, and reports whether
+// r may go on; the door releases the slot when the handler returns.
+func (m *Middleware) acquireRoute(w http.ResponseWriter, r *http.Request, route int, path string) (bool, atomicslot.Slot) {
+	switch route {
+	case 8:
+		return m.route9(w, r, path)
+	}
+	return true, atomicslot.Slot{}
+}
+
 // ServeMux is the http.ServeMux behind the middleware that NewServeMux returns (see limithttp.ServeMux).
 type ServeMux = limithttp.ServeMux
 
 // httpPatterns are the policy's route patterns, in policy order.
-var httpPatterns = [...]string{"POST /v1/login", "POST /v1/accounts/{id}/checkout", "GET /v1/files/{path...}", "GET /v1/users/{id}", "DELETE /v1/users/{id}", "GET /v1/users/{id}/posts/{post}", "/v1/admin/", "GET /v1/{$}"}
+var httpPatterns = [...]string{"POST /v1/login", "POST /v1/accounts/{id}/checkout", "GET /v1/files/{path...}", "GET /v1/users/{id}", "DELETE /v1/users/{id}", "GET /v1/users/{id}/posts/{post}", "/v1/admin/", "GET /v1/{$}", "POST /v1/jobs/{id}"}
 
 // httpRoute is the index+1 of the route of httpPatterns for a method on a clean request path
 // that is one of the policy's literal paths (limithttp.LiteralRoutes), 0 for any other path: a
@@ -719,7 +756,7 @@ var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var httpSeries = [...]verdict.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/accounts/{id}/checkout", Rule: "Checkout"}, {Route: "GET /v1/files/{path...}", Rule: "Files"}, {Route: "GET /v1/users/{id}", Rule: "User"}, {Route: "DELETE /v1/users/{id}", Rule: "DeleteUser"}, {Route: "GET /v1/users/{id}/posts/{post}", Rule: "Post"}, {Route: "/v1/admin/", Rule: "Admin"}, {Route: "GET /v1/{$}", Rule: "Root"}}
+var httpSeries = [...]verdict.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/accounts/{id}/checkout", Rule: "Checkout"}, {Route: "GET /v1/files/{path...}", Rule: "Files"}, {Route: "GET /v1/users/{id}", Rule: "User"}, {Route: "DELETE /v1/users/{id}", Rule: "DeleteUser"}, {Route: "GET /v1/users/{id}/posts/{post}", Rule: "Post"}, {Route: "/v1/admin/", Rule: "Admin"}, {Route: "GET /v1/{$}", Rule: "Root"}, {Route: "POST /v1/jobs/{id}", Rule: "Jobs"}}
 
 // route1 checks POST /v1/login (rule Login, enforce) and reports whether the request may go on.
 func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
@@ -879,4 +916,15 @@ func (m *Middleware) route8(w http.ResponseWriter, r *http.Request) bool {
 		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return m.Config.Respond(w, r, verdict.Enforce, &res, "")
+}
+
+// route9 takes a slot of Jobs for POST /v1/jobs/{id} (enforce) and reports whether the request may
+// go on, with the slot to release when it ends.
+func (m *Middleware) route9(w http.ResponseWriter, r *http.Request, path string) (bool, atomicslot.Slot) {
+	k0, ok0 := limithttp.PathKeyAt(path, 2, false)
+	if !ok0 {
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Jobs: route \\\"POST /v1/jobs/{id}\\\" reads it from the path id.\"}\n", verdict.Event{Route: "POST /v1/jobs/{id}", Rule: "Jobs", RuleIndex: int(RuleJobs), Series: 8, Outcome: verdict.MissingKey}), atomicslot.Slot{}
+	}
+	s, d := m.limits.Jobs.AcquireAt(k0, m.Now())
+	return m.Config.Hold(w, r, verdict.Enforce, d, "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"Rule Jobs lets at most 1 request of a key run at once, and that many are running; Retry-After is when the first of them reaches its longest hold (1m0s) if none ends sooner.\"}\n", verdict.Event{Route: "POST /v1/jobs/{id}", Rule: "Jobs", RuleIndex: int(RuleJobs), Series: 8, Cost: 1, Key: k0}), s
 }
