@@ -222,13 +222,18 @@ func TestExportSlotsMissingKey(t *testing.T) {
 }
 
 // TestExportSlotsAllocatesNothing: an export admitted, run and released
-// through the middleware allocates nothing, and so does a request of
-// another route of the same middleware (which takes no slot).
+// through the middleware (Wrap, and its ServeMux) allocates nothing, and so
+// does a request of another route of the same middleware (which takes no
+// slot).
 func TestExportSlotsAllocatesNothing(t *testing.T) {
 	s := newService(t)
-	h := s.mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	wrapped := s.mw.Wrap(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	w := &discard{h: http.Header{}}
-	for _, c := range []struct{ method, path string }{{"POST", "/v1/exports"}, {"POST", "/v1/upload"}} {
+	for _, c := range []struct {
+		method, path string
+		h            http.Handler
+	}{{"POST", "/v1/exports", wrapped}, {"POST", "/v1/upload", wrapped}, {"POST", "/v1/exports", s.mux}, {"POST", "/v1/upload", s.mux}} {
+		h := c.h
 		r := httptest.NewRequest(c.method, c.path, nil)
 		r.Header.Set("X-Test-User", "alice")
 		h.ServeHTTP(w, r)
@@ -241,6 +246,6 @@ func TestExportSlotsAllocatesNothing(t *testing.T) {
 		}
 	}
 	if d := s.lim.ExportSlots.PeekAt("alice", s.now); d.Remaining != 3 {
-		t.Fatalf("after 1001 exports that ended, alice's slots: %+v, want all free", d)
+		t.Fatalf("after the exports ended, alice's slots: %+v, want all free", d)
 	}
 }

@@ -68,32 +68,7 @@ func (d *Door) Now() atomicbucket.Time {
 func (d *Door) Wrap(next http.Handler) http.Handler {
 	switch {
 	case d.acquire != nil:
-		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			routes := d.router.MatchAll(r)
-			for i := range routes.N {
-				if d.check != nil && !d.check(w, r, routes.Index[i], routes.Path[i]) {
-					return
-				}
-			}
-			var held [len(routes.Index)]atomicslot.Slot
-			n := 0
-			for i := range routes.N {
-				ok, s := d.acquire(w, r, routes.Index[i], routes.Path[i])
-				if !ok {
-					d.release(held[:n])
-					return
-				}
-				if s.Held() {
-					held[n], n = s, n+1
-				}
-			}
-			if n == 0 { // no route of an in-flight rule: nothing to release
-				next.ServeHTTP(w, r)
-				return
-			}
-			defer d.release(held[:n])
-			next.ServeHTTP(w, r)
-		})
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { d.serveHeld(w, r, next, d.router.MatchAll(r)) })
 	case d.check == nil:
 		return next
 	}
@@ -106,6 +81,36 @@ func (d *Door) Wrap(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// serveHeld serves r with next when every one of routes lets it on: first
+// each route's check, then each route's acquisition (a slot of its in-flight
+// rule, or none), the slots taken so far given back when one cannot be had.
+// The slots are released when next returns, whichever way it does.
+func (d *Door) serveHeld(w http.ResponseWriter, r *http.Request, next http.Handler, routes Routes) {
+	for i := range routes.N {
+		if d.check != nil && !d.check(w, r, routes.Index[i], routes.Path[i]) {
+			return
+		}
+	}
+	var held [len(routes.Index)]atomicslot.Slot
+	n := 0
+	for i := range routes.N {
+		ok, s := d.acquire(w, r, routes.Index[i], routes.Path[i])
+		if !ok {
+			d.release(held[:n])
+			return
+		}
+		if s.Held() {
+			held[n], n = s, n+1
+		}
+	}
+	if n == 0 { // no route of an in-flight rule: nothing to release
+		next.ServeHTTP(w, r)
+		return
+	}
+	defer d.release(held[:n])
+	next.ServeHTTP(w, r)
 }
 
 // release returns the slots a request held, at one reading of the door's
@@ -126,18 +131,9 @@ func (d *Door) wrapServeMux(next http.Handler) http.Handler {
 	switch {
 	case d.acquire != nil:
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			route, path := d.router.Match(r)
-			if d.check != nil && !d.check(w, r, route, path) {
-				return
-			}
-			ok, s := d.acquire(w, r, route, path)
-			if !ok {
-				return
-			}
-			if s.Held() {
-				defer func() { s.ReleaseAt(d.Now()) }()
-			}
-			next.ServeHTTP(w, r)
+			var routes Routes
+			routes.add(d.router.Match(r))
+			d.serveHeld(w, r, next, routes)
 		})
 	case d.check == nil:
 		return next
