@@ -91,11 +91,24 @@ type Slot struct {
 	w *atomic.Int64
 	v int64
 	c *counters
+	r Releaser // a slot held elsewhere (Remote)
 }
+
+// Releaser is a slot held elsewhere than in this package's words: a
+// store's (shared.Slots), which a Slot carries so that a door releases
+// every kind of slot alike. Release must be once in effect, and report
+// whether it returned a held slot.
+type Releaser interface {
+	Release() bool
+}
+
+// Remote is the Slot of r, a slot held elsewhere: its Release and
+// ReleaseAt call r's Release (at the time r keeps). A nil r holds none.
+func Remote(r Releaser) Slot { return Slot{r: r} }
 
 // Held reports whether s came from an admitted acquisition (it may since
 // have been released or expired).
-func (s Slot) Held() bool { return s.w != nil }
+func (s Slot) Held() bool { return s.w != nil || s.r != nil }
 
 // Release returns the slot now (ReleaseAt).
 func (s Slot) Release() bool { return s.ReleaseAt(atomicbucket.Now()) }
@@ -104,6 +117,9 @@ func (s Slot) Release() bool { return s.ReleaseAt(atomicbucket.Now()) }
 // it: false for the zero Slot, a second release, or a release at or after
 // the slot's expiry (the slot came back then, and may be held again).
 func (s Slot) ReleaseAt(now atomicbucket.Time) bool {
+	if s.r != nil {
+		return s.r.Release()
+	}
 	if s.w == nil || !s.w.CompareAndSwap(s.v, s.v&genMask) {
 		return false
 	}
@@ -144,7 +160,7 @@ func (r *Rule) acquire(w []atomic.Int64, now int64, c *counters) (s Slot, d atom
 			}
 		}
 		d = atomicbucket.Decision{Allowed: true, Remaining: r.limit - held, Reset: time.Duration(last - now)}
-		return Slot{&w[i], nv, c}, d, true
+		return Slot{w: &w[i], v: nv, c: c}, d, true
 	}
 	return Slot{}, r.denial(first, last, now), true // every word held
 }

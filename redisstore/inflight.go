@@ -1,0 +1,199 @@
+package redisstore
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicslot"
+	"github.com/limitgen/limitgen/shared"
+	"github.com/redis/go-redis/v9"
+)
+
+// slotsAcquireSource takes one of a key's in-flight slots. A key's slots are
+// a sorted set: each held slot a member (the acquisition's token, 8 bytes)
+// scored by its expiry, in µs on Redis's clock. An acquisition first removes
+// the members whose expiry has come (slots never released: counted, and
+// free), then adds its own when fewer than the limit are left, and sets the
+// key to expire 10 s after its last slot (a call in those 10 s counts what
+// expired unreleased; a key with nothing held is soon no key).
+// ARGV: the limit, the hold in µs, the token. It returns {1 acquired or 0
+// denied, the slots held before it, the first and the last held slot's
+// expiry − now (µs, 0 when none is held), the slots it found expired}.
+// Scores are doubles: whole µs stay exact until the year 2255.
+const slotsAcquireSource = `
+local N, hold = tonumber(ARGV[1]), tonumber(ARGV[2])
+local t = {{NOW}}
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local k = KEYS[1]
+local expired = redis.call('ZREMRANGEBYSCORE', k, '-inf', now)
+local held = redis.call('ZCARD', k)
+local ok = 0
+if held < N then
+  redis.call('ZADD', k, now + hold, ARGV[3])
+  ok = 1
+end
+local first, last = 0, 0
+if held + ok > 0 then
+  first = tonumber(redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')[2]) - now
+  last = tonumber(redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')[2]) - now
+  if ok == 1 then redis.call('PEXPIRE', k, math.floor(last / 1000) + 10001) end
+end
+return {ok, held, first, last, expired}
+`
+
+// slotsReleaseSource gives a slot back: it removes the token's member, and
+// returns 1 when the slot was held until now, 2 when its expiry had come
+// (it came back by itself), 0 when there is none.
+const slotsReleaseSource = `
+local t = {{NOW}}
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local e = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if not e then return 0 end
+redis.call('ZREM', KEYS[1], ARGV[1])
+if tonumber(e) > now then return 1 end
+return 2
+`
+
+// Slots is an in-flight rule (at most N of a key's requests at once) kept on
+// Redis, on Redis's clock: every instance that acquires shares one set of
+// slots per key, each slot free again at its release or at its expiry,
+// whichever comes first, so a dead instance's slots come back after the
+// rule's hold, never before. An acquisition and a release are a script call
+// each. Its methods are safe for concurrent use.
+type Slots struct {
+	client  redis.UniversalClient
+	acquire *redis.Script
+	release *redis.Script
+	prefix  string // the keys' prefix, up to the key
+	rule    atomicslot.Rule
+	holdUs  int64
+	timeout time.Duration
+	e       *shared.Engine
+	now     func() time.Time // tests: the time the scripts decide at
+}
+
+// Slots returns the in-flight rule named name on the store's Redis
+// (shared.SlotStore): its keys under the store's prefix and namespace, each
+// call bounded by the store's timeout, one of the store's round trips.
+func (s *Store) Slots(name string, rule atomicslot.Rule) (shared.SlotChecker, error) {
+	sl, err := newSlots(s.b.client, s.b.prefix, name, rule, s.Timeout(), false)
+	if err != nil {
+		return nil, err
+	}
+	sl.e = s.Engine
+	return sl, nil
+}
+
+// newSlots is the rule named name under prefix; explicitNow makes its
+// scripts decide at the time given (tests).
+func newSlots(client redis.UniversalClient, prefix, name string, rule atomicslot.Rule, timeout time.Duration, explicitNow bool) (*Slots, error) {
+	if name == "" || len(name) > 200 || strings.ContainsAny(name, "{}") {
+		return nil, fmt.Errorf("redisstore: an in-flight rule's name has 1 to 200 bytes and no braces, not %q", name)
+	}
+	if rule.Limit() < 1 {
+		return nil, fmt.Errorf("%w: an in-flight rule of no slots", atomicbucket.ErrInvalidLimit)
+	}
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	return &Slots{
+		client:  client,
+		acquire: redis.NewScript(windowScript(slotsAcquireSource, explicitNow)),
+		release: redis.NewScript(windowScript(slotsReleaseSource, explicitNow)),
+		prefix:  prefix + "slots:" + name + ":",
+		rule:    rule,
+		holdUs:  int64((rule.Hold() + time.Microsecond - 1) / time.Microsecond),
+		timeout: timeout,
+	}, nil
+}
+
+// Node is the server that holds key's slots on a Cluster (its master's
+// address), "" on a single server (shared.WindowPlacer).
+func (s *Slots) Node(key string) string {
+	c, ok := s.client.(*redis.ClusterClient)
+	if !ok {
+		return ""
+	}
+	if m, err := c.MasterForKey(context.Background(), s.prefix+key); err == nil {
+		return m.Options().Addr
+	}
+	return ""
+}
+
+// args are a script's arguments after its own: the test's time, if any.
+func (s *Slots) args(args ...any) []any {
+	if s.now != nil {
+		t := s.now()
+		args = append(args, t.Unix(), t.Nanosecond()/1000)
+	}
+	return args
+}
+
+// run runs one script call within the timeout, as one of the store's round
+// trips when the rule is a Store's.
+func (s *Slots) run(ctx context.Context, fn func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	if s.e == nil {
+		return fn(ctx)
+	}
+	return s.e.RoundTrip(ctx, fn)
+}
+
+func checkSlotKey(key string) error {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return fmt.Errorf("redisstore: an in-flight rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	return nil
+}
+
+// Acquire takes one of key's slots for token (shared.SlotChecker).
+func (s *Slots) Acquire(ctx context.Context, key string, token uint64) (atomicbucket.Decision, int64, error) {
+	if err := checkSlotKey(key); err != nil {
+		return atomicbucket.Decision{}, 0, err
+	}
+	var res []int64
+	err := s.run(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = s.acquire.Run(ctx, s.client, []string{s.prefix + key}, s.args(s.rule.Limit(), s.holdUs, tokenBytes(token))...).Int64Slice()
+		return err
+	})
+	if err != nil {
+		return atomicbucket.Decision{}, 0, fmt.Errorf("redisstore: acquiring a slot: %w", err)
+	}
+	return shared.SlotReplyOf(s.rule.Limit(), res)
+}
+
+// Release gives token's slot of key back (shared.SlotChecker).
+func (s *Slots) Release(ctx context.Context, key string, token uint64) (shared.SlotRelease, error) {
+	if err := checkSlotKey(key); err != nil {
+		return shared.SlotGone, err
+	}
+	var got int64
+	err := s.run(ctx, func(ctx context.Context) error {
+		var err error
+		got, err = s.release.Run(ctx, s.client, []string{s.prefix + key}, s.args(tokenBytes(token))...).Int64()
+		return err
+	})
+	if err != nil {
+		return shared.SlotGone, fmt.Errorf("redisstore: releasing a slot: %w", err)
+	}
+	switch got {
+	case 1:
+		return shared.SlotReleased, nil
+	case 2:
+		return shared.SlotExpired, nil
+	}
+	return shared.SlotGone, nil
+}
+
+// tokenBytes is a token as its member: 8 bytes, big-endian.
+func tokenBytes(token uint64) string {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], token)
+	return string(b[:])
+}

@@ -1,0 +1,247 @@
+package shared
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicslot"
+	"github.com/limitgen/limitgen/verdict"
+)
+
+// SlotChecker holds in-flight slots on a store (redisstore.Slots,
+// pgstore.Slots): at most the rule's limit of a key's slots held at once,
+// across every instance, each held from its acquisition until its release
+// or its expiry, the acquisition's time on the store's clock plus the
+// rule's hold, rounded up to the microsecond. An error comes with a denial
+// that says nothing of the slots.
+type SlotChecker interface {
+	// Acquire takes one of key's slots for token (a number the caller
+	// chose, unique among key's slots held), or denies as atomicslot does:
+	// Remaining the slots free after it, Reset the wait until every held
+	// slot has expired, a denial's RetryAfter the wait until the first held
+	// slot expires. expired is how many of key's slots it found past their
+	// expiry, never released, and freed (a leak's count).
+	Acquire(ctx context.Context, key string, token uint64) (d atomicbucket.Decision, expired int64, err error)
+	// Release gives token's slot of key back: SlotReleased while it was
+	// held, SlotExpired when its expiry had passed (it came back by
+	// itself; the call removes what is left of it), SlotGone when the store
+	// has no such slot (another call freed it).
+	Release(ctx context.Context, key string, token uint64) (SlotRelease, error)
+}
+
+// SlotRelease is a store's answer to a release.
+type SlotRelease int8
+
+const (
+	SlotGone     SlotRelease = iota // no such slot held
+	SlotReleased                    // released while held
+	SlotExpired                     // found past its expiry, never released
+)
+
+// SlotStore is a Store that holds in-flight rules too: its Slots returns the
+// checker of the in-flight rule named name (the policy's namespace and the
+// rule's name) with rule's numbers.
+type SlotStore interface {
+	Store
+	Slots(name string, rule atomicslot.Rule) (SlotChecker, error)
+}
+
+// ErrNoSlots is wrapped by the error of a store that holds no in-flight
+// rules.
+var ErrNoSlots = errors.New("the store holds no in-flight rules")
+
+// Slots is a shared in-flight rule bound to a store, with its failure
+// setting: what a generated package's shared in-flight limiter acquires
+// from. Its acquisitions and releases go through the store's breakers and
+// counts (its Engine), as its buckets' checks do. While the store cannot
+// answer, the rule's failure setting decides an acquisition: FailDeny
+// denies (an outage, RetryAfter a second), FailAllow admits with no slot
+// to release, FailLocal acquires from slots of this process, the share of
+// the limit (rounded down, at least 1) with the rule's hold. A release the
+// store cannot take leaves the slot held there until its expiry (never
+// longer: the rule's hold bounds what an outage, or a dead instance,
+// keeps), and is counted (SlotStats.ReleaseFailed). Its methods are safe for
+// concurrent use.
+type Slots struct {
+	c     SlotChecker
+	g     guardedStore
+	rule  atomicslot.Rule
+	mode  FailureMode
+	local *atomicslot.Table[string] // FailLocal's share
+	// out counts this instance's slots on the store not yet released;
+	// expired and failed the store's slots found expired unreleased by this
+	// instance's calls, and its releases the store did not take.
+	out, expired, failed atomic.Int64
+}
+
+// SlotStats are what a shared in-flight rule's instance knows of its slots:
+// Held, its slots on the store not yet released (each gone by its expiry at
+// the latest: a count that grows and stays is a leak of releases), and, in
+// its local share, those held now; Expired, the slots this instance's calls
+// found on the store past their expiry, never released (whichever instance
+// took them), and its local share's; ReleaseFailed, the releases the store
+// did not take (down, or its breaker open).
+type SlotStats struct {
+	atomicslot.Stats
+	ReleaseFailed int64
+}
+
+// BindSlots binds the in-flight rule named name (namespace, when not empty,
+// before it with a /) with rule's numbers and failure setting f to store,
+// which must hold in-flight rules (a SlotStore) and be built on an Engine
+// (redisstore, pgstore).
+func BindSlots(store Store, namespace, name string, rule atomicslot.Rule, f Failure) (s *Slots, err error) {
+	ss, ok := store.(SlotStore)
+	if !ok {
+		return nil, fmt.Errorf("%w: %T", ErrNoSlots, store)
+	}
+	g, ok := store.(guardedStore)
+	if !ok {
+		return nil, fmt.Errorf("%w: %T is not built on a shared.Engine", ErrNoSlots, store)
+	}
+	if namespace != "" {
+		name = namespace + "/" + name
+	}
+	defer func() { // a store's Slots that panics is a refusal, as Bind treats its Bind
+		if p := recover(); p != nil {
+			s, err = nil, fmt.Errorf("the store's Slots panicked: %v", p)
+		}
+	}()
+	c, err := ss.Slots(name, rule)
+	if err != nil {
+		return nil, err
+	}
+	s = &Slots{c: c, g: g, rule: rule, mode: f.Mode}
+	if f.Mode == FailLocal {
+		if !(f.Share > 0 && f.Share <= 1) {
+			return nil, fmt.Errorf("%w, not %v", ErrLocalShare, f.Share)
+		}
+		share, err := atomicslot.NewRule(max(int64(math.Floor(float64(rule.Limit())*f.Share)), 1), rule.Hold())
+		if err != nil {
+			return nil, fmt.Errorf("its local share %v: %w", f.Share, err)
+		}
+		s.local = atomicslot.NewTable[string](share, atomicbucket.TableOptions{MaxKeys: 1 << 20})
+	}
+	return s, nil
+}
+
+// Rule is the rule's numbers.
+func (s *Slots) Rule() *atomicslot.Rule { return &s.rule }
+
+// Acquire takes one of key's slots on the store, or, when the store cannot
+// answer, decides by the failure setting (verdict.Result.Degraded, Err;
+// Outage for a denial the outage itself makes). The Slot releases it,
+// once in effect (a second Release reports false and makes no call); a
+// zero Slot (denied, or admitted by FailAllow) holds nothing.
+func (s *Slots) Acquire(ctx context.Context, key string) (atomicslot.Slot, verdict.Result) {
+	token := rand.Uint64() | 1 // never 0, which no store reads as a slot
+	var d atomicbucket.Decision
+	err := s.g.Guarded(ctx, s.node(key), func(ctx context.Context) error {
+		var expired int64
+		var err error
+		d, expired, err = s.c.Acquire(ctx, key, token)
+		s.expired.Add(expired)
+		return err
+	})
+	if err != nil {
+		return s.fallback(key, err)
+	}
+	if !d.Allowed {
+		return atomicslot.Slot{}, verdict.Result{Decision: d}
+	}
+	s.out.Add(1)
+	return atomicslot.Remote(&remoteSlot{s: s, key: strings.Clone(key), token: token}), verdict.Result{Decision: d}
+}
+
+// node is the server that holds key's slots, for its breaker.
+func (s *Slots) node(key string) string {
+	if p, ok := s.c.(WindowPlacer); ok {
+		return p.Node(key)
+	}
+	return ""
+}
+
+// fallback is the failure setting's acquisition while the store cannot
+// decide.
+func (s *Slots) fallback(key string, err error) (atomicslot.Slot, verdict.Result) {
+	switch {
+	case s.mode == FailAllow:
+		return atomicslot.Slot{}, verdict.Result{Decision: atomicbucket.Decision{Allowed: true, Remaining: s.rule.Limit() - 1}, Degraded: true, Err: classed(err)}
+	case s.mode == FailLocal && s.local != nil:
+		slot, d := s.local.Acquire(key)
+		return slot, verdict.Result{Decision: d, Degraded: true, Err: classed(err)}
+	}
+	return atomicslot.Slot{}, verdict.Result{Decision: atomicbucket.Decision{RetryAfter: time.Second}, Degraded: true, Outage: true, Err: classed(err)}
+}
+
+// Health is the store's: nil while it answers.
+func (s *Slots) Health() error { return s.g.Health() }
+
+// Stats are the rule's counts in this instance (SlotStats).
+func (s *Slots) Stats() SlotStats {
+	st := SlotStats{ReleaseFailed: s.failed.Load()}
+	if s.local != nil {
+		st.Stats = s.local.Stats()
+	}
+	st.Held += s.out.Load()
+	st.Expired += s.expired.Load()
+	return st
+}
+
+// remoteSlot is a slot held on the store: released once, by the first of
+// its releases.
+type remoteSlot struct {
+	s     *Slots
+	key   string
+	token uint64
+	done  atomic.Bool
+}
+
+// Release gives the slot back on the store (atomicslot.Remote's), within
+// the store's timeout, and reports whether it was held until then.
+func (r *remoteSlot) Release() bool {
+	if !r.done.CompareAndSwap(false, true) {
+		return false
+	}
+	s := r.s
+	s.out.Add(-1)
+	var got SlotRelease
+	err := s.g.Guarded(context.Background(), s.node(r.key), func(ctx context.Context) error {
+		var err error
+		got, err = s.c.Release(ctx, r.key, r.token)
+		return err
+	})
+	switch {
+	case err != nil:
+		s.failed.Add(1)
+		return false
+	case got == SlotExpired:
+		s.expired.Add(1)
+	}
+	return got == SlotReleased
+}
+
+// SlotReplyOf reads a store's answer to an acquisition for a rule of limit
+// slots: five numbers, 1 acquired or 0 denied; the slots held before it; the
+// first and the last held slot's expiry − now (µs, 0 when none is held); the
+// slots found expired and freed.
+func SlotReplyOf(limit int64, res []int64) (atomicbucket.Decision, int64, error) {
+	if len(res) != 5 || res[1] < 0 || res[4] < 0 || res[0] != 0 && res[0] != 1 {
+		return atomicbucket.Decision{}, 0, fmt.Errorf("the store replied %v to an acquisition, want {acquired, held, first, last, expired}", res)
+	}
+	us := func(v int64) time.Duration { return time.Duration(max(v, 0)) * time.Microsecond }
+	d := atomicbucket.Decision{Reset: us(res[3])}
+	if res[0] == 1 {
+		d.Allowed, d.Remaining = true, max(limit-res[1]-1, 0)
+	} else {
+		d.RetryAfter = us(res[2])
+	}
+	return d, res[4], nil
+}

@@ -1,0 +1,210 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicslot"
+	"github.com/limitgen/limitgen/internal/reference"
+	"github.com/limitgen/limitgen/shared"
+)
+
+// OpenSlots returns a store's checker of the in-flight rule named name with
+// rule's numbers, deciding at at's time (the store's test variant) or, with
+// at nil, on the server's clock.
+type OpenSlots func(t *testing.T, name string, rule atomicslot.Rule, at func() time.Time) shared.SlotChecker
+
+// SlotsMatchReference holds a store's in-flight rules to the reference,
+// answer for answer, at explicit microsecond times: random keys,
+// acquisitions, releases (first, second, and late ones, after a slot's
+// expiry) and steps of up to one and a half holds.
+func SlotsMatchReference(t *testing.T, open OpenSlots, runs, steps int, seed uint64) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(seed, 11))
+	for run := range runs {
+		limit := 1 + rng.Int64N(6)
+		hold := time.Duration(1+rng.Int64N(5_000_000)) * time.Nanosecond * 997 // not whole µs: the expiry rounds up
+		grain := time.Microsecond
+		if run%2 == 0 { // whole milliseconds: steps land on expiries
+			hold, grain = time.Duration(1+rng.Int64N(8))*time.Millisecond, time.Millisecond
+		}
+		rule := atomicslot.MustRule(limit, hold)
+		now := time.Unix(1_800_000_000, 0)
+		c := open(t, "s"+strconv.Itoa(run), rule, func() time.Time { return now })
+		ref := reference.NewInFlight(limit, hold)
+		type held struct {
+			key   string
+			token uint64
+			id    uint64
+		}
+		var all []held
+		keys := []string{"a", "b", "c"}
+		for step := range steps {
+			now = now.Add(time.Duration(rng.Int64N(int64(hold)*3/2/int64(limit)+1)) / grain * grain)
+			if len(all) > 0 && rng.IntN(5) < 2 {
+				h := all[rng.IntN(len(all))]
+				got, err := c.Release(ctx, h.key, h.token)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if want := ref.Release(h.key, h.id, now.UnixNano()); (got == shared.SlotReleased) != want {
+					t.Fatalf("run %d (%d, %v) step %d: release of %s's slot %d: %v, reference held %v", run, limit, hold, step, h.key, h.id, got, want)
+				}
+				continue
+			}
+			key := keys[rng.IntN(len(keys))]
+			token := uint64(step + 1)
+			got, _, err := c.Acquire(ctx, key, token)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, want := ref.Acquire(key, now.UnixNano())
+			if got != want {
+				t.Fatalf("run %d (%d, %v) step %d, acquiring %s: %+v, reference %+v", run, limit, hold, step, key, got, want)
+			}
+			if got.Allowed {
+				all = append(all, held{key, token, id})
+			}
+		}
+	}
+}
+
+// SlotsNeverAboveLimit: callers acquire, hold for a moment and release one
+// key's slots at once, on the server's clock; no moment sees more than the
+// limit inside (counted after each acquisition and before each release),
+// the slots are all used, and each release is in effect once.
+func SlotsNeverAboveLimit(t *testing.T, open OpenSlots, callers, rounds int) {
+	const limit = 3
+	c := open(t, "crowd", atomicslot.MustRule(limit, time.Minute), nil)
+	ctx := context.Background()
+	var inside, peak, admitted atomic.Int64
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for g := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range rounds {
+				token := uint64(g*rounds+i) + 1
+				d, _, err := c.Acquire(ctx, "k", token)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if !d.Allowed {
+					continue
+				}
+				admitted.Add(1)
+				n := inside.Add(1)
+				for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+				}
+				time.Sleep(100 * time.Microsecond)
+				inside.Add(-1)
+				if got, err := c.Release(ctx, "k", token); err != nil || got != shared.SlotReleased {
+					errs <- errors.Join(err, errors.New("a held slot's release was "+strconv.Itoa(int(got))))
+					return
+				}
+				if got, err := c.Release(ctx, "k", token); err != nil || got != shared.SlotGone {
+					errs <- errors.Join(err, errors.New("a second release was "+strconv.Itoa(int(got))+", want gone"))
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if p := peak.Load(); p > limit || p < 2 {
+		t.Fatalf("%d callers saw %d inside at once, want at most %d (and the slots used: at least 2)", callers, p, limit)
+	}
+	if admitted.Load() < int64(rounds) {
+		t.Fatalf("%d callers × %d rounds admitted %d", callers, rounds, admitted.Load())
+	}
+	if d, _, err := c.Acquire(ctx, "k", 1<<40); err != nil || !d.Allowed || d.Remaining != limit-1 {
+		t.Fatalf("after every release, an acquisition: %+v, %v; want all %d free", d, err, limit)
+	}
+}
+
+// SlotsAcrossInstances: instances a and b (stores on one server, as two
+// processes have) share each key's slots: what a holds, b cannot take; a
+// release on one frees a slot for the other; an instance that dies holding
+// slots (never releasing) keeps them until the hold has passed on the
+// server's clock, never less, and its slots are then counted expired; a
+// second Release makes no call and reports false.
+func SlotsAcrossInstances(t *testing.T, a, b shared.Store) {
+	ctx := context.Background()
+	bind := func(st shared.Store, name string, limit int64, hold time.Duration) *shared.Slots {
+		s, err := shared.BindSlots(st, "storetest", name, atomicslot.MustRule(limit, hold), shared.Failure{Mode: shared.FailDeny})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	sa, sb := bind(a, "Two", 2, time.Minute), bind(b, "Two", 2, time.Minute)
+	s1, r1 := sa.Acquire(ctx, "k")
+	s2, r2 := sb.Acquire(ctx, "k")
+	if !r1.Allowed || !r2.Allowed || r1.Remaining != 1 || r2.Remaining != 0 || r1.Err != nil || r2.Err != nil {
+		t.Fatalf("two acquisitions of 2 slots: %+v, %+v", r1, r2)
+	}
+	if s, r := sa.Acquire(ctx, "k"); r.Allowed || s.Held() || r.RetryAfter <= 59*time.Second || r.RetryAfter > time.Minute || r.Degraded {
+		t.Fatalf("a third, with both slots held (one by each instance): %+v, want denied until the first expires", r)
+	}
+	if _, r := sb.Acquire(ctx, "other"); !r.Allowed {
+		t.Fatalf("another key has slots of its own: %+v", r)
+	}
+	if !s2.Release() || s2.Release() {
+		t.Fatal("b's release: want true once, then false")
+	}
+	s3, r3 := sa.Acquire(ctx, "k")
+	if !r3.Allowed {
+		t.Fatalf("after b's release, a acquires: %+v", r3)
+	}
+	if st := sa.Stats(); st.Held != 2 || st.ReleaseFailed != 0 {
+		t.Fatalf("a's stats with two slots held: %+v", st)
+	}
+	s1.Release()
+	s3.Release()
+	if st := sa.Stats(); st.Held != 0 {
+		t.Fatalf("a's stats after its releases: %+v", st)
+	}
+
+	// A dead instance: a holds both of Dead's slots and never releases.
+	const hold = 700 * time.Millisecond
+	da, db := bind(a, "Dead", 2, hold), bind(b, "Dead", 2, hold)
+	start := time.Now()
+	for range 2 {
+		if _, r := da.Acquire(ctx, "k"); !r.Allowed {
+			t.Fatalf("a's acquisition: %+v", r)
+		}
+	}
+	for {
+		before := time.Since(start)
+		_, r := db.Acquire(ctx, "k")
+		after := time.Since(start)
+		if r.Allowed {
+			if before < hold-50*time.Millisecond { // the server's clock may run a little apart from ours, never by this
+				t.Fatalf("b acquired a dead instance's slot %v after it was taken; its hold is %v", before, hold)
+			}
+			break
+		}
+		if after > hold+5*time.Second {
+			t.Fatalf("b is still denied %v after the dead instance's slots were taken (hold %v): %+v", after, hold, r)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(10 * time.Millisecond) // both of a's slots past their expiry, taken a moment apart
+	if _, r := db.Acquire(ctx, "k"); !r.Allowed {
+		t.Fatalf("b's second acquisition of the dead instance's slots: %+v", r)
+	}
+	if st := db.Stats(); st.Expired != 2 {
+		t.Fatalf("b found %d of the dead instance's slots expired, want 2: %+v", st.Expired, st)
+	}
+}
