@@ -1244,8 +1244,10 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request) (bool, atomi
 	if !ok0 {
 		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule ExportSlots: route \\\"POST /v1/exports\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/exports", Rule: "ExportSlots", RuleIndex: int(RuleExportSlots), Series: 3, Outcome: verdict.MissingKey}), atomicslot.Slot{}
 	}
-	s, d := m.limits.ExportSlots.AcquireAt(k0, m.Now())
-	return m.Config.Hold(w, r, verdict.Enforce, d, "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"Rule ExportSlots lets at most 4 requests of a key run at once, and that many are running; Retry-After is when the first of them reaches its longest hold (10m0s) if none ends sooner.\"}\n", verdict.Event{Route: "POST /v1/exports", Rule: "ExportSlots", RuleIndex: int(RuleExportSlots), Series: 3, Cost: 1, Key: k0}), s
+	var res verdict.Result
+	var s atomicslot.Slot
+	s, res.Decision = m.limits.ExportSlots.AcquireAt(k0, m.Now())
+	return m.Config.Hold(w, r, verdict.Enforce, &res, "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"Rule ExportSlots lets at most 4 requests of a key run at once, and that many are running; Retry-After is when the first of them reaches its longest hold (10m0s) if none ends sooner.\"}\n", verdict.Event{Route: "POST /v1/exports", Rule: "ExportSlots", RuleIndex: int(RuleExportSlots), Series: 3, Cost: 1, Key: k0}), s
 }
 
 // route5 checks GET /v1/tenants/{tenant}/users/{user} (rule TenantUser, enforce) and reports

@@ -40,7 +40,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/internal/memo"
 	"github.com/limitgen/limitgen/internal/wire"
@@ -185,31 +184,30 @@ func (c *Config) respond(ctx context.Context, mode verdict.Mode, res *verdict.Re
 	return c.denial(codes.ResourceExhausted, res.Policy, v.Wait, 0)
 }
 
-// Hold answers d, an in-flight rule's acquisition for a call on an entry of
-// mode, and returns nil when the call may go on: admitted, or denied on a
+// Hold answers res, an in-flight rule's acquisition for a call on an entry
+// of mode, and returns nil when the call may go on: admitted, or denied on a
 // Shadow entry. A denial on an Enforce entry ends the call with
 // codes.ResourceExhausted and msg; its wait (until the first held slot
 // reaches its longest hold: the latest a slot comes back if no call ends
 // sooner) goes in its RetryInfo (but MetadataLean) and in its trailers'
-// grpc-retry-pushback-ms and retry-after, with no jitter. It counts and
-// observes ev with the outcome. An in-flight rule sends no RateLimit fields:
-// a count of calls at once has no window.
-func (c *Config) Hold(ctx context.Context, mode verdict.Mode, d atomicbucket.Decision, msg string, ev verdict.Event) error {
+// grpc-retry-pushback-ms and retry-after, with no jitter. A denial a shared
+// rule's outage made (res.Outage) ends it codes.Unavailable, with the same
+// wait and no QuotaFailure. It counts and observes ev with the outcome
+// (degraded when res is). An in-flight rule sends no RateLimit fields: a
+// count of calls at once has no window.
+func (c *Config) Hold(ctx context.Context, mode verdict.Mode, res *verdict.Result, msg string, ev verdict.Event) error {
 	if mode == verdict.Off {
 		return nil
 	}
 	ev.Door = verdict.DoorGRPC
-	switch {
-	case d.Allowed:
-		ev.Outcome = verdict.Allowed
-	case mode == verdict.Shadow:
-		ev.Outcome, ev.RetryAfter = verdict.ShadowDenied, d.RetryAfter
-	default:
-		ev.Outcome, ev.RetryAfter = verdict.Denied, d.RetryAfter
-	}
-	c.Record(ev)
-	if ev.Outcome != verdict.Denied {
+	deny, outage := c.Held(mode, res, ev)
+	if !deny {
 		return nil
+	}
+	d := &res.Decision
+	code := codes.ResourceExhausted
+	if outage {
+		code, msg = codes.Unavailable, "the store that holds rule "+ev.Rule+"'s slots could not decide, and the rule denies while it cannot"
 	}
 	wait := (d.RetryAfter + time.Millisecond - 1).Truncate(time.Millisecond) // never early
 	md := metadata.MD{KeyPushback: []string{strconv.FormatInt(int64(wait/time.Millisecond), 10)}}
@@ -218,16 +216,18 @@ func (c *Config) Hold(ctx context.Context, mode verdict.Mode, d atomicbucket.Dec
 	}
 	_ = grpc.SetTrailer(ctx, md) // no server stream (a unit test's context): the status stands alone
 	if c.Metadata == MetadataLean {
-		return status.Error(codes.ResourceExhausted, msg)
+		return status.Error(code, msg)
 	}
 	var details []*anypb.Any
 	if ri, err := anypb.New(&errdetails.RetryInfo{RetryDelay: durationpb.New(wait)}); err == nil {
 		details = append(details, ri)
 	}
-	if q, err := anypb.New(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{Subject: "rule:" + ev.Rule, Description: msg}}}); err == nil {
-		details = append(details, q)
+	if !outage { // an outage, not a quota
+		if q, err := anypb.New(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{Subject: "rule:" + ev.Rule, Description: msg}}}); err == nil {
+			details = append(details, q)
+		}
 	}
-	return status.ErrorProto(&spb.Status{Code: int32(codes.ResourceExhausted), Message: msg, Details: details})
+	return status.ErrorProto(&spb.Status{Code: int32(code), Message: msg, Details: details})
 }
 
 // Reject answers a call that was not checked (no key, a cost above its

@@ -2,11 +2,14 @@ package limitgrpc_test
 
 import (
 	"context"
+	"errors"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/limitgrpc/internal/slotlimits"
 	"github.com/limitgen/limitgen/verdict"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
@@ -183,4 +186,40 @@ func first(md metadata.MD, k string) string {
 		return v[0]
 	}
 	return ""
+}
+
+// TestHoldOutage: an acquisition a shared in-flight rule's outage denied
+// (its store down, on_failure: deny) ends the call Unavailable, with a
+// RetryInfo and no QuotaFailure (an outage, not a quota), counted
+// degraded_denied; a degraded admission lets the call on, counted
+// degraded_allowed.
+func TestHoldOutage(t *testing.T) {
+	c := limitgrpc.Config{}
+	c.Counters = verdict.NewCounters(verdict.Series{Route: "/x.v1.X/Run", Rule: "Running"})
+	ev := verdict.Event{Route: "/x.v1.X/Run", Rule: "Running", Series: 0, Cost: 1}
+	down := &verdict.Result{Decision: atomicbucket.Decision{RetryAfter: time.Second}, Degraded: true, Outage: true, Err: errors.New("store down")}
+	err := c.Hold(context.Background(), verdict.Enforce, down, "quota message", ev)
+	st := status.Convert(err)
+	if st.Code() != codes.Unavailable || strings.Contains(st.Message(), "quota message") {
+		t.Fatalf("an outage's denial: %v", err)
+	}
+	var retry bool
+	for _, d := range st.Details() {
+		switch d := d.(type) {
+		case *errdetails.RetryInfo:
+			retry = d.RetryDelay.AsDuration() == time.Second
+		case *errdetails.QuotaFailure:
+			t.Errorf("an outage's denial carries a QuotaFailure: %v", d)
+		}
+	}
+	if !retry {
+		t.Errorf("an outage's denial without a RetryInfo of 1s: %v", st.Details())
+	}
+	if err := c.Hold(context.Background(), verdict.Enforce, &verdict.Result{Decision: atomicbucket.Decision{Allowed: true}, Degraded: true}, "m", ev); err != nil {
+		t.Fatalf("a degraded admission: %v", err)
+	}
+	o := c.Counters.Snapshot()[0].Outcomes
+	if o[verdict.DegradedDenied] != 1 || o[verdict.DegradedAllowed] != 1 || o[verdict.Denied] != 0 {
+		t.Errorf("counts: %v, want 1 degraded_denied and 1 degraded_allowed", o)
+	}
 }

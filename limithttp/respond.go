@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/internal/memo"
 	"github.com/limitgen/limitgen/verdict"
 )
@@ -85,38 +84,40 @@ func (c *Config) Respond(w http.ResponseWriter, r *http.Request, mode verdict.Mo
 	return false
 }
 
-// Hold answers d, an in-flight rule's acquisition for r on a route of mode,
-// and reports whether the request may go on: when admitted, or denied on a
-// Shadow route. A denial on an Enforce route is answered 429 with body (or by
-// Denied) and a Retry-After of d's wait until the first held slot expires, in
-// whole seconds rounded up: the latest a slot comes back if none is released
-// (one may be released sooner), with no jitter, as expiries are spread by
-// the times the slots were taken. It counts and observes ev with the
-// outcome. An in-flight rule sends no RateLimit fields: they describe a quota
-// over a window, and a count of requests at once has no window and no
-// remaining that holds until the next request.
-func (c *Config) Hold(w http.ResponseWriter, r *http.Request, mode verdict.Mode, d atomicbucket.Decision, body string, ev verdict.Event) bool {
+// Hold answers res, an in-flight rule's acquisition for r on a route of
+// mode, and reports whether the request may go on: when admitted, or denied
+// on a Shadow route. A denial on an Enforce route is answered 429 with body
+// (or by Denied) and a Retry-After of the wait until the first held slot
+// expires, in whole seconds rounded up: the latest a slot comes back if none
+// is released (one may be released sooner), with no jitter, as expiries are
+// spread by the times the slots were taken. A denial a shared rule's outage
+// made (res.Outage: its store could not decide, and on_failure denies) is
+// answered 503 with the problem type ProblemStoreUnavailable and a
+// Retry-After of a second. It counts and observes ev with the outcome
+// (degraded when res is). An in-flight rule sends no RateLimit fields: they
+// describe a quota over a window, and a count of requests at once has no
+// window and no remaining that holds until the next request.
+func (c *Config) Hold(w http.ResponseWriter, r *http.Request, mode verdict.Mode, res *verdict.Result, body string, ev verdict.Event) bool {
 	if mode == verdict.Off {
 		return true
 	}
 	ev.Door = verdict.DoorHTTP
-	switch {
-	case d.Allowed:
-		ev.Outcome = verdict.Allowed
-	case mode == verdict.Shadow:
-		ev.Outcome, ev.RetryAfter = verdict.ShadowDenied, d.RetryAfter
-	default:
-		ev.Outcome, ev.RetryAfter = verdict.Denied, d.RetryAfter
-	}
-	c.Record(ev)
-	if ev.Outcome != verdict.Denied {
+	deny, outage := c.Held(mode, res, ev)
+	if !deny {
 		return true
 	}
+	d := &res.Decision
 	h := w.Header()
 	h[HeaderRetryAfter] = []string{strconv.FormatInt(int64((d.RetryAfter+time.Second-1)/time.Second), 10)}
 	if c.Denied != nil {
-		res := verdict.Result{Decision: d, Cost: 1, Route: ev.Route, Tier: ev.Tier, Rule: ev.RuleIndex, Series: ev.Series, Key: strings.Clone(ev.Key), SeedInt: ev.KeyInt, Door: ev.Door}
-		c.Denied(w, r, &res)
+		cp := verdict.Result{Decision: *d, Cost: 1, Route: ev.Route, Tier: ev.Tier, Rule: ev.RuleIndex, Series: ev.Series, Key: strings.Clone(ev.Key), SeedInt: ev.KeyInt, Door: ev.Door,
+			Degraded: res.Degraded, Outage: res.Outage, Err: res.Err}
+		c.Denied(w, r, &cp)
+		return false
+	}
+	if outage {
+		writeProblem(h, w, nil, http.StatusServiceUnavailable, problemBody(ProblemStoreUnavailable, "Service Unavailable", 503,
+			"The store that holds the slots of rule "+ev.Rule+" could not decide, and the rule denies while it cannot; retry after the delay in Retry-After.", ""))
 		return false
 	}
 	writeProblem(h, w, nil, http.StatusTooManyRequests, body)

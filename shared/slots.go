@@ -137,10 +137,15 @@ func (s *Slots) Rule() *atomicslot.Rule { return &s.rule }
 
 // Acquire takes one of key's slots on the store, or, when the store cannot
 // answer, decides by the failure setting (verdict.Result.Degraded, Err;
-// Outage for a denial the outage itself makes). The Slot releases it,
+// Outage for a denial the outage itself makes). A key of no bytes or more
+// than MaxKeyLen is denied with an error (RetryAfter Never), no call made. The Slot releases it,
 // once in effect (a second Release reports false and makes no call); a
 // zero Slot (denied, or admitted by FailAllow) holds nothing.
 func (s *Slots) Acquire(ctx context.Context, key string) (atomicslot.Slot, verdict.Result) {
+	if key == "" || len(key) > MaxKeyLen { // the caller's, not the store's: no call, and no breaker's count
+		return atomicslot.Slot{}, verdict.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never},
+			Err: fmt.Errorf("an in-flight rule's key on a store has 1 to %d bytes, not %d", MaxKeyLen, len(key))}
+	}
 	token := rand.Uint64() | 1 // never 0, which no store reads as a slot
 	var d atomicbucket.Decision
 	err := s.g.Guarded(ctx, s.node(key), func(ctx context.Context) error {

@@ -247,6 +247,33 @@ func (j *Judge) Verdict(mode Mode, res *Result, key string) Verdict {
 	return v
 }
 
+// Held counts and observes res, an in-flight rule's acquisition on a route
+// of mode (ev says which), with its outcome, degraded when res.Degraded, and
+// reports how the door answers: deny for a denial on an Enforce route,
+// outage when the store's outage made it (Result.Outage). An acquisition has
+// no fields to describe, so it has no Verdict. mode must not be Off.
+func (j *Judge) Held(mode Mode, res *Result, ev Event) (deny, outage bool) {
+	d := &res.Decision
+	switch {
+	case d.Allowed:
+		ev.Outcome = Allowed
+	case mode == Shadow:
+		ev.Outcome, ev.RetryAfter = ShadowDenied, d.RetryAfter
+	default:
+		ev.Outcome, ev.RetryAfter = Denied, d.RetryAfter
+	}
+	deny = ev.Outcome == Denied
+	if res.Degraded {
+		ev.StoreError = classOf(res.Err)
+		ev.Outcome = DegradedDenied
+		if d.Allowed {
+			ev.Outcome = DegradedAllowed
+		}
+	}
+	j.Record(ev)
+	return deny, deny && res.Outage
+}
+
 // Record counts and observes a decision that was not checked (no key, an
 // unreadable cost), as a door does before it refuses the request.
 func (j *Judge) Record(ev Event) {

@@ -25,6 +25,7 @@ import (
 type State struct {
 	Bound   shared.Bound     // nil without a store
 	Windows []*shared.Window // the shared window rules', by their index
+	Slots   []*shared.Slots  // the shared in-flight rules', by their index (Slot)
 	Why     error            // why the rules run in this process only; nil when bound
 	pkg     string           // the generated package's name, which its errors start with
 }
@@ -53,6 +54,7 @@ func Bind(pkg string, store shared.Store, rules []shared.Rule, windows int) *Sta
 func (s *State) Refuse(what string, err error) *State {
 	s.Bound = nil
 	clear(s.Windows)
+	clear(s.Slots)
 	s.Why = fmt.Errorf("%s: the store refused %s: %w", s.pkg, what, err)
 	return s
 }
@@ -70,6 +72,22 @@ func (s *State) Err() error {
 		if err := w.Health(); err != nil {
 			return err
 		}
+	}
+	for _, sl := range s.Slots {
+		if sl != nil {
+			if err := sl.Health(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Slot is the shared in-flight rule at index i bound to the store, or nil
+// when its checks are this process's (no store, or the store refused).
+func (s *State) Slot(i int) *shared.Slots {
+	if i < len(s.Slots) {
+		return s.Slots[i]
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicslot"
 	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/genimpl"
 	sharedimpl "github.com/limitgen/limitgen/genimpl/sharedimpl"
@@ -106,10 +107,12 @@ const (
 	RuleMeterShared
 	// RuleMeterWindow names the rule MeterWindow.
 	RuleMeterWindow
+	// RuleRunning names the rule Running.
+	RuleRunning
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan", "QuotaLeased", "SeatLocal", "SeatShared", "SeatDay", "MeterShared", "MeterWindow"}
+var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan", "QuotaLeased", "SeatLocal", "SeatShared", "SeatDay", "MeterShared", "MeterWindow", "Running"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -141,6 +144,7 @@ type Limits struct {
 	SeatDay         *SeatDayLimiter         // see the package-level SeatDay
 	MeterShared     *MeterSharedLimiter     // see the package-level MeterShared
 	MeterWindow     *MeterWindowLimiter     // see the package-level MeterWindow
+	Running         *RunningLimiter         // see the package-level Running
 	shared          *sharedimpl.State       // the store the shared rules are checked on, if any
 	overlay.Numbers                         // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
@@ -202,6 +206,7 @@ func New(opts ...Option) *Limits {
 		SeatDay:         newSeatDayLimiter(),
 		MeterShared:     newMeterSharedLimiter(sh),
 		MeterWindow:     newMeterWindowLimiter(),
+		Running:         newRunningLimiter(),
 		shared:          sh,
 	}
 	l.PerUser.sh = l.shared
@@ -210,7 +215,9 @@ func New(opts ...Option) *Limits {
 	l.QuotaPlan.sh = l.shared
 	l.QuotaLeased.sh = l.shared
 	l.MeterWindow.sh = l.shared
+	l.Running.sh = l.shared
 	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
+		Fixed: map[string]string{"Running": "an in-flight rule's numbers do not change at run time in this version"},
 		Plans: planNames[:],
 		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": sharedimpl.KeyedTarget(l.Exports.Keyed, overlay.ParseUint[uint64]), "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": sharedimpl.GlobalTarget(l.Global.Global), "Downloads": sharedimpl.KeyedTarget(l.Downloads.Keyed, nil), "DownloadsGlobal": sharedimpl.GlobalTarget(l.DownloadsGlobal.Global), "Fast": sharedimpl.KeyedTarget(l.Fast.Keyed, nil), "Wide": sharedimpl.KeyedTarget(l.Wide.Keyed, nil), "TenantUser": sharedimpl.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.Windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.Windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.Windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.Windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": sharedimpl.KeyedTarget(l.SeatShared.Keyed, nil), "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": sharedimpl.KeyedTarget(l.MeterShared.Keyed, nil), "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.Windows[5], 1, l.MeterWindow, nil)},
 	})
@@ -362,6 +369,12 @@ func newSharedState(store shared.Store) *sharedimpl.State {
 		return s
 	}
 	var err error
+	s.Slots = make([]*shared.Slots, 1)
+	if s.Slots[0], err = shared.BindSlots(store, "storetest", "Running", runningLimit, shared.Failure{
+		Mode: shared.FailDeny,
+	}); err != nil {
+		return s.Refuse("the in-flight rule Running, and the shared rules run in this process only", err)
+	}
 	if s.Windows[0], err = shared.BindWindow(store, "storetest", "Quota", quotaLimit, shared.Failure{
 		Mode: shared.FailDeny,
 	}); err != nil {
@@ -530,6 +543,10 @@ var (
 
 	// MeterWindow allows at most 3 requests in any hour per key (a sliding window).
 	MeterWindow = Default.MeterWindow
+
+	// Running lets at most 2 requests of a key hold a slot at once: Acquire takes one, its Slot's
+	// Release gives it back, and a slot never released comes back 1 minute after it was taken.
+	Running = Default.Running
 )
 
 // perUserLimit is PerUser's limit on each plan, as the policy gives it.
@@ -2340,6 +2357,75 @@ func (l *MeterWindowLimiter) ClearKeyNumbers(ctx context.Context, key string) {
 	l.local.ClearKeyNumbers(key)
 }
 
+// runningLimit is Running's in-flight rule, as the policy gives it.
+var runningLimit = atomicslot.MustRule(2, time.Minute)
+
+// newRunningLocalLimiter returns Running's (empty) table of slots, none held.
+func newRunningLocalLimiter() *RunningLocalLimiter {
+	return &RunningLocalLimiter{atomicslot.NewTable[string](runningLimit, atomicbucket.TableOptions{})}
+}
+
+// RunningLocalLimiter is Running decided in this process only, with the whole limit: what
+// RunningLimiter.Local returns, for tests, and what Running's checks use while the package has no
+// store (SharedErr says so). Its methods are safe for concurrent use.
+type RunningLocalLimiter struct {
+	*atomicslot.Table[string]
+}
+
+// newRunningLimiter returns Running's limiter over its process-local slots; New binds it to the store.
+func newRunningLimiter() *RunningLimiter {
+	return &RunningLimiter{local: newRunningLocalLimiter()}
+}
+
+// RunningLimiter is the type of Running, a shared in-flight rule: Acquire takes a slot on the store
+// given to New, so that the count holds across every instance that shares it, and takes the
+// request's context. Without a store it acquires in this process with the whole limit, and its
+// results carry SharedErr's error; Local is that process-local set of slots, under a name that says
+// so. Its methods are safe for concurrent use.
+type RunningLimiter struct {
+	local *RunningLocalLimiter
+	sh    *sharedimpl.State // the store, or why there is none
+}
+
+// Rule returns the in-flight rule behind the limiter.
+func (l *RunningLimiter) Rule() *atomicslot.Rule {
+	return l.local.Rule()
+}
+
+// Local returns Running's slots in this process only, with the whole limit, apart from the store's,
+// for tests and tools: what it holds is not counted by any other instance.
+func (l *RunningLimiter) Local() *RunningLocalLimiter {
+	return l.local
+}
+
+// Acquire takes one of key's's slots on the store given to New, so that at most 2 are held at once
+// across every instance that shares it, and returns it with the Result; the Slot's Release gives it
+// back (once in effect; it makes one call to the store, within the store's timeout). A slot never
+// released comes back on the store 1m0s after it was taken, whichever instance took it. It never
+// fails: when the store cannot decide, the rule's on_failure setting (deny) does, and the Result
+// says so (Degraded, Err). Without a store, Running's process-local slots (Local) decide and Err is
+// SharedErr's error.
+func (l *RunningLimiter) Acquire(ctx context.Context, key string) (atomicslot.Slot, verdict.Result) {
+	if s := l.sh.Slot(0); s != nil {
+		return s.Acquire(ctx, key)
+	}
+	slot, d := l.local.Acquire(key)
+	return slot, verdict.Result{
+		Decision: d,
+		Err:      l.sh.Why,
+	}
+}
+
+// Stats are the rule's slots as this instance knows them: on the store, its slots not yet released
+// and the slots its calls found expired unreleased (with its local share's, shared.Slots.Stats);
+// without a store, the process-local slots'.
+func (l *RunningLimiter) Stats() atomicslot.Stats {
+	if s := l.sh.Slot(0); s != nil {
+		return s.Stats().Stats
+	}
+	return l.local.Stats()
+}
+
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
 // rule allowed, of the most constraining one (the fewest tokens remaining; the first on a tie).
 type TierDecision struct {
@@ -3215,7 +3301,7 @@ var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUs
 var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}, RuleQuota: {1, 1}, RuleQuotaWide: {1, 1}, RuleQuotaPlan: {1, 1}, RuleQuotaLeased: {1, 1}, RuleSeatLocal: {1, 1}, RuleSeatShared: {1, 1}, RuleSeatDay: {1, 1}, RuleMeterShared: {1, 1}, RuleMeterWindow: {1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
-var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}, {"\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000", "\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000"}}
+var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}, {"\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000", "\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000"}, {"", ""}}
 
 // Hooks are the functions of your service that the policy's http: section names: what only
 // your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
@@ -3233,7 +3319,7 @@ type Hooks struct {
 // Middleware enforces the policy's http: section on every route a router may hand a request to
 // (limithttp.Door): it reads the keys, cost and plan the policy names, checks the route's rule or
 // tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may not
-// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: GET /hello; GET /api/; POST /export/{account}; GET /download/.
+// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: GET /hello; GET /api/; POST /export/{account}; GET /download/; POST /run/{user}.
 type Middleware struct {
 	limithttp.Door
 	limits *Limits
@@ -3259,6 +3345,7 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 		Headers: limithttp.HeadersIETF,
 	}
 	limithttp.InitDoor(&m.Door, httpRouter, httpPatterns[:], m.checkRoute)
+	limithttp.InitSlots(&m.Door, m.acquireRoute)
 	return m, nil
 }
 
@@ -3278,11 +3365,22 @@ func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route in
 	return true
 }
 
+// acquireRoute takes the slot of route's in-flight rule (route an index of httpPatterns; -1 for
+// none), reading its key's wildcards from path, or answers r when it cannot, and reports whether
+// r may go on; the door releases the slot when the handler returns.
+func (m *Middleware) acquireRoute(w http.ResponseWriter, r *http.Request, route int, path string) (bool, atomicslot.Slot) {
+	switch route {
+	case 4:
+		return m.route5(w, r, path)
+	}
+	return true, atomicslot.Slot{}
+}
+
 // ServeMux is the http.ServeMux behind the middleware that NewServeMux returns (see limithttp.ServeMux).
 type ServeMux = limithttp.ServeMux
 
 // httpPatterns are the policy's route patterns, in policy order.
-var httpPatterns = [...]string{"GET /hello", "GET /api/", "POST /export/{account}", "GET /download/"}
+var httpPatterns = [...]string{"GET /hello", "GET /api/", "POST /export/{account}", "GET /download/", "POST /run/{user}"}
 
 // httpRoute is the index+1 of the route of httpPatterns for a method on a clean request path
 // that is one of the policy's literal paths (limithttp.LiteralRoutes), 0 for any other path: a
@@ -3302,7 +3400,7 @@ var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var httpSeries = [...]verdict.Series{{Route: "GET /hello", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "Global"}, {Route: "POST /export/{account}", Rule: "Exports"}, {Route: "GET /download/", Tier: "Download", Rule: "Downloads"}, {Route: "GET /download/", Tier: "Download", Rule: "DownloadsGlobal"}}
+var httpSeries = [...]verdict.Series{{Route: "GET /hello", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "Global"}, {Route: "POST /export/{account}", Rule: "Exports"}, {Route: "GET /download/", Tier: "Download", Rule: "Downloads"}, {Route: "GET /download/", Tier: "Download", Rule: "DownloadsGlobal"}, {Route: "POST /run/{user}", Rule: "Running"}}
 
 // httpSeriesRoute2 are the series of GET /api/'s rules in the Counters, by RuleName.
 var httpSeriesRoute2 = [...]int{RulePerUser: 1, RuleGlobal: 2}
@@ -3452,6 +3550,17 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request) bool {
 		}
 	}
 	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
+}
+
+// route5 takes a slot of Running for POST /run/{user} (enforce) and reports whether the request may
+// go on, with the slot to release when it ends.
+func (m *Middleware) route5(w http.ResponseWriter, r *http.Request, path string) (bool, atomicslot.Slot) {
+	k0, ok0 := limithttp.PathKeyAt(path, 1, false)
+	if !ok0 {
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Running: route \\\"POST /run/{user}\\\" reads it from the path user.\"}\n", verdict.Event{Route: "POST /run/{user}", Rule: "Running", RuleIndex: int(RuleRunning), Series: 6, Outcome: verdict.MissingKey}), atomicslot.Slot{}
+	}
+	s, res := m.limits.Running.Acquire(r.Context(), k0)
+	return m.Config.Hold(w, r, verdict.Enforce, &res, "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"Rule Running lets at most 2 requests of a key run at once, and that many are running; Retry-After is when the first of them reaches its longest hold (1m0s) if none ends sooner.\"}\n", verdict.Event{Route: "POST /run/{user}", Rule: "Running", RuleIndex: int(RuleRunning), Series: 6, Cost: 1, Key: k0}), s
 }
 
 // plan is the request's plan, from func:PlanOf, or free.

@@ -563,11 +563,17 @@ func emitSlotRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.
 			key = append(key, setField("KeyInt", jen.Uint64().Call(jen.Id("k0"))))
 		}
 	}
-	body = append(body, jen.List(jen.Id("s"), jen.Id("d")).Op(":=").Add(d.r()).Dot("limits").Dot(rule.GoName).Dot("AcquireAt").Call(append(args, d.r().Dot(d.now).Call())...))
-	if rule.Composite() {
-		body = append(body, jen.If(jen.Op("!").Id("d").Dot("Allowed")).Block(jen.Id("key").Op("=").Id("k0").Dot("String").Call()))
+	limiter := d.r().Dot("limits").Dot(rule.GoName)
+	if rule.Shared { // on the store, in the request's context
+		body = append(body, jen.List(jen.Id("s"), jen.Id("res")).Op(":=").Add(limiter).Dot("Acquire").Call(append([]jen.Code{d.ctx}, args...)...))
+	} else {
+		body = append(body, jen.Var().Id("res").Add(vd("Result")), jen.Var().Id("s").Qual(slotPath, "Slot"),
+			jen.List(jen.Id("s"), jen.Id("res").Dot("Decision")).Op("=").Add(limiter).Dot("AcquireAt").Call(append(args, d.r().Dot(d.now).Call())...))
 	}
-	hold := append(slices.Clone(d.respond), mode, jen.Id("d"), jen.Lit(r.SlotBody), event("", key...))
+	if rule.Composite() {
+		body = append(body, jen.If(jen.Op("!").Id("res").Dot("Allowed")).Block(jen.Id("key").Op("=").Id("k0").Dot("String").Call()))
+	}
+	hold := append(slices.Clone(d.respond), mode, jen.Op("&").Id("res"), jen.Lit(r.SlotBody), event("", key...))
 	body = append(body, answer(d.r().Dot("Config").Dot("Hold").Call(hold...), jen.Id("s")))
 	doc := fmt.Sprintf("%s takes a slot of %s for %s (%s) and reports whether the request may go on, with the slot to release when it ends.", d.entryName(i), rule.Name, r.Pattern, strings.ToLower(r.Mode))
 	results := jen.Params(jen.Bool(), jen.Qual(slotPath, "Slot"))

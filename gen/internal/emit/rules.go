@@ -19,7 +19,11 @@ func emitRule(m *model.Model, r model.Rule) jen.Code {
 	recv := jen.Id("l").Op("*").Id(typ)
 	g := jen.Line().Add(emitLimitVar(r))
 	if r.IsInFlight() {
-		return g.Add(emitInFlight(r, typ, ctor, doc))
+		g.Add(emitInFlight(r, typ, ctor, doc))
+		if r.Shared {
+			g.Add(emitSharedSlots(r))
+		}
+		return g
 	}
 	if r.IsWindow() {
 		g.Add(emitWindow(m, r, typ, ctor, doc))

@@ -23,7 +23,7 @@ func emitShared(m *model.Model) jen.Code {
 		if !r.Shared {
 			continue
 		}
-		if r.IsWindow() {
+		if r.IsWindow() || r.IsInFlight() {
 			continue // bound on its own (newSharedState)
 		}
 		for i := range r.Limits {
@@ -79,7 +79,9 @@ func emitShared(m *model.Model) jen.Code {
 // newState says whether New binds the shared rules through a generated
 // newSharedState (window rules to bind one by one, or stores the policy
 // names) rather than sharedimpl.Bind alone.
-func newState(m *model.Model) bool { return m.SharedWindows > 0 || len(m.StoreNames()) > 0 }
+func newState(m *model.Model) bool {
+	return m.SharedWindows > 0 || m.SharedSlots > 0 || len(m.StoreNames()) > 0
+}
 
 // stateExpr is New's expression of the shared rules' State.
 func stateExpr(m *model.Model) jen.Code {
@@ -116,10 +118,32 @@ func emitNewSharedState(m *model.Model, failure func(model.Rule) jen.Code) jen.C
 	body = append(body,
 		jen.Id("s").Op(":=").Qual(sharedimplPath, "Bind").Call(jen.Lit(m.Pkg), bindTo, rules, jen.Lit(m.SharedWindows)),
 		jen.If(jen.Id("s").Dot("Why").Op("!=").Nil()).Block(jen.Return(jen.Id("s"))))
-	if m.SharedWindows > 0 {
+	if m.SharedWindows > 0 || m.SharedSlots > 0 {
 		body = append(body, jen.Var().Id("err").Error())
 	}
+	if m.SharedSlots > 0 {
+		body = append(body, jen.Id("s").Dot("Slots").Op("=").Make(jen.Index().Op("*").Qual(sharedPath, "Slots"), jen.Lit(m.SharedSlots)))
+	}
 	wsDeclared := false
+	for _, r := range m.Rules {
+		if !r.Shared || !r.IsInFlight() {
+			continue
+		}
+		what := fmt.Sprintf("the in-flight rule %s, and the shared rules run in this process only", r.Name)
+		var ws jen.Code = jen.Id("store")
+		if named {
+			if !wsDeclared {
+				body, wsDeclared = append(body, jen.Var().Id("ws").Qual(sharedPath, "Store")), true
+			}
+			ws = jen.Id("ws")
+			body = append(body, jen.List(jen.Id("ws"), jen.Id("err")).Op("=").Id("stores").Dot("For").Call(jen.Lit(r.Store)),
+				jen.If(jen.Id("err").Op("!=").Nil()).Block(refused(what)))
+		}
+		body = append(body,
+			jen.If(jen.List(jen.Id("s").Dot("Slots").Index(jen.Lit(r.SlotsAt)), jen.Id("err")).Op("=").Qual(sharedPath, "BindSlots").Call(
+				ws, jen.Lit(m.Namespace), jen.Lit(r.Name), jen.Id(r.LimitVar()), failure(r)),
+				jen.Id("err").Op("!=").Nil()).Block(refused(what)))
+	}
 	for _, r := range m.Rules {
 		if !r.Shared || !r.IsWindow() {
 			continue
@@ -153,7 +177,7 @@ func emitNewSharedState(m *model.Model, failure func(model.Rule) jen.Code) jen.C
 
 // sharedImpl says whether shared rule r's limiter embeds sharedimpl's (Keyed
 // or Global): a bucket rule without plans.
-func sharedImpl(r model.Rule) bool { return r.Shared && !r.Planned && !r.IsWindow() }
+func sharedImpl(r model.Rule) bool { return r.Shared && !r.Planned && !r.IsWindow() && !r.IsInFlight() }
 
 // emitSharedImpl is a shared bucket rule without plans: sharedimpl's limiter
 // over its process-local one, which Local returns.

@@ -3,6 +3,7 @@ package emit
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/dave/jennifer/jen"
 	"github.com/limitgen/limitgen/gen/internal/model"
@@ -49,6 +50,55 @@ func emitInFlight(r model.Rule, typ, ctor, doc string) jen.Code {
 	g.Func().Id(ctor).Params().Op("*").Id(typ).Block(jen.Return(jen.Op("&").Id(typ).Values(made))).Line().Line()
 	g.Add(comment(doc))
 	g.Type().Id(typ).Struct(embed).Line()
+	return g
+}
+
+// emitSharedSlots is a shared in-flight rule's limiter: its acquisitions go
+// to the store's slots (sharedimpl.State.Slot), or, without a store, to its
+// process-local slots, with the reason.
+func emitSharedSlots(r model.Rule) jen.Code {
+	typ, recv := r.TypeName(), jen.Id("l").Op("*").Id(r.TypeName())
+	var keyP, keyA []jen.Code
+	var storeKey jen.Code = jen.Lit("global") // a global rule's one key on the store
+	if r.KeyType != "" {
+		keyP, keyA = []jen.Code{jen.Id("key").Id(r.KeyType)}, []jen.Code{jen.Id("key")}
+		storeKey = sharedKey(r, jen.Id("key"))
+	}
+	bound := jen.Id("s").Op(":=").Id("l").Dot("sh").Dot("Slot").Call(jen.Lit(r.SlotsAt))
+	g := jen.Line()
+	g.Comment(fmt.Sprintf("%s returns %s's limiter over its process-local slots; New binds it to the store.", r.CtorName(), r.GoName)).Line()
+	g.Func().Id(r.CtorName()).Params().Op("*").Id(typ).Block(
+		jen.Return(jen.Op("&").Id(typ).Values(jen.Dict{jen.Id("local"): jen.Id(r.LocalCtorName()).Call()}))).Line().Line()
+	g.Add(comment(r.TypeDoc))
+	g.Type().Id(typ).Struct(
+		jen.Id("local").Op("*").Id(r.LocalTypeName()),
+		jen.Id("sh").Op("*").Qual(sharedimplPath, "State").Comment("the store, or why there is none"),
+	).Line().Line()
+	g.Comment("Rule returns the in-flight rule behind the limiter.").Line()
+	g.Func().Params(recv).Id("Rule").Params().Op("*").Qual(slotPath, "Rule").Block(
+		jen.Return(jen.Id("l").Dot("local").Dot("Rule").Call())).Line().Line()
+	g.Add(comment(fmt.Sprintf("Local returns %s's slots in this process only, with the whole limit, apart from the store's, "+
+		"for tests and tools: what it holds is not counted by any other instance.", r.GoName)))
+	g.Func().Params(recv).Id("Local").Params().Op("*").Id(r.LocalTypeName()).Block(jen.Return(jen.Id("l").Dot("local"))).Line().Line()
+	g.Add(comment(fmt.Sprintf("Acquire takes one of %s's slots on the store given to New, so that at most %d are held at once "+
+		"across every instance that shares it, and returns it with the Result; the Slot's Release gives it back (once in "+
+		"effect; it makes one call to the store, within the store's timeout). A slot never released comes back on the "+
+		"store %s after it was taken, whichever instance took it. It never fails: when the store cannot decide, the "+
+		"rule's on_failure setting (%s) does, and the Result says so (Degraded, Err). Without a store, %s's "+
+		"process-local slots (Local) decide and Err is SharedErr's error.", map[bool]string{true: "key's", false: "the rule's"}[r.KeyType != ""],
+		r.Limits[0].Tokens, time.Duration(r.Limits[0].PeriodNs), failureWords(r), r.GoName)))
+	g.Func().Params(recv).Id("Acquire").Params(append([]jen.Code{jen.Id("ctx").Qual("context", "Context")}, keyP...)...).Params(jen.Qual(slotPath, "Slot"), vd("Result")).Block(
+		jen.If(bound, jen.Id("s").Op("!=").Nil()).Block(jen.Return(jen.Id("s").Dot("Acquire").Call(jen.Id("ctx"), storeKey))),
+		jen.List(jen.Id("slot"), jen.Id("d")).Op(":=").Id("l").Dot("local").Dot("Acquire").Call(keyA...),
+		jen.Return(jen.Id("slot"), vd("Result").Values(jen.Dict{jen.Id("Decision"): jen.Id("d"), jen.Id("Err"): jen.Id("l").Dot("sh").Dot("Why")})),
+	).Line().Line()
+	g.Add(comment("Stats are the rule's slots as this instance knows them: on the store, its slots not yet released " +
+		"and the slots its calls found expired unreleased (with its local share's, shared.Slots.Stats); without a store, " +
+		"the process-local slots'."))
+	g.Func().Params(recv).Id("Stats").Params().Qual(slotPath, "Stats").Block(
+		jen.If(bound, jen.Id("s").Op("!=").Nil()).Block(jen.Return(jen.Id("s").Dot("Stats").Call().Dot("Stats"))),
+		jen.Return(jen.Id("l").Dot("local").Dot("Stats").Call()),
+	).Line()
 	return g
 }
 

@@ -36,13 +36,16 @@ type Model struct {
 	// SharedWindows is the number of shared window rules (each one's
 	// WindowAt indexes them).
 	SharedWindows int
-	Doc           string // the package's doc comment
-	LimitsDoc     string // the Limits type's doc comment
+	// SharedSlots is the number of shared in-flight rules (each one's
+	// SlotsAt indexes them).
+	SharedSlots int
+	Doc         string // the package's doc comment
+	LimitsDoc   string // the Limits type's doc comment
 }
 
 // Stores reports whether the package has shared rules of any kind: it then
 // takes a store (WithStore) and says how it fares (SharedErr).
-func (m *Model) Stores() bool { return m.Shared > 0 || m.SharedWindows > 0 }
+func (m *Model) Stores() bool { return m.Shared > 0 || m.SharedWindows > 0 || m.SharedSlots > 0 }
 
 // StoreNames are the stores the policy's rules name (store:), sorted.
 func (m *Model) StoreNames() []string {
@@ -101,6 +104,7 @@ type Rule struct {
 	Units    []shared.Units // shared: each limit's units on a store's µs clock (shared.MicroUnits; zero for interval refill)
 	SharedAt int            // shared: the index of its first limit in the package's sharedRules
 	WindowAt int            // a shared window: its index in the package's shared windows
+	SlotsAt  int            // a shared in-flight rule: its index in the package's shared slots
 	// RouteCost is, per entry of Limits, the most one request of the rule's
 	// HTTP routes and gRPC method entries may cost on that plan as the
 	// policy admits it (a route's fixed cost, or its declared max, at most

@@ -191,6 +191,13 @@ func typeDoc_(r model.Rule) string {
 
 // sharedTypeDoc_ is a shared rule's limiter type's doc comment.
 func sharedTypeDoc_(r model.Rule) string {
+	if r.IsInFlight() {
+		return fmt.Sprintf("%s is the type of %s, a shared in-flight rule: Acquire takes a slot on the store given "+
+			"to New, so that the count holds across every instance that shares it, and takes the request's context. "+
+			"Without a store it acquires in this process with the whole limit, and its results carry SharedErr's "+
+			"error; Local is that process-local set of slots, under a name that says so. Its methods are safe for "+
+			"concurrent use.", r.TypeName(), r.GoName)
+	}
 	if r.IsWindow() {
 		return fmt.Sprintf("%s is the type of %s, a shared window rule: Allow and AllowN decide on the store given to "+
 			"New, so that the window holds across every instance that shares it, and take the request's context. "+

@@ -150,6 +150,9 @@ func (p *parser) validate(doc *policyDoc) *model.Model {
 		case r.Shared && r.IsWindow():
 			r.WindowAt = m.SharedWindows
 			m.SharedWindows += len(r.Limits)
+		case r.Shared && r.IsInFlight():
+			r.SlotsAt = m.SharedSlots
+			m.SharedSlots++
 		case r.Shared:
 			r.SharedAt = shared
 			shared += len(r.Limits)
@@ -326,9 +329,9 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 	valid = valid && baseOK
 	r.Cost = base.Cost
 	if base.InFlight {
-		for _, f := range []string{"shared", "on_failure", "local_share", "lease", "store", "plans"} {
+		for _, f := range []string{"lease", "plans"} {
 			if n := rd.keys[f]; n != nil {
-				bad(n, "%s does not apply to an in-flight rule in this version: its slots are held in this process, with one set of numbers", f)
+				bad(n, "%s does not apply to an in-flight rule in this version: it has one set of numbers, and a shared one takes each slot from the store", f)
 			}
 		}
 	}
@@ -379,8 +382,11 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 		}
 	}
 	shareOf := "the rate and burst"
-	if base.Window {
+	switch {
+	case base.Window:
 		shareOf = "the limit"
+	case base.InFlight:
+		shareOf = "the slots"
 	}
 	if n := rd.fields["local_share"]; n != nil {
 		v, err := strconv.ParseFloat(n.Value, 64)
@@ -494,7 +500,7 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 	if !valid {
 		return r, false
 	}
-	if r.Shared && !r.IsWindow() {
+	if r.Shared && !r.IsWindow() && !r.IsInFlight() {
 		// A store on a microsecond clock must hold it in integers below 2^53
 		// (the units stores compute with shared.MicroUnits); the generated
 		// code carries the units, and stores check them at Bind.

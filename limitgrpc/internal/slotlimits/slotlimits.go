@@ -172,13 +172,17 @@ func (g *GRPC) entry1(ctx context.Context, method string) (atomicslot.Slot, erro
 	if !ok0 {
 		return atomicslot.Slot{}, g.Config.Reject(verdict.Enforce, codes.Unauthenticated, "the call has no key for rule Checks: grpc method \"/grpc.health.v1.Health/Check\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/Check", Rule: "Checks", RuleIndex: int(RuleChecks), Series: 0, Outcome: verdict.MissingKey})
 	}
-	s, d := g.limits.Checks.AcquireAt(k0, g.Now())
-	return s, g.Config.Hold(ctx, verdict.Enforce, d, "rule Checks lets at most 2 calls of a key run at once, and that many are running; RetryInfo says when the first of them reaches its longest hold (1m0s), if none ends sooner", verdict.Event{Route: "/grpc.health.v1.Health/Check", Rule: "Checks", RuleIndex: int(RuleChecks), Series: 0, Cost: 1, Key: k0})
+	var res verdict.Result
+	var s atomicslot.Slot
+	s, res.Decision = g.limits.Checks.AcquireAt(k0, g.Now())
+	return s, g.Config.Hold(ctx, verdict.Enforce, &res, "rule Checks lets at most 2 calls of a key run at once, and that many are running; RetryInfo says when the first of them reaches its longest hold (1m0s), if none ends sooner", verdict.Event{Route: "/grpc.health.v1.Health/Check", Rule: "Checks", RuleIndex: int(RuleChecks), Series: 0, Cost: 1, Key: k0})
 }
 
 // entry2 takes a slot of Watches for a call of /grpc.health.v1.Health/Watch (enforce) and returns
 // it, to release when the call ends, or the status that ends the call.
 func (g *GRPC) entry2(ctx context.Context, method string) (atomicslot.Slot, error) {
-	s, d := g.limits.Watches.AcquireAt(g.Now())
-	return s, g.Config.Hold(ctx, verdict.Enforce, d, "rule Watches lets at most 1 call run at once, and that many are running; RetryInfo says when the first of them reaches its longest hold (1m0s), if none ends sooner", verdict.Event{Route: "/grpc.health.v1.Health/Watch", Rule: "Watches", RuleIndex: int(RuleWatches), Series: 1, Cost: 1})
+	var res verdict.Result
+	var s atomicslot.Slot
+	s, res.Decision = g.limits.Watches.AcquireAt(g.Now())
+	return s, g.Config.Hold(ctx, verdict.Enforce, &res, "rule Watches lets at most 1 call run at once, and that many are running; RetryInfo says when the first of them reaches its longest hold (1m0s), if none ends sooner", verdict.Event{Route: "/grpc.health.v1.Health/Watch", Rule: "Watches", RuleIndex: int(RuleWatches), Series: 1, Cost: 1})
 }

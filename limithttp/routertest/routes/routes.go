@@ -925,6 +925,8 @@ func (m *Middleware) route9(w http.ResponseWriter, r *http.Request, path string)
 	if !ok0 {
 		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Jobs: route \\\"POST /v1/jobs/{id}\\\" reads it from the path id.\"}\n", verdict.Event{Route: "POST /v1/jobs/{id}", Rule: "Jobs", RuleIndex: int(RuleJobs), Series: 8, Outcome: verdict.MissingKey}), atomicslot.Slot{}
 	}
-	s, d := m.limits.Jobs.AcquireAt(k0, m.Now())
-	return m.Config.Hold(w, r, verdict.Enforce, d, "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"Rule Jobs lets at most 1 request of a key run at once, and that many are running; Retry-After is when the first of them reaches its longest hold (1m0s) if none ends sooner.\"}\n", verdict.Event{Route: "POST /v1/jobs/{id}", Rule: "Jobs", RuleIndex: int(RuleJobs), Series: 8, Cost: 1, Key: k0}), s
+	var res verdict.Result
+	var s atomicslot.Slot
+	s, res.Decision = m.limits.Jobs.AcquireAt(k0, m.Now())
+	return m.Config.Hold(w, r, verdict.Enforce, &res, "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"Rule Jobs lets at most 1 request of a key run at once, and that many are running; Retry-After is when the first of them reaches its longest hold (1m0s) if none ends sooner.\"}\n", verdict.Event{Route: "POST /v1/jobs/{id}", Rule: "Jobs", RuleIndex: int(RuleJobs), Series: 8, Cost: 1, Key: k0}), s
 }

@@ -1,0 +1,146 @@
+package storetest
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/limitgen/limitgen/internal/sharedlimits"
+	"github.com/limitgen/limitgen/verdict"
+)
+
+// GeneratedSlots: two instances of the generated service, each behind its
+// middleware on a real HTTP server on loopback, share Running's slots on the
+// store (at most 2 of a user's runs at once). One run on each instance holds
+// both; a third, on either, is answered 429 with a Retry-After of the hold
+// (60 s) and no RateLimit fields, while another user runs; when one run ends,
+// the other instance admits the next. Once every run has ended no slot is
+// held. Then, with the store stopped, a run is answered 503 with the
+// store-unavailable problem type (on_failure: deny), counted degraded.
+func GeneratedSlots(t *testing.T, instance func() *sharedlimits.Limits, stop func()) {
+	type run struct {
+		code  int
+		retry string
+		h     http.Header
+		body  string
+	}
+	entered := make(chan string, 16)
+	finish := make(chan struct{}, 16)
+	serve := func(l *sharedlimits.Limits) (*httptest.Server, *sharedlimits.Middleware) {
+		mw := middleware(t, l) // counting: NewMiddleware gives it Counters
+		srv := httptest.NewServer(mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			entered <- r.PathValue("user") + r.URL.Path
+			<-finish
+		})))
+		t.Cleanup(srv.Close)
+		return srv, mw
+	}
+	la, lb := instance(), instance()
+	a, mwA := serve(la)
+	b, _ := serve(lb)
+	post := func(srv *httptest.Server, user string) <-chan run {
+		out := make(chan run, 1)
+		go func() {
+			resp, err := srv.Client().Post(srv.URL+"/run/"+user, "text/plain", nil)
+			if err != nil {
+				out <- run{code: -1, body: err.Error()}
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			out <- run{resp.StatusCode, resp.Header.Get("Retry-After"), resp.Header, string(body)}
+		}()
+		return out
+	}
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s never reached the handler", what)
+		}
+	}
+	r1 := post(a, "uma")
+	wait("uma's first run, on a")
+	r2 := post(b, "uma")
+	wait("uma's second run, on b")
+	for _, srv := range []*httptest.Server{a, b} {
+		got := <-post(srv, "uma")
+		if got.code != http.StatusTooManyRequests || got.h.Get("RateLimit") != "" || got.h.Get("RateLimit-Policy") != "" {
+			t.Fatalf("a third run of uma's with two held (one on each instance): %+v", got)
+		}
+		if s, err := strconv.Atoi(got.retry); err != nil || s < 59 || s > 60 {
+			t.Errorf("the denial's Retry-After %q, want the 60 s until the first held slot expires", got.retry)
+		}
+	}
+	r3 := post(a, "vic")
+	wait("vic's run, beside uma's")
+	finish <- struct{}{} // one of the three running ends: uma's or vic's
+	finish <- struct{}{}
+	ended := 0
+	var r4 <-chan run
+	for _, r := range []<-chan run{r1, r2, r3} {
+		select {
+		case got := <-r:
+			if got.code != http.StatusOK {
+				t.Fatalf("a run that reached its handler: %+v", got)
+			}
+			ended++
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if ended != 2 {
+		t.Fatalf("%d runs ended of the 2 let finish", ended)
+	}
+	// At least one of uma's slots is free now, whichever ended: b admits.
+	r4 = post(b, "uma")
+	wait("uma's run on b after one ended")
+	finish <- struct{}{}
+	finish <- struct{}{}
+	for _, r := range []<-chan run{r1, r2, r3, r4} {
+		select {
+		case got := <-r:
+			if got.code != http.StatusOK {
+				t.Fatalf("a run that reached its handler: %+v", got)
+			}
+		default:
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for la.Running.Stats().Held+lb.Running.Stats().Held != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("slots still held after every run ended: a %+v, b %+v", la.Running.Stats(), lb.Running.Stats())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ctx := context.Background()
+	for range 2 { // both slots free on the store: acquired and given back directly
+		s, res := la.Running.Acquire(ctx, "uma")
+		if !res.Allowed || res.Degraded {
+			t.Fatalf("uma's slots after every run ended: %+v", res)
+		}
+		if !s.Release() {
+			t.Fatal("a slot acquired directly was not released")
+		}
+	}
+
+	stop()
+	got := <-post(a, "uma")
+	if got.code != http.StatusServiceUnavailable || got.retry == "" || !strings.Contains(got.body, "#store-unavailable") {
+		t.Fatalf("a run with the store stopped: %+v; want 503, a Retry-After and the store-unavailable problem type", got)
+	}
+	var running verdict.Count
+	for _, rc := range mwA.Config.Counters.Snapshot() {
+		if rc.Rule == "Running" {
+			running = rc
+		}
+	}
+	if o := running.Outcomes; o[verdict.Allowed] != 2 || o[verdict.Denied] != 1 || o[verdict.DegradedDenied] != 1 {
+		t.Errorf("Running's counts on a: %v, want 2 allowed (uma's and vic's), 1 denied, 1 degraded_denied", o)
+	}
+}
