@@ -140,6 +140,7 @@ func TestGeneratedPackagesRun(t *testing.T) {
 	for i := range policies {
 		fmt.Fprintf(&all, "\tt.Run(\"p%02d\", p%02d.RulesMatchReference)\n", i, i)
 		fmt.Fprintf(&all, "\tt.Run(\"p%02d\", p%02d.TiersMatchReference)\n", i, i)
+		fmt.Fprintf(&all, "\tt.Run(\"p%02d\", p%02d.TierSlotsMatchReference)\n", i, i)
 	}
 	all.WriteString("}\n")
 	must(t, os.MkdirAll(filepath.Join(mod, "all"), 0o755))
@@ -211,7 +212,7 @@ func TestGeneratedPackagesRun(t *testing.T) {
 			passed++
 		}
 	}
-	if passed != 2*len(policies) {
+	if passed != 3*len(policies) {
 		t.Fatalf("%d of %d generated packages passed:\n%s", passed, len(policies), out)
 	}
 	t.Logf("%d generated packages built and matched the reference, in one test binary; %d ready servers built", len(policies), mains)
@@ -540,6 +541,8 @@ type hTier struct {
 	Planned bool
 	Shared  bool // its process-local forms are Local…
 	Rules   []hRule
+	Slots   []hRule // its in-flight rules: its forms acquire
+	Store   bool    // a rule of it is shared: with slots, its forms decide on the store only
 }
 
 type hModel struct {
@@ -572,11 +575,15 @@ func harnessData(m *model.Model) hModel {
 		h.Global = h.Global || r.KeyType == "" && !r.IsWindow() && !r.IsInFlight()
 	}
 	for _, t := range m.Tiers {
-		ht := hTier{GoName: t.GoName, Shared: t.Shared}
+		ht := hTier{GoName: t.GoName, Shared: t.Shared, Store: t.Shared}
 		for _, ri := range t.Rules {
 			hr := conv(m.Rules[ri])
 			ht.Planned = ht.Planned || hr.Planned
 			ht.Rules = append(ht.Rules, hr)
+		}
+		for _, ri := range t.Slots {
+			ht.Slots = append(ht.Slots, conv(m.Rules[ri]))
+			ht.Store = ht.Store || m.Rules[ri].Shared
 		}
 		h.Tiers = append(h.Tiers, ht)
 	}
@@ -674,6 +681,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicslot"
 	"github.com/limitgen/limitgen/tier"
 	"gentest/reference"
 )
@@ -681,6 +689,7 @@ import (
 var (
 	_ = strconv.Itoa
 	_ = tier.At
+	_ atomicslot.Set
 )
 
 const t0 = int64(time.Hour)
@@ -832,7 +841,7 @@ func RulesMatchReference(t *testing.T) {
 // TiersMatchReference holds every tier of the package to the references of
 // its rules, composed by tier.At.
 func TiersMatchReference(t *testing.T) {
-{{- range $t := .Tiers}}{{range $pi, $pc := planList $.Plans}}{{if or $t.Planned (eq $pi 0)}}
+{{- range $t := .Tiers}}{{if not $t.Slots}}{{range $pi, $pc := planList $.Plans}}{{if or $t.Planned (eq $pi 0)}}
 	t.Run("{{$t.GoName}}{{if $t.Planned}}{{$pc}}{{end}}", func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(3, 4))
 		lims := New({{if $.Global}}WithStart(at(t0)){{end}})
@@ -901,6 +910,122 @@ func TiersMatchReference(t *testing.T) {
 			}
 		}
 	})
-{{- end}}{{end}}{{end}}
+{{- end}}{{end}}{{end}}{{end}}
+}
+
+// TierSlotsMatchReference holds every tier with in-flight rules, decided in
+// this process, to the references of its rules: each slot taken in order
+// (reference.InFlight), then the rate rules composed by tier.At, all or
+// nothing; held sets are released at random steps.
+func TierSlotsMatchReference(t *testing.T) {
+{{- range $t := .Tiers}}{{if and $t.Slots (not $t.Store)}}{{range $pi, $pc := planList $.Plans}}{{if or $t.Planned (eq $pi 0)}}
+	t.Run("{{$t.GoName}}{{if $t.Planned}}{{$pc}}{{end}}", func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(5, 6))
+		lims := New({{if $.Global}}WithStart(at(t0)){{end}})
+		slotRefs := []*reference.InFlight{ {{- range $t.Slots}}reference.NewInFlight(lims.{{.GoName}}.Rule().Limit(), lims.{{.GoName}}.Rule().Hold()), {{end -}} }
+		slotNames := []string{ {{- range $t.Slots}}"{{.Name}}", {{end -}} }
+		refs := []interface {
+			Step(key string, cost int64) tier.Step
+		}{
+			{{- range $i, $r := $t.Rules}}
+			{{- if $r.Window}}
+			{{windowRef $r (printf "lims.%s.Rule(%s)" $r.GoName (or (and $r.Planned $pc) ""))}},
+			{{- else}}
+			reference.NewReference({{params $r}}(lims.{{$r.GoName}}.Rule({{if $r.Planned}}{{$pc}}{{end}}){{if $r.Keyed}}, {{$r.MaxKeys}}, {{atCap $r}}{{end}})),
+			{{- end}}
+			{{- end}}
+		}
+		{{- range $i, $r := $t.Rules}}{{if and (not $r.Keyed) (not $r.Window)}}
+		refs[{{$i}}].(*reference.Reference).Create("", t0) // the global bucket exists from t0
+		{{- end}}{{end}}
+		names := []string{ {{- range $t.Rules}}"{{.Name}}", {{end -}} }
+		_, _ = refs, names
+		{{- range $t.Rules}}{{if not .Window}}
+		if !lims.{{.GoName}}.Rule({{if .Planned}}{{$pc}}{{end}}).Exact() {
+			t.Fatal("rule {{.Name}} is not exact: this harness holds tiers with in-flight rules of exact rate rules only")
+		}
+		{{- end}}{{end}}
+		type held struct {
+			set  atomicslot.Set
+			keys []string
+			ids  []uint64
+		}
+		var open []held
+		allowed, denied := 0, 0
+		now := t0
+		for i := range 400 {
+			now += rng.Int64N(int64(20 * time.Millisecond))
+			if len(open) > 0 && rng.IntN(3) == 0 {
+				j := rng.IntN(len(open))
+				h := open[j]
+				open = append(open[:j], open[j+1:]...)
+				h.set.ReleaseAt(at(now))
+				for m := range h.ids {
+					slotRefs[m].Release(h.keys[m], h.ids[m], now)
+				}
+				continue
+			}
+			k := rng.IntN(3)
+			_ = k
+			set, got := lims.{{$t.GoName}}At({{if $t.Planned}}{{$pc}}, {{end}}{{range $t.Rules}}{{key .}}{{end}}{{range $t.Slots}}{{key .}}{{end}}at(now))
+			slotKeys := []string{ {{- range $t.Slots}}{{refKey .}}, {{end -}} }
+			var ids []uint64
+			var want, most atomicbucket.Decision
+			wantRule, deniedBy, mostRule := "", "", ""
+			for j, ref := range slotRefs {
+				id, d := ref.Acquire(slotKeys[j], now)
+				if !d.Allowed {
+					for m := range ids {
+						slotRefs[m].Release(slotKeys[m], ids[m], now)
+					}
+					ids, want, wantRule, deniedBy = nil, d, slotNames[j], slotNames[j]
+					break
+				}
+				ids = append(ids, id)
+				if j == 0 || d.Remaining < most.Remaining {
+					most, mostRule = d, slotNames[j]
+				}
+			}
+			if deniedBy == "" {
+				want, wantRule = most, mostRule
+				{{- if $t.Rules}}
+				keys := []string{ {{- range $t.Rules}}{{refKey .}}, {{end -}} }
+				costs := []int64{ {{- range $t.Rules}}{{with index .Plans 0}}{{.Cost}}{{end}}, {{end -}} }
+				{{- range $i, $r := $t.Rules}}{{if $r.Planned}}
+				costs[{{$i}}] = []int64{ {{- range $r.Plans}}{{.Cost}}, {{end -}} }[{{$pi}}]
+				{{- end}}{{end}}
+				steps := make([]tier.Step, len(refs))
+				for j, ref := range refs {
+					steps[j] = ref.Step(keys[j], costs[j])
+				}
+				d, idx, rateDenied := tier.At(at(now), steps...)
+				want, wantRule = d, names[idx]
+				if rateDenied {
+					deniedBy = names[idx]
+					for m := range ids {
+						slotRefs[m].Release(slotKeys[m], ids[m], now)
+					}
+					ids = nil
+				}
+				{{- end}}
+			}
+			if got.Decision != want || got.DeniedBy.String() != deniedBy || got.Rule.String() != wantRule {
+				t.Fatalf("step %d: %+v by %q denied by %q, reference %+v by %q denied by %q", i, got.Decision, got.Rule, got.DeniedBy, want, wantRule, deniedBy)
+			}
+			if got.Allowed != (set.Len() == len(slotRefs)) || !got.Allowed && set.Len() != 0 {
+				t.Fatalf("step %d: allowed %v with %d of %d slots", i, got.Allowed, set.Len(), len(slotRefs))
+			}
+			if got.Allowed {
+				allowed++
+				open = append(open, held{set, slotKeys, ids})
+			} else {
+				denied++
+			}
+		}
+		if allowed == 0 || denied == 0 {
+			t.Fatalf("%d allowed and %d denied: the steps never reached both sides", allowed, denied)
+		}
+	})
+{{- end}}{{end}}{{end}}{{end}}
 }
 `))

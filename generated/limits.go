@@ -932,6 +932,122 @@ func (l *Limits) checkAPI(plan Plan, perUserKey string, perEndpointKey int64, no
 	return TierDecision{Decision: most, Rule: rule}
 }
 
+// checkExports is Exports with each rule charged cost, or its own default cost when defaults is
+// set. It is tier.At unrolled, with typed calls: keep the two in step.
+func (l *Limits) checkExports(plan Plan, perUserKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
+	if plan >= numPlans {
+		return TierDecision{
+			Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never},
+			Rule:     RulePerUser,
+			DeniedBy: RulePerUser,
+		}
+	}
+	c0 := cost
+	if defaults {
+		c0 = 1
+	}
+	d0 := l.PerUser.AllowNAt(plan, perUserKey, now, c0)
+	if !d0.Allowed {
+		return TierDecision{
+			Decision: d0,
+			Rule:     RulePerUser,
+			DeniedBy: RulePerUser,
+		}
+	}
+	most, rule := d0, RulePerUser
+	return TierDecision{Decision: most, Rule: rule}
+}
+
+// Exports takes a slot of each of ExportSlots, in order, then checks the request against PerUser:
+// all or nothing (a slot that cannot be had, or a rate rule that denies, gives back every slot
+// taken, and a full set of slots charges no rate rule). It returns the slots, to release when the
+// request ends (Set.Release), with the decision of the rule that denied, or of the most
+// constraining one.
+func (l *Limits) Exports(plan Plan, perUserKey string, exportSlotsKey string) (atomicslot.Set, TierDecision) {
+	now := atomicbucket.Now()
+	var set atomicslot.Set
+	s0, d0 := l.ExportSlots.AcquireAt(exportSlotsKey, now)
+	if !d0.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, TierDecision{
+			Decision: d0,
+			Rule:     RuleExportSlots,
+			DeniedBy: RuleExportSlots,
+		}
+	}
+	set.Add(s0)
+	td := l.checkExports(plan, perUserKey, now, 0, true)
+	if !td.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, td
+	}
+	return set, td
+}
+
+// ExportsN is Exports with a cost every rate rule is charged instead of its default.
+func (l *Limits) ExportsN(plan Plan, perUserKey string, exportSlotsKey string, cost int64) (atomicslot.Set, TierDecision) {
+	now := atomicbucket.Now()
+	var set atomicslot.Set
+	s0, d0 := l.ExportSlots.AcquireAt(exportSlotsKey, now)
+	if !d0.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, TierDecision{
+			Decision: d0,
+			Rule:     RuleExportSlots,
+			DeniedBy: RuleExportSlots,
+		}
+	}
+	set.Add(s0)
+	td := l.checkExports(plan, perUserKey, now, cost, false)
+	if !td.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, td
+	}
+	return set, td
+}
+
+// ExportsAt is Exports at time now.
+func (l *Limits) ExportsAt(plan Plan, perUserKey string, exportSlotsKey string, now atomicbucket.Time) (atomicslot.Set, TierDecision) {
+	var set atomicslot.Set
+	s0, d0 := l.ExportSlots.AcquireAt(exportSlotsKey, now)
+	if !d0.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, TierDecision{
+			Decision: d0,
+			Rule:     RuleExportSlots,
+			DeniedBy: RuleExportSlots,
+		}
+	}
+	set.Add(s0)
+	td := l.checkExports(plan, perUserKey, now, 0, true)
+	if !td.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, td
+	}
+	return set, td
+}
+
+// ExportsNAt is ExportsN at time now.
+func (l *Limits) ExportsNAt(plan Plan, perUserKey string, exportSlotsKey string, now atomicbucket.Time, cost int64) (atomicslot.Set, TierDecision) {
+	var set atomicslot.Set
+	s0, d0 := l.ExportSlots.AcquireAt(exportSlotsKey, now)
+	if !d0.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, TierDecision{
+			Decision: d0,
+			Rule:     RuleExportSlots,
+			DeniedBy: RuleExportSlots,
+		}
+	}
+	set.Add(s0)
+	td := l.checkExports(plan, perUserKey, now, cost, false)
+	if !td.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, td
+	}
+	return set, td
+}
+
 // httpPolicyPerUserPlanFree is rule PerUser on the free plan as the RateLimit fields describe it.
 var httpPolicyPerUserPlanFree = verdict.Policy{
 	Name:   "PerUser",
@@ -1031,7 +1147,7 @@ var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUs
 var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1, 1}, RulePerEndpoint: {1, 1, 1}, RuleLogin: {1, 1, 1}, RuleDailyExport: {1, 1, 1}, RuleUpload: {10, 10, 10}, RuleTenantUser: {1, 1, 1}, RuleGlobal: {1, 1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
-var httpRoutes = [...][numPlans]string{{"\"Login\";q=5;w=10", "\"Login\";q=5;w=10", "\"Login\";q=5;w=10"}, {"\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10"}, {"\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400"}, {"", "", ""}, {"\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10"}, {"\"PerUser\";q=50;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=500;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=2000;w=2, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2"}}
+var httpRoutes = [...][numPlans]string{{"\"Login\";q=5;w=10", "\"Login\";q=5;w=10", "\"Login\";q=5;w=10"}, {"\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10"}, {"\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400"}, {"\"PerUser\";q=50;w=5", "\"PerUser\";q=500;w=5", "\"PerUser\";q=2000;w=2"}, {"\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10"}, {"\"PerUser\";q=50;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=500;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=2000;w=2, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2"}}
 
 // Hooks are the functions of your service that the policy's http: section names: what only
 // your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
@@ -1040,9 +1156,9 @@ type Hooks struct {
 	// PlanOf returns the request's plan; false (or a value outside the plans) means the default plan,
 	// free. Take it from what your authentication verified.
 	PlanOf func(*http.Request) (Plan, bool)
-	// UserID returns the key of Upload, ExportSlots, PerUser for a request, and false when it has none
-	// (then the next key source is tried, or the request is refused with the policy's missing_key
-	// status). An empty key counts as none.
+	// UserID returns the key of Upload, PerUser for a request, and false when it has none (then the
+	// next key source is tried, or the request is refused with the policy's missing_key status). An
+	// empty key counts as none.
 	UserID func(*http.Request) (string, bool)
 }
 
@@ -1094,6 +1210,8 @@ func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route in
 		return m.route2(w, r)
 	case 2:
 		return m.route3(w, r, path)
+	case 3:
+		return m.route4(w, r)
 	case 4:
 		return m.route5(w, r, path)
 	case 5:
@@ -1102,15 +1220,15 @@ func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route in
 	return true
 }
 
-// acquireRoute takes the slot of route's in-flight rule (route an index of httpPatterns; -1 for
-// none), reading its key's wildcards from path, or answers r when it cannot, and reports whether
-// r may go on; the door releases the slot when the handler returns.
-func (m *Middleware) acquireRoute(w http.ResponseWriter, r *http.Request, route int, path string) (bool, atomicslot.Slot) {
+// acquireRoute takes the slots of route's in-flight rules (route an index of httpPatterns; -1 for
+// none), reading their keys' wildcards from path, or answers r when it cannot, and reports whether
+// r may go on; the door gives the slots back when a check denies, or the handler returns.
+func (m *Middleware) acquireRoute(w http.ResponseWriter, r *http.Request, route int, path string) (bool, atomicslot.Set) {
 	switch route {
 	case 3:
-		return m.route4(w, r)
+		return m.acquire4(w, r)
 	}
-	return true, atomicslot.Slot{}
+	return true, atomicslot.Set{}
 }
 
 // ServeMux is the http.ServeMux behind the middleware that NewServeMux returns (see limithttp.ServeMux).
@@ -1145,10 +1263,13 @@ var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var httpSeries = [...]verdict.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/upload", Rule: "Upload"}, {Route: "GET /v1/export/{account}", Rule: "DailyExport"}, {Route: "POST /v1/exports", Rule: "ExportSlots"}, {Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser"}, {Route: "/v1/", Tier: "API", Rule: "PerUser"}, {Route: "/v1/", Tier: "API", Rule: "PerEndpoint"}, {Route: "/v1/", Tier: "API", Rule: "Global"}}
+var httpSeries = [...]verdict.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/upload", Rule: "Upload"}, {Route: "GET /v1/export/{account}", Rule: "DailyExport"}, {Route: "POST /v1/exports", Tier: "Exports", Rule: "PerUser"}, {Route: "POST /v1/exports", Tier: "Exports", Rule: "ExportSlots"}, {Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser"}, {Route: "/v1/", Tier: "API", Rule: "PerUser"}, {Route: "/v1/", Tier: "API", Rule: "PerEndpoint"}, {Route: "/v1/", Tier: "API", Rule: "Global"}}
+
+// httpSeriesRoute4 are the series of POST /v1/exports's rules in the Counters, by RuleName.
+var httpSeriesRoute4 = [...]int{RulePerUser: 3, RuleExportSlots: 4}
 
 // httpSeriesRoute6 are the series of /v1/'s rules in the Counters, by RuleName.
-var httpSeriesRoute6 = [...]int{RulePerUser: 5, RulePerEndpoint: 6, RuleGlobal: 7}
+var httpSeriesRoute6 = [...]int{RulePerUser: 6, RulePerEndpoint: 7, RuleGlobal: 8}
 
 // route1 checks POST /v1/login (rule Login, enforce) and reports whether the request may go on.
 func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
@@ -1234,20 +1355,63 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request, path string)
 	return m.Config.Respond(w, r, verdict.Shadow, &res, "")
 }
 
-// route4 takes a slot of ExportSlots for POST /v1/exports (enforce) and reports whether the request
-// may go on, with the slot to release when it ends.
-func (m *Middleware) route4(w http.ResponseWriter, r *http.Request) (bool, atomicslot.Slot) {
+// acquire4 takes a slot of ExportSlots for POST /v1/exports (enforce) and reports whether the
+// request may go on, with the slots to release when it ends.
+func (m *Middleware) acquire4(w http.ResponseWriter, r *http.Request) (bool, atomicslot.Set) {
+	var set atomicslot.Set
+	now := m.Now()
+	var k0 string
+	var ok0 bool
+	k0, ok0 = m.hooks.UserID(r)
+	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
+	if ok0 {
+		var res0 verdict.Result
+		var s0 atomicslot.Slot
+		s0, res0.Decision = m.limits.ExportSlots.AcquireAt(k0, now)
+		if !m.Config.Hold(w, r, verdict.Enforce, &res0, "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"Rule ExportSlots lets at most 4 requests of a key run at once, and that many are running; Retry-After is when the first of them reaches its longest hold (10m0s) if none ends sooner.\"}\n", verdict.Event{Route: "POST /v1/exports", Rule: "ExportSlots", RuleIndex: int(RuleExportSlots), Series: 4, Tier: "Exports", Cost: 1, Key: k0}) {
+			set.ReleaseAt(now)
+			return false, atomicslot.Set{}
+		}
+		set.Add(s0)
+	} else if !m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule ExportSlots: route \\\"POST /v1/exports\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/exports", Rule: "ExportSlots", RuleIndex: int(RuleExportSlots), Series: 4, Tier: "Exports", Outcome: verdict.MissingKey}) {
+		set.ReleaseAt(now)
+		return false, atomicslot.Set{}
+	}
+	return true, set
+}
+
+// route4 checks POST /v1/exports (tier Exports, enforce) and reports whether the request may go on.
+func (m *Middleware) route4(w http.ResponseWriter, r *http.Request) bool {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule ExportSlots: route \\\"POST /v1/exports\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/exports", Rule: "ExportSlots", RuleIndex: int(RuleExportSlots), Series: 3, Outcome: verdict.MissingKey}), atomicslot.Slot{}
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"POST /v1/exports\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/exports", Tier: "Exports", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 3, Outcome: verdict.MissingKey})
 	}
+	plan := m.plan(r)
+	now := m.Now()
+	td := m.limits.checkExports(plan, k0, now, 0, true)
+	cost := httpCosts[td.Rule][plan]
 	var res verdict.Result
-	var s atomicslot.Slot
-	s, res.Decision = m.limits.ExportSlots.AcquireAt(k0, m.Now())
-	return m.Config.Hold(w, r, verdict.Enforce, &res, "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"Rule ExportSlots lets at most 4 requests of a key run at once, and that many are running; Retry-After is when the first of them reaches its longest hold (10m0s) if none ends sooner.\"}\n", verdict.Event{Route: "POST /v1/exports", Rule: "ExportSlots", RuleIndex: int(RuleExportSlots), Series: 3, Cost: 1, Key: k0}), s
+	res.Decision = td.Decision
+	res.Policy = httpPolicies[td.Rule][plan]
+	res.Policies = httpRoutes[3][plan]
+	res.Cost = cost
+	res.Route = "POST /v1/exports"
+	res.Tier = "Exports"
+	res.Rule = int(td.Rule)
+	res.Series = httpSeriesRoute4[td.Rule]
+	rf0 := m.limits.PerUser.ruleInForce(plan, k0)
+	if rf0 != nil {
+		p0 := genimpl.InForce(httpPolicies[RulePerUser][plan], rf0)
+		res.Policies = genimpl.InForceList(p0)
+		switch td.Rule {
+		case RulePerUser:
+			res.Policy = p0
+		}
+	}
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
 
 // route5 checks GET /v1/tenants/{tenant}/users/{user} (rule TenantUser, enforce) and reports
@@ -1271,7 +1435,7 @@ func (m *Middleware) route5(w http.ResponseWriter, r *http.Request, path string)
 		k0.User, ok0 = k0f1, ok0 && ok0f1
 	}
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule TenantUser: route \\\"GET /v1/tenants/{tenant}/users/{user}\\\" reads it from tenant from the path tenant; user from the path user.\"}\n", verdict.Event{Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser", RuleIndex: int(RuleTenantUser), Series: 4, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule TenantUser: route \\\"GET /v1/tenants/{tenant}/users/{user}\\\" reads it from tenant from the path tenant; user from the path user.\"}\n", verdict.Event{Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser", RuleIndex: int(RuleTenantUser), Series: 5, Outcome: verdict.MissingKey})
 	}
 	now := m.Now()
 	cost := httpCosts[RuleTenantUser][0]
@@ -1282,7 +1446,7 @@ func (m *Middleware) route5(w http.ResponseWriter, r *http.Request, path string)
 	res.Cost = cost
 	res.Route = "GET /v1/tenants/{tenant}/users/{user}"
 	res.Rule = int(RuleTenantUser)
-	res.Series = 4
+	res.Series = 5
 	if rf0 := m.limits.TenantUser.ruleInForce(k0); rf0 != nil {
 		res.Policy = genimpl.InForce(res.Policy, rf0)
 		res.Policies = genimpl.InForceList(res.Policy)
@@ -1301,13 +1465,13 @@ func (m *Middleware) route6(w http.ResponseWriter, r *http.Request) bool {
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 5, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 6, Outcome: verdict.MissingKey})
 	}
 	var k1 int64
 	var ok1 bool
 	k1, ok1 = 6, true
 	if !ok1 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Series: 6, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Series: 7, Outcome: verdict.MissingKey})
 	}
 	plan := m.plan(r)
 	now := m.Now()

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	limits "github.com/limitgen/limitgen/generated"
 	"github.com/limitgen/limitgen/verdict"
 )
 
@@ -247,5 +248,47 @@ func TestExportSlotsAllocatesNothing(t *testing.T) {
 	}
 	if d := s.lim.ExportSlots.PeekAt("alice", s.now); d.Remaining != 3 {
 		t.Fatalf("after the exports ended, alice's slots: %+v, want all free", d)
+	}
+}
+
+// TestExportSlotsAllOrNothing: POST /v1/exports checks the tier Exports
+// (PerUser, ExportSlots). The door takes the slot first and checks PerUser
+// after, so that a request goes on holding both or neither: with alice's four slots held, a fifth
+// export is refused by the slot and charges PerUser nothing; with her
+// PerUser bucket empty, an export is refused by the tier and its slot comes
+// back at once.
+func TestExportSlotsAllOrNothing(t *testing.T) {
+	e := newExportsServer(t, false)
+	e.now = atomicbucket.Time(time.Hour) // the clock stands still: no refill
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() { e.post(t, "alice", "return") })
+	}
+	for range 4 {
+		<-e.started
+	}
+	before := e.lim.PerUser.PeekAt(limits.PlanFree, "alice", e.now, 1)
+	if resp := e.post(t, "alice", "return"); resp == nil || resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") != "600" {
+		t.Fatalf("a fifth export with four running: %v", resp)
+	}
+	if after := e.lim.PerUser.PeekAt(limits.PlanFree, "alice", e.now, 1); after.Remaining != before.Remaining {
+		t.Fatalf("a fifth export refused by its slot charged PerUser: %d tokens left before, %d after", before.Remaining, after.Remaining)
+	}
+	e.end()
+	wg.Wait()
+	waitFree(t, e)
+	left := e.lim.PerUser.PeekAt(limits.PlanFree, "alice", e.now, 1).Remaining + 1 // a peek's Remaining is after its cost
+	if d := e.lim.PerUser.AllowNAt(limits.PlanFree, "alice", e.now, left); !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("emptying alice's PerUser bucket: %+v", d)
+	}
+	resp := e.post(t, "alice", "return")
+	if resp == nil || resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(resp.Header.Get("RateLimit"), "PerUser") {
+		t.Fatalf("an export with alice's PerUser bucket empty: %v, want 429 from the tier (RateLimit naming PerUser)", resp)
+	}
+	if d := e.lim.ExportSlots.PeekAt("alice", e.now); !d.Allowed || d.Remaining != 3 {
+		t.Fatalf("after a refusal by the tier, alice's slots: %+v, want all 4 free (the slot given back)", d)
+	}
+	if c := e.counts(t, "POST /v1/exports", "ExportSlots"); c[verdict.Allowed] != 5 || c[verdict.Denied] != 1 {
+		t.Fatalf("ExportSlots' counts: %v, want 5 allowed (4 ran; 1 given back when the tier refused) and 1 denied", c)
 	}
 }

@@ -38,7 +38,7 @@ type Door struct {
 	entry         func(method string) int
 	check         func(ctx context.Context, method string) error
 	count         func(ss grpc.ServerStream, method string) grpc.ServerStream
-	acquire       func(ctx context.Context, method string) (atomicslot.Slot, error)
+	acquire       func(ctx context.Context, method string) (atomicslot.Set, error)
 }
 
 // InitDoor makes d the door of a policy's entries (full methods and services,
@@ -53,19 +53,21 @@ func InitDoor(d *Door, entries []string, entry func(method string) int, check fu
 }
 
 // InitSlots gives d the acquisitions of its policy's in-flight entries:
-// acquire takes the slot of the in-flight rule of method's entry, or returns
-// the status that ends the call (the zero Slot and nil for an entry of no
-// in-flight rule). The door acquires after the call's check let it on, and
-// releases the slot when the handler returns: at the end of a unary call, or
-// of a stream. A generated NewGRPC calls it once, after InitDoor, when its
-// policy's entries check in-flight rules.
-func InitSlots(d *Door, acquire func(ctx context.Context, method string) (atomicslot.Slot, error)) {
+// acquire takes the slots of the in-flight rules of method's entry (its
+// rule's, or its tier's), or returns the status that ends the call, giving
+// back what it took (the zero Set and nil for an entry of no in-flight
+// rule). The door acquires before the call's check and gives the slots back
+// when the check denies (all or nothing), and releases them when the handler
+// returns: at the end of a unary call, or of a stream. A generated NewGRPC
+// calls it once, after InitDoor, when its policy's entries check in-flight
+// rules.
+func InitSlots(d *Door, acquire func(ctx context.Context, method string) (atomicslot.Set, error)) {
 	d.acquire = acquire
 }
 
-// release returns s, when it holds a slot, at a reading of the door's clock.
-func (d *Door) release(s atomicslot.Slot) {
-	if s.Held() {
+// release returns the slots of s at a reading of the door's clock.
+func (d *Door) release(s *atomicslot.Set) {
+	if s.Len() > 0 {
 		s.ReleaseAt(d.Now())
 	}
 }
@@ -82,17 +84,21 @@ func (d *Door) Now() atomicbucket.Time {
 func (d *Door) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	d.unary.Store(true)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if d.check != nil {
-			if err := d.check(ctx, info.FullMethod); err != nil {
+		var s atomicslot.Set
+		if d.acquire != nil {
+			var err error
+			if s, err = d.acquire(ctx, info.FullMethod); err != nil {
 				return nil, err
 			}
 		}
-		if d.acquire != nil {
-			s, err := d.acquire(ctx, info.FullMethod)
-			if err != nil {
+		if d.check != nil {
+			if err := d.check(ctx, info.FullMethod); err != nil {
+				d.release(&s)
 				return nil, err
 			}
-			defer d.release(s)
+		}
+		if s.Len() > 0 {
+			defer d.release(&s)
 		}
 		return handler(ctx, req)
 	}
@@ -103,17 +109,21 @@ func (d *Door) UnaryInterceptor() grpc.UnaryServerInterceptor {
 func (d *Door) StreamInterceptor() grpc.StreamServerInterceptor {
 	d.stream.Store(true)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if d.check != nil {
-			if err := d.check(ss.Context(), info.FullMethod); err != nil {
+		var s atomicslot.Set
+		if d.acquire != nil {
+			var err error
+			if s, err = d.acquire(ss.Context(), info.FullMethod); err != nil {
 				return err
 			}
 		}
-		if d.acquire != nil {
-			s, err := d.acquire(ss.Context(), info.FullMethod)
-			if err != nil {
+		if d.check != nil {
+			if err := d.check(ss.Context(), info.FullMethod); err != nil {
+				d.release(&s)
 				return err
 			}
-			defer d.release(s)
+		}
+		if s.Len() > 0 {
+			defer d.release(&s)
 		}
 		if d.count != nil {
 			if counted := d.count(ss, info.FullMethod); counted != nil {

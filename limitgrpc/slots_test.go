@@ -127,6 +127,16 @@ func TestSlotsUnary(t *testing.T) {
 		}
 		<-h.running
 	}
+	// Alice's fifth admitted Check would need a fifth CheckRate token: the
+	// third, refused by its slot, took none. The rate refuses it, and its
+	// slot comes back at once.
+	_, err = client.Check(user("alice"), &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(first(trailer, "ratelimit"), "CheckRate") {
+		t.Fatalf("alice's Check with her CheckRate tokens spent: %v, trailer %v; want ResourceExhausted by CheckRate", err, trailer)
+	}
+	if d := lims.Checks.PeekAt("alice", now); !d.Allowed || d.Remaining != 1 {
+		t.Fatalf("after a Check the rate refused, alice's slots: %+v, want both free", d)
+	}
 	if _, err := client.Check(context.Background(), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("a Check without a user: %v, want Unauthenticated", err)
 	}
@@ -134,8 +144,8 @@ func TestSlotsUnary(t *testing.T) {
 	for _, c := range g.Config.Counters.Snapshot() {
 		if c.Rule == "Checks" {
 			counted = true
-			if c.Outcomes[verdict.Allowed] != 5 || c.Outcomes[verdict.Denied] != 1 || c.Outcomes[verdict.MissingKey] != 1 {
-				t.Fatalf("Checks' counts: %v, want 5 allowed, 1 denied, 1 without a key", c.Outcomes)
+			if c.Outcomes[verdict.Allowed] != 6 || c.Outcomes[verdict.Denied] != 1 || c.Outcomes[verdict.MissingKey] != 1 {
+				t.Fatalf("Checks' counts: %v, want 6 allowed (5 ran, 1 given back when the rate refused), 1 denied, 1 without a key", c.Outcomes)
 			}
 		}
 	}

@@ -28,7 +28,7 @@ type Door struct {
 	router   *Router
 	patterns []string
 	check    func(w http.ResponseWriter, r *http.Request, route int, path string) bool
-	acquire  func(w http.ResponseWriter, r *http.Request, route int, path string) (bool, atomicslot.Slot)
+	acquire  func(w http.ResponseWriter, r *http.Request, route int, path string) (bool, atomicslot.Set)
 }
 
 // InitDoor makes d the door of a policy's routes: router over patterns (in
@@ -42,14 +42,17 @@ func InitDoor(d *Door, router *Router, patterns []string,
 }
 
 // InitSlots gives d the acquisitions of its policy's in-flight routes:
-// acquire takes the slot of route's in-flight rule, or answers the request
-// when it cannot, and reports whether the request may go on (true and the
-// zero Slot for a route of no in-flight rule). The door acquires after every
-// route's check has let the request on, and releases every slot it took when
-// the handler returns: normally, by a panic, after a Hijack, or at the end of
-// a streamed response, whichever way it returns. A generated NewMiddleware
-// calls it once, after InitDoor, when its policy routes to in-flight rules.
-func InitSlots(d *Door, acquire func(w http.ResponseWriter, r *http.Request, route int, path string) (bool, atomicslot.Slot)) {
+// acquire takes the slots of route's in-flight rules (its rule's, or its
+// tier's), or answers the request when it cannot (giving back what it took),
+// and reports whether the request may go on (true and the zero Set for a
+// route of no in-flight rule). The door acquires before any route's check,
+// gives every slot back when a check denies, so that a request holds its
+// slots only if every route and rule let it on (all or nothing), and
+// releases every slot when the handler returns: normally, by a panic, after
+// a Hijack, or at the end of a streamed response, whichever way it returns.
+// A generated NewMiddleware calls it once, after InitDoor, when its policy
+// routes to in-flight rules.
+func InitSlots(d *Door, acquire func(w http.ResponseWriter, r *http.Request, route int, path string) (bool, atomicslot.Set)) {
 	d.acquire = acquire
 }
 
@@ -84,25 +87,30 @@ func (d *Door) Wrap(next http.Handler) http.Handler {
 }
 
 // serveHeld serves r with next when every one of routes lets it on: first
-// each route's check, then each route's acquisition (a slot of its in-flight
-// rule, or none), the slots taken so far given back when one cannot be had.
-// The slots are released when next returns, whichever way it does.
+// each route's acquisitions (the slots of its in-flight rules, if any), then
+// each route's check, every slot taken given back when an acquisition or a
+// check denies: a request holds slots only when it goes on, and a rate rule
+// is charged only when every slot was had. The slots are released when next
+// returns, whichever way it does.
 func (d *Door) serveHeld(w http.ResponseWriter, r *http.Request, next http.Handler, routes Routes) {
-	for i := range routes.N {
-		if d.check != nil && !d.check(w, r, routes.Index[i], routes.Path[i]) {
-			return
+	var held [len(routes.Index)]atomicslot.Set
+	n := 0
+	if d.acquire != nil {
+		for i := range routes.N {
+			ok, s := d.acquire(w, r, routes.Index[i], routes.Path[i])
+			if !ok {
+				d.release(held[:n])
+				return
+			}
+			if s.Len() > 0 {
+				held[n], n = s, n+1
+			}
 		}
 	}
-	var held [len(routes.Index)]atomicslot.Slot
-	n := 0
 	for i := range routes.N {
-		ok, s := d.acquire(w, r, routes.Index[i], routes.Path[i])
-		if !ok {
+		if d.check != nil && !d.check(w, r, routes.Index[i], routes.Path[i]) {
 			d.release(held[:n])
 			return
-		}
-		if s.Held() {
-			held[n], n = s, n+1
 		}
 	}
 	if n == 0 { // no route of an in-flight rule: nothing to release
@@ -114,13 +122,13 @@ func (d *Door) serveHeld(w http.ResponseWriter, r *http.Request, next http.Handl
 }
 
 // release returns the slots a request held, at one reading of the door's
-// clock.
-func (d *Door) release(held []atomicslot.Slot) {
+// clock, the last taken first.
+func (d *Door) release(held []atomicslot.Set) {
 	if len(held) == 0 {
 		return
 	}
 	now := d.Now()
-	for i := range held {
+	for i := len(held) - 1; i >= 0; i-- {
 		held[i].ReleaseAt(now)
 	}
 }

@@ -3365,15 +3365,15 @@ func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route in
 	return true
 }
 
-// acquireRoute takes the slot of route's in-flight rule (route an index of httpPatterns; -1 for
-// none), reading its key's wildcards from path, or answers r when it cannot, and reports whether
-// r may go on; the door releases the slot when the handler returns.
-func (m *Middleware) acquireRoute(w http.ResponseWriter, r *http.Request, route int, path string) (bool, atomicslot.Slot) {
+// acquireRoute takes the slots of route's in-flight rules (route an index of httpPatterns; -1 for
+// none), reading their keys' wildcards from path, or answers r when it cannot, and reports whether
+// r may go on; the door gives the slots back when a check denies, or the handler returns.
+func (m *Middleware) acquireRoute(w http.ResponseWriter, r *http.Request, route int, path string) (bool, atomicslot.Set) {
 	switch route {
 	case 4:
-		return m.route5(w, r, path)
+		return m.acquire5(w, r, path)
 	}
-	return true, atomicslot.Slot{}
+	return true, atomicslot.Set{}
 }
 
 // ServeMux is the http.ServeMux behind the middleware that NewServeMux returns (see limithttp.ServeMux).
@@ -3552,15 +3552,24 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request) bool {
 	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
 
-// route5 takes a slot of Running for POST /run/{user} (enforce) and reports whether the request may
-// go on, with the slot to release when it ends.
-func (m *Middleware) route5(w http.ResponseWriter, r *http.Request, path string) (bool, atomicslot.Slot) {
+// acquire5 takes a slot of Running for POST /run/{user} (enforce) and reports whether the request
+// may go on, with the slots to release when it ends.
+func (m *Middleware) acquire5(w http.ResponseWriter, r *http.Request, path string) (bool, atomicslot.Set) {
+	var set atomicslot.Set
+	now := m.Now()
 	k0, ok0 := limithttp.PathKeyAt(path, 1, false)
-	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Running: route \\\"POST /run/{user}\\\" reads it from the path user.\"}\n", verdict.Event{Route: "POST /run/{user}", Rule: "Running", RuleIndex: int(RuleRunning), Series: 6, Outcome: verdict.MissingKey}), atomicslot.Slot{}
+	if ok0 {
+		s0, res0 := m.limits.Running.Acquire(r.Context(), k0)
+		if !m.Config.Hold(w, r, verdict.Enforce, &res0, "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"Rule Running lets at most 2 requests of a key run at once, and that many are running; Retry-After is when the first of them reaches its longest hold (1m0s) if none ends sooner.\"}\n", verdict.Event{Route: "POST /run/{user}", Rule: "Running", RuleIndex: int(RuleRunning), Series: 6, Cost: 1, Key: k0}) {
+			set.ReleaseAt(now)
+			return false, atomicslot.Set{}
+		}
+		set.Add(s0)
+	} else if !m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Running: route \\\"POST /run/{user}\\\" reads it from the path user.\"}\n", verdict.Event{Route: "POST /run/{user}", Rule: "Running", RuleIndex: int(RuleRunning), Series: 6, Outcome: verdict.MissingKey}) {
+		set.ReleaseAt(now)
+		return false, atomicslot.Set{}
 	}
-	s, res := m.limits.Running.Acquire(r.Context(), k0)
-	return m.Config.Hold(w, r, verdict.Enforce, &res, "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"Rule Running lets at most 2 requests of a key run at once, and that many are running; Retry-After is when the first of them reaches its longest hold (1m0s) if none ends sooner.\"}\n", verdict.Event{Route: "POST /run/{user}", Rule: "Running", RuleIndex: int(RuleRunning), Series: 6, Cost: 1, Key: k0}), s
+	return true, set
 }
 
 // plan is the request's plan, from func:PlanOf, or free.

@@ -58,6 +58,14 @@ type door struct {
 
 func (d *door) r() *jen.Statement { return jen.Id(d.recv) }
 
+// acquireName is the name of route (or entry) i's acquisition of its slots.
+func (d *door) acquireName(i int) string {
+	if d.prefix == "http" {
+		return "acquire" + strconv.Itoa(i+1)
+	}
+	return "acquireEntry" + strconv.Itoa(i+1)
+}
+
 // seriesVar is the name of route i's series by RuleName (a tier's route).
 func (d *door) seriesVar(i int) string {
 	if d.prefix == "http" {
@@ -80,7 +88,7 @@ func seriesBases(routes []model.Route) []int {
 			continue
 		}
 		bases[i] = n
-		n += len(r.Rules)
+		n += len(r.Rules) + len(r.Slots)
 	}
 	return bases
 }
@@ -108,7 +116,16 @@ func emitSeries(m *model.Model, d *door, bases []int) jen.Code {
 			lits = append(lits, jen.Values(kv...))
 			byRule = append(byRule, jen.Id(m.Rules[ri].RuleConst()).Op(":").Lit(bases[i]+j))
 		}
-		if r.Tier >= 0 {
+		for k, sl := range r.Slots { // after the rate rules: what the route acquires
+			kv := []jen.Code{field("Route", jen.Lit(r.Pattern))}
+			if tier != "" {
+				kv = append(kv, field("Tier", jen.Lit(tier)))
+			}
+			kv = append(kv, field("Rule", jen.Lit(m.Rules[sl.Rule].Name)))
+			lits = append(lits, jen.Values(kv...))
+			byRule = append(byRule, jen.Id(m.Rules[sl.Rule].RuleConst()).Op(":").Lit(bases[i]+len(r.Rules)+k))
+		}
+		if r.Tier >= 0 && checkRoute(r) { // what its check reads
 			g.Add(jen.Comment(fmt.Sprintf("%s are the series of %s's rules in the Counters, by RuleName.", d.seriesVar(i), r.Pattern)).Line().
 				Var().Id(d.seriesVar(i)).Op("=").Index(jen.Op("...")).Int().Values(byRule...).Line().Line())
 		}
@@ -127,7 +144,7 @@ func emitSeries(m *model.Model, d *door, bases []int) jen.Code {
 // emitRouteLists is every route's (or method entry's) RateLimit-Policy value
 // per plan.
 func emitRouteLists(m *model.Model, d *door) jen.Code {
-	if !anyChecked(d.routes, func(r model.Route) bool { return !slotRoute(m, r) }) {
+	if !anyChecked(d.routes, checkRoute) {
 		return jen.Null() // every route Off, or of an in-flight rule: no check reads them
 	}
 	dim := max(len(m.Plans), 1)
@@ -495,7 +512,7 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 		doc = fmt.Sprintf("%s checks one message of a stream of %s (%s, %s, %d a message) and returns the decision for limitgrpc.CountMessages to answer, with the key that seeds its jitter, or the status that ends the stream when it has no key.", d.entryName(i), r.Pattern, what, strings.ToLower(r.Mode), r.CostFixed)
 	}
 	params := d.params
-	if d.prefix == "http" && !readsPath(r) { // the path is read for its wildcards only
+	if d.prefix == "http" && !readsPath(r.Keys) { // the path is read for its wildcards only
 		params = params[:len(params)-1]
 	}
 	return jen.Line().
@@ -503,95 +520,132 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 		Func().Params(recv().Op("*").Id(d.typ)).Id(d.entryName(i)).Params(params...).Add(d.result).Block(body...).Line()
 }
 
-// slotRoute says whether route r checks an in-flight rule.
-func slotRoute(m *model.Model, r model.Route) bool {
-	return r.Rule >= 0 && m.Rules[r.Rule].IsInFlight()
-}
+// slotRoute says whether route r acquires slots of in-flight rules (its
+// rule's, or its tier's).
+func slotRoute(r model.Route) bool { return len(r.Slots) > 0 }
 
-// emitSlotRoute is the acquisition of route (or method entry) i of an
-// in-flight rule: its key read as emitRoute reads one, then the slot taken,
-// and the answer (limithttp's or limitgrpc's Config.Hold); the door releases
-// the slot when the handler returns. An HTTP route's returns whether the
-// request may go on and the slot; a gRPC entry's, the slot and the status
-// that ends the call.
+// checkRoute says whether route r checks rate rules (its rule, or its
+// tier's buckets and windows).
+func checkRoute(r model.Route) bool { return len(r.Rules) > 0 }
+
+// emitSlotRoute is the acquisition of route (or method entry) i's in-flight
+// rules, in order: each one's key read as emitRoute reads one, its slot
+// taken, and the answer (limithttp's or limitgrpc's Config.Hold), the slots
+// taken before it given back when it denies. The door acquires before the
+// route's check and releases the set when the handler returns, or when a
+// check denies. An HTTP route's returns whether the request may go on and
+// the set; a gRPC entry's, the set and the status that ends the call.
 func emitSlotRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code {
-	rule := m.Rules[r.Rule]
 	mode := vd(r.Mode)
 	http := d.prefix == "http"
-	answer := func(ok, slot jen.Code) jen.Code { // the two results, in the door's order
+	set := jen.Qual(slotPath, "Set")
+	// denied is the way out when call (a Hold or a Reject) ends the request.
+	denied := func(call jen.Code) jen.Code {
+		giveBack := jen.Id("set").Dot("ReleaseAt").Call(jen.Id("now"))
 		if http {
-			return jen.Return(ok, slot)
+			return jen.If(jen.Op("!").Add(call)).Block(giveBack, jen.Return(jen.False(), set.Clone().Values()))
 		}
-		return jen.Return(slot, ok)
+		return jen.If(jen.Err().Op(":=").Add(call), jen.Err().Op("!=").Nil()).Block(giveBack, jen.Return(set.Clone().Values(), jen.Err()))
 	}
-	noSlot := jen.Qual(slotPath, "Slot").Values()
-	event := func(outcome string, key ...resField) jen.Code {
-		kv := []jen.Code{
-			field("Route", jen.Lit(r.Pattern)),
-			field("Rule", jen.Lit(rule.Name)),
-			field("RuleIndex", jen.Int().Call(jen.Id(rule.RuleConst()))),
-			field("Series", jen.Lit(base)),
+	body := []jen.Code{jen.Var().Id("set").Add(set), jen.Id("now").Op(":=").Add(d.r()).Dot(d.now).Call()}
+	var names []string
+	for k, sl := range r.Slots {
+		rule := m.Rules[sl.Rule]
+		names = append(names, rule.Name)
+		kv, ok, s, res, text := fmt.Sprintf("k%d", k), fmt.Sprintf("ok%d", k), fmt.Sprintf("s%d", k), fmt.Sprintf("res%d", k), fmt.Sprintf("key%d", k)
+		event := func(outcome string, key ...resField) jen.Code {
+			f := []jen.Code{
+				field("Route", jen.Lit(r.Pattern)),
+				field("Rule", jen.Lit(rule.Name)),
+				field("RuleIndex", jen.Int().Call(jen.Id(rule.RuleConst()))),
+				field("Series", jen.Lit(base+len(r.Rules)+k)),
+			}
+			if r.Tier >= 0 {
+				f = append(f, field("Tier", jen.Lit(m.Tiers[r.Tier].Name)))
+			}
+			if outcome != "" {
+				f = append(f, field("Outcome", vd(outcome)))
+			} else {
+				f = append(f, field("Cost", jen.Lit(1))) // checked: one slot
+			}
+			for _, x := range key {
+				f = append(f, field(x.name, x.v))
+			}
+			return vd("Event").Values(f...)
 		}
-		if outcome != "" {
-			kv = append(kv, field("Outcome", vd(outcome)))
+		var acquire, args []jen.Code
+		var key []resField
+		limiter := d.r().Dot("limits").Dot(rule.GoName)
+		if rule.KeyType != "" {
+			if rule.Composite() {
+				body = append(body, emitCompositeKeyRead(d, kv, ok, rule, sl.Keys, r.Ordinal, r.Pattern)...)
+			} else {
+				body = append(body, emitKey(d, kv, ok, rule.KeyType, sl.Keys, r.Ordinal, r.Pattern)...)
+			}
+			args = append(args, jen.Id(kv))
+			switch {
+			case rule.Composite(): // its text form, for the log: built only for a denial
+				acquire = append(acquire, jen.Id(text).Op(":=").Lit(""))
+				key = append(key, setField("Key", jen.Id(text)))
+			case rule.KeyType == "string":
+				key = append(key, setField("Key", jen.Id(kv)))
+			default:
+				key = append(key, setField("KeyInt", jen.Uint64().Call(jen.Id(kv))))
+			}
+		}
+		if rule.Shared { // on the store, in the request's context
+			acquire = append(acquire, jen.List(jen.Id(s), jen.Id(res)).Op(":=").Add(limiter).Dot("Acquire").Call(append([]jen.Code{d.ctx}, args...)...))
 		} else {
-			kv = append(kv, field("Cost", jen.Lit(1))) // checked: one slot
+			acquire = append(acquire, jen.Var().Id(res).Add(vd("Result")), jen.Var().Id(s).Qual(slotPath, "Slot"),
+				jen.List(jen.Id(s), jen.Id(res).Dot("Decision")).Op("=").Add(limiter).Dot("AcquireAt").Call(append(args, jen.Id("now"))...))
 		}
-		for _, k := range key {
-			kv = append(kv, field(k.name, k.v))
-		}
-		return vd("Event").Values(kv...)
-	}
-	var body, args []jen.Code
-	var key []resField
-	if rule.KeyType != "" {
 		if rule.Composite() {
-			body = append(body, emitCompositeKeyRead(d, "k0", "ok0", rule, r.Keys[0], r.Ordinal, r.Pattern)...)
-		} else {
-			body = append(body, emitKey(d, "k0", "ok0", rule.KeyType, r.Keys[0], r.Ordinal, r.Pattern)...)
+			acquire = append(acquire, jen.If(jen.Op("!").Id(res).Dot("Allowed")).Block(jen.Id(text).Op("=").Id(kv).Dot("String").Call()))
 		}
-		reject := d.r().Dot("Config").Dot("Reject").Call(append(slices.Clone(d.reject), mode, d.missing, jen.Lit(r.MissingBodies[0]), event("MissingKey"))...)
-		body = append(body, jen.If(jen.Op("!").Id("ok0")).Block(answer(reject, noSlot)))
-		args = append(args, jen.Id("k0"))
-		switch {
-		case rule.Composite(): // its text form, for the log: built only for a denial
-			body = append(body, jen.Id("key").Op(":=").Lit(""))
-			key = append(key, setField("Key", jen.Id("key")))
-		case rule.KeyType == "string":
-			key = append(key, setField("Key", jen.Id("k0")))
-		default:
-			key = append(key, setField("KeyInt", jen.Uint64().Call(jen.Id("k0"))))
+		hold := append(slices.Clone(d.respond), mode, jen.Op("&").Id(res), jen.Lit(sl.Body), event("", key...))
+		acquire = append(acquire, denied(d.r().Dot("Config").Dot("Hold").Call(hold...)), jen.Id("set").Dot("Add").Call(jen.Id(s)))
+		if rule.KeyType == "" {
+			body = append(body, acquire...)
+			continue
 		}
+		reject := d.r().Dot("Config").Dot("Reject").Call(append(slices.Clone(d.reject), mode, d.missing, jen.Lit(sl.Missing), event("MissingKey"))...)
+		body = append(body, jen.If(jen.Id(ok)).Block(acquire...).Else().Add(denied(reject)))
 	}
-	limiter := d.r().Dot("limits").Dot(rule.GoName)
-	if rule.Shared { // on the store, in the request's context
-		body = append(body, jen.List(jen.Id("s"), jen.Id("res")).Op(":=").Add(limiter).Dot("Acquire").Call(append([]jen.Code{d.ctx}, args...)...))
+	if http {
+		body = append(body, jen.Return(jen.True(), jen.Id("set")))
 	} else {
-		body = append(body, jen.Var().Id("res").Add(vd("Result")), jen.Var().Id("s").Qual(slotPath, "Slot"),
-			jen.List(jen.Id("s"), jen.Id("res").Dot("Decision")).Op("=").Add(limiter).Dot("AcquireAt").Call(append(args, d.r().Dot(d.now).Call())...))
+		body = append(body, jen.Return(jen.Id("set"), jen.Nil()))
 	}
-	if rule.Composite() {
-		body = append(body, jen.If(jen.Op("!").Id("res").Dot("Allowed")).Block(jen.Id("key").Op("=").Id("k0").Dot("String").Call()))
+	what := "a slot of " + names[0]
+	if len(names) > 1 {
+		what = "a slot of each of " + strings.Join(names, ", ")
 	}
-	hold := append(slices.Clone(d.respond), mode, jen.Op("&").Id("res"), jen.Lit(r.SlotBody), event("", key...))
-	body = append(body, answer(d.r().Dot("Config").Dot("Hold").Call(hold...), jen.Id("s")))
-	doc := fmt.Sprintf("%s takes a slot of %s for %s (%s) and reports whether the request may go on, with the slot to release when it ends.", d.entryName(i), rule.Name, r.Pattern, strings.ToLower(r.Mode))
-	results := jen.Params(jen.Bool(), jen.Qual(slotPath, "Slot"))
+	doc := fmt.Sprintf("%s takes %s for %s (%s) and reports whether the request may go on, with the slots to release when it ends.", d.acquireName(i), what, r.Pattern, strings.ToLower(r.Mode))
+	results := jen.Params(jen.Bool(), set.Clone())
 	params := d.params
 	if !http {
-		doc = fmt.Sprintf("%s takes a slot of %s for a call of %s (%s) and returns it, to release when the call ends, or the status that ends the call.", d.entryName(i), rule.Name, r.Pattern, strings.ToLower(r.Mode))
-		results = jen.Params(jen.Qual(slotPath, "Slot"), jen.Error())
-	} else if !readsPath(r) {
+		doc = fmt.Sprintf("%s takes %s for a call of %s (%s) and returns them, to release when the call ends, or the status that ends the call.", d.acquireName(i), what, r.Pattern, strings.ToLower(r.Mode))
+		results = jen.Params(set.Clone(), jen.Error())
+	} else if !readsPath(slotKeys(r)) {
 		params = params[:len(params)-1]
 	}
 	return jen.Line().Add(comment(doc)).
-		Func().Params(d.r().Op("*").Id(d.typ)).Id(d.entryName(i)).Params(params...).Add(results).Block(body...).Line()
+		Func().Params(d.r().Op("*").Id(d.typ)).Id(d.acquireName(i)).Params(params...).Add(results).Block(body...).Line()
 }
 
-// readsPath says whether one of route r's keys is read from its path's
-// wildcards.
-func readsPath(r model.Route) bool {
-	for _, srcs := range r.Keys {
+// slotKeys are the key sources of route r's in-flight rules.
+func slotKeys(r model.Route) [][]model.KeySource {
+	var keys [][]model.KeySource
+	for _, s := range r.Slots {
+		keys = append(keys, s.Keys)
+	}
+	return keys
+}
+
+// readsPath says whether one of keys (a route's, per rule) is read from its
+// path's wildcards.
+func readsPath(keys [][]model.KeySource) bool {
+	for _, srcs := range keys {
 		for _, s := range srcs {
 			if s.Kind == "path" {
 				return true

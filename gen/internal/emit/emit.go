@@ -180,7 +180,7 @@ func file(m *model.Model) *jen.File {
 	if len(m.Tiers) > 0 {
 		f.Add(emitTierDecision())
 		for _, t := range m.Tiers {
-			if t.Shared {
+			if t.Shared || tierSlotsShared(m, t) {
 				f.Add(emitTierResult())
 				break
 			}

@@ -142,11 +142,13 @@ func emitDoor(m *model.Model, d *door, decls ...jen.Code) jen.Code {
 	bases := seriesBases(d.routes)
 	out.Add(emitSeries(m, d, bases))
 	for i, r := range d.routes {
-		switch {
-		case r.Mode == "Off":
-		case slotRoute(m, r):
+		if r.Mode == "Off" {
+			continue
+		}
+		if slotRoute(r) {
 			out.Add(emitSlotRoute(m, d, i, r, bases[i]))
-		default:
+		}
+		if checkRoute(r) {
 			out.Add(emitRoute(m, d, i, r, bases[i]))
 		}
 	}
@@ -162,7 +164,7 @@ func emitDoor(m *model.Model, d *door, decls ...jen.Code) jen.Code {
 // emitHTTPTables is every rule's Policy and default cost per plan, and every
 // route's RateLimit-Policy value per plan: constants computed when generating.
 func emitHTTPTables(m *model.Model) jen.Code {
-	routes := slices.DeleteFunc(checked(m), func(r model.Route) bool { return slotRoute(m, r) })
+	routes := slices.DeleteFunc(checked(m), func(r model.Route) bool { return !checkRoute(r) })
 	if len(routes) == 0 {
 		return jen.Null() // every route Off, or of an in-flight rule: nothing reads them
 	}
@@ -246,15 +248,18 @@ func emitMiddleware(m *model.Model) jen.Code {
 		if r.Mode == "Off" {
 			continue
 		}
-		args := []jen.Code{jen.Id("w"), jen.Id("r")}
-		if readsPath(r) {
-			args = append(args, jen.Id("path"))
+		args := func(keys [][]model.KeySource) []jen.Code {
+			if readsPath(keys) {
+				return []jen.Code{jen.Id("w"), jen.Id("r"), jen.Id("path")}
+			}
+			return []jen.Code{jen.Id("w"), jen.Id("r")}
 		}
-		if slotRoute(m, r) {
-			slotCases = append(slotCases, jen.Case(jen.Lit(i)).Block(jen.Return(jen.Id("m").Dot(routeFunc(i)).Call(args...))))
-			continue
+		if slotRoute(r) {
+			slotCases = append(slotCases, jen.Case(jen.Lit(i)).Block(jen.Return(jen.Id("m").Dot("acquire"+strconv.Itoa(i+1)).Call(args(slotKeys(r))...))))
 		}
-		cases = append(cases, jen.Case(jen.Lit(i)).Block(jen.Return(jen.Id("m").Dot(routeFunc(i)).Call(args...))))
+		if checkRoute(r) {
+			cases = append(cases, jen.Case(jen.Lit(i)).Block(jen.Return(jen.Id("m").Dot(routeFunc(i)).Call(args(r.Keys)...))))
+		}
 	}
 	// checkRoute is what the door calls for each route a request may be
 	// handed to; with every route off there is nothing to check.
@@ -275,12 +280,12 @@ func emitMiddleware(m *model.Model) jen.Code {
 	if len(slotCases) > 0 {
 		initSlots = lh("InitSlots").Call(jen.Op("&").Id("m").Dot("Door"), jen.Id("m").Dot("acquireRoute"))
 		checkRoute = jen.Add(checkRoute).Line().
-			Comment("acquireRoute takes the slot of route's in-flight rule (route an index of httpPatterns; -1 for").Line().
-			Comment("none), reading its key's wildcards from path, or answers r when it cannot, and reports whether").Line().
-			Comment("r may go on; the door releases the slot when the handler returns.").Line().
-			Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("acquireRoute").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("route").Int(), jen.Id("path").String()).Params(jen.Bool(), jen.Qual(slotPath, "Slot")).Block(
+			Comment("acquireRoute takes the slots of route's in-flight rules (route an index of httpPatterns; -1 for").Line().
+			Comment("none), reading their keys' wildcards from path, or answers r when it cannot, and reports whether").Line().
+			Comment("r may go on; the door gives the slots back when a check denies, or the handler returns.").Line().
+			Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("acquireRoute").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("route").Int(), jen.Id("path").String()).Params(jen.Bool(), jen.Qual(slotPath, "Set")).Block(
 			jen.Switch(jen.Id("route")).Block(slotCases...),
-			jen.Return(jen.True(), jen.Qual(slotPath, "Slot").Values()),
+			jen.Return(jen.True(), jen.Qual(slotPath, "Set").Values()),
 		).Line()
 	}
 	g := jen.Line().

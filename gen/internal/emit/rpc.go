@@ -91,11 +91,13 @@ func emitGRPCType(m *model.Model) jen.Code {
 		} else {
 			serviceCases = append(serviceCases, c)
 		}
-		switch {
-		case r.Mode == "Off":
-		case slotRoute(m, r):
-			slotCases = append(slotCases, jen.Case(jen.Lit(i)).Block(jen.Return(jen.Id("g").Dot("entry"+strconv.Itoa(i+1)).Call(jen.Id("ctx"), jen.Id("method")))))
-		default:
+		if r.Mode == "Off" {
+			continue
+		}
+		if slotRoute(r) {
+			slotCases = append(slotCases, jen.Case(jen.Lit(i)).Block(jen.Return(jen.Id("g").Dot("acquireEntry"+strconv.Itoa(i+1)).Call(jen.Id("ctx"), jen.Id("method")))))
+		}
+		if checkRoute(r) {
 			entryCases = append(entryCases, jen.Case(jen.Lit(i)).Block(jen.Return(jen.Id("g").Dot("entry"+strconv.Itoa(i+1)).Call(jen.Id("ctx"), jen.Id("method")))))
 		}
 	}
@@ -118,10 +120,10 @@ func emitGRPCType(m *model.Model) jen.Code {
 	if len(slotCases) > 0 {
 		initSlots = lg("InitSlots").Call(jen.Op("&").Id("g").Dot("Door"), jen.Id("g").Dot("acquire"))
 		checkFunc = jen.Add(checkFunc).
-			Comment("acquire takes the slot of the in-flight rule of method's entry, to release when the call ends, or").Line().
-			Comment("returns the status that ends the call; the zero Slot and nil for any other entry.").Line().
-			Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("acquire").Params(jen.Id("ctx").Add(ctxType()), jen.Id("method").String()).Params(jen.Qual(slotPath, "Slot"), jen.Error()).Block(
-			jen.Switch(jen.Id("grpcEntry").Call(jen.Id("method"))).Block(slotCases...), jen.Return(jen.Qual(slotPath, "Slot").Values(), jen.Nil())).Line().Line()
+			Comment("acquire takes the slots of the in-flight rules of method's entry, to release when the call ends,").Line().
+			Comment("or returns the status that ends the call; the zero Set and nil for any other entry.").Line().
+			Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("acquire").Params(jen.Id("ctx").Add(ctxType()), jen.Id("method").String()).Params(jen.Qual(slotPath, "Set"), jen.Error()).Block(
+			jen.Switch(jen.Id("grpcEntry").Call(jen.Id("method"))).Block(slotCases...), jen.Return(jen.Qual(slotPath, "Set").Values(), jen.Nil())).Line().Line()
 	}
 	count, countFunc := countMessages(m)
 	var ipInit jen.Code = jen.Null() // the policy's client_ip, when it says anything

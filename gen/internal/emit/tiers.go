@@ -21,6 +21,9 @@ func emitTierDecision() jen.Code {
 }
 
 func emitTier(m *model.Model, t model.Tier) jen.Code {
+	if len(t.Rules) == 0 { // in-flight rules only
+		return emitTierSlots(m, t)
+	}
 	planned := false
 	for _, ri := range t.Rules {
 		planned = planned || m.Rules[ri].Planned
@@ -81,6 +84,9 @@ func emitTier(m *model.Model, t model.Tier) jen.Code {
 		forms[3].name, forms[3].doc = t.LocalNAtName(), fmt.Sprintf("%s is %s at time now.", t.LocalNAtName(), t.LocalNName())
 	}
 	g := jen.Line()
+	if len(t.Slots) > 0 { // the forms acquire the slots first (emitTierSlots): the core is what they check
+		forms = nil
+	}
 	for _, f := range forms {
 		var fargs []jen.Code
 		for _, n := range f.extra {
@@ -178,7 +184,175 @@ func emitTier(m *model.Model, t model.Tier) jen.Code {
 	if t.Shared {
 		g.Add(emitSharedTier(m, t, planned, decl, use, defaults))
 	}
+	if len(t.Slots) > 0 {
+		g.Add(emitTierSlots(m, t))
+	}
 	return g
+}
+
+// tierSlotsShared says whether one of tier t's in-flight rules is shared.
+func tierSlotsShared(m *model.Model, t model.Tier) bool {
+	for _, ri := range t.Slots {
+		if m.Rules[ri].Shared {
+			return true
+		}
+	}
+	return false
+}
+
+// emitTierSlots is a tier with in-flight rules: its forms take each
+// in-flight rule's slot first, in order, then check the rate rules (the
+// tier's core), giving every slot back when one cannot be had or a rate rule
+// denies: all or nothing. They return the slots, to release when the request
+// ends, with the decision.
+func emitTierSlots(m *model.Model, t model.Tier) jen.Code {
+	planned := false
+	for _, ri := range t.Rules {
+		planned = planned || m.Rules[ri].Planned
+	}
+	store := t.Shared || tierSlotsShared(m, t) // the forms take a context, and say whether the store decided
+	result := "TierDecision"
+	if store {
+		result = "TierResult"
+	}
+	var params, args []jen.Code // the plan, then a key per keyed rule: the rate rules', then the slots'
+	if store {
+		params = append(params, jen.Id("ctx").Qual("context", "Context"))
+	}
+	if planned {
+		params, args = append(params, jen.Id("plan").Id("Plan")), append(args, jen.Id("plan"))
+	}
+	var rateArgs []jen.Code
+	for _, ri := range append(slices.Clone(t.Rules), t.Slots...) {
+		if r := m.Rules[ri]; r.KeyType != "" {
+			params = append(params, jen.Id(r.Unexported()+"Key").Id(r.KeyType))
+			if !r.IsInFlight() {
+				rateArgs = append(rateArgs, jen.Id(r.Unexported()+"Key"))
+			}
+		}
+	}
+	set := jen.Qual(slotPath, "Set")
+	decision := func(d, rule jen.Code, denied bool) jen.Code {
+		f := []jen.Code{field("Decision", d), field("Rule", rule)}
+		if denied {
+			f = append(f, field("DeniedBy", rule))
+		}
+		return jen.Id("TierDecision").Add(fields(f...))
+	}
+	wrap := func(td jen.Code) jen.Code { // the form's result of a TierDecision
+		if !store {
+			return td
+		}
+		return jen.Id("TierResult").Values(jen.Dict{jen.Id("TierDecision"): td, jen.Id("Degraded"): jen.Id("deg"), jen.Id("Err"): jen.Id("err")})
+	}
+	g := jen.Line()
+	for _, form := range []struct {
+		name, doc string
+		cost, at  bool
+	}{
+		{t.GoName, t.Doc, false, false},
+		{t.NName(), fmt.Sprintf("%s is %s with a cost every rate rule is charged instead of its default.", t.NName(), t.GoName), true, false},
+		{t.AtName(), fmt.Sprintf("%s is %s at time now.", t.AtName(), t.GoName), false, true},
+		{t.NAtName(), fmt.Sprintf("%s is %s at time now.", t.NAtName(), t.NName()), true, true},
+	} {
+		if form.cost && len(t.Rules) == 0 || form.at && store {
+			continue // no rate rule to charge; the store's clock decides
+		}
+		ps := slices.Clone(params)
+		if form.at {
+			ps = append(ps, jen.Id("now").Add(rt("Time")))
+		}
+		if form.cost {
+			ps = append(ps, jen.Id("cost").Int64())
+		}
+		body := []jen.Code{jen.Var().Id("set").Add(set)}
+		if !form.at {
+			body = append([]jen.Code{jen.Id("now").Op(":=").Add(rt("Now")).Call()}, body...)
+		}
+		if store {
+			body = append(body, jen.Var().Id("deg").Bool(), jen.Var().Err().Error())
+		}
+		var ds []jen.Code // the slots' decisions
+		for k, ri := range t.Slots {
+			r := m.Rules[ri]
+			sv, dv := jen.Id(fmt.Sprintf("s%d", k)), jen.Id(fmt.Sprintf("d%d", k))
+			var key []jen.Code
+			if r.KeyType != "" {
+				key = append(key, jen.Id(r.Unexported()+"Key"))
+			}
+			if r.Shared {
+				rv := jen.Id(fmt.Sprintf("r%d", k))
+				body = append(body,
+					jen.List(sv.Clone(), rv.Clone()).Op(":=").Id("l").Dot(r.GoName).Dot("Acquire").Call(append([]jen.Code{jen.Id("ctx")}, key...)...),
+					dv.Clone().Op(":=").Add(rv.Clone()).Dot("Decision"),
+					jen.If(rv.Clone().Dot("Degraded")).Block(jen.List(jen.Id("deg"), jen.Err()).Op("=").List(jen.True(), rv.Clone().Dot("Err"))))
+				deny := jen.Id("TierResult").Values(jen.Dict{
+					jen.Id("TierDecision"): decision(dv.Clone(), jen.Id(r.RuleConst()), true),
+					jen.Id("Degraded"):     rv.Clone().Dot("Degraded"), jen.Id("Outage"): rv.Clone().Dot("Outage"), jen.Id("Err"): rv.Clone().Dot("Err")})
+				body = append(body, jen.If(jen.Op("!").Add(dv.Clone()).Dot("Allowed")).Block(
+					jen.Id("set").Dot("ReleaseAt").Call(jen.Id("now")), jen.Return(set.Clone().Values(), deny)))
+			} else {
+				body = append(body,
+					jen.List(sv.Clone(), dv.Clone()).Op(":=").Id("l").Dot(r.GoName).Dot("AcquireAt").Call(append(key, jen.Id("now"))...),
+					jen.If(jen.Op("!").Add(dv.Clone()).Dot("Allowed")).Block(
+						jen.Id("set").Dot("ReleaseAt").Call(jen.Id("now")), jen.Return(set.Clone().Values(), wrap(decision(dv.Clone(), jen.Id(r.RuleConst()), true)))))
+			}
+			body = append(body, jen.Id("set").Dot("Add").Call(sv.Clone()))
+			ds = append(ds, dv)
+		}
+		if len(t.Rules) == 0 { // the most constraining slot's decision: the fewest free
+			body = append(body, jen.List(jen.Id("most"), jen.Id("rule")).Op(":=").List(ds[0], jen.Id(m.Rules[t.Slots[0]].RuleConst())))
+			for k := 1; k < len(ds); k++ {
+				body = append(body, jen.If(jen.Add(ds[k]).Dot("Remaining").Op("<").Id("most").Dot("Remaining")).Block(
+					jen.List(jen.Id("most"), jen.Id("rule")).Op("=").List(ds[k], jen.Id(m.Rules[t.Slots[k]].RuleConst()))))
+			}
+			body = append(body, jen.Return(jen.Id("set"), wrap(decision(jen.Id("most"), jen.Id("rule"), false))))
+		} else {
+			cost := []jen.Code{jen.Lit(0), jen.True()}
+			if form.cost {
+				cost = []jen.Code{jen.Id("cost"), jen.False()}
+			}
+			if t.Shared {
+				body = append(body, jen.Id("tr").Op(":=").Id("l").Dot(t.SharedCoreName()).Call(append(append([]jen.Code{jen.Id("ctx")}, args...), append(rateArgs, cost...)...)...),
+					jen.If(jen.Id("deg").Op("&&").Op("!").Id("tr").Dot("Degraded")).Block(jen.List(jen.Id("tr").Dot("Degraded"), jen.Id("tr").Dot("Err")).Op("=").List(jen.True(), jen.Err())))
+			} else {
+				body = append(body, jen.Id("td").Op(":=").Id("l").Dot(t.CoreName()).Call(append(append(slices.Clone(args), rateArgs...), append([]jen.Code{jen.Id("now")}, cost...)...)...))
+				if store {
+					body = append(body, jen.Id("tr").Op(":=").Id("TierResult").Values(jen.Dict{jen.Id("TierDecision"): jen.Id("td"), jen.Id("Degraded"): jen.Id("deg"), jen.Id("Err"): jen.Err()}))
+				}
+			}
+			out := jen.Id("td")
+			if store {
+				out = jen.Id("tr")
+			}
+			body = append(body, jen.If(jen.Op("!").Add(out.Clone()).Dot("Allowed")).Block(
+				jen.Id("set").Dot("ReleaseAt").Call(jen.Id("now")), jen.Return(set.Clone().Values(), out.Clone())),
+				jen.Return(jen.Id("set"), out.Clone()))
+		}
+		doc := form.doc
+		if !form.cost && !form.at {
+			doc = fmt.Sprintf("%s takes a slot of each of %s, in order, then checks the request against %s: all or nothing "+
+				"(a slot that cannot be had, or a rate rule that denies, gives back every slot taken, and a full set of slots "+
+				"charges no rate rule). It returns the slots, to release when the request ends (Set.Release), with the "+
+				"decision of the rule that denied, or of the most constraining one.", t.GoName, strings.Join(ruleNamesOf(m, t.Slots), ", "),
+				map[bool]string{true: strings.Join(ruleNamesOf(m, t.Rules), ", "), false: "nothing more"}[len(t.Rules) > 0])
+			if store {
+				doc += " It never fails: when a store cannot decide, the rules' on_failure settings do, and the result says so (Degraded, Err)."
+			}
+		}
+		g.Add(comment(doc))
+		g.Func().Params(jen.Id("l").Op("*").Id("Limits")).Id(form.name).Params(ps...).Params(set.Clone(), jen.Id(result)).Block(body...).Line().Line()
+	}
+	return g
+}
+
+// ruleNamesOf are the names of rules.
+func ruleNamesOf(m *model.Model, rules []int) []string {
+	var names []string
+	for _, ri := range rules {
+		names = append(names, m.Rules[ri].Name)
+	}
+	return names
 }
 
 // emitSharedTier is a tier of shared rules' store forms: one store call, all
@@ -240,6 +414,9 @@ func emitSharedTier(m *model.Model, t model.Tier, planned bool, decl func(...str
 			"effort, never more than it took). It never fails: when the store cannot decide, the shared rules' on_failure "+
 			"settings do, and the result says so (Degraded, Err). Without a store, %s decides and Err is SharedErr's error.",
 			t.GoName, strings.Join(tierRuleNames(m, t), ", "), strings.Join(local, ", "), strings.Join(store, ", "), t.LocalName())
+	}
+	if len(t.Slots) > 0 { // the forms acquire the slots first (emitTierSlots): the shared core is what they check
+		forms = forms[:0]
 	}
 	for _, f := range forms {
 		var fargs []jen.Code

@@ -111,7 +111,10 @@ type Route struct {
 
 	MissingBodies []string // per entry of Rules: the problem body when no source has its key
 	CostBody      string   // the problem body when the declared cost is above CostMax
-	SlotBody      string   // on an HTTP route of an in-flight rule, the problem body when every slot is held
+	// Slots are the in-flight rules the route (or entry) acquires, in order
+	// (its rule, or its tier's in-flight rules): Rules, Keys and
+	// MissingBodies are then its rate rules' only.
+	Slots []Slot
 
 	// Entries, for an RLS descriptor pattern: the entries a descriptor must
 	// have, in order (its key sources are kind "entry", Segment the index).
@@ -124,6 +127,15 @@ type Route struct {
 	// message's cost, which ones are counted, and whether a denied one waits
 	// (pace) or ends the stream. Nil when only a stream's opening is checked.
 	Messages *Messages
+}
+
+// Slot is an in-flight rule a route acquires: its keys' sources, the answer
+// when it has none, and the answer when every slot is held.
+type Slot struct {
+	Rule    int
+	Keys    []KeySource
+	Missing string
+	Body    string
 }
 
 // Messages is how a gRPC entry's streams count their messages.

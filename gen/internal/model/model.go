@@ -168,7 +168,11 @@ type Limit struct {
 type Tier struct {
 	Name   string
 	GoName string
-	Rules  []int // indices into model.rules, in order
+	Rules  []int // indices into model.rules, in order: its rate rules (buckets, windows)
+	// Slots are its in-flight rules, in order: a request takes each one's
+	// slot before the rate rules are checked, and gives them back when one
+	// cannot be had or a rate rule denies (all or nothing).
+	Slots []int
 	// Shared is set when a rule is shared: the tier's forms take a context
 	// and call the store (one call for its shared rules), and the forms that
 	// decide in this process only are named Local…. Local is set when a rule

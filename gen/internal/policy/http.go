@@ -519,21 +519,16 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 				"The request has no key for rule "+rule.Name+": "+what+" reads it from "+from+".", "")
 		},
 	}) && valid
-	if v := f["cost"]; v != nil && r.Rule >= 0 && m.Rules[r.Rule].IsInFlight() {
-		p.errorf(v, "%s: rule %q is an in-flight rule: a request holds one slot while it runs, so a route has no cost for it", what, m.Rules[r.Rule].Name)
+	splitSlots(m, &r, func(rule model.Rule) string {
+		return limithttp.ProblemBody("about:blank", http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests,
+			fmt.Sprintf("Rule %s lets at most %s%s run at once, and that many are running; Retry-After is when the first of them reaches its longest hold (%s) if none ends sooner.",
+				rule.Name, count(rule.Limits[0].Tokens, "request"), slotsWhose(rule), time.Duration(rule.Limits[0].PeriodNs)), "")
+	})
+	if v := f["cost"]; v != nil && len(r.Rules) == 0 {
+		p.errorf(v, "%s: %s: a request holds one slot while it runs, so a route has no cost for it", what, slotsOnly(m, r))
 		valid = false
 	} else if v != nil {
 		valid = p.routeCost(v, &r, m, what, httpCost) && valid
-	}
-	if r.Rule >= 0 && m.Rules[r.Rule].IsInFlight() {
-		rule := m.Rules[r.Rule]
-		whose := " of a key"
-		if rule.KeyType == "" {
-			whose = ""
-		}
-		r.SlotBody = limithttp.ProblemBody("about:blank", http.StatusText(http.StatusTooManyRequests), http.StatusTooManyRequests,
-			fmt.Sprintf("Rule %s lets at most %s%s run at once, and that many are running; Retry-After is when the first of them reaches its longest hold (%s) if none ends sooner.",
-				rule.Name, count(rule.Limits[0].Tokens, "request"), whose, time.Duration(rule.Limits[0].PeriodNs)), "")
 	}
 	r.PolicyLists = policyLists(m, r.Rules)
 	if r.CostKind == "header" || r.CostKind == "query" {
@@ -661,11 +656,15 @@ func (p *parser) target(n *yaml.Node, f map[string]*yaml.Node, m *model.Model, w
 	default:
 		for i, x := range m.Tiers {
 			if x.Name == tier.Value {
-				r.Tier, r.Rules = i, x.Rules
+				r.Tier, r.Rules = i, append(slices.Clone(x.Rules), x.Slots...) // the slots split off with their keys (splitSlots)
 			}
 		}
 		if r.Tier < 0 {
 			p.errorf(tier, "%s: no tier named %q", what, tier.Value)
+			return false, false
+		}
+		if t := m.Tiers[r.Tier]; len(t.Slots) > 0 && checks == rlsChecks {
+			p.errorf(tier, "%s: tier %q has an in-flight rule (%s): Envoy's rate-limit protocol has no call for a request's end, so a slot could never be released", what, tier.Value, m.Rules[t.Slots[0]].Name)
 			return false, false
 		}
 	}
@@ -679,6 +678,51 @@ func (p *parser) target(n *yaml.Node, f map[string]*yaml.Node, m *model.Model, w
 		r.Mode = s
 	}
 	return true, true
+}
+
+// splitSlots moves the in-flight rules of r.Rules (its rule's, or its tier's)
+// to r.Slots, each with its keys, its missing-key answer and body(rule), the
+// answer when every slot is held: what is left are the rate rules.
+func splitSlots(m *model.Model, r *model.Route, body func(model.Rule) string) {
+	var rules []int
+	var keys [][]model.KeySource
+	var missing []string
+	for j, ri := range r.Rules {
+		var k []model.KeySource
+		var miss string
+		if j < len(r.Keys) {
+			k = r.Keys[j]
+		}
+		if j < len(r.MissingBodies) {
+			miss = r.MissingBodies[j]
+		}
+		if m.Rules[ri].IsInFlight() {
+			r.Slots = append(r.Slots, model.Slot{Rule: ri, Keys: k, Missing: miss, Body: body(m.Rules[ri])})
+			continue
+		}
+		rules, keys, missing = append(rules, ri), append(keys, k), append(missing, miss)
+	}
+	if len(r.Slots) > 0 {
+		r.Rules, r.Keys, r.MissingBodies = rules, keys, missing
+	}
+}
+
+// slotsWhose is how a slot's answer names whose requests it counts: " of a
+// key", or nothing for a global rule.
+func slotsWhose(rule model.Rule) string {
+	if rule.KeyType == "" {
+		return ""
+	}
+	return " of a key"
+}
+
+// slotsOnly names what a route of in-flight rules only checks, for its
+// errors: the rule, or the tier.
+func slotsOnly(m *model.Model, r model.Route) string {
+	if r.Tier >= 0 {
+		return fmt.Sprintf("tier %q has in-flight rules only", m.Tiers[r.Tier].Name)
+	}
+	return fmt.Sprintf("rule %q is an in-flight rule", m.Rules[r.Rule].Name)
 }
 
 // policyLists is the RateLimit-Policy value of an entry checking rules, per

@@ -187,20 +187,17 @@ func (p *parser) grpcEntry(n *yaml.Node, ordinal int, m *model.Model, g *model.G
 			return "the call has no key for rule " + rule.Name + ": " + what + " reads it from " + from
 		},
 	}) && valid
-	if r.Rule >= 0 && m.Rules[r.Rule].IsInFlight() {
-		rule := m.Rules[r.Rule]
+	splitSlots(m, &r, func(rule model.Rule) string {
+		return fmt.Sprintf("rule %s lets at most %s%s run at once, and that many are running; RetryInfo says when the first of them reaches its longest hold (%s), if none ends sooner",
+			rule.Name, count(rule.Limits[0].Tokens, "call"), slotsWhose(rule), time.Duration(rule.Limits[0].PeriodNs))
+	})
+	if len(r.Rules) == 0 {
 		for _, k := range []string{"cost", "messages"} {
 			if v := f[k]; v != nil {
-				p.errorf(v, "%s: rule %q is an in-flight rule: a call holds one slot while it runs, so %s does not apply", what, rule.Name, k)
+				p.errorf(v, "%s: %s: a call holds one slot while it runs, so %s does not apply", what, slotsOnly(m, r), k)
 				valid = false
 			}
 		}
-		whose := " of a key"
-		if rule.KeyType == "" {
-			whose = ""
-		}
-		r.SlotBody = fmt.Sprintf("rule %s lets at most %s%s run at once, and that many are running; RetryInfo says when the first of them reaches its longest hold (%s), if none ends sooner",
-			rule.Name, count(rule.Limits[0].Tokens, "call"), whose, time.Duration(rule.Limits[0].PeriodNs))
 		r.PolicyLists = policyLists(m, r.Rules)
 		return r, valid
 	}

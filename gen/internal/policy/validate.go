@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/limitgen/limitgen/atomicslot"
 	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/gen/internal/model"
 	"github.com/limitgen/limitgen/shared"
@@ -559,17 +560,19 @@ func (p *parser) tier(td *tierDoc, m *model.Model) (model.Tier, bool) {
 			}
 			p.errorf(n, "%s", msg)
 			valid = false
-		case slices.Contains(t.Rules, i):
+		case slices.Contains(t.Rules, i) || slices.Contains(t.Slots, i):
 			p.errorf(n, "tier %q names rule %q twice; a request passes each rule once", t.Name, n.Value)
 			valid = false
-		case m.Rules[i].IsInFlight():
-			p.errorf(n, "tier %q: rule %q is an in-flight rule, which this version does not combine with others in a tier; acquire its slot before the tier's check and release it if the tier denies", t.Name, n.Value)
+		case m.Rules[i].IsInFlight() && len(t.Slots) == atomicslot.MaxSet:
+			p.errorf(n, "tier %q names more than %d in-flight rules; a request holds at most %d slots of a tier", t.Name, atomicslot.MaxSet, atomicslot.MaxSet)
 			valid = false
+		case m.Rules[i].IsInFlight(): // its slot is taken first, given back when a rate rule denies
+			t.Slots = append(t.Slots, i)
 		default:
 			t.Rules = append(t.Rules, i)
 		}
 	}
-	if !valid || len(t.Rules) == 0 {
+	if !valid || len(t.Rules)+len(t.Slots) == 0 {
 		if valid {
 			p.errorf(list, "tier %q: no rules; list at least one", t.Name)
 		}

@@ -27,12 +27,14 @@ type RuleName uint16
 const (
 	// RuleChecks names the rule Checks.
 	RuleChecks RuleName = iota + 1
+	// RuleCheckRate names the rule CheckRate.
+	RuleCheckRate
 	// RuleWatches names the rule Watches.
 	RuleWatches
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "Checks", "Watches"}
+var ruleNames = [...]string{"", "Checks", "CheckRate", "Watches"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -46,20 +48,22 @@ func (r RuleName) String() string {
 // gets fresh buckets; two sets never share state); Default is the set the package-level variables
 // and functions use; its embedded overlay.Numbers changes the numbers in force at run time.
 type Limits struct {
-	Checks          *ChecksLimiter  // see the package-level Checks
-	Watches         *WatchesLimiter // see the package-level Watches
-	overlay.Numbers                 // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
+	Checks          *ChecksLimiter    // see the package-level Checks
+	CheckRate       *CheckRateLimiter // see the package-level CheckRate
+	Watches         *WatchesLimiter   // see the package-level Watches
+	overlay.Numbers                   // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
 // New returns a new set of the policy's limiters, with buckets of its own.
 func New() *Limits {
 	l := &Limits{
-		Checks:  newChecksLimiter(),
-		Watches: newWatchesLimiter(),
+		Checks:    newChecksLimiter(),
+		CheckRate: newCheckRateLimiter(),
+		Watches:   newWatchesLimiter(),
 	}
 	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Fixed: map[string]string{"Checks": "an in-flight rule's numbers do not change at run time in this version", "Watches": "an in-flight rule's numbers do not change at run time in this version"},
-		Rules: map[string]overlay.Target{},
+		Rules: map[string]overlay.Target{"CheckRate": overlay.KeyedTarget(l.CheckRate.Keyed, nil)},
 	})
 	return l
 }
@@ -72,6 +76,9 @@ var (
 	// Checks lets at most 2 requests of a key hold a slot at once: Acquire takes one, its Slot's
 	// Release gives it back, and a slot never released comes back 1 minute after it was taken.
 	Checks = Default.Checks
+
+	// CheckRate allows 1 request per hour per key, in bursts of up to 4.
+	CheckRate = Default.CheckRate
 
 	// Watches lets at most 1 requests hold a slot at once: Acquire takes one, its Slot's Release gives
 	// it back, and a slot never released comes back 1 minute after it was taken.
@@ -91,6 +98,49 @@ type ChecksLimiter struct {
 	*atomicslot.Table[string]
 }
 
+// checkRateLimit is CheckRate's limit, as the policy gives it.
+var checkRateLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Hour,
+	Burst:  4,
+	Refill: atomicbucket.Greedy,
+}
+
+// newCheckRateLimiter returns CheckRate's (empty) table.
+func newCheckRateLimiter() *CheckRateLimiter {
+	return &CheckRateLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(checkRateLimit), checkRateUnitsPerNs, checkRateUnitsPerToken, checkRateBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
+}
+
+// CheckRateLimiter is the type of CheckRate. Its methods, genimpl.Keyed's and the folded Allow
+// below, are safe for concurrent use.
+type CheckRateLimiter struct {
+	genimpl.Keyed[string]
+}
+
+// CheckRate's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time
+// in 1/1 ns (checkRateUnitsPerNs), a token's worth (checkRateUnitsPerToken) and the burst's
+// (checkRateBurstUnits), GCRA's emission interval and tolerance.
+const (
+	checkRateUnitsPerNs    = 1
+	checkRateUnitsPerToken = 3600000000000
+	checkRateBurstUnits    = 14400000000000
+)
+
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
+func (l *CheckRateLimiter) Allow(key string) bool {
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), checkRateUnitsPerNs, checkRateUnitsPerToken, checkRateBurstUnits)
+}
+
+// AllowAt is Allow at time now.
+func (l *CheckRateLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+	return l.Table().AllowGreedyAt(key, now, checkRateUnitsPerNs, checkRateUnitsPerToken, checkRateBurstUnits)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
+func (l *CheckRateLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.Table().ChangedRule(key)
+}
+
 // watchesLimit is Watches's in-flight rule, as the policy gives it.
 var watchesLimit = atomicslot.MustRule(1, time.Minute)
 
@@ -103,6 +153,142 @@ func newWatchesLimiter() *WatchesLimiter {
 type WatchesLimiter struct {
 	*atomicslot.Gate
 }
+
+// TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
+// rule allowed, of the most constraining one (the fewest tokens remaining; the first on a tie).
+type TierDecision struct {
+	atomicbucket.Decision
+	Rule     RuleName // the rule whose decision this is
+	DeniedBy RuleName // the rule that denied; zero when allowed
+}
+
+// checkCheck is Check with each rule charged cost, or its own default cost when defaults is set. It
+// is tier.At unrolled, with typed calls: keep the two in step.
+func (l *Limits) checkCheck(checkRateKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
+	c0 := cost
+	if defaults {
+		c0 = 1
+	}
+	d0 := l.CheckRate.AllowNAt(checkRateKey, now, c0)
+	if !d0.Allowed {
+		return TierDecision{
+			Decision: d0,
+			Rule:     RuleCheckRate,
+			DeniedBy: RuleCheckRate,
+		}
+	}
+	most, rule := d0, RuleCheckRate
+	return TierDecision{Decision: most, Rule: rule}
+}
+
+// Check takes a slot of each of Checks, in order, then checks the request against CheckRate: all or
+// nothing (a slot that cannot be had, or a rate rule that denies, gives back every slot taken, and
+// a full set of slots charges no rate rule). It returns the slots, to release when the request ends
+// (Set.Release), with the decision of the rule that denied, or of the most constraining one.
+func (l *Limits) Check(checkRateKey string, checksKey string) (atomicslot.Set, TierDecision) {
+	now := atomicbucket.Now()
+	var set atomicslot.Set
+	s0, d0 := l.Checks.AcquireAt(checksKey, now)
+	if !d0.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, TierDecision{
+			Decision: d0,
+			Rule:     RuleChecks,
+			DeniedBy: RuleChecks,
+		}
+	}
+	set.Add(s0)
+	td := l.checkCheck(checkRateKey, now, 0, true)
+	if !td.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, td
+	}
+	return set, td
+}
+
+// CheckN is Check with a cost every rate rule is charged instead of its default.
+func (l *Limits) CheckN(checkRateKey string, checksKey string, cost int64) (atomicslot.Set, TierDecision) {
+	now := atomicbucket.Now()
+	var set atomicslot.Set
+	s0, d0 := l.Checks.AcquireAt(checksKey, now)
+	if !d0.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, TierDecision{
+			Decision: d0,
+			Rule:     RuleChecks,
+			DeniedBy: RuleChecks,
+		}
+	}
+	set.Add(s0)
+	td := l.checkCheck(checkRateKey, now, cost, false)
+	if !td.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, td
+	}
+	return set, td
+}
+
+// CheckAt is Check at time now.
+func (l *Limits) CheckAt(checkRateKey string, checksKey string, now atomicbucket.Time) (atomicslot.Set, TierDecision) {
+	var set atomicslot.Set
+	s0, d0 := l.Checks.AcquireAt(checksKey, now)
+	if !d0.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, TierDecision{
+			Decision: d0,
+			Rule:     RuleChecks,
+			DeniedBy: RuleChecks,
+		}
+	}
+	set.Add(s0)
+	td := l.checkCheck(checkRateKey, now, 0, true)
+	if !td.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, td
+	}
+	return set, td
+}
+
+// CheckNAt is CheckN at time now.
+func (l *Limits) CheckNAt(checkRateKey string, checksKey string, now atomicbucket.Time, cost int64) (atomicslot.Set, TierDecision) {
+	var set atomicslot.Set
+	s0, d0 := l.Checks.AcquireAt(checksKey, now)
+	if !d0.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, TierDecision{
+			Decision: d0,
+			Rule:     RuleChecks,
+			DeniedBy: RuleChecks,
+		}
+	}
+	set.Add(s0)
+	td := l.checkCheck(checkRateKey, now, cost, false)
+	if !td.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, td
+	}
+	return set, td
+}
+
+// httpPolicyCheckRate is rule CheckRate as the RateLimit fields describe it.
+var httpPolicyCheckRate = verdict.Policy{
+	Name:   "CheckRate",
+	Quota:  4,
+	Window: 14400,
+	Limit:  checkRateLimit,
+	Item:   "\"CheckRate\";q=4;w=14400",
+	Prefix: "\"CheckRate\";r=",
+}
+
+// httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
+// every string a response needs, computed when this package was generated.
+var httpPolicies = [...][1]*verdict.Policy{RuleCheckRate: {&httpPolicyCheckRate}}
+
+// httpCosts are the rules' default costs, by RuleName and plan.
+var httpCosts = [...][1]int64{RuleCheckRate: {1}}
+
+// grpcRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
+var grpcRoutes = [...][1]string{{"\"CheckRate\";q=4;w=14400"}, {""}}
 
 // GRPC enforces the policy's grpc: section with unary and stream server interceptors
 // (limitgrpc.Door): it reads the keys, cost and plan the policy names, checks the entry's rule or
@@ -129,7 +315,7 @@ func NewGRPC(l *Limits) (*GRPC, error) {
 		},
 		Metadata: limitgrpc.MetadataDenials,
 	}
-	limitgrpc.InitDoor(&g.Door, grpcEntries[:], grpcEntry, nil, nil)
+	limitgrpc.InitDoor(&g.Door, grpcEntries[:], grpcEntry, g.check, nil)
 	limitgrpc.InitSlots(&g.Door, g.acquire)
 	return g, nil
 }
@@ -149,40 +335,99 @@ func grpcEntry(method string) int {
 	return -1
 }
 
-// acquire takes the slot of the in-flight rule of method's entry, to release when the call ends, or
-// returns the status that ends the call; the zero Slot and nil for any other entry.
-func (g *GRPC) acquire(ctx context.Context, method string) (atomicslot.Slot, error) {
+// check checks a call of method against its entry and returns the status that ends it, or nil.
+func (g *GRPC) check(ctx context.Context, method string) error {
 	switch grpcEntry(method) {
 	case 0:
 		return g.entry1(ctx, method)
-	case 1:
-		return g.entry2(ctx, method)
 	}
-	return atomicslot.Slot{}, nil
+	return nil
+}
+
+// acquire takes the slots of the in-flight rules of method's entry, to release when the call ends,
+// or returns the status that ends the call; the zero Set and nil for any other entry.
+func (g *GRPC) acquire(ctx context.Context, method string) (atomicslot.Set, error) {
+	switch grpcEntry(method) {
+	case 0:
+		return g.acquireEntry1(ctx, method)
+	case 1:
+		return g.acquireEntry2(ctx, method)
+	}
+	return atomicslot.Set{}, nil
 }
 
 // grpcSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var grpcSeries = [...]verdict.Series{{Route: "/grpc.health.v1.Health/Check", Rule: "Checks"}, {Route: "/grpc.health.v1.Health/Watch", Rule: "Watches"}}
+var grpcSeries = [...]verdict.Series{{Route: "/grpc.health.v1.Health/Check", Tier: "Check", Rule: "CheckRate"}, {Route: "/grpc.health.v1.Health/Check", Tier: "Check", Rule: "Checks"}, {Route: "/grpc.health.v1.Health/Watch", Rule: "Watches"}}
 
-// entry1 takes a slot of Checks for a call of /grpc.health.v1.Health/Check (enforce) and returns
-// it, to release when the call ends, or the status that ends the call.
-func (g *GRPC) entry1(ctx context.Context, method string) (atomicslot.Slot, error) {
+// grpcSeriesEntry1 are the series of /grpc.health.v1.Health/Check's rules in the Counters, by RuleName.
+var grpcSeriesEntry1 = [...]int{RuleCheckRate: 0, RuleChecks: 1}
+
+// acquireEntry1 takes a slot of Checks for a call of /grpc.health.v1.Health/Check (enforce) and
+// returns them, to release when the call ends, or the status that ends the call.
+func (g *GRPC) acquireEntry1(ctx context.Context, method string) (atomicslot.Set, error) {
+	var set atomicslot.Set
+	now := g.Now()
 	k0, ok0 := limitgrpc.MetadataKey(ctx, "x-user")
-	if !ok0 {
-		return atomicslot.Slot{}, g.Config.Reject(verdict.Enforce, codes.Unauthenticated, "the call has no key for rule Checks: grpc method \"/grpc.health.v1.Health/Check\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/Check", Rule: "Checks", RuleIndex: int(RuleChecks), Series: 0, Outcome: verdict.MissingKey})
+	if ok0 {
+		var res0 verdict.Result
+		var s0 atomicslot.Slot
+		s0, res0.Decision = g.limits.Checks.AcquireAt(k0, now)
+		if err := g.Config.Hold(ctx, verdict.Enforce, &res0, "rule Checks lets at most 2 calls of a key run at once, and that many are running; RetryInfo says when the first of them reaches its longest hold (1m0s), if none ends sooner", verdict.Event{Route: "/grpc.health.v1.Health/Check", Rule: "Checks", RuleIndex: int(RuleChecks), Series: 1, Tier: "Check", Cost: 1, Key: k0}); err != nil {
+			set.ReleaseAt(now)
+			return atomicslot.Set{}, err
+		}
+		set.Add(s0)
+	} else if err := g.Config.Reject(verdict.Enforce, codes.Unauthenticated, "the call has no key for rule Checks: grpc method \"/grpc.health.v1.Health/Check\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/Check", Rule: "Checks", RuleIndex: int(RuleChecks), Series: 1, Tier: "Check", Outcome: verdict.MissingKey}); err != nil {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, err
 	}
-	var res verdict.Result
-	var s atomicslot.Slot
-	s, res.Decision = g.limits.Checks.AcquireAt(k0, g.Now())
-	return s, g.Config.Hold(ctx, verdict.Enforce, &res, "rule Checks lets at most 2 calls of a key run at once, and that many are running; RetryInfo says when the first of them reaches its longest hold (1m0s), if none ends sooner", verdict.Event{Route: "/grpc.health.v1.Health/Check", Rule: "Checks", RuleIndex: int(RuleChecks), Series: 0, Cost: 1, Key: k0})
+	return set, nil
 }
 
-// entry2 takes a slot of Watches for a call of /grpc.health.v1.Health/Watch (enforce) and returns
-// it, to release when the call ends, or the status that ends the call.
-func (g *GRPC) entry2(ctx context.Context, method string) (atomicslot.Slot, error) {
+// entry1 checks a call of /grpc.health.v1.Health/Check (tier Check, enforce) and returns the status
+// that ends it, or nil.
+func (g *GRPC) entry1(ctx context.Context, method string) error {
+	k0, ok0 := limitgrpc.MetadataKey(ctx, "x-user")
+	if !ok0 {
+		return g.Config.Reject(verdict.Enforce, codes.Unauthenticated, "the call has no key for rule CheckRate: grpc method \"/grpc.health.v1.Health/Check\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/Check", Tier: "Check", Rule: "CheckRate", RuleIndex: int(RuleCheckRate), Series: 0, Outcome: verdict.MissingKey})
+	}
+	now := g.Now()
+	td := g.limits.checkCheck(k0, now, 0, true)
+	cost := httpCosts[td.Rule][0]
 	var res verdict.Result
-	var s atomicslot.Slot
-	s, res.Decision = g.limits.Watches.AcquireAt(g.Now())
-	return s, g.Config.Hold(ctx, verdict.Enforce, &res, "rule Watches lets at most 1 call run at once, and that many are running; RetryInfo says when the first of them reaches its longest hold (1m0s), if none ends sooner", verdict.Event{Route: "/grpc.health.v1.Health/Watch", Rule: "Watches", RuleIndex: int(RuleWatches), Series: 1, Cost: 1})
+	res.Decision = td.Decision
+	res.Policy = httpPolicies[td.Rule][0]
+	res.Policies = grpcRoutes[0][0]
+	res.Cost = cost
+	res.Route = "/grpc.health.v1.Health/Check"
+	res.Tier = "Check"
+	res.Rule = int(td.Rule)
+	res.Series = grpcSeriesEntry1[td.Rule]
+	rf0 := g.limits.CheckRate.ruleInForce(k0)
+	if rf0 != nil {
+		p0 := genimpl.InForce(httpPolicies[RuleCheckRate][0], rf0)
+		res.Policies = genimpl.InForceList(p0)
+		switch td.Rule {
+		case RuleCheckRate:
+			res.Policy = p0
+		}
+	}
+	return g.Config.Respond(ctx, verdict.Enforce, &res, k0)
+}
+
+// acquireEntry2 takes a slot of Watches for a call of /grpc.health.v1.Health/Watch (enforce) and
+// returns them, to release when the call ends, or the status that ends the call.
+func (g *GRPC) acquireEntry2(ctx context.Context, method string) (atomicslot.Set, error) {
+	var set atomicslot.Set
+	now := g.Now()
+	var res0 verdict.Result
+	var s0 atomicslot.Slot
+	s0, res0.Decision = g.limits.Watches.AcquireAt(now)
+	if err := g.Config.Hold(ctx, verdict.Enforce, &res0, "rule Watches lets at most 1 call run at once, and that many are running; RetryInfo says when the first of them reaches its longest hold (1m0s), if none ends sooner", verdict.Event{Route: "/grpc.health.v1.Health/Watch", Rule: "Watches", RuleIndex: int(RuleWatches), Series: 2, Cost: 1}); err != nil {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, err
+	}
+	set.Add(s0)
+	return set, nil
 }

@@ -717,15 +717,15 @@ func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route in
 	return true
 }
 
-// acquireRoute takes the slot of route's in-flight rule (route an index of httpPatterns; -1 for
-// none), reading its key's wildcards from path, or answers r when it cannot, and reports whether
-// r may go on; the door releases the slot when the handler returns.
-func (m *Middleware) acquireRoute(w http.ResponseWriter, r *http.Request, route int, path string) (bool, atomicslot.Slot) {
+// acquireRoute takes the slots of route's in-flight rules (route an index of httpPatterns; -1 for
+// none), reading their keys' wildcards from path, or answers r when it cannot, and reports whether
+// r may go on; the door gives the slots back when a check denies, or the handler returns.
+func (m *Middleware) acquireRoute(w http.ResponseWriter, r *http.Request, route int, path string) (bool, atomicslot.Set) {
 	switch route {
 	case 8:
-		return m.route9(w, r, path)
+		return m.acquire9(w, r, path)
 	}
-	return true, atomicslot.Slot{}
+	return true, atomicslot.Set{}
 }
 
 // ServeMux is the http.ServeMux behind the middleware that NewServeMux returns (see limithttp.ServeMux).
@@ -918,15 +918,24 @@ func (m *Middleware) route8(w http.ResponseWriter, r *http.Request) bool {
 	return m.Config.Respond(w, r, verdict.Enforce, &res, "")
 }
 
-// route9 takes a slot of Jobs for POST /v1/jobs/{id} (enforce) and reports whether the request may
-// go on, with the slot to release when it ends.
-func (m *Middleware) route9(w http.ResponseWriter, r *http.Request, path string) (bool, atomicslot.Slot) {
+// acquire9 takes a slot of Jobs for POST /v1/jobs/{id} (enforce) and reports whether the request
+// may go on, with the slots to release when it ends.
+func (m *Middleware) acquire9(w http.ResponseWriter, r *http.Request, path string) (bool, atomicslot.Set) {
+	var set atomicslot.Set
+	now := m.Now()
 	k0, ok0 := limithttp.PathKeyAt(path, 2, false)
-	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Jobs: route \\\"POST /v1/jobs/{id}\\\" reads it from the path id.\"}\n", verdict.Event{Route: "POST /v1/jobs/{id}", Rule: "Jobs", RuleIndex: int(RuleJobs), Series: 8, Outcome: verdict.MissingKey}), atomicslot.Slot{}
+	if ok0 {
+		var res0 verdict.Result
+		var s0 atomicslot.Slot
+		s0, res0.Decision = m.limits.Jobs.AcquireAt(k0, now)
+		if !m.Config.Hold(w, r, verdict.Enforce, &res0, "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"Rule Jobs lets at most 1 request of a key run at once, and that many are running; Retry-After is when the first of them reaches its longest hold (1m0s) if none ends sooner.\"}\n", verdict.Event{Route: "POST /v1/jobs/{id}", Rule: "Jobs", RuleIndex: int(RuleJobs), Series: 8, Cost: 1, Key: k0}) {
+			set.ReleaseAt(now)
+			return false, atomicslot.Set{}
+		}
+		set.Add(s0)
+	} else if !m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Jobs: route \\\"POST /v1/jobs/{id}\\\" reads it from the path id.\"}\n", verdict.Event{Route: "POST /v1/jobs/{id}", Rule: "Jobs", RuleIndex: int(RuleJobs), Series: 8, Outcome: verdict.MissingKey}) {
+		set.ReleaseAt(now)
+		return false, atomicslot.Set{}
 	}
-	var res verdict.Result
-	var s atomicslot.Slot
-	s, res.Decision = m.limits.Jobs.AcquireAt(k0, m.Now())
-	return m.Config.Hold(w, r, verdict.Enforce, &res, "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"Rule Jobs lets at most 1 request of a key run at once, and that many are running; Retry-After is when the first of them reaches its longest hold (1m0s) if none ends sooner.\"}\n", verdict.Event{Route: "POST /v1/jobs/{id}", Rule: "Jobs", RuleIndex: int(RuleJobs), Series: 8, Cost: 1, Key: k0}), s
+	return true, set
 }
