@@ -958,11 +958,10 @@ func (l *Limits) checkExports(plan Plan, perUserKey string, now atomicbucket.Tim
 	return TierDecision{Decision: most, Rule: rule}
 }
 
-// Exports takes a slot of each of ExportSlots, in order, then checks the request against PerUser:
-// all or nothing (a slot that cannot be had, or a rate rule that denies, gives back every slot
-// taken, and a full set of slots charges no rate rule). It returns the slots, to release when the
-// request ends (Set.Release), with the decision of the rule that denied, or of the most
-// constraining one.
+// Exports takes a slot of ExportSlots then checks the request against PerUser: all or nothing (a
+// slot that cannot be had, or a rate rule that denies, gives back every slot taken, and a full set
+// of slots charges no rate rule). It returns the slots, to release when the request ends
+// (Set.Release), with the decision of the rule that denied, or of the most constraining one.
 func (l *Limits) Exports(plan Plan, perUserKey string, exportSlotsKey string) (atomicslot.Set, TierDecision) {
 	now := atomicbucket.Now()
 	var set atomicslot.Set

@@ -144,3 +144,39 @@ func GeneratedSlots(t *testing.T, instance func() *sharedlimits.Limits, stop fun
 		t.Errorf("Running's counts on a: %v, want 2 allowed (uma's and vic's), 1 denied, 1 degraded_denied", o)
 	}
 }
+
+// GeneratedSlotsTier: RunTier takes a Running slot on the store first, then
+// a RunTokens token (3 an hour per user), both on the store: all or
+// nothing across two instances. Two runs hold uma's slots; a third, refused
+// by its slot, charges no token, so that after one run ends a third is
+// admitted with the third token; once every run has ended a fourth is
+// refused by RunTokens, and its slot comes back at once.
+func GeneratedSlotsTier(t *testing.T, instance func() *sharedlimits.Limits) {
+	ctx := context.Background()
+	a, b := instance(), instance()
+	s1, r1 := a.RunTier(ctx, "uma", "uma")
+	s2, r2 := b.RunTier(ctx, "uma", "uma")
+	if !r1.Allowed || !r2.Allowed || r1.Degraded || r2.Degraded || s1.Len() != 1 || s2.Len() != 1 {
+		t.Fatalf("two runs of uma's: %+v, %+v", r1, r2)
+	}
+	if s, r := a.RunTier(ctx, "uma", "uma"); r.Allowed || r.DeniedBy != sharedlimits.RuleRunning || s.Len() != 0 {
+		t.Fatalf("a third run with both slots held: %+v, want denied by Running", r)
+	}
+	s1.Release()
+	s3, r3 := b.RunTier(ctx, "uma", "uma")
+	if !r3.Allowed || r3.Degraded {
+		t.Fatalf("a third run after one ended: %+v, want admitted with the third token (the refused run took none)", r3)
+	}
+	s2.Release()
+	s3.Release()
+	if s, r := a.RunTier(ctx, "uma", "uma"); r.Allowed || r.DeniedBy != sharedlimits.RuleRunTokens || s.Len() != 0 {
+		t.Fatalf("a fourth run with uma's tokens spent: %+v, want denied by RunTokens", r)
+	}
+	for range 2 { // the refused run's slot is back: both are free
+		s, r := a.Running.Acquire(ctx, "uma")
+		if !r.Allowed {
+			t.Fatalf("uma's slots after the rate refused a run: %+v, want both free", r)
+		}
+		s.Release()
+	}
+}

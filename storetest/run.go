@@ -211,6 +211,7 @@ func Run(t *testing.T, h Harness) {
 	on("MultiStore", func(t *testing.T, srv Server) {
 		MultiStore(t, func(t *testing.T, ns string) shared.Store { return srv.Open(t, Options{Namespace: ns}) })
 	})
+	on("GeneratedSlotsTier", func(t *testing.T, srv Server) { GeneratedSlotsTier(t, instances(t, srv, Options{})) })
 	on("GeneratedSlots", func(t *testing.T, srv Server) { GeneratedSlots(t, instances(t, srv, Options{}), srv.Stop) })
 	on("GeneratedWindows", func(t *testing.T, srv Server) { GeneratedWindows(t, instances(t, srv, Options{})) })
 	on("GeneratedWindowsCoalesced", func(t *testing.T, srv Server) { GeneratedWindows(t, instances(t, srv, Options{Coalesce: 64})) })

@@ -109,10 +109,12 @@ const (
 	RuleMeterWindow
 	// RuleRunning names the rule Running.
 	RuleRunning
+	// RuleRunTokens names the rule RunTokens.
+	RuleRunTokens
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan", "QuotaLeased", "SeatLocal", "SeatShared", "SeatDay", "MeterShared", "MeterWindow", "Running"}
+var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan", "QuotaLeased", "SeatLocal", "SeatShared", "SeatDay", "MeterShared", "MeterWindow", "Running", "RunTokens"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -145,6 +147,7 @@ type Limits struct {
 	MeterShared     *MeterSharedLimiter     // see the package-level MeterShared
 	MeterWindow     *MeterWindowLimiter     // see the package-level MeterWindow
 	Running         *RunningLimiter         // see the package-level Running
+	RunTokens       *RunTokensLimiter       // see the package-level RunTokens
 	shared          *sharedimpl.State       // the store the shared rules are checked on, if any
 	overlay.Numbers                         // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
@@ -207,6 +210,7 @@ func New(opts ...Option) *Limits {
 		MeterShared:     newMeterSharedLimiter(sh),
 		MeterWindow:     newMeterWindowLimiter(),
 		Running:         newRunningLimiter(),
+		RunTokens:       newRunTokensLimiter(sh),
 		shared:          sh,
 	}
 	l.PerUser.sh = l.shared
@@ -219,14 +223,14 @@ func New(opts ...Option) *Limits {
 	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Fixed: map[string]string{"Running": "an in-flight rule's numbers do not change at run time in this version"},
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": sharedimpl.KeyedTarget(l.Exports.Keyed, overlay.ParseUint[uint64]), "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": sharedimpl.GlobalTarget(l.Global.Global), "Downloads": sharedimpl.KeyedTarget(l.Downloads.Keyed, nil), "DownloadsGlobal": sharedimpl.GlobalTarget(l.DownloadsGlobal.Global), "Fast": sharedimpl.KeyedTarget(l.Fast.Keyed, nil), "Wide": sharedimpl.KeyedTarget(l.Wide.Keyed, nil), "TenantUser": sharedimpl.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.Windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.Windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.Windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.Windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": sharedimpl.KeyedTarget(l.SeatShared.Keyed, nil), "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": sharedimpl.KeyedTarget(l.MeterShared.Keyed, nil), "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.Windows[5], 1, l.MeterWindow, nil)},
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": sharedimpl.KeyedTarget(l.Exports.Keyed, overlay.ParseUint[uint64]), "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": sharedimpl.GlobalTarget(l.Global.Global), "Downloads": sharedimpl.KeyedTarget(l.Downloads.Keyed, nil), "DownloadsGlobal": sharedimpl.GlobalTarget(l.DownloadsGlobal.Global), "Fast": sharedimpl.KeyedTarget(l.Fast.Keyed, nil), "Wide": sharedimpl.KeyedTarget(l.Wide.Keyed, nil), "TenantUser": sharedimpl.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.Windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.Windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.Windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.Windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": sharedimpl.KeyedTarget(l.SeatShared.Keyed, nil), "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": sharedimpl.KeyedTarget(l.MeterShared.Keyed, nil), "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.Windows[5], 1, l.MeterWindow, nil), "RunTokens": sharedimpl.KeyedTarget(l.RunTokens.Keyed, nil)},
 	})
 	return l
 }
 
 // sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),
 // in the order their checks name them.
-var sharedRules = [11]shared.Rule{{
+var sharedRules = [12]shared.Rule{{
 	Namespace: "storetest",
 	Name:      "PerUser:free",
 	Limit:     perUserLimit[0],
@@ -351,6 +355,18 @@ var sharedRules = [11]shared.Rule{{
 	Namespace: "storetest",
 	Name:      "MeterShared",
 	Limit:     meterSharedLimit,
+	Failure: shared.Failure{
+		Mode: shared.FailDeny,
+	},
+	Units: shared.Units{
+		PerMicro: int64(1),
+		Emit:     int64(3600000000),
+		Exact:    true,
+	},
+}, {
+	Namespace: "storetest",
+	Name:      "RunTokens",
+	Limit:     runTokensLimit,
 	Failure: shared.Failure{
 		Mode: shared.FailDeny,
 	},
@@ -547,6 +563,9 @@ var (
 	// Running lets at most 2 requests of a key hold a slot at once: Acquire takes one, its Slot's
 	// Release gives it back, and a slot never released comes back 1 minute after it was taken.
 	Running = Default.Running
+
+	// RunTokens allows 1 request per hour per key, in bursts of up to 3.
+	RunTokens = Default.RunTokens
 )
 
 // perUserLimit is PerUser's limit on each plan, as the policy gives it.
@@ -2426,6 +2445,68 @@ func (l *RunningLimiter) Stats() atomicslot.Stats {
 	return l.local.Stats()
 }
 
+// runTokensLimit is RunTokens's limit, as the policy gives it.
+var runTokensLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Hour,
+	Burst:  3,
+	Refill: atomicbucket.Greedy,
+}
+
+// newRunTokensLocalLimiter returns RunTokens's (empty) table.
+func newRunTokensLocalLimiter() *RunTokensLocalLimiter {
+	return &RunTokensLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(runTokensLimit), runTokensUnitsPerNs, runTokensUnitsPerToken, runTokensBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
+}
+
+// RunTokensLocalLimiter is RunTokens decided in this process only, with the whole limit: what
+// RunTokensLimiter.Local returns, for tests, and what RunTokens's checks use while the package has
+// no store (SharedErr says so). Its methods, genimpl.Keyed's and the folded Allow below, are safe
+// for concurrent use.
+type RunTokensLocalLimiter struct {
+	genimpl.Keyed[string]
+}
+
+// RunTokens's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time
+// in 1/1 ns (runTokensUnitsPerNs), a token's worth (runTokensUnitsPerToken) and the burst's
+// (runTokensBurstUnits), GCRA's emission interval and tolerance.
+const (
+	runTokensUnitsPerNs    = 1
+	runTokensUnitsPerToken = 3600000000000
+	runTokensBurstUnits    = 10800000000000
+)
+
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
+func (l *RunTokensLocalLimiter) Allow(key string) bool {
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), runTokensUnitsPerNs, runTokensUnitsPerToken, runTokensBurstUnits)
+}
+
+// AllowAt is Allow at time now.
+func (l *RunTokensLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+	return l.Table().AllowGreedyAt(key, now, runTokensUnitsPerNs, runTokensUnitsPerToken, runTokensBurstUnits)
+}
+
+// newRunTokensLimiter returns RunTokens's limiter over its process-local buckets, checked on the store s binds.
+func newRunTokensLimiter(s *sharedimpl.State) *RunTokensLimiter {
+	local := newRunTokensLocalLimiter()
+	return &RunTokensLimiter{sharedimpl.NewKeyed(local.Keyed, s, 11, sharedimpl.Text), local}
+}
+
+// RunTokensLimiter is the type of RunTokens, a shared rule: Allow, AllowN and Wait decide on the
+// store given to New, so that the limit holds across every instance that shares it, and take the
+// request's context. Without a store they decide in this process with the whole limit, and their
+// results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
+// Its methods are safe for concurrent use.
+type RunTokensLimiter struct {
+	sharedimpl.Keyed[string]
+	local *RunTokensLocalLimiter
+}
+
+// Local returns RunTokens decided in this process only, with the whole limit, on buckets apart from
+// the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *RunTokensLimiter) Local() *RunTokensLocalLimiter {
+	return l.local
+}
+
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
 // rule allowed, of the most constraining one (the fewest tokens remaining; the first on a tie).
 type TierDecision struct {
@@ -2442,6 +2523,139 @@ type TierResult struct {
 	Degraded bool
 	Outage   bool
 	Err      error
+}
+
+// checkRunTier is RunTier with each rule charged cost, or its own default cost when defaults is
+// set. It is tier.At unrolled, with typed calls: keep the two in step.
+func (l *Limits) checkRunTier(runTokensKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
+	c0 := cost
+	if defaults {
+		c0 = 1
+	}
+	d0 := l.RunTokens.local.AllowNAt(runTokensKey, now, c0)
+	if !d0.Allowed {
+		return TierDecision{
+			Decision: d0,
+			Rule:     RuleRunTokens,
+			DeniedBy: RuleRunTokens,
+		}
+	}
+	most, rule := d0, RuleRunTokens
+	return TierDecision{Decision: most, Rule: rule}
+}
+
+// checkSharedRunTier is RunTier's store call, with each rule charged cost, or its own default cost
+// when defaults is set.
+func (l *Limits) checkSharedRunTier(ctx context.Context, runTokensKey string, cost int64, defaults bool) TierResult {
+	if l.shared.Bound == nil {
+		return TierResult{
+			Err:          l.shared.Why,
+			TierDecision: l.checkRunTier(runTokensKey, atomicbucket.Now(), cost, defaults),
+		}
+	}
+	c0 := cost
+	if defaults {
+		c0 = 1
+	}
+	res, i := l.shared.Bound.Check(ctx, []shared.Step{{
+		Cost: c0,
+		Key:  runTokensKey,
+		Rule: 11,
+	}})
+	rules := [1]RuleName{RuleRunTokens}
+	if i < 0 || i >= len(rules) {
+		i = 0
+	}
+	td := TierDecision{
+		Decision: res.Decision,
+		Rule:     rules[i],
+	}
+	if !res.Allowed {
+		td.DeniedBy = rules[i]
+	}
+	return TierResult{
+		Degraded:     res.Degraded,
+		Err:          res.Err,
+		Outage:       res.Outage,
+		TierDecision: td,
+	}
+}
+
+// RunTier takes a slot of Running then checks the request against RunTokens: all or nothing (a slot
+// that cannot be had, or a rate rule that denies, gives back every slot taken, and a full set of
+// slots charges no rate rule). It returns the slots, to release when the request ends
+// (Set.Release), with the decision of the rule that denied, or of the most constraining one. It
+// never fails: when a store cannot decide, the rules' on_failure settings do, and the result says
+// so (Degraded, Err).
+func (l *Limits) RunTier(ctx context.Context, runTokensKey string, runningKey string) (atomicslot.Set, TierResult) {
+	now := atomicbucket.Now()
+	var set atomicslot.Set
+	var deg bool
+	var err error
+	s0, r0 := l.Running.Acquire(ctx, runningKey)
+	d0 := r0.Decision
+	if r0.Degraded {
+		deg, err = true, r0.Err
+	}
+	if !d0.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, TierResult{
+			Degraded: r0.Degraded,
+			Err:      r0.Err,
+			Outage:   r0.Outage,
+			TierDecision: TierDecision{
+				Decision: d0,
+				Rule:     RuleRunning,
+				DeniedBy: RuleRunning,
+			},
+		}
+	}
+	set.Add(s0)
+	tr := l.checkSharedRunTier(ctx, runTokensKey, 0, true)
+	if deg && !tr.Degraded {
+		tr.Degraded, tr.Err = true, err
+	}
+	if !tr.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, tr
+	}
+	return set, tr
+}
+
+// RunTierN is RunTier with a cost every rate rule is charged instead of its default.
+func (l *Limits) RunTierN(ctx context.Context, runTokensKey string, runningKey string, cost int64) (atomicslot.Set, TierResult) {
+	now := atomicbucket.Now()
+	var set atomicslot.Set
+	var deg bool
+	var err error
+	s0, r0 := l.Running.Acquire(ctx, runningKey)
+	d0 := r0.Decision
+	if r0.Degraded {
+		deg, err = true, r0.Err
+	}
+	if !d0.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, TierResult{
+			Degraded: r0.Degraded,
+			Err:      r0.Err,
+			Outage:   r0.Outage,
+			TierDecision: TierDecision{
+				Decision: d0,
+				Rule:     RuleRunning,
+				DeniedBy: RuleRunning,
+			},
+		}
+	}
+	set.Add(s0)
+	tr := l.checkSharedRunTier(ctx, runTokensKey, cost, false)
+	if deg && !tr.Degraded {
+		tr.Degraded, tr.Err = true, err
+	}
+	if !tr.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, tr
+	}
+	return set, tr
 }
 
 // LocalSeat checks a request against SeatLocal, SeatShared, SeatDay as Seat does. It decides in
@@ -3293,12 +3507,22 @@ var httpPolicyMeterWindow = verdict.Policy{
 	Sliding: true,
 }
 
+// httpPolicyRunTokens is rule RunTokens as the RateLimit fields describe it.
+var httpPolicyRunTokens = verdict.Policy{
+	Name:   "RunTokens",
+	Quota:  3,
+	Window: 10800,
+	Limit:  runTokensLimit,
+	Item:   "\"RunTokens\";q=3;w=10800",
+	Prefix: "\"RunTokens\";r=",
+}
+
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser}, RuleQuota: {&httpPolicyQuota, &httpPolicyQuota}, RuleQuotaWide: {&httpPolicyQuotaWide, &httpPolicyQuotaWide}, RuleQuotaPlan: {&httpPolicyQuotaPlanPlanFree, &httpPolicyQuotaPlanPlanPro}, RuleQuotaLeased: {&httpPolicyQuotaLeased, &httpPolicyQuotaLeased}, RuleSeatLocal: {&httpPolicySeatLocal, &httpPolicySeatLocal}, RuleSeatShared: {&httpPolicySeatShared, &httpPolicySeatShared}, RuleSeatDay: {&httpPolicySeatDay, &httpPolicySeatDay}, RuleMeterShared: {&httpPolicyMeterShared, &httpPolicyMeterShared}, RuleMeterWindow: {&httpPolicyMeterWindow, &httpPolicyMeterWindow}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser}, RuleQuota: {&httpPolicyQuota, &httpPolicyQuota}, RuleQuotaWide: {&httpPolicyQuotaWide, &httpPolicyQuotaWide}, RuleQuotaPlan: {&httpPolicyQuotaPlanPlanFree, &httpPolicyQuotaPlanPlanPro}, RuleQuotaLeased: {&httpPolicyQuotaLeased, &httpPolicyQuotaLeased}, RuleSeatLocal: {&httpPolicySeatLocal, &httpPolicySeatLocal}, RuleSeatShared: {&httpPolicySeatShared, &httpPolicySeatShared}, RuleSeatDay: {&httpPolicySeatDay, &httpPolicySeatDay}, RuleMeterShared: {&httpPolicyMeterShared, &httpPolicyMeterShared}, RuleMeterWindow: {&httpPolicyMeterWindow, &httpPolicyMeterWindow}, RuleRunTokens: {&httpPolicyRunTokens, &httpPolicyRunTokens}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}, RuleQuota: {1, 1}, RuleQuotaWide: {1, 1}, RuleQuotaPlan: {1, 1}, RuleQuotaLeased: {1, 1}, RuleSeatLocal: {1, 1}, RuleSeatShared: {1, 1}, RuleSeatDay: {1, 1}, RuleMeterShared: {1, 1}, RuleMeterWindow: {1, 1}}
+var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}, RuleQuota: {1, 1}, RuleQuotaWide: {1, 1}, RuleQuotaPlan: {1, 1}, RuleQuotaLeased: {1, 1}, RuleSeatLocal: {1, 1}, RuleSeatShared: {1, 1}, RuleSeatDay: {1, 1}, RuleMeterShared: {1, 1}, RuleMeterWindow: {1, 1}, RuleRunTokens: {1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
 var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}, {"\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000", "\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000"}, {"", ""}}

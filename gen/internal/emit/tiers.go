@@ -331,10 +331,14 @@ func emitTierSlots(m *model.Model, t model.Tier) jen.Code {
 		}
 		doc := form.doc
 		if !form.cost && !form.at {
-			doc = fmt.Sprintf("%s takes a slot of each of %s, in order, then checks the request against %s: all or nothing "+
+			slots := "a slot of " + strings.Join(ruleNamesOf(m, t.Slots), "")
+			if len(t.Slots) > 1 {
+				slots = "a slot of each of " + strings.Join(ruleNamesOf(m, t.Slots), ", ") + ", in order,"
+			}
+			doc = fmt.Sprintf("%s takes %s then checks the request against %s: all or nothing "+
 				"(a slot that cannot be had, or a rate rule that denies, gives back every slot taken, and a full set of slots "+
 				"charges no rate rule). It returns the slots, to release when the request ends (Set.Release), with the "+
-				"decision of the rule that denied, or of the most constraining one.", t.GoName, strings.Join(ruleNamesOf(m, t.Slots), ", "),
+				"decision of the rule that denied, or of the most constraining one.", t.GoName, slots,
 				map[bool]string{true: strings.Join(ruleNamesOf(m, t.Rules), ", "), false: "nothing more"}[len(t.Rules) > 0])
 			if store {
 				doc += " It never fails: when a store cannot decide, the rules' on_failure settings do, and the result says so (Degraded, Err)."

@@ -181,9 +181,9 @@ func (l *Limits) checkCheck(checkRateKey string, now atomicbucket.Time, cost int
 	return TierDecision{Decision: most, Rule: rule}
 }
 
-// Check takes a slot of each of Checks, in order, then checks the request against CheckRate: all or
-// nothing (a slot that cannot be had, or a rate rule that denies, gives back every slot taken, and
-// a full set of slots charges no rate rule). It returns the slots, to release when the request ends
+// Check takes a slot of Checks then checks the request against CheckRate: all or nothing (a slot
+// that cannot be had, or a rate rule that denies, gives back every slot taken, and a full set of
+// slots charges no rate rule). It returns the slots, to release when the request ends
 // (Set.Release), with the decision of the rule that denied, or of the most constraining one.
 func (l *Limits) Check(checkRateKey string, checksKey string) (atomicslot.Set, TierDecision) {
 	now := atomicbucket.Now()
