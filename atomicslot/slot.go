@@ -76,6 +76,7 @@ type counters struct {
 	expired   atomic.Int64 // slots that expired unreleased
 	keys      atomic.Int64
 	atCapHits atomic.Int64
+	waits     atomic.Pointer[waitRoom] // the waiters for a slot (AcquireWait), once one has waited
 }
 
 // leaked counts the end of word v's slot at now when it ended by expiry.
@@ -89,6 +90,7 @@ func (c *counters) leaked(v, now int64) {
 // Pass it by value: every copy releases the same slot, once in effect.
 type Slot struct {
 	w *atomic.Int64
+	b *atomic.Int64 // its key's first word: where its key's waiters queue
 	v int64
 	c *counters
 	r Releaser // a slot held elsewhere (Remote)
@@ -120,10 +122,18 @@ func (s Slot) ReleaseAt(now atomicbucket.Time) bool {
 	if s.r != nil {
 		return s.r.Release()
 	}
-	if s.w == nil || !s.w.CompareAndSwap(s.v, s.v&genMask) {
+	if s.w == nil {
 		return false
 	}
 	n := clampNow(now)
+	if room := s.c.waits.Load(); room != nil && room.n.Load() > 0 && expiry(s.v) > n {
+		if handed, queued := room.handoff(s, n); queued {
+			return handed // to the key's longest waiter, or not in effect
+		}
+	}
+	if !s.w.CompareAndSwap(s.v, s.v&genMask) {
+		return false
+	}
 	if expiry(s.v) <= n {
 		s.c.leaked(s.v, n)
 		return false
@@ -160,7 +170,7 @@ func (r *Rule) acquire(w []atomic.Int64, now int64, c *counters) (s Slot, d atom
 			}
 		}
 		d = atomicbucket.Decision{Allowed: true, Remaining: r.limit - held, Reset: time.Duration(last - now)}
-		return Slot{w: &w[i], v: nv, c: c}, d, true
+		return Slot{w: &w[i], b: &w[0], v: nv, c: c}, d, true
 	}
 	return Slot{}, r.denial(first, last, now), true // every word held
 }

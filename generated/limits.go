@@ -88,12 +88,14 @@ const (
 	RuleTenantUser
 	// RuleExportSlots names the rule ExportSlots.
 	RuleExportSlots
+	// RuleReportSlots names the rule ReportSlots.
+	RuleReportSlots
 	// RuleGlobal names the rule Global.
 	RuleGlobal
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "PerEndpoint", "Login", "DailyExport", "Upload", "TenantUser", "ExportSlots", "Global"}
+var ruleNames = [...]string{"", "PerUser", "PerEndpoint", "Login", "DailyExport", "Upload", "TenantUser", "ExportSlots", "ReportSlots", "Global"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -114,6 +116,7 @@ type Limits struct {
 	Upload          *UploadLimiter      // see the package-level Upload
 	TenantUser      *TenantUserLimiter  // see the package-level TenantUser
 	ExportSlots     *ExportSlotsLimiter // see the package-level ExportSlots
+	ReportSlots     *ReportSlotsLimiter // see the package-level ReportSlots
 	Global          *GlobalLimiter      // see the package-level Global
 	overlay.Numbers                     // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
@@ -153,10 +156,11 @@ func New(opts ...Option) *Limits {
 		Upload:      newUploadLimiter(),
 		TenantUser:  newTenantUserLimiter(),
 		ExportSlots: newExportSlotsLimiter(),
+		ReportSlots: newReportSlotsLimiter(),
 		Global:      newGlobalLimiter(o.start),
 	}
 	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Fixed: map[string]string{"ExportSlots": "an in-flight rule's numbers do not change at run time in this version"},
+		Fixed: map[string]string{"ExportSlots": "an in-flight rule's numbers do not change at run time in this version", "ReportSlots": "an in-flight rule's numbers do not change at run time in this version"},
 		Plans: planNames[:],
 		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "PerEndpoint": overlay.KeyedTarget(l.PerEndpoint.Keyed, overlay.ParseInt[int64]), "Login": overlay.KeyedTarget(l.Login.Keyed, nil), "DailyExport": overlay.KeyedTarget(l.DailyExport.Keyed, overlay.ParseUint[uint64]), "Upload": overlay.KeyedTarget(l.Upload.Keyed, nil), "TenantUser": overlay.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "Global": overlay.GlobalTarget(l.Global.Global)},
 	})
@@ -253,6 +257,10 @@ var (
 	// ExportSlots lets at most 4 requests of a key hold a slot at once: Acquire takes one, its Slot's
 	// Release gives it back, and a slot never released comes back 10 minutes after it was taken.
 	ExportSlots = Default.ExportSlots
+
+	// ReportSlots lets at most 1 requests hold a slot at once: Acquire takes one, its Slot's Release
+	// gives it back, and a slot never released comes back 1 minute after it was taken.
+	ReportSlots = Default.ReportSlots
 
 	// Global allows 2000 requests per second in total, in bursts of up to 4000.
 	Global = Default.Global
@@ -778,6 +786,26 @@ type ExportSlotsLimiter struct {
 	*atomicslot.Table[string]
 }
 
+// reportSlotsLimit is ReportSlots's in-flight rule, as the policy gives it.
+var reportSlotsLimit = atomicslot.MustRule(1, time.Minute)
+
+// newReportSlotsLimiter returns ReportSlots's slots, none held.
+func newReportSlotsLimiter() *ReportSlotsLimiter {
+	return &ReportSlotsLimiter{atomicslot.NewGate(reportSlotsLimit)}
+}
+
+// ReportSlotsLimiter is the type of ReportSlots. Its methods are safe for concurrent use.
+type ReportSlotsLimiter struct {
+	*atomicslot.Gate
+}
+
+// MaxWait is the policy's wait: the longest a request waits for a free slot of ReportSlots
+// (AcquireWait's maxWait; the doors wait this long, or until the request's context ends, before
+// they deny).
+func (l *ReportSlotsLimiter) MaxWait() time.Duration {
+	return 500 * time.Millisecond
+}
+
 // globalLimit is Global's limit, as the policy gives it.
 var globalLimit = atomicbucket.Limit{
 	Tokens: 2000,
@@ -1146,7 +1174,7 @@ var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUs
 var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1, 1}, RulePerEndpoint: {1, 1, 1}, RuleLogin: {1, 1, 1}, RuleDailyExport: {1, 1, 1}, RuleUpload: {10, 10, 10}, RuleTenantUser: {1, 1, 1}, RuleGlobal: {1, 1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
-var httpRoutes = [...][numPlans]string{{"\"Login\";q=5;w=10", "\"Login\";q=5;w=10", "\"Login\";q=5;w=10"}, {"\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10"}, {"\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400"}, {"\"PerUser\";q=50;w=5", "\"PerUser\";q=500;w=5", "\"PerUser\";q=2000;w=2"}, {"\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10"}, {"\"PerUser\";q=50;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=500;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=2000;w=2, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2"}}
+var httpRoutes = [...][numPlans]string{{"\"Login\";q=5;w=10", "\"Login\";q=5;w=10", "\"Login\";q=5;w=10"}, {"\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10"}, {"\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400"}, {"\"PerUser\";q=50;w=5", "\"PerUser\";q=500;w=5", "\"PerUser\";q=2000;w=2"}, {"", "", ""}, {"\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10"}, {"\"PerUser\";q=50;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=500;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=2000;w=2, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2"}}
 
 // Hooks are the functions of your service that the policy's http: section names: what only
 // your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
@@ -1164,7 +1192,7 @@ type Hooks struct {
 // Middleware enforces the policy's http: section on every route a router may hand a request to
 // (limithttp.Door): it reads the keys, cost and plan the policy names, checks the route's rule or
 // tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may not
-// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: POST /v1/login; POST /v1/upload; GET /v1/export/{account}; POST /v1/exports; GET /v1/tenants/{tenant}/users/{user}; /v1/.
+// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: POST /v1/login; POST /v1/upload; GET /v1/export/{account}; POST /v1/exports; POST /v1/reports; GET /v1/tenants/{tenant}/users/{user}; /v1/.
 type Middleware struct {
 	limithttp.Door
 	limits *Limits
@@ -1211,10 +1239,10 @@ func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route in
 		return m.route3(w, r, path)
 	case 3:
 		return m.route4(w, r)
-	case 4:
-		return m.route5(w, r, path)
 	case 5:
-		return m.route6(w, r)
+		return m.route6(w, r, path)
+	case 6:
+		return m.route7(w, r)
 	}
 	return true
 }
@@ -1226,6 +1254,8 @@ func (m *Middleware) acquireRoute(w http.ResponseWriter, r *http.Request, route 
 	switch route {
 	case 3:
 		return m.acquire4(w, r)
+	case 4:
+		return m.acquire5(w, r)
 	}
 	return true, atomicslot.Set{}
 }
@@ -1234,7 +1264,7 @@ func (m *Middleware) acquireRoute(w http.ResponseWriter, r *http.Request, route 
 type ServeMux = limithttp.ServeMux
 
 // httpPatterns are the policy's route patterns, in policy order.
-var httpPatterns = [...]string{"POST /v1/login", "POST /v1/upload", "GET /v1/export/{account}", "POST /v1/exports", "GET /v1/tenants/{tenant}/users/{user}", "/v1/"}
+var httpPatterns = [...]string{"POST /v1/login", "POST /v1/upload", "GET /v1/export/{account}", "POST /v1/exports", "POST /v1/reports", "GET /v1/tenants/{tenant}/users/{user}", "/v1/"}
 
 // httpRoute is the index+1 of the route of httpPatterns for a method on a clean request path
 // that is one of the policy's literal paths (limithttp.LiteralRoutes), 0 for any other path: a
@@ -1249,6 +1279,10 @@ func httpRoute(method, path string) int {
 		if method == "POST" {
 			return 1
 		}
+	case "/v1/reports":
+		if method == "POST" {
+			return 5
+		}
 	case "/v1/upload":
 		if method == "POST" {
 			return 2
@@ -1262,13 +1296,13 @@ var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var httpSeries = [...]verdict.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/upload", Rule: "Upload"}, {Route: "GET /v1/export/{account}", Rule: "DailyExport"}, {Route: "POST /v1/exports", Tier: "Exports", Rule: "PerUser"}, {Route: "POST /v1/exports", Tier: "Exports", Rule: "ExportSlots"}, {Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser"}, {Route: "/v1/", Tier: "API", Rule: "PerUser"}, {Route: "/v1/", Tier: "API", Rule: "PerEndpoint"}, {Route: "/v1/", Tier: "API", Rule: "Global"}}
+var httpSeries = [...]verdict.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/upload", Rule: "Upload"}, {Route: "GET /v1/export/{account}", Rule: "DailyExport"}, {Route: "POST /v1/exports", Tier: "Exports", Rule: "PerUser"}, {Route: "POST /v1/exports", Tier: "Exports", Rule: "ExportSlots"}, {Route: "POST /v1/reports", Rule: "ReportSlots"}, {Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser"}, {Route: "/v1/", Tier: "API", Rule: "PerUser"}, {Route: "/v1/", Tier: "API", Rule: "PerEndpoint"}, {Route: "/v1/", Tier: "API", Rule: "Global"}}
 
 // httpSeriesRoute4 are the series of POST /v1/exports's rules in the Counters, by RuleName.
 var httpSeriesRoute4 = [...]int{RulePerUser: 3, RuleExportSlots: 4}
 
-// httpSeriesRoute6 are the series of /v1/'s rules in the Counters, by RuleName.
-var httpSeriesRoute6 = [...]int{RulePerUser: 6, RulePerEndpoint: 7, RuleGlobal: 8}
+// httpSeriesRoute7 are the series of /v1/'s rules in the Counters, by RuleName.
+var httpSeriesRoute7 = [...]int{RulePerUser: 7, RulePerEndpoint: 8, RuleGlobal: 9}
 
 // route1 checks POST /v1/login (rule Login, enforce) and reports whether the request may go on.
 func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
@@ -1413,9 +1447,25 @@ func (m *Middleware) route4(w http.ResponseWriter, r *http.Request) bool {
 	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
 
-// route5 checks GET /v1/tenants/{tenant}/users/{user} (rule TenantUser, enforce) and reports
+// acquire5 takes a slot of ReportSlots for POST /v1/reports (enforce) and reports whether the
+// request may go on, with the slots to release when it ends.
+func (m *Middleware) acquire5(w http.ResponseWriter, r *http.Request) (bool, atomicslot.Set) {
+	var set atomicslot.Set
+	now := m.Now()
+	var res0 verdict.Result
+	var s0 atomicslot.Slot
+	s0, res0.Decision = m.limits.ReportSlots.AcquireWait(r.Context(), m.limits.ReportSlots.MaxWait())
+	if !m.Config.Hold(w, r, verdict.Enforce, &res0, "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"Rule ReportSlots lets at most 1 request run at once, and that many are running; Retry-After is when the first of them reaches its longest hold (1m0s) if none ends sooner.\"}\n", verdict.Event{Route: "POST /v1/reports", Rule: "ReportSlots", RuleIndex: int(RuleReportSlots), Series: 5, Cost: 1}) {
+		set.ReleaseAt(now)
+		return false, atomicslot.Set{}
+	}
+	set.Add(s0)
+	return true, set
+}
+
+// route6 checks GET /v1/tenants/{tenant}/users/{user} (rule TenantUser, enforce) and reports
 // whether the request may go on.
-func (m *Middleware) route5(w http.ResponseWriter, r *http.Request, path string) bool {
+func (m *Middleware) route6(w http.ResponseWriter, r *http.Request, path string) bool {
 	var k0 TenantUserKey
 	ok0 := true
 	{
@@ -1434,18 +1484,18 @@ func (m *Middleware) route5(w http.ResponseWriter, r *http.Request, path string)
 		k0.User, ok0 = k0f1, ok0 && ok0f1
 	}
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule TenantUser: route \\\"GET /v1/tenants/{tenant}/users/{user}\\\" reads it from tenant from the path tenant; user from the path user.\"}\n", verdict.Event{Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser", RuleIndex: int(RuleTenantUser), Series: 5, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule TenantUser: route \\\"GET /v1/tenants/{tenant}/users/{user}\\\" reads it from tenant from the path tenant; user from the path user.\"}\n", verdict.Event{Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser", RuleIndex: int(RuleTenantUser), Series: 6, Outcome: verdict.MissingKey})
 	}
 	now := m.Now()
 	cost := httpCosts[RuleTenantUser][0]
 	var res verdict.Result
 	res.Decision = m.limits.TenantUser.AllowNAt(k0, now, cost)
 	res.Policy = httpPolicies[RuleTenantUser][0]
-	res.Policies = httpRoutes[4][0]
+	res.Policies = httpRoutes[5][0]
 	res.Cost = cost
 	res.Route = "GET /v1/tenants/{tenant}/users/{user}"
 	res.Rule = int(RuleTenantUser)
-	res.Series = 5
+	res.Series = 6
 	if rf0 := m.limits.TenantUser.ruleInForce(k0); rf0 != nil {
 		res.Policy = genimpl.InForce(res.Policy, rf0)
 		res.Policies = genimpl.InForceList(res.Policy)
@@ -1457,20 +1507,20 @@ func (m *Middleware) route5(w http.ResponseWriter, r *http.Request, path string)
 	return m.Config.Respond(w, r, verdict.Enforce, &res, key)
 }
 
-// route6 checks /v1/ (tier API, enforce) and reports whether the request may go on.
-func (m *Middleware) route6(w http.ResponseWriter, r *http.Request) bool {
+// route7 checks /v1/ (tier API, enforce) and reports whether the request may go on.
+func (m *Middleware) route7(w http.ResponseWriter, r *http.Request) bool {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 6, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 7, Outcome: verdict.MissingKey})
 	}
 	var k1 int64
 	var ok1 bool
-	k1, ok1 = 6, true
+	k1, ok1 = 7, true
 	if !ok1 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Series: 7, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Series: 8, Outcome: verdict.MissingKey})
 	}
 	plan := m.plan(r)
 	now := m.Now()
@@ -1479,12 +1529,12 @@ func (m *Middleware) route6(w http.ResponseWriter, r *http.Request) bool {
 	var res verdict.Result
 	res.Decision = td.Decision
 	res.Policy = httpPolicies[td.Rule][plan]
-	res.Policies = httpRoutes[5][plan]
+	res.Policies = httpRoutes[6][plan]
 	res.Cost = cost
 	res.Route = "/v1/"
 	res.Tier = "API"
 	res.Rule = int(td.Rule)
-	res.Series = httpSeriesRoute6[td.Rule]
+	res.Series = httpSeriesRoute7[td.Rule]
 	rf0, rf1, rf2 := m.limits.PerUser.ruleInForce(plan, k0), m.limits.PerEndpoint.ruleInForce(k1), m.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil || rf2 != nil {
 		p0 := genimpl.InForce(httpPolicies[RulePerUser][plan], rf0)

@@ -292,3 +292,68 @@ func TestExportSlotsAllOrNothing(t *testing.T) {
 		t.Fatalf("ExportSlots' counts: %v, want 5 allowed (4 ran; 1 given back when the tier refused) and 1 denied", c)
 	}
 }
+
+// TestReportSlotsWait: POST /v1/reports holds ReportSlots' one slot (wait:
+// 500ms). With a report running, a second waits and is admitted the moment
+// the first ends (the release hands it the slot); a third, with the second
+// running all along, waits the half second and is refused 429 with a
+// Retry-After of the hold, and no RateLimit fields. On a real server.
+func TestReportSlotsWait(t *testing.T) {
+	s := newService(t)
+	release := make(chan struct{}, 4)
+	started := make(chan time.Time, 4)
+	mux := s.mw.NewServeMux()
+	mux.HandleFunc("POST /v1/reports", func(w http.ResponseWriter, r *http.Request) {
+		started <- time.Now()
+		<-release
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	post := func() <-chan *http.Response {
+		out := make(chan *http.Response, 1)
+		go func() {
+			req, _ := http.NewRequest("POST", srv.URL+"/v1/reports", nil)
+			req.Header.Set("X-Test-User", "alice")
+			resp, err := srv.Client().Do(req)
+			if err != nil {
+				t.Error(err)
+				out <- nil
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			out <- resp
+		}()
+		return out
+	}
+	first := post()
+	<-started
+	second := post()
+	time.Sleep(100 * time.Millisecond) // the second is waiting
+	ended := time.Now()
+	release <- struct{}{} // the first ends: its slot goes to the second
+	if resp := <-first; resp == nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the first report: %v", resp)
+	}
+	select {
+	case at := <-started:
+		if at.Before(ended) {
+			t.Fatal("the second report ran before the first ended")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the second report never ran after the first ended")
+	}
+	start := time.Now()
+	resp := <-post() // the second still runs: the third waits 500ms, then is refused
+	if el := time.Since(start); resp == nil || resp.StatusCode != http.StatusTooManyRequests || el < 500*time.Millisecond ||
+		resp.Header.Get("Retry-After") != "60" || resp.Header.Get("RateLimit") != "" {
+		t.Fatalf("a third report with the second running: %v after %v, want 429 after 500ms with Retry-After 60", resp, el)
+	}
+	release <- struct{}{}
+	if resp := <-second; resp == nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("the second report: %v", resp)
+	}
+	if st := s.lim.ReportSlots.Stats(); st.Held != 0 {
+		t.Fatalf("after both reports ended: %+v", st)
+	}
+}

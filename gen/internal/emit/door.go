@@ -595,6 +595,10 @@ func emitSlotRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.
 		}
 		if rule.Shared { // on the store, in the request's context
 			acquire = append(acquire, jen.List(jen.Id(s), jen.Id(res)).Op(":=").Add(limiter).Dot("Acquire").Call(append([]jen.Code{d.ctx}, args...)...))
+		} else if rule.Limits[0].WaitNs > 0 { // a wait for a free slot: on the real clock, in the request's context
+			acquire = append(acquire, jen.Var().Id(res).Add(vd("Result")), jen.Var().Id(s).Qual(slotPath, "Slot"),
+				jen.List(jen.Id(s), jen.Id(res).Dot("Decision")).Op("=").Add(limiter).Dot("AcquireWait").Call(
+					append(append([]jen.Code{d.ctx}, args...), limiter.Clone().Dot("MaxWait").Call())...))
 		} else {
 			acquire = append(acquire, jen.Var().Id(res).Add(vd("Result")), jen.Var().Id(s).Qual(slotPath, "Slot"),
 				jen.List(jen.Id(s), jen.Id(res).Dot("Decision")).Op("=").Add(limiter).Dot("AcquireAt").Call(append(args, jen.Id("now"))...))

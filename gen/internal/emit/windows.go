@@ -50,6 +50,11 @@ func emitInFlight(r model.Rule, typ, ctor, doc string) jen.Code {
 	g.Func().Id(ctor).Params().Op("*").Id(typ).Block(jen.Return(jen.Op("&").Id(typ).Values(made))).Line().Line()
 	g.Add(comment(doc))
 	g.Type().Id(typ).Struct(embed).Line()
+	if w := r.Limits[0].WaitNs; w > 0 {
+		g.Line().Add(comment(fmt.Sprintf("MaxWait is the policy's wait: the longest a request waits for a free slot of %s "+
+			"(AcquireWait's maxWait; the doors wait this long, or until the request's context ends, before they deny).", r.GoName)))
+		g.Func().Params(jen.Id("l").Op("*").Id(typ)).Id("MaxWait").Params().Qual("time", "Duration").Block(jen.Return(duration(w))).Line()
+	}
 	return g
 }
 

@@ -149,6 +149,7 @@ type Limit struct {
 	// slots of a key held at once, each for at most PeriodNs; it has no
 	// units and no cost.
 	InFlight   bool
+	WaitNs     int64 // an in-flight rule's wait: for a free slot (0: none)
 	Tokens     int64
 	PeriodNs   int64
 	Burst      int64

@@ -261,8 +261,24 @@ func (p *parser) inFlightLimit(fields, keys map[string]*yaml.Node, at *yaml.Node
 			l.PeriodNs = int64(d)
 		}
 	}
+	if n := fields["wait"]; n != nil {
+		d, err := overlay.ParseWindow(n.Value)
+		switch {
+		case n.Kind != yaml.ScalarNode:
+			bad(n, "wait is a %s here; give one duration, such as wait: 2s", kindName(n.Kind))
+		case err != nil:
+			bad(n, "wait %q: %s", n.Value, strings.TrimPrefix(err.Error(), "window "))
+		case d > maxSlotWait:
+			bad(n, "wait %v is more than %v: a request that waits that long for a slot has a client long gone; wait a few seconds at most, and let Retry-After say the rest", d, maxSlotWait)
+		default:
+			l.WaitNs = int64(d)
+		}
+	}
 	return l, ok
 }
+
+// maxSlotWait is the longest wait: for a free slot an in-flight rule allows.
+const maxSlotWait = 10 * time.Minute
 
 // isWholeFloat reports whether s is a whole number written as a float
 // (1e9, 1000.0): what a limit spelled so means is clear, and the message can

@@ -335,6 +335,8 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 				bad(n, "%s does not apply to an in-flight rule in this version: it has one set of numbers, and a shared one takes each slot from the store", f)
 			}
 		}
+	} else if n := rd.keys["wait"]; n != nil && baseOK {
+		bad(n, "wait applies to an in-flight rule (in_flight:, max_hold:): how long a request waits for a free slot; a rate rule's wait is the caller's (Wait, Reserve)")
 	}
 
 	if n := rd.fields["max_keys"]; n != nil {
@@ -401,6 +403,10 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 		}
 	} else if r.Failure == "FailLocal" {
 		bad(rd.fields["on_failure"], "on_failure: local needs local_share: the share of %s each instance takes alone, such as 0.25 for four instances", shareOf)
+	}
+
+	if n := rd.keys["wait"]; n != nil && r.Shared {
+		bad(n, "wait does not apply to a shared in-flight rule in this version: its slots are handed over in this process only; give the request a Retry-After instead")
 	}
 
 	if n := rd.fields["store"]; n != nil {
@@ -565,6 +571,9 @@ func (p *parser) tier(td *tierDoc, m *model.Model) (model.Tier, bool) {
 			valid = false
 		case m.Rules[i].IsInFlight() && len(t.Slots) == atomicslot.MaxSet:
 			p.errorf(n, "tier %q names more than %d in-flight rules; a request holds at most %d slots of a tier", t.Name, atomicslot.MaxSet, atomicslot.MaxSet)
+			valid = false
+		case m.Rules[i].IsInFlight() && m.Rules[i].Limits[0].WaitNs > 0:
+			p.errorf(n, "tier %q: in-flight rule %q waits for a slot, which a tier does not in this version (it would hold the tier's other slots while it waits); route the rule on its own, or drop its wait", t.Name, n.Value)
 			valid = false
 		case m.Rules[i].IsInFlight(): // its slot is taken first, given back when a rate rule denies
 			t.Slots = append(t.Slots, i)
