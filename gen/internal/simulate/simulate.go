@@ -2,6 +2,7 @@ package simulate
 
 import (
 	"bufio"
+	"container/heap"
 	"encoding/csv"
 	"encoding/json"
 	"errors"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/limitgen/limitgen/adaptive"
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicslot"
 	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/gen/internal/cli"
 	"github.com/limitgen/limitgen/gen/internal/model"
@@ -40,7 +42,10 @@ import (
 //	{"time": "2026-11-21T10:00:00.5Z", "key": "alice", "cost": 2}
 //	{"time": 1795255200000000000, "keys": {"PerUser": "alice", "PerEndpoint": "7"}}
 //
-// time is Unix nanoseconds or RFC 3339; cost defaults to each rule's. Without a
+// time is Unix nanoseconds or RFC 3339; cost defaults to each rule's; an
+// in-flight rule (or a tier with one) needs each request's duration, a
+// duration column or JSON field (ns, 1.5s or 20min): its slot is held that
+// long. Without a
 // header, a tier's keys are one column split at |, or a single key for every
 // keyed rule. Columns a header names that simulate does not know (allowed,
 // remaining, …) are ignored, so its output can be fed back in.
@@ -142,6 +147,9 @@ type simRule struct {
 	wtable      *atomicwindow.Table[string]
 	window      *atomicwindow.Window
 	windowStart *atomicbucket.Numbers
+	// An in-flight rule's slots (nums is nil: no run-time numbers).
+	slots *atomicslot.Table[string]
+	gate  *atomicslot.Gate
 	// By key: requests the rule admitted, denied, and (in a tier) passed
 	// but were then denied by a later rule, so that its take was refunded.
 	allowed, denied, refunded map[string]int
@@ -166,6 +174,10 @@ type simulation struct {
 	now      atomicbucket.Time
 	skipped  int
 	pic      *picture // what -html draws; nil without
+	// held are the slots of admitted requests not yet ended, by their end
+	// (time + duration), for a simulation of in-flight rules.
+	held  slotHeap
+	slots bool // the simulation has in-flight rules: requests carry durations
 }
 
 func newSimulation(m *model.Model, name, planName string) (*simulation, error) {
@@ -206,7 +218,7 @@ func newSimulation(m *model.Model, name, planName string) (*simulation, error) {
 	for _, t := range m.Tiers {
 		if t.Name == name || t.GoName == name {
 			s.tier = true
-			for _, ri := range t.Rules {
+			for _, ri := range append(slices.Clone(t.Slots), t.Rules...) { // the slots are taken first
 				picked = append(picked, m.Rules[ri])
 			}
 		}
@@ -215,10 +227,16 @@ func newSimulation(m *model.Model, name, planName string) (*simulation, error) {
 		return nil, fmt.Errorf("no rule or tier named %q; %s", name, choices)
 	}
 	for i, r := range picked {
-		if r.IsInFlight() {
-			return nil, fmt.Errorf("rule %s is an in-flight rule: simulate replays rate and window rules, not slots held for a request's duration", r.GoName)
-		}
 		l := r.Limits[0]
+		if r.IsInFlight() {
+			s.slots = true
+			sr := &simRule{rule: r, limit: l, allowed: map[string]int{}, denied: map[string]int{}, refunded: map[string]int{}}
+			s.rules = append(s.rules, sr)
+			if r.KeyType != "" {
+				s.keyed = append(s.keyed, i)
+			}
+			continue
+		}
 		if r.Planned {
 			if plan < 0 {
 				return nil, fmt.Errorf("rule %s differs by plan: give -plan", r.GoName)
@@ -245,11 +263,14 @@ type request struct {
 	keys    []string // one per rule of the simulation ("" for global rules)
 	cost    int64
 	hasCost bool
+	dur     int64 // ns the request ran (in-flight rules hold its slots that long)
+	hasDur  bool
 }
 
 // columns is what a CSV header says each column holds.
 type columns struct {
 	time, cost, key int   // column indices; −1 when absent
+	dur             int   // the duration column, or −1
 	ruleKeys        []int // per rule of the simulation: its key column, or −1
 }
 
@@ -322,7 +343,7 @@ func (lr *logReader) next() (request, error) {
 // header reads a CSV header: time, cost, key, and a column per keyed rule
 // (by its name as written or its Go name); other names are ignored.
 func (lr *logReader) header(rec []string) error {
-	c := &columns{time: -1, cost: -1, key: -1, ruleKeys: make([]int, len(lr.sim.rules))}
+	c := &columns{time: -1, cost: -1, key: -1, dur: -1, ruleKeys: make([]int, len(lr.sim.rules))}
 	for i := range c.ruleKeys {
 		c.ruleKeys[i] = -1
 	}
@@ -333,6 +354,8 @@ func (lr *logReader) header(rec []string) error {
 			c.time = i
 		case "cost":
 			c.cost = i
+		case "duration":
+			c.dur = i
 		case "key":
 			c.key = i
 		default:
@@ -375,7 +398,7 @@ func (lr *logReader) csvLine(rec []string) (request, error) {
 		if err != nil {
 			return request{}, fmt.Errorf("line %d: %v", lr.line, err)
 		}
-		return lr.sim.request(lr.line, field(0), keys, field(2))
+		return lr.sim.request(lr.line, field(0), keys, field(2), "")
 	}
 	c := lr.cols
 	keys := make([]string, len(lr.sim.rules))
@@ -386,7 +409,7 @@ func (lr *logReader) csvLine(rec []string) (request, error) {
 			keys[j] = raw(c.key)
 		}
 	}
-	return lr.sim.request(lr.line, field(c.time), keys, field(c.cost))
+	return lr.sim.request(lr.line, field(c.time), keys, field(c.cost), field(c.dur))
 }
 
 func (lr *logReader) jsonLine(text string) (request, error) {
@@ -395,6 +418,7 @@ func (lr *logReader) jsonLine(text string) (request, error) {
 		Key  *string          `json:"key"`
 		Keys map[string]any   `json:"keys"`
 		Cost *json.RawMessage `json:"cost"`
+		Dur  *json.RawMessage `json:"duration"`
 	}
 	if err := json.Unmarshal([]byte(text), &j); err != nil {
 		return request{}, fmt.Errorf("line %d: not valid JSON: %v", lr.line, err)
@@ -426,7 +450,11 @@ func (lr *logReader) jsonLine(text string) (request, error) {
 	if j.Cost != nil {
 		cost = string(*j.Cost)
 	}
-	return lr.sim.request(lr.line, strings.Trim(string(j.Time), `"`), keys, cost)
+	dur := ""
+	if j.Dur != nil {
+		dur = strings.Trim(string(*j.Dur), `"`)
+	}
+	return lr.sim.request(lr.line, strings.Trim(string(j.Time), `"`), keys, cost, dur)
 }
 
 // splitKeys gives each keyed rule its key from one field: the same key for all,
@@ -450,7 +478,7 @@ func (s *simulation) splitKeys(field string) ([]string, error) {
 // could receive (an integer in range of an integer key type, written in its
 // canonical decimal form so that it places its grid as the generated code's
 // integer key does), a whole cost.
-func (s *simulation) request(line int, timeField string, keys []string, costField string) (request, error) {
+func (s *simulation) request(line int, timeField string, keys []string, costField, durField string) (request, error) {
 	req := request{line: line, keys: keys}
 	var err error
 	if req.wall, err = s.parseTime(line, timeField); err != nil {
@@ -475,6 +503,23 @@ func (s *simulation) request(line int, timeField string, keys []string, costFiel
 			return req, fmt.Errorf("line %d: cost %q is not a whole number", line, costField)
 		}
 		req.cost, req.hasCost = c, true
+	}
+	if durField != "" {
+		d, err := strconv.ParseInt(durField, 10, 64)
+		if err != nil {
+			var pd time.Duration
+			if pd, err = time.ParseDuration(durField); err != nil {
+				pd, err = overlay.ParseWindow(durField) // as the policy writes them: 20min
+			}
+			d = int64(pd)
+		}
+		if err != nil || d < 0 {
+			return req, fmt.Errorf("line %d: duration %q: want nanoseconds or a duration (1.5s, 20min), not negative", line, durField)
+		}
+		req.dur, req.hasDur = d, true
+	}
+	if s.slots && !req.hasDur {
+		return req, fmt.Errorf("line %d: %s holds slots for a request's duration: give each request one (a duration column, or \"duration\" in JSON; ns or 1.5s)", line, s.name)
 	}
 	return req, nil
 }
@@ -524,6 +569,18 @@ func (s *simulation) shift(first int64) (int64, error) {
 // start builds the buckets at the first request's time.
 func (s *simulation) start(start atomicbucket.Time) error {
 	for _, r := range s.rules {
+		if r.limit.InFlight {
+			rule, err := atomicslot.NewRule(r.limit.Tokens, time.Duration(r.limit.PeriodNs))
+			if err != nil {
+				return err
+			}
+			if r.rule.KeyType == "" {
+				r.gate = atomicslot.NewGate(rule)
+				continue
+			}
+			r.slots = atomicslot.NewTable[string](rule, atomicbucket.TableOptions{MaxKeys: r.rule.MaxKeys, AllowAtCap: r.rule.AllowCap})
+			continue
+		}
 		if r.limit.Window {
 			wr := r.limit.WindowRule()
 			if r.rule.KeyType == "" {
@@ -590,7 +647,7 @@ func (s *simulation) run(in io.Reader, w io.Writer) error {
 			}
 			for _, r := range s.rules { // the overlay's numbers and the controller's starting factor
 				if r.nums == nil {
-					continue // a window
+					continue // a window, or slots
 				}
 				if err := s.inForce(r, at); err != nil {
 					return fmt.Errorf("line %d: %v", req.line, err)
@@ -618,7 +675,11 @@ func (s *simulation) run(in io.Reader, w io.Writer) error {
 		}
 		if n == 0 {
 			head := append([]string{"time"}, lr.head...)
-			head = append(head, "cost", "allowed", "remaining", "retry_after_ns")
+			head = append(head, "cost")
+			if s.slots {
+				head = append(head, "duration")
+			}
+			head = append(head, "allowed", "remaining", "retry_after_ns")
 			if s.tier {
 				head = append(head, "denied_by")
 			}
@@ -649,7 +710,11 @@ func (s *simulation) run(in io.Reader, w io.Writer) error {
 		if req.hasCost {
 			cost = strconv.FormatInt(req.cost, 10)
 		}
-		rec = append(rec, cost, strconv.FormatBool(d.Allowed), strconv.FormatInt(d.Remaining, 10), strconv.FormatInt(int64(d.RetryAfter), 10))
+		rec = append(rec, cost)
+		if s.slots {
+			rec = append(rec, strconv.FormatInt(req.dur, 10))
+		}
+		rec = append(rec, strconv.FormatBool(d.Allowed), strconv.FormatInt(d.Remaining, 10), strconv.FormatInt(int64(d.RetryAfter), 10))
 		if s.tier {
 			rec = append(rec, deniedBy)
 		}
@@ -662,6 +727,7 @@ func (s *simulation) run(in io.Reader, w io.Writer) error {
 	if n == 0 {
 		return fmt.Errorf("no requests on standard input")
 	}
+	s.release(atomicbucket.Time(atomicbucket.MaxUptime)) // the requests still running when the log ends end as logged
 	s.summary(w)
 	if s.skipped > 0 {
 		fmt.Fprintf(w, "# events for rules or plans outside the simulation, skipped: %d\n", s.skipped)
@@ -735,6 +801,15 @@ func (s *simulation) summary(w io.Writer) {
 			tr += r.refunded[k]
 		}
 		line("(all keys)", ta, td, tr)
+		if r.limit.InFlight {
+			st := atomicslot.Stats{}
+			if r.gate != nil {
+				st = r.gate.Stats()
+			} else if r.slots != nil {
+				st = r.slots.Stats()
+			}
+			fmt.Fprintf(w, "# %s: slots held past max_hold (%v), back by expiry: %d\n", r.rule.Name, time.Duration(r.limit.PeriodNs), st.Expired)
+		}
 	}
 }
 
@@ -748,25 +823,114 @@ func (s *simulation) costOf(r *simRule, req request) int64 {
 // decide runs one request through the rule, or the tier's rules all or
 // nothing, with tier.At: the tier logic generated code unrolls.
 func (s *simulation) decide(req request, now atomicbucket.Time) (atomicbucket.Decision, string) {
-	steps := make([]tier.Step, len(s.rules))
+	s.release(now)
+	// The in-flight rules first (a tier's slots are taken before its rate
+	// rules), each slot given back when a later rule denies.
+	var taken []atomicslot.Slot
+	var most atomicbucket.Decision // the slots' most constraining: the fewest free
+	first := len(s.rules)
 	for i, r := range s.rules {
+		if !r.limit.InFlight {
+			first = i
+			break
+		}
+		var slot atomicslot.Slot
+		var d atomicbucket.Decision
+		if r.gate != nil {
+			slot, d = r.gate.AcquireAt(now)
+		} else {
+			slot, d = r.slots.AcquireAt(req.keys[i], now)
+		}
+		if !d.Allowed {
+			for j := range taken {
+				taken[j].ReleaseAt(now)
+				s.rules[j].refunded[req.keys[j]]++
+			}
+			r.denied[req.keys[i]]++
+			return d, r.rule.Name
+		}
+		taken = append(taken, slot)
+		if len(taken) == 1 || d.Remaining < most.Remaining {
+			most = d
+		}
+	}
+	held := func() {
+		for j, slot := range taken {
+			s.rules[j].allowed[req.keys[j]]++
+			heap.Push(&s.held, heldSlot{end: now.Add(time.Duration(req.dur)), slot: slot})
+		}
+	}
+	if first == len(s.rules) { // slots only
+		held()
+		return most, ""
+	}
+	d, deniedBy := s.decideRates(req, now, first)
+	if !d.Allowed {
+		for j := range taken {
+			taken[j].ReleaseAt(now)
+			s.rules[j].refunded[req.keys[j]]++
+		}
+		return d, deniedBy
+	}
+	held()
+	return d, deniedBy
+}
+
+// release ends the slots of the requests that ended by now, in the order
+// they ended (a slot held past its rule's max_hold came back by itself, and
+// its release finds it so: counted in its rule's Stats as expired).
+func (s *simulation) release(now atomicbucket.Time) {
+	for s.held.Len() > 0 && s.held[0].end <= now {
+		h := heap.Pop(&s.held).(heldSlot)
+		h.slot.ReleaseAt(h.end)
+	}
+}
+
+// heldSlot is an admitted request's slot and when the request ends.
+type heldSlot struct {
+	end  atomicbucket.Time
+	slot atomicslot.Slot
+}
+
+// slotHeap orders held slots by their end (container/heap).
+type slotHeap []heldSlot
+
+func (h slotHeap) Len() int           { return len(h) }
+func (h slotHeap) Less(i, j int) bool { return h[i].end < h[j].end }
+func (h slotHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *slotHeap) Push(x any)        { *h = append(*h, x.(heldSlot)) }
+func (h *slotHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// decideRates runs the request through the rate rules from first on, all or
+// nothing, with tier.At: the tier logic generated code unrolls.
+func (s *simulation) decideRates(req request, now atomicbucket.Time, first int) (atomicbucket.Decision, string) {
+	steps := make([]tier.Step, len(s.rules)-first)
+	for i, r := range s.rules[first:] {
+		i += first
 		switch {
 		case r.table != nil:
-			steps[i] = tier.Table(r.table, req.keys[i], s.costOf(r, req))
+			steps[i-first] = tier.Table(r.table, req.keys[i], s.costOf(r, req))
 		case r.bucket != nil:
-			steps[i] = tier.Bucket(r.bucket, s.costOf(r, req))
+			steps[i-first] = tier.Bucket(r.bucket, s.costOf(r, req))
 		case r.wtable != nil:
-			steps[i] = tier.WindowTable(r.wtable, req.keys[i], s.costOf(r, req))
+			steps[i-first] = tier.WindowTable(r.wtable, req.keys[i], s.costOf(r, req))
 		default:
-			steps[i] = tier.Window(r.window, s.costOf(r, req))
+			steps[i-first] = tier.Window(r.window, s.costOf(r, req))
 		}
 	}
 	d, at, denied := tier.At(now, steps...)
+	at += first
 	checked := len(s.rules)
 	if denied {
 		checked = at + 1
 	}
-	for i, r := range s.rules[:checked] {
+	for i, r := range s.rules[first:checked] {
+		i += first
 		switch {
 		case !denied:
 			r.allowed[req.keys[i]]++

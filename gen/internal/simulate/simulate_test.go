@@ -136,8 +136,9 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 		log  string
 		want string
 	}{
-		{[]string{"-policy", "../../../policy.yaml", "-rule", "Nope"}, "0,a\n", `no rule or tier named "Nope"; the rules are PerUser, PerEndpoint, Login, DailyExport, Upload, TenantUser, ExportSlots, Global; the tiers are API`},
-		{[]string{"-policy", "../../../policy.yaml", "-rule", "ExportSlots"}, "0,a\n", `rule ExportSlots is an in-flight rule: simulate replays rate and window rules`},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "Nope"}, "0,a\n", `no rule or tier named "Nope"; the rules are PerUser, PerEndpoint, Login, DailyExport, Upload, TenantUser, ExportSlots, ReportSlots, Global; the tiers are API, Exports`},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "ExportSlots"}, "0,a\n", `line 1: ExportSlots holds slots for a request's duration: give each request one`},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "ExportSlots"}, "time,key,duration\n0,a,soon\n", `line 2: duration "soon": want nanoseconds or a duration`},
 		{[]string{"-policy", "../../../policy.yaml"}, "0,a\n", "-rule is required: the rules are PerUser,"},
 		{[]string{"-policy", "../../../policy.yaml", "-rule", "PerEndpoint"}, "0,99999999999999999999\n", `line 1: rule PerEndpoint: key "99999999999999999999" is not an int64`},
 		{[]string{"-policy", "../../../policy.yaml", "-rule", "DailyExport"}, "# a comment\n0,-1\n", `line 2: rule DailyExport: key "-1" is not a uint64 (0 to 18446744073709551615)`},
@@ -781,6 +782,63 @@ func TestSimulateWindow(t *testing.T) {
 		_, errOut, code = runSimulate(t, []string{"-policy", "../../testdata/valid/25_windows.yaml", "-rule", "Burst"}, c.event+"\n0,a\n")
 		if code == 0 || !strings.Contains(errOut, c.want) {
 			t.Errorf("%s: exit %d, %q; want a refusal saying %q", c.event, code, errOut, c.want)
+		}
+	}
+}
+
+// TestSimulateInFlight replays requests with durations through an in-flight
+// rule (2 slots per key, max_hold 10s) alone and in a tier after a rate rule
+// (1/h, burst 3), hand-computed: a request's slot is held from its time to
+// its time plus its duration (released then, in order, before the next
+// request's decision); the third at 2s finds both slots held until 5s and 6s
+// (Retry-After: the first expiry, at 10s); in the tier, a full set of slots
+// charges Rate nothing, and Rate's denials give the slot back (refunded). A
+// request running 15s outlives max_hold: its slot came back by expiry,
+// counted. The output replays to itself.
+func TestSimulateInFlight(t *testing.T) {
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "p.yaml")
+	if err := os.WriteFile(pol, []byte("package: p\nrules:\n  - {name: Slots, key: string, in_flight: 2, max_hold: 10s}\n"+
+		"  - {name: Rate, key: string, rate: 1/h, burst: 3}\ntiers:\n  - {name: Both, rules: [Rate, Slots]}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log := "time,key,duration\n0,a,5s\n1000000000,a,5s\n2000000000,a,5s\n6000000000,a,1s\n" +
+		`{"time": 8000000000, "key": "a", "duration": "1s"}` + "\n9000000000,a,15000000000\n"
+	for _, c := range []struct{ rule, want string }{
+		{"Slots", `time,key,cost,duration,allowed,remaining,retry_after_ns
+0,a,,5000000000,true,1,0
+1000000000,a,,5000000000,true,0,0
+2000000000,a,,5000000000,false,0,8000000000
+6000000000,a,,1000000000,true,1,0
+8000000000,a,,1000000000,true,1,0
+9000000000,a,,15000000000,true,1,0
+# summary: rule,key,allowed,denied
+# Slots,a,5,1
+# Slots,(all keys),5,1
+# Slots: slots held past max_hold (10s), back by expiry: 1
+`},
+		{"Both", `time,key,cost,duration,allowed,remaining,retry_after_ns,denied_by
+0,a,,5000000000,true,2,0,
+1000000000,a,,5000000000,true,1,0,
+2000000000,a,,5000000000,false,0,8000000000,Slots
+6000000000,a,,1000000000,true,0,0,
+8000000000,a,,1000000000,false,0,3592000000000,Rate
+9000000000,a,,15000000000,false,0,3591000000000,Rate
+# summary: rule,key,allowed,denied,refunded
+# Slots,a,3,1,2
+# Slots,(all keys),3,1,2
+# Slots: slots held past max_hold (10s), back by expiry: 0
+# Rate,a,3,2,0
+# Rate,(all keys),3,2,0
+`},
+	} {
+		out, errOut, code := runSimulate(t, []string{"-policy", pol, "-rule", c.rule}, log)
+		if code != 0 || out != c.want {
+			t.Fatalf("%s: exit %d %s\ngot:\n%s\nwant:\n%s", c.rule, code, errOut, out, c.want)
+		}
+		again, _, _ := runSimulate(t, []string{"-policy", pol, "-rule", c.rule}, out)
+		if again != out {
+			t.Fatalf("%s: the output did not replay to itself:\n%s", c.rule, again)
 		}
 	}
 }
