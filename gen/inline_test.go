@@ -39,6 +39,9 @@ func TestGeneratedMethodsInline(t *testing.T) {
 	foldedGlobal := 0
 	embedded := 0
 	for _, r := range m.Rules {
+		if r.IsInFlight() {
+			continue // atomicslot's Acquire: the hot path's own tests and benchmark hold it
+		}
 		methods := []string{"AllowN", "AllowNAt", "PeekAt"}
 		if r.Planned {
 			// The runtime's AllowN takes the time: a planned limiter's AllowN

@@ -65,7 +65,7 @@ func newService(t *testing.T) *service {
 	mw.Config.Observer = nil // the denial log is tested in limithttp
 	s.mw, s.mux = mw, mw.NewServeMux()
 	ok := func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }
-	for _, p := range []string{"POST /v1/login", "POST /v1/upload", "GET /v1/export/{account}", "POST /v1/exports", "GET /v1/tenants/{tenant}/users/{user}", "/v1/"} {
+	for _, p := range []string{"POST /v1/login", "POST /v1/upload", "GET /v1/export/{account}", "POST /v1/exports", "POST /v1/reports", "GET /v1/tenants/{tenant}/users/{user}", "/v1/"} {
 		s.mux.HandleFunc(p, ok)
 	}
 	s.mux.HandleFunc("GET /health", ok) // not in the policy: never limited
@@ -296,7 +296,7 @@ func TestServeMuxUnregistered(t *testing.T) {
 	mux := mw.NewServeMux()
 	mux.HandleFunc("POST /v1/login", func(http.ResponseWriter, *http.Request) {})
 	mux.HandleFunc("/v1", func(http.ResponseWriter, *http.Request) {}) // not the policy's "/v1/"
-	if got := strings.Join(mux.Unregistered(), "; "); got != "POST /v1/upload; GET /v1/export/{account}; POST /v1/exports; GET /v1/tenants/{tenant}/users/{user}; /v1/" {
+	if got := strings.Join(mux.Unregistered(), "; "); got != "POST /v1/upload; GET /v1/export/{account}; POST /v1/exports; POST /v1/reports; GET /v1/tenants/{tenant}/users/{user}; /v1/" {
 		t.Errorf("Unregistered = %q", got)
 	}
 }
