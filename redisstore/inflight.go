@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -58,6 +59,53 @@ if tonumber(e) > now then return 1 end
 return 2
 `
 
+// slotsBatchSource is a coalesced batch of acquisitions and releases (not on
+// a Cluster, where its keys would span hash slots), each decided in order as
+// slotsAcquireSource and slotsReleaseSource decide one: KEYS the ops' keys,
+// ARGV the limit, the hold in µs, then per op "a" or "r" and its token. It
+// returns five numbers an op: an acquisition's, or a release's answer and
+// four zeros.
+const slotsBatchSource = `
+local N, hold = tonumber(ARGV[1]), tonumber(ARGV[2])
+local t = {{NOW}}
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local out = {}
+for i = 1, #KEYS do
+  local k, op, tok = KEYS[i], ARGV[1 + 2 * i], ARGV[2 + 2 * i]
+  if op == 'r' then
+    local e = redis.call('ZSCORE', k, tok)
+    local got = 0
+    if e then
+      redis.call('ZREM', k, tok)
+      got = 2
+      if tonumber(e) > now then got = 1 end
+    end
+    out[#out + 1] = got
+    for _ = 1, 4 do out[#out + 1] = 0 end
+  else
+    local expired = redis.call('ZREMRANGEBYSCORE', k, '-inf', now)
+    local held = redis.call('ZCARD', k)
+    local ok = 0
+    if held < N then
+      redis.call('ZADD', k, now + hold, tok)
+      ok = 1
+    end
+    local first, last = 0, 0
+    if held + ok > 0 then
+      first = tonumber(redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')[2]) - now
+      last = tonumber(redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')[2]) - now
+      if ok == 1 then redis.call('PEXPIRE', k, math.floor(last / 1000) + 10001) end
+    end
+    out[#out + 1] = ok
+    out[#out + 1] = held
+    out[#out + 1] = first
+    out[#out + 1] = last
+    out[#out + 1] = expired
+  end
+end
+return out
+`
+
 // Slots is an in-flight rule (at most N of a key's requests at once) kept on
 // Redis, on Redis's clock: every instance that acquires shares one set of
 // slots per key, each slot free again at its release or at its expiry,
@@ -74,6 +122,21 @@ type Slots struct {
 	timeout time.Duration
 	e       *shared.Engine
 	now     func() time.Time // tests: the time the scripts decide at
+	// co, when the store coalesces (not on a Cluster), sends concurrent
+	// acquisitions and releases together, one batch script call; expired
+	// is what its batches found expired, handed to the next acquisitions.
+	co      *shared.Coalescer[slotOp]
+	batch   *redis.Script
+	expired atomic.Int64
+}
+
+// slotOp is one acquisition or release of a coalesced batch. Its answer
+// travels as a Decision: an acquisition's own; a release's SlotRelease in
+// Remaining.
+type slotOp struct {
+	key     string
+	token   uint64
+	release bool
 }
 
 // Slots returns the in-flight rule named name on the store's Redis
@@ -85,7 +148,57 @@ func (s *Store) Slots(name string, rule atomicslot.Rule) (shared.SlotChecker, er
 		return nil, err
 	}
 	sl.e = s.Engine
+	if _, cluster := s.b.client.(*redis.ClusterClient); s.b.coalesce > 0 && !cluster {
+		sl.coalesce(s.b.coalesce)
+		s.b.windowsMu.Lock()
+		s.b.closers = append(s.b.closers, sl.co.Close)
+		s.b.windowsMu.Unlock()
+	}
 	return sl, nil
+}
+
+// coalesce makes the rule send concurrent calls together, at most max a
+// batch script call.
+func (s *Slots) coalesce(max int) {
+	s.co = shared.NewCoalescer(max, s.timeout, s.decideBatch)
+}
+
+// decideBatch is the coalescer's call: one script call for the batch.
+func (s *Slots) decideBatch(ctx context.Context, batch []*shared.Waiting[slotOp]) {
+	keys := make([]string, len(batch))
+	args := make([]any, 0, 2+2*len(batch)+2)
+	args = append(args, s.rule.Limit(), s.holdUs)
+	for i, p := range batch {
+		keys[i] = s.prefix + p.Check.key
+		op := "a"
+		if p.Check.release {
+			op = "r"
+		}
+		args = append(args, op, tokenBytes(p.Check.token))
+	}
+	var res []int64
+	err := s.runNoTimeout(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = s.batch.Run(ctx, s.client, keys, s.args(args...)...).Int64Slice()
+		return err
+	})
+	if err == nil && len(res) != 5*len(batch) {
+		err = fmt.Errorf("redisstore: the slots batch answered %d numbers for %d calls, want 5 a call", len(res), len(batch))
+	}
+	for i, p := range batch {
+		if err != nil {
+			p.Done(atomicbucket.Decision{}, err)
+			continue
+		}
+		r := res[5*i : 5*i+5]
+		if p.Check.release {
+			p.Done(atomicbucket.Decision{Remaining: r[0]}, nil)
+			continue
+		}
+		d, expired, err := shared.SlotReplyOf(s.rule.Limit(), r)
+		s.expired.Add(expired)
+		p.Done(d, err)
+	}
 }
 
 // newSlots is the rule named name under prefix; explicitNow makes its
@@ -104,6 +217,7 @@ func newSlots(client redis.UniversalClient, prefix, name string, rule atomicslot
 		client:  client,
 		acquire: redis.NewScript(windowScript(slotsAcquireSource, explicitNow)),
 		release: redis.NewScript(windowScript(slotsReleaseSource, explicitNow)),
+		batch:   redis.NewScript(windowScript(slotsBatchSource, explicitNow)),
 		prefix:  prefix + "slots:" + name + ":",
 		rule:    rule,
 		holdUs:  int64((rule.Hold() + time.Microsecond - 1) / time.Microsecond),
@@ -138,6 +252,11 @@ func (s *Slots) args(args ...any) []any {
 func (s *Slots) run(ctx context.Context, fn func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
+	return s.runNoTimeout(ctx, fn)
+}
+
+// runNoTimeout is run within ctx's deadline alone (a coalesced batch's).
+func (s *Slots) runNoTimeout(ctx context.Context, fn func(ctx context.Context) error) error {
 	if s.e == nil {
 		return fn(ctx)
 	}
@@ -155,6 +274,13 @@ func checkSlotKey(key string) error {
 func (s *Slots) Acquire(ctx context.Context, key string, token uint64) (atomicbucket.Decision, int64, error) {
 	if err := checkSlotKey(key); err != nil {
 		return atomicbucket.Decision{}, 0, err
+	}
+	if s.co != nil {
+		d, err := s.co.Do(ctx, slotOp{key: key, token: token})
+		if err != nil {
+			return atomicbucket.Decision{}, 0, fmt.Errorf("redisstore: acquiring a slot: %w", err)
+		}
+		return d, s.expired.Swap(0), nil
 	}
 	var res []int64
 	err := s.run(ctx, func(ctx context.Context) error {
@@ -174,11 +300,18 @@ func (s *Slots) Release(ctx context.Context, key string, token uint64) (shared.S
 		return shared.SlotGone, err
 	}
 	var got int64
-	err := s.run(ctx, func(ctx context.Context) error {
-		var err error
-		got, err = s.release.Run(ctx, s.client, []string{s.prefix + key}, s.args(tokenBytes(token))...).Int64()
-		return err
-	})
+	var err error
+	if s.co != nil {
+		var d atomicbucket.Decision
+		d, err = s.co.Do(ctx, slotOp{key: key, token: token, release: true})
+		got = d.Remaining
+	} else {
+		err = s.run(ctx, func(ctx context.Context) error {
+			var err error
+			got, err = s.release.Run(ctx, s.client, []string{s.prefix + key}, s.args(tokenBytes(token))...).Int64()
+			return err
+		})
+	}
 	if err != nil {
 		return shared.SlotGone, fmt.Errorf("redisstore: releasing a slot: %w", err)
 	}

@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,14 +13,19 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// openSlots is storetest.OpenSlots on client.
-func openSlots(c redis.UniversalClient) storetest.OpenSlots {
+// openSlots is storetest.OpenSlots on client, coalescing at most coalesce
+// calls a batch (0: a script call each).
+func openSlots(c redis.UniversalClient, coalesce int) storetest.OpenSlots {
 	return func(t *testing.T, name string, rule atomicslot.Rule, at func() time.Time) shared.SlotChecker {
-		s, err := newSlots(c, DefaultPrefix, name, rule, 0, at != nil)
+		s, err := newSlots(c, DefaultPrefix, name+"-c"+strconv.Itoa(coalesce), rule, 0, at != nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.now = at
+		if coalesce > 0 {
+			s.coalesce(coalesce)
+			t.Cleanup(s.co.Close)
+		}
 		return s
 	}
 }
@@ -29,8 +35,24 @@ func openSlots(c redis.UniversalClient) storetest.OpenSlots {
 func TestSlotsContract(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
-	t.Run("MatchesReference", func(t *testing.T) { storetest.SlotsMatchReference(t, openSlots(c), 30, 300, 43) })
-	t.Run("NeverAboveLimit", func(t *testing.T) { storetest.SlotsNeverAboveLimit(t, openSlots(c), 64, 20) })
+	t.Run("MatchesReference", func(t *testing.T) { storetest.SlotsMatchReference(t, openSlots(c, 0), 30, 300, 43) })
+	t.Run("MatchesReferenceCoalesced", func(t *testing.T) { storetest.SlotsMatchReference(t, openSlots(c, 64), 30, 300, 44) })
+	t.Run("NeverAboveLimit", func(t *testing.T) { storetest.SlotsNeverAboveLimit(t, openSlots(c, 0), 64, 20) })
+	t.Run("NeverAboveLimitCoalesced", func(t *testing.T) { storetest.SlotsNeverAboveLimit(t, openSlots(c, 64), 64, 20) })
+	t.Run("AcrossInstancesCoalesced", func(t *testing.T) {
+		ctx := context.Background()
+		a, err := New(ctx, srv.Client(t), Options{Coalesce: 64, Namespace: "co"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := New(ctx, srv.Client(t), Options{Coalesce: 64, Namespace: "co"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(a.Close)
+		t.Cleanup(b.Close)
+		storetest.SlotsAcrossInstances(t, a, b)
+	})
 	t.Run("AcrossInstances", func(t *testing.T) {
 		ctx := context.Background()
 		a, err := New(ctx, srv.Client(t), Options{})

@@ -69,6 +69,7 @@ type backend struct {
 	coalesce  int
 	windowsMu sync.Mutex
 	windows   []*Window
+	closers   []func() // the store's coalescing in-flight rules' (Store.Slots)
 }
 
 // DefaultPrefix starts every key the store writes.

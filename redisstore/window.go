@@ -413,6 +413,9 @@ func (s *Store) Close() {
 	for _, w := range s.b.windows {
 		w.Close()
 	}
+	for _, c := range s.b.closers {
+		c()
+	}
 }
 
 // Close stops a coalescing window's goroutines.

@@ -213,6 +213,9 @@ func Run(t *testing.T, h Harness) {
 	})
 	on("GeneratedSlotsTier", func(t *testing.T, srv Server) { GeneratedSlotsTier(t, instances(t, srv, Options{})) })
 	on("GeneratedSlots", func(t *testing.T, srv Server) { GeneratedSlots(t, instances(t, srv, Options{}), srv.Stop) })
+	on("GeneratedSlotsCoalesced", func(t *testing.T, srv Server) {
+		GeneratedSlots(t, instances(t, srv, Options{Coalesce: 64}), srv.Stop)
+	})
 	on("GeneratedWindows", func(t *testing.T, srv Server) { GeneratedWindows(t, instances(t, srv, Options{})) })
 	on("GeneratedWindowsCoalesced", func(t *testing.T, srv Server) { GeneratedWindows(t, instances(t, srv, Options{Coalesce: 64})) })
 	on("GeneratedWindowReset", func(t *testing.T, srv Server) { GeneratedWindowReset(t, instances(t, srv, Options{})) })

@@ -101,6 +101,14 @@ func snippet(ctx context.Context, w http.ResponseWriter, customer string) {
 {{SNIPPET}}
 }
 `},
+	{"held, d := limits.Default.Exports(limits.PlanFree, customer, customer) // the plan, PerUser's key, ExportSlots'", `package s
+
+import limits "github.com/limitgen/limitgen/generated"
+
+func snippet(customer string) {
+{{SNIPPET}}
+}
+`},
 	{"// The login limit for one client address", `package s
 
 import (
