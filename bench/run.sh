@@ -13,7 +13,7 @@
 # (alone, paired over bufconn, and in a call on loopback), Envoy's rate-limit
 # service beside envoyproxy/ratelimit on one redis-server (64 callers), a shared check on
 # Redis at 64 callers, a window rule on Redis beside seed 003's sorted-set log
-# (64 callers), a shared check on PostgreSQL (hot key, 16 callers), and what numbers
+# (64 callers), an in-flight rule on Redis beside a sorted-set semaphore (64 callers), a shared check on PostgreSQL (hot key, 16 callers), and what numbers
 # changed at run time cost a generated check (BenchmarkNumbers: a table of its
 # own, one column per case of numbers). full is every benchmark of the package
 # (about 3 minutes a run on 2 cores).
@@ -44,6 +44,7 @@ headline)
     '^BenchmarkRLS$'
     '^BenchmarkRedis$/^callers=64$'
     '^BenchmarkRedisWindow$'
+    '^BenchmarkRedisSlots$'
     '^BenchmarkPostgres$/^keys=1$/^callers=16$'
     '^BenchmarkNumbers$'
   ) ;;

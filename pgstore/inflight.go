@@ -208,10 +208,11 @@ func (s *Slots) call(ctx context.Context, key string, fn func(ctx context.Contex
 	if key == "" || len(key) > shared.MaxKeyLen {
 		return fmt.Errorf("pgstore: an in-flight rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	defer cancel()
 	if !s.ready.Load() {
-		if err := s.setup(ctx); err != nil {
+		sctx, cancel := context.WithTimeout(ctx, s.timeout)
+		err := s.setup(sctx)
+		cancel()
+		if err != nil {
 			return err
 		}
 	}
@@ -220,10 +221,12 @@ func (s *Slots) call(ctx context.Context, key string, fn func(ctx context.Contex
 		us := s.at().UnixMicro()
 		at = &us
 	}
-	if s.e == nil {
-		return fn(ctx, at)
+	if s.e != nil { // the round trip bounds it by the store's timeout
+		return s.e.RoundTrip(ctx, func(ctx context.Context) error { return fn(ctx, at) })
 	}
-	return s.e.RoundTrip(ctx, func(ctx context.Context) error { return fn(ctx, at) })
+	ctx, cancel := context.WithTimeout(ctx, s.timeout)
+	defer cancel()
+	return fn(ctx, at)
 }
 
 // Acquire takes one of key's slots for token (shared.SlotChecker).

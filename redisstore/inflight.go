@@ -14,94 +14,91 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// slotsAcquireSource takes one of a key's in-flight slots. A key's slots are
-// a sorted set: each held slot a member (the acquisition's token, 8 bytes)
-// scored by its expiry, in µs on Redis's clock. An acquisition first removes
-// the members whose expiry has come (slots never released: counted, and
-// free), then adds its own when fewer than the limit are left, and sets the
-// key to expire 10 s after its last slot (a call in those 10 s counts what
-// expired unreleased; a key with nothing held is soon no key).
-// ARGV: the limit, the hold in µs, the token. It returns {1 acquired or 0
-// denied, the slots held before it, the first and the last held slot's
-// expiry − now (µs, 0 when none is held), the slots it found expired}.
-// Scores are doubles: whole µs stay exact until the year 2255.
-const slotsAcquireSource = `
+// slotsPrelude is what the slot scripts share: the limit and the hold (µs),
+// the time, and acquire and release. A key's slots are a sorted set: each
+// held slot a member (the acquisition's token, 8 bytes) scored by its
+// expiry, in µs on Redis's clock. Scores are doubles: whole µs stay exact
+// until the year 2255.
+//
+// acquire frees the members whose expiry has come (slots never released:
+// counted, and free; looked for by the first member's score, so that a key
+// with none expired costs no removal), then adds its own when fewer than
+// the limit are left, and sets the key to expire 10 s after its last slot
+// (a call in those 10 s counts what expired unreleased; a key with nothing
+// held is soon no key). It returns {1 acquired or 0 denied, the slots held
+// before it, the first and the last held slot's expiry − now (µs, 0 when
+// none is held), the slots it found expired}.
+//
+// release removes the token's member, and returns 1 when the slot was held
+// until now, 2 when its expiry had come (it came back by itself), 0 when
+// there is none.
+const slotsPrelude = `
 local N, hold = tonumber(ARGV[1]), tonumber(ARGV[2])
 local t = {{NOW}}
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local k = KEYS[1]
-local expired = redis.call('ZREMRANGEBYSCORE', k, '-inf', now)
-local held = redis.call('ZCARD', k)
-local ok = 0
-if held < N then
-  redis.call('ZADD', k, now + hold, ARGV[3])
-  ok = 1
+local function acquire(k, tok)
+  local f = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+  local expired = 0
+  if f[2] and tonumber(f[2]) <= now then
+    expired = redis.call('ZREMRANGEBYSCORE', k, '-inf', now)
+    f = redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')
+  end
+  local held, first, last = 0, 0, 0
+  if f[2] then
+    held = redis.call('ZCARD', k)
+    first = tonumber(f[2])
+    last = tonumber(redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')[2])
+  end
+  local ok = 0
+  if held < N then
+    local e = now + hold
+    redis.call('ZADD', k, e, tok)
+    if held == 0 then first = e end
+    first, last = math.min(first, e), math.max(last, e)
+    redis.call('PEXPIRE', k, math.floor((last - now) / 1000) + 10001)
+    ok = 1
+  end
+  if held + ok > 0 then
+    first, last = first - now, last - now
+  end
+  return {ok, held, first, last, expired}
 end
-local first, last = 0, 0
-if held + ok > 0 then
-  first = tonumber(redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')[2]) - now
-  last = tonumber(redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')[2]) - now
-  if ok == 1 then redis.call('PEXPIRE', k, math.floor(last / 1000) + 10001) end
+local function release(k, tok)
+  local e = redis.call('ZSCORE', k, tok)
+  if not e then return 0 end
+  redis.call('ZREM', k, tok)
+  if tonumber(e) > now then return 1 end
+  return 2
 end
-return {ok, held, first, last, expired}
 `
 
-// slotsReleaseSource gives a slot back: it removes the token's member, and
-// returns 1 when the slot was held until now, 2 when its expiry had come
-// (it came back by itself), 0 when there is none.
-const slotsReleaseSource = `
-local t = {{NOW}}
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local e = redis.call('ZSCORE', KEYS[1], ARGV[1])
-if not e then return 0 end
-redis.call('ZREM', KEYS[1], ARGV[1])
-if tonumber(e) > now then return 1 end
-return 2
+// slotsAcquireSource takes one of KEYS[1]'s slots: ARGV the limit, the hold
+// in µs, the token.
+const slotsAcquireSource = slotsPrelude + `
+return acquire(KEYS[1], ARGV[3])
+`
+
+// slotsReleaseSource gives a slot back: ARGV the limit, the hold, the token.
+const slotsReleaseSource = slotsPrelude + `
+return release(KEYS[1], ARGV[3])
 `
 
 // slotsBatchSource is a coalesced batch of acquisitions and releases (not on
-// a Cluster, where its keys would span hash slots), each decided in order as
-// slotsAcquireSource and slotsReleaseSource decide one: KEYS the ops' keys,
-// ARGV the limit, the hold in µs, then per op "a" or "r" and its token. It
-// returns five numbers an op: an acquisition's, or a release's answer and
-// four zeros.
-const slotsBatchSource = `
-local N, hold = tonumber(ARGV[1]), tonumber(ARGV[2])
-local t = {{NOW}}
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+// a Cluster, where its keys would span hash slots), each decided in order:
+// KEYS the calls' keys, ARGV the limit, the hold, then per call "a" or "r"
+// and its token. It returns five numbers a call: an acquisition's, or a
+// release's answer and four zeros.
+const slotsBatchSource = slotsPrelude + `
 local out = {}
 for i = 1, #KEYS do
   local k, op, tok = KEYS[i], ARGV[1 + 2 * i], ARGV[2 + 2 * i]
+  local r
   if op == 'r' then
-    local e = redis.call('ZSCORE', k, tok)
-    local got = 0
-    if e then
-      redis.call('ZREM', k, tok)
-      got = 2
-      if tonumber(e) > now then got = 1 end
-    end
-    out[#out + 1] = got
-    for _ = 1, 4 do out[#out + 1] = 0 end
+    r = {release(k, tok), 0, 0, 0, 0}
   else
-    local expired = redis.call('ZREMRANGEBYSCORE', k, '-inf', now)
-    local held = redis.call('ZCARD', k)
-    local ok = 0
-    if held < N then
-      redis.call('ZADD', k, now + hold, tok)
-      ok = 1
-    end
-    local first, last = 0, 0
-    if held + ok > 0 then
-      first = tonumber(redis.call('ZRANGE', k, 0, 0, 'WITHSCORES')[2]) - now
-      last = tonumber(redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')[2]) - now
-      if ok == 1 then redis.call('PEXPIRE', k, math.floor(last / 1000) + 10001) end
-    end
-    out[#out + 1] = ok
-    out[#out + 1] = held
-    out[#out + 1] = first
-    out[#out + 1] = last
-    out[#out + 1] = expired
+    r = acquire(k, tok)
   end
+  for j = 1, 5 do out[#out + 1] = r[j] end
 end
 return out
 `
@@ -247,12 +244,15 @@ func (s *Slots) args(args ...any) []any {
 	return args
 }
 
-// run runs one script call within the timeout, as one of the store's round
-// trips when the rule is a Store's.
+// run runs one script call within the store's timeout, as one of its
+// round trips when the rule is a Store's.
 func (s *Slots) run(ctx context.Context, fn func(ctx context.Context) error) error {
+	if s.e != nil { // the round trip bounds it by the store's timeout
+		return s.e.RoundTrip(ctx, fn)
+	}
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
 	defer cancel()
-	return s.runNoTimeout(ctx, fn)
+	return fn(ctx)
 }
 
 // runNoTimeout is run within ctx's deadline alone (a coalesced batch's).
@@ -308,7 +308,7 @@ func (s *Slots) Release(ctx context.Context, key string, token uint64) (shared.S
 	} else {
 		err = s.run(ctx, func(ctx context.Context) error {
 			var err error
-			got, err = s.release.Run(ctx, s.client, []string{s.prefix + key}, s.args(tokenBytes(token))...).Int64()
+			got, err = s.release.Run(ctx, s.client, []string{s.prefix + key}, s.args(s.rule.Limit(), s.holdUs, tokenBytes(token))...).Int64()
 			return err
 		})
 	}
