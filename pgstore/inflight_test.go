@@ -34,6 +34,7 @@ func TestSlotsContract(t *testing.T) {
 	ctx := context.Background()
 	t.Run("MatchesReference", func(t *testing.T) { storetest.SlotsMatchReference(t, openSlots(pool), 16, 200, 43) })
 	t.Run("NeverAboveLimit", func(t *testing.T) { storetest.SlotsNeverAboveLimit(t, openSlots(pool), 16, 15) })
+	t.Run("Linearizable", func(t *testing.T) { storetest.SlotsLinearizable(t, openSlots(pool)) })
 	t.Run("AcrossInstances", func(t *testing.T) {
 		a, err := New(ctx, srv.Pool(t), Options{})
 		if err != nil {

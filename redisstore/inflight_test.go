@@ -38,6 +38,8 @@ func TestSlotsContract(t *testing.T) {
 	t.Run("MatchesReference", func(t *testing.T) { storetest.SlotsMatchReference(t, openSlots(c, 0), 30, 300, 43) })
 	t.Run("MatchesReferenceCoalesced", func(t *testing.T) { storetest.SlotsMatchReference(t, openSlots(c, 64), 30, 300, 44) })
 	t.Run("NeverAboveLimit", func(t *testing.T) { storetest.SlotsNeverAboveLimit(t, openSlots(c, 0), 64, 20) })
+	t.Run("Linearizable", func(t *testing.T) { storetest.SlotsLinearizable(t, openSlots(c, 0)) })
+	t.Run("LinearizableCoalesced", func(t *testing.T) { storetest.SlotsLinearizable(t, openSlots(c, 64)) })
 	t.Run("NeverAboveLimitCoalesced", func(t *testing.T) { storetest.SlotsNeverAboveLimit(t, openSlots(c, 64), 64, 20) })
 	t.Run("AcrossInstancesCoalesced", func(t *testing.T) {
 		ctx := context.Background()
