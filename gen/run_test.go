@@ -582,7 +582,9 @@ func harnessData(m *model.Model) hModel {
 			ht.Rules = append(ht.Rules, hr)
 		}
 		for _, ri := range t.Slots {
-			ht.Slots = append(ht.Slots, conv(m.Rules[ri]))
+			hr := conv(m.Rules[ri])
+			ht.Planned = ht.Planned || hr.Planned
+			ht.Slots = append(ht.Slots, hr)
 			ht.Store = ht.Store || m.Rules[ri].Shared
 		}
 		h.Tiers = append(h.Tiers, ht)
@@ -707,9 +709,9 @@ func costs(rng *rand.Rand, burst int64) int64 {
 func RulesMatchReference(t *testing.T) {
 {{- range $r := .Rules}}{{range $p := .Plans}}
 	{{- if $r.InFlight}}
-	t.Run("{{$r.GoName}}", func(t *testing.T) {
+	t.Run("{{$r.GoName}}{{$p.Const}}", func(t *testing.T) {
 		l := {{make $r}}
-		ref := reference.NewInFlight(l.Rule().Limit(), l.Rule().Hold())
+		ref := reference.NewInFlight(l.Rule({{$p.Const}}).Limit(), l.Rule({{$p.Const}}).Hold())
 		type held struct {
 			key string
 			id  uint64
@@ -724,7 +726,7 @@ func RulesMatchReference(t *testing.T) {
 			_ = k
 			switch op := rng.IntN(5); {
 			case op < 2:
-				s, got := l.AcquireAt({{key $r}}at(now))
+				s, got := l.AcquireAt({{if $r.Planned}}{{$p.Const}}, {{end}}{{key $r}}at(now))
 				id, want := ref.Acquire({{refKey $r}}, now)
 				if got != want {
 					t.Fatalf("step %d: AcquireAt = %+v, reference %+v", i, got, want)
@@ -738,7 +740,7 @@ func RulesMatchReference(t *testing.T) {
 					t.Fatalf("step %d: ReleaseAt of slot %d = %v, reference %v", i, h.id, got, want)
 				}
 			default:
-				if got, want := l.PeekAt({{key $r}}at(now)), ref.Peek({{refKey $r}}, now); got != want {
+				if got, want := l.PeekAt({{if $r.Planned}}{{$p.Const}}, {{end}}{{key $r}}at(now)), ref.Peek({{refKey $r}}, now); got != want {
 					t.Fatalf("step %d: PeekAt = %+v, reference %+v", i, got, want)
 				}
 			}
@@ -922,7 +924,7 @@ func TierSlotsMatchReference(t *testing.T) {
 	t.Run("{{$t.GoName}}{{if $t.Planned}}{{$pc}}{{end}}", func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(5, 6))
 		lims := New({{if $.Global}}WithStart(at(t0)){{end}})
-		slotRefs := []*reference.InFlight{ {{- range $t.Slots}}reference.NewInFlight(lims.{{.GoName}}.Rule().Limit(), lims.{{.GoName}}.Rule().Hold()), {{end -}} }
+		slotRefs := []*reference.InFlight{ {{- range $t.Slots}}reference.NewInFlight(lims.{{.GoName}}.Rule({{if .Planned}}{{$pc}}{{end}}).Limit(), lims.{{.GoName}}.Rule({{if .Planned}}{{$pc}}{{end}}).Hold()), {{end -}} }
 		slotNames := []string{ {{- range $t.Slots}}"{{.Name}}", {{end -}} }
 		refs := []interface {
 			Step(key string, cost int64) tier.Step

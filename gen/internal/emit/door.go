@@ -548,6 +548,9 @@ func emitSlotRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.
 		return jen.If(jen.Err().Op(":=").Add(call), jen.Err().Op("!=").Nil()).Block(giveBack, jen.Return(set.Clone().Values(), jen.Err()))
 	}
 	body := []jen.Code{jen.Var().Id("set").Add(set), jen.Id("now").Op(":=").Add(d.r()).Dot(d.now).Call()}
+	if routePlanned(m, model.Route{Slots: r.Slots}) {
+		body = append(body, jen.Id("plan").Op(":=").Add(d.r()).Dot("plan").Call(d.req))
+	}
 	var names []string
 	for k, sl := range r.Slots {
 		rule := m.Rules[sl.Rule]
@@ -576,6 +579,10 @@ func emitSlotRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.
 		var acquire, args []jen.Code
 		var key []resField
 		limiter := d.r().Dot("limits").Dot(rule.GoName)
+		var planA []jen.Code // the plan, first, for a rule with numbers per plan
+		if rule.Planned {
+			planA = []jen.Code{jen.Id("plan")}
+		}
 		if rule.KeyType != "" {
 			if rule.Composite() {
 				body = append(body, emitCompositeKeyRead(d, kv, ok, rule, sl.Keys, r.Ordinal, r.Pattern)...)
@@ -593,12 +600,13 @@ func emitSlotRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.
 				key = append(key, setField("KeyInt", jen.Uint64().Call(jen.Id(kv))))
 			}
 		}
+		args = append(slices.Clone(planA), args...)
 		if rule.Shared { // on the store, in the request's context
 			acquire = append(acquire, jen.List(jen.Id(s), jen.Id(res)).Op(":=").Add(limiter).Dot("Acquire").Call(append([]jen.Code{d.ctx}, args...)...))
-		} else if rule.Limits[0].WaitNs > 0 { // a wait for a free slot: on the real clock, in the request's context
+		} else if hasWait(rule) { // a wait for a free slot: on the real clock, in the request's context
 			acquire = append(acquire, jen.Var().Id(res).Add(vd("Result")), jen.Var().Id(s).Qual(slotPath, "Slot"),
 				jen.List(jen.Id(s), jen.Id(res).Dot("Decision")).Op("=").Add(limiter).Dot("AcquireWait").Call(
-					append(append([]jen.Code{d.ctx}, args...), limiter.Clone().Dot("MaxWait").Call())...))
+					append(append([]jen.Code{d.ctx}, args...), limiter.Clone().Dot("MaxWait").Call(planA...))...))
 		} else {
 			acquire = append(acquire, jen.Var().Id(res).Add(vd("Result")), jen.Var().Id(s).Qual(slotPath, "Slot"),
 				jen.List(jen.Id(s), jen.Id(res).Dot("Decision")).Op("=").Add(limiter).Dot("AcquireAt").Call(append(args, jen.Id("now"))...))

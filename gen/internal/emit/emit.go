@@ -138,6 +138,11 @@ func routePlanned(m *model.Model, r model.Route) bool {
 			return true
 		}
 	}
+	for _, s := range r.Slots {
+		if m.Rules[s.Rule].Planned {
+			return true
+		}
+	}
 	return false
 }
 
@@ -424,9 +429,17 @@ func limitRef(r model.Rule, i int) jen.Code {
 // limits, as literals of atomicbucket.Limit.
 func emitLimitVar(r model.Rule) jen.Code {
 	if r.IsInFlight() {
-		l := r.Limits[0]
-		return comment(fmt.Sprintf("%s is %s's in-flight rule, as the policy gives it.", r.LimitVar(), r.GoName)).
-			Var().Id(r.LimitVar()).Op("=").Qual(slotPath, "MustRule").Call(lit(l.Tokens), duration(l.PeriodNs)).Line().Line()
+		rule := func(l model.Limit) jen.Code { return jen.Qual(slotPath, "MustRule").Call(lit(l.Tokens), duration(l.PeriodNs)) }
+		if !r.Planned {
+			return comment(fmt.Sprintf("%s is %s's in-flight rule, as the policy gives it.", r.LimitVar(), r.GoName)).
+				Var().Id(r.LimitVar()).Op("=").Add(rule(r.Limits[0])).Line().Line()
+		}
+		var vals []jen.Code
+		for _, l := range r.Limits {
+			vals = append(vals, rule(l))
+		}
+		return comment(fmt.Sprintf("%s is %s's in-flight rule on each plan, as the policy gives it.", r.LimitVar(), r.GoName)).
+			Var().Id(r.LimitVar()).Op("=").Index(jen.Lit(len(vals))).Qual(slotPath, "Rule").Values(vals...).Line().Line()
 	}
 	if r.IsWindow() {
 		rule := func(l model.Limit) jen.Code { return wrt("MustRule").Call(lit(l.Tokens), duration(l.PeriodNs)) }

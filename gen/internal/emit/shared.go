@@ -139,10 +139,16 @@ func emitNewSharedState(m *model.Model, failure func(model.Rule) jen.Code) jen.C
 			body = append(body, jen.List(jen.Id("ws"), jen.Id("err")).Op("=").Id("stores").Dot("For").Call(jen.Lit(r.Store)),
 				jen.If(jen.Id("err").Op("!=").Nil()).Block(refused(what)))
 		}
-		body = append(body,
-			jen.If(jen.List(jen.Id("s").Dot("Slots").Index(jen.Lit(r.SlotsAt)), jen.Id("err")).Op("=").Qual(sharedPath, "BindSlots").Call(
-				ws, jen.Lit(m.Namespace), jen.Lit(r.Name), jen.Id(r.LimitVar()), failure(r)),
-				jen.Id("err").Op("!=").Nil()).Block(refused(what)))
+		for i := range r.Limits {
+			name, limit := r.Name, jen.Id(r.LimitVar())
+			if r.Planned { // a set of slots per plan on the store, named as a bucket rule's plans are
+				name, limit = r.Name+":"+m.Plans[i].Name, jen.Id(r.LimitVar()).Index(jen.Lit(i))
+			}
+			body = append(body,
+				jen.If(jen.List(jen.Id("s").Dot("Slots").Index(jen.Lit(r.SlotsAt+i)), jen.Id("err")).Op("=").Qual(sharedPath, "BindSlots").Call(
+					ws, jen.Lit(m.Namespace), jen.Lit(name), limit, failure(r)),
+					jen.Id("err").Op("!=").Nil()).Block(refused(what)))
+		}
 	}
 	for _, r := range m.Rules {
 		if !r.Shared || !r.IsWindow() {

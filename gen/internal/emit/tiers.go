@@ -206,8 +206,12 @@ func tierSlotsShared(m *model.Model, t model.Tier) bool {
 // denies: all or nothing. They return the slots, to release when the request
 // ends, with the decision.
 func emitTierSlots(m *model.Model, t model.Tier) jen.Code {
-	planned := false
+	planned, ratesPlanned := false, false
 	for _, ri := range t.Rules {
+		ratesPlanned = ratesPlanned || m.Rules[ri].Planned
+	}
+	planned = ratesPlanned
+	for _, ri := range t.Slots {
 		planned = planned || m.Rules[ri].Planned
 	}
 	store := t.Shared || tierSlotsShared(m, t) // the forms take a context, and say whether the store decided
@@ -220,7 +224,10 @@ func emitTierSlots(m *model.Model, t model.Tier) jen.Code {
 		params = append(params, jen.Id("ctx").Qual("context", "Context"))
 	}
 	if planned {
-		params, args = append(params, jen.Id("plan").Id("Plan")), append(args, jen.Id("plan"))
+		params = append(params, jen.Id("plan").Id("Plan"))
+	}
+	if ratesPlanned { // the core takes the plan
+		args = append(args, jen.Id("plan"))
 	}
 	var rateArgs []jen.Code
 	for _, ri := range append(slices.Clone(t.Rules), t.Slots...) {
@@ -277,6 +284,9 @@ func emitTierSlots(m *model.Model, t model.Tier) jen.Code {
 			r := m.Rules[ri]
 			sv, dv := jen.Id(fmt.Sprintf("s%d", k)), jen.Id(fmt.Sprintf("d%d", k))
 			var key []jen.Code
+			if r.Planned {
+				key = append(key, jen.Id("plan"))
+			}
 			if r.KeyType != "" {
 				key = append(key, jen.Id(r.Unexported()+"Key"))
 			}

@@ -2,6 +2,7 @@ package emit
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -39,6 +40,9 @@ func emitWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.Code {
 // embeds atomicslot's Table (keyed) or Gate (global), which has every method;
 // its numbers are in its rule variable (emitLimitVar).
 func emitInFlight(r model.Rule, typ, ctor, doc string) jen.Code {
+	if r.Planned {
+		return emitPlannedInFlight(r, typ, ctor, doc)
+	}
 	g := jen.Null()
 	embed, made, of := jen.Op("*").Qual(slotPath, "Gate"), jen.Qual(slotPath, "NewGate").Call(jen.Id(r.LimitVar())), "slots"
 	if r.KeyType != "" {
@@ -50,12 +54,97 @@ func emitInFlight(r model.Rule, typ, ctor, doc string) jen.Code {
 	g.Func().Id(ctor).Params().Op("*").Id(typ).Block(jen.Return(jen.Op("&").Id(typ).Values(made))).Line().Line()
 	g.Add(comment(doc))
 	g.Type().Id(typ).Struct(embed).Line()
-	if w := r.Limits[0].WaitNs; w > 0 {
+	if w := r.Limits[0].WaitNs; hasWait(r) {
 		g.Line().Add(comment(fmt.Sprintf("MaxWait is the policy's wait: the longest a request waits for a free slot of %s "+
 			"(AcquireWait's maxWait; the doors wait this long, or until the request's context ends, before they deny).", r.GoName)))
 		g.Func().Params(jen.Id("l").Op("*").Id(typ)).Id("MaxWait").Params().Qual("time", "Duration").Block(jen.Return(duration(w))).Line()
 	}
 	return g
+}
+
+// emitPlannedInFlight is an in-flight rule with numbers per plan: a gate (or
+// a table) per plan, and its methods, each taking the plan first; a plan
+// outside the constants is denied, RetryAfter Never.
+func emitPlannedInFlight(r model.Rule, typ, ctor, doc string) jen.Code {
+	g := jen.Null()
+	recv := jen.Id("l").Op("*").Id(typ)
+	store := jen.Op("*").Qual(slotPath, "Gate")
+	newStore := func(i int) jen.Code {
+		return jen.Qual(slotPath, "NewGate").Call(jen.Id(r.LimitVar()).Index(jen.Lit(i)))
+	}
+	if r.KeyType != "" {
+		store = jen.Op("*").Qual(slotPath, "Table").Types(jen.Id(r.KeyType))
+		newStore = func(i int) jen.Code {
+			return jen.Qual(slotPath, "NewTable").Types(jen.Id(r.KeyType)).Call(jen.Id(r.LimitVar()).Index(jen.Lit(i)), tableOptions(r, false))
+		}
+	}
+	var vals []jen.Code
+	for i := range r.Limits {
+		vals = append(vals, newStore(i))
+	}
+	g.Comment(fmt.Sprintf("%s returns %s's slots, one set per plan, none held.", ctor, r.GoName)).Line()
+	g.Func().Id(ctor).Params().Op("*").Id(typ).Block(
+		jen.Return(jen.Op("&").Id(typ).Values(jen.Dict{jen.Id("s"): jen.Index(jen.Id("numPlans")).Add(store.Clone()).Values(vals...)}))).Line().Line()
+	g.Add(comment(doc))
+	g.Type().Id(typ).Struct(jen.Id("s").Index(jen.Id("numPlans")).Add(store.Clone())).Line().Line()
+	var keyP, keyA []jen.Code
+	if r.KeyType != "" {
+		keyP, keyA = []jen.Code{jen.Id("key").Id(r.KeyType)}, []jen.Code{jen.Id("key")}
+	}
+	planP := jen.Id("plan").Id("Plan")
+	badPlan := func(ret ...jen.Code) jen.Code {
+		return jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(ret...))
+	}
+	never := rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})
+	noSlot := jen.Qual(slotPath, "Slot").Values()
+	target := jen.Id("l").Dot("s").Index(jen.Id("plan"))
+	method := func(name, doc string, ps []jen.Code, results jen.Code, bad []jen.Code, call jen.Code) {
+		g.Add(comment(name + " " + doc))
+		g.Func().Params(recv).Id(name).Params(append([]jen.Code{planP}, ps...)...).Add(results).Block(badPlan(bad...), jen.Return(call)).Line().Line()
+	}
+	slotD := jen.Params(jen.Qual(slotPath, "Slot"), rt("Decision"))
+	method("Rule", "returns the in-flight rule behind the limiter on plan (nil for a plan outside the constants).", nil,
+		jen.Op("*").Qual(slotPath, "Rule"), []jen.Code{jen.Nil()}, target.Clone().Dot("Rule").Call())
+	method("Acquire", "takes a slot now on plan's numbers, when fewer than the plan's limit are held (see atomicslot).", keyP, slotD,
+		[]jen.Code{noSlot, never}, target.Clone().Dot("Acquire").Call(keyA...))
+	method("AcquireAt", "is Acquire at time now.", append(slices.Clone(keyP), jen.Id("now").Add(rt("Time"))), slotD,
+		[]jen.Code{noSlot, never}, target.Clone().Dot("AcquireAt").Call(append(slices.Clone(keyA), jen.Id("now"))...))
+	g.Add(comment("AcquireWait is Acquire, waiting up to maxWait for a free slot, first come first served (see atomicslot)."))
+	g.Func().Params(recv).Id("AcquireWait").Params(append(append([]jen.Code{jen.Id("ctx").Qual("context", "Context"), planP}, keyP...), jen.Id("maxWait").Qual("time", "Duration"))...).Add(slotD).Block(
+		badPlan(noSlot, never), jen.Return(target.Clone().Dot("AcquireWait").Call(append(append([]jen.Code{jen.Id("ctx")}, keyA...), jen.Id("maxWait"))...))).Line().Line()
+	method("PeekAt", "is what AcquireAt would decide, holding nothing.", append(slices.Clone(keyP), jen.Id("now").Add(rt("Time"))), rt("Decision"),
+		[]jen.Code{never}, target.Clone().Dot("PeekAt").Call(append(slices.Clone(keyA), jen.Id("now"))...))
+	if hasWait(r) {
+		var waits []jen.Code
+		for _, l := range r.Limits {
+			waits = append(waits, duration(l.WaitNs))
+		}
+		method("MaxWait", "is the policy's wait on plan: the longest a request waits for a free slot (the doors wait this long).", nil,
+			jen.Qual("time", "Duration"), []jen.Code{jen.Lit(0)}, jen.Index(jen.Id("numPlans")).Qual("time", "Duration").Values(waits...).Index(jen.Id("plan")))
+	}
+	g.Add(comment("Stats are every plan's slots together: held, expired, and for a keyed rule its keys and cap refusals."))
+	g.Func().Params(recv).Id("Stats").Params().Qual(slotPath, "Stats").Block(
+		jen.Var().Id("st").Qual(slotPath, "Stats"),
+		jen.For(jen.List(jen.Id("_"), jen.Id("s")).Op(":=").Range().Id("l").Dot("s")).Block(
+			jen.Id("ps").Op(":=").Id("s").Dot("Stats").Call(),
+			jen.Id("st").Dot("Held").Op("+=").Id("ps").Dot("Held"),
+			jen.Id("st").Dot("Keys").Op("+=").Id("ps").Dot("Keys"),
+			jen.Id("st").Dot("Expired").Op("+=").Id("ps").Dot("Expired"),
+			jen.Id("st").Dot("AtCapHits").Op("+=").Id("ps").Dot("AtCapHits"),
+		),
+		jen.Return(jen.Id("st")),
+	).Line()
+	return g
+}
+
+// hasWait says whether in-flight rule r waits for a slot on some plan.
+func hasWait(r model.Rule) bool {
+	for _, l := range r.Limits {
+		if l.WaitNs > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // emitSharedSlots is a shared in-flight rule's limiter: its acquisitions go
@@ -69,7 +158,16 @@ func emitSharedSlots(r model.Rule) jen.Code {
 		keyP, keyA = []jen.Code{jen.Id("key").Id(r.KeyType)}, []jen.Code{jen.Id("key")}
 		storeKey = sharedKey(r, jen.Id("key"))
 	}
-	bound := jen.Id("s").Op(":=").Id("l").Dot("sh").Dot("Slot").Call(jen.Lit(r.SlotsAt))
+	var planP, planA []jen.Code
+	var idx jen.Code = jen.Lit(r.SlotsAt)
+	badPlan := jen.Null()
+	if r.Planned { // one set of slots a plan on the store
+		planP, planA = []jen.Code{jen.Id("plan").Id("Plan")}, []jen.Code{jen.Id("plan")}
+		idx = jen.Lit(r.SlotsAt).Op("+").Int().Call(jen.Id("plan"))
+		badPlan = jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(jen.Qual(slotPath, "Slot").Values(), vd("Result").Values(jen.Dict{
+			jen.Id("Decision"): rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})})))
+	}
+	bound := jen.Id("s").Op(":=").Id("l").Dot("sh").Dot("Slot").Call(idx)
 	g := jen.Line()
 	g.Comment(fmt.Sprintf("%s returns %s's limiter over its process-local slots; New binds it to the store.", r.CtorName(), r.GoName)).Line()
 	g.Func().Id(r.CtorName()).Params().Op("*").Id(typ).Block(
@@ -80,29 +178,47 @@ func emitSharedSlots(r model.Rule) jen.Code {
 		jen.Id("sh").Op("*").Qual(sharedimplPath, "State").Comment("the store, or why there is none"),
 	).Line().Line()
 	g.Comment("Rule returns the in-flight rule behind the limiter.").Line()
-	g.Func().Params(recv).Id("Rule").Params().Op("*").Qual(slotPath, "Rule").Block(
-		jen.Return(jen.Id("l").Dot("local").Dot("Rule").Call())).Line().Line()
+	g.Func().Params(recv).Id("Rule").Params(planP...).Op("*").Qual(slotPath, "Rule").Block(
+		jen.Return(jen.Id("l").Dot("local").Dot("Rule").Call(planA...))).Line().Line()
 	g.Add(comment(fmt.Sprintf("Local returns %s's slots in this process only, with the whole limit, apart from the store's, "+
 		"for tests and tools: what it holds is not counted by any other instance.", r.GoName)))
 	g.Func().Params(recv).Id("Local").Params().Op("*").Id(r.LocalTypeName()).Block(jen.Return(jen.Id("l").Dot("local"))).Line().Line()
-	g.Add(comment(fmt.Sprintf("Acquire takes one of %s's slots on the store given to New, so that at most %d are held at once "+
+	most := fmt.Sprint(r.Limits[0].Tokens)
+	if r.Planned {
+		most = "the plan's limit"
+	}
+	g.Add(comment(fmt.Sprintf("Acquire takes one of %s's slots on the store given to New, so that at most %s are held at once "+
 		"across every instance that shares it, and returns it with the Result; the Slot's Release gives it back (once in "+
 		"effect; it makes one call to the store, within the store's timeout). A slot never released comes back on the "+
 		"store %s after it was taken, whichever instance took it. It never fails: when the store cannot decide, the "+
 		"rule's on_failure setting (%s) does, and the Result says so (Degraded, Err). Without a store, %s's "+
 		"process-local slots (Local) decide and Err is SharedErr's error.", map[bool]string{true: "key's", false: "the rule's"}[r.KeyType != ""],
-		r.Limits[0].Tokens, time.Duration(r.Limits[0].PeriodNs), failureWords(r), r.GoName)))
-	g.Func().Params(recv).Id("Acquire").Params(append([]jen.Code{jen.Id("ctx").Qual("context", "Context")}, keyP...)...).Params(jen.Qual(slotPath, "Slot"), vd("Result")).Block(
-		jen.If(bound, jen.Id("s").Op("!=").Nil()).Block(jen.Return(jen.Id("s").Dot("Acquire").Call(jen.Id("ctx"), storeKey))),
-		jen.List(jen.Id("slot"), jen.Id("d")).Op(":=").Id("l").Dot("local").Dot("Acquire").Call(keyA...),
+		most, time.Duration(r.Limits[0].PeriodNs), failureWords(r), r.GoName)))
+	g.Func().Params(recv).Id("Acquire").Params(append(append([]jen.Code{jen.Id("ctx").Qual("context", "Context")}, planP...), keyP...)...).Params(jen.Qual(slotPath, "Slot"), vd("Result")).Block(
+		badPlan,
+		jen.If(bound.Clone(), jen.Id("s").Op("!=").Nil()).Block(jen.Return(jen.Id("s").Dot("Acquire").Call(jen.Id("ctx"), storeKey))),
+		jen.List(jen.Id("slot"), jen.Id("d")).Op(":=").Id("l").Dot("local").Dot("Acquire").Call(append(slices.Clone(planA), keyA...)...),
 		jen.Return(jen.Id("slot"), vd("Result").Values(jen.Dict{jen.Id("Decision"): jen.Id("d"), jen.Id("Err"): jen.Id("l").Dot("sh").Dot("Why")})),
 	).Line().Line()
 	g.Add(comment("Stats are the rule's slots as this instance knows them: on the store, its slots not yet released " +
 		"and the slots its calls found expired unreleased (with its local share's, shared.Slots.Stats); without a store, " +
 		"the process-local slots'."))
+	if !r.Planned {
+		g.Func().Params(recv).Id("Stats").Params().Qual(slotPath, "Stats").Block(
+			jen.If(bound, jen.Id("s").Op("!=").Nil()).Block(jen.Return(jen.Id("s").Dot("Stats").Call().Dot("Stats"))),
+			jen.Return(jen.Id("l").Dot("local").Dot("Stats").Call()),
+		).Line()
+		return g
+	}
 	g.Func().Params(recv).Id("Stats").Params().Qual(slotPath, "Stats").Block(
-		jen.If(bound, jen.Id("s").Op("!=").Nil()).Block(jen.Return(jen.Id("s").Dot("Stats").Call().Dot("Stats"))),
-		jen.Return(jen.Id("l").Dot("local").Dot("Stats").Call()),
+		jen.If(jen.Id("l").Dot("sh").Dot("Slot").Call(jen.Lit(r.SlotsAt)).Op("==").Nil()).Block(jen.Return(jen.Id("l").Dot("local").Dot("Stats").Call())),
+		jen.Var().Id("st").Qual(slotPath, "Stats"),
+		jen.For(jen.Id("plan").Op(":=").Range().Id("numPlans")).Block(
+			jen.Id("ps").Op(":=").Id("l").Dot("sh").Dot("Slot").Call(idx).Dot("Stats").Call(),
+			jen.Id("st").Dot("Held").Op("+=").Id("ps").Dot("Held"),
+			jen.Id("st").Dot("Expired").Op("+=").Id("ps").Dot("Expired"),
+		),
+		jen.Return(jen.Id("st")),
 	).Line()
 	return g
 }

@@ -19,8 +19,16 @@ import (
 // base set (a plan's override), missing fields take the base's values and the
 // refill fields are not allowed.
 func (p *parser) limit(fields, keys map[string]*yaml.Node, at *yaml.Node, what string, base *model.Limit) (model.Limit, bool) {
-	if base == nil && (fields["in_flight"] != nil || fields["max_hold"] != nil) {
-		return p.inFlightLimit(fields, keys, at, what)
+	if base == nil && (fields["in_flight"] != nil || fields["max_hold"] != nil) || base != nil && base.InFlight {
+		return p.inFlightLimit(fields, keys, at, what, base)
+	}
+	if base != nil {
+		for _, f := range []string{"in_flight", "max_hold", "wait"} {
+			if n := keys[f]; n != nil {
+				p.errorf(n, "%s: %s applies to an in-flight rule; this rule is a rate rule", what, f)
+				return model.Limit{}, false
+			}
+		}
 	}
 	if base == nil && (fields["limit"] != nil || fields["window"] != nil) || base != nil && base.Window {
 		return p.windowLimit(fields, keys, at, what, base)
@@ -221,8 +229,11 @@ func (p *parser) windowLimit(fields, keys map[string]*yaml.Node, at *yaml.Node, 
 // inFlightLimit reads an in-flight rule's in_flight and max_hold: at most
 // in_flight of a key's requests at once, each holding its slot until it ends
 // or, at the latest, for max_hold.
-func (p *parser) inFlightLimit(fields, keys map[string]*yaml.Node, at *yaml.Node, what string) (model.Limit, bool) {
+func (p *parser) inFlightLimit(fields, keys map[string]*yaml.Node, at *yaml.Node, what string, base *model.Limit) (model.Limit, bool) {
 	l := model.Limit{InFlight: true, Cost: 1}
+	if base != nil { // a plan's: what it leaves out is the rule's
+		l = *base
+	}
 	ok := true
 	bad := func(n *yaml.Node, format string, args ...any) {
 		p.errorf(n, what+": "+format, args...)
@@ -234,6 +245,7 @@ func (p *parser) inFlightLimit(fields, keys map[string]*yaml.Node, at *yaml.Node
 		}
 	}
 	switch n := fields["in_flight"]; {
+	case n == nil && base != nil:
 	case n == nil:
 		bad(keys["max_hold"], "max_hold without in_flight: add in_flight:, the most requests of a key at once, such as in_flight: 4")
 	default:
@@ -246,6 +258,7 @@ func (p *parser) inFlightLimit(fields, keys map[string]*yaml.Node, at *yaml.Node
 		}
 	}
 	switch n := fields["max_hold"]; {
+	case n == nil && base != nil:
 	case n == nil:
 		bad(keys["in_flight"], "in_flight without max_hold: add max_hold:, the longest a request holds its slot if it never ends (a crashed handler), such as max_hold: 30s")
 	case n.Kind != yaml.ScalarNode:

@@ -54,7 +54,7 @@ type tierDoc struct {
 var (
 	topFields  = []string{"package", "namespace", "plans", "rules", "tiers", "http", "grpc", "rls"}
 	ruleFields = []string{"name", "key", "rate", "tokens_per_second", "rps", "limit", "window", "burst", "refill", "aligned", "initial", "cost", "max_keys", "at_cap", "plans", "shared", "on_failure", "local_share", "lease", "store", "in_flight", "max_hold", "wait"}
-	planFields = []string{"rate", "tokens_per_second", "rps", "limit", "window", "burst", "initial", "cost"}
+	planFields = []string{"rate", "tokens_per_second", "rps", "limit", "window", "burst", "initial", "cost", "in_flight", "max_hold", "wait"}
 	tierFields = []string{"name", "rules"}
 )
 

@@ -153,7 +153,7 @@ func (p *parser) validate(doc *policyDoc) *model.Model {
 			m.SharedWindows += len(r.Limits)
 		case r.Shared && r.IsInFlight():
 			r.SlotsAt = m.SharedSlots
-			m.SharedSlots++
+			m.SharedSlots += len(r.Limits)
 		case r.Shared:
 			r.SharedAt = shared
 			shared += len(r.Limits)
@@ -330,10 +330,8 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 	valid = valid && baseOK
 	r.Cost = base.Cost
 	if base.InFlight {
-		for _, f := range []string{"lease", "plans"} {
-			if n := rd.keys[f]; n != nil {
-				bad(n, "%s does not apply to an in-flight rule in this version: it has one set of numbers, and a shared one takes each slot from the store", f)
-			}
+		if n := rd.keys["lease"]; n != nil {
+			bad(n, "lease does not apply to an in-flight rule in this version: a shared one takes each slot from the store")
 		}
 	} else if n := rd.keys["wait"]; n != nil && baseOK {
 		bad(n, "wait applies to an in-flight rule (in_flight:, max_hold:): how long a request waits for a free slot; a rate rule's wait is the caller's (Wait, Reserve)")
@@ -435,7 +433,7 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 	switch {
 	case len(rd.plans) > 0 && len(plans) == 0:
 		bad(rd.fields["plans"], "plans given, but the policy declares none; list them at the top: plans: [free, pro]")
-	case len(rd.plans) == 0 || base.InFlight: // an in-flight rule's plans: refused above
+	case len(rd.plans) == 0:
 		// No numbers of its own per plan: one bucket set shared by every plan (a
 		// global limit stays global whatever the caller's plan).
 		r.Limits = []model.Limit{base}

@@ -228,6 +228,12 @@ func newSimulation(m *model.Model, name, planName string) (*simulation, error) {
 	}
 	for i, r := range picked {
 		l := r.Limits[0]
+		if r.IsInFlight() && r.Planned {
+			if plan < 0 {
+				return nil, fmt.Errorf("rule %s differs by plan: give -plan", r.GoName)
+			}
+			l = r.Limits[plan]
+		}
 		if r.IsInFlight() {
 			s.slots = true
 			sr := &simRule{rule: r, limit: l, allowed: map[string]int{}, denied: map[string]int{}, refunded: map[string]int{}}

@@ -842,3 +842,25 @@ func TestSimulateInFlight(t *testing.T) {
 		}
 	}
 }
+
+// TestSimulateInFlightPlans: a rule with slots per plan replays on the plan
+// given (Jobs: 1 at once on free, 4 on pro), and asks for one.
+func TestSimulateInFlightPlans(t *testing.T) {
+	log := "time,key,duration\n0,u,10s\n1,u,10s\n2,u,10s\n3,u,10s\n4,u,10s\n"
+	for plan, want := range map[string]string{"free": "true,false,false,false,false", "pro": "true,true,true,true,false"} {
+		out, errOut, code := runSimulate(t, []string{"-policy", "../../../gen/testdata/valid/32_in_flight_plans.yaml", "-rule", "Jobs", "-plan", plan}, log)
+		if code != 0 {
+			t.Fatalf("%s: exit %d: %s", plan, code, errOut)
+		}
+		var got []string
+		for _, line := range strings.Split(out, "\n")[1:6] {
+			got = append(got, strings.Split(line, ",")[4])
+		}
+		if strings.Join(got, ",") != want {
+			t.Errorf("plan %s: allowed %v, want %s\n%s", plan, got, want, out)
+		}
+	}
+	if _, errOut, code := runSimulate(t, []string{"-policy", "../../../gen/testdata/valid/32_in_flight_plans.yaml", "-rule", "Jobs"}, log); code == 0 || !strings.Contains(errOut, "differs by plan: give -plan") {
+		t.Errorf("without -plan: exit %d, %s", code, errOut)
+	}
+}
