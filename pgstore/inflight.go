@@ -31,7 +31,9 @@ import (
 // before it, the first and the last held slot's expiry − now (µs, 0: none
 // held), the slots it found expired}. {rfn}(rr, kk, token, at_us) removes
 // token's slot and returns 1 when it was held until now, 2 when its expiry
-// had come, 0 when there is none. at_us NULL is the server's clock
+// had come, 0 when there is none. {bfn}(rr, kks, ops, toks, n, hold, at_us)
+// runs a coalesced batch of both (ops 0 an acquisition, 1 a release), five
+// numbers a call (a release's answer, then zeros). at_us NULL is the server's clock
 // (clock_timestamp()), else the call's time, for tests. Slots.Sweep deletes
 // the rows whose every slot expired 10 s ago or more.
 const slotsSchema = `CREATE TABLE IF NOT EXISTS {t} (
@@ -115,6 +117,28 @@ BEGIN
   END LOOP;
   RETURN 0;
 END
+$$;
+CREATE OR REPLACE FUNCTION {bfn}(rr text, kks bytea[], ops int8[], toks int8[], n int8, hold int8, at_us int8)
+RETURNS int8[] LANGUAGE plpgsql AS $$
+DECLARE
+  res int8[] := array_fill(0::int8, ARRAY[5 * coalesce(array_length(kks, 1), 0)]);
+  r int8[];
+  i int;
+BEGIN
+  -- Each call in turn, in the order of their keys (a key's calls in their
+  -- own order): two batches lock their rows in one order, never deadlock.
+  FOR i IN SELECT o FROM generate_subscripts(kks, 1) o ORDER BY kks[o], o LOOP
+    IF ops[i] = 1 THEN
+      res[5 * i - 4] := {rfn}(rr, kks[i], toks[i], at_us);
+    ELSE
+      r := {afn}(rr, kks[i], n, hold, toks[i], at_us);
+      FOR j IN 1..5 LOOP
+        res[5 * i - 5 + j] := r[j];
+      END LOOP;
+    END IF;
+  END LOOP;
+  RETURN res;
+END
 $$;`
 
 // Slots is an in-flight rule (at most N of a key's requests at once) kept in
@@ -134,9 +158,23 @@ type Slots struct {
 	timeout  time.Duration
 	acquire  string
 	release  string
+	batch    string
 	sweep    string
 	e        *shared.Engine
 	at       func() time.Time // tests: the time the functions decide at
+	// co, when the store coalesces, sends concurrent acquisitions and
+	// releases together, one statement a batch; expired is what its batches
+	// found expired, handed to the next acquisitions.
+	co      *shared.Coalescer[slotOp]
+	expired atomic.Int64
+}
+
+// slotOp is one acquisition or release of a coalesced batch; a release's
+// answer travels as the Decision's Remaining.
+type slotOp struct {
+	key     string
+	token   uint64
+	release bool
 }
 
 // Slots returns the in-flight rule named name in the store's database
@@ -155,7 +193,46 @@ func (s *Store) Slots(name string, rule atomicslot.Rule) (shared.SlotChecker, er
 		return nil, err
 	}
 	sl.e = s.Engine
+	if n := s.Coalesce(); n > 0 {
+		sl.co = shared.NewCoalescer(n, sl.timeout, sl.decideBatch)
+		s.b.closersMu.Lock()
+		s.b.closers = append(s.b.closers, sl.co.Close)
+		s.b.closersMu.Unlock()
+	}
 	return sl, nil
+}
+
+// decideBatch is the coalescer's call: one statement for the batch.
+func (s *Slots) decideBatch(ctx context.Context, batch []*shared.Waiting[slotOp]) {
+	keys := make([][]byte, len(batch))
+	ops, toks := make([]int64, len(batch)), make([]int64, len(batch))
+	for i, p := range batch {
+		keys[i], toks[i] = rowKey(p.Check.key), int64(p.Check.token)
+		if p.Check.release {
+			ops[i] = 1
+		}
+	}
+	var res []int64
+	err := s.call(ctx, batch[0].Check.key, func(ctx context.Context, at *int64) error {
+		return s.pool.QueryRow(ctx, s.batch, s.name, keys, ops, toks, s.rule.Limit(), s.holdUs, at).Scan(&res)
+	})
+	if err == nil && len(res) != 5*len(batch) {
+		err = fmt.Errorf("pgstore: the slots batch answered %d numbers for %d calls, want 5 a call", len(res), len(batch))
+	}
+	for i, p := range batch {
+		if err != nil {
+			p.Done(atomicbucket.Decision{}, err)
+			continue
+		}
+		r := res[5*i : 5*i+5]
+		if p.Check.release {
+			p.Done(atomicbucket.Decision{Remaining: r[0]}, nil)
+			continue
+		}
+		d, expired, err := shared.SlotReplyOf(s.rule.Limit(), r)
+		s.expired.Add(expired)
+		p.Done(d, err)
+	}
 }
 
 // newSlots is the rule named name in table, created when absent.
@@ -174,14 +251,15 @@ func newSlots(ctx context.Context, pool *pgxpool.Pool, table, name string, rule 
 	}
 	s := &Slots{pool: pool, name: name, rule: rule, timeout: timeout,
 		holdUs: int64((rule.Hold() + time.Microsecond - 1) / time.Microsecond)}
-	afn, rfn := table+"_acquire", table+"_release"
+	afn, rfn, bfn := table+"_acquire", table+"_release", table+"_batch"
 	s.acquire = "SELECT " + afn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, $6::int8)"
 	s.release = "SELECT " + rfn + "($1::text, $2::bytea, $3::int8, $4::int8)"
+	s.batch = "SELECT " + bfn + "($1::text, $2::bytea[], $3::int8[], $4::int8[], $5::int8, $6::int8, $7::int8)"
 	s.sweep = "DELETE FROM " + table + " WHERE r = $1 AND last_e <= floor(extract(epoch FROM clock_timestamp()) * 1000000)::int8 - 10000000"
 	h := fnv.New32a()
 	h.Write([]byte(table))
 	s.setupSQL = fmt.Sprintf("SELECT pg_advisory_xact_lock(%d, 1);\n", int32(h.Sum32())) +
-		strings.NewReplacer("{t}", table, "{afn}", afn, "{rfn}", rfn).Replace(slotsSchema)
+		strings.NewReplacer("{t}", table, "{afn}", afn, "{rfn}", rfn, "{bfn}", bfn).Replace(slotsSchema)
 	sctx, cancel := context.WithTimeout(ctx, max(timeout, setupTimeout))
 	defer cancel()
 	if err := s.setup(sctx); err != nil {
@@ -205,8 +283,8 @@ func (s *Slots) setup(ctx context.Context) error {
 // call runs one statement within the timeout, set up first if need be, as
 // one of the store's round trips when the rule is a Store's.
 func (s *Slots) call(ctx context.Context, key string, fn func(ctx context.Context, at *int64) error) error {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return fmt.Errorf("pgstore: an in-flight rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	if err := checkSlotKey(key); err != nil {
+		return err
 	}
 	if !s.ready.Load() {
 		sctx, cancel := context.WithTimeout(ctx, s.timeout)
@@ -231,6 +309,16 @@ func (s *Slots) call(ctx context.Context, key string, fn func(ctx context.Contex
 
 // Acquire takes one of key's slots for token (shared.SlotChecker).
 func (s *Slots) Acquire(ctx context.Context, key string, token uint64) (atomicbucket.Decision, int64, error) {
+	if s.co != nil {
+		if err := checkSlotKey(key); err != nil {
+			return atomicbucket.Decision{}, 0, err
+		}
+		d, err := s.co.Do(ctx, slotOp{key: key, token: token})
+		if err != nil {
+			return atomicbucket.Decision{}, 0, err
+		}
+		return d, s.expired.Swap(0), nil
+	}
 	var r []int64
 	err := s.call(ctx, key, func(ctx context.Context, at *int64) error {
 		return s.pool.QueryRow(ctx, s.acquire, s.name, rowKey(key), s.rule.Limit(), s.holdUs, int64(token), at).Scan(&r)
@@ -244,9 +332,19 @@ func (s *Slots) Acquire(ctx context.Context, key string, token uint64) (atomicbu
 // Release gives token's slot of key back (shared.SlotChecker).
 func (s *Slots) Release(ctx context.Context, key string, token uint64) (shared.SlotRelease, error) {
 	var got int64
-	err := s.call(ctx, key, func(ctx context.Context, at *int64) error {
-		return s.pool.QueryRow(ctx, s.release, s.name, rowKey(key), int64(token), at).Scan(&got)
-	})
+	var err error
+	if s.co != nil {
+		if err = checkSlotKey(key); err != nil {
+			return shared.SlotGone, err
+		}
+		var d atomicbucket.Decision
+		d, err = s.co.Do(ctx, slotOp{key: key, token: token, release: true})
+		got = d.Remaining
+	} else {
+		err = s.call(ctx, key, func(ctx context.Context, at *int64) error {
+			return s.pool.QueryRow(ctx, s.release, s.name, rowKey(key), int64(token), at).Scan(&got)
+		})
+	}
 	if err != nil {
 		return shared.SlotGone, err
 	}
@@ -267,4 +365,11 @@ func (s *Slots) Sweep(ctx context.Context) (int64, error) {
 		return 0, err
 	}
 	return tag.RowsAffected(), nil
+}
+
+func checkSlotKey(key string) error {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return fmt.Errorf("pgstore: an in-flight rule's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	return nil
 }

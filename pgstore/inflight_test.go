@@ -2,6 +2,7 @@ package pgstore
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,14 +13,19 @@ import (
 	"github.com/limitgen/limitgen/storetest"
 )
 
-// openSlots is storetest.OpenSlots on pool.
-func openSlots(pool *pgxpool.Pool) storetest.OpenSlots {
+// openSlots is storetest.OpenSlots on pool, coalescing at most coalesce
+// calls a statement (0: a statement each).
+func openSlots(pool *pgxpool.Pool, coalesce int) storetest.OpenSlots {
 	return func(t *testing.T, name string, rule atomicslot.Rule, at func() time.Time) shared.SlotChecker {
-		s, err := newSlots(context.Background(), pool, "limitgen_test_slots", name, rule, 0)
+		s, err := newSlots(context.Background(), pool, "limitgen_test_slots", name+"-c"+strconv.Itoa(coalesce), rule, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.at = at
+		if coalesce > 0 {
+			s.co = shared.NewCoalescer(coalesce, s.timeout, s.decideBatch)
+			t.Cleanup(s.co.Close)
+		}
 		return s
 	}
 }
@@ -32,9 +38,12 @@ func TestSlotsContract(t *testing.T) {
 	srv := pgtest.Start(t)
 	pool := srv.Pool(t)
 	ctx := context.Background()
-	t.Run("MatchesReference", func(t *testing.T) { storetest.SlotsMatchReference(t, openSlots(pool), 16, 200, 43) })
-	t.Run("NeverAboveLimit", func(t *testing.T) { storetest.SlotsNeverAboveLimit(t, openSlots(pool), 16, 15) })
-	t.Run("Linearizable", func(t *testing.T) { storetest.SlotsLinearizable(t, openSlots(pool)) })
+	t.Run("MatchesReference", func(t *testing.T) { storetest.SlotsMatchReference(t, openSlots(pool, 0), 16, 200, 43) })
+	t.Run("MatchesReferenceCoalesced", func(t *testing.T) { storetest.SlotsMatchReference(t, openSlots(pool, 64), 16, 200, 44) })
+	t.Run("NeverAboveLimit", func(t *testing.T) { storetest.SlotsNeverAboveLimit(t, openSlots(pool, 0), 16, 15) })
+	t.Run("NeverAboveLimitCoalesced", func(t *testing.T) { storetest.SlotsNeverAboveLimit(t, openSlots(pool, 64), 16, 15) })
+	t.Run("Linearizable", func(t *testing.T) { storetest.SlotsLinearizable(t, openSlots(pool, 0)) })
+	t.Run("LinearizableCoalesced", func(t *testing.T) { storetest.SlotsLinearizable(t, openSlots(pool, 64)) })
 	t.Run("AcrossInstances", func(t *testing.T) {
 		a, err := New(ctx, srv.Pool(t), Options{})
 		if err != nil {

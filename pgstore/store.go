@@ -102,9 +102,13 @@ type backend struct {
 	one   string // the query of a check of one bucket
 	tier  string // the query of a tier's check
 	each  string // the query of a coalesced batch
-	unlog bool
-	sweep time.Duration
-	slots int // statements in flight at once
+	// The store's coalescing in-flight rules' closers (Store.Slots), run by
+	// Close.
+	closersMu sync.Mutex
+	closers   []func()
+	unlog     bool
+	sweep     time.Duration
+	slots     int // statements in flight at once
 	// mode is the pool's query mode, until a pooler in transaction mode
 	// (PgBouncer) shows it keeps no prepared statements: then pooled is set
 	// and every statement goes unprepared (execMode).

@@ -77,4 +77,9 @@ func (s *Store) Close() {
 	s.Engine.Close()
 	s.b.closed.Store(true) // no new background sweeps
 	s.b.sweeps.Wait()
+	s.b.closersMu.Lock()
+	defer s.b.closersMu.Unlock()
+	for _, c := range s.b.closers {
+		c()
+	}
 }
