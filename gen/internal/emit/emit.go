@@ -429,7 +429,9 @@ func limitRef(r model.Rule, i int) jen.Code {
 // limits, as literals of atomicbucket.Limit.
 func emitLimitVar(r model.Rule) jen.Code {
 	if r.IsInFlight() {
-		rule := func(l model.Limit) jen.Code { return jen.Qual(slotPath, "MustRule").Call(lit(l.Tokens), duration(l.PeriodNs)) }
+		rule := func(l model.Limit) jen.Code {
+			return jen.Qual(slotPath, "MustRule").Call(lit(l.Tokens), duration(l.PeriodNs))
+		}
 		if !r.Planned {
 			return comment(fmt.Sprintf("%s is %s's in-flight rule, as the policy gives it.", r.LimitVar(), r.GoName)).
 				Var().Id(r.LimitVar()).Op("=").Add(rule(r.Limits[0])).Line().Line()
