@@ -90,10 +90,9 @@ func (c *counters) leaked(v, now int64) {
 // Pass it by value: every copy releases the same slot, once in effect.
 type Slot struct {
 	w *atomic.Int64
-	b *atomic.Int64 // its key's first word: where its key's waiters queue
 	v int64
 	c *counters
-	r Releaser // a slot held elsewhere (Remote)
+	r *Releaser // a slot held elsewhere (Remote): a pointer, so that a Slot, a Decision and a bool return in registers
 }
 
 // Releaser is a slot held elsewhere than in this package's words: a
@@ -106,7 +105,12 @@ type Releaser interface {
 
 // Remote is the Slot of r, a slot held elsewhere: its Release and
 // ReleaseAt call r's Release (at the time r keeps). A nil r holds none.
-func Remote(r Releaser) Slot { return Slot{r: r} }
+func Remote(r Releaser) Slot {
+	if r == nil {
+		return Slot{}
+	}
+	return Slot{r: &r}
+}
 
 // Held reports whether s came from an admitted acquisition (it may since
 // have been released or expired).
@@ -119,14 +123,32 @@ func (s Slot) Release() bool { return s.ReleaseAt(atomicbucket.Now()) }
 // it: false for the zero Slot, a second release, or a release at or after
 // the slot's expiry (the slot came back then, and may be held again).
 func (s Slot) ReleaseAt(now atomicbucket.Time) bool {
+	if s.w == nil || s.c.waits.Load() != nil {
+		return s.releaseRare(now) // a slot held elsewhere, none, or a table some acquisition waited on
+	}
+	if !s.w.CompareAndSwap(s.v, s.v&genMask) {
+		return false
+	}
+	n := clampNow(now)
+	if expiry(s.v) <= n {
+		s.c.leaked(s.v, n)
+		return false
+	}
+	return true
+}
+
+// releaseRare is ReleaseAt off its fast path: a Remote slot, the zero Slot,
+// or a slot of a gate or table that has wait room, whose release hands the
+// slot to its key's longest waiter when there is one.
+func (s Slot) releaseRare(now atomicbucket.Time) bool {
 	if s.r != nil {
-		return s.r.Release()
+		return (*s.r).Release()
 	}
 	if s.w == nil {
 		return false
 	}
 	n := clampNow(now)
-	if room := s.c.waits.Load(); room != nil && room.n.Load() > 0 && expiry(s.v) > n {
+	if room := s.c.waits.Load(); room.n.Load() > 0 && expiry(s.v) > n {
 		if handed, queued := room.handoff(s, n); queued {
 			return handed // to the key's longest waiter, or not in effect
 		}
@@ -170,7 +192,7 @@ func (r *Rule) acquire(w []atomic.Int64, now int64, c *counters) (s Slot, d atom
 			}
 		}
 		d = atomicbucket.Decision{Allowed: true, Remaining: r.limit - held, Reset: time.Duration(last - now)}
-		return Slot{w: &w[i], b: &w[0], v: nv, c: c}, d, true
+		return Slot{w: &w[i], v: nv, c: c}, d, true
 	}
 	return Slot{}, r.denial(first, last, now), true // every word held
 }

@@ -18,7 +18,13 @@ type waitRoom struct {
 	r  *Rule
 	n  atomic.Int64 // acquisitions queued, all keys
 	mu sync.Mutex
-	q  map[*atomic.Int64][]chan Slot // by the key's first word
+	q  map[*atomic.Int64]*keyQueue // by each of the key's words, while it has waiters
+}
+
+// keyQueue is a key's waiters, in the order they came, and its words.
+type keyQueue struct {
+	list  []chan Slot
+	words []atomic.Int64
 }
 
 // room is c's wait room for rule r's slots, made on the first wait.
@@ -26,7 +32,7 @@ func (c *counters) room(r *Rule) *waitRoom {
 	if w := c.waits.Load(); w != nil {
 		return w
 	}
-	c.waits.CompareAndSwap(nil, &waitRoom{r: r, q: map[*atomic.Int64][]chan Slot{}})
+	c.waits.CompareAndSwap(nil, &waitRoom{r: r, q: map[*atomic.Int64]*keyQueue{}})
 	return c.waits.Load()
 }
 
@@ -38,8 +44,8 @@ func (c *counters) room(r *Rule) *waitRoom {
 // taken again after s expired).
 func (w *waitRoom) handoff(s Slot, now int64) (handed, queued bool) {
 	w.mu.Lock()
-	list := w.q[s.b]
-	if len(list) == 0 {
+	kq := w.q[s.w]
+	if kq == nil {
 		w.mu.Unlock()
 		return false, false
 	}
@@ -48,42 +54,55 @@ func (w *waitRoom) handoff(s Slot, now int64) (handed, queued bool) {
 		w.mu.Unlock()
 		return false, true
 	}
-	ch := list[0]
-	if len(list) == 1 {
-		delete(w.q, s.b)
-	} else {
-		w.q[s.b] = list[1:]
-	}
-	w.n.Add(-1)
+	ch := kq.list[0]
+	w.drop(kq, 0)
 	w.mu.Unlock()
-	ch <- Slot{w: s.w, b: s.b, v: nv, c: s.c} // buffered: never blocks
+	ch <- Slot{w: s.w, v: nv, c: s.c} // buffered: never blocks
 	return true, true
 }
 
-// enqueue puts a waiter at the end of base's key's queue.
-func (w *waitRoom) enqueue(base *atomic.Int64) chan Slot {
+// drop takes waiter i out of kq, and kq out of the room when it empties.
+// The room's lock is held.
+func (w *waitRoom) drop(kq *keyQueue, i int) {
+	kq.list = append(kq.list[:i:i], kq.list[i+1:]...)
+	w.n.Add(-1)
+	if len(kq.list) == 0 {
+		for j := range kq.words {
+			delete(w.q, &kq.words[j])
+		}
+	}
+}
+
+// enqueue puts a waiter at the end of the queue of the key whose words are
+// words.
+func (w *waitRoom) enqueue(words []atomic.Int64) chan Slot {
 	ch := make(chan Slot, 1)
 	w.mu.Lock()
-	w.q[base] = append(w.q[base], ch)
+	kq := w.q[&words[0]]
+	if kq == nil {
+		kq = &keyQueue{words: words}
+		for j := range words {
+			w.q[&words[j]] = kq
+		}
+	}
+	kq.list = append(kq.list, ch)
 	w.n.Add(1)
 	w.mu.Unlock()
 	return ch
 }
 
-// leave takes ch out of base's queue, and reports whether it was there: if
-// not, a release has handed it a slot, which ch holds or will.
-func (w *waitRoom) leave(base *atomic.Int64, ch chan Slot) bool {
+// leave takes ch out of its key's queue, and reports whether it was there:
+// if not, a release has handed it a slot, which ch holds or will.
+func (w *waitRoom) leave(words []atomic.Int64, ch chan Slot) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	list := w.q[base]
-	for i, c := range list {
+	kq := w.q[&words[0]]
+	if kq == nil {
+		return false
+	}
+	for i, c := range kq.list {
 		if c == ch {
-			if len(list) == 1 {
-				delete(w.q, base)
-			} else {
-				w.q[base] = append(list[:i:i], list[i+1:]...)
-			}
-			w.n.Add(-1)
+			w.drop(kq, i)
 			return true
 		}
 	}
@@ -117,13 +136,12 @@ func acquireWait(ctx context.Context, c *counters, r *Rule, maxWait time.Duratio
 		return s, d
 	}
 	room := c.room(r)
-	base := &w[0]
-	ch := room.enqueue(base)
+	ch := room.enqueue(w)
 	// took keeps s, which this waiter also acquired by itself: when a
 	// release handed it one meanwhile, that one goes back (to the next
 	// waiter, or free).
 	took := func(s Slot, d atomicbucket.Decision) (Slot, atomicbucket.Decision) {
-		if !room.leave(base, ch) {
+		if !room.leave(w, ch) {
 			(<-ch).ReleaseAt(atomicbucket.Now())
 		}
 		return s, d
@@ -165,7 +183,7 @@ func acquireWait(ctx context.Context, c *counters, r *Rule, maxWait time.Duratio
 	if d.Allowed {
 		return took(s, d)
 	}
-	if !room.leave(base, ch) {
+	if !room.leave(w, ch) {
 		return <-ch, r.holding(w, clampNow(atomicbucket.Now()))
 	}
 	return Slot{}, d
