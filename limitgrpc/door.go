@@ -84,24 +84,36 @@ func (d *Door) Now() atomicbucket.Time {
 func (d *Door) UnaryInterceptor() grpc.UnaryServerInterceptor {
 	d.unary.Store(true)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		var s atomicslot.Set
-		if d.acquire != nil {
-			var err error
-			if s, err = d.acquire(ctx, info.FullMethod); err != nil {
-				return nil, err
-			}
+		if d.acquire != nil { // a policy of in-flight entries: their slots first
+			return d.unaryHeld(ctx, req, info, handler)
 		}
 		if d.check != nil {
 			if err := d.check(ctx, info.FullMethod); err != nil {
-				d.release(&s)
 				return nil, err
 			}
 		}
-		if s.Len() > 0 {
-			defer d.release(&s)
-		}
 		return handler(ctx, req)
 	}
+}
+
+// unaryHeld is the unary interceptor of a policy with in-flight entries:
+// the entry's slots are taken before its check, given back when the check
+// denies (all or nothing), and released when the handler returns.
+func (d *Door) unaryHeld(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	s, err := d.acquire(ctx, info.FullMethod)
+	if err != nil {
+		return nil, err
+	}
+	if d.check != nil {
+		if err := d.check(ctx, info.FullMethod); err != nil {
+			d.release(&s)
+			return nil, err
+		}
+	}
+	if s.Len() > 0 {
+		defer d.release(&s)
+	}
+	return handler(ctx, req)
 }
 
 // StreamInterceptor checks each stream when it opens, before its handler
