@@ -24,7 +24,8 @@ import (
 // last_e the latest expiry. A row with no slot held is no row.
 //
 // {afn}(rr, kk, n, hold, token, at_us) locks the key's row (made first,
-// when there is none: two first calls of a key then queue on it), drops
+// when there is none, or anew when another call's was deleted before this
+// one could lock it: two first calls of a key then queue on it), drops
 // the slots whose expiry has come (held past their hold, never released:
 // counted), and takes a slot for token, held until now + hold, when fewer
 // than n are left. It returns {1 acquired or 0 denied, the slots held
@@ -57,11 +58,14 @@ DECLARE
   first_e int8 := 0;
   last int8 := 0;
 BEGIN
-  SELECT t.tok, t.e INTO ts, es FROM {t} t WHERE t.r = rr AND t.k = kk FOR UPDATE;
-  IF NOT FOUND THEN
-    INSERT INTO {t} (r, k, tok, e, last_e) VALUES (rr, kk, '{}', '{}', 0) ON CONFLICT DO NOTHING;
+  -- The key's row, locked: made first when there is none. A row another
+  -- call made can be gone again (its last slot released) before this one
+  -- locks it: then make it anew.
+  LOOP
     SELECT t.tok, t.e INTO ts, es FROM {t} t WHERE t.r = rr AND t.k = kk FOR UPDATE;
-  END IF;
+    EXIT WHEN FOUND;
+    INSERT INTO {t} (r, k, tok, e, last_e) VALUES (rr, kk, '{}', '{}', 0) ON CONFLICT DO NOTHING;
+  END LOOP;
   FOR i IN 1..coalesce(array_length(ts, 1), 0) LOOP
     IF es[i] > now_us THEN
       kt := kt || ts[i];
@@ -163,18 +167,8 @@ type Slots struct {
 	e        *shared.Engine
 	at       func() time.Time // tests: the time the functions decide at
 	// co, when the store coalesces, sends concurrent acquisitions and
-	// releases together, one statement a batch; expired is what its batches
-	// found expired, handed to the next acquisitions.
-	co      *shared.Coalescer[slotOp]
-	expired atomic.Int64
-}
-
-// slotOp is one acquisition or release of a coalesced batch; a release's
-// answer travels as the Decision's Remaining.
-type slotOp struct {
-	key     string
-	token   uint64
-	release bool
+	// releases together, one statement a batch.
+	co *shared.SlotBatch
 }
 
 // Slots returns the in-flight rule named name in the store's database
@@ -194,7 +188,7 @@ func (s *Store) Slots(name string, rule atomicslot.Rule) (shared.SlotChecker, er
 	}
 	sl.e = s.Engine
 	if n := s.Coalesce(); n > 0 {
-		sl.co = shared.NewCoalescer(n, sl.timeout, sl.decideBatch)
+		sl.co = shared.NewSlotBatch(n, sl.timeout, rule.Limit(), sl.sendBatch)
 		s.b.closersMu.Lock()
 		s.b.closers = append(s.b.closers, sl.co.Close)
 		s.b.closersMu.Unlock()
@@ -202,37 +196,21 @@ func (s *Store) Slots(name string, rule atomicslot.Rule) (shared.SlotChecker, er
 	return sl, nil
 }
 
-// decideBatch is the coalescer's call: one statement for the batch.
-func (s *Slots) decideBatch(ctx context.Context, batch []*shared.Waiting[slotOp]) {
-	keys := make([][]byte, len(batch))
-	ops, toks := make([]int64, len(batch)), make([]int64, len(batch))
-	for i, p := range batch {
-		keys[i], toks[i] = rowKey(p.Check.key), int64(p.Check.token)
-		if p.Check.release {
-			ops[i] = 1
+// sendBatch is one statement for a coalesced batch.
+func (s *Slots) sendBatch(ctx context.Context, ops []shared.SlotOp) ([]int64, error) {
+	keys := make([][]byte, len(ops))
+	kinds, toks := make([]int64, len(ops)), make([]int64, len(ops))
+	for i, op := range ops {
+		keys[i], toks[i] = rowKey(op.Key), int64(op.Token)
+		if op.Release {
+			kinds[i] = 1
 		}
 	}
 	var res []int64
-	err := s.call(ctx, batch[0].Check.key, func(ctx context.Context, at *int64) error {
-		return s.pool.QueryRow(ctx, s.batch, s.name, keys, ops, toks, s.rule.Limit(), s.holdUs, at).Scan(&res)
+	err := s.call(ctx, ops[0].Key, func(ctx context.Context, at *int64) error {
+		return s.pool.QueryRow(ctx, s.batch, s.name, keys, kinds, toks, s.rule.Limit(), s.holdUs, at).Scan(&res)
 	})
-	if err == nil && len(res) != 5*len(batch) {
-		err = fmt.Errorf("pgstore: the slots batch answered %d numbers for %d calls, want 5 a call", len(res), len(batch))
-	}
-	for i, p := range batch {
-		if err != nil {
-			p.Done(atomicbucket.Decision{}, err)
-			continue
-		}
-		r := res[5*i : 5*i+5]
-		if p.Check.release {
-			p.Done(atomicbucket.Decision{Remaining: r[0]}, nil)
-			continue
-		}
-		d, expired, err := shared.SlotReplyOf(s.rule.Limit(), r)
-		s.expired.Add(expired)
-		p.Done(d, err)
-	}
+	return res, err
 }
 
 // newSlots is the rule named name in table, created when absent.
@@ -313,11 +291,7 @@ func (s *Slots) Acquire(ctx context.Context, key string, token uint64) (atomicbu
 		if err := checkSlotKey(key); err != nil {
 			return atomicbucket.Decision{}, 0, err
 		}
-		d, err := s.co.Do(ctx, slotOp{key: key, token: token})
-		if err != nil {
-			return atomicbucket.Decision{}, 0, err
-		}
-		return d, s.expired.Swap(0), nil
+		return s.co.Acquire(ctx, key, token)
 	}
 	var r []int64
 	err := s.call(ctx, key, func(ctx context.Context, at *int64) error {
@@ -331,20 +305,16 @@ func (s *Slots) Acquire(ctx context.Context, key string, token uint64) (atomicbu
 
 // Release gives token's slot of key back (shared.SlotChecker).
 func (s *Slots) Release(ctx context.Context, key string, token uint64) (shared.SlotRelease, error) {
-	var got int64
-	var err error
 	if s.co != nil {
-		if err = checkSlotKey(key); err != nil {
+		if err := checkSlotKey(key); err != nil {
 			return shared.SlotGone, err
 		}
-		var d atomicbucket.Decision
-		d, err = s.co.Do(ctx, slotOp{key: key, token: token, release: true})
-		got = d.Remaining
-	} else {
-		err = s.call(ctx, key, func(ctx context.Context, at *int64) error {
-			return s.pool.QueryRow(ctx, s.release, s.name, rowKey(key), int64(token), at).Scan(&got)
-		})
+		return s.co.Release(ctx, key, token)
 	}
+	var got int64
+	err := s.call(ctx, key, func(ctx context.Context, at *int64) error {
+		return s.pool.QueryRow(ctx, s.release, s.name, rowKey(key), int64(token), at).Scan(&got)
+	})
 	if err != nil {
 		return shared.SlotGone, err
 	}

@@ -38,7 +38,8 @@ import (
 //
 // {lfn}(rr, kk, w, n, l, d, cost, want, pslot, psize, pback, pgen, at_us)
 // locks the key's row (made first, empty, for a call that can admit, when
-// there is none: two first calls of a key then queue on it), settles a
+// there is none, or anew when a sweep or reset deleted another call's before
+// this one could lock it: two first calls of a key then queue on it), settles a
 // lessee's previous grant (pslot, psize, pback unspent, pgen: see
 // redisstore's windowLeaseSource), drops what is out, and grants at least
 // cost and up to want units when the window has room for the cost: at most
@@ -90,8 +91,13 @@ BEGIN
   SELECT t.s, t.c, t.ww, t.wl, t.g INTO ss, cs, rw, rl, rg FROM {t} t WHERE t.r = rr AND t.k = kk FOR UPDATE;
   IF NOT FOUND THEN
     IF cost >= 0 AND cost <= n AND want >= 1 THEN
-      INSERT INTO {t} (r, k, s, c, empty_at, ww, wl, g) VALUES (rr, kk, '{}', '{}', 0, w, l, now_us) ON CONFLICT DO NOTHING;
-      SELECT t.s, t.c, t.ww, t.wl, t.g INTO ss, cs, rw, rl, rg FROM {t} t WHERE t.r = rr AND t.k = kk FOR UPDATE;
+      -- A row another call made can be gone again (a sweep, a reset)
+      -- before this one locks it: then make it anew.
+      LOOP
+        INSERT INTO {t} (r, k, s, c, empty_at, ww, wl, g) VALUES (rr, kk, '{}', '{}', 0, w, l, now_us) ON CONFLICT DO NOTHING;
+        SELECT t.s, t.c, t.ww, t.wl, t.g INTO ss, cs, rw, rl, rg FROM {t} t WHERE t.r = rr AND t.k = kk FOR UPDATE;
+        EXIT WHEN FOUND;
+      END LOOP;
     ELSE
       ss := '{}';
       cs := '{}';

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -120,20 +119,9 @@ type Slots struct {
 	e       *shared.Engine
 	now     func() time.Time // tests: the time the scripts decide at
 	// co, when the store coalesces (not on a Cluster), sends concurrent
-	// acquisitions and releases together, one batch script call; expired
-	// is what its batches found expired, handed to the next acquisitions.
-	co      *shared.Coalescer[slotOp]
-	batch   *redis.Script
-	expired atomic.Int64
-}
-
-// slotOp is one acquisition or release of a coalesced batch. Its answer
-// travels as a Decision: an acquisition's own; a release's SlotRelease in
-// Remaining.
-type slotOp struct {
-	key     string
-	token   uint64
-	release bool
+	// acquisitions and releases together, one batch script call each.
+	co    *shared.SlotBatch
+	batch *redis.Script
 }
 
 // Slots returns the in-flight rule named name on the store's Redis
@@ -157,21 +145,21 @@ func (s *Store) Slots(name string, rule atomicslot.Rule) (shared.SlotChecker, er
 // coalesce makes the rule send concurrent calls together, at most max a
 // batch script call.
 func (s *Slots) coalesce(max int) {
-	s.co = shared.NewCoalescer(max, s.timeout, s.decideBatch)
+	s.co = shared.NewSlotBatch(max, s.timeout, s.rule.Limit(), s.sendBatch)
 }
 
-// decideBatch is the coalescer's call: one script call for the batch.
-func (s *Slots) decideBatch(ctx context.Context, batch []*shared.Waiting[slotOp]) {
-	keys := make([]string, len(batch))
-	args := make([]any, 0, 2+2*len(batch)+2)
+// sendBatch is one script call for a coalesced batch.
+func (s *Slots) sendBatch(ctx context.Context, ops []shared.SlotOp) ([]int64, error) {
+	keys := make([]string, len(ops))
+	args := make([]any, 0, 2+2*len(ops)+2)
 	args = append(args, s.rule.Limit(), s.holdUs)
-	for i, p := range batch {
-		keys[i] = s.prefix + p.Check.key
-		op := "a"
-		if p.Check.release {
-			op = "r"
+	for i, op := range ops {
+		keys[i] = s.prefix + op.Key
+		kind := "a"
+		if op.Release {
+			kind = "r"
 		}
-		args = append(args, op, tokenBytes(p.Check.token))
+		args = append(args, kind, tokenBytes(op.Token))
 	}
 	var res []int64
 	err := s.runNoTimeout(ctx, func(ctx context.Context) error {
@@ -179,23 +167,7 @@ func (s *Slots) decideBatch(ctx context.Context, batch []*shared.Waiting[slotOp]
 		res, err = s.batch.Run(ctx, s.client, keys, s.args(args...)...).Int64Slice()
 		return err
 	})
-	if err == nil && len(res) != 5*len(batch) {
-		err = fmt.Errorf("redisstore: the slots batch answered %d numbers for %d calls, want 5 a call", len(res), len(batch))
-	}
-	for i, p := range batch {
-		if err != nil {
-			p.Done(atomicbucket.Decision{}, err)
-			continue
-		}
-		r := res[5*i : 5*i+5]
-		if p.Check.release {
-			p.Done(atomicbucket.Decision{Remaining: r[0]}, nil)
-			continue
-		}
-		d, expired, err := shared.SlotReplyOf(s.rule.Limit(), r)
-		s.expired.Add(expired)
-		p.Done(d, err)
-	}
+	return res, err
 }
 
 // newSlots is the rule named name under prefix; explicitNow makes its
@@ -276,11 +248,11 @@ func (s *Slots) Acquire(ctx context.Context, key string, token uint64) (atomicbu
 		return atomicbucket.Decision{}, 0, err
 	}
 	if s.co != nil {
-		d, err := s.co.Do(ctx, slotOp{key: key, token: token})
+		d, expired, err := s.co.Acquire(ctx, key, token)
 		if err != nil {
 			return atomicbucket.Decision{}, 0, fmt.Errorf("redisstore: acquiring a slot: %w", err)
 		}
-		return d, s.expired.Swap(0), nil
+		return d, expired, nil
 	}
 	var res []int64
 	err := s.run(ctx, func(ctx context.Context) error {
@@ -299,19 +271,19 @@ func (s *Slots) Release(ctx context.Context, key string, token uint64) (shared.S
 	if err := checkSlotKey(key); err != nil {
 		return shared.SlotGone, err
 	}
-	var got int64
-	var err error
 	if s.co != nil {
-		var d atomicbucket.Decision
-		d, err = s.co.Do(ctx, slotOp{key: key, token: token, release: true})
-		got = d.Remaining
-	} else {
-		err = s.run(ctx, func(ctx context.Context) error {
-			var err error
-			got, err = s.release.Run(ctx, s.client, []string{s.prefix + key}, s.args(s.rule.Limit(), s.holdUs, tokenBytes(token))...).Int64()
-			return err
-		})
+		got, err := s.co.Release(ctx, key, token)
+		if err != nil {
+			return shared.SlotGone, fmt.Errorf("redisstore: releasing a slot: %w", err)
+		}
+		return got, nil
 	}
+	var got int64
+	err := s.run(ctx, func(ctx context.Context) error {
+		var err error
+		got, err = s.release.Run(ctx, s.client, []string{s.prefix + key}, s.args(s.rule.Limit(), s.holdUs, tokenBytes(token))...).Int64()
+		return err
+	})
 	if err != nil {
 		return shared.SlotGone, fmt.Errorf("redisstore: releasing a slot: %w", err)
 	}

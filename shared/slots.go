@@ -250,3 +250,77 @@ func SlotReplyOf(limit int64, res []int64) (atomicbucket.Decision, int64, error)
 	}
 	return d, res[4], nil
 }
+
+// SlotOp is an in-flight call of a coalesced batch: an acquisition, or a
+// release, of key's slot for token.
+type SlotOp struct {
+	Key     string
+	Token   uint64
+	Release bool
+}
+
+// SlotBatch sends a coalescing store's in-flight calls together
+// (redisstore.Slots, pgstore.Slots): Acquire and Release queue a call and
+// wait for its batch's answer, as a coalesced check does. Its methods are
+// safe for concurrent use.
+type SlotBatch struct {
+	co      *Coalescer[SlotOp]
+	limit   int64
+	expired atomic.Int64 // what batches found expired, handed to the next acquisitions
+}
+
+// NewSlotBatch starts the goroutines that send batches of at most max calls
+// of a rule of limit slots, each batch through send: the store's one call
+// for ops, answering five numbers a call, an acquisition's (SlotReplyOf) or
+// a release's SlotRelease and four zeros. A call waits at most timeout.
+func NewSlotBatch(max int, timeout time.Duration, limit int64, send func(ctx context.Context, ops []SlotOp) ([]int64, error)) *SlotBatch {
+	b := &SlotBatch{limit: limit}
+	b.co = NewCoalescer(max, timeout, func(ctx context.Context, batch []*Waiting[SlotOp]) {
+		ops := make([]SlotOp, len(batch))
+		for i, p := range batch {
+			ops[i] = p.Check
+		}
+		res, err := send(ctx, ops)
+		if err == nil && len(res) != 5*len(batch) {
+			err = fmt.Errorf("the store answered %d numbers for %d in-flight calls, want 5 a call", len(res), len(batch))
+		}
+		for i, p := range batch {
+			if err != nil {
+				p.Done(atomicbucket.Decision{}, err)
+				continue
+			}
+			r := res[5*i : 5*i+5]
+			if p.Check.Release { // its answer travels as the Decision's Remaining
+				p.Done(atomicbucket.Decision{Remaining: r[0]}, nil)
+				continue
+			}
+			d, expired, err := SlotReplyOf(b.limit, r)
+			b.expired.Add(expired)
+			p.Done(d, err)
+		}
+	})
+	return b
+}
+
+// Acquire queues an acquisition of key's slot for token and returns its
+// answer (SlotChecker.Acquire).
+func (b *SlotBatch) Acquire(ctx context.Context, key string, token uint64) (atomicbucket.Decision, int64, error) {
+	d, err := b.co.Do(ctx, SlotOp{Key: key, Token: token})
+	if err != nil {
+		return atomicbucket.Decision{}, 0, err
+	}
+	return d, b.expired.Swap(0), nil
+}
+
+// Release queues the release of token's slot of key and returns its answer
+// (SlotChecker.Release).
+func (b *SlotBatch) Release(ctx context.Context, key string, token uint64) (SlotRelease, error) {
+	d, err := b.co.Do(ctx, SlotOp{Key: key, Token: token, Release: true})
+	if err != nil {
+		return SlotGone, err
+	}
+	return SlotRelease(d.Remaining), nil
+}
+
+// Close sends what is queued and stops the batches' goroutines.
+func (b *SlotBatch) Close() { b.co.Close() }
