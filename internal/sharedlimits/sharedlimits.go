@@ -386,11 +386,6 @@ func newSharedState(store shared.Store) *sharedimpl.State {
 	}
 	var err error
 	s.Slots = make([]*shared.Slots, 1)
-	if s.Slots[0], err = shared.BindSlots(store, "storetest", "Running", runningLimit, shared.Failure{
-		Mode: shared.FailDeny,
-	}); err != nil {
-		return s.Refuse("the in-flight rule Running, and the shared rules run in this process only", err)
-	}
 	if s.Windows[0], err = shared.BindWindow(store, "storetest", "Quota", quotaLimit, shared.Failure{
 		Mode: shared.FailDeny,
 	}); err != nil {
@@ -421,6 +416,11 @@ func newSharedState(store shared.Store) *sharedimpl.State {
 		Mode: shared.FailDeny,
 	}); err != nil {
 		return s.Refuse("the window rule MeterWindow, and the shared rules run in this process only", err)
+	}
+	if s.Slots[0], err = shared.BindSlots(store, "storetest", "Running", runningLimit, shared.Failure{
+		Mode: shared.FailDeny,
+	}); err != nil {
+		return s.Refuse("the in-flight rule Running, and the shared rules run in this process only", err)
 	}
 	return s
 }

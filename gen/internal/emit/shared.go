@@ -124,54 +124,44 @@ func emitNewSharedState(m *model.Model, failure func(model.Rule) jen.Code) jen.C
 	if m.SharedSlots > 0 {
 		body = append(body, jen.Id("s").Dot("Slots").Op("=").Make(jen.Index().Op("*").Qual(sharedPath, "Slots"), jen.Lit(m.SharedSlots)))
 	}
+	// storeOf is the store rule r binds to: store, or (named stores) ws,
+	// looked up first, what being refused when the lookup fails.
 	wsDeclared := false
-	for _, r := range m.Rules {
-		if !r.Shared || !r.IsInFlight() {
-			continue
+	storeOf := func(r model.Rule, what string) jen.Code {
+		if !named {
+			return jen.Id("store")
 		}
-		what := fmt.Sprintf("the in-flight rule %s, and the shared rules run in this process only", r.Name)
-		var ws jen.Code = jen.Id("store")
-		if named {
-			if !wsDeclared {
-				body, wsDeclared = append(body, jen.Var().Id("ws").Qual(sharedPath, "Store")), true
-			}
-			ws = jen.Id("ws")
-			body = append(body, jen.List(jen.Id("ws"), jen.Id("err")).Op("=").Id("stores").Dot("For").Call(jen.Lit(r.Store)),
-				jen.If(jen.Id("err").Op("!=").Nil()).Block(refused(what)))
+		if !wsDeclared {
+			body, wsDeclared = append(body, jen.Var().Id("ws").Qual(sharedPath, "Store")), true
 		}
-		for i := range r.Limits {
-			name, limit := r.Name, jen.Id(r.LimitVar())
-			if r.Planned { // a set of slots per plan on the store, named as a bucket rule's plans are
-				name, limit = r.Name+":"+m.Plans[i].Name, jen.Id(r.LimitVar()).Index(jen.Lit(i))
-			}
-			body = append(body,
-				jen.If(jen.List(jen.Id("s").Dot("Slots").Index(jen.Lit(r.SlotsAt+i)), jen.Id("err")).Op("=").Qual(sharedPath, "BindSlots").Call(
-					ws, jen.Lit(m.Namespace), jen.Lit(name), limit, failure(r)),
-					jen.Id("err").Op("!=").Nil()).Block(refused(what)))
-		}
+		body = append(body, jen.List(jen.Id("ws"), jen.Id("err")).Op("=").Id("stores").Dot("For").Call(jen.Lit(r.Store)),
+			jen.If(jen.Id("err").Op("!=").Nil()).Block(refused(what)))
+		return jen.Id("ws")
 	}
+	// Each shared in-flight and window rule, a binding per plan, named as a
+	// bucket rule's plans are (Rule:plan).
 	for _, r := range m.Rules {
-		if !r.Shared || !r.IsWindow() {
+		if !r.Shared || !r.IsInFlight() && !r.IsWindow() {
 			continue
 		}
 		for i := range r.Limits {
-			w := jen.Id("s").Dot("Windows").Index(jen.Lit(r.WindowAt + i))
 			name, limit := r.Name, jen.Id(r.LimitVar())
-			if r.Planned { // a window per plan on the store, named as a bucket rule's plans are
+			if r.Planned {
 				name, limit = r.Name+":"+m.Plans[i].Name, jen.Id(r.LimitVar()).Index(jen.Lit(i))
+			}
+			if r.IsInFlight() {
+				what := fmt.Sprintf("the in-flight rule %s, and the shared rules run in this process only", r.Name)
+				ws := storeOf(r, what)
+				body = append(body,
+					jen.If(jen.List(jen.Id("s").Dot("Slots").Index(jen.Lit(r.SlotsAt+i)), jen.Id("err")).Op("=").Qual(sharedPath, "BindSlots").Call(
+						ws, jen.Lit(m.Namespace), jen.Lit(name), limit, failure(r)),
+						jen.Id("err").Op("!=").Nil()).Block(refused(what)))
+				continue
 			}
 			what := fmt.Sprintf("the window rule %s, and the shared rules run in this process only", name)
-			var ws jen.Code = jen.Id("store")
-			if named {
-				if !wsDeclared {
-					body, wsDeclared = append(body, jen.Var().Id("ws").Qual(sharedPath, "Store")), true
-				}
-				ws = jen.Id("ws")
-				body = append(body, jen.List(jen.Id("ws"), jen.Id("err")).Op("=").Id("stores").Dot("For").Call(jen.Lit(r.Store)),
-					jen.If(jen.Id("err").Op("!=").Nil()).Block(refused(what)))
-			}
+			ws := storeOf(r, what)
 			body = append(body,
-				jen.If(jen.List(w, jen.Id("err")).Op("=").Add(bindWindow(r, ws, jen.Lit(m.Namespace), jen.Lit(name), limit, failure(r))),
+				jen.If(jen.List(jen.Id("s").Dot("Windows").Index(jen.Lit(r.WindowAt+i)), jen.Id("err")).Op("=").Add(bindWindow(r, ws, jen.Lit(m.Namespace), jen.Lit(name), limit, failure(r))),
 					jen.Id("err").Op("!=").Nil()).Block(refused(what)))
 		}
 	}
