@@ -318,13 +318,7 @@ func (s *Slots) Release(ctx context.Context, key string, token uint64) (shared.S
 	if err != nil {
 		return shared.SlotGone, err
 	}
-	switch got {
-	case 1:
-		return shared.SlotReleased, nil
-	case 2:
-		return shared.SlotExpired, nil
-	}
-	return shared.SlotGone, nil
+	return shared.SlotReleaseOf(got), nil
 }
 
 // Sweep deletes the rows of the rule's keys whose every slot expired,

@@ -287,13 +287,7 @@ func (s *Slots) Release(ctx context.Context, key string, token uint64) (shared.S
 	if err != nil {
 		return shared.SlotGone, fmt.Errorf("redisstore: releasing a slot: %w", err)
 	}
-	switch got {
-	case 1:
-		return shared.SlotReleased, nil
-	case 2:
-		return shared.SlotExpired, nil
-	}
-	return shared.SlotGone, nil
+	return shared.SlotReleaseOf(got), nil
 }
 
 // tokenBytes is a token as its member: 8 bytes, big-endian.

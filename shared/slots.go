@@ -45,6 +45,18 @@ const (
 	SlotExpired                     // found past its expiry, never released
 )
 
+// SlotReleaseOf reads a store's answer to a release, as its server code
+// writes it: 1 released, 2 found expired, anything else none.
+func SlotReleaseOf(code int64) SlotRelease {
+	switch code {
+	case 1:
+		return SlotReleased
+	case 2:
+		return SlotExpired
+	}
+	return SlotGone
+}
+
 // SlotStore is a Store that holds in-flight rules too: its Slots returns the
 // checker of the in-flight rule named name (the policy's namespace and the
 // rule's name) with rule's numbers.
@@ -291,7 +303,7 @@ func NewSlotBatch(max int, timeout time.Duration, limit int64, send func(ctx con
 			}
 			r := res[5*i : 5*i+5]
 			if p.Check.Release { // its answer travels as the Decision's Remaining
-				p.Done(atomicbucket.Decision{Remaining: r[0]}, nil)
+				p.Done(atomicbucket.Decision{Remaining: int64(SlotReleaseOf(r[0]))}, nil)
 				continue
 			}
 			d, expired, err := SlotReplyOf(b.limit, r)
