@@ -148,6 +148,8 @@ func TestZeroAllocs(t *testing.T) {
 		"Table.Peek":                            func() { tb.PeekAt("key", Now(), 1) },
 		"Table.Reserve":                         func() { tb.ReserveAt("key", Now(), 1, 0) },
 		"Table.Refund":                          func() { tb.RefundAt("key", Now(), 1) },
+		"Table.Settle":                          func() { tb.SettleAt("key", Now(), 2, 3); tb.SettleAt("key", Now(), 3, 1) },
+		"Bucket.Settle":                         func() { b.SettleAt(Now(), 2, 3); b.SettleAt(Now(), 3, 1) },
 		"Table[int64].Allow":                    func() { ti.Allow(42) },
 		"Table.Wait":                            func() { _ = tb.Wait(ctx, "key", 1) },
 		"Bucket.AllowGreedyAt (generated code)": func() { b.AllowGreedyAt(Now(), scale, emit, tau) },

@@ -18,6 +18,7 @@ type impl interface {
 	Allow(key string, t int64) bool
 	Peek(key string, t, cost int64) reference.Decision
 	Refund(key string, t, cost int64)
+	Settle(key string, t, estimate, actual int64) (forgiven int64)
 	Reserve(key string, t, cost int64, maxWait time.Duration) reference.Reservation
 	Cancel(id int, t int64) bool // id: the index of the reservation, in order made
 	Sweep(t int64) int
@@ -109,6 +110,15 @@ func (b *bucketImpl) Refund(_ string, t, cost int64) {
 		b.b.RefundAt(atomicbucket.Time(t), cost)
 	}
 }
+func (b *bucketImpl) Settle(_ string, t, estimate, actual int64) int64 {
+	if actual > estimate && estimate >= 0 {
+		b.get(t, 1) // a charge makes the bucket, as the reference's
+	}
+	if b.b == nil {
+		return 0
+	}
+	return b.b.SettleAt(atomicbucket.Time(t), estimate, actual)
+}
 func (b *bucketImpl) Reserve(key string, t, cost int64, maxWait time.Duration) reference.Reservation {
 	tracked := b.b != nil
 	res := b.get(t, cost).ReserveAt(atomicbucket.Time(t), cost, maxWait)
@@ -147,6 +157,9 @@ func (m *tableImpl[K]) Peek(k string, t, cost int64) reference.Decision {
 }
 func (m *tableImpl[K]) Refund(k string, t, cost int64) {
 	m.t.RefundAt(m.key(k), atomicbucket.Time(t), cost)
+}
+func (m *tableImpl[K]) Settle(k string, t, estimate, actual int64) int64 {
+	return m.t.SettleAt(m.key(k), atomicbucket.Time(t), estimate, actual)
 }
 func (m *tableImpl[K]) Reserve(k string, t, cost int64, maxWait time.Duration) reference.Reservation {
 	return m.rs.add(k, cost, m.t.ReserveAt(m.key(k), atomicbucket.Time(t), cost, maxWait))

@@ -18,12 +18,13 @@ type program struct {
 }
 
 type fuzzOp struct {
-	kind opKind
-	key  string
-	cost int64
-	dt   int64         // ns to advance before the operation; negative: out of order
-	wait time.Duration // opReserve
-	pick byte          // opCancel: which reservation
+	kind   opKind
+	key    string
+	cost   int64
+	dt     int64         // ns to advance before the operation; negative: out of order
+	wait   time.Duration // opReserve
+	pick   byte          // opCancel: which reservation
+	actual int64         // opSettle: the actual cost (cost is the estimate)
 }
 
 // reader hands out the fuzz input a byte at a time, zeros once it is used up.
@@ -132,7 +133,16 @@ func decode(data []byte) (program, bool) {
 				op.kind = opLen
 			}
 		case opLen:
-			op.kind = opAllowN // Len is compared after every operation anyway
+			// Len is compared after every operation anyway: settle instead.
+			op.kind = opSettle
+			switch a := r.byte(); {
+			case a == 255:
+				op.actual = -1
+			case a >= 240:
+				op.actual = 3*l.Burst + int64(a) // beyond any debt bound
+			default:
+				op.actual = int64(a) % (2*min(l.Burst, 8) + 1)
+			}
 		}
 		p.ops = append(p.ops, op)
 	}
@@ -233,6 +243,17 @@ func runDifferential(p program, ims map[string]impl, exact bool) error {
 				}
 				refunded = true
 				im.Refund(op.key, t, op.cost)
+			case opSettle:
+				if !exact {
+					continue // as a refund
+				}
+				refunded = true
+				got := int(im.Settle(op.key, t, op.cost, op.actual))
+				if name == "reference" {
+					ref.(*refImpl).lastN = got
+				} else if got != ref.(*refImpl).lastN {
+					return fmt.Errorf("%s: Settle(actual %d) forgave %d, reference %d", where(name), op.actual, got, ref.(*refImpl).lastN)
+				}
 			case opReserve:
 				got := im.Reserve(op.key, t, op.cost, op.wait)
 				if got.OK && op.cost > 0 {
@@ -329,6 +350,10 @@ func sameAsUnswept(u *reference.Reference, res *[]reference.Reservation, ref *re
 		}
 	case opRefund:
 		u.Refund(op.key, t, op.cost)
+	case opSettle:
+		if got := int(u.Settle(op.key, t, op.cost, op.actual)); got != ref.lastN {
+			return fmt.Errorf("after reclaiming, Settle forgave %d; never reclaimed, %d", ref.lastN, got)
+		}
 	case opReserve:
 		got := u.Reserve(op.key, t, op.cost, op.wait)
 		*res = append(*res, got)

@@ -19,6 +19,7 @@ const (
 	opCancel                // Cancel(reservation id): compares wantN (1 = cancelled)
 	opSweep                 // Sweep: compares wantN (buckets removed)
 	opLen                   // Len: compares wantN
+	opSettle                // Settle(cost as the estimate, actual): compares wantN (tokens forgiven)
 )
 
 // step is one operation at a time (relative to the case's base) and what every

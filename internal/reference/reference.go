@@ -47,6 +47,10 @@ type Params struct {
 	KeyAnchor func(key string) int64
 	MaxKeys   int64 // key cap; 0 means none
 	AllowCap  bool  // at the cap: allow untracked (else deny)
+	// MaxDebt is the most tokens a bucket may owe after settlements
+	// (atomicbucket.Rule.MaxDebt): the burst, or what the rule refills in
+	// atomicbucket.MaxWait when that is less.
+	MaxDebt int64
 }
 
 // ParamsOf returns the reference parameters for the keyed buckets of an
@@ -60,7 +64,7 @@ func ParamsOf(r *atomicbucket.Rule, maxKeys int64, allowAtCap bool) Params {
 	p := Params{
 		Tokens: l.Tokens, Period: int64(l.Period), Burst: l.Burst, Initial: initial,
 		Interval: l.Refill == atomicbucket.Interval, Aligned: l.Aligned, Anchor: r.GridAnchor(),
-		MaxKeys: maxKeys, AllowCap: allowAtCap,
+		MaxKeys: maxKeys, AllowCap: allowAtCap, MaxDebt: r.MaxDebt(),
 	}
 	if p.Interval && !p.Aligned {
 		p.KeyAnchor = r.KeyAnchor
@@ -526,6 +530,41 @@ func (r *Reference) Refund(key string, t, cost int64) {
 	if s := r.keys[key]; s != nil && cost > 0 && cost <= r.p.Burst {
 		r.give(s, t, cost)
 	}
+}
+
+// Settle settles a request for key admitted at estimate whose actual cost
+// is actual, at t, and returns the tokens of the excess it forgave. A lower
+// actual gives the difference back, as Refund does. A higher one charges the
+// excess to key's bucket (made if the key has none; at the cap with nothing
+// to reclaim, all of it is forgiven): due ← max(due, clock) + excess·ω, but
+// never beyond clock + (Burst + MaxDebt)·ω, the bucket MaxDebt tokens below
+// empty, and never lowered; what the bound keeps out is forgiven, in whole
+// tokens rounded up. A negative estimate or actual settles nothing.
+func (r *Reference) Settle(key string, t, estimate, actual int64) (forgiven int64) {
+	switch {
+	case estimate < 0 || actual < 0 || actual == estimate:
+		return 0
+	case actual < estimate:
+		r.Refund(key, t, estimate-actual)
+		return 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	excess := actual - estimate
+	s := r.lookup(key, t)
+	if s == nil {
+		return excess
+	}
+	clock := r.clock(s, t)
+	want := new(big.Rat).Add(maxRat(s.due, clock), r.times(excess))
+	limit := new(big.Rat).Add(clock, r.times(r.p.Burst))
+	limit.Add(limit, r.times(r.p.MaxDebt))
+	if want.Cmp(limit) <= 0 {
+		s.due = want
+		return 0
+	}
+	s.due = maxRat(s.due, limit)
+	return ceilRat(new(big.Rat).Quo(new(big.Rat).Sub(want, s.due), r.omega))
 }
 
 // Reservation mirrors the observable part of atomicbucket.Reservation.
