@@ -819,8 +819,18 @@ func RulesMatchReference(t *testing.T) {
 			if got, want := l.PeekAt({{plan $p}}{{key $r}}at(now), cost), ref.Peek({{refKey $r}}, now, cost); got != want {
 				t.Fatalf("step %d: PeekAt(cost %d) = %+v, reference %+v", i, cost, got, want)
 			}
-			if got, want := l.AllowNAt({{plan $p}}{{key $r}}at(now), cost), ref.AllowN({{refKey $r}}, now, cost); got != want {
+			got, want := l.AllowNAt({{plan $p}}{{key $r}}at(now), cost), ref.AllowN({{refKey $r}}, now, cost)
+			if got != want {
 				t.Fatalf("step %d: AllowNAt(cost %d) = %+v, reference %+v", i, cost, got, want)
+			}
+			if got.Allowed && i%3 == 0 { // settled: an actual from nothing to three times the estimate, or far beyond any debt bound
+				actual := rng.Int64N(3*cost + 2)
+				if i%27 == 0 {
+					actual = 3*{{$p.Burst}} + 7
+				}
+				if got, want := l.SettleAt({{plan $p}}{{key $r}}at(now), cost, actual), ref.Settle({{refKey $r}}, now, cost, actual); got != want {
+					t.Fatalf("step %d: SettleAt(estimate %d, actual %d) forgave %d, reference %d", i, cost, actual, got, want)
+				}
 			}
 		}
 		if !exact {

@@ -79,6 +79,19 @@ func (l Global) Refund(cost int64) { l.b.RefundAt(atomicbucket.Now(), cost) }
 // RefundAt is Refund at time now.
 func (l Global) RefundAt(now atomicbucket.Time, cost int64) { l.b.RefundAt(now, cost) }
 
+// Settle settles now a request admitted at cost estimate whose actual cost
+// is actual: the difference is given back, or owed as debt (at most
+// Rule().MaxDebt() tokens below empty); it returns the tokens forgiven
+// beyond that bound (atomicbucket.Bucket.SettleAt).
+func (l Global) Settle(estimate, actual int64) (forgiven int64) {
+	return l.b.SettleAt(atomicbucket.Now(), estimate, actual)
+}
+
+// SettleAt is Settle at time now.
+func (l Global) SettleAt(now atomicbucket.Time, estimate, actual int64) (forgiven int64) {
+	return l.b.SettleAt(now, estimate, actual)
+}
+
 // SetNumbers makes n the rule's numbers from now on: the bucket is carried
 // into them as of now by carry (CarryAsIs keeps the tokens held, at most the
 // new burst). Numbers the rule cannot hold (or whose burst is below a

@@ -95,6 +95,19 @@ func (l Keyed[K]) Refund(key K, cost int64) { l.t.RefundAt(key, atomicbucket.Now
 // RefundAt is Refund at time now.
 func (l Keyed[K]) RefundAt(key K, now atomicbucket.Time, cost int64) { l.t.RefundAt(key, now, cost) }
 
+// Settle settles now a request admitted at cost estimate whose actual cost
+// is actual: the difference is given back, or owed as debt (at most
+// Rule().MaxDebt() tokens below empty); it returns the tokens forgiven
+// beyond that bound (atomicbucket.Table.SettleAt).
+func (l Keyed[K]) Settle(key K, estimate, actual int64) (forgiven int64) {
+	return l.t.SettleAt(key, atomicbucket.Now(), estimate, actual)
+}
+
+// SettleAt is Settle at time now.
+func (l Keyed[K]) SettleAt(key K, now atomicbucket.Time, estimate, actual int64) (forgiven int64) {
+	return l.t.SettleAt(key, now, estimate, actual)
+}
+
 // Sweep removes the buckets that have been full for SweepGrace, and returns
 // how many.
 func (l Keyed[K]) Sweep() int { return l.t.SweepAt(atomicbucket.Now()) }

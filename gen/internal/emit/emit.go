@@ -578,6 +578,12 @@ func methods(r model.Rule) []method {
 			doc: "gives cost tokens back now, never beyond the burst."},
 		{name: "RefundAt", call: "RefundAt", params: []jen.Code{nowP, costP}, args: []jen.Code{now, cost},
 			doc: "is Refund at time now."},
+		{name: "Settle", call: "SettleAt", params: []jen.Code{jen.List(jen.Id("estimate"), jen.Id("actual")).Int64()},
+			args: []jen.Code{clock, jen.Id("estimate"), jen.Id("actual")}, results: jen.Int64(), onBadPlan: jen.Lit(0),
+			doc: "settles now a request admitted at cost estimate whose actual cost is actual: the difference is given back, or owed as debt (at most the rule's MaxDebt tokens below empty); it returns the tokens forgiven beyond that bound, and 0 for a plan outside the constants."},
+		{name: "SettleAt", call: "SettleAt", params: []jen.Code{nowP, jen.List(jen.Id("estimate"), jen.Id("actual")).Int64()},
+			args: []jen.Code{now, jen.Id("estimate"), jen.Id("actual")}, results: jen.Int64(), onBadPlan: jen.Lit(0),
+			doc: "is Settle at time now."},
 	}
 }
 

@@ -393,6 +393,22 @@ func (l *ChecksLimiter) RefundAt(plan Plan, key string, now atomicbucket.Time, c
 	l.s[plan].RefundAt(key, now, cost)
 }
 
+// Settle settles now a request admitted at cost estimate whose actual cost is actual: the difference is given back, or owed as debt (at most the rule's MaxDebt tokens below empty); it returns the tokens forgiven beyond that bound, and 0 for a plan outside the constants.
+func (l *ChecksLimiter) Settle(plan Plan, key string, estimate, actual int64) int64 {
+	if plan >= numPlans {
+		return 0
+	}
+	return l.s[plan].SettleAt(key, atomicbucket.Now(), estimate, actual)
+}
+
+// SettleAt is Settle at time now.
+func (l *ChecksLimiter) SettleAt(plan Plan, key string, now atomicbucket.Time, estimate, actual int64) int64 {
+	if plan >= numPlans {
+		return 0
+	}
+	return l.s[plan].SettleAt(key, now, estimate, actual)
+}
+
 // Sweep removes the buckets, of every plan, that have been full for atomicbucket.SweepGrace, and returns how many.
 func (l *ChecksLimiter) Sweep() int {
 	var n int
