@@ -90,12 +90,14 @@ const (
 	RuleExportSlots
 	// RuleReportSlots names the rule ReportSlots.
 	RuleReportSlots
+	// RuleChatTokens names the rule ChatTokens.
+	RuleChatTokens
 	// RuleGlobal names the rule Global.
 	RuleGlobal
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "PerEndpoint", "Login", "DailyExport", "Upload", "TenantUser", "ExportSlots", "ReportSlots", "Global"}
+var ruleNames = [...]string{"", "PerUser", "PerEndpoint", "Login", "DailyExport", "Upload", "TenantUser", "ExportSlots", "ReportSlots", "ChatTokens", "Global"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -117,6 +119,7 @@ type Limits struct {
 	TenantUser      *TenantUserLimiter  // see the package-level TenantUser
 	ExportSlots     *ExportSlotsLimiter // see the package-level ExportSlots
 	ReportSlots     *ReportSlotsLimiter // see the package-level ReportSlots
+	ChatTokens      *ChatTokensLimiter  // see the package-level ChatTokens
 	Global          *GlobalLimiter      // see the package-level Global
 	overlay.Numbers                     // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
@@ -157,12 +160,13 @@ func New(opts ...Option) *Limits {
 		TenantUser:  newTenantUserLimiter(),
 		ExportSlots: newExportSlotsLimiter(),
 		ReportSlots: newReportSlotsLimiter(),
+		ChatTokens:  newChatTokensLimiter(),
 		Global:      newGlobalLimiter(o.start),
 	}
 	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Fixed: map[string]string{"ExportSlots": "an in-flight rule's numbers do not change at run time in this version", "ReportSlots": "an in-flight rule's numbers do not change at run time in this version"},
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "PerEndpoint": overlay.KeyedTarget(l.PerEndpoint.Keyed, overlay.ParseInt[int64]), "Login": overlay.KeyedTarget(l.Login.Keyed, nil), "DailyExport": overlay.KeyedTarget(l.DailyExport.Keyed, overlay.ParseUint[uint64]), "Upload": overlay.KeyedTarget(l.Upload.Keyed, nil), "TenantUser": overlay.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "Global": overlay.GlobalTarget(l.Global.Global)},
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "PerEndpoint": overlay.KeyedTarget(l.PerEndpoint.Keyed, overlay.ParseInt[int64]), "Login": overlay.KeyedTarget(l.Login.Keyed, nil), "DailyExport": overlay.KeyedTarget(l.DailyExport.Keyed, overlay.ParseUint[uint64]), "Upload": overlay.KeyedTarget(l.Upload.Keyed, nil), "TenantUser": overlay.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "ChatTokens": overlay.KeyedTarget(l.ChatTokens.Keyed, nil), "Global": overlay.GlobalTarget(l.Global.Global)},
 	})
 	return l
 }
@@ -261,6 +265,9 @@ var (
 	// ReportSlots lets at most 1 requests hold a slot at once: Acquire takes one, its Slot's Release
 	// gives it back, and a slot never released comes back 1 minute after it was taken.
 	ReportSlots = Default.ReportSlots
+
+	// ChatTokens allows 100000 requests per minute per key, in bursts of up to 100000.
+	ChatTokens = Default.ChatTokens
 
 	// Global allows 2000 requests per second in total, in bursts of up to 4000.
 	Global = Default.Global
@@ -822,6 +829,52 @@ func (l *ReportSlotsLimiter) MaxWait() time.Duration {
 	return 500 * time.Millisecond
 }
 
+// chatTokensLimit is ChatTokens's limit, as the policy gives it.
+var chatTokensLimit = atomicbucket.Limit{
+	Tokens: 100000,
+	Period: time.Minute,
+	Burst:  100000,
+	Refill: atomicbucket.Greedy,
+}
+
+// newChatTokensLimiter returns ChatTokens's (empty) table.
+func newChatTokensLimiter() *ChatTokensLimiter {
+	return &ChatTokensLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(chatTokensLimit), chatTokensUnitsPerNs, chatTokensUnitsPerToken, chatTokensBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{
+		Most: 16000,
+		Of:   "route \"POST /v1/chat\"",
+	}, genimpl.NonEmpty)}
+}
+
+// ChatTokensLimiter is the type of ChatTokens. Its methods, genimpl.Keyed's and the folded Allow
+// below, are safe for concurrent use.
+type ChatTokensLimiter struct {
+	genimpl.Keyed[string]
+}
+
+// ChatTokens's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises):
+// time in 1/1 ns (chatTokensUnitsPerNs), a token's worth (chatTokensUnitsPerToken) and the burst's
+// (chatTokensBurstUnits), GCRA's emission interval and tolerance.
+const (
+	chatTokensUnitsPerNs    = 1
+	chatTokensUnitsPerToken = 600000
+	chatTokensBurstUnits    = 60000000000
+)
+
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
+func (l *ChatTokensLimiter) Allow(key string) bool {
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), chatTokensUnitsPerNs, chatTokensUnitsPerToken, chatTokensBurstUnits)
+}
+
+// AllowAt is Allow at time now.
+func (l *ChatTokensLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+	return l.Table().AllowGreedyAt(key, now, chatTokensUnitsPerNs, chatTokensUnitsPerToken, chatTokensBurstUnits)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
+func (l *ChatTokensLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.Table().ChangedRule(key)
+}
+
 // globalLimit is Global's limit, as the policy gives it.
 var globalLimit = atomicbucket.Limit{
 	Tokens: 2000,
@@ -1172,6 +1225,16 @@ var httpPolicyTenantUser = verdict.Policy{
 	Prefix: "\"TenantUser\";r=",
 }
 
+// httpPolicyChatTokens is rule ChatTokens as the RateLimit fields describe it.
+var httpPolicyChatTokens = verdict.Policy{
+	Name:   "ChatTokens",
+	Quota:  100000,
+	Window: 60,
+	Limit:  chatTokensLimit,
+	Item:   "\"ChatTokens\";q=100000;w=60",
+	Prefix: "\"ChatTokens\";r=",
+}
+
 // httpPolicyGlobal is rule Global as the RateLimit fields describe it.
 var httpPolicyGlobal = verdict.Policy{
 	Name:   "Global",
@@ -1184,13 +1247,13 @@ var httpPolicyGlobal = verdict.Policy{
 
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro, &httpPolicyPerUserPlanEnterprise}, RulePerEndpoint: {&httpPolicyPerEndpoint, &httpPolicyPerEndpoint, &httpPolicyPerEndpoint}, RuleLogin: {&httpPolicyLogin, &httpPolicyLogin, &httpPolicyLogin}, RuleDailyExport: {&httpPolicyDailyExport, &httpPolicyDailyExport, &httpPolicyDailyExport}, RuleUpload: {&httpPolicyUpload, &httpPolicyUpload, &httpPolicyUpload}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser, &httpPolicyTenantUser}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal, &httpPolicyGlobal}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro, &httpPolicyPerUserPlanEnterprise}, RulePerEndpoint: {&httpPolicyPerEndpoint, &httpPolicyPerEndpoint, &httpPolicyPerEndpoint}, RuleLogin: {&httpPolicyLogin, &httpPolicyLogin, &httpPolicyLogin}, RuleDailyExport: {&httpPolicyDailyExport, &httpPolicyDailyExport, &httpPolicyDailyExport}, RuleUpload: {&httpPolicyUpload, &httpPolicyUpload, &httpPolicyUpload}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser, &httpPolicyTenantUser}, RuleChatTokens: {&httpPolicyChatTokens, &httpPolicyChatTokens, &httpPolicyChatTokens}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal, &httpPolicyGlobal}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1, 1}, RulePerEndpoint: {1, 1, 1}, RuleLogin: {1, 1, 1}, RuleDailyExport: {1, 1, 1}, RuleUpload: {10, 10, 10}, RuleTenantUser: {1, 1, 1}, RuleGlobal: {1, 1, 1}}
+var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1, 1}, RulePerEndpoint: {1, 1, 1}, RuleLogin: {1, 1, 1}, RuleDailyExport: {1, 1, 1}, RuleUpload: {10, 10, 10}, RuleTenantUser: {1, 1, 1}, RuleChatTokens: {1, 1, 1}, RuleGlobal: {1, 1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
-var httpRoutes = [...][numPlans]string{{"\"Login\";q=5;w=10", "\"Login\";q=5;w=10", "\"Login\";q=5;w=10"}, {"\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10"}, {"\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400"}, {"\"PerUser\";q=50;w=5", "\"PerUser\";q=500;w=5", "\"PerUser\";q=2000;w=2"}, {"", "", ""}, {"\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10"}, {"\"PerUser\";q=50;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=500;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=2000;w=2, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2"}}
+var httpRoutes = [...][numPlans]string{{"\"Login\";q=5;w=10", "\"Login\";q=5;w=10", "\"Login\";q=5;w=10"}, {"\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10"}, {"\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400"}, {"\"PerUser\";q=50;w=5", "\"PerUser\";q=500;w=5", "\"PerUser\";q=2000;w=2"}, {"", "", ""}, {"\"ChatTokens\";q=100000;w=60", "\"ChatTokens\";q=100000;w=60", "\"ChatTokens\";q=100000;w=60"}, {"\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10"}, {"\"PerUser\";q=50;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=500;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=2000;w=2, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2"}}
 
 // Hooks are the functions of your service that the policy's http: section names: what only
 // your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
@@ -1199,16 +1262,16 @@ type Hooks struct {
 	// PlanOf returns the request's plan; false (or a value outside the plans) means the default plan,
 	// free. Take it from what your authentication verified.
 	PlanOf func(*http.Request) (Plan, bool)
-	// UserID returns the key of Upload, PerUser for a request, and false when it has none (then the
-	// next key source is tried, or the request is refused with the policy's missing_key status). An
-	// empty key counts as none.
+	// UserID returns the key of Upload, PerUser, ChatTokens for a request, and false when it has none
+	// (then the next key source is tried, or the request is refused with the policy's missing_key
+	// status). An empty key counts as none.
 	UserID func(*http.Request) (string, bool)
 }
 
 // Middleware enforces the policy's http: section on every route a router may hand a request to
 // (limithttp.Door): it reads the keys, cost and plan the policy names, checks the route's rule or
 // tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may not
-// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: POST /v1/login; POST /v1/upload; GET /v1/export/{account}; POST /v1/exports; POST /v1/reports; GET /v1/tenants/{tenant}/users/{user}; /v1/.
+// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: POST /v1/login; POST /v1/upload; GET /v1/export/{account}; POST /v1/exports; POST /v1/reports; POST /v1/chat; GET /v1/tenants/{tenant}/users/{user}; /v1/.
 type Middleware struct {
 	limithttp.Door
 	limits *Limits
@@ -1240,6 +1303,7 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 	}
 	limithttp.InitDoor(&m.Door, httpRouter, httpPatterns[:], m.checkRoute)
 	limithttp.InitSlots(&m.Door, m.acquireRoute)
+	limithttp.InitSettle(&m.Door, m.settleRoute)
 	return m, nil
 }
 
@@ -1256,9 +1320,11 @@ func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route in
 	case 3:
 		return m.route4(w, r)
 	case 5:
-		return m.route6(w, r, path)
+		return m.route6(w, r)
 	case 6:
-		return m.route7(w, r)
+		return m.route7(w, r, path)
+	case 7:
+		return m.route8(w, r)
 	}
 	return true
 }
@@ -1276,17 +1342,54 @@ func (m *Middleware) acquireRoute(w http.ResponseWriter, r *http.Request, route 
 	return true, atomicslot.Set{}
 }
 
+// settleRoute settles a request of route (an index of httpPatterns) whose handler returned, reading
+// its keys' wildcards from path: limithttp.NoSettle for a route that does not settle.
+func (m *Middleware) settleRoute(w http.ResponseWriter, r *http.Request, route int, path string) int64 {
+	switch route {
+	case 5:
+		return m.settle6(w, r)
+	}
+	return limithttp.NoSettle
+}
+
+// settle6 settles a request of POST /v1/chat that its handler answered: the actual cost in the
+// response's X-Tokens-Used, against the estimate the check took, with ChatTokens; it returns the
+// tokens forgiven beyond the rules' debt bounds, or limithttp.KeptEstimate.
+func (m *Middleware) settle6(w http.ResponseWriter, r *http.Request) int64 {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = m.hooks.UserID(r)
+	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
+	if !ok0 {
+		return limithttp.KeptEstimate
+	}
+	cost, costOK := limithttp.HeaderCost(r, "X-Max-Tokens", 1000, 16000)
+	if !costOK {
+		return limithttp.KeptEstimate
+	}
+	actual, ok := limithttp.ActualCost(w.Header(), "X-Tokens-Used")
+	if !ok {
+		return limithttp.KeptEstimate
+	}
+	now := m.Now()
+	return m.limits.ChatTokens.SettleAt(k0, now, cost, actual)
+}
+
 // ServeMux is the http.ServeMux behind the middleware that NewServeMux returns (see limithttp.ServeMux).
 type ServeMux = limithttp.ServeMux
 
 // httpPatterns are the policy's route patterns, in policy order.
-var httpPatterns = [...]string{"POST /v1/login", "POST /v1/upload", "GET /v1/export/{account}", "POST /v1/exports", "POST /v1/reports", "GET /v1/tenants/{tenant}/users/{user}", "/v1/"}
+var httpPatterns = [...]string{"POST /v1/login", "POST /v1/upload", "GET /v1/export/{account}", "POST /v1/exports", "POST /v1/reports", "POST /v1/chat", "GET /v1/tenants/{tenant}/users/{user}", "/v1/"}
 
 // httpRoute is the index+1 of the route of httpPatterns for a method on a clean request path
 // that is one of the policy's literal paths (limithttp.LiteralRoutes), 0 for any other path: a
 // switch over constants where the router would look the path up in a map.
 func httpRoute(method, path string) int {
 	switch path {
+	case "/v1/chat":
+		if method == "POST" {
+			return 6
+		}
 	case "/v1/exports":
 		if method == "POST" {
 			return 4
@@ -1312,13 +1415,13 @@ var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var httpSeries = [...]verdict.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/upload", Rule: "Upload"}, {Route: "GET /v1/export/{account}", Rule: "DailyExport"}, {Route: "POST /v1/exports", Tier: "Exports", Rule: "PerUser"}, {Route: "POST /v1/exports", Tier: "Exports", Rule: "ExportSlots"}, {Route: "POST /v1/reports", Rule: "ReportSlots"}, {Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser"}, {Route: "/v1/", Tier: "API", Rule: "PerUser"}, {Route: "/v1/", Tier: "API", Rule: "PerEndpoint"}, {Route: "/v1/", Tier: "API", Rule: "Global"}}
+var httpSeries = [...]verdict.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/upload", Rule: "Upload"}, {Route: "GET /v1/export/{account}", Rule: "DailyExport"}, {Route: "POST /v1/exports", Tier: "Exports", Rule: "PerUser"}, {Route: "POST /v1/exports", Tier: "Exports", Rule: "ExportSlots"}, {Route: "POST /v1/reports", Rule: "ReportSlots"}, {Route: "POST /v1/chat", Rule: "ChatTokens"}, {Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser"}, {Route: "/v1/", Tier: "API", Rule: "PerUser"}, {Route: "/v1/", Tier: "API", Rule: "PerEndpoint"}, {Route: "/v1/", Tier: "API", Rule: "Global"}}
 
 // httpSeriesRoute4 are the series of POST /v1/exports's rules in the Counters, by RuleName.
 var httpSeriesRoute4 = [...]int{RulePerUser: 3, RuleExportSlots: 4}
 
-// httpSeriesRoute7 are the series of /v1/'s rules in the Counters, by RuleName.
-var httpSeriesRoute7 = [...]int{RulePerUser: 7, RulePerEndpoint: 8, RuleGlobal: 9}
+// httpSeriesRoute8 are the series of /v1/'s rules in the Counters, by RuleName.
+var httpSeriesRoute8 = [...]int{RulePerUser: 8, RulePerEndpoint: 9, RuleGlobal: 10}
 
 // route1 checks POST /v1/login (rule Login, enforce) and reports whether the request may go on.
 func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
@@ -1479,9 +1582,38 @@ func (m *Middleware) acquire5(w http.ResponseWriter, r *http.Request) (bool, ato
 	return true, set
 }
 
-// route6 checks GET /v1/tenants/{tenant}/users/{user} (rule TenantUser, enforce) and reports
+// route6 checks POST /v1/chat (rule ChatTokens, enforce) and reports whether the request may go on.
+func (m *Middleware) route6(w http.ResponseWriter, r *http.Request) bool {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = m.hooks.UserID(r)
+	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
+	if !ok0 {
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule ChatTokens: route \\\"POST /v1/chat\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 6, Outcome: verdict.MissingKey})
+	}
+	cost, costOK := limithttp.HeaderCost(r, "X-Max-Tokens", 1000, 16000)
+	if !costOK {
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Max-Tokens) is above the most a request may cost on route \\\"POST /v1/chat\\\": 16000.\"}\n", verdict.Event{Route: "POST /v1/chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 6, Outcome: verdict.TooCostly, Cost: cost})
+	}
+	now := m.Now()
+	var res verdict.Result
+	res.Decision = m.limits.ChatTokens.AllowNAt(k0, now, cost)
+	res.Policy = httpPolicies[RuleChatTokens][0]
+	res.Policies = httpRoutes[5][0]
+	res.Cost = cost
+	res.Route = "POST /v1/chat"
+	res.Rule = int(RuleChatTokens)
+	res.Series = 6
+	if rf0 := m.limits.ChatTokens.ruleInForce(k0); rf0 != nil {
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
+	}
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
+}
+
+// route7 checks GET /v1/tenants/{tenant}/users/{user} (rule TenantUser, enforce) and reports
 // whether the request may go on.
-func (m *Middleware) route6(w http.ResponseWriter, r *http.Request, path string) bool {
+func (m *Middleware) route7(w http.ResponseWriter, r *http.Request, path string) bool {
 	var k0 TenantUserKey
 	ok0 := true
 	{
@@ -1500,18 +1632,18 @@ func (m *Middleware) route6(w http.ResponseWriter, r *http.Request, path string)
 		k0.User, ok0 = k0f1, ok0 && ok0f1
 	}
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule TenantUser: route \\\"GET /v1/tenants/{tenant}/users/{user}\\\" reads it from tenant from the path tenant; user from the path user.\"}\n", verdict.Event{Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser", RuleIndex: int(RuleTenantUser), Series: 6, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule TenantUser: route \\\"GET /v1/tenants/{tenant}/users/{user}\\\" reads it from tenant from the path tenant; user from the path user.\"}\n", verdict.Event{Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser", RuleIndex: int(RuleTenantUser), Series: 7, Outcome: verdict.MissingKey})
 	}
 	now := m.Now()
 	cost := httpCosts[RuleTenantUser][0]
 	var res verdict.Result
 	res.Decision = m.limits.TenantUser.AllowNAt(k0, now, cost)
 	res.Policy = httpPolicies[RuleTenantUser][0]
-	res.Policies = httpRoutes[5][0]
+	res.Policies = httpRoutes[6][0]
 	res.Cost = cost
 	res.Route = "GET /v1/tenants/{tenant}/users/{user}"
 	res.Rule = int(RuleTenantUser)
-	res.Series = 6
+	res.Series = 7
 	if rf0 := m.limits.TenantUser.ruleInForce(k0); rf0 != nil {
 		res.Policy = genimpl.InForce(res.Policy, rf0)
 		res.Policies = genimpl.InForceList(res.Policy)
@@ -1523,20 +1655,20 @@ func (m *Middleware) route6(w http.ResponseWriter, r *http.Request, path string)
 	return m.Config.Respond(w, r, verdict.Enforce, &res, key)
 }
 
-// route7 checks /v1/ (tier API, enforce) and reports whether the request may go on.
-func (m *Middleware) route7(w http.ResponseWriter, r *http.Request) bool {
+// route8 checks /v1/ (tier API, enforce) and reports whether the request may go on.
+func (m *Middleware) route8(w http.ResponseWriter, r *http.Request) bool {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 7, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 8, Outcome: verdict.MissingKey})
 	}
 	var k1 int64
 	var ok1 bool
-	k1, ok1 = 7, true
+	k1, ok1 = 8, true
 	if !ok1 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Series: 8, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Series: 9, Outcome: verdict.MissingKey})
 	}
 	plan := m.plan(r)
 	now := m.Now()
@@ -1545,12 +1677,12 @@ func (m *Middleware) route7(w http.ResponseWriter, r *http.Request) bool {
 	var res verdict.Result
 	res.Decision = td.Decision
 	res.Policy = httpPolicies[td.Rule][plan]
-	res.Policies = httpRoutes[6][plan]
+	res.Policies = httpRoutes[7][plan]
 	res.Cost = cost
 	res.Route = "/v1/"
 	res.Tier = "API"
 	res.Rule = int(td.Rule)
-	res.Series = httpSeriesRoute7[td.Rule]
+	res.Series = httpSeriesRoute8[td.Rule]
 	rf0, rf1, rf2 := m.limits.PerUser.ruleInForce(plan, k0), m.limits.PerEndpoint.ruleInForce(k1), m.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil || rf2 != nil {
 		p0 := genimpl.InForce(httpPolicies[RulePerUser][plan], rf0)

@@ -29,6 +29,8 @@ type Door struct {
 	patterns []string
 	check    func(w http.ResponseWriter, r *http.Request, route int, path string) bool
 	acquire  func(w http.ResponseWriter, r *http.Request, route int, path string) (bool, atomicslot.Set)
+	settle   func(w http.ResponseWriter, r *http.Request, route int, path string) int64
+	settled  settleCounts
 }
 
 // InitDoor makes d the door of a policy's routes: router over patterns (in
@@ -70,7 +72,7 @@ func (d *Door) Now() atomicbucket.Time {
 // on when all of them allow it.
 func (d *Door) Wrap(next http.Handler) http.Handler {
 	switch {
-	case d.acquire != nil:
+	case d.acquire != nil || d.settle != nil:
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { d.serveHeld(w, r, next, d.router.MatchAll(r)) })
 	case d.check == nil:
 		return next
@@ -90,7 +92,8 @@ func (d *Door) Wrap(next http.Handler) http.Handler {
 // each route's acquisitions (the slots of its in-flight rules, if any), then
 // each route's check, every slot taken given back when an acquisition or a
 // check denies: a request holds slots only when it goes on, and a rate rule
-// is charged only when every slot was had. The slots are released when next
+// is charged only when every slot was had. When next returns normally, each
+// route that settles its cost settles it; the slots are released when next
 // returns, whichever way it does.
 func (d *Door) serveHeld(w http.ResponseWriter, r *http.Request, next http.Handler, routes Routes) {
 	var held [len(routes.Index)]atomicslot.Set
@@ -113,12 +116,13 @@ func (d *Door) serveHeld(w http.ResponseWriter, r *http.Request, next http.Handl
 			return
 		}
 	}
-	if n == 0 { // no route of an in-flight rule: nothing to release
-		next.ServeHTTP(w, r)
-		return
+	if n > 0 {
+		defer d.release(held[:n])
 	}
-	defer d.release(held[:n])
 	next.ServeHTTP(w, r)
+	if d.settle != nil {
+		d.settleAll(w, r, &routes)
+	}
 }
 
 // release returns the slots a request held, at one reading of the door's
@@ -137,7 +141,7 @@ func (d *Door) release(held []atomicslot.Set) {
 // a path is the only one it dispatches (Router.Match).
 func (d *Door) wrapServeMux(next http.Handler) http.Handler {
 	switch {
-	case d.acquire != nil:
+	case d.acquire != nil || d.settle != nil:
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			var routes Routes
 			routes.add(d.router.Match(r))

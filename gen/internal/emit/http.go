@@ -288,6 +288,7 @@ func emitMiddleware(m *model.Model) jen.Code {
 			jen.Return(jen.True(), jen.Qual(slotPath, "Set").Values()),
 		).Line()
 	}
+	initSettle, settleFuncs := emitSettleDispatch(m, httpDoor(m))
 	g := jen.Line().
 		Comment("Middleware enforces the policy's http: section on every route a router may hand a request to").Line().
 		Comment("(limithttp.Door): it reads the keys, cost and plan the policy names, checks the route's rule or").Line().
@@ -307,10 +308,12 @@ func emitMiddleware(m *model.Model) jen.Code {
 			jen.Id("m").Dot("Config").Op("=").Add(lh("Config")).Add(fields(cfg...)),
 			lh("InitDoor").Call(jen.Op("&").Id("m").Dot("Door"), jen.Id("httpRouter"), jen.Id("httpPatterns").Index(jen.Empty(), jen.Empty()), check),
 			initSlots,
+			initSettle,
 			jen.Return(jen.Id("m"), jen.Nil()),
 		)...,
 	).Line().
 		Add(checkRoute).Line().
+		Add(settleFuncs).Line().
 		Comment("ServeMux is the http.ServeMux behind the middleware that NewServeMux returns (see limithttp.ServeMux).").Line().
 		Type().Id("ServeMux").Op("=").Qual(httpPath, "ServeMux").Line().Line().
 		Comment("httpPatterns are the policy's route patterns, in policy order.").Line().

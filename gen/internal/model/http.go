@@ -103,10 +103,15 @@ type Route struct {
 	Rules   []int         // the rules checked, in order (the rule, or the tier's)
 	Keys    [][]KeySource // per entry of Rules: the sources tried in order (none for a global rule)
 
-	CostKind    string   // "", "fixed", "header", "query"
-	CostName    string   // the header (canonical) or query parameter
-	CostFixed   int64    // fixed: the cost; header/query: the default
-	CostMax     int64    // header/query: the most a request may declare
+	CostKind  string // "", "fixed", "header", "query"
+	CostName  string // the header (canonical) or query parameter
+	CostFixed int64  // fixed: the cost; header/query: the default
+	CostMax   int64  // header/query: the most a request may declare
+	// SettleName, when not empty, is the response header (canonical) whose
+	// value is the request's actual cost, read when the handler returns
+	// (as a header or a trailer): the route's cost is then the estimate
+	// its check takes, and the difference is settled (given back or owed).
+	SettleName  string
 	PolicyLists []string // the RateLimit-Policy value, per plan (one when no rule checked differs by plan)
 
 	MissingBodies []string // per entry of Rules: the problem body when no source has its key

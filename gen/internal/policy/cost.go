@@ -117,3 +117,38 @@ func routeBurst(m *model.Model, r *model.Route, least bool) (int64, string) {
 	}
 	return best, words
 }
+
+// routeSettle reads a route's settle: where its actual cost is read after
+// the handler returns, "header:Name" or "trailer:Name" (both read the
+// response's header map then, where a trailer is too). The route's cost is
+// the estimate, so it must have one; every rule it charges must be a local
+// token bucket: a window cannot give units back, and shared rules settle on
+// their store, which this release does not do yet.
+func (p *parser) routeSettle(n, cost *yaml.Node, r *model.Route, m *model.Model, what string) bool {
+	kind, name, _ := strings.Cut(n.Value, ":")
+	if n.Kind != yaml.ScalarNode || kind != "header" && kind != "trailer" || !validHeaderName(name) {
+		p.errorf(n, "%s: settle %q: say where the actual cost is read when the handler returns, header:Name or trailer:Name (a response header or trailer the handler sets)", what, n.Value)
+		return false
+	}
+	if r.Mode == "Shadow" {
+		p.errorf(n, "%s: settle on a shadow route: a request its rule denies goes on having taken nothing, and settling it would give back tokens it never took; enforce the route, or drop settle while it is in shadow", what)
+		return false
+	}
+	if cost == nil {
+		p.errorf(n, "%s: settle needs the route's cost: the estimate a request is admitted at (a number, or {from, default, max}), settled when its actual is known", what)
+		return false
+	}
+	for _, ri := range r.Rules {
+		rule := m.Rules[ri]
+		switch {
+		case rule.Limits[0].Window:
+			p.errorf(n, "%s: settle: rule %s is a window rule, and a window cannot give back units later admissions were counted over; settle routes of token-bucket rules only", what, rule.Name)
+			return false
+		case rule.Shared:
+			p.errorf(n, "%s: settle: rule %s is shared, and settling on a store is not supported yet; settle routes of local rules only", what, rule.Name)
+			return false
+		}
+	}
+	r.SettleName = http.CanonicalHeaderKey(name)
+	return true
+}

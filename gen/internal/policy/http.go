@@ -22,7 +22,7 @@ var (
 	httpFields     = []string{"client_ip", "headers", "jitter", "log_denials", "missing_key", "plan", "keys", "routes"}
 	clientIPFields = []string{"trusted_proxies", "header", "ipv6_prefix", "ipv4_prefix"}
 	planSrcFields  = []string{"from", "trusted", "default"}
-	routeFields    = []string{"pattern", "rule", "tier", "keys", "cost", "mode"}
+	routeFields    = []string{"pattern", "rule", "tier", "keys", "cost", "settle", "mode"}
 	// httpMethods are the methods a route's pattern may name: RFC 9110's, PATCH
 	// (RFC 5789), QUERY, and WebDAV's (RFC 4918, 3253, 5323). A pattern with
 	// another, such as GETT, would never match the request it was meant for.
@@ -529,6 +529,9 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 		valid = false
 	} else if v != nil {
 		valid = p.routeCost(v, &r, m, what, httpCost) && valid
+	}
+	if v := f["settle"]; v != nil {
+		valid = p.routeSettle(v, f["cost"], &r, m, what) && valid
 	}
 	r.PolicyLists = policyLists(m, r.Rules)
 	if r.CostKind == "header" || r.CostKind == "query" {
