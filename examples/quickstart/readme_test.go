@@ -101,6 +101,44 @@ func snippet(ctx context.Context, w http.ResponseWriter, customer string) {
 {{SNIPPET}}
 }
 `},
+	{"func chat(w http.ResponseWriter, r *http.Request) {", `package s
+
+import (
+	"net/http"
+	"strconv"
+)
+
+func generate(*http.Request) ([]byte, int) { return nil, 0 }
+
+{{SNIPPET}}
+`},
+	{"w.Header().Set(\"Trailer\", \"X-Tokens-Used\")", `package s
+
+import (
+	"net/http"
+	"strconv"
+)
+
+func snippet(w http.ResponseWriter, stream <-chan []byte, used int) {
+{{SNIPPET}}
+}
+`},
+	{"d := limits.ChatTokens.AllowN(user, estimate)", `package s
+
+import (
+	"time"
+
+	limits "github.com/limitgen/limitgen/generated"
+)
+
+func errBusy(time.Duration) error { return nil }
+func run(string) int64           { return 0 }
+
+func snippet(user, job string, estimate int64) error {
+{{SNIPPET}}
+	return nil
+}
+`},
 	{"held, d := limits.Default.Exports(limits.PlanFree, customer, customer) // the plan, PerUser's key, ExportSlots'", `package s
 
 import limits "github.com/limitgen/limitgen/generated"
