@@ -57,7 +57,9 @@ import "strings"
 // want, se, sg, sr): the bucket's rule name and key; its numbers (kind 1
 // greedy: emit, tau, debt, perSecond, perMicro, 0; kind 2 interval: 1, tau,
 // debt, period ns, tokens a boundary, the key's phase ns); the cost; the mode
-// (0 decide only, 1 take, 2 refund the cost never beyond full, 3 lease);
+// (0 decide only, 1 take, 2 refund the cost never beyond full, 3 lease, 4
+// owe the cost as debt, at most want units ahead of now: six values back,
+// the last 4);
 // at_us (NULL: the server's clock; else the check's time in Unix µs, for
 // tests); for a lease, want, and the previous grant's second, size and
 // unspent tokens.
@@ -123,11 +125,11 @@ const readBlock = `
     sig := {{SIG}};
     IF kind = 1 THEN
       since := 0; idx := 0;
-      horizon := tau / per + 1;
+      horizon := 2 * tau / per + 2; -- a TAT up to a burst of debt ahead beyond tau (mode 4)
     ELSE -- interval: per is the period (ns), pm the tokens a boundary adds
       idx := (us * 1000 - phase) / per;
       since := us * 1000 - phase - idx * per;
-      horizon := (tau / pm + 2) * per / 1000000000 + 1;
+      horizon := (2 * tau / pm + 2) * per / 1000000000 + 1;
     END IF;
     ahead := debt; fresh := true; e0 := nsec; c0 := 0; p0 := 0;
     SELECT b.s, b.u, b.e, b.hc, b.hp, b.full_at, b.n INTO rec FROM {{TABLE}} b WHERE b.r = rr AND b.k = kk FOR UPDATE;
@@ -175,7 +177,7 @@ const readBlock = `
         ahead := {{AHEAD:rec}};
       ELSIF rec.s < idx - 1 - tau / pm THEN
         ahead := 0;
-      ELSIF rec.s > idx + 1 + tau / pm THEN
+      ELSIF rec.s > idx + 1 + 2 * tau / pm THEN
         ahead := tau;
       ELSE
         ahead := greatest((rec.s - idx) * pm + rec.u, 0);
@@ -232,7 +234,7 @@ const aheadExpr = `CASE WHEN X.s < nsec - horizon THEN 0 WHEN X.s > nsec + horiz
 const fastPath = `
   IF mode = 1 AND kind = 1 AND cost > 0 AND cost * emit <= tau THEN
     inc := cost * emit;
-    horizon := tau / per + 1;
+    horizon := 2 * tau / per + 2;
     sig := {{SIG}};
     UPDATE {{TABLE}} b SET
       s = nsec + (usec * pm + inc + {{AHEAD:b}}) / per,
@@ -351,6 +353,16 @@ BEGIN{{FAST}}
           wa := ahead + granted * emit;
         END IF;
       END IF;
+    ELSIF mode = 4 THEN
+      -- A settlement's excess owed as debt: the TAT moves ahead by the cost,
+      -- beyond what a check may take, never past want units ahead of now
+      -- and never back. Six values, so that a caller can tell this
+      -- version's answer from an earlier function's.
+      IF want - ahead <= 0 THEN
+        RETURN ARRAY[1, 1, ahead, inc, since, 4];
+      END IF;
+      wa := ahead + least(inc, want - ahead);
+      res := ARRAY[1, 1, wa, inc - (wa - ahead), since, 4];
     ELSIF mode = 2 THEN
       wa := greatest(ahead - inc, (c0 + p0) * emit, 0);
       IF wa <= 0 AND NOT present THEN

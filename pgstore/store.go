@@ -485,9 +485,18 @@ func (s *backend) Tier(ctx context.Context, calls []shared.Call, mode shared.Mod
 func (s *backend) tierAt(ctx context.Context, calls []shared.Call, mode shared.Mode, at *int64) (shared.Reply, error) {
 	var res []int64
 	var err error
-	if len(calls) == 1 {
+	switch {
+	case mode == shared.ModeOwe:
+		res, err = s.exec(ctx, calls[0], 4, at, calls[0].Rule.Integers().OweBound(), shared.Settlement{}) // the function's mode 4 (3 is a lease)
+		if err == nil && (len(res) != 6 || res[5] != 4) {
+			return shared.Reply{}, fmt.Errorf("pgstore: the function %s answered %v to a settlement: it is an earlier version's, which cannot owe a debt; run Store.Schema's SQL (or make the store without NoCreate) to replace it", s.fn, res)
+		}
+		if err == nil {
+			res = res[:5]
+		}
+	case len(calls) == 1:
 		res, err = s.exec(ctx, calls[0], int32(mode), at, 0, shared.Settlement{})
-	} else {
+	default:
 		res, err = s.execTier(ctx, calls, int32(mode), at)
 	}
 	if err != nil {

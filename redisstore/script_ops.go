@@ -50,6 +50,22 @@ for i = 1, n do
 end
 return {1, 1, b[1].ahead + b[1].inc, 0, b[1].since}
 `
+	oweSource = `-- Charge the one bucket's cost as debt (a settlement's excess: ModeOwe):
+-- its TAT moves ahead by the cost, beyond what a check may take, but never
+-- past bound units ahead of now (the value after the bucket's), and never
+-- back. Returns {1, 1, ahead, the units it could not charge, since}.
+local r = b[1]
+local room = tonumber(A[3 + 10 * n]) - r.ahead
+if room <= 0 then
+  return {1, 1, r.ahead, r.inc, r.since}
+end
+local c = r.inc
+if c > room then
+  c = room
+end
+write(1, r.ahead + c)
+return {1, 1, r.ahead + c, r.inc - c, r.since}
+`
 	leaseSource = `-- A lease of one bucket (Lease in lease.go). First the lessee's previous
 -- grant is settled (ARGV: its second, its size, the tokens it did not
 -- spend): while the grant is valid, what was not spent goes back and the
@@ -162,6 +178,7 @@ const (
 	opRefund           // each bucket's cost back
 	opLease            // a lease of one bucket
 	opBatch            // coalesced checks, each on its own
+	opOwe              // one bucket's cost owed as debt
 )
 
 // scriptFor returns the source of operation o, reading now from Redis's TIME,
@@ -183,6 +200,8 @@ func scriptFor(o op, explicitNow bool) string {
 		flags, fast, end = "local take, lease = false, true", "", leaseSource
 	case opBatch:
 		flags, layout, fast, end = "local take, lease = true, false", batchLayout, batchFastSource, batchSource
+	case opOwe:
+		flags, fast, end = "local take, lease = false, false", "", oweSource
 	}
 	general := strings.NewReplacer("{{FLAGS}}", flags, "{{LAYOUT}}", layout).Replace(generalSource)
 	return strings.NewReplacer("{{NOW}}", now, "{{SLACK}}", slack).Replace(preludeSource + fast + general + end)

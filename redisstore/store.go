@@ -62,7 +62,7 @@ type backend struct {
 	client  redis.UniversalClient
 	cluster *redis.ClusterClient // nil unless the client is a Cluster's
 	prefix  string
-	scripts [4]*redis.Script // by op (script.go)
+	scripts [5]*redis.Script // by op (script.go)
 	dials   *dials           // what the client's dials said, to tell a refused server from a slow one
 	// The store's windows (Store.Window), closed with it, coalescing as it
 	// does.
@@ -265,10 +265,11 @@ func args(dst []any, r *shared.StoreRule) []any {
 // modeArgs are ARGV[2] for each mode, boxed once (a string made an interface
 // value on every call was an allocation a check): the check script's take (1)
 // or decide only (0); the refund script does not read it.
-var modeArgs = [...]any{shared.ModePeek: "0", shared.ModeTake: "1", shared.ModeRefund: "2"}
+var modeArgs = [...]any{shared.ModePeek: "0", shared.ModeTake: "1", shared.ModeRefund: "2", shared.ModeOwe: "3"}
 
 // Tier runs the check script over calls in one call (mode 0 decide, 1 take),
-// or the refund script (mode 2).
+// the refund script (mode 2), or the owe script (ModeOwe: one call, its
+// bound after the bucket's values).
 func (b *backend) Tier(ctx context.Context, calls []shared.Call, mode shared.Mode) (shared.Reply, error) {
 	return b.tierAt(ctx, calls, mode)
 }
@@ -296,12 +297,18 @@ func (b *backend) tierAt(ctx context.Context, calls []shared.Call, mode shared.M
 			keys[i] = b.key(c.Rule, c.Key)
 			a = append(args(a, c.Rule), c.Rule.Integers().Phase(c.Key), c.Cost)
 		}
+		if mode == shared.ModeOwe {
+			a = append(a, calls[0].Rule.Integers().OweBound())
+		}
 	}
 	a = append(a, now...)
 	start := time.Now()
 	o := opCheck
-	if mode == shared.ModeRefund {
+	switch mode {
+	case shared.ModeRefund:
 		o = opRefund
+	case shared.ModeOwe:
+		o = opOwe
 	}
 	res, err := b.scripts[o].Run(ctx, b.client, keys, a...).Int64Slice()
 	if err != nil {

@@ -29,6 +29,12 @@ const (
 	ModePeek   Mode = iota // decide, taking nothing
 	ModeTake               // take every call's cost, or none
 	ModeRefund             // give the one call's cost back, never beyond full
+	// ModeOwe charges the one call's cost as debt, beyond what a check may
+	// take: its TAT ← min(max(TAT, now) + cost·Emit, now + OweBound()),
+	// never lowered (Integers.OweBound; the cost is in [1, Burst+MaxDebt]).
+	// The reply's Excess is the units it could not charge; Ahead is where
+	// the TAT is after it.
+	ModeOwe
 )
 
 // Reply is a backend's answer for a check, in the rule's units: whether it

@@ -168,6 +168,20 @@ func (b *Binding) Refund(ctx context.Context, steps []Step) error {
 	return first
 }
 
+// Settle settles step (see Bound.Settle) on the store, whether or not its
+// rule is leased: a lease took its grant from the store's bucket, and the
+// settlement corrects that bucket by the difference.
+func (b *Binding) Settle(ctx context.Context, step Step, actual int64) (int64, error) {
+	if step.Rule < 0 || step.Rule >= len(b.rules) {
+		return 0, fmt.Errorf("%s: %w: a step names rule %d of %d bound", b.e.b.Name(), ErrInvalidStep, step.Rule, len(b.rules))
+	}
+	f, err := b.e.SettleN(ctx, b.ruleFor(step.Rule, step.Key), step.Key, step.Cost, actual)
+	if err != nil {
+		return 0, fmt.Errorf("%s: settle: %w", b.e.b.Name(), err)
+	}
+	return f, nil
+}
+
 // CheckStep is Check of one step; a leased rule's check allocates nothing.
 func (b *Binding) CheckStep(ctx context.Context, step Step) verdict.Result {
 	if step.Rule < 0 || step.Rule >= len(b.rules) {

@@ -276,6 +276,37 @@ func (e *Engine) RefundN(ctx context.Context, r *StoreRule, key string, cost int
 	return err
 }
 
+// SettleN settles a request of key under r admitted at cost estimate whose
+// actual cost is actual (atomicbucket.Table.SettleAt, on the store): a
+// lower actual gives the difference back (ModeRefund), a higher one charges
+// the excess as debt, at most r's MaxDebt tokens below empty (ModeOwe), in
+// one round trip; it returns the tokens of the excess forgiven beyond that
+// bound. A negative estimate or actual settles nothing. On an error nothing
+// may have been settled: the request keeps what it was admitted with.
+func (e *Engine) SettleN(ctx context.Context, r *StoreRule, key string, estimate, actual int64) (forgiven int64, err error) {
+	c, mode, ok, forgiven := r.SettleStep(key, estimate, actual)
+	if !ok {
+		return forgiven, nil
+	}
+	if err := c.checkKey(); err != nil {
+		return 0, fmt.Errorf("%s: %w", e.b.Name(), err)
+	}
+	_, node := e.b.Place(c)
+	cctx, rt, err := e.enter(ctx, e.own)
+	if err != nil {
+		return 0, err
+	}
+	one := oneCall.Get().(*[1]Call)
+	one[0] = c
+	rep, err := e.b.Tier(cctx, one[:], mode)
+	one[0] = Call{}
+	oneCall.Put(one)
+	if err = e.leave(rt, ended(cctx, err)); err != nil {
+		return 0, &nodeError{node, err}
+	}
+	return r.Forgiven(c, mode, rep, actual-estimate), nil
+}
+
 // AllowTier checks a request against every call, all or nothing: when a
 // call's bucket cannot take its cost, nothing is taken from any, and the
 // decision is that call's (index); when all can, each takes its cost and the

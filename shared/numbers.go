@@ -28,6 +28,10 @@ type Integers struct {
 	PerSecond int64 // greedy: units in a second, 1e6·PerMicro
 	Tau       int64 // units the TAT may run ahead of now: Burst·Emit
 	Debt      int64 // units a new bucket's TAT starts ahead of now: (Burst − Initial)·Emit
+	// MaxDebt is the most tokens a bucket may owe after settlements
+	// (ModeOwe): atomicbucket.Rule.MaxDebt, or less where the store's
+	// integers below 2^53 could not hold a TAT that far ahead (maxDebt).
+	MaxDebt int64
 
 	Interval bool
 	Aligned  bool  // interval: every key's grid starts on the Unix epoch
@@ -73,6 +77,7 @@ func NewIntegers(l atomicbucket.Limit) (Integers, error) {
 		n.Interval, n.Aligned, n.Period, n.Tokens = true, l.Aligned, p, l.Tokens
 		n.G, n.P, n.B = g, p/g, 1e9/g
 		n.Emit, n.Tau, n.Debt = 1, l.Burst, l.Burst-initial
+		n.MaxDebt = maxDebt(l, n)
 		n.box()
 		return n, nil
 	}
@@ -80,9 +85,42 @@ func NewIntegers(l atomicbucket.Limit) (Integers, error) {
 	n.PerSecond = 1_000_000 * u.PerMicro
 	n.Tau = l.Burst * u.Emit
 	n.Debt = (l.Burst - initial) * u.Emit
+	n.MaxDebt = maxDebt(l, n)
 	n.box()
 	return n, nil
 }
+
+// maxDebt is the most tokens a bucket of l may owe on a store: the local
+// rule's bound (atomicbucket.Rule.MaxDebt: the burst, or a day's refill),
+// or less where the store's arithmetic would leave 2^53. A greedy check
+// computes the sub-second part of now, a TAT tau + debt ahead, and one
+// more request of up to tau; an interval bucket's time until full,
+// ((Burst + debt)/Tokens + 2) periods in ns, must stay below it too.
+func maxDebt(l atomicbucket.Limit, n Integers) int64 {
+	r, err := atomicbucket.NewRule(l)
+	if err != nil {
+		return 0
+	}
+	d := r.MaxDebt()
+	if n.Interval {
+		periods := new(big.Int).Quo(big.NewInt(maxExact-1), big.NewInt(n.Period))
+		periods.Sub(periods, big.NewInt(2))
+		room := periods.Mul(periods, big.NewInt(n.Tokens)).Sub(periods, big.NewInt(l.Burst))
+		if room.Sign() <= 0 {
+			return 0
+		}
+		if room.IsInt64() {
+			d = min(d, room.Int64())
+		}
+		return d
+	}
+	room := (maxExact - 1 - n.PerSecond - 2*n.Tau) / n.Emit // MicroUnits kept PerSecond + 2·Tau below 2^53
+	return max(min(d, room), 0)
+}
+
+// OweBound is how far ahead of now a settlement may put a bucket's TAT, in
+// its units: tau plus MaxDebt tokens.
+func (n *Integers) OweBound() int64 { return n.Tau + n.MaxDebt*n.Emit }
 
 // ErrStaleUnits is wrapped by NumbersOf's error for a rule generated with
 // other units than this version of limitgen computes.

@@ -132,3 +132,31 @@ func repeated(calls []Call) int {
 	}
 	return -1
 }
+
+// SettleStep is what settling a request of key admitted at estimate whose
+// actual cost is actual asks of its bucket under r (as
+// atomicbucket.Table.SettleAt settles a local one): a Call in mode
+// ModeRefund (the difference back, when at most the burst) or ModeOwe (the
+// excess, at most Burst + MaxDebt of it, as debt). ok is false when there is
+// nothing to ask: equal or negative numbers, a difference above the burst
+// to give back (as a local bucket gives none back); forgiven is then 0.
+func (r *StoreRule) SettleStep(key string, estimate, actual int64) (c Call, mode Mode, ok bool, forgiven int64) {
+	switch {
+	case estimate < 0 || actual < 0 || actual == estimate:
+		return Call{}, 0, false, 0
+	case actual < estimate:
+		d := estimate - actual
+		return Call{r, key, d}, ModeRefund, d <= r.n.Limit.Burst, 0
+	}
+	return Call{r, key, min(actual-estimate, r.n.Limit.Burst+r.n.MaxDebt)}, ModeOwe, true, 0
+}
+
+// Forgiven is the tokens of excess a settlement's reply rep to c (in mode,
+// from SettleStep) forgave: the units ModeOwe could not charge, in whole
+// tokens rounded up, and what SettleStep left out of the call.
+func (r *StoreRule) Forgiven(c Call, mode Mode, rep Reply, excess int64) int64 {
+	if mode != ModeOwe {
+		return 0
+	}
+	return (rep.Excess+r.n.Emit-1)/r.n.Emit + excess - c.Cost
+}

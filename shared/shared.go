@@ -129,6 +129,14 @@ type Bound interface {
 	// rule, and any step when the store cannot be reached, keeps what it took
 	// (the decision then counted a denied request: stricter, never looser).
 	Refund(ctx context.Context, steps []Step) error
+	// Settle settles a request whose step the store allowed at its cost (the
+	// estimate) and whose actual cost turned out to be actual: the
+	// difference given back, or the excess owed as debt, at most the rule's
+	// MaxDebt tokens below empty (Engine.SettleN), in one round trip; it
+	// returns the tokens of the excess forgiven beyond that bound. When the
+	// store cannot be reached it settles nothing and says so: the request
+	// keeps what it was admitted with.
+	Settle(ctx context.Context, step Step, actual int64) (forgiven int64, err error)
 }
 
 // namespaceRe is a namespace: what a store key and a PostgreSQL row's rule

@@ -177,6 +177,15 @@ func (m *multiBound) Refund(ctx context.Context, steps []Step) error {
 	return first
 }
 
+// Settle is the step's store's Settle.
+func (m *multiBound) Settle(ctx context.Context, step Step, actual int64) (int64, error) {
+	if !m.valid(step.Rule) {
+		return 0, fmt.Errorf("%w: a step names rule %d of %d bound", ErrInvalidStep, step.Rule, len(m.at))
+	}
+	a := m.at[step.Rule]
+	return m.bounds[a.g].Settle(ctx, Step{Rule: a.i, Key: step.Key, Cost: step.Cost}, actual)
+}
+
 // Health is the first store's that is not answering, or nil.
 func (m *multiBound) Health() error {
 	for _, b := range m.bounds {

@@ -28,7 +28,8 @@ func (s *script) Check(ctx context.Context, steps []Step) (verdict.Result, int) 
 }
 
 // Refund is never called by Wait (it checks one step at a time).
-func (s *script) Refund(context.Context, []Step) error { panic("Wait refunded") }
+func (s *script) Refund(context.Context, []Step) error               { panic("Wait refunded") }
+func (s *script) Settle(context.Context, Step, int64) (int64, error) { panic("Wait settled") }
 
 func TestWaitChecksAgainAfterRetryAfter(t *testing.T) {
 	denied := atomicbucket.Decision{RetryAfter: 20 * time.Millisecond}

@@ -76,6 +76,7 @@ type Instance interface {
 // check a store only through Server.Timed, at times they give.
 var atExplicitTimes = map[string]bool{
 	"Greedy": true, "Interval": true, "Tiers": true, "Batches": true, "Versions": true, "LeaseEnvelope": true, "LeaseExpiry": true,
+	"Settle": true,
 }
 
 // Run holds a store to the whole contract, each property a subtest on a server
@@ -145,6 +146,10 @@ func Run(t *testing.T, h Harness) {
 	on("Tiers", func(t *testing.T, srv Server) {
 		decisions, denied := Tiers(t, srv.Timed(t), 7, 60, later)
 		t.Logf("%d tier decisions (%d denied) equal to the reference", decisions, denied)
+	})
+	on("Settle", func(t *testing.T, srv Server) {
+		exact, owed := Settle(t, srv.Timed(t), 19, 60, later)
+		t.Logf("%d exact rules: every check and settlement (%d of them owing) equal to the reference", exact, owed)
 	})
 	on("Batches", func(t *testing.T, srv Server) {
 		decisions, runs := Batches(t, srv.Timed(t), 13, 40, later)
