@@ -1354,7 +1354,8 @@ func (m *Middleware) settleRoute(w http.ResponseWriter, r *http.Request, route i
 
 // settle6 settles a request of POST /v1/chat that its handler answered: the actual cost in the
 // response's X-Tokens-Used, against the estimate the check took, with ChatTokens; it returns the
-// tokens forgiven beyond the rules' debt bounds, or limithttp.KeptEstimate.
+// tokens forgiven beyond the rules' debt bounds, limithttp.KeptEstimate, or limithttp.SettleFailed
+// when a store could not settle.
 func (m *Middleware) settle6(w http.ResponseWriter, r *http.Request) int64 {
 	var k0 string
 	var ok0 bool

@@ -21,6 +21,10 @@ const (
 	// actual cost (or no key when the handler returned): it keeps the
 	// estimate it was admitted at.
 	KeptEstimate int64 = -1
+	// SettleFailed: a shared rule's store could not settle (it could not be
+	// reached in the request's context): that rule's bucket keeps the
+	// estimate, as a request that never settles does.
+	SettleFailed int64 = -3
 )
 
 // SettleStats counts a door's settlements since it was made.
@@ -31,18 +35,21 @@ type SettleStats struct {
 	// readable actual cost when the handler returned. A handler that
 	// panicked settles nothing and is not counted.
 	Kept uint64
+	// Failed is the requests a shared rule's store could not settle: its
+	// bucket keeps the estimate (a debt it should owe is not charged).
+	Failed uint64
 	// Forgiven is the tokens of excess beyond the rules' debt bounds
 	// (atomicbucket.Rule.MaxDebt), not charged.
 	Forgiven uint64
 }
 
-type settleCounts struct{ settled, kept, forgiven atomic.Uint64 }
+type settleCounts struct{ settled, kept, failed, forgiven atomic.Uint64 }
 
 // InitSettle gives d the settlements of its policy's settled routes: settle
 // settles a request of route (reading its keys' wildcards from path) whose
 // handler has returned, reading the actual cost from w's header map, and
-// returns the tokens forgiven, KeptEstimate, or NoSettle for a route that
-// does not settle. The door calls it for each route a request went through,
+// returns the tokens forgiven, KeptEstimate, SettleFailed (a shared rule's
+// store could not settle), or NoSettle for a route that does not settle. The door calls it for each route a request went through,
 // after the handler returns normally (not by a panic). A generated
 // NewMiddleware calls it once, after InitDoor, when its policy settles costs.
 func InitSettle(d *Door, settle func(w http.ResponseWriter, r *http.Request, route int, path string) int64) {
@@ -51,7 +58,7 @@ func InitSettle(d *Door, settle func(w http.ResponseWriter, r *http.Request, rou
 
 // SettleStats returns the door's settlement counts.
 func (d *Door) SettleStats() SettleStats {
-	return SettleStats{Settled: d.settled.settled.Load(), Kept: d.settled.kept.Load(), Forgiven: d.settled.forgiven.Load()}
+	return SettleStats{Settled: d.settled.settled.Load(), Kept: d.settled.kept.Load(), Failed: d.settled.failed.Load(), Forgiven: d.settled.forgiven.Load()}
 }
 
 // settleAll settles r on each of routes that settles.
@@ -60,6 +67,8 @@ func (d *Door) settleAll(w http.ResponseWriter, r *http.Request, routes *Routes)
 		switch f := d.settle(w, r, routes.Index[i], routes.Path[i]); {
 		case f == KeptEstimate:
 			d.settled.kept.Add(1)
+		case f == SettleFailed:
+			d.settled.failed.Add(1)
 		case f >= 0:
 			d.settled.settled.Add(1)
 			if f > 0 {

@@ -205,6 +205,18 @@ func (l Keyed[K]) ClearKeyNumbers(key K) error {
 		func() error { l.local.ClearKeyNumbers(key, atomicbucket.CarryAsIs); return nil })
 }
 
+// Settle settles a request of key admitted at cost estimate whose actual
+// cost is actual, on the store (shared.Bound.Settle): the difference given
+// back, or owed as debt; it returns the tokens forgiven beyond the debt
+// bound. When the store cannot be reached nothing is settled and the error
+// says so. Without a store the process-local limiter settles.
+func (l Keyed[K]) Settle(ctx context.Context, key K, estimate, actual int64) (forgiven int64, err error) {
+	if l.s.Bound == nil {
+		return l.local.Settle(key, estimate, actual), nil
+	}
+	return l.s.Bound.Settle(ctx, shared.Step{Rule: l.rule, Key: l.key(key), Cost: estimate}, actual)
+}
+
 // Reset forgets key's bucket on the store ("unblock this user": its next
 // check finds it full) and in this process. Other instances' leases keep what
 // they were granted until it expires.
@@ -267,6 +279,14 @@ func (l Global) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
 		return nb.NumbersFor(l.rule, "")
 	}
 	return l.local.NumbersFor()
+}
+
+// Settle is Keyed.Settle for the rule's one bucket.
+func (l Global) Settle(ctx context.Context, estimate, actual int64) (forgiven int64, err error) {
+	if l.s.Bound == nil {
+		return l.local.Settle(estimate, actual), nil
+	}
+	return l.s.Bound.Settle(ctx, shared.Step{Rule: l.rule, Cost: estimate}, actual)
 }
 
 // Reset forgets the rule's bucket on the store (its next check finds it full)

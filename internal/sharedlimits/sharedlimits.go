@@ -111,10 +111,12 @@ const (
 	RuleRunning
 	// RuleRunTokens names the rule RunTokens.
 	RuleRunTokens
+	// RuleChatTokens names the rule ChatTokens.
+	RuleChatTokens
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan", "QuotaLeased", "SeatLocal", "SeatShared", "SeatDay", "MeterShared", "MeterWindow", "Running", "RunTokens"}
+var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan", "QuotaLeased", "SeatLocal", "SeatShared", "SeatDay", "MeterShared", "MeterWindow", "Running", "RunTokens", "ChatTokens"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -148,6 +150,7 @@ type Limits struct {
 	MeterWindow     *MeterWindowLimiter     // see the package-level MeterWindow
 	Running         *RunningLimiter         // see the package-level Running
 	RunTokens       *RunTokensLimiter       // see the package-level RunTokens
+	ChatTokens      *ChatTokensLimiter      // see the package-level ChatTokens
 	shared          *sharedimpl.State       // the store the shared rules are checked on, if any
 	overlay.Numbers                         // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
@@ -211,6 +214,7 @@ func New(opts ...Option) *Limits {
 		MeterWindow:     newMeterWindowLimiter(),
 		Running:         newRunningLimiter(),
 		RunTokens:       newRunTokensLimiter(sh),
+		ChatTokens:      newChatTokensLimiter(sh),
 		shared:          sh,
 	}
 	l.PerUser.sh = l.shared
@@ -223,14 +227,14 @@ func New(opts ...Option) *Limits {
 	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Fixed: map[string]string{"Running": "an in-flight rule's numbers do not change at run time in this version"},
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": sharedimpl.KeyedTarget(l.Exports.Keyed, overlay.ParseUint[uint64]), "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": sharedimpl.GlobalTarget(l.Global.Global), "Downloads": sharedimpl.KeyedTarget(l.Downloads.Keyed, nil), "DownloadsGlobal": sharedimpl.GlobalTarget(l.DownloadsGlobal.Global), "Fast": sharedimpl.KeyedTarget(l.Fast.Keyed, nil), "Wide": sharedimpl.KeyedTarget(l.Wide.Keyed, nil), "TenantUser": sharedimpl.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.Windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.Windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.Windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.Windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": sharedimpl.KeyedTarget(l.SeatShared.Keyed, nil), "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": sharedimpl.KeyedTarget(l.MeterShared.Keyed, nil), "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.Windows[5], 1, l.MeterWindow, nil), "RunTokens": sharedimpl.KeyedTarget(l.RunTokens.Keyed, nil)},
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": sharedimpl.KeyedTarget(l.Exports.Keyed, overlay.ParseUint[uint64]), "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": sharedimpl.GlobalTarget(l.Global.Global), "Downloads": sharedimpl.KeyedTarget(l.Downloads.Keyed, nil), "DownloadsGlobal": sharedimpl.GlobalTarget(l.DownloadsGlobal.Global), "Fast": sharedimpl.KeyedTarget(l.Fast.Keyed, nil), "Wide": sharedimpl.KeyedTarget(l.Wide.Keyed, nil), "TenantUser": sharedimpl.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.Windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.Windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.Windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.Windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": sharedimpl.KeyedTarget(l.SeatShared.Keyed, nil), "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": sharedimpl.KeyedTarget(l.MeterShared.Keyed, nil), "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.Windows[5], 1, l.MeterWindow, nil), "RunTokens": sharedimpl.KeyedTarget(l.RunTokens.Keyed, nil), "ChatTokens": sharedimpl.KeyedTarget(l.ChatTokens.Keyed, nil)},
 	})
 	return l
 }
 
 // sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),
 // in the order their checks name them.
-var sharedRules = [12]shared.Rule{{
+var sharedRules = [13]shared.Rule{{
 	Namespace: "storetest",
 	Name:      "PerUser:free",
 	Limit:     perUserLimit[0],
@@ -373,6 +377,18 @@ var sharedRules = [12]shared.Rule{{
 	Units: shared.Units{
 		PerMicro: int64(1),
 		Emit:     int64(3600000000),
+		Exact:    true,
+	},
+}, {
+	Namespace: "storetest",
+	Name:      "ChatTokens",
+	Limit:     chatTokensLimit,
+	Failure: shared.Failure{
+		Mode: shared.FailDeny,
+	},
+	Units: shared.Units{
+		PerMicro: int64(1),
+		Emit:     int64(1000000),
 		Exact:    true,
 	},
 }}
@@ -566,6 +582,9 @@ var (
 
 	// RunTokens allows 1 request per hour per key, in bursts of up to 3.
 	RunTokens = Default.RunTokens
+
+	// ChatTokens allows 60 requests per minute per key, in bursts of up to 1000.
+	ChatTokens = Default.ChatTokens
 )
 
 // perUserLimit is PerUser's limit on each plan, as the policy gives it.
@@ -910,6 +929,24 @@ func (l *PerUserLimiter) Wait(ctx context.Context, plan Plan, key string, cost i
 		Key:  key,
 		Rule: 0 + int(plan),
 	})
+}
+
+// Settle settles a request admitted at cost estimate whose actual cost is actual, on the store
+// (shared.Bound.Settle): the difference given back, or owed as debt; it returns the tokens forgiven
+// beyond the debt bound. When the store cannot be reached nothing is settled and the error says so.
+// Without a store, Local settles.
+func (l *PerUserLimiter) Settle(ctx context.Context, plan Plan, key string, estimate, actual int64) (forgiven int64, err error) {
+	if plan >= numPlans {
+		return 0, ErrUnknownPlan
+	}
+	if l.sh.Bound == nil {
+		return l.local.Settle(plan, key, estimate, actual), nil
+	}
+	return l.sh.Bound.Settle(ctx, shared.Step{
+		Cost: estimate,
+		Key:  key,
+		Rule: 0 + int(plan),
+	}, actual)
 }
 
 // SetNumbers makes n PerUser's numbers on plan for every key without numbers of its own, on the
@@ -2523,6 +2560,82 @@ func (l *RunTokensLimiter) Local() *RunTokensLocalLimiter {
 	return l.local
 }
 
+// chatTokensLimit is ChatTokens's limit, as the policy gives it.
+var chatTokensLimit = atomicbucket.Limit{
+	Tokens: 60,
+	Period: time.Minute,
+	Burst:  1000,
+	Refill: atomicbucket.Greedy,
+}
+
+// newChatTokensLocalLimiter returns ChatTokens's (empty) table.
+func newChatTokensLocalLimiter() *ChatTokensLocalLimiter {
+	return &ChatTokensLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(chatTokensLimit), chatTokensUnitsPerNs, chatTokensUnitsPerToken, chatTokensBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{
+		Most: 1000,
+		Of:   "route \"POST /chat\"",
+	}, genimpl.NonEmpty)}
+}
+
+// ChatTokensLocalLimiter is ChatTokens decided in this process only, with the whole limit: what
+// ChatTokensLimiter.Local returns, for tests, and what ChatTokens's checks use while the package
+// has no store (SharedErr says so). Its methods, genimpl.Keyed's and the folded Allow below, are
+// safe for concurrent use.
+type ChatTokensLocalLimiter struct {
+	genimpl.Keyed[string]
+}
+
+// ChatTokens's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises):
+// time in 1/1 ns (chatTokensUnitsPerNs), a token's worth (chatTokensUnitsPerToken) and the burst's
+// (chatTokensBurstUnits), GCRA's emission interval and tolerance.
+const (
+	chatTokensUnitsPerNs    = 1
+	chatTokensUnitsPerToken = 1000000000
+	chatTokensBurstUnits    = 1000000000000
+)
+
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
+func (l *ChatTokensLocalLimiter) Allow(key string) bool {
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), chatTokensUnitsPerNs, chatTokensUnitsPerToken, chatTokensBurstUnits)
+}
+
+// AllowAt is Allow at time now.
+func (l *ChatTokensLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+	return l.Table().AllowGreedyAt(key, now, chatTokensUnitsPerNs, chatTokensUnitsPerToken, chatTokensBurstUnits)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
+func (l *ChatTokensLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.Table().ChangedRule(key)
+}
+
+// newChatTokensLimiter returns ChatTokens's limiter over its process-local buckets, checked on the store s binds.
+func newChatTokensLimiter(s *sharedimpl.State) *ChatTokensLimiter {
+	local := newChatTokensLocalLimiter()
+	return &ChatTokensLimiter{sharedimpl.NewKeyed(local.Keyed, s, 12, sharedimpl.Text), local}
+}
+
+// ChatTokensLimiter is the type of ChatTokens, a shared rule: Allow, AllowN and Wait decide on the
+// store given to New, so that the limit holds across every instance that shares it, and take the
+// request's context. Without a store they decide in this process with the whole limit, and their
+// results carry SharedErr's error; Local is that process-local limiter, under a name that says so.
+// Its methods are safe for concurrent use.
+type ChatTokensLimiter struct {
+	sharedimpl.Keyed[string]
+	local *ChatTokensLocalLimiter
+}
+
+// Local returns ChatTokens decided in this process only, with the whole limit, on buckets apart
+// from the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *ChatTokensLimiter) Local() *ChatTokensLocalLimiter {
+	return l.local
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields): Local's, which every change keeps equal to the store's; nil before.
+func (l *ChatTokensLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.local.ruleInForce(key)
+}
+
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
 // rule allowed, of the most constraining one (the fewest tokens remaining; the first on a tie).
 type TierDecision struct {
@@ -3533,15 +3646,25 @@ var httpPolicyRunTokens = verdict.Policy{
 	Prefix: "\"RunTokens\";r=",
 }
 
+// httpPolicyChatTokens is rule ChatTokens as the RateLimit fields describe it.
+var httpPolicyChatTokens = verdict.Policy{
+	Name:   "ChatTokens",
+	Quota:  1000,
+	Window: 1000,
+	Limit:  chatTokensLimit,
+	Item:   "\"ChatTokens\";q=1000;w=1000",
+	Prefix: "\"ChatTokens\";r=",
+}
+
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser}, RuleQuota: {&httpPolicyQuota, &httpPolicyQuota}, RuleQuotaWide: {&httpPolicyQuotaWide, &httpPolicyQuotaWide}, RuleQuotaPlan: {&httpPolicyQuotaPlanPlanFree, &httpPolicyQuotaPlanPlanPro}, RuleQuotaLeased: {&httpPolicyQuotaLeased, &httpPolicyQuotaLeased}, RuleSeatLocal: {&httpPolicySeatLocal, &httpPolicySeatLocal}, RuleSeatShared: {&httpPolicySeatShared, &httpPolicySeatShared}, RuleSeatDay: {&httpPolicySeatDay, &httpPolicySeatDay}, RuleMeterShared: {&httpPolicyMeterShared, &httpPolicyMeterShared}, RuleMeterWindow: {&httpPolicyMeterWindow, &httpPolicyMeterWindow}, RuleRunTokens: {&httpPolicyRunTokens, &httpPolicyRunTokens}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser}, RuleQuota: {&httpPolicyQuota, &httpPolicyQuota}, RuleQuotaWide: {&httpPolicyQuotaWide, &httpPolicyQuotaWide}, RuleQuotaPlan: {&httpPolicyQuotaPlanPlanFree, &httpPolicyQuotaPlanPlanPro}, RuleQuotaLeased: {&httpPolicyQuotaLeased, &httpPolicyQuotaLeased}, RuleSeatLocal: {&httpPolicySeatLocal, &httpPolicySeatLocal}, RuleSeatShared: {&httpPolicySeatShared, &httpPolicySeatShared}, RuleSeatDay: {&httpPolicySeatDay, &httpPolicySeatDay}, RuleMeterShared: {&httpPolicyMeterShared, &httpPolicyMeterShared}, RuleMeterWindow: {&httpPolicyMeterWindow, &httpPolicyMeterWindow}, RuleRunTokens: {&httpPolicyRunTokens, &httpPolicyRunTokens}, RuleChatTokens: {&httpPolicyChatTokens, &httpPolicyChatTokens}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}, RuleQuota: {1, 1}, RuleQuotaWide: {1, 1}, RuleQuotaPlan: {1, 1}, RuleQuotaLeased: {1, 1}, RuleSeatLocal: {1, 1}, RuleSeatShared: {1, 1}, RuleSeatDay: {1, 1}, RuleMeterShared: {1, 1}, RuleMeterWindow: {1, 1}, RuleRunTokens: {1, 1}}
+var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}, RuleQuota: {1, 1}, RuleQuotaWide: {1, 1}, RuleQuotaPlan: {1, 1}, RuleQuotaLeased: {1, 1}, RuleSeatLocal: {1, 1}, RuleSeatShared: {1, 1}, RuleSeatDay: {1, 1}, RuleMeterShared: {1, 1}, RuleMeterWindow: {1, 1}, RuleRunTokens: {1, 1}, RuleChatTokens: {1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
-var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}, {"\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000", "\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000"}, {"", ""}}
+var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}, {"\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000", "\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000"}, {"", ""}, {"\"ChatTokens\";q=1000;w=1000", "\"ChatTokens\";q=1000;w=1000"}}
 
 // Hooks are the functions of your service that the policy's http: section names: what only
 // your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
@@ -3550,16 +3673,16 @@ type Hooks struct {
 	// PlanOf returns the request's plan; false (or a value outside the plans) means the default plan,
 	// free. Take it from what your authentication verified.
 	PlanOf func(*http.Request) (Plan, bool)
-	// UserID returns the key of PerUser, Downloads for a request, and false when it has none (then the
-	// next key source is tried, or the request is refused with the policy's missing_key status). An
-	// empty key counts as none.
+	// UserID returns the key of PerUser, Downloads, ChatTokens for a request, and false when it has
+	// none (then the next key source is tried, or the request is refused with the policy's missing_key
+	// status). An empty key counts as none.
 	UserID func(*http.Request) (string, bool)
 }
 
 // Middleware enforces the policy's http: section on every route a router may hand a request to
 // (limithttp.Door): it reads the keys, cost and plan the policy names, checks the route's rule or
 // tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may not
-// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: GET /hello; GET /api/; POST /export/{account}; GET /download/; POST /run/{user}.
+// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: GET /hello; GET /api/; POST /export/{account}; GET /download/; POST /run/{user}; POST /chat.
 type Middleware struct {
 	limithttp.Door
 	limits *Limits
@@ -3586,6 +3709,7 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 	}
 	limithttp.InitDoor(&m.Door, httpRouter, httpPatterns[:], m.checkRoute)
 	limithttp.InitSlots(&m.Door, m.acquireRoute)
+	limithttp.InitSettle(&m.Door, m.settleRoute)
 	return m, nil
 }
 
@@ -3601,6 +3725,8 @@ func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route in
 		return m.route3(w, r, path)
 	case 3:
 		return m.route4(w, r)
+	case 5:
+		return m.route6(w, r)
 	}
 	return true
 }
@@ -3616,17 +3742,64 @@ func (m *Middleware) acquireRoute(w http.ResponseWriter, r *http.Request, route 
 	return true, atomicslot.Set{}
 }
 
+// settleRoute settles a request of route (an index of httpPatterns) whose handler returned, reading
+// its keys' wildcards from path: limithttp.NoSettle for a route that does not settle.
+func (m *Middleware) settleRoute(w http.ResponseWriter, r *http.Request, route int, path string) int64 {
+	switch route {
+	case 5:
+		return m.settle6(w, r)
+	}
+	return limithttp.NoSettle
+}
+
+// settle6 settles a request of POST /chat that its handler answered: the actual cost in the
+// response's X-Tokens-Used, against the estimate the check took, with ChatTokens; it returns the
+// tokens forgiven beyond the rules' debt bounds, limithttp.KeptEstimate, or limithttp.SettleFailed
+// when a store could not settle.
+func (m *Middleware) settle6(w http.ResponseWriter, r *http.Request) int64 {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = m.hooks.UserID(r)
+	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
+	if !ok0 {
+		return limithttp.KeptEstimate
+	}
+	cost, costOK := limithttp.HeaderCost(r, "X-Max-Tokens", 100, 1000)
+	if !costOK {
+		return limithttp.KeptEstimate
+	}
+	actual, ok := limithttp.ActualCost(w.Header(), "X-Tokens-Used")
+	if !ok {
+		return limithttp.KeptEstimate
+	}
+	var forgiven int64
+	failed := false
+	if f, err := m.limits.ChatTokens.Settle(r.Context(), k0, cost, actual); err != nil {
+		failed = true
+	} else {
+		forgiven += f
+	}
+	if failed {
+		return limithttp.SettleFailed
+	}
+	return forgiven
+}
+
 // ServeMux is the http.ServeMux behind the middleware that NewServeMux returns (see limithttp.ServeMux).
 type ServeMux = limithttp.ServeMux
 
 // httpPatterns are the policy's route patterns, in policy order.
-var httpPatterns = [...]string{"GET /hello", "GET /api/", "POST /export/{account}", "GET /download/", "POST /run/{user}"}
+var httpPatterns = [...]string{"GET /hello", "GET /api/", "POST /export/{account}", "GET /download/", "POST /run/{user}", "POST /chat"}
 
 // httpRoute is the index+1 of the route of httpPatterns for a method on a clean request path
 // that is one of the policy's literal paths (limithttp.LiteralRoutes), 0 for any other path: a
 // switch over constants where the router would look the path up in a map.
 func httpRoute(method, path string) int {
 	switch path {
+	case "/chat":
+		if method == "POST" {
+			return 6
+		}
 	case "/hello":
 		if method == "GET" || method == "HEAD" {
 			return 1
@@ -3640,7 +3813,7 @@ var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var httpSeries = [...]verdict.Series{{Route: "GET /hello", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "Global"}, {Route: "POST /export/{account}", Rule: "Exports"}, {Route: "GET /download/", Tier: "Download", Rule: "Downloads"}, {Route: "GET /download/", Tier: "Download", Rule: "DownloadsGlobal"}, {Route: "POST /run/{user}", Rule: "Running"}}
+var httpSeries = [...]verdict.Series{{Route: "GET /hello", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "Global"}, {Route: "POST /export/{account}", Rule: "Exports"}, {Route: "GET /download/", Tier: "Download", Rule: "Downloads"}, {Route: "GET /download/", Tier: "Download", Rule: "DownloadsGlobal"}, {Route: "POST /run/{user}", Rule: "Running"}, {Route: "POST /chat", Rule: "ChatTokens"}}
 
 // httpSeriesRoute2 are the series of GET /api/'s rules in the Counters, by RuleName.
 var httpSeriesRoute2 = [...]int{RulePerUser: 1, RuleGlobal: 2}
@@ -3810,6 +3983,38 @@ func (m *Middleware) acquire5(w http.ResponseWriter, r *http.Request, path strin
 		return false, atomicslot.Set{}
 	}
 	return true, set
+}
+
+// route6 checks POST /chat (rule ChatTokens, enforce) and reports whether the request may go on.
+func (m *Middleware) route6(w http.ResponseWriter, r *http.Request) bool {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = m.hooks.UserID(r)
+	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
+	if !ok0 {
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule ChatTokens: route \\\"POST /chat\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 7, Outcome: verdict.MissingKey})
+	}
+	cost, costOK := limithttp.HeaderCost(r, "X-Max-Tokens", 100, 1000)
+	if !costOK {
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Max-Tokens) is above the most a request may cost on route \\\"POST /chat\\\": 1000.\"}\n", verdict.Event{Route: "POST /chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 7, Outcome: verdict.TooCostly, Cost: cost})
+	}
+	sr := m.limits.ChatTokens.AllowN(r.Context(), k0, cost)
+	var res verdict.Result
+	res.Degraded = sr.Degraded
+	res.Outage = sr.Outage
+	res.Err = sr.Err
+	res.Decision = sr.Decision
+	res.Policy = httpPolicies[RuleChatTokens][0]
+	res.Policies = httpRoutes[5][0]
+	res.Cost = cost
+	res.Route = "POST /chat"
+	res.Rule = int(RuleChatTokens)
+	res.Series = 7
+	if rf0 := m.limits.ChatTokens.ruleInForce(k0); rf0 != nil {
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
+	}
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
 
 // plan is the request's plan, from func:PlanOf, or free.

@@ -662,6 +662,24 @@ func (l *PerUserLimiter) Wait(ctx context.Context, plan Plan, key string, cost i
 	})
 }
 
+// Settle settles a request admitted at cost estimate whose actual cost is actual, on the store
+// (shared.Bound.Settle): the difference given back, or owed as debt; it returns the tokens forgiven
+// beyond the debt bound. When the store cannot be reached nothing is settled and the error says so.
+// Without a store, Local settles.
+func (l *PerUserLimiter) Settle(ctx context.Context, plan Plan, key string, estimate, actual int64) (forgiven int64, err error) {
+	if plan >= numPlans {
+		return 0, ErrUnknownPlan
+	}
+	if l.sh.Bound == nil {
+		return l.local.Settle(plan, key, estimate, actual), nil
+	}
+	return l.sh.Bound.Settle(ctx, shared.Step{
+		Cost: estimate,
+		Key:  key,
+		Rule: 0 + int(plan),
+	}, actual)
+}
+
 // SetNumbers makes n PerUser's numbers on plan for every key without numbers of its own, on the
 // store and in this process (Local, and the on_failure share). Numbers the rule or the store cannot
 // hold are refused, and nothing changes. A store converts each bucket at its next check (tokens

@@ -18,8 +18,9 @@ func settleFunc(i int) string { return "settle" + strconv.Itoa(i+1) }
 // emitSettle is route i's settlement, which the door calls when the handler
 // has returned: the route's keys, plan and estimate read again as its check
 // read them, the actual cost from the response's header map, and each rule
-// the check charged settled at one reading of the clock. A request with no
-// key or no readable actual any more keeps its estimate.
+// the check charged settled (local ones at one reading of the clock, shared
+// ones on their store). A request with no key or no readable actual any more
+// keeps its estimate.
 func emitSettle(m *model.Model, d *door, i int, r model.Route) jen.Code {
 	kept := jen.Return(lh("KeptEstimate"))
 	var body []jen.Code
@@ -51,33 +52,68 @@ func emitSettle(m *model.Model, d *door, i int, r model.Route) jen.Code {
 	body = append(body,
 		jen.List(jen.Id("actual"), jen.Id("ok")).Op(":=").Add(lh("ActualCost")).Call(jen.Id("w").Dot("Header").Call(), jen.Lit(r.SettleName)),
 		jen.If(jen.Op("!").Id("ok")).Block(kept),
-		jen.Id("now").Op(":=").Add(d.r()).Dot(d.now).Call(),
 	)
-	var sum jen.Code
+	// Local rules settle at one reading of the clock, shared ones on their
+	// store, in the request's context; a store that cannot settle makes the
+	// whole settlement limithttp.SettleFailed (the rules it did settle stay
+	// settled).
+	var local, shared []int
+	for j, ri := range r.Rules {
+		if m.Rules[ri].Shared {
+			shared = append(shared, j)
+		} else {
+			local = append(local, j)
+		}
+	}
+	if len(local) > 0 {
+		body = append(body, jen.Id("now").Op(":=").Add(d.r()).Dot(d.now).Call())
+	}
 	var names []string
+	var sum jen.Code // local rules only: the sum of their SettleAt
+	if len(shared) > 0 {
+		body = append(body, jen.Var().Id("forgiven").Int64(), jen.Id("failed").Op(":=").False())
+	}
 	for j, ri := range r.Rules {
 		rule := m.Rules[ri]
 		names = append(names, rule.Name)
 		var args []jen.Code
+		if rule.Shared {
+			args = append(args, d.ctx)
+		}
 		if rule.Planned {
 			args = append(args, jen.Id("plan"))
 		}
 		if keys[j] != nil {
 			args = append(args, keys[j])
 		}
-		call := d.r().Dot("limits").Dot(rule.GoName).Dot("SettleAt").Call(append(args, jen.Id("now"), jen.Id("cost"), jen.Id("actual"))...)
-		if sum == nil {
+		limiter := d.r().Dot("limits").Dot(rule.GoName)
+		if rule.Shared {
+			body = append(body,
+				jen.If(jen.List(jen.Id("f"), jen.Err()).Op(":=").Add(limiter).Dot("Settle").Call(append(args, jen.Id("cost"), jen.Id("actual"))...), jen.Err().Op("!=").Nil()).Block(
+					jen.Id("failed").Op("=").True(),
+				).Else().Block(jen.Id("forgiven").Op("+=").Id("f")))
+			continue
+		}
+		call := limiter.Dot("SettleAt").Call(append(args, jen.Id("now"), jen.Id("cost"), jen.Id("actual"))...)
+		switch {
+		case len(shared) > 0:
+			body = append(body, jen.Id("forgiven").Op("+=").Add(call))
+		case sum == nil:
 			sum = call
-		} else {
+		default:
 			sum = jen.Add(sum).Op("+").Add(call)
 		}
 	}
-	body = append(body, jen.Return(sum))
+	if len(shared) > 0 {
+		body = append(body, jen.If(jen.Id("failed")).Block(jen.Return(lh("SettleFailed"))), jen.Return(jen.Id("forgiven")))
+	} else {
+		body = append(body, jen.Return(sum))
+	}
 	params := d.params
 	if !readsPath(r.Keys) {
 		params = params[:len(params)-1]
 	}
-	doc := fmt.Sprintf("%s settles a request of %s that its handler answered: the actual cost in the response's %s, against the estimate the check took, with %s; it returns the tokens forgiven beyond the rules' debt bounds, or limithttp.KeptEstimate.",
+	doc := fmt.Sprintf("%s settles a request of %s that its handler answered: the actual cost in the response's %s, against the estimate the check took, with %s; it returns the tokens forgiven beyond the rules' debt bounds, limithttp.KeptEstimate, or limithttp.SettleFailed when a store could not settle.",
 		settleFunc(i), r.Pattern, r.SettleName, strings.Join(names, ", "))
 	return jen.Line().Add(comment(doc)).
 		Func().Params(d.r().Op("*").Id(d.typ)).Id(settleFunc(i)).Params(params...).Int64().Block(body...).Line()

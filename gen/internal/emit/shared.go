@@ -301,6 +301,16 @@ func emitSharedRule(r model.Rule) jen.Code {
 		jen.If(jen.Id("l").Dot("sh").Dot("Bound").Op("==").Nil()).Block(
 			jen.Return(jen.Id("l").Dot("local").Dot("Wait").Call(with(jen.Id("ctx"), args, jen.Id("cost"))...))),
 		jen.Return(jen.Qual(sharedPath, "Wait").Call(jen.Id("ctx"), jen.Id("l").Dot("sh").Dot("Bound"), step)),
+	).Line().Line()
+	settled := jen.Qual(sharedPath, "Step").Values(jen.Dict{jen.Id("Rule"): idx, jen.Id("Key"): sharedKey(r, jen.Id("key")), jen.Id("Cost"): jen.Id("estimate")})
+	g.Add(comment("Settle settles a request admitted at cost estimate whose actual cost is actual, on the store " +
+		"(shared.Bound.Settle): the difference given back, or owed as debt; it returns the tokens forgiven beyond the " +
+		"debt bound. When the store cannot be reached nothing is settled and the error says so. Without a store, Local settles."))
+	g.Func().Params(recv).Id("Settle").Params(with(ctxP, params, jen.List(jen.Id("estimate"), jen.Id("actual")).Int64())...).Params(jen.Id("forgiven").Int64(), jen.Err().Error()).Block(
+		badPlan(jen.List(jen.Lit(0), jen.Id("ErrUnknownPlan"))),
+		jen.If(jen.Id("l").Dot("sh").Dot("Bound").Op("==").Nil()).Block(
+			jen.Return(jen.Id("l").Dot("local").Dot("Settle").Call(with(nil, args, jen.Id("estimate"), jen.Id("actual"))...), jen.Nil())),
+		jen.Return(jen.Id("l").Dot("sh").Dot("Bound").Dot("Settle").Call(jen.Id("ctx"), settled, jen.Id("actual"))),
 	).Line()
 	g.Add(emitSharedNumbers(r, recv, idx))
 	return g

@@ -121,9 +121,8 @@ func routeBurst(m *model.Model, r *model.Route, least bool) (int64, string) {
 // routeSettle reads a route's settle: where its actual cost is read after
 // the handler returns, "header:Name" or "trailer:Name" (both read the
 // response's header map then, where a trailer is too). The route's cost is
-// the estimate, so it must have one; every rule it charges must be a local
-// token bucket: a window cannot give units back, and shared rules settle on
-// their store, which this release does not do yet.
+// the estimate, so it must have one; every rule it charges must be a token
+// bucket (local or shared): a window cannot give units back.
 func (p *parser) routeSettle(n, cost *yaml.Node, r *model.Route, m *model.Model, what string) bool {
 	kind, name, _ := strings.Cut(n.Value, ":")
 	if n.Kind != yaml.ScalarNode || kind != "header" && kind != "trailer" || !validHeaderName(name) {
@@ -143,9 +142,6 @@ func (p *parser) routeSettle(n, cost *yaml.Node, r *model.Route, m *model.Model,
 		switch {
 		case rule.Limits[0].Window:
 			p.errorf(n, "%s: settle: rule %s is a window rule, and a window cannot give back units later admissions were counted over; settle routes of token-bucket rules only", what, rule.Name)
-			return false
-		case rule.Shared:
-			p.errorf(n, "%s: settle: rule %s is shared, and settling on a store is not supported yet; settle routes of local rules only", what, rule.Name)
 			return false
 		}
 	}

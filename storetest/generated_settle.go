@@ -1,0 +1,75 @@
+package storetest
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+
+	"github.com/limitgen/limitgen/internal/sharedlimits"
+)
+
+// GeneratedSettle: settled costs on the store, through the generated
+// middleware of two instances (sharedpolicy.yaml's POST /chat: ChatTokens,
+// 1,000 tokens of burst refilled at one a second, admitted at X-Max-Tokens
+// and settled from X-Tokens-Used). A chat that used less than it declared
+// gives the rest back for the other instance's chats; one that used more
+// leaves its user in debt on the store, and the other instance refuses the
+// user until refill has repaid it. A store that stops between a chat's check
+// and its settlement settles nothing, and the door counts it failed.
+func GeneratedSettle(t *testing.T, instance func() *sharedlimits.Limits, stop func()) {
+	var mws [2]*sharedlimits.Middleware
+	var muxes [2]http.Handler
+	for i := range mws {
+		mws[i] = middleware(t, instance())
+		mux := mws[i].NewServeMux()
+		mux.HandleFunc("POST /chat", func(w http.ResponseWriter, r *http.Request) {
+			if r.Header.Get("X-Stop") != "" {
+				stop() // the store goes while the chat runs
+			}
+			w.Header().Set("X-Tokens-Used", r.Header.Get("X-Test-Used"))
+		})
+		muxes[i] = mux
+	}
+	chat := func(i int, user string, declared, used int64, extra ...string) *httptest.ResponseRecorder {
+		r := httptest.NewRequest("POST", "/chat", nil)
+		r.Header.Set("X-User", user)
+		r.Header.Set("X-Max-Tokens", strconv.FormatInt(declared, 10))
+		r.Header.Set("X-Test-Used", strconv.FormatInt(used, 10))
+		for _, h := range extra {
+			r.Header.Set(h, "1")
+		}
+		w := httptest.NewRecorder()
+		muxes[i].ServeHTTP(w, r)
+		return w
+	}
+	// ann declares all 1,000 tokens on instance 0 and uses 100: 900 come back,
+	// so instance 1 admits a chat of 900 (it would refuse one without them).
+	if w := chat(0, "ann", 1000, 100); w.Code != 200 {
+		t.Fatalf("ann's first chat: %d", w.Code)
+	}
+	if w := chat(1, "ann", 900, 900); w.Code != 200 {
+		t.Fatalf("ann's chat of 900 on the other instance, after 900 came back: %d %s", w.Code, w.Body)
+	}
+	// bob declares 10 and uses 1,010 on instance 0: he owes 10 on the store.
+	// Instance 1 refuses him a token until about 11 seconds have refilled
+	// the debt and the token (a second a token).
+	if w := chat(0, "bob", 10, 1010); w.Code != 200 {
+		t.Fatalf("bob's chat: %d", w.Code)
+	}
+	w := chat(1, "bob", 1, 1)
+	ra, _ := strconv.Atoi(w.Header().Get("Retry-After"))
+	if w.Code != http.StatusTooManyRequests || ra < 9 || ra > 11 {
+		t.Fatalf("bob in debt, on the other instance: %d, Retry-After %q; want 429 and about 11", w.Code, w.Header().Get("Retry-After"))
+	}
+	if got := mws[0].SettleStats(); got.Settled != 2 || got.Kept != 0 || got.Failed != 0 {
+		t.Fatalf("instance 0's settlements: %+v, want 2 settled", got)
+	}
+	// The store stops while carl's chat runs: its settlement cannot be made.
+	if w := chat(0, "carl", 5, 500, "X-Stop"); w.Code != 200 {
+		t.Fatalf("carl's chat: %d", w.Code)
+	}
+	if got := mws[0].SettleStats(); got.Failed != 1 || got.Settled != 2 {
+		t.Fatalf("after the store stopped mid-chat, instance 0's settlements: %+v, want 1 failed", got)
+	}
+}
