@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
-	"github.com/limitgen/limitgen/limithttp"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // chat is the handler of POST /v1/chat in these tests: it reports the
@@ -173,7 +173,7 @@ func TestChatDeniedSettlesNothing(t *testing.T) {
 	if w := s.chatCall("1000", "0"); w.Code != http.StatusTooManyRequests {
 		t.Fatalf("chat over the budget: %d", w.Code)
 	}
-	if st := s.mw.SettleStats(); st != (limithttp.SettleStats{}) {
+	if st := s.mw.SettleStats(); st != (verdict.SettleStats{}) {
 		t.Fatalf("a refused chat settled: %+v", st)
 	}
 	if got := s.held(); got != 500 {

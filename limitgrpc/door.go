@@ -7,7 +7,9 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/atomicslot"
 	"github.com/limitgen/limitgen/clientip"
+	"github.com/limitgen/limitgen/verdict"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 )
 
 // Door is what every generated GRPC is, whatever its policy: the settings a
@@ -39,6 +41,9 @@ type Door struct {
 	check         func(ctx context.Context, method string) error
 	count         func(ss grpc.ServerStream, method string) grpc.ServerStream
 	acquire       func(ctx context.Context, method string) (atomicslot.Set, error)
+	settles       func(method string) bool
+	settle        func(ctx context.Context, method string, trailer metadata.MD) int64
+	settled       verdict.SettleCounts
 }
 
 // InitDoor makes d the door of a policy's entries (full methods and services,
@@ -92,6 +97,9 @@ func (d *Door) UnaryInterceptor() grpc.UnaryServerInterceptor {
 				return nil, err
 			}
 		}
+		if d.settles != nil && d.settles(info.FullMethod) {
+			return d.settleUnary(ctx, req, info.FullMethod, handler)
+		}
 		return handler(ctx, req)
 	}
 }
@@ -112,6 +120,9 @@ func (d *Door) unaryHeld(ctx context.Context, req any, info *grpc.UnaryServerInf
 	}
 	if s.Len() > 0 {
 		defer d.release(&s)
+	}
+	if d.settles != nil && d.settles(info.FullMethod) {
+		return d.settleUnary(ctx, req, info.FullMethod, handler)
 	}
 	return handler(ctx, req)
 }
@@ -139,8 +150,14 @@ func (d *Door) StreamInterceptor() grpc.StreamServerInterceptor {
 		}
 		if d.count != nil {
 			if counted := d.count(ss, info.FullMethod); counted != nil {
+				if d.settles != nil && d.settles(info.FullMethod) {
+					return Ended(counted, d.settleStream(srv, counted, info.FullMethod, handler))
+				}
 				return Ended(counted, handler(srv, counted))
 			}
+		}
+		if d.settles != nil && d.settles(info.FullMethod) {
+			return d.settleStream(srv, ss, info.FullMethod, handler)
 		}
 		return handler(srv, ss)
 	}

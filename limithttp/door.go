@@ -6,6 +6,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/atomicslot"
 	"github.com/limitgen/limitgen/clientip"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // Door is what every generated Middleware is, whatever its policy: the
@@ -30,7 +31,7 @@ type Door struct {
 	check    func(w http.ResponseWriter, r *http.Request, route int, path string) bool
 	acquire  func(w http.ResponseWriter, r *http.Request, route int, path string) (bool, atomicslot.Set)
 	settle   func(w http.ResponseWriter, r *http.Request, route int, path string) int64
-	settled  settleCounts
+	settled  verdict.SettleCounts
 }
 
 // InitDoor makes d the door of a policy's routes: router over patterns (in

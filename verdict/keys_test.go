@@ -40,3 +40,26 @@ func TestParseCost(t *testing.T) {
 		}
 	}
 }
+
+func TestSettleCounts(t *testing.T) {
+	var c SettleCounts
+	for _, a := range []int64{0, 7, KeptEstimate, SettleFailed, NoSettle, 3, KeptEstimate} {
+		c.Add(a)
+	}
+	if got, want := c.Stats(), (SettleStats{Settled: 3, Kept: 2, Failed: 1, Forgiven: 10}); got != want {
+		t.Fatalf("Stats() = %+v, want %+v", got, want)
+	}
+}
+
+func TestParseActual(t *testing.T) {
+	for v, want := range map[string]int64{"0": 0, "00": 0, "42": 42, "007": 7, "999999999999999999": 999999999999999999, "1000000000000000000": 1<<63 - 1} {
+		if got, ok := ParseActual(v); !ok || got != want {
+			t.Errorf("ParseActual(%q) = %d, %v; want %d", v, got, ok, want)
+		}
+	}
+	for _, v := range []string{"", "-1", "+1", " 1", "1 ", "1e3", "0x10", "½"} {
+		if got, ok := ParseActual(v); ok {
+			t.Errorf("ParseActual(%q) = %d, true; want refused", v, got)
+		}
+	}
+}

@@ -3743,34 +3743,34 @@ func (m *Middleware) acquireRoute(w http.ResponseWriter, r *http.Request, route 
 }
 
 // settleRoute settles a request of route (an index of httpPatterns) whose handler returned, reading
-// its keys' wildcards from path: limithttp.NoSettle for a route that does not settle.
+// its keys' wildcards from path: verdict.NoSettle for a route that does not settle.
 func (m *Middleware) settleRoute(w http.ResponseWriter, r *http.Request, route int, path string) int64 {
 	switch route {
 	case 5:
 		return m.settle6(w, r)
 	}
-	return limithttp.NoSettle
+	return verdict.NoSettle
 }
 
 // settle6 settles a request of POST /chat that its handler answered: the actual cost in the
 // response's X-Tokens-Used, against the estimate the check took, with ChatTokens; it returns the
-// tokens forgiven beyond the rules' debt bounds, limithttp.KeptEstimate, or limithttp.SettleFailed
-// when a store could not settle.
+// tokens forgiven beyond the rules' debt bounds, verdict.KeptEstimate, or verdict.SettleFailed when
+// a store could not settle.
 func (m *Middleware) settle6(w http.ResponseWriter, r *http.Request) int64 {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return limithttp.KeptEstimate
+		return verdict.KeptEstimate
 	}
 	cost, costOK := limithttp.HeaderCost(r, "X-Max-Tokens", 100, 1000)
 	if !costOK {
-		return limithttp.KeptEstimate
+		return verdict.KeptEstimate
 	}
 	actual, ok := limithttp.ActualCost(w.Header(), "X-Tokens-Used")
 	if !ok {
-		return limithttp.KeptEstimate
+		return verdict.KeptEstimate
 	}
 	var forgiven int64
 	failed := false
@@ -3780,7 +3780,7 @@ func (m *Middleware) settle6(w http.ResponseWriter, r *http.Request) int64 {
 		forgiven += f
 	}
 	if failed {
-		return limithttp.SettleFailed
+		return verdict.SettleFailed
 	}
 	return forgiven
 }

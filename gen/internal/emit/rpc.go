@@ -9,9 +9,10 @@ import (
 )
 
 const (
-	grpcPath  = "github.com/limitgen/limitgen/limitgrpc"
-	grpcLib   = "google.golang.org/grpc"
-	codesPath = "google.golang.org/grpc/codes"
+	grpcPath     = "github.com/limitgen/limitgen/limitgrpc"
+	grpcLib      = "google.golang.org/grpc"
+	codesPath    = "google.golang.org/grpc/codes"
+	metadataPath = "google.golang.org/grpc/metadata"
 )
 
 func lg(name string) *jen.Statement { return jen.Qual(grpcPath, name) }
@@ -126,6 +127,7 @@ func emitGRPCType(m *model.Model) jen.Code {
 			jen.Switch(jen.Id("grpcEntry").Call(jen.Id("method"))).Block(slotCases...), jen.Return(jen.Qual(slotPath, "Set").Values(), jen.Nil())).Line().Line()
 	}
 	count, countFunc := countMessages(m)
+	initSettle, settleFuncs := emitSettleDispatch(m, grpcDoor(m))
 	var ipInit jen.Code = jen.Null() // the policy's client_ip, when it says anything
 	if ipFields := clientIPFields(g.ClientIP); len(ipFields) > 0 {
 		ipInit = jen.Id("g").Dot("ClientIP").Op("=").Qual(clientipPath, "Config").Add(fields(ipFields...))
@@ -150,6 +152,7 @@ func emitGRPCType(m *model.Model) jen.Code {
 			jen.Id("g").Dot("Config").Op("=").Add(lg("Config")).Add(fields(cfg...)),
 			lg("InitDoor").Call(jen.Op("&").Id("g").Dot("Door"), jen.Id("grpcEntries").Index(jen.Empty(), jen.Empty()), jen.Id("grpcEntry"), check, count),
 			initSlots,
+			initSettle,
 			jen.Return(jen.Id("g"), jen.Nil()),
 		)...,
 	).Line().Line().
@@ -159,7 +162,8 @@ func emitGRPCType(m *model.Model) jen.Code {
 		Comment("service's; -1 when none does.").Line().
 		Func().Id("grpcEntry").Params(jen.Id("method").String()).Int().Block(entryBody...).Line().Line().
 		Add(checkFunc).
-		Add(countFunc)
+		Add(countFunc).
+		Add(settleFuncs)
 }
 
 // clientIPFields is a clientip.Config literal's fields for c.

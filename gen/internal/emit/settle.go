@@ -12,8 +12,29 @@ import (
 // settleRoute says whether route r settles its cost after the handler.
 func settleRoute(r model.Route) bool { return r.SettleName != "" && r.Mode != "Off" }
 
-// settleFunc is the name of route i's settlement.
-func settleFunc(i int) string { return "settle" + strconv.Itoa(i+1) }
+// settleFunc is the name of route (or entry) i's settlement.
+func settleFunc(d *door, i int) string {
+	if d.prefix == "http" {
+		return "settle" + strconv.Itoa(i+1)
+	}
+	return "settleEntry" + strconv.Itoa(i+1)
+}
+
+// settleParams are a settlement's parameters, and the expression of the
+// actual cost of route r: HTTP's from the response's header map (the
+// request's path too, when the route reads wildcards), gRPC's from the
+// trailer metadata the handler set.
+func settleParams(d *door, r model.Route) (params []jen.Code, actual jen.Code) {
+	if d.prefix == "http" {
+		params = []jen.Code{jen.Id("w").Add(resw()), jen.Id("r").Add(req())}
+		if readsPath(r.Keys) {
+			params = append(params, jen.Id("path").String())
+		}
+		return params, lh("ActualCost").Call(jen.Id("w").Dot("Header").Call(), jen.Lit(r.SettleName))
+	}
+	return []jen.Code{jen.Id("ctx").Add(ctxType()), jen.Id("trailer").Qual(metadataPath, "MD")},
+		lg("TrailerCost").Call(jen.Id("trailer"), jen.Lit(r.SettleName))
+}
 
 // emitSettle is route i's settlement, which the door calls when the handler
 // has returned: the route's keys, plan and estimate read again as its check
@@ -22,7 +43,8 @@ func settleFunc(i int) string { return "settle" + strconv.Itoa(i+1) }
 // ones on their store). A request with no key or no readable actual any more
 // keeps its estimate.
 func emitSettle(m *model.Model, d *door, i int, r model.Route) jen.Code {
-	kept := jen.Return(lh("KeptEstimate"))
+	params, actual := settleParams(d, r)
+	kept := jen.Return(vd("KeptEstimate"))
 	var body []jen.Code
 	keys := make([]jen.Code, len(r.Rules))
 	for j, ri := range r.Rules {
@@ -50,12 +72,12 @@ func emitSettle(m *model.Model, d *door, i int, r model.Route) jen.Code {
 			jen.If(jen.Op("!").Id("costOK")).Block(kept))
 	}
 	body = append(body,
-		jen.List(jen.Id("actual"), jen.Id("ok")).Op(":=").Add(lh("ActualCost")).Call(jen.Id("w").Dot("Header").Call(), jen.Lit(r.SettleName)),
+		jen.List(jen.Id("actual"), jen.Id("ok")).Op(":=").Add(actual),
 		jen.If(jen.Op("!").Id("ok")).Block(kept),
 	)
 	// Local rules settle at one reading of the clock, shared ones on their
 	// store, in the request's context; a store that cannot settle makes the
-	// whole settlement limithttp.SettleFailed (the rules it did settle stay
+	// whole settlement verdict.SettleFailed (the rules it did settle stay
 	// settled).
 	var local, shared []int
 	for j, ri := range r.Rules {
@@ -105,46 +127,69 @@ func emitSettle(m *model.Model, d *door, i int, r model.Route) jen.Code {
 		}
 	}
 	if len(shared) > 0 {
-		body = append(body, jen.If(jen.Id("failed")).Block(jen.Return(lh("SettleFailed"))), jen.Return(jen.Id("forgiven")))
+		body = append(body, jen.If(jen.Id("failed")).Block(jen.Return(vd("SettleFailed"))), jen.Return(jen.Id("forgiven")))
 	} else {
 		body = append(body, jen.Return(sum))
 	}
-	params := d.params
-	if !readsPath(r.Keys) {
-		params = params[:len(params)-1]
+	what := "a request of " + r.Pattern + " that its handler answered: the actual cost in the response's " + r.SettleName
+	if d.prefix != "http" {
+		what = "a call of " + r.Pattern + " that its handler ended: the actual cost in its trailer metadata's " + r.SettleName
 	}
-	doc := fmt.Sprintf("%s settles a request of %s that its handler answered: the actual cost in the response's %s, against the estimate the check took, with %s; it returns the tokens forgiven beyond the rules' debt bounds, limithttp.KeptEstimate, or limithttp.SettleFailed when a store could not settle.",
-		settleFunc(i), r.Pattern, r.SettleName, strings.Join(names, ", "))
+	doc := fmt.Sprintf("%s settles %s, against the estimate the check took, with %s; it returns the tokens forgiven beyond the rules' debt bounds, verdict.KeptEstimate, or verdict.SettleFailed when a store could not settle.",
+		settleFunc(d, i), what, strings.Join(names, ", "))
 	return jen.Line().Add(comment(doc)).
-		Func().Params(d.r().Op("*").Id(d.typ)).Id(settleFunc(i)).Params(params...).Int64().Block(body...).Line()
+		Func().Params(d.r().Op("*").Id(d.typ)).Id(settleFunc(d, i)).Params(params...).Int64().Block(body...).Line()
 }
 
-// emitSettleDispatch is settleRoute, what the door calls for each route of
-// a request whose handler returned, and the settlements it calls; nothing
-// when no route settles.
+// emitSettleDispatch is what the door calls for each route (entry) of a
+// request whose handler returned, and the settlements it calls; nothing
+// when no route settles. HTTP: settleRoute, by the route's index. gRPC:
+// settles (whether a method's entry settles, so that the interceptors
+// record its trailer) and settle.
 func emitSettleDispatch(m *model.Model, d *door) (initSettle, funcs jen.Code) {
-	var cases []jen.Code
+	var cases, methods []jen.Code
 	g := jen.Null()
 	for i, r := range d.routes {
 		if !settleRoute(r) {
 			continue
 		}
-		args := []jen.Code{jen.Id("w"), jen.Id("r")}
-		if readsPath(r.Keys) {
-			args = append(args, jen.Id("path"))
+		var args []jen.Code
+		if d.prefix == "http" {
+			args = []jen.Code{jen.Id("w"), jen.Id("r")}
+			if readsPath(r.Keys) {
+				args = append(args, jen.Id("path"))
+			}
+		} else {
+			args = []jen.Code{jen.Id("ctx"), jen.Id("trailer")}
 		}
-		cases = append(cases, jen.Case(jen.Lit(i)).Block(jen.Return(d.r().Dot(settleFunc(i)).Call(args...))))
+		cases = append(cases, jen.Case(jen.Lit(i)).Block(jen.Return(d.r().Dot(settleFunc(d, i)).Call(args...))))
+		methods = append(methods, jen.Lit(i))
 		g.Add(emitSettle(m, d, i, r))
 	}
 	if len(cases) == 0 {
 		return jen.Null(), jen.Null()
 	}
-	return lh("InitSettle").Call(jen.Op("&").Id("m").Dot("Door"), jen.Id("m").Dot("settleRoute")),
+	if d.prefix == "http" {
+		return lh("InitSettle").Call(jen.Op("&").Id("m").Dot("Door"), jen.Id("m").Dot("settleRoute")),
+			jen.Line().
+				Comment("settleRoute settles a request of route (an index of httpPatterns) whose handler returned, reading").Line().
+				Comment("its keys' wildcards from path: verdict.NoSettle for a route that does not settle.").Line().
+				Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("settleRoute").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("route").Int(), jen.Id("path").String()).Int64().Block(
+				jen.Switch(jen.Id("route")).Block(cases...),
+				jen.Return(vd("NoSettle")),
+			).Line().Add(g)
+	}
+	return lg("InitSettle").Call(jen.Op("&").Id("g").Dot("Door"), jen.Id("grpcSettles"), jen.Id("g").Dot("settle")),
 		jen.Line().
-			Comment("settleRoute settles a request of route (an index of httpPatterns) whose handler returned, reading").Line().
-			Comment("its keys' wildcards from path: limithttp.NoSettle for a route that does not settle.").Line().
-			Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("settleRoute").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("route").Int(), jen.Id("path").String()).Int64().Block(
-			jen.Switch(jen.Id("route")).Block(cases...),
-			jen.Return(lh("NoSettle")),
+			Comment("grpcSettles reports whether method's entry settles its cost from the call's trailer metadata.").Line().
+			Func().Id("grpcSettles").Params(jen.Id("method").String()).Bool().Block(
+			jen.Switch(jen.Id("grpcEntry").Call(jen.Id("method"))).Block(jen.Case(methods...).Block(jen.Return(jen.True()))),
+			jen.Return(jen.False()),
+		).Line().Line().
+			Comment("settle settles a call of method whose handler ended, with the trailer metadata it set:").Line().
+			Comment("verdict.NoSettle for an entry that does not settle.").Line().
+			Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("settle").Params(jen.Id("ctx").Add(ctxType()), jen.Id("method").String(), jen.Id("trailer").Qual(metadataPath, "MD")).Int64().Block(
+			jen.Switch(jen.Id("grpcEntry").Call(jen.Id("method"))).Block(cases...),
+			jen.Return(vd("NoSettle")),
 		).Line().Add(g)
 }

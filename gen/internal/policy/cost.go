@@ -118,16 +118,27 @@ func routeBurst(m *model.Model, r *model.Route, least bool) (int64, string) {
 	return best, words
 }
 
-// routeSettle reads a route's settle: where its actual cost is read after
-// the handler returns, "header:Name" or "trailer:Name" (both read the
-// response's header map then, where a trailer is too). The route's cost is
+// routeSettle reads a route's (a gRPC entry's) settle: where its actual
+// cost is read after the handler returns, "header:Name" or "trailer:Name"
+// (both read the response's header map then, where a trailer is too), or
+// for door grpc "trailer:name" (its trailer metadata). The route's cost is
 // the estimate, so it must have one; every rule it charges must be a token
 // bucket (local or shared): a window cannot give units back.
-func (p *parser) routeSettle(n, cost *yaml.Node, r *model.Route, m *model.Model, what string) bool {
+func (p *parser) routeSettle(n, cost *yaml.Node, r *model.Route, m *model.Model, what, door string) bool {
 	kind, name, _ := strings.Cut(n.Value, ":")
-	if n.Kind != yaml.ScalarNode || kind != "header" && kind != "trailer" || !validHeaderName(name) {
+	switch {
+	case door == "grpc":
+		key, msg := metadataKey(name)
+		if n.Kind != yaml.ScalarNode || kind != "trailer" || msg != "" {
+			p.errorf(n, "%s: settle %q: say where the actual cost is read when the handler returns, trailer:name (trailer metadata the handler sets with grpc.SetTrailer)", what, n.Value)
+			return false
+		}
+		name = key
+	case n.Kind != yaml.ScalarNode || kind != "header" && kind != "trailer" || !validHeaderName(name):
 		p.errorf(n, "%s: settle %q: say where the actual cost is read when the handler returns, header:Name or trailer:Name (a response header or trailer the handler sets)", what, n.Value)
 		return false
+	default:
+		name = http.CanonicalHeaderKey(name)
 	}
 	if r.Mode == "Shadow" {
 		p.errorf(n, "%s: settle on a shadow route: a request its rule denies goes on having taken nothing, and settling it would give back tokens it never took; enforce the route, or drop settle while it is in shadow", what)
@@ -145,6 +156,6 @@ func (p *parser) routeSettle(n, cost *yaml.Node, r *model.Route, m *model.Model,
 			return false
 		}
 	}
-	r.SettleName = http.CanonicalHeaderKey(name)
+	r.SettleName = name
 	return true
 }

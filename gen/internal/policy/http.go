@@ -531,7 +531,7 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 		valid = p.routeCost(v, &r, m, what, httpCost) && valid
 	}
 	if v := f["settle"]; v != nil {
-		valid = p.routeSettle(v, f["cost"], &r, m, what) && valid
+		valid = p.routeSettle(v, f["cost"], &r, m, what, "http") && valid
 	}
 	r.PolicyLists = policyLists(m, r.Rules)
 	if r.CostKind == "header" || r.CostKind == "query" {

@@ -13,7 +13,7 @@ import (
 
 var (
 	grpcFields      = []string{"client_ip", "metadata", "jitter", "log_denials", "missing_key", "plan", "keys", "methods"}
-	grpcEntryFields = []string{"method", "service", "rule", "tier", "keys", "cost", "mode", "messages"}
+	grpcEntryFields = []string{"method", "service", "rule", "tier", "keys", "cost", "settle", "mode", "messages"}
 	messagesFields  = []string{"cost", "count", "on_limit"}
 	// grpcMissing are the status codes a call without a key may end with, by
 	// the name the policy gives them, and their codes constants.
@@ -192,7 +192,7 @@ func (p *parser) grpcEntry(n *yaml.Node, ordinal int, m *model.Model, g *model.G
 			rule.Name, count(rule.Limits[0].Tokens, "call"), slotsWhose(rule), time.Duration(rule.Limits[0].PeriodNs))
 	})
 	if len(r.Rules) == 0 {
-		for _, k := range []string{"cost", "messages"} {
+		for _, k := range []string{"cost", "messages", "settle"} {
 			if v := f[k]; v != nil {
 				p.errorf(v, "%s: %s: a call holds one slot while it runs, so %s does not apply", what, slotsOnly(m, r), k)
 				valid = false
@@ -209,6 +209,9 @@ func (p *parser) grpcEntry(n *yaml.Node, ordinal int, m *model.Model, g *model.G
 	}
 	if v := f["messages"]; v != nil {
 		valid = p.grpcMessages(v, &r, m, what) && valid
+	}
+	if v := f["settle"]; v != nil {
+		valid = p.routeSettle(v, f["cost"], &r, m, what, "grpc") && valid
 	}
 	r.PolicyLists = policyLists(m, r.Rules)
 	return r, valid

@@ -1,0 +1,8 @@
+package settlelimits
+
+// settlelimits.go beside this file is generated from
+// limitgrpc/testdata/settle.yaml: `make generate` regenerates it (go generate,
+// over every module) and `make check` fails when it is stale (.ci/generated
+// -check).
+
+//go:generate go run -C ../../.. ./gen -policy limitgrpc/testdata/settle.yaml -out limitgrpc/internal/settlelimits

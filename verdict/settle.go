@@ -1,0 +1,93 @@
+package verdict
+
+import (
+	"strings"
+	"sync/atomic"
+)
+
+// Settled costs at a door: a route (an entry) whose cost is settled after
+// the response is checked at an estimate, and when its handler returns the
+// door reads the actual cost (an HTTP response header or trailer, gRPC
+// trailer metadata) with ParseActual and settles the difference with each
+// rule the request was charged by (atomicbucket.Table.SettleAt, or a shared
+// rule's store). A generated settlement answers the tokens forgiven, or one
+// of these.
+const (
+	// NoSettle: the route does not settle its cost.
+	NoSettle int64 = -2
+	// KeptEstimate: the route settles, but this request has no readable
+	// actual cost (or no key when the handler returned): it keeps the
+	// estimate it was admitted at.
+	KeptEstimate int64 = -1
+	// SettleFailed: a shared rule's store could not settle (it could not be
+	// reached in the request's context): that rule's bucket keeps the
+	// estimate, as a request that never settles does.
+	SettleFailed int64 = -3
+)
+
+// SettleStats counts a door's settlements since it was made.
+type SettleStats struct {
+	// Settled is the requests whose actual cost was read and settled.
+	Settled uint64
+	// Kept is the requests of settled routes that kept their estimate: no
+	// readable actual cost when the handler returned. A handler that
+	// panicked settles nothing and is not counted.
+	Kept uint64
+	// Failed is the requests a shared rule's store could not settle: its
+	// bucket keeps the estimate (a debt it should owe is not charged).
+	Failed uint64
+	// Forgiven is the tokens of excess beyond the rules' debt bounds
+	// (atomicbucket.Rule.MaxDebt), not charged.
+	Forgiven uint64
+}
+
+// SettleCounts are a door's settlement counts, safe for concurrent use;
+// the zero value counts from nothing.
+type SettleCounts struct{ settled, kept, failed, forgiven atomic.Uint64 }
+
+// Add counts one request's settlement, as a generated settlement answers
+// it (the tokens forgiven, KeptEstimate or SettleFailed; NoSettle counts
+// nothing).
+func (c *SettleCounts) Add(answer int64) {
+	switch {
+	case answer == KeptEstimate:
+		c.kept.Add(1)
+	case answer == SettleFailed:
+		c.failed.Add(1)
+	case answer >= 0:
+		c.settled.Add(1)
+		if answer > 0 {
+			c.forgiven.Add(uint64(answer))
+		}
+	}
+}
+
+// Stats returns the counts.
+func (c *SettleCounts) Stats() SettleStats {
+	return SettleStats{Settled: c.settled.Load(), Kept: c.kept.Load(), Failed: c.failed.Load(), Forgiven: c.forgiven.Load()}
+}
+
+// ParseActual reads a settled request's actual cost: ASCII decimal digits
+// (no sign, no spaces), 0 included (a request that used nothing gives its
+// whole estimate back); more than 18 significant digits read as the largest
+// cost, which settles as the most debt the rules may hold. ok is false for
+// an empty or malformed value: the request keeps its estimate.
+func ParseActual(v string) (cost int64, ok bool) {
+	if v == "" {
+		return 0, false
+	}
+	for i := 0; i < len(v); i++ {
+		if v[i] < '0' || v[i] > '9' {
+			return 0, false
+		}
+	}
+	v = strings.TrimLeft(v, "0")
+	if len(v) > 18 {
+		return 1<<63 - 1, true
+	}
+	var n int64
+	for i := 0; i < len(v); i++ {
+		n = n*10 + int64(v[i]-'0')
+	}
+	return n, true
+}
