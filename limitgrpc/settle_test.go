@@ -23,7 +23,9 @@ import (
 // in the trailer x-tokens-used: Check with grpc.SetTrailer on its context,
 // Watch with the stream's SetTrailer after its one answer. No x-use: no
 // trailer.
-type usingHealth struct{ healthpb.UnimplementedHealthServer }
+type usingHealth struct {
+	healthpb.UnimplementedHealthServer
+}
 
 func used(ctx context.Context) (metadata.MD, bool) {
 	md, _ := metadata.FromIncomingContext(ctx)
