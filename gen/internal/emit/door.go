@@ -415,7 +415,27 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 		}
 		args = append(args, keyArgs...)
 		decision := recv().Dot("limits").Dot(rule.GoName).Dot("AllowNAt").Call(append(args, jen.Id("now"), jen.Id("cost"))...)
-		if rule.Shared {
+		switch {
+		case r.Report && rule.Shared:
+			// Usage reported after the response: owed on the store as debt,
+			// always OK; a store that cannot take it is a degraded answer.
+			body = append(body,
+				jen.List(jen.Id("_"), jen.Id("serr")).Op(":=").Add(recv()).Dot("limits").Dot(rule.GoName).Dot("Settle").Call(append(slices.Clone(args), jen.Lit(0), jen.Id("cost"))...)) // args begin with the context
+			decision = rt("Decision").Values(jen.Dict{jen.Id("Allowed"): jen.True()})
+			res = append(res, setField("Degraded", jen.Id("serr").Op("!=").Nil()), setField("Err", jen.Id("serr")))
+		case r.Report:
+			// Usage reported after the response: owed as debt (the
+			// bucket may go below empty, bounded), always OK, with what is
+			// left.
+			limiter := recv().Dot("limits").Dot(rule.GoName)
+			body = append(body,
+				limiter.Clone().Dot("SettleAt").Call(append(slices.Clone(args), jen.Id("now"), jen.Lit(0), jen.Id("cost"))...),
+				jen.Id("rd").Op(":=").Add(limiter.Clone()).Dot("PeekAt").Call(append(slices.Clone(args), jen.Id("now"), jen.Lit(0))...),
+				jen.List(jen.Id("rd").Dot("Allowed"), jen.Id("rd").Dot("RetryAfter")).Op("=").List(jen.True(), jen.Lit(0)),
+			)
+			decision = jen.Id("rd")
+		}
+		if rule.Shared && !r.Report {
 			// The store decides, or the rule's on_failure setting when it
 			// cannot: the Result says which, for the observers.
 			body = append(body, jen.Id("sr").Op(":=").Add(recv()).Dot("limits").Dot(rule.GoName).Dot("AllowN").Call(append(args, jen.Id("cost"))...))
@@ -506,6 +526,8 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 		doc = fmt.Sprintf("%s checks a call of %s (%s, %s) and returns the status that ends it, or nil.", d.entryName(i), r.Pattern, what, strings.ToLower(r.Mode))
 	}
 	switch {
+	case d.prefix == "rls" && r.Report:
+		doc = fmt.Sprintf("%s charges a usage report of %s (%s) at cost, owed as debt, and returns an allowed decision for limitrls.Config.Serve to answer (OK, with what is left), with the key that seeds its jitter, or the error that answers it when it holds no key.", d.entryName(i), r.Pattern, what)
 	case d.prefix == "rls":
 		doc = fmt.Sprintf("%s checks a descriptor of %s (%s, %s) at cost and returns the decision for limitrls.Config.Serve to answer, with the key that seeds its jitter, or the error that answers it when it holds no key.", d.entryName(i), r.Pattern, what, strings.ToLower(r.Mode))
 	case d.message:

@@ -127,6 +127,11 @@ type Route struct {
 	// Unlimited, for an RLS descriptor pattern: it matches and checks
 	// nothing (envoyproxy/ratelimit's unlimited: true); Mode is Off.
 	Unlimited bool
+	// Report, for an RLS descriptor pattern: its descriptors report usage
+	// after the response (its one bucket rule is charged hits_addend as
+	// debt, atomicbucket.Table.SettleAt from an estimate of 0) and are
+	// always answered OK.
+	Report bool
 
 	// Messages, for a gRPC entry whose streams' messages are counted: each
 	// message's cost, which ones are counted, and whether a denied one waits

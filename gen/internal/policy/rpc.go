@@ -275,7 +275,7 @@ var grpcCost = costFrom{hint: "metadata:name", noun: "call", read: func(kind, na
 var (
 	rlsFields        = []string{"headers", "log_denials", "plan", "domains"}
 	rlsDomainFields  = []string{"domain", "descriptors"}
-	rlsPatternFields = []string{"entries", "rule", "tier", "keys", "mode", "unlimited"}
+	rlsPatternFields = []string{"entries", "rule", "tier", "keys", "mode", "unlimited", "report"}
 )
 
 // maxRLSEntries is the most entries a descriptor pattern may have: what
@@ -463,6 +463,22 @@ func (p *parser) rlsPattern(n *yaml.Node, ordinal int, domain string, m *model.M
 	valid, ok := p.target(n, f, m, what, rlsChecks, &r)
 	if !ok {
 		return r, false
+	}
+	if rep := f["report"]; rep != nil {
+		// Usage reported after the response (Envoy's apply_on_stream_done,
+		// hits_addend from the response): charged as debt, always OK.
+		switch {
+		case rep.Value != "true":
+			p.errorf(rep, "%s: report is true, or left out", what)
+			return r, false
+		case r.Tier >= 0:
+			p.errorf(rep, "%s: report: a descriptor reports usage to one rule; name the rule, not tier %q", what, m.Tiers[r.Tier].Name)
+			return r, false
+		case m.Rules[r.Rule].Limits[0].Window:
+			p.errorf(rep, "%s: report: rule %s is a window rule, and a window cannot owe usage beyond its limit; report to a token-bucket rule", what, m.Rules[r.Rule].Name)
+			return r, false
+		}
+		r.Report = true
 	}
 	keys := map[string]*yaml.Node{}
 	if v := f["keys"]; v != nil {

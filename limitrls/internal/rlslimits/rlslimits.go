@@ -75,10 +75,12 @@ const (
 	RulePerTenantUser
 	// RuleGlobal names the rule Global.
 	RuleGlobal
+	// RuleTokens names the rule Tokens.
+	RuleTokens
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerIP", "PerUser", "PerTenantUser", "Global"}
+var ruleNames = [...]string{"", "PerIP", "PerUser", "PerTenantUser", "Global", "Tokens"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -96,6 +98,7 @@ type Limits struct {
 	PerUser         *PerUserLimiter       // see the package-level PerUser
 	PerTenantUser   *PerTenantUserLimiter // see the package-level PerTenantUser
 	Global          *GlobalLimiter        // see the package-level Global
+	Tokens          *TokensLimiter        // see the package-level Tokens
 	overlay.Numbers                       // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
@@ -131,10 +134,11 @@ func New(opts ...Option) *Limits {
 		PerUser:       newPerUserLimiter(),
 		PerTenantUser: newPerTenantUserLimiter(),
 		Global:        newGlobalLimiter(o.start),
+		Tokens:        newTokensLimiter(),
 	}
 	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerIP": overlay.KeyedTarget(l.PerIP.Keyed, nil), "PerUser": perUserNumbers{l.PerUser}, "PerTenantUser": overlay.KeyedTarget(l.PerTenantUser.Keyed, ParsePerTenantUserKey), "Global": overlay.GlobalTarget(l.Global.Global)},
+		Rules: map[string]overlay.Target{"PerIP": overlay.KeyedTarget(l.PerIP.Keyed, nil), "PerUser": perUserNumbers{l.PerUser}, "PerTenantUser": overlay.KeyedTarget(l.PerTenantUser.Keyed, ParsePerTenantUserKey), "Global": overlay.GlobalTarget(l.Global.Global), "Tokens": overlay.KeyedTarget(l.Tokens.Keyed, nil)},
 	})
 	return l
 }
@@ -221,6 +225,9 @@ var (
 
 	// Global allows 1000 requests per second in total, in bursts of up to 1000.
 	Global = Default.Global
+
+	// Tokens allows 60 requests per minute per key, in bursts of up to 1000.
+	Tokens = Default.Tokens
 )
 
 // perIPLimit is PerIP's limit, as the policy gives it.
@@ -682,6 +689,49 @@ func (l *GlobalLimiter) ruleInForce() *atomicbucket.Rule {
 	return l.Bucket().ChangedRule()
 }
 
+// tokensLimit is Tokens's limit, as the policy gives it.
+var tokensLimit = atomicbucket.Limit{
+	Tokens: 60,
+	Period: time.Minute,
+	Burst:  1000,
+	Refill: atomicbucket.Greedy,
+}
+
+// newTokensLimiter returns Tokens's (empty) table.
+func newTokensLimiter() *TokensLimiter {
+	return &TokensLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(tokensLimit), tokensUnitsPerNs, tokensUnitsPerToken, tokensBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
+}
+
+// TokensLimiter is the type of Tokens. Its methods, genimpl.Keyed's and the folded Allow below, are
+// safe for concurrent use.
+type TokensLimiter struct {
+	genimpl.Keyed[string]
+}
+
+// Tokens's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises): time in
+// 1/1 ns (tokensUnitsPerNs), a token's worth (tokensUnitsPerToken) and the burst's
+// (tokensBurstUnits), GCRA's emission interval and tolerance.
+const (
+	tokensUnitsPerNs    = 1
+	tokensUnitsPerToken = 1000000000
+	tokensBurstUnits    = 1000000000000
+)
+
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
+func (l *TokensLimiter) Allow(key string) bool {
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), tokensUnitsPerNs, tokensUnitsPerToken, tokensBurstUnits)
+}
+
+// AllowAt is Allow at time now.
+func (l *TokensLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+	return l.Table().AllowGreedyAt(key, now, tokensUnitsPerNs, tokensUnitsPerToken, tokensBurstUnits)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
+func (l *TokensLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.Table().ChangedRule(key)
+}
+
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
 // rule allowed, of the most constraining one (the fewest tokens remaining; the first on a tie).
 type TierDecision struct {
@@ -820,12 +870,22 @@ var httpPolicyGlobal = verdict.Policy{
 	Prefix: "\"Global\";r=",
 }
 
+// httpPolicyTokens is rule Tokens as the RateLimit fields describe it.
+var httpPolicyTokens = verdict.Policy{
+	Name:   "Tokens",
+	Quota:  1000,
+	Window: 1000,
+	Limit:  tokensLimit,
+	Item:   "\"Tokens\";q=1000;w=1000",
+	Prefix: "\"Tokens\";r=",
+}
+
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*verdict.Policy{RulePerIP: {&httpPolicyPerIP, &httpPolicyPerIP}, RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RulePerTenantUser: {&httpPolicyPerTenantUser, &httpPolicyPerTenantUser}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerIP: {&httpPolicyPerIP, &httpPolicyPerIP}, RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RulePerTenantUser: {&httpPolicyPerTenantUser, &httpPolicyPerTenantUser}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleTokens: {&httpPolicyTokens, &httpPolicyTokens}}
 
 // rlsRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
-var rlsRoutes = [...][numPlans]string{{"\"PerIP\";q=2;w=1", "\"PerIP\";q=2;w=1"}, {"\"PerUser\";q=3;w=2, \"Global\";q=1000;w=1", "\"PerUser\";q=6;w=4, \"Global\";q=1000;w=1"}, {"\"PerUser\";q=3;w=2, \"Global\";q=1000;w=1", "\"PerUser\";q=6;w=4, \"Global\";q=1000;w=1"}, {"\"PerTenantUser\";q=2;w=120", "\"PerTenantUser\";q=2;w=120"}, {"\"PerUser\";q=3;w=2", "\"PerUser\";q=6;w=4"}, {"\"PerIP\";q=2;w=1", "\"PerIP\";q=2;w=1"}}
+var rlsRoutes = [...][numPlans]string{{"\"PerIP\";q=2;w=1", "\"PerIP\";q=2;w=1"}, {"\"PerUser\";q=3;w=2, \"Global\";q=1000;w=1", "\"PerUser\";q=6;w=4, \"Global\";q=1000;w=1"}, {"\"PerUser\";q=3;w=2, \"Global\";q=1000;w=1", "\"PerUser\";q=6;w=4, \"Global\";q=1000;w=1"}, {"\"PerTenantUser\";q=2;w=120", "\"PerTenantUser\";q=2;w=120"}, {"\"PerUser\";q=3;w=2", "\"PerUser\";q=6;w=4"}, {"\"Tokens\";q=1000;w=1000", "\"Tokens\";q=1000;w=1000"}, {"\"Tokens\";q=1000;w=1000", "\"Tokens\";q=1000;w=1000"}, {"\"PerIP\";q=2;w=1", "\"PerIP\";q=2;w=1"}}
 
 // RLS serves Envoy's rate-limit service (envoy.service.ratelimit.v3.RateLimitService) for the
 // policy's rls: section: it finds the descriptor pattern a request's descriptor matches in its
@@ -834,7 +894,7 @@ var rlsRoutes = [...][numPlans]string{{"\"PerIP\";q=2;w=1", "\"PerIP\";q=2;w=1"}
 // with limitrls (statuses, the overall code, the IETF fields when asked). A descriptor no pattern
 // matches is OK and counted (Config.Unmatched).
 //
-// Descriptors: edge: generic_key=api, user_id; edge: generic_key=api, plan, user_id; edge: generic_key=tenants, tenant, user_id; edge: generic_key=trial, user_id; edge: remote_address; internal: remote_address.
+// Descriptors: edge: generic_key=api, user_id; edge: generic_key=api, plan, user_id; edge: generic_key=tenants, tenant, user_id; edge: generic_key=trial, user_id; edge: generic_key=llm, api_key; edge: generic_key=llm_usage, api_key; edge: remote_address; internal: remote_address.
 type RLS struct {
 	limits *Limits
 	// Clock, when set, is read instead of atomicbucket.Now: tests drive the service through time with
@@ -885,13 +945,17 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 			i = 3
 		case len(en) == 2 && en[0].Key == "generic_key" && en[0].Value == "trial" && en[1].Key == "user_id":
 			i = 4
+		case len(en) == 2 && en[0].Key == "generic_key" && en[0].Value == "llm" && en[1].Key == "api_key":
+			i = 5
+		case len(en) == 2 && en[0].Key == "generic_key" && en[0].Value == "llm_usage" && en[1].Key == "api_key":
+			i = 6
 		case len(en) == 1 && en[0].Key == "remote_address":
 			i = 0
 		}
 	case "internal":
 		switch {
 		case len(en) == 1 && en[0].Key == "remote_address":
-			i = 5
+			i = 7
 		}
 	}
 	switch i {
@@ -927,6 +991,22 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 			Mode:   verdict.Shadow,
 			Result: res,
 		}, err
+	case 5:
+		res, key, err := s.descriptor6(ctx, en, cost, now)
+		return limitrls.Decision{
+			Found:  true,
+			Key:    key,
+			Mode:   verdict.Enforce,
+			Result: res,
+		}, err
+	case 6:
+		res, key, err := s.descriptor7(ctx, en, cost, now)
+		return limitrls.Decision{
+			Found:  true,
+			Key:    key,
+			Mode:   verdict.Enforce,
+			Result: res,
+		}, err
 	case 0:
 		res, key, err := s.descriptor1(ctx, en, cost, now)
 		return limitrls.Decision{
@@ -935,7 +1015,7 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 			Mode:   verdict.Enforce,
 			Result: res,
 		}, err
-	case 5:
+	case 7:
 		return limitrls.Decision{
 			Found: true,
 			Mode:  verdict.Off,
@@ -946,7 +1026,7 @@ func (s *RLS) decide(ctx context.Context, domain string, d *ratelimitv3.RateLimi
 
 // rlsSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var rlsSeries = [...]verdict.Series{{Route: "edge: remote_address", Rule: "PerIP"}, {Route: "edge: generic_key=api, user_id", Tier: "API", Rule: "PerUser"}, {Route: "edge: generic_key=api, user_id", Tier: "API", Rule: "Global"}, {Route: "edge: generic_key=api, plan, user_id", Tier: "API", Rule: "PerUser"}, {Route: "edge: generic_key=api, plan, user_id", Tier: "API", Rule: "Global"}, {Route: "edge: generic_key=tenants, tenant, user_id", Rule: "PerTenantUser"}, {Route: "edge: generic_key=trial, user_id", Rule: "PerUser"}}
+var rlsSeries = [...]verdict.Series{{Route: "edge: remote_address", Rule: "PerIP"}, {Route: "edge: generic_key=api, user_id", Tier: "API", Rule: "PerUser"}, {Route: "edge: generic_key=api, user_id", Tier: "API", Rule: "Global"}, {Route: "edge: generic_key=api, plan, user_id", Tier: "API", Rule: "PerUser"}, {Route: "edge: generic_key=api, plan, user_id", Tier: "API", Rule: "Global"}, {Route: "edge: generic_key=tenants, tenant, user_id", Rule: "PerTenantUser"}, {Route: "edge: generic_key=trial, user_id", Rule: "PerUser"}, {Route: "edge: generic_key=llm, api_key", Rule: "Tokens"}, {Route: "edge: generic_key=llm_usage, api_key", Rule: "Tokens"}}
 
 // rlsSeriesEntry2 are the series of edge: generic_key=api, user_id's rules in the Counters, by RuleName.
 var rlsSeriesEntry2 = [...]int{RulePerUser: 1, RuleGlobal: 2}
@@ -1138,6 +1218,59 @@ func (s *RLS) descriptor5(ctx context.Context, en []*ratelimitv3.RateLimitDescri
 		res.Policies = genimpl.InForceList(res.Policy)
 	}
 	return res, "", nil
+}
+
+// descriptor6 checks a descriptor of edge: generic_key=llm, api_key (rule Tokens, enforce) at cost
+// and returns the decision for limitrls.Config.Serve to answer, with the key that seeds its jitter,
+// or the error that answers it when it holds no key.
+func (s *RLS) descriptor6(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = limitrls.EntryKey(en, 1)
+	if !ok0 {
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "edge: generic_key=llm, api_key", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 7, Outcome: verdict.MissingKey})
+	}
+	var res verdict.Result
+	res.Decision = s.limits.Tokens.AllowNAt(k0, now, cost)
+	res.Policy = httpPolicies[RuleTokens][0]
+	res.Policies = rlsRoutes[5][0]
+	res.Cost = cost
+	res.Route = "edge: generic_key=llm, api_key"
+	res.Rule = int(RuleTokens)
+	res.Series = 7
+	if rf0 := s.limits.Tokens.ruleInForce(k0); rf0 != nil {
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
+	}
+	return res, k0, nil
+}
+
+// descriptor7 charges a usage report of edge: generic_key=llm_usage, api_key (rule Tokens) at cost,
+// owed as debt, and returns an allowed decision for limitrls.Config.Serve to answer (OK, with what
+// is left), with the key that seeds its jitter, or the error that answers it when it holds no key.
+func (s *RLS) descriptor7(ctx context.Context, en []*ratelimitv3.RateLimitDescriptor_Entry, cost int64, now atomicbucket.Time) (verdict.Result, string, error) {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = limitrls.EntryKey(en, 1)
+	if !ok0 {
+		return verdict.Result{}, "", s.Config.Reject(verdict.Enforce, verdict.Event{Route: "edge: generic_key=llm_usage, api_key", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 8, Outcome: verdict.MissingKey})
+	}
+	s.limits.Tokens.SettleAt(k0, now, 0, cost)
+	rd := s.limits.Tokens.PeekAt(k0, now, 0)
+	rd.Allowed, rd.RetryAfter = true, 0
+	var res verdict.Result
+	res.Decision = rd
+	res.Policy = httpPolicies[RuleTokens][0]
+	res.Policies = rlsRoutes[6][0]
+	res.Cost = cost
+	res.Route = "edge: generic_key=llm_usage, api_key"
+	res.Rule = int(RuleTokens)
+	res.Series = 8
+	if rf0 := s.limits.Tokens.ruleInForce(k0); rf0 != nil {
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
+	}
+	return res, k0, nil
 }
 
 // plan is the descriptor's plan, from entry:plan, or free.
