@@ -61,6 +61,9 @@ func (s *simulation) summary(w io.Writer) {
 			}
 			fmt.Fprintf(w, "# %s: slots held past max_hold (%v), back by expiry: %d\n", r.rule.Name, time.Duration(r.limit.PeriodNs), st.Expired)
 		}
+		if (s.settles || r.settled > 0) && !r.limit.InFlight {
+			fmt.Fprintf(w, "# %s: settled at their actual cost: %d, tokens forgiven beyond the debt bound: %d\n", r.rule.Name, r.settled, r.forgiven)
+		}
 	}
 }
 
@@ -124,16 +127,71 @@ func (s *simulation) decide(req request, now atomicbucket.Time) (atomicbucket.De
 		return d, deniedBy
 	}
 	held()
+	if req.hasActual {
+		// Settled when the request ends, against what each rate rule took.
+		st := settlement{end: now.Add(time.Duration(req.dur)), keys: req.keys, actual: req.actual, estimates: make([]int64, len(s.rules))}
+		for i, r := range s.rules[first:] {
+			st.estimates[i+first] = s.costOf(r, req)
+		}
+		heap.Push(&s.pending, st)
+		s.release(now) // one that ends now settles before the next request
+	}
 	return d, deniedBy
+}
+
+// settlement is an admitted request's settlement: when it ends, its keys,
+// each rate rule's estimate (0 for in-flight rules) and its actual cost.
+type settlement struct {
+	end       atomicbucket.Time
+	keys      []string
+	estimates []int64
+	actual    int64
+}
+
+// settle settles st with each of the simulation's token-bucket rules, as a
+// door settles a request whose handler returned: the difference given
+// back, or owed as debt.
+func (s *simulation) settle(st settlement) {
+	for i, r := range s.rules {
+		var f int64
+		switch {
+		case r.table != nil:
+			f = r.table.SettleAt(st.keys[i], st.end, st.estimates[i], st.actual)
+		case r.bucket != nil:
+			f = r.bucket.SettleAt(st.end, st.estimates[i], st.actual)
+		default:
+			continue // an in-flight rule
+		}
+		r.settled++
+		r.forgiven += f
+	}
+}
+
+// settleHeap orders pending settlements by their end (container/heap).
+type settleHeap []settlement
+
+func (h settleHeap) Len() int           { return len(h) }
+func (h settleHeap) Less(i, j int) bool { return h[i].end < h[j].end }
+func (h settleHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *settleHeap) Push(x any)        { *h = append(*h, x.(settlement)) }
+func (h *settleHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }
 
 // release ends the slots of the requests that ended by now, in the order
 // they ended (a slot held past its rule's max_hold came back by itself, and
-// its release finds it so: counted in its rule's Stats as expired).
+// its release finds it so: counted in its rule's Stats as expired), and
+// settles those with an actual cost.
 func (s *simulation) release(now atomicbucket.Time) {
 	for s.held.Len() > 0 && s.held[0].end <= now {
 		h := heap.Pop(&s.held).(heldSlot)
 		h.slot.ReleaseAt(h.end)
+	}
+	for s.pending.Len() > 0 && s.pending[0].end <= now {
+		s.settle(heap.Pop(&s.pending).(settlement))
 	}
 }
 

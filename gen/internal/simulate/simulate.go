@@ -43,7 +43,10 @@ import (
 // time is Unix nanoseconds or RFC 3339; cost defaults to each rule's; an
 // in-flight rule (or a tier with one) needs each request's duration, a
 // duration column or JSON field (ns, 1.5s or 20min): its slot is held that
-// long. Without a
+// long. An actual column or JSON field is the request's actual cost: an
+// admitted request is settled at it when it ends (its time plus its
+// duration, or at once), against the cost it was admitted at (given back,
+// or owed as debt; not on window rules). Without a
 // header, a tier's keys are one column split at |, or a single key for every
 // keyed rule. Columns a header names that simulate does not know (allowed,
 // remaining, …) are ignored, so its output can be fed back in.
@@ -151,6 +154,9 @@ type simRule struct {
 	// By key: requests the rule admitted, denied, and (in a tier) passed
 	// but were then denied by a later rule, so that its take was refunded.
 	allowed, denied, refunded map[string]int
+	// settled counts the admitted requests settled at their actual cost,
+	// and forgiven the tokens of excess beyond the debt bound.
+	settled, forgiven int64
 }
 
 type simulation struct {
@@ -176,6 +182,10 @@ type simulation struct {
 	// (time + duration), for a simulation of in-flight rules.
 	held  slotHeap
 	slots bool // the simulation has in-flight rules: requests carry durations
+	// pending are the settlements of admitted requests with an actual cost,
+	// by when they end; settles says the output has an actual column.
+	pending settleHeap
+	settles bool
 }
 
 func newSimulation(m *model.Model, name, planName string) (*simulation, error) {
@@ -269,12 +279,17 @@ type request struct {
 	hasCost bool
 	dur     int64 // ns the request ran (in-flight rules hold its slots that long)
 	hasDur  bool
+	// actual is the request's actual cost, settled when it ends (time +
+	// duration) against the cost it was admitted at.
+	actual    int64
+	hasActual bool
 }
 
 // columns is what a CSV header says each column holds.
 type columns struct {
 	time, cost, key int   // column indices; −1 when absent
 	dur             int   // the duration column, or −1
+	actual          int   // the actual column, or −1
 	ruleKeys        []int // per rule of the simulation: its key column, or −1
 }
 
@@ -347,7 +362,7 @@ func (lr *logReader) next() (request, error) {
 // header reads a CSV header: time, cost, key, and a column per keyed rule
 // (by its name as written or its Go name); other names are ignored.
 func (lr *logReader) header(rec []string) error {
-	c := &columns{time: -1, cost: -1, key: -1, dur: -1, ruleKeys: make([]int, len(lr.sim.rules))}
+	c := &columns{time: -1, cost: -1, key: -1, dur: -1, actual: -1, ruleKeys: make([]int, len(lr.sim.rules))}
 	for i := range c.ruleKeys {
 		c.ruleKeys[i] = -1
 	}
@@ -360,6 +375,8 @@ func (lr *logReader) header(rec []string) error {
 			c.cost = i
 		case "duration":
 			c.dur = i
+		case "actual":
+			c.actual = i
 		case "key":
 			c.key = i
 		default:
@@ -402,7 +419,7 @@ func (lr *logReader) csvLine(rec []string) (request, error) {
 		if err != nil {
 			return request{}, fmt.Errorf("line %d: %v", lr.line, err)
 		}
-		return lr.sim.request(lr.line, field(0), keys, field(2), "")
+		return lr.sim.request(lr.line, field(0), keys, field(2), "", "")
 	}
 	c := lr.cols
 	keys := make([]string, len(lr.sim.rules))
@@ -413,7 +430,7 @@ func (lr *logReader) csvLine(rec []string) (request, error) {
 			keys[j] = raw(c.key)
 		}
 	}
-	return lr.sim.request(lr.line, field(c.time), keys, field(c.cost), field(c.dur))
+	return lr.sim.request(lr.line, field(c.time), keys, field(c.cost), field(c.dur), field(c.actual))
 }
 
 func (lr *logReader) jsonLine(text string) (request, error) {
@@ -423,6 +440,7 @@ func (lr *logReader) jsonLine(text string) (request, error) {
 		Keys map[string]any   `json:"keys"`
 		Cost *json.RawMessage `json:"cost"`
 		Dur  *json.RawMessage `json:"duration"`
+		Act  *json.RawMessage `json:"actual"`
 	}
 	if err := json.Unmarshal([]byte(text), &j); err != nil {
 		return request{}, fmt.Errorf("line %d: not valid JSON: %v", lr.line, err)
@@ -458,7 +476,11 @@ func (lr *logReader) jsonLine(text string) (request, error) {
 	if j.Dur != nil {
 		dur = strings.Trim(string(*j.Dur), `"`)
 	}
-	return lr.sim.request(lr.line, strings.Trim(string(j.Time), `"`), keys, cost, dur)
+	actual := ""
+	if j.Act != nil {
+		actual = string(*j.Act)
+	}
+	return lr.sim.request(lr.line, strings.Trim(string(j.Time), `"`), keys, cost, dur, actual)
 }
 
 // splitKeys gives each keyed rule its key from one field: the same key for all,
@@ -482,7 +504,7 @@ func (s *simulation) splitKeys(field string) ([]string, error) {
 // could receive (an integer in range of an integer key type, written in its
 // canonical decimal form so that it places its grid as the generated code's
 // integer key does), a whole cost.
-func (s *simulation) request(line int, timeField string, keys []string, costField, durField string) (request, error) {
+func (s *simulation) request(line int, timeField string, keys []string, costField, durField, actualField string) (request, error) {
 	req := request{line: line, keys: keys}
 	var err error
 	if req.wall, err = s.parseTime(line, timeField); err != nil {
@@ -521,6 +543,18 @@ func (s *simulation) request(line int, timeField string, keys []string, costFiel
 			return req, fmt.Errorf("line %d: duration %q: want nanoseconds or a duration (1.5s, 20min), not negative", line, durField)
 		}
 		req.dur, req.hasDur = d, true
+	}
+	if actualField != "" {
+		a, err := strconv.ParseInt(actualField, 10, 64)
+		if err != nil || a < 0 {
+			return req, fmt.Errorf("line %d: actual %q: want the request's actual cost, a whole number not below 0", line, actualField)
+		}
+		for _, r := range s.rules {
+			if r.limit.Window {
+				return req, fmt.Errorf("line %d: actual: rule %s is a window rule, which settles no cost (a window cannot give back units later admissions were counted over)", line, r.rule.Name)
+			}
+		}
+		req.actual, req.hasActual = a, true
 	}
 	if s.slots && !req.hasDur {
 		return req, fmt.Errorf("line %d: %s holds slots for a request's duration: give each request one (a duration column, or \"duration\" in JSON; ns or 1.5s)", line, s.name)
@@ -680,8 +714,12 @@ func (s *simulation) run(in io.Reader, w io.Writer) error {
 		if n == 0 {
 			head := append([]string{"time"}, lr.head...)
 			head = append(head, "cost")
-			if s.slots {
+			s.settles = req.hasActual || lr.cols != nil && lr.cols.actual >= 0
+			if s.slots || s.settles { // a settlement comes when the request ends
 				head = append(head, "duration")
+			}
+			if s.settles {
+				head = append(head, "actual")
 			}
 			head = append(head, "allowed", "remaining", "retry_after_ns")
 			if s.tier {
@@ -715,8 +753,15 @@ func (s *simulation) run(in io.Reader, w io.Writer) error {
 			cost = strconv.FormatInt(req.cost, 10)
 		}
 		rec = append(rec, cost)
-		if s.slots {
+		if s.slots || s.settles {
 			rec = append(rec, strconv.FormatInt(req.dur, 10))
+		}
+		if s.settles {
+			actual := ""
+			if req.hasActual {
+				actual = strconv.FormatInt(req.actual, 10)
+			}
+			rec = append(rec, actual)
 		}
 		rec = append(rec, strconv.FormatBool(d.Allowed), strconv.FormatInt(d.Remaining, 10), strconv.FormatInt(int64(d.RetryAfter), 10))
 		if s.tier {

@@ -864,3 +864,63 @@ func TestSimulateInFlightPlans(t *testing.T) {
 		t.Errorf("without -plan: exit %d, %s", code, errOut)
 	}
 }
+
+// TestSimulateSettled replays settled costs: a request's actual cost (an
+// actual column or JSON field) is settled when it ends (its time plus its
+// duration, or at once), against the cost it was admitted at: given back,
+// or owed as debt the next requests wait for. A rule of 10 tokens a second,
+// burst 10.
+func TestSimulateSettled(t *testing.T) {
+	dir := t.TempDir()
+	pol := filepath.Join(dir, "p.yaml")
+	if err := os.WriteFile(pol, []byte("package: p\nrules:\n  - {name: T, key: string, rate: 10/s, burst: 10}\n"+
+		"  - {name: W, key: string, limit: 10, window: 1s}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// a: 8 declared and 2 used gives 6 back at once (8 held); 8 declared
+	// and 15 used owes 7 (−7 held), so a token waits 0.8s; at 1.3s, 6 are
+	// back. b: 10 declared for 600ms and 0 used gives nothing back until
+	// the request ends: at 550ms a request of 10 is refused, at 600ms
+	// (after the 10 came back) admitted. c owes past the debt bound (10
+	// below empty): 4 forgiven.
+	log := "time,key,cost,duration,actual\n" +
+		"0,a,8,,2\n" +
+		"1,a,8,,15\n" +
+		"2,a,1,,\n" +
+		"1300000001,a,1,,\n" +
+		"0,b,10,600ms,0\n" +
+		`{"time": 500000000, "key": "b", "cost": 5}` + "\n" +
+		"550000000,b,10,,\n" +
+		"600000000,b,10,,\n" +
+		"0,c,10,,24\n"
+	want := `time,key,cost,duration,actual,allowed,remaining,retry_after_ns
+0,a,8,0,2,true,2,0
+1,a,8,0,15,true,0,0
+2,a,1,0,,false,0,799999998
+1300000001,a,1,0,,true,5,0
+0,b,10,600000000,0,true,0,0
+500000000,b,5,0,,true,0,0
+550000000,b,10,0,,false,0,950000000
+600000000,b,10,0,,true,0,0
+0,c,10,0,24,true,0,0
+# summary: rule,key,allowed,denied
+# T,a,3,1
+# T,b,3,1
+# T,c,1,0
+# T,(all keys),7,2
+# T: settled at their actual cost: 4, tokens forgiven beyond the debt bound: 4
+`
+	out, errOut, code := runSimulate(t, []string{"-policy", pol, "-rule", "T"}, log)
+	if code != 0 || out != want {
+		t.Fatalf("exit %d %s\ngot:\n%s\nwant:\n%s", code, errOut, out, want)
+	}
+	// A window rule settles nothing: an actual is refused, with the line.
+	_, errOut, code = runSimulate(t, []string{"-policy", pol, "-rule", "W"}, "time,key,cost,actual\n0,a,1,3\n")
+	if code == 0 || !strings.Contains(errOut, "line 2: actual: rule W is a window rule") {
+		t.Fatalf("an actual on a window rule: exit %d, %s", code, errOut)
+	}
+	_, errOut, code = runSimulate(t, []string{"-policy", pol, "-rule", "T"}, "time,key,cost,actual\n0,a,1,-3\n")
+	if code == 0 || !strings.Contains(errOut, `actual "-3"`) {
+		t.Fatalf("a negative actual: exit %d, %s", code, errOut)
+	}
+}
