@@ -36,5 +36,7 @@
 //
 // A window cannot give units back exactly once later admissions have been
 // written over them, so it has no Refund or Reserve: a tier decides its
-// windows last, after a look that takes nothing (tier.At).
+// windows last, after a look that takes nothing (tier.At). SettleAt settles a
+// request's actual cost: the excess of a higher actual is counted then, even
+// beyond the limit; a lower actual gives nothing back.
 package atomicwindow

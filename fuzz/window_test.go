@@ -32,17 +32,21 @@ type windowProgram struct {
 }
 
 type windowOp struct {
-	kind byte // 0 AllowN, 1 Peek, 2 AllowCost (yes or no), 3 Sweep
-	key  string
-	dt   int64 // ns after the previous op
-	cost int64
+	kind   byte // 0 AllowN, 1 Peek, 2 AllowCost (yes or no), 3 Sweep, 4 Settle (cost the estimate)
+	key    string
+	dt     int64 // ns after the previous op
+	cost   int64
+	actual int64 // Settle
 }
 
 func (p windowProgram) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "limit %d per %v, max keys %d (allow at cap %v):", p.limit, p.window, p.maxKeys, p.allowCap)
 	for _, op := range p.ops {
-		fmt.Fprintf(&b, " [%s +%d %s %d]", [...]string{"allow", "peek", "yes/no", "sweep"}[op.kind], op.dt, op.key, op.cost)
+		fmt.Fprintf(&b, " [%s +%d %s %d]", [...]string{"allow", "peek", "yes/no", "sweep", "settle"}[op.kind], op.dt, op.key, op.cost)
+		if op.kind == 4 {
+			fmt.Fprintf(&b, "(actual %d)", op.actual)
+		}
 	}
 	return b.String()
 }
@@ -76,7 +80,10 @@ func decodeWindow(data []byte) (windowProgram, bool) {
 	keys := []string{"a", "b", "c", "d", "e", "f"}[:1+data[5]>>1%6]
 	for b := data[6:]; len(b) >= 6; b = b[6:] {
 		op := windowOp{kind: b[0] % 8, key: keys[int(b[1])%len(keys)]}
-		if op.kind > 3 {
+		switch {
+		case op.kind == 7:
+			op.kind = 4 // Settle
+		case op.kind > 3:
 			op.kind = 0 // AllowN, most of the time
 		}
 		// Time steps from 0 to about a window and a half, by fractions.
@@ -113,6 +120,9 @@ func decodeWindow(data []byte) (windowProgram, bool) {
 		default:
 			op.cost = 1 + int64(c)%p.limit
 		}
+		if op.kind == 4 { // an actual from below the estimate to beyond the limit
+			op.actual = op.cost + int64(b[3])%(2*p.limit+3) - 1
+		}
 		p.ops = append(p.ops, op)
 	}
 	return p, true
@@ -134,6 +144,7 @@ func runWindow(p windowProgram) error {
 	params.MaxKeys = 0
 	refGlobal := reference.NewWindow(params)
 	var adm, admGlobal []reference.Admission
+	settled := false        // a settlement counts beyond the limit: no envelope then
 	now := int64(time.Hour) // past the epoch, so that nothing is clamped
 	spacing := p.maxKeys * int64(keycap.CapSweepSpacing)
 	lastCap := int64(math.MinInt64 / 2)
@@ -143,7 +154,11 @@ func runWindow(p windowProgram) error {
 		// A new key at the cap within the sweep spacing of the last one there
 		// is told the earliest reclaim as of that sweep: a lower bound, since
 		// the held keys may have admitted more at the same instant.
-		atCap := op.kind != 1 && op.kind != 3 && op.cost > 0 && op.cost <= p.limit && p.maxKeys > 0 && !ref.Holds(op.key) && ref.Held() >= p.maxKeys
+		takes := op.cost > 0 && op.cost <= p.limit
+		if op.kind == 4 {
+			takes = op.cost >= 0 && op.actual > op.cost
+		}
+		atCap := op.kind != 1 && op.kind != 3 && takes && p.maxKeys > 0 && !ref.Holds(op.key) && ref.Held() >= p.maxKeys
 		bound := atCap && now < lastCap+spacing
 		if atCap && !bound {
 			lastCap = now
@@ -170,6 +185,20 @@ func runWindow(p windowProgram) error {
 				return fmt.Errorf("op %d at %d: AllowCost(%s, %d) = %v, reference %+v", i, now, op.key, op.cost, ok, want)
 			}
 			got = want
+		case 4:
+			settled = true
+			if f, g := tbl.SettleAt(op.key, at, op.cost, op.actual), ref.Settle(op.key, now, op.cost, op.actual); f != g {
+				return fmt.Errorf("op %d at %d: Settle(%s, %d, %d) forgave %d, reference %d", i, now, op.key, op.cost, op.actual, f, g)
+			}
+			if op.key == "a" {
+				if f, g := global.SettleAt(at, op.cost, op.actual), refGlobal.Settle("a", now, op.cost, op.actual); f != g {
+					return fmt.Errorf("op %d at %d: global Settle(%d, %d) forgave %d, reference %d", i, now, op.cost, op.actual, f, g)
+				}
+			}
+			if n, m := tbl.Len(), ref.Held(); n != m {
+				return fmt.Errorf("op %d at %d: %d keys after a settlement, the reference holds %d", i, now, n, m)
+			}
+			continue
 		case 3:
 			if n, m := tbl.SweepAt(at), ref.Forget(now); n != m {
 				return fmt.Errorf("op %d at %d: the sweep removed %d keys, the reference forgot %d", i, now, n, m)
@@ -188,6 +217,9 @@ func runWindow(p windowProgram) error {
 		if op.kind != 1 && want.Allowed && op.cost > 0 && ref.Holds(op.key) { // not one admitted untracked at the cap
 			adm = append(adm, reference.Admission{Key: op.key, At: now, Cost: op.cost})
 		}
+	}
+	if settled {
+		return nil
 	}
 	if err := reference.CheckWindow(p.limit, int64(p.window), adm); err != nil {
 		return fmt.Errorf("keyed: %w", err)

@@ -751,6 +751,7 @@ func RulesMatchReference(t *testing.T) {
 		l := {{make $r}}
 		ref := {{windowRef $r (printf "l.Rule(%s)" $p.Const)}}
 		var admitted []reference.Admission
+		settled := false
 		rng := rand.New(rand.NewPCG(1, 2))
 		now := t0
 		for i := range 400 {
@@ -778,6 +779,16 @@ func RulesMatchReference(t *testing.T) {
 			if got.Allowed && cost > 0 && ref.Holds({{refKey $r}}) {
 				admitted = append(admitted, reference.Admission{Key: {{refKey $r}}, At: now, Cost: cost})
 			}
+			if got.Allowed && i%7 == 3 { // settled: the excess of a higher actual counted now
+				settled = true
+				actual := rng.Int64N(3*cost + 2)
+				if got, want := l.SettleAt({{plan $p}}{{key $r}}at(now), cost, actual), ref.Settle({{refKey $r}}, now, cost, actual); got != want {
+					t.Fatalf("step %d: SettleAt(estimate %d, actual %d) forgave %d, reference %d", i, cost, actual, got, want)
+				}
+			}
+		}
+		if settled {
+			return // a settlement counts beyond the limit: no envelope
 		}
 		if err := reference.CheckWindow({{$p.Burst}}, {{$p.WindowNs}}, admitted); err != nil {
 			t.Fatal(err)

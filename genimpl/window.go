@@ -65,6 +65,19 @@ func (l KeyedWindow[K]) PeekAt(key K, now atomicbucket.Time, cost int64) atomicb
 	return l.t.PeekAt(key, now, cost)
 }
 
+// Settle settles now a request of key admitted at cost estimate whose
+// actual cost is actual: a higher actual counts the excess in the window now
+// (at most the limit; the rest is forgiven, and returned), a lower one gives
+// nothing back (atomicwindow.Table.SettleAt).
+func (l KeyedWindow[K]) Settle(key K, estimate, actual int64) (forgiven int64) {
+	return l.t.SettleAt(key, atomicbucket.Now(), estimate, actual)
+}
+
+// SettleAt is Settle at time now.
+func (l KeyedWindow[K]) SettleAt(key K, now atomicbucket.Time, estimate, actual int64) (forgiven int64) {
+	return l.t.SettleAt(key, now, estimate, actual)
+}
+
 // Reset empties key's window now: what it admitted no longer counts (a
 // customer's quota given back after a refund). It reports whether the key
 // had a window.
@@ -169,6 +182,16 @@ func (l GlobalWindow) Peek(cost int64) atomicbucket.Decision {
 // PeekAt is Peek at time now.
 func (l GlobalWindow) PeekAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	return l.w.PeekAt(now, cost)
+}
+
+// Settle is KeyedWindow.Settle for the one window.
+func (l GlobalWindow) Settle(estimate, actual int64) (forgiven int64) {
+	return l.w.SettleAt(atomicbucket.Now(), estimate, actual)
+}
+
+// SettleAt is Settle at time now.
+func (l GlobalWindow) SettleAt(now atomicbucket.Time, estimate, actual int64) (forgiven int64) {
+	return l.w.SettleAt(now, estimate, actual)
 }
 
 // Reset empties the window now: what it admitted no longer counts.

@@ -133,17 +133,19 @@ func (w *Window) decide(log []Admission, t, cost int64) Decision {
 		}
 		return time.Duration(log[len(log)-1].At + w.p.Window - t)
 	}
+	// What is left is never below 0: a settlement's excess may have put
+	// more than the limit in the window.
 	if cost < 0 || cost > w.p.Limit {
-		return Decision{Remaining: w.p.Limit - in, Reset: reset(log), RetryAfter: atomicbucket.Never}
+		return Decision{Remaining: max(w.p.Limit-in, 0), Reset: reset(log), RetryAfter: atomicbucket.Never}
 	}
-	if in+cost > w.p.Limit {
-		return Decision{Remaining: w.p.Limit - in, Reset: reset(log), RetryAfter: w.waitFor(log, t, w.p.Limit-cost)}
+	if cost > 0 && in+cost > w.p.Limit { // a cost of 0 takes nothing: admitted, however full
+		return Decision{Remaining: max(w.p.Limit-in, 0), Reset: reset(log), RetryAfter: w.waitFor(log, t, w.p.Limit-cost)}
 	}
 	after := log
 	if cost > 0 {
 		after = append(slices.Clip(log), Admission{At: w.held(t), Cost: cost})
 	}
-	return Decision{Allowed: true, Remaining: w.p.Limit - in - cost, Reset: reset(after)}
+	return Decision{Allowed: true, Remaining: max(w.p.Limit-in-cost, 0), Reset: reset(after)}
 }
 
 // AllowN decides a request of cost for key at t, logging it if admitted.
@@ -169,6 +171,33 @@ func (w *Window) AllowN(key string, t, cost int64) Decision {
 		w.logs[key] = append(log, Admission{Key: key, At: w.held(t), Cost: cost})
 	}
 	return d
+}
+
+// Settle settles a request of key admitted at estimate whose actual cost is
+// actual, at t, and returns the units forgiven: a higher actual logs the
+// excess at t, at most Limit of it, whatever the window holds (a key
+// without a log gets one, as an admission would; a new key at the cap
+// none, and all of it is forgiven); a lower one gives nothing back.
+func (w *Window) Settle(key string, t, estimate, actual int64) (forgiven int64) {
+	if estimate < 0 || actual <= estimate {
+		return 0
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	excess := actual - estimate
+	log, held := w.live(key, t)
+	if !held && w.p.MaxKeys > 0 && int64(len(w.logs)) >= w.p.MaxKeys {
+		if t >= w.lastCap+w.p.CapSpacing {
+			w.lastCap = t
+			w.forget(t)
+		}
+		if int64(len(w.logs)) >= w.p.MaxKeys {
+			return excess
+		}
+	}
+	c := min(excess, w.p.Limit)
+	w.logs[key] = append(log, Admission{Key: key, At: w.held(t), Cost: c})
+	return excess - c
 }
 
 // emptyAt is when a held key's window, whose log (or newest admission) is

@@ -1895,6 +1895,22 @@ func (l *QuotaPlanLocalLimiter) PeekAt(plan Plan, key string, now atomicbucket.T
 	return l.s[plan].PeekAt(key, now, cost)
 }
 
+// Settle settles now a request admitted at cost estimate whose actual cost is actual: a higher actual counts the excess in the window now (at most the limit; the rest forgiven, and returned), a lower one gives nothing back (atomicwindow.Table.SettleAt); 0 for a plan outside the constants.
+func (l *QuotaPlanLocalLimiter) Settle(plan Plan, key string, estimate, actual int64) int64 {
+	if plan >= numPlans {
+		return 0
+	}
+	return l.s[plan].SettleAt(key, atomicbucket.Now(), estimate, actual)
+}
+
+// SettleAt is Settle at time now.
+func (l *QuotaPlanLocalLimiter) SettleAt(plan Plan, key string, now atomicbucket.Time, estimate, actual int64) int64 {
+	if plan >= numPlans {
+		return 0
+	}
+	return l.s[plan].SettleAt(key, now, estimate, actual)
+}
+
 // Reset empties key's window on every plan now: what it admitted no longer counts (a customer's quota
 // given back after a refund). It reports whether the key had a window on any plan.
 func (l *QuotaPlanLocalLimiter) Reset(key string) bool {

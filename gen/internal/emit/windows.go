@@ -296,6 +296,11 @@ func emitPlannedWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.
 		target.Clone().Dot("PeekAt").Call(args(rt("Now").Call(), cost)...))
 	method("PeekAt", "is Peek at time now.", params(nowP, costP), rt("Decision"), never,
 		target.Clone().Dot("PeekAt").Call(args(now, cost)...))
+	settleP := jen.List(jen.Id("estimate"), jen.Id("actual")).Int64()
+	method("Settle", "settles now a request admitted at cost estimate whose actual cost is actual: a higher actual counts the excess in the window now (at most the limit; the rest forgiven, and returned), a lower one gives nothing back (atomicwindow.Table.SettleAt); 0 for a plan outside the constants.",
+		params(settleP), jen.Int64(), jen.Lit(0), target.Clone().Dot("SettleAt").Call(args(rt("Now").Call(), jen.Id("estimate"), jen.Id("actual"))...))
+	method("SettleAt", "is Settle at time now.", params(nowP, settleP), jen.Int64(), jen.Lit(0),
+		target.Clone().Dot("SettleAt").Call(args(now, jen.Id("estimate"), jen.Id("actual"))...))
 	// Reset: every plan's window of the key (a key's plan may change).
 	if r.KeyType != "" {
 		g.Comment("Reset empties key's window on every plan now: what it admitted no longer counts (a customer's quota").Line()

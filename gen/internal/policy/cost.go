@@ -123,7 +123,8 @@ func routeBurst(m *model.Model, r *model.Route, least bool) (int64, string) {
 // (both read the response's header map then, where a trailer is too), or
 // for door grpc "trailer:name" (its trailer metadata). The route's cost is
 // the estimate, so it must have one; every rule it charges must be a token
-// bucket (local or shared): a window cannot give units back.
+// bucket (local or shared) or a local window (which counts an excess, and
+// gives nothing back).
 func (p *parser) routeSettle(n, cost *yaml.Node, r *model.Route, m *model.Model, what, door string) bool {
 	kind, name, _ := strings.Cut(n.Value, ":")
 	switch {
@@ -151,8 +152,8 @@ func (p *parser) routeSettle(n, cost *yaml.Node, r *model.Route, m *model.Model,
 	for _, ri := range r.Rules {
 		rule := m.Rules[ri]
 		switch {
-		case rule.Limits[0].Window:
-			p.errorf(n, "%s: settle: rule %s is a window rule, and a window cannot give back units later admissions were counted over; settle routes of token-bucket rules only", what, rule.Name)
+		case rule.Limits[0].Window && rule.Shared:
+			p.errorf(n, "%s: settle: rule %s is a shared window rule, and settling on a store's window is not in this version; settle a local window or a token-bucket rule", what, rule.Name)
 			return false
 		}
 	}

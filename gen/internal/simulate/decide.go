@@ -148,9 +148,9 @@ type settlement struct {
 	actual    int64
 }
 
-// settle settles st with each of the simulation's token-bucket rules, as a
-// door settles a request whose handler returned: the difference given
-// back, or owed as debt.
+// settle settles st with each of the simulation's rate rules, as a door
+// settles a request whose handler returned: a bucket gives the difference
+// back or owes it as debt; a window counts an excess.
 func (s *simulation) settle(st settlement) {
 	for i, r := range s.rules {
 		var f int64
@@ -159,6 +159,10 @@ func (s *simulation) settle(st settlement) {
 			f = r.table.SettleAt(st.keys[i], st.end, st.estimates[i], st.actual)
 		case r.bucket != nil:
 			f = r.bucket.SettleAt(st.end, st.estimates[i], st.actual)
+		case r.wtable != nil:
+			f = r.wtable.SettleAt(st.keys[i], st.end, st.estimates[i], st.actual)
+		case r.window != nil:
+			f = r.window.SettleAt(st.end, st.estimates[i], st.actual)
 		default:
 			continue // an in-flight rule
 		}

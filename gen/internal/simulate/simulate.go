@@ -46,7 +46,8 @@ import (
 // long. An actual column or JSON field is the request's actual cost: an
 // admitted request is settled at it when it ends (its time plus its
 // duration, or at once), against the cost it was admitted at (given back,
-// or owed as debt; not on window rules). Without a
+// or owed as debt; a window counts an excess and gives nothing back).
+// Without a
 // header, a tier's keys are one column split at |, or a single key for every
 // keyed rule. Columns a header names that simulate does not know (allowed,
 // remaining, …) are ignored, so its output can be fed back in.
@@ -548,11 +549,6 @@ func (s *simulation) request(line int, timeField string, keys []string, costFiel
 		a, err := strconv.ParseInt(actualField, 10, 64)
 		if err != nil || a < 0 {
 			return req, fmt.Errorf("line %d: actual %q: want the request's actual cost, a whole number not below 0", line, actualField)
-		}
-		for _, r := range s.rules {
-			if r.limit.Window {
-				return req, fmt.Errorf("line %d: actual: rule %s is a window rule, which settles no cost (a window cannot give back units later admissions were counted over)", line, r.rule.Name)
-			}
 		}
 		req.actual, req.hasActual = a, true
 	}
