@@ -14,6 +14,7 @@ import (
 
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/atomicslot"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/clientip"
 	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limithttp"
@@ -92,12 +93,14 @@ const (
 	RuleReportSlots
 	// RuleChatTokens names the rule ChatTokens.
 	RuleChatTokens
+	// RuleDailyTokens names the rule DailyTokens.
+	RuleDailyTokens
 	// RuleGlobal names the rule Global.
 	RuleGlobal
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "PerEndpoint", "Login", "DailyExport", "Upload", "TenantUser", "ExportSlots", "ReportSlots", "ChatTokens", "Global"}
+var ruleNames = [...]string{"", "PerUser", "PerEndpoint", "Login", "DailyExport", "Upload", "TenantUser", "ExportSlots", "ReportSlots", "ChatTokens", "DailyTokens", "Global"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -120,6 +123,7 @@ type Limits struct {
 	ExportSlots     *ExportSlotsLimiter // see the package-level ExportSlots
 	ReportSlots     *ReportSlotsLimiter // see the package-level ReportSlots
 	ChatTokens      *ChatTokensLimiter  // see the package-level ChatTokens
+	DailyTokens     *DailyTokensLimiter // see the package-level DailyTokens
 	Global          *GlobalLimiter      // see the package-level Global
 	overlay.Numbers                     // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
@@ -161,12 +165,13 @@ func New(opts ...Option) *Limits {
 		ExportSlots: newExportSlotsLimiter(),
 		ReportSlots: newReportSlotsLimiter(),
 		ChatTokens:  newChatTokensLimiter(),
+		DailyTokens: newDailyTokensLimiter(),
 		Global:      newGlobalLimiter(o.start),
 	}
 	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Fixed: map[string]string{"ExportSlots": "an in-flight rule's numbers do not change at run time in this version", "ReportSlots": "an in-flight rule's numbers do not change at run time in this version"},
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "PerEndpoint": overlay.KeyedTarget(l.PerEndpoint.Keyed, overlay.ParseInt[int64]), "Login": overlay.KeyedTarget(l.Login.Keyed, nil), "DailyExport": overlay.KeyedTarget(l.DailyExport.Keyed, overlay.ParseUint[uint64]), "Upload": overlay.KeyedTarget(l.Upload.Keyed, nil), "TenantUser": overlay.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "ChatTokens": overlay.KeyedTarget(l.ChatTokens.Keyed, nil), "Global": overlay.GlobalTarget(l.Global.Global)},
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "PerEndpoint": overlay.KeyedTarget(l.PerEndpoint.Keyed, overlay.ParseInt[int64]), "Login": overlay.KeyedTarget(l.Login.Keyed, nil), "DailyExport": overlay.KeyedTarget(l.DailyExport.Keyed, overlay.ParseUint[uint64]), "Upload": overlay.KeyedTarget(l.Upload.Keyed, nil), "TenantUser": overlay.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "ChatTokens": overlay.KeyedTarget(l.ChatTokens.Keyed, nil), "DailyTokens": overlay.WindowTarget(l.DailyTokens.KeyedWindow, nil), "Global": overlay.GlobalTarget(l.Global.Global)},
 	})
 	return l
 }
@@ -268,6 +273,9 @@ var (
 
 	// ChatTokens allows 100000 requests per minute per key, in bursts of up to 100000.
 	ChatTokens = Default.ChatTokens
+
+	// DailyTokens allows at most 2000000 requests in any 24 hours per key (a sliding window).
+	DailyTokens = Default.DailyTokens
 
 	// Global allows 2000 requests per second in total, in bursts of up to 4000.
 	Global = Default.Global
@@ -875,6 +883,20 @@ func (l *ChatTokensLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
+// dailyTokensLimit is DailyTokens's window rule, as the policy gives it.
+var dailyTokensLimit = atomicwindow.MustRule(2000000, 24*time.Hour)
+
+// newDailyTokensLimiter returns DailyTokens's (empty) table.
+func newDailyTokensLimiter() *DailyTokensLimiter {
+	return &DailyTokensLimiter{genimpl.NewKeyedWindow(atomicwindow.NewTable[string](dailyTokensLimit, atomicbucket.TableOptions{}), 1)}
+}
+
+// DailyTokensLimiter is the type of DailyTokens. Its methods, genimpl.KeyedWindow's, are safe for
+// concurrent use.
+type DailyTokensLimiter struct {
+	genimpl.KeyedWindow[string]
+}
+
 // globalLimit is Global's limit, as the policy gives it.
 var globalLimit = atomicbucket.Limit{
 	Tokens: 2000,
@@ -1144,6 +1166,95 @@ func (l *Limits) ExportsNAt(plan Plan, perUserKey string, exportSlotsKey string,
 	return set, td
 }
 
+// Chat checks a request against ChatTokens, DailyTokens, in that order, and allows it only if every
+// rule does: when a rule denies, the tokens the earlier rules took are given back. A window cannot
+// give back what it counted, so DailyTokens is looked at before anything is taken and counted last:
+// a request denied by any rule counts in no window (unless, between the look and the count, a
+// concurrent request of the same key filled the window: then the windows counted before it keep
+// it). It uses Default.
+func Chat(chatTokensKey string, dailyTokensKey string) TierDecision {
+	return Default.Chat(chatTokensKey, dailyTokensKey)
+}
+
+// Chat checks a request against ChatTokens, DailyTokens, in that order, and allows it only if every
+// rule does: when a rule denies, the tokens the earlier rules took are given back. A window cannot
+// give back what it counted, so DailyTokens is looked at before anything is taken and counted last:
+// a request denied by any rule counts in no window (unless, between the look and the count, a
+// concurrent request of the same key filled the window: then the windows counted before it keep
+// it).
+func (l *Limits) Chat(chatTokensKey string, dailyTokensKey string) TierDecision {
+	return l.checkChat(chatTokensKey, dailyTokensKey, atomicbucket.Now(), 0, true)
+}
+
+// ChatN is Chat with a cost every rule is charged instead of its default. It uses Default.
+func ChatN(chatTokensKey string, dailyTokensKey string, cost int64) TierDecision {
+	return Default.ChatN(chatTokensKey, dailyTokensKey, cost)
+}
+
+// ChatN is Chat with a cost every rule is charged instead of its default.
+func (l *Limits) ChatN(chatTokensKey string, dailyTokensKey string, cost int64) TierDecision {
+	return l.checkChat(chatTokensKey, dailyTokensKey, atomicbucket.Now(), cost, false)
+}
+
+// ChatAt is Chat at time now. It uses Default.
+func ChatAt(chatTokensKey string, dailyTokensKey string, now atomicbucket.Time) TierDecision {
+	return Default.ChatAt(chatTokensKey, dailyTokensKey, now)
+}
+
+// ChatAt is Chat at time now.
+func (l *Limits) ChatAt(chatTokensKey string, dailyTokensKey string, now atomicbucket.Time) TierDecision {
+	return l.checkChat(chatTokensKey, dailyTokensKey, now, 0, true)
+}
+
+// ChatNAt is ChatN at time now. It uses Default.
+func ChatNAt(chatTokensKey string, dailyTokensKey string, now atomicbucket.Time, cost int64) TierDecision {
+	return Default.ChatNAt(chatTokensKey, dailyTokensKey, now, cost)
+}
+
+// ChatNAt is ChatN at time now.
+func (l *Limits) ChatNAt(chatTokensKey string, dailyTokensKey string, now atomicbucket.Time, cost int64) TierDecision {
+	return l.checkChat(chatTokensKey, dailyTokensKey, now, cost, false)
+}
+
+// checkChat is Chat with each rule charged cost, or its own default cost when defaults is set. It
+// is tier.At unrolled, with typed calls: keep the two in step.
+func (l *Limits) checkChat(chatTokensKey string, dailyTokensKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
+	c0, c1 := cost, cost
+	if defaults {
+		c0, c1 = 1, 1
+	}
+	p1 := l.DailyTokens.PeekAt(dailyTokensKey, now, c1)
+	if !p1.Allowed {
+		return TierDecision{
+			Decision: p1,
+			Rule:     RuleDailyTokens,
+			DeniedBy: RuleDailyTokens,
+		}
+	}
+	d0 := l.ChatTokens.AllowNAt(chatTokensKey, now, c0)
+	if !d0.Allowed {
+		return TierDecision{
+			Decision: d0,
+			Rule:     RuleChatTokens,
+			DeniedBy: RuleChatTokens,
+		}
+	}
+	d1 := l.DailyTokens.AllowNAt(dailyTokensKey, now, c1)
+	if !d1.Allowed {
+		l.ChatTokens.RefundAt(chatTokensKey, now, c0)
+		return TierDecision{
+			Decision: d1,
+			Rule:     RuleDailyTokens,
+			DeniedBy: RuleDailyTokens,
+		}
+	}
+	most, rule := d0, RuleChatTokens
+	if d1.Remaining < most.Remaining {
+		most, rule = d1, RuleDailyTokens
+	}
+	return TierDecision{Decision: most, Rule: rule}
+}
+
 // httpPolicyPerUserPlanFree is rule PerUser on the free plan as the RateLimit fields describe it.
 var httpPolicyPerUserPlanFree = verdict.Policy{
 	Name:   "PerUser",
@@ -1235,6 +1346,22 @@ var httpPolicyChatTokens = verdict.Policy{
 	Prefix: "\"ChatTokens\";r=",
 }
 
+// httpPolicyDailyTokens is rule DailyTokens as the RateLimit fields describe it.
+var httpPolicyDailyTokens = verdict.Policy{
+	Name:   "DailyTokens",
+	Quota:  2000000,
+	Window: 86400,
+	Limit: atomicbucket.Limit{
+		Tokens: 2000000,
+		Period: 24 * time.Hour,
+		Burst:  2000000,
+		Refill: atomicbucket.Interval,
+	},
+	Item:    "\"DailyTokens\";q=2000000;w=86400",
+	Prefix:  "\"DailyTokens\";r=",
+	Sliding: true,
+}
+
 // httpPolicyGlobal is rule Global as the RateLimit fields describe it.
 var httpPolicyGlobal = verdict.Policy{
 	Name:   "Global",
@@ -1247,13 +1374,13 @@ var httpPolicyGlobal = verdict.Policy{
 
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro, &httpPolicyPerUserPlanEnterprise}, RulePerEndpoint: {&httpPolicyPerEndpoint, &httpPolicyPerEndpoint, &httpPolicyPerEndpoint}, RuleLogin: {&httpPolicyLogin, &httpPolicyLogin, &httpPolicyLogin}, RuleDailyExport: {&httpPolicyDailyExport, &httpPolicyDailyExport, &httpPolicyDailyExport}, RuleUpload: {&httpPolicyUpload, &httpPolicyUpload, &httpPolicyUpload}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser, &httpPolicyTenantUser}, RuleChatTokens: {&httpPolicyChatTokens, &httpPolicyChatTokens, &httpPolicyChatTokens}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal, &httpPolicyGlobal}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro, &httpPolicyPerUserPlanEnterprise}, RulePerEndpoint: {&httpPolicyPerEndpoint, &httpPolicyPerEndpoint, &httpPolicyPerEndpoint}, RuleLogin: {&httpPolicyLogin, &httpPolicyLogin, &httpPolicyLogin}, RuleDailyExport: {&httpPolicyDailyExport, &httpPolicyDailyExport, &httpPolicyDailyExport}, RuleUpload: {&httpPolicyUpload, &httpPolicyUpload, &httpPolicyUpload}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser, &httpPolicyTenantUser}, RuleChatTokens: {&httpPolicyChatTokens, &httpPolicyChatTokens, &httpPolicyChatTokens}, RuleDailyTokens: {&httpPolicyDailyTokens, &httpPolicyDailyTokens, &httpPolicyDailyTokens}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal, &httpPolicyGlobal}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1, 1}, RulePerEndpoint: {1, 1, 1}, RuleLogin: {1, 1, 1}, RuleDailyExport: {1, 1, 1}, RuleUpload: {10, 10, 10}, RuleTenantUser: {1, 1, 1}, RuleChatTokens: {1, 1, 1}, RuleGlobal: {1, 1, 1}}
+var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1, 1}, RulePerEndpoint: {1, 1, 1}, RuleLogin: {1, 1, 1}, RuleDailyExport: {1, 1, 1}, RuleUpload: {10, 10, 10}, RuleTenantUser: {1, 1, 1}, RuleChatTokens: {1, 1, 1}, RuleDailyTokens: {1, 1, 1}, RuleGlobal: {1, 1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
-var httpRoutes = [...][numPlans]string{{"\"Login\";q=5;w=10", "\"Login\";q=5;w=10", "\"Login\";q=5;w=10"}, {"\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10"}, {"\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400"}, {"\"PerUser\";q=50;w=5", "\"PerUser\";q=500;w=5", "\"PerUser\";q=2000;w=2"}, {"", "", ""}, {"\"ChatTokens\";q=100000;w=60", "\"ChatTokens\";q=100000;w=60", "\"ChatTokens\";q=100000;w=60"}, {"\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10"}, {"\"PerUser\";q=50;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=500;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=2000;w=2, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2"}}
+var httpRoutes = [...][numPlans]string{{"\"Login\";q=5;w=10", "\"Login\";q=5;w=10", "\"Login\";q=5;w=10"}, {"\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10"}, {"\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400"}, {"\"PerUser\";q=50;w=5", "\"PerUser\";q=500;w=5", "\"PerUser\";q=2000;w=2"}, {"", "", ""}, {"\"ChatTokens\";q=100000;w=60, \"DailyTokens\";q=2000000;w=86400", "\"ChatTokens\";q=100000;w=60, \"DailyTokens\";q=2000000;w=86400", "\"ChatTokens\";q=100000;w=60, \"DailyTokens\";q=2000000;w=86400"}, {"\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10"}, {"\"PerUser\";q=50;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=500;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=2000;w=2, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2"}}
 
 // Hooks are the functions of your service that the policy's http: section names: what only
 // your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
@@ -1262,9 +1389,9 @@ type Hooks struct {
 	// PlanOf returns the request's plan; false (or a value outside the plans) means the default plan,
 	// free. Take it from what your authentication verified.
 	PlanOf func(*http.Request) (Plan, bool)
-	// UserID returns the key of Upload, PerUser, ChatTokens for a request, and false when it has none
-	// (then the next key source is tried, or the request is refused with the policy's missing_key
-	// status). An empty key counts as none.
+	// UserID returns the key of Upload, PerUser, ChatTokens, DailyTokens for a request, and false when
+	// it has none (then the next key source is tried, or the request is refused with the policy's
+	// missing_key status). An empty key counts as none.
 	UserID func(*http.Request) (string, bool)
 }
 
@@ -1353,15 +1480,22 @@ func (m *Middleware) settleRoute(w http.ResponseWriter, r *http.Request, route i
 }
 
 // settle6 settles a request of POST /v1/chat that its handler answered: the actual cost in the
-// response's X-Tokens-Used, against the estimate the check took, with ChatTokens; it returns the
-// tokens forgiven beyond the rules' debt bounds, verdict.KeptEstimate, or verdict.SettleFailed when
-// a store could not settle.
+// response's X-Tokens-Used, against the estimate the check took, with ChatTokens, DailyTokens; it
+// returns the tokens forgiven beyond the rules' debt bounds, verdict.KeptEstimate, or
+// verdict.SettleFailed when a store could not settle.
 func (m *Middleware) settle6(w http.ResponseWriter, r *http.Request) int64 {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
+		return verdict.KeptEstimate
+	}
+	var k1 string
+	var ok1 bool
+	k1, ok1 = m.hooks.UserID(r)
+	ok1 = ok1 && k1 != "" && len(k1) <= verdict.MaxKeyLen
+	if !ok1 {
 		return verdict.KeptEstimate
 	}
 	cost, costOK := limithttp.HeaderCost(r, "X-Max-Tokens", 1000, 16000)
@@ -1373,7 +1507,7 @@ func (m *Middleware) settle6(w http.ResponseWriter, r *http.Request) int64 {
 		return verdict.KeptEstimate
 	}
 	now := m.Now()
-	return m.limits.ChatTokens.SettleAt(k0, now, cost, actual)
+	return verdict.AddForgiven(m.limits.ChatTokens.SettleAt(k0, now, cost, actual), m.limits.DailyTokens.SettleAt(k1, now, cost, actual))
 }
 
 // ServeMux is the http.ServeMux behind the middleware that NewServeMux returns (see limithttp.ServeMux).
@@ -1416,13 +1550,16 @@ var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var httpSeries = [...]verdict.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/upload", Rule: "Upload"}, {Route: "GET /v1/export/{account}", Rule: "DailyExport"}, {Route: "POST /v1/exports", Tier: "Exports", Rule: "PerUser"}, {Route: "POST /v1/exports", Tier: "Exports", Rule: "ExportSlots"}, {Route: "POST /v1/reports", Rule: "ReportSlots"}, {Route: "POST /v1/chat", Rule: "ChatTokens"}, {Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser"}, {Route: "/v1/", Tier: "API", Rule: "PerUser"}, {Route: "/v1/", Tier: "API", Rule: "PerEndpoint"}, {Route: "/v1/", Tier: "API", Rule: "Global"}}
+var httpSeries = [...]verdict.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/upload", Rule: "Upload"}, {Route: "GET /v1/export/{account}", Rule: "DailyExport"}, {Route: "POST /v1/exports", Tier: "Exports", Rule: "PerUser"}, {Route: "POST /v1/exports", Tier: "Exports", Rule: "ExportSlots"}, {Route: "POST /v1/reports", Rule: "ReportSlots"}, {Route: "POST /v1/chat", Tier: "Chat", Rule: "ChatTokens"}, {Route: "POST /v1/chat", Tier: "Chat", Rule: "DailyTokens"}, {Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser"}, {Route: "/v1/", Tier: "API", Rule: "PerUser"}, {Route: "/v1/", Tier: "API", Rule: "PerEndpoint"}, {Route: "/v1/", Tier: "API", Rule: "Global"}}
 
 // httpSeriesRoute4 are the series of POST /v1/exports's rules in the Counters, by RuleName.
 var httpSeriesRoute4 = [...]int{RulePerUser: 3, RuleExportSlots: 4}
 
+// httpSeriesRoute6 are the series of POST /v1/chat's rules in the Counters, by RuleName.
+var httpSeriesRoute6 = [...]int{RuleChatTokens: 6, RuleDailyTokens: 7}
+
 // httpSeriesRoute8 are the series of /v1/'s rules in the Counters, by RuleName.
-var httpSeriesRoute8 = [...]int{RulePerUser: 8, RulePerEndpoint: 9, RuleGlobal: 10}
+var httpSeriesRoute8 = [...]int{RulePerUser: 9, RulePerEndpoint: 10, RuleGlobal: 11}
 
 // route1 checks POST /v1/login (rule Login, enforce) and reports whether the request may go on.
 func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
@@ -1583,31 +1720,48 @@ func (m *Middleware) acquire5(w http.ResponseWriter, r *http.Request) (bool, ato
 	return true, set
 }
 
-// route6 checks POST /v1/chat (rule ChatTokens, enforce) and reports whether the request may go on.
+// route6 checks POST /v1/chat (tier Chat, enforce) and reports whether the request may go on.
 func (m *Middleware) route6(w http.ResponseWriter, r *http.Request) bool {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule ChatTokens: route \\\"POST /v1/chat\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 6, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule ChatTokens: route \\\"POST /v1/chat\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/chat", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 6, Outcome: verdict.MissingKey})
+	}
+	var k1 string
+	var ok1 bool
+	k1, ok1 = m.hooks.UserID(r)
+	ok1 = ok1 && k1 != "" && len(k1) <= verdict.MaxKeyLen
+	if !ok1 {
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule DailyTokens: route \\\"POST /v1/chat\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/chat", Tier: "Chat", Rule: "DailyTokens", RuleIndex: int(RuleDailyTokens), Series: 7, Outcome: verdict.MissingKey})
 	}
 	cost, costOK := limithttp.HeaderCost(r, "X-Max-Tokens", 1000, 16000)
 	if !costOK {
-		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Max-Tokens) is above the most a request may cost on route \\\"POST /v1/chat\\\": 16000.\"}\n", verdict.Event{Route: "POST /v1/chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 6, Outcome: verdict.TooCostly, Cost: cost})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Max-Tokens) is above the most a request may cost on route \\\"POST /v1/chat\\\": 16000.\"}\n", verdict.Event{Route: "POST /v1/chat", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 6, Outcome: verdict.TooCostly, Cost: cost})
 	}
 	now := m.Now()
+	td := m.limits.checkChat(k0, k1, now, cost, false)
 	var res verdict.Result
-	res.Decision = m.limits.ChatTokens.AllowNAt(k0, now, cost)
-	res.Policy = httpPolicies[RuleChatTokens][0]
+	res.Decision = td.Decision
+	res.Policy = httpPolicies[td.Rule][0]
 	res.Policies = httpRoutes[5][0]
 	res.Cost = cost
 	res.Route = "POST /v1/chat"
-	res.Rule = int(RuleChatTokens)
-	res.Series = 6
-	if rf0 := m.limits.ChatTokens.ruleInForce(k0); rf0 != nil {
-		res.Policy = genimpl.InForce(res.Policy, rf0)
-		res.Policies = genimpl.InForceList(res.Policy)
+	res.Tier = "Chat"
+	res.Rule = int(td.Rule)
+	res.Series = httpSeriesRoute6[td.Rule]
+	rf0 := m.limits.ChatTokens.ruleInForce(k0)
+	if rf0 != nil {
+		p0 := genimpl.InForce(httpPolicies[RuleChatTokens][0], rf0)
+		p1 := httpPolicies[RuleDailyTokens][0]
+		res.Policies = genimpl.InForceList(p0, p1)
+		switch td.Rule {
+		case RuleChatTokens:
+			res.Policy = p0
+		case RuleDailyTokens:
+			res.Policy = p1
+		}
 	}
 	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
@@ -1633,7 +1787,7 @@ func (m *Middleware) route7(w http.ResponseWriter, r *http.Request, path string)
 		k0.User, ok0 = k0f1, ok0 && ok0f1
 	}
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule TenantUser: route \\\"GET /v1/tenants/{tenant}/users/{user}\\\" reads it from tenant from the path tenant; user from the path user.\"}\n", verdict.Event{Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser", RuleIndex: int(RuleTenantUser), Series: 7, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule TenantUser: route \\\"GET /v1/tenants/{tenant}/users/{user}\\\" reads it from tenant from the path tenant; user from the path user.\"}\n", verdict.Event{Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser", RuleIndex: int(RuleTenantUser), Series: 8, Outcome: verdict.MissingKey})
 	}
 	now := m.Now()
 	cost := httpCosts[RuleTenantUser][0]
@@ -1644,7 +1798,7 @@ func (m *Middleware) route7(w http.ResponseWriter, r *http.Request, path string)
 	res.Cost = cost
 	res.Route = "GET /v1/tenants/{tenant}/users/{user}"
 	res.Rule = int(RuleTenantUser)
-	res.Series = 7
+	res.Series = 8
 	if rf0 := m.limits.TenantUser.ruleInForce(k0); rf0 != nil {
 		res.Policy = genimpl.InForce(res.Policy, rf0)
 		res.Policies = genimpl.InForceList(res.Policy)
@@ -1663,13 +1817,13 @@ func (m *Middleware) route8(w http.ResponseWriter, r *http.Request) bool {
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 8, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 9, Outcome: verdict.MissingKey})
 	}
 	var k1 int64
 	var ok1 bool
 	k1, ok1 = 8, true
 	if !ok1 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Series: 9, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Series: 10, Outcome: verdict.MissingKey})
 	}
 	plan := m.plan(r)
 	now := m.Now()

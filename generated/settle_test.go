@@ -56,10 +56,11 @@ func (s *service) chatCall(maxTokens, used string, extra ...string) *httptest.Re
 // held is alice's ChatTokens tokens now (0 while in debt).
 func (s *service) held() int64 { return s.lim.ChatTokens.PeekAt("alice", s.now, 0).Remaining }
 
-// TestChatSettles walks POST /v1/chat (ChatTokens: 100,000 a minute, burst
-// 100,000; the estimate from X-Max-Tokens, default 1000, at most 16,000;
-// settled from X-Tokens-Used) through what a settlement can do, the clock
-// standing still unless a step moves it.
+// TestChatSettles walks POST /v1/chat (tier Chat: ChatTokens, 100,000 a
+// minute, burst 100,000, and DailyTokens, a window of 2,000,000 a day; the
+// estimate from X-Max-Tokens, default 1000, at most 16,000; settled from
+// X-Tokens-Used) through what a settlement can do, the clock standing still
+// unless a step moves it.
 func TestChatSettles(t *testing.T) {
 	s := newService(t)
 	// Admitted at 16,000, used 1,200: 14,800 back.
@@ -68,6 +69,10 @@ func TestChatSettles(t *testing.T) {
 	}
 	if got := s.held(); got != 98800 {
 		t.Fatalf("after using 1200 of 16000: %d held, want 98800", got)
+	}
+	// The day's window gives nothing back: it still counts 16,000.
+	if got := s.lim.DailyTokens.PeekAt("alice", s.now, 0).Remaining; got != 2_000_000-16000 {
+		t.Fatalf("the day's window after the first chat: %d left, want %d", got, 2_000_000-16000)
 	}
 	// No actual reported: the estimate (the default, 1000) is kept.
 	s.chatCall("", "")
@@ -99,6 +104,11 @@ func TestChatSettles(t *testing.T) {
 	s.chatCall("16000", "111400")
 	if got := s.held(); got != 0 {
 		t.Fatalf("in debt: %d remaining, want 0", got)
+	}
+	// The window counted the 95,400 beyond the estimate when the chat ended:
+	// 16,000 + 1,000 + 4×100 + 500 + 2,000 + 16,000 + 95,400 in all.
+	if got, want := s.lim.DailyTokens.PeekAt("alice", s.now, 0).Remaining, int64(2_000_000-131_300); got != want {
+		t.Fatalf("the day's window: %d left, want %d", got, want)
 	}
 	// The next chat is refused until refill has repaid the debt and brought
 	// its estimate: 17,000 tokens at 100,000 a minute is 10.2s; Retry-After
@@ -191,7 +201,7 @@ func TestChatSettleAllocatesNothing(t *testing.T) {
 	w := &discard{h: http.Header{}}
 	r := httptest.NewRequest("POST", "/v1/chat", nil)
 	r.Header.Set("X-Test-User", "alice")
-	r.Header.Set("X-Max-Tokens", "4000")
+	r.Header.Set("X-Max-Tokens", "300") // 50 back from the bucket each time; the day's window keeps 300
 	h.ServeHTTP(w, r)
 	if n := testing.AllocsPerRun(1000, func() {
 		clear(w.h)

@@ -1,6 +1,7 @@
 package verdict
 
 import (
+	"math"
 	"strings"
 	"sync/atomic"
 )
@@ -90,4 +91,14 @@ func ParseActual(v string) (cost int64, ok bool) {
 		n = n*10 + int64(v[i]-'0')
 	}
 	return n, true
+}
+
+// AddForgiven adds the tokens two rules' settlements forgave, saturating at
+// the largest int64: a huge actual cost forgives nearly that much on every
+// rule, and a sum that wrapped would read as no settlement at all.
+func AddForgiven(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }

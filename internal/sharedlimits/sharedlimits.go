@@ -3793,7 +3793,7 @@ func (m *Middleware) settle6(w http.ResponseWriter, r *http.Request) int64 {
 	if f, err := m.limits.ChatTokens.Settle(r.Context(), k0, cost, actual); err != nil {
 		failed = true
 	} else {
-		forgiven += f
+		forgiven = verdict.AddForgiven(forgiven, f)
 	}
 	if failed {
 		return verdict.SettleFailed
