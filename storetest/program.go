@@ -43,8 +43,9 @@ var programPeriods = []time.Duration{time.Millisecond, 7*time.Millisecond + 3*ti
 // aligned or not, with or without initial tokens) and checks at microsecond
 // times, single (taking or not), tiers of up to three of the rule's keys,
 // and on a Batcher batches of up to four independent checks at one time;
-// every decision equal to the exact reference's at the same time, for every
-// rule whose units are exact.
+// and on a Settler settlements (refunds and debts); every decision equal
+// to the exact reference's at the same time, for every rule whose units are
+// exact.
 func Program(t *testing.T, st Store, name string, data []byte, start int64) {
 	p := &program{data}
 	l := atomicbucket.Limit{
@@ -68,17 +69,31 @@ func Program(t *testing.T, st Store, name string, data []byte, start int64) {
 	if _, err := atomicbucket.NewRule(l); err != nil {
 		return
 	}
-	ref := referenceOf(l)
+	ref := storeReference(r, l)
 	step := max(int64(l.Period)/1000/l.Tokens, 1) // one token's time, µs
 	sec, usec := start, int64(0)
 	keys := []string{"a", "b", "42"}
 	batcher, batches := st.(Batcher)
+	// Settlements, on a store that settles, for rules whose new buckets
+	// start full (a store forgets a bucket given back to full, and one
+	// starting below full would start again, stricter: see Settle).
+	settler, settles := st.(Settler)
+	settles = settles && (!l.InitialSet || l.Initial == l.Burst)
 	for !p.done() {
 		usec += p.next() * step / 64 * p.next() / 4
 		sec, usec = sec+usec/1e6, usec%1e6
 		now := atomicbucket.FromWall(sec*1e9 + usec*1e3)
 		op := p.next()
 		switch {
+		case settles && op%7 == 6: // a settlement: an actual from nothing to twice the burst and more
+			key, estimate, actual := keys[p.next()%3], p.next()%(l.Burst+1), p.next()%(2*l.Burst+3)
+			got, err := settler.Settle(r, key, estimate, actual, sec, usec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := ref.Settle(key, int64(now), estimate, actual); got != want {
+				t.Fatalf("%+v: settling %s at %d.%06d, %d at %d: store forgave %d, reference %d", l, key, sec, usec, estimate, actual, got, want)
+			}
 		case op%3 < 2: // one check, taking (0) or not (1)
 			key, cost := keys[p.next()%3], p.next()%(l.Burst+2)
 			got, _, err := st.Check([]Part{{r, key, cost}}, op%3 == 0, sec, usec)
