@@ -80,6 +80,9 @@ type Options struct {
 	// policy covers them, by the door's name: verdict.DoorRLS's descriptors
 	// no pattern matched (limitrls.Config.Unmatched).
 	Unmatched map[string]func() uint64
+	// Settlements are a door's settled costs, by the door's name: its
+	// SettleStats (the middleware's, the interceptors').
+	Settlements map[string]func() verdict.SettleStats
 }
 
 // Register creates the instruments on meter and the callback that reads o;
@@ -112,6 +115,8 @@ func Register(meter metric.Meter, o Options) (metric.Registration, error) {
 	tripTime, err := meter.Float64ObservableCounter("limitgen.store.round_trip.time", metric.WithUnit("s"),
 		metric.WithDescription("Total duration of the round trips to the store's server, from a connection in hand to the reply."))
 	errs = append(errs, err)
+	settlements := counter("limitgen.settlements", "{request}", "Requests of settled routes when their handler returned, by door and outcome: settled (at the actual cost), kept (no readable actual: the estimate stays), failed (a store could not settle: the estimate stays).")
+	forgiven := counter("limitgen.settle.forgiven", "{token}", "Tokens of settlements' excess beyond the rules' debt bounds, not charged, by door.")
 	open := gauge("limitgen.store.breaker.open", "{breaker}", "1 while the circuit breaker of the store's server (a Cluster's master) is open.")
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
@@ -133,6 +138,19 @@ func Register(meter metric.Meter, o Options) (metric.Registration, error) {
 			if f != nil {
 				ob.ObserveInt64(unmatched, int64(min(f(), math.MaxInt64)), metric.WithAttributes(attribute.String("door", door)))
 			}
+		}
+		for door, f := range o.Settlements {
+			if f == nil {
+				continue
+			}
+			s := f()
+			for _, v := range []struct {
+				outcome string
+				n       uint64
+			}{{"settled", s.Settled}, {"kept", s.Kept}, {"failed", s.Failed}} {
+				ob.ObserveInt64(settlements, int64(min(v.n, math.MaxInt64)), metric.WithAttributes(attribute.String("door", door), attribute.String("outcome", v.outcome)))
+			}
+			ob.ObserveInt64(forgiven, int64(min(s.Forgiven, math.MaxInt64)), metric.WithAttributes(attribute.String("door", door)))
 		}
 		for rule, t := range o.Tables {
 			s := t.Stats()
@@ -170,5 +188,5 @@ func Register(meter metric.Meter, o Options) (metric.Registration, error) {
 			}
 		}
 		return nil
-	}, decisions, unmatched, keys, evictions, refusals, held, expired, checks, degraded, batches, grants, tokens, trips, tripTime, open)
+	}, decisions, unmatched, keys, evictions, refusals, held, expired, checks, degraded, batches, grants, tokens, trips, tripTime, open, settlements, forgiven)
 }

@@ -106,6 +106,8 @@ func TestManualReader(t *testing.T) {
 		// Envoy's rate-limit service's descriptors no pattern matched
 		// (limitrls.Config.Unmatched).
 		Unmatched: map[string]func() uint64{verdict.DoorRLS: func() uint64 { return 7 }},
+		// The middleware's settled costs (POST /chat settles ChatTokens).
+		Settlements: map[string]func() verdict.SettleStats{verdict.DoorHTTP: mw.SettleStats},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -132,6 +134,34 @@ func TestManualReader(t *testing.T) {
 	}
 	if got["limitgen.store.round_trip.time{store=postgres}"] <= 0 || units["limitgen.store.round_trip.time"] != "s" {
 		t.Errorf("round trips took %v %s", got["limitgen.store.round_trip.time{store=postgres}"], units["limitgen.store.round_trip.time"])
+	}
+
+	// Settled costs: two chats settled (one of them far beyond the debt
+	// bound: tokens forgiven), one that reported nothing (kept).
+	chat := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u := r.Header.Get("X-Test-Used"); u != "" {
+			w.Header().Set("X-Tokens-Used", u)
+		}
+	}))
+	for _, used := range []string{"50", "", "99999999"} {
+		r := httptest.NewRequest("POST", "/chat", nil)
+		r.Header.Set("X-User", "dora")
+		r.Header.Set("X-Max-Tokens", "100")
+		r.Header.Set("X-Test-Used", used)
+		chat.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	got, _ = collect(t, reader)
+	for name, want := range map[string]float64{
+		"limitgen.settlements{door=http,outcome=settled}": 2,
+		"limitgen.settlements{door=http,outcome=kept}":    1,
+		"limitgen.settlements{door=http,outcome=failed}":  0,
+	} {
+		if v := got[name]; v != want {
+			t.Errorf("%s = %v, want %v", name, v, want)
+		}
+	}
+	if v := got["limitgen.settle.forgiven{door=http}"]; v <= 0 {
+		t.Errorf("forgiven tokens: %v, want some", v)
 	}
 
 	srv.Stop() // the store's server is gone: PerUser's on_failure (local) decides

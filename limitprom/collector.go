@@ -72,6 +72,9 @@ type Options struct {
 	// policy covers them, by the door's name: verdict.DoorRLS's descriptors
 	// no pattern matched (limitrls.Config.Unmatched).
 	Unmatched map[string]func() uint64
+	// Settlements are a door's settled costs, by the door's name: its
+	// SettleStats (the middleware's, the interceptors').
+	Settlements map[string]func() verdict.SettleStats
 }
 
 // Collector is a prometheus.Collector over Options' sources. Register it
@@ -81,6 +84,7 @@ type Collector struct {
 
 	decisions, unmatched, keys, evictions, capRefusals, held, expired *prometheus.Desc
 	checks, degraded, batches, grants, leased, trips, open, fails     *prometheus.Desc
+	settlements, forgiven                                             *prometheus.Desc
 }
 
 // New returns a Collector over o.
@@ -105,13 +109,15 @@ func New(o Options) *Collector {
 		trips:       d("store_round_trip_seconds", "Round trips to the store's server, from a connection in hand to the reply; failed ones included.", "store"),
 		open:        d("store_breaker_open", "1 while the circuit breaker of the store's server (a Cluster's master) is open.", "store", "node"),
 		fails:       d("store_breaker_failures", "Failed calls in a row to the store's server.", "store", "node"),
+		settlements: d("settlements_total", "Requests of settled routes when their handler returned, by door and outcome: settled (at the actual cost), kept (no readable actual: the estimate stays), failed (a store could not settle: the estimate stays).", "door", "outcome"),
+		forgiven:    d("settle_forgiven_tokens_total", "Tokens of settlements' excess beyond the rules' debt bounds, not charged, by door.", "door"),
 	}
 }
 
 // Describe sends the metrics' descriptions.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.decisions, c.unmatched, c.keys, c.evictions, c.capRefusals, c.held, c.expired,
-		c.checks, c.degraded, c.batches, c.grants, c.leased, c.trips, c.open, c.fails} {
+		c.checks, c.degraded, c.batches, c.grants, c.leased, c.trips, c.open, c.fails, c.settlements, c.forgiven} {
 		ch <- d
 	}
 }
@@ -132,6 +138,16 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		if f != nil {
 			ch <- prometheus.MustNewConstMetric(c.unmatched, prometheus.CounterValue, float64(f()), door)
 		}
+	}
+	for door, f := range c.o.Settlements {
+		if f == nil {
+			continue
+		}
+		s := f()
+		ch <- prometheus.MustNewConstMetric(c.settlements, prometheus.CounterValue, float64(s.Settled), door, "settled")
+		ch <- prometheus.MustNewConstMetric(c.settlements, prometheus.CounterValue, float64(s.Kept), door, "kept")
+		ch <- prometheus.MustNewConstMetric(c.settlements, prometheus.CounterValue, float64(s.Failed), door, "failed")
+		ch <- prometheus.MustNewConstMetric(c.forgiven, prometheus.CounterValue, float64(s.Forgiven), door)
 	}
 	for rule, t := range c.o.Tables {
 		s := t.Stats()

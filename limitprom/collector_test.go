@@ -95,6 +95,8 @@ func TestScrape(t *testing.T) {
 		// (limitrls.Config.Unmatched; the ready server's own is tested in
 		// examples/quickstart).
 		Unmatched: map[string]func() uint64{verdict.DoorRLS: func() uint64 { return 7 }},
+		// The middleware's settled costs (POST /chat settles ChatTokens).
+		Settlements: map[string]func() verdict.SettleStats{verdict.DoorHTTP: mw.SettleStats},
 	}))
 	metrics := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	t.Cleanup(metrics.Close)
@@ -121,6 +123,34 @@ func TestScrape(t *testing.T) {
 	}
 	if got[`limitgen_store_round_trip_seconds_sum{store="postgres"}`] <= 0 {
 		t.Errorf("round trips took no time: %v", got)
+	}
+
+	// Settled costs: two chats settled (one of them far beyond the debt
+	// bound: tokens forgiven), one that reported nothing (kept).
+	chat := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u := r.Header.Get("X-Test-Used"); u != "" {
+			w.Header().Set("X-Tokens-Used", u)
+		}
+	}))
+	for _, used := range []string{"50", "", "99999999"} {
+		r := httptest.NewRequest("POST", "/chat", nil)
+		r.Header.Set("X-User", "dora")
+		r.Header.Set("X-Max-Tokens", "100")
+		r.Header.Set("X-Test-Used", used)
+		chat.ServeHTTP(httptest.NewRecorder(), r)
+	}
+	got = scrape(t, metrics.URL)
+	for name, want := range map[string]float64{
+		`limitgen_settlements_total{door="http",outcome="settled"}`: 2,
+		`limitgen_settlements_total{door="http",outcome="kept"}`:    1,
+		`limitgen_settlements_total{door="http",outcome="failed"}`:  0,
+	} {
+		if v := got[name]; v != want {
+			t.Errorf("%s = %v, want %v", name, v, want)
+		}
+	}
+	if v := got[`limitgen_settle_forgiven_tokens_total{door="http"}`]; v <= 0 {
+		t.Errorf("forgiven tokens: %v, want some", v)
 	}
 
 	// A route that checks a tier: its decisions are counted by the route,
