@@ -1380,7 +1380,7 @@ var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUs
 var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1, 1}, RulePerEndpoint: {1, 1, 1}, RuleLogin: {1, 1, 1}, RuleDailyExport: {1, 1, 1}, RuleUpload: {10, 10, 10}, RuleTenantUser: {1, 1, 1}, RuleChatTokens: {1, 1, 1}, RuleDailyTokens: {1, 1, 1}, RuleGlobal: {1, 1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
-var httpRoutes = [...][numPlans]string{{"\"Login\";q=5;w=10", "\"Login\";q=5;w=10", "\"Login\";q=5;w=10"}, {"\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10"}, {"\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400"}, {"\"PerUser\";q=50;w=5", "\"PerUser\";q=500;w=5", "\"PerUser\";q=2000;w=2"}, {"", "", ""}, {"\"ChatTokens\";q=100000;w=60, \"DailyTokens\";q=2000000;w=86400", "\"ChatTokens\";q=100000;w=60, \"DailyTokens\";q=2000000;w=86400", "\"ChatTokens\";q=100000;w=60, \"DailyTokens\";q=2000000;w=86400"}, {"\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10"}, {"\"PerUser\";q=50;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=500;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=2000;w=2, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2"}}
+var httpRoutes = [...][numPlans]string{{"\"Login\";q=5;w=10", "\"Login\";q=5;w=10", "\"Login\";q=5;w=10"}, {"\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10", "\"Upload\";q=1000;w=10"}, {"\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400", "\"DailyExport\";q=100;w=86400"}, {"\"PerUser\";q=50;w=5", "\"PerUser\";q=500;w=5", "\"PerUser\";q=2000;w=2"}, {"", "", ""}, {"\"ChatTokens\";q=100000;w=60, \"DailyTokens\";q=2000000;w=86400", "\"ChatTokens\";q=100000;w=60, \"DailyTokens\";q=2000000;w=86400", "\"ChatTokens\";q=100000;w=60, \"DailyTokens\";q=2000000;w=86400"}, {"\"ChatTokens\";q=100000;w=60, \"DailyTokens\";q=2000000;w=86400", "\"ChatTokens\";q=100000;w=60, \"DailyTokens\";q=2000000;w=86400", "\"ChatTokens\";q=100000;w=60, \"DailyTokens\";q=2000000;w=86400"}, {"\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10", "\"TenantUser\";q=5;w=10"}, {"\"PerUser\";q=50;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=500;w=5, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2", "\"PerUser\";q=2000;w=2, \"PerEndpoint\";q=200;w=12, \"Global\";q=4000;w=2"}}
 
 // Hooks are the functions of your service that the policy's http: section names: what only
 // your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
@@ -1398,7 +1398,7 @@ type Hooks struct {
 // Middleware enforces the policy's http: section on every route a router may hand a request to
 // (limithttp.Door): it reads the keys, cost and plan the policy names, checks the route's rule or
 // tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may not
-// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: POST /v1/login; POST /v1/upload; GET /v1/export/{account}; POST /v1/exports; POST /v1/reports; POST /v1/chat; GET /v1/tenants/{tenant}/users/{user}; /v1/.
+// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: POST /v1/login; POST /v1/upload; GET /v1/export/{account}; POST /v1/exports; POST /v1/reports; POST /v1/chat; POST /v1/complete; GET /v1/tenants/{tenant}/users/{user}; /v1/.
 type Middleware struct {
 	limithttp.Door
 	limits *Limits
@@ -1430,7 +1430,7 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 	}
 	limithttp.InitDoor(&m.Door, httpRouter, httpPatterns[:], m.checkRoute)
 	limithttp.InitSlots(&m.Door, m.acquireRoute)
-	limithttp.InitSettle(&m.Door, m.settleRoute)
+	limithttp.InitSettle(&m.Door, m.settleRoute, httpSettleFromContext)
 	return m, nil
 }
 
@@ -1449,9 +1449,11 @@ func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route in
 	case 5:
 		return m.route6(w, r)
 	case 6:
-		return m.route7(w, r, path)
+		return m.route7(w, r)
 	case 7:
-		return m.route8(w, r)
+		return m.route8(w, r, path)
+	case 8:
+		return m.route9(w, r)
 	}
 	return true
 }
@@ -1475,6 +1477,8 @@ func (m *Middleware) settleRoute(w http.ResponseWriter, r *http.Request, route i
 	switch route {
 	case 5:
 		return m.settle6(w, r)
+	case 6:
+		return m.settle7(w, r)
 	}
 	return verdict.NoSettle
 }
@@ -1510,11 +1514,51 @@ func (m *Middleware) settle6(w http.ResponseWriter, r *http.Request) int64 {
 	return verdict.AddForgiven(m.limits.ChatTokens.SettleAt(k0, now, cost, actual), m.limits.DailyTokens.SettleAt(k1, now, cost, actual))
 }
 
+// settle7 settles POST /v1/complete's request that its handler ended: the actual cost it reported
+// with verdict.ReportCost, against the estimate the check took, with ChatTokens, DailyTokens; it
+// returns the tokens forgiven beyond the rules' debt bounds, verdict.KeptEstimate, or
+// verdict.SettleFailed when a store could not settle.
+func (m *Middleware) settle7(w http.ResponseWriter, r *http.Request) int64 {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = m.hooks.UserID(r)
+	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
+	if !ok0 {
+		return verdict.KeptEstimate
+	}
+	var k1 string
+	var ok1 bool
+	k1, ok1 = m.hooks.UserID(r)
+	ok1 = ok1 && k1 != "" && len(k1) <= verdict.MaxKeyLen
+	if !ok1 {
+		return verdict.KeptEstimate
+	}
+	cost, costOK := limithttp.HeaderCost(r, "X-Max-Tokens", 1000, 16000)
+	if !costOK {
+		return verdict.KeptEstimate
+	}
+	actual, ok := verdict.ReportedCost(r.Context())
+	if !ok {
+		return verdict.KeptEstimate
+	}
+	now := m.Now()
+	return verdict.AddForgiven(m.limits.ChatTokens.SettleAt(k0, now, cost, actual), m.limits.DailyTokens.SettleAt(k1, now, cost, actual))
+}
+
+// httpSettleFromContext reports whether a request's route (entry) settles from what its handler reports through its context.
+func httpSettleFromContext(route int) bool {
+	switch route {
+	case 6:
+		return true
+	}
+	return false
+}
+
 // ServeMux is the http.ServeMux behind the middleware that NewServeMux returns (see limithttp.ServeMux).
 type ServeMux = limithttp.ServeMux
 
 // httpPatterns are the policy's route patterns, in policy order.
-var httpPatterns = [...]string{"POST /v1/login", "POST /v1/upload", "GET /v1/export/{account}", "POST /v1/exports", "POST /v1/reports", "POST /v1/chat", "GET /v1/tenants/{tenant}/users/{user}", "/v1/"}
+var httpPatterns = [...]string{"POST /v1/login", "POST /v1/upload", "GET /v1/export/{account}", "POST /v1/exports", "POST /v1/reports", "POST /v1/chat", "POST /v1/complete", "GET /v1/tenants/{tenant}/users/{user}", "/v1/"}
 
 // httpRoute is the index+1 of the route of httpPatterns for a method on a clean request path
 // that is one of the policy's literal paths (limithttp.LiteralRoutes), 0 for any other path: a
@@ -1524,6 +1568,10 @@ func httpRoute(method, path string) int {
 	case "/v1/chat":
 		if method == "POST" {
 			return 6
+		}
+	case "/v1/complete":
+		if method == "POST" {
+			return 7
 		}
 	case "/v1/exports":
 		if method == "POST" {
@@ -1550,7 +1598,7 @@ var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var httpSeries = [...]verdict.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/upload", Rule: "Upload"}, {Route: "GET /v1/export/{account}", Rule: "DailyExport"}, {Route: "POST /v1/exports", Tier: "Exports", Rule: "PerUser"}, {Route: "POST /v1/exports", Tier: "Exports", Rule: "ExportSlots"}, {Route: "POST /v1/reports", Rule: "ReportSlots"}, {Route: "POST /v1/chat", Tier: "Chat", Rule: "ChatTokens"}, {Route: "POST /v1/chat", Tier: "Chat", Rule: "DailyTokens"}, {Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser"}, {Route: "/v1/", Tier: "API", Rule: "PerUser"}, {Route: "/v1/", Tier: "API", Rule: "PerEndpoint"}, {Route: "/v1/", Tier: "API", Rule: "Global"}}
+var httpSeries = [...]verdict.Series{{Route: "POST /v1/login", Rule: "Login"}, {Route: "POST /v1/upload", Rule: "Upload"}, {Route: "GET /v1/export/{account}", Rule: "DailyExport"}, {Route: "POST /v1/exports", Tier: "Exports", Rule: "PerUser"}, {Route: "POST /v1/exports", Tier: "Exports", Rule: "ExportSlots"}, {Route: "POST /v1/reports", Rule: "ReportSlots"}, {Route: "POST /v1/chat", Tier: "Chat", Rule: "ChatTokens"}, {Route: "POST /v1/chat", Tier: "Chat", Rule: "DailyTokens"}, {Route: "POST /v1/complete", Tier: "Chat", Rule: "ChatTokens"}, {Route: "POST /v1/complete", Tier: "Chat", Rule: "DailyTokens"}, {Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser"}, {Route: "/v1/", Tier: "API", Rule: "PerUser"}, {Route: "/v1/", Tier: "API", Rule: "PerEndpoint"}, {Route: "/v1/", Tier: "API", Rule: "Global"}}
 
 // httpSeriesRoute4 are the series of POST /v1/exports's rules in the Counters, by RuleName.
 var httpSeriesRoute4 = [...]int{RulePerUser: 3, RuleExportSlots: 4}
@@ -1558,8 +1606,11 @@ var httpSeriesRoute4 = [...]int{RulePerUser: 3, RuleExportSlots: 4}
 // httpSeriesRoute6 are the series of POST /v1/chat's rules in the Counters, by RuleName.
 var httpSeriesRoute6 = [...]int{RuleChatTokens: 6, RuleDailyTokens: 7}
 
-// httpSeriesRoute8 are the series of /v1/'s rules in the Counters, by RuleName.
-var httpSeriesRoute8 = [...]int{RulePerUser: 9, RulePerEndpoint: 10, RuleGlobal: 11}
+// httpSeriesRoute7 are the series of POST /v1/complete's rules in the Counters, by RuleName.
+var httpSeriesRoute7 = [...]int{RuleChatTokens: 8, RuleDailyTokens: 9}
+
+// httpSeriesRoute9 are the series of /v1/'s rules in the Counters, by RuleName.
+var httpSeriesRoute9 = [...]int{RulePerUser: 11, RulePerEndpoint: 12, RuleGlobal: 13}
 
 // route1 checks POST /v1/login (rule Login, enforce) and reports whether the request may go on.
 func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
@@ -1766,9 +1817,55 @@ func (m *Middleware) route6(w http.ResponseWriter, r *http.Request) bool {
 	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
 
-// route7 checks GET /v1/tenants/{tenant}/users/{user} (rule TenantUser, enforce) and reports
+// route7 checks POST /v1/complete (tier Chat, enforce) and reports whether the request may go on.
+func (m *Middleware) route7(w http.ResponseWriter, r *http.Request) bool {
+	var k0 string
+	var ok0 bool
+	k0, ok0 = m.hooks.UserID(r)
+	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
+	if !ok0 {
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule ChatTokens: route \\\"POST /v1/complete\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/complete", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 8, Outcome: verdict.MissingKey})
+	}
+	var k1 string
+	var ok1 bool
+	k1, ok1 = m.hooks.UserID(r)
+	ok1 = ok1 && k1 != "" && len(k1) <= verdict.MaxKeyLen
+	if !ok1 {
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule DailyTokens: route \\\"POST /v1/complete\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/complete", Tier: "Chat", Rule: "DailyTokens", RuleIndex: int(RuleDailyTokens), Series: 9, Outcome: verdict.MissingKey})
+	}
+	cost, costOK := limithttp.HeaderCost(r, "X-Max-Tokens", 1000, 16000)
+	if !costOK {
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Max-Tokens) is above the most a request may cost on route \\\"POST /v1/complete\\\": 16000.\"}\n", verdict.Event{Route: "POST /v1/complete", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 8, Outcome: verdict.TooCostly, Cost: cost})
+	}
+	now := m.Now()
+	td := m.limits.checkChat(k0, k1, now, cost, false)
+	var res verdict.Result
+	res.Decision = td.Decision
+	res.Policy = httpPolicies[td.Rule][0]
+	res.Policies = httpRoutes[6][0]
+	res.Cost = cost
+	res.Route = "POST /v1/complete"
+	res.Tier = "Chat"
+	res.Rule = int(td.Rule)
+	res.Series = httpSeriesRoute7[td.Rule]
+	rf0 := m.limits.ChatTokens.ruleInForce(k0)
+	if rf0 != nil {
+		p0 := genimpl.InForce(httpPolicies[RuleChatTokens][0], rf0)
+		p1 := httpPolicies[RuleDailyTokens][0]
+		res.Policies = genimpl.InForceList(p0, p1)
+		switch td.Rule {
+		case RuleChatTokens:
+			res.Policy = p0
+		case RuleDailyTokens:
+			res.Policy = p1
+		}
+	}
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
+}
+
+// route8 checks GET /v1/tenants/{tenant}/users/{user} (rule TenantUser, enforce) and reports
 // whether the request may go on.
-func (m *Middleware) route7(w http.ResponseWriter, r *http.Request, path string) bool {
+func (m *Middleware) route8(w http.ResponseWriter, r *http.Request, path string) bool {
 	var k0 TenantUserKey
 	ok0 := true
 	{
@@ -1787,18 +1884,18 @@ func (m *Middleware) route7(w http.ResponseWriter, r *http.Request, path string)
 		k0.User, ok0 = k0f1, ok0 && ok0f1
 	}
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule TenantUser: route \\\"GET /v1/tenants/{tenant}/users/{user}\\\" reads it from tenant from the path tenant; user from the path user.\"}\n", verdict.Event{Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser", RuleIndex: int(RuleTenantUser), Series: 8, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule TenantUser: route \\\"GET /v1/tenants/{tenant}/users/{user}\\\" reads it from tenant from the path tenant; user from the path user.\"}\n", verdict.Event{Route: "GET /v1/tenants/{tenant}/users/{user}", Rule: "TenantUser", RuleIndex: int(RuleTenantUser), Series: 10, Outcome: verdict.MissingKey})
 	}
 	now := m.Now()
 	cost := httpCosts[RuleTenantUser][0]
 	var res verdict.Result
 	res.Decision = m.limits.TenantUser.AllowNAt(k0, now, cost)
 	res.Policy = httpPolicies[RuleTenantUser][0]
-	res.Policies = httpRoutes[6][0]
+	res.Policies = httpRoutes[7][0]
 	res.Cost = cost
 	res.Route = "GET /v1/tenants/{tenant}/users/{user}"
 	res.Rule = int(RuleTenantUser)
-	res.Series = 8
+	res.Series = 10
 	if rf0 := m.limits.TenantUser.ruleInForce(k0); rf0 != nil {
 		res.Policy = genimpl.InForce(res.Policy, rf0)
 		res.Policies = genimpl.InForceList(res.Policy)
@@ -1810,20 +1907,20 @@ func (m *Middleware) route7(w http.ResponseWriter, r *http.Request, path string)
 	return m.Config.Respond(w, r, verdict.Enforce, &res, key)
 }
 
-// route8 checks /v1/ (tier API, enforce) and reports whether the request may go on.
-func (m *Middleware) route8(w http.ResponseWriter, r *http.Request) bool {
+// route9 checks /v1/ (tier API, enforce) and reports whether the request may go on.
+func (m *Middleware) route9(w http.ResponseWriter, r *http.Request) bool {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 9, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerUser: route \\\"/v1/\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerUser", RuleIndex: int(RulePerUser), Series: 11, Outcome: verdict.MissingKey})
 	}
 	var k1 int64
 	var ok1 bool
-	k1, ok1 = 8, true
+	k1, ok1 = 9, true
 	if !ok1 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Series: 10, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule PerEndpoint: route \\\"/v1/\\\" reads it from the route.\"}\n", verdict.Event{Route: "/v1/", Tier: "API", Rule: "PerEndpoint", RuleIndex: int(RulePerEndpoint), Series: 12, Outcome: verdict.MissingKey})
 	}
 	plan := m.plan(r)
 	now := m.Now()
@@ -1832,12 +1929,12 @@ func (m *Middleware) route8(w http.ResponseWriter, r *http.Request) bool {
 	var res verdict.Result
 	res.Decision = td.Decision
 	res.Policy = httpPolicies[td.Rule][plan]
-	res.Policies = httpRoutes[7][plan]
+	res.Policies = httpRoutes[8][plan]
 	res.Cost = cost
 	res.Route = "/v1/"
 	res.Tier = "API"
 	res.Rule = int(td.Rule)
-	res.Series = httpSeriesRoute8[td.Rule]
+	res.Series = httpSeriesRoute9[td.Rule]
 	rf0, rf1, rf2 := m.limits.PerUser.ruleInForce(plan, k0), m.limits.PerEndpoint.ruleInForce(k1), m.limits.Global.ruleInForce()
 	if rf0 != nil || rf1 != nil || rf2 != nil {
 		p0 := genimpl.InForce(httpPolicies[RulePerUser][plan], rf0)

@@ -68,8 +68,9 @@ func newService(t *testing.T) *service {
 	for _, p := range []string{"POST /v1/login", "POST /v1/upload", "GET /v1/export/{account}", "POST /v1/exports", "POST /v1/reports", "GET /v1/tenants/{tenant}/users/{user}", "/v1/"} {
 		s.mux.HandleFunc(p, ok)
 	}
-	s.mux.HandleFunc("POST /v1/chat", chat) // settle_test.go
-	s.mux.HandleFunc("GET /health", ok)     // not in the policy: never limited
+	s.mux.HandleFunc("POST /v1/chat", chat)     // settle_test.go
+	s.mux.HandleFunc("POST /v1/complete", chat) // settle_test.go (TestCompleteSettlesFromContext wraps its own)
+	s.mux.HandleFunc("GET /health", ok)         // not in the policy: never limited
 	return s
 }
 
@@ -297,7 +298,7 @@ func TestServeMuxUnregistered(t *testing.T) {
 	mux := mw.NewServeMux()
 	mux.HandleFunc("POST /v1/login", func(http.ResponseWriter, *http.Request) {})
 	mux.HandleFunc("/v1", func(http.ResponseWriter, *http.Request) {}) // not the policy's "/v1/"
-	if got := strings.Join(mux.Unregistered(), "; "); got != "POST /v1/upload; GET /v1/export/{account}; POST /v1/exports; POST /v1/reports; POST /v1/chat; GET /v1/tenants/{tenant}/users/{user}; /v1/" {
+	if got := strings.Join(mux.Unregistered(), "; "); got != "POST /v1/upload; GET /v1/export/{account}; POST /v1/exports; POST /v1/reports; POST /v1/chat; POST /v1/complete; GET /v1/tenants/{tenant}/users/{user}; /v1/" {
 		t.Errorf("Unregistered = %q", got)
 	}
 }

@@ -216,3 +216,51 @@ func TestChatSettleAllocatesNothing(t *testing.T) {
 }
 
 var used = []string{"250"}
+
+// TestCompleteSettlesFromContext: POST /v1/complete settles tier Chat from
+// what its handler reports through its request's context
+// (verdict.ReportCost), not a header: a report gives the difference back; no
+// report keeps the estimate; ReportCost on a route that does not settle
+// from its context records nothing and says so.
+func TestCompleteSettlesFromContext(t *testing.T) {
+	s := newService(t)
+	var reported, elsewhere bool
+	h := s.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat" {
+			elsewhere = verdict.ReportCost(r.Context(), 1)
+			return
+		}
+		if u := r.Header.Get("X-Test-Used"); u != "" {
+			n, _ := strconv.ParseInt(u, 10, 64)
+			reported = verdict.ReportCost(r.Context(), n)
+		}
+	}))
+	call := func(path, maxTokens, used string) int {
+		r := httptest.NewRequest("POST", path, nil)
+		r.Header.Set("X-Test-User", "alice")
+		r.Header.Set("X-Max-Tokens", maxTokens)
+		if used != "" {
+			r.Header.Set("X-Test-Used", used)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		return w.Code
+	}
+	if code := call("/v1/complete", "10000", "2500"); code != 200 || !reported {
+		t.Fatalf("a completion that reported 2,500: %d, reported %v", code, reported)
+	}
+	if got := s.held(); got != 97500 {
+		t.Fatalf("after a completion of 10,000 that used 2,500: %d held, want 97500", got)
+	}
+	call("/v1/complete", "1000", "") // reports nothing: the estimate stays
+	if got := s.held(); got != 96500 {
+		t.Fatalf("after a completion that reported nothing: %d held, want 96500", got)
+	}
+	call("/v1/chat", "500", "") // settles from its header: no cell in its context
+	if elsewhere {
+		t.Fatal("ReportCost on a route that settles from a header recorded a cost")
+	}
+	if st := s.mw.SettleStats(); st.Settled != 1 || st.Kept != 2 {
+		t.Fatalf("settle stats %+v, want 1 settled and 2 kept", st)
+	}
+}

@@ -43,6 +43,7 @@ type Door struct {
 	acquire       func(ctx context.Context, method string) (atomicslot.Set, error)
 	settles       func(method string) bool
 	settle        func(ctx context.Context, method string, trailer metadata.MD) int64
+	fromContext   func(method string) bool
 	settled       verdict.SettleCounts
 }
 

@@ -23,8 +23,12 @@ import (
 // returns the tokens forgiven, verdict.KeptEstimate, verdict.SettleFailed,
 // or verdict.NoSettle. A handler that panics settles nothing. A generated
 // NewGRPC calls it once, after InitDoor, when its policy settles costs.
-func InitSettle(d *Door, settles func(method string) bool, settle func(ctx context.Context, method string, trailer metadata.MD) int64) {
-	d.settles, d.settle = settles, settle
+// fromContext, when not nil, says which entries' handlers report their
+// cost through their context (verdict.ReportCost): their calls' contexts
+// hold a cell for it (verdict.WithCostCell).
+func InitSettle(d *Door, settles func(method string) bool, settle func(ctx context.Context, method string, trailer metadata.MD) int64,
+	fromContext func(method string) bool) {
+	d.settles, d.settle, d.fromContext = settles, settle, fromContext
 }
 
 // SettleStats returns the door's settlement counts.
@@ -83,6 +87,9 @@ func (s *settledStream) SetTrailer(md metadata.MD) {
 // settleUnary runs a unary handler whose entry settles, and settles the
 // call with the trailers it set when it returns.
 func (d *Door) settleUnary(ctx context.Context, req any, method string, handler grpc.UnaryHandler) (any, error) {
+	if d.fromContext != nil && d.fromContext(method) {
+		ctx = verdict.WithCostCell(ctx)
+	}
 	ctx, rec := recording(ctx)
 	resp, err := handler(ctx, req)
 	var md metadata.MD
@@ -96,7 +103,11 @@ func (d *Door) settleUnary(ctx context.Context, req any, method string, handler 
 // settleStream runs a stream handler whose entry settles, and settles the
 // stream with the trailers it set when it returns.
 func (d *Door) settleStream(srv any, ss grpc.ServerStream, method string, handler grpc.StreamHandler) error {
-	ctx, rec := recording(ss.Context())
+	ctx := ss.Context()
+	if d.fromContext != nil && d.fromContext(method) {
+		ctx = verdict.WithCostCell(ctx)
+	}
+	ctx, rec := recording(ctx)
 	if rec == nil {
 		rec = &trailerRecorder{}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -40,6 +41,19 @@ func (usingHealth) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*
 		grpc.SetTrailer(ctx, md)
 	}
 	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
+}
+
+// List reports the tokens it used through its context (verdict.ReportCost),
+// as x-use says.
+func (usingHealth) List(ctx context.Context, _ *healthpb.HealthListRequest) (*healthpb.HealthListResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get("x-use"); len(v) > 0 {
+		n, _ := strconv.ParseInt(v[0], 10, 64)
+		if !verdict.ReportCost(ctx, n) {
+			return nil, status.Error(codes.Internal, "ReportCost found no cell")
+		}
+	}
+	return &healthpb.HealthListResponse{}, nil
 }
 
 func (usingHealth) Watch(_ *healthpb.HealthCheckRequest, ss grpc.ServerStreamingServer[healthpb.HealthCheckResponse]) error {
@@ -130,6 +144,22 @@ func TestSettle(t *testing.T) {
 	}
 	if st := g.SettleStats(); st != (verdict.SettleStats{Settled: 3, Kept: 1}) {
 		t.Fatalf("settle stats %+v, want 3 settled and 1 kept", st)
+	}
+	// List settles from what its handler reports through its context.
+	now = now.Add(time.Hour) // bob's bucket full
+	list := func(kv ...string) error {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), append([]string{"x-user", "bob"}, kv...)...)
+		_, err := client.List(ctx, &healthpb.HealthListRequest{})
+		return err
+	}
+	if err := list("x-max-tokens", "800", "x-use", "30"); err != nil {
+		t.Fatal(err)
+	}
+	if got := lims.Tokens.PeekAt("bob", now, 0).Remaining; got != 970 {
+		t.Fatalf("after a List of 800 that reported 30: %d held, want 970", got)
+	}
+	if st := g.SettleStats(); st != (verdict.SettleStats{Settled: 4, Kept: 1}) {
+		t.Fatalf("settle stats %+v, want 4 settled and 1 kept", st)
 	}
 }
 

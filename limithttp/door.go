@@ -31,7 +31,10 @@ type Door struct {
 	check    func(w http.ResponseWriter, r *http.Request, route int, path string) bool
 	acquire  func(w http.ResponseWriter, r *http.Request, route int, path string) (bool, atomicslot.Set)
 	settle   func(w http.ResponseWriter, r *http.Request, route int, path string) int64
-	settled  verdict.SettleCounts
+	// fromContext says which routes settle from a cost their handler
+	// reports through its context; nil when none does.
+	fromContext func(route int) bool
+	settled     verdict.SettleCounts
 }
 
 // InitDoor makes d the door of a policy's routes: router over patterns (in
@@ -119,6 +122,14 @@ func (d *Door) serveHeld(w http.ResponseWriter, r *http.Request, next http.Handl
 	}
 	if n > 0 {
 		defer d.release(held[:n])
+	}
+	if d.fromContext != nil {
+		for i := range routes.N {
+			if d.fromContext(routes.Index[i]) { // its handler reports its cost through its context
+				r = r.WithContext(verdict.WithCostCell(r.Context()))
+				break
+			}
+		}
 	}
 	next.ServeHTTP(w, r)
 	if d.settle != nil {

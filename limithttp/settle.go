@@ -22,8 +22,14 @@ import (
 // that does not settle. The door calls it for each route a request went through,
 // after the handler returns normally (not by a panic). A generated
 // NewMiddleware calls it once, after InitDoor, when its policy settles costs.
-func InitSettle(d *Door, settle func(w http.ResponseWriter, r *http.Request, route int, path string) int64) {
-	d.settle = settle
+//
+// fromContext, when not nil, says which routes' handlers report their cost
+// through their request's context (verdict.ReportCost): a request to one of
+// them reaches its handler with a context that holds a cell for it
+// (verdict.WithCostCell; a request's context and a copy of the request, a
+// few allocations those routes only pay).
+func InitSettle(d *Door, settle func(w http.ResponseWriter, r *http.Request, route int, path string) int64, fromContext func(route int) bool) {
+	d.settle, d.fromContext = settle, fromContext
 }
 
 // SettleStats returns the door's settlement counts.

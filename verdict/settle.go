@@ -1,6 +1,7 @@
 package verdict
 
 import (
+	"context"
 	"math"
 	"strings"
 	"sync/atomic"
@@ -101,4 +102,49 @@ func AddForgiven(a, b int64) int64 {
 		return math.MaxInt64
 	}
 	return a + b
+}
+
+// An actual cost reported from a handler's context: a route (an entry)
+// that settles "from: context" gives its handler a context holding a cell
+// that ReportCost fills; the door reads it when the handler returns
+// (ReportedCost).
+
+type costCellKey struct{}
+
+// costCell holds a reported actual cost; set is 0 until one is reported.
+type costCell struct {
+	cost atomic.Int64
+	set  atomic.Bool
+}
+
+// WithCostCell returns ctx with a cell for ReportCost, for a door to give
+// the handler of a request that settles from its context.
+func WithCostCell(ctx context.Context) context.Context {
+	return context.WithValue(ctx, costCellKey{}, &costCell{})
+}
+
+// ReportCost reports a request's actual cost from its handler, through the
+// request's context (an http.Request's Context(), a gRPC handler's ctx):
+// the door settles the request at it when the handler returns. It reports
+// false when the request's route does not settle from its context (the
+// cost is then not recorded), or the cost is negative. A second report
+// replaces the first; one made after the handler returned is not read.
+func ReportCost(ctx context.Context, cost int64) bool {
+	c, ok := ctx.Value(costCellKey{}).(*costCell)
+	if !ok || cost < 0 {
+		return false
+	}
+	c.cost.Store(cost)
+	c.set.Store(true)
+	return true
+}
+
+// ReportedCost is the cost reported with ReportCost on ctx (a context from
+// WithCostCell), and whether one was.
+func ReportedCost(ctx context.Context) (int64, bool) {
+	c, ok := ctx.Value(costCellKey{}).(*costCell)
+	if !ok || !c.set.Load() {
+		return 0, false
+	}
+	return c.cost.Load(), true
 }

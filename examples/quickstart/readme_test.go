@@ -123,6 +123,18 @@ func snippet(w http.ResponseWriter, stream <-chan []byte, used int) {
 {{SNIPPET}}
 }
 `},
+	{"func complete(w http.ResponseWriter, r *http.Request) {", `package s
+
+import (
+	"net/http"
+
+	"github.com/limitgen/limitgen/verdict"
+)
+
+func generate(*http.Request) ([]byte, int) { return nil, 0 }
+
+{{SNIPPET}}
+`},
 	{"d := limits.ChatTokens.AllowN(user, estimate)", `package s
 
 import (

@@ -3725,7 +3725,7 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 	}
 	limithttp.InitDoor(&m.Door, httpRouter, httpPatterns[:], m.checkRoute)
 	limithttp.InitSlots(&m.Door, m.acquireRoute)
-	limithttp.InitSettle(&m.Door, m.settleRoute)
+	limithttp.InitSettle(&m.Door, m.settleRoute, nil)
 	return m, nil
 }
 

@@ -10,7 +10,9 @@ import (
 )
 
 // settleRoute says whether route r settles its cost after the handler.
-func settleRoute(r model.Route) bool { return r.SettleName != "" && r.Mode != "Off" }
+func settleRoute(r model.Route) bool {
+	return (r.SettleName != "" || r.SettleContext) && r.Mode != "Off"
+}
 
 // settleFunc is the name of route (or entry) i's settlement.
 func settleFunc(d *door, i int) string {
@@ -30,10 +32,16 @@ func settleParams(d *door, r model.Route) (params []jen.Code, actual jen.Code) {
 		if readsPath(r.Keys) {
 			params = append(params, jen.Id("path").String())
 		}
+		if r.SettleContext {
+			return params, vd("ReportedCost").Call(jen.Id("r").Dot("Context").Call())
+		}
 		return params, lh("ActualCost").Call(jen.Id("w").Dot("Header").Call(), jen.Lit(r.SettleName))
 	}
-	return []jen.Code{jen.Id("ctx").Add(ctxType()), jen.Id("trailer").Qual(metadataPath, "MD")},
-		lg("TrailerCost").Call(jen.Id("trailer"), jen.Lit(r.SettleName))
+	params = []jen.Code{jen.Id("ctx").Add(ctxType()), jen.Id("trailer").Qual(metadataPath, "MD")}
+	if r.SettleContext {
+		return params, vd("ReportedCost").Call(jen.Id("ctx"))
+	}
+	return params, lg("TrailerCost").Call(jen.Id("trailer"), jen.Lit(r.SettleName))
 }
 
 // emitSettle is route i's settlement, which the door calls when the handler
@@ -135,6 +143,9 @@ func emitSettle(m *model.Model, d *door, i int, r model.Route) jen.Code {
 	if d.prefix != "http" {
 		what = "a call of " + r.Pattern + " that its handler ended: the actual cost in its trailer metadata's " + r.SettleName
 	}
+	if r.SettleContext {
+		what = r.Pattern + "'s request that its handler ended: the actual cost it reported with verdict.ReportCost"
+	}
 	doc := fmt.Sprintf("%s settles %s, against the estimate the check took, with %s; it returns the tokens forgiven beyond the rules' debt bounds, verdict.KeptEstimate, or verdict.SettleFailed when a store could not settle.",
 		settleFunc(d, i), what, strings.Join(names, ", "))
 	return jen.Line().Add(comment(doc)).
@@ -147,7 +158,7 @@ func emitSettle(m *model.Model, d *door, i int, r model.Route) jen.Code {
 // settles (whether a method's entry settles, so that the interceptors
 // record its trailer) and settle.
 func emitSettleDispatch(m *model.Model, d *door) (initSettle, funcs jen.Code) {
-	var cases, methods []jen.Code
+	var cases, methods, fromCtx []jen.Code
 	g := jen.Null()
 	for i, r := range d.routes {
 		if !settleRoute(r) {
@@ -164,13 +175,31 @@ func emitSettleDispatch(m *model.Model, d *door) (initSettle, funcs jen.Code) {
 		}
 		cases = append(cases, jen.Case(jen.Lit(i)).Block(jen.Return(d.r().Dot(settleFunc(d, i)).Call(args...))))
 		methods = append(methods, jen.Lit(i))
+		if r.SettleContext {
+			fromCtx = append(fromCtx, jen.Lit(i))
+		}
 		g.Add(emitSettle(m, d, i, r))
 	}
 	if len(cases) == 0 {
 		return jen.Null(), jen.Null()
 	}
+	// fromContext says which routes' handlers report their cost through
+	// their context (the door gives those a cell): nil when none does.
+	fromContext, fromName := jen.Nil(), d.prefix+"SettleFromContext"
+	if len(fromCtx) > 0 {
+		fromContext = jen.Id(fromName)
+		param, call := jen.Id("route").Int(), jen.Id("route")
+		if d.prefix != "http" {
+			param, call = jen.Id("method").String(), jen.Id("grpcEntry").Call(jen.Id("method"))
+		}
+		g.Line().Comment(fromName+" reports whether a request's route (entry) settles from what its handler reports through its context.").Line().
+			Func().Id(fromName).Params(param).Bool().Block(
+			jen.Switch(call).Block(jen.Case(fromCtx...).Block(jen.Return(jen.True()))),
+			jen.Return(jen.False()),
+		).Line()
+	}
 	if d.prefix == "http" {
-		return lh("InitSettle").Call(jen.Op("&").Id("m").Dot("Door"), jen.Id("m").Dot("settleRoute")),
+		return lh("InitSettle").Call(jen.Op("&").Id("m").Dot("Door"), jen.Id("m").Dot("settleRoute"), fromContext),
 			jen.Line().
 				Comment("settleRoute settles a request of route (an index of httpPatterns) whose handler returned, reading").Line().
 				Comment("its keys' wildcards from path: verdict.NoSettle for a route that does not settle.").Line().
@@ -179,7 +208,7 @@ func emitSettleDispatch(m *model.Model, d *door) (initSettle, funcs jen.Code) {
 				jen.Return(vd("NoSettle")),
 			).Line().Add(g)
 	}
-	return lg("InitSettle").Call(jen.Op("&").Id("g").Dot("Door"), jen.Id("grpcSettles"), jen.Id("g").Dot("settle")),
+	return lg("InitSettle").Call(jen.Op("&").Id("g").Dot("Door"), jen.Id("grpcSettles"), jen.Id("g").Dot("settle"), fromContext),
 		jen.Line().
 			Comment("grpcSettles reports whether method's entry settles its cost from the call's trailer metadata.").Line().
 			Func().Id("grpcSettles").Params(jen.Id("method").String()).Bool().Block(

@@ -111,8 +111,11 @@ type Route struct {
 	// value is the request's actual cost, read when the handler returns
 	// (as a header or a trailer): the route's cost is then the estimate
 	// its check takes, and the difference is settled (given back or owed).
-	SettleName  string
-	PolicyLists []string // the RateLimit-Policy value, per plan (one when no rule checked differs by plan)
+	SettleName string
+	// SettleContext: the actual cost is what the handler reports through
+	// its request's context (verdict.ReportCost), instead of a header.
+	SettleContext bool
+	PolicyLists   []string // the RateLimit-Policy value, per plan (one when no rule checked differs by plan)
 
 	MissingBodies []string // per entry of Rules: the problem body when no source has its key
 	CostBody      string   // the problem body when the declared cost is above CostMax

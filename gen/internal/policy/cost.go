@@ -128,15 +128,17 @@ func routeBurst(m *model.Model, r *model.Route, least bool) (int64, string) {
 func (p *parser) routeSettle(n, cost *yaml.Node, r *model.Route, m *model.Model, what, door string) bool {
 	kind, name, _ := strings.Cut(n.Value, ":")
 	switch {
+	case n.Kind == yaml.ScalarNode && n.Value == "context":
+		r.SettleContext = true // the handler calls verdict.ReportCost
 	case door == "grpc":
 		key, msg := metadataKey(name)
 		if n.Kind != yaml.ScalarNode || kind != "trailer" || msg != "" {
-			p.errorf(n, "%s: settle %q: say where the actual cost is read when the handler returns, trailer:name (trailer metadata the handler sets with grpc.SetTrailer)", what, n.Value)
+			p.errorf(n, "%s: settle %q: say where the actual cost is read when the handler returns, trailer:name (trailer metadata the handler sets with grpc.SetTrailer), or context (the handler calls verdict.ReportCost)", what, n.Value)
 			return false
 		}
 		name = key
 	case n.Kind != yaml.ScalarNode || kind != "header" && kind != "trailer" || !validHeaderName(name):
-		p.errorf(n, "%s: settle %q: say where the actual cost is read when the handler returns, header:Name or trailer:Name (a response header or trailer the handler sets)", what, n.Value)
+		p.errorf(n, "%s: settle %q: say where the actual cost is read when the handler returns, header:Name or trailer:Name (a response header or trailer the handler sets), or context (the handler calls verdict.ReportCost)", what, n.Value)
 		return false
 	default:
 		name = http.CanonicalHeaderKey(name)
@@ -157,6 +159,8 @@ func (p *parser) routeSettle(n, cost *yaml.Node, r *model.Route, m *model.Model,
 			return false
 		}
 	}
-	r.SettleName = name
+	if !r.SettleContext {
+		r.SettleName = name
+	}
 	return true
 }

@@ -124,13 +124,13 @@ var httpPolicyTokens = verdict.Policy{
 var httpPolicies = [...][1]*verdict.Policy{RuleTokens: {&httpPolicyTokens}}
 
 // grpcRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
-var grpcRoutes = [...][1]string{{"\"Tokens\";q=1000;w=1000"}, {"\"Tokens\";q=1000;w=1000"}}
+var grpcRoutes = [...][1]string{{"\"Tokens\";q=1000;w=1000"}, {"\"Tokens\";q=1000;w=1000"}, {"\"Tokens\";q=1000;w=1000"}}
 
 // GRPC enforces the policy's grpc: section with unary and stream server interceptors
 // (limitgrpc.Door): it reads the keys, cost and plan the policy names, checks the entry's rule or
 // tier, and ends a denied call with codes.ResourceExhausted, its RetryInfo and QuotaFailure, and
 // grpc-retry-pushback-ms and the RateLimit fields in its trailers; its Config logs denials with log/slog's default logger, at most 10 a second.
-// Entries: /grpc.health.v1.Health/Check; /grpc.health.v1.Health/Watch.
+// Entries: /grpc.health.v1.Health/Check; /grpc.health.v1.Health/Watch; /grpc.health.v1.Health/List.
 type GRPC struct {
 	limitgrpc.Door
 	limits *Limits
@@ -152,12 +152,12 @@ func NewGRPC(l *Limits) (*GRPC, error) {
 		Metadata: limitgrpc.MetadataDenials,
 	}
 	limitgrpc.InitDoor(&g.Door, grpcEntries[:], grpcEntry, g.check, nil)
-	limitgrpc.InitSettle(&g.Door, grpcSettles, g.settle)
+	limitgrpc.InitSettle(&g.Door, grpcSettles, g.settle, grpcSettleFromContext)
 	return g, nil
 }
 
 // grpcEntries are the policy's method entries, in policy order: full methods, and services.
-var grpcEntries = [...]string{"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch"}
+var grpcEntries = [...]string{"/grpc.health.v1.Health/Check", "/grpc.health.v1.Health/Watch", "/grpc.health.v1.Health/List"}
 
 // grpcEntry is the index of the entry that covers a full method name: its own entry, else its
 // service's; -1 when none does.
@@ -167,6 +167,8 @@ func grpcEntry(method string) int {
 		return 0
 	case "/grpc.health.v1.Health/Watch":
 		return 1
+	case "/grpc.health.v1.Health/List":
+		return 2
 	}
 	return -1
 }
@@ -178,6 +180,8 @@ func (g *GRPC) check(ctx context.Context, method string) error {
 		return g.entry1(ctx, method)
 	case 1:
 		return g.entry2(ctx, method)
+	case 2:
+		return g.entry3(ctx, method)
 	}
 	return nil
 }
@@ -185,7 +189,7 @@ func (g *GRPC) check(ctx context.Context, method string) error {
 // grpcSettles reports whether method's entry settles its cost from the call's trailer metadata.
 func grpcSettles(method string) bool {
 	switch grpcEntry(method) {
-	case 0, 1:
+	case 0, 1, 2:
 		return true
 	}
 	return false
@@ -199,6 +203,8 @@ func (g *GRPC) settle(ctx context.Context, method string, trailer metadata.MD) i
 		return g.settleEntry1(ctx, trailer)
 	case 1:
 		return g.settleEntry2(ctx, trailer)
+	case 2:
+		return g.settleEntry3(ctx, trailer)
 	}
 	return verdict.NoSettle
 }
@@ -242,9 +248,39 @@ func (g *GRPC) settleEntry2(ctx context.Context, trailer metadata.MD) int64 {
 	return g.limits.Tokens.SettleAt(k0, now, cost, actual)
 }
 
+// settleEntry3 settles /grpc.health.v1.Health/List's request that its handler ended: the actual
+// cost it reported with verdict.ReportCost, against the estimate the check took, with Tokens; it
+// returns the tokens forgiven beyond the rules' debt bounds, verdict.KeptEstimate, or
+// verdict.SettleFailed when a store could not settle.
+func (g *GRPC) settleEntry3(ctx context.Context, trailer metadata.MD) int64 {
+	k0, ok0 := limitgrpc.MetadataKey(ctx, "x-user")
+	if !ok0 {
+		return verdict.KeptEstimate
+	}
+	cost, costOK := limitgrpc.MetadataCost(ctx, "x-max-tokens", 100, 1000)
+	if !costOK {
+		return verdict.KeptEstimate
+	}
+	actual, ok := verdict.ReportedCost(ctx)
+	if !ok {
+		return verdict.KeptEstimate
+	}
+	now := g.Now()
+	return g.limits.Tokens.SettleAt(k0, now, cost, actual)
+}
+
+// grpcSettleFromContext reports whether a request's route (entry) settles from what its handler reports through its context.
+func grpcSettleFromContext(method string) bool {
+	switch grpcEntry(method) {
+	case 2:
+		return true
+	}
+	return false
+}
+
 // grpcSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var grpcSeries = [...]verdict.Series{{Route: "/grpc.health.v1.Health/Check", Rule: "Tokens"}, {Route: "/grpc.health.v1.Health/Watch", Rule: "Tokens"}}
+var grpcSeries = [...]verdict.Series{{Route: "/grpc.health.v1.Health/Check", Rule: "Tokens"}, {Route: "/grpc.health.v1.Health/Watch", Rule: "Tokens"}, {Route: "/grpc.health.v1.Health/List", Rule: "Tokens"}}
 
 // entry1 checks a call of /grpc.health.v1.Health/Check (rule Tokens, enforce) and returns the
 // status that ends it, or nil.
@@ -290,6 +326,33 @@ func (g *GRPC) entry2(ctx context.Context, method string) error {
 	res.Route = "/grpc.health.v1.Health/Watch"
 	res.Rule = int(RuleTokens)
 	res.Series = 1
+	if rf0 := g.limits.Tokens.ruleInForce(k0); rf0 != nil {
+		res.Policy = genimpl.InForce(res.Policy, rf0)
+		res.Policies = genimpl.InForceList(res.Policy)
+	}
+	return g.Config.Respond(ctx, verdict.Enforce, &res, k0)
+}
+
+// entry3 checks a call of /grpc.health.v1.Health/List (rule Tokens, enforce) and returns the status
+// that ends it, or nil.
+func (g *GRPC) entry3(ctx context.Context, method string) error {
+	k0, ok0 := limitgrpc.MetadataKey(ctx, "x-user")
+	if !ok0 {
+		return g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule Tokens: grpc method \"/grpc.health.v1.Health/List\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/List", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 2, Outcome: verdict.MissingKey})
+	}
+	cost, costOK := limitgrpc.MetadataCost(ctx, "x-max-tokens", 100, 1000)
+	if !costOK {
+		return g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call's declared cost (metadata x-max-tokens) is above the most a call may cost on grpc method \"/grpc.health.v1.Health/List\": 1000", verdict.Event{Route: "/grpc.health.v1.Health/List", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 2, Outcome: verdict.TooCostly, Cost: cost})
+	}
+	now := g.Now()
+	var res verdict.Result
+	res.Decision = g.limits.Tokens.AllowNAt(k0, now, cost)
+	res.Policy = httpPolicies[RuleTokens][0]
+	res.Policies = grpcRoutes[2][0]
+	res.Cost = cost
+	res.Route = "/grpc.health.v1.Health/List"
+	res.Rule = int(RuleTokens)
+	res.Series = 2
 	if rf0 := g.limits.Tokens.ruleInForce(k0); rf0 != nil {
 		res.Policy = genimpl.InForce(res.Policy, rf0)
 		res.Policies = genimpl.InForceList(res.Policy)
