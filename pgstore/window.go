@@ -17,9 +17,10 @@ import (
 	"github.com/limitgen/limitgen/shared"
 )
 
-// windowSchema is the table of window rules' states and the function that
-// checks one and leases its units, named by WindowOptions.Table ({t} and
-// {lfn}: the table, and its name with "_lease"). A row (r,
+// windowTable is the table of window rules' states, and the functions
+// that check one and lease its units, and count a settlement's excess, are
+// named by WindowOptions.Table ({t}, {lfn} and {ofn}: the table, and its
+// name with "_lease" and "_owe"). A row (r,
 // k) is a window rule's key: s and c its admissions still in the window,
 // oldest first, as slots and counts, where a slot is the microsecond of the
 // admissions (an exact window: N ≤ 64) or the sub-window of W/16 they fell
@@ -53,7 +54,7 @@ import (
 // no previous grant. at_us NULL is the server's clock (clock_timestamp()),
 // else the call's time, for tests. Rows whose window is empty are deleted
 // by Window.Sweep: an empty window is no row.
-const windowSchema = `CREATE TABLE IF NOT EXISTS {t} (
+const windowTable = `CREATE TABLE IF NOT EXISTS {t} (
   r text NOT NULL,
   k bytea NOT NULL,
   s int8[] NOT NULL,
@@ -64,7 +65,13 @@ const windowSchema = `CREATE TABLE IF NOT EXISTS {t} (
   PRIMARY KEY (r, k)
 );
 ALTER TABLE {t} ADD COLUMN IF NOT EXISTS g int8 NOT NULL DEFAULT 0;
-CREATE OR REPLACE FUNCTION {lfn}(rr text, kk bytea, w int8, n int8, l int8, d int8, cost int8, want int8, pslot int8, psize int8, pback int8, pgen int8, at_us int8)
+`
+
+// windowHead is the start of both window functions: the key's row locked
+// (made for a call of a cost from 1 to n and want 1 or more), a lessee's
+// previous grant settled, a carry from other numbers, what is out dropped,
+// and inw and reset computed.
+const windowHead = `CREATE OR REPLACE FUNCTION {fn}(rr text, kk bytea, w int8, n int8, l int8, d int8, cost int8, want int8, pslot int8, psize int8, pback int8, pgen int8, at_us int8)
 RETURNS int8[] LANGUAGE plpgsql AS $$
 DECLARE
   now_us int8 := coalesce(at_us, floor(extract(epoch FROM clock_timestamp()) * 1000000)::int8);
@@ -162,7 +169,10 @@ BEGIN
   IF nn > 0 THEN
     reset := (CASE WHEN l = 0 THEN ss[nn] + w + 1 ELSE (ss[nn] + 1) * l + w END) - now_us;
   END IF;
-  IF cost >= 0 AND cost <= n AND inw + cost <= n THEN
+`
+
+// windowLeaseTail is {lfn}'s end: the check and the grant.
+const windowLeaseTail = `  IF cost >= 0 AND cost <= n AND inw + cost <= n THEN
     sz := greatest(cost, least(want, cost + (n - inw - cost) / 2));
     slot := CASE WHEN d = 0 AND l = 0 THEN now_us WHEN d = 0 THEN now_us / l
                  WHEN l = 0 THEN now_us + d ELSE (now_us + d + l - 1) / l END;
@@ -201,6 +211,35 @@ BEGIN
 END
 $$;`
 
+// windowOweTail is {ofn}'s end: a settlement's excess (cost, at most n: the
+// caller sends that much) counted at now's slot whatever the window holds,
+// and {0}. A call is {ofn} of the excess as cost, want 1 (its row made),
+// d 0 and no previous grant.
+const windowOweTail = `  IF cost > 0 THEN
+    slot := CASE WHEN l = 0 THEN now_us ELSE now_us / l END;
+    IF nn > 0 AND ss[nn] >= slot THEN
+      cs[nn] := cs[nn] + cost;
+    ELSE
+      ss := ss || slot;
+      cs := cs || cost;
+      nn := nn + 1;
+    END IF;
+    dirty := true;
+  END IF;
+  IF dirty THEN
+    UPDATE {t} SET s = ss, c = cs, ww = w, wl = l, g = rg,
+      empty_at = CASE WHEN nn = 0 THEN 0 WHEN l = 0 THEN ss[nn] + w + 1 ELSE (ss[nn] + 1) * l + w END
+      WHERE r = rr AND k = kk;
+  END IF;
+  RETURN ARRAY[0];
+END
+$$;`
+
+// windowSchema is the table and both functions: {lfn} (checks and leases)
+// and {ofn} (settlements).
+var windowSchema = windowTable + strings.ReplaceAll(windowHead, "{fn}", "{lfn}") + windowLeaseTail + "\n" +
+	strings.ReplaceAll(windowHead, "{fn}", "{ofn}") + windowOweTail
+
 // DefaultWindowTable is the table of window rules when WindowOptions.Table
 // is empty.
 const DefaultWindowTable = "limitgen_windows"
@@ -230,6 +269,7 @@ type Window struct {
 	lease                string // the lease statement
 	sweep                string
 	forget               string           // deletes a key's row (Forget)
+	owe                  string           // counts a settlement's excess (Settle)
 	at                   func() time.Time // tests: the time the function decides at
 	// e, for a window of a Store (Store.Window), is the store's Engine: each
 	// statement is one of its round trips (a connection, the timeout,
@@ -270,18 +310,19 @@ func NewWindow(ctx context.Context, pool *pgxpool.Pool, name string, rule atomic
 	if err := w.SetRule(rule); err != nil {
 		return nil, err
 	}
-	lfn := opts.Table + "_lease"
+	lfn, ofn := opts.Table+"_lease", opts.Table+"_owe"
 	w.check = "SELECT " + lfn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, 0, $6::int8, $6::int8, 0, 0, 0, 0, $7::int8)"
 	w.lease = "SELECT " + lfn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, $6::int8, $7::int8, $8::int8, $9::int8, $10::int8, $11::int8, $12::int8, $13::int8)"
 	w.sweep = "DELETE FROM " + opts.Table + " WHERE r = $1 AND empty_at <= floor(extract(epoch FROM clock_timestamp()) * 1000000)::int8 - $2::int8"
 	w.forget = "DELETE FROM " + opts.Table + " WHERE r = $1 AND k = $2"
+	w.owe = "SELECT " + ofn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, 0, $6::int8, 1, 0, 0, 0, 0, $7::int8)"
 	// One statement list, one implicit transaction, serialised across
 	// instances by an advisory lock (two CREATE OR REPLACE FUNCTION at once
 	// can fail).
 	h := fnv.New32a()
 	h.Write([]byte(opts.Table))
 	w.setupSQL = fmt.Sprintf("SELECT pg_advisory_xact_lock(%d, 1);\n", int32(h.Sum32())) +
-		strings.NewReplacer("{t}", opts.Table, "{lfn}", lfn).Replace(windowSchema)
+		strings.NewReplacer("{t}", opts.Table, "{lfn}", lfn, "{ofn}", ofn).Replace(windowSchema)
 	sctx, cancel := context.WithTimeout(ctx, max(w.timeout, setupTimeout))
 	defer cancel()
 	if err := w.setup(sctx); err != nil {
@@ -385,6 +426,44 @@ func (w *Window) Forget(ctx context.Context, key string) error {
 		_, err := w.pool.Exec(ctx, w.forget, w.name, rowKey(key))
 		return err
 	})
+}
+
+// Settle counts excess units in key's window now, beyond its limit if need
+// be (a settled request's actual cost above its estimate): at most the
+// limit, the rest forgiven and returned (shared.WindowSettler). One
+// statement.
+func (w *Window) Settle(ctx context.Context, key string, excess int64) (forgiven int64, err error) {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return 0, fmt.Errorf("pgstore: a window's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	if excess <= 0 {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	if !w.ready.Load() {
+		if err := w.setup(ctx); err != nil {
+			return 0, err
+		}
+	}
+	var at *int64
+	if w.at != nil {
+		us := w.at().UnixMicro()
+		at = &us
+	}
+	nm := w.NumsFor(key)
+	c := min(excess, nm.Rule.Limit())
+	var r []int64
+	err = w.run(ctx, func(ctx context.Context) error {
+		return w.pool.QueryRow(ctx, w.owe, w.name, rowKey(key), int64(nm.Rule.Window()/time.Microsecond), nm.Rule.Limit(), nm.GrainUs, c, at).Scan(&r)
+	})
+	if err != nil {
+		return 0, err
+	}
+	if len(r) != 1 || r[0] != 0 {
+		return 0, fmt.Errorf("pgstore: the window's settlement answered %v", r)
+	}
+	return excess - c, nil
 }
 
 // Sweep deletes the rows of the window's keys whose windows have been empty

@@ -25,6 +25,18 @@ func openWindow(pool *pgxpool.Pool) storetest.OpenWindow {
 	}
 }
 
+// openSettleWindow is openWindow with the window's Settle.
+func openSettleWindow(pool *pgxpool.Pool) storetest.OpenSettleWindow {
+	return func(t *testing.T, name string, rule atomicwindow.Rule, at func() time.Time) (storetest.WindowCheck, storetest.WindowSettle) {
+		w, err := NewWindow(context.Background(), pool, name, rule, WindowOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.at = at
+		return w.AllowN, w.Settle
+	}
+}
+
 // The store's windows against the reference, at their edges, and with 16
 // callers on two keys (storetest); then a sweep deletes nothing of full
 // windows, and an empty window's row.
@@ -33,6 +45,9 @@ func TestWindowContract(t *testing.T) {
 	pool := srv.Pool(t)
 	ctx := context.Background()
 	t.Run("MatchesReference", func(t *testing.T) { storetest.WindowMatchesReference(t, openWindow(pool), 12, 200, 30) })
+	t.Run("SettleMatchesReference", func(t *testing.T) {
+		t.Logf("%d settlements equal to the reference", storetest.WindowSettleMatchesReference(t, openSettleWindow(pool), 12, 150, 31))
+	})
 	t.Run("Edges", func(t *testing.T) { storetest.WindowEdges(t, openWindow(pool)) })
 	t.Run("Versions", func(t *testing.T) { storetest.WindowVersions(t, openWindow(pool)) })
 	t.Run("ExactlyN", func(t *testing.T) { storetest.WindowExactlyN(t, openWindow(pool), 16, 50, 500) })

@@ -209,6 +209,27 @@ for _, key in ipairs(order) do save(key, states[key]) end
 return res
 `
 
+// windowOweSource counts a settlement's excess in one key's window at
+// Redis's now (shared.WindowSettler): at most N units, whatever the window
+// holds, in the newest pair when it is as new.
+//
+// KEYS    the key
+// ARGV    W (µs), N, L (µs; 0: exact), the excess; with an explicit time
+//
+//	(tests), the seconds and microseconds last
+//
+// Returns one number: the units not counted (the excess beyond N).
+const windowOweSource = windowPrelude + `
+local excess = tonumber(ARGV[4])
+local st = load(KEYS[1])
+carry(st)
+drop(st)
+local c = math.min(excess, N)
+if c > 0 then add(st, nowSlot, c) end
+save(KEYS[1], st)
+return {excess - c}
+`
+
 // windowLeaseSource is a window lease call (shared.WindowLeaser) on one
 // key: it settles the lessee's previous grant, and grants at least cost and
 // up to want units, at most half of the room beyond the cost (cost and want
@@ -295,6 +316,7 @@ type Window struct {
 	client               redis.UniversalClient
 	script               *redis.Script
 	leaseScript          *redis.Script
+	oweScript            *redis.Script
 	prefix               string // the keys' prefix, up to the key
 	shared.WindowNumbers        // the rule's and keys' own
 	timeout              time.Duration
@@ -374,7 +396,8 @@ func newWindowIn(client redis.UniversalClient, prefix, name string, rule atomicw
 		opts.Coalesce = 0 // a batch's keys would span slots
 	}
 	w := &Window{client: client, script: redis.NewScript(windowScript(windowSource, explicitNow)),
-		leaseScript: redis.NewScript(windowScript(windowLeaseSource, explicitNow)), timeout: opts.Timeout}
+		leaseScript: redis.NewScript(windowScript(windowLeaseSource, explicitNow)),
+		oweScript:   redis.NewScript(windowScript(windowOweSource, explicitNow)), timeout: opts.Timeout}
 	if err := w.SetRule(rule); err != nil {
 		return nil, err
 	}
@@ -565,6 +588,43 @@ func (w *Window) Forget(ctx context.Context, key string) error {
 	return w.run(ctx, func(ctx context.Context) error {
 		return w.client.Del(ctx, w.prefix+key).Err()
 	})
+}
+
+// Settle counts excess units in key's window now, beyond its limit if need
+// be (a settled request's actual cost above its estimate): at most the
+// limit, the rest forgiven and returned (shared.WindowSettler). One script
+// call.
+func (w *Window) Settle(ctx context.Context, key string, excess int64) (forgiven int64, err error) {
+	if key == "" || len(key) > shared.MaxKeyLen {
+		return 0, fmt.Errorf("redisstore: a window's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	}
+	if excess <= 0 {
+		return 0, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, w.timeout)
+	defer cancel()
+	nm := w.NumsFor(key)
+	// At most the limit is counted: sent as that (a Lua number holds
+	// integers below 2^53 only), the rest forgiven here.
+	c := min(excess, nm.Rule.Limit())
+	args := []any{int64(nm.Rule.Window() / time.Microsecond), nm.Rule.Limit(), nm.GrainUs, c}
+	if w.now != nil {
+		t := w.now()
+		args = append(args, t.Unix(), t.Nanosecond()/1000)
+	}
+	var res []int64
+	err = w.run(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = w.oweScript.Run(ctx, w.client, []string{w.prefix + key}, args...).Int64Slice()
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	if len(res) != 1 || res[0] != 0 {
+		return 0, fmt.Errorf("redisstore: the window's settlement answered %v", res)
+	}
+	return excess - c, nil
 }
 
 // Lease settles a lessee's previous grant prev of key's window and grants

@@ -35,12 +35,28 @@ func openWindow(c redis.UniversalClient, coalesce int) storetest.OpenWindow {
 	}
 }
 
+// openSettleWindow is openWindow with the window's Settle.
+func openSettleWindow(c redis.UniversalClient) storetest.OpenSettleWindow {
+	return func(t *testing.T, name string, rule atomicwindow.Rule, at func() time.Time) (storetest.WindowCheck, storetest.WindowSettle) {
+		w, err := newWindow(c, name, rule, WindowOptions{}, at != nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.now = at
+		t.Cleanup(w.Close)
+		return w.AllowN, w.Settle
+	}
+}
+
 // The store's windows against the reference, at their edges, and with 64
 // callers on two keys, one call a check and coalesced (storetest).
 func TestWindowContract(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
 	t.Run("MatchesReference", func(t *testing.T) { storetest.WindowMatchesReference(t, openWindow(c, 0), 24, 300, 30) })
+	t.Run("SettleMatchesReference", func(t *testing.T) {
+		t.Logf("%d settlements equal to the reference", storetest.WindowSettleMatchesReference(t, openSettleWindow(c), 24, 200, 31))
+	})
 	t.Run("Edges", func(t *testing.T) { storetest.WindowEdges(t, openWindow(c, 0)) })
 	t.Run("Versions", func(t *testing.T) { storetest.WindowVersions(t, openWindow(c, 0)) })
 	t.Run("ExactlyN", func(t *testing.T) { storetest.WindowExactlyN(t, openWindow(c, 0), 64, 50, 1000) })

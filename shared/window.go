@@ -99,6 +99,14 @@ type WindowPlacer interface {
 	Node(key string) string
 }
 
+// WindowSettler is a WindowChecker that counts a settlement's excess on its
+// store (redisstore.Window, pgstore.Window): Settle counts excess units in
+// key's window at the store's now, beyond the limit if need be, at most the
+// limit of them, and returns the units not counted.
+type WindowSettler interface {
+	Settle(ctx context.Context, key string, excess int64) (forgiven int64, err error)
+}
+
 // WindowForgetter is a WindowChecker that can delete a key's window on its
 // store, whatever it holds (redisstore.Window, pgstore.Window).
 type WindowForgetter interface {
@@ -508,6 +516,50 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) verdict.Res
 		w.br.last.Store(&err)
 	}
 	return w.fallback(key, cost, err)
+}
+
+// Settle settles a request of key admitted at cost estimate whose actual
+// cost is actual, on the store (atomicwindow.Table.SettleAt's meaning): a
+// higher actual counts the excess in the window now, at most the limit (the
+// rest forgiven and returned); a lower one gives nothing back. It goes
+// through the store's breaker as checks do; when the store cannot, nothing
+// is counted and the error says so (its checker no WindowSettler, or the
+// store's error).
+func (w *Window) Settle(ctx context.Context, key string, estimate, actual int64) (forgiven int64, err error) {
+	if estimate < 0 || actual <= estimate {
+		return 0, nil
+	}
+	ws, ok := w.c.(WindowSettler)
+	if !ok {
+		return 0, fmt.Errorf("the store's %T cannot settle a window", w.c)
+	}
+	call := func(ctx context.Context) error {
+		var err error
+		forgiven, err = ws.Settle(ctx, key, actual-estimate)
+		return err
+	}
+	if w.g != nil {
+		node := ""
+		if p, ok := w.c.(WindowPlacer); ok {
+			node = p.Node(key)
+		}
+		if err := w.g.Guarded(ctx, node, call); err != nil {
+			return 0, classed(err)
+		}
+		return forgiven, nil
+	}
+	now := int64(atomicbucket.Now())
+	ok, probe := w.br.Allow(now)
+	if !ok {
+		return 0, ErrCircuitOpen
+	}
+	if err := call(ctx); err != nil {
+		w.br.Failure(int64(atomicbucket.Now()), probe)
+		w.br.last.Store(&err)
+		return 0, classed(err)
+	}
+	w.br.Success(probe)
+	return forgiven, nil
 }
 
 // fallback is the failure setting's decision while the store cannot decide.

@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -10,13 +11,15 @@ import (
 )
 
 // GeneratedSettle: settled costs on the store, through the generated
-// middleware of two instances (sharedpolicy.yaml's POST /chat: ChatTokens,
-// 1,000 tokens of burst refilled at one a second, admitted at X-Max-Tokens
-// and settled from X-Tokens-Used). A chat that used less than it declared
-// gives the rest back for the other instance's chats; one that used more
-// leaves its user in debt on the store, and the other instance refuses the
-// user until refill has repaid it. A store that stops between a chat's check
-// and its settlement settles nothing, and the door counts it failed.
+// middleware of two instances (sharedpolicy.yaml's POST /chat: tier Chat of
+// ChatTokens, 1,000 tokens of burst refilled at one a second, and ChatHour,
+// a window of 100,000 an hour; admitted at X-Max-Tokens and settled from
+// X-Tokens-Used). A chat that used less than it declared gives the rest
+// back to the bucket for the other instance's chats (the window keeps it);
+// one that used more leaves its user in debt on the store, and the window
+// counts the excess: the other instance refuses the user until refill has
+// repaid it. A store that stops between a chat's check and its settlement
+// settles nothing, and the door counts it failed.
 func GeneratedSettle(t *testing.T, instance func() *sharedlimits.Limits, stop func()) {
 	var mws [2]*sharedlimits.Middleware
 	var muxes [2]http.Handler
@@ -61,6 +64,14 @@ func GeneratedSettle(t *testing.T, instance func() *sharedlimits.Limits, stop fu
 	ra, _ := strconv.Atoi(w.Header().Get("Retry-After"))
 	if w.Code != http.StatusTooManyRequests || ra < 9 || ra > 11 {
 		t.Fatalf("bob in debt, on the other instance: %d, Retry-After %q; want 429 and about 11", w.Code, w.Header().Get("Retry-After"))
+	}
+	// The hour's window on the store: ann's 1,000 and 900 (nothing given
+	// back), bob's 10 and the 1,000 beyond it.
+	probe := instance()
+	for user, want := range map[string]int64{"ann": 100000 - 1900, "bob": 100000 - 1010} {
+		if got := probe.ChatHour.AllowN(context.Background(), user, 0); got.Err != nil || got.Remaining != want {
+			t.Fatalf("%s's hour on the store: %+v, want %d remaining", user, got, want)
+		}
 	}
 	if got := mws[0].SettleStats(); got.Settled != 2 || got.Kept != 0 || got.Failed != 0 {
 		t.Fatalf("instance 0's settlements: %+v, want 2 settled", got)

@@ -1,12 +1,15 @@
 package storetest
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/internal/reference"
 	"github.com/limitgen/limitgen/shared"
 )
@@ -112,4 +115,67 @@ func Settle(t *testing.T, st Store, seed uint64, rules int, start int64) (exact,
 		t.Fatalf("only %d of %d rules exact", exact, rules)
 	}
 	return exact, owed
+}
+
+// WindowSettle counts a settlement's excess in a store's window:
+// redisstore.Window's or pgstore.Window's Settle (shared.WindowSettler).
+type WindowSettle func(ctx context.Context, key string, excess int64) (forgiven int64, err error)
+
+// OpenSettleWindow is OpenWindow giving the window's Settle too.
+type OpenSettleWindow func(t *testing.T, name string, rule atomicwindow.Rule, at func() time.Time) (WindowCheck, WindowSettle)
+
+// WindowSettleMatchesReference holds a store's window rules, exact and
+// counted, to the sliding-log reference at explicit microsecond times
+// through checks and settlements: a settlement of an admitted check with an
+// actual from nothing to three times its cost, or beyond the limit, counts
+// the excess (at most the limit) whatever the window holds, and every later
+// decision, and every count of units forgiven, equals the reference's
+// (reference.Window.Settle).
+func WindowSettleMatchesReference(t *testing.T, open OpenSettleWindow, runs, steps int, seed uint64) (settled int) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(seed, 41))
+	for run := range runs {
+		limit := 1 + rng.Int64N(64)
+		window := time.Duration(1+rng.Int64N(5000)) * time.Millisecond
+		if run%2 == 1 { // counted
+			limit = 65 + rng.Int64N(300)
+			window = time.Duration(1+rng.Int64N(2000)) * 40 * time.Millisecond
+		}
+		rule := atomicwindow.MustRule(limit, window)
+		now := time.Unix(1_800_000_000, 0)
+		check, settle := open(t, "ws"+strconv.Itoa(run), rule, func() time.Time { return now })
+		ref := reference.NewWindow(reference.WindowParams{Limit: limit, Window: int64(window), Grain: int64(rule.Grain())})
+		keys := []string{"a", "b"}
+		for step := range steps {
+			now = now.Add(time.Duration(rng.Int64N(int64(window)/limit*2+1)) / time.Microsecond * time.Microsecond)
+			key := keys[rng.IntN(len(keys))]
+			cost := []int64{0, 1, 1, 2, limit / 3, limit}[rng.IntN(6)]
+			got, err := check(ctx, key, cost)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := ref.AllowN(key, now.UnixNano(), cost); got != want {
+				t.Fatalf("run %d (%d in %v, exact %v) step %d, %s cost %d: %+v, reference %+v", run, limit, window, rule.Exact(), step, key, cost, got, want)
+			}
+			if !got.Allowed || rng.IntN(3) == 0 {
+				continue
+			}
+			actual := rng.Int64N(3*cost + 2)
+			if rng.IntN(8) == 0 {
+				actual = cost + 2*limit + 5
+			}
+			want := ref.Settle(key, now.UnixNano(), cost, actual)
+			f := int64(0)
+			if actual > cost {
+				if f, err = settle(ctx, key, actual-cost); err != nil {
+					t.Fatal(err)
+				}
+				settled++
+			}
+			if f != want {
+				t.Fatalf("run %d (%d in %v) step %d, %s: settling %d at %d forgave %d, reference %d", run, limit, window, step, key, cost, actual, f, want)
+			}
+		}
+	}
+	return settled
 }

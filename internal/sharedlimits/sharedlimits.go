@@ -113,10 +113,12 @@ const (
 	RuleRunTokens
 	// RuleChatTokens names the rule ChatTokens.
 	RuleChatTokens
+	// RuleChatHour names the rule ChatHour.
+	RuleChatHour
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan", "QuotaLeased", "SeatLocal", "SeatShared", "SeatDay", "MeterShared", "MeterWindow", "Running", "RunTokens", "ChatTokens"}
+var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan", "QuotaLeased", "SeatLocal", "SeatShared", "SeatDay", "MeterShared", "MeterWindow", "Running", "RunTokens", "ChatTokens", "ChatHour"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -151,6 +153,7 @@ type Limits struct {
 	Running         *RunningLimiter         // see the package-level Running
 	RunTokens       *RunTokensLimiter       // see the package-level RunTokens
 	ChatTokens      *ChatTokensLimiter      // see the package-level ChatTokens
+	ChatHour        *ChatHourLimiter        // see the package-level ChatHour
 	shared          *sharedimpl.State       // the store the shared rules are checked on, if any
 	overlay.Numbers                         // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
@@ -215,6 +218,7 @@ func New(opts ...Option) *Limits {
 		Running:         newRunningLimiter(),
 		RunTokens:       newRunTokensLimiter(sh),
 		ChatTokens:      newChatTokensLimiter(sh),
+		ChatHour:        newChatHourLimiter(),
 		shared:          sh,
 	}
 	l.PerUser.sh = l.shared
@@ -224,10 +228,11 @@ func New(opts ...Option) *Limits {
 	l.QuotaLeased.sh = l.shared
 	l.MeterWindow.sh = l.shared
 	l.Running.sh = l.shared
+	l.ChatHour.sh = l.shared
 	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Fixed: map[string]string{"Running": "an in-flight rule's numbers do not change at run time in this version"},
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": sharedimpl.KeyedTarget(l.Exports.Keyed, overlay.ParseUint[uint64]), "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": sharedimpl.GlobalTarget(l.Global.Global), "Downloads": sharedimpl.KeyedTarget(l.Downloads.Keyed, nil), "DownloadsGlobal": sharedimpl.GlobalTarget(l.DownloadsGlobal.Global), "Fast": sharedimpl.KeyedTarget(l.Fast.Keyed, nil), "Wide": sharedimpl.KeyedTarget(l.Wide.Keyed, nil), "TenantUser": sharedimpl.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.Windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.Windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.Windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.Windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": sharedimpl.KeyedTarget(l.SeatShared.Keyed, nil), "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": sharedimpl.KeyedTarget(l.MeterShared.Keyed, nil), "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.Windows[5], 1, l.MeterWindow, nil), "RunTokens": sharedimpl.KeyedTarget(l.RunTokens.Keyed, nil), "ChatTokens": sharedimpl.KeyedTarget(l.ChatTokens.Keyed, nil)},
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": sharedimpl.KeyedTarget(l.Exports.Keyed, overlay.ParseUint[uint64]), "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": sharedimpl.GlobalTarget(l.Global.Global), "Downloads": sharedimpl.KeyedTarget(l.Downloads.Keyed, nil), "DownloadsGlobal": sharedimpl.GlobalTarget(l.DownloadsGlobal.Global), "Fast": sharedimpl.KeyedTarget(l.Fast.Keyed, nil), "Wide": sharedimpl.KeyedTarget(l.Wide.Keyed, nil), "TenantUser": sharedimpl.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.Windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.Windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.Windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.Windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": sharedimpl.KeyedTarget(l.SeatShared.Keyed, nil), "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": sharedimpl.KeyedTarget(l.MeterShared.Keyed, nil), "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.Windows[5], 1, l.MeterWindow, nil), "RunTokens": sharedimpl.KeyedTarget(l.RunTokens.Keyed, nil), "ChatTokens": sharedimpl.KeyedTarget(l.ChatTokens.Keyed, nil), "ChatHour": overlay.KeyedSharedWindowTarget(l.ChatHour.local.Table(), l.shared.Windows[6], 1, l.ChatHour, nil)},
 	})
 	return l
 }
@@ -396,7 +401,7 @@ var sharedRules = [13]shared.Rule{{
 // newSharedState binds the shared rules to store, if one was given (a store that refuses one, or
 // panics, leaves every one in this process, with the error).
 func newSharedState(store shared.Store) *sharedimpl.State {
-	s := sharedimpl.Bind("sharedlimits", store, sharedRules[:], 6)
+	s := sharedimpl.Bind("sharedlimits", store, sharedRules[:], 7)
 	if s.Why != nil {
 		return s
 	}
@@ -437,6 +442,11 @@ func newSharedState(store shared.Store) *sharedimpl.State {
 		Mode: shared.FailDeny,
 	}); err != nil {
 		return s.Refuse("the in-flight rule Running, and the shared rules run in this process only", err)
+	}
+	if s.Windows[6], err = shared.BindWindow(store, "storetest", "ChatHour", chatHourLimit, shared.Failure{
+		Mode: shared.FailDeny,
+	}); err != nil {
+		return s.Refuse("the window rule ChatHour, and the shared rules run in this process only", err)
 	}
 	return s
 }
@@ -585,6 +595,9 @@ var (
 
 	// ChatTokens allows 60 requests per minute per key, in bursts of up to 1000.
 	ChatTokens = Default.ChatTokens
+
+	// ChatHour allows at most 100000 requests in any hour per key (a sliding window).
+	ChatHour = Default.ChatHour
 )
 
 // perUserLimit is PerUser's limit on each plan, as the policy gives it.
@@ -1681,6 +1694,17 @@ func (l *QuotaLimiter) AllowN(ctx context.Context, key string, cost int64) verdi
 	}
 }
 
+// Settle settles a request admitted at cost estimate whose actual cost is actual, on the store
+// (shared.Window.Settle): a higher actual counts the excess in the window now (at most the limit;
+// the rest forgiven, and returned), a lower one gives nothing back. When the store cannot, nothing
+// is counted and the error says so. Without a store, Local settles.
+func (l *QuotaLimiter) Settle(ctx context.Context, key string, estimate, actual int64) (forgiven int64, err error) {
+	if w := l.sh.Windows[0]; w != nil {
+		return w.Settle(ctx, key, estimate, actual)
+	}
+	return l.local.Settle(key, estimate, actual), nil
+}
+
 // Reset empties key's window on the store given to New, so that what it admitted no longer counts
 // on any instance (a customer's quota given back after a refund), and Quota's process-local window
 // (Local). This instance's lease gives back what it holds first; another instance's may still spend
@@ -1778,6 +1802,17 @@ func (l *QuotaWideLimiter) AllowN(ctx context.Context, key uint64, cost int64) v
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.Why,
 	}
+}
+
+// Settle settles a request admitted at cost estimate whose actual cost is actual, on the store
+// (shared.Window.Settle): a higher actual counts the excess in the window now (at most the limit;
+// the rest forgiven, and returned), a lower one gives nothing back. When the store cannot, nothing
+// is counted and the error says so. Without a store, Local settles.
+func (l *QuotaWideLimiter) Settle(ctx context.Context, key uint64, estimate, actual int64) (forgiven int64, err error) {
+	if w := l.sh.Windows[1]; w != nil {
+		return w.Settle(ctx, strconv.FormatUint(uint64(key), 10), estimate, actual)
+	}
+	return l.local.Settle(key, estimate, actual), nil
 }
 
 // Reset empties key's window on the store given to New, so that what it admitted no longer counts
@@ -2051,6 +2086,20 @@ func (l *QuotaPlanLimiter) AllowN(ctx context.Context, plan Plan, key string, co
 	}
 }
 
+// Settle settles a request admitted at cost estimate whose actual cost is actual, on the store
+// (shared.Window.Settle): a higher actual counts the excess in the window now (at most the limit;
+// the rest forgiven, and returned), a lower one gives nothing back. When the store cannot, nothing
+// is counted and the error says so. Without a store, Local settles.
+func (l *QuotaPlanLimiter) Settle(ctx context.Context, plan Plan, key string, estimate, actual int64) (forgiven int64, err error) {
+	if plan >= numPlans {
+		return 0, ErrUnknownPlan
+	}
+	if w := l.sh.Windows[2+int(plan)]; w != nil {
+		return w.Settle(ctx, key, estimate, actual)
+	}
+	return l.local.Settle(plan, key, estimate, actual), nil
+}
+
 // Reset empties key's window on the store given to New, so that what it admitted no longer counts
 // on any instance (a customer's quota given back after a refund), on every plan, and QuotaPlan's
 // process-local window (Local). This instance's lease gives back what it holds first; another
@@ -2129,6 +2178,17 @@ func (l *QuotaLeasedLimiter) AllowN(ctx context.Context, key string, cost int64)
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.Why,
 	}
+}
+
+// Settle settles a request admitted at cost estimate whose actual cost is actual, on the store
+// (shared.Window.Settle): a higher actual counts the excess in the window now (at most the limit;
+// the rest forgiven, and returned), a lower one gives nothing back. When the store cannot, nothing
+// is counted and the error says so. Without a store, Local settles.
+func (l *QuotaLeasedLimiter) Settle(ctx context.Context, key string, estimate, actual int64) (forgiven int64, err error) {
+	if w := l.sh.Windows[4]; w != nil {
+		return w.Settle(ctx, key, estimate, actual)
+	}
+	return l.local.Settle(key, estimate, actual), nil
 }
 
 // Reset empties key's window on the store given to New, so that what it admitted no longer counts
@@ -2407,6 +2467,17 @@ func (l *MeterWindowLimiter) AllowN(ctx context.Context, key string, cost int64)
 	}
 }
 
+// Settle settles a request admitted at cost estimate whose actual cost is actual, on the store
+// (shared.Window.Settle): a higher actual counts the excess in the window now (at most the limit;
+// the rest forgiven, and returned), a lower one gives nothing back. When the store cannot, nothing
+// is counted and the error says so. Without a store, Local settles.
+func (l *MeterWindowLimiter) Settle(ctx context.Context, key string, estimate, actual int64) (forgiven int64, err error) {
+	if w := l.sh.Windows[5]; w != nil {
+		return w.Settle(ctx, key, estimate, actual)
+	}
+	return l.local.Settle(key, estimate, actual), nil
+}
+
 // Reset empties key's window on the store given to New, so that what it admitted no longer counts
 // on any instance (a customer's quota given back after a refund), and MeterWindow's process-local
 // window (Local). This instance's lease gives back what it holds first; another instance's may
@@ -2650,6 +2721,116 @@ func (l *ChatTokensLimiter) Local() *ChatTokensLocalLimiter {
 // fields): Local's, which every change keeps equal to the store's; nil before.
 func (l *ChatTokensLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.local.ruleInForce(key)
+}
+
+// chatHourLimit is ChatHour's window rule, as the policy gives it.
+var chatHourLimit = atomicwindow.MustRule(100000, time.Hour)
+
+// newChatHourLocalLimiter returns ChatHour's (empty) table.
+func newChatHourLocalLimiter() *ChatHourLocalLimiter {
+	return &ChatHourLocalLimiter{genimpl.NewKeyedWindow(atomicwindow.NewTable[string](chatHourLimit, atomicbucket.TableOptions{}), 1)}
+}
+
+// ChatHourLocalLimiter is ChatHour decided in this process only, with the whole limit: what
+// ChatHourLimiter.Local returns, for tests, and what ChatHour's checks use while the package has no
+// store (SharedErr says so). Its methods, genimpl.KeyedWindow's, are safe for concurrent use.
+type ChatHourLocalLimiter struct {
+	genimpl.KeyedWindow[string]
+}
+
+// newChatHourLimiter returns ChatHour's limiter over its process-local window; New binds it to the store.
+func newChatHourLimiter() *ChatHourLimiter {
+	return &ChatHourLimiter{local: newChatHourLocalLimiter()}
+}
+
+// ChatHourLimiter is the type of ChatHour, a shared window rule: Allow and AllowN decide on the
+// store given to New, so that the window holds across every instance that shares it, and take the
+// request's context. Without a store they decide in this process with the whole limit, and their
+// results carry SharedErr's error; Local is that process-local window, under a name that says so.
+// Its methods are safe for concurrent use.
+type ChatHourLimiter struct {
+	local *ChatHourLocalLimiter
+	sh    *sharedimpl.State // the store, or why there is none
+}
+
+// Rule returns the window rule behind the limiter.
+func (l *ChatHourLimiter) Rule() *atomicwindow.Rule {
+	return l.local.Rule()
+}
+
+// Local returns ChatHour decided in this process only, with the whole limit, on a window apart from
+// the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *ChatHourLimiter) Local() *ChatHourLocalLimiter {
+	return l.local
+}
+
+// Allow reports whether a request of the rule's default cost is admitted, deciding on the store
+// (see AllowN, whose Result says more: whether the store decided, and why not).
+func (l *ChatHourLimiter) Allow(ctx context.Context, key string) bool {
+	return l.AllowN(ctx, key, 1).Allowed
+}
+
+// AllowN decides a request of cost on the store given to New, so that ChatHour holds across every
+// instance that shares it. It never fails: when the store cannot decide, the rule's on_failure
+// setting (deny) does, and the Result says so (Degraded, Err). Without a store, ChatHour's
+// process-local window (Local) decides and Err is SharedErr's error.
+func (l *ChatHourLimiter) AllowN(ctx context.Context, key string, cost int64) verdict.Result {
+	if w := l.sh.Windows[6]; w != nil {
+		return w.AllowN(ctx, key, cost)
+	}
+	return verdict.Result{
+		Decision: l.local.AllowN(key, cost),
+		Err:      l.sh.Why,
+	}
+}
+
+// Settle settles a request admitted at cost estimate whose actual cost is actual, on the store
+// (shared.Window.Settle): a higher actual counts the excess in the window now (at most the limit;
+// the rest forgiven, and returned), a lower one gives nothing back. When the store cannot, nothing
+// is counted and the error says so. Without a store, Local settles.
+func (l *ChatHourLimiter) Settle(ctx context.Context, key string, estimate, actual int64) (forgiven int64, err error) {
+	if w := l.sh.Windows[6]; w != nil {
+		return w.Settle(ctx, key, estimate, actual)
+	}
+	return l.local.Settle(key, estimate, actual), nil
+}
+
+// Reset empties key's window on the store given to New, so that what it admitted no longer counts
+// on any instance (a customer's quota given back after a refund), and ChatHour's process-local
+// window (Local). This instance's lease gives back what it holds first; another instance's may
+// still spend what it was granted (see shared.Window.Reset). It fails when the store cannot (its
+// error); without a store it resets the process-local window only.
+func (l *ChatHourLimiter) Reset(ctx context.Context, key string) error {
+	l.local.Reset(key)
+	var err error
+	if w := l.sh.Windows[6]; w != nil {
+		err = w.Reset(ctx, key)
+	}
+	return err
+}
+
+// SetKeyNumbers gives key a window of its own on the store given to New, whatever ChatHour's:
+// n.Tokens in any n.Period, the limit as n.Burst (one customer's quota raised or cut), and in the
+// process-local window (Local). Its window is carried into them, holding what it held; this
+// instance's lease gives back what it holds first. Every instance that checks the key must be given
+// the same numbers (see shared.Window.SetKeyNumbers). Numbers a window or the store cannot take,
+// and a key no door checks, are refused, and nothing changes.
+func (l *ChatHourLimiter) SetKeyNumbers(ctx context.Context, key string, n atomicbucket.Numbers) error {
+	if w := l.sh.Windows[6]; w != nil {
+		if err := w.SetKeyNumbers(ctx, key, n, 1); err != nil {
+			return err
+		}
+	}
+	return l.local.SetKeyNumbers(key, n)
+}
+
+// ClearKeyNumbers takes key's own numbers away, on the store and in the process-local window: from
+// now on it has ChatHour's.
+func (l *ChatHourLimiter) ClearKeyNumbers(ctx context.Context, key string) {
+	if w := l.sh.Windows[6]; w != nil {
+		w.ClearKeyNumbers(ctx, key)
+	}
+	l.local.ClearKeyNumbers(key)
 }
 
 // TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
@@ -3409,6 +3590,161 @@ func (l *Limits) checkSharedDownload(ctx context.Context, downloadsKey string, c
 	}
 }
 
+// LocalChat checks a request against ChatTokens, ChatHour as Chat does. It decides in this process
+// only, with the whole limits, on the rules' Local limiters: the store's tier is Chat.
+func (l *Limits) LocalChat(chatTokensKey string, chatHourKey string) TierDecision {
+	return l.checkChat(chatTokensKey, chatHourKey, atomicbucket.Now(), 0, true)
+}
+
+// LocalChatN is LocalChat with a cost every rule is charged instead of its default.
+func (l *Limits) LocalChatN(chatTokensKey string, chatHourKey string, cost int64) TierDecision {
+	return l.checkChat(chatTokensKey, chatHourKey, atomicbucket.Now(), cost, false)
+}
+
+// LocalChatAt is LocalChat at time now.
+func (l *Limits) LocalChatAt(chatTokensKey string, chatHourKey string, now atomicbucket.Time) TierDecision {
+	return l.checkChat(chatTokensKey, chatHourKey, now, 0, true)
+}
+
+// LocalChatNAt is LocalChatN at time now.
+func (l *Limits) LocalChatNAt(chatTokensKey string, chatHourKey string, now atomicbucket.Time, cost int64) TierDecision {
+	return l.checkChat(chatTokensKey, chatHourKey, now, cost, false)
+}
+
+// checkChat is Chat with each rule charged cost, or its own default cost when defaults is set. It
+// is tier.At unrolled, with typed calls: keep the two in step.
+func (l *Limits) checkChat(chatTokensKey string, chatHourKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
+	c0, c1 := cost, cost
+	if defaults {
+		c0, c1 = 1, 1
+	}
+	p1 := l.ChatHour.local.PeekAt(chatHourKey, now, c1)
+	if !p1.Allowed {
+		return TierDecision{
+			Decision: p1,
+			Rule:     RuleChatHour,
+			DeniedBy: RuleChatHour,
+		}
+	}
+	d0 := l.ChatTokens.local.AllowNAt(chatTokensKey, now, c0)
+	if !d0.Allowed {
+		return TierDecision{
+			Decision: d0,
+			Rule:     RuleChatTokens,
+			DeniedBy: RuleChatTokens,
+		}
+	}
+	d1 := l.ChatHour.local.AllowNAt(chatHourKey, now, c1)
+	if !d1.Allowed {
+		l.ChatTokens.local.RefundAt(chatTokensKey, now, c0)
+		return TierDecision{
+			Decision: d1,
+			Rule:     RuleChatHour,
+			DeniedBy: RuleChatHour,
+		}
+	}
+	most, rule := d0, RuleChatTokens
+	if d1.Remaining < most.Remaining {
+		most, rule = d1, RuleChatHour
+	}
+	return TierDecision{Decision: most, Rule: rule}
+}
+
+// Chat checks a request against ChatTokens, ChatHour on the store given to New, all or nothing, in
+// one call where the store can (on a Redis Cluster, one per slot, with refunds), so that the tier
+// holds across every instance. It never fails: when the store cannot decide, the rules' on_failure
+// settings do, and the result says so (Degraded, Err). Without a store, LocalChat decides and Err
+// is SharedErr's error. It uses Default.
+func Chat(ctx context.Context, chatTokensKey string, chatHourKey string) TierResult {
+	return Default.Chat(ctx, chatTokensKey, chatHourKey)
+}
+
+// Chat checks a request against ChatTokens, ChatHour on the store given to New, all or nothing, in
+// one call where the store can (on a Redis Cluster, one per slot, with refunds), so that the tier
+// holds across every instance. It never fails: when the store cannot decide, the rules' on_failure
+// settings do, and the result says so (Degraded, Err). Without a store, LocalChat decides and Err
+// is SharedErr's error.
+func (l *Limits) Chat(ctx context.Context, chatTokensKey string, chatHourKey string) TierResult {
+	return l.checkSharedChat(ctx, chatTokensKey, chatHourKey, 0, true)
+}
+
+// ChatN is Chat with a cost every rule is charged instead of its default. It uses Default.
+func ChatN(ctx context.Context, chatTokensKey string, chatHourKey string, cost int64) TierResult {
+	return Default.ChatN(ctx, chatTokensKey, chatHourKey, cost)
+}
+
+// ChatN is Chat with a cost every rule is charged instead of its default.
+func (l *Limits) ChatN(ctx context.Context, chatTokensKey string, chatHourKey string, cost int64) TierResult {
+	return l.checkSharedChat(ctx, chatTokensKey, chatHourKey, cost, false)
+}
+
+// checkSharedChat is Chat's store call, with each rule charged cost, or its own default cost when
+// defaults is set.
+func (l *Limits) checkSharedChat(ctx context.Context, chatTokensKey string, chatHourKey string, cost int64, defaults bool) TierResult {
+	if l.shared.Bound == nil {
+		return TierResult{
+			Err:          l.shared.Why,
+			TierDecision: l.checkChat(chatTokensKey, chatHourKey, atomicbucket.Now(), cost, defaults),
+		}
+	}
+	c0, c1 := cost, cost
+	if defaults {
+		c0, c1 = 1, 1
+	}
+	steps := []shared.Step{{
+		Cost: c0,
+		Key:  chatTokensKey,
+		Rule: 12,
+	}}
+	res, i := l.shared.Bound.Check(ctx, steps)
+	storeRules := [1]RuleName{RuleChatTokens}
+	if i < 0 || i >= len(storeRules) {
+		i = 0
+	}
+	if !res.Allowed {
+		return TierResult{
+			Degraded: res.Degraded,
+			Err:      res.Err,
+			Outage:   res.Outage,
+			TierDecision: TierDecision{
+				Decision: res.Decision,
+				DeniedBy: storeRules[i],
+				Rule:     storeRules[i],
+			},
+		}
+	}
+	w1 := l.ChatHour.AllowN(ctx, chatHourKey, c1)
+	if w1.Degraded && !res.Degraded {
+		res.Degraded, res.Err = true, w1.Err
+	}
+	if !w1.Allowed {
+		_ = l.shared.Bound.Refund(ctx, steps) // best effort: a store that cannot refund keeps what it took
+		return TierResult{
+			Degraded: res.Degraded,
+			Err:      res.Err,
+			Outage:   w1.Outage,
+			TierDecision: TierDecision{
+				Decision: w1.Decision,
+				DeniedBy: RuleChatHour,
+				Rule:     RuleChatHour,
+			},
+		}
+	}
+	most, rule := res.Decision, storeRules[i]
+	if w1.Decision.Remaining < most.Remaining {
+		most, rule = w1.Decision, RuleChatHour
+	}
+	return TierResult{
+		Degraded: res.Degraded,
+		Err:      res.Err,
+		Outage:   res.Outage,
+		TierDecision: TierDecision{
+			Decision: most,
+			Rule:     rule,
+		},
+	}
+}
+
 // httpPolicyPerUserPlanFree is rule PerUser on the free plan as the RateLimit fields describe it.
 var httpPolicyPerUserPlanFree = verdict.Policy{
 	Name:   "PerUser",
@@ -3672,15 +4008,31 @@ var httpPolicyChatTokens = verdict.Policy{
 	Prefix: "\"ChatTokens\";r=",
 }
 
+// httpPolicyChatHour is rule ChatHour as the RateLimit fields describe it.
+var httpPolicyChatHour = verdict.Policy{
+	Name:   "ChatHour",
+	Quota:  100000,
+	Window: 3600,
+	Limit: atomicbucket.Limit{
+		Tokens: 100000,
+		Period: time.Hour,
+		Burst:  100000,
+		Refill: atomicbucket.Interval,
+	},
+	Item:    "\"ChatHour\";q=100000;w=3600",
+	Prefix:  "\"ChatHour\";r=",
+	Sliding: true,
+}
+
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser}, RuleQuota: {&httpPolicyQuota, &httpPolicyQuota}, RuleQuotaWide: {&httpPolicyQuotaWide, &httpPolicyQuotaWide}, RuleQuotaPlan: {&httpPolicyQuotaPlanPlanFree, &httpPolicyQuotaPlanPlanPro}, RuleQuotaLeased: {&httpPolicyQuotaLeased, &httpPolicyQuotaLeased}, RuleSeatLocal: {&httpPolicySeatLocal, &httpPolicySeatLocal}, RuleSeatShared: {&httpPolicySeatShared, &httpPolicySeatShared}, RuleSeatDay: {&httpPolicySeatDay, &httpPolicySeatDay}, RuleMeterShared: {&httpPolicyMeterShared, &httpPolicyMeterShared}, RuleMeterWindow: {&httpPolicyMeterWindow, &httpPolicyMeterWindow}, RuleRunTokens: {&httpPolicyRunTokens, &httpPolicyRunTokens}, RuleChatTokens: {&httpPolicyChatTokens, &httpPolicyChatTokens}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser}, RuleQuota: {&httpPolicyQuota, &httpPolicyQuota}, RuleQuotaWide: {&httpPolicyQuotaWide, &httpPolicyQuotaWide}, RuleQuotaPlan: {&httpPolicyQuotaPlanPlanFree, &httpPolicyQuotaPlanPlanPro}, RuleQuotaLeased: {&httpPolicyQuotaLeased, &httpPolicyQuotaLeased}, RuleSeatLocal: {&httpPolicySeatLocal, &httpPolicySeatLocal}, RuleSeatShared: {&httpPolicySeatShared, &httpPolicySeatShared}, RuleSeatDay: {&httpPolicySeatDay, &httpPolicySeatDay}, RuleMeterShared: {&httpPolicyMeterShared, &httpPolicyMeterShared}, RuleMeterWindow: {&httpPolicyMeterWindow, &httpPolicyMeterWindow}, RuleRunTokens: {&httpPolicyRunTokens, &httpPolicyRunTokens}, RuleChatTokens: {&httpPolicyChatTokens, &httpPolicyChatTokens}, RuleChatHour: {&httpPolicyChatHour, &httpPolicyChatHour}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}, RuleQuota: {1, 1}, RuleQuotaWide: {1, 1}, RuleQuotaPlan: {1, 1}, RuleQuotaLeased: {1, 1}, RuleSeatLocal: {1, 1}, RuleSeatShared: {1, 1}, RuleSeatDay: {1, 1}, RuleMeterShared: {1, 1}, RuleMeterWindow: {1, 1}, RuleRunTokens: {1, 1}, RuleChatTokens: {1, 1}}
+var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}, RuleQuota: {1, 1}, RuleQuotaWide: {1, 1}, RuleQuotaPlan: {1, 1}, RuleQuotaLeased: {1, 1}, RuleSeatLocal: {1, 1}, RuleSeatShared: {1, 1}, RuleSeatDay: {1, 1}, RuleMeterShared: {1, 1}, RuleMeterWindow: {1, 1}, RuleRunTokens: {1, 1}, RuleChatTokens: {1, 1}, RuleChatHour: {1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
-var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}, {"\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000", "\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000"}, {"", ""}, {"\"ChatTokens\";q=1000;w=1000", "\"ChatTokens\";q=1000;w=1000"}}
+var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}, {"\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000", "\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000"}, {"", ""}, {"\"ChatTokens\";q=1000;w=1000, \"ChatHour\";q=100000;w=3600", "\"ChatTokens\";q=1000;w=1000, \"ChatHour\";q=100000;w=3600"}}
 
 // Hooks are the functions of your service that the policy's http: section names: what only
 // your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
@@ -3689,9 +4041,9 @@ type Hooks struct {
 	// PlanOf returns the request's plan; false (or a value outside the plans) means the default plan,
 	// free. Take it from what your authentication verified.
 	PlanOf func(*http.Request) (Plan, bool)
-	// UserID returns the key of PerUser, Downloads, ChatTokens for a request, and false when it has
-	// none (then the next key source is tried, or the request is refused with the policy's missing_key
-	// status). An empty key counts as none.
+	// UserID returns the key of PerUser, Downloads, ChatTokens, ChatHour for a request, and false when
+	// it has none (then the next key source is tried, or the request is refused with the policy's
+	// missing_key status). An empty key counts as none.
 	UserID func(*http.Request) (string, bool)
 }
 
@@ -3769,15 +4121,22 @@ func (m *Middleware) settleRoute(w http.ResponseWriter, r *http.Request, route i
 }
 
 // settle6 settles a request of POST /chat that its handler answered: the actual cost in the
-// response's X-Tokens-Used, against the estimate the check took, with ChatTokens; it returns the
-// tokens forgiven beyond the rules' debt bounds, verdict.KeptEstimate, or verdict.SettleFailed when
-// a store could not settle.
+// response's X-Tokens-Used, against the estimate the check took, with ChatTokens, ChatHour; it
+// returns the tokens forgiven beyond the rules' debt bounds, verdict.KeptEstimate, or
+// verdict.SettleFailed when a store could not settle.
 func (m *Middleware) settle6(w http.ResponseWriter, r *http.Request) int64 {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
+		return verdict.KeptEstimate
+	}
+	var k1 string
+	var ok1 bool
+	k1, ok1 = m.hooks.UserID(r)
+	ok1 = ok1 && k1 != "" && len(k1) <= verdict.MaxKeyLen
+	if !ok1 {
 		return verdict.KeptEstimate
 	}
 	cost, costOK := limithttp.HeaderCost(r, "X-Max-Tokens", 100, 1000)
@@ -3791,6 +4150,11 @@ func (m *Middleware) settle6(w http.ResponseWriter, r *http.Request) int64 {
 	var forgiven int64
 	failed := false
 	if f, err := m.limits.ChatTokens.Settle(r.Context(), k0, cost, actual); err != nil {
+		failed = true
+	} else {
+		forgiven = verdict.AddForgiven(forgiven, f)
+	}
+	if f, err := m.limits.ChatHour.Settle(r.Context(), k1, cost, actual); err != nil {
 		failed = true
 	} else {
 		forgiven = verdict.AddForgiven(forgiven, f)
@@ -3829,13 +4193,16 @@ var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var httpSeries = [...]verdict.Series{{Route: "GET /hello", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "Global"}, {Route: "POST /export/{account}", Rule: "Exports"}, {Route: "GET /download/", Tier: "Download", Rule: "Downloads"}, {Route: "GET /download/", Tier: "Download", Rule: "DownloadsGlobal"}, {Route: "POST /run/{user}", Rule: "Running"}, {Route: "POST /chat", Rule: "ChatTokens"}}
+var httpSeries = [...]verdict.Series{{Route: "GET /hello", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "Global"}, {Route: "POST /export/{account}", Rule: "Exports"}, {Route: "GET /download/", Tier: "Download", Rule: "Downloads"}, {Route: "GET /download/", Tier: "Download", Rule: "DownloadsGlobal"}, {Route: "POST /run/{user}", Rule: "Running"}, {Route: "POST /chat", Tier: "Chat", Rule: "ChatTokens"}, {Route: "POST /chat", Tier: "Chat", Rule: "ChatHour"}}
 
 // httpSeriesRoute2 are the series of GET /api/'s rules in the Counters, by RuleName.
 var httpSeriesRoute2 = [...]int{RulePerUser: 1, RuleGlobal: 2}
 
 // httpSeriesRoute4 are the series of GET /download/'s rules in the Counters, by RuleName.
 var httpSeriesRoute4 = [...]int{RuleDownloads: 4, RuleDownloadsGlobal: 5}
+
+// httpSeriesRoute6 are the series of POST /chat's rules in the Counters, by RuleName.
+var httpSeriesRoute6 = [...]int{RuleChatTokens: 7, RuleChatHour: 8}
 
 // route1 checks GET /hello (rule PerUser, enforce) and reports whether the request may go on.
 func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
@@ -4001,34 +4368,51 @@ func (m *Middleware) acquire5(w http.ResponseWriter, r *http.Request, path strin
 	return true, set
 }
 
-// route6 checks POST /chat (rule ChatTokens, enforce) and reports whether the request may go on.
+// route6 checks POST /chat (tier Chat, enforce) and reports whether the request may go on.
 func (m *Middleware) route6(w http.ResponseWriter, r *http.Request) bool {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule ChatTokens: route \\\"POST /chat\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 7, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule ChatTokens: route \\\"POST /chat\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /chat", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 7, Outcome: verdict.MissingKey})
+	}
+	var k1 string
+	var ok1 bool
+	k1, ok1 = m.hooks.UserID(r)
+	ok1 = ok1 && k1 != "" && len(k1) <= verdict.MaxKeyLen
+	if !ok1 {
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule ChatHour: route \\\"POST /chat\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /chat", Tier: "Chat", Rule: "ChatHour", RuleIndex: int(RuleChatHour), Series: 8, Outcome: verdict.MissingKey})
 	}
 	cost, costOK := limithttp.HeaderCost(r, "X-Max-Tokens", 100, 1000)
 	if !costOK {
-		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Max-Tokens) is above the most a request may cost on route \\\"POST /chat\\\": 1000.\"}\n", verdict.Event{Route: "POST /chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 7, Outcome: verdict.TooCostly, Cost: cost})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Max-Tokens) is above the most a request may cost on route \\\"POST /chat\\\": 1000.\"}\n", verdict.Event{Route: "POST /chat", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 7, Outcome: verdict.TooCostly, Cost: cost})
 	}
-	sr := m.limits.ChatTokens.AllowN(r.Context(), k0, cost)
+	tr := m.limits.checkSharedChat(r.Context(), k0, k1, cost, false)
+	td := tr.TierDecision
 	var res verdict.Result
-	res.Degraded = sr.Degraded
-	res.Outage = sr.Outage
-	res.Err = sr.Err
-	res.Decision = sr.Decision
-	res.Policy = httpPolicies[RuleChatTokens][0]
+	res.Degraded = tr.Degraded
+	res.Outage = tr.Outage
+	res.Err = tr.Err
+	res.Decision = td.Decision
+	res.Policy = httpPolicies[td.Rule][0]
 	res.Policies = httpRoutes[5][0]
 	res.Cost = cost
 	res.Route = "POST /chat"
-	res.Rule = int(RuleChatTokens)
-	res.Series = 7
-	if rf0 := m.limits.ChatTokens.ruleInForce(k0); rf0 != nil {
-		res.Policy = genimpl.InForce(res.Policy, rf0)
-		res.Policies = genimpl.InForceList(res.Policy)
+	res.Tier = "Chat"
+	res.Rule = int(td.Rule)
+	res.Series = httpSeriesRoute6[td.Rule]
+	rf0 := m.limits.ChatTokens.ruleInForce(k0)
+	if rf0 != nil {
+		p0 := genimpl.InForce(httpPolicies[RuleChatTokens][0], rf0)
+		p1 := httpPolicies[RuleChatHour][0]
+		res.Policies = genimpl.InForceList(p0, p1)
+		switch td.Rule {
+		case RuleChatTokens:
+			res.Policy = p0
+		case RuleChatHour:
+			res.Policy = p1
+		}
 	}
 	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }

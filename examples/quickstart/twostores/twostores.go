@@ -425,6 +425,17 @@ func (l *InvoiceQuotaLimiter) AllowN(ctx context.Context, key string, cost int64
 	}
 }
 
+// Settle settles a request admitted at cost estimate whose actual cost is actual, on the store
+// (shared.Window.Settle): a higher actual counts the excess in the window now (at most the limit;
+// the rest forgiven, and returned), a lower one gives nothing back. When the store cannot, nothing
+// is counted and the error says so. Without a store, Local settles.
+func (l *InvoiceQuotaLimiter) Settle(ctx context.Context, key string, estimate, actual int64) (forgiven int64, err error) {
+	if w := l.sh.Windows[0]; w != nil {
+		return w.Settle(ctx, key, estimate, actual)
+	}
+	return l.local.Settle(key, estimate, actual), nil
+}
+
 // Reset empties key's window on the store given to New, so that what it admitted no longer counts
 // on any instance (a customer's quota given back after a refund), and InvoiceQuota's process-local
 // window (Local). This instance's lease gives back what it holds first; another instance's may

@@ -440,6 +440,20 @@ func emitSharedWindow(r model.Rule) jen.Code {
 			jen.Id("Err"):      jen.Id("l").Dot("sh").Dot("Why"),
 		})),
 	).Line().Line()
+	var settleBad jen.Code = jen.Null()
+	if r.Planned {
+		settleBad = jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(jen.Lit(0), jen.Id("ErrUnknownPlan")))
+	}
+	g.Add(comment("Settle settles a request admitted at cost estimate whose actual cost is actual, on the store " +
+		"(shared.Window.Settle): a higher actual counts the excess in the window now (at most the limit; the rest " +
+		"forgiven, and returned), a lower one gives nothing back. When the store cannot, nothing is counted and the " +
+		"error says so. Without a store, Local settles."))
+	g.Func().Params(recv).Id("Settle").Params(params(ctxP, jen.List(jen.Id("estimate"), jen.Id("actual")).Int64())...).Params(jen.Id("forgiven").Int64(), jen.Err().Error()).Block(
+		settleBad,
+		jen.If(jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("Windows").Index(idx), jen.Id("w").Op("!=").Nil()).Block(
+			jen.Return(jen.Id("w").Dot("Settle").Call(jen.Id("ctx"), storeKey, jen.Id("estimate"), jen.Id("actual")))),
+		jen.Return(jen.Id("l").Dot("local").Dot("Settle").Call(args(nil, jen.Id("estimate"), jen.Id("actual"))...), jen.Nil()),
+	).Line().Line()
 	// Reset: the store's window of the key (every plan's) and the
 	// process-local one.
 	var resets []jen.Code

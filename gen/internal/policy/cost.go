@@ -122,9 +122,9 @@ func routeBurst(m *model.Model, r *model.Route, least bool) (int64, string) {
 // cost is read after the handler returns, "header:Name" or "trailer:Name"
 // (both read the response's header map then, where a trailer is too), or
 // for door grpc "trailer:name" (its trailer metadata). The route's cost is
-// the estimate, so it must have one; every rule it charges must be a token
-// bucket (local or shared) or a local window (which counts an excess, and
-// gives nothing back).
+// the estimate, so it must have one. A bucket gives a difference back or
+// owes it; a window counts an excess and gives nothing back; a shared rule
+// settles on its store.
 func (p *parser) routeSettle(n, cost *yaml.Node, r *model.Route, m *model.Model, what, door string) bool {
 	kind, name, _ := strings.Cut(n.Value, ":")
 	switch {
@@ -150,14 +150,6 @@ func (p *parser) routeSettle(n, cost *yaml.Node, r *model.Route, m *model.Model,
 	if cost == nil {
 		p.errorf(n, "%s: settle needs the route's cost: the estimate a request is admitted at (a number, or {from, default, max}), settled when its actual is known", what)
 		return false
-	}
-	for _, ri := range r.Rules {
-		rule := m.Rules[ri]
-		switch {
-		case rule.Limits[0].Window && rule.Shared:
-			p.errorf(n, "%s: settle: rule %s is a shared window rule, and settling on a store's window is not in this version; settle a local window or a token-bucket rule", what, rule.Name)
-			return false
-		}
 	}
 	if !r.SettleContext {
 		r.SettleName = name

@@ -474,9 +474,6 @@ func (p *parser) rlsPattern(n *yaml.Node, ordinal int, domain string, m *model.M
 		case r.Tier >= 0:
 			p.errorf(rep, "%s: report: a descriptor reports usage to one rule; name the rule, not tier %q", what, m.Tiers[r.Tier].Name)
 			return r, false
-		case m.Rules[r.Rule].Limits[0].Window && m.Rules[r.Rule].Shared:
-			p.errorf(rep, "%s: report: rule %s is a shared window rule, and a store's window takes no reports in this version; report to a local window or a token-bucket rule", what, m.Rules[r.Rule].Name)
-			return r, false
 		}
 		r.Report = true
 	}
