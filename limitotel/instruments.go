@@ -105,6 +105,7 @@ func Register(meter metric.Meter, o Options) (metric.Registration, error) {
 	evictions := counter("limitgen.table.evictions", "{bucket}", "Buckets a rule's table reclaimed (full ones: nothing is lost).")
 	refusals := counter("limitgen.table.cap_refusals", "{key}", "New keys that met a rule's key cap with nothing to reclaim.")
 	held := gauge("limitgen.slots.held", "{slot}", "Slots of an in-flight rule held: its requests running.")
+	releaseFailed := counter("limitgen.slots.release_failed", "{slot}", "Releases of a shared in-flight rule's slots that its store did not take (down, or its breaker open): each slot stays held there until its max_hold.")
 	expired := counter("limitgen.slots.expired", "{slot}", "Slots of an in-flight rule that reached its max_hold unreleased: requests that ran longer, or whose release never came.")
 	checks := counter("limitgen.store.checks", "{check}", "Checks sent to the store (a coalesced batch counts each of its checks).")
 	degraded := counter("limitgen.store.degraded", "{check}", "Checks the failure settings decided: the store failed, a breaker was open, or the store was closed.")
@@ -164,6 +165,9 @@ func Register(meter metric.Meter, o Options) (metric.Registration, error) {
 			at := metric.WithAttributes(attribute.String("rule", rule))
 			ob.ObserveInt64(held, s.Held, at)
 			ob.ObserveInt64(expired, s.Expired, at)
+			if rf, ok := sl.(interface{ ReleaseFailed() int64 }); ok {
+				ob.ObserveInt64(releaseFailed, rf.ReleaseFailed(), at)
+			}
 			if s.Keys > 0 || s.AtCapHits > 0 {
 				ob.ObserveInt64(keys, s.Keys, at)
 				ob.ObserveInt64(refusals, s.AtCapHits, at)
@@ -188,5 +192,5 @@ func Register(meter metric.Meter, o Options) (metric.Registration, error) {
 			}
 		}
 		return nil
-	}, decisions, unmatched, keys, evictions, refusals, held, expired, checks, degraded, batches, grants, tokens, trips, tripTime, open, settlements, forgiven)
+	}, decisions, unmatched, keys, evictions, refusals, held, expired, checks, degraded, batches, grants, tokens, trips, tripTime, open, settlements, forgiven, releaseFailed)
 }

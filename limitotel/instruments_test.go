@@ -108,6 +108,8 @@ func TestManualReader(t *testing.T) {
 		Unmatched: map[string]func() uint64{verdict.DoorRLS: func() uint64 { return 7 }},
 		// The middleware's settled costs (POST /chat settles ChatTokens).
 		Settlements: map[string]func() verdict.SettleStats{verdict.DoorHTTP: mw.SettleStats},
+		// A shared in-flight rule: its releases the store did not take.
+		Slots: map[string]limitotel.Slots{"Running": lims.Running},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -164,6 +166,12 @@ func TestManualReader(t *testing.T) {
 		t.Errorf("forgiven tokens: %v, want some", v)
 	}
 
+	// A run holds a slot on the store when the store goes: its release is
+	// not taken, and is counted.
+	slot, res := lims.Running.Acquire(ctx, "erin")
+	if !res.Allowed || res.Degraded {
+		t.Fatalf("a run on the store: %+v", res)
+	}
 	srv.Stop() // the store's server is gone: PerUser's on_failure (local) decides
 	for range 10 {
 		hello("bob")
@@ -175,6 +183,10 @@ func TestManualReader(t *testing.T) {
 	}
 	if got["limitgen.store.breaker.open{node=,store=postgres}"] != 1 {
 		t.Errorf("the breaker of a stopped server is not open: %v", got["limitgen.store.breaker.open{node=,store=postgres}"])
+	}
+	slot.Release()
+	if got, _ := collect(t, reader); got["limitgen.slots.release_failed{rule=Running}"] != 1 {
+		t.Errorf("a release the stopped store did not take: %v counted, want 1", got["limitgen.slots.release_failed{rule=Running}"])
 	}
 	// Never a per-key attribute: no point names a key that made requests.
 	for point := range got {

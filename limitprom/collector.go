@@ -84,8 +84,12 @@ type Collector struct {
 
 	decisions, unmatched, keys, evictions, capRefusals, held, expired *prometheus.Desc
 	checks, degraded, batches, grants, leased, trips, open, fails     *prometheus.Desc
-	settlements, forgiven                                             *prometheus.Desc
+	settlements, forgiven, releaseFailed                              *prometheus.Desc
 }
+
+// releaseFailer is a shared in-flight rule's limiter: the releases its
+// store did not take.
+type releaseFailer interface{ ReleaseFailed() int64 }
 
 // New returns a Collector over o.
 func New(o Options) *Collector {
@@ -93,31 +97,32 @@ func New(o Options) *Collector {
 		return prometheus.NewDesc("limitgen_"+name, help, labels, nil)
 	}
 	return &Collector{
-		o:           o,
-		decisions:   d("decisions_total", "Requests the doors decided, by door (http, grpc, rls), route (an HTTP route's pattern, a gRPC method entry, an RLS descriptor), tier (empty for a route that checks one rule), deciding rule and outcome (degraded_*: the store could not decide and the rule's on_failure setting did).", "door", "route", "tier", "rule", "outcome"),
-		unmatched:   d("unmatched_total", "Requests a door let through unchecked because no route of the policy covers them (Envoy's rate-limit service: descriptors no pattern matched), by door.", "door"),
-		keys:        d("table_keys", "Keys a rule's table tracks.", "rule"),
-		evictions:   d("table_evictions_total", "Buckets a rule's table reclaimed (full ones: nothing is lost).", "rule"),
-		capRefusals: d("table_cap_refusals_total", "New keys that met a rule's key cap with nothing to reclaim.", "rule"),
-		held:        d("slots_held", "Slots of an in-flight rule held: its requests running.", "rule"),
-		expired:     d("slots_expired_total", "Slots of an in-flight rule that reached its max_hold unreleased: requests that ran longer, or whose release never came.", "rule"),
-		checks:      d("store_checks_total", "Checks sent to the store (a coalesced batch counts each of its checks).", "store"),
-		degraded:    d("store_degraded_total", "Checks the failure settings decided: the store failed, a breaker was open, or the store was closed.", "store"),
-		batches:     d("store_batches_total", "Round trips that carried coalesced checks.", "store"),
-		grants:      d("store_lease_grants_total", "Lease calls that granted tokens.", "store"),
-		leased:      d("store_leased_tokens_total", "Tokens granted to leases.", "store"),
-		trips:       d("store_round_trip_seconds", "Round trips to the store's server, from a connection in hand to the reply; failed ones included.", "store"),
-		open:        d("store_breaker_open", "1 while the circuit breaker of the store's server (a Cluster's master) is open.", "store", "node"),
-		fails:       d("store_breaker_failures", "Failed calls in a row to the store's server.", "store", "node"),
-		settlements: d("settlements_total", "Requests of settled routes when their handler returned, by door and outcome: settled (at the actual cost), kept (no readable actual: the estimate stays), failed (a store could not settle: the estimate stays).", "door", "outcome"),
-		forgiven:    d("settle_forgiven_tokens_total", "Tokens of settlements' excess beyond the rules' debt bounds, not charged, by door.", "door"),
+		o:             o,
+		decisions:     d("decisions_total", "Requests the doors decided, by door (http, grpc, rls), route (an HTTP route's pattern, a gRPC method entry, an RLS descriptor), tier (empty for a route that checks one rule), deciding rule and outcome (degraded_*: the store could not decide and the rule's on_failure setting did).", "door", "route", "tier", "rule", "outcome"),
+		unmatched:     d("unmatched_total", "Requests a door let through unchecked because no route of the policy covers them (Envoy's rate-limit service: descriptors no pattern matched), by door.", "door"),
+		keys:          d("table_keys", "Keys a rule's table tracks.", "rule"),
+		evictions:     d("table_evictions_total", "Buckets a rule's table reclaimed (full ones: nothing is lost).", "rule"),
+		capRefusals:   d("table_cap_refusals_total", "New keys that met a rule's key cap with nothing to reclaim.", "rule"),
+		held:          d("slots_held", "Slots of an in-flight rule held: its requests running.", "rule"),
+		expired:       d("slots_expired_total", "Slots of an in-flight rule that reached its max_hold unreleased: requests that ran longer, or whose release never came.", "rule"),
+		releaseFailed: d("slots_release_failed_total", "Releases of a shared in-flight rule's slots that its store did not take (down, or its breaker open): each slot stays held there until its max_hold.", "rule"),
+		checks:        d("store_checks_total", "Checks sent to the store (a coalesced batch counts each of its checks).", "store"),
+		degraded:      d("store_degraded_total", "Checks the failure settings decided: the store failed, a breaker was open, or the store was closed.", "store"),
+		batches:       d("store_batches_total", "Round trips that carried coalesced checks.", "store"),
+		grants:        d("store_lease_grants_total", "Lease calls that granted tokens.", "store"),
+		leased:        d("store_leased_tokens_total", "Tokens granted to leases.", "store"),
+		trips:         d("store_round_trip_seconds", "Round trips to the store's server, from a connection in hand to the reply; failed ones included.", "store"),
+		open:          d("store_breaker_open", "1 while the circuit breaker of the store's server (a Cluster's master) is open.", "store", "node"),
+		fails:         d("store_breaker_failures", "Failed calls in a row to the store's server.", "store", "node"),
+		settlements:   d("settlements_total", "Requests of settled routes when their handler returned, by door and outcome: settled (at the actual cost), kept (no readable actual: the estimate stays), failed (a store could not settle: the estimate stays).", "door", "outcome"),
+		forgiven:      d("settle_forgiven_tokens_total", "Tokens of settlements' excess beyond the rules' debt bounds, not charged, by door.", "door"),
 	}
 }
 
 // Describe sends the metrics' descriptions.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.decisions, c.unmatched, c.keys, c.evictions, c.capRefusals, c.held, c.expired,
-		c.checks, c.degraded, c.batches, c.grants, c.leased, c.trips, c.open, c.fails, c.settlements, c.forgiven} {
+		c.checks, c.degraded, c.batches, c.grants, c.leased, c.trips, c.open, c.fails, c.settlements, c.forgiven, c.releaseFailed} {
 		ch <- d
 	}
 }
@@ -159,6 +164,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		s := sl.Stats()
 		ch <- prometheus.MustNewConstMetric(c.held, prometheus.GaugeValue, float64(s.Held), rule)
 		ch <- prometheus.MustNewConstMetric(c.expired, prometheus.CounterValue, float64(s.Expired), rule)
+		if rf, ok := sl.(releaseFailer); ok {
+			ch <- prometheus.MustNewConstMetric(c.releaseFailed, prometheus.CounterValue, float64(rf.ReleaseFailed()), rule)
+		}
 		if s.Keys > 0 || s.AtCapHits > 0 {
 			ch <- prometheus.MustNewConstMetric(c.keys, prometheus.GaugeValue, float64(s.Keys), rule)
 			ch <- prometheus.MustNewConstMetric(c.capRefusals, prometheus.CounterValue, float64(s.AtCapHits), rule)

@@ -97,6 +97,8 @@ func TestScrape(t *testing.T) {
 		Unmatched: map[string]func() uint64{verdict.DoorRLS: func() uint64 { return 7 }},
 		// The middleware's settled costs (POST /chat settles ChatTokens).
 		Settlements: map[string]func() verdict.SettleStats{verdict.DoorHTTP: mw.SettleStats},
+		// A shared in-flight rule: its releases the store did not take.
+		Slots: map[string]limitprom.Slots{"Running": lims.Running},
 	}))
 	metrics := httptest.NewServer(promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	t.Cleanup(metrics.Close)
@@ -169,6 +171,12 @@ func TestScrape(t *testing.T) {
 		t.Errorf("GET /hello: %v allowed after requests to another route, want 20", v)
 	}
 
+	// A run holds a slot on the store when the store goes: its release is
+	// not taken, and is counted.
+	slot, res := lims.Running.Acquire(ctx, "erin")
+	if !res.Allowed || res.Degraded {
+		t.Fatalf("a run on the store: %+v", res)
+	}
 	srv.Stop() // the store's server is gone: PerUser's on_failure (local) decides
 	for range 10 {
 		hello("bob")
@@ -181,6 +189,10 @@ func TestScrape(t *testing.T) {
 	}
 	if got[`limitgen_store_breaker_open{node="",store="postgres"}`] != 1 {
 		t.Errorf("the breaker of a stopped server is not open: %v", got[`limitgen_store_breaker_open{node="",store="postgres"}`])
+	}
+	slot.Release()
+	if v := scrape(t, metrics.URL)[`limitgen_slots_release_failed_total{rule="Running"}`]; v != 1 {
+		t.Errorf("a release the stopped store did not take: %v counted, want 1", v)
 	}
 	// Never a per-key label: no series names a key that made requests.
 	for series := range got {

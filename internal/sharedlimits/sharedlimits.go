@@ -2585,6 +2585,16 @@ func (l *RunningLimiter) Stats() atomicslot.Stats {
 	return l.local.Stats()
 }
 
+// ReleaseFailed is how many of this instance's releases the store did not take (down, or its
+// breaker open): each such slot stays held there until its expiry (shared.SlotStats.ReleaseFailed);
+// 0 without a store.
+func (l *RunningLimiter) ReleaseFailed() int64 {
+	if s := l.sh.Slot(0); s != nil {
+		return s.Stats().ReleaseFailed
+	}
+	return 0
+}
+
 // runTokensLimit is RunTokens's limit, as the policy gives it.
 var runTokensLimit = atomicbucket.Limit{
 	Tokens: 1,

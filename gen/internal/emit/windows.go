@@ -203,10 +203,17 @@ func emitSharedSlots(r model.Rule) jen.Code {
 	g.Add(comment("Stats are the rule's slots as this instance knows them: on the store, its slots not yet released " +
 		"and the slots its calls found expired unreleased (with its local share's, shared.Slots.Stats); without a store, " +
 		"the process-local slots'."))
+	releaseDoc := comment("ReleaseFailed is how many of this instance's releases the store did not take (down, or its " +
+		"breaker open): each such slot stays held there until its expiry (shared.SlotStats.ReleaseFailed); 0 without a store.")
 	if !r.Planned {
 		g.Func().Params(recv).Id("Stats").Params().Qual(slotPath, "Stats").Block(
-			jen.If(bound, jen.Id("s").Op("!=").Nil()).Block(jen.Return(jen.Id("s").Dot("Stats").Call().Dot("Stats"))),
+			jen.If(bound.Clone(), jen.Id("s").Op("!=").Nil()).Block(jen.Return(jen.Id("s").Dot("Stats").Call().Dot("Stats"))),
 			jen.Return(jen.Id("l").Dot("local").Dot("Stats").Call()),
+		).Line().Line()
+		g.Add(releaseDoc)
+		g.Func().Params(recv).Id("ReleaseFailed").Params().Int64().Block(
+			jen.If(bound.Clone(), jen.Id("s").Op("!=").Nil()).Block(jen.Return(jen.Id("s").Dot("Stats").Call().Dot("ReleaseFailed"))),
+			jen.Return(jen.Lit(0)),
 		).Line()
 		return g
 	}
@@ -219,6 +226,15 @@ func emitSharedSlots(r model.Rule) jen.Code {
 			jen.Id("st").Dot("Expired").Op("+=").Id("ps").Dot("Expired"),
 		),
 		jen.Return(jen.Id("st")),
+	).Line().Line()
+	g.Add(releaseDoc)
+	g.Func().Params(recv).Id("ReleaseFailed").Params().Int64().Block(
+		jen.If(jen.Id("l").Dot("sh").Dot("Slot").Call(jen.Lit(r.SlotsAt)).Op("==").Nil()).Block(jen.Return(jen.Lit(0))),
+		jen.Var().Id("n").Int64(),
+		jen.For(jen.Id("plan").Op(":=").Range().Id("numPlans")).Block(
+			jen.Id("n").Op("+=").Id("l").Dot("sh").Dot("Slot").Call(idx).Dot("Stats").Call().Dot("ReleaseFailed"),
+		),
+		jen.Return(jen.Id("n")),
 	).Line()
 	return g
 }
