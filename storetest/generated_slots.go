@@ -180,3 +180,38 @@ func GeneratedSlotsTier(t *testing.T, instance func() *sharedlimits.Limits) {
 		s.Release()
 	}
 }
+
+// GeneratedSlotsPlans: a shared in-flight rule with numbers per plan
+// (sharedpolicy.yaml's RunningPlan: 1 at once on free, 3 on pro) holds each
+// plan's slots on the store apart, across two instances: a key's 3 pro
+// slots taken on both instances leave a fourth refused on either, while the
+// same key on free has its 1 slot, and a second is refused; a release on
+// one instance frees a slot for the other.
+func GeneratedSlotsPlans(t *testing.T, instance func() *sharedlimits.Limits) {
+	ctx := context.Background()
+	a, b := instance(), instance()
+	var held []interface{ Release() bool }
+	take := func(l *sharedlimits.Limits, plan sharedlimits.Plan, want bool) {
+		t.Helper()
+		s, res := l.RunningPlan.Acquire(ctx, plan, "ann")
+		if res.Err != nil || res.Degraded || res.Allowed != want {
+			t.Fatalf("ann on %v: %+v, want allowed %v", plan, res, want)
+		}
+		if res.Allowed {
+			held = append(held, &s)
+		}
+	}
+	take(a, sharedlimits.PlanPro, true)
+	take(b, sharedlimits.PlanPro, true)
+	take(a, sharedlimits.PlanPro, true)
+	take(b, sharedlimits.PlanPro, false) // pro's 3 held, on both instances
+	take(b, sharedlimits.PlanFree, true) // free's own slot
+	take(a, sharedlimits.PlanFree, false)
+	if !held[0].Release() { // a pro slot, taken on instance a
+		t.Fatal("releasing a pro slot")
+	}
+	take(b, sharedlimits.PlanPro, true)
+	for _, s := range held[1:] {
+		s.Release()
+	}
+}

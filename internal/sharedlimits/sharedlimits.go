@@ -109,6 +109,8 @@ const (
 	RuleMeterWindow
 	// RuleRunning names the rule Running.
 	RuleRunning
+	// RuleRunningPlan names the rule RunningPlan.
+	RuleRunningPlan
 	// RuleRunTokens names the rule RunTokens.
 	RuleRunTokens
 	// RuleChatTokens names the rule ChatTokens.
@@ -118,7 +120,7 @@ const (
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan", "QuotaLeased", "SeatLocal", "SeatShared", "SeatDay", "MeterShared", "MeterWindow", "Running", "RunTokens", "ChatTokens", "ChatHour"}
+var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan", "QuotaLeased", "SeatLocal", "SeatShared", "SeatDay", "MeterShared", "MeterWindow", "Running", "RunningPlan", "RunTokens", "ChatTokens", "ChatHour"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -151,6 +153,7 @@ type Limits struct {
 	MeterShared     *MeterSharedLimiter     // see the package-level MeterShared
 	MeterWindow     *MeterWindowLimiter     // see the package-level MeterWindow
 	Running         *RunningLimiter         // see the package-level Running
+	RunningPlan     *RunningPlanLimiter     // see the package-level RunningPlan
 	RunTokens       *RunTokensLimiter       // see the package-level RunTokens
 	ChatTokens      *ChatTokensLimiter      // see the package-level ChatTokens
 	ChatHour        *ChatHourLimiter        // see the package-level ChatHour
@@ -216,6 +219,7 @@ func New(opts ...Option) *Limits {
 		MeterShared:     newMeterSharedLimiter(sh),
 		MeterWindow:     newMeterWindowLimiter(),
 		Running:         newRunningLimiter(),
+		RunningPlan:     newRunningPlanLimiter(),
 		RunTokens:       newRunTokensLimiter(sh),
 		ChatTokens:      newChatTokensLimiter(sh),
 		ChatHour:        newChatHourLimiter(),
@@ -228,9 +232,10 @@ func New(opts ...Option) *Limits {
 	l.QuotaLeased.sh = l.shared
 	l.MeterWindow.sh = l.shared
 	l.Running.sh = l.shared
+	l.RunningPlan.sh = l.shared
 	l.ChatHour.sh = l.shared
 	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Fixed: map[string]string{"Running": "an in-flight rule's numbers do not change at run time in this version"},
+		Fixed: map[string]string{"Running": "an in-flight rule's numbers do not change at run time in this version", "RunningPlan": "an in-flight rule's numbers do not change at run time in this version"},
 		Plans: planNames[:],
 		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": sharedimpl.KeyedTarget(l.Exports.Keyed, overlay.ParseUint[uint64]), "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": sharedimpl.GlobalTarget(l.Global.Global), "Downloads": sharedimpl.KeyedTarget(l.Downloads.Keyed, nil), "DownloadsGlobal": sharedimpl.GlobalTarget(l.DownloadsGlobal.Global), "Fast": sharedimpl.KeyedTarget(l.Fast.Keyed, nil), "Wide": sharedimpl.KeyedTarget(l.Wide.Keyed, nil), "TenantUser": sharedimpl.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.Windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.Windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.Windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.Windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": sharedimpl.KeyedTarget(l.SeatShared.Keyed, nil), "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": sharedimpl.KeyedTarget(l.MeterShared.Keyed, nil), "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.Windows[5], 1, l.MeterWindow, nil), "RunTokens": sharedimpl.KeyedTarget(l.RunTokens.Keyed, nil), "ChatTokens": sharedimpl.KeyedTarget(l.ChatTokens.Keyed, nil), "ChatHour": overlay.KeyedSharedWindowTarget(l.ChatHour.local.Table(), l.shared.Windows[6], 1, l.ChatHour, nil)},
 	})
@@ -406,7 +411,7 @@ func newSharedState(store shared.Store) *sharedimpl.State {
 		return s
 	}
 	var err error
-	s.Slots = make([]*shared.Slots, 1)
+	s.Slots = make([]*shared.Slots, 3)
 	if s.Windows[0], err = shared.BindWindow(store, "storetest", "Quota", quotaLimit, shared.Failure{
 		Mode: shared.FailDeny,
 	}); err != nil {
@@ -442,6 +447,16 @@ func newSharedState(store shared.Store) *sharedimpl.State {
 		Mode: shared.FailDeny,
 	}); err != nil {
 		return s.Refuse("the in-flight rule Running, and the shared rules run in this process only", err)
+	}
+	if s.Slots[1], err = shared.BindSlots(store, "storetest", "RunningPlan:free", runningPlanLimit[0], shared.Failure{
+		Mode: shared.FailDeny,
+	}); err != nil {
+		return s.Refuse("the in-flight rule RunningPlan, and the shared rules run in this process only", err)
+	}
+	if s.Slots[2], err = shared.BindSlots(store, "storetest", "RunningPlan:pro", runningPlanLimit[1], shared.Failure{
+		Mode: shared.FailDeny,
+	}); err != nil {
+		return s.Refuse("the in-flight rule RunningPlan, and the shared rules run in this process only", err)
 	}
 	if s.Windows[6], err = shared.BindWindow(store, "storetest", "ChatHour", chatHourLimit, shared.Failure{
 		Mode: shared.FailDeny,
@@ -589,6 +604,10 @@ var (
 	// Running lets at most 2 requests of a key hold a slot at once: Acquire takes one, its Slot's
 	// Release gives it back, and a slot never released comes back 1 minute after it was taken.
 	Running = Default.Running
+
+	// RunningPlan lets at most 1 requests of a key hold a slot at once: Acquire takes one, its Slot's
+	// Release gives it back, and a slot never released comes back 1 minute after it was taken.
+	RunningPlan = Default.RunningPlan
 
 	// RunTokens allows 1 request per hour per key, in bursts of up to 3.
 	RunTokens = Default.RunTokens
@@ -2593,6 +2612,158 @@ func (l *RunningLimiter) ReleaseFailed() int64 {
 		return s.Stats().ReleaseFailed
 	}
 	return 0
+}
+
+// runningPlanLimit is RunningPlan's in-flight rule on each plan, as the policy gives it.
+var runningPlanLimit = [2]atomicslot.Rule{atomicslot.MustRule(1, time.Minute), atomicslot.MustRule(3, time.Minute)}
+
+// newRunningPlanLocalLimiter returns RunningPlan's slots, one set per plan, none held.
+func newRunningPlanLocalLimiter() *RunningPlanLocalLimiter {
+	return &RunningPlanLocalLimiter{s: [numPlans]*atomicslot.Table[string]{atomicslot.NewTable[string](runningPlanLimit[0], atomicbucket.TableOptions{}), atomicslot.NewTable[string](runningPlanLimit[1], atomicbucket.TableOptions{})}}
+}
+
+// RunningPlanLocalLimiter is RunningPlan decided in this process only, with the whole limit: what
+// RunningPlanLimiter.Local returns, for tests, and what RunningPlan's checks use while the package
+// has no store (SharedErr says so). Its methods are safe for concurrent use. Each plan has a table
+// of its own: a key that changes plan is checked against the new plan's bucket for it (full, if it
+// has none), and finds its old one, refilled by the time that passed, if it changes back. The plan
+// comes from your service's records of the caller, so a client cannot switch at will.
+type RunningPlanLocalLimiter struct {
+	s [numPlans]*atomicslot.Table[string]
+}
+
+// Rule returns the in-flight rule behind the limiter on plan (nil for a plan outside the
+// constants).
+func (l *RunningPlanLocalLimiter) Rule(plan Plan) *atomicslot.Rule {
+	if plan >= numPlans {
+		return nil
+	}
+	return l.s[plan].Rule()
+}
+
+// Acquire takes a slot now on plan's numbers, when fewer than the plan's limit are held (see
+// atomicslot).
+func (l *RunningPlanLocalLimiter) Acquire(plan Plan, key string) (atomicslot.Slot, atomicbucket.Decision) {
+	if plan >= numPlans {
+		return atomicslot.Slot{}, atomicbucket.Decision{RetryAfter: atomicbucket.Never}
+	}
+	return l.s[plan].Acquire(key)
+}
+
+// AcquireAt is Acquire at time now.
+func (l *RunningPlanLocalLimiter) AcquireAt(plan Plan, key string, now atomicbucket.Time) (atomicslot.Slot, atomicbucket.Decision) {
+	if plan >= numPlans {
+		return atomicslot.Slot{}, atomicbucket.Decision{RetryAfter: atomicbucket.Never}
+	}
+	return l.s[plan].AcquireAt(key, now)
+}
+
+// AcquireWait is Acquire, waiting up to maxWait for a free slot, first come first served (see
+// atomicslot).
+func (l *RunningPlanLocalLimiter) AcquireWait(ctx context.Context, plan Plan, key string, maxWait time.Duration) (atomicslot.Slot, atomicbucket.Decision) {
+	if plan >= numPlans {
+		return atomicslot.Slot{}, atomicbucket.Decision{RetryAfter: atomicbucket.Never}
+	}
+	return l.s[plan].AcquireWait(ctx, key, maxWait)
+}
+
+// PeekAt is what AcquireAt would decide, holding nothing.
+func (l *RunningPlanLocalLimiter) PeekAt(plan Plan, key string, now atomicbucket.Time) atomicbucket.Decision {
+	if plan >= numPlans {
+		return atomicbucket.Decision{RetryAfter: atomicbucket.Never}
+	}
+	return l.s[plan].PeekAt(key, now)
+}
+
+// Stats are every plan's slots together: held, expired, and for a keyed rule its keys and cap
+// refusals.
+func (l *RunningPlanLocalLimiter) Stats() atomicslot.Stats {
+	var st atomicslot.Stats
+	for _, s := range l.s {
+		ps := s.Stats()
+		st.Held += ps.Held
+		st.Keys += ps.Keys
+		st.Expired += ps.Expired
+		st.AtCapHits += ps.AtCapHits
+	}
+	return st
+}
+
+// newRunningPlanLimiter returns RunningPlan's limiter over its process-local slots; New binds it to the store.
+func newRunningPlanLimiter() *RunningPlanLimiter {
+	return &RunningPlanLimiter{local: newRunningPlanLocalLimiter()}
+}
+
+// RunningPlanLimiter is the type of RunningPlan, a shared in-flight rule: Acquire takes a slot on
+// the store given to New, so that the count holds across every instance that shares it, and takes
+// the request's context. Without a store it acquires in this process with the whole limit, and its
+// results carry SharedErr's error; Local is that process-local set of slots, under a name that says
+// so. Its methods are safe for concurrent use.
+type RunningPlanLimiter struct {
+	local *RunningPlanLocalLimiter
+	sh    *sharedimpl.State // the store, or why there is none
+}
+
+// Rule returns the in-flight rule behind the limiter.
+func (l *RunningPlanLimiter) Rule(plan Plan) *atomicslot.Rule {
+	return l.local.Rule(plan)
+}
+
+// Local returns RunningPlan's slots in this process only, with the whole limit, apart from the
+// store's, for tests and tools: what it holds is not counted by any other instance.
+func (l *RunningPlanLimiter) Local() *RunningPlanLocalLimiter {
+	return l.local
+}
+
+// Acquire takes one of key's's slots on the store given to New, so that at most the plan's limit
+// are held at once across every instance that shares it, and returns it with the Result; the Slot's
+// Release gives it back (once in effect; it makes one call to the store, within the store's
+// timeout). A slot never released comes back on the store 1m0s after it was taken, whichever
+// instance took it. It never fails: when the store cannot decide, the rule's on_failure setting
+// (deny) does, and the Result says so (Degraded, Err). Without a store, RunningPlan's process-local
+// slots (Local) decide and Err is SharedErr's error.
+func (l *RunningPlanLimiter) Acquire(ctx context.Context, plan Plan, key string) (atomicslot.Slot, verdict.Result) {
+	if plan >= numPlans {
+		return atomicslot.Slot{}, verdict.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}
+	}
+	if s := l.sh.Slot(1 + int(plan)); s != nil {
+		return s.Acquire(ctx, key)
+	}
+	slot, d := l.local.Acquire(plan, key)
+	return slot, verdict.Result{
+		Decision: d,
+		Err:      l.sh.Why,
+	}
+}
+
+// Stats are the rule's slots as this instance knows them: on the store, its slots not yet released
+// and the slots its calls found expired unreleased (with its local share's, shared.Slots.Stats);
+// without a store, the process-local slots'.
+func (l *RunningPlanLimiter) Stats() atomicslot.Stats {
+	if l.sh.Slot(1) == nil {
+		return l.local.Stats()
+	}
+	var st atomicslot.Stats
+	for plan := range numPlans {
+		ps := l.sh.Slot(1 + int(plan)).Stats()
+		st.Held += ps.Held
+		st.Expired += ps.Expired
+	}
+	return st
+}
+
+// ReleaseFailed is how many of this instance's releases the store did not take (down, or its
+// breaker open): each such slot stays held there until its expiry (shared.SlotStats.ReleaseFailed);
+// 0 without a store.
+func (l *RunningPlanLimiter) ReleaseFailed() int64 {
+	if l.sh.Slot(1) == nil {
+		return 0
+	}
+	var n int64
+	for plan := range numPlans {
+		n += l.sh.Slot(1 + int(plan)).Stats().ReleaseFailed
+	}
+	return n
 }
 
 // runTokensLimit is RunTokens's limit, as the policy gives it.
