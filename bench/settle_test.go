@@ -2,9 +2,13 @@ package bench
 
 import (
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/bench/settlelimits"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // BenchmarkSettle is what a settled cost costs locally, at 1 and 1e3 keys:
@@ -51,5 +55,45 @@ func BenchmarkSettle(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// BenchmarkHTTPSettle is what settling costs at the HTTP door: one request
+// through the generated middleware (bench/settlepolicy.yaml's Tokens, every
+// request admitted, its cost declared in X-Max) to a route that does not
+// settle (impl=plain), to one settled from the handler's X-Used header
+// (impl=settled: the same check, then the header read and SettleAt), and
+// to one settled from what the handler reports through its context
+// (impl=context: a context and a request copy a request). Every handler
+// sets the header, so the three differ only in the door's work.
+func BenchmarkHTTPSettle(b *testing.B) {
+	used := []string{"7"}
+	for _, c := range []struct{ name, path string }{{"plain", "/plain"}, {"settled", "/settled"}, {"context", "/reported"}} {
+		b.Run("impl="+c.name, func(b *testing.B) {
+			mw, err := settlelimits.NewMiddleware(settlelimits.New())
+			if err != nil {
+				b.Fatal(err)
+			}
+			h := mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header()["X-Used"] = used
+				verdict.ReportCost(r.Context(), 7) // false but on the context route
+			}))
+			r := httptest.NewRequest("POST", c.path, nil)
+			r.RemoteAddr = "203.0.113.7:51234"
+			r.Header.Set("X-Max", "12")
+			w := &nopWriter{h: http.Header{}}
+			h.ServeHTTP(w, r)
+			if w.code != 0 && w.code != http.StatusOK {
+				b.Fatalf("status %d", w.code)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				clear(w.h)
+				h.ServeHTTP(w, r)
+			}
+			if st := mw.SettleStats(); c.name != "plain" && st.Settled == 0 {
+				b.Fatalf("%s settled nothing: %+v", c.name, st)
+			}
+		})
 	}
 }

@@ -76,8 +76,10 @@ func (d *Door) Now() atomicbucket.Time {
 // on when all of them allow it.
 func (d *Door) Wrap(next http.Handler) http.Handler {
 	switch {
-	case d.acquire != nil || d.settle != nil:
+	case d.acquire != nil:
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { d.serveHeld(w, r, next, d.router.MatchAll(r)) })
+	case d.settle != nil:
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { d.serveSettled(w, r, next, d.router.MatchAll(r)) })
 	case d.check == nil:
 		return next
 	}
@@ -123,18 +125,39 @@ func (d *Door) serveHeld(w http.ResponseWriter, r *http.Request, next http.Handl
 	if n > 0 {
 		defer d.release(held[:n])
 	}
-	if d.fromContext != nil {
-		for i := range routes.N {
-			if d.fromContext(routes.Index[i]) { // its handler reports its cost through its context
-				r = r.WithContext(verdict.WithCostCell(r.Context()))
-				break
-			}
-		}
-	}
+	r = d.withCostCell(r, &routes)
 	next.ServeHTTP(w, r)
 	if d.settle != nil {
 		d.settleAll(w, r, &routes)
 	}
+}
+
+// serveSettled is serveHeld for a policy of settled routes and no in-flight
+// rules: every route's check, then next, then each settled route's
+// settlement when next returns normally (no slots to carry).
+func (d *Door) serveSettled(w http.ResponseWriter, r *http.Request, next http.Handler, routes Routes) {
+	for i := range routes.N {
+		if d.check != nil && !d.check(w, r, routes.Index[i], routes.Path[i]) {
+			return
+		}
+	}
+	r = d.withCostCell(r, &routes)
+	next.ServeHTTP(w, r)
+	d.settleAll(w, r, &routes)
+}
+
+// withCostCell is r with a cell for verdict.ReportCost in its context when
+// one of routes settles from it; r itself otherwise.
+func (d *Door) withCostCell(r *http.Request, routes *Routes) *http.Request {
+	if d.fromContext == nil {
+		return r
+	}
+	for i := range routes.N {
+		if d.fromContext(routes.Index[i]) {
+			return r.WithContext(verdict.WithCostCell(r.Context()))
+		}
+	}
+	return r
 }
 
 // release returns the slots a request held, at one reading of the door's
@@ -153,11 +176,17 @@ func (d *Door) release(held []atomicslot.Set) {
 // a path is the only one it dispatches (Router.Match).
 func (d *Door) wrapServeMux(next http.Handler) http.Handler {
 	switch {
-	case d.acquire != nil || d.settle != nil:
+	case d.acquire != nil:
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			var routes Routes
 			routes.add(d.router.Match(r))
 			d.serveHeld(w, r, next, routes)
+		})
+	case d.settle != nil:
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var routes Routes
+			routes.add(d.router.Match(r))
+			d.serveSettled(w, r, next, routes)
 		})
 	case d.check == nil:
 		return next

@@ -1,9 +1,14 @@
 package limithttp
 
 import (
+	"fmt"
 	"math"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
+
+	"github.com/limitgen/limitgen/verdict"
 )
 
 func TestActualCost(t *testing.T) {
@@ -35,5 +40,73 @@ func TestActualCost(t *testing.T) {
 		if got != c.want || ok != c.ok {
 			t.Errorf("%s: ActualCost = %d, %v; want %d, %v", c.name, got, ok, c.want, c.ok)
 		}
+	}
+}
+
+// TestDoorSettles: a door of settled routes and no in-flight rules, over
+// the real router, through Wrap and its ServeMux: a settlement runs after
+// the handler returns normally, with what the handler set; not when the
+// check denies, nor when the handler panics; and a route that settles from
+// its context gets a cell for verdict.ReportCost, the others none.
+func TestDoorSettles(t *testing.T) {
+	var d Door
+	deny := false
+	InitDoor(&d, MustRouter("POST /h", "POST /c", "POST /n"), []string{"POST /h", "POST /c", "POST /n"},
+		func(w http.ResponseWriter, _ *http.Request, _ int, _ string) bool {
+			if deny {
+				w.WriteHeader(http.StatusTooManyRequests)
+			}
+			return !deny
+		})
+	var seen []string
+	InitSettle(&d, func(w http.ResponseWriter, r *http.Request, route int, _ string) int64 {
+		switch route {
+		case 0:
+			v, ok := ActualCost(w.Header(), "X-Used")
+			seen = append(seen, fmt.Sprintf("h %d %v", v, ok))
+			if !ok {
+				return verdict.KeptEstimate
+			}
+			return 0
+		case 1:
+			v, ok := verdict.ReportedCost(r.Context())
+			seen = append(seen, fmt.Sprintf("c %d %v", v, ok))
+			return 2
+		}
+		return verdict.NoSettle
+	}, func(route int) bool { return route == 1 })
+	reported := map[string]bool{}
+	handler := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Panic") != "" {
+			panic(http.ErrAbortHandler)
+		}
+		w.Header().Set("X-Used", "5")
+		reported[r.URL.Path] = verdict.ReportCost(r.Context(), 9)
+	})
+	mux := d.NewServeMux()
+	mux.Handle("/", handler)
+	for _, h := range []http.Handler{d.Wrap(handler), mux} {
+		seen, deny = nil, false
+		for _, path := range []string{"/h", "/c", "/n"} {
+			h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", path, nil))
+		}
+		deny = true
+		h.ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("POST", "/h", nil))
+		deny = false
+		func() {
+			defer func() { recover() }()
+			r := httptest.NewRequest("POST", "/h", nil)
+			r.Header.Set("X-Panic", "1")
+			h.ServeHTTP(httptest.NewRecorder(), r)
+		}()
+		if got := strings.Join(seen, "; "); got != "h 5 true; c 9 true" {
+			t.Errorf("settlements %q, want the header route's and the context route's, once each", got)
+		}
+		if !reported["/c"] || reported["/h"] || reported["/n"] {
+			t.Errorf("ReportCost found a cell on %v, want on /c only", reported)
+		}
+	}
+	if st := d.SettleStats(); st != (verdict.SettleStats{Settled: 4, Forgiven: 4}) {
+		t.Errorf("settle stats %+v, want 4 settled (2 a handler) and 4 forgiven", st)
 	}
 }
