@@ -490,32 +490,39 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) verdict.Res
 		}
 		return err
 	}
+	if err := w.guarded(ctx, key, now, call); err != nil {
+		return w.fallback(key, cost, err)
+	}
+	return verdict.Result{Decision: d}
+}
+
+// guarded runs call, one of the window's store calls for key, through the
+// store's breaker (its Engine's, or the window's own when the store has
+// none), now being the time the caller read (ns): the call's error, or
+// ErrCircuitOpen without a call.
+func (w *Window) guarded(ctx context.Context, key string, now int64, call func(ctx context.Context) error) error {
 	if w.g != nil {
 		node := ""
 		if p, ok := w.c.(WindowPlacer); ok {
 			node = p.Node(key)
 		}
-		if err := w.g.Guarded(ctx, node, call); err != nil {
-			return w.fallback(key, cost, err)
-		}
-		return verdict.Result{Decision: d}
+		return w.g.Guarded(ctx, node, call)
 	}
 	ok, probe := w.br.Allow(now)
 	if !ok {
-		return w.fallback(key, cost, ErrCircuitOpen)
+		return ErrCircuitOpen
 	}
 	err := call(ctx)
-	if err == nil {
+	switch {
+	case err == nil:
 		w.br.Success(probe)
-		return verdict.Result{Decision: d}
-	}
-	if ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrLeaseWait) {
+	case ctx.Err() != nil && !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrLeaseWait):
 		w.br.EndProbe(probe) // the caller gave up, or waited out another check's refill: no verdict on the store
-	} else {
+	default:
 		w.br.Failure(int64(atomicbucket.Now()), probe)
 		w.br.last.Store(&err)
 	}
-	return w.fallback(key, cost, err)
+	return err
 }
 
 // Settle settles a request of key admitted at cost estimate whose actual
@@ -538,27 +545,9 @@ func (w *Window) Settle(ctx context.Context, key string, estimate, actual int64)
 		forgiven, err = ws.Settle(ctx, key, actual-estimate)
 		return err
 	}
-	if w.g != nil {
-		node := ""
-		if p, ok := w.c.(WindowPlacer); ok {
-			node = p.Node(key)
-		}
-		if err := w.g.Guarded(ctx, node, call); err != nil {
-			return 0, classed(err)
-		}
-		return forgiven, nil
-	}
-	now := int64(atomicbucket.Now())
-	ok, probe := w.br.Allow(now)
-	if !ok {
-		return 0, ErrCircuitOpen
-	}
-	if err := call(ctx); err != nil {
-		w.br.Failure(int64(atomicbucket.Now()), probe)
-		w.br.last.Store(&err)
+	if err := w.guarded(ctx, key, int64(atomicbucket.Now()), call); err != nil {
 		return 0, classed(err)
 	}
-	w.br.Success(probe)
 	return forgiven, nil
 }
 

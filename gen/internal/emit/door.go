@@ -354,13 +354,8 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 		if rule.KeyType == "" {
 			continue
 		}
-		k, ok := "k"+strconv.Itoa(j), "ok"+strconv.Itoa(j)
-		if rule.Composite() {
-			body = append(body, emitCompositeKeyRead(d, k, ok, rule, r.Keys[j], r.Ordinal, r.Pattern)...)
-		} else {
-			body = append(body, emitKey(d, k, ok, rule.KeyType, r.Keys[j], r.Ordinal, r.Pattern)...)
-		}
-		body = append(body, jen.If(jen.Op("!").Id(ok)).Block(reject(d.missing, jen.Lit(r.MissingBodies[j]), event(ri, "MissingKey", nil))))
+		read, k := emitRuleKey(m, d, r, j, reject(d.missing, jen.Lit(r.MissingBodies[j]), event(ri, "MissingKey", nil)))
+		body = append(body, read...)
 		keyArgs = append(keyArgs, jen.Id(k))
 		if len(seed) == 0 && len(keyArgs) == 1 {
 			switch {

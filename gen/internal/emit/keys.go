@@ -110,6 +110,21 @@ func emitCompositeKeyRead(d *door, k, ok string, r model.Rule, srcs []model.KeyS
 	return out
 }
 
+// emitRuleKey is the statements that read the key of route r's rule entry
+// j (r.Rules[j], keyed) into kj and okj, as its sources say, then missing
+// when no source has one; and kj's name.
+func emitRuleKey(m *model.Model, d *door, r model.Route, j int, missing jen.Code) ([]jen.Code, string) {
+	rule := m.Rules[r.Rules[j]]
+	k, ok := "k"+strconv.Itoa(j), "ok"+strconv.Itoa(j)
+	var read []jen.Code
+	if rule.Composite() {
+		read = emitCompositeKeyRead(d, k, ok, rule, r.Keys[j], r.Ordinal, r.Pattern)
+	} else {
+		read = emitKey(d, k, ok, rule.KeyType, r.Keys[j], r.Ordinal, r.Pattern)
+	}
+	return append(read, jen.If(jen.Op("!").Id(ok)).Block(missing)), k
+}
+
 // keyOK is the condition that string v can be a key: not empty, at most
 // verdict.MaxKeyLen bytes; keyBad is its negation. v is a name or a
 // selector, read twice; either joins a chain of its own operator without

@@ -56,17 +56,11 @@ func emitSettle(m *model.Model, d *door, i int, r model.Route) jen.Code {
 	var body []jen.Code
 	keys := make([]jen.Code, len(r.Rules))
 	for j, ri := range r.Rules {
-		rule := m.Rules[ri]
-		if rule.KeyType == "" {
+		if m.Rules[ri].KeyType == "" {
 			continue
 		}
-		k, ok := "k"+strconv.Itoa(j), "ok"+strconv.Itoa(j)
-		if rule.Composite() {
-			body = append(body, emitCompositeKeyRead(d, k, ok, rule, r.Keys[j], r.Ordinal, r.Pattern)...)
-		} else {
-			body = append(body, emitKey(d, k, ok, rule.KeyType, r.Keys[j], r.Ordinal, r.Pattern)...)
-		}
-		body = append(body, jen.If(jen.Op("!").Id(ok)).Block(kept))
+		read, k := emitRuleKey(m, d, r, j, kept)
+		body = append(body, read...)
 		keys[j] = jen.Id(k)
 	}
 	if routePlanned(m, model.Route{Rules: r.Rules}) {

@@ -171,20 +171,6 @@ func (s *simulation) settle(st settlement) {
 	}
 }
 
-// settleHeap orders pending settlements by their end (container/heap).
-type settleHeap []settlement
-
-func (h settleHeap) Len() int           { return len(h) }
-func (h settleHeap) Less(i, j int) bool { return h[i].end < h[j].end }
-func (h settleHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *settleHeap) Push(x any)        { *h = append(*h, x.(settlement)) }
-func (h *settleHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return x
-}
-
 // release ends the slots of the requests that ended by now, in the order
 // they ended (a slot held past its rule's max_hold came back by itself, and
 // its release finds it so: counted in its rule's Stats as expired), and
@@ -205,19 +191,23 @@ type heldSlot struct {
 	slot atomicslot.Slot
 }
 
-// slotHeap orders held slots by their end (container/heap).
-type slotHeap []heldSlot
+// byEnd orders what ends at a time (held slots, settlements) by it, for
+// container/heap.
+type byEnd[T interface{ ends() atomicbucket.Time }] []T
 
-func (h slotHeap) Len() int           { return len(h) }
-func (h slotHeap) Less(i, j int) bool { return h[i].end < h[j].end }
-func (h slotHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *slotHeap) Push(x any)        { *h = append(*h, x.(heldSlot)) }
-func (h *slotHeap) Pop() any {
+func (h byEnd[T]) Len() int           { return len(h) }
+func (h byEnd[T]) Less(i, j int) bool { return h[i].ends() < h[j].ends() }
+func (h byEnd[T]) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *byEnd[T]) Push(x any)        { *h = append(*h, x.(T)) }
+func (h *byEnd[T]) Pop() any {
 	old := *h
 	x := old[len(old)-1]
 	*h = old[:len(old)-1]
 	return x
 }
+
+func (h heldSlot) ends() atomicbucket.Time   { return h.end }
+func (s settlement) ends() atomicbucket.Time { return s.end }
 
 // decideRates runs the request through the rate rules from first on, all or
 // nothing, with tier.At: the tier logic generated code unrolls.

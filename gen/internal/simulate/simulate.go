@@ -181,11 +181,11 @@ type simulation struct {
 	pic      *picture // what -html draws; nil without
 	// held are the slots of admitted requests not yet ended, by their end
 	// (time + duration), for a simulation of in-flight rules.
-	held  slotHeap
+	held  byEnd[heldSlot]
 	slots bool // the simulation has in-flight rules: requests carry durations
 	// pending are the settlements of admitted requests with an actual cost,
 	// by when they end; settles says the output has an actual column.
-	pending settleHeap
+	pending byEnd[settlement]
 	settles bool
 }
 
