@@ -530,7 +530,10 @@ func (p *parser) route(n *yaml.Node, ordinal int, m *model.Model, h *model.HTTP,
 	} else if v != nil {
 		valid = p.routeCost(v, &r, m, what, httpCost) && valid
 	}
-	if v := f["settle"]; v != nil {
+	if v := f["settle"]; v != nil && len(r.Rules) == 0 {
+		p.errorf(v, "%s: %s: a request holds one slot while it runs, so there is no cost to settle", what, slotsOnly(m, r))
+		valid = false
+	} else if v != nil {
 		valid = p.routeSettle(v, f["cost"], &r, m, what, "http") && valid
 	}
 	r.PolicyLists = policyLists(m, r.Rules)
