@@ -1511,7 +1511,7 @@ func (m *Middleware) settle6(w http.ResponseWriter, r *http.Request) int64 {
 		return verdict.KeptEstimate
 	}
 	now := m.Now()
-	return verdict.AddForgiven(m.limits.ChatTokens.SettleAt(k0, now, cost, actual), m.limits.DailyTokens.SettleAt(k1, now, cost, actual))
+	return genimpl.AddForgiven(m.limits.ChatTokens.SettleAt(k0, now, cost, actual), m.limits.DailyTokens.SettleAt(k1, now, cost, actual))
 }
 
 // settle7 settles POST /v1/complete's request that its handler ended: the actual cost it reported
@@ -1542,7 +1542,7 @@ func (m *Middleware) settle7(w http.ResponseWriter, r *http.Request) int64 {
 		return verdict.KeptEstimate
 	}
 	now := m.Now()
-	return verdict.AddForgiven(m.limits.ChatTokens.SettleAt(k0, now, cost, actual), m.limits.DailyTokens.SettleAt(k1, now, cost, actual))
+	return genimpl.AddForgiven(m.limits.ChatTokens.SettleAt(k0, now, cost, actual), m.limits.DailyTokens.SettleAt(k1, now, cost, actual))
 }
 
 // httpSettleFromContext reports whether a request's route (entry) settles from what its handler reports through its context.

@@ -2,6 +2,7 @@ package genimpl
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -106,6 +107,17 @@ func (l Keyed[K]) Settle(key K, estimate, actual int64) (forgiven int64) {
 // SettleAt is Settle at time now.
 func (l Keyed[K]) SettleAt(key K, now atomicbucket.Time, estimate, actual int64) (forgiven int64) {
 	return l.t.SettleAt(key, now, estimate, actual)
+}
+
+// AddForgiven adds the tokens two rules' settlements forgave (a generated
+// settlement's sum over its route's rules), saturating at the largest
+// int64: a huge actual cost forgives nearly that much on every rule, and a
+// sum that wrapped would read as no settlement at all.
+func AddForgiven(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // Sweep removes the buckets that have been full for SweepGrace, and returns

@@ -2,6 +2,7 @@ package genimpl
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
@@ -151,5 +152,13 @@ func TestCostMost(t *testing.T) {
 	}
 	if err := k.CheckBurst(atomicbucket.Numbers{Tokens: 1, Period: time.Second, Burst: 5}); err != nil {
 		t.Errorf("burst 5: %v", err)
+	}
+}
+
+func TestAddForgivenSaturates(t *testing.T) {
+	for _, c := range [][3]int64{{0, 0, 0}, {3, 4, 7}, {math.MaxInt64 - 1, 1, math.MaxInt64}, {math.MaxInt64 - 1, math.MaxInt64 - 1, math.MaxInt64}} {
+		if got := AddForgiven(c[0], c[1]); got != c[2] {
+			t.Errorf("AddForgiven(%d, %d) = %d, want %d", c[0], c[1], got, c[2])
+		}
 	}
 }

@@ -2,7 +2,6 @@ package verdict
 
 import (
 	"context"
-	"math"
 	"strings"
 	"sync/atomic"
 )
@@ -92,16 +91,6 @@ func ParseActual(v string) (cost int64, ok bool) {
 		n = n*10 + int64(v[i]-'0')
 	}
 	return n, true
-}
-
-// AddForgiven adds the tokens two rules' settlements forgave, saturating at
-// the largest int64: a huge actual cost forgives nearly that much on every
-// rule, and a sum that wrapped would read as no settlement at all.
-func AddForgiven(a, b int64) int64 {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
-	}
-	return a + b
 }
 
 // An actual cost reported from a handler's context: a route (an entry)

@@ -4333,12 +4333,12 @@ func (m *Middleware) settle6(w http.ResponseWriter, r *http.Request) int64 {
 	if f, err := m.limits.ChatTokens.Settle(r.Context(), k0, cost, actual); err != nil {
 		failed = true
 	} else {
-		forgiven = verdict.AddForgiven(forgiven, f)
+		forgiven = genimpl.AddForgiven(forgiven, f)
 	}
 	if f, err := m.limits.ChatHour.Settle(r.Context(), k1, cost, actual); err != nil {
 		failed = true
 	} else {
-		forgiven = verdict.AddForgiven(forgiven, f)
+		forgiven = genimpl.AddForgiven(forgiven, f)
 	}
 	if failed {
 		return verdict.SettleFailed

@@ -115,17 +115,17 @@ func emitSettle(m *model.Model, d *door, i int, r model.Route) jen.Code {
 			body = append(body,
 				jen.If(jen.List(jen.Id("f"), jen.Err()).Op(":=").Add(limiter).Dot("Settle").Call(append(args, jen.Id("cost"), jen.Id("actual"))...), jen.Err().Op("!=").Nil()).Block(
 					jen.Id("failed").Op("=").True(),
-				).Else().Block(jen.Id("forgiven").Op("=").Add(vd("AddForgiven")).Call(jen.Id("forgiven"), jen.Id("f"))))
+				).Else().Block(jen.Id("forgiven").Op("=").Add(gi("AddForgiven")).Call(jen.Id("forgiven"), jen.Id("f"))))
 			continue
 		}
 		call := limiter.Dot("SettleAt").Call(append(args, jen.Id("now"), jen.Id("cost"), jen.Id("actual"))...)
 		switch {
 		case len(shared) > 0:
-			body = append(body, jen.Id("forgiven").Op("=").Add(vd("AddForgiven")).Call(jen.Id("forgiven"), call))
+			body = append(body, jen.Id("forgiven").Op("=").Add(gi("AddForgiven")).Call(jen.Id("forgiven"), call))
 		case sum == nil:
 			sum = call
 		default: // saturating: a huge actual forgives nearly MaxInt64 on each rule
-			sum = vd("AddForgiven").Call(sum, call)
+			sum = gi("AddForgiven").Call(sum, call)
 		}
 	}
 	if len(shared) > 0 {
