@@ -163,10 +163,21 @@ func (s Slot) releaseRare(now atomicbucket.Time) bool {
 	return true
 }
 
-// acquire takes a free slot of words w at now, or reports what denies it;
-// alive is false when a sweep is removing w (look the key up again).
-func (r *Rule) acquire(w []atomic.Int64, now int64, c *counters) (s Slot, d atomicbucket.Decision, alive bool) {
-	held, first, last := int64(0), int64(math.MaxInt64), int64(0)
+// acquire takes a free slot of key slots e at now, or reports what denies
+// it; alive is false when e is being removed or replaced (look the key up
+// again). While slots of older numbers are still held (e.prev), it takes only
+// among e's first limit − (those held) words: those counts only fall, so
+// no two acquisitions that read different counts hold more than the limit
+// between them.
+func (c *counters) acquire(e *keySlots, now int64) (s Slot, d atomicbucket.Decision, alive bool) {
+	r, w := e.rule, e.w
+	usable := int64(len(w))
+	old := older{first: math.MaxInt64}
+	if e.prev.Load() != nil {
+		old = e.older(now, c)
+		usable -= old.held
+	}
+	held, first, last := old.held, old.first, old.last
 	for i := 0; i < len(w); i++ {
 		v := w[i].Load()
 		if v < 0 {
@@ -177,10 +188,17 @@ func (r *Rule) acquire(w []atomic.Int64, now int64, c *counters) (s Slot, d atom
 			first, last = min(first, e), max(last, e)
 			continue
 		}
+		if int64(i) >= usable {
+			continue // free, but beyond what older slots leave
+		}
 		nv := r.taken(v, now)
 		if !w[i].CompareAndSwap(v, nv) {
 			i-- // taken or released meanwhile: read it again
 			continue
+		}
+		if e.sealed.Load() { // replaced meanwhile by newer numbers: give it back
+			w[i].CompareAndSwap(nv, dying|nv&genMask)
+			return Slot{}, d, false
 		}
 		c.leaked(v, now)
 		held++
@@ -191,10 +209,13 @@ func (r *Rule) acquire(w []atomic.Int64, now int64, c *counters) (s Slot, d atom
 				last = max(last, e)
 			}
 		}
-		d = atomicbucket.Decision{Allowed: true, Remaining: r.limit - held, Reset: time.Duration(last - now)}
+		d = atomicbucket.Decision{Allowed: true, Remaining: max(r.limit-held, 0), Reset: time.Duration(last - now)}
 		return Slot{w: &w[i], v: nv, c: c}, d, true
 	}
-	return Slot{}, r.denial(first, last, now), true // every word held
+	if held > r.limit { // more held than a cut of the numbers left
+		first = e.nthExpiry(now, held-r.limit+1)
+	}
+	return Slot{}, r.denial(first, last, now), true
 }
 
 // denial is the decision when every slot is held, the first expiring at
@@ -203,11 +224,20 @@ func (r *Rule) denial(first, last, now int64) atomicbucket.Decision {
 	return atomicbucket.Decision{RetryAfter: time.Duration(first - now), Reset: time.Duration(last - now)}
 }
 
-// peek is what acquire would decide, taking nothing.
-func (r *Rule) peek(w []atomic.Int64, now int64) (d atomicbucket.Decision, alive bool) {
-	held, first, last := int64(0), int64(math.MaxInt64), int64(0)
-	for i := range w {
-		v := w[i].Load()
+// peek is what acquire would decide on e (nil: a key with none), taking
+// nothing.
+func (r *Rule) peek(e *keySlots, now int64) (d atomicbucket.Decision, alive bool) {
+	if e == nil {
+		return atomicbucket.Decision{Allowed: true, Remaining: r.limit - 1, Reset: time.Duration(expiry(r.taken(0, now)) - now)}, true
+	}
+	r = e.rule
+	old := older{first: math.MaxInt64}
+	if e.prev.Load() != nil {
+		old = e.older(now, nil)
+	}
+	held, first, last := old.held, old.first, old.last
+	for i := range e.w {
+		v := e.w[i].Load()
 		if v < 0 {
 			return d, false
 		}
@@ -217,6 +247,9 @@ func (r *Rule) peek(w []atomic.Int64, now int64) (d atomicbucket.Decision, alive
 		}
 	}
 	if held >= r.limit {
+		if held > r.limit {
+			first = e.nthExpiry(now, held-r.limit+1)
+		}
 		return r.denial(first, last, now), true
 	}
 	last = max(last, expiry(r.taken(0, now)))
@@ -247,32 +280,60 @@ func kill(w []atomic.Int64, now int64, c *counters) bool {
 func retry() { runtime.Gosched() }
 
 // Gate is one set of slots for the whole process. Its methods are safe for
-// concurrent use, take no lock and never allocate.
+// concurrent use, take no lock and never allocate (but the first acquisition
+// after a numbers change, which makes the slots of the new numbers).
 type Gate struct {
-	r Rule
-	w []atomic.Int64
-	c counters
+	nums numbers
+	e    atomic.Pointer[keySlots]
+	c    counters
 }
 
 // NewGate returns a gate of r's slots, none held.
-func NewGate(r Rule) *Gate { return &Gate{r: r, w: make([]atomic.Int64, r.limit)} }
+func NewGate(r Rule) *Gate {
+	g := &Gate{}
+	g.nums.init(r)
+	g.e.Store(newKeySlots(g.nums.rule.Load(), nil))
+	return g
+}
 
-// Rule is the gate's rule.
-func (g *Gate) Rule() *Rule { return &g.r }
+// slots is the gate's slots under the numbers in force, made now when the
+// numbers changed since the last acquisition.
+func (g *Gate) slots(now int64) *keySlots {
+	for {
+		r, e := g.nums.rule.Load(), g.e.Load()
+		if e.rule == r {
+			return e
+		}
+		if n := e.successor(r, now, &g.c); g.e.CompareAndSwap(e, n) {
+			g.c.replaced(e, n)
+			return n
+		}
+	}
+}
 
 // Acquire takes a slot now, when fewer than the limit are held.
 func (g *Gate) Acquire() (Slot, atomicbucket.Decision) { return g.AcquireAt(atomicbucket.Now()) }
 
 // AcquireAt is Acquire at time now.
 func (g *Gate) AcquireAt(now atomicbucket.Time) (Slot, atomicbucket.Decision) {
-	s, d, _ := g.r.acquire(g.w, clampNow(now), &g.c)
-	return s, d
+	n := clampNow(now)
+	for {
+		if s, d, alive := g.c.acquire(g.slots(n), n); alive {
+			return s, d
+		}
+		retry()
+	}
 }
 
 // PeekAt is what AcquireAt would decide, holding nothing.
 func (g *Gate) PeekAt(now atomicbucket.Time) atomicbucket.Decision {
-	d, _ := g.r.peek(g.w, clampNow(now))
-	return d
+	n := clampNow(now)
+	for {
+		if d, alive := g.nums.rule.Load().peek(g.slots(n), n); alive {
+			return d
+		}
+		retry()
+	}
 }
 
 // Stats are a gate's or a table's counters.
@@ -286,34 +347,24 @@ type Stats struct {
 	AtCapHits int64 // acquisitions for a new key denied or untracked at the key cap
 }
 
-// held counts the words of w that hold a slot at now.
-func held(w []atomic.Int64, now int64) int64 {
-	n := int64(0)
-	for i := range w {
-		if v := w[i].Load(); v >= 0 && expiry(v) > now {
-			n++
-		}
-	}
-	return n
-}
-
 // Stats returns the gate's counters and the slots it holds now.
 func (g *Gate) Stats() Stats {
-	return Stats{Held: held(g.w, clampNow(atomicbucket.Now())), Expired: g.c.expired.Load()}
+	return Stats{Held: g.e.Load().heldAll(clampNow(atomicbucket.Now())), Expired: g.c.expired.Load()}
 }
 
 // Table is a set of slots per key, made on a key's first acquisition. Its
 // methods are safe for concurrent use; acquisitions and releases on existing
 // keys take no lock and never allocate (a new key takes the map's lock for it
-// once, and allocates its words).
+// once, and allocates its words; so does a key's first acquisition after a
+// numbers change).
 //
 // A key none of whose slots has been held for atomicbucket.SweepGrace holds
 // nothing: it is reclaimed when a new key meets the key cap, and by a sweep
 // the table runs by itself when new keys have doubled it (beyond 4,096 keys);
 // Sweep and RunSweeper only return memory sooner.
 type Table[K comparable] struct {
-	m          *xsync.MapOf[K, []atomic.Int64]
-	r          Rule
+	m          *xsync.MapOf[K, *keySlots]
+	nums       numbers
 	maxKeys    int64
 	allowAtCap bool
 	c          counters
@@ -331,13 +382,11 @@ func NewTable[K comparable](r Rule, o atomicbucket.TableOptions) *Table[K] {
 	if o.Presize > 0 {
 		opts = append(opts, xsync.WithPresize(o.Presize))
 	}
-	t := &Table[K]{m: xsync.NewMapOf[K, []atomic.Int64](opts...), r: r, maxKeys: o.MaxKeys, allowAtCap: o.AllowAtCap}
+	t := &Table[K]{m: xsync.NewMapOf[K, *keySlots](opts...), maxKeys: o.MaxKeys, allowAtCap: o.AllowAtCap}
+	t.nums.init(r)
 	t.sweeps.Init(o.MaxKeys, int64(atomicbucket.MaxUptime))
 	return t
 }
-
-// Rule is the table's rule.
-func (t *Table[K]) Rule() *Rule { return &t.r }
 
 // Len is the number of keys tracked (some may hold nothing, not yet
 // reclaimed).
@@ -348,8 +397,8 @@ func (t *Table[K]) Len() int64 { return t.c.keys.Load() }
 func (t *Table[K]) Stats() Stats {
 	s := Stats{Keys: t.c.keys.Load(), Expired: t.c.expired.Load(), AtCapHits: t.c.atCapHits.Load()}
 	now := clampNow(atomicbucket.Now())
-	t.m.Range(func(_ K, w []atomic.Int64) bool {
-		s.Held += held(w, now)
+	t.m.Range(func(_ K, e *keySlots) bool {
+		s.Held += e.heldAll(now)
 		return true
 	})
 	return s
@@ -364,16 +413,28 @@ func (t *Table[K]) Acquire(key K) (Slot, atomicbucket.Decision) {
 // reclaim is denied until a key can be (its RetryAfter says when), or, under
 // TableOptions.AllowAtCap, admitted untracked: the Slot is the zero Slot.
 func (t *Table[K]) AcquireAt(key K, now atomicbucket.Time) (Slot, atomicbucket.Decision) {
-	n := clampNow(now)
+	s, d, _ := t.acquire(key, clampNow(now))
+	return s, d
+}
+
+// acquire is AcquireAt at now (ns), and returns the key's slots too (nil
+// when it has none: at the key cap).
+func (t *Table[K]) acquire(key K, now int64) (Slot, atomicbucket.Decision, *keySlots) {
 	for {
-		w, ok := t.m.Load(key)
+		r := t.nums.rule.Load()
+		e, ok := t.m.Load(key)
 		if !ok {
-			if w = t.create(key, n); w == nil {
-				return Slot{}, t.capDecision(n)
+			if e = t.create(key, now, r); e == nil {
+				return Slot{}, t.capDecision(now), nil
 			}
 		}
-		if s, d, alive := t.r.acquire(w, n, &t.c); alive {
-			return s, d
+		if e.rule != r {
+			if e = t.renumber(key, e, now); e == nil {
+				continue // swept meanwhile
+			}
+		}
+		if s, d, alive := t.c.acquire(e, now); alive {
+			return s, d, e
 		}
 		retry()
 	}
@@ -384,8 +445,14 @@ func (t *Table[K]) AcquireAt(key K, now atomicbucket.Time) (Slot, atomicbucket.D
 func (t *Table[K]) PeekAt(key K, now atomicbucket.Time) atomicbucket.Decision {
 	n := clampNow(now)
 	for {
-		w, _ := t.m.Load(key) // none: nil, every slot free
-		if d, alive := t.r.peek(w, n); alive {
+		r := t.nums.rule.Load()
+		e, _ := t.m.Load(key) // none: nil, every slot free
+		if e != nil && e.rule != r {
+			if e = t.renumber(key, e, n); e == nil {
+				continue
+			}
+		}
+		if d, alive := r.peek(e, n); alive {
 			return d
 		}
 		retry()
@@ -396,33 +463,55 @@ func (t *Table[K]) PeekAt(key K, now atomicbucket.Time) atomicbucket.Decision {
 // to reclaim.
 func (t *Table[K]) capDecision(now int64) atomicbucket.Decision {
 	if t.allowAtCap {
-		d, _ := t.r.peek(nil, now)
+		d, _ := t.nums.rule.Load().peek(nil, now)
 		return d
 	}
 	return atomicbucket.Decision{RetryAfter: t.sweeps.CapWait(now)}
 }
 
-// create makes key's words, or returns those another goroutine just made;
-// nil when the key is new and the table is at its cap with nothing to
+// create makes key's slots under r, or returns those another goroutine just
+// made; nil when the key is new and the table is at its cap with nothing to
 // reclaim.
-func (t *Table[K]) create(key K, now int64) []atomic.Int64 {
+func (t *Table[K]) create(key K, now int64, r *Rule) *keySlots {
 	for !keycap.Claim(&t.c.keys, t.maxKeys) {
-		if w, ok := t.m.Load(key); ok {
-			return w
+		if e, ok := t.m.Load(key); ok {
+			return e
 		}
 		if !t.sweeps.AtCap(now, func() (int, int64) { return t.sweepHeld(now) }) {
 			t.c.atCapHits.Add(1)
 			return nil
 		}
 	}
-	got, loaded := t.m.LoadOrStore(key, make([]atomic.Int64, t.r.limit))
+	got, loaded := t.m.LoadOrStore(key, newKeySlots(r, nil))
 	if loaded {
 		t.c.keys.Add(-1)
 		return got
 	}
-	t.sweeps.LowerNext(now + t.r.hold + int64(atomicbucket.SweepGrace))
+	t.sweeps.LowerNext(now + r.hold + int64(atomicbucket.SweepGrace))
 	t.sweeps.Grown(t.c.keys.Load(), func() (int, int64) { return t.sweepHeld(now) })
 	return got
+}
+
+// renumber replaces key's slots e, made under numbers no longer in force, by
+// slots under the numbers in force that count e's held ones, and returns
+// them (or what replaced e meanwhile; nil when the key was removed
+// meanwhile).
+func (t *Table[K]) renumber(key K, e *keySlots, now int64) *keySlots {
+	var out *keySlots
+	t.m.Compute(key, func(cur *keySlots, loaded bool) (*keySlots, bool) {
+		if !loaded {
+			return nil, true
+		}
+		r := t.nums.rule.Load()
+		if cur != e || cur.rule == r {
+			out = cur
+			return cur, false
+		}
+		out = e.successor(r, now, &t.c)
+		t.c.replaced(e, out)
+		return out, false
+	})
+	return out
 }
 
 // Sweep removes the keys none of whose slots has been held for
@@ -447,13 +536,13 @@ func (t *Table[K]) SweepAt(now atomicbucket.Time) int {
 // looks the key up again.
 func (t *Table[K]) sweepHeld(now int64) (int, int64) {
 	removed := 0
-	t.m.Range(func(key K, w []atomic.Int64) bool {
-		t.m.Compute(key, func(cur []atomic.Int64, loaded bool) ([]atomic.Int64, bool) {
-			if !loaded || &cur[0] != &w[0] {
+	t.m.Range(func(key K, e *keySlots) bool {
+		t.m.Compute(key, func(cur *keySlots, loaded bool) (*keySlots, bool) {
+			if !loaded || cur != e {
 				return cur, !loaded
 			}
-			if !kill(w, now, &t.c) {
-				t.sweeps.LowerNext(t.lastExpiry(w) + int64(atomicbucket.SweepGrace))
+			if last := e.lastAll(); last+int64(atomicbucket.SweepGrace) > now || !kill(e.w, now, &t.c) {
+				t.sweeps.LowerNext(e.lastAll() + int64(atomicbucket.SweepGrace))
 				return cur, false
 			}
 			removed++
@@ -465,15 +554,6 @@ func (t *Table[K]) sweepHeld(now int64) (int, int64) {
 		t.c.keys.Add(int64(-removed))
 	}
 	return removed, t.c.keys.Load()
-}
-
-// lastExpiry is the latest expiry among words w.
-func (t *Table[K]) lastExpiry(w []atomic.Int64) int64 {
-	last := int64(0)
-	for i := range w {
-		last = max(last, expiry(w[i].Load()))
-	}
-	return last
 }
 
 // MustRule is NewRule for numbers known to be valid (a generated package's):

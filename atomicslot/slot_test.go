@@ -91,6 +91,22 @@ func TestAgainstReference(t *testing.T) {
 				if want := ref.Peek(key, now); d != want {
 					t.Fatalf("%s: peek = %+v, reference %+v", where, d, want)
 				}
+			case op == 9 && rng.IntN(2) == 0: // new numbers: raised, cut below what is held, or put back
+				n := atomicbucket.Numbers{Tokens: 1 + rng.Int64N(6), Period: hold/2 + time.Duration(rng.Int64N(int64(2*hold)))}
+				n.Burst = n.Tokens
+				if rng.IntN(4) == 0 {
+					tab.ClearNumbers()
+					gate.ClearNumbers()
+					ref.SetNumbers(limit, hold)
+					continue
+				}
+				if err := tab.SetNumbers(n); err != nil {
+					t.Fatal(err)
+				}
+				if err := gate.SetNumbers(n); err != nil {
+					t.Fatal(err)
+				}
+				ref.SetNumbers(n.Tokens, n.Period)
 			default:
 				tab.SweepAt(atomicbucket.Time(now))
 			}

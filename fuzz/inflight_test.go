@@ -12,8 +12,9 @@ import (
 )
 
 // FuzzInFlight runs an in-flight rule and a sequence of acquisitions,
-// releases (of any slot handed out: second and late releases included), peeks
-// and sweeps on a few keys at explicit, non-decreasing times, against the
+// releases (of any slot handed out: second and late releases included), peeks,
+// sweeps and changes of the numbers (raised, cut below the slots held, put
+// back) on a few keys at explicit, non-decreasing times, against the
 // runtime's table (key "g": its gate) and the reference, and fails on the
 // first answer that differs. Input: the limit and hold from the first 3
 // bytes, then 4 bytes an operation.
@@ -92,7 +93,22 @@ func FuzzInFlight(f *testing.F) {
 					t.Fatalf("%s: peek = %+v, reference %+v", where(), d, want)
 				}
 			default:
-				tab.SweepAt(at)
+				if b[2]&1 == 0 {
+					tab.SweepAt(at)
+					continue
+				}
+				n := atomicbucket.Numbers{Tokens: 1 + int64(b[2]>>1)%8, Period: hold * time.Duration(1+(b[2]>>4)&3) / 2}
+				n.Burst = n.Tokens
+				if n.Period < time.Microsecond {
+					n.Period = hold
+				}
+				if err := tab.SetNumbers(n); err != nil {
+					t.Fatalf("%s: SetNumbers(%+v): %v", where(), n, err)
+				}
+				if err := gate.SetNumbers(n); err != nil {
+					t.Fatal(err)
+				}
+				ref.SetNumbers(n.Tokens, n.Period)
 			}
 		}
 	})

@@ -1,7 +1,7 @@
 package reference
 
 import (
-	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,7 +24,12 @@ import (
 //     the latest a slot can come back if none is released;
 //   - a release at t returns the slot, and reports so, when the slot is held
 //     at t; any other release (a second one, or one at or after e) changes
-//     nothing and reports false.
+//     nothing and reports false;
+//   - new numbers (SetNumbers) decide every acquisition after them, counting
+//     every slot held, whichever numbers took it; a held slot keeps its
+//     expiry. After a cut below the slots held, Remaining is 0 and a
+//     denial's RetryAfter is the wait until fewer than Limit are held: the
+//     (held − Limit + 1)-th expiry.
 type InFlight struct {
 	mu    sync.Mutex
 	limit int64
@@ -60,15 +65,23 @@ func (f *InFlight) live(key string, t int64) []refSlot {
 	return keep
 }
 
+// SetNumbers makes limit and hold the numbers of every acquisition from now.
+func (f *InFlight) SetNumbers(limit int64, hold time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.limit, f.hold = limit, int64(hold)
+}
+
 func (f *InFlight) decision(slots []refSlot, t int64, ok bool) atomicbucket.Decision {
-	d := atomicbucket.Decision{Allowed: ok, Remaining: f.limit - int64(len(slots))}
-	first := int64(math.MaxInt64)
+	d := atomicbucket.Decision{Allowed: ok, Remaining: max(f.limit-int64(len(slots)), 0)}
+	var exp []int64
 	for _, s := range slots {
 		d.Reset = max(d.Reset, time.Duration(s.expires-t))
-		first = min(first, s.expires)
+		exp = append(exp, s.expires)
 	}
 	if !ok {
-		d.RetryAfter = time.Duration(first - t)
+		slices.Sort(exp)
+		d.RetryAfter = time.Duration(exp[int64(len(exp))-f.limit] - t)
 	}
 	return d
 }
