@@ -30,7 +30,8 @@ import (
 // counted), and takes a slot for token, held until now + hold, when fewer
 // than n are left. It returns {1 acquired or 0 denied, the slots held
 // before it, the first and the last held slot's expiry − now (µs, 0: none
-// held), the slots it found expired}. {rfn}(rr, kk, token, at_us) removes
+// held; a denial's first, when more than n are held after n was cut, the
+// expiry that leaves fewer than n), the slots it found expired}. {rfn}(rr, kk, token, at_us) removes
 // token's slot and returns 1 when it was held until now, 2 when its expiry
 // had come, 0 when there is none. {bfn}(rr, kks, ops, toks, n, hold, at_us)
 // runs a coalesced batch of both (ops 0 an acquisition, 1 a release), five
@@ -80,6 +81,9 @@ BEGIN
   END IF;
   IF held + ok > 0 THEN
     SELECT min(x), max(x) INTO first_e, last FROM unnest(ke) x;
+    IF ok = 0 AND held > n THEN -- more held than a cut of the numbers left: under n at this expiry
+      SELECT x INTO first_e FROM unnest(ke) x ORDER BY x OFFSET held - n LIMIT 1;
+    END IF;
     first_e := first_e - now_us;
     last := last - now_us;
   END IF;
@@ -157,8 +161,7 @@ type Slots struct {
 	setupSQL string
 	ready    atomic.Bool // the table and functions are there
 	name     string      // the row's rule name
-	rule     atomicslot.Rule
-	holdUs   int64
+	nums     atomic.Pointer[shared.SlotNumbers]
 	timeout  time.Duration
 	acquire  string
 	release  string
@@ -188,7 +191,7 @@ func (s *Store) Slots(name string, rule atomicslot.Rule) (shared.SlotChecker, er
 	}
 	sl.e = s.Engine
 	if n := s.Coalesce(); n > 0 {
-		sl.co = shared.NewSlotBatch(n, sl.timeout, rule.Limit(), sl.sendBatch)
+		sl.co = shared.NewSlotBatch(n, sl.timeout, sl.sendBatch)
 		s.b.closersMu.Lock()
 		s.b.closers = append(s.b.closers, sl.co.Close)
 		s.b.closersMu.Unlock()
@@ -197,7 +200,8 @@ func (s *Store) Slots(name string, rule atomicslot.Rule) (shared.SlotChecker, er
 }
 
 // sendBatch is one statement for a coalesced batch.
-func (s *Slots) sendBatch(ctx context.Context, ops []shared.SlotOp) ([]int64, error) {
+func (s *Slots) sendBatch(ctx context.Context, ops []shared.SlotOp) ([]int64, int64, error) {
+	n := s.nums.Load()
 	keys := make([][]byte, len(ops))
 	kinds, toks := make([]int64, len(ops)), make([]int64, len(ops))
 	for i, op := range ops {
@@ -208,9 +212,9 @@ func (s *Slots) sendBatch(ctx context.Context, ops []shared.SlotOp) ([]int64, er
 	}
 	var res []int64
 	err := s.call(ctx, ops[0].Key, func(ctx context.Context, at *int64) error {
-		return s.pool.QueryRow(ctx, s.batch, s.name, keys, kinds, toks, s.rule.Limit(), s.holdUs, at).Scan(&res)
+		return s.pool.QueryRow(ctx, s.batch, s.name, keys, kinds, toks, n.Limit, n.HoldUs, at).Scan(&res)
 	})
-	return res, err
+	return res, n.Limit, err
 }
 
 // newSlots is the rule named name in table, created when absent.
@@ -227,8 +231,8 @@ func newSlots(ctx context.Context, pool *pgxpool.Pool, table, name string, rule 
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	s := &Slots{pool: pool, name: name, rule: rule, timeout: timeout,
-		holdUs: int64((rule.Hold() + time.Microsecond - 1) / time.Microsecond)}
+	s := &Slots{pool: pool, name: name, timeout: timeout}
+	s.SetRule(rule)
 	afn, rfn, bfn := table+"_acquire", table+"_release", table+"_batch"
 	s.acquire = "SELECT " + afn + "($1::text, $2::bytea, $3::int8, $4::int8, $5::int8, $6::int8)"
 	s.release = "SELECT " + rfn + "($1::text, $2::bytea, $3::int8, $4::int8)"
@@ -248,6 +252,10 @@ func newSlots(ctx context.Context, pool *pgxpool.Pool, table, name string, rule 
 	}
 	return s, nil
 }
+
+// SetRule makes rule's numbers those of every call from now
+// (shared.SlotRuler): the slots held stay held, each until its expiry.
+func (s *Slots) SetRule(rule atomicslot.Rule) { s.nums.Store(shared.SlotNumbersOf(rule)) }
 
 // setup creates the slots table and its functions when absent.
 func (s *Slots) setup(ctx context.Context) error {
@@ -294,13 +302,14 @@ func (s *Slots) Acquire(ctx context.Context, key string, token uint64) (atomicbu
 		return s.co.Acquire(ctx, key, token)
 	}
 	var r []int64
+	n := s.nums.Load()
 	err := s.call(ctx, key, func(ctx context.Context, at *int64) error {
-		return s.pool.QueryRow(ctx, s.acquire, s.name, rowKey(key), s.rule.Limit(), s.holdUs, int64(token), at).Scan(&r)
+		return s.pool.QueryRow(ctx, s.acquire, s.name, rowKey(key), n.Limit, n.HoldUs, int64(token), at).Scan(&r)
 	})
 	if err != nil {
 		return atomicbucket.Decision{}, 0, err
 	}
-	return shared.SlotReplyOf(s.rule.Limit(), r)
+	return shared.SlotReplyOf(n.Limit, r)
 }
 
 // Release gives token's slot of key back (shared.SlotChecker).

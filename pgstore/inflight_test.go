@@ -23,7 +23,7 @@ func openSlots(pool *pgxpool.Pool, coalesce int) storetest.OpenSlots {
 		}
 		s.at = at
 		if coalesce > 0 {
-			s.co = shared.NewSlotBatch(coalesce, s.timeout, rule.Limit(), s.sendBatch)
+			s.co = shared.NewSlotBatch(coalesce, s.timeout, s.sendBatch)
 			t.Cleanup(s.co.Close)
 		}
 		return s

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -26,7 +27,9 @@ import (
 // (a call in those 10 s counts what expired unreleased; a key with nothing
 // held is soon no key). It returns {1 acquired or 0 denied, the slots held
 // before it, the first and the last held slot's expiry − now (µs, 0 when
-// none is held), the slots it found expired}.
+// none is held; a denial's first, when more than the limit are held after it
+// was cut, the expiry that leaves fewer than the limit), the slots it found
+// expired}.
 //
 // release removes the token's member, and returns 1 when the slot was held
 // until now, 2 when its expiry had come (it came back by itself), 0 when
@@ -49,6 +52,9 @@ local function acquire(k, tok)
     last = tonumber(redis.call('ZRANGE', k, -1, -1, 'WITHSCORES')[2])
   end
   local ok = 0
+  if held > N then -- more held than a cut of the numbers left: under N at this expiry
+    first = tonumber(redis.call('ZRANGE', k, held - N, held - N, 'WITHSCORES')[2])
+  end
   if held < N then
     local e = now + hold
     redis.call('ZADD', k, e, tok)
@@ -113,8 +119,7 @@ type Slots struct {
 	acquire *redis.Script
 	release *redis.Script
 	prefix  string // the keys' prefix, up to the key
-	rule    atomicslot.Rule
-	holdUs  int64
+	nums    atomic.Pointer[shared.SlotNumbers]
 	timeout time.Duration
 	e       *shared.Engine
 	now     func() time.Time // tests: the time the scripts decide at
@@ -145,14 +150,15 @@ func (s *Store) Slots(name string, rule atomicslot.Rule) (shared.SlotChecker, er
 // coalesce makes the rule send concurrent calls together, at most max a
 // batch script call.
 func (s *Slots) coalesce(max int) {
-	s.co = shared.NewSlotBatch(max, s.timeout, s.rule.Limit(), s.sendBatch)
+	s.co = shared.NewSlotBatch(max, s.timeout, s.sendBatch)
 }
 
 // sendBatch is one script call for a coalesced batch.
-func (s *Slots) sendBatch(ctx context.Context, ops []shared.SlotOp) ([]int64, error) {
+func (s *Slots) sendBatch(ctx context.Context, ops []shared.SlotOp) ([]int64, int64, error) {
+	n := s.nums.Load()
 	keys := make([]string, len(ops))
 	args := make([]any, 0, 2+2*len(ops)+2)
-	args = append(args, s.rule.Limit(), s.holdUs)
+	args = append(args, n.Limit, n.HoldUs)
 	for i, op := range ops {
 		keys[i] = s.prefix + op.Key
 		kind := "a"
@@ -167,7 +173,7 @@ func (s *Slots) sendBatch(ctx context.Context, ops []shared.SlotOp) ([]int64, er
 		res, err = s.batch.Run(ctx, s.client, keys, s.args(args...)...).Int64Slice()
 		return err
 	})
-	return res, err
+	return res, n.Limit, err
 }
 
 // newSlots is the rule named name under prefix; explicitNow makes its
@@ -182,17 +188,21 @@ func newSlots(client redis.UniversalClient, prefix, name string, rule atomicslot
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	return &Slots{
+	s := &Slots{
 		client:  client,
 		acquire: redis.NewScript(windowScript(slotsAcquireSource, explicitNow)),
 		release: redis.NewScript(windowScript(slotsReleaseSource, explicitNow)),
 		batch:   redis.NewScript(windowScript(slotsBatchSource, explicitNow)),
 		prefix:  prefix + "slots:" + name + ":",
-		rule:    rule,
-		holdUs:  int64((rule.Hold() + time.Microsecond - 1) / time.Microsecond),
 		timeout: timeout,
-	}, nil
+	}
+	s.SetRule(rule)
+	return s, nil
 }
+
+// SetRule makes rule's numbers those of every call from now
+// (shared.SlotRuler): the slots held stay held, each until its expiry.
+func (s *Slots) SetRule(rule atomicslot.Rule) { s.nums.Store(shared.SlotNumbersOf(rule)) }
 
 // Node is the server that holds key's slots on a Cluster (its master's
 // address), "" on a single server (shared.WindowPlacer).
@@ -255,15 +265,16 @@ func (s *Slots) Acquire(ctx context.Context, key string, token uint64) (atomicbu
 		return d, expired, nil
 	}
 	var res []int64
+	n := s.nums.Load()
 	err := s.run(ctx, func(ctx context.Context) error {
 		var err error
-		res, err = s.acquire.Run(ctx, s.client, []string{s.prefix + key}, s.args(s.rule.Limit(), s.holdUs, tokenBytes(token))...).Int64Slice()
+		res, err = s.acquire.Run(ctx, s.client, []string{s.prefix + key}, s.args(n.Limit, n.HoldUs, tokenBytes(token))...).Int64Slice()
 		return err
 	})
 	if err != nil {
 		return atomicbucket.Decision{}, 0, fmt.Errorf("redisstore: acquiring a slot: %w", err)
 	}
-	return shared.SlotReplyOf(s.rule.Limit(), res)
+	return shared.SlotReplyOf(n.Limit, res)
 }
 
 // Release gives token's slot of key back (shared.SlotChecker).
@@ -281,7 +292,8 @@ func (s *Slots) Release(ctx context.Context, key string, token uint64) (shared.S
 	var got int64
 	err := s.run(ctx, func(ctx context.Context) error {
 		var err error
-		got, err = s.release.Run(ctx, s.client, []string{s.prefix + key}, s.args(s.rule.Limit(), s.holdUs, tokenBytes(token))...).Int64()
+		n := s.nums.Load()
+		got, err = s.release.Run(ctx, s.client, []string{s.prefix + key}, s.args(n.Limit, n.HoldUs, tokenBytes(token))...).Int64()
 		return err
 	})
 	if err != nil {

@@ -36,6 +36,25 @@ type SlotChecker interface {
 	Release(ctx context.Context, key string, token uint64) (SlotRelease, error)
 }
 
+// SlotRuler is a SlotChecker whose rule's numbers change at run time
+// (redisstore.Slots and pgstore.Slots are): from SetRule on, its
+// acquisitions go by rule, counting every slot held, whichever numbers took
+// it; a held slot keeps its expiry. Slots.SetNumbers needs it.
+type SlotRuler interface {
+	SetRule(rule atomicslot.Rule)
+}
+
+// SlotNumbers are an in-flight rule's numbers as a store's calls send them:
+// the limit and the hold in whole microseconds, rounded up.
+type SlotNumbers struct {
+	Limit, HoldUs int64
+}
+
+// SlotNumbersOf is rule's SlotNumbers.
+func SlotNumbersOf(rule atomicslot.Rule) *SlotNumbers {
+	return &SlotNumbers{Limit: rule.Limit(), HoldUs: int64((rule.Hold() + time.Microsecond - 1) / time.Microsecond)}
+}
+
 // SlotRelease is a store's answer to a release.
 type SlotRelease int8
 
@@ -84,7 +103,9 @@ var ErrNoSlots = errors.New("the store holds no in-flight rules")
 type Slots struct {
 	c     SlotChecker
 	g     guardedStore
-	rule  atomicslot.Rule
+	rule  atomicslot.Rule // the policy's
+	cur   atomic.Pointer[atomicslot.Rule]
+	share float64 // FailLocal's
 	mode  FailureMode
 	local *atomicslot.Table[string] // FailLocal's share
 	// out counts this instance's slots on the store not yet released;
@@ -130,12 +151,13 @@ func BindSlots(store Store, namespace, name string, rule atomicslot.Rule, f Fail
 	if err != nil {
 		return nil, err
 	}
-	s = &Slots{c: c, g: g, rule: rule, mode: f.Mode}
+	s = &Slots{c: c, g: g, rule: rule, mode: f.Mode, share: f.Share}
+	s.cur.Store(&s.rule)
 	if f.Mode == FailLocal {
 		if !(f.Share > 0 && f.Share <= 1) {
 			return nil, fmt.Errorf("%w, not %v", ErrLocalShare, f.Share)
 		}
-		share, err := atomicslot.NewRule(max(int64(math.Floor(float64(rule.Limit())*f.Share)), 1), rule.Hold())
+		share, err := s.localShare(rule)
 		if err != nil {
 			return nil, fmt.Errorf("its local share %v: %w", f.Share, err)
 		}
@@ -144,8 +166,64 @@ func BindSlots(store Store, namespace, name string, rule atomicslot.Rule, f Fail
 	return s, nil
 }
 
-// Rule is the rule's numbers.
-func (s *Slots) Rule() *atomicslot.Rule { return &s.rule }
+// localShare is FailLocal's share of rule: its limit times the share,
+// rounded down, at least 1, with its hold.
+func (s *Slots) localShare(rule atomicslot.Rule) (atomicslot.Rule, error) {
+	return atomicslot.NewRule(max(int64(math.Floor(float64(rule.Limit())*s.share)), 1), rule.Hold())
+}
+
+// Rule is the rule's numbers in force.
+func (s *Slots) Rule() *atomicslot.Rule { return s.cur.Load() }
+
+// PolicyRule is the rule's numbers as the policy gives them.
+func (s *Slots) PolicyRule() *atomicslot.Rule { return &s.rule }
+
+// SetNumbers makes n (atomicslot.RuleOf) the rule's numbers in this
+// instance from now: its acquisitions on the store go by them (the store's
+// SlotRuler), counting every slot held there, whichever numbers (or
+// instance) took it, and so does its FailLocal share. Every instance that
+// shares the rule must be given the same numbers: the store decides each
+// call by the numbers its caller sends. A store whose slots cannot change
+// numbers refuses, and nothing changes.
+func (s *Slots) SetNumbers(n atomicbucket.Numbers) error {
+	r, err := atomicslot.RuleOf(n)
+	if err != nil {
+		return err
+	}
+	return s.setRule(&r)
+}
+
+// ClearNumbers puts the policy's numbers back in force, as SetNumbers does.
+func (s *Slots) ClearNumbers() { _ = s.setRule(&s.rule) } // a store that took SetNumbers takes them
+
+// NumbersFor is the rule's numbers in force in this instance, and where
+// they come from.
+func (s *Slots) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
+	r := s.cur.Load()
+	if r == &s.rule {
+		return atomicslot.NumbersOf(r), atomicbucket.FromPolicy
+	}
+	return atomicslot.NumbersOf(r), atomicbucket.FromOverride
+}
+
+func (s *Slots) setRule(r *atomicslot.Rule) error {
+	sr, ok := s.c.(SlotRuler)
+	if !ok {
+		return fmt.Errorf("%w: %T cannot change an in-flight rule's numbers", atomicslot.ErrNumbers, s.c)
+	}
+	if s.local != nil {
+		share, err := s.localShare(*r)
+		if err != nil {
+			return fmt.Errorf("its local share %v: %w", s.share, err)
+		}
+		if err := s.local.SetNumbers(atomicslot.NumbersOf(&share)); err != nil {
+			return err
+		}
+	}
+	sr.SetRule(*r)
+	s.cur.Store(r)
+	return nil
+}
 
 // Acquire takes one of key's slots on the store, or, when the store cannot
 // answer, decides by the failure setting (verdict.Result.Degraded, Err;
@@ -190,7 +268,7 @@ func (s *Slots) node(key string) string {
 func (s *Slots) fallback(key string, err error) (atomicslot.Slot, verdict.Result) {
 	switch {
 	case s.mode == FailAllow:
-		return atomicslot.Slot{}, verdict.Result{Decision: atomicbucket.Decision{Allowed: true, Remaining: s.rule.Limit() - 1}, Degraded: true, Err: classed(err)}
+		return atomicslot.Slot{}, verdict.Result{Decision: atomicbucket.Decision{Allowed: true, Remaining: s.cur.Load().Limit() - 1}, Degraded: true, Err: classed(err)}
 	case s.mode == FailLocal && s.local != nil:
 		slot, d := s.local.Acquire(key)
 		return slot, verdict.Result{Decision: d, Degraded: true, Err: classed(err)}
@@ -277,22 +355,22 @@ type SlotOp struct {
 // safe for concurrent use.
 type SlotBatch struct {
 	co      *Coalescer[SlotOp]
-	limit   int64
 	expired atomic.Int64 // what batches found expired, handed to the next acquisitions
 }
 
-// NewSlotBatch starts the goroutines that send batches of at most max calls
-// of a rule of limit slots, each batch through send: the store's one call
-// for ops, answering five numbers a call, an acquisition's (SlotReplyOf) or
-// a release's SlotRelease and four zeros. A call waits at most timeout.
-func NewSlotBatch(max int, timeout time.Duration, limit int64, send func(ctx context.Context, ops []SlotOp) ([]int64, error)) *SlotBatch {
-	b := &SlotBatch{limit: limit}
+// NewSlotBatch starts the goroutines that send batches of at most max calls,
+// each batch through send: the store's one call for ops, answering five
+// numbers a call, an acquisition's (SlotReplyOf) or a release's SlotRelease
+// and four zeros, and the limit it sent (the rule's numbers when the batch
+// went: SlotRuler). A call waits at most timeout.
+func NewSlotBatch(max int, timeout time.Duration, send func(ctx context.Context, ops []SlotOp) (res []int64, limit int64, err error)) *SlotBatch {
+	b := &SlotBatch{}
 	b.co = NewCoalescer(max, timeout, func(ctx context.Context, batch []*Waiting[SlotOp]) {
 		ops := make([]SlotOp, len(batch))
 		for i, p := range batch {
 			ops[i] = p.Check
 		}
-		res, err := send(ctx, ops)
+		res, limit, err := send(ctx, ops)
 		if err == nil && len(res) != 5*len(batch) {
 			err = fmt.Errorf("the store answered %d numbers for %d in-flight calls, want 5 a call", len(res), len(batch))
 		}
@@ -306,7 +384,7 @@ func NewSlotBatch(max int, timeout time.Duration, limit int64, send func(ctx con
 				p.Done(atomicbucket.Decision{Remaining: int64(SlotReleaseOf(r[0]))}, nil)
 				continue
 			}
-			d, expired, err := SlotReplyOf(b.limit, r)
+			d, expired, err := SlotReplyOf(limit, r)
 			b.expired.Add(expired)
 			p.Done(d, err)
 		}

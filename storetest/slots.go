@@ -23,7 +23,8 @@ type OpenSlots func(t *testing.T, name string, rule atomicslot.Rule, at func() t
 // SlotsMatchReference holds a store's in-flight rules to the reference,
 // answer for answer, at explicit microsecond times: random keys,
 // acquisitions, releases (first, second, and late ones, after a slot's
-// expiry) and steps of up to one and a half holds.
+// expiry), steps of up to one and a half holds, and changes of the numbers
+// (shared.SlotRuler: raised, or cut below the slots held).
 func SlotsMatchReference(t *testing.T, open OpenSlots, runs, steps int, seed uint64) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 11))
@@ -47,6 +48,16 @@ func SlotsMatchReference(t *testing.T, open OpenSlots, runs, steps int, seed uin
 		keys := []string{"a", "b", "c"}
 		for step := range steps {
 			now = now.Add(time.Duration(rng.Int64N(int64(hold)*3/2/int64(limit)+1)) / grain * grain)
+			if rng.IntN(25) == 0 {
+				nr := atomicslot.MustRule(1+rng.Int64N(6), hold/2+time.Duration(rng.Int64N(int64(hold)))/grain*grain)
+				sr, ok := c.(shared.SlotRuler)
+				if !ok {
+					t.Fatalf("%T is not a shared.SlotRuler: its numbers cannot change", c)
+				}
+				sr.SetRule(nr)
+				ref.SetNumbers(nr.Limit(), nr.Hold())
+				continue
+			}
 			if len(all) > 0 && rng.IntN(5) < 2 {
 				h := all[rng.IntN(len(all))]
 				got, err := c.Release(ctx, h.key, h.token)
