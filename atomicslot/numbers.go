@@ -94,7 +94,9 @@ func (t *Table[K]) SetNumbers(n atomicbucket.Numbers) error { return t.nums.set(
 func (t *Table[K]) ClearNumbers() { t.nums.rule.Store(&t.nums.policy) }
 
 // NumbersFor is the table's numbers in force, and where they come from.
-func (t *Table[K]) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) { return t.nums.numbersFor() }
+func (t *Table[K]) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
+	return t.nums.numbersFor()
+}
 
 // keySlots is a key's (or a gate's) slots under one rule: a word a slot.
 // When the numbers change, the key's next acquisition replaces them by slots
