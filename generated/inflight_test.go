@@ -51,15 +51,63 @@ func TestExportSlots(t *testing.T) {
 	}
 }
 
-// TestExportSlotsNumbersRefused: an in-flight rule's numbers do not change
-// at run time, and a numbers file that names it is refused, saying why.
-func TestExportSlotsNumbersRefused(t *testing.T) {
-	set, err := yamlfile.Parse("numbers.yaml", []byte("rules:\n  ExportSlots: {rate: 10/s, burst: 10}\n"))
-	if err != nil {
+// TestExportSlotsNumbers: an in-flight rule's numbers change at run time from
+// a numbers file (rate: slots per maximum hold, the slots as burst). A cut
+// below what a key holds admits none of it until enough slots come back;
+// the new hold applies to slots taken after the change; a key's own numbers
+// and numbers that are not slots are refused, changing nothing; an empty
+// file puts the policy's back.
+func TestExportSlotsNumbers(t *testing.T) {
+	l := New()
+	t0 := atomicbucket.Time(time.Hour)
+	var held []atomicslot.Slot
+	for range 3 {
+		s, _ := l.ExportSlots.AcquireAt("alice", t0)
+		held = append(held, s)
+	}
+	apply := func(text string) error {
+		t.Helper()
+		set, err := yamlfile.Parse("numbers.yaml", []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.ApplyNumbers(set)
+	}
+	if err := apply("rules:\n  ExportSlots: {rate: 2/1m, burst: 2}\n"); err != nil {
 		t.Fatal(err)
 	}
-	err = New().ApplyNumbers(set)
-	if err == nil || !strings.Contains(err.Error(), "in-flight rule's numbers do not change") {
-		t.Fatalf("ApplyNumbers = %v, want a refusal naming the in-flight rule", err)
+	if n, o := l.ExportSlots.NumbersFor(); n.Tokens != 2 || n.Period != time.Minute || o != atomicbucket.FromOverride {
+		t.Fatalf("NumbersFor = %v, %v", n, o)
+	}
+	// 3 held, limit 2: under it when the second of them expires (all at t0 + 10m).
+	if _, d := l.ExportSlots.AcquireAt("alice", t0); d.Allowed || d.RetryAfter != 10*time.Minute {
+		t.Fatalf("after the cut to 2: %+v, want denied for 10m", d)
+	}
+	held[0].ReleaseAt(t0)
+	held[1].ReleaseAt(t0)
+	s, d := l.ExportSlots.AcquireAt("alice", t0)
+	if !d.Allowed || d.Remaining != 0 || d.Reset != 10*time.Minute {
+		t.Fatalf("1 held under a limit of 2: %+v", d)
+	}
+	if later := t0 + atomicbucket.Time(time.Minute); s.ReleaseAt(later) {
+		t.Fatal("a slot taken under a 1m hold still held after 1m")
+	}
+	for _, bad := range []string{
+		"rules:\n  ExportSlots: {keys: {alice: {rate: 9/1m, burst: 9}}}\n",
+		"rules:\n  ExportSlots: {rate: 2/1m, burst: 3}\n",
+		"rules:\n  ExportSlots: {rate: 5000/1m, burst: 5000}\n",
+	} {
+		if err := apply(bad); err == nil || !strings.Contains(err.Error(), "ExportSlots") {
+			t.Errorf("ApplyNumbers(%q) = %v, want a refusal naming the rule", bad, err)
+		}
+	}
+	if n, _ := l.ExportSlots.NumbersFor(); n.Tokens != 2 {
+		t.Fatalf("refused numbers changed the rule: %v", n)
+	}
+	if err := apply("rules: {}\n"); err != nil {
+		t.Fatal(err)
+	}
+	if n, o := l.ExportSlots.NumbersFor(); n.Tokens != 4 || o != atomicbucket.FromPolicy {
+		t.Fatalf("after an empty file: %v, %v", n, o)
 	}
 }

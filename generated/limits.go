@@ -169,9 +169,8 @@ func New(opts ...Option) *Limits {
 		Global:      newGlobalLimiter(o.start),
 	}
 	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Fixed: map[string]string{"ExportSlots": "an in-flight rule's numbers do not change at run time in this version", "ReportSlots": "an in-flight rule's numbers do not change at run time in this version"},
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "PerEndpoint": overlay.KeyedTarget(l.PerEndpoint.Keyed, overlay.ParseInt[int64]), "Login": overlay.KeyedTarget(l.Login.Keyed, nil), "DailyExport": overlay.KeyedTarget(l.DailyExport.Keyed, overlay.ParseUint[uint64]), "Upload": overlay.KeyedTarget(l.Upload.Keyed, nil), "TenantUser": overlay.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "ChatTokens": overlay.KeyedTarget(l.ChatTokens.Keyed, nil), "DailyTokens": overlay.WindowTarget(l.DailyTokens.KeyedWindow, nil), "Global": overlay.GlobalTarget(l.Global.Global)},
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "PerEndpoint": overlay.KeyedTarget(l.PerEndpoint.Keyed, overlay.ParseInt[int64]), "Login": overlay.KeyedTarget(l.Login.Keyed, nil), "DailyExport": overlay.KeyedTarget(l.DailyExport.Keyed, overlay.ParseUint[uint64]), "Upload": overlay.KeyedTarget(l.Upload.Keyed, nil), "TenantUser": overlay.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "ExportSlots": overlay.SlotTarget(true, false, l.ExportSlots), "ReportSlots": overlay.SlotTarget(false, false, l.ReportSlots), "ChatTokens": overlay.KeyedTarget(l.ChatTokens.Keyed, nil), "DailyTokens": overlay.WindowTarget(l.DailyTokens.KeyedWindow, nil), "Global": overlay.GlobalTarget(l.Global.Global)},
 	})
 	return l
 }

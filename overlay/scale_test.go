@@ -132,7 +132,7 @@ func TestScaleRefused(t *testing.T) {
 		rate, burst overlay.Factor
 		msg         string
 	}{
-		{"Nope", 500, overlay.One, `no rule "Nope" in the policy (its rules: ChatTokens, DailyExport, DailyTokens, Global, Login, PerEndpoint, PerUser, TenantUser, Upload)`},
+		{"Nope", 500, overlay.One, `no rule "Nope" in the policy (its rules: ChatTokens, DailyExport, DailyTokens, ExportSlots, Global, Login, PerEndpoint, PerUser, ReportSlots, TenantUser, Upload)`},
 		{"Global", 0, overlay.One, "rate factor 0 thousandths: a factor is at least 1 thousandth"},
 		{"Global", -1, overlay.One, "rate factor -1 thousandths"},
 		{"Global", overlay.One, 1000001, "burst factor 1000001 thousandths"},

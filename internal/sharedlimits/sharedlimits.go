@@ -235,9 +235,8 @@ func New(opts ...Option) *Limits {
 	l.RunningPlan.sh = l.shared
 	l.ChatHour.sh = l.shared
 	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Fixed: map[string]string{"Running": "an in-flight rule's numbers do not change at run time in this version", "RunningPlan": "an in-flight rule's numbers do not change at run time in this version"},
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": sharedimpl.KeyedTarget(l.Exports.Keyed, overlay.ParseUint[uint64]), "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": sharedimpl.GlobalTarget(l.Global.Global), "Downloads": sharedimpl.KeyedTarget(l.Downloads.Keyed, nil), "DownloadsGlobal": sharedimpl.GlobalTarget(l.DownloadsGlobal.Global), "Fast": sharedimpl.KeyedTarget(l.Fast.Keyed, nil), "Wide": sharedimpl.KeyedTarget(l.Wide.Keyed, nil), "TenantUser": sharedimpl.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.Windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.Windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.Windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.Windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": sharedimpl.KeyedTarget(l.SeatShared.Keyed, nil), "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": sharedimpl.KeyedTarget(l.MeterShared.Keyed, nil), "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.Windows[5], 1, l.MeterWindow, nil), "RunTokens": sharedimpl.KeyedTarget(l.RunTokens.Keyed, nil), "ChatTokens": sharedimpl.KeyedTarget(l.ChatTokens.Keyed, nil), "ChatHour": overlay.KeyedSharedWindowTarget(l.ChatHour.local.Table(), l.shared.Windows[6], 1, l.ChatHour, nil)},
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": sharedimpl.KeyedTarget(l.Exports.Keyed, overlay.ParseUint[uint64]), "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": sharedimpl.GlobalTarget(l.Global.Global), "Downloads": sharedimpl.KeyedTarget(l.Downloads.Keyed, nil), "DownloadsGlobal": sharedimpl.GlobalTarget(l.DownloadsGlobal.Global), "Fast": sharedimpl.KeyedTarget(l.Fast.Keyed, nil), "Wide": sharedimpl.KeyedTarget(l.Wide.Keyed, nil), "TenantUser": sharedimpl.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.Windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.Windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.Windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.Windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": sharedimpl.KeyedTarget(l.SeatShared.Keyed, nil), "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": sharedimpl.KeyedTarget(l.MeterShared.Keyed, nil), "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.Windows[5], 1, l.MeterWindow, nil), "Running": overlay.SlotTarget(true, false, l.Running), "RunningPlan": overlay.SlotTarget(true, true, overlay.PlanSlots[Plan](l.RunningPlan, Plan(0)), overlay.PlanSlots[Plan](l.RunningPlan, Plan(1))), "RunTokens": sharedimpl.KeyedTarget(l.RunTokens.Keyed, nil), "ChatTokens": sharedimpl.KeyedTarget(l.ChatTokens.Keyed, nil), "ChatHour": overlay.KeyedSharedWindowTarget(l.ChatHour.local.Table(), l.shared.Windows[6], 1, l.ChatHour, nil)},
 	})
 	return l
 }
@@ -2594,6 +2593,38 @@ func (l *RunningLimiter) Acquire(ctx context.Context, key string) (atomicslot.Sl
 	}
 }
 
+// SetNumbers makes n (atomicslot.RuleOf: the slots as Tokens and Burst, the maximum hold as Period)
+// the rule's numbers in this instance from now: on the store given to New (shared.Slots.SetNumbers:
+// every instance that shares the rule must be given the same), then in the process-local slots.
+// Numbers the store refuses change neither.
+func (l *RunningLimiter) SetNumbers(n atomicbucket.Numbers) error {
+	if s := l.sh.Slot(0); s != nil {
+		if err := s.SetNumbers(n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(n)
+}
+
+// ClearNumbers puts the policy's numbers back in force, on the store's binding and in the
+// process-local slots.
+func (l *RunningLimiter) ClearNumbers() {
+	if s := l.sh.Slot(0); s != nil {
+		s.ClearNumbers()
+	}
+	l.local.ClearNumbers()
+}
+
+// NumbersFor is the rule's numbers in force in this instance, and where they come from.
+func (l *RunningLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.local.NumbersFor()
+}
+
+// PolicyRule returns the in-flight rule the policy gives the limiter.
+func (l *RunningLimiter) PolicyRule() *atomicslot.Rule {
+	return l.local.PolicyRule()
+}
+
 // Stats are the rule's slots as this instance knows them: on the store, its slots not yet released
 // and the slots its calls found expired unreleased (with its local share's, shared.Slots.Stats);
 // without a store, the process-local slots'.
@@ -2675,6 +2706,40 @@ func (l *RunningPlanLocalLimiter) PeekAt(plan Plan, key string, now atomicbucket
 	return l.s[plan].PeekAt(key, now)
 }
 
+// SetNumbers makes n (atomicslot.RuleOf: the slots as Tokens and Burst, the maximum hold as Period)
+// plan's numbers from now, counting every slot held (see atomicslot.Table.SetNumbers).
+func (l *RunningPlanLocalLimiter) SetNumbers(plan Plan, n atomicbucket.Numbers) error {
+	if plan >= numPlans {
+		return ErrUnknownPlan
+	}
+	return l.s[plan].SetNumbers(n)
+}
+
+// ClearNumbers puts the policy's numbers back in force on plan.
+func (l *RunningPlanLocalLimiter) ClearNumbers(plan Plan) {
+	if plan >= numPlans {
+		return
+	}
+	l.s[plan].ClearNumbers()
+}
+
+// NumbersFor is plan's numbers in force, and where they come from.
+func (l *RunningPlanLocalLimiter) NumbersFor(plan Plan) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if plan >= numPlans {
+		return atomicbucket.Numbers{}, atomicbucket.FromPolicy
+	}
+	return l.s[plan].NumbersFor()
+}
+
+// PolicyRule returns the in-flight rule the policy gives plan (nil for a plan outside the
+// constants).
+func (l *RunningPlanLocalLimiter) PolicyRule(plan Plan) *atomicslot.Rule {
+	if plan >= numPlans {
+		return nil
+	}
+	return l.s[plan].PolicyRule()
+}
+
 // Stats are every plan's slots together: held, expired, and for a keyed rule its keys and cap
 // refusals.
 func (l *RunningPlanLocalLimiter) Stats() atomicslot.Stats {
@@ -2734,6 +2799,47 @@ func (l *RunningPlanLimiter) Acquire(ctx context.Context, plan Plan, key string)
 		Decision: d,
 		Err:      l.sh.Why,
 	}
+}
+
+// SetNumbers makes n (atomicslot.RuleOf: the slots as Tokens and Burst, the maximum hold as Period)
+// the rule's numbers in this instance from now: on the store given to New (shared.Slots.SetNumbers:
+// every instance that shares the rule must be given the same), then in the process-local slots.
+// Numbers the store refuses change neither.
+func (l *RunningPlanLimiter) SetNumbers(plan Plan, n atomicbucket.Numbers) error {
+	if plan >= numPlans {
+		return ErrUnknownPlan
+	}
+	if s := l.sh.Slot(1 + int(plan)); s != nil {
+		if err := s.SetNumbers(n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(plan, n)
+}
+
+// ClearNumbers puts the policy's numbers back in force, on the store's binding and in the
+// process-local slots.
+func (l *RunningPlanLimiter) ClearNumbers(plan Plan) {
+	if plan >= numPlans {
+		return
+	}
+	if s := l.sh.Slot(1 + int(plan)); s != nil {
+		s.ClearNumbers()
+	}
+	l.local.ClearNumbers(plan)
+}
+
+// NumbersFor is the rule's numbers in force in this instance, and where they come from.
+func (l *RunningPlanLimiter) NumbersFor(plan Plan) (atomicbucket.Numbers, atomicbucket.Origin) {
+	if plan >= numPlans {
+		return atomicbucket.Numbers{}, atomicbucket.FromPolicy
+	}
+	return l.local.NumbersFor(plan)
+}
+
+// PolicyRule returns the in-flight rule the policy gives the limiter.
+func (l *RunningPlanLimiter) PolicyRule(plan Plan) *atomicslot.Rule {
+	return l.local.PolicyRule(plan)
 }
 
 // Stats are the rule's slots as this instance knows them: on the store, its slots not yet released

@@ -33,8 +33,15 @@ func emitOverlay(m *model.Model) (decls, numbers jen.Code) {
 	var entries, fixed []jen.Code
 	for _, r := range m.Rules {
 		switch {
-		case r.IsInFlight(): // no run-time numbers: a file naming it is refused, saying so
-			fixed = append(fixed, jen.Lit(r.Name).Op(":").Lit(model.InFlightFixed))
+		case r.IsInFlight() && r.Planned: // the limiter's numbers methods, a plan each
+			args := []jen.Code{jen.Lit(r.KeyType != ""), jen.True()}
+			for i := range r.Limits {
+				args = append(args, jen.Qual(overlayPath, "PlanSlots").Types(jen.Id("Plan")).Call(jen.Id("l").Dot(r.GoName), jen.Id("Plan").Call(jen.Lit(i))))
+			}
+			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "SlotTarget").Call(args...))
+			continue
+		case r.IsInFlight(): // the limiter's numbers methods (a local one's, atomicslot's)
+			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "SlotTarget").Call(jen.Lit(r.KeyType != ""), jen.False(), jen.Id("l").Dot(r.GoName)))
 			continue
 		case r.IsWindow() && !r.Planned && !r.Shared && r.KeyType != "": // genimpl.KeyedWindow's
 			entries = append(entries, jen.Lit(r.Name).Op(":").Qual(overlayPath, "WindowTarget").Call(jen.Id("l").Dot(r.GoName).Dot("KeyedWindow"), keyParse(r)))

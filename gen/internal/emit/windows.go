@@ -122,6 +122,16 @@ func emitPlannedInFlight(r model.Rule, typ, ctor, doc string) jen.Code {
 		method("MaxWait", "is the policy's wait on plan: the longest a request waits for a free slot (the doors wait this long).", nil,
 			jen.Qual("time", "Duration"), []jen.Code{jen.Lit(0)}, jen.Index(jen.Id("numPlans")).Qual("time", "Duration").Values(waits...).Index(jen.Id("plan")))
 	}
+	numbers := jen.Id("n").Add(rt("Numbers"))
+	method("SetNumbers", "makes n (atomicslot.RuleOf: the slots as Tokens and Burst, the maximum hold as Period) plan's numbers from now, "+
+		"counting every slot held (see atomicslot.Table.SetNumbers).", []jen.Code{numbers}, jen.Error(),
+		[]jen.Code{jen.Id("ErrUnknownPlan")}, target.Clone().Dot("SetNumbers").Call(jen.Id("n")))
+	g.Add(comment("ClearNumbers puts the policy's numbers back in force on plan."))
+	g.Func().Params(recv).Id("ClearNumbers").Params(planP).Block(badPlan(), target.Clone().Dot("ClearNumbers").Call()).Line().Line()
+	method("NumbersFor", "is plan's numbers in force, and where they come from.", nil, jen.Params(rt("Numbers"), rt("Origin")),
+		[]jen.Code{rt("Numbers").Values(), rt("FromPolicy")}, target.Clone().Dot("NumbersFor").Call())
+	method("PolicyRule", "returns the in-flight rule the policy gives plan (nil for a plan outside the constants).", nil,
+		jen.Op("*").Qual(slotPath, "Rule"), []jen.Code{jen.Nil()}, target.Clone().Dot("PolicyRule").Call())
 	g.Add(comment("Stats are every plan's slots together: held, expired, and for a keyed rule its keys and cap refusals."))
 	g.Func().Params(recv).Id("Stats").Params().Qual(slotPath, "Stats").Block(
 		jen.Var().Id("st").Qual(slotPath, "Stats"),
@@ -200,6 +210,7 @@ func emitSharedSlots(r model.Rule) jen.Code {
 		jen.List(jen.Id("slot"), jen.Id("d")).Op(":=").Id("l").Dot("local").Dot("Acquire").Call(append(slices.Clone(planA), keyA...)...),
 		jen.Return(jen.Id("slot"), vd("Result").Values(jen.Dict{jen.Id("Decision"): jen.Id("d"), jen.Id("Err"): jen.Id("l").Dot("sh").Dot("Why")})),
 	).Line().Line()
+	g.Add(emitSharedSlotNumbers(r, recv, planP, planA, bound))
 	g.Add(comment("Stats are the rule's slots as this instance knows them: on the store, its slots not yet released " +
 		"and the slots its calls found expired unreleased (with its local share's, shared.Slots.Stats); without a store, " +
 		"the process-local slots'."))
@@ -236,6 +247,44 @@ func emitSharedSlots(r model.Rule) jen.Code {
 		),
 		jen.Return(jen.Id("n")),
 	).Line()
+	return g
+}
+
+// emitSharedSlotNumbers is a shared in-flight rule's numbers methods: on
+// the store's binding (bound, s) first when there is one, then on the
+// process-local slots.
+func emitSharedSlotNumbers(r model.Rule, recv jen.Code, planP, planA []jen.Code, bound *jen.Statement) jen.Code {
+	g := jen.Null()
+	badPlan := func(ret ...jen.Code) jen.Code {
+		if !r.Planned {
+			return jen.Null()
+		}
+		return jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(ret...))
+	}
+	local := jen.Id("l").Dot("local")
+	g.Add(comment("SetNumbers makes n (atomicslot.RuleOf: the slots as Tokens and Burst, the maximum hold as Period) the rule's " +
+		"numbers in this instance from now: on the store given to New (shared.Slots.SetNumbers: every instance that shares the " +
+		"rule must be given the same), then in the process-local slots. Numbers the store refuses change neither."))
+	g.Func().Params(recv).Id("SetNumbers").Params(append(slices.Clone(planP), jen.Id("n").Add(rt("Numbers")))...).Error().Block(
+		badPlan(jen.Id("ErrUnknownPlan")),
+		jen.If(bound.Clone(), jen.Id("s").Op("!=").Nil()).Block(
+			jen.If(jen.Err().Op(":=").Id("s").Dot("SetNumbers").Call(jen.Id("n")), jen.Err().Op("!=").Nil()).Block(jen.Return(jen.Err()))),
+		jen.Return(local.Clone().Dot("SetNumbers").Call(append(slices.Clone(planA), jen.Id("n"))...)),
+	).Line().Line()
+	g.Add(comment("ClearNumbers puts the policy's numbers back in force, on the store's binding and in the process-local slots."))
+	g.Func().Params(recv).Id("ClearNumbers").Params(planP...).Block(
+		badPlan(),
+		jen.If(bound.Clone(), jen.Id("s").Op("!=").Nil()).Block(jen.Id("s").Dot("ClearNumbers").Call()),
+		local.Clone().Dot("ClearNumbers").Call(planA...),
+	).Line().Line()
+	g.Add(comment("NumbersFor is the rule's numbers in force in this instance, and where they come from."))
+	g.Func().Params(recv).Id("NumbersFor").Params(planP...).Params(rt("Numbers"), rt("Origin")).Block(
+		badPlan(rt("Numbers").Values(), rt("FromPolicy")),
+		jen.Return(local.Clone().Dot("NumbersFor").Call(planA...)),
+	).Line().Line()
+	g.Add(comment("PolicyRule returns the in-flight rule the policy gives the limiter."))
+	g.Func().Params(recv).Id("PolicyRule").Params(planP...).Op("*").Qual(slotPath, "Rule").Block(
+		jen.Return(local.Clone().Dot("PolicyRule").Call(planA...))).Line().Line()
 	return g
 }
 

@@ -314,9 +314,6 @@ func (l Limit) FieldLimit() atomicbucket.Limit {
 // interval of W) rather than a token bucket.
 func (r Rule) IsWindow() bool { return r.Limits[0].Window }
 
-// InFlightFixed is why run-time numbers for an in-flight rule are refused.
-const InFlightFixed = "an in-flight rule's numbers do not change at run time in this version"
-
 // IsInFlight reports whether the rule is an in-flight rule (at most N of a
 // key's requests at once).
 func (r Rule) IsInFlight() bool { return r.Limits[0].InFlight }

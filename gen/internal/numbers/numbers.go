@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicslot"
 	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/gen/internal/cli"
 	"github.com/limitgen/limitgen/gen/internal/model"
@@ -88,7 +89,8 @@ func (c ruleChecker) Keyed() bool { return c.r.KeyType != "" }
 
 func (c ruleChecker) Check(plan int, n atomicbucket.Numbers) error {
 	if c.r.IsInFlight() {
-		return errors.New(model.InFlightFixed)
+		_, err := atomicslot.RuleOf(n)
+		return err
 	}
 	if c.r.IsWindow() {
 		w, err := atomicwindow.RuleOf(n, c.r.Limits[max(plan, 0)].Cost)
@@ -117,6 +119,9 @@ func (c ruleChecker) Check(plan int, n atomicbucket.Numbers) error {
 }
 
 func (c ruleChecker) CheckKey(key string) error {
+	if c.r.IsInFlight() {
+		return errors.New("an in-flight rule's numbers are the rule's (or a plan's), for every key: give them without a key")
+	}
 	if c.r.IsWindow() {
 		return errors.New("a window rule's numbers are the rule's, for every key: give them without a key")
 	}

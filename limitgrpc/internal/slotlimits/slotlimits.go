@@ -61,10 +61,7 @@ func New() *Limits {
 		CheckRate: newCheckRateLimiter(),
 		Watches:   newWatchesLimiter(),
 	}
-	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Fixed: map[string]string{"Checks": "an in-flight rule's numbers do not change at run time in this version", "Watches": "an in-flight rule's numbers do not change at run time in this version"},
-		Rules: map[string]overlay.Target{"CheckRate": overlay.KeyedTarget(l.CheckRate.Keyed, nil)},
-	})
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{Rules: map[string]overlay.Target{"Checks": overlay.SlotTarget(true, false, l.Checks), "CheckRate": overlay.KeyedTarget(l.CheckRate.Keyed, nil), "Watches": overlay.SlotTarget(false, false, l.Watches)}})
 	return l
 }
 

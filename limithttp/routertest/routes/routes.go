@@ -109,10 +109,7 @@ func New(opts ...Option) *Limits {
 		Root:       newRootLimiter(o.start),
 		Jobs:       newJobsLimiter(),
 	}
-	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
-		Fixed: map[string]string{"Jobs": "an in-flight rule's numbers do not change at run time in this version"},
-		Rules: map[string]overlay.Target{"Login": overlay.GlobalTarget(l.Login.Global), "Checkout": overlay.KeyedTarget(l.Checkout.Keyed, nil), "Files": overlay.GlobalTarget(l.Files.Global), "User": overlay.GlobalTarget(l.User.Global), "DeleteUser": overlay.GlobalTarget(l.DeleteUser.Global), "Post": overlay.GlobalTarget(l.Post.Global), "Admin": overlay.GlobalTarget(l.Admin.Global), "Root": overlay.GlobalTarget(l.Root.Global)},
-	})
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{Rules: map[string]overlay.Target{"Login": overlay.GlobalTarget(l.Login.Global), "Checkout": overlay.KeyedTarget(l.Checkout.Keyed, nil), "Files": overlay.GlobalTarget(l.Files.Global), "User": overlay.GlobalTarget(l.User.Global), "DeleteUser": overlay.GlobalTarget(l.DeleteUser.Global), "Post": overlay.GlobalTarget(l.Post.Global), "Admin": overlay.GlobalTarget(l.Admin.Global), "Root": overlay.GlobalTarget(l.Root.Global), "Jobs": overlay.SlotTarget(true, false, l.Jobs)}})
 	return l
 }
 
