@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicslot"
 	"github.com/limitgen/limitgen/internal/sharedlimits"
+	"github.com/limitgen/limitgen/overlay"
 	"github.com/limitgen/limitgen/verdict"
 )
 
@@ -214,4 +217,66 @@ func GeneratedSlotsPlans(t *testing.T, instance func() *sharedlimits.Limits) {
 	for _, s := range held[1:] {
 		s.Release()
 	}
+}
+
+// GeneratedSlotsNumbers: RunningPlan's pro numbers cut at run time, by a
+// numbers Set applied to both instances (every instance is given the same
+// numbers), while a key holds 3 pro slots across them: no instance admits the
+// key until fewer than the new limit are held, whoever releases; the slot
+// then taken is held by the new numbers' hold; free's numbers stay; an empty
+// Set puts the policy's back on both.
+func GeneratedSlotsNumbers(t *testing.T, instance func() *sharedlimits.Limits) {
+	ctx := context.Background()
+	a, b := instance(), instance()
+	apply := func(set overlay.Set) {
+		t.Helper()
+		for _, l := range []*sharedlimits.Limits{a, b} {
+			if err := l.ApplyNumbers(set); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var held []atomicslot.Slot
+	for i, l := range []*sharedlimits.Limits{a, b, a} {
+		s, res := l.RunningPlan.Acquire(ctx, sharedlimits.PlanPro, "cy")
+		if !res.Allowed || res.Degraded {
+			t.Fatalf("cy's pro slot %d: %+v", i, res)
+		}
+		held = append(held, s)
+	}
+	apply(overlay.Set{{Rule: "RunningPlan", Plan: "pro", Numbers: atomicbucket.Numbers{Tokens: 1, Period: 30 * time.Second, Burst: 1}, Pos: "test"}})
+	if n, o := b.RunningPlan.NumbersFor(sharedlimits.PlanPro); n.Tokens != 1 || o != atomicbucket.FromOverride {
+		t.Fatalf("pro's numbers on b: %v, %v", n, o)
+	}
+	for i, s := range held {
+		for _, l := range []*sharedlimits.Limits{a, b} {
+			if _, res := l.RunningPlan.Acquire(ctx, sharedlimits.PlanPro, "cy"); res.Allowed || res.Degraded || res.RetryAfter <= 0 {
+				t.Fatalf("cy on pro with %d held under a limit of 1: %+v, want denied with a RetryAfter", 3-i, res)
+			}
+		}
+		if !s.Release() {
+			t.Fatalf("releasing cy's pro slot %d", i)
+		}
+	}
+	s, res := b.RunningPlan.Acquire(ctx, sharedlimits.PlanPro, "cy")
+	if !res.Allowed || res.Remaining != 0 || res.Reset > 30*time.Second || res.Reset < 29*time.Second {
+		t.Fatalf("cy on pro with none held under 1 per 30s: %+v, want admitted, held 30 s", res)
+	}
+	if _, res := a.RunningPlan.Acquire(ctx, sharedlimits.PlanPro, "cy"); res.Allowed {
+		t.Fatalf("a second pro slot of cy's under a limit of 1: %+v", res)
+	}
+	if f, res := a.RunningPlan.Acquire(ctx, sharedlimits.PlanFree, "cy"); !res.Allowed {
+		t.Fatalf("cy's free slot, whose numbers did not change: %+v", res)
+	} else {
+		f.Release()
+	}
+	apply(nil)
+	for i := range 2 {
+		s2, res := a.RunningPlan.Acquire(ctx, sharedlimits.PlanPro, "cy")
+		if !res.Allowed {
+			t.Fatalf("cy's pro slot %d with the policy's 3 back: %+v", i+2, res)
+		}
+		defer s2.Release()
+	}
+	s.Release()
 }
