@@ -151,6 +151,20 @@ func snippet(user, job string, estimate int64) error {
 	return nil
 }
 `},
+	{"// Exports are heavy this week: 2 at once per customer, each held at most 5 minutes.", `package s
+
+import (
+	"log"
+	"time"
+
+	"github.com/limitgen/limitgen/atomicbucket"
+	limits "github.com/limitgen/limitgen/generated"
+)
+
+func snippet() {
+{{SNIPPET}}
+}
+`},
 	{"held, d := limits.Default.Exports(limits.PlanFree, customer, customer) // the plan, PerUser's key, ExportSlots'", `package s
 
 import limits "github.com/limitgen/limitgen/generated"
