@@ -112,6 +112,7 @@ type Slots struct {
 	// expired and failed the store's slots found expired unreleased by this
 	// instance's calls, and its releases the store did not take.
 	out, expired, failed atomic.Int64
+	waits                slotWaiters // this instance's AcquireWait calls
 }
 
 // SlotStats are what a shared in-flight rule's instance knows of its slots:
@@ -319,6 +320,8 @@ func (r *remoteSlot) Release() bool {
 		return false
 	case got == SlotExpired:
 		s.expired.Add(1)
+	case got == SlotReleased:
+		s.released(r.key)
 	}
 	return got == SlotReleased
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/limitgen/limitgen/atomicslot"
 	"github.com/limitgen/limitgen/internal/reference"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // OpenSlots returns a store's checker of the in-flight rule named name with
@@ -149,7 +150,8 @@ func SlotsNeverAboveLimit(t *testing.T, open OpenSlots, callers, rounds int) {
 // release on one frees a slot for the other; an instance that dies holding
 // slots (never releasing) keeps them until the hold has passed on the
 // server's clock, never less, and its slots are then counted expired; a
-// second Release makes no call and reports false.
+// second Release makes no call and reports false. Waits (slotsWait) see
+// releases on either instance.
 func SlotsAcrossInstances(t *testing.T, a, b shared.Store) {
 	ctx := context.Background()
 	bind := func(st shared.Store, name string, limit int64, hold time.Duration) *shared.Slots {
@@ -186,6 +188,7 @@ func SlotsAcrossInstances(t *testing.T, a, b shared.Store) {
 	if st := sa.Stats(); st.Held != 0 {
 		t.Fatalf("a's stats after its releases: %+v", st)
 	}
+	slotsWait(t, bind(a, "Wait", 1, time.Minute), bind(b, "Wait", 1, time.Minute))
 
 	// A dead instance: a holds both of Dead's slots and never releases.
 	const hold = 700 * time.Millisecond
@@ -218,4 +221,57 @@ func SlotsAcrossInstances(t *testing.T, a, b shared.Store) {
 	if st := db.Stats(); st.Expired != 2 {
 		t.Fatalf("b found %d of the dead instance's slots expired, want 2: %+v", st.Expired, st)
 	}
+}
+
+// slotsWait: a and b share a rule of 1 slot. A wait on b for the slot a
+// holds is admitted once a releases it (another instance's release: seen at
+// b's next asking); a wait on a, behind a's own slot, once a releases it;
+// a wait nobody ends is denied after its maxWait, as an acquisition then
+// is; a wait whose context ends is denied then.
+func slotsWait(t *testing.T, a, b *shared.Slots) {
+	ctx := context.Background()
+	held, r := a.Acquire(ctx, "w")
+	if !r.Allowed {
+		t.Fatalf("the first slot: %+v", r)
+	}
+	for _, waiter := range []*shared.Slots{b, a} {
+		type acquired struct {
+			s atomicslot.Slot
+			r verdict.Result
+		}
+		got := make(chan acquired, 1)
+		go func() {
+			s, r := waiter.AcquireWait(ctx, "w", 20*time.Second)
+			got <- acquired{s, r}
+		}()
+		time.Sleep(30 * time.Millisecond)
+		select {
+		case g := <-got:
+			t.Fatalf("a wait ended with the slot still held: %+v", g.r)
+		default:
+		}
+		held.Release()
+		select {
+		case g := <-got:
+			if !g.r.Allowed || g.r.Degraded {
+				t.Fatalf("a wait after the slot's release: %+v", g.r)
+			}
+			held = g.s
+		case <-time.After(10 * time.Second):
+			t.Fatal("a wait not admitted 10 s after the slot's release")
+		}
+	}
+	start := time.Now()
+	if s, r := b.AcquireWait(ctx, "w", 150*time.Millisecond); r.Allowed || s.Held() || r.RetryAfter <= 0 {
+		t.Fatalf("a wait nobody ends: %+v, want denied", r)
+	}
+	if waited := time.Since(start); waited < 150*time.Millisecond {
+		t.Fatalf("a wait of 150ms denied after %v", waited)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	go func() { time.Sleep(50 * time.Millisecond); cancel() }()
+	if _, r := b.AcquireWait(cctx, "w", time.Minute); r.Allowed {
+		t.Fatalf("a wait whose context ended: %+v, want denied", r)
+	}
+	held.Release()
 }
