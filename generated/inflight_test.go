@@ -1,6 +1,7 @@
 package limits
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -109,5 +110,61 @@ func TestExportSlotsNumbers(t *testing.T) {
 	}
 	if n, o := l.ExportSlots.NumbersFor(); n.Tokens != 4 || o != atomicbucket.FromPolicy {
 		t.Fatalf("after an empty file: %v, %v", n, o)
+	}
+}
+
+// TestReportsTierWaits: the Reports tier takes ReportSlots' one slot first,
+// waiting for it (500 ms), then a PerUser token. A report queued behind the
+// slot is admitted when it is released; one whose wait runs out is denied
+// by ReportSlots having charged nothing; a PerUser denial gives the slot
+// back.
+func TestReportsTierWaits(t *testing.T) {
+	l := New()
+	ctx := context.Background()
+	held, d := l.ReportSlots.Acquire()
+	if !d.Allowed {
+		t.Fatal("the report slot")
+	}
+	type report struct {
+		set atomicslot.Set
+		d   TierDecision
+	}
+	got := make(chan report, 1)
+	go func() {
+		set, d := l.Reports(ctx, PlanFree, "ann")
+		got <- report{set, d}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	held.Release()
+	var r report
+	select {
+	case r = <-got:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a report waiting for the slot not admitted after its release")
+	}
+	if !r.d.Allowed || r.set.Len() != 1 {
+		t.Fatalf("a report after the slot's release: %+v", r.d)
+	}
+	before := l.PerUser.Peek(PlanFree, "bob", 1)
+	start := time.Now()
+	if set, d := l.Reports(ctx, PlanFree, "bob"); d.Allowed || d.DeniedBy != RuleReportSlots || set.Len() != 0 {
+		t.Fatalf("a report with the slot held throughout: %+v, want denied by ReportSlots", d)
+	}
+	if waited := time.Since(start); waited < 500*time.Millisecond {
+		t.Fatalf("denied after %v, before ReportSlots' 500ms wait", waited)
+	}
+	if after := l.PerUser.Peek(PlanFree, "bob", 1); after.Remaining != before.Remaining {
+		t.Fatalf("a report refused its slot charged PerUser: %d tokens before, %d after", before.Remaining, after.Remaining)
+	}
+	r.set.Release()
+	for l.PerUser.AllowN(PlanFree, "cy", 1).Allowed {
+	}
+	if set, d := l.Reports(ctx, PlanFree, "cy"); d.Allowed || d.DeniedBy != RulePerUser || set.Len() != 0 {
+		t.Fatalf("a report of a user out of tokens: %+v, want denied by PerUser", d)
+	}
+	if s, d := l.ReportSlots.Acquire(); !d.Allowed {
+		t.Fatal("the slot a PerUser denial gave back is still held")
+	} else {
+		s.Release()
 	}
 }

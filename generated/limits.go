@@ -1165,6 +1165,123 @@ func (l *Limits) ExportsNAt(plan Plan, perUserKey string, exportSlotsKey string,
 	return set, td
 }
 
+// checkReports is Reports with each rule charged cost, or its own default cost when defaults is
+// set. It is tier.At unrolled, with typed calls: keep the two in step.
+func (l *Limits) checkReports(plan Plan, perUserKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
+	if plan >= numPlans {
+		return TierDecision{
+			Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never},
+			Rule:     RulePerUser,
+			DeniedBy: RulePerUser,
+		}
+	}
+	c0 := cost
+	if defaults {
+		c0 = 1
+	}
+	d0 := l.PerUser.AllowNAt(plan, perUserKey, now, c0)
+	if !d0.Allowed {
+		return TierDecision{
+			Decision: d0,
+			Rule:     RulePerUser,
+			DeniedBy: RulePerUser,
+		}
+	}
+	most, rule := d0, RulePerUser
+	return TierDecision{Decision: most, Rule: rule}
+}
+
+// Reports takes a slot of ReportSlots then checks the request against PerUser: all or nothing (a
+// slot that cannot be had, or a rate rule that denies, gives back every slot taken, and a full set
+// of slots charges no rate rule). It returns the slots, to release when the request ends
+// (Set.Release), with the decision of the rule that denied, or of the most constraining one.
+func (l *Limits) Reports(ctx context.Context, plan Plan, perUserKey string) (atomicslot.Set, TierDecision) {
+	now := atomicbucket.Now()
+	var set atomicslot.Set
+	s0, d0 := l.ReportSlots.AcquireWait(ctx, l.ReportSlots.MaxWait())
+	if !d0.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, TierDecision{
+			Decision: d0,
+			Rule:     RuleReportSlots,
+			DeniedBy: RuleReportSlots,
+		}
+	}
+	set.Add(s0)
+	now = atomicbucket.Now()
+	td := l.checkReports(plan, perUserKey, now, 0, true)
+	if !td.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, td
+	}
+	return set, td
+}
+
+// ReportsN is Reports with a cost every rate rule is charged instead of its default.
+func (l *Limits) ReportsN(ctx context.Context, plan Plan, perUserKey string, cost int64) (atomicslot.Set, TierDecision) {
+	now := atomicbucket.Now()
+	var set atomicslot.Set
+	s0, d0 := l.ReportSlots.AcquireWait(ctx, l.ReportSlots.MaxWait())
+	if !d0.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, TierDecision{
+			Decision: d0,
+			Rule:     RuleReportSlots,
+			DeniedBy: RuleReportSlots,
+		}
+	}
+	set.Add(s0)
+	now = atomicbucket.Now()
+	td := l.checkReports(plan, perUserKey, now, cost, false)
+	if !td.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, td
+	}
+	return set, td
+}
+
+// ReportsAt is Reports at time now.
+func (l *Limits) ReportsAt(plan Plan, perUserKey string, now atomicbucket.Time) (atomicslot.Set, TierDecision) {
+	var set atomicslot.Set
+	s0, d0 := l.ReportSlots.AcquireAt(now)
+	if !d0.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, TierDecision{
+			Decision: d0,
+			Rule:     RuleReportSlots,
+			DeniedBy: RuleReportSlots,
+		}
+	}
+	set.Add(s0)
+	td := l.checkReports(plan, perUserKey, now, 0, true)
+	if !td.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, td
+	}
+	return set, td
+}
+
+// ReportsNAt is ReportsN at time now.
+func (l *Limits) ReportsNAt(plan Plan, perUserKey string, now atomicbucket.Time, cost int64) (atomicslot.Set, TierDecision) {
+	var set atomicslot.Set
+	s0, d0 := l.ReportSlots.AcquireAt(now)
+	if !d0.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, TierDecision{
+			Decision: d0,
+			Rule:     RuleReportSlots,
+			DeniedBy: RuleReportSlots,
+		}
+	}
+	set.Add(s0)
+	td := l.checkReports(plan, perUserKey, now, cost, false)
+	if !td.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, td
+	}
+	return set, td
+}
+
 // Chat checks a request against ChatTokens, DailyTokens, in that order, and allows it only if every
 // rule does: when a rule denies, the tokens the earlier rules took are given back. A window cannot
 // give back what it counted, so DailyTokens is looked at before anything is taken and counted last:

@@ -280,3 +280,93 @@ func GeneratedSlotsNumbers(t *testing.T, instance func() *sharedlimits.Limits) {
 	}
 	s.Release()
 }
+
+// GeneratedSlotsWait: Queued (1 slot a user, waiting up to 2 s for it, on
+// the store) through two instances' middleware on real HTTP servers. A job
+// on a holds the slot; a second, on b, waits and is admitted (200, not 429)
+// once the first ends; a third, with the second running throughout, is
+// answered 429 after its 2 s. Then the QueuedJob tier: a job waiting on b
+// for the slot a job on a holds takes its QueuedTokens token only once it
+// has the slot, and the user's tokens spent (2 an hour, both used by the
+// HTTP jobs' tier) deny it, giving the slot back.
+func GeneratedSlotsWait(t *testing.T, instance func() *sharedlimits.Limits) {
+	entered := make(chan struct{}, 8)
+	finish := make(chan struct{}, 8)
+	serve := func(l *sharedlimits.Limits) *httptest.Server {
+		srv := httptest.NewServer(middleware(t, l).Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			entered <- struct{}{}
+			<-finish
+		})))
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	la, lb := instance(), instance()
+	a, b := serve(la), serve(lb)
+	post := func(srv *httptest.Server) <-chan int {
+		out := make(chan int, 1)
+		go func() {
+			resp, err := srv.Client().Post(srv.URL+"/queue/uma", "text/plain", nil)
+			if err != nil {
+				out <- -1
+				return
+			}
+			resp.Body.Close()
+			out <- resp.StatusCode
+		}()
+		return out
+	}
+	enter := func(what string) {
+		t.Helper()
+		select {
+		case <-entered:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s never reached its handler", what)
+		}
+	}
+	first := post(a)
+	enter("the first job")
+	second := post(b)
+	select {
+	case <-entered:
+		t.Fatal("a second job of uma's ran beside the first: the slot was not held")
+	case code := <-second:
+		t.Fatalf("the second job, waiting for the slot, answered %d before the first ended", code)
+	case <-time.After(300 * time.Millisecond):
+	}
+	finish <- struct{}{}
+	if code := <-first; code != http.StatusOK {
+		t.Fatalf("the first job: %d", code)
+	}
+	enter("the second job, after the first ended")
+	start := time.Now()
+	if code := <-post(a); code != http.StatusTooManyRequests {
+		t.Fatalf("a third job with the second running throughout: %d, want 429", code)
+	}
+	if waited := time.Since(start); waited < 2*time.Second {
+		t.Fatalf("the third job refused after %v, before its 2 s wait", waited)
+	}
+	ctx := context.Background()
+	got := make(chan sharedlimits.TierResult, 1)
+	go func() {
+		set, r := lb.QueuedJob(ctx, "uma", "uma")
+		if set.Len() != 0 {
+			t.Errorf("a refused job holds %d slots", set.Len())
+		}
+		got <- r
+	}()
+	time.Sleep(100 * time.Millisecond)
+	finish <- struct{}{}
+	select {
+	case r := <-got:
+		if r.Allowed || r.DeniedBy != sharedlimits.RuleQueuedTokens || r.Degraded {
+			t.Fatalf("a job that waited for the slot with uma's tokens spent: %+v, want denied by QueuedTokens", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the tier's wait never ended")
+	}
+	s, r := la.Queued.Acquire(ctx, "uma")
+	if !r.Allowed {
+		t.Fatalf("the slot the tier gave back: %+v, want free", r)
+	}
+	s.Release()
+}

@@ -111,6 +111,10 @@ const (
 	RuleRunning
 	// RuleRunningPlan names the rule RunningPlan.
 	RuleRunningPlan
+	// RuleQueued names the rule Queued.
+	RuleQueued
+	// RuleQueuedTokens names the rule QueuedTokens.
+	RuleQueuedTokens
 	// RuleRunTokens names the rule RunTokens.
 	RuleRunTokens
 	// RuleChatTokens names the rule ChatTokens.
@@ -120,7 +124,7 @@ const (
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan", "QuotaLeased", "SeatLocal", "SeatShared", "SeatDay", "MeterShared", "MeterWindow", "Running", "RunningPlan", "RunTokens", "ChatTokens", "ChatHour"}
+var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan", "QuotaLeased", "SeatLocal", "SeatShared", "SeatDay", "MeterShared", "MeterWindow", "Running", "RunningPlan", "Queued", "QueuedTokens", "RunTokens", "ChatTokens", "ChatHour"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -154,6 +158,8 @@ type Limits struct {
 	MeterWindow     *MeterWindowLimiter     // see the package-level MeterWindow
 	Running         *RunningLimiter         // see the package-level Running
 	RunningPlan     *RunningPlanLimiter     // see the package-level RunningPlan
+	Queued          *QueuedLimiter          // see the package-level Queued
+	QueuedTokens    *QueuedTokensLimiter    // see the package-level QueuedTokens
 	RunTokens       *RunTokensLimiter       // see the package-level RunTokens
 	ChatTokens      *ChatTokensLimiter      // see the package-level ChatTokens
 	ChatHour        *ChatHourLimiter        // see the package-level ChatHour
@@ -220,6 +226,8 @@ func New(opts ...Option) *Limits {
 		MeterWindow:     newMeterWindowLimiter(),
 		Running:         newRunningLimiter(),
 		RunningPlan:     newRunningPlanLimiter(),
+		Queued:          newQueuedLimiter(),
+		QueuedTokens:    newQueuedTokensLimiter(sh),
 		RunTokens:       newRunTokensLimiter(sh),
 		ChatTokens:      newChatTokensLimiter(sh),
 		ChatHour:        newChatHourLimiter(),
@@ -233,17 +241,18 @@ func New(opts ...Option) *Limits {
 	l.MeterWindow.sh = l.shared
 	l.Running.sh = l.shared
 	l.RunningPlan.sh = l.shared
+	l.Queued.sh = l.shared
 	l.ChatHour.sh = l.shared
 	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": sharedimpl.KeyedTarget(l.Exports.Keyed, overlay.ParseUint[uint64]), "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": sharedimpl.GlobalTarget(l.Global.Global), "Downloads": sharedimpl.KeyedTarget(l.Downloads.Keyed, nil), "DownloadsGlobal": sharedimpl.GlobalTarget(l.DownloadsGlobal.Global), "Fast": sharedimpl.KeyedTarget(l.Fast.Keyed, nil), "Wide": sharedimpl.KeyedTarget(l.Wide.Keyed, nil), "TenantUser": sharedimpl.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.Windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.Windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.Windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.Windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": sharedimpl.KeyedTarget(l.SeatShared.Keyed, nil), "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": sharedimpl.KeyedTarget(l.MeterShared.Keyed, nil), "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.Windows[5], 1, l.MeterWindow, nil), "Running": overlay.SlotTarget(true, false, l.Running), "RunningPlan": overlay.SlotTarget(true, true, overlay.PlanSlots[Plan](l.RunningPlan, Plan(0)), overlay.PlanSlots[Plan](l.RunningPlan, Plan(1))), "RunTokens": sharedimpl.KeyedTarget(l.RunTokens.Keyed, nil), "ChatTokens": sharedimpl.KeyedTarget(l.ChatTokens.Keyed, nil), "ChatHour": overlay.KeyedSharedWindowTarget(l.ChatHour.local.Table(), l.shared.Windows[6], 1, l.ChatHour, nil)},
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": sharedimpl.KeyedTarget(l.Exports.Keyed, overlay.ParseUint[uint64]), "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": sharedimpl.GlobalTarget(l.Global.Global), "Downloads": sharedimpl.KeyedTarget(l.Downloads.Keyed, nil), "DownloadsGlobal": sharedimpl.GlobalTarget(l.DownloadsGlobal.Global), "Fast": sharedimpl.KeyedTarget(l.Fast.Keyed, nil), "Wide": sharedimpl.KeyedTarget(l.Wide.Keyed, nil), "TenantUser": sharedimpl.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.Windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.Windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.Windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.Windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": sharedimpl.KeyedTarget(l.SeatShared.Keyed, nil), "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": sharedimpl.KeyedTarget(l.MeterShared.Keyed, nil), "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.Windows[5], 1, l.MeterWindow, nil), "Running": overlay.SlotTarget(true, false, l.Running), "RunningPlan": overlay.SlotTarget(true, true, overlay.PlanSlots[Plan](l.RunningPlan, Plan(0)), overlay.PlanSlots[Plan](l.RunningPlan, Plan(1))), "Queued": overlay.SlotTarget(true, false, l.Queued), "QueuedTokens": sharedimpl.KeyedTarget(l.QueuedTokens.Keyed, nil), "RunTokens": sharedimpl.KeyedTarget(l.RunTokens.Keyed, nil), "ChatTokens": sharedimpl.KeyedTarget(l.ChatTokens.Keyed, nil), "ChatHour": overlay.KeyedSharedWindowTarget(l.ChatHour.local.Table(), l.shared.Windows[6], 1, l.ChatHour, nil)},
 	})
 	return l
 }
 
 // sharedRules are the policy's shared rules as a store sees them (one per plan for a rule with plans),
 // in the order their checks name them.
-var sharedRules = [13]shared.Rule{{
+var sharedRules = [14]shared.Rule{{
 	Namespace: "storetest",
 	Name:      "PerUser:free",
 	Limit:     perUserLimit[0],
@@ -378,6 +387,18 @@ var sharedRules = [13]shared.Rule{{
 	},
 }, {
 	Namespace: "storetest",
+	Name:      "QueuedTokens",
+	Limit:     queuedTokensLimit,
+	Failure: shared.Failure{
+		Mode: shared.FailDeny,
+	},
+	Units: shared.Units{
+		PerMicro: int64(1),
+		Emit:     int64(3600000000),
+		Exact:    true,
+	},
+}, {
+	Namespace: "storetest",
 	Name:      "RunTokens",
 	Limit:     runTokensLimit,
 	Failure: shared.Failure{
@@ -410,7 +431,7 @@ func newSharedState(store shared.Store) *sharedimpl.State {
 		return s
 	}
 	var err error
-	s.Slots = make([]*shared.Slots, 3)
+	s.Slots = make([]*shared.Slots, 4)
 	if s.Windows[0], err = shared.BindWindow(store, "storetest", "Quota", quotaLimit, shared.Failure{
 		Mode: shared.FailDeny,
 	}); err != nil {
@@ -456,6 +477,11 @@ func newSharedState(store shared.Store) *sharedimpl.State {
 		Mode: shared.FailDeny,
 	}); err != nil {
 		return s.Refuse("the in-flight rule RunningPlan, and the shared rules run in this process only", err)
+	}
+	if s.Slots[3], err = shared.BindSlots(store, "storetest", "Queued", queuedLimit, shared.Failure{
+		Mode: shared.FailDeny,
+	}); err != nil {
+		return s.Refuse("the in-flight rule Queued, and the shared rules run in this process only", err)
 	}
 	if s.Windows[6], err = shared.BindWindow(store, "storetest", "ChatHour", chatHourLimit, shared.Failure{
 		Mode: shared.FailDeny,
@@ -607,6 +633,13 @@ var (
 	// RunningPlan lets at most 1 requests of a key hold a slot at once: Acquire takes one, its Slot's
 	// Release gives it back, and a slot never released comes back 1 minute after it was taken.
 	RunningPlan = Default.RunningPlan
+
+	// Queued lets at most 1 requests of a key hold a slot at once: Acquire takes one, its Slot's
+	// Release gives it back, and a slot never released comes back 1 minute after it was taken.
+	Queued = Default.Queued
+
+	// QueuedTokens allows 1 request per hour per key, in bursts of up to 2.
+	QueuedTokens = Default.QueuedTokens
 
 	// RunTokens allows 1 request per hour per key, in bursts of up to 3.
 	RunTokens = Default.RunTokens
@@ -2872,6 +2905,219 @@ func (l *RunningPlanLimiter) ReleaseFailed() int64 {
 	return n
 }
 
+// queuedLimit is Queued's in-flight rule, as the policy gives it.
+var queuedLimit = atomicslot.MustRule(1, time.Minute)
+
+// newQueuedLocalLimiter returns Queued's (empty) table of slots, none held.
+func newQueuedLocalLimiter() *QueuedLocalLimiter {
+	return &QueuedLocalLimiter{atomicslot.NewTable[string](queuedLimit, atomicbucket.TableOptions{})}
+}
+
+// QueuedLocalLimiter is Queued decided in this process only, with the whole limit: what
+// QueuedLimiter.Local returns, for tests, and what Queued's checks use while the package has no
+// store (SharedErr says so). Its methods are safe for concurrent use.
+type QueuedLocalLimiter struct {
+	*atomicslot.Table[string]
+}
+
+// MaxWait is the policy's wait: the longest a request waits for a free slot of Queued
+// (AcquireWait's maxWait; the doors wait this long, or until the request's context ends, before
+// they deny).
+func (l *QueuedLocalLimiter) MaxWait() time.Duration {
+	return 2 * time.Second
+}
+
+// newQueuedLimiter returns Queued's limiter over its process-local slots; New binds it to the store.
+func newQueuedLimiter() *QueuedLimiter {
+	return &QueuedLimiter{local: newQueuedLocalLimiter()}
+}
+
+// QueuedLimiter is the type of Queued, a shared in-flight rule: Acquire takes a slot on the store
+// given to New, so that the count holds across every instance that shares it, and takes the
+// request's context. Without a store it acquires in this process with the whole limit, and its
+// results carry SharedErr's error; Local is that process-local set of slots, under a name that says
+// so. Its methods are safe for concurrent use.
+type QueuedLimiter struct {
+	local *QueuedLocalLimiter
+	sh    *sharedimpl.State // the store, or why there is none
+}
+
+// Rule returns the in-flight rule behind the limiter.
+func (l *QueuedLimiter) Rule() *atomicslot.Rule {
+	return l.local.Rule()
+}
+
+// Local returns Queued's slots in this process only, with the whole limit, apart from the store's,
+// for tests and tools: what it holds is not counted by any other instance.
+func (l *QueuedLimiter) Local() *QueuedLocalLimiter {
+	return l.local
+}
+
+// Acquire takes one of key's's slots on the store given to New, so that at most 1 are held at once
+// across every instance that shares it, and returns it with the Result; the Slot's Release gives it
+// back (once in effect; it makes one call to the store, within the store's timeout). A slot never
+// released comes back on the store 1m0s after it was taken, whichever instance took it. It never
+// fails: when the store cannot decide, the rule's on_failure setting (deny) does, and the Result
+// says so (Degraded, Err). Without a store, Queued's process-local slots (Local) decide and Err is
+// SharedErr's error.
+func (l *QueuedLimiter) Acquire(ctx context.Context, key string) (atomicslot.Slot, verdict.Result) {
+	if s := l.sh.Slot(3); s != nil {
+		return s.Acquire(ctx, key)
+	}
+	slot, d := l.local.Acquire(key)
+	return slot, verdict.Result{
+		Decision: d,
+		Err:      l.sh.Why,
+	}
+}
+
+// AcquireWait is Acquire, waiting up to maxWait (and while ctx is not done) for a free slot: on the
+// store, asking again at the first held slot's expiry, on a back-off, and at once when this
+// instance releases one of the key's slots (shared.Slots.AcquireWait: waiters are served in the
+// order they came only within an instance); without a store, in the process-local slots, first come
+// first served.
+func (l *QueuedLimiter) AcquireWait(ctx context.Context, key string, maxWait time.Duration) (atomicslot.Slot, verdict.Result) {
+	if s := l.sh.Slot(3); s != nil {
+		return s.AcquireWait(ctx, key, maxWait)
+	}
+	slot, d := l.local.AcquireWait(ctx, key, maxWait)
+	return slot, verdict.Result{
+		Decision: d,
+		Err:      l.sh.Why,
+	}
+}
+
+// MaxWait is the policy's wait: the longest a request waits for a free slot (the doors wait this
+// long, or until the request's context ends, before they deny).
+func (l *QueuedLimiter) MaxWait() time.Duration {
+	return l.local.MaxWait()
+}
+
+// SetNumbers makes n (atomicslot.RuleOf: the slots as Tokens and Burst, the maximum hold as Period)
+// the rule's numbers in this instance from now: on the store given to New (shared.Slots.SetNumbers:
+// every instance that shares the rule must be given the same), then in the process-local slots.
+// Numbers the store refuses change neither.
+func (l *QueuedLimiter) SetNumbers(n atomicbucket.Numbers) error {
+	if s := l.sh.Slot(3); s != nil {
+		if err := s.SetNumbers(n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(n)
+}
+
+// ClearNumbers puts the policy's numbers back in force, on the store's binding and in the
+// process-local slots.
+func (l *QueuedLimiter) ClearNumbers() {
+	if s := l.sh.Slot(3); s != nil {
+		s.ClearNumbers()
+	}
+	l.local.ClearNumbers()
+}
+
+// NumbersFor is the rule's numbers in force in this instance, and where they come from.
+func (l *QueuedLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.local.NumbersFor()
+}
+
+// PolicyRule returns the in-flight rule the policy gives the limiter.
+func (l *QueuedLimiter) PolicyRule() *atomicslot.Rule {
+	return l.local.PolicyRule()
+}
+
+// Stats are the rule's slots as this instance knows them: on the store, its slots not yet released
+// and the slots its calls found expired unreleased (with its local share's, shared.Slots.Stats);
+// without a store, the process-local slots'.
+func (l *QueuedLimiter) Stats() atomicslot.Stats {
+	if s := l.sh.Slot(3); s != nil {
+		return s.Stats().Stats
+	}
+	return l.local.Stats()
+}
+
+// ReleaseFailed is how many of this instance's releases the store did not take (down, or its
+// breaker open): each such slot stays held there until its expiry (shared.SlotStats.ReleaseFailed);
+// 0 without a store.
+func (l *QueuedLimiter) ReleaseFailed() int64 {
+	if s := l.sh.Slot(3); s != nil {
+		return s.Stats().ReleaseFailed
+	}
+	return 0
+}
+
+// queuedTokensLimit is QueuedTokens's limit, as the policy gives it.
+var queuedTokensLimit = atomicbucket.Limit{
+	Tokens: 1,
+	Period: time.Hour,
+	Burst:  2,
+	Refill: atomicbucket.Greedy,
+}
+
+// newQueuedTokensLocalLimiter returns QueuedTokens's (empty) table.
+func newQueuedTokensLocalLimiter() *QueuedTokensLocalLimiter {
+	return &QueuedTokensLocalLimiter{genimpl.NewKeyed(atomicbucket.NewTable[string](genimpl.MustUnits(atomicbucket.MustRule(queuedTokensLimit), queuedTokensUnitsPerNs, queuedTokensUnitsPerToken, queuedTokensBurstUnits), atomicbucket.TableOptions{}), genimpl.Cost{}, genimpl.NonEmpty)}
+}
+
+// QueuedTokensLocalLimiter is QueuedTokens decided in this process only, with the whole limit: what
+// QueuedTokensLimiter.Local returns, for tests, and what QueuedTokens's checks use while the
+// package has no store (SharedErr says so). Its methods, genimpl.Keyed's and the folded Allow
+// below, are safe for concurrent use.
+type QueuedTokensLocalLimiter struct {
+	genimpl.Keyed[string]
+}
+
+// QueuedTokens's fixed-point units (atomicbucket.Rule.Units, checked as the package initialises):
+// time in 1/1 ns (queuedTokensUnitsPerNs), a token's worth (queuedTokensUnitsPerToken) and the
+// burst's (queuedTokensBurstUnits), GCRA's emission interval and tolerance.
+const (
+	queuedTokensUnitsPerNs    = 1
+	queuedTokensUnitsPerToken = 3600000000000
+	queuedTokensBurstUnits    = 7200000000000
+)
+
+// Allow reports whether a request is allowed now, taking its tokens if so: the check with the units above.
+func (l *QueuedTokensLocalLimiter) Allow(key string) bool {
+	return l.Table().AllowGreedyAt(key, atomicbucket.Now(), queuedTokensUnitsPerNs, queuedTokensUnitsPerToken, queuedTokensBurstUnits)
+}
+
+// AllowAt is Allow at time now.
+func (l *QueuedTokensLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool {
+	return l.Table().AllowGreedyAt(key, now, queuedTokensUnitsPerNs, queuedTokensUnitsPerToken, queuedTokensBurstUnits)
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's fields); nil before.
+func (l *QueuedTokensLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.Table().ChangedRule(key)
+}
+
+// newQueuedTokensLimiter returns QueuedTokens's limiter over its process-local buckets, checked on the store s binds.
+func newQueuedTokensLimiter(s *sharedimpl.State) *QueuedTokensLimiter {
+	local := newQueuedTokensLocalLimiter()
+	return &QueuedTokensLimiter{sharedimpl.NewKeyed(local.Keyed, s, 11, sharedimpl.Text), local}
+}
+
+// QueuedTokensLimiter is the type of QueuedTokens, a shared rule: Allow, AllowN and Wait decide on
+// the store given to New, so that the limit holds across every instance that shares it, and take
+// the request's context. Without a store they decide in this process with the whole limit, and
+// their results carry SharedErr's error; Local is that process-local limiter, under a name that
+// says so. Its methods are safe for concurrent use.
+type QueuedTokensLimiter struct {
+	sharedimpl.Keyed[string]
+	local *QueuedTokensLocalLimiter
+}
+
+// Local returns QueuedTokens decided in this process only, with the whole limit, on buckets apart
+// from the store's, for tests and tools: what it admits is not counted by any other instance.
+func (l *QueuedTokensLimiter) Local() *QueuedTokensLocalLimiter {
+	return l.local
+}
+
+// ruleInForce is, once the numbers have ever changed, the rule in force (for the middleware's
+// fields): Local's, which every change keeps equal to the store's; nil before.
+func (l *QueuedTokensLimiter) ruleInForce(key string) *atomicbucket.Rule {
+	return l.local.ruleInForce(key)
+}
+
 // runTokensLimit is RunTokens's limit, as the policy gives it.
 var runTokensLimit = atomicbucket.Limit{
 	Tokens: 1,
@@ -2915,7 +3161,7 @@ func (l *RunTokensLocalLimiter) AllowAt(key string, now atomicbucket.Time) bool 
 // newRunTokensLimiter returns RunTokens's limiter over its process-local buckets, checked on the store s binds.
 func newRunTokensLimiter(s *sharedimpl.State) *RunTokensLimiter {
 	local := newRunTokensLocalLimiter()
-	return &RunTokensLimiter{sharedimpl.NewKeyed(local.Keyed, s, 11, sharedimpl.Text), local}
+	return &RunTokensLimiter{sharedimpl.NewKeyed(local.Keyed, s, 12, sharedimpl.Text), local}
 }
 
 // RunTokensLimiter is the type of RunTokens, a shared rule: Allow, AllowN and Wait decide on the
@@ -2985,7 +3231,7 @@ func (l *ChatTokensLocalLimiter) ruleInForce(key string) *atomicbucket.Rule {
 // newChatTokensLimiter returns ChatTokens's limiter over its process-local buckets, checked on the store s binds.
 func newChatTokensLimiter(s *sharedimpl.State) *ChatTokensLimiter {
 	local := newChatTokensLocalLimiter()
-	return &ChatTokensLimiter{sharedimpl.NewKeyed(local.Keyed, s, 12, sharedimpl.Text), local}
+	return &ChatTokensLimiter{sharedimpl.NewKeyed(local.Keyed, s, 13, sharedimpl.Text), local}
 }
 
 // ChatTokensLimiter is the type of ChatTokens, a shared rule: Allow, AllowN and Wait decide on the
@@ -3173,7 +3419,7 @@ func (l *Limits) checkSharedRunTier(ctx context.Context, runTokensKey string, co
 	res, i := l.shared.Bound.Check(ctx, []shared.Step{{
 		Cost: c0,
 		Key:  runTokensKey,
-		Rule: 11,
+		Rule: 12,
 	}})
 	rules := [1]RuleName{RuleRunTokens}
 	if i < 0 || i >= len(rules) {
@@ -3261,6 +3507,139 @@ func (l *Limits) RunTierN(ctx context.Context, runTokensKey string, runningKey s
 	}
 	set.Add(s0)
 	tr := l.checkSharedRunTier(ctx, runTokensKey, cost, false)
+	if deg && !tr.Degraded {
+		tr.Degraded, tr.Err = true, err
+	}
+	if !tr.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, tr
+	}
+	return set, tr
+}
+
+// checkQueuedJob is QueuedJob with each rule charged cost, or its own default cost when defaults is
+// set. It is tier.At unrolled, with typed calls: keep the two in step.
+func (l *Limits) checkQueuedJob(queuedTokensKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
+	c0 := cost
+	if defaults {
+		c0 = 1
+	}
+	d0 := l.QueuedTokens.local.AllowNAt(queuedTokensKey, now, c0)
+	if !d0.Allowed {
+		return TierDecision{
+			Decision: d0,
+			Rule:     RuleQueuedTokens,
+			DeniedBy: RuleQueuedTokens,
+		}
+	}
+	most, rule := d0, RuleQueuedTokens
+	return TierDecision{Decision: most, Rule: rule}
+}
+
+// checkSharedQueuedJob is QueuedJob's store call, with each rule charged cost, or its own default
+// cost when defaults is set.
+func (l *Limits) checkSharedQueuedJob(ctx context.Context, queuedTokensKey string, cost int64, defaults bool) TierResult {
+	if l.shared.Bound == nil {
+		return TierResult{
+			Err:          l.shared.Why,
+			TierDecision: l.checkQueuedJob(queuedTokensKey, atomicbucket.Now(), cost, defaults),
+		}
+	}
+	c0 := cost
+	if defaults {
+		c0 = 1
+	}
+	res, i := l.shared.Bound.Check(ctx, []shared.Step{{
+		Cost: c0,
+		Key:  queuedTokensKey,
+		Rule: 11,
+	}})
+	rules := [1]RuleName{RuleQueuedTokens}
+	if i < 0 || i >= len(rules) {
+		i = 0
+	}
+	td := TierDecision{
+		Decision: res.Decision,
+		Rule:     rules[i],
+	}
+	if !res.Allowed {
+		td.DeniedBy = rules[i]
+	}
+	return TierResult{
+		Degraded:     res.Degraded,
+		Err:          res.Err,
+		Outage:       res.Outage,
+		TierDecision: td,
+	}
+}
+
+// QueuedJob takes a slot of Queued then checks the request against QueuedTokens: all or nothing (a
+// slot that cannot be had, or a rate rule that denies, gives back every slot taken, and a full set
+// of slots charges no rate rule). It returns the slots, to release when the request ends
+// (Set.Release), with the decision of the rule that denied, or of the most constraining one. It
+// never fails: when a store cannot decide, the rules' on_failure settings do, and the result says
+// so (Degraded, Err).
+func (l *Limits) QueuedJob(ctx context.Context, queuedTokensKey string, queuedKey string) (atomicslot.Set, TierResult) {
+	now := atomicbucket.Now()
+	var set atomicslot.Set
+	var deg bool
+	var err error
+	s0, r0 := l.Queued.AcquireWait(ctx, queuedKey, l.Queued.MaxWait())
+	d0 := r0.Decision
+	if r0.Degraded {
+		deg, err = true, r0.Err
+	}
+	if !d0.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, TierResult{
+			Degraded: r0.Degraded,
+			Err:      r0.Err,
+			Outage:   r0.Outage,
+			TierDecision: TierDecision{
+				Decision: d0,
+				Rule:     RuleQueued,
+				DeniedBy: RuleQueued,
+			},
+		}
+	}
+	set.Add(s0)
+	tr := l.checkSharedQueuedJob(ctx, queuedTokensKey, 0, true)
+	if deg && !tr.Degraded {
+		tr.Degraded, tr.Err = true, err
+	}
+	if !tr.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, tr
+	}
+	return set, tr
+}
+
+// QueuedJobN is QueuedJob with a cost every rate rule is charged instead of its default.
+func (l *Limits) QueuedJobN(ctx context.Context, queuedTokensKey string, queuedKey string, cost int64) (atomicslot.Set, TierResult) {
+	now := atomicbucket.Now()
+	var set atomicslot.Set
+	var deg bool
+	var err error
+	s0, r0 := l.Queued.AcquireWait(ctx, queuedKey, l.Queued.MaxWait())
+	d0 := r0.Decision
+	if r0.Degraded {
+		deg, err = true, r0.Err
+	}
+	if !d0.Allowed {
+		set.ReleaseAt(now)
+		return atomicslot.Set{}, TierResult{
+			Degraded: r0.Degraded,
+			Err:      r0.Err,
+			Outage:   r0.Outage,
+			TierDecision: TierDecision{
+				Decision: d0,
+				Rule:     RuleQueued,
+				DeniedBy: RuleQueued,
+			},
+		}
+	}
+	set.Add(s0)
+	tr := l.checkSharedQueuedJob(ctx, queuedTokensKey, cost, false)
 	if deg && !tr.Degraded {
 		tr.Degraded, tr.Err = true, err
 	}
@@ -3981,7 +4360,7 @@ func (l *Limits) checkSharedChat(ctx context.Context, chatTokensKey string, chat
 	steps := []shared.Step{{
 		Cost: c0,
 		Key:  chatTokensKey,
-		Rule: 12,
+		Rule: 13,
 	}}
 	res, i := l.shared.Bound.Check(ctx, steps)
 	storeRules := [1]RuleName{RuleChatTokens}
@@ -4275,6 +4654,16 @@ var httpPolicyMeterWindow = verdict.Policy{
 	Sliding: true,
 }
 
+// httpPolicyQueuedTokens is rule QueuedTokens as the RateLimit fields describe it.
+var httpPolicyQueuedTokens = verdict.Policy{
+	Name:   "QueuedTokens",
+	Quota:  2,
+	Window: 7200,
+	Limit:  queuedTokensLimit,
+	Item:   "\"QueuedTokens\";q=2;w=7200",
+	Prefix: "\"QueuedTokens\";r=",
+}
+
 // httpPolicyRunTokens is rule RunTokens as the RateLimit fields describe it.
 var httpPolicyRunTokens = verdict.Policy{
 	Name:   "RunTokens",
@@ -4313,13 +4702,13 @@ var httpPolicyChatHour = verdict.Policy{
 
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser}, RuleQuota: {&httpPolicyQuota, &httpPolicyQuota}, RuleQuotaWide: {&httpPolicyQuotaWide, &httpPolicyQuotaWide}, RuleQuotaPlan: {&httpPolicyQuotaPlanPlanFree, &httpPolicyQuotaPlanPlanPro}, RuleQuotaLeased: {&httpPolicyQuotaLeased, &httpPolicyQuotaLeased}, RuleSeatLocal: {&httpPolicySeatLocal, &httpPolicySeatLocal}, RuleSeatShared: {&httpPolicySeatShared, &httpPolicySeatShared}, RuleSeatDay: {&httpPolicySeatDay, &httpPolicySeatDay}, RuleMeterShared: {&httpPolicyMeterShared, &httpPolicyMeterShared}, RuleMeterWindow: {&httpPolicyMeterWindow, &httpPolicyMeterWindow}, RuleRunTokens: {&httpPolicyRunTokens, &httpPolicyRunTokens}, RuleChatTokens: {&httpPolicyChatTokens, &httpPolicyChatTokens}, RuleChatHour: {&httpPolicyChatHour, &httpPolicyChatHour}}
+var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUserPlanFree, &httpPolicyPerUserPlanPro}, RuleExports: {&httpPolicyExports, &httpPolicyExports}, RulePerInstance: {&httpPolicyPerInstance, &httpPolicyPerInstance}, RuleGlobal: {&httpPolicyGlobal, &httpPolicyGlobal}, RuleDownloads: {&httpPolicyDownloads, &httpPolicyDownloads}, RuleDownloadsGlobal: {&httpPolicyDownloadsGlobal, &httpPolicyDownloadsGlobal}, RuleFast: {&httpPolicyFast, &httpPolicyFast}, RuleWide: {&httpPolicyWide, &httpPolicyWide}, RuleTenantUser: {&httpPolicyTenantUser, &httpPolicyTenantUser}, RuleQuota: {&httpPolicyQuota, &httpPolicyQuota}, RuleQuotaWide: {&httpPolicyQuotaWide, &httpPolicyQuotaWide}, RuleQuotaPlan: {&httpPolicyQuotaPlanPlanFree, &httpPolicyQuotaPlanPlanPro}, RuleQuotaLeased: {&httpPolicyQuotaLeased, &httpPolicyQuotaLeased}, RuleSeatLocal: {&httpPolicySeatLocal, &httpPolicySeatLocal}, RuleSeatShared: {&httpPolicySeatShared, &httpPolicySeatShared}, RuleSeatDay: {&httpPolicySeatDay, &httpPolicySeatDay}, RuleMeterShared: {&httpPolicyMeterShared, &httpPolicyMeterShared}, RuleMeterWindow: {&httpPolicyMeterWindow, &httpPolicyMeterWindow}, RuleQueuedTokens: {&httpPolicyQueuedTokens, &httpPolicyQueuedTokens}, RuleRunTokens: {&httpPolicyRunTokens, &httpPolicyRunTokens}, RuleChatTokens: {&httpPolicyChatTokens, &httpPolicyChatTokens}, RuleChatHour: {&httpPolicyChatHour, &httpPolicyChatHour}}
 
 // httpCosts are the rules' default costs, by RuleName and plan.
-var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}, RuleQuota: {1, 1}, RuleQuotaWide: {1, 1}, RuleQuotaPlan: {1, 1}, RuleQuotaLeased: {1, 1}, RuleSeatLocal: {1, 1}, RuleSeatShared: {1, 1}, RuleSeatDay: {1, 1}, RuleMeterShared: {1, 1}, RuleMeterWindow: {1, 1}, RuleRunTokens: {1, 1}, RuleChatTokens: {1, 1}, RuleChatHour: {1, 1}}
+var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}, RuleQuota: {1, 1}, RuleQuotaWide: {1, 1}, RuleQuotaPlan: {1, 1}, RuleQuotaLeased: {1, 1}, RuleSeatLocal: {1, 1}, RuleSeatShared: {1, 1}, RuleSeatDay: {1, 1}, RuleMeterShared: {1, 1}, RuleMeterWindow: {1, 1}, RuleQueuedTokens: {1, 1}, RuleRunTokens: {1, 1}, RuleChatTokens: {1, 1}, RuleChatHour: {1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
-var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}, {"\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000", "\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000"}, {"", ""}, {"\"ChatTokens\";q=1000;w=1000, \"ChatHour\";q=100000;w=3600", "\"ChatTokens\";q=1000;w=1000, \"ChatHour\";q=100000;w=3600"}}
+var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}, {"\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000", "\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000"}, {"", ""}, {"\"QueuedTokens\";q=2;w=7200", "\"QueuedTokens\";q=2;w=7200"}, {"\"ChatTokens\";q=1000;w=1000, \"ChatHour\";q=100000;w=3600", "\"ChatTokens\";q=1000;w=1000, \"ChatHour\";q=100000;w=3600"}}
 
 // Hooks are the functions of your service that the policy's http: section names: what only
 // your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
@@ -4337,7 +4726,7 @@ type Hooks struct {
 // Middleware enforces the policy's http: section on every route a router may hand a request to
 // (limithttp.Door): it reads the keys, cost and plan the policy names, checks the route's rule or
 // tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may not
-// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: GET /hello; GET /api/; POST /export/{account}; GET /download/; POST /run/{user}; POST /chat.
+// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: GET /hello; GET /api/; POST /export/{account}; GET /download/; POST /run/{user}; POST /queue/{user}; POST /chat.
 type Middleware struct {
 	limithttp.Door
 	limits *Limits
@@ -4381,7 +4770,9 @@ func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route in
 	case 3:
 		return m.route4(w, r)
 	case 5:
-		return m.route6(w, r)
+		return m.route6(w, r, path)
+	case 6:
+		return m.route7(w, r)
 	}
 	return true
 }
@@ -4393,6 +4784,8 @@ func (m *Middleware) acquireRoute(w http.ResponseWriter, r *http.Request, route 
 	switch route {
 	case 4:
 		return m.acquire5(w, r, path)
+	case 5:
+		return m.acquire6(w, r, path)
 	}
 	return true, atomicslot.Set{}
 }
@@ -4401,17 +4794,17 @@ func (m *Middleware) acquireRoute(w http.ResponseWriter, r *http.Request, route 
 // its keys' wildcards from path: verdict.NoSettle for a route that does not settle.
 func (m *Middleware) settleRoute(w http.ResponseWriter, r *http.Request, route int, path string) int64 {
 	switch route {
-	case 5:
-		return m.settle6(w, r)
+	case 6:
+		return m.settle7(w, r)
 	}
 	return verdict.NoSettle
 }
 
-// settle6 settles a request of POST /chat that its handler answered: the actual cost in the
+// settle7 settles a request of POST /chat that its handler answered: the actual cost in the
 // response's X-Tokens-Used, against the estimate the check took, with ChatTokens, ChatHour; it
 // returns the tokens forgiven beyond the rules' debt bounds, verdict.KeptEstimate, or
 // verdict.SettleFailed when a store could not settle.
-func (m *Middleware) settle6(w http.ResponseWriter, r *http.Request) int64 {
+func (m *Middleware) settle7(w http.ResponseWriter, r *http.Request) int64 {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
@@ -4456,7 +4849,7 @@ func (m *Middleware) settle6(w http.ResponseWriter, r *http.Request) int64 {
 type ServeMux = limithttp.ServeMux
 
 // httpPatterns are the policy's route patterns, in policy order.
-var httpPatterns = [...]string{"GET /hello", "GET /api/", "POST /export/{account}", "GET /download/", "POST /run/{user}", "POST /chat"}
+var httpPatterns = [...]string{"GET /hello", "GET /api/", "POST /export/{account}", "GET /download/", "POST /run/{user}", "POST /queue/{user}", "POST /chat"}
 
 // httpRoute is the index+1 of the route of httpPatterns for a method on a clean request path
 // that is one of the policy's literal paths (limithttp.LiteralRoutes), 0 for any other path: a
@@ -4465,7 +4858,7 @@ func httpRoute(method, path string) int {
 	switch path {
 	case "/chat":
 		if method == "POST" {
-			return 6
+			return 7
 		}
 	case "/hello":
 		if method == "GET" || method == "HEAD" {
@@ -4480,7 +4873,7 @@ var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var httpSeries = [...]verdict.Series{{Route: "GET /hello", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "Global"}, {Route: "POST /export/{account}", Rule: "Exports"}, {Route: "GET /download/", Tier: "Download", Rule: "Downloads"}, {Route: "GET /download/", Tier: "Download", Rule: "DownloadsGlobal"}, {Route: "POST /run/{user}", Rule: "Running"}, {Route: "POST /chat", Tier: "Chat", Rule: "ChatTokens"}, {Route: "POST /chat", Tier: "Chat", Rule: "ChatHour"}}
+var httpSeries = [...]verdict.Series{{Route: "GET /hello", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "Global"}, {Route: "POST /export/{account}", Rule: "Exports"}, {Route: "GET /download/", Tier: "Download", Rule: "Downloads"}, {Route: "GET /download/", Tier: "Download", Rule: "DownloadsGlobal"}, {Route: "POST /run/{user}", Rule: "Running"}, {Route: "POST /queue/{user}", Tier: "QueuedJob", Rule: "QueuedTokens"}, {Route: "POST /queue/{user}", Tier: "QueuedJob", Rule: "Queued"}, {Route: "POST /chat", Tier: "Chat", Rule: "ChatTokens"}, {Route: "POST /chat", Tier: "Chat", Rule: "ChatHour"}}
 
 // httpSeriesRoute2 are the series of GET /api/'s rules in the Counters, by RuleName.
 var httpSeriesRoute2 = [...]int{RulePerUser: 1, RuleGlobal: 2}
@@ -4488,8 +4881,11 @@ var httpSeriesRoute2 = [...]int{RulePerUser: 1, RuleGlobal: 2}
 // httpSeriesRoute4 are the series of GET /download/'s rules in the Counters, by RuleName.
 var httpSeriesRoute4 = [...]int{RuleDownloads: 4, RuleDownloadsGlobal: 5}
 
-// httpSeriesRoute6 are the series of POST /chat's rules in the Counters, by RuleName.
-var httpSeriesRoute6 = [...]int{RuleChatTokens: 7, RuleChatHour: 8}
+// httpSeriesRoute6 are the series of POST /queue/{user}'s rules in the Counters, by RuleName.
+var httpSeriesRoute6 = [...]int{RuleQueuedTokens: 7, RuleQueued: 8}
+
+// httpSeriesRoute7 are the series of POST /chat's rules in the Counters, by RuleName.
+var httpSeriesRoute7 = [...]int{RuleChatTokens: 9, RuleChatHour: 10}
 
 // route1 checks GET /hello (rule PerUser, enforce) and reports whether the request may go on.
 func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
@@ -4655,25 +5051,79 @@ func (m *Middleware) acquire5(w http.ResponseWriter, r *http.Request, path strin
 	return true, set
 }
 
-// route6 checks POST /chat (tier Chat, enforce) and reports whether the request may go on.
-func (m *Middleware) route6(w http.ResponseWriter, r *http.Request) bool {
+// acquire6 takes a slot of Queued for POST /queue/{user} (enforce) and reports whether the request
+// may go on, with the slots to release when it ends.
+func (m *Middleware) acquire6(w http.ResponseWriter, r *http.Request, path string) (bool, atomicslot.Set) {
+	var set atomicslot.Set
+	now := m.Now()
+	k0, ok0 := limithttp.PathKeyAt(path, 1, false)
+	if ok0 {
+		s0, res0 := m.limits.Queued.AcquireWait(r.Context(), k0, m.limits.Queued.MaxWait())
+		if !m.Config.Hold(w, r, verdict.Enforce, &res0, "{\"type\":\"about:blank\",\"title\":\"Too Many Requests\",\"status\":429,\"detail\":\"Rule Queued lets at most 1 request of a key run at once, and that many are running; Retry-After is when the first of them reaches its longest hold (1m0s) if none ends sooner.\"}\n", verdict.Event{Route: "POST /queue/{user}", Rule: "Queued", RuleIndex: int(RuleQueued), Series: 8, Tier: "QueuedJob", Cost: 1, Key: k0}) {
+			set.ReleaseAt(now)
+			return false, atomicslot.Set{}
+		}
+		set.Add(s0)
+	} else if !m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Queued: route \\\"POST /queue/{user}\\\" reads it from the path user.\"}\n", verdict.Event{Route: "POST /queue/{user}", Rule: "Queued", RuleIndex: int(RuleQueued), Series: 8, Tier: "QueuedJob", Outcome: verdict.MissingKey}) {
+		set.ReleaseAt(now)
+		return false, atomicslot.Set{}
+	}
+	return true, set
+}
+
+// route6 checks POST /queue/{user} (tier QueuedJob, enforce) and reports whether the request may go
+// on.
+func (m *Middleware) route6(w http.ResponseWriter, r *http.Request, path string) bool {
+	k0, ok0 := limithttp.PathKeyAt(path, 1, false)
+	if !ok0 {
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule QueuedTokens: route \\\"POST /queue/{user}\\\" reads it from the path user.\"}\n", verdict.Event{Route: "POST /queue/{user}", Tier: "QueuedJob", Rule: "QueuedTokens", RuleIndex: int(RuleQueuedTokens), Series: 7, Outcome: verdict.MissingKey})
+	}
+	tr := m.limits.checkSharedQueuedJob(r.Context(), k0, 0, true)
+	td := tr.TierDecision
+	cost := httpCosts[td.Rule][0]
+	var res verdict.Result
+	res.Degraded = tr.Degraded
+	res.Outage = tr.Outage
+	res.Err = tr.Err
+	res.Decision = td.Decision
+	res.Policy = httpPolicies[td.Rule][0]
+	res.Policies = httpRoutes[5][0]
+	res.Cost = cost
+	res.Route = "POST /queue/{user}"
+	res.Tier = "QueuedJob"
+	res.Rule = int(td.Rule)
+	res.Series = httpSeriesRoute6[td.Rule]
+	rf0 := m.limits.QueuedTokens.ruleInForce(k0)
+	if rf0 != nil {
+		p0 := genimpl.InForce(httpPolicies[RuleQueuedTokens][0], rf0)
+		res.Policies = genimpl.InForceList(p0)
+		switch td.Rule {
+		case RuleQueuedTokens:
+			res.Policy = p0
+		}
+	}
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
+}
+
+// route7 checks POST /chat (tier Chat, enforce) and reports whether the request may go on.
+func (m *Middleware) route7(w http.ResponseWriter, r *http.Request) bool {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule ChatTokens: route \\\"POST /chat\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /chat", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 7, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule ChatTokens: route \\\"POST /chat\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /chat", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 9, Outcome: verdict.MissingKey})
 	}
 	var k1 string
 	var ok1 bool
 	k1, ok1 = m.hooks.UserID(r)
 	ok1 = ok1 && k1 != "" && len(k1) <= verdict.MaxKeyLen
 	if !ok1 {
-		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule ChatHour: route \\\"POST /chat\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /chat", Tier: "Chat", Rule: "ChatHour", RuleIndex: int(RuleChatHour), Series: 8, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule ChatHour: route \\\"POST /chat\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /chat", Tier: "Chat", Rule: "ChatHour", RuleIndex: int(RuleChatHour), Series: 10, Outcome: verdict.MissingKey})
 	}
 	cost, costOK := limithttp.HeaderCost(r, "X-Max-Tokens", 100, 1000)
 	if !costOK {
-		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Max-Tokens) is above the most a request may cost on route \\\"POST /chat\\\": 1000.\"}\n", verdict.Event{Route: "POST /chat", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 7, Outcome: verdict.TooCostly, Cost: cost})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Max-Tokens) is above the most a request may cost on route \\\"POST /chat\\\": 1000.\"}\n", verdict.Event{Route: "POST /chat", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 9, Outcome: verdict.TooCostly, Cost: cost})
 	}
 	tr := m.limits.checkSharedChat(r.Context(), k0, k1, cost, false)
 	td := tr.TierDecision
@@ -4683,12 +5133,12 @@ func (m *Middleware) route6(w http.ResponseWriter, r *http.Request) bool {
 	res.Err = tr.Err
 	res.Decision = td.Decision
 	res.Policy = httpPolicies[td.Rule][0]
-	res.Policies = httpRoutes[5][0]
+	res.Policies = httpRoutes[6][0]
 	res.Cost = cost
 	res.Route = "POST /chat"
 	res.Tier = "Chat"
 	res.Rule = int(td.Rule)
-	res.Series = httpSeriesRoute6[td.Rule]
+	res.Series = httpSeriesRoute7[td.Rule]
 	rf0 := m.limits.ChatTokens.ruleInForce(k0)
 	if rf0 != nil {
 		p0 := genimpl.InForce(httpPolicies[RuleChatTokens][0], rf0)

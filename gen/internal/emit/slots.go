@@ -90,9 +90,12 @@ func emitSlotRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.
 			}
 		}
 		args = append(slices.Clone(planA), args...)
-		if rule.Shared { // on the store, in the request's context
+		if rule.Shared && rule.Waits() { // on the store, waiting in the request's context
+			acquire = append(acquire, jen.List(jen.Id(s), jen.Id(res)).Op(":=").Add(limiter).Dot("AcquireWait").Call(
+				append(append([]jen.Code{d.ctx}, args...), limiter.Clone().Dot("MaxWait").Call(planA...))...))
+		} else if rule.Shared { // on the store, in the request's context
 			acquire = append(acquire, jen.List(jen.Id(s), jen.Id(res)).Op(":=").Add(limiter).Dot("Acquire").Call(append([]jen.Code{d.ctx}, args...)...))
-		} else if hasWait(rule) { // a wait for a free slot: on the real clock, in the request's context
+		} else if rule.Waits() { // a wait for a free slot: on the real clock, in the request's context
 			acquire = append(acquire, jen.Var().Id(res).Add(vd("Result")), jen.Var().Id(s).Qual(slotPath, "Slot"),
 				jen.List(jen.Id(s), jen.Id(res).Dot("Decision")).Op("=").Add(limiter).Dot("AcquireWait").Call(
 					append(append([]jen.Code{d.ctx}, args...), limiter.Clone().Dot("MaxWait").Call(planA...))...))

@@ -219,6 +219,7 @@ func emitTierSlots(m *model.Model, t model.Tier) jen.Code {
 	if store {
 		result = "TierResult"
 	}
+	waits := len(t.Slots) > 0 && m.Rules[t.Slots[0]].Waits() // the first slot's rule waits (the policy puts it first)
 	var params, args []jen.Code // the plan, then a key per keyed rule: the rate rules', then the slots'
 	if store {
 		params = append(params, jen.Id("ctx").Qual("context", "Context"))
@@ -266,6 +267,9 @@ func emitTierSlots(m *model.Model, t model.Tier) jen.Code {
 			continue // no rate rule to charge; the store's clock decides
 		}
 		ps := slices.Clone(params)
+		if waits && !store && !form.at { // the forms on the clock wait, in a context; those at a time do not
+			ps = append([]jen.Code{jen.Id("ctx").Qual("context", "Context")}, ps...)
+		}
 		if form.at {
 			ps = append(ps, jen.Id("now").Add(rt("Time")))
 		}
@@ -290,10 +294,19 @@ func emitTierSlots(m *model.Model, t model.Tier) jen.Code {
 			if r.KeyType != "" {
 				key = append(key, jen.Id(r.Unexported()+"Key"))
 			}
+			var planA []jen.Code
+			if r.Planned {
+				planA = []jen.Code{jen.Id("plan")}
+			}
+			wait := k == 0 && waits && !form.at
 			if r.Shared {
 				rv := jen.Id(fmt.Sprintf("r%d", k))
+				acquire := jen.Id("l").Dot(r.GoName).Dot("Acquire").Call(append([]jen.Code{jen.Id("ctx")}, key...)...)
+				if wait {
+					acquire = jen.Id("l").Dot(r.GoName).Dot("AcquireWait").Call(append(append([]jen.Code{jen.Id("ctx")}, key...), jen.Id("l").Dot(r.GoName).Dot("MaxWait").Call(planA...))...)
+				}
 				body = append(body,
-					jen.List(sv.Clone(), rv.Clone()).Op(":=").Id("l").Dot(r.GoName).Dot("Acquire").Call(append([]jen.Code{jen.Id("ctx")}, key...)...),
+					jen.List(sv.Clone(), rv.Clone()).Op(":=").Add(acquire),
 					dv.Clone().Op(":=").Add(rv.Clone()).Dot("Decision"),
 					jen.If(rv.Clone().Dot("Degraded")).Block(jen.List(jen.Id("deg"), jen.Err()).Op("=").List(jen.True(), rv.Clone().Dot("Err"))))
 				deny := jen.Id("TierResult").Values(jen.Dict{
@@ -302,12 +315,19 @@ func emitTierSlots(m *model.Model, t model.Tier) jen.Code {
 				body = append(body, jen.If(jen.Op("!").Add(dv.Clone()).Dot("Allowed")).Block(
 					jen.Id("set").Dot("ReleaseAt").Call(jen.Id("now")), jen.Return(set.Clone().Values(), deny)))
 			} else {
+				acquire := jen.Id("l").Dot(r.GoName).Dot("AcquireAt").Call(append(key, jen.Id("now"))...)
+				if wait { // on the real clock: the time the wait ends is the tier's now
+					acquire = jen.Id("l").Dot(r.GoName).Dot("AcquireWait").Call(append(append([]jen.Code{jen.Id("ctx")}, key...), jen.Id("l").Dot(r.GoName).Dot("MaxWait").Call(planA...))...)
+				}
 				body = append(body,
-					jen.List(sv.Clone(), dv.Clone()).Op(":=").Id("l").Dot(r.GoName).Dot("AcquireAt").Call(append(key, jen.Id("now"))...),
+					jen.List(sv.Clone(), dv.Clone()).Op(":=").Add(acquire),
 					jen.If(jen.Op("!").Add(dv.Clone()).Dot("Allowed")).Block(
 						jen.Id("set").Dot("ReleaseAt").Call(jen.Id("now")), jen.Return(set.Clone().Values(), wrap(decision(dv.Clone(), jen.Id(r.RuleConst()), true)))))
 			}
 			body = append(body, jen.Id("set").Dot("Add").Call(sv.Clone()))
+			if wait && !r.Shared { // the rate rules decide when the wait ended: a second reading, on a form that may block
+				body = append(body, jen.Id("now").Op("=").Add(rt("Now")).Call())
+			}
 			ds = append(ds, dv)
 		}
 		if len(t.Rules) == 0 { // the most constraining slot's decision: the fewest free

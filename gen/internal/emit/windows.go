@@ -54,7 +54,7 @@ func emitInFlight(r model.Rule, typ, ctor, doc string) jen.Code {
 	g.Func().Id(ctor).Params().Op("*").Id(typ).Block(jen.Return(jen.Op("&").Id(typ).Values(made))).Line().Line()
 	g.Add(comment(doc))
 	g.Type().Id(typ).Struct(embed).Line()
-	if w := r.Limits[0].WaitNs; hasWait(r) {
+	if w := r.Limits[0].WaitNs; r.Waits() {
 		g.Line().Add(comment(fmt.Sprintf("MaxWait is the policy's wait: the longest a request waits for a free slot of %s "+
 			"(AcquireWait's maxWait; the doors wait this long, or until the request's context ends, before they deny).", r.GoName)))
 		g.Func().Params(jen.Id("l").Op("*").Id(typ)).Id("MaxWait").Params().Qual("time", "Duration").Block(jen.Return(duration(w))).Line()
@@ -114,7 +114,7 @@ func emitPlannedInFlight(r model.Rule, typ, ctor, doc string) jen.Code {
 		badPlan(noSlot, never), jen.Return(target.Clone().Dot("AcquireWait").Call(append(append([]jen.Code{jen.Id("ctx")}, keyA...), jen.Id("maxWait"))...))).Line().Line()
 	method("PeekAt", "is what AcquireAt would decide, holding nothing.", append(slices.Clone(keyP), jen.Id("now").Add(rt("Time"))), rt("Decision"),
 		[]jen.Code{never}, target.Clone().Dot("PeekAt").Call(append(slices.Clone(keyA), jen.Id("now"))...))
-	if hasWait(r) {
+	if r.Waits() {
 		var waits []jen.Code
 		for _, l := range r.Limits {
 			waits = append(waits, duration(l.WaitNs))
@@ -145,16 +145,6 @@ func emitPlannedInFlight(r model.Rule, typ, ctor, doc string) jen.Code {
 		jen.Return(jen.Id("st")),
 	).Line()
 	return g
-}
-
-// hasWait says whether in-flight rule r waits for a slot on some plan.
-func hasWait(r model.Rule) bool {
-	for _, l := range r.Limits {
-		if l.WaitNs > 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // emitSharedSlots is a shared in-flight rule's limiter: its acquisitions go
@@ -210,6 +200,21 @@ func emitSharedSlots(r model.Rule) jen.Code {
 		jen.List(jen.Id("slot"), jen.Id("d")).Op(":=").Id("l").Dot("local").Dot("Acquire").Call(append(slices.Clone(planA), keyA...)...),
 		jen.Return(jen.Id("slot"), vd("Result").Values(jen.Dict{jen.Id("Decision"): jen.Id("d"), jen.Id("Err"): jen.Id("l").Dot("sh").Dot("Why")})),
 	).Line().Line()
+	if r.Waits() {
+		g.Add(comment("AcquireWait is Acquire, waiting up to maxWait (and while ctx is not done) for a free slot: on the store, " +
+			"asking again at the first held slot's expiry, on a back-off, and at once when this instance releases one of the key's " +
+			"slots (shared.Slots.AcquireWait: waiters are served in the order they came only within an instance); without a store, " +
+			"in the process-local slots, first come first served."))
+		g.Func().Params(recv).Id("AcquireWait").Params(append(append(append([]jen.Code{jen.Id("ctx").Qual("context", "Context")}, planP...), keyP...), jen.Id("maxWait").Qual("time", "Duration"))...).Params(jen.Qual(slotPath, "Slot"), vd("Result")).Block(
+			badPlan,
+			jen.If(bound.Clone(), jen.Id("s").Op("!=").Nil()).Block(jen.Return(jen.Id("s").Dot("AcquireWait").Call(jen.Id("ctx"), storeKey, jen.Id("maxWait")))),
+			jen.List(jen.Id("slot"), jen.Id("d")).Op(":=").Id("l").Dot("local").Dot("AcquireWait").Call(append(append(append([]jen.Code{jen.Id("ctx")}, planA...), keyA...), jen.Id("maxWait"))...),
+			jen.Return(jen.Id("slot"), vd("Result").Values(jen.Dict{jen.Id("Decision"): jen.Id("d"), jen.Id("Err"): jen.Id("l").Dot("sh").Dot("Why")})),
+		).Line().Line()
+		g.Add(comment("MaxWait is the policy's wait: the longest a request waits for a free slot (the doors wait this long, or until the request's context ends, before they deny)."))
+		g.Func().Params(recv).Id("MaxWait").Params(planP...).Qual("time", "Duration").Block(
+			jen.Return(jen.Id("l").Dot("local").Dot("MaxWait").Call(planA...))).Line().Line()
+	}
 	g.Add(emitSharedSlotNumbers(r, recv, planP, planA, bound))
 	g.Add(comment("Stats are the rule's slots as this instance knows them: on the store, its slots not yet released " +
 		"and the slots its calls found expired unreleased (with its local share's, shared.Slots.Stats); without a store, " +

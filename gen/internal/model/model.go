@@ -314,6 +314,17 @@ func (l Limit) FieldLimit() atomicbucket.Limit {
 // interval of W) rather than a token bucket.
 func (r Rule) IsWindow() bool { return r.Limits[0].Window }
 
+// Waits reports whether the rule is an in-flight rule that waits for a
+// slot (on some plan).
+func (r Rule) Waits() bool {
+	for _, l := range r.Limits {
+		if l.WaitNs > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // IsInFlight reports whether the rule is an in-flight rule (at most N of a
 // key's requests at once).
 func (r Rule) IsInFlight() bool { return r.Limits[0].InFlight }

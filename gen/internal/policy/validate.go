@@ -403,10 +403,6 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 		bad(rd.fields["on_failure"], "on_failure: local needs local_share: the share of %s each instance takes alone, such as 0.25 for four instances", shareOf)
 	}
 
-	if n := rd.keys["wait"]; n != nil && r.Shared {
-		bad(n, "wait does not apply to a shared in-flight rule in this version: its slots are handed over in this process only; give the request a Retry-After instead")
-	}
-
 	if n := rd.fields["store"]; n != nil {
 		switch {
 		case !r.Shared:
@@ -547,6 +543,7 @@ func (p *parser) tier(td *tierDoc, m *model.Model) (model.Tier, bool) {
 		names[i] = r.Name
 	}
 	valid := true
+	waits := "" // the tier's in-flight rule that waits for a slot
 	items := p.sequence(list, "a tier's rules")
 	if len(items) > maxTierRules {
 		p.errorf(items[maxTierRules], "tier %q names %d rules; a tier may have at most %d", t.Name, len(items), maxTierRules)
@@ -570,9 +567,11 @@ func (p *parser) tier(td *tierDoc, m *model.Model) (model.Tier, bool) {
 		case m.Rules[i].IsInFlight() && len(t.Slots) == atomicslot.MaxSet:
 			p.errorf(n, "tier %q names more than %d in-flight rules; a request holds at most %d slots of a tier", t.Name, atomicslot.MaxSet, atomicslot.MaxSet)
 			valid = false
-		case m.Rules[i].IsInFlight() && m.Rules[i].Limits[0].WaitNs > 0:
-			p.errorf(n, "tier %q: in-flight rule %q waits for a slot, which a tier does not in this version (it would hold the tier's other slots while it waits); route the rule on its own, or drop its wait", t.Name, n.Value)
+		case m.Rules[i].IsInFlight() && m.Rules[i].Waits() && waits != "":
+			p.errorf(n, "tier %q: in-flight rules %q and %q both wait for a slot; a tier may have one rule that waits (its slot is taken first, so that nothing is held while it waits): drop one's wait", t.Name, waits, n.Value)
 			valid = false
+		case m.Rules[i].IsInFlight() && m.Rules[i].Waits(): // taken first: its wait holds nothing of the tier
+			t.Slots, waits = append([]int{i}, t.Slots...), n.Value
 		case m.Rules[i].IsInFlight(): // its slot is taken first, given back when a rate rule denies
 			t.Slots = append(t.Slots, i)
 		default:

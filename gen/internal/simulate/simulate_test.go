@@ -136,7 +136,7 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 		log  string
 		want string
 	}{
-		{[]string{"-policy", "../../../policy.yaml", "-rule", "Nope"}, "0,a\n", `no rule or tier named "Nope"; the rules are PerUser, PerEndpoint, Login, DailyExport, Upload, TenantUser, ExportSlots, ReportSlots, ChatTokens, DailyTokens, Global; the tiers are API, Exports, Chat`},
+		{[]string{"-policy", "../../../policy.yaml", "-rule", "Nope"}, "0,a\n", `no rule or tier named "Nope"; the rules are PerUser, PerEndpoint, Login, DailyExport, Upload, TenantUser, ExportSlots, ReportSlots, ChatTokens, DailyTokens, Global; the tiers are API, Exports, Reports, Chat`},
 		{[]string{"-policy", "../../../policy.yaml", "-rule", "ExportSlots"}, "0,a\n", `line 1: ExportSlots holds slots for a request's duration: give each request one`},
 		{[]string{"-policy", "../../../policy.yaml", "-rule", "ExportSlots"}, "time,key,duration\n0,a,soon\n", `line 2: duration "soon": want nanoseconds or a duration`},
 		{[]string{"-policy", "../../../policy.yaml"}, "0,a\n", "-rule is required: the rules are PerUser,"},
