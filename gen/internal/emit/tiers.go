@@ -219,8 +219,9 @@ func emitTierSlots(m *model.Model, t model.Tier) jen.Code {
 	if store {
 		result = "TierResult"
 	}
-	waits := len(t.Slots) > 0 && m.Rules[t.Slots[0]].Waits() // the first slot's rule waits (the policy puts it first)
-	var params, args []jen.Code                              // the plan, then a key per keyed rule: the rate rules', then the slots'
+	// The first slot's rule waits (the policy puts a waiting rule first).
+	waits := len(t.Slots) > 0 && m.Rules[t.Slots[0]].Waits()
+	var params, args []jen.Code // the plan, then a key per keyed rule: the rate rules', then the slots'
 	if store {
 		params = append(params, jen.Id("ctx").Qual("context", "Context"))
 	}
