@@ -2924,7 +2924,7 @@ type QueuedLocalLimiter struct {
 // (AcquireWait's maxWait; the doors wait this long, or until the request's context ends, before
 // they deny).
 func (l *QueuedLocalLimiter) MaxWait() time.Duration {
-	return 2 * time.Second
+	return time.Second
 }
 
 // newQueuedLimiter returns Queued's limiter over its process-local slots; New binds it to the store.
