@@ -312,6 +312,26 @@ func (s *Slots) Acquire(ctx context.Context, key string, token uint64) (atomicbu
 	return shared.SlotReplyOf(n.Limit, r)
 }
 
+// AcquireN takes up to len(tokens) of key's slots in one statement, each
+// held for hold (shared.SlotLeaser).
+func (s *Slots) AcquireN(ctx context.Context, key string, tokens []uint64, hold time.Duration) ([]int64, int64, error) {
+	n := s.nums.Load()
+	keys := make([][]byte, len(tokens))
+	kinds, toks := make([]int64, len(tokens)), make([]int64, len(tokens))
+	for i, tok := range tokens {
+		keys[i], toks[i] = rowKey(key), int64(tok)
+	}
+	holdUs := int64((hold+time.Microsecond-1)/time.Microsecond)
+	var res []int64
+	err := s.call(ctx, key, func(ctx context.Context, at *int64) error {
+		return s.pool.QueryRow(ctx, s.batch, s.name, keys, kinds, toks, n.Limit, holdUs, at).Scan(&res)
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return res, n.Limit, nil
+}
+
 // Release gives token's slot of key back (shared.SlotChecker).
 func (s *Slots) Release(ctx context.Context, key string, token uint64) (shared.SlotRelease, error) {
 	if s.co != nil {

@@ -302,6 +302,32 @@ func (s *Slots) Release(ctx context.Context, key string, token uint64) (shared.S
 	return shared.SlotReleaseOf(got), nil
 }
 
+// AcquireN takes up to len(tokens) of key's slots in one batch script call,
+// each held for hold (shared.SlotLeaser).
+func (s *Slots) AcquireN(ctx context.Context, key string, tokens []uint64, hold time.Duration) ([]int64, int64, error) {
+	if err := checkSlotKey(key); err != nil {
+		return nil, 0, err
+	}
+	n := s.nums.Load()
+	keys := make([]string, len(tokens))
+	args := make([]any, 0, 2+2*len(tokens)+2)
+	args = append(args, n.Limit, int64((hold+time.Microsecond-1)/time.Microsecond))
+	for i, tok := range tokens {
+		keys[i] = s.prefix + key
+		args = append(args, "a", tokenBytes(tok))
+	}
+	var res []int64
+	err := s.run(ctx, func(ctx context.Context) error {
+		var err error
+		res, err = s.batch.Run(ctx, s.client, keys, s.args(args...)...).Int64Slice()
+		return err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("redisstore: leasing slots: %w", err)
+	}
+	return res, n.Limit, nil
+}
+
 // tokenBytes is a token as its member: 8 bytes, big-endian.
 func tokenBytes(token uint64) string {
 	var b [8]byte

@@ -113,6 +113,7 @@ type Slots struct {
 	// instance's calls, and its releases the store did not take.
 	out, expired, failed atomic.Int64
 	waits                slotWaiters // this instance's AcquireWait calls
+	leases               *slotLeases // nil: each acquisition a slot of its own (Lease)
 }
 
 // SlotStats are what a shared in-flight rule's instance knows of its slots:
@@ -125,6 +126,10 @@ type Slots struct {
 type SlotStats struct {
 	atomicslot.Stats
 	ReleaseFailed int64
+	// Leased is the slots this instance holds on the store as leases
+	// (Slots.Lease), handed out now or idle: each counts on the store as
+	// held, whether a request holds it or not.
+	Leased int64
 }
 
 // BindSlots binds the in-flight rule named name (namespace, when not empty,
@@ -223,6 +228,7 @@ func (s *Slots) setRule(r *atomicslot.Rule) error {
 	}
 	sr.SetRule(*r)
 	s.cur.Store(r)
+	s.endLeases() // slots leased by the old numbers hand out no more
 	return nil
 }
 
@@ -237,6 +243,14 @@ func (s *Slots) Acquire(ctx context.Context, key string) (atomicslot.Slot, verdi
 		return atomicslot.Slot{}, verdict.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never},
 			Err: fmt.Errorf("an in-flight rule's key on a store has 1 to %d bytes, not %d", MaxKeyLen, len(key))}
 	}
+	if s.leases != nil {
+		return s.acquireLeased(ctx, key)
+	}
+	return s.acquireOne(ctx, key)
+}
+
+// acquireOne is Acquire of one slot on the store, for the request at hand.
+func (s *Slots) acquireOne(ctx context.Context, key string) (atomicslot.Slot, verdict.Result) {
 	token := rand.Uint64() | 1 // never 0, which no store reads as a slot
 	var d atomicbucket.Decision
 	err := s.g.Guarded(ctx, s.node(key), func(ctx context.Context) error {
@@ -288,6 +302,10 @@ func (s *Slots) Stats() SlotStats {
 	}
 	st.Held += s.out.Load()
 	st.Expired += s.expired.Load()
+	if s.leases != nil {
+		st.Held += s.leases.busy.Load()
+		st.Leased = s.leases.leased.Load()
+	}
 	return st
 }
 

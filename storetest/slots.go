@@ -151,7 +151,8 @@ func SlotsNeverAboveLimit(t *testing.T, open OpenSlots, callers, rounds int) {
 // slots (never releasing) keeps them until the hold has passed on the
 // server's clock, never less, and its slots are then counted expired; a
 // second Release makes no call and reports false. Waits (slotsWait) see
-// releases on either instance.
+// releases on either instance; leases (slotsLeased) hold the limit across
+// both.
 func SlotsAcrossInstances(t *testing.T, a, b shared.Store) {
 	ctx := context.Background()
 	bind := func(st shared.Store, name string, limit int64, hold time.Duration) *shared.Slots {
@@ -189,6 +190,13 @@ func SlotsAcrossInstances(t *testing.T, a, b shared.Store) {
 		t.Fatalf("a's stats after its releases: %+v", st)
 	}
 	slotsWait(t, bind(a, "Wait", 1, time.Minute), bind(b, "Wait", 1, time.Minute))
+	slotsLeased(t, func(st shared.Store, name string) *shared.Slots {
+		s := bind(st, name, 3, time.Minute)
+		if err := s.Lease(2, 300*time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}, a, b)
 
 	// A dead instance: a holds both of Dead's slots and never releases.
 	const hold = 700 * time.Millisecond
@@ -274,4 +282,77 @@ func slotsWait(t *testing.T, a, b *shared.Slots) {
 		t.Fatalf("a wait whose context ended: %+v, want denied", r)
 	}
 	held.Release()
+}
+
+// slotsLeased: a and b lease up to 2 of a key's 3 slots for 300 ms windows.
+// a's first acquisition leases 2 (1 handed out), b's the one left; a's
+// second is handed out of its lease with no call; a's third (its lease all
+// held) and b's second find the store full. A slot a's request releases
+// goes back to a's lease, still held on the store, so b is refused until
+// a's window has passed and the lease gave it back. Then 8 goroutines on
+// each instance acquire and release at once, and no instant sees more than
+// 3 inside; when they are done and the windows have passed, nothing is
+// leased.
+func slotsLeased(t *testing.T, bind func(st shared.Store, name string) *shared.Slots, a, b shared.Store) {
+	ctx := context.Background()
+	la, lb := bind(a, "Leased"), bind(b, "Leased")
+	want := func(s *shared.Slots, allowed bool, what string) atomicslot.Slot {
+		t.Helper()
+		slot, r := s.Acquire(ctx, "k")
+		if r.Allowed != allowed || r.Degraded || slot.Held() != allowed {
+			t.Fatalf("%s: %+v, want allowed %v", what, r, allowed)
+		}
+		return slot
+	}
+	a1 := want(la, true, "a's first (leasing 2)")
+	if st := la.Stats(); st.Leased != 2 || st.Held != 1 {
+		t.Fatalf("a's stats after its first: %+v, want 2 leased, 1 held", st)
+	}
+	b1 := want(lb, true, "b's first (the 1 left)")
+	a2 := want(la, true, "a's second, from its lease")
+	want(la, false, "a's third, its lease all held and the store full")
+	want(lb, false, "b's second, the store full")
+	if !a2.Release() || a2.Release() {
+		t.Fatal("a's release of a leased slot: want true once, then false")
+	}
+	want(lb, false, "b, with a's released slot still leased by a")
+	time.Sleep(450 * time.Millisecond) // a's window is over: its idle slot is back on the store
+	b2 := want(lb, true, "b, after a's window")
+	for _, s := range []atomicslot.Slot{a1, b1, b2} {
+		if !s.Release() {
+			t.Fatal("a release of a held slot not in effect")
+		}
+	}
+
+	var inside, most atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(500 * time.Millisecond)
+	admitted := atomic.Int64{}
+	for g := range 16 {
+		s := []*shared.Slots{la, lb}[g%2]
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				slot, r := s.Acquire(ctx, "many")
+				if !r.Allowed {
+					time.Sleep(time.Millisecond)
+					continue
+				}
+				admitted.Add(1)
+				n := inside.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(time.Duration(rand.Int64N(int64(time.Millisecond))))
+				inside.Add(-1)
+				slot.Release()
+			}
+		})
+	}
+	wg.Wait()
+	if most.Load() > 3 || admitted.Load() < 50 {
+		t.Fatalf("leased on two instances: %d inside at most (limit 3), %d admitted", most.Load(), admitted.Load())
+	}
+	time.Sleep(450 * time.Millisecond)
+	if sa, sb := la.Stats(), lb.Stats(); sa.Leased+sb.Leased != 0 || sa.Held+sb.Held != 0 {
+		t.Fatalf("after every release and window: a %+v, b %+v, want nothing leased or held", sa, sb)
+	}
 }
