@@ -321,7 +321,7 @@ func (s *Slots) AcquireN(ctx context.Context, key string, tokens []uint64, hold 
 	for i, tok := range tokens {
 		keys[i], toks[i] = rowKey(key), int64(tok)
 	}
-	holdUs := int64((hold+time.Microsecond-1)/time.Microsecond)
+	holdUs := int64((hold + time.Microsecond - 1) / time.Microsecond)
 	var res []int64
 	err := s.call(ctx, key, func(ctx context.Context, at *int64) error {
 		return s.pool.QueryRow(ctx, s.batch, s.name, keys, kinds, toks, n.Limit, holdUs, at).Scan(&res)
