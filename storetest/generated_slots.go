@@ -370,3 +370,34 @@ func GeneratedSlotsWait(t *testing.T, instance func() *sharedlimits.Limits) {
 	}
 	s.Release()
 }
+
+// GeneratedSlotsLeased: Renders (4 slots a user, each instance leasing up to
+// 2) across two instances of the generated package: a's first render
+// leases 2 (one idle), b's first leases the other 2; a's second is handed
+// out of its lease, and a's third (a's lease all held, the store full) is
+// refused, as is b's third; each release goes back to its lease.
+func GeneratedSlotsLeased(t *testing.T, instance func() *sharedlimits.Limits) {
+	ctx := context.Background()
+	a, b := instance(), instance()
+	var held []atomicslot.Slot
+	for i, c := range []struct {
+		l    *sharedlimits.Limits
+		want bool
+	}{{a, true}, {b, true}, {a, true}, {b, true}, {a, false}, {b, false}} {
+		s, r := c.l.Renders.Acquire(ctx, "ida")
+		if r.Allowed != c.want || r.Degraded {
+			t.Fatalf("render %d: %+v, want allowed %v", i, r, c.want)
+		}
+		if r.Allowed {
+			held = append(held, s)
+		}
+	}
+	if sa, sb := a.Renders.Stats(), b.Renders.Stats(); sa.Held != 2 || sb.Held != 2 {
+		t.Fatalf("renders held: a %+v, b %+v, want 2 each", sa, sb)
+	}
+	for _, s := range held {
+		if !s.Release() {
+			t.Fatal("a render's release not in effect")
+		}
+	}
+}

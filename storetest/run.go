@@ -221,6 +221,7 @@ func Run(t *testing.T, h Harness) {
 	on("GeneratedSettle", func(t *testing.T, srv Server) { GeneratedSettle(t, instances(t, srv, Options{}), srv.Stop) })
 	on("GeneratedSlotsPlans", func(t *testing.T, srv Server) { GeneratedSlotsPlans(t, instances(t, srv, Options{})) })
 	on("GeneratedSlotsWait", func(t *testing.T, srv Server) { GeneratedSlotsWait(t, instances(t, srv, Options{})) })
+	on("GeneratedSlotsLeased", func(t *testing.T, srv Server) { GeneratedSlotsLeased(t, instances(t, srv, Options{})) })
 	on("GeneratedSlotsNumbers", func(t *testing.T, srv Server) { GeneratedSlotsNumbers(t, instances(t, srv, Options{})) })
 	on("GeneratedSlotsCoalesced", func(t *testing.T, srv Server) {
 		GeneratedSlots(t, instances(t, srv, Options{Coalesce: 64}), srv.Stop)

@@ -113,6 +113,8 @@ const (
 	RuleRunningPlan
 	// RuleQueued names the rule Queued.
 	RuleQueued
+	// RuleRenders names the rule Renders.
+	RuleRenders
 	// RuleQueuedTokens names the rule QueuedTokens.
 	RuleQueuedTokens
 	// RuleRunTokens names the rule RunTokens.
@@ -124,7 +126,7 @@ const (
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan", "QuotaLeased", "SeatLocal", "SeatShared", "SeatDay", "MeterShared", "MeterWindow", "Running", "RunningPlan", "Queued", "QueuedTokens", "RunTokens", "ChatTokens", "ChatHour"}
+var ruleNames = [...]string{"", "PerUser", "Exports", "PerInstance", "Global", "Downloads", "DownloadsGlobal", "Fast", "Wide", "TenantUser", "Quota", "QuotaWide", "QuotaPlan", "QuotaLeased", "SeatLocal", "SeatShared", "SeatDay", "MeterShared", "MeterWindow", "Running", "RunningPlan", "Queued", "Renders", "QueuedTokens", "RunTokens", "ChatTokens", "ChatHour"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -159,6 +161,7 @@ type Limits struct {
 	Running         *RunningLimiter         // see the package-level Running
 	RunningPlan     *RunningPlanLimiter     // see the package-level RunningPlan
 	Queued          *QueuedLimiter          // see the package-level Queued
+	Renders         *RendersLimiter         // see the package-level Renders
 	QueuedTokens    *QueuedTokensLimiter    // see the package-level QueuedTokens
 	RunTokens       *RunTokensLimiter       // see the package-level RunTokens
 	ChatTokens      *ChatTokensLimiter      // see the package-level ChatTokens
@@ -227,6 +230,7 @@ func New(opts ...Option) *Limits {
 		Running:         newRunningLimiter(),
 		RunningPlan:     newRunningPlanLimiter(),
 		Queued:          newQueuedLimiter(),
+		Renders:         newRendersLimiter(),
 		QueuedTokens:    newQueuedTokensLimiter(sh),
 		RunTokens:       newRunTokensLimiter(sh),
 		ChatTokens:      newChatTokensLimiter(sh),
@@ -242,10 +246,11 @@ func New(opts ...Option) *Limits {
 	l.Running.sh = l.shared
 	l.RunningPlan.sh = l.shared
 	l.Queued.sh = l.shared
+	l.Renders.sh = l.shared
 	l.ChatHour.sh = l.shared
 	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{
 		Plans: planNames[:],
-		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": sharedimpl.KeyedTarget(l.Exports.Keyed, overlay.ParseUint[uint64]), "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": sharedimpl.GlobalTarget(l.Global.Global), "Downloads": sharedimpl.KeyedTarget(l.Downloads.Keyed, nil), "DownloadsGlobal": sharedimpl.GlobalTarget(l.DownloadsGlobal.Global), "Fast": sharedimpl.KeyedTarget(l.Fast.Keyed, nil), "Wide": sharedimpl.KeyedTarget(l.Wide.Keyed, nil), "TenantUser": sharedimpl.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.Windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.Windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.Windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.Windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": sharedimpl.KeyedTarget(l.SeatShared.Keyed, nil), "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": sharedimpl.KeyedTarget(l.MeterShared.Keyed, nil), "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.Windows[5], 1, l.MeterWindow, nil), "Running": overlay.SlotTarget(true, false, l.Running), "RunningPlan": overlay.SlotTarget(true, true, overlay.PlanSlots[Plan](l.RunningPlan, Plan(0)), overlay.PlanSlots[Plan](l.RunningPlan, Plan(1))), "Queued": overlay.SlotTarget(true, false, l.Queued), "QueuedTokens": sharedimpl.KeyedTarget(l.QueuedTokens.Keyed, nil), "RunTokens": sharedimpl.KeyedTarget(l.RunTokens.Keyed, nil), "ChatTokens": sharedimpl.KeyedTarget(l.ChatTokens.Keyed, nil), "ChatHour": overlay.KeyedSharedWindowTarget(l.ChatHour.local.Table(), l.shared.Windows[6], 1, l.ChatHour, nil)},
+		Rules: map[string]overlay.Target{"PerUser": perUserNumbers{l.PerUser}, "Exports": sharedimpl.KeyedTarget(l.Exports.Keyed, overlay.ParseUint[uint64]), "PerInstance": overlay.KeyedTarget(l.PerInstance.Keyed, nil), "Global": sharedimpl.GlobalTarget(l.Global.Global), "Downloads": sharedimpl.KeyedTarget(l.Downloads.Keyed, nil), "DownloadsGlobal": sharedimpl.GlobalTarget(l.DownloadsGlobal.Global), "Fast": sharedimpl.KeyedTarget(l.Fast.Keyed, nil), "Wide": sharedimpl.KeyedTarget(l.Wide.Keyed, nil), "TenantUser": sharedimpl.KeyedTarget(l.TenantUser.Keyed, ParseTenantUserKey), "Quota": overlay.KeyedSharedWindowTarget(l.Quota.local.Table(), l.shared.Windows[0], 1, l.Quota, nil), "QuotaWide": overlay.KeyedSharedWindowTarget(l.QuotaWide.local.Table(), l.shared.Windows[1], 1, l.QuotaWide, overlay.ParseUint[uint64]), "QuotaPlan": overlay.PlannedWindowTarget(true, []int64{1, 1}, l.shared.Windows[2:4], l.QuotaPlan.local.s[0], l.QuotaPlan.local.s[1]), "QuotaLeased": overlay.KeyedSharedWindowTarget(l.QuotaLeased.local.Table(), l.shared.Windows[4], 1, l.QuotaLeased, nil), "SeatLocal": overlay.KeyedTarget(l.SeatLocal.Keyed, nil), "SeatShared": sharedimpl.KeyedTarget(l.SeatShared.Keyed, nil), "SeatDay": overlay.WindowTarget(l.SeatDay.KeyedWindow, nil), "MeterShared": sharedimpl.KeyedTarget(l.MeterShared.Keyed, nil), "MeterWindow": overlay.KeyedSharedWindowTarget(l.MeterWindow.local.Table(), l.shared.Windows[5], 1, l.MeterWindow, nil), "Running": overlay.SlotTarget(true, false, l.Running), "RunningPlan": overlay.SlotTarget(true, true, overlay.PlanSlots[Plan](l.RunningPlan, Plan(0)), overlay.PlanSlots[Plan](l.RunningPlan, Plan(1))), "Queued": overlay.SlotTarget(true, false, l.Queued), "Renders": overlay.SlotTarget(true, false, l.Renders), "QueuedTokens": sharedimpl.KeyedTarget(l.QueuedTokens.Keyed, nil), "RunTokens": sharedimpl.KeyedTarget(l.RunTokens.Keyed, nil), "ChatTokens": sharedimpl.KeyedTarget(l.ChatTokens.Keyed, nil), "ChatHour": overlay.KeyedSharedWindowTarget(l.ChatHour.local.Table(), l.shared.Windows[6], 1, l.ChatHour, nil)},
 	})
 	return l
 }
@@ -431,7 +436,7 @@ func newSharedState(store shared.Store) *sharedimpl.State {
 		return s
 	}
 	var err error
-	s.Slots = make([]*shared.Slots, 4)
+	s.Slots = make([]*shared.Slots, 5)
 	if s.Windows[0], err = shared.BindWindow(store, "storetest", "Quota", quotaLimit, shared.Failure{
 		Mode: shared.FailDeny,
 	}); err != nil {
@@ -482,6 +487,14 @@ func newSharedState(store shared.Store) *sharedimpl.State {
 		Mode: shared.FailDeny,
 	}); err != nil {
 		return s.Refuse("the in-flight rule Queued, and the shared rules run in this process only", err)
+	}
+	if s.Slots[4], err = shared.BindSlots(store, "storetest", "Renders", rendersLimit, shared.Failure{
+		Mode: shared.FailDeny,
+	}); err != nil {
+		return s.Refuse("the in-flight rule Renders, and the shared rules run in this process only", err)
+	}
+	if err = s.Slots[4].Lease(2, 0); err != nil {
+		return s.Refuse("the in-flight rule Renders, and the shared rules run in this process only", err)
 	}
 	if s.Windows[6], err = shared.BindWindow(store, "storetest", "ChatHour", chatHourLimit, shared.Failure{
 		Mode: shared.FailDeny,
@@ -637,6 +650,10 @@ var (
 	// Queued lets at most 1 requests of a key hold a slot at once: Acquire takes one, its Slot's
 	// Release gives it back, and a slot never released comes back 1 minute after it was taken.
 	Queued = Default.Queued
+
+	// Renders lets at most 4 requests of a key hold a slot at once: Acquire takes one, its Slot's
+	// Release gives it back, and a slot never released comes back 1 minute after it was taken.
+	Renders = Default.Renders
 
 	// QueuedTokens allows 1 request per hour per key, in bursts of up to 2.
 	QueuedTokens = Default.QueuedTokens
@@ -3040,6 +3057,117 @@ func (l *QueuedLimiter) Stats() atomicslot.Stats {
 // 0 without a store.
 func (l *QueuedLimiter) ReleaseFailed() int64 {
 	if s := l.sh.Slot(3); s != nil {
+		return s.Stats().ReleaseFailed
+	}
+	return 0
+}
+
+// rendersLimit is Renders's in-flight rule, as the policy gives it.
+var rendersLimit = atomicslot.MustRule(4, time.Minute)
+
+// newRendersLocalLimiter returns Renders's (empty) table of slots, none held.
+func newRendersLocalLimiter() *RendersLocalLimiter {
+	return &RendersLocalLimiter{atomicslot.NewTable[string](rendersLimit, atomicbucket.TableOptions{})}
+}
+
+// RendersLocalLimiter is Renders decided in this process only, with the whole limit: what
+// RendersLimiter.Local returns, for tests, and what Renders's checks use while the package has no
+// store (SharedErr says so). Its methods are safe for concurrent use.
+type RendersLocalLimiter struct {
+	*atomicslot.Table[string]
+}
+
+// newRendersLimiter returns Renders's limiter over its process-local slots; New binds it to the store.
+func newRendersLimiter() *RendersLimiter {
+	return &RendersLimiter{local: newRendersLocalLimiter()}
+}
+
+// RendersLimiter is the type of Renders, a shared in-flight rule: Acquire takes a slot on the store
+// given to New, so that the count holds across every instance that shares it, and takes the
+// request's context. Without a store it acquires in this process with the whole limit, and its
+// results carry SharedErr's error; Local is that process-local set of slots, under a name that says
+// so. Its methods are safe for concurrent use.
+type RendersLimiter struct {
+	local *RendersLocalLimiter
+	sh    *sharedimpl.State // the store, or why there is none
+}
+
+// Rule returns the in-flight rule behind the limiter.
+func (l *RendersLimiter) Rule() *atomicslot.Rule {
+	return l.local.Rule()
+}
+
+// Local returns Renders's slots in this process only, with the whole limit, apart from the store's,
+// for tests and tools: what it holds is not counted by any other instance.
+func (l *RendersLimiter) Local() *RendersLocalLimiter {
+	return l.local
+}
+
+// Acquire takes one of key's's slots on the store given to New, so that at most 4 are held at once
+// across every instance that shares it, and returns it with the Result; the Slot's Release gives it
+// back (once in effect; it makes one call to the store, within the store's timeout). A slot never
+// released comes back on the store 1m0s after it was taken, whichever instance took it. It never
+// fails: when the store cannot decide, the rule's on_failure setting (deny) does, and the Result
+// says so (Degraded, Err). Without a store, Renders's process-local slots (Local) decide and Err is
+// SharedErr's error.
+func (l *RendersLimiter) Acquire(ctx context.Context, key string) (atomicslot.Slot, verdict.Result) {
+	if s := l.sh.Slot(4); s != nil {
+		return s.Acquire(ctx, key)
+	}
+	slot, d := l.local.Acquire(key)
+	return slot, verdict.Result{
+		Decision: d,
+		Err:      l.sh.Why,
+	}
+}
+
+// SetNumbers makes n (atomicslot.RuleOf: the slots as Tokens and Burst, the maximum hold as Period)
+// the rule's numbers in this instance from now: on the store given to New (shared.Slots.SetNumbers:
+// every instance that shares the rule must be given the same), then in the process-local slots.
+// Numbers the store refuses change neither.
+func (l *RendersLimiter) SetNumbers(n atomicbucket.Numbers) error {
+	if s := l.sh.Slot(4); s != nil {
+		if err := s.SetNumbers(n); err != nil {
+			return err
+		}
+	}
+	return l.local.SetNumbers(n)
+}
+
+// ClearNumbers puts the policy's numbers back in force, on the store's binding and in the
+// process-local slots.
+func (l *RendersLimiter) ClearNumbers() {
+	if s := l.sh.Slot(4); s != nil {
+		s.ClearNumbers()
+	}
+	l.local.ClearNumbers()
+}
+
+// NumbersFor is the rule's numbers in force in this instance, and where they come from.
+func (l *RendersLimiter) NumbersFor() (atomicbucket.Numbers, atomicbucket.Origin) {
+	return l.local.NumbersFor()
+}
+
+// PolicyRule returns the in-flight rule the policy gives the limiter.
+func (l *RendersLimiter) PolicyRule() *atomicslot.Rule {
+	return l.local.PolicyRule()
+}
+
+// Stats are the rule's slots as this instance knows them: on the store, its slots not yet released
+// and the slots its calls found expired unreleased (with its local share's, shared.Slots.Stats);
+// without a store, the process-local slots'.
+func (l *RendersLimiter) Stats() atomicslot.Stats {
+	if s := l.sh.Slot(4); s != nil {
+		return s.Stats().Stats
+	}
+	return l.local.Stats()
+}
+
+// ReleaseFailed is how many of this instance's releases the store did not take (down, or its
+// breaker open): each such slot stays held there until its expiry (shared.SlotStats.ReleaseFailed);
+// 0 without a store.
+func (l *RendersLimiter) ReleaseFailed() int64 {
+	if s := l.sh.Slot(4); s != nil {
 		return s.Stats().ReleaseFailed
 	}
 	return 0

@@ -156,6 +156,10 @@ func emitNewSharedState(m *model.Model, failure func(model.Rule) jen.Code) jen.C
 					jen.If(jen.List(jen.Id("s").Dot("Slots").Index(jen.Lit(r.SlotsAt+i)), jen.Id("err")).Op("=").Qual(sharedPath, "BindSlots").Call(
 						ws, jen.Lit(m.Namespace), jen.Lit(name), limit, failure(r)),
 						jen.Id("err").Op("!=").Nil()).Block(refused(what)))
+				if r.Lease > 0 { // an instance's share of a key's slots, handed out here
+					body = append(body, jen.If(jen.Id("err").Op("=").Id("s").Dot("Slots").Index(jen.Lit(r.SlotsAt+i)).Dot("Lease").Call(jen.Lit(int(r.Lease)), jen.Lit(0)),
+						jen.Id("err").Op("!=").Nil()).Block(refused(what)))
+				}
 				continue
 			}
 			what := fmt.Sprintf("the window rule %s, and the shared rules run in this process only", name)

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"go/token"
+	"math"
 	"os"
 	"regexp"
 	"slices"
@@ -329,12 +330,10 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 	base, baseOK := p.limit(rd.fields, rd.keys, rd.node, what, nil)
 	valid = valid && baseOK
 	r.Cost = base.Cost
-	if base.InFlight {
-		if n := rd.keys["lease"]; n != nil {
-			bad(n, "lease does not apply to an in-flight rule in this version: a shared one takes each slot from the store")
+	if !base.InFlight {
+		if n := rd.keys["wait"]; n != nil && baseOK {
+			bad(n, "wait applies to an in-flight rule (in_flight:, max_hold:): how long a request waits for a free slot; a rate rule's wait is the caller's (Wait, Reserve)")
 		}
-	} else if n := rd.keys["wait"]; n != nil && baseOK {
-		bad(n, "wait applies to an in-flight rule (in_flight:, max_hold:): how long a request waits for a free slot; a rate rule's wait is the caller's (Wait, Reserve)")
 	}
 
 	if n := rd.fields["max_keys"]; n != nil {
@@ -491,7 +490,14 @@ func (p *parser) rule(rd *ruleDoc, plans []model.Plan) (model.Rule, bool) {
 		for _, l := range r.Limits {
 			most = max(most, l.Burst)
 		}
+		least := int64(math.MaxInt64)
+		for _, l := range r.Limits {
+			least = min(least, l.Tokens)
+		}
 		switch {
+		case base.InFlight && r.Lease > least:
+			bad(rd.fields["lease"], "lease %d is more than the slots (%d): an instance leases at most every slot of a key, on every plan; give lease: %d or less", r.Lease, least, least)
+		case base.InFlight:
 		case r.Lease > most && base.Window:
 			bad(rd.fields["lease"], "lease %d is more than the limit (%d): a lease takes at most the limit, so it would never be what it says; give lease: %d or less", r.Lease, most, most)
 		case r.Lease > most:
