@@ -51,7 +51,7 @@ func zsetSemaphore(b *testing.B, addr, key string, limit int64, hold time.Durati
 // slotsOnRedis is limitgen's shared in-flight rule on addr (shared.BindSlots
 // over a redisstore.Store coalescing at most coalesce calls a batch; 0:
 // none): an acquisition of key's slots and, when held, its release.
-func slotsOnRedis(b *testing.B, addr, key string, rule atomicslot.Rule, coalesce int) func(context.Context) (bool, error) {
+func slotsOnRedis(b *testing.B, addr, key string, rule atomicslot.Rule, coalesce, lease int) func(context.Context) (bool, error) {
 	c := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true, PoolSize: 64})
 	b.Cleanup(func() { c.Close() })
 	co := coalesce
@@ -66,6 +66,11 @@ func slotsOnRedis(b *testing.B, addr, key string, rule atomicslot.Rule, coalesce
 	s, err := shared.BindSlots(st, "", "bench-slots", rule, shared.Failure{Mode: shared.FailDeny})
 	if err != nil {
 		b.Fatal(err)
+	}
+	if lease > 0 {
+		if err := s.Lease(lease, 0); err != nil {
+			b.Fatal(err)
+		}
 	}
 	return func(ctx context.Context) (bool, error) {
 		slot, res := s.Acquire(ctx, key)
@@ -84,8 +89,9 @@ func slotsOnRedis(b *testing.B, addr, key string, rule atomicslot.Rule, coalesce
 // request holds a slot while it runs), beside the sorted-set semaphore
 // script most Redis semaphores use: limitgen's (redisstore.Store through
 // shared.Slots, a script call an acquisition and one a release), the same
-// coalescing at most 256 calls a batch script, and the peer (a script call
-// and a ZREM). case=free: 64 slots, none ever refused; case=full: 16 slots
+// coalescing at most 256 calls a batch script, the same leasing a quarter
+// of the key's slots at a time (lease: limit/4, as one of four instances
+// would), and the peer (a script call and a ZREM). case=free: 64 slots, none ever refused; case=full: 16 slots
 // for 64 callers, most acquisitions refused. Metrics as BenchmarkRedis's.
 func BenchmarkRedisSlots(b *testing.B) {
 	addr := benchRedis(b)
@@ -99,10 +105,13 @@ func BenchmarkRedisSlots(b *testing.B) {
 			make func(b *testing.B, key string) func(context.Context) (bool, error)
 		}{
 			{"limitgen", func(b *testing.B, key string) func(context.Context) (bool, error) {
-				return slotsOnRedis(b, addr, key, rule, 0)
+				return slotsOnRedis(b, addr, key, rule, 0, 0)
 			}},
 			{"limitgen-coalesced", func(b *testing.B, key string) func(context.Context) (bool, error) {
-				return slotsOnRedis(b, addr, key, rule, 256)
+				return slotsOnRedis(b, addr, key, rule, 256, 0)
+			}},
+			{"limitgen-leased", func(b *testing.B, key string) func(context.Context) (bool, error) {
+				return slotsOnRedis(b, addr, key, rule, 256, int(c.limit/4)) // a quarter of the slots: one of four instances' share
 			}},
 			{"zset-semaphore", func(b *testing.B, key string) func(context.Context) (bool, error) {
 				return zsetSemaphore(b, addr, "zsem:"+key, c.limit, time.Minute)
