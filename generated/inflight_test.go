@@ -53,7 +53,8 @@ func TestExportSlots(t *testing.T) {
 }
 
 // TestExportSlotsNumbers: an in-flight rule's numbers change at run time from
-// a numbers file (rate: slots per maximum hold, the slots as burst). A cut
+// a numbers file (in_flight and max_hold, or rate: slots per maximum hold
+// with the slots as burst). A cut
 // below what a key holds admits none of it until enough slots come back;
 // the new hold applies to slots taken after the change; a key's own numbers
 // and numbers that are not slots are refused, changing nothing; an empty
@@ -74,7 +75,7 @@ func TestExportSlotsNumbers(t *testing.T) {
 		}
 		return l.ApplyNumbers(set)
 	}
-	if err := apply("rules:\n  ExportSlots: {rate: 2/1m, burst: 2}\n"); err != nil {
+	if err := apply("rules:\n  ExportSlots: {in_flight: 2, max_hold: 1m}\n"); err != nil {
 		t.Fatal(err)
 	}
 	if n, o := l.ExportSlots.NumbersFor(); n.Tokens != 2 || n.Period != time.Minute || o != atomicbucket.FromOverride {
@@ -97,6 +98,7 @@ func TestExportSlotsNumbers(t *testing.T) {
 		"rules:\n  ExportSlots: {keys: {alice: {rate: 9/1m, burst: 9}}}\n",
 		"rules:\n  ExportSlots: {rate: 2/1m, burst: 3}\n",
 		"rules:\n  ExportSlots: {rate: 5000/1m, burst: 5000}\n",
+		"rules:\n  ExportSlots: {in_flight: 0, max_hold: 1m}\n",
 	} {
 		if err := apply(bad); err == nil || !strings.Contains(err.Error(), "ExportSlots") {
 			t.Errorf("ApplyNumbers(%q) = %v, want a refusal naming the rule", bad, err)
@@ -104,6 +106,12 @@ func TestExportSlotsNumbers(t *testing.T) {
 	}
 	if n, _ := l.ExportSlots.NumbersFor(); n.Tokens != 2 {
 		t.Fatalf("refused numbers changed the rule: %v", n)
+	}
+	if err := apply("rules:\n  ExportSlots: {rate: 3/1m, burst: 3}\n"); err != nil { // the window rules' form, the same numbers
+		t.Fatal(err)
+	}
+	if n, _ := l.ExportSlots.NumbersFor(); n.Tokens != 3 || n.Period != time.Minute {
+		t.Fatalf("numbers as a rate: %v", n)
 	}
 	if err := apply("rules: {}\n"); err != nil {
 		t.Fatal(err)

@@ -42,6 +42,11 @@ type Entry struct {
 	Numbers atomicbucket.Numbers
 	Pos     string
 	Err     error
+	// InFlight is true for numbers given as an in-flight rule's (in_flight
+	// and max_hold): an entry so given for another rule is refused, not
+	// read as a rate. A Checker says it is an in-flight rule's with a
+	// method InFlight() bool.
+	InFlight bool
 }
 
 // NewEntry is the entry a source's row makes (at pos: "limitgen_numbers id
@@ -150,6 +155,10 @@ func resolve[T Checker](p Policy[T], s Set) (map[at]atomicbucket.Numbers, error)
 			continue
 		}
 		r := p.Rules[e.Rule]
+		if ir, _ := any(r).(interface{ InFlight() bool }); e.InFlight && (ir == nil || !ir.InFlight()) {
+			bad(e, "rule %s%s: in_flight and max_hold are an in-flight rule's numbers; give this rule a rate and a burst", e.Rule, entryWords(e))
+			continue
+		}
 		if e.HasKey { // one entry, checked on every plan
 			a := at{rule: e.Rule, plan: -1, key: e.Key, hasKey: true}
 			good := true

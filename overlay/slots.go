@@ -63,6 +63,10 @@ func (t slotTarget) Plans() int {
 
 func (t slotTarget) Keyed() bool { return t.keyed }
 
+// InFlight says the rule is an in-flight rule's: an entry may give its
+// numbers as in_flight and max_hold.
+func (t slotTarget) InFlight() bool { return true }
+
 func (t slotTarget) Check(_ int, n atomicbucket.Numbers) error {
 	_, err := atomicslot.RuleOf(n)
 	return err

@@ -12,7 +12,8 @@
 //	  Global: {rate: 2000/s, burst: 4000}
 //
 // Each entry gives a rate (rate:, tokens_per_second: or rps:, read as the
-// policy reads them) and a burst. A file must say rules: — `rules: {}` takes
+// policy reads them) and a burst; an in-flight rule's may give in_flight:
+// and max_hold: instead (ExportSlots: {in_flight: 2, max_hold: 5m}). A file must say rules: — `rules: {}` takes
 // every number back to the policy's — so that an empty file (one caught half
 // written, or emptied by mistake) is refused rather than clearing every
 // override.
@@ -73,7 +74,7 @@ func Parse(name string, src []byte) (overlay.Set, error) {
 			p.problem(name, "rules: a rule's name is empty")
 			continue
 		}
-		f := p.mapping(n, "rule "+name.Value, "rate", "tokens_per_second", "rps", "burst", "plans", "keys")
+		f := p.mapping(n, "rule "+name.Value, "rate", "tokens_per_second", "rps", "burst", "in_flight", "max_hold", "plans", "keys")
 		p.entry(n, f, "rule "+name.Value, overlay.Entry{Rule: name.Value})
 		if f["plans"] != nil {
 			for _, pn := range p.pairs(f["plans"], "rule "+name.Value+"'s plans") {
@@ -82,13 +83,13 @@ func Parse(name string, src []byte) (overlay.Set, error) {
 					p.problem(pn[0], "rule %s's plans: a plan's name is empty", name.Value)
 					continue
 				}
-				p.entry(pn[1], p.mapping(pn[1], what, "rate", "tokens_per_second", "rps", "burst"), what, overlay.Entry{Rule: name.Value, Plan: pn[0].Value})
+				p.entry(pn[1], p.mapping(pn[1], what, "rate", "tokens_per_second", "rps", "burst", "in_flight", "max_hold"), what, overlay.Entry{Rule: name.Value, Plan: pn[0].Value})
 			}
 		}
 		if f["keys"] != nil {
 			for _, kn := range p.pairs(f["keys"], "rule "+name.Value+"'s keys") {
 				what := fmt.Sprintf("rule %s, key %q", name.Value, kn[0].Value)
-				p.entry(kn[1], p.mapping(kn[1], what, "rate", "tokens_per_second", "rps", "burst"), what, overlay.Entry{Rule: name.Value, Key: kn[0].Value, HasKey: true})
+				p.entry(kn[1], p.mapping(kn[1], what, "rate", "tokens_per_second", "rps", "burst", "in_flight", "max_hold"), what, overlay.Entry{Rule: name.Value, Key: kn[0].Value, HasKey: true})
 			}
 		}
 	}
@@ -155,7 +156,8 @@ func (p *parser) entry(n *yaml.Node, f map[string]*yaml.Node, what string, e ove
 			rates = append(rates, k)
 		}
 	}
-	if len(rates) == 0 && f["burst"] == nil {
+	slots := f["in_flight"] != nil || f["max_hold"] != nil
+	if len(rates) == 0 && f["burst"] == nil && !slots {
 		return
 	}
 	e.Pos = p.pos(n)
@@ -163,6 +165,12 @@ func (p *parser) entry(n *yaml.Node, f map[string]*yaml.Node, what string, e ove
 		if e.Err == nil {
 			e.Pos, e.Err = p.pos(at), fmt.Errorf(format, args...)
 		}
+	}
+	if slots { // an in-flight rule's: its slots and their maximum hold
+		e.InFlight = true
+		p.slotEntry(n, f, rates, fail, &e)
+		p.set = append(p.set, e)
+		return
 	}
 	switch {
 	case len(rates) > 1:
@@ -194,6 +202,38 @@ func (p *parser) entry(n *yaml.Node, f map[string]*yaml.Node, what string, e ove
 		e.Numbers.Burst = v
 	}
 	p.set = append(p.set, e)
+}
+
+// slotEntry reads an in-flight rule's entry (in_flight: 4, max_hold: 10m)
+// into e's numbers as the rule takes them: the slots as Tokens and Burst,
+// the hold as Period.
+func (p *parser) slotEntry(n *yaml.Node, f map[string]*yaml.Node, rates []string, fail func(*yaml.Node, string, ...any), e *overlay.Entry) {
+	switch {
+	case len(rates) > 0 || f["burst"] != nil:
+		at := f["burst"]
+		if len(rates) > 0 {
+			at = f[rates[0]]
+		}
+		fail(at, "an entry gives in_flight and max_hold (an in-flight rule's) or a rate and a burst, not both")
+	case f["in_flight"] == nil:
+		fail(n, "no in_flight: an in-flight rule's entry gives both in_flight and max_hold")
+	case f["max_hold"] == nil:
+		fail(n, "no max_hold: an in-flight rule's entry gives both in_flight and max_hold")
+	}
+	if v := f["in_flight"]; v != nil {
+		k, err := strconv.ParseInt(strings.ReplaceAll(v.Value, "_", ""), 10, 64)
+		if v.Kind != yaml.ScalarNode || err != nil {
+			fail(v, "in_flight %q is not a whole number", v.Value)
+		}
+		e.Numbers.Tokens, e.Numbers.Burst = k, k
+	}
+	if v := f["max_hold"]; v != nil {
+		d, err := overlay.ParseWindow(v.Value)
+		if v.Kind != yaml.ScalarNode || err != nil {
+			fail(v, "max_hold %q: %v", v.Value, err)
+		}
+		e.Numbers.Period = d
+	}
 }
 
 // File is an overlay file as a source of numbers (overlay.Source), for

@@ -49,6 +49,10 @@ func TestParse(t *testing.T) {
 	if !slices.Equal(set, want) {
 		t.Errorf("parsed\n%+v\nwant\n%+v", set, want)
 	}
+	set, err = yamlfile.Parse("slots.yaml", []byte("rules:\n  ExportSlots: {in_flight: 2, max_hold: 5 min}\n"))
+	if w := (overlay.Set{{Rule: "ExportSlots", Numbers: atomicbucket.Numbers{Tokens: 2, Period: 5 * time.Minute, Burst: 2}, Pos: "slots.yaml:2:16", InFlight: true}}); err != nil || !slices.Equal(set, w) {
+		t.Errorf("an in-flight rule's entry: %+v, %v; want %+v", set, err, w)
+	}
 	for _, src := range []string{"rules: {}\n", "# the policy's numbers\nrules:\n"} {
 		if set, err := yamlfile.Parse("none.yaml", []byte(src)); err != nil || set != nil {
 			t.Errorf("%q: %v %v; want no numbers, no error", src, set, err)
@@ -82,6 +86,12 @@ func TestParse(t *testing.T) {
 		{"rules:\n  PerUser:\n    keys: {k: {rate: 1/s}}\n", `numbers.yaml:3:15: rule PerUser, key "k": no burst`},
 		{"rules: [Global]\n", "numbers.yaml:1:8: rules must be a mapping"},
 		{"limits: {}\n", `numbers.yaml:1:1: the file: unknown field "limits"`},
+		{"rules:\n  ExportSlots: {in_flight: 2}\n", "numbers.yaml:2:16: rule ExportSlots: no max_hold"},
+		{"rules:\n  ExportSlots: {max_hold: 1m}\n", "numbers.yaml:2:16: rule ExportSlots: no in_flight"},
+		{"rules:\n  ExportSlots: {in_flight: two, max_hold: 1m}\n", `numbers.yaml:2:28: rule ExportSlots: in_flight "two" is not a whole number`},
+		{"rules:\n  ExportSlots: {in_flight: 2, max_hold: soon}\n", `numbers.yaml:2:41: rule ExportSlots: max_hold "soon"`},
+		{"rules:\n  ExportSlots: {in_flight: 2, max_hold: 1m, burst: 2}\n", "numbers.yaml:2:52: rule ExportSlots: an entry gives in_flight and max_hold"},
+		{"rules:\n  Global: {in_flight: 2, max_hold: 1m}\n", "numbers.yaml:2:11: rule Global"},
 	} {
 		set, err := yamlfile.Parse("numbers.yaml", []byte(c.src))
 		if err == nil {

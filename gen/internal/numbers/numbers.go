@@ -87,6 +87,9 @@ func (c ruleChecker) Plans() int {
 
 func (c ruleChecker) Keyed() bool { return c.r.KeyType != "" }
 
+// InFlight says whether the rule is an in-flight rule (overlay.Entry.InFlight).
+func (c ruleChecker) InFlight() bool { return c.r.IsInFlight() }
+
 func (c ruleChecker) Check(plan int, n atomicbucket.Numbers) error {
 	if c.r.IsInFlight() {
 		_, err := atomicslot.RuleOf(n)
