@@ -205,11 +205,10 @@ func (s *Slots) lease(ctx context.Context, kl *keyLease, key string, rule *atomi
 	}
 	var got []*leasedSlot
 	for i := range want {
-		if res[5*i] != 1 {
-			break
+		s.expired.Add(max(res[5*i+4], 0)) // what each acquisition found expired unreleased, and freed
+		if res[5*i] == 1 { // every slot granted is held on the store: the lease keeps them all
+			got = append(got, &leasedSlot{token: tokens[i], until: sent + int64(rule.Hold()+l.window)})
 		}
-		s.expired.Add(res[5*i+4])
-		got = append(got, &leasedSlot{token: tokens[i], until: sent + int64(rule.Hold()+l.window)})
 	}
 	if len(got) == 0 {
 		return atomicslot.Slot{}, verdict.Result{Decision: d}
