@@ -206,7 +206,7 @@ func (s *Slots) lease(ctx context.Context, kl *keyLease, key string, rule *atomi
 	var got []*leasedSlot
 	for i := range want {
 		s.expired.Add(max(res[5*i+4], 0)) // what each acquisition found expired unreleased, and freed
-		if res[5*i] == 1 { // every slot granted is held on the store: the lease keeps them all
+		if res[5*i] == 1 {                // every slot granted is held on the store: the lease keeps them all
 			got = append(got, &leasedSlot{token: tokens[i], until: sent + int64(rule.Hold()+l.window)})
 		}
 	}
