@@ -199,16 +199,22 @@ func (s *Slots) lease(ctx context.Context, kl *keyLease, key string, rule *atomi
 	if err != nil {
 		return s.fallback(key, err)
 	}
-	d, _, err := SlotReplyOf(limit, res[:5])
-	if err != nil {
-		return s.fallback(key, err)
-	}
+	// Every slot granted is held on the store: the lease keeps them all. The
+	// decision is the first granted one's, or the first denial's.
 	var got []*leasedSlot
+	first := 0
 	for i := range want {
 		s.expired.Add(max(res[5*i+4], 0)) // what each acquisition found expired unreleased, and freed
-		if res[5*i] == 1 {                // every slot granted is held on the store: the lease keeps them all
+		if res[5*i] == 1 {
+			if len(got) == 0 {
+				first = i
+			}
 			got = append(got, &leasedSlot{token: tokens[i], until: sent + int64(rule.Hold()+l.window)})
 		}
+	}
+	d, _, err := SlotReplyOf(limit, res[5*first:5*first+5])
+	if err != nil {
+		return s.fallback(key, err)
 	}
 	if len(got) == 0 {
 		return atomicslot.Slot{}, verdict.Result{Decision: d}
