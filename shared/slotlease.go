@@ -133,6 +133,9 @@ func (s *Slots) acquireLeased(ctx context.Context, key string) (atomicslot.Slot,
 		kl.flight = nil
 		close(ch)
 		kl.mu.Unlock()
+		if !slot.Held() {
+			l.forget(key, kl) // the store granted nothing: nothing to keep for the key
+		}
 		return slot, res
 	}
 }
@@ -217,7 +220,7 @@ func (s *Slots) lease(ctx context.Context, kl *keyLease, key string, rule *atomi
 		return s.fallback(key, err)
 	}
 	if len(got) == 0 {
-		return atomicslot.Slot{}, verdict.Result{Decision: d}
+		return atomicslot.Slot{}, verdict.Result{Decision: d} // acquireLeased forgets kl once its flight ends
 	}
 	now := int64(atomicbucket.Now())
 	got[0].busy, got[0].expires, got[0].gen = true, now+int64(rule.Hold()), 1
@@ -250,6 +253,21 @@ func (s *Slots) endWindow(kl *keyLease, key string, slots []*leasedSlot) {
 	kl.mu.Unlock()
 	for _, ls := range back {
 		s.giveBack(key, ls)
+	}
+	s.leases.forget(key, kl)
+}
+
+// forget takes key's leases out of the map once they hold nothing and no
+// store call is under way, so that a flood of keys leaves no memory behind.
+// An acquisition that found kl before goes on with it, unshared: its
+// slots are given back as any lease's are.
+func (l *slotLeases) forget(key string, kl *keyLease) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	kl.mu.Lock()
+	defer kl.mu.Unlock()
+	if len(kl.slots) == 0 && kl.flight == nil && l.keys[key] == kl {
+		delete(l.keys, key)
 	}
 }
 
@@ -339,6 +357,7 @@ func (h *leaseHold) Release() bool {
 	h.kl.mu.Unlock()
 	if back {
 		s.giveBack(h.key, ls)
+		s.leases.forget(h.key, h.kl)
 	} else {
 		s.released(h.key)
 	}

@@ -305,6 +305,9 @@ func (s *Slots) Stats() SlotStats {
 	if s.leases != nil {
 		st.Held += s.leases.busy.Load()
 		st.Leased = s.leases.leased.Load()
+		s.leases.mu.Lock()
+		st.Keys += int64(len(s.leases.keys)) // keys whose leases are tracked
+		s.leases.mu.Unlock()
 	}
 	return st
 }

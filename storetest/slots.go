@@ -3,6 +3,7 @@ package storetest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -352,7 +353,22 @@ func slotsLeased(t *testing.T, bind func(st shared.Store, name string) *shared.S
 		t.Fatalf("leased on two instances: %d inside at most (limit 3), %d admitted", most.Load(), admitted.Load())
 	}
 	time.Sleep(450 * time.Millisecond)
-	if sa, sb := la.Stats(), lb.Stats(); sa.Leased+sb.Leased != 0 || sa.Held+sb.Held != 0 {
-		t.Fatalf("after every release and window: a %+v, b %+v, want nothing leased or held", sa, sb)
+	if sa, sb := la.Stats(), lb.Stats(); sa.Leased+sb.Leased != 0 || sa.Held+sb.Held != 0 || sa.Keys+sb.Keys != 0 {
+		t.Fatalf("after every release and window: a %+v, b %+v, want nothing leased, held or tracked", sa, sb)
+	}
+	// A flood of keys leaves nothing behind once their windows have passed.
+	for i := range 200 {
+		slot, r := la.Acquire(ctx, fmt.Sprintf("flood%d", i))
+		if !r.Allowed {
+			t.Fatalf("flood key %d: %+v", i, r)
+		}
+		slot.Release()
+	}
+	if st := la.Stats(); st.Keys != 200 || st.Leased != 400 {
+		t.Fatalf("200 keys leased: %+v, want 200 keys tracked, 400 slots leased", st)
+	}
+	time.Sleep(450 * time.Millisecond)
+	if st := la.Stats(); st.Keys != 0 || st.Leased != 0 {
+		t.Fatalf("after the flood's windows: %+v, want no key tracked, nothing leased", st)
 	}
 }
