@@ -34,9 +34,10 @@
 // microsecond, or its sub-window). The grain only delays when units leave the
 // window; it never admits more than Limit in any interval of length Window.
 //
-// A window cannot give units back exactly once later admissions have been
-// written over them, so it has no Refund or Reserve: a tier decides its
-// windows last, after a look that takes nothing (tier.At). SettleAt settles a
-// request's actual cost: the excess of a higher actual is counted then, even
-// beyond the limit; a lower actual gives nothing back.
+// A window has no Refund or Reserve (an exact window cannot take units out
+// of its ring in place): a tier decides its windows last, after a look that
+// takes nothing (tier.At). SettleAt settles a request's actual cost: the
+// excess of a higher actual is counted then, even beyond the limit; a lower
+// actual gives the difference back from what the window counted at the
+// admission's grain (see settle.go).
 package atomicwindow

@@ -3,6 +3,7 @@ package atomicwindow
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -23,20 +24,30 @@ import (
 type windowState struct {
 	rule *Rule
 	w    []atomic.Uint64
-	// excess is, for an exact window carried from numbers that held more
-	// than its limit, how many older units its ring could not keep, the
-	// newest of them counting as made at excessEnd (ns). They leave before
-	// any unit the ring kept, so while they are in the window it is full.
-	excess, excessEnd int64
+	// excess is, for an exact window that held more than its limit (carried
+	// from other numbers, or charged by a settlement beyond it), the older
+	// units its ring could not keep, oldest first. They leave before any
+	// unit the ring kept, so while one is in the window the window is full.
+	excess []windowUnits
+	// heldUntil is, for a window rebuilt by a give-back (settle.go), when
+	// the window it was rebuilt from was empty for good: a give-back makes
+	// no key forgettable sooner.
+	heldUntil int64
+}
+
+// emptyAt is Rule.emptyAt for st, whose head word is h.
+func (st *windowState) emptyAt(h uint64) (int64, bool) {
+	at, alive := st.rule.emptyAt(h)
+	return max(at, st.heldUntil), alive
 }
 
 // blocked reports whether st's window is full for its excess at now, and
 // when (ns) the excess leaves.
 func (st *windowState) blocked(now int64) (leave int64, full bool) {
-	if st.excess == 0 {
+	if len(st.excess) == 0 {
 		return 0, false
 	}
-	leave = st.excessEnd + st.rule.window
+	leave = st.excess[len(st.excess)-1].end + st.rule.window
 	return leave, leave > now
 }
 
@@ -55,11 +66,17 @@ func (st *windowState) deny(d atomicbucket.Decision, now, cost, leave int64) ato
 }
 
 // units is what st holds at now (head word h), oldest first: its excess
-// while in the window, then its words'.
+// still in the window, then its words'.
 func (st *windowState) units(h uint64, now int64) []windowUnits {
 	u := st.rule.units(st.w, h, now)
-	if leave, full := st.blocked(now); full && leave > now {
-		u = append([]windowUnits{{st.excessEnd, st.excess}}, u...)
+	if _, full := st.blocked(now); full {
+		var in []windowUnits
+		for _, e := range st.excess {
+			if e.end+st.rule.window > now {
+				in = append(in, e)
+			}
+		}
+		u = append(in, u...)
 	}
 	return u
 }
@@ -73,7 +90,7 @@ type windowUnits struct {
 // units returns what the window in w (head word h, written in r) holds at
 // now, oldest first.
 func (r *Rule) units(w []atomic.Uint64, h uint64, now int64) []windowUnits {
-	var out []windowUnits
+	out := make([]windowUnits, 0, min(r.limit, RingMax))
 	add := func(end, n int64) {
 		if k := len(out); k > 0 && out[k-1].end == end {
 			out[k-1].n += n
@@ -114,7 +131,7 @@ func (r *Rule) fill(units []windowUnits, now int64) *windowState {
 	w := st.w
 	if r.exact {
 		keep := r.limit
-		var times []uint64 // newest first
+		times := make([]uint64, 0, r.limit) // newest first
 		for i := len(units) - 1; i >= 0; i-- {
 			q := uint64(min(units[i].end, now)/r.grain) + 1
 			take := min(units[i].n, keep)
@@ -123,12 +140,10 @@ func (r *Rule) fill(units []windowUnits, now int64) *windowState {
 			}
 			keep -= take
 			if rest := units[i].n - take; rest > 0 {
-				if st.excess == 0 {
-					st.excessEnd = r.end(int64(q))
-				}
-				st.excess += rest
+				st.excess = append(st.excess, windowUnits{r.end(int64(q)), rest})
 			}
 		}
+		slices.Reverse(st.excess) // gathered newest first
 		k := uint64(len(times))
 		for p := range k { // positions 0..k−1, oldest first
 			w[1+p%uint64(r.limit)].Store(p<<ringTimeBits | times[k-1-p])
@@ -160,7 +175,13 @@ func (r *Rule) fill(units []windowUnits, now int64) *windowState {
 // carry is st's window carried into r at now; nil when st is dead (its
 // holder swept or carried it meanwhile). It kills st: checks still holding
 // it look again.
-func (st *windowState) carry(r *Rule, now int64) *windowState {
+func (st *windowState) carry(r *Rule, now int64) *windowState { return st.rebuild(r, now, nil) }
+
+// rebuild kills st and returns its window made anew in r at now, holding
+// what st held, changed by edit (given st's head word as killed) when edit
+// is not nil; nil when st is dead (its holder swept, carried or rebuilt it
+// meanwhile). Checks still holding st look again.
+func (st *windowState) rebuild(r *Rule, now int64, edit func([]windowUnits, uint64) []windowUnits) *windowState {
 	for {
 		h := st.w[0].Load()
 		if h&deadWindow != 0 {
@@ -170,7 +191,15 @@ func (st *windowState) carry(r *Rule, now int64) *windowState {
 			// A check whose clock reading precedes now by up to
 			// SweepGrace must find what it would have: keep what left
 			// since then too (it counts by its time, as before).
-			return r.fill(st.units(h, now-int64(atomicbucket.SweepGrace)), now)
+			u := st.units(h, now-int64(atomicbucket.SweepGrace))
+			if edit != nil {
+				u = edit(u, h)
+			}
+			next := r.fill(u, now)
+			if e, _ := st.emptyAt(h); r == st.rule && e > next.heldUntil {
+				next.heldUntil = e
+			}
+			return next
 		}
 	}
 }

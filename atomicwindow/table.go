@@ -279,7 +279,7 @@ func (t *Table[K]) sweepHeld(now int64) (int, int64) {
 	removed := 0
 	t.m.Range(func(key K, st *windowState) bool {
 		w := st.w
-		at, alive := st.rule.emptyAt(w[0].Load())
+		at, alive := st.emptyAt(w[0].Load())
 		if !alive {
 			return true
 		}
@@ -292,7 +292,7 @@ func (t *Table[K]) sweepHeld(now int64) (int, int64) {
 				return cur, !loaded
 			}
 			h := w[0].Load()
-			if at, alive := st.rule.emptyAt(h); !alive || at+int64(atomicbucket.SweepGrace) > now || !w[0].CompareAndSwap(h, h|deadWindow) {
+			if at, alive := st.emptyAt(h); !alive || at+int64(atomicbucket.SweepGrace) > now || !w[0].CompareAndSwap(h, h|deadWindow) {
 				t.sweeps.LowerNext(at + int64(atomicbucket.SweepGrace))
 				return cur, false
 			}

@@ -409,18 +409,19 @@ func (r *Rule) allow(w []atomic.Uint64, now, cost int64) (ok, alive bool) {
 }
 
 // emptyAt is when (ns) the window whose head word is h is empty for good if
-// nothing more is admitted, and whether h is alive.
+// nothing more is admitted, and whether h is alive: by its newest
+// admission, even if a settlement gave it back (a counted window's head
+// sub-window may then count nothing).
 func (r *Rule) emptyAt(h uint64) (at int64, alive bool) {
-	if h&deadWindow != 0 {
+	switch {
+	case h&deadWindow != 0:
 		return 0, false
-	}
-	if r.exact {
+	case h == 0:
+		return 0, true
+	case r.exact:
 		if q := h & ringTimeMask; q != 0 {
 			return r.end(int64(q)) + r.window, true
 		}
-		return 0, true
-	}
-	if h&countMask == 0 {
 		return 0, true
 	}
 	return int64(h>>countBits+1)*r.grain - 1 + r.window, true

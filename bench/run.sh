@@ -9,7 +9,7 @@
 # 1e3 and 1e6 keys, with heap bytes a key at 1e6), a window rule's check beside a bucket's (global and 1e3 keys,
 # admitting and denying), an in-flight rule's acquisition and release beside a
 # bucket's check and a semaphore per key (1 and 1e3 keys), a settlement beside a check (1 and 1e3
-# keys, and through the HTTP middleware), the HTTP middleware (alone; paired with its peers in 1 ms slices;
+# keys, a bucket's and a window's, and through the HTTP middleware), the HTTP middleware (alone; paired with its peers in 1 ms slices;
 # and with a metrics collector read every 10 ms), the gRPC interceptors
 # (alone, paired over bufconn, and in a call on loopback), Envoy's rate-limit
 # service beside envoyproxy/ratelimit on one redis-server (64 callers), a shared check on
@@ -37,6 +37,7 @@ headline)
     '^BenchmarkWindow$'
     '^BenchmarkInFlight$'
     '^BenchmarkSettle$'
+    '^BenchmarkWindowSettle$'
     '^BenchmarkHTTPSettle$'
     '^BenchmarkHTTP$'
     '^BenchmarkHTTPPaired$'

@@ -5,8 +5,10 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
+	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/bench/settlelimits"
 	"github.com/limitgen/limitgen/verdict"
 )
@@ -95,5 +97,56 @@ func BenchmarkHTTPSettle(b *testing.B) {
 				b.Fatalf("%s settled nothing: %+v", c.name, st)
 			}
 		})
+	}
+}
+
+// BenchmarkWindowSettle is what settling costs a window rule, at 1 and 1e3
+// keys: impl=check is a check alone (AllowNAt), impl=check+settle the same
+// check then its settlement at a lower actual, given back from what the
+// check counted (SettleAt with the check's time). form=counted is a window
+// of a large limit (in place: one compare-and-swap on the sub-window's
+// word); form=exact one of 64 (its ring rebuilt without the units given
+// back: an allocation of its words). Neither window ever fills.
+func BenchmarkWindowSettle(b *testing.B) {
+	forms := []struct {
+		name         string
+		rule         atomicwindow.Rule
+		cost, actual int64
+	}{
+		{"counted", atomicwindow.MustRule(atomicwindow.LimitMax, atomicwindow.Slices*atomicwindow.SliceMin), 5, 3},
+		{"exact", atomicwindow.MustRule(atomicwindow.RingMax, time.Microsecond), 2, 1},
+	}
+	for _, f := range forms {
+		for _, n := range []int{1, 1000} {
+			keys, order := keySet(n)
+			keys = queryKeys(keys)
+			t := atomicwindow.NewTable[string](f.rule, atomicbucket.TableOptions{})
+			impls := []struct {
+				name string
+				op   func(key string) bool
+			}{
+				{"check", func(key string) bool { return t.AllowNAt(key, atomicbucket.Now(), f.cost).Allowed }},
+				{"check+settle", func(key string) bool {
+					now := atomicbucket.Now()
+					return t.AllowNAt(key, now, f.cost).Allowed && t.SettleAt(key, now, now, f.cost, f.actual) == 0
+				}},
+			}
+			for _, im := range impls {
+				b.Run(fmt.Sprintf("form=%s/keys=%.0e/impl=%s", f.name, float64(n), im.name), func(b *testing.B) {
+					i, denied := 0, 0
+					for b.Loop() {
+						if !im.op(keys[order[i]]) {
+							denied++
+						}
+						if i++; i == n {
+							i = 0
+						}
+					}
+					if denied > 0 {
+						b.Fatalf("%d of %d denied: the window filled", denied, b.N)
+					}
+				})
+			}
+		}
 	}
 }

@@ -37,6 +37,7 @@ type windowOp struct {
 	dt     int64 // ns after the previous op
 	cost   int64
 	actual int64 // Settle
+	ago    int   // Settle: the admission it settles, among the key's last ones (0: the newest)
 }
 
 func (p windowProgram) String() string {
@@ -45,7 +46,7 @@ func (p windowProgram) String() string {
 	for _, op := range p.ops {
 		fmt.Fprintf(&b, " [%s +%d %s %d]", [...]string{"allow", "peek", "yes/no", "sweep", "settle"}[op.kind], op.dt, op.key, op.cost)
 		if op.kind == 4 {
-			fmt.Fprintf(&b, "(actual %d)", op.actual)
+			fmt.Fprintf(&b, "(actual %d, admission -%d)", op.actual, op.ago)
 		}
 	}
 	return b.String()
@@ -120,8 +121,12 @@ func decodeWindow(data []byte) (windowProgram, bool) {
 		default:
 			op.cost = 1 + int64(c)%p.limit
 		}
-		if op.kind == 4 { // an actual from below the estimate to beyond the limit
+		if op.kind == 4 { // an actual from nothing to beyond the limit
 			op.actual = op.cost + int64(b[3])%(2*p.limit+3) - 1
+			if b[1]&0x80 != 0 && op.cost > 0 {
+				op.actual = int64(b[3]) % op.cost
+			}
+			op.ago = int(b[1]>>4) & 7
 		}
 		p.ops = append(p.ops, op)
 	}
@@ -148,6 +153,14 @@ func runWindow(p windowProgram) error {
 	now := int64(time.Hour) // past the epoch, so that nothing is clamped
 	spacing := p.maxKeys * int64(keycap.CapSweepSpacing)
 	lastCap := int64(math.MinInt64 / 2)
+	admitted := map[string][]int64{} // each key's admission times, newest last (global: "a"'s own)
+	admittedAt := func(key string, ago int) int64 {
+		ts := admitted[key]
+		if len(ts) == 0 {
+			return now
+		}
+		return ts[max(len(ts)-1-ago, 0)]
+	}
 	for i, op := range p.ops {
 		now += op.dt
 		at := atomicbucket.Time(now)
@@ -174,6 +187,7 @@ func runWindow(p windowProgram) error {
 				}
 				if g.Allowed && op.cost > 0 {
 					admGlobal = append(admGlobal, reference.Admission{Key: "a", At: now, Cost: op.cost})
+					admitted["global"] = append(admitted["global"], now)
 				}
 			}
 		case 1:
@@ -187,12 +201,14 @@ func runWindow(p windowProgram) error {
 			got = want
 		case 4:
 			settled = true
-			if f, g := tbl.SettleAt(op.key, at, op.cost, op.actual), ref.Settle(op.key, now, op.cost, op.actual); f != g {
-				return fmt.Errorf("op %d at %d: Settle(%s, %d, %d) forgave %d, reference %d", i, now, op.key, op.cost, op.actual, f, g)
+			adm := admittedAt(op.key, op.ago)
+			if f, g := tbl.SettleAt(op.key, at, atomicbucket.Time(adm), op.cost, op.actual), ref.Settle(op.key, now, adm, op.cost, op.actual); f != g {
+				return fmt.Errorf("op %d at %d: Settle(%s, admitted %d, %d, %d) forgave %d, reference %d", i, now, op.key, adm, op.cost, op.actual, f, g)
 			}
 			if op.key == "a" {
-				if f, g := global.SettleAt(at, op.cost, op.actual), refGlobal.Settle("a", now, op.cost, op.actual); f != g {
-					return fmt.Errorf("op %d at %d: global Settle(%d, %d) forgave %d, reference %d", i, now, op.cost, op.actual, f, g)
+				adm := admittedAt("global", op.ago)
+				if f, g := global.SettleAt(at, atomicbucket.Time(adm), op.cost, op.actual), refGlobal.Settle("a", now, adm, op.cost, op.actual); f != g {
+					return fmt.Errorf("op %d at %d: global Settle(admitted %d, %d, %d) forgave %d, reference %d", i, now, adm, op.cost, op.actual, f, g)
 				}
 			}
 			if n, m := tbl.Len(), ref.Held(); n != m {
@@ -216,6 +232,7 @@ func runWindow(p windowProgram) error {
 		}
 		if op.kind != 1 && want.Allowed && op.cost > 0 && ref.Holds(op.key) { // not one admitted untracked at the cap
 			adm = append(adm, reference.Admission{Key: op.key, At: now, Cost: op.cost})
+			admitted[op.key] = append(admitted[op.key], now)
 		}
 	}
 	if settled {
@@ -505,13 +522,12 @@ func TestWindowNumbersChange(t *testing.T) {
 	if d := tbl.AllowNAt("k", at+atomicbucket.Time(20*time.Second), 1); d.Allowed || d.Remaining != 0 || d.RetryAfter != 45*time.Second+999 {
 		t.Errorf("5 a minute, 10 in the window: %+v, want denied until the sixth oldest leaves, 45 s + 999 ns", d)
 	}
-	// Back to 10 a minute: the 10 still count; the five the ring of 5 could
-	// not keep were carried as one group at the newest of them (4 s +
-	// 999 ns), so the first room comes when they leave, at 64 s + 999 ns
-	// (later than the exact 60 s + 999 ns: never earlier).
+	// Back to 10 a minute: the 10 still count, the five the ring of 5 could
+	// not keep carried at their own times, so the first room comes when the
+	// oldest leaves, at 60 s + 999 ns.
 	tbl.ClearNumbers()
-	if d := tbl.AllowNAt("k", at+atomicbucket.Time(20*time.Second), 1); d.Allowed || d.RetryAfter != 44*time.Second+999 {
-		t.Errorf("back to 10 a minute, the 10 still counted: %+v, want denied until the carried five leave, 44 s + 999 ns", d)
+	if d := tbl.AllowNAt("k", at+atomicbucket.Time(20*time.Second), 1); d.Allowed || d.RetryAfter != 40*time.Second+999 {
+		t.Errorf("back to 10 a minute, the 10 still counted: %+v, want denied until the oldest leaves, 40 s + 999 ns", d)
 	}
 	if err := tbl.SetNumbers(atomicbucket.Numbers{Tokens: 5, Period: time.Minute, Burst: 4}, 1); !errors.Is(err, atomicwindow.ErrNumbers) {
 		t.Errorf("a burst other than the limit: %v, want atomicwindow.ErrNumbers", err)

@@ -797,10 +797,10 @@ func RulesMatchReference(t *testing.T) {
 			if got.Allowed && cost > 0 && ref.Holds({{refKey $r}}) {
 				admitted = append(admitted, reference.Admission{Key: {{refKey $r}}, At: now, Cost: cost})
 			}
-			if got.Allowed && i%7 == 3 { // settled: the excess of a higher actual counted now
+			if got.Allowed && i%7 == 3 { // settled: a lower actual given back from what was counted now, a higher one's excess counted now
 				settled = true
 				actual := rng.Int64N(3*cost + 2)
-				if got, want := l.SettleAt({{plan $p}}{{key $r}}at(now), cost, actual), ref.Settle({{refKey $r}}, now, cost, actual); got != want {
+				if got, want := l.SettleAt({{plan $p}}{{key $r}}at(now), at(now), cost, actual), ref.Settle({{refKey $r}}, now, now, cost, actual); got != want {
 					t.Fatalf("step %d: SettleAt(estimate %d, actual %d) forgave %d, reference %d", i, cost, actual, got, want)
 				}
 			}

@@ -1546,7 +1546,7 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 	}
 	limithttp.InitDoor(&m.Door, httpRouter, httpPatterns[:], m.checkRoute)
 	limithttp.InitSlots(&m.Door, m.acquireRoute)
-	limithttp.InitSettle(&m.Door, m.settleRoute, httpSettleFromContext)
+	limithttp.InitSettle(&m.Door, m.admitRoute, m.settleRoute, httpSettleFromContext)
 	return m, nil
 }
 
@@ -1563,9 +1563,11 @@ func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route in
 	case 3:
 		return m.route4(w, r)
 	case 5:
-		return m.route6(w, r)
+		ok, _ := m.route6(w, r)
+		return ok
 	case 6:
-		return m.route7(w, r)
+		ok, _ := m.route7(w, r)
+		return ok
 	case 7:
 		return m.route8(w, r, path)
 	case 8:
@@ -1587,14 +1589,27 @@ func (m *Middleware) acquireRoute(w http.ResponseWriter, r *http.Request, route 
 	return true, atomicslot.Set{}
 }
 
-// settleRoute settles a request of route (an index of httpPatterns) whose handler returned, reading
-// its keys' wildcards from path: verdict.NoSettle for a route that does not settle.
-func (m *Middleware) settleRoute(w http.ResponseWriter, r *http.Request, route int, path string) int64 {
+// admitRoute is checkRoute for a policy of settled routes: a settled route's check returns the mark
+// its settlement reads (verdict.Mark), any other's the zero Mark.
+func (m *Middleware) admitRoute(w http.ResponseWriter, r *http.Request, route int, path string) (bool, verdict.Mark) {
 	switch route {
 	case 5:
-		return m.settle6(w, r)
+		return m.route6(w, r)
 	case 6:
-		return m.settle7(w, r)
+		return m.route7(w, r)
+	}
+	return m.checkRoute(w, r, route, path), verdict.Mark{}
+}
+
+// settleRoute settles a request of route (an index of httpPatterns) whose handler returned, reading
+// its keys' wildcards from path, with the mark its check returned: verdict.NoSettle for a route that does
+// not settle.
+func (m *Middleware) settleRoute(w http.ResponseWriter, r *http.Request, route int, path string, mk verdict.Mark) int64 {
+	switch route {
+	case 5:
+		return m.settle6(w, r, mk)
+	case 6:
+		return m.settle7(w, r, mk)
 	}
 	return verdict.NoSettle
 }
@@ -1603,7 +1618,7 @@ func (m *Middleware) settleRoute(w http.ResponseWriter, r *http.Request, route i
 // response's X-Tokens-Used, against the estimate the check took, with ChatTokens, DailyTokens; it
 // returns the tokens forgiven beyond the rules' debt bounds, verdict.KeptEstimate, or
 // verdict.SettleFailed when a store could not settle.
-func (m *Middleware) settle6(w http.ResponseWriter, r *http.Request) int64 {
+func (m *Middleware) settle6(w http.ResponseWriter, r *http.Request, mk verdict.Mark) int64 {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
@@ -1627,14 +1642,14 @@ func (m *Middleware) settle6(w http.ResponseWriter, r *http.Request) int64 {
 		return verdict.KeptEstimate
 	}
 	now := m.Now()
-	return genimpl.AddForgiven(m.limits.ChatTokens.SettleAt(k0, now, cost, actual), m.limits.DailyTokens.SettleAt(k1, now, cost, actual))
+	return genimpl.AddForgiven(m.limits.ChatTokens.SettleAt(k0, now, cost, actual), m.limits.DailyTokens.SettleAt(k1, now, mk.At, cost, actual))
 }
 
 // settle7 settles POST /v1/complete's request that its handler ended: the actual cost it reported
 // with verdict.ReportCost, against the estimate the check took, with ChatTokens, DailyTokens; it
 // returns the tokens forgiven beyond the rules' debt bounds, verdict.KeptEstimate, or
 // verdict.SettleFailed when a store could not settle.
-func (m *Middleware) settle7(w http.ResponseWriter, r *http.Request) int64 {
+func (m *Middleware) settle7(w http.ResponseWriter, r *http.Request, mk verdict.Mark) int64 {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
@@ -1658,7 +1673,7 @@ func (m *Middleware) settle7(w http.ResponseWriter, r *http.Request) int64 {
 		return verdict.KeptEstimate
 	}
 	now := m.Now()
-	return genimpl.AddForgiven(m.limits.ChatTokens.SettleAt(k0, now, cost, actual), m.limits.DailyTokens.SettleAt(k1, now, cost, actual))
+	return genimpl.AddForgiven(m.limits.ChatTokens.SettleAt(k0, now, cost, actual), m.limits.DailyTokens.SettleAt(k1, now, mk.At, cost, actual))
 }
 
 // httpSettleFromContext reports whether a request's route (entry) settles from what its handler reports through its context.
@@ -1887,25 +1902,26 @@ func (m *Middleware) acquire5(w http.ResponseWriter, r *http.Request) (bool, ato
 	return true, set
 }
 
-// route6 checks POST /v1/chat (tier Chat, enforce) and reports whether the request may go on.
-func (m *Middleware) route6(w http.ResponseWriter, r *http.Request) bool {
+// route6 checks POST /v1/chat (tier Chat, enforce) and reports whether the request may go on, with
+// the mark its settlement reads.
+func (m *Middleware) route6(w http.ResponseWriter, r *http.Request) (bool, verdict.Mark) {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule ChatTokens: route \\\"POST /v1/chat\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/chat", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 6, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule ChatTokens: route \\\"POST /v1/chat\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/chat", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 6, Outcome: verdict.MissingKey}), verdict.Mark{}
 	}
 	var k1 string
 	var ok1 bool
 	k1, ok1 = m.hooks.UserID(r)
 	ok1 = ok1 && k1 != "" && len(k1) <= verdict.MaxKeyLen
 	if !ok1 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule DailyTokens: route \\\"POST /v1/chat\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/chat", Tier: "Chat", Rule: "DailyTokens", RuleIndex: int(RuleDailyTokens), Series: 7, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule DailyTokens: route \\\"POST /v1/chat\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/chat", Tier: "Chat", Rule: "DailyTokens", RuleIndex: int(RuleDailyTokens), Series: 7, Outcome: verdict.MissingKey}), verdict.Mark{}
 	}
 	cost, costOK := limithttp.HeaderCost(r, "X-Max-Tokens", 1000, 16000)
 	if !costOK {
-		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Max-Tokens) is above the most a request may cost on route \\\"POST /v1/chat\\\": 16000.\"}\n", verdict.Event{Route: "POST /v1/chat", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 6, Outcome: verdict.TooCostly, Cost: cost})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Max-Tokens) is above the most a request may cost on route \\\"POST /v1/chat\\\": 16000.\"}\n", verdict.Event{Route: "POST /v1/chat", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 6, Outcome: verdict.TooCostly, Cost: cost}), verdict.Mark{}
 	}
 	now := m.Now()
 	td := m.limits.checkChat(k0, k1, now, cost, false)
@@ -1930,28 +1946,29 @@ func (m *Middleware) route6(w http.ResponseWriter, r *http.Request) bool {
 			res.Policy = p1
 		}
 	}
-	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0), verdict.Mark{At: now}
 }
 
-// route7 checks POST /v1/complete (tier Chat, enforce) and reports whether the request may go on.
-func (m *Middleware) route7(w http.ResponseWriter, r *http.Request) bool {
+// route7 checks POST /v1/complete (tier Chat, enforce) and reports whether the request may go on,
+// with the mark its settlement reads.
+func (m *Middleware) route7(w http.ResponseWriter, r *http.Request) (bool, verdict.Mark) {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule ChatTokens: route \\\"POST /v1/complete\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/complete", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 8, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule ChatTokens: route \\\"POST /v1/complete\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/complete", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 8, Outcome: verdict.MissingKey}), verdict.Mark{}
 	}
 	var k1 string
 	var ok1 bool
 	k1, ok1 = m.hooks.UserID(r)
 	ok1 = ok1 && k1 != "" && len(k1) <= verdict.MaxKeyLen
 	if !ok1 {
-		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule DailyTokens: route \\\"POST /v1/complete\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/complete", Tier: "Chat", Rule: "DailyTokens", RuleIndex: int(RuleDailyTokens), Series: 9, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 401, "{\"type\":\"about:blank\",\"title\":\"Unauthorized\",\"status\":401,\"detail\":\"The request has no key for rule DailyTokens: route \\\"POST /v1/complete\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /v1/complete", Tier: "Chat", Rule: "DailyTokens", RuleIndex: int(RuleDailyTokens), Series: 9, Outcome: verdict.MissingKey}), verdict.Mark{}
 	}
 	cost, costOK := limithttp.HeaderCost(r, "X-Max-Tokens", 1000, 16000)
 	if !costOK {
-		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Max-Tokens) is above the most a request may cost on route \\\"POST /v1/complete\\\": 16000.\"}\n", verdict.Event{Route: "POST /v1/complete", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 8, Outcome: verdict.TooCostly, Cost: cost})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Max-Tokens) is above the most a request may cost on route \\\"POST /v1/complete\\\": 16000.\"}\n", verdict.Event{Route: "POST /v1/complete", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 8, Outcome: verdict.TooCostly, Cost: cost}), verdict.Mark{}
 	}
 	now := m.Now()
 	td := m.limits.checkChat(k0, k1, now, cost, false)
@@ -1976,7 +1993,7 @@ func (m *Middleware) route7(w http.ResponseWriter, r *http.Request) bool {
 			res.Policy = p1
 		}
 	}
-	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0), verdict.Mark{At: now}
 }
 
 // route8 checks GET /v1/tenants/{tenant}/users/{user} (rule TenantUser, enforce) and reports

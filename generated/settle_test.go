@@ -70,9 +70,9 @@ func TestChatSettles(t *testing.T) {
 	if got := s.held(); got != 98800 {
 		t.Fatalf("after using 1200 of 16000: %d held, want 98800", got)
 	}
-	// The day's window gives nothing back: it still counts 16,000.
-	if got := s.lim.DailyTokens.PeekAt("alice", s.now, 0).Remaining; got != 2_000_000-16000 {
-		t.Fatalf("the day's window after the first chat: %d left, want %d", got, 2_000_000-16000)
+	// The day's window gives the 14,800 back too: it counts 1,200.
+	if got := s.lim.DailyTokens.PeekAt("alice", s.now, 0).Remaining; got != 2_000_000-1200 {
+		t.Fatalf("the day's window after the first chat: %d left, want %d", got, 2_000_000-1200)
 	}
 	// No actual reported: the estimate (the default, 1000) is kept.
 	s.chatCall("", "")
@@ -105,9 +105,10 @@ func TestChatSettles(t *testing.T) {
 	if got := s.held(); got != 0 {
 		t.Fatalf("in debt: %d remaining, want 0", got)
 	}
-	// The window counted the 95,400 beyond the estimate when the chat ended:
-	// 16,000 + 1,000 + 4×100 + 500 + 2,000 + 16,000 + 95,400 in all.
-	if got, want := s.lim.DailyTokens.PeekAt("alice", s.now, 0).Remaining, int64(2_000_000-131_300); got != want {
+	// The window counts what each chat used, and an estimate where none
+	// was read: 1,200 + 1,000 + 4×100 + 0 + 2,000 + 16,000, and the 95,400
+	// beyond the last estimate counted when the chat ended.
+	if got, want := s.lim.DailyTokens.PeekAt("alice", s.now, 0).Remaining, int64(2_000_000-116_000); got != want {
 		t.Fatalf("the day's window: %d left, want %d", got, want)
 	}
 	// The next chat is refused until refill has repaid the debt and brought
@@ -262,5 +263,25 @@ func TestCompleteSettlesFromContext(t *testing.T) {
 	}
 	if st := s.mw.SettleStats(); st.Settled != 1 || st.Kept != 2 {
 		t.Fatalf("settle stats %+v, want 1 settled and 2 kept", st)
+	}
+}
+
+// TestChatGivesBackFromItsAdmission: a chat whose handler runs two hours
+// (past the end of the day window's sub-window of an hour and a half) gives
+// back from what the window counted when it was admitted, not from the
+// sub-window it ends in: the middleware carries its check's time to its
+// settlement.
+func TestChatGivesBackFromItsAdmission(t *testing.T) {
+	s := newService(t)
+	h := s.mw.Wrap(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.now = s.now.Add(2 * time.Hour)
+		w.Header().Set("X-Tokens-Used", "1000")
+	}))
+	r := httptest.NewRequest("POST", "/v1/chat", nil)
+	r.Header.Set("X-Test-User", "alice")
+	r.Header.Set("X-Max-Tokens", "16000")
+	h.ServeHTTP(httptest.NewRecorder(), r)
+	if got := s.lim.DailyTokens.PeekAt("alice", s.now, 0).Remaining; got != 2_000_000-1000 {
+		t.Fatalf("the day's window after a long chat that used 1000 of 16,000: %d left, want %d", got, 2_000_000-1000)
 	}
 }

@@ -65,17 +65,19 @@ func (l KeyedWindow[K]) PeekAt(key K, now atomicbucket.Time, cost int64) atomicb
 	return l.t.PeekAt(key, now, cost)
 }
 
-// Settle settles now a request of key admitted at cost estimate whose
-// actual cost is actual: a higher actual counts the excess in the window now
-// (at most the limit; the rest is forgiven, and returned), a lower one gives
-// nothing back (atomicwindow.Table.SettleAt).
-func (l KeyedWindow[K]) Settle(key K, estimate, actual int64) (forgiven int64) {
-	return l.t.SettleAt(key, atomicbucket.Now(), estimate, actual)
+// Settle settles now a request of key admitted by a check at time
+// admitted at cost estimate, whose actual cost is actual: a higher actual
+// counts the excess in the window now (at most the limit; the rest is
+// forgiven, and returned), a lower one gives the difference back from the
+// units the window counted at the admission's grain, while they are in the
+// window (atomicwindow.Table.SettleAt).
+func (l KeyedWindow[K]) Settle(key K, admitted atomicbucket.Time, estimate, actual int64) (forgiven int64) {
+	return l.t.SettleAt(key, atomicbucket.Now(), admitted, estimate, actual)
 }
 
 // SettleAt is Settle at time now.
-func (l KeyedWindow[K]) SettleAt(key K, now atomicbucket.Time, estimate, actual int64) (forgiven int64) {
-	return l.t.SettleAt(key, now, estimate, actual)
+func (l KeyedWindow[K]) SettleAt(key K, now, admitted atomicbucket.Time, estimate, actual int64) (forgiven int64) {
+	return l.t.SettleAt(key, now, admitted, estimate, actual)
 }
 
 // Reset empties key's window now: what it admitted no longer counts (a
@@ -185,13 +187,13 @@ func (l GlobalWindow) PeekAt(now atomicbucket.Time, cost int64) atomicbucket.Dec
 }
 
 // Settle is KeyedWindow.Settle for the one window.
-func (l GlobalWindow) Settle(estimate, actual int64) (forgiven int64) {
-	return l.w.SettleAt(atomicbucket.Now(), estimate, actual)
+func (l GlobalWindow) Settle(admitted atomicbucket.Time, estimate, actual int64) (forgiven int64) {
+	return l.w.SettleAt(atomicbucket.Now(), admitted, estimate, actual)
 }
 
 // SettleAt is Settle at time now.
-func (l GlobalWindow) SettleAt(now atomicbucket.Time, estimate, actual int64) (forgiven int64) {
-	return l.w.SettleAt(now, estimate, actual)
+func (l GlobalWindow) SettleAt(now, admitted atomicbucket.Time, estimate, actual int64) (forgiven int64) {
+	return l.w.SettleAt(now, admitted, estimate, actual)
 }
 
 // Reset empties the window now: what it admitted no longer counts.

@@ -42,7 +42,8 @@ type Door struct {
 	count         func(ss grpc.ServerStream, method string) grpc.ServerStream
 	acquire       func(ctx context.Context, method string) (atomicslot.Set, error)
 	settles       func(method string) bool
-	settle        func(ctx context.Context, method string, trailer metadata.MD) int64
+	admit         func(ctx context.Context, method string) (verdict.Mark, error)
+	settle        func(ctx context.Context, method string, trailer metadata.MD, mk verdict.Mark) int64
 	fromContext   func(method string) bool
 	settled       verdict.SettleCounts
 }
@@ -93,16 +94,27 @@ func (d *Door) UnaryInterceptor() grpc.UnaryServerInterceptor {
 		if d.acquire != nil { // a policy of in-flight entries: their slots first
 			return d.unaryHeld(ctx, req, info, handler)
 		}
-		if d.check != nil {
-			if err := d.check(ctx, info.FullMethod); err != nil {
-				return nil, err
-			}
+		mk, err := d.pass(ctx, info.FullMethod)
+		if err != nil {
+			return nil, err
 		}
 		if d.settles != nil && d.settles(info.FullMethod) {
-			return d.settleUnary(ctx, req, info.FullMethod, handler)
+			return d.settleUnary(ctx, req, info.FullMethod, handler, mk)
 		}
 		return handler(ctx, req)
 	}
+}
+
+// pass checks a call of method, and returns the status that ends it, or
+// nil with its check's mark for its settlement (verdict.Mark).
+func (d *Door) pass(ctx context.Context, method string) (verdict.Mark, error) {
+	switch {
+	case d.admit != nil:
+		return d.admit(ctx, method)
+	case d.check != nil:
+		return verdict.Mark{}, d.check(ctx, method)
+	}
+	return verdict.Mark{}, nil
 }
 
 // unaryHeld is the unary interceptor of a policy with in-flight entries:
@@ -113,17 +125,16 @@ func (d *Door) unaryHeld(ctx context.Context, req any, info *grpc.UnaryServerInf
 	if err != nil {
 		return nil, err
 	}
-	if d.check != nil {
-		if err := d.check(ctx, info.FullMethod); err != nil {
-			d.release(&s)
-			return nil, err
-		}
+	mk, err := d.pass(ctx, info.FullMethod)
+	if err != nil {
+		d.release(&s)
+		return nil, err
 	}
 	if s.Len() > 0 {
 		defer d.release(&s)
 	}
 	if d.settles != nil && d.settles(info.FullMethod) {
-		return d.settleUnary(ctx, req, info.FullMethod, handler)
+		return d.settleUnary(ctx, req, info.FullMethod, handler, mk)
 	}
 	return handler(ctx, req)
 }
@@ -140,11 +151,10 @@ func (d *Door) StreamInterceptor() grpc.StreamServerInterceptor {
 				return err
 			}
 		}
-		if d.check != nil {
-			if err := d.check(ss.Context(), info.FullMethod); err != nil {
-				d.release(&s)
-				return err
-			}
+		mk, err := d.pass(ss.Context(), info.FullMethod)
+		if err != nil {
+			d.release(&s)
+			return err
 		}
 		if s.Len() > 0 {
 			defer d.release(&s)
@@ -152,13 +162,13 @@ func (d *Door) StreamInterceptor() grpc.StreamServerInterceptor {
 		if d.count != nil {
 			if counted := d.count(ss, info.FullMethod); counted != nil {
 				if d.settles != nil && d.settles(info.FullMethod) {
-					return Ended(counted, d.settleStream(srv, counted, info.FullMethod, handler))
+					return Ended(counted, d.settleStream(srv, counted, info.FullMethod, handler, mk))
 				}
 				return Ended(counted, handler(srv, counted))
 			}
 		}
 		if d.settles != nil && d.settles(info.FullMethod) {
-			return d.settleStream(srv, ss, info.FullMethod, handler)
+			return d.settleStream(srv, ss, info.FullMethod, handler, mk)
 		}
 		return handler(srv, ss)
 	}

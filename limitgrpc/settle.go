@@ -18,17 +18,20 @@ import (
 
 // InitSettle gives d the settlements of its policy's settled entries:
 // settles reports whether method's entry settles (its calls' trailers are
-// then recorded as the handler sets them), and settle settles a call of
-// method whose handler returned, with the trailer metadata it set, and
-// returns the tokens forgiven, verdict.KeptEstimate, verdict.SettleFailed,
-// or verdict.NoSettle. A handler that panics settles nothing. A generated
-// NewGRPC calls it once, after InitDoor, when its policy settles costs.
-// fromContext, when not nil, says which entries' handlers report their
-// cost through their context (verdict.ReportCost): their calls' contexts
-// hold a cell for it (verdict.WithCostCell).
-func InitSettle(d *Door, settles func(method string) bool, settle func(ctx context.Context, method string, trailer metadata.MD) int64,
-	fromContext func(method string) bool) {
-	d.settles, d.settle, d.fromContext = settles, settle, fromContext
+// then recorded as the handler sets them); admit is the check of every call
+// (check's, for an entry that does not settle), returning with its answer
+// what the entry's settlement needs of the check (the time its local rules
+// read, what a store's window counted); settle settles a call of method
+// whose handler returned, with the trailer metadata it set and its check's
+// mark, and returns the tokens forgiven, verdict.KeptEstimate,
+// verdict.SettleFailed, or verdict.NoSettle. A handler that panics settles
+// nothing. A generated NewGRPC calls it once, after InitDoor, when its
+// policy settles costs. fromContext, when not nil, says which entries'
+// handlers report their cost through their context (verdict.ReportCost):
+// their calls' contexts hold a cell for it (verdict.WithCostCell).
+func InitSettle(d *Door, settles func(method string) bool, admit func(ctx context.Context, method string) (verdict.Mark, error),
+	settle func(ctx context.Context, method string, trailer metadata.MD, mk verdict.Mark) int64, fromContext func(method string) bool) {
+	d.settles, d.admit, d.settle, d.fromContext = settles, admit, settle, fromContext
 }
 
 // SettleStats returns the door's settlement counts.
@@ -86,7 +89,7 @@ func (s *settledStream) SetTrailer(md metadata.MD) {
 
 // settleUnary runs a unary handler whose entry settles, and settles the
 // call with the trailers it set when it returns.
-func (d *Door) settleUnary(ctx context.Context, req any, method string, handler grpc.UnaryHandler) (any, error) {
+func (d *Door) settleUnary(ctx context.Context, req any, method string, handler grpc.UnaryHandler, mk verdict.Mark) (any, error) {
 	if d.fromContext != nil && d.fromContext(method) {
 		ctx = verdict.WithCostCell(ctx)
 	}
@@ -96,13 +99,13 @@ func (d *Door) settleUnary(ctx context.Context, req any, method string, handler 
 	if rec != nil {
 		md = rec.md
 	}
-	d.settled.Add(d.settle(ctx, method, md))
+	d.settled.Add(d.settle(ctx, method, md, mk))
 	return resp, err
 }
 
 // settleStream runs a stream handler whose entry settles, and settles the
 // stream with the trailers it set when it returns.
-func (d *Door) settleStream(srv any, ss grpc.ServerStream, method string, handler grpc.StreamHandler) error {
+func (d *Door) settleStream(srv any, ss grpc.ServerStream, method string, handler grpc.StreamHandler, mk verdict.Mark) error {
 	ctx := ss.Context()
 	if d.fromContext != nil && d.fromContext(method) {
 		ctx = verdict.WithCostCell(ctx)
@@ -112,6 +115,6 @@ func (d *Door) settleStream(srv any, ss grpc.ServerStream, method string, handle
 		rec = &trailerRecorder{}
 	}
 	err := handler(srv, &settledStream{ServerStream: ss, ctx: ctx, rec: rec})
-	d.settled.Add(d.settle(ctx, method, rec.md))
+	d.settled.Add(d.settle(ctx, method, rec.md, mk))
 	return err
 }

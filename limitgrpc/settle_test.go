@@ -158,6 +158,11 @@ func TestSettle(t *testing.T) {
 	if got := lims.Tokens.PeekAt("bob", now, 0).Remaining; got != 970 {
 		t.Fatalf("after a List of 800 that reported 30: %d held, want 970", got)
 	}
+	// The tier's window of the day gives back from what it counted at the
+	// check: the door carried the check's time to the settlement.
+	if got := lims.Daily.PeekAt("bob", now, 0).Remaining; got != 5000-30 {
+		t.Fatalf("the day's window after a List of 800 that reported 30: %d left, want %d", got, 5000-30)
+	}
 	if st := g.SettleStats(); st != (verdict.SettleStats{Settled: 4, Kept: 1}) {
 		t.Fatalf("settle stats %+v, want 4 settled and 1 kept", st)
 	}

@@ -30,7 +30,10 @@ type Door struct {
 	patterns []string
 	check    func(w http.ResponseWriter, r *http.Request, route int, path string) bool
 	acquire  func(w http.ResponseWriter, r *http.Request, route int, path string) (bool, atomicslot.Set)
-	settle   func(w http.ResponseWriter, r *http.Request, route int, path string) int64
+	// admit is the check of a policy of settled routes: check's, with what
+	// a settlement needs of it (verdict.Mark); settle settles.
+	admit  func(w http.ResponseWriter, r *http.Request, route int, path string) (bool, verdict.Mark)
+	settle func(w http.ResponseWriter, r *http.Request, route int, path string, mk verdict.Mark) int64
 	// fromContext says which routes settle from a cost their handler
 	// reports through its context; nil when none does.
 	fromContext func(route int) bool
@@ -116,11 +119,10 @@ func (d *Door) serveHeld(w http.ResponseWriter, r *http.Request, next http.Handl
 			}
 		}
 	}
-	for i := range routes.N {
-		if d.check != nil && !d.check(w, r, routes.Index[i], routes.Path[i]) {
-			d.release(held[:n])
-			return
-		}
+	var marks routeMarks
+	if !d.checkAll(w, r, &routes, &marks) {
+		d.release(held[:n])
+		return
 	}
 	if n > 0 {
 		defer d.release(held[:n])
@@ -128,22 +130,44 @@ func (d *Door) serveHeld(w http.ResponseWriter, r *http.Request, next http.Handl
 	r = d.withCostCell(r, &routes)
 	next.ServeHTTP(w, r)
 	if d.settle != nil {
-		d.settleAll(w, r, &routes)
+		d.settleAll(w, r, &routes, &marks)
 	}
+}
+
+// routeMarks are the marks of a request's checks (verdict.Mark), one per
+// entry of its Routes.
+type routeMarks [len(Routes{}.Index)]verdict.Mark
+
+// checkAll checks r against each of routes, and reports whether every one
+// lets it on; with settled routes, each check's mark is kept in marks for
+// its settlement.
+func (d *Door) checkAll(w http.ResponseWriter, r *http.Request, routes *Routes, marks *routeMarks) bool {
+	for i := range routes.N {
+		ok := true
+		switch {
+		case d.admit != nil:
+			ok, marks[i] = d.admit(w, r, routes.Index[i], routes.Path[i])
+		case d.check != nil:
+			ok = d.check(w, r, routes.Index[i], routes.Path[i])
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // serveSettled is serveHeld for a policy of settled routes and no in-flight
 // rules: every route's check, then next, then each settled route's
 // settlement when next returns normally (no slots to carry).
 func (d *Door) serveSettled(w http.ResponseWriter, r *http.Request, next http.Handler, routes Routes) {
-	for i := range routes.N {
-		if d.check != nil && !d.check(w, r, routes.Index[i], routes.Path[i]) {
-			return
-		}
+	var marks routeMarks
+	if !d.checkAll(w, r, &routes, &marks) {
+		return
 	}
 	r = d.withCostCell(r, &routes)
 	next.ServeHTTP(w, r)
-	d.settleAll(w, r, &routes)
+	d.settleAll(w, r, &routes, &marks)
 }
 
 // withCostCell is r with a cell for verdict.ReportCost in its context when

@@ -14,31 +14,37 @@ import (
 // each rule the route charged: given back when lower, owed as debt when
 // higher (atomicbucket.Table.SettleAt).
 
-// InitSettle gives d the settlements of its policy's settled routes: settle
+// InitSettle gives d the settlements of its policy's settled routes: admit
+// is the check of every route (check's, for a route that does not settle),
+// returning with its answer what the route's settlement needs of the check
+// (the time its local rules read, what a store's window counted); settle
 // settles a request of route (reading its keys' wildcards from path) whose
-// handler has returned, reading the actual cost from w's header map, and
-// returns the tokens forgiven, verdict.KeptEstimate, verdict.SettleFailed
-// (a shared rule's store could not settle), or verdict.NoSettle for a route
-// that does not settle. The door calls it for each route a request went through,
-// after the handler returns normally (not by a panic). A generated
-// NewMiddleware calls it once, after InitDoor, when its policy settles costs.
+// handler has returned, with the mark its check returned, reading the
+// actual cost from w's header map, and returns the tokens forgiven,
+// verdict.KeptEstimate, verdict.SettleFailed (a shared rule's store could
+// not settle), or verdict.NoSettle for a route that does not settle. The
+// door calls it for each route a request went through, after the handler
+// returns normally (not by a panic). A generated NewMiddleware calls it
+// once, after InitDoor, when its policy settles costs.
 //
 // fromContext, when not nil, says which routes' handlers report their cost
 // through their request's context (verdict.ReportCost): a request to one of
 // them reaches its handler with a context that holds a cell for it
 // (verdict.WithCostCell; a request's context and a copy of the request, a
 // few allocations those routes only pay).
-func InitSettle(d *Door, settle func(w http.ResponseWriter, r *http.Request, route int, path string) int64, fromContext func(route int) bool) {
-	d.settle, d.fromContext = settle, fromContext
+func InitSettle(d *Door, admit func(w http.ResponseWriter, r *http.Request, route int, path string) (bool, verdict.Mark),
+	settle func(w http.ResponseWriter, r *http.Request, route int, path string, mk verdict.Mark) int64, fromContext func(route int) bool) {
+	d.admit, d.settle, d.fromContext = admit, settle, fromContext
 }
 
 // SettleStats returns the door's settlement counts.
 func (d *Door) SettleStats() verdict.SettleStats { return d.settled.Stats() }
 
-// settleAll settles r on each of routes that settles.
-func (d *Door) settleAll(w http.ResponseWriter, r *http.Request, routes *Routes) {
+// settleAll settles r on each of routes that settles, with its check's
+// mark.
+func (d *Door) settleAll(w http.ResponseWriter, r *http.Request, routes *Routes, marks *routeMarks) {
 	for i := range routes.N {
-		d.settled.Add(d.settle(w, r, routes.Index[i], routes.Path[i]))
+		d.settled.Add(d.settle(w, r, routes.Index[i], routes.Path[i], marks[i]))
 	}
 }
 

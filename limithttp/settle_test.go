@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/verdict"
 )
 
@@ -59,7 +60,16 @@ func TestDoorSettles(t *testing.T) {
 			return !deny
 		})
 	var seen []string
-	InitSettle(&d, func(w http.ResponseWriter, r *http.Request, route int, _ string) int64 {
+	admit := func(w http.ResponseWriter, _ *http.Request, route int, _ string) (bool, verdict.Mark) {
+		if deny {
+			w.WriteHeader(http.StatusTooManyRequests)
+		}
+		return !deny, verdict.Mark{At: atomicbucket.Time(100 + route)}
+	}
+	InitSettle(&d, admit, func(w http.ResponseWriter, r *http.Request, route int, _ string, mk verdict.Mark) int64 {
+		if mk.At != atomicbucket.Time(100+route) {
+			t.Errorf("route %d settled with mark %+v, not its check's", route, mk)
+		}
 		switch route {
 		case 0:
 			v, ok := ActualCost(w.Header(), "X-Used")

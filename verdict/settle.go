@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"sync/atomic"
+
+	"github.com/limitgen/limitgen/atomicbucket"
 )
 
 // Settled costs at a door: a route (an entry) whose cost is settled after
@@ -25,6 +27,14 @@ const (
 	// estimate, as a request that never settles does.
 	SettleFailed int64 = -3
 )
+
+// Mark is what a settled request's check leaves for its settlement, the
+// door keeping it from one to the other: the time its local rules read (a
+// window gives back from the units it counted then). The zero Mark is a
+// check's that read nothing.
+type Mark struct {
+	At atomicbucket.Time
+}
 
 // SettleStats counts a door's settlements since it was made.
 type SettleStats struct {

@@ -148,7 +148,7 @@ func NewMiddleware(l *Limits) (*Middleware, error) {
 		Headers: limithttp.HeadersIETF,
 	}
 	limithttp.InitDoor(&m.Door, httpRouter, httpPatterns[:], m.checkRoute)
-	limithttp.InitSettle(&m.Door, m.settleRoute, httpSettleFromContext)
+	limithttp.InitSettle(&m.Door, m.admitRoute, m.settleRoute, httpSettleFromContext)
 	return m, nil
 }
 
@@ -159,21 +159,36 @@ func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route in
 	case 0:
 		return m.route1(w, r)
 	case 1:
-		return m.route2(w, r)
+		ok, _ := m.route2(w, r)
+		return ok
 	case 2:
-		return m.route3(w, r)
+		ok, _ := m.route3(w, r)
+		return ok
 	}
 	return true
 }
 
-// settleRoute settles a request of route (an index of httpPatterns) whose handler returned, reading
-// its keys' wildcards from path: verdict.NoSettle for a route that does not settle.
-func (m *Middleware) settleRoute(w http.ResponseWriter, r *http.Request, route int, path string) int64 {
+// admitRoute is checkRoute for a policy of settled routes: a settled route's check returns the mark
+// its settlement reads (verdict.Mark), any other's the zero Mark.
+func (m *Middleware) admitRoute(w http.ResponseWriter, r *http.Request, route int, path string) (bool, verdict.Mark) {
 	switch route {
 	case 1:
-		return m.settle2(w, r)
+		return m.route2(w, r)
 	case 2:
-		return m.settle3(w, r)
+		return m.route3(w, r)
+	}
+	return m.checkRoute(w, r, route, path), verdict.Mark{}
+}
+
+// settleRoute settles a request of route (an index of httpPatterns) whose handler returned, reading
+// its keys' wildcards from path, with the mark its check returned: verdict.NoSettle for a route that does
+// not settle.
+func (m *Middleware) settleRoute(w http.ResponseWriter, r *http.Request, route int, path string, mk verdict.Mark) int64 {
+	switch route {
+	case 1:
+		return m.settle2(w, r, mk)
+	case 2:
+		return m.settle3(w, r, mk)
 	}
 	return verdict.NoSettle
 }
@@ -182,7 +197,7 @@ func (m *Middleware) settleRoute(w http.ResponseWriter, r *http.Request, route i
 // response's X-Used, against the estimate the check took, with Tokens; it returns the tokens
 // forgiven beyond the rules' debt bounds, verdict.KeptEstimate, or verdict.SettleFailed when a
 // store could not settle.
-func (m *Middleware) settle2(w http.ResponseWriter, r *http.Request) int64 {
+func (m *Middleware) settle2(w http.ResponseWriter, r *http.Request, mk verdict.Mark) int64 {
 	k0, ok0 := m.ClientIP.Key(r.RemoteAddr, r.Header)
 	if !ok0 {
 		return verdict.KeptEstimate
@@ -203,7 +218,7 @@ func (m *Middleware) settle2(w http.ResponseWriter, r *http.Request) int64 {
 // verdict.ReportCost, against the estimate the check took, with Tokens; it returns the tokens
 // forgiven beyond the rules' debt bounds, verdict.KeptEstimate, or verdict.SettleFailed when a
 // store could not settle.
-func (m *Middleware) settle3(w http.ResponseWriter, r *http.Request) int64 {
+func (m *Middleware) settle3(w http.ResponseWriter, r *http.Request, mk verdict.Mark) int64 {
 	k0, ok0 := m.ClientIP.Key(r.RemoteAddr, r.Header)
 	if !ok0 {
 		return verdict.KeptEstimate
@@ -289,15 +304,16 @@ func (m *Middleware) route1(w http.ResponseWriter, r *http.Request) bool {
 	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
 
-// route2 checks POST /settled (rule Tokens, enforce) and reports whether the request may go on.
-func (m *Middleware) route2(w http.ResponseWriter, r *http.Request) bool {
+// route2 checks POST /settled (rule Tokens, enforce) and reports whether the request may go on,
+// with the mark its settlement reads.
+func (m *Middleware) route2(w http.ResponseWriter, r *http.Request) (bool, verdict.Mark) {
 	k0, ok0 := m.ClientIP.Key(r.RemoteAddr, r.Header)
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Tokens: route \\\"POST /settled\\\" reads it from the client address.\"}\n", verdict.Event{Route: "POST /settled", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 1, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Tokens: route \\\"POST /settled\\\" reads it from the client address.\"}\n", verdict.Event{Route: "POST /settled", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 1, Outcome: verdict.MissingKey}), verdict.Mark{}
 	}
 	cost, costOK := limithttp.HeaderCost(r, "X-Max", 10, 1000)
 	if !costOK {
-		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Max) is above the most a request may cost on route \\\"POST /settled\\\": 1000.\"}\n", verdict.Event{Route: "POST /settled", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 1, Outcome: verdict.TooCostly, Cost: cost})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Max) is above the most a request may cost on route \\\"POST /settled\\\": 1000.\"}\n", verdict.Event{Route: "POST /settled", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 1, Outcome: verdict.TooCostly, Cost: cost}), verdict.Mark{}
 	}
 	now := m.Now()
 	var res verdict.Result
@@ -312,18 +328,19 @@ func (m *Middleware) route2(w http.ResponseWriter, r *http.Request) bool {
 		res.Policy = genimpl.InForce(res.Policy, rf0)
 		res.Policies = genimpl.InForceList(res.Policy)
 	}
-	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0), verdict.Mark{At: now}
 }
 
-// route3 checks POST /reported (rule Tokens, enforce) and reports whether the request may go on.
-func (m *Middleware) route3(w http.ResponseWriter, r *http.Request) bool {
+// route3 checks POST /reported (rule Tokens, enforce) and reports whether the request may go on,
+// with the mark its settlement reads.
+func (m *Middleware) route3(w http.ResponseWriter, r *http.Request) (bool, verdict.Mark) {
 	k0, ok0 := m.ClientIP.Key(r.RemoteAddr, r.Header)
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Tokens: route \\\"POST /reported\\\" reads it from the client address.\"}\n", verdict.Event{Route: "POST /reported", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 2, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule Tokens: route \\\"POST /reported\\\" reads it from the client address.\"}\n", verdict.Event{Route: "POST /reported", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 2, Outcome: verdict.MissingKey}), verdict.Mark{}
 	}
 	cost, costOK := limithttp.HeaderCost(r, "X-Max", 10, 1000)
 	if !costOK {
-		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Max) is above the most a request may cost on route \\\"POST /reported\\\": 1000.\"}\n", verdict.Event{Route: "POST /reported", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 2, Outcome: verdict.TooCostly, Cost: cost})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Max) is above the most a request may cost on route \\\"POST /reported\\\": 1000.\"}\n", verdict.Event{Route: "POST /reported", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 2, Outcome: verdict.TooCostly, Cost: cost}), verdict.Mark{}
 	}
 	now := m.Now()
 	var res verdict.Result
@@ -338,5 +355,5 @@ func (m *Middleware) route3(w http.ResponseWriter, r *http.Request) bool {
 		res.Policy = genimpl.InForce(res.Policy, rf0)
 		res.Policies = genimpl.InForceList(res.Policy)
 	}
-	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0), verdict.Mark{At: now}
 }

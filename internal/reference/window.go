@@ -76,18 +76,23 @@ func (w *Window) inWindow(log []Admission, t int64) []Admission {
 // live returns what of key's log is in the window at t, and whether the key
 // is held. It keeps the newest admission, which says when the key may be
 // forgotten.
+//
+// It keeps too what left the window within Grace before t: a window given
+// back to nothing (giveBack) is forgotten a Grace after its last unit
+// left, as the runtime's is (a check whose clock reading was up to Grace
+// behind found that unit in the window).
 func (w *Window) live(key string, t int64) ([]Admission, bool) {
 	log, held := w.logs[key]
 	if !held {
 		return nil, false
 	}
-	in := w.inWindow(log, t)
-	if len(in) == 0 && len(log) > 0 {
+	kept := w.inWindow(log, t-w.p.Grace)
+	if len(kept) == 0 && len(log) > 0 {
 		w.logs[key] = log[len(log)-1:]
 	} else {
-		w.logs[key] = in
+		w.logs[key] = kept
 	}
-	return in, true
+	return w.inWindow(kept, t), true
 }
 
 // held is the time as made of an admission at t: the last nanosecond of its
@@ -128,10 +133,12 @@ func (w *Window) waitFor(log []Admission, t, room int64) time.Duration {
 func (w *Window) decide(log []Admission, t, cost int64) Decision {
 	in := sumCost(log)
 	reset := func(log []Admission) time.Duration {
-		if len(log) == 0 {
-			return 0
+		for i := len(log) - 1; i >= 0; i-- {
+			if log[i].Cost > 0 { // not a give-back's mark (giveBack)
+				return time.Duration(log[i].At + w.p.Window - t)
+			}
 		}
-		return time.Duration(log[len(log)-1].At + w.p.Window - t)
+		return 0
 	}
 	// What is left is never below 0: a settlement's excess may have put
 	// more than the limit in the window.
@@ -168,24 +175,32 @@ func (w *Window) AllowN(key string, t, cost int64) Decision {
 	}
 	d := w.decide(log, t, cost)
 	if d.Allowed && cost > 0 {
-		w.logs[key] = append(log, Admission{Key: key, At: w.held(t), Cost: cost})
+		w.logs[key] = append(w.logs[key], Admission{Key: key, At: w.held(t), Cost: cost})
 	}
 	return d
 }
 
-// Settle settles a request of key admitted at estimate whose actual cost is
-// actual, at t, and returns the units forgiven: a higher actual logs the
-// excess at t, at most Limit of it, whatever the window holds (a key
-// without a log gets one, as an admission would; a new key at the cap
-// none, and all of it is forgiven); a lower one gives nothing back.
-func (w *Window) Settle(key string, t, estimate, actual int64) (forgiven int64) {
-	if estimate < 0 || actual <= estimate {
+// Settle settles a request of key admitted (by a check at time at) at
+// estimate whose actual cost is actual, at t, and returns the units
+// forgiven: a higher actual logs the excess at t, at most Limit of it,
+// whatever the window holds (a key without a log gets one, as an admission
+// would; a new key at the cap none, and all of it is forgiven); a lower
+// one gives the difference back from what the window logged at the
+// admission's time (held(at): the request's own units, and any other
+// admission's of the same grain), as far as they are still in the window:
+// the request then counts its actual cost from when it was admitted.
+func (w *Window) Settle(key string, t, at, estimate, actual int64) (forgiven int64) {
+	if estimate < 0 || actual < 0 || actual == estimate {
 		return 0
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if actual < estimate {
+		w.giveBack(key, t, w.held(at), estimate-actual)
+		return 0
+	}
 	excess := actual - estimate
-	log, held := w.live(key, t)
+	_, held := w.live(key, t)
 	if !held && w.p.MaxKeys > 0 && int64(len(w.logs)) >= w.p.MaxKeys {
 		if t >= w.lastCap+w.p.CapSpacing {
 			w.lastCap = t
@@ -196,8 +211,36 @@ func (w *Window) Settle(key string, t, estimate, actual int64) (forgiven int64) 
 		}
 	}
 	c := min(excess, w.p.Limit)
-	w.logs[key] = append(log, Admission{Key: key, At: w.held(t), Cost: c})
+	w.logs[key] = append(w.logs[key], Admission{Key: key, At: w.held(t), Cost: c})
 	return excess - c
+}
+
+// giveBack takes up to back units out of key's log at t from the
+// admissions logged at the time at, if still in the window, newest first.
+func (w *Window) giveBack(key string, t, at, back int64) {
+	if _, held := w.live(key, t); !held || at+w.p.Window <= t {
+		return
+	}
+	log := w.logs[key]
+	out := log[:0:0]
+	for i := len(log) - 1; i >= 0; i-- {
+		a := log[i]
+		if a.At == at && back > 0 {
+			take := min(back, a.Cost)
+			a.Cost -= take
+			back -= take
+		}
+		if a.Cost > 0 {
+			out = append(out, a)
+		}
+	}
+	slices.Reverse(out)
+	if newest := log[len(log)-1].At; len(out) == 0 || out[len(out)-1].At < newest {
+		// A give-back forgets no sooner: the key is held as long as its
+		// newest admission would have held it (emptyAt).
+		out = append(out, Admission{Key: key, At: newest})
+	}
+	w.logs[key] = out
 }
 
 // emptyAt is when a held key's window, whose log (or newest admission) is
@@ -267,10 +310,10 @@ func (w *Window) Peek(key string, t, cost int64) Decision {
 func (w *Window) Refund(key string, t, cost int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	log, _ := w.live(key, t)
-	if len(log) == 0 {
+	if in, _ := w.live(key, t); len(in) == 0 {
 		return
 	}
+	log := w.logs[key]
 	for len(log) > 0 && cost > 0 {
 		last := &log[len(log)-1]
 		take := min(cost, last.Cost)

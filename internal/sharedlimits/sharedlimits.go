@@ -1770,7 +1770,7 @@ func (l *QuotaLimiter) Settle(ctx context.Context, key string, estimate, actual 
 	if w := l.sh.Windows[0]; w != nil {
 		return w.Settle(ctx, key, estimate, actual)
 	}
-	return l.local.Settle(key, estimate, actual), nil
+	return l.local.Settle(key, 0, estimate, actual), nil
 }
 
 // Reset empties key's window on the store given to New, so that what it admitted no longer counts
@@ -1880,7 +1880,7 @@ func (l *QuotaWideLimiter) Settle(ctx context.Context, key uint64, estimate, act
 	if w := l.sh.Windows[1]; w != nil {
 		return w.Settle(ctx, strconv.FormatUint(uint64(key), 10), estimate, actual)
 	}
-	return l.local.Settle(key, estimate, actual), nil
+	return l.local.Settle(key, 0, estimate, actual), nil
 }
 
 // Reset empties key's window on the store given to New, so that what it admitted no longer counts
@@ -1998,20 +1998,20 @@ func (l *QuotaPlanLocalLimiter) PeekAt(plan Plan, key string, now atomicbucket.T
 	return l.s[plan].PeekAt(key, now, cost)
 }
 
-// Settle settles now a request admitted at cost estimate whose actual cost is actual: a higher actual counts the excess in the window now (at most the limit; the rest forgiven, and returned), a lower one gives nothing back (atomicwindow.Table.SettleAt); 0 for a plan outside the constants.
-func (l *QuotaPlanLocalLimiter) Settle(plan Plan, key string, estimate, actual int64) int64 {
+// Settle settles now a request admitted by a check at time admitted at cost estimate, whose actual cost is actual: a higher actual counts the excess in the window now (at most the limit; the rest forgiven, and returned), a lower one gives the difference back from the units counted at the admission's grain while they are in the window (atomicwindow.Table.SettleAt); 0 for a plan outside the constants.
+func (l *QuotaPlanLocalLimiter) Settle(plan Plan, key string, admitted atomicbucket.Time, estimate, actual int64) int64 {
 	if plan >= numPlans {
 		return 0
 	}
-	return l.s[plan].SettleAt(key, atomicbucket.Now(), estimate, actual)
+	return l.s[plan].SettleAt(key, atomicbucket.Now(), admitted, estimate, actual)
 }
 
 // SettleAt is Settle at time now.
-func (l *QuotaPlanLocalLimiter) SettleAt(plan Plan, key string, now atomicbucket.Time, estimate, actual int64) int64 {
+func (l *QuotaPlanLocalLimiter) SettleAt(plan Plan, key string, now, admitted atomicbucket.Time, estimate, actual int64) int64 {
 	if plan >= numPlans {
 		return 0
 	}
-	return l.s[plan].SettleAt(key, now, estimate, actual)
+	return l.s[plan].SettleAt(key, now, admitted, estimate, actual)
 }
 
 // Reset empties key's window on every plan now: what it admitted no longer counts (a customer's quota
@@ -2165,7 +2165,7 @@ func (l *QuotaPlanLimiter) Settle(ctx context.Context, plan Plan, key string, es
 	if w := l.sh.Windows[2+int(plan)]; w != nil {
 		return w.Settle(ctx, key, estimate, actual)
 	}
-	return l.local.Settle(plan, key, estimate, actual), nil
+	return l.local.Settle(plan, key, 0, estimate, actual), nil
 }
 
 // Reset empties key's window on the store given to New, so that what it admitted no longer counts
@@ -2256,7 +2256,7 @@ func (l *QuotaLeasedLimiter) Settle(ctx context.Context, key string, estimate, a
 	if w := l.sh.Windows[4]; w != nil {
 		return w.Settle(ctx, key, estimate, actual)
 	}
-	return l.local.Settle(key, estimate, actual), nil
+	return l.local.Settle(key, 0, estimate, actual), nil
 }
 
 // Reset empties key's window on the store given to New, so that what it admitted no longer counts
@@ -2543,7 +2543,7 @@ func (l *MeterWindowLimiter) Settle(ctx context.Context, key string, estimate, a
 	if w := l.sh.Windows[5]; w != nil {
 		return w.Settle(ctx, key, estimate, actual)
 	}
-	return l.local.Settle(key, estimate, actual), nil
+	return l.local.Settle(key, 0, estimate, actual), nil
 }
 
 // Reset empties key's window on the store given to New, so that what it admitted no longer counts
@@ -3453,7 +3453,7 @@ func (l *ChatHourLimiter) Settle(ctx context.Context, key string, estimate, actu
 	if w := l.sh.Windows[6]; w != nil {
 		return w.Settle(ctx, key, estimate, actual)
 	}
-	return l.local.Settle(key, estimate, actual), nil
+	return l.local.Settle(key, 0, estimate, actual), nil
 }
 
 // Reset empties key's window on the store given to New, so that what it admitted no longer counts
@@ -4881,7 +4881,7 @@ func NewMiddleware(l *Limits, h Hooks) (*Middleware, error) {
 	}
 	limithttp.InitDoor(&m.Door, httpRouter, httpPatterns[:], m.checkRoute)
 	limithttp.InitSlots(&m.Door, m.acquireRoute)
-	limithttp.InitSettle(&m.Door, m.settleRoute, nil)
+	limithttp.InitSettle(&m.Door, m.admitRoute, m.settleRoute, nil)
 	return m, nil
 }
 
@@ -4900,7 +4900,8 @@ func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route in
 	case 5:
 		return m.route6(w, r, path)
 	case 6:
-		return m.route7(w, r)
+		ok, _ := m.route7(w, r)
+		return ok
 	}
 	return true
 }
@@ -4918,12 +4919,23 @@ func (m *Middleware) acquireRoute(w http.ResponseWriter, r *http.Request, route 
 	return true, atomicslot.Set{}
 }
 
-// settleRoute settles a request of route (an index of httpPatterns) whose handler returned, reading
-// its keys' wildcards from path: verdict.NoSettle for a route that does not settle.
-func (m *Middleware) settleRoute(w http.ResponseWriter, r *http.Request, route int, path string) int64 {
+// admitRoute is checkRoute for a policy of settled routes: a settled route's check returns the mark
+// its settlement reads (verdict.Mark), any other's the zero Mark.
+func (m *Middleware) admitRoute(w http.ResponseWriter, r *http.Request, route int, path string) (bool, verdict.Mark) {
 	switch route {
 	case 6:
-		return m.settle7(w, r)
+		return m.route7(w, r)
+	}
+	return m.checkRoute(w, r, route, path), verdict.Mark{}
+}
+
+// settleRoute settles a request of route (an index of httpPatterns) whose handler returned, reading
+// its keys' wildcards from path, with the mark its check returned: verdict.NoSettle for a route that does
+// not settle.
+func (m *Middleware) settleRoute(w http.ResponseWriter, r *http.Request, route int, path string, mk verdict.Mark) int64 {
+	switch route {
+	case 6:
+		return m.settle7(w, r, mk)
 	}
 	return verdict.NoSettle
 }
@@ -4932,7 +4944,7 @@ func (m *Middleware) settleRoute(w http.ResponseWriter, r *http.Request, route i
 // response's X-Tokens-Used, against the estimate the check took, with ChatTokens, ChatHour; it
 // returns the tokens forgiven beyond the rules' debt bounds, verdict.KeptEstimate, or
 // verdict.SettleFailed when a store could not settle.
-func (m *Middleware) settle7(w http.ResponseWriter, r *http.Request) int64 {
+func (m *Middleware) settle7(w http.ResponseWriter, r *http.Request, mk verdict.Mark) int64 {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
@@ -5233,25 +5245,26 @@ func (m *Middleware) route6(w http.ResponseWriter, r *http.Request, path string)
 	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
 }
 
-// route7 checks POST /chat (tier Chat, enforce) and reports whether the request may go on.
-func (m *Middleware) route7(w http.ResponseWriter, r *http.Request) bool {
+// route7 checks POST /chat (tier Chat, enforce) and reports whether the request may go on, with the
+// mark its settlement reads.
+func (m *Middleware) route7(w http.ResponseWriter, r *http.Request) (bool, verdict.Mark) {
 	var k0 string
 	var ok0 bool
 	k0, ok0 = m.hooks.UserID(r)
 	ok0 = ok0 && k0 != "" && len(k0) <= verdict.MaxKeyLen
 	if !ok0 {
-		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule ChatTokens: route \\\"POST /chat\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /chat", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 9, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule ChatTokens: route \\\"POST /chat\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /chat", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 9, Outcome: verdict.MissingKey}), verdict.Mark{}
 	}
 	var k1 string
 	var ok1 bool
 	k1, ok1 = m.hooks.UserID(r)
 	ok1 = ok1 && k1 != "" && len(k1) <= verdict.MaxKeyLen
 	if !ok1 {
-		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule ChatHour: route \\\"POST /chat\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /chat", Tier: "Chat", Rule: "ChatHour", RuleIndex: int(RuleChatHour), Series: 10, Outcome: verdict.MissingKey})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule ChatHour: route \\\"POST /chat\\\" reads it from the caller's identity, as the service establishes it.\"}\n", verdict.Event{Route: "POST /chat", Tier: "Chat", Rule: "ChatHour", RuleIndex: int(RuleChatHour), Series: 10, Outcome: verdict.MissingKey}), verdict.Mark{}
 	}
 	cost, costOK := limithttp.HeaderCost(r, "X-Max-Tokens", 100, 1000)
 	if !costOK {
-		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Max-Tokens) is above the most a request may cost on route \\\"POST /chat\\\": 1000.\"}\n", verdict.Event{Route: "POST /chat", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 9, Outcome: verdict.TooCostly, Cost: cost})
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Max-Tokens) is above the most a request may cost on route \\\"POST /chat\\\": 1000.\"}\n", verdict.Event{Route: "POST /chat", Tier: "Chat", Rule: "ChatTokens", RuleIndex: int(RuleChatTokens), Series: 9, Outcome: verdict.TooCostly, Cost: cost}), verdict.Mark{}
 	}
 	tr := m.limits.checkSharedChat(r.Context(), k0, k1, cost, false)
 	td := tr.TierDecision
@@ -5279,7 +5292,7 @@ func (m *Middleware) route7(w http.ResponseWriter, r *http.Request) bool {
 			res.Policy = p1
 		}
 	}
-	return m.Config.Respond(w, r, verdict.Enforce, &res, k0)
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0), verdict.Mark{}
 }
 
 // plan is the request's plan, from func:PlanOf, or free.

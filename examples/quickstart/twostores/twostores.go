@@ -433,7 +433,7 @@ func (l *InvoiceQuotaLimiter) Settle(ctx context.Context, key string, estimate, 
 	if w := l.sh.Windows[0]; w != nil {
 		return w.Settle(ctx, key, estimate, actual)
 	}
-	return l.local.Settle(key, estimate, actual), nil
+	return l.local.Settle(key, 0, estimate, actual), nil
 }
 
 // Reset empties key's window on the store given to New, so that what it admitted no longer counts

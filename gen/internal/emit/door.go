@@ -315,6 +315,9 @@ func emitKey(d *door, k, ok string, t string, srcs []model.KeySource, ord int, p
 func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code {
 	mode := vd(r.Mode)
 	recv := d.r
+	// A settled route's check returns its mark for the settlement
+	// (verdict.Mark): the time its local rules read.
+	marked := markedRoute(d, r)
 	event := func(rule int, outcome string, cost jen.Code) jen.Code {
 		kv := []jen.Code{
 			field("Route", jen.Lit(r.Pattern)),
@@ -338,8 +341,13 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 		if d.prefix == "rls" { // a descriptor's status has neither code nor message
 			args = append(slices.Clone(d.reject), mode, ev)
 		}
-		if d.message {
+		switch {
+		case d.message:
 			return jen.Return(vd("Result").Values(), jen.Lit(""), recv().Dot("Config").Dot("Reject").Call(args...))
+		case marked && d.prefix == "http":
+			return jen.Return(recv().Dot("Config").Dot("Reject").Call(args...), vd("Mark").Values())
+		case marked:
+			return jen.Return(vd("Mark").Values(), recv().Dot("Config").Dot("Reject").Call(args...))
 		}
 		return jen.Return(recv().Dot("Config").Dot("Reject").Call(args...))
 	}
@@ -391,8 +399,10 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 			jen.If(jen.Op("!").Id("costOK")).Block(reject(d.tooCostly, jen.Lit(r.CostBody), event(firstRule, "TooCostly", jen.Id("cost")))))
 	}
 	sharedRoute := r.Rule >= 0 && m.Rules[r.Rule].Shared || r.Tier >= 0 && m.Tiers[r.Tier].Shared
+	mark := vd("Mark").Values()
 	if !sharedRoute && !d.nowParam { // a shared rule or tier is decided on the store's clock
 		body = append(body, jen.Id("now").Op(":=").Add(recv()).Dot(d.now).Call())
+		mark = vd("Mark").Values(jen.Dict{jen.Id("At"): jen.Id("now")})
 	}
 	routes := d.prefix + "Routes"
 	res := []resField{}
@@ -505,12 +515,16 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 			),
 		)
 	}
-	if d.message {
+	respond := recv().Dot("Config").Dot("Respond").Call(append(slices.Clone(d.respond), mode, jen.Op("&").Id("res"), keyArg)...)
+	switch {
+	case d.message:
 		body = append(body, jen.Return(jen.Id("res"), keyArg, jen.Nil()))
-	} else {
-		body = append(body,
-			jen.Return(recv().Dot("Config").Dot("Respond").Call(append(slices.Clone(d.respond), mode, jen.Op("&").Id("res"), keyArg)...)),
-		)
+	case marked && d.prefix == "http":
+		body = append(body, jen.Return(respond, mark))
+	case marked:
+		body = append(body, jen.Return(mark, respond))
+	default:
+		body = append(body, jen.Return(respond))
 	}
 	what := "rule " + m.Rules[firstRule].Name
 	if r.Tier >= 0 {
@@ -532,9 +546,24 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 	if d.prefix == "http" && !readsPath(r.Keys) { // the path is read for its wildcards only
 		params = params[:len(params)-1]
 	}
+	result := d.result
+	switch {
+	case marked && d.prefix == "http":
+		result = jen.Params(jen.Bool(), vd("Mark"))
+		doc = strings.TrimSuffix(doc, ".") + ", with the mark its settlement reads."
+	case marked:
+		result = jen.Params(vd("Mark"), jen.Error())
+		doc = strings.TrimSuffix(doc, ".") + ", with the mark its settlement reads."
+	}
 	return jen.Line().
 		Add(comment(doc)).
-		Func().Params(recv().Op("*").Id(d.typ)).Id(d.entryName(i)).Params(params...).Add(d.result).Block(body...).Line()
+		Func().Params(recv().Op("*").Id(d.typ)).Id(d.entryName(i)).Params(params...).Add(result).Block(body...).Line()
+}
+
+// markedRoute says whether route (entry) r of d is settled, its check
+// returning the mark its settlement reads (verdict.Mark).
+func markedRoute(d *door, r model.Route) bool {
+	return settleRoute(r) && !d.message && (d.prefix == "http" || d.prefix == "grpc")
 }
 
 // readsPath says whether one of keys (a route's, per rule) is read from its

@@ -240,7 +240,7 @@ func emitMiddleware(m *model.Model) jen.Code {
 	if h.Challenge != "" {
 		cfg = append(cfg, field("Challenge", jen.Lit(h.Challenge)))
 	}
-	var cases, slotCases, patternLits []jen.Code
+	var cases, slotCases, admitCases, patternLits []jen.Code
 	var patterns []string
 	for i, r := range h.Routes {
 		patterns = append(patterns, r.Pattern)
@@ -258,7 +258,13 @@ func emitMiddleware(m *model.Model) jen.Code {
 			slotCases = append(slotCases, jen.Case(jen.Lit(i)).Block(jen.Return(jen.Id("m").Dot("acquire"+strconv.Itoa(i+1)).Call(args(slotKeys(r))...))))
 		}
 		if checkRoute(r) {
-			cases = append(cases, jen.Case(jen.Lit(i)).Block(jen.Return(jen.Id("m").Dot(routeFunc(i)).Call(args(r.Keys)...))))
+			call := jen.Id("m").Dot(routeFunc(i)).Call(args(r.Keys)...)
+			if settleRoute(r) { // its check returns its mark too
+				cases = append(cases, jen.Case(jen.Lit(i)).Block(jen.List(jen.Id("ok"), jen.Id("_")).Op(":=").Add(call), jen.Return(jen.Id("ok"))))
+				admitCases = append(admitCases, jen.Case(jen.Lit(i)).Block(jen.Return(call.Clone())))
+			} else {
+				cases = append(cases, jen.Case(jen.Lit(i)).Block(jen.Return(call)))
+			}
 		}
 	}
 	// checkRoute is what the door calls for each route a request may be
@@ -286,6 +292,17 @@ func emitMiddleware(m *model.Model) jen.Code {
 			Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("acquireRoute").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("route").Int(), jen.Id("path").String()).Params(jen.Bool(), jen.Qual(slotPath, "Set")).Block(
 			jen.Switch(jen.Id("route")).Block(slotCases...),
 			jen.Return(jen.True(), jen.Qual(slotPath, "Set").Values()),
+		).Line()
+	}
+	if len(admitCases) > 0 {
+		// admitRoute is the check of a policy of settled routes: a settled
+		// route's returns its mark for the settlement.
+		checkRoute = jen.Add(checkRoute).Line().
+			Comment("admitRoute is checkRoute for a policy of settled routes: a settled route's check returns the mark").Line().
+			Comment("its settlement reads (verdict.Mark), any other's the zero Mark.").Line().
+			Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("admitRoute").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("route").Int(), jen.Id("path").String()).Params(jen.Bool(), vd("Mark")).Block(
+			jen.Switch(jen.Id("route")).Block(admitCases...),
+			jen.Return(jen.Id("m").Dot("checkRoute").Call(jen.Id("w"), jen.Id("r"), jen.Id("route"), jen.Id("path")), vd("Mark").Values()),
 		).Line()
 	}
 	initSettle, settleFuncs := emitSettleDispatch(m, httpDoor(m))

@@ -81,7 +81,7 @@ func emitGRPCType(m *model.Model) jen.Code {
 	checks := nilHooks(m.Pkg+": NewGRPC: GRPCHooks.", g.Hooks)
 	judge, logDoc := judgeOf(&g.Jitter, "grpcSeries", g.LogDenials)
 	cfg := []jen.Code{judge, field("Metadata", lg(g.Metadata))}
-	var methodCases, serviceCases, entryCases, slotCases, names []jen.Code
+	var methodCases, serviceCases, entryCases, admitCases, slotCases, names []jen.Code
 	var listed []string
 	for i, r := range g.Routes {
 		names = append(names, jen.Lit(r.Pattern))
@@ -99,7 +99,13 @@ func emitGRPCType(m *model.Model) jen.Code {
 			slotCases = append(slotCases, jen.Case(jen.Lit(i)).Block(jen.Return(jen.Id("g").Dot("acquireEntry"+strconv.Itoa(i+1)).Call(jen.Id("ctx"), jen.Id("method")))))
 		}
 		if checkRoute(r) {
-			entryCases = append(entryCases, jen.Case(jen.Lit(i)).Block(jen.Return(jen.Id("g").Dot("entry"+strconv.Itoa(i+1)).Call(jen.Id("ctx"), jen.Id("method")))))
+			call := jen.Id("g").Dot("entry"+strconv.Itoa(i+1)).Call(jen.Id("ctx"), jen.Id("method"))
+			if settleRoute(r) { // its check returns its mark too
+				entryCases = append(entryCases, jen.Case(jen.Lit(i)).Block(jen.List(jen.Id("_"), jen.Err()).Op(":=").Add(call), jen.Return(jen.Err())))
+				admitCases = append(admitCases, jen.Case(jen.Lit(i)).Block(jen.Return(call.Clone())))
+			} else {
+				entryCases = append(entryCases, jen.Case(jen.Lit(i)).Block(jen.Return(call)))
+			}
 		}
 	}
 	var entryBody []jen.Code
@@ -116,6 +122,13 @@ func emitGRPCType(m *model.Model) jen.Code {
 		checkFunc = jen.Comment("check checks a call of method against its entry and returns the status that ends it, or nil.").Line().
 			Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("check").Params(jen.Id("ctx").Add(ctxType()), jen.Id("method").String()).Error().Block(
 			jen.Switch(jen.Id("grpcEntry").Call(jen.Id("method"))).Block(entryCases...), jen.Return(jen.Nil())).Line().Line()
+	}
+	if len(admitCases) > 0 {
+		checkFunc = jen.Add(checkFunc).
+			Comment("admit is check for a policy of settled entries: a settled entry's check returns the mark its").Line().
+			Comment("settlement reads (verdict.Mark), any other's the zero Mark.").Line().
+			Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("admit").Params(jen.Id("ctx").Add(ctxType()), jen.Id("method").String()).Params(vd("Mark"), jen.Error()).Block(
+			jen.Switch(jen.Id("grpcEntry").Call(jen.Id("method"))).Block(admitCases...), jen.Return(vd("Mark").Values(), jen.Id("g").Dot("check").Call(jen.Id("ctx"), jen.Id("method")))).Line().Line()
 	}
 	var initSlots jen.Code = jen.Null() // entries of in-flight rules: their slots, taken after the check
 	if len(slotCases) > 0 {

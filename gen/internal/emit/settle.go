@@ -52,6 +52,7 @@ func settleParams(d *door, r model.Route) (params []jen.Code, actual jen.Code) {
 // keeps its estimate.
 func emitSettle(m *model.Model, d *door, i int, r model.Route) jen.Code {
 	params, actual := settleParams(d, r)
+	params = append(params, jen.Id("mk").Add(vd("Mark")))
 	kept := jen.Return(vd("KeptEstimate"))
 	var body []jen.Code
 	keys := make([]jen.Code, len(r.Rules))
@@ -118,7 +119,11 @@ func emitSettle(m *model.Model, d *door, i int, r model.Route) jen.Code {
 				).Else().Block(jen.Id("forgiven").Op("=").Add(gi("AddForgiven")).Call(jen.Id("forgiven"), jen.Id("f"))))
 			continue
 		}
-		call := limiter.Dot("SettleAt").Call(append(args, jen.Id("now"), jen.Id("cost"), jen.Id("actual"))...)
+		at := []jen.Code{jen.Id("now")}
+		if rule.IsWindow() { // a window gives back from what it counted at the check's time
+			at = append(at, jen.Id("mk").Dot("At"))
+		}
+		call := limiter.Dot("SettleAt").Call(append(append(args, at...), jen.Id("cost"), jen.Id("actual"))...)
 		switch {
 		case len(shared) > 0:
 			body = append(body, jen.Id("forgiven").Op("=").Add(gi("AddForgiven")).Call(jen.Id("forgiven"), call))
@@ -167,6 +172,7 @@ func emitSettleDispatch(m *model.Model, d *door) (initSettle, funcs jen.Code) {
 		} else {
 			args = []jen.Code{jen.Id("ctx"), jen.Id("trailer")}
 		}
+		args = append(args, jen.Id("mk"))
 		cases = append(cases, jen.Case(jen.Lit(i)).Block(jen.Return(d.r().Dot(settleFunc(d, i)).Call(args...))))
 		methods = append(methods, jen.Lit(i))
 		if r.SettleContext {
@@ -193,25 +199,26 @@ func emitSettleDispatch(m *model.Model, d *door) (initSettle, funcs jen.Code) {
 		).Line()
 	}
 	if d.prefix == "http" {
-		return lh("InitSettle").Call(jen.Op("&").Id("m").Dot("Door"), jen.Id("m").Dot("settleRoute"), fromContext),
+		return lh("InitSettle").Call(jen.Op("&").Id("m").Dot("Door"), jen.Id("m").Dot("admitRoute"), jen.Id("m").Dot("settleRoute"), fromContext),
 			jen.Line().
 				Comment("settleRoute settles a request of route (an index of httpPatterns) whose handler returned, reading").Line().
-				Comment("its keys' wildcards from path: verdict.NoSettle for a route that does not settle.").Line().
-				Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("settleRoute").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("route").Int(), jen.Id("path").String()).Int64().Block(
+				Comment("its keys' wildcards from path, with the mark its check returned: verdict.NoSettle for a route that does").Line().
+				Comment("not settle.").Line().
+				Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("settleRoute").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("route").Int(), jen.Id("path").String(), jen.Id("mk").Add(vd("Mark"))).Int64().Block(
 				jen.Switch(jen.Id("route")).Block(cases...),
 				jen.Return(vd("NoSettle")),
 			).Line().Add(g)
 	}
-	return lg("InitSettle").Call(jen.Op("&").Id("g").Dot("Door"), jen.Id("grpcSettles"), jen.Id("g").Dot("settle"), fromContext),
+	return lg("InitSettle").Call(jen.Op("&").Id("g").Dot("Door"), jen.Id("grpcSettles"), jen.Id("g").Dot("admit"), jen.Id("g").Dot("settle"), fromContext),
 		jen.Line().
 			Comment("grpcSettles reports whether method's entry settles its cost from the call's trailer metadata.").Line().
 			Func().Id("grpcSettles").Params(jen.Id("method").String()).Bool().Block(
 			jen.Switch(jen.Id("grpcEntry").Call(jen.Id("method"))).Block(jen.Case(methods...).Block(jen.Return(jen.True()))),
 			jen.Return(jen.False()),
 		).Line().Line().
-			Comment("settle settles a call of method whose handler ended, with the trailer metadata it set:").Line().
-			Comment("verdict.NoSettle for an entry that does not settle.").Line().
-			Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("settle").Params(jen.Id("ctx").Add(ctxType()), jen.Id("method").String(), jen.Id("trailer").Qual(metadataPath, "MD")).Int64().Block(
+			Comment("settle settles a call of method whose handler ended, with the trailer metadata it set and the mark").Line().
+			Comment("its check returned: verdict.NoSettle for an entry that does not settle.").Line().
+			Func().Params(jen.Id("g").Op("*").Id("GRPC")).Id("settle").Params(jen.Id("ctx").Add(ctxType()), jen.Id("method").String(), jen.Id("trailer").Qual(metadataPath, "MD"), jen.Id("mk").Add(vd("Mark"))).Int64().Block(
 			jen.Switch(jen.Id("grpcEntry").Call(jen.Id("method"))).Block(cases...),
 			jen.Return(vd("NoSettle")),
 		).Line().Add(g)

@@ -367,10 +367,11 @@ func emitPlannedWindow(m *model.Model, r model.Rule, typ, ctor, doc string) jen.
 	method("PeekAt", "is Peek at time now.", params(nowP, costP), rt("Decision"), never,
 		target.Clone().Dot("PeekAt").Call(args(now, cost)...))
 	settleP := jen.List(jen.Id("estimate"), jen.Id("actual")).Int64()
-	method("Settle", "settles now a request admitted at cost estimate whose actual cost is actual: a higher actual counts the excess in the window now (at most the limit; the rest forgiven, and returned), a lower one gives nothing back (atomicwindow.Table.SettleAt); 0 for a plan outside the constants.",
-		params(settleP), jen.Int64(), jen.Lit(0), target.Clone().Dot("SettleAt").Call(args(rt("Now").Call(), jen.Id("estimate"), jen.Id("actual"))...))
-	method("SettleAt", "is Settle at time now.", params(nowP, settleP), jen.Int64(), jen.Lit(0),
-		target.Clone().Dot("SettleAt").Call(args(now, jen.Id("estimate"), jen.Id("actual"))...))
+	admittedP := jen.Id("admitted").Add(rt("Time"))
+	method("Settle", "settles now a request admitted by a check at time admitted at cost estimate, whose actual cost is actual: a higher actual counts the excess in the window now (at most the limit; the rest forgiven, and returned), a lower one gives the difference back from the units counted at the admission's grain while they are in the window (atomicwindow.Table.SettleAt); 0 for a plan outside the constants.",
+		params(admittedP, settleP), jen.Int64(), jen.Lit(0), target.Clone().Dot("SettleAt").Call(args(rt("Now").Call(), jen.Id("admitted"), jen.Id("estimate"), jen.Id("actual"))...))
+	method("SettleAt", "is Settle at time now.", params(jen.List(jen.Id("now"), jen.Id("admitted")).Add(rt("Time")), settleP), jen.Int64(), jen.Lit(0),
+		target.Clone().Dot("SettleAt").Call(args(now, jen.Id("admitted"), jen.Id("estimate"), jen.Id("actual"))...))
 	// Reset: every plan's window of the key (a key's plan may change).
 	if r.KeyType != "" {
 		g.Comment("Reset empties key's window on every plan now: what it admitted no longer counts (a customer's quota").Line()
@@ -522,7 +523,9 @@ func emitSharedWindow(r model.Rule) jen.Code {
 		settleBad,
 		jen.If(jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("Windows").Index(idx), jen.Id("w").Op("!=").Nil()).Block(
 			jen.Return(jen.Id("w").Dot("Settle").Call(jen.Id("ctx"), storeKey, jen.Id("estimate"), jen.Id("actual")))),
-		jen.Return(jen.Id("l").Dot("local").Dot("Settle").Call(args(nil, jen.Id("estimate"), jen.Id("actual"))...), jen.Nil()),
+		// The check was the local window's, at a time the caller was not
+		// told: a lower actual gives nothing back (admitted 0).
+		jen.Return(jen.Id("l").Dot("local").Dot("Settle").Call(args(nil, jen.Lit(0), jen.Id("estimate"), jen.Id("actual"))...), jen.Nil()),
 	).Line().Line()
 	// Reset: the store's window of the key (every plan's) and the
 	// process-local one.

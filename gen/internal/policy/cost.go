@@ -123,8 +123,8 @@ func routeBurst(m *model.Model, r *model.Route, least bool) (int64, string) {
 // (both read the response's header map then, where a trailer is too), or
 // for door grpc "trailer:name" (its trailer metadata). The route's cost is
 // the estimate, so it must have one. A bucket gives a difference back or
-// owes it; a window counts an excess and gives nothing back; a shared rule
-// settles on its store.
+// owes it; a window gives back from what it counted at the check, or counts
+// an excess; a shared rule settles on its store.
 func (p *parser) routeSettle(n, cost *yaml.Node, r *model.Route, m *model.Model, what, door string) bool {
 	kind, name, _ := strings.Cut(n.Value, ":")
 	switch {

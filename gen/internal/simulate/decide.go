@@ -129,7 +129,7 @@ func (s *simulation) decide(req request, now atomicbucket.Time) (atomicbucket.De
 	held()
 	if req.hasActual {
 		// Settled when the request ends, against what each rate rule took.
-		st := settlement{end: now.Add(time.Duration(req.dur)), keys: req.keys, actual: req.actual, estimates: make([]int64, len(s.rules))}
+		st := settlement{admitted: now, end: now.Add(time.Duration(req.dur)), keys: req.keys, actual: req.actual, estimates: make([]int64, len(s.rules))}
 		for i, r := range s.rules[first:] {
 			st.estimates[i+first] = s.costOf(r, req)
 		}
@@ -139,9 +139,11 @@ func (s *simulation) decide(req request, now atomicbucket.Time) (atomicbucket.De
 	return d, deniedBy
 }
 
-// settlement is an admitted request's settlement: when it ends, its keys,
-// each rate rule's estimate (0 for in-flight rules) and its actual cost.
+// settlement is an admitted request's settlement: when it was admitted and
+// when it ends, its keys, each rate rule's estimate (0 for in-flight rules)
+// and its actual cost.
 type settlement struct {
+	admitted  atomicbucket.Time
 	end       atomicbucket.Time
 	keys      []string
 	estimates []int64
@@ -150,7 +152,8 @@ type settlement struct {
 
 // settle settles st with each of the simulation's rate rules, as a door
 // settles a request whose handler returned: a bucket gives the difference
-// back or owes it as debt; a window counts an excess.
+// back or owes it as debt; a window gives back from what it counted at the
+// admission, or counts an excess.
 func (s *simulation) settle(st settlement) {
 	for i, r := range s.rules {
 		var f int64
@@ -160,9 +163,9 @@ func (s *simulation) settle(st settlement) {
 		case r.bucket != nil:
 			f = r.bucket.SettleAt(st.end, st.estimates[i], st.actual)
 		case r.wtable != nil:
-			f = r.wtable.SettleAt(st.keys[i], st.end, st.estimates[i], st.actual)
+			f = r.wtable.SettleAt(st.keys[i], st.end, st.admitted, st.estimates[i], st.actual)
 		case r.window != nil:
-			f = r.window.SettleAt(st.end, st.estimates[i], st.actual)
+			f = r.window.SettleAt(st.end, st.admitted, st.estimates[i], st.actual)
 		default:
 			continue // an in-flight rule
 		}

@@ -44,8 +44,8 @@ import (
 // long. An actual column or JSON field is the request's actual cost: an
 // admitted request is settled at it when it ends (its time plus its
 // duration, or at once), against the cost it was admitted at (given back,
-// or owed as debt; a window counts an excess and gives nothing back).
-// Without a
+// or owed as debt; a window gives back from what it counted at the
+// admission, or counts an excess). Without a
 // header, a tier's keys are one column split at |, or a single key for every
 // keyed rule. Columns a header names that simulate does not know (allowed,
 // remaining, …) are ignored, so its output can be fed back in.

@@ -869,8 +869,8 @@ func TestSimulateInFlightPlans(t *testing.T) {
 // actual column or JSON field) is settled when it ends (its time plus its
 // duration, or at once), against the cost it was admitted at: given back,
 // or owed as debt the next requests wait for. A rule of 10 tokens a second,
-// burst 10, and a window of 10 in any second, which counts an excess and
-// gives nothing back.
+// burst 10, and a window of 10 in any second, which counts an excess when
+// the request ends, and gives back from what it counted at its admission.
 func TestSimulateSettled(t *testing.T) {
 	dir := t.TempDir()
 	pol := filepath.Join(dir, "p.yaml")
@@ -915,20 +915,25 @@ func TestSimulateSettled(t *testing.T) {
 	if code != 0 || out != want {
 		t.Fatalf("exit %d %s\ngot:\n%s\nwant:\n%s", code, errOut, out, want)
 	}
-	// A window (10 in any second) counts the excess when the request ends,
-	// and gives nothing back: 1 declared and 3 used leave 3 in the window,
-	// so 8 more are refused and 7 admitted (times at the window's grain, the
-	// last ns of their µs).
-	out, errOut, code = runSimulate(t, []string{"-policy", pol, "-rule", "W"}, "time,key,cost,actual\n0,a,1,3\n1,a,8,\n2,a,7,\n3,a,1,0\n")
+	// A window (10 in any second) counts the excess when the request ends:
+	// 1 declared and 3 used leave 3 in the window, so 8 more are refused and
+	// 7 admitted (times at the window's grain, the last ns of their µs).
+	// Two seconds on, 5 declared for 300ms and 1 used give 4 back when the
+	// request ends: 9 more are refused at 250ms, admitted at 300ms.
+	out, errOut, code = runSimulate(t, []string{"-policy", pol, "-rule", "W"}, "time,key,cost,duration,actual\n0,a,1,,3\n1,a,8,,\n2,a,7,,\n3,a,1,,0\n"+
+		"2000000000,a,5,300ms,1\n2250000000,a,9,,\n2300000000,a,9,,\n")
 	wantW := `time,key,cost,duration,actual,allowed,remaining,retry_after_ns
 0,a,1,0,3,true,9,0
 1,a,8,0,,false,7,1000000998
 2,a,7,0,,true,0,0
 3,a,1,0,0,false,0,1000000996
+2000000000,a,5,300000000,1,true,5,0
+2250000000,a,9,0,,false,5,750000999
+2300000000,a,9,0,,true,0,0
 # summary: rule,key,allowed,denied
-# W,a,2,2
-# W,(all keys),2,2
-# W: settled at their actual cost: 1, tokens forgiven beyond the debt bound: 0
+# W,a,4,3
+# W,(all keys),4,3
+# W: settled at their actual cost: 2, tokens forgiven beyond the debt bound: 0
 `
 	if code != 0 || out != wantW {
 		t.Fatalf("a window: exit %d %s\ngot:\n%s\nwant:\n%s", code, errOut, out, wantW)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/limitgen/limitgen/atomicbucket"
+	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/genimpl"
 	"github.com/limitgen/limitgen/limitgrpc"
 	"github.com/limitgen/limitgen/overlay"
@@ -27,10 +28,12 @@ type RuleName uint16
 const (
 	// RuleTokens names the rule Tokens.
 	RuleTokens RuleName = iota + 1
+	// RuleDaily names the rule Daily.
+	RuleDaily
 )
 
 // ruleNames are the rules' names as policy.yaml writes them, by RuleName.
-var ruleNames = [...]string{"", "Tokens"}
+var ruleNames = [...]string{"", "Tokens", "Daily"}
 
 // String returns the rule's name as policy.yaml writes it ("" for the zero RuleName).
 func (r RuleName) String() string {
@@ -45,6 +48,7 @@ func (r RuleName) String() string {
 // and functions use; its embedded overlay.Numbers changes the numbers in force at run time.
 type Limits struct {
 	Tokens          *TokensLimiter // see the package-level Tokens
+	Daily           *DailyLimiter  // see the package-level Daily
 	overlay.Numbers                // ApplyNumbers, CheckNumbers, ScaleNumbers, ScaledNumbers, NumbersApplied
 }
 
@@ -52,16 +56,23 @@ type Limits struct {
 func New() *Limits {
 	l := &Limits{
 		Tokens: newTokensLimiter(),
+		Daily:  newDailyLimiter(),
 	}
-	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{Rules: map[string]overlay.Target{"Tokens": overlay.KeyedTarget(l.Tokens.Keyed, nil)}})
+	l.Numbers = overlay.NewNumbers(overlay.Policy[overlay.Target]{Rules: map[string]overlay.Target{"Tokens": overlay.KeyedTarget(l.Tokens.Keyed, nil), "Daily": overlay.WindowTarget(l.Daily.KeyedWindow, nil)}})
 	return l
 }
 
 // Default is the set of limiters the package-level variables and functions use.
 var Default = New()
 
-// Tokens allows 60 requests per minute per key, in bursts of up to 1000.
-var Tokens = Default.Tokens
+// The package-level limiters: Default's.
+var (
+	// Tokens allows 60 requests per minute per key, in bursts of up to 1000.
+	Tokens = Default.Tokens
+
+	// Daily allows at most 5000 requests in any 24 hours per key (a sliding window).
+	Daily = Default.Daily
+)
 
 // tokensLimit is Tokens's limit, as the policy gives it.
 var tokensLimit = atomicbucket.Limit{
@@ -109,6 +120,116 @@ func (l *TokensLimiter) ruleInForce(key string) *atomicbucket.Rule {
 	return l.Table().ChangedRule(key)
 }
 
+// dailyLimit is Daily's window rule, as the policy gives it.
+var dailyLimit = atomicwindow.MustRule(5000, 24*time.Hour)
+
+// newDailyLimiter returns Daily's (empty) table.
+func newDailyLimiter() *DailyLimiter {
+	return &DailyLimiter{genimpl.NewKeyedWindow(atomicwindow.NewTable[string](dailyLimit, atomicbucket.TableOptions{}), 1)}
+}
+
+// DailyLimiter is the type of Daily. Its methods, genimpl.KeyedWindow's, are safe for concurrent
+// use.
+type DailyLimiter struct {
+	genimpl.KeyedWindow[string]
+}
+
+// TierDecision is the outcome of a tier: the decision of the rule that denied, or, when every
+// rule allowed, of the most constraining one (the fewest tokens remaining; the first on a tie).
+type TierDecision struct {
+	atomicbucket.Decision
+	Rule     RuleName // the rule whose decision this is
+	DeniedBy RuleName // the rule that denied; zero when allowed
+}
+
+// Listing checks a request against Tokens, Daily, in that order, and allows it only if every rule
+// does: when a rule denies, the tokens the earlier rules took are given back. A window cannot give
+// back what it counted, so Daily is looked at before anything is taken and counted last: a request
+// denied by any rule counts in no window (unless, between the look and the count, a concurrent
+// request of the same key filled the window: then the windows counted before it keep it). It uses
+// Default.
+func Listing(tokensKey string, dailyKey string) TierDecision {
+	return Default.Listing(tokensKey, dailyKey)
+}
+
+// Listing checks a request against Tokens, Daily, in that order, and allows it only if every rule
+// does: when a rule denies, the tokens the earlier rules took are given back. A window cannot give
+// back what it counted, so Daily is looked at before anything is taken and counted last: a request
+// denied by any rule counts in no window (unless, between the look and the count, a concurrent
+// request of the same key filled the window: then the windows counted before it keep it).
+func (l *Limits) Listing(tokensKey string, dailyKey string) TierDecision {
+	return l.checkListing(tokensKey, dailyKey, atomicbucket.Now(), 0, true)
+}
+
+// ListingN is Listing with a cost every rule is charged instead of its default. It uses Default.
+func ListingN(tokensKey string, dailyKey string, cost int64) TierDecision {
+	return Default.ListingN(tokensKey, dailyKey, cost)
+}
+
+// ListingN is Listing with a cost every rule is charged instead of its default.
+func (l *Limits) ListingN(tokensKey string, dailyKey string, cost int64) TierDecision {
+	return l.checkListing(tokensKey, dailyKey, atomicbucket.Now(), cost, false)
+}
+
+// ListingAt is Listing at time now. It uses Default.
+func ListingAt(tokensKey string, dailyKey string, now atomicbucket.Time) TierDecision {
+	return Default.ListingAt(tokensKey, dailyKey, now)
+}
+
+// ListingAt is Listing at time now.
+func (l *Limits) ListingAt(tokensKey string, dailyKey string, now atomicbucket.Time) TierDecision {
+	return l.checkListing(tokensKey, dailyKey, now, 0, true)
+}
+
+// ListingNAt is ListingN at time now. It uses Default.
+func ListingNAt(tokensKey string, dailyKey string, now atomicbucket.Time, cost int64) TierDecision {
+	return Default.ListingNAt(tokensKey, dailyKey, now, cost)
+}
+
+// ListingNAt is ListingN at time now.
+func (l *Limits) ListingNAt(tokensKey string, dailyKey string, now atomicbucket.Time, cost int64) TierDecision {
+	return l.checkListing(tokensKey, dailyKey, now, cost, false)
+}
+
+// checkListing is Listing with each rule charged cost, or its own default cost when defaults is
+// set. It is tier.At unrolled, with typed calls: keep the two in step.
+func (l *Limits) checkListing(tokensKey string, dailyKey string, now atomicbucket.Time, cost int64, defaults bool) TierDecision {
+	c0, c1 := cost, cost
+	if defaults {
+		c0, c1 = 1, 1
+	}
+	p1 := l.Daily.PeekAt(dailyKey, now, c1)
+	if !p1.Allowed {
+		return TierDecision{
+			Decision: p1,
+			Rule:     RuleDaily,
+			DeniedBy: RuleDaily,
+		}
+	}
+	d0 := l.Tokens.AllowNAt(tokensKey, now, c0)
+	if !d0.Allowed {
+		return TierDecision{
+			Decision: d0,
+			Rule:     RuleTokens,
+			DeniedBy: RuleTokens,
+		}
+	}
+	d1 := l.Daily.AllowNAt(dailyKey, now, c1)
+	if !d1.Allowed {
+		l.Tokens.RefundAt(tokensKey, now, c0)
+		return TierDecision{
+			Decision: d1,
+			Rule:     RuleDaily,
+			DeniedBy: RuleDaily,
+		}
+	}
+	most, rule := d0, RuleTokens
+	if d1.Remaining < most.Remaining {
+		most, rule = d1, RuleDaily
+	}
+	return TierDecision{Decision: most, Rule: rule}
+}
+
 // httpPolicyTokens is rule Tokens as the RateLimit fields describe it.
 var httpPolicyTokens = verdict.Policy{
 	Name:   "Tokens",
@@ -119,12 +240,28 @@ var httpPolicyTokens = verdict.Policy{
 	Prefix: "\"Tokens\";r=",
 }
 
+// httpPolicyDaily is rule Daily as the RateLimit fields describe it.
+var httpPolicyDaily = verdict.Policy{
+	Name:   "Daily",
+	Quota:  5000,
+	Window: 86400,
+	Limit: atomicbucket.Limit{
+		Tokens: 5000,
+		Period: 24 * time.Hour,
+		Burst:  5000,
+		Refill: atomicbucket.Interval,
+	},
+	Item:    "\"Daily\";q=5000;w=86400",
+	Prefix:  "\"Daily\";r=",
+	Sliding: true,
+}
+
 // httpPolicies are the rules as the RateLimit fields describe them, by RuleName and plan:
 // every string a response needs, computed when this package was generated.
-var httpPolicies = [...][1]*verdict.Policy{RuleTokens: {&httpPolicyTokens}}
+var httpPolicies = [...][1]*verdict.Policy{RuleTokens: {&httpPolicyTokens}, RuleDaily: {&httpPolicyDaily}}
 
 // grpcRoutes are the method entries' RateLimit-Policy values, by entry (in policy order) and plan.
-var grpcRoutes = [...][1]string{{"\"Tokens\";q=1000;w=1000"}, {"\"Tokens\";q=1000;w=1000"}, {"\"Tokens\";q=1000;w=1000"}}
+var grpcRoutes = [...][1]string{{"\"Tokens\";q=1000;w=1000"}, {"\"Tokens\";q=1000;w=1000"}, {"\"Tokens\";q=1000;w=1000, \"Daily\";q=5000;w=86400"}}
 
 // GRPC enforces the policy's grpc: section with unary and stream server interceptors
 // (limitgrpc.Door): it reads the keys, cost and plan the policy names, checks the entry's rule or
@@ -152,7 +289,7 @@ func NewGRPC(l *Limits) (*GRPC, error) {
 		Metadata: limitgrpc.MetadataDenials,
 	}
 	limitgrpc.InitDoor(&g.Door, grpcEntries[:], grpcEntry, g.check, nil)
-	limitgrpc.InitSettle(&g.Door, grpcSettles, g.settle, grpcSettleFromContext)
+	limitgrpc.InitSettle(&g.Door, grpcSettles, g.admit, g.settle, grpcSettleFromContext)
 	return g, nil
 }
 
@@ -177,13 +314,30 @@ func grpcEntry(method string) int {
 func (g *GRPC) check(ctx context.Context, method string) error {
 	switch grpcEntry(method) {
 	case 0:
+		_, err := g.entry1(ctx, method)
+		return err
+	case 1:
+		_, err := g.entry2(ctx, method)
+		return err
+	case 2:
+		_, err := g.entry3(ctx, method)
+		return err
+	}
+	return nil
+}
+
+// admit is check for a policy of settled entries: a settled entry's check returns the mark its
+// settlement reads (verdict.Mark), any other's the zero Mark.
+func (g *GRPC) admit(ctx context.Context, method string) (verdict.Mark, error) {
+	switch grpcEntry(method) {
+	case 0:
 		return g.entry1(ctx, method)
 	case 1:
 		return g.entry2(ctx, method)
 	case 2:
 		return g.entry3(ctx, method)
 	}
-	return nil
+	return verdict.Mark{}, g.check(ctx, method)
 }
 
 // grpcSettles reports whether method's entry settles its cost from the call's trailer metadata.
@@ -195,16 +349,16 @@ func grpcSettles(method string) bool {
 	return false
 }
 
-// settle settles a call of method whose handler ended, with the trailer metadata it set:
-// verdict.NoSettle for an entry that does not settle.
-func (g *GRPC) settle(ctx context.Context, method string, trailer metadata.MD) int64 {
+// settle settles a call of method whose handler ended, with the trailer metadata it set and the mark
+// its check returned: verdict.NoSettle for an entry that does not settle.
+func (g *GRPC) settle(ctx context.Context, method string, trailer metadata.MD, mk verdict.Mark) int64 {
 	switch grpcEntry(method) {
 	case 0:
-		return g.settleEntry1(ctx, trailer)
+		return g.settleEntry1(ctx, trailer, mk)
 	case 1:
-		return g.settleEntry2(ctx, trailer)
+		return g.settleEntry2(ctx, trailer, mk)
 	case 2:
-		return g.settleEntry3(ctx, trailer)
+		return g.settleEntry3(ctx, trailer, mk)
 	}
 	return verdict.NoSettle
 }
@@ -213,7 +367,7 @@ func (g *GRPC) settle(ctx context.Context, method string, trailer metadata.MD) i
 // cost in its trailer metadata's x-tokens-used, against the estimate the check took, with Tokens;
 // it returns the tokens forgiven beyond the rules' debt bounds, verdict.KeptEstimate, or
 // verdict.SettleFailed when a store could not settle.
-func (g *GRPC) settleEntry1(ctx context.Context, trailer metadata.MD) int64 {
+func (g *GRPC) settleEntry1(ctx context.Context, trailer metadata.MD, mk verdict.Mark) int64 {
 	k0, ok0 := limitgrpc.MetadataKey(ctx, "x-user")
 	if !ok0 {
 		return verdict.KeptEstimate
@@ -234,7 +388,7 @@ func (g *GRPC) settleEntry1(ctx context.Context, trailer metadata.MD) int64 {
 // cost in its trailer metadata's x-tokens-used, against the estimate the check took, with Tokens;
 // it returns the tokens forgiven beyond the rules' debt bounds, verdict.KeptEstimate, or
 // verdict.SettleFailed when a store could not settle.
-func (g *GRPC) settleEntry2(ctx context.Context, trailer metadata.MD) int64 {
+func (g *GRPC) settleEntry2(ctx context.Context, trailer metadata.MD, mk verdict.Mark) int64 {
 	k0, ok0 := limitgrpc.MetadataKey(ctx, "x-user")
 	if !ok0 {
 		return verdict.KeptEstimate
@@ -249,12 +403,16 @@ func (g *GRPC) settleEntry2(ctx context.Context, trailer metadata.MD) int64 {
 }
 
 // settleEntry3 settles /grpc.health.v1.Health/List's request that its handler ended: the actual
-// cost it reported with verdict.ReportCost, against the estimate the check took, with Tokens; it
-// returns the tokens forgiven beyond the rules' debt bounds, verdict.KeptEstimate, or
+// cost it reported with verdict.ReportCost, against the estimate the check took, with Tokens,
+// Daily; it returns the tokens forgiven beyond the rules' debt bounds, verdict.KeptEstimate, or
 // verdict.SettleFailed when a store could not settle.
-func (g *GRPC) settleEntry3(ctx context.Context, trailer metadata.MD) int64 {
+func (g *GRPC) settleEntry3(ctx context.Context, trailer metadata.MD, mk verdict.Mark) int64 {
 	k0, ok0 := limitgrpc.MetadataKey(ctx, "x-user")
 	if !ok0 {
+		return verdict.KeptEstimate
+	}
+	k1, ok1 := limitgrpc.MetadataKey(ctx, "x-user")
+	if !ok1 {
 		return verdict.KeptEstimate
 	}
 	cost, costOK := limitgrpc.MetadataCost(ctx, "x-max-tokens", 100, 1000)
@@ -266,7 +424,7 @@ func (g *GRPC) settleEntry3(ctx context.Context, trailer metadata.MD) int64 {
 		return verdict.KeptEstimate
 	}
 	now := g.Now()
-	return g.limits.Tokens.SettleAt(k0, now, cost, actual)
+	return genimpl.AddForgiven(g.limits.Tokens.SettleAt(k0, now, cost, actual), g.limits.Daily.SettleAt(k1, now, mk.At, cost, actual))
 }
 
 // grpcSettleFromContext reports whether a request's route (entry) settles from what its handler reports through its context.
@@ -280,18 +438,21 @@ func grpcSettleFromContext(method string) bool {
 
 // grpcSeries are the rows of the interceptors' Counters: each method entry checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var grpcSeries = [...]verdict.Series{{Route: "/grpc.health.v1.Health/Check", Rule: "Tokens"}, {Route: "/grpc.health.v1.Health/Watch", Rule: "Tokens"}, {Route: "/grpc.health.v1.Health/List", Rule: "Tokens"}}
+var grpcSeries = [...]verdict.Series{{Route: "/grpc.health.v1.Health/Check", Rule: "Tokens"}, {Route: "/grpc.health.v1.Health/Watch", Rule: "Tokens"}, {Route: "/grpc.health.v1.Health/List", Tier: "Listing", Rule: "Tokens"}, {Route: "/grpc.health.v1.Health/List", Tier: "Listing", Rule: "Daily"}}
+
+// grpcSeriesEntry3 are the series of /grpc.health.v1.Health/List's rules in the Counters, by RuleName.
+var grpcSeriesEntry3 = [...]int{RuleTokens: 2, RuleDaily: 3}
 
 // entry1 checks a call of /grpc.health.v1.Health/Check (rule Tokens, enforce) and returns the
-// status that ends it, or nil.
-func (g *GRPC) entry1(ctx context.Context, method string) error {
+// status that ends it, or nil, with the mark its settlement reads.
+func (g *GRPC) entry1(ctx context.Context, method string) (verdict.Mark, error) {
 	k0, ok0 := limitgrpc.MetadataKey(ctx, "x-user")
 	if !ok0 {
-		return g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule Tokens: grpc method \"/grpc.health.v1.Health/Check\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/Check", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 0, Outcome: verdict.MissingKey})
+		return verdict.Mark{}, g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule Tokens: grpc method \"/grpc.health.v1.Health/Check\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/Check", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 0, Outcome: verdict.MissingKey})
 	}
 	cost, costOK := limitgrpc.MetadataCost(ctx, "x-max-tokens", 100, 1000)
 	if !costOK {
-		return g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call's declared cost (metadata x-max-tokens) is above the most a call may cost on grpc method \"/grpc.health.v1.Health/Check\": 1000", verdict.Event{Route: "/grpc.health.v1.Health/Check", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 0, Outcome: verdict.TooCostly, Cost: cost})
+		return verdict.Mark{}, g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call's declared cost (metadata x-max-tokens) is above the most a call may cost on grpc method \"/grpc.health.v1.Health/Check\": 1000", verdict.Event{Route: "/grpc.health.v1.Health/Check", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 0, Outcome: verdict.TooCostly, Cost: cost})
 	}
 	now := g.Now()
 	var res verdict.Result
@@ -306,15 +467,15 @@ func (g *GRPC) entry1(ctx context.Context, method string) error {
 		res.Policy = genimpl.InForce(res.Policy, rf0)
 		res.Policies = genimpl.InForceList(res.Policy)
 	}
-	return g.Config.Respond(ctx, verdict.Enforce, &res, k0)
+	return verdict.Mark{At: now}, g.Config.Respond(ctx, verdict.Enforce, &res, k0)
 }
 
 // entry2 checks a call of /grpc.health.v1.Health/Watch (rule Tokens, enforce) and returns the
-// status that ends it, or nil.
-func (g *GRPC) entry2(ctx context.Context, method string) error {
+// status that ends it, or nil, with the mark its settlement reads.
+func (g *GRPC) entry2(ctx context.Context, method string) (verdict.Mark, error) {
 	k0, ok0 := limitgrpc.MetadataKey(ctx, "x-user")
 	if !ok0 {
-		return g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule Tokens: grpc method \"/grpc.health.v1.Health/Watch\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/Watch", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 1, Outcome: verdict.MissingKey})
+		return verdict.Mark{}, g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule Tokens: grpc method \"/grpc.health.v1.Health/Watch\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/Watch", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 1, Outcome: verdict.MissingKey})
 	}
 	cost := int64(50)
 	now := g.Now()
@@ -330,32 +491,46 @@ func (g *GRPC) entry2(ctx context.Context, method string) error {
 		res.Policy = genimpl.InForce(res.Policy, rf0)
 		res.Policies = genimpl.InForceList(res.Policy)
 	}
-	return g.Config.Respond(ctx, verdict.Enforce, &res, k0)
+	return verdict.Mark{At: now}, g.Config.Respond(ctx, verdict.Enforce, &res, k0)
 }
 
-// entry3 checks a call of /grpc.health.v1.Health/List (rule Tokens, enforce) and returns the status
-// that ends it, or nil.
-func (g *GRPC) entry3(ctx context.Context, method string) error {
+// entry3 checks a call of /grpc.health.v1.Health/List (tier Listing, enforce) and returns the
+// status that ends it, or nil, with the mark its settlement reads.
+func (g *GRPC) entry3(ctx context.Context, method string) (verdict.Mark, error) {
 	k0, ok0 := limitgrpc.MetadataKey(ctx, "x-user")
 	if !ok0 {
-		return g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule Tokens: grpc method \"/grpc.health.v1.Health/List\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/List", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 2, Outcome: verdict.MissingKey})
+		return verdict.Mark{}, g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule Tokens: grpc method \"/grpc.health.v1.Health/List\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/List", Tier: "Listing", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 2, Outcome: verdict.MissingKey})
+	}
+	k1, ok1 := limitgrpc.MetadataKey(ctx, "x-user")
+	if !ok1 {
+		return verdict.Mark{}, g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call has no key for rule Daily: grpc method \"/grpc.health.v1.Health/List\" reads it from metadata x-user", verdict.Event{Route: "/grpc.health.v1.Health/List", Tier: "Listing", Rule: "Daily", RuleIndex: int(RuleDaily), Series: 3, Outcome: verdict.MissingKey})
 	}
 	cost, costOK := limitgrpc.MetadataCost(ctx, "x-max-tokens", 100, 1000)
 	if !costOK {
-		return g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call's declared cost (metadata x-max-tokens) is above the most a call may cost on grpc method \"/grpc.health.v1.Health/List\": 1000", verdict.Event{Route: "/grpc.health.v1.Health/List", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 2, Outcome: verdict.TooCostly, Cost: cost})
+		return verdict.Mark{}, g.Config.Reject(verdict.Enforce, codes.InvalidArgument, "the call's declared cost (metadata x-max-tokens) is above the most a call may cost on grpc method \"/grpc.health.v1.Health/List\": 1000", verdict.Event{Route: "/grpc.health.v1.Health/List", Tier: "Listing", Rule: "Tokens", RuleIndex: int(RuleTokens), Series: 2, Outcome: verdict.TooCostly, Cost: cost})
 	}
 	now := g.Now()
+	td := g.limits.checkListing(k0, k1, now, cost, false)
 	var res verdict.Result
-	res.Decision = g.limits.Tokens.AllowNAt(k0, now, cost)
-	res.Policy = httpPolicies[RuleTokens][0]
+	res.Decision = td.Decision
+	res.Policy = httpPolicies[td.Rule][0]
 	res.Policies = grpcRoutes[2][0]
 	res.Cost = cost
 	res.Route = "/grpc.health.v1.Health/List"
-	res.Rule = int(RuleTokens)
-	res.Series = 2
-	if rf0 := g.limits.Tokens.ruleInForce(k0); rf0 != nil {
-		res.Policy = genimpl.InForce(res.Policy, rf0)
-		res.Policies = genimpl.InForceList(res.Policy)
+	res.Tier = "Listing"
+	res.Rule = int(td.Rule)
+	res.Series = grpcSeriesEntry3[td.Rule]
+	rf0 := g.limits.Tokens.ruleInForce(k0)
+	if rf0 != nil {
+		p0 := genimpl.InForce(httpPolicies[RuleTokens][0], rf0)
+		p1 := httpPolicies[RuleDaily][0]
+		res.Policies = genimpl.InForceList(p0, p1)
+		switch td.Rule {
+		case RuleTokens:
+			res.Policy = p0
+		case RuleDaily:
+			res.Policy = p1
+		}
 	}
-	return g.Config.Respond(ctx, verdict.Enforce, &res, k0)
+	return verdict.Mark{At: now}, g.Config.Respond(ctx, verdict.Enforce, &res, k0)
 }

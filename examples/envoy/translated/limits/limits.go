@@ -203,7 +203,7 @@ func (l *RlRemoteAddressLimiter) Settle(ctx context.Context, key string, estimat
 	if w := l.sh.Windows[0]; w != nil {
 		return w.Settle(ctx, key, estimate, actual)
 	}
-	return l.local.Settle(key, estimate, actual), nil
+	return l.local.Settle(key, 0, estimate, actual), nil
 }
 
 // Reset empties key's window on the store given to New, so that what it admitted no longer counts
@@ -355,7 +355,7 @@ func (l *RlTenantUserLimiter) Settle(ctx context.Context, key RlTenantUserKey, e
 	if w := l.sh.Windows[1]; w != nil {
 		return w.Settle(ctx, shared.StoreKey(key.String()), estimate, actual)
 	}
-	return l.local.Settle(key, estimate, actual), nil
+	return l.local.Settle(key, 0, estimate, actual), nil
 }
 
 // Reset empties key's window on the store given to New, so that what it admitted no longer counts
