@@ -15,6 +15,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // windowTable is the table of window rules' states, and the functions
@@ -368,14 +369,22 @@ func (s *Store) Window(name string, rule atomicwindow.Rule) (shared.WindowChecke
 // admitted. An error (the database did not answer in time, or refused) comes
 // with a denied decision that says nothing of the window.
 func (w *Window) AllowN(ctx context.Context, key string, cost int64) (atomicbucket.Decision, error) {
+	d, _, err := w.AllowNMark(ctx, key, cost)
+	return d, err
+}
+
+// AllowNMark is AllowN, with where an admission was counted
+// (shared.WindowMarker): a settlement at a lower actual gives back from it.
+func (w *Window) AllowNMark(ctx context.Context, key string, cost int64) (atomicbucket.Decision, verdict.WindowMark, error) {
+	var none verdict.WindowMark
 	if key == "" || len(key) > shared.MaxKeyLen {
-		return atomicbucket.Decision{}, fmt.Errorf("pgstore: a window's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+		return atomicbucket.Decision{}, none, fmt.Errorf("pgstore: a window's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
 	if !w.ready.Load() {
 		if err := w.setup(ctx); err != nil {
-			return atomicbucket.Decision{}, err
+			return atomicbucket.Decision{}, none, err
 		}
 	}
 	var at *int64
@@ -389,18 +398,22 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) (atomicbuck
 		return w.pool.QueryRow(ctx, w.check, w.name, rowKey(key), int64(nm.Rule.Window()/time.Microsecond), nm.Rule.Limit(), nm.GrainUs, cost, at).Scan(&r)
 	})
 	if err != nil {
-		return atomicbucket.Decision{}, err
+		return atomicbucket.Decision{}, none, err
 	}
 	if len(r) != 7 {
-		return atomicbucket.Decision{}, errors.New("pgstore: the window function answered " + fmt.Sprint(len(r)) + " numbers, want 7")
+		return atomicbucket.Decision{}, none, errors.New("pgstore: the window function answered " + fmt.Sprint(len(r)) + " numbers, want 7")
 	}
 	// Remaining is at least 0 (a window carried into a lower limit may hold
 	// more than it), and a cost of 0, which takes nothing, is admitted
 	// however full the window.
 	d := atomicbucket.Decision{Remaining: max(nm.Rule.Limit()-r[1], 0), Reset: shared.WindowWait(r[3])}
+	var m verdict.WindowMark
 	switch {
 	case r[0] == 1:
 		d.Allowed, d.Remaining = true, max(d.Remaining-r[2], 0)
+		if r[2] > 0 { // counted at the slot it answered, in its generation
+			m = verdict.WindowMark{Slot: r[4], Gen: r[6]}
+		}
 	case r[0] == -1:
 		d.RetryAfter = atomicbucket.Never
 	case cost == 0:
@@ -408,7 +421,7 @@ func (w *Window) AllowN(ctx context.Context, key string, cost int64) (atomicbuck
 	default:
 		d.RetryAfter = shared.WindowWait(r[2])
 	}
-	return d, nil
+	return d, m, nil
 }
 
 // Forget deletes key's window, whatever it holds (shared.WindowForgetter:

@@ -11,6 +11,7 @@ import (
 	"github.com/limitgen/limitgen/atomicbucket"
 	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/verdict"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -172,11 +173,14 @@ end
 //
 //	each run; with an explicit time (tests), the seconds and microseconds last
 //
-// Returns, per run, four numbers: how many of its checks were admitted (−1:
+// Returns, per run, six numbers: how many of its checks were admitted (−1:
 // its cost is outside [0, N], none ever can be); what was in the window
 // before it; for the denied ones, out time − now of the admission whose
 // leaving makes room; out time − now of the newest admission after the run
-// (0 when the window is empty). Go turns them into the run's decisions.
+// (0 when the window is empty); the slot its admissions were counted in and
+// the generation of the key's slots (0 and 0 when none was: a settlement
+// gives back from that pair, as a lease's does). Go turns them into the
+// run's decisions and marks.
 const windowSource = windowPrelude + `
 local states, order = {}, {}
 local res = {}
@@ -193,16 +197,19 @@ for i = 1, #KEYS do
   local inw, reset = drop(st)
   if cost < 0 or cost > N then
     res[#res + 1] = -1; res[#res + 1] = inw; res[#res + 1] = 0; res[#res + 1] = reset
+    res[#res + 1] = 0; res[#res + 1] = 0
   else
     local k = count
     if cost > 0 then k = math.max(0, math.min(count, math.floor((N - inw) / cost))) end
-    local resetAdm = reset
+    local resetAdm, slot, gen = reset, 0, 0
     if k > 0 and cost > 0 then
-      resetAdm = out(add(st, nowSlot, k * cost)) - now
+      slot, gen = add(st, nowSlot, k * cost), st.g
+      resetAdm = out(slot) - now
     end
     local wait = 0
     if k < count then wait = retry(st, inw + k * cost, cost) end
     res[#res + 1] = k; res[#res + 1] = inw; res[#res + 1] = wait; res[#res + 1] = resetAdm
+    res[#res + 1] = slot; res[#res + 1] = gen
   end
 end
 for _, key in ipairs(order) do save(key, states[key]) end
@@ -355,6 +362,7 @@ func (w *Window) Node(key string) string {
 type windowCheck struct {
 	key  string
 	cost int64
+	mark *verdict.WindowMark // where an admission was counted, when the caller asks
 }
 
 // WindowOptions configure NewWindow.
@@ -452,15 +460,27 @@ func (w *Window) Close() {
 // admitted. An error (Redis did not answer in time, or refused) comes with a
 // denied decision that says nothing of the window.
 func (w *Window) AllowN(ctx context.Context, key string, cost int64) (atomicbucket.Decision, error) {
-	if key == "" || len(key) > shared.MaxKeyLen {
-		return atomicbucket.Decision{}, fmt.Errorf("redisstore: a window's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(key))
+	return w.allowN(ctx, windowCheck{key: key, cost: cost})
+}
+
+// AllowNMark is AllowN, with where an admission was counted
+// (shared.WindowMarker): a settlement at a lower actual gives back from it.
+func (w *Window) AllowNMark(ctx context.Context, key string, cost int64) (atomicbucket.Decision, verdict.WindowMark, error) {
+	var m verdict.WindowMark
+	d, err := w.allowN(ctx, windowCheck{key: key, cost: cost, mark: &m})
+	return d, m, err
+}
+
+func (w *Window) allowN(ctx context.Context, c windowCheck) (atomicbucket.Decision, error) {
+	if c.key == "" || len(c.key) > shared.MaxKeyLen {
+		return atomicbucket.Decision{}, fmt.Errorf("redisstore: a window's key has 1 to %d bytes, not %d", shared.MaxKeyLen, len(c.key))
 	}
 	if w.co != nil {
-		return w.co.Do(ctx, windowCheck{key, cost})
+		return w.co.Do(ctx, c)
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.timeout)
 	defer cancel()
-	ds, err := w.decide(ctx, []windowCheck{{key, cost}})
+	ds, err := w.decide(ctx, []windowCheck{c})
 	if err != nil {
 		return atomicbucket.Decision{}, err
 	}
@@ -556,13 +576,14 @@ func (w *Window) decideBy(ctx context.Context, checks []windowCheck, nm *shared.
 	if err != nil {
 		return nil, err
 	}
-	if len(res) != 4*len(runs) {
+	if len(res) != 6*len(runs) {
 		return nil, errors.New("redisstore: the window script answered " + strconv.Itoa(len(res)) + " numbers for " + strconv.Itoa(len(runs)) + " runs")
 	}
 	n := nm.Rule.Limit()
 	ds := make([]atomicbucket.Decision, 0, len(checks))
 	for i, r := range runs {
-		admitted, in, retry, reset := res[4*i], res[4*i+1], res[4*i+2], res[4*i+3]
+		admitted, in, retry, reset := res[6*i], res[6*i+1], res[6*i+2], res[6*i+3]
+		mark := verdict.WindowMark{Slot: res[6*i+4], Gen: res[6*i+5]}
 		for j := range int64(r.count) {
 			// Remaining is at least 0: a window carried into a lower limit
 			// may hold more than it.
@@ -570,6 +591,9 @@ func (w *Window) decideBy(ctx context.Context, checks []windowCheck, nm *shared.
 			case admitted < 0:
 				ds = append(ds, atomicbucket.Decision{Remaining: max(n-in, 0), Reset: shared.WindowWait(reset), RetryAfter: atomicbucket.Never})
 			case j < admitted:
+				if m := checks[len(ds)].mark; m != nil {
+					*m = mark
+				}
 				ds = append(ds, atomicbucket.Decision{Allowed: true, Remaining: max(n-in-(j+1)*r.cost, 0), Reset: shared.WindowWait(reset)})
 			default:
 				ds = append(ds, atomicbucket.Decision{Remaining: max(n-in-admitted*r.cost, 0), Reset: shared.WindowWait(reset), RetryAfter: shared.WindowWait(retry)})

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"regexp"
 	"strconv"
@@ -35,16 +36,17 @@ func openWindow(c redis.UniversalClient, coalesce int) storetest.OpenWindow {
 	}
 }
 
-// openSettleWindow is openWindow with the window's Settle.
-func openSettleWindow(c redis.UniversalClient) storetest.OpenSettleWindow {
-	return func(t *testing.T, name string, rule atomicwindow.Rule, at func() time.Time) (storetest.WindowCheck, storetest.WindowSettle) {
-		w, err := newWindow(c, name, rule, WindowOptions{}, at != nil)
+// openSettleWindow is openWindow giving the window as a settlement meets
+// it.
+func openSettleWindow(c redis.UniversalClient, coalesce int) storetest.OpenSettleWindow {
+	return func(t *testing.T, name string, rule atomicwindow.Rule, at func() time.Time) storetest.SettleWindow {
+		w, err := newWindow(c, name+"-c"+strconv.Itoa(coalesce), rule, WindowOptions{Coalesce: coalesce}, at != nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		w.now = at
 		t.Cleanup(w.Close)
-		return w.AllowN, w.Settle
+		return w
 	}
 }
 
@@ -54,9 +56,15 @@ func TestWindowContract(t *testing.T) {
 	srv := redistest.Start(t)
 	c := srv.Client(t)
 	t.Run("MatchesReference", func(t *testing.T) { storetest.WindowMatchesReference(t, openWindow(c, 0), 24, 300, 30) })
-	t.Run("SettleMatchesReference", func(t *testing.T) {
-		t.Logf("%d settlements equal to the reference", storetest.WindowSettleMatchesReference(t, openSettleWindow(c), 24, 200, 31))
-	})
+	for _, co := range []int{0, 8} {
+		t.Run(fmt.Sprintf("SettleMatchesReference/coalesce=%d", co), func(t *testing.T) {
+			settled, back := storetest.WindowSettleMatchesReference(t, openSettleWindow(c, co), 24, 200, 31)
+			if back < settled/4 {
+				t.Fatalf("%d settlements, %d gave back: the draw misses give-backs", settled, back)
+			}
+			t.Logf("%d settlements (%d gave back) equal to the reference", settled, back)
+		})
+	}
 	t.Run("Edges", func(t *testing.T) { storetest.WindowEdges(t, openWindow(c, 0)) })
 	t.Run("Versions", func(t *testing.T) { storetest.WindowVersions(t, openWindow(c, 0)) })
 	t.Run("ExactlyN", func(t *testing.T) { storetest.WindowExactlyN(t, openWindow(c, 0), 64, 50, 1000) })
@@ -121,7 +129,7 @@ func TestWindowBatchesMatchReference(t *testing.T) {
 					checks = append(checks, checks[len(checks)-1]) // a run
 					continue
 				}
-				checks = append(checks, windowCheck{[]string{"a", "b"}[rng.IntN(2)], []int64{0, 1, 1, 2, limit / 2, limit + 1, -1}[rng.IntN(7)]})
+				checks = append(checks, windowCheck{key: []string{"a", "b"}[rng.IntN(2)], cost: []int64{0, 1, 1, 2, limit / 2, limit + 1, -1}[rng.IntN(7)]})
 			}
 			for i := 1; i < len(checks); i++ {
 				if checks[i] == checks[i-1] {

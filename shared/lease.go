@@ -176,6 +176,19 @@ func (l *Lease) giveBack(g *grant, cost int64) {
 	}
 }
 
+// giveBackTo returns back units, spent from the window's grant of slot
+// second and generation gen by a request that used less, to that grant if
+// it is still the lease's and valid (true); false when it is not, and the
+// units must go back to the store, which counts them there still.
+func (l *Lease) giveBackTo(second, gen, back int64) bool {
+	g := l.cur.Load()
+	if g == nil || g.second != second || g.gen != gen || int64(atomicbucket.Now()) >= g.expires {
+		return false
+	}
+	g.left.Add(back)
+	return true
+}
+
 // refill settles the current grant and asks the store for a batch that
 // covers cost, under the lease's lock: one refill at a time, and a request
 // that waited for another's refill tries the new tokens first.

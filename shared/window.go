@@ -99,6 +99,14 @@ type WindowPlacer interface {
 	Node(key string) string
 }
 
+// WindowMarker is a WindowChecker that tells where its store counted an
+// admission (redisstore.Window, pgstore.Window): a settlement at a lower
+// actual gives back from there (Window.Settle), as a lease's settlement
+// gives back what its grant did not spend (WindowLeaser).
+type WindowMarker interface {
+	AllowNMark(ctx context.Context, key string, cost int64) (atomicbucket.Decision, verdict.WindowMark, error)
+}
+
 // WindowSettler is a WindowChecker that counts a settlement's excess on its
 // store (redisstore.Window, pgstore.Window): Settle counts excess units in
 // key's window at the store's now, beyond the limit if need be, at most the
@@ -470,30 +478,56 @@ func (w *Window) ReleaseLeases(ctx context.Context) error {
 // by the failure setting (verdict.Result.Degraded, Err; Outage for a denial the
 // outage itself makes).
 func (w *Window) AllowN(ctx context.Context, key string, cost int64) verdict.Result {
+	res, _ := w.AllowNMark(ctx, key, cost)
+	return res
+}
+
+// AllowNMark is AllowN, with where the store counted an admission (the
+// zero WindowMark when it counted nothing, or a failure setting decided):
+// Settle gives a lower actual back from there. An admission from a lease is
+// marked by the lease's grant.
+func (w *Window) AllowNMark(ctx context.Context, key string, cost int64) (verdict.Result, verdict.WindowMark) {
 	now := int64(atomicbucket.Now())
 	var l *Lease
 	if w.leases != nil {
 		if l = w.leases.lease(ctx, 0, key); l != nil {
-			d, _, call := l.local(now, cost)
+			d, g, call := l.local(now, cost)
 			if !call {
-				return verdict.Result{Decision: d}
+				return verdict.Result{Decision: d}, grantMark(d, g)
 			}
 		}
 	}
+	// Declared here, not above: what the call sets escapes with it, and the
+	// lease's own admissions above allocate nothing.
 	var d atomicbucket.Decision
+	var m verdict.WindowMark
 	call := func(ctx context.Context) error {
 		var err error
-		if l != nil {
-			d, _, err = l.refill(ctx, cost)
-		} else {
+		switch mc, ok := w.c.(WindowMarker); {
+		case l != nil:
+			var g *grant
+			d, g, err = l.refill(ctx, cost)
+			m = grantMark(d, g)
+		case ok:
+			d, m, err = mc.AllowNMark(ctx, key, cost)
+		default:
 			d, err = w.c.AllowN(ctx, key, cost)
 		}
 		return err
 	}
 	if err := w.guarded(ctx, key, now, call); err != nil {
-		return w.fallback(key, cost, err)
+		return w.fallback(key, cost, err), verdict.WindowMark{}
 	}
-	return verdict.Result{Decision: d}
+	return verdict.Result{Decision: d}, m
+}
+
+// grantMark is the mark of an admission d spent from a lease's grant g: the
+// grant's slot and generation (none when it was not admitted).
+func grantMark(d atomicbucket.Decision, g *grant) verdict.WindowMark {
+	if !d.Allowed || g == nil {
+		return verdict.WindowMark{}
+	}
+	return verdict.WindowMark{Slot: g.second, Gen: g.gen}
 }
 
 // guarded runs call, one of the window's store calls for key, through the
@@ -528,13 +562,20 @@ func (w *Window) guarded(ctx context.Context, key string, now int64, call func(c
 // Settle settles a request of key admitted at cost estimate whose actual
 // cost is actual, on the store (atomicwindow.Table.SettleAt's meaning): a
 // higher actual counts the excess in the window now, at most the limit (the
-// rest forgiven and returned); a lower one gives nothing back. It goes
-// through the store's breaker as checks do; when the store cannot, nothing
-// is counted and the error says so (its checker no WindowSettler, or the
-// store's error).
-func (w *Window) Settle(ctx context.Context, key string, estimate, actual int64) (forgiven int64, err error) {
-	if estimate < 0 || actual <= estimate {
+// rest forgiven and returned); a lower one gives the difference back from
+// where its check's admission was counted (mark, from AllowNMark), while
+// the store still holds it there: to the lease's grant it was spent from,
+// if that grant is still the lease's (no call), else on the store, in one
+// call (the store's lease call settling that much of a grant, WindowLeaser).
+// A zero mark gives nothing back. It goes through the store's breaker as
+// checks do; when the store cannot, nothing is settled and the error says
+// so (its checker no WindowSettler or WindowLeaser, or the store's error).
+func (w *Window) Settle(ctx context.Context, key string, mark verdict.WindowMark, estimate, actual int64) (forgiven int64, err error) {
+	switch {
+	case estimate < 0 || actual < 0 || actual == estimate:
 		return 0, nil
+	case actual < estimate:
+		return 0, w.giveBack(ctx, key, mark, estimate, estimate-actual)
 	}
 	ws, ok := w.c.(WindowSettler)
 	if !ok {
@@ -549,6 +590,31 @@ func (w *Window) Settle(ctx context.Context, key string, estimate, actual int64)
 		return 0, classed(err)
 	}
 	return forgiven, nil
+}
+
+// giveBack gives back units of an admission of key at cost estimate, marked
+// mark (see Settle).
+func (w *Window) giveBack(ctx context.Context, key string, mark verdict.WindowMark, estimate, back int64) error {
+	if mark == (verdict.WindowMark{}) {
+		return nil
+	}
+	if w.leases != nil {
+		if l, ok := w.leases.Lookup(0, key); ok && l.giveBackTo(mark.Slot, mark.Gen, back) {
+			return nil
+		}
+	}
+	wl, ok := w.c.(WindowLeaser)
+	if !ok {
+		return fmt.Errorf("the store's %T cannot give a window's units back", w.c)
+	}
+	call := func(ctx context.Context) error {
+		_, err := wl.Lease(ctx, key, 0, 0, Settlement{Second: mark.Slot, Size: estimate, Unspent: back, Gen: mark.Gen})
+		return err
+	}
+	if err := w.guarded(ctx, key, int64(atomicbucket.Now()), call); err != nil {
+		return classed(err)
+	}
+	return nil
 }
 
 // fallback is the failure setting's decision while the store cannot decide.

@@ -219,6 +219,7 @@ func Run(t *testing.T, h Harness) {
 	on("GeneratedSlotsTier", func(t *testing.T, srv Server) { GeneratedSlotsTier(t, instances(t, srv, Options{})) })
 	on("GeneratedSlots", func(t *testing.T, srv Server) { GeneratedSlots(t, instances(t, srv, Options{}), srv.Stop) })
 	on("GeneratedSettle", func(t *testing.T, srv Server) { GeneratedSettle(t, instances(t, srv, Options{}), srv.Stop) })
+	on("GeneratedWindowGiveBack", func(t *testing.T, srv Server) { GeneratedWindowGiveBack(t, instances(t, srv, Options{})) })
 	on("GeneratedSlotsPlans", func(t *testing.T, srv Server) { GeneratedSlotsPlans(t, instances(t, srv, Options{})) })
 	on("GeneratedSlotsWait", func(t *testing.T, srv Server) { GeneratedSlotsWait(t, instances(t, srv, Options{})) })
 	on("GeneratedSlotsLeased", func(t *testing.T, srv Server) { GeneratedSlotsLeased(t, instances(t, srv, Options{})) })

@@ -12,6 +12,7 @@ import (
 	"github.com/limitgen/limitgen/atomicwindow"
 	"github.com/limitgen/limitgen/internal/reference"
 	"github.com/limitgen/limitgen/shared"
+	"github.com/limitgen/limitgen/verdict"
 )
 
 // Settler is a store that settles a request's cost after the fact at
@@ -117,23 +118,39 @@ func Settle(t *testing.T, st Store, seed uint64, rules int, start int64) (exact,
 	return exact, owed
 }
 
-// WindowSettle counts a settlement's excess in a store's window:
-// redisstore.Window's or pgstore.Window's Settle (shared.WindowSettler).
-type WindowSettle func(ctx context.Context, key string, excess int64) (forgiven int64, err error)
+// SettleWindow is a store's window as a settlement meets it
+// (redisstore.Window, pgstore.Window): its checks with where they counted
+// an admission (shared.WindowMarker), its count of a settlement's excess
+// (shared.WindowSettler), and its lease call, which gives a lower actual's
+// units back from where they were counted (shared.Window.Settle sends a
+// settlement of that much of a grant).
+type SettleWindow interface {
+	shared.WindowMarker
+	shared.WindowSettler
+	Lease(ctx context.Context, key string, cost, want int64, prev shared.Settlement) (shared.Granted, error)
+}
 
-// OpenSettleWindow is OpenWindow giving the window's Settle too.
-type OpenSettleWindow func(t *testing.T, name string, rule atomicwindow.Rule, at func() time.Time) (WindowCheck, WindowSettle)
+// OpenSettleWindow is OpenWindow giving the window as a settlement meets it.
+type OpenSettleWindow func(t *testing.T, name string, rule atomicwindow.Rule, at func() time.Time) SettleWindow
 
 // WindowSettleMatchesReference holds a store's window rules, exact and
 // counted, to the sliding-log reference at explicit microsecond times
-// through checks and settlements: a settlement of an admitted check with an
-// actual from nothing to three times its cost, or beyond the limit, counts
-// the excess (at most the limit) whatever the window holds, and every later
-// decision, and every count of units forgiven, equals the reference's
-// (reference.Window.Settle).
-func WindowSettleMatchesReference(t *testing.T, open OpenSettleWindow, runs, steps int, seed uint64) (settled int) {
+// through checks and settlements: a settlement of an admitted check, at
+// once or some checks later, with an actual from nothing to twice its
+// cost, or beyond the limit. A higher actual counts the excess (at most the
+// limit) whatever the window holds; a lower one gives the difference back
+// from where the store counted the check (its mark), as shared.Window.Settle
+// does. Every later decision, and every count of units forgiven, equals the
+// reference's (reference.Window.Settle). It returns the settlements made,
+// and how many gave back.
+func WindowSettleMatchesReference(t *testing.T, open OpenSettleWindow, runs, steps int, seed uint64) (settled, gaveBack int) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 41))
+	type admission struct {
+		key      string
+		at, cost int64
+		mark     verdict.WindowMark
+	}
 	for run := range runs {
 		limit := 1 + rng.Int64N(64)
 		window := time.Duration(1+rng.Int64N(5000)) * time.Millisecond
@@ -143,42 +160,54 @@ func WindowSettleMatchesReference(t *testing.T, open OpenSettleWindow, runs, ste
 		}
 		rule := atomicwindow.MustRule(limit, window)
 		now := time.Unix(1_800_000_000, 0)
-		check, settle := open(t, "ws"+strconv.Itoa(run), rule, func() time.Time { return now })
+		w := open(t, "ws"+strconv.Itoa(run), rule, func() time.Time { return now })
 		ref := reference.NewWindow(reference.WindowParams{Limit: limit, Window: int64(window), Grain: int64(rule.Grain())})
 		keys := []string{"a", "b"}
+		var pending []admission
 		for step := range steps {
 			now = now.Add(time.Duration(rng.Int64N(int64(window)/limit*2+1)) / time.Microsecond * time.Microsecond)
+			if len(pending) > 0 && rng.IntN(3) == 0 { // settle one admitted earlier
+				i := rng.IntN(len(pending))
+				a := pending[i]
+				pending = append(pending[:i], pending[i+1:]...)
+				actual := rng.Int64N(2*a.cost + 2)
+				if rng.IntN(8) == 0 {
+					actual = a.cost + 2*limit + 5
+				}
+				want := ref.Settle(a.key, now.UnixNano(), a.at, a.cost, actual)
+				f := int64(0)
+				var err error
+				switch {
+				case actual > a.cost:
+					f, err = w.Settle(ctx, a.key, actual-a.cost)
+				case actual < a.cost && a.mark != (verdict.WindowMark{}):
+					_, err = w.Lease(ctx, a.key, 0, 0, shared.Settlement{Second: a.mark.Slot, Size: a.cost, Unspent: a.cost - actual, Gen: a.mark.Gen})
+					gaveBack++
+				case actual < a.cost:
+					t.Fatalf("run %d step %d: an admission of %d left no mark", run, step, a.cost)
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				settled++
+				if f != want {
+					t.Fatalf("run %d (%d in %v) step %d, %s: settling %d at %d forgave %d, reference %d", run, limit, window, step, a.key, a.cost, actual, f, want)
+				}
+				continue
+			}
 			key := keys[rng.IntN(len(keys))]
 			cost := []int64{0, 1, 1, 2, limit / 3, limit}[rng.IntN(6)]
-			got, err := check(ctx, key, cost)
+			got, mark, err := w.AllowNMark(ctx, key, cost)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if want := ref.AllowN(key, now.UnixNano(), cost); got != want {
 				t.Fatalf("run %d (%d in %v, exact %v) step %d, %s cost %d: %+v, reference %+v", run, limit, window, rule.Exact(), step, key, cost, got, want)
 			}
-			if !got.Allowed || rng.IntN(3) == 0 {
-				continue
-			}
-			actual := rng.Int64N(3*cost + 2)
-			if rng.IntN(8) == 0 {
-				actual = cost + 2*limit + 5
-			}
-			if actual < cost {
-				continue // a store's window keeps the estimate: it is not told the admission's slot
-			}
-			want := ref.Settle(key, now.UnixNano(), now.UnixNano(), cost, actual)
-			f := int64(0)
-			if actual > cost {
-				if f, err = settle(ctx, key, actual-cost); err != nil {
-					t.Fatal(err)
-				}
-				settled++
-			}
-			if f != want {
-				t.Fatalf("run %d (%d in %v) step %d, %s: settling %d at %d forgave %d, reference %d", run, limit, window, step, key, cost, actual, f, want)
+			if got.Allowed && cost > 0 {
+				pending = append(pending, admission{key, now.UnixNano(), cost, mark})
 			}
 		}
 	}
-	return settled
+	return settled, gaveBack
 }

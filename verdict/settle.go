@@ -29,12 +29,27 @@ const (
 )
 
 // Mark is what a settled request's check leaves for its settlement, the
-// door keeping it from one to the other: the time its local rules read (a
-// window gives back from the units it counted then). The zero Mark is a
-// check's that read nothing.
+// door keeping it from one to the other: the time its local rules read, and
+// where each of its shared window rules' stores counted it (a window gives
+// back from the units it counted then). The zero Mark is a check's that
+// read nothing and counted nothing on a store.
 type Mark struct {
 	At atomicbucket.Time
+	// Windows are the route's shared window rules' marks, in the order of
+	// its rules (a generated package refuses a settled route of more).
+	Windows [MaxWindowMarks]WindowMark
 }
+
+// MaxWindowMarks is how many shared window rules a settled route (or its
+// tier) may have: a Mark holds one WindowMark for each.
+const MaxWindowMarks = 4
+
+// WindowMark is where a shared window's store counted an admission, for its
+// settlement to give back from: the store's slot (its microsecond, or its
+// sub-window; a lease's grant: the grant's) and the generation of the key's
+// slots then. The zero WindowMark is none: nothing was counted on the store
+// (a failure setting decided, the store had no key's window to count in).
+type WindowMark struct{ Slot, Gen int64 }
 
 // SettleStats counts a door's settlements since it was made.
 type SettleStats struct {

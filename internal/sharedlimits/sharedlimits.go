@@ -1753,22 +1753,31 @@ func (l *QuotaLimiter) Allow(ctx context.Context, key string) bool {
 // setting (deny) does, and the Result says so (Degraded, Err). Without a store, Quota's
 // process-local window (Local) decides and Err is SharedErr's error.
 func (l *QuotaLimiter) AllowN(ctx context.Context, key string, cost int64) verdict.Result {
+	res, _ := l.AllowNMark(ctx, key, cost)
+	return res
+}
+
+// AllowNMark is AllowN, with where the store counted an admission, for Settle to give a lower
+// actual back from (the zero verdict.WindowMark when it counted nothing: a failure setting decided,
+// or there is no store).
+func (l *QuotaLimiter) AllowNMark(ctx context.Context, key string, cost int64) (verdict.Result, verdict.WindowMark) {
 	if w := l.sh.Windows[0]; w != nil {
-		return w.AllowN(ctx, key, cost)
+		return w.AllowNMark(ctx, key, cost)
 	}
 	return verdict.Result{
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.Why,
-	}
+	}, verdict.WindowMark{}
 }
 
 // Settle settles a request admitted at cost estimate whose actual cost is actual, on the store
 // (shared.Window.Settle): a higher actual counts the excess in the window now (at most the limit;
-// the rest forgiven, and returned), a lower one gives nothing back. When the store cannot, nothing
-// is counted and the error says so. Without a store, Local settles.
-func (l *QuotaLimiter) Settle(ctx context.Context, key string, estimate, actual int64) (forgiven int64, err error) {
+// the rest forgiven, and returned), a lower one gives the difference back from where the store
+// counted the admission (mark, from AllowNMark). When the store cannot, nothing is settled and the
+// error says so. Without a store, Local settles the excess, and gives nothing back.
+func (l *QuotaLimiter) Settle(ctx context.Context, key string, mark verdict.WindowMark, estimate, actual int64) (forgiven int64, err error) {
 	if w := l.sh.Windows[0]; w != nil {
-		return w.Settle(ctx, key, estimate, actual)
+		return w.Settle(ctx, key, mark, estimate, actual)
 	}
 	return l.local.Settle(key, 0, estimate, actual), nil
 }
@@ -1863,22 +1872,31 @@ func (l *QuotaWideLimiter) Allow(ctx context.Context, key uint64) bool {
 // setting (a local share of 0.5 of the limit) does, and the Result says so (Degraded, Err). Without
 // a store, QuotaWide's process-local window (Local) decides and Err is SharedErr's error.
 func (l *QuotaWideLimiter) AllowN(ctx context.Context, key uint64, cost int64) verdict.Result {
+	res, _ := l.AllowNMark(ctx, key, cost)
+	return res
+}
+
+// AllowNMark is AllowN, with where the store counted an admission, for Settle to give a lower
+// actual back from (the zero verdict.WindowMark when it counted nothing: a failure setting decided,
+// or there is no store).
+func (l *QuotaWideLimiter) AllowNMark(ctx context.Context, key uint64, cost int64) (verdict.Result, verdict.WindowMark) {
 	if w := l.sh.Windows[1]; w != nil {
-		return w.AllowN(ctx, strconv.FormatUint(uint64(key), 10), cost)
+		return w.AllowNMark(ctx, strconv.FormatUint(uint64(key), 10), cost)
 	}
 	return verdict.Result{
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.Why,
-	}
+	}, verdict.WindowMark{}
 }
 
 // Settle settles a request admitted at cost estimate whose actual cost is actual, on the store
 // (shared.Window.Settle): a higher actual counts the excess in the window now (at most the limit;
-// the rest forgiven, and returned), a lower one gives nothing back. When the store cannot, nothing
-// is counted and the error says so. Without a store, Local settles.
-func (l *QuotaWideLimiter) Settle(ctx context.Context, key uint64, estimate, actual int64) (forgiven int64, err error) {
+// the rest forgiven, and returned), a lower one gives the difference back from where the store
+// counted the admission (mark, from AllowNMark). When the store cannot, nothing is settled and the
+// error says so. Without a store, Local settles the excess, and gives nothing back.
+func (l *QuotaWideLimiter) Settle(ctx context.Context, key uint64, mark verdict.WindowMark, estimate, actual int64) (forgiven int64, err error) {
 	if w := l.sh.Windows[1]; w != nil {
-		return w.Settle(ctx, strconv.FormatUint(uint64(key), 10), estimate, actual)
+		return w.Settle(ctx, strconv.FormatUint(uint64(key), 10), mark, estimate, actual)
 	}
 	return l.local.Settle(key, 0, estimate, actual), nil
 }
@@ -2142,28 +2160,37 @@ func (l *QuotaPlanLimiter) Allow(ctx context.Context, plan Plan, key string) boo
 // setting (deny) does, and the Result says so (Degraded, Err). Without a store, QuotaPlan's
 // process-local window (Local) decides and Err is SharedErr's error.
 func (l *QuotaPlanLimiter) AllowN(ctx context.Context, plan Plan, key string, cost int64) verdict.Result {
+	res, _ := l.AllowNMark(ctx, plan, key, cost)
+	return res
+}
+
+// AllowNMark is AllowN, with where the store counted an admission, for Settle to give a lower
+// actual back from (the zero verdict.WindowMark when it counted nothing: a failure setting decided,
+// or there is no store).
+func (l *QuotaPlanLimiter) AllowNMark(ctx context.Context, plan Plan, key string, cost int64) (verdict.Result, verdict.WindowMark) {
 	if plan >= numPlans {
-		return verdict.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}
+		return verdict.Result{Decision: atomicbucket.Decision{RetryAfter: atomicbucket.Never}}, verdict.WindowMark{}
 	}
 	if w := l.sh.Windows[2+int(plan)]; w != nil {
-		return w.AllowN(ctx, key, cost)
+		return w.AllowNMark(ctx, key, cost)
 	}
 	return verdict.Result{
 		Decision: l.local.AllowN(plan, key, cost),
 		Err:      l.sh.Why,
-	}
+	}, verdict.WindowMark{}
 }
 
 // Settle settles a request admitted at cost estimate whose actual cost is actual, on the store
 // (shared.Window.Settle): a higher actual counts the excess in the window now (at most the limit;
-// the rest forgiven, and returned), a lower one gives nothing back. When the store cannot, nothing
-// is counted and the error says so. Without a store, Local settles.
-func (l *QuotaPlanLimiter) Settle(ctx context.Context, plan Plan, key string, estimate, actual int64) (forgiven int64, err error) {
+// the rest forgiven, and returned), a lower one gives the difference back from where the store
+// counted the admission (mark, from AllowNMark). When the store cannot, nothing is settled and the
+// error says so. Without a store, Local settles the excess, and gives nothing back.
+func (l *QuotaPlanLimiter) Settle(ctx context.Context, plan Plan, key string, mark verdict.WindowMark, estimate, actual int64) (forgiven int64, err error) {
 	if plan >= numPlans {
 		return 0, ErrUnknownPlan
 	}
 	if w := l.sh.Windows[2+int(plan)]; w != nil {
-		return w.Settle(ctx, key, estimate, actual)
+		return w.Settle(ctx, key, mark, estimate, actual)
 	}
 	return l.local.Settle(plan, key, 0, estimate, actual), nil
 }
@@ -2239,22 +2266,31 @@ func (l *QuotaLeasedLimiter) Allow(ctx context.Context, key string) bool {
 // window after the batch's term is over, and spends them here, so most checks make no call. Without
 // a store, QuotaLeased's process-local window (Local) decides and Err is SharedErr's error.
 func (l *QuotaLeasedLimiter) AllowN(ctx context.Context, key string, cost int64) verdict.Result {
+	res, _ := l.AllowNMark(ctx, key, cost)
+	return res
+}
+
+// AllowNMark is AllowN, with where the store counted an admission, for Settle to give a lower
+// actual back from (the zero verdict.WindowMark when it counted nothing: a failure setting decided,
+// or there is no store).
+func (l *QuotaLeasedLimiter) AllowNMark(ctx context.Context, key string, cost int64) (verdict.Result, verdict.WindowMark) {
 	if w := l.sh.Windows[4]; w != nil {
-		return w.AllowN(ctx, key, cost)
+		return w.AllowNMark(ctx, key, cost)
 	}
 	return verdict.Result{
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.Why,
-	}
+	}, verdict.WindowMark{}
 }
 
 // Settle settles a request admitted at cost estimate whose actual cost is actual, on the store
 // (shared.Window.Settle): a higher actual counts the excess in the window now (at most the limit;
-// the rest forgiven, and returned), a lower one gives nothing back. When the store cannot, nothing
-// is counted and the error says so. Without a store, Local settles.
-func (l *QuotaLeasedLimiter) Settle(ctx context.Context, key string, estimate, actual int64) (forgiven int64, err error) {
+// the rest forgiven, and returned), a lower one gives the difference back from where the store
+// counted the admission (mark, from AllowNMark). When the store cannot, nothing is settled and the
+// error says so. Without a store, Local settles the excess, and gives nothing back.
+func (l *QuotaLeasedLimiter) Settle(ctx context.Context, key string, mark verdict.WindowMark, estimate, actual int64) (forgiven int64, err error) {
 	if w := l.sh.Windows[4]; w != nil {
-		return w.Settle(ctx, key, estimate, actual)
+		return w.Settle(ctx, key, mark, estimate, actual)
 	}
 	return l.local.Settle(key, 0, estimate, actual), nil
 }
@@ -2526,22 +2562,31 @@ func (l *MeterWindowLimiter) Allow(ctx context.Context, key string) bool {
 // on_failure setting (deny) does, and the Result says so (Degraded, Err). Without a store,
 // MeterWindow's process-local window (Local) decides and Err is SharedErr's error.
 func (l *MeterWindowLimiter) AllowN(ctx context.Context, key string, cost int64) verdict.Result {
+	res, _ := l.AllowNMark(ctx, key, cost)
+	return res
+}
+
+// AllowNMark is AllowN, with where the store counted an admission, for Settle to give a lower
+// actual back from (the zero verdict.WindowMark when it counted nothing: a failure setting decided,
+// or there is no store).
+func (l *MeterWindowLimiter) AllowNMark(ctx context.Context, key string, cost int64) (verdict.Result, verdict.WindowMark) {
 	if w := l.sh.Windows[5]; w != nil {
-		return w.AllowN(ctx, key, cost)
+		return w.AllowNMark(ctx, key, cost)
 	}
 	return verdict.Result{
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.Why,
-	}
+	}, verdict.WindowMark{}
 }
 
 // Settle settles a request admitted at cost estimate whose actual cost is actual, on the store
 // (shared.Window.Settle): a higher actual counts the excess in the window now (at most the limit;
-// the rest forgiven, and returned), a lower one gives nothing back. When the store cannot, nothing
-// is counted and the error says so. Without a store, Local settles.
-func (l *MeterWindowLimiter) Settle(ctx context.Context, key string, estimate, actual int64) (forgiven int64, err error) {
+// the rest forgiven, and returned), a lower one gives the difference back from where the store
+// counted the admission (mark, from AllowNMark). When the store cannot, nothing is settled and the
+// error says so. Without a store, Local settles the excess, and gives nothing back.
+func (l *MeterWindowLimiter) Settle(ctx context.Context, key string, mark verdict.WindowMark, estimate, actual int64) (forgiven int64, err error) {
 	if w := l.sh.Windows[5]; w != nil {
-		return w.Settle(ctx, key, estimate, actual)
+		return w.Settle(ctx, key, mark, estimate, actual)
 	}
 	return l.local.Settle(key, 0, estimate, actual), nil
 }
@@ -3436,22 +3481,31 @@ func (l *ChatHourLimiter) Allow(ctx context.Context, key string) bool {
 // setting (deny) does, and the Result says so (Degraded, Err). Without a store, ChatHour's
 // process-local window (Local) decides and Err is SharedErr's error.
 func (l *ChatHourLimiter) AllowN(ctx context.Context, key string, cost int64) verdict.Result {
+	res, _ := l.AllowNMark(ctx, key, cost)
+	return res
+}
+
+// AllowNMark is AllowN, with where the store counted an admission, for Settle to give a lower
+// actual back from (the zero verdict.WindowMark when it counted nothing: a failure setting decided,
+// or there is no store).
+func (l *ChatHourLimiter) AllowNMark(ctx context.Context, key string, cost int64) (verdict.Result, verdict.WindowMark) {
 	if w := l.sh.Windows[6]; w != nil {
-		return w.AllowN(ctx, key, cost)
+		return w.AllowNMark(ctx, key, cost)
 	}
 	return verdict.Result{
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.Why,
-	}
+	}, verdict.WindowMark{}
 }
 
 // Settle settles a request admitted at cost estimate whose actual cost is actual, on the store
 // (shared.Window.Settle): a higher actual counts the excess in the window now (at most the limit;
-// the rest forgiven, and returned), a lower one gives nothing back. When the store cannot, nothing
-// is counted and the error says so. Without a store, Local settles.
-func (l *ChatHourLimiter) Settle(ctx context.Context, key string, estimate, actual int64) (forgiven int64, err error) {
+// the rest forgiven, and returned), a lower one gives the difference back from where the store
+// counted the admission (mark, from AllowNMark). When the store cannot, nothing is settled and the
+// error says so. Without a store, Local settles the excess, and gives nothing back.
+func (l *ChatHourLimiter) Settle(ctx context.Context, key string, mark verdict.WindowMark, estimate, actual int64) (forgiven int64, err error) {
 	if w := l.sh.Windows[6]; w != nil {
-		return w.Settle(ctx, key, estimate, actual)
+		return w.Settle(ctx, key, mark, estimate, actual)
 	}
 	return l.local.Settle(key, 0, estimate, actual), nil
 }
@@ -3505,11 +3559,14 @@ type TierDecision struct {
 // TierResult is the outcome of a tier of shared rules: its TierDecision, and whether the store
 // made it (Degraded is set when the rules' on_failure settings decided instead, with the error;
 // Outage when they denied because the store could not decide: not a limit, an outage).
+// Mark, for a tier admitted, is what its settlement reads: the time its local rules read, and where
+// each of its shared windows' stores counted the request.
 type TierResult struct {
 	TierDecision
 	Degraded bool
 	Outage   bool
 	Err      error
+	Mark     verdict.Mark
 }
 
 // checkRunTier is RunTier with each rule charged cost, or its own default cost when defaults is
@@ -3963,6 +4020,7 @@ func (l *Limits) checkSharedSeat(ctx context.Context, seatLocalKey string, seatS
 	return TierResult{
 		Degraded: res.Degraded,
 		Err:      res.Err,
+		Mark:     verdict.Mark{At: now},
 		Outage:   res.Outage,
 		TierDecision: TierDecision{
 			Decision: most,
@@ -4095,7 +4153,7 @@ func (l *Limits) checkSharedMetered(ctx context.Context, meterSharedKey string, 
 			},
 		}
 	}
-	w1 := l.MeterWindow.AllowN(ctx, meterWindowKey, c1)
+	w1, m1 := l.MeterWindow.AllowNMark(ctx, meterWindowKey, c1)
 	if w1.Degraded && !res.Degraded {
 		res.Degraded, res.Err = true, w1.Err
 	}
@@ -4119,6 +4177,7 @@ func (l *Limits) checkSharedMetered(ctx context.Context, meterSharedKey string, 
 	return TierResult{
 		Degraded: res.Degraded,
 		Err:      res.Err,
+		Mark:     verdict.Mark{Windows: [verdict.MaxWindowMarks]verdict.WindowMark{m1}},
 		Outage:   res.Outage,
 		TierDecision: TierDecision{
 			Decision: most,
@@ -4507,7 +4566,7 @@ func (l *Limits) checkSharedChat(ctx context.Context, chatTokensKey string, chat
 			},
 		}
 	}
-	w1 := l.ChatHour.AllowN(ctx, chatHourKey, c1)
+	w1, m1 := l.ChatHour.AllowNMark(ctx, chatHourKey, c1)
 	if w1.Degraded && !res.Degraded {
 		res.Degraded, res.Err = true, w1.Err
 	}
@@ -4531,6 +4590,7 @@ func (l *Limits) checkSharedChat(ctx context.Context, chatTokensKey string, chat
 	return TierResult{
 		Degraded: res.Degraded,
 		Err:      res.Err,
+		Mark:     verdict.Mark{Windows: [verdict.MaxWindowMarks]verdict.WindowMark{m1}},
 		Outage:   res.Outage,
 		TierDecision: TierDecision{
 			Decision: most,
@@ -4836,7 +4896,7 @@ var httpPolicies = [...][numPlans]*verdict.Policy{RulePerUser: {&httpPolicyPerUs
 var httpCosts = [...][numPlans]int64{RulePerUser: {1, 1}, RuleExports: {1, 1}, RulePerInstance: {1, 1}, RuleGlobal: {1, 1}, RuleDownloads: {1, 1}, RuleDownloadsGlobal: {1, 1}, RuleFast: {1, 1}, RuleWide: {1, 1}, RuleTenantUser: {1, 1}, RuleQuota: {1, 1}, RuleQuotaWide: {1, 1}, RuleQuotaPlan: {1, 1}, RuleQuotaLeased: {1, 1}, RuleSeatLocal: {1, 1}, RuleSeatShared: {1, 1}, RuleSeatDay: {1, 1}, RuleMeterShared: {1, 1}, RuleMeterWindow: {1, 1}, RuleQueuedTokens: {1, 1}, RuleRunTokens: {1, 1}, RuleChatTokens: {1, 1}, RuleChatHour: {1, 1}}
 
 // httpRoutes are the routes' RateLimit-Policy values, by route (in policy order) and plan.
-var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}, {"\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000", "\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000"}, {"", ""}, {"\"QueuedTokens\";q=2;w=7200", "\"QueuedTokens\";q=2;w=7200"}, {"\"ChatTokens\";q=1000;w=1000, \"ChatHour\";q=100000;w=3600", "\"ChatTokens\";q=1000;w=1000, \"ChatHour\";q=100000;w=3600"}}
+var httpRoutes = [...][numPlans]string{{"\"PerUser\";q=20;w=1200", "\"PerUser\";q=200;w=1200"}, {"\"PerUser\";q=20;w=1200, \"Global\";q=50;w=3000", "\"PerUser\";q=200;w=1200, \"Global\";q=50;w=3000"}, {"\"Exports\";q=3;w=3600", "\"Exports\";q=3;w=3600"}, {"\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000", "\"Downloads\";q=30;w=1800, \"DownloadsGlobal\";q=1000;w=60000"}, {"", ""}, {"\"QueuedTokens\";q=2;w=7200", "\"QueuedTokens\";q=2;w=7200"}, {"\"ChatTokens\";q=1000;w=1000, \"ChatHour\";q=100000;w=3600", "\"ChatTokens\";q=1000;w=1000, \"ChatHour\";q=100000;w=3600"}, {"\"QuotaLeased\";q=10;w=3600", "\"QuotaLeased\";q=10;w=3600"}}
 
 // Hooks are the functions of your service that the policy's http: section names: what only
 // your service knows (a verified token's subject, the caller's plan). NewMiddleware refuses a
@@ -4854,7 +4914,7 @@ type Hooks struct {
 // Middleware enforces the policy's http: section on every route a router may hand a request to
 // (limithttp.Door): it reads the keys, cost and plan the policy names, checks the route's rule or
 // tier, sets the RateLimit fields, and answers 429 (or the policy's 4xx) when the request may not
-// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: GET /hello; GET /api/; POST /export/{account}; GET /download/; POST /run/{user}; POST /queue/{user}; POST /chat.
+// go on; its Config logs denials with log/slog's default logger, at most 10 a second. Routes: GET /hello; GET /api/; POST /export/{account}; GET /download/; POST /run/{user}; POST /queue/{user}; POST /chat; POST /summarize/{user}.
 type Middleware struct {
 	limithttp.Door
 	limits *Limits
@@ -4902,6 +4962,9 @@ func (m *Middleware) checkRoute(w http.ResponseWriter, r *http.Request, route in
 	case 6:
 		ok, _ := m.route7(w, r)
 		return ok
+	case 7:
+		ok, _ := m.route8(w, r, path)
+		return ok
 	}
 	return true
 }
@@ -4925,6 +4988,8 @@ func (m *Middleware) admitRoute(w http.ResponseWriter, r *http.Request, route in
 	switch route {
 	case 6:
 		return m.route7(w, r)
+	case 7:
+		return m.route8(w, r, path)
 	}
 	return m.checkRoute(w, r, route, path), verdict.Mark{}
 }
@@ -4936,6 +5001,8 @@ func (m *Middleware) settleRoute(w http.ResponseWriter, r *http.Request, route i
 	switch route {
 	case 6:
 		return m.settle7(w, r, mk)
+	case 7:
+		return m.settle8(w, r, path, mk)
 	}
 	return verdict.NoSettle
 }
@@ -4974,7 +5041,37 @@ func (m *Middleware) settle7(w http.ResponseWriter, r *http.Request, mk verdict.
 	} else {
 		forgiven = genimpl.AddForgiven(forgiven, f)
 	}
-	if f, err := m.limits.ChatHour.Settle(r.Context(), k1, cost, actual); err != nil {
+	if f, err := m.limits.ChatHour.Settle(r.Context(), k1, mk.Windows[0], cost, actual); err != nil {
+		failed = true
+	} else {
+		forgiven = genimpl.AddForgiven(forgiven, f)
+	}
+	if failed {
+		return verdict.SettleFailed
+	}
+	return forgiven
+}
+
+// settle8 settles a request of POST /summarize/{user} that its handler answered: the actual cost in
+// the response's X-Used, against the estimate the check took, with QuotaLeased; it returns the
+// tokens forgiven beyond the rules' debt bounds, verdict.KeptEstimate, or verdict.SettleFailed when
+// a store could not settle.
+func (m *Middleware) settle8(w http.ResponseWriter, r *http.Request, path string, mk verdict.Mark) int64 {
+	k0, ok0 := limithttp.PathKeyAt(path, 1, false)
+	if !ok0 {
+		return verdict.KeptEstimate
+	}
+	cost, costOK := limithttp.HeaderCost(r, "X-Max", 1, 10)
+	if !costOK {
+		return verdict.KeptEstimate
+	}
+	actual, ok := limithttp.ActualCost(w.Header(), "X-Used")
+	if !ok {
+		return verdict.KeptEstimate
+	}
+	var forgiven int64
+	failed := false
+	if f, err := m.limits.QuotaLeased.Settle(r.Context(), k0, mk.Windows[0], cost, actual); err != nil {
 		failed = true
 	} else {
 		forgiven = genimpl.AddForgiven(forgiven, f)
@@ -4989,7 +5086,7 @@ func (m *Middleware) settle7(w http.ResponseWriter, r *http.Request, mk verdict.
 type ServeMux = limithttp.ServeMux
 
 // httpPatterns are the policy's route patterns, in policy order.
-var httpPatterns = [...]string{"GET /hello", "GET /api/", "POST /export/{account}", "GET /download/", "POST /run/{user}", "POST /queue/{user}", "POST /chat"}
+var httpPatterns = [...]string{"GET /hello", "GET /api/", "POST /export/{account}", "GET /download/", "POST /run/{user}", "POST /queue/{user}", "POST /chat", "POST /summarize/{user}"}
 
 // httpRoute is the index+1 of the route of httpPatterns for a method on a clean request path
 // that is one of the policy's literal paths (limithttp.LiteralRoutes), 0 for any other path: a
@@ -5013,7 +5110,7 @@ var httpRouter = limithttp.MustRouterFunc(httpRoute, httpPatterns[:]...)
 
 // httpSeries are the rows of the middleware's Counters: each route checked, the tier it checks, and
 // each of its rules, in policy order (a decision's Series is its index here).
-var httpSeries = [...]verdict.Series{{Route: "GET /hello", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "Global"}, {Route: "POST /export/{account}", Rule: "Exports"}, {Route: "GET /download/", Tier: "Download", Rule: "Downloads"}, {Route: "GET /download/", Tier: "Download", Rule: "DownloadsGlobal"}, {Route: "POST /run/{user}", Rule: "Running"}, {Route: "POST /queue/{user}", Tier: "QueuedJob", Rule: "QueuedTokens"}, {Route: "POST /queue/{user}", Tier: "QueuedJob", Rule: "Queued"}, {Route: "POST /chat", Tier: "Chat", Rule: "ChatTokens"}, {Route: "POST /chat", Tier: "Chat", Rule: "ChatHour"}}
+var httpSeries = [...]verdict.Series{{Route: "GET /hello", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "PerUser"}, {Route: "GET /api/", Tier: "Request", Rule: "Global"}, {Route: "POST /export/{account}", Rule: "Exports"}, {Route: "GET /download/", Tier: "Download", Rule: "Downloads"}, {Route: "GET /download/", Tier: "Download", Rule: "DownloadsGlobal"}, {Route: "POST /run/{user}", Rule: "Running"}, {Route: "POST /queue/{user}", Tier: "QueuedJob", Rule: "QueuedTokens"}, {Route: "POST /queue/{user}", Tier: "QueuedJob", Rule: "Queued"}, {Route: "POST /chat", Tier: "Chat", Rule: "ChatTokens"}, {Route: "POST /chat", Tier: "Chat", Rule: "ChatHour"}, {Route: "POST /summarize/{user}", Rule: "QuotaLeased"}}
 
 // httpSeriesRoute2 are the series of GET /api/'s rules in the Counters, by RuleName.
 var httpSeriesRoute2 = [...]int{RulePerUser: 1, RuleGlobal: 2}
@@ -5292,7 +5389,33 @@ func (m *Middleware) route7(w http.ResponseWriter, r *http.Request) (bool, verdi
 			res.Policy = p1
 		}
 	}
-	return m.Config.Respond(w, r, verdict.Enforce, &res, k0), verdict.Mark{}
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0), tr.Mark
+}
+
+// route8 checks POST /summarize/{user} (rule QuotaLeased, enforce) and reports whether the request
+// may go on, with the mark its settlement reads.
+func (m *Middleware) route8(w http.ResponseWriter, r *http.Request, path string) (bool, verdict.Mark) {
+	k0, ok0 := limithttp.PathKeyAt(path, 1, false)
+	if !ok0 {
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request has no key for rule QuotaLeased: route \\\"POST /summarize/{user}\\\" reads it from the path user.\"}\n", verdict.Event{Route: "POST /summarize/{user}", Rule: "QuotaLeased", RuleIndex: int(RuleQuotaLeased), Series: 11, Outcome: verdict.MissingKey}), verdict.Mark{}
+	}
+	cost, costOK := limithttp.HeaderCost(r, "X-Max", 1, 10)
+	if !costOK {
+		return m.Config.Reject(w, verdict.Enforce, 400, "{\"type\":\"about:blank\",\"title\":\"Bad Request\",\"status\":400,\"detail\":\"The request's declared cost (header X-Max) is above the most a request may cost on route \\\"POST /summarize/{user}\\\": 10.\"}\n", verdict.Event{Route: "POST /summarize/{user}", Rule: "QuotaLeased", RuleIndex: int(RuleQuotaLeased), Series: 11, Outcome: verdict.TooCostly, Cost: cost}), verdict.Mark{}
+	}
+	sr, wm := m.limits.QuotaLeased.AllowNMark(r.Context(), k0, cost)
+	var res verdict.Result
+	res.Degraded = sr.Degraded
+	res.Outage = sr.Outage
+	res.Err = sr.Err
+	res.Decision = sr.Decision
+	res.Policy = httpPolicies[RuleQuotaLeased][0]
+	res.Policies = httpRoutes[7][0]
+	res.Cost = cost
+	res.Route = "POST /summarize/{user}"
+	res.Rule = int(RuleQuotaLeased)
+	res.Series = 11
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0), verdict.Mark{Windows: [verdict.MaxWindowMarks]verdict.WindowMark{wm}}
 }
 
 // plan is the request's plan, from func:PlanOf, or free.

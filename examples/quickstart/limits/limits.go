@@ -992,11 +992,14 @@ type TierDecision struct {
 // TierResult is the outcome of a tier of shared rules: its TierDecision, and whether the store
 // made it (Degraded is set when the rules' on_failure settings decided instead, with the error;
 // Outage when they denied because the store could not decide: not a limit, an outage).
+// Mark, for a tier admitted, is what its settlement reads: the time its local rules read, and where
+// each of its shared windows' stores counted the request.
 type TierResult struct {
 	TierDecision
 	Degraded bool
 	Outage   bool
 	Err      error
+	Mark     verdict.Mark
 }
 
 // LocalRequest checks a request against PerUser, Global as Request does. It decides in this process

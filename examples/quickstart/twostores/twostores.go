@@ -416,22 +416,31 @@ func (l *InvoiceQuotaLimiter) Allow(ctx context.Context, key string) bool {
 // on_failure setting (deny) does, and the Result says so (Degraded, Err). Without a store,
 // InvoiceQuota's process-local window (Local) decides and Err is SharedErr's error.
 func (l *InvoiceQuotaLimiter) AllowN(ctx context.Context, key string, cost int64) verdict.Result {
+	res, _ := l.AllowNMark(ctx, key, cost)
+	return res
+}
+
+// AllowNMark is AllowN, with where the store counted an admission, for Settle to give a lower
+// actual back from (the zero verdict.WindowMark when it counted nothing: a failure setting decided,
+// or there is no store).
+func (l *InvoiceQuotaLimiter) AllowNMark(ctx context.Context, key string, cost int64) (verdict.Result, verdict.WindowMark) {
 	if w := l.sh.Windows[0]; w != nil {
-		return w.AllowN(ctx, key, cost)
+		return w.AllowNMark(ctx, key, cost)
 	}
 	return verdict.Result{
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.Why,
-	}
+	}, verdict.WindowMark{}
 }
 
 // Settle settles a request admitted at cost estimate whose actual cost is actual, on the store
 // (shared.Window.Settle): a higher actual counts the excess in the window now (at most the limit;
-// the rest forgiven, and returned), a lower one gives nothing back. When the store cannot, nothing
-// is counted and the error says so. Without a store, Local settles.
-func (l *InvoiceQuotaLimiter) Settle(ctx context.Context, key string, estimate, actual int64) (forgiven int64, err error) {
+// the rest forgiven, and returned), a lower one gives the difference back from where the store
+// counted the admission (mark, from AllowNMark). When the store cannot, nothing is settled and the
+// error says so. Without a store, Local settles the excess, and gives nothing back.
+func (l *InvoiceQuotaLimiter) Settle(ctx context.Context, key string, mark verdict.WindowMark, estimate, actual int64) (forgiven int64, err error) {
 	if w := l.sh.Windows[0]; w != nil {
-		return w.Settle(ctx, key, estimate, actual)
+		return w.Settle(ctx, key, mark, estimate, actual)
 	}
 	return l.local.Settle(key, 0, estimate, actual), nil
 }
@@ -485,11 +494,14 @@ type TierDecision struct {
 // TierResult is the outcome of a tier of shared rules: its TierDecision, and whether the store
 // made it (Degraded is set when the rules' on_failure settings decided instead, with the error;
 // Outage when they denied because the store could not decide: not a limit, an outage).
+// Mark, for a tier admitted, is what its settlement reads: the time its local rules read, and where
+// each of its shared windows' stores counted the request.
 type TierResult struct {
 	TierDecision
 	Degraded bool
 	Outage   bool
 	Err      error
+	Mark     verdict.Mark
 }
 
 // LocalCheckout checks a request against PerInstance, Checkouts, Invoices as Checkout does. It
@@ -648,6 +660,7 @@ func (l *Limits) checkSharedCheckout(ctx context.Context, perInstanceKey string,
 	return TierResult{
 		Degraded: res.Degraded,
 		Err:      res.Err,
+		Mark:     verdict.Mark{At: now},
 		Outage:   res.Outage,
 		TierDecision: TierDecision{
 			Decision: most,

@@ -424,8 +424,12 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 		case r.Report && rule.Shared:
 			// Usage reported after the response: owed on the store as debt,
 			// always OK; a store that cannot take it is a degraded answer.
+			charge := []jen.Code{jen.Lit(0), jen.Id("cost")}
+			if rule.IsWindow() { // a charge: no admission to give back to
+				charge = append([]jen.Code{vd("WindowMark").Values()}, charge...)
+			}
 			body = append(body,
-				jen.List(jen.Id("_"), jen.Id("serr")).Op(":=").Add(recv()).Dot("limits").Dot(rule.GoName).Dot("Settle").Call(append(slices.Clone(args), jen.Lit(0), jen.Id("cost"))...)) // args begin with the context
+				jen.List(jen.Id("_"), jen.Id("serr")).Op(":=").Add(recv()).Dot("limits").Dot(rule.GoName).Dot("Settle").Call(append(slices.Clone(args), charge...)...)) // args begin with the context
 			decision = rt("Decision").Values(jen.Dict{jen.Id("Allowed"): jen.True()})
 			res = append(res, setField("Degraded", jen.Id("serr").Op("!=").Nil()), setField("Err", jen.Id("serr")))
 		case r.Report:
@@ -433,17 +437,29 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 			// bucket may go below empty, bounded), always OK, with what is
 			// left.
 			limiter := recv().Dot("limits").Dot(rule.GoName)
+			at := []jen.Code{jen.Id("now")}
+			if rule.IsWindow() { // a charge: admitted now, nothing to give back
+				at = append(at, jen.Id("now"))
+			}
 			body = append(body,
-				limiter.Clone().Dot("SettleAt").Call(append(slices.Clone(args), jen.Id("now"), jen.Lit(0), jen.Id("cost"))...),
+				limiter.Clone().Dot("SettleAt").Call(append(append(slices.Clone(args), at...), jen.Lit(0), jen.Id("cost"))...),
 				jen.Id("rd").Op(":=").Add(limiter.Clone()).Dot("PeekAt").Call(append(slices.Clone(args), jen.Id("now"), jen.Lit(0))...),
 				jen.List(jen.Id("rd").Dot("Allowed"), jen.Id("rd").Dot("RetryAfter")).Op("=").List(jen.True(), jen.Lit(0)),
 			)
 			decision = jen.Id("rd")
 		}
-		if rule.Shared && !r.Report {
+		switch {
+		case rule.Shared && !r.Report && marked && rule.IsWindow():
+			// A settled route's window: where the store counted the
+			// request, for its settlement to give back from.
+			body = append(body, jen.List(jen.Id("sr"), jen.Id("wm")).Op(":=").Add(recv()).Dot("limits").Dot(rule.GoName).Dot("AllowNMark").Call(append(args, jen.Id("cost"))...))
+			mark = vd("Mark").Values(jen.Dict{jen.Id("Windows"): jen.Index(vd("MaxWindowMarks")).Add(vd("WindowMark")).Values(jen.Id("wm"))})
+		case rule.Shared && !r.Report:
 			// The store decides, or the rule's on_failure setting when it
 			// cannot: the Result says which, for the observers.
 			body = append(body, jen.Id("sr").Op(":=").Add(recv()).Dot("limits").Dot(rule.GoName).Dot("AllowN").Call(append(args, jen.Id("cost"))...))
+		}
+		if rule.Shared && !r.Report {
 			decision = jen.Id("sr").Dot("Decision")
 			res = append(res, setField("Degraded", jen.Id("sr").Dot("Degraded")), setField("Outage", jen.Id("sr").Dot("Outage")), setField("Err", jen.Id("sr").Dot("Err")))
 		}
@@ -479,6 +495,7 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 		if t.Shared {
 			body = append(body, jen.Id("tr").Op(":=").Add(call))
 			call = jen.Id("tr").Dot("TierDecision")
+			mark = jen.Id("tr").Dot("Mark")
 			res = append(res, setField("Degraded", jen.Id("tr").Dot("Degraded")), setField("Outage", jen.Id("tr").Dot("Outage")), setField("Err", jen.Id("tr").Dot("Err")))
 		}
 		body = append(body, jen.Id("td").Op(":=").Add(call))

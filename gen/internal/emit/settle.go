@@ -95,6 +95,7 @@ func emitSettle(m *model.Model, d *door, i int, r model.Route) jen.Code {
 	}
 	var names []string
 	var sum jen.Code // local rules only: the sum of their SettleAt
+	windows := 0     // the shared windows' marks, in the order of the rules
 	if len(shared) > 0 {
 		body = append(body, jen.Var().Id("forgiven").Int64(), jen.Id("failed").Op(":=").False())
 	}
@@ -113,6 +114,10 @@ func emitSettle(m *model.Model, d *door, i int, r model.Route) jen.Code {
 		}
 		limiter := d.r().Dot("limits").Dot(rule.GoName)
 		if rule.Shared {
+			if rule.IsWindow() { // gives back from where its store counted the check
+				args = append(args, jen.Id("mk").Dot("Windows").Index(jen.Lit(windows)))
+				windows++
+			}
 			body = append(body,
 				jen.If(jen.List(jen.Id("f"), jen.Err()).Op(":=").Add(limiter).Dot("Settle").Call(append(args, jen.Id("cost"), jen.Id("actual"))...), jen.Err().Op("!=").Nil()).Block(
 					jen.Id("failed").Op("=").True(),

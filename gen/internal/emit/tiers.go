@@ -600,12 +600,16 @@ func mixedTier(m *model.Model, t model.Tier, steps, sharedNames []jen.Code, resu
 	}
 	// Shared windows count on the store when asked (a store's window has no
 	// look): after the buckets, each in turn; one that denies gives the
-	// buckets back, the windows asked before it keep their count.
+	// buckets back, the windows asked before it keep their count. Each
+	// admission's mark, where its store counted it, goes in the tier's for
+	// a settlement (TierResult.Mark).
+	var marks []jen.Code
 	for i, ri := range t.Rules {
 		if r := m.Rules[ri]; r.Shared && r.IsWindow() {
 			w := jen.Id(fmt.Sprintf("w%d", i))
 			args := append([]jen.Code{jen.Id("ctx")}, callArgs(r)...)
-			body = append(body, w.Clone().Op(":=").Id("l").Dot(r.GoName).Dot("AllowN").Call(append(args, jen.Id(fmt.Sprintf("c%d", i)))...),
+			marks = append(marks, jen.Id(fmt.Sprintf("m%d", i)))
+			body = append(body, jen.List(w.Clone(), jen.Id(fmt.Sprintf("m%d", i))).Op(":=").Id("l").Dot(r.GoName).Dot("AllowNMark").Call(append(args, jen.Id(fmt.Sprintf("c%d", i)))...),
 				jen.If(w.Clone().Dot("Degraded").Op("&&").Op("!").Id("res").Dot("Degraded")).Block(
 					jen.List(jen.Id("res").Dot("Degraded"), jen.Id("res").Dot("Err")).Op("=").List(jen.True(), w.Clone().Dot("Err"))),
 				jen.If(jen.Op("!").Add(w.Clone()).Dot("Allowed")).Block(append(back(), jen.Return(jen.Id("TierResult").Values(jen.Dict{
@@ -646,7 +650,23 @@ func mixedTier(m *model.Model, t model.Tier, steps, sharedNames []jen.Code, resu
 		body = append(body, jen.If(jen.Add(c.d).Dot("Remaining").Op("<").Id("most").Dot("Remaining")).Block(
 			jen.List(jen.Id("most"), jen.Id("rule")).Op("=").List(c.d, c.rule)))
 	}
-	return append(body, jen.Return(result(jen.Id("TierDecision").Values(jen.Dict{jen.Id("Decision"): jen.Id("most"), jen.Id("Rule"): jen.Id("rule")}), true)))
+	admitted := jen.Dict{
+		jen.Id("TierDecision"): jen.Id("TierDecision").Values(jen.Dict{jen.Id("Decision"): jen.Id("most"), jen.Id("Rule"): jen.Id("rule")}),
+		jen.Id("Degraded"):     jen.Id("res").Dot("Degraded"),
+		jen.Id("Outage"):       jen.Id("res").Dot("Outage"),
+		jen.Id("Err"):          jen.Id("res").Dot("Err"),
+	}
+	mark := jen.Dict{}
+	if t.Local {
+		mark[jen.Id("At")] = jen.Id("now")
+	}
+	if len(marks) > 0 {
+		mark[jen.Id("Windows")] = jen.Index(vd("MaxWindowMarks")).Add(vd("WindowMark")).Values(marks...)
+	}
+	if len(mark) > 0 {
+		admitted[jen.Id("Mark")] = vd("Mark").Values(mark)
+	}
+	return append(body, jen.Return(jen.Id("TierResult").Values(admitted)))
 }
 
 // newStateParams are newSharedState's parameters: the default store, and the
@@ -701,10 +721,13 @@ func emitTierResult() jen.Code {
 		Comment("TierResult is the outcome of a tier of shared rules: its TierDecision, and whether the store").Line().
 		Comment("made it (Degraded is set when the rules' on_failure settings decided instead, with the error;").Line().
 		Comment("Outage when they denied because the store could not decide: not a limit, an outage).").Line().
+		Comment("Mark, for a tier admitted, is what its settlement reads: the time its local rules read, and where").Line().
+		Comment("each of its shared windows' stores counted the request.").Line().
 		Type().Id("TierResult").Struct(
 		jen.Id("TierDecision"),
 		jen.Id("Degraded").Bool(),
 		jen.Id("Outage").Bool(),
 		jen.Id("Err").Error(),
+		jen.Id("Mark").Add(vd("Mark")),
 	).Line()
 }

@@ -468,11 +468,8 @@ func emitSharedWindow(r model.Rule) jen.Code {
 		return append(append(append(as, planA...), keyA...), last...)
 	}
 	var idx jen.Code = jen.Lit(r.WindowAt)
-	badPlan := jen.Null()
 	if r.Planned { // one window a plan on the store
 		idx = jen.Lit(r.WindowAt).Op("+").Int().Call(jen.Id("plan"))
-		badPlan = jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(vd("Result").Values(jen.Dict{
-			jen.Id("Decision"): rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})})))
 	}
 	g := jen.Line()
 	g.Comment(fmt.Sprintf("%s returns %s's limiter over its process-local window; New binds it to the store.", r.CtorName(), r.GoName)).Line()
@@ -503,13 +500,24 @@ func emitSharedWindow(r model.Rule) jen.Code {
 		"does, and the Result says so (Degraded, Err). %sWithout a store, %s's process-local window (Local) decides "+
 		"and Err is SharedErr's error.", r.GoName, failureWords(r), leaseWords(r), r.GoName)))
 	g.Func().Params(recv).Id("AllowN").Params(params(ctxP, jen.Id("cost").Int64())...).Add(vd("Result")).Block(
-		badPlan,
+		jen.List(jen.Id("res"), jen.Id("_")).Op(":=").Id("l").Dot("AllowNMark").Call(args(jen.Id("ctx"), jen.Id("cost"))...),
+		jen.Return(jen.Id("res")),
+	).Line().Line()
+	markBad := jen.Null()
+	if r.Planned {
+		markBad = jen.If(jen.Id("plan").Op(">=").Id("numPlans")).Block(jen.Return(vd("Result").Values(jen.Dict{
+			jen.Id("Decision"): rt("Decision").Values(jen.Dict{jen.Id("RetryAfter"): rt("Never")})}), vd("WindowMark").Values()))
+	}
+	g.Add(comment("AllowNMark is AllowN, with where the store counted an admission, for Settle to give a lower actual " +
+		"back from (the zero verdict.WindowMark when it counted nothing: a failure setting decided, or there is no store)."))
+	g.Func().Params(recv).Id("AllowNMark").Params(params(ctxP, jen.Id("cost").Int64())...).Params(vd("Result"), vd("WindowMark")).Block(
+		markBad,
 		jen.If(jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("Windows").Index(idx), jen.Id("w").Op("!=").Nil()).Block(
-			jen.Return(jen.Id("w").Dot("AllowN").Call(jen.Id("ctx"), storeKey, jen.Id("cost")))),
+			jen.Return(jen.Id("w").Dot("AllowNMark").Call(jen.Id("ctx"), storeKey, jen.Id("cost")))),
 		jen.Return(vd("Result").Values(jen.Dict{
 			jen.Id("Decision"): jen.Id("l").Dot("local").Dot("AllowN").Call(args(nil, jen.Id("cost"))...),
 			jen.Id("Err"):      jen.Id("l").Dot("sh").Dot("Why"),
-		})),
+		}), vd("WindowMark").Values()),
 	).Line().Line()
 	var settleBad jen.Code = jen.Null()
 	if r.Planned {
@@ -517,12 +525,13 @@ func emitSharedWindow(r model.Rule) jen.Code {
 	}
 	g.Add(comment("Settle settles a request admitted at cost estimate whose actual cost is actual, on the store " +
 		"(shared.Window.Settle): a higher actual counts the excess in the window now (at most the limit; the rest " +
-		"forgiven, and returned), a lower one gives nothing back. When the store cannot, nothing is counted and the " +
-		"error says so. Without a store, Local settles."))
-	g.Func().Params(recv).Id("Settle").Params(params(ctxP, jen.List(jen.Id("estimate"), jen.Id("actual")).Int64())...).Params(jen.Id("forgiven").Int64(), jen.Err().Error()).Block(
+		"forgiven, and returned), a lower one gives the difference back from where the store counted the admission " +
+		"(mark, from AllowNMark). When the store cannot, nothing is settled and the error says so. Without a store, " +
+		"Local settles the excess, and gives nothing back."))
+	g.Func().Params(recv).Id("Settle").Params(params(ctxP, jen.Id("mark").Add(vd("WindowMark")), jen.List(jen.Id("estimate"), jen.Id("actual")).Int64())...).Params(jen.Id("forgiven").Int64(), jen.Err().Error()).Block(
 		settleBad,
 		jen.If(jen.Id("w").Op(":=").Id("l").Dot("sh").Dot("Windows").Index(idx), jen.Id("w").Op("!=").Nil()).Block(
-			jen.Return(jen.Id("w").Dot("Settle").Call(jen.Id("ctx"), storeKey, jen.Id("estimate"), jen.Id("actual")))),
+			jen.Return(jen.Id("w").Dot("Settle").Call(jen.Id("ctx"), storeKey, jen.Id("mark"), jen.Id("estimate"), jen.Id("actual")))),
 		// The check was the local window's, at a time the caller was not
 		// told: a lower actual gives nothing back (admitted 0).
 		jen.Return(jen.Id("l").Dot("local").Dot("Settle").Call(args(nil, jen.Lit(0), jen.Id("estimate"), jen.Id("actual"))...), jen.Nil()),

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/limitgen/limitgen/gen/internal/model"
+	"github.com/limitgen/limitgen/verdict"
 	"go.yaml.in/yaml/v3"
 )
 
@@ -149,6 +150,16 @@ func (p *parser) routeSettle(n, cost *yaml.Node, r *model.Route, m *model.Model,
 	}
 	if cost == nil {
 		p.errorf(n, "%s: settle needs the route's cost: the estimate a request is admitted at (a number, or {from, default, max}), settled when its actual is known", what)
+		return false
+	}
+	windows := 0
+	for _, ri := range r.Rules {
+		if x := m.Rules[ri]; x.Shared && x.IsWindow() {
+			windows++
+		}
+	}
+	if windows > verdict.MaxWindowMarks {
+		p.errorf(n, "%s: settle on a route of %d shared window rules: a settlement gives back to at most %d of them (what each store counted is carried from the check to the settlement, verdict.MaxWindowMarks); split the tier", what, windows, verdict.MaxWindowMarks)
 		return false
 	}
 	if !r.SettleContext {

@@ -186,22 +186,31 @@ func (l *RlRemoteAddressLimiter) Allow(ctx context.Context, key string) bool {
 // on_failure setting (deny) does, and the Result says so (Degraded, Err). Without a store,
 // RlRemoteAddress's process-local window (Local) decides and Err is SharedErr's error.
 func (l *RlRemoteAddressLimiter) AllowN(ctx context.Context, key string, cost int64) verdict.Result {
+	res, _ := l.AllowNMark(ctx, key, cost)
+	return res
+}
+
+// AllowNMark is AllowN, with where the store counted an admission, for Settle to give a lower
+// actual back from (the zero verdict.WindowMark when it counted nothing: a failure setting decided,
+// or there is no store).
+func (l *RlRemoteAddressLimiter) AllowNMark(ctx context.Context, key string, cost int64) (verdict.Result, verdict.WindowMark) {
 	if w := l.sh.Windows[0]; w != nil {
-		return w.AllowN(ctx, key, cost)
+		return w.AllowNMark(ctx, key, cost)
 	}
 	return verdict.Result{
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.Why,
-	}
+	}, verdict.WindowMark{}
 }
 
 // Settle settles a request admitted at cost estimate whose actual cost is actual, on the store
 // (shared.Window.Settle): a higher actual counts the excess in the window now (at most the limit;
-// the rest forgiven, and returned), a lower one gives nothing back. When the store cannot, nothing
-// is counted and the error says so. Without a store, Local settles.
-func (l *RlRemoteAddressLimiter) Settle(ctx context.Context, key string, estimate, actual int64) (forgiven int64, err error) {
+// the rest forgiven, and returned), a lower one gives the difference back from where the store
+// counted the admission (mark, from AllowNMark). When the store cannot, nothing is settled and the
+// error says so. Without a store, Local settles the excess, and gives nothing back.
+func (l *RlRemoteAddressLimiter) Settle(ctx context.Context, key string, mark verdict.WindowMark, estimate, actual int64) (forgiven int64, err error) {
 	if w := l.sh.Windows[0]; w != nil {
-		return w.Settle(ctx, key, estimate, actual)
+		return w.Settle(ctx, key, mark, estimate, actual)
 	}
 	return l.local.Settle(key, 0, estimate, actual), nil
 }
@@ -338,22 +347,31 @@ func (l *RlTenantUserLimiter) Allow(ctx context.Context, key RlTenantUserKey) bo
 // on_failure setting (deny) does, and the Result says so (Degraded, Err). Without a store,
 // RlTenantUser's process-local window (Local) decides and Err is SharedErr's error.
 func (l *RlTenantUserLimiter) AllowN(ctx context.Context, key RlTenantUserKey, cost int64) verdict.Result {
+	res, _ := l.AllowNMark(ctx, key, cost)
+	return res
+}
+
+// AllowNMark is AllowN, with where the store counted an admission, for Settle to give a lower
+// actual back from (the zero verdict.WindowMark when it counted nothing: a failure setting decided,
+// or there is no store).
+func (l *RlTenantUserLimiter) AllowNMark(ctx context.Context, key RlTenantUserKey, cost int64) (verdict.Result, verdict.WindowMark) {
 	if w := l.sh.Windows[1]; w != nil {
-		return w.AllowN(ctx, shared.StoreKey(key.String()), cost)
+		return w.AllowNMark(ctx, shared.StoreKey(key.String()), cost)
 	}
 	return verdict.Result{
 		Decision: l.local.AllowN(key, cost),
 		Err:      l.sh.Why,
-	}
+	}, verdict.WindowMark{}
 }
 
 // Settle settles a request admitted at cost estimate whose actual cost is actual, on the store
 // (shared.Window.Settle): a higher actual counts the excess in the window now (at most the limit;
-// the rest forgiven, and returned), a lower one gives nothing back. When the store cannot, nothing
-// is counted and the error says so. Without a store, Local settles.
-func (l *RlTenantUserLimiter) Settle(ctx context.Context, key RlTenantUserKey, estimate, actual int64) (forgiven int64, err error) {
+// the rest forgiven, and returned), a lower one gives the difference back from where the store
+// counted the admission (mark, from AllowNMark). When the store cannot, nothing is settled and the
+// error says so. Without a store, Local settles the excess, and gives nothing back.
+func (l *RlTenantUserLimiter) Settle(ctx context.Context, key RlTenantUserKey, mark verdict.WindowMark, estimate, actual int64) (forgiven int64, err error) {
 	if w := l.sh.Windows[1]; w != nil {
-		return w.Settle(ctx, shared.StoreKey(key.String()), estimate, actual)
+		return w.Settle(ctx, shared.StoreKey(key.String()), mark, estimate, actual)
 	}
 	return l.local.Settle(key, 0, estimate, actual), nil
 }
