@@ -36,8 +36,20 @@ const (
 type Mark struct {
 	At atomicbucket.Time
 	// Windows are the route's shared window rules' marks, in the order of
-	// its rules (a generated package refuses a settled route of more).
-	Windows [MaxWindowMarks]WindowMark
+	// its rules (a generated package refuses a settled route of more); nil
+	// for a route of none. A Mark is copied from check to settlement for
+	// every request of a settled policy: the marks of the few routes that
+	// have them are behind a pointer (one allocation a request of a shared
+	// window, beside its store call), so that the others copy two words.
+	Windows *[MaxWindowMarks]WindowMark
+}
+
+// Window is the i-th shared window's mark of m: none when m has no marks.
+func (m Mark) Window(i int) WindowMark {
+	if m.Windows == nil {
+		return WindowMark{}
+	}
+	return m.Windows[i]
 }
 
 // MaxWindowMarks is how many shared window rules a settled route (or its

@@ -176,8 +176,10 @@ func (m *Middleware) admitRoute(w http.ResponseWriter, r *http.Request, route in
 		return m.route2(w, r)
 	case 2:
 		return m.route3(w, r)
+	case 0:
+		return m.route1(w, r), verdict.Mark{}
 	}
-	return m.checkRoute(w, r, route, path), verdict.Mark{}
+	return true, verdict.Mark{}
 }
 
 // settleRoute settles a request of route (an index of httpPatterns) whose handler returned, reading

@@ -4177,7 +4177,7 @@ func (l *Limits) checkSharedMetered(ctx context.Context, meterSharedKey string, 
 	return TierResult{
 		Degraded: res.Degraded,
 		Err:      res.Err,
-		Mark:     verdict.Mark{Windows: [verdict.MaxWindowMarks]verdict.WindowMark{m1}},
+		Mark:     verdict.Mark{Windows: &[verdict.MaxWindowMarks]verdict.WindowMark{m1}},
 		Outage:   res.Outage,
 		TierDecision: TierDecision{
 			Decision: most,
@@ -4590,7 +4590,7 @@ func (l *Limits) checkSharedChat(ctx context.Context, chatTokensKey string, chat
 	return TierResult{
 		Degraded: res.Degraded,
 		Err:      res.Err,
-		Mark:     verdict.Mark{Windows: [verdict.MaxWindowMarks]verdict.WindowMark{m1}},
+		Mark:     verdict.Mark{Windows: &[verdict.MaxWindowMarks]verdict.WindowMark{m1}},
 		Outage:   res.Outage,
 		TierDecision: TierDecision{
 			Decision: most,
@@ -4990,8 +4990,18 @@ func (m *Middleware) admitRoute(w http.ResponseWriter, r *http.Request, route in
 		return m.route7(w, r)
 	case 7:
 		return m.route8(w, r, path)
+	case 0:
+		return m.route1(w, r), verdict.Mark{}
+	case 1:
+		return m.route2(w, r), verdict.Mark{}
+	case 2:
+		return m.route3(w, r, path), verdict.Mark{}
+	case 3:
+		return m.route4(w, r), verdict.Mark{}
+	case 5:
+		return m.route6(w, r, path), verdict.Mark{}
 	}
-	return m.checkRoute(w, r, route, path), verdict.Mark{}
+	return true, verdict.Mark{}
 }
 
 // settleRoute settles a request of route (an index of httpPatterns) whose handler returned, reading
@@ -5041,7 +5051,7 @@ func (m *Middleware) settle7(w http.ResponseWriter, r *http.Request, mk verdict.
 	} else {
 		forgiven = genimpl.AddForgiven(forgiven, f)
 	}
-	if f, err := m.limits.ChatHour.Settle(r.Context(), k1, mk.Windows[0], cost, actual); err != nil {
+	if f, err := m.limits.ChatHour.Settle(r.Context(), k1, mk.Window(0), cost, actual); err != nil {
 		failed = true
 	} else {
 		forgiven = genimpl.AddForgiven(forgiven, f)
@@ -5071,7 +5081,7 @@ func (m *Middleware) settle8(w http.ResponseWriter, r *http.Request, path string
 	}
 	var forgiven int64
 	failed := false
-	if f, err := m.limits.QuotaLeased.Settle(r.Context(), k0, mk.Windows[0], cost, actual); err != nil {
+	if f, err := m.limits.QuotaLeased.Settle(r.Context(), k0, mk.Window(0), cost, actual); err != nil {
 		failed = true
 	} else {
 		forgiven = genimpl.AddForgiven(forgiven, f)
@@ -5415,7 +5425,7 @@ func (m *Middleware) route8(w http.ResponseWriter, r *http.Request, path string)
 	res.Route = "POST /summarize/{user}"
 	res.Rule = int(RuleQuotaLeased)
 	res.Series = 11
-	return m.Config.Respond(w, r, verdict.Enforce, &res, k0), verdict.Mark{Windows: [verdict.MaxWindowMarks]verdict.WindowMark{wm}}
+	return m.Config.Respond(w, r, verdict.Enforce, &res, k0), verdict.Mark{Windows: &[verdict.MaxWindowMarks]verdict.WindowMark{wm}}
 }
 
 // plan is the request's plan, from func:PlanOf, or free.

@@ -453,7 +453,7 @@ func emitRoute(m *model.Model, d *door, i int, r model.Route, base int) jen.Code
 			// A settled route's window: where the store counted the
 			// request, for its settlement to give back from.
 			body = append(body, jen.List(jen.Id("sr"), jen.Id("wm")).Op(":=").Add(recv()).Dot("limits").Dot(rule.GoName).Dot("AllowNMark").Call(append(args, jen.Id("cost"))...))
-			mark = vd("Mark").Values(jen.Dict{jen.Id("Windows"): jen.Index(vd("MaxWindowMarks")).Add(vd("WindowMark")).Values(jen.Id("wm"))})
+			mark = vd("Mark").Values(jen.Dict{jen.Id("Windows"): jen.Op("&").Index(vd("MaxWindowMarks")).Add(vd("WindowMark")).Values(jen.Id("wm"))})
 		case rule.Shared && !r.Report:
 			// The store decides, or the rule's on_failure setting when it
 			// cannot: the Result says which, for the observers.

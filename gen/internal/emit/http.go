@@ -240,7 +240,7 @@ func emitMiddleware(m *model.Model) jen.Code {
 	if h.Challenge != "" {
 		cfg = append(cfg, field("Challenge", jen.Lit(h.Challenge)))
 	}
-	var cases, slotCases, admitCases, patternLits []jen.Code
+	var cases, slotCases, admitCases, admitAll, patternLits []jen.Code
 	var patterns []string
 	for i, r := range h.Routes {
 		patterns = append(patterns, r.Pattern)
@@ -264,6 +264,7 @@ func emitMiddleware(m *model.Model) jen.Code {
 				admitCases = append(admitCases, jen.Case(jen.Lit(i)).Block(jen.Return(call.Clone())))
 			} else {
 				cases = append(cases, jen.Case(jen.Lit(i)).Block(jen.Return(call)))
+				admitAll = append(admitAll, jen.Case(jen.Lit(i)).Block(jen.Return(call.Clone(), vd("Mark").Values())))
 			}
 		}
 	}
@@ -301,8 +302,8 @@ func emitMiddleware(m *model.Model) jen.Code {
 			Comment("admitRoute is checkRoute for a policy of settled routes: a settled route's check returns the mark").Line().
 			Comment("its settlement reads (verdict.Mark), any other's the zero Mark.").Line().
 			Func().Params(jen.Id("m").Op("*").Id("Middleware")).Id("admitRoute").Params(jen.Id("w").Add(resw()), jen.Id("r").Add(req()), jen.Id("route").Int(), jen.Id("path").String()).Params(jen.Bool(), vd("Mark")).Block(
-			jen.Switch(jen.Id("route")).Block(admitCases...),
-			jen.Return(jen.Id("m").Dot("checkRoute").Call(jen.Id("w"), jen.Id("r"), jen.Id("route"), jen.Id("path")), vd("Mark").Values()),
+			jen.Switch(jen.Id("route")).Block(append(admitCases, admitAll...)...),
+			jen.Return(jen.True(), vd("Mark").Values()),
 		).Line()
 	}
 	initSettle, settleFuncs := emitSettleDispatch(m, httpDoor(m))

@@ -115,7 +115,7 @@ func emitSettle(m *model.Model, d *door, i int, r model.Route) jen.Code {
 		limiter := d.r().Dot("limits").Dot(rule.GoName)
 		if rule.Shared {
 			if rule.IsWindow() { // gives back from where its store counted the check
-				args = append(args, jen.Id("mk").Dot("Windows").Index(jen.Lit(windows)))
+				args = append(args, jen.Id("mk").Dot("Window").Call(jen.Lit(windows)))
 				windows++
 			}
 			body = append(body,

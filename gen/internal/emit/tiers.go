@@ -661,7 +661,7 @@ func mixedTier(m *model.Model, t model.Tier, steps, sharedNames []jen.Code, resu
 		mark[jen.Id("At")] = jen.Id("now")
 	}
 	if len(marks) > 0 {
-		mark[jen.Id("Windows")] = jen.Index(vd("MaxWindowMarks")).Add(vd("WindowMark")).Values(marks...)
+		mark[jen.Id("Windows")] = jen.Op("&").Index(vd("MaxWindowMarks")).Add(vd("WindowMark")).Values(marks...)
 	}
 	if len(mark) > 0 {
 		admitted[jen.Id("Mark")] = vd("Mark").Values(mark)
