@@ -25,14 +25,8 @@ func TestWindowConcurrentGiveBack(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(30, 32))
 	for round := range rounds {
-		limit := 2 + rng.Int64N(30)
-		window := time.Duration(1+rng.Int64N(20)) * time.Millisecond
-		if round%2 == 1 {
-			limit, window = 65+rng.Int64N(200), time.Duration(1+rng.Int64N(4))*atomicwindow.Slices*atomicwindow.SliceMin
-		}
-		rule := atomicwindow.MustRule(limit, window)
-		tbl := atomicwindow.NewTable[string](rule, atomicbucket.TableOptions{})
-		global := atomicwindow.NewWindow(rule)
+		rule, tbl, global := concurrentWindow(rng, round, 2, 30, 20)
+		limit, window := rule.Limit(), rule.Window()
 		const workers, ops = 4, 3000
 		base := int64(time.Hour)
 		adm := make([][]reference.Admission, workers)
@@ -85,19 +79,9 @@ func TestWindowConcurrentGiveBack(t *testing.T) {
 			}(g, uint64(round))
 		}
 		wg.Wait()
-		var all, allGlobal []reference.Admission
-		for g := range workers {
-			all = append(all, adm[g]...)
-			allGlobal = append(allGlobal, admGlobal[g]...)
-		}
+		checkRound(t, round, rule, adm, admGlobal)
 		if denied.Load() < ops/4 {
-			t.Fatalf("round %d: %d admitted, %d denied: the draw hardly fills the window", round, len(all), denied.Load())
-		}
-		if err := reference.CheckWindow(limit, int64(window), all); err != nil {
-			t.Fatalf("round %d, %d in %v (exact %v), keyed: %v", round, limit, window, rule.Exact(), err)
-		}
-		if err := reference.CheckWindow(limit, int64(window), allGlobal); err != nil {
-			t.Fatalf("round %d, %d in %v (exact %v), global: %v", round, limit, window, rule.Exact(), err)
+			t.Fatalf("round %d: %d denied: the draw hardly fills the window", round, denied.Load())
 		}
 	}
 }

@@ -244,6 +244,42 @@ func runWindow(p windowProgram) error {
 	return reference.CheckWindow(p.limit, int64(p.window), admGlobal)
 }
 
+// concurrentWindow is a round's window for the concurrent tests, with a
+// table and a global window of it: an odd round's counted (65 to 264 units
+// in 1 to 4 times 16 × SliceMin), an even round's exact (lo to lo+n−1
+// units in 1 to ms milliseconds).
+func concurrentWindow(rng *rand.Rand, round int, lo, n, ms int64) (atomicwindow.Rule, *atomicwindow.Table[string], *atomicwindow.Window) {
+	limit := lo + rng.Int64N(n)
+	window := time.Duration(1+rng.Int64N(ms)) * time.Millisecond
+	if round%2 == 1 {
+		limit, window = 65+rng.Int64N(200), time.Duration(1+rng.Int64N(4))*atomicwindow.Slices*atomicwindow.SliceMin
+	}
+	rule := atomicwindow.MustRule(limit, window)
+	return rule, atomicwindow.NewTable[string](rule, atomicbucket.TableOptions{}), atomicwindow.NewWindow(rule)
+}
+
+// checkRound holds what a round's workers admitted, keyed and global, to
+// rule's limit in every interval of its window, and returns how many
+// admissions each side had.
+func checkRound(t *testing.T, round int, rule atomicwindow.Rule, adm, admGlobal [][]reference.Admission) (keyed, global int) {
+	t.Helper()
+	for _, side := range []struct {
+		name string
+		adm  [][]reference.Admission
+		n    *int
+	}{{"keyed", adm, &keyed}, {"global", admGlobal, &global}} {
+		var all []reference.Admission
+		for _, a := range side.adm {
+			all = append(all, a...)
+		}
+		*side.n = len(all)
+		if err := reference.CheckWindow(rule.Limit(), int64(rule.Window()), all); err != nil {
+			t.Fatalf("round %d, %d in %v (exact %v), %s: %v", round, rule.Limit(), rule.Window(), rule.Exact(), side.name, err)
+		}
+	}
+	return keyed, global
+}
+
 func decisionOf(d atomicbucket.Decision) reference.Decision {
 	return reference.Decision{Allowed: d.Allowed, Remaining: d.Remaining, Reset: d.Reset, RetryAfter: d.RetryAfter}
 }
@@ -315,14 +351,8 @@ func TestWindowConcurrent(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(30, 31))
 	for round := range rounds {
-		limit := 1 + rng.Int64N(8)
-		window := time.Duration(1+rng.Int64N(40)) * time.Millisecond
-		if round%2 == 1 {
-			limit, window = 65+rng.Int64N(200), time.Duration(1+rng.Int64N(4))*atomicwindow.Slices*atomicwindow.SliceMin
-		}
-		rule := atomicwindow.MustRule(limit, window)
-		tbl := atomicwindow.NewTable[string](rule, atomicbucket.TableOptions{})
-		global := atomicwindow.NewWindow(rule)
+		rule, tbl, global := concurrentWindow(rng, round, 1, 8, 40)
+		limit, window := rule.Limit(), rule.Window()
 		const workers, ops = 4, 3000
 		base := int64(time.Hour)
 		adm := make([][]reference.Admission, workers)
@@ -370,19 +400,8 @@ func TestWindowConcurrent(t *testing.T) {
 		}
 		wg.Wait()
 		close(stop)
-		var all, allGlobal []reference.Admission
-		for g := range workers {
-			all = append(all, adm[g]...)
-			allGlobal = append(allGlobal, admGlobal[g]...)
-		}
-		if len(all) == 0 || len(allGlobal) == 0 {
+		if n, m := checkRound(t, round, rule, adm, admGlobal); n == 0 || m == 0 {
 			t.Fatalf("round %d: nothing admitted", round)
-		}
-		if err := reference.CheckWindow(limit, int64(window), all); err != nil {
-			t.Fatalf("round %d, %d in %v (exact %v), keyed: %v", round, limit, window, rule.Exact(), err)
-		}
-		if err := reference.CheckWindow(limit, int64(window), allGlobal); err != nil {
-			t.Fatalf("round %d, %d in %v (exact %v), global: %v", round, limit, window, rule.Exact(), err)
 		}
 	}
 }
