@@ -1,6 +1,7 @@
 package atomicwindow
 
 import (
+	"runtime"
 	"sync/atomic"
 
 	"github.com/limitgen/limitgen/atomicbucket"
@@ -28,11 +29,12 @@ import (
 //
 // A counted window gives back in place, by compare-and-swap on the word of
 // the admission's sub-window. An exact window keeps its units in admission
-// order in a ring, and units cannot be taken out of its middle in place: it
-// is rebuilt without them (windowState.rebuild: one allocation of its words,
-// and checks of the key wait for the rebuild as for a carry). So is an exact
-// window's charge that would push units still in the window out of its ring:
-// they are kept as its excess.
+// order in a ring, and units cannot be taken out of its middle by one
+// compare-and-swap: its ring is rewritten in place while its head is dead
+// (giveBackInPlace; checks of the key wait for it as for a carry), or, when
+// it holds an excess, rebuilt without them (windowState.rebuild, a copy). An
+// exact window's charge that would push units still in the window out of
+// its ring is a rebuild too: they are kept as its excess.
 
 // settleCounted gives back up to back units counted in the sub-window of
 // the time admitted (ns) to the words w of a counted window, at now. It
@@ -119,6 +121,72 @@ func (r *Rule) ringBack(u []windowUnits, h uint64, now, end, back int64) (_ []wi
 		u[0] = windowUnits{left, took}
 	}
 	return u, ok
+}
+
+// giveBackInPlace gives back up to back units of the exact window w
+// counted in the microsecond of admitted, newest first, if still in the
+// window at now, rewriting its ring where it is (ringBack's edit, without
+// the copy): the units below them move up, and the places they leave at
+// the bottom count as made at ringBack's time for units written over. It
+// reports false when w was dead (nothing done).
+//
+// The window is dead while it is rewritten: checks of it wait, as for a
+// carry. A check that claimed its positions before the kill is waited for
+// until it has written them. The rewrite only moves units earlier (each
+// position's time at most what it was), and the head comes back as it
+// was: a check that read the head before and commits after decided
+// against a window that held no less.
+func (r *Rule) giveBackInPlace(w []atomic.Uint64, now, admitted, back int64) (alive bool) {
+	n := uint64(r.limit)
+	qAdm := uint64(admitted/r.grain) + 1
+	for {
+		h := w[0].Load()
+		if h&deadWindow != 0 {
+			return false
+		}
+		if !w[0].CompareAndSwap(h, h|deadWindow) {
+			continue
+		}
+		count := h >> ringTimeBits
+		var t [RingMax]uint64 // position count−N+i's time
+		for i := range n {
+			pos := r.back(count, n-i)
+			for {
+				if v := w[1+pos%n].Load(); v>>ringTimeBits == pos {
+					t[i] = v & ringTimeMask
+					break
+				}
+				runtime.Gosched() // its claimer is writing it
+			}
+		}
+		a, b := n, n // the admission's units: positions a to b−1 (times sorted)
+		for i := range n {
+			if t[i] == qAdm {
+				a, b = min(a, i), i+1
+			}
+		}
+		if k := uint64(min(back, int64(b-a))); a < b && r.end(int64(qAdm))+r.window > now {
+			nt := t
+			for i := b - 1; i >= k && i < b; i-- {
+				nt[i] = t[i-k]
+			}
+			ph := uint64(max(int64(h&ringTimeMask)-1-r.window/r.grain, 0)) // ringBack's
+			if k < n {
+				ph = min(ph, nt[k])
+			}
+			for i := range k {
+				nt[i] = ph
+			}
+			for i := range b {
+				if nt[i] != t[i] {
+					pos := r.back(count, n-i)
+					w[1+pos%n].Store(pos<<ringTimeBits | nt[i])
+				}
+			}
+		}
+		w[0].Store(h)
+		return true
+	}
 }
 
 // holdsAt reports whether the exact window st holds a unit counted in the
@@ -235,6 +303,9 @@ func (st *windowState) settle(now, at, estimate, actual int64, swap func(*window
 		end := r.ringEnd(at)
 		if end+r.window <= now || !st.holdsAt(at) {
 			return 0, st.w[0].Load()&deadWindow == 0 // nothing of the admission's grain is in the window
+		}
+		if _, full := st.blocked(now); !full { // the ring holds every unit in the window
+			return 0, r.giveBackInPlace(st.w, now, at, estimate-actual)
 		}
 		next := st.rebuild(r, now, func(u []windowUnits, h uint64) []windowUnits {
 			if v, ok := r.ringBack(u, h, now, end, estimate-actual); ok {

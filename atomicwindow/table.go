@@ -200,26 +200,33 @@ func (t *Table[K]) Reset(key K) bool { return t.ResetAt(key, atomicbucket.Now())
 // when nothing does. It reports whether the key had a window.
 func (t *Table[K]) ResetAt(key K, now atomicbucket.Time) bool {
 	n := clampNow(now)
-	had, removed := false, false
-	t.m.Compute(key, func(cur *windowState, loaded bool) (*windowState, bool) {
-		if !loaded {
-			return cur, true
+	for {
+		had, removed, busy := false, false, false
+		t.m.Compute(key, func(cur *windowState, loaded bool) (*windowState, bool) {
+			if !loaded {
+				return cur, true
+			}
+			had = true
+			later := cur.kill(n)
+			if later == nil {
+				busy = true // a give-back is rewriting it in place (settle.go): look again
+				return cur, false
+			}
+			if len(*later) == 0 {
+				removed = true
+				return nil, true
+			}
+			return t.ruleFor(key).fill(*later, n), false
+		})
+		if busy {
+			retry()
+			continue
 		}
-		had = true
-		later := cur.kill(n)
-		if later == nil {
-			return cur, false // killed by another (cannot happen under the key's lock); left as it is
+		if removed {
+			t.keys.Add(-1)
 		}
-		if len(*later) == 0 {
-			removed = true
-			return nil, true
-		}
-		return t.ruleFor(key).fill(*later, n), false
-	})
-	if removed {
-		t.keys.Add(-1)
+		return had
 	}
-	return had
 }
 
 // capDecision decides a request for a new key at the cap with nothing to

@@ -201,8 +201,8 @@ func (r *Rule) viewRing(w []atomic.Uint64, h uint64, now, cost int64, v *windowV
 		}
 	}
 	v.in = int64(n - lo)
-	if v.in > 0 {
-		v.reset = r.end(int64(headQ)) + r.window - now
+	if v.in > 0 { // by the newest unit: a give-back may have taken the head's (giveBackInPlace)
+		v.reset = r.end(int64(r.ringTime(w, r.back(count, 1), headQ))) + r.window - now
 	}
 	v.nextQ = max(uint64(now/r.grain)+1, headQ)
 	if cost == 0 {

@@ -105,8 +105,8 @@ func BenchmarkHTTPSettle(b *testing.B) {
 // check then its settlement at a lower actual, given back from what the
 // check counted (SettleAt with the check's time). form=counted is a window
 // of a large limit (in place: one compare-and-swap on the sub-window's
-// word); form=exact one of 64 (its ring rebuilt without the units given
-// back: an allocation of its words). Neither window ever fills.
+// word); form=exact one of 64 (its ring of 64 rewritten in place while
+// the key's checks wait). Neither window ever fills.
 func BenchmarkWindowSettle(b *testing.B) {
 	forms := []struct {
 		name         string
