@@ -223,7 +223,7 @@ func (r *Rule) overflows(w []atomic.Uint64, now, c int64) bool {
 // may admit: at most the limit, and in a counted window at most what its
 // sub-window's count can hold. It returns the units not counted, and alive
 // false when w is dead (nothing done). An exact window whose ring would
-// overflow is not charged here (rebuildCharge).
+// overflow is not charged here: settle rebuilds it (chargeUnits).
 func (r *Rule) charge(w []atomic.Uint64, now, excess int64) (forgiven int64, alive bool) {
 	for {
 		v, ok := r.view(w, now, 0)

@@ -137,7 +137,7 @@ func (t *Table[K]) AllowNAt(key K, now atomicbucket.Time, cost int64) atomicbuck
 		st, ok := t.m.Load(key)
 		if !ok {
 			if cost <= 0 || cost > r.limit {
-				return r.peek(r.fresh(), n, cost)
+				return r.peekFresh(n, cost)
 			}
 			if st = t.create(key, r, n); st == nil {
 				return t.capDecision(r, n, cost)
@@ -148,7 +148,11 @@ func (t *Table[K]) AllowNAt(key K, now atomicbucket.Time, cost int64) atomicbuck
 			continue
 		}
 		if leave, full := st.blocked(n); full {
-			return st.deny(r.peek(st.w, n, cost), n, cost, leave)
+			if d, alive := r.peek(st.w, n, cost); alive {
+				return st.deny(d, n, cost, leave)
+			}
+			retry()
+			continue
 		}
 		if d, alive := r.allowN(st.w, n, cost); alive {
 			return d
@@ -173,16 +177,21 @@ func (t *Table[K]) PeekAt(key K, now atomicbucket.Time, cost int64) atomicbucket
 		r := t.ruleFor(key)
 		st, ok := t.m.Load(key)
 		if !ok {
-			return r.peek(r.fresh(), n, cost)
+			return r.peekFresh(n, cost)
 		}
 		if st.rule != r {
 			t.carry(key, st, r, n)
 			continue
 		}
-		if leave, full := st.blocked(n); full {
-			return st.deny(r.peek(st.w, n, cost), n, cost, leave)
+		d, alive := r.peek(st.w, n, cost)
+		if !alive { // removed, or being rewritten: look again
+			retry()
+			continue
 		}
-		return r.peek(st.w, n, cost)
+		if leave, full := st.blocked(n); full {
+			return st.deny(d, n, cost, leave)
+		}
+		return d
 	}
 }
 
@@ -234,7 +243,7 @@ func (t *Table[K]) ResetAt(key K, now atomicbucket.Time) bool {
 // until a key can be reclaimed.
 func (t *Table[K]) capDecision(r *Rule, now, cost int64) atomicbucket.Decision {
 	if t.allowAtCap {
-		return r.peek(r.fresh(), now, cost)
+		return r.peekFresh(now, cost)
 	}
 	return atomicbucket.Decision{RetryAfter: t.sweeps.CapWait(now)}
 }

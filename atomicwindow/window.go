@@ -372,17 +372,24 @@ func (r *Rule) allowN(w []atomic.Uint64, now, cost int64) (d atomicbucket.Decisi
 	}
 }
 
-// peek is allowN taking nothing.
-func (r *Rule) peek(w []atomic.Uint64, now, cost int64) atomicbucket.Decision {
+// peek is allowN taking nothing; alive is false when w is dead (removed, or
+// being rewritten or replaced: what it would say then is nothing to go by).
+func (r *Rule) peek(w []atomic.Uint64, now, cost int64) (d atomicbucket.Decision, alive bool) {
 	if cost < 0 || cost > r.limit {
-		v, _ := r.view(w, now, 0)
-		return atomicbucket.Decision{Remaining: max(r.limit-v.in, 0), Reset: time.Duration(v.reset), RetryAfter: atomicbucket.Never}
+		v, ok := r.view(w, now, 0)
+		return atomicbucket.Decision{Remaining: max(r.limit-v.in, 0), Reset: time.Duration(v.reset), RetryAfter: atomicbucket.Never}, ok
 	}
-	v, _ := r.view(w, now, cost)
+	v, ok := r.view(w, now, cost)
 	if !v.fits {
-		return atomicbucket.Decision{Remaining: max(r.limit-v.in, 0), Reset: time.Duration(v.reset), RetryAfter: time.Duration(v.retry)}
+		return atomicbucket.Decision{Remaining: max(r.limit-v.in, 0), Reset: time.Duration(v.reset), RetryAfter: time.Duration(v.retry)}, ok
 	}
-	return atomicbucket.Decision{Allowed: true, Remaining: max(r.limit-v.in-cost, 0), Reset: time.Duration(v.reset)}
+	return atomicbucket.Decision{Allowed: true, Remaining: max(r.limit-v.in-cost, 0), Reset: time.Duration(v.reset)}, ok
+}
+
+// peekFresh is peek on an empty window of r.
+func (r *Rule) peekFresh(now, cost int64) atomicbucket.Decision {
+	d, _ := r.peek(r.fresh(), now, cost)
+	return d
 }
 
 // allow is allowN's yes or no, for a cost from 1 to N, without the
@@ -485,7 +492,11 @@ func (g *Window) AllowNAt(now atomicbucket.Time, cost int64) atomicbucket.Decisi
 	for {
 		st := g.state(n)
 		if leave, full := st.blocked(n); full {
-			return st.deny(st.rule.peek(st.w, n, cost), n, cost, leave)
+			if d, alive := st.rule.peek(st.w, n, cost); alive {
+				return st.deny(d, n, cost, leave)
+			}
+			retry()
+			continue
 		}
 		if d, alive := st.rule.allowN(st.w, n, cost); alive {
 			return d
@@ -517,11 +528,18 @@ func (g *Window) Peek(cost int64) atomicbucket.Decision { return g.PeekAt(atomic
 // PeekAt is Peek at time now.
 func (g *Window) PeekAt(now atomicbucket.Time, cost int64) atomicbucket.Decision {
 	n := clampNow(now)
-	st := g.state(n)
-	if leave, full := st.blocked(n); full {
-		return st.deny(st.rule.peek(st.w, n, cost), n, cost, leave)
+	for {
+		st := g.state(n)
+		d, alive := st.rule.peek(st.w, n, cost)
+		if !alive { // being carried, reset or given back: its next state comes next
+			retry()
+			continue
+		}
+		if leave, full := st.blocked(n); full {
+			return st.deny(d, n, cost, leave)
+		}
+		return d
 	}
-	return st.rule.peek(st.w, n, cost)
 }
 
 // Reset empties the window now (ResetAt).
