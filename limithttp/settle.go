@@ -25,7 +25,9 @@ import (
 // not settle), or verdict.NoSettle for a route that does not settle. The
 // door calls it for each route a request went through, after the handler
 // returns normally (not by a panic). A generated NewMiddleware calls it
-// once, after InitDoor, when its policy settles costs.
+// once, after InitDoor, when its policy settles costs. A nil admit leaves
+// the door's checks to InitDoor's check, and every mark zero: a window's
+// settlement then gives nothing back (it keeps the estimate).
 //
 // fromContext, when not nil, says which routes' handlers report their cost
 // through their request's context (verdict.ReportCost): a request to one of
